@@ -1,0 +1,59 @@
+# `make demo` runs the example; `make test` runs the tests. Both install what they need.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+TSC := node_modules/.bin/tsc
+
+.PHONY: install system-deps test check demo bench bench-quick clean
+
+install: $(STAMP) $(TSC)
+
+# libseccomp.so.2 is loaded by pyseccomp through ctypes; it is a system library.
+system-deps:
+	@if ! ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2'; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing libseccomp2 with apt-get"; \
+	    (apt-get install -y libseccomp2 || (apt-get update && apt-get install -y libseccomp2)); \
+	  else \
+	    echo "libseccomp.so.2 is missing: install it with your package manager" \
+	         "(Debian/Ubuntu: sudo apt-get install libseccomp2; Fedora: sudo dnf install libseccomp)"; \
+	    exit 1; \
+	  fi; \
+	fi
+
+$(STAMP): pyproject.toml | system-deps
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	touch $(STAMP)
+
+# The TypeScript compiler checks the declarations the engine writes for tools.
+$(TSC): package.json
+	@if ! command -v npm >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get install -y nodejs npm || (apt-get update && apt-get install -y nodejs npm)); \
+	  else echo "npm is missing: install Node.js (Debian/Ubuntu: sudo apt-get install nodejs npm)"; exit 1; fi; \
+	fi
+	npm install --no-audit --no-fund --silent
+	touch $(TSC)
+
+test: install
+	$(PY) -m pytest -q
+
+check: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+demo: install
+	$(PY) -m engine.cli run examples/stale_prs.js --tools examples/tracker_tools.py
+
+bench: install
+	$(PY) -m bench
+
+bench-quick: install
+	$(PY) -m bench --quick
+
+clean:
+	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache

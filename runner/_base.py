@@ -1,0 +1,111 @@
+"""The runner interface: take one step of a script, return where it ended.
+
+A runner keeps nothing between steps, so it can be a local process, another machine, or a
+service. The engine decides how many steps run at once, reads each step from the session log
+and checks every call a step asks for.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Protocol
+
+from sandbox.protocol import Ran, Script, ScriptError
+
+
+class RunError(Exception):
+    """The runner cannot take this step now (down, busy, of another version).
+
+    Not a script failure: the engine puts the step back on its queue and tries it again
+    later. A script that fails is a failed :class:`Step`, never a ``RunError``.
+    """
+
+
+class FileMissing(Exception):
+    """A file a script asked for is gone; the script sees an error naming it."""
+
+
+class FileReader(Protocol):
+    """Reads a script's file bytes for its runner. The process never sees where they live."""
+
+    async def read(self, file_id: str, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes of ``file_id`` from ``offset``; fewer only at the end.
+
+        Raises :class:`FileMissing` when the file is gone, and ``RunError`` when the store
+        fails (the step is retried later).
+        """
+        ...
+
+
+@dataclass
+class ProcessStats:
+    """What the runner measured of the process that ran the step (zero where unknown)."""
+
+    wall_ms: float = 0.0
+    cpu_ms: float = 0.0
+    max_rss_bytes: int = 0
+    wait_ms: float = 0.0
+    exit_status: int | None = None
+
+
+class Step(Ran):
+    """Where one step ended: the process's ``ran`` plus what the runner measured.
+
+    A step the process could not report itself (it died, hung, wrote garbage) is a failed
+    step whose error names the cause, built by the runner.
+    """
+
+    process: ProcessStats | None = None
+
+    @classmethod
+    def from_ran(cls, ran: Ran, process: ProcessStats | None = None) -> Step:
+        step = cls.model_construct(_fields_set=set(ran.model_fields_set), **dict(ran))
+        step.process = process
+        return step
+
+    @classmethod
+    def failure(
+        cls,
+        name: str,
+        message: str,
+        *,
+        limit: str | None = None,
+        printed: str = "",
+        printed_bytes: int = 0,
+        process: ProcessStats | None = None,
+    ) -> Step:
+        from sandbox.protocol import LimitMet
+
+        return cls(
+            outcome="failed",
+            error=ScriptError(name=name, message=message),
+            limit=LimitMet(name=limit, message=message) if limit else None,
+            printed=printed,
+            printed_bytes=printed_bytes,
+            process=process,
+        )
+
+
+class ScriptRunner(abc.ABC):
+    """Runs one step of a script.
+
+    ``run`` returns a :class:`Step` for every way a script can end, including failures of
+    the process that ran it; it raises :class:`RunError` only when the step could not be
+    taken now and should be retried. Implementations are safe to call concurrently.
+    """
+
+    languages: tuple[str, ...] = ("javascript",)
+
+    @abc.abstractmethod
+    async def run(self, script: Script, files: FileReader | None = None) -> Step:
+        """Run ``script`` once from the start and report where it ended."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, default does nothing
+        """Release processes and connections. The runner takes no step afterwards."""
+
+    async def __aenter__(self) -> ScriptRunner:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

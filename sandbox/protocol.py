@@ -1,0 +1,244 @@
+"""The wire protocol between a runner and a confined sandbox process, version 1.
+
+JSON lines over the process's stdin/stdout, UTF-8, one object per line, each line an
+envelope ``{"<kind>": {...}}``. Both sides bound the length of a line they read and reject
+anything that does not parse into the expected shape (:class:`ProtocolError`).
+
+Process -> runner: ``ready`` or ``unconfined`` first; then any number of ``read``; then ``ran``.
+Runner -> process: one ``script``; then one answer (``bytes`` + raw bytes, or ``missing``)
+per ``read``.
+
+This module is imported by the sandbox before lockdown and by the runner, so it stays
+import-light: pydantic and orjson only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+VERSION = 1
+OLDEST = 1
+LANGUAGES = ("javascript",)
+
+KiB = 1024
+MiB = 1024 * KiB
+
+# Bounds on a single line. A script line carries the whole call log, so it is large; the
+# runner builds it, and the sandbox still refuses one past this bound instead of buffering.
+MAX_SCRIPT_LINE = 512 * MiB
+# Lines from the sandbox other than `ran` are tiny.
+MAX_SMALL_LINE = 64 * KiB
+# `ran` carries the new calls (bounded by `step_arguments`), a bounded printed text and value.
+RAN_OVERHEAD = 4 * MiB
+
+# Printed text the sandbox keeps: this much of the head and this much of the tail.
+PRINTED_HEAD = 64 * KiB
+PRINTED_TAIL = 64 * KiB
+# A returned value whose JSON is larger than this is sent cut (head and tail of its text).
+VALUE_BOUND = 256 * KiB
+
+
+class ProtocolError(Exception):
+    """A line that is too long, not JSON, or not the expected message."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class Limits(_Model):
+    """The limits that apply inside one run, under the spec's names, with its defaults.
+
+    Sizes are bytes, times milliseconds, the rest counts.
+    """
+
+    calls: int = Field(1000, ge=0)
+    results: int = Field(8 * MiB, ge=0)
+    arguments: int = Field(64 * MiB, ge=0)
+    call_arguments: int = Field(4 * MiB, ge=0)
+    step_arguments: int = Field(8 * MiB, ge=0)
+    memory: int = Field(256 * MiB, ge=1 * MiB)
+    compute_ms: int = Field(5000, ge=1)
+    file_bytes: int = Field(64 * MiB, ge=0)
+    streams: int = Field(4, ge=0)
+    shown_files: int = Field(4, ge=0)
+    shown: int = Field(64 * KiB, ge=0)
+    shown_media: int = Field(2 * MiB, ge=0)
+
+
+class Ready(_Model):
+    version: int
+    oldest: int
+    languages: list[str]
+
+
+class Unconfined(_Model):
+    error: str
+
+
+class Record(_Model):
+    """One answered call in the log: a result (JSON data) or an error message, not both."""
+
+    name: str
+    arguments: dict[str, Any]
+    result: Any = None
+    error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
+class FileInfo(_Model):
+    id: str
+    mime: str
+    size: int = Field(ge=0)
+    skill: str | None = None
+
+
+class Clock(_Model):
+    now_ms: int
+    seed: int
+
+
+class Script(_Model):
+    version: int = VERSION
+    id: str
+    language: Literal["javascript"] = "javascript"
+    code: str
+    records: list[Record] = Field(default_factory=list)
+    tools: list[str] = Field(default_factory=list)
+    files: list[FileInfo] = Field(default_factory=list)
+    clock: Clock
+    limits: Limits = Field(default_factory=Limits)
+
+
+class ReadRequest(_Model):
+    file: str
+    offset: int = Field(ge=0)
+    len: int = Field(ge=0)
+
+
+class ErrorLine(_Model):
+    line: int
+    text: str
+
+
+class ScriptError(_Model):
+    name: str
+    message: str
+    lines: list[ErrorLine] = Field(default_factory=list)
+
+
+class LimitMet(_Model):
+    name: str
+    message: str
+
+
+class Call(_Model):
+    name: str
+    arguments: dict[str, Any]
+
+
+class Stats(_Model):
+    cpu_ms: float = 0.0
+    heap_bytes: int = 0
+    results_bytes: int = 0
+    file_bytes: int = 0
+
+
+class Ran(_Model):
+    """How one run ended.
+
+    ``value`` is present (in ``model_fields_set``) only when the script returned something
+    other than ``undefined``. When the value's JSON is over :data:`VALUE_BOUND`, it is not
+    sent; ``value_text`` holds its cut text and ``value_bytes`` its full size.
+    """
+
+    outcome: Literal["finished", "failed", "calls"]
+    value: Any = None
+    value_text: str | None = None
+    value_bytes: int = 0
+    error: ScriptError | None = None
+    limit: LimitMet | None = None
+    calls: list[Call] = Field(default_factory=list)
+    printed: str = ""
+    printed_bytes: int = 0
+    shown: list[str] = Field(default_factory=list)
+    stats: Stats = Field(default_factory=Stats)
+
+    @model_validator(mode="after")
+    def _shape(self) -> Ran:
+        if self.outcome == "failed" and self.error is None:
+            raise ValueError("a failed run must carry an error")
+        if self.outcome == "calls" and not self.calls:
+            raise ValueError("a run that stopped on calls must name at least one call")
+        return self
+
+    @property
+    def returned(self) -> bool:
+        """True when the script returned a value (not ``undefined``)."""
+        return "value" in self.model_fields_set or self.value_text is not None
+
+
+Message = Ready | Unconfined | Script | ReadRequest | Ran
+
+_KINDS: dict[str, type[_Model]] = {
+    "ready": Ready,
+    "unconfined": Unconfined,
+    "script": Script,
+    "read": ReadRequest,
+    "ran": Ran,
+}
+_NAMES = {cls: kind for kind, cls in _KINDS.items()}
+
+
+def canonical_json(value: Any) -> bytes:
+    """The canonical JSON of plain data: sorted keys, no spaces, UTF-8.
+
+    Call identity in the replay log compares arguments by this form.
+    """
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+
+
+def encode(message: _Model) -> bytes:
+    """One protocol line, newline included."""
+    kind = _NAMES[type(message)]
+    body = message.model_dump(mode="python", exclude_unset=True)
+    if isinstance(message, Ran) and "value" in message.model_fields_set:
+        body["value"] = message.value
+    return orjson.dumps({kind: body}) + b"\n"
+
+
+def decode(line: bytes, expect: tuple[str, ...]) -> Any:
+    """Parse one line into the message it holds, which must be one of ``expect`` kinds.
+
+    Raises :class:`ProtocolError` naming what was wrong.
+    """
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError as e:
+        raise ProtocolError(f"a line that is not JSON ({e}): {_preview(line)}") from None
+    if not isinstance(data, dict) or len(data) != 1:
+        raise ProtocolError(f"a line that is not a one-key message envelope: {_preview(line)}")
+    ((kind, body),) = data.items()
+    if kind not in expect:
+        raise ProtocolError(f"a {kind!r} message where {' or '.join(expect)} was expected")
+    try:
+        return _KINDS[kind].model_validate(body)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or kind
+        raise ProtocolError(f"a malformed {kind!r} message: {where}: {first['msg']}") from None
+
+
+def _preview(line: bytes, n: int = 120) -> str:
+    text = line[:n].decode("utf-8", "replace")
+    return repr(text) + ("..." if len(line) > n else "")
+
+
+def ready() -> Ready:
+    return Ready(version=VERSION, oldest=OLDEST, languages=list(LANGUAGES))
