@@ -154,8 +154,9 @@ class Ran(_Model):
     """How one run ended.
 
     ``value`` is present (in ``model_fields_set``) only when the script returned something
-    other than ``undefined``. When the value's JSON is over :data:`VALUE_BOUND`, it is not
-    sent; ``value_text`` holds its cut text and ``value_bytes`` its full size.
+    other than ``undefined``. When the value is too large to send (its JSON over
+    :data:`VALUE_BOUND`), ``value_text`` holds the text the model would see for it, cut in
+    the middle (a string as itself, anything else as JSON), and ``value_bytes`` its size.
     """
 
     outcome: Literal["finished", "failed", "calls"]

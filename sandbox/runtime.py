@@ -1,0 +1,470 @@
+"""Runs one script in a QuickJS context and reports how the run ended, as a ``Ran``.
+
+The replay rules live here: a call that matches its record settles at once, a call past the
+log is collected and never settles in this run, a call that differs from its record ends the
+run with a divergence error. Limits that apply inside one run are counted here too.
+
+A run ends early (divergence, a budget limit) through ``Channel.end``, which in the real
+process writes ``ran`` and exits at once, so no ``try``/``catch`` in the script can swallow it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import resource
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, NoReturn, Protocol
+
+import _quickjs
+import orjson
+
+from sandbox.protocol import (
+    PRINTED_HEAD,
+    PRINTED_TAIL,
+    VALUE_BOUND,
+    Call,
+    ErrorLine,
+    Limits,
+    LimitMet,
+    Ran,
+    Record,
+    Script,
+    ScriptError,
+    Stats,
+    canonical_json,
+)
+
+PRELUDE = resources.files("sandbox").joinpath("prelude.js").read_text(encoding="utf-8")
+
+# The JS engine's own stack bound: deep recursion is a catchable RangeError well before the
+# process's C stack (8 MiB or more after lockdown) could overflow.
+JS_STACK_BYTES = 1024 * 1024
+
+_FRAME = re.compile(r"<input>:(\d+)(?::(\d+))?")
+
+
+class Channel(Protocol):
+    """Where a run's ending goes. ``end`` does not return in the real process."""
+
+    def end(self, ran: Ran) -> NoReturn | None: ...
+
+
+class _Ended(Exception):
+    """Raised on the Python side only, after ``Channel.end`` returned (in-process use)."""
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:,.1f} {unit}".replace(".0 ", " ")
+    return f"{n:,} bytes"
+
+
+@dataclass
+class _Printed:
+    """Printed text, bounded: the head and the tail are kept, the total is counted."""
+
+    head: list[str] = field(default_factory=list)
+    head_len: int = 0
+    tail: list[str] = field(default_factory=list)
+    tail_len: int = 0
+    total_bytes: int = 0
+    cut: bool = False
+
+    def add(self, text: str) -> None:
+        text += "\n"
+        self.total_bytes += len(text.encode("utf-8", "replace"))
+        room = PRINTED_HEAD - self.head_len
+        if room > 0:
+            self.head.append(text[:room])
+            self.head_len += min(room, len(text))
+            text = text[room:]
+            if not text:
+                return
+        self.cut = True
+        self.tail.append(text[-PRINTED_TAIL:])
+        self.tail_len += min(len(text), PRINTED_TAIL)
+        while self.tail_len - len(self.tail[0]) >= PRINTED_TAIL:
+            self.tail_len -= len(self.tail.pop(0))
+
+    def text(self) -> str:
+        head = "".join(self.head)
+        if not self.cut:
+            return head
+        tail = "".join(self.tail)[-PRINTED_TAIL:]
+        shown = len(head.encode()) + len(tail.encode())
+        note = f"\n[... {_size(self.total_bytes - shown)} of printed output cut ...]\n"
+        return head + note + tail
+
+
+class Run:
+    """One run of one script. Create, then call :meth:`execute` once."""
+
+    def __init__(self, script: Script, channel: Channel) -> None:
+        self.script = script
+        self.limits: Limits = script.limits
+        self.channel = channel
+        self.records: list[Record] = script.records
+        self.position = 0
+        self.new_calls: list[Call] = []
+        self.step_arg_bytes = 0
+        self.arg_bytes = 0
+        self.results_bytes = 0
+        self.printed = _Printed()
+        self.outcome: tuple[str, Any] | None = None
+        self.ended = False
+        self.script_lines = script.code.split("\n")
+        self._cpu0 = _cpu_ms()
+        self.ctx: Any = None
+
+    # ---- host functions: strings in, strings out, never raise into JS ----
+
+    def _guard(self, fn: Any) -> Any:
+        def guarded(*args: Any) -> Any:
+            try:
+                return fn(*args)
+            except _Ended:
+                return "x"
+            except MemoryError:
+                ending = Ran(
+                    outcome="failed",
+                    error=ScriptError(name="LimitError", message=self._memory_message()),
+                    limit=LimitMet(name="memory", message=self._memory_message()),
+                )
+            except Exception as e:  # a bug on our side must still end the run cleanly
+                message = f"the sandbox failed: {type(e).__name__}: {e}"
+                ending = Ran(outcome="failed", error=ScriptError(name="InternalError", message=message))
+            try:
+                self._end(ending)
+            except _Ended:
+                pass
+            return "x"
+
+        return guarded
+
+    def _print(self, text: str) -> None:
+        if not self.ended and isinstance(text, str):
+            self.printed.add(text)
+
+    def _closest(self, name: str) -> str:
+        names = sorted(self.script.tools)
+        near = difflib.get_close_matches(str(name), names, n=3, cutoff=0.5)
+        lowered = str(name).lower()
+        for candidate in names:
+            if len(near) >= 3:
+                break
+            if candidate not in near and (lowered in candidate.lower() or candidate.lower() in lowered):
+                near.append(candidate)
+        return orjson.dumps(near).decode()
+
+    def _call(self, name: str, args_json: str) -> str:
+        if self.ended:
+            return "x"
+        limits = self.limits
+        index = self.position
+        number = index + 1
+        args_bytes = len(args_json.encode("utf-8"))
+        if args_bytes > limits.call_arguments:
+            return "l" + (
+                f"call_arguments limit met: the arguments of tools.{name} are {_size(args_bytes)}, "
+                f"over the {_size(limits.call_arguments)} one call may take; pass less per call "
+                "(split the work), or raise [codemode.limits] call_arguments"
+            )
+        arguments = orjson.loads(args_json)
+        self.position += 1
+        self.arg_bytes += args_bytes
+        if self.arg_bytes > limits.arguments:
+            self._end_limit(
+                "arguments",
+                f"arguments limit met: the script's calls have passed {_size(self.arg_bytes)} of "
+                f"arguments, over the {_size(limits.arguments)} one script may pass; pass less, "
+                "or raise [codemode.limits] arguments",
+            )
+        if index < len(self.records):
+            record = self.records[index]
+            if record.name != name or canonical_json(record.arguments) != canonical_json(arguments):
+                self._end_divergence(number, record, name, arguments)
+            if record.error is not None:
+                return "e" + record.error
+            result_json = orjson.dumps(record.result).decode()
+            self.results_bytes += len(result_json)
+            if self.results_bytes > limits.results:
+                self._end_limit(
+                    "results",
+                    f"results limit met: the script has read {_size(self.results_bytes)} of "
+                    f"results, over the {_size(limits.results)} one script may read; ask tools "
+                    "for less (filter, page, select fields), or raise [codemode.limits] results",
+                )
+            return "r" + result_json
+        if number > limits.calls:
+            self._end_limit(
+                "calls",
+                f"calls limit met: the script made {number:,} calls, the most one script may "
+                f"make is {limits.calls:,}; batch the work into fewer calls, or raise "
+                "[codemode.limits] calls",
+            )
+        self.step_arg_bytes += args_bytes
+        if self.step_arg_bytes > limits.step_arguments:
+            self._end_limit(
+                "step_arguments",
+                f"step_arguments limit met: the calls this step asks for pass "
+                f"{_size(self.step_arg_bytes)} of arguments together, over the "
+                f"{_size(limits.step_arguments)} one step may pass; await some calls before "
+                "making the next, or raise [codemode.limits] step_arguments",
+            )
+        self.new_calls.append(Call(name=name, arguments=arguments))
+        return "p"
+
+    def _done(self, payload: str) -> None:
+        if self.ended or self.outcome is not None:
+            return
+        self.outcome = ("value", payload)
+
+    def _fail(self, name: str, message: str, stack: str) -> None:
+        if self.ended or self.outcome is not None:
+            return
+        self.outcome = ("error", (name, message, stack))
+
+    # ---- endings ----
+
+    def _stats(self) -> Stats:
+        heap = 0
+        if self.ctx is not None:
+            try:
+                heap = int(self.ctx.memory().get("memory_used_size", 0))
+            except Exception:
+                heap = 0
+        return Stats(
+            cpu_ms=round(_cpu_ms() - self._cpu0, 3),
+            heap_bytes=heap,
+            results_bytes=self.results_bytes,
+            file_bytes=0,
+        )
+
+    def _finish(self, ran: Ran) -> Ran:
+        ran.printed = self.printed.text()
+        ran.printed_bytes = self.printed.total_bytes
+        ran.stats = self._stats()
+        return ran
+
+    def _end(self, ran: Ran) -> NoReturn:
+        self.ended = True
+        self.channel.end(self._finish(ran))
+        raise _Ended
+
+    def _end_failed(self, name: str, message: str) -> NoReturn:
+        self._end(Ran(outcome="failed", error=ScriptError(name=name, message=message)))
+
+    def _end_limit(self, name: str, message: str) -> NoReturn:
+        self._end(
+            Ran(
+                outcome="failed",
+                error=ScriptError(name="LimitError", message=message),
+                limit=LimitMet(name=name, message=message),
+            )
+        )
+
+    def _end_divergence(self, number: int, record: Record, name: str, arguments: Any) -> NoReturn:
+        recorded = _call_text(record.name, record.arguments)
+        made = _call_text(name, arguments)
+        self._end_failed(
+            "DivergenceError",
+            f"call {number} differs from the log: the script's earlier run made {recorded}, "
+            f"this run made {made}. A script must make the same calls in the same order on "
+            "every run; only its calls' results, Date and Math.random may steer it, and those "
+            "are the same each run",
+        )
+
+    def _memory_message(self) -> str:
+        return (
+            f"memory limit met: the script's heap passed {_size(self.limits.memory)}; work on "
+            "less data at once (ask tools for less, stream files), or raise "
+            "[codemode.limits] memory"
+        )
+
+    # ---- the run ----
+
+    def execute(self) -> Ran:
+        """Run the script from the start to an empty job queue and report how it ended."""
+        try:
+            return self._execute()
+        except _Ended:
+            raise
+        except MemoryError:
+            self._end_limit("memory", self._memory_message())
+
+    def _execute(self) -> Ran:
+        script = self.script
+        ctx = _quickjs.Context()
+        self.ctx = ctx
+        ctx.set_memory_limit(self.limits.memory)
+        ctx.set_max_stack_size(JS_STACK_BYTES)
+        for name, fn in (
+            ("__cm_call", self._call),
+            ("__cm_print", self._print),
+            ("__cm_closest", self._closest),
+            ("__cm_done", self._done),
+            ("__cm_fail", self._fail),
+        ):
+            ctx.add_callable(name, self._guard(fn))
+        seed = script.clock.seed & 0xFFFFFFFFFFFFFFFF
+        config = orjson.dumps(
+            {
+                "tools": script.tools,
+                "now_ms": float(script.clock.now_ms),
+                "seed_lo": float(seed & 0xFFFFFFFF),
+                "seed_hi": float(seed >> 32),
+                "value_bound": float(VALUE_BOUND),
+            }
+        ).decode()
+        code = _well_formed(script.code)
+        source = (
+            "const __cm_main = async function () {\n"
+            + code
+            + "\n};\n(function () {\n"
+            "  const host = { call: __cm_call, print: __cm_print, closest: __cm_closest,"
+            " done: __cm_done, fail: __cm_fail };\n"
+            "  for (const k of Object.keys(host)) delete globalThis['__cm_' + k];\n"
+            f"  const settle = ({PRELUDE})({config}, host);\n"
+            "  settle(__cm_main());\n"
+            "})();\n"
+        )
+        try:
+            ctx.eval(source)
+        except _quickjs.JSException as e:
+            if self.ended:
+                raise _Ended from None
+            return self._from_exception(str(e))
+        while not self.ended:
+            try:
+                more = ctx.execute_pending_job()
+            except _quickjs.JSException as e:  # a job threw outside any promise
+                if self.ended:
+                    break
+                return self._from_exception(str(e))
+            if not more:
+                break
+        if self.ended:
+            raise _Ended
+        return self._conclude()
+
+    def _conclude(self) -> Ran:
+        if self.new_calls:
+            # Every call a script makes is made, even one it no longer awaits.
+            return self._finish(Ran(outcome="calls", calls=self.new_calls))
+        if self.outcome is None:
+            return self._finish(
+                Ran(
+                    outcome="failed",
+                    error=ScriptError(
+                        name="StuckError",
+                        message="the script is waiting on something that can never complete: "
+                        "it has not returned, it awaits no tool call, and nothing is left to "
+                        "run (a promise that is never resolved?)",
+                    ),
+                )
+            )
+        kind, payload = self.outcome
+        if kind == "value":
+            return self._finish(_finished(payload))
+        name, message, stack = payload
+        return self._finish(self._failed(name, message, stack))
+
+    def _failed(self, name: str, message: str, stack: str) -> Ran:
+        limit = None
+        # QuickJS throws `null` when it cannot even allocate the out-of-memory error; a
+        # model's script that throws null itself is rare enough to read it the same way.
+        oom = (name == "InternalError" and "out of memory" in message) or (
+            name == "Uncaught" and message == "null"
+        )
+        if oom:
+            message = self._memory_message()
+            limit = LimitMet(name="memory", message=message)
+        return Ran(
+            outcome="failed",
+            error=ScriptError(name=name, message=message, lines=self._lines(stack)),
+            limit=limit,
+        )
+
+    def _from_exception(self, text: str) -> Ran:
+        # "Name: message\n    at ... (<input>:L:C)\n" as the context reports an uncaught error.
+        first, _, rest = text.partition("\n")
+        name, sep, message = first.partition(": ")
+        if not sep:
+            name, message = "Error", first
+        ran = self._failed(name, message, rest)
+        if name == "SyntaxError" and not ran.error.lines:  # type: ignore[union-attr]
+            ran.error.lines = self._lines(first)  # type: ignore[union-attr]
+        return self._finish(ran)
+
+    def _lines(self, stack: str) -> list[ErrorLine]:
+        """The script's own lines named in a stack, numbered as the model wrote them."""
+        lines: list[ErrorLine] = []
+        for match in _FRAME.finditer(stack):
+            number = int(match.group(1)) - 1  # the wrapper adds one line above the script
+            if 1 <= number <= len(self.script_lines) and all(x.line != number for x in lines):
+                lines.append(ErrorLine(line=number, text=self.script_lines[number - 1][:300]))
+            if len(lines) >= 8:
+                break
+        return lines
+
+
+def _finished(payload: str) -> Ran:
+    if payload == "u":
+        return Ran(outcome="finished")
+    if payload[0] == "c":  # a string too long to send whole: its head, tail and length
+        head, tail, length = orjson.loads(payload[1:])
+        cut = f"\n[... {int(length) - len(head) - len(tail):,} characters of the returned string cut ...]\n"
+        return Ran(outcome="finished", value_text=head + cut + tail, value_bytes=int(length))
+    json_text = payload[1:]
+    size = len(json_text.encode("utf-8"))
+    if size <= VALUE_BOUND:
+        return Ran(outcome="finished", value=orjson.loads(json_text))
+    half = VALUE_BOUND // 2
+    cut = f"\n[... {_size(size - 2 * half)} of the returned value cut ...]\n"
+    return Ran(
+        outcome="finished",
+        value_text=json_text[:half] + cut + json_text[-half:],
+        value_bytes=size,
+    )
+
+
+def _call_text(name: str, arguments: Any) -> str:
+    text = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
+    if len(text) > 200:
+        text = text[:200] + "..."
+    return f"tools.{name}({text})"
+
+
+def _well_formed(text: str) -> str:
+    # Lone surrogates cannot cross into the JS engine; replace them as a decoder would.
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _cpu_ms() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return (usage.ru_utime + usage.ru_stime) * 1000.0
+
+
+class _Collect:
+    ran: Ran | None = None
+
+    def end(self, ran: Ran) -> None:
+        self.ran = ran
+
+
+def run_in_process(script: Script) -> Ran:
+    """Run ``script`` in this process, with no confinement at all.
+
+    For tests of the script semantics and for the benchmark's floor; never for a model's
+    script on a host.
+    """
+    channel = _Collect()
+    try:
+        return Run(script, channel).execute()
+    except _Ended:
+        assert channel.ran is not None
+        return channel.ran
