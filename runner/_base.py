@@ -98,8 +98,14 @@ class ScriptRunner(abc.ABC):
     languages: tuple[str, ...] = ("javascript",)
 
     @abc.abstractmethod
-    async def run(self, script: Script, files: FileReader | None = None) -> Step:
-        """Run ``script`` once from the start and report where it ended."""
+    async def run(
+        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+    ) -> Step:
+        """Run ``script`` once from the start and report where it ended.
+
+        ``tenant`` names who the step is for, so a runner with slots can keep one tenant
+        from starving another.
+        """
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, default does nothing
         """Release processes and connections. The runner takes no step afterwards."""

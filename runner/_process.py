@@ -164,7 +164,9 @@ class ProcessRunner(ScriptRunner):
             str(max(data_limit, memory)),
         ]
 
-    async def run(self, script: Script, files: FileReader | None = None) -> Step:
+    async def run(
+        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+    ) -> Step:
         if self._closed:
             raise RunError("this runner is closed")
         try:
