@@ -1,1 +1,67 @@
-"""The host side of code mode: tools, declarations, the replay loop and the session log."""
+"""The host side of code mode: tools, declarations, the replay loop and the session log.
+
+    from engine import CodeMode, tool
+
+    @tool
+    def weather(city: str) -> dict:
+        "The weather in a city."
+        ...
+
+    result = await CodeMode(tools=[weather]).run_code(code)
+    print(result.text)
+"""
+
+from engine._codemode import CodeMode, RunResult
+from engine._config import Config, RunnerConfig, build_runner
+from engine._errors import (
+    CallNotWaiting,
+    CodeModeError,
+    ConfigError,
+    ScriptNotFound,
+    StepUnavailable,
+)
+from engine._functions import tool
+from engine._limits import Limits, parse_size
+from engine._log import CallEntry, LogStore, MemoryStore, ScriptRecord, SqliteStore
+from engine._render import TEXT_BUDGET
+from engine._source import ScriptTooLarge, normalize
+from engine._tools import (
+    Tool,
+    ToolCallError,
+    ToolContext,
+    ToolDefinitionError,
+    load_mcp_tools,
+)
+from engine._worker import PROPOSED, Worker, proposed_worker
+
+__all__ = [
+    "PROPOSED",
+    "TEXT_BUDGET",
+    "CallEntry",
+    "CallNotWaiting",
+    "CodeMode",
+    "CodeModeError",
+    "Config",
+    "ConfigError",
+    "Limits",
+    "LogStore",
+    "MemoryStore",
+    "RunResult",
+    "RunnerConfig",
+    "ScriptNotFound",
+    "ScriptRecord",
+    "ScriptTooLarge",
+    "SqliteStore",
+    "StepUnavailable",
+    "Tool",
+    "ToolCallError",
+    "ToolContext",
+    "ToolDefinitionError",
+    "Worker",
+    "build_runner",
+    "load_mcp_tools",
+    "normalize",
+    "parse_size",
+    "proposed_worker",
+    "tool",
+]

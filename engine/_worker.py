@@ -1,0 +1,93 @@
+"""The host's worker: what it says about the calls a script stops on.
+
+When a step stops on calls, the engine sends the worker a ``codemode.calls`` trigger, as the
+spec shows:
+
+    {"type": "codemode.calls", "id": "<script id>",
+     "tool_calls": [{"id": "call_s1", "type": "function",
+                     "function": {"name": "weather", "arguments": "{\\"city\\":\\"Oslo\\"}"}}]}
+
+The worker answers ``"proposed"`` (run each call as proposed: a call that needs approval asks
+a person first, a client tool waits for the client), or answers each call by its id with
+``{"type": "tool.call"}`` (run it) or ``{"type": "tool.error", "message": "..."}`` (refuse it
+with that message). A call no answer runs or refuses fails, and the script can catch it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+PROPOSED = "proposed"
+
+Trigger = dict[str, Any]
+Answer = str | Mapping[str, Any]
+Worker = Callable[[Trigger], Answer | Awaitable[Answer]]
+
+
+def proposed_worker(trigger: Trigger) -> Answer:
+    """The default worker: every call runs as proposed."""
+    return PROPOSED
+
+
+def calls_trigger(script_id: str, calls: list[tuple[str, str, Any]]) -> Trigger:
+    """The ``codemode.calls`` trigger for ``(call_id, name, arguments)`` triples."""
+    return {
+        "type": "codemode.calls",
+        "id": script_id,
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": orjson.dumps(arguments).decode()},
+            }
+            for call_id, name, arguments in calls
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with one call: run it, or refuse it with a message."""
+
+    action: Literal["run", "refuse"]
+    message: str = ""
+
+
+async def ask(worker: Worker, trigger: Trigger) -> dict[str, Decision]:
+    """Ask the worker and turn its answer into a decision per call id.
+
+    A worker that raises or answers nonsense refuses every call with a message that says
+    what went wrong, so the script sees it and the host's log has it.
+    """
+    ids = [call["id"] for call in trigger["tool_calls"]]
+    try:
+        answer = worker(trigger)
+        if inspect.isawaitable(answer):
+            answer = await answer
+    except Exception as e:
+        why = f"the host's worker failed on these calls: {type(e).__name__}: {e}"
+        return {i: Decision("refuse", why) for i in ids}
+    if answer == PROPOSED:
+        return {i: Decision("run") for i in ids}
+    if not isinstance(answer, Mapping):
+        why = f"the host's worker answered {answer!r}, not 'proposed' or an answer per call id"
+        return {i: Decision("refuse", why) for i in ids}
+    decisions: dict[str, Decision] = {}
+    for call_id in ids:
+        one = answer.get(call_id)
+        kind = one.get("type") if isinstance(one, Mapping) else one
+        if kind == "tool.call" or kind == PROPOSED:
+            decisions[call_id] = Decision("run")
+        elif kind == "tool.error":
+            message = one.get("message") if isinstance(one, Mapping) else None
+            decisions[call_id] = Decision("refuse", str(message or "the host refused this call"))
+        else:
+            decisions[call_id] = Decision(
+                "refuse", "the host's worker gave no answer for this call, so it did not run"
+            )
+    return decisions

@@ -1,0 +1,418 @@
+"""The replay loop: steps, the worker, approvals, client tools, holds and the result text."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from engine import CodeMode, Limits, MemoryStore, Tool, ToolContext, tool
+from tests.engine.conftest import InProcessRunner
+
+STALE_PRS = """
+const prs = await tools.github__list_prs({ repo: "acme/api", state: "open" });
+const stale = prs.filter((pr) => Date.parse(pr.updated_at) < Date.now() - 14 * 864e5);
+console.log(`${stale.length} stale PRs`);
+const reviews = await Promise.all(stale.map((pr) => tools.github__get_reviews({ number: pr.number })));
+return stale.map((pr, i) => ({ number: pr.number, reviews: reviews[i].length }));
+"""
+
+NOW = 1767225600.0  # 2026-01-01T00:00:00Z
+
+
+def _github(calls: list[tuple[str, Any]]) -> list[Tool]:
+    @tool(name="github__list_prs")
+    def list_prs(repo: str, state: str = "open") -> list[dict[str, Any]]:
+        """List pull requests."""
+        calls.append(("list_prs", repo))
+        return [
+            {"number": 12, "updated_at": "2025-11-01T00:00:00Z"},
+            {"number": 15, "updated_at": "2025-12-01T00:00:00Z"},
+            {"number": 20, "updated_at": "2025-12-30T00:00:00Z"},
+        ]
+
+    @tool(name="github__get_reviews")
+    async def get_reviews(number: int) -> list[dict[str, Any]]:
+        """Reviews of a pull request."""
+        calls.append(("get_reviews", number))
+        return [{"by": "a"}, {"by": "b"}] if number == 15 else []
+
+    return [list_prs, get_reviews]
+
+
+async def test_stale_prs_runs_in_three_steps(inproc: InProcessRunner) -> None:
+    """The spec's example: list, then both reviews at once, then the spec's result text."""
+    calls: list[tuple[str, Any]] = []
+    engine = CodeMode(_github(calls), runner=inproc, clock=lambda: NOW)
+    result = await engine.run_code(STALE_PRS)
+    assert result.status == "finished"
+    assert result.text == (
+        "Script finished.\nPrinted:\n2 stale PRs\nReturned:\n"
+        '[{"number":12,"reviews":0},{"number":15,"reviews":2}]'
+    )
+    assert result.value == [{"number": 12, "reviews": 0}, {"number": 15, "reviews": 2}]
+    assert [len(s.records) for s in inproc.steps] == [0, 1, 3]
+    assert calls == [("list_prs", "acme/api"), ("get_reviews", 12), ("get_reviews", 15)]
+    assert result.content == [{"type": "text", "text": result.text}]
+
+
+async def test_fifty_sequential_calls_run_each_handler_once(inproc: InProcessRunner) -> None:
+    """A script with 50 sequential calls finishes, and each handler ran exactly once."""
+    seen: list[int] = []
+
+    @tool
+    def bump(n: int) -> int:
+        """Add one."""
+        seen.append(n)
+        return n + 1
+
+    engine = CodeMode([bump], runner=inproc)
+    code = "let n = 0; for (let i = 0; i < 50; i++) n = await tools.bump({ n }); return n"
+    result = await engine.run_code(code)
+    assert result.status == "finished", result.text
+    assert result.value == 50
+    assert seen == list(range(50))
+    assert len(inproc.steps) == 51
+
+
+async def test_worker_refuses_and_answers_by_id(inproc: InProcessRunner) -> None:
+    """A worker may refuse a call with its message; the script catches it as an Error."""
+    ran: list[str] = []
+
+    @tool
+    def delete_repo(name: str) -> str:
+        """Delete a repository."""
+        ran.append(name)
+        return "deleted"
+
+    triggers: list[dict[str, Any]] = []
+
+    def worker(trigger: dict[str, Any]) -> dict[str, Any]:
+        triggers.append(trigger)
+        call = trigger["tool_calls"][0]
+        return {call["id"]: {"type": "tool.error", "message": "not on a Friday"}}
+
+    engine = CodeMode([delete_repo], runner=inproc, worker=worker)
+    code = "try { await tools.delete_repo({ name: 'x' }) } catch (e) { return 'no: ' + e.message }"
+    result = await engine.run_code(code)
+    assert result.value == "no: not on a Friday"
+    assert ran == []
+    trigger = triggers[0]
+    assert trigger["type"] == "codemode.calls"
+    assert trigger["tool_calls"][0]["type"] == "function"
+    assert trigger["tool_calls"][0]["function"] == {
+        "name": "delete_repo",
+        "arguments": '{"name":"x"}',
+    }
+
+
+async def test_worker_without_an_answer_fails_the_call(inproc: InProcessRunner) -> None:
+    """A call no answer runs or refuses fails, and the script can catch the error."""
+
+    @tool
+    def ping() -> str:
+        """Ping."""
+        return "pong"
+
+    engine = CodeMode([ping], runner=inproc, worker=lambda trigger: {})
+    code = "try { await tools.ping() } catch (e) { return e.message }"
+    result = await engine.run_code(code)
+    assert "no answer" in result.value
+
+
+async def test_calls_of_one_step_run_concurrently(inproc: InProcessRunner) -> None:
+    """Calls a step asks for together run at the same time, not one after another."""
+    started = asyncio.Event()
+    both = asyncio.Event()
+    count = 0
+
+    @tool
+    async def wait_for_peer(i: int) -> int:
+        """Meet the other call."""
+        nonlocal count
+        count += 1
+        if count == 2:
+            both.set()
+        await asyncio.wait_for(both.wait(), 5)
+        started.set()
+        return i
+
+    engine = CodeMode([wait_for_peer], runner=inproc)
+    code = "return await Promise.all([tools.wait_for_peer({i: 1}), tools.wait_for_peer({i: 2})])"
+    result = await engine.run_code(code)
+    assert result.value == [1, 2]
+
+
+async def test_approval_pauses_then_resumes(inproc: InProcessRunner) -> None:
+    """A call that needs approval pauses the script; approving it resumes and runs it once."""
+    posted: list[str] = []
+
+    @tool(needs_approval=True)
+    def post(text: str) -> str:
+        """Post a message."""
+        posted.append(text)
+        return "ok"
+
+    engine = CodeMode([post], runner=inproc)
+    result = await engine.run_code("return await tools.post({ text: 'hi' })")
+    assert result.status == "paused"
+    assert [w["reason"] for w in result.waiting] == ["approval"]
+    assert posted == []
+    engine.approve(result.script_id, result.waiting[0]["call_id"])
+    result = await engine.resume(result.script_id)
+    assert result.status == "finished"
+    assert result.value == "ok"
+    assert posted == ["hi"]
+
+
+async def test_rejection_is_an_error_the_script_sees(inproc: InProcessRunner) -> None:
+    """A person's refusal reaches the script as an Error with the refusal's message."""
+
+    @tool(needs_approval=True)
+    def post(text: str) -> str:
+        """Post a message."""
+        return "ok"
+
+    engine = CodeMode([post], runner=inproc)
+    result = await engine.run_code(
+        "try { await tools.post({ text: 'hi' }) } catch (e) { return e.message }"
+    )
+    engine.reject(result.script_id, result.waiting[0]["call_id"], "too loud")
+    result = await engine.resume(result.script_id)
+    assert result.value == "too loud"
+
+
+async def test_client_tool_waits_for_the_client(inproc: InProcessRunner) -> None:
+    """A client tool pauses the script until the client sends its result."""
+    pick = Tool(
+        "pick_file",
+        description="Let the user pick a file.",
+        input_schema={"type": "object", "properties": {}},
+        client=True,
+    )
+    engine = CodeMode([pick], runner=inproc)
+    result = await engine.run_code("const f = await tools.pick_file(); return f.name")
+    assert result.status == "paused"
+    assert result.waiting[0]["reason"] == "client"
+    engine.client_result(result.script_id, result.waiting[0]["call_id"], {"name": "a.txt"})
+    result = await engine.resume(result.script_id)
+    assert result.value == "a.txt"
+
+
+async def test_hold_stops_steps_until_release(inproc: InProcessRunner) -> None:
+    """An interrupt holds a script: no step runs and no call goes out until it is released."""
+    ran: list[int] = []
+
+    @tool(needs_approval=True)
+    def step(i: int) -> int:
+        """A step."""
+        ran.append(i)
+        return i
+
+    engine = CodeMode([step], runner=inproc)
+    result = await engine.run_code("return await tools.step({ i: 1 })")
+    engine.approve(result.script_id, result.waiting[0]["call_id"])
+    engine.hold(result.script_id)
+    steps_before = len(inproc.steps)
+    held = await engine.resume(result.script_id)
+    assert held.status == "paused" and "held" in held.text
+    assert ran == [] and len(inproc.steps) == steps_before
+    engine.release(result.script_id)
+    done = await engine.resume(result.script_id)
+    assert done.value == 1 and ran == [1]
+
+
+async def test_tool_context_reaches_the_handler(inproc: InProcessRunner) -> None:
+    """The host's context is given to a handler that asks for it, never by the model."""
+
+    @tool
+    def whoami(ctx: ToolContext[dict[str, str]]) -> str:
+        """Who is calling."""
+        return f"{ctx.host['user']}@{ctx.tenant}#{ctx.call_index}"
+
+    assert "ctx" not in whoami.input_schema.get("properties", {})
+    engine = CodeMode([whoami], runner=inproc, context={"user": "ana"})
+    result = await engine.run_code("return await tools.whoami()", tenant="acme")
+    assert result.value == "ana@acme#0"
+
+
+async def test_tool_errors_are_catchable(inproc: InProcessRunner) -> None:
+    """A tool that raises, times out or returns non-JSON fails the call; the script goes on."""
+
+    @tool
+    def boom() -> str:
+        """Raise."""
+        raise RuntimeError("disk on fire")
+
+    @tool(timeout=0.2)
+    async def hang() -> str:
+        """Hang."""
+        await asyncio.sleep(30)
+        return "late"
+
+    @tool
+    def weird() -> Any:
+        """Return a set."""
+        return {1, 2}
+
+    engine = CodeMode([boom, hang, weird], runner=inproc)
+    code = """
+    const out = [];
+    for (const name of ["boom", "hang", "weird"]) {
+      try { await tools[name]() } catch (e) { out.push(e.message) }
+    }
+    return out
+    """
+    result = await engine.run_code(code)
+    assert result.status == "finished", result.text
+    boom_msg, hang_msg, weird_msg = result.value
+    assert "disk on fire" in boom_msg
+    assert "timed out" in hang_msg
+    assert "set" in weird_msg and "JSON" in weird_msg
+    # and the engine serves the next script
+    again = await engine.run_code("return 1")
+    assert again.value == 1
+
+
+async def test_invalid_arguments_are_refused_before_the_handler(inproc: InProcessRunner) -> None:
+    """Every call is checked against the input schema before it runs."""
+    ran: list[int] = []
+
+    @tool
+    def square(n: int) -> int:
+        """Square a number."""
+        ran.append(n)
+        return n * n
+
+    engine = CodeMode([square], runner=inproc)
+    result = await engine.run_code(
+        "try { await tools.square({ n: 'x' }) } catch (e) { return e.message }"
+    )
+    assert "n" in result.value and ran == []
+
+
+async def test_unknown_tool_names_the_closest(inproc: InProcessRunner) -> None:
+    """A call to a tool that does not exist throws, naming the closest tools."""
+    calls: list[tuple[str, Any]] = []
+    engine = CodeMode(_github(calls), runner=inproc)
+    result = await engine.run_code("await tools.github__list_pr({})")
+    assert result.status == "failed"
+    assert "tools.github__list_prs" in result.text
+
+
+async def test_tool_search_from_a_script(inproc: InProcessRunner) -> None:
+    """tools.tool_search answers as text with the matching declarations."""
+    calls: list[tuple[str, Any]] = []
+    engine = CodeMode(_github(calls), runner=inproc)
+    result = await engine.run_code("return await tools.tool_search({ query: 'reviews' })")
+    assert result.status == "finished", result.text
+    assert "github__get_reviews" in result.value
+
+
+async def test_results_over_the_limit_end_the_script(inproc: InProcessRunner) -> None:
+    """The results limit counts what calls return, over the whole script."""
+
+    @tool
+    def blob() -> str:
+        """A big result."""
+        return "x" * 5000
+
+    engine = CodeMode([blob], runner=inproc, limits=Limits(results=8000))
+    result = await engine.run_code("await tools.blob(); await tools.blob(); return 1")
+    assert result.status == "failed"
+    assert result.limit == "results"
+    assert "[codemode.limits] results" in result.text
+
+
+async def test_limits_per_tenant(inproc: InProcessRunner) -> None:
+    """A host can give limits per tenant; each step asks for the tenant's."""
+
+    @tool
+    def one() -> int:
+        """One."""
+        return 1
+
+    def limits(tenant: str) -> Limits:
+        return Limits(calls=1) if tenant == "small" else Limits()
+
+    engine = CodeMode([one], runner=inproc, limits=limits)
+    code = "await tools.one(); await tools.one(); return 2"
+    assert (await engine.run_code(code, tenant="big")).value == 2
+    small = await engine.run_code(code, tenant="small")
+    assert small.limit == "calls"
+
+
+async def test_fenced_and_function_scripts(inproc: InProcessRunner) -> None:
+    """Models write a bare body, a Markdown fence or an async function; all run."""
+    engine = CodeMode([], runner=inproc)
+    fenced = "```javascript\nconsole.log('a');\nreturn 1\n```"
+    arrow = "async () => {\n  return 2;\n}"
+    assert (await engine.run_code(fenced)).value == 1
+    assert (await engine.run_code(arrow)).value == 2
+    failing = "```js\nconst a = 1;\nnull.x;\n```"
+    result = await engine.run_code(failing)
+    assert "at line 3: null.x;" in result.text
+
+
+async def test_garbage_script_gets_a_clear_error(inproc: InProcessRunner) -> None:
+    """A megabyte of garbage is refused with a message, and the next script runs."""
+    engine = CodeMode([], runner=inproc)
+    result = await engine.run_code("@#$%^" * 200_000)
+    assert result.status == "failed"
+    assert "over the" in result.text and "bytes" in result.text
+    small_garbage = await engine.run_code("@#$%^ }}} (((")
+    assert small_garbage.status == "failed" and "SyntaxError" in small_garbage.text
+    assert (await engine.run_code("return 'fine'")).value == "fine"
+
+
+async def test_result_text_is_cut_in_the_middle(inproc: InProcessRunner) -> None:
+    """Past 24 KiB the middle is cut with a note, so the start and the end stay."""
+    engine = CodeMode([], runner=inproc)
+    code = "console.log('START'); console.log('y'.repeat(100000)); return 'END'"
+    result = await engine.run_code(code)
+    assert len(result.text.encode()) <= 24 * 1024
+    assert result.text.startswith("Script finished.\nPrinted:\nSTART")
+    assert result.text.endswith("END")
+    assert "cut from the middle" in result.text
+
+
+async def test_failed_text_has_error_lines_and_printed(inproc: InProcessRunner) -> None:
+    """A script that throws gives Script failed., the error, its lines, then the printed text."""
+    engine = CodeMode([], runner=inproc)
+    code = "console.log('before');\nfunction f() {\n  throw new Error('bad thing');\n}\nf();"
+    result = await engine.run_code(code)
+    assert result.text == (
+        "Script failed.\nError: bad thing\n  at line 3: throw new Error('bad thing');\n"
+        "  at line 5: f();\nPrinted:\nbefore"
+    )
+
+
+async def test_ended_script_resumes_to_its_result() -> None:
+    """Resuming a finished script answers its stored result without running it again."""
+    runner = InProcessRunner()
+    store = MemoryStore()
+    engine = CodeMode([], runner=runner, store=store)
+    first = await engine.run_code("return 7")
+    again = await engine.resume(first.script_id)
+    assert again.value == 7 and again.text == first.text
+    assert len(runner.steps) == 1
+
+
+@pytest.mark.parametrize("bad", ["kind", "other"])
+async def test_bad_worker_answers_refuse_the_calls(inproc: InProcessRunner, bad: str) -> None:
+    """A worker that raises or answers nonsense refuses the calls with a message."""
+
+    @tool
+    def ping() -> str:
+        """Ping."""
+        return "pong"
+
+    def worker(trigger: dict[str, Any]) -> Any:
+        if bad == "kind":
+            return 42
+        raise RuntimeError("worker down")
+
+    engine = CodeMode([ping], runner=inproc, worker=worker)
+    result = await engine.run_code("try { await tools.ping() } catch (e) { return e.message }")
+    assert "worker" in result.value

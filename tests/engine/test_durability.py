@@ -1,0 +1,170 @@
+"""The session log survives the host: a script resumes in a new process, and no recorded
+call runs again. Each test runs the host in subprocesses it kills."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from engine import CodeMode, SqliteStore, tool
+from tests.engine.conftest import InProcessRunner
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TOOLS = '''
+import os
+from engine import tool
+
+LEDGER = os.environ["LEDGER"]
+
+def _note(text):
+    with open(LEDGER, "a") as f:
+        f.write(text + "\\n")
+
+@tool
+def fetch(n: int) -> int:
+    """Fetch a number."""
+    _note(f"fetch {n}")
+    return n * 10
+
+@tool(needs_approval=True)
+def pay(cents: int) -> str:
+    """Pay, after a person approves."""
+    _note(f"pay {cents}")
+    return "paid"
+
+@tool
+def crash(n: int) -> int:
+    """Take the host down in the middle of the call."""
+    _note(f"crash {n}")
+    os._exit(9)
+'''
+
+SCRIPT = """
+const a = await tools.fetch({ n: 1 });
+const b = await tools.fetch({ n: 2 });
+const receipt = await tools.pay({ cents: a + b });
+return { a, b, receipt };
+"""
+
+HOST = """
+import asyncio, sys, json
+sys.path.insert(0, {root!r})
+from engine import CodeMode
+from engine._loading import load_tools
+from tests.engine.conftest import InProcessRunner
+
+async def main():
+    tools, _ = load_tools({tools!r})
+    engine = CodeMode(tools, runner=InProcessRunner(), data_dir={data!r})
+    action = sys.argv[1]
+    if action == "start":
+        result = await engine.run_code(sys.stdin.read())
+    else:
+        script_id, call_id = sys.argv[2], sys.argv[3]
+        if call_id != "-":
+            engine.approve(script_id, call_id)
+        result = await engine.resume(script_id)
+    print(json.dumps(result.to_dict()), flush=True)
+    # End the host the hard way: no cleanup, no close.
+    import os
+    os._exit(0)
+
+asyncio.run(main())
+"""
+
+
+def _host(tmp_path: Path, *args: str, stdin: str = "") -> dict:
+    tools = tmp_path / "tools.py"
+    tools.write_text(TOOLS)
+    program = HOST.format(root=str(ROOT), tools=str(tools), data=str(tmp_path / "data"))
+    proc = subprocess.run(
+        [sys.executable, "-c", program, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "LEDGER": str(tmp_path / "ledger")},
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return orjson.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _ledger(tmp_path: Path) -> list[str]:
+    path = tmp_path / "ledger"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_approval_from_a_new_process_finishes_without_rerunning(tmp_path: Path) -> None:
+    """Start a script whose third call needs approval, end the host, approve from a new
+    process: the script finishes, and calls 1 and 2 did not run again."""
+    paused = _host(tmp_path, "start", stdin=SCRIPT)
+    assert paused["status"] == "paused"
+    assert _ledger(tmp_path) == ["fetch 1", "fetch 2"]
+    (waiting,) = paused["waiting"]
+    assert waiting["name"] == "pay" and waiting["reason"] == "approval"
+
+    done = _host(tmp_path, "resume", paused["script_id"], waiting["call_id"])
+    assert done["status"] == "finished", done["text"]
+    assert done["value"] == {"a": 10, "b": 20, "receipt": "paid"}
+    assert _ledger(tmp_path) == ["fetch 1", "fetch 2", "pay 30"]
+
+
+def test_host_killed_mid_call_never_runs_that_call_twice(tmp_path: Path) -> None:
+    """A host that dies while a call runs leaves a receipt; on resume that call is settled
+    as interrupted (the script can handle it), and earlier calls are not run again."""
+    script = """
+    const a = await tools.fetch({ n: 1 });
+    let note;
+    try { await tools.crash({ n: 2 }) } catch (e) { note = e.message }
+    return { a, note };
+    """
+    tools = tmp_path / "tools.py"
+    tools.write_text(TOOLS)
+    program = HOST.format(root=str(ROOT), tools=str(tools), data=str(tmp_path / "data"))
+    proc = subprocess.run(
+        [sys.executable, "-c", program, "start"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "LEDGER": str(tmp_path / "ledger")},
+        cwd=ROOT,
+    )
+    assert proc.returncode == 9  # the tool took the host down
+    assert _ledger(tmp_path) == ["fetch 1", "crash 2"]
+    store = SqliteStore(tmp_path / "data")
+    (record,) = store.scripts()
+    store.close()
+
+    done = _host(tmp_path, "resume", record.id, "-")
+    assert done["status"] == "finished", done["text"]
+    assert done["value"]["a"] == 10
+    assert "interrupted" in done["value"]["note"]
+    assert _ledger(tmp_path) == ["fetch 1", "crash 2"]
+
+
+async def test_sqlite_log_is_the_whole_state(tmp_path: Path) -> None:
+    """A second engine on the same data directory resumes a script the first one paused."""
+    seen: list[int] = []
+
+    @tool(needs_approval=True)
+    def act(n: int) -> int:
+        """Act."""
+        seen.append(n)
+        return n
+
+    first = CodeMode([act], runner=InProcessRunner(), data_dir=tmp_path)
+    paused = await first.run_code("return await tools.act({ n: 5 })")
+    await first.aclose()
+    second = CodeMode([act], runner=InProcessRunner(), data_dir=tmp_path)
+    second.approve(paused.script_id, paused.waiting[0]["call_id"])
+    done = await second.resume(paused.script_id)
+    await second.aclose()
+    assert done.value == 5 and seen == [5]
+
