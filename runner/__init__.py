@@ -2,13 +2,19 @@
 
 from runner._base import FileMissing, FileReader, ProcessStats, RunError, ScriptRunner, Step
 from runner._process import ProcessRunner
+from runner._remote import RemoteRunner
+from runner._service import RunnerService
+from runner.service_main import serve
 
 __all__ = [
     "FileMissing",
     "FileReader",
     "ProcessRunner",
     "ProcessStats",
+    "RemoteRunner",
     "RunError",
+    "RunnerService",
     "ScriptRunner",
     "Step",
+    "serve",
 ]

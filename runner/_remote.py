@@ -1,0 +1,426 @@
+"""RemoteRunner: a ScriptRunner that sends each step to one of several runner services.
+
+Each step goes over a connection of its own (TCP, TLS when configured) to the service that
+looks least busy: the fewest steps in flight per slot, counting this client's steps and the
+busy slots the service reported when it last welcomed one, ties taken in turn. The client
+answers the step's file reads from the engine's :class:`FileReader`, so services need no
+access to the engine's storage. The protocol is in ``runner._wire``.
+
+A service that cannot be reached, refuses the connection, breaks the protocol, is draining,
+or goes away mid-step is taken out of rotation for ``cooldown`` seconds, and the step is tried
+on the next service: a step is a pure function of its ``Script`` (tool calls happen in the
+engine), so running it again elsewhere is safe. When no service can take a step,
+:meth:`RemoteRunner.run` raises :class:`RunError` and the engine puts the step back on its
+queue.
+
+Measured on loopback: a connection per step (connect, hello, welcome) costs well under a
+millisecond next to a step's process, so the client keeps no pool of connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import ssl
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner import _conversation as conv
+from runner import _wire as wire
+from runner._base import FileReader, RunError, ScriptRunner, Step
+from sandbox.protocol import Script
+
+TOKEN_ENV = "CODEMODE_RUNNER_TOKEN"
+CONNECT_TIMEOUT = 5.0
+COOLDOWN = 10.0
+# How long past a step's own deadline and the service's slot wait the client waits for the
+# step's answer before it counts the service as gone (covers starting the process).
+STEP_MARGIN = 60.0
+
+
+class _Skip(Exception):
+    """This service cannot take this step, but is healthy: try the next one."""
+
+
+class _Down(Exception):
+    """This service failed: take it out of rotation and try the next one."""
+
+
+@dataclass
+class _Remote:
+    """What the client knows of one service."""
+
+    address: str
+    host: str
+    port: int
+    down_until: float = float("-inf")
+    why: str = ""
+    inflight: int = 0  # this client's steps on it now
+    slots: int = 1  # as last reported
+    others: int = 0  # busy slots that are not this client's, as last reported
+
+    def score(self) -> float:
+        return (self.inflight + self.others) / max(self.slots, 1)
+
+
+class RemoteRunner(ScriptRunner):
+    """Runs each step on one of the runner services at ``addresses`` (``HOST:PORT`` each).
+
+    ``token`` is the services' shared token. ``tls``: ``None``/``False`` for plain TCP,
+    ``True`` for TLS checked against the system's certificate authorities, or an
+    ``ssl.SSLContext``; ``ca`` (a PEM file) turns TLS on and checks the services'
+    certificates against it; ``server_hostname`` overrides the name checked. A service that
+    fails is left out of rotation for ``cooldown`` seconds (by ``clock``).
+
+    ``run`` raises :class:`RunError` only when no service could take the step; a script that
+    fails is a failed :class:`Step`, as with every runner.
+    """
+
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        token: str,
+        *,
+        tls: bool | ssl.SSLContext | None = None,
+        ca: str | os.PathLike[str] | None = None,
+        server_hostname: str | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        cooldown: float = COOLDOWN,
+        step_margin: float = STEP_MARGIN,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if isinstance(addresses, str):
+            addresses = [addresses]
+        if not addresses:
+            raise ValueError("a RemoteRunner needs at least one runner service address")
+        if not token:
+            raise ValueError(
+                f"a RemoteRunner needs the services' token (from a file or ${TOKEN_ENV})"
+            )
+        self._remotes = [_Remote(a, *wire.parse_address(a)) for a in addresses]
+        self._token = token
+        self._tls = _tls_context(tls, ca)
+        self.server_hostname = server_hostname
+        self.connect_timeout = connect_timeout
+        self.cooldown = cooldown
+        self.step_margin = step_margin
+        self.clock = clock
+        self._turn = 0
+        self._closed = False
+
+    @classmethod
+    def from_config(
+        cls,
+        section: Mapping[str, Any],
+        *,
+        base: str | os.PathLike[str] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> RemoteRunner:
+        """A RemoteRunner from a ``[codemode.runner]`` table with ``kind = "remote"``.
+
+        Keys: ``addresses`` (list of ``HOST:PORT``, required), ``token_file`` (a path,
+        relative to ``base``; otherwise the token comes from the environment variable named
+        by ``token_env``, ``CODEMODE_RUNNER_TOKEN`` by default), ``tls`` (bool), ``ca`` (PEM
+        file), ``server_name``, ``connect_timeout``, ``cooldown`` (seconds). Raises
+        ``ValueError`` naming the key at fault.
+        """
+        known = {
+            "kind",
+            "addresses",
+            "token_file",
+            "token_env",
+            "tls",
+            "ca",
+            "server_name",
+            "connect_timeout",
+            "cooldown",
+        }
+        unknown = sorted(set(section) - known)
+        if unknown:
+            raise ValueError(
+                f"[codemode.runner] has unknown key(s) {', '.join(unknown)}; "
+                f"a remote runner takes {', '.join(sorted(known))}"
+            )
+        addresses = section.get("addresses")
+        if (
+            not isinstance(addresses, list)
+            or not addresses
+            or not all(isinstance(a, str) for a in addresses)
+        ):
+            raise ValueError(
+                '[codemode.runner] addresses must be a list of "HOST:PORT" strings, '
+                'for example addresses = ["10.0.0.5:7300"]'
+            )
+        root = Path(base) if base is not None else Path.cwd()
+        env = os.environ if environ is None else environ
+        ca = section.get("ca")
+        return cls(
+            addresses,
+            read_token(
+                section.get("token_file"),
+                env_name=section.get("token_env", TOKEN_ENV),
+                base=root,
+                environ=env,
+                where="[codemode.runner]",
+            ),
+            tls=bool(section.get("tls", False)) or None,
+            ca=None if ca is None else root / ca,
+            server_hostname=section.get("server_name"),
+            connect_timeout=float(section.get("connect_timeout", CONNECT_TIMEOUT)),
+            cooldown=float(section.get("cooldown", COOLDOWN)),
+        )
+
+    @property
+    def addresses(self) -> list[str]:
+        return [r.address for r in self._remotes]
+
+    def out_of_rotation(self) -> dict[str, str]:
+        """The services left out of rotation now, each with why."""
+        now = self.clock()
+        return {r.address: r.why for r in self._remotes if r.down_until > now}
+
+    def __repr__(self) -> str:
+        down = self.out_of_rotation()
+        return f"RemoteRunner({self.addresses!r}, out_of_rotation={sorted(down)!r})"
+
+    async def run(
+        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+    ) -> Step:
+        if self._closed:
+            raise RunError("this remote runner is closed")
+        now = self.clock()
+        reasons: list[str] = []
+        live: list[_Remote] = []
+        for remote in self._remotes:
+            if remote.down_until > now:
+                left = remote.down_until - now
+                reasons.append(
+                    f"{remote.address} is out of rotation for {left:.1f} s more ({remote.why})"
+                )
+            else:
+                live.append(remote)
+        self._turn += 1
+        n = len(self._remotes)
+        order = sorted(live, key=lambda r: (r.score(), (self._remotes.index(r) - self._turn) % n))
+        for remote in order:
+            try:
+                return await self._run_on(remote, script, files, tenant)
+            except _Skip as e:
+                reasons.append(f"{remote.address}: {e}")
+            except _Down as e:
+                remote.down_until = self.clock() + self.cooldown
+                remote.why = str(e)
+                reasons.append(f"{remote.address}: {e}")
+        raise RunError(f"no runner service could take step {script.id!r}: " + "; ".join(reasons))
+
+    async def _run_on(
+        self, remote: _Remote, script: Script, files: FileReader | None, tenant: str
+    ) -> Step:
+        remote.inflight += 1
+        conn: wire.Channel | None = None
+        done = False
+        try:
+            conn, welcome = await self._connect(remote)
+            low, high = welcome.scripts
+            if not low <= script.version <= high:
+                raise _Skip(
+                    f"it takes script versions {low} to {high}, the step is version "
+                    f"{script.version}"
+                )
+            if script.language not in welcome.languages:
+                raise _Skip(f"it runs {welcome.languages}, not {script.language!r}")
+            if welcome.draining:
+                raise _Down("it is draining")
+            line = wire.encode_script(script, tenant)
+            if len(line) > welcome.max_line:
+                raise _Skip(
+                    f"the step's script line is {len(line):,} bytes, over its bound of "
+                    f"{welcome.max_line:,}"
+                )
+            try:
+                await conn.send(line)
+            except wire.PeerGone as e:
+                raise _Down(str(e)) from None
+            del line
+            step = await self._converse(conn, welcome, script, files)
+            done = True
+            return step
+        finally:
+            remote.inflight -= 1
+            if conn is not None:
+                if done:
+                    await conn.close()
+                else:
+                    # Mid-step (cancelled, or the file store failed): a reset makes the
+                    # service abandon the step and kill its process at once.
+                    conn.abort()
+
+    async def _connect(self, remote: _Remote) -> tuple[wire.Channel, wire.Welcome]:
+        """Open a connection and shake hands. Raises :class:`_Down` naming what failed."""
+        timeout = self.connect_timeout
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    remote.host,
+                    remote.port,
+                    ssl=self._tls,
+                    server_hostname=(self.server_hostname or remote.host) if self._tls else None,
+                    ssl_handshake_timeout=timeout if self._tls else None,
+                ),
+                timeout,
+            )
+        except TimeoutError:
+            raise _Down(f"could not connect within {timeout:g} s") from None
+        except ssl.SSLError as e:
+            raise _Down(
+                f"the TLS handshake failed ({e}); check tls, ca and the certificate"
+            ) from None
+        except OSError as e:
+            raise _Down(f"could not connect: {e.strerror or e}") from None
+        conn = wire.Channel(reader, writer)
+        wire.keepalive(writer)
+        try:
+            hello = wire.Hello(
+                token=self._token, version=wire.WIRE_VERSION, oldest=wire.WIRE_OLDEST
+            )
+            await conn.send(wire.encode(hello))
+            line = await conn.line(wire.SMALL_LINE, idle=timeout, timeout=timeout)
+            if line is None:
+                raise _Down("it closed the connection during the handshake (does it expect TLS?)")
+            message = wire.decode(line, ("welcome", "refused"))
+        except TimeoutError:
+            conn.abort()
+            raise _Down(f"no welcome within {timeout:g} s") from None
+        except (wire.WireError, wire.PeerGone) as e:
+            conn.abort()
+            raise _Down(f"the handshake failed: {e}") from None
+        except _Down:
+            conn.abort()
+            raise
+        if isinstance(message, wire.Refused):
+            conn.abort()
+            hint = "; check the token" if "token" in message.error else ""
+            raise _Down(f"it refused the connection: {message.error}{hint}")
+        if not wire.WIRE_OLDEST <= message.version <= wire.WIRE_VERSION:
+            conn.abort()
+            raise _Down(f"it chose wire version {message.version}, which this client lacks")
+        remote.slots = message.slots
+        remote.others = max(0, message.busy - (remote.inflight - 1))
+        return conn, message
+
+    async def _converse(
+        self,
+        conn: wire.Channel,
+        welcome: wire.Welcome,
+        script: Script,
+        files: FileReader | None,
+    ) -> Step:
+        """Answer the step's reads until its answer comes. Raises _Skip/_Down/RunError."""
+        known = {f.id: f for f in script.files}
+        bound = wire.step_bound(script)
+        wait = 3 * script.limits.compute_ms / 1000 + 1 + welcome.slot_wait + self.step_margin
+        while True:
+            try:
+                line = await conn.line(bound, idle=wait, timeout=wait)
+                if line is None:
+                    raise _Down("it closed the connection before the step ended")
+                message = wire.decode(line, ("step", "read", "busy", "error"))
+            except TimeoutError:
+                raise _Down(f"it did not finish the step within {wait:g} s") from None
+            except wire.PeerGone as e:
+                raise _Down(f"the connection broke before the step ended: {e}") from None
+            except wire.WireError as e:
+                raise _Down(f"it broke the protocol: {e}") from None
+            if isinstance(message, Step):
+                return message
+            if isinstance(message, wire.Busy):
+                raise _Skip(f"busy: {message.error} ({message.busy} of {message.slots} slots)")
+            if isinstance(message, wire.Failure):
+                if message.cause == "unfit":
+                    raise _Skip(message.error)
+                raise _Down(message.error)
+            # A file read: answered from the engine's reader exactly as for a local sandbox.
+            # A store failure raises RunError out of run(): the step goes back to the queue.
+            answer = await conv._answer_read(message, known, files)
+            try:
+                await conn.send(answer)
+            except wire.PeerGone as e:
+                raise _Down(f"the connection broke during a read: {e}") from None
+
+    async def loads(self) -> dict[str, wire.Load | str]:
+        """Each service's load, or why it could not say: a health check."""
+
+        async def one(remote: _Remote) -> wire.Load | str:
+            try:
+                conn, _ = await self._connect(remote)
+            except _Down as e:
+                return str(e)
+            try:
+                await conn.send(wire.encode_load_request())
+                line = await conn.line(
+                    wire.SMALL_LINE, idle=self.connect_timeout, timeout=self.connect_timeout
+                )
+                if line is None:
+                    return "it closed the connection"
+                load: wire.Load = wire.decode(line, ("load",))
+                return load
+            except (TimeoutError, wire.WireError, wire.PeerGone) as e:
+                return str(e) or type(e).__name__
+            finally:
+                await conn.close()
+
+        results = await asyncio.gather(*(one(r) for r in self._remotes))
+        return {r.address: result for r, result in zip(self._remotes, results, strict=True)}
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+
+def _tls_context(
+    tls: bool | ssl.SSLContext | None, ca: str | os.PathLike[str] | None
+) -> ssl.SSLContext | None:
+    if isinstance(tls, ssl.SSLContext):
+        if ca is not None:
+            raise ValueError("give either an SSLContext or a ca file, not both")
+        return tls
+    if ca is not None:
+        if tls is False:
+            raise ValueError("a ca file was given with tls=False; TLS is needed to use it")
+        return ssl.create_default_context(cafile=os.fspath(ca))
+    if tls:
+        return ssl.create_default_context()
+    return None
+
+
+def read_token(
+    token_file: str | os.PathLike[str] | None,
+    *,
+    env_name: str = TOKEN_ENV,
+    base: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    where: str = "the runner",
+) -> str:
+    """The shared token: the first line of ``token_file`` if given, else ``$env_name``.
+
+    Raises ``ValueError`` naming where it looked and how to make a token.
+    """
+    remedy = "make one with `openssl rand -hex 32`"
+    if token_file is not None:
+        path = Path(token_file)
+        if base is not None and not path.is_absolute():
+            path = base / path
+        try:
+            token = path.read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise ValueError(f"{where}: cannot read the token file {path}: {e.strerror}") from e
+        if not token:
+            raise ValueError(f"{where}: the token file {path} is empty; {remedy}")
+        return token
+    env = os.environ if environ is None else environ
+    token = env.get(env_name, "").strip()
+    if not token:
+        raise ValueError(f"{where}: no token: give a token file, or set ${env_name}; {remedy}")
+    return token

@@ -1,0 +1,446 @@
+"""The runner service: takes script steps over TCP and runs them in local confined processes.
+
+One :class:`RunnerService` listens on an address, authenticates each connection with a shared
+token (and TLS when it has a certificate), and runs the steps it is sent with a local
+:class:`ScriptRunner` (the default :class:`ProcessRunner`), at most ``slots`` at once. A
+step's file reads go back over the same connection to the engine, so the service needs no
+access to the engine's storage. The protocol is in ``runner._wire``.
+
+Nothing a peer sends is trusted: every line is bounded and timed, a peer that breaks the
+protocol is refused or dropped without disturbing the others, and a step whose client goes
+away is cancelled, which kills its process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import logging
+import os
+import ssl
+import time
+from collections import deque
+
+from runner import _wire as wire
+from runner._base import FileMissing, ProcessStats, RunError, ScriptRunner
+from sandbox import protocol
+from sandbox.protocol import Script
+
+log = logging.getLogger("codemode.runner.service")
+
+HANDSHAKE_TIMEOUT = 10.0
+IDLE_TIMEOUT = 300.0
+LINE_TIMEOUT = 60.0
+READ_TIMEOUT = 60.0
+SLOT_WAIT = 10.0
+MAX_CONNECTIONS = 1024
+
+
+class Slots:
+    """At most ``size`` steps at once, the rest waiting in arrival order for a while."""
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"a runner service needs at least one slot, not {size}")
+        self.size = size
+        self.busy = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    async def acquire(self, timeout: float) -> bool:
+        """Take a slot, waiting at most ``timeout`` seconds. False when none came free."""
+        if self.busy < self.size and not self._waiters:
+            self.busy += 1
+            return True
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+            return True
+        except TimeoutError:
+            return False
+        except asyncio.CancelledError:
+            # A slot handed over as the wait was cancelled goes on to the next waiter.
+            if waiter.done() and not waiter.cancelled():
+                self.release()
+            raise
+        finally:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+
+    def release(self) -> None:
+        """Give a slot back, to the longest waiter if there is one."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the slot passes on; busy is unchanged
+                return
+        self.busy -= 1
+
+
+class _ForwardedFiles:
+    """A FileReader that asks the engine, over the step's connection, for each read.
+
+    :meth:`watch` is the only reader of the connection while the step runs: it hands each
+    answer to the read waiting for it and returns when the client goes away or sends
+    something it was not asked for.
+    """
+
+    def __init__(self, conn: wire.Channel, timeout: float) -> None:
+        self.conn = conn
+        self.timeout = timeout
+        self.broken = False  # a read went unanswered: the stream is out of step
+        self._pending: tuple[asyncio.Future[bytes], int] | None = None
+        self._lock = asyncio.Lock()
+
+    async def read(self, file_id: str, offset: int, length: int) -> bytes:
+        async with self._lock:
+            answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+            self._pending = (answer, length)
+            try:
+                request = protocol.ReadRequest(file=file_id, offset=offset, len=length)
+                await self.conn.send(wire.encode(request))
+                return await asyncio.wait_for(answer, self.timeout)
+            except wire.PeerGone as e:
+                self.broken = True
+                raise RunError(f"the engine went away during a read of {file_id!r}: {e}") from e
+            except TimeoutError:
+                self.broken = True
+                raise RunError(
+                    f"the engine did not answer a read of {file_id!r} within {self.timeout:g} s"
+                ) from None
+            finally:
+                self._pending = None
+
+    async def watch(self) -> str:
+        """Read the client's side of a step until it ends it; returns why.
+
+        Returns (never raises) when the client closed, broke the connection, broke the
+        protocol or stalled in the middle of an answer.
+        """
+        try:
+            while True:
+                line = await self.conn.line(wire.SMALL_LINE, idle=None, timeout=self.timeout)
+                if line is None:
+                    return "the client closed the connection mid-step"
+                pending = self._pending
+                if pending is None or pending[0].done():
+                    return "the client sent a message during a step when no read was asked"
+                answer, length = pending
+                body = wire.decode(line, ("bytes", "missing"))
+                if isinstance(body, str):
+                    answer.set_exception(FileMissing(body))
+                    continue
+                if body > length:
+                    return f"the client answered a read of {length:,} bytes with {body:,}"
+                data = await self.conn.exactly(body, self.timeout)
+                if not answer.done():
+                    answer.set_result(data)
+        except wire.PeerGone as e:
+            return str(e)
+        except wire.WireError as e:
+            return f"the client broke the protocol: {e}"
+        except TimeoutError:
+            return f"the client stalled mid-answer for {self.timeout:g} s"
+
+
+def _digest(token: str) -> bytes:
+    # Hashing first makes the comparison constant-time in the token's length too.
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+class RunnerService:
+    """A runner service: steps over TCP, run in local confined processes.
+
+    ``token`` is the shared secret every client must send; ``None`` turns authentication off,
+    and only an explicit ``None`` does (the ``serve`` command asks for a flag for it).
+    ``runner`` runs the steps (default: a new :class:`ProcessRunner`); ``slots`` is how many
+    run at once (default: the number of CPUs) and ``slot_wait`` how long a step waits for a
+    slot before the service answers ``busy``. ``tls`` wraps every connection when given.
+
+    Timeouts: ``handshake_timeout`` for the TLS handshake and the ``hello`` line,
+    ``idle_timeout`` between requests, ``line_timeout`` from a line's first byte to its
+    newline, ``read_timeout`` for the engine's answer to a file read.
+    """
+
+    def __init__(
+        self,
+        token: str | None,
+        *,
+        runner: ScriptRunner | None = None,
+        slots: int | None = None,
+        tls: ssl.SSLContext | None = None,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        idle_timeout: float = IDLE_TIMEOUT,
+        line_timeout: float = LINE_TIMEOUT,
+        read_timeout: float = READ_TIMEOUT,
+        slot_wait: float = SLOT_WAIT,
+        max_script_line: int = protocol.MAX_SCRIPT_LINE,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
+        if token is not None and not token:
+            raise ValueError("the runner service's token is empty")
+        if runner is None:
+            from runner._process import ProcessRunner
+
+            runner = ProcessRunner()
+        self.runner = runner
+        self._token = None if token is None else _digest(token)
+        self.slots = Slots(slots or os.cpu_count() or 1)
+        self.tls = tls
+        self.handshake_timeout = handshake_timeout
+        self.idle_timeout = idle_timeout
+        self.line_timeout = line_timeout
+        self.read_timeout = read_timeout
+        self.slot_wait = slot_wait
+        self.max_script_line = max_script_line
+        self.max_connections = max_connections
+        self.draining = False
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._steps = 0
+        self._no_steps = asyncio.Event()
+        self._no_steps.set()
+        self._closed = asyncio.Event()
+        self.host = ""
+        self.port = 0
+
+    @property
+    def address(self) -> str:
+        """``HOST:PORT`` the service listens on (after :meth:`start`)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def load(self) -> wire.Load:
+        return wire.Load(slots=self.slots.size, busy=self.slots.busy, draining=self.draining)
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Listen on ``host:port`` (port 0: any free port). Returns the bound address."""
+        self._server = await asyncio.start_server(
+            self._accept,
+            host,
+            port,
+            ssl=self.tls,
+            ssl_handshake_timeout=self.handshake_timeout if self.tls else None,
+            reuse_address=True,
+        )
+        bound = self._server.sockets[0].getsockname()
+        self.host, self.port = bound[0], bound[1]
+        return self.address
+
+    async def wait_closed(self) -> None:
+        """Until the service has drained or closed."""
+        await self._closed.wait()
+
+    async def drain(self) -> None:
+        """Take no new step, finish the steps in flight, then close every connection."""
+        if self.draining:
+            await self._closed.wait()
+            return
+        self.draining = True
+        if self._server is not None:
+            self._server.close()
+        log.info("draining: %d step(s) in flight", self._steps)
+        await self._no_steps.wait()
+        await self._cancel_connections()
+        self._closed.set()
+
+    async def aclose(self) -> None:
+        """Stop now: abandon the steps in flight (their processes are killed) and close."""
+        self.draining = True
+        if self._server is not None:
+            self._server.close()
+        await self._cancel_connections()
+        self._closed.set()
+
+    async def _cancel_connections(self) -> None:
+        tasks = list(self._connections)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        conn = wire.Channel(reader, writer)
+        wire.keepalive(writer)
+        if self.draining:
+            conn.abort()
+            return
+        self._connections.add(task)
+        try:
+            if len(self._connections) > self.max_connections:
+                await self._refuse(conn, "too many connections; try again later")
+                return
+            if await self._handshake(conn):
+                await self._requests(conn)
+        except wire.PeerGone as e:
+            log.info("%s: %s", conn.peer, e)
+        except asyncio.CancelledError:
+            pass  # the service is closing
+        except Exception:
+            log.exception("%s: the connection failed", conn.peer)
+        finally:
+            self._connections.discard(task)
+            if conn.pending():
+                conn.abort()  # unread bytes would make close() wait on a peer mid-line
+            else:
+                await conn.close()
+
+    async def _refuse(self, conn: wire.Channel, why: str) -> None:
+        log.warning("%s: refused: %s", conn.peer, why)
+        with contextlib.suppress(wire.PeerGone, TimeoutError):
+            await asyncio.wait_for(conn.send(wire.encode(wire.Refused(error=why))), 1.0)
+
+    async def _handshake(self, conn: wire.Channel) -> bool:
+        """Read and check ``hello``; answer ``welcome`` or ``refused``. True when welcomed."""
+        timeout = self.handshake_timeout
+        try:
+            line = await conn.line(wire.SMALL_LINE, idle=timeout, timeout=timeout)
+        except TimeoutError:
+            await self._refuse(conn, f"no hello within {timeout:g} s")
+            return False
+        except wire.WireError as e:
+            await self._refuse(conn, f"a bad hello: {e}")
+            return False
+        if line is None:
+            return False
+        try:
+            kind, body = wire.envelope(line)
+            if kind == "hello" and isinstance(body, dict) and not body.get("token"):
+                await self._refuse(conn, "no token: hello must carry the service's token")
+                return False
+            hello: wire.Hello = wire.decode_body(kind, body, ("hello",))
+        except wire.WireError as e:
+            await self._refuse(conn, f"the first message must be hello: {e}")
+            return False
+        if self._token is not None and not hmac.compare_digest(_digest(hello.token), self._token):
+            await self._refuse(conn, "wrong token")
+            return False
+        oldest = hello.version if hello.oldest is None else hello.oldest
+        version = min(hello.version, wire.WIRE_VERSION)
+        if version < max(oldest, wire.WIRE_OLDEST):
+            await self._refuse(
+                conn,
+                f"no wire version in common: this service speaks versions {wire.WIRE_OLDEST} "
+                f"to {wire.WIRE_VERSION}, the client {oldest} to {hello.version}; upgrade the "
+                "older side",
+            )
+            return False
+        welcome = wire.Welcome(
+            version=version,
+            oldest=wire.WIRE_OLDEST,
+            scripts=(protocol.OLDEST, protocol.VERSION),
+            languages=list(self.runner.languages),
+            slots=self.slots.size,
+            busy=self.slots.busy,
+            draining=self.draining,
+            max_line=self.max_script_line,
+            slot_wait=self.slot_wait,
+        )
+        await conn.send(wire.encode(welcome))
+        return True
+
+    async def _requests(self, conn: wire.Channel) -> None:
+        """Answer requests until the client leaves, idles out or breaks the protocol."""
+        while True:
+            try:
+                line = await conn.line(
+                    self.max_script_line, idle=self.idle_timeout, timeout=self.line_timeout
+                )
+            except TimeoutError:
+                log.info("%s: dropped: idle or too slow to finish a line", conn.peer)
+                return
+            except wire.WireError as e:
+                await self._fail(conn, f"dropped: {e}", "protocol")
+                return
+            if line is None:
+                return
+            try:
+                kind, body = wire.envelope(line)
+                del line
+                if kind == "load":
+                    await conn.send(wire.encode(self.load()))
+                    continue
+                if kind != "script":
+                    raise wire.WireError(f"a {kind!r} message where script or load was expected")
+                if self.draining:
+                    await self._fail(conn, "the runner service is draining", "draining")
+                    continue
+                script, tenant = wire.decode_body(kind, body, ("script",))
+                del body
+            except wire.WireError as e:
+                await self._fail(conn, str(e), "protocol")
+                return
+            if not await self._step(conn, script, tenant):
+                return
+
+    async def _fail(self, conn: wire.Channel, why: str, cause: str) -> None:
+        if cause == "protocol":
+            log.warning("%s: %s", conn.peer, why)
+        with contextlib.suppress(wire.PeerGone, TimeoutError):
+            line = wire.encode(wire.Failure(error=why, cause=cause))
+            await asyncio.wait_for(conn.send(line), 1.0)
+
+    async def _step(self, conn: wire.Channel, script: Script, tenant: str) -> bool:
+        """Run one step for the client. True when the connection can carry another request."""
+        self._steps += 1
+        self._no_steps.clear()
+        files = _ForwardedFiles(conn, self.read_timeout)
+        watcher = asyncio.create_task(files.watch())
+        work = asyncio.create_task(self._work(script, tenant, files))
+        try:
+            await asyncio.wait({watcher, work}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():
+                # The client went away or broke the protocol: abandon the step; cancelling
+                # the local run kills its process.
+                log.warning("%s: step %s abandoned: %s", conn.peer, script.id, watcher.result())
+                return False
+            answer, keep = work.result()
+            await conn.send(answer)
+            return keep and not files.broken
+        finally:
+            for task in (watcher, work):
+                task.cancel()
+            await asyncio.gather(watcher, work, return_exceptions=True)
+            self._steps -= 1
+            if self._steps == 0:
+                self._no_steps.set()
+
+    async def _work(
+        self, script: Script, tenant: str, files: _ForwardedFiles
+    ) -> tuple[bytes, bool]:
+        """Take a slot and run the step. Returns the line that answers it."""
+        languages = self.runner.languages
+        if not protocol.OLDEST <= script.version <= protocol.VERSION:
+            why = (
+                f"this runner service takes script versions {protocol.OLDEST} to "
+                f"{protocol.VERSION}, the step is version {script.version}"
+            )
+            return wire.encode(wire.Failure(error=why, cause="unfit")), True
+        if script.language not in languages:
+            why = f"this runner service runs {list(languages)}, not {script.language!r}"
+            return wire.encode(wire.Failure(error=why, cause="unfit")), True
+        started = time.monotonic()
+        if not await self.slots.acquire(self.slot_wait):
+            why = f"no slot came free within {self.slot_wait:g} s"
+            busy = wire.Busy(error=why, slots=self.slots.size, busy=self.slots.busy)
+            return wire.encode(busy), True
+        try:
+            wait_ms = (time.monotonic() - started) * 1000
+            try:
+                step = await self.runner.run(script, files, tenant=tenant)
+            except RunError as e:
+                return wire.encode(wire.Failure(error=str(e), cause="unavailable")), True
+            except Exception as e:
+                log.exception("step %s: the local runner failed", script.id)
+                why = f"the runner service's local runner failed: {type(e).__name__}: {e}"
+                return wire.encode(wire.Failure(error=why, cause="unavailable")), False
+            if step.process is None:
+                step.process = ProcessStats()
+            step.process.wait_ms += wait_ms
+            return wire.encode_step(step), True
+        finally:
+            self.slots.release()

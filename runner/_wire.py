@@ -1,0 +1,385 @@
+"""The runner service's wire protocol, version 1: script steps over TCP.
+
+A remote runner speaks the sandbox protocol (``sandbox.protocol``) over a TCP connection,
+with a first exchange that authenticates. JSON lines, UTF-8, one envelope ``{"<kind>": body}``
+per line; both sides bound every line they read and drop a peer whose line is too long,
+does not parse, or does not come within its timeout. TLS wraps the connection when the
+service has a certificate.
+
+Handshake, once per connection:
+
+- client -> service: ``{"hello": {"token": "...", "version": 1, "oldest": 1}}``, the wire
+  versions the client speaks (``oldest`` defaults to ``version``).
+- service -> client: ``{"welcome": {"version": v, "oldest": 1, "scripts": [1, 1],
+  "languages": ["javascript"], "slots": N, "busy": M, "draining": false,
+  "max_line": B, "slot_wait": S}}``: ``v`` is the wire version both speak (the newest), the
+  service takes ``Script`` versions ``scripts[0]`` to ``scripts[1]`` in ``languages``, has
+  ``N`` slots of which ``M`` are busy, takes a script line of at most ``B`` bytes and waits at
+  most ``S`` seconds for a free slot.
+- or ``{"refused": {"error": "<why>"}}`` and the service closes the connection: a missing or
+  wrong token (compared in constant time), no wire version in common, a first line that is
+  not a ``hello``, too long, or too slow.
+
+Then any number of requests, one at a time:
+
+- ``{"load": {}}`` -> ``{"load": {"slots": N, "busy": M, "draining": bool}}``, for health
+  checks.
+- ``{"script": {<the sandbox protocol's Script>, "tenant": "..."}}`` runs one step. While it
+  runs the service may send ``{"read": {"file", "offset", "len"}}`` (a file read the sandbox
+  asked for), which the client answers exactly as a runner answers its sandbox: ``{"bytes": n}``
+  followed by exactly ``n`` raw bytes (``n <= len``), or ``{"missing": "<why>"}``. The step
+  ends with one of:
+
+  - ``{"step": {<the Ran>, "process": {wall_ms, cpu_ms, max_rss_bytes, wait_ms,
+    exit_status}}}``: where the step ended, a failed script included;
+  - ``{"busy": {"error", "slots", "busy"}}``: no slot came free within ``slot_wait``;
+  - ``{"error": {"error": "<why>", "cause": "draining" | "unavailable" | "unfit" |
+    "protocol"}}``: the service could not take the step (it is draining, its local runner
+    failed, it does not take this script's version or language, or the request was bad).
+
+  The client sends nothing during a step except answers to reads. A client that closes the
+  connection mid-step abandons the step: the service kills its process. A client whose file
+  store fails closes the connection for the same effect.
+
+A step is a pure function of its ``Script`` (tool calls happen in the engine, never in a
+runner), so a client may run a step again elsewhere when a service goes away before answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from runner._base import Step
+from sandbox import protocol
+
+WIRE_VERSION = 1
+WIRE_OLDEST = 1
+
+# Every line but a script and a step is small.
+SMALL_LINE = 64 * protocol.KiB
+# What a step line may carry beyond the sandbox's `ran`: the process stats and the envelope.
+STEP_OVERHEAD = 64 * protocol.KiB
+
+_CHUNK = 256 * protocol.KiB
+
+
+class WireError(Exception):
+    """The peer broke the wire protocol: a line too long, cut short, not JSON, not expected."""
+
+
+class PeerGone(Exception):
+    """The peer closed the connection or it broke (reset, TLS failure)."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Hello(_Model):
+    token: str = Field(max_length=4096)
+    version: int
+    oldest: int | None = None
+
+
+class Welcome(_Model):
+    version: int
+    oldest: int
+    scripts: tuple[int, int]
+    languages: list[str]
+    slots: int = Field(ge=0)
+    busy: int = Field(ge=0)
+    draining: bool = False
+    max_line: int = Field(ge=0)
+    slot_wait: float = Field(ge=0)
+
+
+class Refused(_Model):
+    error: str
+
+
+class Load(_Model):
+    slots: int = Field(ge=0)
+    busy: int = Field(ge=0)
+    draining: bool = False
+
+
+class Busy(_Model):
+    error: str
+    slots: int = Field(ge=0)
+    busy: int = Field(ge=0)
+
+
+class Failure(_Model):
+    """The service could not take the step; ``cause`` says whether to try it elsewhere."""
+
+    error: str
+    cause: str = "unavailable"
+
+
+_KINDS: dict[str, type[BaseModel]] = {
+    "hello": Hello,
+    "welcome": Welcome,
+    "refused": Refused,
+    "load": Load,
+    "busy": Busy,
+    "error": Failure,
+    "read": protocol.ReadRequest,
+    "step": Step,
+}
+_NAMES = {cls: kind for kind, cls in _KINDS.items()}
+
+
+def encode(message: BaseModel) -> bytes:
+    """One wire line for a message model, newline included."""
+    if isinstance(message, Step):
+        return encode_step(message)
+    body = message.model_dump(mode="json", exclude_unset=isinstance(message, Hello))
+    return orjson.dumps({_NAMES[type(message)]: body}) + b"\n"
+
+
+def encode_load_request() -> bytes:
+    return b'{"load":{}}\n'
+
+
+def encode_script(script: protocol.Script, tenant: str) -> bytes:
+    """The ``script`` line: the sandbox protocol's script line with the tenant added."""
+    body = script.model_dump(mode="python", exclude_unset=True)
+    body["tenant"] = tenant
+    return orjson.dumps({"script": body}) + b"\n"
+
+
+def encode_step(step: Step) -> bytes:
+    body = step.model_dump(mode="python", exclude_unset=True, exclude={"process"})
+    if step.process is not None:
+        body["process"] = {
+            "wall_ms": step.process.wall_ms,
+            "cpu_ms": step.process.cpu_ms,
+            "max_rss_bytes": step.process.max_rss_bytes,
+            "wait_ms": step.process.wait_ms,
+            "exit_status": step.process.exit_status,
+        }
+    return orjson.dumps({"step": body}) + b"\n"
+
+
+def encode_bytes(data: bytes) -> bytes:
+    return orjson.dumps({"bytes": len(data)}) + b"\n" + data
+
+
+def encode_missing(why: str) -> bytes:
+    return orjson.dumps({"missing": why}) + b"\n"
+
+
+def envelope(line: bytes) -> tuple[str, Any]:
+    """Split a line into its kind and body. Raises :class:`WireError` if it is no envelope."""
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError as e:
+        raise WireError(f"a line that is not JSON ({e}): {_preview(line)}") from None
+    if not isinstance(data, dict) or len(data) != 1:
+        raise WireError(f"a line that is not a one-key message envelope: {_preview(line)}")
+    ((kind, body),) = data.items()
+    return kind, body
+
+
+def decode(line: bytes, expect: tuple[str, ...]) -> Any:
+    """Parse a line into one of the ``expect`` kinds.
+
+    ``script`` gives ``(Script, tenant)``; ``bytes`` gives an ``int``; ``missing`` a ``str``;
+    the rest their models. Raises :class:`WireError` naming what was wrong.
+    """
+    kind, body = envelope(line)
+    return decode_body(kind, body, expect)
+
+
+def decode_body(kind: str, body: Any, expect: tuple[str, ...]) -> Any:
+    if kind not in expect:
+        raise WireError(f"a {kind!r} message where {' or '.join(expect)} was expected")
+    if kind == "bytes":
+        if not isinstance(body, int) or isinstance(body, bool) or body < 0:
+            raise WireError(f"a malformed 'bytes' message: {body!r} is not a byte count")
+        return body
+    if kind == "missing":
+        if not isinstance(body, str):
+            raise WireError("a malformed 'missing' message: its body is not a string")
+        return body
+    if kind == "script":
+        if not isinstance(body, dict):
+            raise WireError("a malformed 'script' message: its body is not an object")
+        tenant = body.pop("tenant", "default")
+        if not isinstance(tenant, str) or not 0 < len(tenant) <= 200:
+            raise WireError("a malformed 'script' message: tenant must be a string of 1 to 200")
+        try:
+            return protocol.Script.model_validate(body), tenant
+        except ValidationError as e:
+            raise WireError(_invalid(kind, e)) from None
+    try:
+        return _KINDS[kind].model_validate(body)
+    except ValidationError as e:
+        raise WireError(_invalid(kind, e)) from None
+
+
+def _invalid(kind: str, e: ValidationError) -> str:
+    first = e.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or kind
+    return f"a malformed {kind!r} message: {where}: {first['msg']}"
+
+
+def _preview(line: bytes, n: int = 120) -> str:
+    text = line[:n].decode("utf-8", "replace")
+    return repr(text) + ("..." if len(line) > n else "")
+
+
+def step_bound(script: protocol.Script) -> int:
+    """The longest ``step`` line a service may send for ``script``."""
+    return script.limits.step_arguments * 2 + protocol.RAN_OVERHEAD + STEP_OVERHEAD
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) as a host and a port.
+
+    Raises ``ValueError`` naming the address and the form it should take.
+    """
+    host, sep, port = address.strip().rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(
+            f"runner address {address!r} is not HOST:PORT (for example 10.0.0.5:7300, "
+            "or [::1]:7300 for IPv6)"
+        )
+    return host, int(port)
+
+
+def keepalive(writer: asyncio.StreamWriter) -> None:
+    """Probe an idle connection, so a peer whose machine vanished is noticed in about 30 s."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 10)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 5)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 4)
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class Channel:
+    """One framed connection: bounded lines and raw byte runs in, whole messages out.
+
+    It keeps its own buffer over the stream, so a read that times out or is cancelled loses
+    nothing already received.
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self._buffer = bytearray()
+        self._eof = False
+        self._scanned = 0  # bytes of the buffer known to hold no newline
+
+    @property
+    def peer(self) -> str:
+        peer = self.writer.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            return f"{peer[0]}:{peer[1]}"
+        return str(peer)
+
+    async def _fill(self, until: float | None) -> None:
+        """Read more into the buffer. Raises TimeoutError past ``until``, PeerGone on a break."""
+        timeout = None if until is None else until - time.monotonic()
+        if timeout is not None and timeout <= 0:
+            raise TimeoutError
+        try:
+            chunk = await asyncio.wait_for(self.reader.read(_CHUNK), timeout)
+        except (ConnectionError, OSError) as e:
+            raise PeerGone(f"the connection broke: {e}") from None
+        if not chunk:
+            self._eof = True
+        self._buffer.extend(chunk)
+
+    async def line(
+        self, bound: int, *, idle: float | None, timeout: float | None = None
+    ) -> bytes | None:
+        """The next line (newline included); ``None`` when the peer closed between lines.
+
+        ``idle`` bounds the wait for the line's first byte, ``timeout`` the time from its first
+        byte to its newline (``None``: no bound). Raises ``TimeoutError``, :class:`WireError`
+        for a line over ``bound`` or cut short, :class:`PeerGone` when the connection broke.
+        """
+        until = None if idle is None else time.monotonic() + idle
+        while not self._buffer:
+            if self._eof:
+                return None
+            await self._fill(until)
+        until = None if timeout is None else time.monotonic() + timeout
+        while True:
+            at = self._buffer.find(b"\n", self._scanned)
+            if at >= 0:
+                if at + 1 > bound:
+                    raise WireError(_over(at + 1, bound))
+                line = bytes(self._buffer[: at + 1])
+                del self._buffer[: at + 1]
+                self._scanned = 0
+                return line
+            self._scanned = len(self._buffer)
+            if self._scanned > bound:
+                raise WireError(_over(self._scanned, bound))
+            if self._eof:
+                raise WireError(
+                    f"the peer closed the connection in the middle of a line "
+                    f"({len(self._buffer):,} bytes without a newline)"
+                )
+            await self._fill(until)
+
+    async def exactly(self, n: int, timeout: float | None) -> bytes:
+        """Exactly ``n`` raw bytes. Raises TimeoutError, PeerGone, or WireError if cut short."""
+        until = None if timeout is None else time.monotonic() + timeout
+        while len(self._buffer) < n:
+            if self._eof:
+                raise WireError(
+                    f"the peer closed the connection {len(self._buffer):,} bytes into a run "
+                    f"of {n:,}"
+                )
+            await self._fill(until)
+        data = bytes(self._buffer[:n])
+        del self._buffer[:n]
+        self._scanned = 0
+        return data
+
+    def pending(self) -> bool:
+        """True when the peer has sent bytes not read yet."""
+        return bool(self._buffer)
+
+    async def send(self, data: bytes) -> None:
+        """Write ``data``. Raises :class:`PeerGone` when the connection broke."""
+        try:
+            self.writer.write(data)
+            await self.writer.drain()
+        except (ConnectionError, OSError, RuntimeError) as e:
+            raise PeerGone(f"the connection broke while sending: {e}") from None
+
+    async def close(self) -> None:
+        """Close the connection without waiting long for a peer that does not read."""
+        if self.writer.is_closing():
+            return
+        self.writer.close()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(self.writer.wait_closed(), 1.0)
+
+    def abort(self) -> None:
+        """Drop the connection at once (a reset), unsent data discarded."""
+        transport = self.writer.transport
+        if not transport.is_closing():
+            transport.abort()
+
+
+def _over(size: int, bound: int) -> str:
+    return f"a line over the bound of {bound:,} bytes (at least {size:,})"

@@ -1,0 +1,191 @@
+"""``codemode runner serve``: run a runner service until SIGTERM.
+
+    python -m runner.service_main --listen 0.0.0.0:7300 --token-file /etc/codemode/runner.token
+
+The first line on stdout is ``listening on HOST:PORT`` with the bound address (port 0 picks a
+free port). SIGTERM or SIGINT drains the service: it takes no new step, finishes the steps in
+flight, and exits 0; a second signal stops it at once, abandoning the steps in flight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import logging
+import os
+import signal
+import ssl
+import sys
+from collections.abc import Sequence
+
+from runner import _wire as wire
+from runner._remote import TOKEN_ENV, read_token
+from runner._service import (
+    HANDSHAKE_TIMEOUT,
+    IDLE_TIMEOUT,
+    READ_TIMEOUT,
+    SLOT_WAIT,
+    RunnerService,
+)
+
+MIN_TOKEN = 16
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="codemode runner serve",
+        description="Take script steps over TCP and run them in local confined processes.",
+    )
+    parser.add_argument(
+        "--listen", required=True, metavar="HOST:PORT", help="address to listen on (port 0: any)"
+    )
+    parser.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help=f"file holding the shared token (default: the environment variable {TOKEN_ENV})",
+    )
+    parser.add_argument(
+        "--insecure-no-token",
+        action="store_true",
+        help="accept every client without a token (only on a network you fully trust)",
+    )
+    parser.add_argument("--cert", metavar="PEM", help="TLS certificate chain (with --key)")
+    parser.add_argument("--key", metavar="PEM", help="TLS private key (with --cert)")
+    parser.add_argument(
+        "--slots", type=int, default=None, help="steps run at once (default: the CPU count)"
+    )
+    parser.add_argument(
+        "--slot-wait",
+        type=float,
+        default=SLOT_WAIT,
+        help=f"seconds a step waits for a slot before the answer is busy (default {SLOT_WAIT:g})",
+    )
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="the Python that runs the sandbox (default: this one)",
+    )
+    parser.add_argument("--handshake-timeout", type=float, default=HANDSHAKE_TIMEOUT)
+    parser.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT)
+    parser.add_argument("--read-timeout", type=float, default=READ_TIMEOUT)
+    parser.add_argument("--log-level", default="INFO")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (without the program name), serve until drained. Returns the exit code.
+
+    Exits 2 with a message naming the remedy when the options are wrong: no token (and no
+    ``--insecure-no-token``), a token shorter than 16 characters, half a TLS pair.
+    """
+    parser = _parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        host, port = wire.parse_address(args.listen)
+        token = _token(args)
+        tls = _tls(args.cert, args.key)
+        if args.slots is not None and args.slots < 1:
+            raise ValueError(f"--slots must be at least 1, not {args.slots}")
+    except ValueError as e:
+        parser.exit(2, f"codemode runner serve: {e}\n")
+    if tls is None and not _loopback(host):
+        logging.getLogger("codemode.runner.service").warning(
+            "listening on %s without TLS: the token and scripts cross the network in the "
+            "clear; give --cert and --key",
+            host,
+        )
+    from runner._process import ProcessRunner
+
+    service = RunnerService(
+        token,
+        runner=ProcessRunner(python=args.python),
+        slots=args.slots,
+        tls=tls,
+        handshake_timeout=args.handshake_timeout,
+        idle_timeout=args.idle_timeout,
+        read_timeout=args.read_timeout,
+        slot_wait=args.slot_wait,
+    )
+    try:
+        asyncio.run(_serve(service, host, port))
+    except OSError as e:
+        print(f"codemode runner serve: cannot listen on {args.listen}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _serve(service: RunnerService, host: str, port: int) -> None:
+    address = await service.start(host, port)
+    tls = "TLS" if service.tls else "plain TCP"
+    print(f"listening on {address}", flush=True)
+    logging.getLogger("codemode.runner.service").info(
+        "serving on %s (%s, %d slots)", address, tls, service.slots.size
+    )
+    loop = asyncio.get_running_loop()
+    stopping: list[asyncio.Task[None]] = []
+
+    def on_signal(signum: int) -> None:
+        if not stopping:
+            logging.getLogger("codemode.runner.service").info(
+                "%s: draining", signal.Signals(signum).name
+            )
+            stopping.append(asyncio.create_task(service.drain()))
+        else:
+            stopping.append(asyncio.create_task(service.aclose()))
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    await service.wait_closed()
+    await asyncio.gather(*stopping, return_exceptions=True)
+    await service.runner.aclose()
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    if args.insecure_no_token:
+        if args.token_file or os.environ.get(TOKEN_ENV):
+            raise ValueError("--insecure-no-token was given with a token; give one or the other")
+        return None
+    try:
+        token = read_token(args.token_file, where="codemode runner serve")
+    except ValueError as e:
+        raise ValueError(f"{e} (or pass --insecure-no-token on a network you fully trust)") from e
+    if len(token) < MIN_TOKEN:
+        raise ValueError(
+            f"the token is {len(token)} characters, fewer than {MIN_TOKEN}; make a longer one "
+            "with `openssl rand -hex 32`"
+        )
+    return token
+
+
+def _tls(cert: str | None, key: str | None) -> ssl.SSLContext | None:
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise ValueError("TLS needs both --cert and --key")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"cannot load the TLS certificate {cert} and key {key}: {e}") from e
+    return context
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+serve = main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""Helpers for the remote runner tests: scripts, fake local runners, raw wire clients."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psutil
+
+from runner import FileReader, RunError, ScriptRunner, Step
+from runner import _wire as wire
+from runner._service import RunnerService
+from sandbox.protocol import Clock, Record, Script
+
+TOKEN = "test-token-0123456789abcdef"
+
+
+def script(code: str, *, id: str = "s", records: list[Record] | None = None, **kw: Any) -> Script:
+    return Script(
+        id=id,
+        code=code,
+        records=records or [],
+        clock=Clock(now_ms=1_767_225_600_000, seed=7),
+        **kw,
+    )
+
+
+Handler = Callable[[Script, FileReader | None, str], Awaitable[Step]]
+
+
+class FakeRunner(ScriptRunner):
+    """A local runner that needs no process: ``handler`` decides each step.
+
+    Counts the steps it saw, and the steps in flight, so tests can see where work went.
+    """
+
+    def __init__(self, handler: Handler | None = None, name: str = "fake") -> None:
+        self.handler = handler or self._finish
+        self.name = name
+        self.seen: list[str] = []
+        self.running = 0
+        self.cancelled = 0
+
+    async def _finish(self, script: Script, files: FileReader | None, tenant: str) -> Step:
+        return Step(outcome="finished", value={"runner": self.name, "id": script.id})
+
+    async def run(
+        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+    ) -> Step:
+        self.seen.append(script.id)
+        self.running += 1
+        try:
+            return await self.handler(script, files, tenant)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.running -= 1
+
+
+def blocked(gate: asyncio.Event, name: str = "fake") -> Handler:
+    """A handler that waits for ``gate`` before it finishes the step."""
+
+    async def handler(script: Script, files: FileReader | None, tenant: str) -> Step:
+        await gate.wait()
+        return Step(outcome="finished", value={"runner": name, "id": script.id})
+
+    return handler
+
+
+def failing(why: str) -> Handler:
+    async def handler(script: Script, files: FileReader | None, tenant: str) -> Step:
+        raise RunError(why)
+
+    return handler
+
+
+@contextlib.asynccontextmanager
+async def services(*runners: ScriptRunner, **kw: Any) -> AsyncIterator[list[RunnerService]]:
+    """Runner services on loopback, one per runner, closed afterwards."""
+    started: list[RunnerService] = []
+    token = kw.pop("token", TOKEN)
+    try:
+        for runner in runners:
+            service = RunnerService(token, runner=runner, **kw)
+            await service.start("127.0.0.1", 0)
+            started.append(service)
+        yield started
+    finally:
+        for service in started:
+            await service.aclose()
+
+
+class RawClient:
+    """A hand-driven wire client, for playing a bad peer."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def connect(cls, address: str) -> RawClient:
+        host, port = wire.parse_address(address)
+        reader, writer = await asyncio.open_connection(host, port)
+        return cls(reader, writer)
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def send_json(self, message: Any) -> None:
+        await self.send(orjson.dumps(message) + b"\n")
+
+    async def hello(self, token: str = TOKEN, version: int = 1) -> dict[str, Any]:
+        await self.send_json({"hello": {"token": token, "version": version}})
+        return await self.receive()
+
+    async def receive(self, timeout: float = 10.0) -> dict[str, Any]:
+        """The next message; ``{}`` when the service closed the connection."""
+        line = await asyncio.wait_for(self.reader.readline(), timeout)
+        return orjson.loads(line) if line else {}
+
+    async def closed(self, timeout: float = 10.0) -> bool:
+        """True when the service closes the connection (after any last message) in time."""
+        try:
+            while await asyncio.wait_for(self.reader.read(65536), timeout):
+                pass
+        except (ConnectionError, OSError):
+            pass
+        return True
+
+    def close(self) -> None:
+        self.writer.transport.abort()
+
+
+def sandbox_children() -> list[psutil.Process]:
+    """Sandbox processes started by this test process that are still alive."""
+    alive = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "sandbox" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                alive.append(child)
+    return alive
+
+
+def self_signed(directory: Path) -> tuple[Path, Path] | None:
+    """A certificate for 127.0.0.1 and localhost and its key, or None without openssl."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        return None
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key

@@ -1,0 +1,358 @@
+"""RemoteRunner and RunnerService together, on loopback: steps, files, spreading, failover."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from pathlib import Path
+
+import pytest
+
+from runner import FileMissing, ProcessRunner, RemoteRunner, RunError, Step
+from runner import _wire as wire
+from runner._service import RunnerService, Slots
+from sandbox.protocol import FileInfo, Ran, Record, Script
+
+from .remote_support import (
+    TOKEN,
+    FakeRunner,
+    blocked,
+    failing,
+    sandbox_children,
+    script,
+    self_signed,
+    services,
+)
+
+
+def same_result(a: Step, b: Step) -> None:
+    """Two steps of the same script agree on everything but what was measured."""
+    assert a.returned == b.returned
+    assert a.model_dump(exclude={"stats", "process"}) == b.model_dump(exclude={"stats", "process"})
+
+
+class Files:
+    """An engine-side FileReader over a dict, counting reads."""
+
+    def __init__(self, data: dict[str, bytes]) -> None:
+        self.data = data
+        self.reads: list[tuple[str, int, int]] = []
+
+    async def read(self, file_id: str, offset: int, length: int) -> bytes:
+        self.reads.append((file_id, offset, length))
+        if file_id not in self.data:
+            raise FileMissing(f"the file {file_id!r} was deleted")
+        return self.data[file_id][offset : offset + length]
+
+
+async def test_steps_match_the_local_runner() -> None:
+    """A step run through a service ends exactly as on the local runner: calls, value, error."""
+    scripts = [
+        script("console.log('a'); const r = await tools.t({n: 1}); return r.n + 1", tools=["t"]),
+        script(
+            "console.log('a'); const r = await tools.t({n: 1}); return [r, Date.now()]",
+            tools=["t"],
+            records=[Record(name="t", arguments={"n": 1}, result={"n": 41})],
+        ),
+        script("const x = null;\nreturn x.y"),
+        script("console.log('nothing returned')"),
+    ]
+    local = ProcessRunner()
+    async with services(ProcessRunner(), slots=2) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        for s in scripts:
+            here, there = await asyncio.gather(local.run(s), remote.run(s))
+            same_result(here, there)
+            assert there.process is not None and there.process.cpu_ms > 0
+
+
+def test_step_wire_keeps_returned_and_undefined_apart() -> None:
+    """A returned null and a returned undefined stay different across the wire."""
+    null = Step.from_ran(Ran(outcome="finished", value=None))
+    undefined = Step.from_ran(Ran(outcome="finished"))
+    assert wire.decode(wire.encode_step(null), ("step",)).returned
+    assert not wire.decode(wire.encode_step(undefined), ("step",)).returned
+
+
+async def test_file_reads_are_answered_by_the_engine() -> None:
+    """The service asks the client for each read; the client answers from its FileReader."""
+
+    async def reads(s: Script, files: object, tenant: str) -> Step:
+        assert files is not None
+        head = await files.read("sales.csv", 0, 5)  # type: ignore[attr-defined]
+        rest = await files.read("sales.csv", 5, 100)  # type: ignore[attr-defined]
+        try:
+            await files.read("gone.txt", 0, 10)  # type: ignore[attr-defined]
+        except FileMissing as e:
+            gone = str(e)
+        return Step(outcome="finished", value=[head.decode(), rest.decode(), gone, tenant])
+
+    files = Files({"sales.csv": b"region,amount\n"})
+    attached = [
+        FileInfo(id="sales.csv", mime="text/csv", size=14),
+        FileInfo(id="gone.txt", mime="text/plain", size=10),
+    ]
+    async with services(FakeRunner(reads)) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        step = await remote.run(script("files", files=attached), files, tenant="acme")
+    assert step.value == ["regio", "n,amount\n", "the file 'gone.txt' was deleted", "acme"]
+    assert files.reads == [("sales.csv", 0, 5), ("sales.csv", 5, 9), ("gone.txt", 0, 10)]
+
+
+async def test_a_file_not_attached_is_missing_without_asking_the_engine() -> None:
+    """The client refuses a read of a file the script was not given."""
+
+    async def reads(s: Script, files: object, tenant: str) -> Step:
+        try:
+            await files.read("secret", 0, 10)  # type: ignore[attr-defined]
+        except FileMissing as e:
+            return Step(outcome="finished", value=str(e))
+        return Step(outcome="finished", value="read it")
+
+    files = Files({"secret": b"0123456789"})
+    async with services(FakeRunner(reads)) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        step = await remote.run(script("x"), files)
+    assert "no file 'secret' is attached" in step.value
+    assert files.reads == []
+
+
+async def test_a_failing_file_store_sends_the_step_back_and_abandons_it() -> None:
+    """RunError from the engine's store reaches the engine; the service cancels the step."""
+
+    class Broken:
+        async def read(self, file_id: str, offset: int, length: int) -> bytes:
+            raise RunError("the blob store is down")
+
+    started = asyncio.Event()
+
+    async def reads(s: Script, files: object, tenant: str) -> Step:
+        started.set()
+        await files.read("a", 0, 1)  # type: ignore[attr-defined]
+        await asyncio.sleep(30)
+        return Step(outcome="finished")
+
+    fake = FakeRunner(reads)
+    async with services(fake) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        with pytest.raises(RunError, match="the blob store is down"):
+            await remote.run(script("x", files=[FileInfo(id="a", mime="x", size=1)]), Broken())
+        for _ in range(100):
+            if fake.running == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert fake.running == 0
+        assert remote.out_of_rotation() == {}  # the store failed, not the service
+
+
+async def test_steps_spread_across_services() -> None:
+    """Concurrent steps go to every service, the least busy first."""
+    gate = asyncio.Event()
+    fakes = [FakeRunner(blocked(gate, f"r{i}"), name=f"r{i}") for i in range(3)]
+    async with services(*fakes, slots=4) as started:
+        remote = RemoteRunner([s.address for s in started], TOKEN)
+        runs = [asyncio.create_task(remote.run(script("x", id=f"s{i}"))) for i in range(12)]
+        for _ in range(200):
+            if sum(f.running for f in fakes) == 12:
+                break
+            await asyncio.sleep(0.01)
+        assert [f.running for f in fakes] == [4, 4, 4]
+        gate.set()
+        steps = await asyncio.gather(*runs)
+    assert sorted(s.value["id"] for s in steps) == sorted(f"s{i}" for i in range(12))
+
+
+async def test_a_service_that_is_down_leaves_rotation_for_the_cooldown() -> None:
+    """A refused connection sends the step elsewhere and benches the address until later."""
+    now = [1000.0]
+    fake = FakeRunner()
+    async with services(fake) as [service]:
+        gone = RunnerService(TOKEN, runner=FakeRunner())
+        dead = await gone.start()
+        await gone.aclose()  # its port now refuses connections
+        remote = RemoteRunner([dead, service.address], TOKEN, cooldown=10, clock=lambda: now[0])
+        # Not listening any more: the port refuses connections.
+        for i in range(4):
+            step = await remote.run(script("x", id=f"s{i}"))
+            assert step.value["runner"] == "fake"
+        assert list(remote.out_of_rotation()) == [dead]
+        now[0] += 11
+        assert remote.out_of_rotation() == {}
+    assert len(fake.seen) == 4
+
+
+async def test_no_service_can_take_the_step() -> None:
+    """RunError names every address and why, so the engine requeues the step."""
+    async with services(FakeRunner(failing("no sandbox here"))) as [service]:
+        remote = RemoteRunner([service.address, "127.0.0.1:1"], TOKEN)
+        with pytest.raises(RunError) as caught:
+            await remote.run(script("x"))
+        message = str(caught.value)
+        assert "no sandbox here" in message and "127.0.0.1:1: could not connect" in message
+        # Both are out of rotation now: the next step fails at once, saying for how long.
+        with pytest.raises(RunError, match="out of rotation for"):
+            await remote.run(script("x"))
+
+
+async def test_a_service_that_dies_mid_step_loses_nothing() -> None:
+    """The step of a service that goes away before answering runs on another."""
+    gate = asyncio.Event()
+    first, second = FakeRunner(blocked(gate, "first"), "first"), FakeRunner(name="second")
+    async with services(first, second) as [a, b]:
+        remote = RemoteRunner([a.address, b.address], TOKEN)
+        remote._turn = -1  # the first address first
+        run = asyncio.create_task(remote.run(script("x")))
+        for _ in range(200):
+            if first.running:
+                break
+            await asyncio.sleep(0.01)
+        await a.aclose()
+        step = await asyncio.wait_for(run, 10)
+    assert step.value["runner"] == "second"
+    assert first.cancelled == 1
+    assert a.address in remote.out_of_rotation()
+
+
+async def test_a_busy_service_sends_the_step_elsewhere() -> None:
+    """No slot within slot_wait is a busy answer: another service takes the step."""
+    gate = asyncio.Event()
+    busy, idle = FakeRunner(blocked(gate, "busy"), "busy"), FakeRunner(name="idle")
+    async with services(busy, slots=1, slot_wait=0.1) as [a], services(idle) as [b]:
+        remote = RemoteRunner([a.address, b.address], TOKEN)
+        remote._turn = -1
+        hold = asyncio.create_task(remote.run(script("x", id="hold")))
+        while not busy.running:
+            await asyncio.sleep(0.01)
+        other = RemoteRunner([a.address, b.address], TOKEN)  # knows nothing of the load
+        other._turn = -1
+        step = await other.run(script("x", id="next"))
+        assert step.value["runner"] == "idle"
+        assert other.out_of_rotation() == {}  # busy is not down
+        only_a = RemoteRunner([a.address], TOKEN)
+        with pytest.raises(RunError, match=r"busy: no slot came free within 0.1 s"):
+            await only_a.run(script("x"))
+        gate.set()
+        assert (await hold).value["runner"] == "busy"
+
+
+async def test_drain_finishes_steps_in_flight_and_takes_no_new_one() -> None:
+    """Draining: the step in flight ends normally, new steps go elsewhere."""
+    gate = asyncio.Event()
+    fake = FakeRunner(blocked(gate))
+    async with services(fake) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        run = asyncio.create_task(remote.run(script("x", id="in-flight")))
+        while not fake.running:
+            await asyncio.sleep(0.01)
+        drain = asyncio.create_task(service.drain())
+        await asyncio.sleep(0.05)
+        assert not drain.done()
+        with pytest.raises(RunError, match="could not connect"):
+            await RemoteRunner([service.address], TOKEN).run(script("x"))
+        gate.set()
+        assert (await run).value["id"] == "in-flight"
+        await asyncio.wait_for(drain, 5)
+
+
+async def test_load_reports_busy_and_free_slots() -> None:
+    """A health check sees the slots and how many are busy."""
+    gate = asyncio.Event()
+    fake = FakeRunner(blocked(gate))
+    async with services(fake, slots=3) as [service]:
+        remote = RemoteRunner([service.address, "127.0.0.1:1"], TOKEN)
+        run = asyncio.create_task(remote.run(script("x")))
+        while not fake.running:
+            await asyncio.sleep(0.01)
+        loads = await remote.loads()
+        assert loads[service.address] == wire.Load(slots=3, busy=1, draining=False)
+        assert "could not connect" in str(loads["127.0.0.1:1"])
+        gate.set()
+        await run
+
+
+async def test_a_step_cancelled_by_the_engine_kills_the_remote_process() -> None:
+    """Cancelling run() drops the connection; the service kills the sandbox process."""
+    async with services(ProcessRunner(), slots=1) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        run = asyncio.create_task(remote.run(script("while (true) {}")))
+        for _ in range(300):
+            if sandbox_children():
+                break
+            await asyncio.sleep(0.01)
+        assert sandbox_children()
+        run.cancel()
+        for _ in range(300):
+            if not sandbox_children():
+                break
+            await asyncio.sleep(0.01)
+        assert sandbox_children() == []
+        assert service.slots.busy == 0
+
+
+async def test_tls(tmp_path: Path) -> None:
+    """With a certificate, steps run over TLS; a client without TLS or the CA gets nowhere."""
+    pair = self_signed(tmp_path)
+    if pair is None:
+        pytest.skip("openssl is not installed, so no certificate can be made for the test")
+    cert, key = pair
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    async with services(FakeRunner(), tls=context, handshake_timeout=1.0) as [service]:
+        step = await RemoteRunner([service.address], TOKEN, ca=cert).run(script("x"))
+        assert step.value["runner"] == "fake"
+        named = RemoteRunner(
+            [f"localhost:{service.port}"], TOKEN, ca=cert, server_hostname="localhost"
+        )
+        assert (await named.run(script("x"))).outcome == "finished"
+        with pytest.raises(RunError, match="TLS handshake failed"):
+            await RemoteRunner([service.address], TOKEN, tls=True).run(script("x"))
+        with pytest.raises(RunError, match=r"127.0.0.1:\d+: (the handshake failed|it closed)"):
+            await RemoteRunner([service.address], TOKEN, connect_timeout=2).run(script("x"))
+
+
+async def test_slots_hand_over_in_order_and_time_out() -> None:
+    """A released slot goes to the longest waiter; a waiter that times out gets none."""
+    slots = Slots(1)
+    assert await slots.acquire(0)
+    assert not await slots.acquire(0.01)
+    order: list[str] = []
+
+    async def take(name: str) -> None:
+        assert await slots.acquire(5)
+        order.append(name)
+        slots.release()
+
+    tasks = [asyncio.create_task(take(n)) for n in "abc"]
+    await asyncio.sleep(0.01)
+    slots.release()
+    await asyncio.gather(*tasks)
+    assert order == ["a", "b", "c"] and slots.busy == 0
+
+
+def test_from_config(tmp_path: Path) -> None:
+    """[codemode.runner] builds a RemoteRunner; mistakes name the key and the remedy."""
+    (tmp_path / "runner.token").write_text(TOKEN + "\n")
+    remote = RemoteRunner.from_config(
+        {
+            "kind": "remote",
+            "addresses": ["10.0.0.5:7300", "[::1]:7301"],
+            "token_file": "runner.token",
+        },
+        base=tmp_path,
+    )
+    assert remote.addresses == ["10.0.0.5:7300", "[::1]:7301"]
+    assert remote._remotes[1].host == "::1" and remote._token == TOKEN
+    from_env = RemoteRunner.from_config(
+        {"addresses": ["h:1"]}, environ={"CODEMODE_RUNNER_TOKEN": "abc"}
+    )
+    assert from_env._token == "abc"
+    with pytest.raises(ValueError, match=r"no token: give a token file, or set \$CODEMODE"):
+        RemoteRunner.from_config({"addresses": ["h:1"]}, environ={})
+    with pytest.raises(ValueError, match="addresses must be a list"):
+        RemoteRunner.from_config({"addresses": "h:1"}, environ={"CODEMODE_RUNNER_TOKEN": "a"})
+    with pytest.raises(ValueError, match="is not HOST:PORT"):
+        RemoteRunner.from_config({"addresses": ["h"]}, environ={"CODEMODE_RUNNER_TOKEN": "a"})
+    with pytest.raises(ValueError, match="unknown key"):
+        RemoteRunner.from_config({"addresses": ["h:1"], "token": "x"}, environ={})
+    with pytest.raises(ValueError, match="cannot read the token file"):
+        RemoteRunner.from_config({"addresses": ["h:1"], "token_file": "nope"}, base=tmp_path)
