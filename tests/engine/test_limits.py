@@ -1,0 +1,205 @@
+"""Every limit of the spec's table: its default, its parsing, and a script that meets it.
+
+Each script that meets a limit fails with ``limit`` set to the limit's name, and its text
+names the limit and how to raise it (``[codemode.limits] <name>``). Limits the sandbox
+enforces inside a run (memory, compute) run in the real confined process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine import CodeMode, Config, ConfigError, Limits, parse_size, tool
+from engine._limits import GiB, KiB, MiB
+from runner import ProcessRunner
+from tests.engine.conftest import InProcessRunner
+
+SPEC_DEFAULTS = {
+    "calls": 1000,
+    "results": 8 * MiB,
+    "arguments": 64 * MiB,
+    "call_arguments": 4 * MiB,
+    "step_arguments": 8 * MiB,
+    "memory": 256 * MiB,
+    "compute_ms": 5000,
+    "total_compute_ms": 120_000,
+    "file_bytes": 64 * MiB,
+    "total_file_bytes": 512 * MiB,
+    "streams": 4,
+    "shown_files": 4,
+    "shown": 64 * KiB,
+    "shown_media": 2 * MiB,
+}
+
+
+def test_defaults_are_the_spec_table() -> None:
+    """Limits() holds exactly the spec's table with its defaults."""
+    limits = Limits()
+    assert {k: getattr(limits, k) for k in SPEC_DEFAULTS} == SPEC_DEFAULTS
+    assert set(vars(limits)) == set(SPEC_DEFAULTS)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (4194304, 4194304),
+        ("4mb", 4 * MiB),
+        ("4MB", 4 * MiB),
+        ("512 KiB", 512 * KiB),
+        ("1.5g", int(1.5 * GiB)),
+        ("100", 100),
+        ("64kb", 64 * KiB),
+    ],
+)
+def test_sizes_take_bytes_or_words(raw: object, expected: int) -> None:
+    """Sizes take bytes or a word such as "4mb"."""
+    assert parse_size(raw) == expected
+
+
+def test_toml_limits_left_out_keep_defaults(tmp_path: Path) -> None:
+    """The spec's own [codemode.limits] example loads; limits left out keep their defaults."""
+    path = tmp_path / "codemode.toml"
+    path.write_text(
+        '[codemode.limits]\ncall_arguments = "4mb"\nmemory = "512mb"\ncompute_ms = 5000\n'
+    )
+    config = Config.load(path)
+    assert config.limits.memory == 512 * MiB
+    assert config.limits.call_arguments == 4 * MiB
+    assert config.limits.calls == 1000
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("[codemode.limits]\nmemroy = '1gb'\n", "memroy"),
+        ("[codemode.limits]\nmemory = 'lots'\n", "memory"),
+        ("[codemode.limits]\ncalls = -1\n", "calls"),
+        ("[codemode.limits]\ncalls = 'ten'\n", "calls"),
+        ("[codemode.limits]\ncompute_ms = true\n", "compute_ms"),
+        ("[codemode.limits]\nmemory = 10\n", "memory"),
+        ("[codemode]\nlimits = 3\n", "limits"),
+        ("[codemode]\nspeed = 3\n", "speed"),
+        ("[other]\nx = 1\n", "other"),
+        ("[codemode.limits\nmemory = 1\n", "TOML"),
+        ("[codemode.runner]\nkind = 'cloud'\n", "kind"),
+        ("[codemode.runner]\nkind = 'remote'\n", "addresses"),
+        ("[codemode.runner]\nmode = 'turbo'\n", "mode"),
+        ("[codemode.runner]\nslots = 0\n", "slots"),
+    ],
+)
+def test_bad_config_is_refused_naming_the_problem(tmp_path: Path, text: str, named: str) -> None:
+    """A malformed codemode.toml is refused with a message naming the bad key or value."""
+    path = tmp_path / "codemode.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        Config.load(path)
+    assert named in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_missing_and_binary_config(tmp_path: Path) -> None:
+    """A config that cannot be read says so and names the file."""
+    with pytest.raises(ConfigError, match="cannot read"):
+        Config.load(tmp_path / "nope.toml")
+    binary = tmp_path / "bin.toml"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ConfigError, match="UTF-8"):
+        Config.load(binary)
+
+
+def _assert_limit(result: object, name: str) -> None:
+    assert result.status == "failed", result.text  # type: ignore[attr-defined]
+    assert result.limit == name, result.text  # type: ignore[attr-defined]
+    assert f"{name} limit met" in result.text  # type: ignore[attr-defined]
+    assert f"[codemode.limits] {name}" in result.text  # type: ignore[attr-defined]
+
+
+@tool
+def echo(data: str = "") -> str:
+    """Echo."""
+    return data
+
+
+@tool
+def big(size: int) -> str:
+    """A result of the given size."""
+    return "r" * size
+
+
+async def test_calls_limit(inproc: InProcessRunner) -> None:
+    """calls: the 6th call of a script limited to 5 ends it."""
+    engine = CodeMode([echo], runner=inproc, limits=Limits(calls=5))
+    result = await engine.run_code("for (let i = 0; i < 10; i++) await tools.echo(); return 1")
+    _assert_limit(result, "calls")
+
+
+async def test_results_limit(inproc: InProcessRunner) -> None:
+    """results: results read over all calls pass the limit."""
+    engine = CodeMode([big], runner=inproc, limits=Limits(results=10_000))
+    result = await engine.run_code(
+        "for (let i = 0; i < 5; i++) await tools.big({ size: 3000 }); return 1"
+    )
+    _assert_limit(result, "results")
+
+
+async def test_arguments_limit(inproc: InProcessRunner) -> None:
+    """arguments: arguments over the whole script pass the limit."""
+    engine = CodeMode([echo], runner=inproc, limits=Limits(arguments=10_000))
+    code = "const s = 'a'.repeat(3000); for (let i = 0; i < 5; i++) await tools.echo({ data: s })"
+    _assert_limit(await engine.run_code(code), "arguments")
+
+
+async def test_call_arguments_limit_throws_at_the_call(inproc: InProcessRunner) -> None:
+    """call_arguments: one call's arguments over the limit throw at the call site."""
+    engine = CodeMode([echo], runner=inproc, limits=Limits(call_arguments=1000))
+    code = "try { await tools.echo({ data: 'a'.repeat(2000) }) } catch (e) { return e.message }"
+    result = await engine.run_code(code)
+    assert result.status == "finished"
+    assert "call_arguments limit met" in result.value
+    assert "[codemode.limits] call_arguments" in result.value
+    uncaught = await engine.run_code("await tools.echo({ data: 'a'.repeat(2000) })")
+    assert uncaught.status == "failed" and "call_arguments" in uncaught.text
+
+
+async def test_step_arguments_limit(inproc: InProcessRunner) -> None:
+    """step_arguments: the calls one step asks for together pass the limit."""
+    engine = CodeMode([echo], runner=inproc, limits=Limits(step_arguments=5000))
+    code = (
+        "const s = 'a'.repeat(2000);"
+        "await Promise.all([1, 2, 3].map(() => tools.echo({ data: s })))"
+    )
+    _assert_limit(await engine.run_code(code), "step_arguments")
+
+
+async def test_total_compute_ms_limit(inproc: InProcessRunner) -> None:
+    """total_compute_ms: CPU over all of a script's runs passes the limit."""
+    engine = CodeMode([echo], runner=inproc, limits=Limits(total_compute_ms=30))
+    code = """
+    let x = 0;
+    for (let i = 0; i < 2e6; i++) x += i % 7;
+    for (let i = 0; i < 50; i++) await tools.echo();
+    return x
+    """
+    _assert_limit(await engine.run_code(code), "total_compute_ms")
+
+
+@pytest.fixture(scope="module")
+def process_runner() -> ProcessRunner:
+    return ProcessRunner()
+
+
+async def test_compute_ms_limit(process_runner: ProcessRunner) -> None:
+    """compute_ms: `for(;;){}` is stopped at its CPU allowance in the confined process."""
+    engine = CodeMode([], runner=process_runner, limits=Limits(compute_ms=300))
+    _assert_limit(await engine.run_code("for (;;) {}"), "compute_ms")
+    assert (await engine.run_code("return 'healthy'")).value == "healthy"
+
+
+async def test_memory_limit(process_runner: ProcessRunner) -> None:
+    """memory: a growing array meets the JS heap limit in the confined process."""
+    engine = CodeMode([], runner=process_runner, limits=Limits(memory=16 * MiB))
+    code = "const a = []; for (;;) a.push({ i: a.length, s: 'x' + a.length })"
+    _assert_limit(await engine.run_code(code), "memory")
+    assert (await engine.run_code("return 'healthy'")).value == "healthy"
