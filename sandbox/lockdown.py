@@ -1,0 +1,648 @@
+"""Confine the sandbox process before it reads a script: one function per kernel mechanism.
+
+:func:`apply` runs the whole sequence, in this order (nsjail style, seccomp last)::
+
+    0. preflight     look up ``nobody``, check the process is single-threaded, have the BPF
+                     (files can still be opened here; nothing is locked yet)
+    1. fds           close every fd but 0/1/2; 0/1/2 must be pipes, sockets or /dev/null-like
+    2. environment   empty ``os.environ``
+    3. rlimits       CPU, heap, no files, no processes, no core, no locked memory, 8 MiB stack
+    4. identity      root drops to ``nobody`` (groups, gid, uid) and cannot come back
+    5. prctl         not dumpable, no new privileges
+    6. seccomp       the syscall allowlist of :func:`build_filter`, killing everything else
+
+After it the process can read and write the fds it has, allocate memory, read clocks and
+exit. :func:`tighten` then lowers the CPU and heap limits to one script's once the script
+has been read. The seccomp policy (:func:`build_filter`):
+
+- **allowed**: read, write, readv, writev, lseek, fstat, close (on the fds it has; nothing
+  can make a new one); brk, munmap, mremap, madvise; mmap of anonymous memory and mprotect,
+  both only without ``PROT_EXEC``; rt_sigaction, rt_sigprocmask, rt_sigreturn, sigaltstack,
+  restart_syscall; getpid, gettid and the get*id calls; getrusage, getitimer, setitimer;
+  getrlimit, setrlimit, and prlimit64 on pid 0 only (the kernel refuses raising a hard
+  limit); futex wait/wake ops (no PI, no requeue); clock_gettime/clock_getres on the
+  process's and the system's clocks only; fcntl F_GETFD/F_SETFD/F_GETFL/F_SETFL;
+  sched_yield; getrandom; exit, exit_group.
+- **refused with an errno**, because Python and glibc make these calls on their own and
+  should fail cleanly: open, openat, openat2, creat, stat, lstat, newfstatat, statx, access,
+  faccessat, faccessat2, readlink, readlinkat get ``EACCES``; ioctl gets ``ENOTTY`` (isatty);
+  prctl ``EPERM``; getcwd ``ENOENT`` (importlib then skips the cwd).
+- **everything else kills the process** (``SIGSYS``): sockets, fork, vfork, clone, clone3
+  (so no thread either), execve, execveat, ptrace, kill/tkill/tgkill (to any process, itself
+  included: the filter is built once for many children and cannot name their pid, so
+  ``abort()`` ends in ``SIGSYS`` rather than ``SIGABRT``; either way the process ends),
+  dup*, pipes, io_uring, bpf, userfaultfd, memfd_create, personality, unshare, setns, mount,
+  set*id, chroot, chdir, keyctl, perf_event_open, process_vm_*, seccomp, sleeping, and i386
+  or x32 system calls.
+
+Contracts for the caller:
+
+- Start the process with an **empty environment** (``env={}``). ``os.environ.clear()``
+  unsets the variables, but their original text stays in the process's memory and in
+  ``/proc/<pid>/environ``; only a process started without them has none. A fork server must
+  itself have been started that way.
+- **Import and warm up everything first.** After lockdown no file can be opened, so nothing
+  may load lazily: import ``_quickjs``, ``orjson``, pydantic models and run each code path
+  once (pydantic and the ``encodings`` package import modules on first use).
+- Use ``_quickjs``, not ``quickjs``: importing ``quickjs`` starts a thread, and
+  :func:`apply` refuses a process with more than one thread (a filter loaded in one thread
+  does not bind the others).
+- A fork server calls :func:`prepare` and :func:`export_bpf` once, then
+  ``apply(filter_bpf=...)`` in each child: loading pre-built BPF costs well under a
+  millisecond, building the filter with libseccomp costs a few.
+
+Linux only. The filter is built for the native architecture; x86_64 and aarch64 are the
+ones it is written and tested for.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import functools
+import math
+import os
+import pwd
+import resource
+import signal
+import stat
+import threading
+from collections.abc import Iterable
+
+# Imported at module import on purpose: importing pyseccomp runs ldconfig to find
+# libseccomp, which must happen while the process can still start programs and open files.
+import pyseccomp
+
+__all__ = [
+    "LockdownError",
+    "apply",
+    "build_filter",
+    "export_bpf",
+    "prepare",
+    "tighten",
+]
+
+MiB = 1024 * 1024
+
+# The heap floor the spec sets: "twice `memory`, and at least 512 MiB".
+MIN_DATA = 512 * MiB
+# The main thread's C stack. QuickJS bounds its own stack at 1 MiB (set_max_stack_size);
+# Python, pydantic-core and orjson frames come on top. Only the main thread exists.
+STACK_BYTES = 8 * MiB
+# fds 0, 1 and 2 are all the process uses; nothing after lockdown can create another.
+NOFILE = 3
+# Used when no `nobody` entry can be found (the traditional value).
+NOBODY_FALLBACK = 65534
+
+# prctl(2) options.
+_PR_GET_DUMPABLE = 3
+_PR_SET_DUMPABLE = 4
+_PR_GET_SECCOMP = 21
+_PR_SET_SECCOMP = 22
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_GET_NO_NEW_PRIVS = 39
+_SECCOMP_MODE_FILTER = 2
+# Classic BPF: 8 bytes per instruction, at most 4096 instructions (BPF_MAXINSNS).
+_BPF_INSN = 8
+_BPF_MAXINSNS = 4096
+# close_range(2) has this number on every architecture (asm-generic numbering, Linux 5.9).
+_SYS_CLOSE_RANGE = 436
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+# Argument values the filter compares (same on x86_64 and aarch64).
+_PROT_EXEC = 0x4
+_MAP_ANONYMOUS = 0x20
+_FUTEX_PRIVATE_FLAG = 128
+_FUTEX_CLOCK_REALTIME = 256
+_FUTEX_OPS = {"FUTEX_WAIT": 0, "FUTEX_WAKE": 1, "FUTEX_WAIT_BITSET": 9, "FUTEX_WAKE_BITSET": 10}
+_CLOCKS = {
+    "CLOCK_REALTIME": 0,
+    "CLOCK_MONOTONIC": 1,
+    "CLOCK_PROCESS_CPUTIME_ID": 2,
+    "CLOCK_THREAD_CPUTIME_ID": 3,
+    "CLOCK_MONOTONIC_RAW": 4,
+    "CLOCK_REALTIME_COARSE": 5,
+    "CLOCK_MONOTONIC_COARSE": 6,
+    "CLOCK_BOOTTIME": 7,
+}
+_FCNTL_CMDS = {"F_GETFD": 1, "F_SETFD": 2, "F_GETFL": 3, "F_SETFL": 4}
+# Compare only the low 32 bits of an `int` argument: the ABI leaves the high half of the
+# register undefined, and the kernel ignores it.
+_LOW32 = 0xFFFFFFFF
+
+_STDIO = ((0, "stdin"), (1, "stdout"), (2, "stderr"))
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class LockdownError(Exception):
+    """The process could not confine itself; it must not run a script.
+
+    ``step`` names the step that failed (``"fds"``, ``"rlimit RLIMIT_DATA"``, ``"seccomp"``...),
+    ``detail`` says why.
+    """
+
+    def __init__(self, step: str, detail: str) -> None:
+        super().__init__(f"lockdown step {step!r} failed: {detail}")
+        self.step = step
+        self.detail = detail
+
+
+# --- the sequence ----------------------------------------------------------------------------
+
+
+def apply(
+    *,
+    memory: int = 256 * MiB,
+    data_limit: int | None = None,
+    cpu_seconds: int = 60,
+    filter_bpf: bytes | None = None,
+) -> None:
+    """Confine this process for good, or raise :class:`LockdownError` naming the failed step.
+
+    ``memory`` is the JS heap limit the process will use; the process heap (``RLIMIT_DATA``)
+    is ``data_limit`` or ``max(2 * memory, 512 MiB)``. ``cpu_seconds`` is the ``RLIMIT_CPU``
+    backstop until :func:`tighten` lowers it. ``filter_bpf`` is a filter from
+    :func:`export_bpf`; without it the filter is built here.
+
+    Preconditions: single-threaded, everything imported and warmed up (pydantic imports
+    lazily: validate and dump each model once), started with an empty environment so that
+    ``/proc/<pid>/environ`` is empty too (see the module docstring). On failure the process
+    is left partly confined and must exit without running a script. Nothing is logged.
+    """
+    if filter_bpf is not None:
+        _check_bpf(filter_bpf)  # a bad argument fails before anything changes
+    nobody = _nobody()
+    _check_single_threaded()
+    bpf = export_bpf() if filter_bpf is None else filter_bpf
+
+    _close_fds()
+    _check_stdio()
+    _clear_environment()
+    _set_rlimits(memory=memory, data_limit=data_limit, cpu_seconds=cpu_seconds)
+    _drop_privileges(*nobody)
+    _set_process_flags()
+    _load_seccomp(bpf)
+
+
+def tighten(*, compute_ms: int, memory: int, data_limit: int | None = None) -> None:
+    """Lower the limits to one script's, after it was read (so under seccomp).
+
+    ``RLIMIT_CPU`` becomes ``ceil(compute_ms / 1000) + 1`` soft and ``+ 2`` hard, a backstop
+    a second or two past the allowance; ``RLIMIT_DATA`` becomes ``data_limit`` or
+    ``max(2 * memory, 512 MiB)``. Limits are only ever lowered. Then ``ITIMER_PROF`` is
+    armed for ``compute_ms`` of CPU: its ``SIGPROF``, left at the default action, ends the
+    process when the allowance is spent. Call it from the main thread. Raises
+    :class:`LockdownError` on failure.
+    """
+    if compute_ms < 1:
+        raise LockdownError("tighten", f"compute_ms must be at least 1, not {compute_ms}")
+    seconds = math.ceil(compute_ms / 1000)
+    _lower("RLIMIT_CPU", resource.RLIMIT_CPU, seconds + 1, seconds + 2)
+    data = _data_limit(memory, data_limit)
+    _lower("RLIMIT_DATA", resource.RLIMIT_DATA, data, data)
+    try:
+        # A parent may have left these ignored (an ignored disposition survives exec) or
+        # blocked; either would turn the CPU limit off.
+        for sig in (signal.SIGPROF, signal.SIGXCPU):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGPROF, signal.SIGXCPU})
+        signal.setitimer(signal.ITIMER_PROF, compute_ms / 1000)
+        armed = signal.getitimer(signal.ITIMER_PROF)[0] > 0
+    except (OSError, ValueError) as e:
+        raise LockdownError("tighten", f"cannot arm the CPU timer: {e}") from e
+    if not armed:
+        raise LockdownError("tighten", "ITIMER_PROF did not arm")
+
+
+def prepare() -> None:
+    """Warm what :func:`apply` looks up (the ``nobody`` ids), e.g. once in a fork server."""
+    _nobody()
+
+
+# --- 0. preflight --------------------------------------------------------------------------
+
+
+@functools.cache
+def _nobody() -> tuple[int, int]:
+    """The uid and gid of ``nobody``: looked up while files can still be read."""
+    try:
+        entry = pwd.getpwnam("nobody")
+    except KeyError:
+        return NOBODY_FALLBACK, NOBODY_FALLBACK
+    return entry.pw_uid, entry.pw_gid
+
+
+def _check_single_threaded() -> None:
+    """One thread: a seccomp filter binds only the thread that loads it (and its children)."""
+    try:
+        tasks = len(os.listdir("/proc/self/task"))  # sees C threads too
+    except OSError:
+        tasks = 1  # no /proc: only Python's own count below is available
+    count = max(tasks, threading.active_count())
+    if count != 1:
+        raise LockdownError(
+            "threads",
+            f"the process has {count} threads; it must be single-threaded "
+            "(import _quickjs, not quickjs, which starts a thread)",
+        )
+
+
+def _check_bpf(bpf: bytes) -> None:
+    if not isinstance(bpf, bytes | bytearray) or not bpf or len(bpf) % _BPF_INSN:
+        raise LockdownError("seccomp", "filter_bpf is not a classic BPF program")
+    if len(bpf) // _BPF_INSN > _BPF_MAXINSNS:
+        raise LockdownError(
+            "seccomp", f"filter_bpf has {len(bpf) // _BPF_INSN} instructions, over 4096"
+        )
+
+
+# --- 1. fds --------------------------------------------------------------------------------
+
+
+def _close_fds() -> None:
+    """Close every fd but 0, 1 and 2, so nothing inherited stays reachable."""
+    if _libc.syscall(_SYS_CLOSE_RANGE, 3, ctypes.c_uint(_LOW32), 0) == 0:
+        return
+    err = ctypes.get_errno()
+    if err not in (errno.ENOSYS, errno.EINVAL):
+        raise LockdownError("fds", f"close_range: {os.strerror(err)}")
+    # Before Linux 5.9: close what /proc lists (read before anything is locked down).
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError as e:
+        raise LockdownError("fds", f"no close_range and cannot list /proc/self/fd: {e}") from e
+    for fd in fds:
+        if fd > 2:
+            try:
+                os.close(fd)
+            except OSError as e:
+                if e.errno != errno.EBADF:  # the listing's own fd is already closed
+                    raise LockdownError("fds", f"cannot close fd {fd}: {e}") from e
+
+
+def _check_stdio() -> None:
+    """0, 1 and 2 must be open and be pipes, sockets or /dev/null-like devices."""
+    for fd, name in _STDIO:
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError as e:
+            raise LockdownError("fds", f"{name} is not open: {e.strerror}") from e
+        if os.isatty(fd):
+            raise LockdownError(
+                "fds", f"{name} is a terminal: the sandbox speaks JSON lines over pipes"
+            )
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
+            raise LockdownError(
+                "fds",
+                f"{name} is not a pipe, socket or /dev/null: the sandbox speaks JSON lines "
+                "over pipes (and cannot write files)",
+            )
+
+
+# --- 2. environment ------------------------------------------------------------------------
+
+
+def _clear_environment() -> None:
+    """Unset every variable (the original text leaves only if the process started empty)."""
+    os.environ.clear()
+    if os.environ:
+        raise LockdownError("environment", f"{len(os.environ)} variables remain set")
+
+
+# --- 3. rlimits ----------------------------------------------------------------------------
+
+
+def _data_limit(memory: int, data_limit: int | None) -> int:
+    return data_limit if data_limit is not None else max(2 * memory, MIN_DATA)
+
+
+def _set_rlimits(*, memory: int, data_limit: int | None, cpu_seconds: int) -> None:
+    """Set every limit; as root this also fixes the hard limits the process keeps."""
+    data = _data_limit(memory, data_limit)
+    limits = (
+        # CPU backstop; tighten() lowers it to the script's allowance.
+        ("RLIMIT_CPU", resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 1),
+        # The process heap: brk and private writable mappings, Python's and QuickJS's.
+        ("RLIMIT_DATA", resource.RLIMIT_DATA, data, data),
+        # Bounds the main thread's stack growth, checked at each fault, so setting it now
+        # applies (the mmap base left at least 128 MiB of room below the stack at exec).
+        ("RLIMIT_STACK", resource.RLIMIT_STACK, STACK_BYTES, STACK_BYTES),
+        ("RLIMIT_NOFILE", resource.RLIMIT_NOFILE, NOFILE, NOFILE),
+        # No process or thread can be created (enforced once the uid is not root).
+        ("RLIMIT_NPROC", resource.RLIMIT_NPROC, 0, 0),
+        ("RLIMIT_CORE", resource.RLIMIT_CORE, 0, 0),
+        # No file can grow (writes to pipes are not affected).
+        ("RLIMIT_FSIZE", resource.RLIMIT_FSIZE, 0, 0),
+        ("RLIMIT_MEMLOCK", resource.RLIMIT_MEMLOCK, 0, 0),
+        ("RLIMIT_MSGQUEUE", resource.RLIMIT_MSGQUEUE, 0, 0),
+        ("RLIMIT_RTPRIO", resource.RLIMIT_RTPRIO, 0, 0),
+    )
+    for name, which, soft, hard in limits:
+        try:
+            resource.setrlimit(which, (soft, hard))
+        except (OSError, ValueError) as e:
+            raise LockdownError(
+                f"rlimit {name}", f"cannot set {name} to soft={soft} hard={hard}: {e}"
+            ) from e
+
+
+def _lower(name: str, which: int, soft: int, hard: int) -> None:
+    """Set a limit to at most ``soft``/``hard``, never raising either."""
+
+    def at_most(value: int, current: int) -> int:
+        return value if current == resource.RLIM_INFINITY else min(value, current)
+
+    try:
+        cur_soft, cur_hard = resource.getrlimit(which)
+        new_hard = at_most(hard, cur_hard)
+        new_soft = min(at_most(soft, cur_soft), new_hard)
+        resource.setrlimit(which, (new_soft, new_hard))
+    except (OSError, ValueError) as e:
+        raise LockdownError(
+            f"tighten {name}", f"cannot lower {name} to soft={soft} hard={hard}: {e}"
+        ) from e
+
+
+# --- 4. identity ---------------------------------------------------------------------------
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = (
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    )
+
+
+def _capabilities() -> int:
+    """The union of the effective and permitted capability sets (0 when none)."""
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    if _libc.capget(ctypes.byref(header), data) != 0:
+        raise LockdownError("identity", f"capget: {os.strerror(ctypes.get_errno())}")
+    caps = 0
+    for i, word in enumerate(data):
+        caps |= (word.effective | word.permitted) << (32 * i)
+    return caps
+
+
+def _drop_privileges(uid: int, gid: int) -> None:
+    """As root: drop to ``nobody``; in every case prove no privilege is left."""
+    if 0 in os.getresuid():
+        for what, call in (
+            ("setgroups([])", lambda: os.setgroups([])),
+            (f"setresgid({gid})", lambda: os.setresgid(gid, gid, gid)),
+            (f"setresuid({uid})", lambda: os.setresuid(uid, uid, uid)),
+        ):
+            try:
+                call()
+            except OSError as e:
+                raise LockdownError("identity", f"{what} failed: {e}") from e
+        if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid):
+            raise LockdownError(
+                "identity",
+                f"ids are {os.getresuid()}/{os.getresgid()}, not nobody's {uid}/{gid}",
+            )
+        if os.getgroups():
+            raise LockdownError("identity", f"supplementary groups remain: {os.getgroups()}")
+    try:
+        os.setuid(0)
+    except PermissionError:
+        pass
+    else:
+        raise LockdownError("identity", "setuid(0) succeeded: uid 0 can be regained")
+    caps = _capabilities()
+    if caps:
+        raise LockdownError("identity", f"the process still holds capabilities {caps:#x}")
+
+
+# --- 5. prctl ------------------------------------------------------------------------------
+
+
+def _prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:
+    """prctl with all five arguments passed: options such as PR_SET_NO_NEW_PRIVS fail with
+    EINVAL when an unused one is not zero, and an argument left out is whatever the
+    register held."""
+    zero = ctypes.c_ulong(0)
+    result = _libc.prctl(
+        ctypes.c_int(option), ctypes.c_ulong(arg2), ctypes.c_ulong(arg3), zero, zero
+    )
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return int(result)
+
+
+def _set_process_flags() -> None:
+    """Not dumpable (no core, no ptrace by peers, /proc/<pid> owned by root) and no new
+    privileges (no exec can gain any; also what lets an unprivileged process load seccomp)."""
+    try:
+        _prctl(_PR_SET_DUMPABLE, 0)
+        _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+        dumpable = _prctl(_PR_GET_DUMPABLE)
+        no_new_privs = _prctl(_PR_GET_NO_NEW_PRIVS)
+    except OSError as e:
+        raise LockdownError("prctl", str(e)) from e
+    if dumpable != 0 or no_new_privs != 1:
+        raise LockdownError("prctl", f"dumpable={dumpable}, no_new_privs={no_new_privs}")
+
+
+# --- 6. seccomp ----------------------------------------------------------------------------
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+
+def _load_seccomp(bpf: bytes) -> None:
+    """Load the filter with prctl(PR_SET_SECCOMP): from here on, the allowlist rules."""
+    program = ctypes.create_string_buffer(bytes(bpf), len(bpf))
+    fprog = _SockFprog(len(bpf) // _BPF_INSN, ctypes.addressof(program))
+    try:
+        _prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(fprog))
+    except OSError as e:
+        raise LockdownError("seccomp", f"PR_SET_SECCOMP: {e.strerror}") from e
+    # Our filter answers prctl with EPERM; a filter that allows it reports mode 2.
+    try:
+        mode = _prctl(_PR_GET_SECCOMP)
+    except OSError as e:
+        if e.errno != errno.EPERM:
+            raise LockdownError("seccomp", f"PR_GET_SECCOMP: {e.strerror}") from e
+        mode = _SECCOMP_MODE_FILTER
+    if mode != _SECCOMP_MODE_FILTER:
+        raise LockdownError("seccomp", f"the filter is not in force (PR_GET_SECCOMP={mode})")
+
+
+# --- the filter ----------------------------------------------------------------------------
+
+# Allowed whatever the arguments. Nothing here creates an fd, a process, a mapping that can
+# run code, or reaches a path.
+_ALLOW = (
+    # The pipes: stdin, stdout, stderr (no call here can open another fd).
+    "read",  # the script line and file bytes
+    "write",  # ready, read requests, ran
+    "readv",
+    "writev",
+    "lseek",  # io probes seekable() (ESPIPE on a pipe)
+    "fstat",  # the raw fstat call; glibc's own fstat goes through newfstatat (EACCES)
+    "close",
+    # Memory: the heap grows with brk, large blocks with mmap/mremap, free gives back.
+    "brk",
+    "munmap",
+    "mremap",  # cannot add PROT_EXEC
+    "madvise",  # malloc trims with MADV_DONTNEED
+    # Signals: Python installs handlers and masks; SIGPROF ends the process.
+    "rt_sigaction",
+    "rt_sigprocmask",
+    "rt_sigreturn",
+    "sigaltstack",  # faulthandler
+    "restart_syscall",
+    # Who am I: harmless reads of the process's own ids.
+    "getpid",
+    "gettid",
+    "getuid",
+    "geteuid",
+    "getgid",
+    "getegid",
+    "getresuid",
+    "getresgid",
+    # CPU accounting and the CPU allowance (ITIMER_PROF, set by tighten()).
+    "getrusage",
+    "getitimer",
+    "setitimer",
+    # Own limits; the kernel refuses to raise a hard limit without privilege.
+    "getrlimit",
+    "setrlimit",
+    "sched_yield",  # glibc lock back-off
+    "getrandom",  # os.urandom, hash seeds, random
+    "exit",
+    "exit_group",
+)
+
+# Called by Python or glibc when they probe a path (imports, isatty, getcwd): answered with
+# an error so Python fails cleanly instead of the process dying.
+_ERRNO = (
+    ("ioctl", errno.ENOTTY),  # isatty() probes with TCGETS: "not a terminal"
+    ("prctl", errno.EPERM),
+    ("getcwd", errno.ENOENT),  # importlib treats ENOENT from getcwd as "no cwd"
+    *(
+        (name, errno.EACCES)
+        for name in (
+            "open",
+            "openat",
+            "openat2",
+            "creat",
+            "stat",
+            "lstat",
+            "newfstatat",  # also glibc's fstat(fd); the path cannot be told apart
+            "statx",
+            "access",
+            "faccessat",
+            "faccessat2",
+            "readlink",
+            "readlinkat",
+        )
+    ),
+)
+
+
+def _resolve(name: str) -> int | None:
+    """The native number of a syscall, or None when this architecture has no such call."""
+    number = pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name)
+    return number if number >= 0 else None
+
+
+def _add(flt: pyseccomp.SyscallFilter, action: int, name: str, *args: pyseccomp.Arg) -> None:
+    number = _resolve(name)
+    if number is not None:
+        flt.add_rule(action, number, *args)
+
+
+def _add_each(
+    flt: pyseccomp.SyscallFilter, name: str, arg: int, values: Iterable[int], mask: int = _LOW32
+) -> None:
+    """Allow ``name`` when argument ``arg`` (masked) is one of ``values``."""
+    for value in values:
+        _add(flt, pyseccomp.ALLOW, name, pyseccomp.Arg(arg, pyseccomp.MASKED_EQ, mask, value))
+
+
+def build_filter(*, arch: int | None = None) -> pyseccomp.SyscallFilter:
+    """The seccomp filter :func:`apply` loads, built with libseccomp.
+
+    Default action and bad-architecture action are ``KILL_PROCESS`` (pyseccomp's ``KILL``
+    kills only the thread). Only the native architecture is in the filter, so i386 calls on
+    x86_64 are killed as a bad architecture, and x32 calls (number | 0x40000000) match no
+    rule and are killed. ``arch`` builds for another architecture instead (for tests);
+    syscall names the native architecture lacks are left out, which kills them.
+    """
+    try:
+        flt = pyseccomp.SyscallFilter(pyseccomp.KILL_PROCESS)
+        flt.set_attr(pyseccomp.Attr.ACT_BADARCH, pyseccomp.KILL_PROCESS)
+        if arch is not None and arch != pyseccomp.system_arch():
+            flt.add_arch(arch)
+            flt.remove_arch(pyseccomp.Arch.NATIVE)
+
+        for name in _ALLOW:
+            _add(flt, pyseccomp.ALLOW, name)
+
+        # Memory that can never run code: no PROT_EXEC, and mmap only anonymous memory.
+        no_exec = pyseccomp.Arg(2, pyseccomp.MASKED_EQ, _PROT_EXEC, 0)
+        anonymous = pyseccomp.Arg(3, pyseccomp.MASKED_EQ, _MAP_ANONYMOUS, _MAP_ANONYMOUS)
+        _add(flt, pyseccomp.ALLOW, "mmap", no_exec, anonymous)
+        _add(flt, pyseccomp.ALLOW, "mprotect", no_exec)
+
+        # Futexes as glibc's locks use them (private or shared, either clock), no PI or
+        # requeue. The process has one thread, so these are rare.
+        futex_mask = _LOW32 & ~(_FUTEX_PRIVATE_FLAG | _FUTEX_CLOCK_REALTIME)
+        _add_each(flt, "futex", 1, _FUTEX_OPS.values(), futex_mask)
+
+        # This process's clocks and the system's; not another process's CPU clock.
+        _add_each(flt, "clock_gettime", 0, _CLOCKS.values())
+        _add_each(flt, "clock_getres", 0, _CLOCKS.values())
+
+        # getrlimit/setrlimit go through prlimit64 in glibc: only for this process (pid 0).
+        _add(flt, pyseccomp.ALLOW, "prlimit64", pyseccomp.Arg(0, pyseccomp.EQ, 0))
+
+        # Flags of fds it has (os.set_blocking, set_inheritable); not F_DUPFD, which makes fds.
+        _add_each(flt, "fcntl", 1, _FCNTL_CMDS.values())
+
+        for name, err in _ERRNO:
+            _add(flt, pyseccomp.ERRNO(err), name)
+    except OSError as e:
+        raise LockdownError("seccomp", f"cannot build the filter: {e}") from e
+    return flt
+
+
+def export_bpf(flt: pyseccomp.SyscallFilter | None = None) -> bytes:
+    """The filter (default: a new :func:`build_filter`) as classic BPF for ``apply``."""
+    if flt is None:
+        flt = build_filter()
+    try:
+        fd = os.memfd_create("lockdown-bpf", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        import tempfile  # only without memfd_create
+
+        with tempfile.TemporaryFile() as file:
+            return _export_to(flt, file.fileno())
+    try:
+        return _export_to(flt, fd)
+    finally:
+        os.close(fd)
+
+
+def _export_to(flt: pyseccomp.SyscallFilter, fd: int) -> bytes:
+    class _File:
+        def fileno(self) -> int:
+            return fd
+
+    try:
+        flt.export_bpf(_File())
+        size = os.lseek(fd, 0, os.SEEK_END)
+        return os.pread(fd, size, 0)
+    except OSError as e:
+        raise LockdownError("seccomp", f"cannot export the filter: {e}") from e
