@@ -15,9 +15,15 @@
     if (new.target === undefined) return new RealDate(NOW).toString();
     return Reflect.construct(RealDate, args.length === 0 ? [NOW] : args, new.target);
   }
-  Object.setPrototypeOf(FixedDate, RealDate);
+  // Not a subclass of the real Date: Object.getPrototypeOf(Date) would hand out its clock.
   Object.defineProperty(FixedDate, "prototype", { value: RealDate.prototype });
+  Object.defineProperty(FixedDate, "name", { value: "Date" });
+  Object.defineProperty(FixedDate, "length", { value: 7 });
+  for (const key of ["parse", "UTC"]) {
+    Object.defineProperty(FixedDate, key, { value: RealDate[key], writable: true, configurable: true });
+  }
   Object.defineProperty(FixedDate, "now", { value: () => NOW, writable: true, configurable: true });
+  Object.defineProperty(RealDate, "now", { value: () => NOW, writable: true, configurable: true });
   Object.defineProperty(RealDate.prototype, "constructor", { value: FixedDate, writable: true, configurable: true });
   globalThis.Date = FixedDate;
 
@@ -156,7 +162,8 @@
     if (args === undefined) args = {};
     if (typeof args !== "object" || args === null || Array.isArray(args)) {
       throw new TypeError("tools." + name + " takes one object of arguments, as tools." + name +
-        "({ ... }); it was given " + (Array.isArray(args) ? "an array" : text(args)));
+        "({ ... }); it was given " + (Array.isArray(args) ? "an array"
+        : typeof args === "string" ? "a string" : text(args)));
     }
     checkPlain(args, "the argument", []);
     const answer = host.call(wellFormed(name), wellFormed(JSON.stringify(args)));

@@ -55,18 +55,18 @@ class Limits(_Model):
     Sizes are bytes, times milliseconds, the rest counts.
     """
 
-    calls: int = Field(1000, ge=0)
-    results: int = Field(8 * MiB, ge=0)
-    arguments: int = Field(64 * MiB, ge=0)
-    call_arguments: int = Field(4 * MiB, ge=0)
-    step_arguments: int = Field(8 * MiB, ge=0)
-    memory: int = Field(256 * MiB, ge=1 * MiB)
-    compute_ms: int = Field(5000, ge=1)
-    file_bytes: int = Field(64 * MiB, ge=0)
-    streams: int = Field(4, ge=0)
-    shown_files: int = Field(4, ge=0)
-    shown: int = Field(64 * KiB, ge=0)
-    shown_media: int = Field(2 * MiB, ge=0)
+    calls: int = Field(default=1000, ge=0)
+    results: int = Field(default=8 * MiB, ge=0)
+    arguments: int = Field(default=64 * MiB, ge=0)
+    call_arguments: int = Field(default=4 * MiB, ge=0)
+    step_arguments: int = Field(default=8 * MiB, ge=0)
+    memory: int = Field(default=256 * MiB, ge=1 * MiB)
+    compute_ms: int = Field(default=5000, ge=1)
+    file_bytes: int = Field(default=64 * MiB, ge=0)
+    streams: int = Field(default=4, ge=0)
+    shown_files: int = Field(default=4, ge=0)
+    shown: int = Field(default=64 * KiB, ge=0)
+    shown_media: int = Field(default=2 * MiB, ge=0)
 
 
 class Ready(_Model):
@@ -209,6 +209,10 @@ def encode(message: _Model) -> bytes:
     """One protocol line, newline included."""
     kind = _NAMES[type(message)]
     body = message.model_dump(mode="python", exclude_unset=True)
+    if isinstance(message, Script):
+        # The process checks these; a default left off the line would be the reader's own.
+        body["version"] = message.version
+        body["language"] = message.language
     if isinstance(message, Ran) and "value" in message.model_fields_set:
         body["value"] = message.value
     return orjson.dumps({kind: body}) + b"\n"

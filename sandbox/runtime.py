@@ -10,6 +10,7 @@ process writes ``ran`` and exits at once, so no ``try``/``catch`` in the script 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import re
 import resource
@@ -26,8 +27,8 @@ from sandbox.protocol import (
     VALUE_BOUND,
     Call,
     ErrorLine,
-    Limits,
     LimitMet,
+    Limits,
     Ran,
     Record,
     Script,
@@ -44,11 +45,19 @@ JS_STACK_BYTES = 1024 * 1024
 
 _FRAME = re.compile(r"<input>:(\d+)(?::(\d+))?")
 
+# An error's name and message are cut to these many characters (head and tail of a message).
+ERROR_NAME_BOUND = 200
+ERROR_MESSAGE_BOUND = 16 * 1024
+
+# A `\uD800`-`\uDFFF` escape in JSON text (not itself an escaped backslash). JSON.stringify
+# escapes only lone surrogates, which orjson refuses; they become U+FFFD, as in printed text.
+_LONE_SURROGATE = re.compile(r"(?<!\\)((?:\\\\)*)\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
 
 class Channel(Protocol):
     """Where a run's ending goes. ``end`` does not return in the real process."""
 
-    def end(self, ran: Ran) -> NoReturn | None: ...
+    def end(self, ran: Ran) -> None: ...
 
 
 class _Ended(Exception):
@@ -113,10 +122,13 @@ class Run:
         self.step_arg_bytes = 0
         self.arg_bytes = 0
         self.results_bytes = 0
+        self.limit_errors: dict[str, str] = {}  # per-call limit messages thrown at a call site
         self.printed = _Printed()
         self.outcome: tuple[str, Any] | None = None
         self.ended = False
         self.script_lines = script.code.split("\n")
+        # run_code is never callable from a script, even when a host lists it.
+        self.tool_names = [name for name in script.tools if name != "run_code"]
         self._cpu0 = _cpu_ms()
         self.ctx: Any = None
 
@@ -136,11 +148,11 @@ class Run:
                 )
             except Exception as e:  # a bug on our side must still end the run cleanly
                 message = f"the sandbox failed: {type(e).__name__}: {e}"
-                ending = Ran(outcome="failed", error=ScriptError(name="InternalError", message=message))
-            try:
+                ending = Ran(
+                    outcome="failed", error=ScriptError(name="InternalError", message=message)
+                )
+            with contextlib.suppress(_Ended):
                 self._end(ending)
-            except _Ended:
-                pass
             return "x"
 
         return guarded
@@ -150,13 +162,15 @@ class Run:
             self.printed.add(text)
 
     def _closest(self, name: str) -> str:
-        names = sorted(self.script.tools)
+        names = sorted(self.tool_names)
         near = difflib.get_close_matches(str(name), names, n=3, cutoff=0.5)
         lowered = str(name).lower()
         for candidate in names:
             if len(near) >= 3:
                 break
-            if candidate not in near and (lowered in candidate.lower() or candidate.lower() in lowered):
+            if candidate not in near and (
+                lowered in candidate.lower() or candidate.lower() in lowered
+            ):
                 near.append(candidate)
         return orjson.dumps(near).decode()
 
@@ -168,12 +182,14 @@ class Run:
         number = index + 1
         args_bytes = len(args_json.encode("utf-8"))
         if args_bytes > limits.call_arguments:
-            return "l" + (
+            message = (
                 f"call_arguments limit met: the arguments of tools.{name} are {_size(args_bytes)}, "
                 f"over the {_size(limits.call_arguments)} one call may take; pass less per call "
                 "(split the work), or raise [codemode.limits] call_arguments"
             )
-        arguments = orjson.loads(args_json)
+            self.limit_errors[message] = "call_arguments"
+            return "l" + message
+        arguments = _json_loads(args_json)
         self.position += 1
         self.arg_bytes += args_bytes
         if self.arg_bytes > limits.arguments:
@@ -189,7 +205,7 @@ class Run:
                 self._end_divergence(number, record, name, arguments)
             if record.error is not None:
                 return "e" + record.error
-            result_json = orjson.dumps(record.result).decode()
+            result_json = orjson.dumps(record.result)
             self.results_bytes += len(result_json)
             if self.results_bytes > limits.results:
                 self._end_limit(
@@ -198,7 +214,7 @@ class Run:
                     f"results, over the {_size(limits.results)} one script may read; ask tools "
                     "for less (filter, page, select fields), or raise [codemode.limits] results",
                 )
-            return "r" + result_json
+            return "r" + result_json.decode()
         if number > limits.calls:
             self._end_limit(
                 "calls",
@@ -313,7 +329,7 @@ class Run:
         seed = script.clock.seed & 0xFFFFFFFFFFFFFFFF
         config = orjson.dumps(
             {
-                "tools": script.tools,
+                "tools": self.tool_names,
                 "now_ms": float(script.clock.now_ms),
                 "seed_lo": float(seed & 0xFFFFFFFF),
                 "seed_hi": float(seed >> 32),
@@ -322,9 +338,7 @@ class Run:
         ).decode()
         code = _well_formed(script.code)
         source = (
-            "const __cm_main = async function () {\n"
-            + code
-            + "\n};\n(function () {\n"
+            "const __cm_main = async function () {\n" + code + "\n};\n(function () {\n"
             "  const host = { call: __cm_call, print: __cm_print, closest: __cm_closest,"
             " done: __cm_done, fail: __cm_fail };\n"
             "  for (const k of Object.keys(host)) delete globalThis['__cm_' + k];\n"
@@ -375,6 +389,9 @@ class Run:
 
     def _failed(self, name: str, message: str, stack: str) -> Ran:
         limit = None
+        if name == "RangeError" and message in self.limit_errors:
+            # A per-call limit the script did not catch: the run ended because it was met.
+            limit = LimitMet(name=self.limit_errors[message], message=message)
         # QuickJS throws `null` when it cannot even allocate the out-of-memory error; a
         # model's script that throws null itself is rare enough to read it the same way.
         oom = (name == "InternalError" and "out of memory" in message) or (
@@ -385,7 +402,11 @@ class Run:
             limit = LimitMet(name="memory", message=message)
         return Ran(
             outcome="failed",
-            error=ScriptError(name=name, message=message, lines=self._lines(stack)),
+            error=ScriptError(
+                name=_cut(name, ERROR_NAME_BOUND),
+                message=_cut(message, ERROR_MESSAGE_BOUND),
+                lines=self._lines(stack),
+            ),
             limit=limit,
         )
 
@@ -416,13 +437,14 @@ def _finished(payload: str) -> Ran:
     if payload == "u":
         return Ran(outcome="finished")
     if payload[0] == "c":  # a string too long to send whole: its head, tail and length
-        head, tail, length = orjson.loads(payload[1:])
-        cut = f"\n[... {int(length) - len(head) - len(tail):,} characters of the returned string cut ...]\n"
+        head, tail, length = _json_loads(payload[1:])
+        left_out = int(length) - len(head) - len(tail)
+        cut = f"\n[... {left_out:,} characters of the returned string cut ...]\n"
         return Ran(outcome="finished", value_text=head + cut + tail, value_bytes=int(length))
     json_text = payload[1:]
     size = len(json_text.encode("utf-8"))
     if size <= VALUE_BOUND:
-        return Ran(outcome="finished", value=orjson.loads(json_text))
+        return Ran(outcome="finished", value=_json_loads(json_text))
     half = VALUE_BOUND // 2
     cut = f"\n[... {_size(size - 2 * half)} of the returned value cut ...]\n"
     return Ran(
@@ -430,6 +452,21 @@ def _finished(payload: str) -> Ran:
         value_text=json_text[:half] + cut + json_text[-half:],
         value_bytes=size,
     )
+
+
+def _json_loads(text: str) -> Any:
+    """Parse JSON made by JSON.stringify, whose lone surrogates orjson refuses."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return orjson.loads(_LONE_SURROGATE.sub(r"\1\\ufffd", text))
+
+
+def _cut(text: str, bound: int) -> str:
+    if len(text) <= bound:
+        return text
+    half = bound // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half:,} characters cut ...]\n{text[-half:]}"
 
 
 def _call_text(name: str, arguments: Any) -> str:

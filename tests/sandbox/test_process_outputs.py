@@ -1,0 +1,92 @@
+"""Outputs through a real, confined sandbox process (``runner.ProcessRunner`` in exec mode).
+
+The in-process tests (test_runtime.py) cover the semantics; these check that huge outputs
+and runaway scripts still give a bounded, well-formed Step when they go through the process,
+its pipes and the runner's line bounds. Each test starts a new process (~0.3 s), so there are
+few of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+
+import pytest
+
+from runner import ProcessRunner, Step
+from sandbox import protocol
+from sandbox.protocol import PRINTED_HEAD, PRINTED_TAIL, VALUE_BOUND, KiB, MiB, Script
+from tests.sandbox.conftest import script
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("sandbox.lockdown") is None,
+    reason="needs sandbox/lockdown.py (the real lockdown) to start a sandbox process",
+)
+
+NOTE_ROOM = 200
+
+
+def step(s: Script) -> Step:
+    """One step of ``s`` in a new sandbox process."""
+
+    async def go() -> Step:
+        async with ProcessRunner() as runner:
+            return await runner.run(s)
+
+    return asyncio.run(go())
+
+
+def assert_well_formed(result: Step) -> None:
+    """The step is what a ran line can carry, and small enough to hand to the engine."""
+    body = result.model_dump(mode="python", exclude_unset=True, exclude={"process"})
+    ran = protocol.Ran.model_validate(body)
+    assert ran.returned == result.returned
+    line = protocol.encode(ran)
+    assert len(line) < VALUE_BOUND + 64 * KiB
+    protocol.decode(line, ("ran",))
+
+
+def test_printing_100_mb_in_a_process_is_bounded():
+    """A process that prints 100 MB reports head and tail, the true total, in a small line."""
+    result = step(script("console.log('P'.repeat(100e6));\nreturn 'printed';", memory=1024 * MiB))
+    assert result.outcome == "finished", result.error
+    assert result.value == "printed"
+    assert result.printed_bytes == 100_000_001
+    assert len(result.printed) <= PRINTED_HEAD + PRINTED_TAIL + NOTE_ROOM
+    assert result.printed.startswith("PPP") and result.printed.endswith("PPP\n")
+    assert "of printed output cut" in result.printed
+    assert_well_formed(result)
+
+
+def test_returning_a_100_mb_string_in_a_process_is_bounded():
+    """A process that returns a 100 MB string reports it cut, with its size."""
+    result = step(script("return 'R'.repeat(100e6);", memory=1024 * MiB))
+    assert result.outcome == "finished", result.error
+    assert result.returned
+    assert result.value_bytes == 100_000_000
+    assert result.value_text is not None
+    assert "of the returned string cut" in result.value_text
+    assert len(result.value_text) <= VALUE_BOUND + NOTE_ROOM
+    assert_well_formed(result)
+
+
+def test_throwing_a_non_error_in_a_process_is_a_well_formed_failure():
+    """A thrown plain object (and a huge one) becomes a failed Step with a bounded message."""
+    result = step(script("throw { code: 42, detail: 'd'.repeat(1e7) };"))
+    assert result.outcome == "failed"
+    assert result.error is not None
+    assert result.error.message.startswith('{"code":42,"detail":"ddd')
+    assert len(result.error.message) <= 20 * KiB
+    assert result.limit is None
+    assert_well_formed(result)
+
+
+def test_busy_loop_meets_compute_ms():
+    """``for(;;){}`` with compute_ms=300 is stopped and reported as the compute_ms limit."""
+    result = step(script("for (;;) {}", compute_ms=300))
+    assert result.outcome == "failed"
+    assert result.limit is not None
+    assert result.limit.name == "compute_ms"
+    assert "[codemode.limits] compute_ms" in result.limit.message
+    assert result.process is not None
+    assert result.process.wall_ms < 3 * 300 + 1000 + 500

@@ -1,0 +1,236 @@
+"""The wire protocol of sandbox/protocol.py: encode/decode, refusals, canonical JSON."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from sandbox import protocol
+from sandbox.protocol import (
+    Call,
+    Clock,
+    ErrorLine,
+    FileInfo,
+    LimitMet,
+    Limits,
+    ProtocolError,
+    Ran,
+    ReadRequest,
+    Record,
+    Script,
+    ScriptError,
+    Stats,
+    Unconfined,
+)
+
+SCRIPT = Script(
+    id="s-1",
+    code="const r = await tools.echo({ a: 1 });\nreturn r;",
+    records=[
+        Record(name="echo", arguments={"a": 1}, result={"ok": [1, 2.5, "x", None]}),
+        Record(name="echo", arguments={"a": 2}, error="nope"),
+    ],
+    tools=["echo", "search"],
+    files=[FileInfo(id="f1", mime="text/plain", size=12, skill="runbooks")],
+    clock=Clock(now_ms=1_767_225_600_000, seed=2**63 + 5),
+    limits=Limits(calls=5, memory=16 * protocol.MiB, compute_ms=300),
+)
+
+MESSAGES = {
+    "ready": protocol.ready(),
+    "unconfined": Unconfined(error="seccomp: not permitted"),
+    "script": SCRIPT,
+    "read": ReadRequest(file="f1", offset=10, len=4096),
+    "ran-finished": Ran(
+        outcome="finished",
+        value=[{"number": 12, "reviews": 0}],
+        printed="hi\n",
+        printed_bytes=3,
+        shown=["f1"],
+        stats=Stats(cpu_ms=1.5, heap_bytes=1000, results_bytes=20, file_bytes=0),
+    ),
+    "ran-cut": Ran(outcome="finished", value_text="ab\n[... cut ...]\nyz", value_bytes=10**8),
+    "ran-failed": Ran(
+        outcome="failed",
+        error=ScriptError(
+            name="LimitError",
+            message="calls limit met",
+            lines=[ErrorLine(line=3, text="await tools.echo({});")],
+        ),
+        limit=LimitMet(name="calls", message="calls limit met"),
+    ),
+    "ran-calls": Ran(
+        outcome="calls",
+        calls=[Call(name="echo", arguments={"a": 1}), Call(name="search", arguments={})],
+    ),
+}
+
+
+def kind_of(key: str) -> str:
+    return key.split("-")[0]
+
+
+@pytest.mark.parametrize("key", list(MESSAGES))
+def test_every_message_round_trips(key):
+    """encode then decode gives back an equal message, as one line ending in a newline."""
+    message = MESSAGES[key]
+    line = protocol.encode(message)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert list(orjson.loads(line)) == [kind_of(key)]
+    back = protocol.decode(line, (kind_of(key),))
+    assert type(back) is type(message)
+    assert back == message
+
+
+def test_script_line_carries_version_and_language_even_when_defaulted():
+    """The process checks the script's version: the line always states it, and the language."""
+    body = orjson.loads(protocol.encode(Script(id="x", code="1", clock=Clock(now_ms=0, seed=0))))
+    assert body["script"]["version"] == protocol.VERSION
+    assert body["script"]["language"] == "javascript"
+
+
+def test_script_limits_left_out_take_the_spec_defaults():
+    """A script line without limits decodes to the spec's defaults."""
+    line = b'{"script":{"id":"x","code":"1","clock":{"now_ms":0,"seed":0}}}'
+    script = protocol.decode(line, ("script",))
+    assert script.limits == Limits()
+    assert (script.limits.calls, script.limits.memory, script.limits.compute_ms) == (
+        1000,
+        256 * protocol.MiB,
+        5000,
+    )
+
+
+def test_large_now_ms_and_seed_survive():
+    """64-bit clock values are not truncated on the wire."""
+    back = protocol.decode(protocol.encode(SCRIPT), ("script",))
+    assert back.clock.now_ms == 1_767_225_600_000
+    assert back.clock.seed == 2**63 + 5
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b"not json", b"{", b"", b'{"ran": {"outcome": "finished"}', b"\xff\xfe"],
+)
+def test_decode_refuses_non_json(line):
+    """A line that is not JSON is a ProtocolError that says so."""
+    with pytest.raises(ProtocolError, match="not JSON"):
+        protocol.decode(line, ("ran",))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"[]",
+        b'"ran"',
+        b"42",
+        b"null",
+        b"{}",
+        b'{"ran": {"outcome": "finished"}, "read": {"file": "f", "offset": 0, "len": 1}}',
+    ],
+)
+def test_decode_refuses_a_wrong_envelope(line):
+    """Only a one-key object is a message envelope."""
+    with pytest.raises(ProtocolError, match="envelope"):
+        protocol.decode(line, ("ran", "read"))
+
+
+def test_decode_refuses_an_unexpected_kind():
+    """A valid message of a kind the reader does not expect now is refused, naming both."""
+    line = protocol.encode(protocol.ready())
+    with pytest.raises(ProtocolError, match=r"'ready' message where ran or read"):
+        protocol.decode(line, ("ran", "read"))
+    with pytest.raises(ProtocolError, match="'bogus'"):
+        protocol.decode(b'{"bogus": {}}', ("ran",))
+
+
+@pytest.mark.parametrize(
+    ("line", "where"),
+    [
+        (b'{"ran": {"outcome": "finished", "extra": 1}}', "extra"),
+        (b'{"ran": {"outcome": "finished", "stats": {"cpu_ms": 1, "gpu_ms": 2}}}', "gpu_ms"),
+        (b'{"ready": {"version": 1, "oldest": 1, "languages": [], "x": 0}}', "x"),
+        (b'{"script": {"id": "x", "code": "", "clock": {"now_ms": 0, "seed": 0}, "y": 1}}', "y"),
+    ],
+)
+def test_decode_refuses_extra_fields(line, where):
+    """A field the protocol does not have, at any depth, is refused and named."""
+    with pytest.raises(ProtocolError, match=where):
+        protocol.decode(line, ("ran", "ready", "script"))
+
+
+@pytest.mark.parametrize(
+    ("line", "match"),
+    [
+        (b'{"ran": {"outcome": "failed"}}', "must carry an error"),
+        (b'{"ran": {"outcome": "failed", "error": null}}', "must carry an error"),
+        (b'{"ran": {"outcome": "calls"}}', "at least one call"),
+        (b'{"ran": {"outcome": "calls", "calls": []}}', "at least one call"),
+        (b'{"ran": {"outcome": "maybe"}}', "outcome"),
+        (b'{"ran": {"outcome": "calls", "calls": [{"name": "x", "arguments": [1]}]}}', "arguments"),
+        (b'{"read": {"file": "f", "offset": -1, "len": 1}}', "offset"),
+        (
+            b'{"script": {"id": "x", "code": "", "clock": {"now_ms": 0, "seed": 0},'
+            b' "language": "python"}}',
+            "language",
+        ),
+        (
+            b'{"script": {"id": "x", "code": "", "clock": {"now_ms": 0, "seed": 0},'
+            b' "limits": {"memory": 10}}}',
+            "memory",
+        ),
+        (b'{"ran": null}', "ran"),
+    ],
+)
+def test_decode_refuses_malformed_messages(line, match):
+    """A message of the right kind with the wrong shape is a ProtocolError naming the problem."""
+    with pytest.raises(ProtocolError, match=match):
+        protocol.decode(line, ("ran", "read", "script"))
+
+
+def test_ran_returned_distinguishes_undefined_from_null_over_the_wire():
+    """No value (undefined) and a null value stay different through encode/decode."""
+    undefined = Ran(outcome="finished")
+    null = Ran(outcome="finished", value=None)
+    assert not undefined.returned and null.returned
+    assert b'"value"' not in protocol.encode(undefined)
+    assert b'"value":null' in protocol.encode(null)
+    assert not protocol.decode(protocol.encode(undefined), ("ran",)).returned
+    assert protocol.decode(protocol.encode(null), ("ran",)).returned
+    assert protocol.decode(b'{"ran": {"outcome": "finished", "value": null}}', ("ran",)).returned
+
+
+def test_ran_cut_value_counts_as_returned():
+    """A value sent as cut text (value_text) is a returned value too."""
+    ran = protocol.decode(protocol.encode(MESSAGES["ran-cut"]), ("ran",))
+    assert ran.returned
+    assert ran.value is None
+    assert ran.value_bytes == 10**8
+
+
+@pytest.mark.parametrize("falsy", [0, False, "", [], {}])
+def test_falsy_returned_values_are_values(falsy):
+    """0, false, "", [] and {} are values, not "nothing returned"."""
+    ran = protocol.decode(protocol.encode(Ran(outcome="finished", value=falsy)), ("ran",))
+    assert ran.returned
+    assert ran.value == falsy
+
+
+def test_canonical_json_sorts_keys_at_every_depth():
+    """Canonical JSON: keys sorted at every depth, no spaces, UTF-8 as itself."""
+    a = {"b": [{"z": 1, "y": {"q": 2, "p": 3}}], "a": "é", "c": {"k": None, "j": True}}
+    b = {"c": {"j": True, "k": None}, "a": "é", "b": [{"y": {"p": 3, "q": 2}, "z": 1}]}
+    expected = '{"a":"é","b":[{"y":{"p":3,"q":2},"z":1}],"c":{"j":true,"k":null}}'.encode()
+    assert protocol.canonical_json(a) == expected
+    assert protocol.canonical_json(b) == expected
+
+
+def test_canonical_json_keeps_array_order():
+    """Arrays are ordered data: their order is not normalised."""
+    assert protocol.canonical_json([2, 1]) != protocol.canonical_json([1, 2])
+
+
+def test_record_failed_property():
+    """A record with an error message is a failed call; one with a result is not."""
+    assert Record(name="x", arguments={}, error="bad").failed
+    assert not Record(name="x", arguments={}, result=None).failed

@@ -1,0 +1,898 @@
+"""The script semantics of sandbox/runtime.py and sandbox/prelude.js, run in this process.
+
+Replay, the JS world (tools, console, clock, randomness), error reports, bounded output and
+the limits that apply inside one run. Nothing here is confined: see test_process_outputs.py
+for the same outputs through a real sandbox process.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from sandbox import protocol
+from sandbox.protocol import PRINTED_HEAD, PRINTED_TAIL, VALUE_BOUND, Ran
+from tests.sandbox.conftest import DAY_MS, NOW_MS, SEED, KiB, MiB, caught, rec, run, value
+
+
+def roundtrip(ran: Ran) -> Ran:
+    """The Ran as the runner would read it off the wire."""
+    return protocol.decode(protocol.encode(ran), ("ran",))
+
+
+def assert_limit(ran: Ran, name: str) -> None:
+    """The run failed because limit ``name`` was met, and its message says what to raise."""
+    assert ran.outcome == "failed", ran
+    assert ran.limit is not None, ran.error
+    assert ran.limit.name == name
+    assert name in ran.limit.message
+    assert f"[codemode.limits] {name}" in ran.limit.message
+    assert ran.error is not None and f"[codemode.limits] {name}" in ran.error.message
+
+
+# ---------------------------------------------------------------------------------------------
+# The spec's example, step by step
+# ---------------------------------------------------------------------------------------------
+
+STALE_PRS = """\
+const prs = await tools.list_prs({ repo: "acme/api", state: "open" });
+const stale = prs.filter((pr) => Date.parse(pr.updated_at) < Date.now() - 14 * 864e5);
+console.log(`${stale.length} stale PRs`);
+const reviews = await Promise.all(stale.map((pr) => tools.get_reviews({ number: pr.number })));
+return stale.map((pr, i) => ({ number: pr.number, reviews: reviews[i].length }));"""
+
+PRS = [
+    {"number": 12, "updated_at": "2025-11-02T10:00:00Z"},  # two months before 2026-01-01
+    {"number": 14, "updated_at": "2025-12-30T09:00:00Z"},  # two days before: not stale
+    {"number": 15, "updated_at": "2025-12-10T17:30:00Z"},  # three weeks before
+]
+LIST_PRS = rec("list_prs", {"repo": "acme/api", "state": "open"}, result=PRS)
+REVIEWS = [
+    rec("get_reviews", {"number": 12}, result=[]),
+    rec("get_reviews", {"number": 15}, result=[{"user": "ann"}, {"user": "bo"}]),
+]
+
+
+def test_stale_prs_step_1_asks_for_list_prs_only():
+    """With an empty log the script stops at its first call, which is the only one reported."""
+    ran = run(STALE_PRS)
+    assert ran.outcome == "calls"
+    assert [(c.name, c.arguments) for c in ran.calls] == [
+        ("list_prs", {"repo": "acme/api", "state": "open"})
+    ]
+    assert ran.printed == ""
+    assert not ran.returned
+
+
+def test_stale_prs_step_2_asks_for_both_reviews_at_once_in_program_order():
+    """With list_prs recorded, both get_reviews of the Promise.all come back in one step."""
+    ran = run(STALE_PRS, [LIST_PRS])
+    assert ran.outcome == "calls"
+    assert [(c.name, c.arguments) for c in ran.calls] == [
+        ("get_reviews", {"number": 12}),
+        ("get_reviews", {"number": 15}),
+    ]
+    assert ran.printed == "2 stale PRs\n"
+
+
+def test_stale_prs_step_3_finishes_with_the_spec_value_and_printed_text():
+    """With every call recorded the script finishes; the value survives the wire as JSON."""
+    ran = run(STALE_PRS, [LIST_PRS, *REVIEWS])
+    assert ran.outcome == "finished", ran.error
+    assert ran.calls == []
+    assert ran.printed == "2 stale PRs\n"
+    assert ran.printed_bytes == len("2 stale PRs\n")
+    assert protocol.canonical_json(ran.value) == (
+        b'[{"number":12,"reviews":0},{"number":15,"reviews":2}]'
+    )
+    assert roundtrip(ran).value == ran.value
+    assert ran.stats.results_bytes > 0
+
+
+def test_stale_prs_depends_on_the_fixed_clock():
+    """The clock comes from the record: a month earlier, no PR is stale and no review is asked."""
+    ran = run(STALE_PRS, [LIST_PRS], now_ms=NOW_MS - 60 * DAY_MS)
+    assert ran.outcome == "finished"
+    assert ran.value == []
+    assert ran.printed == "0 stale PRs\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Calls: results, errors, unknown tools, argument checks
+# ---------------------------------------------------------------------------------------------
+
+
+def test_recorded_result_resolves_with_the_parsed_json():
+    """A recorded result is the value of the call's promise, as JSON data."""
+    result = {"a": [1, 2.5, "x", None, True], "b": {"c": {}}}
+    assert value("return await tools.echo({ n: 1 })", [rec("echo", {"n": 1}, result=result)]) == (
+        result
+    )
+
+
+def test_recorded_error_rejects_with_an_error_the_script_can_catch():
+    """A recorded error rejects with an Error carrying the tool's message; catch sees it."""
+    code = (
+        "try { await tools.echo({}); return 'no throw'; }\n"
+        "catch (e) { return [e instanceof Error, e.name, e.message]; }"
+    )
+    assert value(code, [rec("echo", error="rate limited, try later")]) == [
+        True,
+        "Error",
+        "rate limited, try later",
+    ]
+
+
+def test_recorded_error_uncaught_fails_the_run_with_the_tools_message():
+    """An uncaught tool error fails the run with the tool's message and the script's line."""
+    ran = run("const x = 1;\nawait tools.echo({});", [rec("echo", error="no such repo")])
+    assert ran.outcome == "failed"
+    assert ran.error is not None
+    assert (ran.error.name, ran.error.message) == ("Error", "no such repo")
+    assert [(x.line, x.text) for x in ran.error.lines] == [(2, "await tools.echo({});")]
+    assert ran.limit is None
+
+
+def test_unknown_tool_throws_naming_the_closest_tools():
+    """A call to a tool that does not exist throws, catchably, naming the closest names."""
+    name, message = caught("await tools.list_pr({});")
+    assert name == "Error"
+    assert "tools.list_pr does not exist" in message
+    assert "tools.list_prs" in message
+    assert "tool_search" in message
+
+
+def test_unknown_tool_uncaught_fails_without_asking_for_a_call():
+    """An unknown tool's error is thrown at the call site: nothing is sent to the host."""
+    ran = run("await tools.get_usr({ id: 1 });")
+    assert ran.outcome == "failed"
+    assert ran.calls == []
+    assert ran.error is not None and "tools.get_user" in ran.error.message
+
+
+@pytest.mark.parametrize("tools", [["echo"], ["echo", "run_code"]])
+def test_run_code_is_refused_inside_a_script(tools):
+    """``tools.run_code`` throws (catchably), even when the host lists it among the tools."""
+    name, message = caught("await tools.run_code({ code: 'return 1' });", tools=tools)
+    assert name == "Error"
+    assert "tools.run_code cannot be called from a script" in message
+    assert "tools.run_code," not in message and not message.endswith("tools.run_code.")
+    assert value("return 'run_code' in tools", tools=tools) is False
+
+
+@pytest.mark.parametrize(
+    ("argument", "given"),
+    [("[1, 2]", "an array"), ("'abc'", "a string"), ("42", "42"), ("null", "null")],
+)
+def test_non_object_arguments_throw_a_type_error(argument, given):
+    """A call takes one object of arguments; anything else is a TypeError at the call site."""
+    name, message = caught(f"tools.echo({argument});")
+    assert name == "TypeError"
+    assert "tools.echo takes one object of arguments" in message
+    assert message.endswith(f"it was given {given}")
+
+
+@pytest.mark.parametrize(
+    ("expression", "path", "what"),
+    [
+        ("{ f: () => 1 }", "the argument.f", "a function"),
+        ("{ when: new Date() }", "the argument.when", "a Date"),
+        ("{ m: new Map([[1, 2]]) }", "the argument.m", "a Map"),
+        ("{ p: new (class Point { constructor() { this.x = 1 } })() }", "the argument.p", "Point"),
+        (
+            "(() => { const o = { a: {} }; o.a.back = o; return { o }; })()",
+            "the argument.o.a.back",
+            "refers to itself",
+        ),
+        ("{ n: NaN }", "the argument.n", "NaN"),
+        ("{ deep: { xs: [1, Infinity] } }", "the argument.deep.xs[1]", "Infinity"),
+        ("{ big: 10n }", "the argument.big", "BigInt"),
+        ("{ xs: [1, undefined, 3] }", "the argument.xs[1]", "undefined"),
+        ("{ s: Symbol('x') }", "the argument.s", "symbol"),
+    ],
+)
+def test_non_plain_data_throws_a_type_error_naming_the_path(expression, path, what):
+    """Arguments must be plain JSON data; the TypeError names where the bad value is."""
+    name, message = caught(f"await tools.echo({expression});")
+    assert name == "TypeError"
+    assert message.startswith(path + " ")
+    assert what in message
+
+
+def test_bad_argument_does_not_make_the_call():
+    """A call refused at the call site is not sent, and does not take a position in the log."""
+    code = "try { tools.echo({ f: () => 1 }); } catch (e) {}\nreturn await tools.echo({ n: 1 });"
+    assert value(code, [rec("echo", {"n": 1}, result="first")]) == "first"
+
+
+def test_undefined_properties_are_left_out_and_no_argument_sends_an_empty_object():
+    """``{a: 1, b: undefined}`` sends ``{a: 1}``; ``tools.x()``, ``tools.x(undefined)`` send {}."""
+    ran = run("tools.echo({ a: 1, b: undefined }); tools.search(); tools.get_user(undefined);")
+    assert ran.outcome == "calls"
+    assert [(c.name, c.arguments) for c in ran.calls] == [
+        ("echo", {"a": 1}),
+        ("search", {}),
+        ("get_user", {}),
+    ]
+
+
+def test_shared_subobjects_and_null_prototype_objects_are_plain_data():
+    """Only cycles are refused: the same object twice, or Object.create(null), is fine."""
+    code = (
+        "const x = { k: 1 }; const o = Object.create(null); o.v = 2;\ntools.echo({ x, y: [x], o });"
+    )
+    ran = run(code)
+    assert ran.outcome == "calls", ran.error
+    assert ran.calls[0].arguments == {"x": {"k": 1}, "y": [{"k": 1}], "o": {"v": 2}}
+
+
+# ---------------------------------------------------------------------------------------------
+# Replay: divergence, unanswered calls, every call is made, stuck scripts
+# ---------------------------------------------------------------------------------------------
+
+
+def test_divergence_in_arguments_names_the_position_and_both_calls():
+    """Call i with other arguments than record i fails, naming i, the record and the new call."""
+    records = [rec("echo", {"n": 1}, result=1), rec("echo", {"n": 2}, result=2)]
+    ran = run("await tools.echo({ n: 1 });\nawait tools.echo({ n: 3 });", records)
+    assert ran.outcome == "failed"
+    assert ran.error is not None
+    assert ran.error.name == "DivergenceError"
+    assert "call 2 " in ran.error.message
+    assert 'tools.echo({"n":2})' in ran.error.message
+    assert 'tools.echo({"n":3})' in ran.error.message
+    assert ran.limit is None
+
+
+def test_divergence_in_name_fails():
+    """Call i to another tool than record i fails the same way."""
+    ran = run("await tools.search({ q: 'x' });", [rec("echo", {"q": "x"}, result=1)])
+    assert ran.outcome == "failed"
+    assert ran.error is not None and ran.error.name == "DivergenceError"
+    assert "call 1 " in ran.error.message
+    assert 'tools.echo({"q":"x"})' in ran.error.message
+    assert 'tools.search({"q":"x"})' in ran.error.message
+
+
+def test_key_order_in_arguments_does_not_matter():
+    """Arguments compare as canonical JSON: other key orders, at any depth, are the same call."""
+    record = rec("echo", {"a": 1, "b": [{"y": 2, "x": {"q": 1, "p": 0}}]}, result="same")
+    assert value(
+        "return await tools.echo({ b: [{ x: { p: 0, q: 1 }, y: 2 }], a: 1 });", [record]
+    ) == ("same")
+
+
+def test_divergence_cannot_be_caught():
+    """A try/catch around the diverging call does not swallow it: the run ends failed."""
+    code = (
+        "try { await tools.echo({ n: 2 }); } catch (e) { console.log('caught', e); }\n"
+        "return 'swallowed';"
+    )
+    ran = run(code, [rec("echo", {"n": 1}, result=1)])
+    assert ran.outcome == "failed"
+    assert ran.error is not None and ran.error.name == "DivergenceError"
+    assert "caught" not in ran.printed
+
+
+def test_divergence_keeps_what_was_printed_before_it():
+    """The failed run still reports what the script printed up to the divergence."""
+    ran = run("console.log('before');\nawait tools.echo({ n: 2 });", [rec("echo", {"n": 1})])
+    assert ran.outcome == "failed"
+    assert ran.printed == "before\n"
+
+
+def test_unanswered_call_is_not_an_error_the_script_can_catch():
+    """A new call never settles: neither catch nor finally runs, and the step reports the call."""
+    code = (
+        "try { await tools.echo({ n: 1 }); console.log('resolved'); }\n"
+        "catch (e) { console.log('caught'); }\n"
+        "finally { console.log('finally'); }\n"
+        "return 'done';"
+    )
+    ran = run(code)
+    assert ran.outcome == "calls"
+    assert [c.arguments for c in ran.calls] == [{"n": 1}]
+    assert ran.printed == ""
+    assert not ran.returned
+
+
+def test_unanswered_call_then_handlers_never_run():
+    """``.then``/``.catch`` handlers on a new call do not run in this run."""
+    ran = run("tools.echo({}).then(() => console.log('then'), () => console.log('catch'));")
+    assert ran.outcome == "calls"
+    assert ran.printed == ""
+
+
+def test_a_call_made_and_not_awaited_is_still_made():
+    """Every call a script makes is made: returning with a call unanswered reports the call."""
+    ran = run("tools.echo({ n: 1 });\nreturn 'early';")
+    assert ran.outcome == "calls"
+    assert [(c.name, c.arguments) for c in ran.calls] == [("echo", {"n": 1})]
+    assert not ran.returned
+    # With the call recorded, the same script finishes.
+    assert value("tools.echo({ n: 1 });\nreturn 'early';", [rec("echo", {"n": 1}, result=0)]) == (
+        "early"
+    )
+
+
+def test_a_script_that_throws_after_a_new_call_reports_the_call():
+    """A call the script made before it threw is still made."""
+    ran = run("tools.echo({ n: 1 });\nthrow new Error('later');")
+    assert ran.outcome == "calls"
+    assert [c.arguments for c in ran.calls] == [{"n": 1}]
+
+
+def test_calls_of_one_run_are_reported_together_in_program_order():
+    """Calls issued before the script awaits all go out in one step, in the order made."""
+    code = """\
+const a = tools.search({ q: "a" });
+const inner = (async () => { return await tools.get_user({ id: 7 }); })();
+const b = tools.echo({ n: 2 });
+await Promise.all([b, inner, a]);"""
+    ran = run(code)
+    assert ran.outcome == "calls"
+    assert [(c.name, c.arguments) for c in ran.calls] == [
+        ("search", {"q": "a"}),
+        ("get_user", {"id": 7}),
+        ("echo", {"n": 2}),
+    ]
+
+
+def test_new_calls_follow_the_recorded_ones():
+    """With two of three parallel calls recorded, the step asks only for the third."""
+    code = "return await Promise.all([1, 2, 3].map((n) => tools.echo({ n })));"
+    records = [rec("echo", {"n": 1}, result=10), rec("echo", {"n": 2}, result=20)]
+    ran = run(code, records)
+    assert ran.outcome == "calls"
+    assert [c.arguments for c in ran.calls] == [{"n": 3}]
+    assert value(code, [*records, rec("echo", {"n": 3}, result=30)]) == [10, 20, 30]
+
+
+def test_stuck_script_fails_saying_it_can_never_complete():
+    """A script that awaits a promise nothing can resolve fails instead of hanging."""
+    ran = run("console.log('waiting');\nawait new Promise(() => {});\nreturn 1;")
+    assert ran.outcome == "failed"
+    assert ran.error is not None
+    assert "can never complete" in ran.error.message
+    assert ran.printed == "waiting\n"
+    assert ran.limit is None
+
+
+def test_stuck_after_recorded_calls_is_still_stuck():
+    """Recorded calls settle; a never-resolved promise after them is still a stuck script."""
+    ran = run("await tools.echo({});\nawait new Promise(() => {});", [rec("echo", result=1)])
+    assert ran.outcome == "failed"
+    assert ran.error is not None and "can never complete" in ran.error.message
+
+
+# ---------------------------------------------------------------------------------------------
+# Determinism: Date, Math.random, performance
+# ---------------------------------------------------------------------------------------------
+
+CLOCK_PROBE = """\
+const d = new Date();
+return {
+  now: Date.now(), date: d.getTime(), iso: d.toISOString(), text: Date(),
+  random: [Math.random(), Math.random(), Math.random(), Math.random()],
+  perf: performance.now(),
+};"""
+
+
+def test_date_and_random_are_the_same_on_every_run():
+    """Two runs with the same clock see the same time, date text and random sequence."""
+    first, second = value(CLOCK_PROBE), value(CLOCK_PROBE)
+    assert first == second
+    assert first["now"] == first["date"] == NOW_MS
+    assert first["iso"] == "2026-01-01T00:00:00.000Z"
+    assert first["text"] == value("return new Date(Date.now()).toString()")
+    assert all(0 <= x < 1 for x in first["random"])
+    assert len(set(first["random"])) == 4
+    assert first["perf"] == 0
+
+
+def test_another_seed_gives_another_random_sequence():
+    """Math.random follows the record's seed."""
+    first = value(CLOCK_PROBE)["random"]
+    other = value(CLOCK_PROBE, seed=SEED + 1)["random"]
+    assert first != other
+    assert value(CLOCK_PROBE, seed=SEED + 1)["random"] == other
+
+
+def test_another_clock_gives_another_time():
+    """Date follows the record's now_ms."""
+    later = value(CLOCK_PROBE, now_ms=NOW_MS + 1234)
+    assert later["now"] == later["date"] == NOW_MS + 1234
+
+
+def test_date_still_works_as_a_date():
+    """Explicit dates, Date.parse/UTC, instanceof and subclasses behave as usual."""
+    code = """\
+class Stamp extends Date {}
+return [
+  new Date(2020, 0, 1).getFullYear(), new Date(0).toISOString(),
+  Date.parse("2020-01-01T00:00:00Z"), Date.UTC(2020, 0, 1),
+  new Date() instanceof Date, new Date(5).constructor === Date, typeof Date(),
+  new Stamp().getTime(), new Stamp() instanceof Date, Date.name,
+];"""
+    assert value(code) == [
+        2020,
+        "1970-01-01T00:00:00.000Z",
+        1577836800000,
+        1577836800000,
+        True,
+        True,
+        "string",
+        NOW_MS,
+        True,
+        "Date",
+    ]
+
+
+def test_the_real_clock_is_not_reachable_through_date():
+    """Neither Date's prototype chain nor its constructor property hands out the real clock."""
+    code = """\
+const times = [];
+for (let C = Date; C; C = Object.getPrototypeOf(C)) {
+  if (Object.prototype.hasOwnProperty.call(C, "now")) times.push(C.now());
+}
+times.push(new (new Date().constructor)().getTime(), Date.prototype.constructor.now());
+return times;"""
+    times = value(code)
+    assert times and all(t == NOW_MS for t in times)
+
+
+def test_weakref_and_finalization_registry_are_absent():
+    """Garbage-collection timing differs between runs, so the script cannot observe it."""
+    assert value("return [typeof WeakRef, typeof FinalizationRegistry]") == [
+        "undefined",
+        "undefined",
+    ]
+
+
+def test_host_functions_are_not_left_on_the_global_object():
+    """The prelude removes its host bindings before the script runs."""
+    assert (
+        value("return [typeof __cm_call, typeof __cm_print, typeof __cm_done]") == ["undefined"] * 3
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# console
+# ---------------------------------------------------------------------------------------------
+
+
+def test_console_formats_values():
+    """Strings as themselves, data as JSON, Map/Set, Errors as "Name: message", cycles marked."""
+    code = r"""
+console.log("plain text", "two");
+console.info({ a: 1, b: [1, "x", null] });
+console.warn(undefined, null, 1.5, true, 10n);
+console.error(new TypeError("bad input"));
+console.log(new Map([["k", { v: 1 }]]), new Set([1, "x"]));
+const o = { a: 1 }; o.self = o; console.log(o);
+console.debug([1, [2, [3]]], function named() {});
+console.log();
+"""
+    assert run(code).printed == (
+        "plain text two\n"
+        '{"a":1,"b":[1,"x",null]}\n'
+        "undefined null 1.5 true 10n\n"
+        "TypeError: bad input\n"
+        'Map(1) {"k" => {"v":1}} Set(2) {1, "x"}\n'
+        '{"a":1,"self":[Circular]}\n'
+        "[1,[2,[3]]] [Function named]\n"
+        "\n"
+    )
+
+
+def test_console_survives_lone_surrogates_and_unprintable_values():
+    """Lone surrogates become U+FFFD; a value whose formatting throws is marked, not fatal."""
+    code = r"""
+console.log("a\ud800b", "\udc00");
+console.log({ toJSON() { throw new Error("nope"); } });
+return "ok";"""
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed == "a\ufffdb \ufffd\n[unprintable: Error: nope]\n"
+    assert roundtrip(ran).printed == ran.printed
+
+
+def test_console_cannot_be_replaced_to_hide_output():
+    """console is frozen; printing still reaches the host."""
+    ran = run("try { console.log = () => {}; } catch (e) {}\nconsole.log('still here');")
+    assert ran.printed == "still here\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounded output: printed text, returned values, thrown values
+# ---------------------------------------------------------------------------------------------
+
+NOTE_ROOM = 200  # the "[... cut ...]" note between head and tail
+
+
+def test_printing_100_logs_of_1_mib_keeps_head_and_tail_and_counts_all():
+    """100 MiB printed in 100 logs: head and tail kept, the true total counted, line small."""
+    code = """\
+const chunk = "x".repeat(1024 * 1024 - 6);
+console.log("FIRST " + chunk);
+for (let i = 0; i < 98; i++) console.log(chunk + "      ");
+console.log(chunk + " LAST!");"""
+    ran = run(code)
+    assert ran.outcome == "finished"
+    assert ran.printed_bytes == 100 * (MiB + 1)
+    assert len(ran.printed) <= PRINTED_HEAD + PRINTED_TAIL + NOTE_ROOM
+    assert ran.printed.startswith("FIRST xxx")
+    assert ran.printed.endswith("x LAST!\n")
+    assert re.search(r"\[\.\.\. [\d.,]+ MiB of printed output cut \.\.\.\]", ran.printed)
+    line = protocol.encode(ran)
+    assert len(line) < 200 * KiB
+    assert roundtrip(ran).printed == ran.printed
+
+
+def test_printing_one_100_mb_log_is_bounded():
+    """One console.log of 100 MB: printed text bounded, printed_bytes the true total."""
+    ran = run("console.log('y'.repeat(100e6)); return 'ok';", memory=1024 * MiB)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == "ok"
+    assert ran.printed_bytes == 100_000_001
+    assert len(ran.printed) <= PRINTED_HEAD + PRINTED_TAIL + NOTE_ROOM
+    assert "of printed output cut" in ran.printed
+    assert len(protocol.encode(ran)) < 200 * KiB
+
+
+def test_short_output_is_not_cut():
+    """Output under the bound is kept whole, with no note."""
+    ran = run("for (let i = 0; i < 1000; i++) console.log('line ' + i);")
+    assert ran.printed == "".join(f"line {i}\n" for i in range(1000))
+    assert "cut" not in ran.printed
+    assert ran.printed_bytes == len(ran.printed)
+
+
+def test_returning_a_100_mb_string_is_cut_in_the_middle():
+    """A huge returned string comes back as its head and tail with a note, and its size."""
+    ran = run("return 'A' + 'z'.repeat(100e6 - 2) + 'B';", memory=1024 * MiB)
+    assert ran.outcome == "finished", ran.error
+    assert ran.returned
+    assert ran.value is None
+    assert ran.value_bytes == 100_000_000
+    assert ran.value_text is not None
+    assert ran.value_text.startswith("Azzz")
+    assert ran.value_text.endswith("zzzB")
+    assert "characters of the returned string cut" in ran.value_text
+    assert len(ran.value_text) <= VALUE_BOUND + NOTE_ROOM
+    line = protocol.encode(ran)
+    assert len(line) < VALUE_BOUND + 64 * KiB
+    back = roundtrip(ran)
+    assert back.returned and back.value_text == ran.value_text
+
+
+def test_returning_a_large_object_is_cut_as_json():
+    """A returned value whose JSON is over VALUE_BOUND comes back as cut JSON text."""
+    code = "return Array.from({ length: 100000 }, (_, i) => ({ i, s: 'abcdefghij' }));"
+    ran = run(code)
+    assert ran.outcome == "finished"
+    assert ran.returned
+    assert ran.value_text is not None
+    assert ran.value_text.startswith('[{"i":0,"s":"abcdefghij"},')
+    assert ran.value_text.endswith('{"i":99999,"s":"abcdefghij"}]')
+    assert "of the returned value cut" in ran.value_text
+    full = len(b'{"i":,"s":"abcdefghij"}') * 100000 + sum(len(str(i)) for i in range(100000))
+    assert ran.value_bytes == full + 99999 + 2  # commas and brackets
+    assert len(protocol.encode(ran)) < VALUE_BOUND + 64 * KiB
+
+
+def test_a_value_just_under_the_bound_is_sent_whole():
+    """A value whose JSON fits in VALUE_BOUND is sent as data, not as text."""
+    text = "q" * (VALUE_BOUND - 2)
+    ran = run(f"return 'q'.repeat({len(text)});")
+    assert ran.value == text
+    assert ran.value_text is None
+
+
+def test_returning_undefined_is_no_value():
+    """``return`` / ``return undefined`` / no return: finished with no value."""
+    for code in ("return;", "return undefined;", "const x = 1;"):
+        ran = run(code)
+        assert ran.outcome == "finished"
+        assert not ran.returned
+        assert not roundtrip(ran).returned
+
+
+def test_returning_null_is_a_value():
+    """``return null`` is a value (None), unlike undefined, and stays one over the wire."""
+    ran = run("return null;")
+    assert ran.outcome == "finished"
+    assert ran.returned
+    assert ran.value is None
+    assert b'"value":null' in protocol.encode(ran)
+    assert roundtrip(ran).returned
+
+
+def test_returned_values_are_json_data():
+    """Dates become their ISO text, undefined members drop out, -0 is 0."""
+    code = "return { when: new Date(0), gone: undefined, xs: [undefined, -0, 1e300] };"
+    assert value(code) == {"when": "1970-01-01T00:00:00.000Z", "xs": [None, 0, 1e300]}
+
+
+def test_returning_a_cyclic_object_fails_naming_json():
+    """A value that is not JSON data fails the run and says so."""
+    ran = run("const o = { a: 1 };\no.o = o;\nreturn o;")
+    assert ran.outcome == "failed"
+    assert ran.error is not None
+    assert "JSON" in ran.error.message
+    assert roundtrip(ran).error == ran.error
+
+
+def test_returning_a_bigint_fails_naming_json():
+    """BigInt has no JSON form: the run fails and says the value is not JSON data."""
+    ran = run("return 10n;")
+    assert ran.outcome == "failed"
+    assert ran.error is not None and "not JSON data" in ran.error.message
+
+
+def test_lone_surrogates_in_returned_values_do_not_crash():
+    """A returned string or key with a lone surrogate finishes, with U+FFFD in its place."""
+    ran = run(r"return { ['k\ud800']: 'v\udc00', s: 'ok \\ud800 stays text' };")
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == {"k\ufffd": "v\ufffd", "s": "ok \\ud800 stays text"}
+    assert roundtrip(ran).value == ran.value
+
+
+def test_lone_surrogates_in_a_cut_string_do_not_crash():
+    """A huge string cut inside a surrogate pair still comes back as well-formed text."""
+    ran = run("return 'a' + '\\u{1F600}'.repeat(200000);")
+    assert ran.outcome == "finished", ran.error
+    assert ran.value_text is not None
+    protocol.encode(ran)
+
+
+def test_lone_surrogates_in_arguments_do_not_crash():
+    """Arguments with lone surrogates are sent with U+FFFD, and replay against that record."""
+    ran = run(r"await tools.echo({ s: 'a\ud800', ['\udc00']: 1 });")
+    assert ran.outcome == "calls", ran.error
+    assert ran.calls[0].arguments == {"s": "a\ufffd", "\ufffd": 1}
+    code = r"return await tools.echo({ s: 'a\ud800', ['\udc00']: 1 });"
+    assert value(code, [rec("echo", {"s": "a\ufffd", "\ufffd": 1}, result=5)]) == 5
+
+
+@pytest.mark.parametrize(
+    ("thrown", "message"),
+    [("42", "42"), ("'str'", "str"), ("{ a: 1 }", '{"a":1}'), ("undefined", "undefined")],
+)
+def test_throwing_a_non_error_is_a_well_formed_failure(thrown, message):
+    """A thrown non-Error value fails the run with its text as the message."""
+    ran = run(f"throw {thrown};")
+    assert ran.outcome == "failed"
+    assert ran.error is not None
+    assert ran.error.message == message
+    assert roundtrip(ran).error == ran.error
+
+
+def test_throwing_null_is_a_well_formed_failure():
+    """``throw null`` fails the run with a bounded, well-formed error.
+
+    QuickJS throws null when it cannot allocate the out-of-memory error, so the sandbox reads
+    a thrown null as the memory limit; this only checks that it is a clean failure.
+    """
+    ran = run("throw null;")
+    assert ran.outcome == "failed"
+    assert ran.error is not None and ran.error.message
+    assert roundtrip(ran).error == ran.error
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "throw new Error('m'.repeat(1e7));",
+        "throw 's'.repeat(1e7);",
+        "throw { big: 's'.repeat(1e7) };",
+        "const e = new Error('m'); e.name = 'N'.repeat(1e7); throw e;",
+    ],
+)
+def test_a_huge_error_is_bounded(code):
+    """An error with a 10 MB message or name is cut, so the ran line stays small."""
+    ran = run(code)
+    assert ran.outcome == "failed"
+    assert ran.error is not None
+    assert len(ran.error.message) <= 20 * KiB
+    assert len(ran.error.name) <= 300
+    assert "characters cut" in ran.error.message + ran.error.name
+    assert len(protocol.encode(ran)) < 64 * KiB
+
+
+# ---------------------------------------------------------------------------------------------
+# Error lines
+# ---------------------------------------------------------------------------------------------
+
+
+def test_runtime_error_reports_its_line_and_text():
+    """A TypeError on line 3 is reported with line 3 and its text, numbered as written."""
+    ran = run("const a = 1;\nconst b = null;\nconst c = b.missing;\nreturn c;")
+    assert ran.outcome == "failed"
+    assert ran.error is not None
+    assert ran.error.name == "TypeError"
+    assert [(x.line, x.text) for x in ran.error.lines] == [(3, "const c = b.missing;")]
+
+
+def test_syntax_error_reports_its_line():
+    """A SyntaxError names the line the parser stopped on."""
+    ran = run("const a = 1;\nconst b = 2;\nconst c = ;\nreturn a;")
+    assert ran.outcome == "failed"
+    assert ran.error is not None
+    assert ran.error.name == "SyntaxError"
+    assert [x.line for x in ran.error.lines] == [3]
+    assert ran.error.lines[0].text == "const c = ;"
+
+
+def test_nested_function_error_reports_the_lines_of_its_stack():
+    """An error deep in the script's functions reports each of its frames, innermost first."""
+    code = """\
+function outer(x) {
+  return inner(x) + 1;
+}
+function inner(x) {
+  throw new RangeError("too far: " + x);
+}
+return outer(3);"""
+    ran = run(code)
+    assert ran.error is not None
+    assert (ran.error.name, ran.error.message) == ("RangeError", "too far: 3")
+    assert [x.line for x in ran.error.lines] == [5, 2, 7]
+    assert ran.error.lines[0].text == '  throw new RangeError("too far: " + x);'
+
+
+def test_prelude_frames_are_not_reported():
+    """An error thrown inside the prelude (an argument check) reports only the script's line."""
+    n_lines = 2
+    ran = run("const f = () => 1;\nawait tools.echo({ f });")
+    assert ran.error is not None and ran.error.name == "TypeError"
+    assert [(x.line, x.text) for x in ran.error.lines] == [(2, "await tools.echo({ f });")]
+    assert all(1 <= x.line <= n_lines for x in ran.error.lines)
+
+
+def test_error_after_a_recorded_call_reports_its_line():
+    """Line numbers stay right after an await resumed the script."""
+    ran = run("const r = await tools.echo({});\n\nr.nope.deeper;", [rec("echo", result={})])
+    assert ran.error is not None
+    assert [x.line for x in ran.error.lines] == [3]
+
+
+# ---------------------------------------------------------------------------------------------
+# Limits
+# ---------------------------------------------------------------------------------------------
+
+
+def test_calls_limit_ends_the_run_at_the_call_past_it():
+    """calls=5, five calls recorded: the 6th call ends the run, even inside a try."""
+    records = [rec("echo", {"i": i}, result=i) for i in range(5)]
+    code = "try { for (let i = 0; ; i++) await tools.echo({ i }); } catch (e) { return 'caught'; }"
+    ran = run(code, records, calls=5)
+    assert_limit(ran, "calls")
+    assert "6 calls" in ran.limit.message  # type: ignore[union-attr]
+    assert ran.calls == []
+
+
+def test_calls_limit_counts_recorded_calls():
+    """Recorded calls count: 3 recorded plus 3 new in one step is past calls=5."""
+    records = [rec("echo", {"i": i}, result=i) for i in range(3)]
+    code = (
+        "for (let i = 0; i < 3; i++) await tools.echo({ i });\n"
+        "await Promise.all([3, 4, 5].map((i) => tools.echo({ i })));"
+    )
+    assert_limit(run(code, records, calls=5), "calls")
+    # Exactly at the limit is fine: the step asks for calls 4 and 5.
+    code_at = code.replace("[3, 4, 5]", "[3, 4]")
+    ran = run(code_at, records, calls=5)
+    assert ran.outcome == "calls"
+    assert [c.arguments for c in ran.calls] == [{"i": 3}, {"i": 4}]
+
+
+def test_results_limit_counts_the_results_read():
+    """results: the recorded results read over the script pass the limit and end the run."""
+    records = [rec("echo", {"i": i}, result="x" * 1000) for i in range(3)]
+    code = "for (let i = 0; i < 3; i++) await tools.echo({ i });\nreturn 'read all';"
+    assert value(code, records, results=3100) == "read all"
+    ran = run(code, records, results=2500)
+    assert_limit(ran, "results")
+    assert ran.stats.results_bytes > 2500
+
+
+def test_results_limit_counts_bytes_not_characters():
+    """A non-ASCII result counts its UTF-8 bytes: 1,000 'é' are 2,002 bytes of JSON."""
+    ran = run("await tools.echo({});\nreturn 1;", [rec("echo", result="é" * 1000)], results=1500)
+    assert_limit(ran, "results")
+
+
+def test_arguments_limit_counts_recorded_calls_over_the_whole_script():
+    """arguments: recorded calls' arguments count; the call that passes the total ends the run."""
+    payload = "p" * 1000
+    records = [rec("echo", {"i": i, "s": payload}, result=i) for i in range(3)]
+    code = f"for (let i = 0; i < 4; i++) await tools.echo({{ i, s: '{payload}' }});"
+    ran = run(code, records, arguments=3500)
+    assert_limit(ran, "arguments")
+    # The same new call alone is well under the limit.
+    alone = run(f"await tools.echo({{ i: 3, s: '{payload}' }});", arguments=3500)
+    assert alone.outcome == "calls"
+
+
+def test_call_arguments_limit_throws_a_catchable_range_error():
+    """call_arguments: a too-large call throws RangeError at the call site, and is not made."""
+    name, message = caught("await tools.echo({ s: 'y'.repeat(2000) });", call_arguments=1000)
+    assert name == "RangeError"
+    assert "call_arguments" in message
+    assert "[codemode.limits] call_arguments" in message
+    ran = run(
+        "try { tools.echo({ s: 'y'.repeat(2000) }); } catch (e) {}\nreturn 'no call';",
+        call_arguments=1000,
+    )
+    assert ran.outcome == "finished" and ran.value == "no call"
+
+
+def test_call_arguments_limit_uncaught_names_the_limit():
+    """An uncaught call_arguments error fails the run with limit call_arguments."""
+    ran = run("await tools.echo({ s: 'y'.repeat(2000) });", call_arguments=1000)
+    assert_limit(ran, "call_arguments")
+    assert ran.error is not None and ran.error.name == "RangeError"
+    assert [x.line for x in ran.error.lines] == [1]
+
+
+def test_a_script_throwing_a_look_alike_range_error_is_not_a_limit():
+    """Only the sandbox's own per-call limit errors set ``limit``."""
+    ran = run("throw new RangeError('call_arguments limit met: made up');")
+    assert ran.outcome == "failed"
+    assert ran.limit is None
+
+
+def test_step_arguments_limit_counts_the_calls_of_one_step():
+    """step_arguments: the new calls of one step together pass the limit and end the run."""
+    code = "await Promise.all([1, 2, 3].map((i) => tools.echo({ i, s: 'y'.repeat(400) })));"
+    assert_limit(run(code, step_arguments=1000), "step_arguments")
+    two = run(code.replace("[1, 2, 3]", "[1, 2]"), step_arguments=1000)
+    assert two.outcome == "calls" and len(two.calls) == 2
+
+
+def test_step_arguments_does_not_count_recorded_calls():
+    """Recorded calls belong to earlier steps: only this step's new calls count."""
+    code = "await Promise.all([1, 2, 3, 4].map((i) => tools.echo({ i, s: 'y'.repeat(400) })));"
+    records = [rec("echo", {"i": i, "s": "y" * 400}, result=i) for i in (1, 2)]
+    ran = run(code, records, step_arguments=1000)
+    assert ran.outcome == "calls", ran.error
+    assert [c.arguments["i"] for c in ran.calls] == [3, 4]
+
+
+def test_memory_limit_ends_a_growing_script():
+    """memory: a script that grows an array past 16 MiB fails with limit memory."""
+    ran = run(
+        "const a = [];\nfor (;;) a.push(new Array(1000).fill(1.5));",
+        memory=16 * MiB,
+    )
+    assert_limit(ran, "memory")
+    assert "16 MiB" in ran.limit.message  # type: ignore[union-attr]
+
+
+def test_memory_limit_for_many_small_objects():
+    """A Map grown past the heap fails with limit memory too (QuickJS may throw null here)."""
+    ran = run("const m = new Map();\nfor (let i = 0; ; i++) m.set(i, 'v' + i);", memory=16 * MiB)
+    assert_limit(ran, "memory")
+
+
+def test_deep_recursion_is_a_catchable_range_error():
+    """Runaway recursion is a RangeError the script can catch, not a crash."""
+    code = (
+        "function f(n) { return f(n + 1) + 1; }\n"
+        "try { f(0); } catch (e) { return [e.name, e instanceof RangeError]; }"
+    )
+    assert value(code) == ["RangeError", True]
+    ran = run("function f(n) { return f(n + 1) + 1; }\nf(0);")
+    assert ran.outcome == "failed"
+    assert ran.error is not None and ran.error.name == "RangeError"
+    assert ran.limit is None
+
+
+def test_stats_report_results_and_heap():
+    """stats carry the results read and the heap the run used."""
+    ran = run("await tools.echo({});", [rec("echo", result="abc")])
+    assert ran.stats.results_bytes == len(b'"abc"')
+    assert ran.stats.heap_bytes > 0
+    assert ran.stats.cpu_ms >= 0
