@@ -39,6 +39,21 @@ COOLDOWN = 10.0
 # How long past a step's own deadline and the service's slot wait the client waits for the
 # step's answer before it counts the service as gone (covers starting the process).
 STEP_MARGIN = 60.0
+# The keys of a [codemode.runner] table a remote runner takes.
+OPTIONS = frozenset(
+    {
+        "kind",
+        "addresses",
+        "token",
+        "token_file",
+        "token_env",
+        "tls",
+        "ca_file",
+        "server_name",
+        "connect_timeout",
+        "cooldown",
+    }
+)
 
 
 class _Skip(Exception):
@@ -112,39 +127,31 @@ class RemoteRunner(ScriptRunner):
         self._closed = False
 
     @classmethod
-    def from_config(
+    def from_options(
         cls,
-        section: Mapping[str, Any],
+        options: Mapping[str, Any],
         *,
         base: str | os.PathLike[str] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> RemoteRunner:
         """A RemoteRunner from a ``[codemode.runner]`` table with ``kind = "remote"``.
 
-        Keys: ``addresses`` (list of ``HOST:PORT``, required), ``token_file`` (a path,
-        relative to ``base``; otherwise the token comes from the environment variable named
-        by ``token_env``, ``CODEMODE_RUNNER_TOKEN`` by default), ``tls`` (bool), ``ca`` (PEM
-        file), ``server_name``, ``connect_timeout``, ``cooldown`` (seconds). Raises
-        ``ValueError`` naming the key at fault.
+        Keys: ``addresses`` (list of ``HOST:PORT``, required); the token from ``token_file``
+        (a path, relative to ``base``), else ``token``, else the environment variable named by
+        ``token_env`` (``CODEMODE_RUNNER_TOKEN`` by default); ``tls`` (bool), ``ca_file`` (PEM,
+        turns TLS on), ``server_name`` (the name the certificates must carry),
+        ``connect_timeout`` and ``cooldown`` (seconds). Raises ``ValueError`` naming the key at
+        fault.
         """
-        known = {
-            "kind",
-            "addresses",
-            "token_file",
-            "token_env",
-            "tls",
-            "ca",
-            "server_name",
-            "connect_timeout",
-            "cooldown",
-        }
-        unknown = sorted(set(section) - known)
+        unknown = sorted(set(options) - OPTIONS)
         if unknown:
             raise ValueError(
                 f"[codemode.runner] has unknown key(s) {', '.join(unknown)}; "
-                f"a remote runner takes {', '.join(sorted(known))}"
+                f"a remote runner takes {', '.join(sorted(OPTIONS))}"
             )
-        addresses = section.get("addresses")
+        if options.get("kind", "remote") != "remote":
+            raise ValueError(f"[codemode.runner] kind = {options['kind']!r} is not a remote runner")
+        addresses = options.get("addresses")
         if (
             not isinstance(addresses, list)
             or not addresses
@@ -156,22 +163,30 @@ class RemoteRunner(ScriptRunner):
             )
         root = Path(base) if base is not None else Path.cwd()
         env = os.environ if environ is None else environ
-        ca = section.get("ca")
-        return cls(
-            addresses,
-            read_token(
-                section.get("token_file"),
-                env_name=section.get("token_env", TOKEN_ENV),
+        inline = options.get("token")
+        if options.get("token_file") is None and isinstance(inline, str) and inline:
+            token = inline
+        else:
+            token = read_token(
+                options.get("token_file"),
+                env_name=options.get("token_env", TOKEN_ENV),
                 base=root,
                 environ=env,
                 where="[codemode.runner]",
-            ),
-            tls=bool(section.get("tls", False)) or None,
-            ca=None if ca is None else root / ca,
-            server_hostname=section.get("server_name"),
-            connect_timeout=float(section.get("connect_timeout", CONNECT_TIMEOUT)),
-            cooldown=float(section.get("cooldown", COOLDOWN)),
-        )
+            )
+        ca = options.get("ca_file")
+        try:
+            return cls(
+                addresses,
+                token,
+                tls=bool(options.get("tls", False)) or None,
+                ca=None if ca is None else root / ca,
+                server_hostname=options.get("server_name"),
+                connect_timeout=float(options.get("connect_timeout", CONNECT_TIMEOUT)),
+                cooldown=float(options.get("cooldown", COOLDOWN)),
+            )
+        except (OSError, ssl.SSLError) as e:
+            raise ValueError(f"[codemode.runner] ca_file {ca}: cannot load it: {e}") from e
 
     @property
     def addresses(self) -> list[str]:

@@ -155,7 +155,8 @@ class RunnerService:
 
     ``token`` is the shared secret every client must send; ``None`` turns authentication off,
     and only an explicit ``None`` does (the ``serve`` command asks for a flag for it).
-    ``runner`` runs the steps (default: a new :class:`ProcessRunner`); ``slots`` is how many
+    ``runner`` runs the steps (default: a new :class:`ProcessRunner`, closed with the service;
+    a runner passed in stays the caller's to close); ``slots`` is how many
     run at once (default: the number of CPUs) and ``slot_wait`` how long a step waits for a
     slot before the service answers ``busy``. ``tls`` wraps every connection when given.
 
@@ -181,6 +182,7 @@ class RunnerService:
     ) -> None:
         if token is not None and not token:
             raise ValueError("the runner service's token is empty")
+        self._owns_runner = runner is None
         if runner is None:
             from runner._process import ProcessRunner
 
@@ -244,6 +246,7 @@ class RunnerService:
         log.info("draining: %d step(s) in flight", self._steps)
         await self._no_steps.wait()
         await self._cancel_connections()
+        await self._close_runner()
         self._closed.set()
 
     async def aclose(self) -> None:
@@ -252,7 +255,12 @@ class RunnerService:
         if self._server is not None:
             self._server.close()
         await self._cancel_connections()
+        await self._close_runner()
         self._closed.set()
+
+    async def _close_runner(self) -> None:
+        if self._owns_runner:
+            await self.runner.aclose()
 
     async def _cancel_connections(self) -> None:
         tasks = list(self._connections)
@@ -262,10 +270,17 @@ class RunnerService:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._connection(wire.Channel(reader, writer))
+        except asyncio.CancelledError:
+            # The service is closing. The task must not end cancelled: asyncio's stream
+            # callback reports a cancelled handler as an error.
+            writer.transport.abort()
+
+    async def _connection(self, conn: wire.Channel) -> None:
         task = asyncio.current_task()
         assert task is not None
-        conn = wire.Channel(reader, writer)
-        wire.keepalive(writer)
+        wire.keepalive(conn.writer)
         if self.draining:
             conn.abort()
             return
@@ -278,16 +293,11 @@ class RunnerService:
                 await self._requests(conn)
         except wire.PeerGone as e:
             log.info("%s: %s", conn.peer, e)
-        except asyncio.CancelledError:
-            pass  # the service is closing
         except Exception:
             log.exception("%s: the connection failed", conn.peer)
         finally:
             self._connections.discard(task)
-            if conn.pending():
-                conn.abort()  # unread bytes would make close() wait on a peer mid-line
-            else:
-                await conn.close()
+            await conn.close(linger=0 if self.draining else 0.5)
 
     async def _refuse(self, conn: wire.Channel, why: str) -> None:
         log.warning("%s: refused: %s", conn.peer, why)

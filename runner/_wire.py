@@ -299,6 +299,8 @@ class Channel:
             raise TimeoutError
         try:
             chunk = await asyncio.wait_for(self.reader.read(_CHUNK), timeout)
+        except TimeoutError:  # an OSError too, but not a broken connection
+            raise
         except (ConnectionError, OSError) as e:
             raise PeerGone(f"the connection broke: {e}") from None
         if not chunk:
@@ -366,13 +368,29 @@ class Channel:
         except (ConnectionError, OSError, RuntimeError) as e:
             raise PeerGone(f"the connection broke while sending: {e}") from None
 
-    async def close(self) -> None:
-        """Close the connection without waiting long for a peer that does not read."""
+    async def close(self, linger: float = 0.0) -> None:
+        """Close the connection; never waits long for a peer that does not read.
+
+        With ``linger``, first send an end of stream and discard what the peer still sends for
+        up to that many seconds: closing with unread bytes makes the kernel send a reset, and
+        the peer would lose the last message (a refusal) along with it.
+        """
         if self.writer.is_closing():
             return
+        if linger > 0 and not self._eof:
+            until = time.monotonic() + linger
+            with contextlib.suppress(Exception):
+                if self.writer.can_write_eof():
+                    self.writer.write_eof()
+                while not self._eof:
+                    self._buffer.clear()
+                    await self._fill(until)
+        self._buffer.clear()
         self.writer.close()
-        with contextlib.suppress(Exception, asyncio.CancelledError):
+        try:
             await asyncio.wait_for(self.writer.wait_closed(), 1.0)
+        except (Exception, asyncio.CancelledError):
+            self.abort()
 
     def abort(self) -> None:
         """Drop the connection at once (a reset), unsent data discarded."""

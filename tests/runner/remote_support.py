@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import shutil
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -13,7 +14,7 @@ from typing import Any
 import orjson
 import psutil
 
-from runner import FileReader, RunError, ScriptRunner, Step
+from runner import FileReader, ProcessRunner, RunError, ScriptRunner, Step
 from runner import _wire as wire
 from runner._service import RunnerService
 from sandbox.protocol import Clock, Record, Script
@@ -95,6 +96,15 @@ async def services(*runners: ScriptRunner, **kw: Any) -> AsyncIterator[list[Runn
     finally:
         for service in started:
             await service.aclose()
+        for runner in runners:
+            await runner.aclose()
+
+
+def exec_runner() -> ProcessRunner:
+    """A ProcessRunner that starts a process per step: no warm processes to count."""
+    if "mode" in inspect.signature(ProcessRunner).parameters:
+        return ProcessRunner(mode="exec")  # type: ignore[call-arg,unused-ignore]
+    return ProcessRunner()
 
 
 class RawClient:

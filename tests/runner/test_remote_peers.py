@@ -1,0 +1,289 @@
+"""Bad peers against a runner service: each is refused or dropped, and the others are served.
+
+Each test plays one hostile or broken client by hand on the wire, then checks that a good
+client still gets its step run, so one bad peer cannot take the service down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+
+from runner import RemoteRunner
+from runner._service import RunnerService
+from sandbox.protocol import FileInfo, Script
+
+from .remote_support import (
+    TOKEN,
+    FakeRunner,
+    RawClient,
+    exec_runner,
+    sandbox_children,
+    script,
+    services,
+)
+
+
+@pytest.fixture
+async def service() -> AsyncIterator[RunnerService]:
+    async with services(
+        FakeRunner(), handshake_timeout=0.5, line_timeout=0.5, max_script_line=16 * 1024
+    ) as [service]:
+        yield service
+
+
+async def still_serves(service: RunnerService) -> None:
+    step = await RemoteRunner([service.address], TOKEN).run(script("x", id="good"))
+    assert step.value == {"runner": "fake", "id": "good"}
+
+
+def script_message(s: Script) -> dict[str, object]:
+    return {"script": {**s.model_dump(exclude_unset=True), "tenant": "t"}}
+
+
+async def test_no_token(service: RunnerService) -> None:
+    """A hello without a token is refused, naming what is missing."""
+    client = await RawClient.connect(service.address)
+    await client.send_json({"hello": {"version": 1}})
+    assert await client.receive() == {
+        "refused": {"error": "no token: hello must carry the service's token"}
+    }
+    assert await client.closed()
+    await still_serves(service)
+
+
+async def test_wrong_token(service: RunnerService) -> None:
+    """A wrong token is refused without saying more, and the connection closed."""
+    client = await RawClient.connect(service.address)
+    assert await client.hello(token="not-the-token") == {"refused": {"error": "wrong token"}}
+    assert await client.closed()
+    await still_serves(service)
+
+
+async def test_a_script_before_hello_is_refused(service: RunnerService) -> None:
+    """Skipping the handshake gets a refusal, never a step."""
+    client = await RawClient.connect(service.address)
+    await client.send_json(script_message(script("return 1")))
+    answer = await client.receive()
+    assert "the first message must be hello" in answer["refused"]["error"]
+    assert await client.closed()
+
+
+async def test_not_json(service: RunnerService) -> None:
+    client = await RawClient.connect(service.address)
+    await client.send(b"GET / HTTP/1.1\r\n\r\n")
+    answer = await client.receive()
+    assert "not JSON" in answer["refused"]["error"]
+    await still_serves(service)
+
+
+async def test_a_slow_client_that_never_finishes_its_hello(service: RunnerService) -> None:
+    """A client that trickles half a line is dropped after the handshake timeout."""
+    client = await RawClient.connect(service.address)
+    started = time.monotonic()
+    await client.send(b'{"hello": {"tok')
+    await still_serves(service)  # served meanwhile
+    answer = await client.receive()
+    assert answer == {"refused": {"error": "no hello within 0.5 s"}}
+    assert 0.4 < time.monotonic() - started < 3
+    assert await client.closed()
+
+
+async def test_a_client_that_says_nothing(service: RunnerService) -> None:
+    client = await RawClient.connect(service.address)
+    answer = await client.receive()
+    assert answer == {"refused": {"error": "no hello within 0.5 s"}}
+
+
+async def test_a_slow_client_that_never_finishes_its_script(service: RunnerService) -> None:
+    """After the handshake, a line that stalls midway is dropped after line_timeout."""
+    client = await RawClient.connect(service.address)
+    assert "welcome" in await client.hello()
+    await client.send(b'{"script": {"id": "x", "code": "ret')
+    started = time.monotonic()
+    assert await client.closed(timeout=5)
+    assert 0.4 < time.monotonic() - started < 3
+    await still_serves(service)
+
+
+async def test_a_hello_over_the_bound(service: RunnerService) -> None:
+    """A first line over 64 KiB is refused as soon as the bound is passed."""
+    client = await RawClient.connect(service.address)
+    await client.send(b'{"hello": {"token": "' + b"a" * 200_000)
+    answer = await client.receive()
+    assert "over the bound of 65,536 bytes" in answer["refused"]["error"]
+    client.close()
+    await still_serves(service)
+
+
+async def test_a_script_over_the_bound(service: RunnerService) -> None:
+    """A script line over the service's bound is refused and the connection dropped."""
+    client = await RawClient.connect(service.address)
+    welcome = (await client.hello())["welcome"]
+    assert welcome["max_line"] == 16 * 1024
+    await client.send_json(script_message(script("// " + "x" * 20_000)))
+    answer = await client.receive()
+    assert answer["error"]["cause"] == "protocol"
+    assert "over the bound of 16,384 bytes" in answer["error"]["error"]
+    assert await client.closed()
+    # The client checks the bound from the welcome itself and does not send such a script.
+    remote = RemoteRunner([service.address], TOKEN)
+    with pytest.raises(Exception, match="over its bound of 16,384"):
+        await remote.run(script("// " + "x" * 20_000))
+    await still_serves(service)
+
+
+async def test_a_version_the_service_does_not_speak(service: RunnerService) -> None:
+    """A client of another wire version is refused with both ranges named."""
+    client = await RawClient.connect(service.address)
+    await client.send_json({"hello": {"token": TOKEN, "version": 9, "oldest": 7}})
+    answer = await client.receive()
+    assert answer == {
+        "refused": {
+            "error": "no wire version in common: this service speaks versions 1 to 1, the "
+            "client 7 to 9; upgrade the older side"
+        }
+    }
+    # A newer client that still speaks version 1 is welcomed at version 1.
+    newer = await RawClient.connect(service.address)
+    await newer.send_json({"hello": {"token": TOKEN, "version": 3, "oldest": 1}})
+    assert (await newer.receive())["welcome"]["version"] == 1
+
+
+async def test_a_script_version_the_service_does_not_take(service: RunnerService) -> None:
+    """A script of another version is answered unfit; the connection stays usable."""
+    client = await RawClient.connect(service.address)
+    await client.hello()
+    message = script_message(script("return 1"))
+    message["script"]["version"] = 99  # type: ignore[index]
+    await client.send_json(message)
+    answer = await client.receive()
+    assert answer["error"]["cause"] == "unfit"
+    assert "takes script versions 1 to 1, the step is version 99" in answer["error"]["error"]
+    await client.send_json({"load": {}})
+    assert await client.receive() == {"load": {"slots": 2, "busy": 0, "draining": False}}
+
+
+async def test_a_malformed_script(service: RunnerService) -> None:
+    client = await RawClient.connect(service.address)
+    await client.hello()
+    await client.send_json({"script": {"id": "x", "tenant": "t"}})
+    answer = await client.receive()
+    assert answer["error"]["cause"] == "protocol"
+    assert "malformed 'script' message" in answer["error"]["error"]
+    assert await client.closed()
+
+
+async def test_an_unknown_request(service: RunnerService) -> None:
+    client = await RawClient.connect(service.address)
+    await client.hello()
+    await client.send_json({"shell": {"cmd": "id"}})
+    answer = await client.receive()
+    assert answer["error"]["error"] == "a 'shell' message where script or load was expected"
+    assert await client.closed()
+
+
+async def test_a_client_that_vanishes_mid_step_has_its_process_killed() -> None:
+    """The service notices the closed connection, kills the sandbox process, serves on."""
+    async with services(exec_runner(), slots=1, slot_wait=5) as [service]:
+        client = await RawClient.connect(service.address)
+        await client.hello()
+        await client.send_json(script_message(script("while (true) {}")))
+        for _ in range(300):
+            if sandbox_children():
+                break
+            await asyncio.sleep(0.01)
+        assert len(sandbox_children()) == 1
+        client.close()
+        for _ in range(300):
+            if not sandbox_children() and service.slots.busy == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert sandbox_children() == []
+        assert service.slots.busy == 0
+        step = await RemoteRunner([service.address], TOKEN).run(script("return 6 * 7"))
+        assert step.value == 42
+
+
+async def test_a_client_that_talks_out_of_turn_mid_step_is_dropped() -> None:
+    """Data the service did not ask for during a step ends the step and the connection."""
+    gate = asyncio.Event()
+    fake = FakeRunner()
+
+    async def wait(s: Script, files: object, tenant: str) -> object:
+        await gate.wait()
+        raise AssertionError("the step should have been abandoned")
+
+    fake.handler = wait  # type: ignore[assignment]
+    async with services(fake) as [service]:
+        client = await RawClient.connect(service.address)
+        await client.hello()
+        await client.send_json(script_message(script("x")))
+        while not fake.running:
+            await asyncio.sleep(0.01)
+        await client.send_json({"bytes": 3})
+        assert await client.closed()
+        assert fake.cancelled == 1
+
+
+async def test_a_read_answered_with_too_many_bytes_is_dropped() -> None:
+    """A client that answers a read with more bytes than asked is dropped, the step killed."""
+    fake = FakeRunner()
+
+    async def read(s: Script, files: object, tenant: str) -> object:
+        await files.read("a", 0, 4)  # type: ignore[attr-defined]
+        raise AssertionError("the read should not have been answered")
+
+    fake.handler = read  # type: ignore[assignment]
+    async with services(fake) as [service]:
+        client = await RawClient.connect(service.address)
+        await client.hello()
+        attached = [FileInfo(id="a", mime="text/plain", size=4)]
+        await client.send_json(script_message(script("x", files=attached)))
+        assert await client.receive() == {"read": {"file": "a", "offset": 0, "len": 4}}
+        await client.send(orjson.dumps({"bytes": 1000}) + b"\n" + b"x" * 1000)
+        assert await client.closed()
+        assert fake.cancelled == 1
+        fake.handler = fake._finish
+        await still_serves(service)
+
+
+async def test_a_read_never_answered_times_out() -> None:
+    """A client that never answers a read: the step fails as unavailable and is dropped."""
+    fake = FakeRunner()
+
+    async def read(s: Script, files: object, tenant: str) -> object:
+        await files.read("a", 0, 4)  # type: ignore[attr-defined]
+        raise AssertionError("the read should not have been answered")
+
+    fake.handler = read  # type: ignore[assignment]
+    async with services(fake, read_timeout=0.3) as [service]:
+        client = await RawClient.connect(service.address)
+        await client.hello()
+        attached = [FileInfo(id="a", mime="text/plain", size=4)]
+        await client.send_json(script_message(script("x", files=attached)))
+        assert "read" in await client.receive()
+        answer = await client.receive()
+        assert answer["error"]["cause"] == "unavailable"
+        assert "did not answer a read of 'a' within 0.3 s" in answer["error"]["error"]
+        assert await client.closed()
+
+
+async def test_many_idle_connections_are_capped() -> None:
+    """Past max_connections, a new connection is refused at once."""
+    async with services(FakeRunner(), max_connections=2) as [service]:
+        clients = [await RawClient.connect(service.address) for _ in range(2)]
+        for c in clients:
+            assert "welcome" in await c.hello()
+        extra = await RawClient.connect(service.address)
+        assert await extra.receive() == {
+            "refused": {"error": "too many connections; try again later"}
+        }
+        for c in clients:
+            c.close()
+        await asyncio.sleep(0.05)
+        await still_serves(service)

@@ -1,0 +1,131 @@
+"""``codemode runner serve`` as a process: options, the listening line, TLS, drain on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from runner import RemoteRunner, RunError
+from runner.service_main import main
+
+from .remote_support import TOKEN, script, self_signed
+
+# About a second of CPU in the sandbox.
+SLOW = "let t = 0; for (let i = 0; i < 10000000; i++) t += i % 7; return t"
+SLOW_VALUE = 29999994
+
+
+def environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "CODEMODE_RUNNER_TOKEN"}
+
+
+@asynccontextmanager
+async def serving(*args: str) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """A service process on a free loopback port, and the address from its first line."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "runner.service_main",
+        "--listen",
+        "127.0.0.1:0",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=environment(),
+        cwd=Path(__file__).parents[2],
+    )
+    try:
+        assert process.stdout is not None
+        first = await asyncio.wait_for(process.stdout.readline(), 30)
+        found = re.fullmatch(rb"listening on (127\.0\.0\.1:\d+)\n", first)
+        if found is None:
+            assert process.stderr is not None
+            stderr = await process.stderr.read()
+            raise AssertionError(f"no listening line: {first!r} {stderr.decode()}")
+        yield process, found.group(1).decode()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+@pytest.fixture
+def token_file(tmp_path: Path) -> Path:
+    path = tmp_path / "runner.token"
+    path.write_text(TOKEN + "\n")
+    return path
+
+
+def test_refuses_to_start_without_a_token(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No token file and no variable: exit 2, saying how to make one or opt out explicitly."""
+    monkeypatch.delenv("CODEMODE_RUNNER_TOKEN", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        main(["--listen", "127.0.0.1:0"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "no token" in err and "$CODEMODE_RUNNER_TOKEN" in err
+    assert "openssl rand -hex 32" in err and "--insecure-no-token" in err
+
+
+def test_refuses_a_short_token_and_half_a_tls_pair(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CODEMODE_RUNNER_TOKEN", "short")
+    with pytest.raises(SystemExit):
+        main(["--listen", "127.0.0.1:0"])
+    assert "the token is 5 characters, fewer than 16" in capsys.readouterr().err
+    monkeypatch.setenv("CODEMODE_RUNNER_TOKEN", TOKEN)
+    with pytest.raises(SystemExit):
+        main(["--listen", "127.0.0.1:0", "--cert", str(tmp_path / "c.pem")])
+    assert "TLS needs both --cert and --key" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--listen", "nowhere"])
+    assert "is not HOST:PORT" in capsys.readouterr().err
+
+
+async def test_drains_on_sigterm(token_file: Path) -> None:
+    """SIGTERM mid-step: the step finishes, new connections are refused, the process exits 0."""
+    async with serving("--token-file", str(token_file), "--slots", "2") as (process, address):
+        remote = RemoteRunner([address], TOKEN)
+        step = asyncio.create_task(remote.run(script(SLOW)))
+        for _ in range(300):
+            load = (await remote.loads())[address]
+            if not isinstance(load, str) and load.busy == 1:
+                break
+            await asyncio.sleep(0.02)
+        process.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.2)
+        with pytest.raises(RunError, match="could not connect"):
+            await RemoteRunner([address], TOKEN).run(script("return 1"))
+        assert (await asyncio.wait_for(step, 30)).value == SLOW_VALUE
+        assert await asyncio.wait_for(process.wait(), 30) == 0
+        assert process.stderr is not None
+        assert "SIGTERM: draining" in (await process.stderr.read()).decode()
+
+
+async def test_serves_over_tls(tmp_path: Path) -> None:
+    """--cert and --key: clients that check the certificate run steps, others get nowhere."""
+    pair = self_signed(tmp_path)
+    if pair is None:
+        pytest.skip("openssl is not installed, so no certificate can be made for the test")
+    cert, key = pair
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    args = ("--cert", str(cert), "--key", str(key), "--token-file", str(token_file))
+    async with serving(*args) as (process, address):
+        step = await RemoteRunner([address], TOKEN, ca=cert).run(script("return 6 * 7"))
+        assert step.value == 42
+        with pytest.raises(RunError, match="TLS handshake failed"):
+            await RemoteRunner([address], TOKEN, tls=True).run(script("return 1"))
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 30) == 0
