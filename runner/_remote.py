@@ -76,6 +76,9 @@ class _Remote:
     inflight: int = 0  # this client's steps on it now
     slots: int = 1  # as last reported
     others: int = 0  # busy slots that are not this client's, as last reported
+    steps: int = 0  # steps it answered for this client
+    failures: int = 0  # times it was taken out of rotation
+    abandoned: int = 0  # steps it went away in the middle of (run again elsewhere)
 
     def score(self) -> float:
         return (self.inflight + self.others) / max(self.slots, 1)
@@ -197,6 +200,23 @@ class RemoteRunner(ScriptRunner):
         now = self.clock()
         return {r.address: r.why for r in self._remotes if r.down_until > now}
 
+    def status(self) -> dict[str, dict[str, Any]]:
+        """Per service: steps it answered, times it failed, steps it went away in the middle
+        of, steps in flight, and if it is out of rotation, for how long more and why."""
+        now = self.clock()
+        return {
+            r.address: {
+                "steps": r.steps,
+                "failures": r.failures,
+                "abandoned": r.abandoned,
+                "inflight": r.inflight,
+                "slots": r.slots,
+                "out_for": max(0.0, r.down_until - now),
+                "why": r.why if r.down_until > now else "",
+            }
+            for r in self._remotes
+        }
+
     def __repr__(self) -> str:
         down = self.out_of_rotation()
         return f"RemoteRunner({self.addresses!r}, out_of_rotation={sorted(down)!r})"
@@ -222,12 +242,15 @@ class RemoteRunner(ScriptRunner):
         order = sorted(live, key=lambda r: (r.score(), (self._remotes.index(r) - self._turn) % n))
         for remote in order:
             try:
-                return await self._run_on(remote, script, files, tenant)
+                step = await self._run_on(remote, script, files, tenant)
+                remote.steps += 1
+                return step
             except _Skip as e:
                 reasons.append(f"{remote.address}: {e}")
             except _Down as e:
                 remote.down_until = self.clock() + self.cooldown
                 remote.why = str(e)
+                remote.failures += 1
                 reasons.append(f"{remote.address}: {e}")
         raise RunError(f"no runner service could take step {script.id!r}: " + "; ".join(reasons))
 
@@ -260,7 +283,11 @@ class RemoteRunner(ScriptRunner):
             except wire.PeerGone as e:
                 raise _Down(str(e)) from None
             del line
-            step = await self._converse(conn, welcome, script, files)
+            try:
+                step = await self._converse(conn, welcome, script, files)
+            except _Down:
+                remote.abandoned += 1
+                raise
             done = True
             return step
         finally:

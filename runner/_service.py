@@ -318,13 +318,12 @@ class RunnerService:
         if line is None:
             return False
         try:
-            kind, body = wire.envelope(line)
-            if kind == "hello" and isinstance(body, dict) and not body.get("token"):
-                await self._refuse(conn, "no token: hello must carry the service's token")
-                return False
-            hello: wire.Hello = wire.decode_body(kind, body, ("hello",))
+            hello: wire.Hello = wire.decode(line, ("hello",))
         except wire.WireError as e:
             await self._refuse(conn, f"the first message must be hello: {e}")
+            return False
+        if self._token is not None and not hello.token:
+            await self._refuse(conn, "no token: hello must carry the service's token")
             return False
         if self._token is not None and not hmac.compare_digest(_digest(hello.token), self._token):
             await self._refuse(conn, "wrong token")

@@ -83,7 +83,7 @@ class _Model(BaseModel):
 
 
 class Hello(_Model):
-    token: str = Field(max_length=4096)
+    token: str = Field("", max_length=4096)
     version: int
     oldest: int | None = None
 

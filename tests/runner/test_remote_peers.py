@@ -287,3 +287,14 @@ async def test_many_idle_connections_are_capped() -> None:
             c.close()
         await asyncio.sleep(0.05)
         await still_serves(service)
+
+
+async def test_a_service_without_a_token_takes_any_client() -> None:
+    """Only an explicit token=None turns authentication off."""
+    async with services(FakeRunner(), token=None) as [service]:
+        client = await RawClient.connect(service.address)
+        await client.send_json({"hello": {"version": 1}})
+        assert "welcome" in await client.receive()
+        await still_serves(service)
+    with pytest.raises(ValueError, match="token is empty"):
+        RunnerService("", runner=FakeRunner())
