@@ -25,6 +25,7 @@ from engine import _log as log
 from engine import _render as render
 from engine._declarations import run_code_tool
 from engine._errors import CallNotWaiting, CodeModeError, StepUnavailable
+from engine._files import Attachment, BlobReader, BlobStore, record_files
 from engine._limits import Limits
 from engine._naming import closest_names
 from engine._search import ToolIndex
@@ -60,10 +61,13 @@ class RunResult:
     limit: str | None = None
     waiting: list[dict[str, Any]] = field(default_factory=list)
     steps: int = 0
+    shown: list[dict[str, Any]] = field(default_factory=list)
+    media: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def content(self) -> list[dict[str, Any]]:
-        return [{"type": "text", "text": self.text}]
+        """MCP content blocks: the text, then each media file the script showed."""
+        return [{"type": "text", "text": self.text}, *self.media]
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -82,7 +86,8 @@ class CodeMode:
     ``limits`` is a :class:`Limits` or a function from tenant to limits (asked at each
     step). ``worker`` answers the calls a script stops on (default: run them as proposed).
     ``context`` is handed to tool handlers as ``ToolContext.host``. ``store`` defaults to a
-    SQLite log under ``data_dir`` (or in memory when neither is given).
+    SQLite log under ``data_dir`` (or in memory when neither is given); file attachments are
+    kept as blobs in ``blobs`` (default: under ``data_dir``, or in memory).
     """
 
     def __init__(
@@ -98,6 +103,7 @@ class CodeMode:
         queue_timeout: float = 300.0,
         retry_delay: float = 3.0,
         clock: Callable[[], float] = time.time,
+        blobs: BlobStore | None = None,
     ) -> None:
         self.tools = unique_tools(tools)
         self._by_name = {t.name: t for t in self.tools}
@@ -110,6 +116,9 @@ class CodeMode:
         if store is None:
             store = log.SqliteStore(data_dir) if data_dir is not None else log.MemoryStore()
         self.store = store
+        if blobs is None:
+            blobs = BlobStore(Path(data_dir) / "blobs" if data_dir is not None else None)
+        self.blobs = blobs
         self._limits = limits or Limits()
         self.worker: Worker = worker or proposed_worker
         self.context = context
@@ -138,8 +147,14 @@ class CodeMode:
 
     # ---- running ----
 
-    async def run_code(self, code: str, *, tenant: str = "default") -> RunResult:
-        """Start a script and drive it until it finishes, fails or pauses."""
+    async def run_code(
+        self, code: str, *, tenant: str = "default", files: Sequence[Attachment] = ()
+    ) -> RunResult:
+        """Start a script and drive it until it finishes, fails or pauses.
+
+        ``files`` are the attachments the script may read (``files.list()`` shows them);
+        their bytes are recorded with the script, so every run reads the same bytes.
+        """
         try:
             body = normalize(code)
         except (ScriptTooLarge, TypeError) as e:
@@ -153,6 +168,7 @@ class CodeMode:
             now_ms=int(self.clock() * 1000),
             seed=secrets.randbits(32),
             created_ms=int(time.time() * 1000),
+            files=record_files(self.blobs, list(files)),
         )
         self.store.create_script(record)
         return await self.resume(record.id)
@@ -254,14 +270,19 @@ class CodeMode:
                 for c in calls
             ],
             tools=self._tool_names,
+            files=[
+                protocol.FileInfo(id=f["id"], mime=f["mime"], size=f["size"], skill=f.get("skill"))
+                for f in record.files
+            ],
             clock=protocol.Clock(now_ms=record.now_ms, seed=record.seed),
             limits=limits.for_run(),
         )
+        reader = BlobReader(self.blobs, record.files) if record.files else None
         queued = time.monotonic()
         while True:
             started = time.monotonic()
             try:
-                step = await self.runner.run(script, None, tenant=record.tenant)
+                step = await self.runner.run(script, reader, tenant=record.tenant)
                 break
             except RunError as e:
                 waited = time.monotonic() - queued
@@ -278,8 +299,22 @@ class CodeMode:
         # is charged what the runner measured of it (start-up included).
         cpu_ms = step.stats.cpu_ms or (step.process.cpu_ms if step.process else 0.0)
         total = record.total_compute_ms + cpu_ms
-        self.store.update_script(record.id, steps=record.steps + 1, total_compute_ms=total)
+        file_total = record.total_file_bytes + step.stats.file_bytes
+        self.store.update_script(
+            record.id,
+            steps=record.steps + 1,
+            total_compute_ms=total,
+            total_file_bytes=file_total,
+        )
         self._log_step(record, step, limits, wait_ms, run_ms, cpu_ms)
+        if file_total > limits.total_file_bytes and step.outcome != "failed":
+            message = (
+                f"total_file_bytes limit met: the script's runs have read {file_total:,} bytes "
+                f"of files in all, over the {limits.total_file_bytes:,} one script may read; "
+                "read files before calling tools (each run reads them again), read less, or "
+                "raise [codemode.limits] total_file_bytes"
+            )
+            return Step.failure("LimitError", message, limit="total_file_bytes")
         if total > limits.total_compute_ms and step.outcome == "calls":
             message = (
                 f"total_compute_ms limit met: the script's runs have used {total:,.0f} ms of "
@@ -512,13 +547,16 @@ class CodeMode:
 
     def _end(self, record: log.ScriptRecord, step: Step) -> RunResult:
         if step.outcome == "finished":
+            shown_text, shown, media = self._shown(record, step)
             result = RunResult(
                 record.id,
                 "finished",
-                render.render_finished(step),
+                render.render_finished(step) + shown_text,
                 value=step.value if step.value_text is None else step.value_text,
                 returned=step.returned,
                 steps=record.steps,
+                shown=shown,
+                media=media,
             )
             status = log.FINISHED
         else:
@@ -534,6 +572,20 @@ class CodeMode:
             status = log.SCRIPT_FAILED
         self.store.update_script(record.id, status=status, outcome=result.to_dict())
         return result
+
+    def _shown(
+        self, record: log.ScriptRecord, step: Step
+    ) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+        """The files the script showed, checked again against the limits, read from blobs."""
+        limits = self.limits_for(record.tenant)
+        by_id = {f["id"]: f for f in record.files}
+        ids = [i for i in dict.fromkeys(step.shown) if i in by_id][: limits.shown_files]
+        return render.render_shown(
+            [by_id[i] for i in ids],
+            lambda f: self.blobs.read(f["blob"], 0, f["size"]),
+            text_budget=limits.shown,
+            media_budget=limits.shown_media,
+        )
 
     def _new_id(self) -> str:
         return uuid.uuid4().hex

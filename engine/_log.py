@@ -57,6 +57,7 @@ class ScriptRecord:
     total_compute_ms: float = 0.0
     total_file_bytes: int = 0
     outcome: dict[str, Any] | None = None  # the final result, once ended
+    files: list[dict[str, Any]] = field(default_factory=list)  # id, mime, size, blob, skill
 
 
 @dataclass
@@ -176,7 +177,8 @@ CREATE TABLE IF NOT EXISTS scripts (
     steps INTEGER NOT NULL DEFAULT 0,
     total_compute_ms REAL NOT NULL DEFAULT 0,
     total_file_bytes INTEGER NOT NULL DEFAULT 0,
-    outcome BLOB
+    outcome BLOB,
+    files BLOB
 );
 CREATE TABLE IF NOT EXISTS calls (
     script_id TEXT NOT NULL REFERENCES scripts(id),
@@ -194,7 +196,7 @@ CREATE TABLE IF NOT EXISTS calls (
 CREATE INDEX IF NOT EXISTS scripts_status ON scripts(status);
 """
 
-_JSON_SCRIPT = {"outcome"}
+_JSON_SCRIPT = {"outcome", "files"}
 _JSON_CALL = {"arguments", "result", "extra"}
 _CALL_COLUMNS = {"index": "idx"}
 
@@ -239,8 +241,8 @@ class SqliteStore(LogStore):
     def create_script(self, record: ScriptRecord) -> None:
         self._write(
             "INSERT INTO scripts (id, code, tenant, now_ms, seed, created_ms, status, held,"
-            " steps, total_compute_ms, total_file_bytes, outcome)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " steps, total_compute_ms, total_file_bytes, outcome, files)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 record.id,
                 record.code,
@@ -254,6 +256,7 @@ class SqliteStore(LogStore):
                 record.total_compute_ms,
                 record.total_file_bytes,
                 _dump(record.outcome),
+                _dump(record.files),
             ),
         )
 
@@ -261,7 +264,7 @@ class SqliteStore(LogStore):
         with self._lock:
             row = self._db.execute(
                 "SELECT id, code, tenant, now_ms, seed, created_ms, status, held, steps,"
-                " total_compute_ms, total_file_bytes, outcome FROM scripts WHERE id = ?",
+                " total_compute_ms, total_file_bytes, outcome, files FROM scripts WHERE id = ?",
                 (script_id,),
             ).fetchone()
         if row is None:
@@ -342,7 +345,7 @@ class SqliteStore(LogStore):
     def scripts(self, status: str | None = None) -> list[ScriptRecord]:
         sql = (
             "SELECT id, code, tenant, now_ms, seed, created_ms, status, held, steps,"
-            " total_compute_ms, total_file_bytes, outcome FROM scripts"
+            " total_compute_ms, total_file_bytes, outcome, files FROM scripts"
         )
         with self._lock:
             if status is None:
@@ -372,6 +375,7 @@ def _script_from(row: tuple[Any, ...]) -> ScriptRecord:
         total_compute_ms=row[9],
         total_file_bytes=row[10],
         outcome=_load(row[11]),
+        files=_load(row[12]) or [],
     )
 
 

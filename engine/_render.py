@@ -8,6 +8,8 @@ start and the end stay.
 
 from __future__ import annotations
 
+import base64
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -69,3 +71,61 @@ def cut(text: str, budget: int = TEXT_BUDGET) -> str:
     tail = data[-(keep - keep // 2) :].decode("utf-8", "ignore")
     dropped = len(data) - len(head.encode()) - len(tail.encode())
     return f"{head}\n[... {dropped:,} bytes cut from the middle ...]\n{tail}"
+
+
+_MEDIA_PREFIXES = ("image/", "audio/", "video/")
+
+
+def is_media(mime: str) -> bool:
+    return mime.startswith(_MEDIA_PREFIXES) or mime == "application/pdf"
+
+
+def render_shown(
+    files: list[dict[str, Any]],
+    read: Callable[[dict[str, Any]], bytes],
+    *,
+    text_budget: int,
+    media_budget: int,
+) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """Each file the script showed: a text file as its text, a media file as itself.
+
+    Returns the text to append to the result, what was shown, and MCP content blocks for the
+    media. Text beyond ``text_budget`` bytes in all is cut; media beyond ``media_budget`` is
+    left out with a note (the sandbox already refused it; this is the engine's own check).
+    """
+    parts: list[str] = []
+    shown: list[dict[str, Any]] = []
+    media: list[dict[str, Any]] = []
+    text_left, media_left = text_budget, media_budget
+    for f in files:
+        name, mime, size = f["id"], f["mime"], f["size"]
+        meta = {"id": name, "mime": mime, "size": size}
+        if is_media(mime):
+            if size > media_left:
+                parts.append(f"Shown: {name} ({mime}, {size:,} bytes) was left out: over shown_media")
+                continue
+            media_left -= size
+            data = base64.b64encode(read(f)).decode()
+            media.append(_media_block(name, mime, data))
+            parts.append(f"Shown: {name} ({mime}, {size:,} bytes), attached.")
+        else:
+            text = read(f).decode("utf-8", "replace")
+            raw = text.encode()
+            if len(raw) > text_left:
+                kept = raw[: max(text_left, 0)].decode("utf-8", "ignore")
+                text = f"{kept}\n[... {len(raw) - len(kept.encode()):,} bytes of {name} cut ...]"
+            text_left -= min(len(raw), max(text_left, 0))
+            parts.append(f"Shown: {name} ({mime}, {size:,} bytes)\n{text}")
+        shown.append(meta)
+    return ("\n" + "\n".join(parts) if parts else ""), shown, media
+
+
+def _media_block(name: str, mime: str, data: str) -> dict[str, Any]:
+    if mime.startswith("image/"):
+        return {"type": "image", "data": data, "mimeType": mime}
+    if mime.startswith("audio/"):
+        return {"type": "audio", "data": data, "mimeType": mime}
+    return {
+        "type": "resource",
+        "resource": {"uri": f"attachment:{name}", "mimeType": mime, "blob": data},
+    }

@@ -7,6 +7,7 @@ enforces inside a run (memory, compute) run in the real confined process.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -185,9 +186,11 @@ async def test_total_compute_ms_limit(inproc: InProcessRunner) -> None:
     _assert_limit(await engine.run_code(code), "total_compute_ms")
 
 
-@pytest.fixture(scope="module")
-def process_runner() -> ProcessRunner:
-    return ProcessRunner()
+@pytest.fixture
+async def process_runner() -> AsyncIterator[ProcessRunner]:
+    runner = ProcessRunner()
+    yield runner
+    await runner.aclose()
 
 
 async def test_compute_ms_limit(process_runner: ProcessRunner) -> None:

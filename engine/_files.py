@@ -1,0 +1,134 @@
+"""Files a script reads: the attachments of the conversation, kept as immutable blobs.
+
+A host passes a script its files (``Attachment``) when it calls ``run_code``. The engine
+stores each one's bytes as a blob named by its SHA-256 and records ``(id, mime, size, blob)``
+with the script, so every later run of that script reads the same bytes, even if the
+attachment changes. The script's process reads them through its runner (``BlobReader``);
+it never sees where they are stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import mimetypes
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine._errors import CodeModeError
+from runner import FileMissing, RunError
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file the script may read by ``id``: its bytes, or a path to read them from."""
+
+    id: str
+    data: bytes | None = None
+    path: str | Path | None = None
+    mime: str | None = None
+    skill: str | None = None
+
+    def read(self) -> bytes:
+        if self.data is not None:
+            return bytes(self.data)
+        if self.path is not None:
+            try:
+                return Path(self.path).read_bytes()
+            except OSError as e:
+                raise CodeModeError(f"cannot read attachment {self.id!r} at {self.path}: {e}") from None
+        raise CodeModeError(f"attachment {self.id!r} has neither data nor a path")
+
+    def mime_type(self) -> str:
+        if self.mime:
+            return self.mime
+        guessed, _ = mimetypes.guess_type(self.id if self.path is None else str(self.path))
+        return guessed or "application/octet-stream"
+
+
+class BlobStore:
+    """Immutable blobs by SHA-256: in memory, or as files under a directory."""
+
+    def __init__(self, directory: str | Path | None = None) -> None:
+        self.directory = Path(directory) if directory is not None else None
+        self._memory: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+
+    def put(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        if self.directory is None:
+            with self._lock:
+                self._memory[digest] = data
+            return digest
+        path = self._path(digest)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        return digest
+
+    def _path(self, digest: str) -> Path:
+        assert self.directory is not None
+        return self.directory / digest[:2] / digest
+
+    def read(self, digest: str, offset: int, length: int) -> bytes:
+        """Bytes of a blob. Raises ``FileMissing`` when it is gone, ``OSError`` on a failure."""
+        if self.directory is None:
+            with self._lock:
+                data = self._memory.get(digest)
+            if data is None:
+                raise FileMissing("its bytes are gone from the store")
+            return data[offset : offset + length]
+        try:
+            with open(self._path(digest), "rb") as f:
+                f.seek(offset)
+                return f.read(length)
+        except FileNotFoundError:
+            raise FileMissing("its bytes are gone from the store") from None
+
+
+class BlobReader:
+    """The runner's file reader for one script: its file ids mapped to their blobs."""
+
+    def __init__(self, blobs: BlobStore, files: list[dict[str, Any]]) -> None:
+        self.blobs = blobs
+        self.by_id = {f["id"]: f["blob"] for f in files}
+
+    async def read(self, file_id: str, offset: int, length: int) -> bytes:
+        digest = self.by_id.get(file_id)
+        if digest is None:
+            raise FileMissing(f"no file {file_id!r} is attached to this script")
+        try:
+            return await asyncio.to_thread(self.blobs.read, digest, offset, length)
+        except OSError as e:
+            # A store that fails sends the step back to its queue, as a runner that is down.
+            raise RunError(f"the file store failed reading {file_id!r}: {e}") from e
+
+
+def record_files(blobs: BlobStore, attachments: list[Attachment]) -> list[dict[str, Any]]:
+    """Store each attachment's bytes and return what the script record keeps of them."""
+    seen: set[str] = set()
+    records = []
+    for attachment in attachments:
+        if not isinstance(attachment, Attachment):
+            raise CodeModeError(f"files are Attachment objects, not {type(attachment).__name__}")
+        if attachment.id in seen:
+            raise CodeModeError(f"two attachments have the id {attachment.id!r}")
+        seen.add(attachment.id)
+        data = attachment.read()
+        entry: dict[str, Any] = {
+            "id": attachment.id,
+            "mime": attachment.mime_type(),
+            "size": len(data),
+            "blob": blobs.put(data),
+        }
+        if attachment.skill is not None:
+            entry["skill"] = attachment.skill
+        records.append(entry)
+    return records
