@@ -205,6 +205,73 @@
     deleteProperty() { throw new TypeError("tools is read-only"); },
   });
 
+  // ---- files: read through the runner; decoded on the Python side, in batches. ----
+  function fileOp(op, args) {
+    const answer = host.file(op, wellFormed(JSON.stringify(args)));
+    const tag = answer.charCodeAt(0);
+    if (tag === 114) return JSON.parse(answer.slice(1)); // "r"
+    if (tag === 116) throw new Error(answer.slice(1)); // "t": a bad use, or a file that is gone
+    throw new Error("the run has ended"); // "x": in a real process, it has already exited
+  }
+  function options(name, opts) {
+    if (opts === undefined) return {};
+    if (typeof opts !== "object" || opts === null || Array.isArray(opts)) {
+      throw new TypeError("files." + name + " takes an object of options, as { limit: 10 }");
+    }
+    checkPlain(opts, "the options", []);
+    return opts;
+  }
+  function stream(kind) {
+    return function (id, opts) {
+      const given = options(kind, opts);
+      let handle = 0, buffer = [], index = 0, done = false, opened = false;
+      const close = () => {
+        if (opened && !done) fileOp("close", { handle });
+        done = true;
+        buffer = [];
+      };
+      const iterator = {
+        next() {
+          try {
+            if (!opened) {
+              opened = true;
+              handle = fileOp("open", { kind, id, options: given });
+            }
+            while (index >= buffer.length) {
+              if (done) return Promise.resolve({ value: undefined, done: true });
+              const batch = fileOp("next", { handle });
+              buffer = batch.items;
+              index = 0;
+              done = batch.done;
+            }
+            return Promise.resolve({ value: buffer[index++], done: false });
+          } catch (e) {
+            done = true;
+            return Promise.reject(e);
+          }
+        },
+        return(value) {
+          close();
+          return Promise.resolve({ value, done: true });
+        },
+        [Symbol.asyncIterator]() { return this; },
+      };
+      return iterator;
+    };
+  }
+  globalThis.files = Object.freeze({
+    list: () => fileOp("list", {}),
+    stat: (id) => fileOp("stat", { id }),
+    text: async (id) => fileOp("text", { id }),
+    show: (id) => { fileOp("show", { id }); },
+    sheets: async (id) => fileOp("sheets", { id }),
+    lines: stream("lines"),
+    jsonl: stream("jsonl"),
+    csv: stream("csv"),
+    chunks: stream("chunks"),
+    xlsx: stream("xlsx"),
+  });
+
   // ---- The end of the script: its value or its error goes to the host as text. ----
   return function settle(main) {
     main.then(

@@ -21,6 +21,7 @@ from typing import Any, NoReturn, Protocol
 import _quickjs
 import orjson
 
+from sandbox.files import Fetch, FileError, FileLimit, Files
 from sandbox.protocol import (
     PRINTED_HEAD,
     PRINTED_TAIL,
@@ -112,9 +113,10 @@ class _Printed:
 class Run:
     """One run of one script. Create, then call :meth:`execute` once."""
 
-    def __init__(self, script: Script, channel: Channel) -> None:
+    def __init__(self, script: Script, channel: Channel, fetch: Fetch | None = None) -> None:
         self.script = script
         self.limits: Limits = script.limits
+        self.files = Files(script.files, script.limits, fetch or _no_fetch)
         self.channel = channel
         self.records: list[Record] = script.records
         self.position = 0
@@ -234,6 +236,40 @@ class Run:
         self.new_calls.append(Call(name=name, arguments=arguments))
         return "p"
 
+    def _file(self, op: str, args_json: str) -> str:
+        """``files.*``: ``r`` + JSON of the answer, or ``t`` + a message the script can catch."""
+        if self.ended:
+            return "x"
+        files = self.files
+        args = orjson.loads(args_json)
+        try:
+            if op == "list":
+                answer: Any = files.list()
+            elif op == "stat":
+                answer = files.stat(args.get("id"))
+            elif op == "text":
+                answer = files.text(args.get("id"))
+            elif op == "show":
+                files.show(args.get("id"))
+                answer = None
+            elif op == "sheets":
+                answer = files.sheets(args.get("id"))
+            elif op == "open":
+                answer = files.open(str(args.get("kind")), args.get("id"), args.get("options") or {})
+            elif op == "next":
+                items, done = files.next(int(args.get("handle", 0)))
+                answer = {"items": items, "done": done}
+            elif op == "close":
+                files.close(int(args.get("handle", 0)))
+                answer = None
+            else:
+                return "t" + f"files.{op} is not a function of files"
+        except FileError as e:
+            return "t" + str(e)
+        except FileLimit as e:
+            self._end_limit(e.name, e.message)
+        return "r" + orjson.dumps(answer).decode()
+
     def _done(self, payload: str) -> None:
         if self.ended or self.outcome is not None:
             return
@@ -257,10 +293,11 @@ class Run:
             cpu_ms=round(_cpu_ms() - self._cpu0, 3),
             heap_bytes=heap,
             results_bytes=self.results_bytes,
-            file_bytes=0,
+            file_bytes=self.files.bytes_read,
         )
 
     def _finish(self, ran: Ran) -> Ran:
+        ran.shown = list(self.files.shown)
         ran.printed = self.printed.text()
         ran.printed_bytes = self.printed.total_bytes
         ran.stats = self._stats()
@@ -324,6 +361,7 @@ class Run:
             ("__cm_closest", self._closest),
             ("__cm_done", self._done),
             ("__cm_fail", self._fail),
+            ("__cm_file", self._file),
         ):
             ctx.add_callable(name, self._guard(fn))
         seed = script.clock.seed & 0xFFFFFFFFFFFFFFFF
@@ -340,7 +378,7 @@ class Run:
         source = (
             "const __cm_main = async function () {\n" + code + "\n};\n(function () {\n"
             "  const host = { call: __cm_call, print: __cm_print, closest: __cm_closest,"
-            " done: __cm_done, fail: __cm_fail };\n"
+            " done: __cm_done, fail: __cm_fail, file: __cm_file };\n"
             "  for (const k of Object.keys(host)) delete globalThis['__cm_' + k];\n"
             f"  const settle = ({PRELUDE})({config}, host);\n"
             "  settle(__cm_main());\n"
@@ -486,6 +524,10 @@ def _cpu_ms() -> float:
     return (usage.ru_utime + usage.ru_stime) * 1000.0
 
 
+def _no_fetch(file_id: str, offset: int, length: int) -> bytes:
+    raise FileError(f"{file_id} cannot be read: this run was given no way to read files")
+
+
 class _Collect:
     ran: Ran | None = None
 
@@ -493,15 +535,15 @@ class _Collect:
         self.ran = ran
 
 
-def run_in_process(script: Script) -> Ran:
+def run_in_process(script: Script, fetch: Fetch | None = None) -> Ran:
     """Run ``script`` in this process, with no confinement at all.
 
     For tests of the script semantics and for the benchmark's floor; never for a model's
-    script on a host.
+    script on a host. ``fetch(file_id, offset, length)`` gives file bytes.
     """
     channel = _Collect()
     try:
-        return Run(script, channel).execute()
+        return Run(script, channel, fetch).execute()
     except _Ended:
         assert channel.ran is not None
         return channel.ran

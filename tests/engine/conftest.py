@@ -8,7 +8,8 @@ import asyncio
 
 import pytest
 
-from runner import FileReader, ScriptRunner, Step
+from runner import FileMissing, FileReader, ScriptRunner, Step
+from sandbox.files import FileError
 from sandbox.protocol import Script
 from sandbox.runtime import run_in_process
 
@@ -23,7 +24,18 @@ class InProcessRunner(ScriptRunner):
         self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
     ) -> Step:
         self.steps.append(script)
-        ran = await asyncio.to_thread(run_in_process, script)
+        loop = asyncio.get_running_loop()
+
+        def fetch(file_id: str, offset: int, length: int) -> bytes:
+            if files is None:
+                raise FileError(f"{file_id} cannot be read: no file reader")
+            future = asyncio.run_coroutine_threadsafe(files.read(file_id, offset, length), loop)
+            try:
+                return future.result(timeout=30)
+            except FileMissing as e:
+                raise FileError(f"{file_id} is gone: {e}") from None
+
+        ran = await asyncio.to_thread(run_in_process, script, fetch)
         return Step.from_ran(ran)
 
 

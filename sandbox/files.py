@@ -1,0 +1,485 @@
+"""Files inside a run: what ``files.list/stat/text/show`` and the file streams read.
+
+The process has no file system: every byte comes from its runner through ``read`` requests
+(``fetch`` below), and is counted against ``file_bytes``. The process decodes the files
+(text, lines, JSON lines, CSV, xlsx), so decoding counts toward its CPU and memory.
+
+Streams hand rows to the script in batches; each takes ``{ limit, offset }``, counts of
+records to read and to skip (a CSV or xlsx header, blank JSON lines and empty sheet rows are
+not counted). At most ``streams`` are open at once.
+"""
+
+from __future__ import annotations
+
+import codecs
+import difflib
+import csv
+import io
+import re
+import zipfile
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from typing import Any
+from xml.etree import ElementTree
+
+import orjson
+
+from sandbox.protocol import FileInfo, Limits
+
+CHUNK = 256 * 1024
+BATCH_BYTES = 64 * 1024
+BATCH_ITEMS = 512
+MAX_XLSX_XML = 64 * 1024 * 1024  # bytes of one uncompressed sheet part; a zip bomb stops here
+
+MEDIA_PREFIXES = ("image/", "audio/", "video/")
+MEDIA_TYPES = ("application/pdf",)
+
+
+def is_media(mime: str) -> bool:
+    return mime.startswith(MEDIA_PREFIXES) or mime in MEDIA_TYPES
+
+
+class FileError(Exception):
+    """A bad use of ``files``: the script sees a catchable ``Error`` with this message."""
+
+
+class FileLimit(Exception):
+    """A run-ending file limit (``file_bytes``); ``name`` is the limit's name."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+        self.message = message
+
+
+Fetch = Callable[[str, int, int], bytes]
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}".replace(".0 ", " ")
+    return f"{n:,} bytes"
+
+
+class Files:
+    """The files of one run, and the budgets that bound reading and showing them."""
+
+    def __init__(self, infos: list[FileInfo], limits: Limits, fetch: Fetch) -> None:
+        self.infos = {f.id: f for f in infos}
+        self.order = [f.id for f in infos]
+        self.limits = limits
+        self._fetch = fetch
+        self.bytes_read = 0
+        self.streams: dict[int, Iterator[Any]] = {}
+        self._next_handle = 1
+        self.shown: list[str] = []
+        self.shown_text = 0
+        self.shown_media = 0
+
+    # ---- reading bytes ----
+
+    def info(self, file_id: Any) -> FileInfo:
+        if not isinstance(file_id, str):
+            raise FileError(f"a file id is a string, as in files.stat(\"data.csv\"), not {file_id!r}")
+        info = self.infos.get(file_id)
+        if info is None:
+            near = difflib.get_close_matches(file_id, self.order, n=3, cutoff=0.6)
+            near += [i for i in self.order if file_id.lower() in i.lower() and i not in near]
+            hint = f" (did you mean {', '.join(map(repr, near[:3]))}?)" if near else ""
+            raise FileError(f"no file {file_id!r}{hint}; files.list() lists the files")
+        return info
+
+    def read(self, file_id: str, offset: int, length: int) -> bytes:
+        """Bytes of a file, counted against ``file_bytes``; ``b""`` at the end."""
+        info = self.info(file_id)
+        length = max(0, min(length, info.size - offset))
+        if length == 0:
+            return b""
+        if self.bytes_read + length > self.limits.file_bytes:
+            raise FileLimit(
+                "file_bytes",
+                f"file_bytes limit met: this run read {_size(self.bytes_read + length)} of "
+                f"files, over the {_size(self.limits.file_bytes)} one run may read; read less "
+                "(files.chunks with an offset, a stream with { limit }), or raise "
+                "[codemode.limits] file_bytes",
+            )
+        data = self._fetch(file_id, offset, length)
+        self.bytes_read += len(data)
+        return data
+
+    def pieces(self, file_id: str, offset: int = 0) -> Iterator[bytes]:
+        info = self.info(file_id)
+        while offset < info.size:
+            data = self.read(file_id, offset, CHUNK)
+            if not data:
+                return
+            offset += len(data)
+            yield data
+
+    def whole(self, file_id: str) -> bytes:
+        return b"".join(self.pieces(file_id))
+
+    # ---- the calls of `files` ----
+
+    def list(self) -> list[dict[str, Any]]:
+        return [self._public(self.infos[i]) for i in self.order]
+
+    def stat(self, file_id: Any) -> dict[str, Any]:
+        return self._public(self.info(file_id))
+
+    @staticmethod
+    def _public(info: FileInfo) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": info.id, "mime": info.mime, "size": info.size}
+        if info.skill is not None:
+            out["skill"] = info.skill
+        return out
+
+    def text(self, file_id: Any) -> str:
+        info = self.info(file_id)
+        bound = self.limits.memory // 8
+        if info.size > bound:
+            raise FileError(
+                f"{info.id} is {_size(info.size)}, over the {_size(bound)} files.text reads "
+                "(an eighth of memory); read it in pieces with files.lines, files.chunks or "
+                "files.csv"
+            )
+        return self.whole(info.id).decode("utf-8", "replace")
+
+    def show(self, file_id: Any) -> None:
+        info = self.info(file_id)
+        if info.id in self.shown:
+            return
+        limits = self.limits
+        if len(self.shown) + 1 > limits.shown_files:
+            raise FileError(
+                f"shown_files limit met: the script already shows {len(self.shown)} files, the "
+                f"most one script may show is {limits.shown_files}; show fewer, or raise "
+                "[codemode.limits] shown_files"
+            )
+        if is_media(info.mime):
+            if self.shown_media + info.size > limits.shown_media:
+                raise FileError(
+                    f"shown_media limit met: showing {info.id} ({_size(info.size)}) would put "
+                    f"{_size(self.shown_media + info.size)} of media in front of the model, "
+                    f"over {_size(limits.shown_media)}; show a smaller file, or raise "
+                    "[codemode.limits] shown_media"
+                )
+            self.shown_media += info.size
+        else:
+            room = limits.shown - self.shown_text
+            if room <= 0:
+                raise FileError(
+                    f"shown limit met: the files shown already fill the {_size(limits.shown)} "
+                    "of file text the model may see; print the part you need instead, or raise "
+                    "[codemode.limits] shown"
+                )
+            self.shown_text += min(info.size, room)
+        self.shown.append(info.id)
+
+    def sheets(self, file_id: Any) -> list[str]:
+        book = _Workbook(self.whole(self.info(file_id).id))
+        return [name for name, _ in book.sheets]
+
+    # ---- streams ----
+
+    def open(self, kind: str, file_id: Any, options: dict[str, Any]) -> int:
+        info = self.info(file_id)
+        if len(self.streams) >= self.limits.streams:
+            raise FileError(
+                f"streams limit met: {len(self.streams)} files are open at once, the most one "
+                f"script may have is {self.limits.streams}; finish or break out of a loop "
+                "before opening another, or raise [codemode.limits] streams"
+            )
+        if not isinstance(options, dict):
+            raise FileError(f"files.{kind} takes an object of options, as {{ limit: 10 }}")
+        limit = _count(options, "limit", kind)
+        skip = _count(options, "offset", kind) if kind != "chunks" else 0
+        records = self._records(kind, info, options)
+        handle = self._next_handle
+        self._next_handle += 1
+        self.streams[handle] = _window(records, skip, limit)
+        return handle
+
+    def next(self, handle: int) -> tuple[list[Any], bool]:
+        """The next batch of a stream, and whether the stream is done (and closed)."""
+        stream = self.streams.get(handle)
+        if stream is None:
+            return [], True
+        batch: list[Any] = []
+        size = 0
+        try:
+            for item in stream:
+                batch.append(item)
+                size += len(orjson.dumps(item)) if not isinstance(item, str) else len(item)
+                if size >= BATCH_BYTES or len(batch) >= BATCH_ITEMS:
+                    return batch, False
+        except BaseException:
+            self.close(handle)  # a stream that failed is closed, so its slot is free again
+            raise
+        self.close(handle)
+        return batch, True
+
+    def close(self, handle: int) -> None:
+        stream = self.streams.pop(handle, None)
+        if stream is not None and hasattr(stream, "close"):
+            stream.close()
+
+    def _records(self, kind: str, info: FileInfo, options: dict[str, Any]) -> Iterator[Any]:
+        if kind == "lines":
+            return _lines(self.pieces(info.id))
+        if kind == "jsonl":
+            return _jsonl(info.id, _lines(self.pieces(info.id)))
+        if kind == "csv":
+            header = options.get("header", True)
+            delimiter = options.get("delimiter", ",")
+            if not isinstance(header, bool):
+                raise FileError("files.csv: header is true or false")
+            if not isinstance(delimiter, str) or len(delimiter) != 1:
+                raise FileError('files.csv: delimiter is one character, as ";" or "\\t"')
+            return _csv(_lines(self.pieces(info.id), keep_ends=True), header, delimiter)
+        if kind == "chunks":
+            size = options.get("size", 64 * 1024)
+            offset = options.get("offset", 0)
+            for name, value in (("size", size), ("offset", offset)):
+                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                    raise FileError(f"files.chunks: {name} is a number of bytes, 0 or more")
+            return _chunks(self, info, max(1, int(size)), int(offset))
+        if kind == "xlsx":
+            header = options.get("header", True)
+            if not isinstance(header, bool):
+                raise FileError("files.xlsx: header is true or false")
+            sheet = options.get("sheet")
+            book = _Workbook(self.whole(info.id))
+            return _rows(book.rows(sheet), header)
+        raise FileError(f"files.{kind} is not a way to read a file")
+
+
+def _count(options: dict[str, Any], key: str, kind: str) -> int | None:
+    value = options.get(key)
+    if value is None:
+        return None if key == "limit" else 0
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise FileError(f"files.{kind}: {key} is a count of records, 0 or more")
+    return int(value)
+
+
+def _window(records: Iterator[Any], skip: int | None, limit: int | None) -> Iterator[Any]:
+    for index, record in enumerate(records):
+        if skip and index < skip:
+            continue
+        if limit is not None and index - (skip or 0) >= limit:
+            return
+        yield record
+
+
+def _lines(pieces: Iterator[bytes], *, keep_ends: bool = False) -> Iterator[str]:
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    rest = ""
+    first = True
+    for piece in pieces:
+        text = rest + decoder.decode(piece)
+        if first:
+            text = text.removeprefix("\ufeff")
+            first = False
+        lines = text.split("\n")
+        rest = lines.pop()
+        for line in lines:
+            yield line + "\n" if keep_ends else line.removesuffix("\r")
+    rest += decoder.decode(b"", final=True)
+    if rest:
+        yield rest if keep_ends else rest.removesuffix("\r")
+
+
+def _jsonl(file_id: str, lines: Iterator[str]) -> Iterator[Any]:
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield orjson.loads(line)
+        except orjson.JSONDecodeError as e:
+            raise FileError(f"{file_id} line {number} is not JSON: {e}") from None
+
+
+def _csv(lines: Iterator[str], header: bool, delimiter: str) -> Iterator[Any]:
+    reader = csv.reader(lines, delimiter=delimiter)
+    names: list[str] | None = None
+    for row in reader:
+        if header and names is None:
+            names = row
+            continue
+        if names is None:
+            yield row
+        else:
+            yield {name: (row[i] if i < len(row) else "") for i, name in enumerate(names)}
+
+
+def _chunks(files: Files, info: FileInfo, size: int, offset: int) -> Iterator[str]:
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    position = offset
+    while position < info.size:
+        data = files.read(info.id, position, size)
+        if not data:
+            break
+        position += len(data)
+        text = decoder.decode(data, final=position >= info.size)
+        if text:
+            yield text
+
+
+def _rows(rows: Iterator[list[Any]], header: bool) -> Iterator[Any]:
+    names: list[str] | None = None
+    for row in rows:
+        if all(cell is None for cell in row):
+            continue  # empty sheet rows are not counted
+        if header and names is None:
+            names = [str(c) if c is not None else f"column{i + 1}" for i, c in enumerate(row)]
+            continue
+        if names is None:
+            yield row
+        else:
+            yield {name: (row[i] if i < len(row) else None) for i, name in enumerate(names)}
+
+
+# ---- xlsx: a zip of XML parts; only what rows need is read ----
+
+_NS = {
+    "m": "http://schemas.openxmlformats.org/spreadsheetml/2006/main",
+    "r": "http://schemas.openxmlformats.org/officeDocument/2006/relationships",
+    "rel": "http://schemas.openxmlformats.org/package/2006/relationships",
+}
+_CELL_REF = re.compile(r"([A-Z]+)(\d+)")
+_DATE_FORMAT_IDS = {14, 15, 16, 17, 18, 19, 20, 21, 22, 45, 46, 47}
+_DATE_CODE = re.compile(r"(?<![\\\"])[dmyhs]", re.IGNORECASE)
+_EPOCH = datetime(1899, 12, 30)
+
+
+class _Workbook:
+    def __init__(self, data: bytes) -> None:
+        try:
+            self.zip = zipfile.ZipFile(io.BytesIO(data))
+            workbook = self._xml("xl/workbook.xml")
+        except (zipfile.BadZipFile, KeyError, ElementTree.ParseError) as e:
+            raise FileError(f"the file is not an xlsx workbook ({e})") from None
+        rels = self._xml("xl/_rels/workbook.xml.rels")
+        targets = {
+            r.get("Id"): r.get("Target", "") for r in rels.findall("rel:Relationship", _NS)
+        }
+        self.sheets: list[tuple[str, str]] = []
+        for sheet in workbook.findall("m:sheets/m:sheet", _NS):
+            target = targets.get(sheet.get(f"{{{_NS['r']}}}id"), "")
+            target = target.lstrip("/")
+            path = target if target.startswith("xl/") else "xl/" + target
+            self.sheets.append((sheet.get("name", ""), path))
+        self.strings = self._shared_strings()
+        self.date_styles = self._date_styles()
+
+    def _xml(self, name: str) -> ElementTree.Element:
+        info = self.zip.getinfo(name)
+        if info.file_size > MAX_XLSX_XML:
+            raise FileError(f"the workbook part {name} is over {_size(MAX_XLSX_XML)} unpacked")
+        return ElementTree.fromstring(self.zip.read(name))
+
+    def _shared_strings(self) -> list[str]:
+        try:
+            root = self._xml("xl/sharedStrings.xml")
+        except KeyError:
+            return []
+        return ["".join(t.text or "" for t in si.iter(f"{{{_NS['m']}}}t")) for si in root]
+
+    def _date_styles(self) -> set[int]:
+        try:
+            root = self._xml("xl/styles.xml")
+        except KeyError:
+            return set()
+        custom = {
+            int(f.get("numFmtId", "0")): f.get("formatCode", "")
+            for f in root.findall("m:numFmts/m:numFmt", _NS)
+        }
+        dates = set()
+        for index, xf in enumerate(root.findall("m:cellXfs/m:xf", _NS)):
+            fmt = int(xf.get("numFmtId", "0"))
+            code = custom.get(fmt, "")
+            if fmt in _DATE_FORMAT_IDS or (code and _DATE_CODE.search(re.sub(r"\[[^]]*]", "", code))):
+                dates.add(index)
+        return dates
+
+    def rows(self, sheet: Any) -> Iterator[list[Any]]:
+        if not self.sheets:
+            raise FileError("the workbook has no sheets")
+        if sheet is None:
+            path = self.sheets[0][1]
+        else:
+            found = [p for name, p in self.sheets if name == sheet]
+            if not found:
+                names = ", ".join(repr(n) for n, _ in self.sheets)
+                raise FileError(f"no sheet {sheet!r}; the sheets are {names}")
+            path = found[0]
+        try:
+            root = self._xml(path)
+        except KeyError:
+            raise FileError(f"the workbook lists a sheet part {path} it does not hold") from None
+        expected = 1
+        for row in root.iterfind("m:sheetData/m:row", _NS):
+            number = int(row.get("r", expected))
+            while expected < number:  # rows the file leaves out are empty
+                expected += 1
+                yield []
+            expected = number + 1
+            cells: list[Any] = []
+            for cell in row.iterfind("m:c", _NS):
+                match = _CELL_REF.match(cell.get("r", ""))
+                column = _column(match.group(1)) if match else len(cells)
+                while len(cells) < column:
+                    cells.append(None)
+                cells.append(self._value(cell))
+            yield cells
+
+    def _value(self, cell: ElementTree.Element) -> Any:
+        kind = cell.get("t", "n")
+        value = cell.find("m:v", _NS)
+        text = value.text if value is not None else None
+        if kind == "inlineStr":
+            return "".join(t.text or "" for t in cell.iter(f"{{{_NS['m']}}}t"))
+        if text is None:
+            return None
+        if kind == "s":
+            index = int(text)
+            return self.strings[index] if 0 <= index < len(self.strings) else None
+        if kind == "b":
+            return text == "1"
+        if kind in ("str", "e"):
+            return text
+        if kind == "d":
+            return text
+        number = float(text)
+        style = int(cell.get("s", "0"))
+        if style in self.date_styles:
+            moment = _EPOCH + timedelta(days=number)
+            if moment.time() == datetime.min.time():
+                return moment.date().isoformat()
+            return moment.isoformat(timespec="seconds")
+        return int(number) if number.is_integer() and abs(number) < 2**53 else number
+
+
+def _column(letters: str) -> int:
+    index = 0
+    for ch in letters:
+        index = index * 26 + (ord(ch) - 64)
+    return index - 1
+
+
+def warm_up() -> None:
+    """Exercise the decoders so nothing they need loads after lockdown."""
+    infos = [FileInfo(id="w.csv", mime="text/csv", size=8)]
+    files = Files(infos, Limits(), lambda _i, offset, length: b"a,b\n1,2\n"[offset : offset + length])
+    handle = files.open("csv", "w.csv", {})
+    files.next(handle)
+    list(_jsonl("w", iter(['{"a": 1}'])))
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("x.xml", "<a><b>1</b></a>")
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as z:
+        ElementTree.fromstring(z.read("x.xml"))
+    _EPOCH + timedelta(days=1.5)
+    datetime(2020, 1, 1).isoformat(timespec="seconds")

@@ -1,0 +1,108 @@
+"""Attachments through the engine: recorded as blobs, read by every run, shown to the model."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+from engine import CodeMode, Limits, tool
+from engine._files import Attachment, BlobStore
+from tests.engine.conftest import InProcessRunner
+
+SALES = b"region,amount\nnorth,10\nsouth,5\nnorth,7\n"
+
+
+async def test_script_reads_attachments_and_shows_them(inproc: InProcessRunner) -> None:
+    """The spec's CSV example over an attachment; shown text and media reach the result."""
+    png = b"\x89PNG\r\n\x1a\n" + b"\0" * 100
+    engine = CodeMode([], runner=inproc)
+    code = """
+    const totals = {};
+    for await (const row of files.csv("sales.csv")) {
+        totals[row.region] = (totals[row.region] ?? 0) + Number(row.amount);
+    }
+    files.show("notes.md");
+    files.show("chart.png");
+    return totals;
+    """
+    result = await engine.run_code(
+        code,
+        files=[
+            Attachment("sales.csv", data=SALES),
+            Attachment("notes.md", data=b"# Q3\nall good\n"),
+            Attachment("chart.png", data=png),
+        ],
+    )
+    assert result.status == "finished", result.text
+    assert result.value == {"north": 17, "south": 5}
+    assert "Shown: notes.md (text/markdown, 14 bytes)\n# Q3\nall good" in result.text
+    assert "Shown: chart.png (image/png" in result.text
+    image = result.content[1]
+    assert image["type"] == "image" and image["mimeType"] == "image/png"
+    assert base64.b64decode(image["data"]) == png
+
+
+async def test_every_run_reads_the_recorded_bytes(inproc: InProcessRunner, tmp_path: Path) -> None:
+    """Files are recorded when the script starts: a later run reads the same bytes even if
+    the attachment's file changed on disk."""
+    path = tmp_path / "data.csv"
+    path.write_bytes(SALES)
+
+    @tool
+    def touch() -> str:
+        """Change the file on disk mid-script."""
+        path.write_bytes(b"region,amount\nwest,1000\n")
+        return "changed"
+
+    engine = CodeMode([touch], runner=inproc, data_dir=tmp_path / "data")
+    code = """
+    const before = await files.text("data.csv");
+    await tools.touch();
+    const after = await files.text("data.csv");
+    return before === after;
+    """
+    result = await engine.run_code(code, files=[Attachment("data.csv", path=path)])
+    assert result.value is True
+    assert len(list((tmp_path / "data" / "blobs").rglob("*"))) >= 1
+
+
+async def test_gone_blob_throws_in_the_script(inproc: InProcessRunner) -> None:
+    """A file whose bytes are gone from the store (after the script started) throws in the
+    script, which can catch it."""
+    blobs = BlobStore()
+
+    @tool
+    def purge() -> int:
+        """Lose every blob, as a store that expired them would."""
+        blobs._memory.clear()
+        return 0
+
+    engine = CodeMode([purge], runner=inproc, blobs=blobs)
+    code = "await tools.purge(); try { await files.text('a.txt') } catch (e) { return e.message }"
+    result = await engine.run_code(code, files=[Attachment("a.txt", data=b"hello")])
+    assert result.value == "a.txt is gone: its bytes are gone from the store"
+
+
+async def test_total_file_bytes_limit(inproc: InProcessRunner) -> None:
+    """total_file_bytes: file bytes over all of a script's runs pass the limit."""
+
+    @tool
+    def step() -> int:
+        """A step."""
+        return 1
+
+    engine = CodeMode([step], runner=inproc, limits=Limits(total_file_bytes=200))
+    code = "for (let i = 0; i < 10; i++) { await files.text('sales.csv'); await tools.step(); }"
+    result = await engine.run_code(code, files=[Attachment("sales.csv", data=SALES)])
+    assert result.status == "failed"
+    assert result.limit == "total_file_bytes"
+    assert "[codemode.limits] total_file_bytes" in result.text
+
+
+async def test_file_bytes_limit_through_the_engine(inproc: InProcessRunner) -> None:
+    """file_bytes: one run reading more than the limit fails, naming it."""
+    engine = CodeMode([], runner=inproc, limits=Limits(file_bytes=10))
+    result = await engine.run_code(
+        "return await files.text('sales.csv')", files=[Attachment("sales.csv", data=SALES)]
+    )
+    assert result.limit == "file_bytes" and "[codemode.limits] file_bytes" in result.text

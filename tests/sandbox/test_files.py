@@ -1,0 +1,251 @@
+"""`files` inside a script: listing, reading, the streams of the spec's table, showing, and
+the file limits (file_bytes, streams, shown_files, shown, shown_media)."""
+
+from __future__ import annotations
+
+import io
+from datetime import date, datetime
+from typing import Any
+
+import openpyxl
+import pytest
+
+from sandbox.files import FileError
+from sandbox.protocol import Clock, FileInfo, Limits, Ran, Script
+from sandbox.runtime import run_in_process
+
+SALES = b"region,amount\nnorth,10\nsouth,5\nnorth,7\n"
+
+
+def _xlsx() -> bytes:
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.title = "Orders"
+    sheet.append(["id", "when", "paid", "total", "note"])
+    sheet.append([1, datetime(2026, 1, 2, 0, 0), True, 12.5, "first"])
+    sheet.append([None, None, None, None, None])
+    sheet.append([2, date(2026, 1, 3), False, 7, None])
+    other = book.create_sheet("Stock")
+    other.append(["sku", "count"])
+    other.append(["a-1", 3])
+    buffer = io.BytesIO()
+    book.save(buffer)
+    return buffer.getvalue()
+
+
+BLOBS: dict[str, bytes] = {
+    "sales.csv": SALES,
+    "semi.csv": b"a;b\n1;2\n",
+    "events.jsonl": b'{"n":1}\n\n{"n":2}\n{"n":3}\n',
+    "bad.jsonl": b'{"n":1}\n{oops\n',
+    "notes.md": "# Notes\r\nline two\nthird \u00e9\n".encode(),
+    "book.xlsx": _xlsx(),
+    "chart.png": b"\x89PNG" + b"\0" * 2000,
+    "big.txt": b"x" * 300_000,
+}
+MIME = {
+    "csv": "text/csv",
+    "jsonl": "application/jsonl",
+    "md": "text/markdown",
+    "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "png": "image/png",
+    "txt": "text/plain",
+}
+
+
+def run(code: str, gone: set[str] = frozenset(), **limits: Any) -> Ran:  # type: ignore[assignment]
+    infos = [FileInfo(id=k, mime=MIME[k.rsplit(".", 1)[1]], size=len(v)) for k, v in BLOBS.items()]
+
+    def fetch(file_id: str, offset: int, length: int) -> bytes:
+        if file_id in gone:
+            raise FileError(f"{file_id} is gone: deleted")
+        return BLOBS[file_id][offset : offset + length]
+
+    script = Script(
+        id="files", code=code, files=infos, clock=Clock(now_ms=0, seed=1), limits=Limits(**limits)
+    )
+    return run_in_process(script, fetch)
+
+
+def value(code: str, **limits: Any) -> Any:
+    ran = run(code, **limits)
+    assert ran.outcome == "finished", ran.error
+    return ran.value
+
+
+def test_list_and_stat() -> None:
+    """files.list() and files.stat(id) give { id, mime, size } of the attachments."""
+    listed = value("return files.list()")
+    assert [f["id"] for f in listed] == list(BLOBS)
+    assert value("return files.stat('sales.csv')") == {
+        "id": "sales.csv",
+        "mime": "text/csv",
+        "size": len(SALES),
+    }
+
+
+def test_unknown_file_throws_catchably() -> None:
+    """A file id that is not attached throws an Error naming it, which the script can catch."""
+    message = value("try { files.stat('sale.csv') } catch (e) { return e.message }")
+    assert "no file 'sale.csv'" in message and "sales.csv" in message
+
+
+def test_text_reads_the_whole_file() -> None:
+    """await files.text(id) is the whole file as text."""
+    assert value("return await files.text('notes.md')") == BLOBS["notes.md"].decode()
+
+
+def test_text_refuses_more_than_an_eighth_of_memory() -> None:
+    """files.text reads up to an eighth of memory; past it, it says to stream instead."""
+    message = value(
+        "try { await files.text('big.txt') } catch (e) { return e.message }", memory=2 * 1024 * 1024
+    )
+    assert "files.lines" in message
+
+
+def test_the_spec_csv_example() -> None:
+    """The spec's example: totals per region from a CSV stream."""
+    code = """
+    const totals = {};
+    for await (const row of files.csv("sales.csv")) {
+        totals[row.region] = (totals[row.region] ?? 0) + Number(row.amount);
+    }
+    return totals;
+    """
+    assert value(code) == {"north": 17, "south": 5}
+
+
+def test_csv_options() -> None:
+    """header: false gives arrays; delimiter; limit and offset count records, not the header."""
+    code = """
+    const out = {arrays: [], semi: [], window: []};
+    for await (const r of files.csv("sales.csv", { header: false, limit: 2 })) out.arrays.push(r);
+    for await (const r of files.csv("semi.csv", { delimiter: ";" })) out.semi.push(r);
+    for await (const r of files.csv("sales.csv", { offset: 1, limit: 1 })) out.window.push(r);
+    return out;
+    """
+    assert value(code) == {
+        "arrays": [["region", "amount"], ["north", "10"]],
+        "semi": [{"a": "1", "b": "2"}],
+        "window": [{"region": "south", "amount": "5"}],
+    }
+
+
+def test_lines_without_line_ends() -> None:
+    """files.lines gives lines without their line ends (\\n or \\r\\n)."""
+    code = "const out = []; for await (const l of files.lines('notes.md')) out.push(l); return out"
+    assert value(code) == ["# Notes", "line two", "third \u00e9"]
+
+
+def test_jsonl_skips_blank_lines_and_names_a_bad_line() -> None:
+    """files.jsonl gives one value per line; blank lines are not counted; bad JSON names the line."""
+    code = "const out = []; for await (const v of files.jsonl('events.jsonl', {offset: 1})) out.push(v.n); return out"
+    assert value(code) == [2, 3]
+    bad = "try { for await (const v of files.jsonl('bad.jsonl')) {} } catch (e) { return e.message }"
+    assert "line 2" in value(bad)
+
+
+def test_chunks_by_size_and_byte_offset() -> None:
+    """files.chunks gives text in pieces of about `size` bytes, from byte `offset`."""
+    code = "const out = []; for await (const c of files.chunks('notes.md', {size: 5, offset: 2})) out.push(c); return out"
+    pieces = value(code)
+    assert "".join(pieces) == BLOBS["notes.md"][2:].decode()
+    assert all(len(p.encode()) <= 6 for p in pieces)
+
+
+def test_break_closes_a_stream() -> None:
+    """break ends a stream and frees its slot, so more than `streams` loops can run in turn."""
+    code = """
+    let n = 0;
+    for (let i = 0; i < 6; i++) { for await (const r of files.csv("sales.csv")) { n++; break; } }
+    return n;
+    """
+    assert value(code, streams=2) == 6
+
+
+def test_streams_limit_throws_at_the_call() -> None:
+    """streams: opening more files at once than the limit throws, naming the limit."""
+    code = """
+    const its = [1, 2, 3].map(() => files.chunks("big.txt", { size: 100000 })[Symbol.asyncIterator]());
+    try { for (const it of its) await it.next(); } catch (e) { return e.message }
+    """
+    message = value(code, streams=2)
+    assert "streams limit met" in message and "[codemode.limits] streams" in message
+
+
+def test_xlsx_rows_and_sheets() -> None:
+    """files.xlsx keeps numbers and booleans, makes dates ISO strings, empty cells null, skips
+    empty rows; files.sheets names the worksheets."""
+    code = """
+    const rows = []; for await (const r of files.xlsx("book.xlsx")) rows.push(r);
+    const stock = []; for await (const r of files.xlsx("book.xlsx", { sheet: "Stock", header: false })) stock.push(r);
+    return { rows, stock, sheets: await files.sheets("book.xlsx") };
+    """
+    result = value(code)
+    assert result["sheets"] == ["Orders", "Stock"]
+    assert result["rows"] == [
+        {"id": 1, "when": "2026-01-02", "paid": True, "total": 12.5, "note": "first"},
+        {"id": 2, "when": "2026-01-03", "paid": False, "total": 7, "note": None},
+    ]
+    assert result["stock"] == [["sku", "count"], ["a-1", 3]]
+
+
+def test_xlsx_unknown_sheet_and_not_a_workbook() -> None:
+    """A sheet that is not there, or a file that is not xlsx, throws a clear error."""
+    missing = "try { for await (const r of files.xlsx('book.xlsx', {sheet: 'Nope'})) {} } catch (e) { return e.message }"
+    assert "no sheet 'Nope'" in value(missing)
+    notxlsx = "try { await files.sheets('sales.csv') } catch (e) { return e.message }"
+    assert "not an xlsx" in value(notxlsx)
+
+
+def test_show_records_the_files_shown() -> None:
+    """files.show(id) puts the file in front of the model when the script ends."""
+    ran = run("files.show('notes.md'); files.show('chart.png'); files.show('notes.md'); return 1")
+    assert ran.shown == ["notes.md", "chart.png"]
+
+
+def test_shown_files_limit() -> None:
+    """shown_files: showing more files than the limit throws, naming it."""
+    code = "files.show('notes.md'); try { files.show('sales.csv') } catch (e) { return e.message }"
+    assert "shown_files limit met" in value(code, shown_files=1)
+
+
+def test_shown_text_limit() -> None:
+    """shown: once the file text shown fills the budget, showing more throws."""
+    code = "files.show('big.txt'); try { files.show('notes.md') } catch (e) { return e.message }"
+    assert "shown limit met" in value(code, shown=1000)
+
+
+def test_shown_media_limit() -> None:
+    """shown_media: media over the budget throws, naming the limit."""
+    code = "try { files.show('chart.png') } catch (e) { return e.message }"
+    message = value(code, shown_media=1000)
+    assert "shown_media limit met" in message and "[codemode.limits] shown_media" in message
+
+
+def test_file_bytes_limit_ends_the_run() -> None:
+    """file_bytes: reading more than the limit in one run ends it, even inside try/catch."""
+    code = "try { await files.text('big.txt') } catch (e) { return 'swallowed' }"
+    ran = run(code, file_bytes=100_000)
+    assert ran.outcome == "failed"
+    assert ran.limit is not None and ran.limit.name == "file_bytes"
+    assert "[codemode.limits] file_bytes" in ran.limit.message
+
+
+def test_file_bytes_are_counted() -> None:
+    """A run reports the file bytes it read."""
+    ran = run("await files.text('sales.csv'); return 1")
+    assert ran.stats.file_bytes == len(SALES)
+
+
+def test_gone_file_throws_in_the_script() -> None:
+    """A file that is gone throws in the script, and the script can catch it."""
+    ran = run("try { await files.text('notes.md') } catch (e) { return e.message }", gone={"notes.md"})
+    assert ran.value == "notes.md is gone: deleted"
+
+
+@pytest.mark.parametrize("bad", ["files.csv('sales.csv', 3)", "files.csv('sales.csv', {limit: -1})"])
+def test_bad_stream_options(bad: str) -> None:
+    """Stream options are an object of counts; anything else throws at the call."""
+    code = f"try {{ for await (const r of {bad}) {{}} }} catch (e) {{ return e.message }}"
+    assert "files.csv" in value(code)
