@@ -20,10 +20,12 @@ from engine._errors import (
     ScriptNotFound,
     StepUnavailable,
 )
+from engine._files import Attachment, BlobStore
 from engine._functions import tool
 from engine._limits import Limits, parse_size
 from engine._log import CallEntry, LogStore, MemoryStore, ScriptRecord, SqliteStore
 from engine._render import TEXT_BUDGET
+from engine._skills import Skill
 from engine._source import ScriptTooLarge, normalize
 from engine._tools import (
     Tool,
@@ -37,6 +39,8 @@ from engine._worker import PROPOSED, Worker, proposed_worker
 __all__ = [
     "PROPOSED",
     "TEXT_BUDGET",
+    "Attachment",
+    "BlobStore",
     "CallEntry",
     "CallNotWaiting",
     "CodeMode",
@@ -51,6 +55,7 @@ __all__ = [
     "ScriptNotFound",
     "ScriptRecord",
     "ScriptTooLarge",
+    "Skill",
     "SqliteStore",
     "StepUnavailable",
     "Tool",

@@ -29,6 +29,7 @@ from engine._files import Attachment, BlobReader, BlobStore, record_files
 from engine._limits import Limits
 from engine._naming import closest_names
 from engine._search import ToolIndex
+from engine._skills import Skill, find_skill, skill_answer, skills_listing
 from engine._source import ScriptTooLarge, normalize
 from engine._tools import Tool, ToolCallError, ToolContext, unique_tools
 from engine._worker import Decision, Worker, ask, calls_trigger, proposed_worker
@@ -37,7 +38,17 @@ from sandbox import protocol
 
 logger = logging.getLogger("codemode")
 
-BUILTIN_TOOLS = ("tool_search",)
+BUILTIN_TOOLS = ("tool_search", "skill")
+
+FILES_NOTE = (
+    "The conversation's files are in `files`: `files.list()` and `files.stat(id)` give "
+    "`{ id, mime, size }`; `await files.text(id)` reads a whole file; `files.show(id)` puts a "
+    "file in front of you when the script ends (at most 4). Stream big files with "
+    "`for await (const row of files.csv(id, { header, delimiter }))`, `files.lines(id)`, "
+    "`files.jsonl(id)`, `files.chunks(id, { size, offset })` and `files.xlsx(id, { sheet })` "
+    "(`await files.sheets(id)` names the sheets); each takes `{ limit, offset }`. Read files "
+    "before calling tools: each run of the script reads them again."
+)
 
 Status = Literal["finished", "failed", "paused"]
 
@@ -100,6 +111,7 @@ class CodeMode:
         limits: Limits | Callable[[str], Limits] | None = None,
         worker: Worker | None = None,
         context: Any = None,
+        skills: Iterable[Skill] = (),
         queue_timeout: float = 300.0,
         retry_delay: float = 3.0,
         clock: Callable[[], float] = time.time,
@@ -107,7 +119,9 @@ class CodeMode:
     ) -> None:
         self.tools = unique_tools(tools)
         self._by_name = {t.name: t for t in self.tools}
-        self._index = ToolIndex(self.tools)
+        self.skills: list[Skill] = list(skills)
+        self._declares_skills = bool(self.skills)
+        self._index = ToolIndex(self.tools, [s.info() for s in self.skills])
         if runner is None:
             from runner import ProcessRunner
 
@@ -135,7 +149,20 @@ class CodeMode:
 
         The same bytes for the same tools, so a cached prompt prefix holds.
         """
-        return run_code_tool(self.tools)
+        return run_code_tool(self.tools, skills=self._declares_skills, notes=[FILES_NOTE])
+
+    def skills_prompt(self) -> str:
+        """The system-prompt text listing each skill with the tools it names."""
+        return skills_listing(self.skills)
+
+    def add_skill(self, skill: Skill) -> str:
+        """Add a skill while the session runs; returns the text that lists it for the model
+        (tell it after what it has read, so the cached prefix holds)."""
+        if any(s.name == skill.name for s in self.skills):
+            raise CodeModeError(f"a skill called {skill.name!r} is already loaded")
+        self.skills.append(skill)
+        self._index = ToolIndex(self.tools, [s.info() for s in self.skills])
+        return skills_listing([skill])
 
     def search(self, query: str, limit: int = 8) -> str:
         """What ``tools.tool_search({ query })`` answers inside a script."""
@@ -168,7 +195,9 @@ class CodeMode:
             now_ms=int(self.clock() * 1000),
             seed=secrets.randbits(32),
             created_ms=int(time.time() * 1000),
-            files=record_files(self.blobs, list(files)),
+            files=record_files(
+                self.blobs, [a for s in self.skills for a in s.attachments()] + list(files)
+            ),
         )
         self.store.create_script(record)
         return await self.resume(record.id)
@@ -507,6 +536,9 @@ class CodeMode:
                 return self._index.search(query, limit=limit)
             except ValueError as e:
                 raise ToolCallError(str(e)) from e
+        if entry.name == "skill":
+            skill = find_skill(self.skills, entry.arguments.get("name"))
+            return skill_answer(skill, self.tools)
         tool = self._by_name.get(entry.name)
         if tool is None:
             near = closest_names(entry.name, self._tool_names)

@@ -1,0 +1,108 @@
+"""Skills: instructions for a kind of task, the tools they are about, and files.
+
+In code mode a skill holds back no tools: its ``tools`` only say which tools it is about.
+``await tools.skill({ name })`` answers with the skill's instructions, then the declarations
+of the tools it names, so the model can call them in its next script without a search. A
+skill's other files are files the script reads as ``<skill>/<path>``; the script's first
+step records their blobs, so a skill that changes while the script runs does not change
+what it reads.
+"""
+
+from __future__ import annotations
+
+import difflib
+import mimetypes
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine._declarations import BUDGET, declare_tools
+from engine._files import Attachment
+from engine._search import SkillInfo
+from engine._tools import Tool, ToolCallError, ToolDefinitionError
+
+
+@dataclass(frozen=True)
+class Skill:
+    """A skill: ``name`` (as ``"runbooks:respond"``), what it is for, its instructions, the
+    tools it is about, and its other files (path -> bytes or a path on disk)."""
+
+    name: str
+    description: str
+    instructions: str
+    tools: tuple[str, ...] = ()
+    files: Mapping[str, bytes | str | Path] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip() or "/" in self.name:
+            raise ToolDefinitionError(
+                f"a skill needs a name without '/', as \"runbooks:respond\", not {self.name!r}"
+            )
+        object.__setattr__(self, "tools", tuple(self.tools))
+        for path in self.files:
+            if not path or path.startswith("/") or ".." in Path(path).parts:
+                raise ToolDefinitionError(
+                    f"skill {self.name}: file path {path!r} must be relative, inside the skill"
+                )
+
+    def info(self) -> SkillInfo:
+        return SkillInfo(name=self.name, description=self.description, tools=self.tools)
+
+    def attachments(self) -> list[Attachment]:
+        """The skill's files as the script sees them: ``<skill>/<path>``, with ``skill`` set."""
+        out = []
+        for path, content in sorted(self.files.items()):
+            mime, _ = mimetypes.guess_type(path)
+            file_id = f"{self.name}/{path}"
+            if isinstance(content, bytes):
+                out.append(Attachment(file_id, data=content, mime=mime, skill=self.name))
+            else:
+                out.append(Attachment(file_id, path=Path(content), mime=mime, skill=self.name))
+        return out
+
+
+def skill_answer(skill: Skill, tools: Sequence[Tool], budget: int = BUDGET) -> str:
+    """What ``tools.skill({ name })`` answers: the instructions, then the tools' declarations."""
+    by_name = {t.name: t for t in tools}
+    named = [by_name[n] for n in skill.tools if n in by_name]
+    parts = [f"Skill {skill.name}: {skill.description}".rstrip(": "), "", skill.instructions.strip()]
+    if named:
+        block, declared = declare_tools(named, budget, builtins=(), full_descriptions=True)
+        parts += ["", "The tools it names, in TypeScript:", "```ts", block.rstrip(), "```"]
+        left = [t.name for t in named if t not in declared]
+        if left:
+            parts.append(
+                "Not declared here (over the budget): "
+                + ", ".join(left)
+                + "; find them with tools.tool_search."
+            )
+    if skill.files:
+        parts += ["", "Its files (read them with files.text, files.lines, ...):"]
+        parts += [f"- {skill.name}/{path}" for path in sorted(skill.files)]
+    return "\n".join(parts)
+
+
+def find_skill(skills: Sequence[Skill], name: object) -> Skill:
+    """The skill called ``name``; a :class:`ToolCallError` naming the closest skills if none."""
+    if not isinstance(name, str):
+        raise ToolCallError('tools.skill takes { name: "skill name" }')
+    for skill in skills:
+        if skill.name == name:
+            return skill
+    names = [s.name for s in skills]
+    near = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    if not names:
+        raise ToolCallError("tools.skill: this agent has no skills")
+    hint = f"; the closest are {', '.join(near)}" if near else f"; the skills are {', '.join(names)}"
+    raise ToolCallError(f"no skill {name!r}{hint}")
+
+
+def skills_listing(skills: Sequence[Skill]) -> str:
+    """The system-prompt text that lists each skill with the tools it names."""
+    if not skills:
+        return ""
+    lines = ["Skills (load one in a script with await tools.skill({ name })):"]
+    for skill in skills:
+        about = f" Tools: {', '.join(skill.tools)}." if skill.tools else ""
+        lines.append(f"- {skill.name}: {skill.description}{about}")
+    return "\n".join(lines)

@@ -1,0 +1,85 @@
+"""Skills: loading one from a script, its files, search, and the system-prompt listing."""
+
+from __future__ import annotations
+
+from engine import CodeMode, tool
+from engine._skills import Skill
+from tests.engine.conftest import InProcessRunner
+
+
+@tool
+def page_oncall(team: str, message: str) -> str:
+    """Page the on-call engineer of a team."""
+    return f"paged {team}"
+
+
+@tool(deferred=True)
+def open_incident(title: str, severity: int) -> dict[str, str]:
+    """Open an incident in the tracker."""
+    return {"id": "INC-1"}
+
+
+RESPOND = Skill(
+    name="runbooks:respond",
+    description="Respond to a production incident.",
+    instructions="1. Open an incident.\n2. Page the on-call.\n3. Read the escalation policy.",
+    tools=("open_incident", "page_oncall"),
+    files={"references/escalation.md": b"# Escalation\nSev 1: page twice.\n"},
+)
+
+
+async def test_skill_answers_instructions_then_declarations(inproc: InProcessRunner) -> None:
+    """tools.skill({ name }) answers the instructions, then its tools' declarations."""
+    engine = CodeMode([page_oncall, open_incident], runner=inproc, skills=[RESPOND])
+    result = await engine.run_code("return await tools.skill({ name: 'runbooks:respond' })")
+    assert result.status == "finished", result.text
+    answer = result.value
+    assert answer.index("1. Open an incident.") < answer.index("open_incident(input:")
+    assert "page_oncall(input:" in answer
+    assert "runbooks:respond/references/escalation.md" in answer
+
+
+async def test_skill_files_are_files(inproc: InProcessRunner) -> None:
+    """A skill's files are read as <skill>/<path> and listed with their skill."""
+    engine = CodeMode([page_oncall], runner=inproc, skills=[RESPOND])
+    code = """
+    const text = await files.text("runbooks:respond/references/escalation.md");
+    return { text, listed: files.list() };
+    """
+    result = await engine.run_code(code)
+    assert result.value["text"].startswith("# Escalation")
+    (listed,) = result.value["listed"]
+    assert listed["skill"] == "runbooks:respond"
+    assert listed["id"] == "runbooks:respond/references/escalation.md"
+
+
+async def test_unknown_skill_names_the_closest(inproc: InProcessRunner) -> None:
+    """Loading a skill that does not exist throws, naming the closest skills."""
+    engine = CodeMode([page_oncall], runner=inproc, skills=[RESPOND])
+    result = await engine.run_code(
+        "try { await tools.skill({ name: 'runbooks:respnd' }) } catch (e) { return e.message }"
+    )
+    assert "runbooks:respond" in result.value
+
+
+async def test_search_finds_skills_and_listing_names_tools(inproc: InProcessRunner) -> None:
+    """tool_search finds skills with how to load them; the prompt lists each skill's tools."""
+    engine = CodeMode([page_oncall, open_incident], runner=inproc, skills=[RESPOND])
+    answer = engine.search("incident response")
+    assert "runbooks:respond" in answer
+    listing = engine.skills_prompt()
+    assert "runbooks:respond" in listing and "open_incident" in listing
+    assert "tools.skill" in engine.definition()["description"]
+
+
+async def test_skill_added_later_keeps_the_description(inproc: InProcessRunner) -> None:
+    """A skill added while the session runs is listed on its own; run_code's description,
+    the cached prefix, does not change."""
+    engine = CodeMode([page_oncall, open_incident], runner=inproc, skills=[RESPOND])
+    before = engine.definition()
+    later = Skill(name="billing", description="Refunds.", instructions="Refund carefully.")
+    text = engine.add_skill(later)
+    assert "billing" in text and "runbooks:respond" not in text
+    assert engine.definition() == before
+    result = await engine.run_code("return await tools.skill({ name: 'billing' })")
+    assert "Refund carefully." in result.value
