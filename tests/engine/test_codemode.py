@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -416,3 +417,31 @@ async def test_bad_worker_answers_refuse_the_calls(inproc: InProcessRunner, bad:
     engine = CodeMode([ping], runner=inproc, worker=worker)
     result = await engine.run_code("try { await tools.ping() } catch (e) { return e.message }")
     assert "worker" in result.value
+
+
+async def test_each_step_logs_a_script_step_line(
+    inproc: InProcessRunner, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One `script step` line per step on the codemode logger, with tenant, results bytes,
+    wait, run time, heap, CPU and the limit met; a warning past half the compute allowance."""
+
+    @tool
+    def one() -> int:
+        """One."""
+        return 1
+
+    engine = CodeMode([one], runner=inproc, limits=Limits(compute_ms=5000))
+    with caplog.at_level(logging.INFO, logger="codemode"):
+        await engine.run_code("await tools.one(); return 2", tenant="acme")
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("script step ")]
+    assert len(lines) == 2
+    for field in ("tenant=acme", "results_bytes=", "wait_ms=", "run_ms=", "heap_bytes=", "cpu_ms=", "limit=-"):
+        assert field in lines[0]
+    assert "results_bytes=1 " in lines[1]
+
+    caplog.clear()
+    slow = CodeMode([], runner=inproc, limits=Limits(compute_ms=10))
+    with caplog.at_level(logging.INFO, logger="codemode"):
+        await slow.run_code("let x = 0; for (let i = 0; i < 3e6; i++) x += i; return x")
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings and "over half" in warnings[0].getMessage()
