@@ -4,6 +4,7 @@ from runner._base import FileMissing, FileReader, ProcessStats, RunError, Script
 from runner._process import ProcessRunner
 from runner._remote import RemoteRunner
 from runner._service import RunnerService
+from runner._slots import Slots, default_slot_count
 from runner.service_main import serve
 
 __all__ = [
@@ -15,6 +16,8 @@ __all__ = [
     "RunError",
     "RunnerService",
     "ScriptRunner",
+    "Slots",
     "Step",
+    "default_slot_count",
     "serve",
 ]

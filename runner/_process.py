@@ -1,8 +1,17 @@
-"""ProcessRunner in exec mode: a fresh ``python -I -m sandbox`` for each step.
+"""ProcessRunner: each step in a confined process, from a warm pool, a fork server or exec.
 
-The process starts with an empty environment, only its three pipes, in a session of its own,
-and is reaped with ``wait4`` so its CPU time and peak memory reach the step's stats. Every way
-it can end becomes a Step (see ``_conversation.step_from``); none hangs the caller.
+Three ways to get the process, one way to talk to it (``_conversation``):
+
+- ``pool`` (default): a child the fork server forked ahead of demand, already locked down
+  and ``ready`` (``_pool``);
+- ``fork``: a child the fork server forks for this step (``_forkserver``, ``sandbox.zygote``);
+- ``exec``: a fresh ``python -I -m sandbox`` per step, the baseline.
+
+Each process starts with an empty environment and only its three pipes, and is reaped with
+``wait4`` (by the runner in exec mode, by the zygote otherwise) so its CPU time and peak
+memory reach the step's stats. Every way it can end becomes a Step (see
+``_conversation.step_from``); none hangs the caller. Steps run in at most ``slots``
+processes at once, shared fairly between tenants (``_slots``).
 """
 
 from __future__ import annotations
@@ -16,15 +25,25 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Literal, Protocol
 
 from runner import _conversation as conv
 from runner._base import FileReader, ProcessStats, RunError, ScriptRunner, Step
+from runner._forkserver import ForkedChild, ForkServer
+from runner._pool import DEFAULT_IDLE_AFTER, WarmPool
+from runner._slots import DEFAULT_SCRIPT_WAIT, Slots, default_slot_count
 from sandbox import protocol
 from sandbox.protocol import Script
+
+Mode = Literal["pool", "fork", "exec"]
+MODES: tuple[Mode, ...] = ("pool", "fork", "exec")
 
 STDERR_KEEP = 8 * 1024
 # How long a new process may take to import, lock down and say ready.
 SPAWN_TIMEOUT = 30.0
+# The JS heap pool children are forked for (the spec's default `memory`): their heap ceiling
+# is the runner's for it; a script that needs more gets a child forked for it.
+POOL_MEMORY = protocol.Limits().memory
 
 
 def default_data_limit(memory: int) -> int:
@@ -125,34 +144,108 @@ async def spawn(argv: list[str], line_limit: int) -> Child:
     return child
 
 
-class ProcessRunner(ScriptRunner):
-    """Runs each step in a new confined ``python -I -m sandbox`` process (exec mode).
+class _Process(Protocol):
+    """What a step needs of a sandbox process, exec'd (``Child``) or forked (``ForkedChild``)."""
 
-    ``data_limit`` caps a process's heap (records included); keep it above ``memory``.
-    By default it is twice the script's ``memory`` and at least 512 MiB.
+    reader: conv.LineReader
+    stderr: bytearray
+    status: int | None
+    killed_by_us: bool
+
+    async def write(self, data: bytes) -> None: ...
+    def kill(self) -> None: ...
+    async def reap(self, grace: float = 2.0) -> None: ...
+    def stats(self) -> ProcessStats: ...
+
+
+class ProcessRunner(ScriptRunner):
+    """Runs each step in a confined sandbox process on this machine.
+
+    ``mode`` picks how the process comes to be: ``"pool"`` (default) takes a child the fork
+    server forked ahead of demand, ``"fork"`` forks one per step, ``"exec"`` starts a fresh
+    ``python -I -m sandbox`` per step (slowest; for hosts that want no long-lived server).
+
+    ``slots`` caps how many steps run at once (an int, or a :class:`Slots` shared with other
+    runners; default ``CODEMODE_SANDBOX_SLOTS`` or the CPU count clamped to 2..8), and
+    ``script_wait`` is how long a step may wait for one before it gets a :class:`RunError`.
+    ``pool_size`` is how many ready children the pool keeps (default: one per slot); it
+    shrinks to one after ``idle_after`` idle seconds. ``data_limit`` caps a process's heap
+    (records included); keep it above ``memory``. By default it is twice the script's
+    ``memory`` and at least 512 MiB. ``python`` is the interpreter that runs the sandbox.
     """
 
     def __init__(
         self,
         *,
+        mode: Mode = "pool",
         python: str = sys.executable,
         data_limit: int | None = None,
         spawn_timeout: float = SPAWN_TIMEOUT,
+        slots: int | Slots | None = None,
+        pool_size: int | None = None,
+        script_wait: float = DEFAULT_SCRIPT_WAIT,
+        idle_after: float = DEFAULT_IDLE_AFTER,
     ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if data_limit is not None and data_limit < protocol.MiB:
+            raise ValueError(
+                f"data_limit is {data_limit:,} bytes, too small for any script; give the "
+                "process heap in bytes, above the scripts' memory (e.g. 1073741824 for 1 GiB)"
+            )
+        self.mode: Mode = mode
         self.python = python
         self.data_limit = data_limit
         self.spawn_timeout = spawn_timeout
+        self.script_wait = script_wait
+        self.idle_after = idle_after
+        if isinstance(slots, Slots):
+            self.slots = slots
+        else:
+            self.slots = Slots(slots if slots is not None else default_slot_count(), script_wait)
+        self.pool_size = pool_size if pool_size is not None else self.slots.count
+        self.server: ForkServer | None = None
+        self.pool: WarmPool | None = None
+        if mode != "exec":
+            self.server = ForkServer(python=python, spawn_timeout=spawn_timeout)
+        if mode == "pool":
+            assert self.server is not None
+            self.pool = WarmPool(
+                self.server,
+                size=self.pool_size,
+                memory=POOL_MEMORY,
+                data_limit=data_limit,
+                spawn_timeout=spawn_timeout,
+                idle_after=idle_after,
+            )
         self._closed = False
 
     def with_data_limit(self, data_limit: int) -> ProcessRunner:
-        """A runner like this one whose processes' heap is capped at ``data_limit`` bytes."""
+        """A runner like this one whose processes' heap is capped at ``data_limit`` bytes.
+
+        It shares this runner's slots, so the two together still run at most ``slots``
+        steps at once.
+        """
         return ProcessRunner(
-            python=self.python, data_limit=data_limit, spawn_timeout=self.spawn_timeout
+            mode=self.mode,
+            python=self.python,
+            data_limit=data_limit,
+            spawn_timeout=self.spawn_timeout,
+            slots=self.slots,
+            pool_size=self.pool_size,
+            script_wait=self.script_wait,
+            idle_after=self.idle_after,
         )
 
+    def heap_limit(self, memory: int) -> int:
+        """The process heap for a script with JS heap ``memory``."""
+        if self.data_limit is not None:
+            return max(self.data_limit, memory)
+        return default_data_limit(memory)
+
     def argv(self, script: Script) -> list[str]:
+        """The exec-mode command line for ``script``."""
         memory = script.limits.memory
-        data_limit = self.data_limit or default_data_limit(memory)
         return [
             self.python,
             "-I",
@@ -161,7 +254,7 @@ class ProcessRunner(ScriptRunner):
             "--memory-ceiling",
             str(memory),
             "--data-limit",
-            str(max(data_limit, memory)),
+            str(self.heap_limit(memory)),
         ]
 
     async def run(
@@ -169,31 +262,80 @@ class ProcessRunner(ScriptRunner):
     ) -> Step:
         if self._closed:
             raise RunError("this runner is closed")
+        async with self.slots.hold(tenant) as use:
+            if self.mode == "exec":
+                step = await self._run_exec(script, files)
+            else:
+                step = await self._run_forked(script, files)
+        if step.process is not None:
+            step.process.wait_ms = use.waited * 1000
+        return step
+
+    # ---- exec mode ----
+
+    async def _run_exec(self, script: Script, files: FileReader | None) -> Step:
         try:
             child = await spawn(self.argv(script), conv.ran_bound(script))
         except OSError as e:
             raise RunError(f"could not start the sandbox process: {e}") from e
         try:
-            return await self._drive(child, script, files)
+            ready = await self._await_ready(child)
+            if isinstance(ready, Step):
+                return ready
+            return await self._drive(child, ready, script, files)
         finally:
             child.kill()
             await child.reap(grace=0)
 
-    async def _drive(self, child: Child, script: Script, files: FileReader | None) -> Step:
+    # ---- fork and pool modes ----
+
+    async def _run_forked(self, script: Script, files: FileReader | None) -> Step:
+        assert self.server is not None
+        memory = script.limits.memory
+        child = None
+        if self.pool is not None and self.heap_limit(memory) <= self.heap_limit(POOL_MEMORY):
+            child = self.pool.take()
+        if child is None:
+            data_limit = self.heap_limit(memory) if self.data_limit is not None else None
+            child = await self.server.spawn(memory=memory, data_limit=data_limit)
         try:
-            ready = await conv.await_ready(child.reader, conv.Deadline.seconds(self.spawn_timeout))
+            ready: protocol.Ready | Step | None = child.ready
+            if ready is None:
+                ready = await self._await_ready(child)
+            if isinstance(ready, Step):
+                return ready
+            child.started = time.monotonic()
+            return await self._drive(child, ready, script, files)
+        finally:
+            child.kill()
+            await child.reap(grace=0)
+            if self.pool is not None:
+                self.pool.taken_done()
+
+    # ---- one step, either way ----
+
+    async def _await_ready(self, child: Child | ForkedChild) -> protocol.Ready | Step:
+        """The process's ``ready``; a failed step if it cannot confine itself.
+
+        Raises :class:`RunError` when it never got to a script: the runner's trouble, not
+        the script's, so the step can be tried again.
+        """
+        try:
+            return await conv.await_ready(child.reader, conv.Deadline.seconds(self.spawn_timeout))
         except conv.UnconfinedError as e:
             return Step.failure(
                 "SandboxUnavailable",
                 f"the sandbox process could not lock itself down, so no script runs here: {e}",
             )
         except (TimeoutError, protocol.ProtocolError, RunError) as e:
-            # The process never got to a script: this is the runner's trouble, not the
-            # script's, and the step can be tried again.
             child.kill()
             await child.reap(grace=0)
             detail = str(e) or type(e).__name__
-            raise RunError(f"the sandbox process did not start: {detail}{self._tail(child)}")
+            raise RunError(f"the sandbox process did not start: {detail}{_tail(child)}") from None
+
+    async def _drive(
+        self, child: _Process, ready: protocol.Ready, script: Script, files: FileReader | None
+    ) -> Step:
         conv.check_version(ready, script)
         deadline = conv.Deadline(script.limits.compute_ms)
         outcome = await conv.converse(child.reader, child.write, script, files, deadline)
@@ -203,9 +345,14 @@ class ProcessRunner(ScriptRunner):
             await child.reap(grace=0.5)
         else:
             await child.reap(grace=1.0)
+        if outcome.ran is None and isinstance(child, ForkedChild) and child.server_died:
+            raise RunError(
+                "the fork server ended while this step ran, so its process was stopped "
+                "before it reported how the run ended; the step can be tried again"
+            )
         return self._step(child, script, outcome)
 
-    def _step(self, child: Child, script: Script, outcome: conv.Outcome) -> Step:
+    def _step(self, child: _Process, script: Script, outcome: conv.Outcome) -> Step:
         status = child.status
         term = os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None
         code = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None
@@ -221,10 +368,15 @@ class ProcessRunner(ScriptRunner):
             stderr_tail=child.stderr.decode("utf-8", "replace"),
         )
 
-    @staticmethod
-    def _tail(child: Child) -> str:
-        text = child.stderr.decode("utf-8", "replace").strip()
-        return f" ({text.splitlines()[-1][:300]})" if text else ""
-
     async def aclose(self) -> None:
+        """Let the pool's children go and stop the fork server; reaps everything."""
         self._closed = True
+        if self.pool is not None:
+            await self.pool.aclose()
+        if self.server is not None:
+            await self.server.aclose()
+
+
+def _tail(child: Child | ForkedChild) -> str:
+    text = child.stderr.decode("utf-8", "replace").strip()
+    return f" ({text.splitlines()[-1][:300]})" if text else ""

@@ -5,12 +5,18 @@ can be opened, so nothing may load lazily); then the process locks itself down; 
 ``ready``, reads one script, lowers its limits to the script's, runs it, writes ``ran`` and
 exits. A process that cannot lock itself down says ``unconfined`` and never reads a script.
 
-Start it with an empty environment and only stdin/stdout/stderr open: lockdown closes any
-other fd, but a variable's text would stay in the process's memory.
+``python -I -m sandbox --zygote --control FD`` is the fork server instead (see
+``sandbox.zygote``): it warms up once and forks one child per step, and each child does the
+same per-process work as this module's :func:`serve`.
+
+Start it with an empty environment and only stdin/stdout/stderr open (the fork server: and
+its control socket): lockdown closes any other fd, but a variable's text would stay in the
+process's memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import NoReturn
@@ -19,6 +25,7 @@ from sandbox import lockdown, protocol, runtime
 
 EXIT_UNCONFINED = 3
 EXIT_PROTOCOL = 4
+EXIT_INTERNAL = 70
 
 
 def _write(data: bytes) -> None:
@@ -53,34 +60,48 @@ def _warm_up() -> None:
         protocol.decode(protocol.encode(message), ("ready", "read"))
     failed = protocol.Ran(outcome="failed", error=protocol.ScriptError(name="E", message="m"))
     protocol.decode(protocol.encode(failed), ("ran",))
-    try:
+    with contextlib.suppress(protocol.ProtocolError):
         protocol.decode(b"[]", ("script",))
-    except protocol.ProtocolError:
-        pass
 
 
-def _argument(name: str, default: int) -> int:
-    argv = sys.argv[1:]
+def _argument(argv: list[str], name: str, default: int) -> int:
     if name in argv:
         return int(argv[argv.index(name) + 1])
     return default
 
 
-def main() -> int:
-    memory_ceiling = _argument("--memory-ceiling", protocol.Limits().memory)
-    data_limit = _argument("--data-limit", 0) or None
-    try:
-        _warm_up()
-        lockdown.apply(memory=memory_ceiling, data_limit=data_limit)
-    except Exception as e:
-        _write(protocol.encode(protocol.Unconfined(error=f"{type(e).__name__}: {e}")))
-        return EXIT_UNCONFINED
-    _write(protocol.encode(protocol.ready()))
+def unconfined(error: str) -> NoReturn:
+    """Say the process could not confine itself, and exit without reading a script."""
+    _write(protocol.encode(protocol.Unconfined(error=error)))
+    os._exit(EXIT_UNCONFINED)
 
-    stdin = sys.stdin.buffer
-    line = stdin.readline(protocol.MAX_SCRIPT_LINE + 1)
+
+def serve(
+    *, memory_ceiling: int, data_limit: int | None, filter_bpf: bytes | None = None
+) -> NoReturn:
+    """The per-process work on fds 0, 1 and 2; never returns (the process exits).
+
+    Lock down (with ``filter_bpf`` when the caller built the filter already), write
+    ``ready``, read one script, lower the limits to the script's, run it, write ``ran``,
+    ``_exit``. ``python -m sandbox`` calls it after warming up; each child of the fork
+    server calls it right after fork, on its own pipes.
+    """
+    try:
+        try:
+            lockdown.apply(memory=memory_ceiling, data_limit=data_limit, filter_bpf=filter_bpf)
+        except Exception as e:
+            unconfined(f"{type(e).__name__}: {e}")
+        _write(protocol.encode(protocol.ready()))
+        _run_one(data_limit)
+    except BaseException as e:  # a bug of ours: say what, then exit without a `ran`
+        os.write(2, f"sandbox: {type(e).__name__}: {e}\n".encode("utf-8", "replace"))
+        os._exit(EXIT_INTERNAL)
+
+
+def _run_one(data_limit: int | None) -> NoReturn:
+    line = sys.stdin.buffer.readline(protocol.MAX_SCRIPT_LINE + 1)
     if not line:
-        return 0  # the runner went away before sending a script
+        os._exit(0)  # the runner went away (or shrank its pool) before sending a script
     try:
         if not line.endswith(b"\n"):
             raise protocol.ProtocolError("the script line is over the bound or cut short")
@@ -95,7 +116,7 @@ def main() -> int:
             outcome="failed", error=protocol.ScriptError(name="ProtocolError", message=str(e))
         )
         _write(protocol.encode(failed))
-        return EXIT_PROTOCOL
+        os._exit(EXIT_PROTOCOL)
     del line
     lockdown.tighten(
         compute_ms=script.limits.compute_ms, memory=script.limits.memory, data_limit=data_limit
@@ -103,6 +124,23 @@ def main() -> int:
     channel = _ProcessChannel()
     ran = runtime.Run(script, channel).execute()
     channel.end(ran)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if "--zygote" in args:
+        from sandbox import zygote
+
+        # `serve` and `_warm_up` are looked up here, at call time, so a test stand-in that
+        # replaces them on this module is what the fork server's children run.
+        return zygote.main(args, serve=serve, warm_up=_warm_up)
+    memory_ceiling = _argument(args, "--memory-ceiling", protocol.Limits().memory)
+    data_limit = _argument(args, "--data-limit", 0) or None
+    try:
+        _warm_up()
+    except Exception as e:
+        unconfined(f"{type(e).__name__}: {e}")
+    serve(memory_ceiling=memory_ceiling, data_limit=data_limit)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,540 @@
+"""The runner's side of the fork server (``sandbox.zygote``): start it, ask it for children.
+
+The zygote is started like an exec-mode sandbox process (``env={}``, ``-I``, ``close_fds``,
+a session of its own, ``cwd="/"``) with one extra fd, its end of a ``SOCK_SEQPACKET``
+socketpair. For each child the runner makes three pipes, sends the child's ends in a
+``spawn`` request (``SCM_RIGHTS``) and keeps its own; the zygote forks, and answers with the
+pid and a pidfd, then later with the exit status and resource use it got from ``wait4``.
+
+Every wait here is bounded, and the zygote's death is seen at once (its control socket
+closes): children in flight are killed through their pidfds, steps in flight get a
+``RunError`` (or their ``ran``, if they had it), and the next spawn starts a new zygote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from runner import _conversation as conv
+from runner._base import ProcessStats, RunError
+from sandbox import protocol
+
+STDERR_KEEP = 8 * 1024
+MAX_MESSAGE = 64 * 1024
+# The StreamReader's buffer bound; LineReader enforces each line's own bound on top.
+READ_LIMIT = 4 * protocol.MiB
+
+
+@dataclass
+class _Spawned:
+    pid: int
+    pidfd: int | None
+    exit: asyncio.Future[ExitReport | None]
+
+
+@dataclass
+class ExitReport:
+    """What the zygote's ``wait4`` said about one child."""
+
+    status: int
+    cpu_ms: float
+    max_rss: int
+
+
+@dataclass(eq=False)
+class ForkedChild:
+    """One child of the zygote, seen from the runner: its pipes, pidfd and exit report.
+
+    Quacks like the exec-mode ``Child`` (``reader``, ``write``, ``kill``, ``reap``,
+    ``stats``, ``status``, ``killed_by_us``, ``stderr``) so one step driver serves both.
+    """
+
+    pid: int
+    pidfd: int | None
+    server: ForkServer
+    reader: conv.LineReader
+    writer: asyncio.StreamWriter
+    stderr_fd: int
+    exit: asyncio.Future[ExitReport | None]
+    started: float = field(default_factory=time.monotonic)
+    ready: protocol.Ready | None = None
+    killed_by_us: bool = False
+    status: int | None = None
+    report: ExitReport | None = None
+    stderr: bytearray = field(default_factory=bytearray)
+    closed: bool = False
+
+    @property
+    def server_died(self) -> bool:
+        """True when the zygote ended before it could report this child's exit."""
+        return self.exit.done() and self.exit.result() is None
+
+    def alive(self) -> bool:
+        """Not reported exited, and (when there is a pidfd) not exited at all."""
+        if self.closed or self.exit.done():
+            return False
+        if self.pidfd is None:
+            return True
+        poller = select.poll()
+        poller.register(self.pidfd, select.POLLIN)
+        return not poller.poll(0)  # a pidfd turns readable when its process exits
+
+    async def write(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    def kill(self) -> None:
+        """SIGKILL the child, by pidfd (never a stranger that reused the pid)."""
+        if self.exit.done() or self.closed:
+            return
+        self.killed_by_us = True
+        if self.pidfd is not None:
+            with contextlib.suppress(ProcessLookupError, OSError):
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        else:
+            self.server.request_kill(self.pid)
+
+    async def reap(self, grace: float = 2.0) -> None:
+        """Wait for the exit report (killing the child after ``grace`` seconds), then close."""
+        if self.closed:
+            return
+        if not self.exit.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self.exit), grace)
+            except TimeoutError:
+                self.kill()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self.exit), 5.0)
+        if self.exit.done():
+            self.report = self.exit.result()
+            if self.report is not None:
+                self.status = self.report.status
+        self.close()
+
+    def close(self) -> None:
+        """Release the runner's fds for this child (kill it first if it may still run)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.writer.close()
+        transport = self.reader.stream._transport  # type: ignore[attr-defined]
+        if transport is not None:
+            transport.close()
+        self._read_stderr()
+        os.close(self.stderr_fd)
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+        self.server.forget(self.pid)
+
+    def _read_stderr(self) -> None:
+        # The child has exited (or is being dropped): what it wrote is all in the pipe.
+        for _ in range(64):
+            try:
+                chunk = os.read(self.stderr_fd, 65536)
+            except (BlockingIOError, OSError):
+                break
+            if not chunk:
+                break
+            self.stderr.extend(chunk)
+            if len(self.stderr) > STDERR_KEEP:
+                del self.stderr[: len(self.stderr) - STDERR_KEEP]
+
+    def stats(self) -> ProcessStats:
+        stats = ProcessStats(wall_ms=(time.monotonic() - self.started) * 1000)
+        if self.report is not None:
+            stats.cpu_ms = self.report.cpu_ms
+            stats.max_rss_bytes = self.report.max_rss
+        stats.exit_status = self.status
+        return stats
+
+
+class ForkServer:
+    """One zygote process and its control socket, bound to the event loop that started it.
+
+    :meth:`spawn` starts the zygote on first use and again after it died. Raises
+    :class:`RunError` when the zygote cannot be started or does not answer.
+    """
+
+    def __init__(self, *, python: str = sys.executable, spawn_timeout: float = 30.0) -> None:
+        self.python = python
+        self.spawn_timeout = spawn_timeout
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.zygote_pid: int | None = None
+        self._sock: socket.socket | None = None
+        self._hello: asyncio.Future[int] | None = None
+        self._pending: dict[int, asyncio.Future[_Spawned]] = {}
+        self._exits: dict[int, asyncio.Future[ExitReport | None]] = {}
+        self._pidfds: dict[int, int] = {}  # pid -> pidfd, for killing orphans
+        self._ids = itertools.count(1)
+        self._stderr = bytearray()
+        self._starting: asyncio.Lock | None = None
+        self._closed = False
+        self.starts = 0  # how many zygotes this server started (tests watch restarts)
+
+    # ---- lifecycle ----
+
+    @property
+    def alive(self) -> bool:
+        return self._sock is not None
+
+    async def start(self) -> None:
+        """Start the zygote and wait for its ``hello`` (a no-op while one is running)."""
+        loop = asyncio.get_running_loop()
+        if self.loop is not None and self.loop is not loop:
+            self._abandon()  # the old loop is gone or elsewhere; its zygote goes with it
+        self.loop = loop
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self._sock is not None:
+                return
+            if self._closed:
+                raise RunError("this runner is closed")
+            await self._start(loop)
+
+    async def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.popen = subprocess.Popen(
+                [
+                    self.python,
+                    "-I",
+                    "-m",
+                    "sandbox",
+                    "--zygote",
+                    "--control",
+                    str(theirs.fileno()),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env={},
+                close_fds=True,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+                cwd="/",
+            )
+        except OSError as e:
+            ours.close()
+            raise RunError(f"could not start the fork server ({self.python}): {e}") from e
+        finally:
+            theirs.close()
+        self.starts += 1
+        self._stderr = bytearray()
+        assert self.popen.stderr is not None
+        os.set_blocking(self.popen.stderr.fileno(), False)
+        ours.setblocking(False)
+        self._sock = ours
+        self._hello = loop.create_future()
+        loop.add_reader(ours.fileno(), self._on_readable)
+        try:
+            self.zygote_pid = await asyncio.wait_for(
+                asyncio.shield(self._hello), self.spawn_timeout
+            )
+        except (TimeoutError, RunError) as e:
+            detail = "it did not say hello in time" if isinstance(e, TimeoutError) else str(e)
+            self._on_dead()
+            raise RunError(f"the fork server did not start: {detail}{self._tail()}") from None
+
+    def _tail(self) -> str:
+        if self.popen is not None and self.popen.stderr is not None:
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                chunk = self.popen.stderr.read(65536)
+                if chunk:
+                    self._stderr.extend(chunk[-STDERR_KEEP:])
+        lines = self._stderr.decode("utf-8", "replace").strip().splitlines()
+        return f" ({lines[-1][:300]})" if lines else ""
+
+    async def aclose(self) -> None:
+        """Stop the zygote (it kills and reaps any child left) and reap it."""
+        self._closed = True
+        popen = self.popen
+        self._on_dead()
+        if popen is not None:
+            await _reap_popen(popen, grace=2.0)
+
+    def _abandon(self) -> None:
+        """Drop a zygote started on another event loop, synchronously."""
+        popen = self.popen
+        self._on_dead(loop_gone=True)
+        if popen is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(popen.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(5.0)
+
+    def _on_dead(self, *, loop_gone: bool = False) -> None:
+        """The control socket closed: fail what waits, kill orphans, schedule the reap."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            if self.loop is not None and not loop_gone:
+                with contextlib.suppress(Exception):
+                    self.loop.remove_reader(sock.fileno())
+            sock.close()
+        for pid, pidfd in list(self._pidfds.items()):
+            # Orphans now: nothing reaps them for us, but the pidfd still names each one.
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            del pid
+        if self._hello is not None and not self._hello.done():
+            self._hello.set_exception(RunError("the fork server ended before it said hello"))
+            self._hello.exception()  # retrieved: nobody may be waiting any more
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(RunError("the fork server ended while forking a child"))
+                future.exception()
+        self._pending.clear()
+        for exit_future in self._exits.values():
+            if not exit_future.done():
+                exit_future.set_result(None)
+        self._exits.clear()
+        popen, self.popen = self.popen, None
+        if popen is not None and not self._closed and not loop_gone and self.loop is not None:
+            task = self.loop.create_task(_reap_popen(popen, grace=2.0))
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+
+    # ---- messages ----
+
+    def _on_readable(self) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        while True:
+            try:
+                data, fds, _flags, _ = socket.recv_fds(sock, MAX_MESSAGE, 1)
+            except BlockingIOError:
+                return
+            except OSError:
+                self._on_dead()
+                return
+            if not data and not fds:
+                self._on_dead()
+                return
+            try:
+                self._handle(orjson.loads(data), fds)
+            except (ValueError, TypeError, KeyError, AttributeError):
+                for fd in fds:
+                    os.close(fd)
+                self._on_dead()  # a zygote that says nonsense is as good as dead
+                return
+
+    def _handle(self, message: dict[str, Any], fds: list[int]) -> None:
+        ((kind, body),) = message.items()
+        assert self.loop is not None
+        if kind == "spawned":
+            pid, pidfd = int(body["pid"]), (fds[0] if fds else None)
+            waiter = self._pending.pop(int(body["id"]), None)
+            exit_future: asyncio.Future[ExitReport | None] = self.loop.create_future()
+            self._exits[pid] = exit_future
+            if pidfd is not None:
+                self._pidfds[pid] = pidfd
+            if waiter is None or waiter.done():  # the spawn was given up on: drop the child
+                self._drop(pid, pidfd, exit_future)
+                return
+            waiter.set_result(_Spawned(pid, pidfd, exit_future))
+        elif kind == "exited":
+            pid = int(body["pid"])
+            report = ExitReport(
+                status=int(body["status"]),
+                cpu_ms=float(body["cpu_ms"]),
+                max_rss=int(body["max_rss"]),
+            )
+            future = self._exits.pop(pid, None)
+            if future is not None and not future.done():
+                future.set_result(report)
+        elif kind == "failed":
+            waiter = self._pending.pop(int(body["id"]), None) if body["id"] is not None else None
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(RunError(f"the fork server could not fork: {body['error']}"))
+        elif kind == "hello":
+            if self._hello is not None and not self._hello.done():
+                self._hello.set_result(int(body["pid"]))
+        else:
+            raise ValueError(kind)
+
+    def _drop(
+        self, pid: int, pidfd: int | None, exit_future: asyncio.Future[ExitReport | None]
+    ) -> None:
+        """Kill a child nobody will use, and close its pidfd once it is gone."""
+        if pidfd is None:
+            self.request_kill(pid)
+            return
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+
+        def close(_: object) -> None:
+            self.forget(pid)
+            os.close(pidfd)
+
+        exit_future.add_done_callback(close)
+
+    def forget(self, pid: int) -> None:
+        """The runner is done with ``pid``: its pidfd was closed by its owner."""
+        self._pidfds.pop(pid, None)
+
+    def request_kill(self, pid: int) -> None:
+        """Ask the zygote to SIGKILL ``pid`` (safe: it kills only children it has not reaped)."""
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.send(orjson.dumps({"kill": {"pid": pid}}))
+
+    async def _send(self, data: bytes, fds: list[int]) -> None:
+        sock = self._sock
+        assert self.loop is not None
+        while sock is not None:
+            try:
+                socket.send_fds(sock, [data], fds)
+                return
+            except BlockingIOError:
+                writable = self.loop.create_future()
+                self.loop.add_writer(sock.fileno(), writable.set_result, None)
+                try:
+                    await writable
+                finally:
+                    self.loop.remove_writer(sock.fileno())
+            except OSError as e:
+                self._on_dead()
+                raise RunError(f"the fork server is gone: {e}") from e
+            sock = self._sock
+        raise RunError("the fork server is gone")
+
+    # ---- children ----
+
+    async def spawn(
+        self, *, memory: int, data_limit: int | None, prefault: bool = False
+    ) -> ForkedChild:
+        """Fork a child that will lock itself down with these limits and say ``ready``.
+
+        ``prefault``: the child runs a warm-up script first (for children that will wait in
+        a pool: the step then finds the pages it writes already copied). The ``ready`` line
+        is left for the caller to read. Raises :class:`RunError` when no child can be had.
+        """
+        await self.start()
+        loop = self.loop
+        assert loop is not None
+        spawn_id = next(self._ids)
+        ours: list[int] = []
+        theirs: list[int] = []
+        try:
+            for _ in range(3):
+                r, w = os.pipe2(os.O_CLOEXEC)
+                ours.append(r)
+                theirs.append(w)
+        except OSError as e:
+            for fd in ours + theirs:
+                os.close(fd)
+            raise RunError(f"could not make pipes for a sandbox process: {e}") from e
+        # stdin: the child reads, we write; stdout and stderr: the child writes, we read.
+        ours[0], theirs[0] = theirs[0], ours[0]
+        waiter: asyncio.Future[_Spawned] = loop.create_future()
+        self._pending[spawn_id] = waiter
+        body = {
+            "spawn": {
+                "id": spawn_id,
+                "memory": memory,
+                "data_limit": data_limit,
+                "prefault": prefault,
+            }
+        }
+        try:
+            await self._send(orjson.dumps(body), theirs)
+        except BaseException:
+            self._pending.pop(spawn_id, None)
+            for fd in ours:
+                os.close(fd)
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)  # the zygote has its own copies now
+        try:
+            spawned = await asyncio.wait_for(asyncio.shield(waiter), self.spawn_timeout)
+        except BaseException as e:
+            self._pending.pop(spawn_id, None)
+            waiter.cancel()
+            for fd in ours:
+                os.close(fd)
+            if isinstance(e, TimeoutError):
+                raise RunError(
+                    f"the fork server did not fork a child within {self.spawn_timeout:g} s"
+                ) from None
+            raise
+        try:
+            reader, writer = await _connect(loop, stdin=ours[0], stdout=ours[1])
+        except BaseException as e:
+            self._drop(spawned.pid, spawned.pidfd, spawned.exit)
+            os.close(ours[2])
+            if isinstance(e, OSError):
+                raise RunError(f"could not connect to a sandbox process's pipes: {e}") from e
+            raise
+        os.set_blocking(ours[2], False)
+        return ForkedChild(
+            pid=spawned.pid,
+            pidfd=spawned.pidfd,
+            server=self,
+            reader=reader,
+            writer=writer,
+            stderr_fd=ours[2],
+            exit=spawned.exit,
+        )
+
+
+_background: set[asyncio.Task[None]] = set()
+
+
+async def _connect(
+    loop: asyncio.AbstractEventLoop, *, stdin: int, stdout: int
+) -> tuple[conv.LineReader, asyncio.StreamWriter]:
+    """Wrap our ends of a child's stdin and stdout in asyncio streams (taking the fds)."""
+    stdout_file = open(stdout, "rb", buffering=0)  # noqa: SIM115 - the transport closes it
+    stdin_file = None
+    try:
+        stdin_file = open(stdin, "wb", buffering=0)  # noqa: SIM115
+        stream = asyncio.StreamReader(limit=READ_LIMIT, loop=loop)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream), stdout_file)
+        transport, proto = await loop.connect_write_pipe(
+            lambda: asyncio.streams.FlowControlMixin(loop), stdin_file
+        )
+    except BaseException:
+        stdout_file.close()
+        if stdin_file is not None:
+            stdin_file.close()
+        else:
+            os.close(stdin)
+        raise
+    writer = asyncio.StreamWriter(transport, proto, None, loop)
+    return conv.LineReader(stream), writer
+
+
+async def _reap_popen(popen: subprocess.Popen[bytes], grace: float) -> None:
+    """Wait for a zygote to exit (SIGKILL to its group after ``grace`` s), then reap it."""
+    end = time.monotonic() + grace
+    delay = 0.001
+    killed = False
+    while popen.poll() is None:
+        if time.monotonic() >= end and not killed:
+            killed = True
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(popen.pid, signal.SIGKILL)
+            end = time.monotonic() + 5.0
+        elif killed and time.monotonic() >= end:
+            break
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    if popen.stderr is not None:
+        popen.stderr.close()

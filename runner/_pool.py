@@ -1,0 +1,206 @@
+"""The warm pool: confined children forked ahead of demand, each waiting for a script.
+
+A pool child has already locked itself down and written ``ready``, so a step that takes one
+pays neither for the fork nor for the lockdown. Its heap ceiling (``RLIMIT_DATA``) was set at
+fork from the runner's largest; it lowers its limits to the script's after it reads the
+script (``tighten``), so limits only ever go down.
+
+The pool refills in a background task after each take, and shrinks to one child after
+``idle_after`` seconds without a take. A child that died while it waited is discarded, never
+handed out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+
+from runner import _conversation as conv
+from runner._base import RunError
+from runner._forkserver import ForkedChild, ForkServer
+
+log = logging.getLogger("codemode.runner")
+
+DEFAULT_IDLE_AFTER = 30.0
+# After a failed refill, wait this long before trying again (the step forks on demand).
+RETRY_AFTER = 1.0
+
+
+class WarmPool:
+    """Up to ``size`` ready children of ``server``, forked with ``memory``/``data_limit``.
+
+    :meth:`take` never waits: it returns a live ready child or ``None`` (the caller forks
+    one on demand). ``clock`` drives the idle shrink, so tests can use a fake one.
+    """
+
+    def __init__(
+        self,
+        server: ForkServer,
+        *,
+        size: int,
+        memory: int,
+        data_limit: int | None,
+        spawn_timeout: float = 30.0,
+        idle_after: float = DEFAULT_IDLE_AFTER,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"pool_size must be at least 1, not {size}")
+        self.server = server
+        self.size = size
+        self.memory = memory
+        self.data_limit = data_limit
+        self.spawn_timeout = spawn_timeout
+        self.idle_after = idle_after
+        self.clock = clock
+        self.idle: deque[ForkedChild] = deque()
+        self.target = size
+        self.last_take = clock()
+        self.problem: str | None = None  # why children cannot be had (unconfined), if so
+        self.spawned = 0
+        self._wanted: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    # ---- taking ----
+
+    def take(self) -> ForkedChild | None:
+        """A ready, live child, or ``None`` when the pool has none now."""
+        self.start()
+        self.last_take = self.clock()
+        self.target = self.size
+        child = None
+        while self.idle:
+            candidate = self.idle.popleft()
+            if candidate.alive():
+                child = candidate
+                break
+            self._discard(candidate)
+        if child is None:
+            self._want()
+        return child
+
+    def taken_done(self) -> None:
+        """A taken child's step ended: refill now, while the CPU is not busy with it."""
+        self._want()
+
+    def start(self) -> None:
+        """Start the background refill on the running loop (a no-op once running)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            for child in self.idle:  # made on another loop: unusable here
+                child.kill()
+                child.close()
+            self.idle.clear()
+            self._loop = loop
+            self._wanted = asyncio.Event()
+            self._task = None
+        if self._task is None and not self._closed:
+            self._task = loop.create_task(self._refill_forever(), name="codemode warm pool")
+            self._want()
+
+    def _want(self) -> None:
+        if self._wanted is not None:
+            self._wanted.set()
+
+    # ---- refilling and shrinking ----
+
+    async def _refill_forever(self) -> None:
+        assert self._wanted is not None
+        while not self._closed:
+            try:
+                await asyncio.wait_for(self._wanted.wait(), self.idle_after)
+            except TimeoutError:
+                self.shrink_if_idle()
+                continue
+            self._wanted.clear()
+            try:
+                await self.refill()
+            except RunError as e:
+                log.warning("the warm pool could not refill: %s", e)
+                await asyncio.sleep(RETRY_AFTER)
+                self._want()
+
+    async def refill(self) -> None:
+        """Fork children until ``target`` are ready (one at a time: the zygote is serial)."""
+        while not self._closed and self.problem is None and len(self.idle) < self.target:
+            child = await self.server.spawn(
+                memory=self.memory, data_limit=self.data_limit, prefault=True
+            )
+            self.spawned += 1
+            try:
+                child.ready = await conv.await_ready(
+                    child.reader, conv.Deadline.seconds(self.spawn_timeout)
+                )
+            except conv.UnconfinedError as e:
+                # Every child would say the same: stop forking; steps fork on demand and
+                # report it as exec mode does.
+                self.problem = str(e)
+                await self._drop(child)
+                return
+            except (TimeoutError, OSError, RunError, ValueError) as e:
+                await self._drop(child)
+                raise RunError(f"a pool child did not become ready: {e}") from e
+            except BaseException:
+                await self._drop(child)
+                raise
+            if self._closed:
+                await self._drop(child)
+                return
+            self.idle.append(child)
+            child.exit.add_done_callback(functools.partial(self._died_waiting, child))
+
+    def _died_waiting(self, child: ForkedChild, _: object = None) -> None:
+        if child in self.idle:
+            self.idle.remove(child)
+            self._discard(child)
+            self._want()
+
+    def shrink_if_idle(self) -> int:
+        """After ``idle_after`` seconds without a take, keep one child. Returns how many went."""
+        if self.clock() - self.last_take < self.idle_after:
+            return 0
+        self.target = 1
+        gone = 0
+        while len(self.idle) > self.target:
+            self._discard(self.idle.pop())
+            gone += 1
+        return gone
+
+    def _discard(self, child: ForkedChild) -> None:
+        """Let a child go: closing its stdin ends a waiting child; reap it in the background."""
+        if child.closed:
+            return
+        child.writer.close()
+        if self._loop is not None and not self._closed:
+            task = self._loop.create_task(child.reap(grace=2.0))
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+        else:
+            child.kill()
+            child.close()
+
+    async def _drop(self, child: ForkedChild) -> None:
+        child.kill()
+        await child.reap(grace=0)
+
+    async def aclose(self) -> None:
+        """Stop refilling and let every idle child go."""
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        children, self.idle = list(self.idle), deque()
+        for child in children:
+            child.writer.close()  # a waiting child reads EOF and exits
+        await asyncio.gather(*(c.reap(grace=1.0) for c in children), return_exceptions=True)
+
+
+_background: set[asyncio.Task[None]] = set()

@@ -1,0 +1,250 @@
+"""The fork server: ``python -I -m sandbox --zygote --control FD``.
+
+Starting a Python and importing the sandbox costs about 120 ms; forking a process that has
+already done so costs a few. The zygote imports and warms up everything a run needs, builds
+the seccomp filter once, and then forks one child per step. Each child moves the three pipe
+ends it was given onto fds 0, 1 and 2 and does the same per-process work as
+``python -m sandbox`` (``serve``: lockdown with the pre-built filter, ``ready``, one script).
+
+It runs beside untrusted code, so it stays small and import-light, and it holds nothing a
+child could want: it is started with an empty environment, ``-I``, only its control socket
+and stdio open, and it is single-threaded when it forks (``_quickjs``, not ``quickjs``).
+What it gives up by design: every child has the zygote's address-space layout (as with
+Android's zygote), so a child that learns its own layout learns its siblings'; none of them
+holds a secret, and each is under the seccomp filter before it reads a script.
+
+Control protocol, over a ``SOCK_SEQPACKET`` Unix socket (one JSON object per message):
+
+runner -> zygote
+    ``{"spawn": {"id": n, "memory": bytes, "data_limit": bytes | null, "prefault": bool}}``
+    with three fds in ``SCM_RIGHTS``: the child's stdin, stdout and stderr. The zygote forks
+    a child that keeps only those three, and closes its own copies.
+    ``{"kill": {"pid": p}}``: SIGKILL a child it has not reaped yet (for kernels without
+    pidfds; with them the runner signals the child's pidfd itself).
+zygote -> runner
+    ``{"hello": {"version": 1, "pid": p}}`` once, when warmed up.
+    ``{"spawned": {"id": n, "pid": p}}`` with the child's pidfd in ``SCM_RIGHTS`` (when the
+    kernel has ``pidfd_open``): a handle that always names that process, so the runner can
+    signal it with no pid-reuse race, even if the zygote dies.
+    ``{"failed": {"id": n, "error": "..."}}`` when it could not fork.
+    ``{"exited": {"pid": p, "id": n, "status": s, "cpu_ms": x, "max_rss": bytes}}`` from
+    ``wait4``, once per child. Only the zygote reaps its children, so a pid it reported stays
+    that child's until it reports the exit.
+
+When the control socket closes (the runner closed it or died), the zygote kills every child
+it still has, reaps them and exits: nothing outlives the runner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import select
+import signal
+import socket
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import orjson
+
+from sandbox import lockdown, protocol
+
+VERSION = 1
+# Control messages are small; a spawn request is well under 1 KiB.
+MAX_MESSAGE = 64 * 1024
+EXIT_CHILD_BUG = 70
+
+
+class _Zygote:
+    def __init__(
+        self,
+        control: socket.socket,
+        serve: Callable[..., NoReturn],
+        warm_up: Callable[[], None],
+        filter_bpf: bytes | None,
+        problem: str | None,
+    ) -> None:
+        self.control = control
+        self.serve = serve
+        self.warm_up = warm_up
+        self.filter_bpf = filter_bpf
+        self.problem = problem
+        self.children: dict[int, int] = {}  # pid -> spawn id, until reaped
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    # ---- messages ----
+
+    def send(self, kind: str, body: dict[str, Any], fds: list[int] | None = None) -> None:
+        data = orjson.dumps({kind: body})
+        if fds:
+            socket.send_fds(self.control, [data], fds)
+        else:
+            self.control.send(data)
+
+    # ---- the loop ----
+
+    def run(self) -> int:
+        # SIGCHLD must have a handler (not SIG_IGN, which would auto-reap and lose the
+        # status) for the wakeup fd to see it; the handler itself does nothing.
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        try:
+            self.send("hello", {"version": VERSION, "pid": os.getpid()})
+            poller = select.poll()
+            poller.register(self.control.fileno(), select.POLLIN)
+            poller.register(self.wake_r, select.POLLIN)
+            while True:
+                for fd, _events in poller.poll():
+                    if fd == self.wake_r:
+                        self._drain_wakeups()
+                    elif not self._handle_control():
+                        return 0
+                self._reap()
+        except OSError:  # the runner is gone (EPIPE, ECONNRESET)
+            return 0
+        finally:
+            self._shutdown()
+
+    def _drain_wakeups(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self.wake_r, 512):
+                pass
+
+    def _handle_control(self) -> bool:
+        """Handle one message; False when the control socket closed."""
+        data, fds, flags, _ = socket.recv_fds(self.control, MAX_MESSAGE, 3)
+        if not data and not fds:
+            return False
+        try:
+            if flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC):
+                raise ValueError("a truncated control message")
+            message = orjson.loads(data)
+            ((kind, body),) = message.items()
+            if kind == "spawn":
+                owned, fds = fds, []
+                self._spawn(body, owned)
+            elif kind == "kill":
+                self._kill(int(body["pid"]))
+            else:
+                raise ValueError(f"an unknown control message {kind!r}")
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            # The runner is trusted, but a malformed message must not end the zygote.
+            self.send("failed", {"id": None, "error": f"bad control message: {e}"})
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return True
+
+    def _spawn(self, body: dict[str, Any], fds: list[int]) -> None:
+        """Fork a child on ``fds``; this closes the zygote's copies of them in every case."""
+        spawn_id = body.get("id") if isinstance(body, dict) else None
+        try:
+            spawn_id = int(body["id"])
+            if len(fds) != 3:
+                raise ValueError(f"a spawn request carries 3 fds, this one {len(fds)}")
+            memory = int(body["memory"])
+            data_limit = None if body.get("data_limit") is None else int(body["data_limit"])
+            prefault = bool(body.get("prefault"))
+            pid = os.fork()
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            for fd in fds:
+                os.close(fd)
+            self.send("failed", {"id": spawn_id, "error": f"{type(e).__name__}: {e}"})
+            return
+        if pid == 0:
+            self._child(fds, memory, data_limit, prefault)
+        for fd in fds:
+            os.close(fd)
+        self.children[pid] = spawn_id
+        pidfd = None
+        with contextlib.suppress(OSError, AttributeError):
+            pidfd = os.pidfd_open(pid)
+        try:
+            self.send("spawned", {"id": spawn_id, "pid": pid}, [pidfd] if pidfd else None)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+    def _child(
+        self, fds: list[int], memory: int, data_limit: int | None, prefault: bool
+    ) -> NoReturn:
+        """In the new child: keep only its own pipes as 0/1/2, then serve one script.
+
+        ``prefault`` (for warm-pool children, which wait anyway) runs the warm-up once more
+        first, so the pages a run writes are copied from the zygote's now, not during the
+        step.
+        """
+        try:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+            # The control socket, the wakeup pipe and the fds just moved; lockdown closes
+            # anything left too, but nothing of the zygote's should reach serve().
+            os.closerange(3, 1 << 20)
+            if self.problem is not None:
+                os.write(1, protocol.encode(protocol.Unconfined(error=self.problem)))
+                os._exit(3)
+            if prefault:
+                self.warm_up()
+            self.serve(memory_ceiling=memory, data_limit=data_limit, filter_bpf=self.filter_bpf)
+        finally:
+            os._exit(EXIT_CHILD_BUG)
+
+    def _kill(self, pid: int) -> None:
+        if pid in self.children:  # not reaped, so the pid is still this child's
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            spawn_id = self.children.pop(pid, None)
+            self.send(
+                "exited",
+                {
+                    "pid": pid,
+                    "id": spawn_id,
+                    "status": status,
+                    "cpu_ms": round((usage.ru_utime + usage.ru_stime) * 1000, 3),
+                    "max_rss": usage.ru_maxrss * 1024,
+                },
+            )
+
+    def _shutdown(self) -> None:
+        """Kill every child still alive and reap them all, so none outlives the zygote."""
+        for pid in list(self.children):
+            self._kill(pid)
+        while self.children:
+            try:
+                pid, _, _ = os.wait4(-1, 0)
+            except ChildProcessError:
+                break
+            self.children.pop(pid, None)
+
+
+def main(argv: list[str], *, serve: Callable[..., NoReturn], warm_up: Callable[[], None]) -> int:
+    """Run the fork server on the control socket named by ``--control FD``."""
+    control_fd = int(argv[argv.index("--control") + 1])
+    control = socket.socket(fileno=control_fd)
+    control.setblocking(True)
+    problem: str | None = None
+    filter_bpf: bytes | None = None
+    try:
+        warm_up()
+        lockdown.prepare()
+        filter_bpf = lockdown.export_bpf()
+    except Exception as e:
+        # Every child will say `unconfined` with this, as `python -m sandbox` would.
+        problem = f"{type(e).__name__}: {e}"
+    # Children share the zygote's pages copy-on-write; a collection in a child that walked
+    # every object would touch (and copy) them all. Frozen objects are never collected.
+    gc.collect()
+    gc.freeze()
+    return _Zygote(control, serve, warm_up, filter_bpf, problem).run()
