@@ -1,0 +1,322 @@
+"""The conformance suite: what every ScriptRunner must do, as check functions on a Harness.
+
+tests/runner/test_conformance.py runs each check against every kind registered in
+conftest.py (``RUNNER_FACTORIES``, ``STANDIN_FACTORIES``). A check never depends on how a
+runner gets its process, only on the interface: ``run(script, files, tenant=...) -> Step``,
+``RunError`` only when a step cannot be taken now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+
+from runner import ScriptRunner, Step
+from sandbox.protocol import Clock, Limits, Record, Script
+from tests.runner.conftest import Harness, open_fds
+
+Check = Callable[[Harness], None]
+
+# 2026-01-15T00:00:00Z: the stale-PRs example's "now".
+NOW_MS = 1_768_435_200_000
+CLOCK = Clock(now_ms=NOW_MS, seed=7)
+
+STALE_PRS_CODE = """\
+const prs = await tools.github__list_prs({ repo: "acme/api", state: "open" });
+const stale = prs.filter((pr) => Date.parse(pr.updated_at) < Date.now() - 14 * 864e5);
+const reviews = await Promise.all(
+  stale.map((pr) => tools.github__get_reviews({ number: pr.number })));
+return stale.map((pr, i) => ({ number: pr.number, reviews: reviews[i].length }));
+"""
+LIST_PRS = {"repo": "acme/api", "state": "open"}
+PRS = [
+    {"number": 12, "updated_at": "2025-12-01T09:00:00Z"},  # 45 days old: stale
+    {"number": 14, "updated_at": "2026-01-12T09:00:00Z"},  # 3 days old
+    {"number": 15, "updated_at": "2025-12-24T09:00:00Z"},  # 22 days old: stale
+]
+REVIEWS = {12: [], 15: [{"state": "COMMENTED"}, {"state": "APPROVED"}]}
+
+
+def script(
+    code: str,
+    *,
+    records: list[Record] | None = None,
+    tools: tuple[str, ...] = ("t",),
+    limits: dict[str, int] | None = None,
+    id: str = "s",
+) -> Script:
+    return Script(
+        id=id,
+        code=code,
+        records=records or [],
+        tools=list(tools),
+        clock=CLOCK,
+        limits=Limits(**(limits or {})),
+    )
+
+
+def assert_healthy(h: Harness) -> None:
+    """The runner still takes and finishes a step after whatever came before."""
+    step = h.step(script("return 'still here'", id="healthy"))
+    assert step.outcome == "finished", step.error
+    assert step.value == "still here"
+
+
+def assert_limit(step: Step, name: str) -> None:
+    """A failed step whose limit is ``name``, with a message that names it and the remedy."""
+    assert step.outcome == "failed", step
+    assert step.limit is not None, step.error
+    assert step.limit.name == name, step.limit
+    assert name in step.limit.message, step.limit.message
+    assert "[codemode.limits]" in step.limit.message, step.limit.message
+    assert step.error is not None and name in step.error.message
+
+
+# ---- the protocol example ------------------------------------------------------------------
+
+
+def check_stale_prs_example(h: Harness) -> None:
+    """The spec's example in three steps: one call, then two at once, then the value."""
+    tools = ("github__list_prs", "github__get_reviews")
+    first = h.step(script(STALE_PRS_CODE, tools=tools, id="stale-prs"))
+    assert first.outcome == "calls", first.error
+    assert [(c.name, c.arguments) for c in first.calls] == [("github__list_prs", LIST_PRS)]
+
+    records = [Record(name="github__list_prs", arguments=LIST_PRS, result=PRS)]
+    second = h.step(script(STALE_PRS_CODE, tools=tools, records=records, id="stale-prs"))
+    assert second.outcome == "calls", second.error
+    assert [(c.name, c.arguments) for c in second.calls] == [
+        ("github__get_reviews", {"number": 12}),
+        ("github__get_reviews", {"number": 15}),
+    ]
+
+    records += [
+        Record(name="github__get_reviews", arguments={"number": n}, result=REVIEWS[n])
+        for n in (12, 15)
+    ]
+    third = h.step(script(STALE_PRS_CODE, tools=tools, records=records, id="stale-prs"))
+    assert third.outcome == "finished", third.error
+    assert third.value == [{"number": 12, "reviews": 0}, {"number": 15, "reviews": 2}]
+    assert third.process is None or third.process.wall_ms > 0
+
+
+def check_script_error(h: Harness) -> None:
+    """A script that throws is a failed step naming the error and the script's own line."""
+    step = h.step(script("const x = 1;\nnull.boom;\nreturn x"))
+    assert step.outcome == "failed"
+    assert step.error is not None and step.error.name == "TypeError"
+    assert [line.line for line in step.error.lines] == [2]
+    assert step.limit is None
+
+
+def check_printed_and_stats(h: Harness) -> None:
+    """What a script prints comes back, and so do its stats."""
+    step = h.step(script("console.log('hello', 41 + 1); return null"))
+    assert step.outcome == "finished"
+    assert step.printed == "hello 42\n"
+    assert step.returned and step.value is None
+
+
+# ---- limits ----------------------------------------------------------------------------------
+
+
+def check_compute_limit(h: Harness) -> None:
+    step = h.step(script("for (;;) {}", limits={"compute_ms": 300}))
+    assert_limit(step, "compute_ms")
+    assert_healthy(h)
+
+
+def check_memory_limit(h: Harness) -> None:
+    code = "const a = []; for (;;) a.push(new Array(100000).fill(7));"
+    step = h.step(script(code, limits={"memory": 32 * 1024 * 1024}))
+    assert_limit(step, "memory")
+    assert_healthy(h)
+
+
+def check_calls_limit(h: Harness) -> None:
+    code = "await Promise.all([1, 2, 3, 4, 5].map((i) => tools.t({ i })));"
+    step = h.step(script(code, limits={"calls": 3}))
+    assert_limit(step, "calls")
+    assert_healthy(h)
+
+
+def check_results_limit(h: Harness) -> None:
+    records = [Record(name="t", arguments={}, result="x" * 200)]
+    step = h.step(script("return await tools.t({})", records=records, limits={"results": 100}))
+    assert_limit(step, "results")
+    assert_healthy(h)
+
+
+def check_arguments_limit(h: Harness) -> None:
+    big = "y" * 60
+    records = [Record(name="t", arguments={"s": big}, result=1)]
+    code = f"await tools.t({{ s: '{big}' }}); await tools.t({{ s: '{big}' }});"
+    step = h.step(script(code, records=records, limits={"arguments": 100}))
+    assert_limit(step, "arguments")
+    assert_healthy(h)
+
+
+def check_call_arguments_limit(h: Harness) -> None:
+    """Too-large arguments throw at the call site, where the script can catch them."""
+    code = "try { await tools.t({ s: 'z'.repeat(100) }); } catch (e) { return e.message }"
+    step = h.step(script(code, limits={"call_arguments": 50}))
+    assert step.outcome == "finished", step.error
+    assert "call_arguments" in step.value and "[codemode.limits]" in step.value
+    code = "await tools.t({ s: 'z'.repeat(100) });"
+    uncaught = h.step(script(code, limits={"call_arguments": 50}))
+    assert uncaught.outcome == "failed"
+    assert uncaught.error is not None and "call_arguments" in uncaught.error.message
+    assert_healthy(h)
+
+
+def check_step_arguments_limit(h: Harness) -> None:
+    code = "await Promise.all([1, 2, 3].map((i) => tools.t({ s: 'w'.repeat(40) + i })));"
+    step = h.step(script(code, limits={"step_arguments": 100}))
+    assert_limit(step, "step_arguments")
+    assert_healthy(h)
+
+
+# ---- crashes and malformed output (the stand-in sandbox) -----------------------------------
+
+
+def _standin(h: Harness, behaviour: str, **limits: int) -> Step:
+    return h.step(script(f"// standin: {behaviour}\nreturn 1", limits=limits or None))
+
+
+def check_garbage(h: Harness) -> None:
+    step = _standin(h, "garbage")
+    assert step.outcome == "failed" and step.error is not None
+    assert step.error.name == "ProtocolError"
+    assert "not JSON" in step.error.message
+    assert_healthy(h)
+
+
+def check_wrong_message(h: Harness) -> None:
+    step = _standin(h, "wrong_kind")
+    assert step.outcome == "failed" and step.error is not None
+    assert step.error.name == "ProtocolError"
+    assert "'ready' message where ran or read was expected" in step.error.message
+    assert_healthy(h)
+
+
+def check_endless_line(h: Harness) -> None:
+    # step_arguments bounds the `ran` line: 2 * 1 KiB + 4 MiB here.
+    step = _standin(h, "endless", step_arguments=1024)
+    assert step.outcome == "failed" and step.error is not None
+    assert step.error.name == "ProtocolError"
+    assert "over the bound" in step.error.message
+    assert_healthy(h)
+
+
+def check_dies_mid_line(h: Harness) -> None:
+    step = _standin(h, "midline")
+    assert step.outcome == "failed" and step.error is not None
+    assert "in the middle of a line" in step.error.message
+    assert_healthy(h)
+
+
+def check_exits_without_ran(h: Harness) -> None:
+    step = _standin(h, "no_ran")
+    assert step.outcome == "failed" and step.error is not None
+    assert step.error.name == "SandboxCrash"
+    assert "without reporting how the run ended" in step.error.message
+    assert_healthy(h)
+
+
+def check_stderr_named(h: Harness) -> None:
+    """A process that dies saying why on stderr: the step's error quotes it."""
+    step = _standin(h, "stderr_exit")
+    assert step.outcome == "failed" and step.error is not None
+    assert step.error.name == "SandboxCrash"
+    assert "deliberate failure" in step.error.message
+    assert_healthy(h)
+
+
+def check_segfault(h: Harness) -> None:
+    step = _standin(h, "segv")
+    assert step.outcome == "failed" and step.error is not None
+    assert step.error.name == "SandboxCrash"
+    assert "SIGSEGV" in step.error.message
+    assert_healthy(h)
+
+
+def check_hang(h: Harness) -> None:
+    """A process that neither computes nor answers is stopped at its wall-clock deadline."""
+    step = _standin(h, "hang", compute_ms=100)
+    assert_limit(step, "compute_ms")
+    assert "deadline" in step.error.message  # type: ignore[union-attr]
+    assert_healthy(h)
+
+
+# ---- concurrency and cleanup -----------------------------------------------------------------
+
+
+def _numbered(i: int) -> Script:
+    """Even i: a recorded call, finished with 2i. Odd i: a new call asking for {i}."""
+    code = f"const r = await tools.t({{ i: {i} }}); return r.v * 2"
+    records = [Record(name="t", arguments={"i": i}, result={"v": i})] if i % 2 == 0 else []
+    return script(code, records=records, id=f"n{i}")
+
+
+def _assert_numbered(i: int, step: Step) -> None:
+    if i % 2 == 0:
+        assert step.outcome == "finished", step.error
+        assert step.value == 2 * i
+    else:
+        assert step.outcome == "calls", step.error
+        assert [(c.name, c.arguments) for c in step.calls] == [("t", {"i": i})]
+
+
+def check_concurrency(h: Harness, n: int = 12) -> None:
+    """N steps at once, from several tenants, all come back right and unmixed."""
+
+    async def all_at_once() -> list[Step]:
+        return await asyncio.gather(
+            *(h.runner.run(_numbered(i), tenant=f"tenant{i % 3}") for i in range(n))
+        )
+
+    for i, step in enumerate(h.run(all_at_once())):
+        _assert_numbered(i, step)
+
+
+async def _many(runner: ScriptRunner, steps: int, concurrency: int) -> None:
+    async def worker(start: int) -> None:
+        for i in range(start, steps, concurrency):
+            _assert_numbered(i, await runner.run(_numbered(i)))
+
+    await asyncio.gather(*(worker(k) for k in range(concurrency)))
+
+
+def zombies() -> list[Any]:
+    return [
+        p for p in psutil.Process().children(recursive=True) if p.status() == psutil.STATUS_ZOMBIE
+    ]
+
+
+def check_cleanup(h: Harness, steps: int) -> None:
+    """After ``steps`` steps on a fresh runner and its close: no leaked fd, no zombie.
+
+    It runs on an event loop of its own, so the module's runner (whose loop is not running
+    meanwhile) cannot open or close fds while this counts them.
+    """
+    before = open_fds()
+    children_before = {p.pid for p in psutil.Process().children(recursive=True)}
+
+    async def go() -> None:
+        runner = h.factory()
+        async with runner:
+            await _many(runner, steps, concurrency=4)
+
+    with asyncio.Runner() as loop:
+        loop.run(go())
+    assert open_fds() == before
+    assert zombies() == []
+    left = [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if p.pid not in children_before and p.ppid() not in children_before
+    ]
+    assert left == [], f"processes left after close: {left}"

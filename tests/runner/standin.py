@@ -1,0 +1,84 @@
+"""A misbehaving sandbox, for the conformance suite's crash tests.
+
+Run as ``python -I standin.py -I -m sandbox <the sandbox's own arguments>`` (a wrapper
+script stands in for the runner's ``python``), it is ``python -m sandbox`` (exec mode) or
+``python -m sandbox --zygote`` (fork server) with ``serve`` replaced: the process says
+``ready`` without locking down, reads the script, and if the script's code starts with
+``// standin: <behaviour>`` it misbehaves that way; any other script runs normally.
+
+Behaviours: ``garbage`` (a line that is not JSON), ``endless`` (a line with no end),
+``midline`` (dies in the middle of ``ran``), ``no_ran`` (exits 0 without ``ran``),
+``segv`` (SIGSEGV), ``hang`` (sleeps without using CPU), ``wrong_kind`` (a ``ready`` where
+``ran`` belongs), ``stderr_exit`` (a traceback-like stderr line, then exit 1).
+
+Self-contained on purpose: under ``-I`` the tests package is not importable.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from typing import NoReturn
+
+import sandbox.__main__ as sandbox_main
+from sandbox import protocol, runtime
+
+MARK = "// standin: "
+
+
+def _write(data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(1, view) :]
+
+
+def _misbehave(behaviour: str) -> NoReturn:
+    if behaviour == "garbage":
+        _write(b"this is not json\n")
+    elif behaviour == "endless":
+        chunk = b"x" * 65536
+        while True:
+            _write(chunk)
+    elif behaviour == "midline":
+        _write(b'{"ran": {"outcome": "fin')
+    elif behaviour == "segv":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif behaviour == "hang":
+        time.sleep(3600)
+    elif behaviour == "wrong_kind":
+        _write(protocol.encode(protocol.ready()))
+        time.sleep(3600)
+    elif behaviour == "stderr_exit":
+        os.write(2, b"Traceback (most recent call last):\nstandin: deliberate failure\n")
+        os._exit(1)
+    os._exit(0)  # no_ran, and after the one-shot behaviours
+
+
+def serve(
+    *, memory_ceiling: int, data_limit: int | None, filter_bpf: bytes | None = None
+) -> NoReturn:
+    _write(protocol.encode(protocol.ready()))
+    line = sys.stdin.buffer.readline(protocol.MAX_SCRIPT_LINE + 1)
+    if not line:
+        os._exit(0)
+    script = protocol.decode(line, ("script",))
+    first = script.code.split("\n", 1)[0]
+    if first.startswith(MARK):
+        _misbehave(first[len(MARK) :].strip())
+
+    class Channel:
+        def end(self, ran: protocol.Ran) -> NoReturn:
+            _write(protocol.encode(ran))
+            os._exit(0)
+
+    channel = Channel()
+    channel.end(runtime.Run(script, channel).execute())
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    args = args[args.index("sandbox") + 1 :]  # drop "-I -m sandbox"
+    sandbox_main.serve = serve  # type: ignore[assignment]
+    sys.exit(sandbox_main.main(args))

@@ -1,0 +1,64 @@
+"""Every registered ScriptRunner against the conformance suite (see conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.runner import conformance as c
+from tests.runner.conftest import FAST_RUNNERS, Harness
+
+
+def test_stale_prs_example(runner: Harness) -> None:
+    c.check_stale_prs_example(runner)
+
+
+def test_script_error(runner: Harness) -> None:
+    c.check_script_error(runner)
+
+
+def test_printed_and_stats(runner: Harness) -> None:
+    c.check_printed_and_stats(runner)
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        c.check_compute_limit,
+        c.check_memory_limit,
+        c.check_calls_limit,
+        c.check_results_limit,
+        c.check_arguments_limit,
+        c.check_call_arguments_limit,
+        c.check_step_arguments_limit,
+    ],
+    ids=lambda f: f.__name__.removeprefix("check_"),
+)
+def test_limits(runner: Harness, check: c.Check) -> None:
+    check(runner)
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        c.check_garbage,
+        c.check_wrong_message,
+        c.check_endless_line,
+        c.check_dies_mid_line,
+        c.check_exits_without_ran,
+        c.check_stderr_named,
+        c.check_segfault,
+        c.check_hang,
+    ],
+    ids=lambda f: f.__name__.removeprefix("check_"),
+)
+def test_crashes(standin: Harness, check: c.Check) -> None:
+    check(standin)
+
+
+def test_concurrency(runner: Harness) -> None:
+    c.check_concurrency(runner)
+
+
+def test_cleanup(runner: Harness) -> None:
+    # Exec mode costs about 300 ms a step here: 20 steps show the same thing in 6 s.
+    c.check_cleanup(runner, 1000 if runner.kind in FAST_RUNNERS else 20)
