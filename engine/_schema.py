@@ -1,0 +1,352 @@
+"""JSON Schemas from hosts and third parties, and the JSON data that crosses to a script.
+
+A tool's schemas may come from an MCP server the host does not control, so they are untrusted
+input: bounded in size and depth, validated against the meta-schema, compiled once, never
+allowed to fetch a remote ``$ref``, and compiled so that ``pattern`` and ``patternProperties``
+run on a linear-time regex engine (the Rust ``regex`` crate, not the backtracking
+``fancy-regex``): a string the model chose must never meet an unbounded backtracking engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jsonschema_rs
+import orjson
+from pydantic import BaseModel
+
+KiB = 1024
+
+# Bounds on one schema: its JSON text and how deeply its containers nest.
+MAX_SCHEMA_BYTES = 256 * KiB
+MAX_SCHEMA_DEPTH = 64
+# Bounds on one compiled regular expression (bytes of the compiled program and of the lazy
+# DFA cache), so a huge `{1000}{1000}` repetition is refused instead of eating memory.
+REGEX_SIZE_LIMIT = 1024 * KiB
+REGEX_DFA_SIZE_LIMIT = 1024 * KiB
+# How deeply a value returned by a handler may nest (a cycle would otherwise recurse forever).
+MAX_DATA_DEPTH = 256
+# How many problems one validation message lists, and how long one quoted value may be.
+MAX_ERRORS_SHOWN = 3
+MAX_QUOTE = 60
+
+
+class SchemaProblem(Exception):
+    """A schema that cannot be used; the message says what is wrong and where."""
+
+
+class NotJSONData(Exception):
+    """A value that is not JSON data.
+
+    ``what`` describes the value and where it sits (``a set at items[2]``), ``hint`` says what
+    to return instead (empty, or starting with ``"; "``).
+    """
+
+    def __init__(self, what: str, hint: str = "") -> None:
+        super().__init__(f"{what}, which is not JSON data{hint}")
+        self.what = what
+        self.hint = hint
+
+
+def json_type(value: Any) -> str:
+    """The JSON type name of a Python value, for messages (``object``, ``array``, ...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list | tuple):
+        return "array"
+    return type(value).__name__
+
+
+def a_json_type(value: Any) -> str:
+    """The JSON type of ``value`` with its article: ``an array``, ``a string``."""
+    return _a(json_type(value))
+
+
+def _depth(value: Any) -> int:
+    # Iterative, so a hostile schema nested a million levels cannot blow the Python stack.
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if depth > MAX_SCHEMA_DEPTH:
+            return depth
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def check_schema(schema: Any, *, must_be_object: bool) -> None:
+    """Raise :class:`SchemaProblem` unless ``schema`` is a usable JSON Schema.
+
+    Checks that it is a JSON object, within :data:`MAX_SCHEMA_BYTES` and
+    :data:`MAX_SCHEMA_DEPTH`, and (with ``must_be_object``) that it describes an object, as a
+    tool's input schema must. The meta-schema check happens when it is compiled.
+    """
+    if not isinstance(schema, Mapping):
+        raise SchemaProblem(f"it is {_a(json_type(schema))}, not a JSON Schema object")
+    try:
+        size = len(orjson.dumps(schema))
+    except (TypeError, orjson.JSONEncodeError) as e:
+        raise SchemaProblem(f"it is not JSON data ({e})") from None
+    if size > MAX_SCHEMA_BYTES:
+        raise SchemaProblem(
+            f"it is {size:,} bytes of JSON, over the {MAX_SCHEMA_BYTES:,} bytes a schema may "
+            "take; describe the input more briefly"
+        )
+    depth = _depth(schema)
+    if depth > MAX_SCHEMA_DEPTH:
+        raise SchemaProblem(
+            f"it nests deeper than {MAX_SCHEMA_DEPTH} levels; flatten it or use $defs"
+        )
+    if must_be_object:
+        kind = schema.get("type")
+        if kind != "object":
+            found = 'has no "type"' if kind is None else f'has "type": {_quote(kind)}'
+            raise SchemaProblem(
+                f"it {found}; a tool's input is an object of named arguments, so its schema "
+                'needs "type": "object" with the arguments under "properties"'
+            )
+
+
+def compile_schema(schema: dict[str, Any]) -> jsonschema_rs.Validator:
+    """Compile a checked schema once, offline, with the linear-time regex engine.
+
+    Raises :class:`SchemaProblem` for a schema the meta-schema refuses, a ``$ref`` that does
+    not resolve inside the schema, or a pattern the linear engine cannot run (lookaround and
+    backreferences need backtracking, which is exactly what is not allowed).
+    """
+    try:
+        return jsonschema_rs.validator_for(
+            schema,
+            offline=True,
+            pattern_options=jsonschema_rs.RegexOptions(
+                size_limit=REGEX_SIZE_LIMIT, dfa_size_limit=REGEX_DFA_SIZE_LIMIT
+            ),
+        )
+    except jsonschema_rs.ValidationError as e:
+        raise SchemaProblem(_definition_error(e)) from None
+    except (jsonschema_rs.ReferencingError, ValueError) as e:  # pragma: no cover - defensive
+        raise SchemaProblem(_first_line(str(e))) from None
+
+
+def _definition_error(e: jsonschema_rs.ValidationError) -> str:
+    where = pointer(e.instance_path)
+    message = _first_line(e.message)
+    if e.instance_path[-1:] == ["pattern"] or 'is not a "regex"' in message:
+        return (
+            f"the pattern at {where} is not a regular expression the linear-time engine can "
+            f"run ({_quote(e.instance)}); lookaround and backreferences are not supported, so "
+            "rewrite the pattern without them or drop it"
+        )
+    if e.instance_path[-1:] == ["type"]:
+        return (
+            f"at {where}: {_quote(e.instance)} is not a JSON Schema type; use string, number, "
+            "integer, boolean, null, array or object"
+        )
+    if not e.instance_path:
+        return f"{message}; keep every $ref inside the schema (as #/$defs/Name)"
+    return f"at {where}: {message}"
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else text
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+def pointer(path: list[str | int]) -> str:
+    """A JSON path for messages: ``repo``, ``items[2].name``, or ``(the top level)``."""
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif text:
+            text += f".{part}"
+        else:
+            text = str(part)
+    if len(text) > 200:
+        text = f"{text[:98]}...{text[-98:]}"
+    return text or "(the top level)"
+
+
+def _quote(value: Any) -> str:
+    try:
+        text = orjson.dumps(value).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        text = repr(value)
+    return text if len(text) <= MAX_QUOTE else text[: MAX_QUOTE - 3] + "..."
+
+
+def _describe(e: jsonschema_rs.ValidationError) -> str:
+    # Our own words for the common cases: the library's messages quote the whole instance,
+    # which can be megabytes of what the model sent.
+    kind = e.kind
+    got = json_type(e.instance)
+    match kind:
+        case jsonschema_rs.ValidationErrorKind.Type(types=types):
+            return f"expected {' or '.join(types)}, got {got}"
+        case jsonschema_rs.ValidationErrorKind.Required(property=prop):
+            return f"missing required property {_quote(prop)}"
+        case jsonschema_rs.ValidationErrorKind.AdditionalProperties(unexpected=unexpected):
+            names = ", ".join(_quote(u) for u in unexpected[:5])
+            return f"unexpected propert{'y' if len(unexpected) == 1 else 'ies'} {names}"
+        case jsonschema_rs.ValidationErrorKind.Enum(options=options):
+            shown = ", ".join(_quote(o) for o in options[:10])
+            more = ", ..." if len(options) > 10 else ""
+            return f"expected one of {shown}{more}, got {_quote(e.instance)}"
+        case jsonschema_rs.ValidationErrorKind.Constant(expected_value=expected):
+            return f"expected {_quote(expected)}, got {_quote(e.instance)}"
+        case jsonschema_rs.ValidationErrorKind.Pattern(pattern=pattern):
+            return f"does not match the pattern {_quote(pattern)}"
+        case jsonschema_rs.ValidationErrorKind.MinLength(limit=limit):
+            return f"expected at least {limit} characters"
+        case jsonschema_rs.ValidationErrorKind.MaxLength(limit=limit):
+            return f"expected at most {limit} characters"
+        case jsonschema_rs.ValidationErrorKind.MinItems(limit=limit):
+            return f"expected at least {limit} items"
+        case jsonschema_rs.ValidationErrorKind.MaxItems(limit=limit):
+            return f"expected at most {limit} items"
+        case jsonschema_rs.ValidationErrorKind.Minimum(limit=limit):
+            return f"expected a number >= {limit}, got {_quote(e.instance)}"
+        case jsonschema_rs.ValidationErrorKind.Maximum(limit=limit):
+            return f"expected a number <= {limit}, got {_quote(e.instance)}"
+        case jsonschema_rs.ValidationErrorKind.ExclusiveMinimum(limit=limit):
+            return f"expected a number > {limit}, got {_quote(e.instance)}"
+        case jsonschema_rs.ValidationErrorKind.ExclusiveMaximum(limit=limit):
+            return f"expected a number < {limit}, got {_quote(e.instance)}"
+        case jsonschema_rs.ValidationErrorKind.Format(format=fmt):
+            return f"expected a {fmt} string, got {_quote(e.instance)}"
+        case jsonschema_rs.ValidationErrorKind.AnyOf():
+            return f"a {got} that matches none of the allowed shapes"
+        case jsonschema_rs.ValidationErrorKind.OneOfNotValid():
+            return f"a {got} that matches none of the allowed shapes"
+        case jsonschema_rs.ValidationErrorKind.OneOfMultipleValid():
+            return f"a {got} that matches more than one of the allowed shapes"
+        case jsonschema_rs.ValidationErrorKind.FalseSchema():
+            return "no value is allowed here"
+        case _:
+            return _first_line(e.message) if len(e.message) <= 200 else f"invalid {got}"
+
+
+def validation_problems(validator: jsonschema_rs.Validator, instance: Any) -> str | None:
+    """None when ``instance`` is valid, else its first few problems on one line, each with
+    the path it is at: ``at repo: expected string, got integer; at state: ...``.
+    """
+    problems: list[str] = []
+    total = 0
+    for error in validator.iter_errors(instance):
+        total += 1
+        if len(problems) < MAX_ERRORS_SHOWN:
+            path = error.instance_path
+            if error.kind.name == "required":
+                # Point at the missing property, not at the object that lacks it.
+                problems.append(f"{_describe(error)}{_at_object(path)}")
+            else:
+                at = f"at {pointer(path)}: " if path else ""
+                problems.append(f"{at}{_describe(error)}")
+        elif total > 50:
+            break
+    if not problems:
+        return None
+    more = total - len(problems)
+    if more > 0:
+        problems.append(f"and {more}{'+' if total > 50 else ''} more")
+    return "; ".join(problems)
+
+
+def _at_object(path: list[str | int]) -> str:
+    return f" in {pointer(path)}" if path else ""
+
+
+def to_json_data(value: Any) -> Any:
+    """``value`` as plain JSON data, or :class:`NotJSONData` naming what is not.
+
+    Pydantic models dump in JSON mode, dataclass instances become objects, tuples become
+    arrays; everything else must already be JSON data: a dict with string keys, a list, a
+    string, a finite number, a boolean or None.
+    """
+    return _convert(value, [], 0)
+
+
+def _convert(value: Any, path: list[str | int], depth: int) -> Any:
+    if depth > MAX_DATA_DEPTH:
+        raise NotJSONData(
+            _where(path, f"a value nested deeper than {MAX_DATA_DEPTH} levels"),
+            "; is there a cycle?",
+        )
+    kind = type(value)
+    if value is None or kind is bool or kind is int or kind is str:
+        return value
+    if isinstance(value, enum.Enum):
+        return _convert(value.value, path, depth + 1)
+    # Subclasses of the JSON scalars (an IntFlag, a str subclass) become the plain type, so
+    # what is recorded is plain data.
+    if isinstance(value, bool | int):
+        return int(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise NotJSONData(_where(path, f"the number {value}"), "; JSON has no NaN or infinity")
+        return float(value)
+    if isinstance(value, BaseModel):
+        return _convert(value.model_dump(mode="json"), path, depth + 1)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return _convert(fields, path, depth + 1)
+    if isinstance(value, dict):
+        result = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise NotJSONData(
+                    _where(path, f"an object with the {type(key).__name__} key {key!r}")
+                )
+            result[key] = _convert(item, [*path, key], depth + 1)
+        return result
+    if isinstance(value, list | tuple):
+        return [_convert(item, [*path, i], depth + 1) for i, item in enumerate(value)]
+    raise NotJSONData(_where(path, _a(type(value).__name__)), _hint(value))
+
+
+def _where(path: list[str | int], what: str) -> str:
+    return f"{what} at {pointer(path)}" if path else what
+
+
+def _a(name: str) -> str:
+    if name == "bytes":
+        return "bytes"
+    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+
+
+_HINTS: dict[str, Callable[[Any], str]] = {
+    "datetime": lambda v: "; return an ISO string, as value.isoformat()",
+    "date": lambda v: "; return an ISO string, as value.isoformat()",
+    "set": lambda v: "; return a list",
+    "frozenset": lambda v: "; return a list",
+    "bytes": lambda v: "; return text, or base64 of the bytes",
+    "Decimal": lambda v: "; return a float or a string",
+}
+
+
+def _hint(value: Any) -> str:
+    hint = _HINTS.get(type(value).__name__)
+    return hint(value) if hint else ""

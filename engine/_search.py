@@ -1,0 +1,283 @@
+"""``tools.tool_search``: find tools (and skills) by what they do, or by exact names.
+
+The ranking is BM25 over a few weighted fields of each tool: the words of its name (with the
+source prefix, split on ``_``, camelCase and digits) count three times, its parameters'
+names one and a half, its description and its parameters' descriptions once. Words are
+lowercased and lightly stemmed (``listing prs`` meets ``list_prs``). A query that names a tool
+exactly ranks that tool first. Ties break by name, so the answer is stable.
+
+The answer is text for the model: the declarations of the best matches, each with its whole
+description, within 12 KiB (the first is always declared), then the other matches by name,
+then the skills that match and how to load them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine._declarations import BUDGET, declare_tools
+from engine._naming import terms
+from engine._tools import Tool
+
+MAX_QUERY = 1000
+MAX_LIMIT = 50
+# How many other matches, and how many tool names in a "no match" answer, are listed.
+MAX_OTHERS = 30
+MAX_LISTED = 80
+
+# Field weights: a word in the name says more about a tool than a word in its description.
+NAME_WEIGHT = 3.0
+PARAM_NAME_WEIGHT = 1.5
+TEXT_WEIGHT = 1.0
+# Standard BM25 constants.
+K1 = 1.2
+B = 0.75
+# Added to the score of a tool the query names exactly, so it always comes first.
+EXACT_BONUS = 100.0
+
+
+@dataclass(frozen=True)
+class SkillInfo:
+    """A skill as search shows it: its name, what it is for, and the tools it is about."""
+
+    name: str
+    description: str = ""
+    tools: tuple[str, ...] = field(default=())
+
+
+@dataclass
+class _Entry:
+    key: str
+    weights: dict[str, float]
+    length: float
+
+
+def _parameter_text(schema: Any) -> tuple[list[str], list[str]]:
+    """The names and descriptions of a schema's top-level properties."""
+    names: list[str] = []
+    texts: list[str] = []
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if isinstance(properties, dict):
+        for name, sub in properties.items():
+            names.append(str(name))
+            if isinstance(sub, dict) and isinstance(sub.get("description"), str):
+                texts.append(sub["description"])
+    return names, texts
+
+
+def _entry(key: str, fields: Iterable[tuple[float, Iterable[str]]]) -> _Entry:
+    weights: dict[str, float] = {}
+    length = 0.0
+    for weight, words in fields:
+        for word in words:
+            weights[word] = weights.get(word, 0.0) + weight
+            length += weight
+    return _Entry(key, weights, length)
+
+
+def _tool_entry(tool: Tool) -> _Entry:
+    name_terms = terms(tool.name)
+    name_terms += [t for t in terms(tool.original_name) if t not in name_terms]
+    param_names, param_texts = _parameter_text(tool.input_schema)
+    return _entry(
+        tool.name,
+        [
+            (NAME_WEIGHT, name_terms),
+            (PARAM_NAME_WEIGHT, [t for n in param_names for t in terms(n, numbers=False)]),
+            (TEXT_WEIGHT, terms(tool.description, numbers=False)),
+            (TEXT_WEIGHT, [t for text in param_texts for t in terms(text, numbers=False)]),
+        ],
+    )
+
+
+class _Ranking:
+    """BM25 over a fixed set of entries."""
+
+    def __init__(self, entries: list[_Entry]) -> None:
+        self.entries = entries
+        count = len(entries)
+        self.average = sum(e.length for e in entries) / count if count else 1.0
+        frequency: Counter[str] = Counter()
+        for entry in entries:
+            frequency.update(entry.weights.keys())
+        self.idf = {
+            term: math.log(1 + (count - df + 0.5) / (df + 0.5)) for term, df in frequency.items()
+        }
+
+    def scores(self, query_terms: Sequence[str]) -> dict[str, float]:
+        result: dict[str, float] = {}
+        unique = list(dict.fromkeys(query_terms))
+        for entry in self.entries:
+            score = 0.0
+            norm = K1 * (1 - B + B * entry.length / (self.average or 1.0))
+            for term in unique:
+                tf = entry.weights.get(term)
+                if tf:
+                    score += self.idf[term] * tf * (K1 + 1) / (tf + norm)
+            if score > 0:
+                result[entry.key] = score
+        return result
+
+
+class ToolIndex:
+    """Every tool a script may call (deferred ones too), and the skills, ready to search.
+
+    Built once per set of tools; :meth:`search` is a pure function of the query, so the same
+    query always gets the same answer.
+    """
+
+    def __init__(self, tools: Sequence[Tool], skills: Sequence[SkillInfo] = ()) -> None:
+        self.tools = list(tools)
+        self.skills = list(skills)
+        self._by_name = {tool.name: tool for tool in self.tools}
+        # Other names a query may use for a tool: the name it was declared with, and its name
+        # without the source prefix (`list_prs` for `github__list_prs`). Two tools can share
+        # one (`create_issue` on GitHub and on Jira), so each maps to a list.
+        self._aliases: dict[str, list[Tool]] = {}
+        for tool in self.tools:
+            for alias in dict.fromkeys((tool.original_name, tool.name.partition("__")[2])):
+                if alias and alias not in self._by_name:
+                    self._aliases.setdefault(alias, []).append(tool)
+        self._tools = _Ranking([_tool_entry(t) for t in self.tools])
+        self._skills = _Ranking(
+            [
+                _entry(
+                    s.name,
+                    [
+                        (NAME_WEIGHT, terms(s.name)),
+                        (TEXT_WEIGHT, terms(s.description, numbers=False)),
+                        (TEXT_WEIGHT, [t for name in s.tools for t in terms(name)]),
+                    ],
+                )
+                for s in self.skills
+            ]
+        )
+
+    def rank(self, query: str) -> list[Tool]:
+        """The tools that match ``query``, best first (ties by name)."""
+        scores = self._tools.scores(terms(query))
+        for word in _words(query):
+            for tool in self._named(word):
+                scores[tool.name] = scores.get(tool.name, 0.0) + EXACT_BONUS
+        ordered = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+        return [self._by_name[name] for name, _ in ordered]
+
+    def _named(self, word: str) -> list[Tool]:
+        tool = self._by_name.get(word)
+        return [tool] if tool is not None else self._aliases.get(word, [])
+
+    def rank_skills(self, query: str) -> list[SkillInfo]:
+        """The skills that match ``query``, best first (ties by name)."""
+        scores = self._skills.scores(terms(query))
+        by_name = {s.name: s for s in self.skills}
+        for word in _words(query):
+            if word in by_name:
+                scores[word] = scores.get(word, 0.0) + EXACT_BONUS
+        ordered = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+        return [by_name[name] for name, _ in ordered]
+
+    def exact(self, query: str) -> list[Tool] | None:
+        """The tools a query of exact names (``"get_audience, find_customers"``) names, in
+        its order, or None when a word of it names no tool, or names two (an original name
+        two sources share)."""
+        named = [self._named(word) for word in _words(query)]
+        if not named or any(len(tools) != 1 for tools in named):
+            return None  # a word that names no tool, or more than one
+        return list(dict.fromkeys(tools[0] for tools in named))
+
+    def search(self, query: str, limit: int = 8) -> str:
+        """The answer to ``tools.tool_search({ query, limit })``, as text for the model.
+
+        A query of exact tool names answers just those tools. Otherwise: the declarations of
+        the best ``limit`` matches with their whole descriptions (within 12 KiB; the first is
+        always declared), the other matches by name, and the skills that match. With no match,
+        it says so and lists the tools' names.
+
+        Raises ``ValueError`` for an empty query, one over :data:`MAX_QUERY` characters, or a
+        ``limit`` outside 1 to :data:`MAX_LIMIT`.
+        """
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError(
+                "tools.tool_search needs a query: words that say what the tool does, or "
+                'exact tool names ("get_user, list_orders")'
+            )
+        if len(query) > MAX_QUERY:
+            raise ValueError(
+                f"tools.tool_search: the query is {len(query):,} characters, over the "
+                f"{MAX_QUERY:,} a query may have; search with a few words"
+            )
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+            raise ValueError(f"tools.tool_search: limit must be a whole number, 1 to {MAX_LIMIT}")
+        shown = _shown(query)
+        exact = self.exact(query)
+        if exact is not None:
+            block, declared = declare_tools(exact, BUDGET, builtins=(), full_descriptions=True)
+            names = ", ".join(t.name for t in declared)
+            text = f"The declarations of {names}:\n{_fenced(block)}"
+            rest = [t.name for t in exact if t not in declared]
+            if rest:
+                text += (
+                    f"\nNot declared here, past the {BUDGET // 1024} KiB an answer holds: "
+                    f"{', '.join(rest)}; search for each by its name."
+                )
+            return text
+        matches = self.rank(query)
+        skills = self.rank_skills(query)
+        parts: list[str] = []
+        if matches:
+            block, declared = declare_tools(
+                matches[:limit], BUDGET, builtins=(), full_descriptions=True
+            )
+            count = len(matches)
+            parts.append(
+                f"{count} tool{'s match' if count != 1 else ' matches'} {shown}, best first. "
+                f"Call them in your next script.\n{_fenced(block)}"
+            )
+            others = [t.name for t in matches if t not in declared]
+            if others:
+                listed = ", ".join(others[:MAX_OTHERS])
+                more = f", and {len(others) - MAX_OTHERS} more" if len(others) > MAX_OTHERS else ""
+                parts.append(f"Other matches: {listed}{more}.")
+        elif skills:
+            parts.append(f"No tool matches {shown}.")
+        else:
+            parts.append(f"No tool matches {shown}. {self._names()}")
+        if skills:
+            lines = ["Skills that match:"]
+            for skill in skills[:limit]:
+                about = f" (tools: {', '.join(skill.tools)})" if skill.tools else ""
+                summary = skill.description.strip().split("\n", 1)[0].strip()
+                lines.append(
+                    f"- skill {skill.name}: {summary}{about} — load it with "
+                    f'await tools.skill({{ name: "{skill.name}" }})'
+                )
+            parts.append("\n".join(lines))
+        return "\n".join(parts)
+
+    def _names(self) -> str:
+        names = [t.name for t in self.tools]
+        if not names:
+            return "There are no tools."
+        listed = ", ".join(names[:MAX_LISTED])
+        more = f", and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else ""
+        return f"The tools are: {listed}{more}. Search with other words, or by a tool's name."
+
+
+def _words(query: str) -> list[str]:
+    return [w for w in re.split(r"[\s,;]+", query.strip()) if w]
+
+
+def _shown(query: str) -> str:
+    text = " ".join(query.split())
+    if len(text) > 100:
+        text = text[:97] + "..."
+    return '"' + text.replace('"', "'") + '"'
+
+
+def _fenced(block: str) -> str:
+    return f"```ts\n{block}```"

@@ -1,0 +1,479 @@
+"""Tools: what a script can call, how each is declared, checked and run.
+
+A :class:`Tool` has a JavaScript-safe name, a description, an input schema (and maybe an
+output schema) and a handler the host runs. It is built one of three ways:
+
+- ``@tool`` on a typed Python function: the name, description and schemas come from the
+  function, and a parameter annotated :class:`ToolContext` is filled by the host, never by
+  the model;
+- ``Tool.from_mcp(definition, handler)`` from an MCP tool definition (``load_mcp_tools`` for a
+  whole ``tools/list`` answer);
+- ``Tool(name, input_schema=..., handler=...)`` directly.
+
+``@tool`` lives in ``engine._functions``. Schemas are checked and compiled when the tool is
+built (see ``engine._schema``), so a bad schema fails when the host declares the tool, not
+when the model first calls it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import math
+import re
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Generic, Protocol, TypeVar, get_args, get_origin
+
+import jsonschema_rs
+from pydantic import TypeAdapter
+from pydantic_core import PydanticSerializationError
+
+from engine._naming import sanitize_name, unique_names
+from engine._schema import (
+    NotJSONData,
+    SchemaProblem,
+    a_json_type,
+    check_schema,
+    compile_schema,
+    to_json_data,
+    validation_problems,
+)
+
+T = TypeVar("T")
+
+# A handler's error message longer than this reaches the model cut in the middle.
+MAX_ERROR_MESSAGE = 8 * 1024
+
+
+class ToolDefinitionError(Exception):
+    """A tool the host declared wrongly: a bad schema, name, handler or flag.
+
+    Raised when the tool is built, so the mistake shows when the host starts, never to the
+    model. The message names the tool, the problem and the fix.
+    """
+
+
+class ToolCallError(Exception):
+    """A call that failed: bad arguments, a handler that raised or timed out, a bad result.
+
+    The script sees an ``Error`` with this message, and can catch it. ``tool`` is the name the
+    script called.
+    """
+
+    def __init__(self, message: str, *, tool: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.tool = tool
+
+
+@dataclass(frozen=True)
+class ToolContext(Generic[T]):
+    """What the host supplies to a handler at each call; never part of the input schema.
+
+    ``host`` is whatever object the host passed to the engine (its user, its connections);
+    the rest says which call this is. A handler takes it by declaring a parameter annotated
+    ``ToolContext`` or ``ToolContext[MyHost]``.
+    """
+
+    host: T
+    tenant: str
+    script_id: str
+    call_id: str
+    call_index: int
+
+
+class ArgumentBinder(Protocol):
+    """Turns checked arguments into a handler's keyword arguments (``@tool`` supplies one)."""
+
+    def bind(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The keyword arguments; raises :class:`ToolCallError` when they do not convert."""
+        ...
+
+
+_EMPTY_INPUT: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+class Tool:
+    """One tool a script can call as ``tools.<name>(input)``.
+
+    ``name`` is the JavaScript identifier the script uses (see :func:`sanitize_name`);
+    ``original_name`` is the name it was declared with, which the host's handler or MCP server
+    knows it by. ``handler`` takes the arguments as keyword arguments, plus the
+    :class:`ToolContext` under the parameter annotated with it, and may be sync or async. A
+    tool without a handler can be declared and searched, and fails when called; a ``client``
+    tool is run by the client and takes none. ``deferred`` tools are left out of ``run_code``'s
+    declarations and found with ``tool_search``. ``timeout`` (seconds) bounds one call.
+
+    Raises :class:`ToolDefinitionError` for a schema that is not a usable JSON Schema, an input
+    schema that is not an object, or a bad flag.
+    """
+
+    __slots__ = (
+        "_arguments",
+        "_context_param",
+        "_input_validator",
+        "_output_validator",
+        "_result_adapter",
+        "client",
+        "deferred",
+        "description",
+        "handler",
+        "input_schema",
+        "name",
+        "needs_approval",
+        "original_name",
+        "output_schema",
+        "source",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        description: str = "",
+        input_schema: Mapping[str, Any] | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+        handler: Callable[..., Any] | None = None,
+        needs_approval: bool = False,
+        client: bool = False,
+        deferred: bool = False,
+        timeout: float | None = None,
+        source: str | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise ToolDefinitionError(f"a tool needs a non-empty name, not {name!r}")
+        self.original_name = name
+        self.source = source
+        self.name = sanitize_name(name, source)
+        label = f"tool {name!r}" + (f" from {source!r}" if source else "")
+        if not isinstance(description, str):
+            raise ToolDefinitionError(f"{label}: its description must be a string")
+        self.description = description.strip()
+        schema = _EMPTY_INPUT if input_schema is None else input_schema
+        self._input_validator = _compile(label, "input schema", schema, must_be_object=True)
+        # A copy, so a host that mutates its dict later cannot change what was checked.
+        self.input_schema: dict[str, Any] = copy.deepcopy(dict(schema))
+        self.output_schema: dict[str, Any] | None = None
+        self._output_validator: jsonschema_rs.Validator | None = None
+        if output_schema is not None:
+            self._output_validator = _compile(
+                label, "output schema", output_schema, must_be_object=False
+            )
+            self.output_schema = copy.deepcopy(dict(output_schema))
+        if timeout is not None and not (
+            isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0
+        ):
+            raise ToolDefinitionError(
+                f"{label}: timeout must be a positive number of seconds or None, not {timeout!r}"
+            )
+        if client and handler is not None:
+            raise ToolDefinitionError(
+                f"{label}: a client tool is run by the client, so it takes no handler; "
+                "drop the handler or client=True"
+            )
+        if handler is not None and not callable(handler):
+            raise ToolDefinitionError(f"{label}: its handler {handler!r} is not callable")
+        self.handler = handler
+        self.needs_approval = bool(needs_approval)
+        self.client = bool(client)
+        self.deferred = bool(deferred)
+        self.timeout = float(timeout) if timeout is not None else None
+        # Set by @tool (engine._functions): how arguments become the function's parameters,
+        # and how its result is dumped through its return annotation.
+        self._arguments: ArgumentBinder | None = None
+        self._result_adapter: TypeAdapter[Any] | None = None
+        self._context_param = _context_parameter(label, handler) if handler else None
+        properties = self.input_schema.get("properties")
+        if isinstance(properties, dict) and self._context_param in properties:
+            raise ToolDefinitionError(
+                f"{label}: the handler's context parameter {self._context_param!r} is "
+                "also an input property; rename the parameter"
+            )
+
+    @property
+    def summary(self) -> str:
+        """The first line of the description (what ``run_code`` declares)."""
+        return self.description.split("\n", 1)[0].strip()
+
+    def renamed(self, name: str) -> Tool:
+        """A copy of this tool that the script calls by ``name`` (already a valid name)."""
+        clone = copy.copy(self)
+        clone.name = name
+        return clone
+
+    def definition(self) -> dict[str, Any]:
+        """The tool in MCP shape, under the name the script calls it by."""
+        result: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+        }
+        if self.output_schema is not None:
+            result["outputSchema"] = self.output_schema
+        return result
+
+    def __repr__(self) -> str:
+        flags = [
+            flag
+            for flag, on in (
+                ("needs_approval", self.needs_approval),
+                ("client", self.client),
+                ("deferred", self.deferred),
+            )
+            if on
+        ]
+        extra = "".join(f", {f}=True" for f in flags)
+        if self.timeout is not None:
+            extra += f", timeout={self.timeout:g}"
+        if self.name != self.original_name:
+            extra = f", original_name={self.original_name!r}{extra}"
+        return f"Tool({self.name!r}{extra})"
+
+    @classmethod
+    def from_mcp(
+        cls,
+        definition: Mapping[str, Any],
+        handler: Callable[..., Any] | None = None,
+        *,
+        source: str | None = None,
+        needs_approval: bool = False,
+        client: bool = False,
+        deferred: bool = False,
+        timeout: float | None = None,
+    ) -> Tool:
+        """A tool from an MCP tool definition: ``name``, ``description``, ``inputSchema`` and
+        optionally ``outputSchema`` (``annotations``, ``title`` and the rest are ignored).
+
+        ``source`` (the server's name) makes the script call it ``<source>__<name>``.
+        """
+        if not isinstance(definition, Mapping):
+            raise ToolDefinitionError(
+                f"an MCP tool definition is an object, not {a_json_type(definition)}"
+            )
+        name = definition.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise ToolDefinitionError(
+                f'an MCP tool definition needs a non-empty string "name", not {name!r}'
+            )
+        if "inputSchema" not in definition:
+            raise ToolDefinitionError(
+                f'MCP tool {name!r} has no "inputSchema"; MCP requires one (an object schema)'
+            )
+        description = definition.get("description") or ""
+        if not isinstance(description, str):
+            raise ToolDefinitionError(f'MCP tool {name!r}: "description" must be a string')
+        return cls(
+            name,
+            description=description,
+            input_schema=definition["inputSchema"],
+            output_schema=definition.get("outputSchema"),
+            handler=handler,
+            needs_approval=needs_approval,
+            client=client,
+            deferred=deferred,
+            timeout=timeout,
+            source=source,
+        )
+
+    async def invoke(self, arguments: Mapping[str, Any], ctx: ToolContext[Any]) -> Any:
+        """Run one call: check the arguments, run the handler, return its result as JSON data.
+
+        Raises :class:`ToolCallError` with a message for the model when the arguments do not
+        fit the input schema (naming the path and what was expected), when the handler raises
+        (its message) or passes ``timeout``, when the tool has no handler here, and when the
+        result is not JSON data or does not fit the output schema.
+        """
+        if not isinstance(arguments, Mapping):
+            raise self._error(f"tools.{self.name} takes an object, not {a_json_type(arguments)}")
+        arguments = dict(arguments)
+        problems = validation_problems(self._input_validator, arguments)
+        if problems:
+            raise self._error(f"tools.{self.name}: invalid arguments: {problems}")
+        if self.handler is None:
+            where = "the client" if self.client else "no handler on this host"
+            raise self._error(f"tools.{self.name} is run by {where}; it cannot be called here")
+        kwargs = self._arguments.bind(self.name, arguments) if self._arguments else arguments
+        if self._context_param:
+            kwargs[self._context_param] = ctx
+        result = await self._run(kwargs)
+        return self._check_result(result)
+
+    async def _run(self, kwargs: dict[str, Any]) -> Any:
+        handler = self.handler
+        assert handler is not None
+        scope = asyncio.timeout(self.timeout)
+        try:
+            async with scope:
+                if inspect.iscoroutinefunction(handler):
+                    result = await handler(**kwargs)
+                else:
+                    # A sync handler runs in a worker thread so it cannot stall the event loop.
+                    # On timeout the thread runs on (Python cannot stop it); its result is
+                    # dropped.
+                    result = await asyncio.to_thread(_call_sync, handler, kwargs)
+                if inspect.isawaitable(result):  # a sync function that returned a coroutine
+                    result = await result
+            return result
+        except TimeoutError as e:
+            if scope.expired():
+                raise self._error(f"tools.{self.name} timed out after {self.timeout:g} s") from None
+            raise self._error(_message_of(e)) from e
+        except ToolCallError as e:
+            raise self._error(e.message) from e
+        except Exception as e:
+            raise self._error(_message_of(e)) from e
+
+    def _check_result(self, result: Any) -> Any:
+        data: Any = _MISSING
+        if self._result_adapter is not None:
+            try:
+                data = self._result_adapter.dump_python(result, mode="json", warnings="error")
+            except (PydanticSerializationError, ValueError, TypeError):
+                data = _MISSING  # the generic conversion below says what is wrong
+        try:
+            data = to_json_data(result if data is _MISSING else data)
+        except NotJSONData as e:
+            raise self._error(
+                f"tools.{self.name} returned {e.what}, which is not JSON data{e.hint}"
+            ) from None
+        if self._output_validator is not None:
+            problems = validation_problems(self._output_validator, data)
+            if problems:
+                raise self._error(
+                    f"tools.{self.name} returned a result that does not match its output "
+                    f"schema: {problems}"
+                )
+        return data
+
+    def _error(self, message: str) -> ToolCallError:
+        if len(message) > MAX_ERROR_MESSAGE:
+            half = MAX_ERROR_MESSAGE // 2
+            message = f"{message[:half]} [...] {message[-half:]}"
+        return ToolCallError(message, tool=self.name)
+
+
+_MISSING = object()
+
+
+def _call_sync(handler: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    return handler(**kwargs)
+
+
+def _message_of(e: BaseException) -> str:
+    text = str(e).strip()
+    return text or type(e).__name__
+
+
+def _compile(
+    label: str, what: str, schema: Any, *, must_be_object: bool
+) -> jsonschema_rs.Validator:
+    try:
+        check_schema(schema, must_be_object=must_be_object)
+        return compile_schema(dict(schema))
+    except SchemaProblem as e:
+        raise ToolDefinitionError(f"{label}: its {what} is not usable: {e}") from None
+
+
+# --- the host's context parameter ---------------------------------------------------------
+
+
+def is_context_annotation(annotation: Any) -> bool:
+    """True for ``ToolContext``, ``ToolContext[X]`` (maybe ``Annotated``), or such a string."""
+    if isinstance(annotation, str):
+        return bool(re.fullmatch(r"(?:\w+\.)*ToolContext(?:\[.*\])?", annotation.strip()))
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    return annotation is ToolContext or get_origin(annotation) is ToolContext
+
+
+def mentions_context(annotation: Any, depth: int = 0) -> bool:
+    """True when ``ToolContext`` appears anywhere in the annotation, as in ``list[ToolContext]``."""
+    if depth > 20:
+        return False
+    if is_context_annotation(annotation):
+        return True
+    return any(mentions_context(arg, depth + 1) for arg in get_args(annotation))
+
+
+def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        # Unresolvable forward references; fall back to the raw annotations, in which a
+        # context parameter is still recognised by its spelling.
+        return dict(getattr(fn, "__annotations__", {}) or {})
+
+
+def _context_parameter(label: str, handler: Callable[..., Any]) -> str | None:
+    try:
+        params = inspect.signature(handler).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    hints = _hints(handler)
+    found = [p.name for p in params if is_context_annotation(hints.get(p.name, p.annotation))]
+    if len(found) > 1:
+        raise ToolDefinitionError(
+            f"{label}: its handler takes {len(found)} ToolContext parameters "
+            f"({', '.join(found)}); take one"
+        )
+    return found[0] if found else None
+
+
+# --- many tools ----------------------------------------------------------------------------
+
+
+def unique_tools(tools: Iterable[Tool]) -> list[Tool]:
+    """The tools with names made unique: a name two tools share after sanitizing gets a stable
+    hash suffix on each tool whose original name differs from it, and a tool named like a
+    built-in (``run_code``, ``tool_search``, ``skill``) is renamed the same way.
+
+    Raises :class:`ToolDefinitionError` for two tools with the same original name and source.
+    """
+    items = list(tools)
+    try:
+        names = unique_names((t.original_name, t.source) for t in items)
+    except ValueError as e:
+        raise ToolDefinitionError(f"{e}; give each tool its own name") from None
+    return [t if t.name == n else t.renamed(n) for t, n in zip(items, names, strict=True)]
+
+
+def load_mcp_tools(
+    data: Mapping[str, Any] | Sequence[Any],
+    *,
+    source: str | None = None,
+    handlers: Mapping[str, Callable[..., Any]] | None = None,
+    deferred: bool = False,
+) -> list[Tool]:
+    """Tools from MCP definitions: a ``tools/list`` result (``{"tools": [...]}``) or a list.
+
+    ``handlers`` maps an original tool name to its handler; ``source`` prefixes every name.
+    Names are made unique as :func:`unique_tools` does.
+    """
+    if isinstance(data, Mapping):
+        if "tools" not in data:
+            raise ToolDefinitionError(
+                'MCP tool definitions are a list, or an object with the list under "tools"'
+            )
+        data = data["tools"]
+    if isinstance(data, str | bytes) or not isinstance(data, Sequence):
+        raise ToolDefinitionError(f"MCP tool definitions are a list, not {a_json_type(data)}")
+    handlers = handlers or {}
+    tools = []
+    for index, definition in enumerate(data):
+        try:
+            name = definition.get("name") if isinstance(definition, Mapping) else None
+            tools.append(
+                Tool.from_mcp(
+                    definition,
+                    handlers.get(name) if isinstance(name, str) else None,
+                    source=source,
+                    deferred=deferred,
+                )
+            )
+        except ToolDefinitionError as e:
+            raise ToolDefinitionError(f"tools[{index}]: {e}") from None
+    return unique_tools(tools)

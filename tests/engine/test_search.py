@@ -1,0 +1,204 @@
+"""tools.tool_search: ranking, exact names, the 12 KiB answer, skills, bad queries."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from engine._declarations import BUDGET
+from engine._search import MAX_QUERY, SkillInfo, ToolIndex
+from engine._tools import Tool, load_mcp_tools, unique_tools
+
+SCHEMAS = Path(__file__).parent / "schemas"
+
+
+def load_corpus() -> list[Tool]:
+    tools: list[Tool] = []
+    for path in sorted(SCHEMAS.glob("*.json")):
+        data = json.loads(path.read_text())
+        tools += load_mcp_tools(data, source=path.stem if isinstance(data, dict) else None)
+    return unique_tools(tools)
+
+
+CORPUS = load_corpus()
+SKILLS = [
+    SkillInfo(
+        "triage",
+        "Triage incoming support tickets: label them and file Jira issues.\nMore detail.",
+        ("jira__create_issue", "slack__post_message"),
+    ),
+    SkillInfo(
+        "release", "Cut a release: tag the repository and announce it.", ("github__list_prs",)
+    ),
+]
+INDEX = ToolIndex(CORPUS, SKILLS)
+
+
+def ranked(query: str) -> list[str]:
+    return [t.name for t in INDEX.rank(query)]
+
+
+def declared(answer: str) -> list[str]:
+    """The tools declared in the answer's TypeScript block, in order."""
+    block = re.search(r"```ts\n(.*?)```", answer, flags=re.S)
+    assert block is not None, answer
+    return re.findall(r"^  (\w+)\(input", block.group(1), flags=re.M)
+
+
+@pytest.mark.parametrize(
+    ("query", "first"),
+    [
+        ("send message slack", "slack__post_message"),
+        ("listing prs", "github__list_prs"),
+        ("list pull requests", "github__list_prs"),
+        ("reviews of a pull request", "github__get_reviews"),
+        ("run sql query", "postgres__query"),
+        ("weather forecast", "get_weather"),
+        ("refund a payment", "stripe__create_refund"),
+        ("directory tree", "filesystem__directory_tree"),
+        ("free slots calendar", "calendar__find_free_time"),
+        ("2fa code", "_2fa_verify"),
+        ("kubernetes pod logs", "kubernetes__get_logs"),
+        ("geocode an address", "maps__geocode"),
+        ("emoji reaction", "slack__add_reaction"),
+        ("reply to a comment thread", "forum__post_comment"),
+        ("créer une note", "creer_note"),
+    ],
+)
+def test_ranking_finds_the_obvious_tool_first(query: str, first: str) -> None:
+    """Words of the name and the description, stemmed, find the tool a person would pick."""
+    assert ranked(query)[0] == first
+
+
+def test_name_matches_beat_description_only_matches() -> None:
+    """A tool whose name holds the word ranks above one that only mentions it."""
+    name_only = Tool("archive_message", description="Move it out of the inbox.")
+    text_only = Tool(
+        "move_item", description="Move an item; works for a message, a file or a folder."
+    )
+    index = ToolIndex([text_only, name_only])
+    assert [t.name for t in index.rank("message")] == ["archive_message", "move_item"]
+
+
+def test_parameter_names_count() -> None:
+    """A parameter's name and description are searched too."""
+    assert "calendar__create_event" in ranked("attendees")[:1]
+    assert "stripe__create_payment_intent" in ranked("currency")[:2]
+
+
+def test_ties_break_by_name() -> None:
+    """Equal scores come out in name order, so answers are stable."""
+    tools = [Tool(name, description="Same words.") for name in ("b_tool", "c_tool", "a_tool")]
+    assert [t.name for t in ToolIndex(tools).rank("same words")] == ["a_tool", "b_tool", "c_tool"]
+
+
+def test_a_search_for_a_tools_name_finds_its_declaration_first() -> None:
+    """A name inside a longer query ranks that tool first."""
+    assert ranked("how do I use slack__add_reaction here")[0] == "slack__add_reaction"
+    answer = INDEX.search("stripe__list_charges please")
+    assert declared(answer)[0] == "stripe__list_charges"
+
+
+def test_answer_has_header_declarations_others_and_skills() -> None:
+    """Header, a block with whole descriptions, the other matches by name, then skills."""
+    answer = INDEX.search("send message slack", limit=2)
+    assert answer.startswith('9 tools match "send message slack", best first.')
+    assert declared(answer) == ["slack__post_message", "slack__update_message"]
+    assert (
+        "   * Use blocks for rich layouts; text is the fallback shown in notifications.\n" in answer
+    )
+    others = re.search(r"^Other matches: (.*)\.$", answer, flags=re.M)
+    assert others is not None
+    assert others.group(1).split(", ")[0] == "slack__get_thread_replies"
+    assert len(others.group(1).split(", ")) == 7
+    assert "tool_search(" not in answer  # a search answer declares what matched, only
+
+
+def test_exact_names_answer_just_those_tools() -> None:
+    """A query of exact names (comma or space separated, declared or original names)
+    answers just those, in the query's order."""
+    answer = INDEX.search("get_audience, find_customers")
+    assert declared(answer) == ["crm__get_audience", "crm__find_customers"]
+    assert answer.startswith("The declarations of crm__get_audience, crm__find_customers:")
+    assert "Other matches" not in answer
+    assert declared(INDEX.search("github__list_prs slack__post_message")) == [
+        "github__list_prs",
+        "slack__post_message",
+    ]
+    assert declared(INDEX.search("get-weather")) == ["get_weather"]
+
+
+def test_an_ambiguous_original_name_is_not_an_exact_query() -> None:
+    """`create_issue` is a GitHub and a Jira tool: both come back, ranked, not just one."""
+    answer = INDEX.search("create_issue")
+    assert not answer.startswith("The declarations of")
+    assert set(declared(answer)[:2]) == {"github__create_issue", "jira__create_issue"}
+
+
+def test_the_answer_block_holds_12_kib_and_always_declares_the_first() -> None:
+    """Many matches stop at 12 KiB; a first match larger than that is still declared."""
+    answer = INDEX.search("list get create search", limit=50)
+    block = re.search(r"```ts\n(.*?)```", answer, flags=re.S)
+    assert block is not None and len(block.group(1).encode()) <= BUDGET
+    assert 1 < len(declared(answer)) < 50
+    huge = Tool(
+        "export_everything",
+        description="Export every record.",
+        input_schema={
+            "type": "object",
+            "properties": {f"column_{i}": {"type": "string"} for i in range(1500)},
+        },
+    )
+    index = ToolIndex([huge, *CORPUS[:5]])
+    answer = index.search("export_everything")
+    assert declared(answer) == ["export_everything"]
+    assert len(answer.encode()) > BUDGET
+
+
+def test_deferred_tools_are_found() -> None:
+    """Deferred tools are left out of run_code but searched like any other."""
+    hidden = Tool("rotate_keys", description="Rotate the API keys of a project.", deferred=True)
+    index = ToolIndex([*CORPUS, hidden])
+    assert declared(index.search("rotate api keys"))[0] == "rotate_keys"
+
+
+def test_no_match_lists_the_tools() -> None:
+    """With nothing matching, the answer says so and lists the tools, bounded."""
+    answer = INDEX.search("zzzz qqqq")
+    assert answer.startswith('No tool matches "zzzz qqqq". The tools are: calendar__create_event,')
+    many = ToolIndex([Tool(f"tool_{i:03d}") for i in range(200)])
+    answer = many.search("nothing here")
+    assert "and 120 more" in answer
+    assert len(answer) < 2000
+
+
+def test_skills_that_match_say_how_to_load_them() -> None:
+    """Matching skills follow the tools, with their tools and the call that loads them."""
+    answer = INDEX.search("support tickets")
+    assert answer.startswith('No tool matches "support tickets".')
+    assert (
+        "- skill triage: Triage incoming support tickets: label them and file Jira issues. "
+        "(tools: jira__create_issue, slack__post_message) — load it with "
+        'await tools.skill({ name: "triage" })'
+    ) in answer
+    assert "The tools are" not in answer  # skills matched, so no list of every tool
+    assert "skill release" in INDEX.search("release announcement")
+
+
+def test_queries_are_bounded() -> None:
+    """An empty, overlong or badly limited query is refused with a message for the model."""
+    with pytest.raises(ValueError, match="needs a query"):
+        INDEX.search("   ")
+    with pytest.raises(ValueError, match=f"over the {MAX_QUERY:,}"):
+        INDEX.search("a" * (MAX_QUERY + 1))
+    for limit in (0, 51, True):
+        with pytest.raises(ValueError, match="limit must be a whole number"):
+            INDEX.search("slack", limit=limit)
+
+
+def test_answers_are_deterministic() -> None:
+    """The same query over the same tools gives the same bytes, index rebuilt or not."""
+    assert INDEX.search("list issues") == ToolIndex(load_corpus(), SKILLS).search("list issues")

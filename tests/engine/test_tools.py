@@ -1,0 +1,775 @@
+"""Tools: schemas derived from typed functions, MCP definitions, checks at build and call time."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import enum
+import json
+import math
+import re
+import threading
+import time
+from typing import Annotated, Any, Literal
+
+import pytest
+from pydantic import BaseModel, Field
+
+from engine._functions import parse_docstring, tool
+from engine._naming import closest_names, sanitize_name, split_words, stem, unique_names
+from engine._schema import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH
+from engine._tools import (
+    Tool,
+    ToolCallError,
+    ToolContext,
+    ToolDefinitionError,
+    load_mcp_tools,
+    unique_tools,
+)
+
+CTX: ToolContext[dict[str, str]] = ToolContext(
+    host={"user": "ada"}, tenant="acme", script_id="s1", call_id="c1", call_index=0
+)
+
+
+def call(t: Tool, arguments: Any, ctx: ToolContext[Any] = CTX) -> Any:
+    return asyncio.run(t.invoke(arguments, ctx))
+
+
+def call_error(t: Tool, arguments: Any) -> str:
+    with pytest.raises(ToolCallError) as info:
+        call(t, arguments)
+    assert info.value.tool == t.name
+    return str(info.value)
+
+
+# --- models used by the typed tools below (module level, so annotations resolve) -----------
+
+
+class Address(BaseModel):
+    street: str
+    city: str = "Oslo"
+
+
+class User(BaseModel):
+    id: int
+    name: str
+    joined: datetime.date
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
+@dataclasses.dataclass
+class Point:
+    x: float
+    y: float
+
+
+# --- @tool: schema derivation ---------------------------------------------------------------
+
+
+def test_tool_derives_name_description_and_typed_schema() -> None:
+    """Types, defaults, Optional, Literal, lists and dicts map to the JSON Schema pydantic
+    writes; required are the parameters without defaults; no titles; extra arguments refused."""
+
+    @tool
+    def find_orders(
+        customer: str,
+        limit: int = 10,
+        ratio: float | None = None,
+        status: Literal["open", "shipped"] = "open",
+        tags: list[str] | None = None,
+        counts: dict[str, int] | None = None,
+        urgent: bool = False,
+    ) -> list[int]:
+        """Find a customer's orders.
+
+        Newest first.
+        """
+        return []
+
+    assert find_orders.name == "find_orders"
+    assert find_orders.description == "Find a customer's orders.\n\nNewest first."
+    assert find_orders.summary == "Find a customer's orders."
+    schema = find_orders.input_schema
+    assert schema["type"] == "object"
+    assert schema["required"] == ["customer"]
+    assert schema["additionalProperties"] is False
+    props = schema["properties"]
+    assert props["customer"] == {"type": "string"}
+    assert props["limit"] == {"type": "integer", "default": 10}
+    assert props["ratio"] == {"anyOf": [{"type": "number"}, {"type": "null"}], "default": None}
+    assert props["status"] == {"type": "string", "enum": ["open", "shipped"], "default": "open"}
+    assert props["tags"]["anyOf"][0] == {"type": "array", "items": {"type": "string"}}
+    assert props["counts"]["anyOf"][0] == {
+        "type": "object",
+        "additionalProperties": {"type": "integer"},
+    }
+    assert "title" not in json.dumps(schema)
+    assert find_orders.output_schema == {"type": "array", "items": {"type": "integer"}}
+
+
+def test_tool_descriptions_from_annotated_and_google_docstring() -> None:
+    """`Annotated[..., Field(description=...)]` describes a parameter and wins over the
+    docstring's Args entry; Args entries describe the rest and leave the description."""
+
+    @tool
+    def get_weather(
+        city: Annotated[str, Field(description="City name, e.g. Oslo.")],
+        units: Literal["metric", "imperial"] = "metric",
+        days: int = 1,
+    ) -> None:
+        """Get the weather.
+
+        Args:
+            city: Ignored, the annotation says it.
+            units: Unit system.
+            days (int): How many days
+                of forecast.
+
+        Returns:
+            Nothing.
+        """
+
+    props = get_weather.input_schema["properties"]
+    assert props["city"]["description"] == "City name, e.g. Oslo."
+    assert props["units"]["description"] == "Unit system."
+    assert props["days"]["description"] == "How many days of forecast."
+    assert get_weather.description == "Get the weather.\n\nReturns:\n    Nothing."
+    assert get_weather.output_schema == {"type": "null"}
+
+
+def test_numpy_docstring_parameters() -> None:
+    """A NumPy-style Parameters section is parsed and taken out of the description."""
+    description, params = parse_docstring(
+        """Sum two numbers.
+
+        Parameters
+        ----------
+        a : int
+            The first.
+        b : int
+            The second,
+            on two lines.
+
+        Returns
+        -------
+        int
+        """
+    )
+    assert params == {"a": "The first.", "b": "The second, on two lines."}
+    assert description.startswith("Sum two numbers.")
+    assert "Returns" in description and "The first" not in description
+
+
+def test_nested_models_become_defs_and_arrive_as_instances() -> None:
+    """A pydantic model parameter is a `$ref` into `$defs`; at call time the handler gets a
+    model instance, and a date string becomes a `date`."""
+    seen: dict[str, Any] = {}
+
+    @tool
+    def ship(to: Address, on: datetime.date, points: list[Point]) -> dict[str, str]:
+        """Ship a parcel."""
+        seen.update(to=to, on=on, points=points)
+        return {"city": to.city}
+
+    schema = ship.input_schema
+    assert schema["properties"]["to"] == {"$ref": "#/$defs/Address"}
+    assert set(schema["$defs"]) == {"Address", "Point"}
+    assert schema["properties"]["on"] == {"type": "string", "format": "date"}
+    result = call(
+        ship, {"to": {"street": "Main 1"}, "on": "2025-01-31", "points": [{"x": 1, "y": 2}]}
+    )
+    assert result == {"city": "Oslo"}
+    assert isinstance(seen["to"], Address)
+    assert seen["on"] == datetime.date(2025, 1, 31)
+    assert seen["points"] == [Point(1.0, 2.0)]
+
+
+def test_context_parameter_is_left_out_and_filled_by_the_host() -> None:
+    """A parameter annotated ToolContext[...] is not in the schema; the host's context is
+    passed to it; the model cannot send it (extra properties are refused)."""
+
+    @tool
+    async def whoami(ctx: ToolContext[dict[str, str]], greeting: str = "hi") -> str:
+        """Say who is asking."""
+        return f"{greeting} {ctx.host['user']} ({ctx.tenant}, call {ctx.call_index})"
+
+    assert set(whoami.input_schema["properties"]) == {"greeting"}
+    assert call(whoami, {}) == "hi ada (acme, call 0)"
+    assert "unexpected property" in call_error(whoami, {"ctx": {"host": "evil"}})
+
+
+def test_context_parameter_of_a_plain_handler() -> None:
+    """A handler given to Tool(...) directly gets the context under its annotated parameter."""
+
+    def handler(city: str, context: ToolContext[Any]) -> str:
+        return f"{city}:{context.call_id}"
+
+    t = Tool(
+        "weather",
+        input_schema={"type": "object", "properties": {"city": {"type": "string"}}},
+        handler=handler,
+    )
+    assert call(t, {"city": "Oslo"}) == "Oslo:c1"
+
+
+def test_context_inside_another_type_is_refused() -> None:
+    """The context must be a parameter of its own, or the model would be asked for it."""
+
+    def bad(items: list[ToolContext[Any]]) -> None: ...
+
+    with pytest.raises(ToolDefinitionError, match="parameter of its own"):
+        tool(bad)
+
+    def two(a: ToolContext[Any], b: ToolContext[Any]) -> None: ...
+
+    with pytest.raises(ToolDefinitionError, match="two ToolContext"):
+        tool(two)
+
+
+def test_context_parameter_named_like_an_input_property_is_refused() -> None:
+    """The handler's context parameter would clash with the argument of the same name."""
+
+    def handler(ctx: ToolContext[Any], **kwargs: Any) -> None: ...
+
+    with pytest.raises(ToolDefinitionError, match="context parameter 'ctx'"):
+        Tool(
+            "t",
+            input_schema={"type": "object", "properties": {"ctx": {"type": "string"}}},
+            handler=handler,
+        )
+
+
+def test_parameter_names_that_shadow_pydantic_are_fine() -> None:
+    """Parameters called `json`, `schema` or `model_config` do not clash with pydantic."""
+
+    @tool
+    def odd(json: str, schema: int, model_config: bool = False) -> str:
+        """Odd names."""
+        return f"{json}{schema}{model_config}"
+
+    assert set(odd.input_schema["properties"]) == {"json", "schema", "model_config"}
+    assert call(odd, {"json": "a", "schema": 1}) == "a1False"
+
+
+def test_return_annotation_any_or_missing_has_no_output_schema() -> None:
+    """No output schema when the return annotation is missing or Any."""
+
+    @tool
+    def a(x: int):
+        """A."""
+        return x
+
+    @tool
+    def b(x: int) -> Any:
+        """B."""
+        return x
+
+    assert a.output_schema is None and b.output_schema is None
+
+
+def test_decorator_options() -> None:
+    """@tool(...) sets name, description and flags."""
+
+    @tool(
+        name="wire-money", description="Send money.", needs_approval=True, deferred=True, timeout=5
+    )
+    def send(amount: int) -> None:
+        """Ignored."""
+
+    assert send.name == "wire_money" and send.original_name == "wire-money"
+    assert send.description == "Send money."
+    assert send.needs_approval and send.deferred and send.timeout == 5.0
+    assert not send.client
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("def f(x): ...", "has no type annotation"),
+        ("def f(*args: int): ...", "takes *args"),
+        ("def f(**kw: int): ...", "takes **kw"),
+        ("def f(x: int, /): ...", "positional-only"),
+        ("class Opaque: ...\ndef f(x: Opaque): ...", "no JSON Schema"),
+        ("class Opaque: ...\ndef f(x: int) -> Opaque: ...", "return annotation"),
+    ],
+)
+def test_functions_that_cannot_be_tools_are_refused(source: str, message: str) -> None:
+    """Each refusal names the tool, the problem and the fix."""
+    namespace: dict[str, Any] = {}
+    exec(source, namespace)
+    with pytest.raises(ToolDefinitionError, match=re.escape(message)) as info:
+        tool(namespace["f"])
+    assert "'f'" in str(info.value)
+
+
+# --- invoke ---------------------------------------------------------------------------------
+
+
+def test_sync_handler_runs_in_a_worker_thread_and_async_in_the_loop() -> None:
+    """A sync handler must not block the event loop; an async one runs on it."""
+    main = threading.get_ident()
+
+    @tool
+    def sync_tool() -> int:
+        """Sync."""
+        return threading.get_ident()
+
+    @tool
+    async def async_tool() -> int:
+        """Async."""
+        return threading.get_ident()
+
+    assert call(sync_tool, {}) != main
+    assert call(async_tool, {}) == main
+
+
+def test_invalid_arguments_name_the_path_and_what_was_expected() -> None:
+    """The message names the tool, the failing path and the expectation, concisely."""
+    t = Tool(
+        "create_order",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "customer": {"type": "string"},
+                "items": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}},
+                        "required": ["sku"],
+                    },
+                },
+                "mode": {"enum": ["fast", "slow"]},
+            },
+            "required": ["customer"],
+            "additionalProperties": False,
+        },
+        handler=lambda **kw: kw,
+    )
+    message = call_error(t, {"customer": "c", "items": [{"sku": "a"}, {"sku": "b", "qty": "2"}]})
+    assert message == (
+        "tools.create_order: invalid arguments: at items[1].qty: expected integer, got string"
+    )
+    assert call_error(t, {}) == (
+        'tools.create_order: invalid arguments: missing required property "customer"'
+    )
+    assert 'missing required property "sku" in items[0]' in call_error(
+        t, {"customer": "c", "items": [{}]}
+    )
+    assert 'expected one of "fast", "slow", got "medium"' in call_error(
+        t, {"customer": "c", "mode": "medium"}
+    )
+    assert 'unexpected property "extra"' in call_error(t, {"customer": "c", "extra": 1})
+    assert call_error(t, [1, 2]) == "tools.create_order takes an object, not an array"
+
+
+def test_invalid_argument_messages_stay_short_for_huge_values() -> None:
+    """The model's own huge value is not echoed back in the message."""
+    t = Tool(
+        "t",
+        input_schema={"type": "object", "properties": {"n": {"enum": ["a", "b"]}}},
+        handler=lambda **kw: None,
+    )
+    message = call_error(t, {"n": "x" * 100_000})
+    assert len(message) < 300
+
+
+def test_timeout_fails_the_call_catchably() -> None:
+    """A call past its timeout fails with `tools.x timed out after N s`, sync or async."""
+
+    @tool(timeout=0.1)
+    async def slow_async() -> None:
+        """Slow."""
+        await asyncio.sleep(5)
+
+    def slow_sync() -> None:
+        time.sleep(0.5)
+
+    started = time.monotonic()
+    assert call_error(slow_async, {}) == "tools.slow_async timed out after 0.1 s"
+    assert call_error(Tool("slow_sync", handler=slow_sync, timeout=0.1), {}) == (
+        "tools.slow_sync timed out after 0.1 s"
+    )
+    assert time.monotonic() - started < 2
+
+
+def test_a_handlers_own_timeout_error_is_not_reported_as_ours() -> None:
+    """TimeoutError raised by the handler (a network timeout) keeps its own message."""
+
+    async def handler() -> None:
+        raise TimeoutError("upstream API did not answer")
+
+    assert call_error(Tool("t", handler=handler, timeout=30), {}) == "upstream API did not answer"
+
+
+def test_handler_errors_become_call_errors() -> None:
+    """The tool's message reaches the script; an empty message gives the class name."""
+
+    def fails() -> None:
+        raise ValueError("no such repository: acme/nope")
+
+    def empty() -> None:
+        raise KeyError
+
+    def explicit() -> None:
+        raise ToolCallError("quota exceeded, try tomorrow")
+
+    assert call_error(Tool("a", handler=fails), {}) == "no such repository: acme/nope"
+    assert call_error(Tool("b", handler=empty), {}) == "KeyError"
+    assert call_error(Tool("c", handler=explicit), {}) == "quota exceeded, try tomorrow"
+
+
+def test_results_are_converted_to_json_data() -> None:
+    """Models dump in JSON mode, dataclasses become objects, tuples arrays; an annotated
+    return type dumps through pydantic (a datetime becomes its ISO string)."""
+
+    @tool
+    def when() -> list[datetime.datetime]:
+        """When."""
+        return [datetime.datetime(2025, 1, 2, 3, 4, 5)]
+
+    assert call(
+        Tool("m", handler=lambda: User(id=1, name="a", joined=datetime.date(2024, 5, 6))), {}
+    ) == {
+        "id": 1,
+        "name": "a",
+        "joined": "2024-05-06",
+    }
+    assert call(Tool("d", handler=lambda: {"p": Point(1, 2), "t": (1, "x")}), {}) == {
+        "p": {"x": 1, "y": 2},
+        "t": [1, "x"],
+    }
+    assert call(when, {}) == ["2025-01-02T03:04:05"]
+    result = call(Tool("e", handler=lambda: {"color": Color.RED, "n": Level.HIGH}), {})
+    assert result == {"color": "red", "n": 3}
+    assert type(result["color"]) is str and type(result["n"]) is int
+
+
+def test_titles_are_dropped_from_schemas_but_not_from_values() -> None:
+    """Generated titles go; a property named title, or a default holding one, stays."""
+
+    @tool
+    def note(title: str, meta: dict[str, str] | None = None) -> None:
+        """Write a note."""
+
+    assert "title" in note.input_schema["properties"]
+    assert "title" not in note.input_schema["properties"]["title"]
+
+    @tool
+    def tagged(meta: dict[str, str] = {"title": "kept"}) -> None:  # noqa: B006
+        """Tagged."""
+
+    assert tagged.input_schema["properties"]["meta"]["default"] == {"title": "kept"}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({1, 2}, "tools.bad returned a set, which is not JSON data; return a list"),
+        (object(), "tools.bad returned an object, which is not JSON data"),
+        (math.nan, "tools.bad returned the number nan, which is not JSON data; JSON has no NaN"),
+        ({"a": [1, math.inf]}, "tools.bad returned the number inf at a[1], which is not JSON"),
+        ({1: "x"}, "tools.bad returned an object with the int key 1, which is not JSON data"),
+        (
+            {"when": datetime.date(2024, 1, 1)},
+            "tools.bad returned a date at when, which is not JSON data; return an ISO string",
+        ),
+        (b"bytes", "tools.bad returned bytes, which is not JSON data; return text"),
+    ],
+)
+def test_results_that_are_not_json_data_fail_the_call(value: Any, message: str) -> None:
+    """A result that is not JSON data is the host's bug; the message says what was returned."""
+    assert call_error(Tool("bad", handler=lambda: value), {}).startswith(message)
+
+
+def test_a_cyclic_result_fails_instead_of_recursing_forever() -> None:
+    """A list that contains itself is refused with a message, not a RecursionError."""
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)
+    assert "nested deeper than" in call_error(Tool("cyc", handler=lambda: cyclic), {})
+
+
+def test_result_is_checked_against_the_output_schema() -> None:
+    """A result that does not fit the output schema fails the call, naming the tool."""
+    t = Tool(
+        "get_user",
+        output_schema={
+            "type": "object",
+            "properties": {"id": {"type": "integer"}},
+            "required": ["id"],
+        },
+        handler=lambda: {"id": "7"},
+    )
+    assert call_error(t, {}) == (
+        "tools.get_user returned a result that does not match its output schema: "
+        "at id: expected integer, got string"
+    )
+
+
+def test_client_tools_and_tools_without_handler() -> None:
+    """A client tool takes no handler; invoking a tool with no handler here fails clearly."""
+    client = Tool("pick_file", client=True)
+    assert "run by the client" in call_error(client, {})
+    assert "no handler on this host" in call_error(Tool("remote"), {})
+    with pytest.raises(ToolDefinitionError, match="takes no handler"):
+        Tool("x", client=True, handler=lambda: None)
+
+
+def test_schema_is_copied_at_construction() -> None:
+    """A host that mutates its schema dict later cannot change the checked schema."""
+    schema: dict[str, Any] = {"type": "object", "properties": {"a": {"type": "string"}}}
+    t = Tool("t", input_schema=schema, handler=lambda **kw: 1)
+    schema["properties"]["a"]["type"] = "integer"
+    assert t.input_schema["properties"]["a"]["type"] == "string"
+    assert call(t, {"a": "x"}) == 1
+
+
+# --- schemas refused at construction -------------------------------------------------------
+
+
+def _deep(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ([], "it is an array, not a JSON Schema object"),
+        ({"type": "string"}, 'has "type": "string"; a tool\'s input is an object'),
+        ({"properties": {}}, 'it has no "type"'),
+        (
+            {"type": "object", "properties": {"a": {"type": "strin"}}},
+            'at properties.a.type: "strin" is not a JSON Schema type; use string,',
+        ),
+        ({"type": "object", "properties": {"a": {"$ref": "#/$defs/Gone"}}}, "keep every $ref"),
+        ({"type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}}, "$ref"),
+        ({"type": "object", "properties": {"a": {"pattern": "(?<=x)y"}}}, "linear-time engine"),
+        ({"type": "object", "properties": {"a": {"pattern": r"(a)\1"}}}, "backreferences"),
+        (_deep(MAX_SCHEMA_DEPTH), f"nests deeper than {MAX_SCHEMA_DEPTH} levels"),
+        (
+            {"type": "object", "description": "x" * MAX_SCHEMA_BYTES},
+            f"over the {MAX_SCHEMA_BYTES:,} bytes",
+        ),
+    ],
+)
+def test_bad_input_schemas_are_refused(schema: Any, message: str) -> None:
+    """The error names the tool, the problem and the fix."""
+    with pytest.raises(ToolDefinitionError) as info:
+        Tool("lookup", source="crm", input_schema=schema)
+    text = str(info.value)
+    assert text.startswith("tool 'lookup' from 'crm': its input schema is not usable: ")
+    assert message in text
+
+
+def test_bad_output_schema_is_refused() -> None:
+    """An output schema is checked too (it need not be an object)."""
+    Tool("ok", output_schema={"type": "array", "items": {"type": "string"}})
+    with pytest.raises(ToolDefinitionError, match="its output schema is not usable"):
+        Tool("bad", output_schema={"type": 5})
+
+
+def _within(seconds: float, fn: Any) -> Any:
+    """Run fn in a thread; fail the test if it has not finished after `seconds`."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = fn()
+        except BaseException as e:  # handed to the test thread
+            outcome["error"] = e
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"took longer than {seconds} s: a backtracking regex engine?"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def test_hostile_pattern_cannot_hang_validation() -> None:
+    """Attack: ReDoS. `(a+)+$` against 50,000 a's and a b takes exponential time on a
+    backtracking engine; on the linear engine it is instant. (That the linear engine is the
+    one in use shows in test_bad_input_schemas_are_refused: it refuses lookbehind and
+    backreferences, which a backtracking engine would accept.)"""
+    t = Tool(
+        "t",
+        input_schema={
+            "type": "object",
+            "properties": {"s": {"type": "string", "pattern": "(a+)+$"}},
+            "patternProperties": {"^(x+x+)+y$": {"type": "string"}},
+        },
+        handler=lambda **kw: "ran",
+    )
+    hostile = "a" * 50_000 + "b"
+    message = _within(5, lambda: call_error(t, {"s": hostile}))
+    assert message == 'tools.t: invalid arguments: at s: does not match the pattern "(a+)+$"'
+    assert _within(5, lambda: call(t, {"s": "a" * 50_000})) == "ran"
+    # A property name is matched against patternProperties too: it is the model's string.
+    assert _within(5, lambda: call(t, {"x" * 50_000: "v"})) == "ran"
+
+
+def test_huge_compiled_regex_is_refused() -> None:
+    """Attack: a pattern whose compiled program is enormous; refused at construction."""
+    with pytest.raises(ToolDefinitionError, match="pattern"):
+        Tool(
+            "t",
+            input_schema={"type": "object", "properties": {"s": {"pattern": "(\\w{1000}){1000}"}}},
+        )
+
+
+def test_remote_refs_are_never_fetched() -> None:
+    """Attack: SSRF through `$ref`. Compiling is offline; the error says retrieval is off."""
+    with pytest.raises(ToolDefinitionError) as info:
+        Tool("t", input_schema={"type": "object", "$ref": "http://169.254.169.254/latest"})
+    assert "169.254.169.254" in str(info.value)
+
+
+# --- names ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "expected"),
+    [
+        ("get_weather", None, "get_weather"),
+        ("get-weather", None, "get_weather"),
+        ("list.files", None, "list_files"),
+        ("2fa_verify", None, "_2fa_verify"),
+        ("send  email!", None, "send_email"),
+        ("créer_note", None, "creer_note"),
+        ("list_prs", "github", "github__list_prs"),
+        ("list-prs", "my server", "my_server__list_prs"),
+        ("2fa", "auth", "auth__2fa"),
+        ("__proto__", None, "__proto___tool"),
+        ("then", None, "then_tool"),
+        ("???", None, "tool"),
+    ],
+)
+def test_sanitize_name(name: str, source: str | None, expected: str) -> None:
+    """Names become ASCII JavaScript identifiers, stably."""
+    assert sanitize_name(name, source) == expected
+
+
+def test_long_names_are_cut_with_a_hash() -> None:
+    """Two long names that share a prefix stay apart, and within 64 characters."""
+    a = sanitize_name("x" * 100 + "a")
+    b = sanitize_name("x" * 100 + "b")
+    assert len(a) == len(b) == 64 and a != b
+
+
+def test_collisions_get_stable_suffixes_regardless_of_order() -> None:
+    """`get-weather` and `get.weather` both sanitize to get_weather; the tool already called
+    get_weather keeps it, the others get a hash suffix, and the order of the tools does not
+    change anyone's name. A built-in's name is never handed out."""
+    pairs: list[tuple[str, str | None]] = [
+        ("get-weather", None),
+        ("get.weather", None),
+        ("get_weather", None),
+        ("tool_search", None),
+    ]
+    names = unique_names(pairs)
+    assert names[2] == "get_weather"
+    assert names[0].startswith("get_weather_") and names[1].startswith("get_weather_")
+    assert names[0] != names[1]
+    assert names[3].startswith("tool_search_")
+    reordered = unique_names(list(reversed(pairs)))
+    assert list(reversed(reordered)) == names
+    assert unique_names([("get-weather", None)]) == ["get_weather"]
+
+
+def test_unique_tools_renames_copies_and_refuses_true_duplicates() -> None:
+    """unique_tools returns renamed copies; two tools with one name and source are an error."""
+    first, second = Tool("get-weather"), Tool("get.weather")
+    result = unique_tools([first, second])
+    assert [t.original_name for t in result] == ["get-weather", "get.weather"]
+    assert len({t.name for t in result}) == 2
+    assert first.name == "get_weather"  # the original is not modified
+    with pytest.raises(ToolDefinitionError, match="two tools are named 'x'"):
+        unique_tools([Tool("x"), Tool("x")])
+    assert len(unique_tools([Tool("x", source="a"), Tool("x", source="b")])) == 2
+
+
+def test_split_words_and_stem() -> None:
+    """Words split on `__`, `_`, camelCase and digits; stems meet across inflections."""
+    assert split_words("github__list_prs") == ["github", "list", "prs"]
+    assert split_words("listPullRequests") == ["list", "pull", "requests"]
+    assert split_words("getHTTPResponse") == ["get", "http", "response"]
+    assert split_words("oauth2Token") == ["oauth2token", "oauth", "2", "token"]
+    assert split_words("2fa_verify") == ["2fa", "2", "fa", "verify"]
+    assert {stem(w) for w in ("list", "lists", "listing", "listed")} == {"list"}
+    assert {stem(w) for w in ("create", "created", "creating", "creates")} == {"creat"}
+    assert stem("repositories") == "repository" and stem("running") == "run"
+    assert stem("pr") == stem("prs")
+
+
+def test_closest_names() -> None:
+    """A misspelt or reworded name finds the tools it probably meant; nonsense finds none."""
+    names = ["slack__post_message", "github__list_prs", "get_weather", "Get_Weather2"]
+    assert closest_names("get_wether", names)[0] == "get_weather"
+    assert closest_names("GET_WEATHER", names)[0] == "get_weather"
+    assert closest_names("send_slack_message", names)[0] == "slack__post_message"
+    assert closest_names("list_prs", names) == ["github__list_prs"]
+    assert closest_names("zzzz", names) == []
+    assert len(closest_names("get", [f"get_{i}" for i in range(10)], n=3)) == 3
+
+
+# --- MCP -----------------------------------------------------------------------------------
+
+
+def test_from_mcp_reads_the_mcp_shape() -> None:
+    """name, description, inputSchema and outputSchema are read; annotations ignored."""
+    definition = {
+        "name": "list-prs",
+        "title": "List PRs",
+        "description": "List pull requests.",
+        "inputSchema": {"type": "object", "properties": {"repo": {"type": "string"}}},
+        "outputSchema": {"type": "array"},
+        "annotations": {"readOnlyHint": True},
+    }
+    t = Tool.from_mcp(definition, lambda repo: [repo], source="github")
+    assert t.name == "github__list_prs" and t.original_name == "list-prs"
+    assert t.output_schema == {"type": "array"}
+    assert call(t, {"repo": "a/b"}) == ["a/b"]
+    assert t.definition()["name"] == "github__list_prs"
+    with pytest.raises(ToolDefinitionError, match='has no "inputSchema"'):
+        Tool.from_mcp({"name": "x"})
+    with pytest.raises(ToolDefinitionError, match='non-empty string "name"'):
+        Tool.from_mcp({"inputSchema": {"type": "object"}})
+
+
+def test_load_mcp_tools_from_a_list_or_a_tools_list_result() -> None:
+    """A tools/list result or a plain list loads; handlers are matched by original name; a
+    bad entry is reported with its index."""
+    defs = [
+        {"name": "a-b", "inputSchema": {"type": "object"}},
+        {"name": "a.b", "inputSchema": {"type": "object"}},
+    ]
+    tools = load_mcp_tools({"tools": defs}, handlers={"a-b": lambda: "ab"})
+    assert len({t.name for t in tools}) == 2
+    assert call(tools[0], {}) == "ab"
+    assert [t.name for t in load_mcp_tools(defs[:1], source="srv")] == ["srv__a_b"]
+    with pytest.raises(ToolDefinitionError, match=r"tools\[1\]: tool 'bad'"):
+        load_mcp_tools([defs[0], {"name": "bad", "inputSchema": {"type": "array"}}])
+    with pytest.raises(ToolDefinitionError, match="are a list"):
+        load_mcp_tools({"not_tools": []})
+
+
+def test_bad_flags_are_refused() -> None:
+    """A timeout must be a positive number of seconds; a description must be text."""
+    for timeout in (0, -1, math.inf, "5"):
+        with pytest.raises(ToolDefinitionError, match="timeout"):
+            Tool("t", timeout=timeout)  # type: ignore[arg-type]
+    with pytest.raises(ToolDefinitionError, match="non-empty name"):
+        Tool("  ")
