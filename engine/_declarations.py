@@ -97,8 +97,12 @@ def declare_tool(tool: Tool, namer: Namer, *, comments: bool, full: bool) -> tup
     if tool.output_schema is not None:
         doc = Document(tool.output_schema, prefix, f"{prefix}_Result")
         result_type = renderer.render(tool.output_schema, doc, 1).text
+    # A tool with no required input may be called as tools.x(): the sandbox sends {}.
+    required = tool.input_schema.get("required")
+    optional = "?" if not required and tool.input_schema.get("type") == "object" else ""
     member = (
-        f"{_comment(tool, full)}{INDENT}{tool.name}(input: {input_type}): Promise<{result_type}>;\n"
+        f"{_comment(tool, full)}{INDENT}{tool.name}(input{optional}: {input_type}): "
+        f"Promise<{result_type}>;\n"
     )
     types = "".join(f"{declaration}\n" for declaration in renderer.drain())
     return member, types
