@@ -13,18 +13,22 @@ engine), so running it again elsewhere is safe. When no service can take a step,
 :meth:`RemoteRunner.run` raises :class:`RunError` and the engine puts the step back on its
 queue.
 
-Measured on loopback: a connection per step (connect, hello, welcome) costs well under a
-millisecond next to a step's process, so the client keeps no pool of connections.
+A connection that ended its step cleanly is kept open (up to ``keep_idle`` per service) for
+the next step to that service, which saves the TCP and TLS handshakes and the hello; one the
+service closed while idle is noticed, and the step is sent again on a new connection.
+Measured on loopback (2 cores, a service that answers at once): a step costs 4.7 ms on a new
+connection (10 ms over TLS) and 0.6 ms on a kept one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +43,8 @@ COOLDOWN = 10.0
 # How long past a step's own deadline and the service's slot wait the client waits for the
 # step's answer before it counts the service as gone (covers starting the process).
 STEP_MARGIN = 60.0
+# Connections kept open per service between steps.
+KEEP_IDLE = 4
 # The keys of a [codemode.runner] table a remote runner takes.
 OPTIONS = frozenset(
     {
@@ -64,6 +70,32 @@ class _Down(Exception):
     """This service failed: take it out of rotation and try the next one."""
 
 
+class _Stale(_Down):
+    """The connection ended before the service said anything about the step.
+
+    On a connection kept from an earlier step, the service most likely closed it while it was
+    idle, so the step is sent again on a new connection to the same service.
+    """
+
+
+def _check_fit(welcome: wire.Welcome, script: Script, line_bytes: int) -> None:
+    """Raise _Skip or _Down when the service cannot take this step, before it is sent."""
+    low, high = welcome.scripts
+    if not low <= script.version <= high:
+        raise _Skip(
+            f"it takes script versions {low} to {high}, the step is version {script.version}"
+        )
+    if script.language not in welcome.languages:
+        raise _Skip(f"it runs {welcome.languages}, not {script.language!r}")
+    if welcome.draining:
+        raise _Down("it is draining")
+    if line_bytes > welcome.max_line:
+        raise _Skip(
+            f"the step's script line is {line_bytes:,} bytes, over its bound of "
+            f"{welcome.max_line:,}"
+        )
+
+
 @dataclass
 class _Remote:
     """What the client knows of one service."""
@@ -79,6 +111,9 @@ class _Remote:
     steps: int = 0  # steps it answered for this client
     failures: int = 0  # times it was taken out of rotation
     abandoned: int = 0  # steps it went away in the middle of (run again elsewhere)
+    idle: list[tuple[wire.Channel, wire.Welcome, asyncio.AbstractEventLoop]] = field(
+        default_factory=list
+    )  # connections kept open between steps
 
     def score(self) -> float:
         return (self.inflight + self.others) / max(self.slots, 1)
@@ -108,6 +143,7 @@ class RemoteRunner(ScriptRunner):
         connect_timeout: float = CONNECT_TIMEOUT,
         cooldown: float = COOLDOWN,
         step_margin: float = STEP_MARGIN,
+        keep_idle: int = KEEP_IDLE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if isinstance(addresses, str):
@@ -125,6 +161,7 @@ class RemoteRunner(ScriptRunner):
         self.connect_timeout = connect_timeout
         self.cooldown = cooldown
         self.step_margin = step_margin
+        self.keep_idle = keep_idle
         self.clock = clock
         self._turn = 0
         self._closed = False
@@ -258,47 +295,64 @@ class RemoteRunner(ScriptRunner):
         self, remote: _Remote, script: Script, files: FileReader | None, tenant: str
     ) -> Step:
         remote.inflight += 1
-        conn: wire.Channel | None = None
-        done = False
+        sent = False
         try:
-            conn, welcome = await self._connect(remote)
-            low, high = welcome.scripts
-            if not low <= script.version <= high:
-                raise _Skip(
-                    f"it takes script versions {low} to {high}, the step is version "
-                    f"{script.version}"
-                )
-            if script.language not in welcome.languages:
-                raise _Skip(f"it runs {welcome.languages}, not {script.language!r}")
-            if welcome.draining:
-                raise _Down("it is draining")
             line = wire.encode_script(script, tenant)
-            if len(line) > welcome.max_line:
-                raise _Skip(
-                    f"the step's script line is {len(line):,} bytes, over its bound of "
-                    f"{welcome.max_line:,}"
-                )
-            try:
-                await conn.send(line)
-            except wire.PeerGone as e:
-                raise _Down(str(e)) from None
-            del line
-            try:
-                step = await self._converse(conn, welcome, script, files)
-            except _Down:
-                remote.abandoned += 1
-                raise
-            done = True
-            return step
+            for fresh in (False, True):
+                conn, welcome, reused = await self._checkout(remote, fresh=fresh)
+                keep = False
+                try:
+                    _check_fit(welcome, script, len(line))
+                    try:
+                        await conn.send(line)
+                    except wire.PeerGone as e:
+                        raise _Stale(str(e)) from None
+                    sent = True
+                    step = await self._converse(conn, welcome, script, files)
+                    keep = True
+                    return step
+                except _Skip:
+                    keep = True  # the service answered: the connection is in step
+                    raise
+                except _Stale:
+                    if reused:
+                        continue  # most likely closed while idle: again on a new connection
+                    raise
+                finally:
+                    if keep:
+                        await self._checkin(remote, conn, welcome)
+                    else:
+                        # Mid-step (cancelled, the file store failed, the service broke): a
+                        # reset makes the service abandon the step and kill its process at once.
+                        conn.abort()
+            raise AssertionError("unreachable: a fresh connection is never retried")
+        except _Down:
+            if sent:
+                remote.abandoned += 1  # it took the step and went away: it runs elsewhere
+            raise
         finally:
             remote.inflight -= 1
-            if conn is not None:
-                if done:
-                    await conn.close()
-                else:
-                    # Mid-step (cancelled, or the file store failed): a reset makes the
-                    # service abandon the step and kill its process at once.
-                    conn.abort()
+
+    async def _checkout(
+        self, remote: _Remote, *, fresh: bool
+    ) -> tuple[wire.Channel, wire.Welcome, bool]:
+        """An idle connection to ``remote`` (unless ``fresh``), or a new one. True: reused."""
+        loop = asyncio.get_running_loop()
+        while remote.idle and not fresh:
+            conn, welcome, owner = remote.idle.pop()
+            if owner is loop and conn.usable():
+                return conn, welcome, True
+            with contextlib.suppress(Exception):
+                conn.abort()
+        conn, welcome = await self._connect(remote)
+        return conn, welcome, False
+
+    async def _checkin(self, remote: _Remote, conn: wire.Channel, welcome: wire.Welcome) -> None:
+        """Keep a connection whose exchange ended cleanly for the next step, or close it."""
+        if not self._closed and conn.usable() and len(remote.idle) < self.keep_idle:
+            remote.idle.append((conn, welcome, asyncio.get_running_loop()))
+        else:
+            await conn.close()
 
     async def _connect(self, remote: _Remote) -> tuple[wire.Channel, wire.Welcome]:
         """Open a connection and shake hands. Raises :class:`_Down` naming what failed."""
@@ -364,18 +418,22 @@ class RemoteRunner(ScriptRunner):
         known = {f.id: f for f in script.files}
         bound = wire.step_bound(script)
         wait = 3 * script.limits.compute_ms / 1000 + 1 + welcome.slot_wait + self.step_margin
+        heard = False  # the service has said something about this step
         while True:
             try:
                 line = await conn.line(bound, idle=wait, timeout=wait)
                 if line is None:
-                    raise _Down("it closed the connection before the step ended")
+                    why = "it closed the connection before the step ended"
+                    raise _Down(why) if heard else _Stale(why)
                 message = wire.decode(line, ("step", "read", "busy", "error"))
             except TimeoutError:
                 raise _Down(f"it did not finish the step within {wait:g} s") from None
             except wire.PeerGone as e:
-                raise _Down(f"the connection broke before the step ended: {e}") from None
+                why = f"the connection broke before the step ended: {e}"
+                raise (_Down(why) if heard else _Stale(why)) from None
             except wire.WireError as e:
                 raise _Down(f"it broke the protocol: {e}") from None
+            heard = True
             if isinstance(message, Step):
                 return message
             if isinstance(message, wire.Busy):
@@ -419,6 +477,11 @@ class RemoteRunner(ScriptRunner):
 
     async def aclose(self) -> None:
         self._closed = True
+        for remote in self._remotes:
+            idle, remote.idle = remote.idle, []
+            for conn, _, _ in idle:
+                with contextlib.suppress(Exception):
+                    conn.abort()
 
 
 def _tls_context(

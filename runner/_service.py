@@ -201,6 +201,7 @@ class RunnerService:
         self.draining = False
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self.accepted = 0  # connections accepted, for tests and metrics
         self._steps = 0
         self._no_steps = asyncio.Event()
         self._no_steps.set()
@@ -280,6 +281,7 @@ class RunnerService:
     async def _connection(self, conn: wire.Channel) -> None:
         task = asyncio.current_task()
         assert task is not None
+        self.accepted += 1
         wire.keepalive(conn.writer)
         if self.draining:
             conn.abort()

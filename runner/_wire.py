@@ -360,6 +360,10 @@ class Channel:
         """True when the peer has sent bytes not read yet."""
         return bool(self._buffer)
 
+    def usable(self) -> bool:
+        """True when the connection is open both ways with nothing unread: fit for a request."""
+        return not (self._eof or self._buffer or self.reader.at_eof() or self.writer.is_closing())
+
     async def send(self, data: bytes) -> None:
         """Write ``data``. Raises :class:`PeerGone` when the connection broke."""
         try:

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import psutil
 
-from runner import FileReader, ProcessRunner, RunError, ScriptRunner, Step
+from runner import FileReader, ProcessRunner, RemoteRunner, RunError, ScriptRunner, Step
 from runner import _wire as wire
 from runner._service import RunnerService
 from sandbox.protocol import Clock, Record, Script
@@ -190,3 +190,41 @@ def self_signed(directory: Path) -> tuple[Path, Path] | None:
         capture_output=True,
     )
     return cert, key
+
+
+class LoopbackRemote(ScriptRunner):
+    """A RemoteRunner in front of a RunnerService on loopback, as one runner.
+
+    For the conformance suite: entering it starts the service (on the entering event loop)
+    over the local runner ``local()`` makes; closing it closes all three. Steps go the whole
+    way: the wire, the handshake, the service's slots, the local runner, and back.
+    """
+
+    def __init__(self, local: Callable[[], ScriptRunner], **service_options: Any) -> None:
+        self.make_local = local
+        self.service_options = service_options
+        self.local: ScriptRunner | None = None
+        self.service: RunnerService | None = None
+        self.remote: RemoteRunner | None = None
+
+    async def __aenter__(self) -> LoopbackRemote:
+        self.local = self.make_local()
+        await self.local.__aenter__()
+        self.service = RunnerService(TOKEN, runner=self.local, **self.service_options)
+        address = await self.service.start("127.0.0.1", 0)
+        self.remote = RemoteRunner([address], TOKEN)
+        return self
+
+    async def run(
+        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+    ) -> Step:
+        assert self.remote is not None, "enter the LoopbackRemote (async with) before a run"
+        return await self.remote.run(script, files, tenant=tenant)
+
+    async def aclose(self) -> None:
+        if self.remote is not None:
+            await self.remote.aclose()
+        if self.service is not None:
+            await self.service.aclose()
+        if self.local is not None:
+            await self.local.aclose()

@@ -358,3 +358,42 @@ def test_from_config(tmp_path: Path) -> None:
         RemoteRunner.from_options({"addresses": ["h:1"], "secret": "x"}, environ={})
     with pytest.raises(ValueError, match="cannot read the token file"):
         RemoteRunner.from_options({"addresses": ["h:1"], "token_file": "nope"}, base=tmp_path)
+
+
+async def test_connections_are_kept_between_steps() -> None:
+    """Steps one after another to a service share one connection."""
+    async with services(FakeRunner()) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        for i in range(5):
+            await remote.run(script("x", id=f"s{i}"))
+        assert service.accepted == 1
+        await asyncio.gather(*(remote.run(script("x")) for _ in range(8)))
+        assert len(remote._remotes[0].idle) == 4  # keep_idle
+        await remote.aclose()
+        assert remote._remotes[0].idle == []
+
+
+async def test_a_kept_connection_the_service_closed_is_replaced() -> None:
+    """The service closed an idle connection: the step goes on a new one, no failure counted."""
+    async with services(FakeRunner(), idle_timeout=0.1) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        await remote.run(script("x"))
+        await asyncio.sleep(0.3)  # the service drops the idle connection
+        assert (await remote.run(script("x"))).outcome == "finished"
+        assert service.accepted == 2
+        assert remote.status()[service.address]["failures"] == 0
+
+
+async def test_a_kept_connection_that_dies_unnoticed_is_replaced() -> None:
+    """A kept connection that breaks as the step is sent: a new one, the same service."""
+    async with services(FakeRunner()) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        await remote.run(script("x"))
+        [(conn, _, _)] = remote._remotes[0].idle
+        conn.usable = lambda: True  # type: ignore[method-assign]  # the check misses it
+        for task in list(service._connections):
+            task.cancel()  # the service side goes away without the client seeing it yet
+        await asyncio.sleep(0)
+        assert (await remote.run(script("x"))).outcome == "finished"
+        assert service.accepted == 2
+        assert remote.status()[service.address]["failures"] == 0
