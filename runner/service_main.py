@@ -76,8 +76,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (without the program name), serve until drained. Returns the exit code.
 
-    Exits 2 with a message naming the remedy when the options are wrong: no token (and no
-    ``--insecure-no-token``), a token shorter than 16 characters, half a TLS pair.
+    Returns 2 with a message on stderr naming the remedy when the options are wrong: no token
+    (and no ``--insecure-no-token``), a token shorter than 16 characters, half a TLS pair, a
+    bad address (argparse's own errors and ``--help`` raise ``SystemExit`` as usual); 1 when
+    it cannot listen; 0 after a drain.
     """
     parser = _parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
@@ -93,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.slots is not None and args.slots < 1:
             raise ValueError(f"--slots must be at least 1, not {args.slots}")
     except ValueError as e:
-        parser.exit(2, f"codemode runner serve: {e}\n")
+        print(f"codemode runner serve: {e}", file=sys.stderr)
+        return 2
     if tls is None and not _loopback(host):
         logging.getLogger("codemode.runner.service").warning(
             "listening on %s without TLS: the token and scripts cross the network in the "

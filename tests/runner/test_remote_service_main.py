@@ -69,9 +69,7 @@ def test_refuses_to_start_without_a_token(
 ) -> None:
     """No token file and no variable: exit 2, saying how to make one or opt out explicitly."""
     monkeypatch.delenv("CODEMODE_RUNNER_TOKEN", raising=False)
-    with pytest.raises(SystemExit) as exited:
-        main(["--listen", "127.0.0.1:0"])
-    assert exited.value.code == 2
+    assert main(["--listen", "127.0.0.1:0"]) == 2
     err = capsys.readouterr().err
     assert "no token" in err and "$CODEMODE_RUNNER_TOKEN" in err
     assert "openssl rand -hex 32" in err and "--insecure-no-token" in err
@@ -81,15 +79,12 @@ def test_refuses_a_short_token_and_half_a_tls_pair(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     monkeypatch.setenv("CODEMODE_RUNNER_TOKEN", "short")
-    with pytest.raises(SystemExit):
-        main(["--listen", "127.0.0.1:0"])
+    assert main(["--listen", "127.0.0.1:0"]) == 2
     assert "the token is 5 characters, fewer than 16" in capsys.readouterr().err
     monkeypatch.setenv("CODEMODE_RUNNER_TOKEN", TOKEN)
-    with pytest.raises(SystemExit):
-        main(["--listen", "127.0.0.1:0", "--cert", str(tmp_path / "c.pem")])
+    assert main(["--listen", "127.0.0.1:0", "--cert", str(tmp_path / "c.pem")]) == 2
     assert "TLS needs both --cert and --key" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["--listen", "nowhere"])
+    assert main(["--listen", "nowhere"]) == 2
     assert "is not HOST:PORT" in capsys.readouterr().err
 
 
