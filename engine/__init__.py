@@ -1,14 +1,14 @@
 """The host side of code mode: tools, declarations, the replay loop and the session log.
 
-    from engine import CodeMode, tool
+from engine import CodeMode, tool
 
-    @tool
-    def weather(city: str) -> dict:
-        "The weather in a city."
-        ...
+@tool
+def weather(city: str) -> dict:
+    "The weather in a city."
+    ...
 
-    result = await CodeMode(tools=[weather]).run_code(code)
-    print(result.text)
+result = await CodeMode(tools=[weather]).run_code(code)
+print(result.text)
 """
 
 from engine._codemode import CodeMode, RunResult

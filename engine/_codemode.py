@@ -288,7 +288,9 @@ class CodeMode:
                 continue
             return self._end(record, step)
 
-    async def _step(self, record: log.ScriptRecord, calls: list[log.CallEntry], limits: Limits) -> Step:
+    async def _step(
+        self, record: log.ScriptRecord, calls: list[log.CallEntry], limits: Limits
+    ) -> Step:
         script = protocol.Script(
             id=record.id,
             code=record.code,
@@ -437,7 +439,9 @@ class CodeMode:
             )
         return None
 
-    def _record_calls(self, record: log.ScriptRecord, calls: list[log.CallEntry], step: Step) -> None:
+    def _record_calls(
+        self, record: log.ScriptRecord, calls: list[log.CallEntry], step: Step
+    ) -> None:
         start = len(calls)
         self.store.add_calls(
             [
@@ -496,9 +500,7 @@ class CodeMode:
 
     def _apply(self, record: log.ScriptRecord, entry: log.CallEntry, decision: Decision) -> None:
         if decision.action == "refuse":
-            self.store.update_call(
-                record.id, entry.index, state=log.FAILED, error=decision.message
-            )
+            self.store.update_call(record.id, entry.index, state=log.FAILED, error=decision.message)
             return
         tool = self._by_name.get(entry.name)
         if tool is not None and tool.client:
@@ -518,7 +520,9 @@ class CodeMode:
             self.store.update_call(record.id, entry.index, state=log.FAILED, error=e.message)
             return
         except Exception as e:  # a bug in the engine or a tool must not lose the script
-            logger.exception("tool call failed unexpectedly script=%s call=%s", record.id, entry.call_id)
+            logger.exception(
+                "tool call failed unexpectedly script=%s call=%s", record.id, entry.call_id
+            )
             message = f"tools.{entry.name} failed: {type(e).__name__}: {e}"
             self.store.update_call(record.id, entry.index, state=log.FAILED, error=message)
             return

@@ -27,6 +27,7 @@ from typing import Any
 
 from engine._errors import ConfigError
 from engine._limits import Limits
+from runner import ScriptRunner
 
 _TOP_KEYS = {"data_dir", "limits", "runner", "queue_timeout"}
 _RUNNER_KEYS = {
@@ -41,6 +42,7 @@ _RUNNER_KEYS = {
     "token_env",
     "tls",
     "ca_file",
+    "server_name",
 }
 
 
@@ -74,7 +76,9 @@ class Config:
         return cls.from_mapping(data, where=str(path), base=path.parent)
 
     @classmethod
-    def from_mapping(cls, data: dict[str, Any], *, where: str = "config", base: Path | None = None) -> Config:
+    def from_mapping(
+        cls, data: dict[str, Any], *, where: str = "config", base: Path | None = None
+    ) -> Config:
         unknown_top = set(data) - {"codemode"}
         if unknown_top:
             raise ConfigError(
@@ -99,14 +103,20 @@ class Config:
         if data_dir is not None and not isinstance(data_dir, str):
             raise ConfigError(f"{where}: [codemode] data_dir must be a path string")
         queue_timeout = section.get("queue_timeout", 300.0)
-        if isinstance(queue_timeout, bool) or not isinstance(queue_timeout, int | float) or queue_timeout <= 0:
+        if (
+            isinstance(queue_timeout, bool)
+            or not isinstance(queue_timeout, int | float)
+            or queue_timeout <= 0
+        ):
             raise ConfigError(f"{where}: [codemode] queue_timeout must be seconds, over 0")
         resolved = None
         if data_dir is not None:
             resolved = Path(data_dir)
             if base is not None and not resolved.is_absolute():
                 resolved = base / resolved
-        return cls(limits=limits, runner=runner, data_dir=resolved, queue_timeout=float(queue_timeout))
+        return cls(
+            limits=limits, runner=runner, data_dir=resolved, queue_timeout=float(queue_timeout)
+        )
 
 
 def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:
@@ -120,7 +130,7 @@ def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:
         )
     kind = table.get("kind", "local")
     if kind not in ("local", "remote"):
-        raise ConfigError(f"{where}: [codemode.runner] kind = {kind!r}; use \"local\" or \"remote\"")
+        raise ConfigError(f'{where}: [codemode.runner] kind = {kind!r}; use "local" or "remote"')
     options = {k: v for k, v in table.items() if k != "kind"}
     if kind == "remote":
         addresses = options.get("addresses")
@@ -134,25 +144,29 @@ def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:
             )
         if not any(k in options for k in ("token", "token_file", "token_env")):
             raise ConfigError(
-                f"{where}: [codemode.runner] kind = \"remote\" needs token_file (or token_env) "
+                f'{where}: [codemode.runner] kind = "remote" needs token_file (or token_env) '
                 "naming the shared token"
             )
         if base is not None and isinstance(options.get("token_file"), str):
             token_file = Path(options["token_file"])
-            options["token_file"] = str(token_file if token_file.is_absolute() else base / token_file)
+            options["token_file"] = str(
+                token_file if token_file.is_absolute() else base / token_file
+            )
     else:
         mode = options.get("mode", "pool")
         if mode not in ("pool", "fork", "exec"):
             raise ConfigError(
-                f"{where}: [codemode.runner] mode = {mode!r}; use \"pool\", \"fork\" or \"exec\""
+                f'{where}: [codemode.runner] mode = {mode!r}; use "pool", "fork" or "exec"'
             )
         slots = options.get("slots")
-        if slots is not None and (isinstance(slots, bool) or not isinstance(slots, int) or slots < 1):
+        if slots is not None and (
+            isinstance(slots, bool) or not isinstance(slots, int) or slots < 1
+        ):
             raise ConfigError(f"{where}: [codemode.runner] slots must be a whole number, 1 or more")
     return RunnerConfig(kind=kind, options=options)
 
 
-def build_runner(config: RunnerConfig) -> Any:
+def build_runner(config: RunnerConfig) -> ScriptRunner:
     """The runner a ``[codemode.runner]`` table names."""
     options = dict(config.options)
     if config.kind == "remote":

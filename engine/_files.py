@@ -39,7 +39,9 @@ class Attachment:
             try:
                 return Path(self.path).read_bytes()
             except OSError as e:
-                raise CodeModeError(f"cannot read attachment {self.id!r} at {self.path}: {e}") from None
+                raise CodeModeError(
+                    f"cannot read attachment {self.id!r} at {self.path}: {e}"
+                ) from None
         raise CodeModeError(f"attachment {self.id!r} has neither data nor a path")
 
     def mime_type(self) -> str:

@@ -105,8 +105,8 @@ def parse_size(raw: Any, *, what: str = "size") -> int:
         if match and match.group(2).lower() in _UNITS:
             return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
     raise ConfigError(
-        f"{what} = {raw!r} is not a size: give bytes (4194304) or a word such as \"4mb\", "
-        "\"512kb\", \"1gb\""
+        f'{what} = {raw!r} is not a size: give bytes (4194304) or a word such as "4mb", '
+        '"512kb", "1gb"'
     )
 
 
@@ -119,5 +119,5 @@ def _parse_duration(key: str, raw: Any, where: str) -> int:
             scale = {"ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000}[match.group(2)]
             return int(float(match.group(1)) * scale)
     raise ConfigError(
-        f"{where} {key} = {raw!r} is not a time: give milliseconds (5000) or \"5s\", \"500ms\""
+        f'{where} {key} = {raw!r} is not a time: give milliseconds (5000) or "5s", "500ms"'
     )

@@ -33,7 +33,9 @@ def load_tools(path: str | Path) -> tuple[list[Tool], dict[str, Any]]:
         except ToolDefinitionError as e:
             raise ConfigError(f"{path}: {e}") from None
     if path.suffix != ".py":
-        raise ConfigError(f"{path}: a tools file is a .py file of tools or a .json file of MCP tools")
+        raise ConfigError(
+            f"{path}: a tools file is a .py file of tools or a .json file of MCP tools"
+        )
     try:
         namespace = runpy.run_path(str(path), run_name="codemode_tools")
     except ToolDefinitionError as e:

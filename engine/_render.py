@@ -102,7 +102,9 @@ def render_shown(
         meta = {"id": name, "mime": mime, "size": size}
         if is_media(mime):
             if size > media_left:
-                parts.append(f"Shown: {name} ({mime}, {size:,} bytes) was left out: over shown_media")
+                parts.append(
+                    f"Shown: {name} ({mime}, {size:,} bytes) was left out: over shown_media"
+                )
                 continue
             media_left -= size
             data = base64.b64encode(read(f)).decode()

@@ -65,7 +65,11 @@ def skill_answer(skill: Skill, tools: Sequence[Tool], budget: int = BUDGET) -> s
     """What ``tools.skill({ name })`` answers: the instructions, then the tools' declarations."""
     by_name = {t.name: t for t in tools}
     named = [by_name[n] for n in skill.tools if n in by_name]
-    parts = [f"Skill {skill.name}: {skill.description}".rstrip(": "), "", skill.instructions.strip()]
+    parts = [
+        f"Skill {skill.name}: {skill.description}".rstrip(": "),
+        "",
+        skill.instructions.strip(),
+    ]
     if named:
         block, declared = declare_tools(named, budget, builtins=(), full_descriptions=True)
         parts += ["", "The tools it names, in TypeScript:", "```ts", block.rstrip(), "```"]
@@ -93,7 +97,9 @@ def find_skill(skills: Sequence[Skill], name: object) -> Skill:
     near = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
     if not names:
         raise ToolCallError("tools.skill: this agent has no skills")
-    hint = f"; the closest are {', '.join(near)}" if near else f"; the skills are {', '.join(names)}"
+    hint = (
+        f"; the closest are {', '.join(near)}" if near else f"; the skills are {', '.join(names)}"
+    )
     raise ToolCallError(f"no skill {name!r}{hint}")
 
 

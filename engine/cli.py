@@ -27,6 +27,8 @@ from engine._codemode import CodeMode, RunResult
 from engine._config import Config, build_runner
 from engine._errors import CodeModeError
 from engine._loading import load_tools
+from runner import FileReader, ScriptRunner, Step
+from sandbox.protocol import Script
 
 
 def _version() -> str:
@@ -45,7 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def common(p: argparse.ArgumentParser, *, tools_required: bool = True) -> None:
-        p.add_argument("--tools", required=tools_required, help="a .py file of tools or a .json file of MCP tools")
+        p.add_argument(
+            "--tools",
+            required=tools_required,
+            help="a .py file of tools or a .json file of MCP tools",
+        )
         p.add_argument("--config", help="a codemode.toml (default: ./codemode.toml if present)")
         p.add_argument("--data-dir", help="where the session log lives (default: in memory)")
         p.add_argument("--json", action="store_true", help="print the whole result as JSON")
@@ -72,7 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     common(search)
 
     runner = commands.add_parser("runner", help="run scripts for engines on other machines")
-    runner.add_argument("runner_args", nargs=argparse.REMAINDER, help="serve --listen HOST:PORT ...")
+    runner.add_argument(
+        "runner_args", nargs=argparse.REMAINDER, help="serve --listen HOST:PORT ..."
+    )
 
     commands.add_parser("version", help="print the version")
     return parser
@@ -90,7 +98,7 @@ def _engine(args: argparse.Namespace, *, needs_runner: bool) -> CodeMode:
     config = _config(args)
     tools, namespace = load_tools(args.tools)
     data_dir = args.data_dir or config.data_dir
-    runner = build_runner(config.runner) if needs_runner else _NoRunner()
+    runner: ScriptRunner = build_runner(config.runner) if needs_runner else _NoRunner()
     return CodeMode(
         tools,
         runner=runner,
@@ -102,14 +110,13 @@ def _engine(args: argparse.Namespace, *, needs_runner: bool) -> CodeMode:
     )
 
 
-class _NoRunner:
-    """For commands that run no script (describe, search)."""
+class _NoRunner(ScriptRunner):
+    """For commands that run no script (describe, search): starts no process."""
 
-    async def run(self, *args: Any, **kwargs: Any) -> Any:
+    async def run(
+        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+    ) -> Step:
         raise CodeModeError("this command runs no script")
-
-    async def aclose(self) -> None:
-        return None
 
 
 def _print_result(result: RunResult, as_json: bool) -> int:
@@ -188,11 +195,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _runner_command(argv: list[str]) -> int:
     if not argv or argv[0] != "serve":
-        print("usage: codemode runner serve --listen HOST:PORT [--token-file PATH] ...", file=sys.stderr)
+        print(
+            "usage: codemode runner serve --listen HOST:PORT [--token-file PATH] ...",
+            file=sys.stderr,
+        )
         return 2
-    from runner import service_main
+    from runner.service_main import main as serve_main
 
-    return service_main(argv[1:])
+    return serve_main(argv[1:])
 
 
 if __name__ == "__main__":

@@ -206,7 +206,7 @@ async def _answer_read(
     return orjson.dumps({"bytes": len(data)}) + b"\n" + data
 
 
-_SIGNAL_NAMES = {
+_SIGNAL_NAMES: dict[int, str] = {
     signal.SIGSYS: "SIGSYS",
     signal.SIGSEGV: "SIGSEGV",
     signal.SIGABRT: "SIGABRT",

@@ -12,8 +12,8 @@ not counted). At most ``streams`` are open at once.
 from __future__ import annotations
 
 import codecs
-import difflib
 import csv
+import difflib
 import io
 import re
 import zipfile
@@ -81,7 +81,7 @@ class Files:
 
     def info(self, file_id: Any) -> FileInfo:
         if not isinstance(file_id, str):
-            raise FileError(f"a file id is a string, as in files.stat(\"data.csv\"), not {file_id!r}")
+            raise FileError(f'a file id is a string, as in files.stat("data.csv"), not {file_id!r}')
         info = self.infos.get(file_id)
         if info is None:
             near = difflib.get_close_matches(file_id, self.order, n=3, cutoff=0.6)
@@ -122,7 +122,7 @@ class Files:
 
     # ---- the calls of `files` ----
 
-    def list(self) -> list[dict[str, Any]]:
+    def listing(self) -> list[dict[str, Any]]:
         return [self._public(self.infos[i]) for i in self.order]
 
     def stat(self, file_id: Any) -> dict[str, Any]:
@@ -362,9 +362,7 @@ class _Workbook:
         except (zipfile.BadZipFile, KeyError, ElementTree.ParseError) as e:
             raise FileError(f"the file is not an xlsx workbook ({e})") from None
         rels = self._xml("xl/_rels/workbook.xml.rels")
-        targets = {
-            r.get("Id"): r.get("Target", "") for r in rels.findall("rel:Relationship", _NS)
-        }
+        targets = {r.get("Id"): r.get("Target", "") for r in rels.findall("rel:Relationship", _NS)}
         self.sheets: list[tuple[str, str]] = []
         for sheet in workbook.findall("m:sheets/m:sheet", _NS):
             target = targets.get(sheet.get(f"{{{_NS['r']}}}id"), "")
@@ -400,7 +398,9 @@ class _Workbook:
         for index, xf in enumerate(root.findall("m:cellXfs/m:xf", _NS)):
             fmt = int(xf.get("numFmtId", "0"))
             code = custom.get(fmt, "")
-            if fmt in _DATE_FORMAT_IDS or (code and _DATE_CODE.search(re.sub(r"\[[^]]*]", "", code))):
+            if fmt in _DATE_FORMAT_IDS or (
+                code and _DATE_CODE.search(re.sub(r"\[[^]]*]", "", code))
+            ):
                 dates.add(index)
         return dates
 
@@ -472,7 +472,9 @@ def _column(letters: str) -> int:
 def warm_up() -> None:
     """Exercise the decoders so nothing they need loads after lockdown."""
     infos = [FileInfo(id="w.csv", mime="text/csv", size=8)]
-    files = Files(infos, Limits(), lambda _i, offset, length: b"a,b\n1,2\n"[offset : offset + length])
+    files = Files(
+        infos, Limits(), lambda _i, offset, length: b"a,b\n1,2\n"[offset : offset + length]
+    )
     handle = files.open("csv", "w.csv", {})
     files.next(handle)
     list(_jsonl("w", iter(['{"a": 1}'])))

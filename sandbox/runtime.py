@@ -244,7 +244,7 @@ class Run:
         args = orjson.loads(args_json)
         try:
             if op == "list":
-                answer: Any = files.list()
+                answer: Any = files.listing()
             elif op == "stat":
                 answer = files.stat(args.get("id"))
             elif op == "text":
@@ -255,7 +255,9 @@ class Run:
             elif op == "sheets":
                 answer = files.sheets(args.get("id"))
             elif op == "open":
-                answer = files.open(str(args.get("kind")), args.get("id"), args.get("options") or {})
+                answer = files.open(
+                    str(args.get("kind")), args.get("id"), args.get("options") or {}
+                )
             elif op == "next":
                 items, done = files.next(int(args.get("handle", 0)))
                 answer = {"items": items, "done": done}

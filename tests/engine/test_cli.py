@@ -47,7 +47,9 @@ def test_describe_and_search() -> None:
     described = codemode("describe", "--tools", "examples/tracker_tools.py")
     assert described.returncode == 0, described.stderr
     assert "github__list_prs(input:" in described.stdout
-    searched = codemode("search", "reviews of a pull request", "--tools", "examples/tracker_tools.py")
+    searched = codemode(
+        "search", "reviews of a pull request", "--tools", "examples/tracker_tools.py"
+    )
     assert searched.returncode == 0, searched.stderr
     assert "github__get_reviews" in searched.stdout
 
@@ -82,15 +84,28 @@ def test_paused_script_resumes_through_the_cli(tmp_path: Path) -> None:
     script = "return await tools.github__comment({ number: 12, body: 'ping' })"
     data = str(tmp_path / "data")
     first = codemode(
-        "run", "-", "--tools", "examples/tracker_tools.py", "--data-dir", data, "--json", stdin=script
+        "run",
+        "-",
+        "--tools",
+        "examples/tracker_tools.py",
+        "--data-dir",
+        data,
+        "--json",
+        stdin=script,
     )
     assert first.returncode == 3, first.stderr
     paused = json.loads(first.stdout)
     assert paused["status"] == "paused"
     call_id = paused["waiting"][0]["call_id"]
     second = codemode(
-        "resume", paused["script_id"], "--approve", call_id,
-        "--tools", "examples/tracker_tools.py", "--data-dir", data,
+        "resume",
+        paused["script_id"],
+        "--approve",
+        call_id,
+        "--tools",
+        "examples/tracker_tools.py",
+        "--data-dir",
+        data,
     )
     assert second.returncode == 0, second.stderr
     assert '"status":"posted"' in second.stdout

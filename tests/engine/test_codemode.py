@@ -435,7 +435,15 @@ async def test_each_step_logs_a_script_step_line(
         await engine.run_code("await tools.one(); return 2", tenant="acme")
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("script step ")]
     assert len(lines) == 2
-    for field in ("tenant=acme", "results_bytes=", "wait_ms=", "run_ms=", "heap_bytes=", "cpu_ms=", "limit=-"):
+    for field in (
+        "tenant=acme",
+        "results_bytes=",
+        "wait_ms=",
+        "run_ms=",
+        "heap_bytes=",
+        "cpu_ms=",
+        "limit=-",
+    ):
         assert field in lines[0]
     assert "results_bytes=1 " in lines[1]
 

@@ -167,4 +167,3 @@ async def test_sqlite_log_is_the_whole_state(tmp_path: Path) -> None:
     done = await second.resume(paused.script_id)
     await second.aclose()
     assert done.value == 5 and seen == [5]
-

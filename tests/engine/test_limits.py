@@ -168,8 +168,7 @@ async def test_step_arguments_limit(inproc: InProcessRunner) -> None:
     """step_arguments: the calls one step asks for together pass the limit."""
     engine = CodeMode([echo], runner=inproc, limits=Limits(step_arguments=5000))
     code = (
-        "const s = 'a'.repeat(2000);"
-        "await Promise.all([1, 2, 3].map(() => tools.echo({ data: s })))"
+        "const s = 'a'.repeat(2000);await Promise.all([1, 2, 3].map(() => tools.echo({ data: s })))"
     )
     _assert_limit(await engine.run_code(code), "step_arguments")
 

@@ -141,7 +141,9 @@ def test_jsonl_skips_blank_lines_and_names_a_bad_line() -> None:
     """files.jsonl gives one value per line; blank lines are not counted; bad JSON names the line."""
     code = "const out = []; for await (const v of files.jsonl('events.jsonl', {offset: 1})) out.push(v.n); return out"
     assert value(code) == [2, 3]
-    bad = "try { for await (const v of files.jsonl('bad.jsonl')) {} } catch (e) { return e.message }"
+    bad = (
+        "try { for await (const v of files.jsonl('bad.jsonl')) {} } catch (e) { return e.message }"
+    )
     assert "line 2" in value(bad)
 
 
@@ -240,11 +242,15 @@ def test_file_bytes_are_counted() -> None:
 
 def test_gone_file_throws_in_the_script() -> None:
     """A file that is gone throws in the script, and the script can catch it."""
-    ran = run("try { await files.text('notes.md') } catch (e) { return e.message }", gone={"notes.md"})
+    ran = run(
+        "try { await files.text('notes.md') } catch (e) { return e.message }", gone={"notes.md"}
+    )
     assert ran.value == "notes.md is gone: deleted"
 
 
-@pytest.mark.parametrize("bad", ["files.csv('sales.csv', 3)", "files.csv('sales.csv', {limit: -1})"])
+@pytest.mark.parametrize(
+    "bad", ["files.csv('sales.csv', 3)", "files.csv('sales.csv', {limit: -1})"]
+)
 def test_bad_stream_options(bad: str) -> None:
     """Stream options are an object of counts; anything else throws at the call."""
     code = f"try {{ for await (const r of {bad}) {{}} }} catch (e) {{ return e.message }}"
