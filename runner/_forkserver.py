@@ -30,6 +30,7 @@ import orjson
 
 from runner import _conversation as conv
 from runner._base import ProcessStats, RunError
+from runner._pipes import PipeWriter, _FdFeed, pipe_reader
 from sandbox import protocol
 
 STDERR_KEEP = 8 * 1024
@@ -66,7 +67,8 @@ class ForkedChild:
     pidfd: int | None
     server: ForkServer
     reader: conv.LineReader
-    writer: asyncio.StreamWriter
+    stdin: PipeWriter
+    stdout: _FdFeed
     stderr_fd: int
     exit: asyncio.Future[ExitReport | None]
     started: float = field(default_factory=time.monotonic)
@@ -76,6 +78,8 @@ class ForkedChild:
     report: ExitReport | None = None
     stderr: bytearray = field(default_factory=bytearray)
     closed: bool = False
+    # Set at close: the child ended without reading all we wrote (so never ran the script).
+    unread: bool = False
 
     @property
     def server_died(self) -> bool:
@@ -93,8 +97,7 @@ class ForkedChild:
         return not poller.poll(0)  # a pidfd turns readable when its process exits
 
     async def write(self, data: bytes) -> None:
-        self.writer.write(data)
-        await self.writer.drain()
+        await self.stdin.write(data)
 
     def kill(self) -> None:
         """SIGKILL the child, by pidfd (never a stranger that reused the pid)."""
@@ -129,16 +132,20 @@ class ForkedChild:
         if self.closed:
             return
         self.closed = True
-        self.writer.close()
-        transport = self.reader.stream._transport  # type: ignore[attr-defined]
-        if transport is not None:
-            transport.close()
+        # What the child left in its stdin pipe: if all of the script, it never ran it.
+        self.unread = self.stdin.failed or self.stdin.unread() > 0
+        self.close_input()
+        self.stdout.close()
         self._read_stderr()
         os.close(self.stderr_fd)
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None
         self.server.forget(self.pid)
+
+    def close_input(self) -> None:
+        """Close our end of the child's stdin: a child still waiting for a script exits."""
+        self.stdin.close()
 
     def _read_stderr(self) -> None:
         # The child has exited (or is being dropped): what it wrote is all in the pipe.
@@ -311,6 +318,15 @@ class ForkServer:
 
     # ---- messages ----
 
+    def poll(self) -> None:
+        """Handle what the zygote has said so far, now (its death included), without waiting.
+
+        The event loop does this on its own when it next runs; a caller about to trust the
+        server's state (take a pool child, fork) calls it first.
+        """
+        if self._sock is not None and self.loop is asyncio.get_running_loop():
+            self._on_readable()
+
     def _on_readable(self) -> None:
         sock = self._sock
         if sock is None:
@@ -425,6 +441,7 @@ class ForkServer:
         a pool: the step then finds the pages it writes already copied). The ``ready`` line
         is left for the caller to read. Raises :class:`RunError` when no child can be had.
         """
+        self.poll()
         await self.start()
         loop = self.loop
         assert loop is not None
@@ -474,51 +491,21 @@ class ForkServer:
                     f"the fork server did not fork a child within {self.spawn_timeout:g} s"
                 ) from None
             raise
-        try:
-            reader, writer = await _connect(loop, stdin=ours[0], stdout=ours[1])
-        except BaseException as e:
-            self._drop(spawned.pid, spawned.pidfd, spawned.exit)
-            os.close(ours[2])
-            if isinstance(e, OSError):
-                raise RunError(f"could not connect to a sandbox process's pipes: {e}") from e
-            raise
+        stream, feed = pipe_reader(loop, ours[1], READ_LIMIT)
         os.set_blocking(ours[2], False)
         return ForkedChild(
             pid=spawned.pid,
             pidfd=spawned.pidfd,
             server=self,
-            reader=reader,
-            writer=writer,
+            reader=conv.LineReader(stream),
+            stdin=PipeWriter(loop, ours[0]),
+            stdout=feed,
             stderr_fd=ours[2],
             exit=spawned.exit,
         )
 
 
 _background: set[asyncio.Task[None]] = set()
-
-
-async def _connect(
-    loop: asyncio.AbstractEventLoop, *, stdin: int, stdout: int
-) -> tuple[conv.LineReader, asyncio.StreamWriter]:
-    """Wrap our ends of a child's stdin and stdout in asyncio streams (taking the fds)."""
-    stdout_file = open(stdout, "rb", buffering=0)  # noqa: SIM115 - the transport closes it
-    stdin_file = None
-    try:
-        stdin_file = open(stdin, "wb", buffering=0)  # noqa: SIM115
-        stream = asyncio.StreamReader(limit=READ_LIMIT, loop=loop)
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream), stdout_file)
-        transport, proto = await loop.connect_write_pipe(
-            lambda: asyncio.streams.FlowControlMixin(loop), stdin_file
-        )
-    except BaseException:
-        stdout_file.close()
-        if stdin_file is not None:
-            stdin_file.close()
-        else:
-            os.close(stdin)
-        raise
-    writer = asyncio.StreamWriter(transport, proto, None, loop)
-    return conv.LineReader(stream), writer
 
 
 async def _reap_popen(popen: subprocess.Popen[bytes], grace: float) -> None:

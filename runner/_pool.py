@@ -73,6 +73,7 @@ class WarmPool:
     def take(self) -> ForkedChild | None:
         """A ready, live child, or ``None`` when the pool has none now."""
         self.start()
+        self.server.poll()  # a zygote that died just now takes its idle children with it
         self.last_take = self.clock()
         self.target = self.size
         child = None
@@ -177,7 +178,7 @@ class WarmPool:
         """Let a child go: closing its stdin ends a waiting child; reap it in the background."""
         if child.closed:
             return
-        child.writer.close()
+        child.close_input()
         if self._loop is not None and not self._closed:
             task = self._loop.create_task(child.reap(grace=2.0))
             _background.add(task)
@@ -199,7 +200,7 @@ class WarmPool:
                 await self._task
         children, self.idle = list(self.idle), deque()
         for child in children:
-            child.writer.close()  # a waiting child reads EOF and exits
+            child.close_input()  # a waiting child reads EOF and exits
         await asyncio.gather(*(c.reap(grace=1.0) for c in children), return_exceptions=True)
 
 

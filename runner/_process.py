@@ -295,9 +295,25 @@ class ProcessRunner(ScriptRunner):
         child = None
         if self.pool is not None and self.heap_limit(memory) <= self.heap_limit(POOL_MEMORY):
             child = self.pool.take()
-        if child is None:
-            data_limit = self.heap_limit(memory) if self.data_limit is not None else None
-            child = await self.server.spawn(memory=memory, data_limit=data_limit)
+        if child is not None:
+            try:
+                return await self._run_child(child, script, files)
+            except _NeverRead:
+                pass  # it died waiting, just before we took it: the script never ran there
+        data_limit = self.heap_limit(memory) if self.data_limit is not None else None
+        child = await self.server.spawn(memory=memory, data_limit=data_limit)
+        try:
+            return await self._run_child(child, script, files)
+        except _NeverRead:
+            raise RunError(
+                f"the sandbox process ended before it read the script{_tail(child)}; the "
+                "step can be tried again"
+            ) from None
+
+    async def _run_child(
+        self, child: ForkedChild, script: Script, files: FileReader | None
+    ) -> Step:
+        """One step on a forked child. Raises ``_NeverRead`` if it died before the script."""
         try:
             ready: protocol.Ready | Step | None = child.ready
             if ready is None:
@@ -345,6 +361,8 @@ class ProcessRunner(ScriptRunner):
             await child.reap(grace=0.5)
         else:
             await child.reap(grace=1.0)
+        if outcome.ran is None and isinstance(child, ForkedChild) and child.unread:
+            raise _NeverRead
         if outcome.ran is None and isinstance(child, ForkedChild) and child.server_died:
             raise RunError(
                 "the fork server ended while this step ran, so its process was stopped "
@@ -375,6 +393,10 @@ class ProcessRunner(ScriptRunner):
             await self.pool.aclose()
         if self.server is not None:
             await self.server.aclose()
+
+
+class _NeverRead(Exception):
+    """The forked child ended before it read the script: the script did not run."""
 
 
 def _tail(child: Child | ForkedChild) -> str:

@@ -1,0 +1,228 @@
+"""The fork server: a clean zygote, children with only their own pipes, and no process or fd
+left behind when the zygote, a child or the runner's host is killed in the middle of a step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pwd
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+
+from runner import ProcessRunner, RunError
+from tests.runner.conftest import open_fds
+from tests.runner.support import (
+    EVENT_TIMEOUT,
+    children_of,
+    limits_of,
+    script,
+    until,
+    wait_gone,
+    zombies,
+)
+
+MiB = 1024 * 1024
+SPIN = "for (;;) {}"
+
+
+async def running_child(runner: ProcessRunner, task: asyncio.Task[object]) -> psutil.Process:
+    """The zygote's child that is running ``task``'s script (tightened to compute_ms 5000)."""
+    assert runner.server is not None
+    found: list[psutil.Process] = []
+
+    def look() -> bool:
+        for child in children_of(runner.server.zygote_pid if runner.server else None):
+            if limits_of(child.pid).get("Max cpu time") == ("6", "7"):
+                found.append(child)
+                return True
+        assert not task.done(), task
+        return False
+
+    await until(look, "the step's child to run its script")
+    return found[0]
+
+
+@pytest.mark.parametrize("mode", ["fork", "pool"])
+async def test_the_zygote_is_clean_single_threaded_and_holds_only_its_socket(mode: str) -> None:
+    async with ProcessRunner(mode=mode) as runner:  # type: ignore[arg-type]
+        assert (await runner.run(script("return 1"))).value == 1
+        assert runner.server is not None and runner.server.zygote_pid is not None
+        zygote = runner.server.zygote_pid
+        assert Path(f"/proc/{zygote}/environ").read_bytes() == b""
+        assert len(os.listdir(f"/proc/{zygote}/task")) == 1
+        assert psutil.Process(zygote).cmdline()[1:5] == ["-I", "-m", "sandbox", "--zygote"]
+        fds = {
+            int(fd): os.readlink(f"/proc/{zygote}/fd/{fd}")
+            for fd in os.listdir(f"/proc/{zygote}/fd")
+        }
+        # stdio, the control socket, and the pipe its SIGCHLD handler wakes it with.
+        assert sorted(fds)[:3] == [0, 1, 2]
+        assert sum(target.startswith("socket:") for target in fds.values()) == 1
+        assert len(fds) == 6, fds
+
+
+async def test_a_child_has_only_its_own_pipes_runs_as_nobody_and_is_limited() -> None:
+    async with ProcessRunner(mode="fork") as runner:
+        task = asyncio.create_task(runner.run(script(SPIN, compute_ms=5000, memory=64 * MiB)))
+        child = await running_child(runner, task)
+        fds = os.listdir(f"/proc/{child.pid}/fd")
+        assert sorted(int(fd) for fd in fds) == [0, 1, 2]
+        for fd in fds:
+            assert os.readlink(f"/proc/{child.pid}/fd/{fd}").startswith("pipe:")
+        assert child.uids().real == pwd.getpwnam("nobody").pw_uid
+        assert Path(f"/proc/{child.pid}/environ").read_bytes() == b""
+        # The heap is twice memory and at least 512 MiB.
+        assert limits_of(child.pid)["Max data size"] == (str(512 * MiB),) * 2
+        child.kill()
+        step = await task
+        assert step.outcome == "failed"
+
+
+async def test_a_runner_with_data_limit_gives_children_that_heap() -> None:
+    async with ProcessRunner(mode="fork").with_data_limit(900 * MiB) as runner:
+        assert isinstance(runner, ProcessRunner)
+        task = asyncio.create_task(runner.run(script(SPIN, compute_ms=5000)))
+        child = await running_child(runner, task)
+        assert limits_of(child.pid)["Max data size"] == (str(900 * MiB),) * 2
+        child.kill()
+        await task
+
+
+@pytest.mark.parametrize("mode", ["fork", "pool"])
+async def test_killing_the_zygote_mid_step_gives_a_run_error_then_a_new_zygote(
+    mode: str,
+) -> None:
+    before = open_fds()
+    async with ProcessRunner(mode=mode) as runner:  # type: ignore[arg-type]
+        assert runner.server is not None
+        await runner.run(script("return 1"))
+        first_zygote = runner.server.zygote_pid
+        assert first_zygote is not None
+        task = asyncio.create_task(runner.run(script(SPIN, compute_ms=5000)))
+        child = await running_child(runner, task)
+        os.kill(first_zygote, signal.SIGKILL)
+        with pytest.raises(RunError, match="fork server ended while this step ran"):
+            await task
+        assert wait_gone([child.pid]) == []  # the orphan was killed through its pidfd
+        step = await runner.run(script("return 'again'"))
+        assert step.value == "again"
+        assert runner.server.starts == 2 and runner.server.zygote_pid != first_zygote
+    assert zombies() == []
+    assert open_fds() == before
+
+
+@pytest.mark.parametrize("mode", ["fork", "pool"])
+async def test_a_zygote_that_died_between_steps_is_replaced_quietly(mode: str) -> None:
+    async with ProcessRunner(mode=mode) as runner:  # type: ignore[arg-type]
+        assert runner.server is not None
+        await runner.run(script("return 1"))
+        if runner.pool is not None:
+            await until(lambda: len(runner.pool.idle) == runner.pool.size, "the pool to fill")
+        zygote = runner.server.zygote_pid
+        assert zygote is not None
+        os.kill(zygote, signal.SIGKILL)
+        await until(lambda: not wait_gone([zygote], timeout=0), "the zygote to die")
+        step = await runner.run(script("return 'fine'"))
+        assert step.value == "fine"
+        assert runner.server.starts == 2
+
+
+async def test_killing_a_child_mid_step_fails_that_step_only() -> None:
+    async with ProcessRunner(mode="pool") as runner:
+        task = asyncio.create_task(runner.run(script(SPIN, compute_ms=5000)))
+        child = await running_child(runner, task)
+        child.send_signal(signal.SIGKILL)
+        step = await task
+        assert step.outcome == "failed" and step.error is not None
+        assert step.process is not None and step.process.exit_status == signal.SIGKILL
+        assert (await runner.run(script("return 2"))).value == 2
+    assert zombies() == []
+
+
+async def test_the_zygote_survives_a_malformed_control_message() -> None:
+    async with ProcessRunner(mode="fork") as runner:
+        assert runner.server is not None
+        await runner.run(script("return 1"))
+        zygote = runner.server.zygote_pid
+        sock = runner.server._sock
+        assert sock is not None
+        sock.send(b"{not json")
+        sock.send(b'{"spawn": {"id": 999}}')  # no fds
+        assert (await runner.run(script("return 3"))).value == 3
+        assert runner.server.zygote_pid == zygote and runner.server.starts == 1
+
+
+async def test_closing_the_runner_ends_the_zygote_and_every_child() -> None:
+    runner = ProcessRunner(mode="pool", pool_size=3)
+    await runner.run(script("return 1"))
+    assert runner.pool is not None and runner.server is not None
+    await until(lambda: len(runner.pool.idle) == 3, "the pool to fill")
+    zygote = runner.server.zygote_pid
+    assert zygote is not None
+    pids = [zygote, *(c.pid for c in children_of(zygote))]
+    await runner.aclose()
+    assert wait_gone(pids) == []
+    assert zombies() == []
+    with pytest.raises(RunError, match="closed"):
+        await runner.run(script("return 1"))
+
+
+HOST = textwrap.dedent(
+    """
+    import asyncio, sys
+    import psutil
+    from runner import ProcessRunner
+    from sandbox.protocol import Clock, Limits, Script
+
+    async def main():
+        runner = ProcessRunner(mode=sys.argv[1], pool_size=2)
+        spin = Script(id="spin", code="for (;;) {}", clock=Clock(now_ms=0, seed=1),
+                      limits=Limits(compute_ms=20000))
+        task = asyncio.create_task(runner.run(spin))
+        while True:
+            await asyncio.sleep(0.01)
+            zygote = runner.server.zygote_pid if runner.server.alive else None
+            kids = psutil.Process(zygote).children() if zygote else []
+            if kids and any(k.cpu_times().user > 0.05 for k in kids):
+                print(zygote, *(k.pid for k in kids), flush=True)
+                break
+        await task
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.parametrize("mode", ["fork", "pool"])
+def test_killing_the_runners_host_mid_step_leaves_no_process(mode: str, tmp_path: Path) -> None:
+    """The zygote sees its control socket close, kills its children and exits."""
+    host_file = tmp_path / "host.py"
+    host_file.write_text(HOST)
+    host = subprocess.Popen(
+        [sys.executable, str(host_file), mode],
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).parents[2],
+        start_new_session=True,
+    )
+    try:
+        assert host.stdout is not None
+        line = host.stdout.readline()  # the host prints once a child spins
+        pids = [int(p) for p in line.split()]
+        assert len(pids) >= 2, line
+        host.kill()
+        host.wait(EVENT_TIMEOUT)
+        assert wait_gone(pids) == [], "the zygote or a child outlived the runner's host"
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+        if host.stdout is not None:
+            host.stdout.close()
+    assert zombies() == []

@@ -1,0 +1,112 @@
+"""The warm pool: ready children ahead of demand, refilled, shrunk, never handed out dead."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from runner import ProcessRunner
+from runner._process import POOL_MEMORY
+from tests.runner.support import children_of, limits_of, script, until
+
+MiB = 1024 * 1024
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_the_pool_fills_to_its_size_and_refills_after_each_step() -> None:
+    async with ProcessRunner(mode="pool", pool_size=2) as runner:
+        assert runner.pool is not None
+        assert (await runner.run(script("return 1"))).value == 1
+        await until(lambda: len(runner.pool.idle) == 2, "the pool to fill")
+        spawned = runner.pool.spawned
+        assert (await runner.run(script("return 2"))).value == 2
+        await until(lambda: len(runner.pool.idle) == 2, "the pool to refill")
+        assert runner.pool.spawned == spawned + 1
+        assert all(child.ready is not None for child in runner.pool.idle)
+
+
+async def test_a_child_that_died_waiting_is_discarded_not_used() -> None:
+    async with ProcessRunner(mode="pool", pool_size=2) as runner:
+        assert runner.pool is not None
+        await runner.run(script("return 1"))
+        await until(lambda: len(runner.pool.idle) == 2, "the pool to fill")
+        victim = runner.pool.idle[0]
+        assert victim.pidfd is not None
+        signal.pidfd_send_signal(victim.pidfd, signal.SIGKILL)
+        step = await runner.run(script("return 'fine'"))  # may race the death: must not matter
+        assert step.outcome == "finished" and step.value == "fine"
+        await until(lambda: victim not in runner.pool.idle, "the dead child to go")
+
+
+async def test_the_pool_shrinks_to_one_child_when_idle() -> None:
+    clock = FakeClock()
+    async with ProcessRunner(mode="pool", pool_size=3) as runner:
+        assert runner.pool is not None
+        runner.pool.clock = clock
+        await runner.run(script("return 1"))
+        await until(lambda: len(runner.pool.idle) == 3, "the pool to fill")
+        clock.now += 29
+        assert runner.pool.shrink_if_idle() == 0
+        clock.now += 2
+        assert runner.pool.shrink_if_idle() == 2
+        assert len(runner.pool.idle) == 1
+        zygote = runner.server.zygote_pid if runner.server else None
+        await until(lambda: len(children_of(zygote)) == 1, "the surplus children to exit")
+        # Busy again: back to full size.
+        await runner.run(script("return 1"))
+        await until(lambda: len(runner.pool.idle) == 3, "the pool to grow back")
+
+
+async def test_a_script_over_the_pool_heap_gets_a_child_forked_for_it() -> None:
+    """Pool children's heap is set for the default memory; a bigger script is forked anew."""
+    async with ProcessRunner(mode="pool", pool_size=1) as runner:
+        assert runner.pool is not None and runner.server is not None
+        await runner.run(script("return 1"))
+        await until(lambda: len(runner.pool.idle) == 1, "the pool to fill")
+        waiting = runner.pool.idle[0]
+        memory = 2 * POOL_MEMORY  # needs a 1 GiB heap; pool children have 512 MiB
+        task = runner.run(script("for (;;) {}", memory=memory, compute_ms=1000))
+        running = asyncio.create_task(task)
+        zygote = runner.server.zygote_pid
+
+        def busy_child() -> int | None:
+            for child in children_of(zygote):
+                if child.pid != waiting.pid and limits_of(child.pid).get("Max cpu time") == (
+                    "2",
+                    "3",
+                ):
+                    return child.pid
+            return None
+
+        await until(busy_child, "the script's child to be tightened")
+        pid = busy_child()
+        assert pid is not None
+        assert limits_of(pid)["Max data size"] == (str(2 * memory),) * 2
+        assert waiting in runner.pool.idle  # the pool child was left for a script it fits
+        step = await running
+        assert step.limit is not None and step.limit.name == "compute_ms"
+
+
+async def test_pool_children_lower_their_limits_to_the_script() -> None:
+    """RLIMIT_CPU becomes the script's allowance (+1 s soft, +2 s hard) once it is read."""
+    async with ProcessRunner(mode="pool", pool_size=1, data_limit=700 * MiB) as runner:
+        assert runner.pool is not None and runner.server is not None
+        await runner.run(script("return 1"))
+        await until(lambda: len(runner.pool.idle) == 1, "the pool to fill")
+        child = runner.pool.idle[0]
+        assert limits_of(child.pid)["Max cpu time"] == ("60", "61")  # lockdown's backstop
+        assert limits_of(child.pid)["Max data size"] == (str(700 * MiB),) * 2
+        running = asyncio.create_task(
+            runner.run(script("for (;;) {}", compute_ms=1000, memory=64 * MiB))
+        )
+        await until(lambda: limits_of(child.pid)["Max cpu time"] == ("2", "3"), "tighten to apply")
+        assert limits_of(child.pid)["Max data size"] == (str(700 * MiB),) * 2
+        step = await running
+        assert step.limit is not None and step.limit.name == "compute_ms"
