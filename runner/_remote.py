@@ -404,7 +404,7 @@ class RemoteRunner(ScriptRunner):
             conn.abort()
             raise _Down(f"it chose wire version {message.version}, which this client lacks")
         remote.slots = message.slots
-        remote.others = max(0, message.busy - (remote.inflight - 1))
+        remote.others = max(0, message.busy + message.waiting - (remote.inflight - 1))
         return conn, message
 
     async def _converse(

@@ -18,13 +18,11 @@ import contextlib
 import hashlib
 import hmac
 import logging
-import os
 import ssl
-import time
-from collections import deque
 
 from runner import _wire as wire
 from runner._base import FileMissing, ProcessStats, RunError, ScriptRunner
+from runner._slots import Slots, default_slot_count
 from sandbox import protocol
 from sandbox.protocol import Script
 
@@ -36,47 +34,6 @@ LINE_TIMEOUT = 60.0
 READ_TIMEOUT = 60.0
 SLOT_WAIT = 10.0
 MAX_CONNECTIONS = 1024
-
-
-class Slots:
-    """At most ``size`` steps at once, the rest waiting in arrival order for a while."""
-
-    def __init__(self, size: int) -> None:
-        if size < 1:
-            raise ValueError(f"a runner service needs at least one slot, not {size}")
-        self.size = size
-        self.busy = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
-
-    async def acquire(self, timeout: float) -> bool:
-        """Take a slot, waiting at most ``timeout`` seconds. False when none came free."""
-        if self.busy < self.size and not self._waiters:
-            self.busy += 1
-            return True
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await asyncio.wait_for(waiter, timeout)
-            return True
-        except TimeoutError:
-            return False
-        except asyncio.CancelledError:
-            # A slot handed over as the wait was cancelled goes on to the next waiter.
-            if waiter.done() and not waiter.cancelled():
-                self.release()
-            raise
-        finally:
-            with contextlib.suppress(ValueError):
-                self._waiters.remove(waiter)
-
-    def release(self) -> None:
-        """Give a slot back, to the longest waiter if there is one."""
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)  # the slot passes on; busy is unchanged
-                return
-        self.busy -= 1
 
 
 class _ForwardedFiles:
@@ -156,9 +113,10 @@ class RunnerService:
     ``token`` is the shared secret every client must send; ``None`` turns authentication off,
     and only an explicit ``None`` does (the ``serve`` command asks for a flag for it).
     ``runner`` runs the steps (default: a new :class:`ProcessRunner`, closed with the service;
-    a runner passed in stays the caller's to close); ``slots`` is how many
-    run at once (default: the number of CPUs) and ``slot_wait`` how long a step waits for a
-    slot before the service answers ``busy``. ``tls`` wraps every connection when given.
+    a runner passed in stays the caller's to close); ``slots`` is how many run at once,
+    shared fairly between tenants (default: ``CODEMODE_SANDBOX_SLOTS`` or the CPU count
+    clamped to 2..8), and ``slot_wait`` how long a step waits for a slot before the service
+    answers ``busy``. ``tls`` wraps every connection when given.
 
     Timeouts: ``handshake_timeout`` for the TLS handshake and the ``hello`` line,
     ``idle_timeout`` between requests, ``line_timeout`` from a line's first byte to its
@@ -182,14 +140,16 @@ class RunnerService:
     ) -> None:
         if token is not None and not token:
             raise ValueError("the runner service's token is empty")
+        count = slots if slots is not None else default_slot_count()
+        self.slots = Slots(count, script_wait=slot_wait)
         self._owns_runner = runner is None
         if runner is None:
             from runner._process import ProcessRunner
 
-            runner = ProcessRunner()
+            # As many slots as the service's, which are taken first: they never make it wait.
+            runner = ProcessRunner(slots=count, script_wait=slot_wait)
         self.runner = runner
         self._token = None if token is None else _digest(token)
-        self.slots = Slots(slots or os.cpu_count() or 1)
         self.tls = tls
         self.handshake_timeout = handshake_timeout
         self.idle_timeout = idle_timeout
@@ -216,7 +176,12 @@ class RunnerService:
         return f"{host}:{self.port}"
 
     def load(self) -> wire.Load:
-        return wire.Load(slots=self.slots.size, busy=self.slots.busy, draining=self.draining)
+        return wire.Load(
+            slots=self.slots.count,
+            busy=self.slots.in_use,
+            waiting=self.slots.waiting(),
+            draining=self.draining,
+        )
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen on ``host:port`` (port 0: any free port). Returns the bound address."""
@@ -345,8 +310,9 @@ class RunnerService:
             oldest=wire.WIRE_OLDEST,
             scripts=(protocol.OLDEST, protocol.VERSION),
             languages=list(self.runner.languages),
-            slots=self.slots.size,
-            busy=self.slots.busy,
+            slots=self.slots.count,
+            busy=self.slots.in_use,
+            waiting=self.slots.waiting(),
             draining=self.draining,
             max_line=self.max_script_line,
             slot_wait=self.slot_wait,
@@ -434,13 +400,18 @@ class RunnerService:
         if script.language not in languages:
             why = f"this runner service runs {list(languages)}, not {script.language!r}"
             return wire.encode(wire.Failure(error=why, cause="unfit")), True
-        started = time.monotonic()
-        if not await self.slots.acquire(self.slot_wait):
+        try:
+            use = await self.slots.acquire(tenant)
+        except RunError:
             why = f"no slot came free within {self.slot_wait:g} s"
-            busy = wire.Busy(error=why, slots=self.slots.size, busy=self.slots.busy)
+            busy = wire.Busy(
+                error=why,
+                slots=self.slots.count,
+                busy=self.slots.in_use,
+                waiting=self.slots.waiting(),
+            )
             return wire.encode(busy), True
         try:
-            wait_ms = (time.monotonic() - started) * 1000
             try:
                 step = await self.runner.run(script, files, tenant=tenant)
             except RunError as e:
@@ -451,7 +422,7 @@ class RunnerService:
                 return wire.encode(wire.Failure(error=why, cause="unavailable")), False
             if step.process is None:
                 step.process = ProcessStats()
-            step.process.wait_ms += wait_ms
+            step.process.wait_ms += use.waited * 1000
             return wire.encode_step(step), True
         finally:
-            self.slots.release()
+            self.slots.release(use)

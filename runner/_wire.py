@@ -11,19 +11,19 @@ Handshake, once per connection:
 - client -> service: ``{"hello": {"token": "...", "version": 1, "oldest": 1}}``, the wire
   versions the client speaks (``oldest`` defaults to ``version``).
 - service -> client: ``{"welcome": {"version": v, "oldest": 1, "scripts": [1, 1],
-  "languages": ["javascript"], "slots": N, "busy": M, "draining": false,
+  "languages": ["javascript"], "slots": N, "busy": M, "waiting": W, "draining": false,
   "max_line": B, "slot_wait": S}}``: ``v`` is the wire version both speak (the newest), the
   service takes ``Script`` versions ``scripts[0]`` to ``scripts[1]`` in ``languages``, has
-  ``N`` slots of which ``M`` are busy, takes a script line of at most ``B`` bytes and waits at
-  most ``S`` seconds for a free slot.
+  ``N`` slots of which ``M`` are busy with ``W`` steps waiting for one, takes a script line of
+  at most ``B`` bytes and waits at most ``S`` seconds for a free slot.
 - or ``{"refused": {"error": "<why>"}}`` and the service closes the connection: a missing or
   wrong token (compared in constant time), no wire version in common, a first line that is
   not a ``hello``, too long, or too slow.
 
 Then any number of requests, one at a time:
 
-- ``{"load": {}}`` -> ``{"load": {"slots": N, "busy": M, "draining": bool}}``, for health
-  checks.
+- ``{"load": {}}`` -> ``{"load": {"slots": N, "busy": M, "waiting": W, "draining": bool}}``,
+  for health checks.
 - ``{"script": {<the sandbox protocol's Script>, "tenant": "..."}}`` runs one step. While it
   runs the service may send ``{"read": {"file", "offset", "len"}}`` (a file read the sandbox
   asked for), which the client answers exactly as a runner answers its sandbox: ``{"bytes": n}``
@@ -32,7 +32,8 @@ Then any number of requests, one at a time:
 
   - ``{"step": {<the Ran>, "process": {wall_ms, cpu_ms, max_rss_bytes, wait_ms,
     exit_status}}}``: where the step ended, a failed script included;
-  - ``{"busy": {"error", "slots", "busy"}}``: no slot came free within ``slot_wait``;
+  - ``{"busy": {"error", "slots", "busy", "waiting"}}``: no slot came free within
+    ``slot_wait``;
   - ``{"error": {"error": "<why>", "cause": "draining" | "unavailable" | "unfit" |
     "protocol"}}``: the service could not take the step (it is draining, its local runner
     failed, it does not take this script's version or language, or the request was bad).
@@ -95,6 +96,7 @@ class Welcome(_Model):
     languages: list[str]
     slots: int = Field(ge=0)
     busy: int = Field(ge=0)
+    waiting: int = Field(0, ge=0)
     draining: bool = False
     max_line: int = Field(ge=0)
     slot_wait: float = Field(ge=0)
@@ -107,6 +109,7 @@ class Refused(_Model):
 class Load(_Model):
     slots: int = Field(ge=0)
     busy: int = Field(ge=0)
+    waiting: int = Field(0, ge=0)
     draining: bool = False
 
 
@@ -114,6 +117,7 @@ class Busy(_Model):
     error: str
     slots: int = Field(ge=0)
     busy: int = Field(ge=0)
+    waiting: int = Field(0, ge=0)
 
 
 class Failure(_Model):

@@ -28,6 +28,7 @@ from runner._service import (
     SLOT_WAIT,
     RunnerService,
 )
+from runner._slots import default_slot_count
 
 MIN_TOKEN = 16
 
@@ -53,7 +54,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--cert", metavar="PEM", help="TLS certificate chain (with --key)")
     parser.add_argument("--key", metavar="PEM", help="TLS private key (with --cert)")
     parser.add_argument(
-        "--slots", type=int, default=None, help="steps run at once (default: the CPU count)"
+        "--slots",
+        type=int,
+        default=None,
+        help="steps run at once (default: $CODEMODE_SANDBOX_SLOTS or the CPU count, 2 to 8)",
     )
     parser.add_argument(
         "--slot-wait",
@@ -90,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         host, port = wire.parse_address(args.listen)
+        default_slot_count()  # a bad CODEMODE_SANDBOX_SLOTS is an option error
         token = _token(args)
         tls = _tls(args.cert, args.key)
         if args.slots is not None and args.slots < 1:
@@ -105,10 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     from runner._process import ProcessRunner
 
+    slots = args.slots or default_slot_count()
     service = RunnerService(
         token,
-        runner=ProcessRunner(python=args.python),
-        slots=args.slots,
+        # As many slots as the service's, which are taken first: they never make it wait.
+        runner=ProcessRunner(python=args.python, slots=slots, script_wait=args.slot_wait),
+        slots=slots,
         tls=tls,
         handshake_timeout=args.handshake_timeout,
         idle_timeout=args.idle_timeout,
@@ -128,7 +135,7 @@ async def _serve(service: RunnerService, host: str, port: int) -> None:
     tls = "TLS" if service.tls else "plain TCP"
     print(f"listening on {address}", flush=True)
     logging.getLogger("codemode.runner.service").info(
-        "serving on %s (%s, %d slots)", address, tls, service.slots.size
+        "serving on %s (%s, %d slots)", address, tls, service.slots.count
     )
     loop = asyncio.get_running_loop()
     stopping: list[asyncio.Task[None]] = []

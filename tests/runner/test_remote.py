@@ -10,7 +10,7 @@ import pytest
 
 from runner import FileMissing, ProcessRunner, RemoteRunner, RunError, Step
 from runner import _wire as wire
-from runner._service import RunnerService, Slots
+from runner._service import RunnerService
 from sandbox.protocol import FileInfo, Ran, Record, Script
 
 from .remote_support import (
@@ -264,7 +264,7 @@ async def test_load_reports_busy_and_free_slots() -> None:
         while not fake.running:
             await asyncio.sleep(0.01)
         loads = await remote.loads()
-        assert loads[service.address] == wire.Load(slots=3, busy=1, draining=False)
+        assert loads[service.address] == wire.Load(slots=3, busy=1, waiting=0, draining=False)
         assert "could not connect" in str(loads["127.0.0.1:1"])
         gate.set()
         await run
@@ -282,11 +282,11 @@ async def test_a_step_cancelled_by_the_engine_kills_the_remote_process() -> None
         assert sandbox_children()
         run.cancel()
         for _ in range(300):
-            if not sandbox_children() and service.slots.busy == 0:
+            if not sandbox_children() and service.slots.in_use == 0:
                 break
             await asyncio.sleep(0.01)
         assert sandbox_children() == []
-        assert service.slots.busy == 0
+        assert service.slots.in_use == 0
 
 
 async def test_tls(tmp_path: Path) -> None:
@@ -308,25 +308,6 @@ async def test_tls(tmp_path: Path) -> None:
             await RemoteRunner([service.address], TOKEN, tls=True).run(script("x"))
         with pytest.raises(RunError, match=r"127.0.0.1:\d+: (the handshake failed|it closed)"):
             await RemoteRunner([service.address], TOKEN, connect_timeout=2).run(script("x"))
-
-
-async def test_slots_hand_over_in_order_and_time_out() -> None:
-    """A released slot goes to the longest waiter; a waiter that times out gets none."""
-    slots = Slots(1)
-    assert await slots.acquire(0)
-    assert not await slots.acquire(0.01)
-    order: list[str] = []
-
-    async def take(name: str) -> None:
-        assert await slots.acquire(5)
-        order.append(name)
-        slots.release()
-
-    tasks = [asyncio.create_task(take(n)) for n in "abc"]
-    await asyncio.sleep(0.01)
-    slots.release()
-    await asyncio.gather(*tasks)
-    assert order == ["a", "b", "c"] and slots.busy == 0
 
 
 def test_from_config(tmp_path: Path) -> None:

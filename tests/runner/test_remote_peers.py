@@ -31,7 +31,7 @@ from .remote_support import (
 @pytest.fixture
 async def service() -> AsyncIterator[RunnerService]:
     async with services(
-        FakeRunner(), handshake_timeout=0.5, line_timeout=0.5, max_script_line=16 * 1024
+        FakeRunner(), slots=2, handshake_timeout=0.5, line_timeout=0.5, max_script_line=16 * 1024
     ) as [service]:
         yield service
 
@@ -165,7 +165,9 @@ async def test_a_script_version_the_service_does_not_take(service: RunnerService
     assert answer["error"]["cause"] == "unfit"
     assert "takes script versions 1 to 1, the step is version 99" in answer["error"]["error"]
     await client.send_json({"load": {}})
-    assert await client.receive() == {"load": {"slots": 2, "busy": 0, "draining": False}}
+    assert await client.receive() == {
+        "load": {"slots": 2, "busy": 0, "waiting": 0, "draining": False}
+    }
 
 
 async def test_a_malformed_script(service: RunnerService) -> None:
@@ -200,11 +202,11 @@ async def test_a_client_that_vanishes_mid_step_has_its_process_killed() -> None:
         assert len(sandbox_children()) == 1
         client.close()
         for _ in range(300):
-            if not sandbox_children() and service.slots.busy == 0:
+            if not sandbox_children() and service.slots.in_use == 0:
                 break
             await asyncio.sleep(0.01)
         assert sandbox_children() == []
-        assert service.slots.busy == 0
+        assert service.slots.in_use == 0
         step = await RemoteRunner([service.address], TOKEN).run(script("return 6 * 7"))
         assert step.value == 42
 
