@@ -37,11 +37,21 @@ def _process_standin(mode: str) -> Callable[[str], ScriptRunner]:
     return lambda python: ProcessRunner(mode=mode, python=python)  # type: ignore[arg-type]
 
 
+def _remote(python: str | None = None) -> ScriptRunner:
+    # A RemoteRunner in front of a runner service on loopback over a pool-mode runner.
+    from tests.runner.remote_support import LoopbackRemote
+
+    if python is None:
+        return LoopbackRemote(lambda: ProcessRunner(mode="pool"))
+    return LoopbackRemote(lambda: ProcessRunner(mode="pool", python=python))
+
+
 # kind -> a runner as a host would configure it.
 RUNNER_FACTORIES: dict[str, Callable[[], ScriptRunner]] = {
     "exec": _process("exec"),
     "fork": _process("fork"),
     "pool": _process("pool"),
+    "remote": _remote,
 }
 
 # kind -> a runner whose sandbox is the stand-in at the given path.
@@ -49,11 +59,12 @@ STANDIN_FACTORIES: dict[str, Callable[[str], ScriptRunner]] = {
     "exec": _process_standin("exec"),
     "fork": _process_standin("fork"),
     "pool": _process_standin("pool"),
+    "remote": _remote,
 }
 
 # Kinds whose steps are cheap enough for the 1,000-step cleanup test (exec mode costs about
 # 300 ms a step here, so it takes a shorter run of the same test).
-FAST_RUNNERS = {"fork", "pool"}
+FAST_RUNNERS = {"fork", "pool", "remote"}
 
 
 @dataclass
