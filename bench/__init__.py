@@ -1,0 +1,1 @@
+"""Benchmarks of the script runners: ``python -m bench`` (see bench/__main__.py)."""

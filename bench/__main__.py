@@ -1,0 +1,136 @@
+"""``python -m bench [--quick] [--out DIR] [--modes ...] [--only ...]``.
+
+Runs every workload on every mode in one run, prints a table, writes ``latest.json`` and
+``latest.png`` into ``--out`` (default ``bench/results``), and says which targets hold.
+``--quick`` finishes in under a minute, for checks; the full run takes a few minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import psutil
+
+from bench import _report
+from bench._modes import MODES, Mode, make_mode
+from bench._workloads import WORKLOADS
+from runner import default_slot_count
+
+DEFAULT_OUT = Path(__file__).with_name("results")
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small counts, under a minute")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where results go")
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}"
+    )
+    parser.add_argument("--only", default="", help="comma-separated workload keys (default: all)")
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="multiply every count (at least 1 each)"
+    )
+    return parser.parse_args(argv)
+
+
+def _machine(slots: int) -> dict[str, object]:
+    return {
+        "cpus": psutil.cpu_count(),
+        "cpu": platform.processor() or platform.machine(),
+        "python": sys.version.split()[0],
+        "kernel": platform.release(),
+        "slots": slots,
+        "load_average_at_start": os.getloadavg(),
+    }
+
+
+async def _settle(mode: Mode) -> None:
+    """Warm a mode up (and let a pool fill) so the first measured step is not a cold one."""
+    from bench._workloads import TRIVIAL, script
+
+    for _ in range(3):
+        await mode.step(script(TRIVIAL))
+    runner = getattr(mode, "runner", None)
+    pool = getattr(runner, "pool", None)
+    if pool is not None:
+        end = time.monotonic() + 10
+        while len(pool.idle) < pool.size and time.monotonic() < end:
+            await asyncio.sleep(0.01)
+
+
+async def run(args: argparse.Namespace) -> list[_report.Row]:
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    only = {w.strip() for w in args.only.split(",") if w.strip()}
+    workloads = [w for w in WORKLOADS if not only or w.key in only]
+    slots = default_slot_count()
+    rows: list[_report.Row] = []
+    for workload in workloads:
+        for name in modes:
+            count = workload.count(name, args.quick)
+            if count == 0:
+                continue
+            count = max(1, round(count * args.scale))
+            mode = make_mode(name, slots)
+            try:
+                await _settle(mode)
+                sample = await workload.run(mode, count)
+            finally:
+                await mode.aclose()
+            row = _report.Row.of(workload, name, count, sample)
+            rows.append(row)
+            print(
+                f"  {workload.key:<20} {name:<6} n={count:<4} p50 {row.p50_ms:9.2f} ms  "
+                f"{row.steps_per_s:8.1f} steps/s",
+                file=sys.stderr,
+                flush=True,
+            )
+    _report.add_ratios(rows)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    started = time.monotonic()
+    machine = _machine(default_slot_count())
+    print(f"bench: {'quick' if args.quick else 'full'} run on {machine}", file=sys.stderr)
+    rows = asyncio.run(run(args))
+    found = _report.targets(rows)
+    machine["load_average_at_end"] = os.getloadavg()
+    elapsed = time.monotonic() - started
+
+    print(_report.table(rows))
+    print()
+    print(_report.targets_text(found))
+    print(f"\n{len(rows)} rows in {elapsed:.0f} s")
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    json_path = args.out / "latest.json"
+    json_path.write_bytes(
+        orjson.dumps(
+            {
+                "quick": args.quick,
+                "seconds": round(elapsed, 1),
+                "machine": machine,
+                "rows": [dataclasses.asdict(r) for r in rows],
+                "targets": [dataclasses.asdict(t) for t in found],
+                "summary": _report.summary_stats(rows),
+            },
+            option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY,
+        )
+    )
+    png_path = args.out / "latest.png"
+    drawn = _report.chart(rows, png_path)
+    print(f"wrote {json_path}" + (f" and {png_path}" if drawn else " (no matplotlib: no chart)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""The benchmark's workloads, and the replay loop that drives multi-step scripts.
+
+The "engine" here is the simplest honest one: run a step, record a result for each call it
+asked for (the tool ``t`` answers ``{"v": i}`` at once), run the script again, until it
+ends. So a script's whole time is runner time plus this loop's own bookkeeping, which is
+what the 200-calls target measures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench._modes import Mode
+from runner import Step
+from sandbox.protocol import Clock, Record, Script
+
+CLOCK = Clock(now_ms=1_768_435_200_000, seed=7)
+SLOW_MODES = ("exec", "node")  # about 100 to 300 ms a step: fewer repetitions
+
+TRIVIAL = "return 1"
+SEQUENTIAL = """\
+let s = 0;
+for (let i = 0; i < %d; i++) { const r = await tools.t({ i }); s += r.v; }
+return s;"""
+PROMISE_ALL = """\
+const rs = await Promise.all(Array.from({ length: 100 }, (_, i) => tools.t({ i })));
+return rs.reduce((a, r) => a + r.v, 0);"""
+CPU_SORT = """\
+const a = [];
+for (let i = 0; i < 1e5; i++) a.push(Math.random());
+a.sort((x, y) => x - y);
+return a.length;"""
+TENANT_SCRIPT = """\
+const r = await tools.t({ i: %d });
+let s = 0;
+for (let k = 0; k < 20000; k++) s += k %% 7;
+return s + r.v;"""
+TENANTS = 4
+
+
+@dataclass
+class Sample:
+    """What one workload measured on one mode."""
+
+    latencies: list[float] = field(default_factory=list)  # seconds per unit
+    steps: int = 0
+    wall: float = 0.0
+    peak_rss: int = 0
+    shares: dict[str, float] | None = None  # tenant -> share of slot time
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def saw(self, step: Step) -> None:
+        self.steps += 1
+        if step.process is not None:
+            self.peak_rss = max(self.peak_rss, step.process.max_rss_bytes)
+
+
+def script(code: str, records: list[Record] | None = None, id: str = "bench") -> Script:
+    return Script(id=id, code=code, records=records or [], tools=["t"], clock=CLOCK)
+
+
+async def replay(mode: Mode, code: str, sample: Sample, tenant: str = "default") -> Step:
+    """Run ``code`` to its end, answering every call; returns the last step."""
+    records: list[Record] = []
+    while True:
+        step = await mode.step(script(code, records), tenant)
+        sample.saw(step)
+        if step.outcome != "calls":
+            return step
+        records = records + [
+            Record(name=c.name, arguments=c.arguments, result={"v": c.arguments["i"]})
+            for c in step.calls
+        ]
+
+
+def expect(step: Step, value: Any) -> None:
+    if step.outcome != "finished" or step.value != value:
+        raise AssertionError(
+            f"the benchmark script did not finish with {value!r}: {step.outcome} "
+            f"{step.value!r} {step.error}"
+        )
+
+
+@dataclass
+class Workload:
+    key: str
+    title: str
+    unit: str  # what a latency is the time of: "step" or "script"
+    counts: tuple[int, int, int, int]  # full fast, full slow, quick fast, quick slow
+    run: Callable[[Mode, int], Any]  # (mode, count) -> awaitable Sample
+    calls: int | None = None  # sequential calls per script, for the chart
+
+    def count(self, mode: str, quick: bool) -> int:
+        full_fast, full_slow, quick_fast, quick_slow = self.counts
+        slow = mode in SLOW_MODES
+        if quick:
+            return quick_slow if slow else quick_fast
+        return full_slow if slow else full_fast
+
+
+async def _trivial(mode: Mode, count: int) -> Sample:
+    sample = Sample()
+    start = time.perf_counter()
+    for _ in range(count):
+        t0 = time.perf_counter()
+        step = await mode.step(script(TRIVIAL))
+        sample.latencies.append(time.perf_counter() - t0)
+        sample.saw(step)
+        expect(step, 1)
+    sample.wall = time.perf_counter() - start
+    return sample
+
+
+async def _trivial_concurrent(mode: Mode, count: int) -> Sample:
+    sample = Sample()
+    workers = 2 * mode.slots.count
+
+    async def worker(k: int) -> None:
+        for _ in range(k, count, workers):
+            t0 = time.perf_counter()
+            step = await mode.step(script(TRIVIAL))
+            sample.latencies.append(time.perf_counter() - t0)
+            sample.saw(step)
+            expect(step, 1)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(k) for k in range(workers)))
+    sample.wall = time.perf_counter() - start
+    sample.extra["concurrency"] = workers
+    return sample
+
+
+def _sequential(n: int) -> Callable[[Mode, int], Any]:
+    async def run(mode: Mode, count: int) -> Sample:
+        sample = Sample()
+        start = time.perf_counter()
+        for _ in range(count):
+            t0 = time.perf_counter()
+            step = await replay(mode, SEQUENTIAL % n, sample)
+            sample.latencies.append(time.perf_counter() - t0)
+            expect(step, n * (n - 1) // 2)
+        sample.wall = time.perf_counter() - start
+        return sample
+
+    return run
+
+
+async def _one_script(mode: Mode, count: int, code: str, value: Any) -> Sample:
+    sample = Sample()
+    start = time.perf_counter()
+    for _ in range(count):
+        t0 = time.perf_counter()
+        step = await replay(mode, code, sample)
+        sample.latencies.append(time.perf_counter() - t0)
+        expect(step, value)
+    sample.wall = time.perf_counter() - start
+    return sample
+
+
+async def _promise_all(mode: Mode, count: int) -> Sample:
+    return await _one_script(mode, count, PROMISE_ALL, sum(range(100)))
+
+
+async def _cpu_sort(mode: Mode, count: int) -> Sample:
+    return await _one_script(mode, count, CPU_SORT, 100_000)
+
+
+async def _tenants(mode: Mode, per_tenant: int) -> Sample:
+    """TENANTS tenants each start ``per_tenant`` two-step scripts at once."""
+    sample = Sample()
+    before = dict(mode.slots.slot_seconds)
+    spin = sum(k % 7 for k in range(20000))
+
+    async def one(tenant: str, i: int) -> None:
+        t0 = time.perf_counter()
+        step = await replay(mode, TENANT_SCRIPT % i, sample, tenant)
+        sample.latencies.append(time.perf_counter() - t0)
+        expect(step, spin + i)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one(f"tenant{t}", i) for i in range(per_tenant) for t in range(TENANTS)))
+    sample.wall = time.perf_counter() - start
+    used = {
+        t: mode.slots.slot_seconds.get(t, 0.0) - before.get(t, 0.0)
+        for t in (f"tenant{k}" for k in range(TENANTS))
+    }
+    total = sum(used.values()) or 1.0
+    sample.shares = {t: u / total for t, u in used.items()}
+    return sample
+
+
+WORKLOADS = [
+    Workload("trivial", "trivial step (return 1)", "step", (300, 30, 40, 5), _trivial),
+    Workload(
+        "trivial_concurrent",
+        "trivial steps, 2 x slots at once",
+        "step",
+        (600, 40, 80, 8),
+        _trivial_concurrent,
+    ),
+    *(
+        Workload(f"seq_{n}", f"{n} sequential calls", "script", counts, _sequential(n), n)
+        for n, counts in (
+            (1, (20, 3, 5, 1)),
+            (10, (10, 2, 3, 1)),
+            (50, (5, 1, 1, 0)),
+            (200, (3, 1, 1, 0)),
+        )
+    ),
+    Workload("promise_all", "Promise.all of 100 calls", "script", (20, 3, 3, 1), _promise_all),
+    Workload("cpu_sort", "sort 10^5 numbers", "script", (10, 3, 2, 1), _cpu_sort),
+    Workload(
+        "tenants",
+        f"{TENANTS} tenants x N two-step scripts at once",
+        "script",
+        (50, 50, 5, 3),
+        _tenants,
+    ),
+]
