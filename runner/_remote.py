@@ -1,8 +1,9 @@
 """RemoteRunner: a ScriptRunner that sends each step to one of several runner services.
 
-Each step goes over a connection of its own (TCP, TLS when configured) to the service that
-looks least busy: the fewest steps in flight per slot, counting this client's steps and the
-busy slots the service reported when it last welcomed one, ties taken in turn. The client
+Each step goes, on a connection it has to itself while it runs (TCP, TLS when configured), to
+the service that looks least busy: the fewest steps per slot, counting this client's steps in
+flight and the other busy slots and waiting steps the service reported when it last welcomed a
+connection, ties taken in turn. The client
 answers the step's file reads from the engine's :class:`FileReader`, so services need no
 access to the engine's storage. The protocol is in ``runner._wire``.
 
@@ -126,7 +127,10 @@ class RemoteRunner(ScriptRunner):
     ``True`` for TLS checked against the system's certificate authorities, or an
     ``ssl.SSLContext``; ``ca`` (a PEM file) turns TLS on and checks the services'
     certificates against it; ``server_hostname`` overrides the name checked. A service that
-    fails is left out of rotation for ``cooldown`` seconds (by ``clock``).
+    fails is left out of rotation for ``cooldown`` seconds (by ``clock``). ``connect_timeout``
+    bounds the connection and the handshake; a step's answer may take its own deadline, the
+    service's slot wait and ``step_margin`` seconds. Up to ``keep_idle`` connections per
+    service stay open between steps.
 
     ``run`` raises :class:`RunError` only when no service could take the step; a script that
     fails is a failed :class:`Step`, as with every runner.
