@@ -1,11 +1,24 @@
 """Runners: what takes one step of a script and returns where it ended."""
 
+from collections.abc import Sequence
+
 from runner._base import FileMissing, FileReader, ProcessStats, RunError, ScriptRunner, Step
 from runner._process import ProcessRunner
 from runner._remote import RemoteRunner
 from runner._service import RunnerService
 from runner._slots import Slots, default_slot_count
-from runner.service_main import serve
+
+
+def serve(argv: Sequence[str] | None = None) -> int:
+    """``codemode runner serve [options]``: run a runner service until SIGTERM; the exit code.
+
+    See ``runner.service_main`` (imported here only when called, so that
+    ``python -m runner.service_main`` does not find itself already imported).
+    """
+    from runner.service_main import main
+
+    return main(argv)
+
 
 __all__ = [
     "FileMissing",
