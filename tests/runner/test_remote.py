@@ -310,7 +310,7 @@ async def test_tls(tmp_path: Path) -> None:
             await RemoteRunner([service.address], TOKEN, connect_timeout=2).run(script("x"))
 
 
-def test_from_config(tmp_path: Path) -> None:
+def test_from_options(tmp_path: Path) -> None:
     """[codemode.runner] builds a RemoteRunner; mistakes name the key and the remedy."""
     (tmp_path / "runner.token").write_text(TOKEN + "\n")
     remote = RemoteRunner.from_options(
