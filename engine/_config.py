@@ -43,6 +43,8 @@ _RUNNER_KEYS = {
     "tls",
     "ca_file",
     "server_name",
+    "connect_timeout",
+    "cooldown",
 }
 
 
@@ -50,6 +52,7 @@ _RUNNER_KEYS = {
 class RunnerConfig:
     kind: str = "local"
     options: dict[str, Any] = field(default_factory=dict)
+    base: Path | None = None  # the config file's folder: relative paths are read from it
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,7 @@ def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:
             isinstance(slots, bool) or not isinstance(slots, int) or slots < 1
         ):
             raise ConfigError(f"{where}: [codemode.runner] slots must be a whole number, 1 or more")
-    return RunnerConfig(kind=kind, options=options)
+    return RunnerConfig(kind=kind, options=options, base=base)
 
 
 def build_runner(config: RunnerConfig) -> ScriptRunner:
@@ -172,7 +175,7 @@ def build_runner(config: RunnerConfig) -> ScriptRunner:
     if config.kind == "remote":
         from runner import RemoteRunner
 
-        return RemoteRunner.from_options(options)
+        return RemoteRunner.from_options(options, base=config.base)
     from runner import ProcessRunner
 
     return ProcessRunner(**_local_options(options))
