@@ -96,7 +96,8 @@ class CodeMode:
 
     ``limits`` is a :class:`Limits` or a function from tenant to limits (asked at each
     step). ``worker`` answers the calls a script stops on (default: run them as proposed).
-    ``context`` is handed to tool handlers as ``ToolContext.host``. ``store`` defaults to a
+    ``context`` is handed to tool handlers as ``ToolContext.host``. ``call_timeout`` bounds a
+    call whose tool sets no ``timeout`` of its own (a call past it fails, catchably). ``store`` defaults to a
     SQLite log under ``data_dir`` (or in memory when neither is given); file attachments are
     kept as blobs in ``blobs`` (default: under ``data_dir``, or in memory).
     """
@@ -114,6 +115,7 @@ class CodeMode:
         skills: Iterable[Skill] = (),
         queue_timeout: float = 300.0,
         retry_delay: float = 3.0,
+        call_timeout: float | None = 300.0,
         clock: Callable[[], float] = time.time,
         blobs: BlobStore | None = None,
     ) -> None:
@@ -137,6 +139,7 @@ class CodeMode:
         self.worker: Worker = worker or proposed_worker
         self.context = context
         self.queue_timeout = queue_timeout
+        self.call_timeout = call_timeout
         self.retry_delay = retry_delay
         self.clock = clock
         self._script_locks: dict[str, asyncio.Lock] = {}
@@ -457,7 +460,11 @@ class CodeMode:
         )
 
     def _results_over(self, calls: list[log.CallEntry], limits: Limits) -> Step | None:
-        total = sum(len(orjson.dumps(c.result)) for c in calls if c.state == log.DONE)
+        total = sum(
+            c.extra.get("result_bytes") or len(orjson.dumps(c.result))
+            for c in calls
+            if c.state == log.DONE
+        )
         if total <= limits.results:
             return None
         return _limit_step(
@@ -514,8 +521,15 @@ class CodeMode:
     async def _run_call(self, record: log.ScriptRecord, entry: log.CallEntry) -> None:
         # The receipt: written before the call runs, so a crash can never run it twice.
         self.store.update_call(record.id, entry.index, state=log.RUNNING)
+        tool = self._by_name.get(entry.name)
+        timeout = None if tool is not None and tool.timeout is not None else self.call_timeout
         try:
-            result = await self._invoke(record, entry)
+            async with asyncio.timeout(timeout):
+                result = await self._invoke(record, entry)
+        except TimeoutError:
+            message = f"tools.{entry.name} timed out after {timeout:g} s"
+            self.store.update_call(record.id, entry.index, state=log.FAILED, error=message)
+            return
         except ToolCallError as e:
             self.store.update_call(record.id, entry.index, state=log.FAILED, error=e.message)
             return
@@ -525,6 +539,14 @@ class CodeMode:
             )
             message = f"tools.{entry.name} failed: {type(e).__name__}: {e}"
             self.store.update_call(record.id, entry.index, state=log.FAILED, error=message)
+            return
+        size = len(orjson.dumps(result))
+        if size > self.limits_for(record.tenant).results:
+            # Over the budget on its own: keep its size, not its bytes; the script ends on
+            # the results limit before its next run.
+            self.store.update_call(
+                record.id, entry.index, state=log.DONE, result=None, extra={"result_bytes": size}
+            )
             return
         self.store.update_call(record.id, entry.index, state=log.DONE, result=result)
 

@@ -453,3 +453,34 @@ async def test_each_step_logs_a_script_step_line(
         await slow.run_code("let x = 0; for (let i = 0; i < 3e6; i++) x += i; return x")
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings and "over half" in warnings[0].getMessage()
+
+
+async def test_huge_result_is_not_stored_and_ends_the_script(inproc: InProcessRunner) -> None:
+    """A result over the results budget on its own is not kept in the log; the script ends
+    on the results limit."""
+    store = MemoryStore()
+
+    @tool
+    def dump() -> str:
+        """A 20 MB result."""
+        return "z" * 20_000_000
+
+    engine = CodeMode([dump], runner=inproc, store=store)
+    result = await engine.run_code("const s = await tools.dump(); return s.length")
+    assert result.limit == "results" and "[codemode.limits] results" in result.text
+    (call,) = store.calls(result.script_id)
+    assert call.result is None and call.extra["result_bytes"] == 20_000_002
+
+
+async def test_a_hanging_tool_meets_the_default_call_timeout(inproc: InProcessRunner) -> None:
+    """A tool with no timeout of its own still has the engine's call deadline."""
+
+    @tool
+    async def hang() -> str:
+        """Never answers."""
+        await asyncio.sleep(3600)
+        return "never"
+
+    engine = CodeMode([hang], runner=inproc, call_timeout=0.2)
+    result = await engine.run_code("try { await tools.hang() } catch (e) { return e.message }")
+    assert result.value == "tools.hang timed out after 0.2 s"
