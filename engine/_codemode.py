@@ -97,9 +97,10 @@ class CodeMode:
     ``limits`` is a :class:`Limits` or a function from tenant to limits (asked at each
     step). ``worker`` answers the calls a script stops on (default: run them as proposed).
     ``context`` is handed to tool handlers as ``ToolContext.host``. ``call_timeout`` bounds a
-    call whose tool sets no ``timeout`` of its own (a call past it fails, catchably). ``store`` defaults to a
-    SQLite log under ``data_dir`` (or in memory when neither is given); file attachments are
-    kept as blobs in ``blobs`` (default: under ``data_dir``, or in memory).
+    call whose tool sets no ``timeout`` of its own (a call past it fails, catchably).
+    ``store`` defaults to a SQLite log under ``data_dir`` (or in memory when neither is
+    given); file attachments are kept as blobs in ``blobs`` (default: under ``data_dir``, or
+    in memory).
     """
 
     def __init__(

@@ -19,7 +19,6 @@ import logging
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import orjson
 
