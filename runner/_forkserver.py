@@ -191,6 +191,7 @@ class ForkServer:
         self._stderr = bytearray()
         self._starting: asyncio.Lock | None = None
         self._closed = False
+        self._reaping: set[asyncio.Task[None]] = set()  # zygotes that died, being reaped
         self.starts = 0  # how many zygotes this server started (tests watch restarts)
 
     # ---- lifecycle ----
@@ -245,6 +246,7 @@ class ForkServer:
         self._stderr = bytearray()
         assert self.popen.stderr is not None
         os.set_blocking(self.popen.stderr.fileno(), False)
+        loop.add_reader(self.popen.stderr.fileno(), self._drain_stderr, self.popen.stderr)
         ours.setblocking(False)
         self._sock = ours
         self._hello = loop.create_future()
@@ -258,12 +260,20 @@ class ForkServer:
             self._on_dead()
             raise RunError(f"the fork server did not start: {detail}{self._tail()}") from None
 
+    def _drain_stderr(self, stream: Any) -> None:
+        """Keep the tail of what the zygote writes to stderr (so it never blocks on it)."""
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            chunk = stream.read(65536)
+            if chunk:
+                self._stderr.extend(chunk)
+                del self._stderr[:-STDERR_KEEP]
+                return
+            if chunk == b"" and self.loop is not None:  # end of file
+                self.loop.remove_reader(stream.fileno())
+
     def _tail(self) -> str:
         if self.popen is not None and self.popen.stderr is not None:
-            with contextlib.suppress(OSError, ValueError, TypeError):
-                chunk = self.popen.stderr.read(65536)
-                if chunk:
-                    self._stderr.extend(chunk[-STDERR_KEEP:])
+            self._drain_stderr(self.popen.stderr)
         lines = self._stderr.decode("utf-8", "replace").strip().splitlines()
         return f" ({lines[-1][:300]})" if lines else ""
 
@@ -274,6 +284,8 @@ class ForkServer:
         self._on_dead()
         if popen is not None:
             await _reap_popen(popen, grace=2.0)
+        if self._reaping:
+            await asyncio.gather(*self._reaping, return_exceptions=True)
 
     def _abandon(self) -> None:
         """Drop a zygote started on another event loop, synchronously."""
@@ -311,10 +323,14 @@ class ForkServer:
                 exit_future.set_result(None)
         self._exits.clear()
         popen, self.popen = self.popen, None
+        if popen is not None and popen.stderr is not None and not loop_gone and self.loop:
+            self._drain_stderr(popen.stderr)  # its last words, for the error that follows
+            with contextlib.suppress(Exception):
+                self.loop.remove_reader(popen.stderr.fileno())
         if popen is not None and not self._closed and not loop_gone and self.loop is not None:
             task = self.loop.create_task(_reap_popen(popen, grace=2.0))
-            _background.add(task)
-            task.add_done_callback(_background.discard)
+            self._reaping.add(task)
+            task.add_done_callback(self._reaping.discard)
 
     # ---- messages ----
 
@@ -503,9 +519,6 @@ class ForkServer:
             stderr_fd=ours[2],
             exit=spawned.exit,
         )
-
-
-_background: set[asyncio.Task[None]] = set()
 
 
 async def _reap_popen(popen: subprocess.Popen[bytes], grace: float) -> None:

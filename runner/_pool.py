@@ -27,8 +27,10 @@ from runner._forkserver import ForkedChild, ForkServer
 log = logging.getLogger("codemode.runner")
 
 DEFAULT_IDLE_AFTER = 30.0
-# After a failed refill, wait this long before trying again (the step forks on demand).
+# After a failed refill, wait this long before trying again (doubling while it keeps
+# failing, up to the most); steps meanwhile fork on demand and report what goes wrong.
 RETRY_AFTER = 1.0
+RETRY_MOST = 30.0
 
 
 class WarmPool:
@@ -70,6 +72,7 @@ class WarmPool:
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._reaping: set[asyncio.Task[None]] = set()  # children let go, being reaped
 
     # ---- taking ----
 
@@ -117,6 +120,7 @@ class WarmPool:
 
     async def _refill_forever(self) -> None:
         assert self._wanted is not None
+        retry = RETRY_AFTER
         while not self._closed:
             try:
                 await asyncio.wait_for(self._wanted.wait(), self.idle_after)
@@ -127,9 +131,12 @@ class WarmPool:
             try:
                 await self.refill()
             except RunError as e:
-                log.warning("the warm pool could not refill: %s", e)
-                await asyncio.sleep(RETRY_AFTER)
+                log.warning("the warm pool could not refill (next try in %g s): %s", retry, e)
+                await asyncio.sleep(retry)
+                retry = min(2 * retry, RETRY_MOST)
                 self._want()
+            else:
+                retry = RETRY_AFTER
 
     async def refill(self) -> None:
         """Fork children until ``target`` are ready (one at a time: the zygote is serial)."""
@@ -184,8 +191,8 @@ class WarmPool:
         child.close_input()
         if self._loop is not None and not self._closed:
             task = self._loop.create_task(child.reap(grace=2.0))
-            _background.add(task)
-            task.add_done_callback(_background.discard)
+            self._reaping.add(task)
+            task.add_done_callback(self._reaping.discard)
         else:
             child.kill()
             child.close()
@@ -204,7 +211,6 @@ class WarmPool:
         children, self.idle = list(self.idle), deque()
         for child in children:
             child.close_input()  # a waiting child reads EOF and exits
-        await asyncio.gather(*(c.reap(grace=1.0) for c in children), return_exceptions=True)
-
-
-_background: set[asyncio.Task[None]] = set()
+        await asyncio.gather(
+            *(c.reap(grace=1.0) for c in children), *self._reaping, return_exceptions=True
+        )

@@ -226,3 +226,45 @@ def test_killing_the_runners_host_mid_step_leaves_no_process(mode: str, tmp_path
         if host.stdout is not None:
             host.stdout.close()
     assert zombies() == []
+
+
+async def test_a_zygote_that_cannot_start_is_a_run_error_that_quotes_it(tmp_path: Path) -> None:
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho 'boom: no sandbox here' >&2\nexit 1\n")
+    python.chmod(0o755)
+    async with ProcessRunner(mode="fork", python=str(python)) as runner:
+        with pytest.raises(RunError, match=r"fork server did not start.*boom: no sandbox here"):
+            await runner.run(script("return 1"))
+    assert zombies() == []
+
+
+UNCONFINED = """\
+import sys
+from sandbox import lockdown
+
+def refuse(**_):
+    raise lockdown.LockdownError("seccomp", "not on this host")
+
+lockdown.apply = refuse
+import sandbox.__main__ as main
+args = sys.argv[1:]
+sys.exit(main.main(args[args.index("sandbox") + 1 :]))
+"""
+
+
+@pytest.mark.parametrize("mode", ["exec", "fork", "pool"])
+async def test_a_sandbox_that_cannot_lock_down_runs_no_script(mode: str, tmp_path: Path) -> None:
+    (tmp_path / "unconfined.py").write_text(UNCONFINED)
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" -I "{tmp_path}/unconfined.py" "$@"\n')
+    python.chmod(0o755)
+    async with ProcessRunner(mode=mode, python=str(python)) as runner:  # type: ignore[arg-type]
+        for _ in range(2):
+            step = await runner.run(script("return 1"))
+            assert step.outcome == "failed" and step.error is not None
+            assert step.error.name == "SandboxUnavailable"
+            assert "could not lock itself down" in step.error.message
+            assert "not on this host" in step.error.message
+        if runner.pool is not None:
+            await until(lambda: runner.pool is not None and runner.pool.problem, "the pool")
+    assert zombies() == []

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import select
 import signal
 
 from runner import ProcessRunner
 from runner._process import POOL_MEMORY
-from tests.runner.support import children_of, limits_of, script, until
+from tests.runner.support import EVENT_TIMEOUT, children_of, limits_of, script, until
 
 MiB = 1024 * 1024
 
@@ -40,7 +41,9 @@ async def test_a_child_that_died_waiting_is_discarded_not_used() -> None:
         victim = runner.pool.idle[0]
         assert victim.pidfd is not None
         signal.pidfd_send_signal(victim.pidfd, signal.SIGKILL)
-        step = await runner.run(script("return 'fine'"))  # may race the death: must not matter
+        # Dead, but the runner has not heard yet (the zygote's report may be on its way).
+        select.select([victim.pidfd], [], [], EVENT_TIMEOUT)
+        step = await runner.run(script("return 'fine'"))
         assert step.outcome == "finished" and step.value == "fine"
         await until(lambda: victim not in runner.pool.idle, "the dead child to go")
 
