@@ -7,6 +7,9 @@
   "use strict";
 
   const toolNames = new Set(config.tools);
+  // Taken before the script runs, so a script that replaces JSON does not change what the
+  // host is sent (the host checks everything anyway).
+  const JSON = Object.freeze({ stringify: globalThis.JSON.stringify, parse: globalThis.JSON.parse });
 
   // ---- Determinism: the clock and randomness come from the script record. ----
   const RealDate = Date;

@@ -192,6 +192,9 @@ class Run:
             self.limit_errors[message] = "call_arguments"
             return "l" + message
         arguments = _json_loads(args_json)
+        if not isinstance(arguments, dict):
+            # Only a script that changed Object.prototype.toJSON or the like gets here.
+            return "t" + f"the arguments of tools.{name} did not turn into a JSON object"
         self.position += 1
         self.arg_bytes += args_bytes
         if self.arg_bytes > limits.arguments:
