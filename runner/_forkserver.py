@@ -30,7 +30,7 @@ import orjson
 
 from runner import _conversation as conv
 from runner._base import ProcessStats, RunError
-from runner._pipes import PipeWriter, _FdFeed, pipe_reader
+from runner._pipes import PipeFeed, PipeWriter, pipe_reader
 from sandbox import protocol
 
 STDERR_KEEP = 8 * 1024
@@ -68,7 +68,7 @@ class ForkedChild:
     server: ForkServer
     reader: conv.LineReader
     stdin: PipeWriter
-    stdout: _FdFeed
+    stdout: PipeFeed
     stderr_fd: int
     exit: asyncio.Future[ExitReport | None]
     started: float = field(default_factory=time.monotonic)
@@ -78,7 +78,7 @@ class ForkedChild:
     report: ExitReport | None = None
     stderr: bytearray = field(default_factory=bytearray)
     closed: bool = False
-    # Set at close: the child ended without reading all we wrote (so never ran the script).
+    # Set at close: the child ended without reading any of what we wrote (the script).
     unread: bool = False
 
     @property
@@ -133,7 +133,7 @@ class ForkedChild:
             return
         self.closed = True
         # What the child left in its stdin pipe: if all of the script, it never ran it.
-        self.unread = self.stdin.failed or self.stdin.unread() > 0
+        self.unread = self.stdin.untouched()
         self.close_input()
         self.stdout.close()
         self._read_stderr()
@@ -449,7 +449,7 @@ class ForkServer:
     # ---- children ----
 
     async def spawn(
-        self, *, memory: int, data_limit: int | None, prefault: bool = False
+        self, *, memory: int, data_limit: int | None, prefault: bool = False, nice: int = 0
     ) -> ForkedChild:
         """Fork a child that will lock itself down with these limits and say ``ready``.
 
@@ -483,6 +483,7 @@ class ForkServer:
                 "memory": memory,
                 "data_limit": data_limit,
                 "prefault": prefault,
+                "nice": nice,
             }
         }
         try:

@@ -24,6 +24,7 @@ class PipeWriter:
         self.loop = loop
         self.fd: int | None = fd
         self.failed = False
+        self.written = 0
 
     async def write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -31,12 +32,15 @@ class PipeWriter:
             if self.fd is None:
                 raise BrokenPipeError("the pipe is closed")
             try:
-                view = view[os.write(self.fd, view) :]
+                n = os.write(self.fd, view)
             except BlockingIOError:
                 await self._writable(self.fd)
             except OSError:
                 self.failed = True
                 raise BrokenPipeError("the process closed its stdin") from None
+            else:
+                self.written += n
+                view = view[n:]
 
     async def _writable(self, fd: int) -> None:
         ready: asyncio.Future[None] = self.loop.create_future()
@@ -61,6 +65,12 @@ class PipeWriter:
             return 0
         return int.from_bytes(raw, sys.byteorder)
 
+    def untouched(self) -> bool:
+        """True when the reader consumed none of what was written (or nothing could be)."""
+        if self.written == 0:
+            return self.failed
+        return self.unread() == self.written
+
     def close(self) -> None:
         if self.fd is not None:
             fd, self.fd = self.fd, None
@@ -69,7 +79,7 @@ class PipeWriter:
             os.close(fd)
 
 
-class _FdFeed:
+class PipeFeed:
     """Feeds a StreamReader from an fd; the reader pauses and resumes it like a transport."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, stream: asyncio.StreamReader):
@@ -115,7 +125,7 @@ class _FdFeed:
 
 def pipe_reader(
     loop: asyncio.AbstractEventLoop, fd: int, limit: int
-) -> tuple[asyncio.StreamReader, _FdFeed]:
+) -> tuple[asyncio.StreamReader, PipeFeed]:
     """A StreamReader reading the pipe ``fd`` (which it owns); close the feed to release it."""
     stream = asyncio.StreamReader(limit=limit, loop=loop)
-    return stream, _FdFeed(loop, fd, stream)
+    return stream, PipeFeed(loop, fd, stream)

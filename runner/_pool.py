@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -31,6 +32,7 @@ DEFAULT_IDLE_AFTER = 30.0
 # failing, up to the most); steps meanwhile fork on demand and report what goes wrong.
 RETRY_AFTER = 1.0
 RETRY_MOST = 30.0
+NICE = 10
 
 
 class WarmPool:
@@ -66,6 +68,9 @@ class WarmPool:
         # Run the warm-up once more in each child while it waits (see sandbox.zygote). Off:
         # measured on a 2-core VM, the copies it saves a step cost more CPU than they save.
         self.prefault = False
+        # Children wait at this nice value, so forking them ahead competes less with the
+        # steps running meanwhile; a taken child is set back to 0 (which takes root).
+        self.nice = NICE if os.geteuid() == 0 else 0
         self.problem: str | None = None  # why children cannot be had (unconfined), if so
         self.spawned = 0
         self._wanted: asyncio.Event | None = None
@@ -87,6 +92,12 @@ class WarmPool:
             candidate = self.idle.popleft()
             if candidate.alive():
                 child = candidate
+                if self.nice:
+                    # Not reported exited and its pidfd not readable: the pid is still its.
+                    try:
+                        os.setpriority(os.PRIO_PROCESS, child.pid, 0)
+                    except OSError:
+                        self.nice = 0  # not allowed here after all: fork at 0 from now on
                 break
             self._discard(candidate)
         if child is None:
@@ -142,7 +153,10 @@ class WarmPool:
         """Fork children until ``target`` are ready (one at a time: the zygote is serial)."""
         while not self._closed and self.problem is None and len(self.idle) < self.target:
             child = await self.server.spawn(
-                memory=self.memory, data_limit=self.data_limit, prefault=self.prefault
+                memory=self.memory,
+                data_limit=self.data_limit,
+                prefault=self.prefault,
+                nice=self.nice,
             )
             self.spawned += 1
             try:

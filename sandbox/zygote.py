@@ -16,9 +16,10 @@ holds a secret, and each is under the seccomp filter before it reads a script.
 Control protocol, over a ``SOCK_SEQPACKET`` Unix socket (one JSON object per message):
 
 runner -> zygote
-    ``{"spawn": {"id": n, "memory": bytes, "data_limit": bytes | null, "prefault": bool}}``
-    with three fds in ``SCM_RIGHTS``: the child's stdin, stdout and stderr. The zygote forks
-    a child that keeps only those three, and closes its own copies.
+    ``{"spawn": {"id": n, "memory": bytes, "data_limit": bytes | null, "prefault": bool,
+    "nice": n}}`` with three fds in ``SCM_RIGHTS``: the child's stdin, stdout and stderr. The
+    zygote forks a child that keeps only those three, and closes its own copies. ``nice``
+    (for pool children, forked ahead) lowers the child's priority until its runner takes it.
     ``{"kill": {"pid": p}}``: SIGKILL a child it has not reaped yet (for kernels without
     pidfds; with them the runner signals the child's pidfd itself).
 zygote -> runner
@@ -146,6 +147,7 @@ class _Zygote:
             memory = int(body["memory"])
             data_limit = None if body.get("data_limit") is None else int(body["data_limit"])
             prefault = bool(body.get("prefault"))
+            nice = int(body.get("nice") or 0)
             pid = os.fork()
         except (OSError, ValueError, TypeError, KeyError) as e:
             for fd in fds:
@@ -153,7 +155,7 @@ class _Zygote:
             self.send("failed", {"id": spawn_id, "error": f"{type(e).__name__}: {e}"})
             return
         if pid == 0:
-            self._child(fds, memory, data_limit, prefault)
+            self._child(fds, memory, data_limit, prefault, nice)
         for fd in fds:
             os.close(fd)
         self.children[pid] = spawn_id
@@ -167,7 +169,7 @@ class _Zygote:
                 os.close(pidfd)
 
     def _child(
-        self, fds: list[int], memory: int, data_limit: int | None, prefault: bool
+        self, fds: list[int], memory: int, data_limit: int | None, prefault: bool, nice: int
     ) -> NoReturn:
         """In the new child: keep only its own pipes as 0/1/2, then serve one script.
 
@@ -186,6 +188,8 @@ class _Zygote:
             if self.problem is not None:
                 os.write(1, protocol.encode(protocol.Unconfined(error=self.problem)))
                 os._exit(3)
+            if nice > 0:
+                os.nice(nice)
             if prefault:
                 self.warm_up()
             self.serve(memory_ceiling=memory, data_limit=data_limit, filter_bpf=self.filter_bpf)

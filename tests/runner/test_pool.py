@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import select
 import signal
 
+import psutil
+import pytest
+
 from runner import ProcessRunner
+from runner._pool import NICE
 from runner._process import POOL_MEMORY
 from tests.runner.support import EVENT_TIMEOUT, children_of, limits_of, script, until
 
@@ -111,5 +116,22 @@ async def test_pool_children_lower_their_limits_to_the_script() -> None:
         )
         await until(lambda: limits_of(child.pid)["Max cpu time"] == ("2", "3"), "tighten to apply")
         assert limits_of(child.pid)["Max data size"] == (str(700 * MiB),) * 2
+        step = await running
+        assert step.limit is not None and step.limit.name == "compute_ms"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root may set a taken child back to nice 0")
+async def test_children_wait_at_a_low_priority_and_run_at_the_normal_one() -> None:
+    async with ProcessRunner(mode="pool", pool_size=1) as runner:
+        assert runner.pool is not None and runner.server is not None
+        await runner.run(script("return 1"))
+        await until(lambda: len(runner.pool.idle) == 1, "the pool to fill")
+        waiting = runner.pool.idle[0]
+        assert psutil.Process(waiting.pid).nice() == NICE
+        running = asyncio.create_task(runner.run(script("for (;;) {}", compute_ms=1000)))
+        await until(
+            lambda: limits_of(waiting.pid).get("Max cpu time") == ("2", "3"), "the step to run"
+        )
+        assert psutil.Process(waiting.pid).nice() == 0
         step = await running
         assert step.limit is not None and step.limit.name == "compute_ms"
