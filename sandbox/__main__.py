@@ -21,7 +21,9 @@ import os
 import sys
 from typing import NoReturn
 
-from sandbox import lockdown, protocol, runtime
+import orjson
+
+from sandbox import files, lockdown, protocol, runtime
 
 EXIT_UNCONFINED = 3
 EXIT_PROTOCOL = 4
@@ -62,6 +64,17 @@ def _warm_up() -> None:
     protocol.decode(protocol.encode(failed), ("ran",))
     with contextlib.suppress(protocol.ProtocolError):
         protocol.decode(b"[]", ("script",))
+    files.warm_up()
+    data = b"a,b\n1,2\n"
+    with_files = protocol.Script(
+        id="warm-up-files",
+        code="files.list(); files.stat('w.csv'); await files.text('w.csv'); files.show('w.csv');"
+        "for await (const r of files.csv('w.csv')) {} for await (const l of files.lines('w.csv')) {}"
+        "try { files.stat('nope') } catch (e) {}",
+        files=[protocol.FileInfo(id="w.csv", mime="text/csv", size=len(data))],
+        clock=protocol.Clock(now_ms=0, seed=1),
+    )
+    runtime.run_in_process(with_files, lambda _f, offset, length: data[offset : offset + length])
 
 
 def _argument(argv: list[str], name: str, default: int) -> int:
@@ -98,6 +111,30 @@ def serve(
         os._exit(EXIT_INTERNAL)
 
 
+def _fetch(file_id: str, offset: int, length: int) -> bytes:
+    """File bytes from the runner: a ``read`` line out, ``bytes`` + raw bytes or ``missing`` in.
+
+    A runner that breaks this exchange ends the process: the run cannot go on without it.
+    """
+    _write(protocol.encode(protocol.ReadRequest(file=file_id, offset=offset, len=length)))
+    stdin = sys.stdin.buffer
+    line = stdin.readline(protocol.MAX_SMALL_LINE + 1)
+    try:
+        answer = orjson.loads(line) if line.endswith(b"\n") else None
+    except orjson.JSONDecodeError:
+        answer = None
+    if isinstance(answer, dict) and isinstance(answer.get("missing"), str):
+        raise files.FileError(f"{file_id} is gone: {answer['missing']}")
+    size = answer.get("bytes") if isinstance(answer, dict) else None
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= length:
+        os.write(2, b"sandbox: the runner answered a read with something else\n")
+        os._exit(EXIT_PROTOCOL)
+    data = stdin.read(size)
+    if len(data) != size:
+        os._exit(EXIT_PROTOCOL)
+    return data
+
+
 def _run_one(data_limit: int | None) -> NoReturn:
     line = sys.stdin.buffer.readline(protocol.MAX_SCRIPT_LINE + 1)
     if not line:
@@ -122,7 +159,7 @@ def _run_one(data_limit: int | None) -> NoReturn:
         compute_ms=script.limits.compute_ms, memory=script.limits.memory, data_limit=data_limit
     )
     channel = _ProcessChannel()
-    ran = runtime.Run(script, channel).execute()
+    ran = runtime.Run(script, channel, _fetch).execute()
     channel.end(ran)
 
 
