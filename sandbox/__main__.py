@@ -69,7 +69,8 @@ def _warm_up() -> None:
     with_files = protocol.Script(
         id="warm-up-files",
         code="files.list(); files.stat('w.csv'); await files.text('w.csv'); files.show('w.csv');"
-        "for await (const r of files.csv('w.csv')) {} for await (const l of files.lines('w.csv')) {}"
+        "for await (const r of files.csv('w.csv')) {}"
+        "for await (const l of files.lines('w.csv')) {}"
         "try { files.stat('nope') } catch (e) {}",
         files=[protocol.FileInfo(id="w.csv", mime="text/csv", size=len(data))],
         clock=protocol.Clock(now_ms=0, seed=1),

@@ -106,3 +106,43 @@ async def test_file_bytes_limit_through_the_engine(inproc: InProcessRunner) -> N
         "return await files.text('sales.csv')", files=[Attachment("sales.csv", data=SALES)]
     )
     assert result.limit == "file_bytes" and "[codemode.limits] file_bytes" in result.text
+
+
+async def test_files_through_the_confined_process() -> None:
+    """The real process reads attachments through the runner's read exchange: CSV, xlsx,
+    a missing file, and a shown file, in one script."""
+    import io
+
+    import openpyxl
+
+    from runner import ProcessRunner
+
+    book = openpyxl.Workbook()
+    book.active.append(["sku", "count"])
+    book.active.append(["a-1", 3])
+    buffer = io.BytesIO()
+    book.save(buffer)
+    code = """
+    const totals = {};
+    for await (const row of files.csv("sales.csv")) totals[row.region] = (totals[row.region] ?? 0) + Number(row.amount);
+    const stock = [];
+    for await (const row of files.xlsx("stock.xlsx")) stock.push(row);
+    let missing;
+    try { files.stat("nope.csv") } catch (e) { missing = e.message }
+    files.show("sales.csv");
+    return { totals, stock, missing };
+    """
+    async with ProcessRunner() as runner:
+        engine = CodeMode([], runner=runner)
+        result = await engine.run_code(
+            code,
+            files=[
+                Attachment("sales.csv", data=SALES),
+                Attachment("stock.xlsx", data=buffer.getvalue()),
+            ],
+        )
+    assert result.status == "finished", result.text
+    assert result.value["totals"] == {"north": 17, "south": 5}
+    assert result.value["stock"] == [{"sku": "a-1", "count": 3}]
+    assert "no file 'nope.csv'" in result.value["missing"]
+    assert "Shown: sales.csv (text/csv" in result.text
