@@ -14,8 +14,8 @@ from typing import Any
 
 import psutil
 
-from runner import ScriptRunner, Step
-from sandbox.protocol import Clock, Limits, Record, Script
+from runner import FileMissing, ScriptRunner, Step
+from sandbox.protocol import Clock, FileInfo, Limits, Record, Script
 from tests.runner.conftest import Harness, open_fds
 
 Check = Callable[[Harness], None]
@@ -118,6 +118,48 @@ def check_printed_and_stats(h: Harness) -> None:
     assert step.outcome == "finished"
     assert step.printed == "hello 42\n"
     assert step.returned and step.value is None
+
+
+class _Files:
+    """A FileReader over a dict; a name in ``gone`` is missing when read."""
+
+    def __init__(self, blobs: dict[str, bytes], gone: set[str]) -> None:
+        self.blobs = blobs
+        self.gone = gone
+        self.reads = 0
+
+    async def read(self, file_id: str, offset: int, length: int) -> bytes:
+        self.reads += 1
+        if file_id in self.gone:
+            raise FileMissing("deleted")
+        return self.blobs[file_id][offset : offset + length]
+
+
+def check_file_reads(h: Harness) -> None:
+    """File bytes come through the runner's read exchange, in pieces; a gone file throws."""
+    big = b"0123456789abcdef" * 40_000  # 640,000 bytes: several reads
+    reader = _Files({"a.txt": b"hello files", "big.txt": big}, gone={"gone.txt"})
+    code = """\
+const a = await files.text("a.txt");
+const big = await files.text("big.txt");
+let gone;
+try { await files.text("gone.txt") } catch (e) { gone = e.message }
+return { a, big: big.length, tail: big.slice(-4), gone };"""
+    infos = [
+        FileInfo(id="a.txt", mime="text/plain", size=11),
+        FileInfo(id="big.txt", mime="text/plain", size=len(big)),
+        FileInfo(id="gone.txt", mime="text/plain", size=3),
+    ]
+    step = h.step(script(code).model_copy(update={"files": infos}), reader)
+    assert step.outcome == "finished", step.error
+    assert step.value == {
+        "a": "hello files",
+        "big": len(big),
+        "tail": "cdef",
+        "gone": "gone.txt is gone: deleted",
+    }
+    assert reader.reads >= 3
+    assert step.stats.file_bytes == 11 + len(big)
 
 
 # ---- limits ----------------------------------------------------------------------------------

@@ -20,6 +20,10 @@ def test_printed_and_stats(runner: Harness) -> None:
     c.check_printed_and_stats(runner)
 
 
+def test_file_reads(runner: Harness) -> None:
+    c.check_file_reads(runner)
+
+
 @pytest.mark.parametrize(
     "check",
     [
