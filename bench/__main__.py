@@ -52,12 +52,17 @@ def _machine(slots: int) -> dict[str, object]:
     }
 
 
-async def _settle(mode: Mode) -> None:
-    """Warm a mode up (and let a pool fill) so the first measured step is not a cold one."""
+async def _warm(mode: Mode) -> None:
+    """Start a mode and take a few steps, so the first measured step is not a cold one."""
     from bench._workloads import TRIVIAL, script
 
     for _ in range(3):
         await mode.step(script(TRIVIAL))
+    await _settle(mode)
+
+
+async def _settle(mode: Mode) -> None:
+    """Let a warm pool fill up again between workloads."""
     runner = getattr(mode, "runner", None)
     pool = getattr(runner, "pool", None)
     if pool is not None:
@@ -67,31 +72,35 @@ async def _settle(mode: Mode) -> None:
 
 
 async def run(args: argparse.Namespace) -> list[_report.Row]:
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    """Every workload on every mode; one runner per mode for the whole run, as a host has."""
+    names = [m.strip() for m in args.modes.split(",") if m.strip()]
     only = {w.strip() for w in args.only.split(",") if w.strip()}
     workloads = [w for w in WORKLOADS if not only or w.key in only]
     slots = default_slot_count()
+    modes = {name: make_mode(name, slots) for name in names}
     rows: list[_report.Row] = []
-    for workload in workloads:
-        for name in modes:
-            count = workload.count(name, args.quick)
-            if count == 0:
-                continue
-            count = max(1, round(count * args.scale))
-            mode = make_mode(name, slots)
-            try:
+    try:
+        for mode in modes.values():
+            await _warm(mode)
+        for workload in workloads:
+            for name, mode in modes.items():
+                count = workload.count(name, args.quick)
+                if count == 0:
+                    continue
+                count = max(1, round(count * args.scale))
                 await _settle(mode)
                 sample = await workload.run(mode, count)
-            finally:
-                await mode.aclose()
-            row = _report.Row.of(workload, name, count, sample)
-            rows.append(row)
-            print(
-                f"  {workload.key:<20} {name:<6} n={count:<4} p50 {row.p50_ms:9.2f} ms  "
-                f"{row.steps_per_s:8.1f} steps/s",
-                file=sys.stderr,
-                flush=True,
-            )
+                row = _report.Row.of(workload, name, count, sample)
+                rows.append(row)
+                print(
+                    f"  {workload.key:<20} {name:<6} n={count:<4} p50 {row.p50_ms:9.2f} ms  "
+                    f"{row.steps_per_s:8.1f} steps/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    finally:
+        for mode in modes.values():
+            await mode.aclose()
     _report.add_ratios(rows)
     return rows
 

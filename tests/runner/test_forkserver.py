@@ -135,6 +135,7 @@ async def test_a_zygote_that_died_between_steps_is_replaced_quietly(mode: str) -
 
 
 async def test_killing_a_child_mid_step_fails_that_step_only() -> None:
+    before = open_fds()
     async with ProcessRunner(mode="pool") as runner:
         task = asyncio.create_task(runner.run(script(SPIN, compute_ms=5000)))
         child = await running_child(runner, task)
@@ -144,6 +145,7 @@ async def test_killing_a_child_mid_step_fails_that_step_only() -> None:
         assert step.process is not None and step.process.exit_status == signal.SIGKILL
         assert (await runner.run(script("return 2"))).value == 2
     assert zombies() == []
+    assert open_fds() == before
 
 
 async def test_the_zygote_survives_a_malformed_control_message() -> None:
