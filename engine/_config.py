@@ -28,24 +28,11 @@ from typing import Any
 from engine._errors import ConfigError
 from engine._limits import Limits
 from runner import ScriptRunner
+from runner._remote import OPTIONS as REMOTE_OPTIONS
 
 _TOP_KEYS = {"data_dir", "limits", "runner", "queue_timeout"}
-_RUNNER_KEYS = {
-    "kind",
-    "mode",
-    "slots",
-    "script_wait",
-    "data_limit",
-    "addresses",
-    "token",
-    "token_file",
-    "token_env",
-    "tls",
-    "ca_file",
-    "server_name",
-    "connect_timeout",
-    "cooldown",
-}
+# Local runner options, and what a RemoteRunner takes (it owns that list).
+_RUNNER_KEYS = {"kind", "mode", "slots", "script_wait", "data_limit"} | set(REMOTE_OPTIONS)
 
 
 @dataclass(frozen=True)
@@ -91,12 +78,7 @@ class Config:
         section = data.get("codemode", {})
         if not isinstance(section, dict):
             raise ConfigError(f"{where}: codemode must be a table")
-        unknown = set(section) - _TOP_KEYS
-        if unknown:
-            raise ConfigError(
-                f"{where}: unknown key(s) in [codemode]: {', '.join(sorted(unknown))}; "
-                f"known: {', '.join(sorted(_TOP_KEYS))}"
-            )
+        _refuse_unknown(section, _TOP_KEYS, f"{where}: [codemode]")
         limits_table = section.get("limits", {})
         if not isinstance(limits_table, dict):
             raise ConfigError(f"{where}: [codemode.limits] must be a table")
@@ -122,15 +104,19 @@ class Config:
         )
 
 
+def _refuse_unknown(table: dict[str, Any], known: set[str], where: str) -> None:
+    unknown = set(table) - known
+    if unknown:
+        raise ConfigError(
+            f"{where} has unknown key(s) {', '.join(sorted(unknown))}; "
+            f"known: {', '.join(sorted(known))}"
+        )
+
+
 def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: [codemode.runner] must be a table")
-    unknown = set(table) - _RUNNER_KEYS
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) in [codemode.runner]: {', '.join(sorted(unknown))}; "
-            f"known: {', '.join(sorted(_RUNNER_KEYS))}"
-        )
+    _refuse_unknown(table, _RUNNER_KEYS, f"{where}: [codemode.runner]")
     kind = table.get("kind", "local")
     if kind not in ("local", "remote"):
         raise ConfigError(f'{where}: [codemode.runner] kind = {kind!r}; use "local" or "remote"')
