@@ -321,7 +321,12 @@ class CodeMode:
                 break
             except RunError as e:
                 waited = time.monotonic() - queued
-                if waited + self.retry_delay > self.queue_timeout:
+                if e.permanent or waited + self.retry_delay > self.queue_timeout:
+                    if e.permanent:
+                        raise StepUnavailable(
+                            f"no runner can take a step of script {record.id}: {e}; fix that, "
+                            "then resume the script"
+                        ) from e
                     raise StepUnavailable(
                         f"no runner took a step of script {record.id} within "
                         f"{self.queue_timeout:g} s ({e}); resume it later"

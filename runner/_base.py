@@ -19,7 +19,13 @@ class RunError(Exception):
 
     Not a script failure: the engine puts the step back on its queue and tries it again
     later. A script that fails is a failed :class:`Step`, never a ``RunError``.
+    ``permanent`` says waiting will not help (every service refused this host's token, say):
+    the engine gives up at once and says why, instead of retrying until its queue timeout.
     """
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 class FileMissing(Exception):

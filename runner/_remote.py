@@ -71,6 +71,10 @@ class _Down(Exception):
     """This service failed: take it out of rotation and try the next one."""
 
 
+class _Refused(_Down):
+    """The service refused this client's token."""
+
+
 class _Stale(_Down):
     """The connection ended before the service said anything about the step.
 
@@ -112,6 +116,7 @@ class _Remote:
     steps: int = 0  # steps it answered for this client
     failures: int = 0  # times it was taken out of rotation
     abandoned: int = 0  # steps it went away in the middle of (run again elsewhere)
+    refused_us: bool = False  # its last answer was a refusal of our token: a config error
     idle: list[tuple[wire.Channel, wire.Welcome, asyncio.AbstractEventLoop]] = field(
         default_factory=list
     )  # connections kept open between steps
@@ -285,6 +290,7 @@ class RemoteRunner(ScriptRunner):
             try:
                 step = await self._run_on(remote, script, files, tenant)
                 remote.steps += 1
+                remote.refused_us = False
                 return step
             except _Skip as e:
                 reasons.append(f"{remote.address}: {e}")
@@ -292,8 +298,14 @@ class RemoteRunner(ScriptRunner):
                 remote.down_until = self.clock() + self.cooldown
                 remote.why = str(e)
                 remote.failures += 1
+                remote.refused_us = isinstance(e, _Refused)
                 reasons.append(f"{remote.address}: {e}")
-        raise RunError(f"no runner service could take step {script.id!r}: " + "; ".join(reasons))
+        # Every service refusing our token will not change by waiting: say so at once.
+        permanent = all(r.refused_us for r in self._remotes)
+        raise RunError(
+            f"no runner service could take step {script.id!r}: " + "; ".join(reasons),
+            permanent=permanent,
+        )
 
     async def _run_on(
         self, remote: _Remote, script: Script, files: FileReader | None, tenant: str
@@ -402,8 +414,9 @@ class RemoteRunner(ScriptRunner):
             raise
         if isinstance(message, wire.Refused):
             conn.abort()
-            hint = "; check the token" if "token" in message.error else ""
-            raise _Down(f"it refused the connection: {message.error}{hint}")
+            if "token" in message.error:
+                raise _Refused(f"it refused the connection: {message.error}; check the token")
+            raise _Down(f"it refused the connection: {message.error}")
         if not wire.WIRE_OLDEST <= message.version <= wire.WIRE_VERSION:
             conn.abort()
             raise _Down(f"it chose wire version {message.version}, which this client lacks")

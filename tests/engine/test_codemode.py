@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from engine import CodeMode, Limits, MemoryStore, Tool, ToolContext, tool
+from engine import CodeMode, Limits, MemoryStore, StepUnavailable, Tool, ToolContext, tool
+from runner import RunError
 from tests.engine.conftest import InProcessRunner
 
 STALE_PRS = """
@@ -484,3 +485,43 @@ async def test_a_hanging_tool_meets_the_default_call_timeout(inproc: InProcessRu
     engine = CodeMode([hang], runner=inproc, call_timeout=0.2)
     result = await engine.run_code("try { await tools.hang() } catch (e) { return e.message }")
     assert result.value == "tools.hang timed out after 0.2 s"
+
+
+class _Refusing(InProcessRunner):
+    """A runner that cannot take steps: for a while, or for good."""
+
+    def __init__(self, failures: int, permanent: bool = False) -> None:
+        super().__init__()
+        self.failures = failures
+        self.permanent = permanent
+        self.tries = 0
+
+    async def run(self, script: Any, files: Any = None, *, tenant: str = "default") -> Any:
+        self.tries += 1
+        if self.tries <= self.failures:
+            raise RunError("busy right now", permanent=self.permanent)
+        return await super().run(script, files, tenant=tenant)
+
+
+async def test_run_errors_requeue_the_step_until_a_runner_takes_it() -> None:
+    """A runner that cannot take a step now gets it again a little later."""
+    runner = _Refusing(failures=2)
+    engine = CodeMode([], runner=runner, retry_delay=0.01, queue_timeout=5)
+    assert (await engine.run_code("return 3")).value == 3
+    assert runner.tries == 3
+
+
+async def test_queue_timeout_and_permanent_refusals_raise_step_unavailable() -> None:
+    """Past the queue timeout, or when waiting cannot help, the host gets StepUnavailable and
+    the script stays in the log, resumable."""
+    engine = CodeMode([], runner=_Refusing(failures=10**6), retry_delay=0.01, queue_timeout=0.05)
+    with pytest.raises(StepUnavailable, match="within"):
+        await engine.run_code("return 3")
+    refused = _Refusing(failures=1, permanent=True)
+    engine = CodeMode([], runner=refused, retry_delay=10, queue_timeout=600)
+    with pytest.raises(StepUnavailable, match="fix that") as info:
+        await engine.run_code("return 4")
+    assert refused.tries == 1
+    (record,) = engine.store.scripts()
+    assert (await engine.resume(record.id)).value == 4
+    assert "busy right now" in str(info.value)

@@ -194,6 +194,20 @@ async def test_no_service_can_take_the_step() -> None:
             await remote.run(script("x"))
 
 
+async def test_a_refused_token_everywhere_is_permanent() -> None:
+    """When every service refuses the token, waiting cannot help: the RunError says so
+    (permanent), so the engine stops at once; one service still up keeps it transient."""
+    async with services(FakeRunner(failing("unused"))) as [service]:
+        remote = RemoteRunner([service.address], "not-the-token-at-all")
+        with pytest.raises(RunError, match="check the token") as caught:
+            await remote.run(script("x"))
+        assert caught.value.permanent
+        mixed = RemoteRunner([service.address, "127.0.0.1:1"], "not-the-token-at-all")
+        with pytest.raises(RunError) as caught:
+            await mixed.run(script("x"))
+        assert not caught.value.permanent
+
+
 async def test_a_service_that_dies_mid_step_loses_nothing() -> None:
     """The step of a service that goes away before answering runs on another."""
     gate = asyncio.Event()
