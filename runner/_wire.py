@@ -183,13 +183,9 @@ def encode_missing(why: str) -> bytes:
 def envelope(line: bytes) -> tuple[str, Any]:
     """Split a line into its kind and body. Raises :class:`WireError` if it is no envelope."""
     try:
-        data = orjson.loads(line)
-    except orjson.JSONDecodeError as e:
-        raise WireError(f"a line that is not JSON ({e}): {_preview(line)}") from None
-    if not isinstance(data, dict) or len(data) != 1:
-        raise WireError(f"a line that is not a one-key message envelope: {_preview(line)}")
-    ((kind, body),) = data.items()
-    return kind, body
+        return protocol.envelope(line)
+    except protocol.ProtocolError as e:
+        raise WireError(str(e)) from None
 
 
 def decode(line: bytes, expect: tuple[str, ...]) -> Any:
@@ -233,11 +229,6 @@ def _invalid(kind: str, e: ValidationError) -> str:
     first = e.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or kind
     return f"a malformed {kind!r} message: {where}: {first['msg']}"
-
-
-def _preview(line: bytes, n: int = 120) -> str:
-    text = line[:n].decode("utf-8", "replace")
-    return repr(text) + ("..." if len(line) > n else "")
 
 
 def step_bound(script: protocol.Script) -> int:

@@ -218,11 +218,8 @@ def encode(message: _Model) -> bytes:
     return orjson.dumps({kind: body}) + b"\n"
 
 
-def decode(line: bytes, expect: tuple[str, ...]) -> Any:
-    """Parse one line into the message it holds, which must be one of ``expect`` kinds.
-
-    Raises :class:`ProtocolError` naming what was wrong.
-    """
+def envelope(line: bytes) -> tuple[str, Any]:
+    """Split a line into its kind and body. Raises :class:`ProtocolError` if it is none."""
     try:
         data = orjson.loads(line)
     except orjson.JSONDecodeError as e:
@@ -230,6 +227,15 @@ def decode(line: bytes, expect: tuple[str, ...]) -> Any:
     if not isinstance(data, dict) or len(data) != 1:
         raise ProtocolError(f"a line that is not a one-key message envelope: {_preview(line)}")
     ((kind, body),) = data.items()
+    return kind, body
+
+
+def decode(line: bytes, expect: tuple[str, ...]) -> Any:
+    """Parse one line into the message it holds, which must be one of ``expect`` kinds.
+
+    Raises :class:`ProtocolError` naming what was wrong.
+    """
+    kind, body = envelope(line)
     if kind not in expect:
         raise ProtocolError(f"a {kind!r} message where {' or '.join(expect)} was expected")
     try:

@@ -78,11 +78,12 @@ asyncio.run(main())
 """
 
 
-def _host(tmp_path: Path, *args: str, stdin: str = "") -> dict:
+def _run_host(tmp_path: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """One host process over the data directory in ``tmp_path``."""
     tools = tmp_path / "tools.py"
     tools.write_text(TOOLS)
     program = HOST.format(root=str(ROOT), tools=str(tools), data=str(tmp_path / "data"))
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", program, *args],
         input=stdin,
         capture_output=True,
@@ -91,6 +92,10 @@ def _host(tmp_path: Path, *args: str, stdin: str = "") -> dict:
         env={**os.environ, "LEDGER": str(tmp_path / "ledger")},
         cwd=ROOT,
     )
+
+
+def _host(tmp_path: Path, *args: str, stdin: str = "") -> dict:
+    proc = _run_host(tmp_path, *args, stdin=stdin)
     assert proc.returncode == 0, proc.stderr
     return orjson.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -124,18 +129,7 @@ def test_host_killed_mid_call_never_runs_that_call_twice(tmp_path: Path) -> None
     try { await tools.crash({ n: 2 }) } catch (e) { note = e.message }
     return { a, note };
     """
-    tools = tmp_path / "tools.py"
-    tools.write_text(TOOLS)
-    program = HOST.format(root=str(ROOT), tools=str(tools), data=str(tmp_path / "data"))
-    proc = subprocess.run(
-        [sys.executable, "-c", program, "start"],
-        input=script,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "LEDGER": str(tmp_path / "ledger")},
-        cwd=ROOT,
-    )
+    proc = _run_host(tmp_path, "start", stdin=script)
     assert proc.returncode == 9  # the tool took the host down
     assert _ledger(tmp_path) == ["fetch 1", "crash 2"]
     store = SqliteStore(tmp_path / "data")
