@@ -155,6 +155,21 @@ class CodeMode:
         """
         return run_code_tool(self.tools, skills=self._declares_skills, notes=[FILES_NOTE])
 
+    def direct_call_error(self, name: str) -> str:
+        """The error for a model that called a tool directly: code mode is all or nothing,
+        so every tool but ``run_code`` is reached from a script."""
+        if name in self._by_name or name in BUILTIN_TOOLS:
+            return (
+                f"{name} is not called directly: call it from run_code, in a script such as "
+                f"`return await tools.{name}({{ ... }})`"
+            )
+        near = closest_names(name, self._tool_names)
+        hint = f" (the closest are {', '.join(near)})" if near else ""
+        return (
+            f"there is no tool {name!r}{hint}; the only tool is run_code, and scripts reach "
+            "the others as tools.<name>"
+        )
+
     def skills_prompt(self) -> str:
         """The system-prompt text listing each skill with the tools it names."""
         return skills_listing(self.skills)

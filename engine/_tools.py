@@ -266,6 +266,11 @@ class Tool:
         description = definition.get("description") or ""
         if not isinstance(description, str):
             raise ToolDefinitionError(f'MCP tool {name!r}: "description" must be a string')
+        if handler is not None and callable(handler):
+            from engine._mcp import wrap_handler  # late: it imports this module
+
+            # MCP answers are CallToolResults or text: the script gets them parsed.
+            handler = wrap_handler(handler)
         return cls(
             name,
             description=description,

@@ -525,3 +525,13 @@ async def test_queue_timeout_and_permanent_refusals_raise_step_unavailable() -> 
     (record,) = engine.store.scripts()
     assert (await engine.resume(record.id)).value == 4
     assert "busy right now" in str(info.value)
+
+
+def test_direct_calls_are_refused_with_a_pointer_to_run_code() -> None:
+    """Code mode is all or nothing: a direct call to a tool is refused with an error that
+    says to call it from run_code."""
+    calls: list[tuple[str, Any]] = []
+    engine = CodeMode(_github(calls), runner=InProcessRunner())
+    message = engine.direct_call_error("github__list_prs")
+    assert "call it from run_code" in message and "tools.github__list_prs(" in message
+    assert "github__list_prs" in engine.direct_call_error("github__list_pr")

@@ -1,0 +1,88 @@
+"""Results of tools that speak MCP: what a script gets back from them.
+
+An MCP tool answers with a ``CallToolResult``: ``content`` blocks (text, mostly), maybe
+``structuredContent``, and ``isError``. The spec says a call "returns the tool's result,
+parsed when it is JSON", so the script gets the structured content when there is some, else
+the text, parsed when it is JSON; ``isError`` makes the call fail with the text.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from engine._tools import ToolCallError
+
+
+def unwrap(result: Any) -> Any:
+    """The value a script sees for an MCP handler's result (see the module docstring)."""
+    if isinstance(result, Mapping) and isinstance(result.get("content"), list):
+        texts = [
+            block.get("text", "")
+            for block in result["content"]
+            if isinstance(block, Mapping) and block.get("type") == "text"
+        ]
+        text = "\n".join(t for t in texts if isinstance(t, str))
+        if result.get("isError"):
+            raise ToolCallError(text or "the tool reported an error")
+        if result.get("structuredContent") is not None:
+            return result["structuredContent"]
+        others = [
+            b for b in result["content"] if isinstance(b, Mapping) and b.get("type") != "text"
+        ]
+        if others and not texts:
+            return list(others)
+        return _parsed(text)
+    if isinstance(result, str):
+        return _parsed(result)
+    return result
+
+
+def _parsed(text: str) -> Any:
+    stripped = text.strip()
+    if (
+        stripped[:1] in ("{", "[", '"')
+        or stripped in ("true", "false", "null")
+        or _numeric(stripped)
+    ):
+        try:
+            return orjson.loads(stripped)
+        except orjson.JSONDecodeError:
+            return text
+    return text
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return bool(text) and text[0] in "-0123456789"
+
+
+def wrap_handler(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """``handler`` with its results unwrapped; the same signature, sync or async."""
+    if inspect.iscoroutinefunction(handler):
+
+        @functools.wraps(handler)
+        async def async_unwrapped(*args: Any, **kwargs: Any) -> Any:
+            return unwrap(await handler(*args, **kwargs))
+
+        return async_unwrapped
+
+    @functools.wraps(handler)
+    def unwrapped(*args: Any, **kwargs: Any) -> Any:
+        result = handler(*args, **kwargs)
+        if inspect.isawaitable(result):
+            return _await_unwrap(result)
+        return unwrap(result)
+
+    return unwrapped
+
+
+async def _await_unwrap(awaitable: Any) -> Any:
+    return unwrap(await awaitable)
