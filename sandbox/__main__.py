@@ -78,6 +78,16 @@ def _warm_up() -> None:
     runtime.run_in_process(with_files, lambda _f, offset, length: data[offset : offset + length])
 
 
+# The fork server compiles the prelude once, before it forks: every child starts with it.
+_PREPARED: runtime.Prepared | None = None
+
+
+def _warm_up_zygote() -> None:
+    global _PREPARED
+    _warm_up()
+    _PREPARED = runtime.Prepared()
+
+
 def _argument(argv: list[str], name: str, default: int) -> int:
     if name in argv:
         return int(argv[argv.index(name) + 1])
@@ -160,7 +170,7 @@ def _run_one(data_limit: int | None) -> NoReturn:
         compute_ms=script.limits.compute_ms, memory=script.limits.memory, data_limit=data_limit
     )
     channel = _ProcessChannel()
-    ran = runtime.Run(script, channel, _fetch).execute()
+    ran = runtime.Run(script, channel, _fetch, _PREPARED).execute()
     channel.end(ran)
 
 
@@ -171,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # `serve` and `_warm_up` are looked up here, at call time, so a test stand-in that
         # replaces them on this module is what the fork server's children run.
-        return zygote.main(args, serve=serve, warm_up=_warm_up)
+        return zygote.main(args, serve=serve, warm_up=lambda: _warm_up_zygote())
     memory_ceiling = _argument(args, "--memory-ceiling", protocol.Limits().memory)
     data_limit = _argument(args, "--data-limit", 0) or None
     try:

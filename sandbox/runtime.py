@@ -113,7 +113,14 @@ class _Printed:
 class Run:
     """One run of one script. Create, then call :meth:`execute` once."""
 
-    def __init__(self, script: Script, channel: Channel, fetch: Fetch | None = None) -> None:
+    def __init__(
+        self,
+        script: Script,
+        channel: Channel,
+        fetch: Fetch | None = None,
+        prepared: Prepared | None = None,
+    ) -> None:
+        self.prepared = prepared
         self.script = script
         self.limits: Limits = script.limits
         self.files = Files(script.files, script.limits, fetch or _no_fetch)
@@ -354,21 +361,33 @@ class Run:
         except MemoryError:
             self._end_limit("memory", self._memory_message())
 
+    def _host_functions(self) -> dict[str, Any]:
+        return {
+            name: self._guard(fn)
+            for name, fn in (
+                ("call", self._call),
+                ("print", self._print),
+                ("closest", self._closest),
+                ("done", self._done),
+                ("fail", self._fail),
+                ("file", self._file),
+            )
+        }
+
     def _execute(self) -> Ran:
         script = self.script
-        ctx = _quickjs.Context()
+        prepared = self.prepared
+        if prepared is not None and prepared.take(self):
+            ctx = prepared.ctx
+            prelude = "__cm_prelude"
+        else:
+            ctx = _quickjs.Context()
+            for name, fn in self._host_functions().items():
+                ctx.add_callable("__cm_" + name, fn)
+            prelude = f"({PRELUDE})"
         self.ctx = ctx
         ctx.set_memory_limit(self.limits.memory)
         ctx.set_max_stack_size(JS_STACK_BYTES)
-        for name, fn in (
-            ("__cm_call", self._call),
-            ("__cm_print", self._print),
-            ("__cm_closest", self._closest),
-            ("__cm_done", self._done),
-            ("__cm_fail", self._fail),
-            ("__cm_file", self._file),
-        ):
-            ctx.add_callable(name, self._guard(fn))
         seed = script.clock.seed & 0xFFFFFFFFFFFFFFFF
         config = orjson.dumps(
             {
@@ -380,12 +399,16 @@ class Run:
             }
         ).decode()
         code = _well_formed(script.code)
+        # The script's lines come first, so line n of the script is line n + 1 here; a
+        # prepared prelude lives past PRELUDE_LINE, beyond any script's last line.
         source = (
             "const __cm_main = async function () {\n" + code + "\n};\n(function () {\n"
             "  const host = { call: __cm_call, print: __cm_print, closest: __cm_closest,"
             " done: __cm_done, fail: __cm_fail, file: __cm_file };\n"
             "  for (const k of Object.keys(host)) delete globalThis['__cm_' + k];\n"
-            f"  const settle = ({PRELUDE})({config}, host);\n"
+            f"  const prelude = {prelude};\n"
+            "  delete globalThis.__cm_prelude;\n"
+            f"  const settle = prelude({config}, host);\n"
             "  settle(__cm_main());\n"
             "})();\n"
         )
@@ -533,6 +556,41 @@ def _no_fetch(file_id: str, offset: int, length: int) -> bytes:
     raise FileError(f"{file_id} cannot be read: this run was given no way to read files")
 
 
+# A prepared prelude starts past the last line any script can have (scripts are bounded at
+# 256 KiB), so a stack frame in it is never read as a line of the script.
+PRELUDE_LINE = 300_000
+
+
+class Prepared:
+    """A QuickJS context with the prelude already compiled, made before the script exists.
+
+    Compiling the prelude is most of a trivial run's cost; a fork server makes one of these
+    before it forks, so every child starts with it. It serves one run (a process runs one
+    script); the host functions it registers call into whichever run took it.
+    """
+
+    def __init__(self) -> None:
+        self.ctx = _quickjs.Context()
+        self._functions: dict[str, Any] | None = None
+        for name in ("call", "print", "closest", "done", "fail", "file"):
+            self.ctx.add_callable("__cm_" + name, self._dispatch(name))
+        self.ctx.eval("\n" * PRELUDE_LINE + f"globalThis.__cm_prelude = ({PRELUDE});")
+
+    def _dispatch(self, name: str) -> Any:
+        def call(*args: Any) -> Any:
+            functions = self._functions
+            return "x" if functions is None else functions[name](*args)
+
+        return call
+
+    def take(self, run: Run) -> bool:
+        """Give the context to ``run``; False if another run had it already."""
+        if self._functions is not None:
+            return False
+        self._functions = run._host_functions()
+        return True
+
+
 class _Collect:
     ran: Ran | None = None
 
@@ -540,7 +598,9 @@ class _Collect:
         self.ran = ran
 
 
-def run_in_process(script: Script, fetch: Fetch | None = None) -> Ran:
+def run_in_process(
+    script: Script, fetch: Fetch | None = None, prepared: Prepared | None = None
+) -> Ran:
     """Run ``script`` in this process, with no confinement at all.
 
     For tests of the script semantics and for the benchmark's floor; never for a model's
@@ -548,7 +608,7 @@ def run_in_process(script: Script, fetch: Fetch | None = None) -> Ran:
     """
     channel = _Collect()
     try:
-        return Run(script, channel, fetch).execute()
+        return Run(script, channel, fetch, prepared).execute()
     except _Ended:
         assert channel.ran is not None
         return channel.ran
