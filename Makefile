@@ -22,6 +22,13 @@ system-deps:
 	  fi; \
 	fi
 
+	@# openssl makes the self-signed certificates the runner service's TLS tests use.
+	@if ! command -v openssl >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get install -y openssl || (apt-get update && apt-get install -y openssl)); \
+	  else echo "openssl is missing: install it (Debian/Ubuntu: sudo apt-get install openssl)"; exit 1; fi; \
+	fi
+
 $(STAMP): pyproject.toml | system-deps
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

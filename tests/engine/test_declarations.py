@@ -25,6 +25,7 @@ from engine._declarations import BUDGET, declare_tool, declare_tools, run_code_t
 from engine._search import ToolIndex
 from engine._tools import Tool, load_mcp_tools, unique_tools
 from engine._typescript import Namer
+from tests._needs import require
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = Path(__file__).parent / "schemas"
@@ -368,7 +369,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     """Write every TypeScript file the tests check, run tsc once, and return its errors by
     file name (a file with no entry compiled cleanly)."""
     if not TSC.exists():
-        pytest.skip(
+        require(
             f"{TSC.relative_to(ROOT)} is missing: run `npm install --no-audit --no-fund` in "
             f"{ROOT} (`make install` does) to check the declarations with TypeScript"
         )

@@ -22,6 +22,8 @@ from typing import IO, Any
 
 import pytest
 
+from tests._needs import require
+
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 20.0
 NOBODY = 65534
@@ -48,12 +50,12 @@ def seccomp_unavailable() -> str | None:
 def _needs_seccomp() -> None:
     reason = seccomp_unavailable()
     if reason:
-        pytest.skip(reason)
+        require(reason)
 
 
 def needs_root() -> None:
     if os.geteuid() != 0:
-        pytest.skip("needs root: lockdown drops to nobody only when started as root")
+        require("root: lockdown drops to nobody only when started as root")
 
 
 class _Lines:
@@ -266,7 +268,7 @@ def run_fresh(
 def zygote() -> Iterator[Zygote]:
     reason = seccomp_unavailable()
     if reason:
-        pytest.skip(reason)
+        require(reason)
     z = Zygote()
     yield z
     z.close()

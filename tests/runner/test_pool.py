@@ -8,11 +8,11 @@ import select
 import signal
 
 import psutil
-import pytest
 
 from runner import ProcessRunner
 from runner._pool import NICE
 from runner._process import POOL_MEMORY
+from tests._needs import require
 from tests.runner.support import EVENT_TIMEOUT, children_of, limits_of, script, until
 
 MiB = 1024 * 1024
@@ -120,8 +120,9 @@ async def test_pool_children_lower_their_limits_to_the_script() -> None:
         assert step.limit is not None and step.limit.name == "compute_ms"
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="only root may set a taken child back to nice 0")
 async def test_children_wait_at_a_low_priority_and_run_at_the_normal_one() -> None:
+    if os.geteuid() != 0:
+        require("root: only root may set a taken child back to nice 0")
     async with ProcessRunner(mode="pool", pool_size=1) as runner:
         assert runner.pool is not None and runner.server is not None
         await runner.run(script("return 1"))

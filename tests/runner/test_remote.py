@@ -12,6 +12,7 @@ from runner import FileMissing, ProcessRunner, RemoteRunner, RunError, Step
 from runner import _wire as wire
 from runner._service import RunnerService
 from sandbox.protocol import FileInfo, Ran, Record, Script
+from tests._needs import require
 
 from .remote_support import (
     TOKEN,
@@ -307,7 +308,7 @@ async def test_tls(tmp_path: Path) -> None:
     """With a certificate, steps run over TLS; a client without TLS or the CA gets nowhere."""
     pair = self_signed(tmp_path)
     if pair is None:
-        pytest.skip("openssl is not installed, so no certificate can be made for the test")
+        require("openssl, to make a certificate for the test (make installs it)")
     cert, key = pair
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)

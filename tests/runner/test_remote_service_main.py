@@ -15,6 +15,7 @@ import pytest
 
 from runner import RemoteRunner, RunError
 from runner.service_main import main
+from tests._needs import require
 
 from .remote_support import TOKEN, script, self_signed
 
@@ -112,7 +113,7 @@ async def test_serves_over_tls(tmp_path: Path) -> None:
     """--cert and --key: clients that check the certificate run steps, others get nowhere."""
     pair = self_signed(tmp_path)
     if pair is None:
-        pytest.skip("openssl is not installed, so no certificate can be made for the test")
+        require("openssl, to make a certificate for the test (make installs it)")
     cert, key = pair
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)

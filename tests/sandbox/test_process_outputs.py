@@ -9,19 +9,11 @@ few of them.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-
-import pytest
 
 from runner import ProcessRunner, Step
 from sandbox import protocol
 from sandbox.protocol import PRINTED_HEAD, PRINTED_TAIL, VALUE_BOUND, KiB, MiB, Script
 from tests.sandbox.conftest import script
-
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("sandbox.lockdown") is None,
-    reason="needs sandbox/lockdown.py (the real lockdown) to start a sandbox process",
-)
 
 NOTE_ROOM = 200
 
