@@ -35,6 +35,7 @@ from engine._tools import Tool, ToolCallError, ToolContext, unique_tools
 from engine._worker import Decision, Worker, ask, calls_trigger, proposed_worker
 from runner import RunError, ScriptRunner, Step
 from sandbox import protocol
+from sandbox.protocol import limit_message, size_text
 
 logger = logging.getLogger("codemode")
 
@@ -259,12 +260,13 @@ class CodeMode:
         tool = self._by_name.get(entry.name)
         try:
             data = tool._check_result(result) if tool is not None else result
-            orjson.dumps(data)
+            size = len(orjson.dumps(data))
         except (ToolCallError, TypeError) as e:
             message = e.message if isinstance(e, ToolCallError) else str(e)
             self.store.update_call(script_id, entry.index, state=log.FAILED, error=message)
             return
-        self.store.update_call(script_id, entry.index, state=log.DONE, result=data)
+        extra = {**entry.extra, "result_bytes": size}
+        self.store.update_call(script_id, entry.index, state=log.DONE, result=data, extra=extra)
 
     def _waiting(self, script_id: str, call_id: str, state: str) -> log.CallEntry:
         for entry in self.store.calls(script_id):
@@ -363,21 +365,17 @@ class CodeMode:
         )
         self._log_step(record, step, limits, wait_ms, run_ms, cpu_ms)
         if file_total > limits.total_file_bytes and step.outcome != "failed":
-            message = (
-                f"total_file_bytes limit met: the script's runs have read {file_total:,} bytes "
-                f"of files in all, over the {limits.total_file_bytes:,} one script may read; "
-                "read files before calling tools (each run reads them again), read less, or "
-                "raise [codemode.limits] total_file_bytes"
+            return _limit_step(
+                "total_file_bytes",
+                f"the script's runs have read {size_text(file_total)} of files in all, over "
+                f"the {size_text(limits.total_file_bytes)} one script may read",
             )
-            return Step.failure("LimitError", message, limit="total_file_bytes")
         if total > limits.total_compute_ms and step.outcome == "calls":
-            message = (
-                f"total_compute_ms limit met: the script's runs have used {total:,.0f} ms of "
-                f"CPU in all, over the {limits.total_compute_ms:,} ms one script may use; do "
-                "less work before each call (each run repeats it), or raise "
-                "[codemode.limits] total_compute_ms"
+            return _limit_step(
+                "total_compute_ms",
+                f"the script's runs have used {total:,.0f} ms of CPU in all, over the "
+                f"{limits.total_compute_ms:,} ms one script may use",
             )
-            return Step.failure("LimitError", message, limit="total_compute_ms")
         return step
 
     def _log_step(
@@ -433,33 +431,29 @@ class CodeMode:
         if count > limits.calls:
             return _limit_step(
                 "calls",
-                f"calls limit met: the script made {count:,} calls, the most one script may "
-                f"make is {limits.calls:,}; batch the work into fewer calls, or raise "
-                "[codemode.limits] calls",
+                f"the script made {count:,} calls, the most one script may make is "
+                f"{limits.calls:,}",
             )
         sizes = [len(orjson.dumps(c.arguments)) for c in step.calls]
         biggest = max(sizes, default=0)
         if biggest > limits.call_arguments:
             return _limit_step(
                 "call_arguments",
-                f"call_arguments limit met: a call's arguments are {biggest:,} bytes, over "
-                f"{limits.call_arguments:,}; pass less per call, or raise [codemode.limits] "
-                "call_arguments",
+                f"a call's arguments are {size_text(biggest)}, over the "
+                f"{size_text(limits.call_arguments)} one call may take",
             )
         if sum(sizes) > limits.step_arguments:
             return _limit_step(
                 "step_arguments",
-                f"step_arguments limit met: the calls of one step pass {sum(sizes):,} bytes "
-                f"of arguments together, over {limits.step_arguments:,}; await some calls "
-                "before making the next, or raise [codemode.limits] step_arguments",
+                f"the calls of one step pass {size_text(sum(sizes))} of arguments together, "
+                f"over the {size_text(limits.step_arguments)} one step may pass",
             )
-        total = sum(sizes) + sum(len(orjson.dumps(c.arguments)) for c in calls)
+        total = sum(sizes) + sum(_argument_bytes(c) for c in calls)
         if total > limits.arguments:
             return _limit_step(
                 "arguments",
-                f"arguments limit met: the script's calls pass {total:,} bytes of arguments "
-                f"in all, over {limits.arguments:,}; pass less, or raise [codemode.limits] "
-                "arguments",
+                f"the script's calls pass {size_text(total)} of arguments in all, over the "
+                f"{size_text(limits.arguments)} one script may pass",
             )
         return None
 
@@ -475,24 +469,20 @@ class CodeMode:
                     call_id=f"call_{record.id[:8]}_{start + i + 1}",
                     name=call.name,
                     arguments=call.arguments,
+                    extra={"argument_bytes": len(orjson.dumps(call.arguments))},
                 )
                 for i, call in enumerate(step.calls)
             ]
         )
 
     def _results_over(self, calls: list[log.CallEntry], limits: Limits) -> Step | None:
-        total = sum(
-            c.extra.get("result_bytes") or len(orjson.dumps(c.result))
-            for c in calls
-            if c.state == log.DONE
-        )
+        total = sum(_result_bytes(c) for c in calls if c.state == log.DONE)
         if total <= limits.results:
             return None
         return _limit_step(
             "results",
-            f"results limit met: the script's calls returned {total:,} bytes of results, over "
-            f"the {limits.results:,} one script may read; ask tools for less (filter, page, "
-            "select fields), or raise [codemode.limits] results",
+            f"the script's calls returned {size_text(total)} of results, over the "
+            f"{size_text(limits.results)} one script may read",
         )
 
     # ---- settling calls: the worker, approvals, the client, and running them ----
@@ -562,14 +552,12 @@ class CodeMode:
             self.store.update_call(record.id, entry.index, state=log.FAILED, error=message)
             return
         size = len(orjson.dumps(result))
+        extra = {**entry.extra, "result_bytes": size}
         if size > self.limits_for(record.tenant).results:
             # Over the budget on its own: keep its size, not its bytes; the script ends on
             # the results limit before its next run.
-            self.store.update_call(
-                record.id, entry.index, state=log.DONE, result=None, extra={"result_bytes": size}
-            )
-            return
-        self.store.update_call(record.id, entry.index, state=log.DONE, result=result)
+            result = None
+        self.store.update_call(record.id, entry.index, state=log.DONE, result=result, extra=extra)
 
     async def _invoke(self, record: log.ScriptRecord, entry: log.CallEntry) -> Any:
         if entry.name == "tool_search":
@@ -674,8 +662,19 @@ class CodeMode:
         self.store.close()
 
 
-def _limit_step(name: str, message: str) -> Step:
-    return Step.failure("LimitError", message, limit=name)
+def _limit_step(name: str, detail: str) -> Step:
+    return Step.failure("LimitError", limit_message(name, detail), limit=name)
+
+
+# Sizes kept with each call when it is recorded, so a step does not re-serialize the log.
+def _argument_bytes(entry: log.CallEntry) -> int:
+    size = entry.extra.get("argument_bytes")
+    return size if isinstance(size, int) else len(orjson.dumps(entry.arguments))
+
+
+def _result_bytes(entry: log.CallEntry) -> int:
+    size = entry.extra.get("result_bytes")
+    return size if isinstance(size, int) else len(orjson.dumps(entry.result))
 
 
 __all__ = ["CodeMode", "CodeModeError", "RunResult"]

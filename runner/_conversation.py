@@ -233,21 +233,18 @@ def step_from(
     limits = script.limits
     if outcome.ran is not None:
         return Step.from_ran(outcome.ran, process)
-    compute = (
-        f"compute_ms limit met: the script used its {limits.compute_ms:,} ms of CPU in one run; "
-        "do less work per run (ask tools for less, avoid busy loops), or raise "
-        "[codemode.limits] compute_ms"
+    compute = protocol.limit_message(
+        "compute_ms", f"the script used its {limits.compute_ms:,} ms of CPU in one run"
     )
     if term_signal in (signal.SIGPROF, signal.SIGXCPU) or (
         term_signal == signal.SIGKILL and process.cpu_ms >= limits.compute_ms
     ):
         return Step.failure("LimitError", compute, limit="compute_ms", process=process)
     if outcome.timed_out:
-        message = (
-            f"compute_ms limit met: the run passed its deadline of "
-            f"{3 * limits.compute_ms / 1000 + 1:,.1f} s of wall time (three times its CPU "
-            "allowance plus one second) and was stopped; raise [codemode.limits] compute_ms "
-            "if the script needs more"
+        message = protocol.limit_message(
+            "compute_ms",
+            f"the run passed its deadline of {3 * limits.compute_ms / 1000 + 1:,.1f} s of wall "
+            "time (three times its CPU allowance plus one second) and was stopped",
         )
         return Step.failure("LimitError", message, limit="compute_ms", process=process)
     if term_signal == signal.SIGSYS:
@@ -259,10 +256,10 @@ def step_from(
     if "MemoryError" in stderr_tail or (
         term_signal == signal.SIGKILL and not killed_by_us and process.max_rss_bytes
     ):
-        message = (
-            f"memory limit met: the script's process ran out of memory (its heap limit is "
-            f"twice memory, {limits.memory * 2:,} bytes or more); work on less data at once, "
-            "or raise [codemode.limits] memory"
+        message = protocol.limit_message(
+            "memory",
+            "the script's process ran out of memory (its heap limit is twice memory, "
+            f"{protocol.size_text(limits.memory * 2)} or more)",
         )
         return Step.failure("LimitError", message, limit="memory", process=process)
     if outcome.problem is not None:

@@ -24,7 +24,7 @@ from xml.etree import ElementTree
 
 import orjson
 
-from sandbox.protocol import FileInfo, Limits
+from sandbox.protocol import FileInfo, Limits, limit_message, size_text
 
 CHUNK = 256 * 1024
 BATCH_BYTES = 64 * 1024
@@ -55,11 +55,7 @@ class FileLimit(Exception):
 Fetch = Callable[[str, int, int], bytes]
 
 
-def _size(n: int) -> str:
-    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:,.1f} {unit}".replace(".0 ", " ")
-    return f"{n:,} bytes"
+_size = size_text
 
 
 class Files:
@@ -99,10 +95,11 @@ class Files:
         if self.bytes_read + length > self.limits.file_bytes:
             raise FileLimit(
                 "file_bytes",
-                f"file_bytes limit met: this run read {_size(self.bytes_read + length)} of "
-                f"files, over the {_size(self.limits.file_bytes)} one run may read; read less "
-                "(files.chunks with an offset, a stream with { limit }), or raise "
-                "[codemode.limits] file_bytes",
+                limit_message(
+                    "file_bytes",
+                    f"this run read {_size(self.bytes_read + length)} of files, over the "
+                    f"{_size(self.limits.file_bytes)} one run may read",
+                ),
             )
         data = self._fetch(file_id, offset, length)
         self.bytes_read += len(data)
@@ -153,26 +150,32 @@ class Files:
         limits = self.limits
         if len(self.shown) + 1 > limits.shown_files:
             raise FileError(
-                f"shown_files limit met: the script already shows {len(self.shown)} files, the "
-                f"most one script may show is {limits.shown_files}; show fewer, or raise "
-                "[codemode.limits] shown_files"
+                limit_message(
+                    "shown_files",
+                    f"the script already shows {len(self.shown)} files, the most one script "
+                    f"may show is {limits.shown_files}",
+                )
             )
         if is_media(info.mime):
             if self.shown_media + info.size > limits.shown_media:
                 raise FileError(
-                    f"shown_media limit met: showing {info.id} ({_size(info.size)}) would put "
-                    f"{_size(self.shown_media + info.size)} of media in front of the model, "
-                    f"over {_size(limits.shown_media)}; show a smaller file, or raise "
-                    "[codemode.limits] shown_media"
+                    limit_message(
+                        "shown_media",
+                        f"showing {info.id} ({_size(info.size)}) would put "
+                        f"{_size(self.shown_media + info.size)} of media in front of the "
+                        f"model, over {_size(limits.shown_media)}",
+                    )
                 )
             self.shown_media += info.size
         else:
             room = limits.shown - self.shown_text
             if room <= 0:
                 raise FileError(
-                    f"shown limit met: the files shown already fill the {_size(limits.shown)} "
-                    "of file text the model may see; print the part you need instead, or raise "
-                    "[codemode.limits] shown"
+                    limit_message(
+                        "shown",
+                        f"the files shown already fill the {_size(limits.shown)} of file text "
+                        "the model may see",
+                    )
                 )
             self.shown_text += min(info.size, room)
         self.shown.append(info.id)
@@ -187,9 +190,11 @@ class Files:
         info = self.info(file_id)
         if len(self.streams) >= self.limits.streams:
             raise FileError(
-                f"streams limit met: {len(self.streams)} files are open at once, the most one "
-                f"script may have is {self.limits.streams}; finish or break out of a loop "
-                "before opening another, or raise [codemode.limits] streams"
+                limit_message(
+                    "streams",
+                    f"{len(self.streams)} files are open at once, the most one script may have "
+                    f"is {self.limits.streams}",
+                )
             )
         if not isinstance(options, dict):
             raise FileError(f"files.{kind} takes an object of options, as {{ limit: 10 }}")

@@ -41,6 +41,38 @@ PRINTED_TAIL = 64 * KiB
 VALUE_BOUND = 256 * KiB
 
 
+# What to do about each limit: every message that says a limit was met ends with it.
+REMEDIES = {
+    "calls": "batch the work into fewer calls",
+    "results": "ask tools for less (filter, page, select fields)",
+    "arguments": "pass less",
+    "call_arguments": "pass less per call (split the work)",
+    "step_arguments": "await some calls before making the next",
+    "memory": "work on less data at once (ask tools for less, stream files)",
+    "compute_ms": "do less work per run (ask tools for less, avoid busy loops)",
+    "total_compute_ms": "do less work before each call (each run repeats it)",
+    "file_bytes": "read less (files.chunks with an offset, a stream with { limit })",
+    "total_file_bytes": "read files before calling tools (each run reads them again), read less",
+    "streams": "finish or break out of a loop before opening another",
+    "shown_files": "show fewer files",
+    "shown": "print the part you need instead",
+    "shown_media": "show a smaller file",
+}
+
+
+def limit_message(name: str, detail: str) -> str:
+    """The message for limit ``name`` met: what happened, what to do, how to raise it."""
+    return f"{name} limit met: {detail}; {REMEDIES[name]}, or raise [codemode.limits] {name}"
+
+
+def size_text(n: int) -> str:
+    """A byte count as people read it: ``3 MiB``, ``1.5 KiB``, ``812 bytes``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}".replace(".0 ", " ")
+    return f"{n:,} bytes"
+
+
 class ProtocolError(Exception):
     """A line that is too long, not JSON, or not the expected message."""
 

@@ -36,6 +36,8 @@ from sandbox.protocol import (
     ScriptError,
     Stats,
     canonical_json,
+    limit_message,
+    size_text,
 )
 
 PRELUDE = resources.files("sandbox").joinpath("prelude.js").read_text(encoding="utf-8")
@@ -65,12 +67,7 @@ class _Ended(Exception):
     """Raised on the Python side only, after ``Channel.end`` returned (in-process use)."""
 
 
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            value = n / scale
-            return f"{value:,.1f} {unit}".replace(".0 ", " ")
-    return f"{n:,} bytes"
+_size = size_text
 
 
 @dataclass
@@ -191,10 +188,10 @@ class Run:
         number = index + 1
         args_bytes = len(args_json.encode("utf-8"))
         if args_bytes > limits.call_arguments:
-            message = (
-                f"call_arguments limit met: the arguments of tools.{name} are {_size(args_bytes)}, "
-                f"over the {_size(limits.call_arguments)} one call may take; pass less per call "
-                "(split the work), or raise [codemode.limits] call_arguments"
+            message = limit_message(
+                "call_arguments",
+                f"the arguments of tools.{name} are {_size(args_bytes)}, over the "
+                f"{_size(limits.call_arguments)} one call may take",
             )
             self.limit_errors[message] = "call_arguments"
             return "l" + message
@@ -207,9 +204,8 @@ class Run:
         if self.arg_bytes > limits.arguments:
             self._end_limit(
                 "arguments",
-                f"arguments limit met: the script's calls have passed {_size(self.arg_bytes)} of "
-                f"arguments, over the {_size(limits.arguments)} one script may pass; pass less, "
-                "or raise [codemode.limits] arguments",
+                f"the script's calls have passed {_size(self.arg_bytes)} of arguments, over the "
+                f"{_size(limits.arguments)} one script may pass",
             )
         if index < len(self.records):
             record = self.records[index]
@@ -222,26 +218,22 @@ class Run:
             if self.results_bytes > limits.results:
                 self._end_limit(
                     "results",
-                    f"results limit met: the script has read {_size(self.results_bytes)} of "
-                    f"results, over the {_size(limits.results)} one script may read; ask tools "
-                    "for less (filter, page, select fields), or raise [codemode.limits] results",
+                    f"the script has read {_size(self.results_bytes)} of results, over the "
+                    f"{_size(limits.results)} one script may read",
                 )
             return "r" + result_json.decode()
         if number > limits.calls:
             self._end_limit(
                 "calls",
-                f"calls limit met: the script made {number:,} calls, the most one script may "
-                f"make is {limits.calls:,}; batch the work into fewer calls, or raise "
-                "[codemode.limits] calls",
+                f"the script made {number:,} calls, the most one script may make is "
+                f"{limits.calls:,}",
             )
         self.step_arg_bytes += args_bytes
         if self.step_arg_bytes > limits.step_arguments:
             self._end_limit(
                 "step_arguments",
-                f"step_arguments limit met: the calls this step asks for pass "
-                f"{_size(self.step_arg_bytes)} of arguments together, over the "
-                f"{_size(limits.step_arguments)} one step may pass; await some calls before "
-                "making the next, or raise [codemode.limits] step_arguments",
+                f"the calls this step asks for pass {_size(self.step_arg_bytes)} of arguments "
+                f"together, over the {_size(limits.step_arguments)} one step may pass",
             )
         self.new_calls.append(Call(name=name, arguments=arguments))
         return "p"
@@ -279,7 +271,7 @@ class Run:
         except FileError as e:
             return "t" + str(e)
         except FileLimit as e:
-            self._end_limit(e.name, e.message)
+            self._end_limit_message(e.name, e.message)
         return "r" + orjson.dumps(answer).decode()
 
     def _done(self, payload: str) -> None:
@@ -323,7 +315,11 @@ class Run:
     def _end_failed(self, name: str, message: str) -> NoReturn:
         self._end(Ran(outcome="failed", error=ScriptError(name=name, message=message)))
 
-    def _end_limit(self, name: str, message: str) -> NoReturn:
+    def _end_limit(self, name: str, detail: str) -> NoReturn:
+        """End the run on limit ``name``; ``detail`` says what was used (see limit_message)."""
+        self._end_limit_message(name, limit_message(name, detail))
+
+    def _end_limit_message(self, name: str, message: str) -> NoReturn:
         self._end(
             Ran(
                 outcome="failed",
@@ -344,11 +340,7 @@ class Run:
         )
 
     def _memory_message(self) -> str:
-        return (
-            f"memory limit met: the script's heap passed {_size(self.limits.memory)}; work on "
-            "less data at once (ask tools for less, stream files), or raise "
-            "[codemode.limits] memory"
-        )
+        return limit_message("memory", f"the script's heap passed {_size(self.limits.memory)}")
 
     # ---- the run ----
 
@@ -359,7 +351,7 @@ class Run:
         except _Ended:
             raise
         except MemoryError:
-            self._end_limit("memory", self._memory_message())
+            self._end_limit_message("memory", self._memory_message())
 
     def _host_functions(self) -> dict[str, Any]:
         return {

@@ -23,24 +23,14 @@ import pytest
 
 from engine._declarations import BUDGET, declare_tool, declare_tools, run_code_tool
 from engine._search import ToolIndex
-from engine._tools import Tool, load_mcp_tools, unique_tools
+from engine._tools import Tool
 from engine._typescript import Namer
 from tests._needs import require
+from tests.engine.corpus import load_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMAS = Path(__file__).parent / "schemas"
 TSC = ROOT / "node_modules" / ".bin" / "tsc"
 TSC_FLAGS = ["--noEmit", "--strict", "--target", "es2022", "--lib", "es2022", "--pretty", "false"]
-
-
-def load_corpus() -> list[Tool]:
-    """Every tool of tests/engine/schemas: a file holding {"tools": [...]} is a source named
-    after the file; a file holding a plain list has no source."""
-    tools: list[Tool] = []
-    for path in sorted(SCHEMAS.glob("*.json")):
-        data = json.loads(path.read_text())
-        tools += load_mcp_tools(data, source=path.stem if isinstance(data, dict) else None)
-    return unique_tools(tools)
 
 
 CORPUS = load_corpus()

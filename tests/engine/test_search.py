@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 
 import pytest
 
 from engine._declarations import BUDGET
 from engine._search import MAX_QUERY, SkillInfo, ToolIndex
-from engine._tools import Tool, load_mcp_tools, unique_tools
-
-SCHEMAS = Path(__file__).parent / "schemas"
-
-
-def load_corpus() -> list[Tool]:
-    tools: list[Tool] = []
-    for path in sorted(SCHEMAS.glob("*.json")):
-        data = json.loads(path.read_text())
-        tools += load_mcp_tools(data, source=path.stem if isinstance(data, dict) else None)
-    return unique_tools(tools)
-
+from engine._tools import Tool
+from tests.engine.corpus import load_corpus
 
 CORPUS = load_corpus()
 SKILLS = [
