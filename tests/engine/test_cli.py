@@ -123,3 +123,17 @@ def test_bad_inputs_get_clear_errors(tmp_path: Path) -> None:
     config.write_text("[codemode.limits]\nmemory = 'heaps'\n")
     bad = codemode("describe", "--tools", "examples/tracker_tools.py", "--config", str(config))
     assert bad.returncode == 2 and "memory" in bad.stderr
+
+
+def test_resume_without_a_log_says_what_it_needs() -> None:
+    """resume needs the session log: without --data-dir it says so and runs nothing."""
+    proc = codemode("resume", "abc", "--tools", "examples/tracker_tools.py")
+    assert proc.returncode == 2 and "--data-dir" in proc.stderr
+
+
+def test_resume_of_an_unknown_script(tmp_path: Path) -> None:
+    """resume of a script the log does not hold names it."""
+    proc = codemode(
+        "resume", "nope", "--tools", "examples/tracker_tools.py", "--data-dir", str(tmp_path)
+    )
+    assert proc.returncode == 2 and "no script 'nope'" in proc.stderr

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+import pytest
+
 from engine import CodeMode, Limits, tool
 from engine._files import Attachment, BlobStore
 from tests.engine.conftest import InProcessRunner
@@ -146,3 +148,26 @@ async def test_files_through_the_confined_process() -> None:
     assert result.value["stock"] == [{"sku": "a-1", "count": 3}]
     assert "no file 'nope.csv'" in result.value["missing"]
     assert "Shown: sales.csv (text/csv" in result.text
+
+
+async def test_bad_attachments_are_refused_before_anything_is_recorded(
+    inproc: InProcessRunner, tmp_path: Path
+) -> None:
+    """An attachment with no bytes, an unreadable path, a duplicate id or something that is
+    not an Attachment is refused with a message naming it; no script is recorded."""
+    from engine import CodeModeError
+
+    engine = CodeMode([], runner=inproc)
+    cases = {
+        "neither data nor a path": [Attachment("a.txt")],
+        "cannot read attachment 'b.txt'": [Attachment("b.txt", path=tmp_path / "missing")],
+        "two attachments have the id 'c.txt'": [
+            Attachment("c.txt", data=b"1"),
+            Attachment("c.txt", data=b"2"),
+        ],
+        "not str": ["d.txt"],
+    }
+    for expected, files in cases.items():
+        with pytest.raises(CodeModeError, match=expected):
+            await engine.run_code("return 1", files=files)  # type: ignore[arg-type]
+    assert engine.store.scripts() == []

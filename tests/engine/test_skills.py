@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from engine import CodeMode, tool
+import pytest
+
+from engine import CodeMode, CodeModeError, ToolDefinitionError, tool
 from engine._skills import Skill
 from tests.engine.conftest import InProcessRunner
 
@@ -83,3 +85,25 @@ async def test_skill_added_later_keeps_the_description(inproc: InProcessRunner) 
     assert engine.definition() == before
     result = await engine.run_code("return await tools.skill({ name: 'billing' })")
     assert "Refund carefully." in result.value
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"name": ""}, "a skill needs a name"),
+        ({"name": "a/b"}, "without '/'"),
+        ({"name": "ok", "files": {"/etc/passwd": b""}}, "must be relative"),
+        ({"name": "ok", "files": {"../up.md": b""}}, "must be relative"),
+    ],
+)
+def test_bad_skills_are_refused(kwargs: dict[str, object], named: str) -> None:
+    """A skill with no name, a '/' in its name, or a file path outside it is refused."""
+    with pytest.raises(ToolDefinitionError, match=named):
+        Skill(description="d", instructions="i", **kwargs)  # type: ignore[arg-type]
+
+
+def test_two_skills_of_one_name_are_refused() -> None:
+    """Adding a skill whose name is taken says so."""
+    engine = CodeMode([page_oncall], runner=InProcessRunner(), skills=[RESPOND])
+    with pytest.raises(CodeModeError, match="already loaded"):
+        engine.add_skill(RESPOND)
