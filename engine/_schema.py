@@ -19,6 +19,8 @@ import jsonschema_rs
 import orjson
 from pydantic import BaseModel
 
+from sandbox.protocol import MAX_DEPTH
+
 KiB = 1024
 
 # Bounds on one schema: its JSON text and how deeply its containers nest.
@@ -28,8 +30,9 @@ MAX_SCHEMA_DEPTH = 64
 # DFA cache), so a huge `{1000}{1000}` repetition is refused instead of eating memory.
 REGEX_SIZE_LIMIT = 1024 * KiB
 REGEX_DFA_SIZE_LIMIT = 1024 * KiB
-# How deeply a value returned by a handler may nest (a cycle would otherwise recurse forever).
-MAX_DATA_DEPTH = 256
+# How deeply a value returned by a handler may nest: the wire's one bound (a cycle would
+# otherwise recurse forever).
+MAX_DATA_DEPTH = MAX_DEPTH
 # How many problems one validation message lists, and how long one quoted value may be.
 MAX_ERRORS_SHOWN = 3
 MAX_QUOTE = 60

@@ -39,6 +39,11 @@ PRINTED_HEAD = 64 * KiB
 PRINTED_TAIL = 64 * KiB
 # A returned value whose JSON is larger than this is sent cut (head and tail of its text).
 VALUE_BOUND = 256 * KiB
+# How deeply any data that crosses the pipe may nest (call arguments, results, the returned
+# value), counting each object or array as one level. One bound for both sides, well inside
+# what orjson writes (254) and reads (1,024), so no value a script or a tool controls can
+# make either side's encoder fail.
+MAX_DEPTH = 128
 
 
 # What to do about each limit: every message that says a limit was met ends with it.
