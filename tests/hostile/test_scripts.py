@@ -1,6 +1,6 @@
 """Hostile scripts: a model's script that tries to get out of its function or at the machine's
-clock, run in this process (fresh and on a prepared context) and through a real confined
-process (``ProcessRunner``, pool mode: the fork server's prepared prelude).
+clock, run the three ways of the ``run`` fixture (in this process, fresh and on a prepared
+context, and through a real confined process).
 
 Each attack, had it worked, would print ``escaped`` through the raw host functions or return
 a time that is not the script's fixed clock; each test asserts it did not.
@@ -8,65 +8,11 @@ a time that is not the script's fixed clock; each test asserts it did not.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from runner import ProcessRunner
-from sandbox.protocol import Clock, Record, Script
-from sandbox.runtime import Prepared, run_in_process
-
-NOW_MS = 1_767_225_600_000
-
-
-def _script(code: str, records: list[Record] | None = None) -> Script:
-    return Script(
-        id="hostile",
-        code=code,
-        records=records or [],
-        tools=["echo"],
-        clock=Clock(now_ms=NOW_MS, seed=7),
-    )
-
-
-class _Process:
-    """One pool-mode runner for the module, driven from synchronous tests."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.runner = ProcessRunner(mode="pool", pool_size=1)
-
-    def run(self, script: Script) -> Any:
-        return self.loop.run_until_complete(self.runner.run(script))
-
-    def close(self) -> None:
-        self.loop.run_until_complete(self.runner.aclose())
-        self.loop.close()
-
-
-@pytest.fixture(scope="module")
-def process() -> Iterator[_Process]:
-    p = _Process()
-    yield p
-    p.close()
-
-
-WAYS = ("fresh", "prepared", "process")
-
-
-@pytest.fixture(params=WAYS)
-def run(request: pytest.FixtureRequest) -> Any:
-    """Run a script one of the three ways; gives an object with the Ran's fields."""
-    way = request.param
-    if way == "fresh":
-        return lambda code, records=None: run_in_process(_script(code, records))
-    if way == "prepared":
-        return lambda code, records=None: run_in_process(_script(code, records), None, Prepared())
-    proc = request.getfixturevalue("process")
-    return lambda code, records=None: proc.run(_script(code, records))
-
+from tests.hostile.conftest import NOW_MS
 
 # ---- 1. No text of a script is parsed outside its own function ----
 

@@ -1,6 +1,6 @@
 """Hostile values: data a script controls that the sandbox's Python must turn into a named,
-catchable or script-ending error, never a crash ("SandboxCrash"). Run in this process and
-through a real confined process (pool mode), where a crash would show.
+catchable or script-ending error, never a crash ("SandboxCrash"). Run the three ways of the
+``run`` fixture: a crash would show through the real confined process.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from sandbox import protocol
 from sandbox.protocol import MAX_DEPTH, Record
-from tests.hostile.test_scripts import NOW_MS, process, run  # noqa: F401  (fixtures)
+from tests.hostile.conftest import NOW_MS
 
 
 def nested(depth: int, inner: str = "1") -> str:
