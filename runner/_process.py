@@ -246,16 +246,12 @@ class ProcessRunner(ScriptRunner):
     def argv(self, script: Script) -> list[str]:
         """The exec-mode command line for ``script``."""
         memory = script.limits.memory
-        return [
-            self.python,
-            "-I",
-            "-m",
-            "sandbox",
-            "--memory-ceiling",
-            str(memory),
-            "--data-limit",
-            str(self.heap_limit(memory)),
-        ]
+        argv = [self.python, "-I", "-m", "sandbox", "--memory-ceiling", str(memory)]
+        if self.data_limit is not None:
+            # Without it the process takes the default heap for `memory`, plus room for a
+            # long script line, as a forked child does.
+            argv += ["--data-limit", str(self.heap_limit(memory))]
+        return argv
 
     async def run(
         self, script: Script, files: FileReader | None = None, *, tenant: str = "default"

@@ -110,7 +110,7 @@ def data_problem(value: Any) -> str | None:
                 f"nests deeper than {MAX_DEPTH} levels of objects and arrays, the most data "
                 "may nest to cross between the sandbox and the host (MAX_DEPTH)"
             )
-        return f"is not JSON data ({e})"
+        return f"cannot be written as JSON ({e})"
     return None
 
 
@@ -325,11 +325,49 @@ def envelope(line: bytes) -> tuple[str, Any]:
     return kind, body
 
 
+class _ScriptLine(_Model):
+    script: Script
+
+
+def _decode_script(line: bytes) -> Script:
+    """A script line, parsed straight into the model by pydantic's own JSON reader.
+
+    The line carries the whole call log (up to `arguments` and `results`, tens of MiB).
+    orjson reserves twelve times the size of a document before it parses it, which a process
+    heap sized from the script's limits cannot spare; this reader builds only the objects.
+    """
+    try:
+        return _ScriptLine.model_validate_json(line).script
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = [str(p) for p in first["loc"]]
+        if first["type"] == "json_invalid":
+            if "recursion limit" in first["msg"]:
+                raise ProtocolError(
+                    f"a line whose data nests deeper than {MAX_DEPTH} levels of objects and "
+                    f"arrays, the most data may nest (MAX_DEPTH): {_preview(line)}"
+                ) from None
+            raise ProtocolError(
+                f"a line that is not JSON ({first['msg']}): {_preview(line)}"
+            ) from None
+        if loc[:1] == ["script"] and len(loc) > 1:
+            where = ".".join(loc[1:])
+            raise ProtocolError(f"a malformed 'script' message: {where}: {first['msg']}") from None
+        others = [str(x["loc"][0]) for x in e.errors() if x["type"] == "extra_forbidden"]
+        if len(others) == 1 and loc == ["script"] and first["type"] == "missing":
+            raise ProtocolError(f"a {others[0]!r} message where script was expected") from None
+        raise ProtocolError(
+            f"a line that is not a one-key message envelope: {_preview(line)}"
+        ) from None
+
+
 def decode(line: bytes, expect: tuple[str, ...]) -> Any:
     """Parse one line into the message it holds, which must be one of ``expect`` kinds.
 
     Raises :class:`ProtocolError` naming what was wrong.
     """
+    if expect == ("script",):
+        return _decode_script(line)
     kind, body = envelope(line)
     if kind not in expect:
         raise ProtocolError(f"a {kind!r} message where {' or '.join(expect)} was expected")
