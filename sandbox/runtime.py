@@ -329,6 +329,9 @@ class Run:
         ran.printed = self.printed.text()
         ran.printed_bytes = self.printed.total_bytes
         ran.stats = self._stats()
+        if ran.limit is not None and ran.limit.name == "memory":
+            # What is left after the failure is a few KiB; the heap reached its limit.
+            ran.stats.heap_bytes = max(ran.stats.heap_bytes, self.limits.memory)
         return ran
 
     def _end(self, ran: Ran) -> NoReturn:

@@ -208,6 +208,8 @@ def test_memory_limit_is_reported_as_the_memory_limit(run: Any) -> None:
     assert ran.limit is not None and ran.limit.name == "memory"
     assert ran.error.name == "LimitError"
     assert ran.error.message == ran.limit.message
+    # The heap used is reported as the limit it reached, not what was left after the failure.
+    assert ran.stats.heap_bytes >= protocol.Limits().memory
 
 
 def test_a_deep_jsonl_line_is_a_catchable_file_error() -> None:
