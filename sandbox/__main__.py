@@ -169,20 +169,30 @@ def _fetch(file_id: str, offset: int, length: int) -> bytes:
     return data
 
 
+def script_from(line: bytes) -> protocol.Script:
+    """The script a line read with a bound of MAX_SCRIPT_LINE + 1 holds.
+
+    Raises :class:`protocol.ProtocolError` for anything else (a line over the bound or cut
+    short, not a script, a version this sandbox does not take), or ``MemoryError``.
+    """
+    if not line.endswith(b"\n"):
+        raise protocol.ProtocolError("the script line is over the bound or cut short")
+    script: protocol.Script = protocol.decode(line, ("script",))
+    if not protocol.OLDEST <= script.version <= protocol.VERSION:
+        raise protocol.ProtocolError(
+            f"script version {script.version}; this sandbox takes "
+            f"{protocol.OLDEST} to {protocol.VERSION}"
+        )
+    return script
+
+
 def _run_one(data_limit: int | None) -> NoReturn:
     try:
         line = sys.stdin.buffer.readline(protocol.MAX_SCRIPT_LINE + 1)
         if not line:
             os._exit(0)  # the runner went away (or shrank its pool) before sending a script
         size = len(line)
-        if not line.endswith(b"\n"):
-            raise protocol.ProtocolError("the script line is over the bound or cut short")
-        script: protocol.Script = protocol.decode(line, ("script",))
-        if not protocol.OLDEST <= script.version <= protocol.VERSION:
-            raise protocol.ProtocolError(
-                f"script version {script.version}; this sandbox takes "
-                f"{protocol.OLDEST} to {protocol.VERSION}"
-            )
+        script = script_from(line)
     except protocol.ProtocolError as e:
         _end_before_run(protocol.ScriptError(name="ProtocolError", message=str(e)), None)
     except MemoryError:
