@@ -176,3 +176,20 @@ return [
         "TypeError",
         "TypeError",
     ]
+
+
+def test_no_error_constructor_takes_a_stack_hook(run: Any) -> None:
+    """Hooks put on a subclass, on TypeError or on Error's prototype chain are never called."""
+    code = """
+const hook = (e, cs) => cs.map((c) => c.getFunction());
+try { Object.defineProperty(TypeError, "prepareStackTrace", { value: hook }); } catch (e) {}
+class E extends Error {}
+try { Object.defineProperty(E, "prepareStackTrace", { value: hook }); } catch (e) {}
+try { Object.setPrototypeOf(Error, { get prepareStackTrace() { return hook; } }); } catch (e) {}
+const kinds = [typeof new TypeError().stack, typeof new E().stack, typeof new Error().stack];
+try { null.x; } catch (e) { kinds.push(typeof e.stack); }
+return kinds;
+"""
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == ["string"] * 4
