@@ -171,7 +171,8 @@ class ProcessRunner(ScriptRunner):
     ``pool_size`` is how many ready children the pool keeps (default: one per slot); it
     shrinks to one after ``idle_after`` idle seconds. ``data_limit`` caps a process's heap
     (records included); keep it above ``memory``. By default it is twice the script's
-    ``memory`` and at least 512 MiB. ``python`` is the interpreter that runs the sandbox.
+    ``memory`` and at least 512 MiB, plus room for a script line past 16 MiB (its call
+    log). ``python`` is the interpreter that runs the sandbox.
     """
 
     def __init__(
