@@ -6,15 +6,16 @@
 // cross into Python come back as 32-bit integers, silently, and a string that crosses is cut
 // at its first NUL character.
 //
-// Script-controlled values (arguments, returned values, anything a script hands to `tools`,
-// `console`, `files` or `Date`) are read by prelude code, never handed to a captured built-in
-// that could call back into the script with that built-in on the stack; and the stack itself
-// is closed to scripts (no `Error.prepareStackTrace`, no `Error.captureStackTrace`).
+// The stack is closed to scripts (no `Error.prepareStackTrace`, no `Error.captureStackTrace`),
+// so script code that runs under a frame of ours (its valueOf, toJSON, a getter) cannot reach
+// that frame's function. Besides, the replacements never give a real built-in a script's
+// object: the real Date only ever gets primitives, converted here, and what goes to the host
+// is a checked copy of plain data that JSON.stringify writes without running script code.
 (function (config, host, code) {
   "use strict";
 
   // ---- The engine's own built-ins, copied before any script text exists. ----
-  const { apply, construct, getOwnPropertyDescriptor, ownKeys } = Reflect;
+  const { apply, construct, getOwnPropertyDescriptor } = Reflect;
   const { defineProperty, freeze, getPrototypeOf, setPrototypeOf, keys: objectKeys } = Object;
   const isArray = Array.isArray;
   const isFinite = Number.isFinite;
@@ -25,7 +26,7 @@
   const toPrimitiveKey = Symbol.toPrimitive;
   const { toWellFormed, replaceAll, includes: stringIncludes } = String.prototype;
   const RealDate = Date;
-  const dateGetTime = RealDate.prototype.getTime;
+  const dateGetTime = RealDate.prototype.getTime, dateToISOString = RealDate.prototype.toISOString;
   const NativeError = Error, NativeTypeError = TypeError, NativeRangeError = RangeError;
   const NativeSyntaxError = SyntaxError, NativeInternalError = InternalError;
   const NativeMap = Map, NativeSet = Set, NativeProxy = Proxy, NativePromise = Promise;
