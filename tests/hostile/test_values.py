@@ -228,3 +228,31 @@ def test_a_deep_jsonl_line_is_a_catchable_file_error() -> None:
     ran = run_in_process(script, lambda _f, offset, length: data[offset : offset + length])
     assert ran.outcome == "finished", ran.error
     assert "d.jsonl line 2 nests deeper than 128 levels" in ran.value[-1]
+
+
+PRINTED = r"""
+class P { constructor() { this.x = 1; } }
+const e = new TypeError("bad");
+const cyc = {}; cyc.self = cyc;
+console.log(1, -0, NaN, Infinity, 2n, true, null, undefined, "s", Symbol("q"), function named() {}, () => 1);
+console.log({ a: [1, "x", { b: null }], d: new Date(0), bad: new Date(NaN) }, [undefined, () => 1]);
+console.log(new Map([[1, { a: 2 }], ["k", [3]]]), new Set([1, "a", [2]]), e, new P(), cyc);
+console.log({ toJSON() { return { t: 1 }; } }, Object.create(null), [[[[[[[[[[[1]]]]]]]]]]]);
+console.log({ get g() { throw new Error("no"); } });
+console.log(new Proxy({ a: 1 }, {}), [new Date(86400000)], { s: Symbol("x"), u: undefined, f() {} });
+"""
+
+
+def test_printing_script_values_reads_them_as_before(run: Any) -> None:
+    """console.log of odd values (dates, cycles, proxies, getters that throw, toJSON, maps)
+    reads them in prelude code and prints what it always printed."""
+    ran = run(PRINTED)
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed == (
+        "1 0 NaN Infinity 2n true null undefined s Symbol(q) [Function named] [Function]\n"
+        '{"a":[1,"x",{"b":null}],"d":"1970-01-01T00:00:00.000Z","bad":Invalid Date} [undefined,[Function]]\n'
+        'Map(2) {1 => {"a":2}, "k" => [3]} Set(3) {1, "a", [2]} TypeError: bad {"x":1} {"self":[Circular]}\n'
+        '{"t":1} {} [[[[[[[[[[Array]]]]]]]]]]\n'
+        "[unprintable: Error: no]\n"
+        '{"a":1} ["1970-01-02T00:00:00.000Z"] {}\n'
+    )
