@@ -70,8 +70,9 @@ def _warm_up() -> None:
         protocol.decode(protocol.encode(message), ("ready", "read"))
     failed = protocol.Ran(outcome="failed", error=protocol.ScriptError(name="E", message="m"))
     protocol.decode(protocol.encode(failed), ("ran",))
-    with contextlib.suppress(protocol.ProtocolError):
-        protocol.decode(b"[]", ("script",))
+    for bad in (b"[]", b"{", b'{"ran":{}}', b'{"script":{"id":1}}'):  # each way a line is refused
+        with contextlib.suppress(protocol.ProtocolError):
+            protocol.decode(bad, ("script",))
     files.warm_up()
     data = b"a,b\n1,2\n"
     with_files = protocol.Script(

@@ -214,7 +214,7 @@ class Run:
         try:
             arguments = _json_data(args_json)
         except _NotData as e:
-            return "t" + f"the arguments of tools.{name} {e}"
+            return "t" + f"the argument of tools.{name} {e}"
         if not isinstance(arguments, dict):
             # Only a script that changed Object.prototype.toJSON or the like gets here.
             return "t" + f"the arguments of tools.{name} did not turn into a JSON object"
@@ -265,7 +265,7 @@ class Run:
         try:
             args = _json_data(args_json)
         except _NotData as e:
-            return "t" + f"the arguments of files.{op} {e}"
+            return "t" + f"the argument of files.{op} {e}"
         if not isinstance(args, dict):
             return "t" + f"files.{op} was given arguments that are not an object"
         try:
