@@ -131,3 +131,22 @@ def test_twelve_calls_of_3_9_mib(runner: _Runner, mode: str) -> None:
             exec_runner.close()
     assert step.outcome == "finished", step.error
     assert step.value == 12
+
+
+def test_a_call_log_over_a_capped_heap_is_the_memory_limit() -> None:
+    """A runner that capped the heap (data_limit) below what the step carries gets the memory
+    limit met, named, not a crash or a ProtocolError."""
+    sizes = [LIMITS.call_arguments] * 16  # a 64 MiB line, for a 100 MiB heap
+    small = ProcessRunner(mode="pool", pool_size=1, data_limit=100 * MiB)
+    loop = asyncio.new_event_loop()
+    try:
+        step = loop.run_until_complete(
+            small.run(script(calls_of(sizes), answered(sizes), memory=64 * MiB))
+        )
+    finally:
+        loop.run_until_complete(small.aclose())
+        loop.close()
+    assert step.outcome == "failed"
+    assert step.limit is not None and step.limit.name == "memory", step.error
+    assert step.error.name == "LimitError"
+    assert "call log does not fit" in step.error.message
