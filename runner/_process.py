@@ -171,7 +171,8 @@ class ProcessRunner(ScriptRunner):
     ``pool_size`` is how many ready children the pool keeps (default: one per slot); it
     shrinks to one after ``idle_after`` idle seconds. ``data_limit`` caps a process's heap
     (records included); keep it above ``memory``. By default it is twice the script's
-    ``memory`` and at least 512 MiB. ``python`` is the interpreter that runs the sandbox.
+    ``memory`` and at least 512 MiB, plus room for a script line past 16 MiB (its call
+    log). ``python`` is the interpreter that runs the sandbox.
     """
 
     def __init__(
@@ -246,16 +247,12 @@ class ProcessRunner(ScriptRunner):
     def argv(self, script: Script) -> list[str]:
         """The exec-mode command line for ``script``."""
         memory = script.limits.memory
-        return [
-            self.python,
-            "-I",
-            "-m",
-            "sandbox",
-            "--memory-ceiling",
-            str(memory),
-            "--data-limit",
-            str(self.heap_limit(memory)),
-        ]
+        argv = [self.python, "-I", "-m", "sandbox", "--memory-ceiling", str(memory)]
+        if self.data_limit is not None:
+            # Without it the process takes the default heap for `memory`, plus room for a
+            # long script line, as a forked child does.
+            argv += ["--data-limit", str(self.heap_limit(memory))]
+        return argv
 
     async def run(
         self, script: Script, files: FileReader | None = None, *, tenant: str = "default"

@@ -25,6 +25,14 @@ import orjson
 
 from sandbox import files, lockdown, protocol, runtime
 
+# The process heap holds, besides what the script's limits allow, the script line it reads
+# and the call log parsed from it: at most this many bytes per byte of the line (a string
+# of ASCII with one astral character is four bytes a character in Python). The default heap
+# (twice memory, at least 512 MiB) has room for a line of LINE_IN_HEAP bytes; a longer line
+# gets room of its own, unless the runner capped the heap (`data_limit`, records included).
+LINE_ROOM_FACTOR = 4
+LINE_IN_HEAP = 16 * protocol.MiB
+
 EXIT_UNCONFINED = 3
 EXIT_PROTOCOL = 4
 EXIT_INTERNAL = 70
@@ -62,8 +70,9 @@ def _warm_up() -> None:
         protocol.decode(protocol.encode(message), ("ready", "read"))
     failed = protocol.Ran(outcome="failed", error=protocol.ScriptError(name="E", message="m"))
     protocol.decode(protocol.encode(failed), ("ran",))
-    with contextlib.suppress(protocol.ProtocolError):
-        protocol.decode(b"[]", ("script",))
+    for bad in (b"[]", b"{", b'{"ran":{}}', b'{"script":{"id":1}}'):  # each way a line is refused
+        with contextlib.suppress(protocol.ProtocolError):
+            protocol.decode(bad, ("script",))
     files.warm_up()
     data = b"a,b\n1,2\n"
     with_files = protocol.Script(
@@ -86,6 +95,13 @@ def _warm_up_zygote() -> None:
     global _PREPARED
     _warm_up()
     _PREPARED = runtime.Prepared()
+
+
+def _line_room(line_bytes: int, data_limit: int | None) -> int:
+    """Heap to add to the default for a script line of ``line_bytes``: its parsed objects."""
+    if data_limit is not None:
+        return 0
+    return LINE_ROOM_FACTOR * max(0, line_bytes - LINE_IN_HEAP)
 
 
 def _argument(argv: list[str], name: str, default: int) -> int:
@@ -112,7 +128,15 @@ def serve(
     """
     try:
         try:
-            lockdown.apply(memory=memory_ceiling, data_limit=data_limit, filter_bpf=filter_bpf)
+            # Room to read and parse any script line a runner may send (the line, then its
+            # objects); `tighten` lowers it to what the line read needs.
+            room = _line_room(protocol.MAX_SCRIPT_LINE, data_limit)
+            lockdown.apply(
+                memory=memory_ceiling,
+                data_limit=data_limit,
+                filter_bpf=filter_bpf,
+                room=room + (protocol.MAX_SCRIPT_LINE if room else 0),
+            )
         except Exception as e:
             unconfined(f"{type(e).__name__}: {e}")
         _write(protocol.encode(protocol.ready()))
@@ -146,32 +170,57 @@ def _fetch(file_id: str, offset: int, length: int) -> bytes:
     return data
 
 
-def _run_one(data_limit: int | None) -> NoReturn:
-    line = sys.stdin.buffer.readline(protocol.MAX_SCRIPT_LINE + 1)
-    if not line:
-        os._exit(0)  # the runner went away (or shrank its pool) before sending a script
-    try:
-        if not line.endswith(b"\n"):
-            raise protocol.ProtocolError("the script line is over the bound or cut short")
-        script: protocol.Script = protocol.decode(line, ("script",))
-        if not protocol.OLDEST <= script.version <= protocol.VERSION:
-            raise protocol.ProtocolError(
-                f"script version {script.version}; this sandbox takes "
-                f"{protocol.OLDEST} to {protocol.VERSION}"
-            )
-    except protocol.ProtocolError as e:
-        failed = protocol.Ran(
-            outcome="failed", error=protocol.ScriptError(name="ProtocolError", message=str(e))
+def script_from(line: bytes) -> protocol.Script:
+    """The script a line read with a bound of MAX_SCRIPT_LINE + 1 holds.
+
+    Raises :class:`protocol.ProtocolError` for anything else (a line over the bound or cut
+    short, not a script, a version this sandbox does not take), or ``MemoryError``.
+    """
+    if not line.endswith(b"\n"):
+        raise protocol.ProtocolError("the script line is over the bound or cut short")
+    script: protocol.Script = protocol.decode(line, ("script",))
+    if not protocol.OLDEST <= script.version <= protocol.VERSION:
+        raise protocol.ProtocolError(
+            f"script version {script.version}; this sandbox takes "
+            f"{protocol.OLDEST} to {protocol.VERSION}"
         )
-        _write(protocol.encode(failed))
-        os._exit(EXIT_PROTOCOL)
+    return script
+
+
+def _run_one(data_limit: int | None) -> NoReturn:
+    try:
+        line = sys.stdin.buffer.readline(protocol.MAX_SCRIPT_LINE + 1)
+        if not line:
+            os._exit(0)  # the runner went away (or shrank its pool) before sending a script
+        size = len(line)
+        script = script_from(line)
+    except protocol.ProtocolError as e:
+        _end_before_run(protocol.ScriptError(name="ProtocolError", message=str(e)), None)
+    except MemoryError:
+        message = protocol.limit_message(
+            "memory",
+            "the step's call log does not fit in the sandbox process's heap (its data_limit)",
+        )
+        _end_before_run(
+            protocol.ScriptError(name="LimitError", message=message),
+            protocol.LimitMet(name="memory", message=message),
+        )
     del line
     lockdown.tighten(
-        compute_ms=script.limits.compute_ms, memory=script.limits.memory, data_limit=data_limit
+        compute_ms=script.limits.compute_ms,
+        memory=script.limits.memory,
+        data_limit=data_limit,
+        room=_line_room(size, data_limit),
     )
     channel = _ProcessChannel()
     ran = runtime.Run(script, channel, _fetch, _PREPARED).execute()
     channel.end(ran)
+
+
+def _end_before_run(error: protocol.ScriptError, limit: protocol.LimitMet | None) -> NoReturn:
+    """Report a step that ended before its script ran, and exit."""
+    _write(protocol.encode(protocol.Ran(outcome="failed", error=error, limit=limit)))
+    os._exit(EXIT_PROTOCOL)
 
 
 def main(argv: list[str] | None = None) -> int:

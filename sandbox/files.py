@@ -24,7 +24,7 @@ from xml.etree import ElementTree
 
 import orjson
 
-from sandbox.protocol import FileInfo, Limits, limit_message, size_text
+from sandbox.protocol import FileInfo, Limits, data_problem, limit_message, size_text
 
 CHUNK = 256 * 1024
 BATCH_BYTES = 64 * 1024
@@ -301,9 +301,13 @@ def _jsonl(file_id: str, lines: Iterator[str]) -> Iterator[Any]:
         if not line.strip():
             continue
         try:
-            yield orjson.loads(line)
+            item = orjson.loads(line)
         except orjson.JSONDecodeError as e:
             raise FileError(f"{file_id} line {number} is not JSON: {e}") from None
+        problem = data_problem(item)
+        if problem is not None:
+            raise FileError(f"{file_id} line {number} {problem}")
+        yield item
 
 
 def _csv(lines: Iterator[str], header: bool, delimiter: str) -> Iterator[Any]:

@@ -157,11 +157,13 @@ def apply(
     data_limit: int | None = None,
     cpu_seconds: int = 60,
     filter_bpf: bytes | None = None,
+    room: int = 0,
 ) -> None:
     """Confine this process for good, or raise :class:`LockdownError` naming the failed step.
 
     ``memory`` is the JS heap limit the process will use; the process heap (``RLIMIT_DATA``)
-    is ``data_limit`` or ``max(2 * memory, 512 MiB)``. ``cpu_seconds`` is the ``RLIMIT_CPU``
+    is ``data_limit`` or ``max(2 * memory, 512 MiB)``, plus ``room`` (what the process must
+    hold besides: the script line it is about to read). ``cpu_seconds`` is the ``RLIMIT_CPU``
     backstop until :func:`tighten` lowers it. ``filter_bpf`` is a filter from
     :func:`export_bpf`; without it the filter is built here.
 
@@ -179,27 +181,27 @@ def apply(
     _close_fds()
     _check_stdio()
     _clear_environment()
-    _set_rlimits(memory=memory, data_limit=data_limit, cpu_seconds=cpu_seconds)
+    _set_rlimits(memory=memory, data_limit=data_limit, cpu_seconds=cpu_seconds, room=room)
     _drop_privileges(*nobody)
     _set_process_flags()
     _load_seccomp(bpf)
 
 
-def tighten(*, compute_ms: int, memory: int, data_limit: int | None = None) -> None:
+def tighten(*, compute_ms: int, memory: int, data_limit: int | None = None, room: int = 0) -> None:
     """Lower the limits to one script's, after it was read (so under seccomp).
 
     ``RLIMIT_CPU`` becomes ``ceil(compute_ms / 1000) + 1`` soft and ``+ 2`` hard, a backstop
     a second or two past the allowance; ``RLIMIT_DATA`` becomes ``data_limit`` or
-    ``max(2 * memory, 512 MiB)``. Limits are only ever lowered. Then ``ITIMER_PROF`` is
-    armed for ``compute_ms`` of CPU: its ``SIGPROF``, left at the default action, ends the
-    process when the allowance is spent. Call it from the main thread. Raises
-    :class:`LockdownError` on failure.
+    ``max(2 * memory, 512 MiB)``, plus ``room`` (what the step carries: its call log).
+    Limits are only ever lowered. Then ``ITIMER_PROF`` is armed for ``compute_ms`` of CPU:
+    its ``SIGPROF``, left at the default action, ends the process when the allowance is
+    spent. Call it from the main thread. Raises :class:`LockdownError` on failure.
     """
     if compute_ms < 1:
         raise LockdownError("tighten", f"compute_ms must be at least 1, not {compute_ms}")
     seconds = math.ceil(compute_ms / 1000)
     _lower("RLIMIT_CPU", resource.RLIMIT_CPU, seconds + 1, seconds + 2)
-    data = _data_limit(memory, data_limit)
+    data = _data_limit(memory, data_limit) + room
     _lower("RLIMIT_DATA", resource.RLIMIT_DATA, data, data)
     try:
         # A parent may have left these ignored (an ignored disposition survives exec) or
@@ -317,9 +319,9 @@ def _data_limit(memory: int, data_limit: int | None) -> int:
     return data_limit if data_limit is not None else max(2 * memory, MIN_DATA)
 
 
-def _set_rlimits(*, memory: int, data_limit: int | None, cpu_seconds: int) -> None:
+def _set_rlimits(*, memory: int, data_limit: int | None, cpu_seconds: int, room: int) -> None:
     """Set every limit; as root this also fixes the hard limits the process keeps."""
-    data = _data_limit(memory, data_limit)
+    data = _data_limit(memory, data_limit) + room
     limits = (
         # CPU backstop; tighten() lowers it to the script's allowance.
         ("RLIMIT_CPU", resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 1),

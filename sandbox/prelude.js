@@ -1,33 +1,113 @@
 // The script's world: `tools`, `console`, a fixed clock and a seeded Math.random.
 //
-// Evaluated after the script's own lines, in the same source, so a stack frame whose line
-// falls inside the script is the model's own line. Host functions (`__cm_*`) take and give
-// strings only: numbers that cross into Python come back as 32-bit integers, silently.
-(function (config, host) {
+// Evaluated before any text of the script is parsed, on a context nothing has run in yet, so
+// the built-ins it copies are the engine's own. It then compiles the script's body on its own
+// (`compile`) and runs it. Host functions (`__cm_*`) take and give strings only: numbers that
+// cross into Python come back as 32-bit integers, silently, and a string that crosses is cut
+// at its first NUL character.
+//
+// The stack is closed to scripts (no `Error.prepareStackTrace`, no `Error.captureStackTrace`),
+// so script code that runs under a frame of ours (its valueOf, toJSON, a getter) cannot reach
+// that frame's function. Besides, the replacements never give a real built-in a script's
+// object: the real Date only ever gets primitives, converted here, and what goes to the host
+// is a checked copy of plain data that JSON.stringify writes without running script code.
+(function (config, host, code) {
   "use strict";
 
-  const toolNames = new Set(config.tools);
+  // ---- The engine's own built-ins, copied before any script text exists. ----
+  const { apply, construct, getOwnPropertyDescriptor } = Reflect;
+  const { defineProperty, freeze, getPrototypeOf, setPrototypeOf, keys: objectKeys } = Object;
+  const isArray = Array.isArray;
+  const isFinite = Number.isFinite;
+  const ObjectProto = Object.prototype;
+  const globalEval = globalThis.eval;
+  const fnToString = Function.prototype.toString;
+  const promiseThen = Promise.prototype.then;
+  const toPrimitiveKey = Symbol.toPrimitive;
+  const { toWellFormed, replaceAll, includes: stringIncludes } = String.prototype;
+  const RealDate = Date;
+  const dateGetTime = RealDate.prototype.getTime, dateToISOString = RealDate.prototype.toISOString;
+  const NativeError = Error, NativeTypeError = TypeError, NativeRangeError = RangeError;
+  const NativeSyntaxError = SyntaxError, NativeInternalError = InternalError;
+  const NativeMap = Map, NativeSet = Set, NativeProxy = Proxy, NativePromise = Promise;
   // Taken before the script runs, so a script that replaces JSON does not change what the
   // host is sent (the host checks everything anyway).
-  const JSON = Object.freeze({ stringify: globalThis.JSON.stringify, parse: globalThis.JSON.parse });
+  const JSON = freeze({ stringify: globalThis.JSON.stringify, parse: globalThis.JSON.parse });
+  const MAX_DEPTH = config.max_depth;
+  const toolNames = new NativeSet(config.tools);
+
+  // ---- The stack is not the script's to inspect. ----
+  // quickjs-ng hands `Error.prepareStackTrace` the call sites of every frame, native ones
+  // included, and `getFunction()` returns each frame's function: the real Date, a host
+  // function. Both setters are replaced by fixed, read-only values, so no script can install
+  // a hook; `captureStackTrace` goes too (it is the other way to ask for frames).
+  Error.prepareStackTrace = undefined;
+  for (const key of ["prepareStackTrace", "captureStackTrace"]) {
+    defineProperty(NativeError, key, { value: undefined, writable: false, enumerable: false, configurable: false });
+  }
 
   // ---- Determinism: the clock and randomness come from the script record. ----
-  const RealDate = Date;
   const NOW = config.now_ms;
+  const isObject = (v) => (typeof v === "object" && v !== null) || typeof v === "function";
+  // ToPrimitive, done here: the real Date constructor is only ever given primitives, so no
+  // script code (valueOf, toString, Symbol.toPrimitive) runs with it on the stack.
+  function toPrimitive(v, hint) {
+    if (!isObject(v)) return v;
+    const exotic = v[toPrimitiveKey];
+    if (exotic !== undefined && exotic !== null) {
+      if (typeof exotic !== "function") throw new NativeTypeError("Symbol.toPrimitive is not a function");
+      const p = apply(exotic, v, [hint]);
+      if (isObject(p)) throw new NativeTypeError("cannot convert object to primitive value");
+      return p;
+    }
+    for (const name of hint === "string" ? ["toString", "valueOf"] : ["valueOf", "toString"]) {
+      const method = v[name];
+      if (typeof method === "function") {
+        const p = apply(method, v, []);
+        if (!isObject(p)) return p;
+      }
+    }
+    throw new NativeTypeError("cannot convert object to primitive value");
+  }
+  function timeOf(v) { // a Date's time value, or undefined for anything else (runs no script code)
+    try { return apply(dateGetTime, v, []); } catch (_) { return undefined; }
+  }
+  function dateArgs(args) {
+    if (args.length === 0) return [NOW];
+    if (args.length === 1) {
+      const t = isObject(args[0]) ? timeOf(args[0]) : undefined;
+      return [t !== undefined ? t : toPrimitive(args[0], "default")];
+    }
+    const numbers = [];
+    for (let i = 0; i < args.length && i < 7; i++) numbers.push(+args[i]);
+    return numbers;
+  }
   function FixedDate(...args) {
     if (new.target === undefined) return new RealDate(NOW).toString();
-    return Reflect.construct(RealDate, args.length === 0 ? [NOW] : args, new.target);
+    const date = construct(RealDate, dateArgs(args));
+    if (new.target !== FixedDate) {
+      // A subclass: its prototype, read here rather than by the real constructor.
+      const proto = new.target.prototype;
+      setPrototypeOf(date, isObject(proto) ? proto : RealDate.prototype);
+    }
+    return date;
   }
   // Not a subclass of the real Date: Object.getPrototypeOf(Date) would hand out its clock.
-  Object.defineProperty(FixedDate, "prototype", { value: RealDate.prototype });
-  Object.defineProperty(FixedDate, "name", { value: "Date" });
-  Object.defineProperty(FixedDate, "length", { value: 7 });
+  defineProperty(FixedDate, "prototype", { value: RealDate.prototype });
+  defineProperty(FixedDate, "name", { value: "Date" });
+  defineProperty(FixedDate, "length", { value: 7 });
+  const realParse = RealDate.parse, realUTC = RealDate.UTC;
+  const fixedStatics = {
+    parse(text) { return apply(realParse, undefined, ["" + toPrimitive(text, "string")]); },
+    UTC(...args) { return apply(realUTC, undefined, dateArgs(args.length < 2 ? [args[0], 0] : args)); },
+  };
+  defineProperty(fixedStatics.UTC, "length", { value: 7 });
   for (const key of ["parse", "UTC"]) {
-    Object.defineProperty(FixedDate, key, { value: RealDate[key], writable: true, configurable: true });
+    defineProperty(FixedDate, key, { value: fixedStatics[key], writable: true, configurable: true });
   }
-  Object.defineProperty(FixedDate, "now", { value: () => NOW, writable: true, configurable: true });
-  Object.defineProperty(RealDate, "now", { value: () => NOW, writable: true, configurable: true });
-  Object.defineProperty(RealDate.prototype, "constructor", { value: FixedDate, writable: true, configurable: true });
+  defineProperty(FixedDate, "now", { value: () => NOW, writable: true, configurable: true });
+  defineProperty(RealDate, "now", { value: () => NOW, writable: true, configurable: true });
+  defineProperty(RealDate.prototype, "constructor", { value: FixedDate, writable: true, configurable: true });
   globalThis.Date = FixedDate;
 
   // sfc32, seeded from the record's seed: the same sequence on every run of the script.
@@ -44,9 +124,9 @@
     return (t >>> 0) / 4294967296;
   };
   for (let i = 0; i < 12; i++) nextRandom();
-  Object.defineProperty(Math, "random", { value: nextRandom, writable: true, configurable: true });
+  defineProperty(Math, "random", { value: nextRandom, writable: true, configurable: true });
   // The engine's own `performance` reads the machine's clock; replace it whole.
-  globalThis.performance = Object.freeze({ now: () => 0, timeOrigin: NOW });
+  globalThis.performance = freeze({ now: () => 0, timeOrigin: NOW });
   // Garbage-collection timing must not reach the script: it differs between runs.
   delete globalThis.WeakRef;
   delete globalThis.FinalizationRegistry;
@@ -55,33 +135,34 @@
   function describe(value, depth, ancestors) {
     switch (typeof value) {
       case "string": return JSON.stringify(value);
-      case "number": return Number.isFinite(value) ? String(value) : String(value);
+      case "number": return "" + value;
       case "bigint": return value + "n";
-      case "boolean": return String(value);
+      case "boolean": return value ? "true" : "false";
       case "undefined": return "undefined";
       case "symbol": return value.toString();
       case "function": return "[Function" + (value.name ? " " + value.name : "") + "]";
     }
     if (value === null) return "null";
     if (ancestors.includes(value)) return "[Circular]";
-    if (value instanceof Error) return errorText(value);
-    if (value instanceof RealDate) return isNaN(value) ? "Invalid Date" : JSON.stringify(value.toISOString());
-    if (depth > 8) return Array.isArray(value) ? "[Array]" : "[Object]";
+    if (value instanceof NativeError) return errorText(value);
+    const time = timeOf(value); // a real Date, read without running any script code
+    if (time !== undefined) return time !== time ? "Invalid Date" : JSON.stringify(apply(dateToISOString, value, []));
+    if (depth > 8) return isArray(value) ? "[Array]" : "[Object]";
     ancestors.push(value);
     try {
-      if (Array.isArray(value)) {
+      if (isArray(value)) {
         return "[" + value.map((v) => describe(v, depth + 1, ancestors)).join(",") + "]";
       }
-      if (value instanceof Map) {
+      if (value instanceof NativeMap) {
         return "Map(" + JSON.stringify(value.size) + ") {" + [...value].map(([k, v]) =>
           describe(k, depth + 1, ancestors) + " => " + describe(v, depth + 1, ancestors)).join(", ") + "}";
       }
-      if (value instanceof Set) {
+      if (value instanceof NativeSet) {
         return "Set(" + value.size + ") {" + [...value].map((v) => describe(v, depth + 1, ancestors)).join(", ") + "}";
       }
       if (typeof value.toJSON === "function") return describe(value.toJSON(), depth + 1, ancestors);
       const parts = [];
-      for (const key of Object.keys(value)) {
+      for (const key of objectKeys(value)) {
         const v = value[key];
         if (v === undefined || typeof v === "function" || typeof v === "symbol") continue;
         parts.push(JSON.stringify(key) + ":" + describe(v, depth + 1, ancestors));
@@ -93,8 +174,8 @@
   }
   function errorText(e) {
     try {
-      const name = e && e.name !== undefined ? String(e.name) : "Error";
-      const message = e && e.message !== undefined ? String(e.message) : "";
+      const name = e && e.name !== undefined ? "" + toPrimitive(e.name, "string") : "Error";
+      const message = e && e.message !== undefined ? "" + toPrimitive(e.message, "string") : "";
       return message ? name + ": " + message : name;
     } catch (_) {
       return "Error";
@@ -107,51 +188,68 @@
       return "[unprintable: " + errorText(e) + "]";
     }
   }
-  // Every string handed to the host goes through this: it replaces lone surrogates, and it
-  // flattens a concatenated ("rope") string, which the binding cannot convert.
-  const wellFormed = (s) => s.toWellFormed();
+  // Every string handed to the host goes through this: it replaces lone surrogates and NUL
+  // characters (the binding would cut the string at the first), and it flattens a
+  // concatenated ("rope") string, which the binding cannot convert.
+  const wellFormed = (s) => apply(replaceAll, apply(toWellFormed, s, []), ["\0", "\uFFFD"]);
 
   const print = (...args) => { host.print(wellFormed(args.map(text).join(" "))); };
-  globalThis.console = Object.freeze({
+  globalThis.console = freeze({
     log: print, info: print, warn: print, error: print, debug: print, trace: print,
   });
 
   // ---- Arguments must be plain data: what crosses to the host is JSON. ----
-  function checkPlain(value, path, seen) {
+  // `plain` checks a value and returns a copy of it made of plain data only (objects without a
+  // prototype, arrays without one), read once. JSON.stringify of the copy runs no script code
+  // (no toJSON, getter or proxy trap), so what is sent is exactly what was checked.
+  function plain(value, path, seen = setPrototypeOf([], null), depth = 0) {
     switch (typeof value) {
-      case "string": case "boolean": return;
+      case "string": case "boolean": return value;
       case "number":
-        if (!Number.isFinite(value)) throw new TypeError(path + " is " + value + ", which JSON cannot carry");
-        return;
-      case "undefined": throw new TypeError(path + " is undefined; leave the key out instead");
-      case "bigint": throw new TypeError(path + " is a BigInt; pass a number or a string");
-      case "function": throw new TypeError(path + " is a function; arguments must be plain data");
-      case "symbol": throw new TypeError(path + " is a symbol; arguments must be plain data");
+        if (!isFinite(value)) throw new NativeTypeError(path + " is " + value + ", which JSON cannot carry");
+        return value;
+      case "undefined": throw new NativeTypeError(path + " is undefined; leave the key out instead");
+      case "bigint": throw new NativeTypeError(path + " is a BigInt; pass a number or a string");
+      case "function": throw new NativeTypeError(path + " is a function; arguments must be plain data");
+      case "symbol": throw new NativeTypeError(path + " is a symbol; arguments must be plain data");
     }
-    if (value === null) return;
-    if (seen.includes(value)) throw new TypeError(path + " refers to itself; arguments must be a tree of plain data");
-    const proto = Object.getPrototypeOf(value);
-    const isArray = Array.isArray(value);
-    if (!isArray && proto !== Object.prototype && proto !== null) {
-      const kind = value instanceof RealDate ? "a Date (pass date.toISOString())"
+    if (value === null) return null;
+    for (let i = 0; i < depth; i++) {
+      if (seen[i] === value) throw new NativeTypeError(path + " refers to itself; arguments must be a tree of plain data");
+    }
+    if (depth >= MAX_DEPTH) {
+      throw new NativeTypeError(path + " nests deeper than " + MAX_DEPTH + " levels of objects and arrays, " +
+        "the most data passed to a tool may nest (MAX_DEPTH); flatten it");
+    }
+    const proto = getPrototypeOf(value);
+    const array = isArray(value);
+    if (!array && proto !== ObjectProto && proto !== null) {
+      const kind = timeOf(value) !== undefined ? "a Date (pass date.toISOString())"
         : "a " + ((proto && proto.constructor && proto.constructor.name) || "non-plain object");
-      throw new TypeError(path + " is " + kind + "; arguments must be plain data");
+      throw new NativeTypeError(path + " is " + kind + "; arguments must be plain data");
     }
-    seen.push(value);
-    if (isArray) {
-      for (let i = 0; i < value.length; i++) checkPlain(value[i], path + "[" + i + "]", seen);
+    seen[depth] = value;
+    let copy;
+    if (array) {
+      const length = value.length;
+      copy = setPrototypeOf([], null);
+      for (let i = 0; i < length; i++) copy[i] = plain(value[i], path + "[" + i + "]", seen, depth + 1);
     } else {
-      for (const key of Object.keys(value)) {
+      copy = { __proto__: null };
+      const ks = objectKeys(value);
+      for (let i = 0; i < ks.length; i++) {
+        const key = ks[i];
         const v = value[key];
         if (v === undefined) continue; // JSON leaves it out, as the model meant
-        checkPlain(v, path + "." + key, seen);
+        copy[key] = plain(v, path + "." + key, seen, depth + 1);
       }
     }
-    seen.pop();
+    seen[depth] = undefined;
+    return copy;
   }
 
   // ---- tools: a call answered from the log settles; a new call never settles this run. ----
-  const never = () => new Promise(() => {});
+  const never = () => new NativePromise(() => {});
   function callTool(name, args) {
     if (!toolNames.has(name)) {
       const near = JSON.parse(host.closest(wellFormed(name)));
@@ -160,27 +258,27 @@
         : "tools." + name + " does not exist";
       if (near.length) message += "; the closest tools are " + near.map((n) => "tools." + n).join(", ");
       message += ". Find tools with await tools.tool_search({ query: \"...\" }).";
-      throw new Error(message);
+      throw new NativeError(message);
     }
     if (args === undefined) args = {};
-    if (typeof args !== "object" || args === null || Array.isArray(args)) {
-      throw new TypeError("tools." + name + " takes one object of arguments, as tools." + name +
-        "({ ... }); it was given " + (Array.isArray(args) ? "an array"
+    if (typeof args !== "object" || args === null || isArray(args)) {
+      throw new NativeTypeError("tools." + name + " takes one object of arguments, as tools." + name +
+        "({ ... }); it was given " + (isArray(args) ? "an array"
         : typeof args === "string" ? "a string" : text(args)));
     }
-    checkPlain(args, "the argument", []);
-    const answer = host.call(wellFormed(name), wellFormed(JSON.stringify(args)));
+    const json = JSON.stringify(plain(args, "the argument"));
+    const answer = host.call(wellFormed(name), wellFormed(json));
     const tag = answer.charCodeAt(0);
     const rest = answer.slice(1);
     switch (tag) {
-      case 114: return Promise.resolve(JSON.parse(rest)); // "r": a recorded result
+      case 114: return NativePromise.resolve(JSON.parse(rest)); // "r": a recorded result
       case 101: { // "e": a recorded error
-        const err = new Error(rest);
+        const err = new NativeError(rest);
         err.tool = name;
-        return Promise.reject(err);
+        return NativePromise.reject(err);
       }
-      case 116: throw new TypeError(rest); // "t": this call is wrong
-      case 108: throw new RangeError(rest); // "l": this call is over a per-call limit
+      case 116: throw new NativeTypeError(rest); // "t": this call is wrong
+      case 108: throw new NativeRangeError(rest); // "l": this call is over a per-call limit
       default: return never(); // "p": a new call, or "x": the run has ended
     }
   }
@@ -193,7 +291,7 @@
     }
     return f;
   };
-  globalThis.tools = new Proxy(Object.create(null), {
+  globalThis.tools = new NativeProxy({ __proto__: null }, {
     get(_, prop) {
       if (typeof prop !== "string" || prop === "then") return undefined;
       return callerFor(prop);
@@ -203,26 +301,25 @@
     getOwnPropertyDescriptor: (_, prop) => toolNames.has(prop)
       ? { value: callerFor(prop), enumerable: true, configurable: true, writable: false }
       : undefined,
-    set() { throw new TypeError("tools is read-only"); },
-    defineProperty() { throw new TypeError("tools is read-only"); },
-    deleteProperty() { throw new TypeError("tools is read-only"); },
+    set() { throw new NativeTypeError("tools is read-only"); },
+    defineProperty() { throw new NativeTypeError("tools is read-only"); },
+    deleteProperty() { throw new NativeTypeError("tools is read-only"); },
   });
 
   // ---- files: read through the runner; decoded on the Python side, in batches. ----
   function fileOp(op, args) {
-    const answer = host.file(op, wellFormed(JSON.stringify(args)));
+    const answer = host.file(op, wellFormed(JSON.stringify(plain(args, "the argument"))));
     const tag = answer.charCodeAt(0);
     if (tag === 114) return JSON.parse(answer.slice(1)); // "r"
-    if (tag === 116) throw new Error(answer.slice(1)); // "t": a bad use, or a file that is gone
-    throw new Error("the run has ended"); // "x": in a real process, it has already exited
+    if (tag === 116) throw new NativeError(answer.slice(1)); // "t": a bad use, or a file that is gone
+    throw new NativeError("the run has ended"); // "x": in a real process, it has already exited
   }
   function options(name, opts) {
     if (opts === undefined) return {};
-    if (typeof opts !== "object" || opts === null || Array.isArray(opts)) {
-      throw new TypeError("files." + name + " takes an object of options, as { limit: 10 }");
+    if (typeof opts !== "object" || opts === null || isArray(opts)) {
+      throw new NativeTypeError("files." + name + " takes an object of options, as { limit: 10 }");
     }
-    checkPlain(opts, "the options", []);
-    return opts;
+    return plain(opts, "the options");
   }
   function stream(kind) {
     return function (id, opts) {
@@ -241,28 +338,28 @@
               handle = fileOp("open", { kind, id, options: given });
             }
             while (index >= buffer.length) {
-              if (done) return Promise.resolve({ value: undefined, done: true });
+              if (done) return NativePromise.resolve({ value: undefined, done: true });
               const batch = fileOp("next", { handle });
               buffer = batch.items;
               index = 0;
               done = batch.done;
             }
-            return Promise.resolve({ value: buffer[index++], done: false });
+            return NativePromise.resolve({ value: buffer[index++], done: false });
           } catch (e) {
             done = true;
-            return Promise.reject(e);
+            return NativePromise.reject(e);
           }
         },
         return(value) {
           close();
-          return Promise.resolve({ value, done: true });
+          return NativePromise.resolve({ value, done: true });
         },
         [Symbol.asyncIterator]() { return this; },
       };
       return iterator;
     };
   }
-  globalThis.files = Object.freeze({
+  globalThis.files = freeze({
     list: () => fileOp("list", {}),
     stat: (id) => fileOp("stat", { id }),
     text: async (id) => fileOp("text", { id }),
@@ -276,46 +373,86 @@
   });
 
   // ---- The end of the script: its value or its error goes to the host as text. ----
-  return function settle(main) {
-    main.then(
-      (value) => {
-        if (value === undefined) { host.done("u"); return; }
-        const half = config.value_bound >> 1;
-        if (typeof value === "string" && value.length > 2 * half) {
-          // A huge string is cut here: turning it into JSON first could exhaust memory.
-          host.done(wellFormed("c" + JSON.stringify([value.slice(0, half),
-            value.slice(-half), value.length])));
-          return;
-        }
-        let json;
-        try {
-          json = JSON.stringify(value);
-        } catch (e) {
-          if (e === null || (e instanceof InternalError && /out of memory/.test(e.message))) {
-            host.fail("InternalError", "out of memory", "");
-          } else {
-            host.fail("TypeError", wellFormed("the returned value is not JSON data: " + errorText(e)), "");
-          }
-          return;
-        }
-        host.done(json === undefined ? "u" : wellFormed("j" + json));
-      },
-      (error) => {
-        let name = "Error", message = "", stack = "";
-        try {
-          if (error instanceof Error) {
-            name = String(error.name);
-            message = String(error.message);
-            stack = typeof error.stack === "string" ? error.stack : "";
-          } else {
-            name = "Uncaught";
-            message = text(error);
-          }
-        } catch (e) {
-          message = "an error that cannot be read: " + errorText(e);
-        }
-        host.fail(wellFormed(name), wellFormed(message), wellFormed(stack));
-      },
-    );
-  };
+  function finished(value) {
+    if (value === undefined) { host.done("u"); return; }
+    const half = config.value_bound >> 1;
+    if (typeof value === "string" && value.length > 2 * half) {
+      // A huge string is cut here: turning it into JSON first could exhaust memory.
+      host.done(wellFormed("c" + JSON.stringify([value.slice(0, half),
+        value.slice(-half), value.length])));
+      return;
+    }
+    let json;
+    try {
+      json = JSON.stringify(value);
+    } catch (e) {
+      let oom = e === null;
+      try {
+        oom = oom || (e instanceof NativeInternalError && apply(stringIncludes, "" + e.message, ["out of memory"]));
+      } catch (_) { /* a message that cannot be read is not the engine's */ }
+      if (oom) {
+        host.fail("InternalError", "out of memory", "");
+      } else {
+        host.fail("TypeError", wellFormed("the returned value is not JSON data: " + errorText(e)), "");
+      }
+      return;
+    }
+    host.done(json === undefined ? "u" : wellFormed("j" + json));
+  }
+  function failed(error) {
+    let name = "Error", message = "", stack = "";
+    try {
+      if (error instanceof NativeError) {
+        name = "" + toPrimitive(error.name, "string");
+        message = "" + toPrimitive(error.message, "string");
+        stack = typeof error.stack === "string" ? error.stack : "";
+      } else {
+        name = "Uncaught";
+        message = text(error);
+      }
+    } catch (e) {
+      message = "an error that cannot be read: " + errorText(e);
+    }
+    host.fail(wellFormed(name), wellFormed(message), wellFormed(stack));
+  }
+
+  // ---- The script: compiled on its own, now that everything above is in place. ----
+  // The body is never pasted into source that also holds code of ours: `compile` evaluates
+  // "throw 0; async function __cm_main() {<body>}" and nothing else. The source is parsed
+  // whole before any of it runs and its first statement throws, so no text of the script
+  // runs here, whatever it closes or opens. What is left is the declared function, and it
+  // is the script's only if its source text is the whole declaration: a body that closes
+  // the function early (`}; evil(); (function () {`) leaves a shorter __cm_main (or
+  // another one), never one whose text is all of it. Line n of the body is line n + 1 here.
+  function compile(body) {
+    const declaration = "async function __cm_main() {\n" + body + "\n}";
+    try {
+      apply(globalEval, undefined, ["throw 0; " + declaration]);
+    } catch (e) {
+      if (e !== 0) throw e; // a SyntaxError: the body does not parse
+    }
+    const found = getOwnPropertyDescriptor(globalThis, "__cm_main");
+    delete globalThis.__cm_main;
+    const main = found && found.value;
+    if (typeof main !== "function" || apply(fnToString, main, []) !== declaration) {
+      throw new NativeSyntaxError("the script closes the function it is the body of (a `}` with " +
+        "no `{` before it); a script is the body of an async function and must parse as one");
+    }
+    return main;
+  }
+  let main;
+  try {
+    main = compile(code);
+  } catch (e) {
+    failed(e);
+    return;
+  }
+  let promise;
+  try {
+    promise = main();
+  } catch (e) { // an async function does not throw; this is only for safety
+    failed(e);
+    return;
+  }
+  apply(promiseThen, promise, [finished, failed]);
 })

@@ -14,10 +14,17 @@ import-light: pydantic and orjson only.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 VERSION = 1
 OLDEST = 1
@@ -44,6 +51,9 @@ VALUE_BOUND = 256 * KiB
 # what orjson writes (254) and reads (1,024), so no value a script or a tool controls can
 # make either side's encoder fail.
 MAX_DEPTH = 128
+# orjson writes data nested at most this deep and refuses the next level ("Recursion limit
+# reached"); `data_problem` relies on it (a test pins it).
+_ORJSON_WRITE_DEPTH = 254
 
 
 # What to do about each limit: every message that says a limit was met ends with it.
@@ -80,6 +90,48 @@ def size_text(n: int) -> str:
 
 class ProtocolError(Exception):
     """A line that is too long, not JSON, or not the expected message."""
+
+
+def data_problem(value: Any) -> str | None:
+    """What stops ``value`` from crossing the pipe, or None when it can.
+
+    It can when orjson writes it and it nests at most :data:`MAX_DEPTH` levels of objects and
+    arrays. The depth is checked by orjson itself, at its speed: wrapped in enough lists that
+    one level past ``MAX_DEPTH`` is one past what orjson writes.
+    """
+    wrapped = value
+    for _ in range(_ORJSON_WRITE_DEPTH - MAX_DEPTH):
+        wrapped = [wrapped]
+    try:
+        orjson.dumps(wrapped)
+    except orjson.JSONEncodeError as e:
+        if "Recursion limit" in str(e):
+            return (
+                f"nests deeper than {MAX_DEPTH} levels of objects and arrays, the most data "
+                "may nest to cross between the sandbox and the host (MAX_DEPTH)"
+            )
+        return f"cannot be written as JSON ({e})"
+    return None
+
+
+def _crossable(value: Any) -> Any:
+    problem = data_problem(value)
+    if problem is not None:
+        raise ValueError(f"the data {problem}")
+    return value
+
+
+# JSON data that crosses the pipe: refused, naming the problem, when it cannot.
+_Data = Annotated[Any, AfterValidator(_crossable)]
+
+
+def well_formed(text: str) -> str:
+    """``text`` with each lone surrogate replaced (by ``?``): UTF-8 cannot carry them."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 class _Model(BaseModel):
@@ -120,8 +172,8 @@ class Record(_Model):
     """One answered call in the log: a result (JSON data) or an error message, not both."""
 
     name: str
-    arguments: dict[str, Any]
-    result: Any = None
+    arguments: Annotated[dict[str, Any], AfterValidator(_crossable)]
+    result: _Data = None
     error: str | None = None
 
     @property
@@ -145,7 +197,8 @@ class Script(_Model):
     version: int = VERSION
     id: str
     language: Literal["javascript"] = "javascript"
-    code: str
+    # A script's lone surrogates cannot cross the pipe, nor enter the JS engine.
+    code: Annotated[str, AfterValidator(well_formed)]
     records: list[Record] = Field(default_factory=list)
     tools: list[str] = Field(default_factory=list)
     files: list[FileInfo] = Field(default_factory=list)
@@ -177,7 +230,7 @@ class LimitMet(_Model):
 
 class Call(_Model):
     name: str
-    arguments: dict[str, Any]
+    arguments: Annotated[dict[str, Any], AfterValidator(_crossable)]
 
 
 class Stats(_Model):
@@ -197,7 +250,7 @@ class Ran(_Model):
     """
 
     outcome: Literal["finished", "failed", "calls"]
-    value: Any = None
+    value: _Data = None
     value_text: str | None = None
     value_bytes: int = 0
     error: ScriptError | None = None
@@ -260,6 +313,11 @@ def envelope(line: bytes) -> tuple[str, Any]:
     try:
         data = orjson.loads(line)
     except orjson.JSONDecodeError as e:
+        if "depth limit" in str(e):  # orjson reads 1,024 levels; no message may hold 128 more
+            raise ProtocolError(
+                f"a line whose data nests deeper than {MAX_DEPTH} levels of objects and arrays, "
+                f"the most data may nest (MAX_DEPTH): {_preview(line)}"
+            ) from None
         raise ProtocolError(f"a line that is not JSON ({e}): {_preview(line)}") from None
     if not isinstance(data, dict) or len(data) != 1:
         raise ProtocolError(f"a line that is not a one-key message envelope: {_preview(line)}")
@@ -267,11 +325,49 @@ def envelope(line: bytes) -> tuple[str, Any]:
     return kind, body
 
 
+class _ScriptLine(_Model):
+    script: Script
+
+
+def _decode_script(line: bytes) -> Script:
+    """A script line, parsed straight into the model by pydantic's own JSON reader.
+
+    The line carries the whole call log (up to `arguments` and `results`, tens of MiB).
+    orjson reserves twelve times the size of a document before it parses it, which a process
+    heap sized from the script's limits cannot spare; this reader builds only the objects.
+    """
+    try:
+        return _ScriptLine.model_validate_json(line).script
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = [str(p) for p in first["loc"]]
+        if first["type"] == "json_invalid":
+            if "recursion limit" in first["msg"]:
+                raise ProtocolError(
+                    f"a line whose data nests deeper than {MAX_DEPTH} levels of objects and "
+                    f"arrays, the most data may nest (MAX_DEPTH): {_preview(line)}"
+                ) from None
+            raise ProtocolError(
+                f"a line that is not JSON ({first['msg']}): {_preview(line)}"
+            ) from None
+        if loc[:1] == ["script"] and len(loc) > 1:
+            where = ".".join(loc[1:])
+            raise ProtocolError(f"a malformed 'script' message: {where}: {first['msg']}") from None
+        others = [str(x["loc"][0]) for x in e.errors() if x["type"] == "extra_forbidden"]
+        if len(others) == 1 and loc == ["script"] and first["type"] == "missing":
+            raise ProtocolError(f"a {others[0]!r} message where script was expected") from None
+        raise ProtocolError(
+            f"a line that is not a one-key message envelope: {_preview(line)}"
+        ) from None
+
+
 def decode(line: bytes, expect: tuple[str, ...]) -> Any:
     """Parse one line into the message it holds, which must be one of ``expect`` kinds.
 
     Raises :class:`ProtocolError` naming what was wrong.
     """
+    if expect == ("script",):
+        return _decode_script(line)
     kind, body = envelope(line)
     if kind not in expect:
         raise ProtocolError(f"a {kind!r} message where {' or '.join(expect)} was expected")

@@ -23,6 +23,7 @@ import orjson
 
 from sandbox.files import Fetch, FileError, FileLimit, Files
 from sandbox.protocol import (
+    MAX_DEPTH,
     PRINTED_HEAD,
     PRINTED_TAIL,
     VALUE_BOUND,
@@ -36,17 +37,32 @@ from sandbox.protocol import (
     ScriptError,
     Stats,
     canonical_json,
+    data_problem,
     limit_message,
     size_text,
+    well_formed,
 )
 
 PRELUDE = resources.files("sandbox").joinpath("prelude.js").read_text(encoding="utf-8")
+_HOST_FUNCTIONS = ("call", "print", "closest", "done", "fail", "file")
+# Evaluated on a context where nothing has run: takes the host functions off the global
+# object and gives `start(config_json, code)`, which installs the prelude and runs the script.
+_BOOT = (
+    "(function () {\n"
+    "  const host = {" + ", ".join(f"{name}: __cm_{name}" for name in _HOST_FUNCTIONS) + "};\n"
+    "  for (const k of Object.keys(host)) delete globalThis['__cm_' + k];\n"
+    f"  const prelude = ({PRELUDE});\n"
+    "  return (config, code) => prelude(JSON.parse(config), host, code);\n"
+    "})()"
+)
 
 # The JS engine's own stack bound: deep recursion is a catchable RangeError well before the
 # process's C stack (8 MiB or more after lockdown) could overflow.
 JS_STACK_BYTES = 1024 * 1024
 
-_FRAME = re.compile(r"<input>:(\d+)(?::(\d+))?")
+# A frame's line in a stack. A stack is the script's to write (`e.stack = ...`), so a line
+# number is read only up to 9 digits: a longer one names no line of any script.
+_FRAME = re.compile(r"<input>:(\d{1,9})(?!\d)")
 
 # An error's name and message are cut to these many characters (head and tail of a message).
 ERROR_NAME_BOUND = 200
@@ -195,7 +211,10 @@ class Run:
             )
             self.limit_errors[message] = "call_arguments"
             return "l" + message
-        arguments = _json_loads(args_json)
+        try:
+            arguments = _json_data(args_json)
+        except _NotData as e:
+            return "t" + f"the argument of tools.{name} {e}"
         if not isinstance(arguments, dict):
             # Only a script that changed Object.prototype.toJSON or the like gets here.
             return "t" + f"the arguments of tools.{name} did not turn into a JSON object"
@@ -243,7 +262,12 @@ class Run:
         if self.ended:
             return "x"
         files = self.files
-        args = orjson.loads(args_json)
+        try:
+            args = _json_data(args_json)
+        except _NotData as e:
+            return "t" + f"the argument of files.{op} {e}"
+        if not isinstance(args, dict):
+            return "t" + f"files.{op} was given arguments that are not an object"
         try:
             if op == "list":
                 answer: Any = files.listing()
@@ -305,6 +329,9 @@ class Run:
         ran.printed = self.printed.text()
         ran.printed_bytes = self.printed.total_bytes
         ran.stats = self._stats()
+        if ran.limit is not None and ran.limit.name == "memory":
+            # What is left after the failure is a few KiB; the heap reached its limit.
+            ran.stats.heap_bytes = max(ran.stats.heap_bytes, self.limits.memory)
         return ran
 
     def _end(self, ran: Ran) -> NoReturn:
@@ -370,13 +397,14 @@ class Run:
         script = self.script
         prepared = self.prepared
         if prepared is not None and prepared.take(self):
-            ctx = prepared.ctx
-            prelude = "__cm_prelude"
+            ctx, start = prepared.ctx, prepared.start
         else:
             ctx = _quickjs.Context()
             for name, fn in self._host_functions().items():
                 ctx.add_callable("__cm_" + name, fn)
-            prelude = f"({PRELUDE})"
+            # The prelude's lines come after the script's last, so a frame in it is never read
+            # as a line of the script.
+            start = ctx.eval("\n" * (len(self.script_lines) + 2) + _BOOT)
         self.ctx = ctx
         ctx.set_memory_limit(self.limits.memory)
         ctx.set_max_stack_size(JS_STACK_BYTES)
@@ -388,24 +416,13 @@ class Run:
                 "seed_lo": float(seed & 0xFFFFFFFF),
                 "seed_hi": float(seed >> 32),
                 "value_bound": float(VALUE_BOUND),
+                "max_depth": float(MAX_DEPTH),
             }
         ).decode()
-        code = _well_formed(script.code)
-        # The script's lines come first, so line n of the script is line n + 1 here; a
-        # prepared prelude lives past PRELUDE_LINE, beyond any script's last line.
-        source = (
-            "const __cm_main = async function () {\n" + code + "\n};\n(function () {\n"
-            "  const host = { call: __cm_call, print: __cm_print, closest: __cm_closest,"
-            " done: __cm_done, fail: __cm_fail, file: __cm_file };\n"
-            "  for (const k of Object.keys(host)) delete globalThis['__cm_' + k];\n"
-            f"  const prelude = {prelude};\n"
-            "  delete globalThis.__cm_prelude;\n"
-            f"  const settle = prelude({config}, host);\n"
-            "  settle(__cm_main());\n"
-            "})();\n"
-        )
+        # The script's text is an argument, never part of a source: the prelude compiles it
+        # on its own (see `compile` in prelude.js).
         try:
-            ctx.eval(source)
+            start(config, well_formed(script.code))
         except _quickjs.JSException as e:
             if self.ended:
                 raise _Ended from None
@@ -441,7 +458,13 @@ class Run:
             )
         kind, payload = self.outcome
         if kind == "value":
-            return self._finish(_finished(payload))
+            try:
+                return self._finish(_finished(payload))
+            except _NotData as e:
+                message = f"the returned value {e}; return plainer data"
+                return self._finish(
+                    Ran(outcome="failed", error=ScriptError(name="TypeError", message=message))
+                )
         name, message, stack = payload
         return self._finish(self._failed(name, message, stack))
 
@@ -456,7 +479,8 @@ class Run:
             name == "Uncaught" and message == "null"
         )
         if oom:
-            message = self._memory_message()
+            # Reported as the memory limit met, as compute_ms is: not as the engine's error.
+            name, message = "LimitError", self._memory_message()
             limit = LimitMet(name="memory", message=message)
         return Ran(
             outcome="failed",
@@ -495,14 +519,14 @@ def _finished(payload: str) -> Ran:
     if payload == "u":
         return Ran(outcome="finished")
     if payload[0] == "c":  # a string too long to send whole: its head, tail and length
-        head, tail, length = _json_loads(payload[1:])
+        head, tail, length = _json_data(payload[1:])
         left_out = int(length) - len(head) - len(tail)
         cut = f"\n[... {left_out:,} characters of the returned string cut ...]\n"
         return Ran(outcome="finished", value_text=head + cut + tail, value_bytes=int(length))
     json_text = payload[1:]
     size = len(json_text.encode("utf-8"))
     if size <= VALUE_BOUND:
-        return Ran(outcome="finished", value=_json_loads(json_text))
+        return Ran(outcome="finished", value=_json_data(json_text))
     half = VALUE_BOUND // 2
     cut = f"\n[... {_size(size - 2 * half)} of the returned value cut ...]\n"
     return Ran(
@@ -512,12 +536,32 @@ def _finished(payload: str) -> Ran:
     )
 
 
-def _json_loads(text: str) -> Any:
-    """Parse JSON made by JSON.stringify, whose lone surrogates orjson refuses."""
+class _NotData(Exception):
+    """JSON from the script that cannot cross the pipe; the message says why."""
+
+
+def _json_data(text: str) -> Any:
+    """Parse JSON made by JSON.stringify into data that can cross the pipe, or raise _NotData.
+
+    Lone surrogates (which orjson refuses) become U+FFFD, as in printed text; data nested
+    deeper than MAX_DEPTH is refused, naming the bound.
+    """
     try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return orjson.loads(_LONE_SURROGATE.sub(r"\1\\ufffd", text))
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            value = orjson.loads(_LONE_SURROGATE.sub(r"\1\\ufffd", text))
+    except orjson.JSONDecodeError as e:
+        if "depth limit" in str(e):
+            raise _NotData(
+                f"nests deeper than {MAX_DEPTH} levels of objects and arrays, the most data may "
+                "nest to cross between the sandbox and the host (MAX_DEPTH)"
+            ) from None
+        raise _NotData(f"is not JSON data ({e})") from None
+    problem = data_problem(value)
+    if problem is not None:
+        raise _NotData(problem)
+    return value
 
 
 def _cut(text: str, bound: int) -> str:
@@ -532,11 +576,6 @@ def _call_text(name: str, arguments: Any) -> str:
     if len(text) > 200:
         text = text[:200] + "..."
     return f"tools.{name}({text})"
-
-
-def _well_formed(text: str) -> str:
-    # Lone surrogates cannot cross into the JS engine; replace them as a decoder would.
-    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _cpu_ms() -> float:
@@ -564,9 +603,9 @@ class Prepared:
     def __init__(self) -> None:
         self.ctx = _quickjs.Context()
         self._functions: dict[str, Any] | None = None
-        for name in ("call", "print", "closest", "done", "fail", "file"):
+        for name in _HOST_FUNCTIONS:
             self.ctx.add_callable("__cm_" + name, self._dispatch(name))
-        self.ctx.eval("\n" * PRELUDE_LINE + f"globalThis.__cm_prelude = ({PRELUDE});")
+        self.start = self.ctx.eval("\n" * PRELUDE_LINE + _BOOT)
 
     def _dispatch(self, name: str) -> Any:
         def call(*args: Any) -> Any:

@@ -9,6 +9,7 @@ filter). See ``tests/hostile/child.py`` for the child's side of the line protoco
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import select
@@ -22,6 +23,9 @@ from typing import IO, Any
 
 import pytest
 
+from runner import ProcessRunner
+from sandbox.protocol import Clock, Record, Script
+from sandbox.runtime import Prepared, run_in_process
 from tests._needs import require
 
 REPO = Path(__file__).resolve().parents[2]
@@ -290,3 +294,56 @@ def proc_limits(pid: int) -> dict[str, tuple[str, str]]:
         name, soft, hard = line[:26].strip(), line[26:47].strip(), line[47:68].strip()
         limits[name] = (soft, hard)
     return limits
+
+
+# ---- Hostile scripts: run in this process and through a confined process ----
+
+NOW_MS = 1_767_225_600_000
+
+
+def _script(code: str, records: list[Record] | None = None) -> Script:
+    return Script(
+        id="hostile",
+        code=code,
+        records=records or [],
+        tools=["echo"],
+        clock=Clock(now_ms=NOW_MS, seed=7),
+    )
+
+
+class _Process:
+    """One pool-mode runner for the module, driven from synchronous tests."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.runner = ProcessRunner(mode="pool", pool_size=1)
+
+    def run(self, script: Script) -> Any:
+        return self.loop.run_until_complete(self.runner.run(script))
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.runner.aclose())
+        self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def process() -> Iterator[_Process]:
+    p = _Process()
+    yield p
+    p.close()
+
+
+WAYS = ("fresh", "prepared", "process")
+
+
+@pytest.fixture(params=WAYS)
+def run(request: pytest.FixtureRequest) -> Any:
+    """Run a script in this process (fresh, or on a prepared context as the fork server
+    makes) or through a real confined process (pool mode); each gives the Ran's fields."""
+    way = request.param
+    if way == "fresh":
+        return lambda code, records=None: run_in_process(_script(code, records))
+    if way == "prepared":
+        return lambda code, records=None: run_in_process(_script(code, records), None, Prepared())
+    proc = request.getfixturevalue("process")
+    return lambda code, records=None: proc.run(_script(code, records))

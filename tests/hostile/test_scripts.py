@@ -1,0 +1,195 @@
+"""Hostile scripts: a model's script that tries to get out of its function or at the machine's
+clock, run the three ways of the ``run`` fixture (in this process, fresh and on a prepared
+context, and through a real confined process).
+
+Each attack, had it worked, would print ``escaped`` through the raw host functions or return
+a time that is not the script's fixed clock; each test asserts it did not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.hostile.conftest import NOW_MS
+
+# ---- 1. No text of a script is parsed outside its own function ----
+
+# Each would run its middle line at the top level of the old wrapper's source
+# ("const __cm_main = async function () {\n" + body + "\n};\n" + the prelude's call).
+ESCAPES = {
+    "close and reopen": (
+        "return 1; };\n__cm_print('escaped ' + Date.now()); globalThis.x = [Date.now(), "
+        "typeof __cm_call];\nasync function f() {"
+    ),
+    "an expression statement": "return 1 };\n(__cm_print('escaped'));\nvoid async function () {",
+    "a comma expression": "return 1 }; __cm_print('escaped'), async function () {",
+    "a declaration hoisted": (
+        "};\nfunction Date() { __cm_print('escaped') }\n__cm_print('escaped');\nasync function f() {"
+    ),
+    "poison a built-in": (
+        "};\nObject.defineProperty = function () { __cm_print('escaped') };\n"
+        "Reflect.construct = Object.defineProperty;\nasync function f() {"
+    ),
+    "unbalanced backtick": "return `${__cm_print('escaped')}",
+    "open comment": "return 1 };\n__cm_print('escaped'); /*",
+    "line comment at the end": "};\n__cm_print('escaped');\nasync function f() { //",
+    "html close comment": "return 1 }\n--> x\n__cm_print('escaped'); async function f() {",
+    "html open comment": "return 1 } <!-- x\n__cm_print('escaped'); async function f() {",
+    "a comment closed": "/* */ };\n__cm_print('escaped');\nasync function f() {",
+    "string continuation": "return '\\\n}'; };\n__cm_print('escaped');\nasync function f() {",
+    "redeclare main": (
+        "};\n__cm_print('escaped');\nasync function __cm_main() { }\nasync function f() {"
+    ),
+    "a lexical binding": "};\nlet tools = 1; __cm_print('escaped');\nasync function f() {",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ESCAPES))
+def test_script_cannot_run_code_outside_its_function(run: Any, name: str) -> None:
+    """A body that closes its function is a SyntaxError, and none of its text ran."""
+    ran = run(ESCAPES[name])
+    assert ran.outcome == "failed", (ran.value, ran.printed)
+    assert ran.error.name == "SyntaxError", ran.error
+    assert "escaped" not in ran.printed
+    assert ran.printed == ""
+    assert ran.calls == []
+
+
+def test_braces_in_strings_comments_and_templates_are_the_scripts_own(run: Any) -> None:
+    """Braces, comment marks and backticks inside the body's own tokens are fine."""
+    code = (
+        "const s = '}'; // } ) */\n"
+        "/* } */ const t = `}${'}'}` + \"})\";\n"
+        "<!-- an html comment, as in any script\n"
+        "const r = /}/.source;\n"
+        "return s + t + r + typeof __cm_main + typeof __cm_call; // no newline at the end"
+    )
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == "}}}})}undefinedundefined"
+
+
+def test_error_lines_stay_the_models_lines(run: Any) -> None:
+    """A runtime error and a syntax error name the script's own line numbers."""
+    ran = run("const a = 1;\n\nnull.x;")
+    assert [(x.line, x.text) for x in ran.error.lines] == [(3, "null.x;")]
+    ran = run("const a = 1;\nconst b = ;")
+    assert ran.error.name == "SyntaxError"
+    assert [x.line for x in ran.error.lines] == [2]
+
+
+def test_nul_and_lone_surrogates_in_the_source(run: Any) -> None:
+    """A NUL in the source is data or a SyntaxError, a lone surrogate is replaced: no crash."""
+    ran = run("return 'a\x00b'")
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == "a\x00b"
+    ran = run("return 1 +\x00 2")
+    assert ran.outcome == "failed" and ran.error.name == "SyntaxError"
+    ran = run("console.log('x\x00y'); return '\ud800' // \udfff")
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == "?"  # as the source's other lone surrogates: replaced before it runs
+    assert ran.printed == "x\ufffdy\n"  # the host cannot take a NUL: printed as U+FFFD
+
+
+# ---- 2. The real clock does not leak through stack introspection ----
+
+FRAMES = """
+const found = [];
+try { Error.prepareStackTrace = (e, cs) => cs.map((c) => c.getFunction && c.getFunction()); } catch (e) {}
+try { Object.defineProperty(Error, "prepareStackTrace", { get() { return (e, cs) => cs; } }); } catch (e) {}
+const grab = () => {
+  const stack = new Error().stack;
+  if (Array.isArray(stack)) for (const f of stack) if (typeof f === "function") found.push(f);
+  let caller = null;
+  try { caller = grab.caller; } catch (e) {}
+  if (typeof caller === "function") found.push(caller);
+};
+const probe = { valueOf() { grab(); return 0; }, toString() { grab(); return "2020-01-01"; } };
+const dates = [new Date(probe), new Date(probe, probe), new Date({ [Symbol.toPrimitive]() { grab(); return 5; } })];
+Date.UTC(probe, probe); Date.parse(probe);
+class Sub extends Date {}
+new Sub(probe);
+Reflect.construct(Date, [probe], new Proxy(Sub, { get(t, k) { grab(); return t[k]; } }));
+try { Error.captureStackTrace({}); found.push("captureStackTrace"); } catch (e) {}
+const times = found.filter((f) => typeof f === "function").map((f) => {
+  try { return new f().getTime(); } catch (e) { return null; }
+}).filter((t) => typeof t === "number" && t !== Date.now());
+return {
+  found: found.length,
+  times,
+  hook: typeof Error.prepareStackTrace,
+  capture: typeof Error.captureStackTrace,
+  dates: dates.map((d) => d.getTime()),
+  now: Date.now(),
+  stack: typeof new Error().stack,
+};
+"""
+
+
+def test_stack_introspection_is_closed(run: Any) -> None:
+    """No call site API: a script cannot reach the real Date (or anything) through frames."""
+    ran = run(FRAMES)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value["found"] == 0
+    assert ran.value["times"] == []
+    assert ran.value["hook"] == "undefined"
+    assert ran.value["capture"] == "undefined"
+    assert ran.value["stack"] == "string"
+    assert ran.value["now"] == NOW_MS
+    assert ran.value["dates"][0] == 0
+    assert ran.value["dates"][2] == 5
+
+
+def test_date_coerces_like_the_real_one(run: Any) -> None:
+    """The replacement converts its arguments itself, with the real Date's results."""
+    code = """
+const d = new Date(Date.UTC(2020, 1, 3));
+return [
+  new Date({ valueOf: () => 86400000 }).getTime(),
+  new Date({ toString: () => "2020-01-01T00:00:00Z", valueOf: () => ({}) }).getTime(),
+  new Date(d).getTime() === d.getTime(),
+  new Date("2020-01-01T00:00:00Z").getTime(),
+  new Date(2020, 0).getFullYear(),
+  Date.UTC(2020), Date.UTC(2020, 0, 1, 0, 0, 0, 5),
+  Date.parse({ toString: () => "2020-01-01T00:00:00Z" }),
+  isNaN(new Date(NaN)), new Date() instanceof Date, typeof Date(),
+  (() => { try { new Date(Symbol()); return "no"; } catch (e) { return e.name; } })(),
+  (() => { try { new Date({ valueOf: () => ({}), toString: () => ({}) }); return "no"; } catch (e) { return e.name; } })(),
+];
+"""
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == [
+        86400000,
+        1577836800000,
+        True,
+        1577836800000,
+        2020,
+        1577836800000,
+        1577836800005,
+        1577836800000,
+        True,
+        True,
+        "string",
+        "TypeError",
+        "TypeError",
+    ]
+
+
+def test_no_error_constructor_takes_a_stack_hook(run: Any) -> None:
+    """Hooks put on a subclass, on TypeError or on Error's prototype chain are never called."""
+    code = """
+const hook = (e, cs) => cs.map((c) => c.getFunction());
+try { Object.defineProperty(TypeError, "prepareStackTrace", { value: hook }); } catch (e) {}
+class E extends Error {}
+try { Object.defineProperty(E, "prepareStackTrace", { value: hook }); } catch (e) {}
+try { Object.setPrototypeOf(Error, { get prepareStackTrace() { return hook; } }); } catch (e) {}
+const kinds = [typeof new TypeError().stack, typeof new E().stack, typeof new Error().stack];
+try { null.x; } catch (e) { kinds.push(typeof e.stack); }
+return kinds;
+"""
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == ["string"] * 4

@@ -1,0 +1,258 @@
+"""Hostile values: data a script controls that the sandbox's Python must turn into a named,
+catchable or script-ending error, never a crash ("SandboxCrash"). Run the three ways of the
+``run`` fixture: a crash would show through the real confined process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sandbox import protocol
+from sandbox.protocol import MAX_DEPTH, Record
+from tests.hostile.conftest import NOW_MS
+
+
+def nested(depth: int, inner: str = "1") -> str:
+    """JS for an array value nested ``depth`` levels deep."""
+    return f"(() => {{ let v = {inner}; for (let i = 0; i < {depth}; i++) v = [v]; return v; }})()"
+
+
+def assert_crossed(ran: Any) -> None:
+    """Whatever the run gave, it is a well-formed ``ran`` line both sides can read."""
+    body = ran.model_dump(mode="python", exclude_unset=True, exclude={"process"})
+    line = protocol.encode(protocol.Ran.model_validate(body))
+    protocol.decode(line, ("ran",))
+
+
+def test_arguments_at_the_depth_bound_are_sent(run: Any) -> None:
+    """An argument object nesting exactly MAX_DEPTH levels is a new call."""
+    ran = run(f"await tools.echo({{ v: {nested(MAX_DEPTH - 1)} }})")
+    assert ran.outcome == "calls", ran.error
+    assert_crossed(ran)
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH, 300, 2000])
+def test_arguments_past_the_depth_bound_throw_at_the_call_site(run: Any, depth: int) -> None:
+    """Deeper arguments are a catchable TypeError naming the bound, not a crash."""
+    code = (
+        f"try {{ await tools.echo({{ v: {nested(depth)} }}); }}\n"
+        "catch (e) { return [e.name, e.message]; }"
+    )
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    name, message = ran.value
+    assert name == "TypeError"
+    assert f"deeper than {MAX_DEPTH} levels" in message and "MAX_DEPTH" in message
+    assert_crossed(ran)
+
+
+def test_tojson_cannot_smuggle_depth_past_the_check(run: Any) -> None:
+    """A toJSON on Object.prototype does not change what is sent: the checked copy is."""
+    code = (
+        f"Object.prototype.toJSON = function () {{ return {nested(400)}; }};\n"
+        "Array.prototype.toJSON = Object.prototype.toJSON;\n"
+        "await tools.echo({ a: [1, { b: 2 }] });"
+    )
+    ran = run(code)
+    assert ran.outcome == "calls", ran.error
+    assert ran.calls[0].arguments == {"a": [1, {"b": 2}]}
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 300, 2000])
+def test_a_returned_value_past_the_depth_bound_fails_the_run(run: Any, depth: int) -> None:
+    """A returned value deeper than MAX_DEPTH fails the run with an error naming the bound."""
+    ran = run(f"return {nested(depth)}")
+    assert ran.outcome == "failed"
+    assert ran.error.name == "TypeError"
+    assert "the returned value nests deeper than 128 levels" in ran.error.message
+    assert "MAX_DEPTH" in ran.error.message
+    assert_crossed(ran)
+
+
+def test_a_returned_value_at_the_depth_bound_is_returned(run: Any) -> None:
+    ran = run(f"return {nested(MAX_DEPTH)}")
+    assert ran.outcome == "finished", ran.error
+    value = ran.value
+    for _ in range(MAX_DEPTH):
+        value = value[0]
+    assert value == 1
+
+
+def test_tojson_returning_deep_data_fails_the_run(run: Any) -> None:
+    ran = run(f"return {{ toJSON() {{ return {nested(300)}; }} }}")
+    assert ran.outcome == "failed"
+    assert "MAX_DEPTH" in ran.error.message
+
+
+def test_a_huge_line_number_in_a_stack(run: Any) -> None:
+    """An Error whose stack names a 5,000-digit line fails the run as that error."""
+    ran = run("const e = new Error('x');\ne.stack = '<input>:' + '9'.repeat(5000) + ':1';\nthrow e")
+    assert ran.outcome == "failed"
+    assert (ran.error.name, ran.error.message, ran.error.lines) == ("Error", "x", [])
+    assert_crossed(ran)
+
+
+VALUES = {
+    "-0": ("return -0", 0),
+    "1e308": ("return 1e308", 1e308),
+    "2**64": ("return 2 ** 64", 2.0**64),
+    "a symbol key": ("return { [Symbol('s')]: 1, a: 2 }", {"a": 2}),
+    "a lone surrogate key": ("return { ['\\ud800']: 1 }", {"\ufffd": 1}),
+    "a Proxy": ("return new Proxy({ a: 1 }, {})", {"a": 1}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_odd_returned_values(run: Any, name: str) -> None:
+    code, expected = VALUES[name]
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == expected
+    assert_crossed(ran)
+
+
+FAILING_VALUES = {
+    "a BigInt": "return 1n",
+    "a getter that throws": "return { get a() { throw new Error('g'); } }",
+    "a Proxy that throws": "return new Proxy({}, { ownKeys() { throw new Error('p'); } })",
+    "toJSON that throws": "return { toJSON() { throw new Error('t'); } }",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAILING_VALUES))
+def test_values_that_are_not_data_fail_the_run_by_name(run: Any, name: str) -> None:
+    ran = run(FAILING_VALUES[name])
+    assert ran.outcome == "failed"
+    assert ran.error.name == "TypeError"
+    assert ran.error.message.startswith("the returned value is not JSON data")
+    assert_crossed(ran)
+
+
+ARGUMENTS = {
+    "NaN": ("{ a: NaN }", "the argument.a is NaN"),
+    "Infinity": ("{ a: [Infinity] }", "the argument.a[0] is Infinity"),
+    "a BigInt": ("{ a: 1n }", "is a BigInt"),
+    "a symbol": ("{ a: Symbol() }", "is a symbol"),
+    "a getter that throws": ("{ get a() { throw new Error('g'); } }", "g"),
+    "a Proxy that throws": ("new Proxy({}, { ownKeys() { throw new Error('p'); } })", "p"),
+    "a cycle": ("(() => { const o = {}; o.o = o; return o; })()", "refers to itself"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ARGUMENTS))
+def test_arguments_that_are_not_data_throw_at_the_call_site(run: Any, name: str) -> None:
+    args, expected = ARGUMENTS[name]
+    ran = run(f"try {{ await tools.echo({args}); }} catch (e) {{ return e.message; }}")
+    assert ran.outcome == "finished", ran.error
+    assert expected in ran.value
+
+
+def test_odd_arguments_that_are_data(run: Any) -> None:
+    """-0, huge numbers and lone surrogates in keys are sent as JSON has them."""
+    ran = run("await tools.echo({ z: -0, h: 2 ** 64, ['\\udc00k']: 1e308 })")
+    assert ran.outcome == "calls", ran.error
+    assert ran.calls[0].arguments == {"z": 0, "h": 2.0**64, "\ufffdk": 1e308}
+
+
+def test_a_recorded_result_past_the_depth_bound_is_refused_by_the_protocol() -> None:
+    """A record deeper than MAX_DEPTH cannot be sent to the sandbox: a ProtocolError names it."""
+    deep: Any = 1
+    for _ in range(MAX_DEPTH + 1):
+        deep = [deep]
+    with pytest.raises(ValueError, match="MAX_DEPTH"):
+        Record(name="echo", arguments={}, result=deep)
+    line = (
+        b'{"script":{"id":"s","code":"1","clock":{"now_ms":0,"seed":0},"records":[{"name":"e",'
+        b'"arguments":{},"result":' + b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1) + b"}]}}"
+    )
+    with pytest.raises(protocol.ProtocolError, match="MAX_DEPTH"):
+        protocol.decode(line, ("script",))
+
+
+def test_a_ran_line_past_the_depth_bound_is_refused() -> None:
+    """A lying process's deep value or arguments: ProtocolError naming MAX_DEPTH."""
+    deep = b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1)
+    for line in (
+        b'{"ran":{"outcome":"finished","value":' + deep + b"}}",
+        b'{"ran":{"outcome":"calls","calls":[{"name":"e","arguments":{"a":' + deep + b"}}]}}",
+        b'{"ran":{"outcome":"finished","value":' + b"[" * 5000 + b"]" * 5000 + b"}}",
+    ):
+        with pytest.raises(protocol.ProtocolError, match="MAX_DEPTH"):
+            protocol.decode(line, ("ran",))
+    at_bound = b"[" * MAX_DEPTH + b"]" * MAX_DEPTH
+    ran = protocol.decode(b'{"ran":{"outcome":"finished","value":' + at_bound + b"}}", ("ran",))
+    assert ran.returned
+
+
+def test_orjson_write_depth_is_what_data_problem_assumes() -> None:
+    """data_problem relies on orjson refusing exactly the 255th level; pin it."""
+    for depth, ok in ((254, True), (255, False)):
+        value: Any = 1
+        for _ in range(depth):
+            value = [value]
+        if ok:
+            protocol.orjson.dumps(value)
+        else:
+            with pytest.raises(protocol.orjson.JSONEncodeError, match="Recursion limit"):
+                protocol.orjson.dumps(value)
+    assert protocol.data_problem({"a": 2**70}) is not None
+    assert protocol.data_problem({"a": [{"b": 1}]}) is None
+
+
+def test_memory_limit_is_reported_as_the_memory_limit(run: Any) -> None:
+    """A heap exhausted is the `memory` limit met, named LimitError, as compute_ms is."""
+    ran = run("const a = []; for (;;) a.push('x'.repeat(1e6) + a.length);")
+    assert ran.outcome == "failed"
+    assert ran.limit is not None and ran.limit.name == "memory"
+    assert ran.error.name == "LimitError"
+    assert ran.error.message == ran.limit.message
+    # The heap used is reported as the limit it reached, not what was left after the failure.
+    assert ran.stats.heap_bytes >= protocol.Limits().memory
+
+
+def test_a_deep_jsonl_line_is_a_catchable_file_error() -> None:
+    """A jsonl file whose line nests past MAX_DEPTH: a catchable error naming the bound."""
+    from sandbox.protocol import Clock, FileInfo, Script
+    from sandbox.runtime import run_in_process
+
+    data = b'{"a":1}\n' + b"[" * 300 + b"]" * 300 + b"\n"
+    script = Script(
+        id="f",
+        code="const out = []; try { for await (const r of files.jsonl('d.jsonl')) out.push(r); }"
+        " catch (e) { out.push(e.message); } return out;",
+        files=[FileInfo(id="d.jsonl", mime="application/jsonl", size=len(data))],
+        clock=Clock(now_ms=NOW_MS, seed=1),
+    )
+    ran = run_in_process(script, lambda _f, offset, length: data[offset : offset + length])
+    assert ran.outcome == "finished", ran.error
+    assert "d.jsonl line 2 nests deeper than 128 levels" in ran.value[-1]
+
+
+PRINTED = r"""
+class P { constructor() { this.x = 1; } }
+const e = new TypeError("bad");
+const cyc = {}; cyc.self = cyc;
+console.log(1, -0, NaN, Infinity, 2n, true, null, undefined, "s", Symbol("q"), function named() {}, () => 1);
+console.log({ a: [1, "x", { b: null }], d: new Date(0), bad: new Date(NaN) }, [undefined, () => 1]);
+console.log(new Map([[1, { a: 2 }], ["k", [3]]]), new Set([1, "a", [2]]), e, new P(), cyc);
+console.log({ toJSON() { return { t: 1 }; } }, Object.create(null), [[[[[[[[[[[1]]]]]]]]]]]);
+console.log({ get g() { throw new Error("no"); } });
+console.log(new Proxy({ a: 1 }, {}), [new Date(86400000)], { s: Symbol("x"), u: undefined, f() {} });
+"""
+
+
+def test_printing_script_values_reads_them_as_before(run: Any) -> None:
+    """console.log of odd values (dates, cycles, proxies, getters that throw, toJSON, maps)
+    reads them in prelude code and prints what it always printed."""
+    ran = run(PRINTED)
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed == (
+        "1 0 NaN Infinity 2n true null undefined s Symbol(q) [Function named] [Function]\n"
+        '{"a":[1,"x",{"b":null}],"d":"1970-01-01T00:00:00.000Z","bad":Invalid Date} [undefined,[Function]]\n'
+        'Map(2) {1 => {"a":2}, "k" => [3]} Set(3) {1, "a", [2]} TypeError: bad {"x":1} {"self":[Circular]}\n'
+        '{"t":1} {} [[[[[[[[[[Array]]]]]]]]]]\n'
+        "[unprintable: Error: no]\n"
+        '{"a":1} ["1970-01-02T00:00:00.000Z"] {}\n'
+    )
