@@ -20,19 +20,27 @@ Unknown keys and bad values are refused with a :class:`ConfigError` naming them.
 
 from __future__ import annotations
 
+import math
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine._errors import ConfigError
-from engine._limits import Limits
+from engine._limits import Limits, parse_size
+from engine._log import SqliteStore
 from runner import ScriptRunner
 from runner._remote import OPTIONS as REMOTE_OPTIONS
 
 _TOP_KEYS = {"data_dir", "limits", "runner", "queue_timeout"}
 # Local runner options, and what a RemoteRunner takes (it owns that list).
-_RUNNER_KEYS = {"kind", "mode", "slots", "script_wait", "data_limit"} | set(REMOTE_OPTIONS)
+_LOCAL_OPTIONS = {"mode", "slots", "script_wait", "data_limit"}
+_RUNNER_KEYS = {"kind"} | _LOCAL_OPTIONS | set(REMOTE_OPTIONS)
+# Bounds on numbers in the config that no sensible setting comes near: past them a value is a
+# typo, and an unbounded one (1e300 seconds) would overflow the timers it sets.
+MAX_SLOTS = 4096
+MAX_SECONDS = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -63,7 +71,8 @@ class Config:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
-        return cls.from_mapping(data, where=str(path), base=path.parent)
+        # Absolute, so a relative path in the file means the same after a change of directory.
+        return cls.from_mapping(data, where=str(path), base=path.absolute().parent)
 
     @classmethod
     def from_mapping(
@@ -85,14 +94,10 @@ class Config:
         limits = Limits.from_mapping(limits_table, where=f"{where}: [codemode.limits]")
         runner = _runner(section.get("runner", {}), where, base)
         data_dir = section.get("data_dir")
-        if data_dir is not None and not isinstance(data_dir, str):
+        if data_dir is not None and not _a_path(data_dir):
             raise ConfigError(f"{where}: [codemode] data_dir must be a path string")
         queue_timeout = section.get("queue_timeout", 300.0)
-        if (
-            isinstance(queue_timeout, bool)
-            or not isinstance(queue_timeout, int | float)
-            or queue_timeout <= 0
-        ):
+        if not _seconds(queue_timeout):
             raise ConfigError(f"{where}: [codemode] queue_timeout must be seconds, over 0")
         resolved = None
         if data_dir is not None:
@@ -117,61 +122,120 @@ def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: [codemode.runner] must be a table")
     _refuse_unknown(table, _RUNNER_KEYS, f"{where}: [codemode.runner]")
+    at = f"{where}: [codemode.runner]"
     kind = table.get("kind", "local")
     if kind not in ("local", "remote"):
-        raise ConfigError(f'{where}: [codemode.runner] kind = {kind!r}; use "local" or "remote"')
+        raise ConfigError(f'{at} kind = {_shown(kind)}; use "local" or "remote"')
     options = {k: v for k, v in table.items() if k != "kind"}
     if kind == "remote":
+        _refuse_unknown(options, set(REMOTE_OPTIONS), f'{at} kind = "remote"')
         addresses = options.get("addresses")
         if (
             not isinstance(addresses, list)
             or not addresses
             or not all(isinstance(a, str) and ":" in a for a in addresses)
         ):
-            raise ConfigError(
-                f'{where}: [codemode.runner] kind = "remote" needs addresses = ["host:port", ...]'
-            )
+            raise ConfigError(f'{at} kind = "remote" needs addresses = ["host:port", ...]')
         if not any(k in options for k in ("token", "token_file", "token_env")):
             raise ConfigError(
-                f'{where}: [codemode.runner] kind = "remote" needs token_file (or token_env) '
-                "naming the shared token"
+                f'{at} kind = "remote" needs token_file (or token_env) naming the shared token'
             )
-        if base is not None and isinstance(options.get("token_file"), str):
-            token_file = Path(options["token_file"])
-            options["token_file"] = str(
-                token_file if token_file.is_absolute() else base / token_file
-            )
+        # Relative paths (token_file, ca_file) stay as written: the remote runner reads them
+        # from the config's folder, ``base``.
+        for key in ("token", "token_file", "token_env", "ca_file", "server_name"):
+            if key in options and not _a_path(options[key]):
+                raise ConfigError(f"{at} {key} must be a non-empty string")
+        if "tls" in options and not isinstance(options["tls"], bool):
+            raise ConfigError(f"{at} tls must be true or false")
+        for key in ("connect_timeout", "cooldown"):
+            if key in options and not _seconds(options[key]):
+                raise ConfigError(f"{at} {key} must be seconds, over 0")
     else:
+        _refuse_unknown(options, _LOCAL_OPTIONS, f'{at} kind = "local"')
         mode = options.get("mode", "pool")
         if mode not in ("pool", "fork", "exec"):
-            raise ConfigError(
-                f'{where}: [codemode.runner] mode = {mode!r}; use "pool", "fork" or "exec"'
-            )
+            raise ConfigError(f'{at} mode = {_shown(mode)}; use "pool", "fork" or "exec"')
         slots = options.get("slots")
         if slots is not None and (
-            isinstance(slots, bool) or not isinstance(slots, int) or slots < 1
+            isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= MAX_SLOTS
         ):
-            raise ConfigError(f"{where}: [codemode.runner] slots must be a whole number, 1 or more")
+            raise ConfigError(f"{at} slots must be a whole number, 1 to {MAX_SLOTS}")
+        if "script_wait" in options and not _seconds(options["script_wait"]):
+            raise ConfigError(f"{at} script_wait must be seconds, over 0")
+        if "data_limit" in options:
+            options["data_limit"] = parse_size(options["data_limit"], what=f"{at} data_limit")
     return RunnerConfig(kind=kind, options=options, base=base)
 
 
+def _a_path(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip()) and "\0" not in value
+
+
+def _seconds(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 < value <= MAX_SECONDS
+    )
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def build_runner(config: RunnerConfig) -> ScriptRunner:
-    """The runner a ``[codemode.runner]`` table names."""
-    options = dict(config.options)
-    if config.kind == "remote":
-        from runner import RemoteRunner
+    """The runner a ``[codemode.runner]`` table names.
 
-        return RemoteRunner.from_options(options, base=config.base)
-    from runner import ProcessRunner
+    The options are checked as :meth:`Config.load` checks them, and what the runner itself
+    refuses (a token file it cannot read, a CA that does not load, a bad
+    ``CODEMODE_SANDBOX_SLOTS``) comes back as a :class:`ConfigError`, so a host catches one
+    error family.
+    """
+    where = "runner options" if config.base is None else str(config.base)
+    checked = _runner({"kind": config.kind, **config.options}, where, config.base)
+    options = dict(checked.options)
+    try:
+        if config.kind == "remote":
+            from runner import RemoteRunner
 
-    return ProcessRunner(**_local_options(options))
+            return RemoteRunner.from_options(options, base=config.base)
+        from runner import ProcessRunner
+
+        return ProcessRunner(**options)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
-def _local_options(options: dict[str, Any]) -> dict[str, Any]:
-    known = {"mode", "slots", "script_wait", "data_limit"}
-    local = {k: v for k, v in options.items() if k in known}
-    if "data_limit" in local:
-        from engine._limits import parse_size
-
-        local["data_limit"] = parse_size(local["data_limit"], what="[codemode.runner] data_limit")
-    return local
+def data_directory(data_dir: str | Path) -> Path:
+    """``data_dir`` made ready to hold the session log and blobs; :class:`ConfigError` naming
+    the path and the fix when it is a file, cannot be made, or cannot be written."""
+    if not _a_path(str(data_dir)):
+        raise ConfigError(f"data_dir {str(data_dir)!r} is not a usable path; give a directory")
+    path = Path(data_dir)
+    if path.exists() and not path.is_dir():
+        hint = ""
+        try:
+            with path.open("rb") as f:
+                if f.read(16) == b"SQLite format 3\0":
+                    hint = (
+                        f"; if it is a session log, move it into a directory as "
+                        f"<dir>/{SqliteStore.FILE_NAME} and give that directory"
+                    )
+        except OSError:
+            pass
+        raise ConfigError(
+            f"data_dir {path} is a file, not a directory; give a directory (the session log "
+            f"is kept in it as {SqliteStore.FILE_NAME}){hint}"
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(
+            f"data_dir {path}: cannot make the directory ({e.strerror or e}); give a directory "
+            "this process can create"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"data_dir {path} is not writable by this process; give one that is")
+    return path
