@@ -28,7 +28,7 @@ from engine._declarations import run_code_tool
 from engine._errors import CallNotWaiting, CodeModeError, StepUnavailable
 from engine._files import Attachment, BlobReader, BlobStore, record_files
 from engine._functions import as_tools
-from engine._limits import Limits, limits_for, limits_option
+from engine._limits import LIMIT_NAMES, Limits, config_hint, limits_for, limits_option
 from engine._naming import closest_names
 from engine._search import ToolIndex
 from engine._skills import Skill, check_skills, find_skill, skill_answer, skills_listing
@@ -618,6 +618,15 @@ class CodeMode:
         return RunResult(record.id, "paused", text, waiting=waiting, steps=record.steps)
 
     def _end(self, record: log.ScriptRecord, step: Step) -> RunResult:
+        if step.limit is not None and step.limit.name in LIMIT_NAMES:
+            logger.warning(
+                "script ended on a limit script=%s tenant=%s limit=%s; if scripts should have "
+                "more, raise %s",
+                record.id,
+                record.tenant,
+                step.limit.name,
+                config_hint(step.limit.name),
+            )
         if step.outcome == "finished":
             shown_text, shown, media = self._shown(record, step)
             result = RunResult(

@@ -89,6 +89,17 @@ class Limits:
         return protocol.Limits(**{k: v for k, v in asdict(self).items() if k in inside})
 
 
+# Every limit's name, as the config, the sandbox and the log spell it.
+LIMIT_NAMES = frozenset(f.name for f in fields(Limits))
+
+
+def config_hint(name: str) -> str:
+    """Where the host raises limit ``name``. The engine logs it when a script ends on the
+    limit; the model's message says what the script can do instead, since only the host can
+    change a limit."""
+    return f"[codemode.limits] {name}"
+
+
 LimitsOption = Limits | Callable[[str], Limits]
 
 

@@ -98,7 +98,7 @@ async def test_total_file_bytes_limit(inproc: InProcessRunner) -> None:
     result = await engine.run_code(code, files=[Attachment("sales.csv", data=SALES)])
     assert result.status == "failed"
     assert result.limit == "total_file_bytes"
-    assert "[codemode.limits] total_file_bytes" in result.text
+    assert "total_file_bytes limit met" in result.text and "[codemode.limits]" not in result.text
 
 
 async def test_file_bytes_limit_through_the_engine(inproc: InProcessRunner) -> None:
@@ -107,7 +107,7 @@ async def test_file_bytes_limit_through_the_engine(inproc: InProcessRunner) -> N
     result = await engine.run_code(
         "return await files.text('sales.csv')", files=[Attachment("sales.csv", data=SALES)]
     )
-    assert result.limit == "file_bytes" and "[codemode.limits] file_bytes" in result.text
+    assert result.limit == "file_bytes" and "file_bytes limit met" in result.text
 
 
 async def test_files_through_the_confined_process() -> None:
