@@ -40,6 +40,8 @@ _RUNNER_KEYS = {"kind"} | _LOCAL_OPTIONS | set(REMOTE_OPTIONS)
 # Bounds on numbers in the config that no sensible setting comes near: past them a value is a
 # typo, and an unbounded one (1e300 seconds) would overflow the timers it sets.
 MAX_SLOTS = 4096
+# A codemode.toml is a few hundred bytes; one past this is not a config.
+MAX_CONFIG_BYTES = 1024 * 1024
 MAX_SECONDS = 7 * 24 * 3600.0
 
 
@@ -62,15 +64,25 @@ class Config:
         """Read and check a ``codemode.toml``."""
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            with path.open("rb") as f:
+                raw = f.read(MAX_CONFIG_BYTES + 1)
         except OSError as e:
             raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"{path} is too large for a config (over {MAX_CONFIG_BYTES // 1024:,} KiB); "
+                "is it the right file?"
+            )
+        try:
+            text = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise ConfigError(f"{path} is not UTF-8 text") from None
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
+        except RecursionError:  # tomllib recurses once per level of nesting
+            raise ConfigError(f"{path} nests arrays or tables too deeply") from None
         # Absolute, so a relative path in the file means the same after a change of directory.
         return cls.from_mapping(data, where=str(path), base=path.absolute().parent)
 
@@ -78,10 +90,10 @@ class Config:
     def from_mapping(
         cls, data: dict[str, Any], *, where: str = "config", base: Path | None = None
     ) -> Config:
-        unknown_top = set(data) - {"codemode"}
+        unknown_top = sorted(str(key) for key in set(data) - {"codemode"})
         if unknown_top:
             raise ConfigError(
-                f"{where}: unknown table(s) {', '.join(sorted(unknown_top))}; "
+                f"{where}: unknown table(s) {', '.join(_shown(k) for k in unknown_top[:5])}; "
                 "the settings go under [codemode]"
             )
         section = data.get("codemode", {})
@@ -110,11 +122,12 @@ class Config:
 
 
 def _refuse_unknown(table: dict[str, Any], known: set[str], where: str) -> None:
-    unknown = set(table) - known
+    unknown = sorted(str(key) for key in set(table) - known)
     if unknown:
+        listed = ", ".join(_shown(key) for key in unknown[:5])
+        more = f" and {len(unknown) - 5:,} more" if len(unknown) > 5 else ""
         raise ConfigError(
-            f"{where} has unknown key(s) {', '.join(sorted(unknown))}; "
-            f"known: {', '.join(sorted(known))}"
+            f"{where} has unknown key(s) {listed}{more}; known: {', '.join(sorted(known))}"
         )
 
 
