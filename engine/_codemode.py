@@ -23,7 +23,7 @@ import orjson
 
 from engine import _log as log
 from engine import _render as render
-from engine._config import RunnerConfig, build_runner, data_directory
+from engine._config import RunnerConfig, build_runner, check_engine_options, data_directory
 from engine._declarations import run_code_tool
 from engine._errors import CallNotWaiting, CodeModeError, StepUnavailable
 from engine._files import Attachment, BlobReader, BlobStore, record_files
@@ -128,6 +128,12 @@ class CodeMode:
         self.skills: list[Skill] = check_skills(skills, self.tools)
         self._declares_skills = bool(self.skills)
         self._index = ToolIndex(self.tools, [s.info() for s in self.skills])
+        check_engine_options(
+            worker=worker,
+            queue_timeout=queue_timeout,
+            retry_delay=retry_delay,
+            call_timeout=call_timeout,
+        )
         self._limits = limits_option(limits)
         directory = data_directory(data_dir) if data_dir is not None else None
         if store is None:

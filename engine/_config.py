@@ -221,6 +221,23 @@ def build_runner(config: RunnerConfig) -> ScriptRunner:
         raise ConfigError(str(e)) from None
 
 
+def check_engine_options(
+    *, worker: Any, queue_timeout: Any, retry_delay: Any, call_timeout: Any
+) -> None:
+    """:class:`ConfigError` for a ``CodeMode`` option no host means: a worker that cannot be
+    called, or times that are not positive finite seconds (``call_timeout`` may be None)."""
+    if worker is not None and not callable(worker):
+        raise ConfigError(
+            f"worker is {type(worker).__name__}; give a function that takes the calls trigger "
+            "and answers 'proposed' or a decision per call id"
+        )
+    for name, value in (("queue_timeout", queue_timeout), ("retry_delay", retry_delay)):
+        if not _seconds(value):
+            raise ConfigError(f"{name} = {_shown(value)} must be seconds, over 0")
+    if call_timeout is not None and not _seconds(call_timeout):
+        raise ConfigError(f"call_timeout = {_shown(call_timeout)} must be seconds over 0, or None")
+
+
 def data_directory(data_dir: str | Path) -> Path:
     """``data_dir`` made ready to hold the session log and blobs; :class:`ConfigError` naming
     the path and the fix when it is a file, cannot be made, or cannot be written."""

@@ -69,6 +69,12 @@ def load_tools(path: str | Path) -> tuple[list[Tool], dict[str, Any]]:
         tools = [value for value in namespace.values() if isinstance(value, Tool)]
     if not tools:
         raise ConfigError(f"{path} defines no tools (use @tool, or a TOOLS list)")
+    worker = namespace.get("WORKER")
+    if worker is not None and not callable(worker):
+        raise ConfigError(
+            f"{path}: WORKER is {type(worker).__name__}; make it a function that takes the "
+            "calls trigger"
+        )
     return tools, namespace
 
 

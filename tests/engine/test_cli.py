@@ -403,3 +403,14 @@ def test_mcp_tools_file_with_an_empty_input_schema(tmp_path: Path) -> None:
     proc = codemode("describe", "--tools", str(tools))
     assert proc.returncode == 0, proc.stderr
     assert "ping(input?: { [key: string]: unknown })" in proc.stdout
+
+
+def test_tools_file_with_a_worker_that_is_not_a_function(tmp_path: Path) -> None:
+    """WORKER = 5 is named when the file loads, not as a refusal of every call."""
+    tools = tmp_path / "tools.py"
+    tools.write_text(
+        "from engine import tool\n\n@tool\ndef a(x: int) -> int:\n    'A.'\n    return x\n\n"
+        "WORKER = 5\n"
+    )
+    proc = codemode("run", "-", "--tools", str(tools), stdin="return await tools.a({ x: 1 })")
+    one_clear_line(proc, str(tools), "WORKER is int")

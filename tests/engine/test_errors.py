@@ -284,3 +284,19 @@ def test_skill_naming_a_missing_tool_is_refused() -> None:
     with pytest.raises(ToolDefinitionError, match="names tool 'ad'"):
         code_mode.add_skill(skill)
     assert code_mode.skills == []
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"worker": 5}, "worker is int"),
+        ({"queue_timeout": 0}, "queue_timeout = 0"),
+        ({"queue_timeout": float("nan")}, "queue_timeout = nan"),
+        ({"retry_delay": -1}, "retry_delay = -1"),
+        ({"call_timeout": "soon"}, "call_timeout = 'soon'"),
+    ],
+)
+def test_engine_options_no_host_means(options: dict[str, object], named: str) -> None:
+    """A worker that cannot be called, or times that are not seconds, fail at CodeMode(...)."""
+    with pytest.raises(ConfigError, match=named):
+        CodeMode([add], runner=InProcessRunner(), **options)  # type: ignore[arg-type]
