@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,8 @@ class Config:
     def from_mapping(
         cls, data: dict[str, Any], *, where: str = "config", base: Path | None = None
     ) -> Config:
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where}: a config is a table, not {type(data).__name__}")
         unknown_top = sorted(str(key) for key in set(data) - {"codemode"})
         if unknown_top:
             raise ConfigError(

@@ -8,7 +8,7 @@ go to the sandbox with each script; totals over all of a script's runs are the e
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from fractions import Fraction
 from typing import Any
@@ -71,6 +71,8 @@ class Limits:
     @classmethod
     def from_mapping(cls, table: dict[str, Any], *, where: str = "[codemode.limits]") -> Limits:
         """Limits from a TOML-like table; raises :class:`ConfigError` naming a bad key."""
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{where} must be a table of limits, not {type(table).__name__}")
         known = {f.name for f in fields(cls)}
         for key in table:
             if key not in known:

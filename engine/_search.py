@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine._declarations import BUDGET, declare_tools
+from engine._errors import ToolCallError
 from engine._naming import terms
 from engine._tools import Tool
 
@@ -190,7 +191,7 @@ class ToolIndex:
             return None  # a word that names no tool, or more than one
         return list(dict.fromkeys(tools[0] for tools in named))
 
-    def search(self, query: str, limit: int = 8) -> str:
+    def search(self, query: Any, limit: Any = 8) -> str:
         """The answer to ``tools.tool_search({ query, limit })``, as text for the model.
 
         A query of exact tool names answers just those tools. Otherwise: the declarations of
@@ -198,21 +199,24 @@ class ToolIndex:
         always declared), the other matches by name, and the skills that match. With no match,
         it says so and lists the tools' names.
 
-        Raises ``ValueError`` for an empty query, one over :data:`MAX_QUERY` characters, or a
-        ``limit`` outside 1 to :data:`MAX_LIMIT`.
+        Raises :class:`ToolCallError` (what the script's call fails with) for a query that is
+        not text, is empty or is over :data:`MAX_QUERY` characters, or a ``limit`` outside 1
+        to :data:`MAX_LIMIT`.
         """
         if not isinstance(query, str) or not query.strip():
-            raise ValueError(
+            raise ToolCallError(
                 "tools.tool_search needs a query: words that say what the tool does, or "
                 'exact tool names ("get_user, list_orders")'
             )
         if len(query) > MAX_QUERY:
-            raise ValueError(
+            raise ToolCallError(
                 f"tools.tool_search: the query is {len(query):,} characters, over the "
                 f"{MAX_QUERY:,} a query may have; search with a few words"
             )
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-            raise ValueError(f"tools.tool_search: limit must be a whole number, 1 to {MAX_LIMIT}")
+            raise ToolCallError(
+                f"tools.tool_search: limit must be a whole number, 1 to {MAX_LIMIT}"
+            )
         shown = _shown(query)
         exact = self.exact(query)
         if exact is not None:

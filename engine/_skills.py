@@ -39,11 +39,29 @@ class Skill:
             raise ToolDefinitionError(
                 f"a skill needs a name without '/', as \"runbooks:respond\", not {self.name!r}"
             )
+        for what in ("description", "instructions"):
+            if not isinstance(getattr(self, what), str):
+                raise ToolDefinitionError(f"skill {self.name}: its {what} must be a string")
+        if isinstance(self.tools, str) or not all(isinstance(t, str) for t in self.tools):
+            raise ToolDefinitionError(
+                f'skill {self.name}: tools is a list of tool names, as ("list_prs",), not '
+                f"{self.tools!r}"[:300]
+            )
         object.__setattr__(self, "tools", tuple(self.tools))
-        for path in self.files:
-            if not path or path.startswith("/") or ".." in Path(path).parts:
+        for path, content in self.files.items():
+            if (
+                not isinstance(path, str)
+                or not path
+                or path.startswith("/")
+                or ".." in Path(path).parts
+            ):
                 raise ToolDefinitionError(
                     f"skill {self.name}: file path {path!r} must be relative, inside the skill"
+                )
+            if not isinstance(content, bytes | str | Path):
+                raise ToolDefinitionError(
+                    f"skill {self.name}: file {path!r} is {type(content).__name__}; give its "
+                    "bytes or a path on disk"
                 )
 
     def info(self) -> SkillInfo:

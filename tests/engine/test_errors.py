@@ -300,3 +300,37 @@ def test_engine_options_no_host_means(options: dict[str, object], named: str) ->
     """A worker that cannot be called, or times that are not seconds, fail at CodeMode(...)."""
     with pytest.raises(ConfigError, match=named):
         CodeMode([add], runner=InProcessRunner(), **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"tools": "list_prs"}, "tools is a list of tool names"),
+        ({"tools": ("a", 5)}, "tools is a list of tool names"),
+        ({"description": None}, "its description must be a string"),
+        ({"files": {"notes.md": 5}}, "file 'notes.md' is int"),
+    ],
+)
+def test_skill_made_wrongly(kwargs: dict[str, object], named: str) -> None:
+    """A skill's parts of the wrong type are refused when the skill is made (a string of
+    tool names was taken letter by letter)."""
+    fields: dict[str, object] = {"name": "s", "description": "d", "instructions": "i"}
+    with pytest.raises(ToolDefinitionError, match=named):
+        Skill(**{**fields, **kwargs})  # type: ignore[arg-type]
+
+
+def test_tables_that_are_not_tables() -> None:
+    """Limits.from_mapping and Config.from_mapping of something not a mapping: ConfigError."""
+    with pytest.raises(ConfigError, match="must be a table of limits, not int"):
+        Limits.from_mapping(5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="a config is a table, not list"):
+        Config.from_mapping([])  # type: ignore[arg-type]
+
+
+def test_search_from_the_host_fails_as_the_scripts_call_would() -> None:
+    """CodeMode.search("") raises the ToolCallError a script's tool_search gets: one family."""
+    code_mode = CodeMode([add], runner=InProcessRunner())
+    with pytest.raises(engine.ToolCallError, match="needs a query"):
+        code_mode.search("")
+    with pytest.raises(engine.ToolCallError, match="limit must be a whole number"):
+        code_mode.search("add", limit=0)
