@@ -197,7 +197,7 @@ def _token(args: argparse.Namespace) -> str | None:
             raise ValueError("--insecure-no-token was given with a token; give one or the other")
         return None
     try:
-        token = read_token(args.token_file, where="codemode runner serve")
+        token = read_token(args.token_file, where="--token-file")
     except ValueError as e:
         raise ValueError(f"{e} (or pass --insecure-no-token on a network you fully trust)") from e
     if len(token) < MIN_TOKEN:

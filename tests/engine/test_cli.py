@@ -414,3 +414,19 @@ def test_tools_file_with_a_worker_that_is_not_a_function(tmp_path: Path) -> None
     )
     proc = codemode("run", "-", "--tools", str(tools), stdin="return await tools.a({ x: 1 })")
     one_clear_line(proc, str(tools), "WORKER is int")
+
+
+def test_token_file_that_never_ends(tmp_path: Path) -> None:
+    """A token file that is not one short line (here /dev/zero) is refused, not read forever:
+    in the engine's config and for runner serve."""
+    (tmp_path / "codemode.toml").write_text(
+        '[codemode.runner]\nkind = "remote"\naddresses = ["127.0.0.1:9"]\n'
+        'token_file = "/dev/zero"\n'
+    )
+    run = codemode(
+        "run", "-", "--tools", "examples/tracker_tools.py",
+        "--config", str(tmp_path / "codemode.toml"), stdin="return 1",
+    )  # fmt: skip
+    one_clear_line(run, "/dev/zero is over 4,096 bytes")
+    serve = codemode("runner", "serve", "--listen", "127.0.0.1:0", "--token-file", "/dev/zero")
+    one_clear_line(serve, "--token-file", "/dev/zero is over 4,096 bytes")
