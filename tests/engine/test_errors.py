@@ -19,6 +19,7 @@ from engine import (
     MemoryStore,
     RunnerConfig,
     Skill,
+    SqliteStore,
     Tool,
     ToolDefinitionError,
     build_runner,
@@ -334,3 +335,14 @@ def test_search_from_the_host_fails_as_the_scripts_call_would() -> None:
         code_mode.search("")
     with pytest.raises(engine.ToolCallError, match="limit must be a whole number"):
         code_mode.search("add", limit=0)
+
+
+def test_sqlite_store_at_a_path_it_cannot_use(tmp_path: Path) -> None:
+    """SqliteStore at a path under a file, or on a file that is not SQLite: ConfigError."""
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="cannot open the session log"):
+        SqliteStore(tmp_path / "file" / "log.sqlite3")
+    not_sqlite = tmp_path / "notes.db"
+    not_sqlite.write_bytes(b"plain text, not a database" * 100)
+    with pytest.raises(ConfigError, match="cannot open the session log"):
+        SqliteStore(not_sqlite)
