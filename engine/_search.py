@@ -51,6 +51,16 @@ class SkillInfo:
     tools: tuple[str, ...] = field(default=())
 
 
+@dataclass(frozen=True)
+class Found:
+    """What a query found: ``tools`` best first (all of them, not only those declared),
+    ``skills`` best first, and whether the query named the tools exactly."""
+
+    tools: list[Tool]
+    skills: list[SkillInfo]
+    exact: bool
+
+
 @dataclass
 class _Entry:
     key: str
@@ -191,6 +201,14 @@ class ToolIndex:
             return None  # a word that names no tool, or more than one
         return list(dict.fromkeys(tools[0] for tools in named))
 
+    def find(self, query: str) -> Found:
+        """What a query finds: the tools it names exactly, or else the tools and skills that
+        match it, best first (:meth:`search` words the answer for the model)."""
+        exact = self.exact(query)
+        if exact is not None:
+            return Found(tools=exact, skills=[], exact=True)
+        return Found(tools=self.rank(query), skills=self.rank_skills(query), exact=False)
+
     def search(self, query: Any, limit: Any = 8) -> str:
         """The answer to ``tools.tool_search({ query, limit })``, as text for the model.
 
@@ -218,8 +236,9 @@ class ToolIndex:
                 f"tools.tool_search: limit must be a whole number, 1 to {MAX_LIMIT}"
             )
         shown = _shown(query)
-        exact = self.exact(query)
-        if exact is not None:
+        found = self.find(query)
+        if found.exact:
+            exact = found.tools
             block, declared = declare_tools(exact, BUDGET, builtins=(), full_descriptions=True)
             names = ", ".join(t.name for t in declared)
             text = f"The declarations of {names}:\n{_fenced(block)}"
@@ -230,8 +249,7 @@ class ToolIndex:
                     f"{', '.join(rest)}; search for each by its name."
                 )
             return text
-        matches = self.rank(query)
-        skills = self.rank_skills(query)
+        matches, skills = found.tools, found.skills
         parts: list[str] = []
         if matches:
             block, declared = declare_tools(

@@ -213,16 +213,14 @@ def _search(args: argparse.Namespace) -> int:
     engine = _engine(args, needs_runner=False)
     answer = engine.search(args.query, limit=args.limit)
     if args.json:
-        index = ToolIndex(engine.tools, [s.info() for s in engine.skills])
-        exact = index.exact(args.query)
-        matches = exact if exact is not None else index.rank(args.query)
+        found = ToolIndex(engine.tools, [s.info() for s in engine.skills]).find(args.query)
         _print_json(
             {
                 "query": args.query,
                 "limit": args.limit,
-                "exact": exact is not None,
-                "tools": [t.name for t in matches],
-                "skills": [s.name for s in index.rank_skills(args.query)] if exact is None else [],
+                "exact": found.exact,
+                "tools": [t.name for t in found.tools],
+                "skills": [s.name for s in found.skills],
                 "text": answer,
             }
         )
@@ -236,9 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except BrokenPipeError:
-        # The reader went away (`codemode describe | head`): nothing is lost, since a run's
-        # result is in its log. Point stdout at /dev/null so the interpreter's final flush
-        # does not fail again, and exit as a process killed by SIGPIPE would.
+        # The reader stopped reading (`codemode describe | head`), as it meant to; a run's
+        # result is in its log when there is a data dir. Point stdout at /dev/null so the
+        # interpreter's final flush does not fail again, and exit as SIGPIPE would have.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
