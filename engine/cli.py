@@ -31,7 +31,7 @@ import orjson
 
 from engine._codemode import CodeMode, RunResult
 from engine._config import Config, build_runner
-from engine._errors import CodeModeError, ConfigError, ToolDefinitionError
+from engine._errors import CodeModeError, ConfigError, StepUnavailable, ToolDefinitionError
 from engine._loading import load_tools
 from engine._search import MAX_LIMIT, MAX_QUERY, ToolIndex
 from runner import FileReader, ScriptRunner, Step
@@ -132,8 +132,10 @@ def _config(args: argparse.Namespace) -> Config:
     return Config()
 
 
-def _engine(args: argparse.Namespace, *, needs_runner: bool) -> CodeMode:
-    config = _config(args)
+def _engine(
+    args: argparse.Namespace, *, needs_runner: bool, config: Config | None = None
+) -> CodeMode:
+    config = config or _config(args)
     tools, namespace = load_tools(args.tools)
     data_dir = args.data_dir or config.data_dir
     runner: ScriptRunner = build_runner(config.runner) if needs_runner else _NoRunner()
@@ -164,13 +166,19 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
-def _print_result(result: RunResult, as_json: bool) -> int:
+def _print_result(result: RunResult, as_json: bool, *, kept: bool = True) -> int:
     if as_json:
         _print_json(result.to_dict())
     else:
         sys.stdout.write(result.text + "\n")
         if result.status == "paused":
             sys.stdout.write(f"(script id {result.script_id})\n")
+            if not kept:
+                # Without a data dir the log lived in this process: say so, not "resume it".
+                sys.stderr.write(
+                    "codemode: the session log was in memory, so this script cannot be "
+                    "resumed; run it with --data-dir DIR to continue it with codemode resume\n"
+                )
     return {"finished": 0, "paused": 3}.get(result.status, 1)
 
 
@@ -186,12 +194,21 @@ async def _run(args: argparse.Namespace) -> int:
         raise CodeModeError(
             f"the script {args.script} is not UTF-8 text (byte {e.start}); save it as UTF-8"
         ) from None
-    engine = _engine(args, needs_runner=True)
+    config = _config(args)
+    engine = _engine(args, needs_runner=True, config=config)
+    kept = bool(args.data_dir or config.data_dir)
     try:
         result = await engine.run_code(code, tenant=args.tenant)
+    except StepUnavailable as e:
+        if kept:
+            raise
+        raise StepUnavailable(
+            f"{e}; this run kept its log in memory, so run it again (with --data-dir DIR to "
+            "be able to resume it)"
+        ) from None
     finally:
         await engine.aclose()
-    return _print_result(result, args.json)
+    return _print_result(result, args.json, kept=kept)
 
 
 async def _resume(args: argparse.Namespace) -> int:

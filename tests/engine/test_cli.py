@@ -430,3 +430,13 @@ def test_token_file_that_never_ends(tmp_path: Path) -> None:
     one_clear_line(run, "/dev/zero is over 4,096 bytes")
     serve = codemode("runner", "serve", "--listen", "127.0.0.1:0", "--token-file", "/dev/zero")
     one_clear_line(serve, "--token-file", "/dev/zero is over 4,096 bytes")
+
+
+def test_paused_without_a_data_dir_says_it_cannot_be_resumed() -> None:
+    """A script that pauses in a run without --data-dir had its log in memory: the command
+    says so (and how to keep it) instead of leaving the user to try resume."""
+    script = "return await tools.github__comment({ number: 12, body: 'ping' })"
+    proc = codemode("run", "-", "--tools", "examples/tracker_tools.py", stdin=script)
+    assert proc.returncode == 3, proc.stderr
+    assert "(script id " in proc.stdout
+    assert "cannot be resumed" in proc.stderr and "--data-dir" in proc.stderr
