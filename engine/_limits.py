@@ -110,6 +110,8 @@ def limits_option(value: Any) -> LimitsOption:
     limits, or None for the defaults; :class:`ConfigError` for anything else."""
     if value is None:
         return Limits()
+    if value is Limits:
+        raise ConfigError("limits is the Limits class; pass Limits() or Limits(calls=200, ...)")
     if isinstance(value, Limits) or callable(value):
         return value
     raise ConfigError(

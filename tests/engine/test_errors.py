@@ -151,6 +151,8 @@ def test_limits_option_that_is_not_limits() -> None:
     """CodeMode(limits=...) takes Limits or a function; a table is refused with the fix."""
     with pytest.raises(ConfigError, match=r"Limits\.from_mapping"):
         CodeMode([add], runner=InProcessRunner(), limits={"calls": 5})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"the Limits class; pass Limits\(\)"):
+        CodeMode([add], runner=InProcessRunner(), limits=Limits)  # type: ignore[arg-type]
 
 
 async def test_limits_function_failing_leaves_no_script() -> None:
