@@ -249,7 +249,9 @@ def _search(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` (default: the process's arguments); the exit code."""
     try:
-        return _main(argv)
+        code = _main(argv)
+        sys.stdout.flush()  # here, so a reader that left is met inside this try
+        return code
     except BrokenPipeError:
         # The reader stopped reading (`codemode describe | head`), as it meant to; a run's
         # result is in its log when there is a data dir. Point stdout at /dev/null so the
