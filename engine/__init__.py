@@ -19,6 +19,8 @@ from engine._errors import (
     ConfigError,
     ScriptNotFound,
     StepUnavailable,
+    ToolCallError,
+    ToolDefinitionError,
 )
 from engine._files import Attachment, BlobStore
 from engine._functions import tool
@@ -27,13 +29,7 @@ from engine._log import CallEntry, LogStore, MemoryStore, ScriptRecord, SqliteSt
 from engine._render import TEXT_BUDGET
 from engine._skills import Skill
 from engine._source import ScriptTooLarge, normalize
-from engine._tools import (
-    Tool,
-    ToolCallError,
-    ToolContext,
-    ToolDefinitionError,
-    load_mcp_tools,
-)
+from engine._tools import Tool, ToolContext, load_mcp_tools
 from engine._worker import PROPOSED, Worker, proposed_worker
 
 __all__ = [

@@ -23,13 +23,15 @@ import orjson
 
 from engine import _log as log
 from engine import _render as render
+from engine._config import RunnerConfig, build_runner, check_engine_options, data_directory
 from engine._declarations import run_code_tool
 from engine._errors import CallNotWaiting, CodeModeError, StepUnavailable
 from engine._files import Attachment, BlobReader, BlobStore, record_files
-from engine._limits import Limits
+from engine._functions import as_tools
+from engine._limits import LIMIT_NAMES, Limits, config_hint, limits_for, limits_option
 from engine._naming import closest_names
 from engine._search import ToolIndex
-from engine._skills import Skill, find_skill, skill_answer, skills_listing
+from engine._skills import Skill, check_skills, find_skill, skill_answer, skills_listing
 from engine._source import ScriptTooLarge, normalize
 from engine._tools import Tool, ToolCallError, ToolContext, unique_tools
 from engine._worker import Decision, Worker, ask, calls_trigger, proposed_worker
@@ -106,7 +108,7 @@ class CodeMode:
 
     def __init__(
         self,
-        tools: Iterable[Tool] = (),
+        tools: Iterable[Tool | Callable[..., Any]] = (),
         *,
         runner: ScriptRunner | None = None,
         store: log.LogStore | None = None,
@@ -121,23 +123,30 @@ class CodeMode:
         clock: Callable[[], float] = time.time,
         blobs: BlobStore | None = None,
     ) -> None:
-        self.tools = unique_tools(tools)
+        self.tools = unique_tools(as_tools(tools))
         self._by_name = {t.name: t for t in self.tools}
-        self.skills: list[Skill] = list(skills)
+        self.skills: list[Skill] = check_skills(skills, self.tools)
         self._declares_skills = bool(self.skills)
         self._index = ToolIndex(self.tools, [s.info() for s in self.skills])
-        if runner is None:
-            from runner import ProcessRunner
-
-            runner = ProcessRunner()
-        self.runner = runner
+        check_engine_options(
+            worker=worker,
+            queue_timeout=queue_timeout,
+            retry_delay=retry_delay,
+            call_timeout=call_timeout,
+        )
+        self._limits = limits_option(limits)
+        directory = data_directory(data_dir) if data_dir is not None else None
         if store is None:
-            store = log.SqliteStore(data_dir) if data_dir is not None else log.MemoryStore()
+            store = (
+                log.SqliteStore(directory / log.SqliteStore.FILE_NAME)
+                if directory is not None
+                else log.MemoryStore()
+            )
         self.store = store
         if blobs is None:
-            blobs = BlobStore(Path(data_dir) / "blobs" if data_dir is not None else None)
+            blobs = BlobStore(directory / "blobs" if directory is not None else None)
         self.blobs = blobs
-        self._limits = limits or Limits()
+        self.runner = runner if runner is not None else build_runner(RunnerConfig())
         self.worker: Worker = worker or proposed_worker
         self.context = context
         self.queue_timeout = queue_timeout
@@ -180,7 +189,7 @@ class CodeMode:
         (tell it after what it has read, so the cached prefix holds)."""
         if any(s.name == skill.name for s in self.skills):
             raise CodeModeError(f"a skill called {skill.name!r} is already loaded")
-        self.skills.append(skill)
+        self.skills.extend(check_skills([skill], self.tools))
         self._index = ToolIndex(self.tools, [s.info() for s in self.skills])
         return skills_listing([skill])
 
@@ -189,8 +198,7 @@ class CodeMode:
         return self._index.search(query, limit=limit)
 
     def limits_for(self, tenant: str) -> Limits:
-        limits = self._limits
-        return limits(tenant) if callable(limits) else limits
+        return limits_for(self._limits, tenant)
 
     # ---- running ----
 
@@ -208,6 +216,9 @@ class CodeMode:
             script_id = self._new_id()
             text = f"Script failed.\nScriptError: {e}"
             return RunResult(script_id, "failed", text, error={"name": "ScriptError"})
+        # The host's limits are checked before the script is recorded, so a bad limits
+        # function leaves no script behind that could never run.
+        self.limits_for(tenant)
         record = log.ScriptRecord(
             id=self._new_id(),
             code=body,
@@ -561,16 +572,9 @@ class CodeMode:
 
     async def _invoke(self, record: log.ScriptRecord, entry: log.CallEntry) -> Any:
         if entry.name == "tool_search":
+            # The index checks the query and the limit (ToolCallError, as the script sees it).
             query = entry.arguments.get("query")
-            if not isinstance(query, str):
-                raise ToolCallError('tools.tool_search takes { query: "words or tool names" }')
-            limit = entry.arguments.get("limit", 8)
-            if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 50:
-                raise ToolCallError("tools.tool_search: limit must be a whole number, 1 to 50")
-            try:
-                return self._index.search(query, limit=limit)
-            except ValueError as e:
-                raise ToolCallError(str(e)) from e
+            return self._index.search(query, limit=entry.arguments.get("limit", 8))
         if entry.name == "skill":
             skill = find_skill(self.skills, entry.arguments.get("name"))
             return skill_answer(skill, self.tools)
@@ -613,6 +617,15 @@ class CodeMode:
         return RunResult(record.id, "paused", text, waiting=waiting, steps=record.steps)
 
     def _end(self, record: log.ScriptRecord, step: Step) -> RunResult:
+        if step.limit is not None and step.limit.name in LIMIT_NAMES:
+            logger.warning(
+                "script ended on a limit script=%s tenant=%s limit=%s; if scripts should have "
+                "more, raise %s",
+                record.id,
+                record.tenant,
+                step.limit.name,
+                config_hint(step.limit.name),
+            )
         if step.outcome == "finished":
             shown_text, shown, media = self._shown(record, step)
             result = RunResult(

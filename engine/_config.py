@@ -20,19 +20,30 @@ Unknown keys and bad values are refused with a :class:`ConfigError` naming them.
 
 from __future__ import annotations
 
+import math
+import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine._errors import ConfigError
-from engine._limits import Limits
+from engine._limits import Limits, parse_size
+from engine._log import SqliteStore
 from runner import ScriptRunner
 from runner._remote import OPTIONS as REMOTE_OPTIONS
 
 _TOP_KEYS = {"data_dir", "limits", "runner", "queue_timeout"}
 # Local runner options, and what a RemoteRunner takes (it owns that list).
-_RUNNER_KEYS = {"kind", "mode", "slots", "script_wait", "data_limit"} | set(REMOTE_OPTIONS)
+_LOCAL_OPTIONS = {"mode", "slots", "script_wait", "data_limit"}
+_RUNNER_KEYS = {"kind"} | _LOCAL_OPTIONS | set(REMOTE_OPTIONS)
+# Bounds on numbers in the config that no sensible setting comes near: past them a value is a
+# typo, and an unbounded one (1e300 seconds) would overflow the timers it sets.
+MAX_SLOTS = 4096
+# A codemode.toml is a few hundred bytes; one past this is not a config.
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_SECONDS = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -54,25 +65,38 @@ class Config:
         """Read and check a ``codemode.toml``."""
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            with path.open("rb") as f:
+                raw = f.read(MAX_CONFIG_BYTES + 1)
         except OSError as e:
             raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"{path} is too large for a config (over {MAX_CONFIG_BYTES // 1024:,} KiB); "
+                "is it the right file?"
+            )
+        try:
+            text = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise ConfigError(f"{path} is not UTF-8 text") from None
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
-        return cls.from_mapping(data, where=str(path), base=path.parent)
+        except RecursionError:  # tomllib recurses once per level of nesting
+            raise ConfigError(f"{path} nests arrays or tables too deeply") from None
+        # Absolute, so a relative path in the file means the same after a change of directory.
+        return cls.from_mapping(data, where=str(path), base=path.absolute().parent)
 
     @classmethod
     def from_mapping(
         cls, data: dict[str, Any], *, where: str = "config", base: Path | None = None
     ) -> Config:
-        unknown_top = set(data) - {"codemode"}
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where}: a config is a table, not {type(data).__name__}")
+        unknown_top = sorted(str(key) for key in set(data) - {"codemode"})
         if unknown_top:
             raise ConfigError(
-                f"{where}: unknown table(s) {', '.join(sorted(unknown_top))}; "
+                f"{where}: unknown table(s) {', '.join(_shown(k) for k in unknown_top[:5])}; "
                 "the settings go under [codemode]"
             )
         section = data.get("codemode", {})
@@ -85,14 +109,10 @@ class Config:
         limits = Limits.from_mapping(limits_table, where=f"{where}: [codemode.limits]")
         runner = _runner(section.get("runner", {}), where, base)
         data_dir = section.get("data_dir")
-        if data_dir is not None and not isinstance(data_dir, str):
+        if data_dir is not None and not _a_path(data_dir):
             raise ConfigError(f"{where}: [codemode] data_dir must be a path string")
         queue_timeout = section.get("queue_timeout", 300.0)
-        if (
-            isinstance(queue_timeout, bool)
-            or not isinstance(queue_timeout, int | float)
-            or queue_timeout <= 0
-        ):
+        if not _seconds(queue_timeout):
             raise ConfigError(f"{where}: [codemode] queue_timeout must be seconds, over 0")
         resolved = None
         if data_dir is not None:
@@ -105,11 +125,12 @@ class Config:
 
 
 def _refuse_unknown(table: dict[str, Any], known: set[str], where: str) -> None:
-    unknown = set(table) - known
+    unknown = sorted(str(key) for key in set(table) - known)
     if unknown:
+        listed = ", ".join(_shown(key) for key in unknown[:5])
+        more = f" and {len(unknown) - 5:,} more" if len(unknown) > 5 else ""
         raise ConfigError(
-            f"{where} has unknown key(s) {', '.join(sorted(unknown))}; "
-            f"known: {', '.join(sorted(known))}"
+            f"{where} has unknown key(s) {listed}{more}; known: {', '.join(sorted(known))}"
         )
 
 
@@ -117,61 +138,137 @@ def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: [codemode.runner] must be a table")
     _refuse_unknown(table, _RUNNER_KEYS, f"{where}: [codemode.runner]")
+    at = f"{where}: [codemode.runner]"
     kind = table.get("kind", "local")
     if kind not in ("local", "remote"):
-        raise ConfigError(f'{where}: [codemode.runner] kind = {kind!r}; use "local" or "remote"')
+        raise ConfigError(f'{at} kind = {_shown(kind)}; use "local" or "remote"')
     options = {k: v for k, v in table.items() if k != "kind"}
     if kind == "remote":
+        _refuse_unknown(options, set(REMOTE_OPTIONS), f'{at} kind = "remote"')
         addresses = options.get("addresses")
         if (
             not isinstance(addresses, list)
             or not addresses
             or not all(isinstance(a, str) and ":" in a for a in addresses)
         ):
-            raise ConfigError(
-                f'{where}: [codemode.runner] kind = "remote" needs addresses = ["host:port", ...]'
-            )
+            raise ConfigError(f'{at} kind = "remote" needs addresses = ["host:port", ...]')
         if not any(k in options for k in ("token", "token_file", "token_env")):
             raise ConfigError(
-                f'{where}: [codemode.runner] kind = "remote" needs token_file (or token_env) '
-                "naming the shared token"
+                f'{at} kind = "remote" needs token_file (or token_env) naming the shared token'
             )
-        if base is not None and isinstance(options.get("token_file"), str):
-            token_file = Path(options["token_file"])
-            options["token_file"] = str(
-                token_file if token_file.is_absolute() else base / token_file
-            )
+        # Relative paths (token_file, ca_file) stay as written: the remote runner reads them
+        # from the config's folder, ``base``.
+        for key in ("token", "token_file", "token_env", "ca_file", "server_name"):
+            if key in options and not _a_path(options[key]):
+                raise ConfigError(f"{at} {key} must be a non-empty string")
+        if "tls" in options and not isinstance(options["tls"], bool):
+            raise ConfigError(f"{at} tls must be true or false")
+        for key in ("connect_timeout", "cooldown"):
+            if key in options and not _seconds(options[key]):
+                raise ConfigError(f"{at} {key} must be seconds, over 0")
     else:
+        _refuse_unknown(options, _LOCAL_OPTIONS, f'{at} kind = "local"')
         mode = options.get("mode", "pool")
         if mode not in ("pool", "fork", "exec"):
-            raise ConfigError(
-                f'{where}: [codemode.runner] mode = {mode!r}; use "pool", "fork" or "exec"'
-            )
+            raise ConfigError(f'{at} mode = {_shown(mode)}; use "pool", "fork" or "exec"')
         slots = options.get("slots")
         if slots is not None and (
-            isinstance(slots, bool) or not isinstance(slots, int) or slots < 1
+            isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= MAX_SLOTS
         ):
-            raise ConfigError(f"{where}: [codemode.runner] slots must be a whole number, 1 or more")
+            raise ConfigError(f"{at} slots must be a whole number, 1 to {MAX_SLOTS}")
+        if "script_wait" in options and not _seconds(options["script_wait"]):
+            raise ConfigError(f"{at} script_wait must be seconds, over 0")
+        if "data_limit" in options:
+            options["data_limit"] = parse_size(options["data_limit"], what=f"{at} data_limit")
     return RunnerConfig(kind=kind, options=options, base=base)
 
 
+def _a_path(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip()) and "\0" not in value
+
+
+def _seconds(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 < value <= MAX_SECONDS
+    )
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def build_runner(config: RunnerConfig) -> ScriptRunner:
-    """The runner a ``[codemode.runner]`` table names."""
-    options = dict(config.options)
-    if config.kind == "remote":
-        from runner import RemoteRunner
+    """The runner a ``[codemode.runner]`` table names.
 
-        return RemoteRunner.from_options(options, base=config.base)
-    from runner import ProcessRunner
+    The options are checked as :meth:`Config.load` checks them, and what the runner itself
+    refuses (a token file it cannot read, a CA that does not load, a bad
+    ``CODEMODE_SANDBOX_SLOTS``) comes back as a :class:`ConfigError`, so a host catches one
+    error family.
+    """
+    where = "runner options" if config.base is None else str(config.base)
+    checked = _runner({"kind": config.kind, **config.options}, where, config.base)
+    options = dict(checked.options)
+    try:
+        if config.kind == "remote":
+            from runner import RemoteRunner
 
-    return ProcessRunner(**_local_options(options))
+            return RemoteRunner.from_options(options, base=config.base)
+        from runner import ProcessRunner
+
+        return ProcessRunner(**options)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
-def _local_options(options: dict[str, Any]) -> dict[str, Any]:
-    known = {"mode", "slots", "script_wait", "data_limit"}
-    local = {k: v for k, v in options.items() if k in known}
-    if "data_limit" in local:
-        from engine._limits import parse_size
+def check_engine_options(
+    *, worker: Any, queue_timeout: Any, retry_delay: Any, call_timeout: Any
+) -> None:
+    """:class:`ConfigError` for a ``CodeMode`` option no host means: a worker that cannot be
+    called, or times that are not positive finite seconds (``call_timeout`` may be None)."""
+    if worker is not None and not callable(worker):
+        raise ConfigError(
+            f"worker is {type(worker).__name__}; give a function that takes the calls trigger "
+            "and answers 'proposed' or a decision per call id"
+        )
+    for name, value in (("queue_timeout", queue_timeout), ("retry_delay", retry_delay)):
+        if not _seconds(value):
+            raise ConfigError(f"{name} = {_shown(value)} must be seconds, over 0")
+    if call_timeout is not None and not _seconds(call_timeout):
+        raise ConfigError(f"call_timeout = {_shown(call_timeout)} must be seconds over 0, or None")
 
-        local["data_limit"] = parse_size(local["data_limit"], what="[codemode.runner] data_limit")
-    return local
+
+def data_directory(data_dir: str | Path) -> Path:
+    """``data_dir`` made ready to hold the session log and blobs; :class:`ConfigError` naming
+    the path and the fix when it is a file, cannot be made, or cannot be written."""
+    if not _a_path(str(data_dir)):
+        raise ConfigError(f"data_dir {str(data_dir)!r} is not a usable path; give a directory")
+    path = Path(data_dir)
+    if path.exists() and not path.is_dir():
+        hint = ""
+        try:
+            with path.open("rb") as f:
+                if f.read(16) == b"SQLite format 3\0":
+                    hint = (
+                        f"; if it is a session log, move it into a directory as "
+                        f"<dir>/{SqliteStore.FILE_NAME} and give that directory"
+                    )
+        except OSError:
+            pass
+        raise ConfigError(
+            f"data_dir {path} is a file, not a directory; give a directory (the session log "
+            f"is kept in it as {SqliteStore.FILE_NAME}){hint}"
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(
+            f"data_dir {path}: cannot make the directory ({e.strerror or e}); give a directory "
+            "this process can create"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"data_dir {path} is not writable by this process; give one that is")
+    return path

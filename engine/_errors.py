@@ -1,7 +1,10 @@
-"""The engine's exceptions, one family per cause.
+"""The engine's exceptions: one family, every one a :class:`CodeModeError`.
 
 A script that fails is not an exception: it is a result with status ``failed``. These are
-for the host's mistakes and for states the host must handle.
+for the host's mistakes and for states the host must handle. Errors from the layers below
+(a runner's ``ValueError`` for a bad option, an ``OSError`` for a data directory that is a
+file) are translated into this family once, where the engine meets them (config loading,
+:func:`engine.build_runner`, :class:`engine.CodeMode`), so a host catches one base class.
 """
 
 from __future__ import annotations
@@ -25,3 +28,24 @@ class CallNotWaiting(CodeModeError):
 
 class StepUnavailable(CodeModeError):
     """No runner took the step before its queue timeout; the script can be resumed later."""
+
+
+class ToolDefinitionError(CodeModeError):
+    """A tool the host declared wrongly: a bad schema, name, handler or flag.
+
+    Raised when the tool is built, so the mistake shows when the host starts, never to the
+    model. The message names the tool, the problem and the fix.
+    """
+
+
+class ToolCallError(CodeModeError):
+    """A call that failed: bad arguments, a handler that raised or timed out, a bad result.
+
+    The script sees an ``Error`` with this message, and can catch it. ``tool`` is the name the
+    script called.
+    """
+
+    def __init__(self, message: str, *, tool: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.tool = tool

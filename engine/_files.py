@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine._errors import CodeModeError
+from engine._errors import CodeModeError, ConfigError
 from runner import FileMissing, RunError
 
 
@@ -31,6 +31,22 @@ class Attachment:
     path: str | Path | None = None
     mime: str | None = None
     skill: str | None = None
+
+    def __post_init__(self) -> None:
+        # Checked when the host makes it, so a mistake is not found at the script's start.
+        if not isinstance(self.id, str) or not self.id.strip():
+            raise ConfigError(f'an attachment needs an id, as "sales.csv", not {self.id!r}')
+        if self.data is None and self.path is None:
+            raise ConfigError(
+                f"attachment {self.id!r} has neither data nor a path; give its bytes or a path"
+            )
+        if self.data is not None and self.path is not None:
+            raise ConfigError(f"attachment {self.id!r} has both data and a path; give one")
+        if self.data is not None and not isinstance(self.data, bytes | bytearray | memoryview):
+            raise ConfigError(
+                f"attachment {self.id!r}: data is {type(self.data).__name__}, not bytes; for "
+                'text, pass text.encode("utf-8")'
+            )
 
     def read(self) -> bytes:
         if self.data is not None:

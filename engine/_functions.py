@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import re
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar, get_args, get_origin, overload
 
@@ -164,6 +164,7 @@ def _from_function(
     name: str | None,
     description: str | None,
     needs_approval: bool,
+    client: bool,
     deferred: bool,
     timeout: float | None,
 ) -> Tool:
@@ -245,8 +246,10 @@ def _from_function(
         description=description if description is not None else doc_description,
         input_schema=schema,
         output_schema=output_schema,
-        handler=fn,
+        # A client tool's function only declares it: the client runs the call.
+        handler=None if client else fn,
         needs_approval=needs_approval,
+        client=client,
         deferred=deferred,
         timeout=timeout,
     )
@@ -272,6 +275,26 @@ def _result_schema(
     return _drop_titles(schema), adapter
 
 
+def as_tools(tools: Iterable[Tool | Callable[..., Any]]) -> list[Tool]:
+    """The engine's tools from what a host passes: each a :class:`Tool`, or a plain typed
+    function, made a tool as ``@tool`` makes one. Raises :class:`ToolDefinitionError` for
+    anything else, or for one tool passed where a list belongs."""
+    if isinstance(tools, Tool | str | bytes) or (callable(tools) and not isinstance(tools, type)):
+        what = tools.name if isinstance(tools, Tool) else getattr(tools, "__name__", tools)
+        raise ToolDefinitionError(f"tools is a list of tools; pass [{what}], not {what}")
+    result = []
+    for item in tools:
+        if isinstance(item, Tool):
+            result.append(item)
+        elif callable(item) and not isinstance(item, type):
+            result.append(tool(item))
+        else:
+            raise ToolDefinitionError(
+                f"{item!r} is not a tool: give a function (typed, with a docstring) or a Tool"
+            )
+    return result
+
+
 @overload
 def tool(fn: F, /) -> Tool: ...
 
@@ -282,6 +305,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     needs_approval: bool = False,
+    client: bool = False,
     deferred: bool = False,
     timeout: float | None = None,
 ) -> Callable[[F], Tool]: ...
@@ -294,6 +318,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     needs_approval: bool = False,
+    client: bool = False,
     deferred: bool = False,
     timeout: float | None = None,
 ) -> Tool | Callable[[F], Tool]:
@@ -306,6 +331,12 @@ def tool(
     missing or ``Any``). A parameter annotated ``ToolContext`` is left out of the schema and
     filled by the host at each call. At each call, the arguments are validated and converted
     into the annotated types (nested models become instances).
+
+    ``client=True`` declares a tool the client runs (a file picker, a browser action): the
+    function gives the name, description and schemas, and its body never runs on the host. A
+    call pauses the script (``RunResult.waiting`` names it, reason ``client``) until the host
+    hands the client's answer to :meth:`CodeMode.client_result`, checked against the output
+    schema, and resumes.
     """
 
     def build(function: F) -> Tool:
@@ -314,6 +345,7 @@ def tool(
             name=name,
             description=description,
             needs_approval=needs_approval,
+            client=client,
             deferred=deferred,
             timeout=timeout,
         )

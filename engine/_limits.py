@@ -8,7 +8,9 @@ go to the sandbox with each script; totals over all of a script's runs are the e
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
+from fractions import Fraction
 from typing import Any
 
 from engine._errors import ConfigError
@@ -31,8 +33,13 @@ _UNITS = {
     "gb": GiB,
     "gib": GiB,
 }
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*$")
+# Limits travel to the sandbox as JSON numbers; past 2**53 a JSON reader may round them.
+MAX_LIMIT = 2**53 - 1
+# A size or time word is a short text; a longer one is refused before it is parsed.
+_MAX_WORD = 64
+# ASCII digits only: int() and float() would also take other scripts' digits.
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", re.ASCII)
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -54,24 +61,26 @@ class Limits:
     shown: int = 64 * KiB
     shown_media: int = 2 * MiB
 
+    def __post_init__(self) -> None:
+        # Checked here, not at the first run: a bad limit is the host's mistake, and a script
+        # started with it could only fail. Size words ("4mb") are taken as in the config.
+        values = _checked({f.name: getattr(self, f.name) for f in fields(self)}, "Limits:")
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
     @classmethod
     def from_mapping(cls, table: dict[str, Any], *, where: str = "[codemode.limits]") -> Limits:
         """Limits from a TOML-like table; raises :class:`ConfigError` naming a bad key."""
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{where} must be a table of limits, not {type(table).__name__}")
         known = {f.name for f in fields(cls)}
-        values: dict[str, int] = {}
-        for key, raw in table.items():
+        for key in table:
             if key not in known:
                 raise ConfigError(
                     f"{where} has an unknown limit {key!r}; the limits are "
                     + ", ".join(sorted(known))
                 )
-            values[key] = _parse_limit(key, raw, where)
-        limits = cls(**values)
-        if limits.memory < MiB:
-            raise ConfigError(f"{where} memory = {limits.memory} is under 1 MiB; raise it")
-        if limits.compute_ms < 1:
-            raise ConfigError(f"{where} compute_ms must be at least 1")
-        return limits
+        return cls(**_checked(dict(table), where))
 
     def with_(self, **changes: int) -> Limits:
         return replace(self, **changes)
@@ -82,42 +91,116 @@ class Limits:
         return protocol.Limits(**{k: v for k, v in asdict(self).items() if k in inside})
 
 
+# Every limit's name, as the config, the sandbox and the log spell it.
+LIMIT_NAMES = frozenset(f.name for f in fields(Limits))
+
+
+def config_hint(name: str) -> str:
+    """Where the host raises limit ``name``. The engine logs it when a script ends on the
+    limit; the model's message says what the script can do instead, since only the host can
+    change a limit."""
+    return f"[codemode.limits] {name}"
+
+
+LimitsOption = Limits | Callable[[str], Limits]
+
+
+def limits_option(value: Any) -> LimitsOption:
+    """What ``CodeMode(limits=...)`` takes: a :class:`Limits`, a function from tenant to
+    limits, or None for the defaults; :class:`ConfigError` for anything else."""
+    if value is None:
+        return Limits()
+    if value is Limits:
+        raise ConfigError("limits is the Limits class; pass Limits() or Limits(calls=200, ...)")
+    if isinstance(value, Limits) or callable(value):
+        return value
+    raise ConfigError(
+        f"limits is {type(value).__name__}, not Limits: give Limits(calls=200, ...), "
+        "Limits.from_mapping(table), or a function from tenant to Limits"
+    )
+
+
+def limits_for(option: LimitsOption, tenant: str) -> Limits:
+    """The limits for ``tenant``; :class:`ConfigError` when a function gives no Limits."""
+    limits = option(tenant) if callable(option) else option
+    if not isinstance(limits, Limits):
+        raise ConfigError(
+            f"the limits function gave {type(limits).__name__} for tenant {tenant!r}, "
+            "not Limits; return a Limits"
+        )
+    return limits
+
+
+def _checked(values: dict[str, Any], where: str) -> dict[str, int]:
+    """Each limit parsed (sizes and times may be words) and checked; ConfigError if not."""
+    parsed = {key: _parse_limit(key, raw, where) for key, raw in values.items()}
+    if parsed.get("memory", MiB) < MiB:
+        raise ConfigError(f"{where} memory = {parsed['memory']} is under 1 MiB; raise it")
+    if parsed.get("compute_ms", 1) < 1:
+        raise ConfigError(f"{where} compute_ms must be at least 1")
+    return parsed
+
+
 def _parse_limit(key: str, raw: Any, where: str) -> int:
     if isinstance(raw, bool):
         raise ConfigError(f"{where} {key} = {raw!r} is not a number")
     if key.endswith("_ms"):
-        return _parse_duration(key, raw, where)
-    if key in {"calls", "streams", "shown_files"}:
-        if isinstance(raw, int) and raw >= 0:
-            return raw
-        raise ConfigError(f"{where} {key} = {raw!r} must be a whole number, 0 or more")
-    return parse_size(raw, what=f"{where} {key}")
+        value = _parse_duration(key, raw, where)
+    elif key in {"calls", "streams", "shown_files"}:
+        if not (isinstance(raw, int) and raw >= 0):
+            raise ConfigError(f"{where} {key} = {_shown(raw)} must be a whole number, 0 or more")
+        value = _bounded(raw, raw, f"{where} {key}")
+    else:
+        value = parse_size(raw, what=f"{where} {key}")
+    return value
 
 
 def parse_size(raw: Any, *, what: str = "size") -> int:
-    """Bytes from an int or a word such as ``"4mb"``, ``"512 KiB"``, ``"1.5g"``."""
+    """Bytes from an int or a word such as ``"4mb"``, ``"512 KiB"``, ``"1.5g"``.
+
+    Raises :class:`ConfigError` for anything else, a negative number, or more than
+    :data:`MAX_LIMIT` bytes.
+    """
     if isinstance(raw, int) and not isinstance(raw, bool):
         if raw < 0:
             raise ConfigError(f"{what} = {raw} is negative")
-        return raw
-    if isinstance(raw, str):
-        match = _SIZE.match(raw)
+        return _bounded(raw, raw, what)
+    if isinstance(raw, str) and len(raw) <= _MAX_WORD:
+        match = _SIZE.fullmatch(raw)
         if match and match.group(2).lower() in _UNITS:
-            return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+            # Exact arithmetic: a float would turn "1e400"-sized words into inf.
+            value = Fraction(match.group(1)) * _UNITS[match.group(2).lower()]
+            return _bounded(int(value), raw, what)
     raise ConfigError(
-        f'{what} = {raw!r} is not a size: give bytes (4194304) or a word such as "4mb", '
+        f'{what} = {_shown(raw)} is not a size: give bytes (4194304) or a word such as "4mb", '
         '"512kb", "1gb"'
     )
 
 
 def _parse_duration(key: str, raw: Any, where: str) -> int:
+    what = f"{where} {key}"
     if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
-        return raw
-    if isinstance(raw, str):
-        match = _DURATION.match(raw)
+        return _bounded(raw, raw, what)
+    if isinstance(raw, str) and len(raw) <= _MAX_WORD:
+        match = _DURATION.fullmatch(raw)
         if match:
             scale = {"ms": 1, None: 1, "s": 1000, "m": 60_000, "min": 60_000}[match.group(2)]
-            return int(float(match.group(1)) * scale)
+            return _bounded(int(Fraction(match.group(1)) * scale), raw, what)
     raise ConfigError(
-        f'{where} {key} = {raw!r} is not a time: give milliseconds (5000) or "5s", "500ms"'
+        f'{what} = {_shown(raw)} is not a time: give milliseconds (5000) or "5s", "500ms"'
     )
+
+
+def _bounded(value: int, raw: Any, what: str) -> int:
+    if value > MAX_LIMIT:
+        raise ConfigError(
+            f"{what} = {_shown(raw)} is over {MAX_LIMIT:,}, the largest limit the sandbox "
+            "takes; give a smaller value"
+        )
+    return value
+
+
+def _shown(raw: Any) -> str:
+    """``raw`` as a message shows it: its repr, cut short (a config value can be huge)."""
+    text = repr(raw) if raw is None or isinstance(raw, str | int | float) else type(raw).__name__
+    return text if len(text) <= _MAX_WORD + 2 else text[:_MAX_WORD] + "..."

@@ -9,13 +9,16 @@ and search them, not to run them.
 from __future__ import annotations
 
 import runpy
+import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from engine._errors import ConfigError
-from engine._tools import Tool, ToolDefinitionError, load_mcp_tools
+from engine._errors import ConfigError, ToolDefinitionError
+from engine._functions import as_tools
+from engine._tools import Tool, load_mcp_tools
 
 
 def load_tools(path: str | Path) -> tuple[list[Tool], dict[str, Any]]:
@@ -36,17 +39,59 @@ def load_tools(path: str | Path) -> tuple[list[Tool], dict[str, Any]]:
         raise ConfigError(
             f"{path}: a tools file is a .py file of tools or a .json file of MCP tools"
         )
+    # As `python tools.py` would, so the file can import modules that sit beside it.
+    folder = str(path.absolute().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     try:
         namespace = runpy.run_path(str(path), run_name="codemode_tools")
     except ToolDefinitionError as e:
         raise ConfigError(f"{path}: {e}") from None
+    except SyntaxError as e:
+        where = f"{path}, line {e.lineno}" if e.lineno else str(path)
+        raise ConfigError(f"{where}: syntax error: {e.msg}; fix the tools file") from None
+    except (Exception, SystemExit) as e:
+        # The host's own code failed while loading: say where, in one line, and how to see
+        # the whole traceback.
+        raise ConfigError(
+            f"{path}{_line_in(e, path)}: loading the tools raised {type(e).__name__}: "
+            f"{_first_line(e)}; fix it (run `python {path}` to see the traceback)"
+        ) from None
     declared = namespace.get("TOOLS")
     if declared is not None:
-        if not isinstance(declared, list | tuple) or not all(isinstance(t, Tool) for t in declared):
+        if not isinstance(declared, list | tuple):
             raise ConfigError(f"{path}: TOOLS must be a list of tools")
-        tools = list(declared)
+        try:
+            tools = as_tools(declared)
+        except ToolDefinitionError as e:
+            raise ConfigError(f"{path}: TOOLS: {e}") from None
     else:
         tools = [value for value in namespace.values() if isinstance(value, Tool)]
     if not tools:
         raise ConfigError(f"{path} defines no tools (use @tool, or a TOOLS list)")
+    worker = namespace.get("WORKER")
+    if worker is not None and not callable(worker):
+        raise ConfigError(
+            f"{path}: WORKER is {type(worker).__name__}; make it a function that takes the "
+            "calls trigger"
+        )
     return tools, namespace
+
+
+def _line_in(error: BaseException, path: Path) -> str:
+    """``, line N`` for the innermost frame of the traceback that is in the tools file."""
+    line = None
+    target = str(path.resolve())
+    for frame, lineno in traceback.walk_tb(error.__traceback__):
+        try:
+            if str(Path(frame.f_code.co_filename).resolve()) == target:
+                line = lineno
+        except (OSError, ValueError):
+            continue
+    return f", line {line}" if line is not None else ""
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    first = text[0] if text else "(no message)"
+    return first if len(first) <= 300 else first[:297] + "..."

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from engine._errors import ScriptNotFound
+from engine._errors import ConfigError, ScriptNotFound
 
 # Call states, in the order a call moves through them.
 PROPOSED = "proposed"  # recorded; the worker has not answered yet
@@ -204,6 +204,10 @@ _CALL_COLUMNS = {"index": "idx"}
 class SqliteStore(LogStore):
     """The session log in one SQLite file (WAL, synchronous writes).
 
+    ``path`` is the file, or a directory (one that exists, or a name without a suffix) to keep
+    it in as :data:`FILE_NAME`. A path that cannot be made or opened, or a file that is not a
+    session log, is a :class:`ConfigError` naming it.
+
     Safe to use from several threads of one process and from several processes: each
     write is one committed transaction.
     """
@@ -212,18 +216,25 @@ class SqliteStore(LogStore):
 
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
-        if path.is_dir() or not path.suffix:
-            path.mkdir(parents=True, exist_ok=True)
-            path = path / self.FILE_NAME
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA busy_timeout=10000")
-        self._db.executescript(_SCHEMA)
+        try:
+            if path.is_dir() or not path.suffix:
+                path.mkdir(parents=True, exist_ok=True)
+                path = path / self.FILE_NAME
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            self.path = path
+            self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA busy_timeout=10000")
+            self._db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as e:
+            # The host's path, not the engine's bug: one error of the engine's family.
+            raise ConfigError(
+                f"cannot open the session log at {path}: {e}; give a directory (or file) "
+                "this process can create and write"
+            ) from None
 
     def _write(self, sql: str, params: tuple[Any, ...] | list[tuple[Any, ...]]) -> None:
         with self._lock:

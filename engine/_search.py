@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine._declarations import BUDGET, declare_tools
+from engine._errors import ToolCallError
 from engine._naming import terms
 from engine._tools import Tool
 
@@ -48,6 +49,16 @@ class SkillInfo:
     name: str
     description: str = ""
     tools: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a query found: ``tools`` best first (all of them, not only those declared),
+    ``skills`` best first, and whether the query named the tools exactly."""
+
+    tools: list[Tool]
+    skills: list[SkillInfo]
+    exact: bool
 
 
 @dataclass
@@ -190,7 +201,15 @@ class ToolIndex:
             return None  # a word that names no tool, or more than one
         return list(dict.fromkeys(tools[0] for tools in named))
 
-    def search(self, query: str, limit: int = 8) -> str:
+    def find(self, query: str) -> Found:
+        """What a query finds: the tools it names exactly, or else the tools and skills that
+        match it, best first (:meth:`search` words the answer for the model)."""
+        exact = self.exact(query)
+        if exact is not None:
+            return Found(tools=exact, skills=[], exact=True)
+        return Found(tools=self.rank(query), skills=self.rank_skills(query), exact=False)
+
+    def search(self, query: Any, limit: Any = 8) -> str:
         """The answer to ``tools.tool_search({ query, limit })``, as text for the model.
 
         A query of exact tool names answers just those tools. Otherwise: the declarations of
@@ -198,24 +217,28 @@ class ToolIndex:
         always declared), the other matches by name, and the skills that match. With no match,
         it says so and lists the tools' names.
 
-        Raises ``ValueError`` for an empty query, one over :data:`MAX_QUERY` characters, or a
-        ``limit`` outside 1 to :data:`MAX_LIMIT`.
+        Raises :class:`ToolCallError` (what the script's call fails with) for a query that is
+        not text, is empty or is over :data:`MAX_QUERY` characters, or a ``limit`` outside 1
+        to :data:`MAX_LIMIT`.
         """
         if not isinstance(query, str) or not query.strip():
-            raise ValueError(
+            raise ToolCallError(
                 "tools.tool_search needs a query: words that say what the tool does, or "
                 'exact tool names ("get_user, list_orders")'
             )
         if len(query) > MAX_QUERY:
-            raise ValueError(
+            raise ToolCallError(
                 f"tools.tool_search: the query is {len(query):,} characters, over the "
                 f"{MAX_QUERY:,} a query may have; search with a few words"
             )
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-            raise ValueError(f"tools.tool_search: limit must be a whole number, 1 to {MAX_LIMIT}")
+            raise ToolCallError(
+                f"tools.tool_search: limit must be a whole number, 1 to {MAX_LIMIT}"
+            )
         shown = _shown(query)
-        exact = self.exact(query)
-        if exact is not None:
+        found = self.find(query)
+        if found.exact:
+            exact = found.tools
             block, declared = declare_tools(exact, BUDGET, builtins=(), full_descriptions=True)
             names = ", ".join(t.name for t in declared)
             text = f"The declarations of {names}:\n{_fenced(block)}"
@@ -226,8 +249,7 @@ class ToolIndex:
                     f"{', '.join(rest)}; search for each by its name."
                 )
             return text
-        matches = self.rank(query)
-        skills = self.rank_skills(query)
+        matches, skills = found.tools, found.skills
         parts: list[str] = []
         if matches:
             block, declared = declare_tools(

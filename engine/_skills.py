@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import difflib
 import mimetypes
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine._declarations import BUDGET, declare_tools
 from engine._files import Attachment
+from engine._naming import closest_names
 from engine._search import SkillInfo
 from engine._tools import Tool, ToolCallError, ToolDefinitionError
 
@@ -38,11 +39,29 @@ class Skill:
             raise ToolDefinitionError(
                 f"a skill needs a name without '/', as \"runbooks:respond\", not {self.name!r}"
             )
+        for what in ("description", "instructions"):
+            if not isinstance(getattr(self, what), str):
+                raise ToolDefinitionError(f"skill {self.name}: its {what} must be a string")
+        if isinstance(self.tools, str) or not all(isinstance(t, str) for t in self.tools):
+            raise ToolDefinitionError(
+                f'skill {self.name}: tools is a list of tool names, as ("list_prs",), not '
+                f"{self.tools!r}"[:300]
+            )
         object.__setattr__(self, "tools", tuple(self.tools))
-        for path in self.files:
-            if not path or path.startswith("/") or ".." in Path(path).parts:
+        for path, content in self.files.items():
+            if (
+                not isinstance(path, str)
+                or not path
+                or path.startswith("/")
+                or ".." in Path(path).parts
+            ):
                 raise ToolDefinitionError(
                     f"skill {self.name}: file path {path!r} must be relative, inside the skill"
+                )
+            if not isinstance(content, bytes | str | Path):
+                raise ToolDefinitionError(
+                    f"skill {self.name}: file {path!r} is {type(content).__name__}; give its "
+                    "bytes or a path on disk"
                 )
 
     def info(self) -> SkillInfo:
@@ -59,6 +78,39 @@ class Skill:
             else:
                 out.append(Attachment(file_id, path=Path(content), mime=mime, skill=self.name))
         return out
+
+
+def check_skills(skills: Iterable[Skill], tools: Sequence[Tool]) -> list[Skill]:
+    """The skills, once each is known to name only tools that exist and no two share a name.
+
+    A skill naming a tool the engine does not have would answer the model with a declaration
+    that is missing, so it is refused when the host declares it: :class:`ToolDefinitionError`
+    naming the skill, the tool, and the closest tool names.
+    """
+    if isinstance(skills, Skill):
+        raise ToolDefinitionError(
+            f"skills is a list of skills; pass [skill], not the skill {skills.name!r} alone"
+        )
+    result: list[Skill] = []
+    names = [t.name for t in tools]
+    known = set(names)
+    for skill in skills:
+        if not isinstance(skill, Skill):
+            raise ToolDefinitionError(f"skills holds {type(skill).__name__}, not a Skill")
+        if any(s.name == skill.name for s in result):
+            raise ToolDefinitionError(
+                f"two skills are named {skill.name!r}; give each skill its own name"
+            )
+        for name in skill.tools:
+            if name not in known:
+                near = closest_names(str(name), names)
+                hint = f"; the closest tools are {', '.join(near)}" if near else ""
+                raise ToolDefinitionError(
+                    f"skill {skill.name} names tool {name!r}, which the engine does not have"
+                    f"{hint}; name tools as scripts call them"
+                )
+        result.append(skill)
+    return result
 
 
 def skill_answer(skill: Skill, tools: Sequence[Tool], budget: int = BUDGET) -> str:

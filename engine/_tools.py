@@ -31,6 +31,7 @@ import jsonschema_rs
 from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError
 
+from engine._errors import ToolCallError, ToolDefinitionError
 from engine._naming import sanitize_name, unique_names
 from engine._schema import (
     NotJSONData,
@@ -46,27 +47,6 @@ T = TypeVar("T")
 
 # A handler's error message longer than this reaches the model cut in the middle.
 MAX_ERROR_MESSAGE = 8 * 1024
-
-
-class ToolDefinitionError(Exception):
-    """A tool the host declared wrongly: a bad schema, name, handler or flag.
-
-    Raised when the tool is built, so the mistake shows when the host starts, never to the
-    model. The message names the tool, the problem and the fix.
-    """
-
-
-class ToolCallError(Exception):
-    """A call that failed: bad arguments, a handler that raised or timed out, a bad result.
-
-    The script sees an ``Error`` with this message, and can catch it. ``tool`` is the name the
-    script called.
-    """
-
-    def __init__(self, message: str, *, tool: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.tool = tool
 
 
 @dataclass(frozen=True)
@@ -263,6 +243,11 @@ class Tool:
             raise ToolDefinitionError(
                 f'MCP tool {name!r} has no "inputSchema"; MCP requires one (an object schema)'
             )
+        input_schema = definition["inputSchema"]
+        if isinstance(input_schema, Mapping) and "type" not in input_schema:
+            # Real servers send {} (or properties without a type) for "takes any object". MCP
+            # arguments are always an object, so that is what the tool is declared to take.
+            input_schema = {"type": "object", **input_schema}
         description = definition.get("description") or ""
         if not isinstance(description, str):
             raise ToolDefinitionError(f'MCP tool {name!r}: "description" must be a string')
@@ -274,7 +259,7 @@ class Tool:
         return cls(
             name,
             description=description,
-            input_schema=definition["inputSchema"],
+            input_schema=input_schema,
             output_schema=definition.get("outputSchema"),
             handler=handler,
             needs_approval=needs_approval,

@@ -39,6 +39,8 @@ from runner._base import FileReader, RunError, ScriptRunner, Step
 from sandbox.protocol import Script
 
 TOKEN_ENV = "CODEMODE_RUNNER_TOKEN"
+# A token file holds one short line; a larger file is a mistake (or /dev/zero).
+MAX_TOKEN_FILE = 4096
 CONNECT_TIMEOUT = 5.0
 COOLDOWN = 10.0
 # How long past a step's own deadline and the service's slot wait the client waits for the
@@ -535,9 +537,22 @@ def read_token(
         if base is not None and not path.is_absolute():
             path = base / path
         try:
-            token = path.read_text(encoding="utf-8").strip()
+            with path.open("rb") as f:
+                # Bounded: a token file is one short line, and /dev/zero must not hang us.
+                raw = f.read(MAX_TOKEN_FILE + 1)
         except OSError as e:
             raise ValueError(f"{where}: cannot read the token file {path}: {e.strerror}") from e
+        if len(raw) > MAX_TOKEN_FILE:
+            raise ValueError(
+                f"{where}: the token file {path} is over {MAX_TOKEN_FILE:,} bytes; it holds one "
+                f"line, the token: {remedy}"
+            )
+        try:
+            token = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise ValueError(
+                f"{where}: the token file {path} is not UTF-8 text; {remedy}"
+            ) from None
         if not token:
             raise ValueError(f"{where}: the token file {path} is empty; {remedy}")
         return token

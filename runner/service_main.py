@@ -13,11 +13,13 @@ import argparse
 import asyncio
 import ipaddress
 import logging
+import math
 import os
 import signal
 import ssl
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from runner import _wire as wire
 from runner._remote import TOKEN_ENV, read_token
@@ -33,8 +35,36 @@ from runner._slots import default_slot_count
 MIN_TOKEN = 16
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad option is one line naming it and where help is (exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(text: str) -> str:
+    if text.upper() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a level; use one of {', '.join(LOG_LEVELS)}"
+        )
+    return text.upper()
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, 0 or more")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="codemode runner serve",
         description="Take script steps over TCP and run them in local confined processes.",
     )
@@ -61,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--slot-wait",
-        type=float,
+        type=_seconds,
         default=SLOT_WAIT,
         help=f"seconds a step waits for a slot before the answer is busy (default {SLOT_WAIT:g})",
     )
@@ -70,10 +100,15 @@ def _parser() -> argparse.ArgumentParser:
         default=sys.executable,
         help="the Python that runs the sandbox (default: this one)",
     )
-    parser.add_argument("--handshake-timeout", type=float, default=HANDSHAKE_TIMEOUT)
-    parser.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT)
-    parser.add_argument("--read-timeout", type=float, default=READ_TIMEOUT)
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--handshake-timeout", type=_seconds, default=HANDSHAKE_TIMEOUT)
+    parser.add_argument("--idle-timeout", type=_seconds, default=IDLE_TIMEOUT)
+    parser.add_argument("--read-timeout", type=_seconds, default=READ_TIMEOUT)
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        type=_log_level,
+        help=f"how much the service logs: {', '.join(LOG_LEVELS)} (default INFO)",
+    )
     return parser
 
 
@@ -88,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
@@ -162,7 +197,7 @@ def _token(args: argparse.Namespace) -> str | None:
             raise ValueError("--insecure-no-token was given with a token; give one or the other")
         return None
     try:
-        token = read_token(args.token_file, where="codemode runner serve")
+        token = read_token(args.token_file, where="--token-file")
     except ValueError as e:
         raise ValueError(f"{e} (or pass --insecure-no-token on a network you fully trust)") from e
     if len(token) < MIN_TOKEN:

@@ -56,7 +56,7 @@ MAX_DEPTH = 128
 _ORJSON_WRITE_DEPTH = 254
 
 
-# What to do about each limit: every message that says a limit was met ends with it.
+# What a script can do about each limit: every message that says a limit was met ends with it.
 REMEDIES = {
     "calls": "batch the work into fewer calls",
     "results": "ask tools for less (filter, page, select fields)",
@@ -76,8 +76,12 @@ REMEDIES = {
 
 
 def limit_message(name: str, detail: str) -> str:
-    """The message for limit ``name`` met: what happened, what to do, how to raise it."""
-    return f"{name} limit met: {detail}; {REMEDIES[name]}, or raise [codemode.limits] {name}"
+    """The message for limit ``name`` met: what happened and what the script can do about it.
+
+    It is read by the model, which cannot change the limits, so it says nothing of the
+    configuration; the engine's log tells the host which setting raises the limit.
+    """
+    return f"{name} limit met: {detail}; {REMEDIES[name]}"
 
 
 def size_text(n: int) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -137,3 +138,305 @@ def test_resume_of_an_unknown_script(tmp_path: Path) -> None:
         "resume", "nope", "--tools", "examples/tracker_tools.py", "--data-dir", str(tmp_path)
     )
     assert proc.returncode == 2 and "no script 'nope'" in proc.stderr
+
+
+# --- bad input: one line naming the problem and the fix, exit code 2, no traceback ----------
+
+
+def one_clear_line(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """The process failed with exit code 2 and one line on stderr holding every needle."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def test_tools_file_that_raises_on_import(tmp_path: Path) -> None:
+    """A tools file that raises while loading is named with its line and the error."""
+    tools = tmp_path / "tools.py"
+    tools.write_text("import os\n\nraise RuntimeError('no database URL')\n")
+    proc = codemode("describe", "--tools", str(tools))
+    one_clear_line(proc, str(tools), "line 3", "RuntimeError: no database URL", "traceback")
+
+
+def test_tools_file_with_a_syntax_error(tmp_path: Path) -> None:
+    """A syntax error in the tools file names the file, the line and the problem."""
+    tools = tmp_path / "tools.py"
+    tools.write_text("from engine import tool\n\ndef broken(:\n    pass\n")
+    proc = codemode("describe", "--tools", str(tools))
+    one_clear_line(proc, str(tools), "line 3", "syntax error")
+
+
+def test_tools_file_that_exits(tmp_path: Path) -> None:
+    """A tools file that calls sys.exit does not end the command silently."""
+    tools = tmp_path / "tools.py"
+    tools.write_text("import sys\nsys.exit(5)\n")
+    proc = codemode("describe", "--tools", str(tools))
+    one_clear_line(proc, str(tools), "SystemExit")
+
+
+def test_tools_file_imports_a_module_beside_it(tmp_path: Path) -> None:
+    """A tools file can import a helper module next to it, as `python tools.py` could."""
+    (tmp_path / "helpers.py").write_text("GREETING = 'hello'\n")
+    tools = tmp_path / "tools.py"
+    tools.write_text(
+        "from engine import tool\nfrom helpers import GREETING\n\n"
+        "@tool\ndef greet(name: str) -> str:\n    'Greet someone.'\n    return GREETING + name\n"
+    )
+    proc = codemode("describe", "--tools", str(tools))
+    assert proc.returncode == 0, proc.stderr
+    assert "greet(input:" in proc.stdout
+
+
+def test_two_tools_with_the_same_name(tmp_path: Path) -> None:
+    """Two tools of one name are refused naming the file, the name and the fix."""
+    tools = tmp_path / "tools.py"
+    tools.write_text(
+        "from engine import tool\n\n"
+        "@tool\ndef lookup(q: str) -> str:\n    'One.'\n    return q\n\n"
+        "@tool(name='lookup')\ndef other(q: str) -> str:\n    'Two.'\n    return q\n\n"
+        "TOOLS = [lookup, other]\n"
+    )
+    proc = codemode("describe", "--tools", str(tools))
+    one_clear_line(proc, str(tools), "two tools are named 'lookup'", "give each tool its own name")
+
+
+def test_tools_list_of_plain_functions(tmp_path: Path) -> None:
+    """A TOOLS list may hold plain typed functions: they become tools as @tool makes them."""
+    tools = tmp_path / "tools.py"
+    tools.write_text(
+        "def add(a: int, b: int) -> int:\n    'Add two numbers.'\n    return a + b\n\n"
+        "TOOLS = [add]\n"
+    )
+    proc = codemode("run", "-", "--tools", str(tools), stdin="return await tools.add({a: 2, b: 3})")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.endswith("Returned:\n5\n")
+
+
+def test_tools_list_with_something_else(tmp_path: Path) -> None:
+    """A TOOLS entry that is neither a tool nor a function is named."""
+    tools = tmp_path / "tools.py"
+    tools.write_text("TOOLS = [42]\n")
+    one_clear_line(codemode("describe", "--tools", str(tools)), "42 is not a tool")
+
+
+def test_search_with_an_empty_query() -> None:
+    """`codemode search ""` says the query is empty and what to give."""
+    proc = codemode("search", "", "--tools", "examples/tracker_tools.py")
+    one_clear_line(proc, "query is empty", "--help")
+
+
+def test_search_limits_out_of_range() -> None:
+    """--limit 0, a negative or a word is refused naming the range; so is a huge query."""
+    for limit in ("0", "-3", "51", "many"):
+        proc = codemode("search", "prs", "--limit", limit, "--tools", "examples/tracker_tools.py")
+        one_clear_line(proc, "--limit", repr(limit), "1 to 50")
+    long_query = codemode("search", "x" * 1001, "--tools", "examples/tracker_tools.py")
+    one_clear_line(long_query, "1,001 characters")
+
+
+def test_search_json() -> None:
+    """search --json prints the answer and the matching tools' names as JSON."""
+    proc = codemode(
+        "search", "reviews of a pull request", "--json", "--tools", "examples/tracker_tools.py"
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["query"] == "reviews of a pull request" and data["limit"] == 8
+    assert data["tools"][0] == "github__get_reviews" and data["exact"] is False
+    assert "github__get_reviews(input:" in data["text"]
+    exact = json.loads(
+        codemode(
+            "search", "github__list_prs", "--json", "--tools", "examples/tracker_tools.py"
+        ).stdout
+    )
+    assert exact["exact"] is True and exact["tools"] == ["github__list_prs"]
+
+
+def test_output_into_a_closed_pipe_ends_quietly() -> None:
+    """`codemode ... | head -1` when head has left: no traceback, SIGPIPE's exit code.
+
+    The pipe's read end is closed before the command starts, so its first write fails
+    whatever the pipe holds (a reader that leaves after one line fails the same write later).
+    """
+    for args in (("describe",), ("search", "pull requests"), ("run", "-", "--json")):
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "engine.cli", *args, "--tools", "examples/tracker_tools.py"],
+                stdout=write_end,
+                stderr=subprocess.PIPE,
+                input=b"return 1",
+                cwd=ROOT,
+                timeout=120,
+            )
+        finally:
+            os.close(write_end)
+        assert (proc.returncode, proc.stderr) == (141, b""), (args, proc.stderr)
+
+
+def test_runner_serve_with_a_bad_log_level() -> None:
+    """`runner serve --log-level loud` names the levels it takes."""
+    proc = codemode(
+        "runner", "serve", "--listen", "127.0.0.1:0", "--insecure-no-token", "--log-level", "loud"
+    )
+    one_clear_line(proc, "--log-level", "'loud'", "DEBUG, INFO, WARNING, ERROR, CRITICAL")
+
+
+def test_runner_serve_with_bad_seconds() -> None:
+    """A negative, not-a-number or non-numeric time option is one line, not a traceback."""
+    for option, value in (
+        ("--slot-wait", "-1"),
+        ("--read-timeout", "nan"),
+        ("--idle-timeout", "x"),
+    ):
+        proc = codemode(
+            "runner", "serve", "--listen", "127.0.0.1:0", "--insecure-no-token", option, value
+        )
+        one_clear_line(proc, option, repr(value), "seconds")
+
+
+def test_data_dir_that_is_a_file(tmp_path: Path) -> None:
+    """--data-dir pointing at a file says it must be a directory, and touches nothing."""
+    target = tmp_path / "notes.txt"
+    target.write_text("keep me\n")
+    proc = codemode(
+        "run",
+        "-",
+        "--tools",
+        "examples/tracker_tools.py",
+        "--data-dir",
+        str(target),
+        stdin="return 1",
+    )
+    one_clear_line(proc, str(target), "is a file, not a directory")
+    assert target.read_text() == "keep me\n"
+
+
+def test_data_dir_with_a_dot_is_a_directory(tmp_path: Path) -> None:
+    """--data-dir sess.v1 is a directory holding the log, as any other name."""
+    data = tmp_path / "sess.v1"
+    proc = codemode(
+        "run",
+        "-",
+        "--tools",
+        "examples/tracker_tools.py",
+        "--data-dir",
+        str(data),
+        stdin="return 1",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (data / "codemode.sqlite3").is_file()
+
+
+def test_script_that_is_not_utf8(tmp_path: Path) -> None:
+    """A script file (or stdin) that is not UTF-8 says so instead of a decode traceback."""
+    script = tmp_path / "s.js"
+    script.write_bytes(b"return '\xff'")
+    one_clear_line(
+        codemode("run", str(script), "--tools", "examples/tracker_tools.py"), "not UTF-8"
+    )
+
+
+def test_unknown_option_and_missing_arguments() -> None:
+    """argparse's own mistakes are one line too, with where help is."""
+    one_clear_line(codemode("run"), "required", "codemode run --help")
+    one_clear_line(
+        codemode("describe", "--tools", "examples/tracker_tools.py", "--bogus"), "--bogus"
+    )
+
+
+def test_bad_slots_variable_is_a_config_error() -> None:
+    """A bad CODEMODE_SANDBOX_SLOTS, read by the runner below, comes back as one line."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "run", "-", "--tools", "examples/tracker_tools.py"],
+        capture_output=True,
+        text=True,
+        input="return 1",
+        cwd=ROOT,
+        timeout=120,
+        env={**os.environ, "CODEMODE_SANDBOX_SLOTS": "lots"},
+    )
+    one_clear_line(proc, "CODEMODE_SANDBOX_SLOTS='lots'")
+
+
+def test_config_with_relative_token_file_outside_the_working_directory(tmp_path: Path) -> None:
+    """A relative token_file is read from the config's folder, once (not joined twice): the
+    run gets as far as the service, which is not there."""
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    (folder / "runner.token").write_text("t" * 32 + "\n")
+    (folder / "codemode.toml").write_text(
+        "[codemode]\nqueue_timeout = 0.5\n[codemode.runner]\n"
+        'kind = "remote"\naddresses = ["127.0.0.1:9"]\ntoken_file = "runner.token"\n'
+    )
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "engine.cli", "run", "-", "--tools",
+            str(ROOT / "examples/tracker_tools.py"), "--config", "conf/codemode.toml",
+        ],
+        capture_output=True, text=True, input="return 1", cwd=tmp_path, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    line = one_clear_line(proc, "no runner took a step")
+    assert "token" not in line
+
+
+def test_mcp_tools_file_with_an_empty_input_schema(tmp_path: Path) -> None:
+    """One MCP tool with inputSchema {} no longer makes the whole tools file unusable."""
+    tools = tmp_path / "tools.json"
+    tools.write_text(
+        json.dumps(
+            [
+                {"name": "ping", "description": "Check the server.", "inputSchema": {}},
+                {
+                    "name": "get-weather",
+                    "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}},
+                },
+            ]
+        )
+    )
+    proc = codemode("describe", "--tools", str(tools))
+    assert proc.returncode == 0, proc.stderr
+    assert "ping(input?: { [key: string]: unknown })" in proc.stdout
+
+
+def test_tools_file_with_a_worker_that_is_not_a_function(tmp_path: Path) -> None:
+    """WORKER = 5 is named when the file loads, not as a refusal of every call."""
+    tools = tmp_path / "tools.py"
+    tools.write_text(
+        "from engine import tool\n\n@tool\ndef a(x: int) -> int:\n    'A.'\n    return x\n\n"
+        "WORKER = 5\n"
+    )
+    proc = codemode("run", "-", "--tools", str(tools), stdin="return await tools.a({ x: 1 })")
+    one_clear_line(proc, str(tools), "WORKER is int")
+
+
+def test_token_file_that_never_ends(tmp_path: Path) -> None:
+    """A token file that is not one short line (here /dev/zero) is refused, not read forever:
+    in the engine's config and for runner serve."""
+    (tmp_path / "codemode.toml").write_text(
+        '[codemode.runner]\nkind = "remote"\naddresses = ["127.0.0.1:9"]\n'
+        'token_file = "/dev/zero"\n'
+    )
+    run = codemode(
+        "run", "-", "--tools", "examples/tracker_tools.py",
+        "--config", str(tmp_path / "codemode.toml"), stdin="return 1",
+    )  # fmt: skip
+    one_clear_line(run, "/dev/zero is over 4,096 bytes")
+    serve = codemode("runner", "serve", "--listen", "127.0.0.1:0", "--token-file", "/dev/zero")
+    one_clear_line(serve, "--token-file", "/dev/zero is over 4,096 bytes")
+
+
+def test_paused_without_a_data_dir_says_it_cannot_be_resumed() -> None:
+    """A script that pauses in a run without --data-dir had its log in memory: the command
+    says so (and how to keep it) instead of leaving the user to try resume."""
+    script = "return await tools.github__comment({ number: 12, body: 'ping' })"
+    proc = codemode("run", "-", "--tools", "examples/tracker_tools.py", stdin=script)
+    assert proc.returncode == 3, proc.stderr
+    assert "(script id " in proc.stdout
+    assert "cannot be resumed" in proc.stderr and "--data-dir" in proc.stderr

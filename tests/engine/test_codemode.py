@@ -312,8 +312,11 @@ async def test_tool_search_from_a_script(inproc: InProcessRunner) -> None:
     assert "github__get_reviews" in result.value
 
 
-async def test_results_over_the_limit_end_the_script(inproc: InProcessRunner) -> None:
-    """The results limit counts what calls return, over the whole script."""
+async def test_results_over_the_limit_end_the_script(
+    inproc: InProcessRunner, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The results limit counts what calls return, over the whole script. The model reads
+    what it can do; the host's log says which setting raises the limit."""
 
     @tool
     def blob() -> str:
@@ -321,10 +324,13 @@ async def test_results_over_the_limit_end_the_script(inproc: InProcessRunner) ->
         return "x" * 5000
 
     engine = CodeMode([blob], runner=inproc, limits=Limits(results=8000))
-    result = await engine.run_code("await tools.blob(); await tools.blob(); return 1")
+    with caplog.at_level(logging.WARNING, logger="codemode"):
+        result = await engine.run_code("await tools.blob(); await tools.blob(); return 1")
     assert result.status == "failed"
     assert result.limit == "results"
-    assert "[codemode.limits] results" in result.text
+    assert "ask tools for less" in result.text and "[codemode.limits]" not in result.text
+    (hint,) = [r.getMessage() for r in caplog.records if "ended on a limit" in r.getMessage()]
+    assert f"script={result.script_id}" in hint and hint.endswith("raise [codemode.limits] results")
 
 
 async def test_limits_per_tenant(inproc: InProcessRunner) -> None:
@@ -468,7 +474,7 @@ async def test_huge_result_is_not_stored_and_ends_the_script(inproc: InProcessRu
 
     engine = CodeMode([dump], runner=inproc, store=store)
     result = await engine.run_code("const s = await tools.dump(); return s.length")
-    assert result.limit == "results" and "[codemode.limits] results" in result.text
+    assert result.limit == "results" and "results limit met" in result.text
     (call,) = store.calls(result.script_id)
     assert call.result is None and call.extra["result_bytes"] == 20_000_002
 

@@ -98,7 +98,7 @@ async def test_total_file_bytes_limit(inproc: InProcessRunner) -> None:
     result = await engine.run_code(code, files=[Attachment("sales.csv", data=SALES)])
     assert result.status == "failed"
     assert result.limit == "total_file_bytes"
-    assert "[codemode.limits] total_file_bytes" in result.text
+    assert "total_file_bytes limit met" in result.text and "[codemode.limits]" not in result.text
 
 
 async def test_file_bytes_limit_through_the_engine(inproc: InProcessRunner) -> None:
@@ -107,7 +107,7 @@ async def test_file_bytes_limit_through_the_engine(inproc: InProcessRunner) -> N
     result = await engine.run_code(
         "return await files.text('sales.csv')", files=[Attachment("sales.csv", data=SALES)]
     )
-    assert result.limit == "file_bytes" and "[codemode.limits] file_bytes" in result.text
+    assert result.limit == "file_bytes" and "file_bytes limit met" in result.text
 
 
 async def test_files_through_the_confined_process() -> None:
@@ -153,13 +153,21 @@ async def test_files_through_the_confined_process() -> None:
 async def test_bad_attachments_are_refused_before_anything_is_recorded(
     inproc: InProcessRunner, tmp_path: Path
 ) -> None:
-    """An attachment with no bytes, an unreadable path, a duplicate id or something that is
-    not an Attachment is refused with a message naming it; no script is recorded."""
-    from engine import CodeModeError
+    """An attachment with no bytes, text for bytes or no id is refused when made; one with an
+    unreadable path, a duplicate id or something that is not an Attachment is refused by
+    run_code, naming it; no script is recorded."""
+    from engine import CodeModeError, ConfigError
 
+    for made, expected in (
+        (lambda: Attachment("a.txt"), "neither data nor a path"),
+        (lambda: Attachment("a.txt", data=b"1", path="a.txt"), "both data and a path"),
+        (lambda: Attachment("a.txt", data="text"), "not bytes; for text, pass text.encode"),
+        (lambda: Attachment("", data=b""), "needs an id"),
+    ):
+        with pytest.raises(ConfigError, match=expected):
+            made()
     engine = CodeMode([], runner=inproc)
     cases = {
-        "neither data nor a path": [Attachment("a.txt")],
         "cannot read attachment 'b.txt'": [Attachment("b.txt", path=tmp_path / "missing")],
         "two attachments have the id 'c.txt'": [
             Attachment("c.txt", data=b"1"),

@@ -1,7 +1,8 @@
 """Every limit of the spec's table: its default, its parsing, and a script that meets it.
 
 Each script that meets a limit fails with ``limit`` set to the limit's name, and its text
-names the limit and how to raise it (``[codemode.limits] <name>``). Limits the sandbox
+names the limit and what the script can do; the host's log says how to raise it
+(``[codemode.limits] <name>``). Limits the sandbox
 enforces inside a run (memory, compute) run in the real confined process.
 """
 
@@ -15,6 +16,7 @@ import pytest
 from engine import CodeMode, Config, ConfigError, Limits, parse_size, tool
 from engine._limits import GiB, KiB, MiB
 from runner import ProcessRunner
+from sandbox.protocol import REMEDIES
 from tests.engine.conftest import InProcessRunner
 
 SPEC_DEFAULTS = {
@@ -113,8 +115,10 @@ def test_missing_and_binary_config(tmp_path: Path) -> None:
 def _assert_limit(result: object, name: str) -> None:
     assert result.status == "failed", result.text  # type: ignore[attr-defined]
     assert result.limit == name, result.text  # type: ignore[attr-defined]
+    # What the script can do about it; the host's setting is for the host's log.
     assert f"{name} limit met" in result.text  # type: ignore[attr-defined]
-    assert f"[codemode.limits] {name}" in result.text  # type: ignore[attr-defined]
+    assert REMEDIES[name] in result.text  # type: ignore[attr-defined]
+    assert "[codemode.limits]" not in result.text  # type: ignore[attr-defined]
 
 
 @tool
@@ -159,7 +163,7 @@ async def test_call_arguments_limit_throws_at_the_call(inproc: InProcessRunner) 
     result = await engine.run_code(code)
     assert result.status == "finished"
     assert "call_arguments limit met" in result.value
-    assert "[codemode.limits] call_arguments" in result.value
+    assert result.value.endswith(REMEDIES["call_arguments"])
     uncaught = await engine.run_code("await tools.echo({ data: 'a'.repeat(2000) })")
     assert uncaught.status == "failed" and "call_arguments" in uncaught.text
 

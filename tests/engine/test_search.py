@@ -8,7 +8,7 @@ import pytest
 
 from engine._declarations import BUDGET
 from engine._search import MAX_QUERY, SkillInfo, ToolIndex
-from engine._tools import Tool
+from engine._tools import Tool, ToolCallError
 from tests.engine.corpus import load_corpus
 
 CORPUS = load_corpus()
@@ -177,13 +177,15 @@ def test_skills_that_match_say_how_to_load_them() -> None:
 
 
 def test_queries_are_bounded() -> None:
-    """An empty, overlong or badly limited query is refused with a message for the model."""
-    with pytest.raises(ValueError, match="needs a query"):
-        INDEX.search("   ")
-    with pytest.raises(ValueError, match=f"over the {MAX_QUERY:,}"):
+    """An empty, overlong or badly limited query is refused with a message for the model,
+    as the ToolCallError its call fails with."""
+    for query in ("   ", None, 5):
+        with pytest.raises(ToolCallError, match="needs a query"):
+            INDEX.search(query)
+    with pytest.raises(ToolCallError, match=f"over the {MAX_QUERY:,}"):
         INDEX.search("a" * (MAX_QUERY + 1))
-    for limit in (0, 51, True):
-        with pytest.raises(ValueError, match="limit must be a whole number"):
+    for limit in (0, 51, True, "8"):
+        with pytest.raises(ToolCallError, match="limit must be a whole number"):
             INDEX.search("slack", limit=limit)
 
 

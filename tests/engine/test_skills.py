@@ -43,7 +43,7 @@ async def test_skill_answers_instructions_then_declarations(inproc: InProcessRun
 
 async def test_skill_files_are_files(inproc: InProcessRunner) -> None:
     """A skill's files are read as <skill>/<path> and listed with their skill."""
-    engine = CodeMode([page_oncall], runner=inproc, skills=[RESPOND])
+    engine = CodeMode([page_oncall, open_incident], runner=inproc, skills=[RESPOND])
     code = """
     const text = await files.text("runbooks:respond/references/escalation.md");
     return { text, listed: files.list() };
@@ -57,7 +57,7 @@ async def test_skill_files_are_files(inproc: InProcessRunner) -> None:
 
 async def test_unknown_skill_names_the_closest(inproc: InProcessRunner) -> None:
     """Loading a skill that does not exist throws, naming the closest skills."""
-    engine = CodeMode([page_oncall], runner=inproc, skills=[RESPOND])
+    engine = CodeMode([page_oncall, open_incident], runner=inproc, skills=[RESPOND])
     result = await engine.run_code(
         "try { await tools.skill({ name: 'runbooks:respnd' }) } catch (e) { return e.message }"
     )
@@ -104,6 +104,6 @@ def test_bad_skills_are_refused(kwargs: dict[str, object], named: str) -> None:
 
 def test_two_skills_of_one_name_are_refused() -> None:
     """Adding a skill whose name is taken says so."""
-    engine = CodeMode([page_oncall], runner=InProcessRunner(), skills=[RESPOND])
+    engine = CodeMode([page_oncall, open_incident], runner=InProcessRunner(), skills=[RESPOND])
     with pytest.raises(CodeModeError, match="already loaded"):
         engine.add_skill(RESPOND)

@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 
 from runner import FileMissing, ScriptRunner, Step
-from sandbox.protocol import Clock, FileInfo, Limits, Record, Script
+from sandbox.protocol import REMEDIES, Clock, FileInfo, Limits, Record, Script
 from tests.runner.conftest import Harness, open_fds
 
 Check = Callable[[Harness], None]
@@ -71,7 +71,8 @@ def assert_limit(step: Step, name: str) -> None:
     assert step.limit is not None, step.error
     assert step.limit.name == name, step.limit
     assert name in step.limit.message, step.limit.message
-    assert "[codemode.limits]" in step.limit.message, step.limit.message
+    assert step.limit.message.endswith(REMEDIES[name]), step.limit.message
+    assert "[codemode.limits]" not in step.limit.message, step.limit.message
     assert step.error is not None and name in step.error.message
 
 
@@ -206,7 +207,7 @@ def check_call_arguments_limit(h: Harness) -> None:
     code = "try { await tools.t({ s: 'z'.repeat(100) }); } catch (e) { return e.message }"
     step = h.step(script(code, limits={"call_arguments": 50}))
     assert step.outcome == "finished", step.error
-    assert "call_arguments" in step.value and "[codemode.limits]" in step.value
+    assert "call_arguments" in step.value and step.value.endswith(REMEDIES["call_arguments"])
     code = "await tools.t({ s: 'z'.repeat(100) });"
     uncaught = h.step(script(code, limits={"call_arguments": 50}))
     assert uncaught.outcome == "failed"

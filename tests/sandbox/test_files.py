@@ -11,7 +11,7 @@ import openpyxl
 import pytest
 
 from sandbox.files import FileError
-from sandbox.protocol import Clock, FileInfo, Limits, Ran, Script
+from sandbox.protocol import REMEDIES, Clock, FileInfo, Limits, Ran, Script
 from sandbox.runtime import run_in_process
 
 SALES = b"region,amount\nnorth,10\nsouth,5\nnorth,7\n"
@@ -172,7 +172,7 @@ def test_streams_limit_throws_at_the_call() -> None:
     try { for (const it of its) await it.next(); } catch (e) { return e.message }
     """
     message = value(code, streams=2)
-    assert "streams limit met" in message and "[codemode.limits] streams" in message
+    assert "streams limit met" in message and message.endswith(REMEDIES["streams"])
 
 
 def test_xlsx_rows_and_sheets() -> None:
@@ -222,7 +222,7 @@ def test_shown_media_limit() -> None:
     """shown_media: media over the budget throws, naming the limit."""
     code = "try { files.show('chart.png') } catch (e) { return e.message }"
     message = value(code, shown_media=1000)
-    assert "shown_media limit met" in message and "[codemode.limits] shown_media" in message
+    assert "shown_media limit met" in message and message.endswith(REMEDIES["shown_media"])
 
 
 def test_file_bytes_limit_ends_the_run() -> None:
@@ -231,7 +231,7 @@ def test_file_bytes_limit_ends_the_run() -> None:
     ran = run(code, file_bytes=100_000)
     assert ran.outcome == "failed"
     assert ran.limit is not None and ran.limit.name == "file_bytes"
-    assert "[codemode.limits] file_bytes" in ran.limit.message
+    assert ran.limit.message.endswith(REMEDIES["file_bytes"])
 
 
 def test_file_bytes_are_counted() -> None:

@@ -79,6 +79,6 @@ def test_busy_loop_meets_compute_ms():
     assert result.outcome == "failed"
     assert result.limit is not None
     assert result.limit.name == "compute_ms"
-    assert "[codemode.limits] compute_ms" in result.limit.message
+    assert result.limit.message.endswith(protocol.REMEDIES["compute_ms"])
     assert result.process is not None
     assert result.process.wall_ms < 3 * 300 + 1000 + 500

@@ -1,0 +1,350 @@
+"""Mistakes a host makes through the API: each is one error of the engine's family, raised
+when the host makes it (not at the first run), naming the problem and the fix."""
+
+from __future__ import annotations
+
+import inspect
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import engine
+from engine import (
+    CodeMode,
+    CodeModeError,
+    Config,
+    ConfigError,
+    Limits,
+    MemoryStore,
+    RunnerConfig,
+    Skill,
+    SqliteStore,
+    Tool,
+    ToolDefinitionError,
+    build_runner,
+    tool,
+)
+from tests.engine.conftest import InProcessRunner
+
+
+def test_every_public_error_is_a_codemode_error() -> None:
+    """One family: a host that catches CodeModeError catches every error the engine raises."""
+    errors = [
+        value
+        for name in engine.__all__
+        if inspect.isclass(value := getattr(engine, name)) and issubclass(value, BaseException)
+    ]
+    assert {e.__name__ for e in errors} >= {"ToolCallError", "ToolDefinitionError"}
+    for error in errors:
+        assert issubclass(error, CodeModeError), error
+
+
+# --- tools -----------------------------------------------------------------------------------
+
+
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+async def test_a_plain_function_is_a_tool(inproc: InProcessRunner) -> None:
+    """A typed function passed without @tool becomes a tool as @tool would make it."""
+    code_mode = CodeMode([add], runner=inproc)
+    assert [t.name for t in code_mode.tools] == ["add"]
+    assert code_mode.tools[0].description == "Add two numbers."
+    result = await code_mode.run_code("return await tools.add({ a: 2, b: 3 })")
+    assert result.value == 5, result.text
+
+
+def test_tools_that_are_not_a_list_of_tools() -> None:
+    """One tool where the list belongs, or something that is not a tool, is named."""
+    with pytest.raises(ToolDefinitionError, match=r"pass \[add\], not add"):
+        CodeMode(add)  # type: ignore[arg-type]
+    with pytest.raises(ToolDefinitionError, match="is a list of tools"):
+        CodeMode("add")  # type: ignore[arg-type]
+    with pytest.raises(ToolDefinitionError, match="42 is not a tool"):
+        CodeMode([add, 42])  # type: ignore[list-item]
+    with pytest.raises(ToolDefinitionError, match="no type annotation"):
+        CodeMode([lambda x: x])
+
+
+async def test_client_tool_from_a_function(inproc: InProcessRunner) -> None:
+    """@tool(client=True) declares a tool the client runs: the call pauses the script until
+    the client's result comes back through client_result, checked against the output schema."""
+
+    @tool(client=True)
+    def pick_file(prompt: str) -> str:
+        """Ask the user to pick a file."""
+        raise AssertionError("a client tool's body never runs on the host")
+
+    assert pick_file.client and pick_file.handler is None
+    code_mode = CodeMode([pick_file], runner=inproc)
+    paused = await code_mode.run_code("return await tools.pick_file({ prompt: 'Which?' })")
+    assert paused.status == "paused", paused.text
+    (waiting,) = paused.waiting
+    assert waiting["reason"] == "client" and waiting["arguments"] == {"prompt": "Which?"}
+    code_mode.client_result(paused.script_id, waiting["call_id"], "report.pdf")
+    result = await code_mode.resume(paused.script_id)
+    assert (result.status, result.value) == ("finished", "report.pdf")
+
+
+async def test_client_result_that_breaks_the_output_schema(inproc: InProcessRunner) -> None:
+    """A client tool's result is checked against its return annotation."""
+
+    @tool(client=True)
+    def count_files() -> int:
+        """How many files the user has."""
+        ...
+
+    code_mode = CodeMode([count_files], runner=inproc)
+    paused = await code_mode.run_code(
+        "try { return await tools.count_files({}) } catch (e) { return e.message }"
+    )
+    code_mode.client_result(paused.script_id, paused.waiting[0]["call_id"], "many")
+    result = await code_mode.resume(paused.script_id)
+    assert "does not match its output schema" in result.value
+
+
+def test_mcp_tool_with_an_empty_input_schema_takes_any_object() -> None:
+    """inputSchema {} (sent by real servers) declares a tool that takes any object; so does
+    one with properties but no type. A schema of another type is still refused."""
+    empty = Tool.from_mcp({"name": "ping", "inputSchema": {}})
+    assert empty.input_schema == {"type": "object"}
+    untyped = Tool.from_mcp(
+        {"name": "find", "inputSchema": {"properties": {"q": {"type": "string"}}}}
+    )
+    assert untyped.input_schema["type"] == "object"
+    assert "find(input?: { q?: string })" in CodeMode([empty, untyped]).definition()["description"]
+    with pytest.raises(ToolDefinitionError, match='"type": "string"'):
+        Tool.from_mcp({"name": "bad", "inputSchema": {"type": "string"}})
+
+
+# --- limits ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"calls": -1}, "calls = -1 must be a whole number, 0 or more"),
+        ({"calls": 1.5}, "calls = 1.5 must be a whole number"),
+        ({"memory": "lots"}, "memory = 'lots' is not a size"),
+        ({"memory": 1024}, "memory = 1024 is under 1 MiB"),
+        ({"compute_ms": 0}, "compute_ms must be at least 1"),
+        ({"results": True}, "results = True is not a number"),
+        ({"arguments": 2**60}, "the largest limit the sandbox takes"),
+    ],
+)
+def test_bad_limits_are_refused_when_made(kwargs: dict[str, object], named: str) -> None:
+    """A bad limit fails at Limits(...), naming it, not as a pydantic error at the first run."""
+    with pytest.raises(ConfigError, match=named.replace("(", r"\(")):
+        Limits(**kwargs)  # type: ignore[arg-type]
+
+
+def test_limits_take_size_and_time_words() -> None:
+    """Limits(...) takes the words the config takes."""
+    limits = Limits(memory="4mb", compute_ms="2s", shown="1.5 KiB")  # type: ignore[arg-type]
+    assert (limits.memory, limits.compute_ms, limits.shown) == (4 << 20, 2000, 1536)
+
+
+def test_limits_option_that_is_not_limits() -> None:
+    """CodeMode(limits=...) takes Limits or a function; a table is refused with the fix."""
+    with pytest.raises(ConfigError, match=r"Limits\.from_mapping"):
+        CodeMode([add], runner=InProcessRunner(), limits={"calls": 5})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"the Limits class; pass Limits\(\)"):
+        CodeMode([add], runner=InProcessRunner(), limits=Limits)  # type: ignore[arg-type]
+
+
+async def test_limits_function_failing_leaves_no_script() -> None:
+    """A limits function that gives no Limits fails run_code before the script is recorded:
+    no "active" script is left behind that could never run."""
+    store = MemoryStore()
+    code_mode = CodeMode(
+        [add],
+        runner=InProcessRunner(),
+        store=store,
+        limits=lambda tenant: {"calls": 5},  # type: ignore[arg-type,return-value]
+    )
+    with pytest.raises(ConfigError, match="gave dict for tenant 'default'"):
+        await code_mode.run_code("return 1")
+    assert store.scripts() == []
+
+
+# --- the data directory ----------------------------------------------------------------------
+
+
+async def test_data_dir_with_a_dot_is_a_directory(tmp_path: Path) -> None:
+    """data_dir="sess.v1" is a directory like any other, the log a file inside it."""
+    data = tmp_path / "sess.v1"
+    code_mode = CodeMode([add], runner=InProcessRunner(), data_dir=data)
+    result = await code_mode.run_code("return 1")
+    await code_mode.aclose()
+    assert result.status == "finished"
+    assert data.is_dir() and (data / "codemode.sqlite3").is_file()
+
+
+def test_data_dir_that_is_a_file(tmp_path: Path) -> None:
+    """A data_dir that is a file is refused and left alone; a session log there is named."""
+    text = tmp_path / "notes"
+    text.write_text("keep me")
+    with pytest.raises(ConfigError, match="is a file, not a directory"):
+        CodeMode([add], runner=InProcessRunner(), data_dir=text)
+    assert text.read_text() == "keep me"
+    old_log = tmp_path / "sess.v1"
+    sqlite3.connect(old_log).execute("create table t (x)").connection.close()
+    with pytest.raises(ConfigError, match="if it is a session log, move it into a directory"):
+        CodeMode([add], runner=InProcessRunner(), data_dir=old_log)
+
+
+def test_data_dir_that_cannot_be_made(tmp_path: Path) -> None:
+    """A data_dir under a file cannot be made: a ConfigError, not an OSError."""
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="cannot make the directory"):
+        CodeMode([add], runner=InProcessRunner(), data_dir=tmp_path / "file" / "log")
+
+
+# --- config and runners: errors from below come back as ConfigError --------------------------
+
+
+def test_relative_token_file_is_read_from_the_configs_folder_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """token_file = "runner.token" in conf/codemode.toml, loaded from the folder above, is
+    conf/runner.token (it was conf/conf/runner.token)."""
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    (folder / "runner.token").write_text("t" * 32)
+    (folder / "codemode.toml").write_text(
+        '[codemode.runner]\nkind = "remote"\naddresses = ["127.0.0.1:9"]\n'
+        'token_file = "runner.token"\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    config = Config.load("conf/codemode.toml")
+    monkeypatch.chdir("/")  # the config's paths do not depend on where it is used
+    runner = build_runner(config.runner)
+    assert runner.addresses == ["127.0.0.1:9"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        (RunnerConfig("remote", {"addresses": ["h:1"], "token_file": "nope"}), "nope"),
+        (RunnerConfig("remote", {"addresses": ["h:1"], "token": "t", "tls": "yes"}), "tls"),
+        (RunnerConfig("remote", {"addresses": ["h:1"], "token": "t", "cooldown": -1}), "cooldown"),
+        (RunnerConfig("local", {"slots": "many"}), "slots"),
+        (RunnerConfig("local", {"script_wait": float("nan")}), "script_wait"),
+        (RunnerConfig("local", {"data_limit": 1000}), "data_limit"),
+        (RunnerConfig("local", {"addresses": ["h:1"]}), "addresses"),
+        (RunnerConfig("elsewhere"), "kind"),
+    ],
+)
+def test_build_runner_errors_are_config_errors(config: RunnerConfig, named: str) -> None:
+    """What the runner below refuses (its ValueErrors) reaches the host as a ConfigError."""
+    with pytest.raises(ConfigError, match=named):
+        build_runner(config)
+
+
+def test_bad_slots_variable_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default runner reads CODEMODE_SANDBOX_SLOTS; a bad value is a ConfigError."""
+    monkeypatch.setenv("CODEMODE_SANDBOX_SLOTS", "lots")
+    with pytest.raises(ConfigError, match="CODEMODE_SANDBOX_SLOTS='lots'"):
+        CodeMode([add])
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("[codemode]\nqueue_timeout = nan\n", "queue_timeout"),
+        ("[codemode]\nqueue_timeout = inf\n", "queue_timeout"),
+        ('[codemode]\ndata_dir = ""\n', "data_dir"),
+        ("[codemode.runner]\nslots = 100000\n", "slots"),
+        ('[codemode.runner]\nkind = "remote"\naddresses = ["h:1"]\ntoken_file = 5\n', "token_file"),
+    ],
+)
+def test_config_values_out_of_range(tmp_path: Path, text: str, named: str) -> None:
+    """Values TOML allows but no setting means (nan, inf, empty paths) are refused."""
+    path = tmp_path / "codemode.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=named):
+        Config.load(path)
+
+
+# --- skills ----------------------------------------------------------------------------------
+
+
+def test_skill_naming_a_missing_tool_is_refused() -> None:
+    """A skill that names a tool the engine lacks is refused, naming the skill, the tool and
+    the closest names; so are two skills of one name."""
+    skill = Skill("billing", "Refunds.", "Refund carefully.", tools=("ad",))
+    with pytest.raises(ToolDefinitionError) as caught:
+        CodeMode([add], runner=InProcessRunner(), skills=[skill])
+    message = str(caught.value)
+    assert "skill billing" in message and "'ad'" in message and "closest tools are add" in message
+    twice = Skill("billing", "Refunds.", "Again.")
+    with pytest.raises(ToolDefinitionError, match="two skills are named 'billing'"):
+        CodeMode([add], runner=InProcessRunner(), skills=[twice, twice])
+    code_mode = CodeMode([add], runner=InProcessRunner())
+    with pytest.raises(ToolDefinitionError, match="names tool 'ad'"):
+        code_mode.add_skill(skill)
+    assert code_mode.skills == []
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"worker": 5}, "worker is int"),
+        ({"queue_timeout": 0}, "queue_timeout = 0"),
+        ({"queue_timeout": float("nan")}, "queue_timeout = nan"),
+        ({"retry_delay": -1}, "retry_delay = -1"),
+        ({"call_timeout": "soon"}, "call_timeout = 'soon'"),
+    ],
+)
+def test_engine_options_no_host_means(options: dict[str, object], named: str) -> None:
+    """A worker that cannot be called, or times that are not seconds, fail at CodeMode(...)."""
+    with pytest.raises(ConfigError, match=named):
+        CodeMode([add], runner=InProcessRunner(), **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"tools": "list_prs"}, "tools is a list of tool names"),
+        ({"tools": ("a", 5)}, "tools is a list of tool names"),
+        ({"description": None}, "its description must be a string"),
+        ({"files": {"notes.md": 5}}, "file 'notes.md' is int"),
+    ],
+)
+def test_skill_made_wrongly(kwargs: dict[str, object], named: str) -> None:
+    """A skill's parts of the wrong type are refused when the skill is made (a string of
+    tool names was taken letter by letter)."""
+    fields: dict[str, object] = {"name": "s", "description": "d", "instructions": "i"}
+    with pytest.raises(ToolDefinitionError, match=named):
+        Skill(**{**fields, **kwargs})  # type: ignore[arg-type]
+
+
+def test_tables_that_are_not_tables() -> None:
+    """Limits.from_mapping and Config.from_mapping of something not a mapping: ConfigError."""
+    with pytest.raises(ConfigError, match="must be a table of limits, not int"):
+        Limits.from_mapping(5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="a config is a table, not list"):
+        Config.from_mapping([])  # type: ignore[arg-type]
+
+
+def test_search_from_the_host_fails_as_the_scripts_call_would() -> None:
+    """CodeMode.search("") raises the ToolCallError a script's tool_search gets: one family."""
+    code_mode = CodeMode([add], runner=InProcessRunner())
+    with pytest.raises(engine.ToolCallError, match="needs a query"):
+        code_mode.search("")
+    with pytest.raises(engine.ToolCallError, match="limit must be a whole number"):
+        code_mode.search("add", limit=0)
+
+
+def test_sqlite_store_at_a_path_it_cannot_use(tmp_path: Path) -> None:
+    """SqliteStore at a path under a file, or on a file that is not SQLite: ConfigError."""
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="cannot open the session log"):
+        SqliteStore(tmp_path / "file" / "log.sqlite3")
+    not_sqlite = tmp_path / "notes.db"
+    not_sqlite.write_bytes(b"plain text, not a database" * 100)
+    with pytest.raises(ConfigError, match="cannot open the session log"):
+        SqliteStore(not_sqlite)
