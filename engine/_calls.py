@@ -1,0 +1,142 @@
+"""Settling the calls a script stopped on: the worker, approvals, the client, running them.
+
+Part of :class:`engine.CodeMode` (a base class of it); the step loop (``_steps``) calls
+``_settle_calls`` before each step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from engine import _log as log
+from engine._limits import Limits
+from engine._naming import closest_names
+from engine._search import ToolIndex
+from engine._skills import Skill, find_skill, skill_answer
+from engine._tools import Tool, ToolCallError, ToolContext
+from engine._worker import Decision, Worker, ask, calls_trigger
+
+logger = logging.getLogger("codemode")
+
+
+class CallSettling:
+    """How the calls a script asked for are answered and run, and recorded in the log."""
+
+    tools: list[Tool]
+    skills: list[Skill]
+    store: log.LogStore
+    worker: Worker
+    context: Any
+    call_timeout: float | None
+    _by_name: dict[str, Tool]
+    _index: ToolIndex
+    _tool_names: list[str]
+    limits_for: Callable[[str], Limits]
+
+    async def _settle_calls(
+        self, record: log.ScriptRecord, limits: Limits, calls: list[log.CallEntry]
+    ) -> None:
+        for entry in calls:
+            if entry.state == log.RUNNING:
+                # The host stopped while this call ran: it may or may not have taken effect.
+                # It is never run again; the script sees an error it can handle.
+                self.store.update_call(
+                    record.id,
+                    entry.index,
+                    state=log.FAILED,
+                    error=f"tools.{entry.name} was interrupted: the host stopped while it ran, "
+                    "so it may or may not have taken effect; check before calling it again",
+                )
+        calls = self.store.calls(record.id)
+        proposed = [c for c in calls if c.state == log.PROPOSED]
+        if proposed:
+            trigger = calls_trigger(record.id, [(c.call_id, c.name, c.arguments) for c in proposed])
+            decisions = await ask(self.worker, trigger)
+            for entry in proposed:
+                self._apply(record, entry, decisions[entry.call_id])
+            calls = self.store.calls(record.id)
+        # When a call needs approval, it asks a person first, and the rest wait.
+        if any(c.state == log.AWAITING_APPROVAL for c in calls):
+            return
+        ready = [c for c in calls if c.state == log.APPROVED]
+        if ready:
+            await asyncio.gather(*(self._run_call(record, c) for c in ready))
+
+    def _apply(self, record: log.ScriptRecord, entry: log.CallEntry, decision: Decision) -> None:
+        if decision.action == "refuse":
+            self.store.update_call(record.id, entry.index, state=log.FAILED, error=decision.message)
+            return
+        tool = self._by_name.get(entry.name)
+        if tool is not None and tool.client:
+            state, note = log.AWAITING_CLIENT, "waiting for the client"
+        elif tool is not None and tool.needs_approval:
+            state, note = log.AWAITING_APPROVAL, "waiting for a person to approve it"
+        else:
+            state, note = log.APPROVED, None
+        self.store.update_call(record.id, entry.index, state=state, note=note)
+
+    async def _run_call(self, record: log.ScriptRecord, entry: log.CallEntry) -> None:
+        # The receipt: written before the call runs, so a crash can never run it twice.
+        self.store.update_call(record.id, entry.index, state=log.RUNNING)
+        tool = self._by_name.get(entry.name)
+        timeout = None if tool is not None and tool.timeout is not None else self.call_timeout
+        try:
+            async with asyncio.timeout(timeout):
+                result = await self._invoke(record, entry)
+        except TimeoutError:
+            message = f"tools.{entry.name} timed out after {timeout:g} s"
+            self.store.update_call(record.id, entry.index, state=log.FAILED, error=message)
+            return
+        except ToolCallError as e:
+            self.store.update_call(record.id, entry.index, state=log.FAILED, error=e.message)
+            return
+        except Exception as e:  # a bug in the engine or a tool must not lose the script
+            logger.exception(
+                "tool call failed unexpectedly script=%s call=%s", record.id, entry.call_id
+            )
+            message = f"tools.{entry.name} failed: {type(e).__name__}: {e}"
+            self.store.update_call(record.id, entry.index, state=log.FAILED, error=message)
+            return
+        size = len(orjson.dumps(result))
+        extra = {**entry.extra, "result_bytes": size}
+        if size > self.limits_for(record.tenant).results:
+            # Over the budget on its own: keep its size, not its bytes; the script ends on
+            # the results limit before its next run.
+            result = None
+        self.store.update_call(record.id, entry.index, state=log.DONE, result=result, extra=extra)
+
+    async def _invoke(self, record: log.ScriptRecord, entry: log.CallEntry) -> Any:
+        if entry.name == "tool_search":
+            query = entry.arguments.get("query")
+            if not isinstance(query, str):
+                raise ToolCallError('tools.tool_search takes { query: "words or tool names" }')
+            limit = entry.arguments.get("limit", 8)
+            if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 50:
+                raise ToolCallError("tools.tool_search: limit must be a whole number, 1 to 50")
+            try:
+                return self._index.search(query, limit=limit)
+            except ValueError as e:
+                raise ToolCallError(str(e)) from e
+        if entry.name == "skill":
+            skill = find_skill(self.skills, entry.arguments.get("name"))
+            return skill_answer(skill, self.tools)
+        tool = self._by_name.get(entry.name)
+        if tool is None:
+            near = closest_names(entry.name, self._tool_names)
+            raise ToolCallError(
+                f"tools.{entry.name} does not exist"
+                + (f"; the closest tools are {', '.join(near)}" if near else "")
+            )
+        ctx = ToolContext(
+            host=self.context,
+            tenant=record.tenant,
+            script_id=record.id,
+            call_id=entry.call_id,
+            call_index=entry.index,
+        )
+        return await tool.invoke(entry.arguments, ctx)
