@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ from engine._search import ToolIndex
 from engine._skills import Skill, find_skill, skill_answer
 from engine._tools import Tool, ToolCallError, ToolContext
 from engine._worker import Decision, Worker, ask, calls_trigger
+from runner import bounded
 
 logger = logging.getLogger("codemode")
 
@@ -45,11 +47,10 @@ class CallSettling:
             if entry.state == log.RUNNING:
                 # The host stopped while this call ran: it may or may not have taken effect.
                 # It is never run again; the script sees an error it can handle.
-                self.store.update_call(
-                    record.id,
-                    entry.index,
-                    state=log.FAILED,
-                    error=f"tools.{entry.name} was interrupted: the host stopped while it ran, "
+                self._fail_call(
+                    record,
+                    entry,
+                    f"tools.{entry.name} was interrupted: the host stopped while it ran, "
                     "so it may or may not have taken effect; check before calling it again",
                 )
         calls = self.store.calls(record.id)
@@ -69,7 +70,7 @@ class CallSettling:
 
     def _apply(self, record: log.ScriptRecord, entry: log.CallEntry, decision: Decision) -> None:
         if decision.action == "refuse":
-            self.store.update_call(record.id, entry.index, state=log.FAILED, error=decision.message)
+            self._fail_call(record, entry, decision.message)
             return
         tool = self._by_name.get(entry.name)
         if tool is not None and tool.client:
@@ -89,26 +90,40 @@ class CallSettling:
             async with asyncio.timeout(timeout):
                 result = await self._invoke(record, entry)
         except TimeoutError:
-            message = f"tools.{entry.name} timed out after {timeout:g} s"
-            self.store.update_call(record.id, entry.index, state=log.FAILED, error=message)
+            self._fail_call(record, entry, f"tools.{entry.name} timed out after {timeout:g} s")
             return
         except ToolCallError as e:
-            self.store.update_call(record.id, entry.index, state=log.FAILED, error=e.message)
+            self._fail_call(record, entry, e.message)
             return
         except Exception as e:  # a bug in the engine or a tool must not lose the script
             logger.exception(
                 "tool call failed unexpectedly script=%s call=%s", record.id, entry.call_id
             )
-            message = f"tools.{entry.name} failed: {type(e).__name__}: {e}"
-            self.store.update_call(record.id, entry.index, state=log.FAILED, error=message)
+            self._fail_call(record, entry, f"tools.{entry.name} failed: {type(e).__name__}: {e}")
             return
-        size = len(orjson.dumps(result))
+        try:
+            size = len(orjson.dumps(result))
+        except (TypeError, orjson.JSONEncodeError) as e:
+            # Data the script could never be sent (an integer past 64 bits, a lone surrogate,
+            # nesting past what the encoder takes): that call's error, which it can catch.
+            self._fail_call(
+                record,
+                entry,
+                f"tools.{entry.name} returned a result that cannot be sent to the script ({e}); "
+                "the tool must return JSON data (integers within 64 bits, text without lone "
+                "surrogates)",
+            )
+            return
         extra = {**entry.extra, "result_bytes": size}
         if size > self.limits_for(record.tenant).results:
             # Over the budget on its own: keep its size, not its bytes; the script ends on
             # the results limit before its next run.
             result = None
         self.store.update_call(record.id, entry.index, state=log.DONE, result=result, extra=extra)
+
+    def _fail_call(self, record: log.ScriptRecord, entry: log.CallEntry, message: str) -> None:
+        """Settle a call as failed with ``message``, as the log can keep it."""
+        self.store.update_call(record.id, entry.index, state=log.FAILED, error=error_text(message))
 
     async def _invoke(self, record: log.ScriptRecord, entry: log.CallEntry) -> Any:
         if entry.name == "tool_search":
@@ -140,3 +155,14 @@ class CallSettling:
             call_index=entry.index,
         )
         return await tool.invoke(entry.arguments, ctx)
+
+
+def error_text(message: str) -> str:
+    """A call's error message as the log keeps it and the script sees it: within the bound
+    for messages, and valid UTF-8 (a lone surrogate, which no store can keep, becomes
+    U+FFFD)."""
+    return LONE_SURROGATE.sub("\ufffd", bounded(message, "message"))
+
+
+# In a Python str every surrogate code point stands alone (a pair would be one code point).
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from engine import _log as log
+from engine._calls import LONE_SURROGATE, error_text
 from engine._declarations import run_code_tool
 from engine._errors import CallNotWaiting, CodeModeError
 from engine._files import Attachment, BlobStore, record_files
@@ -162,7 +163,8 @@ class CodeMode(StepLoop):
         """
         try:
             body = normalize(code)
-        except (ScriptTooLarge, TypeError) as e:
+            _check_text(body)
+        except (ScriptTooLarge, TypeError, NotText) as e:
             script_id = self._new_id()
             text = f"Script failed.\nScriptError: {e}"
             return RunResult(script_id, "failed", text, error={"name": "ScriptError"})
@@ -205,7 +207,7 @@ class CodeMode(StepLoop):
         """A person refused the call: the script sees an error with this message."""
         entry = self._waiting(script_id, call_id, log.AWAITING_APPROVAL)
         error = message or f"a person refused tools.{entry.name}"
-        self.store.update_call(script_id, entry.index, state=log.FAILED, error=error)
+        self.store.update_call(script_id, entry.index, state=log.FAILED, error=error_text(error))
 
     def client_result(
         self, script_id: str, call_id: str, result: Any = None, *, error: str | None = None
@@ -213,7 +215,9 @@ class CodeMode(StepLoop):
         """The client ran a client tool: its result, or the error it failed with."""
         entry = self._waiting(script_id, call_id, log.AWAITING_CLIENT)
         if error is not None:
-            self.store.update_call(script_id, entry.index, state=log.FAILED, error=str(error))
+            self.store.update_call(
+                script_id, entry.index, state=log.FAILED, error=error_text(str(error))
+            )
             return
         tool = self._by_name.get(entry.name)
         try:
@@ -221,7 +225,9 @@ class CodeMode(StepLoop):
             size = len(orjson.dumps(data))
         except (ToolCallError, TypeError) as e:
             message = e.message if isinstance(e, ToolCallError) else str(e)
-            self.store.update_call(script_id, entry.index, state=log.FAILED, error=message)
+            self.store.update_call(
+                script_id, entry.index, state=log.FAILED, error=error_text(message)
+            )
             return
         extra = {**entry.extra, "result_bytes": size}
         self.store.update_call(script_id, entry.index, state=log.DONE, result=data, extra=extra)
@@ -243,6 +249,22 @@ class CodeMode(StepLoop):
     async def aclose(self) -> None:
         await self.runner.aclose()
         self.store.close()
+
+
+class NotText(ValueError):
+    """A script that is not Unicode text: no log could keep it."""
+
+
+def _check_text(code: str) -> None:
+    """Raise :class:`NotText` naming where ``code`` has a lone surrogate."""
+    for number, line in enumerate(code.split("\n"), 1):
+        found = LONE_SURROGATE.search(line)
+        if found:
+            char = ord(found.group())
+            raise NotText(
+                f"line {number} has a lone surrogate (U+{char:04X}), which is not Unicode "
+                f'text; write it as an escape in a string ("\\u{char:04x}")'
+            )
 
 
 __all__ = ["CodeMode", "CodeModeError", "RunResult"]

@@ -14,42 +14,42 @@ from typing import Any
 
 import orjson
 
-from sandbox.protocol import Ran
+from engine._ending import Ending
 
 # The model is told this bound, so the session sets it, not the limits table.
 TEXT_BUDGET = 24 * 1024
 
 
-def render_value(ran: Ran) -> str | None:
+def render_value(ending: Ending) -> str | None:
     """The returned value as the model sees it, or ``None`` for ``undefined``."""
-    if ran.value_text is not None:
-        return ran.value_text
-    if not ran.returned:
+    if ending.value_text is not None:
+        return ending.value_text
+    if not ending.returned:
         return None
-    if isinstance(ran.value, str):
-        return ran.value
-    return orjson.dumps(ran.value).decode()
+    if isinstance(ending.value, str):
+        return ending.value
+    return orjson.dumps(ending.value).decode()
 
 
-def render_finished(ran: Ran) -> str:
+def render_finished(ending: Ending) -> str:
     parts = ["Script finished."]
-    if ran.printed:
-        parts += ["Printed:", ran.printed.rstrip("\n")]
-    value = render_value(ran)
+    if ending.printed:
+        parts += ["Printed:", ending.printed.rstrip("\n")]
+    value = render_value(ending)
     if value is not None:
         parts += ["Returned:", value]
     return cut("\n".join(parts))
 
 
-def render_failed(ran: Ran) -> str:
-    error = ran.error
+def render_failed(ending: Ending) -> str:
+    error = ending.error
     parts = ["Script failed."]
     if error is not None:
         parts.append(f"{error.name}: {error.message}" if error.message else error.name)
         for line in error.lines:
             parts.append(f"  at line {line.line}: {line.text.strip()}")
-    if ran.printed:
-        parts += ["Printed:", ran.printed.rstrip("\n")]
+    if ending.printed:
+        parts += ["Printed:", ending.printed.rstrip("\n")]
     return cut("\n".join(parts))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -18,13 +19,14 @@ import orjson
 from engine import _log as log
 from engine import _render as render
 from engine._calls import CallSettling
+from engine._ending import Ending
 from engine._errors import StepUnavailable
 from engine._files import BlobReader, BlobStore
 from engine._limits import Limits
 from engine._result import RunResult
-from runner import RunError, ScriptRunner, Step
+from runner import RunError, ScriptRunner, Step, bounded
 from sandbox import protocol
-from sandbox.protocol import limit_message, size_text
+from sandbox.protocol import size_text
 
 logger = logging.getLogger("codemode")
 
@@ -57,13 +59,13 @@ class StepLoop(CallSettling):
                 return self._end(record, over)
             step = await self._step(record, calls, limits)
             record = self.store.get_script(script_id)
-            if step.outcome == "calls":
-                failure = self._check_calls(record, calls, step, limits)
-                if failure is not None:
-                    return self._end(record, failure)
-                self._record_calls(record, calls, step)
-                continue
-            return self._end(record, step)
+            ending = self._over_budget(record, step, limits)
+            if ending is None and step.outcome == "calls":
+                ending = self._check_calls(calls, step, limits)
+                if ending is None:
+                    self._record_calls(record, calls, step)
+                    continue
+            return self._end(record, ending or Ending.of_step(step))
 
     async def _step(
         self, record: log.ScriptRecord, calls: list[log.CallEntry], limits: Limits
@@ -107,32 +109,36 @@ class StepLoop(CallSettling):
                 logger.warning("script step requeued script=%s: %s", record.id, e)
                 await asyncio.sleep(self.retry_delay)
         run_ms = (time.monotonic() - started) * 1000
-        wait_ms = (started - queued) * 1000 + (step.process.wait_ms if step.process else 0.0)
-        # The run's own CPU, as the sandbox measured it; a process that died without saying
-        # is charged what the runner measured of it (start-up included).
-        cpu_ms = step.stats.cpu_ms or (step.process.cpu_ms if step.process else 0.0)
-        total = record.total_compute_ms + cpu_ms
-        file_total = record.total_file_bytes + step.stats.file_bytes
+        process = step.process
+        wait_ms = (started - queued) * 1000 + (process.wait_ms if process else 0.0)
+        # Budgets are charged what the runner measured (the process's CPU from wait4, the
+        # file bytes it served), never what the process says about itself.
+        cpu_ms = _measure(process.cpu_ms) if process else 0.0
+        file_bytes = int(_measure(process.file_bytes)) if process else 0
         self.store.update_script(
             record.id,
             steps=record.steps + 1,
-            total_compute_ms=total,
-            total_file_bytes=file_total,
+            total_compute_ms=record.total_compute_ms + cpu_ms,
+            total_file_bytes=record.total_file_bytes + file_bytes,
         )
         self._log_step(record, step, limits, wait_ms, run_ms, cpu_ms)
-        if file_total > limits.total_file_bytes and step.outcome != "failed":
-            return _limit_step(
-                "total_file_bytes",
-                f"the script's runs have read {size_text(file_total)} of files in all, over "
-                f"the {size_text(limits.total_file_bytes)} one script may read",
-            )
-        if total > limits.total_compute_ms and step.outcome == "calls":
-            return _limit_step(
-                "total_compute_ms",
-                f"the script's runs have used {total:,.0f} ms of CPU in all, over the "
-                f"{limits.total_compute_ms:,} ms one script may use",
-            )
         return step
+
+    def _over_budget(self, record: log.ScriptRecord, step: Step, limits: Limits) -> Ending | None:
+        """The ending when the script's runs together passed a budget, once charged."""
+        if record.total_file_bytes > limits.total_file_bytes and step.outcome != "failed":
+            return Ending.limit_met(
+                "total_file_bytes",
+                f"the script's runs have read {size_text(record.total_file_bytes)} of files in "
+                f"all, over the {size_text(limits.total_file_bytes)} one script may read",
+            )
+        if record.total_compute_ms > limits.total_compute_ms and step.outcome == "calls":
+            return Ending.limit_met(
+                "total_compute_ms",
+                f"the script's runs have used {record.total_compute_ms:,.0f} ms of CPU in all, "
+                f"over the {limits.total_compute_ms:,} ms one script may use",
+            )
+        return None
 
     def _log_step(
         self,
@@ -173,40 +179,44 @@ class StepLoop(CallSettling):
 
     # ---- checking and recording the calls a step asks for ----
 
-    def _check_calls(
-        self, record: log.ScriptRecord, calls: list[log.CallEntry], step: Step, limits: Limits
-    ) -> Step | None:
-        """Re-check what the sandbox reported; it is not trusted."""
+    def _check_calls(self, calls: list[log.CallEntry], step: Step, limits: Limits) -> Ending | None:
+        """Re-check the calls the runner reported against the tools and the log's budgets."""
         for call in step.calls:
             if call.name not in self._tool_names:
-                return Step.failure(
+                return Ending.failure(
                     "ProtocolError",
-                    f"the sandbox reported a call to tools.{call.name}, which does not exist",
+                    f"the runner reported a call to tools.{bounded(call.name, 'name')}, "
+                    "which does not exist",
                 )
         count = len(calls) + len(step.calls)
         if count > limits.calls:
-            return _limit_step(
+            return Ending.limit_met(
                 "calls",
                 f"the script made {count:,} calls, the most one script may make is "
                 f"{limits.calls:,}",
             )
-        sizes = [len(orjson.dumps(c.arguments)) for c in step.calls]
+        try:
+            sizes = [len(orjson.dumps(c.arguments)) for c in step.calls]
+        except (TypeError, orjson.JSONEncodeError) as e:
+            return Ending.failure(
+                "ProtocolError", f"the runner reported arguments that are not JSON data ({e})"
+            )
         biggest = max(sizes, default=0)
         if biggest > limits.call_arguments:
-            return _limit_step(
+            return Ending.limit_met(
                 "call_arguments",
                 f"a call's arguments are {size_text(biggest)}, over the "
                 f"{size_text(limits.call_arguments)} one call may take",
             )
         if sum(sizes) > limits.step_arguments:
-            return _limit_step(
+            return Ending.limit_met(
                 "step_arguments",
                 f"the calls of one step pass {size_text(sum(sizes))} of arguments together, "
                 f"over the {size_text(limits.step_arguments)} one step may pass",
             )
         total = sum(sizes) + sum(_argument_bytes(c) for c in calls)
         if total > limits.arguments:
-            return _limit_step(
+            return Ending.limit_met(
                 "arguments",
                 f"the script's calls pass {size_text(total)} of arguments in all, over the "
                 f"{size_text(limits.arguments)} one script may pass",
@@ -231,11 +241,11 @@ class StepLoop(CallSettling):
             ]
         )
 
-    def _results_over(self, calls: list[log.CallEntry], limits: Limits) -> Step | None:
+    def _results_over(self, calls: list[log.CallEntry], limits: Limits) -> Ending | None:
         total = sum(_result_bytes(c) for c in calls if c.state == log.DONE)
         if total <= limits.results:
             return None
-        return _limit_step(
+        return Ending.limit_met(
             "results",
             f"the script's calls returned {size_text(total)} of results, over the "
             f"{size_text(limits.results)} one script may read",
@@ -263,28 +273,27 @@ class StepLoop(CallSettling):
         self.store.update_script(record.id, status=log.PAUSED)
         return RunResult(record.id, "paused", text, waiting=waiting, steps=record.steps)
 
-    def _end(self, record: log.ScriptRecord, step: Step) -> RunResult:
-        if step.outcome == "finished":
-            shown_text, shown, media = self._shown(record, step)
+    def _end(self, record: log.ScriptRecord, ending: Ending) -> RunResult:
+        if ending.status == "finished":
+            shown_text, shown, media = self._shown(record, ending)
             result = RunResult(
                 record.id,
                 "finished",
-                render.render_finished(step) + shown_text,
-                value=step.value if step.value_text is None else step.value_text,
-                returned=step.returned,
+                render.render_finished(ending) + shown_text,
+                value=ending.value if ending.value_text is None else ending.value_text,
+                returned=ending.returned,
                 steps=record.steps,
                 shown=shown,
                 media=media,
             )
             status = log.FINISHED
         else:
-            error = step.error.model_dump() if step.error else None
             result = RunResult(
                 record.id,
                 "failed",
-                render.render_failed(step),
-                error=error,
-                limit=step.limit.name if step.limit else None,
+                render.render_failed(ending),
+                error=ending.error.model_dump() if ending.error else None,
+                limit=ending.limit,
                 steps=record.steps,
             )
             status = log.SCRIPT_FAILED
@@ -292,12 +301,12 @@ class StepLoop(CallSettling):
         return result
 
     def _shown(
-        self, record: log.ScriptRecord, step: Step
+        self, record: log.ScriptRecord, ending: Ending
     ) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
         """The files the script showed, checked again against the limits, read from blobs."""
         limits = self.limits_for(record.tenant)
         by_id = {f["id"]: f for f in record.files}
-        ids = [i for i in dict.fromkeys(step.shown) if i in by_id][: limits.shown_files]
+        ids = [i for i in dict.fromkeys(ending.shown) if i in by_id][: limits.shown_files]
         return render.render_shown(
             [by_id[i] for i in ids],
             lambda f: self.blobs.read(f["blob"], 0, f["size"]),
@@ -306,8 +315,9 @@ class StepLoop(CallSettling):
         )
 
 
-def _limit_step(name: str, detail: str) -> Step:
-    return Step.failure("LimitError", limit_message(name, detail), limit=name)
+def _measure(value: float) -> float:
+    """A runner's measure as a charge: a negative or non-finite one (a runner's bug) is 0."""
+    return value if math.isfinite(value) and value > 0 else 0.0
 
 
 # Sizes kept with each call when it is recorded, so a step does not re-serialize the log.

@@ -6,11 +6,22 @@ import asyncio
 import logging
 from typing import Any
 
+import orjson
 import pytest
 
 from engine import CodeMode, Limits, MemoryStore, StepUnavailable, Tool, ToolContext, tool
-from runner import RunError
+from runner import (
+    TEXT_BOUNDS,
+    FileReader,
+    ProcessRunner,
+    ProcessStats,
+    RunError,
+    ScriptRunner,
+    Step,
+)
+from sandbox.protocol import Call, Script, Stats
 from tests.engine.conftest import InProcessRunner
+from tests.runner.conftest import make_standin_python
 
 STALE_PRS = """
 const prs = await tools.github__list_prs({ repo: "acme/api", state: "open" });
@@ -535,3 +546,171 @@ def test_direct_calls_are_refused_with_a_pointer_to_run_code() -> None:
     message = engine.direct_call_error("github__list_prs")
     assert "call it from run_code" in message and "tools.github__list_prs(" in message
     assert "github__list_prs" in engine.direct_call_error("github__list_pr")
+
+
+# ---- every way a script ends is a result: bad handler results, lying runners --------------
+
+
+def _misbehaving_tools() -> list[Tool]:
+    @tool
+    def huge() -> int:
+        """An integer past 64 bits."""
+        return 2**70
+
+    @tool
+    def lone() -> str:
+        """Text with a lone surrogate."""
+        return "a\ud800b"
+
+    @tool
+    def deep() -> list[Any]:
+        """Data nested past the wire's bound."""
+        value: list[Any] = []
+        for _ in range(300):
+            value = [value]
+        return value
+
+    @tool
+    def raises_lone() -> str:
+        """An error whose message has a lone surrogate."""
+        raise ValueError("bad \ud800 input")
+
+    @tool
+    def raises_huge() -> str:
+        """An error with a 16 MB message."""
+        raise ValueError("m" * 16_000_000)
+
+    return [huge, lone, deep, raises_lone, raises_huge]
+
+
+@pytest.mark.parametrize("name", ["huge", "lone", "deep", "raises_lone", "raises_huge"])
+async def test_a_bad_handler_result_is_that_calls_error(
+    inproc: InProcessRunner, tmp_path: Any, name: str
+) -> None:
+    """A result no script could be sent, or an error no log could keep, becomes the call's
+    error: the script catches it, the log records it (never left `running`), and a resume
+    gives the same result."""
+    engine = CodeMode(_misbehaving_tools(), runner=inproc, data_dir=tmp_path)
+    code = (
+        f"try {{ return await tools.{name}({{}}) }} catch (e) {{ return 'caught: ' + e.message }}"
+    )
+    result = await engine.run_code(code)
+    assert result.status == "finished", result.text
+    assert result.value.startswith("caught: ")
+    assert len(result.value) < 10_000
+    [call] = engine.store.calls(result.script_id)
+    assert call.state == "failed" and call.error is not None
+    assert len(call.error) < 10_000
+    again = await engine.resume(result.script_id)
+    assert again.value == result.value
+
+
+async def test_an_integer_past_64_bits_names_the_fix(inproc: InProcessRunner) -> None:
+    engine = CodeMode(_misbehaving_tools(), runner=inproc)
+    result = await engine.run_code("return await tools.huge({})")
+    assert result.status == "failed"
+    assert "tools.huge returned a result that cannot be sent" in result.text
+    assert "64 bits" in result.text
+
+
+async def test_a_script_with_a_lone_surrogate_fails_with_a_script_error(
+    inproc: InProcessRunner, tmp_path: Any
+) -> None:
+    """SQLite cannot keep text with a lone surrogate: the script fails, saying where."""
+    engine = CodeMode([], runner=inproc, data_dir=tmp_path)
+    result = await engine.run_code("const a = 1;\nreturn '\ud800'")
+    assert result.status == "failed"
+    assert result.error == {"name": "ScriptError"}
+    assert "line 2 has a lone surrogate (U+D800)" in result.text
+
+
+class _Lying(ScriptRunner):
+    """A runner whose every step is ``make(script)``: what a lying or broken runner says."""
+
+    def __init__(self, make: Any) -> None:
+        self.make = make
+
+    async def run(
+        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+    ) -> Step:
+        return self.make(script)
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+async def test_data_nested_past_the_encoder_from_a_runner_is_a_failed_result() -> None:
+    """A returned value or call arguments nested 300 deep fail the script; nothing raises."""
+    value = CodeMode([], runner=_Lying(lambda s: Step(outcome="finished", value=_nested(300))))
+    result = await value.run_code("return 1")
+    assert result.status == "failed" and result.error is not None
+    assert result.error["name"] == "ProtocolError"
+
+    @tool
+    def t(a: Any = None) -> int:
+        """A tool."""
+        return 1
+
+    calls = [Call(name="t", arguments={"a": _nested(300)})]
+    arguments = CodeMode([t], runner=_Lying(lambda s: Step(outcome="calls", calls=calls)))
+    result = await arguments.run_code("return 1")
+    assert result.status == "failed" and result.error is not None
+    assert result.error["name"] == "ProtocolError"
+    assert arguments.store.calls(result.script_id) == []
+
+
+async def test_budgets_are_charged_what_the_runner_measured(inproc: InProcessRunner) -> None:
+    """A process that reports negative CPU and file bytes refills no budget: the engine
+    charges the runner's measures (10 ms and 100 bytes a step here)."""
+
+    class Measured(ScriptRunner):
+        async def run(
+            self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+        ) -> Step:
+            step = await inproc.run(script, files, tenant=tenant)
+            step.stats = Stats(cpu_ms=-1e9, file_bytes=-(10**12))
+            step.process = ProcessStats(cpu_ms=10.0, file_bytes=100)
+            return step
+
+    @tool
+    def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    engine = CodeMode([echo], runner=Measured(), limits=Limits(total_compute_ms=25))
+    code = "for (const i of [1, 2, 3, 4]) await tools.echo({ text: 'x' + i }); return 'done'"
+    result = await engine.run_code(code)
+    assert result.limit == "total_compute_ms", result.text
+    record = engine.store.get_script(result.script_id)
+    assert (record.steps, record.total_compute_ms, record.total_file_bytes) == (3, 30.0, 300)
+
+
+async def test_strings_from_the_process_are_bounded_in_the_result_and_the_log(
+    tmp_path: Any,
+) -> None:
+    """A 16 MB error message and a 12 MB tool name from a lying process end up cut."""
+    python = make_standin_python(tmp_path)
+    async with ProcessRunner(mode="exec", python=python) as runner:
+        engine = CodeMode([], runner=runner, data_dir=tmp_path / "log")
+        for behaviour in ("big_error", "big_name"):
+            result = await engine.run_code(f"// standin: {behaviour}\nreturn 1")
+            assert result.status == "failed" and result.error is not None
+            assert len(result.error["message"]) < 2 * TEXT_BOUNDS["message"]
+            assert len(result.error["name"]) < 2 * TEXT_BOUNDS["name"]
+            stored = engine.store.get_script(result.script_id).outcome
+            assert stored is not None and len(orjson.dumps(stored)) < 100_000
+            assert len(result.text) < 100_000
+
+
+async def test_a_lying_process_deep_value_is_a_failed_result(tmp_path: Any) -> None:
+    """End to end: a process that reports a value nested 300 deep fails the script."""
+    python = make_standin_python(tmp_path)
+    async with ProcessRunner(mode="exec", python=python) as runner:
+        engine = CodeMode([], runner=runner, data_dir=tmp_path / "log")
+        result = await engine.run_code("// standin: deep_value\nreturn 1")
+    assert result.status == "failed" and result.error is not None
+    assert result.error["name"] == "ProtocolError"

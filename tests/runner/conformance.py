@@ -15,8 +15,7 @@ from typing import Any
 
 import psutil
 
-from runner import FileMissing, ScriptRunner, Step
-from runner._base import TEXT_BOUNDS
+from runner import TEXT_BOUNDS, FileMissing, ScriptRunner, Step
 from sandbox.protocol import Clock, FileInfo, Limits, Record, Script
 from tests.runner.conftest import Harness, open_fds
 
