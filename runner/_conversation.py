@@ -112,9 +112,6 @@ class LineReader:
             chunks.append(chunk)
             return b"".join(chunks)
 
-    async def exactly(self, n: int) -> bytes:
-        return await self.stream.readexactly(n)
-
 
 def _over(size: int, bound: int) -> str:
     return f"a line over the bound of {bound:,} bytes (at least {size:,})"
