@@ -139,6 +139,11 @@ class ScriptRunner(abc.ABC):
     ``run`` returns a :class:`Step` for every way a script can end, including failures of
     the process that ran it; it raises :class:`RunError` only when the step could not be
     taken now and should be retried. Implementations are safe to call concurrently.
+
+    The process is not trusted: a runner bounds every line it reads, serves file reads
+    only within ``file_bytes``, re-checks the process's ``ran`` against the script it sent
+    (``_conversation.check_ran``), and reports in ``Step.process`` what it measured itself
+    (the engine charges budgets from that, never from ``ran.stats``).
     """
 
     languages: tuple[str, ...] = ("javascript",)

@@ -346,10 +346,6 @@ class Channel:
         self._scanned = 0
         return data
 
-    def pending(self) -> bool:
-        """True when the peer has sent bytes not read yet."""
-        return bool(self._buffer)
-
     def usable(self) -> bool:
         """True when the connection is open both ways with nothing unread: fit for a request."""
         return not (self._eof or self._buffer or self.reader.at_eof() or self.writer.is_closing())
