@@ -706,11 +706,21 @@ async def test_strings_from_the_process_are_bounded_in_the_result_and_the_log(
             assert len(result.text) < 100_000
 
 
-async def test_a_lying_process_deep_value_is_a_failed_result(tmp_path: Any) -> None:
-    """End to end: a process that reports a value nested 300 deep fails the script."""
+async def test_a_lying_process_deep_data_is_a_failed_result(tmp_path: Any) -> None:
+    """End to end: a process that reports a value or arguments nested 300 deep fails the
+    script with a protocol error, and records no call."""
+
+    @tool
+    def t(a: Any = None) -> int:
+        """A tool."""
+        return 1
+
     python = make_standin_python(tmp_path)
     async with ProcessRunner(mode="exec", python=python) as runner:
-        engine = CodeMode([], runner=runner, data_dir=tmp_path / "log")
-        result = await engine.run_code("// standin: deep_value\nreturn 1")
-    assert result.status == "failed" and result.error is not None
-    assert result.error["name"] == "ProtocolError"
+        engine = CodeMode([t], runner=runner, data_dir=tmp_path / "log")
+        for behaviour in ("deep_value", "deep_arguments"):
+            result = await engine.run_code(f"// standin: {behaviour}\nreturn 1")
+            assert result.status == "failed" and result.error is not None
+            assert result.error["name"] == "ProtocolError"
+            assert "broke the protocol" in result.error["message"]
+            assert engine.store.calls(result.script_id) == []

@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner import TEXT_BOUNDS, ProcessStats, Step
+from runner import TEXT_BOUNDS, ProcessStats, RunError, Step
 from runner import _conversation as conv
 from sandbox import protocol
 from sandbox.protocol import Clock, FileInfo, Limits, Record, Script
@@ -179,3 +179,46 @@ def test_a_line_past_its_bound_is_a_named_fault() -> None:
     bound = conv.ran_bound(SCRIPT)
     outcome, _, _ = _converse(b"x" * (bound + 10))
     assert outcome.problem is not None and "over the bound" in outcome.problem
+
+
+def _await_ready(data: bytes) -> object:
+    async def go() -> object:
+        stream = asyncio.StreamReader(limit=1 << 16)
+        stream.feed_data(data)
+        stream.feed_eof()
+        try:
+            return await conv.await_ready(conv.LineReader(stream), conv.Deadline.seconds(60))
+        except (RunError, conv.UnconfinedError, protocol.ProtocolError) as e:
+            return e
+
+    return asyncio.run(go())
+
+
+_ready = st.fixed_dictionaries(
+    {},
+    optional={
+        "version": _ints | _json,
+        "oldest": _ints | _json,
+        "languages": st.lists(st.text(max_size=12), max_size=3) | _json,
+        "extra": _json,
+    },
+)
+
+
+@FUZZ
+@given(
+    st.binary(max_size=2048)
+    | st.lists(
+        st.fixed_dictionaries({"ready": _ready})
+        | st.fixed_dictionaries({"unconfined": st.fixed_dictionaries({"error": _json})})
+        | _message,
+        min_size=1,
+        max_size=3,
+    ).map(lambda ms: b"".join(_line(m) for m in ms))
+)
+def test_the_ready_line(data: bytes) -> None:
+    """The first line gives a Ready, or a named reason the process cannot run scripts."""
+    answer = _await_ready(data)
+    assert isinstance(answer, protocol.Ready | RunError | conv.UnconfinedError) or (
+        isinstance(answer, protocol.ProtocolError) and str(answer)
+    )
