@@ -285,7 +285,7 @@ def check_ran(ran: Ran, script: Script) -> str | None:
     limits = script.limits
     for name in _STATS:
         value = getattr(ran.stats, name)
-        if not (math.isfinite(value) and value >= 0):
+        if not 0 <= value < math.inf:  # NaN fails it too
             return f"the process reported stats.{name} = {value}, which is no measure"
     if ran.printed_bytes < 0 or len(ran.printed) > PRINTED_BOUND:
         return (
