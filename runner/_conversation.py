@@ -213,7 +213,8 @@ class FileServer:
     A read that would pass ``file_bytes`` is answered ``missing``, naming the limit. An
     honest sandbox checks the budget before it asks and never gets there, so a process that
     asks again after such a refusal is ended (:class:`OverReading`). A read of a file the
-    script was not given is a protocol fault (``ProtocolError``).
+    script was not given, or of no bytes, is a protocol fault (``ProtocolError``): the
+    sandbox never asks for one.
     """
 
     def __init__(self, script: Script, files: FileReader | None) -> None:
@@ -241,7 +242,11 @@ class FileServer:
             )
         length = min(request.len, MAX_READ, max(info.size - request.offset, 0))
         if length == 0:
-            return orjson.dumps({"bytes": 0}) + b"\n"
+            # The sandbox answers an empty read itself; asking for one only spends our time.
+            raise protocol.ProtocolError(
+                f"a read of no bytes ({request.len:,} at offset {request.offset:,} of "
+                f"{bounded(request.file, 'name')!r}, which has {info.size:,})"
+            )
         if self.served + length > self.budget:
             self.refused = True
             return missing(

@@ -506,3 +506,12 @@ def check_reads_do_not_extend_the_deadline(h: Harness) -> None:
     assert_limit(step, "compute_ms")
     assert reader.reads < 40, reader.reads
     assert_healthy(h)
+
+
+def check_empty_reads_end_the_step(h: Harness) -> None:
+    """A read of no bytes (past the end of the file) is a protocol fault, not a free loop."""
+    reader = _Served(1000)
+    step = _reading(h, "read_empty", reader)
+    assert_protocol_fault(step, "a read of no bytes")
+    assert reader.reads == 0
+    assert_healthy(h)

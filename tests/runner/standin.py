@@ -15,7 +15,8 @@ Lying processes, which speak the protocol but not the truth: ``ran <json>`` (tha
 body, whatever it claims), ``big_name`` (a call to a 12 MB tool name), ``big_error`` (a 16 MB
 error message), ``deep_value`` / ``deep_arguments`` (data nested 300 deep),
 ``read_flood`` (asks for the first file's bytes forever, whatever the answers),
-``read_slow`` (asks for one byte at a time, 40 times, then hangs).
+``read_slow`` (asks for one byte at a time, 40 times, then hangs), ``read_empty`` (asks for
+the bytes past the end of the first file, forever).
 
 Self-contained on purpose: under ``-I`` the tests package is not importable.
 """
@@ -74,6 +75,9 @@ def _lie(behaviour: str, script: protocol.Script) -> NoReturn:
     if behaviour == "read_flood":
         while True:
             _read(script.files[0].id, 0, 4 * protocol.MiB)
+    if behaviour == "read_empty":
+        while True:
+            _read(script.files[0].id, script.files[0].size, 100)
     if behaviour == "read_slow":
         for offset in range(40):
             _read(script.files[0].id, offset, 1)
