@@ -724,3 +724,34 @@ async def test_a_lying_process_deep_data_is_a_failed_result(tmp_path: Any) -> No
             assert result.error["name"] == "ProtocolError"
             assert "broke the protocol" in result.error["message"]
             assert engine.store.calls(result.script_id) == []
+
+
+@pytest.mark.parametrize(
+    ("result", "error"),
+    [
+        ({"name": "a\ud800"}, None),
+        (2**70, None),
+        (None, "the client broke \ud800"),
+        (None, "e" * 16_000_000),
+    ],
+    ids=["lone-surrogate-result", "integer-past-64-bits", "lone-surrogate-error", "huge-error"],
+)
+async def test_a_clients_bad_answer_is_that_calls_error(
+    inproc: InProcessRunner, tmp_path: Any, result: Any, error: str | None
+) -> None:
+    """What a client sends that no log could keep becomes the call's error, bounded."""
+    pick = Tool(
+        "pick_file",
+        description="Let the user pick a file.",
+        input_schema={"type": "object", "properties": {}},
+        client=True,
+    )
+    engine = CodeMode([pick], runner=inproc, data_dir=tmp_path)
+    code = "try { return await tools.pick_file() } catch (e) { return 'caught: ' + e.message }"
+    paused = await engine.run_code(code)
+    engine.client_result(paused.script_id, paused.waiting[0]["call_id"], result, error=error)
+    done = await engine.resume(paused.script_id)
+    assert done.status == "finished" and done.value.startswith("caught: ")
+    assert len(done.value) < 10_000
+    [call] = engine.store.calls(paused.script_id)
+    assert call.state == "failed"
