@@ -175,13 +175,14 @@ async def _converse(
     server: FileServer,
     deadline: Deadline,
 ) -> Outcome:
-    try:
-        await write(protocol.encode(script))
-    except (BrokenPipeError, ConnectionResetError):
-        return Outcome()
+    async def send(data: bytes) -> None:
+        # Writes wait for the process to read: one that stops reading meets the deadline.
+        await asyncio.wait_for(write(data), max(deadline.remaining(), 0))
+
     bound = ran_bound(script)
-    while True:
-        try:
+    try:
+        await send(protocol.encode(script))
+        while True:
             line = await reader.line(bound, deadline)
             if line is None:
                 return Outcome()
@@ -189,17 +190,15 @@ async def _converse(
             if isinstance(message, Ran):
                 problem = check_ran(message, script)
                 return Outcome(ran=message) if problem is None else Outcome(problem=problem)
-            answer = await server.answer(message)
-        except TimeoutError:
-            return Outcome(timed_out=True)
-        except protocol.ProtocolError as e:
-            return Outcome(problem=str(e))
-        except OverReading as e:
-            return Outcome(over_reading=str(e))
-        try:
-            await write(answer)
-        except (BrokenPipeError, ConnectionResetError):
-            return Outcome()
+            await send(await server.answer(message))
+    except (BrokenPipeError, ConnectionResetError):
+        return Outcome()
+    except TimeoutError:
+        return Outcome(timed_out=True)
+    except protocol.ProtocolError as e:
+        return Outcome(problem=str(e))
+    except OverReading as e:
+        return Outcome(over_reading=str(e))
 
 
 class OverReading(Exception):

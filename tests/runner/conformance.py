@@ -515,3 +515,12 @@ def check_empty_reads_end_the_step(h: Harness) -> None:
     assert_protocol_fault(step, "a read of no bytes")
     assert reader.reads == 0
     assert_healthy(h)
+
+
+def check_a_deaf_reader_meets_the_deadline(h: Harness) -> None:
+    """A process that asks for bytes and never reads them cannot stall the runner's write
+    past the deadline."""
+    reader = _Served(8 * 1024 * 1024)
+    step = _reading(h, "read_deaf", reader, compute_ms=100)
+    assert_limit(step, "compute_ms")
+    assert_healthy(h)

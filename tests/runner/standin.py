@@ -16,7 +16,8 @@ body, whatever it claims), ``big_name`` (a call to a 12 MB tool name), ``big_err
 error message), ``deep_value`` / ``deep_arguments`` (data nested 300 deep),
 ``read_flood`` (asks for the first file's bytes forever, whatever the answers),
 ``read_slow`` (asks for one byte at a time, 40 times, then hangs), ``read_empty`` (asks for
-the bytes past the end of the first file, forever).
+the bytes past the end of the first file, forever), ``read_deaf`` (asks for 4 MiB, then
+never reads its stdin).
 
 Self-contained on purpose: under ``-I`` the tests package is not importable.
 """
@@ -75,6 +76,10 @@ def _lie(behaviour: str, script: protocol.Script) -> NoReturn:
     if behaviour == "read_flood":
         while True:
             _read(script.files[0].id, 0, 4 * protocol.MiB)
+    if behaviour == "read_deaf":
+        request = {"file": script.files[0].id, "offset": 0, "len": 4 * protocol.MiB}
+        _write(orjson.dumps({"read": request}) + b"\n")
+        time.sleep(3600)
     if behaviour == "read_empty":
         while True:
             _read(script.files[0].id, script.files[0].size, 100)
