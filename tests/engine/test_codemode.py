@@ -19,7 +19,7 @@ from runner import (
     ScriptRunner,
     Step,
 )
-from sandbox.protocol import Call, Script, Stats
+from sandbox.protocol import MAX_DEPTH, Call, Script, Stats
 from tests.engine.conftest import InProcessRunner
 from tests.runner.conftest import make_standin_python
 
@@ -755,3 +755,33 @@ async def test_a_clients_bad_answer_is_that_calls_error(
     assert len(done.value) < 10_000
     [call] = engine.store.calls(paused.script_id)
     assert call.state == "failed"
+
+
+@pytest.mark.parametrize(("depth", "ok"), [(MAX_DEPTH, True), (MAX_DEPTH + 1, False)])
+async def test_handler_results_nest_within_the_wires_one_bound(
+    inproc: InProcessRunner, depth: int, ok: bool
+) -> None:
+    """A result nested MAX_DEPTH levels reaches the script; one level more is the call's
+    error, naming the bound."""
+
+    @tool
+    def nested() -> Any:
+        """Nested lists."""
+        value: Any = 1
+        for _ in range(depth):
+            value = [value]
+        return value
+
+    engine = CodeMode([nested], runner=inproc)
+    code = """
+    try {
+      let v = await tools.nested({}), levels = 0;
+      while (Array.isArray(v)) { v = v[0]; levels++; }
+      return levels;
+    } catch (e) { return e.message }"""
+    result = await engine.run_code(code)
+    assert result.status == "finished", result.text
+    if ok:
+        assert result.value == depth
+    else:
+        assert f"nested deeper than {MAX_DEPTH} levels" in result.value
