@@ -70,6 +70,8 @@ class Ending:
                 shown=list(step.shown),
             )
         error = step.error or ScriptError(name="Error", message="the run failed")
+        if not error.name:  # a name is what the model reads first: never show none
+            error = error.model_copy(update={"name": "Error"})
         return cls(
             "failed",
             error=error,

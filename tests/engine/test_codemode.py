@@ -19,7 +19,7 @@ from runner import (
     ScriptRunner,
     Step,
 )
-from sandbox.protocol import MAX_DEPTH, Call, Script, Stats
+from sandbox.protocol import MAX_DEPTH, Call, Script, ScriptError, Stats
 from tests.engine.conftest import InProcessRunner
 from tests.runner.conftest import make_standin_python
 
@@ -661,6 +661,15 @@ async def test_data_nested_past_the_encoder_from_a_runner_is_a_failed_result() -
     assert result.status == "failed" and result.error is not None
     assert result.error["name"] == "ProtocolError"
     assert arguments.store.calls(result.script_id) == []
+
+
+async def test_a_failure_without_a_name_is_shown_as_an_error() -> None:
+    """A failed step whose error has no name still reads as an error to the model."""
+    failed = Step(outcome="failed", error=ScriptError(name="", message=""))
+    engine = CodeMode([], runner=_Lying(lambda s: failed))
+    result = await engine.run_code("return 1")
+    assert result.text == "Script failed.\nError"
+    assert result.error is not None and result.error["name"] == "Error"
 
 
 async def test_budgets_are_charged_what_the_runner_measured(inproc: InProcessRunner) -> None:
