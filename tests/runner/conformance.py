@@ -422,6 +422,15 @@ LIES: dict[str, tuple[dict[str, Any], dict[str, int], tuple[str, ...]]] = {
         {},
         ("'/etc/passwd'", "not a file"),
     ),
+    "unknown_limit": (
+        {
+            "outcome": "failed",
+            "error": {"name": "LimitError", "message": "m"},
+            "limit": {"name": "patience", "message": "m"},
+        },
+        {},
+        ("'patience'",),
+    ),
     "shown_too_many": ({"outcome": "finished", "shown": ["f.txt"]}, {"shown_files": 0}, ()),
     "printed_over_bound": ({"outcome": "finished", "printed": "p" * 300_000}, {}, ("printed",)),
     "negative_printed_bytes": ({"outcome": "finished", "printed_bytes": -1}, {}, ("printed",)),
