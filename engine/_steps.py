@@ -24,7 +24,7 @@ from engine._errors import StepUnavailable
 from engine._files import BlobReader, BlobStore
 from engine._limits import Limits
 from engine._result import RunResult
-from runner import RunError, ScriptRunner, Step, bounded
+from runner import FileMissing, RunError, ScriptRunner, Step, bounded
 from sandbox import protocol
 from sandbox.protocol import size_text
 
@@ -307,9 +307,16 @@ class StepLoop(CallSettling):
         limits = self.limits_for(record.tenant)
         by_id = {f["id"]: f for f in record.files}
         ids = [i for i in dict.fromkeys(ending.shown) if i in by_id][: limits.shown_files]
+
+        def read(f: dict[str, Any]) -> bytes | None:
+            try:
+                return self.blobs.read(f["blob"], 0, f["size"])
+            except FileMissing:
+                return None
+
         return render.render_shown(
             [by_id[i] for i in ids],
-            lambda f: self.blobs.read(f["blob"], 0, f["size"]),
+            read,
             text_budget=limits.shown,
             media_budget=limits.shown_media,
         )

@@ -9,9 +9,20 @@ from typing import Any
 import orjson
 import pytest
 
-from engine import CodeMode, Limits, MemoryStore, StepUnavailable, Tool, ToolContext, tool
+from engine import (
+    Attachment,
+    BlobStore,
+    CodeMode,
+    Limits,
+    MemoryStore,
+    StepUnavailable,
+    Tool,
+    ToolContext,
+    tool,
+)
 from runner import (
     TEXT_BOUNDS,
+    FileMissing,
     FileReader,
     ProcessRunner,
     ProcessStats,
@@ -794,3 +805,28 @@ async def test_handler_results_nest_within_the_wires_one_bound(
         assert result.value == depth
     else:
         assert f"nested deeper than {MAX_DEPTH} levels" in result.value
+
+
+async def test_a_shown_file_whose_bytes_are_gone_is_left_out_with_a_note(
+    inproc: InProcessRunner,
+) -> None:
+    """The script ends with a result even when a file it showed is gone from the store."""
+
+    class Forgetful(BlobStore):
+        def read(self, digest: str, offset: int, length: int) -> bytes:
+            raise FileMissing("its bytes are gone from the store")
+
+    engine = CodeMode([], runner=inproc, blobs=Forgetful())
+    files = [
+        Attachment(id="notes.md", data=b"# notes", mime="text/markdown"),
+        Attachment(id="chart.png", data=b"\x89PNG", mime="image/png"),
+    ]
+    result = await engine.run_code(
+        'files.show("notes.md"); files.show("chart.png"); return 1', files=files
+    )
+    assert result.status == "finished", result.text
+    assert (
+        "Shown: notes.md (text/markdown, 7 bytes) was left out: its bytes are gone" in result.text
+    )
+    assert "Shown: chart.png (image/png, 4 bytes) was left out" in result.text
+    assert result.shown == [] and result.media == []
