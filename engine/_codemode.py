@@ -15,29 +15,28 @@ import secrets
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
 from engine import _log as log
-from engine import _render as render
+from engine._calls import LONE_SURROGATE, error_text
 from engine._config import RunnerConfig, build_runner, check_engine_options, data_directory
 from engine._declarations import run_code_tool
-from engine._errors import CallNotWaiting, CodeModeError, StepUnavailable
-from engine._files import Attachment, BlobReader, BlobStore, record_files
+from engine._errors import CallNotWaiting, CodeModeError
+from engine._files import Attachment, BlobStore, record_files
 from engine._functions import as_tools
-from engine._limits import LIMIT_NAMES, Limits, config_hint, limits_for, limits_option
+from engine._limits import Limits, limits_for, limits_option
 from engine._naming import closest_names
+from engine._result import RunResult
 from engine._search import ToolIndex
-from engine._skills import Skill, check_skills, find_skill, skill_answer, skills_listing
+from engine._skills import Skill, check_skills, skills_listing
 from engine._source import ScriptTooLarge, normalize
-from engine._tools import Tool, ToolCallError, ToolContext, unique_tools
-from engine._worker import Decision, Worker, ask, calls_trigger, proposed_worker
-from runner import RunError, ScriptRunner, Step
-from sandbox import protocol
-from sandbox.protocol import limit_message, size_text
+from engine._steps import StepLoop
+from engine._tools import Tool, ToolCallError, unique_tools
+from engine._worker import Worker, proposed_worker
+from runner import ScriptRunner
 
 logger = logging.getLogger("codemode")
 
@@ -53,48 +52,8 @@ FILES_NOTE = (
     "before calling tools: each run of the script reads them again."
 )
 
-Status = Literal["finished", "failed", "paused"]
 
-
-@dataclass
-class RunResult:
-    """How a `run_code` call ended, or where it paused.
-
-    ``text`` is what the model sees; ``content`` the same as MCP content blocks. A paused
-    result names what it waits for in ``waiting`` (each ``{call_id, name, arguments,
-    reason}``, reason ``approval``, ``client`` or ``held``); resume it with
-    :meth:`CodeMode.resume` once they are answered.
-    """
-
-    script_id: str
-    status: Status
-    text: str
-    value: Any = None
-    returned: bool = False
-    error: dict[str, Any] | None = None
-    limit: str | None = None
-    waiting: list[dict[str, Any]] = field(default_factory=list)
-    steps: int = 0
-    shown: list[dict[str, Any]] = field(default_factory=list)
-    media: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def content(self) -> list[dict[str, Any]]:
-        """MCP content blocks: the text, then each media file the script showed."""
-        return [{"type": "text", "text": self.text}, *self.media]
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["content"] = self.content
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunResult:
-        known = {k: v for k, v in data.items() if k != "content"}
-        return cls(**known)
-
-
-class CodeMode:
+class CodeMode(StepLoop):
     """Code mode for one agent: its tools, its runner, its session log and its limits.
 
     ``limits`` is a :class:`Limits` or a function from tenant to limits (asked at each
@@ -212,7 +171,8 @@ class CodeMode:
         """
         try:
             body = normalize(code)
-        except (ScriptTooLarge, TypeError) as e:
+            _check_text(body)
+        except (ScriptTooLarge, TypeError, NotText) as e:
             script_id = self._new_id()
             text = f"Script failed.\nScriptError: {e}"
             return RunResult(script_id, "failed", text, error={"name": "ScriptError"})
@@ -258,7 +218,7 @@ class CodeMode:
         """A person refused the call: the script sees an error with this message."""
         entry = self._waiting(script_id, call_id, log.AWAITING_APPROVAL)
         error = message or f"a person refused tools.{entry.name}"
-        self.store.update_call(script_id, entry.index, state=log.FAILED, error=error)
+        self.store.update_call(script_id, entry.index, state=log.FAILED, error=error_text(error))
 
     def client_result(
         self, script_id: str, call_id: str, result: Any = None, *, error: str | None = None
@@ -266,7 +226,9 @@ class CodeMode:
         """The client ran a client tool: its result, or the error it failed with."""
         entry = self._waiting(script_id, call_id, log.AWAITING_CLIENT)
         if error is not None:
-            self.store.update_call(script_id, entry.index, state=log.FAILED, error=str(error))
+            self.store.update_call(
+                script_id, entry.index, state=log.FAILED, error=error_text(str(error))
+            )
             return
         tool = self._by_name.get(entry.name)
         try:
@@ -274,7 +236,9 @@ class CodeMode:
             size = len(orjson.dumps(data))
         except (ToolCallError, TypeError) as e:
             message = e.message if isinstance(e, ToolCallError) else str(e)
-            self.store.update_call(script_id, entry.index, state=log.FAILED, error=message)
+            self.store.update_call(
+                script_id, entry.index, state=log.FAILED, error=error_text(message)
+            )
             return
         extra = {**entry.extra, "result_bytes": size}
         self.store.update_call(script_id, entry.index, state=log.DONE, result=data, extra=extra)
@@ -290,383 +254,6 @@ class CodeMode:
                 return entry
         raise CallNotWaiting(f"script {script_id} has no call {call_id}")
 
-    # ---- the loop ----
-
-    async def _drive(self, script_id: str) -> RunResult:
-        while True:
-            record = self.store.get_script(script_id)
-            if record.status in log.ENDED and record.outcome is not None:
-                return RunResult.from_dict(record.outcome)
-            if record.held:
-                return self._paused(record, [], held=True)
-            limits = self.limits_for(record.tenant)
-            calls = self.store.calls(script_id)
-            if any(not c.settled for c in calls):
-                await self._settle_calls(record, limits, calls)
-                calls = self.store.calls(script_id)
-                unsettled = [c for c in calls if not c.settled]
-                if unsettled:
-                    return self._paused(record, unsettled)
-            over = self._results_over(calls, limits)
-            if over is not None:
-                return self._end(record, over)
-            step = await self._step(record, calls, limits)
-            record = self.store.get_script(script_id)
-            if step.outcome == "calls":
-                failure = self._check_calls(record, calls, step, limits)
-                if failure is not None:
-                    return self._end(record, failure)
-                self._record_calls(record, calls, step)
-                continue
-            return self._end(record, step)
-
-    async def _step(
-        self, record: log.ScriptRecord, calls: list[log.CallEntry], limits: Limits
-    ) -> Step:
-        script = protocol.Script(
-            id=record.id,
-            code=record.code,
-            records=[
-                protocol.Record(name=c.name, arguments=c.arguments, error=c.error)
-                if c.state == log.FAILED
-                else protocol.Record(name=c.name, arguments=c.arguments, result=c.result)
-                for c in calls
-            ],
-            tools=self._tool_names,
-            files=[
-                protocol.FileInfo(id=f["id"], mime=f["mime"], size=f["size"], skill=f.get("skill"))
-                for f in record.files
-            ],
-            clock=protocol.Clock(now_ms=record.now_ms, seed=record.seed),
-            limits=limits.for_run(),
-        )
-        reader = BlobReader(self.blobs, record.files) if record.files else None
-        queued = time.monotonic()
-        while True:
-            started = time.monotonic()
-            try:
-                step = await self.runner.run(script, reader, tenant=record.tenant)
-                break
-            except RunError as e:
-                waited = time.monotonic() - queued
-                if e.permanent or waited + self.retry_delay > self.queue_timeout:
-                    if e.permanent:
-                        raise StepUnavailable(
-                            f"no runner can take a step of script {record.id}: {e}; fix that, "
-                            "then resume the script"
-                        ) from e
-                    raise StepUnavailable(
-                        f"no runner took a step of script {record.id} within "
-                        f"{self.queue_timeout:g} s ({e}); resume it later"
-                    ) from e
-                logger.warning("script step requeued script=%s: %s", record.id, e)
-                await asyncio.sleep(self.retry_delay)
-        run_ms = (time.monotonic() - started) * 1000
-        wait_ms = (started - queued) * 1000 + (step.process.wait_ms if step.process else 0.0)
-        # The run's own CPU, as the sandbox measured it; a process that died without saying
-        # is charged what the runner measured of it (start-up included).
-        cpu_ms = step.stats.cpu_ms or (step.process.cpu_ms if step.process else 0.0)
-        total = record.total_compute_ms + cpu_ms
-        file_total = record.total_file_bytes + step.stats.file_bytes
-        self.store.update_script(
-            record.id,
-            steps=record.steps + 1,
-            total_compute_ms=total,
-            total_file_bytes=file_total,
-        )
-        self._log_step(record, step, limits, wait_ms, run_ms, cpu_ms)
-        if file_total > limits.total_file_bytes and step.outcome != "failed":
-            return _limit_step(
-                "total_file_bytes",
-                f"the script's runs have read {size_text(file_total)} of files in all, over "
-                f"the {size_text(limits.total_file_bytes)} one script may read",
-            )
-        if total > limits.total_compute_ms and step.outcome == "calls":
-            return _limit_step(
-                "total_compute_ms",
-                f"the script's runs have used {total:,.0f} ms of CPU in all, over the "
-                f"{limits.total_compute_ms:,} ms one script may use",
-            )
-        return step
-
-    def _log_step(
-        self,
-        record: log.ScriptRecord,
-        step: Step,
-        limits: Limits,
-        wait_ms: float,
-        run_ms: float,
-        cpu_ms: float,
-    ) -> None:
-        limit = step.limit.name if step.limit else "-"
-        heap = step.stats.heap_bytes
-        logger.info(
-            "script step script=%s tenant=%s step=%d outcome=%s results_bytes=%d wait_ms=%.1f "
-            "run_ms=%.1f heap_bytes=%d cpu_ms=%.1f limit=%s",
-            record.id,
-            record.tenant,
-            record.steps + 1,
-            step.outcome,
-            step.stats.results_bytes,
-            wait_ms,
-            run_ms,
-            heap,
-            cpu_ms,
-            limit,
-        )
-        if heap > limits.memory / 2 or cpu_ms > limits.compute_ms / 2:
-            logger.warning(
-                "script step used over half its allowance script=%s tenant=%s heap_bytes=%d "
-                "of memory=%d, cpu_ms=%.1f of compute_ms=%d",
-                record.id,
-                record.tenant,
-                heap,
-                limits.memory,
-                cpu_ms,
-                limits.compute_ms,
-            )
-
-    # ---- checking and recording the calls a step asks for ----
-
-    def _check_calls(
-        self, record: log.ScriptRecord, calls: list[log.CallEntry], step: Step, limits: Limits
-    ) -> Step | None:
-        """Re-check what the sandbox reported; it is not trusted."""
-        for call in step.calls:
-            if call.name not in self._tool_names:
-                return Step.failure(
-                    "ProtocolError",
-                    f"the sandbox reported a call to tools.{call.name}, which does not exist",
-                )
-        count = len(calls) + len(step.calls)
-        if count > limits.calls:
-            return _limit_step(
-                "calls",
-                f"the script made {count:,} calls, the most one script may make is "
-                f"{limits.calls:,}",
-            )
-        sizes = [len(orjson.dumps(c.arguments)) for c in step.calls]
-        biggest = max(sizes, default=0)
-        if biggest > limits.call_arguments:
-            return _limit_step(
-                "call_arguments",
-                f"a call's arguments are {size_text(biggest)}, over the "
-                f"{size_text(limits.call_arguments)} one call may take",
-            )
-        if sum(sizes) > limits.step_arguments:
-            return _limit_step(
-                "step_arguments",
-                f"the calls of one step pass {size_text(sum(sizes))} of arguments together, "
-                f"over the {size_text(limits.step_arguments)} one step may pass",
-            )
-        total = sum(sizes) + sum(_argument_bytes(c) for c in calls)
-        if total > limits.arguments:
-            return _limit_step(
-                "arguments",
-                f"the script's calls pass {size_text(total)} of arguments in all, over the "
-                f"{size_text(limits.arguments)} one script may pass",
-            )
-        return None
-
-    def _record_calls(
-        self, record: log.ScriptRecord, calls: list[log.CallEntry], step: Step
-    ) -> None:
-        start = len(calls)
-        self.store.add_calls(
-            [
-                log.CallEntry(
-                    script_id=record.id,
-                    index=start + i,
-                    call_id=f"call_{record.id[:8]}_{start + i + 1}",
-                    name=call.name,
-                    arguments=call.arguments,
-                    extra={"argument_bytes": len(orjson.dumps(call.arguments))},
-                )
-                for i, call in enumerate(step.calls)
-            ]
-        )
-
-    def _results_over(self, calls: list[log.CallEntry], limits: Limits) -> Step | None:
-        total = sum(_result_bytes(c) for c in calls if c.state == log.DONE)
-        if total <= limits.results:
-            return None
-        return _limit_step(
-            "results",
-            f"the script's calls returned {size_text(total)} of results, over the "
-            f"{size_text(limits.results)} one script may read",
-        )
-
-    # ---- settling calls: the worker, approvals, the client, and running them ----
-
-    async def _settle_calls(
-        self, record: log.ScriptRecord, limits: Limits, calls: list[log.CallEntry]
-    ) -> None:
-        for entry in calls:
-            if entry.state == log.RUNNING:
-                # The host stopped while this call ran: it may or may not have taken effect.
-                # It is never run again; the script sees an error it can handle.
-                self.store.update_call(
-                    record.id,
-                    entry.index,
-                    state=log.FAILED,
-                    error=f"tools.{entry.name} was interrupted: the host stopped while it ran, "
-                    "so it may or may not have taken effect; check before calling it again",
-                )
-        calls = self.store.calls(record.id)
-        proposed = [c for c in calls if c.state == log.PROPOSED]
-        if proposed:
-            trigger = calls_trigger(record.id, [(c.call_id, c.name, c.arguments) for c in proposed])
-            decisions = await ask(self.worker, trigger)
-            for entry in proposed:
-                self._apply(record, entry, decisions[entry.call_id])
-            calls = self.store.calls(record.id)
-        # When a call needs approval, it asks a person first, and the rest wait.
-        if any(c.state == log.AWAITING_APPROVAL for c in calls):
-            return
-        ready = [c for c in calls if c.state == log.APPROVED]
-        if ready:
-            await asyncio.gather(*(self._run_call(record, c) for c in ready))
-
-    def _apply(self, record: log.ScriptRecord, entry: log.CallEntry, decision: Decision) -> None:
-        if decision.action == "refuse":
-            self.store.update_call(record.id, entry.index, state=log.FAILED, error=decision.message)
-            return
-        tool = self._by_name.get(entry.name)
-        if tool is not None and tool.client:
-            state, note = log.AWAITING_CLIENT, "waiting for the client"
-        elif tool is not None and tool.needs_approval:
-            state, note = log.AWAITING_APPROVAL, "waiting for a person to approve it"
-        else:
-            state, note = log.APPROVED, None
-        self.store.update_call(record.id, entry.index, state=state, note=note)
-
-    async def _run_call(self, record: log.ScriptRecord, entry: log.CallEntry) -> None:
-        # The receipt: written before the call runs, so a crash can never run it twice.
-        self.store.update_call(record.id, entry.index, state=log.RUNNING)
-        tool = self._by_name.get(entry.name)
-        timeout = None if tool is not None and tool.timeout is not None else self.call_timeout
-        try:
-            async with asyncio.timeout(timeout):
-                result = await self._invoke(record, entry)
-        except TimeoutError:
-            message = f"tools.{entry.name} timed out after {timeout:g} s"
-            self.store.update_call(record.id, entry.index, state=log.FAILED, error=message)
-            return
-        except ToolCallError as e:
-            self.store.update_call(record.id, entry.index, state=log.FAILED, error=e.message)
-            return
-        except Exception as e:  # a bug in the engine or a tool must not lose the script
-            logger.exception(
-                "tool call failed unexpectedly script=%s call=%s", record.id, entry.call_id
-            )
-            message = f"tools.{entry.name} failed: {type(e).__name__}: {e}"
-            self.store.update_call(record.id, entry.index, state=log.FAILED, error=message)
-            return
-        size = len(orjson.dumps(result))
-        extra = {**entry.extra, "result_bytes": size}
-        if size > self.limits_for(record.tenant).results:
-            # Over the budget on its own: keep its size, not its bytes; the script ends on
-            # the results limit before its next run.
-            result = None
-        self.store.update_call(record.id, entry.index, state=log.DONE, result=result, extra=extra)
-
-    async def _invoke(self, record: log.ScriptRecord, entry: log.CallEntry) -> Any:
-        if entry.name == "tool_search":
-            # The index checks the query and the limit (ToolCallError, as the script sees it).
-            query = entry.arguments.get("query")
-            return self._index.search(query, limit=entry.arguments.get("limit", 8))
-        if entry.name == "skill":
-            skill = find_skill(self.skills, entry.arguments.get("name"))
-            return skill_answer(skill, self.tools)
-        tool = self._by_name.get(entry.name)
-        if tool is None:
-            near = closest_names(entry.name, self._tool_names)
-            raise ToolCallError(
-                f"tools.{entry.name} does not exist"
-                + (f"; the closest tools are {', '.join(near)}" if near else "")
-            )
-        ctx = ToolContext(
-            host=self.context,
-            tenant=record.tenant,
-            script_id=record.id,
-            call_id=entry.call_id,
-            call_index=entry.index,
-        )
-        return await tool.invoke(entry.arguments, ctx)
-
-    # ---- endings ----
-
-    def _paused(
-        self, record: log.ScriptRecord, unsettled: Sequence[log.CallEntry], *, held: bool = False
-    ) -> RunResult:
-        reasons = {log.AWAITING_APPROVAL: "approval", log.AWAITING_CLIENT: "client"}
-        waiting = [
-            {
-                "call_id": c.call_id,
-                "name": c.name,
-                "arguments": c.arguments,
-                "reason": reasons.get(c.state, "turn"),
-            }
-            for c in unsettled
-        ]
-        if held:
-            text = "Script paused.\n  held: the script is interrupted until it is released."
-        else:
-            text = render.render_paused(waiting)
-        self.store.update_script(record.id, status=log.PAUSED)
-        return RunResult(record.id, "paused", text, waiting=waiting, steps=record.steps)
-
-    def _end(self, record: log.ScriptRecord, step: Step) -> RunResult:
-        if step.limit is not None and step.limit.name in LIMIT_NAMES:
-            logger.warning(
-                "script ended on a limit script=%s tenant=%s limit=%s; if scripts should have "
-                "more, raise %s",
-                record.id,
-                record.tenant,
-                step.limit.name,
-                config_hint(step.limit.name),
-            )
-        if step.outcome == "finished":
-            shown_text, shown, media = self._shown(record, step)
-            result = RunResult(
-                record.id,
-                "finished",
-                render.render_finished(step) + shown_text,
-                value=step.value if step.value_text is None else step.value_text,
-                returned=step.returned,
-                steps=record.steps,
-                shown=shown,
-                media=media,
-            )
-            status = log.FINISHED
-        else:
-            error = step.error.model_dump() if step.error else None
-            result = RunResult(
-                record.id,
-                "failed",
-                render.render_failed(step),
-                error=error,
-                limit=step.limit.name if step.limit else None,
-                steps=record.steps,
-            )
-            status = log.SCRIPT_FAILED
-        self.store.update_script(record.id, status=status, outcome=result.to_dict())
-        return result
-
-    def _shown(
-        self, record: log.ScriptRecord, step: Step
-    ) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
-        """The files the script showed, checked again against the limits, read from blobs."""
-        limits = self.limits_for(record.tenant)
-        by_id = {f["id"]: f for f in record.files}
-        ids = [i for i in dict.fromkeys(step.shown) if i in by_id][: limits.shown_files]
-        return render.render_shown(
-            [by_id[i] for i in ids],
-            lambda f: self.blobs.read(f["blob"], 0, f["size"]),
-            text_budget=limits.shown,
-            media_budget=limits.shown_media,
-        )
-
     def _new_id(self) -> str:
         return uuid.uuid4().hex
 
@@ -675,19 +262,20 @@ class CodeMode:
         self.store.close()
 
 
-def _limit_step(name: str, detail: str) -> Step:
-    return Step.failure("LimitError", limit_message(name, detail), limit=name)
+class NotText(ValueError):
+    """A script that is not Unicode text: no log could keep it."""
 
 
-# Sizes kept with each call when it is recorded, so a step does not re-serialize the log.
-def _argument_bytes(entry: log.CallEntry) -> int:
-    size = entry.extra.get("argument_bytes")
-    return size if isinstance(size, int) else len(orjson.dumps(entry.arguments))
-
-
-def _result_bytes(entry: log.CallEntry) -> int:
-    size = entry.extra.get("result_bytes")
-    return size if isinstance(size, int) else len(orjson.dumps(entry.result))
+def _check_text(code: str) -> None:
+    """Raise :class:`NotText` naming where ``code`` has a lone surrogate."""
+    for number, line in enumerate(code.split("\n"), 1):
+        found = LONE_SURROGATE.search(line)
+        if found:
+            char = ord(found.group())
+            raise NotText(
+                f"line {number} has a lone surrogate (U+{char:04X}), which is not Unicode "
+                f'text; write it as an escape in a string ("\\u{char:04x}")'
+            )
 
 
 __all__ = ["CodeMode", "CodeModeError", "RunResult"]

@@ -14,42 +14,42 @@ from typing import Any
 
 import orjson
 
-from sandbox.protocol import Ran
+from engine._ending import Ending
 
 # The model is told this bound, so the session sets it, not the limits table.
 TEXT_BUDGET = 24 * 1024
 
 
-def render_value(ran: Ran) -> str | None:
+def render_value(ending: Ending) -> str | None:
     """The returned value as the model sees it, or ``None`` for ``undefined``."""
-    if ran.value_text is not None:
-        return ran.value_text
-    if not ran.returned:
+    if ending.value_text is not None:
+        return ending.value_text
+    if not ending.returned:
         return None
-    if isinstance(ran.value, str):
-        return ran.value
-    return orjson.dumps(ran.value).decode()
+    if isinstance(ending.value, str):
+        return ending.value
+    return orjson.dumps(ending.value).decode()
 
 
-def render_finished(ran: Ran) -> str:
+def render_finished(ending: Ending) -> str:
     parts = ["Script finished."]
-    if ran.printed:
-        parts += ["Printed:", ran.printed.rstrip("\n")]
-    value = render_value(ran)
+    if ending.printed:
+        parts += ["Printed:", ending.printed.rstrip("\n")]
+    value = render_value(ending)
     if value is not None:
         parts += ["Returned:", value]
     return cut("\n".join(parts))
 
 
-def render_failed(ran: Ran) -> str:
-    error = ran.error
+def render_failed(ending: Ending) -> str:
+    error = ending.error
     parts = ["Script failed."]
     if error is not None:
         parts.append(f"{error.name}: {error.message}" if error.message else error.name)
         for line in error.lines:
             parts.append(f"  at line {line.line}: {line.text.strip()}")
-    if ran.printed:
-        parts += ["Printed:", ran.printed.rstrip("\n")]
+    if ending.printed:
+        parts += ["Printed:", ending.printed.rstrip("\n")]
     return cut("\n".join(parts))
 
 
@@ -82,7 +82,7 @@ def is_media(mime: str) -> bool:
 
 def render_shown(
     files: list[dict[str, Any]],
-    read: Callable[[dict[str, Any]], bytes],
+    read: Callable[[dict[str, Any]], bytes | None],
     *,
     text_budget: int,
     media_budget: int,
@@ -91,7 +91,8 @@ def render_shown(
 
     Returns the text to append to the result, what was shown, and MCP content blocks for the
     media. Text beyond ``text_budget`` bytes in all is cut; media beyond ``media_budget`` is
-    left out with a note (the sandbox already refused it; this is the engine's own check).
+    left out with a note (the sandbox already refused it; this is the engine's own check),
+    and so is a file ``read`` finds gone (it returns ``None``).
     """
     parts: list[str] = []
     shown: list[dict[str, Any]] = []
@@ -106,12 +107,20 @@ def render_shown(
                     f"Shown: {name} ({mime}, {size:,} bytes) was left out: over shown_media"
                 )
                 continue
+            raw = read(f)
+            if raw is None:
+                parts.append(_gone(name, mime, size))
+                continue
             media_left -= size
-            data = base64.b64encode(read(f)).decode()
+            data = base64.b64encode(raw).decode()
             media.append(_media_block(name, mime, data))
             parts.append(f"Shown: {name} ({mime}, {size:,} bytes), attached.")
         else:
-            text = read(f).decode("utf-8", "replace")
+            raw = read(f)
+            if raw is None:
+                parts.append(_gone(name, mime, size))
+                continue
+            text = raw.decode("utf-8", "replace")
             raw = text.encode()
             if len(raw) > text_left:
                 kept = raw[: max(text_left, 0)].decode("utf-8", "ignore")
@@ -120,6 +129,10 @@ def render_shown(
             parts.append(f"Shown: {name} ({mime}, {size:,} bytes)\n{text}")
         shown.append(meta)
     return ("\n" + "\n".join(parts) if parts else ""), shown, media
+
+
+def _gone(name: str, mime: str, size: int) -> str:
+    return f"Shown: {name} ({mime}, {size:,} bytes) was left out: its bytes are gone from the store"
 
 
 def _media_block(name: str, mime: str, data: str) -> dict[str, Any]:

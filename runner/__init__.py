@@ -2,7 +2,16 @@
 
 from collections.abc import Sequence
 
-from runner._base import FileMissing, FileReader, ProcessStats, RunError, ScriptRunner, Step
+from runner._base import (
+    TEXT_BOUNDS,
+    FileMissing,
+    FileReader,
+    ProcessStats,
+    RunError,
+    ScriptRunner,
+    Step,
+    bounded,
+)
 from runner._process import ProcessRunner
 from runner._remote import RemoteRunner
 from runner._service import RunnerService
@@ -21,6 +30,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
 
 
 __all__ = [
+    "TEXT_BOUNDS",
     "FileMissing",
     "FileReader",
     "ProcessRunner",
@@ -31,6 +41,7 @@ __all__ = [
     "ScriptRunner",
     "Slots",
     "Step",
+    "bounded",
     "default_slot_count",
     "serve",
 ]

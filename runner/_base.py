@@ -11,7 +11,27 @@ import abc
 from dataclasses import dataclass
 from typing import Protocol
 
-from sandbox.protocol import Ran, Script, ScriptError
+from sandbox.protocol import LimitMet, Ran, Script, ScriptError
+
+# The longest string of each kind a step may carry from the process (in characters). A
+# process is not trusted: whatever it says is cut to these before anything stores, logs or
+# returns it (see :func:`bounded`). The sandbox itself keeps within them.
+TEXT_BOUNDS = {
+    "name": 200,  # an error's or a limit's name
+    "message": 8 * 1024,  # an error's or a limit's message
+    "line": 300,  # one line of the script quoted with an error
+}
+# How many of the script's lines an error may quote.
+MAX_ERROR_LINES = 8
+
+
+def bounded(text: str, kind: str) -> str:
+    """``text`` within the bound for its ``kind``: the middle cut out, with a note."""
+    bound = TEXT_BOUNDS[kind]
+    if len(text) <= bound:
+        return text
+    half = bound // 2
+    return f"{text[:half]}[... {len(text) - 2 * half:,} characters cut ...]{text[-half:]}"
 
 
 class RunError(Exception):
@@ -46,20 +66,27 @@ class FileReader(Protocol):
 
 @dataclass
 class ProcessStats:
-    """What the runner measured of the process that ran the step (zero where unknown)."""
+    """What the runner measured of the process that ran the step (zero where unknown).
+
+    The engine charges a script's budgets from these, never from what the process says
+    about itself: ``cpu_ms`` is the process's CPU time from ``wait4``, ``file_bytes`` the
+    bytes of files the runner served it.
+    """
 
     wall_ms: float = 0.0
     cpu_ms: float = 0.0
+    file_bytes: int = 0
     max_rss_bytes: int = 0
     wait_ms: float = 0.0
     exit_status: int | None = None
 
 
 class Step(Ran):
-    """Where one step ended: the process's ``ran`` plus what the runner measured.
+    """What the runner reports of one step: the process's ``ran`` plus what it measured.
 
-    A step the process could not report itself (it died, hung, wrote garbage) is a failed
-    step whose error names the cause, built by the runner.
+    A step the process could not report itself (it died, hung, wrote garbage, lied) is a
+    failed step whose error names the cause, built by the runner. Whether the script
+    finished, failed or goes on is the engine's call, not the runner's.
     """
 
     process: ProcessStats | None = None
@@ -68,7 +95,25 @@ class Step(Ran):
     def from_ran(cls, ran: Ran, process: ProcessStats | None = None) -> Step:
         step = cls.model_construct(_fields_set=set(ran.model_fields_set), **dict(ran))
         step.process = process
-        return step
+        return step.bounded()
+
+    def bounded(self) -> Step:
+        """This step with every string of the process's within :data:`TEXT_BOUNDS`."""
+        if self.error is not None:
+            self.error = ScriptError(
+                name=bounded(self.error.name, "name"),
+                message=bounded(self.error.message, "message"),
+                lines=[
+                    line.model_copy(update={"text": bounded(line.text, "line")})
+                    for line in self.error.lines[:MAX_ERROR_LINES]
+                ],
+            )
+        if self.limit is not None:
+            self.limit = LimitMet(
+                name=bounded(self.limit.name, "name"),
+                message=bounded(self.limit.message, "message"),
+            )
+        return self
 
     @classmethod
     def failure(
@@ -77,20 +122,15 @@ class Step(Ran):
         message: str,
         *,
         limit: str | None = None,
-        printed: str = "",
-        printed_bytes: int = 0,
         process: ProcessStats | None = None,
     ) -> Step:
-        from sandbox.protocol import LimitMet
-
-        return cls(
+        step = cls(
             outcome="failed",
             error=ScriptError(name=name, message=message),
             limit=LimitMet(name=limit, message=message) if limit else None,
-            printed=printed,
-            printed_bytes=printed_bytes,
             process=process,
         )
+        return step.bounded()
 
 
 class ScriptRunner(abc.ABC):
@@ -99,6 +139,11 @@ class ScriptRunner(abc.ABC):
     ``run`` returns a :class:`Step` for every way a script can end, including failures of
     the process that ran it; it raises :class:`RunError` only when the step could not be
     taken now and should be retried. Implementations are safe to call concurrently.
+
+    The process is not trusted: a runner bounds every line it reads, serves file reads
+    only within ``file_bytes``, re-checks the process's ``ran`` against the script it sent
+    (``_conversation.check_ran``), and reports in ``Step.process`` what it measured itself
+    (the engine charges budgets from that, never from ``ran.stats``).
     """
 
     languages: tuple[str, ...] = ("javascript",)

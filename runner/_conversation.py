@@ -9,14 +9,16 @@ writes garbage becomes a failed step that names the cause.
 from __future__ import annotations
 
 import asyncio
+import math
 import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
-from runner._base import FileMissing, FileReader, ProcessStats, RunError, Step
+from runner._base import FileMissing, FileReader, ProcessStats, RunError, Step, bounded
 from sandbox import protocol
 from sandbox.protocol import Ran, Script
 
@@ -27,14 +29,15 @@ MAX_READ = 4 * protocol.MiB
 class Deadline:
     """Wall time a step may take: three times its CPU allowance plus one second.
 
-    Time spent waiting on the host's file reads does not count, so :meth:`pause` extends it.
+    Time spent on file reads counts too: a process cannot buy itself time by asking for
+    bytes (the runner serves them from the host's store, which is fast next to the CPU
+    allowance it shares this deadline with).
     """
 
     def __init__(self, compute_ms: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.allowance = 3 * compute_ms / 1000 + 1.0
         self.at = clock() + self.allowance
-        self.expired = False
 
     @classmethod
     def seconds(cls, seconds: float, clock: Callable[[], float] = time.monotonic) -> Deadline:
@@ -46,18 +49,26 @@ class Deadline:
     def remaining(self) -> float:
         return self.at - self.clock()
 
-    def extend(self, seconds: float) -> None:
-        self.at += seconds
-
 
 @dataclass
 class Outcome:
-    """What the conversation saw: a ``ran``, or why there was none."""
+    """What the conversation saw: a ``ran`` the runner accepts, or why there was none.
+
+    ``problem`` (a protocol fault), ``over_reading`` (reads past ``file_bytes`` after a
+    refusal) and ``timed_out`` mean the runner ended the process; ``file_bytes`` is what the
+    runner served it, whatever the process says.
+    """
 
     ran: Ran | None = None
-    problem: str | None = None  # a protocol fault the process committed
+    problem: str | None = None
+    over_reading: str | None = None
     timed_out: bool = False
-    eof: bool = False
+    file_bytes: int = 0
+
+    @property
+    def stopped(self) -> bool:
+        """True when the runner ended the process rather than the process itself."""
+        return self.timed_out or self.problem is not None or self.over_reading is not None
 
 
 class LineReader:
@@ -100,9 +111,6 @@ class LineReader:
                 raise protocol.ProtocolError(_over(size, bound))
             chunks.append(chunk)
             return b"".join(chunks)
-
-    async def exactly(self, n: int) -> bytes:
-        return await self.stream.readexactly(n)
 
 
 def _over(size: int, bound: int) -> str:
@@ -154,56 +162,207 @@ async def converse(
     Never raises for anything the process does; ``RunError`` only when the host's file
     store fails (the step is retried later).
     """
-    try:
-        await write(protocol.encode(script))
-    except (BrokenPipeError, ConnectionResetError):
-        return Outcome(eof=True)
+    server = FileServer(script, files)
+    outcome = await _converse(reader, write, script, server, deadline)
+    outcome.file_bytes = server.served
+    return outcome
+
+
+async def _converse(
+    reader: LineReader,
+    write: Callable[[bytes], Awaitable[None]],
+    script: Script,
+    server: FileServer,
+    deadline: Deadline,
+) -> Outcome:
+    async def send(data: bytes) -> None:
+        # Writes wait for the process to read: one that stops reading meets the deadline.
+        await asyncio.wait_for(write(data), max(deadline.remaining(), 0))
+
     bound = ran_bound(script)
-    known = {f.id: f for f in script.files}
-    while True:
-        try:
-            line = await reader.line(bound, deadline)
-        except TimeoutError:
-            return Outcome(timed_out=True)
-        except protocol.ProtocolError as e:
-            return Outcome(problem=str(e))
-        if line is None:
-            return Outcome(eof=True)
-        try:
-            message = protocol.decode(line, ("ran", "read"))
-        except protocol.ProtocolError as e:
-            return Outcome(problem=str(e))
-        if isinstance(message, Ran):
-            return Outcome(ran=message)
-        started = time.monotonic()
-        answer = await _answer_read(message, known, files)
-        deadline.extend(time.monotonic() - started)
-        try:
-            await write(answer)
-        except (BrokenPipeError, ConnectionResetError):
-            return Outcome(eof=True)
-
-
-async def _answer_read(
-    request: protocol.ReadRequest, known: dict[str, protocol.FileInfo], files: FileReader | None
-) -> bytes:
-    def missing(why: str) -> bytes:
-        return orjson.dumps({"missing": why}) + b"\n"
-
-    info = known.get(request.file)
-    if info is None:
-        return missing(f"no file {request.file!r} is attached to this script")
-    if files is None:
-        return missing("this runner was given no file reader")
-    length = min(request.len, MAX_READ, max(info.size - request.offset, 0))
-    if length == 0:
-        return orjson.dumps({"bytes": 0}) + b"\n"
     try:
-        data = await files.read(request.file, request.offset, length)
-    except FileMissing as e:
-        return missing(str(e) or f"the file {request.file!r} is gone")
-    data = bytes(data[:length])
-    return orjson.dumps({"bytes": len(data)}) + b"\n" + data
+        await send(protocol.encode(script))
+        while True:
+            line = await reader.line(bound, deadline)
+            if line is None:
+                return Outcome()
+            message = protocol.decode(line, ("ran", "read"))
+            if isinstance(message, Ran):
+                problem = check_ran(message, script)
+                return Outcome(ran=message) if problem is None else Outcome(problem=problem)
+            await send(await server.answer(message))
+    except (BrokenPipeError, ConnectionResetError):
+        return Outcome()
+    except TimeoutError:
+        return Outcome(timed_out=True)
+    except protocol.ProtocolError as e:
+        return Outcome(problem=str(e))
+    except OverReading as e:
+        return Outcome(over_reading=str(e))
+
+
+class OverReading(Exception):
+    """The process asked for file bytes again after a read was refused for ``file_bytes``."""
+
+
+class FileServer:
+    """Answers one step's file reads, within the step's ``file_bytes``.
+
+    It counts the bytes it serves: that count, not the process's own, is what the step read.
+    A read that would pass ``file_bytes`` is answered ``missing``, naming the limit. An
+    honest sandbox checks the budget before it asks and never gets there, so a process that
+    asks again after such a refusal is ended (:class:`OverReading`). A read of a file the
+    script was not given, or of no bytes, is a protocol fault (``ProtocolError``): the
+    sandbox never asks for one.
+    """
+
+    def __init__(self, script: Script, files: FileReader | None) -> None:
+        self.known = {f.id: f for f in script.files}
+        self.files = files
+        self.budget = script.limits.file_bytes
+        self.served = 0
+        self.refused = False
+
+    async def answer(self, request: protocol.ReadRequest) -> bytes:
+        """The answer line (and bytes) for one ``read``."""
+        info = self.known.get(request.file)
+        if info is None:
+            raise protocol.ProtocolError(
+                f"no file {bounded(request.file, 'name')!r} is attached to this script"
+            )
+        if self.refused:
+            raise OverReading(
+                protocol.limit_message(
+                    "file_bytes",
+                    f"the run kept asking for file bytes after it was refused at "
+                    f"{protocol.size_text(self.budget)}, the most one run may read, and was "
+                    "stopped",
+                )
+            )
+        length = min(request.len, MAX_READ, max(info.size - request.offset, 0))
+        if length == 0:
+            # The sandbox answers an empty read itself; asking for one only spends our time.
+            raise protocol.ProtocolError(
+                f"a read of no bytes ({request.len:,} at offset {request.offset:,} of "
+                f"{bounded(request.file, 'name')!r}, which has {info.size:,})"
+            )
+        if self.served + length > self.budget:
+            self.refused = True
+            return missing(
+                protocol.limit_message(
+                    "file_bytes",
+                    f"this run has read {protocol.size_text(self.served)} of files and asked "
+                    f"for {protocol.size_text(length)} more, over the "
+                    f"{protocol.size_text(self.budget)} one run may read",
+                )
+            )
+        if self.files is None:
+            return missing("this runner was given no file reader")
+        try:
+            data = await self.files.read(request.file, request.offset, length)
+        except FileMissing as e:
+            return missing(str(e) or f"the file {request.file!r} is gone")
+        data = bytes(data[:length])
+        self.served += len(data)
+        return orjson.dumps({"bytes": len(data)}) + b"\n" + data
+
+
+def missing(why: str) -> bytes:
+    """The answer that refuses a read, saying why."""
+    return orjson.dumps({"missing": why}) + b"\n"
+
+
+# The longest printed text and returned-value text a sandbox sends (characters): the head
+# and tail it keeps, and room for the note that says what was cut between them.
+PRINTED_BOUND = protocol.PRINTED_HEAD + protocol.PRINTED_TAIL + 256
+VALUE_TEXT_BOUND = protocol.VALUE_BOUND + 256
+_STATS = ("cpu_ms", "heap_bytes", "results_bytes", "file_bytes")
+
+
+def check_ran(ran: Ran, script: Script) -> str | None:
+    """What is wrong with ``ran`` as the report of a run of ``script``, or ``None``.
+
+    The runner's re-check of what the process says: the sandbox enforces each of these
+    itself, so a ``ran`` that breaks one comes from a process that lies, and the step fails.
+    Tool names, counts and sizes are checked against the script's own tools and limits.
+    """
+    limits = script.limits
+    for name in _STATS:
+        value = getattr(ran.stats, name)
+        if not 0 <= value < math.inf:  # NaN fails it too
+            return f"the process reported stats.{name} = {value}, which is no measure"
+    if ran.printed_bytes < 0 or len(ran.printed) > PRINTED_BOUND:
+        return (
+            f"the process reported {len(ran.printed):,} characters of printed text "
+            f"(printed_bytes = {ran.printed_bytes:,}); a run keeps at most {PRINTED_BOUND:,}"
+        )
+    if ran.value_text is not None and len(ran.value_text) > VALUE_TEXT_BOUND:
+        return (
+            f"the process reported a returned value's text of {len(ran.value_text):,} "
+            f"characters; a run sends at most {VALUE_TEXT_BOUND:,}"
+        )
+    if "value" in ran.model_fields_set:
+        size = _json_size(ran.value)
+        if size is None:
+            return "the process reported a returned value that is not JSON data"
+        if size > protocol.VALUE_BOUND:
+            return (
+                f"the process reported a returned value of {size:,} bytes of JSON; a run "
+                f"sends at most {protocol.VALUE_BOUND:,} (a larger one goes as value_text)"
+            )
+    if ran.limit is not None and ran.limit.name not in protocol.Limits.model_fields:
+        name = bounded(ran.limit.name, "name")
+        return f"the process reported meeting a limit {name!r}, which is no limit of a run"
+    ids = {f.id for f in script.files}
+    for file_id in ran.shown:
+        if file_id not in ids:
+            shown = bounded(file_id, "name")
+            return f"the process reported showing {shown!r}, which is not a file of this script"
+    if len(set(ran.shown)) > limits.shown_files:
+        return (
+            f"the process reported showing {len(set(ran.shown)):,} files, over "
+            f"shown_files = {limits.shown_files:,}"
+        )
+    if ran.outcome != "calls":
+        return None
+    tools = set(script.tools)
+    for call in ran.calls:
+        if call.name not in tools:
+            return (
+                f"the process reported a call to tools.{bounded(call.name, 'name')}, which is "
+                "not a tool of this script"
+            )
+    count = len(script.records) + len(ran.calls)
+    if count > limits.calls:
+        return f"the process reported {count:,} calls in all, over calls = {limits.calls:,}"
+    total = 0
+    for call in ran.calls:
+        size = _json_size(call.arguments)
+        if size is None:
+            return (
+                f"the process reported a call to tools.{call.name} whose arguments are not "
+                "JSON data"
+            )
+        if size > limits.call_arguments:
+            return (
+                f"the process reported a call to tools.{call.name} with {size:,} bytes of "
+                f"arguments, over call_arguments = {limits.call_arguments:,}"
+            )
+        total += size
+    if total > limits.step_arguments:
+        return (
+            f"the process reported calls with {total:,} bytes of arguments together, over "
+            f"step_arguments = {limits.step_arguments:,}"
+        )
+    return None
+
+
+def _json_size(value: Any) -> int | None:
+    """The size of ``value``'s JSON, or ``None`` when it has none (nested too deeply)."""
+    try:
+        return len(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError):
+        return None
 
 
 _SIGNAL_NAMES: dict[int, str] = {
@@ -231,8 +390,11 @@ def step_from(
 ) -> Step:
     """Turn how the conversation and the process ended into a Step."""
     limits = script.limits
+    process.file_bytes = outcome.file_bytes
     if outcome.ran is not None:
         return Step.from_ran(outcome.ran, process)
+    if outcome.over_reading is not None:
+        return Step.failure("LimitError", outcome.over_reading, limit="file_bytes", process=process)
     compute = protocol.limit_message(
         "compute_ms", f"the script used its {limits.compute_ms:,} ms of CPU in one run"
     )

@@ -353,7 +353,7 @@ class ProcessRunner(ScriptRunner):
         deadline = conv.Deadline(script.limits.compute_ms)
         outcome = await conv.converse(child.reader, child.write, script, files, deadline)
         if outcome.ran is None:
-            if outcome.timed_out or outcome.problem:
+            if outcome.stopped:
                 child.kill()
             await child.reap(grace=0.5)
         else:
@@ -371,7 +371,7 @@ class ProcessRunner(ScriptRunner):
         status = child.status
         term = os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None
         code = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None
-        if outcome.timed_out or outcome.problem:
+        if outcome.stopped:
             term = None if child.killed_by_us else term
         return conv.step_from(
             outcome,

@@ -35,7 +35,8 @@ from typing import Any
 
 from runner import _conversation as conv
 from runner import _wire as wire
-from runner._base import FileReader, RunError, ScriptRunner, Step
+from runner._base import FileReader, ProcessStats, RunError, ScriptRunner, Step
+from sandbox import protocol
 from sandbox.protocol import Script
 
 TOKEN_ENV = "CODEMODE_RUNNER_TOKEN"
@@ -434,7 +435,7 @@ class RemoteRunner(ScriptRunner):
         files: FileReader | None,
     ) -> Step:
         """Answer the step's reads until its answer comes. Raises _Skip/_Down/RunError."""
-        known = {f.id: f for f in script.files}
+        server = conv.FileServer(script, files)
         bound = wire.step_bound(script)
         wait = 3 * script.limits.compute_ms / 1000 + 1 + welcome.slot_wait + self.step_margin
         heard = False  # the service has said something about this step
@@ -454,7 +455,11 @@ class RemoteRunner(ScriptRunner):
                 raise _Down(f"it broke the protocol: {e}") from None
             heard = True
             if isinstance(message, Step):
-                return message
+                # The bytes this client served are what the step read, whatever it says.
+                if message.process is None:
+                    message.process = ProcessStats()
+                message.process.file_bytes = server.served
+                return message.bounded()
             if isinstance(message, wire.Busy):
                 raise _Skip(f"busy: {message.error} ({message.busy} of {message.slots} slots)")
             if isinstance(message, wire.Failure):
@@ -463,7 +468,11 @@ class RemoteRunner(ScriptRunner):
                 raise _Down(message.error)
             # A file read: answered from the engine's reader exactly as for a local sandbox.
             # A store failure raises RunError out of run(): the step goes back to the queue.
-            answer = await conv._answer_read(message, known, files)
+            try:
+                answer = await server.answer(message)
+            except (protocol.ProtocolError, conv.OverReading) as e:
+                # The service's own runner stops a process that asks this; refuse it here too.
+                answer = conv.missing(str(e))
             try:
                 await conn.send(answer)
             except wire.PeerGone as e:

@@ -30,8 +30,8 @@ Then any number of requests, one at a time:
   followed by exactly ``n`` raw bytes (``n <= len``), or ``{"missing": "<why>"}``. The step
   ends with one of:
 
-  - ``{"step": {<the Ran>, "process": {wall_ms, cpu_ms, max_rss_bytes, wait_ms,
-    exit_status}}}``: where the step ended, a failed script included;
+  - ``{"step": {<the Ran>, "process": {wall_ms, cpu_ms, file_bytes, max_rss_bytes,
+    wait_ms, exit_status}}}``: where the step ended, a failed script included;
   - ``{"busy": {"error", "slots", "busy", "waiting"}}``: no slot came free within
     ``slot_wait``;
   - ``{"error": {"error": "<why>", "cause": "draining" | "unavailable" | "unfit" |
@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import socket
 import time
 from typing import Any
@@ -162,13 +163,7 @@ def encode_script(script: protocol.Script, tenant: str) -> bytes:
 def encode_step(step: Step) -> bytes:
     body = step.model_dump(mode="python", exclude_unset=True, exclude={"process"})
     if step.process is not None:
-        body["process"] = {
-            "wall_ms": step.process.wall_ms,
-            "cpu_ms": step.process.cpu_ms,
-            "max_rss_bytes": step.process.max_rss_bytes,
-            "wait_ms": step.process.wait_ms,
-            "exit_status": step.process.exit_status,
-        }
+        body["process"] = dataclasses.asdict(step.process)
     return orjson.dumps({"step": body}) + b"\n"
 
 
@@ -350,10 +345,6 @@ class Channel:
         del self._buffer[:n]
         self._scanned = 0
         return data
-
-    def pending(self) -> bool:
-        """True when the peer has sent bytes not read yet."""
-        return bool(self._buffer)
 
     def usable(self) -> bool:
         """True when the connection is open both ways with nothing unread: fit for a request."""

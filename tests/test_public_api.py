@@ -17,7 +17,8 @@ ENGINE = {
 
 RUNNER = {
     "FileMissing", "FileReader", "ProcessRunner", "ProcessStats", "RemoteRunner", "RunError",
-    "RunnerService", "ScriptRunner", "Slots", "Step", "default_slot_count", "serve",
+    "RunnerService", "ScriptRunner", "Slots", "Step", "TEXT_BOUNDS", "bounded",
+    "default_slot_count", "serve",
 }  # fmt: skip
 
 

@@ -5,17 +5,22 @@ process say so and use ``runner.ProcessRunner``."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
-from runner import FileMissing, FileReader, ScriptRunner, Step
+from runner import FileMissing, FileReader, ProcessStats, ScriptRunner, Step
 from sandbox.files import FileError
-from sandbox.protocol import Script
+from sandbox.protocol import Ran, Script
 from sandbox.runtime import run_in_process
 
 
 class InProcessRunner(ScriptRunner):
-    """Runs each step in this process with no confinement; counts the steps it ran."""
+    """Runs each step in this process with no confinement; counts the steps it ran.
+
+    Like every runner, it measures what the engine charges: the CPU time of the thread the
+    step ran on, and the file bytes it served.
+    """
 
     def __init__(self) -> None:
         self.steps: list[Script] = []
@@ -25,18 +30,28 @@ class InProcessRunner(ScriptRunner):
     ) -> Step:
         self.steps.append(script)
         loop = asyncio.get_running_loop()
+        measured = ProcessStats()
 
         def fetch(file_id: str, offset: int, length: int) -> bytes:
             if files is None:
                 raise FileError(f"{file_id} cannot be read: no file reader")
             future = asyncio.run_coroutine_threadsafe(files.read(file_id, offset, length), loop)
             try:
-                return future.result(timeout=30)
+                data = future.result(timeout=30)
             except FileMissing as e:
                 raise FileError(f"{file_id} is gone: {e}") from None
+            measured.file_bytes += len(data)
+            return data
 
-        ran = await asyncio.to_thread(run_in_process, script, fetch)
-        return Step.from_ran(ran)
+        def run() -> Ran:
+            started = time.thread_time()
+            try:
+                return run_in_process(script, fetch)
+            finally:
+                measured.cpu_ms = (time.thread_time() - started) * 1000
+
+        ran = await asyncio.to_thread(run)
+        return Step.from_ran(ran, measured)
 
 
 @pytest.fixture

@@ -6,11 +6,33 @@ import asyncio
 import logging
 from typing import Any
 
+import orjson
 import pytest
 
-from engine import CodeMode, Limits, MemoryStore, StepUnavailable, Tool, ToolContext, tool
-from runner import RunError
+from engine import (
+    Attachment,
+    BlobStore,
+    CodeMode,
+    Limits,
+    MemoryStore,
+    StepUnavailable,
+    Tool,
+    ToolContext,
+    tool,
+)
+from runner import (
+    TEXT_BOUNDS,
+    FileMissing,
+    FileReader,
+    ProcessRunner,
+    ProcessStats,
+    RunError,
+    ScriptRunner,
+    Step,
+)
+from sandbox.protocol import MAX_DEPTH, Call, Script, ScriptError, Stats
 from tests.engine.conftest import InProcessRunner
+from tests.runner.conftest import make_standin_python
 
 STALE_PRS = """
 const prs = await tools.github__list_prs({ repo: "acme/api", state: "open" });
@@ -541,3 +563,283 @@ def test_direct_calls_are_refused_with_a_pointer_to_run_code() -> None:
     message = engine.direct_call_error("github__list_prs")
     assert "call it from run_code" in message and "tools.github__list_prs(" in message
     assert "github__list_prs" in engine.direct_call_error("github__list_pr")
+
+
+# ---- every way a script ends is a result: bad handler results, lying runners --------------
+
+
+def _misbehaving_tools() -> list[Tool]:
+    @tool
+    def huge() -> int:
+        """An integer past 64 bits."""
+        return 2**70
+
+    @tool
+    def lone() -> str:
+        """Text with a lone surrogate."""
+        return "a\ud800b"
+
+    @tool
+    def deep() -> list[Any]:
+        """Data nested past the wire's bound."""
+        value: list[Any] = []
+        for _ in range(300):
+            value = [value]
+        return value
+
+    @tool
+    def raises_lone() -> str:
+        """An error whose message has a lone surrogate."""
+        raise ValueError("bad \ud800 input")
+
+    @tool
+    def raises_huge() -> str:
+        """An error with a 16 MB message."""
+        raise ValueError("m" * 16_000_000)
+
+    return [huge, lone, deep, raises_lone, raises_huge]
+
+
+@pytest.mark.parametrize("name", ["huge", "lone", "deep", "raises_lone", "raises_huge"])
+async def test_a_bad_handler_result_is_that_calls_error(
+    inproc: InProcessRunner, tmp_path: Any, name: str
+) -> None:
+    """A result no script could be sent, or an error no log could keep, becomes the call's
+    error: the script catches it, the log records it (never left `running`), and a resume
+    gives the same result."""
+    engine = CodeMode(_misbehaving_tools(), runner=inproc, data_dir=tmp_path)
+    code = (
+        f"try {{ return await tools.{name}({{}}) }} catch (e) {{ return 'caught: ' + e.message }}"
+    )
+    result = await engine.run_code(code)
+    assert result.status == "finished", result.text
+    assert result.value.startswith("caught: ")
+    assert len(result.value) < 10_000
+    [call] = engine.store.calls(result.script_id)
+    assert call.state == "failed" and call.error is not None
+    assert len(call.error) < 10_000
+    again = await engine.resume(result.script_id)
+    assert again.value == result.value
+
+
+async def test_an_integer_past_64_bits_names_the_fix(inproc: InProcessRunner) -> None:
+    engine = CodeMode(_misbehaving_tools(), runner=inproc)
+    result = await engine.run_code("return await tools.huge({})")
+    assert result.status == "failed"
+    assert "tools.huge returned a result that cannot be sent" in result.text
+    assert "64 bits" in result.text
+
+
+async def test_a_script_with_a_lone_surrogate_fails_with_a_script_error(
+    inproc: InProcessRunner, tmp_path: Any
+) -> None:
+    """SQLite cannot keep text with a lone surrogate: the script fails, saying where."""
+    engine = CodeMode([], runner=inproc, data_dir=tmp_path)
+    result = await engine.run_code("const a = 1;\nreturn '\ud800'")
+    assert result.status == "failed"
+    assert result.error == {"name": "ScriptError"}
+    assert "line 2 has a lone surrogate (U+D800)" in result.text
+
+
+class _Lying(ScriptRunner):
+    """A runner whose every step is ``make(script)``: what a lying or broken runner says."""
+
+    def __init__(self, make: Any) -> None:
+        self.make = make
+
+    async def run(
+        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+    ) -> Step:
+        return self.make(script)
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+async def test_data_nested_past_the_encoder_from_a_runner_is_a_failed_result() -> None:
+    """A returned value or call arguments nested 300 deep fail the script; nothing raises.
+    (The protocol's models refuse such data when they parse it, so the lying runner builds
+    its step without them, as a runner of the host's own could.)"""
+    deep = _nested(300)
+    value = CodeMode(
+        [], runner=_Lying(lambda s: Step.model_construct(outcome="finished", value=deep))
+    )
+    result = await value.run_code("return 1")
+    assert result.status == "failed" and result.error is not None
+    assert result.error["name"] == "ProtocolError"
+
+    @tool
+    def t(a: Any = None) -> int:
+        """A tool."""
+        return 1
+
+    calls = [Call.model_construct(name="t", arguments={"a": deep})]
+    arguments = CodeMode(
+        [t], runner=_Lying(lambda s: Step.model_construct(outcome="calls", calls=calls))
+    )
+    result = await arguments.run_code("return 1")
+    assert result.status == "failed" and result.error is not None
+    assert result.error["name"] == "ProtocolError"
+    assert arguments.store.calls(result.script_id) == []
+
+
+async def test_a_failure_without_a_name_is_shown_as_an_error() -> None:
+    """A failed step whose error has no name still reads as an error to the model."""
+    failed = Step(outcome="failed", error=ScriptError(name="", message=""))
+    engine = CodeMode([], runner=_Lying(lambda s: failed))
+    result = await engine.run_code("return 1")
+    assert result.text == "Script failed.\nError"
+    assert result.error is not None and result.error["name"] == "Error"
+
+
+async def test_budgets_are_charged_what_the_runner_measured(inproc: InProcessRunner) -> None:
+    """A process that reports negative CPU and file bytes refills no budget: the engine
+    charges the runner's measures (10 ms and 100 bytes a step here)."""
+
+    class Measured(ScriptRunner):
+        async def run(
+            self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+        ) -> Step:
+            step = await inproc.run(script, files, tenant=tenant)
+            step.stats = Stats(cpu_ms=-1e9, file_bytes=-(10**12))
+            step.process = ProcessStats(cpu_ms=10.0, file_bytes=100)
+            return step
+
+    @tool
+    def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    engine = CodeMode([echo], runner=Measured(), limits=Limits(total_compute_ms=25))
+    code = "for (const i of [1, 2, 3, 4]) await tools.echo({ text: 'x' + i }); return 'done'"
+    result = await engine.run_code(code)
+    assert result.limit == "total_compute_ms", result.text
+    record = engine.store.get_script(result.script_id)
+    assert (record.steps, record.total_compute_ms, record.total_file_bytes) == (3, 30.0, 300)
+
+
+async def test_strings_from_the_process_are_bounded_in_the_result_and_the_log(
+    tmp_path: Any,
+) -> None:
+    """A 16 MB error message and a 12 MB tool name from a lying process end up cut."""
+    python = make_standin_python(tmp_path)
+    async with ProcessRunner(mode="exec", python=python) as runner:
+        engine = CodeMode([], runner=runner, data_dir=tmp_path / "log")
+        for behaviour in ("big_error", "big_name"):
+            result = await engine.run_code(f"// standin: {behaviour}\nreturn 1")
+            assert result.status == "failed" and result.error is not None
+            assert len(result.error["message"]) < 2 * TEXT_BOUNDS["message"]
+            assert len(result.error["name"]) < 2 * TEXT_BOUNDS["name"]
+            stored = engine.store.get_script(result.script_id).outcome
+            assert stored is not None and len(orjson.dumps(stored)) < 100_000
+            assert len(result.text) < 100_000
+
+
+async def test_a_lying_process_deep_data_is_a_failed_result(tmp_path: Any) -> None:
+    """End to end: a process that reports a value or arguments nested 300 deep fails the
+    script with a protocol error, and records no call."""
+
+    @tool
+    def t(a: Any = None) -> int:
+        """A tool."""
+        return 1
+
+    python = make_standin_python(tmp_path)
+    async with ProcessRunner(mode="exec", python=python) as runner:
+        engine = CodeMode([t], runner=runner, data_dir=tmp_path / "log")
+        for behaviour in ("deep_value", "deep_arguments"):
+            result = await engine.run_code(f"// standin: {behaviour}\nreturn 1")
+            assert result.status == "failed" and result.error is not None
+            assert result.error["name"] == "ProtocolError"
+            assert "broke the protocol" in result.error["message"]
+            assert engine.store.calls(result.script_id) == []
+
+
+@pytest.mark.parametrize(
+    ("result", "error"),
+    [
+        ({"name": "a\ud800"}, None),
+        (2**70, None),
+        (None, "the client broke \ud800"),
+        (None, "e" * 16_000_000),
+    ],
+    ids=["lone-surrogate-result", "integer-past-64-bits", "lone-surrogate-error", "huge-error"],
+)
+async def test_a_clients_bad_answer_is_that_calls_error(
+    inproc: InProcessRunner, tmp_path: Any, result: Any, error: str | None
+) -> None:
+    """What a client sends that no log could keep becomes the call's error, bounded."""
+    pick = Tool(
+        "pick_file",
+        description="Let the user pick a file.",
+        input_schema={"type": "object", "properties": {}},
+        client=True,
+    )
+    engine = CodeMode([pick], runner=inproc, data_dir=tmp_path)
+    code = "try { return await tools.pick_file() } catch (e) { return 'caught: ' + e.message }"
+    paused = await engine.run_code(code)
+    engine.client_result(paused.script_id, paused.waiting[0]["call_id"], result, error=error)
+    done = await engine.resume(paused.script_id)
+    assert done.status == "finished" and done.value.startswith("caught: ")
+    assert len(done.value) < 10_000
+    [call] = engine.store.calls(paused.script_id)
+    assert call.state == "failed"
+
+
+@pytest.mark.parametrize(("depth", "ok"), [(MAX_DEPTH, True), (MAX_DEPTH + 1, False)])
+async def test_handler_results_nest_within_the_wires_one_bound(
+    inproc: InProcessRunner, depth: int, ok: bool
+) -> None:
+    """A result nested MAX_DEPTH levels reaches the script; one level more is the call's
+    error, naming the bound."""
+
+    @tool
+    def nested() -> Any:
+        """Nested lists."""
+        value: Any = 1
+        for _ in range(depth):
+            value = [value]
+        return value
+
+    engine = CodeMode([nested], runner=inproc)
+    code = """
+    try {
+      let v = await tools.nested({}), levels = 0;
+      while (Array.isArray(v)) { v = v[0]; levels++; }
+      return levels;
+    } catch (e) { return e.message }"""
+    result = await engine.run_code(code)
+    assert result.status == "finished", result.text
+    if ok:
+        assert result.value == depth
+    else:
+        assert f"nested deeper than {MAX_DEPTH} levels" in result.value
+
+
+async def test_a_shown_file_whose_bytes_are_gone_is_left_out_with_a_note(
+    inproc: InProcessRunner,
+) -> None:
+    """The script ends with a result even when a file it showed is gone from the store."""
+
+    class Forgetful(BlobStore):
+        def read(self, digest: str, offset: int, length: int) -> bytes:
+            raise FileMissing("its bytes are gone from the store")
+
+    engine = CodeMode([], runner=inproc, blobs=Forgetful())
+    files = [
+        Attachment(id="notes.md", data=b"# notes", mime="text/markdown"),
+        Attachment(id="chart.png", data=b"\x89PNG", mime="image/png"),
+    ]
+    result = await engine.run_code(
+        'files.show("notes.md"); files.show("chart.png"); return 1', files=files
+    )
+    assert result.status == "finished", result.text
+    assert (
+        "Shown: notes.md (text/markdown, 7 bytes) was left out: its bytes are gone" in result.text
+    )
+    assert "Shown: chart.png (image/png, 4 bytes) was left out" in result.text
+    assert result.shown == [] and result.media == []

@@ -161,3 +161,31 @@ async def test_sqlite_log_is_the_whole_state(tmp_path: Path) -> None:
     done = await second.resume(paused.script_id)
     await second.aclose()
     assert done.value == 5 and seen == [5]
+
+
+async def test_an_unencodable_result_is_recorded_not_left_running(tmp_path: Path) -> None:
+    """A handler that returns an integer past 64 bits: the call is settled failed in the
+    log, so a new engine resuming the script sees that error, not an "interrupted" call."""
+    ran: list[int] = []
+
+    @tool
+    def count() -> int:
+        """Count."""
+        ran.append(1)
+        return 2**70
+
+    code = "try { return await tools.count({}) } catch (e) { return e.message }"
+    first = CodeMode([count], runner=InProcessRunner(), data_dir=tmp_path)
+    result = await first.run_code(code)
+    await first.aclose()
+    assert result.status == "finished", result.text
+    assert "cannot be sent to the script" in result.value
+    store = SqliteStore(tmp_path)
+    [call] = store.calls(result.script_id)
+    store.close()
+    assert call.state == "failed" and call.error == result.value
+    second = CodeMode([count], runner=InProcessRunner(), data_dir=tmp_path)
+    again = await second.resume(result.script_id)
+    await second.aclose()
+    assert again.value == result.value and "interrupted" not in again.value
+    assert ran == [1]

@@ -9,12 +9,13 @@ runner gets its process, only on the interface: ``run(script, files, tenant=...)
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
 import psutil
 
-from runner import FileMissing, ScriptRunner, Step
+from runner import TEXT_BOUNDS, FileMissing, ScriptRunner, Step
 from sandbox.protocol import REMEDIES, Clock, FileInfo, Limits, Record, Script
 from tests.runner.conftest import Harness, open_fds
 
@@ -161,6 +162,7 @@ return { a, big: big.length, tail: big.slice(-4), gone };"""
     }
     assert reader.reads >= 3
     assert step.stats.file_bytes == 11 + len(big)
+    assert step.process is None or step.process.file_bytes == 11 + len(big)
 
 
 # ---- limits ----------------------------------------------------------------------------------
@@ -363,3 +365,172 @@ def check_cleanup(h: Harness, steps: int) -> None:
         if p.pid not in children_before and p.ppid() not in children_before
     ]
     assert left == [], f"processes left after close: {left}"
+
+
+# ---- lying processes (the stand-in sandbox speaks the protocol but not the truth) -----------
+
+
+def _lie(h: Harness, ran: dict[str, Any], **limits: int) -> Step:
+    """A step whose process reports ``ran`` (tools ``t`` and ``u``; one file, ``f.txt``)."""
+    code = f"// standin: ran {json.dumps(ran)}\nreturn 1"
+    base = script(code, tools=("t", "u"), limits=limits or None)
+    records = [Record(name="t", arguments={}, result=1)]
+    files = [FileInfo(id="f.txt", mime="text/plain", size=10)]
+    return h.step(base.model_copy(update={"records": records, "files": files}))
+
+
+def assert_protocol_fault(step: Step, *words: str) -> None:
+    """A failed step naming a protocol fault (and ``words``), with its strings bounded."""
+    assert step.outcome == "failed", step
+    assert step.error is not None and step.error.name == "ProtocolError", step.error
+    assert "broke the protocol" in step.error.message, step.error.message
+    for word in words:
+        assert word in step.error.message, step.error.message
+    assert len(step.error.message) < 2 * TEXT_BOUNDS["message"]
+
+
+CALL = {"name": "t", "arguments": {}}
+# Each: what the process claims, the limits it runs under, words the step's error must name.
+LIES: dict[str, tuple[dict[str, Any], dict[str, int], tuple[str, ...]]] = {
+    "negative_cpu": (
+        {"outcome": "finished", "value": 1, "stats": {"cpu_ms": -1e9}},
+        {},
+        ("stats.cpu_ms",),
+    ),
+    "negative_file_bytes": (
+        {"outcome": "finished", "value": 1, "stats": {"file_bytes": -(10**12)}},
+        {},
+        ("stats.file_bytes",),
+    ),
+    "unknown_tool": (
+        {"outcome": "calls", "calls": [{"name": "rm_rf", "arguments": {}}]},
+        {},
+        ("tools.rm_rf", "not a tool"),
+    ),
+    "too_many_calls": ({"outcome": "calls", "calls": [CALL, CALL]}, {"calls": 2}, ("calls = 2",)),
+    "call_arguments": (
+        {"outcome": "calls", "calls": [{"name": "t", "arguments": {"s": "x" * 200}}]},
+        {"call_arguments": 100},
+        ("call_arguments = 100",),
+    ),
+    "step_arguments": (
+        {"outcome": "calls", "calls": [{"name": "t", "arguments": {"s": "x" * 60}}] * 3},
+        {"step_arguments": 100},
+        ("step_arguments = 100",),
+    ),
+    "shown_unknown_file": (
+        {"outcome": "finished", "shown": ["/etc/passwd"]},
+        {},
+        ("'/etc/passwd'", "not a file"),
+    ),
+    "unknown_limit": (
+        {
+            "outcome": "failed",
+            "error": {"name": "LimitError", "message": "m"},
+            "limit": {"name": "patience", "message": "m"},
+        },
+        {},
+        ("'patience'",),
+    ),
+    "shown_too_many": ({"outcome": "finished", "shown": ["f.txt"]}, {"shown_files": 0}, ()),
+    "printed_over_bound": ({"outcome": "finished", "printed": "p" * 300_000}, {}, ("printed",)),
+    "negative_printed_bytes": ({"outcome": "finished", "printed_bytes": -1}, {}, ("printed",)),
+    "value_over_bound": ({"outcome": "finished", "value": "v" * 300_000}, {}, ("value",)),
+    "value_text_over_bound": (
+        {"outcome": "finished", "value_text": "v" * 300_000},
+        {},
+        ("value",),
+    ),
+}
+
+
+def check_lie(h: Harness, lie: str) -> None:
+    """A ``ran`` that breaks what the sandbox enforces is a protocol fault, not a result."""
+    ran, limits, words = LIES[lie]
+    assert_protocol_fault(_lie(h, ran, **limits), *words)
+    assert_healthy(h)
+
+
+def check_forged_strings(h: Harness) -> None:
+    """A 12 MB tool name and a 16 MB error message come back cut to their bounds."""
+    step = _standin(h, "big_name")
+    assert_protocol_fault(step, "not a tool")
+    step = _standin(h, "big_error")
+    assert step.outcome == "failed" and step.error is not None
+    assert len(step.error.name) <= TEXT_BOUNDS["name"] + 100
+    assert len(step.error.message) <= TEXT_BOUNDS["message"] + 100
+    assert step.error.message.startswith("mmm") and "characters cut" in step.error.message
+    assert_healthy(h)
+
+
+def check_deep_data(h: Harness) -> None:
+    """Data nested past what JSON encoders take is a protocol fault, never an exception."""
+    assert_protocol_fault(_standin(h, "deep_value"))
+    assert_protocol_fault(_standin(h, "deep_arguments"))
+    assert_healthy(h)
+
+
+class _Served:
+    """A FileReader over one file of ``size`` bytes that counts what it served.
+
+    ``delay`` seconds pass before each answer, as with a slow store.
+    """
+
+    def __init__(self, size: int, delay: float = 0.0) -> None:
+        self.size = size
+        self.delay = delay
+        self.reads = 0
+        self.served = 0
+
+    async def read(self, file_id: str, offset: int, length: int) -> bytes:
+        self.reads += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        data = b"r" * max(0, min(length, self.size - offset))
+        self.served += len(data)
+        return data
+
+
+def _reading(h: Harness, behaviour: str, reader: _Served, **limits: int) -> Step:
+    base = script(f"// standin: {behaviour}\nreturn 1", limits=limits)
+    files = [FileInfo(id="f.bin", mime="application/octet-stream", size=reader.size)]
+    return h.step(base.model_copy(update={"files": files}), reader)
+
+
+def check_reads_stop_at_file_bytes(h: Harness) -> None:
+    """Reads stop at file_bytes; a process that keeps asking is ended on that limit."""
+    budget = 1024 * 1024
+    reader = _Served(64 * budget)
+    step = _reading(h, "read_flood", reader, file_bytes=budget)
+    assert_limit(step, "file_bytes")
+    assert "kept asking" in step.error.message  # type: ignore[union-attr]
+    assert reader.served <= budget
+    assert step.process is not None and step.process.file_bytes == reader.served
+    assert_healthy(h)
+
+
+def check_reads_do_not_extend_the_deadline(h: Harness) -> None:
+    """Time spent on reads counts against the wall deadline (1.3 s here)."""
+    reader = _Served(1000, delay=0.1)  # 40 reads would take 4 s
+    step = _reading(h, "read_slow", reader, compute_ms=100)
+    assert_limit(step, "compute_ms")
+    assert reader.reads < 40, reader.reads
+    assert_healthy(h)
+
+
+def check_empty_reads_end_the_step(h: Harness) -> None:
+    """A read of no bytes (past the end of the file) is a protocol fault, not a free loop."""
+    reader = _Served(1000)
+    step = _reading(h, "read_empty", reader)
+    assert_protocol_fault(step, "a read of no bytes")
+    assert reader.reads == 0
+    assert_healthy(h)
+
+
+def check_a_deaf_reader_meets_the_deadline(h: Harness) -> None:
+    """A process that asks for bytes and never reads them cannot stall the runner's write
+    past the deadline."""
+    reader = _Served(8 * 1024 * 1024)
+    step = _reading(h, "read_deaf", reader, compute_ms=100)
+    assert_limit(step, "compute_ms")
+    assert_healthy(h)

@@ -115,14 +115,20 @@ def runner(request: pytest.FixtureRequest) -> Iterator[Harness]:
         yield harness
 
 
-@pytest.fixture(scope="session")
-def standin_python(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """An executable to pass as ``python``: it runs the stand-in instead of the sandbox."""
-    path = tmp_path_factory.mktemp("standin") / "python"
+def make_standin_python(directory: Path) -> str:
+    """Write an executable to pass as ``python`` into ``directory``: it runs the stand-in
+    (standin.py) instead of the sandbox."""
+    path = directory / "python"
     script = Path(__file__).with_name("standin.py")
     path.write_text(f'#!/bin/sh\nexec "{sys.executable}" -I "{script}" "$@"\n')
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def standin_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """An executable to pass as ``python``: it runs the stand-in instead of the sandbox."""
+    return make_standin_python(tmp_path_factory.mktemp("standin"))
 
 
 @pytest.fixture(scope="module", params=sorted(STANDIN_FACTORIES))

@@ -11,6 +11,14 @@ Behaviours: ``garbage`` (a line that is not JSON), ``endless`` (a line with no e
 ``segv`` (SIGSEGV), ``hang`` (sleeps without using CPU), ``wrong_kind`` (a ``ready`` where
 ``ran`` belongs), ``stderr_exit`` (a traceback-like stderr line, then exit 1).
 
+Lying processes, which speak the protocol but not the truth: ``ran <json>`` (that ``ran``
+body, whatever it claims), ``big_name`` (a call to a 12 MB tool name), ``big_error`` (a 16 MB
+error message), ``deep_value`` / ``deep_arguments`` (data nested 300 deep),
+``read_flood`` (asks for the first file's bytes forever, whatever the answers),
+``read_slow`` (asks for one byte at a time, 40 times, then hangs), ``read_empty`` (asks for
+the bytes past the end of the first file, forever), ``read_deaf`` (asks for 4 MiB, then
+never reads its stdin).
+
 Self-contained on purpose: under ``-I`` the tests package is not importable.
 """
 
@@ -20,7 +28,9 @@ import os
 import signal
 import sys
 import time
-from typing import NoReturn
+from typing import Any, NoReturn
+
+import orjson
 
 import sandbox.__main__ as sandbox_main
 from sandbox import protocol, runtime
@@ -32,6 +42,52 @@ def _write(data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(1, view) :]
+
+
+def _ran(body: dict[str, Any] | bytes) -> NoReturn:
+    _write(b'{"ran": ' + (body if isinstance(body, bytes) else orjson.dumps(body)) + b"}\n")
+    os._exit(0)
+
+
+# Written by hand: orjson will not write data this deep, which is the point.
+NESTED = b"[" * 300 + b"1" + b"]" * 300
+
+
+def _read(file_id: str, offset: int, length: int) -> bytes | None:
+    """One read exchange: the bytes, or ``None`` when the runner answered ``missing``."""
+    _write(orjson.dumps({"read": {"file": file_id, "offset": offset, "len": length}}) + b"\n")
+    answer = orjson.loads(sys.stdin.buffer.readline(protocol.MAX_SMALL_LINE))
+    if "missing" in answer:
+        return None
+    return sys.stdin.buffer.read(answer["bytes"])
+
+
+def _lie(behaviour: str, script: protocol.Script) -> NoReturn:
+    if behaviour.startswith("ran "):
+        _ran(orjson.loads(behaviour[4:]))
+    if behaviour == "big_name":
+        _ran({"outcome": "calls", "calls": [{"name": "n" * 12_000_000, "arguments": {}}]})
+    if behaviour == "big_error":
+        _ran({"outcome": "failed", "error": {"name": "E" * 1000, "message": "m" * 16_000_000}})
+    if behaviour == "deep_value":
+        _ran(b'{"outcome": "finished", "value": ' + NESTED + b"}")
+    if behaviour == "deep_arguments":
+        _ran(b'{"outcome": "calls", "calls": [{"name": "t", "arguments": {"a": ' + NESTED + b"}}]}")
+    if behaviour == "read_flood":
+        while True:
+            _read(script.files[0].id, 0, 4 * protocol.MiB)
+    if behaviour == "read_deaf":
+        request = {"file": script.files[0].id, "offset": 0, "len": 4 * protocol.MiB}
+        _write(orjson.dumps({"read": request}) + b"\n")
+        time.sleep(3600)
+    if behaviour == "read_empty":
+        while True:
+            _read(script.files[0].id, script.files[0].size, 100)
+    if behaviour == "read_slow":
+        for offset in range(40):
+            _read(script.files[0].id, offset, 1)
+        time.sleep(3600)
+    _misbehave(behaviour)
 
 
 def _misbehave(behaviour: str) -> NoReturn:
@@ -66,7 +122,7 @@ def serve(
     script = protocol.decode(line, ("script",))
     first = script.code.split("\n", 1)[0]
     if first.startswith(MARK):
-        _misbehave(first[len(MARK) :].strip())
+        _lie(first[len(MARK) :].strip(), script)
 
     class Channel:
         def end(self, ran: protocol.Ran) -> NoReturn:

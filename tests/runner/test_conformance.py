@@ -66,3 +66,24 @@ def test_concurrency(runner: Harness) -> None:
 def test_cleanup(runner: Harness) -> None:
     # Exec mode costs about 300 ms a step here: 20 steps show the same thing in 6 s.
     c.check_cleanup(runner, 1000 if runner.kind in FAST_RUNNERS else 20)
+
+
+@pytest.mark.parametrize("lie", sorted(c.LIES))
+def test_lies(standin: Harness, lie: str) -> None:
+    c.check_lie(standin, lie)
+
+
+@pytest.mark.parametrize(
+    "check",
+    [
+        c.check_forged_strings,
+        c.check_deep_data,
+        c.check_reads_stop_at_file_bytes,
+        c.check_reads_do_not_extend_the_deadline,
+        c.check_empty_reads_end_the_step,
+        c.check_a_deaf_reader_meets_the_deadline,
+    ],
+    ids=lambda f: f.__name__.removeprefix("check_"),
+)
+def test_lying_process(standin: Harness, check: c.Check) -> None:
+    check(standin)

@@ -1,0 +1,347 @@
+"""The step loop: run a script step by step until it finishes, fails or pauses.
+
+Part of :class:`engine.CodeMode` (a base class of it). Each step re-runs the script from
+the start in a runner, answering every call already in the log; the calls it stops on are
+checked and recorded here and settled by ``_calls``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from engine import _log as log
+from engine import _render as render
+from engine._calls import CallSettling
+from engine._ending import Ending
+from engine._errors import StepUnavailable
+from engine._files import BlobReader, BlobStore
+from engine._limits import LIMIT_NAMES, Limits, config_hint
+from engine._result import RunResult
+from runner import FileMissing, RunError, ScriptRunner, Step, bounded
+from sandbox import protocol
+from sandbox.protocol import size_text
+
+logger = logging.getLogger("codemode")
+
+
+class StepLoop(CallSettling):
+    """The loop behind ``run_code`` and ``resume``: steps, checks, records, endings."""
+
+    runner: ScriptRunner
+    blobs: BlobStore
+    queue_timeout: float
+    retry_delay: float
+
+    async def _drive(self, script_id: str) -> RunResult:
+        while True:
+            record = self.store.get_script(script_id)
+            if record.status in log.ENDED and record.outcome is not None:
+                return RunResult.from_dict(record.outcome)
+            if record.held:
+                return self._paused(record, [], held=True)
+            limits = self.limits_for(record.tenant)
+            calls = self.store.calls(script_id)
+            if any(not c.settled for c in calls):
+                await self._settle_calls(record, limits, calls)
+                calls = self.store.calls(script_id)
+                unsettled = [c for c in calls if not c.settled]
+                if unsettled:
+                    return self._paused(record, unsettled)
+            over = self._results_over(calls, limits)
+            if over is not None:
+                return self._end(record, over)
+            step = await self._step(record, calls, limits)
+            record = self.store.get_script(script_id)
+            ending = self._over_budget(record, step, limits)
+            if ending is None and step.outcome == "calls":
+                ending = self._check_calls(calls, step, limits)
+                if ending is None:
+                    self._record_calls(record, calls, step)
+                    continue
+            return self._end(record, ending or Ending.of_step(step))
+
+    async def _step(
+        self, record: log.ScriptRecord, calls: list[log.CallEntry], limits: Limits
+    ) -> Step:
+        script = protocol.Script(
+            id=record.id,
+            code=record.code,
+            records=[
+                protocol.Record(name=c.name, arguments=c.arguments, error=c.error)
+                if c.state == log.FAILED
+                else protocol.Record(name=c.name, arguments=c.arguments, result=c.result)
+                for c in calls
+            ],
+            tools=self._tool_names,
+            files=[
+                protocol.FileInfo(id=f["id"], mime=f["mime"], size=f["size"], skill=f.get("skill"))
+                for f in record.files
+            ],
+            clock=protocol.Clock(now_ms=record.now_ms, seed=record.seed),
+            limits=limits.for_run(),
+        )
+        reader = BlobReader(self.blobs, record.files) if record.files else None
+        queued = time.monotonic()
+        while True:
+            started = time.monotonic()
+            try:
+                step = await self.runner.run(script, reader, tenant=record.tenant)
+                break
+            except RunError as e:
+                waited = time.monotonic() - queued
+                if e.permanent or waited + self.retry_delay > self.queue_timeout:
+                    if e.permanent:
+                        raise StepUnavailable(
+                            f"no runner can take a step of script {record.id}: {e}; fix that, "
+                            "then resume the script"
+                        ) from e
+                    raise StepUnavailable(
+                        f"no runner took a step of script {record.id} within "
+                        f"{self.queue_timeout:g} s ({e}); resume it later"
+                    ) from e
+                logger.warning("script step requeued script=%s: %s", record.id, e)
+                await asyncio.sleep(self.retry_delay)
+        run_ms = (time.monotonic() - started) * 1000
+        process = step.process
+        wait_ms = (started - queued) * 1000 + (process.wait_ms if process else 0.0)
+        # Budgets are charged what the runner measured (the process's CPU from wait4, the
+        # file bytes it served), never what the process says about itself.
+        cpu_ms = _measure(process.cpu_ms) if process else 0.0
+        file_bytes = int(_measure(process.file_bytes)) if process else 0
+        self.store.update_script(
+            record.id,
+            steps=record.steps + 1,
+            total_compute_ms=record.total_compute_ms + cpu_ms,
+            total_file_bytes=record.total_file_bytes + file_bytes,
+        )
+        self._log_step(record, step, limits, wait_ms, run_ms, cpu_ms)
+        return step
+
+    def _over_budget(self, record: log.ScriptRecord, step: Step, limits: Limits) -> Ending | None:
+        """The ending when the script's runs together passed a budget, once charged."""
+        if record.total_file_bytes > limits.total_file_bytes and step.outcome != "failed":
+            return Ending.limit_met(
+                "total_file_bytes",
+                f"the script's runs have read {size_text(record.total_file_bytes)} of files in "
+                f"all, over the {size_text(limits.total_file_bytes)} one script may read",
+            )
+        if record.total_compute_ms > limits.total_compute_ms and step.outcome == "calls":
+            return Ending.limit_met(
+                "total_compute_ms",
+                f"the script's runs have used {record.total_compute_ms:,.0f} ms of CPU in all, "
+                f"over the {limits.total_compute_ms:,} ms one script may use",
+            )
+        return None
+
+    def _log_step(
+        self,
+        record: log.ScriptRecord,
+        step: Step,
+        limits: Limits,
+        wait_ms: float,
+        run_ms: float,
+        cpu_ms: float,
+    ) -> None:
+        limit = step.limit.name if step.limit else "-"
+        heap = step.stats.heap_bytes
+        logger.info(
+            "script step script=%s tenant=%s step=%d outcome=%s results_bytes=%d wait_ms=%.1f "
+            "run_ms=%.1f heap_bytes=%d cpu_ms=%.1f limit=%s",
+            record.id,
+            record.tenant,
+            record.steps + 1,
+            step.outcome,
+            step.stats.results_bytes,
+            wait_ms,
+            run_ms,
+            heap,
+            cpu_ms,
+            limit,
+        )
+        if heap > limits.memory / 2 or cpu_ms > limits.compute_ms / 2:
+            logger.warning(
+                "script step used over half its allowance script=%s tenant=%s heap_bytes=%d "
+                "of memory=%d, cpu_ms=%.1f of compute_ms=%d",
+                record.id,
+                record.tenant,
+                heap,
+                limits.memory,
+                cpu_ms,
+                limits.compute_ms,
+            )
+
+    # ---- checking and recording the calls a step asks for ----
+
+    def _check_calls(self, calls: list[log.CallEntry], step: Step, limits: Limits) -> Ending | None:
+        """Re-check the calls the runner reported against the tools and the log's budgets."""
+        for call in step.calls:
+            if call.name not in self._tool_names:
+                return Ending.failure(
+                    "ProtocolError",
+                    f"the runner reported a call to tools.{bounded(call.name, 'name')}, "
+                    "which does not exist",
+                )
+        count = len(calls) + len(step.calls)
+        if count > limits.calls:
+            return Ending.limit_met(
+                "calls",
+                f"the script made {count:,} calls, the most one script may make is "
+                f"{limits.calls:,}",
+            )
+        try:
+            sizes = [len(orjson.dumps(c.arguments)) for c in step.calls]
+        except (TypeError, orjson.JSONEncodeError) as e:
+            return Ending.failure(
+                "ProtocolError", f"the runner reported arguments that are not JSON data ({e})"
+            )
+        biggest = max(sizes, default=0)
+        if biggest > limits.call_arguments:
+            return Ending.limit_met(
+                "call_arguments",
+                f"a call's arguments are {size_text(biggest)}, over the "
+                f"{size_text(limits.call_arguments)} one call may take",
+            )
+        if sum(sizes) > limits.step_arguments:
+            return Ending.limit_met(
+                "step_arguments",
+                f"the calls of one step pass {size_text(sum(sizes))} of arguments together, "
+                f"over the {size_text(limits.step_arguments)} one step may pass",
+            )
+        total = sum(sizes) + sum(_argument_bytes(c) for c in calls)
+        if total > limits.arguments:
+            return Ending.limit_met(
+                "arguments",
+                f"the script's calls pass {size_text(total)} of arguments in all, over the "
+                f"{size_text(limits.arguments)} one script may pass",
+            )
+        return None
+
+    def _record_calls(
+        self, record: log.ScriptRecord, calls: list[log.CallEntry], step: Step
+    ) -> None:
+        start = len(calls)
+        self.store.add_calls(
+            [
+                log.CallEntry(
+                    script_id=record.id,
+                    index=start + i,
+                    call_id=f"call_{record.id[:8]}_{start + i + 1}",
+                    name=call.name,
+                    arguments=call.arguments,
+                    extra={"argument_bytes": len(orjson.dumps(call.arguments))},
+                )
+                for i, call in enumerate(step.calls)
+            ]
+        )
+
+    def _results_over(self, calls: list[log.CallEntry], limits: Limits) -> Ending | None:
+        total = sum(_result_bytes(c) for c in calls if c.state == log.DONE)
+        if total <= limits.results:
+            return None
+        return Ending.limit_met(
+            "results",
+            f"the script's calls returned {size_text(total)} of results, over the "
+            f"{size_text(limits.results)} one script may read",
+        )
+
+    # ---- endings ----
+
+    def _paused(
+        self, record: log.ScriptRecord, unsettled: Sequence[log.CallEntry], *, held: bool = False
+    ) -> RunResult:
+        reasons = {log.AWAITING_APPROVAL: "approval", log.AWAITING_CLIENT: "client"}
+        waiting = [
+            {
+                "call_id": c.call_id,
+                "name": c.name,
+                "arguments": c.arguments,
+                "reason": reasons.get(c.state, "turn"),
+            }
+            for c in unsettled
+        ]
+        if held:
+            text = "Script paused.\n  held: the script is interrupted until it is released."
+        else:
+            text = render.render_paused(waiting)
+        self.store.update_script(record.id, status=log.PAUSED)
+        return RunResult(record.id, "paused", text, waiting=waiting, steps=record.steps)
+
+    def _end(self, record: log.ScriptRecord, ending: Ending) -> RunResult:
+        if ending.limit is not None and ending.limit in LIMIT_NAMES:
+            logger.warning(
+                "script ended on a limit script=%s tenant=%s limit=%s; if scripts should have "
+                "more, raise %s",
+                record.id,
+                record.tenant,
+                ending.limit,
+                config_hint(ending.limit),
+            )
+        if ending.status == "finished":
+            shown_text, shown, media = self._shown(record, ending)
+            result = RunResult(
+                record.id,
+                "finished",
+                render.render_finished(ending) + shown_text,
+                value=ending.value if ending.value_text is None else ending.value_text,
+                returned=ending.returned,
+                steps=record.steps,
+                shown=shown,
+                media=media,
+            )
+            status = log.FINISHED
+        else:
+            result = RunResult(
+                record.id,
+                "failed",
+                render.render_failed(ending),
+                error=ending.error.model_dump() if ending.error else None,
+                limit=ending.limit,
+                steps=record.steps,
+            )
+            status = log.SCRIPT_FAILED
+        self.store.update_script(record.id, status=status, outcome=result.to_dict())
+        return result
+
+    def _shown(
+        self, record: log.ScriptRecord, ending: Ending
+    ) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+        """The files the script showed, checked again against the limits, read from blobs."""
+        limits = self.limits_for(record.tenant)
+        by_id = {f["id"]: f for f in record.files}
+        ids = [i for i in dict.fromkeys(ending.shown) if i in by_id][: limits.shown_files]
+
+        def read(f: dict[str, Any]) -> bytes | None:
+            try:
+                return self.blobs.read(f["blob"], 0, f["size"])
+            except FileMissing:
+                return None
+
+        return render.render_shown(
+            [by_id[i] for i in ids],
+            read,
+            text_budget=limits.shown,
+            media_budget=limits.shown_media,
+        )
+
+
+def _measure(value: float) -> float:
+    """A runner's measure as a charge: a negative or non-finite one (a runner's bug) is 0."""
+    return value if math.isfinite(value) and value > 0 else 0.0
+
+
+# Sizes kept with each call when it is recorded, so a step does not re-serialize the log.
+def _argument_bytes(entry: log.CallEntry) -> int:
+    size = entry.extra.get("argument_bytes")
+    return size if isinstance(size, int) else len(orjson.dumps(entry.arguments))
+
+
+def _result_bytes(entry: log.CallEntry) -> int:
+    size = entry.extra.get("result_bytes")
+    return size if isinstance(size, int) else len(orjson.dumps(entry.result))
