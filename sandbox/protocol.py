@@ -46,6 +46,30 @@ VALUE_BOUND = 256 * KiB
 MAX_DEPTH = 128
 
 
+# The spec's limits and their defaults, the one place they are stated: sizes in bytes, times
+# in milliseconds, the rest counts. Those under `Limits` below apply inside one run and go to
+# the sandbox with each script; the `total_` ones, over all of a script's runs, are the
+# engine's (engine/_limits.py). The README's table is checked against this by a test.
+DEFAULT_LIMITS = {
+    "calls": 1000,
+    "results": 8 * MiB,
+    "arguments": 64 * MiB,
+    "call_arguments": 4 * MiB,
+    "step_arguments": 8 * MiB,
+    "memory": 256 * MiB,
+    "compute_ms": 5000,
+    "total_compute_ms": 120_000,
+    "file_bytes": 64 * MiB,
+    "total_file_bytes": 512 * MiB,
+    "streams": 4,
+    "shown_files": 4,
+    "shown": 64 * KiB,
+    "shown_media": 2 * MiB,
+}
+# The limits that are counts; the others are sizes, or times when their name ends in `_ms`.
+COUNT_LIMITS = frozenset({"calls", "streams", "shown_files"})
+
+
 # What to do about each limit: every message that says a limit was met ends with it.
 REMEDIES = {
     "calls": "batch the work into fewer calls",
@@ -92,18 +116,18 @@ class Limits(_Model):
     Sizes are bytes, times milliseconds, the rest counts.
     """
 
-    calls: int = Field(default=1000, ge=0)
-    results: int = Field(default=8 * MiB, ge=0)
-    arguments: int = Field(default=64 * MiB, ge=0)
-    call_arguments: int = Field(default=4 * MiB, ge=0)
-    step_arguments: int = Field(default=8 * MiB, ge=0)
-    memory: int = Field(default=256 * MiB, ge=1 * MiB)
-    compute_ms: int = Field(default=5000, ge=1)
-    file_bytes: int = Field(default=64 * MiB, ge=0)
-    streams: int = Field(default=4, ge=0)
-    shown_files: int = Field(default=4, ge=0)
-    shown: int = Field(default=64 * KiB, ge=0)
-    shown_media: int = Field(default=2 * MiB, ge=0)
+    calls: int = Field(default=DEFAULT_LIMITS["calls"], ge=0)
+    results: int = Field(default=DEFAULT_LIMITS["results"], ge=0)
+    arguments: int = Field(default=DEFAULT_LIMITS["arguments"], ge=0)
+    call_arguments: int = Field(default=DEFAULT_LIMITS["call_arguments"], ge=0)
+    step_arguments: int = Field(default=DEFAULT_LIMITS["step_arguments"], ge=0)
+    memory: int = Field(default=DEFAULT_LIMITS["memory"], ge=1 * MiB)
+    compute_ms: int = Field(default=DEFAULT_LIMITS["compute_ms"], ge=1)
+    file_bytes: int = Field(default=DEFAULT_LIMITS["file_bytes"], ge=0)
+    streams: int = Field(default=DEFAULT_LIMITS["streams"], ge=0)
+    shown_files: int = Field(default=DEFAULT_LIMITS["shown_files"], ge=0)
+    shown: int = Field(default=DEFAULT_LIMITS["shown"], ge=0)
+    shown_media: int = Field(default=DEFAULT_LIMITS["shown_media"], ge=0)
 
 
 class Ready(_Model):
