@@ -24,15 +24,20 @@ from sandbox.protocol import Ran, Script
 MAX_READ = 4 * protocol.MiB
 
 
+def wall_seconds(compute_ms: int) -> float:
+    """The wall time a step may take: three times its CPU allowance plus one second."""
+    return 3 * compute_ms / 1000 + 1.0
+
+
 class Deadline:
-    """Wall time a step may take: three times its CPU allowance plus one second.
+    """Wall time a step may take (:func:`wall_seconds`).
 
     Time spent waiting on the host's file reads does not count, so :meth:`pause` extends it.
     """
 
     def __init__(self, compute_ms: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self.allowance = 3 * compute_ms / 1000 + 1.0
+        self.allowance = wall_seconds(compute_ms)
         self.at = clock() + self.allowance
         self.expired = False
 
@@ -243,7 +248,7 @@ def step_from(
     if outcome.timed_out:
         message = protocol.limit_message(
             "compute_ms",
-            f"the run passed its deadline of {3 * limits.compute_ms / 1000 + 1:,.1f} s of wall "
+            f"the run passed its deadline of {wall_seconds(limits.compute_ms):,.1f} s of wall "
             "time (three times its CPU allowance plus one second) and was stopped",
         )
         return Step.failure("LimitError", message, limit="compute_ms", process=process)

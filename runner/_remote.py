@@ -434,7 +434,7 @@ class RemoteRunner(ScriptRunner):
         """Answer the step's reads until its answer comes. Raises _Skip/_Down/RunError."""
         known = {f.id: f for f in script.files}
         bound = wire.step_bound(script)
-        wait = 3 * script.limits.compute_ms / 1000 + 1 + welcome.slot_wait + self.step_margin
+        wait = conv.wall_seconds(script.limits.compute_ms) + welcome.slot_wait + self.step_margin
         heard = False  # the service has said something about this step
         while True:
             try:
