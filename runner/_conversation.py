@@ -263,8 +263,8 @@ def step_from(
     ):
         message = protocol.limit_message(
             "memory",
-            "the script's process ran out of memory (its heap limit is twice memory, "
-            f"{protocol.size_text(limits.memory * 2)} or more)",
+            "the script's process ran out of memory (its heap limit is "
+            f"{protocol.size_text(protocol.process_heap(limits.memory))} or more)",
         )
         return Step.failure("LimitError", message, limit="memory", process=process)
     if outcome.problem is not None:

@@ -46,11 +46,6 @@ SPAWN_TIMEOUT = 30.0
 POOL_MEMORY = protocol.Limits().memory
 
 
-def default_data_limit(memory: int) -> int:
-    """The process heap: twice the JS ``memory`` and at least 512 MiB."""
-    return max(2 * memory, 512 * protocol.MiB)
-
-
 @dataclass
 class Child:
     """A sandbox process and its pipes, reaped once."""
@@ -241,7 +236,7 @@ class ProcessRunner(ScriptRunner):
         """The process heap for a script with JS heap ``memory``."""
         if self.data_limit is not None:
             return max(self.data_limit, memory)
-        return default_data_limit(memory)
+        return protocol.process_heap(memory)
 
     def argv(self, script: Script) -> list[str]:
         """The exec-mode command line for ``script``."""

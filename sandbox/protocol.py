@@ -69,6 +69,16 @@ DEFAULT_LIMITS = {
 # The limits that are counts; the others are sizes, or times when their name ends in `_ms`.
 COUNT_LIMITS = frozenset({"calls", "streams", "shown_files"})
 
+# The floor of a process's heap (RLIMIT_DATA): Python, orjson and the script line need room
+# beyond the JS heap.
+MIN_PROCESS_HEAP = 512 * MiB
+
+
+def process_heap(memory: int) -> int:
+    """The process heap a run whose JS heap limit is ``memory`` gets unless its runner sets
+    one: twice ``memory``, and at least :data:`MIN_PROCESS_HEAP` (the spec's rule)."""
+    return max(2 * memory, MIN_PROCESS_HEAP)
+
 
 # What to do about each limit: every message that says a limit was met ends with it.
 REMEDIES = {

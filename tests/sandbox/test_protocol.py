@@ -234,3 +234,31 @@ def test_record_failed_property():
     """A record with an error message is a failed call; one with a result is not."""
     assert Record(name="x", arguments={}, error="bad").failed
     assert not Record(name="x", arguments={}, result=None).failed
+
+
+def test_process_heap_is_twice_memory_and_at_least_512_mib() -> None:
+    """The spec's heap rule, stated once: the lockdown, the runner and its messages use it."""
+    MiB = protocol.MiB
+    assert protocol.process_heap(64 * MiB) == 512 * MiB
+    assert protocol.process_heap(256 * MiB) == 512 * MiB
+    assert protocol.process_heap(300 * MiB) == 600 * MiB
+
+
+def test_out_of_memory_message_names_the_heap_the_process_had() -> None:
+    """A process killed for memory is told the heap it had: 512 MiB for memory = 64 MiB, not
+    twice 64 MiB."""
+    from runner._base import ProcessStats
+    from runner._conversation import Outcome, step_from
+
+    small = SCRIPT.model_copy(update={"limits": Limits(memory=64 * protocol.MiB)})
+    step = step_from(
+        Outcome(),
+        small,
+        ProcessStats(max_rss_bytes=1),
+        term_signal=None,
+        exit_code=1,
+        killed_by_us=False,
+        stderr_tail="MemoryError",
+    )
+    assert step.limit is not None and step.limit.name == "memory"
+    assert "512 MiB" in step.limit.message
