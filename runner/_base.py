@@ -11,7 +11,7 @@ import abc
 from dataclasses import dataclass
 from typing import Protocol
 
-from sandbox.protocol import Ran, Script, ScriptError
+from sandbox.protocol import LANGUAGES, Ran, Script, ScriptError
 
 
 class RunError(Exception):
@@ -101,7 +101,7 @@ class ScriptRunner(abc.ABC):
     taken now and should be retried. Implementations are safe to call concurrently.
     """
 
-    languages: tuple[str, ...] = ("javascript",)
+    languages: tuple[str, ...] = LANGUAGES
 
     @abc.abstractmethod
     async def run(

@@ -138,13 +138,9 @@ class UnconfinedError(Exception):
 
 
 def check_version(ready: protocol.Ready, script: Script) -> None:
-    if not ready.oldest <= script.version <= ready.version:
-        raise RunError(
-            f"the sandbox takes script versions {ready.oldest} to {ready.version}, "
-            f"this script is version {script.version}"
-        )
-    if script.language not in ready.languages:
-        raise RunError(f"the sandbox does not run {script.language!r} (it runs {ready.languages})")
+    why = protocol.unfit(script, ready.oldest, ready.version, ready.languages)
+    if why is not None:
+        raise RunError(f"the sandbox cannot run this step: {why}")
 
 
 async def converse(

@@ -36,6 +36,7 @@ from typing import Any
 from runner import _conversation as conv
 from runner import _wire as wire
 from runner._base import FileReader, RunError, ScriptRunner, Step
+from sandbox import protocol
 from sandbox.protocol import Script
 
 TOKEN_ENV = "CODEMODE_RUNNER_TOKEN"
@@ -85,13 +86,9 @@ class _Stale(_Down):
 
 def _check_fit(welcome: wire.Welcome, script: Script, line_bytes: int) -> None:
     """Raise _Skip or _Down when the service cannot take this step, before it is sent."""
-    low, high = welcome.scripts
-    if not low <= script.version <= high:
-        raise _Skip(
-            f"it takes script versions {low} to {high}, the step is version {script.version}"
-        )
-    if script.language not in welcome.languages:
-        raise _Skip(f"it runs {welcome.languages}, not {script.language!r}")
+    why = protocol.unfit(script, *welcome.scripts, welcome.languages)
+    if why is not None:
+        raise _Skip(why)
     if welcome.draining:
         raise _Down("it is draining")
     if line_bytes > welcome.max_line:

@@ -14,6 +14,7 @@ import-light: pydantic and orjson only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import orjson
@@ -320,6 +321,24 @@ def decode(line: bytes, expect: tuple[str, ...]) -> Any:
 def _preview(line: bytes, n: int = 120) -> str:
     text = line[:n].decode("utf-8", "replace")
     return repr(text) + ("..." if len(line) > n else "")
+
+
+def unfit(
+    script: Script,
+    oldest: int = OLDEST,
+    version: int = VERSION,
+    languages: Sequence[str] = LANGUAGES,
+) -> str | None:
+    """Why a runner that takes script versions ``oldest`` to ``version`` in ``languages``
+    cannot run ``script``, or ``None`` when it admits it. Every side that admits a step (the
+    process, the runner, the runner service and its client) decides by this one rule."""
+    if not oldest <= script.version <= version:
+        return (
+            f"it takes script versions {oldest} to {version}, the step is version {script.version}"
+        )
+    if script.language not in languages:
+        return f"it runs {', '.join(languages)}, not {script.language}"
+    return None
 
 
 def ready() -> Ready:
