@@ -27,7 +27,7 @@ from engine._declarations import run_code_tool
 from engine._errors import CallNotWaiting, CodeModeError, StepUnavailable
 from engine._files import Attachment, BlobReader, BlobStore, record_files
 from engine._limits import Limits
-from engine._naming import closest_names
+from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH, closest_names
 from engine._search import ToolIndex
 from engine._skills import Skill, find_skill, skill_answer, skills_listing
 from engine._source import ScriptTooLarge, normalize
@@ -39,7 +39,6 @@ from sandbox.protocol import limit_message, size_text
 
 logger = logging.getLogger("codemode")
 
-BUILTIN_TOOLS = ("tool_search", "skill")
 
 FILES_NOTE = (
     "The conversation's files are in `files`: `files.list()` and `files.stat(id)` give "
@@ -560,7 +559,7 @@ class CodeMode:
         self.store.update_call(record.id, entry.index, state=log.DONE, result=result, extra=extra)
 
     async def _invoke(self, record: log.ScriptRecord, entry: log.CallEntry) -> Any:
-        if entry.name == "tool_search":
+        if entry.name == TOOL_SEARCH:
             query = entry.arguments.get("query")
             if not isinstance(query, str):
                 raise ToolCallError('tools.tool_search takes { query: "words or tool names" }')
@@ -571,7 +570,7 @@ class CodeMode:
                 return self._index.search(query, limit=limit)
             except ValueError as e:
                 raise ToolCallError(str(e)) from e
-        if entry.name == "skill":
+        if entry.name == SKILL:
             skill = find_skill(self.skills, entry.arguments.get("name"))
             return skill_answer(skill, self.tools)
         tool = self._by_name.get(entry.name)

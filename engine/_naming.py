@@ -15,12 +15,18 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+from sandbox.protocol import RUN_CODE
+
 # Longest name we hand out. JavaScript has no limit, but a name is read by the model in every
 # declaration, and some providers cap tool names at 64 characters.
 MAX_NAME = 64
 
+# The tools the engine answers itself, which a script calls like a host's tools.
+TOOL_SEARCH = "tool_search"
+SKILL = "skill"
+BUILTIN_TOOLS = (TOOL_SEARCH, SKILL)
 # Names the engine declares itself; a host tool that sanitizes to one of them is renamed.
-BUILTIN_NAMES = frozenset({"run_code", "tool_search", "skill"})
+BUILTIN_NAMES = frozenset({RUN_CODE, *BUILTIN_TOOLS})
 
 # Property names that are special on a JavaScript object, so a tool must not take them:
 # `tools.__proto__` is the prototype, and a `then` would make `tools` look like a promise.

@@ -23,6 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 VERSION = 1
 OLDEST = 1
 LANGUAGES = ("javascript",)
+# The one tool a model calls; a script never calls it, even when a host lists it.
+RUN_CODE = "run_code"
 
 KiB = 1024
 MiB = 1024 * KiB

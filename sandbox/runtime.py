@@ -25,6 +25,7 @@ from sandbox.files import Fetch, FileError, FileLimit, Files
 from sandbox.protocol import (
     PRINTED_HEAD,
     PRINTED_TAIL,
+    RUN_CODE,
     VALUE_BOUND,
     Call,
     ErrorLine,
@@ -134,7 +135,7 @@ class Run:
         self.ended = False
         self.script_lines = script.code.split("\n")
         # run_code is never callable from a script, even when a host lists it.
-        self.tool_names = [name for name in script.tools if name != "run_code"]
+        self.tool_names = [name for name in script.tools if name != RUN_CODE]
         self._cpu0 = _cpu_ms()
         self.ctx: Any = None
 
