@@ -8,7 +8,7 @@ go to the sandbox with each script; totals over all of a script's runs are the e
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from engine._errors import ConfigError
@@ -75,9 +75,6 @@ class Limits:
         if limits.compute_ms < 1:
             raise ConfigError(f"{where} compute_ms must be at least 1")
         return limits
-
-    def with_(self, **changes: int) -> Limits:
-        return replace(self, **changes)
 
     def for_run(self) -> protocol.Limits:
         """The limits that apply inside one run, as the sandbox takes them."""

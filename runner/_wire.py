@@ -172,14 +172,6 @@ def encode_step(step: Step) -> bytes:
     return orjson.dumps({"step": body}) + b"\n"
 
 
-def encode_bytes(data: bytes) -> bytes:
-    return orjson.dumps({"bytes": len(data)}) + b"\n" + data
-
-
-def encode_missing(why: str) -> bytes:
-    return orjson.dumps({"missing": why}) + b"\n"
-
-
 def envelope(line: bytes) -> tuple[str, Any]:
     """Split a line into its kind and body. Raises :class:`WireError` if it is no envelope."""
     try:

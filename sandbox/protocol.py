@@ -259,8 +259,6 @@ class Ran(_Model):
         return "value" in self.model_fields_set or self.value_text is not None
 
 
-Message = Ready | Unconfined | Script | ReadRequest | Ran
-
 _KINDS: dict[str, type[_Model]] = {
     "ready": Ready,
     "unconfined": Unconfined,
