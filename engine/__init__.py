@@ -19,6 +19,7 @@ from engine._errors import (
     ConfigError,
     ScriptNotFound,
     StepUnavailable,
+    ToolCallError,
 )
 from engine._files import Attachment, BlobStore
 from engine._functions import tool
@@ -29,7 +30,6 @@ from engine._skills import Skill
 from engine._source import ScriptTooLarge, normalize
 from engine._tools import (
     Tool,
-    ToolCallError,
     ToolContext,
     ToolDefinitionError,
     load_mcp_tools,

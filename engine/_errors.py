@@ -25,3 +25,16 @@ class CallNotWaiting(CodeModeError):
 
 class StepUnavailable(CodeModeError):
     """No runner took the step before its queue timeout; the script can be resumed later."""
+
+
+class ToolCallError(Exception):
+    """A call that failed: bad arguments, a handler that raised or timed out, a bad result.
+
+    The script sees an ``Error`` with this message, and can catch it. ``tool`` is the name the
+    script called.
+    """
+
+    def __init__(self, message: str, *, tool: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.tool = tool

@@ -31,6 +31,8 @@ import jsonschema_rs
 from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError
 
+from engine._errors import ToolCallError
+from engine._mcp import wrap_handler
 from engine._naming import sanitize_name, unique_names
 from engine._schema import (
     NotJSONData,
@@ -54,19 +56,6 @@ class ToolDefinitionError(Exception):
     Raised when the tool is built, so the mistake shows when the host starts, never to the
     model. The message names the tool, the problem and the fix.
     """
-
-
-class ToolCallError(Exception):
-    """A call that failed: bad arguments, a handler that raised or timed out, a bad result.
-
-    The script sees an ``Error`` with this message, and can catch it. ``tool`` is the name the
-    script called.
-    """
-
-    def __init__(self, message: str, *, tool: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.tool = tool
 
 
 @dataclass(frozen=True)
@@ -267,8 +256,6 @@ class Tool:
         if not isinstance(description, str):
             raise ToolDefinitionError(f'MCP tool {name!r}: "description" must be a string')
         if handler is not None and callable(handler):
-            from engine._mcp import wrap_handler  # late: it imports this module
-
             # MCP answers are CallToolResults or text: the script gets them parsed.
             handler = wrap_handler(handler)
         return cls(
