@@ -27,7 +27,7 @@ from engine._declarations import run_code_tool
 from engine._errors import CallNotWaiting, CodeModeError, StepUnavailable
 from engine._files import Attachment, BlobReader, BlobStore, record_files
 from engine._limits import Limits
-from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH, closest_names
+from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
 from engine._search import ToolIndex
 from engine._skills import Skill, find_skill, skill_answer, skills_listing
 from engine._source import ScriptTooLarge, normalize
@@ -35,6 +35,7 @@ from engine._tools import Tool, ToolCallError, ToolContext, unique_tools
 from engine._worker import Decision, Worker, ask, calls_trigger, proposed_worker
 from runner import RunError, ScriptRunner, Step
 from sandbox import protocol
+from sandbox.names import closest_names
 from sandbox.protocol import limit_message, size_text
 
 logger = logging.getLogger("codemode")

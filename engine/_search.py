@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine._declarations import BUDGET, declare_tools
-from engine._naming import terms
 from engine._tools import Tool
+from sandbox.names import terms
 
 MAX_QUERY = 1000
 MAX_LIMIT = 50

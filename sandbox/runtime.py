@@ -11,7 +11,6 @@ process writes ``ran`` and exits at once, so no ``try``/``catch`` in the script 
 from __future__ import annotations
 
 import contextlib
-import difflib
 import re
 import resource
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ import _quickjs
 import orjson
 
 from sandbox.files import Fetch, FileError, FileLimit, Files
+from sandbox.names import closest_names
 from sandbox.protocol import (
     PRINTED_HEAD,
     PRINTED_TAIL,
@@ -169,17 +169,7 @@ class Run:
             self.printed.add(text)
 
     def _closest(self, name: str) -> str:
-        names = sorted(self.tool_names)
-        near = difflib.get_close_matches(str(name), names, n=3, cutoff=0.5)
-        lowered = str(name).lower()
-        for candidate in names:
-            if len(near) >= 3:
-                break
-            if candidate not in near and (
-                lowered in candidate.lower() or candidate.lower() in lowered
-            ):
-                near.append(candidate)
-        return orjson.dumps(near).decode()
+        return orjson.dumps(closest_names(str(name), self.tool_names)).decode()
 
     def _call(self, name: str, args_json: str) -> str:
         if self.ended:
