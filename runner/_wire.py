@@ -210,17 +210,11 @@ def decode_body(kind: str, body: Any, expect: tuple[str, ...]) -> Any:
         try:
             return protocol.Script.model_validate(body), tenant
         except ValidationError as e:
-            raise WireError(_invalid(kind, e)) from None
+            raise WireError(protocol.malformed(kind, e)) from None
     try:
         return _KINDS[kind].model_validate(body)
     except ValidationError as e:
-        raise WireError(_invalid(kind, e)) from None
-
-
-def _invalid(kind: str, e: ValidationError) -> str:
-    first = e.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or kind
-    return f"a malformed {kind!r} message: {where}: {first['msg']}"
+        raise WireError(protocol.malformed(kind, e)) from None
 
 
 def step_bound(script: protocol.Script) -> int:

@@ -313,9 +313,14 @@ def decode(line: bytes, expect: tuple[str, ...]) -> Any:
     try:
         return _KINDS[kind].model_validate(body)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or kind
-        raise ProtocolError(f"a malformed {kind!r} message: {where}: {first['msg']}") from None
+        raise ProtocolError(malformed(kind, e)) from None
+
+
+def malformed(kind: str, error: ValidationError) -> str:
+    """What is wrong with a ``kind`` message that did not validate: its first problem."""
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or kind
+    return f"a malformed {kind!r} message: {where}: {first['msg']}"
 
 
 def _preview(line: bytes, n: int = 120) -> str:
