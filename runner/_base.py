@@ -13,6 +13,10 @@ from typing import Protocol
 
 from sandbox.protocol import LANGUAGES, Ran, Script, ScriptError
 
+# The interpreter's arguments that start the sandbox, before its own: isolated mode (no
+# PYTHON* variables, no user site-packages, not the working directory on the path).
+SANDBOX_ARGS = ("-I", "-m", "sandbox")
+
 
 class RunError(Exception):
     """The runner cannot take this step now (down, busy, of another version).

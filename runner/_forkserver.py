@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 
 from runner import _conversation as conv
-from runner._base import ProcessStats, RunError
+from runner._base import SANDBOX_ARGS, ProcessStats, RunError
 from runner._pipes import PipeFeed, PipeWriter, pipe_reader
 from sandbox import protocol
 
@@ -226,15 +226,7 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.popen = subprocess.Popen(
-                [
-                    self.python,
-                    "-I",
-                    "-m",
-                    "sandbox",
-                    "--zygote",
-                    "--control",
-                    str(theirs.fileno()),
-                ],
+                [self.python, *SANDBOX_ARGS, "--zygote", "--control", str(theirs.fileno())],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from runner import _conversation as conv
-from runner._base import FileReader, ProcessStats, RunError, ScriptRunner, Step
+from runner._base import SANDBOX_ARGS, FileReader, ProcessStats, RunError, ScriptRunner, Step
 from runner._forkserver import ForkedChild, ForkServer
 from runner._pool import DEFAULT_IDLE_AFTER, WarmPool
 from runner._slots import DEFAULT_SCRIPT_WAIT, Slots, default_slot_count
@@ -243,9 +243,7 @@ class ProcessRunner(ScriptRunner):
         memory = script.limits.memory
         return [
             self.python,
-            "-I",
-            "-m",
-            "sandbox",
+            *SANDBOX_ARGS,
             "--memory-ceiling",
             str(memory),
             "--data-limit",
