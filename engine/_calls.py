@@ -16,12 +16,13 @@ import orjson
 
 from engine import _log as log
 from engine._limits import Limits
-from engine._naming import closest_names
+from engine._naming import SKILL, TOOL_SEARCH
 from engine._search import ToolIndex
 from engine._skills import Skill, find_skill, skill_answer
 from engine._tools import Tool, ToolCallError, ToolContext
 from engine._worker import Decision, Worker, ask, calls_trigger
 from runner import bounded
+from sandbox.names import closest_names
 
 logger = logging.getLogger("codemode")
 
@@ -126,11 +127,11 @@ class CallSettling:
         self.store.update_call(record.id, entry.index, state=log.FAILED, error=error_text(message))
 
     async def _invoke(self, record: log.ScriptRecord, entry: log.CallEntry) -> Any:
-        if entry.name == "tool_search":
+        if entry.name == TOOL_SEARCH:
             # The index checks the query and the limit (ToolCallError, as the script sees it).
             query = entry.arguments.get("query")
             return self._index.search(query, limit=entry.arguments.get("limit", 8))
-        if entry.name == "skill":
+        if entry.name == SKILL:
             skill = find_skill(self.skills, entry.arguments.get("name"))
             return skill_answer(skill, self.tools)
         tool = self._by_name.get(entry.name)

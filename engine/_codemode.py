@@ -28,7 +28,7 @@ from engine._errors import CallNotWaiting, CodeModeError
 from engine._files import Attachment, BlobStore, record_files
 from engine._functions import as_tools
 from engine._limits import Limits, limits_for, limits_option
-from engine._naming import closest_names
+from engine._naming import BUILTIN_TOOLS
 from engine._result import RunResult
 from engine._search import ToolIndex
 from engine._skills import Skill, check_skills, skills_listing
@@ -37,10 +37,10 @@ from engine._steps import StepLoop
 from engine._tools import Tool, ToolCallError, unique_tools
 from engine._worker import Worker, proposed_worker
 from runner import ScriptRunner
+from sandbox.names import closest_names
 
 logger = logging.getLogger("codemode")
 
-BUILTIN_TOOLS = ("tool_search", "skill")
 
 FILES_NOTE = (
     "The conversation's files are in `files`: `files.list()` and `files.stat(id)` give "

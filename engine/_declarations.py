@@ -31,25 +31,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
 from engine._tools import Tool, ToolDefinitionError
 from engine._typescript import INDENT, Document, Namer, Renderer, comment_text, first_line
 from engine._typescript import type_prefix as _type_prefix
+from sandbox.protocol import RUN_CODE
 
 KiB = 1024
 BUDGET = 12 * KiB
-RUN_CODE = "run_code"
 # A tool's summary comment in `run_code`, and its whole description in a search answer, are
 # cut at these many characters.
 MAX_SUMMARY = 300
 MAX_DESCRIPTION = 4000
 
 _BUILTINS: dict[str, tuple[str, str]] = {
-    "tool_search": (
+    TOOL_SEARCH: (
         'Find tools by what they do, or by exact names ("get_user, list_orders"); answers '
         "with their declarations, as text.",
         "tool_search(input: { query: string; limit?: number }): Promise<string>;",
     ),
-    "skill": (
+    SKILL: (
         "Load a skill by name; answers with its instructions and the declarations of its "
         "tools, as text.",
         "skill(input: { name: string }): Promise<string>;",
@@ -112,7 +113,7 @@ def declare_tools(
     tools: Sequence[Tool],
     budget: int = BUDGET,
     *,
-    builtins: Sequence[str] = ("tool_search",),
+    builtins: Sequence[str] = (TOOL_SEARCH,),
     full_descriptions: bool = False,
 ) -> tuple[str, list[Tool]]:
     """The declarations block of ``tools`` within ``budget`` bytes, and the tools it declares.
@@ -180,7 +181,7 @@ def run_code_tool(
     arguments, so it stays the same for a whole session and the model's cached prefix holds.
     """
     visible = [t for t in tools if not t.deferred]
-    builtins = ("tool_search", "skill") if skills else ("tool_search",)
+    builtins = BUILTIN_TOOLS if skills else (TOOL_SEARCH,)
     block, declared = declare_tools(visible, budget, builtins=builtins)
     paragraphs = [
         "Run a JavaScript script that calls tools, and get back what it prints and returns.",

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from typing import Any
 
 from engine._errors import ConfigError
 from sandbox import protocol
+from sandbox.protocol import KiB, MiB
 
-KiB = 1024
-MiB = 1024 * KiB
 GiB = 1024 * MiB
 
 _UNITS = {
@@ -42,24 +41,28 @@ _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", re.ASCII)
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*", re.ASCII)
 
 
+# The defaults are stated once, in the protocol, which the sandbox can import.
+_DEFAULTS = protocol.DEFAULT_LIMITS
+
+
 @dataclass(frozen=True)
 class Limits:
     """What one script may use. Sizes in bytes, times in milliseconds, the rest counts."""
 
-    calls: int = 1000
-    results: int = 8 * MiB
-    arguments: int = 64 * MiB
-    call_arguments: int = 4 * MiB
-    step_arguments: int = 8 * MiB
-    memory: int = 256 * MiB
-    compute_ms: int = 5000
-    total_compute_ms: int = 120_000
-    file_bytes: int = 64 * MiB
-    total_file_bytes: int = 512 * MiB
-    streams: int = 4
-    shown_files: int = 4
-    shown: int = 64 * KiB
-    shown_media: int = 2 * MiB
+    calls: int = _DEFAULTS["calls"]
+    results: int = _DEFAULTS["results"]
+    arguments: int = _DEFAULTS["arguments"]
+    call_arguments: int = _DEFAULTS["call_arguments"]
+    step_arguments: int = _DEFAULTS["step_arguments"]
+    memory: int = _DEFAULTS["memory"]
+    compute_ms: int = _DEFAULTS["compute_ms"]
+    total_compute_ms: int = _DEFAULTS["total_compute_ms"]
+    file_bytes: int = _DEFAULTS["file_bytes"]
+    total_file_bytes: int = _DEFAULTS["total_file_bytes"]
+    streams: int = _DEFAULTS["streams"]
+    shown_files: int = _DEFAULTS["shown_files"]
+    shown: int = _DEFAULTS["shown"]
+    shown_media: int = _DEFAULTS["shown_media"]
 
     def __post_init__(self) -> None:
         # Checked here, not at the first run: a bad limit is the host's mistake, and a script
@@ -81,9 +84,6 @@ class Limits:
                     + ", ".join(sorted(known))
                 )
         return cls(**_checked(dict(table), where))
-
-    def with_(self, **changes: int) -> Limits:
-        return replace(self, **changes)
 
     def for_run(self) -> protocol.Limits:
         """The limits that apply inside one run, as the sandbox takes them."""
@@ -146,7 +146,7 @@ def _parse_limit(key: str, raw: Any, where: str) -> int:
         raise ConfigError(f"{where} {key} = {raw!r} is not a number")
     if key.endswith("_ms"):
         value = _parse_duration(key, raw, where)
-    elif key in {"calls", "streams", "shown_files"}:
+    elif key in protocol.COUNT_LIMITS:
         if not (isinstance(raw, int) and raw >= 0):
             raise ConfigError(f"{where} {key} = {_shown(raw)} must be a whole number, 0 or more")
         value = _bounded(raw, raw, f"{where} {key}")

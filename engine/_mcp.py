@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from engine._tools import ToolCallError
+from engine._errors import ToolCallError
 
 
 def unwrap(result: Any) -> Any:

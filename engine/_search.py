@@ -22,8 +22,8 @@ from typing import Any
 
 from engine._declarations import BUDGET, declare_tools
 from engine._errors import ToolCallError
-from engine._naming import terms
 from engine._tools import Tool
+from sandbox.names import terms
 
 MAX_QUERY = 1000
 MAX_LIMIT = 50

@@ -10,7 +10,6 @@ what it reads.
 
 from __future__ import annotations
 
-import difflib
 import mimetypes
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,9 +17,9 @@ from pathlib import Path
 
 from engine._declarations import BUDGET, declare_tools
 from engine._files import Attachment
-from engine._naming import closest_names
 from engine._search import SkillInfo
 from engine._tools import Tool, ToolCallError, ToolDefinitionError
+from sandbox.names import closest_names
 
 
 @dataclass(frozen=True)
@@ -146,7 +145,7 @@ def find_skill(skills: Sequence[Skill], name: object) -> Skill:
         if skill.name == name:
             return skill
     names = [s.name for s in skills]
-    near = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    near = closest_names(name, names)
     if not names:
         raise ToolCallError("tools.skill: this agent has no skills")
     hint = (

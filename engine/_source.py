@@ -3,6 +3,9 @@
 Models write a bare body, a body inside a Markdown code fence, or a whole
 ``async () => { ... }`` function; all three are accepted. Whatever is taken away is replaced
 by line breaks, so an error's line numbers are the lines as the model wrote them.
+
+The text is the model's, so every scan here is linear in its length: no pattern may
+backtrack (one that did took minutes on a few KiB of spaces).
 """
 
 from __future__ import annotations
@@ -13,16 +16,19 @@ from engine._errors import CodeModeError
 
 MAX_CODE_BYTES = 256 * 1024
 
-_FENCE = re.compile(
-    r"\A(?P<lead>\s*)```[ \t]*(?:javascript|js|typescript|ts|jsx|mjs)?[ \t]*\n"
-    r"(?P<body>.*?)\n?[ \t]*```\s*\Z",
-    re.DOTALL | re.IGNORECASE,
+# Languages a fence may name ("```js"); any case.
+_FENCE_LANGUAGES = frozenset({"", "javascript", "js", "typescript", "ts", "jsx", "mjs"})
+_FENCE = "```"
+# A whole function: `(? async function name? () {` or `(? async () => {` ... `} )? ( () )? ;?`.
+# Every quantifier is possessive (`*+`): adjacent `\s*` that could give back what they took
+# made the engine try every split of a run of spaces (minutes on a few KiB). The tail has
+# one `}`, so it can only match at the text's last one.
+_HEAD = re.compile(
+    r"\s*+\(?+\s*+(?:async\s++function\s*+[\w$]*+\s*+\(\s*+\)|async\s*+\(\s*+\)\s*+=>)\s*+\{"
 )
-_FUNCTION = re.compile(
-    r"\A(?P<lead>\s*\(?\s*(?:async\s+function\s*[\w$]*\s*\(\s*\)|async\s*\(\s*\)\s*=>)\s*\{)"
-    r"(?P<body>.*)\}\s*\)?\s*(?:\(\s*\)\s*)?;?\s*\Z",
-    re.DOTALL,
-)
+_TAIL = re.compile(r"\}\s*+\)?+\s*+(?:\(\s*+\)\s*+)?+;?+\s*+\Z")
+# The line breaks JavaScript counts (QuickJS too: a lone CR, LS and PS start a line).
+_BREAK = re.compile("\r\n|[\r\n\u2028\u2029]")
 
 
 class ScriptTooLarge(CodeModeError):
@@ -33,39 +39,118 @@ def normalize(code: str) -> str:
     """The body of an async function, with the model's line numbers kept."""
     if not isinstance(code, str):
         raise TypeError(f"code must be a string, not {type(code).__name__}")
-    size = len(code.encode("utf-8", "replace"))
+    # Each character is a byte or more: a longer text is refused without encoding it.
+    long = len(code) > MAX_CODE_BYTES
+    size = len(code) if long else len(code.encode("utf-8", "replace"))
     if size > MAX_CODE_BYTES:
         raise ScriptTooLarge(
-            f"the script is {size:,} bytes, over the {MAX_CODE_BYTES:,} bytes a script may "
-            "be; write a shorter script that reads its data with tool calls or files"
+            f"the script is {'at least ' if long else ''}{size:,} bytes, over the "
+            f"{MAX_CODE_BYTES:,} bytes a script may be; write a shorter script that reads its "
+            "data with tool calls or files"
         )
-    fence = _FENCE.match(code)
-    if fence:
-        code = "\n" * (fence.group("lead").count("\n") + 1) + fence.group("body")
-    function = _FUNCTION.match(code)
-    if function and _balanced(function.group("body")):
-        code = "\n" * function.group("lead").count("\n") + function.group("body")
+    for unwrap in (_fence, _function):
+        found = unwrap(code)
+        if found is not None:
+            start, end = found
+            code = _breaks(code[:start], code[start : start + 1]) + code[start:end]
     return code
 
 
+def _breaks(text: str, then: str) -> str:
+    """What stands for ``text``, which is taken away before ``then``: its line breaks, so
+    the lines after it keep their numbers, whether a reader counts JavaScript's breaks or
+    only LF. A lone CR kept right before an LF would make one CRLF of two breaks: a space
+    keeps them apart."""
+    tokens = [*_BREAK.findall(text), then]
+    return "".join(
+        "\r " if token == "\r" and tokens[i + 1].startswith("\n") else token
+        for i, token in enumerate(tokens[:-1])
+    )
+
+
+def _fence(code: str) -> tuple[int, int] | None:
+    """Where the body of a Markdown code fence around the whole of ``code`` starts and ends;
+    ``None`` when ``code`` is not one fence."""
+    opening = len(code) - len(code.lstrip())
+    if not code.startswith(_FENCE, opening):
+        return None
+    newline = code.find("\n", opening)
+    header = code[opening + len(_FENCE) : newline]
+    if newline < 0 or header.strip(" \t").lower() not in _FENCE_LANGUAGES:
+        return None
+    start = newline + 1
+    closing = len(code.rstrip()) - len(_FENCE)
+    if closing < start or not code.startswith(_FENCE, closing):
+        return None
+    end = len(code[start:closing].rstrip(" \t")) + start
+    return start, end - 1 if code.startswith("\n", end - 1) and end > start else end
+
+
+def _function(code: str) -> tuple[int, int] | None:
+    """Where the body of the ``async () => { ... }`` or ``async function () { ... }`` that is
+    the whole of ``code`` (maybe in parentheses, maybe called) starts and ends; ``None`` when
+    ``code`` is not one such function."""
+    head = _HEAD.match(code)
+    tail = _TAIL.search(code)
+    if head is None or tail is None or tail.start() < head.end():
+        return None
+    if not _balanced(code[head.end() : tail.start()]):
+        return None
+    return head.end(), tail.start()
+
+
+# What the brace count stops at; and the inside of each kind of quote, escapes included (a
+# quote ends at a line break unless it is escaped, a template literal does not). Neither can
+# backtrack: nothing follows the repetition.
+_MARKS = re.compile(r"[{}/\"'`]")
+_INSIDE = {
+    q: re.compile(rf"[^{q}\\{nl}]*(?:\\.[^{q}\\{nl}]*)*", re.DOTALL)
+    for q, nl in (('"', "\n"), ("'", "\n"), ("`", ""))
+}
+
+
 def _balanced(body: str) -> bool:
-    """True when the body's braces pair up (so the outer braces were the function's)."""
+    """True when the body's braces pair up (so the outer braces were the function's).
+
+    Braces in strings, template literals and comments do not count; a quote or ``/*`` that
+    is never closed is plain text. A scan that finds no close is remembered: every opener of
+    the same kind up to where it stopped finds none either (each of them is escaped, or
+    inside that comment), so no stretch of the text is scanned twice for the same close.
+    """
     depth = 0
-    for ch in _strip_strings(body):
+    n = len(body)
+    open_until: dict[str, int] = {}  # opener -> an opener before here finds no close
+    mark = _MARKS.search(body)
+    while mark is not None:
+        i = mark.start()
+        ch = body[i]
+        if body.startswith("//", i):
+            newline = body.find("\n", i)
+            i = n if newline < 0 else newline
+            mark = _MARKS.search(body, i)
+            continue
+        opener = "/*" if body.startswith("/*", i) else ch if ch in "\"'`" else None
+        if opener is not None and i >= open_until.get(opener, 0):
+            end, stop = _close(body, i, opener)
+            if end is not None:
+                mark = _MARKS.search(body, end)
+                continue
+            open_until[opener] = stop
         if ch == "{":
             depth += 1
         elif ch == "}":
             depth -= 1
             if depth < 0:
                 return False
+        mark = _MARKS.search(body, i + 1)
     return depth == 0
 
 
-_STRINGS = re.compile(
-    r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|`(?:\\.|[^`\\])*`",
-    re.DOTALL,
-)
-
-
-def _strip_strings(text: str) -> str:
-    return _STRINGS.sub("", text)
+def _close(body: str, i: int, opener: str) -> tuple[int | None, int]:
+    """Just past the close of the comment or quote that opens at ``i``, or ``None`` and where
+    the scan gave up. Quotes end at a line break unless it is escaped; backticks do not."""
+    if opener == "/*":
+        end = body.find("*/", i + 2)
+        return (None, len(body)) if end < 0 else (end + 2, end + 2)
+    at = _INSIDE[opener].match(body, i + 1).end()  # type: ignore[union-attr]  # matches ""
+    return (at + 1, at + 1) if body.startswith(opener, at) else (None, at)

@@ -32,6 +32,7 @@ from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError
 
 from engine._errors import ToolCallError, ToolDefinitionError
+from engine._mcp import wrap_handler
 from engine._naming import sanitize_name, unique_names
 from engine._schema import (
     NotJSONData,
@@ -252,8 +253,6 @@ class Tool:
         if not isinstance(description, str):
             raise ToolDefinitionError(f'MCP tool {name!r}: "description" must be a string')
         if handler is not None and callable(handler):
-            from engine._mcp import wrap_handler  # late: it imports this module
-
             # MCP answers are CallToolResults or text: the script gets them parsed.
             handler = wrap_handler(handler)
         return cls(

@@ -11,7 +11,11 @@ import abc
 from dataclasses import dataclass
 from typing import Protocol
 
-from sandbox.protocol import LimitMet, Ran, Script, ScriptError
+from sandbox.protocol import LANGUAGES, LimitMet, Ran, Script, ScriptError
+
+# The interpreter's arguments that start the sandbox, before its own: isolated mode (no
+# PYTHON* variables, no user site-packages, not the working directory on the path).
+SANDBOX_ARGS = ("-I", "-m", "sandbox")
 
 # The longest string of each kind a step may carry from the process (in characters). A
 # process is not trusted: whatever it says is cut to these before anything stores, logs or
@@ -146,7 +150,7 @@ class ScriptRunner(abc.ABC):
     (the engine charges budgets from that, never from ``ran.stats``).
     """
 
-    languages: tuple[str, ...] = ("javascript",)
+    languages: tuple[str, ...] = LANGUAGES
 
     @abc.abstractmethod
     async def run(

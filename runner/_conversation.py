@@ -26,8 +26,13 @@ from sandbox.protocol import Ran, Script
 MAX_READ = 4 * protocol.MiB
 
 
+def wall_seconds(compute_ms: int) -> float:
+    """The wall time a step may take: three times its CPU allowance plus one second."""
+    return 3 * compute_ms / 1000 + 1.0
+
+
 class Deadline:
-    """Wall time a step may take: three times its CPU allowance plus one second.
+    """Wall time a step may take (:func:`wall_seconds`).
 
     Time spent on file reads counts too: a process cannot buy itself time by asking for
     bytes (the runner serves them from the host's store, which is fast next to the CPU
@@ -36,7 +41,7 @@ class Deadline:
 
     def __init__(self, compute_ms: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self.allowance = 3 * compute_ms / 1000 + 1.0
+        self.allowance = wall_seconds(compute_ms)
         self.at = clock() + self.allowance
 
     @classmethod
@@ -141,13 +146,9 @@ class UnconfinedError(Exception):
 
 
 def check_version(ready: protocol.Ready, script: Script) -> None:
-    if not ready.oldest <= script.version <= ready.version:
-        raise RunError(
-            f"the sandbox takes script versions {ready.oldest} to {ready.version}, "
-            f"this script is version {script.version}"
-        )
-    if script.language not in ready.languages:
-        raise RunError(f"the sandbox does not run {script.language!r} (it runs {ready.languages})")
+    why = protocol.unfit(script, ready.oldest, ready.version, ready.languages)
+    if why is not None:
+        raise RunError(f"the sandbox cannot run this step: {why}")
 
 
 async def converse(
@@ -405,7 +406,7 @@ def step_from(
     if outcome.timed_out:
         message = protocol.limit_message(
             "compute_ms",
-            f"the run passed its deadline of {3 * limits.compute_ms / 1000 + 1:,.1f} s of wall "
+            f"the run passed its deadline of {wall_seconds(limits.compute_ms):,.1f} s of wall "
             "time (three times its CPU allowance plus one second) and was stopped",
         )
         return Step.failure("LimitError", message, limit="compute_ms", process=process)
@@ -420,8 +421,8 @@ def step_from(
     ):
         message = protocol.limit_message(
             "memory",
-            "the script's process ran out of memory (its heap limit is twice memory, "
-            f"{protocol.size_text(limits.memory * 2)} or more)",
+            "the script's process ran out of memory (its heap limit is "
+            f"{protocol.size_text(protocol.process_heap(limits.memory))} or more)",
         )
         return Step.failure("LimitError", message, limit="memory", process=process)
     if outcome.problem is not None:

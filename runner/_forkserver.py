@@ -15,7 +15,7 @@ after ``ran`` (about 2 ms of it is the kernel tearing down the child's copy of t
 25 MiB address space) because the step's CPU and peak memory come from ``wait4``; asyncio
 pipe transports were replaced by plain fds on the loop (``_pipes``), two loop turns fewer
 per child; running the warm-up again in each pool child to copy its pages ahead
-("prefault") saved less in the step than it cost, so it is off.
+("prefault") saved less in the step than it cost, so children do not.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 
 from runner import _conversation as conv
-from runner._base import ProcessStats, RunError
+from runner._base import SANDBOX_ARGS, ProcessStats, RunError
 from runner._pipes import PipeFeed, PipeWriter, pipe_reader
 from sandbox import protocol
 
@@ -226,15 +226,7 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.popen = subprocess.Popen(
-                [
-                    self.python,
-                    "-I",
-                    "-m",
-                    "sandbox",
-                    "--zygote",
-                    "--control",
-                    str(theirs.fileno()),
-                ],
+                [self.python, *SANDBOX_ARGS, "--zygote", "--control", str(theirs.fileno())],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
@@ -455,14 +447,11 @@ class ForkServer:
 
     # ---- children ----
 
-    async def spawn(
-        self, *, memory: int, data_limit: int | None, prefault: bool = False, nice: int = 0
-    ) -> ForkedChild:
+    async def spawn(self, *, memory: int, data_limit: int | None, nice: int = 0) -> ForkedChild:
         """Fork a child that will lock itself down with these limits and say ``ready``.
 
-        ``prefault``: the child runs a warm-up script first (for children that will wait in
-        a pool: the step then finds the pages it writes already copied). The ``ready`` line
-        is left for the caller to read. Raises :class:`RunError` when no child can be had.
+        The ``ready`` line is left for the caller to read. Raises :class:`RunError` when no
+        child can be had.
         """
         self.poll()
         await self.start()
@@ -489,7 +478,6 @@ class ForkServer:
                 "id": spawn_id,
                 "memory": memory,
                 "data_limit": data_limit,
-                "prefault": prefault,
                 "nice": nice,
             }
         }

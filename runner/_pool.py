@@ -65,9 +65,6 @@ class WarmPool:
         self.idle: deque[ForkedChild] = deque()
         self.target = size
         self.last_take = clock()
-        # Run the warm-up once more in each child while it waits (see sandbox.zygote). Off:
-        # measured on a 2-core VM, the copies it saves a step cost more CPU than they save.
-        self.prefault = False
         # Children wait at this nice value, so forking them ahead competes less with the
         # steps running meanwhile; a taken child is set back to 0 (which takes root).
         self.nice = NICE if os.geteuid() == 0 else 0
@@ -155,7 +152,6 @@ class WarmPool:
             child = await self.server.spawn(
                 memory=self.memory,
                 data_limit=self.data_limit,
-                prefault=self.prefault,
                 nice=self.nice,
             )
             self.spawned += 1

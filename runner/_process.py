@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from runner import _conversation as conv
-from runner._base import FileReader, ProcessStats, RunError, ScriptRunner, Step
+from runner._base import SANDBOX_ARGS, FileReader, ProcessStats, RunError, ScriptRunner, Step
 from runner._forkserver import ForkedChild, ForkServer
 from runner._pool import DEFAULT_IDLE_AFTER, WarmPool
 from runner._slots import DEFAULT_SCRIPT_WAIT, Slots, default_slot_count
@@ -44,11 +44,6 @@ SPAWN_TIMEOUT = 30.0
 # The JS heap pool children are forked for (the spec's default `memory`): their heap ceiling
 # is the runner's for it; a script that needs more gets a child forked for it.
 POOL_MEMORY = protocol.Limits().memory
-
-
-def default_data_limit(memory: int) -> int:
-    """The process heap: twice the JS ``memory`` and at least 512 MiB."""
-    return max(2 * memory, 512 * protocol.MiB)
 
 
 @dataclass
@@ -242,12 +237,12 @@ class ProcessRunner(ScriptRunner):
         """The process heap for a script with JS heap ``memory``."""
         if self.data_limit is not None:
             return max(self.data_limit, memory)
-        return default_data_limit(memory)
+        return protocol.process_heap(memory)
 
     def argv(self, script: Script) -> list[str]:
         """The exec-mode command line for ``script``."""
         memory = script.limits.memory
-        argv = [self.python, "-I", "-m", "sandbox", "--memory-ceiling", str(memory)]
+        argv = [self.python, *SANDBOX_ARGS, "--memory-ceiling", str(memory)]
         if self.data_limit is not None:
             # Without it the process takes the default heap for `memory`, plus room for a
             # long script line, as a forked child does.

@@ -88,13 +88,9 @@ class _Stale(_Down):
 
 def _check_fit(welcome: wire.Welcome, script: Script, line_bytes: int) -> None:
     """Raise _Skip or _Down when the service cannot take this step, before it is sent."""
-    low, high = welcome.scripts
-    if not low <= script.version <= high:
-        raise _Skip(
-            f"it takes script versions {low} to {high}, the step is version {script.version}"
-        )
-    if script.language not in welcome.languages:
-        raise _Skip(f"it runs {welcome.languages}, not {script.language!r}")
+    why = protocol.unfit(script, *welcome.scripts, welcome.languages)
+    if why is not None:
+        raise _Skip(why)
     if welcome.draining:
         raise _Down("it is draining")
     if line_bytes > welcome.max_line:
@@ -437,7 +433,7 @@ class RemoteRunner(ScriptRunner):
         """Answer the step's reads until its answer comes. Raises _Skip/_Down/RunError."""
         server = conv.FileServer(script, files)
         bound = wire.step_bound(script)
-        wait = 3 * script.limits.compute_ms / 1000 + 1 + welcome.slot_wait + self.step_margin
+        wait = conv.wall_seconds(script.limits.compute_ms) + welcome.slot_wait + self.step_margin
         heard = False  # the service has said something about this step
         while True:
             try:

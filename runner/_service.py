@@ -390,15 +390,9 @@ class RunnerService:
         self, script: Script, tenant: str, files: _ForwardedFiles
     ) -> tuple[bytes, bool]:
         """Take a slot and run the step. Returns the line that answers it."""
-        languages = self.runner.languages
-        if not protocol.OLDEST <= script.version <= protocol.VERSION:
-            why = (
-                f"this runner service takes script versions {protocol.OLDEST} to "
-                f"{protocol.VERSION}, the step is version {script.version}"
-            )
-            return wire.encode(wire.Failure(error=why, cause="unfit")), True
-        if script.language not in languages:
-            why = f"this runner service runs {list(languages)}, not {script.language!r}"
+        why = protocol.unfit(script, languages=self.runner.languages)
+        if why is not None:
+            why = f"this runner service cannot run the step: {why}"
             return wire.encode(wire.Failure(error=why, cause="unfit")), True
         try:
             use = await self.slots.acquire(tenant)

@@ -167,14 +167,6 @@ def encode_step(step: Step) -> bytes:
     return orjson.dumps({"step": body}) + b"\n"
 
 
-def encode_bytes(data: bytes) -> bytes:
-    return orjson.dumps({"bytes": len(data)}) + b"\n" + data
-
-
-def encode_missing(why: str) -> bytes:
-    return orjson.dumps({"missing": why}) + b"\n"
-
-
 def envelope(line: bytes) -> tuple[str, Any]:
     """Split a line into its kind and body. Raises :class:`WireError` if it is no envelope."""
     try:
@@ -213,17 +205,11 @@ def decode_body(kind: str, body: Any, expect: tuple[str, ...]) -> Any:
         try:
             return protocol.Script.model_validate(body), tenant
         except ValidationError as e:
-            raise WireError(_invalid(kind, e)) from None
+            raise WireError(protocol.malformed(kind, e)) from None
     try:
         return _KINDS[kind].model_validate(body)
     except ValidationError as e:
-        raise WireError(_invalid(kind, e)) from None
-
-
-def _invalid(kind: str, e: ValidationError) -> str:
-    first = e.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or kind
-    return f"a malformed {kind!r} message: {where}: {first['msg']}"
+        raise WireError(protocol.malformed(kind, e)) from None
 
 
 def step_bound(script: protocol.Script) -> int:

@@ -179,11 +179,9 @@ def script_from(line: bytes) -> protocol.Script:
     if not line.endswith(b"\n"):
         raise protocol.ProtocolError("the script line is over the bound or cut short")
     script: protocol.Script = protocol.decode(line, ("script",))
-    if not protocol.OLDEST <= script.version <= protocol.VERSION:
-        raise protocol.ProtocolError(
-            f"script version {script.version}; this sandbox takes "
-            f"{protocol.OLDEST} to {protocol.VERSION}"
-        )
+    why = protocol.unfit(script)
+    if why is not None:
+        raise protocol.ProtocolError(f"this sandbox cannot run the step: {why}")
     return script
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import codecs
 import csv
-import difflib
 import io
 import re
 import zipfile
@@ -24,6 +23,7 @@ from xml.etree import ElementTree
 
 import orjson
 
+from sandbox.names import closest_names
 from sandbox.protocol import FileInfo, Limits, data_problem, limit_message, size_text
 
 CHUNK = 256 * 1024
@@ -80,9 +80,8 @@ class Files:
             raise FileError(f'a file id is a string, as in files.stat("data.csv"), not {file_id!r}')
         info = self.infos.get(file_id)
         if info is None:
-            near = difflib.get_close_matches(file_id, self.order, n=3, cutoff=0.6)
-            near += [i for i in self.order if file_id.lower() in i.lower() and i not in near]
-            hint = f" (did you mean {', '.join(map(repr, near[:3]))}?)" if near else ""
+            near = closest_names(file_id, self.order)
+            hint = f" (did you mean {', '.join(map(repr, near))}?)" if near else ""
             raise FileError(f"no file {file_id!r}{hint}; files.list() lists the files")
         return info
 

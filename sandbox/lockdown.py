@@ -73,6 +73,8 @@ from collections.abc import Iterable
 # libseccomp, which must happen while the process can still start programs and open files.
 import pyseccomp
 
+from sandbox import protocol
+
 __all__ = [
     "LockdownError",
     "apply",
@@ -84,8 +86,6 @@ __all__ = [
 
 MiB = 1024 * 1024
 
-# The heap floor the spec sets: "twice `memory`, and at least 512 MiB".
-MIN_DATA = 512 * MiB
 # The main thread's C stack. QuickJS bounds its own stack at 1 MiB (set_max_stack_size);
 # Python, pydantic-core and orjson frames come on top. Only the main thread exists.
 STACK_BYTES = 8 * MiB
@@ -153,7 +153,7 @@ class LockdownError(Exception):
 
 def apply(
     *,
-    memory: int = 256 * MiB,
+    memory: int = protocol.DEFAULT_LIMITS["memory"],
     data_limit: int | None = None,
     cpu_seconds: int = 60,
     filter_bpf: bytes | None = None,
@@ -162,9 +162,9 @@ def apply(
     """Confine this process for good, or raise :class:`LockdownError` naming the failed step.
 
     ``memory`` is the JS heap limit the process will use; the process heap (``RLIMIT_DATA``)
-    is ``data_limit`` or ``max(2 * memory, 512 MiB)``, plus ``room`` (what the process must
-    hold besides: the script line it is about to read). ``cpu_seconds`` is the ``RLIMIT_CPU``
-    backstop until :func:`tighten` lowers it. ``filter_bpf`` is a filter from
+    is ``data_limit`` or ``protocol.process_heap(memory)``, plus ``room`` (what the process
+    must hold besides: the script line it is about to read). ``cpu_seconds`` is the
+    ``RLIMIT_CPU`` backstop until :func:`tighten` lowers it. ``filter_bpf`` is a filter from
     :func:`export_bpf`; without it the filter is built here.
 
     Preconditions: single-threaded, everything imported and warmed up (pydantic imports
@@ -192,7 +192,7 @@ def tighten(*, compute_ms: int, memory: int, data_limit: int | None = None, room
 
     ``RLIMIT_CPU`` becomes ``ceil(compute_ms / 1000) + 1`` soft and ``+ 2`` hard, a backstop
     a second or two past the allowance; ``RLIMIT_DATA`` becomes ``data_limit`` or
-    ``max(2 * memory, 512 MiB)``, plus ``room`` (what the step carries: its call log).
+    ``protocol.process_heap(memory)``, plus ``room`` (what the step carries: its call log).
     Limits are only ever lowered. Then ``ITIMER_PROF`` is armed for ``compute_ms`` of CPU:
     its ``SIGPROF``, left at the default action, ends the process when the allowance is
     spent. Call it from the main thread. Raises :class:`LockdownError` on failure.
@@ -316,7 +316,7 @@ def _clear_environment() -> None:
 
 
 def _data_limit(memory: int, data_limit: int | None) -> int:
-    return data_limit if data_limit is not None else max(2 * memory, MIN_DATA)
+    return data_limit if data_limit is not None else protocol.process_heap(memory)
 
 
 def _set_rlimits(*, memory: int, data_limit: int | None, cpu_seconds: int, room: int) -> None:

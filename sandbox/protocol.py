@@ -14,6 +14,7 @@ import-light: pydantic and orjson only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -29,6 +30,8 @@ from pydantic import (
 VERSION = 1
 OLDEST = 1
 LANGUAGES = ("javascript",)
+# The one tool a model calls; a script never calls it, even when a host lists it.
+RUN_CODE = "run_code"
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -54,6 +57,40 @@ MAX_DEPTH = 128
 # orjson writes data nested at most this deep and refuses the next level ("Recursion limit
 # reached"); `data_problem` relies on it (a test pins it).
 _ORJSON_WRITE_DEPTH = 254
+
+
+# The spec's limits and their defaults, the one place they are stated: sizes in bytes, times
+# in milliseconds, the rest counts. Those under `Limits` below apply inside one run and go to
+# the sandbox with each script; the `total_` ones, over all of a script's runs, are the
+# engine's (engine/_limits.py). The README's table is checked against this by a test.
+DEFAULT_LIMITS = {
+    "calls": 1000,
+    "results": 8 * MiB,
+    "arguments": 64 * MiB,
+    "call_arguments": 4 * MiB,
+    "step_arguments": 8 * MiB,
+    "memory": 256 * MiB,
+    "compute_ms": 5000,
+    "total_compute_ms": 120_000,
+    "file_bytes": 64 * MiB,
+    "total_file_bytes": 512 * MiB,
+    "streams": 4,
+    "shown_files": 4,
+    "shown": 64 * KiB,
+    "shown_media": 2 * MiB,
+}
+# The limits that are counts; the others are sizes, or times when their name ends in `_ms`.
+COUNT_LIMITS = frozenset({"calls", "streams", "shown_files"})
+
+# The floor of a process's heap (RLIMIT_DATA): Python, orjson and the script line need room
+# beyond the JS heap.
+MIN_PROCESS_HEAP = 512 * MiB
+
+
+def process_heap(memory: int) -> int:
+    """The process heap a run whose JS heap limit is ``memory`` gets unless its runner sets
+    one: twice ``memory``, and at least :data:`MIN_PROCESS_HEAP` (the spec's rule)."""
+    return max(2 * memory, MIN_PROCESS_HEAP)
 
 
 # What a script can do about each limit: every message that says a limit was met ends with it.
@@ -148,18 +185,18 @@ class Limits(_Model):
     Sizes are bytes, times milliseconds, the rest counts.
     """
 
-    calls: int = Field(default=1000, ge=0)
-    results: int = Field(default=8 * MiB, ge=0)
-    arguments: int = Field(default=64 * MiB, ge=0)
-    call_arguments: int = Field(default=4 * MiB, ge=0)
-    step_arguments: int = Field(default=8 * MiB, ge=0)
-    memory: int = Field(default=256 * MiB, ge=1 * MiB)
-    compute_ms: int = Field(default=5000, ge=1)
-    file_bytes: int = Field(default=64 * MiB, ge=0)
-    streams: int = Field(default=4, ge=0)
-    shown_files: int = Field(default=4, ge=0)
-    shown: int = Field(default=64 * KiB, ge=0)
-    shown_media: int = Field(default=2 * MiB, ge=0)
+    calls: int = Field(default=DEFAULT_LIMITS["calls"], ge=0)
+    results: int = Field(default=DEFAULT_LIMITS["results"], ge=0)
+    arguments: int = Field(default=DEFAULT_LIMITS["arguments"], ge=0)
+    call_arguments: int = Field(default=DEFAULT_LIMITS["call_arguments"], ge=0)
+    step_arguments: int = Field(default=DEFAULT_LIMITS["step_arguments"], ge=0)
+    memory: int = Field(default=DEFAULT_LIMITS["memory"], ge=1 * MiB)
+    compute_ms: int = Field(default=DEFAULT_LIMITS["compute_ms"], ge=1)
+    file_bytes: int = Field(default=DEFAULT_LIMITS["file_bytes"], ge=0)
+    streams: int = Field(default=DEFAULT_LIMITS["streams"], ge=0)
+    shown_files: int = Field(default=DEFAULT_LIMITS["shown_files"], ge=0)
+    shown: int = Field(default=DEFAULT_LIMITS["shown"], ge=0)
+    shown_media: int = Field(default=DEFAULT_LIMITS["shown_media"], ge=0)
 
 
 class Ready(_Model):
@@ -279,8 +316,6 @@ class Ran(_Model):
         return "value" in self.model_fields_set or self.value_text is not None
 
 
-Message = Ready | Unconfined | Script | ReadRequest | Ran
-
 _KINDS: dict[str, type[_Model]] = {
     "ready": Ready,
     "unconfined": Unconfined,
@@ -378,14 +413,37 @@ def decode(line: bytes, expect: tuple[str, ...]) -> Any:
     try:
         return _KINDS[kind].model_validate(body)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or kind
-        raise ProtocolError(f"a malformed {kind!r} message: {where}: {first['msg']}") from None
+        raise ProtocolError(malformed(kind, e)) from None
+
+
+def malformed(kind: str, error: ValidationError) -> str:
+    """What is wrong with a ``kind`` message that did not validate: its first problem."""
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or kind
+    return f"a malformed {kind!r} message: {where}: {first['msg']}"
 
 
 def _preview(line: bytes, n: int = 120) -> str:
     text = line[:n].decode("utf-8", "replace")
     return repr(text) + ("..." if len(line) > n else "")
+
+
+def unfit(
+    script: Script,
+    oldest: int = OLDEST,
+    version: int = VERSION,
+    languages: Sequence[str] = LANGUAGES,
+) -> str | None:
+    """Why a runner that takes script versions ``oldest`` to ``version`` in ``languages``
+    cannot run ``script``, or ``None`` when it admits it. Every side that admits a step (the
+    process, the runner, the runner service and its client) decides by this one rule."""
+    if not oldest <= script.version <= version:
+        return (
+            f"it takes script versions {oldest} to {version}, the step is version {script.version}"
+        )
+    if script.language not in languages:
+        return f"it runs {', '.join(languages)}, not {script.language}"
+    return None
 
 
 def ready() -> Ready:

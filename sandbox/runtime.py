@@ -11,7 +11,6 @@ process writes ``ran`` and exits at once, so no ``try``/``catch`` in the script 
 from __future__ import annotations
 
 import contextlib
-import difflib
 import re
 import resource
 from dataclasses import dataclass, field
@@ -22,10 +21,12 @@ import _quickjs
 import orjson
 
 from sandbox.files import Fetch, FileError, FileLimit, Files
+from sandbox.names import closest_names
 from sandbox.protocol import (
     MAX_DEPTH,
     PRINTED_HEAD,
     PRINTED_TAIL,
+    RUN_CODE,
     VALUE_BOUND,
     Call,
     ErrorLine,
@@ -150,7 +151,7 @@ class Run:
         self.ended = False
         self.script_lines = script.code.split("\n")
         # run_code is never callable from a script, even when a host lists it.
-        self.tool_names = [name for name in script.tools if name != "run_code"]
+        self.tool_names = [name for name in script.tools if name != RUN_CODE]
         self._cpu0 = _cpu_ms()
         self.ctx: Any = None
 
@@ -184,17 +185,7 @@ class Run:
             self.printed.add(text)
 
     def _closest(self, name: str) -> str:
-        names = sorted(self.tool_names)
-        near = difflib.get_close_matches(str(name), names, n=3, cutoff=0.5)
-        lowered = str(name).lower()
-        for candidate in names:
-            if len(near) >= 3:
-                break
-            if candidate not in near and (
-                lowered in candidate.lower() or candidate.lower() in lowered
-            ):
-                near.append(candidate)
-        return orjson.dumps(near).decode()
+        return orjson.dumps(closest_names(str(name), self.tool_names)).decode()
 
     def _call(self, name: str, args_json: str) -> str:
         if self.ended:

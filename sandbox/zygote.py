@@ -16,10 +16,10 @@ holds a secret, and each is under the seccomp filter before it reads a script.
 Control protocol, over a ``SOCK_SEQPACKET`` Unix socket (one JSON object per message):
 
 runner -> zygote
-    ``{"spawn": {"id": n, "memory": bytes, "data_limit": bytes | null, "prefault": bool,
-    "nice": n}}`` with three fds in ``SCM_RIGHTS``: the child's stdin, stdout and stderr. The
-    zygote forks a child that keeps only those three, and closes its own copies. ``nice``
-    (for pool children, forked ahead) lowers the child's priority until its runner takes it.
+    ``{"spawn": {"id": n, "memory": bytes, "data_limit": bytes | null, "nice": n}}`` with three
+    fds in ``SCM_RIGHTS``: the child's stdin, stdout and stderr. The zygote forks a child that
+    keeps only those three, and closes its own copies. ``nice`` (for pool children, forked
+    ahead) lowers the child's priority until its runner takes it.
     ``{"kill": {"pid": p}}``: SIGKILL a child it has not reaped yet (for kernels without
     pidfds; with them the runner signals the child's pidfd itself).
 zygote -> runner
@@ -62,13 +62,11 @@ class _Zygote:
         self,
         control: socket.socket,
         serve: Callable[..., NoReturn],
-        warm_up: Callable[[], None],
         filter_bpf: bytes | None,
         problem: str | None,
     ) -> None:
         self.control = control
         self.serve = serve
-        self.warm_up = warm_up
         self.filter_bpf = filter_bpf
         self.problem = problem
         self.children: dict[int, int] = {}  # pid -> spawn id, until reaped
@@ -146,7 +144,6 @@ class _Zygote:
                 raise ValueError(f"a spawn request carries 3 fds, this one {len(fds)}")
             memory = int(body["memory"])
             data_limit = None if body.get("data_limit") is None else int(body["data_limit"])
-            prefault = bool(body.get("prefault"))
             nice = int(body.get("nice") or 0)
             pid = os.fork()
         except (OSError, ValueError, TypeError, KeyError) as e:
@@ -155,7 +152,7 @@ class _Zygote:
             self.send("failed", {"id": spawn_id, "error": f"{type(e).__name__}: {e}"})
             return
         if pid == 0:
-            self._child(fds, memory, data_limit, prefault, nice)
+            self._child(fds, memory, data_limit, nice)
         for fd in fds:
             os.close(fd)
         self.children[pid] = spawn_id
@@ -168,15 +165,8 @@ class _Zygote:
             if pidfd is not None:
                 os.close(pidfd)
 
-    def _child(
-        self, fds: list[int], memory: int, data_limit: int | None, prefault: bool, nice: int
-    ) -> NoReturn:
-        """In the new child: keep only its own pipes as 0/1/2, then serve one script.
-
-        ``prefault`` (for warm-pool children, which wait anyway) runs the warm-up once more
-        first, so the pages a run writes are copied from the zygote's now, not during the
-        step.
-        """
+    def _child(self, fds: list[int], memory: int, data_limit: int | None, nice: int) -> NoReturn:
+        """In the new child: keep only its own pipes as 0/1/2, then serve one script."""
         try:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -190,8 +180,6 @@ class _Zygote:
                 os._exit(3)
             if nice > 0:
                 os.nice(nice)
-            if prefault:
-                self.warm_up()
             self.serve(memory_ceiling=memory, data_limit=data_limit, filter_bpf=self.filter_bpf)
         finally:
             os._exit(EXIT_CHILD_BUG)
@@ -251,4 +239,4 @@ def main(argv: list[str], *, serve: Callable[..., NoReturn], warm_up: Callable[[
     # every object would touch (and copy) them all. Frozen objects are never collected.
     gc.collect()
     gc.freeze()
-    return _Zygote(control, serve, warm_up, filter_bpf, problem).run()
+    return _Zygote(control, serve, filter_bpf, problem).run()

@@ -52,3 +52,18 @@ def test_percentiles_interpolate() -> None:
     assert _report.percentile([1.0, 2.0, 3.0, 4.0, 5.0], 50) == 3.0
     assert _report.percentile([0.0, 10.0], 90) == 9.0
     assert math.isnan(_report.percentile([], 50))
+
+
+def test_bench_is_not_installed_for_users() -> None:
+    """``pip install .`` installs engine, runner and sandbox (with the prelude), not bench:
+    the benchmarks run from a checkout."""
+    import tomllib
+
+    import setuptools
+
+    root = Path(__file__).parents[2]
+    config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = setuptools.find_packages(where=str(root), include=config["packages"]["find"]["include"])
+    assert {p.split(".")[0] for p in found} == {"engine", "runner", "sandbox"}
+    assert "bench" not in config["package-data"]
+    assert config["package-data"]["sandbox"] == ["*.js"]

@@ -705,3 +705,18 @@ def test_duplicate_names_are_refused() -> None:
 
     with pytest.raises(ToolDefinitionError, match="unique_tools"):
         declare_tools([Tool("get-weather"), Tool("get.weather")])
+
+
+def test_builtin_tools_are_declared_and_reserved() -> None:
+    """Each tool the engine answers itself is declared in run_code (skill only with skills),
+    and no host tool can take its name or run_code's."""
+    from engine._naming import BUILTIN_NAMES, BUILTIN_TOOLS, SKILL, TOOL_SEARCH, unique_names
+
+    with_skills = run_code_tool([], skills=True)
+    for name in BUILTIN_TOOLS:
+        assert f"  {name}(input: " in with_skills["description"]
+    without = run_code_tool([])["description"]
+    assert f"  {TOOL_SEARCH}(input: " in without and f"  {SKILL}(input: " not in without
+    assert with_skills["name"] in BUILTIN_NAMES
+    names = sorted(BUILTIN_NAMES)
+    assert not set(unique_names([(n, None) for n in names])) & BUILTIN_NAMES

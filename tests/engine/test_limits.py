@@ -8,6 +8,7 @@ enforces inside a run (memory, compute) run in the real confined process.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,32 +17,54 @@ import pytest
 from engine import CodeMode, Config, ConfigError, Limits, parse_size, tool
 from engine._limits import GiB, KiB, MiB
 from runner import ProcessRunner
+from sandbox import protocol
 from sandbox.protocol import REMEDIES
 from tests.engine.conftest import InProcessRunner
 
-SPEC_DEFAULTS = {
-    "calls": 1000,
-    "results": 8 * MiB,
-    "arguments": 64 * MiB,
-    "call_arguments": 4 * MiB,
-    "step_arguments": 8 * MiB,
-    "memory": 256 * MiB,
-    "compute_ms": 5000,
-    "total_compute_ms": 120_000,
-    "file_bytes": 64 * MiB,
-    "total_file_bytes": 512 * MiB,
-    "streams": 4,
-    "shown_files": 4,
-    "shown": 64 * KiB,
-    "shown_media": 2 * MiB,
-}
+README = Path(__file__).parents[2] / "README.md"
+_ROW = re.compile(r"^\| `(\w+)` \| ([\d,.]+)(?: (\w+))? \|")
+_SCALES = {"bytes": 1, "KiB": KiB, "MiB": MiB, "GiB": GiB}
 
 
-def test_defaults_are_the_spec_table() -> None:
-    """Limits() holds exactly the spec's table with its defaults."""
+def readme_limits() -> dict[str, tuple[int, str | None]]:
+    """The README's limits table: each limit's default as written, and its unit word."""
+    text = README.read_text()
+    table = text[text.index("| Limit | Default |") :].split("\n\n", 1)[0]
+    rows: dict[str, tuple[int, str | None]] = {}
+    for line in table.splitlines()[2:]:
+        match = _ROW.match(line)
+        assert match, f"README limits row not in the form | `name` | 1,000 [unit] | ...: {line!r}"
+        name, number, unit = match.groups()
+        assert name not in rows, f"README lists {name} twice"
+        value = float(number.replace(",", "")) * _SCALES.get(unit or "", 1)
+        rows[name] = (int(value), unit)
+    return rows
+
+
+def test_readme_limits_table_is_the_code() -> None:
+    """Every row of the README's limits table (name, default, unit) is what the code holds,
+    and every limit has a row: the table a user reads cannot drift from the code."""
+    rows = readme_limits()
     limits = Limits()
-    assert {k: getattr(limits, k) for k in SPEC_DEFAULTS} == SPEC_DEFAULTS
-    assert set(vars(limits)) == set(SPEC_DEFAULTS)
+    assert set(rows) == set(vars(limits)) == set(protocol.DEFAULT_LIMITS)
+    for name, (value, unit) in rows.items():
+        assert value == getattr(limits, name), f"README says {name} defaults to {value}"
+        if name.endswith("_ms"):
+            assert unit == "ms", f"README gives {name} in {unit!r}, not ms"
+        elif name in protocol.COUNT_LIMITS:
+            assert unit is None, f"README gives the count {name} a unit, {unit!r}"
+        else:
+            assert unit in _SCALES, f"README gives the size {name} in {unit!r}"
+
+
+def test_defaults_are_one_table() -> None:
+    """Limits() and the limits one run takes hold the same defaults, from one table."""
+    limits = Limits()
+    assert vars(limits) == protocol.DEFAULT_LIMITS
+    inside = protocol.Limits().model_dump()
+    assert inside == {k: v for k, v in protocol.DEFAULT_LIMITS.items() if k in inside}
+    assert set(protocol.DEFAULT_LIMITS) - set(inside) == {"total_compute_ms", "total_file_bytes"}
+    assert limits.for_run() == protocol.Limits()
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from engine._functions import parse_docstring, tool
-from engine._naming import closest_names, sanitize_name, split_words, stem, unique_names
+from engine._naming import sanitize_name, unique_names
 from engine._schema import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH
 from engine._tools import (
     Tool,
@@ -27,6 +27,7 @@ from engine._tools import (
     load_mcp_tools,
     unique_tools,
 )
+from sandbox.names import closest_names, split_words, stem
 
 CTX: ToolContext[dict[str, str]] = ToolContext(
     host={"user": "ada"}, tenant="acme", script_id="s1", call_id="c1", call_index=0

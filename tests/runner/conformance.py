@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 
 from runner import TEXT_BOUNDS, FileMissing, ScriptRunner, Step
+from runner._conversation import wall_seconds
 from sandbox.protocol import REMEDIES, Clock, FileInfo, Limits, Record, Script
 from tests.runner.conftest import Harness, open_fds
 
@@ -292,7 +293,7 @@ def check_hang(h: Harness) -> None:
     """A process that neither computes nor answers is stopped at its wall-clock deadline."""
     step = _standin(h, "hang", compute_ms=100)
     assert_limit(step, "compute_ms")
-    assert "deadline" in step.error.message  # type: ignore[union-attr]
+    assert f"deadline of {wall_seconds(100):,.1f} s" in step.error.message  # type: ignore[union-attr]
     assert_healthy(h)
 
 

@@ -234,3 +234,54 @@ def test_record_failed_property():
     """A record with an error message is a failed call; one with a result is not."""
     assert Record(name="x", arguments={}, error="bad").failed
     assert not Record(name="x", arguments={}, result=None).failed
+
+
+def test_process_heap_is_twice_memory_and_at_least_512_mib() -> None:
+    """The spec's heap rule, stated once: the lockdown, the runner and its messages use it."""
+    MiB = protocol.MiB
+    assert protocol.process_heap(64 * MiB) == 512 * MiB
+    assert protocol.process_heap(256 * MiB) == 512 * MiB
+    assert protocol.process_heap(300 * MiB) == 600 * MiB
+
+
+def test_out_of_memory_message_names_the_heap_the_process_had() -> None:
+    """A process killed for memory is told the heap it had: 512 MiB for memory = 64 MiB, not
+    twice 64 MiB."""
+    from runner._base import ProcessStats
+    from runner._conversation import Outcome, step_from
+
+    small = SCRIPT.model_copy(update={"limits": Limits(memory=64 * protocol.MiB)})
+    step = step_from(
+        Outcome(),
+        small,
+        ProcessStats(max_rss_bytes=1),
+        term_signal=None,
+        exit_code=1,
+        killed_by_us=False,
+        stderr_tail="MemoryError",
+    )
+    assert step.limit is not None and step.limit.name == "memory"
+    assert "512 MiB" in step.limit.message
+
+
+def test_unfit_is_the_one_admission_rule() -> None:
+    """A runner admits a step whose version is in its range and whose language it runs; the
+    reason it gives otherwise names both sides."""
+    assert protocol.unfit(SCRIPT) is None
+    assert protocol.unfit(SCRIPT, 1, 3, ["python", "javascript"]) is None
+    newer = SCRIPT.model_copy(update={"version": 2})
+    assert protocol.unfit(newer) == "it takes script versions 1 to 1, the step is version 2"
+    assert protocol.unfit(newer, 2, 2) is None
+    assert protocol.unfit(SCRIPT, 2, 3) == "it takes script versions 2 to 3, the step is version 1"
+    assert protocol.unfit(SCRIPT, languages=["python"]) == "it runs python, not javascript"
+
+
+def test_a_runner_refuses_a_step_its_sandbox_does_not_admit() -> None:
+    """The runner checks the process's ``ready`` with the same rule, before sending."""
+    from runner._base import RunError
+    from runner._conversation import check_version
+
+    check_version(protocol.ready(), SCRIPT)
+    older = protocol.Ready(version=1, oldest=1, languages=["python"])
+    with pytest.raises(RunError, match="the sandbox cannot run this step: it runs python"):
+        check_version(older, SCRIPT)

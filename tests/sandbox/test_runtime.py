@@ -12,6 +12,7 @@ import re
 import pytest
 
 from sandbox import protocol
+from sandbox.names import closest_names
 from sandbox.protocol import PRINTED_HEAD, PRINTED_TAIL, VALUE_BOUND, Ran
 from tests.sandbox.conftest import DAY_MS, NOW_MS, SEED, KiB, MiB, caught, rec, run, value
 
@@ -143,6 +144,15 @@ def test_unknown_tool_throws_naming_the_closest_tools():
     assert "tools.list_pr does not exist" in message
     assert "tools.list_prs" in message
     assert "tool_search" in message
+
+
+def test_unknown_tool_names_what_the_engine_would():
+    """The sandbox's "closest tools" are the engine's (one rule, sandbox.names): a reworded
+    name finds the tool by its words, not only by spelling."""
+    tools = ["github__list_prs", "get_weather", "slack__post_message"]
+    _, message = caught("await tools.prs_list({});", tools=tools)
+    assert closest_names("prs_list", tools) == ["github__list_prs"]
+    assert "the closest tools are tools.github__list_prs." in message
 
 
 def test_unknown_tool_uncaught_fails_without_asking_for_a_call():
