@@ -144,7 +144,9 @@ class CodeMode:
         self.call_timeout = call_timeout
         self.retry_delay = retry_delay
         self.clock = clock
-        self._script_locks: dict[str, asyncio.Lock] = {}
+        # One lock per script that is being driven or waited on; dropped when nobody
+        # holds or waits on it, so the map does not grow with every script ever run.
+        self._script_locks: dict[str, _ScriptLock] = {}
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
 
     # ---- what the model sees ----
@@ -224,9 +226,15 @@ class CodeMode:
 
     async def resume(self, script_id: str) -> RunResult:
         """Continue a script from its log: after a pause, a restart, or on another host."""
-        lock = self._script_locks.setdefault(script_id, asyncio.Lock())
-        async with lock:
-            return await self._drive(script_id)
+        lock = self._script_locks.setdefault(script_id, _ScriptLock())
+        lock.users += 1
+        try:
+            async with lock.lock:
+                return await self._drive(script_id)
+        finally:
+            lock.users -= 1
+            if lock.users == 0:
+                del self._script_locks[script_id]
 
     def hold(self, script_id: str) -> None:
         """Interrupt: no step of the script runs and no call it asks for goes out."""
@@ -660,6 +668,15 @@ class CodeMode:
     async def aclose(self) -> None:
         await self.runner.aclose()
         self.store.close()
+
+
+@dataclass
+class _ScriptLock:
+    """The lock that lets one ``resume`` drive a script at a time, and how many hold or
+    wait on it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
 
 
 def _limit_step(name: str, detail: str) -> Step:

@@ -535,3 +535,41 @@ def test_direct_calls_are_refused_with_a_pointer_to_run_code() -> None:
     message = engine.direct_call_error("github__list_prs")
     assert "call it from run_code" in message and "tools.github__list_prs(" in message
     assert "github__list_prs" in engine.direct_call_error("github__list_pr")
+
+
+async def test_script_locks_are_dropped_when_nobody_holds_or_waits(
+    inproc: InProcessRunner,
+) -> None:
+    """The per-script lock map holds only scripts being driven or waited on: it does not
+    grow by one lock per script ever run, and a waiter (even a cancelled one) keeps the
+    lock only while it waits."""
+    entered = asyncio.Event()
+    gate = asyncio.Event()
+
+    @tool
+    async def wait() -> str:
+        """Wait for the test."""
+        entered.set()
+        await gate.wait()
+        return "done"
+
+    engine = CodeMode([wait], runner=inproc)
+    for i in range(5):
+        assert (await engine.run_code(f"return {i}")).value == i
+    assert engine._script_locks == {}
+
+    first = asyncio.create_task(engine.run_code("return await tools.wait()"))
+    await entered.wait()
+    (record,) = engine.store.scripts(status="active")
+    second = asyncio.create_task(engine.resume(record.id))
+    cancelled = asyncio.create_task(engine.resume(record.id))
+    while engine._script_locks[record.id].users < 3:
+        await asyncio.sleep(0)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert engine._script_locks[record.id].users == 2
+    gate.set()
+    assert (await first).value == "done"
+    assert (await second).value == "done"
+    assert engine._script_locks == {}
