@@ -72,7 +72,9 @@ class _Down(Exception):
 
 
 class _Refused(_Down):
-    """The service refused this client's token."""
+    """This client's configuration does not fit the service: it refused the token, or its
+    TLS certificate does not verify against the client's CA and server name. Waiting will
+    not change that, so a step that meets only these fails at once."""
 
 
 class _Stale(_Down):
@@ -116,7 +118,7 @@ class _Remote:
     steps: int = 0  # steps it answered for this client
     failures: int = 0  # times it was taken out of rotation
     abandoned: int = 0  # steps it went away in the middle of (run again elsewhere)
-    refused_us: bool = False  # its last answer was a refusal of our token: a config error
+    refused_us: bool = False  # it refused our token or failed our TLS check: a config error
     idle: list[tuple[wire.Channel, wire.Welcome, asyncio.AbstractEventLoop]] = field(
         default_factory=list
     )  # connections kept open between steps
@@ -300,7 +302,8 @@ class RemoteRunner(ScriptRunner):
                 remote.failures += 1
                 remote.refused_us = isinstance(e, _Refused)
                 reasons.append(f"{remote.address}: {e}")
-        # Every service refusing our token will not change by waiting: say so at once.
+        # Every service refusing our token or certificate check will not change by waiting:
+        # say so at once.
         permanent = all(r.refused_us for r in self._remotes)
         raise RunError(
             f"no runner service could take step {script.id!r}: " + "; ".join(reasons),
@@ -386,6 +389,12 @@ class RemoteRunner(ScriptRunner):
             )
         except TimeoutError:
             raise _Down(f"could not connect within {timeout:g} s") from None
+        except ssl.SSLCertVerificationError as e:
+            raise _Refused(
+                f"its TLS certificate failed verification ({e.verify_message}); set ca_file "
+                "to the CA that signed the service's certificate, and server_name to a name "
+                "the certificate carries"
+            ) from None
         except ssl.SSLError as e:
             raise _Down(
                 f"the TLS handshake failed ({e}); check tls, ca and the certificate"
