@@ -14,6 +14,11 @@ engine), so running it again elsewhere is safe. When no service can take a step,
 :meth:`RemoteRunner.run` raises :class:`RunError` and the engine puts the step back on its
 queue.
 
+While a step runs, a service of wire version 2 sends a beat every second or so; a service
+that says nothing for ``silence`` seconds mid-step (stopped, swapped out, its machine gone
+without a reset) is counted as gone, and the step runs on another service at once instead of
+after its whole deadline.
+
 A connection that ended its step cleanly is kept open (up to ``keep_idle`` per service) for
 the next step to that service, which saves the TCP and TLS handshakes and the hello; one the
 service closed while idle is noticed, and the step is sent again on a new connection.
@@ -46,6 +51,9 @@ COOLDOWN = 10.0
 STEP_MARGIN = 60.0
 # Connections kept open per service between steps.
 KEEP_IDLE = 4
+# Seconds without a word from a service mid-step (it sends a beat every second) before the
+# client counts it as gone and runs the step elsewhere.
+SILENCE = 5.0
 # The keys of a [codemode.runner] table a remote runner takes.
 OPTIONS = frozenset(
     {
@@ -59,6 +67,7 @@ OPTIONS = frozenset(
         "server_name",
         "connect_timeout",
         "cooldown",
+        "silence",
     }
 )
 
@@ -136,8 +145,10 @@ class RemoteRunner(ScriptRunner):
     certificates against it; ``server_hostname`` overrides the name checked. A service that
     fails is left out of rotation for ``cooldown`` seconds (by ``clock``). ``connect_timeout``
     bounds the connection and the handshake; a step's answer may take its own deadline, the
-    service's slot wait and ``step_margin`` seconds. Up to ``keep_idle`` connections per
-    service stay open between steps.
+    service's slot wait and ``step_margin`` seconds, but a service that sends heartbeats and
+    goes ``silence`` seconds without a word mid-step is counted as gone (at least three of
+    its heartbeat intervals). Up to ``keep_idle`` connections per service stay open between
+    steps.
 
     ``run`` raises :class:`RunError` only when no service could take the step; a script that
     fails is a failed :class:`Step`, as with every runner.
@@ -155,8 +166,11 @@ class RemoteRunner(ScriptRunner):
         cooldown: float = COOLDOWN,
         step_margin: float = STEP_MARGIN,
         keep_idle: int = KEEP_IDLE,
+        silence: float = SILENCE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if not silence > 0:
+            raise ValueError(f"silence must be a positive number of seconds, not {silence}")
         if isinstance(addresses, str):
             addresses = [addresses]
         if not addresses:
@@ -173,6 +187,7 @@ class RemoteRunner(ScriptRunner):
         self.cooldown = cooldown
         self.step_margin = step_margin
         self.keep_idle = keep_idle
+        self.silence = silence
         self.clock = clock
         self._turn = 0
         self._closed = False
@@ -191,8 +206,8 @@ class RemoteRunner(ScriptRunner):
         (a path, relative to ``base``), else ``token``, else the environment variable named by
         ``token_env`` (``CODEMODE_RUNNER_TOKEN`` by default); ``tls`` (bool), ``ca_file`` (PEM,
         turns TLS on), ``server_name`` (the name the certificates must carry),
-        ``connect_timeout`` and ``cooldown`` (seconds). Raises ``ValueError`` naming the key at
-        fault.
+        ``connect_timeout``, ``cooldown`` and ``silence`` (seconds). Raises ``ValueError``
+        naming the key at fault.
         """
         unknown = sorted(set(options) - OPTIONS)
         if unknown:
@@ -235,6 +250,7 @@ class RemoteRunner(ScriptRunner):
                 server_hostname=options.get("server_name"),
                 connect_timeout=float(options.get("connect_timeout", CONNECT_TIMEOUT)),
                 cooldown=float(options.get("cooldown", COOLDOWN)),
+                silence=float(options.get("silence", SILENCE)),
             )
         except (OSError, ssl.SSLError) as e:
             raise ValueError(f"[codemode.runner] ca_file {ca}: cannot load it: {e}") from e
@@ -444,15 +460,28 @@ class RemoteRunner(ScriptRunner):
         known = {f.id: f for f in script.files}
         bound = wire.step_bound(script)
         wait = 3 * script.limits.compute_ms / 1000 + 1 + welcome.slot_wait + self.step_margin
+        # A service that beats must not go quiet for long; one that does not (version 1) is
+        # given the whole wait.
+        silence = None if welcome.heartbeat is None else max(self.silence, 3 * welcome.heartbeat)
         heard = False  # the service has said something about this step
+        until = time.monotonic() + wait  # a beat does not move it; a read does
         while True:
+            left = until - time.monotonic()
+            idle = left if silence is None else min(left, silence)
             try:
-                line = await conn.line(bound, idle=wait, timeout=wait)
+                if left <= 0:
+                    raise TimeoutError
+                line = await conn.line(bound, idle=idle, timeout=left)
                 if line is None:
                     why = "it closed the connection before the step ended"
                     raise _Down(why) if heard else _Stale(why)
-                message = wire.decode(line, ("step", "read", "busy", "error"))
+                message = wire.decode(line, ("step", "read", "busy", "error", "beat"))
             except TimeoutError:
+                if idle < left:
+                    raise _Down(
+                        f"it went silent for {idle:g} s in the middle of a step (it sends a "
+                        f"heartbeat every {welcome.heartbeat:g} s): it is stopped or cut off"
+                    ) from None
                 raise _Down(f"it did not finish the step within {wait:g} s") from None
             except wire.PeerGone as e:
                 why = f"the connection broke before the step ended: {e}"
@@ -460,6 +489,8 @@ class RemoteRunner(ScriptRunner):
             except wire.WireError as e:
                 raise _Down(f"it broke the protocol: {e}") from None
             heard = True
+            if isinstance(message, wire.Beat):
+                continue
             if isinstance(message, Step):
                 return message
             if isinstance(message, wire.Busy):
@@ -475,6 +506,7 @@ class RemoteRunner(ScriptRunner):
                 await conn.send(answer)
             except wire.PeerGone as e:
                 raise _Down(f"the connection broke during a read: {e}") from None
+            until = time.monotonic() + wait
 
     async def loads(self) -> dict[str, wire.Load | str]:
         """Each service's load, or why it could not say: a health check."""
