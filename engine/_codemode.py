@@ -31,6 +31,7 @@ from engine._naming import closest_names
 from engine._search import ToolIndex
 from engine._skills import Skill, find_skill, skill_answer, skills_listing
 from engine._source import ScriptTooLarge, normalize
+from engine._tool_threads import TOOL_THREADS, ToolThreads
 from engine._tools import Tool, ToolCallError, ToolContext, unique_tools
 from engine._worker import Decision, Worker, ask, calls_trigger, proposed_worker
 from runner import RunError, ScriptRunner, Step
@@ -101,7 +102,8 @@ class CodeMode:
     call whose tool sets no ``timeout`` of its own (a call past it fails, catchably).
     ``store`` defaults to a SQLite log under ``data_dir`` (or in memory when neither is
     given); file attachments are kept as blobs in ``blobs`` (default: under ``data_dir``, or
-    in memory).
+    in memory). Sync tool handlers run in ``tool_threads`` threads of the engine's own, shared
+    fairly between tenants and scripts (see ``engine._tool_threads``).
     """
 
     def __init__(
@@ -120,6 +122,7 @@ class CodeMode:
         call_timeout: float | None = 300.0,
         clock: Callable[[], float] = time.time,
         blobs: BlobStore | None = None,
+        tool_threads: int = TOOL_THREADS,
     ) -> None:
         self.tools = unique_tools(tools)
         self._by_name = {t.name: t for t in self.tools}
@@ -144,6 +147,7 @@ class CodeMode:
         self.call_timeout = call_timeout
         self.retry_delay = retry_delay
         self.clock = clock
+        self._tool_threads = ToolThreads(tool_threads)
         # One lock per script that is being driven or waited on; dropped when nobody
         # holds or waits on it, so the map does not grow with every script ever run.
         self._script_locks: dict[str, _ScriptLock] = {}
@@ -540,15 +544,8 @@ class CodeMode:
     async def _run_call(self, record: log.ScriptRecord, entry: log.CallEntry) -> None:
         # The receipt: written before the call runs, so a crash can never run it twice.
         self.store.update_call(record.id, entry.index, state=log.RUNNING)
-        tool = self._by_name.get(entry.name)
-        timeout = None if tool is not None and tool.timeout is not None else self.call_timeout
         try:
-            async with asyncio.timeout(timeout):
-                result = await self._invoke(record, entry)
-        except TimeoutError:
-            message = f"tools.{entry.name} timed out after {timeout:g} s"
-            self.store.update_call(record.id, entry.index, state=log.FAILED, error=message)
-            return
+            result = await self._invoke(record, entry)
         except ToolCallError as e:
             self.store.update_call(record.id, entry.index, state=log.FAILED, error=e.message)
             return
@@ -596,7 +593,9 @@ class CodeMode:
             call_id=entry.call_id,
             call_index=entry.index,
         )
-        return await tool.invoke(entry.arguments, ctx)
+        return await tool.invoke(
+            entry.arguments, ctx, threads=self._tool_threads, default_timeout=self.call_timeout
+        )
 
     # ---- endings ----
 
@@ -666,6 +665,7 @@ class CodeMode:
         return uuid.uuid4().hex
 
     async def aclose(self) -> None:
+        self._tool_threads.close()
         await self.runner.aclose()
         self.store.close()
 
