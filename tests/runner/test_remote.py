@@ -403,7 +403,10 @@ async def test_a_kept_connection_the_service_closed_is_replaced() -> None:
     async with services(FakeRunner(), idle_timeout=0.1) as [service]:
         remote = RemoteRunner([service.address], TOKEN)
         await remote.run(script("x"))
-        await asyncio.sleep(0.3)  # the service drops the idle connection
+        for _ in range(5000):  # until the service drops the idle connection
+            if not service._connections:
+                break
+            await asyncio.sleep(0.002)
         assert (await remote.run(script("x"))).outcome == "finished"
         assert service.accepted == 2
         assert remote.status()[service.address]["failures"] == 0

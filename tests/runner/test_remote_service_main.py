@@ -100,7 +100,10 @@ async def test_drains_on_sigterm(token_file: Path) -> None:
                 break
             await asyncio.sleep(0.02)
         process.send_signal(signal.SIGTERM)
-        await asyncio.sleep(0.2)
+        for _ in range(1500):  # until it stops listening
+            if isinstance((await remote.loads())[address], str):
+                break
+            await asyncio.sleep(0.02)
         with pytest.raises(RunError, match="could not connect"):
             await RemoteRunner([address], TOKEN).run(script("return 1"))
         assert (await asyncio.wait_for(step, 30)).value == SLOW_VALUE
