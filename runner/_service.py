@@ -287,8 +287,7 @@ class RunnerService:
             version = await self._handshake(conn)
             if version is None:
                 return
-            welcomed = True
-            self._welcomed += 1
+            welcomed = True  # counted in _welcomed by _handshake
             await self._requests(conn, version)
         except wire.PeerGone as e:
             log.info("%s: %s", conn.peer, e)
@@ -309,8 +308,8 @@ class RunnerService:
     async def _handshake(self, conn: wire.Channel) -> int | None:
         """TLS, then read and check ``hello``; answer ``welcome`` or ``refused``.
 
-        Returns the wire version agreed on when welcomed, else None. TLS and the hello share
-        one deadline, ``handshake_timeout``.
+        Returns the wire version agreed on when welcomed (and counted in ``_welcomed``),
+        else None. TLS and the hello share one deadline, ``handshake_timeout``.
         """
         timeout = self.handshake_timeout
         until = time.monotonic() + timeout
@@ -372,7 +371,12 @@ class RunnerService:
             slot_wait=self.slot_wait,
             heartbeat=self.heartbeat if beats else None,
         )
-        await conn.send(wire.encode(welcome))
+        self._welcomed += 1  # before the await, so two handshakes cannot both pass the cap
+        try:
+            await conn.send(wire.encode(welcome))
+        except BaseException:
+            self._welcomed -= 1
+            raise
         return version
 
     async def _requests(self, conn: wire.Channel, version: int) -> None:
