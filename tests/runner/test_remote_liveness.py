@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
 import orjson
@@ -19,7 +15,15 @@ from runner import RemoteRunner
 from runner._service import MAX_UNWELCOMED
 from sandbox.protocol import FileInfo
 
-from .remote_support import TOKEN, FakeRunner, RawClient, blocked, script, services
+from .remote_support import (
+    TOKEN,
+    FakeRunner,
+    RawClient,
+    blocked,
+    script,
+    service_process,
+    services,
+)
 
 
 async def until(condition: object, what: str) -> None:
@@ -103,45 +107,6 @@ class _GatedFiles:
         return b"hello"[offset : offset + length]
 
 
-@asynccontextmanager
-async def service_process(token_file: Path, *args: str) -> AsyncIterator[tuple[int, str]]:
-    """``runner.service_main`` on a free loopback port; at the end it is woken (SIGCONT) if
-    stopped, drained with SIGTERM, and killed if that does not end it."""
-    env = {k: v for k, v in os.environ.items() if k != "CODEMODE_RUNNER_TOKEN"}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "runner.service_main",
-        "--listen",
-        "127.0.0.1:0",
-        "--token-file",
-        str(token_file),
-        "--log-level",
-        "WARNING",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        env=env,
-        cwd=Path(__file__).parents[2],
-    )
-    try:
-        assert process.stdout is not None
-        first = await asyncio.wait_for(process.stdout.readline(), 30)
-        found = re.fullmatch(rb"listening on (127\.0\.0\.1:\d+)\n", first)
-        assert found is not None, first
-        yield process.pid, found.group(1).decode()
-    finally:
-        if process.returncode is None:
-            with suppress(ProcessLookupError):
-                process.send_signal(signal.SIGCONT)
-                process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
-
-
 @pytest.mark.timeout(120)
 async def test_a_frozen_service_loses_its_step_to_another_within_seconds(tmp_path: Path) -> None:
     """A service stopped (SIGSTOP) mid-step stops sending heartbeats: the client counts it
@@ -151,7 +116,7 @@ async def test_a_frozen_service_loses_its_step_to_another_within_seconds(tmp_pat
     token_file.write_text(TOKEN)
     beat = ("--heartbeat", "0.1", "--slots", "1")
     async with (
-        service_process(token_file, *beat) as (frozen_pid, frozen),
+        service_process(token_file, *beat) as (stopped, frozen),
         service_process(token_file, *beat) as (_, healthy),
     ):
         remote = RemoteRunner([frozen, healthy], TOKEN, silence=2.0)
@@ -161,7 +126,7 @@ async def test_a_frozen_service_loses_its_step_to_another_within_seconds(tmp_pat
         attached = [FileInfo(id="f", mime="text/plain", size=5)]
         run = asyncio.create_task(remote.run(script(code, files=attached), files))
         await files.asked.wait()  # the step is running on the first service
-        os.kill(frozen_pid, signal.SIGSTOP)
+        os.kill(stopped.pid, signal.SIGSTOP)
         files.go.set()
         # Bounded well under the old 86 s, so the test fails instead of waiting that out.
         step = await asyncio.wait_for(run, 30)
@@ -172,7 +137,7 @@ async def test_a_frozen_service_loses_its_step_to_another_within_seconds(tmp_pat
         assert "went silent for 2 s" in status[frozen]["why"]
         assert status[healthy]["steps"] == 1
         assert files.reads == 2  # once on each service
-        os.kill(frozen_pid, signal.SIGCONT)
+        os.kill(stopped.pid, signal.SIGCONT)
         await remote.aclose()
 
 
