@@ -33,6 +33,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import itertools
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -206,15 +207,20 @@ def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     return fn(**kwargs)
 
 
-_shared: ToolThreads | None = None
+_shared: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ToolThreads] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def shared_threads() -> ToolThreads:
-    """The pool for tools invoked outside an engine (each engine has its own)."""
-    global _shared
-    if _shared is None:
-        _shared = ToolThreads()
-    return _shared
+    """The pool for tools invoked outside an engine (each engine has its own), one per event
+    loop: a pool's waiting calls belong to one loop, and a loop that ended leaves its pool
+    to the garbage collector (its threads end when their calls do)."""
+    loop = asyncio.get_running_loop()
+    threads = _shared.get(loop)
+    if threads is None:
+        threads = _shared[loop] = ToolThreads()
+    return threads
 
 
 def timed_out(name: str, seconds: float, ticket: Ticket | None) -> str:
