@@ -114,13 +114,17 @@ class ToolThreads:
                 ticket.granted.cancel()
                 self._waiting.remove(ticket)
             raise  # the state stays "waiting": it never ran
+        try:
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    self.threads + self.spare, thread_name_prefix="codemode-tool"
+                )
+            context = contextvars.copy_context()  # as asyncio.to_thread does
+            work = self._executor.submit(context.run, _call, fn, kwargs)
+        except BaseException:  # no thread to be had (out of threads, shut down): it never ran
+            self._release(ticket, stuck=False)
+            raise
         ticket.state = "running"
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(
-                self.threads + self.spare, thread_name_prefix="codemode-tool"
-            )
-        context = contextvars.copy_context()  # as asyncio.to_thread does
-        work = self._executor.submit(context.run, _call, fn, kwargs)
         try:
             result = await asyncio.wrap_future(work, loop=loop)
         except asyncio.CancelledError:
