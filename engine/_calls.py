@@ -19,6 +19,7 @@ from engine._limits import Limits
 from engine._naming import SKILL, TOOL_SEARCH
 from engine._search import ToolIndex
 from engine._skills import Skill, find_skill, skill_answer
+from engine._tool_threads import ToolThreads
 from engine._tools import Tool, ToolCallError, ToolContext
 from engine._worker import Decision, Worker, ask, calls_trigger
 from runner import bounded
@@ -36,6 +37,7 @@ class CallSettling:
     worker: Worker
     context: Any
     call_timeout: float | None
+    _tool_threads: ToolThreads
     _by_name: dict[str, Tool]
     _index: ToolIndex
     _tool_names: list[str]
@@ -85,14 +87,8 @@ class CallSettling:
     async def _run_call(self, record: log.ScriptRecord, entry: log.CallEntry) -> None:
         # The receipt: written before the call runs, so a crash can never run it twice.
         self.store.update_call(record.id, entry.index, state=log.RUNNING)
-        tool = self._by_name.get(entry.name)
-        timeout = None if tool is not None and tool.timeout is not None else self.call_timeout
         try:
-            async with asyncio.timeout(timeout):
-                result = await self._invoke(record, entry)
-        except TimeoutError:
-            self._fail_call(record, entry, f"tools.{entry.name} timed out after {timeout:g} s")
-            return
+            result = await self._invoke(record, entry)
         except ToolCallError as e:
             self._fail_call(record, entry, e.message)
             return
@@ -148,7 +144,9 @@ class CallSettling:
             call_id=entry.call_id,
             call_index=entry.index,
         )
-        return await tool.invoke(entry.arguments, ctx)
+        return await tool.invoke(
+            entry.arguments, ctx, threads=self._tool_threads, default_timeout=self.call_timeout
+        )
 
 
 def error_text(message: str) -> str:

@@ -15,6 +15,7 @@ import secrets
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from engine._search import ToolIndex
 from engine._skills import Skill, check_skills, skills_listing
 from engine._source import ScriptTooLarge, normalize
 from engine._steps import StepLoop
+from engine._tool_threads import TOOL_THREADS, ToolThreads
 from engine._tools import Tool, ToolCallError, unique_tools
 from engine._worker import Worker, proposed_worker
 from runner import ScriptRunner
@@ -62,7 +64,8 @@ class CodeMode(StepLoop):
     call whose tool sets no ``timeout`` of its own (a call past it fails, catchably).
     ``store`` defaults to a SQLite log under ``data_dir`` (or in memory when neither is
     given); file attachments are kept as blobs in ``blobs`` (default: under ``data_dir``, or
-    in memory).
+    in memory). Sync tool handlers run in ``tool_threads`` threads of the engine's own, shared
+    fairly between tenants and scripts (see ``engine._tool_threads``).
     """
 
     def __init__(
@@ -81,6 +84,7 @@ class CodeMode(StepLoop):
         call_timeout: float | None = 300.0,
         clock: Callable[[], float] = time.time,
         blobs: BlobStore | None = None,
+        tool_threads: int = TOOL_THREADS,
     ) -> None:
         self.tools = unique_tools(as_tools(tools))
         self._by_name = {t.name: t for t in self.tools}
@@ -112,7 +116,10 @@ class CodeMode(StepLoop):
         self.call_timeout = call_timeout
         self.retry_delay = retry_delay
         self.clock = clock
-        self._script_locks: dict[str, asyncio.Lock] = {}
+        self._tool_threads = ToolThreads(tool_threads)
+        # One lock per script that is being driven or waited on; dropped when nobody
+        # holds or waits on it, so the map does not grow with every script ever run.
+        self._script_locks: dict[str, _ScriptLock] = {}
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
 
     # ---- what the model sees ----
@@ -195,9 +202,15 @@ class CodeMode(StepLoop):
 
     async def resume(self, script_id: str) -> RunResult:
         """Continue a script from its log: after a pause, a restart, or on another host."""
-        lock = self._script_locks.setdefault(script_id, asyncio.Lock())
-        async with lock:
-            return await self._drive(script_id)
+        lock = self._script_locks.setdefault(script_id, _ScriptLock())
+        lock.users += 1
+        try:
+            async with lock.lock:
+                return await self._drive(script_id)
+        finally:
+            lock.users -= 1
+            if lock.users == 0:
+                del self._script_locks[script_id]
 
     def hold(self, script_id: str) -> None:
         """Interrupt: no step of the script runs and no call it asks for goes out."""
@@ -260,6 +273,16 @@ class CodeMode(StepLoop):
     async def aclose(self) -> None:
         await self.runner.aclose()
         self.store.close()
+        self._tool_threads.close()
+
+
+@dataclass
+class _ScriptLock:
+    """The lock that lets one ``resume`` drive a script at a time, and how many hold or
+    wait on it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
 
 
 class NotText(ValueError):

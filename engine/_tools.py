@@ -43,6 +43,7 @@ from engine._schema import (
     to_json_data,
     validation_problems,
 )
+from engine._tool_threads import Ticket, ToolThreads, shared_threads, timed_out
 
 T = TypeVar("T")
 
@@ -268,13 +269,26 @@ class Tool:
             source=source,
         )
 
-    async def invoke(self, arguments: Mapping[str, Any], ctx: ToolContext[Any]) -> Any:
+    async def invoke(
+        self,
+        arguments: Mapping[str, Any],
+        ctx: ToolContext[Any],
+        *,
+        threads: ToolThreads | None = None,
+        default_timeout: float | None = None,
+    ) -> Any:
         """Run one call: check the arguments, run the handler, return its result as JSON data.
+
+        A sync handler runs in one of ``threads`` (the engine's; by default a pool shared by
+        tools invoked outside an engine), admitted fairly by ``ctx.tenant`` and
+        ``ctx.script_id``. The call is bounded by the tool's ``timeout``, else by
+        ``default_timeout``.
 
         Raises :class:`ToolCallError` with a message for the model when the arguments do not
         fit the input schema (naming the path and what was expected), when the handler raises
-        (its message) or passes ``timeout``, when the tool has no handler here, and when the
-        result is not JSON data or does not fit the output schema.
+        (its message) or passes its timeout (saying whether it may still take effect), when
+        the tool has no handler here, and when the result is not JSON data or does not fit the
+        output schema.
         """
         if not isinstance(arguments, Mapping):
             raise self._error(f"tools.{self.name} takes an object, not {a_json_type(arguments)}")
@@ -288,28 +302,38 @@ class Tool:
         kwargs = self._arguments.bind(self.name, arguments) if self._arguments else arguments
         if self._context_param:
             kwargs[self._context_param] = ctx
-        result = await self._run(kwargs)
+        timeout = self.timeout if self.timeout is not None else default_timeout
+        result = await self._run(kwargs, ctx, threads or shared_threads(), timeout)
         return self._check_result(result)
 
-    async def _run(self, kwargs: dict[str, Any]) -> Any:
+    async def _run(
+        self,
+        kwargs: dict[str, Any],
+        ctx: ToolContext[Any],
+        threads: ToolThreads,
+        timeout: float | None,
+    ) -> Any:
         handler = self.handler
         assert handler is not None
-        scope = asyncio.timeout(self.timeout)
+        ticket: Ticket | None = None
+        scope = asyncio.timeout(timeout)
         try:
             async with scope:
                 if inspect.iscoroutinefunction(handler):
                     result = await handler(**kwargs)
                 else:
-                    # A sync handler runs in a worker thread so it cannot stall the event loop.
+                    # A sync handler runs in a tool thread, so it cannot stall the event loop
+                    # nor, however slow, starve other scripts' calls (see engine._tool_threads).
                     # On timeout the thread runs on (Python cannot stop it); its result is
                     # dropped.
-                    result = await asyncio.to_thread(_call_sync, handler, kwargs)
+                    ticket = Ticket(ctx.tenant, ctx.script_id)
+                    result = await threads.call(ticket, handler, kwargs)
                 if inspect.isawaitable(result):  # a sync function that returned a coroutine
                     result = await result
             return result
         except TimeoutError as e:
             if scope.expired():
-                raise self._error(f"tools.{self.name} timed out after {self.timeout:g} s") from None
+                raise self._error(timed_out(self.name, timeout or 0.0, ticket)) from None
             raise self._error(_message_of(e)) from e
         except ToolCallError as e:
             raise self._error(e.message) from e
@@ -346,10 +370,6 @@ class Tool:
 
 
 _MISSING = object()
-
-
-def _call_sync(handler: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
-    return handler(**kwargs)
 
 
 def _message_of(e: BaseException) -> str:

@@ -495,6 +495,11 @@ class ForkServer:
             spawned = await asyncio.wait_for(asyncio.shield(waiter), self.spawn_timeout)
         except BaseException as e:
             self._pending.pop(spawn_id, None)
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                # The zygote's report came in while this spawn unwound (both in one turn of
+                # the loop): nobody will use the child. Kill it and close its pidfd.
+                late = waiter.result()
+                self._drop(late.pid, late.pidfd, late.exit)
             waiter.cancel()
             for fd in ours:
                 os.close(fd)

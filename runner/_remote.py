@@ -14,6 +14,11 @@ engine), so running it again elsewhere is safe. When no service can take a step,
 :meth:`RemoteRunner.run` raises :class:`RunError` and the engine puts the step back on its
 queue.
 
+While a step runs, a service of wire version 2 sends a beat every second or so; a service
+that says nothing for ``silence`` seconds mid-step (stopped, swapped out, its machine gone
+without a reset) is counted as gone, and the step runs on another service at once instead of
+after its whole deadline.
+
 A connection that ended its step cleanly is kept open (up to ``keep_idle`` per service) for
 the next step to that service, which saves the TCP and TLS handshakes and the hello; one the
 service closed while idle is noticed, and the step is sent again on a new connection.
@@ -49,6 +54,9 @@ COOLDOWN = 10.0
 STEP_MARGIN = 60.0
 # Connections kept open per service between steps.
 KEEP_IDLE = 4
+# Seconds without a word from a service mid-step (it sends a beat every second) before the
+# client counts it as gone and runs the step elsewhere.
+SILENCE = 5.0
 # The keys of a [codemode.runner] table a remote runner takes.
 OPTIONS = frozenset(
     {
@@ -62,6 +70,7 @@ OPTIONS = frozenset(
         "server_name",
         "connect_timeout",
         "cooldown",
+        "silence",
     }
 )
 
@@ -75,7 +84,9 @@ class _Down(Exception):
 
 
 class _Refused(_Down):
-    """The service refused this client's token."""
+    """This client's configuration does not fit the service: it refused the token, or its
+    TLS certificate does not verify against the client's CA and server name. Waiting will
+    not change that, so a step that meets only these fails at once."""
 
 
 class _Stale(_Down):
@@ -115,7 +126,7 @@ class _Remote:
     steps: int = 0  # steps it answered for this client
     failures: int = 0  # times it was taken out of rotation
     abandoned: int = 0  # steps it went away in the middle of (run again elsewhere)
-    refused_us: bool = False  # its last answer was a refusal of our token: a config error
+    refused_us: bool = False  # it refused our token or failed our TLS check: a config error
     idle: list[tuple[wire.Channel, wire.Welcome, asyncio.AbstractEventLoop]] = field(
         default_factory=list
     )  # connections kept open between steps
@@ -133,8 +144,10 @@ class RemoteRunner(ScriptRunner):
     certificates against it; ``server_hostname`` overrides the name checked. A service that
     fails is left out of rotation for ``cooldown`` seconds (by ``clock``). ``connect_timeout``
     bounds the connection and the handshake; a step's answer may take its own deadline, the
-    service's slot wait and ``step_margin`` seconds. Up to ``keep_idle`` connections per
-    service stay open between steps.
+    service's slot wait and ``step_margin`` seconds, but a service that sends heartbeats and
+    goes ``silence`` seconds without a word mid-step is counted as gone (at least three of
+    its heartbeat intervals). Up to ``keep_idle`` connections per service stay open between
+    steps.
 
     ``run`` raises :class:`RunError` only when no service could take the step; a script that
     fails is a failed :class:`Step`, as with every runner.
@@ -152,8 +165,11 @@ class RemoteRunner(ScriptRunner):
         cooldown: float = COOLDOWN,
         step_margin: float = STEP_MARGIN,
         keep_idle: int = KEEP_IDLE,
+        silence: float = SILENCE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if not silence > 0:
+            raise ValueError(f"silence must be a positive number of seconds, not {silence}")
         if isinstance(addresses, str):
             addresses = [addresses]
         if not addresses:
@@ -170,6 +186,7 @@ class RemoteRunner(ScriptRunner):
         self.cooldown = cooldown
         self.step_margin = step_margin
         self.keep_idle = keep_idle
+        self.silence = silence
         self.clock = clock
         self._turn = 0
         self._closed = False
@@ -188,8 +205,8 @@ class RemoteRunner(ScriptRunner):
         (a path, relative to ``base``), else ``token``, else the environment variable named by
         ``token_env`` (``CODEMODE_RUNNER_TOKEN`` by default); ``tls`` (bool), ``ca_file`` (PEM,
         turns TLS on), ``server_name`` (the name the certificates must carry),
-        ``connect_timeout`` and ``cooldown`` (seconds). Raises ``ValueError`` naming the key at
-        fault.
+        ``connect_timeout``, ``cooldown`` and ``silence`` (seconds). Raises ``ValueError``
+        naming the key at fault.
         """
         unknown = sorted(set(options) - OPTIONS)
         if unknown:
@@ -232,6 +249,7 @@ class RemoteRunner(ScriptRunner):
                 server_hostname=options.get("server_name"),
                 connect_timeout=float(options.get("connect_timeout", CONNECT_TIMEOUT)),
                 cooldown=float(options.get("cooldown", COOLDOWN)),
+                silence=float(options.get("silence", SILENCE)),
             )
         except (OSError, ssl.SSLError) as e:
             raise ValueError(f"[codemode.runner] ca_file {ca}: cannot load it: {e}") from e
@@ -299,7 +317,8 @@ class RemoteRunner(ScriptRunner):
                 remote.failures += 1
                 remote.refused_us = isinstance(e, _Refused)
                 reasons.append(f"{remote.address}: {e}")
-        # Every service refusing our token will not change by waiting: say so at once.
+        # Every service refusing our token or certificate check will not change by waiting:
+        # say so at once.
         permanent = all(r.refused_us for r in self._remotes)
         raise RunError(
             f"no runner service could take step {script.id!r}: " + "; ".join(reasons),
@@ -385,6 +404,12 @@ class RemoteRunner(ScriptRunner):
             )
         except TimeoutError:
             raise _Down(f"could not connect within {timeout:g} s") from None
+        except ssl.SSLCertVerificationError as e:
+            raise _Refused(
+                f"its TLS certificate failed verification ({e.verify_message}); set ca_file "
+                "to the CA that signed the service's certificate, and server_name to a name "
+                "the certificate carries"
+            ) from None
         except ssl.SSLError as e:
             raise _Down(
                 f"the TLS handshake failed ({e}); check tls, ca and the certificate"
@@ -434,15 +459,28 @@ class RemoteRunner(ScriptRunner):
         server = conv.FileServer(script, files)
         bound = wire.step_bound(script)
         wait = conv.wall_seconds(script.limits.compute_ms) + welcome.slot_wait + self.step_margin
+        # A service that beats must not go quiet for long; one that does not (version 1) is
+        # given the whole wait.
+        silence = None if welcome.heartbeat is None else max(self.silence, 3 * welcome.heartbeat)
         heard = False  # the service has said something about this step
+        until = time.monotonic() + wait  # a beat does not move it; a read does
         while True:
+            left = until - time.monotonic()
+            idle = left if silence is None else min(left, silence)
             try:
-                line = await conn.line(bound, idle=wait, timeout=wait)
+                if left <= 0:
+                    raise TimeoutError
+                line = await conn.line(bound, idle=idle, timeout=left)
                 if line is None:
                     why = "it closed the connection before the step ended"
                     raise _Down(why) if heard else _Stale(why)
-                message = wire.decode(line, ("step", "read", "busy", "error"))
+                message = wire.decode(line, ("step", "read", "busy", "error", "beat"))
             except TimeoutError:
+                if idle < left:
+                    raise _Down(
+                        f"it went silent for {idle:g} s in the middle of a step (it sends a "
+                        f"heartbeat every {welcome.heartbeat:g} s): it is stopped or cut off"
+                    ) from None
                 raise _Down(f"it did not finish the step within {wait:g} s") from None
             except wire.PeerGone as e:
                 why = f"the connection broke before the step ended: {e}"
@@ -450,6 +488,8 @@ class RemoteRunner(ScriptRunner):
             except wire.WireError as e:
                 raise _Down(f"it broke the protocol: {e}") from None
             heard = True
+            if isinstance(message, wire.Beat):
+                continue
             if isinstance(message, Step):
                 # The bytes this client served are what the step read, whatever it says.
                 if message.process is None:
@@ -473,6 +513,7 @@ class RemoteRunner(ScriptRunner):
                 await conn.send(answer)
             except wire.PeerGone as e:
                 raise _Down(f"the connection broke during a read: {e}") from None
+            until = time.monotonic() + wait
 
     async def loads(self) -> dict[str, wire.Load | str]:
         """Each service's load, or why it could not say: a health check."""

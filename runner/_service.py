@@ -9,6 +9,13 @@ access to the engine's storage. The protocol is in ``runner._wire``.
 Nothing a peer sends is trusted: every line is bounded and timed, a peer that breaks the
 protocol is refused or dropped without disturbing the others, and a step whose client goes
 away is cancelled, which kills its process.
+
+Connections are admitted in two stages, so strangers cannot lock out clients that hold the
+token. Until it is welcomed, a connection (its TLS handshake included) has
+``handshake_timeout`` seconds to say hello and counts only against ``max_unwelcomed``, a small
+budget of its own: when that is full, the oldest connection still in its handshake is dropped
+to make room, so idle sockets can never keep a real client out for longer than one
+handshake. Only welcomed connections count against ``max_connections``.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import hashlib
 import hmac
 import logging
 import ssl
+import time
+from typing import Any
 
 from runner import _wire as wire
 from runner._base import FileMissing, ProcessStats, RunError, ScriptRunner
@@ -28,12 +37,16 @@ from sandbox.protocol import Script
 
 log = logging.getLogger("codemode.runner.service")
 
-HANDSHAKE_TIMEOUT = 10.0
+HANDSHAKE_TIMEOUT = 5.0
 IDLE_TIMEOUT = 300.0
 LINE_TIMEOUT = 60.0
 READ_TIMEOUT = 60.0
 SLOT_WAIT = 10.0
 MAX_CONNECTIONS = 1024
+# Connections in their handshake at once; a real client says hello within milliseconds.
+MAX_UNWELCOMED = 64
+# Seconds between beats while a step runs (wire version 2).
+HEARTBEAT = 1.0
 
 
 class _ForwardedFiles:
@@ -118,9 +131,12 @@ class RunnerService:
     clamped to 2..8), and ``slot_wait`` how long a step waits for a slot before the service
     answers ``busy``. ``tls`` wraps every connection when given.
 
-    Timeouts: ``handshake_timeout`` for the TLS handshake and the ``hello`` line,
+    Timeouts: ``handshake_timeout`` for the TLS handshake and the ``hello`` line together,
     ``idle_timeout`` between requests, ``line_timeout`` from a line's first byte to its
-    newline, ``read_timeout`` for the engine's answer to a file read.
+    newline, ``read_timeout`` for the engine's answer to a file read. At most
+    ``max_unwelcomed`` connections are in their handshake at once (the oldest is dropped for
+    a new one) and ``max_connections`` are welcomed. While a step runs, a client of wire
+    version 2 gets a ``beat`` every ``heartbeat`` seconds.
     """
 
     def __init__(
@@ -137,9 +153,15 @@ class RunnerService:
         slot_wait: float = SLOT_WAIT,
         max_script_line: int = protocol.MAX_SCRIPT_LINE,
         max_connections: int = MAX_CONNECTIONS,
+        max_unwelcomed: int = MAX_UNWELCOMED,
+        heartbeat: float = HEARTBEAT,
     ) -> None:
         if token is not None and not token:
             raise ValueError("the runner service's token is empty")
+        if not heartbeat > 0:
+            raise ValueError(f"heartbeat must be a positive number of seconds, not {heartbeat}")
+        if max_unwelcomed < 1:
+            raise ValueError(f"max_unwelcomed must be at least 1, not {max_unwelcomed}")
         count = slots if slots is not None else default_slot_count()
         self.slots = Slots(count, script_wait=slot_wait)
         self._owns_runner = runner is None
@@ -158,10 +180,16 @@ class RunnerService:
         self.slot_wait = slot_wait
         self.max_script_line = max_script_line
         self.max_connections = max_connections
+        self.max_unwelcomed = max_unwelcomed
+        self.heartbeat = heartbeat
         self.draining = False
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        # Connections still in their handshake, oldest first (dicts keep insertion order).
+        self._unwelcomed: dict[asyncio.Task[None], wire.Channel] = {}
+        self._welcomed = 0
         self.accepted = 0  # connections accepted, for tests and metrics
+        self.crowded_out = 0  # connections dropped mid-handshake to make room for a newer one
         self._steps = 0
         self._no_steps = asyncio.Event()
         self._no_steps.set()
@@ -185,14 +213,9 @@ class RunnerService:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen on ``host:port`` (port 0: any free port). Returns the bound address."""
-        self._server = await asyncio.start_server(
-            self._accept,
-            host,
-            port,
-            ssl=self.tls,
-            ssl_handshake_timeout=self.handshake_timeout if self.tls else None,
-            reuse_address=True,
-        )
+        # TLS starts in _connection, not here: a handshake asyncio ran before handing the
+        # connection over would hold a socket that no budget counts.
+        self._server = await asyncio.start_server(self._accept, host, port, reuse_address=True)
         bound = self._server.sockets[0].getsockname()
         self.host, self.port = bound[0], bound[1]
         return self.address
@@ -252,17 +275,28 @@ class RunnerService:
             conn.abort()
             return
         self._connections.add(task)
+        welcomed = False
         try:
-            if len(self._connections) > self.max_connections:
-                await self._refuse(conn, "too many connections; try again later")
+            self._unwelcomed[task] = conn
+            if len(self._unwelcomed) > self.max_unwelcomed:
+                # Make room: the oldest has had the longest to say hello.
+                oldest = next(iter(self._unwelcomed))
+                self._unwelcomed.pop(oldest).abort()
+                self.crowded_out += 1
+                log.info("dropped a connection that had not said hello, for a newer one")
+            version = await self._handshake(conn)
+            if version is None:
                 return
-            if await self._handshake(conn):
-                await self._requests(conn)
+            welcomed = True  # counted in _welcomed by _handshake
+            await self._requests(conn, version)
         except wire.PeerGone as e:
             log.info("%s: %s", conn.peer, e)
         except Exception:
             log.exception("%s: the connection failed", conn.peer)
         finally:
+            self._unwelcomed.pop(task, None)
+            if welcomed:
+                self._welcomed -= 1
             self._connections.discard(task)
             await conn.close(linger=0 if self.draining else 0.5)
 
@@ -271,30 +305,42 @@ class RunnerService:
         with contextlib.suppress(wire.PeerGone, TimeoutError):
             await asyncio.wait_for(conn.send(wire.encode(wire.Refused(error=why))), 1.0)
 
-    async def _handshake(self, conn: wire.Channel) -> bool:
-        """Read and check ``hello``; answer ``welcome`` or ``refused``. True when welcomed."""
+    async def _handshake(self, conn: wire.Channel) -> int | None:
+        """TLS, then read and check ``hello``; answer ``welcome`` or ``refused``.
+
+        Returns the wire version agreed on when welcomed (and counted in ``_welcomed``),
+        else None. TLS and the hello share one deadline, ``handshake_timeout``.
+        """
         timeout = self.handshake_timeout
+        until = time.monotonic() + timeout
+        if self.tls is not None:
+            try:
+                await conn.writer.start_tls(self.tls, ssl_handshake_timeout=timeout)
+            except (ssl.SSLError, ConnectionError, OSError) as e:
+                log.info("%s: the TLS handshake failed: %s", conn.peer, e)
+                return None
         try:
-            line = await conn.line(wire.SMALL_LINE, idle=timeout, timeout=timeout)
+            left = max(0.0, until - time.monotonic())
+            line = await conn.line(wire.SMALL_LINE, idle=left, timeout=left)
         except TimeoutError:
             await self._refuse(conn, f"no hello within {timeout:g} s")
-            return False
+            return None
         except wire.WireError as e:
             await self._refuse(conn, f"a bad hello: {e}")
-            return False
+            return None
         if line is None:
-            return False
+            return None
         try:
             hello: wire.Hello = wire.decode(line, ("hello",))
         except wire.WireError as e:
             await self._refuse(conn, f"the first message must be hello: {e}")
-            return False
+            return None
         if self._token is not None and not hello.token:
             await self._refuse(conn, "no token: hello must carry the service's token")
-            return False
+            return None
         if self._token is not None and not hmac.compare_digest(_digest(hello.token), self._token):
             await self._refuse(conn, "wrong token")
-            return False
+            return None
         oldest = hello.version if hello.oldest is None else hello.oldest
         version = min(hello.version, wire.WIRE_VERSION)
         if version < max(oldest, wire.WIRE_OLDEST):
@@ -304,7 +350,14 @@ class RunnerService:
                 f"to {wire.WIRE_VERSION}, the client {oldest} to {hello.version}; upgrade the "
                 "older side",
             )
-            return False
+            return None
+        task = asyncio.current_task()
+        if task is not None:
+            self._unwelcomed.pop(task, None)
+        if self._welcomed >= self.max_connections:
+            await self._refuse(conn, "too many connections; try again later")
+            return None
+        beats = version >= wire.HEARTBEAT_VERSION
         welcome = wire.Welcome(
             version=version,
             oldest=wire.WIRE_OLDEST,
@@ -316,11 +369,17 @@ class RunnerService:
             draining=self.draining,
             max_line=self.max_script_line,
             slot_wait=self.slot_wait,
+            heartbeat=self.heartbeat if beats else None,
         )
-        await conn.send(wire.encode(welcome))
-        return True
+        self._welcomed += 1  # before the await, so two handshakes cannot both pass the cap
+        try:
+            await conn.send(wire.encode(welcome))
+        except BaseException:
+            self._welcomed -= 1
+            raise
+        return version
 
-    async def _requests(self, conn: wire.Channel) -> None:
+    async def _requests(self, conn: wire.Channel, version: int) -> None:
         """Answer requests until the client leaves, idles out or breaks the protocol."""
         while True:
             try:
@@ -351,7 +410,7 @@ class RunnerService:
             except wire.WireError as e:
                 await self._fail(conn, str(e), "protocol")
                 return
-            if not await self._step(conn, script, tenant):
+            if not await self._step(conn, script, tenant, version):
                 return
 
     async def _fail(self, conn: wire.Channel, why: str, cause: str) -> None:
@@ -361,13 +420,17 @@ class RunnerService:
             line = wire.encode(wire.Failure(error=why, cause=cause))
             await asyncio.wait_for(conn.send(line), 1.0)
 
-    async def _step(self, conn: wire.Channel, script: Script, tenant: str) -> bool:
+    async def _step(self, conn: wire.Channel, script: Script, tenant: str, version: int) -> bool:
         """Run one step for the client. True when the connection can carry another request."""
         self._steps += 1
         self._no_steps.clear()
         files = _ForwardedFiles(conn, self.read_timeout)
         watcher = asyncio.create_task(files.watch())
         work = asyncio.create_task(self._work(script, tenant, files))
+        beats = []
+        if version >= wire.HEARTBEAT_VERSION:
+            beats.append(asyncio.create_task(self._beat(conn)))
+        tasks: list[asyncio.Task[Any]] = [watcher, work, *beats]
         try:
             await asyncio.wait({watcher, work}, return_when=asyncio.FIRST_COMPLETED)
             if not work.done():
@@ -376,15 +439,30 @@ class RunnerService:
                 log.warning("%s: step %s abandoned: %s", conn.peer, script.id, watcher.result())
                 return False
             answer, keep = work.result()
+            # No beat may follow the answer: the client reads the next line as a new one.
+            for task in beats:
+                task.cancel()
+            await asyncio.gather(*beats, return_exceptions=True)
             await conn.send(answer)
             return keep and not files.broken
         finally:
-            for task in (watcher, work):
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(watcher, work, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             self._steps -= 1
             if self._steps == 0:
                 self._no_steps.set()
+
+    async def _beat(self, conn: wire.Channel) -> None:
+        """Send a beat every ``heartbeat`` seconds until cancelled or the connection breaks.
+
+        Each beat is one whole write, so it never lands inside another message.
+        """
+        line = wire.encode(wire.Beat())
+        with contextlib.suppress(wire.PeerGone):
+            while True:
+                await asyncio.sleep(self.heartbeat)
+                await conn.send(line)
 
     async def _work(
         self, script: Script, tenant: str, files: _ForwardedFiles

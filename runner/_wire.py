@@ -1,4 +1,4 @@
-"""The runner service's wire protocol, version 1: script steps over TCP.
+"""The runner service's wire protocol, version 2: script steps over TCP.
 
 A remote runner speaks the sandbox protocol (``sandbox.protocol``) over a TCP connection,
 with a first exchange that authenticates. JSON lines, UTF-8, one envelope ``{"<kind>": body}``
@@ -8,17 +8,18 @@ service has a certificate.
 
 Handshake, once per connection:
 
-- client -> service: ``{"hello": {"token": "...", "version": 1, "oldest": 1}}``, the wire
+- client -> service: ``{"hello": {"token": "...", "version": 2, "oldest": 1}}``, the wire
   versions the client speaks (``oldest`` defaults to ``version``).
 - service -> client: ``{"welcome": {"version": v, "oldest": 1, "scripts": [1, 1],
   "languages": ["javascript"], "slots": N, "busy": M, "waiting": W, "draining": false,
-  "max_line": B, "slot_wait": S}}``: ``v`` is the wire version both speak (the newest), the
-  service takes ``Script`` versions ``scripts[0]`` to ``scripts[1]`` in ``languages``, has
-  ``N`` slots of which ``M`` are busy with ``W`` steps waiting for one, takes a script line of
-  at most ``B`` bytes and waits at most ``S`` seconds for a free slot.
+  "max_line": B, "slot_wait": S, "heartbeat": H}}``: ``v`` is the wire version both speak
+  (the newest), the service takes ``Script`` versions ``scripts[0]`` to ``scripts[1]`` in
+  ``languages``, has ``N`` slots of which ``M`` are busy with ``W`` steps waiting for one,
+  takes a script line of at most ``B`` bytes, waits at most ``S`` seconds for a free slot,
+  and (version 2) sends a ``beat`` every ``H`` seconds while a step runs.
 - or ``{"refused": {"error": "<why>"}}`` and the service closes the connection: a missing or
   wrong token (compared in constant time), no wire version in common, a first line that is
-  not a ``hello``, too long, or too slow.
+  not a ``hello``, too long, or too slow, or too many connections.
 
 Then any number of requests, one at a time:
 
@@ -27,8 +28,10 @@ Then any number of requests, one at a time:
 - ``{"script": {<the sandbox protocol's Script>, "tenant": "..."}}`` runs one step. While it
   runs the service may send ``{"read": {"file", "offset", "len"}}`` (a file read the sandbox
   asked for), which the client answers exactly as a runner answers its sandbox: ``{"bytes": n}``
-  followed by exactly ``n`` raw bytes (``n <= len``), or ``{"missing": "<why>"}``. The step
-  ends with one of:
+  followed by exactly ``n`` raw bytes (``n <= len``), or ``{"missing": "<why>"}``. From
+  version 2 the service also sends ``{"beat": {}}`` every ``heartbeat`` seconds until the
+  step's answer, so a client can tell a service that froze (stopped, swapped out, its machine
+  gone) from a long step, and run the step elsewhere. The step ends with one of:
 
   - ``{"step": {<the Ran>, "process": {wall_ms, cpu_ms, file_bytes, max_rss_bytes,
     wait_ms, exit_status}}}``: where the step ended, a failed script included;
@@ -61,8 +64,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from runner._base import Step
 from sandbox import protocol
 
-WIRE_VERSION = 1
+WIRE_VERSION = 2
 WIRE_OLDEST = 1
+# The first wire version with heartbeats during a step.
+HEARTBEAT_VERSION = 2
 
 # Every line but a script and a step is small.
 SMALL_LINE = 64 * protocol.KiB
@@ -101,6 +106,12 @@ class Welcome(_Model):
     draining: bool = False
     max_line: int = Field(ge=0)
     slot_wait: float = Field(ge=0)
+    # Seconds between beats during a step (version 2); None: the service sends none.
+    heartbeat: float | None = Field(None, gt=0)
+
+
+class Beat(_Model):
+    """The service is alive and still working on the step (version 2)."""
 
 
 class Refused(_Model):
@@ -137,6 +148,7 @@ _KINDS: dict[str, type[BaseModel]] = {
     "error": Failure,
     "read": protocol.ReadRequest,
     "step": Step,
+    "beat": Beat,
 }
 _NAMES = {cls: kind for kind, cls in _KINDS.items()}
 
@@ -145,7 +157,12 @@ def encode(message: BaseModel) -> bytes:
     """One wire line for a message model, newline included."""
     if isinstance(message, Step):
         return encode_step(message)
-    body = message.model_dump(mode="json", exclude_unset=isinstance(message, Hello))
+    # Left out when not set, so a version 1 peer (whose models forbid unknown keys) reads it.
+    body = message.model_dump(
+        mode="json",
+        exclude_unset=isinstance(message, Hello),
+        exclude_none=isinstance(message, Welcome),
+    )
     return orjson.dumps({_NAMES[type(message)]: body}) + b"\n"
 
 

@@ -25,6 +25,7 @@ from runner import _wire as wire
 from runner._remote import TOKEN_ENV, read_token
 from runner._service import (
     HANDSHAKE_TIMEOUT,
+    HEARTBEAT,
     IDLE_TIMEOUT,
     READ_TIMEOUT,
     SLOT_WAIT,
@@ -104,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--idle-timeout", type=_seconds, default=IDLE_TIMEOUT)
     parser.add_argument("--read-timeout", type=_seconds, default=READ_TIMEOUT)
     parser.add_argument(
+        "--heartbeat",
+        type=_seconds,
+        default=HEARTBEAT,
+        help=f"seconds between beats to the client while a step runs (default {HEARTBEAT:g})",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         type=_log_level,
@@ -134,6 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         tls = _tls(args.cert, args.key)
         if args.slots is not None and args.slots < 1:
             raise ValueError(f"--slots must be at least 1, not {args.slots}")
+        if not args.heartbeat > 0:
+            raise ValueError(
+                f"--heartbeat must be a positive number of seconds, not {args.heartbeat}"
+            )
     except ValueError as e:
         print(f"codemode runner serve: {e}", file=sys.stderr)
         return 2
@@ -156,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         idle_timeout=args.idle_timeout,
         read_timeout=args.read_timeout,
         slot_wait=args.slot_wait,
+        heartbeat=args.heartbeat,
     )
     try:
         asyncio.run(_serve(service, host, port))

@@ -512,7 +512,10 @@ async def test_a_hanging_tool_meets_the_default_call_timeout(inproc: InProcessRu
 
     engine = CodeMode([hang], runner=inproc, call_timeout=0.2)
     result = await engine.run_code("try { await tools.hang() } catch (e) { return e.message }")
-    assert result.value == "tools.hang timed out after 0.2 s"
+    assert result.value == (
+        "tools.hang timed out after 0.2 s and was stopped, so it may or may not have taken "
+        "effect; check before calling it again"
+    )
 
 
 class _Refusing(InProcessRunner):
@@ -843,3 +846,41 @@ async def test_a_shown_file_whose_bytes_are_gone_is_left_out_with_a_note(
     )
     assert "Shown: chart.png (image/png, 4 bytes) was left out" in result.text
     assert result.shown == [] and result.media == []
+
+
+async def test_script_locks_are_dropped_when_nobody_holds_or_waits(
+    inproc: InProcessRunner,
+) -> None:
+    """The per-script lock map holds only scripts being driven or waited on: it does not
+    grow by one lock per script ever run, and a waiter (even a cancelled one) keeps the
+    lock only while it waits."""
+    entered = asyncio.Event()
+    gate = asyncio.Event()
+
+    @tool
+    async def wait() -> str:
+        """Wait for the test."""
+        entered.set()
+        await gate.wait()
+        return "done"
+
+    engine = CodeMode([wait], runner=inproc)
+    for i in range(5):
+        assert (await engine.run_code(f"return {i}")).value == i
+    assert engine._script_locks == {}
+
+    first = asyncio.create_task(engine.run_code("return await tools.wait()"))
+    await entered.wait()
+    (record,) = engine.store.scripts(status="active")
+    second = asyncio.create_task(engine.resume(record.id))
+    cancelled = asyncio.create_task(engine.resume(record.id))
+    while engine._script_locks[record.id].users < 3:
+        await asyncio.sleep(0)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert engine._script_locks[record.id].users == 2
+    gate.set()
+    assert (await first).value == "done"
+    assert (await second).value == "done"
+    assert engine._script_locks == {}

@@ -139,6 +139,11 @@ def standin(request: pytest.FixtureRequest, standin_python: str) -> Iterator[Har
         yield harness
 
 
-def open_fds() -> int:
-    """How many fds this process has open."""
-    return len(os.listdir("/proc/self/fd"))
+def open_fds() -> dict[int, str]:
+    """The fds this process has open, each with what it points to (so a failed comparison
+    shows what leaked)."""
+    fds = {}
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the fd listdir itself used, closed by now
+            fds[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+    return fds

@@ -5,8 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
+import re
 import shutil
+import signal
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -105,6 +109,56 @@ def exec_runner() -> ProcessRunner:
     if "mode" in inspect.signature(ProcessRunner).parameters:
         return ProcessRunner(mode="exec")  # type: ignore[call-arg,unused-ignore]
     return ProcessRunner()
+
+
+@contextlib.asynccontextmanager
+async def service_process(
+    token_file: Path, *args: str
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """``runner.service_main`` on a free loopback port, in a session of its own (so killing
+    its group kills its sandboxes), with 2 slots unless ``args`` say otherwise; yields the
+    process and the address from its first line.
+
+    At the end it is woken (SIGCONT) if a test stopped it, drained with SIGTERM, and its
+    group killed if that does not end it.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "CODEMODE_RUNNER_TOKEN"}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "runner.service_main",
+        "--listen",
+        "127.0.0.1:0",
+        "--token-file",
+        str(token_file),
+        "--slots",
+        "2",
+        "--log-level",
+        "WARNING",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=env,
+        cwd=Path(__file__).parents[2],
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        first = await asyncio.wait_for(process.stdout.readline(), 30)
+        found = re.fullmatch(rb"listening on (127\.0\.0\.1:\d+)\n", first)
+        assert found is not None, first
+        yield process, found.group(1).decode()
+    finally:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGCONT)
+                process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), 30)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
 
 
 class RawClient:

