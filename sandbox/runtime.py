@@ -21,6 +21,7 @@ from typing import Any, NoReturn, Protocol
 import _quickjs
 import orjson
 
+from sandbox import typescript
 from sandbox.files import Fetch, FileError, FileLimit, Files
 from sandbox.protocol import (
     PRINTED_HEAD,
@@ -390,26 +391,23 @@ class Run:
                 "value_bound": float(VALUE_BOUND),
             }
         ).decode()
+        stripper = typescript.Stripper(ctx)
         code = _well_formed(script.code)
-        # The script's lines come first, so line n of the script is line n + 1 here; a
-        # prepared prelude lives past PRELUDE_LINE, beyond any script's last line.
-        source = (
-            "const __cm_main = async function () {\n" + code + "\n};\n(function () {\n"
-            "  const host = { call: __cm_call, print: __cm_print, closest: __cm_closest,"
-            " done: __cm_done, fail: __cm_fail, file: __cm_file };\n"
-            "  for (const k of Object.keys(host)) delete globalThis['__cm_' + k];\n"
-            f"  const prelude = {prelude};\n"
-            "  delete globalThis.__cm_prelude;\n"
-            f"  const settle = prelude({config}, host);\n"
-            "  settle(__cm_main());\n"
-            "})();\n"
-        )
-        try:
-            ctx.eval(source)
-        except _quickjs.JSException as e:
-            if self.ended:
-                raise _Ended from None
-            return self._from_exception(str(e))
+        stripped = typescript.wanted(code)
+        if stripped:
+            code = self._strip(stripper, code)
+        while True:
+            try:
+                ctx.eval(self._source(code, prelude, config))
+                break
+            except _quickjs.JSException as e:
+                if self.ended:
+                    raise _Ended from None
+                if stripped or not str(e).startswith("SyntaxError"):
+                    return self._from_exception(str(e))
+                # Not JavaScript: maybe TypeScript. Nothing of the script has run yet.
+                stripped = True
+                code = self._strip(stripper, code)
         while not self.ended:
             try:
                 more = ctx.execute_pending_job()
@@ -422,6 +420,30 @@ class Run:
         if self.ended:
             raise _Ended
         return self._conclude()
+
+    def _strip(self, stripper: typescript.Stripper, code: str) -> str:
+        """The script without its TypeScript types; a script that cannot be stripped fails."""
+        try:
+            return stripper.strip(code)
+        except typescript.StripError as e:
+            lines = self._lines(f"<input>:{e.line + 1}") if e.line else []
+            error = ScriptError(name="SyntaxError", message=_cut(e.message, 1000), lines=lines)
+            self._end(Ran(outcome="failed", error=error))
+
+    def _source(self, code: str, prelude: str, config: str) -> str:
+        # The script's lines come first, so line n of the script is line n + 1 here; a
+        # prepared prelude lives past PRELUDE_LINE, beyond any script's last line.
+        return (
+            "const __cm_main = async function () {\n" + code + "\n};\n(function () {\n"
+            "  const host = { call: __cm_call, print: __cm_print, closest: __cm_closest,"
+            " done: __cm_done, fail: __cm_fail, file: __cm_file };\n"
+            "  for (const k of Object.keys(host)) delete globalThis['__cm_' + k];\n"
+            f"  const prelude = {prelude};\n"
+            "  delete globalThis.__cm_prelude;\n"
+            f"  const settle = prelude({config}, host);\n"
+            "  settle(__cm_main());\n"
+            "})();\n"
+        )
 
     def _conclude(self) -> Ran:
         if self.new_calls:
@@ -567,6 +589,7 @@ class Prepared:
         for name in ("call", "print", "closest", "done", "fail", "file"):
             self.ctx.add_callable("__cm_" + name, self._dispatch(name))
         self.ctx.eval("\n" * PRELUDE_LINE + f"globalThis.__cm_prelude = ({PRELUDE});")
+        typescript.install(self.ctx)
 
     def _dispatch(self, name: str) -> Any:
         def call(*args: Any) -> Any:
