@@ -35,6 +35,7 @@ from engine._tools import (
     load_mcp_tools,
 )
 from engine._worker import PROPOSED, Worker, proposed_worker
+from engine.languages.javascript import TypeChecker
 
 __all__ = [
     "PROPOSED",
@@ -62,6 +63,7 @@ __all__ = [
     "ToolCallError",
     "ToolContext",
     "ToolDefinitionError",
+    "TypeChecker",
     "Worker",
     "build_runner",
     "load_mcp_tools",

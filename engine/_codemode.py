@@ -33,6 +33,13 @@ from engine._skills import Skill, find_skill, skill_answer, skills_listing
 from engine._source import ScriptTooLarge, normalize
 from engine._tools import Tool, ToolCallError, ToolContext, unique_tools
 from engine._worker import Decision, Worker, ask, calls_trigger, proposed_worker
+from engine.languages.javascript import (
+    SHOWN_PROBLEMS,
+    Checked,
+    CompilerMissing,
+    TypeChecker,
+    check_declarations,
+)
 from runner import RunError, ScriptRunner, Step
 from sandbox import protocol
 from sandbox.protocol import limit_message, size_text
@@ -52,6 +59,9 @@ FILES_NOTE = (
 )
 
 Status = Literal["finished", "failed", "paused"]
+
+# Reasons the type check is off that were logged already: each is said once per process.
+_CHECK_OFF_SAID: set[str] = set()
 
 
 @dataclass
@@ -101,7 +111,10 @@ class CodeMode:
     call whose tool sets no ``timeout`` of its own (a call past it fails, catchably).
     ``store`` defaults to a SQLite log under ``data_dir`` (or in memory when neither is
     given); file attachments are kept as blobs in ``blobs`` (default: under ``data_dir``, or
-    in memory).
+    in memory). ``type_check`` (``"on"``, ``"off"`` or a :class:`TypeChecker`) checks each
+    new script against the tools' declarations before its first call; ``"on"`` finds
+    TypeScript 7's compiler, and says once in the log that the check is off when it is
+    missing.
     """
 
     def __init__(
@@ -120,6 +133,7 @@ class CodeMode:
         call_timeout: float | None = 300.0,
         clock: Callable[[], float] = time.time,
         blobs: BlobStore | None = None,
+        type_check: Literal["on", "off"] | TypeChecker = "on",
     ) -> None:
         self.tools = unique_tools(tools)
         self._by_name = {t.name: t for t in self.tools}
@@ -146,6 +160,9 @@ class CodeMode:
         self.clock = clock
         self._script_locks: dict[str, asyncio.Lock] = {}
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
+        self.type_checker = _type_checker(type_check)
+        self._check_declarations: str | None = None
+        self._check_ms: dict[str, float] = {}  # what each new script's check cost, until logged
 
     # ---- what the model sees ----
 
@@ -208,6 +225,7 @@ class CodeMode:
             script_id = self._new_id()
             text = f"Script failed.\nScriptError: {e}"
             return RunResult(script_id, "failed", text, error={"name": "ScriptError"})
+        checked = await self._type_check(body)
         record = log.ScriptRecord(
             id=self._new_id(),
             code=body,
@@ -220,7 +238,31 @@ class CodeMode:
             ),
         )
         self.store.create_script(record)
+        if checked is not None:
+            self._check_ms[record.id] = checked.ms
+            if not checked.ok:
+                return self._refused(record, checked)
         return await self.resume(record.id)
+
+    async def _type_check(self, body: str) -> Checked | None:
+        if self.type_checker is None:
+            return None
+        if self._check_declarations is None:
+            self._check_declarations = check_declarations(self.tools)
+        return await self.type_checker.check(body, self._check_declarations)
+
+    def _refused(self, record: log.ScriptRecord, checked: Checked) -> RunResult:
+        """End a script the type check refused: it never ran, and no call was made."""
+        lines = record.code.split("\n")
+        step = Step.failure("TypeCheckError", checked.message())
+        assert step.error is not None
+        step.error.lines = [
+            protocol.ErrorLine(line=n, text=lines[n - 1][:300])
+            for n in dict.fromkeys(p.line for p in checked.problems[:SHOWN_PROBLEMS])
+            if n <= len(lines)
+        ]
+        self._log_step(record, step, self.limits_for(record.tenant), 0.0, 0.0, 0.0)
+        return self._end(record, step)
 
     async def resume(self, script_id: str) -> RunResult:
         """Continue a script from its log: after a pause, a restart, or on another host."""
@@ -389,9 +431,11 @@ class CodeMode:
     ) -> None:
         limit = step.limit.name if step.limit else "-"
         heap = step.stats.heap_bytes
+        # The type check runs before a script's first step; that step's line carries it.
+        check_ms = self._check_ms.pop(record.id, 0.0)
         logger.info(
             "script step script=%s tenant=%s step=%d outcome=%s results_bytes=%d wait_ms=%.1f "
-            "run_ms=%.1f heap_bytes=%d cpu_ms=%.1f limit=%s",
+            "run_ms=%.1f heap_bytes=%d cpu_ms=%.1f check_ms=%.1f limit=%s",
             record.id,
             record.tenant,
             record.steps + 1,
@@ -401,6 +445,7 @@ class CodeMode:
             run_ms,
             heap,
             cpu_ms,
+            check_ms,
             limit,
         )
         if heap > limits.memory / 2 or cpu_ms > limits.compute_ms / 2:
@@ -660,6 +705,23 @@ class CodeMode:
     async def aclose(self) -> None:
         await self.runner.aclose()
         self.store.close()
+
+
+def _type_checker(setting: Literal["on", "off"] | TypeChecker) -> TypeChecker | None:
+    if isinstance(setting, TypeChecker):
+        return setting
+    if setting == "off":
+        return None
+    if setting != "on":
+        raise CodeModeError(f'type_check = {setting!r}; use "on", "off" or a TypeChecker')
+    try:
+        return TypeChecker()
+    except CompilerMissing as e:
+        reason = str(e)
+        if reason not in _CHECK_OFF_SAID:
+            _CHECK_OFF_SAID.add(reason)
+            logger.warning("type check off: scripts run without it: %s", reason)
+        return None
 
 
 def _limit_step(name: str, detail: str) -> Step:

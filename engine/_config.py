@@ -2,6 +2,7 @@
 
     [codemode]
     data_dir = ".codemode"          # where the session log lives
+    type_check = "on"               # check scripts against the declarations first ("off")
 
     [codemode.limits]               # the spec's limits table; a limit left out keeps its default
     call_arguments = "4mb"
@@ -23,14 +24,14 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from engine._errors import ConfigError
 from engine._limits import Limits
 from runner import ScriptRunner
 from runner._remote import OPTIONS as REMOTE_OPTIONS
 
-_TOP_KEYS = {"data_dir", "limits", "runner", "queue_timeout"}
+_TOP_KEYS = {"data_dir", "limits", "runner", "queue_timeout", "type_check"}
 # Local runner options, and what a RemoteRunner takes (it owns that list).
 _RUNNER_KEYS = {"kind", "mode", "slots", "script_wait", "data_limit"} | set(REMOTE_OPTIONS)
 
@@ -48,6 +49,7 @@ class Config:
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     data_dir: Path | None = None
     queue_timeout: float = 300.0
+    type_check: Literal["on", "off"] = "on"
 
     @classmethod
     def load(cls, path: str | Path) -> Config:
@@ -94,13 +96,20 @@ class Config:
             or queue_timeout <= 0
         ):
             raise ConfigError(f"{where}: [codemode] queue_timeout must be seconds, over 0")
+        type_check = section.get("type_check", "on")
+        if type_check not in ("on", "off"):
+            raise ConfigError(f'{where}: [codemode] type_check = {type_check!r}; use "on" or "off"')
         resolved = None
         if data_dir is not None:
             resolved = Path(data_dir)
             if base is not None and not resolved.is_absolute():
                 resolved = base / resolved
         return cls(
-            limits=limits, runner=runner, data_dir=resolved, queue_timeout=float(queue_timeout)
+            limits=limits,
+            runner=runner,
+            data_dir=resolved,
+            queue_timeout=float(queue_timeout),
+            type_check=type_check,
         )
 
 
