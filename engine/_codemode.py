@@ -58,6 +58,12 @@ FILES_NOTE = (
     "before calling tools: each run of the script reads them again."
 )
 
+CHECK_NOTE = (
+    "Before a script runs, its calls are type-checked against the declarations below: a call "
+    "to a tool that does not exist, or with a missing or wrong argument, fails the script "
+    "before any call is made, with the line to fix."
+)
+
 Status = Literal["finished", "failed", "paused"]
 
 # Reasons the type check is off that were logged already: each is said once per process.
@@ -171,7 +177,8 @@ class CodeMode:
 
         The same bytes for the same tools, so a cached prompt prefix holds.
         """
-        return run_code_tool(self.tools, skills=self._declares_skills, notes=[FILES_NOTE])
+        notes = [FILES_NOTE] if self.type_checker is None else [FILES_NOTE, CHECK_NOTE]
+        return run_code_tool(self.tools, skills=self._declares_skills, notes=notes)
 
     def direct_call_error(self, name: str) -> str:
         """The error for a model that called a tool directly: code mode is all or nothing,

@@ -196,7 +196,8 @@ def run_code_tool(
         "`await tools.<name>({ ... })`: it resolves to the tool's result, parsed when it is "
         "JSON. Run calls that do not depend on each other together, with `Promise.all`. A "
         "call that fails throws an `Error` with the tool's message, which the script can "
-        "catch.",
+        "catch. The script may use TypeScript's types (annotations, interfaces and type "
+        "aliases, `as`, `!`, generics, enums): they are removed before it runs.",
         "Only what the script prints with `console.log` and the value it returns come back "
         "to you; tool results stay in the script, so filter and summarize them there. A call "
         "costs you no turn.",

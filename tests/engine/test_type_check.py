@@ -236,6 +236,16 @@ async def test_type_check_off_runs_unchecked(inproc: InProcessRunner) -> None:
     assert calls == [("list_prs", "acme/api")]
 
 
+def test_run_code_says_scripts_are_checked_only_when_they_are(
+    compiler: str, inproc: InProcessRunner
+) -> None:
+    """The model is told about the check when it is on, and not when it is off."""
+    on = engine_for([], inproc).definition()["description"]
+    off = engine_for([], inproc, type_check="off").definition()["description"]
+    assert "type-checked against the declarations" in on
+    assert "type-checked" not in off and "TypeScript's types" in off
+
+
 def test_bad_setting_is_refused(inproc: InProcessRunner) -> None:
     with pytest.raises(Exception, match='use "on", "off"'):
         CodeMode([], runner=inproc, type_check="yes")  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ run in a fresh context (exec mode: the stripper is compiled on demand) and in a 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -288,3 +289,24 @@ def test_pathological_generics_are_stripped_not_solved() -> None:
         "const x: Big = null as any;\nreturn 'ok';"
     )
     assert run(code).value == "ok"
+
+
+# ---- through a real, confined process ----
+
+
+@pytest.mark.parametrize("mode", ["pool", "exec"])
+def test_typed_script_in_a_confined_process(mode: str) -> None:
+    """In a fork server's child (stripper compiled before the fork) and in an exec'd process
+    (compiled on demand, after lockdown) a typed script runs and its error keeps its line."""
+    from runner import ProcessRunner
+
+    async def go() -> list[Ran]:
+        async with ProcessRunner(mode=mode, slots=1) as runner:  # type: ignore[arg-type]
+            ok = await runner.run(script(CORPUS[0][1], [LIST]))
+            bad = await runner.run(script("const x: number | null = null;\nx!.toFixed();"))
+            return [ok, bad]
+
+    ok, bad = asyncio.run(go())
+    assert ok.outcome == "finished" and ok.value == [12, 15], ok.error
+    assert bad.error is not None and bad.error.name == "TypeError"
+    assert [(x.line, x.text) for x in bad.error.lines] == [(2, "x!.toFixed();")]
