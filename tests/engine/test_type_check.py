@@ -339,6 +339,13 @@ async def test_ten_megabyte_script_is_refused_before_any_check(inproc: InProcess
     assert seen == [] and inproc.steps == []
 
 
+async def test_a_broken_compiler_never_passes_a_script() -> None:
+    """A compiler that fails without reporting errors the way tsc does fails the check: a
+    broken install must not read as a clean script."""
+    checked = await TypeChecker("/bin/false").check("return 1", check_declarations([]))
+    assert checked.failure is not None and "the type checker failed" in checked.failure
+
+
 async def test_flood_of_errors_is_read_up_to_its_bound(compiler: str) -> None:
     """A script with thousands of wrong calls: the output is read up to its bound, and the
     model is shown a few problems and a count of the rest."""
