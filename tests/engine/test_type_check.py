@@ -182,6 +182,12 @@ FREE = [
         "b",
     ),
     (
+        "a built-in newer than the check's library, passed to a tool",
+        "const g = Object.groupBy([1, 2, 3], (x) => (x % 2 ? 'odd' : 'even'));\n"
+        + "return await tools.get_reviews({ number: g.odd.length * 7 + 1 });",
+        [{"user": "ann"}],
+    ),
+    (
         "an error of the script's own that does not involve a tool is left to the run",
         "const o: { a: number } = { a: 1 };\n// @ts-expect-error nothing wrong here\n"
         + "const n: number = 'x' as any;\nreturn o.a;",

@@ -78,8 +78,11 @@ _FLAGS = (
     "false",
     "--target",
     "esnext",
+    # ES2023 (QuickJS-ng has all of it) reads fewer lib files than esnext: about a third
+    # less time per check. A script using a newer built-in gets the same error in both
+    # compilations, so it is never refused for it.
     "--lib",
-    "esnext",
+    "es2023",
     "--module",
     "esnext",
 )
