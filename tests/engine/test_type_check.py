@@ -8,6 +8,7 @@ before the wrong one), and the runner's step count that it never ran.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -343,6 +344,29 @@ async def test_ten_megabyte_script_is_refused_before_any_check(inproc: InProcess
     assert result.status == "failed"
     assert f"over the {MAX_CODE_BYTES:,} bytes a script may be" in result.text
     assert seen == [] and inproc.steps == []
+
+
+async def test_a_script_cannot_make_the_compiler_show_a_host_file(
+    compiler: str, tmp_path: Path
+) -> None:
+    """Imports and references in a script do not add files to the program, so an error on
+    a tool's argument can never show the model a host file's types or constants."""
+    (tmp_path / "secret.json").write_text('{"password_key": "hunter2"}')
+    (tmp_path / "secret.ts").write_text('export const password = "hunter2";\n')
+    base = tmp_path.as_posix()
+    wrong = "\nreturn await tools.get_reviews({ number: x });"
+    scripts = [
+        f'type T = typeof import("{base}/secret");\nconst x: T["password"] = null as any;',
+        f'const x = await import("{base}/secret.json");',
+        f'type T = typeof import("{base}/secret.json");\nconst x: T = null as any;',
+        f'/// <reference path="{base}/secret.ts" />\nconst x = password;',
+    ]
+    checker = TypeChecker(compiler)
+    declarations = check_declarations(counting_tools([]))
+    for code in scripts:
+        checked = await checker.check(code + wrong, declarations)
+        text = checked.message()
+        assert "hunter2" not in text and "password" not in text.replace(code, ""), text
 
 
 async def test_a_broken_compiler_never_passes_a_script() -> None:

@@ -66,6 +66,10 @@ _FOOTER = "\n}\n"
 
 # Options that report what the program gets wrong, not how strictly it is typed.
 _FLAGS = (
+    # The program is exactly the files given: an import or a reference in a script must not
+    # make the compiler read a host file and show its types (a JSON file's keys, a string
+    # constant) to the model in an error.
+    "--noResolve",
     "--noEmit",
     "--pretty",
     "false",
@@ -241,6 +245,7 @@ class TypeChecker:
             "sh",
             str(self.compiler),
             *_FLAGS,
+            "tools.ts",
             "typed.ts",
             "untyped.ts",
             cwd=folder,
