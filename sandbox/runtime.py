@@ -391,7 +391,7 @@ class Run:
                 "value_bound": float(VALUE_BOUND),
             }
         ).decode()
-        stripper = typescript.Stripper(ctx)
+        stripper = prepared.stripper if prepared is not None else typescript.Stripper()
         code = _well_formed(script.code)
         stripped = typescript.wanted(code)
         if stripped:
@@ -424,7 +424,7 @@ class Run:
     def _strip(self, stripper: typescript.Stripper, code: str) -> str:
         """The script without its TypeScript types; a script that cannot be stripped fails."""
         try:
-            return stripper.strip(code)
+            return stripper.strip(code, memory=self.limits.memory, stack=JS_STACK_BYTES)
         except typescript.StripError as e:
             lines = self._lines(f"<input>:{e.line + 1}") if e.line else []
             error = ScriptError(name="SyntaxError", message=_cut(e.message, 1000), lines=lines)
@@ -589,7 +589,7 @@ class Prepared:
         for name in ("call", "print", "closest", "done", "fail", "file"):
             self.ctx.add_callable("__cm_" + name, self._dispatch(name))
         self.ctx.eval("\n" * PRELUDE_LINE + f"globalThis.__cm_prelude = ({PRELUDE});")
-        typescript.install(self.ctx)
+        self.stripper = typescript.Stripper.compiled()
 
     def _dispatch(self, name: str) -> Any:
         def call(*args: Any) -> Any:

@@ -2,9 +2,10 @@
 
 Models read their tools as TypeScript declarations and often answer in TypeScript. The types
 are removed here by Sucrase (see typescript.js for the subset), which keeps every line where
-the model wrote it, so error lines stay the model's own. It runs in the script's own
-QuickJS context before the script does: under the run's memory, stack and CPU bounds, with
-nothing of the script run yet, so a hostile script can only fail its own run.
+the model wrote it, so error lines stay the model's own. It runs in the confined process,
+before the script does, in a QuickJS context of its own (its own runtime and heap, held to
+the run's memory and stack bounds, under the process's CPU timer): the script can never
+reach it, and the script's garbage collector never walks it.
 
 What it costs (2-core VM): compiling the bundle, 35-45 ms and about 1.5 MiB of heap, paid once
 by the fork server (every child inherits it) or, in exec mode, only by a script that needs it;
@@ -58,39 +59,37 @@ def wanted(code: str) -> bool:
     return "<" in code
 
 
-def install(ctx: Any) -> None:
-    """Compile the bundle into ``ctx`` (a fork server does it once, before it forks)."""
-    if BUNDLE is not None:
-        ctx.eval(BUNDLE)
-
-
 class Stripper:
-    """The strip function of one context, taken off its globals before the script runs."""
+    """A QuickJS context of its own holding the strip function, compiled when first needed
+    (or at once, with :meth:`compiled`, as a fork server does before it forks)."""
 
-    def __init__(self, ctx: Any) -> None:
-        self._ctx = ctx
+    def __init__(self) -> None:
+        self._ctx: Any = None
         self._fn: Any = None
-        self._take()
 
-    @property
-    def available(self) -> bool:
-        return BUNDLE is not None
+    @classmethod
+    def compiled(cls) -> Stripper:
+        stripper = cls()
+        if BUNDLE is not None:
+            stripper._compile()
+        return stripper
 
-    def _take(self) -> None:
-        fn = self._ctx.get(_GLOBAL)
-        if fn is not None:
-            # The script must not see it: it lives on here, out of the script's reach.
-            self._ctx.eval(f"delete globalThis.{_GLOBAL}")
-            self._fn = fn
+    def _compile(self) -> None:
+        ctx = _quickjs.Context()
+        ctx.eval(BUNDLE)
+        self._fn = ctx.get(_GLOBAL)
+        self._ctx = ctx
 
-    def strip(self, code: str) -> str:
-        """``code`` without its types, line for line; raises :class:`StripError`."""
+    def strip(self, code: str, *, memory: int, stack: int) -> str:
+        """``code`` without its types, line for line, within ``memory`` bytes of heap and
+        ``stack`` bytes of JS stack; raises :class:`StripError` (or ``MemoryError``)."""
         if BUNDLE is None:
             raise StripError(MISSING_NOTE)
         try:
             if self._fn is None:
-                install(self._ctx)  # exec mode: only a script that needs it pays for it
-                self._take()
+                self._compile()  # exec mode: only a script that needs it pays for it
+            self._ctx.set_memory_limit(memory)
+            self._ctx.set_max_stack_size(stack)
             answer = json.loads(self._fn(code))
         except _quickjs.JSException as e:
             text = str(e).partition("\n")[0]
