@@ -60,9 +60,13 @@ _HEADER = "declare const tools: {\n"
 _FOOTER = "};\n"
 
 
-def builtin_member(name: str) -> str:
-    """The member of ``tools`` that declares builtin ``name`` (``tool_search``, ``skill``)."""
-    return f"{INDENT}{_BUILTINS[name][1]}\n"
+def builtin_member(name: str, *, results: bool = True) -> str:
+    """The member of ``tools`` that declares builtin ``name`` (``tool_search``, ``skill``);
+    ``results=False`` declares its result ``any``, as :func:`declare_tool` does."""
+    member = _BUILTINS[name][1]
+    if not results:
+        member = member.replace("Promise<string>", "Promise<any>")
+    return f"{INDENT}{member}\n"
 
 
 def _size(text: str) -> int:

@@ -166,8 +166,14 @@ FREE = [
         "tools.tool_search and tools looked up by a computed name",
         "const text = await tools.tool_search({ query: 'reviews' });\n"
         + "const name = 'get_' + 'reviews';\nconst r = await tools[name]({ number: 15 });\n"
-        + "return [text.includes('get_reviews'), r.length];",
-        [True, 1],
+        + "return [text.includes('get_reviews'), r.length, text.results];",
+        [True, 1, None],
+    ),
+    (
+        "a value that may be undefined passed where a number is declared",
+        FIRST
+        + "return await tools.get_reviews({ number: prs.find((p) => p.number > 12)?.number });",
+        [{"user": "ann"}],
     ),
     (
         "files and console as a script uses them",
@@ -278,8 +284,8 @@ def test_declarations_for_the_check_are_the_models_inputs_with_any_results() -> 
     text = check_declarations(counting_tools([]))
     assert text.startswith("export interface Tools {\n")
     assert "get_reviews(input: { number: number }): Promise<any>;" in text
-    assert "tool_search(input: { query: string; limit?: number }): Promise<string>;" in text
-    assert "skill(input: { name: string }): Promise<string>;" in text
+    assert "tool_search(input: { query: string; limit?: number }): Promise<any>;" in text
+    assert "skill(input: { name: string }): Promise<any>;" in text
 
 
 # ---- hostile input: each ends within the check's bounds, with a clear error ----

@@ -64,7 +64,9 @@ _TYPED = _HEADER.format(tools='import("./tools").Tools')
 _UNTYPED = _HEADER.format(tools="any")
 _FOOTER = "\n}\n"
 
-# Options that report what the program gets wrong, not how strictly it is typed.
+# Options that report what the program gets wrong, not how strictly it is typed (without
+# strictNullChecks, `prs.find(...)?.number` may be passed where a number is declared: it may
+# well be one when the script runs).
 _FLAGS = (
     # The program is exactly the files given: an import or a reference in a script must not
     # make the compiler read a host file and show its types (a JSON file's keys, a string
@@ -152,7 +154,7 @@ def check_declarations(tools: Sequence[Tool]) -> str:
         member, declared = declare_tool(tool, namer, comments=False, full=False, results=False)
         members.append(member)
         types.append(declared)
-    members += [builtin_member("tool_search"), builtin_member("skill")]
+    members += [builtin_member(b, results=False) for b in ("tool_search", "skill")]
     return "export interface Tools {\n" + "".join(members) + "}\n" + "".join(types)
 
 
