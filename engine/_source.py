@@ -1,8 +1,9 @@
 """The script as the model wrote it, made into the body of an async function.
 
 Models write a bare body, a body inside a Markdown code fence, or a whole
-``async () => { ... }`` function; all three are accepted. Whatever is taken away is replaced
-by line breaks, so an error's line numbers are the lines as the model wrote them.
+``async () => { ... }`` function (with a TypeScript return type or not); all are accepted.
+Whatever is taken away is replaced by line breaks, so an error's line numbers are the lines
+as the model wrote them.
 """
 
 from __future__ import annotations
@@ -18,8 +19,12 @@ _FENCE = re.compile(
     r"(?P<body>.*?)\n?[ \t]*```\s*\Z",
     re.DOTALL | re.IGNORECASE,
 )
+# A TypeScript return type (`async (): Promise<number[]> => {`) may follow the empty
+# parameters, as long as it has no braces.
+_RETURNS = r"(?:\s*:\s*[^{}=;]+?)?"
 _FUNCTION = re.compile(
-    r"\A(?P<lead>\s*\(?\s*(?:async\s+function\s*[\w$]*\s*\(\s*\)|async\s*\(\s*\)\s*=>)\s*\{)"
+    r"\A(?P<lead>\s*\(?\s*(?:async\s+function\s*[\w$]*\s*\(\s*\)" + _RETURNS + r"|"
+    r"async\s*\(\s*\)" + _RETURNS + r"\s*=>)\s*\{)"
     r"(?P<body>.*)\}\s*\)?\s*(?:\(\s*\)\s*)?;?\s*\Z",
     re.DOTALL,
 )

@@ -354,6 +354,12 @@ async def test_fenced_and_function_scripts(inproc: InProcessRunner) -> None:
     arrow = "async () => {\n  return 2;\n}"
     assert (await engine.run_code(fenced)).value == 1
     assert (await engine.run_code(arrow)).value == 2
+    typed_arrow = "async (): Promise<number[]> => {\n  const n: number = 3;\n  return [n];\n}"
+    typed_function = (
+        "(async function main(): Promise<Record<string, number>> {\n  return { a: 4 };\n})"
+    )
+    assert (await engine.run_code(typed_arrow)).value == [3]
+    assert (await engine.run_code(typed_function)).value == {"a": 4}
     failing = "```js\nconst a = 1;\nnull.x;\n```"
     result = await engine.run_code(failing)
     assert "at line 3: null.x;" in result.text
