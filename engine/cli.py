@@ -106,7 +106,7 @@ def _engine(args: argparse.Namespace, *, needs_runner: bool) -> CodeMode:
         context=namespace.get("CONTEXT"),
         worker=namespace.get("WORKER"),
         queue_timeout=config.queue_timeout,
-        type_check=config.type_check if needs_runner else "off",
+        type_check=config.type_check,
     )
 
 
