@@ -246,12 +246,32 @@ def test_the_stripper_is_out_of_the_scripts_reach() -> None:
 def test_plain_javascript_is_not_stripped(monkeypatch: pytest.MonkeyPatch) -> None:
     """A script with no `<` that compiles as JavaScript never reaches the stripper."""
 
-    def refuse(self: Any, code: str) -> str:
+    def refuse(self: Any, code: str, **bounds: int) -> str:
         raise AssertionError("stripped a plain script")
 
     monkeypatch.setattr(typescript.Stripper, "strip", refuse)
     ran = run('const prs = await tools.list_prs({ repo: "acme/api" });\nreturn prs.length;', [LIST])
     assert ran.value == 2
+    comparisons = (
+        "let n = 0;\nfor (let i = 0; i < 3; i++) n += i;\n"
+        "const html = '<b>' + n + '</b>';\n"
+        "if (n < 5 && n > (1)) return [html, [1, 2].map((x) => (x < 2 ? x : -x))];"
+    )
+    assert run(comparisons).value == ["<b>3</b>", [1, -2]]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "const id = (x) => x;\nreturn id<Number>(5);",
+        "const id = (x) => x;\nreturn id<Array<Number>>(5);",
+        "const tag = (s) => s[0];\nreturn tag<String>`5`;",
+    ],
+)
+def test_call_with_type_arguments_means_what_typescript_says(code: str) -> None:
+    """`id<Number>(5)` is also JavaScript (two comparisons, false): it is stripped first, so
+    it is the call TypeScript reads."""
+    assert run(code).value in (5, "5")
 
 
 # ---- hostile input: each ends within the run's bounds, with a clear error ----
