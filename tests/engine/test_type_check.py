@@ -375,6 +375,29 @@ async def test_a_script_cannot_make_the_compiler_show_a_host_file(
         assert "hunter2" not in text and "password" not in text.replace(code, ""), text
 
 
+@pytest.mark.parametrize(
+    "report",
+    [
+        "fatal error: runtime: out of memory\n\nruntime stack:",
+        "runtime: out of memory: cannot allocate 4194304-byte block (268435456 in use)\n"
+        "fatal error: out of memory",
+        "fatal error: out of memory allocating heap arena map",
+        "runtime: failed to create new OS thread (have 5 already; errno=11)\n"
+        "runtime: may need to increase max user processes (ulimit -u)\nfatal error: newosproc",
+    ],
+)
+async def test_every_way_the_compiler_reports_running_out_of_memory(
+    report: str, tmp_path: Path
+) -> None:
+    """The Go runtime says it ran out of memory in several ways, depending on where; each is
+    the memory bound, named with its size."""
+    fake = tmp_path / "tsc"
+    fake.write_text(f"#!/bin/sh\ncat <<'EOF'\n{report}\nEOF\nexit 2\n")
+    fake.chmod(0o755)
+    checked = await TypeChecker(fake, memory=300 * 1024 * 1024).check("return 1", "")
+    assert checked.failure is not None and "more than 300 MiB of memory" in checked.failure
+
+
 async def test_a_broken_compiler_never_passes_a_script() -> None:
     """A compiler that fails without reporting errors the way tsc does fails the check: a
     broken install must not read as a clean script."""

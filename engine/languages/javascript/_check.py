@@ -92,6 +92,7 @@ _FLAGS = (
     "--module",
     "esnext",
 )
+_OUT_OF_MEMORY = ("out of memory", "cannot allocate memory", "failed to create new OS thread")
 _ANY_DIAGNOSTIC = re.compile(r"^\S+\(\d+,\d+\): error TS\d+: ", re.MULTILINE)
 _DIAGNOSTIC = re.compile(r"^(typed|untyped)\.ts\((\d+),(\d+)\): error TS(\d+): (.*)$")
 
@@ -286,8 +287,10 @@ class TypeChecker:
             )
         output = b"".join(chunks).decode("utf-8", "replace")
         first = output.strip().splitlines()[0][:300] if output.strip() else f"status {status}"
-        # The Go runtime's own report of a failed allocation: the data rlimit was met.
-        if first.startswith("fatal error") and "out of memory" in first:
+        # The Go runtime's own report of a failed allocation (its first lines vary with where
+        # it failed), or of a thread it could not make room for: the data rlimit was met.
+        head = "\n".join(output.lstrip().splitlines()[:5])
+        if status != 0 and any(sign in head for sign in _OUT_OF_MEMORY):
             return output, (
                 f"the type check needed more than {self.memory // MiB} MiB of memory, the "
                 "most it may use; simplify the script's types (or leave them out), or turn "
