@@ -392,22 +392,26 @@ class Run:
             }
         ).decode()
         stripper = prepared.stripper if prepared is not None else typescript.Stripper()
-        code = _well_formed(script.code)
-        stripped = typescript.wanted(code)
-        if stripped:
-            code = self._strip(stripper, code)
-        while True:
-            try:
-                ctx.eval(self._source(code, prelude, config))
-                break
-            except _quickjs.JSException as e:
-                if self.ended:
-                    raise _Ended from None
-                if stripped or not str(e).startswith("SyntaxError"):
-                    return self._from_exception(str(e))
-                # Not JavaScript: maybe TypeScript. Nothing of the script has run yet.
-                stripped = True
-                code = self._strip(stripper, code)
+        code = self._typescript(stripper, _well_formed(script.code))
+        # The script's lines come first, so line n of the script is line n + 1 here; a
+        # prepared prelude lives past PRELUDE_LINE, beyond any script's last line.
+        source = (
+            "const __cm_main = async function () {\n" + code + "\n};\n(function () {\n"
+            "  const host = { call: __cm_call, print: __cm_print, closest: __cm_closest,"
+            " done: __cm_done, fail: __cm_fail, file: __cm_file };\n"
+            "  for (const k of Object.keys(host)) delete globalThis['__cm_' + k];\n"
+            f"  const prelude = {prelude};\n"
+            "  delete globalThis.__cm_prelude;\n"
+            f"  const settle = prelude({config}, host);\n"
+            "  settle(__cm_main());\n"
+            "})();\n"
+        )
+        try:
+            ctx.eval(source)
+        except _quickjs.JSException as e:
+            if self.ended:
+                raise _Ended from None
+            return self._from_exception(str(e))
         while not self.ended:
             try:
                 more = ctx.execute_pending_job()
@@ -421,29 +425,15 @@ class Run:
             raise _Ended
         return self._conclude()
 
-    def _strip(self, stripper: typescript.Stripper, code: str) -> str:
-        """The script without its TypeScript types; a script that cannot be stripped fails."""
+    def _typescript(self, stripper: typescript.Stripper, code: str) -> str:
+        """The script as JavaScript: without its TypeScript types, if it has any (see
+        sandbox/typescript.py); a script that cannot be stripped fails here."""
         try:
-            return stripper.strip(code, memory=self.limits.memory, stack=JS_STACK_BYTES)
+            return stripper.prepare(code, memory=self.limits.memory, stack=JS_STACK_BYTES)
         except typescript.StripError as e:
             lines = self._lines(f"<input>:{e.line + 1}") if e.line else []
             error = ScriptError(name="SyntaxError", message=_cut(e.message, 1000), lines=lines)
             self._end(Ran(outcome="failed", error=error))
-
-    def _source(self, code: str, prelude: str, config: str) -> str:
-        # The script's lines come first, so line n of the script is line n + 1 here; a
-        # prepared prelude lives past PRELUDE_LINE, beyond any script's last line.
-        return (
-            "const __cm_main = async function () {\n" + code + "\n};\n(function () {\n"
-            "  const host = { call: __cm_call, print: __cm_print, closest: __cm_closest,"
-            " done: __cm_done, fail: __cm_fail, file: __cm_file };\n"
-            "  for (const k of Object.keys(host)) delete globalThis['__cm_' + k];\n"
-            f"  const prelude = {prelude};\n"
-            "  delete globalThis.__cm_prelude;\n"
-            f"  const settle = prelude({config}, host);\n"
-            "  settle(__cm_main());\n"
-            "})();\n"
-        )
 
     def _conclude(self) -> Ran:
         if self.new_calls:
