@@ -75,7 +75,7 @@ class Stripper:
     def __init__(self) -> None:
         self._ctx: Any = None
         self._fn: Any = None
-        self._plain: Any = None  # a bare context for the parse check, when _ctx is not made
+        self._plain: Any = None  # a bare context for the parse check
 
     def prepare(self, code: str, *, memory: int, stack: int) -> str:
         """The JavaScript to compile for the body ``code``: ``code`` itself when it parses
@@ -86,14 +86,14 @@ class Stripper:
         return code
 
     def _parses(self, code: str, *, memory: int, stack: int) -> bool:
-        # Parsed in a context of its own, never the script's: `throw 0` comes first, so no
-        # text of the body runs, whatever it closes or opens. A parse that runs out of stack
-        # is left to the script's own compile, which reports it as it would any script.
-        ctx = self._ctx
-        if ctx is None:
-            if self._plain is None:
-                self._plain = _quickjs.Context()
-            ctx = self._plain
+        # Parsed in a bare context of its own, neither the script's nor the stripper's:
+        # `throw 0` comes first, so no text of the body runs, whatever it closes or opens,
+        # though a body that closes the function early may declare globals here (hoisted).
+        # A parse that runs out of stack is left to the script's own compile, which reports
+        # it as it would any script.
+        if self._plain is None:
+            self._plain = _quickjs.Context()
+        ctx = self._plain
         ctx.set_memory_limit(memory)
         ctx.set_max_stack_size(stack)
         try:
@@ -110,6 +110,7 @@ class Stripper:
     @classmethod
     def compiled(cls) -> Stripper:
         stripper = cls()
+        stripper._plain = _quickjs.Context()
         if BUNDLE is not None:
             stripper._compile()
         return stripper

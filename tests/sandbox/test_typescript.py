@@ -274,6 +274,17 @@ def test_call_with_type_arguments_means_what_typescript_says(code: str) -> None:
     assert run(code).value in (5, "5")
 
 
+def test_a_body_that_parses_cannot_change_the_stripper() -> None:
+    """The parse check is done where a body's hoisted declarations (`}; function JSON() {}`)
+    land in a bare context, never in the stripper's: stripping afterwards still works."""
+    stripper = typescript.Stripper.compiled()
+    hostile = "return 1;\n}\nfunction JSON() {}\nfunction __cm_typescript() {}\nfunction y() {"
+    bounds = {"memory": 64 * 1024 * 1024, "stack": 1024 * 1024}
+    assert stripper.prepare(hostile, **bounds) == hostile  # it parses: left to the compile
+    typed = "const a: number = 1;\nreturn a;"
+    assert stripper.strip(typed, **bounds) == "const a = 1;\nreturn a;"
+
+
 # ---- hostile input: each ends within the run's bounds, with a clear error ----
 
 
