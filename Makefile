@@ -4,10 +4,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TSC := node_modules/.bin/tsc
+TS_BUNDLE := sandbox/typescript.bundle.js
 
 .PHONY: install system-deps test check demo bench bench-quick clean
 
-install: $(STAMP) $(TSC)
+install: $(STAMP) $(TSC) $(TS_BUNDLE)
 
 # libseccomp.so.2 is loaded by pyseccomp through ctypes; it is a system library.
 system-deps:
@@ -35,7 +36,8 @@ $(STAMP): pyproject.toml | system-deps
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	touch $(STAMP)
 
-# The TypeScript compiler checks the declarations the engine writes for tools.
+# The TypeScript compiler (TypeScript 7, a native binary) checks each script against the tools'
+# declarations before its first call, and the tests check the declarations with it.
 $(TSC): package.json
 	@if ! command -v npm >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -44,6 +46,13 @@ $(TSC): package.json
 	fi
 	npm install --no-audit --no-fund --silent
 	touch $(TSC)
+
+# Sucrase (from node_modules, MIT), bundled with sandbox/typescript.js into one file the
+# sandbox compiles once per fork server to remove a script's TypeScript types. Built, never
+# committed.
+$(TS_BUNDLE): sandbox/typescript.js $(TSC)
+	node_modules/.bin/esbuild sandbox/typescript.js --bundle --minify --format=iife \
+	  --platform=neutral --main-fields=main,module --log-level=warning --outfile=$@
 
 test: install
 	$(PY) -m pytest -q
@@ -63,4 +72,4 @@ bench-quick: install
 	$(PY) -m bench --quick
 
 clean:
-	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) node_modules $(TS_BUNDLE) .mypy_cache .ruff_cache .pytest_cache

@@ -105,6 +105,13 @@ def table(rows: list[Row]) -> str:
         note = ""
         if row.per_call_ms is not None:
             note = f"{_num(row.per_call_ms, 2)} ms/call"
+        if row.extra and "check_ratio" in row.extra:
+            extra = row.extra
+            note = (
+                f"{extra['check_ratio']:.2f}x without the check "
+                f"({_num(extra['without_check_p50_ms'], 2)} ms), +{extra['check_adds_ms']:.1f} ms"
+                + ("" if extra["type_check"] == "on" else f" [{extra['type_check']}]")
+            )
         if row.shares:
             shares = "/".join(f"{100 * s:.0f}" for s in row.shares.values())
             note = f"slot shares {shares}%, Jain {row.fairness:.3f}"

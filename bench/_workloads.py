@@ -9,13 +9,14 @@ what the 200-calls target measures.
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench._modes import Mode
-from runner import Step
+from runner import FileReader, ScriptRunner, Step
 from sandbox.protocol import Clock, Record, Script
 
 CLOCK = Clock(now_ms=1_768_435_200_000, seed=7)
@@ -193,6 +194,54 @@ async def _tenants(mode: Mode, per_tenant: int) -> Sample:
     return sample
 
 
+class _ModeRunner(ScriptRunner):
+    """The engine's runner for the type-check workload: each step goes to the bench's mode."""
+
+    def __init__(self, mode: Mode) -> None:
+        self.mode = mode
+
+    async def run(
+        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+    ) -> Step:
+        return await self.mode.step(script, tenant)
+
+
+async def _type_check(mode: Mode, count: int) -> Sample:
+    """A trivial ``run_code`` through the engine, with the type check and without it,
+    interleaved so both see the same load; the sample is the checked one."""
+    from engine import CodeMode, tool
+
+    @tool
+    def t(i: int) -> dict[str, int]:
+        """Answer {"v": i}."""
+        return {"v": i}
+
+    runner = _ModeRunner(mode)
+    checked = CodeMode([t], runner=runner, type_check="on")
+    unchecked = CodeMode([t], runner=runner, type_check="off")
+    sample = Sample()
+    without: list[float] = []
+    start = time.perf_counter()
+    for _ in range(count):
+        for engine, into in ((unchecked, without), (checked, sample.latencies)):
+            t0 = time.perf_counter()
+            result = await engine.run_code(TRIVIAL)
+            into.append(time.perf_counter() - t0)
+            sample.steps += 1
+            if result.value != 1:
+                raise AssertionError(f"the benchmark script did not return 1: {result.text}")
+    sample.wall = time.perf_counter() - start
+    with_ms = statistics.median(sample.latencies) * 1000
+    without_ms = statistics.median(without) * 1000
+    sample.extra = {
+        "type_check": "on" if checked.type_checker is not None else "off: no compiler",
+        "without_check_p50_ms": round(without_ms, 3),
+        "check_ratio": round(with_ms / without_ms, 3),
+        "check_adds_ms": round(with_ms - without_ms, 3),
+    }
+    return sample
+
+
 WORKLOADS = [
     Workload("trivial", "trivial step (return 1)", "step", (300, 30, 40, 5), _trivial),
     Workload(
@@ -213,6 +262,13 @@ WORKLOADS = [
     ),
     Workload("promise_all", "Promise.all of 100 calls", "script", (20, 3, 3, 1), _promise_all),
     Workload("cpu_sort", "sort 10^5 numbers", "script", (10, 3, 2, 1), _cpu_sort),
+    Workload(
+        "type_check",
+        "trivial run_code, type check on",
+        "script",
+        (40, 10, 8, 2),
+        _type_check,
+    ),
     Workload(
         "tenants",
         f"{TENANTS} tenants x N two-step scripts at once",

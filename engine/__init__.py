@@ -31,6 +31,7 @@ from engine._skills import Skill
 from engine._source import ScriptTooLarge, normalize
 from engine._tools import Tool, ToolContext, load_mcp_tools
 from engine._worker import PROPOSED, Worker, proposed_worker
+from engine.languages.javascript import TypeChecker
 
 __all__ = [
     "PROPOSED",
@@ -58,6 +59,7 @@ __all__ = [
     "ToolCallError",
     "ToolContext",
     "ToolDefinitionError",
+    "TypeChecker",
     "Worker",
     "build_runner",
     "load_mcp_tools",

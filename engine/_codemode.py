@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -25,6 +25,7 @@ from engine import _log as log
 from engine._calls import LONE_SURROGATE, error_text
 from engine._config import RunnerConfig, build_runner, check_engine_options, data_directory
 from engine._declarations import run_code_tool
+from engine._ending import Ending
 from engine._errors import CallNotWaiting, CodeModeError
 from engine._files import Attachment, BlobStore, record_files
 from engine._functions import as_tools
@@ -38,10 +39,27 @@ from engine._steps import StepLoop
 from engine._tool_threads import TOOL_THREADS, ToolThreads
 from engine._tools import Tool, ToolCallError, unique_tools
 from engine._worker import Worker, proposed_worker
-from runner import ScriptRunner
+from engine.languages.javascript import (
+    SHOWN_PROBLEMS,
+    Checked,
+    CompilerMissing,
+    TypeChecker,
+    check_declarations,
+)
+from runner import ScriptRunner, Step
+from sandbox import protocol
 from sandbox.names import closest_names
 
 logger = logging.getLogger("codemode")
+
+CHECK_NOTE = (
+    "Before a script runs, its calls are type-checked against the declarations below: a call "
+    "to a tool that does not exist, or with a missing or wrong argument, fails the script "
+    "before any call is made, with the line to fix."
+)
+
+# Reasons the type check is off that were logged already: each is said once per process.
+_CHECK_OFF_SAID: set[str] = set()
 
 
 FILES_NOTE = (
@@ -65,7 +83,10 @@ class CodeMode(StepLoop):
     ``store`` defaults to a SQLite log under ``data_dir`` (or in memory when neither is
     given); file attachments are kept as blobs in ``blobs`` (default: under ``data_dir``, or
     in memory). Sync tool handlers run in ``tool_threads`` threads of the engine's own, shared
-    fairly between tenants and scripts (see ``engine._tool_threads``).
+    fairly between tenants and scripts (see ``engine._tool_threads``). ``type_check``
+    (``"on"``, ``"off"`` or a :class:`TypeChecker`) checks each new script against the
+    tools' declarations before its first call; ``"on"`` finds TypeScript 7's compiler, and
+    says once in the log that the check is off when it is missing.
     """
 
     def __init__(
@@ -85,6 +106,7 @@ class CodeMode(StepLoop):
         clock: Callable[[], float] = time.time,
         blobs: BlobStore | None = None,
         tool_threads: int = TOOL_THREADS,
+        type_check: Literal["on", "off"] | TypeChecker = "on",
     ) -> None:
         self.tools = unique_tools(as_tools(tools))
         self._by_name = {t.name: t for t in self.tools}
@@ -117,6 +139,9 @@ class CodeMode(StepLoop):
         self.retry_delay = retry_delay
         self.clock = clock
         self._tool_threads = ToolThreads(tool_threads)
+        self.type_checker = _type_checker(type_check)
+        self._check_declarations: str | None = None
+        self._check_ms: dict[str, float] = {}  # what each new script's check cost, until logged
         # One lock per script that is being driven or waited on; dropped when nobody
         # holds or waits on it, so the map does not grow with every script ever run.
         self._script_locks: dict[str, _ScriptLock] = {}
@@ -129,7 +154,8 @@ class CodeMode(StepLoop):
 
         The same bytes for the same tools, so a cached prompt prefix holds.
         """
-        return run_code_tool(self.tools, skills=self._declares_skills, notes=[FILES_NOTE])
+        notes = [FILES_NOTE] if self.type_checker is None else [FILES_NOTE, CHECK_NOTE]
+        return run_code_tool(self.tools, skills=self._declares_skills, notes=notes)
 
     def direct_call_error(self, name: str) -> str:
         """The error for a model that called a tool directly: code mode is all or nothing,
@@ -186,6 +212,7 @@ class CodeMode(StepLoop):
         # The host's limits are checked before the script is recorded, so a bad limits
         # function leaves no script behind that could never run.
         self.limits_for(tenant)
+        checked = await self._type_check(body)
         record = log.ScriptRecord(
             id=self._new_id(),
             code=body,
@@ -198,7 +225,34 @@ class CodeMode(StepLoop):
             ),
         )
         self.store.create_script(record)
+        if checked is not None:
+            self._check_ms[record.id] = checked.ms
+            if not checked.ok:
+                return self._refused(record, checked)
         return await self.resume(record.id)
+
+    async def _type_check(self, body: str) -> Checked | None:
+        if self.type_checker is None:
+            return None
+        if self._check_declarations is None:
+            self._check_declarations = check_declarations(self.tools)
+        return await self.type_checker.check(body, self._check_declarations)
+
+    def _refused(self, record: log.ScriptRecord, checked: Checked) -> RunResult:
+        """End a script the type check refused: it never ran, and no call was made."""
+        lines = record.code.split("\n")
+        error = protocol.ScriptError(
+            name="TypeCheckError",
+            message=checked.message(),
+            lines=[
+                protocol.ErrorLine(line=n, text=lines[n - 1][:300])
+                for n in dict.fromkeys(p.line for p in checked.problems[:SHOWN_PROBLEMS])
+                if n <= len(lines)
+            ],
+        )
+        limits = self.limits_for(record.tenant)
+        self._log_step(record, Step.failure(error.name, error.message), limits, 0.0, 0.0, 0.0)
+        return self._end(record, Ending("failed", error=error))
 
     async def resume(self, script_id: str) -> RunResult:
         """Continue a script from its log: after a pause, a restart, or on another host."""
@@ -302,3 +356,20 @@ def _check_text(code: str) -> None:
 
 
 __all__ = ["CodeMode", "CodeModeError", "RunResult"]
+
+
+def _type_checker(setting: Literal["on", "off"] | TypeChecker) -> TypeChecker | None:
+    if isinstance(setting, TypeChecker):
+        return setting
+    if setting == "off":
+        return None
+    if setting != "on":
+        raise CodeModeError(f'type_check = {setting!r}; use "on", "off" or a TypeChecker')
+    try:
+        return TypeChecker()
+    except CompilerMissing as e:
+        reason = str(e)
+        if reason not in _CHECK_OFF_SAID:
+            _CHECK_OFF_SAID.add(reason)
+            logger.warning("type check off: scripts run without it: %s", reason)
+        return None

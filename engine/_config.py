@@ -2,6 +2,7 @@
 
     [codemode]
     data_dir = ".codemode"          # where the session log lives
+    type_check = "on"               # check scripts against the declarations first ("off")
 
     [codemode.limits]               # the spec's limits table; a limit left out keeps its default
     call_arguments = "4mb"
@@ -26,7 +27,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from engine._errors import ConfigError
 from engine._limits import Limits, parse_size
@@ -34,7 +35,7 @@ from engine._log import SqliteStore
 from runner import ScriptRunner
 from runner._remote import OPTIONS as REMOTE_OPTIONS
 
-_TOP_KEYS = {"data_dir", "limits", "runner", "queue_timeout"}
+_TOP_KEYS = {"data_dir", "limits", "runner", "queue_timeout", "type_check"}
 # Local runner options, and what a RemoteRunner takes (it owns that list).
 _LOCAL_OPTIONS = {"mode", "slots", "script_wait", "data_limit"}
 _RUNNER_KEYS = {"kind"} | _LOCAL_OPTIONS | set(REMOTE_OPTIONS)
@@ -59,6 +60,7 @@ class Config:
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     data_dir: Path | None = None
     queue_timeout: float = 300.0
+    type_check: Literal["on", "off"] = "on"
 
     @classmethod
     def load(cls, path: str | Path) -> Config:
@@ -114,13 +116,20 @@ class Config:
         queue_timeout = section.get("queue_timeout", 300.0)
         if not _seconds(queue_timeout):
             raise ConfigError(f"{where}: [codemode] queue_timeout must be seconds, over 0")
+        type_check = section.get("type_check", "on")
+        if type_check not in ("on", "off"):
+            raise ConfigError(f'{where}: [codemode] type_check = {type_check!r}; use "on" or "off"')
         resolved = None
         if data_dir is not None:
             resolved = Path(data_dir)
             if base is not None and not resolved.is_absolute():
                 resolved = base / resolved
         return cls(
-            limits=limits, runner=runner, data_dir=resolved, queue_timeout=float(queue_timeout)
+            limits=limits,
+            runner=runner,
+            data_dir=resolved,
+            queue_timeout=float(queue_timeout),
+            type_check=type_check,
         )
 
 

@@ -61,6 +61,15 @@ _HEADER = "declare const tools: {\n"
 _FOOTER = "};\n"
 
 
+def builtin_member(name: str, *, results: bool = True) -> str:
+    """The member of ``tools`` that declares builtin ``name`` (``tool_search``, ``skill``);
+    ``results=False`` declares its result ``any``, as :func:`declare_tool` does."""
+    member = _BUILTINS[name][1]
+    if not results:
+        member = member.replace("Promise<string>", "Promise<any>")
+    return f"{INDENT}{member}\n"
+
+
 def _size(text: str) -> int:
     return len(text.encode("utf-8"))
 
@@ -83,19 +92,22 @@ def _comment(tool: Tool, full: bool) -> str:
     return f"{INDENT}/**\n{body}{INDENT} */\n"
 
 
-def declare_tool(tool: Tool, namer: Namer, *, comments: bool, full: bool) -> tuple[str, str]:
+def declare_tool(
+    tool: Tool, namer: Namer, *, comments: bool, full: bool, results: bool = True
+) -> tuple[str, str]:
     """One tool's member of ``tools`` and the declarations of its named types.
 
     New type names are taken from ``namer``; pass a copy when the declaration may be
-    dropped.
+    dropped. ``results=False`` declares every result ``any`` (the type check's choice: a
+    script may use a result freely, see engine.languages.javascript).
     """
     renderer = Renderer(namer, comments=comments)
     prefix = _type_prefix(tool.name)
     input_type = renderer.render(
         tool.input_schema, Document(tool.input_schema, prefix, f"{prefix}_Input"), 1
     ).text
-    result_type = "unknown"
-    if tool.output_schema is not None:
+    result_type = "unknown" if results else "any"
+    if results and tool.output_schema is not None:
         doc = Document(tool.output_schema, prefix, f"{prefix}_Result")
         result_type = renderer.render(tool.output_schema, doc, 1).text
     # A tool with no required input may be called as tools.x(): the sandbox sends {}.
@@ -189,7 +201,8 @@ def run_code_tool(
         "`await tools.<name>({ ... })`: it resolves to the tool's result, parsed when it is "
         "JSON. Run calls that do not depend on each other together, with `Promise.all`. A "
         "call that fails throws an `Error` with the tool's message, which the script can "
-        "catch.",
+        "catch. The script may use TypeScript's types (annotations, interfaces and type "
+        "aliases, `as`, `!`, generics, enums): they are removed before it runs.",
         "Only what the script prints with `console.log` and the value it returns come back "
         "to you; tool results stay in the script, so filter and summarize them there. A call "
         "costs you no turn.",

@@ -1,8 +1,9 @@
 """The script as the model wrote it, made into the body of an async function.
 
 Models write a bare body, a body inside a Markdown code fence, or a whole
-``async () => { ... }`` function; all three are accepted. Whatever is taken away is replaced
-by line breaks, so an error's line numbers are the lines as the model wrote them.
+``async () => { ... }`` function (with a TypeScript return type or not); all are accepted.
+Whatever is taken away is replaced by line breaks, so an error's line numbers are the lines
+as the model wrote them.
 
 The text is the model's, so every scan here is linear in its length: no pattern may
 backtrack (one that did took minutes on a few KiB of spaces).
@@ -23,8 +24,12 @@ _FENCE = "```"
 # Every quantifier is possessive (`*+`): adjacent `\s*` that could give back what they took
 # made the engine try every split of a run of spaces (minutes on a few KiB). The tail has
 # one `}`, so it can only match at the text's last one.
+# A TypeScript return type (`async (): Promise<number[]> => {`) may follow the empty
+# parameters, as long as it has no braces, `=` or `;`.
+_RETURNS = r"(?:\s*+:[^{}=;]*+)?+"
 _HEAD = re.compile(
-    r"\s*+\(?+\s*+(?:async\s++function\s*+[\w$]*+\s*+\(\s*+\)|async\s*+\(\s*+\)\s*+=>)\s*+\{"
+    r"\s*+\(?+\s*+(?:async\s++function\s*+[\w$]*+\s*+\(\s*+\)" + _RETURNS + r"|"
+    r"async\s*+\(\s*+\)" + _RETURNS + r"\s*+=>)\s*+\{"
 )
 _TAIL = re.compile(r"\}\s*+\)?+\s*+(?:\(\s*+\)\s*+)?+;?+\s*+\Z")
 # The line breaks JavaScript counts (QuickJS too: a lone CR, LS and PS start a line).

@@ -37,6 +37,7 @@ class StepLoop(CallSettling):
     runner: ScriptRunner
     blobs: BlobStore
     queue_timeout: float
+    _check_ms: dict[str, float]
     retry_delay: float
 
     async def _drive(self, script_id: str) -> RunResult:
@@ -151,9 +152,11 @@ class StepLoop(CallSettling):
     ) -> None:
         limit = step.limit.name if step.limit else "-"
         heap = step.stats.heap_bytes
+        # The type check runs before a script's first step; that step's line carries it.
+        check_ms = self._check_ms.pop(record.id, 0.0)
         logger.info(
             "script step script=%s tenant=%s step=%d outcome=%s results_bytes=%d wait_ms=%.1f "
-            "run_ms=%.1f heap_bytes=%d cpu_ms=%.1f limit=%s",
+            "run_ms=%.1f heap_bytes=%d cpu_ms=%.1f check_ms=%.1f limit=%s",
             record.id,
             record.tenant,
             record.steps + 1,
@@ -163,6 +166,7 @@ class StepLoop(CallSettling):
             run_ms,
             heap,
             cpu_ms,
+            check_ms,
             limit,
         )
         if heap > limits.memory / 2 or cpu_ms > limits.compute_ms / 2:

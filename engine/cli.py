@@ -148,6 +148,7 @@ def _engine(
             context=namespace.get("CONTEXT"),
             worker=namespace.get("WORKER"),
             queue_timeout=config.queue_timeout,
+            type_check=config.type_check,
         )
     except ToolDefinitionError as e:  # two tools of one name, a bad skill: the file's fault
         raise ConfigError(f"{args.tools}: {e}") from None

@@ -20,6 +20,7 @@ from typing import Any, NoReturn, Protocol
 import _quickjs
 import orjson
 
+from sandbox import typescript
 from sandbox.files import Fetch, FileError, FileLimit, Files
 from sandbox.names import closest_names
 from sandbox.protocol import (
@@ -410,10 +411,12 @@ class Run:
                 "max_depth": float(MAX_DEPTH),
             }
         ).decode()
+        stripper = prepared.stripper if prepared is not None else typescript.Stripper()
+        code = self._typescript(stripper, well_formed(script.code))
         # The script's text is an argument, never part of a source: the prelude compiles it
         # on its own (see `compile` in prelude.js).
         try:
-            start(config, well_formed(script.code))
+            start(config, code)
         except _quickjs.JSException as e:
             if self.ended:
                 raise _Ended from None
@@ -430,6 +433,16 @@ class Run:
         if self.ended:
             raise _Ended
         return self._conclude()
+
+    def _typescript(self, stripper: typescript.Stripper, code: str) -> str:
+        """The script as JavaScript: without its TypeScript types, if it has any (see
+        sandbox/typescript.py); a script that cannot be stripped fails here."""
+        try:
+            return stripper.prepare(code, memory=self.limits.memory, stack=JS_STACK_BYTES)
+        except typescript.StripError as e:
+            lines = self._lines(f"<input>:{e.line + 1}") if e.line else []
+            error = ScriptError(name="SyntaxError", message=_cut(e.message, 1000), lines=lines)
+            self._end(Ran(outcome="failed", error=error))
 
     def _conclude(self) -> Ran:
         if self.new_calls:
@@ -597,6 +610,7 @@ class Prepared:
         for name in _HOST_FUNCTIONS:
             self.ctx.add_callable("__cm_" + name, self._dispatch(name))
         self.start = self.ctx.eval("\n" * PRELUDE_LINE + _BOOT)
+        self.stripper = typescript.Stripper.compiled()
 
     def _dispatch(self, name: str) -> Any:
         def call(*args: Any) -> Any:

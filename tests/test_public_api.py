@@ -11,7 +11,7 @@ ENGINE = {
     "Config", "ConfigError", "Limits", "LogStore", "MemoryStore", "PROPOSED", "RunResult",
     "RunnerConfig", "ScriptNotFound", "ScriptRecord", "ScriptTooLarge", "Skill", "SqliteStore",
     "StepUnavailable", "TEXT_BUDGET", "Tool", "ToolCallError", "ToolContext",
-    "ToolDefinitionError", "Worker", "build_runner", "load_mcp_tools", "normalize",
+    "ToolDefinitionError", "TypeChecker", "Worker", "build_runner", "load_mcp_tools", "normalize",
     "parse_size", "proposed_worker", "tool",
 }  # fmt: skip
 

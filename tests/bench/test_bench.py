@@ -23,7 +23,7 @@ def test_a_tiny_run_writes_the_table_the_json_and_the_chart(
             "--modes",
             modes,
             "--only",
-            "trivial,seq_10,tenants",
+            "trivial,seq_10,tenants,type_check",
             "--scale",
             "0.2",
             "--out",
@@ -33,6 +33,7 @@ def test_a_tiny_run_writes_the_table_the_json_and_the_chart(
     assert code == 0
     out = capsys.readouterr().out
     assert "10 sequential calls" in out and "slot shares" in out and "Targets" in out
+    assert "x without the check" in out
     data = json.loads((tmp_path / "latest.json").read_text())
     rows = {(r["workload"], r["mode"]) for r in data["rows"]}
     for mode in modes.split(","):

@@ -43,6 +43,34 @@ def test_run_json_from_stdin_with_a_fence() -> None:
     assert result["content"] == [{"type": "text", "text": result["text"]}]
 
 
+def test_typed_script_is_checked_unless_the_config_says_off(tmp_path: Path) -> None:
+    """`run` type-checks a script against the tools' declarations before its first call (a
+    typed script, as models write them); `type_check = "off"` in codemode.toml skips it."""
+    from engine.languages.javascript import CompilerMissing, find_compiler
+    from tests._needs import require
+
+    try:
+        find_compiler()
+    except CompilerMissing as e:
+        require(str(e))
+    script = tmp_path / "wrong.ts"
+    script.write_text(
+        "const prs: { number: number }[] = await tools.github__list_prs({ repo: 'acme/api' });\n"
+        "return await tools.github__get_reviews({ number: String(prs[0].number) });\n"
+    )
+    checked = codemode("run", str(script), "--tools", "examples/tracker_tools.py")
+    assert "TypeCheckError" in checked.stdout and "line 2: " in checked.stdout, checked
+    described = codemode("describe", "--tools", "examples/tracker_tools.py")
+    assert "type-checked against the declarations" in described.stdout
+    config = tmp_path / "codemode.toml"
+    config.write_text('[codemode]\ntype_check = "off"\n')
+    unchecked = codemode(
+        "run", str(script), "--tools", "examples/tracker_tools.py", "--config", str(config)
+    )
+    assert "TypeCheckError" not in unchecked.stdout and "Script failed." in unchecked.stdout
+    assert "number" in unchecked.stdout, unchecked
+
+
 def test_describe_and_search() -> None:
     """describe prints the run_code description; search prints a tool_search answer."""
     described = codemode("describe", "--tools", "examples/tracker_tools.py")

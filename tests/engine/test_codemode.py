@@ -300,7 +300,8 @@ async def test_tool_errors_are_catchable(inproc: InProcessRunner) -> None:
 
 
 async def test_invalid_arguments_are_refused_before_the_handler(inproc: InProcessRunner) -> None:
-    """Every call is checked against the input schema before it runs."""
+    """Every call is checked against the input schema before it runs (this is the run-time
+    check, which a call meets when the type check is off or cannot see it)."""
     ran: list[int] = []
 
     @tool
@@ -309,7 +310,7 @@ async def test_invalid_arguments_are_refused_before_the_handler(inproc: InProces
         ran.append(n)
         return n * n
 
-    engine = CodeMode([square], runner=inproc)
+    engine = CodeMode([square], runner=inproc, type_check="off")
     result = await engine.run_code(
         "try { await tools.square({ n: 'x' }) } catch (e) { return e.message }"
     )
@@ -317,9 +318,10 @@ async def test_invalid_arguments_are_refused_before_the_handler(inproc: InProces
 
 
 async def test_unknown_tool_names_the_closest(inproc: InProcessRunner) -> None:
-    """A call to a tool that does not exist throws, naming the closest tools."""
+    """A call to a tool that does not exist throws, naming the closest tools (at run time,
+    with the type check off; with it on, the compiler names them before the script runs)."""
     calls: list[tuple[str, Any]] = []
-    engine = CodeMode(_github(calls), runner=inproc)
+    engine = CodeMode(_github(calls), runner=inproc, type_check="off")
     result = await engine.run_code("await tools.github__list_pr({})")
     assert result.status == "failed"
     assert "tools.github__list_prs" in result.text
@@ -380,6 +382,12 @@ async def test_fenced_and_function_scripts(inproc: InProcessRunner) -> None:
     arrow = "async () => {\n  return 2;\n}"
     assert (await engine.run_code(fenced)).value == 1
     assert (await engine.run_code(arrow)).value == 2
+    typed_arrow = "async (): Promise<number[]> => {\n  const n: number = 3;\n  return [n];\n}"
+    typed_function = (
+        "(async function main(): Promise<Record<string, number>> {\n  return { a: 4 };\n})"
+    )
+    assert (await engine.run_code(typed_arrow)).value == [3]
+    assert (await engine.run_code(typed_function)).value == {"a": 4}
     failing = "```js\nconst a = 1;\nnull.x;\n```"
     result = await engine.run_code(failing)
     assert "at line 3: null.x;" in result.text

@@ -676,6 +676,7 @@ def test_run_code_tool_definition() -> None:
         "`Date` and `Math.random` are fixed",
         "no network, file system, timers or modules",
         "parsed when it is JSON",
+        "TypeScript's types",
     ):
         assert phrase in description, phrase
     assert description.rstrip().endswith("```")

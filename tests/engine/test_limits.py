@@ -113,6 +113,8 @@ def test_toml_limits_left_out_keep_defaults(tmp_path: Path) -> None:
         ("[codemode.runner]\nkind = 'remote'\n", "addresses"),
         ("[codemode.runner]\nmode = 'turbo'\n", "mode"),
         ("[codemode.runner]\nslots = 0\n", "slots"),
+        ("[codemode]\ntype_check = 'yes'\n", "type_check"),
+        ("[codemode]\ntype_check = true\n", "type_check"),
     ],
 )
 def test_bad_config_is_refused_naming_the_problem(tmp_path: Path, text: str, named: str) -> None:
@@ -123,6 +125,15 @@ def test_bad_config_is_refused_naming_the_problem(tmp_path: Path, text: str, nam
         Config.load(path)
     assert named in str(info.value)
     assert str(path) in str(info.value)
+
+
+def test_type_check_setting(tmp_path: Path) -> None:
+    """[codemode] type_check is "on" unless the file says "off"."""
+    path = tmp_path / "codemode.toml"
+    path.write_text("[codemode]\n")
+    assert Config.load(path).type_check == "on"
+    path.write_text('[codemode]\ntype_check = "off"\n')
+    assert Config.load(path).type_check == "off"
 
 
 def test_missing_and_binary_config(tmp_path: Path) -> None:

@@ -1,0 +1,335 @@
+"""Checking a script against the tools' declarations, with the TypeScript compiler, before
+its first call.
+
+A script that calls a tool that does not exist, leaves out a required argument or passes one
+of the wrong type (at any depth) would fail at that call, after the calls before it took
+effect. The check finds those before any call runs, with the compiler's message and the
+script's own line.
+
+Only what would fail at run time or pass a wrong value to a tool is reported. A model's
+script is not strict TypeScript (``const o = {}; o.n = 1`` is fine JavaScript and a
+TypeScript error), so the script is compiled twice in one program: once against the tools'
+declarations and once with ``tools`` declared ``any``. An error found in both is about the
+script's own typing and is left to the run; an error found only against the declarations is
+about a call to a tool, and fails the script. Results are declared ``any`` in the check
+(``unknown`` in what the model reads, to tell it to look), so a script may use them freely.
+A script the compiler cannot parse is not refused here either: the run reports its syntax
+error as the model expects. Inputs are declared exactly as the model read them in
+``run_code`` (``engine._declarations``), for every tool, deferred ones included, with
+``tool_search`` and ``skill``; ``files`` and ``console`` are ``any``.
+
+The compiler is TypeScript 7's native ``tsc`` (npm ``typescript@7``, one ~24 MB binary). It
+runs as a subprocess of the host with no environment, under rlimits (data segment, CPU, no
+files written, no core) and a wall-clock timeout, on a script the engine has already bounded
+(``engine._source``: 256 KiB), and its output is read up to a bound. Measured on a 2-core VM:
+30-50 ms and about 25 MB of memory per check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import platform
+import re
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine._declarations import builtin_member, declare_tool
+from engine._errors import CodeModeError
+from engine._tools import Tool
+from engine._typescript import Namer
+
+MiB = 1024 * 1024
+
+COMPILER_ENV = "CODEMODE_TSC"
+# The bounds of one check: wall clock, CPU, the compiler's data segment (its heap), output.
+TIMEOUT_S = 5.0
+MEMORY_BYTES = 512 * MiB
+OUTPUT_BYTES = 1 * MiB
+# At most these many problems are shown to the model; the rest are counted.
+SHOWN_PROBLEMS = 8
+
+# One line, the same length in both files, so line n + 1 of a file is line n of the script.
+_HEADER = (
+    "declare const tools: {tools}; declare const files: any; declare const console: any; "
+    "export {{}}; async function __cm_script() {{\n"
+)
+_TYPED = _HEADER.format(tools='import("./tools").Tools')
+_UNTYPED = _HEADER.format(tools="any")
+_FOOTER = "\n}\n"
+
+# Options that report what the program gets wrong, not how strictly it is typed (without
+# strictNullChecks, `prs.find(...)?.number` may be passed where a number is declared: it may
+# well be one when the script runs).
+_FLAGS = (
+    # The program is exactly the files given: an import or a reference in a script must not
+    # make the compiler read a host file and show its types (a JSON file's keys, a string
+    # constant) to the model in an error.
+    "--noResolve",
+    "--noEmit",
+    "--pretty",
+    "false",
+    "--ignoreConfig",
+    "--singleThreaded",
+    "--skipLibCheck",
+    "--strict",
+    "false",
+    "--noImplicitAny",
+    "false",
+    "--target",
+    "esnext",
+    # ES2023 (QuickJS-ng has all of it) reads fewer lib files than esnext: about a third
+    # less time per check. A script using a newer built-in gets the same error in both
+    # compilations, so it is never refused for it.
+    "--lib",
+    "es2023",
+    "--module",
+    "esnext",
+)
+_OUT_OF_MEMORY = ("out of memory", "cannot allocate memory", "failed to create new OS thread")
+_ANY_DIAGNOSTIC = re.compile(r"^\S+\(\d+,\d+\): error TS\d+: ", re.MULTILINE)
+_DIAGNOSTIC = re.compile(r"^(typed|untyped)\.ts\((\d+),(\d+)\): error TS(\d+): (.*)$")
+
+
+class CompilerMissing(CodeModeError):
+    """No TypeScript compiler to check scripts with; the message says where it was looked
+    for and how to install it."""
+
+
+@dataclass(frozen=True)
+class TypeProblem:
+    """One thing the compiler found wrong with a call to a tool, at the script's line."""
+
+    line: int
+    column: int
+    code: int
+    message: str
+
+
+@dataclass
+class Checked:
+    """What a check found, and what it cost.
+
+    ``problems`` empty and ``failure`` None: the script may run. ``failure`` says why the
+    check itself could not finish (time, memory, a crash); the script does not run then.
+    """
+
+    problems: list[TypeProblem] = field(default_factory=list)
+    failure: str | None = None
+    ms: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and self.failure is None
+
+    def message(self) -> str:
+        """The error the model reads when the script is refused."""
+        if self.failure is not None:
+            return self.failure
+        shown = self.problems[:SHOWN_PROBLEMS]
+        lines = [
+            "the script does not match the tools' declarations, so it did not run and no "
+            "call was made:"
+        ]
+        lines += [f"  line {p.line}: {p.message}" for p in shown]
+        more = len(self.problems) - len(shown)
+        if more:
+            lines.append(f"  ... and {more} more")
+        lines.append("Fix the calls and run the script again.")
+        return "\n".join(lines)
+
+
+def check_declarations(tools: Sequence[Tool]) -> str:
+    """The module the check reads: ``export interface Tools`` declaring every tool as the
+    model reads it (inputs), with results ``any``, and the builtins."""
+    namer = Namer({"Tools"})
+    members: list[str] = []
+    types: list[str] = []
+    for tool in tools:
+        member, declared = declare_tool(tool, namer, comments=False, full=False, results=False)
+        members.append(member)
+        types.append(declared)
+    members += [builtin_member(b, results=False) for b in ("tool_search", "skill")]
+    return "export interface Tools {\n" + "".join(members) + "}\n" + "".join(types)
+
+
+def find_compiler() -> Path:
+    """The native ``tsc`` of TypeScript 7: ``$CODEMODE_TSC``, or the platform package npm
+    installs under ``node_modules`` (of this checkout, then of the working directory).
+
+    Raises :class:`CompilerMissing` saying where it looked and how to install it.
+    """
+    given = os.environ.get(COMPILER_ENV)
+    if given:
+        path = Path(given)
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+        raise CompilerMissing(
+            f"{COMPILER_ENV}={given} is not an executable file; point it at TypeScript 7's "
+            "native tsc, or unset it"
+        )
+    package = f"typescript-{_platform()}-{_arch()}"
+    relative = Path("node_modules", "@typescript", package, "lib", "tsc")
+    roots = [Path(__file__).resolve().parents[3], Path.cwd()]
+    for root in roots:
+        path = root / relative
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    looked = ", ".join(str(root / relative) for root in dict.fromkeys(roots))
+    raise CompilerMissing(
+        f"TypeScript 7's compiler is not installed (looked for {looked}); install it with "
+        "`npm install typescript@7` in the project (`make install` does), or set "
+        f"{COMPILER_ENV} to its native tsc"
+    )
+
+
+def _platform() -> str:
+    return {"win32": "win32", "darwin": "darwin"}.get(sys.platform, sys.platform)
+
+
+def _arch() -> str:
+    machine = platform.machine().lower()
+    return {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64"}.get(machine, machine)
+
+
+class TypeChecker:
+    """Checks scripts with one compiler, within ``timeout`` seconds (wall and CPU) and
+    ``memory`` bytes of compiler heap per check."""
+
+    def __init__(
+        self,
+        compiler: str | Path | None = None,
+        *,
+        timeout: float = TIMEOUT_S,
+        memory: int = MEMORY_BYTES,
+    ) -> None:
+        self.compiler = Path(compiler) if compiler is not None else find_compiler()
+        self.timeout = timeout
+        self.memory = memory
+
+    def __repr__(self) -> str:
+        return f"TypeChecker({str(self.compiler)!r}, timeout={self.timeout:g})"
+
+    async def check(self, code: str, declarations: str) -> Checked:
+        """Check the body ``code`` against ``declarations`` (from :func:`check_declarations`).
+
+        Never raises for anything in ``code``: a check that cannot finish is a ``failure``.
+        """
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="codemode-check-") as directory:
+            folder = Path(directory)
+            (folder / "tools.ts").write_text(declarations, encoding="utf-8")
+            (folder / "typed.ts").write_text(_TYPED + code + _FOOTER, encoding="utf-8")
+            (folder / "untyped.ts").write_text(_UNTYPED + code + _FOOTER, encoding="utf-8")
+            output, failure = await self._compile(folder)
+        checked = Checked(failure=failure)
+        if failure is None:
+            checked.problems = _problems(output, code.count("\n") + 1)
+        checked.ms = (time.monotonic() - started) * 1000
+        return checked
+
+    async def _compile(self, folder: Path) -> tuple[str, str | None]:
+        # The shell sets the bounds, then becomes the compiler. (A preexec_fn would do the
+        # same, but it makes Python fork instead of vfork: twice the cost of the check.)
+        confine = (
+            f"ulimit -d {self.memory // 1024} && ulimit -t {max(1, math.ceil(self.timeout))}"
+            ' && ulimit -f 0 && ulimit -c 0 && exec "$@"'
+        )
+        process = await asyncio.create_subprocess_exec(
+            "/bin/sh",
+            "-c",
+            confine,
+            "sh",
+            str(self.compiler),
+            *_FLAGS,
+            "tools.ts",
+            "typed.ts",
+            "untyped.ts",
+            cwd=folder,
+            env={},
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        assert process.stdout is not None
+        chunks: list[bytes] = []
+        size = 0
+        cut = False
+
+        async def read() -> None:
+            nonlocal size, cut
+            assert process.stdout is not None
+            while chunk := await process.stdout.read(64 * 1024):
+                if size + len(chunk) > OUTPUT_BYTES:
+                    cut = True  # enough to report; the rest is more of the same
+                    process.kill()
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+
+        try:
+            await asyncio.wait_for(read(), self.timeout)
+            status = await asyncio.wait_for(process.wait(), self.timeout)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            return "", (
+                f"the type check did not finish within {self.timeout:g} s, the most it may "
+                "take; simplify the script's types (or leave them out), or turn the check off "
+                'with type_check = "off"'
+            )
+        output = b"".join(chunks).decode("utf-8", "replace")
+        first = output.strip().splitlines()[0][:300] if output.strip() else f"status {status}"
+        # The Go runtime's own report of a failed allocation (its first lines vary with where
+        # it failed), or of a thread it could not make room for: the data rlimit was met.
+        head = "\n".join(output.lstrip().splitlines()[:5])
+        if status != 0 and any(sign in head for sign in _OUT_OF_MEMORY):
+            return output, (
+                f"the type check needed more than {self.memory // MiB} MiB of memory, the "
+                "most it may use; simplify the script's types (or leave them out), or turn "
+                'the check off with type_check = "off"'
+            )
+        if cut or status == 0 or (status in (1, 2) and _ANY_DIAGNOSTIC.search(output)):
+            return output, None  # clean, or errors were reported
+        if status == -signal.SIGXCPU or status == -signal.SIGKILL:
+            return output, (
+                f"the type check used more than {self.timeout:g} s of CPU, the most it may "
+                "use; simplify the script's types (or leave them out), or turn the check off "
+                'with type_check = "off"'
+            )
+        return output, (
+            f'the type checker failed ({first}); run the script with type_check = "off", '
+            "or report this"
+        )
+
+
+def _problems(output: str, script_lines: int) -> list[TypeProblem]:
+    # `file(line,col): error TSn: message`, then the message's details indented below it.
+    found: list[tuple[str, int, int, int, list[str]]] = []
+    for line in output.splitlines():
+        match = _DIAGNOSTIC.match(line)
+        if match:
+            file, row, column, code, message = match.groups()
+            found.append((file, int(row) - 1, int(column), int(code), [message]))
+        elif found and line.startswith("  "):
+            found[-1][4].append(line.strip())
+    typed = [
+        TypeProblem(row, column, code, "\n    ".join(parts))
+        for file, row, column, code, parts in found
+        if file == "typed"
+    ]
+    if any(p.code < 2000 for p in typed):
+        return []  # not parsed as TypeScript: the run reports the syntax error
+    untyped = {(row, column, code) for file, row, column, code, _ in found if file == "untyped"}
+    return [
+        p
+        for p in typed
+        if (p.line, p.column, p.code) not in untyped and 1 <= p.line <= script_lines
+    ]

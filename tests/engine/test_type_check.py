@@ -1,0 +1,416 @@
+"""The type check: every new script is checked against the tools' declarations with the
+TypeScript compiler before its first call.
+
+A counting tool proves that a refused script made no call at all (not even the valid calls
+before the wrong one), and the runner's step count that it never ran.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+from pydantic import BaseModel
+
+from engine import CodeMode, Tool, tool
+from engine._source import MAX_CODE_BYTES
+from engine.languages.javascript import (
+    Checked,
+    CompilerMissing,
+    TypeChecker,
+    _check,
+    check_declarations,
+    find_compiler,
+)
+from sandbox import typescript
+from tests._needs import require
+from tests.engine.conftest import InProcessRunner
+
+
+@pytest.fixture(scope="module")
+def compiler() -> str:
+    try:
+        return str(find_compiler())
+    except CompilerMissing as e:
+        require(f"{e}")
+        raise
+
+
+class Label(BaseModel):
+    name: str
+    color: str = "grey"
+
+
+def counting_tools(calls: list[tuple[str, Any]]) -> list[Tool]:
+    @tool
+    def list_prs(repo: str, state: Literal["open", "closed"] = "open") -> list[dict]:
+        """List the pull requests of a repository."""
+        calls.append(("list_prs", repo))
+        return [{"number": 12, "title": "a"}, {"number": 15, "title": "b"}]
+
+    @tool
+    def get_reviews(number: int) -> list[dict]:
+        """The reviews of a pull request."""
+        calls.append(("get_reviews", number))
+        return [{"user": "ann"}] if number == 15 else []
+
+    @tool
+    def label_pr(number: int, labels: list[Label]) -> str:
+        """Put labels on a pull request."""
+        calls.append(("label_pr", number))
+        return "ok"
+
+    return [list_prs, get_reviews, label_pr]
+
+
+def engine_for(calls: list[tuple[str, Any]], runner: InProcessRunner, **kwargs: Any) -> CodeMode:
+    return CodeMode(counting_tools(calls), runner=runner, **kwargs)
+
+
+FIRST = 'const prs = await tools.list_prs({ repo: "acme/api" });\n'
+
+WRONG = [
+    (
+        "a tool that does not exist",
+        FIRST + "const r = await tools.get_review({ number: 1 });\nreturn r;",
+        2,
+        "Property 'get_review' does not exist on type 'Tools'. Did you mean 'get_reviews'?",
+    ),
+    (
+        "a missing required argument",
+        FIRST + "\nconst r = await tools.get_reviews({});\nreturn r;",
+        3,
+        "Property 'number' is missing",
+    ),
+    (
+        "an argument of the wrong type",
+        FIRST + 'const r = await tools.get_reviews({ number: "15" });\nreturn r;',
+        2,
+        "Type 'string' is not assignable to type 'number'.",
+    ),
+    (
+        "a wrong nested field",
+        FIRST
+        + "await tools.label_pr({\n  number: 15,\n"
+        + '  labels: [{ name: "bug" }, { nmae: "ui" }],\n});',
+        4,
+        "'nmae' does not exist in type",
+    ),
+    (
+        "a wrong enum value",
+        'const prs = await tools.list_prs({ repo: "acme/api", state: "merged" });',
+        1,
+        "Type '\"merged\"' is not assignable",
+    ),
+    (
+        "a typed script with a wrong call",
+        "interface PR { number: number }\n"
+        + 'const prs: PR[] = await tools.list_prs({ repo: "acme/api" });\n'
+        + "const n: string = String(prs[0].number);\n"
+        + "return await tools.get_reviews({ number: n });",
+        4,
+        "Type 'string' is not assignable to type 'number'.",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "code", "line", "message"), WRONG, ids=[w[0] for w in WRONG])
+async def test_wrong_call_fails_before_any_call(
+    compiler: str, inproc: InProcessRunner, name: str, code: str, line: int, message: str
+) -> None:
+    """The script fails with the compiler's message at the model's line; no call ran (not
+    even the valid one before it), and no step did."""
+    calls: list[tuple[str, Any]] = []
+    engine = engine_for(calls, inproc)
+    result = await engine.run_code(code)
+    assert result.status == "failed", result.text
+    assert result.error is not None and result.error.get("name") == "TypeCheckError"
+    assert f"line {line}: " in result.text and message in result.text, result.text
+    assert [x["line"] for x in result.error["lines"]] == [line]
+    assert "no call was made" in result.text
+    assert calls == [] and inproc.steps == []
+    # The refusal is the script's outcome in the log, as any ending is.
+    assert (await engine.resume(result.script_id)).text == result.text
+
+
+async def test_refused_script_runs_once_fixed(compiler: str, inproc: InProcessRunner) -> None:
+    """The same engine runs the corrected script: the check passes it, its calls run."""
+    calls: list[tuple[str, Any]] = []
+    engine = engine_for(calls, inproc)
+    assert (await engine.run_code("return await tools.get_reviews({ number: '15' })")).status == (
+        "failed"
+    )
+    result = await engine.run_code("return await tools.get_reviews({ number: 15 })")
+    assert result.value == [{"user": "ann"}] and calls == [("get_reviews", 15)]
+
+
+FREE = [
+    (
+        "results used freely, as any",
+        FIRST
+        + "const first = prs[0];\nconsole.log(first.title.toUpperCase(), first.whatever);\n"
+        + "const reviews = await tools.get_reviews({ number: prs[1].number });\n"
+        + "return [reviews.length, reviews[0].user, prs.map((p) => p.number)];",
+        [1, "ann", [12, 15]],
+    ),
+    (
+        "expando objects, reassigned types, implicit any",
+        "const totals = {};\ntotals.count = 1;\nlet x = 1;\nx = 'one';\n"
+        + "function add(a, b) { return a + b; }\nconst list = [];\nlist.push(add(1, 2));\n"
+        + "return [totals, x, list];",
+        [{"count": 1}, "one", [3]],
+    ),
+    (
+        "tools.tool_search and tools looked up by a computed name",
+        "const text = await tools.tool_search({ query: 'reviews' });\n"
+        + "const name = 'get_' + 'reviews';\nconst r = await tools[name]({ number: 15 });\n"
+        + "return [text.includes('get_reviews'), r.length, text.results];",
+        [True, 1, None],
+    ),
+    (
+        "a value that may be undefined passed where a number is declared",
+        FIRST
+        + "return await tools.get_reviews({ number: prs.find((p) => p.number > 12)?.number });",
+        [{"user": "ann"}],
+    ),
+    (
+        "files and console as a script uses them",
+        "console.log(files.list().length);\nconsole.info('x', { a: 1 });\nreturn 1;",
+        1,
+    ),
+    (
+        "typed code with a result cast to the model's own types",
+        "interface PR { number: number; title: string }\n"
+        + "const prs = (await tools.list_prs({ repo: 'acme/api' })) as PR[];\n"
+        + "const byNumber = new Map<number, PR>(prs.map((p) => [p.number, p]));\n"
+        + "return byNumber.get(15)!.title;",
+        "b",
+    ),
+    (
+        "a built-in newer than the check's library, passed to a tool",
+        "const g = Object.groupBy([1, 2, 3], (x) => (x % 2 ? 'odd' : 'even'));\n"
+        + "return await tools.get_reviews({ number: g.odd.length * 7 + 1 });",
+        [{"user": "ann"}],
+    ),
+    (
+        "an error of the script's own that does not involve a tool is left to the run",
+        "const o: { a: number } = { a: 1 };\n// @ts-expect-error nothing wrong here\n"
+        + "const n: number = 'x' as any;\nreturn o.a;",
+        1,
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "code", "value"), FREE, ids=[f[0] for f in FREE])
+async def test_valid_script_is_not_refused(
+    compiler: str, inproc: InProcessRunner, name: str, code: str, value: Any
+) -> None:
+    """Scripts that would run are not refused, however loosely they are typed."""
+    if typescript.BUNDLE is None:
+        require("sandbox/typescript.bundle.js is missing: run `make install` to build it")
+    calls: list[tuple[str, Any]] = []
+    result = await engine_for(calls, inproc).run_code(code)
+    assert result.status == "finished", result.text
+    assert result.value == value
+
+
+async def test_syntax_error_is_left_to_the_run(compiler: str, inproc: InProcessRunner) -> None:
+    """A script the compiler cannot parse is not refused by the check: the run reports it
+    with its line, as for any script."""
+    calls: list[tuple[str, Any]] = []
+    result = await engine_for(calls, inproc).run_code("const a = 1;\nconst b = ;\nreturn a;")
+    assert result.status == "failed" and "SyntaxError" in result.text
+    assert "at line 2: const b = ;" in result.text
+    assert len(inproc.steps) == 1
+
+
+async def test_check_cost_goes_in_the_script_step_line(
+    compiler: str, inproc: InProcessRunner, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first step's line carries what the check cost; later steps carry 0."""
+    caplog.set_level(logging.INFO, logger="codemode")
+    calls: list[tuple[str, Any]] = []
+    await engine_for(calls, inproc).run_code(FIRST + "return prs.length;")
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("script step ")]
+    assert len(lines) == 2
+    first = float(lines[0].split("check_ms=")[1].split()[0])
+    assert first > 0 and "check_ms=0.0" in lines[1]
+
+
+async def test_type_check_off_runs_unchecked(inproc: InProcessRunner) -> None:
+    """With type_check="off" a wrong call reaches the run, which refuses it at the call."""
+    calls: list[tuple[str, Any]] = []
+    engine = engine_for(calls, inproc, type_check="off")
+    assert engine.type_checker is None
+    result = await engine.run_code(FIRST + "return await tools.get_reviews({ number: 'x' });")
+    assert result.status == "failed" and "TypeCheckError" not in result.text
+    assert calls == [("list_prs", "acme/api")]
+
+
+def test_run_code_says_scripts_are_checked_only_when_they_are(
+    compiler: str, inproc: InProcessRunner
+) -> None:
+    """The model is told about the check when it is on, and not when it is off."""
+    on = engine_for([], inproc).definition()["description"]
+    off = engine_for([], inproc, type_check="off").definition()["description"]
+    assert "type-checked against the declarations" in on
+    assert "type-checked" not in off and "TypeScript's types" in off
+
+
+def test_bad_setting_is_refused(inproc: InProcessRunner) -> None:
+    with pytest.raises(Exception, match='use "on", "off"'):
+        CodeMode([], runner=inproc, type_check="yes")  # type: ignore[arg-type]
+
+
+def test_missing_compiler_turns_the_check_off_and_says_so_once(
+    inproc: InProcessRunner, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without the compiler scripts run unchecked, and the log says why, once."""
+    monkeypatch.setenv(_check.COMPILER_ENV, "/nonexistent/tsc")
+    monkeypatch.setattr("engine._codemode._CHECK_OFF_SAID", set())
+    caplog.set_level(logging.WARNING, logger="codemode")
+    first = CodeMode([], runner=inproc)
+    second = CodeMode([], runner=inproc)
+    assert first.type_checker is None and second.type_checker is None
+    said = [r.getMessage() for r in caplog.records if "type check off" in r.getMessage()]
+    assert len(said) == 1
+    assert "/nonexistent/tsc" in said[0] and "is not an executable file" in said[0]
+
+
+def test_declarations_for_the_check_are_the_models_inputs_with_any_results() -> None:
+    """Inputs as the model reads them, results `any`, every tool plus the builtins."""
+    text = check_declarations(counting_tools([]))
+    assert text.startswith("export interface Tools {\n")
+    assert "get_reviews(input: { number: number }): Promise<any>;" in text
+    assert "tool_search(input: { query: string; limit?: number }): Promise<any>;" in text
+    assert "skill(input: { name: string }): Promise<any>;" in text
+
+
+# ---- hostile input: each ends within the check's bounds, with a clear error ----
+
+# Under 1 KB of types that take the compiler about 40 s and 4.4 GB unbounded.
+TYPE_BOMB = "\n".join(
+    [
+        "type D = " + "|".join(f"'{c}'" for c in "abcdefghijklmnopqrstuvwxyz0123456789") + ";",
+        "type U = `${D}${D}${D}`;",
+        *(
+            f"type V{i} = {{ [K in U]: {{ [J in D]: [K, J, {i}] }} }}[U];\n"
+            f"const v{i}: V{i} = null as any; const w{i}: number = v{i};"
+            for i in range(8)
+        ),
+        "return 1;",
+    ]
+)
+
+
+async def test_type_bomb_meets_the_memory_bound(compiler: str) -> None:
+    """Types that would take gigabytes end on the memory bound, and the message says so."""
+    checker = TypeChecker(compiler, memory=256 * 1024 * 1024, timeout=120)
+    checked = await checker.check(TYPE_BOMB, check_declarations([]))
+    assert checked.failure is not None and not checked.ok
+    assert "more than 256 MiB of memory" in checked.failure
+    assert 'type_check = "off"' in checked.failure
+
+
+async def test_type_bomb_meets_the_time_bound(compiler: str) -> None:
+    """With memory to spare, the same types end on the time bound."""
+    checker = TypeChecker(compiler, memory=8 * 1024 * 1024 * 1024, timeout=1)
+    checked = await checker.check(TYPE_BOMB, check_declarations([]))
+    assert checked.failure is not None
+    assert "1 s" in checked.failure and "simplify the script's types" in checked.failure
+
+
+async def test_refused_by_a_bound_the_script_never_runs(
+    compiler: str, inproc: InProcessRunner
+) -> None:
+    """A check that cannot finish fails the script before its first call, with the reason."""
+    calls: list[tuple[str, Any]] = []
+    checker = TypeChecker(compiler, memory=256 * 1024 * 1024, timeout=120)
+    engine = engine_for(calls, inproc, type_check=checker)
+    result = await engine.run_code(FIRST + TYPE_BOMB)
+    assert result.status == "failed" and "TypeCheckError" in result.text
+    assert "256 MiB" in result.text and calls == [] and inproc.steps == []
+
+
+async def test_ten_megabyte_script_is_refused_before_any_check(inproc: InProcessRunner) -> None:
+    """A 10 MB typed script is refused by its size, clearly; neither the checker nor the
+    stripper sees it."""
+    seen: list[str] = []
+
+    class Counting(TypeChecker):
+        async def check(self, code: str, declarations: str) -> Checked:
+            seen.append(code)
+            return Checked()
+
+    engine = CodeMode([], runner=inproc, type_check=Counting("/bin/true"))
+    line = "const x: Array<{ a: number }> = [];\n"
+    result = await engine.run_code(line * (10 * 1024 * 1024 // len(line)))
+    assert result.status == "failed"
+    assert f"over the {MAX_CODE_BYTES:,} bytes a script may be" in result.text
+    assert seen == [] and inproc.steps == []
+
+
+async def test_a_script_cannot_make_the_compiler_show_a_host_file(
+    compiler: str, tmp_path: Path
+) -> None:
+    """Imports and references in a script do not add files to the program, so an error on
+    a tool's argument can never show the model a host file's types or constants."""
+    (tmp_path / "secret.json").write_text('{"password_key": "hunter2"}')
+    (tmp_path / "secret.ts").write_text('export const password = "hunter2";\n')
+    base = tmp_path.as_posix()
+    wrong = "\nreturn await tools.get_reviews({ number: x });"
+    scripts = [
+        f'type T = typeof import("{base}/secret");\nconst x: T["password"] = null as any;',
+        f'const x = await import("{base}/secret.json");',
+        f'type T = typeof import("{base}/secret.json");\nconst x: T = null as any;',
+        f'/// <reference path="{base}/secret.ts" />\nconst x = password;',
+    ]
+    checker = TypeChecker(compiler)
+    declarations = check_declarations(counting_tools([]))
+    for code in scripts:
+        checked = await checker.check(code + wrong, declarations)
+        text = checked.message()
+        assert "hunter2" not in text and "password" not in text.replace(code, ""), text
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        "fatal error: runtime: out of memory\n\nruntime stack:",
+        "runtime: out of memory: cannot allocate 4194304-byte block (268435456 in use)\n"
+        "fatal error: out of memory",
+        "fatal error: out of memory allocating heap arena map",
+        "runtime: failed to create new OS thread (have 5 already; errno=11)\n"
+        "runtime: may need to increase max user processes (ulimit -u)\nfatal error: newosproc",
+    ],
+)
+async def test_every_way_the_compiler_reports_running_out_of_memory(
+    report: str, tmp_path: Path
+) -> None:
+    """The Go runtime says it ran out of memory in several ways, depending on where; each is
+    the memory bound, named with its size."""
+    fake = tmp_path / "tsc"
+    fake.write_text(f"#!/bin/sh\ncat <<'EOF'\n{report}\nEOF\nexit 2\n")
+    fake.chmod(0o755)
+    checked = await TypeChecker(fake, memory=300 * 1024 * 1024).check("return 1", "")
+    assert checked.failure is not None and "more than 300 MiB of memory" in checked.failure
+
+
+async def test_a_broken_compiler_never_passes_a_script() -> None:
+    """A compiler that fails without reporting errors the way tsc does fails the check: a
+    broken install must not read as a clean script."""
+    checked = await TypeChecker("/bin/false").check("return 1", check_declarations([]))
+    assert checked.failure is not None and "the type checker failed" in checked.failure
+
+
+async def test_flood_of_errors_is_read_up_to_its_bound(compiler: str) -> None:
+    """A script with thousands of wrong calls: the output is read up to its bound, and the
+    model is shown a few problems and a count of the rest."""
+    calls = "".join(f"tools.nope{i}({{}});\n" for i in range(6000))
+    checked = await TypeChecker(compiler).check(calls, check_declarations([]))
+    assert checked.failure is None and len(checked.problems) > 100
+    message = checked.message()
+    assert message.count("\n  line ") == _check.SHOWN_PROBLEMS
+    assert "more" in message
