@@ -1,0 +1,223 @@
+"""The session log in PostgreSQL, shared by hosts on many machines (psycopg 3, async pool).
+
+Time is the database's (``clock_timestamp()``), so leases expire by one clock whatever the
+hosts' clocks say. Writes to a script are serialized by a ``FOR UPDATE`` lock on its row, and
+:meth:`~engine.log.LogStore.claim_ready` skips rows another host has locked
+(``FOR UPDATE SKIP LOCKED``), so hosts that look for work at once never take the same script.
+Tables live in their own schema (``codemode`` unless told), out of the way of the host's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from typing import Any
+
+from engine._errors import ConfigError
+from engine.log import _sql as sql
+from engine.log._sqlbase import SqlStore
+
+SCHEMA_VERSION = 2
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS scripts (
+    id TEXT PRIMARY KEY,
+    key TEXT,
+    code TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    language TEXT NOT NULL DEFAULT 'javascript',
+    now_ms BIGINT NOT NULL,
+    seed BIGINT NOT NULL,
+    created_ms BIGINT NOT NULL,
+    updated_ms BIGINT NOT NULL DEFAULT 0,
+    status TEXT NOT NULL,
+    held INTEGER NOT NULL DEFAULT 0,
+    steps INTEGER NOT NULL DEFAULT 0,
+    total_compute_ms DOUBLE PRECISION NOT NULL DEFAULT 0,
+    total_file_bytes BIGINT NOT NULL DEFAULT 0,
+    outcome BYTEA,
+    files BYTEA,
+    tools BYTEA,
+    lease_owner TEXT,
+    lease_token BIGINT NOT NULL DEFAULT 0,
+    lease_expires_ms BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS calls (
+    script_id TEXT NOT NULL REFERENCES scripts(id),
+    idx INTEGER NOT NULL,
+    call_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    arguments BYTEA NOT NULL,
+    argument_bytes BIGINT NOT NULL DEFAULT 0,
+    state TEXT NOT NULL,
+    result BYTEA,
+    result_bytes BIGINT,
+    error TEXT,
+    note TEXT,
+    owner TEXT,
+    token BIGINT,
+    created_ms BIGINT NOT NULL DEFAULT 0,
+    started_ms BIGINT,
+    ended_ms BIGINT,
+    PRIMARY KEY (script_id, idx)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS scripts_key ON scripts(key);
+CREATE INDEX IF NOT EXISTS scripts_updated ON scripts(status, updated_ms);
+CREATE INDEX IF NOT EXISTS calls_call_id ON calls(script_id, call_id);
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+"""
+
+_NOW = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+_LOCKS = {"update": " FOR UPDATE", "skip": " FOR UPDATE SKIP LOCKED", None: ""}
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+class PostgresStore(SqlStore):
+    """The log in the PostgreSQL database at ``dsn`` (a libpq connection string or URL).
+
+    ``schema`` names the schema its tables live in (made if missing); ``max_connections``
+    bounds the pool. The pool opens on first use, in the event loop that uses it; close it with
+    :meth:`aclose`. A database that cannot be reached is a :class:`~engine.ConfigError` that
+    names it.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "codemode",
+        max_connections: int = 10,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        if not _IDENTIFIER.fullmatch(schema):
+            raise ConfigError(
+                f"the PostgreSQL schema name {schema!r} is not a plain lower-case identifier "
+                "(letters, digits, _; at most 63): choose one such as 'codemode'"
+            )
+        if max_connections < 1:
+            raise ConfigError(f"max_connections must be at least 1, not {max_connections}")
+        self.dsn = dsn
+        self.schema = schema
+        self._max = max_connections
+        self._timeout = connect_timeout
+        self._pool: Any = None
+        self._opening = asyncio.Lock()
+        self._closed = False
+
+    def where(self) -> str:
+        """The database as people read it (``host:port/dbname``), without any password."""
+        try:
+            from psycopg.conninfo import conninfo_to_dict
+
+            info = conninfo_to_dict(self.dsn)
+        except Exception:
+            return "the database in the dsn"
+        host = info.get("host") or "localhost"
+        return f"{host}:{info.get('port') or 5432}/{info.get('dbname') or info.get('user') or ''}"
+
+    async def _open(self) -> Any:
+        async with self._opening:
+            if self._pool is not None:
+                return self._pool
+            try:
+                import psycopg
+                from psycopg_pool import AsyncConnectionPool
+            except ImportError:
+                raise ConfigError(
+                    "the PostgreSQL store needs psycopg 3 and psycopg-pool: "
+                    "pip install 'codemode[postgres]'"
+                ) from None
+
+            schema = self.schema
+
+            async def configure(conn: Any) -> None:
+                await conn.execute(f'SET search_path TO "{schema}"')
+
+            pool = AsyncConnectionPool(
+                self.dsn,
+                min_size=1,
+                max_size=self._max,
+                open=False,
+                kwargs={"autocommit": True, "connect_timeout": max(1, int(self._timeout))},
+                configure=configure,
+                timeout=self._timeout,
+                name=f"codemode-{schema}",
+            )
+            try:
+                await pool.open(wait=True, timeout=self._timeout)
+                async with pool.connection() as conn, conn.transaction():
+                    await _create(conn, schema)
+            except (psycopg.Error, TimeoutError, OSError) as e:
+                await pool.close()
+                raise ConfigError(
+                    f"cannot use the PostgreSQL session log at {self.where()}: "
+                    f"{_first_line(e)}; check [codemode.store] dsn and that the server runs"
+                ) from None
+            except BaseException:
+                await pool.close()
+                raise
+            self._pool = pool
+            return pool
+
+    async def _tx(self, make: Callable[[int], sql.Tx], *, write: bool) -> Any:
+        if self._closed:
+            raise RuntimeError("the session log is closed")
+        pool = self._pool or await self._open()
+        async with pool.connection() as conn, conn.transaction():
+            if not write:
+                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            now = (await (await conn.execute(_NOW)).fetchone())[0]
+            tx = make(now)
+            answer: Any = None
+            while True:
+                try:
+                    q = tx.send(answer)
+                except StopIteration as stop:
+                    return stop.value
+                answer = await _execute(conn, q)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+
+async def _execute(conn: Any, q: sql.Q) -> Any:
+    text = q.sql.replace("?", "%s") + _LOCKS[q.lock]
+    if q.fetch == "many":
+        async with conn.cursor() as cursor:
+            await cursor.executemany(text, q.params)
+        return None
+    cursor = await conn.execute(text, q.params)
+    if q.fetch == "one":
+        return await cursor.fetchone()
+    if q.fetch == "all":
+        return await cursor.fetchall()
+    if q.fetch == "count":
+        return cursor.rowcount
+    return None
+
+
+async def _create(conn: Any, schema: str) -> None:
+    # Hosts that start at once must not race to create the tables.
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtext('codemode schema'))")
+    await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    for statement in _DDL.split(";"):
+        if statement.strip():
+            await conn.execute(statement)
+    row = await (await conn.execute("SELECT max(version) FROM schema_version")).fetchone()
+    version = row[0] if row else None
+    if version is None:
+        await conn.execute("INSERT INTO schema_version VALUES (%s)", (SCHEMA_VERSION,))
+    elif version > SCHEMA_VERSION:
+        raise ConfigError(
+            f"the PostgreSQL session log in schema {schema!r} was written by a newer codemode "
+            f"(schema {version}; this one reads up to {SCHEMA_VERSION}): upgrade codemode"
+        )
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]
