@@ -19,11 +19,11 @@ from engine._errors import (
     ConfigError,
     ScriptNotFound,
     StepUnavailable,
+    ToolsMissing,
 )
 from engine._files import Attachment, BlobStore
 from engine._functions import tool
 from engine._limits import Limits, parse_size
-from engine._log import CallEntry, LogStore, MemoryStore, ScriptRecord, SqliteStore
 from engine._render import TEXT_BUDGET
 from engine._skills import Skill
 from engine._source import ScriptTooLarge, normalize
@@ -35,6 +35,15 @@ from engine._tools import (
     load_mcp_tools,
 )
 from engine._worker import PROPOSED, Worker, proposed_worker
+from engine.log import (
+    CallEntry,
+    LeaseLost,
+    LogStore,
+    MemoryStore,
+    PostgresStore,
+    ScriptRecord,
+    SqliteStore,
+)
 
 __all__ = [
     "PROPOSED",
@@ -47,9 +56,11 @@ __all__ = [
     "CodeModeError",
     "Config",
     "ConfigError",
+    "LeaseLost",
     "Limits",
     "LogStore",
     "MemoryStore",
+    "PostgresStore",
     "RunResult",
     "RunnerConfig",
     "ScriptNotFound",
@@ -62,6 +73,7 @@ __all__ = [
     "ToolCallError",
     "ToolContext",
     "ToolDefinitionError",
+    "ToolsMissing",
     "Worker",
     "build_runner",
     "load_mcp_tools",

@@ -10,6 +10,7 @@ resumes after a restart, in another process, without running a recorded call aga
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -20,9 +21,10 @@ from typing import Any
 
 import orjson
 
-from engine import _log as log
+from engine import log
 from engine._declarations import run_code_tool
-from engine._errors import CallNotWaiting, CodeModeError
+from engine._drive import Drive, new_owner
+from engine._errors import CallNotWaiting, CodeModeError, ToolsMissing
 from engine._files import Attachment, BlobStore, record_files
 from engine._limits import Limits
 from engine._naming import closest_names
@@ -31,7 +33,7 @@ from engine._search import ToolIndex
 from engine._skills import Skill, skills_listing
 from engine._source import ScriptTooLarge, normalize
 from engine._steps import StepLoop
-from engine._tools import Tool, ToolCallError, unique_tools
+from engine._tools import Tool, ToolCallError, tool_fingerprint, unique_tools
 from engine._worker import Worker, proposed_worker
 from runner import ScriptRunner
 
@@ -60,6 +62,11 @@ class CodeMode(StepLoop):
     ``store`` defaults to a SQLite log under ``data_dir`` (or in memory when neither is
     given); file attachments are kept as blobs in ``blobs`` (default: under ``data_dir``, or
     in memory).
+
+    Many hosts may share one store; one of them drives a script at a time, under a lease of
+    ``lease_ms`` that it renews while it drives (a host that dies lets it lapse, and another
+    takes the script over). ``poll_interval`` (seconds) paces :meth:`work` and
+    ``resume(wait=...)``.
     """
 
     def __init__(
@@ -78,6 +85,8 @@ class CodeMode(StepLoop):
         call_timeout: float | None = 300.0,
         clock: Callable[[], float] = time.time,
         blobs: BlobStore | None = None,
+        lease_ms: int = log.DEFAULT_LEASE_MS,
+        poll_interval: float = 1.0,
     ) -> None:
         self.tools = unique_tools(tools)
         self._by_name = {t.name: t for t in self.tools}
@@ -102,7 +111,8 @@ class CodeMode(StepLoop):
         self.call_timeout = call_timeout
         self.retry_delay = retry_delay
         self.clock = clock
-        self._script_locks: dict[str, asyncio.Lock] = {}
+        self.lease_ms = lease_ms
+        self.poll_interval = poll_interval
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
 
     # ---- what the model sees ----
@@ -153,12 +163,21 @@ class CodeMode(StepLoop):
     # ---- running ----
 
     async def run_code(
-        self, code: str, *, tenant: str = "default", files: Sequence[Attachment] = ()
+        self,
+        code: str,
+        *,
+        tenant: str = "default",
+        files: Sequence[Attachment] = (),
+        key: str | None = None,
+        on_start: Callable[[str], None] | None = None,
     ) -> RunResult:
         """Start a script and drive it until it finishes, fails or pauses.
 
         ``files`` are the attachments the script may read (``files.list()`` shows them);
-        their bytes are recorded with the script, so every run reads the same bytes.
+        their bytes are recorded with the script, so every run reads the same bytes. ``key``
+        makes the start idempotent: give the model's tool-use id, and a host that replays the
+        same ``run_code`` call (after a restart, say) continues that script instead of
+        starting another. ``on_start`` is told the script's id before its first step.
         """
         try:
             body = normalize(code)
@@ -173,67 +192,149 @@ class CodeMode(StepLoop):
             now_ms=int(self.clock() * 1000),
             seed=secrets.randbits(32),
             created_ms=int(time.time() * 1000),
+            key=key,
             files=record_files(
                 self.blobs, [a for s in self.skills for a in s.attachments()] + list(files)
             ),
+            tools=tool_fingerprint(self.tools),
         )
-        self.store.create_script(record)
-        return await self.resume(record.id)
+        started = await self.store.start(record, new_owner(), self.lease_ms)
+        if on_start is not None:
+            on_start(started.record.id)
+        if started.lease is None:
+            return await self._elsewhere_or_ended(started.record.id)
+        drive = await Drive.resume(self.store, started.lease, self.lease_ms)
+        return await self._drive_owned(drive)
 
-    async def resume(self, script_id: str) -> RunResult:
-        """Continue a script from its log: after a pause, a restart, or on another host."""
-        lock = self._script_locks.setdefault(script_id, asyncio.Lock())
-        async with lock:
-            return await self._drive(script_id)
+    async def resume(self, script_id: str, *, wait: float = 0.0) -> RunResult:
+        """Continue a script from its log: after a pause, a restart, or on another host.
 
-    def hold(self, script_id: str) -> None:
+        One host drives a script at a time. If another host drives it now, the result has
+        status ``elsewhere`` at once, or, with ``wait`` (seconds), once that host lets it go
+        (the script's outcome if it ended; or this host drives it on).
+        """
+        deadline = time.monotonic() + wait
+        while True:
+            record = await self.store.get_script(script_id)
+            if record.status in log.ENDED and record.outcome is not None:
+                return RunResult.from_dict(record.outcome)
+            drive = await Drive.take(self.store, script_id, new_owner(), self.lease_ms)
+            if drive is not None:
+                return await self._drive_owned(drive)
+            if time.monotonic() >= deadline:
+                return await self._elsewhere_or_ended(script_id)
+            await asyncio.sleep(min(self.poll_interval, max(0.0, deadline - time.monotonic())))
+
+    async def work(self, *, stop: asyncio.Event | None = None) -> None:
+        """Drive scripts that wait for no one (an answer landed, or their host died), one at
+        a time, until ``stop`` is set: what ``codemode worker`` runs. Hosts that only record
+        approvals need not drive scripts themselves while one of these runs."""
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
+            lease = await self.store.claim_ready(new_owner(), self.lease_ms)
+            if lease is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.poll_interval)
+                continue
+            drive = await Drive.resume(self.store, lease, self.lease_ms)
+            try:
+                result = await self._drive_owned(drive)
+            except CodeModeError as e:  # this script cannot go on here; others can
+                logger.warning("worker left script=%s: %s", lease.script_id, e)
+                continue
+            logger.info("worker drove script=%s status=%s", lease.script_id, result.status)
+
+    async def _drive_owned(self, drive: Drive) -> RunResult:
+        """Drive a script whose lease this host holds; the lease is given up at the end."""
+        try:
+            self._check_tools(drive)
+            result = await self._drive(drive)
+        except log.LeaseLost:
+            result = None
+        finally:
+            await drive.close()
+        if result is None:
+            return await self._elsewhere_or_ended(drive.record.id)
+        if result.status == "paused" and not drive.record.held:
+            # An answer may have landed after this host decided to pause and before it let
+            # go: then nobody else would step the script, so step it on now.
+            calls = await self.store.calls(drive.record.id)
+            if not any(c.state in (log.AWAITING_APPROVAL, log.AWAITING_CLIENT) for c in calls):
+                record = await self.store.get_script(drive.record.id)
+                if not record.held:
+                    return await self.resume(drive.record.id)
+        return result
+
+    async def _elsewhere_or_ended(self, script_id: str) -> RunResult:
+        record = await self.store.get_script(script_id)
+        if record.status in log.ENDED and record.outcome is not None:
+            return RunResult.from_dict(record.outcome)
+        owner = record.lease.owner if record.lease is not None else "another host"
+        return RunResult(
+            script_id,
+            "elsewhere",
+            f"Script is running on another host ({owner}); its result is in the session log "
+            "when it ends.",
+            steps=record.steps,
+        )
+
+    def _check_tools(self, drive: Drive) -> None:
+        """Refuse to drive a script that calls tools this host does not have, before any of
+        its calls runs: run here, it would fail at that call after the others took effect."""
+        missing = sorted({c.name for c in drive.calls} - set(self._tool_names))
+        if missing:
+            have = ", ".join(sorted(self._by_name)) or "none"
+            raise ToolsMissing(
+                f"script {drive.record.id} calls {', '.join(missing)}, which this host does "
+                f"not have (it has: {have}); resume it on a host with those tools"
+            )
+
+    async def hold(self, script_id: str) -> None:
         """Interrupt: no step of the script runs and no call it asks for goes out."""
-        self.store.get_script(script_id)
-        self.store.update_script(script_id, held=True)
+        await self.store.set_held(script_id, True)
 
-    def release(self, script_id: str) -> None:
-        """End a hold; call :meth:`resume` to continue."""
-        self.store.get_script(script_id)
-        self.store.update_script(script_id, held=False)
+    async def release(self, script_id: str) -> None:
+        """End a hold; call :meth:`resume` to continue (or let a worker do it)."""
+        await self.store.set_held(script_id, False)
 
-    def approve(self, script_id: str, call_id: str) -> None:
-        """A person approved the call: it runs when the script resumes."""
-        entry = self._waiting(script_id, call_id, log.AWAITING_APPROVAL)
-        self.store.update_call(script_id, entry.index, state=log.APPROVED, note="approved")
+    async def approve(self, script_id: str, call_id: str) -> None:
+        """A person approved the call: it runs when the script resumes. An approval that
+        lands twice, or on two hosts at once, takes effect once (the second is
+        :class:`CallNotWaiting`)."""
+        await self.store.answer(
+            script_id, call_id, log.AWAITING_APPROVAL, log.APPROVED, note="approved"
+        )
 
-    def reject(self, script_id: str, call_id: str, message: str = "") -> None:
+    async def reject(self, script_id: str, call_id: str, message: str = "") -> None:
         """A person refused the call: the script sees an error with this message."""
-        entry = self._waiting(script_id, call_id, log.AWAITING_APPROVAL)
+        entry = await self._waiting(script_id, call_id)
         error = message or f"a person refused tools.{entry.name}"
-        self.store.update_call(script_id, entry.index, state=log.FAILED, error=error)
+        await self.store.answer(script_id, call_id, log.AWAITING_APPROVAL, log.FAILED, error=error)
 
-    def client_result(
+    async def client_result(
         self, script_id: str, call_id: str, result: Any = None, *, error: str | None = None
     ) -> None:
         """The client ran a client tool: its result, or the error it failed with."""
-        entry = self._waiting(script_id, call_id, log.AWAITING_CLIENT)
+        expect = log.AWAITING_CLIENT
         if error is not None:
-            self.store.update_call(script_id, entry.index, state=log.FAILED, error=str(error))
+            await self.store.answer(script_id, call_id, expect, log.FAILED, error=str(error))
             return
+        entry = await self._waiting(script_id, call_id)
         tool = self._by_name.get(entry.name)
         try:
             data = tool._check_result(result) if tool is not None else result
             size = len(orjson.dumps(data))
         except (ToolCallError, TypeError) as e:
             message = e.message if isinstance(e, ToolCallError) else str(e)
-            self.store.update_call(script_id, entry.index, state=log.FAILED, error=message)
+            await self.store.answer(script_id, call_id, expect, log.FAILED, error=message)
             return
-        extra = {**entry.extra, "result_bytes": size}
-        self.store.update_call(script_id, entry.index, state=log.DONE, result=data, extra=extra)
+        await self.store.answer(
+            script_id, call_id, expect, log.DONE, result=data, result_bytes=size
+        )
 
-    def _waiting(self, script_id: str, call_id: str, state: str) -> log.CallEntry:
-        for entry in self.store.calls(script_id):
+    async def _waiting(self, script_id: str, call_id: str) -> log.CallEntry:
+        for entry in await self.store.calls(script_id):
             if entry.call_id == call_id:
-                if entry.state != state:
-                    raise CallNotWaiting(
-                        f"call {call_id} of script {script_id} is {entry.state}, "
-                        f"not {state.replace('_', ' ')}"
-                    )
                 return entry
         raise CallNotWaiting(f"script {script_id} has no call {call_id}")
 
@@ -242,7 +343,7 @@ class CodeMode(StepLoop):
 
     async def aclose(self) -> None:
         await self.runner.aclose()
-        self.store.close()
+        await self.store.aclose()
 
 
 __all__ = ["CodeMode", "CodeModeError", "RunResult"]

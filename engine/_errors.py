@@ -25,3 +25,8 @@ class CallNotWaiting(CodeModeError):
 
 class StepUnavailable(CodeModeError):
     """No runner took the step before its queue timeout; the script can be resumed later."""
+
+
+class ToolsMissing(CodeModeError):
+    """A script calls tools this host does not have; it is left as it was, to be resumed on a
+    host that has them."""

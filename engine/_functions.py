@@ -166,6 +166,8 @@ def _from_function(
     needs_approval: bool,
     deferred: bool,
     timeout: float | None,
+    read_only: bool,
+    idempotent: bool,
 ) -> Tool:
     tool_name = name or getattr(fn, "__name__", "") or ""
     label = f"tool {tool_name!r}"
@@ -249,6 +251,8 @@ def _from_function(
         needs_approval=needs_approval,
         deferred=deferred,
         timeout=timeout,
+        read_only=read_only,
+        idempotent=idempotent,
     )
     result._arguments = _Arguments(model, tuple(mapping))
     result._result_adapter = adapter
@@ -284,6 +288,8 @@ def tool(
     needs_approval: bool = False,
     deferred: bool = False,
     timeout: float | None = None,
+    read_only: bool = False,
+    idempotent: bool = False,
 ) -> Callable[[F], Tool]: ...
 
 
@@ -296,6 +302,8 @@ def tool(
     needs_approval: bool = False,
     deferred: bool = False,
     timeout: float | None = None,
+    read_only: bool = False,
+    idempotent: bool = False,
 ) -> Tool | Callable[[F], Tool]:
     """Make a :class:`Tool` of a typed function (sync or async); bare or with options.
 
@@ -316,6 +324,8 @@ def tool(
             needs_approval=needs_approval,
             deferred=deferred,
             timeout=timeout,
+            read_only=read_only,
+            idempotent=idempotent,
         )
 
     return build(fn) if fn is not None else build

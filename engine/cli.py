@@ -119,13 +119,13 @@ class _NoRunner(ScriptRunner):
 
 
 def _print_result(result: RunResult, as_json: bool) -> int:
-    if as_json:
-        sys.stdout.write(orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+    if as_json:  # JSON lines: `run` wrote the script's id first
+        sys.stdout.write(orjson.dumps(result.to_dict()).decode() + "\n")
     else:
         sys.stdout.write(result.text + "\n")
         if result.status == "paused":
             sys.stdout.write(f"(script id {result.script_id})\n")
-    return {"finished": 0, "paused": 3}.get(result.status, 1)
+    return {"finished": 0, "paused": 3, "elsewhere": 4}.get(result.status, 1)
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -137,8 +137,17 @@ async def _run(args: argparse.Namespace) -> int:
         except (OSError, UnicodeDecodeError) as e:
             raise CodeModeError(f"cannot read the script {args.script}: {e}") from None
     engine = _engine(args, needs_runner=True)
+
+    def started(script_id: str) -> None:
+        # Before the first step, so a host that dies mid-script knows what to resume.
+        if args.json:
+            sys.stdout.write(orjson.dumps({"script_id": script_id}).decode() + "\n")
+        else:
+            sys.stderr.write(f"codemode: script {script_id}\n")
+        sys.stdout.flush()
+
     try:
-        result = await engine.run_code(code, tenant=args.tenant)
+        result = await engine.run_code(code, tenant=args.tenant, on_start=started)
     finally:
         await engine.aclose()
     return _print_result(result, args.json)
@@ -150,9 +159,9 @@ async def _resume(args: argparse.Namespace) -> int:
     engine = _engine(args, needs_runner=True)
     try:
         for call_id in args.approve:
-            engine.approve(args.script_id, call_id)
+            await engine.approve(args.script_id, call_id)
         for call_id in args.reject:
-            engine.reject(args.script_id, call_id, args.message)
+            await engine.reject(args.script_id, call_id, args.message)
         result = await engine.resume(args.script_id)
     finally:
         await engine.aclose()

@@ -22,6 +22,8 @@ from engine.log._store import LogStore, Started
 class MemoryStore(LogStore):
     """A log in memory. ``clock`` gives the store's time in seconds (leases expire by it)."""
 
+    local = True
+
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._scripts: dict[str, r.ScriptRecord] = {}
@@ -76,20 +78,20 @@ class MemoryStore(LogStore):
             lease = self._acquire(record.id, owner, ttl_ms)
             return Started(copy.deepcopy(stored), lease, created=True)
 
-    async def acquire(self, script_id: str, owner: str, ttl_ms: int) -> r.Lease | None:
+    async def acquire(
+        self, script_id: str, owner: str, ttl_ms: int, *, take_from: str | None = None
+    ) -> r.Lease | None:
         with self._lock:
-            return self._acquire(script_id, owner, ttl_ms)
+            return self._acquire(script_id, owner, ttl_ms, take_from)
 
-    def _acquire(self, script_id: str, owner: str, ttl_ms: int) -> r.Lease | None:
+    def _acquire(
+        self, script_id: str, owner: str, ttl_ms: int, take_from: str | None = None
+    ) -> r.Lease | None:
         script = self._script(script_id)
         now = self._now_ms()
-        held = script.lease
-        if held is not None and held.expires_ms > now:
-            if held.owner != owner:
-                return None
-            token = held.token
-        else:
-            token = (held.token if held is not None else 0) + 1
+        token = rules.next_token(script.lease, owner, now, take_from)
+        if token is None:
+            return None
         script.lease = r.Lease(script_id, owner, token, now + ttl_ms)
         return script.lease
 

@@ -5,6 +5,15 @@ from __future__ import annotations
 from engine.log import _records as r
 
 
+def next_token(held: r.Lease | None, owner: str, now: int, take_from: str | None) -> int | None:
+    """The token ``owner`` gets on taking a lease that is now ``held``, or ``None`` while
+    another live owner holds it: the same token for the holder itself, a larger one for
+    anyone else (once it expired, or when its holder is ``take_from``, known dead)."""
+    if held is not None and held.expires_ms > now and held.owner != take_from:
+        return held.token if held.owner == owner else None
+    return (held.token if held is not None else 0) + 1
+
+
 def lost(lease: r.Lease, now: r.Lease | None) -> str:
     holder = f"{now.owner} (token {now.token})" if now is not None else "no one"
     return (

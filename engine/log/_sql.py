@@ -104,7 +104,7 @@ def start(record: r.ScriptRecord, owner: str, ttl_ms: int, now: int) -> Tx:
         "count",
     )
     if added == 1:
-        lease = yield from acquire(record.id, owner, ttl_ms, now)
+        lease = yield from acquire(record.id, owner, ttl_ms, now, None)
         return Started((yield from get_script(record.id)), lease, created=True)
     # The key (or, by a host's mistake, the id) is taken: a start of a script already started.
     row = None
@@ -112,23 +112,21 @@ def start(record: r.ScriptRecord, owner: str, ttl_ms: int, now: int) -> Tx:
         row = yield Q("SELECT id FROM scripts WHERE key = ?", (record.key,), "one")
     if row is None:
         raise ValueError(f"script {record.id!r} is already in the log")
-    lease = yield from acquire(row[0], owner, ttl_ms, now)
+    lease = yield from acquire(row[0], owner, ttl_ms, now, None)
     return Started((yield from get_script(row[0])), lease, created=False)
 
 
-def acquire(script_id: str, owner: str, ttl_ms: int, now: int) -> Tx:
+def acquire(script_id: str, owner: str, ttl_ms: int, now: int, take_from: str | None) -> Tx:
     record = yield from get_script(script_id, "update")
-    return (yield from _take(record, owner, ttl_ms, now))
+    return (yield from _take(record, owner, ttl_ms, now, take_from))
 
 
-def _take(record: r.ScriptRecord, owner: str, ttl_ms: int, now: int) -> Tx:
-    held = record.lease
-    if held is not None and held.expires_ms > now:
-        if held.owner != owner:
-            return None
-        token = held.token
-    else:
-        token = (held.token if held is not None else 0) + 1
+def _take(
+    record: r.ScriptRecord, owner: str, ttl_ms: int, now: int, take_from: str | None = None
+) -> Tx:
+    token = rules.next_token(record.lease, owner, now, take_from)
+    if token is None:
+        return None
     yield Q(
         "UPDATE scripts SET lease_owner = ?, lease_token = ?, lease_expires_ms = ? WHERE id = ?",
         (owner, token, now + ttl_ms, record.id),

@@ -32,8 +32,12 @@ class SqlStore(LogStore):
     async def start(self, record: r.ScriptRecord, owner: str, ttl_ms: int) -> Started:
         return await self._tx(lambda now: sql.start(record, owner, ttl_ms, now), write=True)
 
-    async def acquire(self, script_id: str, owner: str, ttl_ms: int) -> r.Lease | None:
-        return await self._tx(lambda now: sql.acquire(script_id, owner, ttl_ms, now), write=True)
+    async def acquire(
+        self, script_id: str, owner: str, ttl_ms: int, *, take_from: str | None = None
+    ) -> r.Lease | None:
+        return await self._tx(
+            lambda now: sql.acquire(script_id, owner, ttl_ms, now, take_from), write=True
+        )
 
     async def renew(self, lease: r.Lease, ttl_ms: int) -> r.Lease:
         return await self._tx(lambda now: sql.renew(lease, ttl_ms, now), write=True)

@@ -100,6 +100,7 @@ class SqliteStore(SqlStore):
     """
 
     FILE_NAME = "codemode.sqlite3"
+    local = True
 
     def __init__(self, directory: str | Path, clock: Callable[[], float] = time.time) -> None:
         directory = Path(directory)

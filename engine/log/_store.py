@@ -75,12 +75,20 @@ class LogStore(abc.ABC):
         If ``record.key`` names a script already in the log, nothing is added: that script
         is returned, with a lease if it could be taken (see :meth:`acquire`)."""
 
+    # A store all of whose hosts run on one machine (a SQLite file): there, a host can tell
+    # that a lease's owner process is gone and take its scripts over at once.
+    local = False
+
     @abc.abstractmethod
-    async def acquire(self, script_id: str, owner: str, ttl_ms: int) -> Lease | None:
+    async def acquire(
+        self, script_id: str, owner: str, ttl_ms: int, *, take_from: str | None = None
+    ) -> Lease | None:
         """Take the script's lease for ``ttl_ms``, or ``None`` while another owner's lease
         on it has not expired. Taking it when it was free, expired, or released gives a
         larger token than any before; an owner that still holds it gets it renewed, with its
-        token unchanged. :class:`~engine.ScriptNotFound` if there is no such script."""
+        token unchanged. ``take_from`` names an owner the caller knows is dead: its lease is
+        taken as if it had expired. :class:`~engine.ScriptNotFound` if there is no such
+        script."""
 
     @abc.abstractmethod
     async def renew(self, lease: Lease, ttl_ms: int) -> Lease:

@@ -182,6 +182,10 @@ async def check_leases(make: StoreFactory) -> None:
         got = await store.get_script(record.id)
         assert got.lease is not None and got.lease.owner == "host-c"
         await _raises(ScriptNotFound, "acquire of an unknown id", store.acquire("x", "a", 1))
+        # An owner known to be dead is taken over at once; naming anyone else changes nothing.
+        assert await store.acquire(record.id, "host-d", HELD_MS, take_from="host-x") is None
+        dead = await store.acquire(record.id, "host-d", HELD_MS, take_from="host-c")
+        assert dead is not None and dead.token > after.token, "take_from takes a dead lease"
         # Many hosts at once: exactly one gets it.
         record2, lease2 = await _started(store)
         await store.release(lease2)

@@ -32,11 +32,14 @@ def test_stale_prs_example_prints_the_spec_format() -> None:
 
 
 def test_run_json_from_stdin_with_a_fence() -> None:
-    """--json prints the whole result; a fenced script on stdin runs."""
+    """--json prints JSON lines: the script's id before its first step, then the whole result;
+    a fenced script on stdin runs."""
     script = "```js\nconst prs = await tools.github__list_prs({ repo: 'acme/api' });\nreturn prs.length\n```"
     proc = codemode("run", "-", "--tools", "examples/tracker_tools.py", "--json", stdin=script)
     assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
+    started, line = proc.stdout.splitlines()
+    result = json.loads(line)
+    assert json.loads(started) == {"script_id": result["script_id"]}
     assert result["status"] == "finished"
     assert result["value"] == 4
     assert result["content"] == [{"type": "text", "text": result["text"]}]
@@ -94,7 +97,7 @@ def test_paused_script_resumes_through_the_cli(tmp_path: Path) -> None:
         stdin=script,
     )
     assert first.returncode == 3, first.stderr
-    paused = json.loads(first.stdout)
+    paused = json.loads(first.stdout.splitlines()[-1])
     assert paused["status"] == "paused"
     call_id = paused["waiting"][0]["call_id"]
     second = codemode(

@@ -161,7 +161,7 @@ async def test_approval_pauses_then_resumes(inproc: InProcessRunner) -> None:
     assert result.status == "paused"
     assert [w["reason"] for w in result.waiting] == ["approval"]
     assert posted == []
-    engine.approve(result.script_id, result.waiting[0]["call_id"])
+    await engine.approve(result.script_id, result.waiting[0]["call_id"])
     result = await engine.resume(result.script_id)
     assert result.status == "finished"
     assert result.value == "ok"
@@ -180,7 +180,7 @@ async def test_rejection_is_an_error_the_script_sees(inproc: InProcessRunner) ->
     result = await engine.run_code(
         "try { await tools.post({ text: 'hi' }) } catch (e) { return e.message }"
     )
-    engine.reject(result.script_id, result.waiting[0]["call_id"], "too loud")
+    await engine.reject(result.script_id, result.waiting[0]["call_id"], "too loud")
     result = await engine.resume(result.script_id)
     assert result.value == "too loud"
 
@@ -197,7 +197,7 @@ async def test_client_tool_waits_for_the_client(inproc: InProcessRunner) -> None
     result = await engine.run_code("const f = await tools.pick_file(); return f.name")
     assert result.status == "paused"
     assert result.waiting[0]["reason"] == "client"
-    engine.client_result(result.script_id, result.waiting[0]["call_id"], {"name": "a.txt"})
+    await engine.client_result(result.script_id, result.waiting[0]["call_id"], {"name": "a.txt"})
     result = await engine.resume(result.script_id)
     assert result.value == "a.txt"
 
@@ -214,13 +214,13 @@ async def test_hold_stops_steps_until_release(inproc: InProcessRunner) -> None:
 
     engine = CodeMode([step], runner=inproc)
     result = await engine.run_code("return await tools.step({ i: 1 })")
-    engine.approve(result.script_id, result.waiting[0]["call_id"])
-    engine.hold(result.script_id)
+    await engine.approve(result.script_id, result.waiting[0]["call_id"])
+    await engine.hold(result.script_id)
     steps_before = len(inproc.steps)
     held = await engine.resume(result.script_id)
     assert held.status == "paused" and "held" in held.text
     assert ran == [] and len(inproc.steps) == steps_before
-    engine.release(result.script_id)
+    await engine.release(result.script_id)
     done = await engine.resume(result.script_id)
     assert done.value == 1 and ran == [1]
 
@@ -469,8 +469,8 @@ async def test_huge_result_is_not_stored_and_ends_the_script(inproc: InProcessRu
     engine = CodeMode([dump], runner=inproc, store=store)
     result = await engine.run_code("const s = await tools.dump(); return s.length")
     assert result.limit == "results" and "[codemode.limits] results" in result.text
-    (call,) = store.calls(result.script_id)
-    assert call.result is None and call.extra["result_bytes"] == 20_000_002
+    (call,) = await store.calls(result.script_id)
+    assert call.result is None and call.result_bytes == 20_000_002
 
 
 async def test_a_hanging_tool_meets_the_default_call_timeout(inproc: InProcessRunner) -> None:
@@ -522,7 +522,7 @@ async def test_queue_timeout_and_permanent_refusals_raise_step_unavailable() -> 
     with pytest.raises(StepUnavailable, match="fix that") as info:
         await engine.run_code("return 4")
     assert refused.tries == 1
-    (record,) = engine.store.scripts()
+    (record,) = await engine.store.scripts()
     assert (await engine.resume(record.id)).value == 4
     assert "busy right now" in str(info.value)
 
