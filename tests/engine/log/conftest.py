@@ -1,42 +1,14 @@
-"""Stores under test: memory, SQLite, and PostgreSQL on a throwaway server this session starts
-(see tests/postgres_server.py). A PostgreSQL test that cannot have its server fails in CI and
-is skipped elsewhere, saying what is missing."""
+"""Stores under test: memory, SQLite, and PostgreSQL on the session's throwaway server."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from engine.log import LogStore, MemoryStore, SqliteStore
-from tests._needs import require
-from tests.postgres_server import PostgresServer, PostgresUnavailable
-
-
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[str]:
-    """The DSN of a PostgreSQL server for this test session, or the reason there is none."""
-    server = PostgresServer()
-    try:
-        dsn = server.start()
-    except PostgresUnavailable as e:
-        yield f"unavailable: {e}"
-        return
-    try:
-        yield dsn
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def postgres(postgres_server: str) -> str:
-    """A PostgreSQL DSN; the test fails in CI (skips elsewhere) if there is no server."""
-    if postgres_server.startswith("unavailable: "):
-        require(f"PostgreSQL is {postgres_server}")
-    return postgres_server
-
+from engine.log import LogStore, MemoryStore, PostgresStore, SqliteStore
 
 STORES = ["memory", "sqlite", "postgres"]
 
@@ -50,7 +22,5 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], L
     if request.param == "sqlite":
         return lambda: SqliteStore(tmp_path / "log")
     dsn = request.getfixturevalue("postgres")
-    from engine.log import PostgresStore
-
     schema = f"t_{uuid.uuid4().hex[:16]}"
     return lambda: PostgresStore(dsn, schema=schema)
