@@ -19,6 +19,7 @@ from engine._errors import (
     ConfigError,
     ScriptNotFound,
     StepUnavailable,
+    StoreUnavailable,
     ToolsMissing,
 )
 from engine._files import Attachment, BlobStore
@@ -69,6 +70,7 @@ __all__ = [
     "Skill",
     "SqliteStore",
     "StepUnavailable",
+    "StoreUnavailable",
     "Tool",
     "ToolCallError",
     "ToolContext",

@@ -4,6 +4,7 @@ CI and is skipped elsewhere, saying what is missing."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -14,7 +15,12 @@ from tests.postgres_server import PostgresServer, PostgresUnavailable
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
-    """The DSN of a PostgreSQL server for this test session, or the reason there is none."""
+    """The DSN of a PostgreSQL server for this test session, or the reason there is none.
+    ``CODEMODE_TEST_DSN`` names a server of your own instead of a throwaway one."""
+    own = os.environ.get("CODEMODE_TEST_DSN")
+    if own:
+        yield own
+        return
     server = PostgresServer()
     try:
         dsn = server.start()

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from engine._errors import ConfigError
+from engine._errors import ConfigError, StoreUnavailable
 from engine.log import _sql as sql
 from engine.log._sqlbase import SqlStore
 
@@ -87,7 +87,7 @@ class PostgresStore(SqlStore):
         dsn: str,
         *,
         schema: str = "codemode",
-        max_connections: int = 10,
+        max_connections: int = 20,
         connect_timeout: float = 10.0,
     ) -> None:
         if not _IDENTIFIER.fullmatch(schema):
@@ -164,18 +164,28 @@ class PostgresStore(SqlStore):
         if self._closed:
             raise RuntimeError("the session log is closed")
         pool = self._pool or await self._open()
-        async with pool.connection() as conn, conn.transaction():
-            if not write:
-                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            now = (await (await conn.execute(_NOW)).fetchone())[0]
-            tx = make(now)
-            answer: Any = None
-            while True:
-                try:
-                    q = tx.send(answer)
-                except StopIteration as stop:
-                    return stop.value
-                answer = await _execute(conn, q)
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                if not write:
+                    await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                now = (await (await conn.execute(_NOW)).fetchone())[0]
+                tx = make(now)
+                answer: Any = None
+                while True:
+                    try:
+                        q = tx.send(answer)
+                    except StopIteration as stop:
+                        return stop.value
+                    answer = await _execute(conn, q)
+        except (PoolTimeout, psycopg.OperationalError) as e:
+            # Translated once, here: the engine sees the log's own error family.
+            raise StoreUnavailable(
+                f"the PostgreSQL session log at {self.where()} did not answer "
+                f"({_first_line(e)}); nothing written is lost: resume the script once it is back"
+            ) from None
 
     async def aclose(self) -> None:
         self._closed = True
@@ -200,16 +210,31 @@ async def _execute(conn: Any, q: sql.Q) -> Any:
     return None
 
 
-async def _create(conn: Any, schema: str) -> None:
-    # Hosts that start at once must not race to create the tables.
-    await conn.execute("SELECT pg_advisory_xact_lock(hashtext('codemode schema'))")
-    await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-    for statement in _DDL.split(";"):
-        if statement.strip():
-            await conn.execute(statement)
+async def _version(conn: Any, schema: str) -> int | None:
+    found = await (
+        await conn.execute("SELECT to_regclass(%s)", (f'"{schema}".schema_version',))
+    ).fetchone()
+    if found[0] is None:
+        return None
     row = await (await conn.execute("SELECT max(version) FROM schema_version")).fetchone()
-    version = row[0] if row else None
+    return row[0]
+
+
+async def _create(conn: Any, schema: str) -> None:
+    # A log already made is left alone: even `CREATE INDEX IF NOT EXISTS` locks its table
+    # against writes, and the hosts already running must not wait on (or deadlock with) a
+    # host that starts.
+    version = await _version(conn, schema)
     if version is None:
+        # Hosts that start at once must not race to create the tables: one does, the others
+        # find them made.
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext('codemode schema'))")
+        version = await _version(conn, schema)
+    if version is None:
+        await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        for statement in _DDL.split(";"):
+            if statement.strip():
+                await conn.execute(statement)
         await conn.execute("INSERT INTO schema_version VALUES (%s)", (SCHEMA_VERSION,))
     elif version > SCHEMA_VERSION:
         raise ConfigError(

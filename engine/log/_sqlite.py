@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from engine._errors import ConfigError
+from engine._errors import ConfigError, StoreUnavailable
 from engine.log import _sql as sql
 from engine.log._sqlbase import SqlStore
 
@@ -158,7 +158,13 @@ class SqliteStore(SqlStore):
             raise RuntimeError("the session log is closed")
         now = int(self._clock() * 1000)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, self._run, make(now), write)
+        try:
+            return await loop.run_in_executor(self._thread, self._run, make(now), write)
+        except sqlite3.OperationalError as e:  # locked past the busy timeout, disk full, ...
+            raise StoreUnavailable(
+                f"the session log {self.path} could not be written ({e}); nothing written is "
+                "lost: resume the script once it can"
+            ) from None
 
     def _run(self, tx: sql.Tx, write: bool) -> Any:
         db = self._db

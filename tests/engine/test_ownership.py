@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -301,3 +302,218 @@ def test_a_host_stalled_past_its_lease_cannot_overwrite_its_successor(tmp_path: 
     assert len(_ledger(tmp_path)) == 1, "the call ran once"
     final = _result(_host(tmp_path, "resume", paused.script_id, "-"))
     assert final.to_dict() == successor.to_dict()
+
+
+# ---- a randomized trial: three host processes on one PostgreSQL log, killed at random ----
+
+TRIAL_TOOLS = '''
+import os
+from engine import tool
+
+LEDGER = os.environ["LEDGER"]
+
+def _effect(text):
+    # One short line per effect, appended and synced: a host killed after this line ran the
+    # effect; one killed before it did not.
+    fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (text + "\\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+@tool
+def charge(order: int) -> str:
+    """Charge an order."""
+    _effect(f"charge {order}")
+    return "charged"
+
+@tool(needs_approval=True)
+def ship(order: int) -> str:
+    """Ship an order, after a person approves."""
+    _effect(f"ship {order}")
+    return "shipped"
+'''
+
+TRIAL_SCRIPT = """
+const charged = await tools.charge({ order: ORDER });
+const shipped = await tools.ship({ order: ORDER });
+return { order: ORDER, charged, shipped };
+"""
+
+# A host: drives scripts that wait for no one in the background, and answers the driver's
+# commands (JSON lines on stdin) concurrently, each with one JSON line on stdout.
+TRIAL_HOST = """
+import asyncio, json, sys
+sys.path.insert(0, {root!r})
+from engine import CallNotWaiting, CodeMode, PostgresStore
+from engine._loading import load_tools
+from tests.engine.conftest import InProcessRunner
+
+async def main():
+    tools, _ = load_tools({tools!r})
+    store = PostgresStore({dsn!r}, schema={schema!r})
+    engine = CodeMode(tools, runner=InProcessRunner(), store=store, lease_ms=3000,
+                      poll_interval=0.05)
+    worker = asyncio.create_task(engine.work())
+
+    async def handle(command):
+        try:
+            await act(command)
+        except Exception as e:  # the log overloaded: the driver sends it again
+            print(json.dumps({{"order": command["order"], "error": str(e)}}), flush=True)
+
+    async def act(command):
+        if command["op"] == "start":
+            script = {script!r}.replace("ORDER", str(command["order"]))
+            result = await engine.run_code(script, key=f"order-{{command['order']}}")
+        else:
+            try:
+                await engine.approve(command["script_id"], command["call_id"])
+            except CallNotWaiting:
+                pass
+            result = await engine.resume(command["script_id"])
+        print(json.dumps({{"order": command["order"], "result": result.to_dict()}}), flush=True)
+
+    tasks = set()
+    while line := await asyncio.to_thread(sys.stdin.readline):
+        task = asyncio.create_task(handle(json.loads(line)))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+asyncio.run(main())
+"""
+
+
+class _TrialHost:
+    def __init__(self, tmp_path: Path, dsn: str, schema: str) -> None:
+        tools = tmp_path / "trial_tools.py"
+        tools.write_text(TRIAL_TOOLS)
+        program = TRIAL_HOST.format(
+            root=str(ROOT), tools=str(tools), dsn=dsn, schema=schema, script=TRIAL_SCRIPT
+        )
+        # What a host says on stderr is kept next to the ledger, for a failure's post-mortem.
+        self._stderr = (tmp_path / f"host-{uuid.uuid4().hex[:6]}.err").open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", program],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            bufsize=1,
+            env={**os.environ, "LEDGER": str(tmp_path / "ledger")},
+            cwd=ROOT,
+        )
+        self.lines: list[dict] = []
+        self._reader = asyncio.get_running_loop().run_in_executor(None, self._read)
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(orjson.loads(line))
+
+    def send(self, command: dict) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(orjson.dumps(command).decode() + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass  # killed: the driver sends it again elsewhere
+
+    async def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        await self._reader
+        self._stderr.close()
+
+    async def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.kill()
+        self.proc.wait()
+        await self._reader
+        self._stderr.close()
+
+
+@pytest.mark.timeout(300)
+async def test_randomized_trial_three_hosts_on_postgres(tmp_path: Path, postgres: str) -> None:
+    """100 scripts with a charge and an approved shipment, driven by three host processes on
+    one PostgreSQL log; every start, approval and resume goes to two random hosts, and hosts
+    are SIGKILLed at random and started again. Afterwards: no effect ran twice, no script has
+    two outcomes, every script ended."""
+    import random
+
+    from engine import PostgresStore
+
+    rng = random.Random(20261201)
+    schema = f"trial_{uuid.uuid4().hex[:12]}"
+    orders = range(100)
+    hosts = [_TrialHost(tmp_path, postgres, schema) for _ in range(3)]
+    retired: list[_TrialHost] = []
+    store = PostgresStore(postgres, schema=schema)
+    known: dict[int, dict] = {}  # order -> the paused result that names its call
+    sent: dict[int, float] = {}  # order -> when its last command went out
+    kills = 0
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert time.monotonic() < deadline, "the trial did not end"
+            for host in hosts:
+                for line in host.lines:
+                    result = line.get("result") or {"status": "error"}
+                    if result["status"] == "paused" and result["waiting"]:
+                        known.setdefault(line["order"], result)
+            ended = {
+                s.key
+                for s in await store.scripts(limit=10_000)
+                if s.status in ("finished", "failed")
+            }
+            pending = [o for o in orders if f"order-{o}" not in ended]
+            if not pending:
+                break
+            now = time.monotonic()
+            for order in pending:
+                if now - sent.get(order, -10.0) < 3.0:
+                    continue  # give the last delivery time to land
+                sent[order] = now
+                for host in rng.sample(hosts, 2):
+                    paused = known.get(order)
+                    if paused is None:
+                        host.send({"op": "start", "order": order})
+                    else:
+                        call_id = paused["waiting"][0]["call_id"]
+                        host.send(
+                            {
+                                "op": "approve",
+                                "order": order,
+                                "script_id": paused["script_id"],
+                                "call_id": call_id,
+                            }
+                        )
+            await asyncio.sleep(rng.uniform(0.2, 0.6))
+            if kills < 6 and rng.random() < 0.5:
+                victim = rng.randrange(len(hosts))
+                await hosts[victim].kill()
+                retired.append(hosts[victim])
+                hosts[victim] = _TrialHost(tmp_path, postgres, schema)
+                kills += 1
+        assert kills >= 3, "the trial must kill hosts to mean anything"
+
+        effects = (tmp_path / "ledger").read_text().splitlines()
+        duplicated = sorted({e for e in effects if effects.count(e) > 1})
+        assert duplicated == [], f"effects that ran twice: {duplicated}"
+        stored = {s.key: s for s in await store.scripts(limit=10_000)}
+        assert len(stored) == 100, "one script per order, however often it was started"
+        finished = sum(s.status == "finished" for s in stored.values())
+        assert finished > 0
+        for host in hosts + retired:
+            for line in host.lines:
+                result = line.get("result") or {"status": "error"}
+                if result["status"] in ("finished", "failed"):
+                    outcome = stored[f"order-{line['order']}"].outcome
+                    assert result == outcome, "a host returned an outcome the log does not hold"
+    finally:
+        for host in hosts:
+            await host.close()
+        await store.aclose()
