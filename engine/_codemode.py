@@ -101,6 +101,8 @@ class CodeMode(StepLoop):
         if store is None:
             store = log.SqliteStore(data_dir) if data_dir is not None else log.MemoryStore()
         self.store = store
+        if blobs is None and isinstance(store, log.PostgresStore):
+            blobs = store.blob_store()  # shared by every host of the log, as the log is
         if blobs is None:
             blobs = BlobStore(Path(data_dir) / "blobs" if data_dir is not None else None)
         self.blobs = blobs
@@ -193,8 +195,11 @@ class CodeMode(StepLoop):
             seed=secrets.randbits(32),
             created_ms=int(time.time() * 1000),
             key=key,
-            files=record_files(
-                self.blobs, [a for s in self.skills for a in s.attachments()] + list(files)
+            # Off the event loop: the blobs may be files to write or a database to reach.
+            files=await asyncio.to_thread(
+                record_files,
+                self.blobs,
+                [a for s in self.skills for a in s.attachments()] + list(files),
             ),
             tools=tool_fingerprint(self.tools),
         )
@@ -344,6 +349,7 @@ class CodeMode(StepLoop):
     async def aclose(self) -> None:
         await self.runner.aclose()
         await self.store.aclose()
+        await asyncio.to_thread(self.blobs.close)
 
 
 __all__ = ["CodeMode", "CodeModeError", "RunResult"]

@@ -10,13 +10,16 @@ Tables live in their own schema (``codemode`` unless told), out of the way of th
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 from engine._errors import ConfigError, StoreUnavailable
+from engine._files import BlobStore
 from engine.log import _sql as sql
 from engine.log._sqlbase import SqlStore
+from runner import FileMissing
 
 SCHEMA_VERSION = 2
 
@@ -65,6 +68,7 @@ CREATE TABLE IF NOT EXISTS calls (
 CREATE UNIQUE INDEX IF NOT EXISTS scripts_key ON scripts(key);
 CREATE INDEX IF NOT EXISTS scripts_updated ON scripts(status, updated_ms);
 CREATE INDEX IF NOT EXISTS calls_call_id ON calls(script_id, call_id);
+CREATE TABLE IF NOT EXISTS blobs (digest TEXT PRIMARY KEY, data BYTEA NOT NULL);
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 """
 
@@ -187,11 +191,75 @@ class PostgresStore(SqlStore):
                 f"({_first_line(e)}); nothing written is lost: resume the script once it is back"
             ) from None
 
+    def blob_store(self) -> BlobStore:
+        """The attachments' blobs, in this database: what hosts on several machines share."""
+        return PostgresBlobStore(self)
+
     async def aclose(self) -> None:
         self._closed = True
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+
+
+class PostgresBlobStore(BlobStore):
+    """Blobs in the ``blobs`` table of a :class:`PostgresStore`'s schema. Blob reads and
+    writes are synchronous (the engine calls them on worker threads), so they use a
+    connection of their own, one call at a time."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        super().__init__(None)
+        self._store = store
+        self._conn: Any = None
+
+    def _connection(self) -> Any:
+        import psycopg
+
+        if self._conn is None or self._conn.closed:
+            try:
+                conn = psycopg.connect(
+                    self._store.dsn,
+                    autocommit=True,
+                    connect_timeout=max(1, int(self._store._timeout)),
+                )
+                conn.execute(f'SET search_path TO "{self._store.schema}"')
+                _create_sync(conn, self._store.schema)  # a script's files come before its row
+                self._conn = conn
+            except psycopg.Error as e:
+                raise StoreUnavailable(
+                    f"the PostgreSQL blob store at {self._store.where()} did not answer "
+                    f"({_first_line(e)})"
+                ) from None
+        return self._conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def put(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        with self._lock:
+            self._connection().execute(
+                "INSERT INTO blobs (digest, data) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                (digest, data),
+            )
+        return digest
+
+    def read(self, digest: str, offset: int, length: int) -> bytes:
+        with self._lock:
+            row = (
+                self._connection()
+                .execute(
+                    "SELECT substring(data FROM %s FOR %s) FROM blobs WHERE digest = %s",
+                    (offset + 1, length, digest),
+                )
+                .fetchone()
+            )
+        if row is None:
+            raise FileMissing("its bytes are gone from the store")
+        return bytes(row[0])
 
 
 async def _execute(conn: Any, q: sql.Q) -> Any:
@@ -210,37 +278,63 @@ async def _execute(conn: Any, q: sql.Q) -> Any:
     return None
 
 
-async def _version(conn: Any, schema: str) -> int | None:
-    found = await (
-        await conn.execute("SELECT to_regclass(%s)", (f'"{schema}".schema_version',))
-    ).fetchone()
-    if found[0] is None:
-        return None
-    row = await (await conn.execute("SELECT max(version) FROM schema_version")).fetchone()
-    return row[0]
+def _schema(schema: str) -> Generator[tuple[str, tuple[Any, ...]], Any, None]:
+    """Make the log's tables unless they are made: statements to run in one transaction,
+    each sent back its first row (so the async pool and the blob store's own connection
+    run the same steps)."""
 
+    def version() -> Generator[tuple[str, tuple[Any, ...]], Any, int | None]:
+        found = yield ("SELECT to_regclass(%s)", (f'"{schema}".schema_version',))
+        if found[0] is None:
+            return None
+        row = yield ("SELECT max(version) FROM schema_version", ())
+        return row[0]
 
-async def _create(conn: Any, schema: str) -> None:
     # A log already made is left alone: even `CREATE INDEX IF NOT EXISTS` locks its table
     # against writes, and the hosts already running must not wait on (or deadlock with) a
     # host that starts.
-    version = await _version(conn, schema)
-    if version is None:
-        # Hosts that start at once must not race to create the tables: one does, the others
+    current = yield from version()
+    if current is None:
+        # Hosts that start at once must not race to make the tables: one does, the others
         # find them made.
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtext('codemode schema'))")
-        version = await _version(conn, schema)
-    if version is None:
-        await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        yield ("SELECT pg_advisory_xact_lock(hashtext('codemode schema'))", ())
+        current = yield from version()
+    if current is None:
+        yield (f'CREATE SCHEMA IF NOT EXISTS "{schema}"', ())
         for statement in _DDL.split(";"):
             if statement.strip():
-                await conn.execute(statement)
-        await conn.execute("INSERT INTO schema_version VALUES (%s)", (SCHEMA_VERSION,))
-    elif version > SCHEMA_VERSION:
+                yield (statement, ())
+        yield ("INSERT INTO schema_version VALUES (%s)", (SCHEMA_VERSION,))
+    elif current > SCHEMA_VERSION:
         raise ConfigError(
             f"the PostgreSQL session log in schema {schema!r} was written by a newer codemode "
-            f"(schema {version}; this one reads up to {SCHEMA_VERSION}): upgrade codemode"
+            f"(schema {current}; this one reads up to {SCHEMA_VERSION}): upgrade codemode"
         )
+
+
+async def _create(conn: Any, schema: str) -> None:
+    steps = _schema(schema)
+    row = None
+    while True:
+        try:
+            statement, params = steps.send(row)
+        except StopIteration:
+            return
+        cursor = await conn.execute(statement, params)
+        row = await cursor.fetchone() if cursor.description else None
+
+
+def _create_sync(conn: Any, schema: str) -> None:
+    steps = _schema(schema)
+    row = None
+    with conn.transaction():
+        while True:
+            try:
+                statement, params = steps.send(row)
+            except StopIteration:
+                return
+            cursor = conn.execute(statement, params)
+            row = cursor.fetchone() if cursor.description else None
 
 
 def _first_line(error: BaseException) -> str:

@@ -166,6 +166,38 @@ async def test_resume_without_a_tool_the_script_calls_runs_nothing(
         await lacking.aclose()
 
 
+async def test_hosts_of_a_postgres_log_share_its_attachments(postgres: str) -> None:
+    """A script's files are kept in the log's database, so a host with no disk in common with
+    the one that started the script reads them."""
+    import uuid as _uuid
+
+    from engine import Attachment, PostgresStore
+
+    schema = f"files_{_uuid.uuid4().hex[:12]}"
+    effects: list[int] = []
+    a = CodeMode(
+        _pay_tools(effects), runner=InProcessRunner(), store=PostgresStore(postgres, schema=schema)
+    )
+    b = CodeMode(
+        _pay_tools(effects), runner=InProcessRunner(), store=PostgresStore(postgres, schema=schema)
+    )
+    script = """
+    const text = await files.text("notes.txt");
+    await tools.pay({ cents: text.length });
+    return (await files.text("notes.txt")).slice(6);
+    """
+    try:
+        paused = await a.run_code(script, files=[Attachment("notes.txt", data=b"hello world")])
+        assert paused.status == "paused", paused.text
+        await b.approve(paused.script_id, paused.waiting[0]["call_id"])
+        done = await b.resume(paused.script_id)
+        assert done.status == "finished" and done.value == "world", done.text
+        assert effects == [11]
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
 # ---- host processes ----
 
 TOOLS = '''
