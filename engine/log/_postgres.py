@@ -164,7 +164,9 @@ class PostgresStore(SqlStore):
             self._pool = pool
             return pool
 
-    async def _tx(self, make: Callable[[int], sql.Tx], *, write: bool) -> Any:
+    async def _tx(self, make: Callable[[int], sql.Tx], *, write: bool, sync: bool = True) -> Any:
+        # Every write syncs, whatever ``sync`` says: the hosts of a PostgreSQL log live on
+        # other machines than the server, and would outlive what a server crash lost.
         if self._closed:
             raise RuntimeError("the session log is closed")
         pool = self._pool or await self._open()

@@ -16,9 +16,16 @@ class SqlStore(LogStore):
     """A store whose every method is one transaction of :mod:`engine.log._sql`."""
 
     @abc.abstractmethod
-    async def _tx(self, make: Callable[[int], sql.Tx], *, write: bool) -> Any:
+    async def _tx(self, make: Callable[[int], sql.Tx], *, write: bool, sync: bool = True) -> Any:
         """Run the transaction ``make(now_ms)`` (the store's time) in one database
-        transaction; ``write`` says whether it writes (a read may use a plain snapshot)."""
+        transaction; ``write`` says whether it writes (a read may use a plain snapshot).
+
+        ``sync=False`` marks a write that need not reach the disk before it returns, for a
+        store whose hosts all share one machine (so a power loss ends them all): it reaches
+        the disk with the next write that must, since the log is written in order. Such writes
+        are the ones a run can derive again or that leave a call settled as interrupted if
+        lost; every receipt, decision, answer, pause and outcome syncs, so nothing a host was
+        told, and no call that may have run, is lost."""
 
     async def get_script(self, script_id: str) -> r.ScriptRecord:
         return await self._tx(lambda now: sql.get_script(script_id), write=False)
@@ -30,26 +37,32 @@ class SqlStore(LogStore):
         return await self._tx(lambda now: sql.scripts(status, limit), write=False)
 
     async def start(self, record: r.ScriptRecord, owner: str, ttl_ms: int) -> Started:
-        return await self._tx(lambda now: sql.start(record, owner, ttl_ms, now), write=True)
+        return await self._tx(
+            lambda now: sql.start(record, owner, ttl_ms, now), write=True, sync=False
+        )
 
     async def acquire(
         self, script_id: str, owner: str, ttl_ms: int, *, take_from: str | None = None
     ) -> r.Lease | None:
         return await self._tx(
-            lambda now: sql.acquire(script_id, owner, ttl_ms, now, take_from), write=True
+            lambda now: sql.acquire(script_id, owner, ttl_ms, now, take_from),
+            write=True,
+            sync=False,
         )
 
     async def renew(self, lease: r.Lease, ttl_ms: int) -> r.Lease:
-        return await self._tx(lambda now: sql.renew(lease, ttl_ms, now), write=True)
+        return await self._tx(lambda now: sql.renew(lease, ttl_ms, now), write=True, sync=False)
 
     async def release(self, lease: r.Lease) -> None:
-        await self._tx(lambda now: sql.release(lease), write=True)
+        await self._tx(lambda now: sql.release(lease), write=True, sync=False)
 
     async def claim_ready(self, owner: str, ttl_ms: int) -> r.Lease | None:
-        return await self._tx(lambda now: sql.claim_ready(owner, ttl_ms, now), write=True)
+        return await self._tx(
+            lambda now: sql.claim_ready(owner, ttl_ms, now), write=True, sync=False
+        )
 
     async def add_calls(self, lease: r.Lease, entries: Sequence[r.CallEntry]) -> None:
-        await self._tx(lambda now: sql.add_calls(lease, entries, now), write=True)
+        await self._tx(lambda now: sql.add_calls(lease, entries, now), write=True, sync=False)
 
     async def decide(self, lease: r.Lease, decisions: Sequence[r.Decision]) -> None:
         for decision in decisions:
@@ -62,13 +75,13 @@ class SqlStore(LogStore):
     async def settle(self, lease: r.Lease, settlements: Sequence[r.Settlement]) -> None:
         for settlement in settlements:
             rules.check_settlement(settlement)
-        await self._tx(lambda now: sql.settle(lease, settlements, now), write=True)
+        await self._tx(lambda now: sql.settle(lease, settlements, now), write=True, sync=False)
 
     async def reopen(self, lease: r.Lease, indexes: Sequence[int]) -> None:
-        await self._tx(lambda now: sql.reopen(lease, indexes, now), write=True)
+        await self._tx(lambda now: sql.reopen(lease, indexes, now), write=True, sync=False)
 
     async def record_step(self, lease: r.Lease, usage: r.StepUsage) -> None:
-        await self._tx(lambda now: sql.record_step(lease, usage, now), write=True)
+        await self._tx(lambda now: sql.record_step(lease, usage, now), write=True, sync=False)
 
     async def pause(self, lease: r.Lease) -> None:
         await self._tx(lambda now: sql.pause(lease, now), write=True)

@@ -131,7 +131,8 @@ class SqliteStore(SqlStore):
             db.execute("PRAGMA journal_mode=WAL")
         except sqlite3.Error as e:
             raise ConfigError(f"cannot open the session log {self.path}: {e}") from None
-        db.execute("PRAGMA synchronous=FULL")
+        # Each write says whether it must reach the disk before it returns (see SqlStore._tx).
+        db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=30000")
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -153,22 +154,26 @@ class SqliteStore(SqlStore):
         db.execute("COMMIT")
         self._db = db
 
-    async def _tx(self, make: Callable[[int], sql.Tx], *, write: bool) -> Any:
+    async def _tx(self, make: Callable[[int], sql.Tx], *, write: bool, sync: bool = True) -> Any:
         if self._closed:
             raise RuntimeError("the session log is closed")
         now = int(self._clock() * 1000)
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._thread, self._run, make(now), write)
+            return await loop.run_in_executor(
+                self._thread, self._run, make(now), write, write and sync
+            )
         except sqlite3.OperationalError as e:  # locked past the busy timeout, disk full, ...
             raise StoreUnavailable(
                 f"the session log {self.path} could not be written ({e}); nothing written is "
                 "lost: resume the script once it can"
             ) from None
 
-    def _run(self, tx: sql.Tx, write: bool) -> Any:
+    def _run(self, tx: sql.Tx, write: bool, sync: bool) -> Any:
         db = self._db
         assert db is not None
+        # In WAL mode FULL syncs the log at this commit (and so every commit before it).
+        db.execute("PRAGMA synchronous=FULL" if sync else "PRAGMA synchronous=NORMAL")
         # A read is one deferred transaction too: one snapshot for all its statements.
         db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
