@@ -30,6 +30,14 @@ system-deps:
 	  else echo "openssl is missing: install it (Debian/Ubuntu: sudo apt-get install openssl)"; exit 1; fi; \
 	fi
 
+	@# The PostgreSQL server: the store tests start a throwaway cluster of their own with it.
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing postgresql with apt-get"; \
+	    (apt-get install -y postgresql || (apt-get update && apt-get install -y postgresql)); \
+	  else echo "PostgreSQL's server is missing: install it (Debian/Ubuntu: sudo apt-get install postgresql)"; exit 1; fi; \
+	fi
+
 $(STAMP): pyproject.toml | system-deps
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

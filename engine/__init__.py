@@ -19,19 +19,29 @@ from engine._errors import (
     ConfigError,
     ScriptNotFound,
     StepUnavailable,
+    StoreUnavailable,
     ToolCallError,
     ToolDefinitionError,
+    ToolsMissing,
 )
 from engine._files import Attachment, BlobStore
 from engine._functions import tool
 from engine._limits import Limits, parse_size
-from engine._log import CallEntry, LogStore, MemoryStore, ScriptRecord, SqliteStore
 from engine._render import TEXT_BUDGET
 from engine._skills import Skill
 from engine._source import ScriptTooLarge, normalize
 from engine._tools import Tool, ToolContext, load_mcp_tools
 from engine._worker import PROPOSED, Worker, proposed_worker
 from engine.languages.javascript import TypeChecker
+from engine.log import (
+    CallEntry,
+    LeaseLost,
+    LogStore,
+    MemoryStore,
+    PostgresStore,
+    ScriptRecord,
+    SqliteStore,
+)
 
 __all__ = [
     "PROPOSED",
@@ -44,9 +54,11 @@ __all__ = [
     "CodeModeError",
     "Config",
     "ConfigError",
+    "LeaseLost",
     "Limits",
     "LogStore",
     "MemoryStore",
+    "PostgresStore",
     "RunResult",
     "RunnerConfig",
     "ScriptNotFound",
@@ -55,10 +67,12 @@ __all__ = [
     "Skill",
     "SqliteStore",
     "StepUnavailable",
+    "StoreUnavailable",
     "Tool",
     "ToolCallError",
     "ToolContext",
     "ToolDefinitionError",
+    "ToolsMissing",
     "TypeChecker",
     "Worker",
     "build_runner",

@@ -14,9 +14,10 @@ from typing import Any
 
 import orjson
 
-from engine import _log as log
+from engine import log
+from engine._drive import Drive
 from engine._limits import Limits
-from engine._naming import SKILL, TOOL_SEARCH
+from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
 from engine._search import ToolIndex
 from engine._skills import Skill, find_skill, skill_answer
 from engine._tool_threads import ToolThreads
@@ -33,7 +34,6 @@ class CallSettling:
 
     tools: list[Tool]
     skills: list[Skill]
-    store: log.LogStore
     worker: Worker
     context: Any
     call_timeout: float | None
@@ -43,84 +43,98 @@ class CallSettling:
     _tool_names: list[str]
     limits_for: Callable[[str], Limits]
 
-    async def _settle_calls(
-        self, record: log.ScriptRecord, limits: Limits, calls: list[log.CallEntry]
-    ) -> None:
-        for entry in calls:
-            if entry.state == log.RUNNING:
-                # The host stopped while this call ran: it may or may not have taken effect.
-                # It is never run again; the script sees an error it can handle.
-                self._fail_call(
-                    record,
-                    entry,
-                    f"tools.{entry.name} was interrupted: the host stopped while it ran, "
-                    "so it may or may not have taken effect; check before calling it again",
-                )
-        calls = self.store.calls(record.id)
-        proposed = [c for c in calls if c.state == log.PROPOSED]
+    async def _settle_calls(self, drive: Drive, limits: Limits) -> None:
+        record = drive.record
+        await self._recover(drive)
+        proposed = [c for c in drive.calls if c.state == log.PROPOSED]
         if proposed:
             trigger = calls_trigger(record.id, [(c.call_id, c.name, c.arguments) for c in proposed])
             decisions = await ask(self.worker, trigger)
-            for entry in proposed:
-                self._apply(record, entry, decisions[entry.call_id])
-            calls = self.store.calls(record.id)
+            await drive.decide([self._decision(c, decisions[c.call_id]) for c in proposed])
         # When a call needs approval, it asks a person first, and the rest wait.
-        if any(c.state == log.AWAITING_APPROVAL for c in calls):
+        if any(c.state == log.AWAITING_APPROVAL for c in drive.calls):
             return
-        ready = [c for c in calls if c.state == log.APPROVED]
+        ready = [c.index for c in drive.calls if c.state == log.APPROVED]
         if ready:
-            await asyncio.gather(*(self._run_call(record, c) for c in ready))
+            # The receipts, in one transaction, before any of them runs: a call runs only if
+            # it was claimed, so a crash, or another host, can never run it twice.
+            claimed = await drive.claim(ready)
+            await asyncio.gather(*(self._run_call(drive, drive.calls[i]) for i in claimed))
 
-    def _apply(self, record: log.ScriptRecord, entry: log.CallEntry, decision: Decision) -> None:
+    async def _recover(self, drive: Drive) -> None:
+        """Settle the calls a previous owner was running when it died (they carry an older
+        lease token). A call of a read-only or idempotent tool runs again; any other may or
+        may not have taken effect, so it is never run again and the script sees an error it
+        can handle."""
+        stale = [
+            c for c in drive.calls if c.state == log.RUNNING and (c.token or 0) < drive.lease.token
+        ]
+        again = [c.index for c in stale if self._repeatable(c.name)]
+        if again:
+            await drive.reopen(again)
+        interrupted = [
+            _failed(
+                c,
+                f"tools.{c.name} was interrupted: the host stopped while it ran, so it may or "
+                "may not have taken effect; check before calling it again",
+            )
+            for c in stale
+            if c.index not in again
+        ]
+        if interrupted:
+            await drive.settle(*interrupted)
+
+    def _repeatable(self, name: str) -> bool:
+        tool = self._by_name.get(name)
+        # The built-in tools read the host's own tables and skills: running them is harmless.
+        return name in BUILTIN_TOOLS or (tool is not None and tool.idempotent)
+
+    def _decision(self, entry: log.CallEntry, decision: Decision) -> log.Decision:
         if decision.action == "refuse":
-            self._fail_call(record, entry, decision.message)
-            return
+            return log.Decision(entry.index, log.FAILED, error=error_text(decision.message))
         tool = self._by_name.get(entry.name)
         if tool is not None and tool.client:
-            state, note = log.AWAITING_CLIENT, "waiting for the client"
-        elif tool is not None and tool.needs_approval:
-            state, note = log.AWAITING_APPROVAL, "waiting for a person to approve it"
-        else:
-            state, note = log.APPROVED, None
-        self.store.update_call(record.id, entry.index, state=state, note=note)
+            return log.Decision(entry.index, log.AWAITING_CLIENT, note="waiting for the client")
+        if tool is not None and tool.needs_approval:
+            return log.Decision(
+                entry.index, log.AWAITING_APPROVAL, note="waiting for a person to approve it"
+            )
+        return log.Decision(entry.index, log.APPROVED)
 
-    async def _run_call(self, record: log.ScriptRecord, entry: log.CallEntry) -> None:
-        # The receipt: written before the call runs, so a crash can never run it twice.
-        self.store.update_call(record.id, entry.index, state=log.RUNNING)
+    async def _run_call(self, drive: Drive, entry: log.CallEntry) -> None:
+        record = drive.record
         try:
             result = await self._invoke(record, entry)
         except ToolCallError as e:
-            self._fail_call(record, entry, e.message)
+            await drive.settle(_failed(entry, e.message))
             return
         except Exception as e:  # a bug in the engine or a tool must not lose the script
             logger.exception(
                 "tool call failed unexpectedly script=%s call=%s", record.id, entry.call_id
             )
-            self._fail_call(record, entry, f"tools.{entry.name} failed: {type(e).__name__}: {e}")
+            await drive.settle(
+                _failed(entry, f"tools.{entry.name} failed: {type(e).__name__}: {e}")
+            )
             return
         try:
             size = len(orjson.dumps(result))
         except (TypeError, orjson.JSONEncodeError) as e:
             # Data the script could never be sent (an integer past 64 bits, a lone surrogate,
             # nesting past what the encoder takes): that call's error, which it can catch.
-            self._fail_call(
-                record,
-                entry,
-                f"tools.{entry.name} returned a result that cannot be sent to the script ({e}); "
-                "the tool must return JSON data (integers within 64 bits, text without lone "
-                "surrogates)",
+            await drive.settle(
+                _failed(
+                    entry,
+                    f"tools.{entry.name} returned a result that cannot be sent to the script "
+                    f"({e}); the tool must return JSON data (integers within 64 bits, text "
+                    "without lone surrogates)",
+                )
             )
             return
-        extra = {**entry.extra, "result_bytes": size}
         if size > self.limits_for(record.tenant).results:
             # Over the budget on its own: keep its size, not its bytes; the script ends on
             # the results limit before its next run.
             result = None
-        self.store.update_call(record.id, entry.index, state=log.DONE, result=result, extra=extra)
-
-    def _fail_call(self, record: log.ScriptRecord, entry: log.CallEntry, message: str) -> None:
-        """Settle a call as failed with ``message``, as the log can keep it."""
-        self.store.update_call(record.id, entry.index, state=log.FAILED, error=error_text(message))
+        await drive.settle(log.Settlement(entry.index, log.DONE, result, size))
 
     async def _invoke(self, record: log.ScriptRecord, entry: log.CallEntry) -> Any:
         if entry.name == TOOL_SEARCH:
@@ -158,3 +172,8 @@ def error_text(message: str) -> str:
 
 # In a Python str every surrogate code point stands alone (a pair would be one code point).
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _failed(entry: log.CallEntry, message: str) -> log.Settlement:
+    """The call failed with ``message``, as the log can keep it."""
+    return log.Settlement(entry.index, log.FAILED, error=error_text(message))

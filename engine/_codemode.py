@@ -10,23 +10,24 @@ resumes after a restart, in another process, without running a recorded call aga
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 
-from engine import _log as log
+from engine import log
 from engine._calls import LONE_SURROGATE, error_text
 from engine._config import RunnerConfig, build_runner, check_engine_options, data_directory
 from engine._declarations import run_code_tool
+from engine._drive import Drive, new_owner
 from engine._ending import Ending
-from engine._errors import CallNotWaiting, CodeModeError
+from engine._errors import CallNotWaiting, CodeModeError, ToolsMissing
 from engine._files import Attachment, BlobStore, record_files
 from engine._functions import as_tools
 from engine._limits import Limits, limits_for, limits_option
@@ -37,7 +38,7 @@ from engine._skills import Skill, check_skills, skills_listing
 from engine._source import ScriptTooLarge, normalize
 from engine._steps import StepLoop
 from engine._tool_threads import TOOL_THREADS, ToolThreads
-from engine._tools import Tool, ToolCallError, unique_tools
+from engine._tools import Tool, ToolCallError, tool_fingerprint, unique_tools
 from engine._worker import Worker, proposed_worker
 from engine.languages.javascript import (
     SHOWN_PROBLEMS,
@@ -87,6 +88,11 @@ class CodeMode(StepLoop):
     (``"on"``, ``"off"`` or a :class:`TypeChecker`) checks each new script against the
     tools' declarations before its first call; ``"on"`` finds TypeScript 7's compiler, and
     says once in the log that the check is off when it is missing.
+
+    Many hosts may share one store; one of them drives a script at a time, under a lease of
+    ``lease_ms`` that it renews while it drives (a host that dies lets it lapse, and another
+    takes the script over). ``poll_interval`` (seconds) paces :meth:`work` and
+    ``resume(wait=...)``.
     """
 
     def __init__(
@@ -107,6 +113,8 @@ class CodeMode(StepLoop):
         blobs: BlobStore | None = None,
         tool_threads: int = TOOL_THREADS,
         type_check: Literal["on", "off"] | TypeChecker = "on",
+        lease_ms: int = log.DEFAULT_LEASE_MS,
+        poll_interval: float = 1.0,
     ) -> None:
         self.tools = unique_tools(as_tools(tools))
         self._by_name = {t.name: t for t in self.tools}
@@ -122,12 +130,10 @@ class CodeMode(StepLoop):
         self._limits = limits_option(limits)
         directory = data_directory(data_dir) if data_dir is not None else None
         if store is None:
-            store = (
-                log.SqliteStore(directory / log.SqliteStore.FILE_NAME)
-                if directory is not None
-                else log.MemoryStore()
-            )
+            store = log.SqliteStore(directory) if directory is not None else log.MemoryStore()
         self.store = store
+        if blobs is None and isinstance(store, log.PostgresStore):
+            blobs = store.blob_store()  # shared by every host of the log, as the log is
         if blobs is None:
             blobs = BlobStore(directory / "blobs" if directory is not None else None)
         self.blobs = blobs
@@ -142,9 +148,8 @@ class CodeMode(StepLoop):
         self.type_checker = _type_checker(type_check)
         self._check_declarations: str | None = None
         self._check_ms: dict[str, float] = {}  # what each new script's check cost, until logged
-        # One lock per script that is being driven or waited on; dropped when nobody
-        # holds or waits on it, so the map does not grow with every script ever run.
-        self._script_locks: dict[str, _ScriptLock] = {}
+        self.lease_ms = lease_ms
+        self.poll_interval = poll_interval
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
 
     # ---- what the model sees ----
@@ -195,12 +200,21 @@ class CodeMode(StepLoop):
     # ---- running ----
 
     async def run_code(
-        self, code: str, *, tenant: str = "default", files: Sequence[Attachment] = ()
+        self,
+        code: str,
+        *,
+        tenant: str = "default",
+        files: Sequence[Attachment] = (),
+        key: str | None = None,
+        on_start: Callable[[str], None] | None = None,
     ) -> RunResult:
         """Start a script and drive it until it finishes, fails or pauses.
 
         ``files`` are the attachments the script may read (``files.list()`` shows them);
-        their bytes are recorded with the script, so every run reads the same bytes.
+        their bytes are recorded with the script, so every run reads the same bytes. ``key``
+        makes the start idempotent: give the model's tool-use id, and a host that replays the
+        same ``run_code`` call (after a restart, say) continues that script instead of
+        starting another. ``on_start`` is told the script's id before its first step.
         """
         try:
             body = normalize(code)
@@ -220,16 +234,29 @@ class CodeMode(StepLoop):
             now_ms=int(self.clock() * 1000),
             seed=secrets.randbits(32),
             created_ms=int(time.time() * 1000),
-            files=record_files(
-                self.blobs, [a for s in self.skills for a in s.attachments()] + list(files)
+            key=key,
+            # Off the event loop: the blobs may be files to write or a database to reach.
+            files=await asyncio.to_thread(
+                record_files,
+                self.blobs,
+                [a for s in self.skills for a in s.attachments()] + list(files),
             ),
+            tools=tool_fingerprint(self.tools),
         )
-        self.store.create_script(record)
-        if checked is not None:
+        started = await self.store.start(record, new_owner(), self.lease_ms)
+        if on_start is not None:
+            on_start(started.record.id)
+        if started.lease is None:
+            return await self._elsewhere_or_ended(started.record.id)
+        drive = await Drive.resume(self.store, started.lease, self.lease_ms)
+        if started.created and checked is not None:
             self._check_ms[record.id] = checked.ms
             if not checked.ok:
-                return self._refused(record, checked)
-        return await self.resume(record.id)
+                try:
+                    return await self._refused(drive, checked)
+                finally:
+                    await drive.close()
+        return await self._drive_owned(drive)
 
     async def _type_check(self, body: str) -> Checked | None:
         if self.type_checker is None:
@@ -238,8 +265,9 @@ class CodeMode(StepLoop):
             self._check_declarations = check_declarations(self.tools)
         return await self.type_checker.check(body, self._check_declarations)
 
-    def _refused(self, record: log.ScriptRecord, checked: Checked) -> RunResult:
+    async def _refused(self, drive: Drive, checked: Checked) -> RunResult:
         """End a script the type check refused: it never ran, and no call was made."""
+        record = drive.record
         lines = record.code.split("\n")
         error = protocol.ScriptError(
             name="TypeCheckError",
@@ -252,72 +280,138 @@ class CodeMode(StepLoop):
         )
         limits = self.limits_for(record.tenant)
         self._log_step(record, Step.failure(error.name, error.message), limits, 0.0, 0.0, 0.0)
-        return self._end(record, Ending("failed", error=error))
+        return await self._end(drive, Ending("failed", error=error))
 
-    async def resume(self, script_id: str) -> RunResult:
-        """Continue a script from its log: after a pause, a restart, or on another host."""
-        lock = self._script_locks.setdefault(script_id, _ScriptLock())
-        lock.users += 1
+    async def resume(self, script_id: str, *, wait: float = 0.0) -> RunResult:
+        """Continue a script from its log: after a pause, a restart, or on another host.
+
+        One host drives a script at a time. If another host drives it now, the result has
+        status ``elsewhere`` at once, or, with ``wait`` (seconds), once that host lets it go
+        (the script's outcome if it ended; or this host drives it on).
+        """
+        deadline = time.monotonic() + wait
+        while True:
+            record = await self.store.get_script(script_id)
+            if record.status in log.ENDED and record.outcome is not None:
+                return RunResult.from_dict(record.outcome)
+            drive = await Drive.take(self.store, script_id, new_owner(), self.lease_ms)
+            if drive is not None:
+                return await self._drive_owned(drive)
+            if time.monotonic() >= deadline:
+                return await self._elsewhere_or_ended(script_id)
+            await asyncio.sleep(min(self.poll_interval, max(0.0, deadline - time.monotonic())))
+
+    async def work(self, *, stop: asyncio.Event | None = None) -> None:
+        """Drive scripts that wait for no one (an answer landed, or their host died), one at
+        a time, until ``stop`` is set: what ``codemode worker`` runs. Hosts that only record
+        approvals need not drive scripts themselves while one of these runs."""
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
+            lease = await self.store.claim_ready(new_owner(), self.lease_ms)
+            if lease is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.poll_interval)
+                continue
+            drive = await Drive.resume(self.store, lease, self.lease_ms)
+            try:
+                result = await self._drive_owned(drive)
+            except CodeModeError as e:  # this script cannot go on here; others can
+                logger.warning("worker left script=%s: %s", lease.script_id, e)
+                continue
+            logger.info("worker drove script=%s status=%s", lease.script_id, result.status)
+
+    async def _drive_owned(self, drive: Drive) -> RunResult:
+        """Drive a script whose lease this host holds; the lease is given up at the end."""
         try:
-            async with lock.lock:
-                return await self._drive(script_id)
+            self._check_tools(drive)
+            result = await self._drive(drive)
+        except log.LeaseLost:
+            result = None
         finally:
-            lock.users -= 1
-            if lock.users == 0:
-                del self._script_locks[script_id]
+            await drive.close()
+        if result is None:
+            return await self._elsewhere_or_ended(drive.record.id)
+        if result.status == "paused" and not drive.record.held:
+            # An answer may have landed after this host decided to pause and before it let
+            # go: then nobody else would step the script, so step it on now.
+            calls = await self.store.calls(drive.record.id)
+            if not any(c.state in (log.AWAITING_APPROVAL, log.AWAITING_CLIENT) for c in calls):
+                record = await self.store.get_script(drive.record.id)
+                if not record.held:
+                    return await self.resume(drive.record.id)
+        return result
 
-    def hold(self, script_id: str) -> None:
+    async def _elsewhere_or_ended(self, script_id: str) -> RunResult:
+        record = await self.store.get_script(script_id)
+        if record.status in log.ENDED and record.outcome is not None:
+            return RunResult.from_dict(record.outcome)
+        owner = record.lease.owner if record.lease is not None else "another host"
+        return RunResult(
+            script_id,
+            "elsewhere",
+            f"Script is running on another host ({owner}); its result is in the session log "
+            "when it ends.",
+            steps=record.steps,
+        )
+
+    def _check_tools(self, drive: Drive) -> None:
+        """Refuse to drive a script that calls tools this host does not have, before any of
+        its calls runs: run here, it would fail at that call after the others took effect."""
+        missing = sorted({c.name for c in drive.calls} - set(self._tool_names))
+        if missing:
+            have = ", ".join(sorted(self._by_name)) or "none"
+            raise ToolsMissing(
+                f"script {drive.record.id} calls {', '.join(missing)}, which this host does "
+                f"not have (it has: {have}); resume it on a host with those tools"
+            )
+
+    async def hold(self, script_id: str) -> None:
         """Interrupt: no step of the script runs and no call it asks for goes out."""
-        self.store.get_script(script_id)
-        self.store.update_script(script_id, held=True)
+        await self.store.set_held(script_id, True)
 
-    def release(self, script_id: str) -> None:
-        """End a hold; call :meth:`resume` to continue."""
-        self.store.get_script(script_id)
-        self.store.update_script(script_id, held=False)
+    async def release(self, script_id: str) -> None:
+        """End a hold; call :meth:`resume` to continue (or let a worker do it)."""
+        await self.store.set_held(script_id, False)
 
-    def approve(self, script_id: str, call_id: str) -> None:
-        """A person approved the call: it runs when the script resumes."""
-        entry = self._waiting(script_id, call_id, log.AWAITING_APPROVAL)
-        self.store.update_call(script_id, entry.index, state=log.APPROVED, note="approved")
+    async def approve(self, script_id: str, call_id: str) -> None:
+        """A person approved the call: it runs when the script resumes. An approval that
+        lands twice, or on two hosts at once, takes effect once (the second is
+        :class:`CallNotWaiting`)."""
+        await self.store.answer(
+            script_id, call_id, log.AWAITING_APPROVAL, log.APPROVED, note="approved"
+        )
 
-    def reject(self, script_id: str, call_id: str, message: str = "") -> None:
+    async def reject(self, script_id: str, call_id: str, message: str = "") -> None:
         """A person refused the call: the script sees an error with this message."""
-        entry = self._waiting(script_id, call_id, log.AWAITING_APPROVAL)
-        error = message or f"a person refused tools.{entry.name}"
-        self.store.update_call(script_id, entry.index, state=log.FAILED, error=error_text(error))
+        entry = await self._waiting(script_id, call_id)
+        error = error_text(message or f"a person refused tools.{entry.name}")
+        await self.store.answer(script_id, call_id, log.AWAITING_APPROVAL, log.FAILED, error=error)
 
-    def client_result(
+    async def client_result(
         self, script_id: str, call_id: str, result: Any = None, *, error: str | None = None
     ) -> None:
         """The client ran a client tool: its result, or the error it failed with."""
-        entry = self._waiting(script_id, call_id, log.AWAITING_CLIENT)
+        expect = log.AWAITING_CLIENT
         if error is not None:
-            self.store.update_call(
-                script_id, entry.index, state=log.FAILED, error=error_text(str(error))
-            )
+            message = error_text(str(error))
+            await self.store.answer(script_id, call_id, expect, log.FAILED, error=message)
             return
+        entry = await self._waiting(script_id, call_id)
         tool = self._by_name.get(entry.name)
         try:
             data = tool._check_result(result) if tool is not None else result
             size = len(orjson.dumps(data))
-        except (ToolCallError, TypeError) as e:
-            message = e.message if isinstance(e, ToolCallError) else str(e)
-            self.store.update_call(
-                script_id, entry.index, state=log.FAILED, error=error_text(message)
-            )
+        except (ToolCallError, TypeError, orjson.JSONEncodeError) as e:
+            message = error_text(e.message if isinstance(e, ToolCallError) else str(e))
+            await self.store.answer(script_id, call_id, expect, log.FAILED, error=message)
             return
-        extra = {**entry.extra, "result_bytes": size}
-        self.store.update_call(script_id, entry.index, state=log.DONE, result=data, extra=extra)
+        await self.store.answer(
+            script_id, call_id, expect, log.DONE, result=data, result_bytes=size
+        )
 
-    def _waiting(self, script_id: str, call_id: str, state: str) -> log.CallEntry:
-        for entry in self.store.calls(script_id):
+    async def _waiting(self, script_id: str, call_id: str) -> log.CallEntry:
+        for entry in await self.store.calls(script_id):
             if entry.call_id == call_id:
-                if entry.state != state:
-                    raise CallNotWaiting(
-                        f"call {call_id} of script {script_id} is {entry.state}, "
-                        f"not {state.replace('_', ' ')}"
-                    )
                 return entry
         raise CallNotWaiting(f"script {script_id} has no call {call_id}")
 
@@ -326,17 +420,9 @@ class CodeMode(StepLoop):
 
     async def aclose(self) -> None:
         await self.runner.aclose()
-        self.store.close()
+        await self.store.aclose()
+        await asyncio.to_thread(self.blobs.close)
         self._tool_threads.close()
-
-
-@dataclass
-class _ScriptLock:
-    """The lock that lets one ``resume`` drive a script at a time, and how many hold or
-    wait on it."""
-
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    users: int = 0
 
 
 class NotText(ValueError):

@@ -9,6 +9,11 @@
     memory = "512mb"
     compute_ms = 5000
 
+    [codemode.store]                # where the session log lives (default: sqlite in data_dir)
+    kind = "postgres"               # "sqlite", "postgres" or "memory"
+    dsn_env = "CODEMODE_DSN"        # postgres: the connection string, from the environment
+    lease_ms = 30000                # how long a host owns a script without renewing
+
     [codemode.runner]               # what runs script steps
     kind = "local"                  # or "remote"
     mode = "pool"                   # local: "pool", "fork" or "exec"
@@ -31,11 +36,12 @@ from typing import Any, Literal
 
 from engine._errors import ConfigError
 from engine._limits import Limits, parse_size
-from engine._log import SqliteStore
+from engine.log import DEFAULT_LEASE_MS, LogStore, MemoryStore, PostgresStore, SqliteStore
 from runner import ScriptRunner
 from runner._remote import OPTIONS as REMOTE_OPTIONS
 
-_TOP_KEYS = {"data_dir", "limits", "runner", "queue_timeout", "type_check"}
+_TOP_KEYS = {"data_dir", "limits", "runner", "queue_timeout", "store", "type_check"}
+_STORE_KEYS = {"kind", "dsn", "dsn_env", "schema", "max_connections", "lease_ms"}
 # Local runner options, and what a RemoteRunner takes (it owns that list).
 _LOCAL_OPTIONS = {"mode", "slots", "script_wait", "data_limit"}
 _RUNNER_KEYS = {"kind"} | _LOCAL_OPTIONS | set(REMOTE_OPTIONS)
@@ -55,12 +61,33 @@ class RunnerConfig:
 
 
 @dataclass(frozen=True)
+class StoreConfig:
+    """``[codemode.store]``: which log, and how long a host owns a script unrenewed."""
+
+    kind: str = "sqlite"
+    dsn: str | None = None
+    schema: str = "codemode"
+    max_connections: int = 20
+    lease_ms: int = DEFAULT_LEASE_MS
+
+    def build(self, data_dir: Path | None) -> LogStore:
+        """The store: SQLite under ``data_dir`` (in memory without one), or PostgreSQL."""
+        if self.kind == "postgres":
+            assert self.dsn is not None
+            return PostgresStore(self.dsn, schema=self.schema, max_connections=self.max_connections)
+        if self.kind == "sqlite" and data_dir is not None:
+            return SqliteStore(data_directory(data_dir))
+        return MemoryStore()
+
+
+@dataclass(frozen=True)
 class Config:
     limits: Limits = field(default_factory=Limits)
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     data_dir: Path | None = None
     queue_timeout: float = 300.0
     type_check: Literal["on", "off"] = "on"
+    store: StoreConfig = field(default_factory=StoreConfig)
 
     @classmethod
     def load(cls, path: str | Path) -> Config:
@@ -130,6 +157,7 @@ class Config:
             data_dir=resolved,
             queue_timeout=float(queue_timeout),
             type_check=type_check,
+            store=_store(section.get("store", {}), where),
         )
 
 
@@ -141,6 +169,58 @@ def _refuse_unknown(table: dict[str, Any], known: set[str], where: str) -> None:
         raise ConfigError(
             f"{where} has unknown key(s) {listed}{more}; known: {', '.join(sorted(known))}"
         )
+
+
+def _store(table: Any, where: str) -> StoreConfig:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: [codemode.store] must be a table")
+    _refuse_unknown(table, _STORE_KEYS, f"{where}: [codemode.store]")
+    kind = table.get("kind", "sqlite")
+    if kind not in ("sqlite", "postgres", "memory"):
+        raise ConfigError(
+            f'{where}: [codemode.store] kind = {kind!r}; use "sqlite", "postgres" or "memory"'
+        )
+    lease_ms = table.get("lease_ms", DEFAULT_LEASE_MS)
+    if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms < 100:
+        raise ConfigError(
+            f"{where}: [codemode.store] lease_ms must be whole milliseconds, 100 or more"
+        )
+    max_connections = table.get("max_connections", 20)
+    if (
+        isinstance(max_connections, bool)
+        or not isinstance(max_connections, int)
+        or max_connections < 1
+    ):
+        raise ConfigError(
+            f"{where}: [codemode.store] max_connections must be a whole number, 1 or more"
+        )
+    schema = table.get("schema", "codemode")
+    if not isinstance(schema, str):
+        raise ConfigError(f"{where}: [codemode.store] schema must be a string")
+    dsn = table.get("dsn")
+    env = table.get("dsn_env")
+    if kind == "postgres":
+        if dsn is not None and env is not None:
+            raise ConfigError(f"{where}: [codemode.store] takes dsn or dsn_env, not both")
+        if env is not None:
+            if not isinstance(env, str) or not env:
+                raise ConfigError(
+                    f"{where}: [codemode.store] dsn_env names an environment variable"
+                )
+            dsn = os.environ.get(env)
+            if not dsn:
+                raise ConfigError(
+                    f"{where}: [codemode.store] dsn_env = {env!r}, but ${env} is not set: "
+                    "export the PostgreSQL connection string in it"
+                )
+        if not isinstance(dsn, str) or not dsn:
+            raise ConfigError(
+                f'{where}: [codemode.store] kind = "postgres" needs dsn (a connection string '
+                'such as "postgresql://user@host/db") or dsn_env naming a variable that holds one'
+            )
+    elif dsn is not None or env is not None:
+        raise ConfigError(f'{where}: [codemode.store] dsn is for kind = "postgres" only')
+    return StoreConfig(kind, dsn, schema, max_connections, lease_ms)
 
 
 def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:

@@ -49,3 +49,13 @@ class ToolCallError(CodeModeError):
         super().__init__(message)
         self.message = message
         self.tool = tool
+
+
+class ToolsMissing(CodeModeError):
+    """A script calls tools this host does not have; it is left as it was, to be resumed on a
+    host that has them."""
+
+
+class StoreUnavailable(CodeModeError):
+    """The session log did not answer (a database down or overloaded). Nothing is lost: what
+    was written stays written, and the script resumes from the log once the store is back."""

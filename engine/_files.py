@@ -68,7 +68,12 @@ class Attachment:
 
 
 class BlobStore:
-    """Immutable blobs by SHA-256: in memory, or as files under a directory."""
+    """Immutable blobs by SHA-256: in memory, or as files under a directory.
+
+    Hosts that share a log on several machines share its blobs too: a subclass keeps them
+    elsewhere by overriding :meth:`put` and :meth:`read` (``PostgresStore.blob_store()``
+    keeps them in the log's database).
+    """
 
     def __init__(self, directory: str | Path | None = None) -> None:
         self.directory = Path(directory) if directory is not None else None
@@ -94,6 +99,9 @@ class BlobStore:
     def _path(self, digest: str) -> Path:
         assert self.directory is not None
         return self.directory / digest[:2] / digest
+
+    def close(self) -> None:
+        """Release what the store holds open."""
 
     def read(self, digest: str, offset: int, length: int) -> bytes:
         """Bytes of a blob. Raises ``FileMissing`` when it is gone, ``OSError`` on a failure."""

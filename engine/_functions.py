@@ -167,6 +167,8 @@ def _from_function(
     client: bool,
     deferred: bool,
     timeout: float | None,
+    read_only: bool,
+    idempotent: bool,
 ) -> Tool:
     tool_name = name or getattr(fn, "__name__", "") or ""
     label = f"tool {tool_name!r}"
@@ -252,6 +254,8 @@ def _from_function(
         client=client,
         deferred=deferred,
         timeout=timeout,
+        read_only=read_only,
+        idempotent=idempotent,
     )
     result._arguments = _Arguments(model, tuple(mapping))
     result._result_adapter = adapter
@@ -308,6 +312,8 @@ def tool(
     client: bool = False,
     deferred: bool = False,
     timeout: float | None = None,
+    read_only: bool = False,
+    idempotent: bool = False,
 ) -> Callable[[F], Tool]: ...
 
 
@@ -321,6 +327,8 @@ def tool(
     client: bool = False,
     deferred: bool = False,
     timeout: float | None = None,
+    read_only: bool = False,
+    idempotent: bool = False,
 ) -> Tool | Callable[[F], Tool]:
     """Make a :class:`Tool` of a typed function (sync or async); bare or with options.
 
@@ -348,6 +356,8 @@ def tool(
             client=client,
             deferred=deferred,
             timeout=timeout,
+            read_only=read_only,
+            idempotent=idempotent,
         )
 
     return build(fn) if fn is not None else build

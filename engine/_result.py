@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-Status = Literal["finished", "failed", "paused"]
+Status = Literal["finished", "failed", "paused", "elsewhere"]
 
 
 @dataclass
@@ -15,7 +15,9 @@ class RunResult:
     ``text`` is what the model sees; ``content`` the same as MCP content blocks. A paused
     result names what it waits for in ``waiting`` (each ``{call_id, name, arguments,
     reason}``, reason ``approval``, ``client`` or ``held``); resume it with
-    :meth:`CodeMode.resume` once they are answered.
+    :meth:`CodeMode.resume` once they are answered. ``elsewhere``: another host drives the
+    script now; its outcome is in the session log when it ends (``resume(id, wait=...)``
+    waits for it).
     """
 
     script_id: str

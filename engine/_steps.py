@@ -16,9 +16,10 @@ from typing import Any
 
 import orjson
 
-from engine import _log as log
 from engine import _render as render
+from engine import log
 from engine._calls import CallSettling
+from engine._drive import Drive
 from engine._ending import Ending
 from engine._errors import StepUnavailable
 from engine._files import BlobReader, BlobStore
@@ -40,37 +41,35 @@ class StepLoop(CallSettling):
     _check_ms: dict[str, float]
     retry_delay: float
 
-    async def _drive(self, script_id: str) -> RunResult:
+    async def _drive(self, drive: Drive) -> RunResult:
+        """Step the script this host owns until it ends or pauses."""
         while True:
-            record = self.store.get_script(script_id)
+            await drive.reread_script()  # a hold may have landed
+            record = drive.record
             if record.status in log.ENDED and record.outcome is not None:
                 return RunResult.from_dict(record.outcome)
             if record.held:
-                return self._paused(record, [], held=True)
+                return await self._paused(drive, [], held=True)
             limits = self.limits_for(record.tenant)
-            calls = self.store.calls(script_id)
-            if any(not c.settled for c in calls):
-                await self._settle_calls(record, limits, calls)
-                calls = self.store.calls(script_id)
-                unsettled = [c for c in calls if not c.settled]
+            if any(not c.settled for c in drive.calls):
+                await self._settle_calls(drive, limits)
+                unsettled = [c for c in drive.calls if not c.settled]
                 if unsettled:
-                    return self._paused(record, unsettled)
-            over = self._results_over(calls, limits)
+                    return await self._paused(drive, unsettled)
+            over = self._results_over(drive.calls, limits)
             if over is not None:
-                return self._end(record, over)
-            step = await self._step(record, calls, limits)
-            record = self.store.get_script(script_id)
-            ending = self._over_budget(record, step, limits)
+                return await self._end(drive, over)
+            step = await self._step(drive, limits)
+            ending = self._over_budget(drive.record, step, limits)
             if ending is None and step.outcome == "calls":
-                ending = self._check_calls(calls, step, limits)
+                ending = self._check_calls(drive.calls, step, limits)
                 if ending is None:
-                    self._record_calls(record, calls, step)
+                    await self._record_calls(drive, step)
                     continue
-            return self._end(record, ending or Ending.of_step(step))
+            return await self._end(drive, ending or Ending.of_step(step))
 
-    async def _step(
-        self, record: log.ScriptRecord, calls: list[log.CallEntry], limits: Limits
-    ) -> Step:
+    async def _step(self, drive: Drive, limits: Limits) -> Step:
+        record, calls = drive.record, drive.calls
         script = protocol.Script(
             id=record.id,
             code=record.code,
@@ -116,13 +115,14 @@ class StepLoop(CallSettling):
         # file bytes it served), never what the process says about itself.
         cpu_ms = _measure(process.cpu_ms) if process else 0.0
         file_bytes = int(_measure(process.file_bytes)) if process else 0
-        self.store.update_script(
-            record.id,
-            steps=record.steps + 1,
-            total_compute_ms=record.total_compute_ms + cpu_ms,
-            total_file_bytes=record.total_file_bytes + file_bytes,
-        )
         self._log_step(record, step, limits, wait_ms, run_ms, cpu_ms)
+        await drive.record_step(
+            log.StepUsage(
+                record.steps + 1,
+                record.total_compute_ms + cpu_ms,
+                record.total_file_bytes + file_bytes,
+            )
+        )
         return step
 
     def _over_budget(self, record: log.ScriptRecord, step: Step, limits: Limits) -> Ending | None:
@@ -218,7 +218,7 @@ class StepLoop(CallSettling):
                 f"the calls of one step pass {size_text(sum(sizes))} of arguments together, "
                 f"over the {size_text(limits.step_arguments)} one step may pass",
             )
-        total = sum(sizes) + sum(_argument_bytes(c) for c in calls)
+        total = sum(sizes) + sum(c.argument_bytes for c in calls)
         if total > limits.arguments:
             return Ending.limit_met(
                 "arguments",
@@ -227,11 +227,10 @@ class StepLoop(CallSettling):
             )
         return None
 
-    def _record_calls(
-        self, record: log.ScriptRecord, calls: list[log.CallEntry], step: Step
-    ) -> None:
-        start = len(calls)
-        self.store.add_calls(
+    async def _record_calls(self, drive: Drive, step: Step) -> None:
+        record, start = drive.record, len(drive.calls)
+        now = int(time.time() * 1000)
+        await drive.add_calls(
             [
                 log.CallEntry(
                     script_id=record.id,
@@ -239,14 +238,15 @@ class StepLoop(CallSettling):
                     call_id=f"call_{record.id[:8]}_{start + i + 1}",
                     name=call.name,
                     arguments=call.arguments,
-                    extra={"argument_bytes": len(orjson.dumps(call.arguments))},
+                    argument_bytes=len(orjson.dumps(call.arguments)),
+                    created_ms=now,
                 )
                 for i, call in enumerate(step.calls)
             ]
         )
 
     def _results_over(self, calls: list[log.CallEntry], limits: Limits) -> Ending | None:
-        total = sum(_result_bytes(c) for c in calls if c.state == log.DONE)
+        total = sum(c.result_bytes or 0 for c in calls if c.state == log.DONE)
         if total <= limits.results:
             return None
         return Ending.limit_met(
@@ -257,9 +257,10 @@ class StepLoop(CallSettling):
 
     # ---- endings ----
 
-    def _paused(
-        self, record: log.ScriptRecord, unsettled: Sequence[log.CallEntry], *, held: bool = False
+    async def _paused(
+        self, drive: Drive, unsettled: Sequence[log.CallEntry], *, held: bool = False
     ) -> RunResult:
+        record = drive.record
         reasons = {log.AWAITING_APPROVAL: "approval", log.AWAITING_CLIENT: "client"}
         waiting = [
             {
@@ -274,10 +275,11 @@ class StepLoop(CallSettling):
             text = "Script paused.\n  held: the script is interrupted until it is released."
         else:
             text = render.render_paused(waiting)
-        self.store.update_script(record.id, status=log.PAUSED)
+        await drive.pause()
         return RunResult(record.id, "paused", text, waiting=waiting, steps=record.steps)
 
-    def _end(self, record: log.ScriptRecord, ending: Ending) -> RunResult:
+    async def _end(self, drive: Drive, ending: Ending) -> RunResult:
+        record = drive.record
         if ending.limit is not None and ending.limit in LIMIT_NAMES:
             logger.warning(
                 "script ended on a limit script=%s tenant=%s limit=%s; if scripts should have "
@@ -310,7 +312,7 @@ class StepLoop(CallSettling):
                 steps=record.steps,
             )
             status = log.SCRIPT_FAILED
-        self.store.update_script(record.id, status=status, outcome=result.to_dict())
+        await drive.end(status, result.to_dict())
         return result
 
     def _shown(
@@ -338,14 +340,3 @@ class StepLoop(CallSettling):
 def _measure(value: float) -> float:
     """A runner's measure as a charge: a negative or non-finite one (a runner's bug) is 0."""
     return value if math.isfinite(value) and value > 0 else 0.0
-
-
-# Sizes kept with each call when it is recorded, so a step does not re-serialize the log.
-def _argument_bytes(entry: log.CallEntry) -> int:
-    size = entry.extra.get("argument_bytes")
-    return size if isinstance(size, int) else len(orjson.dumps(entry.arguments))
-
-
-def _result_bytes(entry: log.CallEntry) -> int:
-    size = entry.extra.get("result_bytes")
-    return size if isinstance(size, int) else len(orjson.dumps(entry.result))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import inspect
 import math
 import re
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Protocol, TypeVar, get_args, get_origin
 
 import jsonschema_rs
+import orjson
 from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError
 
@@ -89,6 +91,11 @@ class Tool:
     tool is run by the client and takes none. ``deferred`` tools are left out of ``run_code``'s
     declarations and found with ``tool_search``. ``timeout`` (seconds) bounds one call.
 
+    What a call does to the world: ``read_only`` (it changes nothing) and ``idempotent`` (a
+    repeat has no effect beyond the first). A call of either kind that a crash interrupted
+    simply runs again; any other call that was running when its host died may or may not have
+    taken effect, so it is never run again: the script sees it as interrupted.
+
     Raises :class:`ToolDefinitionError` for a schema that is not a usable JSON Schema, an input
     schema that is not an object, or a bad flag.
     """
@@ -103,11 +110,13 @@ class Tool:
         "deferred",
         "description",
         "handler",
+        "idempotent",
         "input_schema",
         "name",
         "needs_approval",
         "original_name",
         "output_schema",
+        "read_only",
         "source",
         "timeout",
     )
@@ -125,6 +134,8 @@ class Tool:
         deferred: bool = False,
         timeout: float | None = None,
         source: str | None = None,
+        read_only: bool = False,
+        idempotent: bool = False,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ToolDefinitionError(f"a tool needs a non-empty name, not {name!r}")
@@ -163,6 +174,8 @@ class Tool:
         self.needs_approval = bool(needs_approval)
         self.client = bool(client)
         self.deferred = bool(deferred)
+        self.read_only = bool(read_only)
+        self.idempotent = bool(idempotent) or self.read_only
         self.timeout = float(timeout) if timeout is not None else None
         # Set by @tool (engine._functions): how arguments become the function's parameters,
         # and how its result is dumped through its return annotation.
@@ -205,6 +218,8 @@ class Tool:
                 ("needs_approval", self.needs_approval),
                 ("client", self.client),
                 ("deferred", self.deferred),
+                ("read_only", self.read_only),
+                ("idempotent", self.idempotent and not self.read_only),
             )
             if on
         ]
@@ -228,7 +243,9 @@ class Tool:
         timeout: float | None = None,
     ) -> Tool:
         """A tool from an MCP tool definition: ``name``, ``description``, ``inputSchema`` and
-        optionally ``outputSchema`` (``annotations``, ``title`` and the rest are ignored).
+        optionally ``outputSchema`` and ``annotations``, of which ``readOnlyHint`` and
+        ``idempotentHint`` say the tool is read-only or idempotent (``title`` and the rest are
+        ignored).
 
         ``source`` (the server's name) makes the script call it ``<source>__<name>``.
         """
@@ -253,6 +270,9 @@ class Tool:
         description = definition.get("description") or ""
         if not isinstance(description, str):
             raise ToolDefinitionError(f'MCP tool {name!r}: "description" must be a string')
+        hints = definition.get("annotations") or {}
+        if not isinstance(hints, Mapping):
+            raise ToolDefinitionError(f'MCP tool {name!r}: "annotations" must be an object')
         if handler is not None and callable(handler):
             # MCP answers are CallToolResults or text: the script gets them parsed.
             handler = wrap_handler(handler)
@@ -267,6 +287,8 @@ class Tool:
             deferred=deferred,
             timeout=timeout,
             source=source,
+            read_only=hints.get("readOnlyHint") is True,
+            idempotent=hints.get("idempotentHint") is True,
         )
 
     async def invoke(
@@ -486,3 +508,13 @@ def load_mcp_tools(
         except ToolDefinitionError as e:
             raise ToolDefinitionError(f"tools[{index}]: {e}") from None
     return unique_tools(tools)
+
+
+def tool_fingerprint(tools: Iterable[Tool]) -> dict[str, str]:
+    """Each tool's name and a digest of its input schema: kept with a script, so the log says
+    which tools it started with."""
+    return {
+        t.name: "sha256:"
+        + hashlib.sha256(orjson.dumps(t.input_schema, option=orjson.OPT_SORT_KEYS)).hexdigest()
+        for t in tools
+    }

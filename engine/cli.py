@@ -2,6 +2,10 @@
 
     codemode run SCRIPT.js --tools TOOLS [--json] [--data-dir DIR] [--config codemode.toml]
     codemode resume SCRIPT_ID --tools TOOLS --data-dir DIR [--approve CALL_ID] [--reject CALL_ID]
+    codemode scripts [--status STATUS] [--data-dir DIR | --config codemode.toml]
+    codemode show SCRIPT_ID [--data-dir DIR | --config codemode.toml]
+    codemode approve SCRIPT_ID CALL_ID / reject SCRIPT_ID CALL_ID [--message TEXT]
+    codemode worker --tools TOOLS --config codemode.toml
     codemode describe --tools TOOLS
     codemode search QUERY --tools TOOLS [--limit N] [--json]
     codemode runner serve --listen HOST:PORT ...
@@ -19,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
@@ -34,8 +40,9 @@ from engine._config import Config, build_runner
 from engine._errors import CodeModeError, ConfigError, StepUnavailable, ToolDefinitionError
 from engine._loading import load_tools
 from engine._search import MAX_LIMIT, MAX_QUERY, ToolIndex
+from engine.log import LogStore, ScriptRecord
 from runner import FileReader, ScriptRunner, Step
-from sandbox.protocol import Script
+from sandbox.protocol import Script, size_text
 
 
 def _version() -> str:
@@ -105,6 +112,32 @@ def _parser() -> argparse.ArgumentParser:
     resume.add_argument("--message", default="", help="the reason given with --reject")
     common(resume)
 
+    scripts = commands.add_parser("scripts", help="list the scripts in the session log")
+    scripts.add_argument(
+        "--status", choices=["active", "paused", "finished", "failed"], help="only these"
+    )
+    scripts.add_argument("--limit", type=int, default=100, help="at most this many (oldest first)")
+    common(scripts, tools_required=False)
+
+    show = commands.add_parser("show", help="print one script: its code, calls and outcome")
+    show.add_argument("script_id")
+    common(show, tools_required=False)
+
+    for verb, what in (("approve", "approve"), ("reject", "refuse")):
+        answer = commands.add_parser(
+            verb, help=f"{what} a call a paused script waits on (a worker or resume drives it on)"
+        )
+        answer.add_argument("script_id")
+        answer.add_argument("call_id")
+        if verb == "reject":
+            answer.add_argument("--message", default="", help="the reason the script sees")
+        common(answer, tools_required=False)
+
+    worker = commands.add_parser(
+        "worker", help="drive scripts that wait for no one (after an approval lands anywhere)"
+    )
+    common(worker)
+
     describe = commands.add_parser("describe", help="print the run_code tool definition")
     common(describe)
 
@@ -132,6 +165,11 @@ def _config(args: argparse.Namespace) -> Config:
     return Config()
 
 
+def _store(args: argparse.Namespace, config: Config) -> LogStore:
+    data_dir = args.data_dir or config.data_dir
+    return config.store.build(Path(data_dir) if data_dir is not None else None)
+
+
 def _engine(
     args: argparse.Namespace, *, needs_runner: bool, config: Config | None = None
 ) -> CodeMode:
@@ -143,15 +181,133 @@ def _engine(
         return CodeMode(
             tools,
             runner=runner,
+            store=_store(args, config),
             data_dir=data_dir,
             limits=config.limits,
             context=namespace.get("CONTEXT"),
             worker=namespace.get("WORKER"),
             queue_timeout=config.queue_timeout,
             type_check=config.type_check,
+            lease_ms=config.store.lease_ms,
         )
     except ToolDefinitionError as e:  # two tools of one name, a bad skill: the file's fault
         raise ConfigError(f"{args.tools}: {e}") from None
+
+
+def _needs_log(args: argparse.Namespace, command: str) -> Config:
+    config = _config(args)
+    if not (args.data_dir or config.data_dir) and config.store.kind != "postgres":
+        raise CodeModeError(
+            f"{command} needs the session log: pass --data-dir (or set data_dir, or a "
+            "[codemode.store] in codemode.toml)"
+        )
+    return config
+
+
+async def _scripts(args: argparse.Namespace) -> int:
+    store = _store(args, _needs_log(args, "scripts"))
+    try:
+        found = await store.scripts(args.status, limit=max(1, args.limit))
+    finally:
+        await store.aclose()
+    if args.json:
+        for record in found:
+            sys.stdout.write(orjson.dumps(_script_json(record)).decode() + "\n")
+        return 0
+    if not found:
+        print("no scripts" + (f" {args.status}" if args.status else ""))
+    for record in found:
+        print(
+            f"{record.id}  {record.status:<8}  {_when(record.created_ms)}  steps {record.steps}"
+            f"  tenant {record.tenant}" + ("  held" if record.held else "")
+        )
+    return 0
+
+
+async def _show(args: argparse.Namespace) -> int:
+    store = _store(args, _needs_log(args, "show"))
+    try:
+        record = await store.get_script(args.script_id)
+        calls = await store.calls(args.script_id)
+    finally:
+        await store.aclose()
+    if args.json:
+        data = {"script": _script_json(record), "calls": [dataclasses.asdict(c) for c in calls]}
+        sys.stdout.write(orjson.dumps(data).decode() + "\n")
+        return 0
+    lease = record.lease
+    print(f"script {record.id}  {record.status}" + ("  held" if record.held else ""))
+    print(f"  tenant {record.tenant}, created {_when(record.created_ms)}, steps {record.steps}")
+    print(
+        f"  compute {record.total_compute_ms:,.0f} ms, files read "
+        f"{size_text(record.total_file_bytes)}" + (f", key {record.key}" if record.key else "")
+    )
+    if lease is not None:
+        held = lease.expires_ms > time.time() * 1000
+        until = f"until {_when(lease.expires_ms)}" if held else "let go"
+        print(f"  owner {lease.owner} (lease token {lease.token}, {until})")
+    print(f"  tools {', '.join(sorted(record.tools)) or '(not recorded)'}")
+    print("code:")
+    for number, line in enumerate(record.code.splitlines(), 1):
+        print(f"  {number:>4}  {line}")
+    print(f"calls: {len(calls)}")
+    for c in calls:
+        sizes = f"args {size_text(c.argument_bytes)}"
+        if c.result_bytes is not None:
+            sizes += f", result {size_text(c.result_bytes)}"
+        times = ""
+        if c.started_ms is not None:
+            end = _when(c.ended_ms) if c.ended_ms is not None else "..."
+            times = f"  {_when(c.started_ms)} to {end}"
+        print(f"  #{c.index + 1} {c.call_id}  tools.{c.name}  {c.state}  ({sizes}){times}")
+        for label, text in (("note", c.note), ("error", c.error), ("owner", c.owner)):
+            if text:
+                print(f"      {label}: {text}")
+    if record.outcome is not None:
+        print("outcome:")
+        for line in str(record.outcome.get("text", "")).splitlines():
+            print(f"  {line}")
+    return 0
+
+
+async def _answer(args: argparse.Namespace) -> int:
+    store = _store(args, _needs_log(args, args.command))
+    engine = CodeMode([], runner=_NoRunner(), store=store)
+    try:
+        if args.command == "approve":
+            await engine.approve(args.script_id, args.call_id)
+        else:
+            await engine.reject(args.script_id, args.call_id, args.message)
+    finally:
+        await engine.aclose()
+    print(f"{args.command}d call {args.call_id} of script {args.script_id}")
+    return 0
+
+
+async def _worker(args: argparse.Namespace) -> int:
+    _needs_log(args, "worker")
+    engine = _engine(args, needs_runner=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    print("codemode: worker driving ready scripts; stop it with Ctrl-C", file=sys.stderr)
+    try:
+        await engine.work(stop=stop)
+    finally:
+        await engine.aclose()
+    return 0
+
+
+def _script_json(record: ScriptRecord) -> dict[str, Any]:
+    data = dataclasses.asdict(record)
+    data.pop("code")
+    data["code_lines"] = record.code.count("\n") + 1
+    return data
+
+
+def _when(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
 
 
 class _NoRunner(ScriptRunner):
@@ -168,8 +324,8 @@ def _print_json(data: Any) -> None:
 
 
 def _print_result(result: RunResult, as_json: bool, *, kept: bool = True) -> int:
-    if as_json:
-        _print_json(result.to_dict())
+    if as_json:  # JSON lines: `run` wrote the script's id first
+        sys.stdout.write(orjson.dumps(result.to_dict()).decode() + "\n")
     else:
         sys.stdout.write(result.text + "\n")
         if result.status == "paused":
@@ -180,7 +336,7 @@ def _print_result(result: RunResult, as_json: bool, *, kept: bool = True) -> int
                     "codemode: the session log was in memory, so this script cannot be "
                     "resumed; run it with --data-dir DIR to continue it with codemode resume\n"
                 )
-    return {"finished": 0, "paused": 3}.get(result.status, 1)
+    return {"finished": 0, "paused": 3, "elsewhere": 4}.get(result.status, 1)
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -197,9 +353,18 @@ async def _run(args: argparse.Namespace) -> int:
         ) from None
     config = _config(args)
     engine = _engine(args, needs_runner=True, config=config)
-    kept = bool(args.data_dir or config.data_dir)
+    kept = bool(args.data_dir or config.data_dir) or config.store.kind == "postgres"
+
+    def started(script_id: str) -> None:
+        # Before the first step, so a host that dies mid-script knows what to resume.
+        if args.json:
+            sys.stdout.write(orjson.dumps({"script_id": script_id}).decode() + "\n")
+        elif kept:  # a log in memory dies with this run: its id would help no one
+            sys.stderr.write(f"codemode: script {script_id}\n")
+        sys.stdout.flush()
+
     try:
-        result = await engine.run_code(code, tenant=args.tenant)
+        result = await engine.run_code(code, tenant=args.tenant, on_start=started)
     except StepUnavailable as e:
         if kept:
             raise
@@ -213,14 +378,13 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 async def _resume(args: argparse.Namespace) -> int:
-    if not (args.data_dir or _config(args).data_dir):
-        raise CodeModeError("resume needs the session log: pass --data-dir (or set data_dir)")
+    _needs_log(args, "resume")
     engine = _engine(args, needs_runner=True)
     try:
         for call_id in args.approve:
-            engine.approve(args.script_id, call_id)
+            await engine.approve(args.script_id, call_id)
         for call_id in args.reject:
-            engine.reject(args.script_id, call_id, args.message)
+            await engine.reject(args.script_id, call_id, args.message)
         result = await engine.resume(args.script_id)
     finally:
         await engine.aclose()
@@ -272,6 +436,14 @@ def _main(argv: list[str] | None) -> int:
             return asyncio.run(_run(args))
         if args.command == "resume":
             return asyncio.run(_resume(args))
+        if args.command == "scripts":
+            return asyncio.run(_scripts(args))
+        if args.command == "show":
+            return asyncio.run(_show(args))
+        if args.command in ("approve", "reject"):
+            return asyncio.run(_answer(args))
+        if args.command == "worker":
+            return asyncio.run(_worker(args))
         if args.command == "describe":
             definition = _engine(args, needs_runner=False).definition()
             if args.json:

@@ -4,15 +4,25 @@ made here, not an accident of an import."""
 from __future__ import annotations
 
 import engine
+import engine.log
 import runner
 
 ENGINE = {
     "Attachment", "BlobStore", "CallEntry", "CallNotWaiting", "CodeMode", "CodeModeError",
-    "Config", "ConfigError", "Limits", "LogStore", "MemoryStore", "PROPOSED", "RunResult",
-    "RunnerConfig", "ScriptNotFound", "ScriptRecord", "ScriptTooLarge", "Skill", "SqliteStore",
-    "StepUnavailable", "TEXT_BUDGET", "Tool", "ToolCallError", "ToolContext",
-    "ToolDefinitionError", "TypeChecker", "Worker", "build_runner", "load_mcp_tools", "normalize",
+    "Config", "ConfigError", "LeaseLost", "Limits", "LogStore", "MemoryStore", "PROPOSED",
+    "PostgresStore", "RunResult", "RunnerConfig", "ScriptNotFound", "ScriptRecord",
+    "ScriptTooLarge", "Skill", "SqliteStore", "StepUnavailable", "StoreUnavailable",
+    "TEXT_BUDGET", "Tool", "ToolCallError", "ToolContext", "ToolDefinitionError",
+    "ToolsMissing", "TypeChecker", "Worker", "build_runner", "load_mcp_tools", "normalize",
     "parse_size", "proposed_worker", "tool",
+}  # fmt: skip
+
+LOG = {
+    "ACTIVE", "APPROVED", "AWAITING_APPROVAL", "AWAITING_CLIENT", "CallConflict", "CallEntry",
+    "DEFAULT_LEASE_MS", "DONE", "Decision", "ENDED", "FAILED", "FINISHED", "Lease", "LeaseLost",
+    "LogStore", "MemoryStore", "PAUSED", "PROPOSED", "PostgresStore", "RUNNING",
+    "SCRIPT_FAILED", "SETTLED", "ScriptRecord", "Settlement", "SqliteStore", "Started",
+    "StepUsage",
 }  # fmt: skip
 
 RUNNER = {
@@ -34,3 +44,10 @@ def test_runner_public_names() -> None:
     assert set(runner.__all__) == RUNNER
     for name in runner.__all__:
         assert hasattr(runner, name), name
+
+
+def test_log_public_names() -> None:
+    """engine.log.__all__ (what a host writing its own store uses) is the pinned list."""
+    assert set(engine.log.__all__) == LOG
+    for name in engine.log.__all__:
+        assert hasattr(engine.log, name), name

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,11 +35,14 @@ def test_stale_prs_example_prints_the_spec_format() -> None:
 
 
 def test_run_json_from_stdin_with_a_fence() -> None:
-    """--json prints the whole result; a fenced script on stdin runs."""
+    """--json prints JSON lines: the script's id before its first step, then the whole result;
+    a fenced script on stdin runs."""
     script = "```js\nconst prs = await tools.github__list_prs({ repo: 'acme/api' });\nreturn prs.length\n```"
     proc = codemode("run", "-", "--tools", "examples/tracker_tools.py", "--json", stdin=script)
     assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
+    started, line = proc.stdout.splitlines()
+    result = json.loads(line)
+    assert json.loads(started) == {"script_id": result["script_id"]}
     assert result["status"] == "finished"
     assert result["value"] == 4
     assert result["content"] == [{"type": "text", "text": result["text"]}]
@@ -123,7 +128,7 @@ def test_paused_script_resumes_through_the_cli(tmp_path: Path) -> None:
         stdin=script,
     )
     assert first.returncode == 3, first.stderr
-    paused = json.loads(first.stdout)
+    paused = json.loads(first.stdout.splitlines()[-1])
     assert paused["status"] == "paused"
     call_id = paused["waiting"][0]["call_id"]
     second = codemode(
@@ -468,3 +473,48 @@ def test_paused_without_a_data_dir_says_it_cannot_be_resumed() -> None:
     assert proc.returncode == 3, proc.stderr
     assert "(script id " in proc.stdout
     assert "cannot be resumed" in proc.stderr and "--data-dir" in proc.stderr
+
+
+def test_scripts_show_approve_and_a_worker(tmp_path: Path) -> None:
+    """A paused script is listed and shown; an approval recorded by one command is driven on
+    by a worker process, without anyone resuming it."""
+    data = str(tmp_path / "data")
+    tools = ["--tools", "examples/tracker_tools.py", "--data-dir", data]
+    script = "return await tools.github__comment({ number: 12, body: 'ping' })"
+    first = codemode("run", "-", *tools, "--json", stdin=script)
+    assert first.returncode == 3, first.stderr
+    started, paused_line = first.stdout.splitlines()
+    paused = json.loads(paused_line)
+    assert json.loads(started)["script_id"] == paused["script_id"]
+    listed = codemode("scripts", "--data-dir", data, "--status", "paused")
+    assert listed.returncode == 0 and paused["script_id"] in listed.stdout
+    shown = codemode("show", paused["script_id"], "--data-dir", data)
+    assert shown.returncode == 0, shown.stderr
+    assert "awaiting_approval" in shown.stdout and "tools.github__comment" in shown.stdout
+    call_id = paused["waiting"][0]["call_id"]
+    approved = codemode("approve", paused["script_id"], call_id, "--data-dir", data)
+    assert approved.returncode == 0, approved.stderr
+    again = codemode("approve", paused["script_id"], call_id, "--data-dir", data)
+    assert again.returncode == 2 and "is approved, not awaiting approval" in again.stderr
+
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "worker", *tools],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            shown = codemode("show", paused["script_id"], "--data-dir", data, "--json")
+            if json.loads(shown.stdout)["script"]["status"] == "finished":
+                break
+            assert time.monotonic() < deadline, "the worker did not drive the script"
+            time.sleep(0.2)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    calls = json.loads(shown.stdout)["calls"]
+    assert [c["state"] for c in calls] == ["done"] and calls[0]["result"]["status"] == "posted"

@@ -183,7 +183,7 @@ async def test_approval_pauses_then_resumes(inproc: InProcessRunner) -> None:
     assert result.status == "paused"
     assert [w["reason"] for w in result.waiting] == ["approval"]
     assert posted == []
-    engine.approve(result.script_id, result.waiting[0]["call_id"])
+    await engine.approve(result.script_id, result.waiting[0]["call_id"])
     result = await engine.resume(result.script_id)
     assert result.status == "finished"
     assert result.value == "ok"
@@ -202,7 +202,7 @@ async def test_rejection_is_an_error_the_script_sees(inproc: InProcessRunner) ->
     result = await engine.run_code(
         "try { await tools.post({ text: 'hi' }) } catch (e) { return e.message }"
     )
-    engine.reject(result.script_id, result.waiting[0]["call_id"], "too loud")
+    await engine.reject(result.script_id, result.waiting[0]["call_id"], "too loud")
     result = await engine.resume(result.script_id)
     assert result.value == "too loud"
 
@@ -219,7 +219,7 @@ async def test_client_tool_waits_for_the_client(inproc: InProcessRunner) -> None
     result = await engine.run_code("const f = await tools.pick_file(); return f.name")
     assert result.status == "paused"
     assert result.waiting[0]["reason"] == "client"
-    engine.client_result(result.script_id, result.waiting[0]["call_id"], {"name": "a.txt"})
+    await engine.client_result(result.script_id, result.waiting[0]["call_id"], {"name": "a.txt"})
     result = await engine.resume(result.script_id)
     assert result.value == "a.txt"
 
@@ -236,13 +236,13 @@ async def test_hold_stops_steps_until_release(inproc: InProcessRunner) -> None:
 
     engine = CodeMode([step], runner=inproc)
     result = await engine.run_code("return await tools.step({ i: 1 })")
-    engine.approve(result.script_id, result.waiting[0]["call_id"])
-    engine.hold(result.script_id)
+    await engine.approve(result.script_id, result.waiting[0]["call_id"])
+    await engine.hold(result.script_id)
     steps_before = len(inproc.steps)
     held = await engine.resume(result.script_id)
     assert held.status == "paused" and "held" in held.text
     assert ran == [] and len(inproc.steps) == steps_before
-    engine.release(result.script_id)
+    await engine.release(result.script_id)
     done = await engine.resume(result.script_id)
     assert done.value == 1 and ran == [1]
 
@@ -505,8 +505,8 @@ async def test_huge_result_is_not_stored_and_ends_the_script(inproc: InProcessRu
     engine = CodeMode([dump], runner=inproc, store=store)
     result = await engine.run_code("const s = await tools.dump(); return s.length")
     assert result.limit == "results" and "results limit met" in result.text
-    (call,) = store.calls(result.script_id)
-    assert call.result is None and call.extra["result_bytes"] == 20_000_002
+    (call,) = await store.calls(result.script_id)
+    assert call.result is None and call.result_bytes == 20_000_002
 
 
 async def test_a_hanging_tool_meets_the_default_call_timeout(inproc: InProcessRunner) -> None:
@@ -561,7 +561,7 @@ async def test_queue_timeout_and_permanent_refusals_raise_step_unavailable() -> 
     with pytest.raises(StepUnavailable, match="fix that") as info:
         await engine.run_code("return 4")
     assert refused.tries == 1
-    (record,) = engine.store.scripts()
+    (record,) = await engine.store.scripts()
     assert (await engine.resume(record.id)).value == 4
     assert "busy right now" in str(info.value)
 
@@ -626,7 +626,7 @@ async def test_a_bad_handler_result_is_that_calls_error(
     assert result.status == "finished", result.text
     assert result.value.startswith("caught: ")
     assert len(result.value) < 10_000
-    [call] = engine.store.calls(result.script_id)
+    [call] = await engine.store.calls(result.script_id)
     assert call.state == "failed" and call.error is not None
     assert len(call.error) < 10_000
     again = await engine.resume(result.script_id)
@@ -695,7 +695,7 @@ async def test_data_nested_past_the_encoder_from_a_runner_is_a_failed_result() -
     result = await arguments.run_code("return 1")
     assert result.status == "failed" and result.error is not None
     assert result.error["name"] == "ProtocolError"
-    assert arguments.store.calls(result.script_id) == []
+    assert await arguments.store.calls(result.script_id) == []
 
 
 async def test_a_failure_without_a_name_is_shown_as_an_error() -> None:
@@ -729,7 +729,7 @@ async def test_budgets_are_charged_what_the_runner_measured(inproc: InProcessRun
     code = "for (const i of [1, 2, 3, 4]) await tools.echo({ text: 'x' + i }); return 'done'"
     result = await engine.run_code(code)
     assert result.limit == "total_compute_ms", result.text
-    record = engine.store.get_script(result.script_id)
+    record = await engine.store.get_script(result.script_id)
     assert (record.steps, record.total_compute_ms, record.total_file_bytes) == (3, 30.0, 300)
 
 
@@ -745,7 +745,7 @@ async def test_strings_from_the_process_are_bounded_in_the_result_and_the_log(
             assert result.status == "failed" and result.error is not None
             assert len(result.error["message"]) < 2 * TEXT_BOUNDS["message"]
             assert len(result.error["name"]) < 2 * TEXT_BOUNDS["name"]
-            stored = engine.store.get_script(result.script_id).outcome
+            stored = (await engine.store.get_script(result.script_id)).outcome
             assert stored is not None and len(orjson.dumps(stored)) < 100_000
             assert len(result.text) < 100_000
 
@@ -767,7 +767,7 @@ async def test_a_lying_process_deep_data_is_a_failed_result(tmp_path: Any) -> No
             assert result.status == "failed" and result.error is not None
             assert result.error["name"] == "ProtocolError"
             assert "broke the protocol" in result.error["message"]
-            assert engine.store.calls(result.script_id) == []
+            assert await engine.store.calls(result.script_id) == []
 
 
 @pytest.mark.parametrize(
@@ -793,11 +793,11 @@ async def test_a_clients_bad_answer_is_that_calls_error(
     engine = CodeMode([pick], runner=inproc, data_dir=tmp_path)
     code = "try { return await tools.pick_file() } catch (e) { return 'caught: ' + e.message }"
     paused = await engine.run_code(code)
-    engine.client_result(paused.script_id, paused.waiting[0]["call_id"], result, error=error)
+    await engine.client_result(paused.script_id, paused.waiting[0]["call_id"], result, error=error)
     done = await engine.resume(paused.script_id)
     assert done.status == "finished" and done.value.startswith("caught: ")
     assert len(done.value) < 10_000
-    [call] = engine.store.calls(paused.script_id)
+    [call] = await engine.store.calls(paused.script_id)
     assert call.state == "failed"
 
 
@@ -854,41 +854,3 @@ async def test_a_shown_file_whose_bytes_are_gone_is_left_out_with_a_note(
     )
     assert "Shown: chart.png (image/png, 4 bytes) was left out" in result.text
     assert result.shown == [] and result.media == []
-
-
-async def test_script_locks_are_dropped_when_nobody_holds_or_waits(
-    inproc: InProcessRunner,
-) -> None:
-    """The per-script lock map holds only scripts being driven or waited on: it does not
-    grow by one lock per script ever run, and a waiter (even a cancelled one) keeps the
-    lock only while it waits."""
-    entered = asyncio.Event()
-    gate = asyncio.Event()
-
-    @tool
-    async def wait() -> str:
-        """Wait for the test."""
-        entered.set()
-        await gate.wait()
-        return "done"
-
-    engine = CodeMode([wait], runner=inproc)
-    for i in range(5):
-        assert (await engine.run_code(f"return {i}")).value == i
-    assert engine._script_locks == {}
-
-    first = asyncio.create_task(engine.run_code("return await tools.wait()"))
-    await entered.wait()
-    (record,) = engine.store.scripts(status="active")
-    second = asyncio.create_task(engine.resume(record.id))
-    cancelled = asyncio.create_task(engine.resume(record.id))
-    while engine._script_locks[record.id].users < 3:
-        await asyncio.sleep(0)
-    cancelled.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await cancelled
-    assert engine._script_locks[record.id].users == 2
-    gate.set()
-    assert (await first).value == "done"
-    assert (await second).value == "done"
-    assert engine._script_locks == {}

@@ -3,6 +3,7 @@ call runs again. Each test runs the host in subprocesses it kills."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from engine import CodeMode, SqliteStore, tool
+from engine import CodeMode, ScriptRecord, SqliteStore, tool
 from tests.engine.conftest import InProcessRunner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +68,7 @@ async def main():
     else:
         script_id, call_id = sys.argv[2], sys.argv[3]
         if call_id != "-":
-            engine.approve(script_id, call_id)
+            await engine.approve(script_id, call_id)
         result = await engine.resume(script_id)
     print(json.dumps(result.to_dict()), flush=True)
     # End the host the hard way: no cleanup, no close.
@@ -132,15 +133,21 @@ def test_host_killed_mid_call_never_runs_that_call_twice(tmp_path: Path) -> None
     proc = _run_host(tmp_path, "start", stdin=script)
     assert proc.returncode == 9  # the tool took the host down
     assert _ledger(tmp_path) == ["fetch 1", "crash 2"]
-    store = SqliteStore(tmp_path / "data")
-    (record,) = store.scripts()
-    store.close()
+    (record,) = asyncio.run(_scripts(tmp_path / "data"))
 
     done = _host(tmp_path, "resume", record.id, "-")
     assert done["status"] == "finished", done["text"]
     assert done["value"]["a"] == 10
     assert "interrupted" in done["value"]["note"]
     assert _ledger(tmp_path) == ["fetch 1", "crash 2"]
+
+
+async def _scripts(data: Path) -> list[ScriptRecord]:
+    store = SqliteStore(data)
+    try:
+        return await store.scripts()
+    finally:
+        await store.aclose()
 
 
 async def test_sqlite_log_is_the_whole_state(tmp_path: Path) -> None:
@@ -157,7 +164,7 @@ async def test_sqlite_log_is_the_whole_state(tmp_path: Path) -> None:
     paused = await first.run_code("return await tools.act({ n: 5 })")
     await first.aclose()
     second = CodeMode([act], runner=InProcessRunner(), data_dir=tmp_path)
-    second.approve(paused.script_id, paused.waiting[0]["call_id"])
+    await second.approve(paused.script_id, paused.waiting[0]["call_id"])
     done = await second.resume(paused.script_id)
     await second.aclose()
     assert done.value == 5 and seen == [5]
@@ -181,8 +188,8 @@ async def test_an_unencodable_result_is_recorded_not_left_running(tmp_path: Path
     assert result.status == "finished", result.text
     assert "cannot be sent to the script" in result.value
     store = SqliteStore(tmp_path)
-    [call] = store.calls(result.script_id)
-    store.close()
+    [call] = await store.calls(result.script_id)
+    await store.aclose()
     assert call.state == "failed" and call.error == result.value
     second = CodeMode([count], runner=InProcessRunner(), data_dir=tmp_path)
     again = await second.resume(result.script_id)

@@ -84,7 +84,7 @@ async def test_client_tool_from_a_function(inproc: InProcessRunner) -> None:
     assert paused.status == "paused", paused.text
     (waiting,) = paused.waiting
     assert waiting["reason"] == "client" and waiting["arguments"] == {"prompt": "Which?"}
-    code_mode.client_result(paused.script_id, waiting["call_id"], "report.pdf")
+    await code_mode.client_result(paused.script_id, waiting["call_id"], "report.pdf")
     result = await code_mode.resume(paused.script_id)
     assert (result.status, result.value) == ("finished", "report.pdf")
 
@@ -101,7 +101,7 @@ async def test_client_result_that_breaks_the_output_schema(inproc: InProcessRunn
     paused = await code_mode.run_code(
         "try { return await tools.count_files({}) } catch (e) { return e.message }"
     )
-    code_mode.client_result(paused.script_id, paused.waiting[0]["call_id"], "many")
+    await code_mode.client_result(paused.script_id, paused.waiting[0]["call_id"], "many")
     result = await code_mode.resume(paused.script_id)
     assert "does not match its output schema" in result.value
 
@@ -167,7 +167,7 @@ async def test_limits_function_failing_leaves_no_script() -> None:
     )
     with pytest.raises(ConfigError, match="gave dict for tenant 'default'"):
         await code_mode.run_code("return 1")
-    assert store.scripts() == []
+    assert await store.scripts() == []
 
 
 # --- the data directory ----------------------------------------------------------------------
@@ -340,11 +340,14 @@ def test_search_from_the_host_fails_as_the_scripts_call_would() -> None:
 
 
 def test_sqlite_store_at_a_path_it_cannot_use(tmp_path: Path) -> None:
-    """SqliteStore at a path under a file, or on a file that is not SQLite: ConfigError."""
+    """SqliteStore (whose path is a directory) under a file, on a file, or over a log file
+    that is not SQLite: ConfigError naming it."""
     (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="cannot make the data directory"):
+        SqliteStore(tmp_path / "file" / "log")
+    with pytest.raises(ConfigError, match="is a file: give a directory"):
+        SqliteStore(tmp_path / "file")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / SqliteStore.FILE_NAME).write_bytes(b"plain text, not a database" * 100)
     with pytest.raises(ConfigError, match="cannot open the session log"):
-        SqliteStore(tmp_path / "file" / "log.sqlite3")
-    not_sqlite = tmp_path / "notes.db"
-    not_sqlite.write_bytes(b"plain text, not a database" * 100)
-    with pytest.raises(ConfigError, match="cannot open the session log"):
-        SqliteStore(not_sqlite)
+        SqliteStore(tmp_path / "data")

@@ -178,4 +178,4 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
     for expected, files in cases.items():
         with pytest.raises(CodeModeError, match=expected):
             await engine.run_code("return 1", files=files)  # type: ignore[arg-type]
-    assert engine.store.scripts() == []
+    assert await engine.store.scripts() == []

@@ -1,0 +1,60 @@
+"""The session log: scripts, their calls, and who drives each script, in a store many hosts
+share (memory, SQLite, PostgreSQL), with the conformance suite every store passes."""
+
+from engine.log._memory import MemoryStore
+from engine.log._postgres import PostgresStore
+from engine.log._records import (
+    ACTIVE,
+    APPROVED,
+    AWAITING_APPROVAL,
+    AWAITING_CLIENT,
+    DONE,
+    ENDED,
+    FAILED,
+    FINISHED,
+    PAUSED,
+    PROPOSED,
+    RUNNING,
+    SCRIPT_FAILED,
+    SETTLED,
+    CallConflict,
+    CallEntry,
+    Decision,
+    Lease,
+    LeaseLost,
+    ScriptRecord,
+    Settlement,
+    StepUsage,
+)
+from engine.log._sqlite import SqliteStore
+from engine.log._store import DEFAULT_LEASE_MS, LogStore, Started
+
+__all__ = [
+    "ACTIVE",
+    "APPROVED",
+    "AWAITING_APPROVAL",
+    "AWAITING_CLIENT",
+    "DEFAULT_LEASE_MS",
+    "DONE",
+    "ENDED",
+    "FAILED",
+    "FINISHED",
+    "PAUSED",
+    "PROPOSED",
+    "RUNNING",
+    "SCRIPT_FAILED",
+    "SETTLED",
+    "CallConflict",
+    "CallEntry",
+    "Decision",
+    "Lease",
+    "LeaseLost",
+    "LogStore",
+    "MemoryStore",
+    "PostgresStore",
+    "ScriptRecord",
+    "Settlement",
+    "SqliteStore",
+    "Started",
+    "StepUsage",
+]

@@ -1,0 +1,344 @@
+"""The session log in PostgreSQL, shared by hosts on many machines (psycopg 3, async pool).
+
+Time is the database's (``clock_timestamp()``), so leases expire by one clock whatever the
+hosts' clocks say. Writes to a script are serialized by a ``FOR UPDATE`` lock on its row, and
+:meth:`~engine.log.LogStore.claim_ready` skips rows another host has locked
+(``FOR UPDATE SKIP LOCKED``), so hosts that look for work at once never take the same script.
+Tables live in their own schema (``codemode`` unless told), out of the way of the host's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Callable, Generator
+from typing import Any
+
+from engine._errors import ConfigError, StoreUnavailable
+from engine._files import BlobStore
+from engine.log import _sql as sql
+from engine.log._sqlbase import SqlStore
+from runner import FileMissing
+
+SCHEMA_VERSION = 2
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS scripts (
+    id TEXT PRIMARY KEY,
+    key TEXT,
+    code TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    language TEXT NOT NULL DEFAULT 'javascript',
+    now_ms BIGINT NOT NULL,
+    seed BIGINT NOT NULL,
+    created_ms BIGINT NOT NULL,
+    updated_ms BIGINT NOT NULL DEFAULT 0,
+    status TEXT NOT NULL,
+    held INTEGER NOT NULL DEFAULT 0,
+    steps INTEGER NOT NULL DEFAULT 0,
+    total_compute_ms DOUBLE PRECISION NOT NULL DEFAULT 0,
+    total_file_bytes BIGINT NOT NULL DEFAULT 0,
+    outcome BYTEA,
+    files BYTEA,
+    tools BYTEA,
+    lease_owner TEXT,
+    lease_token BIGINT NOT NULL DEFAULT 0,
+    lease_expires_ms BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS calls (
+    script_id TEXT NOT NULL REFERENCES scripts(id),
+    idx INTEGER NOT NULL,
+    call_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    arguments BYTEA NOT NULL,
+    argument_bytes BIGINT NOT NULL DEFAULT 0,
+    state TEXT NOT NULL,
+    result BYTEA,
+    result_bytes BIGINT,
+    error TEXT,
+    note TEXT,
+    owner TEXT,
+    token BIGINT,
+    created_ms BIGINT NOT NULL DEFAULT 0,
+    started_ms BIGINT,
+    ended_ms BIGINT,
+    PRIMARY KEY (script_id, idx)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS scripts_key ON scripts(key);
+CREATE INDEX IF NOT EXISTS scripts_updated ON scripts(status, updated_ms);
+CREATE INDEX IF NOT EXISTS calls_call_id ON calls(script_id, call_id);
+CREATE TABLE IF NOT EXISTS blobs (digest TEXT PRIMARY KEY, data BYTEA NOT NULL);
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+"""
+
+_NOW = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+_LOCKS = {"update": " FOR UPDATE", "skip": " FOR UPDATE SKIP LOCKED", None: ""}
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+class PostgresStore(SqlStore):
+    """The log in the PostgreSQL database at ``dsn`` (a libpq connection string or URL).
+
+    ``schema`` names the schema its tables live in (made if missing); ``max_connections``
+    bounds the pool. The pool opens on first use, in the event loop that uses it; close it with
+    :meth:`aclose`. A database that cannot be reached is a :class:`~engine.ConfigError` that
+    names it.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "codemode",
+        max_connections: int = 20,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        if not _IDENTIFIER.fullmatch(schema):
+            raise ConfigError(
+                f"the PostgreSQL schema name {schema!r} is not a plain lower-case identifier "
+                "(letters, digits, _; at most 63): choose one such as 'codemode'"
+            )
+        if max_connections < 1:
+            raise ConfigError(f"max_connections must be at least 1, not {max_connections}")
+        self.dsn = dsn
+        self.schema = schema
+        self._max = max_connections
+        self._timeout = connect_timeout
+        self._pool: Any = None
+        self._opening = asyncio.Lock()
+        self._closed = False
+
+    def where(self) -> str:
+        """The database as people read it (``host:port/dbname``), without any password."""
+        try:
+            from psycopg.conninfo import conninfo_to_dict
+
+            info = conninfo_to_dict(self.dsn)
+        except Exception:
+            return "the database in the dsn"
+        host = info.get("host") or "localhost"
+        return f"{host}:{info.get('port') or 5432}/{info.get('dbname') or info.get('user') or ''}"
+
+    async def _open(self) -> Any:
+        async with self._opening:
+            if self._pool is not None:
+                return self._pool
+            try:
+                import psycopg
+                from psycopg_pool import AsyncConnectionPool
+            except ImportError:
+                raise ConfigError(
+                    "the PostgreSQL store needs psycopg 3 and psycopg-pool: "
+                    "pip install 'codemode[postgres]'"
+                ) from None
+
+            schema = self.schema
+
+            async def configure(conn: Any) -> None:
+                await conn.execute(f'SET search_path TO "{schema}"')
+
+            pool = AsyncConnectionPool(
+                self.dsn,
+                min_size=1,
+                max_size=self._max,
+                open=False,
+                kwargs={"autocommit": True, "connect_timeout": max(1, int(self._timeout))},
+                configure=configure,
+                timeout=self._timeout,
+                name=f"codemode-{schema}",
+            )
+            try:
+                await pool.open(wait=True, timeout=self._timeout)
+                async with pool.connection() as conn, conn.transaction():
+                    await _create(conn, schema)
+            except (psycopg.Error, TimeoutError, OSError) as e:
+                await pool.close()
+                raise ConfigError(
+                    f"cannot use the PostgreSQL session log at {self.where()}: "
+                    f"{_first_line(e)}; check [codemode.store] dsn and that the server runs"
+                ) from None
+            except BaseException:
+                await pool.close()
+                raise
+            self._pool = pool
+            return pool
+
+    async def _tx(self, make: Callable[[int], sql.Tx], *, write: bool, sync: bool = True) -> Any:
+        # Every write syncs, whatever ``sync`` says: the hosts of a PostgreSQL log live on
+        # other machines than the server, and would outlive what a server crash lost.
+        if self._closed:
+            raise RuntimeError("the session log is closed")
+        pool = self._pool or await self._open()
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                if not write:
+                    await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                now = (await (await conn.execute(_NOW)).fetchone())[0]
+                tx = make(now)
+                answer: Any = None
+                while True:
+                    try:
+                        q = tx.send(answer)
+                    except StopIteration as stop:
+                        return stop.value
+                    answer = await _execute(conn, q)
+        except (PoolTimeout, psycopg.OperationalError) as e:
+            # Translated once, here: the engine sees the log's own error family.
+            raise StoreUnavailable(
+                f"the PostgreSQL session log at {self.where()} did not answer "
+                f"({_first_line(e)}); nothing written is lost: resume the script once it is back"
+            ) from None
+
+    def blob_store(self) -> BlobStore:
+        """The attachments' blobs, in this database: what hosts on several machines share."""
+        return PostgresBlobStore(self)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+
+class PostgresBlobStore(BlobStore):
+    """Blobs in the ``blobs`` table of a :class:`PostgresStore`'s schema. Blob reads and
+    writes are synchronous (the engine calls them on worker threads), so they use a
+    connection of their own, one call at a time."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        super().__init__(None)
+        self._store = store
+        self._conn: Any = None
+
+    def _connection(self) -> Any:
+        import psycopg
+
+        if self._conn is None or self._conn.closed:
+            try:
+                conn = psycopg.connect(
+                    self._store.dsn,
+                    autocommit=True,
+                    connect_timeout=max(1, int(self._store._timeout)),
+                )
+                conn.execute(f'SET search_path TO "{self._store.schema}"')
+                _create_sync(conn, self._store.schema)  # a script's files come before its row
+                self._conn = conn
+            except psycopg.Error as e:
+                raise StoreUnavailable(
+                    f"the PostgreSQL blob store at {self._store.where()} did not answer "
+                    f"({_first_line(e)})"
+                ) from None
+        return self._conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def put(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        with self._lock:
+            self._connection().execute(
+                "INSERT INTO blobs (digest, data) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                (digest, data),
+            )
+        return digest
+
+    def read(self, digest: str, offset: int, length: int) -> bytes:
+        with self._lock:
+            row = (
+                self._connection()
+                .execute(
+                    "SELECT substring(data FROM %s FOR %s) FROM blobs WHERE digest = %s",
+                    (offset + 1, length, digest),
+                )
+                .fetchone()
+            )
+        if row is None:
+            raise FileMissing("its bytes are gone from the store")
+        return bytes(row[0])
+
+
+async def _execute(conn: Any, q: sql.Q) -> Any:
+    text = q.sql.replace("?", "%s") + _LOCKS[q.lock]
+    if q.fetch == "many":
+        async with conn.cursor() as cursor:
+            await cursor.executemany(text, q.params)
+        return None
+    cursor = await conn.execute(text, q.params)
+    if q.fetch == "one":
+        return await cursor.fetchone()
+    if q.fetch == "all":
+        return await cursor.fetchall()
+    if q.fetch == "count":
+        return cursor.rowcount
+    return None
+
+
+def _schema(schema: str) -> Generator[tuple[str, tuple[Any, ...]], Any, None]:
+    """Make the log's tables unless they are made: statements to run in one transaction,
+    each sent back its first row (so the async pool and the blob store's own connection
+    run the same steps)."""
+
+    def version() -> Generator[tuple[str, tuple[Any, ...]], Any, int | None]:
+        found = yield ("SELECT to_regclass(%s)", (f'"{schema}".schema_version',))
+        if found[0] is None:
+            return None
+        row = yield ("SELECT max(version) FROM schema_version", ())
+        return row[0]
+
+    # A log already made is left alone: even `CREATE INDEX IF NOT EXISTS` locks its table
+    # against writes, and the hosts already running must not wait on (or deadlock with) a
+    # host that starts.
+    current = yield from version()
+    if current is None:
+        # Hosts that start at once must not race to make the tables: one does, the others
+        # find them made.
+        yield ("SELECT pg_advisory_xact_lock(hashtext('codemode schema'))", ())
+        current = yield from version()
+    if current is None:
+        yield (f'CREATE SCHEMA IF NOT EXISTS "{schema}"', ())
+        for statement in _DDL.split(";"):
+            if statement.strip():
+                yield (statement, ())
+        yield ("INSERT INTO schema_version VALUES (%s)", (SCHEMA_VERSION,))
+    elif current > SCHEMA_VERSION:
+        raise ConfigError(
+            f"the PostgreSQL session log in schema {schema!r} was written by a newer codemode "
+            f"(schema {current}; this one reads up to {SCHEMA_VERSION}): upgrade codemode"
+        )
+
+
+async def _create(conn: Any, schema: str) -> None:
+    steps = _schema(schema)
+    row = None
+    while True:
+        try:
+            statement, params = steps.send(row)
+        except StopIteration:
+            return
+        cursor = await conn.execute(statement, params)
+        row = await cursor.fetchone() if cursor.description else None
+
+
+def _create_sync(conn: Any, schema: str) -> None:
+    steps = _schema(schema)
+    row = None
+    with conn.transaction():
+        while True:
+            try:
+                statement, params = steps.send(row)
+            except StopIteration:
+                return
+            cursor = conn.execute(statement, params)
+            row = cursor.fetchone() if cursor.description else None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]

@@ -1,0 +1,74 @@
+"""Checks and messages every store shares, so each store refuses the same things the same way."""
+
+from __future__ import annotations
+
+from engine.log import _records as r
+
+
+def next_token(held: r.Lease | None, owner: str, now: int, take_from: str | None) -> int | None:
+    """The token ``owner`` gets on taking a lease that is now ``held``, or ``None`` while
+    another live owner holds it: the same token for the holder itself, a larger one for
+    anyone else (once it expired, or when its holder is ``take_from``, known dead)."""
+    if held is not None and held.expires_ms > now and held.owner != take_from:
+        return held.token if held.owner == owner else None
+    return (held.token if held is not None else 0) + 1
+
+
+def lost(lease: r.Lease, now: r.Lease | None) -> str:
+    holder = f"{now.owner} (token {now.token})" if now is not None else "no one"
+    return (
+        f"the lease on script {lease.script_id} (token {lease.token}) was taken over; it is "
+        f"now held by {holder}, so this host's write was refused: stop driving the script"
+    )
+
+
+def out_of_order(entry: r.CallEntry, expected: int) -> str:
+    return (
+        f"call {entry.call_id} is at position {entry.index} of script {entry.script_id}, "
+        f"but the log's next position is {expected}"
+    )
+
+
+def own_call(entry: r.CallEntry) -> str:
+    return (
+        f"call {entry.call_id} was claimed under this lease (token {entry.token}): it is "
+        "running here, not interrupted"
+    )
+
+
+def not_waiting(script_id: str, call_id: str, state: str, expect: str) -> str:
+    return (
+        f"call {call_id} of script {script_id} is {state.replace('_', ' ')}, "
+        f"not {expect.replace('_', ' ')}"
+    )
+
+
+def check_decision(decision: r.Decision) -> None:
+    if decision.state not in r.DECIDED:
+        raise ValueError(f"a worker cannot move a call to {decision.state!r}")
+
+
+def check_settlement(settlement: r.Settlement) -> None:
+    if settlement.state not in r.SETTLED:
+        raise ValueError(f"a call settles as done or failed, not {settlement.state!r}")
+
+
+def check_ending(status: str) -> None:
+    if status not in r.ENDED:
+        raise ValueError(f"a script ends finished or failed, not {status!r}")
+
+
+def check_answer(expect: str, state: str) -> None:
+    allowed = {
+        r.AWAITING_APPROVAL: {r.APPROVED, r.FAILED},
+        r.AWAITING_CLIENT: {r.DONE, r.FAILED},
+    }
+    if state not in allowed.get(expect, set()):
+        raise ValueError(f"an answer cannot move a call from {expect!r} to {state!r}")
+
+
+def wrong_state(entry: r.CallEntry, states: tuple[str, ...] | set[str]) -> str:
+    return (
+        f"call {entry.call_id} of script {entry.script_id} is {entry.state}, "
+        f"not {' or '.join(sorted(states))}"
+    )

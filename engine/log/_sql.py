@@ -1,0 +1,326 @@
+"""The SQL stores' transactions, written once for every database.
+
+Each transaction is a generator: it yields a :class:`Q` (a statement and what to fetch), is
+sent back the answer, and returns its value. A driver runs it inside one transaction of its
+database: SQLite's on a thread of its own, PostgreSQL's on an async connection. So the rules
+of the log (fencing, claims, conditional answers) are one piece of code whatever the
+database, and the store conformance suite checks that piece on each.
+
+Locking: every transaction that writes a script's calls or lease first reads the script's
+row with ``lock="update"`` (``FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE``
+already serializes writers), so writes to one script are serialized and always take the
+script's row before its calls' rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from engine._errors import CallNotWaiting, ScriptNotFound
+from engine.log import _records as r
+from engine.log import _rows as rows
+from engine.log import _rules as rules
+from engine.log._store import Started
+
+Fetch = Literal["one", "all", "count", "none", "many"]
+Lock = Literal["update", "skip"] | None
+
+
+@dataclass(frozen=True)
+class Q:
+    """One statement: ``?`` placeholders; ``fetch`` says what the driver sends back (a row or
+    ``None``, all rows, the affected row count, nothing; ``many`` runs it once per row of
+    ``params``); ``lock`` asks PostgreSQL to lock the rows read (``skip``: skip locked ones)."""
+
+    sql: str
+    params: Sequence[Any] = ()
+    fetch: Fetch = "none"
+    lock: Lock = None
+
+
+Tx = Generator[Q, Any, Any]
+
+SCRIPT_COLUMNS = (
+    "id, key, code, tenant, language, now_ms, seed, created_ms, updated_ms, status, held, "
+    "steps, total_compute_ms, total_file_bytes, outcome, files, tools, lease_owner, "
+    "lease_token, lease_expires_ms"
+)
+CALL_COLUMNS = (
+    "script_id, idx, call_id, name, arguments, argument_bytes, state, result, result_bytes, "
+    "error, note, owner, token, created_ms, started_ms, ended_ms"
+)
+_SCRIPT_VALUES = ", ".join("?" * len(SCRIPT_COLUMNS.split(",")))
+_CALL_VALUES = ", ".join("?" * len(CALL_COLUMNS.split(",")))
+
+# A script waits for no one: paused with no call awaiting a person or the client, or active
+# under a lease that expired (its host died). Oldest change first.
+_READY = (
+    f"SELECT {SCRIPT_COLUMNS} FROM scripts s WHERE held = 0 AND lease_expires_ms <= ? AND ("
+    " (status = 'paused' AND NOT EXISTS (SELECT 1 FROM calls c WHERE c.script_id = s.id"
+    " AND c.state IN ('awaiting_approval', 'awaiting_client')))"
+    " OR (status = 'active' AND lease_token > 0))"
+    " ORDER BY updated_ms, id LIMIT 1"
+)
+
+
+# ---- reading ----
+
+
+def get_script(script_id: str, lock: Lock = None) -> Tx:
+    row = yield Q(f"SELECT {SCRIPT_COLUMNS} FROM scripts WHERE id = ?", (script_id,), "one", lock)
+    if row is None:
+        raise ScriptNotFound(f"no script {script_id!r} in the session log")
+    return rows.script_from_row(row)
+
+
+def calls(script_id: str, start: int) -> Tx:
+    yield from get_script(script_id)
+    found = yield Q(
+        f"SELECT {CALL_COLUMNS} FROM calls WHERE script_id = ? AND idx >= ? ORDER BY idx",
+        (script_id, start),
+        "all",
+    )
+    return [rows.call_from_row(row) for row in found]
+
+
+def scripts(status: str | None, limit: int) -> Tx:
+    sql = f"SELECT {SCRIPT_COLUMNS} FROM scripts"
+    params: tuple[Any, ...] = ()
+    if status is not None:
+        sql, params = sql + " WHERE status = ?", (status,)
+    found = yield Q(sql + " ORDER BY created_ms, id LIMIT ?", (*params, limit), "all")
+    return [rows.script_from_row(row) for row in found]
+
+
+# ---- starting and owning ----
+
+
+def start(record: r.ScriptRecord, owner: str, ttl_ms: int, now: int) -> Tx:
+    added = yield Q(
+        f"INSERT INTO scripts ({SCRIPT_COLUMNS}) VALUES ({_SCRIPT_VALUES}) ON CONFLICT DO NOTHING",
+        rows.script_row(record, updated_ms=now),
+        "count",
+    )
+    if added == 1:
+        lease = yield from acquire(record.id, owner, ttl_ms, now, None)
+        return Started((yield from get_script(record.id)), lease, created=True)
+    # The key (or, by a host's mistake, the id) is taken: a start of a script already started.
+    row = None
+    if record.key is not None:
+        row = yield Q("SELECT id FROM scripts WHERE key = ?", (record.key,), "one")
+    if row is None:
+        raise ValueError(f"script {record.id!r} is already in the log")
+    lease = yield from acquire(row[0], owner, ttl_ms, now, None)
+    return Started((yield from get_script(row[0])), lease, created=False)
+
+
+def acquire(script_id: str, owner: str, ttl_ms: int, now: int, take_from: str | None) -> Tx:
+    record = yield from get_script(script_id, "update")
+    return (yield from _take(record, owner, ttl_ms, now, take_from))
+
+
+def _take(
+    record: r.ScriptRecord, owner: str, ttl_ms: int, now: int, take_from: str | None = None
+) -> Tx:
+    token = rules.next_token(record.lease, owner, now, take_from)
+    if token is None:
+        return None
+    yield Q(
+        "UPDATE scripts SET lease_owner = ?, lease_token = ?, lease_expires_ms = ? WHERE id = ?",
+        (owner, token, now + ttl_ms, record.id),
+    )
+    return r.Lease(record.id, owner, token, now + ttl_ms)
+
+
+def renew(lease: r.Lease, ttl_ms: int, now: int) -> Tx:
+    yield from _fence(lease)
+    yield Q("UPDATE scripts SET lease_expires_ms = ? WHERE id = ?", (now + ttl_ms, lease.script_id))
+    return r.Lease(lease.script_id, lease.owner, lease.token, now + ttl_ms)
+
+
+def release(lease: r.Lease) -> Tx:
+    yield Q(
+        "UPDATE scripts SET lease_expires_ms = 0 WHERE id = ? AND lease_token = ?",
+        (lease.script_id, lease.token),
+    )
+
+
+def claim_ready(owner: str, ttl_ms: int, now: int) -> Tx:
+    row = yield Q(_READY, (now,), "one", "skip")
+    if row is None:
+        return None
+    return (yield from _take(rows.script_from_row(row), owner, ttl_ms, now))
+
+
+# ---- owner writes ----
+
+
+def _fence(lease: r.Lease) -> Tx:
+    record = yield from get_script(lease.script_id, "update")
+    if record.lease is None or record.lease.token != lease.token:
+        raise r.LeaseLost(rules.lost(lease, record.lease))
+    return record
+
+
+def _touch(script_id: str, now: int) -> Tx:
+    yield Q("UPDATE scripts SET updated_ms = ? WHERE id = ?", (now, script_id))
+
+
+def _call(script_id: str, index: int, states: tuple[str, ...]) -> Tx:
+    row = yield Q(
+        f"SELECT {CALL_COLUMNS} FROM calls WHERE script_id = ? AND idx = ?",
+        (script_id, index),
+        "one",
+        "update",
+    )
+    if row is None:
+        raise r.CallConflict(f"script {script_id} has no call at position {index}")
+    entry = rows.call_from_row(row)
+    if entry.state not in states:
+        raise r.CallConflict(rules.wrong_state(entry, states))
+    return entry
+
+
+def add_calls(lease: r.Lease, entries: Sequence[r.CallEntry], now: int) -> Tx:
+    yield from _fence(lease)
+    (count,) = yield Q("SELECT COUNT(*) FROM calls WHERE script_id = ?", (lease.script_id,), "one")
+    for i, entry in enumerate(entries):
+        if entry.script_id != lease.script_id or entry.index != count + i:
+            raise r.CallConflict(rules.out_of_order(entry, count + i))
+    if entries:
+        yield Q(
+            f"INSERT INTO calls ({CALL_COLUMNS}) VALUES ({_CALL_VALUES})",
+            [rows.call_row(e) for e in entries],
+            "many",
+        )
+    yield from _touch(lease.script_id, now)
+
+
+def decide(lease: r.Lease, decisions: Sequence[r.Decision], now: int) -> Tx:
+    yield from _fence(lease)
+    for d in decisions:
+        yield from _call(lease.script_id, d.index, (r.PROPOSED,))
+        yield Q(
+            "UPDATE calls SET state = ?, note = ?, error = ? WHERE script_id = ? AND idx = ?",
+            (d.state, d.note, d.error, lease.script_id, d.index),
+        )
+    yield from _touch(lease.script_id, now)
+
+
+def claim(lease: r.Lease, indexes: Sequence[int], now: int) -> Tx:
+    yield from _fence(lease)
+    claimed = []
+    for index in indexes:
+        moved = yield Q(
+            "UPDATE calls SET state = ?, owner = ?, token = ?, started_ms = ?"
+            " WHERE script_id = ? AND idx = ? AND state = ?",
+            (r.RUNNING, lease.owner, lease.token, now, lease.script_id, index, r.APPROVED),
+            "count",
+        )
+        if moved == 1:
+            claimed.append(index)
+    yield from _touch(lease.script_id, now)
+    return claimed
+
+
+def settle(lease: r.Lease, settlements: Sequence[r.Settlement], now: int) -> Tx:
+    yield from _fence(lease)
+    for s in settlements:
+        yield from _call(lease.script_id, s.index, (r.RUNNING,))
+        yield Q(
+            "UPDATE calls SET state = ?, result = ?, result_bytes = ?, error = ?, ended_ms = ?"
+            " WHERE script_id = ? AND idx = ?",
+            (s.state, rows.dump(s.result), s.result_bytes, s.error, now, lease.script_id, s.index),
+        )
+    yield from _touch(lease.script_id, now)
+
+
+def reopen(lease: r.Lease, indexes: Sequence[int], now: int) -> Tx:
+    yield from _fence(lease)
+    for index in indexes:
+        entry = yield from _call(lease.script_id, index, (r.RUNNING,))
+        if entry.token is not None and entry.token >= lease.token:
+            raise r.CallConflict(rules.own_call(entry))
+        yield Q(
+            "UPDATE calls SET state = ?, owner = NULL, token = NULL, started_ms = NULL"
+            " WHERE script_id = ? AND idx = ?",
+            (r.APPROVED, lease.script_id, index),
+        )
+    yield from _touch(lease.script_id, now)
+
+
+def record_step(lease: r.Lease, usage: r.StepUsage, now: int) -> Tx:
+    yield from _fence(lease)
+    yield Q(
+        "UPDATE scripts SET steps = ?, total_compute_ms = ?, total_file_bytes = ?,"
+        " updated_ms = ? WHERE id = ?",
+        (usage.steps, usage.total_compute_ms, usage.total_file_bytes, now, lease.script_id),
+    )
+
+
+def pause(lease: r.Lease, now: int) -> Tx:
+    yield from _fence(lease)
+    yield Q(
+        "UPDATE scripts SET status = ?, updated_ms = ? WHERE id = ?",
+        (r.PAUSED, now, lease.script_id),
+    )
+
+
+def end(lease: r.Lease, status: str, outcome: dict[str, Any], now: int) -> Tx:
+    yield from _fence(lease)
+    yield Q(
+        "UPDATE scripts SET status = ?, outcome = ?, updated_ms = ? WHERE id = ?",
+        (status, rows.dump(outcome), now, lease.script_id),
+    )
+
+
+# ---- answers ----
+
+
+def answer(
+    script_id: str,
+    call_id: str,
+    expect: str,
+    state: str,
+    result: Any,
+    result_bytes: int | None,
+    error: str | None,
+    note: str | None,
+    now: int,
+) -> Tx:
+    yield from get_script(script_id, "update")
+    row = yield Q(
+        f"SELECT {CALL_COLUMNS} FROM calls WHERE script_id = ? AND call_id = ?",
+        (script_id, call_id),
+        "one",
+        "update",
+    )
+    if row is None:
+        raise CallNotWaiting(f"script {script_id} has no call {call_id}")
+    entry = rows.call_from_row(row)
+    if entry.state != expect:
+        raise CallNotWaiting(rules.not_waiting(script_id, call_id, entry.state, expect))
+    settled = state in r.SETTLED
+    yield Q(
+        "UPDATE calls SET state = ?, note = ?, result = ?, result_bytes = ?, error = ?,"
+        " ended_ms = ? WHERE script_id = ? AND idx = ?",
+        (
+            state,
+            note,
+            rows.dump(result) if settled else None,
+            result_bytes if settled else None,
+            error if settled else None,
+            now if settled else None,
+            script_id,
+            entry.index,
+        ),
+    )
+    yield from _touch(script_id, now)
+    return (yield from _call(script_id, entry.index, (state,)))
+
+
+def set_held(script_id: str, held: bool, now: int) -> Tx:
+    yield from get_script(script_id, "update")
+    yield Q("UPDATE scripts SET held = ?, updated_ms = ? WHERE id = ?", (int(held), now, script_id))

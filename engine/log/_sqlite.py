@@ -1,0 +1,237 @@
+"""The session log in one SQLite file, shared by every host process on one machine.
+
+Each write is one ``BEGIN IMMEDIATE`` transaction, so writers from any process are serialized
+by SQLite's own lock, and a fenced write's check of the lease token and its change are one
+atomic step. Every statement runs on a thread of the store's own, never on the event loop:
+a synchronous commit waits for the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from engine._errors import ConfigError, StoreUnavailable
+from engine.log import _sql as sql
+from engine.log._sqlbase import SqlStore
+
+SCHEMA_VERSION = 2
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS scripts (
+    id TEXT PRIMARY KEY,
+    key TEXT,
+    code TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    language TEXT NOT NULL DEFAULT 'javascript',
+    now_ms INTEGER NOT NULL,
+    seed INTEGER NOT NULL,
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL DEFAULT 0,
+    status TEXT NOT NULL,
+    held INTEGER NOT NULL DEFAULT 0,
+    steps INTEGER NOT NULL DEFAULT 0,
+    total_compute_ms REAL NOT NULL DEFAULT 0,
+    total_file_bytes INTEGER NOT NULL DEFAULT 0,
+    outcome BLOB,
+    files BLOB,
+    tools BLOB,
+    lease_owner TEXT,
+    lease_token INTEGER NOT NULL DEFAULT 0,
+    lease_expires_ms INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS calls (
+    script_id TEXT NOT NULL REFERENCES scripts(id),
+    idx INTEGER NOT NULL,
+    call_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    arguments BLOB NOT NULL,
+    argument_bytes INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL,
+    result BLOB,
+    result_bytes INTEGER,
+    error TEXT,
+    note TEXT,
+    owner TEXT,
+    token INTEGER,
+    created_ms INTEGER NOT NULL DEFAULT 0,
+    started_ms INTEGER,
+    ended_ms INTEGER,
+    PRIMARY KEY (script_id, idx)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS scripts_key ON scripts(key);
+CREATE INDEX IF NOT EXISTS scripts_updated ON scripts(status, updated_ms);
+CREATE INDEX IF NOT EXISTS calls_call_id ON calls(script_id, call_id)
+"""
+
+# Columns that logs of the first release lack, added in place when one is opened.
+_ADDED = {
+    "scripts": [
+        ("key", "TEXT"),
+        ("language", "TEXT NOT NULL DEFAULT 'javascript'"),
+        ("updated_ms", "INTEGER NOT NULL DEFAULT 0"),
+        ("tools", "BLOB"),
+        ("lease_owner", "TEXT"),
+        ("lease_token", "INTEGER NOT NULL DEFAULT 0"),
+        ("lease_expires_ms", "INTEGER NOT NULL DEFAULT 0"),
+    ],
+    "calls": [
+        ("argument_bytes", "INTEGER NOT NULL DEFAULT 0"),
+        ("result_bytes", "INTEGER"),
+        ("owner", "TEXT"),
+        ("token", "INTEGER"),
+        ("created_ms", "INTEGER NOT NULL DEFAULT 0"),
+        ("started_ms", "INTEGER"),
+        ("ended_ms", "INTEGER"),
+    ],
+}
+
+
+class SqliteStore(SqlStore):
+    """The log in ``<directory>/codemode.sqlite3`` (WAL, synchronous commits).
+
+    ``directory`` is made if missing. ``clock`` gives the store's time in seconds, by which
+    leases expire (every host on the machine shares it).
+    """
+
+    FILE_NAME = "codemode.sqlite3"
+    local = True
+
+    def __init__(self, directory: str | Path, clock: Callable[[], float] = time.time) -> None:
+        directory = Path(directory)
+        if directory.exists() and not directory.is_dir():
+            raise ConfigError(
+                f"the data directory {directory} is a file: give a directory for the session "
+                "log (it is made if missing)"
+            )
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"cannot make the data directory {directory}: {e}") from None
+        self.path = directory / self.FILE_NAME
+        self._clock = clock
+        self._closed = False
+        # One thread of its own: the connection stays on it, and no commit blocks the loop.
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="codemode-sqlite")
+        self._db: sqlite3.Connection | None = None
+        try:
+            self._thread.submit(self._open).result()
+        except BaseException:
+            self._thread.shutdown(wait=True)
+            raise
+
+    def _open(self) -> None:
+        try:
+            db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30)
+            db.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.Error as e:
+            raise ConfigError(f"cannot open the session log {self.path}: {e}") from None
+        # Each write says whether it must reach the disk before it returns (see SqlStore._tx).
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA busy_timeout=30000")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            (version,) = db.execute("PRAGMA user_version").fetchone()
+            if version > SCHEMA_VERSION:
+                raise ConfigError(
+                    f"the session log {self.path} was written by a newer codemode (schema "
+                    f"{version}; this one reads up to {SCHEMA_VERSION}): upgrade codemode"
+                )
+            if version < SCHEMA_VERSION:
+                _migrate(db)
+                for statement in _SCHEMA.split(";"):
+                    db.execute(statement)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except BaseException:
+            db.execute("ROLLBACK")
+            db.close()
+            raise
+        db.execute("COMMIT")
+        self._db = db
+
+    async def _tx(self, make: Callable[[int], sql.Tx], *, write: bool, sync: bool = True) -> Any:
+        if self._closed:
+            raise RuntimeError("the session log is closed")
+        now = int(self._clock() * 1000)
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(
+                self._thread, self._run, make(now), write, write and sync
+            )
+        except sqlite3.OperationalError as e:  # locked past the busy timeout, disk full, ...
+            raise StoreUnavailable(
+                f"the session log {self.path} could not be written ({e}); nothing written is "
+                "lost: resume the script once it can"
+            ) from None
+
+    def _run(self, tx: sql.Tx, write: bool, sync: bool) -> Any:
+        db = self._db
+        assert db is not None
+        # In WAL mode FULL syncs the log at this commit (and so every commit before it).
+        db.execute("PRAGMA synchronous=FULL" if sync else "PRAGMA synchronous=NORMAL")
+        # A read is one deferred transaction too: one snapshot for all its statements.
+        db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            answer: Any = None
+            while True:
+                try:
+                    q = tx.send(answer)
+                except StopIteration as stop:
+                    value = stop.value
+                    break
+                answer = _execute(db, q)
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        return value
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+
+        def close() -> None:
+            if self._db is not None:
+                self._db.close()
+
+        await asyncio.get_running_loop().run_in_executor(self._thread, close)
+        self._thread.shutdown(wait=True)
+
+
+def _execute(db: sqlite3.Connection, q: sql.Q) -> Any:
+    if q.fetch == "many":
+        db.executemany(q.sql, q.params)
+        return None
+    cursor = db.execute(q.sql, q.params)
+    if q.fetch == "one":
+        return cursor.fetchone()
+    if q.fetch == "all":
+        return cursor.fetchall()
+    if q.fetch == "count":
+        return cursor.rowcount
+    return None
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring a log of the first release up to this schema: add the columns it lacks, and take
+    the sizes it kept in ``extra``."""
+    for table, columns in _ADDED.items():
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if not have:
+            continue  # a new log: the schema makes the table
+        for name, kind in columns:
+            if name not in have:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+        if table == "calls" and "extra" in have:
+            db.execute(
+                "UPDATE calls SET argument_bytes = length(arguments), result_bytes = COALESCE("
+                "json_extract(CAST(extra AS TEXT), '$.result_bytes'), length(result))"
+            )
+        if table == "scripts":
+            db.execute("UPDATE scripts SET updated_ms = created_ms WHERE updated_ms = 0")

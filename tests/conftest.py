@@ -1,0 +1,41 @@
+"""Fixtures every test package shares: a PostgreSQL server for this test session, started
+on first use (see tests/postgres_server.py). A test that needs it and cannot have it fails in
+CI and is skipped elsewhere, saying what is missing."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests._needs import require
+from tests.postgres_server import PostgresServer, PostgresUnavailable
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """The DSN of a PostgreSQL server for this test session, or the reason there is none.
+    ``CODEMODE_TEST_DSN`` names a server of your own instead of a throwaway one."""
+    own = os.environ.get("CODEMODE_TEST_DSN")
+    if own:
+        yield own
+        return
+    server = PostgresServer()
+    try:
+        dsn = server.start()
+    except PostgresUnavailable as e:
+        yield f"unavailable: {e}"
+        return
+    try:
+        yield dsn
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres(postgres_server: str) -> str:
+    """A PostgreSQL DSN; the test fails in CI (skips elsewhere) if there is no server."""
+    if postgres_server.startswith("unavailable: "):
+        require(f"PostgreSQL is {postgres_server}")
+    return postgres_server

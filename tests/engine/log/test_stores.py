@@ -1,0 +1,137 @@
+"""What is particular to each store: opening, upgrading and refusing a log."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+from pathlib import Path
+
+import orjson
+import pytest
+
+from engine import ConfigError
+from engine.log import APPROVED, DONE, PostgresStore, SqliteStore
+
+# The schema of the first release's SQLite log, as its files are on hosts' disks.
+FIRST_RELEASE_SCHEMA = """
+CREATE TABLE scripts (
+    id TEXT PRIMARY KEY, code TEXT NOT NULL, tenant TEXT NOT NULL, now_ms INTEGER NOT NULL,
+    seed INTEGER NOT NULL, created_ms INTEGER NOT NULL, status TEXT NOT NULL,
+    held INTEGER NOT NULL DEFAULT 0, steps INTEGER NOT NULL DEFAULT 0,
+    total_compute_ms REAL NOT NULL DEFAULT 0, total_file_bytes INTEGER NOT NULL DEFAULT 0,
+    outcome BLOB, files BLOB
+);
+CREATE TABLE calls (
+    script_id TEXT NOT NULL REFERENCES scripts(id), idx INTEGER NOT NULL,
+    call_id TEXT NOT NULL, name TEXT NOT NULL, arguments BLOB NOT NULL, state TEXT NOT NULL,
+    result BLOB, error TEXT, note TEXT, extra BLOB, PRIMARY KEY (script_id, idx)
+);
+CREATE INDEX scripts_status ON scripts(status);
+"""
+
+
+async def test_sqlite_upgrades_a_first_release_log(tmp_path: Path) -> None:
+    """A log written by the first release opens, with every script and call as it was and
+    the sizes it kept in `extra` taken over."""
+    db = sqlite3.connect(tmp_path / SqliteStore.FILE_NAME)
+    db.executescript(FIRST_RELEASE_SCHEMA)
+    db.execute(
+        "INSERT INTO scripts VALUES ('s1', 'return 1', 'acme', 5, 6, 7, 'paused', 0, 2, 1.5, 0,"
+        " NULL, ?)",
+        (orjson.dumps([]),),
+    )
+    args, result = orjson.dumps({"sku": "A1"}), orjson.dumps({"price": 3})
+    db.execute(
+        "INSERT INTO calls VALUES ('s1', 0, 'call_s1_1', 'get_price', ?, 'done', ?, NULL, NULL, ?)",
+        (args, result, orjson.dumps({"argument_bytes": len(args), "result_bytes": 999})),
+    )
+    db.execute(
+        "INSERT INTO calls VALUES ('s1', 1, 'call_s1_2', 'get_price', ?, 'approved', NULL, NULL,"
+        " 'approved', ?)",
+        (args, orjson.dumps({"argument_bytes": len(args)})),
+    )
+    db.commit()
+    db.close()
+
+    store = SqliteStore(tmp_path)
+    try:
+        record = await store.get_script("s1")
+        assert (record.code, record.status, record.steps, record.updated_ms) == (
+            "return 1",
+            "paused",
+            2,
+            7,
+        )
+        assert record.lease is None and record.key is None and record.tools == {}
+        calls = await store.calls("s1")
+        assert [(c.state, c.result, c.argument_bytes, c.result_bytes) for c in calls] == [
+            (DONE, {"price": 3}, len(args), 999),
+            (APPROVED, None, len(args), None),
+        ]
+        lease = await store.acquire("s1", "host-a", 60_000)
+        assert lease is not None and await store.claim(lease, [1]) == [1]
+    finally:
+        await store.aclose()
+    # Opened again, it is not upgraded twice.
+    again = SqliteStore(tmp_path)
+    assert len(await again.calls("s1")) == 2
+    await again.aclose()
+
+
+async def test_sqlite_refuses_a_newer_log(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / SqliteStore.FILE_NAME)
+    db.execute("PRAGMA user_version = 99")
+    db.close()
+    with pytest.raises(ConfigError, match=r"newer codemode .*upgrade codemode"):
+        SqliteStore(tmp_path)
+
+
+def test_sqlite_data_dir_that_is_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "sess.v1"
+    path.write_text("not a directory")
+    with pytest.raises(ConfigError, match="is a file: give a directory"):
+        SqliteStore(path)
+
+
+def test_sqlite_data_dir_with_a_dot_is_a_directory(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "sess.v1")
+    assert store.path == tmp_path / "sess.v1" / SqliteStore.FILE_NAME
+
+
+async def test_postgres_unreachable_is_one_clear_error() -> None:
+    with socket.socket() as s:  # a port on loopback that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = PostgresStore(f"postgresql://codemode:secret@127.0.0.1:{port}/app", connect_timeout=2)
+    with pytest.raises(ConfigError) as caught:
+        await store.get_script("x")
+    message = str(caught.value)
+    assert f"127.0.0.1:{port}/app" in message and "[codemode.store] dsn" in message
+    assert "secret" not in message
+    await store.aclose()
+
+
+def test_postgres_schema_name_is_checked() -> None:
+    with pytest.raises(ConfigError, match="plain lower-case identifier"):
+        PostgresStore("postgresql://x", schema='x"; DROP TABLE scripts; --')
+
+
+async def test_postgres_tables_in_their_own_schema(postgres: str) -> None:
+    """Two schemas on one database are two separate logs."""
+    import psycopg
+
+    a, b = PostgresStore(postgres, schema="log_a"), PostgresStore(postgres, schema="log_b")
+    try:
+        await a.scripts()
+        await b.scripts()
+        async with await psycopg.AsyncConnection.connect(postgres) as conn:
+            rows = await (
+                await conn.execute(
+                    "SELECT table_schema FROM information_schema.tables"
+                    " WHERE table_name = 'scripts' ORDER BY 1"
+                )
+            ).fetchall()
+        assert {"log_a", "log_b"} <= {r[0] for r in rows}
+    finally:
+        await a.aclose()
+        await b.aclose()

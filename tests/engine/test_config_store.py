@@ -1,0 +1,60 @@
+"""[codemode.store] in codemode.toml: which session log, checked before anything runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine import Config, ConfigError, MemoryStore, PostgresStore, SqliteStore
+
+
+def _config(tmp_path: Path, text: str) -> Config:
+    path = tmp_path / "codemode.toml"
+    path.write_text(text)
+    return Config.load(path)
+
+
+def test_default_store_is_sqlite_in_data_dir(tmp_path: Path) -> None:
+    config = _config(tmp_path, '[codemode]\ndata_dir = "log"\n')
+    assert config.data_dir is not None
+    store = config.store.build(config.data_dir)
+    assert isinstance(store, SqliteStore) and store.path.parent == tmp_path / "log"
+    assert isinstance(Config().store.build(None), MemoryStore)
+    assert config.store.lease_ms == 30_000
+
+
+def test_postgres_store_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MY_DSN", "postgresql://app@db.internal/codemode")
+    config = _config(
+        tmp_path,
+        '[codemode.store]\nkind = "postgres"\ndsn_env = "MY_DSN"\nschema = "agents"\nlease_ms = 5000\n',
+    )
+    store = config.store.build(None)
+    assert isinstance(store, PostgresStore)
+    assert (store.dsn, store.schema, config.store.lease_ms) == (
+        "postgresql://app@db.internal/codemode",
+        "agents",
+        5000,
+    )
+
+
+@pytest.mark.parametrize(
+    ("table", "named"),
+    [
+        ('kind = "mysql"', 'kind = \'mysql\'; use "sqlite", "postgres" or "memory"'),
+        ('kind = "postgres"', "needs dsn"),
+        ('kind = "postgres"\ndsn_env = "CODEMODE_UNSET_DSN"', "$CODEMODE_UNSET_DSN is not set"),
+        ('kind = "postgres"\ndsn = "x"\ndsn_env = "Y"', "dsn or dsn_env, not both"),
+        ('dsn = "postgresql://x"', 'is for kind = "postgres" only'),
+        ("lease_ms = 5", "lease_ms must be whole milliseconds, 100 or more"),
+        ("max_connections = 0", "max_connections must be a whole number"),
+        ("colour = 1", "unknown key(s) 'colour'"),
+    ],
+)
+def test_bad_store_table_is_refused(tmp_path: Path, table: str, named: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        _config(tmp_path, f"[codemode.store]\n{table}\n")
+    assert named in str(caught.value) and "[codemode.store]" in str(caught.value)

@@ -1,0 +1,551 @@
+"""One host drives a script at a time: several hosts that resume one script at once (engine
+objects in one process, or host processes) run each approved call once and agree on one
+outcome; a host that stalls past its lease cannot write over its successor."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+
+from engine import CallNotWaiting, CodeMode, LogStore, RunResult, ToolsMissing, tool
+from tests.engine.conftest import InProcessRunner
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pay_tools(effects: list[int], gate: asyncio.Event | None = None) -> list:
+    @tool(needs_approval=True)
+    async def pay(cents: int) -> str:
+        """Pay, after a person approves."""
+        effects.append(cents)
+        if gate is not None:
+            await gate.wait()
+        return "paid"
+
+    @tool(read_only=True)
+    def price(sku: str) -> int:
+        """A price."""
+        return 30
+
+    return [pay, price]
+
+
+SCRIPT = """
+const cents = await tools.price({ sku: "A1" });
+const receipt = await tools.pay({ cents });
+return { cents, receipt };
+"""
+
+
+async def test_hosts_resuming_at_once_run_the_call_once(
+    make_store: Callable[[], LogStore],
+) -> None:
+    """Four engines on one log resume an approved script at once: the call runs once, the
+    one that drives it finishes, the others say the script is driven elsewhere; later every
+    resume returns the one outcome."""
+    effects: list[int] = []
+    gate = asyncio.Event()
+    hosts = [
+        CodeMode(_pay_tools(effects, gate), runner=InProcessRunner(), store=make_store())
+        for _ in range(4)
+    ]
+    try:
+        paused = await hosts[0].run_code(SCRIPT)
+        assert paused.status == "paused", paused.text
+        call_id = paused.waiting[0]["call_id"]
+        await hosts[1].approve(paused.script_id, call_id)
+        with pytest.raises(CallNotWaiting):  # the approval delivered twice
+            await hosts[2].approve(paused.script_id, call_id)
+
+        driving = asyncio.create_task(hosts[3].resume(paused.script_id))
+        while not effects:  # hosts[3] is inside the call, holding the script
+            await asyncio.sleep(0.01)
+        others = await asyncio.gather(*(h.resume(paused.script_id) for h in hosts[:3]))
+        assert [r.status for r in others] == ["elsewhere"] * 3, [r.text for r in others]
+        assert "another host" in others[0].text
+        gate.set()
+        done = await driving
+        assert done.status == "finished" and done.value == {"cents": 30, "receipt": "paid"}
+        assert effects == [30]
+        again = await asyncio.gather(*(h.resume(paused.script_id) for h in hosts))
+        assert {orjson.dumps(r.to_dict()) for r in again} == {orjson.dumps(done.to_dict())}
+    finally:
+        gate.set()
+        for h in hosts:
+            await h.aclose()
+
+
+async def test_resume_can_wait_for_the_host_that_drives(
+    make_store: Callable[[], LogStore],
+) -> None:
+    """resume(wait=...) waits for the driving host to let go and returns the outcome."""
+    effects: list[int] = []
+    gate = asyncio.Event()
+    store = make_store()
+    a = CodeMode(
+        _pay_tools(effects, gate), runner=InProcessRunner(), store=store, poll_interval=0.02
+    )
+    b = CodeMode(
+        _pay_tools(effects, gate), runner=InProcessRunner(), store=make_store(), poll_interval=0.02
+    )
+    try:
+        paused = await a.run_code(SCRIPT)
+        await a.approve(paused.script_id, paused.waiting[0]["call_id"])
+        driving = asyncio.create_task(a.resume(paused.script_id))
+        while not effects:
+            await asyncio.sleep(0.01)
+        waiting = asyncio.create_task(b.resume(paused.script_id, wait=60))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()
+        gate.set()
+        done, waited = await driving, await waiting
+        assert waited.to_dict() == done.to_dict() and effects == [30]
+    finally:
+        gate.set()
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_idempotent_start_continues_the_script(make_store: Callable[[], LogStore]) -> None:
+    """A host that replays the model's run_code call (same key) continues that script: its
+    calls do not run again, and the result is the same."""
+    effects: list[int] = []
+    host = CodeMode(_pay_tools(effects), runner=InProcessRunner(), store=make_store())
+    replayed = CodeMode(_pay_tools(effects), runner=InProcessRunner(), store=make_store())
+    try:
+        seen: list[str] = []
+        first = await host.run_code(SCRIPT, key="toolu_01", on_start=seen.append)
+        assert first.status == "paused" and seen == [first.script_id]
+        again = await replayed.run_code(SCRIPT, key="toolu_01", on_start=seen.append)
+        assert again.script_id == first.script_id and seen == [first.script_id] * 2
+        assert again.status == "paused" and again.waiting == first.waiting
+        await replayed.approve(first.script_id, first.waiting[0]["call_id"])
+        done = await host.run_code(SCRIPT, key="toolu_01")
+        assert done.value == {"cents": 30, "receipt": "paid"} and effects == [30]
+        assert (await replayed.run_code(SCRIPT, key="toolu_01")).to_dict() == done.to_dict()
+        other = await host.run_code(SCRIPT, key="toolu_02")
+        assert other.script_id != first.script_id
+    finally:
+        await host.aclose()
+        await replayed.aclose()
+
+
+async def test_resume_without_a_tool_the_script_calls_runs_nothing(
+    make_store: Callable[[], LogStore],
+) -> None:
+    """A host whose tools lack one the script has called refuses to drive it before any call
+    runs, naming the tool; the script waits for a host that has it."""
+    effects: list[int] = []
+    store = make_store()
+    full = CodeMode(_pay_tools(effects), runner=InProcessRunner(), store=store)
+    paused = await full.run_code(SCRIPT)
+    await full.approve(paused.script_id, paused.waiting[0]["call_id"])
+    (price,) = [t for t in _pay_tools(effects) if t.name == "price"]
+    lacking = CodeMode([price], runner=InProcessRunner(), store=make_store())
+    try:
+        with pytest.raises(ToolsMissing, match=r"calls pay, which this host does not have"):
+            await lacking.resume(paused.script_id)
+        assert effects == []
+        done = await full.resume(paused.script_id)
+        assert done.status == "finished" and effects == [30]
+        record = await store.get_script(paused.script_id)
+        assert set(record.tools) == {"pay", "price"}
+        assert all(v.startswith("sha256:") for v in record.tools.values())
+    finally:
+        await full.aclose()
+        await lacking.aclose()
+
+
+async def test_hosts_of_a_postgres_log_share_its_attachments(postgres: str) -> None:
+    """A script's files are kept in the log's database, so a host with no disk in common with
+    the one that started the script reads them."""
+    import uuid as _uuid
+
+    from engine import Attachment, PostgresStore
+
+    schema = f"files_{_uuid.uuid4().hex[:12]}"
+    effects: list[int] = []
+    a = CodeMode(
+        _pay_tools(effects), runner=InProcessRunner(), store=PostgresStore(postgres, schema=schema)
+    )
+    b = CodeMode(
+        _pay_tools(effects), runner=InProcessRunner(), store=PostgresStore(postgres, schema=schema)
+    )
+    script = """
+    const text = await files.text("notes.txt");
+    await tools.pay({ cents: text.length });
+    return (await files.text("notes.txt")).slice(6);
+    """
+    try:
+        paused = await a.run_code(script, files=[Attachment("notes.txt", data=b"hello world")])
+        assert paused.status == "paused", paused.text
+        await b.approve(paused.script_id, paused.waiting[0]["call_id"])
+        done = await b.resume(paused.script_id)
+        assert done.status == "finished" and done.value == "world", done.text
+        assert effects == [11]
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+# ---- host processes ----
+
+TOOLS = '''
+import os, time
+from engine import tool
+
+LEDGER = os.environ["LEDGER"]
+
+def _note(text):
+    with open(LEDGER, "a") as f:
+        f.write(text + "\\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+@tool(read_only=True)
+def price(sku: str) -> int:
+    """A price."""
+    return 30
+
+@tool(needs_approval=True)
+def pay(cents: int) -> str:
+    """Pay, after a person approves; waits for the GO file when there is one to wait for."""
+    _note(f"pay {cents} {os.getpid()}")
+    go = os.environ.get("GO")
+    while go and not os.path.exists(go):
+        time.sleep(0.02)
+    return "paid"
+'''
+
+HOST = """
+import asyncio, sys, json, os
+sys.path.insert(0, {root!r})
+from engine import CodeMode, CallNotWaiting
+from engine._loading import load_tools
+from tests.engine.conftest import InProcessRunner
+
+async def main():
+    tools, _ = load_tools({tools!r})
+    engine = CodeMode(tools, runner=InProcessRunner(), data_dir={data!r},
+                      lease_ms=int(os.environ.get("LEASE_MS", "30000")))
+    action = sys.argv[1]
+    if action == "start":
+        result = await engine.run_code(open(sys.argv[2]).read())
+    else:
+        script_id, call_id = sys.argv[2], sys.argv[3]
+        if call_id != "-":
+            try:
+                await engine.approve(script_id, call_id)
+            except CallNotWaiting:
+                pass  # another host had it delivered too
+        result = await engine.resume(script_id)
+    print(json.dumps(result.to_dict()), flush=True)
+    await engine.aclose()
+
+asyncio.run(main())
+"""
+
+
+def _host(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    tools = tmp_path / "tools.py"
+    tools.write_text(TOOLS)
+    program = HOST.format(root=str(ROOT), tools=str(tools), data=str(tmp_path / "data"))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", program, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "LEDGER": str(tmp_path / "ledger"), **(env or {})},
+        cwd=ROOT,
+    )
+    return proc
+
+
+def _script(tmp_path: Path) -> str:
+    path = tmp_path / "script.js"
+    path.write_text(SCRIPT)
+    return str(path)
+
+
+def _result(proc: subprocess.Popen[str]) -> RunResult:
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    return RunResult.from_dict(orjson.loads(out.strip().splitlines()[-1]))
+
+
+def _ledger(tmp_path: Path) -> list[str]:
+    path = tmp_path / "ledger"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _wait_for(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not predicate():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_host_processes_resuming_at_once_run_the_call_once(tmp_path: Path) -> None:
+    """Four host processes get the approval and resume at once: the call runs once, and every
+    host returns the one outcome or says another host drives the script."""
+    paused = _result(_host(tmp_path, "start", _script(tmp_path)))
+    call_id = paused.waiting[0]["call_id"]
+    hosts = [_host(tmp_path, "resume", paused.script_id, call_id) for _ in range(4)]
+    results = [_result(h) for h in hosts]
+    assert [line.split()[:2] for line in _ledger(tmp_path)] == [["pay", "30"]]
+    finished = [r for r in results if r.status == "finished"]
+    assert finished and all(r.status in ("finished", "elsewhere") for r in results)
+    assert {orjson.dumps(r.to_dict()) for r in finished} == {orjson.dumps(finished[0].to_dict())}
+    assert finished[0].value == {"cents": 30, "receipt": "paid"}
+
+
+def test_a_host_stalled_past_its_lease_cannot_overwrite_its_successor(tmp_path: Path) -> None:
+    """A host stopped (SIGSTOP) while its call runs loses the script when its lease lapses;
+    the successor settles that call as interrupted and ends the script; the stalled host,
+    continued, finishes its call (which ran once) but its writes are refused, and it returns
+    the successor's outcome."""
+    paused = _result(_host(tmp_path, "start", _script(tmp_path)))
+    go = tmp_path / "go"
+    env = {"LEASE_MS": "400", "GO": str(go)}
+    stalled = _host(tmp_path, "resume", paused.script_id, paused.waiting[0]["call_id"], env=env)
+    try:
+        _wait_for(lambda: len(_ledger(tmp_path)) == 1, "the call to start")
+        stalled.send_signal(signal.SIGSTOP)
+        time.sleep(0.8)  # past the stalled host's lease (400 ms)
+        successor = _result(_host(tmp_path, "resume", paused.script_id, "-", env=env))
+        assert successor.status == "failed", successor.text
+        assert "interrupted" in successor.text
+    finally:
+        stalled.send_signal(signal.SIGCONT)
+    go.write_text("")
+    late = _result(stalled)
+    assert late.to_dict() == successor.to_dict(), "the successor's outcome stands"
+    assert len(_ledger(tmp_path)) == 1, "the call ran once"
+    final = _result(_host(tmp_path, "resume", paused.script_id, "-"))
+    assert final.to_dict() == successor.to_dict()
+
+
+# ---- a randomized trial: three host processes on one PostgreSQL log, killed at random ----
+
+TRIAL_TOOLS = '''
+import os
+from engine import tool
+
+LEDGER = os.environ["LEDGER"]
+
+def _effect(text):
+    # One short line per effect, appended and synced: a host killed after this line ran the
+    # effect; one killed before it did not.
+    fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (text + "\\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+@tool
+def charge(order: int) -> str:
+    """Charge an order."""
+    _effect(f"charge {order}")
+    return "charged"
+
+@tool(needs_approval=True)
+def ship(order: int) -> str:
+    """Ship an order, after a person approves."""
+    _effect(f"ship {order}")
+    return "shipped"
+'''
+
+TRIAL_SCRIPT = """
+const charged = await tools.charge({ order: ORDER });
+const shipped = await tools.ship({ order: ORDER });
+return { order: ORDER, charged, shipped };
+"""
+
+# A host: drives scripts that wait for no one in the background, and answers the driver's
+# commands (JSON lines on stdin) concurrently, each with one JSON line on stdout.
+TRIAL_HOST = """
+import asyncio, json, sys
+sys.path.insert(0, {root!r})
+from engine import CallNotWaiting, CodeMode, PostgresStore
+from engine._loading import load_tools
+from tests.engine.conftest import InProcessRunner
+
+async def main():
+    tools, _ = load_tools({tools!r})
+    store = PostgresStore({dsn!r}, schema={schema!r})
+    engine = CodeMode(tools, runner=InProcessRunner(), store=store, lease_ms=3000,
+                      poll_interval=0.05)
+    worker = asyncio.create_task(engine.work())
+
+    async def handle(command):
+        try:
+            await act(command)
+        except Exception as e:  # the log overloaded: the driver sends it again
+            print(json.dumps({{"order": command["order"], "error": str(e)}}), flush=True)
+
+    async def act(command):
+        if command["op"] == "start":
+            script = {script!r}.replace("ORDER", str(command["order"]))
+            result = await engine.run_code(script, key=f"order-{{command['order']}}")
+        else:
+            try:
+                await engine.approve(command["script_id"], command["call_id"])
+            except CallNotWaiting:
+                pass
+            result = await engine.resume(command["script_id"])
+        print(json.dumps({{"order": command["order"], "result": result.to_dict()}}), flush=True)
+
+    tasks = set()
+    while line := await asyncio.to_thread(sys.stdin.readline):
+        task = asyncio.create_task(handle(json.loads(line)))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+asyncio.run(main())
+"""
+
+
+class _TrialHost:
+    def __init__(self, tmp_path: Path, dsn: str, schema: str) -> None:
+        tools = tmp_path / "trial_tools.py"
+        tools.write_text(TRIAL_TOOLS)
+        program = TRIAL_HOST.format(
+            root=str(ROOT), tools=str(tools), dsn=dsn, schema=schema, script=TRIAL_SCRIPT
+        )
+        # What a host says on stderr is kept next to the ledger, for a failure's post-mortem.
+        self._stderr = (tmp_path / f"host-{uuid.uuid4().hex[:6]}.err").open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", program],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            bufsize=1,
+            env={**os.environ, "LEDGER": str(tmp_path / "ledger")},
+            cwd=ROOT,
+        )
+        self.lines: list[dict] = []
+        self._reader = asyncio.get_running_loop().run_in_executor(None, self._read)
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(orjson.loads(line))
+
+    def send(self, command: dict) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(orjson.dumps(command).decode() + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass  # killed: the driver sends it again elsewhere
+
+    async def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        await self._reader
+        self._stderr.close()
+
+    async def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.kill()
+        self.proc.wait()
+        await self._reader
+        self._stderr.close()
+
+
+@pytest.mark.timeout(300)
+async def test_randomized_trial_three_hosts_on_postgres(tmp_path: Path, postgres: str) -> None:
+    """100 scripts with a charge and an approved shipment, driven by three host processes on
+    one PostgreSQL log; every start, approval and resume goes to two random hosts, and hosts
+    are SIGKILLed at random and started again. Afterwards: no effect ran twice, no script has
+    two outcomes, every script ended."""
+    import random
+
+    from engine import PostgresStore
+
+    rng = random.Random(20261201)
+    schema = f"trial_{uuid.uuid4().hex[:12]}"
+    orders = range(100)
+    hosts = [_TrialHost(tmp_path, postgres, schema) for _ in range(3)]
+    retired: list[_TrialHost] = []
+    store = PostgresStore(postgres, schema=schema)
+    known: dict[int, dict] = {}  # order -> the paused result that names its call
+    sent: dict[int, float] = {}  # order -> when its last command went out
+    kills = 0
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert time.monotonic() < deadline, "the trial did not end"
+            for host in hosts:
+                for line in host.lines:
+                    result = line.get("result") or {"status": "error"}
+                    if result["status"] == "paused" and result["waiting"]:
+                        known.setdefault(line["order"], result)
+            ended = {
+                s.key
+                for s in await store.scripts(limit=10_000)
+                if s.status in ("finished", "failed")
+            }
+            pending = [o for o in orders if f"order-{o}" not in ended]
+            if not pending:
+                break
+            now = time.monotonic()
+            for order in pending:
+                if now - sent.get(order, -10.0) < 3.0:
+                    continue  # give the last delivery time to land
+                sent[order] = now
+                for host in rng.sample(hosts, 2):
+                    paused = known.get(order)
+                    if paused is None:
+                        host.send({"op": "start", "order": order})
+                    else:
+                        call_id = paused["waiting"][0]["call_id"]
+                        host.send(
+                            {
+                                "op": "approve",
+                                "order": order,
+                                "script_id": paused["script_id"],
+                                "call_id": call_id,
+                            }
+                        )
+            await asyncio.sleep(rng.uniform(0.2, 0.6))
+            if kills < 6 and rng.random() < 0.5:
+                victim = rng.randrange(len(hosts))
+                await hosts[victim].kill()
+                retired.append(hosts[victim])
+                hosts[victim] = _TrialHost(tmp_path, postgres, schema)
+                kills += 1
+        assert kills >= 3, "the trial must kill hosts to mean anything"
+
+        effects = (tmp_path / "ledger").read_text().splitlines()
+        duplicated = sorted({e for e in effects if effects.count(e) > 1})
+        assert duplicated == [], f"effects that ran twice: {duplicated}"
+        stored = {s.key: s for s in await store.scripts(limit=10_000)}
+        assert len(stored) == 100, "one script per order, however often it was started"
+        finished = sum(s.status == "finished" for s in stored.values())
+        assert finished > 0
+        for host in hosts + retired:
+            for line in host.lines:
+                result = line.get("result") or {"status": "error"}
+                if result["status"] in ("finished", "failed"):
+                    outcome = stored[f"order-{line['order']}"].outcome
+                    assert result == outcome, "a host returned an outcome the log does not hold"
+    finally:
+        for host in hosts:
+            await host.close()
+        await store.aclose()
