@@ -112,6 +112,16 @@ def table(rows: list[Row]) -> str:
                 f"({_num(extra['without_check_p50_ms'], 2)} ms), +{extra['check_adds_ms']:.1f} ms"
                 + ("" if extra["type_check"] == "on" else f" [{extra['type_check']}]")
             )
+        if row.extra and "engine_store" in row.extra:
+            note = "; ".join(
+                f"{name} {figures['sqlite_over_memory']:.2f}x memory"
+                + (
+                    f", engine {figures['engine_own_ms_per_call']['sqlite']:.3f} ms/call"
+                    if figures["engine_own_ms_per_call"]
+                    else ""
+                )
+                for name, figures in row.extra["engine_store"].items()
+            )
         if row.shares:
             shares = "/".join(f"{100 * s:.0f}" for s in row.shares.values())
             note = f"slot shares {shares}%, Jain {row.fairness:.3f}"

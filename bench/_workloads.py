@@ -195,15 +195,102 @@ async def _tenants(mode: Mode, per_tenant: int) -> Sample:
 
 
 class _ModeRunner(ScriptRunner):
-    """The engine's runner for the type-check workload: each step goes to the bench's mode."""
+    """The engine's runner for the engine workloads: each step goes to the bench's mode, and
+    the time spent in it is counted (the rest of a ``run_code`` is the engine's own)."""
 
     def __init__(self, mode: Mode) -> None:
         self.mode = mode
+        self.spent = 0.0
 
     async def run(
         self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
     ) -> Step:
-        return await self.mode.step(script, tenant)
+        t0 = time.perf_counter()
+        try:
+            return await self.mode.step(script, tenant)
+        finally:
+            self.spent += time.perf_counter() - t0
+
+
+async def _engine_store(mode: Mode, count: int) -> Sample:
+    """The whole engine (``CodeMode.run_code``, type check off) on its SQLite log and on the
+    memory store, interleaved so both see the same load: a trivial script, ``Promise.all`` of
+    100 calls, and 200 sequential calls. The sample is SQLite's trivial ``run_code``; the
+    extra figures are each script's SQLite/memory ratio and the engine's own time (a
+    ``run_code`` less the time its steps spent in the runner) per call of the 200-call
+    script."""
+    import tempfile
+
+    from engine import CodeMode, MemoryStore, SqliteStore, tool
+
+    @tool
+    def t(i: int) -> dict[str, int]:
+        """Answer {"v": i}."""
+        return {"v": i}
+
+    # Each script and how many calls it makes.
+    scripts = {
+        "trivial": (TRIVIAL, 0),
+        "promise_all": (PROMISE_ALL, 100),
+        "seq_200": (SEQUENTIAL % 200, 200),
+    }
+    with tempfile.TemporaryDirectory(prefix="codemode-bench-") as directory:
+        runners = {"memory": _ModeRunner(mode), "sqlite": _ModeRunner(mode)}
+        engines = {
+            "memory": CodeMode(
+                [t], runner=runners["memory"], store=MemoryStore(), type_check="off"
+            ),
+            "sqlite": CodeMode(
+                [t], runner=runners["sqlite"], store=SqliteStore(directory), type_check="off"
+            ),
+        }
+        times: dict[tuple[str, str], list[float]] = {}
+        own: dict[tuple[str, str], list[float]] = {}
+        sample = Sample()
+        start = time.perf_counter()
+        try:
+            for name, (code, _) in scripts.items():
+                # The long script costs seconds a run: a few runs give a steady median.
+                for _ in range(count if name != "seq_200" else max(1, count // 10)):
+                    for store in ("memory", "sqlite"):
+                        runner = runners[store]
+                        runner.spent = 0.0
+                        t0 = time.perf_counter()
+                        result = await engines[store].run_code(code)
+                        elapsed = time.perf_counter() - t0
+                        if result.status != "finished":
+                            raise AssertionError(f"the benchmark script failed: {result.text}")
+                        times.setdefault((name, store), []).append(elapsed)
+                        own.setdefault((name, store), []).append(elapsed - runner.spent)
+                        sample.steps += result.steps
+        finally:
+            for engine in engines.values():
+                await engine.aclose()
+        sample.wall = time.perf_counter() - start
+    sample.latencies = times[("trivial", "sqlite")]
+
+    def p50(values: list[float]) -> float:
+        return statistics.median(values) * 1000
+
+    sample.extra = {
+        "engine_store": {
+            name: {
+                "memory_p50_ms": round(p50(times[(name, "memory")]), 3),
+                "sqlite_p50_ms": round(p50(times[(name, "sqlite")]), 3),
+                "sqlite_over_memory": round(
+                    p50(times[(name, "sqlite")]) / p50(times[(name, "memory")]), 3
+                ),
+                "engine_own_ms_per_call": {
+                    store: round(p50(own[(name, store)]) / calls, 4)
+                    for store in ("memory", "sqlite")
+                }
+                if calls
+                else None,
+            }
+            for name, (_, calls) in scripts.items()
+        }
+    }
+    return sample
 
 
 async def _type_check(mode: Mode, count: int) -> Sample:
@@ -262,6 +349,13 @@ WORKLOADS = [
     ),
     Workload("promise_all", "Promise.all of 100 calls", "script", (20, 3, 3, 1), _promise_all),
     Workload("cpu_sort", "sort 10^5 numbers", "script", (10, 3, 2, 1), _cpu_sort),
+    Workload(
+        "engine_store",
+        "run_code on SQLite (vs memory store)",
+        "script",
+        (20, 5, 5, 1),
+        _engine_store,
+    ),
     Workload(
         "type_check",
         "trivial run_code, type check on",

@@ -46,11 +46,18 @@ class CallSettling:
     async def _settle_calls(self, drive: Drive, limits: Limits) -> None:
         record = drive.record
         await self._recover(drive)
+        claimed: list[int] = []
         proposed = [c for c in drive.calls if c.state == log.PROPOSED]
         if proposed:
             trigger = calls_trigger(record.id, [(c.call_id, c.name, c.arguments) for c in proposed])
-            decisions = await ask(self.worker, trigger)
-            await drive.decide([self._decision(c, decisions[c.call_id]) for c in proposed])
+            answers = await ask(self.worker, trigger)
+            decisions = [self._decision(c, answers[c.call_id]) for c in proposed]
+            # When no call waits for a person, the approved calls' receipts go in the same
+            # write as the decisions.
+            waits = any(d.state == log.AWAITING_APPROVAL for d in decisions) or any(
+                c.state == log.AWAITING_APPROVAL for c in drive.calls
+            )
+            claimed = await drive.decide(decisions, claim=not waits)
         # When a call needs approval, it asks a person first, and the rest wait.
         if any(c.state == log.AWAITING_APPROVAL for c in drive.calls):
             return
@@ -58,7 +65,8 @@ class CallSettling:
         if ready:
             # The receipts, in one transaction, before any of them runs: a call runs only if
             # it was claimed, so a crash, or another host, can never run it twice.
-            claimed = await drive.claim(ready)
+            claimed += await drive.claim(ready)
+        if claimed:
             await asyncio.gather(*(self._run_call(drive, drive.calls[i]) for i in claimed))
 
     async def _recover(self, drive: Drive) -> None:

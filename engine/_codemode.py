@@ -248,7 +248,8 @@ class CodeMode(StepLoop):
             on_start(started.record.id)
         if started.lease is None:
             return await self._elsewhere_or_ended(started.record.id)
-        drive = await Drive.resume(self.store, started.lease, self.lease_ms)
+        new = started.record if started.created else None
+        drive = await Drive.resume(self.store, started.lease, self.lease_ms, new)
         if started.created and checked is not None:
             self._check_ms[record.id] = checked.ms
             if not checked.ok:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine import log
+from sandbox import protocol
 
 logger = logging.getLogger("codemode")
 
@@ -68,6 +69,10 @@ class Drive:
         self.calls = calls
         self._ttl_ms = ttl_ms
         self._renewer = asyncio.create_task(self._renew(), name=f"lease {record.id}")
+        self._released = False
+        self._usage: log.StepUsage | None = None  # a step's usage, until its next write
+        self._records: list[protocol.Record] = []  # the settled calls' records, in order
+        self._fresh = True  # the record was just read: the first step need not read it again
         # Results that finish while a commit is under way are committed together next.
         self._pending: list[tuple[Sequence[log.Settlement], asyncio.Future[None]]] = []
         self._committing: asyncio.Lock = asyncio.Lock()
@@ -87,9 +92,18 @@ class Drive:
         return await cls.resume(store, lease, ttl_ms)
 
     @classmethod
-    async def resume(cls, store: log.LogStore, lease: log.Lease, ttl_ms: int) -> Drive:
-        """Drive a script whose lease this host already took."""
+    async def resume(
+        cls,
+        store: log.LogStore,
+        lease: log.Lease,
+        ttl_ms: int,
+        record: log.ScriptRecord | None = None,
+    ) -> Drive:
+        """Drive a script whose lease this host already took; ``record``: a script just
+        started, as the store returned it (it has no calls yet), so nothing is read again."""
         try:
+            if record is not None:
+                return cls(store, lease, record, [], ttl_ms)
             record = await store.get_script(lease.script_id)
             calls = await store.calls(lease.script_id)
         except BaseException:
@@ -113,29 +127,59 @@ class Drive:
             except Exception:  # the store is unreachable: the next write will say so
                 logger.warning("script lease not renewed script=%s", self.record.id, exc_info=True)
 
+    def records(self) -> list[protocol.Record]:
+        """The call log as a step's script carries it (every call is settled when a step
+        runs). Each record is made once, when its call is first sent: a settled call never
+        changes, and remaking every record at every step made a long script's steps cost the
+        square of its calls. Made without the model's checks: each is data this engine
+        checked when it recorded it (and the sandbox checks the line it reads)."""
+        for c in self.calls[len(self._records) :]:
+            if c.state == log.FAILED:
+                record = protocol.Record.model_construct(
+                    name=c.name, arguments=c.arguments, error=c.error
+                )
+            else:
+                record = protocol.Record.model_construct(
+                    name=c.name, arguments=c.arguments, result=c.result
+                )
+            self._records.append(record)
+        return list(self._records)
+
     async def reread_script(self) -> None:
         """Read the script's record again: a hold may have landed (the calls this host wrote
-        are already in :attr:`calls`)."""
+        are already in :attr:`calls`). Right after the drive began, what it read stands."""
+        if self._fresh:
+            self._fresh = False
+            return
         self.record = await self.store.get_script(self.record.id)
 
     # ---- writes ----
 
     async def add_calls(self, entries: Sequence[log.CallEntry]) -> None:
-        await self.store.add_calls(self.lease, entries)
+        """Record the calls a step asked for, with what the step used (one write)."""
+        await self.store.add_calls(self.lease, entries, self._usage)
+        self._usage = None
         self.calls.extend(entries)
 
-    async def decide(self, decisions: Sequence[log.Decision]) -> None:
-        await self.store.decide(self.lease, decisions)
+    async def decide(self, decisions: Sequence[log.Decision], *, claim: bool) -> list[int]:
+        """Record the worker's decisions; with ``claim``, the approved calls' receipts go in
+        the same write, and their indexes are returned."""
+        claimed = await self.store.decide(self.lease, decisions, claim=claim)
         for d in decisions:
             entry = self.calls[d.index]
             entry.state, entry.note, entry.error = d.state, d.note, d.error
+        self._claimed(claimed)
+        return claimed
+
+    def _claimed(self, indexes: Sequence[int]) -> None:
+        for index in indexes:
+            entry = self.calls[index]
+            entry.state, entry.owner, entry.token = log.RUNNING, self.lease.owner, self.lease.token
 
     async def claim(self, indexes: Sequence[int]) -> list[int]:
         """The receipts of the calls about to run, in one transaction."""
         claimed = await self.store.claim(self.lease, indexes)
-        for index in claimed:
-            entry = self.calls[index]
-            entry.state, entry.owner, entry.token = log.RUNNING, self.lease.owner, self.lease.token
+        self._claimed(claimed)
         return claimed
 
     async def settle(self, *settlements: log.Settlement) -> None:
@@ -170,8 +214,11 @@ class Drive:
             entry = self.calls[index]
             entry.state, entry.owner, entry.token = log.APPROVED, None, None
 
-    async def record_step(self, usage: log.StepUsage) -> None:
-        await self.store.record_step(self.lease, usage)
+    def record_step(self, usage: log.StepUsage) -> None:
+        """What the script's runs have used after a step: written with the step's next write
+        (its calls, or its end), so a step costs no write of its own. A host that dies
+        before that write loses one step's count, which its successor's run counts again."""
+        self._usage = usage
         self.record.steps = usage.steps
         self.record.total_compute_ms = usage.total_compute_ms
         self.record.total_file_bytes = usage.total_file_bytes
@@ -181,13 +228,17 @@ class Drive:
         self.record.status = log.PAUSED
 
     async def end(self, status: str, outcome: dict[str, Any]) -> None:
-        await self.store.end(self.lease, status, outcome)
+        await self.store.end(self.lease, status, outcome, self._usage)
+        self._usage = None
         self.record.status, self.record.outcome = status, outcome
+        self._released = True  # ending gave the lease up
 
     async def close(self) -> None:
         """Stop renewing and give the lease up (a lost lease is left as it is)."""
         self._renewer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._renewer
-        with contextlib.suppress(Exception):
-            await self.store.release(self.lease)
+        if not self._released:
+            self._released = True
+            with contextlib.suppress(Exception):
+                await self.store.release(self.lease)

@@ -69,16 +69,11 @@ class StepLoop(CallSettling):
             return await self._end(drive, ending or Ending.of_step(step))
 
     async def _step(self, drive: Drive, limits: Limits) -> Step:
-        record, calls = drive.record, drive.calls
+        record = drive.record
         script = protocol.Script(
             id=record.id,
             code=record.code,
-            records=[
-                protocol.Record(name=c.name, arguments=c.arguments, error=c.error)
-                if c.state == log.FAILED
-                else protocol.Record(name=c.name, arguments=c.arguments, result=c.result)
-                for c in calls
-            ],
+            records=drive.records(),
             tools=self._tool_names,
             files=[
                 protocol.FileInfo(id=f["id"], mime=f["mime"], size=f["size"], skill=f.get("skill"))
@@ -116,7 +111,7 @@ class StepLoop(CallSettling):
         cpu_ms = _measure(process.cpu_ms) if process else 0.0
         file_bytes = int(_measure(process.file_bytes)) if process else 0
         self._log_step(record, step, limits, wait_ms, run_ms, cpu_ms)
-        await drive.record_step(
+        drive.record_step(
             log.StepUsage(
                 record.steps + 1,
                 record.total_compute_ms + cpu_ms,

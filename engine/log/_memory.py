@@ -123,25 +123,37 @@ class MemoryStore(LogStore):
             raise r.LeaseLost(rules.lost(lease, script.lease))
         return script
 
-    async def add_calls(self, lease: r.Lease, entries: Sequence[r.CallEntry]) -> None:
+    async def add_calls(
+        self, lease: r.Lease, entries: Sequence[r.CallEntry], usage: r.StepUsage | None = None
+    ) -> None:
         with self._lock:
-            self._fenced(lease)
+            script = self._fenced(lease)
             log = self._calls[lease.script_id]
             for i, entry in enumerate(entries):
                 if entry.script_id != lease.script_id or entry.index != len(log) + i:
                     raise r.CallConflict(rules.out_of_order(entry, len(log) + i))
             log.extend(copy.deepcopy(list(entries)))
+            _use(script, usage)
             self._touch(lease.script_id)
 
-    async def decide(self, lease: r.Lease, decisions: Sequence[r.Decision]) -> None:
+    async def decide(
+        self, lease: r.Lease, decisions: Sequence[r.Decision], *, claim: bool = False
+    ) -> list[int]:
+        for decision in decisions:
+            rules.check_decision(decision)
         with self._lock:
             self._fenced(lease)
-            log = self._calls[lease.script_id]
+            log, now_ms = self._calls[lease.script_id], self._now_ms()
             entries = [_at(log, d.index, lease.script_id, {r.PROPOSED}) for d in decisions]
+            claimed = []
             for entry, decision in zip(entries, decisions, strict=True):
-                rules.check_decision(decision)
                 entry.state, entry.note, entry.error = decision.state, decision.note, decision.error
+                if claim and decision.state == r.APPROVED:
+                    entry.state, entry.owner, entry.token = r.RUNNING, lease.owner, lease.token
+                    entry.started_ms = now_ms
+                    claimed.append(entry.index)
             self._touch(lease.script_id)
+            return claimed
 
     async def claim(self, lease: r.Lease, indexes: Sequence[int]) -> list[int]:
         with self._lock:
@@ -188,24 +200,24 @@ class MemoryStore(LogStore):
                 )
             self._touch(lease.script_id)
 
-    async def record_step(self, lease: r.Lease, usage: r.StepUsage) -> None:
-        with self._lock:
-            script = self._fenced(lease)
-            script.steps = usage.steps
-            script.total_compute_ms = usage.total_compute_ms
-            script.total_file_bytes = usage.total_file_bytes
-            self._touch(lease.script_id)
-
     async def pause(self, lease: r.Lease) -> None:
         with self._lock:
             self._fenced(lease).status = r.PAUSED
             self._touch(lease.script_id)
 
-    async def end(self, lease: r.Lease, status: str, outcome: dict[str, Any]) -> None:
+    async def end(
+        self,
+        lease: r.Lease,
+        status: str,
+        outcome: dict[str, Any],
+        usage: r.StepUsage | None = None,
+    ) -> None:
         rules.check_ending(status)
         with self._lock:
             script = self._fenced(lease)
             script.status, script.outcome = status, copy.deepcopy(outcome)
+            _use(script, usage)
+            script.lease = dataclasses.replace(lease, expires_ms=0)
             self._touch(lease.script_id)
 
     # ---- answers ----
@@ -247,6 +259,13 @@ class MemoryStore(LogStore):
 
     def _touch(self, script_id: str) -> None:
         self._scripts[script_id].updated_ms = self._now_ms()
+
+
+def _use(script: r.ScriptRecord, usage: r.StepUsage | None) -> None:
+    if usage is not None:
+        script.steps = usage.steps
+        script.total_compute_ms = usage.total_compute_ms
+        script.total_file_bytes = usage.total_file_bytes
 
 
 def _ready(script: r.ScriptRecord, calls: list[r.CallEntry], now_ms: int) -> bool:

@@ -164,8 +164,15 @@ def _fence(lease: r.Lease) -> Tx:
     return record
 
 
-def _touch(script_id: str, now: int) -> Tx:
-    yield Q("UPDATE scripts SET updated_ms = ? WHERE id = ?", (now, script_id))
+def _touch(script_id: str, now: int, usage: r.StepUsage | None = None) -> Tx:
+    if usage is None:
+        yield Q("UPDATE scripts SET updated_ms = ? WHERE id = ?", (now, script_id))
+        return
+    yield Q(
+        "UPDATE scripts SET updated_ms = ?, steps = ?, total_compute_ms = ?,"
+        " total_file_bytes = ? WHERE id = ?",
+        (now, usage.steps, usage.total_compute_ms, usage.total_file_bytes, script_id),
+    )
 
 
 def _call(script_id: str, index: int, states: tuple[str, ...]) -> Tx:
@@ -183,7 +190,9 @@ def _call(script_id: str, index: int, states: tuple[str, ...]) -> Tx:
     return entry
 
 
-def add_calls(lease: r.Lease, entries: Sequence[r.CallEntry], now: int) -> Tx:
+def add_calls(
+    lease: r.Lease, entries: Sequence[r.CallEntry], usage: r.StepUsage | None, now: int
+) -> Tx:
     yield from _fence(lease)
     (count,) = yield Q("SELECT COUNT(*) FROM calls WHERE script_id = ?", (lease.script_id,), "one")
     for i, entry in enumerate(entries):
@@ -195,18 +204,37 @@ def add_calls(lease: r.Lease, entries: Sequence[r.CallEntry], now: int) -> Tx:
             [rows.call_row(e) for e in entries],
             "many",
         )
-    yield from _touch(lease.script_id, now)
+    yield from _touch(lease.script_id, now, usage)
 
 
-def decide(lease: r.Lease, decisions: Sequence[r.Decision], now: int) -> Tx:
+def decide(lease: r.Lease, decisions: Sequence[r.Decision], claim: bool, now: int) -> Tx:
     yield from _fence(lease)
+    claimed = []
     for d in decisions:
         yield from _call(lease.script_id, d.index, (r.PROPOSED,))
+        if claim and d.state == r.APPROVED:
+            yield Q(
+                "UPDATE calls SET state = ?, note = ?, error = ?, owner = ?, token = ?,"
+                " started_ms = ? WHERE script_id = ? AND idx = ?",
+                (
+                    r.RUNNING,
+                    d.note,
+                    d.error,
+                    lease.owner,
+                    lease.token,
+                    now,
+                    lease.script_id,
+                    d.index,
+                ),
+            )
+            claimed.append(d.index)
+            continue
         yield Q(
             "UPDATE calls SET state = ?, note = ?, error = ? WHERE script_id = ? AND idx = ?",
             (d.state, d.note, d.error, lease.script_id, d.index),
         )
     yield from _touch(lease.script_id, now)
+    return claimed
 
 
 def claim(lease: r.Lease, indexes: Sequence[int], now: int) -> Tx:
@@ -251,15 +279,6 @@ def reopen(lease: r.Lease, indexes: Sequence[int], now: int) -> Tx:
     yield from _touch(lease.script_id, now)
 
 
-def record_step(lease: r.Lease, usage: r.StepUsage, now: int) -> Tx:
-    yield from _fence(lease)
-    yield Q(
-        "UPDATE scripts SET steps = ?, total_compute_ms = ?, total_file_bytes = ?,"
-        " updated_ms = ? WHERE id = ?",
-        (usage.steps, usage.total_compute_ms, usage.total_file_bytes, now, lease.script_id),
-    )
-
-
 def pause(lease: r.Lease, now: int) -> Tx:
     yield from _fence(lease)
     yield Q(
@@ -268,10 +287,15 @@ def pause(lease: r.Lease, now: int) -> Tx:
     )
 
 
-def end(lease: r.Lease, status: str, outcome: dict[str, Any], now: int) -> Tx:
+def end(
+    lease: r.Lease, status: str, outcome: dict[str, Any], usage: r.StepUsage | None, now: int
+) -> Tx:
     yield from _fence(lease)
+    if usage is not None:
+        yield from _touch(lease.script_id, now, usage)
     yield Q(
-        "UPDATE scripts SET status = ?, outcome = ?, updated_ms = ? WHERE id = ?",
+        "UPDATE scripts SET status = ?, outcome = ?, updated_ms = ?, lease_expires_ms = 0"
+        " WHERE id = ?",
         (status, rows.dump(outcome), now, lease.script_id),
     )
 

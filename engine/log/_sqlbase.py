@@ -61,13 +61,19 @@ class SqlStore(LogStore):
             lambda now: sql.claim_ready(owner, ttl_ms, now), write=True, sync=False
         )
 
-    async def add_calls(self, lease: r.Lease, entries: Sequence[r.CallEntry]) -> None:
-        await self._tx(lambda now: sql.add_calls(lease, entries, now), write=True, sync=False)
+    async def add_calls(
+        self, lease: r.Lease, entries: Sequence[r.CallEntry], usage: r.StepUsage | None = None
+    ) -> None:
+        await self._tx(
+            lambda now: sql.add_calls(lease, entries, usage, now), write=True, sync=False
+        )
 
-    async def decide(self, lease: r.Lease, decisions: Sequence[r.Decision]) -> None:
+    async def decide(
+        self, lease: r.Lease, decisions: Sequence[r.Decision], *, claim: bool = False
+    ) -> list[int]:
         for decision in decisions:
             rules.check_decision(decision)
-        await self._tx(lambda now: sql.decide(lease, decisions, now), write=True)
+        return await self._tx(lambda now: sql.decide(lease, decisions, claim, now), write=True)
 
     async def claim(self, lease: r.Lease, indexes: Sequence[int]) -> list[int]:
         return await self._tx(lambda now: sql.claim(lease, indexes, now), write=True)
@@ -80,15 +86,18 @@ class SqlStore(LogStore):
     async def reopen(self, lease: r.Lease, indexes: Sequence[int]) -> None:
         await self._tx(lambda now: sql.reopen(lease, indexes, now), write=True, sync=False)
 
-    async def record_step(self, lease: r.Lease, usage: r.StepUsage) -> None:
-        await self._tx(lambda now: sql.record_step(lease, usage, now), write=True, sync=False)
-
     async def pause(self, lease: r.Lease) -> None:
         await self._tx(lambda now: sql.pause(lease, now), write=True)
 
-    async def end(self, lease: r.Lease, status: str, outcome: dict[str, Any]) -> None:
+    async def end(
+        self,
+        lease: r.Lease,
+        status: str,
+        outcome: dict[str, Any],
+        usage: r.StepUsage | None = None,
+    ) -> None:
         rules.check_ending(status)
-        await self._tx(lambda now: sql.end(lease, status, outcome, now), write=True)
+        await self._tx(lambda now: sql.end(lease, status, outcome, usage, now), write=True)
 
     async def answer(
         self,

@@ -109,14 +109,20 @@ class LogStore(abc.ABC):
     # ---- owner writes (fenced) ----
 
     @abc.abstractmethod
-    async def add_calls(self, lease: Lease, entries: Sequence[CallEntry]) -> None:
+    async def add_calls(
+        self, lease: Lease, entries: Sequence[CallEntry], usage: StepUsage | None = None
+    ) -> None:
         """Append calls; their indexes must continue the script's call order
-        (:class:`CallConflict` otherwise)."""
+        (:class:`CallConflict` otherwise). ``usage``: what the script's runs have used after
+        the step that asked for them, written with them."""
 
     @abc.abstractmethod
-    async def decide(self, lease: Lease, decisions: Sequence[Decision]) -> None:
+    async def decide(
+        self, lease: Lease, decisions: Sequence[Decision], *, claim: bool = False
+    ) -> list[int]:
         """Move proposed calls to what the worker decided; :class:`CallConflict` if one is
-        not proposed."""
+        not proposed. With ``claim``, a call decided ``approved`` is claimed in the same
+        write (see :meth:`claim`): its index is returned, and it is ``running``."""
 
     @abc.abstractmethod
     async def claim(self, lease: Lease, indexes: Sequence[int]) -> list[int]:
@@ -135,16 +141,19 @@ class LogStore(abc.ABC):
         again: only for tools declared read-only, whose repeat has no effect."""
 
     @abc.abstractmethod
-    async def record_step(self, lease: Lease, usage: StepUsage) -> None:
-        """Record what the script's runs have used after a step."""
-
-    @abc.abstractmethod
     async def pause(self, lease: Lease) -> None:
         """The script waits (for a person, the client, or a release)."""
 
     @abc.abstractmethod
-    async def end(self, lease: Lease, status: str, outcome: dict[str, Any]) -> None:
-        """The script ended (``finished`` or ``failed``) with this outcome."""
+    async def end(
+        self,
+        lease: Lease,
+        status: str,
+        outcome: dict[str, Any],
+        usage: StepUsage | None = None,
+    ) -> None:
+        """The script ended (``finished`` or ``failed``) with this outcome (and ``usage``, what
+        its runs used); its lease is given up in the same write."""
 
     # ---- answers (any host) ----
 

@@ -214,7 +214,6 @@ async def check_fencing(make: StoreFactory) -> None:
             ("claim", lambda: store.claim(old, [1])),
             ("settle", lambda: store.settle(old, [r.Settlement(2, r.DONE, 1, 1)])),
             ("reopen", lambda: store.reopen(old, [2])),
-            ("record_step", lambda: store.record_step(old, r.StepUsage(9, 9.0, 9))),
             ("pause", lambda: store.pause(old)),
             ("end", lambda: store.end(old, r.FINISHED, {"text": "stale"})),
             ("renew", lambda: store.renew(old, HELD_MS)),
@@ -298,6 +297,23 @@ async def check_claims(make: StoreFactory) -> None:
             assert c.state == r.RUNNING and c.owner == "host-a" and c.token == lease.token, c
             assert c.started_ms is not None
         assert calls[2].state == r.PROPOSED
+        # Decided and claimed in one write: approved calls run, the rest are as decided.
+        more = [_call(script_id, i) for i in (3, 4)]
+        await store.add_calls(lease, more)
+        got = await store.decide(
+            lease,
+            [
+                r.Decision(2, r.APPROVED),
+                r.Decision(3, r.AWAITING_CLIENT),
+                r.Decision(4, r.APPROVED),
+            ],
+            claim=True,
+        )
+        assert got == [2, 4], got
+        calls = await store.calls(script_id)
+        assert [c.state for c in calls[2:]] == [r.RUNNING, r.AWAITING_CLIENT, r.RUNNING]
+        assert calls[4].owner == "host-a" and calls[4].token == lease.token
+        assert await store.decide(lease, []) == []
     finally:
         await _close(store)
 
@@ -363,16 +379,19 @@ async def check_step_pause_end(make: StoreFactory) -> None:
     store = make()
     try:
         record, lease = await _started(store)
-        await store.record_step(lease, r.StepUsage(3, 12.5, 4096))
+        await store.add_calls(lease, [], usage=r.StepUsage(3, 12.5, 4096))
         await store.pause(lease)
         got = await store.get_script(record.id)
         assert (got.steps, got.total_compute_ms, got.total_file_bytes) == (3, 12.5, 4096)
         assert got.status == r.PAUSED
         await _raises(ValueError, "ending as paused", store.end(lease, r.PAUSED, {}))
         outcome = {"status": "finished", "text": "Script finished.", "value": AWKWARD}
-        await store.end(lease, r.FINISHED, outcome)
+        await store.end(lease, r.FINISHED, outcome, usage=r.StepUsage(4, 20.0, 4096))
         got = await store.get_script(record.id)
         assert got.status == r.FINISHED and got.outcome == outcome
+        assert (got.steps, got.total_compute_ms) == (4, 20.0), "the end records the usage"
+        after = await store.acquire(record.id, "host-b", HELD_MS)
+        assert after is not None and after.token > lease.token, "ending gives the lease up"
         assert [s.id for s in await store.scripts(r.FINISHED)] == [record.id]
         assert await store.scripts(r.PAUSED) == []
     finally:
