@@ -17,60 +17,18 @@ from typing import Any
 
 from engine._errors import ConfigError, StoreUnavailable
 from engine._files import BlobStore
+from engine.log import _schema as tables
 from engine.log import _sql as sql
 from engine.log._sqlbase import SqlStore
 from runner import FileMissing
 
 SCHEMA_VERSION = 2
 
-_DDL = """
-CREATE TABLE IF NOT EXISTS scripts (
-    id TEXT PRIMARY KEY,
-    key TEXT,
-    code TEXT NOT NULL,
-    tenant TEXT NOT NULL,
-    language TEXT NOT NULL DEFAULT 'javascript',
-    now_ms BIGINT NOT NULL,
-    seed BIGINT NOT NULL,
-    created_ms BIGINT NOT NULL,
-    updated_ms BIGINT NOT NULL DEFAULT 0,
-    status TEXT NOT NULL,
-    held INTEGER NOT NULL DEFAULT 0,
-    steps INTEGER NOT NULL DEFAULT 0,
-    total_compute_ms DOUBLE PRECISION NOT NULL DEFAULT 0,
-    total_file_bytes BIGINT NOT NULL DEFAULT 0,
-    outcome BYTEA,
-    files BYTEA,
-    tools BYTEA,
-    lease_owner TEXT,
-    lease_token BIGINT NOT NULL DEFAULT 0,
-    lease_expires_ms BIGINT NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS calls (
-    script_id TEXT NOT NULL REFERENCES scripts(id),
-    idx INTEGER NOT NULL,
-    call_id TEXT NOT NULL,
-    name TEXT NOT NULL,
-    arguments BYTEA NOT NULL,
-    argument_bytes BIGINT NOT NULL DEFAULT 0,
-    state TEXT NOT NULL,
-    result BYTEA,
-    result_bytes BIGINT,
-    error TEXT,
-    note TEXT,
-    owner TEXT,
-    token BIGINT,
-    created_ms BIGINT NOT NULL DEFAULT 0,
-    started_ms BIGINT,
-    ended_ms BIGINT,
-    PRIMARY KEY (script_id, idx)
-);
-CREATE UNIQUE INDEX IF NOT EXISTS scripts_key ON scripts(key);
-CREATE INDEX IF NOT EXISTS scripts_updated ON scripts(status, updated_ms);
-CREATE INDEX IF NOT EXISTS calls_call_id ON calls(script_id, call_id);
-CREATE TABLE IF NOT EXISTS blobs (digest TEXT PRIMARY KEY, data BYTEA NOT NULL);
-CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
-"""
+# Beside the log's own tables: the attachments' blobs, and the schema's version.
+_MORE_TABLES = [
+    "CREATE TABLE IF NOT EXISTS blobs (digest TEXT PRIMARY KEY, data BYTEA NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)",
+]
 
 _NOW = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 _LOCKS = {"update": " FOR UPDATE", "skip": " FOR UPDATE SKIP LOCKED", None: ""}
@@ -303,9 +261,8 @@ def _schema(schema: str) -> Generator[tuple[str, tuple[Any, ...]], Any, None]:
         current = yield from version()
     if current is None:
         yield (f'CREATE SCHEMA IF NOT EXISTS "{schema}"', ())
-        for statement in _DDL.split(";"):
-            if statement.strip():
-                yield (statement, ())
+        for statement in [*tables.statements("postgres"), *_MORE_TABLES]:
+            yield (statement, ())
         yield ("INSERT INTO schema_version VALUES (%s)", (SCHEMA_VERSION,))
     elif current > SCHEMA_VERSION:
         raise ConfigError(

@@ -22,6 +22,7 @@ from engine._errors import CallNotWaiting, ScriptNotFound
 from engine.log import _records as r
 from engine.log import _rows as rows
 from engine.log import _rules as rules
+from engine.log._schema import CALL_COLUMNS, SCRIPT_COLUMNS
 from engine.log._store import Started
 
 Fetch = Literal["one", "all", "count", "none", "many"]
@@ -42,15 +43,6 @@ class Q:
 
 Tx = Generator[Q, Any, Any]
 
-SCRIPT_COLUMNS = (
-    "id, key, code, tenant, language, now_ms, seed, created_ms, updated_ms, status, held, "
-    "steps, total_compute_ms, total_file_bytes, outcome, files, tools, lease_owner, "
-    "lease_token, lease_expires_ms"
-)
-CALL_COLUMNS = (
-    "script_id, idx, call_id, name, arguments, argument_bytes, state, result, result_bytes, "
-    "error, note, owner, token, created_ms, started_ms, ended_ms"
-)
 _SCRIPT_VALUES = ", ".join("?" * len(SCRIPT_COLUMNS.split(",")))
 _CALL_VALUES = ", ".join("?" * len(CALL_COLUMNS.split(",")))
 

@@ -17,79 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from engine._errors import ConfigError, StoreUnavailable
+from engine.log import _schema as schema
 from engine.log import _sql as sql
 from engine.log._sqlbase import SqlStore
 
 SCHEMA_VERSION = 2
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS scripts (
-    id TEXT PRIMARY KEY,
-    key TEXT,
-    code TEXT NOT NULL,
-    tenant TEXT NOT NULL,
-    language TEXT NOT NULL DEFAULT 'javascript',
-    now_ms INTEGER NOT NULL,
-    seed INTEGER NOT NULL,
-    created_ms INTEGER NOT NULL,
-    updated_ms INTEGER NOT NULL DEFAULT 0,
-    status TEXT NOT NULL,
-    held INTEGER NOT NULL DEFAULT 0,
-    steps INTEGER NOT NULL DEFAULT 0,
-    total_compute_ms REAL NOT NULL DEFAULT 0,
-    total_file_bytes INTEGER NOT NULL DEFAULT 0,
-    outcome BLOB,
-    files BLOB,
-    tools BLOB,
-    lease_owner TEXT,
-    lease_token INTEGER NOT NULL DEFAULT 0,
-    lease_expires_ms INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS calls (
-    script_id TEXT NOT NULL REFERENCES scripts(id),
-    idx INTEGER NOT NULL,
-    call_id TEXT NOT NULL,
-    name TEXT NOT NULL,
-    arguments BLOB NOT NULL,
-    argument_bytes INTEGER NOT NULL DEFAULT 0,
-    state TEXT NOT NULL,
-    result BLOB,
-    result_bytes INTEGER,
-    error TEXT,
-    note TEXT,
-    owner TEXT,
-    token INTEGER,
-    created_ms INTEGER NOT NULL DEFAULT 0,
-    started_ms INTEGER,
-    ended_ms INTEGER,
-    PRIMARY KEY (script_id, idx)
-);
-CREATE UNIQUE INDEX IF NOT EXISTS scripts_key ON scripts(key);
-CREATE INDEX IF NOT EXISTS scripts_updated ON scripts(status, updated_ms);
-CREATE INDEX IF NOT EXISTS calls_call_id ON calls(script_id, call_id)
-"""
-
-# Columns that logs of the first release lack, added in place when one is opened.
-_ADDED = {
-    "scripts": [
-        ("key", "TEXT"),
-        ("language", "TEXT NOT NULL DEFAULT 'javascript'"),
-        ("updated_ms", "INTEGER NOT NULL DEFAULT 0"),
-        ("tools", "BLOB"),
-        ("lease_owner", "TEXT"),
-        ("lease_token", "INTEGER NOT NULL DEFAULT 0"),
-        ("lease_expires_ms", "INTEGER NOT NULL DEFAULT 0"),
-    ],
-    "calls": [
-        ("argument_bytes", "INTEGER NOT NULL DEFAULT 0"),
-        ("result_bytes", "INTEGER"),
-        ("owner", "TEXT"),
-        ("token", "INTEGER"),
-        ("created_ms", "INTEGER NOT NULL DEFAULT 0"),
-        ("started_ms", "INTEGER"),
-        ("ended_ms", "INTEGER"),
-    ],
-}
 
 
 class SqliteStore(SqlStore):
@@ -144,7 +76,7 @@ class SqliteStore(SqlStore):
                 )
             if version < SCHEMA_VERSION:
                 _migrate(db)
-                for statement in _SCHEMA.split(";"):
+                for statement in schema.statements("sqlite"):
                     db.execute(statement)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except BaseException:
@@ -221,13 +153,13 @@ def _execute(db: sqlite3.Connection, q: sql.Q) -> Any:
 def _migrate(db: sqlite3.Connection) -> None:
     """Bring a log of the first release up to this schema: add the columns it lacks, and take
     the sizes it kept in ``extra``."""
-    for table, columns in _ADDED.items():
+    for table in ("scripts", "calls"):
         have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
         if not have:
             continue  # a new log: the schema makes the table
-        for name, kind in columns:
-            if name not in have:
-                db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+        for spec in schema.added_since_first_release(table):
+            if spec[0] not in have:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {schema.column('sqlite', spec)}")
         if table == "calls" and "extra" in have:
             db.execute(
                 "UPDATE calls SET argument_bytes = length(arguments), result_bytes = COALESCE("
