@@ -51,6 +51,7 @@ class SqliteStore(SqlStore):
         # One thread of its own: the connection stays on it, and no commit blocks the loop.
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="codemode-sqlite")
         self._db: sqlite3.Connection | None = None
+        self._syncing = False  # the connection's synchronous setting: FULL (True) or NORMAL
         try:
             self._thread.submit(self._open).result()
         except BaseException:
@@ -104,8 +105,11 @@ class SqliteStore(SqlStore):
     def _run(self, tx: sql.Tx, write: bool, sync: bool) -> Any:
         db = self._db
         assert db is not None
-        # In WAL mode FULL syncs the log at this commit (and so every commit before it).
-        db.execute("PRAGMA synchronous=FULL" if sync else "PRAGMA synchronous=NORMAL")
+        # In WAL mode FULL syncs the log at this commit (and so every commit before it). Set
+        # only when it changes: a statement less for most transactions.
+        if write and sync != self._syncing:
+            db.execute("PRAGMA synchronous=FULL" if sync else "PRAGMA synchronous=NORMAL")
+            self._syncing = sync
         # A read is one deferred transaction too: one snapshot for all its statements.
         db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
