@@ -490,7 +490,20 @@ async def test_randomized_trial_three_hosts_on_postgres(tmp_path: Path, postgres
     try:
         deadline = time.monotonic() + 240
         while True:
-            assert time.monotonic() < deadline, "the trial did not end"
+            if time.monotonic() > deadline:
+                stuck = [
+                    s
+                    for s in await store.scripts(limit=10_000)
+                    if s.status not in ("finished", "failed")
+                ]
+                said = [
+                    (tmp_path / f).read_text()[-2000:]
+                    for f in sorted(os.listdir(tmp_path))
+                    if f.endswith(".err")
+                ]
+                raise AssertionError(
+                    f"the trial did not end: {len(stuck)} scripts left, e.g. {stuck[:3]}; hosts said: {said}"
+                )
             for host in hosts:
                 for line in host.lines:
                     result = line.get("result") or {"status": "error"}
