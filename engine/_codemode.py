@@ -59,6 +59,9 @@ CHECK_NOTE = (
     "before any call is made, with the line to fix."
 )
 
+# The longest key that names a start (a model's tool-use id is a few dozen characters).
+MAX_KEY = 256
+
 # Reasons the type check is off that were logged already: each is said once per process.
 _CHECK_OFF_SAID: set[str] = set()
 
@@ -126,6 +129,8 @@ class CodeMode(StepLoop):
             queue_timeout=queue_timeout,
             retry_delay=retry_delay,
             call_timeout=call_timeout,
+            lease_ms=lease_ms,
+            poll_interval=poll_interval,
         )
         self._limits = limits_option(limits)
         directory = data_directory(data_dir) if data_dir is not None else None
@@ -226,6 +231,11 @@ class CodeMode(StepLoop):
         # The host's limits are checked before the script is recorded, so a bad limits
         # function leaves no script behind that could never run.
         self.limits_for(tenant)
+        if key is not None and not (isinstance(key, str) and 0 < len(key) <= MAX_KEY):
+            raise CodeModeError(
+                f"key = {key!r:.80} must be a string of 1 to {MAX_KEY} characters, such as the "
+                "model's tool-use id"
+            )
         checked = await self._type_check(body)
         record = log.ScriptRecord(
             id=self._new_id(),

@@ -314,10 +314,24 @@ def build_runner(config: RunnerConfig) -> ScriptRunner:
 
 
 def check_engine_options(
-    *, worker: Any, queue_timeout: Any, retry_delay: Any, call_timeout: Any
+    *,
+    worker: Any,
+    queue_timeout: Any,
+    retry_delay: Any,
+    call_timeout: Any,
+    lease_ms: Any = DEFAULT_LEASE_MS,
+    poll_interval: Any = 1.0,
 ) -> None:
     """:class:`ConfigError` for a ``CodeMode`` option no host means: a worker that cannot be
-    called, or times that are not positive finite seconds (``call_timeout`` may be None)."""
+    called, times that are not positive finite seconds (``call_timeout`` may be None), or a
+    lease shorter than 100 ms (a host could not renew it in time)."""
+    if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms < 100:
+        raise ConfigError(
+            f"lease_ms = {_shown(lease_ms)} must be whole milliseconds, 100 or more "
+            f"(default {DEFAULT_LEASE_MS:,})"
+        )
+    if not _seconds(poll_interval):
+        raise ConfigError(f"poll_interval = {_shown(poll_interval)} must be seconds, over 0")
     if worker is not None and not callable(worker):
         raise ConfigError(
             f"worker is {type(worker).__name__}; give a function that takes the calls trigger "

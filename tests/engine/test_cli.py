@@ -518,3 +518,17 @@ def test_scripts_show_approve_and_a_worker(tmp_path: Path) -> None:
     assert worker.returncode == 0, err
     calls = json.loads(shown.stdout)["calls"]
     assert [c["state"] for c in calls] == ["done"] and calls[0]["result"]["status"] == "posted"
+
+
+def test_log_commands_with_bad_input(tmp_path: Path) -> None:
+    """scripts, show, approve and worker without a log, or naming what the log does not hold:
+    one clear line each, exit code 2."""
+    tools = ["--tools", "examples/tracker_tools.py"]
+    for command in (["scripts"], ["show", "abc"], ["approve", "abc", "call_1"], ["worker", *tools]):
+        proc = codemode(*command)
+        one_clear_line(proc, "needs the session log", "--data-dir")
+    data = ["--data-dir", str(tmp_path / "data")]
+    one_clear_line(codemode("show", "nope", *data), "no script 'nope'")
+    one_clear_line(codemode("approve", "nope", "call_1", *data), "no script 'nope'")
+    empty = codemode("scripts", *data)
+    assert empty.returncode == 0 and empty.stdout.strip() == "no scripts"

@@ -562,3 +562,21 @@ async def test_randomized_trial_three_hosts_on_postgres(tmp_path: Path, postgres
         for host in hosts:
             await host.close()
         await store.aclose()
+
+
+async def test_bad_ownership_options_are_refused() -> None:
+    """A key that is not a short string, a lease under 100 ms or a poll interval that is not
+    positive seconds: one clear error, and no script is recorded."""
+    from engine import CodeModeError, ConfigError, MemoryStore
+
+    store = MemoryStore()
+    engine = CodeMode([], runner=InProcessRunner(), store=store)
+    for key in (123, "", "k" * 257):
+        with pytest.raises(CodeModeError, match="must be a string of 1 to 256 characters"):
+            await engine.run_code("return 1", key=key)  # type: ignore[arg-type]
+    assert await store.scripts() == []
+    with pytest.raises(ConfigError, match="lease_ms = 5 must be whole milliseconds"):
+        CodeMode([], runner=InProcessRunner(), lease_ms=5)
+    with pytest.raises(ConfigError, match="poll_interval = 0 must be seconds"):
+        CodeMode([], runner=InProcessRunner(), poll_interval=0)
+    await engine.aclose()
