@@ -20,9 +20,6 @@ RUNNING = "running"  # claimed: it is running, or its owner died while it ran
 DONE = "done"
 FAILED = "failed"
 SETTLED = frozenset({DONE, FAILED})
-CALL_STATES = frozenset(
-    {PROPOSED, AWAITING_APPROVAL, APPROVED, AWAITING_CLIENT, RUNNING, DONE, FAILED}
-)
 # What the owner's worker may decide for a proposed call.
 DECIDED = frozenset({AWAITING_APPROVAL, APPROVED, AWAITING_CLIENT, FAILED})
 
@@ -32,7 +29,6 @@ PAUSED = "paused"
 FINISHED = "finished"
 SCRIPT_FAILED = "failed"
 ENDED = frozenset({FINISHED, SCRIPT_FAILED})
-SCRIPT_STATES = frozenset({ACTIVE, PAUSED, FINISHED, SCRIPT_FAILED})
 
 
 class LeaseLost(CodeModeError):

@@ -1,5 +1,5 @@
 """Scripts and calls as rows of the SQL stores (SQLite, PostgreSQL), in the column order of
-``engine.log._sql``.
+``engine.log._schema``.
 
 Values are stored as orjson bytes, never as a database's JSON type, so what a run reads back
 is byte for byte what was written (a JSON type may reorder keys or change numbers).
