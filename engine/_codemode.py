@@ -40,6 +40,7 @@ from engine._steps import StepLoop
 from engine._tool_threads import TOOL_THREADS, ToolThreads
 from engine._tools import Tool, ToolCallError, tool_fingerprint, unique_tools
 from engine._worker import Worker, proposed_worker
+from engine.adapters import Format, tool_definition
 from engine.languages.javascript import (
     SHOWN_PROBLEMS,
     Checked,
@@ -159,13 +160,16 @@ class CodeMode(StepLoop):
 
     # ---- what the model sees ----
 
-    def definition(self) -> dict[str, Any]:
-        """The `run_code` tool for a model API: ``name``, ``description``, ``input_schema``.
+    def definition(self, format: Format = "anthropic") -> dict[str, Any]:
+        """The `run_code` tool in ``format``'s shape: ``"anthropic"`` (``name``,
+        ``description``, ``input_schema``), ``"openai_chat"``, ``"openai_responses"`` or
+        ``"mcp"`` (see ``engine.adapters``).
 
         The same bytes for the same tools, so a cached prompt prefix holds.
         """
         notes = [FILES_NOTE] if self.type_checker is None else [FILES_NOTE, CHECK_NOTE]
-        return run_code_tool(self.tools, skills=self._declares_skills, notes=notes)
+        tool = run_code_tool(self.tools, skills=self._declares_skills, notes=notes)
+        return tool_definition(tool, format)
 
     def direct_call_error(self, name: str) -> str:
         """The error for a model that called a tool directly: code mode is all or nothing,
