@@ -20,12 +20,27 @@ official SDKs' types (``anthropic``, ``openai``, ``mcp``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 from engine._errors import CodeModeError
+from engine._render import is_media
 
-if TYPE_CHECKING:
-    from engine._result import RunResult
+
+class RunResult(Protocol):
+    """What this module reads of an ``engine.RunResult`` (which imports this module)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def shown(self) -> list[dict[str, Any]]: ...
+    @property
+    def media(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def content(self) -> list[dict[str, Any]]: ...
+
 
 Format = Literal["anthropic", "openai_chat", "openai_responses", "mcp"]
 FORMATS: tuple[str, ...] = get_args(Format)
@@ -111,8 +126,6 @@ def result_for(result: RunResult, format: Format, call_id: str | None = None) ->
 
 def _media_names(result: RunResult) -> list[str]:
     """The name of each media block: the shown files that are media, in the same order."""
-    from engine._render import is_media
-
     names = [s["id"] for s in result.shown if is_media(s["mime"])]
     if len(names) != len(result.media):  # a result made by hand: name them by position
         names = [f"file {i}" for i in range(1, len(result.media) + 1)]
