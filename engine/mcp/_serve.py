@@ -101,13 +101,8 @@ class CodeModeServer:
 
     def tools(self) -> list[dict[str, Any]]:
         """The tool definitions this server lists, in MCP shape."""
-        definition = self.engine.definition()
         return [
-            {
-                "name": definition["name"],
-                "description": definition["description"],
-                "inputSchema": definition["input_schema"],
-            },
+            self.engine.definition("mcp"),
             {
                 "name": CONTINUE,
                 "description": (
