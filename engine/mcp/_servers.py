@@ -153,9 +153,23 @@ class McpServers:
             for d in self._definitions.get(upstream.name, [])
             if isinstance(d, dict)
         }
+        # Tools keep the place they had (a server that re-adds a tool lists it last), so the
+        # declarations of the tools that did not change stay where they were; new ones follow.
+        place = {name: i for i, name in enumerate(old_definitions)}
+        definitions = sorted(definitions, key=lambda d: place.get(d.get("name"), len(place)))
         tools: list[Tool] = []
+        seen: set[str] = set()
         for definition in definitions:
             name = definition.get("name")
+            if name in seen:
+                logger.warning(
+                    "MCP server %r lists two tools named %r; the second is left out",
+                    upstream.name,
+                    name,
+                )
+                continue
+            if isinstance(name, str):
+                seen.add(name)
             if isinstance(name, str) and old_definitions.get(name) == definition and name in old:
                 tools.append(old[name])  # unchanged: the very same declaration
                 continue

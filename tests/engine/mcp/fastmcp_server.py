@@ -1,8 +1,10 @@
 """A FastMCP-style server (the SDK's ``MCPServer``) the engine.mcp tests run as an upstream.
 
-    python fastmcp_server.py DIR
+    python fastmcp_server.py DIR           # over stdio
+    python fastmcp_server.py DIR --http    # over streamable HTTP; prints its URL first
 
 ``DIR`` is where ``hang`` writes its process id, so a test can kill this server mid-call.
+Over HTTP, each request's ``X-Lab`` header is kept, so a test can see the configured headers.
 """
 
 from __future__ import annotations
@@ -52,6 +54,25 @@ async def grow(ctx: Context) -> str:
     return "grown"
 
 
+@server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+async def reshape(ctx: Context) -> str:
+    """Change the description of `add` and tell the client the tools changed."""
+    server.remove_tool("add")
+    server.add_tool(
+        add,
+        description="Add two whole numbers (reshaped).",
+        annotations=ToolAnnotations(readOnlyHint=True),
+    )
+    await ctx.request_context.session.send_tool_list_changed()
+    return "reshaped"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def header(ctx: Context) -> str:
+    """The X-Lab header of the HTTP request that carried this call ("" over stdio)."""
+    return (ctx.headers or {}).get("x-lab", "")
+
+
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
 async def hang() -> str:
     """Never answers: writes this server's pid to DIR/hang.pid and waits."""
@@ -61,5 +82,21 @@ async def hang() -> str:
     return "never"
 
 
+def serve_http() -> None:
+    import socket
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    print(f"http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
+    app = server.streamable_http_app()
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+
+
 if __name__ == "__main__":
-    server.run("stdio")
+    if "--http" in sys.argv[2:]:
+        serve_http()
+    else:
+        server.run("stdio")

@@ -61,11 +61,18 @@ def _args(tmp: Path, config: Path, extra: list[str]) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def serve(
-    transport: str, tmp: Path, config: Path, *extra: str, elicit: Any = None
+    transport: str,
+    tmp: Path,
+    config: Path,
+    *extra: str,
+    elicit: Any = None,
+    on_message: Any = None,
 ) -> AsyncIterator[ClientSession]:
     """A client session with `codemode mcp serve` run as a child, over ``transport``."""
     args = _args(tmp, config, list(extra))
     kwargs: dict[str, Any] = {"elicitation_callback": elicit} if elicit else {}
+    if on_message is not None:
+        kwargs["message_handler"] = on_message
     if transport == "stdio":
         params = StdioServerParameters(command=str(CODEMODE), args=args, cwd=str(tmp))
         async with (
@@ -107,8 +114,16 @@ async def _drain(stream: asyncio.StreamReader) -> None:
         pass
 
 
-async def run(session: ClientSession, code: str) -> types.CallToolResult:
-    return await session.call_tool("run_code", {"code": code}, read_timeout_seconds=TIMEOUT)
+async def run(
+    session: ClientSession, code: str, progress: list[str] | None = None
+) -> types.CallToolResult:
+    async def report(value: float, total: float | None, message: str | None) -> None:
+        if progress is not None:
+            progress.append(f"{value:g} {message}")
+
+    return await session.call_tool(
+        "run_code", {"code": code}, read_timeout_seconds=TIMEOUT, progress_callback=report
+    )
 
 
 def text(result: types.CallToolResult) -> str:
@@ -151,6 +166,7 @@ async def test_lists_run_code_over_the_upstream_tools(transport: str, tmp_path: 
 @TRANSPORTS
 async def test_a_script_chains_calls_across_two_servers(transport: str, tmp_path: Path) -> None:
     config = _config(tmp_path, "everything", "memory")
+    progress: list[str] = []
     async with serve(transport, tmp_path, config) as session:
         result = await run(
             session,
@@ -161,9 +177,17 @@ async def test_a_script_chains_calls_across_two_servers(transport: str, tmp_path
             const graph = await tools.memory__read_graph({});
             return graph.entities.map(e => [e.name, e.observations[0]]);
             """,
+            progress,
         )
         assert not result.is_error, text(result)
         assert returned(result) == [["answer", "The sum of 20 and 22 is 42."]]
+        # One progress notification per step: three calls in turn, then the end.
+        assert progress == [
+            "1 step 1: calls, 1 calls",
+            "2 step 2: calls, 1 calls",
+            "3 step 3: calls, 1 calls",
+            "4 step 4: finished",
+        ], progress
     # The memory server really wrote it: the chain reached the second server.
     assert "The sum of 20 and 22 is 42." in (tmp_path / "memory.jsonl").read_text()
 
@@ -270,6 +294,30 @@ async def test_list_changed_mid_session(transport: str, tmp_path: Path) -> None:
 
 
 @TRANSPORTS
+async def test_a_changed_declaration_is_announced_to_the_client(
+    transport: str, tmp_path: Path
+) -> None:
+    config = _config(tmp_path, "lab")
+    changed = asyncio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    async with serve(transport, tmp_path, config, on_message=on_message) as session:
+        before = (await session.list_tools()).tools[0].description or ""
+        assert "Add two whole numbers." in before
+        assert returned(await run(session, "return await tools.lab__reshape({});")) == {
+            "result": "reshaped"
+        }
+        async with asyncio.timeout(TIMEOUT):
+            await changed.wait()
+        after = (await session.list_tools()).tools[0].description or ""
+        assert "Add two whole numbers (reshaped)." in after
+        assert after.replace(" (reshaped)", "") == before  # only that declaration changed
+
+
+@TRANSPORTS
 async def test_an_upstream_killed_mid_call(transport: str, tmp_path: Path) -> None:
     config = _config(tmp_path, "lab")
     async with serve(transport, tmp_path, config) as session:
@@ -372,3 +420,33 @@ def test_bad_json_is_one_line(tmp_path: Path) -> None:
     )
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "is not JSON" in out.stderr, out.stderr
+
+
+async def test_servers_from_codemode_toml_and_upstream_flags(tmp_path: Path) -> None:
+    (tmp_path / "codemode.toml").write_text(
+        f"""
+[codemode]
+data_dir = "data"
+
+[codemode.mcpServers.lab]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(str(LAB))}, {json.dumps(str(tmp_path))}]
+"""
+    )
+    upstream = f"twin={sys.executable} {LAB} {tmp_path}"
+    params = StdioServerParameters(
+        command=str(CODEMODE),
+        args=["mcp", "serve", "--config", "codemode.toml", "--upstream", upstream],
+        cwd=str(tmp_path),
+    )
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        result = await run(
+            session,
+            "return [await tools.lab__add({ a: 1, b: 1 }), await tools.twin__add({ a: 2, b: 2 })];",
+        )
+        assert returned(result) == [{"result": 2}, {"result": 4}], text(result)
+    assert (tmp_path / "data").is_dir()  # the toml's data_dir holds the session log

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
@@ -93,3 +94,37 @@ async def test_closing_the_engine_ends_every_session_and_child(tmp_path: Path) -
     assert not [
         p for p in psutil.Process().children(recursive=True) if str(LAB) in " ".join(p.cmdline())
     ]
+
+
+async def test_a_streamable_http_server_with_headers(tmp_path: Path) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(LAB), str(tmp_path), "--http", stdout=asyncio.subprocess.PIPE
+    )
+    assert process.stdout is not None
+    try:
+        async with asyncio.timeout(60):
+            url = (await process.stdout.readline()).decode().strip()
+        servers = await McpServers.start(
+            {"mcpServers": {"lab": {"url": url, "headers": {"X-Lab": "from-config"}}}}
+        )
+        assert not servers.problems, servers.problems
+        engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+        try:
+            result = await engine.run_code(
+                "return [await tools.lab__add({a: 5, b: 6}), await tools.lab__header({})]"
+            )
+            assert result.value == [{"result": 11}, {"result": "from-config"}], result.text
+            process.kill()
+            await process.wait()
+            # The server is gone: the call fails at once, naming it; nothing hangs.
+            async with asyncio.timeout(60):
+                gone = await engine.run_code(
+                    "try { return await tools.lab__add({a: 1, b: 1}); } catch (e) { return e.message; }"
+                )
+            assert "MCP server 'lab'" in gone.value and url in gone.value, gone.text
+        finally:
+            await engine.aclose()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
