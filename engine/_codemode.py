@@ -174,6 +174,10 @@ class CodeMode(StepLoop):
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
         self._listeners = listeners_option(on_event)
 
+    def add_listener(self, on_event: Listener) -> None:
+        """Also tell ``on_event`` what each script does, as ``on_event=`` does."""
+        self._listeners = (*self._listeners, *listeners_option(on_event))
+
     def _mcp_tools_changed(self, mcp_tools: list[Tool]) -> None:
         """An MCP server changed its tools: the engine's tools are the host's and these."""
         self.tools = unique_tools([*self._own_tools, *mcp_tools])

@@ -10,9 +10,10 @@ The server has two tools:
 A call that needs approval is asked through MCP elicitation when the client supports it
 (accept with ``approve: true`` runs it; anything else refuses it, and the script sees the
 refusal); otherwise the result says the script is paused and how a person answers
-(``codemode approve``), after which ``continue_script`` goes on. Each step of a script sends a
-progress notification when the client asked for progress. Files the script shows and media it
-returns (an MCP tool's image, say) reach the client as MCP image or audio content. Scripts live
+(``codemode approve``), after which ``continue_script`` goes on. Each step of a script, and
+each call that returns, fails or waits, sends a progress notification (from the engine's
+events) when the client asked for progress. Files the script shows and media it returns (an
+MCP tool's image, say) reach the client as MCP image or audio content. Scripts live
 in the engine's session log, so with a durable store they survive a restart of the server.
 
 When an upstream server changes its tools and the ``run_code`` description changes with them,
@@ -21,64 +22,38 @@ the clients are sent ``notifications/tools/list_changed``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import contextvars
 import logging
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from engine._codemode import CodeMode
 from engine._errors import CallNotWaiting, CodeModeError
+from engine._events import Event
 from engine._mcp import MEDIA_TYPES
 from engine._result import RunResult
 from engine._tools import Tool
-from runner import FileReader, ScriptRunner, Step
-from sandbox.protocol import Script
 
 logger = logging.getLogger("codemode.mcp")
 
 CONTINUE = "continue_script"
 SERVER_NAME = "codemode"
 
-# The progress reporter of the MCP request whose script is stepping, if it asked for one.
-_progress: contextvars.ContextVar[Callable[[Step], Awaitable[None]] | None] = (
-    contextvars.ContextVar("codemode_mcp_progress", default=None)
-)
-
-
-class ProgressRunner(ScriptRunner):
-    """A runner that reports each step it runs to the MCP request driving the script."""
-
-    def __init__(self, inner: ScriptRunner) -> None:
-        self.inner = inner
-
-    async def run(
-        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
-    ) -> Step:
-        step = await self.inner.run(script, files, tenant=tenant)
-        report = _progress.get()
-        if report is not None:
-            with contextlib.suppress(Exception):  # a client that left does not stop the script
-                await report(step)
-        return step
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
 
 class CodeModeServer:
     """An MCP server in front of one :class:`CodeMode` (see the module docstring)."""
 
     def __init__(self, engine: CodeMode, *, elicitation: bool = True) -> None:
-        if not isinstance(engine.runner, ProgressRunner):
-            engine.runner = ProgressRunner(engine.runner)
         self.engine = engine
         self.elicitation = elicitation
         self._sessions: weakref.WeakSet[Any] = weakref.WeakSet()
         self._description = engine.definition()["description"]
+        self._progress: dict[str, _Progress] = {}
+        engine.add_listener(self._on_event)
         if engine._mcp is not None:
             engine._mcp.subscribe(self._tools_changed)
 
@@ -141,26 +116,24 @@ class CodeModeServer:
     async def _answer(self, ctx: Any, name: str, arguments: dict[str, Any]) -> RunResult:
         engine = self.engine
         session = ctx.session
-        steps = 0
+        progress = _Progress(session)
+        ids: list[str] = []
 
-        async def report(step: Step) -> None:
-            nonlocal steps
-            steps += 1
-            calls = len(step.calls) if step.outcome == "calls" else 0
-            message = f"step {steps}: {step.outcome}" + (f", {calls} calls" if calls else "")
-            await session.report_progress(steps, None, message)
+        def started(script_id: str) -> None:
+            ids.append(script_id)
+            self._progress[script_id] = progress
 
-        token = _progress.set(report)
         try:
             if name == "run_code":
                 code = arguments.get("code")
                 if not isinstance(code, str):
                     raise CodeModeError('run_code takes {"code": "<the script>"}')
-                result = await engine.run_code(code)
+                result = await engine.run_code(code, on_start=started)
             elif name == CONTINUE:
                 script_id = arguments.get("script_id")
                 if not isinstance(script_id, str) or not script_id:
                     raise CodeModeError(f'{CONTINUE} takes {{"script_id": "<id>"}}')
+                started(script_id)
                 result = await engine.resume(script_id)
             else:
                 raise CodeModeError(engine.direct_call_error(name))
@@ -169,8 +142,28 @@ class CodeModeServer:
                     break
                 result = await engine.resume(result.script_id)
         finally:
-            _progress.reset(token)
+            for script_id in ids:
+                if self._progress.get(script_id) is progress:
+                    del self._progress[script_id]
+            await progress.close()  # every notification is sent before the result
         return result
+
+    def _on_event(self, event: Event) -> None:
+        """The engine's events, as progress notifications to the request driving the script."""
+        progress = self._progress.get(event.script_id)
+        if progress is None:
+            return
+        if event.kind == "step":
+            stats = event.stats or {}
+            calls = stats.get("calls") or 0
+            progress.tell(
+                f"step {event.step}: {stats.get('outcome')}" + (f", {calls} calls" if calls else "")
+            )
+        elif event.kind in ("call.done", "call.failed", "call.waiting"):
+            what = {"call.done": "done", "call.failed": "failed"}.get(
+                event.kind, f"waits for {event.reason}"
+            )
+            progress.tell(f"tools.{event.tool} {what}")
 
     def _can_elicit(self, session: Any) -> bool:
         if not self.elicitation:
@@ -235,8 +228,6 @@ class CodeModeServer:
     def _tools_changed(self, tools: list[Tool]) -> None:
         """Tell the clients when the run_code description changed (new tools are deferred,
         so this is only when a declared tool changed or went away)."""
-        import asyncio
-
         description = self.engine.definition()["description"]
         if description == self._description:
             return
@@ -285,6 +276,31 @@ class CodeModeServer:
             await uvicorn.Server(config).serve(sockets=[sock])
         finally:
             sock.close()
+
+
+class _Progress:
+    """The progress notifications of one MCP request, sent in order by one task."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+        self._count = 0
+        self._queue: asyncio.Queue[tuple[int, str] | None] = asyncio.Queue()
+        self._task = asyncio.ensure_future(self._send())
+
+    def tell(self, message: str) -> None:
+        self._count += 1
+        self._queue.put_nowait((self._count, message))
+
+    async def _send(self) -> None:
+        while (item := await self._queue.get()) is not None:
+            # A no-op when the client asked for no progress; a client that left does not
+            # stop the script.
+            with contextlib.suppress(Exception):
+                await self._session.report_progress(item[0], None, item[1])
+
+    async def close(self) -> None:
+        self._queue.put_nowait(None)
+        await self._task
 
 
 def content_of(result: RunResult) -> dict[str, Any]:

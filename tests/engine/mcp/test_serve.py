@@ -181,12 +181,15 @@ async def test_a_script_chains_calls_across_two_servers(transport: str, tmp_path
         )
         assert not result.is_error, text(result)
         assert returned(result) == [["answer", "The sum of 20 and 22 is 42."]]
-        # One progress notification per step: three calls in turn, then the end.
+        # A progress notification per step and per call: three calls in turn, then the end.
         assert progress == [
             "1 step 1: calls, 1 calls",
-            "2 step 2: calls, 1 calls",
-            "3 step 3: calls, 1 calls",
-            "4 step 4: finished",
+            "2 tools.everything__get_sum done",
+            "3 step 2: calls, 1 calls",
+            "4 tools.memory__create_entities done",
+            "5 step 3: calls, 1 calls",
+            "6 tools.memory__read_graph done",
+            "7 step 4: finished",
         ], progress
     # The memory server really wrote it: the chain reached the second server.
     assert "The sum of 20 and 22 is 42." in (tmp_path / "memory.jsonl").read_text()
