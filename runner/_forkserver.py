@@ -87,6 +87,11 @@ class ForkedChild:
     closed: bool = False
     # Set at close: the child ended without reading any of what we wrote (the script).
     unread: bool = False
+    # Its start time in /proc (clock ticks since boot), read while it waited for a script:
+    # what makes a later read of /proc/<pid> surely this child's (see runner._live.measure).
+    starttime: int | None = None
+    # Handed to a background reap after its step returned at `ran`.
+    detached: bool = False
 
     @property
     def server_died(self) -> bool:
