@@ -25,11 +25,31 @@ from typing import TYPE_CHECKING, Protocol
 
 from runner import _conversation as conv
 from runner._base import LiveRun, ProcessStats, RunError, Step
+from runner._slots import Slots
 from sandbox import protocol
 
 if TYPE_CHECKING:
     from runner._forkserver import ForkedChild
-    from runner._process import ProcessRunner
+
+
+class _Owner(Protocol):
+    """What a live run needs of the runner that made it (``ProcessRunner``)."""
+
+    slots: Slots
+    _live: weakref.WeakSet[ProcessLive]
+
+    async def _segment_step(
+        self,
+        child: ForkedChild,
+        script: protocol.Script,
+        outcome: conv.Outcome,
+        server: conv.FileServer,
+        *,
+        tenant: str,
+        known: int,
+        cpu_charged: float,
+        started: float,
+    ) -> Step: ...
 
 
 class _Measured(Protocol):
@@ -101,7 +121,7 @@ class ProcessLive(LiveRun):
 
     def __init__(
         self,
-        runner: ProcessRunner,
+        runner: _Owner,
         child: ForkedChild,
         script: protocol.Script,
         server: conv.FileServer,

@@ -56,9 +56,14 @@ class ProgressRunner(ScriptRunner):
         self.inner = inner
 
     async def run(
-        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+        self,
+        script: Script,
+        files: FileReader | None = None,
+        *,
+        tenant: str = "default",
+        live: bool = False,
     ) -> Step:
-        step = await self.inner.run(script, files, tenant=tenant)
+        step = await self.inner.run(script, files, tenant=tenant, live=live)
         report = _progress.get()
         if report is not None:
             with contextlib.suppress(Exception):  # a client that left does not stop the script
