@@ -273,3 +273,20 @@ async def test_file_bytes_count_over_the_live_run() -> None:
             s.model_copy(update={"records": [record(first.calls[0])]}), Reader()
         )
         assert outcome(replayed) == outcome(last)
+
+
+async def test_a_process_that_wrote_while_waiting_is_ended() -> None:
+    """A bogus second `ran` (or anything) written before the results: resume raises and the
+    process is ended. The line is put where the runner would find it, in the reader's buffer
+    (a real sandbox never writes while it waits)."""
+    async with ProcessRunner(mode="pool") as runner:
+        first = await runner.run(script("await tools.t({ i: 1 }); return 1"), live=True)
+        live = first.live
+        assert isinstance(live, ProcessLive)
+        pid = live.child.pid
+        live.child.reader.stream.feed_data(b'{"ran": {"outcome": "finished", "value": 666}}\n')
+        with pytest.raises(RunError, match="wrote to its output while it waited"):
+            await live.resume([record(first.calls[0])])
+        assert wait_gone([pid]) == []
+        assert runner.live_runs == 0
+    assert zombies() == []
