@@ -124,17 +124,34 @@ class MemoryStore(LogStore):
         return script
 
     async def add_calls(
-        self, lease: r.Lease, entries: Sequence[r.CallEntry], usage: r.StepUsage | None = None
-    ) -> None:
+        self,
+        lease: r.Lease,
+        entries: Sequence[r.CallEntry],
+        usage: r.StepUsage | None = None,
+        *,
+        claim: bool = False,
+    ) -> list[int]:
+        for entry in entries:
+            rules.check_new_call(entry)
         with self._lock:
             script = self._fenced(lease)
             log = self._calls[lease.script_id]
             for i, entry in enumerate(entries):
                 if entry.script_id != lease.script_id or entry.index != len(log) + i:
                     raise r.CallConflict(rules.out_of_order(entry, len(log) + i))
-            log.extend(copy.deepcopy(list(entries)))
+            added = copy.deepcopy(list(entries))
+            claimed = []
+            if claim and not script.held:  # no call goes out while the script is held
+                now_ms = self._now_ms()
+                for entry in added:
+                    if entry.state == r.APPROVED:
+                        entry.state, entry.owner, entry.token = r.RUNNING, lease.owner, lease.token
+                        entry.started_ms = now_ms
+                        claimed.append(entry.index)
+            log.extend(added)
             _use(script, usage)
             self._touch(lease.script_id)
+            return claimed
 
     async def decide(
         self, lease: r.Lease, decisions: Sequence[r.Decision], *, claim: bool = False
@@ -142,7 +159,8 @@ class MemoryStore(LogStore):
         for decision in decisions:
             rules.check_decision(decision)
         with self._lock:
-            self._fenced(lease)
+            held = self._fenced(lease).held
+            claim = claim and not held  # no call goes out while the script is held
             log, now_ms = self._calls[lease.script_id], self._now_ms()
             entries = [_at(log, d.index, lease.script_id, {r.PROPOSED}) for d in decisions]
             claimed = []
@@ -157,10 +175,10 @@ class MemoryStore(LogStore):
 
     async def claim(self, lease: r.Lease, indexes: Sequence[int]) -> list[int]:
         with self._lock:
-            self._fenced(lease)
+            held = self._fenced(lease).held
             log = self._calls[lease.script_id]
             claimed, now_ms = [], self._now_ms()
-            for index in indexes:
+            for index in [] if held else dict.fromkeys(indexes):  # none goes out while held
                 if 0 <= index < len(log) and log[index].state == r.APPROVED:
                     entry = log[index]
                     entry.state, entry.owner, entry.token = r.RUNNING, lease.owner, lease.token
@@ -281,5 +299,5 @@ def _at(log: list[r.CallEntry], index: int, script_id: str, states: set[str]) ->
         raise r.CallConflict(f"script {script_id} has no call at position {index}")
     entry = log[index]
     if entry.state not in states:
-        raise r.CallConflict(rules.wrong_state(entry, states))
+        raise r.CallConflict(rules.wrong_state(script_id, entry.call_id, entry.state, states))
     return entry
