@@ -16,6 +16,7 @@ import orjson
 
 from engine import log
 from engine._drive import Drive
+from engine._events import Emitting
 from engine._limits import Limits
 from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
 from engine._search import ToolIndex
@@ -29,7 +30,7 @@ from sandbox.names import closest_names
 logger = logging.getLogger("codemode")
 
 
-class CallSettling:
+class CallSettling(Emitting):
     """How the calls a script asked for are answered and run, and recorded in the log."""
 
     tools: list[Tool]
@@ -58,6 +59,8 @@ class CallSettling:
                 c.state == log.AWAITING_APPROVAL for c in drive.calls
             )
             claimed = await drive.decide(decisions, claim=not waits)
+            for c in proposed:
+                self._emit_decided(record.tenant, drive.calls[c.index])
         # When a call needs approval, it asks a person first, and the rest wait.
         if any(c.state == log.AWAITING_APPROVAL for c in drive.calls):
             return
@@ -91,6 +94,10 @@ class CallSettling:
         ]
         if interrupted:
             await drive.settle(*interrupted)
+            for s in interrupted:
+                self._emit_call(
+                    "call.failed", drive.record.tenant, drive.calls[s.index], error=s.error
+                )
 
     def _repeatable(self, name: str) -> bool:
         tool = self._by_name.get(name)
@@ -109,19 +116,30 @@ class CallSettling:
             )
         return log.Decision(entry.index, log.APPROVED)
 
+    def _emit_decided(self, tenant: str, entry: log.CallEntry) -> None:
+        """The event for what was decided about a proposed call."""
+        if entry.state == log.APPROVED or entry.state == log.RUNNING:
+            self._emit_call("call.approved", tenant, entry)
+        elif entry.state == log.FAILED:
+            self._emit_call("call.failed", tenant, entry, error=entry.error)
+        else:
+            reason = "client" if entry.state == log.AWAITING_CLIENT else "approval"
+            self._emit_call("call.waiting", tenant, entry, reason=reason)
+
     async def _run_call(self, drive: Drive, entry: log.CallEntry) -> None:
         record = drive.record
+        self._emit_call("call.running", record.tenant, entry)
         try:
             result = await self._invoke(record, entry)
         except ToolCallError as e:
-            await drive.settle(_failed(entry, e.message))
+            await self._settle_failed(drive, _failed(entry, e.message))
             return
         except Exception as e:  # a bug in the engine or a tool must not lose the script
             logger.exception(
                 "tool call failed unexpectedly script=%s call=%s", record.id, entry.call_id
             )
-            await drive.settle(
-                _failed(entry, f"tools.{entry.name} failed: {type(e).__name__}: {e}")
+            await self._settle_failed(
+                drive, _failed(entry, f"tools.{entry.name} failed: {type(e).__name__}: {e}")
             )
             return
         try:
@@ -129,13 +147,14 @@ class CallSettling:
         except (TypeError, orjson.JSONEncodeError) as e:
             # Data the script could never be sent (an integer past 64 bits, a lone surrogate,
             # nesting past what the encoder takes): that call's error, which it can catch.
-            await drive.settle(
+            await self._settle_failed(
+                drive,
                 _failed(
                     entry,
                     f"tools.{entry.name} returned a result that cannot be sent to the script "
                     f"({e}); the tool must return JSON data (integers within 64 bits, text "
                     "without lone surrogates)",
-                )
+                ),
             )
             return
         if size > self.limits_for(record.tenant).results:
@@ -143,6 +162,12 @@ class CallSettling:
             # the results limit before its next run.
             result = None
         await drive.settle(log.Settlement(entry.index, log.DONE, result, size))
+        self._emit_call("call.done", record.tenant, entry, stats={"result_bytes": size})
+
+    async def _settle_failed(self, drive: Drive, failed: log.Settlement) -> None:
+        await drive.settle(failed)
+        entry = drive.calls[failed.index]
+        self._emit_call("call.failed", drive.record.tenant, entry, error=failed.error)
 
     async def _invoke(self, record: log.ScriptRecord, entry: log.CallEntry) -> Any:
         if entry.name == TOOL_SEARCH:

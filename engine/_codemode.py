@@ -28,6 +28,7 @@ from engine._declarations import run_code_tool
 from engine._drive import Drive, new_owner
 from engine._ending import Ending
 from engine._errors import CallNotWaiting, CodeModeError, ToolsMissing
+from engine._events import Listener, listeners_option
 from engine._files import Attachment, BlobStore, record_files
 from engine._functions import as_tools
 from engine._limits import Limits, limits_for, limits_option
@@ -40,6 +41,7 @@ from engine._steps import StepLoop
 from engine._tool_threads import TOOL_THREADS, ToolThreads
 from engine._tools import Tool, ToolCallError, tool_fingerprint, unique_tools
 from engine._worker import Worker, proposed_worker
+from engine.adapters import Format, tool_definition
 from engine.languages.javascript import (
     SHOWN_PROBLEMS,
     Checked,
@@ -95,7 +97,8 @@ class CodeMode(StepLoop):
     Many hosts may share one store; one of them drives a script at a time, under a lease of
     ``lease_ms`` that it renews while it drives (a host that dies lets it lapse, and another
     takes the script over). ``poll_interval`` (seconds) paces :meth:`work` and
-    ``resume(wait=...)``.
+    ``resume(wait=...)``. ``on_event`` is told what each script does as it runs (see
+    ``engine._events``: started, steps, calls, pauses, endings).
     """
 
     def __init__(
@@ -118,6 +121,7 @@ class CodeMode(StepLoop):
         type_check: Literal["on", "off"] | TypeChecker = "on",
         lease_ms: int = log.DEFAULT_LEASE_MS,
         poll_interval: float = 1.0,
+        on_event: Listener | Sequence[Listener] | None = None,
     ) -> None:
         self.tools = unique_tools(as_tools(tools))
         self._by_name = {t.name: t for t in self.tools}
@@ -156,16 +160,20 @@ class CodeMode(StepLoop):
         self.lease_ms = lease_ms
         self.poll_interval = poll_interval
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
+        self._listeners = listeners_option(on_event)
 
     # ---- what the model sees ----
 
-    def definition(self) -> dict[str, Any]:
-        """The `run_code` tool for a model API: ``name``, ``description``, ``input_schema``.
+    def definition(self, format: Format = "anthropic") -> dict[str, Any]:
+        """The `run_code` tool in ``format``'s shape: ``"anthropic"`` (``name``,
+        ``description``, ``input_schema``), ``"openai_chat"``, ``"openai_responses"`` or
+        ``"mcp"`` (see ``engine.adapters``).
 
         The same bytes for the same tools, so a cached prompt prefix holds.
         """
         notes = [FILES_NOTE] if self.type_checker is None else [FILES_NOTE, CHECK_NOTE]
-        return run_code_tool(self.tools, skills=self._declares_skills, notes=notes)
+        tool = run_code_tool(self.tools, skills=self._declares_skills, notes=notes)
+        return tool_definition(tool, format)
 
     def direct_call_error(self, name: str) -> str:
         """The error for a model that called a tool directly: code mode is all or nothing,
@@ -256,6 +264,8 @@ class CodeMode(StepLoop):
         started = await self.store.start(record, new_owner(), self.lease_ms)
         if on_start is not None:
             on_start(started.record.id)
+        if started.created:
+            self._emit("started", record.id, tenant=tenant)
         if started.lease is None:
             return await self._elsewhere_or_ended(started.record.id)
         new = started.record if started.created else None
@@ -307,6 +317,7 @@ class CodeMode(StepLoop):
                 return RunResult.from_dict(record.outcome)
             drive = await Drive.take(self.store, script_id, new_owner(), self.lease_ms)
             if drive is not None:
+                self._emit("resumed", script_id, tenant=drive.record.tenant, steps=record.steps)
                 return await self._drive_owned(drive)
             if time.monotonic() >= deadline:
                 return await self._elsewhere_or_ended(script_id)
@@ -324,6 +335,9 @@ class CodeMode(StepLoop):
                     await asyncio.wait_for(stop.wait(), self.poll_interval)
                 continue
             drive = await Drive.resume(self.store, lease, self.lease_ms)
+            self._emit(
+                "resumed", lease.script_id, tenant=drive.record.tenant, steps=drive.record.steps
+            )
             try:
                 result = await self._drive_owned(drive)
             except CodeModeError as e:  # this script cannot go on here; others can
@@ -391,12 +405,14 @@ class CodeMode(StepLoop):
         await self.store.answer(
             script_id, call_id, log.AWAITING_APPROVAL, log.APPROVED, note="approved"
         )
+        self._emit("call.approved", script_id, call_id=call_id)
 
     async def reject(self, script_id: str, call_id: str, message: str = "") -> None:
         """A person refused the call: the script sees an error with this message."""
         entry = await self._waiting(script_id, call_id)
         error = error_text(message or f"a person refused tools.{entry.name}")
         await self.store.answer(script_id, call_id, log.AWAITING_APPROVAL, log.FAILED, error=error)
+        self._emit("call.failed", script_id, call_id=call_id, tool=entry.name, error=error)
 
     async def client_result(
         self, script_id: str, call_id: str, result: Any = None, *, error: str | None = None

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from engine.adapters._formats import result_for
+
 Status = Literal["finished", "failed", "paused", "elsewhere"]
 
 
@@ -36,6 +38,29 @@ class RunResult:
     def content(self) -> list[dict[str, Any]]:
         """MCP content blocks: the text, then each media file the script showed."""
         return [{"type": "text", "text": self.text}, *self.media]
+
+    def to_anthropic(self, tool_use_id: str) -> dict[str, Any]:
+        """The Anthropic Messages ``tool_result`` block for the model's ``tool_use`` id
+        (text, images, PDFs; ``is_error`` when the script failed)."""
+        result: dict[str, Any] = result_for(self, "anthropic", tool_use_id)
+        return result
+
+    def to_openai_chat(self, tool_call_id: str) -> list[dict[str, Any]]:
+        """The Chat Completions messages that answer the model's tool call: the ``tool``
+        message, then a ``user`` message with the shown media, if any (a ``tool`` message
+        takes text only)."""
+        messages: list[dict[str, Any]] = result_for(self, "openai_chat", tool_call_id)
+        return messages
+
+    def to_openai_responses(self, call_id: str) -> dict[str, Any]:
+        """The Responses API ``function_call_output`` item for the model's ``call_id``."""
+        item: dict[str, Any] = result_for(self, "openai_responses", call_id)
+        return item
+
+    def to_mcp(self) -> dict[str, Any]:
+        """An MCP ``CallToolResult``: ``content`` and ``isError``."""
+        answer: dict[str, Any] = result_for(self, "mcp")
+        return answer
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -151,20 +151,34 @@ class StepLoop(CallSettling):
         heap = step.stats.heap_bytes
         # The type check runs before a script's first step; that step's line carries it.
         check_ms = self._check_ms.pop(record.id, 0.0)
+        # The same fields as the message's, as the record's own attributes for a JSON log.
+        fields = {
+            "script": record.id,
+            "tenant": record.tenant,
+            "step": record.steps + 1,
+            "outcome": step.outcome,
+            "results_bytes": step.stats.results_bytes,
+            "wait_ms": round(wait_ms, 1),
+            "run_ms": round(run_ms, 1),
+            "heap_bytes": heap,
+            "cpu_ms": round(cpu_ms, 1),
+            "check_ms": round(check_ms, 1),
+            "limit": limit,
+        }
         logger.info(
             "script step script=%s tenant=%s step=%d outcome=%s results_bytes=%d wait_ms=%.1f "
             "run_ms=%.1f heap_bytes=%d cpu_ms=%.1f check_ms=%.1f limit=%s",
+            *fields.values(),
+            extra=fields,
+        )
+        stats = {k: fields[k] for k in list(fields)[3:10]} | {"calls": len(step.calls)}
+        self._emit(
+            "step",
             record.id,
-            record.tenant,
-            record.steps + 1,
-            step.outcome,
-            step.stats.results_bytes,
-            wait_ms,
-            run_ms,
-            heap,
-            cpu_ms,
-            check_ms,
-            limit,
+            tenant=record.tenant,
+            step=record.steps + 1,
+            stats=stats,
+            limit=step.limit.name if step.limit else None,
         )
         if heap > limits.memory / 2 or cpu_ms > limits.compute_ms / 2:
             logger.warning(
@@ -241,6 +255,13 @@ class StepLoop(CallSettling):
                 for i, call in enumerate(step.calls)
             ]
         )
+        for entry in drive.calls[start:]:
+            self._emit_call(
+                "call.proposed",
+                record.tenant,
+                entry,
+                stats={"argument_bytes": entry.argument_bytes},
+            )
 
     def _results_over(self, calls: list[log.CallEntry], limits: Limits) -> Ending | None:
         total = sum(c.result_bytes or 0 for c in calls if c.state == log.DONE)
@@ -273,6 +294,10 @@ class StepLoop(CallSettling):
         else:
             text = render.render_paused(waiting)
         await drive.pause()
+        events = [
+            {"call_id": w["call_id"], "tool": w["name"], "reason": w["reason"]} for w in waiting
+        ]
+        self._emit("paused", record.id, tenant=record.tenant, steps=record.steps, waiting=events)
         return RunResult(record.id, "paused", text, waiting=waiting, steps=record.steps)
 
     async def _end(self, drive: Drive, ending: Ending) -> RunResult:
@@ -310,6 +335,15 @@ class StepLoop(CallSettling):
             )
             status = log.SCRIPT_FAILED
         await drive.end(status, result.to_dict())
+        self._emit(
+            "ended",
+            record.id,
+            tenant=record.tenant,
+            status=result.status,
+            steps=record.steps,
+            limit=result.limit,
+            error=result.error["name"] if result.error else None,
+        )
         return result
 
     def _shown(

@@ -1,6 +1,6 @@
 """The ``codemode`` command.
 
-    codemode run SCRIPT.js --tools TOOLS [--json] [--data-dir DIR] [--config codemode.toml]
+    codemode run SCRIPT.js --tools TOOLS [--json] [--events FILE] [--data-dir DIR] [--config ...]
     codemode resume SCRIPT_ID --tools TOOLS --data-dir DIR [--approve CALL_ID] [--reject CALL_ID]
     codemode scripts [--status STATUS] [--data-dir DIR | --config codemode.toml]
     codemode show SCRIPT_ID [--data-dir DIR | --config codemode.toml]
@@ -14,21 +14,26 @@
 ``TOOLS`` is a Python file of tools or a JSON file of MCP tool definitions. A script may be a
 bare body, a Markdown code fence, or an ``async () => { ... }`` function; ``-`` reads stdin.
 
-Exit codes: 0 finished, 1 the script failed, 3 paused, 2 a mistake in the command, its files
-or its config (one line on stderr naming it and the fix, never a traceback), 130 interrupted.
-Output cut short by its reader (``| head``) ends quietly.
+Exit codes: 0 finished, 1 the script failed, 2 a mistake in the command, its files or its
+config (one line on stderr naming it and the fix, never a traceback), 3 paused, 4 another host
+drives the script, 130 interrupted, 141 its reader left (``| head``: it ends quietly).
+
+While ``run`` or ``resume`` drives a script, a terminal on stderr shows a live line (steps,
+calls, elapsed time); ``--events FILE`` writes each event as a JSON line (``-``: stderr).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
@@ -38,7 +43,9 @@ import orjson
 from engine._codemode import CodeMode, RunResult
 from engine._config import Config, build_runner
 from engine._errors import CodeModeError, ConfigError, StepUnavailable, ToolDefinitionError
+from engine._events import Listener
 from engine._loading import load_tools
+from engine._progress import EventLines, ProgressLine
 from engine._search import MAX_LIMIT, MAX_QUERY, ToolIndex
 from engine.log import LogStore, ScriptRecord
 from runner import FileReader, ScriptRunner, Step
@@ -100,10 +107,18 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print the whole result as JSON")
         p.add_argument("-v", "--verbose", action="store_true", help="log each script step")
 
+    def events(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--events",
+            metavar="FILE",
+            help="write each event (steps, calls, pauses, the end) as a JSON line; - for stderr",
+        )
+
     run = commands.add_parser("run", help="run a script and print what the model would see")
     run.add_argument("script", help="the script file, or - for stdin")
     run.add_argument("--tenant", default="default")
     common(run)
+    events(run)
 
     resume = commands.add_parser("resume", help="continue a paused script from its log")
     resume.add_argument("script_id")
@@ -111,6 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     resume.add_argument("--reject", action="append", default=[], metavar="CALL_ID")
     resume.add_argument("--message", default="", help="the reason given with --reject")
     common(resume)
+    events(resume)
 
     scripts = commands.add_parser("scripts", help="list the scripts in the session log")
     scripts.add_argument(
@@ -171,7 +187,11 @@ def _store(args: argparse.Namespace, config: Config) -> LogStore:
 
 
 def _engine(
-    args: argparse.Namespace, *, needs_runner: bool, config: Config | None = None
+    args: argparse.Namespace,
+    *,
+    needs_runner: bool,
+    config: Config | None = None,
+    on_event: list[Listener] | None = None,
 ) -> CodeMode:
     config = config or _config(args)
     tools, namespace = load_tools(args.tools)
@@ -189,6 +209,7 @@ def _engine(
             queue_timeout=config.queue_timeout,
             type_check=config.type_check,
             lease_ms=config.store.lease_ms,
+            on_event=on_event,
         )
     except ToolDefinitionError as e:  # two tools of one name, a bad skill: the file's fault
         raise ConfigError(f"{args.tools}: {e}") from None
@@ -352,7 +373,15 @@ async def _run(args: argparse.Namespace) -> int:
             f"the script {args.script} is not UTF-8 text (byte {e.start}); save it as UTF-8"
         ) from None
     config = _config(args)
-    engine = _engine(args, needs_runner=True, config=config)
+    async with _watching(args) as listeners:
+        result, kept = await _run_with(args, code, config, listeners)
+    return _print_result(result, args.json, kept=kept)
+
+
+async def _run_with(
+    args: argparse.Namespace, code: str, config: Config, listeners: list[Listener]
+) -> tuple[RunResult, bool]:
+    engine = _engine(args, needs_runner=True, config=config, on_event=listeners)
     kept = bool(args.data_dir or config.data_dir) or config.store.kind == "postgres"
 
     def started(script_id: str) -> None:
@@ -360,7 +389,8 @@ async def _run(args: argparse.Namespace) -> int:
         if args.json:
             sys.stdout.write(orjson.dumps({"script_id": script_id}).decode() + "\n")
         elif kept:  # a log in memory dies with this run: its id would help no one
-            sys.stderr.write(f"codemode: script {script_id}\n")
+            clear = "\r\x1b[K" if sys.stderr.isatty() else ""  # the live line, if any
+            sys.stderr.write(f"{clear}codemode: script {script_id}\n")
         sys.stdout.flush()
 
     try:
@@ -374,12 +404,39 @@ async def _run(args: argparse.Namespace) -> int:
         ) from None
     finally:
         await engine.aclose()
-    return _print_result(result, args.json, kept=kept)
+    return result, kept
+
+
+@contextlib.asynccontextmanager
+async def _watching(args: argparse.Namespace) -> AsyncIterator[list[Listener]]:
+    """The listeners ``--events`` and a terminal ask for: the JSON lines, the live line."""
+    listeners: list[Listener] = []
+    async with contextlib.AsyncExitStack() as stack:
+        if args.events:
+            if args.events == "-":
+                stream = sys.stderr.buffer
+            else:
+                try:
+                    stream = stack.enter_context(open(args.events, "ab"))  # noqa: SIM115
+                except OSError as e:
+                    raise CodeModeError(
+                        f"cannot write the events to {args.events}: {e.strerror or e}"
+                    ) from None
+            listeners.append(EventLines(stream))
+        if sys.stderr.isatty() and args.events != "-":
+            listeners.append(await stack.enter_async_context(ProgressLine(sys.stderr).run()))
+        yield listeners
 
 
 async def _resume(args: argparse.Namespace) -> int:
     _needs_log(args, "resume")
-    engine = _engine(args, needs_runner=True)
+    async with _watching(args) as listeners:
+        result = await _resume_with(args, listeners)
+    return _print_result(result, args.json)
+
+
+async def _resume_with(args: argparse.Namespace, listeners: list[Listener]) -> RunResult:
+    engine = _engine(args, needs_runner=True, on_event=listeners)
     try:
         for call_id in args.approve:
             await engine.approve(args.script_id, call_id)
@@ -388,7 +445,7 @@ async def _resume(args: argparse.Namespace) -> int:
         result = await engine.resume(args.script_id)
     finally:
         await engine.aclose()
-    return _print_result(result, args.json)
+    return result
 
 
 def _search(args: argparse.Namespace) -> int:

@@ -1,0 +1,120 @@
+"""Events: what a script does as it runs, told to the host as it happens.
+
+``CodeMode(on_event=fn)`` calls ``fn(event)`` (or each of a list of functions) on the event
+loop, in order, for every script this engine drives or answers:
+
+==================  ===========================================================
+``started``         a new script was recorded (``run_code``)
+``resumed``         this host took up a script from its log (``resume``, ``work``)
+``step``            a run of the script ended; ``stats``: ``outcome``, ``calls`` (the new
+                    calls it asked for), ``wait_ms``, ``run_ms``, ``cpu_ms``,
+                    ``heap_bytes``, ``results_bytes``, ``check_ms``; ``limit`` if one was met
+``call.proposed``   the script asked for a call (``call_id``, ``tool``, ``stats``:
+                    ``argument_bytes``)
+``call.waiting``    the call waits for a person or the client (``reason``)
+``call.approved``   the worker, or a person, let the call run
+``call.running``    the call's receipt is written and it runs now
+``call.done``       it returned (``stats``: ``result_bytes``)
+``call.failed``     it failed, was refused or was interrupted (``error``)
+``paused``          the script waits (``waiting``: each ``{call_id, tool, reason}``)
+``ended``           the script finished or failed (``status``, ``steps``, ``limit``,
+                    ``error``: the error's name)
+==================  ===========================================================
+
+A listener must be quick (it runs on the event loop, between the engine's own steps) and
+must not raise: one that does is logged and the script goes on. ``Event.to_dict()`` is the
+event as JSON data (what ``codemode run --events FILE`` writes, one line each).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+logger = logging.getLogger("codemode")
+
+EventKind = Literal[
+    "started",
+    "resumed",
+    "step",
+    "call.proposed",
+    "call.waiting",
+    "call.approved",
+    "call.running",
+    "call.done",
+    "call.failed",
+    "paused",
+    "ended",
+]
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing a script did (see the module docstring for each ``kind``'s fields)."""
+
+    kind: EventKind
+    script_id: str
+    time: float  # seconds since the epoch
+    tenant: str | None = None
+    step: int | None = None
+    call_id: str | None = None
+    tool: str | None = None
+    reason: str | None = None
+    status: str | None = None
+    steps: int | None = None
+    limit: str | None = None
+    error: str | None = None
+    stats: dict[str, Any] | None = None
+    waiting: list[dict[str, Any]] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as JSON data, without the fields its kind leaves empty."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: v for k, v in data.items() if v is not None}
+
+
+Listener = Callable[[Event], None]
+
+
+def listeners_option(on_event: Listener | Sequence[Listener] | None) -> tuple[Listener, ...]:
+    """``CodeMode(on_event=...)`` as a tuple of listeners, checked when the host gives it."""
+    from engine._errors import ConfigError
+
+    if on_event is None:
+        return ()
+    found = (on_event,) if callable(on_event) else tuple(on_event)
+    for fn in found:
+        if not callable(fn):
+            raise ConfigError(f"on_event takes functions of one Event, not {fn!r:.80}")
+    return found
+
+
+class Emitting:
+    """What the engine's parts call to tell the listeners: ``self._emit(kind, ...)``."""
+
+    _listeners: tuple[Listener, ...] = ()
+
+    def _emit(self, kind: EventKind, script_id: str, **fields: Any) -> None:
+        if not self._listeners:
+            return
+        event = Event(kind, script_id, time.time(), **fields)
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception:  # the host's listener must not stop the script
+                logger.exception("an on_event listener failed on %s of script %s", kind, script_id)
+
+    def _emit_call(self, kind: EventKind, tenant: str | None, entry: Any, **fields: Any) -> None:
+        """A call's event; ``entry``: its ``engine.log.CallEntry``."""
+        if self._listeners:
+            self._emit(
+                kind,
+                entry.script_id,
+                tenant=tenant,
+                call_id=entry.call_id,
+                tool=entry.name,
+                **fields,
+            )

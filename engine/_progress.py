@@ -1,0 +1,92 @@
+"""What ``codemode run`` and ``resume`` show while a script runs: a live line on a terminal,
+and the events as JSON lines for a file (``--events``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import IO
+
+import orjson
+
+from engine._events import Event
+
+
+class ProgressLine:
+    """One line on ``stream`` (a terminal), rewritten as the script goes: its steps, the
+    calls it made and how many run now, and the time since it started. ``run()`` redraws it
+    every ``interval`` seconds so the time moves while a step or a call takes long."""
+
+    def __init__(self, stream: IO[str], *, interval: float = 0.25) -> None:
+        self.stream = stream
+        self.interval = interval
+        self.started = time.monotonic()
+        self.steps = 0
+        self.calls = 0
+        self.running = 0
+        self.waiting = 0
+        self.shown = False
+
+    def __call__(self, event: Event) -> None:
+        if event.kind == "step":
+            self.steps = event.step or self.steps
+        elif event.kind == "call.proposed":
+            self.calls += 1
+        elif event.kind == "call.running":
+            self.running += 1
+        elif event.kind in ("call.done", "call.failed") and self.running:
+            self.running -= 1
+        elif event.kind == "call.waiting":
+            self.waiting += 1
+        self.draw()
+
+    def text(self) -> str:
+        elapsed = time.monotonic() - self.started
+        calls = f"{self.calls} call{'s' if self.calls != 1 else ''}"
+        if self.running:
+            calls += f" ({self.running} running)"
+        if self.waiting:
+            calls += f", {self.waiting} waiting"
+        steps = f"{self.steps} step{'s' if self.steps != 1 else ''}"
+        return f"codemode: {steps}, {calls}, {elapsed:.1f} s"
+
+    def draw(self) -> None:
+        self.stream.write("\r\x1b[K" + self.text())
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+    @contextlib.asynccontextmanager
+    async def run(self) -> AsyncIterator[ProgressLine]:
+        """Redraw the line until the block ends, then clear it."""
+
+        async def tick() -> None:
+            while True:
+                self.draw()
+                await asyncio.sleep(self.interval)
+
+        task = asyncio.create_task(tick())
+        try:
+            yield self
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            self.clear()
+
+
+class EventLines:
+    """Each event as one JSON line on ``stream``, flushed, so a reader sees it at once."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.stream = stream
+
+    def __call__(self, event: Event) -> None:
+        self.stream.write(orjson.dumps(event.to_dict()) + b"\n")
+        self.stream.flush()

@@ -1,0 +1,179 @@
+"""The ``run_code`` tool and its result in each model API's own shape.
+
+The engine's own shapes are Anthropic's for the tool (``name``, ``description``,
+``input_schema``) and MCP's for the result (text, then each media file the script showed as
+an MCP content block). Each API takes something else:
+
+- **Anthropic Messages**: a ``tool_result`` block under the ``tool_use`` id; its content holds
+  the text and the images (JPEG, PNG, GIF, WebP) and PDFs; ``is_error`` when the script
+  failed.
+- **OpenAI Chat Completions**: a ``tool`` message takes text only, so the media go in a
+  ``user`` message right after it (images as data URLs, PDFs as files, WAV and MP3 as audio).
+- **OpenAI Responses**: one ``function_call_output`` item whose output holds the text, the
+  images and the PDFs.
+- **MCP**: a ``CallToolResult`` (``content``, ``isError``).
+
+A media file an API cannot take is left out of that API's content with a line saying so, so
+the model knows it was shown and not attached. The tests check every shape against the
+official SDKs' types (``anthropic``, ``openai``, ``mcp``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, get_args
+
+from engine._errors import CodeModeError
+from engine._render import is_media
+
+
+class RunResult(Protocol):
+    """What this module reads of an ``engine.RunResult`` (which imports this module)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def shown(self) -> list[dict[str, Any]]: ...
+    @property
+    def media(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def content(self) -> list[dict[str, Any]]: ...
+
+
+Format = Literal["anthropic", "openai_chat", "openai_responses", "mcp"]
+FORMATS: tuple[str, ...] = get_args(Format)
+
+_ANTHROPIC_IMAGES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+# Chat Completions and Responses take these image types as data URLs.
+_OPENAI_IMAGES = _ANTHROPIC_IMAGES
+_OPENAI_AUDIO = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/mpeg": "mp3", "audio/mp3": "mp3"}
+_PDF = "application/pdf"
+
+
+def check_format(format: str) -> Format:
+    if format not in FORMATS:
+        raise CodeModeError(f"format = {format!r}; use one of {', '.join(FORMATS)}")
+    return format  # type: ignore[return-value]
+
+
+def tool_definition(tool: dict[str, Any], format: Format) -> dict[str, Any]:
+    """``tool`` (``name``, ``description``, ``input_schema``) as ``format``'s tool definition.
+
+    OpenAI's tools are ``strict`` when the schema allows it (every property required, no
+    others), as ``run_code``'s does, so the model's arguments always match it.
+    """
+    name, description, schema = tool["name"], tool["description"], tool["input_schema"]
+    if check_format(format) == "anthropic":
+        return {"name": name, "description": description, "input_schema": schema}
+    if format == "mcp":
+        return {"name": name, "description": description, "inputSchema": schema}
+    strict = schema.get("additionalProperties") is False and set(schema.get("required", [])) == set(
+        schema.get("properties", {})
+    )
+    if format == "openai_chat":
+        function = {"name": name, "description": description, "parameters": schema}
+        return {"type": "function", "function": {**function, "strict": strict}}
+    return {
+        "type": "function",
+        "name": name,
+        "description": description,
+        "parameters": schema,
+        "strict": strict,
+    }
+
+
+def result_for(result: RunResult, format: Format, call_id: str | None = None) -> Any:
+    """``result`` as ``format``'s tool result for the model's call ``call_id`` (the
+    ``tool_use`` id, the ``tool_call_id`` or the ``call_id``; MCP needs none).
+
+    Anthropic: a ``tool_result`` block; Chat Completions: a list of messages (the ``tool``
+    message, then a ``user`` message with the media when there are any); Responses: a
+    ``function_call_output`` item; MCP: a ``CallToolResult``.
+    """
+    if check_format(format) == "mcp":
+        return {"content": result.content, "isError": result.status == "failed"}
+    if not isinstance(call_id, str) or not call_id:
+        raise CodeModeError(
+            f"a {format} tool result needs the id of the model's call to run_code "
+            f"(got {call_id!r}); keep it from the model's turn, even across a pause"
+        )
+    media = list(zip(_media_names(result), result.media, strict=True))
+    if format == "anthropic":
+        blocks = [{"type": "text", "text": result.text}]
+        for name, block in media:
+            blocks.append(_anthropic_block(name, block))
+        answer: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id, "content": blocks}
+        if result.status == "failed":
+            answer["is_error"] = True
+        return answer
+    if format == "openai_chat":
+        messages: list[dict[str, Any]] = [
+            {"role": "tool", "tool_call_id": call_id, "content": result.text}
+        ]
+        if media:
+            parts: list[dict[str, Any]] = [
+                {"type": "text", "text": f"The files the run_code call {call_id} showed:"}
+            ]
+            parts += [_chat_part(name, block) for name, block in media]
+            messages.append({"role": "user", "content": parts})
+        return messages
+    output: list[dict[str, Any]] = [{"type": "input_text", "text": result.text}]
+    output += [_responses_part(name, block) for name, block in media]
+    return {"type": "function_call_output", "call_id": call_id, "output": output}
+
+
+def _media_names(result: RunResult) -> list[str]:
+    """The name of each media block: the shown files that are media, in the same order."""
+    names = [s["id"] for s in result.shown if is_media(s["mime"])]
+    if len(names) != len(result.media):  # a result made by hand: name them by position
+        names = [f"file {i}" for i in range(1, len(result.media) + 1)]
+    return names
+
+
+def _data(block: dict[str, Any]) -> tuple[str, str]:
+    """A media block's MIME type and base64 data."""
+    if block["type"] == "resource":
+        return block["resource"]["mimeType"], block["resource"]["blob"]
+    return block["mimeType"], block["data"]
+
+
+def _left_out(name: str, mime: str, api: str) -> str:
+    return f"{name} ({mime}) is not attached: {api} takes no {mime} in a tool result."
+
+
+def _anthropic_block(name: str, block: dict[str, Any]) -> dict[str, Any]:
+    mime, data = _data(block)
+    if mime in _ANTHROPIC_IMAGES:
+        return {"type": "image", "source": {"type": "base64", "media_type": mime, "data": data}}
+    if mime == _PDF:
+        return {
+            "type": "document",
+            "source": {"type": "base64", "media_type": _PDF, "data": data},
+            "title": name,
+        }
+    return {"type": "text", "text": _left_out(name, mime, "the Anthropic API")}
+
+
+def _chat_part(name: str, block: dict[str, Any]) -> dict[str, Any]:
+    mime, data = _data(block)
+    if mime in _OPENAI_IMAGES:
+        return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
+    if mime in _OPENAI_AUDIO:
+        return {"type": "input_audio", "input_audio": {"data": data, "format": _OPENAI_AUDIO[mime]}}
+    if mime == _PDF:
+        return {
+            "type": "file",
+            "file": {"file_data": f"data:{_PDF};base64,{data}", "filename": name},
+        }
+    return {"type": "text", "text": _left_out(name, mime, "Chat Completions")}
+
+
+def _responses_part(name: str, block: dict[str, Any]) -> dict[str, Any]:
+    mime, data = _data(block)
+    if mime in _OPENAI_IMAGES:
+        return {"type": "input_image", "image_url": f"data:{mime};base64,{data}"}
+    if mime == _PDF:
+        return {"type": "input_file", "file_data": f"data:{_PDF};base64,{data}", "filename": name}
+    return {"type": "input_text", "text": _left_out(name, mime, "the Responses API")}

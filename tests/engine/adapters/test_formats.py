@@ -1,0 +1,173 @@
+"""Every format of the run_code tool and of its results, checked against the official SDKs'
+own types (anthropic, openai, mcp): a shape the SDK would not take fails here."""
+
+from __future__ import annotations
+
+import base64
+
+import mcp.types
+import pytest
+from anthropic.types import MessageParam, ToolParam, ToolResultBlockParam
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+from openai.types.responses import FunctionToolParam, ResponseInputItemParam
+from pydantic import ValidationError
+
+from engine import Attachment, CodeMode, CodeModeError, RunResult, tool
+from engine.adapters import FORMATS
+from tests.engine.adapters.sdk_types import conforms
+from tests.engine.conftest import InProcessRunner
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+FILES = [
+    Attachment("chart.png", data=PNG, mime="image/png"),
+    Attachment("report.pdf", data=b"%PDF-1.4\n%%EOF\n", mime="application/pdf"),
+    Attachment("logo.svg", data=b"<svg/>", mime="image/svg+xml"),
+    Attachment("beep.wav", data=b"RIFF....WAVE", mime="audio/wav"),
+    Attachment("notes.md", data=b"# notes\n", mime="text/markdown"),
+]
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@pytest.fixture
+async def engine():
+    e = CodeMode([add], runner=InProcessRunner(), type_check="off")
+    yield e
+    await e.aclose()
+
+
+async def _shown(engine: CodeMode) -> RunResult:
+    code = """
+    files.show("chart.png"); files.show("report.pdf"); files.show("logo.svg"); files.show("beep.wav");
+    return await tools.add({ a: 1, b: 2 });
+    """
+    result = await engine.run_code(code, files=FILES)
+    assert result.status == "finished", result.text
+    assert [
+        m["mimeType"] if "mimeType" in m else m["resource"]["mimeType"] for m in result.media
+    ] == [
+        "image/png",
+        "application/pdf",
+        "image/svg+xml",
+        "audio/wav",
+    ]
+    return result
+
+
+async def test_definition_in_each_format(engine: CodeMode) -> None:
+    anthropic = engine.definition("anthropic")
+    assert anthropic == engine.definition()
+    conforms(ToolParam, anthropic)
+    chat = engine.definition("openai_chat")
+    conforms(ChatCompletionToolParam, chat)
+    assert chat["function"]["strict"] is True  # run_code's schema allows strict mode
+    responses = engine.definition("openai_responses")
+    conforms(FunctionToolParam, responses)
+    assert responses["parameters"] == anthropic["input_schema"]
+    definition = engine.definition("mcp")
+    parsed = mcp.types.Tool.model_validate(definition)
+    assert parsed.model_dump(by_alias=True, exclude_none=True) == definition
+    # The same text in every format: one description.
+    assert {
+        anthropic["description"],
+        chat["function"]["description"],
+        definition["description"],
+    } == {responses["description"]}
+    with pytest.raises(CodeModeError, match="format = 'gemini'"):
+        engine.definition("gemini")  # type: ignore[arg-type]
+
+
+async def test_anthropic_result_with_media(engine: CodeMode) -> None:
+    result = await _shown(engine)
+    block = result.to_anthropic("toolu_01")
+    conforms(ToolResultBlockParam, block)
+    conforms(MessageParam, {"role": "user", "content": [block]})
+    kinds = [b["type"] for b in block["content"]]
+    assert kinds == ["text", "image", "document", "text", "text"]
+    assert block["content"][1]["source"]["data"] == base64.b64encode(PNG).decode()
+    assert "logo.svg (image/svg+xml) is not attached" in block["content"][3]["text"]
+    assert "is_error" not in block
+
+
+async def test_openai_chat_result_with_media(engine: CodeMode) -> None:
+    result = await _shown(engine)
+    messages = result.to_openai_chat("call_01")
+    for message in messages:
+        conforms(ChatCompletionMessageParam, message)
+    assert messages[0] == {"role": "tool", "tool_call_id": "call_01", "content": result.text}
+    parts = messages[1]["content"]
+    assert [p["type"] for p in parts] == ["text", "image_url", "file", "text", "input_audio"]
+    assert parts[1]["image_url"]["url"].startswith("data:image/png;base64,iVBOR")
+
+
+async def test_openai_responses_result_with_media(engine: CodeMode) -> None:
+    result = await _shown(engine)
+    item = result.to_openai_responses("call_01")
+    conforms(ResponseInputItemParam, item)
+    assert [p["type"] for p in item["output"]] == [
+        "input_text",
+        "input_image",
+        "input_file",
+        "input_text",
+        "input_text",
+    ]
+
+
+async def test_mcp_result(engine: CodeMode) -> None:
+    result = await _shown(engine)
+    answer = result.to_mcp()
+    parsed = mcp.types.CallToolResult.model_validate(answer)
+    dumped = parsed.model_dump(by_alias=True, exclude_none=True)
+    assert {k: dumped[k] for k in answer} == answer
+
+
+async def test_failed_and_text_only_results(engine: CodeMode) -> None:
+    failed = await engine.run_code("throw new Error('no')")
+    assert failed.status == "failed"
+    block = failed.to_anthropic("toolu_02")
+    conforms(ToolResultBlockParam, block)
+    assert block["is_error"] is True
+    assert failed.to_openai_chat("c") == [
+        {"role": "tool", "tool_call_id": "c", "content": failed.text}
+    ]
+    conforms(ResponseInputItemParam, failed.to_openai_responses("c"))
+    assert failed.to_mcp()["isError"] is True
+    for fmt in FORMATS[:3]:
+        with pytest.raises(CodeModeError, match="needs the id of the model's call"):
+            getattr(failed, f"to_{fmt}")("")
+
+
+def test_the_checker_refuses_what_the_sdk_refuses() -> None:
+    """The check itself can fail: the engine's own MCP blocks are not Anthropic's, a tool
+    message takes no image, and an unknown key deep inside is refused."""
+    mcp_image = {"type": "image", "data": "AA==", "mimeType": "image/png"}
+    with pytest.raises(ValidationError):
+        conforms(
+            ToolResultBlockParam,
+            {"type": "tool_result", "tool_use_id": "t", "content": [mcp_image]},
+        )
+    with pytest.raises(ValidationError):
+        conforms(
+            ChatCompletionMessageParam,
+            {
+                "role": "tool",
+                "tool_call_id": "t",
+                "content": [{"type": "image_url", "image_url": {"url": "data:"}}],
+            },
+        )
+    source = {"type": "base64", "media_type": "image/png", "data": "AA==", "extra": 1}
+    with pytest.raises(AssertionError):
+        conforms(
+            ToolResultBlockParam,
+            {
+                "type": "tool_result",
+                "tool_use_id": "t",
+                "content": [{"type": "image", "source": source}],
+            },
+        )

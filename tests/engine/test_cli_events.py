@@ -1,0 +1,133 @@
+"""`codemode run/resume --events` and the live progress line on a terminal."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pty
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from engine import Event
+from engine._progress import ProgressLine
+from tests.engine.test_cli import ROOT, codemode
+
+
+def test_events_as_json_lines_through_a_pause(tmp_path: Path) -> None:
+    """--events FILE gets every event of `run` and then of `resume`, one JSON object a
+    line; the exit codes are 3 (paused), then 0."""
+    script = "const prs = await tools.github__list_prs({ repo: 'acme/api' });\nreturn await tools.github__comment({ number: prs[0].number, body: 'ping' })"
+    data, events = str(tmp_path / "data"), tmp_path / "events.jsonl"
+    tools = ("--tools", "examples/tracker_tools.py", "--data-dir", data, "--events", str(events))
+    first = codemode("run", "-", *tools, "--json", stdin=script)
+    assert first.returncode == 3, first.stderr
+    paused = json.loads(first.stdout.splitlines()[-1])
+    call_id = paused["waiting"][0]["call_id"]
+    second = codemode("resume", paused["script_id"], "--approve", call_id, *tools)
+    assert second.returncode == 0, second.stderr
+    lines = [json.loads(line) for line in events.read_text().splitlines()]
+    assert [e["kind"] for e in lines] == [
+        "started",
+        "step",
+        "call.proposed",
+        "call.approved",
+        "call.running",
+        "call.done",
+        "step",
+        "call.proposed",
+        "call.waiting",
+        "paused",
+        "call.approved",  # --approve, in the second process
+        "resumed",
+        "call.running",
+        "call.done",
+        "step",
+        "ended",
+    ]
+    assert {e["script_id"] for e in lines} == {paused["script_id"]}
+    assert lines[-1]["status"] == "finished" and lines[-1]["steps"] == 3
+    assert lines[9]["waiting"] == [
+        {"call_id": call_id, "tool": "github__comment", "reason": "approval"}
+    ]
+    # Not a terminal: no live line on stderr.
+    assert "\r" not in first.stderr + second.stderr
+
+
+def test_events_to_a_file_that_cannot_be_written(tmp_path: Path) -> None:
+    proc = codemode(
+        "run",
+        "examples/stale_prs.js",
+        "--tools",
+        "examples/tracker_tools.py",
+        "--events",
+        str(tmp_path / "no" / "such" / "dir" / "e.jsonl"),
+    )
+    assert proc.returncode == 2
+    assert "cannot write the events to" in proc.stderr
+
+
+def test_live_line_on_a_terminal() -> None:
+    """With stderr on a terminal, `run` keeps one line up to date (steps, calls, time) and
+    clears it before the result; stdout is the result alone."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "engine.cli",
+            "run",
+            "examples/stale_prs.js",
+            "--tools",
+            "examples/tracker_tools.py",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        stdin=subprocess.DEVNULL,
+    )
+    os.close(slave)
+    seen = bytearray()
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the last writer closed the terminal
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    out, _ = proc.communicate(timeout=120)
+    reader.join(timeout=30)
+    os.close(master)
+    assert proc.returncode == 0
+    assert out.decode().startswith("Script finished.")
+    text = seen.decode()
+    assert "codemode: 3 steps, 3 calls" in text, text
+    assert text.endswith("\r\x1b[K"), text
+
+
+def test_progress_line_counts() -> None:
+    stream = io.StringIO()
+    line = ProgressLine(stream)
+    for kind in [
+        "started",
+        "step",
+        "call.proposed",
+        "call.proposed",
+        "call.running",
+        "call.running",
+        "call.done",
+    ]:
+        line(Event(kind, "s", 0.0, step=1))  # type: ignore[arg-type]
+    assert line.text().startswith("codemode: 1 step, 2 calls (1 running), ")
+    line(Event("call.waiting", "s", 0.0))
+    assert ", 1 waiting, " in line.text()
+    line.clear()
+    assert stream.getvalue().endswith("\r\x1b[K")

@@ -1,0 +1,198 @@
+"""The events a script emits as it runs: their order and content for parallel calls, a
+failure and an approval; and the `script step` log record's structured fields."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+import pytest
+
+from engine import CodeMode, Event, ToolCallError, tool
+from tests.engine.conftest import InProcessRunner
+
+SCRIPT = """
+const [a, b] = await Promise.all([tools.fetch({ n: 1 }), tools.fetch({ n: 2 })]);
+let err = null;
+try { await tools.boom({}); } catch (e) { err = e.message; }
+const paid = await tools.pay({ amount: a + b });
+return { paid, err };
+"""
+
+
+@tool
+async def fetch(n: int) -> int:
+    """Fetch a number."""
+    return n * 10
+
+
+@tool
+def boom() -> int:
+    """Always fails."""
+    raise ToolCallError("the boom tool failed")
+
+
+@tool(needs_approval=True)
+def pay(amount: int) -> str:
+    """Pay an amount."""
+    return f"paid {amount}"
+
+
+def _summary(events: list[Event]) -> list[tuple[Any, ...]]:
+    """Each event as (kind, the call's number or the step, what matters of it)."""
+    out: list[tuple[Any, ...]] = []
+    for e in events:
+        call = int(e.call_id.rsplit("_", 1)[1]) if e.call_id else None
+        if e.kind == "step":
+            assert e.stats is not None
+            out.append(("step", e.step, e.stats["outcome"], e.stats["calls"]))
+        elif e.kind.startswith("call."):
+            out.append((e.kind, call, e.tool, e.reason or e.error))
+        elif e.kind == "paused":
+            out.append(("paused", [(w["tool"], w["reason"]) for w in e.waiting or []]))
+        elif e.kind == "ended":
+            out.append(("ended", e.status, e.steps, e.error))
+        else:
+            out.append((e.kind,))
+    # Parallel calls end in any order: compare the two ends of the first step as a set.
+    i = out.index(("call.done", 1, "fetch", None)) if ("call.done", 1, "fetch", None) in out else -1
+    if i > 0 and out[i - 1] == ("call.done", 2, "fetch", None):
+        out[i - 1], out[i] = out[i], out[i - 1]
+    return out
+
+
+async def test_events_in_order_with_parallel_calls_a_failure_and_an_approval(tmp_path) -> None:
+    events: list[Event] = []
+    engine = CodeMode(
+        [fetch, boom, pay],
+        runner=InProcessRunner(),
+        data_dir=tmp_path,
+        type_check="off",
+        on_event=events.append,
+    )
+    try:
+        paused = await engine.run_code(SCRIPT)
+        assert paused.status == "paused"
+        # A person approves in another process: a second engine on the same log.
+        other: list[Event] = []
+        approver = CodeMode([], runner=InProcessRunner(), data_dir=tmp_path, on_event=other.append)
+        await approver.approve(paused.script_id, paused.waiting[0]["call_id"])
+        await approver.aclose()
+        assert [(e.kind, e.call_id) for e in other] == [
+            ("call.approved", paused.waiting[0]["call_id"])
+        ]
+        done = await engine.resume(paused.script_id)
+    finally:
+        await engine.aclose()
+    assert done.status == "finished", done.text
+    assert done.value == {"paid": "paid 30", "err": "the boom tool failed"}
+    assert _summary(events) == [
+        ("started",),
+        ("step", 1, "calls", 2),
+        ("call.proposed", 1, "fetch", None),
+        ("call.proposed", 2, "fetch", None),
+        ("call.approved", 1, "fetch", None),
+        ("call.approved", 2, "fetch", None),
+        ("call.running", 1, "fetch", None),
+        ("call.running", 2, "fetch", None),
+        ("call.done", 1, "fetch", None),
+        ("call.done", 2, "fetch", None),
+        ("step", 2, "calls", 1),
+        ("call.proposed", 3, "boom", None),
+        ("call.approved", 3, "boom", None),
+        ("call.running", 3, "boom", None),
+        ("call.failed", 3, "boom", "the boom tool failed"),
+        ("step", 3, "calls", 1),
+        ("call.proposed", 4, "pay", None),
+        ("call.waiting", 4, "pay", "approval"),
+        ("paused", [("pay", "approval")]),
+        ("resumed",),
+        ("call.running", 4, "pay", None),
+        ("call.done", 4, "pay", None),
+        ("step", 4, "finished", 0),
+        ("ended", "finished", 4, None),
+    ]
+    # Every event names the script, and serializes as one JSON line.
+    assert {e.script_id for e in events} == {done.script_id}
+    assert all(e.tenant == "default" for e in events)
+    step = events[1].to_dict()
+    assert set(step["stats"]) == {
+        "outcome",
+        "calls",
+        "results_bytes",
+        "wait_ms",
+        "run_ms",
+        "heap_bytes",
+        "cpu_ms",
+        "check_ms",
+    }
+    assert orjson.loads(orjson.dumps(step)) == step
+    proposed = events[2]
+    assert proposed.stats == {"argument_bytes": len(b'{"n":1}')}
+    assert [e.stats for e in events if e.kind == "call.done" and e.tool == "pay"] == [
+        {"result_bytes": len(b'"paid 30"')}
+    ]
+    times = [e.time for e in events]
+    assert times == sorted(times)
+
+
+async def test_a_failed_script_ends_with_its_error_and_limit() -> None:
+    events: list[Event] = []
+    engine = CodeMode(runner=InProcessRunner(), type_check="off", on_event=events.append)
+    try:
+        result = await engine.run_code("throw new TypeError('bad')")
+    finally:
+        await engine.aclose()
+    assert result.status == "failed"
+    assert [e.kind for e in events] == ["started", "step", "ended"]
+    assert events[-1].to_dict() | {"time": 0, "script_id": ""} == {
+        "kind": "ended",
+        "script_id": "",
+        "time": 0,
+        "tenant": "default",
+        "status": "failed",
+        "steps": 1,
+        "error": "TypeError",
+    }
+
+
+async def test_a_listener_that_raises_is_logged_and_the_script_goes_on(caplog) -> None:
+    def bad(event: Event) -> None:
+        raise RuntimeError("listener bug")
+
+    seen: list[str] = []
+    engine = CodeMode(
+        [fetch],
+        runner=InProcessRunner(),
+        type_check="off",
+        on_event=[bad, lambda e: seen.append(e.kind)],
+    )
+    with caplog.at_level(logging.ERROR, logger="codemode"):
+        result = await engine.run_code("return await tools.fetch({ n: 4 })")
+    await engine.aclose()
+    assert result.value == 40
+    assert seen[0] == "started" and seen[-1] == "ended"
+    assert "an on_event listener failed on started" in caplog.text
+
+
+def test_on_event_must_be_callables() -> None:
+    from engine import ConfigError
+
+    with pytest.raises(ConfigError, match="on_event takes functions"):
+        CodeMode(on_event=["not a function"])  # type: ignore[list-item]
+
+
+async def test_script_step_fields_are_on_the_log_record(caplog) -> None:
+    engine = CodeMode([fetch], runner=InProcessRunner(), type_check="off")
+    with caplog.at_level(logging.INFO, logger="codemode"):
+        result = await engine.run_code("return await tools.fetch({ n: 1 })", tenant="acme")
+    await engine.aclose()
+    records = [r for r in caplog.records if r.getMessage().startswith("script step ")]
+    assert [r.step for r in records] == [1, 2]  # type: ignore[attr-defined]
+    last = records[-1]
+    assert last.script == result.script_id  # type: ignore[attr-defined]
+    assert last.tenant == "acme"  # type: ignore[attr-defined]
+    assert last.outcome == "finished"  # type: ignore[attr-defined]
+    assert last.limit == "-"  # type: ignore[attr-defined]
+    assert f"run_ms={last.run_ms:.1f}" in last.getMessage()  # type: ignore[attr-defined]
