@@ -160,7 +160,12 @@ class Drive:
         if self._checked:
             self._checked = False
             return
-        self.record = await self.store.get_script(self.record.id)
+        await self._read_hold()
+
+    async def _read_hold(self) -> None:
+        # Only the hold: the rest of the record is this host's to write (and a step's usage
+        # may not be written yet), and another host cannot end or change it under the lease.
+        self.record.held = (await self.store.get_script(self.record.id)).held
 
     # ---- writes ----
 
@@ -203,8 +208,7 @@ class Drive:
             entry.state, entry.owner, entry.token = log.RUNNING, self.lease.owner, self.lease.token
         self._running.update(indexes)
         if len(indexes) < asked:
-            # A call was not claimed: the script is held (see :attr:`record`).
-            self.record = await self.store.get_script(self.record.id)
+            await self._read_hold()  # a call was not claimed: the script is held
         self._checked = 0 < asked == len(indexes)
 
     async def claim(self, indexes: Sequence[int]) -> list[int]:
