@@ -347,14 +347,19 @@ class CodeMode(StepLoop):
 
     async def _drive_owned(self, drive: Drive) -> RunResult:
         """Drive a script whose lease this host holds; the lease is given up at the end."""
+        record = drive.record
         try:
             self._check_tools(drive)
             result = await self._drive(drive)
         except log.LeaseLost:
             result = None
+        except Exception as e:
+            self._emit("left", record.id, tenant=record.tenant, error=f"{type(e).__name__}: {e}")
+            raise
         finally:
             await drive.close()
         if result is None:
+            self._emit("left", record.id, tenant=record.tenant, status="elsewhere")
             return await self._elsewhere_or_ended(drive.record.id)
         if result.status == "paused" and not drive.record.held:
             # An answer may have landed after this host decided to pause and before it let
