@@ -268,6 +268,8 @@ class CodeMode(StepLoop):
             self._emit("started", record.id, tenant=tenant)
         if started.lease is None:
             return await self._elsewhere_or_ended(started.record.id)
+        if not started.created:  # the key named a script already in the log: it goes on
+            self._emit("resumed", started.record.id, tenant=tenant, steps=started.record.steps)
         new = started.record if started.created else None
         drive = await Drive.resume(self.store, started.lease, self.lease_ms, new)
         if started.created and checked is not None:
@@ -427,6 +429,7 @@ class CodeMode(StepLoop):
         if error is not None:
             message = error_text(str(error))
             await self.store.answer(script_id, call_id, expect, log.FAILED, error=message)
+            self._emit("call.failed", script_id, call_id=call_id, error=message)
             return
         entry = await self._waiting(script_id, call_id)
         tool = self._by_name.get(entry.name)
@@ -436,9 +439,13 @@ class CodeMode(StepLoop):
         except (ToolCallError, TypeError, orjson.JSONEncodeError) as e:
             message = error_text(e.message if isinstance(e, ToolCallError) else str(e))
             await self.store.answer(script_id, call_id, expect, log.FAILED, error=message)
+            self._emit("call.failed", script_id, call_id=call_id, tool=entry.name, error=message)
             return
         await self.store.answer(
             script_id, call_id, expect, log.DONE, result=data, result_bytes=size
+        )
+        self._emit(
+            "call.done", script_id, call_id=call_id, tool=entry.name, stats={"result_bytes": size}
         )
 
     async def _waiting(self, script_id: str, call_id: str) -> log.CallEntry:
