@@ -6,7 +6,7 @@
     codemode show SCRIPT_ID [--data-dir DIR | --config codemode.toml]
     codemode approve SCRIPT_ID CALL_ID / reject SCRIPT_ID CALL_ID [--message TEXT]
     codemode worker --tools TOOLS --config codemode.toml
-    codemode describe --tools TOOLS
+    codemode describe --tools TOOLS [--json [--format anthropic|openai_chat|openai_responses|mcp]]
     codemode search QUERY --tools TOOLS [--limit N] [--json]
     codemode runner serve --listen HOST:PORT ...
     codemode version
@@ -47,6 +47,7 @@ from engine._events import Listener
 from engine._loading import load_tools
 from engine._progress import EventLines, ProgressLine
 from engine._search import MAX_LIMIT, MAX_QUERY, ToolIndex
+from engine.adapters import FORMATS
 from engine.log import LogStore, ScriptRecord
 from runner import FileReader, ScriptRunner, Step
 from sandbox.protocol import Script, size_text
@@ -155,6 +156,12 @@ def _parser() -> argparse.ArgumentParser:
     common(worker)
 
     describe = commands.add_parser("describe", help="print the run_code tool definition")
+    describe.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="anthropic",
+        help="the model API whose tool shape --json prints (default: anthropic)",
+    )
     common(describe)
 
     search = commands.add_parser("search", help="print what tools.tool_search answers")
@@ -502,11 +509,11 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "worker":
             return asyncio.run(_worker(args))
         if args.command == "describe":
-            definition = _engine(args, needs_runner=False).definition()
+            definition = _engine(args, needs_runner=False).definition(args.format)
             if args.json:
                 _print_json(definition)
             else:
-                print(definition["description"])
+                print(definition.get("description") or definition["function"]["description"])
             return 0
         if args.command == "search":
             return _search(args)
