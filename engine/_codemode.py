@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
@@ -52,6 +52,9 @@ from engine.languages.javascript import (
 from runner import ScriptRunner, Step
 from sandbox import protocol
 from sandbox.names import closest_names
+
+if TYPE_CHECKING:
+    from engine.mcp import McpServers
 
 logger = logging.getLogger("codemode")
 
@@ -99,6 +102,9 @@ class CodeMode(StepLoop):
     takes the script over). ``poll_interval`` (seconds) paces :meth:`work` and
     ``resume(wait=...)``. ``on_event`` is told what each script does as it runs (see
     ``engine._events``: started, steps, calls, pauses, endings).
+
+    ``mcp`` (an :class:`engine.mcp.McpServers`) adds the tools of live MCP servers and keeps
+    them current as the servers change them; the engine closes it when it closes.
     """
 
     def __init__(
@@ -122,12 +128,18 @@ class CodeMode(StepLoop):
         lease_ms: int = log.DEFAULT_LEASE_MS,
         poll_interval: float = 1.0,
         on_event: Listener | Sequence[Listener] | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
-        self.tools = unique_tools(as_tools(tools))
+        self._own_tools = as_tools(tools)
+        self._definition: tuple[list[Any], dict[str, Any]] | None = None
+        self._mcp = mcp
+        self.tools = unique_tools([*self._own_tools, *(mcp.tools if mcp is not None else [])])
         self._by_name = {t.name: t for t in self.tools}
         self.skills: list[Skill] = check_skills(skills, self.tools)
         self._declares_skills = bool(self.skills)
         self._index = ToolIndex(self.tools, [s.info() for s in self.skills])
+        if mcp is not None:
+            mcp.subscribe(self._mcp_tools_changed)
         check_engine_options(
             worker=worker,
             queue_timeout=queue_timeout,
@@ -162,6 +174,14 @@ class CodeMode(StepLoop):
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
         self._listeners = listeners_option(on_event)
 
+    def _mcp_tools_changed(self, mcp_tools: list[Tool]) -> None:
+        """An MCP server changed its tools: the engine's tools are the host's and these."""
+        self.tools = unique_tools([*self._own_tools, *mcp_tools])
+        self._by_name = {t.name: t for t in self.tools}
+        self._index = ToolIndex(self.tools, [s.info() for s in self.skills])
+        self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
+        self._check_declarations = None
+
     # ---- what the model sees ----
 
     def definition(self, format: Format = "anthropic") -> dict[str, Any]:
@@ -171,9 +191,18 @@ class CodeMode(StepLoop):
 
         The same bytes for the same tools, so a cached prompt prefix holds.
         """
-        notes = [FILES_NOTE] if self.type_checker is None else [FILES_NOTE, CHECK_NOTE]
-        tool = run_code_tool(self.tools, skills=self._declares_skills, notes=notes)
-        return tool_definition(tool, format)
+        # Kept while the declared tools stay the same: a tool an MCP server adds mid-session
+        # is deferred (found with tool_search), and the prompt's cached prefix holds.
+        declared = [
+            (t.name, t.description, orjson.dumps(t.input_schema, option=orjson.OPT_SORT_KEYS))
+            for t in self.tools
+            if not t.deferred
+        ]
+        if self._definition is None or self._definition[0] != declared:
+            notes = [FILES_NOTE] if self.type_checker is None else [FILES_NOTE, CHECK_NOTE]
+            tool = run_code_tool(self.tools, skills=self._declares_skills, notes=notes)
+            self._definition = (declared, tool)
+        return tool_definition(self._definition[1], format)
 
     def direct_call_error(self, name: str) -> str:
         """The error for a model that called a tool directly: code mode is all or nothing,
@@ -458,6 +487,8 @@ class CodeMode(StepLoop):
         return uuid.uuid4().hex
 
     async def aclose(self) -> None:
+        if self._mcp is not None:
+            await self._mcp.aclose()
         await self.runner.aclose()
         await self.store.aclose()
         await asyncio.to_thread(self.blobs.close)
