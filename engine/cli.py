@@ -53,6 +53,10 @@ from engine.log import LogStore, ScriptRecord
 from runner import FileReader, ScriptRunner, Step
 from sandbox.protocol import Script, size_text
 
+# A script's status as the exit code of `run` and `resume` (the README's table says each).
+EXIT_CODES = {"finished": 0, "failed": 1, "paused": 3, "elsewhere": 4}
+MISTAKE, INTERRUPTED = 2, 130
+
 
 def _version() -> str:
     try:
@@ -368,7 +372,7 @@ def _print_result(result: RunResult, as_json: bool, *, kept: bool = True) -> int
                     "codemode: the session log was in memory, so this script cannot be "
                     "resumed; run it with --data-dir DIR to continue it with codemode resume\n"
                 )
-    return {"finished": 0, "paused": 3, "elsewhere": 4}.get(result.status, 1)
+    return EXIT_CODES[result.status]
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -534,9 +538,9 @@ def _main(argv: list[str] | None) -> int:
         return 2
     except CodeModeError as e:
         print(f"codemode: {e}", file=sys.stderr)
-        return 2
+        return MISTAKE
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
 
 
 def _runner_command(argv: list[str]) -> int:
