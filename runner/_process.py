@@ -24,12 +24,14 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from runner import _conversation as conv
 from runner._base import SANDBOX_ARGS, FileReader, ProcessStats, RunError, ScriptRunner, Step
 from runner._forkserver import ForkedChild, ForkServer
+from runner._live import ProcessLive, close_all, measure_at_ran, proc_starttime
 from runner._pool import DEFAULT_IDLE_AFTER, WarmPool
 from runner._slots import DEFAULT_SCRIPT_WAIT, Slots, default_slot_count
 from sandbox import protocol
@@ -60,10 +62,18 @@ class Child:
     killed_by_us: bool = False
     status: int | None = None
     rusage: resource.struct_rusage | None = None
+    # Handed to a background reap after its step returned at `ran`.
+    detached: bool = False
+    # Never reused while it is our unreaped child: /proc/<pid> is surely this process.
+    starttime: int | None = None
 
     async def write(self, data: bytes) -> None:
         self.writer.write(data)
         await self.writer.drain()
+
+    def close_input(self) -> None:
+        """Close the process's stdin: a version 2 process waiting for results exits."""
+        self.writer.close()
 
     def kill(self) -> None:
         if self.status is None:
@@ -135,6 +145,7 @@ async def spawn(argv: list[str], line_limit: int) -> Child:
     )
     writer = asyncio.StreamWriter(transport, proto, None, loop)
     child = Child(pid=popen.pid, popen=popen, reader=conv.LineReader(stdout), writer=writer)
+    child.starttime = proc_starttime(popen.pid)
     child.stderr_task = asyncio.create_task(_drain_stderr(stderr, child.stderr))
     return child
 
@@ -142,12 +153,17 @@ async def spawn(argv: list[str], line_limit: int) -> Child:
 class _Process(Protocol):
     """What a step needs of a sandbox process, exec'd (``Child``) or forked (``ForkedChild``)."""
 
+    pid: int
     reader: conv.LineReader
     stderr: bytearray
     status: int | None
     killed_by_us: bool
+    started: float
+    detached: bool
+    starttime: int | None
 
     async def write(self, data: bytes) -> None: ...
+    def close_input(self) -> None: ...
     def kill(self) -> None: ...
     async def reap(self, grace: float = 2.0) -> None: ...
     def stats(self) -> ProcessStats: ...
@@ -215,6 +231,10 @@ class ProcessRunner(ScriptRunner):
                 idle_after=idle_after,
             )
         self._closed = False
+        # The live runs this runner made and nobody closed yet; aclose ends them.
+        self._live: weakref.WeakSet[ProcessLive] = weakref.WeakSet()
+        # Processes whose steps returned at `ran`, being reaped (aclose waits for them).
+        self._reaping: set[asyncio.Task[None]] = set()
 
     def with_data_limit(self, data_limit: int) -> ProcessRunner:
         """A runner like this one whose processes' heap is capped at ``data_limit`` bytes.
@@ -250,18 +270,30 @@ class ProcessRunner(ScriptRunner):
         return argv
 
     async def run(
-        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+        self,
+        script: Script,
+        files: FileReader | None = None,
+        *,
+        tenant: str = "default",
+        live: bool = False,
     ) -> Step:
+        """As :meth:`ScriptRunner.run`. A live step (``Step.live``) keeps its forked process,
+        which holds no slot while it waits (pool and fork modes; exec mode keeps none)."""
         if self._closed:
             raise RunError("this runner is closed")
         async with self.slots.hold(tenant) as use:
             if self.mode == "exec":
                 step = await self._run_exec(script, files)
             else:
-                step = await self._run_forked(script, files)
+                step = await self._run_forked(script, files, live=live, tenant=tenant)
         if step.process is not None:
             step.process.wait_ms = use.waited * 1000
         return step
+
+    @property
+    def live_runs(self) -> int:
+        """How many live processes this runner keeps now (made and not yet closed)."""
+        return len(self._live)
 
     # ---- exec mode ----
 
@@ -274,14 +306,17 @@ class ProcessRunner(ScriptRunner):
             ready = await self._await_ready(child)
             if isinstance(ready, Step):
                 return ready
-            return await self._drive(child, ready, script, files)
+            return await self._drive(child, ready, script, files, live=False, tenant="")
         finally:
-            child.kill()
-            await child.reap(grace=0)
+            if not child.detached:
+                child.kill()
+                await child.reap(grace=0)
 
     # ---- fork and pool modes ----
 
-    async def _run_forked(self, script: Script, files: FileReader | None) -> Step:
+    async def _run_forked(
+        self, script: Script, files: FileReader | None, *, live: bool, tenant: str
+    ) -> Step:
         assert self.server is not None
         memory = script.limits.memory
         child = None
@@ -289,13 +324,13 @@ class ProcessRunner(ScriptRunner):
             child = self.pool.take()
         if child is not None:
             try:
-                return await self._run_child(child, script, files)
+                return await self._run_child(child, script, files, live=live, tenant=tenant)
             except _NeverRead:
                 pass  # it died waiting, just before we took it: the script never ran there
         data_limit = self.heap_limit(memory) if self.data_limit is not None else None
         child = await self.server.spawn(memory=memory, data_limit=data_limit)
         try:
-            return await self._run_child(child, script, files)
+            return await self._run_child(child, script, files, live=live, tenant=tenant)
         except _NeverRead:
             raise RunError(
                 f"the sandbox process ended before it read the script{_tail(child)}; the "
@@ -303,20 +338,31 @@ class ProcessRunner(ScriptRunner):
             ) from None
 
     async def _run_child(
-        self, child: ForkedChild, script: Script, files: FileReader | None
+        self,
+        child: ForkedChild,
+        script: Script,
+        files: FileReader | None,
+        *,
+        live: bool,
+        tenant: str,
     ) -> Step:
         """One step on a forked child. Raises ``_NeverRead`` if it died before the script."""
+        step: Step | None = None
         try:
             ready: protocol.Ready | Step | None = child.ready
             if ready is None:
                 ready = await self._await_ready(child)
             if isinstance(ready, Step):
                 return ready
+            if child.starttime is None:
+                child.starttime = proc_starttime(child.pid)
             child.started = time.monotonic()
-            return await self._drive(child, ready, script, files)
+            step = await self._drive(child, ready, script, files, live=live, tenant=tenant)
+            return step
         finally:
-            child.kill()
-            await child.reap(grace=0)
+            if (step is None or step.live is None) and not child.detached:
+                child.kill()
+                await child.reap(grace=0)
             if self.pool is not None:
                 self.pool.taken_done()
 
@@ -342,11 +388,84 @@ class ProcessRunner(ScriptRunner):
             raise RunError(f"the sandbox process did not start: {detail}{_tail(child)}") from None
 
     async def _drive(
-        self, child: _Process, ready: protocol.Ready, script: Script, files: FileReader | None
+        self,
+        child: _Process,
+        ready: protocol.Ready,
+        script: Script,
+        files: FileReader | None,
+        *,
+        live: bool,
+        tenant: str,
     ) -> Step:
         conv.check_version(ready, script)
         deadline = conv.Deadline(script.limits.compute_ms)
-        outcome = await conv.converse(child.reader, child.write, script, files, deadline)
+        server = conv.FileServer(script, files)
+        outcome = await conv.segment(
+            child.reader,
+            child.write,
+            script,
+            server,
+            deadline,
+            protocol.encode(script),
+            len(script.records),
+        )
+        keep = live and ready.version >= protocol.LIVE_VERSION
+        return await self._segment_step(
+            child,
+            script,
+            outcome,
+            server,
+            tenant=tenant,
+            known=len(script.records),
+            cpu_charged=0.0,
+            started=child.started,
+            keep=keep,
+        )
+
+    async def _segment_step(
+        self,
+        child: _Process,
+        script: Script,
+        outcome: conv.Outcome,
+        server: conv.FileServer,
+        *,
+        tenant: str,
+        known: int,
+        cpu_charged: float,
+        started: float,
+        keep: bool = True,
+    ) -> Step:
+        """The Step of a segment that ended with ``outcome``: a kept process for a version 2
+        run that stopped on calls (when ``keep`` and it is a forked child), else the process
+        ends and is reaped. ``cpu_charged`` is what earlier segments of its run were charged."""
+        ran = outcome.ran
+        waits = (
+            ran is not None and ran.outcome == "calls" and script.version >= protocol.LIVE_VERSION
+        )
+        if ran is not None and isinstance(child, ForkedChild):
+            # Return at `ran`: what the step cost is read from /proc now, not from wait4 (the
+            # fork server reaps the process; an exec'd one is ours to reap, so waited for).
+            stats = measure_at_ran(child, cpu_charged, started)
+            if stats is not None:
+                stats.file_bytes = outcome.file_bytes
+                step = Step.from_ran(ran, stats)
+                if waits and keep and isinstance(child, ForkedChild):
+                    step.live = ProcessLive(
+                        self,
+                        child,
+                        script,
+                        server,
+                        tenant=tenant,
+                        known=known,
+                        waiting=list(ran.calls),
+                        cpu_charged=cpu_charged + stats.cpu_ms,
+                    )
+                else:
+                    # The process has nothing more to say: it is ended and reaped meanwhile.
+                    self._reap_later(child)
+                return step
+        if ran is not None and script.version >= protocol.LIVE_VERSION:
+            child.close_input()  # a version 2 process waits after `ran`: let it exit
         if outcome.ran is None:
             if outcome.stopped:
                 child.kill()
@@ -360,7 +479,18 @@ class ProcessRunner(ScriptRunner):
                 "the fork server ended while this step ran, so its process was stopped "
                 "before it reported how the run ended; the step can be tried again"
             )
-        return self._step(child, script, outcome)
+        step = self._step(child, script, outcome)
+        if step.process is not None:
+            step.process.cpu_ms = max(step.process.cpu_ms - cpu_charged, 0.0)
+            step.process.wall_ms = (time.monotonic() - started) * 1000
+        return step
+
+    def _reap_later(self, child: _Process) -> None:
+        child.detached = True
+        child.kill()
+        task = asyncio.get_running_loop().create_task(child.reap(grace=1.0))
+        self._reaping.add(task)
+        task.add_done_callback(self._reaping.discard)
 
     def _step(self, child: _Process, script: Script, outcome: conv.Outcome) -> Step:
         status = child.status
@@ -379,8 +509,12 @@ class ProcessRunner(ScriptRunner):
         )
 
     async def aclose(self) -> None:
-        """Let the pool's children go and stop the fork server; reaps everything."""
+        """End every live process it made, let the pool's children go and stop the fork
+        server; reaps everything."""
         self._closed = True
+        await close_all(self._live)
+        if self._reaping:
+            await asyncio.gather(*self._reaping, return_exceptions=True)
         if self.pool is not None:
             await self.pool.aclose()
         if self.server is not None:

@@ -285,13 +285,19 @@ class RemoteRunner(ScriptRunner):
         return f"RemoteRunner({self.addresses!r}, out_of_rotation={sorted(down)!r})"
 
     async def run(
-        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+        self,
+        script: Script,
+        files: FileReader | None = None,
+        *,
+        tenant: str = "default",
+        live: bool = False,
     ) -> Step:
+        """As :meth:`ScriptRunner.run`; keeps no live process yet (``Step.live`` is None)."""
         if self._closed:
             raise RunError("this remote runner is closed")
         now = self.clock()
         reasons: list[str] = []
-        live: list[_Remote] = []
+        usable: list[_Remote] = []
         for remote in self._remotes:
             if remote.down_until > now:
                 left = remote.down_until - now
@@ -299,10 +305,10 @@ class RemoteRunner(ScriptRunner):
                     f"{remote.address} is out of rotation for {left:.1f} s more ({remote.why})"
                 )
             else:
-                live.append(remote)
+                usable.append(remote)
         self._turn += 1
         n = len(self._remotes)
-        order = sorted(live, key=lambda r: (r.score(), (self._remotes.index(r) - self._turn) % n))
+        order = sorted(usable, key=lambda r: (r.score(), (self._remotes.index(r) - self._turn) % n))
         for remote in order:
             try:
                 step = await self._run_on(remote, script, files, tenant)
@@ -505,7 +511,14 @@ class RemoteRunner(ScriptRunner):
             # A file read: answered from the engine's reader exactly as for a local sandbox.
             # A store failure raises RunError out of run(): the step goes back to the queue.
             try:
-                answer = await server.answer(message)
+                # A store that never answers cannot hold the step: by the time a read has
+                # waited a whole step's wall time, the service has passed the step's deadline
+                # and its answer (the step) is on its way.
+                answer = await asyncio.wait_for(
+                    server.answer(message), conv.wall_seconds(script.limits.compute_ms)
+                )
+            except TimeoutError:
+                continue
             except (protocol.ProtocolError, conv.OverReading) as e:
                 # The service's own runner stops a process that asks this; refuse it here too.
                 answer = conv.missing(str(e))

@@ -63,6 +63,14 @@ def test_concurrency(runner: Harness) -> None:
     c.check_concurrency(runner)
 
 
+def test_live_agrees_with_replay(runner: Harness) -> None:
+    c.check_live_agrees_with_replay(runner)
+
+
+def test_live_cleanup(runner: Harness) -> None:
+    c.check_live_cleanup(runner)
+
+
 def test_cleanup(runner: Harness) -> None:
     # Exec mode costs about 300 ms a step here: 20 steps show the same thing in 6 s.
     c.check_cleanup(runner, 1000 if runner.kind in FAST_RUNNERS else 20)
@@ -80,6 +88,7 @@ def test_lies(standin: Harness, lie: str) -> None:
         c.check_deep_data,
         c.check_reads_stop_at_file_bytes,
         c.check_reads_do_not_extend_the_deadline,
+        c.check_a_hanging_store_meets_the_deadline,
         c.check_empty_reads_end_the_step,
         c.check_a_deaf_reader_meets_the_deadline,
     ],
