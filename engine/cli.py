@@ -336,7 +336,12 @@ class _NoRunner(ScriptRunner):
     """For commands that run no script (describe, search): starts no process."""
 
     async def run(
-        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+        self,
+        script: Script,
+        files: FileReader | None = None,
+        *,
+        tenant: str = "default",
+        live: bool = False,
     ) -> Step:
         raise CodeModeError("this command runs no script")
 
