@@ -3,15 +3,17 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# What the demo needs: the package alone (no dev tools, no plotting library, no tsc).
+CORE_STAMP := $(VENV)/.installed-core
 TSC := node_modules/.bin/tsc
 TS_BUNDLE := sandbox/typescript.bundle.js
 
-.PHONY: install system-deps test check demo bench bench-quick clean
+.PHONY: install system-deps seccomp-dep test check demo bench bench-quick clean
 
 install: $(STAMP) $(TSC) $(TS_BUNDLE)
 
 # libseccomp.so.2 is loaded by pyseccomp through ctypes; it is a system library.
-system-deps:
+seccomp-dep:
 	@if ! ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2'; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing libseccomp2 with apt-get"; \
@@ -23,6 +25,7 @@ system-deps:
 	  fi; \
 	fi
 
+system-deps: seccomp-dep
 	@# openssl makes the self-signed certificates the runner service's TLS tests use.
 	@if ! command -v openssl >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -42,7 +45,14 @@ $(STAMP): pyproject.toml | system-deps
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
-	touch $(STAMP)
+	touch $(STAMP) $(CORE_STAMP)
+
+# The demo's lean install: the package and its runtime dependencies only.
+$(CORE_STAMP): pyproject.toml | seccomp-dep
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $(CORE_STAMP)
 
 # The TypeScript compiler (TypeScript 7, a native binary) checks each script against the tools'
 # declarations before its first call, and the tests check the declarations with it.
@@ -70,7 +80,8 @@ check: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-demo: install
+# Needs only the lean install: scripts run without the type check when tsc is absent.
+demo: $(CORE_STAMP)
 	$(PY) -m engine.cli run examples/stale_prs.js --tools examples/tracker_tools.py
 
 bench: install

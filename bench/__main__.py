@@ -38,6 +38,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--scale", type=float, default=1.0, help="multiply every count (at least 1 each)"
     )
+    parser.add_argument(
+        "--limits",
+        action="store_true",
+        help="measure how each limit holds and what it costs instead (bench/_limits.py)",
+    )
     return parser.parse_args(argv)
 
 
@@ -105,8 +110,38 @@ async def run(args: argparse.Namespace) -> list[_report.Row]:
     return rows
 
 
+def limits_main(args: argparse.Namespace) -> int:
+    """``--limits``: the limits' table; exit status 1 when a limit overshoots (a defect)."""
+    from bench import _limits
+
+    started = time.monotonic()
+    machine = _machine(default_slot_count())
+    print(f"bench --limits: {'quick' if args.quick else 'full'} run on {machine}", file=sys.stderr)
+    figures = asyncio.run(_limits.measure(args.quick, default_slot_count()))
+    print(_limits.text(figures))
+    elapsed = time.monotonic() - started
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "limits.json"
+    machine["load_average_at_end"] = os.getloadavg()
+    path.write_bytes(
+        orjson.dumps(
+            {
+                "quick": args.quick,
+                "seconds": round(elapsed, 1),
+                "machine": machine,
+                "figures": _limits.as_json(figures),
+            },
+            option=orjson.OPT_INDENT_2,
+        )
+    )
+    print(f"\n{len(figures)} figures in {elapsed:.0f} s; wrote {path}")
+    return 1 if any(f.defect for f in figures) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
+    if args.limits:
+        return limits_main(args)
     started = time.monotonic()
     machine = _machine(default_slot_count())
     print(f"bench: {'quick' if args.quick else 'full'} run on {machine}", file=sys.stderr)
@@ -117,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
 
     print(_report.table(rows))
     print()
+    comparison = _report.peers_text(rows)
+    if comparison:
+        print(comparison)
+        print()
     print(_report.targets_text(found))
     print(f"\n{len(rows)} rows in {elapsed:.0f} s")
 

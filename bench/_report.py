@@ -122,6 +122,8 @@ def table(rows: list[Row]) -> str:
                 )
                 for name, figures in row.extra["engine_store"].items()
             )
+        if row.extra and "peers" in row.extra:
+            note = "see the comparison below"
         if row.shares:
             shares = "/".join(f"{100 * s:.0f}" for s in row.shares.values())
             note = f"slot shares {shares}%, Jain {row.fairness:.3f}"
@@ -183,14 +185,128 @@ def targets(rows: list[Row]) -> list[Target]:
                 seq.p50_ms < 1000,
             )
         )
+    return found + peer_targets(rows)
+
+
+def _peer_figures(rows: list[Row]) -> dict[str, Any] | None:
+    row = next((r for r in rows if r.extra and "peers" in r.extra), None)
+    return row.extra["peers"] if row and row.extra else None
+
+
+def per_call_ms(p50: dict[str, dict[str, float | None]], peer: str) -> float | None:
+    """What each call of a 200-call script costs ``peer``: the script's time less a trivial
+    script's, over its 200 calls."""
+    long, trivial = p50.get("seq_200", {}).get(peer), p50.get("trivial", {}).get(peer)
+    if long is None or trivial is None:
+        return None
+    return (long - trivial) / 200
+
+
+def peer_targets(rows: list[Row]) -> list[Target]:
+    """Issue 14's acceptance ratios, from the interleaved comparison of one run."""
+    from bench._peers import CLOUDFLARE_PER_CALL_MS
+
+    figures = _peer_figures(rows)
+    if figures is None:
+        return []
+    p50: dict[str, dict[str, float | None]] = figures["p50_ms"]
+    # The engine's own figure: live when this run measured it, else replay (labelled).
+    engine = "live" if "live" in figures["peers"] else "replay"
+    found: list[Target] = []
+
+    def ratio(script: str, top: str, bottom: str) -> float | None:
+        a, b = p50.get(script, {}).get(top), p50.get(script, {}).get(bottom)
+        return a / b if a is not None and b else None
+
+    ours, monty = per_call_ms(p50, engine), per_call_ms(p50, "monty")
+    if ours is not None and monty is not None:
+        found.append(
+            Target(
+                f"per call, 200-call script, {engine}/monty",
+                "<= 1x",
+                f"{ours:.3f}/{monty:.3f} ms = {ours / monty:.2f}x",
+                ours <= monty,
+            )
+        )
+        found.append(
+            Target(
+                f"per call, 200-call script, {engine}/Cloudflare",
+                "reference",
+                f"{ours:.3f}/{CLOUDFLARE_PER_CALL_MS} ms = {ours / CLOUDFLARE_PER_CALL_MS:.1f}x",
+                None,
+            )
+        )
+    for script, name, goal in (
+        ("trivial", "trivial run_code", 2.0),
+        ("promise_all", "Promise.all of 100", 1.2),
+    ):
+        value = ratio(script, engine, "monty")
+        if value is not None:
+            found.append(
+                Target(f"{name}, {engine}/monty", f"<= {goal}x", f"{value:.2f}x", value <= goal)
+            )
+    value = ratio("seq_200", "live", "replay")
+    if value is not None:
+        found.append(Target("200-call script, live/replay", "<= 0.1", f"{value:.3f}", value <= 0.1))
     return found
+
+
+def peers_text(rows: list[Row]) -> str:
+    """The comparison's table: each script's p50 on each peer, and the ratios to monty."""
+    from bench._peers import SCRIPTS
+
+    figures = _peer_figures(rows)
+    if figures is None:
+        return ""
+    peers: list[str] = figures["peers"]
+    p50: dict[str, dict[str, float | None]] = figures["p50_ms"]
+    runs: dict[str, dict[str, int]] = figures["runs"]
+    ours = [p for p in peers if p != "monty"]
+    header = (
+        f"{'script (whole run, p50 ms)':<28} {'runs':>5} "
+        + " ".join(f"{p:>9}" for p in peers)
+        + "  "
+        + " ".join(f"{p + '/monty':>13}" for p in ours if "monty" in peers)
+        + ("  live/replay" if {"live", "replay"} <= set(peers) else "")
+    )
+    lines = [
+        "Engine against pydantic-monty (CodeMode.run_code on SQLite, warm pool; monty's warm "
+        "pool), interleaved:",
+        header,
+        "-" * len(header),
+    ]
+    for script in SCRIPTS:
+        if script.key not in p50:
+            continue
+        row = p50[script.key]
+        cells = " ".join(f"{_num(row.get(p), 2):>9}" for p in peers)
+        ratios = ""
+        if "monty" in peers:
+            ratios = " ".join(
+                f"{_num(_div(row.get(p), row.get('monty')), 2) + 'x':>13}" for p in ours
+            )
+        live_replay = ""
+        if {"live", "replay"} <= set(peers):
+            live_replay = f"  {_num(_div(row.get('live'), row.get('replay')), 3):>11}"
+        count = min(runs[script.key].values())
+        lines.append(f"{script.title:<28} {count:>5} {cells}  {ratios}{live_replay}")
+    per_call = {p: per_call_ms(p50, p) for p in peers}
+    lines.append(
+        "per call in the 200-call script ((200 calls - trivial) / 200): "
+        + ", ".join(f"{p} {_num(v, 3)} ms" for p, v in per_call.items())
+    )
+    return "\n".join(lines)
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
 
 
 def targets_text(found: list[Target]) -> str:
     lines = ["Targets (benchmark figures, not test assertions):"]
     for t in found:
-        verdict = "holds" if t.holds else "does not hold"
-        lines.append(f"  {t.name:<36} goal {t.goal:<9} measured {t.value:<10} {verdict}")
+        verdict = "-" if t.holds is None else "holds" if t.holds else "does not hold"
+        lines.append(f"  {t.name:<40} goal {t.goal:<9} measured {t.value:<10} {verdict}")
     return "\n".join(lines)
 
 

@@ -94,8 +94,11 @@ class Workload:
     counts: tuple[int, int, int, int]  # full fast, full slow, quick fast, quick slow
     run: Callable[[Mode, int], Any]  # (mode, count) -> awaitable Sample
     calls: int | None = None  # sequential calls per script, for the chart
+    modes: tuple[str, ...] | None = None  # the only modes it runs on (None: all)
 
     def count(self, mode: str, quick: bool) -> int:
+        if self.modes is not None and mode not in self.modes:
+            return 0
         full_fast, full_slow, quick_fast, quick_slow = self.counts
         slow = mode in SLOW_MODES
         if quick:
@@ -334,6 +337,21 @@ async def _type_check(mode: Mode, count: int) -> Sample:
     return sample
 
 
+async def _peers(mode: Mode, count: int) -> Sample:
+    """The engine (live and replay, each with its own warm pool) against pydantic-monty's
+    warm pool, interleaved (``bench._peers``); runs once, beside the ``pool`` mode. The
+    sample is the replay engine's trivial ``run_code``; the figures are in ``extra``."""
+    from bench._peers import compare
+
+    start = time.perf_counter()
+    comparison = await compare(count, slots=mode.slots.count)
+    sample = Sample(wall=time.perf_counter() - start)
+    sample.latencies = comparison.times["trivial"]["replay"]
+    sample.steps = sum(len(v) for peers in comparison.times.values() for v in peers.values())
+    sample.extra = {"peers": comparison.as_dict()}
+    return sample
+
+
 WORKLOADS = [
     Workload("trivial", "trivial step (return 1)", "step", (300, 30, 40, 5), _trivial),
     Workload(
@@ -367,6 +385,14 @@ WORKLOADS = [
         "script",
         (40, 10, 8, 2),
         _type_check,
+    ),
+    Workload(
+        "peers",
+        "engine (live, replay) vs pydantic-monty",
+        "script",
+        (3, 3, 1, 1),
+        _peers,
+        modes=("pool",),
     ),
     Workload(
         "tenants",

@@ -24,6 +24,7 @@ from engine._errors import (
     ToolDefinitionError,
     ToolsMissing,
 )
+from engine._events import Event
 from engine._files import Attachment, BlobStore
 from engine._functions import tool
 from engine._limits import Limits, parse_size
@@ -54,6 +55,7 @@ __all__ = [
     "CodeModeError",
     "Config",
     "ConfigError",
+    "Event",
     "LeaseLost",
     "Limits",
     "LogStore",

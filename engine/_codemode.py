@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
@@ -66,6 +66,9 @@ from engine.languages.javascript import (
 from runner import ScriptRunner, Step
 from sandbox import protocol
 from sandbox.names import closest_names
+
+if TYPE_CHECKING:
+    from engine.mcp import McpServers
 
 logger = logging.getLogger("codemode")
 
@@ -121,6 +124,9 @@ class CodeMode(StepLoop):
     holding at most ``live_memory`` bytes (defaults sized for the machine); past those, and
     whenever a live process is gone, the next step replays from the log. ``live=False``
     replays every step.
+
+    ``mcp`` (an :class:`engine.mcp.McpServers`) adds the tools of live MCP servers and keeps
+    them current as the servers change them; the engine closes it when it closes.
     """
 
     def __init__(
@@ -148,12 +154,18 @@ class CodeMode(StepLoop):
         live_wait: float = DEFAULT_LIVE_WAIT,
         live_max: int | None = None,
         live_memory: int | None = None,
+        mcp: McpServers | None = None,
     ) -> None:
-        self.tools = unique_tools(as_tools(tools))
+        self._own_tools = as_tools(tools)
+        self._definition: tuple[list[Any], dict[str, Any]] | None = None
+        self._mcp = mcp
+        self.tools = unique_tools([*self._own_tools, *(mcp.tools if mcp is not None else [])])
         self._by_name = {t.name: t for t in self.tools}
         self.skills: list[Skill] = check_skills(skills, self.tools)
         self._declares_skills = bool(self.skills)
         self._index = ToolIndex(self.tools, [s.info() for s in self.skills])
+        if mcp is not None:
+            mcp.subscribe(self._mcp_tools_changed)
         check_engine_options(
             worker=worker,
             queue_timeout=queue_timeout,
@@ -198,6 +210,14 @@ class CodeMode(StepLoop):
             max_memory=memory,
         )
 
+    def _mcp_tools_changed(self, mcp_tools: list[Tool]) -> None:
+        """An MCP server changed its tools: the engine's tools are the host's and these."""
+        self.tools = unique_tools([*self._own_tools, *mcp_tools])
+        self._by_name = {t.name: t for t in self.tools}
+        self._index = ToolIndex(self.tools, [s.info() for s in self.skills])
+        self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
+        self._check_declarations = None
+
     # ---- what the model sees ----
 
     def definition(self, format: Format = "anthropic") -> dict[str, Any]:
@@ -207,9 +227,18 @@ class CodeMode(StepLoop):
 
         The same bytes for the same tools, so a cached prompt prefix holds.
         """
-        notes = [FILES_NOTE] if self.type_checker is None else [FILES_NOTE, CHECK_NOTE]
-        tool = run_code_tool(self.tools, skills=self._declares_skills, notes=notes)
-        return tool_definition(tool, format)
+        # Kept while the declared tools stay the same: a tool an MCP server adds mid-session
+        # is deferred (found with tool_search), and the prompt's cached prefix holds.
+        declared = [
+            (t.name, t.description, orjson.dumps(t.input_schema, option=orjson.OPT_SORT_KEYS))
+            for t in self.tools
+            if not t.deferred
+        ]
+        if self._definition is None or self._definition[0] != declared:
+            notes = [FILES_NOTE] if self.type_checker is None else [FILES_NOTE, CHECK_NOTE]
+            tool = run_code_tool(self.tools, skills=self._declares_skills, notes=notes)
+            self._definition = (declared, tool)
+        return tool_definition(self._definition[1], format)
 
     def direct_call_error(self, name: str) -> str:
         """The error for a model that called a tool directly: code mode is all or nothing,
@@ -483,6 +512,8 @@ class CodeMode(StepLoop):
         return uuid.uuid4().hex
 
     async def aclose(self) -> None:
+        if self._mcp is not None:
+            await self._mcp.aclose()
         await self._live.aclose()  # before the runner: its processes are the runner's
         await self.runner.aclose()
         await self.store.aclose()

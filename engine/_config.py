@@ -18,6 +18,9 @@
     dsn_env = "CODEMODE_DSN"        # postgres: the connection string, from the environment
     lease_ms = 30000                # how long a host owns a script without renewing
 
+    [codemode.mcpServers.memory]    # an upstream MCP server (the mcpServers JSON keys)
+    command = "mcp-server-memory"
+
     [codemode.runner]               # what runs script steps
     kind = "local"                  # or "remote"
     mode = "pool"                   # local: "pool", "fork" or "exec"
@@ -45,7 +48,14 @@ from engine.log import DEFAULT_LEASE_MS, LogStore, MemoryStore, PostgresStore, S
 from runner import ScriptRunner
 from runner._remote import OPTIONS as REMOTE_OPTIONS
 
-_TOP_KEYS = {"data_dir", "limits", "runner", "queue_timeout", "store", "type_check"} | {
+_TOP_KEYS = {
+    "data_dir",
+    "limits",
+    "runner",
+    "queue_timeout",
+    "store",
+    "type_check",
+    "mcpServers",
     "live",
     "live_wait",
     "live_max",
@@ -99,6 +109,9 @@ class Config:
     queue_timeout: float = 300.0
     type_check: Literal["on", "off"] = "on"
     store: StoreConfig = field(default_factory=StoreConfig)
+    # [codemode.mcpServers.<name>]: upstream MCP servers, in the mcpServers JSON format's keys,
+    # read by engine.mcp (each server is checked there, on its own).
+    mcp_servers: dict[str, Any] = field(default_factory=dict)
     live: LiveConfig = field(default_factory=lambda: LiveConfig())
 
     @classmethod
@@ -158,6 +171,9 @@ class Config:
         type_check = section.get("type_check", "on")
         if type_check not in ("on", "off"):
             raise ConfigError(f'{where}: [codemode] type_check = {type_check!r}; use "on" or "off"')
+        mcp_servers = section.get("mcpServers", {})
+        if not isinstance(mcp_servers, dict):
+            raise ConfigError(f"{where}: [codemode.mcpServers] must be a table of servers")
         resolved = None
         if data_dir is not None:
             resolved = Path(data_dir)
@@ -170,6 +186,7 @@ class Config:
             queue_timeout=float(queue_timeout),
             type_check=type_check,
             store=_store(section.get("store", {}), where),
+            mcp_servers=mcp_servers,
             live=_live(section, where),
         )
 

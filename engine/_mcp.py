@@ -3,7 +3,10 @@
 An MCP tool answers with a ``CallToolResult``: ``content`` blocks (text, mostly), maybe
 ``structuredContent``, and ``isError``. The spec says a call "returns the tool's result,
 parsed when it is JSON", so the script gets the structured content when there is some, else
-the text, parsed when it is JSON; ``isError`` makes the call fail with the text.
+the text, parsed when it is JSON; ``isError`` makes the call fail with the text. A result
+with images or audio gives the script its content blocks in order (``{type: "image", data,
+mimeType}`` and the text blocks beside them), which it can return to show them. The SDK's
+``CallToolResult`` objects are read as the dicts they stand for.
 """
 
 from __future__ import annotations
@@ -14,12 +17,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
+from pydantic import BaseModel
 
 from engine._errors import ToolCallError
 
 
 def unwrap(result: Any) -> Any:
     """The value a script sees for an MCP handler's result (see the module docstring)."""
+    if isinstance(result, BaseModel):  # the SDK's CallToolResult, or any content model
+        result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
     if isinstance(result, Mapping) and isinstance(result.get("content"), list):
         texts = [
             block.get("text", "")
@@ -34,12 +40,17 @@ def unwrap(result: Any) -> Any:
         others = [
             b for b in result["content"] if isinstance(b, Mapping) and b.get("type") != "text"
         ]
+        if any(b.get("type") in MEDIA_TYPES for b in others):
+            return [dict(b) for b in result["content"] if isinstance(b, Mapping)]
         if others and not texts:
             return list(others)
         return _parsed(text)
     if isinstance(result, str):
         return _parsed(result)
     return result
+
+
+MEDIA_TYPES = ("image", "audio")
 
 
 def _parsed(text: str) -> Any:

@@ -9,6 +9,7 @@
     codemode describe --tools TOOLS
     codemode search QUERY --tools TOOLS [--limit N] [--json]
     codemode runner serve --listen HOST:PORT ...
+    codemode mcp serve [--config mcp.json] [--upstream CMD] [--tools TOOLS] [--http HOST:PORT]
     codemode version
 
 ``TOOLS`` is a Python file of tools or a JSON file of MCP tool definitions. A script may be a
@@ -168,6 +169,9 @@ def _parser() -> argparse.ArgumentParser:
     runner.add_argument(
         "runner_args", nargs=argparse.REMAINDER, help="serve --listen HOST:PORT ..."
     )
+
+    mcp = commands.add_parser("mcp", help="code mode as an MCP server (mcp serve --help)")
+    mcp.add_argument("mcp_args", nargs=argparse.REMAINDER, help="serve [--config mcp.json] ...")
 
     commands.add_parser("version", help="print the version")
     return parser
@@ -518,6 +522,10 @@ def _main(argv: list[str] | None) -> int:
             return _search(args)
         if args.command == "runner":
             return _runner_command(args.runner_args)
+        if args.command == "mcp":
+            from engine.mcp._cli import main as mcp_main
+
+            return mcp_main(args.mcp_args)
         if args.command == "version":
             print(f"codemode {_version()}")
             return 0

@@ -223,7 +223,10 @@ async def _converse(
             if isinstance(message, Ran):
                 problem = check_ran(message, script, known)
                 return Outcome(ran=message) if problem is None else Outcome(problem=problem)
-            await send(await server.answer(message))
+            # The wait for the host's store counts too: one that never answers meets the
+            # deadline like a process that never does.
+            answer = await asyncio.wait_for(server.answer(message), max(deadline.remaining(), 0))
+            await send(answer)
     except (BrokenPipeError, ConnectionResetError):
         return Outcome()
     except TimeoutError:

@@ -511,7 +511,14 @@ class RemoteRunner(ScriptRunner):
             # A file read: answered from the engine's reader exactly as for a local sandbox.
             # A store failure raises RunError out of run(): the step goes back to the queue.
             try:
-                answer = await server.answer(message)
+                # A store that never answers cannot hold the step: by the time a read has
+                # waited a whole step's wall time, the service has passed the step's deadline
+                # and its answer (the step) is on its way.
+                answer = await asyncio.wait_for(
+                    server.answer(message), conv.wall_seconds(script.limits.compute_ms)
+                )
+            except TimeoutError:
+                continue
             except (protocol.ProtocolError, conv.OverReading) as e:
                 # The service's own runner stops a process that asks this; refuse it here too.
                 answer = conv.missing(str(e))

@@ -80,8 +80,14 @@ class _ForwardedFiles:
                 raise RunError(
                     f"the engine did not answer a read of {file_id!r} within {self.timeout:g} s"
                 ) from None
+            except asyncio.CancelledError:
+                # The step ended (its deadline) while the answer was on its way: watch takes
+                # that answer and drops it, and the connection carries no other step.
+                self.broken = True
+                raise
             finally:
-                self._pending = None
+                if not answer.cancelled():
+                    self._pending = None
 
     async def watch(self) -> str:
         """Read the client's side of a step until it ends it; returns why.
@@ -95,12 +101,15 @@ class _ForwardedFiles:
                 if line is None:
                     return "the client closed the connection mid-step"
                 pending = self._pending
-                if pending is None or pending[0].done():
+                if pending is None or (pending[0].done() and not pending[0].cancelled()):
                     return "the client sent a message during a step when no read was asked"
                 answer, length = pending
+                if answer.cancelled():  # the answer to a read the step gave up: dropped
+                    self._pending = None
                 body = wire.decode(line, ("bytes", "missing"))
                 if isinstance(body, str):
-                    answer.set_exception(FileMissing(body))
+                    if not answer.done():
+                        answer.set_exception(FileMissing(body))
                     continue
                 if body > length:
                     return f"the client answered a read of {length:,} bytes with {body:,}"

@@ -9,7 +9,7 @@ import runner
 
 ENGINE = {
     "Attachment", "BlobStore", "CallEntry", "CallNotWaiting", "CodeMode", "CodeModeError",
-    "Config", "ConfigError", "LeaseLost", "Limits", "LogStore", "MemoryStore", "PROPOSED",
+    "Config", "ConfigError", "Event", "LeaseLost", "Limits", "LogStore", "MemoryStore", "PROPOSED",
     "PostgresStore", "RunResult", "RunnerConfig", "ScriptNotFound", "ScriptRecord",
     "ScriptTooLarge", "Skill", "SqliteStore", "StepUnavailable", "StoreUnavailable",
     "TEXT_BUDGET", "Tool", "ToolCallError", "ToolContext", "ToolDefinitionError",

@@ -68,3 +68,73 @@ def test_bench_is_not_installed_for_users() -> None:
     assert {p.split(".")[0] for p in found} == {"engine", "runner", "sandbox"}
     assert "bench" not in config["package-data"]
     assert config["package-data"]["sandbox"] == ["*.js"]
+
+
+def test_monty_and_the_replay_engine_return_each_scripts_value() -> None:
+    """The peers comparison checks every value it gets (a wrong one raises), so this is the
+    check that monty's Python and the engine's JS compute the same thing."""
+    import asyncio
+
+    from bench._peers import compare
+
+    only = {"trivial", "seq_1", "seq_10", "promise_all"}
+    comparison = asyncio.run(compare(1, peers=("replay", "monty"), slots=1, only=only))
+    assert set(comparison.times) == only
+    for key in only:
+        assert len(comparison.times[key]["monty"]) >= 1
+        assert len(comparison.times[key]["replay"]) == len(comparison.times[key]["monty"])
+    figures = comparison.as_dict()
+    assert figures["peers"] == ["replay", "monty"]
+    assert all(v is not None and v > 0 for v in figures["p50_ms"]["trivial"].values())
+
+
+def test_the_acceptance_ratios_come_from_one_runs_medians() -> None:
+    p50 = {
+        "trivial": {"live": 4.0, "replay": 5.0, "monty": 1.0},
+        "seq_200": {"live": 44.0, "replay": 1000.0, "monty": 21.0},
+        "promise_all": {"live": 12.0, "replay": 30.0, "monty": 10.0},
+    }
+    row = _report.Row(
+        workload="peers", title="", mode="pool", unit="script", count=1, steps=1,
+        p50_ms=5.0, p90_ms=5.0, steps_per_s=1.0, peak_rss_mib=0.0,
+        extra={"peers": {"peers": ["live", "replay", "monty"], "p50_ms": p50,
+                         "runs": {k: {"live": 1, "replay": 1, "monty": 1} for k in p50}}},
+    )  # fmt: skip
+    assert _report.per_call_ms(p50, "live") == (44.0 - 4.0) / 200
+    found = {t.name: t for t in _report.peer_targets([row])}
+    per_call = found["per call, 200-call script, live/monty"]
+    assert per_call.holds is False and "2.00x" in per_call.value  # 0.2 ms against 0.1 ms
+    assert found["per call, 200-call script, live/Cloudflare"].value.endswith("= 4.0x")
+    assert found["trivial run_code, live/monty"].holds is False  # 4x
+    assert found["Promise.all of 100, live/monty"].value == "1.20x"
+    assert found["Promise.all of 100, live/monty"].holds is True
+    assert found["200-call script, live/replay"].value == "0.044"
+    assert found["200-call script, live/replay"].holds is True
+    text = _report.peers_text([row])
+    assert "live/monty" in text and "live/replay" in text and "200 sequential calls" in text
+
+
+def test_limits_quick_measures_every_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--limits --quick`` runs end to end (its verdicts depend on the machine's load, so
+    the exit status is not checked: 1 says a limit overshot)."""
+    code = main(["--limits", "--quick", "--out", str(tmp_path)])
+    assert code in (0, 1)
+    out = capsys.readouterr().out
+    data = json.loads((tmp_path / "limits.json").read_text())
+    limits = {f["limit"] for f in data["figures"]}
+    assert limits >= {"compute_ms", "memory", "deadline", "results", "calls"}
+    for figure in data["figures"]:
+        assert figure["limit"] in out and figure["value"]
+    compute = next(f for f in data["figures"] if f["limit"] == "compute_ms")
+    assert compute["defect"] is not None
+
+
+def test_a_limit_overshoots_by_more_than_ten_percent_or_the_absolute_bound() -> None:
+    from bench._limits import over_bound
+
+    assert not over_bound(109, 100, 50)
+    assert over_bound(111, 100, 50)
+    assert not over_bound(5040, 5000, 50)
+    assert over_bound(5060, 5000, 50)  # 1.2%, but 60 ms

@@ -11,7 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
-from engine._events import Event
+from engine import Event
 from engine._progress import ProgressLine
 from tests.engine.test_cli import ROOT, codemode
 

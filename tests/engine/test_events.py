@@ -9,8 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from engine import CodeMode, ToolCallError, tool
-from engine._events import Event
+from engine import CodeMode, Event, ToolCallError, tool
 from tests.engine.conftest import InProcessRunner
 
 SCRIPT = """

@@ -519,6 +519,17 @@ def check_reads_do_not_extend_the_deadline(h: Harness) -> None:
     assert_healthy(h)
 
 
+def check_a_hanging_store_meets_the_deadline(h: Harness) -> None:
+    """A file store that never answers a read cannot hold the step past its deadline: the
+    wait for the store counts against it like any other wall time (1.3 s here)."""
+    reader = _Served(1000, delay=3600)
+    step = _reading(h, "read_slow", reader, compute_ms=100)
+    assert_limit(step, "compute_ms")
+    assert "deadline" in step.error.message  # type: ignore[union-attr]
+    assert reader.reads == 1
+    assert_healthy(h)
+
+
 def check_empty_reads_end_the_step(h: Harness) -> None:
     """A read of no bytes (past the end of the file) is a protocol fault, not a free loop."""
     reader = _Served(1000)

@@ -80,6 +80,7 @@ def test_lies(standin: Harness, lie: str) -> None:
         c.check_deep_data,
         c.check_reads_stop_at_file_bytes,
         c.check_reads_do_not_extend_the_deadline,
+        c.check_a_hanging_store_meets_the_deadline,
         c.check_empty_reads_end_the_step,
         c.check_a_deaf_reader_meets_the_deadline,
     ],

@@ -1,0 +1,237 @@
+"""The engine against the fastest peer: whole scripts, interleaved in one run.
+
+Three ways to run the same script, each answering one tool ``t(i) -> {"v": i}``:
+
+- ``replay``: ``CodeMode.run_code`` (type check off) on its SQLite log with a warm-pool
+  :class:`runner.ProcessRunner`, re-running the script from its log at every step (the spec's
+  behaviour);
+- ``monty``: pydantic-monty's warm worker pool (``AsyncMonty``; each script checks a worker
+  out and ``feed_run``s a Python version of the script whose ``t`` is an external function).
+  Monty runs scripts in worker subprocesses of its own ``monty`` binary, with no OS
+  confinement and no durable log of calls.
+
+Each repetition runs every peer once in turn, so all see the same load: only ratios taken
+inside one run mean anything on a shared machine.
+"""
+
+from __future__ import annotations
+
+import abc
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench._workloads import PROMISE_ALL, SEQUENTIAL, TRIVIAL
+
+PEERS = ("replay", "monty")
+
+# Monty's Python for each of the JS scripts: the same calls, the same value.
+MONTY_TRIVIAL = "1"
+MONTY_SEQUENTIAL = """\
+s = 0
+for i in range(%d):
+    r = await t(i)
+    s += r['v']
+s"""
+# Monty expresses parallel external calls with asyncio.gather, as CPython does.
+MONTY_GATHER = """\
+import asyncio
+rs = await asyncio.gather(*[t(i) for i in range(100)])
+sum(r['v'] for r in rs)"""
+
+# Cloudflare codemode 0.5.6 on a local workerd: one RPC per call (issue 14's measurement).
+# A fixed reference figure, not measured here.
+CLOUDFLARE_PER_CALL_MS = 0.05
+
+
+@dataclass(frozen=True)
+class PeerScript:
+    key: str
+    title: str
+    js: str
+    python: str
+    calls: int
+    value: int
+    reps: int  # repetitions per count unit (the long scripts run fewer times)
+
+
+def _sequential(n: int, reps: int) -> PeerScript:
+    return PeerScript(
+        f"seq_{n}",
+        f"{n} sequential calls",
+        SEQUENTIAL % n,
+        MONTY_SEQUENTIAL % n,
+        n,
+        n * (n - 1) // 2,
+        reps,
+    )
+
+
+SCRIPTS = (
+    PeerScript("trivial", "trivial script", TRIVIAL, MONTY_TRIVIAL, 0, 1, 10),
+    _sequential(1, 10),
+    _sequential(10, 4),
+    _sequential(50, 2),
+    _sequential(200, 1),
+    PeerScript(
+        "promise_all",
+        "Promise.all of 100 calls",
+        PROMISE_ALL,
+        MONTY_GATHER,
+        100,
+        sum(range(100)),
+        4,
+    ),
+)
+
+
+class Peer(abc.ABC):
+    name: str
+
+    @abc.abstractmethod
+    async def run(self, script: PeerScript) -> Any:
+        """Run ``script`` to its end and return its value."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None: ...
+
+
+class EnginePeer(Peer):
+    """``CodeMode.run_code`` on a SQLite log in ``directory``, with its own warm pool."""
+
+    def __init__(self, name: str, directory: Path, slots: int) -> None:
+        from engine import CodeMode, SqliteStore, tool
+        from runner import ProcessRunner
+
+        @tool
+        async def t(i: int) -> dict[str, int]:
+            """Answer {"v": i}."""
+            return {"v": i}
+
+        self.name = name
+        self.engine = CodeMode(
+            [t],
+            runner=ProcessRunner(mode="pool", slots=slots),
+            store=SqliteStore(directory / name),
+            type_check="off",
+        )
+
+    async def run(self, script: PeerScript) -> Any:
+        result = await self.engine.run_code(script.js)
+        if result.status != "finished":
+            raise AssertionError(f"{self.name}: {script.key} did not finish: {result.text}")
+        return result.value
+
+    async def aclose(self) -> None:
+        await self.engine.aclose()
+
+
+class MontyPeer(Peer):
+    """pydantic-monty's warm pool: a worker checked out per script, ``t`` an external
+    (async) function, as the engine's tool is."""
+
+    name = "monty"
+
+    def __init__(self, slots: int) -> None:
+        from pydantic_monty import AsyncMonty
+
+        self.pool = AsyncMonty(min_processes=slots, max_processes=slots)
+        self._entered = False
+
+    @staticmethod
+    async def t(i: int) -> dict[str, int]:
+        return {"v": i}
+
+    async def start(self) -> None:
+        await self.pool.__aenter__()
+        self._entered = True
+
+    async def run(self, script: PeerScript) -> Any:
+        async with self.pool.checkout() as session:
+            return await session.feed_run(script.python, external_lookup={"t": self.t})
+
+    async def aclose(self) -> None:
+        if self._entered:
+            self._entered = False
+            await self.pool.__aexit__(None, None, None)
+
+
+async def make_peers(names: tuple[str, ...], directory: Path, slots: int) -> dict[str, Peer]:
+    peers: dict[str, Peer] = {}
+    try:
+        for name in names:
+            if name == "monty":
+                monty = MontyPeer(slots)
+                await monty.start()
+                peers[name] = monty
+            elif name == "replay":
+                peers[name] = EnginePeer(name, directory, slots)
+            else:
+                raise ValueError(f"no peer {name!r}; the peers are {', '.join(PEERS)}")
+    except BaseException:
+        for peer in peers.values():
+            await peer.aclose()
+        raise
+    return peers
+
+
+@dataclass
+class Comparison:
+    """Each script's whole-run times (seconds) on each peer, taken interleaved."""
+
+    times: dict[str, dict[str, list[float]]]  # script key -> peer -> times
+    peers: tuple[str, ...]
+
+    def p50_ms(self, script: str, peer: str) -> float | None:
+        values = self.times.get(script, {}).get(peer)
+        return statistics.median(values) * 1000 if values else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "peers": list(self.peers),
+            "p50_ms": {
+                s.key: {p: self.p50_ms(s.key, p) for p in self.peers}
+                for s in SCRIPTS
+                if s.key in self.times
+            },
+            "runs": {
+                s.key: {p: len(self.times[s.key].get(p, [])) for p in self.peers}
+                for s in SCRIPTS
+                if s.key in self.times
+            },
+        }
+
+
+async def compare(
+    count: int, *, peers: tuple[str, ...] = PEERS, slots: int = 2, only: set[str] | None = None
+) -> Comparison:
+    """Run every script ``count * script.reps`` times (at least once) on every peer, one
+    peer after the other in each repetition; check every value."""
+    times: dict[str, dict[str, list[float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="codemode-bench-peers-") as directory:
+        running = await make_peers(peers, Path(directory), slots)
+        try:
+            for peer in running.values():  # a first run of each, not measured
+                await peer.run(SCRIPTS[0])
+                await peer.run(SCRIPTS[1])
+            for script in SCRIPTS:
+                if only and script.key not in only:
+                    continue
+                into = times.setdefault(script.key, {})
+                for _ in range(max(1, count * script.reps)):
+                    for name, peer in running.items():
+                        t0 = time.perf_counter()
+                        value = await peer.run(script)
+                        elapsed = time.perf_counter() - t0
+                        if value != script.value:
+                            raise AssertionError(
+                                f"{name}: {script.key} returned {value!r}, not {script.value!r}"
+                            )
+                        into.setdefault(name, []).append(elapsed)
+        finally:
+            for peer in running.values():
+                await peer.aclose()
+    return Comparison(times, peers)

@@ -1,0 +1,132 @@
+"""Code mode for a pydantic-ai agent (the ``pydantic-ai`` extra: ``pip install
+codemode[pydantic-ai]``).
+
+:class:`CodeModeToolset` is a pydantic-ai toolset with one tool, ``run_code``, over the
+agent's own tools: plain functions or pydantic-ai ``Tool`` objects (``requires_approval=True``
+becomes the engine's ``needs_approval``). The agent writes scripts that call them::
+
+    tools = [list_prs, Tool(comment, requires_approval=True)]
+    toolset = CodeModeToolset(tools, data_dir=".codemode")
+    agent = Agent(model, toolsets=[toolset], output_type=[str, DeferredToolRequests])
+
+A script that waits for a person is pydantic-ai's own approval request: the run ends with
+``DeferredToolRequests`` whose ``approvals`` hold the ``run_code`` call, and whose
+``metadata[tool_call_id]`` says what the script waits on (``script_id``, ``waiting``: each
+``{call_id, name, arguments, reason}``). Answer as pydantic-ai does, with
+``DeferredToolResults(approvals={tool_call_id: True})``: the tool approves what the script
+waits on and runs it on. ``await toolset.answer(requests, approve=False, message=...)``
+refuses them instead (the script sees an error it can handle, and the model sees the script's
+result, not a bare denial); an approval given elsewhere (``codemode approve``, another host)
+counts too. ``run_code`` is idempotent on the model's tool-call id, so the answer may come in
+another process, on the same log, much later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
+from pydantic_ai import Tool as AgentTool
+from pydantic_ai.exceptions import ApprovalRequired
+from pydantic_ai.toolsets import FunctionToolset
+
+from engine._codemode import CodeMode
+from engine._errors import CallNotWaiting, ToolDefinitionError
+from engine._functions import tool as engine_tool
+from engine._result import RunResult
+from engine._tools import Tool
+
+RUN_CODE = "run_code"
+
+
+def engine_tools(tools: Sequence[AgentTool[Any] | Callable[..., Any] | Tool]) -> list[Tool]:
+    """The engine's tools for pydantic-ai tools and plain functions (same names, schemas and
+    descriptions, from the functions' signatures and docstrings)."""
+    found: list[Tool] = []
+    for t in tools:
+        if isinstance(t, Tool):
+            found.append(t)
+        elif isinstance(t, AgentTool):
+            if t.takes_ctx:
+                raise ToolDefinitionError(
+                    f"tool {t.name!r} takes pydantic-ai's RunContext, which a script's call "
+                    "cannot give it; take engine.ToolContext instead (CodeMode(context=...) "
+                    "reaches it as ctx.host)"
+                )
+            make = engine_tool(name=t.name, needs_approval=bool(t.requires_approval))
+            found.append(make(t.function))
+        else:
+            found.append(engine_tool(t))
+    return found
+
+
+class CodeModeToolset(FunctionToolset[Any]):
+    """One ``run_code`` tool over ``tools``; ``engine_options`` go to :class:`CodeMode`
+    (``data_dir``, ``store``, ``limits``, ``runner``, ...), or pass ``engine``."""
+
+    def __init__(
+        self,
+        tools: Sequence[AgentTool[Any] | Callable[..., Any] | Tool] = (),
+        *,
+        engine: CodeMode | None = None,
+        **engine_options: Any,
+    ) -> None:
+        self.engine = (
+            engine if engine is not None else CodeMode(engine_tools(tools), **engine_options)
+        )
+        definition = self.engine.definition()
+        run_code = AgentTool.from_schema(
+            self._run_code,
+            name=RUN_CODE,
+            description=definition["description"],
+            json_schema=definition["input_schema"],
+            takes_ctx=True,
+        )
+        super().__init__([run_code])
+
+    async def _run_code(self, ctx: RunContext[Any], code: str) -> str:
+        result = await self.engine.run_code(code, key=ctx.tool_call_id)
+        if ctx.tool_call_approved and result.status == "paused":
+            # A person approved the run_code call: approve what its script waits on (a call
+            # answered meanwhile, here or elsewhere, is left as it is), and run it on.
+            for call in result.waiting:
+                if call["reason"] == "approval":
+                    with contextlib.suppress(CallNotWaiting):
+                        await self.engine.approve(result.script_id, call["call_id"])
+            result = await self.engine.resume(result.script_id)
+        if result.status == "paused" and any(w["reason"] == "approval" for w in result.waiting):
+            raise ApprovalRequired(metadata=_waiting(result))
+        return result.text
+
+    async def answer(
+        self, requests: DeferredToolRequests, *, approve: bool, message: str = ""
+    ) -> DeferredToolResults:
+        """Approve, or refuse with ``message``, every call the paused scripts wait on; the
+        results to pass to the next run (``agent.run(..., deferred_tool_results=...)``)."""
+        approvals: dict[str, Any] = {}
+        for part in requests.approvals:
+            if part.tool_name != RUN_CODE:
+                continue
+            meta = requests.metadata.get(part.tool_call_id, {})
+            for call in meta.get("waiting", []):
+                if call["reason"] != "approval":
+                    continue
+                with contextlib.suppress(CallNotWaiting):
+                    if approve:
+                        await self.engine.approve(meta["script_id"], call["call_id"])
+                    else:
+                        await self.engine.reject(meta["script_id"], call["call_id"], message)
+            approvals[part.tool_call_id] = True  # run_code runs on, and tells the model
+        return DeferredToolResults(approvals=approvals)
+
+    async def aclose(self) -> None:
+        await self.engine.aclose()
+
+
+def _waiting(result: RunResult) -> dict[str, Any]:
+    return {"script_id": result.script_id, "waiting": result.waiting, "text": result.text}
+
+
+__all__ = ["CodeModeToolset", "engine_tools"]

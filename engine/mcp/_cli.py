@@ -1,0 +1,234 @@
+"""``codemode mcp serve``: the command line of the MCP server (see ``engine.mcp._serve``).
+
+    codemode mcp serve [--config mcp.json] [--config codemode.toml] [--upstream CMD]...
+                       [--server NAME]... [--tools tools.py] [--http HOST:PORT]
+                       [--data-dir DIR] [--no-elicitation] [-v]
+
+``--config`` takes an ``mcpServers`` JSON file (``.json``) or a ``codemode.toml`` (its
+``[codemode.mcpServers.*]`` tables and engine settings), and may be given more than once.
+``--upstream "npx -y @modelcontextprotocol/server-memory"`` adds a stdio server, named after
+its package (``memory``) unless written ``NAME=COMMAND``. ``--server`` serves only the
+servers named. A server that cannot be used is one line on stderr naming it; the others
+serve. Over stdio the MCP messages use stdout, so everything else goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import re
+import shlex
+import signal
+import sys
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, NoReturn
+
+from engine._codemode import CodeMode
+from engine._config import Config, build_runner
+from engine._errors import CodeModeError, ConfigError, ToolDefinitionError
+from engine._loading import load_tools
+from engine._tools import Tool
+from engine.mcp._config import ServerProblem, ServerSpec, load_servers_file, parse_servers
+from engine.mcp._serve import CodeModeServer
+from engine.mcp._servers import McpServers
+
+_LAUNCHERS = {"npx", "uvx", "node", "python", "python3", "bunx", "pnpm", "deno"}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="codemode mcp serve",
+        description="Serve code mode to an MCP client: one run_code tool over your MCP servers.",
+    )
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        help="an mcpServers .json file or a codemode.toml (repeatable)",
+    )
+    parser.add_argument(
+        "--upstream",
+        action="append",
+        default=[],
+        metavar="[NAME=]COMMAND",
+        help="a stdio MCP server to run, as a command line (repeatable)",
+    )
+    parser.add_argument(
+        "--server", action="append", default=None, metavar="NAME", help="serve only these"
+    )
+    parser.add_argument("--tools", help="a .py file of tools to serve beside the MCP servers")
+    parser.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP, not stdio")
+    parser.add_argument("--data-dir", help="where the session log lives (default: in memory)")
+    parser.add_argument(
+        "--no-elicitation",
+        action="store_true",
+        help="never ask for approvals through the client; pause the script instead",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log each script step")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """Run ``codemode mcp ARGV``; the exit code."""
+    if not argv or argv[0] != "serve":
+        print("usage: codemode mcp serve [--config mcp.json] ... (see --help)", file=sys.stderr)
+        return 2
+    args = _parser().parse_args(argv[1:])
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return asyncio.run(_serve(args))
+    except CodeModeError as e:
+        print(f"codemode: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    config, specs, problems = _read_configs(args)
+    host_tools: list[Tool] = []
+    namespace: dict[str, object] = {}
+    if args.tools:
+        host_tools, namespace = load_tools(args.tools)
+    servers = await McpServers.start(specs, only=args.server, errlog=sys.stderr, problems=problems)
+    for problem in servers.problems:
+        print(f"codemode: {problem}", file=sys.stderr)
+    if not servers.servers and not host_tools:
+        await servers.aclose()
+        raise ConfigError(
+            "no tools to serve: no MCP server could be used and no --tools file was given"
+        )
+    data_dir = args.data_dir or config.data_dir
+    try:
+        engine = CodeMode(
+            host_tools,
+            runner=build_runner(config.runner),
+            store=config.store.build(Path(data_dir) if data_dir is not None else None),
+            data_dir=data_dir,
+            limits=config.limits,
+            context=namespace.get("CONTEXT"),
+            queue_timeout=config.queue_timeout,
+            type_check=config.type_check,
+            lease_ms=config.store.lease_ms,
+            mcp=servers,
+        )
+    except ToolDefinitionError as e:
+        await servers.aclose()
+        raise ConfigError(f"{args.tools or 'the tools'}: {e}") from None
+    server = CodeModeServer(engine, elicitation=not args.no_elicitation)
+    names = ", ".join(servers.servers) or "none"
+    try:
+        if args.http:
+            host, port = _address(args.http)
+
+            def ready(url: str) -> None:
+                print(f"codemode: serving MCP at {url} over MCP servers {names}", file=sys.stderr)
+                sys.stderr.flush()
+
+            await _until_signal(server.run_http(host, port, on_ready=ready))
+        else:
+            print(f"codemode: serving MCP on stdio over MCP servers {names}", file=sys.stderr)
+            await _until_signal(server.run_stdio())
+    finally:
+        await engine.aclose()
+    return 0
+
+
+async def _until_signal(serving: Coroutine[Any, Any, None]) -> None:
+    """Serve until done or SIGTERM/SIGINT, then return so everything is closed in order."""
+    task = asyncio.ensure_future(serving)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+
+
+def _read_configs(args: argparse.Namespace) -> tuple[Config, list[ServerSpec], list[ServerProblem]]:
+    config = Config()
+    specs: list[ServerSpec] = []
+    problems: list[ServerProblem] = []
+    tomls = [p for p in args.config if Path(p).suffix == ".toml"]
+    if len(tomls) > 1:
+        raise ConfigError(f"give one codemode.toml, not {len(tomls)}")
+    if not tomls and Path("codemode.toml").is_file():
+        tomls = ["codemode.toml"]
+    if tomls:
+        config = Config.load(tomls[0])
+        if config.mcp_servers:
+            found, bad = parse_servers(
+                config.mcp_servers, where=tomls[0], base=Path(tomls[0]).absolute().parent
+            )
+            specs += found
+            problems += bad
+    for path in args.config:
+        suffix = Path(path).suffix
+        if suffix == ".toml":
+            continue
+        if suffix != ".json":
+            raise ConfigError(f"--config {path}: give an mcpServers .json file or a codemode.toml")
+        found, bad = load_servers_file(path)
+        specs += found
+        problems += bad
+    for text in args.upstream:
+        specs.append(_upstream(text))
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name in seen:
+            raise ConfigError(
+                f"two MCP servers are named {spec.name!r}; name one with --upstream NAME=COMMAND"
+            )
+        seen.add(spec.name)
+    return config, specs, problems
+
+
+def _upstream(text: str) -> ServerSpec:
+    name = None
+    head, sep, rest = text.partition("=")
+    if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", head) and rest.strip():
+        name, text = head, rest
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise ConfigError(f"--upstream {text!r}: {e}") from None
+    if not words:
+        raise ConfigError("--upstream needs a command")
+    return ServerSpec(name=name or _name_of(words), command=words[0], args=tuple(words[1:]))
+
+
+def _name_of(words: list[str]) -> str:
+    """A server's name from its command line: its package or program, without the
+    ``mcp-server-``/``server-`` prefix (``npx -y @modelcontextprotocol/server-memory``:
+    ``memory``)."""
+    candidates = words
+    if Path(words[0]).name in _LAUNCHERS:
+        candidates = [w for w in words[1:] if not w.startswith("-")] or words
+    base = candidates[0].rsplit("/", 1)[-1].split("@", 1)[0]
+    base = re.sub(r"\.(py|js|mjs|ts)$", "", base)
+    base = re.sub(r"^(mcp[-_]server[-_]|server[-_]|mcp[-_])", "", base)
+    base = re.sub(r"[-_]mcp$", "", base)
+    return re.sub(r"[^A-Za-z0-9_]+", "_", base).strip("_") or "server"
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"--http {text!r}: give HOST:PORT, such as 127.0.0.1:8765")
+    return host or "127.0.0.1", int(port)

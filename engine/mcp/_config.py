@@ -1,0 +1,290 @@
+"""MCP server settings in the ``mcpServers`` format the common MCP clients use.
+
+    {"mcpServers": {
+        "files":  {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "."],
+                   "env": {"DEBUG": "0"}, "cwd": "/srv"},
+        "search": {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ..."}},
+        "memory": {"command": "mcp-server-memory",
+                   "unannotated": "run",
+                   "tools": {"delete_entities": {"approval": true}}}}}
+
+A server is ``command`` (+ ``args``, ``env``, ``cwd``), run as a child speaking stdio, or
+``url`` (+ ``headers``), reached over streamable HTTP. Code mode reads a few keys more, which
+other clients ignore:
+
+- ``approval``: ``"annotations"`` (default: a tool marked ``destructiveHint``, or not annotated
+  at all when ``unannotated`` is ``"approve"``, waits for a person), ``"always"`` or ``"never"``;
+- ``unannotated``: ``"approve"`` (default) or ``"run"``: what ``"annotations"`` does with a
+  tool whose server says nothing about its effects;
+- ``tools``: per tool, ``{"approval": bool, "readOnly": bool, "idempotent": bool,
+  "timeout": seconds, "deferred": bool}``, over what the server's annotations say;
+- ``timeout`` (seconds a call may take), ``initTimeout`` (seconds the server has to answer
+  ``initialize``, default 30), ``deferred`` (declare its tools only through ``tool_search``),
+  ``disabled``.
+
+Each server is checked on its own: a bad entry is one :class:`ServerProblem` naming it, and the
+other servers are still usable.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from engine._errors import ConfigError
+from engine._schema import a_json_type
+
+Approval = Literal["annotations", "always", "never"]
+Unannotated = Literal["approve", "run"]
+
+_SERVER_KEYS = {
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "headers",
+    "type",
+    "transport",
+    "approval",
+    "unannotated",
+    "tools",
+    "timeout",
+    "initTimeout",
+    "deferred",
+    "disabled",
+}
+_TOOL_KEYS = {"approval", "readOnly", "idempotent", "timeout", "deferred"}
+DEFAULT_INIT_TIMEOUT = 30.0
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_SECONDS = 7 * 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class ToolSettings:
+    """What the config says about one tool of a server, over its annotations."""
+
+    approval: bool | None = None
+    read_only: bool | None = None
+    idempotent: bool | None = None
+    timeout: float | None = None
+    deferred: bool | None = None
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """One upstream MCP server: how to reach it and how its tools are treated."""
+
+    name: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    approval: Approval = "annotations"
+    unannotated: Unannotated = "approve"
+    tools: dict[str, ToolSettings] = field(default_factory=dict)
+    timeout: float | None = None
+    init_timeout: float = DEFAULT_INIT_TIMEOUT
+    deferred: bool = False
+
+    @property
+    def transport(self) -> str:
+        return "stdio" if self.command is not None else "http"
+
+    def where(self) -> str:
+        """How the server is reached, for messages: its command line or its URL."""
+        if self.command is not None:
+            return " ".join([self.command, *self.args])
+        return str(self.url)
+
+    def needs_approval(self, name: str, annotations: Mapping[str, Any]) -> bool:
+        """Whether a call of tool ``name`` waits for a person (its annotations, then config)."""
+        settings = self.tools.get(name)
+        if settings is not None and settings.approval is not None:
+            return settings.approval
+        if self.approval != "annotations":
+            return self.approval == "always"
+        if annotations.get("readOnlyHint") is True:
+            return False
+        destructive = annotations.get("destructiveHint")
+        if isinstance(destructive, bool):
+            return destructive
+        # MCP's default for destructiveHint is true; whether to trust a server that says
+        # nothing is the server's setting.
+        return self.unannotated == "approve"
+
+
+@dataclass(frozen=True)
+class ServerProblem:
+    """A server that cannot serve: its name and one line saying why and what to do."""
+
+    server: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"MCP server {self.server!r}: {self.message}"
+
+
+def load_servers_file(path: str | Path) -> tuple[list[ServerSpec], list[ServerProblem]]:
+    """The servers of an ``mcpServers`` JSON file. A file that cannot be read or parsed
+    raises :class:`ConfigError`; a bad server entry is a problem, and the rest load."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"cannot read the MCP config {path}: {e.strerror or e}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path} is over {MAX_CONFIG_BYTES // 1024:,} KiB: not an MCP config")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise ConfigError(
+            f'{path} is not JSON ({e}); an MCP config is {{"mcpServers": {{"name": {{...}}}}}}'
+        ) from None
+    return parse_servers(data, where=str(path), base=path.absolute().parent)
+
+
+def parse_servers(
+    data: Any, *, where: str = "the MCP config", base: Path | None = None
+) -> tuple[list[ServerSpec], list[ServerProblem]]:
+    """Servers from ``{"mcpServers": {...}}`` (or the inner mapping itself).
+
+    Raises :class:`ConfigError` when ``data`` is not such a mapping; each bad server is a
+    :class:`ServerProblem` and is left out. A relative ``cwd`` is read from ``base``.
+    """
+    if isinstance(data, Mapping) and "mcpServers" in data:
+        data = data["mcpServers"]
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f'{where}: MCP servers are an object {{"name": {{"command": ...}}}} under '
+            f'"mcpServers", not {a_json_type(data)}'
+        )
+    specs: list[ServerSpec] = []
+    problems: list[ServerProblem] = []
+    for name, entry in data.items():
+        if not isinstance(name, str) or not name.strip():
+            problems.append(ServerProblem(str(name), "a server needs a non-empty name"))
+            continue
+        try:
+            spec = _server(name, entry, base)
+        except ConfigError as e:
+            problems.append(ServerProblem(name, f"{e} (in {where})"))
+            continue
+        if spec is not None:
+            specs.append(spec)
+    return specs, problems
+
+
+def _server(name: str, entry: Any, base: Path | None) -> ServerSpec | None:
+    if not isinstance(entry, Mapping):
+        raise ConfigError(f"its entry is {a_json_type(entry)}, not an object")
+    unknown = sorted(set(entry) - _SERVER_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+            f"(known: {', '.join(sorted(_SERVER_KEYS))})"
+        )
+    if entry.get("disabled") is True:
+        return None
+    command, url = entry.get("command"), entry.get("url")
+    if (command is None) == (url is None):
+        raise ConfigError('give either "command" (a stdio server) or "url" (streamable HTTP)')
+    kwargs: dict[str, Any] = {}
+    if command is not None:
+        if not isinstance(command, str) or not command.strip():
+            raise ConfigError(f'"command" must be a non-empty string, not {command!r}')
+        kwargs["command"] = command
+        kwargs["args"] = tuple(_strings(entry.get("args", []), '"args"'))
+        kwargs["env"] = _string_map(entry.get("env", {}), '"env"')
+        cwd = entry.get("cwd")
+        if cwd is not None:
+            if not isinstance(cwd, str):
+                raise ConfigError(f'"cwd" must be a string, not {a_json_type(cwd)}')
+            kwargs["cwd"] = str(base / cwd) if base is not None else cwd
+    else:
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ConfigError(f'"url" must be an http:// or https:// URL, not {url!r}')
+        kwargs["url"] = url
+        kwargs["headers"] = _string_map(entry.get("headers", {}), '"headers"')
+    approval = entry.get("approval", "annotations")
+    if approval not in ("annotations", "always", "never"):
+        raise ConfigError(f'"approval" is "annotations", "always" or "never", not {approval!r}')
+    unannotated = entry.get("unannotated", "approve")
+    if unannotated not in ("approve", "run"):
+        raise ConfigError(f'"unannotated" is "approve" or "run", not {unannotated!r}')
+    tools = entry.get("tools", {})
+    if not isinstance(tools, Mapping):
+        raise ConfigError(f'"tools" maps a tool name to its settings, not {a_json_type(tools)}')
+    deferred = entry.get("deferred", False)
+    if not isinstance(deferred, bool):
+        raise ConfigError(f'"deferred" is true or false, not {deferred!r}')
+    init_timeout = _seconds(entry.get("initTimeout"), '"initTimeout"')
+    return ServerSpec(
+        name=name,
+        approval=approval,
+        unannotated=unannotated,
+        tools={str(k): _tool_settings(k, v) for k, v in tools.items()},
+        timeout=_seconds(entry.get("timeout"), '"timeout"'),
+        init_timeout=init_timeout if init_timeout is not None else DEFAULT_INIT_TIMEOUT,
+        deferred=deferred,
+        **kwargs,
+    )
+
+
+def _tool_settings(name: Any, entry: Any) -> ToolSettings:
+    where = f'"tools" > {name!r}'
+    if not isinstance(entry, Mapping):
+        raise ConfigError(f"{where} is {a_json_type(entry)}, not an object")
+    unknown = sorted(set(entry) - _TOOL_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key {', '.join(map(repr, unknown))} "
+            f"(known: {', '.join(sorted(_TOOL_KEYS))})"
+        )
+    flags: dict[str, bool | None] = {}
+    for key, attr in (
+        ("approval", "approval"),
+        ("readOnly", "read_only"),
+        ("idempotent", "idempotent"),
+        ("deferred", "deferred"),
+    ):
+        value = entry.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise ConfigError(f"{where}: {key!r} is true or false, not {value!r}")
+        flags[attr] = value
+    return ToolSettings(timeout=_seconds(entry.get("timeout"), f"{where}: 'timeout'"), **flags)
+
+
+def _strings(value: Any, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{what} must be a list of strings")
+    return list(value)
+
+
+def _string_map(value: Any, what: str) -> dict[str, str]:
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ConfigError(f"{what} must map strings to strings")
+    return dict(value)
+
+
+def _seconds(value: Any, what: str) -> float | None:
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value <= MAX_SECONDS
+    ):
+        raise ConfigError(f"{what} is a number of seconds above 0, not {value!r}")
+    return float(value)

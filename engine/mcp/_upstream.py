@@ -1,0 +1,336 @@
+"""One upstream MCP server, held open through the official ``mcp`` SDK.
+
+An :class:`Upstream` owns one task that opens the transport (a child process over stdio, or
+streamable HTTP), runs the ``ClientSession`` and closes both, in that task, as the SDK's
+context managers require. Calls come from any task and go through the open session.
+
+A connection that ends (the child exited, the HTTP peer went away) fails the calls in flight
+with an error naming the server, and the task connects again, with a growing pause, until the
+upstream is closed. A server that cannot be started or does not answer ``initialize`` in time
+the first time is a problem reported by name and is not retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from engine._errors import ToolCallError
+from engine.mcp._config import ServerSpec
+
+logger = logging.getLogger("codemode.mcp")
+
+# The longest pause between two attempts to reconnect a server that dropped.
+MAX_RECONNECT_DELAY = 30.0
+# A call waits this long at most for a server that is reconnecting.
+RECONNECT_WAIT = 30.0
+# Tool listings are paged; a server that pages past this many is not listed further.
+MAX_PAGES = 100
+
+
+class Upstream:
+    """A live session with one MCP server (see the module docstring).
+
+    ``on_tools`` is called (on the event loop) with the server's tool definitions each time
+    they are listed: after connecting, and after the server says its tools changed.
+    """
+
+    def __init__(
+        self,
+        spec: ServerSpec,
+        on_tools: Callable[[Upstream, list[dict[str, Any]]], None],
+        *,
+        errlog: TextIO | None = None,
+    ) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self._on_tools = on_tools
+        self._errlog = errlog
+        self._session: Any = None
+        self._connected = asyncio.Event()
+        self._lost = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._first: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self._task: asyncio.Task[None] | None = None
+        self._refresh: asyncio.Task[None] | None = None
+        self._stale = False
+        self.problem: str | None = None
+        self.last_error: str | None = None
+
+    async def start(self) -> str | None:
+        """Connect and list the tools; ``None``, or the one-line problem that stopped it."""
+        self._task = asyncio.create_task(self._run(), name=f"mcp-upstream-{self.name}")
+        problem = await asyncio.shield(self._first)
+        self.problem = problem
+        return problem
+
+    async def aclose(self) -> None:
+        """Close the session and end the server's process (if it runs one); idempotent."""
+        self._stop.set()
+        if self._refresh is not None:
+            self._refresh.cancel()
+            with contextlib.suppress(BaseException):
+                await self._refresh
+        if self._task is not None:
+            with contextlib.suppress(BaseException):
+                await self._task
+            self._task = None
+
+    # ---- the connection ----
+
+    async def _run(self) -> None:
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                await self._connect_once()
+                delay = 0.5
+            except Exception as e:
+                problem = _describe(e, self.spec)
+                if not self._first.done():
+                    self._first.set_result(problem)
+                    return
+                self.last_error = problem
+                logger.warning(
+                    "MCP server %r: %s; trying again in %.1f s", self.name, problem, delay
+                )
+            if self._stop.is_set():
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), delay)
+            delay = min(delay * 2, MAX_RECONNECT_DELAY)
+        if not self._first.done():
+            self._first.set_result("closed before it connected")
+
+    async def _connect_once(self) -> None:
+        import anyio
+        from mcp import ClientSession
+
+        async with contextlib.AsyncExitStack() as stack:
+            read, write = await stack.enter_async_context(self._transport())
+            # A stream of our own between the transport and the session, so the end of the
+            # transport (a child that exited) is seen at once, even with no call in flight.
+            send, receive = anyio.create_memory_object_stream[Any](0)
+            lost = asyncio.Event()
+            self._lost = lost
+
+            async def pump() -> None:
+                try:
+                    async with send:
+                        async for message in read:
+                            await send.send(message)
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    pass
+                finally:
+                    lost.set()
+
+            pump_task = asyncio.create_task(pump())
+            stack.push_async_callback(_cancel, pump_task)
+            session = await stack.enter_async_context(
+                ClientSession(receive, write, message_handler=self._on_message)
+            )
+            async with asyncio.timeout(self.spec.init_timeout):
+                await _first_of(session.initialize(), lost)
+                definitions = await _first_of(self._list(session), lost)
+            self._session = session
+            self._stale = False
+            self._on_tools(self, definitions)
+            self._connected.set()
+            if not self._first.done():
+                self._first.set_result(None)
+            logger.info("MCP server %r connected: %d tools", self.name, len(definitions))
+            try:
+                stop = asyncio.ensure_future(self._stop.wait())
+                dropped = asyncio.ensure_future(lost.wait())
+                await asyncio.wait({stop, dropped}, return_when=asyncio.FIRST_COMPLETED)
+                stop.cancel()
+                dropped.cancel()
+            finally:
+                self._connected.clear()
+                self._session = None
+            if lost.is_set() and not self._stop.is_set():
+                self.last_error = "its connection ended"
+                logger.warning("MCP server %r: its connection ended; reconnecting", self.name)
+
+    def _transport(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        spec = self.spec
+        if spec.command is not None:
+            from mcp import StdioServerParameters
+            from mcp.client.stdio import stdio_client
+
+            params = StdioServerParameters(
+                command=spec.command, args=list(spec.args), env=spec.env or None, cwd=spec.cwd
+            )
+            return stdio_client(params, errlog=self._errlog or sys.stderr)
+        return _http(spec)
+
+    async def _list(self, session: Any) -> list[dict[str, Any]]:
+        from mcp_types import PaginatedRequestParams
+
+        definitions: list[dict[str, Any]] = []
+        cursor = None
+        for _ in range(MAX_PAGES):
+            params = PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await session.list_tools(params=params)
+            definitions.extend(
+                t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in page.tools
+            )
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return definitions
+
+    async def _on_message(self, message: Any) -> None:
+        from mcp_types import ToolListChangedNotification
+
+        if isinstance(message, ToolListChangedNotification):
+            # Marked now (the SDK calls this before it reads the next message, so before the
+            # result of a call during which the tools changed); listed by a task of its own.
+            self._stale = True
+            if self._refresh is None or self._refresh.done():
+                self._refresh = asyncio.create_task(self._relist())
+        elif isinstance(message, Exception):
+            logger.warning("MCP server %r: transport error: %s", self.name, message)
+
+    async def _relist(self) -> None:
+        session = self._session
+        if session is None:
+            return
+        while self._stale:
+            self._stale = False
+            try:
+                definitions = await self._list(session)
+            except Exception as e:
+                logger.warning("MCP server %r: listing its changed tools failed: %s", self.name, e)
+                return
+            self._on_tools(self, definitions)
+
+    async def tools_current(self) -> None:
+        """Wait until a listing the server asked for (``list_changed``) is done."""
+        refresh = self._refresh
+        if refresh is not None and not refresh.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(refresh)
+
+    # ---- calls ----
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> Any:
+        """Call ``tool`` on the server; its ``CallToolResult`` (unwrapped by the caller).
+
+        Raises :class:`ToolCallError` naming the server when it is not connected, when its
+        connection ends during the call, or when it answers with a protocol error.
+        """
+        from mcp.shared.exceptions import MCPError
+
+        if not self._connected.is_set():
+            if self._stop.is_set() or self._task is None or self._task.done():
+                raise ToolCallError(f"the MCP server {self.name!r} is closed")
+            try:
+                await asyncio.wait_for(self._connected.wait(), RECONNECT_WAIT)
+            except TimeoutError:
+                why = f" ({self.last_error})" if self.last_error else ""
+                raise ToolCallError(
+                    f"the MCP server {self.name!r} is not connected{why}; it is being "
+                    "reconnected, so try the call again later"
+                ) from None
+        session, lost = self._session, self._lost
+        if lost.is_set() or session is None:
+            raise ToolCallError(f"the MCP server {self.name!r} is reconnecting; try again")
+        try:
+            result = await _first_of(session.call_tool(tool, arguments), lost)
+        except _Lost:
+            raise ToolCallError(
+                f"the MCP server {self.name!r} ({self.spec.where()}) closed its connection "
+                f"during the call of {tool!r}, so the call may or may not have taken effect; "
+                "the server is being restarted"
+            ) from None
+        except MCPError as e:
+            if lost.is_set():
+                raise ToolCallError(
+                    f"the MCP server {self.name!r} ({self.spec.where()}) closed its connection "
+                    f"during the call of {tool!r}, so the call may or may not have taken "
+                    "effect; the server is being restarted"
+                ) from None
+            raise ToolCallError(
+                f"the MCP server {self.name!r} refused the call: {e.message}"
+            ) from None
+        await self.tools_current()
+        return result
+
+
+class _Lost(Exception):
+    pass
+
+
+async def _first_of(awaitable: Any, lost: asyncio.Event) -> Any:
+    """``awaitable``'s result, or :class:`_Lost` as soon as the connection ends."""
+    work = asyncio.ensure_future(awaitable)
+    ended = asyncio.ensure_future(lost.wait())
+    try:
+        await asyncio.wait({work, ended}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        ended.cancel()
+        if not work.done():
+            work.cancel()
+            with contextlib.suppress(BaseException):
+                await work
+    if work.cancelled():
+        raise _Lost()
+    if work.exception() is not None and lost.is_set():
+        raise _Lost()
+    return work.result()
+
+
+async def _cancel(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+
+
+@contextlib.asynccontextmanager
+async def _http(spec: ServerSpec) -> Any:
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    assert spec.url is not None
+    async with (
+        create_mcp_http_client(headers=spec.headers or None) as client,
+        streamable_http_client(spec.url, http_client=client) as streams,
+    ):
+        yield streams
+
+
+def _describe(error: BaseException, spec: ServerSpec) -> str:
+    """One line for a server that could not be started or did not answer."""
+    if isinstance(error, TimeoutError):
+        return (
+            f"did not answer initialize within {spec.init_timeout:g} s ({spec.where()}); check "
+            'that it is an MCP server, or raise "initTimeout"'
+        )
+    if isinstance(error, _Lost):
+        return (
+            f"closed its connection before it was ready ({spec.where()}); run the command by "
+            "hand to see why"
+        )
+    if isinstance(error, FileNotFoundError) and spec.command is not None:
+        return f'cannot start {spec.command!r}: no such command; check "command" and PATH'
+    if isinstance(error, PermissionError) and spec.command is not None:
+        return f"cannot start {spec.command!r}: permission denied"
+    if isinstance(error, BaseExceptionGroup):
+        leaves = list(_leaves(error))
+        if leaves:
+            return _describe(leaves[0], spec)
+    text = str(error).strip().splitlines()
+    first = text[0] if text else type(error).__name__
+    return f"cannot connect ({spec.where()}): {type(error).__name__}: {first[:300]}"
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> Any:
+    for e in group.exceptions:
+        if isinstance(e, BaseExceptionGroup):
+            yield from _leaves(e)
+        else:
+            yield e

@@ -1,0 +1,31 @@
+"""Code mode in an Anthropic Messages loop, with pauses.
+
+`advance` runs the conversation on until the model answers in text (True) or a script waits
+for a person (False). The tool-use ids of a paused turn wait in `messages` itself: call
+`advance` again once the person answered (`codemode approve ...`, from any process on the
+same log), and `run_code(..., key=tool_use_id)` picks the same script up where it stopped.
+`messages` is JSON data, so a host may keep it anywhere between the two calls.
+"""
+
+from typing import Any
+
+from engine import CodeMode
+
+MODEL = "claude-sonnet-5-5"
+
+
+async def advance(client: Any, engine: CodeMode, messages: list[dict[str, Any]]) -> bool:
+    while True:
+        if messages[-1]["role"] == "user":
+            reply = await client.messages.create(
+                model=MODEL, max_tokens=4096, tools=[engine.definition()], messages=messages
+            )
+            messages.append({"role": "assistant", "content": [b.to_dict() for b in reply.content]})
+        uses = [b for b in messages[-1]["content"] if b["type"] == "tool_use"]
+        if not uses:
+            return True
+        results = [await engine.run_code(u["input"]["code"], key=u["id"]) for u in uses]
+        if any(r.status == "paused" for r in results):
+            return False
+        answers = [r.to_anthropic(u["id"]) for u, r in zip(uses, results)]
+        messages.append({"role": "user", "content": answers})

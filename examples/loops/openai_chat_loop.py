@@ -1,0 +1,29 @@
+"""Code mode in an OpenAI Chat Completions loop, with pauses (see anthropic_loop.py: the same
+loop; the tool-call ids of a paused turn wait in `messages`)."""
+
+import json
+from typing import Any
+
+from engine import CodeMode
+
+MODEL = "gpt-5"
+
+
+async def advance(client: Any, engine: CodeMode, messages: list[dict[str, Any]]) -> bool:
+    while True:
+        if messages[-1]["role"] != "assistant":
+            reply = await client.chat.completions.create(
+                model=MODEL, tools=[engine.definition("openai_chat")], messages=messages
+            )
+            message = reply.choices[0].message
+            messages.append(message.model_dump(include={"role", "content", "tool_calls"}))
+        calls = messages[-1].get("tool_calls") or []
+        if not calls:
+            return True
+        codes = [json.loads(c["function"]["arguments"])["code"] for c in calls]
+        results = [await engine.run_code(s, key=c["id"]) for s, c in zip(codes, calls)]
+        if any(r.status == "paused" for r in results):
+            return False
+        # Every tool message first, then the media (a tool message takes text only).
+        answers = [r.to_openai_chat(c["id"]) for c, r in zip(calls, results)]
+        messages += [a[0] for a in answers] + [m for a in answers for m in a[1:]]

@@ -1,0 +1,28 @@
+"""Code mode in an OpenAI Responses loop, with pauses (see anthropic_loop.py: the same loop;
+a paused turn's function calls wait in `items`, unanswered)."""
+
+import json
+from typing import Any
+
+from engine import CodeMode
+
+MODEL = "gpt-5"
+
+
+async def advance(client: Any, engine: CodeMode, items: list[dict[str, Any]]) -> bool:
+    while True:
+        done = {i["call_id"] for i in items if i.get("type") == "function_call_output"}
+        calls = [i for i in items if i.get("type") == "function_call" and i["call_id"] not in done]
+        if not calls:
+            if items[-1].get("role") == "assistant":
+                return True
+            reply = await client.responses.create(
+                model=MODEL, tools=[engine.definition("openai_responses")], input=items
+            )
+            items += [o.to_dict() for o in reply.output]
+            continue
+        codes = [json.loads(c["arguments"])["code"] for c in calls]
+        results = [await engine.run_code(s, key=c["call_id"]) for s, c in zip(codes, calls)]
+        if any(r.status == "paused" for r in results):
+            return False
+        items += [r.to_openai_responses(c["call_id"]) for c, r in zip(calls, results)]

@@ -1,0 +1,220 @@
+"""The README's chat loops (examples/loops/), one per model API, through a pause: the model
+calls run_code, the script waits for approval, the host keeps only the conversation, a person
+approves in another process (`codemode approve`), a new engine on the same log advances the
+conversation, and the tool result goes back under the model's own call id.
+
+The SDK clients are the real ones; only the network is replaced (httpx.MockTransport serves
+fixed model turns), and every request they send is checked against the SDK's own types.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx2 as httpx
+import openai
+import pytest
+from anthropic.types import MessageParam, ToolParam
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+from openai.types.responses import FunctionToolParam, ResponseInputItemParam
+
+from engine import CodeMode
+from engine._loading import load_tools
+from tests.engine.adapters.sdk_types import conforms
+from tests.engine.conftest import InProcessRunner
+from tests.engine.test_cli import ROOT, codemode
+
+CODE = (
+    'const prs = await tools.github__list_prs({ repo: "acme/api" });\n'
+    "const pr = prs[prs.length - 1];\n"
+    'return await tools.github__comment({ number: pr.number, body: "Still needed?" });'
+)
+ARGS = json.dumps({"code": CODE})
+
+
+def _example(name: str) -> Any:
+    path = ROOT / "examples" / "loops" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"loop_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _anthropic_turns() -> list[dict[str, Any]]:
+    usage = {"input_tokens": 10, "output_tokens": 20}
+    head = {
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "stop_sequence": None,
+        "usage": usage,
+    }
+    return [
+        {
+            **head,
+            "id": "msg_1",
+            "stop_reason": "tool_use",
+            "content": [
+                {"type": "text", "text": "I'll ping the oldest PR."},
+                {"type": "tool_use", "id": "toolu_01", "name": "run_code", "input": {"code": CODE}},
+            ],
+        },
+        {
+            **head,
+            "id": "msg_2",
+            "stop_reason": "end_turn",
+            "content": [{"type": "text", "text": "Done."}],
+        },
+    ]
+
+
+def _chat_turns() -> list[dict[str, Any]]:
+    def turn(message: dict[str, Any], reason: str) -> dict[str, Any]:
+        return {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {"index": 0, "finish_reason": reason, "logprobs": None, "message": message}
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+
+    call = {
+        "id": "call_01",
+        "type": "function",
+        "function": {"name": "run_code", "arguments": ARGS},
+    }
+    first = {
+        "role": "assistant",
+        "content": None,
+        "refusal": None,
+        "annotations": [],
+        "tool_calls": [call],
+    }
+    last = {"role": "assistant", "content": "Done.", "refusal": None, "annotations": []}
+    return [turn(first, "tool_calls"), turn(last, "stop")]
+
+
+def _responses_turns() -> list[dict[str, Any]]:
+    def turn(output: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "id": "resp_1",
+            "object": "response",
+            "created_at": 1,
+            "model": "m",
+            "status": "completed",
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+        }
+
+    call = {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "call_01",
+        "name": "run_code",
+        "arguments": ARGS,
+        "status": "completed",
+    }
+    text = {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "Done.", "annotations": []}],
+    }
+    return [turn([call]), turn([text])]
+
+
+def _client(api: str, turns: list[dict[str, Any]], sent: list[dict[str, Any]]) -> Any:
+    def handle(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, json=turns[len(sent) - 1])
+
+    http = httpx.AsyncClient(transport=httpx.MockTransport(handle))
+    if api == "anthropic":
+        return anthropic.AsyncAnthropic(api_key="test", http_client=http, max_retries=0)
+    return openai.AsyncOpenAI(api_key="test", http_client=http, max_retries=0)
+
+
+APIS = {
+    "anthropic": ("anthropic_loop", _anthropic_turns, "messages", MessageParam, ToolParam),
+    "openai_chat": (
+        "openai_chat_loop",
+        _chat_turns,
+        "messages",
+        ChatCompletionMessageParam,
+        ChatCompletionToolParam,
+    ),
+    "openai_responses": (
+        "openai_responses_loop",
+        _responses_turns,
+        "input",
+        ResponseInputItemParam,
+        FunctionToolParam,
+    ),
+}
+
+
+def _engine(data: Path) -> CodeMode:
+    tools, _ = load_tools(str(ROOT / "examples" / "tracker_tools.py"))
+    return CodeMode(tools, runner=InProcessRunner(), data_dir=data, type_check="off")
+
+
+@pytest.mark.parametrize("api", list(APIS))
+async def test_a_paused_script_in_the_chat_loop(api: str, tmp_path: Path) -> None:
+    module_name, turns, field, message_type, tool_type = APIS[api]
+    advance = _example(module_name).advance
+    sent: list[dict[str, Any]] = []
+    client = _client(api, turns(), sent)
+    data = tmp_path / "data"
+    conversation: list[dict[str, Any]] = [{"role": "user", "content": "Ping the oldest open PR."}]
+
+    engine = _engine(data)
+    try:
+        assert await advance(client, engine, conversation) is False  # paused for approval
+    finally:
+        await engine.aclose()
+    assert len(sent) == 1
+    # The host keeps the conversation (the call id is in it), here as a file.
+    saved = tmp_path / "conversation.json"
+    saved.write_text(json.dumps(conversation))
+
+    # A person approves later, in another process, on the same log.
+    listed = codemode("scripts", "--status", "paused", "--json", "--data-dir", str(data))
+    (script,) = [json.loads(line) for line in listed.stdout.splitlines()]
+    shown = json.loads(codemode("show", script["id"], "--json", "--data-dir", str(data)).stdout)
+    (waiting,) = [c for c in shown["calls"] if c["state"] == "awaiting_approval"]
+    assert waiting["name"] == "github__comment"
+    approved = codemode("approve", script["id"], waiting["call_id"], "--data-dir", str(data))
+    assert approved.returncode == 0, approved.stderr
+
+    # The host, restarted: a new engine on the same log, the conversation as it kept it.
+    conversation = json.loads(saved.read_text())
+    engine = _engine(data)
+    try:
+        assert await advance(client, engine, conversation) is True
+    finally:
+        await engine.aclose()
+    assert len(sent) == 2
+    for request in sent:
+        for tool in request["tools"]:
+            conforms(tool_type, tool)
+        for message in request[field]:
+            conforms(message_type, message)
+    # The result went back under the model's own id, and the script ran once.
+    answer = json.dumps(sent[1][field])
+    assert "posted" in answer, answer  # the comment tool's result
+    ids = {"anthropic": "toolu_01", "openai_chat": "call_01", "openai_responses": "call_01"}
+    assert answer.count(ids[api]) == 2  # the model's call and the result for it
+    shown = json.loads(codemode("show", script["id"], "--json", "--data-dir", str(data)).stdout)
+    assert [c["state"] for c in shown["calls"]] == ["done", "done"]
+    assert shown["script"]["status"] == "finished"

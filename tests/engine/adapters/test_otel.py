@@ -1,0 +1,142 @@
+"""OpenTelemetry spans from a script's events, checked with the SDK's in-memory exporter."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from engine import CodeMode, Limits, ToolCallError, tool
+from engine.adapters.otel import Tracing
+from tests.engine.conftest import InProcessRunner
+
+
+@tool
+async def fetch(n: int) -> int:
+    """Fetch a number."""
+    return n
+
+
+@tool
+def boom() -> int:
+    """Always fails."""
+    raise ToolCallError("boom failed")
+
+
+@pytest.fixture
+def exporter():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield exporter, provider
+    provider.shutdown()
+
+
+async def test_spans_for_script_steps_and_calls_with_the_limit_met(exporter) -> None:
+    spans_out, provider = exporter
+    engine = CodeMode(
+        [fetch, boom],
+        runner=InProcessRunner(),
+        type_check="off",
+        limits=Limits(calls=4),
+        on_event=Tracing(provider),
+    )
+    code = """
+    const [a, b] = await Promise.all([tools.fetch({ n: 1 }), tools.fetch({ n: 2 })]);
+    try { await tools.boom({}); } catch (e) {}
+    for (let i = 0; i < 10; i++) await Promise.all([tools.fetch({ n: i }), tools.fetch({ n: i })]);
+    """
+    parent = provider.get_tracer("host").start_span("agent turn")
+    from opentelemetry import trace
+
+    with trace.use_span(parent, end_on_exit=True):
+        result = await engine.run_code(code)
+    await engine.aclose()
+    assert result.status == "failed" and result.limit == "calls"
+    spans = spans_out.get_finished_spans()
+    by_name: dict[str, list] = {}
+    for s in spans:
+        by_name.setdefault(s.name, []).append(s)
+    (script,) = by_name["codemode.script"]
+    assert script.parent is not None and script.parent.span_id == parent.get_span_context().span_id
+    assert script.attributes["codemode.script_id"] == result.script_id
+    assert script.attributes["codemode.status"] == "failed"
+    assert script.attributes["codemode.limit"] == "calls"
+    assert script.attributes["codemode.steps"] == 3
+    assert script.status.status_code == StatusCode.ERROR
+    assert script.status.description == "limit met: calls"
+    steps = sorted(by_name["codemode.step"], key=lambda s: s.attributes["codemode.step"])
+    assert [s.attributes["codemode.step"] for s in steps] == [1, 2, 3]
+    assert [s.attributes["codemode.calls"] for s in steps] == [2, 1, 0]
+    # The third run met the calls limit inside the sandbox: that step's status says so.
+    assert [s.attributes["codemode.outcome"] for s in steps] == ["calls", "calls", "failed"]
+    assert [s.status.status_code for s in steps] == [StatusCode.UNSET] * 2 + [StatusCode.ERROR]
+    assert steps[2].status.description == "limit met: calls"
+    for s in steps:
+        assert s.parent.span_id == script.context.span_id
+        for stat in ("cpu_ms", "heap_bytes", "run_ms", "wait_ms", "results_bytes"):
+            assert f"codemode.{stat}" in s.attributes
+        assert s.start_time <= s.end_time
+    calls = by_name["codemode.call"]
+    assert sorted((c.attributes["codemode.tool"], c.status.status_code) for c in calls) == [
+        ("boom", StatusCode.ERROR),
+        ("fetch", StatusCode.UNSET),
+        ("fetch", StatusCode.UNSET),
+    ]
+    assert all(c.parent.span_id == script.context.span_id for c in calls)
+    boom_span = next(c for c in calls if c.attributes["codemode.tool"] == "boom")
+    assert boom_span.status.description == "boom failed"
+    fetch_span = next(c for c in calls if c.attributes["codemode.tool"] == "fetch")
+    assert fetch_span.attributes["codemode.result_bytes"] == 1
+    # The calls' decisions are events on the script's span.
+    assert [e.name for e in script.events].count("call.proposed") == 3
+
+
+async def test_a_step_that_meets_a_limit_and_a_pause(exporter, tmp_path) -> None:
+    spans_out, provider = exporter
+
+    @tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return "paid"
+
+    engine = CodeMode(
+        [pay],
+        runner=InProcessRunner(),
+        data_dir=tmp_path,
+        type_check="off",
+        limits=Limits(memory="8mb"),
+        on_event=Tracing(provider),
+    )
+    heavy = await engine.run_code('const a = []; while (true) a.push("x".repeat(1 << 16));')
+    assert heavy.limit == "memory", heavy.text
+    paused = await engine.run_code("return await tools.pay({ amount: 3 })")
+    assert paused.status == "paused"
+    await engine.approve(paused.script_id, paused.waiting[0]["call_id"])
+    done = await engine.resume(paused.script_id)
+    await engine.aclose()
+    assert done.status == "finished"
+    spans = spans_out.get_finished_spans()
+    step = next(
+        s
+        for s in spans
+        if s.name == "codemode.step" and s.attributes["codemode.script_id"] == heavy.script_id
+    )
+    assert step.status.status_code == StatusCode.ERROR
+    assert step.status.description == "limit met: memory"
+    assert step.attributes["codemode.limit"] == "memory"
+    drives = [
+        s
+        for s in spans
+        if s.name == "codemode.script" and s.attributes["codemode.script_id"] == paused.script_id
+    ]
+    assert [
+        (s.attributes["codemode.resumed"], s.attributes["codemode.status"]) for s in drives
+    ] == [
+        (False, "paused"),
+        (True, "finished"),
+    ]
+    assert drives[0].attributes["codemode.waiting"] == 1
+    assert drives[1].status.status_code == StatusCode.OK

@@ -1,0 +1,121 @@
+"""The pydantic-ai adapter with FunctionModel: code mode over the agent's tools, and a
+script that waits for a person as pydantic-ai's own approval request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, Tool
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from engine import ToolDefinitionError
+from engine.adapters.pydantic_ai import CodeModeToolset
+from tests.engine.conftest import InProcessRunner
+
+CODE = """
+const prs = await tools.list_prs({ repo: "acme/api" });
+try {
+  return await tools.comment({ number: prs[0], body: "ping" });
+} catch (e) {
+  return `not posted: ${e.message}`;
+}
+"""
+posted: list[tuple[int, str]] = []
+
+
+def list_prs(repo: str) -> list[int]:
+    """List the open pull requests of a repository."""
+    return [12, 15]
+
+
+def comment(number: int, body: str) -> str:
+    """Comment on a pull request."""
+    posted.append((number, body))
+    return f"posted on #{number}"
+
+
+def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """Calls run_code once, then answers with what the script returned."""
+    assert [t.name for t in info.function_tools] == ["run_code"]
+    assert "comment(input: {" in (info.function_tools[0].description or "")
+    returns = [
+        p for m in messages for p in getattr(m, "parts", []) if isinstance(p, ToolReturnPart)
+    ]
+    if not returns:
+        return ModelResponse(
+            parts=[ToolCallPart("run_code", {"code": CODE}, tool_call_id="call_1")]
+        )
+    return ModelResponse(parts=[TextPart(f"The script said: {returns[-1].content}")])
+
+
+def _toolset(data: Path) -> CodeModeToolset:
+    return CodeModeToolset(
+        [list_prs, Tool(comment, requires_approval=True)],
+        data_dir=data,
+        runner=InProcessRunner(),
+        type_check="off",
+    )
+
+
+def _agent(toolset: CodeModeToolset) -> Agent[None, Any]:
+    return Agent(FunctionModel(model), toolsets=[toolset], output_type=[str, DeferredToolRequests])
+
+
+async def _first_run(data: Path) -> tuple[DeferredToolRequests, list[ModelMessage]]:
+    toolset = _toolset(data)
+    try:
+        run = await _agent(toolset).run("Ping the first open PR.")
+    finally:
+        await toolset.aclose()
+    requests = run.output
+    assert isinstance(requests, DeferredToolRequests)
+    (part,) = requests.approvals
+    assert (part.tool_name, part.tool_call_id) == ("run_code", "call_1")
+    meta = requests.metadata["call_1"]
+    assert [(w["name"], w["arguments"], w["reason"]) for w in meta["waiting"]] == [
+        ("comment", {"number": 12, "body": "ping"}, "approval")
+    ]
+    return requests, run.all_messages()
+
+
+async def test_an_approval_through_pydantic_ai_in_a_new_process(tmp_path: Path) -> None:
+    posted.clear()
+    _requests, history = await _first_run(tmp_path)
+    assert posted == []
+    # Later, a new toolset on the same log (a restarted host); the person approves as
+    # pydantic-ai users do.
+    toolset = _toolset(tmp_path)
+    try:
+        run = await _agent(toolset).run(
+            message_history=history,
+            deferred_tool_results=DeferredToolResults(approvals={"call_1": True}),
+        )
+    finally:
+        await toolset.aclose()
+    assert run.output == "The script said: Script finished.\nReturned:\nposted on #12"
+    assert posted == [(12, "ping")]
+
+
+async def test_a_refusal_reaches_the_script(tmp_path: Path) -> None:
+    posted.clear()
+    requests, history = await _first_run(tmp_path)
+    toolset = _toolset(tmp_path)
+    try:
+        results = await toolset.answer(requests, approve=False, message="not on Fridays")
+        run = await _agent(toolset).run(message_history=history, deferred_tool_results=results)
+    finally:
+        await toolset.aclose()
+    assert run.output == "The script said: Script finished.\nReturned:\nnot posted: not on Fridays"
+    assert posted == []
+
+
+def test_a_tool_that_takes_run_context_is_refused() -> None:
+    def needs_ctx(ctx: RunContext[None], x: int) -> int:
+        """Needs the run context."""
+        return x
+
+    with pytest.raises(ToolDefinitionError, match="takes pydantic-ai's RunContext"):
+        CodeModeToolset([Tool(needs_ctx, takes_ctx=True)], type_check="off")

@@ -1,0 +1,374 @@
+"""`codemode mcp serve`, driven by the `mcp` SDK's own client over stdio and streamable HTTP,
+over real upstream servers: the reference servers from npm (`make install` puts them in
+node_modules; these tests need Node) and the FastMCP server in fastmcp_server.py."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+import mcp_types as types
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests._needs import require
+
+ROOT = Path(__file__).parents[3]
+BIN = ROOT / "node_modules" / ".bin"
+CODEMODE = Path(sys.executable).parent / "codemode"
+LAB = Path(__file__).parent / "fastmcp_server.py"
+TIMEOUT = 90  # a backstop only: nothing here waits on time
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _config(tmp: Path, *names: str) -> Path:
+    for name in ("everything", "memory", "filesystem"):
+        if name in names and not (BIN / f"mcp-server-{name}").exists():
+            require(f"Node and the npm MCP servers (run `make install`): no mcp-server-{name}")
+    (tmp / "files").mkdir(exist_ok=True)
+    servers: dict[str, Any] = {
+        "everything": {"command": str(BIN / "mcp-server-everything"), "args": ["stdio"]},
+        "memory": {
+            "command": str(BIN / "mcp-server-memory"),
+            "env": {"MEMORY_FILE_PATH": str(tmp / "memory.jsonl")},
+            "unannotated": "run",
+        },
+        "filesystem": {"command": str(BIN / "mcp-server-filesystem"), "args": [str(tmp / "files")]},
+        "lab": {"command": sys.executable, "args": [str(LAB), str(tmp)]},
+    }
+    path = tmp / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {n: servers[n] for n in names}}))
+    return path
+
+
+def _args(tmp: Path, config: Path, extra: list[str]) -> list[str]:
+    return ["mcp", "serve", "--config", str(config), "--data-dir", str(tmp / "data"), *extra]
+
+
+@contextlib.asynccontextmanager
+async def serve(
+    transport: str, tmp: Path, config: Path, *extra: str, elicit: Any = None
+) -> AsyncIterator[ClientSession]:
+    """A client session with `codemode mcp serve` run as a child, over ``transport``."""
+    args = _args(tmp, config, list(extra))
+    kwargs: dict[str, Any] = {"elicitation_callback": elicit} if elicit else {}
+    if transport == "stdio":
+        params = StdioServerParameters(command=str(CODEMODE), args=args, cwd=str(tmp))
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write, **kwargs) as session,
+        ):
+            await session.initialize()
+            yield session
+        return
+    process = await asyncio.create_subprocess_exec(
+        str(CODEMODE), *args, "--http", "127.0.0.1:0", cwd=str(tmp), stderr=subprocess.PIPE
+    )
+    assert process.stderr is not None
+    try:
+        url = None
+        async with asyncio.timeout(TIMEOUT):
+            while url is None:
+                line = (await process.stderr.readline()).decode()
+                assert line, "codemode mcp serve ended before it served"
+                if "serving MCP at " in line:
+                    url = line.split("serving MCP at ", 1)[1].split()[0]
+        drain = asyncio.create_task(_drain(process.stderr))
+        async with (
+            streamable_http_client(url) as (read, write),
+            ClientSession(read, write, **kwargs) as session,
+        ):
+            await session.initialize()
+            yield session
+        drain.cancel()
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(TIMEOUT):
+                await process.wait()
+
+
+async def _drain(stream: asyncio.StreamReader) -> None:
+    while await stream.readline():
+        pass
+
+
+async def run(session: ClientSession, code: str) -> types.CallToolResult:
+    return await session.call_tool("run_code", {"code": code}, read_timeout_seconds=TIMEOUT)
+
+
+def text(result: types.CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+def returned(result: types.CallToolResult) -> Any:
+    body = text(result)
+    assert "Returned:\n" in body, body
+    rest = body.split("Returned:\n", 1)[1]
+    try:
+        return json.loads(rest.split("\n", 1)[0])
+    except json.JSONDecodeError:
+        return rest  # a string is shown as itself
+
+
+TRANSPORTS = pytest.mark.parametrize("transport", ["stdio", "http"])
+
+
+@TRANSPORTS
+async def test_lists_run_code_over_the_upstream_tools(transport: str, tmp_path: Path) -> None:
+    config = _config(tmp_path, "everything", "memory", "filesystem", "lab")
+    async with serve(transport, tmp_path, config) as session:
+        listed = (await session.list_tools()).tools
+        assert [t.name for t in listed] == ["run_code", "continue_script"]
+        description = listed[0].description or ""
+        assert (
+            "everything__get_sum(" in description and "more tools are not declared" in description
+        )
+        assert listed[0].input_schema["required"] == ["code"]
+        # Those left out of the description for its budget are found by tool_search.
+        result = await run(
+            session,
+            'const names = ["memory__create_entities", "filesystem__read_text_file", "lab__add"];'
+            'return await Promise.all(names.map(async n => (await tools.tool_search({ query: n })).includes(n + "(")));',
+        )
+        assert returned(result) == [True, True, True], text(result)
+
+
+@TRANSPORTS
+async def test_a_script_chains_calls_across_two_servers(transport: str, tmp_path: Path) -> None:
+    config = _config(tmp_path, "everything", "memory")
+    async with serve(transport, tmp_path, config) as session:
+        result = await run(
+            session,
+            """
+            const sum = await tools.everything__get_sum({ a: 20, b: 22 });
+            await tools.memory__create_entities({ entities: [
+              { name: "answer", entityType: "fact", observations: [String(sum)] } ] });
+            const graph = await tools.memory__read_graph({});
+            return graph.entities.map(e => [e.name, e.observations[0]]);
+            """,
+        )
+        assert not result.is_error, text(result)
+        assert returned(result) == [["answer", "The sum of 20 and 22 is 42."]]
+    # The memory server really wrote it: the chain reached the second server.
+    assert "The sum of 20 and 22 is 42." in (tmp_path / "memory.jsonl").read_text()
+
+
+@TRANSPORTS
+async def test_an_upstream_tool_error_is_caught_by_the_script(
+    transport: str, tmp_path: Path
+) -> None:
+    config = _config(tmp_path, "lab", "filesystem")
+    async with serve(transport, tmp_path, config) as session:
+        result = await run(
+            session,
+            """
+            const caught = [];
+            try { await tools.lab__fail({ reason: "no budget" }); } catch (e) { caught.push(e.message); }
+            try { await tools.filesystem__read_text_file({ path: "/etc/passwd" }); } catch (e) { caught.push(e.message); }
+            return caught;
+            """,
+        )
+        assert not result.is_error, text(result)
+        lab, files = returned(result)
+        assert "lab refused: no budget" in lab
+        assert "denied" in files.lower() or "outside" in files.lower(), files
+
+
+@TRANSPORTS
+async def test_an_image_reaches_the_client_as_image_content(transport: str, tmp_path: Path) -> None:
+    config = _config(tmp_path, "everything")
+    async with serve(transport, tmp_path, config) as session:
+        result = await run(session, "return await tools.everything__get_tiny_image({});")
+        assert not result.is_error, text(result)
+        images = [c for c in result.content if isinstance(c, types.ImageContent)]
+        assert len(images) == 1 and images[0].mime_type == "image/png"
+        import base64
+
+        assert base64.b64decode(images[0].data).startswith(b"\x89PNG")
+        assert images[0].data not in text(result)  # named in the text, not spelled out
+
+
+@TRANSPORTS
+async def test_an_approval_answered_through_elicitation(transport: str, tmp_path: Path) -> None:
+    config = _config(tmp_path, "lab")
+    asked: list[str] = []
+
+    async def elicit(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        allow = "alpha" in params.message
+        return types.ElicitResult(action="accept", content={"approve": allow})
+
+    async with serve(transport, tmp_path, config, elicit=elicit) as session:
+        result = await run(
+            session,
+            """
+            const a = await tools.lab__wipe({ target: "alpha" });
+            let b;
+            try { b = await tools.lab__wipe({ target: "beta" }); } catch (e) { b = e.message; }
+            return [a, b];
+            """,
+        )
+        assert not result.is_error, text(result)
+        a, b = returned(result)
+    assert a == {"result": "wiped alpha"}
+    assert "refused" in b or "did not allow" in b or "declined" in b, b
+    assert len(asked) == 2 and "tools.lab__wipe" in asked[0]
+    assert (tmp_path / "wiped-alpha").exists() and not (tmp_path / "wiped-beta").exists()
+
+
+@TRANSPORTS
+async def test_an_approval_answered_through_a_paused_result(transport: str, tmp_path: Path) -> None:
+    config = _config(tmp_path, "lab")
+    async with serve(transport, tmp_path, config) as session:  # this client has no elicitation
+        paused = await run(session, 'return await tools.lab__wipe({ target: "gamma" });')
+        body = text(paused)
+        assert "Script paused." in body and "codemode approve" in body, body
+        script_id = body.split("Script id: ", 1)[1].split()[0]
+        call_id = body.split(f"codemode approve {script_id} ", 1)[1].split("`", 1)[0]
+        assert not (tmp_path / "wiped-gamma").exists()
+        _cli("approve", script_id, call_id, "--data-dir", str(tmp_path / "data"))
+        done = await session.call_tool("continue_script", {"script_id": script_id})
+        assert returned(done) == {"result": "wiped gamma"}
+    assert (tmp_path / "wiped-gamma").exists()
+
+
+@TRANSPORTS
+async def test_list_changed_mid_session(transport: str, tmp_path: Path) -> None:
+    config = _config(tmp_path, "lab", "everything")
+    async with serve(transport, tmp_path, config) as session:
+        before = (await session.list_tools()).tools[0].description
+        assert "lab__extra" not in (before or "")
+        grown = await run(session, "return await tools.lab__grow({});")
+        assert returned(grown) == {"result": "grown"}
+        # At once, in the next script: found by tool_search, declared to the type check.
+        result = await run(
+            session,
+            """
+            const found = await tools.tool_search({ query: "lab__extra" });
+            return [found.includes("lab__extra("), await tools.lab__extra({ word: "hi" })];
+            """,
+        )
+        assert not result.is_error, text(result)
+        assert returned(result) == [True, {"result": "HI!"}]
+        after = (await session.list_tools()).tools[0].description
+        assert after == before  # byte-identical: the new tool is deferred
+
+
+@TRANSPORTS
+async def test_an_upstream_killed_mid_call(transport: str, tmp_path: Path) -> None:
+    config = _config(tmp_path, "lab")
+    async with serve(transport, tmp_path, config) as session:
+        call = asyncio.create_task(
+            run(session, "try { await tools.lab__hang({}); } catch (e) { return e.message; }")
+        )
+        pid_file = tmp_path / "hang.pid"
+        async with asyncio.timeout(TIMEOUT):
+            while not pid_file.exists():  # the call is in flight once the server wrote this
+                await asyncio.sleep(0.05)
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        async with asyncio.timeout(TIMEOUT):
+            result = await call
+        message = returned(result)
+        assert "'lab'" in message and "closed its connection" in message, message
+        # The server was restarted: the next call reaches it.
+        async with asyncio.timeout(TIMEOUT):
+            again = await run(session, "return await tools.lab__add({ a: 1, b: 2 });")
+        assert returned(again) == {"result": 3}
+
+
+@TRANSPORTS
+async def test_a_paused_script_resumes_after_a_restart(transport: str, tmp_path: Path) -> None:
+    config = _config(tmp_path, "lab", "everything")
+    code = """
+      const sum = await tools.everything__get_sum({ a: 1, b: 1 });
+      const wiped = await tools.lab__wipe({ target: "delta" });
+      return [sum, wiped];
+    """
+    async with serve(transport, tmp_path, config) as session:
+        body = text(await run(session, code))
+        assert "Script paused." in body, body
+        script_id = body.split("Script id: ", 1)[1].split()[0]
+        call_id = body.split(f"codemode approve {script_id} ", 1)[1].split("`", 1)[0]
+    _cli("approve", script_id, call_id, "--data-dir", str(tmp_path / "data"))
+    async with serve(transport, tmp_path, config) as session:  # a new server process
+        done = await session.call_tool("continue_script", {"script_id": script_id})
+        assert returned(done) == ["The sum of 1 and 1 is 2.", {"result": "wiped delta"}]
+
+
+def _cli(*args: str) -> str:
+    out = subprocess.run(
+        [str(CODEMODE), *args], capture_output=True, text=True, timeout=TIMEOUT, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+async def test_bad_configuration_names_the_server_and_the_others_serve(tmp_path: Path) -> None:
+    config = _config(tmp_path, "lab")
+    data = json.loads(config.read_text())
+    data["mcpServers"]["missing"] = {"command": "no-such-command-for-codemode"}
+    data["mcpServers"]["silent"] = {"command": "sleep", "args": ["600"], "initTimeout": 1}
+    data["mcpServers"]["typo"] = {"comand": "x"}
+    config.write_text(json.dumps(data))
+    params = StdioServerParameters(
+        command=str(CODEMODE),
+        args=[
+            *_args(tmp_path, config, []),
+            "--server",
+            "lab",
+            "--server",
+            "missing",
+            "--server",
+            "silent",
+            "--server",
+            "typo",
+            "--server",
+            "nosuch",
+        ],
+        cwd=str(tmp_path),
+    )
+    errlog = (tmp_path / "stderr.txt").open("w+")
+    async with (
+        stdio_client(params, errlog=errlog) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        result = await run(session, "return await tools.lab__add({ a: 2, b: 2 });")
+        assert returned(result) == {"result": 4}
+    errlog.seek(0)
+    lines = [line for line in errlog.read().splitlines() if line.startswith("codemode: MCP server")]
+    by_server = {line.split("'")[1]: line for line in lines}
+    assert set(by_server) == {"missing", "silent", "typo", "nosuch"}, lines
+    assert "no such command" in by_server["missing"]
+    assert "did not answer initialize within 1 s" in by_server["silent"]
+    assert "comand" in by_server["typo"]
+    assert "no server of that name" in by_server["nosuch"]
+
+
+def test_bad_json_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "mcp.json"
+    bad.write_text('{"mcpServers": {"x": ')
+    out = subprocess.run(
+        [str(CODEMODE), "mcp", "serve", "--config", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "is not JSON" in out.stderr, out.stderr
