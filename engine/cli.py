@@ -225,6 +225,7 @@ def _engine(
             type_check=config.type_check,
             lease_ms=config.store.lease_ms,
             on_event=on_event,
+            **config.live.options(),
         )
     except ToolDefinitionError as e:  # two tools of one name, a bad skill: the file's fault
         raise ConfigError(f"{args.tools}: {e}") from None
