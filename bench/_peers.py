@@ -2,6 +2,9 @@
 
 Three ways to run the same script, each answering one tool ``t(i) -> {"v": i}``:
 
+- ``live``: ``CodeMode(live=True).run_code`` (type check off) on its SQLite log with a
+  warm-pool :class:`runner.ProcessRunner`: a step's process stays alive while its calls run
+  and goes on with their results (each result logged first);
 - ``replay``: ``CodeMode.run_code`` (type check off) on its SQLite log with a warm-pool
   :class:`runner.ProcessRunner`, re-running the script from its log at every step (the spec's
   behaviour);
@@ -26,7 +29,7 @@ from typing import Any
 
 from bench._workloads import PROMISE_ALL, SEQUENTIAL, TRIVIAL
 
-PEERS = ("replay", "monty")
+PEERS = ("live", "replay", "monty")
 
 # Monty's Python for each of the JS scripts: the same calls, the same value.
 MONTY_TRIVIAL = "1"
@@ -102,7 +105,7 @@ class Peer(abc.ABC):
 class EnginePeer(Peer):
     """``CodeMode.run_code`` on a SQLite log in ``directory``, with its own warm pool."""
 
-    def __init__(self, name: str, directory: Path, slots: int) -> None:
+    def __init__(self, name: str, directory: Path, slots: int, *, live: bool) -> None:
         from engine import CodeMode, SqliteStore, tool
         from runner import ProcessRunner
 
@@ -117,6 +120,7 @@ class EnginePeer(Peer):
             runner=ProcessRunner(mode="pool", slots=slots),
             store=SqliteStore(directory / name),
             type_check="off",
+            live=live,
         )
 
     async def run(self, script: PeerScript) -> Any:
@@ -167,8 +171,8 @@ async def make_peers(names: tuple[str, ...], directory: Path, slots: int) -> dic
                 monty = MontyPeer(slots)
                 await monty.start()
                 peers[name] = monty
-            elif name == "replay":
-                peers[name] = EnginePeer(name, directory, slots)
+            elif name in ("live", "replay"):
+                peers[name] = EnginePeer(name, directory, slots, live=name == "live")
             else:
                 raise ValueError(f"no peer {name!r}; the peers are {', '.join(PEERS)}")
     except BaseException:
