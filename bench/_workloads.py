@@ -206,7 +206,12 @@ class _ModeRunner(ScriptRunner):
         self.spent = 0.0
 
     async def run(
-        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+        self,
+        script: Script,
+        files: FileReader | None = None,
+        *,
+        tenant: str = "default",
+        live: bool = False,
     ) -> Step:
         t0 = time.perf_counter()
         try:

@@ -23,7 +23,13 @@ import orjson
 
 from engine import log
 from engine._calls import LONE_SURROGATE, error_text
-from engine._config import RunnerConfig, build_runner, check_engine_options, data_directory
+from engine._config import (
+    RunnerConfig,
+    build_runner,
+    check_engine_options,
+    check_live_options,
+    data_directory,
+)
 from engine._declarations import run_code_tool
 from engine._drive import Drive, new_owner
 from engine._ending import Ending
@@ -32,6 +38,14 @@ from engine._events import Listener, listeners_option
 from engine._files import Attachment, BlobStore, record_files
 from engine._functions import as_tools
 from engine._limits import Limits, limits_for, limits_option
+from engine._live import (
+    DEFAULT_LIVE_WAIT,
+    LiveRuns,
+    default_live_count,
+    default_live_memory,
+    live_key,
+    takes_live,
+)
 from engine._naming import BUILTIN_TOOLS
 from engine._result import RunResult
 from engine._search import ToolIndex
@@ -103,6 +117,14 @@ class CodeMode(StepLoop):
     ``resume(wait=...)``. ``on_event`` is told what each script does as it runs (see
     ``engine._events``: started, steps, calls, pauses, endings).
 
+    ``live`` (default on) keeps a script's confined process alive while its calls run, when
+    the runner can (see ``engine._live``): the results go to the log first, then to the
+    waiting process, which goes on where it stopped instead of re-running the script. A
+    process waits at most ``live_wait`` seconds; at most ``live_max`` of them wait at once,
+    holding at most ``live_memory`` bytes (defaults sized for the machine); past those, and
+    whenever a live process is gone, the next step replays from the log. ``live=False``
+    replays every step.
+
     ``mcp`` (an :class:`engine.mcp.McpServers`) adds the tools of live MCP servers and keeps
     them current as the servers change them; the engine closes it when it closes.
     """
@@ -128,6 +150,10 @@ class CodeMode(StepLoop):
         lease_ms: int = log.DEFAULT_LEASE_MS,
         poll_interval: float = 1.0,
         on_event: Listener | Sequence[Listener] | None = None,
+        live: bool = True,
+        live_wait: float = DEFAULT_LIVE_WAIT,
+        live_max: int | None = None,
+        live_memory: int | None = None,
         mcp: McpServers | None = None,
     ) -> None:
         self._own_tools = as_tools(tools)
@@ -147,6 +173,9 @@ class CodeMode(StepLoop):
             call_timeout=call_timeout,
             lease_ms=lease_ms,
             poll_interval=poll_interval,
+        )
+        check_live_options(
+            live=live, live_wait=live_wait, live_max=live_max, live_memory=live_memory
         )
         self._limits = limits_option(limits)
         directory = data_directory(data_dir) if data_dir is not None else None
@@ -173,6 +202,13 @@ class CodeMode(StepLoop):
         self.poll_interval = poll_interval
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
         self._listeners = listeners_option(on_event)
+        self.live = live and takes_live(self.runner)
+        memory = live_memory if live_memory is not None else default_live_memory()
+        self._live = LiveRuns(
+            wait=live_wait,
+            max_count=live_max if live_max is not None else default_live_count(memory),
+            max_memory=memory,
+        )
 
     def _mcp_tools_changed(self, mcp_tools: list[Tool]) -> None:
         """An MCP server changed its tools: the engine's tools are the host's and these."""
@@ -382,6 +418,7 @@ class CodeMode(StepLoop):
         except log.LeaseLost:
             result = None
         finally:
+            self._live.drop(live_key(drive))  # a live run never outlasts its drive
             await drive.close()
         if result is None:
             return await self._elsewhere_or_ended(drive.record.id)
@@ -477,6 +514,7 @@ class CodeMode(StepLoop):
     async def aclose(self) -> None:
         if self._mcp is not None:
             await self._mcp.aclose()
+        await self._live.aclose()  # before the runner: its processes are the runner's
         await self.runner.aclose()
         await self.store.aclose()
         await asyncio.to_thread(self.blobs.close)

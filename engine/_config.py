@@ -3,6 +3,10 @@
     [codemode]
     data_dir = ".codemode"          # where the session log lives
     type_check = "on"               # check scripts against the declarations first ("off")
+    live = true                     # keep a script's process alive while its calls run
+    live_wait = 5                   # seconds a live process waits for results, then replay
+    live_max = 64                   # live processes at once (default: sized for the machine)
+    live_memory = "2gb"             # memory they hold together (default: 1/4 of what's free)
 
     [codemode.limits]               # the spec's limits table; a limit left out keeps its default
     call_arguments = "4mb"
@@ -39,6 +43,7 @@ from typing import Any, Literal
 
 from engine._errors import ConfigError
 from engine._limits import Limits, parse_size
+from engine._live import DEFAULT_LIVE_WAIT
 from engine.log import DEFAULT_LEASE_MS, LogStore, MemoryStore, PostgresStore, SqliteStore
 from runner import ScriptRunner
 from runner._remote import OPTIONS as REMOTE_OPTIONS
@@ -51,6 +56,10 @@ _TOP_KEYS = {
     "store",
     "type_check",
     "mcpServers",
+    "live",
+    "live_wait",
+    "live_max",
+    "live_memory",
 }
 _STORE_KEYS = {"kind", "dsn", "dsn_env", "schema", "max_connections", "lease_ms"}
 # Local runner options, and what a RemoteRunner takes (it owns that list).
@@ -59,6 +68,7 @@ _RUNNER_KEYS = {"kind"} | _LOCAL_OPTIONS | set(REMOTE_OPTIONS)
 # Bounds on numbers in the config that no sensible setting comes near: past them a value is a
 # typo, and an unbounded one (1e300 seconds) would overflow the timers it sets.
 MAX_SLOTS = 4096
+MAX_LIVE = 65536
 # A codemode.toml is a few hundred bytes; one past this is not a config.
 MAX_CONFIG_BYTES = 1024 * 1024
 MAX_SECONDS = 7 * 24 * 3600.0
@@ -102,6 +112,7 @@ class Config:
     # [codemode.mcpServers.<name>]: upstream MCP servers, in the mcpServers JSON format's keys,
     # read by engine.mcp (each server is checked there, on its own).
     mcp_servers: dict[str, Any] = field(default_factory=dict)
+    live: LiveConfig = field(default_factory=lambda: LiveConfig())
 
     @classmethod
     def load(cls, path: str | Path) -> Config:
@@ -176,6 +187,7 @@ class Config:
             type_check=type_check,
             store=_store(section.get("store", {}), where),
             mcp_servers=mcp_servers,
+            live=_live(section, where),
         )
 
 
@@ -186,6 +198,70 @@ def _refuse_unknown(table: dict[str, Any], known: set[str], where: str) -> None:
         more = f" and {len(unknown) - 5:,} more" if len(unknown) > 5 else ""
         raise ConfigError(
             f"{where} has unknown key(s) {listed}{more}; known: {', '.join(sorted(known))}"
+        )
+
+
+@dataclass(frozen=True)
+class LiveConfig:
+    """The live-step keys of ``[codemode]``, as ``CodeMode`` takes them (``None``: sized for
+    the machine)."""
+
+    live: bool = True
+    live_wait: float = DEFAULT_LIVE_WAIT
+    live_max: int | None = None
+    live_memory: int | None = None
+
+    def options(self) -> dict[str, Any]:
+        """The ``CodeMode`` keyword arguments."""
+        return {
+            "live": self.live,
+            "live_wait": self.live_wait,
+            "live_max": self.live_max,
+            "live_memory": self.live_memory,
+        }
+
+
+def _live(section: dict[str, Any], where: str) -> LiveConfig:
+    at = f"{where}: [codemode]"
+    memory = section.get("live_memory")
+    if memory is not None:
+        memory = parse_size(memory, what=f"{at} live_memory")
+    options = {
+        "live": section.get("live", True),
+        "live_wait": section.get("live_wait", DEFAULT_LIVE_WAIT),
+        "live_max": section.get("live_max"),
+        "live_memory": memory,
+    }
+    try:
+        check_live_options(**options)
+    except ConfigError as e:
+        raise ConfigError(f"{at} {e}") from None
+    options["live_wait"] = float(options["live_wait"])
+    return LiveConfig(**options)
+
+
+def check_live_options(*, live: Any, live_wait: Any, live_max: Any, live_memory: Any) -> None:
+    """:class:`ConfigError` for a live-step option no host means."""
+    if not isinstance(live, bool):
+        raise ConfigError(f"live = {_shown(live)} must be true or false")
+    if not _seconds(live_wait):
+        raise ConfigError(
+            f"live_wait = {_shown(live_wait)} must be seconds, over 0 (default "
+            f"{DEFAULT_LIVE_WAIT:g}): how long a live process waits for its calls' results"
+        )
+    if live_max is not None and (
+        isinstance(live_max, bool) or not isinstance(live_max, int) or not 0 <= live_max <= MAX_LIVE
+    ):
+        raise ConfigError(
+            f"live_max = {_shown(live_max)} must be a whole number, 0 to {MAX_LIVE:,}: how many "
+            "live processes may wait at once (0 keeps none)"
+        )
+    if live_memory is not None and (
+        isinstance(live_memory, bool) or not isinstance(live_memory, int) or live_memory < 0
+    ):
+        raise ConfigError(
+            f"live_memory = {_shown(live_memory)} must be bytes, 0 or more: the memory live "
+            "processes may hold together"
         )
 
 

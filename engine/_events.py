@@ -8,7 +8,8 @@ loop, in order, for every script this engine drives or answers:
 ``resumed``         this host took up a script from its log (``resume``, ``work``)
 ``step``            a run of the script ended; ``stats``: ``outcome``, ``calls`` (the new
                     calls it asked for), ``wait_ms``, ``run_ms``, ``cpu_ms``,
-                    ``heap_bytes``, ``results_bytes``, ``check_ms``; ``limit`` if one was met
+                    ``heap_bytes``, ``results_bytes``, ``check_ms``, ``live`` (1 when a live
+                    run went on instead of a replay); ``limit`` if one was met
 ``call.proposed``   the script asked for a call (``call_id``, ``tool``, ``stats``:
                     ``argument_bytes``)
 ``call.waiting``    the call waits for a person or the client (``reason``)

@@ -24,6 +24,7 @@ from engine._ending import Ending
 from engine._errors import StepUnavailable
 from engine._files import BlobReader, BlobStore
 from engine._limits import LIMIT_NAMES, Limits, config_hint
+from engine._live import LiveRuns, live_key
 from engine._result import RunResult
 from runner import FileMissing, RunError, ScriptRunner, Step, bounded
 from sandbox import protocol
@@ -40,6 +41,8 @@ class StepLoop(CallSettling):
     queue_timeout: float
     _check_ms: dict[str, float]
     retry_delay: float
+    live: bool
+    _live: LiveRuns
 
     async def _drive(self, drive: Drive) -> RunResult:
         """Step the script this host owns until it ends or pauses."""
@@ -70,25 +73,59 @@ class StepLoop(CallSettling):
 
     async def _step(self, drive: Drive, limits: Limits) -> Step:
         record = drive.record
-        script = protocol.Script(
-            id=record.id,
-            code=record.code,
-            records=drive.records(),
-            tools=self._tool_names,
-            files=[
-                protocol.FileInfo(id=f["id"], mime=f["mime"], size=f["size"], skill=f.get("skill"))
-                for f in record.files
-            ],
-            clock=protocol.Clock(now_ms=record.now_ms, seed=record.seed),
-            limits=limits.for_run(),
+        records = drive.records()
+        queued = started = time.monotonic()
+        step = await self._live_step(drive, records) if self.live else None
+        live = step is not None
+        if step is None:
+            script = protocol.Script(
+                id=record.id,
+                code=record.code,
+                records=records,
+                tools=self._tool_names,
+                files=[
+                    protocol.FileInfo(
+                        id=f["id"], mime=f["mime"], size=f["size"], skill=f.get("skill")
+                    )
+                    for f in record.files
+                ],
+                clock=protocol.Clock(now_ms=record.now_ms, seed=record.seed),
+                limits=limits.for_run(),
+            )
+            queued, started, step = await self._replay_step(script, record)
+        run_ms = (time.monotonic() - started) * 1000
+        process = step.process
+        wait_ms = (started - queued) * 1000 + (process.wait_ms if process else 0.0)
+        # Budgets are charged what the runner measured (the process's CPU from wait4, the
+        # file bytes it served), never what the process says about itself.
+        cpu_ms = _measure(process.cpu_ms) if process else 0.0
+        file_bytes = int(_measure(process.file_bytes)) if process else 0
+        self._log_step(record, step, limits, wait_ms, run_ms, cpu_ms, live=live)
+        self._keep_live(drive, step)
+        drive.record_step(
+            log.StepUsage(
+                record.steps + 1,
+                record.total_compute_ms + cpu_ms,
+                record.total_file_bytes + file_bytes,
+            )
         )
+        return step
+
+    async def _replay_step(
+        self, script: protocol.Script, record: log.ScriptRecord
+    ) -> tuple[float, float, Step]:
+        """A step that runs the script from the start in the runner: when it was queued, when
+        the runner took it, and the step."""
         reader = BlobReader(self.blobs, record.files) if record.files else None
         queued = time.monotonic()
         while True:
             started = time.monotonic()
             try:
-                step = await self.runner.run(script, reader, tenant=record.tenant)
-                break
+                if self.live:
+                    step = await self.runner.run(script, reader, tenant=record.tenant, live=True)
+                else:
+                    step = await self.runner.run(script, reader, tenant=record.tenant)
+                return queued, started, step
             except RunError as e:
                 waited = time.monotonic() - queued
                 if e.permanent or waited + self.retry_delay > self.queue_timeout:
@@ -103,22 +140,37 @@ class StepLoop(CallSettling):
                     ) from e
                 logger.warning("script step requeued script=%s: %s", record.id, e)
                 await asyncio.sleep(self.retry_delay)
-        run_ms = (time.monotonic() - started) * 1000
-        process = step.process
-        wait_ms = (started - queued) * 1000 + (process.wait_ms if process else 0.0)
-        # Budgets are charged what the runner measured (the process's CPU from wait4, the
-        # file bytes it served), never what the process says about itself.
-        cpu_ms = _measure(process.cpu_ms) if process else 0.0
-        file_bytes = int(_measure(process.file_bytes)) if process else 0
-        self._log_step(record, step, limits, wait_ms, run_ms, cpu_ms)
-        drive.record_step(
-            log.StepUsage(
-                record.steps + 1,
-                record.total_compute_ms + cpu_ms,
-                record.total_file_bytes + file_bytes,
-            )
-        )
-        return step
+
+    # ---- live steps (see engine._live) ----
+
+    async def _live_step(self, drive: Drive, records: list[protocol.Record]) -> Step | None:
+        """The next segment of the drive's live run, if it keeps one that waits for exactly
+        the last calls in ``records``; ``None`` when the step must replay instead. Every call
+        is settled, and its result durable in the log, before this runs: a host that dies
+        after sending a result to the process has it in the log."""
+        run = self._live.take(live_key(drive), records)
+        if run is None:
+            return None
+        try:
+            return await run.resume(records[run.known :])
+        except RunError as e:
+            logger.info("live run gone script=%s: %s; replaying", drive.record.id, e)
+        except Exception:  # a runner's bug: the log still holds everything, so replay
+            logger.warning("live run failed script=%s; replaying", drive.record.id, exc_info=True)
+        self._live.close(run)
+        return None
+
+    def _keep_live(self, drive: Drive, step: Step) -> None:
+        """Keep the step's live run for the drive's next step (the calls it asked for are
+        logged from index ``len(drive.calls)``); a live run a step cannot use is closed."""
+        run = step.live
+        if run is None:
+            return
+        step.live = None  # the cache owns it now
+        if step.outcome == "calls" and self.live:
+            self._live.keep(live_key(drive), run, len(drive.calls), step.calls)
+        else:
+            self._live.close(run)
 
     def _over_budget(self, record: log.ScriptRecord, step: Step, limits: Limits) -> Ending | None:
         """The ending when the script's runs together passed a budget, once charged."""
@@ -144,6 +196,8 @@ class StepLoop(CallSettling):
         wait_ms: float,
         run_ms: float,
         cpu_ms: float,
+        *,
+        live: bool = False,
     ) -> None:
         limit = step.limit.name if step.limit else "-"
         heap = step.stats.heap_bytes
@@ -162,14 +216,18 @@ class StepLoop(CallSettling):
             "cpu_ms": round(cpu_ms, 1),
             "check_ms": round(check_ms, 1),
             "limit": limit,
+            "live": int(live),
         }
         logger.info(
             "script step script=%s tenant=%s step=%d outcome=%s results_bytes=%d wait_ms=%.1f "
-            "run_ms=%.1f heap_bytes=%d cpu_ms=%.1f check_ms=%.1f limit=%s",
+            "run_ms=%.1f heap_bytes=%d cpu_ms=%.1f check_ms=%.1f limit=%s live=%d",
             *fields.values(),
             extra=fields,
         )
-        stats = {k: fields[k] for k in list(fields)[3:10]} | {"calls": len(step.calls)}
+        stats = {k: fields[k] for k in list(fields)[3:10]} | {
+            "calls": len(step.calls),
+            "live": fields["live"],
+        }
         self._emit(
             "step",
             record.id,

@@ -214,6 +214,7 @@ def _engine(
             type_check=config.type_check,
             lease_ms=config.store.lease_ms,
             on_event=on_event,
+            **config.live.options(),
         )
     except ToolDefinitionError as e:  # two tools of one name, a bad skill: the file's fault
         raise ConfigError(f"{args.tools}: {e}") from None
@@ -339,7 +340,12 @@ class _NoRunner(ScriptRunner):
     """For commands that run no script (describe, search): starts no process."""
 
     async def run(
-        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+        self,
+        script: Script,
+        files: FileReader | None = None,
+        *,
+        tenant: str = "default",
+        live: bool = False,
     ) -> Step:
         raise CodeModeError("this command runs no script")
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from sandbox.protocol import LANGUAGES, LimitMet, Ran, Script, ScriptError
+from pydantic import ConfigDict, Field
+
+from sandbox.protocol import LANGUAGES, LimitMet, Ran, Record, Script, ScriptError
 
 # The interpreter's arguments that start the sandbox, before its own: isolated mode (no
 # PYTHON* variables, no user site-packages, not the working directory on the path).
@@ -85,20 +87,56 @@ class ProcessStats:
     exit_status: int | None = None
 
 
+class LiveRun(abc.ABC):
+    """A confined process that stopped at ``ran`` with outcome ``calls`` and waits, alive,
+    for the records of exactly those calls (a live step). Owned by whoever got it from a
+    :class:`Step`; it is a cache of the log, never the only copy of anything.
+
+    ``known`` is how many records the run holds (given at the start and answered since);
+    ``waiting`` is how many calls of the last segment it waits for.
+    """
+
+    known: int
+    waiting: int
+
+    @property
+    @abc.abstractmethod
+    def memory_bytes(self) -> int:
+        """What the process holds now (its resident memory), for a live budget."""
+
+    @abc.abstractmethod
+    async def resume(self, records: list[Record]) -> Step:
+        """Send exactly ``waiting`` records (call order); the same run goes on from where it
+        stopped. Returns the next segment's Step (whose ``live`` may be set again: this
+        object is then spent). Raises :class:`RunError` when the process is gone or cannot
+        go on (the engine then replays from the log); the process is ended in that case.
+        """
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """End the process (idempotent, never raises); nothing is left running after it."""
+
+
 class Step(Ran):
     """What the runner reports of one step: the process's ``ran`` plus what it measured.
 
     A step the process could not report itself (it died, hung, wrote garbage, lied) is a
     failed step whose error names the cause, built by the runner. Whether the script
-    finished, failed or goes on is the engine's call, not the runner's.
+    finished, failed or goes on is the engine's call, not the runner's. ``live`` is set when
+    the step stopped on calls and its process waits for their results (``run(live=True)``);
+    it is never serialized.
     """
 
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
     process: ProcessStats | None = None
+    live: Any = Field(default=None, exclude=True)  # LiveRun | None (pydantic cannot check it)
 
     @classmethod
     def from_ran(cls, ran: Ran, process: ProcessStats | None = None) -> Step:
         step = cls.model_construct(_fields_set=set(ran.model_fields_set), **dict(ran))
         step.process = process
+        step.live = None
         return step.bounded()
 
     def bounded(self) -> Step:
@@ -154,12 +192,19 @@ class ScriptRunner(abc.ABC):
 
     @abc.abstractmethod
     async def run(
-        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+        self,
+        script: Script,
+        files: FileReader | None = None,
+        *,
+        tenant: str = "default",
+        live: bool = False,
     ) -> Step:
         """Run ``script`` once from the start and report where it ended.
 
         ``tenant`` names who the step is for, so a runner with slots can keep one tenant
-        from starving another.
+        from starving another. With ``live``, a step that stops on calls of a script of
+        ``protocol.LIVE_VERSION`` or later may keep its process: ``Step.live`` is then a
+        :class:`LiveRun` (``None`` when the runner or its process cannot keep one).
         """
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, default does nothing

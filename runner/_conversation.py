@@ -69,6 +69,8 @@ class Outcome:
     over_reading: str | None = None
     timed_out: bool = False
     file_bytes: int = 0
+    # The process was gone before it took the first line of the segment (its stdin closed).
+    unsent: bool = False
 
     @property
     def stopped(self) -> bool:
@@ -81,6 +83,10 @@ class LineReader:
 
     def __init__(self, stream: asyncio.StreamReader) -> None:
         self.stream = stream
+
+    def buffered(self) -> int:
+        """Bytes read from the process and not yet taken as a line."""
+        return len(self.stream._buffer)  # type: ignore[attr-defined]
 
     async def line(self, bound: int, deadline: Deadline) -> bytes | None:
         """The next line (with its newline), ``None`` at end of stream.
@@ -164,8 +170,27 @@ async def converse(
     store fails (the step is retried later).
     """
     server = FileServer(script, files)
-    outcome = await _converse(reader, write, script, server, deadline)
-    outcome.file_bytes = server.served
+    return await segment(
+        reader, write, script, server, deadline, protocol.encode(script), len(script.records)
+    )
+
+
+async def segment(
+    reader: LineReader,
+    write: Callable[[bytes], Awaitable[None]],
+    script: Script,
+    server: FileServer,
+    deadline: Deadline,
+    opening: bytes,
+    known: int,
+) -> Outcome:
+    """One segment of a run: send ``opening`` (the script, or a live run's results), answer
+    file reads from ``server`` (one per run: ``file_bytes`` counts over the run), read
+    ``ran`` and check it as the report of a run that holds ``known`` records. As
+    :func:`converse`; ``file_bytes`` of the outcome is what this segment was served."""
+    before = server.served
+    outcome = await _converse(reader, write, script, server, deadline, opening, known)
+    outcome.file_bytes = server.served - before
     return outcome
 
 
@@ -175,6 +200,8 @@ async def _converse(
     script: Script,
     server: FileServer,
     deadline: Deadline,
+    opening: bytes,
+    known: int,
 ) -> Outcome:
     async def send(data: bytes) -> None:
         # Writes wait for the process to read: one that stops reading meets the deadline.
@@ -182,14 +209,19 @@ async def _converse(
 
     bound = ran_bound(script)
     try:
-        await send(protocol.encode(script))
+        await send(opening)
+    except (BrokenPipeError, ConnectionResetError):
+        return Outcome(unsent=True)
+    except TimeoutError:
+        return Outcome(timed_out=True)
+    try:
         while True:
             line = await reader.line(bound, deadline)
             if line is None:
                 return Outcome()
             message = protocol.decode(line, ("ran", "read"))
             if isinstance(message, Ran):
-                problem = check_ran(message, script)
+                problem = check_ran(message, script, known)
                 return Outcome(ran=message) if problem is None else Outcome(problem=problem)
             # The wait for the host's store counts too: one that never answers meets the
             # deadline like a process that never does.
@@ -283,8 +315,11 @@ VALUE_TEXT_BOUND = protocol.VALUE_BOUND + 256
 _STATS = ("cpu_ms", "heap_bytes", "results_bytes", "file_bytes")
 
 
-def check_ran(ran: Ran, script: Script) -> str | None:
+def check_ran(ran: Ran, script: Script, known: int | None = None) -> str | None:
     """What is wrong with ``ran`` as the report of a run of ``script``, or ``None``.
+
+    ``known`` is how many records the run holds (a live run's grow with each segment; by
+    default the script's own).
 
     The runner's re-check of what the process says: the sandbox enforces each of these
     itself, so a ``ran`` that breaks one comes from a process that lies, and the step fails.
@@ -336,7 +371,7 @@ def check_ran(ran: Ran, script: Script) -> str | None:
                 f"the process reported a call to tools.{bounded(call.name, 'name')}, which is "
                 "not a tool of this script"
             )
-    count = len(script.records) + len(ran.calls)
+    count = (len(script.records) if known is None else known) + len(ran.calls)
     if count > limits.calls:
         return f"the process reported {count:,} calls in all, over calls = {limits.calls:,}"
     total = 0

@@ -24,12 +24,14 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from runner import _conversation as conv
 from runner._base import SANDBOX_ARGS, FileReader, ProcessStats, RunError, ScriptRunner, Step
 from runner._forkserver import ForkedChild, ForkServer
+from runner._live import ProcessLive, close_all, measure
 from runner._pool import DEFAULT_IDLE_AFTER, WarmPool
 from runner._slots import DEFAULT_SCRIPT_WAIT, Slots, default_slot_count
 from sandbox import protocol
@@ -64,6 +66,10 @@ class Child:
     async def write(self, data: bytes) -> None:
         self.writer.write(data)
         await self.writer.drain()
+
+    def close_input(self) -> None:
+        """Close the process's stdin: a version 2 process waiting for results exits."""
+        self.writer.close()
 
     def kill(self) -> None:
         if self.status is None:
@@ -146,8 +152,10 @@ class _Process(Protocol):
     stderr: bytearray
     status: int | None
     killed_by_us: bool
+    started: float
 
     async def write(self, data: bytes) -> None: ...
+    def close_input(self) -> None: ...
     def kill(self) -> None: ...
     async def reap(self, grace: float = 2.0) -> None: ...
     def stats(self) -> ProcessStats: ...
@@ -215,6 +223,8 @@ class ProcessRunner(ScriptRunner):
                 idle_after=idle_after,
             )
         self._closed = False
+        # The live runs this runner made and nobody closed yet; aclose ends them.
+        self._live: weakref.WeakSet[ProcessLive] = weakref.WeakSet()
 
     def with_data_limit(self, data_limit: int) -> ProcessRunner:
         """A runner like this one whose processes' heap is capped at ``data_limit`` bytes.
@@ -250,18 +260,30 @@ class ProcessRunner(ScriptRunner):
         return argv
 
     async def run(
-        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+        self,
+        script: Script,
+        files: FileReader | None = None,
+        *,
+        tenant: str = "default",
+        live: bool = False,
     ) -> Step:
+        """As :meth:`ScriptRunner.run`. A live step (``Step.live``) keeps its forked process,
+        which holds no slot while it waits (pool and fork modes; exec mode keeps none)."""
         if self._closed:
             raise RunError("this runner is closed")
         async with self.slots.hold(tenant) as use:
             if self.mode == "exec":
                 step = await self._run_exec(script, files)
             else:
-                step = await self._run_forked(script, files)
+                step = await self._run_forked(script, files, live=live, tenant=tenant)
         if step.process is not None:
             step.process.wait_ms = use.waited * 1000
         return step
+
+    @property
+    def live_runs(self) -> int:
+        """How many live processes this runner keeps now (made and not yet closed)."""
+        return len(self._live)
 
     # ---- exec mode ----
 
@@ -274,14 +296,16 @@ class ProcessRunner(ScriptRunner):
             ready = await self._await_ready(child)
             if isinstance(ready, Step):
                 return ready
-            return await self._drive(child, ready, script, files)
+            return await self._drive(child, ready, script, files, live=False, tenant="")
         finally:
             child.kill()
             await child.reap(grace=0)
 
     # ---- fork and pool modes ----
 
-    async def _run_forked(self, script: Script, files: FileReader | None) -> Step:
+    async def _run_forked(
+        self, script: Script, files: FileReader | None, *, live: bool, tenant: str
+    ) -> Step:
         assert self.server is not None
         memory = script.limits.memory
         child = None
@@ -289,13 +313,13 @@ class ProcessRunner(ScriptRunner):
             child = self.pool.take()
         if child is not None:
             try:
-                return await self._run_child(child, script, files)
+                return await self._run_child(child, script, files, live=live, tenant=tenant)
             except _NeverRead:
                 pass  # it died waiting, just before we took it: the script never ran there
         data_limit = self.heap_limit(memory) if self.data_limit is not None else None
         child = await self.server.spawn(memory=memory, data_limit=data_limit)
         try:
-            return await self._run_child(child, script, files)
+            return await self._run_child(child, script, files, live=live, tenant=tenant)
         except _NeverRead:
             raise RunError(
                 f"the sandbox process ended before it read the script{_tail(child)}; the "
@@ -303,9 +327,16 @@ class ProcessRunner(ScriptRunner):
             ) from None
 
     async def _run_child(
-        self, child: ForkedChild, script: Script, files: FileReader | None
+        self,
+        child: ForkedChild,
+        script: Script,
+        files: FileReader | None,
+        *,
+        live: bool,
+        tenant: str,
     ) -> Step:
         """One step on a forked child. Raises ``_NeverRead`` if it died before the script."""
+        step: Step | None = None
         try:
             ready: protocol.Ready | Step | None = child.ready
             if ready is None:
@@ -313,10 +344,12 @@ class ProcessRunner(ScriptRunner):
             if isinstance(ready, Step):
                 return ready
             child.started = time.monotonic()
-            return await self._drive(child, ready, script, files)
+            step = await self._drive(child, ready, script, files, live=live, tenant=tenant)
+            return step
         finally:
-            child.kill()
-            await child.reap(grace=0)
+            if step is None or step.live is None:
+                child.kill()
+                await child.reap(grace=0)
             if self.pool is not None:
                 self.pool.taken_done()
 
@@ -342,11 +375,76 @@ class ProcessRunner(ScriptRunner):
             raise RunError(f"the sandbox process did not start: {detail}{_tail(child)}") from None
 
     async def _drive(
-        self, child: _Process, ready: protocol.Ready, script: Script, files: FileReader | None
+        self,
+        child: _Process,
+        ready: protocol.Ready,
+        script: Script,
+        files: FileReader | None,
+        *,
+        live: bool,
+        tenant: str,
     ) -> Step:
         conv.check_version(ready, script)
         deadline = conv.Deadline(script.limits.compute_ms)
-        outcome = await conv.converse(child.reader, child.write, script, files, deadline)
+        server = conv.FileServer(script, files)
+        outcome = await conv.segment(
+            child.reader,
+            child.write,
+            script,
+            server,
+            deadline,
+            protocol.encode(script),
+            len(script.records),
+        )
+        keep = live and ready.version >= protocol.LIVE_VERSION
+        return await self._segment_step(
+            child,
+            script,
+            outcome,
+            server,
+            tenant=tenant,
+            known=len(script.records),
+            cpu_charged=0.0,
+            started=child.started,
+            keep=keep,
+        )
+
+    async def _segment_step(
+        self,
+        child: _Process,
+        script: Script,
+        outcome: conv.Outcome,
+        server: conv.FileServer,
+        *,
+        tenant: str,
+        known: int,
+        cpu_charged: float,
+        started: float,
+        keep: bool = True,
+    ) -> Step:
+        """The Step of a segment that ended with ``outcome``: a kept process for a version 2
+        run that stopped on calls (when ``keep`` and it is a forked child), else the process
+        ends and is reaped. ``cpu_charged`` is what earlier segments of its run were charged."""
+        ran = outcome.ran
+        stops = ran is not None and ran.outcome == "calls"
+        waits = stops and script.version >= protocol.LIVE_VERSION
+        if waits and keep and isinstance(child, ForkedChild) and ran is not None:
+            stats = measure(child, cpu_charged, started)
+            stats.file_bytes = outcome.file_bytes
+            step = Step.from_ran(ran, stats)
+            step.live = ProcessLive(
+                self,
+                child,
+                script,
+                server,
+                tenant=tenant,
+                known=known,
+                waiting=list(ran.calls),
+                cpu_charged=cpu_charged + stats.cpu_ms,
+            )
+            return step
+        if waits:
+            child.close_input()  # a version 2 process waits for results: let it exit
         if outcome.ran is None:
             if outcome.stopped:
                 child.kill()
@@ -360,7 +458,11 @@ class ProcessRunner(ScriptRunner):
                 "the fork server ended while this step ran, so its process was stopped "
                 "before it reported how the run ended; the step can be tried again"
             )
-        return self._step(child, script, outcome)
+        step = self._step(child, script, outcome)
+        if step.process is not None:
+            step.process.cpu_ms = max(step.process.cpu_ms - cpu_charged, 0.0)
+            step.process.wall_ms = (time.monotonic() - started) * 1000
+        return step
 
     def _step(self, child: _Process, script: Script, outcome: conv.Outcome) -> Step:
         status = child.status
@@ -379,8 +481,10 @@ class ProcessRunner(ScriptRunner):
         )
 
     async def aclose(self) -> None:
-        """Let the pool's children go and stop the fork server; reaps everything."""
+        """End every live process it made, let the pool's children go and stop the fork
+        server; reaps everything."""
         self._closed = True
+        await close_all(self._live)
         if self.pool is not None:
             await self.pool.aclose()
         if self.server is not None:

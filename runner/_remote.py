@@ -285,13 +285,19 @@ class RemoteRunner(ScriptRunner):
         return f"RemoteRunner({self.addresses!r}, out_of_rotation={sorted(down)!r})"
 
     async def run(
-        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+        self,
+        script: Script,
+        files: FileReader | None = None,
+        *,
+        tenant: str = "default",
+        live: bool = False,
     ) -> Step:
+        """As :meth:`ScriptRunner.run`; keeps no live process yet (``Step.live`` is None)."""
         if self._closed:
             raise RunError("this remote runner is closed")
         now = self.clock()
         reasons: list[str] = []
-        live: list[_Remote] = []
+        usable: list[_Remote] = []
         for remote in self._remotes:
             if remote.down_until > now:
                 left = remote.down_until - now
@@ -299,10 +305,10 @@ class RemoteRunner(ScriptRunner):
                     f"{remote.address} is out of rotation for {left:.1f} s more ({remote.why})"
                 )
             else:
-                live.append(remote)
+                usable.append(remote)
         self._turn += 1
         n = len(self._remotes)
-        order = sorted(live, key=lambda r: (r.score(), (self._remotes.index(r) - self._turn) % n))
+        order = sorted(usable, key=lambda r: (r.score(), (self._remotes.index(r) - self._turn) % n))
         for remote in order:
             try:
                 step = await self._run_on(remote, script, files, tenant)

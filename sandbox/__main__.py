@@ -3,7 +3,9 @@
 Order matters. Everything a run needs is imported and warmed up first (after lockdown no file
 can be opened, so nothing may load lazily); then the process locks itself down; then it says
 ``ready``, reads one script, lowers its limits to the script's, runs it, writes ``ran`` and
-exits. A process that cannot lock itself down says ``unconfined`` and never reads a script.
+exits. A version 2 run that stopped on calls waits instead for their results and goes on
+(``sandbox.protocol``), until it ends or is told to. A process that cannot lock itself down
+says ``unconfined`` and never reads a script.
 
 ``python -I -m sandbox --zygote --control FD`` is the fork server instead (see
 ``sandbox.zygote``): it warms up once and forks one child per step, and each child does the
@@ -66,6 +68,22 @@ def _warm_up() -> None:
     protocol.decode(protocol.encode(script), ("script",))
     ran = runtime.run_in_process(script)
     protocol.decode(protocol.encode(ran), ("ran",))
+    # A live run: stop on a call, resume with its record; both version 2 lines and refusals.
+    live = runtime.LiveInProcess(
+        script.model_copy(update={"records": [], "version": protocol.LIVE_VERSION})
+    )
+    stopped = live.start()
+    protocol.decode(protocol.encode(stopped), ("ran",))
+    line = protocol.results_line(script.records)
+    records = protocol.decode_resume(line)
+    assert records is not None
+    with contextlib.suppress(runtime.ResumeError):
+        live.resume([])
+    live.resume(records)
+    protocol.decode_resume(protocol.END_LINE)
+    for bad in (b"[]", b"{", b'{"results":{}}', b'{"end":{},"results":[]}'):
+        with contextlib.suppress(protocol.ProtocolError):
+            protocol.decode_resume(bad)
     for message in (protocol.ready(), protocol.ReadRequest(file="f", offset=0, len=1)):
         protocol.decode(protocol.encode(message), ("ready", "read"))
     failed = protocol.Ran(outcome="failed", error=protocol.ScriptError(name="E", message="m"))
@@ -204,15 +222,50 @@ def _run_one(data_limit: int | None) -> NoReturn:
             protocol.LimitMet(name="memory", message=message),
         )
     del line
+    live = script.version >= protocol.LIVE_VERSION
     lockdown.tighten(
         compute_ms=script.limits.compute_ms,
         memory=script.limits.memory,
         data_limit=data_limit,
         room=_line_room(size, data_limit),
+        live=live,
     )
     channel = _ProcessChannel()
-    ran = runtime.Run(script, channel, _fetch, _PREPARED).execute()
+    run = runtime.Run(script, channel, _fetch, _PREPARED)
+    ran = run.execute()
+    while live and ran.outcome == "calls":
+        _write(protocol.encode(ran))
+        records = _read_results(script.limits)
+        lockdown.rearm(script.limits.compute_ms)
+        try:
+            ran = run.resume(records)
+        except runtime.ResumeError as e:
+            _protocol_exit(f"the results do not answer the calls: {e}")
     channel.end(ran)
+
+
+def _read_results(limits: protocol.Limits) -> list[protocol.Record]:
+    """The records of a ``results`` line; exits at ``end``, at EOF and on anything else."""
+    try:
+        line = sys.stdin.buffer.readline(protocol.results_bound(limits) + 1)
+        if not line:
+            os._exit(0)  # the runner let the live run go
+        if not line.endswith(b"\n"):
+            _protocol_exit("the results line is over its bound or cut short")
+        records = protocol.decode_resume(line)
+    except protocol.ProtocolError as e:
+        _protocol_exit(str(e))
+    except MemoryError:
+        _protocol_exit("the results line does not fit in the process's heap")
+    if records is None:
+        os._exit(0)
+    return records
+
+
+def _protocol_exit(why: str) -> NoReturn:
+    """The runner broke the protocol: say why on stderr and exit (no ``ran``)."""
+    os.write(2, f"sandbox: {why}\n".encode("utf-8", "replace"))
+    os._exit(EXIT_PROTOCOL)
 
 
 def _end_before_run(error: protocol.ScriptError, limit: protocol.LimitMet | None) -> NoReturn:

@@ -155,7 +155,7 @@ def apply(
     *,
     memory: int = protocol.DEFAULT_LIMITS["memory"],
     data_limit: int | None = None,
-    cpu_seconds: int = 60,
+    cpu_seconds: int = protocol.PROCESS_CPU_SECONDS,
     filter_bpf: bytes | None = None,
     room: int = 0,
 ) -> None:
@@ -187,22 +187,54 @@ def apply(
     _load_seccomp(bpf)
 
 
-def tighten(*, compute_ms: int, memory: int, data_limit: int | None = None, room: int = 0) -> None:
+def tighten(
+    *,
+    compute_ms: int,
+    memory: int,
+    data_limit: int | None = None,
+    room: int = 0,
+    live: bool = False,
+) -> None:
     """Lower the limits to one script's, after it was read (so under seccomp).
 
     ``RLIMIT_CPU`` becomes ``ceil(compute_ms / 1000) + 1`` soft and ``+ 2`` hard, a backstop
-    a second or two past the allowance; ``RLIMIT_DATA`` becomes ``data_limit`` or
-    ``protocol.process_heap(memory)``, plus ``room`` (what the step carries: its call log).
-    Limits are only ever lowered. Then ``ITIMER_PROF`` is armed for ``compute_ms`` of CPU:
-    its ``SIGPROF``, left at the default action, ends the process when the allowance is
-    spent. Call it from the main thread. Raises :class:`LockdownError` on failure.
+    a second or two past the allowance (``live``: the hard limit stays the process's,
+    :data:`protocol.PROCESS_CPU_SECONDS` at most, and :func:`rearm` moves the soft one on with
+    each segment); ``RLIMIT_DATA`` becomes
+    ``data_limit`` or ``protocol.process_heap(memory)``, plus ``room`` (what the step
+    carries: its call log). Limits are only ever lowered. Then ``ITIMER_PROF`` is armed for
+    ``compute_ms`` of CPU: its ``SIGPROF``, left at the default action, ends the process when
+    the allowance is spent. Call it from the main thread. Raises :class:`LockdownError`.
     """
     if compute_ms < 1:
         raise LockdownError("tighten", f"compute_ms must be at least 1, not {compute_ms}")
     seconds = math.ceil(compute_ms / 1000)
-    _lower("RLIMIT_CPU", resource.RLIMIT_CPU, seconds + 1, seconds + 2)
+    hard = protocol.PROCESS_CPU_SECONDS + 1 if live else seconds + 2
+    _lower("RLIMIT_CPU", resource.RLIMIT_CPU, seconds + 1, hard)
     data = _data_limit(memory, data_limit) + room
     _lower("RLIMIT_DATA", resource.RLIMIT_DATA, data, data)
+    _arm(compute_ms)
+
+
+def rearm(compute_ms: int) -> None:
+    """A live process's next segment: ``compute_ms`` of CPU again (``ITIMER_PROF``), and the
+    ``RLIMIT_CPU`` backstop a second or two past it, within the hard limit set at
+    :func:`apply` (:data:`protocol.PROCESS_CPU_SECONDS` by default). Raises
+    :class:`LockdownError`."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    used = math.ceil(usage.ru_utime + usage.ru_stime)
+    try:
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        soft = used + math.ceil(compute_ms / 1000) + 1
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except (OSError, ValueError) as e:
+        raise LockdownError("rearm", f"cannot move the CPU backstop on: {e}") from e
+    _arm(compute_ms)
+
+
+def _arm(compute_ms: int) -> None:
     try:
         # A parent may have left these ignored (an ignored disposition survives exec) or
         # blocked; either would turn the CPU limit off.
@@ -212,9 +244,9 @@ def tighten(*, compute_ms: int, memory: int, data_limit: int | None = None, room
         signal.setitimer(signal.ITIMER_PROF, compute_ms / 1000)
         armed = signal.getitimer(signal.ITIMER_PROF)[0] > 0
     except (OSError, ValueError) as e:
-        raise LockdownError("tighten", f"cannot arm the CPU timer: {e}") from e
+        raise LockdownError("arm", f"cannot arm the CPU timer: {e}") from e
     if not armed:
-        raise LockdownError("tighten", "ITIMER_PROF did not arm")
+        raise LockdownError("arm", "ITIMER_PROF did not arm")
 
 
 def prepare() -> None:

@@ -250,6 +250,36 @@
 
   // ---- tools: a call answered from the log settles; a new call never settles this run. ----
   const never = () => new NativePromise(() => {});
+  // Calls whose promises settle when the job queue is next empty (script version 2, see
+  // runtime.py): in call order, each with its resolvers and the Error it rejects with, made
+  // at the call so that its stack names the script's line. The array has no prototype, so
+  // no script change to Array.prototype reaches it.
+  let pending = setPrototypeOf([], null);
+  function defer(name) {
+    const entry = { __proto__: null, name, error: new NativeError(""), resolve: null, reject: null };
+    const promise = new NativePromise((resolve, reject) => { entry.resolve = resolve; entry.reject = reject; });
+    pending[pending.length] = entry;
+    return promise;
+  }
+  // The host settles the first `answers.length` deferred calls, in call order: each answer
+  // is [1, result] or [0, error message].
+  function settle(json) {
+    const answers = JSON.parse(json);
+    const count = answers.length;
+    const settled = pending;
+    pending = setPrototypeOf([], null);
+    for (let i = count; i < settled.length; i++) pending[i - count] = settled[i];
+    for (let i = 0; i < count; i++) {
+      const entry = settled[i], answer = answers[i];
+      if (answer[0] === 1) {
+        entry.resolve(answer[1]);
+      } else {
+        entry.error.message = answer[1];
+        entry.error.tool = entry.name;
+        entry.reject(entry.error);
+      }
+    }
+  }
   function callTool(name, args) {
     if (!toolNames.has(name)) {
       const near = JSON.parse(host.closest(wellFormed(name)));
@@ -279,6 +309,7 @@
       }
       case 116: throw new NativeTypeError(rest); // "t": this call is wrong
       case 108: throw new NativeRangeError(rest); // "l": this call is over a per-call limit
+      case 100: return defer(name); // "d": settles when the job queue is next empty
       default: return never(); // "p": a new call, or "x": the run has ended
     }
   }
@@ -445,14 +476,15 @@
     main = compile(code);
   } catch (e) {
     failed(e);
-    return;
+    return settle;
   }
   let promise;
   try {
     promise = main();
   } catch (e) { // an async function does not throw; this is only for safety
     failed(e);
-    return;
+    return settle;
   }
   apply(promiseThen, promise, [finished, failed]);
+  return settle;
 })

@@ -1,12 +1,28 @@
-"""The wire protocol between a runner and a confined sandbox process, version 1.
+"""The wire protocol between a runner and a confined sandbox process, versions 1 and 2.
 
 JSON lines over the process's stdin/stdout, UTF-8, one object per line, each line an
-envelope ``{"<kind>": {...}}``. Both sides bound the length of a line they read and reject
+envelope ``{"<kind>": ...}``. Both sides bound the length of a line they read and reject
 anything that does not parse into the expected shape (:class:`ProtocolError`).
 
 Process -> runner: ``ready`` or ``unconfined`` first; then any number of ``read``; then ``ran``.
 Runner -> process: one ``script``; then one answer (``bytes`` + raw bytes, or ``missing``)
 per ``read``.
+
+Version 2 (live steps, :data:`LIVE_VERSION`): the script's recorded calls settle when its job
+queue is next empty (see ``sandbox.runtime``), and after a ``ran`` with outcome ``calls`` the
+process does not exit. It reads one line (bounded by :func:`results_bound`):
+
+- ``{"results": [Record, ...]}``: the records of exactly the calls of that ``ran``, in call
+  order (the process re-checks their count, names and arguments; anything else is a protocol
+  error that ends it). The same run goes on where it stopped: more ``read``, then ``ran``
+  again. Printed text and shown files accumulate over the run's segments exactly as in one
+  replayed run; ``calls``, ``results``, ``arguments`` and ``file_bytes`` count over the whole
+  run; ``compute_ms`` (the CPU timer) and ``step_arguments`` start again with each segment;
+  ``memory`` holds for the process.
+- ``{"end": {}}``, or the end of its input: the process exits (code 0) without a ``ran``.
+
+A version 1 script runs as before: recorded calls settle as they are made, and the process
+exits after ``ran``. A runner that takes only version 1 gets replay steps.
 
 This module is imported by the sandbox before lockdown and by the runner, so it stays
 import-light: pydantic and orjson only.
@@ -27,8 +43,10 @@ from pydantic import (
     model_validator,
 )
 
-VERSION = 1
+VERSION = 2
 OLDEST = 1
+# The first version whose process waits, alive, for the results of the calls it stopped on.
+LIVE_VERSION = 2
 LANGUAGES = ("javascript",)
 # The one tool a model calls; a script never calls it, even when a host lists it.
 RUN_CODE = "run_code"
@@ -43,6 +61,10 @@ MAX_SCRIPT_LINE = 512 * MiB
 MAX_SMALL_LINE = 64 * KiB
 # `ran` carries the new calls (bounded by `step_arguments`), a bounded printed text and value.
 RAN_OVERHEAD = 4 * MiB
+# The most CPU one sandbox process may use over its life (RLIMIT_CPU's hard limit), however
+# many live segments it runs; each segment has its own `compute_ms`. A backstop: the engine's
+# `total_compute_ms` ends a script first unless a host raised it past this.
+PROCESS_CPU_SECONDS = 600
 
 # Printed text the sandbox keeps: this much of the head and this much of the tail.
 PRINTED_HEAD = 64 * KiB
@@ -131,6 +153,16 @@ def size_text(n: int) -> str:
 
 class ProtocolError(Exception):
     """A line that is too long, not JSON, or not the expected message."""
+
+
+def results_bound(limits: Limits) -> int:
+    """The longest ``results`` line a process takes for a script with ``limits``.
+
+    It echoes the calls (at most ``step_arguments``, escaped twice over at worst) and carries
+    results; a result past what the run may still read would end the run anyway, so a line
+    longer than all of ``results`` fails the same way (a replay then says which limit).
+    """
+    return 2 * limits.step_arguments + 2 * limits.results + RAN_OVERHEAD
 
 
 def data_problem(value: Any) -> str | None:
@@ -366,6 +398,55 @@ def envelope(line: bytes) -> tuple[str, Any]:
 
 class _ScriptLine(_Model):
     script: Script
+
+
+class _End(_Model):
+    pass
+
+
+class _ResumeLine(_Model):
+    results: list[Record] | None = None
+    end: _End | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> _ResumeLine:
+        if (self.results is None) == (self.end is None):
+            raise ValueError("a line after `ran` is either results or end")
+        return self
+
+
+END_LINE = b'{"end":{}}\n'
+
+
+def results_line(records: Sequence[Record]) -> bytes:
+    """The line that resumes a live process with ``records``, newline included."""
+    body = [r.model_dump(mode="python", exclude_unset=True) for r in records]
+    for item, record in zip(body, records, strict=True):
+        item["arguments"] = record.arguments
+        if record.error is None and "result" not in item:
+            item["result"] = None
+    return orjson.dumps({"results": body}) + b"\n"
+
+
+def decode_resume(line: bytes) -> list[Record] | None:
+    """The records of a ``results`` line, or ``None`` for ``end``.
+
+    Raises :class:`ProtocolError` for anything else. Parsed by pydantic's own JSON reader,
+    as a script line is: results can be megabytes.
+    """
+    try:
+        message = _ResumeLine.model_validate_json(line)
+    except ValidationError as e:
+        first = e.errors()[0]
+        if first["type"] == "json_invalid":
+            raise ProtocolError(
+                f"a line that is not JSON ({first['msg']}): {_preview(line)}"
+            ) from None
+        where = ".".join(str(p) for p in first["loc"]) or "line"
+        raise ProtocolError(
+            f"a line that is neither results nor end ({where}: {first['msg']}): {_preview(line)}"
+        ) from None
+    return message.results
 
 
 def _decode_script(line: bytes) -> Script:

@@ -1,8 +1,15 @@
 """Runs one script in a QuickJS context and reports how the run ended, as a ``Ran``.
 
-The replay rules live here: a call that matches its record settles at once, a call past the
-log is collected and never settles in this run, a call that differs from its record ends the
-run with a divergence error. Limits that apply inside one run are counted here too.
+The replay rules live here: a call that matches its record settles, a call past the log is
+collected and does not settle in this run, a call that differs from its record ends the run
+with a divergence error. Limits that apply inside one run are counted here too.
+
+When a recorded call settles depends on the script's version. Version 1: at once, as the
+call is made. Version 2 (:data:`~sandbox.protocol.LIVE_VERSION`): when the job queue is next
+empty, all the recorded calls made since then together, in call order, as a live process
+settles the calls of a step when their results arrive. So a run replayed from the log and a
+live run that stopped at each step and was resumed (:meth:`Run.resume`) make the same calls
+in the same order and print the same text: the two agree byte for byte.
 
 A run ends early (divergence, a budget limit) through ``Channel.end``, which in the real
 process writes ``ran`` and exits at once, so no ``try``/``catch`` in the script can swallow it.
@@ -24,6 +31,7 @@ from sandbox import typescript
 from sandbox.files import Fetch, FileError, FileLimit, Files
 from sandbox.names import closest_names
 from sandbox.protocol import (
+    LIVE_VERSION,
     MAX_DEPTH,
     PRINTED_HEAD,
     PRINTED_TAIL,
@@ -85,6 +93,10 @@ class _Ended(Exception):
     """Raised on the Python side only, after ``Channel.end`` returned (in-process use)."""
 
 
+class ResumeError(Exception):
+    """Records that are not those a stopped run waits for, or a run that waits for none."""
+
+
 _size = size_text
 
 
@@ -140,8 +152,16 @@ class Run:
         self.limits: Limits = script.limits
         self.files = Files(script.files, script.limits, fetch or _no_fetch)
         self.channel = channel
-        self.records: list[Record] = script.records
+        # A copy: a live run adds the records it is resumed with.
+        self.records: list[Record] = list(script.records)
         self.position = 0
+        # Version 2: recorded calls settle when the job queue is next empty, and a run that
+        # stopped on calls can be resumed. ``deferred`` holds the positions of the calls made
+        # since the queue was last empty (recorded or new), in call order.
+        self.deferring = script.version >= LIVE_VERSION
+        self.deferred: list[int] = []
+        self.settle: Any = None  # the prelude's settle(json), once the script started
+        self.resumable = False  # stopped on calls that ``resume`` may answer
         self.new_calls: list[Call] = []
         self.step_arg_bytes = 0
         self.arg_bytes = 0
@@ -222,6 +242,9 @@ class Run:
             record = self.records[index]
             if record.name != name or canonical_json(record.arguments) != canonical_json(arguments):
                 self._end_divergence(number, record, name, arguments)
+            if self.deferring:
+                self.deferred.append(index)
+                return "d"
             if record.error is not None:
                 return "e" + record.error
             result_json = orjson.dumps(record.result)
@@ -247,6 +270,9 @@ class Run:
                 f"together, over the {_size(limits.step_arguments)} one step may pass",
             )
         self.new_calls.append(Call(name=name, arguments=arguments))
+        if self.deferring:
+            self.deferred.append(index)
+            return "d"
         return "p"
 
     def _file(self, op: str, args_json: str) -> str:
@@ -416,23 +442,114 @@ class Run:
         # The script's text is an argument, never part of a source: the prelude compiles it
         # on its own (see `compile` in prelude.js).
         try:
-            start(config, code)
+            self.settle = start(config, code)
         except _quickjs.JSException as e:
             if self.ended:
                 raise _Ended from None
             return self._from_exception(str(e))
-        while not self.ended:
-            try:
-                more = ctx.execute_pending_job()
-            except _quickjs.JSException as e:  # a job threw outside any promise
-                if self.ended:
+        return self._drive()
+
+    def _drive(self) -> Ran:
+        """Run jobs until the queue is empty; settle the recorded calls made meanwhile (version
+        2) and go on while there are any; then report how the run stands."""
+        ctx = self.ctx
+        while True:
+            while not self.ended:
+                try:
+                    more = ctx.execute_pending_job()
+                except _quickjs.JSException as e:  # a job threw outside any promise
+                    if self.ended:
+                        break
+                    return self._from_exception(str(e))
+                if not more:
                     break
+            if self.ended:
+                raise _Ended
+            try:
+                if not self._settle_recorded():
+                    break
+            except _quickjs.JSException as e:  # out of memory while settling
+                if self.ended:
+                    raise _Ended from None
                 return self._from_exception(str(e))
-            if not more:
-                break
-        if self.ended:
-            raise _Ended
         return self._conclude()
+
+    def _settle_recorded(self) -> bool:
+        """Settle the deferred calls that have records, in call order; False if none has.
+
+        They are a prefix of ``deferred``: records are a prefix of the calls. Results count
+        against ``results`` as they settle, so the limit ends the run at the same record
+        whether the run is replayed or live.
+        """
+        known = len(self.records)
+        count = 0
+        while count < len(self.deferred) and self.deferred[count] < known:
+            count += 1
+        if count == 0:
+            return False
+        limits = self.limits
+        parts = []
+        for position in self.deferred[:count]:
+            record = self.records[position]
+            if record.error is not None:
+                parts.append(orjson.dumps([0, record.error]))
+                continue
+            result_json = orjson.dumps(record.result)
+            self.results_bytes += len(result_json)
+            if self.results_bytes > limits.results:
+                self._end_limit(
+                    "results",
+                    f"the script has read {_size(self.results_bytes)} of results, over the "
+                    f"{_size(limits.results)} one script may read",
+                )
+            parts.append(b"[1," + result_json + b"]")
+        del self.deferred[:count]
+        self.settle((b"[" + b",".join(parts) + b"]").decode())
+        return True
+
+    def resume_problem(self, records: list[Record]) -> str | None:
+        """Why ``records`` cannot resume this run, or None: they must be exactly the calls
+        it stopped on (count, names and arguments, in call order)."""
+        if not self.resumable:
+            return "the run is not waiting for results (it ended, or it is version 1)"
+        calls = self.new_calls
+        if len(records) != len(calls):
+            return f"the run waits for {len(calls):,} results, it was sent {len(records):,}"
+        for i, (record, call) in enumerate(zip(records, calls, strict=True)):
+            if record.name != call.name or canonical_json(record.arguments) != canonical_json(
+                call.arguments
+            ):
+                number = len(self.records) + i + 1
+                return (
+                    f"result {i + 1} is for {_call_text(record.name, record.arguments)}, but call "
+                    f"{number:,} was {_call_text(call.name, call.arguments)}"
+                )
+        return None
+
+    def resume(self, records: list[Record]) -> Ran:
+        """Go on with a run that stopped on calls, given their ``records`` (version 2).
+
+        The same run continues where it stopped: the calls settle in call order, and the
+        run goes to the next empty job queue, as :meth:`execute` does. The CPU figure and
+        ``step_arguments`` start again; everything else (printed text, shown files, results,
+        arguments and file bytes) goes on counting over the whole run. Raises
+        :class:`ResumeError` (the run is left as it was) when ``records`` are not exactly
+        the calls it waits for.
+        """
+        problem = self.resume_problem(records)
+        if problem is not None:
+            raise ResumeError(problem)
+        self.resumable = False
+        self.records.extend(records)
+        self.new_calls = []
+        self.step_arg_bytes = 0
+        self._cpu0 = _cpu_ms()
+        try:
+            return self._drive()
+        except _Ended:
+            raise
+        except MemoryError:
+            self._end_limit_message("memory", self._memory_message())
 
     def _typescript(self, stripper: typescript.Stripper, code: str) -> str:
         """The script as JavaScript: without its TypeScript types, if it has any (see
@@ -447,7 +564,8 @@ class Run:
     def _conclude(self) -> Ran:
         if self.new_calls:
             # Every call a script makes is made, even one it no longer awaits.
-            return self._finish(Ran(outcome="calls", calls=self.new_calls))
+            self.resumable = self.deferring
+            return self._finish(Ran(outcome="calls", calls=list(self.new_calls)))
         if self.outcome is None:
             return self._finish(
                 Ran(
@@ -648,3 +766,75 @@ def run_in_process(
     except _Ended:
         assert channel.ran is not None
         return channel.ran
+
+
+class LiveInProcess:
+    """A live run in this process: it stops at each step's calls and is resumed with their
+    records, as a live sandbox process is (no confinement at all; for tests and the engine's
+    in-process runner, never for a model's script on a host).
+
+    ``start()`` runs to the first stop; ``resume(records)`` goes on with exactly the records
+    of the calls of the last ``Ran`` (raises :class:`ResumeError`, the run left as it was,
+    for any others); ``close()`` lets the run go. The script must be version 2 or later.
+    """
+
+    def __init__(
+        self, script: Script, fetch: Fetch | None = None, prepared: Prepared | None = None
+    ) -> None:
+        if script.version < LIVE_VERSION:
+            raise ValueError(
+                f"a live run needs a script of version {LIVE_VERSION} or later, not "
+                f"{script.version}"
+            )
+        self._channel = _Collect()
+        self._run: Run | None = Run(script, self._channel, fetch, prepared)
+        self._known = len(script.records)
+        self.started = False
+
+    @property
+    def waiting(self) -> int:
+        """How many records the run waits for (0 when it ended or was closed)."""
+        run = self._run
+        return len(run.new_calls) if run is not None and run.resumable else 0
+
+    @property
+    def known(self) -> int:
+        """The records the run holds: those it started with and those it was resumed with."""
+        return self._known
+
+    @property
+    def memory_bytes(self) -> int:
+        """The JS heap the run holds now."""
+        run = self._run
+        if run is None or run.ctx is None:
+            return 0
+        return int(run.ctx.memory().get("memory_used_size", 0))
+
+    def start(self) -> Ran:
+        if self.started or self._run is None:
+            raise ResumeError("the run was started already")
+        self.started = True
+        return self._segment(self._run.execute)
+
+    def resume(self, records: list[Record]) -> Ran:
+        run = self._run
+        if run is None:
+            raise ResumeError("the run was closed")
+        problem = run.resume_problem(records)
+        if problem is not None:
+            raise ResumeError(problem)
+        self._known += len(records)
+        return self._segment(lambda: run.resume(records))
+
+    def close(self) -> None:
+        self._run = None
+
+    def _segment(self, go: Any) -> Ran:
+        try:
+            ran: Ran = go()
+        except _Ended:
+            assert self._channel.ran is not None
+            ran = self._channel.ran
+        if ran.outcome != "calls":
+            self._run = None  # the run is over: let its context go
+        return ran

@@ -32,10 +32,12 @@ import orjson
 
 from engine._codemode import CodeMode
 from engine._errors import CallNotWaiting, CodeModeError
+from engine._live import takes_live
 from engine._mcp import MEDIA_TYPES
 from engine._result import RunResult
 from engine._tools import Tool
-from runner import FileReader, ScriptRunner, Step
+from runner import FileReader, LiveRun, ScriptRunner, Step
+from sandbox import protocol
 from sandbox.protocol import Script
 
 logger = logging.getLogger("codemode.mcp")
@@ -54,19 +56,54 @@ class ProgressRunner(ScriptRunner):
 
     def __init__(self, inner: ScriptRunner) -> None:
         self.inner = inner
+        self._live = takes_live(inner)
 
     async def run(
-        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+        self,
+        script: Script,
+        files: FileReader | None = None,
+        *,
+        tenant: str = "default",
+        live: bool = False,
     ) -> Step:
-        step = await self.inner.run(script, files, tenant=tenant)
-        report = _progress.get()
-        if report is not None:
-            with contextlib.suppress(Exception):  # a client that left does not stop the script
-                await report(step)
-        return step
+        if live and self._live:
+            step = await self.inner.run(script, files, tenant=tenant, live=True)
+        else:
+            step = await self.inner.run(script, files, tenant=tenant)
+        return await _reported(step)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+async def _reported(step: Step) -> Step:
+    """``step``, reported to the MCP request driving the script; its live run (if any)
+    reports the segments it runs too."""
+    report = _progress.get()
+    if report is not None:
+        with contextlib.suppress(Exception):  # a client that left does not stop the script
+            await report(step)
+    if step.live is not None:
+        step.live = _ProgressLive(step.live)
+    return step
+
+
+class _ProgressLive(LiveRun):
+    """A live run whose segments are reported as steps (see :class:`ProgressRunner`)."""
+
+    def __init__(self, inner: LiveRun) -> None:
+        self.inner = inner
+        self.known, self.waiting = inner.known, inner.waiting
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.inner.memory_bytes
+
+    async def resume(self, records: list[protocol.Record]) -> Step:
+        return await _reported(await self.inner.resume(records))
+
+    async def close(self) -> None:
+        await self.inner.close()
 
 
 class CodeModeServer:

@@ -126,6 +126,7 @@ async def test_events_in_order_with_parallel_calls_a_failure_and_an_approval(tmp
         "heap_bytes",
         "cpu_ms",
         "check_ms",
+        "live",
     }
     assert orjson.loads(orjson.dumps(step)) == step
     proposed = events[2]

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from sandbox import protocol
+
 from .conftest import NOBODY, Outcome, Zygote, needs_root, proc_limits, proc_status, run_fresh
 
 MiB = 1024 * 1024
@@ -203,11 +205,12 @@ def test_process_flags_seen_from_parent(zygote: Zygote) -> None:
 
 
 def test_rlimits_after_apply(zygote: Zygote) -> None:
-    """/proc/<pid>/limits after apply(): CPU 60/61 s, heap 512 MiB, 8 MiB stack, 3 fds, no
+    """/proc/<pid>/limits after apply(): CPU PROCESS_CPU_SECONDS (+1 hard), heap 512 MiB, 8 MiB stack, 3 fds, no
     processes, no core, no file size, no locked memory."""
     limits: dict[str, tuple[str, str]] = {}
     zygote.run("identity", inspect=lambda pid: limits.update(proc_limits(pid)))
-    assert limits["Max cpu time"] == ("60", "61")
+    cpu = protocol.PROCESS_CPU_SECONDS
+    assert limits["Max cpu time"] == (str(cpu), str(cpu + 1))
     assert limits["Max data size"] == (str(512 * MiB),) * 2
     assert limits["Max stack size"] == (str(8 * MiB),) * 2
     assert limits["Max open files"] == ("3", "3")

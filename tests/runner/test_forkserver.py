@@ -19,6 +19,7 @@ import pytest
 
 from runner import ProcessRunner, RunError
 from runner._forkserver import ForkServer
+from sandbox import protocol
 from tests.runner.conftest import open_fds
 from tests.runner.support import (
     EVENT_TIMEOUT,
@@ -31,6 +32,9 @@ from tests.runner.support import (
 )
 
 MiB = 1024 * 1024
+# A version 2 process keeps the hard CPU limit it was forked with (live segments re-arm the
+# soft one); a version 1 process lowers it to its allowance + 2 s.
+LIVE_HARD_CPU = str(protocol.PROCESS_CPU_SECONDS + 1)
 SPIN = "for (;;) {}"
 
 
@@ -41,7 +45,7 @@ async def running_child(runner: ProcessRunner, task: asyncio.Task[object]) -> ps
 
     def look() -> bool:
         for child in children_of(runner.server.zygote_pid if runner.server else None):
-            if limits_of(child.pid).get("Max cpu time") == ("6", "7"):
+            if limits_of(child.pid).get("Max cpu time") == ("6", LIVE_HARD_CPU):
                 found.append(child)
                 return True
         assert not task.done(), task

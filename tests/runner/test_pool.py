@@ -12,10 +12,15 @@ import psutil
 from runner import ProcessRunner
 from runner._pool import NICE
 from runner._process import POOL_MEMORY
+from sandbox import protocol
 from tests._needs import require
 from tests.runner.support import EVENT_TIMEOUT, children_of, limits_of, script, until
 
 MiB = 1024 * 1024
+# What a forked child's RLIMIT_CPU is before a script (lockdown's backstop, the most a
+# process may use in its life), and the hard limit a version 2 script keeps.
+FORKED_CPU = (str(protocol.PROCESS_CPU_SECONDS), str(protocol.PROCESS_CPU_SECONDS + 1))
+LIVE_HARD_CPU = FORKED_CPU[1]
 
 
 class FakeClock:
@@ -88,7 +93,7 @@ async def test_a_script_over_the_pool_heap_gets_a_child_forked_for_it() -> None:
             for child in children_of(zygote):
                 if child.pid != waiting.pid and limits_of(child.pid).get("Max cpu time") == (
                     "2",
-                    "3",
+                    LIVE_HARD_CPU,
                 ):
                     return child.pid
             return None
@@ -103,19 +108,32 @@ async def test_a_script_over_the_pool_heap_gets_a_child_forked_for_it() -> None:
 
 
 async def test_pool_children_lower_their_limits_to_the_script() -> None:
-    """RLIMIT_CPU becomes the script's allowance (+1 s soft, +2 s hard) once it is read."""
+    """RLIMIT_CPU becomes the script's allowance + 1 s (soft) once it is read; a version 2
+    script keeps the hard limit the child was forked with (its live segments re-arm it), a
+    version 1 script lowers it to the allowance + 2 s."""
     async with ProcessRunner(mode="pool", pool_size=1, data_limit=700 * MiB) as runner:
         assert runner.pool is not None and runner.server is not None
         await runner.run(script("return 1"))
         await until(lambda: len(runner.pool.idle) == 1, "the pool to fill")
         child = runner.pool.idle[0]
-        assert limits_of(child.pid)["Max cpu time"] == ("60", "61")  # lockdown's backstop
+        assert limits_of(child.pid)["Max cpu time"] == FORKED_CPU  # lockdown's backstop
         assert limits_of(child.pid)["Max data size"] == (str(700 * MiB),) * 2
         running = asyncio.create_task(
             runner.run(script("for (;;) {}", compute_ms=1000, memory=64 * MiB))
         )
-        await until(lambda: limits_of(child.pid)["Max cpu time"] == ("2", "3"), "tighten to apply")
+        await until(
+            lambda: limits_of(child.pid)["Max cpu time"] == ("2", LIVE_HARD_CPU), "tighten to apply"
+        )
         assert limits_of(child.pid)["Max data size"] == (str(700 * MiB),) * 2
+        step = await running
+        assert step.limit is not None and step.limit.name == "compute_ms"
+        await until(lambda: len(runner.pool.idle) == 1, "the pool to fill")
+        child = runner.pool.idle[0]
+        v1 = script("for (;;) {}", compute_ms=1000, memory=64 * MiB).model_copy(
+            update={"version": 1}
+        )
+        running = asyncio.create_task(runner.run(v1))
+        await until(lambda: limits_of(child.pid)["Max cpu time"] == ("2", "3"), "tighten to apply")
         step = await running
         assert step.limit is not None and step.limit.name == "compute_ms"
 
@@ -131,7 +149,8 @@ async def test_children_wait_at_a_low_priority_and_run_at_the_normal_one() -> No
         assert psutil.Process(waiting.pid).nice() == NICE
         running = asyncio.create_task(runner.run(script("for (;;) {}", compute_ms=1000)))
         await until(
-            lambda: limits_of(waiting.pid).get("Max cpu time") == ("2", "3"), "the step to run"
+            lambda: limits_of(waiting.pid).get("Max cpu time") == ("2", LIVE_HARD_CPU),
+            "the step to run",
         )
         assert psutil.Process(waiting.pid).nice() == 0
         step = await running

@@ -15,6 +15,7 @@ import pytest
 
 from runner import RemoteRunner
 from runner._service import RunnerService
+from sandbox import protocol
 from sandbox.protocol import FileInfo, Script
 
 from .remote_support import (
@@ -168,7 +169,10 @@ async def test_a_script_version_the_service_does_not_take(service: RunnerService
     await client.send_json(message)
     answer = await client.receive()
     assert answer["error"]["cause"] == "unfit"
-    assert "takes script versions 1 to 1, the step is version 99" in answer["error"]["error"]
+    assert (
+        f"takes script versions {protocol.OLDEST} to {protocol.VERSION}, the step is version 99"
+        in answer["error"]["error"]
+    )
     await client.send_json({"load": {}})
     assert await client.receive() == {
         "load": {"slots": 2, "busy": 0, "waiting": 0, "draining": False}

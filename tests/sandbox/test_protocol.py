@@ -269,10 +269,16 @@ def test_unfit_is_the_one_admission_rule() -> None:
     reason it gives otherwise names both sides."""
     assert protocol.unfit(SCRIPT) is None
     assert protocol.unfit(SCRIPT, 1, 3, ["python", "javascript"]) is None
-    newer = SCRIPT.model_copy(update={"version": 2})
-    assert protocol.unfit(newer) == "it takes script versions 1 to 1, the step is version 2"
-    assert protocol.unfit(newer, 2, 2) is None
-    assert protocol.unfit(SCRIPT, 2, 3) == "it takes script versions 2 to 3, the step is version 1"
+    v = protocol.VERSION
+    newer = SCRIPT.model_copy(update={"version": v + 1})
+    assert (
+        protocol.unfit(newer) == f"it takes script versions 1 to {v}, the step is version {v + 1}"
+    )
+    assert protocol.unfit(newer, v + 1, v + 1) is None
+    assert (
+        protocol.unfit(SCRIPT, v + 1, v + 2)
+        == f"it takes script versions {v + 1} to {v + 2}, the step is version {v}"
+    )
     assert protocol.unfit(SCRIPT, languages=["python"]) == "it runs python, not javascript"
 
 
@@ -282,6 +288,6 @@ def test_a_runner_refuses_a_step_its_sandbox_does_not_admit() -> None:
     from runner._conversation import check_version
 
     check_version(protocol.ready(), SCRIPT)
-    older = protocol.Ready(version=1, oldest=1, languages=["python"])
+    older = protocol.Ready(version=protocol.VERSION, oldest=1, languages=["python"])
     with pytest.raises(RunError, match="the sandbox cannot run this step: it runs python"):
         check_version(older, SCRIPT)

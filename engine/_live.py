@@ -1,0 +1,214 @@
+"""Live steps: the confined processes this host keeps alive while their scripts' calls run.
+
+A step whose outcome is ``calls`` may come back with a :class:`runner.LiveRun`: the process
+stopped where the script waits for those calls and can go on from there once it gets their
+records. The log stays the whole state and a live run is only a cache of it: the engine
+writes the calls' results to the log first, then resumes the run with exactly those records,
+and whenever a live run is missing, spent, evicted, expired or odd, the next step replays the
+script from the log as if live steps did not exist.
+
+Only the host that holds a script's lease keeps a live run for it (entries are keyed by the
+drive, and the drive drops its entry when it ends, pauses or loses the lease). Live runs have
+a budget of their own, a count and the memory their processes hold, and the least recently
+kept one is closed when a new one does not fit; one that waits for results longer than
+``live_wait`` is closed too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import resource
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import psutil
+
+from engine._drive import Drive
+from runner import LiveRun, ScriptRunner
+from sandbox import protocol
+
+logger = logging.getLogger("codemode")
+
+MiB = 1024 * 1024
+# The live wait's default: results that take longer than this (a slow tool, a person) let the
+# process go, and the next step replays. A few seconds keep a chain of quick calls live while
+# an idle script holds no process for long.
+DEFAULT_LIVE_WAIT = 5.0
+# A waiting process holds what its run built (a few MiB for most scripts, on top of the
+# pages it shares with the fork server); the default count leaves each about this much.
+TYPICAL_LIVE_BYTES = 16 * MiB
+MAX_LIVE_COUNT = 1024
+
+
+def default_live_memory() -> int:
+    """A quarter of the memory the machine has available now: live processes are a cache,
+    and a cache must not crowd out the steps and tools it serves."""
+    return max(64 * MiB, psutil.virtual_memory().available // 4)
+
+
+def default_live_count(memory: int) -> int:
+    """How many processes may wait live at once by default: what ``memory`` holds at a
+    typical live process's size, within the file descriptors this process may open (each
+    live process holds its pipes in the runner), from 4 to 1,024."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    by_fds = soft // 8 if soft != resource.RLIM_INFINITY else MAX_LIVE_COUNT
+    return max(4, min(MAX_LIVE_COUNT, memory // TYPICAL_LIVE_BYTES, by_fds))
+
+
+@dataclass
+class _Kept:
+    run: LiveRun
+    first: int  # the log index of the first call it waits for
+    calls: list[tuple[str, object]]  # the calls it waits for, as its segment asked for them
+    memory: int
+    timer: asyncio.TimerHandle
+
+
+class LiveRuns:
+    """The live runs one engine keeps, one per drive of a script at most.
+
+    ``wait``: seconds a run may wait for its results before it is closed; ``max_count`` and
+    ``max_memory`` (bytes, as :attr:`runner.LiveRun.memory_bytes` reports them): the budget
+    the least recently kept runs are closed to stay within. Closing happens in the
+    background (a step never waits for another script's process to end); :meth:`drain`
+    waits for it, :meth:`aclose` closes everything.
+    """
+
+    def __init__(self, *, wait: float, max_count: int, max_memory: int) -> None:
+        self.wait = wait
+        self.max_count = max_count
+        self.max_memory = max_memory
+        self._kept: OrderedDict[tuple[str, str], _Kept] = OrderedDict()
+        self._memory = 0
+        self._closing: set[asyncio.Task[None]] = set()
+        # What happened to live runs, for tests and the benchmark.
+        self.kept = self.resumed = self.evicted = self.expired = self.mismatched = 0
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    @property
+    def memory(self) -> int:
+        """The memory the kept runs hold, as they reported it when kept."""
+        return self._memory
+
+    def keep(
+        self, key: tuple[str, str], run: LiveRun, first: int, calls: Sequence[protocol.Call]
+    ) -> None:
+        """Keep ``run``, which waits for the records of ``calls``, to be logged from index
+        ``first``; closes what it replaces and what no longer fits the budget."""
+        self.drop(key)
+        try:
+            memory = max(0, int(run.memory_bytes))
+        except Exception:  # a process that cannot say what it holds is not worth keeping
+            logger.warning("live run dropped script=%s: its memory cannot be read", key[0])
+            self._close(run)
+            return
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(self.wait, self._expire, key, run)
+        self._kept[key] = _Kept(run, first, [(c.name, c.arguments) for c in calls], memory, timer)
+        self._memory += memory
+        self.kept += 1
+        while self._kept and (len(self._kept) > self.max_count or self._memory > self.max_memory):
+            old_key = next(iter(self._kept))
+            logger.info("live run evicted for room script=%s", old_key[0])
+            self.evicted += 1
+            self.drop(old_key)
+
+    def take(self, key: tuple[str, str], records: Sequence[protocol.Record]) -> LiveRun | None:
+        """The run kept for ``key`` if it waits for exactly the records past its first in
+        ``records`` (the whole call log, every call settled); otherwise ``None``, and a run
+        that does not match is closed. The run is no longer kept: the caller owns it."""
+        kept = self._kept.pop(key, None)
+        if kept is None:
+            return None
+        kept.timer.cancel()
+        self._memory -= kept.memory
+        run = kept.run
+        waiting = records[kept.first :]
+        if (
+            run.known != kept.first
+            or run.waiting != len(kept.calls)
+            or len(waiting) != len(kept.calls)
+            or any((r.name, r.arguments) != c for r, c in zip(waiting, kept.calls, strict=True))
+        ):
+            logger.warning(
+                "live run does not match the log script=%s known=%d waiting=%d log=%d; replaying",
+                key[0],
+                run.known,
+                run.waiting,
+                len(records),
+            )
+            self.mismatched += 1
+            self._close(run)
+            return None
+        self.resumed += 1
+        return run
+
+    def drop(self, key: tuple[str, str]) -> None:
+        """Close the run kept for ``key``, if any (the drive ended, paused or lost its lease)."""
+        kept = self._kept.pop(key, None)
+        if kept is not None:
+            kept.timer.cancel()
+            self._memory -= kept.memory
+            self._close(kept.run)
+
+    def drop_script(self, script_id: str) -> None:
+        """Close every run kept for ``script_id``."""
+        for key in [k for k in self._kept if k[0] == script_id]:
+            self.drop(key)
+
+    def _expire(self, key: tuple[str, str], run: LiveRun) -> None:
+        kept = self._kept.get(key)
+        if kept is not None and kept.run is run:
+            logger.info("live run closed after %gs without results script=%s", self.wait, key[0])
+            self.expired += 1
+            self.drop(key)
+
+    def close(self, run: LiveRun) -> None:
+        """Close a run the caller owns, in the background."""
+        self._close(run)
+
+    def _close(self, run: LiveRun) -> None:
+        task = asyncio.get_running_loop().create_task(_quietly_close(run))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def drain(self) -> None:
+        """Wait until every run being closed is gone."""
+        while self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Close every kept run and wait until they are gone."""
+        for key in list(self._kept):
+            self.drop(key)
+        await self.drain()
+
+
+async def _quietly_close(run: LiveRun) -> None:
+    # close() never raises by contract; a runner's bug must not take the engine down.
+    with contextlib.suppress(Exception):
+        await run.close()
+
+
+def live_key(drive: Drive) -> tuple[str, str]:
+    """The key of a drive's live run: its script and its lease's owner, which names one
+    drive of one host (a later drive of the same script never finds an earlier one's run)."""
+    return (drive.record.id, drive.lease.owner)
+
+
+def takes_live(runner: ScriptRunner) -> bool:
+    """Whether ``runner.run`` takes ``live=``: a runner written before live steps does not,
+    and gets replay steps."""
+    try:
+        parameters = inspect.signature(runner.run).parameters
+    except (TypeError, ValueError):
+        return False
+    return "live" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )

@@ -1,0 +1,236 @@
+"""Live steps on this machine: a confined process kept, alive, between the steps of its run.
+
+A step of a version 2 script that stops on calls may keep its process (``ProcessRunner.run``
+with ``live=True``): the process waits for the calls' results and goes on with the same run
+(``sandbox.protocol``). While it waits it holds no slot; :meth:`ProcessLive.resume` takes one
+again, fairly per tenant, and the segment has the wall deadline of a step of its own.
+
+The process is a cache of the log: anything that goes wrong with it before the results are
+taken (it ended, it wrote while it waited, the records are not the ones it waits for) ends it
+and raises ``RunError``, and the engine replays the step from the log.
+
+What a segment cost is measured here, never taken from the process: its CPU from
+``/proc/<pid>/schedstat`` (the kernel's own count, in nanoseconds) and its peak memory from
+``/proc/<pid>/status`` (``VmHWM``), read when ``ran`` arrives while the process waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import select
+import time
+import weakref
+from typing import TYPE_CHECKING
+
+from runner import _conversation as conv
+from runner._base import LiveRun, ProcessStats, RunError, Step
+from sandbox import protocol
+
+if TYPE_CHECKING:
+    from runner._forkserver import ForkedChild
+    from runner._process import ProcessRunner
+
+
+def proc_cpu_ms(pid: int) -> float | None:
+    """The CPU time process ``pid`` has used, from ``/proc/<pid>/schedstat`` (its one thread's
+    time on a CPU, in nanoseconds); ``None`` when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as f:
+            return int(f.read().split()[0]) / 1e6
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def proc_memory(pid: int) -> tuple[int, int] | None:
+    """``(resident, peak resident)`` bytes of process ``pid`` from ``/proc/<pid>/status``
+    (``VmRSS``, ``VmHWM``); ``None`` when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    found: dict[bytes, int] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(b":")
+        if key in (b"VmRSS", b"VmHWM"):
+            with contextlib.suppress(ValueError, IndexError):
+                found[key] = int(value.split()[0]) * 1024
+    if b"VmRSS" not in found or b"VmHWM" not in found:
+        return None
+    return found[b"VmRSS"], found[b"VmHWM"]
+
+
+def wrote_while_waiting(child: ForkedChild) -> bool:
+    """True when the process wrote (or closed) its stdout after its last ``ran``: a process
+    that waits for results writes nothing until it has them."""
+    if child.reader.buffered():
+        return True
+    fd = child.stdout.fd
+    if fd is None:
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+class ProcessLive(LiveRun):
+    """A forked sandbox child that stopped on calls and waits for their records.
+
+    Made by :class:`~runner.ProcessRunner` only. ``cpu_charged`` is the process's CPU the
+    steps so far were charged (a segment is charged what it used beyond it).
+    """
+
+    def __init__(
+        self,
+        runner: ProcessRunner,
+        child: ForkedChild,
+        script: protocol.Script,
+        server: conv.FileServer,
+        *,
+        tenant: str,
+        known: int,
+        waiting: list[protocol.Call],
+        cpu_charged: float,
+    ) -> None:
+        self.runner = runner
+        self.child = child
+        self.script = script
+        self.server = server
+        self.tenant = tenant
+        self.known = known
+        self.calls = waiting
+        self.waiting = len(waiting)
+        self.cpu_charged = cpu_charged
+        self._busy = False
+        self._done = False  # spent (a later segment took over) or closed
+        # While it waits, nothing reads its stdout: what it writes stays in the pipe, where
+        # resume finds it (and a process that floods it blocks, holding nothing of ours).
+        child.stdout.pause_reading()
+        runner._live.add(self)
+        # A LiveRun dropped without close: its process is ended when it is collected.
+        self._finalizer = weakref.finalize(self, _end_child, child)
+
+    @property
+    def memory_bytes(self) -> int:
+        if self._done:
+            return 0
+        memory = proc_memory(self.child.pid) if self.child.alive() else None
+        return memory[0] if memory is not None else 0
+
+    async def resume(self, records: list[protocol.Record]) -> Step:
+        if self._done:
+            raise RunError("this live run is over (closed, or a later step took it over)")
+        if self._busy:
+            raise RunError("this live run is being resumed already")
+        self._busy = True
+        try:
+            return await self._resume(records)
+        finally:
+            self._busy = False
+
+    async def _resume(self, records: list[protocol.Record]) -> Step:
+        child = self.child
+        problem = _mismatch(records, self.calls)
+        if problem is not None:
+            await self.close()
+            raise RunError(f"the live run cannot take these results: {problem}")
+        if not child.alive():
+            await self.close()
+            raise RunError("the live process ended while it waited for results")
+        if wrote_while_waiting(child):
+            await self.close()
+            raise RunError(
+                "the live process wrote to its output while it waited for results (a sandbox "
+                "that breaks the protocol) and was stopped"
+            )
+        try:
+            async with self.runner.slots.hold(self.tenant) as use:
+                step = await self._segment(records)
+        except BaseException:
+            await self.close()
+            raise
+        if step.process is not None:
+            step.process.wait_ms = use.waited * 1000
+        self._spend()
+        return step
+
+    async def _segment(self, records: list[protocol.Record]) -> Step:
+        child = self.child
+        started = time.monotonic()
+        child.stdout.resume_reading()
+        outcome = await conv.segment(
+            child.reader,
+            child.write,
+            self.script,
+            self.server,
+            conv.Deadline(self.script.limits.compute_ms),
+            protocol.results_line(records),
+            self.known + len(records),
+        )
+        if outcome.unsent:
+            raise RunError("the live process ended before it took the results")
+        return await self.runner._segment_step(
+            child,
+            self.script,
+            outcome,
+            self.server,
+            tenant=self.tenant,
+            known=self.known + len(records),
+            cpu_charged=self.cpu_charged,
+            started=started,
+        )
+
+    def _spend(self) -> None:
+        self._done = True
+        self._finalizer.detach()
+        self.runner._live.discard(self)
+
+    async def close(self) -> None:
+        if self._done:
+            return
+        self._spend()
+        child = self.child
+        with contextlib.suppress(Exception):
+            child.kill()
+            await child.reap(grace=0)
+
+
+def _mismatch(records: list[protocol.Record], calls: list[protocol.Call]) -> str | None:
+    if len(records) != len(calls):
+        return f"it waits for {len(calls):,} results and was sent {len(records):,}"
+    for i, (record, call) in enumerate(zip(records, calls, strict=True)):
+        if record.name != call.name or protocol.canonical_json(
+            record.arguments
+        ) != protocol.canonical_json(call.arguments):
+            return (
+                f"result {i + 1} is a record of tools.{record.name}, not of call {i + 1} "
+                f"(tools.{call.name}) with its arguments"
+            )
+    return None
+
+
+def _end_child(child: ForkedChild) -> None:
+    """End a dropped live run's process now; the fork server reaps it."""
+    with contextlib.suppress(Exception):
+        child.kill()
+        child.close()
+
+
+def measure(child: ForkedChild, cpu_charged: float, started: float) -> ProcessStats:
+    """A kept process's segment: wall time since ``started``, CPU beyond ``cpu_charged``
+    and peak memory, read from ``/proc`` while the process waits."""
+    stats = ProcessStats(wall_ms=(time.monotonic() - started) * 1000)
+    cpu = proc_cpu_ms(child.pid)
+    memory = proc_memory(child.pid)
+    if child.alive():  # still ours when read: the pid was not reused meanwhile
+        if cpu is not None:
+            stats.cpu_ms = max(cpu - cpu_charged, 0.0)
+        if memory is not None:
+            stats.max_rss_bytes = memory[1]
+    return stats
+
+
+async def close_all(lives: weakref.WeakSet[ProcessLive]) -> None:
+    """End every live process in ``lives`` (a runner's, at its ``aclose``)."""
+    await asyncio.gather(*(live.close() for live in list(lives)), return_exceptions=True)

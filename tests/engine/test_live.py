@@ -1,0 +1,409 @@
+"""Live steps: a script's run goes on over its calls, and replay is how it recovers.
+
+The engine side (``engine._live``, the step loop) through the in-process runner's live runs;
+tests/engine/test_live_process.py does the same with real confined processes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+import secrets
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from engine import CodeMode, ConfigError, Limits, MemoryStore, tool
+from engine._config import Config
+from engine._live import LiveRuns, default_live_count, default_live_memory
+from runner import FileReader, ScriptRunner, Step
+from sandbox.protocol import Clock, Record, Script
+from sandbox.runtime import run_in_process
+from tests.engine.conftest import InProcessRunner
+from tests.engine.scripts import (
+    FILES,
+    SCRIPTS,
+    conformance_scripts,
+    golden_scripts,
+    tools_for,
+)
+
+CORPUS = {**SCRIPTS, **golden_scripts(), **conformance_scripts()}
+TOOLS = tools_for(list(CORPUS.values()))
+# Small enough that the corpus meets them: too_many_calls the calls, results_budget the results.
+LIMITS = Limits(calls=25, results=400 * 1024)
+NOW = 1_768_435_200.0  # 2026-01-15T00:00:00Z
+SEED = 20261201
+MODES = ("live", "replay", "evict-1", "evict-2", "evict-3")
+
+
+class _Evicting(LiveRuns):
+    """Live runs evicted at random (seeded) between segments."""
+
+    def __init__(self, rng: random.Random) -> None:
+        super().__init__(wait=60.0, max_count=1000, max_memory=1 << 40)
+        self.rng = rng
+
+    def keep(self, key: Any, run: Any, first: int, calls: Any) -> None:
+        super().keep(key, run, first, calls)
+        if self.rng.random() < 0.5:
+            self.evicted += 1
+            self.drop(key)
+
+
+async def _outcome(name: str, code: str, mode: str) -> tuple[bytes, InProcessRunner, LiveRuns]:
+    """The outcome of ``code`` run to its end in ``mode`` (approving every call that asks)."""
+    runner = InProcessRunner()
+    engine = CodeMode(
+        TOOLS,
+        runner=runner,
+        store=MemoryStore(),
+        limits=LIMITS,
+        live=mode != "replay",
+        type_check="off",
+        clock=lambda: NOW,
+    )
+    if mode.startswith("evict"):
+        engine._live = _Evicting(random.Random(f"{SEED}:{name}:{mode}"))
+    live = engine._live
+    try:
+        result = await engine.run_code(code, files=FILES)
+        for _ in range(10):
+            if result.status != "paused":
+                break
+            for waiting in result.waiting:
+                await engine.approve(result.script_id, waiting["call_id"])
+            result = await engine.resume(result.script_id)
+        calls = await engine.store.calls(result.script_id)
+    finally:
+        await engine.aclose()
+    data = result.to_dict()
+    data.pop("script_id")
+    data["calls"] = [[c.name, c.arguments, c.state, c.result, c.error] for c in calls]
+    return orjson.dumps(data, option=orjson.OPT_SORT_KEYS), runner, live
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+async def test_live_replay_and_evicted_runs_give_the_same_outcome(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every corpus script (the engine's, the golden logs', the runner conformance suite's)
+    run live, by replay, and live with seeded random evictions between segments: the same
+    value, printed text, error, calls made (with their results) and shown files, byte for
+    byte; live runs were used where a script has calls, and none is left open."""
+    monkeypatch.setattr(secrets, "randbits", lambda bits: SEED % (1 << bits))
+    code = CORPUS[name]
+    outcomes: dict[str, bytes] = {}
+    for mode in MODES:
+        outcome, runner, live = await _outcome(name, code, mode)
+        outcomes[mode] = outcome
+        assert all(run.closed for run in runner.lives), f"{mode}: a live run left open"
+        assert len(live) == 0
+        if mode == "replay":
+            assert runner.lives == [] and runner.segments == 0
+        elif mode == "live" and len(orjson.loads(outcome)["calls"]) > 0:
+            calls = orjson.loads(outcome)["calls"]
+            if not any(c[0] == "pay" for c in calls) and len(runner.steps) > 0:
+                # Only the first step replays when no pause or limit interrupts the run.
+                assert runner.segments > 0, f"{name} never went on live"
+    for mode in MODES[1:]:
+        assert outcomes[mode] == outcomes["live"], (
+            f"{name}: {mode} differs from live:\n{outcomes[mode][:2000]!r}\n"
+            f"{outcomes['live'][:2000]!r}"
+        )
+
+
+def test_the_corpus_covers_what_it_says() -> None:
+    """The differential corpus holds the golden logs' and the conformance suite's scripts."""
+    assert len(golden_scripts()) >= 7
+    assert len(conformance_scripts()) >= 5
+    assert len(SCRIPTS) >= 25
+
+
+# ---- the step loop with live runs ----
+
+SEQUENTIAL = """
+let total = 0;
+for (let i = 1; i <= 10; i++) {
+  total += await tools.add({ a: i, b: 0 });
+  console.log('at', i);
+}
+return total;
+"""
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add."""
+    return a + b
+
+
+@tool(needs_approval=True)
+def pay(cents: int) -> str:
+    """Pay."""
+    return f"paid {cents}"
+
+
+async def test_a_live_run_goes_on_instead_of_replaying(caplog: pytest.LogCaptureFixture) -> None:
+    """Ten sequential calls: one run from the start and ten live segments, against eleven
+    runs by replay; the same result, each segment's line says live=1, and the script's
+    total CPU is the sum of its steps'."""
+    results = {}
+    for live in (True, False):
+        runner = InProcessRunner()
+        engine = CodeMode([add], runner=runner, live=live, type_check="off")
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="codemode"):
+            result = await engine.run_code(SEQUENTIAL)
+        record = await engine.store.get_script(result.script_id)
+        await engine.aclose()
+        lines = [r for r in caplog.records if r.getMessage().startswith("script step ")]
+        assert len(lines) == 11 == result.steps
+        if live:
+            assert len(runner.steps) == 1 and runner.segments == 10
+            assert [r.__dict__["live"] for r in lines] == [0] + [1] * 10
+            assert all(run.closed for run in runner.lives)
+        else:
+            assert len(runner.steps) == 11 and runner.segments == 0
+            assert {r.__dict__["live"] for r in lines} == {0}
+        charged = sum(r.__dict__["cpu_ms"] for r in lines)
+        assert abs(record.total_compute_ms - charged) < 0.1 * len(lines)
+        results[live] = (result.value, result.text)
+    assert results[True] == results[False] == (55, results[False][1])
+
+
+async def test_a_pause_ends_the_live_run_and_the_next_step_replays() -> None:
+    """A call that waits for a person: the live run is closed when the script pauses; after
+    the approval the script replays from the log and finishes."""
+    runner = InProcessRunner()
+    engine = CodeMode([add, pay], runner=runner, type_check="off")
+    code = """
+    const a = await tools.add({ a: 1, b: 2 });
+    const p = await tools.pay({ cents: a });
+    return [a, p, await tools.add({ a, b: 1 })];
+    """
+    paused = await engine.run_code(code)
+    assert paused.status == "paused"
+    await engine._live.drain()
+    assert runner.lives and all(run.closed for run in runner.lives)
+    assert len(engine._live) == 0
+    await engine.approve(paused.script_id, paused.waiting[0]["call_id"])
+    done = await engine.resume(paused.script_id)
+    await engine.aclose()
+    assert done.value == [3, "paid 3", 4]
+    # The start, then one segment (add's result); after the pause a replay and a segment.
+    assert len(runner.steps) == 2 and runner.segments == 2
+    assert all(run.closed for run in runner.lives)
+
+
+async def test_results_later_than_live_wait_replay() -> None:
+    """A call that takes longer than ``live_wait``: the live run is closed while it runs,
+    and the next step replays from the log."""
+    engine: CodeMode
+
+    @tool
+    async def slow(n: int) -> int:
+        """Wait until the live run waiting for this call was closed."""
+        while engine._live.expired == 0:
+            await asyncio.sleep(0.005)
+        return n
+
+    runner = InProcessRunner()
+    engine = CodeMode([slow, add], runner=runner, type_check="off", live_wait=0.05)
+    result = await engine.run_code(
+        "const a = await tools.slow({ n: 5 }); return await tools.add({ a, b: 1 })"
+    )
+    await engine.aclose()
+    assert result.value == 6
+    assert engine._live.expired == 1
+    # The start, the replay after the expiry, then one live segment (add's result).
+    assert len(runner.steps) == 2 and runner.segments == 1
+    assert all(run.closed for run in runner.lives)
+
+
+async def test_live_runs_past_the_budget_are_evicted_least_recent_first() -> None:
+    """``live_max=1`` and two scripts whose first calls wait for each other: when the
+    second keeps its run, the first's is evicted (closed), and that script replays; both
+    finish with the right value."""
+    barrier = asyncio.Barrier(2)
+
+    @tool
+    async def meet(n: int) -> int:
+        """Return once the other script's first call runs too."""
+        await barrier.wait()
+        return n
+
+    runner = InProcessRunner()
+    engine = CodeMode([meet, add], runner=runner, type_check="off", live_max=1)
+    code = "return 1 + await tools.meet({ n: N })"
+    one, two = await asyncio.gather(
+        engine.run_code(code.replace("N", "1")), engine.run_code(code.replace("N", "2"))
+    )
+    await engine.aclose()
+    assert (one.value, two.value) == (2, 3)
+    # Two starts, one live segment, one replay after the eviction.
+    assert engine._live.evicted == 1 and engine._live.resumed == 1
+    assert len(runner.steps) == 3 and runner.segments == 1
+    assert all(run.closed for run in runner.lives)
+
+
+async def test_live_max_zero_keeps_none() -> None:
+    runner = InProcessRunner()
+    engine = CodeMode([add], runner=runner, type_check="off", live_max=0)
+    result = await engine.run_code(SEQUENTIAL)
+    await engine.aclose()
+    assert result.value == 55 and len(runner.steps) == 11 and runner.segments == 0
+    assert all(run.closed for run in runner.lives)
+
+
+async def test_a_live_run_that_is_gone_replays(caplog: pytest.LogCaptureFixture) -> None:
+    """The process ended while its call ran (a crash, an OOM kill): the engine replays."""
+    runner = InProcessRunner()
+
+    @tool
+    async def vanish(n: int) -> int:
+        """Close the live run that waits for this call, as if its process died."""
+        await runner.lives[-1].close()
+        return n
+
+    engine = CodeMode([vanish, add], runner=runner, type_check="off")
+    with caplog.at_level(logging.INFO, logger="codemode"):
+        result = await engine.run_code(
+            "const a = await tools.vanish({ n: 5 }); return await tools.add({ a, b: 1 })"
+        )
+    await engine.aclose()
+    assert result.value == 6
+    assert any("live run gone" in r.getMessage() for r in caplog.records)
+    assert len(runner.steps) == 2 and runner.segments == 1  # the failed resume, not counted
+    assert all(run.closed for run in runner.lives)
+
+
+async def test_aclose_ends_a_live_run_while_its_call_runs() -> None:
+    """``aclose`` closes the runs kept for scripts whose calls are still running."""
+    release = asyncio.Event()
+    running = asyncio.Event()
+
+    @tool
+    async def block(n: int) -> int:
+        """Run until released."""
+        running.set()
+        await release.wait()
+        return n
+
+    runner = InProcessRunner()
+    engine = CodeMode([block], runner=runner, type_check="off", live_wait=600)
+    task = asyncio.create_task(engine.run_code("return await tools.block({ n: 1 })"))
+    await running.wait()
+    assert len(engine._live) == 1
+    await engine.aclose()
+    assert len(engine._live) == 0 and all(run.closed for run in runner.lives)
+    release.set()
+    result = await task  # the script replays its last step (the in-process runner still can)
+    assert result.value == 1
+
+
+async def test_a_run_that_does_not_match_the_log_is_closed() -> None:
+    """A kept run is resumed only with exactly the records it waits for."""
+    runner = InProcessRunner()
+    script = Script(
+        id="s",
+        code="return await tools.add({ a: 1, b: 2 })",
+        tools=["add"],
+        clock=Clock(now_ms=0, seed=1),
+    )
+    step = await runner.run(script, live=True)
+    assert step.outcome == "calls" and step.live is not None
+    live = LiveRuns(wait=60, max_count=4, max_memory=1 << 30)
+    key = ("s", "owner")
+    live.keep(key, step.live, 0, step.calls)
+    wrong = [Record(name="add", arguments={"a": 1, "b": 3}, result=4)]
+    assert live.take(key, wrong) is None
+    await live.drain()
+    assert live.mismatched == 1 and runner.lives[0].closed
+    step = await runner.run(script, live=True)
+    assert step.live is not None
+    live.keep(key, step.live, 0, step.calls)
+    right = [Record(name="add", arguments={"a": 1, "b": 2}, result=3)]
+    assert live.take(key, right) is step.live
+    await step.live.close()
+
+
+class _NoLiveRunner(ScriptRunner):
+    """A runner written before live steps: ``run`` takes no ``live``."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    async def run(
+        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+    ) -> Step:
+        self.runs += 1
+        return Step.from_ran(await asyncio.to_thread(run_in_process, script))
+
+
+async def test_a_runner_without_live_steps_gets_replay_steps() -> None:
+    runner = _NoLiveRunner()
+    engine = CodeMode([add], runner=runner, type_check="off")
+    assert engine.live is False
+    result = await engine.run_code(SEQUENTIAL)
+    await engine.aclose()
+    assert result.value == 55 and runner.runs == 11
+
+
+# ---- settings ----
+
+
+def test_live_settings_in_codemode_toml(tmp_path: Path) -> None:
+    path = tmp_path / "codemode.toml"
+    path.write_text(
+        '[codemode]\nlive = false\nlive_wait = 2.5\nlive_max = 16\nlive_memory = "1gb"\n'
+    )
+    config = Config.load(path)
+    assert config.live.options() == {
+        "live": False,
+        "live_wait": 2.5,
+        "live_max": 16,
+        "live_memory": 1024**3,
+    }
+    assert Config().live.options()["live"] is True
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('live = "yes"', "live = 'yes' must be true or false"),
+        ("live_wait = 0", "live_wait = 0 must be seconds, over 0"),
+        ("live_wait = -1.5", "live_wait = -1.5 must be seconds, over 0"),
+        ("live_max = -1", "live_max = -1 must be a whole number, 0 to 65,536"),
+        ("live_max = 2.5", "live_max = 2.5 must be a whole number"),
+        ('live_memory = "lots"', "live_memory = 'lots' is not a size"),
+        ("live_memory = -5", "live_memory = -5 is negative"),
+        ("live_waits = 3", "unknown key(s) 'live_waits'"),
+    ],
+)
+def test_bad_live_settings_are_refused(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "codemode.toml"
+    path.write_text(f"[codemode]\n{line}\n")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Config.load(path)
+
+
+def test_bad_live_options_are_refused() -> None:
+    runner = InProcessRunner()
+    with pytest.raises(ConfigError, match="live = 1 must be true or false"):
+        CodeMode([], runner=runner, live=1)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="live_wait = inf must be seconds"):
+        CodeMode([], runner=runner, live_wait=float("inf"))
+    with pytest.raises(ConfigError, match="live_max = True must be a whole number"):
+        CodeMode([], runner=runner, live_max=True)
+    with pytest.raises(ConfigError, match="live_memory = '1gb' must be bytes"):
+        CodeMode([], runner=runner, live_memory="1gb")  # type: ignore[arg-type]
+
+
+def test_the_default_budget_is_sized_for_the_machine() -> None:
+    memory = default_live_memory()
+    assert memory >= 64 * 1024 * 1024
+    assert 4 <= default_live_count(memory) <= 1024

@@ -1,0 +1,160 @@
+"""Live steps with real confined processes (``ProcessRunner``'s warm pool, which needs Linux
+and libseccomp as every ProcessRunner test does): a live run goes on in the same process, and
+no live process is left after evictions, after a pause or after ``aclose``."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from engine import CodeMode, tool
+from engine._live import LiveRuns
+from runner import LiveRun, ProcessRunner
+
+SEQUENTIAL = "let n = 0; for (let i = 0; i < 20; i++) n = await tools.inc({ n }); return n"
+
+
+@tool
+def inc(n: int) -> int:
+    """Add one."""
+    return n + 1
+
+
+def _descendants() -> list[psutil.Process]:
+    """This process's descendants that are still running (zombies are gone but unreaped)."""
+    alive = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+async def _gone(pids: list[int]) -> list[int]:
+    """The pids of ``pids`` still running after they were given a few seconds to go."""
+    left = pids
+    for _ in range(500):
+        left = [
+            pid
+            for pid in pids
+            if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        ]
+        if not left:
+            break
+        await asyncio.sleep(0.01)
+    return left
+
+
+class _Recording(LiveRuns):
+    """Live runs that remember the process of every run they kept."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.pids: list[int] = []
+
+    def keep(self, key: Any, run: LiveRun, first: int, calls: Any) -> None:
+        self.pids.append(run.child.pid)  # type: ignore[attr-defined]
+        super().keep(key, run, first, calls)
+
+
+async def test_a_live_run_goes_on_in_one_process(tmp_path: Path) -> None:
+    """Twenty calls on the SQLite log: one process from the start to the end (each segment's
+    process is the one before it), the same value as by replay, and none left running."""
+    runner = ProcessRunner(mode="pool")
+    engine = CodeMode([inc], runner=runner, data_dir=tmp_path, type_check="off")
+    engine._live = _Recording(wait=60, max_count=8, max_memory=1 << 34)
+    try:
+        live = await engine.run_code(SEQUENTIAL)
+        assert live.value == 20 and live.steps == 21
+        pids = engine._live.pids  # type: ignore[attr-defined]
+        assert len(pids) == 20 and len(set(pids)) == 1
+        await engine._live.drain()
+        assert runner.live_runs == 0
+        assert await _gone(pids) == []
+        replayed = CodeMode([inc], runner=runner, data_dir=tmp_path, live=False)
+        again = await replayed.run_code(SEQUENTIAL)
+        await replayed.aclose()
+        assert (again.value, again.text) == (live.value, live.text)
+    finally:
+        await engine.aclose()
+    assert _descendants() == []
+
+
+async def test_no_live_process_is_left_after_evictions_or_aclose(tmp_path: Path) -> None:
+    """Four scripts whose first calls wait for each other, with room for two live runs: two
+    are evicted and their processes end at once; the two kept are ended by ``aclose``
+    while their calls still run; no process of the runner is left."""
+    barrier = asyncio.Barrier(5)
+
+    @tool
+    async def meet(n: int) -> int:
+        """Return once every script's first call (and the test) got here."""
+        await barrier.wait()
+        await barrier.wait()  # the test looks at the processes in between
+        return n
+
+    runner = ProcessRunner(mode="pool")
+    # Once aclose ended the runner, the scripts' next steps give up soon.
+    engine = CodeMode(
+        [meet],
+        runner=runner,
+        data_dir=tmp_path,
+        type_check="off",
+        queue_timeout=1.0,
+        retry_delay=0.1,
+    )
+    recording = _Recording(wait=600, max_count=2, max_memory=1 << 34)
+    engine._live = recording
+    tasks = [
+        asyncio.create_task(engine.run_code(f"return await tools.meet({{ n: {n} }})"))
+        for n in range(4)
+    ]
+    try:
+        await barrier.wait()
+        await recording.drain()
+        assert recording.kept == 4 and recording.evicted == 2 and len(recording) == 2
+        evicted, kept = recording.pids[:2], recording.pids[2:]
+        assert await _gone(evicted) == []
+        assert all(psutil.pid_exists(pid) for pid in kept)
+        assert runner.live_runs == 2
+        await engine.aclose()
+        assert await _gone(kept) == [] and runner.live_runs == 0
+        assert await _gone([p.pid for p in _descendants()]) == []
+    finally:
+        await barrier.wait()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    # The runner was closed under them: each script's next step could not be taken, and the
+    # log keeps it for a resume.
+    assert len(results) == 4
+
+
+async def test_a_pause_ends_the_live_process(tmp_path: Path) -> None:
+    """A call that waits for a person: the process that ran up to it is gone when run_code
+    returns paused."""
+
+    @tool(needs_approval=True)
+    def pay(cents: int) -> str:
+        """Pay."""
+        return "paid"
+
+    runner = ProcessRunner(mode="pool")
+    engine = CodeMode([inc, pay], runner=runner, data_dir=tmp_path, type_check="off")
+    engine._live = _Recording(wait=600, max_count=8, max_memory=1 << 34)
+    try:
+        paused = await engine.run_code(
+            "const n = await tools.inc({ n: 1 }); return await tools.pay({ cents: n })"
+        )
+        assert paused.status == "paused"
+        await engine._live.drain()
+        pids = engine._live.pids  # type: ignore[attr-defined]
+        assert len(pids) == 2 and await _gone(pids) == [] and runner.live_runs == 0
+        await engine.approve(paused.script_id, paused.waiting[0]["call_id"])
+        done = await engine.resume(paused.script_id)
+        assert done.value == "paid"
+    finally:
+        await engine.aclose()

@@ -1,0 +1,258 @@
+"""Live steps through a real confined process (``ProcessRunner`` in pool and fork modes).
+
+The process of a version 2 script that stopped on calls is kept (``Step.live``), waits for
+their records without holding a slot, and goes on with the same run. Each test checks the
+live run against a replay of the same log (tests/sandbox/test_live.py holds the semantics),
+and that nothing is left running afterwards. Needs what the other process tests need
+(Linux, seccomp; root to drop to ``nobody``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from typing import Any
+
+import orjson
+import pytest
+
+from runner import LiveRun, ProcessRunner, RunError, Step
+from runner._live import ProcessLive
+from sandbox import protocol, runtime
+from sandbox.protocol import Record, Script
+from tests.runner.conftest import open_fds
+from tests.runner.support import script, until, wait_gone, zombies
+
+MODES = ["pool", "fork"]
+
+SEQUENTIAL = """
+let total = 0;
+for (let i = 0; i < 5; i++) { const r = await tools.t({ i }); total += r.v; console.log("got", i, r.v); }
+const both = await Promise.all([tools.t({ i: 10 }), tools.t({ i: 11 })]);
+return [total, both.map((r) => r.v)];
+"""
+
+
+def record(call: protocol.Call) -> Record:
+    return Record(name=call.name, arguments=call.arguments, result={"v": 10 * call.arguments["i"]})
+
+
+def outcome(step: Step) -> bytes:
+    body = step.model_dump(mode="json", exclude_unset=True, exclude={"stats", "process", "live"})
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+
+
+def pid_of(live: LiveRun | None) -> int:
+    assert isinstance(live, ProcessLive)
+    return live.child.pid
+
+
+async def replay(runner: ProcessRunner, s: Script) -> list[Step]:
+    records: list[Record] = []
+    steps = []
+    while True:
+        step = await runner.run(s.model_copy(update={"records": list(records)}))
+        assert step.live is None
+        steps.append(step)
+        if step.outcome != "calls":
+            return steps
+        records += [record(c) for c in step.calls]
+
+
+async def live_run(runner: ProcessRunner, s: Script) -> tuple[list[Step], set[int]]:
+    step = await runner.run(s, live=True)
+    steps, pids = [step], set()
+    while step.live is not None:
+        pids.add(pid_of(step.live))
+        assert step.live.waiting == len(step.calls)
+        step = await step.live.resume([record(c) for c in step.calls])
+        steps.append(step)
+    return steps, pids
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_live_run_is_one_process_and_agrees_with_replay(mode: str) -> None:
+    before = open_fds()
+    async with ProcessRunner(mode=mode, slots=2) as runner:  # type: ignore[arg-type]
+        s = script(SEQUENTIAL)
+        lived, pids = await live_run(runner, s)
+        replayed = await replay(runner, s)
+        assert [outcome(x) for x in lived] == [outcome(x) for x in replayed]
+        assert len(lived) == 7 and len(pids) == 1
+        assert lived[-1].outcome == "finished" and lived[-1].value == [100, [100, 110]]
+        for step in lived:
+            assert step.process is not None and step.process.wall_ms > 0
+            assert step.process.cpu_ms > 0 and step.process.max_rss_bytes > 0
+        assert runner.live_runs == 0
+        assert wait_gone(list(pids)) == []
+    assert zombies() == []
+    await until(lambda: open_fds() == before, "every fd of the runner to be closed")
+
+
+async def test_a_waiting_process_holds_no_slot() -> None:
+    async with ProcessRunner(mode="pool", slots=1, script_wait=60) as runner:
+        first = await runner.run(script("await tools.t({ i: 1 }); return 1"), live=True)
+        assert first.live is not None and runner.slots.in_use == 0
+        # The one slot is free for another step while the first waits.
+        other = await runner.run(script("return 2"))
+        assert other.value == 2
+        last = await first.live.resume([record(c) for c in first.calls])
+        assert last.value == 1 and last.live is None
+        assert runner.slots.in_use == 0
+
+
+def _burn(cpu_ms: float) -> int:
+    """A loop count that takes about ``cpu_ms`` of CPU in QuickJS on this machine."""
+    probe = 2_000_000
+    ran = runtime.run_in_process(script(f"let x = 0; for (let i = 0; i < {probe}; i++) x += i;"))
+    return int(probe * cpu_ms / max(ran.stats.cpu_ms, 1.0))
+
+
+async def test_compute_ms_is_per_segment_live_and_per_run_by_replay() -> None:
+    """Three segments of ~half the allowance each: a live run finishes, a replay of the last
+    step (which runs all three) meets compute_ms."""
+    n = _burn(500)
+    code = f"""
+    for (let k = 0; k < 3; k++) {{
+      let x = 0; for (let i = 0; i < {n}; i++) x += i;
+      await tools.t({{ i: k }});
+    }}
+    return "done";"""
+    s = script(code, compute_ms=1000)
+    async with ProcessRunner(mode="pool", slots=2) as runner:
+        lived, _ = await live_run(runner, s)
+        assert lived[-1].outcome == "finished", lived[-1].error
+        for step in lived[:3]:
+            assert step.process is not None and step.process.cpu_ms < 1000
+        records = [Record(name="t", arguments={"i": k}, result={"v": 0}) for k in range(3)]
+        last = await runner.run(s.model_copy(update={"records": records}))
+        assert last.limit is not None and last.limit.name == "compute_ms"
+
+
+async def test_a_version_2_step_that_is_not_kept_exits_on_its_own() -> None:
+    """Without live, the runner closes the waiting process's input: it exits 0 at once."""
+    async with ProcessRunner(mode="pool") as runner:
+        step = await runner.run(script("await tools.t({ i: 1 })"))
+        assert step.outcome == "calls" and step.live is None
+        assert step.process is not None and step.process.exit_status == 0
+
+
+async def test_a_version_1_step_is_never_kept() -> None:
+    async with ProcessRunner(mode="pool") as runner:
+        v1 = script("await tools.t({ i: 1 })").model_copy(update={"version": 1})
+        step = await runner.run(v1, live=True)
+        assert step.outcome == "calls" and step.live is None
+
+
+async def test_resume_refuses_wrong_records_and_ends_the_process() -> None:
+    async with ProcessRunner(mode="pool") as runner:
+        first = await runner.run(script("await tools.t({ i: 1 }); return 1"), live=True)
+        assert first.live is not None
+        pid = pid_of(first.live)
+        with pytest.raises(RunError, match="waits for 1 results and was sent 2"):
+            await first.live.resume([record(first.calls[0])] * 2)
+        assert wait_gone([pid]) == []
+        assert runner.live_runs == 0
+        with pytest.raises(RunError, match="over"):
+            await first.live.resume([record(first.calls[0])])
+
+
+async def test_resume_of_a_record_for_another_call_is_refused() -> None:
+    async with ProcessRunner(mode="pool") as runner:
+        first = await runner.run(script("await tools.t({ i: 1 }); return 1"), live=True)
+        assert first.live is not None
+        with pytest.raises(RunError, match="not of call 1"):
+            await first.live.resume([Record(name="t", arguments={"i": 2}, result=1)])
+
+
+async def test_a_process_gone_while_waiting_makes_resume_raise() -> None:
+    async with ProcessRunner(mode="pool") as runner:
+        first = await runner.run(script("await tools.t({ i: 1 }); return 1"), live=True)
+        assert first.live is not None
+        live = first.live
+        assert isinstance(live, ProcessLive)
+        live.child.kill()
+        await until(lambda: not live.child.alive(), "the process to end")
+        with pytest.raises(RunError, match="ended while it waited"):
+            await live.resume([record(first.calls[0])])
+        assert runner.live_runs == 0
+    assert zombies() == []
+
+
+async def test_close_is_idempotent_and_resume_after_close_raises() -> None:
+    async with ProcessRunner(mode="pool") as runner:
+        first = await runner.run(script("await tools.t({ i: 1 }); return 1"), live=True)
+        assert first.live is not None
+        pid = pid_of(first.live)
+        await first.live.close()
+        await first.live.close()
+        assert wait_gone([pid]) == []
+        assert first.live.memory_bytes == 0
+        with pytest.raises(RunError):
+            await first.live.resume([record(first.calls[0])])
+
+
+async def test_concurrent_resumes_one_wins() -> None:
+    async with ProcessRunner(mode="pool") as runner:
+        first = await runner.run(script("await tools.t({ i: 1 }); return 1"), live=True)
+        assert first.live is not None
+        records = [record(first.calls[0])]
+        results: list[Any] = await asyncio.gather(
+            first.live.resume(records), first.live.resume(records), return_exceptions=True
+        )
+        steps = [r for r in results if isinstance(r, Step)]
+        errors = [r for r in results if isinstance(r, RunError)]
+        assert len(steps) == 1 and steps[0].value == 1
+        assert len(errors) == 1 and "being resumed already" in str(errors[0])
+
+
+async def test_aclose_ends_every_live_process() -> None:
+    before = open_fds()
+    runner = ProcessRunner(mode="pool", slots=2)
+    steps = [await runner.run(script(f"await tools.t({{ i: {k} }})"), live=True) for k in range(3)]
+    pids = [pid_of(s.live) for s in steps]
+    assert runner.live_runs == 3
+    assert all(s.live is not None and s.live.memory_bytes > 0 for s in steps)
+    await runner.aclose()
+    assert runner.live_runs == 0
+    assert wait_gone(pids) == []
+    assert zombies() == []
+    await until(lambda: open_fds() == before, "every fd of the runner to be closed")
+
+
+async def test_a_dropped_live_run_ends_its_process() -> None:
+    async with ProcessRunner(mode="pool") as runner:
+        step = await runner.run(script("await tools.t({ i: 1 })"), live=True)
+        pid = pid_of(step.live)
+        del step
+        gc.collect()
+        assert runner.live_runs == 0
+        assert wait_gone([pid]) == []
+
+
+async def test_file_bytes_count_over_the_live_run() -> None:
+    """The runner's file_bytes budget holds over the run's segments; each segment's Step
+    says what it was served."""
+    data = b"x" * 3000
+
+    class Reader:
+        async def read(self, file_id: str, offset: int, length: int) -> bytes:
+            return data[offset : offset + length]
+
+    code = """
+    const a = await files.text("f.txt");
+    await tools.t({ i: 1 });
+    const b = await files.text("f.txt");
+    return a.length + b.length;"""
+    files = [protocol.FileInfo(id="f.txt", mime="text/plain", size=len(data))]
+    s = script(code, file_bytes=5000).model_copy(update={"files": files})
+    async with ProcessRunner(mode="pool") as runner:
+        first = await runner.run(s, Reader(), live=True)
+        assert first.process is not None and first.process.file_bytes == 3000
+        assert first.live is not None
+        last = await first.live.resume([record(first.calls[0])])
+        assert last.limit is not None and last.limit.name == "file_bytes"
+        replayed = await runner.run(
+            s.model_copy(update={"records": [record(first.calls[0])]}), Reader()
+        )
+        assert outcome(replayed) == outcome(last)
