@@ -141,7 +141,7 @@ async def memory(runner: ProcessRunner, settings: tuple[int, ...]) -> list[Figur
                 Figure(
                     "memory",
                     f"{limit // MiB} MiB, {name}",
-                    f"process peak RSS above a trivial step's (wait4); step wall {wall:,.0f} ms",
+                    f"process peak RSS above a trivial step's; step wall {wall:,.0f} ms",
                     f"{grew / MiB:,.1f} MiB",
                     f"{(grew - limit) / MiB:+,.1f} MiB ({100 * (grew - limit) / limit:+.0f}%)",
                     over_bound(grew, limit, 50 * MiB),
@@ -294,7 +294,7 @@ async def compute_live(runner: ProcessRunner, settings: tuple[int, ...]) -> list
                 f"{used:,.1f} ms",
                 f"{used - ms:+,.1f} ms ({100 * (used - ms) / ms:+.1f}%)",
                 over_bound(used, ms, 50),
-                _ended(_by_deadline(step), 1),
+                _ended(int(_by_deadline(step)), 1),
             )
         )
     return figures
@@ -362,7 +362,8 @@ async def live_budget(slots: int, *, live_max: int | None = None) -> list[Figure
     return [
         Figure(
             "live",
-            f"default budget: {live.max_count:,} runs, {live.max_memory / MiB:,.0f} MiB",
+            ("default budget" if live_max is None else "budget")
+            + f": {live.max_count:,} runs, {live.max_memory / MiB:,.0f} MiB",
             f"runs waiting live at once ({target:,} scripts each waiting on a call; "
             f"{evicted:,} evicted, {wall:,.1f} s)",
             f"{held:,}",

@@ -129,6 +129,18 @@ class EnginePeer(Peer):
             raise AssertionError(f"{self.name}: {script.key} did not finish: {result.text}")
         return result.value
 
+    def notes(self) -> dict[str, int]:
+        """What happened to the engine's live runs (a live peer that replays a lot is not
+        measuring live steps)."""
+        live = self.engine._live
+        return {
+            "kept": live.kept,
+            "resumed": live.resumed,
+            "evicted": live.evicted,
+            "expired": live.expired,
+            "mismatched": live.mismatched,
+        }
+
     async def aclose(self) -> None:
         await self.engine.aclose()
 
@@ -188,6 +200,7 @@ class Comparison:
 
     times: dict[str, dict[str, list[float]]]  # script key -> peer -> times
     peers: tuple[str, ...]
+    live_runs: dict[str, int] | None = None  # the live engine's counts, when it ran
 
     def p50_ms(self, script: str, peer: str) -> float | None:
         values = self.times.get(script, {}).get(peer)
@@ -201,6 +214,7 @@ class Comparison:
                 for s in SCRIPTS
                 if s.key in self.times
             },
+            "live_runs": self.live_runs,
             "runs": {
                 s.key: {p: len(self.times[s.key].get(p, [])) for p in self.peers}
                 for s in SCRIPTS
@@ -235,7 +249,9 @@ async def compare(
                                 f"{name}: {script.key} returned {value!r}, not {script.value!r}"
                             )
                         into.setdefault(name, []).append(elapsed)
+            live = running.get("live")
+            notes = live.notes() if isinstance(live, EnginePeer) else None
         finally:
             for peer in running.values():
                 await peer.aclose()
-    return Comparison(times, peers)
+    return Comparison(times, peers, notes)
