@@ -333,6 +333,8 @@ class CodeMode(StepLoop):
             self._emit("started", record.id, tenant=tenant)
         if started.lease is None:
             return await self._elsewhere_or_ended(started.record.id)
+        if not started.created:  # the key named a script already in the log: it goes on
+            self._emit("resumed", started.record.id, tenant=tenant, steps=started.record.steps)
         new = started.record if started.created else None
         drive = await Drive.resume(self.store, started.lease, self.lease_ms, new)
         if started.created and checked is not None:
@@ -412,15 +414,20 @@ class CodeMode(StepLoop):
 
     async def _drive_owned(self, drive: Drive) -> RunResult:
         """Drive a script whose lease this host holds; the lease is given up at the end."""
+        record = drive.record
         try:
             self._check_tools(drive)
             result = await self._drive(drive)
         except log.LeaseLost:
             result = None
+        except Exception as e:
+            self._emit("left", record.id, tenant=record.tenant, error=f"{type(e).__name__}: {e}")
+            raise
         finally:
             self._live.drop(live_key(drive))  # a live run never outlasts its drive
             await drive.close()
         if result is None:
+            self._emit("left", record.id, tenant=record.tenant, status="elsewhere")
             return await self._elsewhere_or_ended(drive.record.id)
         if result.status == "paused" and not drive.record.held:
             # An answer may have landed after this host decided to pause and before it let
@@ -488,6 +495,7 @@ class CodeMode(StepLoop):
         if error is not None:
             message = error_text(str(error))
             await self.store.answer(script_id, call_id, expect, log.FAILED, error=message)
+            self._emit("call.failed", script_id, call_id=call_id, error=message)
             return
         entry = await self._waiting(script_id, call_id)
         tool = self._by_name.get(entry.name)
@@ -497,9 +505,13 @@ class CodeMode(StepLoop):
         except (ToolCallError, TypeError, orjson.JSONEncodeError) as e:
             message = error_text(e.message if isinstance(e, ToolCallError) else str(e))
             await self.store.answer(script_id, call_id, expect, log.FAILED, error=message)
+            self._emit("call.failed", script_id, call_id=call_id, tool=entry.name, error=message)
             return
         await self.store.answer(
             script_id, call_id, expect, log.DONE, result=data, result_bytes=size
+        )
+        self._emit(
+            "call.done", script_id, call_id=call_id, tool=entry.name, stats={"result_bytes": size}
         )
 
     async def _waiting(self, script_id: str, call_id: str) -> log.CallEntry:

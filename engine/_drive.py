@@ -72,7 +72,13 @@ class Drive:
         self._released = False
         self._usage: log.StepUsage | None = None  # a step's usage, until its next write
         self._records: list[protocol.Record] = []  # the settled calls' records, in order
-        self._fresh = True  # the record was just read: the first step need not read it again
+        # The hold was checked since the last step: the record was just read, or the last
+        # claim (which the store refuses while the script is held) took every call asked.
+        self._checked = True
+        self._running: set[int] = set()  # the calls this drive claimed and has not settled
+        # The last calls in ``calls``, asked for by a step and not written yet: they are
+        # written with the worker's decisions on them (see :meth:`decide`).
+        self._unwritten = 0
         # Results that finish while a commit is under way are committed together next.
         self._pending: list[tuple[Sequence[log.Settlement], asyncio.Future[None]]] = []
         self._committing: asyncio.Lock = asyncio.Lock()
@@ -146,40 +152,71 @@ class Drive:
         return list(self._records)
 
     async def reread_script(self) -> None:
-        """Read the script's record again: a hold may have landed (the calls this host wrote
-        are already in :attr:`calls`). Right after the drive began, what it read stands."""
-        if self._fresh:
-            self._fresh = False
+        """Read the script's record again if a hold may have landed unseen (the calls this
+        host wrote are already in :attr:`calls`). Not after a claim that took every call it
+        asked for: the store checks the hold in the claim's own transaction, so the calls
+        that ran went out unheld, and a hold that lands later stops the next claim. Nor right
+        after the drive began: what it read stands."""
+        if self._checked:
+            self._checked = False
             return
-        self.record = await self.store.get_script(self.record.id)
+        await self._read_hold()
+
+    async def _read_hold(self) -> None:
+        # Only the hold: the rest of the record is this host's to write (and a step's usage
+        # may not be written yet), and another host cannot end or change it under the lease.
+        self.record.held = (await self.store.get_script(self.record.id)).held
 
     # ---- writes ----
 
     async def add_calls(self, entries: Sequence[log.CallEntry]) -> None:
-        """Record the calls a step asked for, with what the step used (one write)."""
-        await self.store.add_calls(self.lease, entries, self._usage)
-        self._usage = None
+        """The calls a step asked for. They are written, with what the step used, by the
+        next write: the worker's decisions on them (so a step's calls, their decisions and
+        their receipts cost one write), or any other. A host that dies before then loses
+        them, as if it had died during the step; its successor's run asks for them again."""
         self.calls.extend(entries)
+        self._unwritten += len(entries)
+
+    async def _flush(self) -> None:
+        """Write the calls a step asked for, if they are not written yet."""
+        if self._unwritten:
+            await self.store.add_calls(self.lease, self.calls[-self._unwritten :], self._usage)
+            self._usage, self._unwritten = None, 0
 
     async def decide(self, decisions: Sequence[log.Decision], *, claim: bool) -> list[int]:
         """Record the worker's decisions; with ``claim``, the approved calls' receipts go in
-        the same write, and their indexes are returned."""
-        claimed = await self.store.decide(self.lease, decisions, claim=claim)
+        the same write, and their indexes are returned. The decisions on calls not written
+        yet are written with them, in one write."""
+        new = len(self.calls) - self._unwritten  # the first call not written yet
+        written = [d for d in decisions if d.index < new]
+        claimed = await self.store.decide(self.lease, written, claim=claim) if written else []
         for d in decisions:
             entry = self.calls[d.index]
             entry.state, entry.note, entry.error = d.state, d.note, d.error
-        self._claimed(claimed)
+        if self._unwritten:
+            claimed += await self.store.add_calls(
+                self.lease, self.calls[new:], self._usage, claim=claim
+            )
+            self._usage, self._unwritten = None, 0
+        if claim:
+            await self._claimed(sum(d.state == log.APPROVED for d in decisions), claimed)
         return claimed
 
-    def _claimed(self, indexes: Sequence[int]) -> None:
+    async def _claimed(self, asked: int, indexes: Sequence[int]) -> None:
         for index in indexes:
             entry = self.calls[index]
             entry.state, entry.owner, entry.token = log.RUNNING, self.lease.owner, self.lease.token
+        self._running.update(indexes)
+        if len(indexes) < asked:
+            await self._read_hold()  # a call was not claimed: the script is held
+        self._checked = 0 < asked == len(indexes)
 
     async def claim(self, indexes: Sequence[int]) -> list[int]:
-        """The receipts of the calls about to run, in one transaction."""
+        """The receipts of the calls about to run, in one transaction; none while the
+        script is held (then :attr:`record` says so)."""
+        await self._flush()
         claimed = await self.store.claim(self.lease, indexes)
-        self._claimed(claimed)
+        await self._claimed(len(indexes), claimed)
         return claimed
 
     async def settle(self, *settlements: log.Settlement) -> None:
@@ -188,6 +225,13 @@ class Drive:
         a hundred calls that end at once cost a few transactions, not a hundred)."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append((settlements, done))
+        if self._running.difference(s.index for s in settlements):
+            # Other calls still run. A store that commits without waiting (SQLite on the
+            # loop) would commit each ending alone: first give the endings that already
+            # arrived the two turns of the loop they take to get here (the tool thread's
+            # callback, then their task).
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
         async with self._committing:
             if not done.done():
                 batch, self._pending = self._pending, []
@@ -202,6 +246,7 @@ class Drive:
                 else:
                     for group, future in batch:
                         for s in group:
+                            self._running.discard(s.index)
                             entry = self.calls[s.index]
                             entry.state, entry.result, entry.error = s.state, s.result, s.error
                             entry.result_bytes = s.result_bytes
@@ -209,6 +254,7 @@ class Drive:
         await done
 
     async def reopen(self, indexes: Sequence[int]) -> None:
+        await self._flush()
         await self.store.reopen(self.lease, indexes)
         for index in indexes:
             entry = self.calls[index]
@@ -224,10 +270,12 @@ class Drive:
         self.record.total_file_bytes = usage.total_file_bytes
 
     async def pause(self) -> None:
+        await self._flush()
         await self.store.pause(self.lease)
         self.record.status = log.PAUSED
 
     async def end(self, status: str, outcome: dict[str, Any]) -> None:
+        await self._flush()
         await self.store.end(self.lease, status, outcome, self._usage)
         self._usage = None
         self.record.status, self.record.outcome = status, outcome

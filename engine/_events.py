@@ -20,6 +20,10 @@ loop, in order, for every script this engine drives or answers:
 ``paused``          the script waits (``waiting``: each ``{call_id, tool, reason}``)
 ``ended``           the script finished or failed (``status``, ``steps``, ``limit``,
                     ``error``: the error's name)
+``left``            this host stopped driving the script before it ended or paused:
+                    another host took it over (``status``: ``elsewhere``), or the drive
+                    raised (``error``, as the host's exception says; the script waits in
+                    the log for a ``resume``)
 ==================  ===========================================================
 
 A listener must be quick (it runs on the event loop, between the engine's own steps) and
@@ -49,6 +53,7 @@ EventKind = Literal[
     "call.failed",
     "paused",
     "ended",
+    "left",
 ]
 
 

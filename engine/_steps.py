@@ -56,6 +56,8 @@ class StepLoop(CallSettling):
             limits = self.limits_for(record.tenant)
             if any(not c.settled for c in drive.calls):
                 await self._settle_calls(drive, limits)
+                if drive.record.held:  # a claim found the script held: no call went out
+                    return await self._paused(drive, [], held=True)
                 unsettled = [c for c in drive.calls if not c.settled]
                 if unsettled:
                     return await self._paused(drive, unsettled)

@@ -6,7 +6,7 @@
     codemode show SCRIPT_ID [--data-dir DIR | --config codemode.toml]
     codemode approve SCRIPT_ID CALL_ID / reject SCRIPT_ID CALL_ID [--message TEXT]
     codemode worker --tools TOOLS --config codemode.toml
-    codemode describe --tools TOOLS
+    codemode describe --tools TOOLS [--json [--format anthropic|openai_chat|openai_responses|mcp]]
     codemode search QUERY --tools TOOLS [--limit N] [--json]
     codemode runner serve --listen HOST:PORT ...
     codemode mcp serve [--config mcp.json] [--upstream CMD] [--tools TOOLS] [--http HOST:PORT]
@@ -48,9 +48,14 @@ from engine._events import Listener
 from engine._loading import load_tools
 from engine._progress import EventLines, ProgressLine
 from engine._search import MAX_LIMIT, MAX_QUERY, ToolIndex
+from engine.adapters import FORMATS
 from engine.log import LogStore, ScriptRecord
 from runner import FileReader, ScriptRunner, Step
 from sandbox.protocol import Script, size_text
+
+# A script's status as the exit code of `run` and `resume` (the README's table says each).
+EXIT_CODES = {"finished": 0, "failed": 1, "paused": 3, "elsewhere": 4}
+MISTAKE, INTERRUPTED = 2, 130
 
 
 def _version() -> str:
@@ -156,6 +161,12 @@ def _parser() -> argparse.ArgumentParser:
     common(worker)
 
     describe = commands.add_parser("describe", help="print the run_code tool definition")
+    describe.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="anthropic",
+        help="the model API whose tool shape --json prints (default: anthropic)",
+    )
     common(describe)
 
     search = commands.add_parser("search", help="print what tools.tool_search answers")
@@ -367,7 +378,7 @@ def _print_result(result: RunResult, as_json: bool, *, kept: bool = True) -> int
                     "codemode: the session log was in memory, so this script cannot be "
                     "resumed; run it with --data-dir DIR to continue it with codemode resume\n"
                 )
-    return {"finished": 0, "paused": 3, "elsewhere": 4}.get(result.status, 1)
+    return EXIT_CODES[result.status]
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -512,11 +523,11 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "worker":
             return asyncio.run(_worker(args))
         if args.command == "describe":
-            definition = _engine(args, needs_runner=False).definition()
+            definition = _engine(args, needs_runner=False).definition(args.format)
             if args.json:
                 _print_json(definition)
             else:
-                print(definition["description"])
+                print(definition.get("description") or definition["function"]["description"])
             return 0
         if args.command == "search":
             return _search(args)
@@ -533,9 +544,9 @@ def _main(argv: list[str] | None) -> int:
         return 2
     except CodeModeError as e:
         print(f"codemode: {e}", file=sys.stderr)
-        return 2
+        return MISTAKE
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
 
 
 def _runner_command(argv: list[str]) -> int:

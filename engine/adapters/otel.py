@@ -5,7 +5,9 @@
 - a ``codemode.script`` span for each drive of a script (from ``run_code`` or ``resume`` until
   it ends or pauses; a script resumed later in another process gets a span there), a child of
   the span current when the drive began; its ``codemode.status`` is finished, failed or
-  paused, and a script that met a limit has an error status naming it;
+  paused (or ``elsewhere``/``left`` when the drive stopped before that: another host took
+  the script over, or the drive raised), and a script that met a limit, or a drive that
+  raised, has an error status naming it;
 - a ``codemode.step`` span per step, with the step's stats as attributes (``codemode.cpu_ms``,
   ``codemode.heap_bytes``, ...) and the limit met as an error status;
 - a ``codemode.call`` span per call that ran, from its receipt to its result
@@ -72,6 +74,12 @@ class Tracing:
         elif kind.startswith("call.") and script is not None:
             span_event = _attributes(event, "call_id", "tool", "reason", "error")
             script.add_event(kind, span_event, timestamp=_ns(event.time))
+        elif kind == "left" and script is not None:
+            del self._scripts[script_id]
+            script.set_attribute("codemode.status", event.status or "left")
+            if event.error:
+                script.set_status(Status(StatusCode.ERROR, event.error))
+            script.end(_ns(event.time))
         elif kind in ("paused", "ended") and script is not None:
             del self._scripts[script_id]
             status = event.status or "paused"

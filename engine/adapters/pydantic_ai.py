@@ -19,10 +19,14 @@ refuses them instead (the script sees an error it can handle, and the model sees
 result, not a bare denial); an approval given elsewhere (``codemode approve``, another host)
 counts too. ``run_code`` is idempotent on the model's tool-call id, so the answer may come in
 another process, on the same log, much later.
+
+The tool returns the result's text; the files the script showed come with it as
+pydantic-ai's ``BinaryContent``, so the model sees them in the tool's result.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,6 +34,7 @@ from typing import Any
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai import Tool as AgentTool
 from pydantic_ai.exceptions import ApprovalRequired
+from pydantic_ai.messages import BinaryContent
 from pydantic_ai.toolsets import FunctionToolset
 
 from engine._codemode import CodeMode
@@ -86,7 +91,7 @@ class CodeModeToolset(FunctionToolset[Any]):
         )
         super().__init__([run_code])
 
-    async def _run_code(self, ctx: RunContext[Any], code: str) -> str:
+    async def _run_code(self, ctx: RunContext[Any], code: str) -> str | list[Any]:
         result = await self.engine.run_code(code, key=ctx.tool_call_id)
         if ctx.tool_call_approved and result.status == "paused":
             # A person approved the run_code call: approve what its script waits on (a call
@@ -98,6 +103,8 @@ class CodeModeToolset(FunctionToolset[Any]):
             result = await self.engine.resume(result.script_id)
         if result.status == "paused" and any(w["reason"] == "approval" for w in result.waiting):
             raise ApprovalRequired(metadata=_waiting(result))
+        if result.media:  # what the script showed, in the tool's result as pydantic-ai's own
+            return [result.text, *(_binary(block) for block in result.media)]
         return result.text
 
     async def answer(
@@ -123,6 +130,15 @@ class CodeModeToolset(FunctionToolset[Any]):
 
     async def aclose(self) -> None:
         await self.engine.aclose()
+
+
+def _binary(block: dict[str, Any]) -> BinaryContent:
+    """An MCP media block of the result as pydantic-ai's content."""
+    if block["type"] == "resource":
+        mime, data = block["resource"]["mimeType"], block["resource"]["blob"]
+    else:
+        mime, data = block["mimeType"], block["data"]
+    return BinaryContent(data=base64.b64decode(data), media_type=mime)
 
 
 def _waiting(result: RunResult) -> dict[str, Any]:

@@ -23,7 +23,10 @@ def load(blob: bytes | memoryview | None) -> Any:
     return None if blob is None else orjson.loads(blob)
 
 
-def script_row(record: r.ScriptRecord, *, updated_ms: int) -> tuple[Any, ...]:
+def script_row(
+    record: r.ScriptRecord, *, updated_ms: int, lease: r.Lease | None = None
+) -> tuple[Any, ...]:
+    """The script's row, with ``lease`` (the record's own lease is not written)."""
     return (
         record.id,
         record.key,
@@ -42,9 +45,9 @@ def script_row(record: r.ScriptRecord, *, updated_ms: int) -> tuple[Any, ...]:
         dump(record.outcome),
         dump(record.files),
         dump(record.tools),
-        None,
-        0,
-        0,
+        lease.owner if lease else None,
+        lease.token if lease else 0,
+        lease.expires_ms if lease else 0,
     )
 
 
@@ -72,7 +75,11 @@ def script_from_row(row: Sequence[Any]) -> r.ScriptRecord:
     )
 
 
-def call_row(e: r.CallEntry) -> tuple[Any, ...]:
+def call_row(e: r.CallEntry, *, claim: tuple[str, int, int] | None = None) -> tuple[Any, ...]:
+    """The call's row; ``claim``: written claimed (running) by ``(owner, token, now_ms)``."""
+    state, owner, token, started_ms = e.state, e.owner, e.token, e.started_ms
+    if claim is not None:
+        state, (owner, token, started_ms) = r.RUNNING, claim
     return (
         e.script_id,
         e.index,
@@ -80,15 +87,15 @@ def call_row(e: r.CallEntry) -> tuple[Any, ...]:
         e.name,
         dump(e.arguments),
         e.argument_bytes,
-        e.state,
+        state,
         dump(e.result),
         e.result_bytes,
         e.error,
         e.note,
-        e.owner,
-        e.token,
+        owner,
+        token,
         e.created_ms,
-        e.started_ms,
+        started_ms,
         e.ended_ms,
     )
 

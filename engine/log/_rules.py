@@ -48,6 +48,14 @@ def check_decision(decision: r.Decision) -> None:
         raise ValueError(f"a worker cannot move a call to {decision.state!r}")
 
 
+def check_new_call(entry: r.CallEntry) -> None:
+    """A call is added proposed or decided; the store sets who runs it when it claims it."""
+    if entry.state != r.PROPOSED and entry.state not in r.DECIDED:
+        raise ValueError(f"a call is added proposed or decided, not {entry.state!r}")
+    if entry.owner is not None or entry.token is not None:
+        raise ValueError("a call is added unclaimed: the store sets its owner and token")
+
+
 def check_settlement(settlement: r.Settlement) -> None:
     if settlement.state not in r.SETTLED:
         raise ValueError(f"a call settles as done or failed, not {settlement.state!r}")
@@ -67,8 +75,7 @@ def check_answer(expect: str, state: str) -> None:
         raise ValueError(f"an answer cannot move a call from {expect!r} to {state!r}")
 
 
-def wrong_state(entry: r.CallEntry, states: tuple[str, ...] | set[str]) -> str:
-    return (
-        f"call {entry.call_id} of script {entry.script_id} is {entry.state}, "
-        f"not {' or '.join(sorted(states))}"
-    )
+def wrong_state(
+    script_id: str, call_id: str, state: str, states: tuple[str, ...] | set[str]
+) -> str:
+    return f"call {call_id} of script {script_id} is {state}, not {' or '.join(sorted(states))}"

@@ -14,6 +14,7 @@ script's row before its calls' rows.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -90,14 +91,17 @@ def scripts(status: str | None, limit: int) -> Tx:
 
 
 def start(record: r.ScriptRecord, owner: str, ttl_ms: int, now: int) -> Tx:
+    # A new script is written with its first lease: one statement, nothing read back.
+    token = rules.next_token(None, owner, now, None)
+    assert token is not None
+    lease = r.Lease(record.id, owner, token, now + ttl_ms)
     added = yield Q(
         f"INSERT INTO scripts ({SCRIPT_COLUMNS}) VALUES ({_SCRIPT_VALUES}) ON CONFLICT DO NOTHING",
-        rows.script_row(record, updated_ms=now),
+        rows.script_row(record, updated_ms=now, lease=lease),
         "count",
     )
     if added == 1:
-        lease = yield from acquire(record.id, owner, ttl_ms, now, None)
-        return Started((yield from get_script(record.id)), lease, created=True)
+        return Started(dataclasses.replace(record, updated_ms=now, lease=lease), lease, True)
     # The key (or, by a host's mistake, the id) is taken: a start of a script already started.
     row = None
     if record.key is not None:
@@ -150,10 +154,22 @@ def claim_ready(owner: str, ttl_ms: int, now: int) -> Tx:
 
 
 def _fence(lease: r.Lease) -> Tx:
-    record = yield from get_script(lease.script_id, "update")
-    if record.lease is None or record.lease.token != lease.token:
-        raise r.LeaseLost(rules.lost(lease, record.lease))
-    return record
+    """Lock the script's row and refuse the write unless ``lease`` still holds it; returns
+    whether the script is held. Reads only the columns that say so (every owner write makes
+    this read: the whole row, with its code and files, costs more than the write)."""
+    row = yield Q(
+        "SELECT held, lease_owner, lease_token, lease_expires_ms FROM scripts WHERE id = ?",
+        (lease.script_id,),
+        "one",
+        "update",
+    )
+    if row is None:
+        raise ScriptNotFound(f"no script {lease.script_id!r} in the session log")
+    held, owner, token, expires = row
+    if owner is None or token != lease.token:
+        now = r.Lease(lease.script_id, owner, token, expires) if owner is not None else None
+        raise r.LeaseLost(rules.lost(lease, now))
+    return bool(held)
 
 
 def _touch(script_id: str, now: int, usage: r.StepUsage | None = None) -> Tx:
@@ -178,36 +194,79 @@ def _call(script_id: str, index: int, states: tuple[str, ...]) -> Tx:
         raise r.CallConflict(f"script {script_id} has no call at position {index}")
     entry = rows.call_from_row(row)
     if entry.state not in states:
-        raise r.CallConflict(rules.wrong_state(entry, states))
+        raise r.CallConflict(rules.wrong_state(script_id, entry.call_id, entry.state, states))
     return entry
 
 
+def _states(script_id: str, indexes: Sequence[int], states: tuple[str, ...] | None) -> Tx:
+    """The state of each call at ``indexes`` (locked), in one read of the range they span and
+    only the columns the check needs; with ``states``, :class:`CallConflict` unless each call
+    is there and in one of them."""
+    if not indexes:
+        return {}
+    found = yield Q(
+        "SELECT idx, call_id, state FROM calls WHERE script_id = ? AND idx >= ? AND idx <= ?",
+        (script_id, min(indexes), max(indexes)),
+        "all",
+        "update",
+    )
+    by_index: dict[int, str] = {}
+    names: dict[int, str] = {}
+    for index, call_id, state in found:
+        by_index[index], names[index] = state, call_id
+    if states is not None:
+        for index in indexes:
+            if index not in by_index:
+                raise r.CallConflict(f"script {script_id} has no call at position {index}")
+            if by_index[index] not in states:
+                raise r.CallConflict(
+                    rules.wrong_state(script_id, names[index], by_index[index], states)
+                )
+    return by_index
+
+
 def add_calls(
-    lease: r.Lease, entries: Sequence[r.CallEntry], usage: r.StepUsage | None, now: int
+    lease: r.Lease,
+    entries: Sequence[r.CallEntry],
+    usage: r.StepUsage | None,
+    claim: bool,
+    now: int,
 ) -> Tx:
-    yield from _fence(lease)
+    held = yield from _fence(lease)
     (count,) = yield Q("SELECT COUNT(*) FROM calls WHERE script_id = ?", (lease.script_id,), "one")
     for i, entry in enumerate(entries):
         if entry.script_id != lease.script_id or entry.index != count + i:
             raise r.CallConflict(rules.out_of_order(entry, count + i))
+    # A held script's calls are added but not claimed: no call goes out while it is held.
+    claimed = [e.index for e in entries if claim and not held and e.state == r.APPROVED]
     if entries:
+        running = set(claimed)
         yield Q(
             f"INSERT INTO calls ({CALL_COLUMNS}) VALUES ({_CALL_VALUES})",
-            [rows.call_row(e) for e in entries],
+            [
+                rows.call_row(e)
+                if e.index not in running
+                else rows.call_row(e, claim=(lease.owner, lease.token, now))
+                for e in entries
+            ],
             "many",
         )
     yield from _touch(lease.script_id, now, usage)
+    return claimed
 
 
 def decide(lease: r.Lease, decisions: Sequence[r.Decision], claim: bool, now: int) -> Tx:
-    yield from _fence(lease)
-    claimed = []
-    for d in decisions:
-        yield from _call(lease.script_id, d.index, (r.PROPOSED,))
-        if claim and d.state == r.APPROVED:
-            yield Q(
-                "UPDATE calls SET state = ?, note = ?, error = ?, owner = ?, token = ?,"
-                " started_ms = ? WHERE script_id = ? AND idx = ?",
+    held = yield from _fence(lease)
+    yield from _states(lease.script_id, [d.index for d in decisions], (r.PROPOSED,))
+    # A held script's calls are decided but not claimed: no call goes out while it is held.
+    claiming = claim and not held
+    claimed = [d for d in decisions if claiming and d.state == r.APPROVED]
+    decided = [d for d in decisions if not (claiming and d.state == r.APPROVED)]
+    if claimed:
+        yield Q(
+            "UPDATE calls SET state = ?, note = ?, error = ?, owner = ?, token = ?,"
+            " started_ms = ? WHERE script_id = ? AND idx = ?",
+            [
                 (
                     r.RUNNING,
                     d.note,
@@ -217,42 +276,58 @@ def decide(lease: r.Lease, decisions: Sequence[r.Decision], claim: bool, now: in
                     now,
                     lease.script_id,
                     d.index,
-                ),
-            )
-            claimed.append(d.index)
-            continue
+                )
+                for d in claimed
+            ],
+            "many",
+        )
+    if decided:
         yield Q(
             "UPDATE calls SET state = ?, note = ?, error = ? WHERE script_id = ? AND idx = ?",
-            (d.state, d.note, d.error, lease.script_id, d.index),
+            [(d.state, d.note, d.error, lease.script_id, d.index) for d in decided],
+            "many",
         )
     yield from _touch(lease.script_id, now)
-    return claimed
+    return [d.index for d in claimed]
 
 
 def claim(lease: r.Lease, indexes: Sequence[int], now: int) -> Tx:
-    yield from _fence(lease)
-    claimed = []
-    for index in indexes:
-        moved = yield Q(
+    held = yield from _fence(lease)
+    claimed: list[int] = []
+    if not held:  # no call goes out while the script is held
+        states = yield from _states(lease.script_id, indexes, None)
+        claimed = [i for i in dict.fromkeys(indexes) if states.get(i) == r.APPROVED]
+    if claimed:
+        yield Q(
             "UPDATE calls SET state = ?, owner = ?, token = ?, started_ms = ?"
-            " WHERE script_id = ? AND idx = ? AND state = ?",
-            (r.RUNNING, lease.owner, lease.token, now, lease.script_id, index, r.APPROVED),
-            "count",
+            " WHERE script_id = ? AND idx = ?",
+            [(r.RUNNING, lease.owner, lease.token, now, lease.script_id, i) for i in claimed],
+            "many",
         )
-        if moved == 1:
-            claimed.append(index)
     yield from _touch(lease.script_id, now)
     return claimed
 
 
 def settle(lease: r.Lease, settlements: Sequence[r.Settlement], now: int) -> Tx:
     yield from _fence(lease)
-    for s in settlements:
-        yield from _call(lease.script_id, s.index, (r.RUNNING,))
+    yield from _states(lease.script_id, [s.index for s in settlements], (r.RUNNING,))
+    if settlements:
         yield Q(
             "UPDATE calls SET state = ?, result = ?, result_bytes = ?, error = ?, ended_ms = ?"
             " WHERE script_id = ? AND idx = ?",
-            (s.state, rows.dump(s.result), s.result_bytes, s.error, now, lease.script_id, s.index),
+            [
+                (
+                    s.state,
+                    rows.dump(s.result),
+                    s.result_bytes,
+                    s.error,
+                    now,
+                    lease.script_id,
+                    s.index,
+                )
+                for s in settlements
+            ],
+            "many",
         )
     yield from _touch(lease.script_id, now)
 

@@ -62,10 +62,21 @@ class SqlStore(LogStore):
         )
 
     async def add_calls(
-        self, lease: r.Lease, entries: Sequence[r.CallEntry], usage: r.StepUsage | None = None
-    ) -> None:
-        await self._tx(
-            lambda now: sql.add_calls(lease, entries, usage, now), write=True, sync=False
+        self,
+        lease: r.Lease,
+        entries: Sequence[r.CallEntry],
+        usage: r.StepUsage | None = None,
+        *,
+        claim: bool = False,
+    ) -> list[int]:
+        for entry in entries:
+            rules.check_new_call(entry)
+        # Proposals alone can be made again by a run; decisions and receipts must last.
+        decided = any(e.state != r.PROPOSED for e in entries)
+        return await self._tx(
+            lambda now: sql.add_calls(lease, entries, usage, claim, now),
+            write=True,
+            sync=decided,
         )
 
     async def decide(

@@ -12,7 +12,9 @@ kinds, and the kind says who may make them:
   two hosts at once, takes effect once.
 
 Group commit: the calls of one step are added in one transaction, their receipts
-(:meth:`LogStore.claim`) in one, and their results (:meth:`LogStore.settle`) in one.
+(:meth:`LogStore.claim`) in one, and their results (:meth:`LogStore.settle`) in one; when
+the worker decides at once, a step's calls, their decisions and their receipts are one
+transaction (:meth:`LogStore.add_calls` with ``claim``).
 
 A host that writes its own store runs :mod:`engine.log.conformance` against it.
 """
@@ -110,11 +112,22 @@ class LogStore(abc.ABC):
 
     @abc.abstractmethod
     async def add_calls(
-        self, lease: Lease, entries: Sequence[CallEntry], usage: StepUsage | None = None
-    ) -> None:
+        self,
+        lease: Lease,
+        entries: Sequence[CallEntry],
+        usage: StepUsage | None = None,
+        *,
+        claim: bool = False,
+    ) -> list[int]:
         """Append calls; their indexes must continue the script's call order
         (:class:`CallConflict` otherwise). ``usage``: what the script's runs have used after
-        the step that asked for them, written with them."""
+        the step that asked for them, written with them.
+
+        An entry is ``proposed``, or already decided (one of the states a worker decides,
+        with its note and error: the worker answered before the calls were written, so the
+        calls and the decisions are one write). With ``claim``, the entries decided
+        ``approved`` are claimed in the same write, as :meth:`claim` would (none while the
+        script is held), and their indexes returned."""
 
     @abc.abstractmethod
     async def decide(
@@ -122,13 +135,15 @@ class LogStore(abc.ABC):
     ) -> list[int]:
         """Move proposed calls to what the worker decided; :class:`CallConflict` if one is
         not proposed. With ``claim``, a call decided ``approved`` is claimed in the same
-        write (see :meth:`claim`): its index is returned, and it is ``running``."""
+        write (see :meth:`claim`): its index is returned, and it is ``running``; while the
+        script is held, nothing is claimed."""
 
     @abc.abstractmethod
     async def claim(self, lease: Lease, indexes: Sequence[int]) -> list[int]:
         """The receipts: move each call that is ``approved`` to ``running`` under this lease
         (owner, token, start time) and return the indexes that moved. A call runs only if
-        its index is returned."""
+        its index is returned. While the script is held, none moves (no call goes out), and
+        the hold is checked in the same transaction as the claim."""
 
     @abc.abstractmethod
     async def settle(self, lease: Lease, settlements: Sequence[Settlement]) -> None:

@@ -314,6 +314,51 @@ async def check_claims(make: StoreFactory) -> None:
         assert [c.state for c in calls[2:]] == [r.RUNNING, r.AWAITING_CLIENT, r.RUNNING]
         assert calls[4].owner == "host-a" and calls[4].token == lease.token
         assert await store.decide(lease, []) == []
+        # Added decided, and claimed in the same write: calls, decisions and receipts at once.
+        decided = [
+            _call(script_id, 5, state=r.APPROVED),
+            _call(script_id, 6, state=r.FAILED, error="refused"),
+            _call(script_id, 7, state=r.AWAITING_APPROVAL, note="ask"),
+            _call(script_id, 8, state=r.APPROVED),
+        ]
+        got = await store.add_calls(lease, decided, claim=True)
+        assert got == [5, 8], got
+        calls = await store.calls(script_id, 5)
+        assert [c.state for c in calls] == [r.RUNNING, r.FAILED, r.AWAITING_APPROVAL, r.RUNNING]
+        assert calls[0].owner == "host-a" and calls[0].token == lease.token, calls[0]
+        assert calls[0].started_ms is not None and calls[2].owner is None, calls
+        assert (calls[1].error, calls[2].note) == ("refused", "ask"), calls
+        assert await store.add_calls(lease, [_call(script_id, 9, state=r.APPROVED)]) == []
+        assert (await store.calls(script_id, 9))[0].state == r.APPROVED, "claimed unasked"
+        for bad in (
+            _call(script_id, 10, state=r.RUNNING),
+            _call(script_id, 10, state=r.APPROVED, owner="host-a", token=lease.token),
+        ):
+            await _raises(ValueError, f"a call added as {bad}", store.add_calls(lease, [bad]))
+    finally:
+        await _close(store)
+
+
+async def check_no_claim_while_held(make: StoreFactory) -> None:
+    """No call goes out while the script is held: a claim (alone or with the decisions)
+    moves nothing, the decisions still stand, and once released the calls are claimed."""
+    store = make()
+    try:
+        script_id, lease = await _with_calls(store, 3, r.PROPOSED)
+        await store.decide(lease, [r.Decision(0, r.APPROVED)])
+        await store.set_held(script_id, True)
+        assert await store.claim(lease, [0]) == [], "a held script's call was claimed"
+        got = await store.decide(
+            lease, [r.Decision(1, r.APPROVED), r.Decision(2, r.FAILED, error="no")], claim=True
+        )
+        assert got == [], f"a held script's decided call was claimed: {got}"
+        calls = await store.calls(script_id)
+        assert [c.state for c in calls] == [r.APPROVED, r.APPROVED, r.FAILED], calls
+        added = await store.add_calls(lease, [_call(script_id, 3, state=r.APPROVED)], claim=True)
+        assert added == [], f"a held script's added call was claimed: {added}"
+        assert (await store.calls(script_id, 3))[0].state == r.APPROVED
+        await store.set_held(script_id, False)
+        assert await store.claim(lease, [0, 1, 3]) == [0, 1, 3], "released, the calls go out"
     finally:
         await _close(store)
 
@@ -538,6 +583,7 @@ CHECKS: list[Check] = [
     check_calls_in_order,
     check_decide,
     check_claims,
+    check_no_claim_while_held,
     check_settle,
     check_takeover_of_running_calls,
     check_step_pause_end,

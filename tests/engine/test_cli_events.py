@@ -131,3 +131,20 @@ def test_progress_line_counts() -> None:
     assert ", 1 waiting, " in line.text()
     line.clear()
     assert stream.getvalue().endswith("\r\x1b[K")
+
+
+def test_the_readme_documents_every_exit_code() -> None:
+    """The README's table of exit codes names each code the CLI returns."""
+    import re
+    import signal
+
+    from engine.cli import EXIT_CODES, INTERRUPTED, MISTAKE
+
+    readme = (ROOT / "README.md").read_text()
+    table = dict(re.findall(r"^\| (\d+) \| (.+?) \|$", readme, re.M))
+    codes = {*EXIT_CODES.values(), MISTAKE, INTERRUPTED, 128 + signal.SIGPIPE}
+    assert {int(c) for c in table} == codes
+    for status, code in EXIT_CODES.items():
+        meaning = table[str(code)]
+        word = {"elsewhere": "another host"}.get(status, status)
+        assert word in meaning, (status, meaning)

@@ -197,3 +197,53 @@ async def test_script_step_fields_are_on_the_log_record(caplog) -> None:
     assert last.outcome == "finished"  # type: ignore[attr-defined]
     assert last.limit == "-"  # type: ignore[attr-defined]
     assert f"run_ms={last.run_ms:.1f}" in last.getMessage()  # type: ignore[attr-defined]
+
+
+async def test_a_start_by_a_known_key_resumes_and_client_results_are_events(tmp_path) -> None:
+    """run_code with the key of a paused script (the chat loop's second turn) is a `resumed`
+    drive; a client's answer is the call's `call.done`."""
+
+    @tool(client=True)
+    def ask_user(question: str) -> str:
+        """Ask the person at the keyboard."""
+        raise AssertionError("a client tool never runs on the host")
+
+    events: list[Event] = []
+    engine = CodeMode(
+        [ask_user, pay],
+        runner=InProcessRunner(),
+        data_dir=tmp_path,
+        type_check="off",
+        on_event=events.append,
+    )
+    code = "const a = await tools.ask_user({ question: 'how much?' }); return await tools.pay({ amount: Number(a) })"
+    try:
+        first = await engine.run_code(code, key="toolu_1")
+        assert first.waiting[0]["reason"] == "client"
+        await engine.client_result(first.script_id, first.waiting[0]["call_id"], "7")
+        second = await engine.run_code(code, key="toolu_1")
+        assert second.status == "paused" and second.waiting[0]["name"] == "pay"
+        await engine.approve(second.script_id, second.waiting[0]["call_id"])
+        done = await engine.run_code(code, key="toolu_1")
+    finally:
+        await engine.aclose()
+    assert done.value == "paid 7"
+    kinds = [e.kind for e in events]
+    assert kinds[kinds.index("paused") :] == [
+        "paused",
+        "call.done",  # the client's answer
+        "resumed",
+        "step",
+        "call.proposed",
+        "call.waiting",
+        "paused",
+        "call.approved",
+        "resumed",
+        "call.running",
+        "call.done",
+        "step",
+        "ended",
+    ]
+    client_done = events[kinds.index("paused") + 1]
+    assert (client_done.tool, client_done.stats) == ("ask_user", {"result_bytes": 3})
+    assert {e.script_id for e in events} == {done.script_id}

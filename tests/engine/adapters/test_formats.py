@@ -171,3 +171,23 @@ def test_the_checker_refuses_what_the_sdk_refuses() -> None:
                 "content": [{"type": "image", "source": source}],
             },
         )
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_describe_prints_each_format(fmt: str) -> None:
+    import json
+
+    from tests.engine.test_cli import codemode
+
+    proc = codemode("describe", "--tools", "examples/tracker_tools.py", "--json", "--format", fmt)
+    assert proc.returncode == 0, proc.stderr
+    definition = json.loads(proc.stdout)
+    sdk_type = {
+        "anthropic": ToolParam,
+        "openai_chat": ChatCompletionToolParam,
+        "openai_responses": FunctionToolParam,
+    }.get(fmt)
+    if sdk_type is None:
+        assert mcp.types.Tool.model_validate(definition).name == "run_code"
+    else:
+        conforms(sdk_type, definition)

@@ -140,3 +140,41 @@ async def test_a_step_that_meets_a_limit_and_a_pause(exporter, tmp_path) -> None
     ]
     assert drives[0].attributes["codemode.waiting"] == 1
     assert drives[1].status.status_code == StatusCode.OK
+
+
+class _RefusingOnce(InProcessRunner):
+    """A runner that refuses the first step for good (its host gets StepUnavailable)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tries = 0
+
+    async def run(self, script, files=None, *, tenant="default"):  # type: ignore[no-untyped-def]
+        from runner import RunError
+
+        self.tries += 1
+        if self.tries == 1:
+            raise RunError("no runner here", permanent=True)
+        return await super().run(script, files, tenant=tenant)
+
+
+async def test_a_drive_that_raises_ends_its_span(exporter) -> None:
+    from engine import Event, StepUnavailable
+
+    spans_out, provider = exporter
+    events: list[Event] = []
+    engine = CodeMode(
+        runner=_RefusingOnce(), type_check="off", on_event=[Tracing(provider), events.append]
+    )
+    with pytest.raises(StepUnavailable):
+        await engine.run_code("return 5")
+    assert [e.kind for e in events] == ["started", "left"]
+    assert events[-1].error is not None and "no runner here" in events[-1].error
+    result = await engine.resume(events[0].script_id)
+    await engine.aclose()
+    assert result.value == 5
+    drives = [s for s in spans_out.get_finished_spans() if s.name == "codemode.script"]
+    assert [(s.attributes["codemode.status"], s.status.status_code) for s in drives] == [
+        ("left", StatusCode.ERROR),
+        ("finished", StatusCode.OK),
+    ]

@@ -119,3 +119,36 @@ def test_a_tool_that_takes_run_context_is_refused() -> None:
 
     with pytest.raises(ToolDefinitionError, match="takes pydantic-ai's RunContext"):
         CodeModeToolset([Tool(needs_ctx, takes_ctx=True)], type_check="off")
+
+
+async def test_what_a_script_shows_reaches_the_model_as_binary_content() -> None:
+    from pydantic_ai.messages import BinaryContent
+
+    from engine import Skill
+    from tests.engine.adapters.test_formats import PNG
+
+    seen: list[Any] = []
+
+    def shows(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [
+            p for m in messages for p in getattr(m, "parts", []) if isinstance(p, ToolReturnPart)
+        ]
+        if not returns:
+            code = 'files.show("charts/chart.png"); return "shown"'
+            return ModelResponse(parts=[ToolCallPart("run_code", {"code": code}, tool_call_id="c")])
+        seen.append(returns[-1].content)
+        return ModelResponse(parts=[TextPart("ok")])
+
+    skill = Skill("charts", "Charts.", "Show the chart.", files={"chart.png": PNG})
+    toolset = CodeModeToolset(
+        [list_prs], skills=[skill], runner=InProcessRunner(), type_check="off"
+    )
+    try:
+        run = await Agent(FunctionModel(shows), toolsets=[toolset]).run("Show me the chart.")
+    finally:
+        await toolset.aclose()
+    assert run.output == "ok"
+    ((text, image),) = seen
+    assert text.startswith("Script finished.")
+    assert isinstance(image, BinaryContent)
+    assert (image.data, image.media_type) == (PNG, "image/png")
