@@ -37,7 +37,9 @@ class _Timed(ScriptRunner):
         self.mode = make_mode("floor", 1)
         self.wall = self.cpu = 0.0
 
-    async def run(self, script: Any, files: Any = None, *, tenant: str = "default") -> Any:
+    async def run(
+        self, script: Any, files: Any = None, *, tenant: str = "default", live: bool = False
+    ) -> Any:
         wall, cpu = time.perf_counter(), time.process_time()
         try:
             return await self.mode.step(script, tenant)
