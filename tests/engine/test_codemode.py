@@ -65,10 +65,13 @@ def _github(calls: list[tuple[str, Any]]) -> list[Tool]:
     return [list_prs, get_reviews]
 
 
-async def test_stale_prs_runs_in_three_steps(inproc: InProcessRunner) -> None:
-    """The spec's example: list, then both reviews at once, then the spec's result text."""
+@pytest.mark.parametrize("live", [False, True], ids=["replay", "live"])
+async def test_stale_prs_runs_in_three_steps(inproc: InProcessRunner, live: bool) -> None:
+    """The spec's example: list, then both reviews at once, then the spec's result text;
+    by replay, each step re-runs the script with the calls recorded so far, live the first
+    run goes on twice."""
     calls: list[tuple[str, Any]] = []
-    engine = CodeMode(_github(calls), runner=inproc, clock=lambda: NOW)
+    engine = CodeMode(_github(calls), runner=inproc, clock=lambda: NOW, live=live)
     result = await engine.run_code(STALE_PRS)
     assert result.status == "finished"
     assert result.text == (
@@ -76,7 +79,10 @@ async def test_stale_prs_runs_in_three_steps(inproc: InProcessRunner) -> None:
         '[{"number":12,"reviews":0},{"number":15,"reviews":2}]'
     )
     assert result.value == [{"number": 12, "reviews": 0}, {"number": 15, "reviews": 2}]
-    assert [len(s.records) for s in inproc.steps] == [0, 1, 3]
+    if live:
+        assert [len(s.records) for s in inproc.steps] == [0] and inproc.segments == 2
+    else:
+        assert [len(s.records) for s in inproc.steps] == [0, 1, 3]
     assert calls == [("list_prs", "acme/api"), ("get_reviews", 12), ("get_reviews", 15)]
     assert result.content == [{"type": "text", "text": result.text}]
 
@@ -97,7 +103,7 @@ async def test_fifty_sequential_calls_run_each_handler_once(inproc: InProcessRun
     assert result.status == "finished", result.text
     assert result.value == 50
     assert seen == list(range(50))
-    assert len(inproc.steps) == 51
+    assert len(inproc.steps) + inproc.segments == 51  # the start and 50 steps (live or not)
 
 
 async def test_worker_refuses_and_answers_by_id(inproc: InProcessRunner) -> None:
