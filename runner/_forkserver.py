@@ -10,9 +10,10 @@ Every wait here is bounded, and the zygote's death is seen at once (its control 
 closes): children in flight are killed through their pidfds, steps in flight get a
 ``RunError`` (or their ``ran``, if they had it), and the next spawn starts a new zygote.
 
-Choices made by measurement (2-core VM, bench/): a step waits for the zygote's exit report
-after ``ran`` (about 2 ms of it is the kernel tearing down the child's copy of the zygote's
-25 MiB address space) because the step's CPU and peak memory come from ``wait4``; asyncio
+Choices made by measurement (2-core VM, bench/): a step no longer waits for the zygote's exit
+report after ``ran`` (about 2 ms of it is the kernel tearing down the child's copy of the
+zygote's 25 MiB address space): its CPU and peak memory are read from ``/proc`` when ``ran``
+arrives (``runner._live.measure_at_ran``), and the exit report only closes the child; asyncio
 pipe transports were replaced by plain fds on the loop (``_pipes``), two loop turns fewer
 per child; running the warm-up again in each pool child to copy its pages ahead
 ("prefault") saved less in the step than it cost, so children do not.
@@ -87,6 +88,11 @@ class ForkedChild:
     closed: bool = False
     # Set at close: the child ended without reading any of what we wrote (the script).
     unread: bool = False
+    # Its start time in /proc (clock ticks since boot), read while it waited for a script:
+    # what makes a later read of /proc/<pid> surely this child's (see runner._live.measure).
+    starttime: int | None = None
+    # Handed to a background reap after its step returned at `ran`.
+    detached: bool = False
 
     @property
     def server_died(self) -> bool:

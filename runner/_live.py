@@ -21,15 +21,40 @@ import contextlib
 import select
 import time
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from runner import _conversation as conv
 from runner._base import LiveRun, ProcessStats, RunError, Step
+from runner._slots import Slots
 from sandbox import protocol
 
 if TYPE_CHECKING:
     from runner._forkserver import ForkedChild
-    from runner._process import ProcessRunner
+
+
+class _Owner(Protocol):
+    """What a live run needs of the runner that made it (``ProcessRunner``)."""
+
+    slots: Slots
+    _live: weakref.WeakSet[ProcessLive]
+
+    async def _segment_step(
+        self,
+        child: ForkedChild,
+        script: protocol.Script,
+        outcome: conv.Outcome,
+        server: conv.FileServer,
+        *,
+        tenant: str,
+        known: int,
+        cpu_charged: float,
+        started: float,
+    ) -> Step: ...
+
+
+class _Measured(Protocol):
+    pid: int
+    starttime: int | None
 
 
 def proc_cpu_ms(pid: int) -> float | None:
@@ -38,6 +63,19 @@ def proc_cpu_ms(pid: int) -> float | None:
     try:
         with open(f"/proc/{pid}/schedstat", "rb") as f:
             return int(f.read().split()[0]) / 1e6
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def proc_starttime(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat``): with its
+    pid, what names one process for good. ``None`` when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read()
+        # The fields after the command name (in parentheses, which may hold anything);
+        # starttime is field 22 of the whole line, the 20th after the name.
+        return int(text[text.rindex(b")") + 2 :].split()[19])
     except (OSError, ValueError, IndexError):
         return None
 
@@ -83,7 +121,7 @@ class ProcessLive(LiveRun):
 
     def __init__(
         self,
-        runner: ProcessRunner,
+        runner: _Owner,
         child: ForkedChild,
         script: protocol.Script,
         server: conv.FileServer,
@@ -217,18 +255,27 @@ def _end_child(child: ForkedChild) -> None:
         child.close()
 
 
-def measure(child: ForkedChild, cpu_charged: float, started: float) -> ProcessStats:
-    """A kept process's segment: wall time since ``started``, CPU beyond ``cpu_charged``
-    and peak memory, read from ``/proc`` while the process waits."""
-    stats = ProcessStats(wall_ms=(time.monotonic() - started) * 1000)
+def measure_at_ran(child: _Measured, cpu_charged: float, started: float) -> ProcessStats | None:
+    """What a step whose process just wrote ``ran`` cost, read from ``/proc`` without waiting
+    for it to exit: CPU beyond ``cpu_charged`` and peak memory, or ``None`` when that cannot
+    be read surely of this process (then the caller waits for ``wait4``).
+
+    The reads come first and the start time is checked last: a pid is reused only after its
+    process was reaped, so a start time that still matches means every read before it was
+    of this process. What the kernel spends tearing the process down after ``ran`` (a
+    millisecond or two) is charged to nobody.
+    """
+    if child.starttime is None:
+        return None
     cpu = proc_cpu_ms(child.pid)
     memory = proc_memory(child.pid)
-    if child.alive():  # still ours when read: the pid was not reused meanwhile
-        if cpu is not None:
-            stats.cpu_ms = max(cpu - cpu_charged, 0.0)
-        if memory is not None:
-            stats.max_rss_bytes = memory[1]
-    return stats
+    if cpu is None or memory is None or proc_starttime(child.pid) != child.starttime:
+        return None
+    return ProcessStats(
+        wall_ms=(time.monotonic() - started) * 1000,
+        cpu_ms=max(cpu - cpu_charged, 0.0),
+        max_rss_bytes=memory[1],
+    )
 
 
 async def close_all(lives: weakref.WeakSet[ProcessLive]) -> None:

@@ -31,7 +31,7 @@ from typing import Literal, Protocol
 from runner import _conversation as conv
 from runner._base import SANDBOX_ARGS, FileReader, ProcessStats, RunError, ScriptRunner, Step
 from runner._forkserver import ForkedChild, ForkServer
-from runner._live import ProcessLive, close_all, measure
+from runner._live import ProcessLive, close_all, measure_at_ran, proc_starttime
 from runner._pool import DEFAULT_IDLE_AFTER, WarmPool
 from runner._slots import DEFAULT_SCRIPT_WAIT, Slots, default_slot_count
 from sandbox import protocol
@@ -62,6 +62,10 @@ class Child:
     killed_by_us: bool = False
     status: int | None = None
     rusage: resource.struct_rusage | None = None
+    # Handed to a background reap after its step returned at `ran`.
+    detached: bool = False
+    # Never reused while it is our unreaped child: /proc/<pid> is surely this process.
+    starttime: int | None = None
 
     async def write(self, data: bytes) -> None:
         self.writer.write(data)
@@ -141,6 +145,7 @@ async def spawn(argv: list[str], line_limit: int) -> Child:
     )
     writer = asyncio.StreamWriter(transport, proto, None, loop)
     child = Child(pid=popen.pid, popen=popen, reader=conv.LineReader(stdout), writer=writer)
+    child.starttime = proc_starttime(popen.pid)
     child.stderr_task = asyncio.create_task(_drain_stderr(stderr, child.stderr))
     return child
 
@@ -148,11 +153,14 @@ async def spawn(argv: list[str], line_limit: int) -> Child:
 class _Process(Protocol):
     """What a step needs of a sandbox process, exec'd (``Child``) or forked (``ForkedChild``)."""
 
+    pid: int
     reader: conv.LineReader
     stderr: bytearray
     status: int | None
     killed_by_us: bool
     started: float
+    detached: bool
+    starttime: int | None
 
     async def write(self, data: bytes) -> None: ...
     def close_input(self) -> None: ...
@@ -225,6 +233,8 @@ class ProcessRunner(ScriptRunner):
         self._closed = False
         # The live runs this runner made and nobody closed yet; aclose ends them.
         self._live: weakref.WeakSet[ProcessLive] = weakref.WeakSet()
+        # Processes whose steps returned at `ran`, being reaped (aclose waits for them).
+        self._reaping: set[asyncio.Task[None]] = set()
 
     def with_data_limit(self, data_limit: int) -> ProcessRunner:
         """A runner like this one whose processes' heap is capped at ``data_limit`` bytes.
@@ -298,8 +308,9 @@ class ProcessRunner(ScriptRunner):
                 return ready
             return await self._drive(child, ready, script, files, live=False, tenant="")
         finally:
-            child.kill()
-            await child.reap(grace=0)
+            if not child.detached:
+                child.kill()
+                await child.reap(grace=0)
 
     # ---- fork and pool modes ----
 
@@ -343,11 +354,13 @@ class ProcessRunner(ScriptRunner):
                 ready = await self._await_ready(child)
             if isinstance(ready, Step):
                 return ready
+            if child.starttime is None:
+                child.starttime = proc_starttime(child.pid)
             child.started = time.monotonic()
             step = await self._drive(child, ready, script, files, live=live, tenant=tenant)
             return step
         finally:
-            if step is None or step.live is None:
+            if (step is None or step.live is None) and not child.detached:
                 child.kill()
                 await child.reap(grace=0)
             if self.pool is not None:
@@ -426,25 +439,33 @@ class ProcessRunner(ScriptRunner):
         run that stopped on calls (when ``keep`` and it is a forked child), else the process
         ends and is reaped. ``cpu_charged`` is what earlier segments of its run were charged."""
         ran = outcome.ran
-        stops = ran is not None and ran.outcome == "calls"
-        waits = stops and script.version >= protocol.LIVE_VERSION
-        if waits and keep and isinstance(child, ForkedChild) and ran is not None:
-            stats = measure(child, cpu_charged, started)
-            stats.file_bytes = outcome.file_bytes
-            step = Step.from_ran(ran, stats)
-            step.live = ProcessLive(
-                self,
-                child,
-                script,
-                server,
-                tenant=tenant,
-                known=known,
-                waiting=list(ran.calls),
-                cpu_charged=cpu_charged + stats.cpu_ms,
-            )
-            return step
-        if waits:
-            child.close_input()  # a version 2 process waits for results: let it exit
+        waits = (
+            ran is not None and ran.outcome == "calls" and script.version >= protocol.LIVE_VERSION
+        )
+        if ran is not None and isinstance(child, ForkedChild):
+            # Return at `ran`: what the step cost is read from /proc now, not from wait4 (the
+            # fork server reaps the process; an exec'd one is ours to reap, so waited for).
+            stats = measure_at_ran(child, cpu_charged, started)
+            if stats is not None:
+                stats.file_bytes = outcome.file_bytes
+                step = Step.from_ran(ran, stats)
+                if waits and keep and isinstance(child, ForkedChild):
+                    step.live = ProcessLive(
+                        self,
+                        child,
+                        script,
+                        server,
+                        tenant=tenant,
+                        known=known,
+                        waiting=list(ran.calls),
+                        cpu_charged=cpu_charged + stats.cpu_ms,
+                    )
+                else:
+                    # The process has nothing more to say: it is ended and reaped meanwhile.
+                    self._reap_later(child)
+                return step
+        if ran is not None and script.version >= protocol.LIVE_VERSION:
+            child.close_input()  # a version 2 process waits after `ran`: let it exit
         if outcome.ran is None:
             if outcome.stopped:
                 child.kill()
@@ -463,6 +484,13 @@ class ProcessRunner(ScriptRunner):
             step.process.cpu_ms = max(step.process.cpu_ms - cpu_charged, 0.0)
             step.process.wall_ms = (time.monotonic() - started) * 1000
         return step
+
+    def _reap_later(self, child: _Process) -> None:
+        child.detached = True
+        child.kill()
+        task = asyncio.get_running_loop().create_task(child.reap(grace=1.0))
+        self._reaping.add(task)
+        task.add_done_callback(self._reaping.discard)
 
     def _step(self, child: _Process, script: Script, outcome: conv.Outcome) -> Step:
         status = child.status
@@ -485,6 +513,8 @@ class ProcessRunner(ScriptRunner):
         server; reaps everything."""
         self._closed = True
         await close_all(self._live)
+        if self._reaping:
+            await asyncio.gather(*self._reaping, return_exceptions=True)
         if self.pool is not None:
             await self.pool.aclose()
         if self.server is not None:

@@ -21,6 +21,10 @@ process does not exit. It reads one line (bounded by :func:`results_bound`):
   ``memory`` holds for the process.
 - ``{"end": {}}``, or the end of its input: the process exits (code 0) without a ``ran``.
 
+After its last ``ran`` (finished or failed) a version 2 process waits for the end of its
+input, then exits: the runner reads what the run cost from ``/proc`` while it is still there,
+then ends it.
+
 A version 1 script runs as before: recorded calls settle as they are made, and the process
 exits after ``ran``. A runner that takes only version 1 gets replay steps.
 

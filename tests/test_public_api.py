@@ -26,7 +26,7 @@ LOG = {
 }  # fmt: skip
 
 RUNNER = {
-    "FileMissing", "FileReader", "ProcessRunner", "ProcessStats", "RemoteRunner", "RunError",
+    "FileMissing", "FileReader", "LiveRun", "ProcessRunner", "ProcessStats", "RemoteRunner", "RunError",
     "RunnerService", "ScriptRunner", "Slots", "Step", "TEXT_BOUNDS", "bounded",
     "default_slot_count", "serve",
 }  # fmt: skip

@@ -111,6 +111,9 @@ async def test_killing_the_zygote_mid_step_gives_a_run_error_then_a_new_zygote(
         await runner.run(script("return 1"))
         first_zygote = runner.server.zygote_pid
         assert first_zygote is not None
+        # That step returned at `ran`; its process (limits like the next one's) is ended
+        # and reaped meanwhile: wait, so that the next step's child is the one found.
+        await until(lambda: not runner._reaping, "the first step's process to be reaped")
         task = asyncio.create_task(runner.run(script(SPIN, compute_ms=5000)))
         child = await running_child(runner, task)
         os.kill(first_zygote, signal.SIGKILL)

@@ -129,10 +129,27 @@ async def test_compute_ms_is_per_segment_live_and_per_run_by_replay() -> None:
         assert last.limit is not None and last.limit.name == "compute_ms"
 
 
-async def test_a_version_2_step_that_is_not_kept_exits_on_its_own() -> None:
-    """Without live, the runner closes the waiting process's input: it exits 0 at once."""
-    async with ProcessRunner(mode="pool") as runner:
-        step = await runner.run(script("await tools.t({ i: 1 })"))
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("code", ["await tools.t({ i: 1 })", "return 1", "null.x"])
+async def test_a_step_returns_at_ran(mode: str, code: str) -> None:
+    """A forked step that is not kept returns when `ran` arrives, measured from /proc (no
+    exit status yet: it is ended and the fork server reaps it); nothing is left after
+    aclose."""
+    before = open_fds()
+    async with ProcessRunner(mode=mode) as runner:  # type: ignore[arg-type]
+        step = await runner.run(script(code))
+        assert step.live is None
+        assert step.process is not None and step.process.exit_status is None
+        assert step.process.cpu_ms > 0 and step.process.max_rss_bytes > 0
+    assert zombies() == []
+    await until(lambda: open_fds() == before, "every fd of the runner to be closed")
+
+
+async def test_an_exec_step_waits_for_its_process() -> None:
+    """Exec mode reaps its own processes: a step returns with wait4's figures (a version 2
+    process, told by the end of its input, exits 0)."""
+    async with ProcessRunner(mode="exec") as runner:
+        step = await runner.run(script("await tools.t({ i: 1 })"), live=True)
         assert step.outcome == "calls" and step.live is None
         assert step.process is not None and step.process.exit_status == 0
 
@@ -256,3 +273,20 @@ async def test_file_bytes_count_over_the_live_run() -> None:
             s.model_copy(update={"records": [record(first.calls[0])]}), Reader()
         )
         assert outcome(replayed) == outcome(last)
+
+
+async def test_a_process_that_wrote_while_waiting_is_ended() -> None:
+    """A bogus second `ran` (or anything) written before the results: resume raises and the
+    process is ended. The line is put where the runner would find it, in the reader's buffer
+    (a real sandbox never writes while it waits)."""
+    async with ProcessRunner(mode="pool") as runner:
+        first = await runner.run(script("await tools.t({ i: 1 }); return 1"), live=True)
+        live = first.live
+        assert isinstance(live, ProcessLive)
+        pid = live.child.pid
+        live.child.reader.stream.feed_data(b'{"ran": {"outcome": "finished", "value": 666}}\n')
+        with pytest.raises(RunError, match="wrote to its output while it waited"):
+            await live.resume([record(first.calls[0])])
+        assert wait_gone([pid]) == []
+        assert runner.live_runs == 0
+    assert zombies() == []
