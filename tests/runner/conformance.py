@@ -368,6 +368,121 @@ def check_cleanup(h: Harness, steps: int) -> None:
     assert left == [], f"processes left after close: {left}"
 
 
+# ---- live steps --------------------------------------------------------------------------
+
+# Scripts whose printed text, calls or value depend on when calls settle (see
+# tests/sandbox/test_live.py), and the spec's example.
+LIVE_CORPUS = {
+    "stale_prs": (STALE_PRS_CODE, ("github__list_prs", "github__get_reviews")),
+    "interleaved": (
+        """
+        const a = tools.t({ n: 1 });
+        a.then(() => console.log("a settled"));
+        Promise.resolve().then(() => console.log("microtask"));
+        async function slow() { for (let i = 0; i < 3; i++) await null; console.log("slow"); }
+        const [r] = await Promise.all([tools.t({ q: "x" }), slow(), a]);
+        try { await tools.t({ fail: true }); } catch (e) { console.log(e.message, e.tool); }
+        return [r, await tools.t({ n: 2 })];""",
+        ("t",),
+    ),
+    "uncaught": (
+        "console.log('x');\nawait tools.t({ a: 1 });\nawait tools.t({ fail: 1 });",
+        ("t",),
+    ),
+}
+
+
+def _answer(call: Any) -> Record:
+    if call.arguments.get("fail"):
+        return Record(name=call.name, arguments=call.arguments, error=f"{call.name} refused")
+    if call.name == "github__list_prs":
+        return Record(name=call.name, arguments=call.arguments, result=PRS)
+    if call.name == "github__get_reviews":
+        return Record(
+            name=call.name, arguments=call.arguments, result=REVIEWS[call.arguments["number"]]
+        )
+    return Record(name=call.name, arguments=call.arguments, result={"echo": call.arguments})
+
+
+def _outcome(step: Step) -> bytes:
+    body = step.model_dump(mode="json", exclude_unset=True, exclude={"stats", "process", "live"})
+    return json.dumps(body, sort_keys=True).encode()
+
+
+def check_live_agrees_with_replay(h: Harness) -> None:
+    """Each script of the live corpus, run live (resumed while the runner keeps its process,
+    replayed when it does not) and by replay: byte-identical steps (value, printed, error,
+    calls, shown); afterwards the runner keeps no live process."""
+
+    async def go() -> None:
+        for name, (code, tools) in LIVE_CORPUS.items():
+            base = script(code, tools=tools, id=f"live-{name}")
+            replayed: list[bytes] = []
+            records: list[Record] = []
+            while True:
+                step = await h.runner.run(base.model_copy(update={"records": list(records)}))
+                replayed.append(_outcome(step))
+                if step.outcome != "calls":
+                    break
+                records += [_answer(c) for c in step.calls]
+            lived: list[bytes] = []
+            records = []
+            step = await h.runner.run(base, live=True)
+            while True:
+                lived.append(_outcome(step))
+                if step.outcome != "calls":
+                    break
+                answers = [_answer(c) for c in step.calls]
+                records += answers
+                if step.live is not None:
+                    step = await step.live.resume(answers)
+                else:
+                    step = await h.runner.run(
+                        base.model_copy(update={"records": list(records)}), live=True
+                    )
+            assert lived == replayed, name
+        assert getattr(h.runner, "live_runs", 0) == 0
+
+    h.run(go())
+
+
+def check_live_cleanup(h: Harness) -> None:
+    """Live processes closed, resumed to the end, dropped without close, or left to the
+    runner's close: none is left afterwards (no fd, zombie or child)."""
+    before = open_fds()
+    children_before = {p.pid for p in psutil.Process().children(recursive=True)}
+    code = "await tools.t({ a: 1 }); await tools.t({ a: 2 }); return 1"
+
+    async def go() -> None:
+        runner = h.factory()
+        async with runner:
+            steps = [await runner.run(script(code, id=f"lc{k}"), live=True) for k in range(6)]
+            for k, step in enumerate(steps):
+                if step.live is None:
+                    continue
+                if k % 3 == 0:
+                    await step.live.close()
+                elif k % 3 == 1:
+                    nxt = await step.live.resume([_answer(c) for c in step.calls])
+                    if nxt.live is not None:
+                        await nxt.live.resume([_answer(c) for c in nxt.calls])
+            del steps[1::3]  # some dropped without close; the rest left to aclose
+            import gc
+
+            gc.collect()
+
+    with asyncio.Runner() as loop:
+        loop.run(go())
+    assert open_fds() == before
+    assert zombies() == []
+    left = [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if p.pid not in children_before and p.ppid() not in children_before
+    ]
+    assert left == [], f"processes left after close: {left}"
+
+
 # ---- lying processes (the stand-in sandbox speaks the protocol but not the truth) -----------
 
 

@@ -270,10 +270,15 @@ class LoopbackRemote(ScriptRunner):
         return self
 
     async def run(
-        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+        self,
+        script: Script,
+        files: FileReader | None = None,
+        *,
+        tenant: str = "default",
+        live: bool = False,
     ) -> Step:
         assert self.remote is not None, "enter the LoopbackRemote (async with) before a run"
-        return await self.remote.run(script, files, tenant=tenant)
+        return await self.remote.run(script, files, tenant=tenant, live=live)
 
     async def aclose(self) -> None:
         if self.remote is not None:

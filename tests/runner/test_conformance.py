@@ -63,6 +63,14 @@ def test_concurrency(runner: Harness) -> None:
     c.check_concurrency(runner)
 
 
+def test_live_agrees_with_replay(runner: Harness) -> None:
+    c.check_live_agrees_with_replay(runner)
+
+
+def test_live_cleanup(runner: Harness) -> None:
+    c.check_live_cleanup(runner)
+
+
 def test_cleanup(runner: Harness) -> None:
     # Exec mode costs about 300 ms a step here: 20 steps show the same thing in 6 s.
     c.check_cleanup(runner, 1000 if runner.kind in FAST_RUNNERS else 20)
