@@ -257,11 +257,22 @@ BASE_TOOLS = {
 }
 
 
+def _refusing_echo(name: str) -> Any:
+    """An echo that fails a call passing ``fail`` (as the conformance suite answers it)."""
+
+    def handler(**arguments: Any) -> Any:
+        if arguments.get("fail"):
+            raise ToolCallError(f"{name} refused")
+        return {"echo": arguments}
+
+    return handler
+
+
 def tools_for(codes: list[str]) -> list[Tool]:
     """The corpus tools, and an echo tool for every other name the scripts call."""
     names = {n for code in codes for n in re.findall(r"tools\.(\w+)", code)}
     extra = sorted(names - set(BASE_TOOLS) - {"tool_search", "skill"})
-    return list(BASE_TOOLS.values()) + [_tool(n, _echo) for n in extra]
+    return list(BASE_TOOLS.values()) + [_tool(n, _refusing_echo(n)) for n in extra]
 
 
 def golden_scripts() -> dict[str, str]:
@@ -306,4 +317,9 @@ def conformance_scripts() -> dict[str, str]:
         if any(e in code for e in ENDLESS) or code in found.values():
             continue
         found[f"conformance/{len(found)}"] = code
+    from tests.runner.conformance import LIVE_CORPUS
+
+    for name, (code, _) in LIVE_CORPUS.items():
+        if code not in found.values():
+            found[f"conformance/live_{name}"] = code
     return found
