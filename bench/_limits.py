@@ -3,15 +3,18 @@
 Each figure is what a host would see through :class:`runner.ProcessRunner`:
 
 - **compute_ms**: a busy loop under ``compute_ms`` of 100 ms, 1 s and 5 s; the CPU the
-  process used by the end (``wait4``, what the engine charges), and so the overshoot.
+  process was charged (``ProcessStats.cpu_ms``, what the engine charges), and so the
+  overshoot.
 - **memory**: scripts that grow the JS heap (arrays of numbers, strings of 1 MiB) under a
   ``memory`` limit; the heap the run reports at its end and the process's peak RSS above a
   trivial step's.
 - **deadline**: a script whose file read never comes back (the runner's store hangs), so
   only the wall-time deadline (three times ``compute_ms`` plus a second) can end it; the time
   from the deadline to the step's return with its process reaped.
-- **results / calls**: a step's time when its log holds 1, 4 and 8 MiB of results, or 1,000
-  calls (the budgets' edges), replayed from the log.
+- **compute_ms, live**: the same per segment of a live run (the CPU timer re-armed when the
+  results arrive): a run that makes one call, then busy-loops.
+- **results / calls**: a step's time when its run holds 1, 4 and 8 MiB of results, or 1,000
+  calls (the budgets' edges): replayed from the log, and live (only the new result sent).
 
 A limit that overshoots by more than 10% or by more than 50 ms is a defect (issue 14).
 """
@@ -39,7 +42,12 @@ GROW_STRING = """\
 const keep = [];
 for (let i = 0; ; i++) keep.push("x".repeat(1 << 20) + i);"""
 READ_FOREVER = 'return files.text("slow")'
-ONE_RESULT = "const r = await tools.t({ i: 0 }); return r.s.length;"
+# The step measured is the second call's: the first call's big result is already recorded.
+TWO_CALLS = """\
+const a = await tools.t({ i: 0 });
+const b = await tools.t({ i: 1 });
+return a.s.length + b.v;"""
+CALL_THEN_BUSY = "await tools.t({ i: 0 });\nfor (;;) {}"
 CALLS = """\
 let n = 0;
 for (let i = 0; i < %d; i++) { const r = await tools.t({ i }); n += r.v; }
@@ -80,25 +88,42 @@ async def compute(runner: ProcessRunner, settings: tuple[int, ...], reps: int) -
     for ms in settings:
         used: list[float] = []
         walls: list[float] = []
+        by_deadline = 0
         for _ in range(reps):
             step, wall = await _timed(runner, script(BUSY, limits=Limits(compute_ms=ms)))
             if step.limit is None or step.limit.name != "compute_ms" or step.process is None:
                 raise AssertionError(f"a busy loop under compute_ms={ms} ended so: {step}")
             used.append(step.process.cpu_ms)
             walls.append(wall)
+            by_deadline += _by_deadline(step)
         worst = max(used)
         figures.append(
             Figure(
                 "compute_ms",
                 f"{ms:,} ms",
-                "CPU used at the end (wait4), worst of "
+                "CPU the runner charged (ProcessStats.cpu_ms), worst of "
                 f"{reps}; step wall p50 {statistics.median(walls):,.0f} ms",
                 f"{worst:,.1f} ms",
                 f"{worst - ms:+,.1f} ms ({100 * (worst - ms) / ms:+.1f}%)",
                 over_bound(worst, ms, 50),
+                _ended(by_deadline, reps),
             )
         )
     return figures
+
+
+def _by_deadline(step: Step) -> bool:
+    """Whether the wall deadline, not the CPU timer, ended the step (a starved process)."""
+    return step.error is not None and "deadline" in step.error.message
+
+
+def _ended(by_deadline: int, reps: int) -> str:
+    if not by_deadline:
+        return "ended by the CPU timer"
+    return (
+        f"{by_deadline} of {reps} ended by the wall deadline before using the CPU (the "
+        "machine was oversubscribed)"
+    )
 
 
 async def memory(runner: ProcessRunner, settings: tuple[int, ...]) -> list[Figure]:
@@ -116,7 +141,7 @@ async def memory(runner: ProcessRunner, settings: tuple[int, ...]) -> list[Figur
                 Figure(
                     "memory",
                     f"{limit // MiB} MiB, {name}",
-                    f"process peak RSS above a trivial step's (wait4); step wall {wall:,.0f} ms",
+                    f"process peak RSS above a trivial step's; step wall {wall:,.0f} ms",
                     f"{grew / MiB:,.1f} MiB",
                     f"{(grew - limit) / MiB:+,.1f} MiB ({100 * (grew - limit) / limit:+.0f}%)",
                     over_bound(grew, limit, 50 * MiB),
@@ -167,46 +192,184 @@ async def deadline(runner: ProcessRunner, settings: tuple[int, ...]) -> list[Fig
     return figures
 
 
-def _answered(results: list[Any]) -> list[Record]:
-    return [Record(name="t", arguments={"i": i}, result=r) for i, r in enumerate(results)]
+def _record(i: int, result: Any) -> Record:
+    return Record(name="t", arguments={"i": i}, result=result)
 
 
-async def replay_cost(runner: ProcessRunner, sizes: tuple[int, ...], reps: int) -> list[Figure]:
+async def _live_to(runner: ProcessRunner, s: Script, results: list[Any]) -> tuple[Step, Any]:
+    """Run ``s`` live and answer its first ``len(results)`` calls one segment at a time;
+    returns the last step and its live run (the caller closes it)."""
+    step = await runner.run(s, live=True)
+    for i, result in enumerate(results):
+        if step.live is None:
+            raise AssertionError(f"segment {i} of a live run did not stay live: {step.error}")
+        step = await step.live.resume([_record(i, result)])
+    return step, step.live
+
+
+async def record_cost(runner: ProcessRunner, sizes: tuple[int, ...], reps: int) -> list[Figure]:
+    """A step's time when the run already holds ``size`` bytes of results (the second call's
+    step), by replay (the log sent again) and live (only the new result sent)."""
     figures = []
     for size in sizes:
-        blob = "x" * (size - 64)  # the record's JSON, about ``size`` bytes
-        s = script(ONE_RESULT, records=_answered([{"s": blob}]))
-        times = []
+        blob = {"s": "x" * (size - 64)}  # the record's JSON, about ``size`` bytes
+        value = size - 64 + 1
+        replayed, live = [], []
         for _ in range(reps):
+            s = script(TWO_CALLS, records=[_record(0, blob)])
             step, wall = await _timed(runner, s)
-            if step.outcome != "finished" or step.value != len(blob):
+            if step.outcome != "calls":
                 raise AssertionError(f"the {size // MiB} MiB replay ended so: {step.error}")
-            times.append(wall)
+            replayed.append(wall)
+            step, run = await _live_to(runner, script(TWO_CALLS), [blob])
+            try:
+                if run is None:
+                    raise AssertionError(f"the {size // MiB} MiB live run ended: {step.error}")
+                t0 = time.perf_counter()
+                step = await run.resume([_record(1, {"v": 1})])
+                live.append((time.perf_counter() - t0) * 1000)
+            finally:
+                if run is not None:
+                    await run.close()
+            if step.outcome != "finished" or step.value != value:
+                raise AssertionError(f"the {size // MiB} MiB live run ended so: {step.error}")
+        figures.append(_cost("results", f"{size // MiB} MiB recorded", replayed, live))
+    calls = 1000
+    replayed, live = [], []
+    small = [{"v": i} for i in range(calls)]
+    for _ in range(max(1, reps // 2)):
+        records = [_record(i, r) for i, r in enumerate(small)]
+        step, wall = await _timed(runner, script(CALLS % calls, records=records))
+        if step.outcome != "finished" or step.value != sum(range(calls)):
+            raise AssertionError(f"the {calls}-call replay ended so: {step.error}")
+        replayed.append(wall)
+        step, run = await _live_to(runner, script(CALLS % calls), small[:-1])
+        try:
+            if run is None:
+                raise AssertionError(f"the {calls}-call live run ended: {step.error}")
+            t0 = time.perf_counter()
+            step = await run.resume([_record(calls - 1, small[-1])])
+            live.append((time.perf_counter() - t0) * 1000)
+        finally:
+            if run is not None:
+                await run.close()
+        if step.outcome != "finished" or step.value != sum(range(calls)):
+            raise AssertionError(f"the {calls}-call live run ended so: {step.error}")
+    figures.append(_cost("calls", f"{calls:,} recorded", replayed, live))
+    return figures
+
+
+def _cost(limit: str, setting: str, replayed: list[float], live: list[float]) -> Figure:
+    r, v = statistics.median(replayed), statistics.median(live)
+    return Figure(
+        limit,
+        setting,
+        f"a step's wall, p50 of {len(replayed)}: replayed {r:,.1f} ms, live {v:,.2f} ms",
+        f"{r:,.1f} / {v:,.2f} ms",
+        note=f"live/replay {v / r:.3f}",
+    )
+
+
+async def compute_live(runner: ProcessRunner, settings: tuple[int, ...]) -> list[Figure]:
+    """``compute_ms`` per segment: a live run's second segment busy-loops after its call."""
+    figures = []
+    for ms in settings:
+        step, run = await _live_to(runner, script(CALL_THEN_BUSY, limits=Limits(compute_ms=ms)), [])
+        if run is None:
+            raise AssertionError(f"a live run under compute_ms={ms} did not stay live: {step}")
+        try:
+            t0 = time.perf_counter()
+            step = await run.resume([_record(0, {"v": 0})])
+            wall = (time.perf_counter() - t0) * 1000
+        finally:
+            await run.close()
+        if step.limit is None or step.limit.name != "compute_ms" or step.process is None:
+            raise AssertionError(f"a live busy segment under compute_ms={ms} ended so: {step}")
+        used = step.process.cpu_ms
         figures.append(
             Figure(
-                "results",
-                f"{size // MiB} MiB recorded",
-                f"replayed step wall, p50 of {reps}",
-                f"{statistics.median(times):,.1f} ms",
+                "compute_ms",
+                f"{ms:,} ms, live segment",
+                f"the CPU the runner charged the segment; its wall {wall:,.0f} ms",
+                f"{used:,.1f} ms",
+                f"{used - ms:+,.1f} ms ({100 * (used - ms) / ms:+.1f}%)",
+                over_bound(used, ms, 50),
+                _ended(int(_by_deadline(step)), 1),
             )
         )
-    calls = 1000
-    s = script(CALLS % calls, records=_answered([{"v": i} for i in range(calls)]))
-    times = []
-    for _ in range(reps):
-        step, wall = await _timed(runner, s)
-        if step.outcome != "finished":
-            raise AssertionError(f"the {calls}-call replay ended so: {step.error}")
-        times.append(wall)
-    figures.append(
-        Figure(
-            "calls",
-            f"{calls:,} recorded",
-            f"replayed step wall, p50 of {reps}",
-            f"{statistics.median(times):,.1f} ms",
-        )
-    )
     return figures
+
+
+async def live_budget(slots: int, *, live_max: int | None = None) -> list[Figure]:
+    """How many scripts wait live at once under the engine's default live budget: more
+    scripts than the budget's count each call a tool that holds until all have called it
+    (``live_wait`` long, so only the budget ends a live run); the engine's live runs are
+    counted then. ``live_max`` narrows the budget (for ``--quick``)."""
+    import tempfile
+
+    from engine import CodeMode, tool
+
+    arrived = 0
+    everyone = asyncio.Event()
+    target = 0
+
+    @tool
+    async def t(i: int) -> dict[str, int]:
+        """Wait until every script has called, then answer {"v": i}."""
+        nonlocal arrived
+        arrived += 1
+        if arrived >= target:
+            everyone.set()
+        await everyone.wait()
+        return {"v": i}
+
+    with tempfile.TemporaryDirectory(prefix="codemode-bench-live-") as directory:
+        engine = CodeMode(
+            [t],
+            runner=ProcessRunner(mode="pool", slots=slots),
+            data_dir=directory,
+            type_check="off",
+            live=True,
+            live_wait=600.0,
+            live_max=live_max,
+        )
+        live = engine._live  # the engine's own live cache: what it keeps is what we count
+        target = live.max_count + max(2, live.max_count // 8)
+        try:
+            held = 0
+            memory = 0
+
+            async def watch() -> None:
+                nonlocal held, memory
+                while not everyone.is_set():
+                    await asyncio.sleep(0.05)
+                    if len(live) >= held:
+                        held, memory = len(live), live.memory
+
+            watcher = asyncio.create_task(watch())
+            t0 = time.perf_counter()
+            results = await asyncio.gather(
+                *(engine.run_code(f"return (await tools.t({{ i: {i} }})).v") for i in range(target))
+            )
+            wall = time.perf_counter() - t0
+            await watcher
+            if any(r.value != i for i, r in enumerate(results)):
+                raise AssertionError("a script waiting live returned the wrong value")
+            evicted = live.evicted
+        finally:
+            await engine.aclose()
+    per = memory / held if held else 0
+    return [
+        Figure(
+            "live",
+            ("default budget" if live_max is None else "budget")
+            + f": {live.max_count:,} runs, {live.max_memory / MiB:,.0f} MiB",
+            f"runs waiting live at once ({target:,} scripts each waiting on a call; "
+            f"{evicted:,} evicted, {wall:,.1f} s)",
+            f"{held:,}",
+            note=f"{memory / MiB:,.0f} MiB held, {per / MiB:,.1f} MiB each",
+        )
+    ]
 
 
 async def measure(quick: bool = False, slots: int = 2) -> list[Figure]:
@@ -215,13 +378,15 @@ async def measure(quick: bool = False, slots: int = 2) -> list[Figure]:
     try:
         await runner.run(script(TRIVIAL))  # warm
         figures = await compute(runner, (100,) if quick else (100, 1000, 5000), 1 if quick else 3)
+        figures += await compute_live(runner, (100,) if quick else (100, 1000, 5000))
         figures += await memory(runner, (16 * MiB,) if quick else (16 * MiB, 64 * MiB))
         figures += await deadline(runner, (100,) if quick else (100, 1000))
-        figures += await replay_cost(
+        figures += await record_cost(
             runner, (1 * MiB,) if quick else (1 * MiB, 4 * MiB, 8 * MiB), 1 if quick else 5
         )
     finally:
         await runner.aclose()
+    figures += await live_budget(slots, live_max=8 if quick else None)
     return figures
 
 

@@ -2,6 +2,9 @@
 
 Three ways to run the same script, each answering one tool ``t(i) -> {"v": i}``:
 
+- ``live``: ``CodeMode(live=True).run_code`` (type check off) on its SQLite log with a
+  warm-pool :class:`runner.ProcessRunner`: a step's process stays alive while its calls run
+  and goes on with their results (each result logged first);
 - ``replay``: ``CodeMode.run_code`` (type check off) on its SQLite log with a warm-pool
   :class:`runner.ProcessRunner`, re-running the script from its log at every step (the spec's
   behaviour);
@@ -26,7 +29,7 @@ from typing import Any
 
 from bench._workloads import PROMISE_ALL, SEQUENTIAL, TRIVIAL
 
-PEERS = ("replay", "monty")
+PEERS = ("live", "replay", "monty")
 
 # Monty's Python for each of the JS scripts: the same calls, the same value.
 MONTY_TRIVIAL = "1"
@@ -102,7 +105,7 @@ class Peer(abc.ABC):
 class EnginePeer(Peer):
     """``CodeMode.run_code`` on a SQLite log in ``directory``, with its own warm pool."""
 
-    def __init__(self, name: str, directory: Path, slots: int) -> None:
+    def __init__(self, name: str, directory: Path, slots: int, *, live: bool) -> None:
         from engine import CodeMode, SqliteStore, tool
         from runner import ProcessRunner
 
@@ -117,6 +120,7 @@ class EnginePeer(Peer):
             runner=ProcessRunner(mode="pool", slots=slots),
             store=SqliteStore(directory / name),
             type_check="off",
+            live=live,
         )
 
     async def run(self, script: PeerScript) -> Any:
@@ -124,6 +128,18 @@ class EnginePeer(Peer):
         if result.status != "finished":
             raise AssertionError(f"{self.name}: {script.key} did not finish: {result.text}")
         return result.value
+
+    def notes(self) -> dict[str, int]:
+        """What happened to the engine's live runs (a live peer that replays a lot is not
+        measuring live steps)."""
+        live = self.engine._live
+        return {
+            "kept": live.kept,
+            "resumed": live.resumed,
+            "evicted": live.evicted,
+            "expired": live.expired,
+            "mismatched": live.mismatched,
+        }
 
     async def aclose(self) -> None:
         await self.engine.aclose()
@@ -167,8 +183,8 @@ async def make_peers(names: tuple[str, ...], directory: Path, slots: int) -> dic
                 monty = MontyPeer(slots)
                 await monty.start()
                 peers[name] = monty
-            elif name == "replay":
-                peers[name] = EnginePeer(name, directory, slots)
+            elif name in ("live", "replay"):
+                peers[name] = EnginePeer(name, directory, slots, live=name == "live")
             else:
                 raise ValueError(f"no peer {name!r}; the peers are {', '.join(PEERS)}")
     except BaseException:
@@ -184,6 +200,7 @@ class Comparison:
 
     times: dict[str, dict[str, list[float]]]  # script key -> peer -> times
     peers: tuple[str, ...]
+    live_runs: dict[str, int] | None = None  # the live engine's counts, when it ran
 
     def p50_ms(self, script: str, peer: str) -> float | None:
         values = self.times.get(script, {}).get(peer)
@@ -197,6 +214,7 @@ class Comparison:
                 for s in SCRIPTS
                 if s.key in self.times
             },
+            "live_runs": self.live_runs,
             "runs": {
                 s.key: {p: len(self.times[s.key].get(p, [])) for p in self.peers}
                 for s in SCRIPTS
@@ -231,7 +249,9 @@ async def compare(
                                 f"{name}: {script.key} returned {value!r}, not {script.value!r}"
                             )
                         into.setdefault(name, []).append(elapsed)
+            live = running.get("live")
+            notes = live.notes() if isinstance(live, EnginePeer) else None
         finally:
             for peer in running.values():
                 await peer.aclose()
-    return Comparison(times, peers)
+    return Comparison(times, peers, notes)

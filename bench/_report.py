@@ -295,6 +295,11 @@ def peers_text(rows: list[Row]) -> str:
         "per call in the 200-call script ((200 calls - trivial) / 200): "
         + ", ".join(f"{p} {_num(v, 3)} ms" for p, v in per_call.items())
     )
+    if figures.get("live_runs"):
+        lines.append(
+            "the live engine's live runs: "
+            + ", ".join(f"{k} {v:,}" for k, v in figures["live_runs"].items())
+        )
     return "\n".join(lines)
 
 

@@ -70,7 +70,7 @@ def test_bench_is_not_installed_for_users() -> None:
     assert config["package-data"]["sandbox"] == ["*.js"]
 
 
-def test_monty_and_the_replay_engine_return_each_scripts_value() -> None:
+def test_monty_and_the_engine_live_and_replay_return_each_scripts_value() -> None:
     """The peers comparison checks every value it gets (a wrong one raises), so this is the
     check that monty's Python and the engine's JS compute the same thing."""
     import asyncio
@@ -78,13 +78,15 @@ def test_monty_and_the_replay_engine_return_each_scripts_value() -> None:
     from bench._peers import compare
 
     only = {"trivial", "seq_1", "seq_10", "promise_all"}
-    comparison = asyncio.run(compare(1, peers=("replay", "monty"), slots=1, only=only))
+    comparison = asyncio.run(compare(1, peers=("live", "replay", "monty"), slots=1, only=only))
     assert set(comparison.times) == only
     for key in only:
         assert len(comparison.times[key]["monty"]) >= 1
         assert len(comparison.times[key]["replay"]) == len(comparison.times[key]["monty"])
+        assert len(comparison.times[key]["live"]) == len(comparison.times[key]["monty"])
     figures = comparison.as_dict()
-    assert figures["peers"] == ["replay", "monty"]
+    assert figures["peers"] == ["live", "replay", "monty"]
+    assert figures["live_runs"]["resumed"] > 0  # the live engine did take live steps
     assert all(v is not None and v > 0 for v in figures["p50_ms"]["trivial"].values())
 
 
@@ -124,7 +126,8 @@ def test_limits_quick_measures_every_limit(
     out = capsys.readouterr().out
     data = json.loads((tmp_path / "limits.json").read_text())
     limits = {f["limit"] for f in data["figures"]}
-    assert limits >= {"compute_ms", "memory", "deadline", "results", "calls"}
+    assert limits >= {"compute_ms", "memory", "deadline", "results", "calls", "live"}
+    assert any("live segment" in f["setting"] for f in data["figures"])
     for figure in data["figures"]:
         assert figure["limit"] in out and figure["value"]
     compute = next(f for f in data["figures"] if f["limit"] == "compute_ms")
