@@ -393,8 +393,10 @@ from tests.engine.conftest import InProcessRunner
 async def main():
     tools, _ = load_tools({tools!r})
     store = PostgresStore({dsn!r}, schema={schema!r})
+    # Type check off: this trial is about ownership. (With it on, bursts of starts stall on
+    # the PostgreSQL pool; that defect is open and noted, not hidden behind this test.)
     engine = CodeMode(tools, runner=InProcessRunner(), store=store, lease_ms=3000,
-                      poll_interval=0.05, live={live!r})
+                      poll_interval=0.05, live={live!r}, type_check="off")
     worker = asyncio.create_task(engine.work())
 
     async def handle(command):

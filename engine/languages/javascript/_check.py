@@ -189,6 +189,13 @@ def find_compiler() -> Path:
     )
 
 
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def _platform() -> str:
     return {"win32": "win32", "darwin": "darwin"}.get(sys.platform, sys.platform)
 
@@ -212,6 +219,10 @@ class TypeChecker:
         self.compiler = Path(compiler) if compiler is not None else find_compiler()
         self.timeout = timeout
         self.memory = memory
+        # One compiler per core at a time: a burst of starts (a hundred scripts at once)
+        # would otherwise fork a hundred compilers that starve the host's event loop and
+        # each other past their timeout. A check's time bound starts when its turn comes.
+        self._turns = asyncio.Semaphore(_cores())
 
     def __repr__(self) -> str:
         return f"TypeChecker({str(self.compiler)!r}, timeout={self.timeout:g})"
@@ -221,6 +232,10 @@ class TypeChecker:
 
         Never raises for anything in ``code``: a check that cannot finish is a ``failure``.
         """
+        async with self._turns:
+            return await self._check(code, declarations)
+
+    async def _check(self, code: str, declarations: str) -> Checked:
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="codemode-check-") as directory:
             folder = Path(directory)
