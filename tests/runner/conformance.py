@@ -358,6 +358,15 @@ def check_cleanup(h: Harness, steps: int) -> None:
 
     with asyncio.Runner() as loop:
         loop.run(go())
+    # Processes killed at the end are reaped, and their pipes closed, a moment later: wait
+    # (a bounded while) for that, then hold the runner to nothing left.
+    import gc
+    import time
+
+    settle = time.monotonic() + 10
+    while (open_fds() != before or zombies()) and time.monotonic() < settle:
+        gc.collect()
+        time.sleep(0.05)
     assert open_fds() == before
     assert zombies() == []
     left = [
