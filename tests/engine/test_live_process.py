@@ -35,15 +35,19 @@ def _descendants() -> list[psutil.Process]:
     return alive
 
 
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a process that ends while it is looked at does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 async def _gone(pids: list[int]) -> list[int]:
     """The pids of ``pids`` still running after they were given a few seconds to go."""
     left = pids
     for _ in range(500):
-        left = [
-            pid
-            for pid in pids
-            if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-        ]
+        left = [pid for pid in pids if _running(pid)]
         if not left:
             break
         await asyncio.sleep(0.01)
