@@ -30,7 +30,6 @@ from engine._config import (
     check_live_options,
     data_directory,
 )
-from engine._declarations import run_code_tool
 from engine._drive import Drive, new_owner
 from engine._ending import Ending
 from engine._errors import CallNotWaiting, CodeModeError, ToolsMissing
@@ -63,6 +62,7 @@ from engine.languages.javascript import (
     TypeChecker,
     check_declarations,
 )
+from engine.languages.javascript._declarations import run_code_tool
 from runner import ScriptRunner, Step
 from sandbox import protocol
 from sandbox.names import closest_names

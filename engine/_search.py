@@ -20,9 +20,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine._declarations import BUDGET, declare_tools
 from engine._errors import ToolCallError
 from engine._tools import Tool
+from engine.languages.javascript._declarations import BUDGET, declare_tools
 from sandbox.names import terms
 
 MAX_QUERY = 1000

@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine._declarations import BUDGET, declare_tools
 from engine._files import Attachment
 from engine._search import SkillInfo
 from engine._tools import Tool, ToolCallError, ToolDefinitionError
+from engine.languages.javascript._declarations import BUDGET, declare_tools
 from sandbox.names import closest_names
 
 

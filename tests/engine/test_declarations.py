@@ -21,10 +21,15 @@ from typing import Any
 import jsonschema_rs
 import pytest
 
-from engine._declarations import BUDGET, declare_tool, declare_tools, run_code_tool
 from engine._search import ToolIndex
 from engine._tools import Tool
-from engine._typescript import Namer
+from engine.languages.javascript._declarations import (
+    BUDGET,
+    declare_tool,
+    declare_tools,
+    run_code_tool,
+)
+from engine.languages.javascript._typescript import Namer
 from tests._needs import require
 from tests.engine.corpus import load_corpus
 
@@ -615,7 +620,7 @@ def test_same_bytes_under_another_hash_seed() -> None:
     code = (
         "import hashlib, json, sys; sys.path.insert(0, '.');"
         "from tests.engine.test_declarations import CORPUS;"
-        "from engine._declarations import run_code_tool;"
+        "from engine.languages.javascript._declarations import run_code_tool;"
         "print(hashlib.sha256(json.dumps(run_code_tool(CORPUS, skills=True)).encode()).hexdigest())"
     )
     env = {**os.environ, "PYTHONHASHSEED": "4242"}

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from engine._declarations import BUDGET
 from engine._search import MAX_QUERY, SkillInfo, ToolIndex
 from engine._tools import Tool, ToolCallError
+from engine.languages.javascript._declarations import BUDGET
 from tests.engine.corpus import load_corpus
 
 CORPUS = load_corpus()

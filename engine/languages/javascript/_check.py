@@ -15,8 +15,8 @@ about a call to a tool, and fails the script. Results are declared ``any`` in th
 (``unknown`` in what the model reads, to tell it to look), so a script may use them freely.
 A script the compiler cannot parse is not refused here either: the run reports its syntax
 error as the model expects. Inputs are declared exactly as the model read them in
-``run_code`` (``engine._declarations``), for every tool, deferred ones included, with
-``tool_search`` and ``skill``; ``files`` and ``console`` are ``any``.
+``run_code`` (``_declarations``), for every tool, deferred ones included, with ``tool_search``
+and ``skill``; ``files`` and ``console`` are ``any``.
 
 The compiler is TypeScript 7's native ``tsc`` (npm ``typescript@7``, one ~24 MB binary). It
 runs as a subprocess of the host with no environment, under rlimits (data segment, CPU, no
@@ -40,10 +40,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine._declarations import builtin_member, declare_tool
 from engine._errors import CodeModeError
 from engine._tools import Tool
-from engine._typescript import Namer
+from engine.languages.javascript._declarations import builtin_member, declare_tool
+from engine.languages.javascript._typescript import Namer
 
 MiB = 1024 * 1024
 

@@ -1,6 +1,6 @@
 """What the model reads about the tools: TypeScript declarations and the ``run_code`` tool.
 
-A declarations block looks like this (types from ``engine._typescript``)::
+A declarations block looks like this (types from ``engine.languages.javascript._typescript``)::
 
     declare const tools: {
       /** List pull requests of a repository. */
@@ -33,8 +33,15 @@ from typing import Any
 
 from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
 from engine._tools import Tool, ToolDefinitionError
-from engine._typescript import INDENT, Document, Namer, Renderer, comment_text, first_line
-from engine._typescript import type_prefix as _type_prefix
+from engine.languages.javascript._typescript import (
+    INDENT,
+    Document,
+    Namer,
+    Renderer,
+    comment_text,
+    first_line,
+)
+from engine.languages.javascript._typescript import type_prefix as _type_prefix
 from sandbox.protocol import RUN_CODE
 
 KiB = 1024
