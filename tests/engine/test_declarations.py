@@ -23,13 +23,13 @@ import pytest
 
 from engine._search import ToolIndex
 from engine._tools import Tool
+from engine.languages._walk import Namer
 from engine.languages.javascript._declarations import (
     BUDGET,
     declare_tool,
     declare_tools,
     run_code_tool,
 )
-from engine.languages.javascript._typescript import Namer
 from tests._needs import require
 from tests.engine.corpus import load_corpus
 

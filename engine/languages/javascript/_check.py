@@ -42,8 +42,8 @@ from pathlib import Path
 
 from engine._errors import CodeModeError
 from engine._tools import Tool
+from engine.languages._walk import Namer
 from engine.languages.javascript._declarations import builtin_member, declare_tool
-from engine.languages.javascript._typescript import Namer
 
 MiB = 1024 * 1024
 

@@ -19,11 +19,7 @@ as a comment (the whole description in a search answer), its input type, and its
 (``unknown`` when it declares no output schema). Each ``$ref`` target is a named type after
 the ``tools`` object, prefixed with its tool's name, so names never clash across tools.
 
-A block holds at most ``budget`` bytes of UTF-8 (12 KiB). Tools are declared in the order
-given, and the first that does not fit ends the block: it and every tool after it are left
-out (the first tool is always declared, however large). A tool that does not fit with its
-property comments is tried once more without them. The order of the tools is the host's
-priority, so it matters: the same tools in the same order always give the same bytes.
+A block holds at most 12 KiB, by the rules every language shares (``engine.languages._dialect``).
 """
 
 from __future__ import annotations
@@ -32,24 +28,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
-from engine._tools import Tool, ToolDefinitionError
-from engine.languages.javascript._typescript import (
-    INDENT,
-    Document,
-    Namer,
-    Renderer,
-    comment_text,
-    first_line,
-)
-from engine.languages.javascript._typescript import type_prefix as _type_prefix
+from engine._tools import Tool
+from engine.languages._dialect import BUDGET, MAX_SUMMARY, Dialect, description_lines
+from engine.languages._walk import Document, Namer, type_prefix
+from engine.languages.javascript._typescript import INDENT, Renderer, comment_text, first_line
 from sandbox.protocol import RUN_CODE
-
-KiB = 1024
-BUDGET = 12 * KiB
-# A tool's summary comment in `run_code`, and its whole description in a search answer, are
-# cut at these many characters.
-MAX_SUMMARY = 300
-MAX_DESCRIPTION = 4000
 
 _BUILTINS: dict[str, tuple[str, str]] = {
     TOOL_SEARCH: (
@@ -77,20 +60,11 @@ def builtin_member(name: str, *, results: bool = True) -> str:
     return f"{INDENT}{member}\n"
 
 
-def _size(text: str) -> int:
-    return len(text.encode("utf-8"))
-
-
 def _comment(tool: Tool, full: bool) -> str:
     if not full:
         summary = first_line(tool.description, MAX_SUMMARY)
         return f"{INDENT}/** {summary} */\n" if summary else ""
-    text = tool.description.strip()
-    if len(text) > MAX_DESCRIPTION:
-        text = text[: MAX_DESCRIPTION - 3].rstrip() + "..."
-    lines = [comment_text(line) for line in text.splitlines()]
-    while lines and not lines[-1]:
-        lines.pop()
+    lines = [comment_text(line) for line in description_lines(tool.description)]
     if not lines:
         return ""
     if len(lines) == 1:
@@ -109,7 +83,7 @@ def declare_tool(
     script may use a result freely, see engine.languages.javascript).
     """
     renderer = Renderer(namer, comments=comments)
-    prefix = _type_prefix(tool.name)
+    prefix = type_prefix(tool.name)
     input_type = renderer.render(
         tool.input_schema, Document(tool.input_schema, prefix, f"{prefix}_Input"), 1
     ).text
@@ -135,53 +109,11 @@ def declare_tools(
     builtins: Sequence[str] = (TOOL_SEARCH,),
     full_descriptions: bool = False,
 ) -> tuple[str, list[Tool]]:
-    """The declarations block of ``tools`` within ``budget`` bytes, and the tools it declares.
-
-    Declares the tools in order until one does not fit (see the module docstring); the first
-    is always declared. ``builtins`` (``tool_search``, ``skill``) are declared after them and
-    count toward the budget. ``full_descriptions`` puts each tool's whole description in its
-    comment (as a search answer does) instead of its first line. Deferred tools are declared
-    like any other: leaving them out is the caller's choice.
-
-    Raises :class:`ToolDefinitionError` when two tools share a name (make them unique with
-    ``unique_tools`` first).
-    """
-    names = [t.name for t in tools]
-    if len(set(names)) != len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})
-        raise ToolDefinitionError(
-            f"two tools are called {', '.join(twice)}; make names unique with unique_tools"
-        )
-    fixed = "".join(
-        f"{INDENT}/** {_BUILTINS[b][0]} */\n{INDENT}{_BUILTINS[b][1]}\n" for b in builtins
+    """The TypeScript declarations block of ``tools`` within ``budget`` bytes, and the tools
+    it declares (see :meth:`Dialect.declare_tools`)."""
+    return JAVASCRIPT.declare_tools(
+        tools, budget, builtins=builtins, full_descriptions=full_descriptions
     )
-    used = _size(_HEADER) + _size(fixed) + _size(_FOOTER)
-    namer = Namer()
-    members: list[str] = []
-    types: list[str] = []
-    declared: list[Tool] = []
-    for index, tool in enumerate(tools):
-        chosen: tuple[str, str, Namer] | None = None
-        for comments in (True, False):
-            trial = namer.copy()
-            member, declared_types = declare_tool(
-                tool, trial, comments=comments, full=full_descriptions
-            )
-            size = _size(member) + _size(declared_types)
-            chosen = (member, declared_types, trial)
-            if used + size <= budget:
-                break
-        else:
-            if index > 0:
-                break  # the block stops here; tool_search finds the rest
-        assert chosen is not None
-        member, declared_types, namer = chosen
-        used += _size(member) + _size(declared_types)
-        members.append(member)
-        types.append(declared_types)
-        declared.append(tool)
-    block = _HEADER + "".join(members) + fixed + _FOOTER + "".join(types)
-    return block, declared
 
 
 def run_code_tool(
@@ -249,3 +181,34 @@ def run_code_tool(
             "additionalProperties": False,
         },
     }
+
+
+class JavaScriptDialect(Dialect):
+    """Scripts in JavaScript (TypeScript's types allowed), tools declared in TypeScript."""
+
+    language = "javascript"
+    name = "TypeScript"
+    fence = "ts"
+    header = _HEADER
+    footer = _FOOTER
+
+    def declare_tool(
+        self, tool: Tool, namer: Namer, *, comments: bool, full: bool, results: bool = True
+    ) -> tuple[str, str]:
+        return declare_tool(tool, namer, comments=comments, full=full, results=results)
+
+    def builtin(self, name: str) -> str:
+        return f"{INDENT}/** {_BUILTINS[name][0]} */\n{INDENT}{_BUILTINS[name][1]}\n"
+
+    def run_code_tool(
+        self,
+        tools: Sequence[Tool],
+        *,
+        budget: int = BUDGET,
+        skills: bool = False,
+        notes: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        return run_code_tool(tools, budget=budget, skills=skills, notes=notes)
+
+
+JAVASCRIPT = JavaScriptDialect()

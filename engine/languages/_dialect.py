@@ -1,0 +1,141 @@
+"""A dialect: what the model reads about the tools in one script language.
+
+A language declares each tool in its own types (TypeScript for JavaScript, stubs for Python)
+and describes ``run_code`` in its own words; the rules of a declarations block are the same
+for every language and live here:
+
+A block holds at most ``budget`` bytes of UTF-8 (12 KiB). Tools are declared in the order
+given, and the first that does not fit ends the block: it and every tool after it are left
+out (the first tool is always declared, however large). A tool that does not fit with its
+property comments is tried once more without them. The order of the tools is the host's
+priority, so it matters: the same tools in the same order always give the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from engine._tools import Tool, ToolDefinitionError
+from engine.languages._walk import Namer
+
+KiB = 1024
+BUDGET = 12 * KiB
+# A tool's summary comment in `run_code`, and its whole description in a search answer, are
+# cut at these many characters.
+MAX_SUMMARY = 300
+MAX_DESCRIPTION = 4000
+
+
+def size(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def description_lines(description: str) -> list[str]:
+    """A tool's whole description, cut at :data:`MAX_DESCRIPTION` characters, as lines
+    without trailing empty ones."""
+    text = description.strip()
+    if len(text) > MAX_DESCRIPTION:
+        text = text[: MAX_DESCRIPTION - 3].rstrip() + "..."
+    lines = text.splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return lines
+
+
+class Dialect:
+    """One script language's declarations and ``run_code`` description.
+
+    A subclass sets :attr:`language` (as in a script record), :attr:`name` and
+    :attr:`fence` (how an answer shows its declarations), :attr:`header` and
+    :attr:`footer` (around the declared tools), and writes :meth:`declare_tool`,
+    :meth:`builtin` and :meth:`run_code_tool`.
+    """
+
+    language: str
+    name: str  # "TypeScript"
+    fence: str  # "ts"
+    header: str
+    footer: str
+
+    def declare_tool(
+        self, tool: Tool, namer: Namer, *, comments: bool, full: bool, results: bool = True
+    ) -> tuple[str, str]:
+        """One tool's member and the declarations of its named types. New type names are
+        taken from ``namer``; pass a copy when the declaration may be dropped.
+        ``results=False`` declares every result as anything (the type check's choice)."""
+        raise NotImplementedError
+
+    def builtin(self, name: str) -> str:
+        """The member declaring builtin ``name`` (``tool_search``, ``skill``), with its
+        comment."""
+        raise NotImplementedError
+
+    def run_code_tool(
+        self,
+        tools: Sequence[Tool],
+        *,
+        budget: int = BUDGET,
+        skills: bool = False,
+        notes: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        """The ``run_code`` tool definition (``name``, ``description``, ``input_schema``)."""
+        raise NotImplementedError
+
+    def fenced(self, block: str) -> str:
+        """Declarations as a fenced block of the language, for an answer."""
+        return f"```{self.fence}\n{block}```"
+
+    def declare_tools(
+        self,
+        tools: Sequence[Tool],
+        budget: int = BUDGET,
+        *,
+        builtins: Sequence[str] = (),
+        full_descriptions: bool = False,
+    ) -> tuple[str, list[Tool]]:
+        """The declarations block of ``tools`` within ``budget`` bytes, and the tools it
+        declares.
+
+        Declares the tools in order until one does not fit (see the module docstring); the
+        first is always declared. ``builtins`` (``tool_search``, ``skill``) are declared
+        after them and count toward the budget. ``full_descriptions`` puts each tool's whole
+        description in its comment (as a search answer does) instead of its first line.
+        Deferred tools are declared like any other: leaving them out is the caller's choice.
+
+        Raises :class:`ToolDefinitionError` when two tools share a name (make them unique
+        with ``unique_tools`` first).
+        """
+        names = [t.name for t in tools]
+        if len(set(names)) != len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise ToolDefinitionError(
+                f"two tools are called {', '.join(twice)}; make names unique with unique_tools"
+            )
+        fixed = "".join(self.builtin(b) for b in builtins)
+        used = size(self.header) + size(fixed) + size(self.footer)
+        namer = Namer()
+        members: list[str] = []
+        types: list[str] = []
+        declared: list[Tool] = []
+        for index, tool in enumerate(tools):
+            chosen: tuple[str, str, Namer] | None = None
+            for comments in (True, False):
+                trial = namer.copy()
+                member, declared_types = self.declare_tool(
+                    tool, trial, comments=comments, full=full_descriptions
+                )
+                chosen = (member, declared_types, trial)
+                if used + size(member) + size(declared_types) <= budget:
+                    break
+            else:
+                if index > 0:
+                    break  # the block stops here; tool_search finds the rest
+            assert chosen is not None
+            member, declared_types, namer = chosen
+            used += size(member) + size(declared_types)
+            members.append(member)
+            types.append(declared_types)
+            declared.append(tool)
+        block = self.header + "".join(members) + fixed + self.footer + "".join(types)
+        return block, declared

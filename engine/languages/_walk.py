@@ -1,0 +1,497 @@
+"""Walking a tool's JSON Schema to declare its types, in any script language.
+
+What a schema means as a type is decided here once: which keyword wins (``$ref``, ``const``,
+``enum``, ``type``, an object's keywords, an array's), how anyOf/oneOf/allOf combine, what
+a tuple and an object's extra keys are, which definitions become named types and when a
+named type would be, directly, itself. A language's renderer (``javascript._typescript``,
+``python._stubs``) subclasses :class:`Walker` and says only how each kind of type is
+written. Every definition a schema reaches with a local ``$ref`` becomes a named type,
+declared once, so a recursive schema stays finite. Rendering is a pure function of the
+schema and the names already taken: the same input gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+# Past this nesting, a schema is declared unknown (schemas are bounded at 64 levels anyway).
+MAX_RENDER_DEPTH = 40
+# Enums with more values than this are declared by their base type.
+MAX_ENUM = 64
+# A property's comment: its description's first line, cut at this many characters.
+MAX_PROPERTY_COMMENT = 160
+# A `default` whose JSON is longer than this is not shown in the comment.
+MAX_DEFAULT_SHOWN = 40
+
+# Keywords that say something about a value's type. A branch of anyOf/oneOf/allOf with none of
+# them (say, only `required`) constrains the value without changing its type, so it is skipped.
+_TYPE_KEYWORDS = frozenset(
+    {
+        "type",
+        "properties",
+        "additionalProperties",
+        "patternProperties",
+        "items",
+        "prefixItems",
+        "enum",
+        "const",
+        "$ref",
+        "anyOf",
+        "oneOf",
+        "allOf",
+    }
+)
+
+# Precedence of a rendered type: what it needs parentheses around it to sit in an array or
+# an intersection (TypeScript's concern; other languages may ignore it).
+UNION, INTERSECTION, ATOM = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A type as written in the language: its text, precedence, and members of a union."""
+
+    text: str
+    prec: int = ATOM
+    members: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Member:
+    """One property of an object type: its key, type, whether required, and its comment."""
+
+    key: str
+    type: Rendered
+    required: bool
+    comment: str = ""
+
+
+# The extra keys of an object: none allowed, any (or of one type), or as the schema says.
+CLOSED = Rendered("<closed>")
+
+
+class Namer:
+    """Type names already used in one declarations block, so every new one is unique."""
+
+    def __init__(self, taken: set[str] | None = None) -> None:
+        self.taken: set[str] = set(taken or ())
+
+    def fresh(self, base: str) -> str:
+        name = base
+        n = 2
+        while name in self.taken:
+            name = f"{base}_{n}"
+            n += 1
+        self.taken.add(name)
+        return name
+
+    def copy(self) -> Namer:
+        return Namer(self.taken)
+
+
+def type_prefix(tool_name: str) -> str:
+    """The prefix of a tool's named types: its name with a capital first letter."""
+    return tool_name[:1].upper() + tool_name[1:]
+
+
+def pascal(segment: str) -> str:
+    """A key or a definition's name as part of a type name (``user-id`` -> ``User_id``)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_]+", "_", segment).strip("_") or "Type"
+    return cleaned[:1].upper() + cleaned[1:]
+
+
+def one_line(text: str) -> str:
+    """``text`` with its whitespace runs (line ends too) as single spaces."""
+    return " ".join(text.split())
+
+
+def first_line(text: str, limit: int, clean: Callable[[str], str] = one_line) -> str:
+    """The first non-empty line of ``text``, made safe by ``clean``, cut at ``limit``
+    characters."""
+    for line in text.strip().splitlines():
+        line = clean(line)
+        if line:
+            return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."
+    return ""
+
+
+def json_text(value: Any) -> str:
+    """``value`` as JSON text, with the line separators escaped (older parsers end a line
+    at them)."""
+    text = json.dumps(value, ensure_ascii=False, sort_keys=False, allow_nan=False)
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+@dataclass
+class Document:
+    """One schema being declared (a tool's input or output schema) and its named types."""
+
+    root: Any
+    prefix: str  # the tool's type prefix
+    root_name: str  # the name of the whole schema when a `$ref: "#"` reaches it
+    names: dict[str, str] = field(default_factory=dict)  # JSON pointer -> type name
+    # Strongly connected components of the "is directly" graph (see `component`).
+    _components: dict[str, int] = field(default_factory=dict)
+    _count: int = 0
+
+    def resolve(self, pointer: str) -> Any:
+        node = self.root
+        if not pointer:
+            return node
+        for raw in pointer[1:].split("/"):
+            part = raw.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return None
+        return node
+
+    def component(self, pointer: str) -> int:
+        """The id of the strongly connected component ``pointer`` is in, in the graph whose
+        edges are the references a type *is* (``$ref``, through anyOf/oneOf/allOf) rather
+        than holds in a property or an item. Two types in one component are each, directly,
+        the other, which no language declares (``type A = B; type B = A | string``).
+
+        Tarjan's algorithm, iterative and memoized, so a schema of thousands of chained
+        definitions costs linear time, not quadratic.
+        """
+        if pointer in self._components:
+            return self._components[pointer]
+        index: dict[str, int] = {pointer: 0}
+        low: dict[str, int] = {pointer: 0}
+        stack = [pointer]
+        on_stack = {pointer}
+        work = [(pointer, iter(_direct_refs(self.resolve(pointer))))]
+        while work:
+            node, edges = work[-1]
+            for target in edges:
+                if target in self._components or self.resolve(target) is None:
+                    continue  # a finished component, or a reference to nothing
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(_direct_refs(self.resolve(target)))))
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    component = self._count = self._count + 1
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        self._components[member] = component
+                        if member == node:
+                            break
+        return self._components[pointer]
+
+
+def _local_pointer(ref: Any) -> str | None:
+    """The JSON pointer of a local ``$ref`` (``#/$defs/A`` -> ``/$defs/A``), percent-decoded
+    so two spellings of one target are one pointer; None for any other reference."""
+    if isinstance(ref, str) and ref.startswith("#"):
+        pointer = unquote(ref[1:])
+        return "" if pointer in ("", "/") else pointer
+    return None
+
+
+def _direct_refs(schema: Any, depth: int = 0) -> Iterator[str]:
+    """The references a schema *is*: its ``$ref`` and those of its anyOf/oneOf/allOf."""
+    if not isinstance(schema, dict) or depth > MAX_RENDER_DEPTH:
+        return
+    pointer = _local_pointer(schema.get("$ref"))
+    if pointer is not None:
+        yield pointer
+    for key in ("anyOf", "oneOf", "allOf"):
+        branches = schema.get(key)
+        if isinstance(branches, list):
+            for branch in branches:
+                yield from _direct_refs(branch, depth + 1)
+
+
+def _typed_branches(value: Any) -> list[Any]:
+    # A branch with no type keyword (only `required`, say) adds nothing to a type.
+    if not isinstance(value, list):
+        return []
+    return [b for b in value if b is False or (isinstance(b, dict) and _TYPE_KEYWORDS & b.keys())]
+
+
+def is_plain_object(schema: Any) -> bool:
+    """True when ``schema`` is an object type and nothing else (no reference, union,
+    constant, enum or null): a language may declare it as a class of its own."""
+    if not isinstance(schema, dict):
+        return False
+    if any(k in schema for k in ("$ref", "const", "anyOf", "oneOf", "allOf")):
+        return False
+    if schema.get("nullable") is True or isinstance(schema.get("enum"), list):
+        return False
+    if "type" in schema:
+        return schema["type"] == "object"
+    return any(k in schema for k in ("properties", "additionalProperties", "required"))
+
+
+class Walker:
+    """Renders the schemas of one tool; named types it meets wait in :attr:`pending`.
+
+    ``comments`` gives each property its description's first line (and its format and
+    default) as a comment. Call :meth:`drain` after the tool's member is rendered, to get
+    each named type's declaration. A language subclasses this and writes each kind of type:
+    the methods below marked "the language's".
+    """
+
+    unknown = Rendered("unknown")
+    never = Rendered("never")
+    null = Rendered("null")
+
+    def __init__(self, namer: Namer, *, comments: bool) -> None:
+        self.namer = namer
+        self.comments = comments
+        self.pending: deque[tuple[Document, str, str]] = deque()
+        # The named type being declared, to spot a type that is, directly, itself.
+        self._declaring: tuple[Document, str] | None = None
+
+    # -- the language's -----------------------------------------------------------------------
+
+    def clean(self, text: str) -> str:
+        """One line of text made safe inside the language's comment."""
+        return one_line(text)
+
+    def const(self, value: Any) -> Rendered:
+        raise NotImplementedError
+
+    def enum(self, values: list[Any]) -> Rendered:
+        raise NotImplementedError
+
+    def scalar(self, kind: str) -> Rendered:
+        """``string``, ``number``, ``integer`` or ``boolean``; unknown for anything else."""
+        raise NotImplementedError
+
+    def array(self, item: Rendered) -> Rendered:
+        raise NotImplementedError
+
+    def tuple_type(self, elements: list[tuple[Rendered, bool]], rest: Rendered | None) -> Rendered:
+        """A tuple: each element and whether it may be left out, then the type of the rest
+        (None when the tuple is closed)."""
+        raise NotImplementedError
+
+    def object(
+        self, members: list[Member], extra: Rendered | None, level: int, hint: str
+    ) -> Rendered:
+        """An object of ``members``; ``extra`` is the type of other keys (None: the schema
+        says nothing of them; :data:`CLOSED`: none allowed). ``hint`` names it where the
+        language needs a name."""
+        raise NotImplementedError
+
+    def union(self, parts: list[Rendered]) -> Rendered:
+        raise NotImplementedError
+
+    def intersection(self, parts: list[Rendered]) -> Rendered:
+        raise NotImplementedError
+
+    def declaration(self, name: str, body: Rendered) -> str:
+        """The declaration of a named type."""
+        raise NotImplementedError
+
+    def named(self, doc: Document, pointer: str, name: str) -> Rendered:
+        """The body of the named type ``name`` (a language that declares objects as classes
+        names the class ``name``)."""
+        return self.render(doc.resolve(pointer), doc, 0, hint=name, direct=True)
+
+    # -- named types ------------------------------------------------------------------------
+
+    def _name_for(self, doc: Document, pointer: str) -> str:
+        name = doc.names.get(pointer)
+        if name is None:
+            if not pointer:
+                name = self.namer.fresh(doc.root_name)
+            else:
+                last = pointer.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
+                name = self.namer.fresh(f"{doc.prefix}_{pascal(last)}")
+            doc.names[pointer] = name
+            self.pending.append((doc, pointer, name))
+        return name
+
+    def drain(self) -> Iterator[str]:
+        """Declarations of the named types met so far, and of those they meet in turn, each
+        once, in the order they were met."""
+        while self.pending:
+            doc, pointer, name = self.pending.popleft()
+            self._declaring = (doc, pointer)
+            body = self.named(doc, pointer, name)
+            self._declaring = None
+            yield self.declaration(name, body)
+
+    def _ref(self, doc: Document, ref: Any, direct: bool) -> Rendered:
+        pointer = _local_pointer(ref)
+        if pointer is None or doc.resolve(pointer) is None:
+            return self.unknown  # a remote or broken reference; compiling the schema refuses it
+        # The body of `within` is this reference: if the target is, in turn, directly
+        # `within`, naming it would make a type alias that is itself.
+        within = self._declaring if direct else None
+        if within and within[0] is doc and doc.component(pointer) == doc.component(within[1]):
+            return self.unknown
+        return Rendered(self._name_for(doc, pointer))
+
+    # -- schemas ----------------------------------------------------------------------------
+
+    def render(
+        self, schema: Any, doc: Document, level: int, *, hint: str = "", direct: bool = False
+    ) -> Rendered:
+        """The type of ``schema``; ``level`` is the indentation of its first line, ``hint``
+        the name an object here would take, and ``direct`` is true while the type being
+        declared *is* this schema."""
+        if schema is True:
+            return self.unknown
+        if schema is False:
+            return self.never
+        if not isinstance(schema, dict) or level > MAX_RENDER_DEPTH:
+            return self.unknown
+        hint = hint or doc.root_name
+        parts: list[Rendered] = []
+        if "$ref" in schema:
+            parts.append(self._ref(doc, schema["$ref"], direct))
+        elif "const" in schema:
+            parts.append(self.const(schema["const"]))
+        elif isinstance(schema.get("enum"), list) and schema["enum"]:
+            parts.append(self.enum(schema["enum"]))
+        elif "type" in schema:
+            types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+            parts.append(self.union([self._typed(t, schema, doc, level, hint) for t in types]))
+        elif any(k in schema for k in ("properties", "additionalProperties", "required")):
+            parts.append(self._object(schema, doc, level, hint))
+        elif "items" in schema or "prefixItems" in schema:
+            parts.append(self._array(schema, doc, level, hint))
+        for key in ("anyOf", "oneOf"):
+            branches = _typed_branches(schema.get(key))
+            if branches:
+                parts.append(
+                    self.union(
+                        [self.render(b, doc, level, hint=hint, direct=direct) for b in branches]
+                    )
+                )
+        for branch in _typed_branches(schema.get("allOf")):
+            parts.append(self.render(branch, doc, level, hint=hint, direct=direct))
+        result = self.intersection(parts) if parts else self.unknown
+        if schema.get("nullable") is True:
+            result = self.union([result, self.null])
+        return result
+
+    def _typed(
+        self, kind: Any, schema: dict[str, Any], doc: Document, level: int, hint: str
+    ) -> Rendered:
+        if kind == "null":
+            return self.null
+        if kind == "array":
+            return self._array(schema, doc, level, hint)
+        if kind == "object":
+            return self._object(schema, doc, level, hint)
+        return self.scalar(kind) if isinstance(kind, str) else self.unknown
+
+    def _array(self, schema: dict[str, Any], doc: Document, level: int, hint: str) -> Rendered:
+        prefix = schema.get("prefixItems")
+        rest = schema.get("items")
+        if not isinstance(prefix, list) and isinstance(rest, list):
+            prefix, rest = rest, schema.get("additionalItems")  # draft 4-7 tuples
+        if isinstance(prefix, list):
+            minimum = schema.get("minItems")
+            elements = [
+                (
+                    self.render(item, doc, level, hint=hint),
+                    isinstance(minimum, int) and i >= minimum,
+                )
+                for i, item in enumerate(prefix)
+            ]
+            maximum = schema.get("maxItems")
+            closed = rest is False or (isinstance(maximum, int) and maximum <= len(prefix))
+            tail = None
+            if isinstance(rest, dict) and rest and not closed:
+                tail = self.render(rest, doc, level, hint=hint)
+            return self.tuple_type(elements, tail)
+        if isinstance(rest, dict | bool):
+            return self.array(self.render(rest, doc, level, hint=hint))
+        return self.array(self.unknown)
+
+    def members(
+        self, schema: dict[str, Any], doc: Document, level: int
+    ) -> tuple[list[Member], Rendered | None]:
+        """An object schema's members (its properties, then required keys it does not
+        describe, as unknown) and the type of its other keys (see :meth:`object`)."""
+        properties = schema.get("properties")
+        properties = properties if isinstance(properties, dict) else {}
+        required = [r for r in schema.get("required", []) or [] if isinstance(r, str)]
+        members = [
+            Member(
+                key,
+                self.render(sub, doc, level + 1, hint=f"{doc.prefix}_{pascal(key)}"),
+                key in required,
+                self._comment(sub),
+            )
+            for key, sub in properties.items()
+        ]
+        members += [Member(key, self.unknown, True) for key in required if key not in properties]
+        extra = schema.get("additionalProperties")
+        patterns = schema.get("patternProperties")
+        if not properties:
+            if extra is False and not patterns:
+                return members, CLOSED
+            if isinstance(extra, dict) and extra and not patterns:
+                return members, self.render(
+                    extra, doc, level + 1, hint=f"{doc.prefix}_{pascal('value')}"
+                )
+            return members, self.unknown
+        if (isinstance(extra, dict) and extra) or patterns:
+            # A declared property must fit the other keys' type, so it can only say unknown.
+            return members, self.unknown
+        return members, None
+
+    def _object(self, schema: dict[str, Any], doc: Document, level: int, hint: str) -> Rendered:
+        members, extra = self.members(schema, doc, level)
+        return self.object(members, extra, level, hint)
+
+    def _comment(self, schema: Any) -> str:
+        if not self.comments or not isinstance(schema, dict):
+            return ""
+        pieces = []
+        description = schema.get("description")
+        if isinstance(description, str):
+            line = first_line(description, MAX_PROPERTY_COMMENT, self.clean)
+            if line:
+                pieces.append(line if line.endswith((".", "?", "!")) else f"{line}.")
+        fmt = schema.get("format")
+        if isinstance(fmt, str) and fmt and len(fmt) < 40:
+            pieces.append(f"Format: {self.clean(fmt)}.")
+        if "default" in schema:
+            try:
+                shown = json_text(schema["default"])
+            except (TypeError, ValueError):
+                shown = ""
+            if shown and len(shown) <= MAX_DEFAULT_SHOWN:
+                pieces.append(f"Default: {self.clean(shown)}.")
+        return " ".join(pieces)
+
+
+def base_type(value: Any) -> str:
+    """The JSON type of a value: ``boolean``, ``number``, ``string``, ``null`` or
+    ``unknown``."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if value is None:
+        return "null"
+    return "unknown"
