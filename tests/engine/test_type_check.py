@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from engine import CodeMode, Tool, tool
 from engine._source import MAX_CODE_BYTES
 from engine.languages.javascript import (
+    SHOWN_PROBLEMS,
     Checked,
     CompilerMissing,
     TypeChecker,
@@ -412,5 +413,5 @@ async def test_flood_of_errors_is_read_up_to_its_bound(compiler: str) -> None:
     checked = await TypeChecker(compiler).check(calls, check_declarations([]))
     assert checked.failure is None and len(checked.problems) > 100
     message = checked.message()
-    assert message.count("\n  line ") == _check.SHOWN_PROBLEMS
+    assert message.count("\n  line ") == SHOWN_PROBLEMS
     assert "more" in message

@@ -27,8 +27,6 @@ files written, no core) and a wall-clock timeout, on a script the engine has alr
 
 from __future__ import annotations
 
-import asyncio
-import math
 import os
 import platform
 import re
@@ -37,23 +35,26 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine._errors import CodeModeError
 from engine._tools import Tool
+from engine.languages._check import (
+    MEMORY_BYTES,
+    TIMEOUT_S,
+    Checked,
+    CompilerMissing,
+    Turns,
+    TypeProblem,
+    crashed,
+    out_of_cpu,
+    out_of_memory,
+    run_bounded,
+    timed_out,
+)
 from engine.languages._walk import Namer
 from engine.languages.javascript._declarations import builtin_member, declare_tool
 
-MiB = 1024 * 1024
-
 COMPILER_ENV = "CODEMODE_TSC"
-# The bounds of one check: wall clock, CPU, the compiler's data segment (its heap), output.
-TIMEOUT_S = 5.0
-MEMORY_BYTES = 512 * MiB
-OUTPUT_BYTES = 1 * MiB
-# At most these many problems are shown to the model; the rest are counted.
-SHOWN_PROBLEMS = 8
 
 # One line, the same length in both files, so line n + 1 of a file is line n of the script.
 _HEADER = (
@@ -95,54 +96,6 @@ _FLAGS = (
 _OUT_OF_MEMORY = ("out of memory", "cannot allocate memory", "failed to create new OS thread")
 _ANY_DIAGNOSTIC = re.compile(r"^\S+\(\d+,\d+\): error TS\d+: ", re.MULTILINE)
 _DIAGNOSTIC = re.compile(r"^(typed|untyped)\.ts\((\d+),(\d+)\): error TS(\d+): (.*)$")
-
-
-class CompilerMissing(CodeModeError):
-    """No TypeScript compiler to check scripts with; the message says where it was looked
-    for and how to install it."""
-
-
-@dataclass(frozen=True)
-class TypeProblem:
-    """One thing the compiler found wrong with a call to a tool, at the script's line."""
-
-    line: int
-    column: int
-    code: int
-    message: str
-
-
-@dataclass
-class Checked:
-    """What a check found, and what it cost.
-
-    ``problems`` empty and ``failure`` None: the script may run. ``failure`` says why the
-    check itself could not finish (time, memory, a crash); the script does not run then.
-    """
-
-    problems: list[TypeProblem] = field(default_factory=list)
-    failure: str | None = None
-    ms: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems and self.failure is None
-
-    def message(self) -> str:
-        """The error the model reads when the script is refused."""
-        if self.failure is not None:
-            return self.failure
-        shown = self.problems[:SHOWN_PROBLEMS]
-        lines = [
-            "the script does not match the tools' declarations, so it did not run and no "
-            "call was made:"
-        ]
-        lines += [f"  line {p.line}: {p.message}" for p in shown]
-        more = len(self.problems) - len(shown)
-        if more:
-            lines.append(f"  ... and {more} more")
-        lines.append("Fix the calls and run the script again.")
-        return "\n".join(lines)
 
 
 def check_declarations(tools: Sequence[Tool]) -> str:
@@ -189,13 +142,6 @@ def find_compiler() -> Path:
     )
 
 
-def _cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
 def _platform() -> str:
     return {"win32": "win32", "darwin": "darwin"}.get(sys.platform, sys.platform)
 
@@ -219,10 +165,7 @@ class TypeChecker:
         self.compiler = Path(compiler) if compiler is not None else find_compiler()
         self.timeout = timeout
         self.memory = memory
-        # One compiler per core at a time: a burst of starts (a hundred scripts at once)
-        # would otherwise fork a hundred compilers that starve the host's event loop and
-        # each other past their timeout. A check's time bound starts when its turn comes.
-        self._turns = asyncio.Semaphore(_cores())
+        self._turns = Turns()
 
     def __repr__(self) -> str:
         return f"TypeChecker({str(self.compiler)!r}, timeout={self.timeout:g})"
@@ -232,7 +175,7 @@ class TypeChecker:
 
         Never raises for anything in ``code``: a check that cannot finish is a ``failure``.
         """
-        async with self._turns:
+        async with self._turns.semaphore:
             return await self._check(code, declarations)
 
     async def _check(self, code: str, declarations: str) -> Checked:
@@ -250,79 +193,22 @@ class TypeChecker:
         return checked
 
     async def _compile(self, folder: Path) -> tuple[str, str | None]:
-        # The shell sets the bounds, then becomes the compiler. (A preexec_fn would do the
-        # same, but it makes Python fork instead of vfork: twice the cost of the check.)
-        confine = (
-            f"ulimit -d {self.memory // 1024} && ulimit -t {max(1, math.ceil(self.timeout))}"
-            ' && ulimit -f 0 && ulimit -c 0 && exec "$@"'
-        )
-        process = await asyncio.create_subprocess_exec(
-            "/bin/sh",
-            "-c",
-            confine,
-            "sh",
-            str(self.compiler),
-            *_FLAGS,
-            "tools.ts",
-            "typed.ts",
-            "untyped.ts",
-            cwd=folder,
-            env={},
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
-        assert process.stdout is not None
-        chunks: list[bytes] = []
-        size = 0
-        cut = False
-
-        async def read() -> None:
-            nonlocal size, cut
-            assert process.stdout is not None
-            while chunk := await process.stdout.read(64 * 1024):
-                if size + len(chunk) > OUTPUT_BYTES:
-                    cut = True  # enough to report; the rest is more of the same
-                    process.kill()
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-
-        try:
-            await asyncio.wait_for(read(), self.timeout)
-            status = await asyncio.wait_for(process.wait(), self.timeout)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
-            return "", (
-                f"the type check did not finish within {self.timeout:g} s, the most it may "
-                "take; simplify the script's types (or leave them out), or turn the check off "
-                'with type_check = "off"'
-            )
-        output = b"".join(chunks).decode("utf-8", "replace")
+        argv = [str(self.compiler), *_FLAGS, "tools.ts", "typed.ts", "untyped.ts"]
+        ran = await run_bounded(argv, folder, timeout=self.timeout, memory=self.memory)
+        if ran is None:
+            return "", timed_out(self.timeout)
+        output, status = ran.output, ran.status
         first = output.strip().splitlines()[0][:300] if output.strip() else f"status {status}"
         # The Go runtime's own report of a failed allocation (its first lines vary with where
         # it failed), or of a thread it could not make room for: the data rlimit was met.
         head = "\n".join(output.lstrip().splitlines()[:5])
         if status != 0 and any(sign in head for sign in _OUT_OF_MEMORY):
-            return output, (
-                f"the type check needed more than {self.memory // MiB} MiB of memory, the "
-                "most it may use; simplify the script's types (or leave them out), or turn "
-                'the check off with type_check = "off"'
-            )
-        if cut or status == 0 or (status in (1, 2) and _ANY_DIAGNOSTIC.search(output)):
+            return output, out_of_memory(self.memory)
+        if ran.cut or status == 0 or (status in (1, 2) and _ANY_DIAGNOSTIC.search(output)):
             return output, None  # clean, or errors were reported
         if status == -signal.SIGXCPU or status == -signal.SIGKILL:
-            return output, (
-                f"the type check used more than {self.timeout:g} s of CPU, the most it may "
-                "use; simplify the script's types (or leave them out), or turn the check off "
-                'with type_check = "off"'
-            )
-        return output, (
-            f'the type checker failed ({first}); run the script with type_check = "off", '
-            "or report this"
-        )
+            return output, out_of_cpu(self.timeout)
+        return output, crashed(first)
 
 
 def _problems(output: str, script_lines: int) -> list[TypeProblem]:
@@ -340,7 +226,7 @@ def _problems(output: str, script_lines: int) -> list[TypeProblem]:
         for file, row, column, code, parts in found
         if file == "typed"
     ]
-    if any(p.code < 2000 for p in typed):
+    if any(isinstance(p.code, int) and p.code < 2000 for p in typed):
         return []  # not parsed as TypeScript: the run reports the syntax error
     untyped = {(row, column, code) for file, row, column, code, _ in found if file == "untyped"}
     return [

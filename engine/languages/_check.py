@@ -1,0 +1,180 @@
+"""What every language's type check shares: what a check found (:class:`Checked`), the
+message the model reads when a script is refused, and running a checker as a bounded
+subprocess of the host.
+
+A checker runs with no environment, in a fresh temporary directory, under rlimits (data
+segment, CPU, no files written, no core) and a wall-clock timeout, on a script the engine
+has already bounded (``engine._source``: 256 KiB), and its output is read up to a bound. One
+checker per core runs at a time (:class:`Turns`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine._errors import CodeModeError
+
+MiB = 1024 * 1024
+
+# The bounds of one check: wall clock, CPU, the checker's data segment (its heap), output.
+TIMEOUT_S = 5.0
+MEMORY_BYTES = 512 * MiB
+OUTPUT_BYTES = 1 * MiB
+# At most these many problems are shown to the model; the rest are counted.
+SHOWN_PROBLEMS = 8
+
+_TURN_OFF = 'turn the check off with type_check = "off"'
+
+
+class CompilerMissing(CodeModeError):
+    """No checker to check scripts with; the message says where it was looked for and how
+    to install it."""
+
+
+@dataclass(frozen=True)
+class TypeProblem:
+    """One thing the checker found wrong with a call to a tool, at the script's line."""
+
+    line: int
+    column: int
+    code: int | str
+    message: str
+
+
+@dataclass
+class Checked:
+    """What a check found, and what it cost.
+
+    ``problems`` empty and ``failure`` None: the script may run. ``failure`` says why the
+    check itself could not finish (time, memory, a crash); the script does not run then.
+    """
+
+    problems: list[TypeProblem] = field(default_factory=list)
+    failure: str | None = None
+    ms: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and self.failure is None
+
+    def message(self) -> str:
+        """The error the model reads when the script is refused."""
+        if self.failure is not None:
+            return self.failure
+        shown = self.problems[:SHOWN_PROBLEMS]
+        lines = [
+            "the script does not match the tools' declarations, so it did not run and no "
+            "call was made:"
+        ]
+        lines += [f"  line {p.line}: {p.message}" for p in shown]
+        more = len(self.problems) - len(shown)
+        if more:
+            lines.append(f"  ... and {more} more")
+        lines.append("Fix the calls and run the script again.")
+        return "\n".join(lines)
+
+
+def cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+class Turns:
+    """One checker per core at a time: a burst of starts (a hundred scripts at once) would
+    otherwise fork a hundred checkers that starve the host's event loop and each other past
+    their timeout. A check's time bound starts when its turn comes. (Made lazily: an
+    asyncio semaphore belongs to the loop that first waits on it.)"""
+
+    def __init__(self) -> None:
+        self.semaphore = asyncio.Semaphore(cores())
+
+
+@dataclass
+class Ran:
+    """A checker's run: its output (up to the bound), exit status, and whether the output
+    was cut at the bound."""
+
+    output: str
+    status: int
+    cut: bool
+
+
+def timed_out(timeout: float) -> str:
+    return (
+        f"the type check did not finish within {timeout:g} s, the most it may take; simplify "
+        f"the script's types (or leave them out), or {_TURN_OFF}"
+    )
+
+
+def out_of_cpu(timeout: float) -> str:
+    return (
+        f"the type check used more than {timeout:g} s of CPU, the most it may use; simplify "
+        f"the script's types (or leave them out), or {_TURN_OFF}"
+    )
+
+
+def out_of_memory(memory: int) -> str:
+    return (
+        f"the type check needed more than {memory // MiB} MiB of memory, the most it may "
+        f"use; simplify the script's types (or leave them out), or {_TURN_OFF}"
+    )
+
+
+def crashed(first: str) -> str:
+    return (
+        f'the type checker failed ({first}); run the script with type_check = "off", or report this'
+    )
+
+
+async def run_bounded(argv: list[str], folder: Path, *, timeout: float, memory: int) -> Ran | None:
+    """Run the checker ``argv`` in ``folder`` within the bounds; None when it took longer
+    than ``timeout`` seconds of wall clock (it is killed)."""
+    # The shell sets the bounds, then becomes the checker. (A preexec_fn would do the same,
+    # but it makes Python fork instead of vfork: twice the cost of the check.)
+    confine = (
+        f"ulimit -d {memory // 1024} && ulimit -t {max(1, math.ceil(timeout))}"
+        ' && ulimit -f 0 && ulimit -c 0 && exec "$@"'
+    )
+    process = await asyncio.create_subprocess_exec(
+        "/bin/sh",
+        "-c",
+        confine,
+        "sh",
+        *argv,
+        cwd=folder,
+        env={},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
+    assert process.stdout is not None
+    chunks: list[bytes] = []
+    size = 0
+    cut = False
+
+    async def read() -> None:
+        nonlocal size, cut
+        assert process.stdout is not None
+        while chunk := await process.stdout.read(64 * 1024):
+            if size + len(chunk) > OUTPUT_BYTES:
+                cut = True  # enough to report; the rest is more of the same
+                process.kill()
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+
+    try:
+        await asyncio.wait_for(read(), timeout)
+        status = await asyncio.wait_for(process.wait(), timeout)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        return None
+    return Ran(b"".join(chunks).decode("utf-8", "replace"), status, cut)

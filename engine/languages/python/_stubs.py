@@ -1,0 +1,519 @@
+"""What the model reads about the tools when it writes Python: stubs and the ``run_code`` tool.
+
+A declarations block looks like this::
+
+    class Tools:
+        async def github__list_prs(
+            self,
+            *,
+            repo: str,  # Repository as owner/name.
+            state: Literal["open", "closed", "all"] = ...,
+        ) -> list[Github__list_prs_PR]:
+            \"\"\"List pull requests of a repository.\"\"\"
+        async def tool_search(self, *, query: str, limit: int = ...) -> str:
+            \"\"\"Find tools by what they do, or by exact names ...\"\"\"
+
+    tools: Tools
+
+    class Github__list_prs_PR(TypedDict):
+        number: int
+        title: str
+
+Each tool is an async method of ``Tools`` taking its input's properties as keyword
+arguments (an optional one has a default, ``= ...``), with its description's first line as
+its docstring (the whole description in a search answer) and its result type (``Any`` when
+it declares no output schema). An object type is a ``TypedDict`` (the functional form when a
+key is not a Python name); each ``$ref`` target is a named type, declared once after
+``tools``, so a recursive schema stays finite. A tool whose properties are not all Python
+names takes ``**kwargs: Unpack[<Tool>_Input]``. Python has no intersection type: an
+``allOf`` of several object types is ``Any``. The schema walk is shared with TypeScript
+(``engine.languages._walk``), and so are the 12 KiB rules (``engine.languages._dialect``).
+
+The type check reads the same stubs with every name it needs from ``builtins`` and
+``typing`` under a private alias (``_str``), so a tool or a key called ``list`` or ``str``
+cannot shadow a type, with results ``Any``, and with each tool taking either its keywords or
+one mapping (``tools.x({"key": 1})``), as the sandbox does.
+"""
+
+from __future__ import annotations
+
+import keyword
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
+from engine._tools import Tool
+from engine.languages._dialect import BUDGET, MAX_SUMMARY, Dialect, description_lines
+from engine.languages._walk import (
+    CLOSED,
+    MAX_ENUM,
+    Document,
+    Member,
+    Namer,
+    Rendered,
+    Walker,
+    base_type,
+    first_line,
+    is_plain_object,
+    json_text,
+    type_prefix,
+)
+from sandbox.protocol import RUN_CODE
+
+INDENT = "    "
+# A signature that fits on one line of this many characters (and has no comments) is
+# written on one line.
+LINE_WIDTH = 100
+
+# Names a stub writes in type expressions. The check's stubs import each under a private
+# alias (`_str`), so nothing in the stub can shadow it.
+_BUILTIN_NAMES = ("str", "int", "float", "bool", "list", "dict")
+_TYPING_NAMES = ("Any", "Literal", "Never", "NotRequired", "TypeAlias", "TypedDict", "overload")
+_TYPE_NAMES = frozenset({*_BUILTIN_NAMES, *_TYPING_NAMES, "Unpack"})
+
+CHECK_IMPORTS = (
+    "from builtins import "
+    + ", ".join(f"{n} as _{n}" for n in _BUILTIN_NAMES)
+    + "\nfrom typing import "
+    + ", ".join(f"{n} as _{n}" for n in _TYPING_NAMES)
+    + "\nfrom typing_extensions import Unpack as _Unpack\n"
+)
+
+_JSON_SCALARS = {"string": "str", "number": "float", "integer": "int", "boolean": "bool"}
+
+_BUILTINS: dict[str, tuple[str, list[tuple[str, str, bool]]]] = {
+    TOOL_SEARCH: (
+        'Find tools by what they do, or by exact names ("get_user, list_orders"); answers '
+        "with their declarations, as text.",
+        [("query", "str", True), ("limit", "int", False)],
+    ),
+    SKILL: (
+        "Load a skill by name; answers with its instructions and the declarations of its "
+        "tools, as text.",
+        [("name", "str", True)],
+    ),
+}
+
+_HEADER = "class Tools:\n"
+_FOOTER = "\ntools: Tools\n\n"
+
+
+def is_python_name(name: str) -> bool:
+    """True when ``name`` can be written as a Python name: an ASCII identifier that is not a
+    keyword (tool names are ASCII identifiers already)."""
+    return name.isascii() and name.isidentifier() and not keyword.iskeyword(name)
+
+
+def _string(value: str) -> str:
+    # JSON's string escapes are Python's too.
+    return json_text(value)
+
+
+class StubRenderer(Walker):
+    """Renders the schemas of one tool as Python types (see :class:`Walker`); object types
+    become ``TypedDict`` classes, collected in :attr:`classes`. ``check`` writes the type
+    check's spelling (private aliases)."""
+
+    def __init__(self, namer: Namer, *, comments: bool, check: bool = False) -> None:
+        super().__init__(namer, comments=comments)
+        self.check = check
+        self.unknown = Rendered(self.n("Any"))
+        self.never = Rendered(self.n("Never"))
+        self.null = Rendered("None")
+        self.classes: deque[str] = deque()
+
+    def n(self, name: str) -> str:
+        """A builtin or typing name as this stub spells it."""
+        return f"_{name}" if self.check else name
+
+    def const(self, value: Any) -> Rendered:
+        if value is None:
+            return self.null
+        if isinstance(value, bool | int | str):
+            return Rendered(f"{self.n('Literal')}[{_literal(value)}]")
+        return self.scalar(base_type(value))
+
+    def enum(self, values: list[Any]) -> Rendered:
+        literals = [v for v in values if isinstance(v, bool | int | str)]
+        if len(values) > MAX_ENUM or len(literals) + (None in values) < len(values):
+            return self.union([self.scalar(base_type(v)) for v in values])
+        unique = list(dict.fromkeys(_literal(v) for v in literals))
+        parts = [Rendered(f"{self.n('Literal')}[{', '.join(unique)}]")] if unique else []
+        if None in values:
+            parts.append(self.null)
+        return self.union(parts)
+
+    def scalar(self, kind: str) -> Rendered:
+        if kind == "null":
+            return self.null
+        name = _JSON_SCALARS.get(kind)
+        return Rendered(self.n(name)) if name else self.unknown
+
+    def array(self, item: Rendered) -> Rendered:
+        return Rendered(f"{self.n('list')}[{item.text}]")
+
+    def tuple_type(self, elements: list[tuple[Rendered, bool]], rest: Rendered | None) -> Rendered:
+        # A script passes and gets lists, never tuples: a list of what its places hold.
+        items = [t for t, _ in elements] + ([rest] if rest is not None else [])
+        return self.array(self.union(items) if items else self.unknown)
+
+    def object(
+        self, members: list[Member], extra: Rendered | None, level: int, hint: str
+    ) -> Rendered:
+        if not members:
+            value = self.never if extra is CLOSED else (extra or self.unknown)
+            return Rendered(f"{self.n('dict')}[{self.n('str')}, {value.text}]")
+        return Rendered(self.typed_dict(self.namer.fresh(hint), members, extra))
+
+    def typed_dict(self, name: str, members: list[Member], extra: Rendered | None) -> str:
+        """Declare the ``TypedDict`` ``name`` (in :attr:`classes`) and return its name."""
+        open_ = extra is not None and extra is not CLOSED
+        if all(self._key_is_name(m.key) for m in members):
+            bases = (
+                f"{self.n('TypedDict')}, extra_items={self.n('Any')}"
+                if open_
+                else self.n("TypedDict")
+            )
+            lines = [f"class {name}({bases}):"]
+            for m in members:
+                lines.append(f"{INDENT}{m.key}: {self._value(m)}{_comment(m.comment)}")
+        else:
+            lines = [f'{name} = {self.n("TypedDict")}("{name}", {{']
+            for m in members:
+                lines.append(f"{INDENT}{_string(m.key)}: {self._value(m)},{_comment(m.comment)}")
+            extra_items = f", extra_items={self.n('Any')}" if open_ else ""
+            lines.append(f"}}{extra_items})")
+        self.classes.append("\n".join(lines))
+        return name
+
+    def _key_is_name(self, key: str) -> bool:
+        # In a class body a key is a name in scope: one called `str` would shadow the type
+        # (the check's private aliases cannot be shadowed so).
+        return is_python_name(key) and (self.check or key not in _TYPE_NAMES)
+
+    def _value(self, member: Member) -> str:
+        if member.required:
+            return member.type.text
+        return f"{self.n('NotRequired')}[{member.type.text}]"
+
+    def union(self, parts: list[Rendered]) -> Rendered:
+        texts: list[str] = []
+        for part in parts:
+            if part.text == self.unknown.text:
+                return self.unknown
+            if part.text == self.never.text:
+                continue
+            for piece in part.members or (part.text,):
+                if piece not in texts:
+                    texts.append(piece)
+        if not texts:
+            return self.never
+        if len(texts) == 1:
+            return Rendered(texts[0])
+        return Rendered(" | ".join(texts), 0, tuple(texts))
+
+    def intersection(self, parts: list[Rendered]) -> Rendered:
+        kept = [p for p in parts if p.text != self.unknown.text]
+        if any(p.text == self.never.text for p in kept):
+            return self.never
+        distinct = list(dict.fromkeys(p.text for p in kept))
+        if len(distinct) == 1:
+            return kept[0]
+        return self.unknown  # Python has no intersection type
+
+    def named(self, doc: Document, pointer: str, name: str) -> Rendered:
+        schema = doc.resolve(pointer)
+        if is_plain_object(schema):
+            members, extra = self.members(schema, doc, 0)
+            if members:
+                return Rendered(self.typed_dict(name, members, extra))
+        return super().named(doc, pointer, name)
+
+    def declaration(self, name: str, body: Rendered) -> str:
+        # The classes met while rendering this type, then the type itself when it is not
+        # one of them.
+        parts = list(self.classes)
+        self.classes.clear()
+        if body.text != name:
+            parts.append(f"{name}: {self.n('TypeAlias')} = {body.text}")
+        return "\n".join(parts)
+
+    def declarations(self) -> str:
+        """Every declaration still to write: the classes met, then the named types."""
+        out = [*self.classes]
+        self.classes.clear()
+        out += [d for d in self.drain() if d]
+        return "".join(f"{d}\n" for d in out)
+
+
+def _literal(value: bool | int | str) -> str:
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, int):
+        return str(value)
+    return _string(value)
+
+
+def _comment(text: str) -> str:
+    return f"  # {text}" if text else ""
+
+
+def _docstring(lines: list[str], indent: str) -> str:
+    escaped = [line.replace("\\", "\\\\").replace('"""', '\\"""').rstrip() for line in lines]
+    if len(escaped) == 1:
+        return f'{indent}"""{escaped[0]}"""\n'
+    body = "".join(f"{indent}{line}\n" if line else "\n" for line in escaped[1:])
+    return f'{indent}"""{escaped[0]}\n{body}{indent}"""\n'
+
+
+def _doc_lines(tool: Tool, full: bool) -> list[str]:
+    if not full:
+        summary = first_line(tool.description, MAX_SUMMARY)
+        return [summary] if summary else []
+    lines = [line.rstrip() for line in description_lines(tool.description)]
+    common = min((len(x) - len(x.lstrip()) for x in lines[1:] if x.strip()), default=0)
+    return [lines[0].strip(), *(x[common:] for x in lines[1:])] if lines else []
+
+
+def _signature(name: str, params: list[tuple[str, str]], result: str, check: bool) -> str:
+    """``async def name(self, <params>) -> result:``; each param is (text, comment)."""
+    head = f"{INDENT}async def {name}("
+    tail = f") -> {result}:"
+    inline = head + ", ".join(["self", *(p for p, _ in params)]) + tail
+    if check or (not any(c for _, c in params) and len(inline) <= LINE_WIDTH):
+        return inline
+    pad = INDENT * 2
+    lines = [head, f"{pad}self,"]
+    lines += [f"{pad}{p},{_comment(c)}" for p, c in params]
+    lines.append(f"{INDENT}{tail}")
+    return "\n".join(lines)
+
+
+def declare_tool(
+    tool: Tool,
+    namer: Namer,
+    *,
+    comments: bool,
+    full: bool,
+    results: bool = True,
+    check: bool = False,
+) -> tuple[str, str]:
+    """One tool's method of ``Tools`` and the declarations of its named types.
+
+    New type names are taken from ``namer``; pass a copy when the declaration may be
+    dropped. ``check`` writes the type check's stub (see the module docstring; its results
+    are ``Any``, whatever ``results`` says); ``results=False`` declares every result ``Any``.
+    """
+    renderer = StubRenderer(namer, comments=comments and not check, check=check)
+    any_ = renderer.unknown.text
+    if not is_python_name(tool.name):
+        # `tools.class(...)` is not Python: the script calls it with getattr.
+        if check:
+            return "", ""
+        note = (
+            f'{INDENT}# tools "{tool.name}": call it as await getattr(tools, "{tool.name}")(...)\n'
+        )
+        return note, ""
+    prefix = type_prefix(tool.name)
+    schema = tool.input_schema
+    doc = Document(schema, prefix, f"{prefix}_Input")
+    params: list[tuple[str, str]] = []
+    mapping: str | None = None  # the input as one mapping, for the check's other form
+    if is_plain_object(schema):
+        members, extra = renderer.members(schema, doc, 1)
+        kwargs_form = all(is_python_name(m.key) and m.key != "self" for m in members)
+        if members and (check or not kwargs_form):
+            mapping = renderer.typed_dict(namer.fresh(f"{prefix}_Input"), members, extra)
+        if kwargs_form:
+            if members:
+                params.append(("*", ""))
+            for m in members:
+                default = "" if m.required else " = ..."
+                params.append((f"{m.key}: {m.type.text}{default}", m.comment))
+            if extra is not None and extra is not CLOSED:
+                params.append((f"**kwargs: {extra.text}", ""))
+            if not members and extra is None:
+                params.append((f"**kwargs: {any_}", ""))
+        else:
+            params.append((f"**kwargs: {renderer.n('Unpack')}[{mapping}]", ""))
+            mapping = mapping if check else None
+    else:
+        input_type = renderer.render(schema, doc, 1, hint=f"{prefix}_Input").text
+        params += [(f"input: {input_type} = ..., /", ""), (f"**kwargs: {any_}", "")]
+    result = any_
+    if results and not check and tool.output_schema is not None:
+        out = Document(tool.output_schema, prefix, f"{prefix}_Result")
+        result = renderer.render(tool.output_schema, out, 1, hint=f"{prefix}_Result").text
+    if check:
+        member = _check_member(tool.name, params, mapping, any_, renderer.n("overload"))
+    else:
+        lines = _doc_lines(tool, full)
+        signature = _signature(tool.name, params, result, check)
+        body = _docstring(lines, INDENT * 2) if lines else None
+        member = f"{signature}\n{body}" if body else f"{signature} ...\n"
+    return member, renderer.declarations()
+
+
+def _check_member(
+    name: str, params: list[tuple[str, str]], mapping: str | None, any_: str, overload: str
+) -> str:
+    keywords = _signature(name, params, any_, True) + " ...\n"
+    if mapping is None:
+        return keywords
+    if not params or params == [(f"**kwargs: {any_}", "")]:
+        # One signature takes both forms when the keywords are anything.
+        return _signature(name, [(f"input: {mapping} = ..., /", ""), *params], any_, True) + (
+            " ...\n"
+        )
+    one = _signature(name, [(f"input: {mapping}, /", "")], any_, True) + " ...\n"
+    return f"{INDENT}@{overload}\n{keywords}{INDENT}@{overload}\n{one}"
+
+
+def builtin_member(name: str, *, check: bool = False) -> str:
+    """The method of ``Tools`` that declares builtin ``name`` (``tool_search``, ``skill``);
+    ``check`` writes the type check's (results ``Any``, both call forms)."""
+    summary, fields = _BUILTINS[name]
+    if not check:
+        params = [("*", "")] + [
+            (f"{key}: {type_}{'' if required else ' = ...'}", "") for key, type_, required in fields
+        ]
+        return f"{_signature(name, params, 'str', False)}\n{_docstring([summary], INDENT * 2)}"
+    mapping = "_dict[_str, _Any]"
+    params = [("*", "")] + [
+        (f"{key}: _{type_}{'' if required else ' = ...'}", "") for key, type_, required in fields
+    ]
+    return _check_member(name, params, mapping, "_Any", "_overload")
+
+
+def check_stubs(tools: Sequence[Tool]) -> str:
+    """The module the type check reads (``tools.pyi``): every tool as the model reads its
+    inputs, results ``Any``, both call forms, the builtins, and ``tools`` and ``files``."""
+    namer = Namer({"Tools"})
+    members: list[str] = []
+    types: list[str] = []
+    for tool in tools:
+        member, declared = declare_tool(tool, namer, comments=False, full=False, check=True)
+        members.append(member)
+        types.append(declared)
+    members += [builtin_member(b, check=True) for b in BUILTIN_TOOLS]
+    return (
+        CHECK_IMPORTS
+        + _HEADER
+        + ("".join(members) or f"{INDENT}pass\n")
+        + "\ntools: Tools\nfiles: _Any\n\n"
+        + "".join(types)
+    )
+
+
+FILES_NOTE = (
+    "The conversation's files are in `files`: `files.list()` and `files.stat(id)` give "
+    '`{"id", "mime", "size"}`; `await files.text(id)` reads a whole file; `files.show(id)` '
+    "puts a file in front of you when the script ends (at most 4). Stream big files with "
+    '`async for row in files.csv(id, header=True, delimiter=",")`, `files.lines(id)`, '
+    "`files.jsonl(id)`, `files.chunks(id, size=..., offset=...)` and "
+    "`files.xlsx(id, sheet=...)` (`await files.sheets(id)` names the sheets); each takes "
+    "`limit=` and `offset=`. Read files before calling tools: each run of the script reads "
+    "them again."
+)
+
+ALLOWED_IMPORTS = (
+    "json, re, math, cmath, statistics, datetime, time, random, collections, itertools, "
+    "functools, operator, decimal, fractions, csv, io (StringIO), string, textwrap, heapq, "
+    "bisect, copy, dataclasses, enum, typing, asyncio (gather, sleep(0), create_task), "
+    "base64, hashlib, uuid, unicodedata, difflib, pprint"
+)
+
+
+def run_code_tool(
+    tools: Sequence[Tool],
+    *,
+    budget: int = BUDGET,
+    skills: bool = False,
+    notes: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The ``run_code`` tool definition for Python scripts (``name``, ``description``,
+    ``input_schema``); the same contract as JavaScript's (see its ``run_code_tool``)."""
+    visible = [t for t in tools if not t.deferred]
+    builtins = BUILTIN_TOOLS if skills else (TOOL_SEARCH,)
+    block, declared = PYTHON.declare_tools(visible, budget, builtins=builtins)
+    paragraphs = [
+        "Run a Python script that calls tools, and get back what it prints and returns.",
+        "`code` is the body of an async function. Call a tool with "
+        "`await tools.<name>(key=value, ...)`: it returns the tool's result, parsed when it "
+        "is JSON. Run calls that do not depend on each other together, with `await "
+        "asyncio.gather(tools.a(...), tools.b(...))` (after `import asyncio`). A call that "
+        "fails raises an exception with the tool's message, which the script can catch. "
+        "`return` a value made of dicts, lists, strings, numbers, booleans and None.",
+        "Only what the script prints with `print` and the value it returns come back to "
+        "you; tool results stay in the script, so filter and summarize them there. A call "
+        "costs you no turn.",
+        "The script has no network, file system, threads or processes: it reaches the world "
+        "only through `tools`. It may import only these modules: "
+        f"{ALLOWED_IMPORTS}. `time`, `datetime` and `random` are fixed for a script and "
+        "give the same values every time it runs.",
+        "`await tools.tool_search(query=...)` finds tools that are not declared below, by "
+        "what they do or by exact names. It answers with text (their declarations): print "
+        "it, then call the tools in your next script.",
+    ]
+    if skills:
+        paragraphs.append(
+            '`await tools.skill(name="...")` loads a skill: it answers with the skill\'s '
+            "instructions and its tools' declarations, as text to print."
+        )
+    paragraphs.extend(notes)
+    paragraphs.append(f"The tools, as Python stubs:\n```python\n{block}```")
+    left_out = len(tools) - len(declared)
+    if left_out:
+        paragraphs.append(
+            f"{left_out} more tool{'s are' if left_out != 1 else ' is'} not declared here; "
+            "find them with `tools.tool_search`."
+        )
+    return {
+        "name": RUN_CODE,
+        "description": "\n\n".join(paragraphs),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "description": "The body of an async Python function that calls "
+                    "`await tools.<name>(key=value)`; `return` the value to send back.",
+                }
+            },
+            "required": ["code"],
+            "additionalProperties": False,
+        },
+    }
+
+
+class PythonDialect(Dialect):
+    """Scripts in Python, tools declared as stubs."""
+
+    language = "python"
+    name = "Python"
+    fence = "python"
+    header = _HEADER
+    footer = _FOOTER
+    files_note = FILES_NOTE
+
+    def declare_tool(
+        self, tool: Tool, namer: Namer, *, comments: bool, full: bool, results: bool = True
+    ) -> tuple[str, str]:
+        return declare_tool(tool, namer, comments=comments, full=full, results=results)
+
+    def builtin(self, name: str) -> str:
+        return builtin_member(name)
+
+    def run_code_tool(
+        self,
+        tools: Sequence[Tool],
+        *,
+        budget: int = BUDGET,
+        skills: bool = False,
+        notes: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        return run_code_tool(tools, budget=budget, skills=skills, notes=notes)
+
+
+PYTHON = PythonDialect()
