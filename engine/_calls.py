@@ -173,10 +173,11 @@ class CallSettling(Emitting):
         if entry.name == TOOL_SEARCH:
             # The index checks the query and the limit (ToolCallError, as the script sees it).
             query = entry.arguments.get("query")
-            return self._index.search(query, limit=entry.arguments.get("limit", 8))
+            limit = entry.arguments.get("limit", 8)
+            return self._index.search(query, limit=limit, language=record.language)
         if entry.name == SKILL:
             skill = find_skill(self.skills, entry.arguments.get("name"))
-            return skill_answer(skill, self.tools)
+            return skill_answer(skill, self.tools, language=record.language)
         tool = self._by_name.get(entry.name)
         if tool is None:
             near = closest_names(entry.name, self._tool_names)

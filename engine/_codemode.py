@@ -55,6 +55,7 @@ from engine._tool_threads import TOOL_THREADS, ToolThreads
 from engine._tools import Tool, ToolCallError, tool_fingerprint, unique_tools
 from engine._worker import Worker, proposed_worker
 from engine.adapters import Format, tool_definition
+from engine.languages import Language, check_language, dialect
 from engine.languages.javascript import (
     SHOWN_PROBLEMS,
     Checked,
@@ -62,7 +63,7 @@ from engine.languages.javascript import (
     TypeChecker,
     check_declarations,
 )
-from engine.languages.javascript._declarations import run_code_tool
+from engine.languages.python import PythonTypeChecker, check_stubs
 from runner import ScriptRunner, Step
 from sandbox import protocol
 from sandbox.names import closest_names
@@ -85,17 +86,6 @@ MAX_KEY = 256
 _CHECK_OFF_SAID: set[str] = set()
 
 
-FILES_NOTE = (
-    "The conversation's files are in `files`: `files.list()` and `files.stat(id)` give "
-    "`{ id, mime, size }`; `await files.text(id)` reads a whole file; `files.show(id)` puts a "
-    "file in front of you when the script ends (at most 4). Stream big files with "
-    "`for await (const row of files.csv(id, { header, delimiter }))`, `files.lines(id)`, "
-    "`files.jsonl(id)`, `files.chunks(id, { size, offset })` and `files.xlsx(id, { sheet })` "
-    "(`await files.sheets(id)` names the sheets); each takes `{ limit, offset }`. Read files "
-    "before calling tools: each run of the script reads them again."
-)
-
-
 class CodeMode(StepLoop):
     """Code mode for one agent: its tools, its runner, its session log and its limits.
 
@@ -107,9 +97,15 @@ class CodeMode(StepLoop):
     given); file attachments are kept as blobs in ``blobs`` (default: under ``data_dir``, or
     in memory). Sync tool handlers run in ``tool_threads`` threads of the engine's own, shared
     fairly between tenants and scripts (see ``engine._tool_threads``). ``type_check``
-    (``"on"``, ``"off"`` or a :class:`TypeChecker`) checks each new script against the
-    tools' declarations before its first call; ``"on"`` finds TypeScript 7's compiler, and
-    says once in the log that the check is off when it is missing.
+    (``"on"``, ``"off"``, a :class:`TypeChecker` or a :class:`PythonTypeChecker`) checks
+    each new script against the tools' declarations before its first call; ``"on"`` finds
+    TypeScript 7's compiler (for JavaScript) or ``ty`` (for Python), and says once in the
+    log that the check is off when the checker is missing. A checker given applies to its
+    language; the other language's is found as with ``"on"``.
+
+    ``language`` (``"javascript"`` or ``"python"``) is the language the model is told to
+    write scripts in (``run_code(language=...)`` may start one in the other); a script
+    keeps its language in the log, so it resumes in it whatever the engine's default.
 
     Many hosts may share one store; one of them drives a script at a time, under a lease of
     ``lease_ms`` that it renews while it drives (a host that dies lets it lapse, and another
@@ -146,7 +142,8 @@ class CodeMode(StepLoop):
         clock: Callable[[], float] = time.time,
         blobs: BlobStore | None = None,
         tool_threads: int = TOOL_THREADS,
-        type_check: Literal["on", "off"] | TypeChecker = "on",
+        type_check: Literal["on", "off"] | TypeChecker | PythonTypeChecker = "on",
+        language: Language = "javascript",
         lease_ms: int = log.DEFAULT_LEASE_MS,
         poll_interval: float = 1.0,
         on_event: Listener | Sequence[Listener] | None = None,
@@ -195,8 +192,11 @@ class CodeMode(StepLoop):
         self.retry_delay = retry_delay
         self.clock = clock
         self._tool_threads = ToolThreads(tool_threads)
-        self.type_checker = _type_checker(type_check)
-        self._check_declarations: str | None = None
+        self.language: Language = check_language(language)
+        self._type_check_setting = _type_check_option(type_check)
+        self._checkers: dict[str, TypeChecker | PythonTypeChecker | None] = {}
+        self.type_checker = self._checker(self.language)
+        self._check_declarations: dict[str, str] = {}
         self._check_ms: dict[str, float] = {}  # what each new script's check cost, until logged
         self.lease_ms = lease_ms
         self.poll_interval = poll_interval
@@ -220,7 +220,7 @@ class CodeMode(StepLoop):
         self._by_name = {t.name: t for t in self.tools}
         self._index = ToolIndex(self.tools, [s.info() for s in self.skills])
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
-        self._check_declarations = None
+        self._check_declarations = {}
 
     # ---- what the model sees ----
 
@@ -239,8 +239,11 @@ class CodeMode(StepLoop):
             if not t.deferred
         ]
         if self._definition is None or self._definition[0] != declared:
-            notes = [FILES_NOTE] if self.type_checker is None else [FILES_NOTE, CHECK_NOTE]
-            tool = run_code_tool(self.tools, skills=self._declares_skills, notes=notes)
+            speech = dialect(self.language)
+            notes = [speech.files_note]
+            if self.type_checker is not None:
+                notes.append(CHECK_NOTE)
+            tool = speech.run_code_tool(self.tools, skills=self._declares_skills, notes=notes)
             self._definition = (declared, tool)
         return tool_definition(self._definition[1], format)
 
@@ -248,9 +251,10 @@ class CodeMode(StepLoop):
         """The error for a model that called a tool directly: code mode is all or nothing,
         so every tool but ``run_code`` is reached from a script."""
         if name in self._by_name or name in BUILTIN_TOOLS:
+            call = f"{name}(...)" if self.language == "python" else f"{name}({{ ... }})"
             return (
                 f"{name} is not called directly: call it from run_code, in a script such as "
-                f"`return await tools.{name}({{ ... }})`"
+                f"`return await tools.{call}`"
             )
         near = closest_names(name, self._tool_names)
         hint = f" (the closest are {', '.join(near)})" if near else ""
@@ -289,17 +293,20 @@ class CodeMode(StepLoop):
         files: Sequence[Attachment] = (),
         key: str | None = None,
         on_start: Callable[[str], None] | None = None,
+        language: Language | None = None,
     ) -> RunResult:
         """Start a script and drive it until it finishes, fails or pauses.
 
+        ``language`` is the script's (default: the engine's ``language``).
         ``files`` are the attachments the script may read (``files.list()`` shows them);
         their bytes are recorded with the script, so every run reads the same bytes. ``key``
         makes the start idempotent: give the model's tool-use id, and a host that replays the
         same ``run_code`` call (after a restart, say) continues that script instead of
         starting another. ``on_start`` is told the script's id before its first step.
         """
+        language = self.language if language is None else check_language(language)
         try:
-            body = normalize(code)
+            body = normalize(code, language)
             _check_text(body)
         except (ScriptTooLarge, TypeError, NotText) as e:
             script_id = self._new_id()
@@ -313,10 +320,11 @@ class CodeMode(StepLoop):
                 f"key = {key!r:.80} must be a string of 1 to {MAX_KEY} characters, such as the "
                 "model's tool-use id"
             )
-        checked = await self._type_check(body)
+        checked = await self._type_check(body, language)
         record = log.ScriptRecord(
             id=self._new_id(),
             code=body,
+            language=language,
             tenant=tenant,
             now_ms=int(self.clock() * 1000),
             seed=secrets.randbits(32),
@@ -350,12 +358,24 @@ class CodeMode(StepLoop):
                     await drive.close()
         return await self._drive_owned(drive)
 
-    async def _type_check(self, body: str) -> Checked | None:
-        if self.type_checker is None:
+    async def _type_check(self, body: str, language: Language) -> Checked | None:
+        checker = self._checker(language)
+        if checker is None:
             return None
-        if self._check_declarations is None:
-            self._check_declarations = check_declarations(self.tools)
-        return await self.type_checker.check(body, self._check_declarations)
+        declarations = self._check_declarations.get(language)
+        if declarations is None:
+            make = check_stubs if language == "python" else check_declarations
+            declarations = self._check_declarations[language] = make(self.tools)
+        return await checker.check(body, declarations)
+
+    def _checker(self, language: Language) -> TypeChecker | PythonTypeChecker | None:
+        """The type check of scripts in ``language`` (None when it is off), found once."""
+        if language not in self._checkers:
+            setting = self._type_check_setting
+            if isinstance(setting, TypeChecker | PythonTypeChecker):
+                setting = setting if _language_of(setting) == language else "on"
+            self._checkers[language] = _type_checker(setting, language)
+        return self._checkers[language]
 
     async def _refused(self, drive: Drive, checked: Checked) -> RunResult:
         """End a script the type check refused: it never ran, and no call was made."""
@@ -556,18 +576,32 @@ def _check_text(code: str) -> None:
 __all__ = ["CodeMode", "CodeModeError", "RunResult"]
 
 
-def _type_checker(setting: Literal["on", "off"] | TypeChecker) -> TypeChecker | None:
-    if isinstance(setting, TypeChecker):
+def _language_of(checker: TypeChecker | PythonTypeChecker) -> Language:
+    return "python" if isinstance(checker, PythonTypeChecker) else "javascript"
+
+
+def _type_check_option(
+    setting: object,
+) -> Literal["on", "off"] | TypeChecker | PythonTypeChecker:
+    if isinstance(setting, TypeChecker | PythonTypeChecker) or setting in ("on", "off"):
+        return setting
+    raise CodeModeError(
+        f'type_check = {setting!r}; use "on", "off", a TypeChecker or a PythonTypeChecker'
+    )
+
+
+def _type_checker(
+    setting: Literal["on", "off"] | TypeChecker | PythonTypeChecker, language: Language
+) -> TypeChecker | PythonTypeChecker | None:
+    if isinstance(setting, TypeChecker | PythonTypeChecker):
         return setting
     if setting == "off":
         return None
-    if setting != "on":
-        raise CodeModeError(f'type_check = {setting!r}; use "on", "off" or a TypeChecker')
     try:
-        return TypeChecker()
+        return PythonTypeChecker() if language == "python" else TypeChecker()
     except CompilerMissing as e:
         reason = str(e)
         if reason not in _CHECK_OFF_SAID:
             _CHECK_OFF_SAID.add(reason)
-            logger.warning("type check off: scripts run without it: %s", reason)
+            logger.warning("type check off: %s scripts run without it: %s", language, reason)
         return None

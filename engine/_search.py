@@ -22,7 +22,8 @@ from typing import Any
 
 from engine._errors import ToolCallError
 from engine._tools import Tool
-from engine.languages.javascript._declarations import BUDGET, declare_tools
+from engine.languages import dialect
+from engine.languages._dialect import BUDGET
 from sandbox.names import terms
 
 MAX_QUERY = 1000
@@ -209,13 +210,14 @@ class ToolIndex:
             return Found(tools=exact, skills=[], exact=True)
         return Found(tools=self.rank(query), skills=self.rank_skills(query), exact=False)
 
-    def search(self, query: Any, limit: Any = 8) -> str:
+    def search(self, query: Any, limit: Any = 8, language: str = "javascript") -> str:
         """The answer to ``tools.tool_search({ query, limit })``, as text for the model.
 
         A query of exact tool names answers just those tools. Otherwise: the declarations of
         the best ``limit`` matches with their whole descriptions (within 12 KiB; the first is
         always declared), the other matches by name, and the skills that match. With no match,
-        it says so and lists the tools' names.
+        it says so and lists the tools' names. Declarations are in ``language``'s types
+        (the language of the script that asks).
 
         Raises :class:`ToolCallError` (what the script's call fails with) for a query that is
         not text, is empty or is over :data:`MAX_QUERY` characters, or a ``limit`` outside 1
@@ -237,11 +239,12 @@ class ToolIndex:
             )
         shown = _shown(query)
         found = self.find(query)
+        speech = dialect(language)  # declarations in the script's language
         if found.exact:
             exact = found.tools
-            block, declared = declare_tools(exact, BUDGET, builtins=(), full_descriptions=True)
+            block, declared = speech.declare_tools(exact, BUDGET, full_descriptions=True)
             names = ", ".join(t.name for t in declared)
-            text = f"The declarations of {names}:\n{_fenced(block)}"
+            text = f"The declarations of {names}:\n{speech.fenced(block)}"
             rest = [t.name for t in exact if t not in declared]
             if rest:
                 text += (
@@ -252,13 +255,11 @@ class ToolIndex:
         matches, skills = found.tools, found.skills
         parts: list[str] = []
         if matches:
-            block, declared = declare_tools(
-                matches[:limit], BUDGET, builtins=(), full_descriptions=True
-            )
+            block, declared = speech.declare_tools(matches[:limit], BUDGET, full_descriptions=True)
             count = len(matches)
             parts.append(
                 f"{count} tool{'s match' if count != 1 else ' matches'} {shown}, best first. "
-                f"Call them in your next script.\n{_fenced(block)}"
+                f"Call them in your next script.\n{speech.fenced(block)}"
             )
             others = [t.name for t in matches if t not in declared]
             if others:
@@ -299,7 +300,3 @@ def _shown(query: str) -> str:
     if len(text) > 100:
         text = text[:97] + "..."
     return '"' + text.replace('"', "'") + '"'
-
-
-def _fenced(block: str) -> str:
-    return f"```ts\n{block}```"

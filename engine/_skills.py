@@ -18,7 +18,8 @@ from pathlib import Path
 from engine._files import Attachment
 from engine._search import SkillInfo
 from engine._tools import Tool, ToolCallError, ToolDefinitionError
-from engine.languages.javascript._declarations import BUDGET, declare_tools
+from engine.languages import dialect
+from engine.languages._dialect import BUDGET
 from sandbox.names import closest_names
 
 
@@ -112,8 +113,11 @@ def check_skills(skills: Iterable[Skill], tools: Sequence[Tool]) -> list[Skill]:
     return result
 
 
-def skill_answer(skill: Skill, tools: Sequence[Tool], budget: int = BUDGET) -> str:
-    """What ``tools.skill({ name })`` answers: the instructions, then the tools' declarations."""
+def skill_answer(
+    skill: Skill, tools: Sequence[Tool], budget: int = BUDGET, *, language: str = "javascript"
+) -> str:
+    """What ``tools.skill({ name })`` answers: the instructions, then the tools' declarations
+    in ``language``'s types (the language of the script that asks)."""
     by_name = {t.name: t for t in tools}
     named = [by_name[n] for n in skill.tools if n in by_name]
     parts = [
@@ -122,8 +126,9 @@ def skill_answer(skill: Skill, tools: Sequence[Tool], budget: int = BUDGET) -> s
         skill.instructions.strip(),
     ]
     if named:
-        block, declared = declare_tools(named, budget, builtins=(), full_descriptions=True)
-        parts += ["", "The tools it names, in TypeScript:", "```ts", block.rstrip(), "```"]
+        speech = dialect(language)
+        block, declared = speech.declare_tools(named, budget, full_descriptions=True)
+        parts += ["", f"The tools it names, in {speech.name}:", speech.fenced(block).rstrip()]
         left = [t.name for t in named if t not in declared]
         if left:
             parts.append(

@@ -1,6 +1,6 @@
 """The script as the model wrote it, made into the body of an async function.
 
-Models write a bare body, a body inside a Markdown code fence, or a whole
+Models write a bare body, a body inside a Markdown code fence, or (in JavaScript) a whole
 ``async () => { ... }`` function (with a TypeScript return type or not); all are accepted.
 Whatever is taken away is replaced by line breaks, so an error's line numbers are the lines
 as the model wrote them.
@@ -17,8 +17,11 @@ from engine._errors import CodeModeError
 
 MAX_CODE_BYTES = 256 * 1024
 
-# Languages a fence may name ("```js"); any case.
-_FENCE_LANGUAGES = frozenset({"", "javascript", "js", "typescript", "ts", "jsx", "mjs"})
+# Languages a fence may name ("```js"), for a script in each language; any case.
+_FENCE_LANGUAGES = {
+    "javascript": frozenset({"", "javascript", "js", "typescript", "ts", "jsx", "mjs"}),
+    "python": frozenset({"", "python", "py", "python3"}),
+}
 _FENCE = "```"
 # A whole function: `(? async function name? () {` or `(? async () => {` ... `} )? ( () )? ;?`.
 # Every quantifier is possessive (`*+`): adjacent `\s*` that could give back what they took
@@ -40,8 +43,8 @@ class ScriptTooLarge(CodeModeError):
     """The script is over the bound on its size."""
 
 
-def normalize(code: str) -> str:
-    """The body of an async function, with the model's line numbers kept."""
+def normalize(code: str, language: str = "javascript") -> str:
+    """The body of an async function in ``language``, with the model's line numbers kept."""
     if not isinstance(code, str):
         raise TypeError(f"code must be a string, not {type(code).__name__}")
     # Each character is a byte or more: a longer text is refused without encoding it.
@@ -53,8 +56,10 @@ def normalize(code: str) -> str:
             f"{MAX_CODE_BYTES:,} bytes a script may be; write a shorter script that reads its "
             "data with tool calls or files"
         )
-    for unwrap in (_fence, _function):
-        found = unwrap(code)
+    fenced = _FENCE_LANGUAGES[language]
+    unwraps = (_fence, _function) if language == "javascript" else (_fence,)
+    for unwrap in unwraps:
+        found = unwrap(code, fenced)
         if found is not None:
             start, end = found
             code = _breaks(code[:start], code[start : start + 1]) + code[start:end]
@@ -73,7 +78,7 @@ def _breaks(text: str, then: str) -> str:
     )
 
 
-def _fence(code: str) -> tuple[int, int] | None:
+def _fence(code: str, languages: frozenset[str]) -> tuple[int, int] | None:
     """Where the body of a Markdown code fence around the whole of ``code`` starts and ends;
     ``None`` when ``code`` is not one fence."""
     opening = len(code) - len(code.lstrip())
@@ -81,7 +86,7 @@ def _fence(code: str) -> tuple[int, int] | None:
         return None
     newline = code.find("\n", opening)
     header = code[opening + len(_FENCE) : newline]
-    if newline < 0 or header.strip(" \t").lower() not in _FENCE_LANGUAGES:
+    if newline < 0 or header.strip(" \t").lower() not in languages:
         return None
     start = newline + 1
     closing = len(code.rstrip()) - len(_FENCE)
@@ -91,7 +96,7 @@ def _fence(code: str) -> tuple[int, int] | None:
     return start, end - 1 if code.startswith("\n", end - 1) and end > start else end
 
 
-def _function(code: str) -> tuple[int, int] | None:
+def _function(code: str, _: frozenset[str]) -> tuple[int, int] | None:
     """Where the body of the ``async () => { ... }`` or ``async function () { ... }`` that is
     the whole of ``code`` (maybe in parentheses, maybe called) starts and ends; ``None`` when
     ``code`` is not one such function."""

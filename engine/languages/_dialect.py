@@ -48,8 +48,8 @@ class Dialect:
 
     A subclass sets :attr:`language` (as in a script record), :attr:`name` and
     :attr:`fence` (how an answer shows its declarations), :attr:`header` and
-    :attr:`footer` (around the declared tools), and writes :meth:`declare_tool`,
-    :meth:`builtin` and :meth:`run_code_tool`.
+    :attr:`footer` (around the declared tools) and :attr:`files_note`, and writes
+    :meth:`declare_tool`, :meth:`builtin` and :meth:`run_code_tool`.
     """
 
     language: str
@@ -57,6 +57,7 @@ class Dialect:
     fence: str  # "ts"
     header: str
     footer: str
+    files_note: str  # the paragraph on `files`, in the language
 
     def declare_tool(
         self, tool: Tool, namer: Namer, *, comments: bool, full: bool, results: bool = True

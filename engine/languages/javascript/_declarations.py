@@ -183,6 +183,17 @@ def run_code_tool(
     }
 
 
+FILES_NOTE = (
+    "The conversation's files are in `files`: `files.list()` and `files.stat(id)` give "
+    "`{ id, mime, size }`; `await files.text(id)` reads a whole file; `files.show(id)` puts a "
+    "file in front of you when the script ends (at most 4). Stream big files with "
+    "`for await (const row of files.csv(id, { header, delimiter }))`, `files.lines(id)`, "
+    "`files.jsonl(id)`, `files.chunks(id, { size, offset })` and `files.xlsx(id, { sheet })` "
+    "(`await files.sheets(id)` names the sheets); each takes `{ limit, offset }`. Read files "
+    "before calling tools: each run of the script reads them again."
+)
+
+
 class JavaScriptDialect(Dialect):
     """Scripts in JavaScript (TypeScript's types allowed), tools declared in TypeScript."""
 
@@ -191,6 +202,7 @@ class JavaScriptDialect(Dialect):
     fence = "ts"
     header = _HEADER
     footer = _FOOTER
+    files_note = FILES_NOTE
 
     def declare_tool(
         self, tool: Tool, namer: Namer, *, comments: bool, full: bool, results: bool = True
