@@ -33,7 +33,9 @@ from engine._skills import Skill
 from engine._source import ScriptTooLarge, normalize
 from engine._tools import Tool, ToolContext, load_mcp_tools
 from engine._worker import PROPOSED, Worker, proposed_worker
+from engine.languages import LANGUAGES, Language
 from engine.languages.javascript import TypeChecker
+from engine.languages.python import PythonTypeChecker
 from engine.log import (
     CallEntry,
     LeaseLost,
@@ -45,6 +47,7 @@ from engine.log import (
 )
 
 __all__ = [
+    "LANGUAGES",
     "PROPOSED",
     "TEXT_BUDGET",
     "Attachment",
@@ -56,11 +59,13 @@ __all__ = [
     "Config",
     "ConfigError",
     "Event",
+    "Language",
     "LeaseLost",
     "Limits",
     "LogStore",
     "MemoryStore",
     "PostgresStore",
+    "PythonTypeChecker",
     "RunResult",
     "RunnerConfig",
     "ScriptNotFound",

@@ -276,9 +276,11 @@ class CodeMode(StepLoop):
         self._index = ToolIndex(self.tools, [s.info() for s in self.skills])
         return skills_listing([skill])
 
-    def search(self, query: str, limit: int = 8) -> str:
-        """What ``tools.tool_search({ query })`` answers inside a script."""
-        return self._index.search(query, limit=limit)
+    def search(self, query: str, limit: int = 8, *, language: Language | None = None) -> str:
+        """What ``tools.tool_search({ query })`` answers inside a script in ``language``
+        (default: the engine's)."""
+        language = self.language if language is None else check_language(language)
+        return self._index.search(query, limit=limit, language=language)
 
     def limits_for(self, tenant: str) -> Limits:
         return limits_for(self._limits, tenant)

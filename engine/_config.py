@@ -3,6 +3,7 @@
     [codemode]
     data_dir = ".codemode"          # where the session log lives
     type_check = "on"               # check scripts against the declarations first ("off")
+    language = "javascript"         # the language scripts are written in ("python")
     live = true                     # keep a script's process alive while its calls run
     live_wait = 5                   # seconds a live process waits for results, then replay
     live_max = 64                   # live processes at once (default: sized for the machine)
@@ -44,6 +45,7 @@ from typing import Any, Literal
 from engine._errors import ConfigError
 from engine._limits import Limits, parse_size
 from engine._live import DEFAULT_LIVE_WAIT
+from engine.languages import LANGUAGES, Language
 from engine.log import DEFAULT_LEASE_MS, LogStore, MemoryStore, PostgresStore, SqliteStore
 from runner import ScriptRunner
 from runner._remote import OPTIONS as REMOTE_OPTIONS
@@ -55,6 +57,7 @@ _TOP_KEYS = {
     "queue_timeout",
     "store",
     "type_check",
+    "language",
     "mcpServers",
     "live",
     "live_wait",
@@ -108,6 +111,7 @@ class Config:
     data_dir: Path | None = None
     queue_timeout: float = 300.0
     type_check: Literal["on", "off"] = "on"
+    language: Language = "javascript"
     store: StoreConfig = field(default_factory=StoreConfig)
     # [codemode.mcpServers.<name>]: upstream MCP servers, in the mcpServers JSON format's keys,
     # read by engine.mcp (each server is checked there, on its own).
@@ -171,6 +175,12 @@ class Config:
         type_check = section.get("type_check", "on")
         if type_check not in ("on", "off"):
             raise ConfigError(f'{where}: [codemode] type_check = {type_check!r}; use "on" or "off"')
+        language = section.get("language", "javascript")
+        if language not in LANGUAGES:
+            raise ConfigError(
+                f"{where}: [codemode] language = {_shown(language)}; use "
+                + " or ".join(f'"{x}"' for x in LANGUAGES)
+            )
         mcp_servers = section.get("mcpServers", {})
         if not isinstance(mcp_servers, dict):
             raise ConfigError(f"{where}: [codemode.mcpServers] must be a table of servers")
@@ -185,6 +195,7 @@ class Config:
             data_dir=resolved,
             queue_timeout=float(queue_timeout),
             type_check=type_check,
+            language=language,
             store=_store(section.get("store", {}), where),
             mcp_servers=mcp_servers,
             live=_live(section, where),

@@ -1,19 +1,21 @@
 """The ``codemode`` command.
 
-    codemode run SCRIPT.js --tools TOOLS [--json] [--events FILE] [--data-dir DIR] [--config ...]
+    codemode run SCRIPT.js|SCRIPT.py --tools TOOLS [--language L] [--json] [--events FILE] ...
     codemode resume SCRIPT_ID --tools TOOLS --data-dir DIR [--approve CALL_ID] [--reject CALL_ID]
     codemode scripts [--status STATUS] [--data-dir DIR | --config codemode.toml]
     codemode show SCRIPT_ID [--data-dir DIR | --config codemode.toml]
     codemode approve SCRIPT_ID CALL_ID / reject SCRIPT_ID CALL_ID [--message TEXT]
     codemode worker --tools TOOLS --config codemode.toml
-    codemode describe --tools TOOLS [--json [--format anthropic|openai_chat|openai_responses|mcp]]
-    codemode search QUERY --tools TOOLS [--limit N] [--json]
+    codemode describe --tools TOOLS [--language L] [--json [--format anthropic|openai_chat|...]]
+    codemode search QUERY --tools TOOLS [--language L] [--limit N] [--json]
     codemode runner serve --listen HOST:PORT ...
     codemode mcp serve [--config mcp.json] [--upstream CMD] [--tools TOOLS] [--http HOST:PORT]
     codemode version
 
 ``TOOLS`` is a Python file of tools or a JSON file of MCP tool definitions. A script may be a
 bare body, a Markdown code fence, or an ``async () => { ... }`` function; ``-`` reads stdin.
+``--language`` (``javascript`` or ``python``) is the scripts' language; ``run`` takes a
+``.py`` script as Python, and otherwise the config's ``language`` (JavaScript by default).
 
 Exit codes: 0 finished, 1 the script failed, 2 a mistake in the command, its files or its
 config (one line on stderr naming it and the fix, never a traceback), 3 paused, 4 another host
@@ -49,6 +51,7 @@ from engine._loading import load_tools
 from engine._progress import EventLines, ProgressLine
 from engine._search import MAX_LIMIT, MAX_QUERY, ToolIndex
 from engine.adapters import FORMATS
+from engine.languages import LANGUAGES
 from engine.log import LogStore, ScriptRecord
 from runner import FileReader, ScriptRunner, Step
 from sandbox.protocol import Script, size_text
@@ -113,6 +116,13 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print the whole result as JSON")
         p.add_argument("-v", "--verbose", action="store_true", help="log each script step")
 
+    def language(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--language",
+            choices=LANGUAGES,
+            help="the language scripts are written in (default: the config's, javascript)",
+        )
+
     def events(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--events",
@@ -124,6 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("script", help="the script file, or - for stdin")
     run.add_argument("--tenant", default="default")
     common(run)
+    language(run)
     events(run)
 
     resume = commands.add_parser("resume", help="continue a paused script from its log")
@@ -168,6 +179,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the model API whose tool shape --json prints (default: anthropic)",
     )
     common(describe)
+    language(describe)
 
     search = commands.add_parser("search", help="print what tools.tool_search answers")
     search.add_argument("query", type=_query)
@@ -175,6 +187,7 @@ def _parser() -> argparse.ArgumentParser:
         "--limit", type=_search_limit, default=8, help=f"tools to declare, 1 to {MAX_LIMIT}"
     )
     common(search)
+    language(search)
 
     runner = commands.add_parser("runner", help="run scripts for engines on other machines")
     runner.add_argument(
@@ -223,12 +236,22 @@ def _engine(
             worker=namespace.get("WORKER"),
             queue_timeout=config.queue_timeout,
             type_check=config.type_check,
+            language=_language(args, config),
             lease_ms=config.store.lease_ms,
             on_event=on_event,
             **config.live.options(),
         )
     except ToolDefinitionError as e:  # two tools of one name, a bad skill: the file's fault
         raise ConfigError(f"{args.tools}: {e}") from None
+
+
+def _language(args: argparse.Namespace, config: Config) -> Any:
+    given = getattr(args, "language", None)
+    if given is not None:
+        return given
+    if getattr(args, "script", "").endswith(".py"):
+        return "python"
+    return config.language
 
 
 def _needs_log(args: argparse.Namespace, command: str) -> Config:
@@ -274,7 +297,10 @@ async def _show(args: argparse.Namespace) -> int:
         return 0
     lease = record.lease
     print(f"script {record.id}  {record.status}" + ("  held" if record.held else ""))
-    print(f"  tenant {record.tenant}, created {_when(record.created_ms)}, steps {record.steps}")
+    print(
+        f"  {record.language}, tenant {record.tenant}, created {_when(record.created_ms)}, "
+        f"steps {record.steps}"
+    )
     print(
         f"  compute {record.total_compute_ms:,.0f} ms, files read "
         f"{size_text(record.total_file_bytes)}" + (f", key {record.key}" if record.key else "")

@@ -9,8 +9,8 @@ import runner
 
 ENGINE = {
     "Attachment", "BlobStore", "CallEntry", "CallNotWaiting", "CodeMode", "CodeModeError",
-    "Config", "ConfigError", "Event", "LeaseLost", "Limits", "LogStore", "MemoryStore", "PROPOSED",
-    "PostgresStore", "RunResult", "RunnerConfig", "ScriptNotFound", "ScriptRecord",
+    "Config", "ConfigError", "Event", "LANGUAGES", "Language", "LeaseLost", "Limits", "LogStore", "MemoryStore", "PROPOSED",
+    "PostgresStore", "PythonTypeChecker", "RunResult", "RunnerConfig", "ScriptNotFound", "ScriptRecord",
     "ScriptTooLarge", "Skill", "SqliteStore", "StepUnavailable", "StoreUnavailable",
     "TEXT_BUDGET", "Tool", "ToolCallError", "ToolContext", "ToolDefinitionError",
     "ToolsMissing", "TypeChecker", "Worker", "build_runner", "load_mcp_tools", "normalize",

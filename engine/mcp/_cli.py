@@ -120,6 +120,7 @@ async def _serve(args: argparse.Namespace) -> int:
             context=namespace.get("CONTEXT"),
             queue_timeout=config.queue_timeout,
             type_check=config.type_check,
+            language=config.language,
             lease_ms=config.store.lease_ms,
             mcp=servers,
         )
