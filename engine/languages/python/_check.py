@@ -78,8 +78,8 @@ def find_checker() -> Path:
     except (ImportError, FileNotFoundError) as e:
         raise CompilerMissing(
             f"ty, the checker of Python scripts, is not installed ({type(e).__name__}); "
-            f"install it with `pip install ty` (`make install` does), or set {CHECKER_ENV} "
-            "to its binary"
+            "install it with `pip install 'codemode[python]'` (`make install` does), or set "
+            f"{CHECKER_ENV} to its binary"
         ) from None
 
 
@@ -117,12 +117,7 @@ class PythonTypeChecker:
         body = "".join(f" {line}\n" for line in code.split("\n"))
         with tempfile.TemporaryDirectory(prefix="codemode-check-") as directory:
             folder = Path(directory)
-            # An empty Python environment and configuration: ty resolves imports in these
-            # files and its bundled typeshed only, and no user or project setting applies.
-            environment = folder / "env"
-            (environment / "lib" / _python() / "site-packages").mkdir(parents=True)
-            (environment / "pyvenv.cfg").write_text("home = /nonexistent\n", encoding="utf-8")
-            (folder / "ty.toml").write_text("", encoding="utf-8")
+            isolate(folder)
             (folder / "tools.pyi").write_text(declarations, encoding="utf-8")
             (folder / "untyped_tools.pyi").write_text(_UNTYPED_STUB, encoding="utf-8")
             (folder / "typed.py").write_text(_TYPED + body, encoding="utf-8")
@@ -135,25 +130,7 @@ class PythonTypeChecker:
         return checked
 
     async def _run(self, folder: Path) -> tuple[str, str | None]:
-        argv = [
-            str(self.checker),
-            "check",
-            "--config-file",
-            "ty.toml",
-            "--python",
-            "env",
-            "--python-version",
-            f"{sys.version_info.major}.{sys.version_info.minor}",
-            "--python-platform",
-            "linux",
-            "--output-format",
-            "concise",
-            "--no-progress",
-            "--color",
-            "never",
-            "typed.py",
-            "untyped.py",
-        ]
+        argv = checker_argv(self.checker, "typed.py", "untyped.py")
         ran = await run_bounded(argv, folder, timeout=self.timeout, memory=self.memory)
         if ran is None:
             return "", timed_out(self.timeout)
@@ -168,8 +145,36 @@ class PythonTypeChecker:
         return output, crashed(lines[0][:300] if lines else f"status {status}")
 
 
-def _python() -> str:
-    return f"python{sys.version_info.major}.{sys.version_info.minor}"
+def isolate(folder: Path) -> None:
+    """Give ``folder`` an empty Python environment (``env``) and configuration
+    (``ty.toml``): ty run there with :func:`checker_argv` resolves imports in the folder's
+    files and its bundled typeshed only, and no user or project setting applies."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    (folder / "env" / "lib" / version / "site-packages").mkdir(parents=True)
+    (folder / "env" / "pyvenv.cfg").write_text("home = /nonexistent\n", encoding="utf-8")
+    (folder / "ty.toml").write_text("", encoding="utf-8")
+
+
+def checker_argv(checker: Path, *files: str) -> list[str]:
+    """The command that checks ``files`` in a folder :func:`isolate` prepared."""
+    return [
+        str(checker),
+        "check",
+        "--config-file",
+        "ty.toml",
+        "--python",
+        "env",
+        "--python-version",
+        f"{sys.version_info.major}.{sys.version_info.minor}",
+        "--python-platform",
+        "linux",
+        "--output-format",
+        "concise",
+        "--no-progress",
+        "--color",
+        "never",
+        *files,
+    ]
 
 
 def _problems(output: str, script_lines: int, declarations: str) -> list[TypeProblem]:

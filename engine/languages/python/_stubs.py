@@ -358,14 +358,13 @@ def declare_tool(
 def _check_member(
     name: str, params: list[tuple[str, str]], mapping: str | None, any_: str, overload: str
 ) -> str:
-    keywords = _signature(name, params, any_, True) + " ...\n"
-    if mapping is None:
-        return keywords
+    """The check's method: the keywords, or one mapping (``mapping``, default any)."""
+    mapping = mapping or f"_dict[_str, {any_}]"
     if not params or params == [(f"**kwargs: {any_}", "")]:
-        # One signature takes both forms when the keywords are anything.
-        return _signature(name, [(f"input: {mapping} = ..., /", ""), *params], any_, True) + (
-            " ...\n"
-        )
+        # One signature takes both forms when there are no keywords or they are anything.
+        both = [(f"input: {mapping} = ..., /", ""), *params]
+        return _signature(name, both, any_, True) + " ...\n"
+    keywords = _signature(name, params, any_, True) + " ...\n"
     one = _signature(name, [(f"input: {mapping}, /", "")], any_, True) + " ...\n"
     return f"{INDENT}@{overload}\n{keywords}{INDENT}@{overload}\n{one}"
 

@@ -1,0 +1,209 @@
+"""The type check of Python scripts (ty): what it refuses, with the script's own lines, what
+it leaves to the run, its bounds, and the engine refusing a script before its first call.
+Needs ty (installed by `make install`)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import CodeMode, ConfigError, PythonTypeChecker, tool
+from engine._config import Config
+from engine._errors import CodeModeError
+from engine.languages import check_language
+from engine.languages._check import CompilerMissing
+from engine.languages.python import check_stubs, find_checker
+from engine.languages.python._check import CHECKER_ENV
+from tests._needs import require
+from tests.engine.conftest import InProcessRunner
+from tests.engine.corpus import load_corpus
+
+CORPUS = load_corpus()
+
+
+@pytest.fixture(scope="module")
+def checker() -> PythonTypeChecker:
+    try:
+        return PythonTypeChecker(find_checker())
+    except CompilerMissing as e:
+        require(f"ty, the checker of Python scripts: {e}")
+        raise
+
+
+async def _problems(checker: PythonTypeChecker, code: str) -> list[tuple[int, str]]:
+    checked = await checker.check(code, check_stubs(CORPUS))
+    assert checked.failure is None, checked.failure
+    return [(p.line, str(p.code)) for p in checked.problems]
+
+
+async def test_wrong_calls_are_refused_with_the_scripts_lines(checker: PythonTypeChecker) -> None:
+    """A wrong argument type, an unknown argument name, a missing required argument, a
+    missing key of a nested TypedDict, a value outside a Literal, a tool that does not
+    exist: each is found, at the script's own line."""
+    code = "\n".join(
+        [
+            "import asyncio",  # 1
+            'a = await tools.calendar__list_events(time_min="x", time_max=3)',  # 2
+            'b = await tools.calendar__list_events(time_min="x", tmie_max="y")',  # 3
+            'await tools.calendar__create_event(summary="s", start={"dateTime": "x"},',  # 4
+            '    end={"date": "x"}, attendees=[{"optional": True}])',  # 5
+            'await tools.github__list_prs(repo="o/r", state="opened")',  # 6
+            "await tools.no_such_tool(x=1)",  # 7
+            "return [a, b]",  # 8
+        ]
+    )
+    found = await _problems(checker, code)
+    lines = {line for line, _ in found}
+    assert lines == {2, 3, 5, 6, 7}, found
+    codes = {code for _, code in found}
+    assert {"invalid-argument-type", "missing-typed-dict-key"} <= codes
+
+
+async def test_a_call_with_one_mapping_is_checked_too(checker: PythonTypeChecker) -> None:
+    """``tools.x({"key": value})`` is checked against the same input type."""
+    good = 'return await tools.github__list_prs({"repo": "o/r", "state": "open"})'
+    assert await _problems(checker, good) == []
+    bad = 'return await tools.github__list_prs({"repo": 3})'
+    assert {line for line, _ in await _problems(checker, bad)} == {1}
+
+
+async def test_no_matching_form_names_the_keywords(checker: PythonTypeChecker) -> None:
+    """A call that matches neither form (an unknown keyword) says which keywords the tool
+    takes, in the types the model read."""
+    checked = await checker.check(
+        'await tools.calendar__list_events(time_min="x", tmie_max="y")', check_stubs(CORPUS)
+    )
+    (problem,) = checked.problems
+    assert problem.message.startswith("tools.calendar__list_events takes (")
+    assert "time_max: str" in problem.message and "_str" not in problem.message
+
+
+async def test_the_scripts_own_typing_is_left_to_the_run(checker: PythonTypeChecker) -> None:
+    """What would be a type error with any tools (a dict grown key by key, arithmetic on a
+    str, a name that does not exist, an import the sandbox refuses) is not the check's to
+    refuse: the run reports what really fails. Results are Any, so they are used freely."""
+    code = "\n".join(
+        [
+            "import os",
+            "d = {}",
+            'd["x"] = 1',
+            'n = "a" + 1',
+            "print(undefined_name)",
+            'prs = await tools.github__list_prs(repo="o/r")',
+            'return prs[0]["anything"].upper() + d',
+        ]
+    )
+    assert await _problems(checker, code) == []
+
+
+async def test_a_syntax_error_is_left_to_the_run(checker: PythonTypeChecker) -> None:
+    assert await _problems(checker, "return (1 +") == []
+    assert await _problems(checker, "x = await tools.github__list_prs(owner=)") == []
+
+
+async def test_host_modules_are_not_read(checker: PythonTypeChecker, tmp_path: Path) -> None:
+    """An import names only the check's files and typeshed: ty never reads the host's
+    installed packages (whose contents would show in an error), so a script learns nothing
+    of them; here `engine` and `orjson` do not resolve at all."""
+    from engine.languages.python._check import checker_argv, isolate
+
+    isolate(tmp_path)
+    (tmp_path / "s.py").write_text("import engine\nimport orjson\nimport json\n")
+    import subprocess
+
+    out = subprocess.run(
+        checker_argv(checker.checker, "s.py"), cwd=tmp_path, env={}, capture_output=True, text=True
+    )
+    assert "Cannot resolve imported module `engine`" in out.stdout
+    assert "Cannot resolve imported module `orjson`" in out.stdout
+    assert "`json`" not in out.stdout
+
+
+async def test_a_check_past_its_time_bound_fails_the_script(tmp_path: Path) -> None:
+    """A checker that does not finish in time is killed; the script does not run, and the
+    message says how to turn the check off."""
+    slow = tmp_path / "slow-ty"
+    slow.write_text("#!/bin/sh\nexec sleep 60\n")
+    slow.chmod(0o755)
+    checked = await PythonTypeChecker(slow, timeout=0.5).check("return 1", check_stubs([]))
+    assert checked.failure is not None and 'type_check = "off"' in checked.failure
+    assert not checked.ok
+
+
+async def test_a_checker_that_crashes_fails_the_script(tmp_path: Path) -> None:
+    broken = tmp_path / "broken-ty"
+    broken.write_text("#!/bin/sh\necho 'thread main panicked' >&2\nexit 101\n")
+    broken.chmod(0o755)
+    checked = await PythonTypeChecker(broken).check("return 1", check_stubs([]))
+    assert checked.failure is not None and "panicked" in checked.failure
+
+
+def test_a_missing_checker_is_said_once_and_the_scripts_run(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(CHECKER_ENV, "/nonexistent/ty")
+    with pytest.raises(CompilerMissing, match="CODEMODE_TY"):
+        find_checker()
+    with caplog.at_level(logging.WARNING, logger="codemode"):
+        first = CodeMode([], language="python")
+        second = CodeMode([], language="python")
+    assert first.type_checker is None and second.type_checker is None
+    said = [r for r in caplog.records if "type check off: python" in r.getMessage()]
+    assert len(said) == 1
+    description = first.definition()["description"]
+    assert "type-checked" not in description
+
+
+def test_language_is_checked_everywhere() -> None:
+    with pytest.raises(CodeModeError, match="'ruby'"):
+        CodeMode([], language="ruby", type_check="off")  # type: ignore[arg-type]
+    with pytest.raises(CodeModeError, match="javascript"):
+        check_language("js")
+    with pytest.raises(ConfigError, match=r"language = 'rust'; use \"javascript\" or \"python\""):
+        Config.from_mapping({"codemode": {"language": "rust"}})
+    assert Config.from_mapping({"codemode": {"language": "python"}}).language == "python"
+
+
+async def test_a_wrong_call_is_refused_before_the_first_call_runs(
+    checker: PythonTypeChecker, inproc: InProcessRunner
+) -> None:
+    """The script's first call would charge a card; its second is wrong. The check refuses
+    the script, so the charge never happens, and the model reads the wrong line."""
+    charged: list[Any] = []
+
+    @tool
+    def charge(cents: int) -> str:
+        """Charge the card."""
+        charged.append(cents)
+        return "ok"
+
+    @tool
+    def ship(order_id: str, express: bool = False) -> str:
+        """Ship an order."""
+        return "shipped"
+
+    engine = CodeMode([charge, ship], runner=inproc, language="python", type_check=checker)
+    try:
+        code = 'await tools.charge(cents=500)\nawait tools.ship(order=12)\nreturn "done"'
+        result = await engine.run_code(code)
+        assert result.status == "failed", result.text
+        assert result.error is not None and result.error["name"] == "TypeCheckError"
+        assert "line 2:" in result.text and "ship" in result.text
+        assert charged == []
+        assert inproc.steps == []
+        record = await engine.store.get_script(result.script_id)
+        assert record.language == "python"
+    finally:
+        await engine.aclose()
+
+
+def test_a_checker_given_applies_to_its_language(checker: PythonTypeChecker) -> None:
+    """A PythonTypeChecker given is the Python check; JavaScript's is found as "on" does."""
+    engine = CodeMode([], language="python", type_check=checker)
+    assert engine.type_checker is checker
+    assert engine._checker("python") is checker
+    js = engine._checker("javascript")
+    assert js is None or type(js).__name__ == "TypeChecker"

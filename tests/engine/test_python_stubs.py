@@ -1,0 +1,272 @@
+"""Python stubs of tools: they type-check with ty, stay in budget and are byte-stable, and a
+valid call to every corpus tool passes the type check (in both call forms) while wrong calls
+do not. Needs ty (installed by `make install`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import CodeMode
+from engine._search import ToolIndex
+from engine._skills import Skill, skill_answer
+from engine._tools import Tool
+from engine.languages import dialect
+from engine.languages._dialect import BUDGET
+from engine.languages._walk import Namer
+from engine.languages.python import PYTHON, PythonTypeChecker, check_stubs, find_checker
+from engine.languages.python._check import checker_argv, isolate
+from engine.languages.python._stubs import declare_tool
+from tests._needs import require
+from tests.engine.corpus import load_corpus
+from tests.engine.test_declarations import ODD_SCHEMAS, minimal
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = load_corpus()
+BY_NAME = {t.name: t for t in CORPUS}
+# What the model reads is not a module: these make it one for the checker.
+MODEL_IMPORTS = (
+    "from typing import Any, Literal, Never, NotRequired, TypeAlias, TypedDict\n"
+    "from typing_extensions import Unpack\n"
+)
+
+
+@pytest.fixture(scope="module")
+def ty() -> Path:
+    try:
+        return find_checker()
+    except Exception as e:
+        require(f"ty, the checker of Python scripts: {e}")
+        raise
+
+
+def _ty(ty: Path, folder: Path, *files: str) -> str:
+    """ty's diagnostics on ``files`` of ``folder`` (empty when they check clean)."""
+    isolate(folder)
+    out = subprocess.run(
+        checker_argv(ty, *files), cwd=folder, env={}, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode in (0, 1), out.stdout + out.stderr
+    return "" if out.returncode == 0 else out.stdout
+
+
+def _python_call(name: str, arguments: dict[str, Any], form: str) -> str:
+    if form == "mapping":
+        return f"await tools.{name}({arguments!r})"
+    if all(k.isidentifier() and k != "self" for k in arguments):
+        return f"await tools.{name}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})"
+    return f"await tools.{name}(**{arguments!r})"
+
+
+# --- the stubs type-check ------------------------------------------------------------------
+
+
+def test_corpus_stubs_type_check(ty: Path, tmp_path: Path) -> None:
+    """Every corpus tool's stub, as the model reads it (summaries and whole descriptions)
+    and as the check reads it, is a module ty checks clean: each type is declared, and
+    declared once."""
+    for full in (False, True):
+        block, declared = PYTHON.declare_tools(
+            CORPUS, 10**9, builtins=("tool_search", "skill"), full_descriptions=full
+        )
+        assert declared == CORPUS
+        (tmp_path / f"model_{full}.pyi").write_text(MODEL_IMPORTS + block)
+    (tmp_path / "tools.pyi").write_text(check_stubs(CORPUS))
+    assert _ty(ty, tmp_path, "model_False.pyi", "model_True.pyi", "tools.pyi") == ""
+
+
+def test_odd_schemas_type_check(ty: Path, tmp_path: Path) -> None:
+    """Cycles, self-aliases, root refs, colliding names, odd literals and keywords give stubs
+    ty checks clean, for the model and for the check."""
+    tools = [Tool(f"odd_{name}", input_schema=s) for name, s in ODD_SCHEMAS.items()]
+    block, declared = PYTHON.declare_tools(tools, 10**9)
+    assert declared == tools
+    (tmp_path / "model.pyi").write_text(MODEL_IMPORTS + block)
+    (tmp_path / "tools.pyi").write_text(check_stubs(tools))
+    assert _ty(ty, tmp_path, "model.pyi", "tools.pyi") == ""
+
+
+@pytest.mark.parametrize("form", ["keywords", "mapping"])
+def test_valid_calls_to_every_corpus_tool_pass_the_check(ty: Path, form: str) -> None:
+    """A call with the smallest valid arguments of every corpus tool, with keywords or one
+    mapping, is not refused: the check never stops a script the tools would take."""
+    lines = [
+        f"r{i} = {_python_call(t.name, minimal(t.input_schema, t.input_schema), form)}"
+        for i, t in enumerate(CORPUS)
+    ]
+    lines.append('found = await tools.tool_search(query="x", limit=3)')
+    lines.append('return [r0, found, await tools.skill({"name": "x"})]')
+    checked = _check("\n".join(lines), CORPUS, ty)
+    assert checked.ok, checked.message()
+
+
+def _check(code: str, tools: list[Tool], ty: Path) -> Any:
+    import asyncio
+
+    return asyncio.run(PythonTypeChecker(ty).check(code, check_stubs(tools)))
+
+
+# --- shape ---------------------------------------------------------------------------------
+
+
+def test_stub_shape() -> None:
+    """Keyword arguments, an optional one with a default; the description's first line as
+    docstring; property comments; TypedDicts named once after `tools`."""
+    block, _ = PYTHON.declare_tools(
+        [BY_NAME["github__list_prs"], BY_NAME["slack__add_reaction"]], builtins=("tool_search",)
+    )
+    assert block.startswith("class Tools:\n    async def github__list_prs(\n        self,\n")
+    assert '        state: Literal["open", "closed", "all"] = ...,  # Filter by state.' in block
+    assert "        repo: str," in block
+    assert '        """List pull requests of a repository."""\n' in block
+    assert "Returns at most" not in block
+    assert ") -> list[Github__list_prs_PullRequest]:" in block
+    assert "    async def tool_search(self, *, query: str, limit: int = ...) -> str:\n" in block
+    assert block.index("\ntools: Tools\n") < block.index("class Github__list_prs_PullRequest(")
+    assert block.count("class Github__list_prs_User(TypedDict):") == 1
+    assert "skill" not in block
+
+
+def test_recursive_schemas_stay_finite() -> None:
+    """A recursive definition is one named type that refers to itself."""
+    block, _ = PYTHON.declare_tools([BY_NAME["forum__get_thread"], BY_NAME["tree__get_org_chart"]])
+    assert block.count("class Forum__get_thread_Comment(TypedDict):") == 1
+    assert "    replies: list[Forum__get_thread_Comment]" in block
+    assert "list[Tree__get_org_chart_Result]" in block
+    direct, _ = PYTHON.declare_tools([Tool("t", input_schema=ODD_SCHEMAS["direct_cycle"])])
+    assert "T_A: TypeAlias = Any" in direct
+
+
+def test_names_python_cannot_take() -> None:
+    """Keys that are not Python names make the functional TypedDict and **kwargs; a key that
+    would shadow a type in a class body (`str`) too; a tool named a keyword is called with
+    getattr (and left to the run by the check)."""
+    odd = Tool(
+        "odd",
+        input_schema={
+            "type": "object",
+            "properties": {"from": {"type": "string"}, "a-b": {"type": "integer"}},
+            "required": ["from"],
+        },
+    )
+    shadow = Tool(
+        "shadow",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "item": {
+                    "type": "object",
+                    "properties": {"str": {"type": "integer"}, "name": {"type": "string"}},
+                }
+            },
+        },
+    )
+    keyword_tool = Tool("class", input_schema={"type": "object"})
+    block, _ = PYTHON.declare_tools([odd, shadow, keyword_tool], 10**9)
+    assert "async def odd(self, **kwargs: Unpack[Odd_Input]) -> Any: ..." in block
+    assert 'Odd_Input = TypedDict("Odd_Input", {\n    "from": str,\n' in block
+    assert '    "a-b": NotRequired[int],\n})' in block
+    assert 'Shadow_Item = TypedDict("Shadow_Item", {' in block
+    assert 'await getattr(tools, "class")' in block
+    assert "async def class" not in check_stubs([keyword_tool])
+
+
+def test_search_and_skill_answer_in_the_scripts_language() -> None:
+    """tools.tool_search and tools.skill answer with Python stubs to a Python script, with
+    TypeScript to a JavaScript one."""
+    index = ToolIndex(CORPUS)
+    python = index.search("github__list_prs", language="python")
+    assert "```python\nclass Tools:\n    async def github__list_prs(" in python
+    assert "declare const tools" not in python
+    assert "```ts\ndeclare const tools: {" in index.search("github__list_prs")
+    skill = Skill("triage", "Triage", "Look at PRs.", tools=("github__list_prs",))
+    answer = skill_answer(skill, CORPUS, language="python")
+    assert "The tools it names, in Python:\n```python\nclass Tools:" in answer
+    assert "in TypeScript:\n```ts" in skill_answer(skill, CORPUS)
+
+
+def test_run_code_description_for_python() -> None:
+    """A Python engine describes run_code for Python: the body of an async function,
+    keyword calls, asyncio.gather, print, the allowed imports, and the stubs."""
+    engine = CodeMode(CORPUS[:3], language="python", type_check="off")
+    description = engine.definition()["description"]
+    assert description.startswith("Run a Python script")
+    for phrase in ("await tools.<name>(key=value", "asyncio.gather", "`print`", "statistics"):
+        assert phrase in description
+    assert "async for row in files.csv(id" in description
+    assert "```python\nclass Tools:\n" in description
+    assert "Promise.all" not in description and "console.log" not in description
+    schema = engine.definition()["input_schema"]["properties"]["code"]["description"]
+    assert "Python" in schema
+    assert "Promise.all" in CodeMode(CORPUS[:3], type_check="off").definition()["description"]
+
+
+# --- budget and determinism ----------------------------------------------------------------
+
+
+def _size(text: str) -> int:
+    return len(text.encode())
+
+
+@pytest.mark.parametrize("budget", [1500, 3000, 6000, BUDGET, 20_000])
+def test_every_budget_holds_and_the_block_stops_at_the_first_misfit(budget: int) -> None:
+    block, declared = PYTHON.declare_tools(CORPUS, budget)
+    assert _size(block) <= budget
+    assert declared == CORPUS[: len(declared)]
+    assert 0 < len(declared) < len(CORPUS)
+    following = CORPUS[len(declared)]
+    taken = set(re.findall(r"^(?:class )?(\w+)(?:\(| =|:)", block, flags=re.M))
+    member, types = declare_tool(following, Namer(taken), comments=False, full=False)
+    assert _size(block) + _size(member) + _size(types) > budget
+
+
+def test_the_run_code_block_holds_the_budget_and_counts_the_rest() -> None:
+    everything, _ = PYTHON.declare_tools(CORPUS, 10**9)
+    assert _size(everything) > BUDGET
+    description = dialect("python").run_code_tool(CORPUS)["description"]
+    block = description.split("```python\n", 1)[1].split("```", 1)[0]
+    assert _size(block) <= BUDGET
+    _, declared = PYTHON.declare_tools(CORPUS, builtins=("tool_search",))
+    assert f"{len(CORPUS) - len(declared)} more tools are not declared here" in description
+
+
+def test_the_first_tool_is_always_declared() -> None:
+    properties = {
+        f"field_{i}": {"type": "string", "description": f"Field number {i} of the record."}
+        for i in range(1000)
+    }
+    huge = Tool(
+        "huge", description="Big.", input_schema={"type": "object", "properties": properties}
+    )
+    block, declared = PYTHON.declare_tools([huge, BY_NAME["slack__add_reaction"]])
+    assert declared == [huge]
+    assert "field_999: str = ..." in block and "Field number" not in block
+
+
+def test_same_bytes_under_another_hash_seed() -> None:
+    """Nothing depends on set or hash order: another process with another PYTHONHASHSEED
+    writes the same Python description and check stubs."""
+    code = (
+        "import hashlib, json, sys; sys.path.insert(0, '.');"
+        "from tests.engine.corpus import load_corpus;"
+        "from engine.languages.python import PYTHON, check_stubs;"
+        "c = load_corpus();"
+        "print(hashlib.sha256((json.dumps(PYTHON.run_code_tool(c, skills=True))"
+        " + check_stubs(c)).encode()).hexdigest())"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "4242"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    here = json.dumps(PYTHON.run_code_tool(CORPUS, skills=True)) + check_stubs(CORPUS)
+    assert out.stdout.strip() == hashlib.sha256(here.encode()).hexdigest()
+    assert PYTHON.run_code_tool(load_corpus()) == PYTHON.run_code_tool(CORPUS)
