@@ -122,6 +122,12 @@ def table(rows: list[Row]) -> str:
                 )
                 for name, figures in row.extra["engine_store"].items()
             )
+        if row.extra and "languages" in row.extra:
+            note = "; ".join(
+                f"{name} py {_num(f['python_p50_ms'], 2)} / js {_num(f['javascript_p50_ms'], 2)}"
+                f" ms = {f['python_over_javascript']:.2f}x"
+                for name, f in row.extra["languages"].items()
+            )
         if row.extra and "peers" in row.extra:
             note = "see the comparison below"
         if row.shares:

@@ -41,6 +41,16 @@ let s = 0;
 for (let k = 0; k < 20000; k++) s += k %% 7;
 return s + r.v;"""
 TENANTS = 4
+# The same scripts in Python (the `languages` workload runs both, interleaved).
+PY_TRIVIAL = "return 1"
+PY_SEQUENTIAL = """\
+s = 0
+for i in range(%d):
+    r = await tools.t(i=i)
+    s += r["v"]
+return s"""
+# Sequential calls of the `languages` workload (its trivial script makes none).
+LANGUAGE_CALLS = (10, 50)
 
 
 @dataclass
@@ -60,15 +70,21 @@ class Sample:
             self.peak_rss = max(self.peak_rss, step.process.max_rss_bytes)
 
 
-def script(code: str, records: list[Record] | None = None, id: str = "bench") -> Script:
-    return Script(id=id, code=code, records=records or [], tools=["t"], clock=CLOCK)
+def script(
+    code: str, records: list[Record] | None = None, id: str = "bench", language: str = "javascript"
+) -> Script:
+    return Script(
+        id=id, code=code, records=records or [], tools=["t"], clock=CLOCK, language=language
+    )
 
 
-async def replay(mode: Mode, code: str, sample: Sample, tenant: str = "default") -> Step:
+async def replay(
+    mode: Mode, code: str, sample: Sample, tenant: str = "default", language: str = "javascript"
+) -> Step:
     """Run ``code`` to its end, answering every call; returns the last step."""
     records: list[Record] = []
     while True:
-        step = await mode.step(script(code, records), tenant)
+        step = await mode.step(script(code, records, language=language), tenant)
         sample.saw(step)
         if step.outcome != "calls":
             return step
@@ -337,6 +353,49 @@ async def _type_check(mode: Mode, count: int) -> Sample:
     return sample
 
 
+async def _languages(mode: Mode, count: int) -> Sample:
+    """The trivial script and N sequential calls in JavaScript and in Python, interleaved so
+    both languages see the same load; the sample is Python's trivial step, and ``extra``
+    has each script's medians and the Python/JavaScript ratio."""
+    scripts = {
+        "trivial": ({"javascript": TRIVIAL, "python": PY_TRIVIAL}, 1),
+        **{
+            f"seq_{n}": (
+                {"javascript": SEQUENTIAL % n, "python": PY_SEQUENTIAL % n},
+                n * (n - 1) // 2,
+            )
+            for n in LANGUAGE_CALLS
+        },
+    }
+    times: dict[tuple[str, str], list[float]] = {}
+    sample = Sample()
+    start = time.perf_counter()
+    for _ in range(count):
+        for name, (codes, value) in scripts.items():
+            for language, code in codes.items():
+                t0 = time.perf_counter()
+                step = await replay(mode, code, sample, language=language)
+                times.setdefault((name, language), []).append(time.perf_counter() - t0)
+                expect(step, value)
+    sample.wall = time.perf_counter() - start
+    sample.latencies = times[("trivial", "python")]
+
+    def p50(name: str, language: str) -> float:
+        return statistics.median(times[(name, language)]) * 1000
+
+    sample.extra = {
+        "languages": {
+            name: {
+                "javascript_p50_ms": round(p50(name, "javascript"), 3),
+                "python_p50_ms": round(p50(name, "python"), 3),
+                "python_over_javascript": round(p50(name, "python") / p50(name, "javascript"), 3),
+            }
+            for name in scripts
+        }
+    }
+    return sample
+
+
 async def _peers(mode: Mode, count: int) -> Sample:
     """The engine (live and replay, each with its own warm pool) against pydantic-monty's
     warm pool, interleaved (``bench._peers``); runs once, beside the ``pool`` mode. The
@@ -369,6 +428,14 @@ WORKLOADS = [
             (50, (5, 1, 1, 0)),
             (200, (3, 1, 1, 0)),
         )
+    ),
+    Workload(
+        "languages",
+        f"JavaScript vs Python: trivial, {'/'.join(map(str, LANGUAGE_CALLS))} sequential calls",
+        "script",
+        (10, 2, 2, 1),
+        _languages,
+        modes=("pool", "fork", "exec", "floor"),
     ),
     Workload("promise_all", "Promise.all of 100 calls", "script", (20, 3, 3, 1), _promise_all),
     Workload("cpu_sort", "sort 10^5 numbers", "script", (10, 3, 2, 1), _cpu_sort),

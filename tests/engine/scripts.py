@@ -204,6 +204,178 @@ return s;
 }
 
 
+# The same cases in Python, by the same names: the same tools called with the same arguments
+# in the same order, the same value returned and the same text printed, so one table of cases
+# runs in both languages (tests/engine/test_live.py). A JavaScript case with no Python entry
+# tests what only JavaScript has (a `.then` chain, the microtask queue).
+PYTHON_SCRIPTS: dict[str, str] = {
+    "no_calls": "return 1 + 1",
+    "sequential_loop": """
+total = 0
+for i in range(12):
+    total += await tools.add(a=total, b=i)
+    print(f"step {i}: {total}")
+return total
+""",
+    "parallel": """
+import asyncio
+got = await asyncio.gather(*[tools.echo(n=n) for n in [1, 2, 3, 4, 5]])
+return [g["n"] * 2 for g in got]
+""",
+    "parallel_then_sequential": """
+import asyncio, json
+first = await asyncio.gather(tools.echo(a=1), tools.add(a=2, b=3))
+second = await tools.add(a=first[1], b=10)
+third = await asyncio.gather(tools.echo(x=second), tools.echo(y=second))
+print(json.dumps(third, separators=(",", ":")))
+return {"first": first, "second": second, "third": third}
+""",
+    "caught_error": """
+note = "none"
+try:
+    await tools.fail(message="card declined")
+except Exception as e:
+    note = str(e)
+after = await tools.echo(note=note)
+return {"note": note, "after": after}
+""",
+    "uncaught_error": """
+await tools.echo(n=1)
+await tools.fail(message="out of stock")
+return "never"
+""",
+    "throw_after_calls": """
+a = await tools.add(a=1, b=2)
+print("got", a)
+if a == 3:
+    raise TypeError(f"bad total {a}")
+return a
+""",
+    "clock_and_random": """
+import random, time
+from datetime import datetime, timezone
+values = []
+for i in range(4):
+    values.append([random.random(), int(time.time() * 1000), datetime.now(timezone.utc).isoformat()])
+    await tools.echo(i=i, r=values[i][0])
+return values
+""",
+    "not_awaited_call": """
+tools.echo(lost="unless made")
+a = await tools.add(a=1, b=1)
+tools.echo(also=a)
+return a
+""",
+    "closure_state": """
+seen = {}
+async def visit(k):
+    if k in seen:
+        return seen[k]
+    v = await tools.add(a=k, b=k)
+    seen[k] = v
+    return v
+out = []
+for k in [1, 2, 1, 3, 2]:
+    out.append(await visit(k))
+return {"out": out, "size": len(seen)}
+""",
+    "async_generator": """
+async def pages():
+    for p in range(1, 4):
+        yield await tools.page(p=p)
+rows = []
+async for page in pages():
+    rows.extend(page["rows"])
+return rows
+""",
+    "big_printed": """
+print("x" * 50000)
+await tools.echo(n=1)
+print("y" * 50000)
+await tools.echo(n=2)
+print("z" * 50000)
+return "printed"
+""",
+    "compute_before_calls": """
+h = 0
+for i in range(200000):
+    h = (h * 31 + i) % 1000003
+a = await tools.add(a=h, b=1)
+for i in range(200000):
+    h = (h * 17 + i) % 1000003
+b = await tools.add(a=h, b=a)
+return b
+""",
+    "returns_while_calls_pending": """
+slow = tools.echo(late=True)
+a = await tools.echo(early=True)
+return {"a": a}
+""",
+    "approval_in_the_middle": """
+a = await tools.add(a=1, b=2)
+paid = await tools.pay(cents=a * 100)
+b = await tools.add(a=a, b=4)
+return {"a": a, "paid": paid, "b": b}
+""",
+    "files_between_calls": """
+rows = []
+async for row in files.csv("sales.csv", header=True):
+    checked = await tools.echo(region=row["region"])
+    rows.append([checked["region"], int(row["amount"])])
+text = await files.text("notes.txt")
+files.show("sales.csv")
+await tools.echo(lines=len(text.split("\\n")))
+return rows
+""",
+    "tool_search": """
+found = await tools.tool_search(query="add numbers")
+a = await tools.add(a=2, b=2)
+return {"found": len(found) > 0, "a": a}
+""",
+    "too_many_calls": """
+for i in range(30):
+    await tools.echo(i=i)
+return "done"
+""",
+    "results_budget": """
+parts = []
+for i in range(6):
+    parts.append(len(await tools.big(kib=100)))
+return parts
+""",
+    "error_objects": """
+errors = []
+for m in ["a", "b"]:
+    try:
+        await tools.fail(message=m)
+    except Exception as e:
+        errors.append([type(e).__name__, str(e)])
+return errors
+""",
+    "undefined_and_nested": """
+r = await tools.echo(deep={"list": [1, {"x": None}], "s": "é ✓"})
+await tools.echo()
+return None
+""",
+    "syntax_error": "return (1 +",
+    "many_sequential": """
+s = 0
+for i in range(60):
+    s += await tools.add(a=i, b=0)
+return s
+""",
+}
+
+# One table: each case's code in each language it is written in.
+CASES: dict[str, dict[str, str]] = {
+    name: {
+        "javascript": code,
+        **({"python": PYTHON_SCRIPTS[name]} if name in PYTHON_SCRIPTS else {}),
+    }
+    for name, code in SCRIPTS.items()
+}
+
+
 def _echo(**arguments: Any) -> Any:
     return arguments
 

@@ -207,3 +207,20 @@ def test_a_checker_given_applies_to_its_language(checker: PythonTypeChecker) -> 
     assert engine._checker("python") is checker
     js = engine._checker("javascript")
     assert js is None or type(js).__name__ == "TypeChecker"
+
+
+async def test_none_for_an_optional_argument_is_taken(checker: PythonTypeChecker) -> None:
+    """An optional argument given None is left out by the sandbox, so the check takes it;
+    a required one given None is refused."""
+    code = 'return await tools.github__list_prs(repo="o/r", state=None, page=None)'
+    assert await _problems(checker, code) == []
+    assert (
+        await _problems(
+            checker, 'return await tools.github__list_prs({"repo": "o/r", "page": None})'
+        )
+        == []
+    )
+    assert {
+        line
+        for line, _ in await _problems(checker, "return await tools.github__list_prs(repo=None)")
+    } == {1}

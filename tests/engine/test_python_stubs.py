@@ -124,12 +124,15 @@ def test_stub_shape() -> None:
         [BY_NAME["github__list_prs"], BY_NAME["slack__add_reaction"]], builtins=("tool_search",)
     )
     assert block.startswith("class Tools:\n    async def github__list_prs(\n        self,\n")
-    assert '        state: Literal["open", "closed", "all"] = ...,  # Filter by state.' in block
+    state = '        state: Literal["open", "closed", "all"] | None = ...,  # Filter by state.'
+    assert state in block
     assert "        repo: str," in block
     assert '        """List pull requests of a repository."""\n' in block
     assert "Returns at most" not in block
     assert ") -> list[Github__list_prs_PullRequest]:" in block
-    assert "    async def tool_search(self, *, query: str, limit: int = ...) -> str:\n" in block
+    assert (
+        "    async def tool_search(self, *, query: str, limit: int | None = ...) -> str:\n" in block
+    )
     assert block.index("\ntools: Tools\n") < block.index("class Github__list_prs_PullRequest(")
     assert block.count("class Github__list_prs_User(TypedDict):") == 1
     assert "skill" not in block
@@ -173,7 +176,7 @@ def test_names_python_cannot_take() -> None:
     block, _ = PYTHON.declare_tools([odd, shadow, keyword_tool], 10**9)
     assert "async def odd(self, **kwargs: Unpack[Odd_Input]) -> Any: ..." in block
     assert 'Odd_Input = TypedDict("Odd_Input", {\n    "from": str,\n' in block
-    assert '    "a-b": NotRequired[int],\n})' in block
+    assert '    "a-b": NotRequired[int | None],\n})' in block
     assert 'Shadow_Item = TypedDict("Shadow_Item", {' in block
     assert 'await getattr(tools, "class")' in block
     assert "async def class" not in check_stubs([keyword_tool])
@@ -248,7 +251,7 @@ def test_the_first_tool_is_always_declared() -> None:
     )
     block, declared = PYTHON.declare_tools([huge, BY_NAME["slack__add_reaction"]])
     assert declared == [huge]
-    assert "field_999: str = ..." in block and "Field number" not in block
+    assert "field_999: str | None = ..." in block and "Field number" not in block
 
 
 def test_same_bytes_under_another_hash_seed() -> None:

@@ -7,10 +7,10 @@ A declarations block looks like this::
             self,
             *,
             repo: str,  # Repository as owner/name.
-            state: Literal["open", "closed", "all"] = ...,
+            state: Literal["open", "closed", "all"] | None = ...,
         ) -> list[Github__list_prs_PR]:
             \"\"\"List pull requests of a repository.\"\"\"
-        async def tool_search(self, *, query: str, limit: int = ...) -> str:
+        async def tool_search(self, *, query: str, limit: int | None = ...) -> str:
             \"\"\"Find tools by what they do, or by exact names ...\"\"\"
 
     tools: Tools
@@ -22,12 +22,14 @@ A declarations block looks like this::
 Each tool is an async method of ``Tools`` taking its input's properties as keyword
 arguments (an optional one has a default, ``= ...``), with its description's first line as
 its docstring (the whole description in a search answer) and its result type (``Any`` when
-it declares no output schema). An object type is a ``TypedDict`` (the functional form when a
-key is not a Python name); each ``$ref`` target is a named type, declared once after
-``tools``, so a recursive schema stays finite. A tool whose properties are not all Python
-names takes ``**kwargs: Unpack[<Tool>_Input]``. Python has no intersection type: an
-``allOf`` of several object types is ``Any``. The schema walk is shared with TypeScript
-(``engine.languages._walk``), and so are the 12 KiB rules (``engine.languages._dialect``).
+it declares no output schema). An optional argument may be given None: the sandbox leaves
+it out, as JavaScript leaves out ``undefined``. An object type is a ``TypedDict`` (the
+functional form when a key is not a Python name); each ``$ref`` target is a named type,
+declared once after ``tools``, so a recursive schema stays finite. A tool whose properties
+are not all Python names takes ``**kwargs: Unpack[<Tool>_Input]``. Python has no
+intersection type: an ``allOf`` of several object types is ``Any``. The schema walk is
+shared with TypeScript (``engine.languages._walk``), and so are the 12 KiB rules
+(``engine.languages._dialect``).
 
 The type check reads the same stubs with every name it needs from ``builtins`` and
 ``typing`` under a private alias (``_str``), so a tool or a key called ``list`` or ``str``
@@ -40,6 +42,7 @@ from __future__ import annotations
 import keyword
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
@@ -322,6 +325,12 @@ def declare_tool(
     mapping: str | None = None  # the input as one mapping, for the check's other form
     if is_plain_object(schema):
         members, extra = renderer.members(schema, doc, 1)
+        # An optional argument given None is left out (as JavaScript's undefined), so None
+        # is a value it takes; further in, None is null.
+        members = [
+            m if m.required else replace(m, type=renderer.union([m.type, renderer.null]))
+            for m in members
+        ]
         kwargs_form = all(is_python_name(m.key) and m.key != "self" for m in members)
         if members and (check or not kwargs_form):
             mapping = renderer.typed_dict(namer.fresh(f"{prefix}_Input"), members, extra)
@@ -375,12 +384,14 @@ def builtin_member(name: str, *, check: bool = False) -> str:
     summary, fields = _BUILTINS[name]
     if not check:
         params = [("*", "")] + [
-            (f"{key}: {type_}{'' if required else ' = ...'}", "") for key, type_, required in fields
+            (f"{key}: {type_}{'' if required else ' | None = ...'}", "")
+            for key, type_, required in fields
         ]
         return f"{_signature(name, params, 'str', False)}\n{_docstring([summary], INDENT * 2)}"
     mapping = "_dict[_str, _Any]"
     params = [("*", "")] + [
-        (f"{key}: _{type_}{'' if required else ' = ...'}", "") for key, type_, required in fields
+        (f"{key}: _{type_}{'' if required else ' | None = ...'}", "")
+        for key, type_, required in fields
     ]
     return _check_member(name, params, mapping, "_Any", "_overload")
 
