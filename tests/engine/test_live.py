@@ -24,7 +24,9 @@ from sandbox.protocol import Clock, Record, Script
 from sandbox.runtime import run_in_process
 from tests.engine.conftest import InProcessRunner
 from tests.engine.scripts import (
+    CASES,
     FILES,
+    PYTHON_SCRIPTS,
     SCRIPTS,
     conformance_scripts,
     golden_scripts,
@@ -32,7 +34,9 @@ from tests.engine.scripts import (
 )
 
 CORPUS = {**SCRIPTS, **golden_scripts(), **conformance_scripts()}
-TOOLS = tools_for(list(CORPUS.values()))
+# The engine's cases again in Python: the same table, the other language.
+PYTHON_CORPUS = {f"python/{name}": code for name, code in PYTHON_SCRIPTS.items()}
+TOOLS = tools_for([*CORPUS.values(), *PYTHON_CORPUS.values()])
 # Small enough that the corpus meets them: too_many_calls the calls, results_budget the results.
 LIMITS = Limits(calls=25, results=400 * 1024)
 NOW = 1_768_435_200.0  # 2026-01-15T00:00:00Z
@@ -54,7 +58,9 @@ class _Evicting(LiveRuns):
             self.drop(key)
 
 
-async def _outcome(name: str, code: str, mode: str) -> tuple[bytes, InProcessRunner, LiveRuns]:
+async def _outcome(
+    name: str, code: str, mode: str, language: str = "javascript"
+) -> tuple[bytes, InProcessRunner, LiveRuns]:
     """The outcome of ``code`` run to its end in ``mode`` (approving every call that asks)."""
     runner = InProcessRunner()
     engine = CodeMode(
@@ -65,6 +71,7 @@ async def _outcome(name: str, code: str, mode: str) -> tuple[bytes, InProcessRun
         live=mode != "replay",
         type_check="off",
         clock=lambda: NOW,
+        language=language,  # type: ignore[arg-type]
     )
     if mode.startswith("evict"):
         engine._live = _Evicting(random.Random(f"{SEED}:{name}:{mode}"))
@@ -86,19 +93,21 @@ async def _outcome(name: str, code: str, mode: str) -> tuple[bytes, InProcessRun
     return orjson.dumps(data, option=orjson.OPT_SORT_KEYS), runner, live
 
 
-@pytest.mark.parametrize("name", sorted(CORPUS))
+@pytest.mark.parametrize("name", sorted(CORPUS) + sorted(PYTHON_CORPUS))
 async def test_live_replay_and_evicted_runs_give_the_same_outcome(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every corpus script (the engine's, the golden logs', the runner conformance suite's)
-    run live, by replay, and live with seeded random evictions between segments: the same
-    value, printed text, error, calls made (with their results) and shown files, byte for
-    byte; live runs were used where a script has calls, and none is left open."""
+    """Every corpus script (the engine's in both languages, the golden logs', the runner
+    conformance suite's) run live, by replay, and live with seeded random evictions between
+    segments: the same value, printed text, error, calls made (with their results) and shown
+    files, byte for byte; live runs were used where a script has calls, and none is left
+    open."""
     monkeypatch.setattr(secrets, "randbits", lambda bits: SEED % (1 << bits))
-    code = CORPUS[name]
+    language = "python" if name in PYTHON_CORPUS else "javascript"
+    code = PYTHON_CORPUS[name] if language == "python" else CORPUS[name]
     outcomes: dict[str, bytes] = {}
     for mode in MODES:
-        outcome, runner, live = await _outcome(name, code, mode)
+        outcome, runner, live = await _outcome(name, code, mode, language)
         outcomes[mode] = outcome
         assert all(run.closed for run in runner.lives), f"{mode}: a live run left open"
         assert len(live) == 0
@@ -116,11 +125,43 @@ async def test_live_replay_and_evicted_runs_give_the_same_outcome(
         )
 
 
+# What differs between the two languages' runs of one case, by design: each language's own
+# random generator and date format, its exception names and messages, its syntax errors.
+_LANGUAGE_OWN = {
+    "clock_and_random": ("value", "calls"),
+    "syntax_error": ("error", "text"),
+    "uncaught_error": ("error", "text"),
+    "throw_after_calls": ("error", "text"),
+    "error_objects": ("value",),
+}
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in CASES.items() if "python" in c))
+async def test_each_case_gives_the_same_outcome_in_both_languages(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One table, two languages: each case written in JavaScript and in Python makes the
+    same calls with the same arguments, in the same order and steps, gets the same results,
+    prints the same text and returns the same value (but for what :data:`_LANGUAGE_OWN`
+    says differs by design), live and by replay."""
+    monkeypatch.setattr(secrets, "randbits", lambda bits: SEED % (1 << bits))
+    for mode in ("live", "replay"):
+        outcomes = {}
+        for language, code in CASES[name].items():
+            outcome, _, _ = await _outcome(name, code, mode, language)
+            data = orjson.loads(outcome)
+            for key in _LANGUAGE_OWN.get(name, ()):
+                data.pop(key, None)
+            outcomes[language] = data
+        assert outcomes["python"] == outcomes["javascript"], f"{name} ({mode})"
+
+
 def test_the_corpus_covers_what_it_says() -> None:
     """The differential corpus holds the golden logs' and the conformance suite's scripts."""
     assert len(golden_scripts()) >= 7
     assert len(conformance_scripts()) >= 5
     assert len(SCRIPTS) >= 25
+    assert len(PYTHON_SCRIPTS) >= 22 and set(PYTHON_SCRIPTS) <= set(SCRIPTS)
 
 
 # ---- the step loop with live runs ----

@@ -1,0 +1,148 @@
+"""Python scripts through the engine: the language is the script's (kept in the log, sent to
+the runner, kept across a resume whatever the engine's default), tools.tool_search and
+tools.skill answer in it, the CLI takes and shows it, and real confined processes run it
+live and by replay."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine import CodeMode, MemoryStore, Skill, tool
+from runner import ProcessRunner
+from tests.engine.conftest import InProcessRunner
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@tool(needs_approval=True)
+def pay(cents: int) -> str:
+    """Pay an amount."""
+    return f"paid {cents}"
+
+
+PAYING = """
+a = await tools.add(a=1, b=2)
+paid = await tools.pay(cents=a * 100)
+print("paid", paid)
+return {"a": a, "paid": paid}
+"""
+
+
+async def test_a_python_script_keeps_its_language_across_a_resume(
+    inproc: InProcessRunner,
+) -> None:
+    """A Python script started on a JavaScript engine pauses; another engine whose default
+    is JavaScript resumes it from the log, and it goes on in Python."""
+    store = MemoryStore()
+    first = CodeMode([add, pay], runner=inproc, store=store, type_check="off")
+    paused = await first.run_code(PAYING, language="python")
+    assert paused.status == "paused", paused.text
+    assert inproc.steps and {s.language for s in inproc.steps} == {"python"}
+    record = await store.get_script(paused.script_id)
+    assert record.language == "python"
+    await first.approve(paused.script_id, paused.waiting[0]["call_id"])
+    second = CodeMode([add, pay], runner=inproc, store=store, type_check="off")
+    assert second.language == "javascript"
+    done = await second.resume(paused.script_id)
+    assert done.status == "finished", done.text
+    assert done.value == {"a": 3, "paid": "paid 300"}
+    assert "paid paid 300" in done.text
+    assert {s.language for s in inproc.steps} == {"python"}
+    await second.aclose()
+
+
+async def test_tool_search_and_skill_answer_in_the_scripts_language(
+    inproc: InProcessRunner,
+) -> None:
+    """A Python script's tools.tool_search and tools.skill print Python stubs; a JavaScript
+    script's on the same engine print TypeScript."""
+    skill = Skill("sums", "Adding", "Add things up.", tools=("add",))
+    engine = CodeMode([add], runner=inproc, skills=[skill], type_check="off", language="python")
+    code = 'print(await tools.tool_search(query="add"))\nprint(await tools.skill(name="sums"))'
+    python = await engine.run_code(code)
+    assert python.status == "finished", python.text
+    assert python.text.count("```python\nclass Tools:\n    async def add(self, *, a: int, b: int)") == 2
+    js = await engine.run_code(
+        'console.log(await tools.tool_search({ query: "add" }))', language="javascript"
+    )
+    assert "```ts\ndeclare const tools: {" in js.text and "class Tools" not in js.text
+    await engine.aclose()
+
+
+@pytest.mark.parametrize("live", [True, False])
+async def test_confined_processes_run_python_live_and_by_replay(live: bool) -> None:
+    """The process runner's warm pool runs a Python script of parallel and sequential calls
+    to the same result live and by replay."""
+    runner = ProcessRunner(mode="pool", slots=2)
+    engine = CodeMode([add], runner=runner, type_check="off", language="python", live=live)
+    code = """
+import asyncio
+pair = await asyncio.gather(tools.add(a=1, b=2), tools.add(a=3, b=4))
+total = 0
+for i in range(5):
+    total = await tools.add(a=total, b=i)
+print("total", total)
+return {"pair": pair, "total": total}
+"""
+    try:
+        result = await engine.run_code(code)
+    finally:
+        await engine.aclose()
+    assert result.status == "finished", result.text
+    assert result.value == {"pair": [3, 7], "total": 10}
+    assert result.steps == 7
+    assert "total 10" in result.text
+
+
+def test_cli_runs_a_python_script_and_show_names_its_language(tmp_path: Path) -> None:
+    """`codemode run script.py` runs it as Python; `codemode show` says so."""
+    tools_file = tmp_path / "tools.py"
+    tools_file.write_text(
+        "from engine import tool\n\n@tool\ndef add(a: int, b: int) -> int:\n"
+        '    """Add."""\n    return a + b\n'
+    )
+    script = tmp_path / "script.py"
+    script.write_text("return await tools.add(a=20, b=22)\n")
+    data = tmp_path / "data"
+    run = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "run", str(script), "--tools", str(tools_file)]
+        + ["--data-dir", str(data), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    import orjson
+
+    first, second = run.stdout.strip().splitlines()
+    assert orjson.loads(second)["value"] == 42
+    script_id = orjson.loads(first)["script_id"]
+    show = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "show", script_id, "--data-dir", str(data)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert show.returncode == 0, show.stderr
+    assert "  python, tenant default" in show.stdout
+    wrong = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "run", str(script), "--tools", str(tools_file)]
+        + ["--language", "javascript"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert wrong.returncode == 1  # `return await tools.add(a=20, b=22)` is not JavaScript
