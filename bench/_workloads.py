@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench._modes import Mode
+from engine.languages import Language
 from runner import FileReader, ScriptRunner, Step
 from sandbox.protocol import Clock, Record, Script
 
@@ -71,7 +72,10 @@ class Sample:
 
 
 def script(
-    code: str, records: list[Record] | None = None, id: str = "bench", language: str = "javascript"
+    code: str,
+    records: list[Record] | None = None,
+    id: str = "bench",
+    language: Language = "javascript",
 ) -> Script:
     return Script(
         id=id, code=code, records=records or [], tools=["t"], clock=CLOCK, language=language
@@ -79,7 +83,11 @@ def script(
 
 
 async def replay(
-    mode: Mode, code: str, sample: Sample, tenant: str = "default", language: str = "javascript"
+    mode: Mode,
+    code: str,
+    sample: Sample,
+    tenant: str = "default",
+    language: Language = "javascript",
 ) -> Step:
     """Run ``code`` to its end, answering every call; returns the last step."""
     records: list[Record] = []
@@ -357,7 +365,7 @@ async def _languages(mode: Mode, count: int) -> Sample:
     """The trivial script and N sequential calls in JavaScript and in Python, interleaved so
     both languages see the same load; the sample is Python's trivial step, and ``extra``
     has each script's medians and the Python/JavaScript ratio."""
-    scripts = {
+    scripts: dict[str, tuple[dict[Language, str], int]] = {
         "trivial": ({"javascript": TRIVIAL, "python": PY_TRIVIAL}, 1),
         **{
             f"seq_{n}": (
@@ -431,7 +439,7 @@ WORKLOADS = [
     ),
     Workload(
         "languages",
-        f"JavaScript vs Python: trivial, {'/'.join(map(str, LANGUAGE_CALLS))} sequential calls",
+        f"JS vs Python: trivial, {'/'.join(map(str, LANGUAGE_CALLS))} calls",
         "script",
         (10, 2, 2, 1),
         _languages,

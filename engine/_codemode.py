@@ -375,7 +375,7 @@ class CodeMode(StepLoop):
         if language not in self._checkers:
             setting = self._type_check_setting
             if isinstance(setting, TypeChecker | PythonTypeChecker):
-                setting = setting if _language_of(setting) == language else "on"
+                setting = setting if setting.language == language else "on"
             self._checkers[language] = _type_checker(setting, language)
         return self._checkers[language]
 
@@ -576,10 +576,6 @@ def _check_text(code: str) -> None:
 
 
 __all__ = ["CodeMode", "CodeModeError", "RunResult"]
-
-
-def _language_of(checker: TypeChecker | PythonTypeChecker) -> Language:
-    return "python" if isinstance(checker, PythonTypeChecker) else "javascript"
 
 
 def _type_check_option(

@@ -26,6 +26,7 @@ from engine._files import BlobReader, BlobStore
 from engine._limits import LIMIT_NAMES, Limits, config_hint
 from engine._live import LiveRuns, live_key
 from engine._result import RunResult
+from engine.languages import check_language
 from runner import FileMissing, RunError, ScriptRunner, Step, bounded
 from sandbox import protocol
 from sandbox.protocol import size_text
@@ -82,6 +83,7 @@ class StepLoop(CallSettling):
         if step is None:
             script = protocol.Script(
                 id=record.id,
+                language=check_language(record.language),
                 code=record.code,
                 records=records,
                 tools=self._tool_names,

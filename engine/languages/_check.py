@@ -85,14 +85,48 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-class Turns:
-    """One checker per core at a time: a burst of starts (a hundred scripts at once) would
-    otherwise fork a hundred checkers that starve the host's event loop and each other past
-    their timeout. A check's time bound starts when its turn comes. (Made lazily: an
-    asyncio semaphore belongs to the loop that first waits on it.)"""
+class BoundedChecker:
+    """Checks scripts with one checker binary at ``path`` (default: :meth:`find`), within
+    ``timeout`` seconds (wall and CPU) and ``memory`` bytes of checker heap per check.
 
-    def __init__(self) -> None:
-        self.semaphore = asyncio.Semaphore(cores())
+    One checker per core runs at a time: a burst of starts (a hundred scripts at once) would
+    otherwise fork a hundred checkers that starve the host's event loop and each other past
+    their timeout. A check's time bound starts when its turn comes. A language's checker
+    writes :meth:`find` and :meth:`_check`.
+    """
+
+    language: str
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        timeout: float = TIMEOUT_S,
+        memory: int = MEMORY_BYTES,
+    ) -> None:
+        self.path = Path(path) if path is not None else self.find()
+        self.timeout = timeout
+        self.memory = memory
+        self._turns = asyncio.Semaphore(cores())
+
+    @staticmethod
+    def find() -> Path:
+        """Where the checker is; :class:`CompilerMissing` saying how to install it."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.path)!r}, timeout={self.timeout:g})"
+
+    async def check(self, code: str, declarations: str) -> Checked:
+        """Check the body ``code`` against the language's check ``declarations``.
+
+        Never raises for anything in ``code``: a check that cannot finish is a ``failure``.
+        """
+        async with self._turns:
+            return await self._check(code, declarations)
+
+    async def _check(self, code: str, declarations: str) -> Checked:
+        raise NotImplementedError
 
 
 @dataclass

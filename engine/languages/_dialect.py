@@ -16,8 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from engine._naming import BUILTIN_TOOLS, TOOL_SEARCH
 from engine._tools import Tool, ToolDefinitionError
 from engine.languages._walk import Namer
+from sandbox.protocol import RUN_CODE
 
 KiB = 1024
 BUDGET = 12 * KiB
@@ -48,8 +50,9 @@ class Dialect:
 
     A subclass sets :attr:`language` (as in a script record), :attr:`name` and
     :attr:`fence` (how an answer shows its declarations), :attr:`header` and
-    :attr:`footer` (around the declared tools) and :attr:`files_note`, and writes
-    :meth:`declare_tool`, :meth:`builtin` and :meth:`run_code_tool`.
+    :attr:`footer` (around the declared tools), :attr:`files_note` and
+    :attr:`code_description`, and writes :meth:`declare_tool`, :meth:`builtin` and
+    :meth:`guide`.
     """
 
     language: str
@@ -58,6 +61,7 @@ class Dialect:
     header: str
     footer: str
     files_note: str  # the paragraph on `files`, in the language
+    code_description: str  # of run_code's `code` argument
 
     def declare_tool(
         self, tool: Tool, namer: Namer, *, comments: bool, full: bool, results: bool = True
@@ -72,6 +76,11 @@ class Dialect:
         comment."""
         raise NotImplementedError
 
+    def guide(self, skills: bool) -> list[str]:
+        """The paragraphs that tell the model how to write a script (``skills``: how to
+        load one too)."""
+        raise NotImplementedError
+
     def run_code_tool(
         self,
         tools: Sequence[Tool],
@@ -80,8 +89,36 @@ class Dialect:
         skills: bool = False,
         notes: Sequence[str] = (),
     ) -> dict[str, Any]:
-        """The ``run_code`` tool definition (``name``, ``description``, ``input_schema``)."""
-        raise NotImplementedError
+        """The ``run_code`` tool definition (``name``, ``description``, ``input_schema``).
+
+        The description tells the model how to write a script, then declares the tools that
+        are not deferred, within ``budget``, with ``tool_search`` (and ``skill`` when
+        ``skills``), then says how many tools were left out. ``notes`` are paragraphs other
+        features add (such as ``files``), placed before the declarations. Nothing in it
+        depends on anything but its arguments, so it stays the same for a whole session and
+        the model's cached prefix holds.
+        """
+        visible = [t for t in tools if not t.deferred]
+        builtins = BUILTIN_TOOLS if skills else (TOOL_SEARCH,)
+        block, declared = self.declare_tools(visible, budget, builtins=builtins)
+        paragraphs = [*self.guide(skills), *notes]
+        paragraphs.append(f"The tools, in {self.name}:\n{self.fenced(block)}")
+        left_out = len(tools) - len(declared)
+        if left_out:
+            paragraphs.append(
+                f"{left_out} more tool{'s are' if left_out != 1 else ' is'} not declared here; "
+                "find them with `tools.tool_search`."
+            )
+        return {
+            "name": RUN_CODE,
+            "description": "\n\n".join(paragraphs),
+            "input_schema": {
+                "type": "object",
+                "properties": {"code": {"type": "string", "description": self.code_description}},
+                "required": ["code"],
+                "additionalProperties": False,
+            },
+        }
 
     def fenced(self, block: str) -> str:
         """Declarations as a fenced block of the language, for an answer."""

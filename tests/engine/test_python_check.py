@@ -115,7 +115,7 @@ async def test_host_modules_are_not_read(checker: PythonTypeChecker, tmp_path: P
     import subprocess
 
     out = subprocess.run(
-        checker_argv(checker.checker, "s.py"), cwd=tmp_path, env={}, capture_output=True, text=True
+        checker_argv(checker.path, "s.py"), cwd=tmp_path, env={}, capture_output=True, text=True
     )
     assert "Cannot resolve imported module `engine`" in out.stdout
     assert "Cannot resolve imported module `orjson`" in out.stdout

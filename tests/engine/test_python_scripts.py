@@ -9,25 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
-from engine import CodeMode, MemoryStore, Skill, tool
+from engine import CodeMode, MemoryStore, Skill
 from runner import ProcessRunner
 from tests.engine.conftest import InProcessRunner
+from tests.engine.test_live import add, pay
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
-
-
-@tool(needs_approval=True)
-def pay(cents: int) -> str:
-    """Pay an amount."""
-    return f"paid {cents}"
 
 
 PAYING = """
@@ -71,7 +61,10 @@ async def test_tool_search_and_skill_answer_in_the_scripts_language(
     code = 'print(await tools.tool_search(query="add"))\nprint(await tools.skill(name="sums"))'
     python = await engine.run_code(code)
     assert python.status == "finished", python.text
-    assert python.text.count("```python\nclass Tools:\n    async def add(self, *, a: int, b: int)") == 2
+    assert (
+        python.text.count("```python\nclass Tools:\n    async def add(self, *, a: int, b: int)")
+        == 2
+    )
     js = await engine.run_code(
         'console.log(await tools.tool_search({ query: "add" }))', language="javascript"
     )
@@ -114,16 +107,15 @@ def test_cli_runs_a_python_script_and_show_names_its_language(tmp_path: Path) ->
     script = tmp_path / "script.py"
     script.write_text("return await tools.add(a=20, b=22)\n")
     data = tmp_path / "data"
+    command = [sys.executable, "-m", "engine.cli", "run", str(script), "--tools", str(tools_file)]
     run = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "run", str(script), "--tools", str(tools_file)]
-        + ["--data-dir", str(data), "--json"],
+        [*command, "--data-dir", str(data), "--json"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert run.returncode == 0, run.stderr
-    import orjson
 
     first, second = run.stdout.strip().splitlines()
     assert orjson.loads(second)["value"] == 42
@@ -138,8 +130,7 @@ def test_cli_runs_a_python_script_and_show_names_its_language(tmp_path: Path) ->
     assert show.returncode == 0, show.stderr
     assert "  python, tenant default" in show.stdout
     wrong = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "run", str(script), "--tools", str(tools_file)]
-        + ["--language", "javascript"],
+        [*command, "--language", "javascript"],
         cwd=ROOT,
         capture_output=True,
         text=True,

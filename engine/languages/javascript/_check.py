@@ -41,9 +41,9 @@ from engine._tools import Tool
 from engine.languages._check import (
     MEMORY_BYTES,
     TIMEOUT_S,
+    BoundedChecker,
     Checked,
     CompilerMissing,
-    Turns,
     TypeProblem,
     crashed,
     out_of_cpu,
@@ -151,9 +151,11 @@ def _arch() -> str:
     return {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64"}.get(machine, machine)
 
 
-class TypeChecker:
-    """Checks scripts with one compiler, within ``timeout`` seconds (wall and CPU) and
-    ``memory`` bytes of compiler heap per check."""
+class TypeChecker(BoundedChecker):
+    """Checks JavaScript scripts with TypeScript 7's compiler (see :class:`BoundedChecker`;
+    ``compiler`` is its path, default :func:`find_compiler`)."""
+
+    language = "javascript"
 
     def __init__(
         self,
@@ -162,21 +164,15 @@ class TypeChecker:
         timeout: float = TIMEOUT_S,
         memory: int = MEMORY_BYTES,
     ) -> None:
-        self.compiler = Path(compiler) if compiler is not None else find_compiler()
-        self.timeout = timeout
-        self.memory = memory
-        self._turns = Turns()
+        super().__init__(compiler, timeout=timeout, memory=memory)
 
-    def __repr__(self) -> str:
-        return f"TypeChecker({str(self.compiler)!r}, timeout={self.timeout:g})"
+    @staticmethod
+    def find() -> Path:
+        return find_compiler()
 
-    async def check(self, code: str, declarations: str) -> Checked:
-        """Check the body ``code`` against ``declarations`` (from :func:`check_declarations`).
-
-        Never raises for anything in ``code``: a check that cannot finish is a ``failure``.
-        """
-        async with self._turns.semaphore:
-            return await self._check(code, declarations)
+    @property
+    def compiler(self) -> Path:
+        return self.path
 
     async def _check(self, code: str, declarations: str) -> Checked:
         started = time.monotonic()

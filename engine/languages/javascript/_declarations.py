@@ -25,14 +25,12 @@ A block holds at most 12 KiB, by the rules every language shares (``engine.langu
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
+from engine._naming import SKILL, TOOL_SEARCH
 from engine._tools import Tool
 from engine.languages._dialect import BUDGET, MAX_SUMMARY, Dialect, description_lines
 from engine.languages._walk import Document, Namer, type_prefix
 from engine.languages.javascript._typescript import INDENT, Renderer, comment_text, first_line
-from sandbox.protocol import RUN_CODE
 
 _BUILTINS: dict[str, tuple[str, str]] = {
     TOOL_SEARCH: (
@@ -116,73 +114,6 @@ def declare_tools(
     )
 
 
-def run_code_tool(
-    tools: Sequence[Tool],
-    *,
-    budget: int = BUDGET,
-    skills: bool = False,
-    notes: Sequence[str] = (),
-) -> dict[str, Any]:
-    """The ``run_code`` tool definition (``name``, ``description``, ``input_schema``).
-
-    The description tells the model how to write a script, then declares the tools that are
-    not deferred, within ``budget``, with ``tool_search`` (and ``skill`` when ``skills``),
-    then says how many tools were left out. ``notes`` are paragraphs other features add (such
-    as ``files``), placed before the declarations. Nothing in it depends on anything but its
-    arguments, so it stays the same for a whole session and the model's cached prefix holds.
-    """
-    visible = [t for t in tools if not t.deferred]
-    builtins = BUILTIN_TOOLS if skills else (TOOL_SEARCH,)
-    block, declared = declare_tools(visible, budget, builtins=builtins)
-    paragraphs = [
-        "Run a JavaScript script that calls tools, and get back what it prints and returns.",
-        "`code` is the body of an async function. Call a tool with "
-        "`await tools.<name>({ ... })`: it resolves to the tool's result, parsed when it is "
-        "JSON. Run calls that do not depend on each other together, with `Promise.all`. A "
-        "call that fails throws an `Error` with the tool's message, which the script can "
-        "catch. The script may use TypeScript's types (annotations, interfaces and type "
-        "aliases, `as`, `!`, generics, enums): they are removed before it runs.",
-        "Only what the script prints with `console.log` and the value it returns come back "
-        "to you; tool results stay in the script, so filter and summarize them there. A call "
-        "costs you no turn.",
-        "The script has no network, file system, timers or modules: it reaches the world "
-        "only through `tools`. `Date` and `Math.random` are fixed for a script and give the "
-        "same values every time it runs.",
-        "`await tools.tool_search({ query })` finds tools that are not declared below, by "
-        "what they do or by exact names. It answers with text (their declarations): print "
-        "it, then call the tools in your next script.",
-    ]
-    if skills:
-        paragraphs.append(
-            '`await tools.skill({ name: "..." })` loads a skill: it answers with the skill\'s '
-            "instructions and its tools' declarations, as text to print."
-        )
-    paragraphs.extend(notes)
-    paragraphs.append(f"The tools, in TypeScript:\n```ts\n{block}```")
-    left_out = len(tools) - len(declared)
-    if left_out:
-        paragraphs.append(
-            f"{left_out} more tool{'s are' if left_out != 1 else ' is'} not declared here; "
-            "find them with `tools.tool_search`."
-        )
-    return {
-        "name": RUN_CODE,
-        "description": "\n\n".join(paragraphs),
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "code": {
-                    "type": "string",
-                    "description": "The body of an async JavaScript function that calls "
-                    "`await tools.<name>({ ... })`; `return` the value to send back.",
-                }
-            },
-            "required": ["code"],
-            "additionalProperties": False,
-        },
-    }
-
-
 FILES_NOTE = (
     "The conversation's files are in `files`: `files.list()` and `files.stat(id)` give "
     "`{ id, mime, size }`; `await files.text(id)` reads a whole file; `files.show(id)` puts a "
@@ -203,6 +134,10 @@ class JavaScriptDialect(Dialect):
     header = _HEADER
     footer = _FOOTER
     files_note = FILES_NOTE
+    code_description = (
+        "The body of an async JavaScript function that calls "
+        "`await tools.<name>({ ... })`; `return` the value to send back."
+    )
 
     def declare_tool(
         self, tool: Tool, namer: Namer, *, comments: bool, full: bool, results: bool = True
@@ -212,15 +147,32 @@ class JavaScriptDialect(Dialect):
     def builtin(self, name: str) -> str:
         return f"{INDENT}/** {_BUILTINS[name][0]} */\n{INDENT}{_BUILTINS[name][1]}\n"
 
-    def run_code_tool(
-        self,
-        tools: Sequence[Tool],
-        *,
-        budget: int = BUDGET,
-        skills: bool = False,
-        notes: Sequence[str] = (),
-    ) -> dict[str, Any]:
-        return run_code_tool(tools, budget=budget, skills=skills, notes=notes)
+    def guide(self, skills: bool) -> list[str]:
+        paragraphs = [
+            "Run a JavaScript script that calls tools, and get back what it prints and returns.",
+            "`code` is the body of an async function. Call a tool with "
+            "`await tools.<name>({ ... })`: it resolves to the tool's result, parsed when it is "
+            "JSON. Run calls that do not depend on each other together, with `Promise.all`. A "
+            "call that fails throws an `Error` with the tool's message, which the script can "
+            "catch. The script may use TypeScript's types (annotations, interfaces and type "
+            "aliases, `as`, `!`, generics, enums): they are removed before it runs.",
+            "Only what the script prints with `console.log` and the value it returns come back "
+            "to you; tool results stay in the script, so filter and summarize them there. A call "
+            "costs you no turn.",
+            "The script has no network, file system, timers or modules: it reaches the world "
+            "only through `tools`. `Date` and `Math.random` are fixed for a script and give the "
+            "same values every time it runs.",
+            "`await tools.tool_search({ query })` finds tools that are not declared below, by "
+            "what they do or by exact names. It answers with text (their declarations): print "
+            "it, then call the tools in your next script.",
+        ]
+        if skills:
+            paragraphs.append(
+                '`await tools.skill({ name: "..." })` loads a skill: it answers with the skill\'s '
+                "instructions and its tools' declarations, as text to print."
+            )
+        return paragraphs
 
 
 JAVASCRIPT = JavaScriptDialect()
+run_code_tool = JAVASCRIPT.run_code_tool

@@ -35,9 +35,9 @@ from pathlib import Path
 from engine.languages._check import (
     MEMORY_BYTES,
     TIMEOUT_S,
+    BoundedChecker,
     Checked,
     CompilerMissing,
-    Turns,
     TypeProblem,
     crashed,
     out_of_cpu,
@@ -83,9 +83,9 @@ def find_checker() -> Path:
         ) from None
 
 
-class PythonTypeChecker:
-    """Checks Python scripts with ``ty``, within ``timeout`` seconds (wall and CPU) and
-    ``memory`` bytes of checker heap per check."""
+class PythonTypeChecker(BoundedChecker):
+    """Checks Python scripts with ``ty`` (see :class:`BoundedChecker`; ``checker`` is its
+    path, default :func:`find_checker`)."""
 
     language = "python"
 
@@ -96,21 +96,11 @@ class PythonTypeChecker:
         timeout: float = TIMEOUT_S,
         memory: int = MEMORY_BYTES,
     ) -> None:
-        self.checker = Path(checker) if checker is not None else find_checker()
-        self.timeout = timeout
-        self.memory = memory
-        self._turns = Turns()
+        super().__init__(checker, timeout=timeout, memory=memory)
 
-    def __repr__(self) -> str:
-        return f"PythonTypeChecker({str(self.checker)!r}, timeout={self.timeout:g})"
-
-    async def check(self, code: str, declarations: str) -> Checked:
-        """Check the body ``code`` against ``declarations`` (from ``check_stubs``).
-
-        Never raises for anything in ``code``: a check that cannot finish is a ``failure``.
-        """
-        async with self._turns.semaphore:
-            return await self._check(code, declarations)
+    @staticmethod
+    def find() -> Path:
+        return find_checker()
 
     async def _check(self, code: str, declarations: str) -> Checked:
         started = time.monotonic()
@@ -130,7 +120,7 @@ class PythonTypeChecker:
         return checked
 
     async def _run(self, folder: Path) -> tuple[str, str | None]:
-        argv = checker_argv(self.checker, "typed.py", "untyped.py")
+        argv = checker_argv(self.path, "typed.py", "untyped.py")
         ran = await run_bounded(argv, folder, timeout=self.timeout, memory=self.memory)
         if ran is None:
             return "", timed_out(self.timeout)

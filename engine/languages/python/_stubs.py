@@ -47,7 +47,7 @@ from typing import Any
 
 from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
 from engine._tools import Tool
-from engine.languages._dialect import BUDGET, MAX_SUMMARY, Dialect, description_lines
+from engine.languages._dialect import MAX_SUMMARY, Dialect, description_lines
 from engine.languages._walk import (
     CLOSED,
     MAX_ENUM,
@@ -62,7 +62,6 @@ from engine.languages._walk import (
     json_text,
     type_prefix,
 )
-from sandbox.protocol import RUN_CODE
 
 INDENT = "    "
 # A signature that fits on one line of this many characters (and has no comments) is
@@ -435,68 +434,6 @@ ALLOWED_IMPORTS = (
 )
 
 
-def run_code_tool(
-    tools: Sequence[Tool],
-    *,
-    budget: int = BUDGET,
-    skills: bool = False,
-    notes: Sequence[str] = (),
-) -> dict[str, Any]:
-    """The ``run_code`` tool definition for Python scripts (``name``, ``description``,
-    ``input_schema``); the same contract as JavaScript's (see its ``run_code_tool``)."""
-    visible = [t for t in tools if not t.deferred]
-    builtins = BUILTIN_TOOLS if skills else (TOOL_SEARCH,)
-    block, declared = PYTHON.declare_tools(visible, budget, builtins=builtins)
-    paragraphs = [
-        "Run a Python script that calls tools, and get back what it prints and returns.",
-        "`code` is the body of an async function. Call a tool with "
-        "`await tools.<name>(key=value, ...)`: it returns the tool's result, parsed when it "
-        "is JSON. Run calls that do not depend on each other together, with `await "
-        "asyncio.gather(tools.a(...), tools.b(...))` (after `import asyncio`). A call that "
-        "fails raises an exception with the tool's message, which the script can catch. "
-        "`return` a value made of dicts, lists, strings, numbers, booleans and None.",
-        "Only what the script prints with `print` and the value it returns come back to "
-        "you; tool results stay in the script, so filter and summarize them there. A call "
-        "costs you no turn.",
-        "The script has no network, file system, threads or processes: it reaches the world "
-        "only through `tools`. It may import only these modules: "
-        f"{ALLOWED_IMPORTS}. `time`, `datetime` and `random` are fixed for a script and "
-        "give the same values every time it runs.",
-        "`await tools.tool_search(query=...)` finds tools that are not declared below, by "
-        "what they do or by exact names. It answers with text (their declarations): print "
-        "it, then call the tools in your next script.",
-    ]
-    if skills:
-        paragraphs.append(
-            '`await tools.skill(name="...")` loads a skill: it answers with the skill\'s '
-            "instructions and its tools' declarations, as text to print."
-        )
-    paragraphs.extend(notes)
-    paragraphs.append(f"The tools, as Python stubs:\n```python\n{block}```")
-    left_out = len(tools) - len(declared)
-    if left_out:
-        paragraphs.append(
-            f"{left_out} more tool{'s are' if left_out != 1 else ' is'} not declared here; "
-            "find them with `tools.tool_search`."
-        )
-    return {
-        "name": RUN_CODE,
-        "description": "\n\n".join(paragraphs),
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "code": {
-                    "type": "string",
-                    "description": "The body of an async Python function that calls "
-                    "`await tools.<name>(key=value)`; `return` the value to send back.",
-                }
-            },
-            "required": ["code"],
-            "additionalProperties": False,
-        },
-    }
-
-
 class PythonDialect(Dialect):
     """Scripts in Python, tools declared as stubs."""
 
@@ -506,6 +443,10 @@ class PythonDialect(Dialect):
     header = _HEADER
     footer = _FOOTER
     files_note = FILES_NOTE
+    code_description = (
+        "The body of an async Python function that calls "
+        "`await tools.<name>(key=value)`; `return` the value to send back."
+    )
 
     def declare_tool(
         self, tool: Tool, namer: Namer, *, comments: bool, full: bool, results: bool = True
@@ -515,15 +456,33 @@ class PythonDialect(Dialect):
     def builtin(self, name: str) -> str:
         return builtin_member(name)
 
-    def run_code_tool(
-        self,
-        tools: Sequence[Tool],
-        *,
-        budget: int = BUDGET,
-        skills: bool = False,
-        notes: Sequence[str] = (),
-    ) -> dict[str, Any]:
-        return run_code_tool(tools, budget=budget, skills=skills, notes=notes)
+    def guide(self, skills: bool) -> list[str]:
+        paragraphs = [
+            "Run a Python script that calls tools, and get back what it prints and returns.",
+            "`code` is the body of an async function. Call a tool with "
+            "`await tools.<name>(key=value, ...)`: it returns the tool's result, parsed when it "
+            "is JSON. Run calls that do not depend on each other together, with `await "
+            "asyncio.gather(tools.a(...), tools.b(...))` (after `import asyncio`). A call that "
+            "fails raises `ToolError` with the tool's message (`str(e)`), which the script can "
+            "catch. "
+            "`return` a value made of dicts, lists, strings, numbers, booleans and None.",
+            "Only what the script prints with `print` and the value it returns come back to "
+            "you; tool results stay in the script, so filter and summarize them there. A call "
+            "costs you no turn.",
+            "The script has no network, file system, threads or processes: it reaches the world "
+            "only through `tools`. It may import only these modules: "
+            f"{ALLOWED_IMPORTS}. `time`, `datetime` and `random` are fixed for a script and "
+            "give the same values every time it runs.",
+            "`await tools.tool_search(query=...)` finds tools that are not declared below, by "
+            "what they do or by exact names. It answers with text (their declarations): print "
+            "it, then call the tools in your next script.",
+        ]
+        if skills:
+            paragraphs.append(
+                '`await tools.skill(name="...")` loads a skill: it answers with the skill\'s '
+                "instructions and its tools' declarations, as text to print."
+            )
+        return paragraphs
 
 
 PYTHON = PythonDialect()
