@@ -14,6 +14,7 @@ import pytest
 
 from engine import CodeMode, MemoryStore, Skill
 from runner import ProcessRunner
+from tests._needs import require
 from tests.engine.conftest import InProcessRunner
 from tests.engine.test_live import add, pay
 
@@ -137,3 +138,34 @@ def test_cli_runs_a_python_script_and_show_names_its_language(tmp_path: Path) ->
         timeout=120,
     )
     assert wrong.returncode == 1  # `return await tools.add(a=20, b=22)` is not JavaScript
+
+
+async def test_the_example_in_both_languages_gives_the_same_result(
+    inproc: InProcessRunner,
+) -> None:
+    """examples/stale_prs.py is examples/stale_prs.js in Python: against the example
+    tracker, the same calls, the same printed text and the same value; the Python one passes
+    the type check against the tracker's stubs."""
+    from engine._loading import load_tools
+    from engine.languages._check import CompilerMissing
+    from engine.languages.python import PythonTypeChecker, check_stubs
+
+    tools, _ = load_tools(ROOT / "examples" / "tracker_tools.py")
+    engine = CodeMode(tools, runner=inproc, type_check="off")
+    results = {}
+    for language, name in (("javascript", "stale_prs.js"), ("python", "stale_prs.py")):
+        code = (ROOT / "examples" / name).read_text()
+        result = await engine.run_code(code, language=language)  # type: ignore[arg-type]
+        assert result.status == "finished", result.text
+        calls = await engine.store.calls(result.script_id)
+        results[language] = (result.value, result.text, [(c.name, c.arguments) for c in calls])
+    await engine.aclose()
+    assert results["python"] == results["javascript"]
+    assert results["python"][0] == [{"number": 12, "reviews": 0}, {"number": 15, "reviews": 1}]
+    try:
+        checker = PythonTypeChecker()
+    except CompilerMissing as e:
+        require(f"ty, the checker of Python scripts: {e}")
+    code = (ROOT / "examples" / "stale_prs.py").read_text()
+    checked = await checker.check(code, check_stubs(tools))
+    assert checked.ok, checked.message()
