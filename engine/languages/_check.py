@@ -166,9 +166,17 @@ def crashed(first: str) -> str:
     )
 
 
-async def run_bounded(argv: list[str], folder: Path, *, timeout: float, memory: int) -> Ran | None:
-    """Run the checker ``argv`` in ``folder`` within the bounds; None when it took longer
-    than ``timeout`` seconds of wall clock (it is killed)."""
+async def run_bounded(
+    argv: list[str],
+    folder: Path,
+    *,
+    timeout: float,
+    memory: int,
+    env: dict[str, str] | None = None,
+) -> Ran | None:
+    """Run the checker ``argv`` in ``folder`` within the bounds, with ``env`` as its whole
+    environment (default: none); None when it took longer than ``timeout`` seconds of wall
+    clock (it is killed)."""
     # The shell sets the bounds, then becomes the checker. (A preexec_fn would do the same,
     # but it makes Python fork instead of vfork: twice the cost of the check.)
     confine = (
@@ -182,7 +190,7 @@ async def run_bounded(argv: list[str], folder: Path, *, timeout: float, memory: 
         "sh",
         *argv,
         cwd=folder,
-        env={},
+        env=env or {},
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,

@@ -224,3 +224,11 @@ async def test_none_for_an_optional_argument_is_taken(checker: PythonTypeChecker
         line
         for line, _ in await _problems(checker, "return await tools.github__list_prs(repo=None)")
     } == {1}
+
+
+async def test_a_check_past_its_memory_bound_fails_the_script(checker: PythonTypeChecker) -> None:
+    """ty under a data rlimit it cannot start in: the script does not run, and the message
+    names the memory bound."""
+    small = PythonTypeChecker(checker.path, memory=20 * 1024 * 1024)
+    checked = await small.check("return 1", check_stubs(CORPUS))
+    assert checked.failure is not None and "20 MiB of memory" in checked.failure

@@ -54,7 +54,17 @@ _UNTYPED_STUB = "from typing import Any\ntools: Any\nfiles: Any\n"
 _OFFSET = 2  # header lines before the script's first
 _DIAGNOSTIC = re.compile(r"^(typed|untyped)\.py:(\d+):(\d+): error\[([\w-]+)\] (.*)$")
 _ANY_DIAGNOSTIC = re.compile(r"^\S+:\d+:\d+: (error|warning|info)\[", re.MULTILINE)
-_OUT_OF_MEMORY = ("memory allocation of", "out of memory", "cannot allocate memory")
+# Rust's report of a failed allocation, or of a thread it could not make room for (the data
+# rlimit counts thread stacks).
+_OUT_OF_MEMORY = (
+    "memory allocation of",
+    "out of memory",
+    "cannot allocate memory",
+    "threadpoolbuilderror",
+    "failed to spawn thread",
+)
+# One thread: a check reads four small files, and one check per core runs at a time.
+CHECKER_SETTINGS = {"TY_MAX_PARALLELISM": "1"}
 _NO_OVERLOAD = re.compile(r"No overload of bound method `Tools\.(\w+)` matches arguments")
 
 
@@ -121,7 +131,9 @@ class PythonTypeChecker(BoundedChecker):
 
     async def _run(self, folder: Path) -> tuple[str, str | None]:
         argv = checker_argv(self.path, "typed.py", "untyped.py")
-        ran = await run_bounded(argv, folder, timeout=self.timeout, memory=self.memory)
+        ran = await run_bounded(
+            argv, folder, timeout=self.timeout, memory=self.memory, env=CHECKER_SETTINGS
+        )
         if ran is None:
             return "", timed_out(self.timeout)
         output, status = ran.output, ran.status
