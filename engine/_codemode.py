@@ -265,7 +265,7 @@ class CodeMode(StepLoop):
 
     def skills_prompt(self) -> str:
         """The system-prompt text listing each skill with the tools it names."""
-        return skills_listing(self.skills)
+        return skills_listing(self.skills, self.language)
 
     def add_skill(self, skill: Skill) -> str:
         """Add a skill while the session runs; returns the text that lists it for the model
@@ -274,7 +274,7 @@ class CodeMode(StepLoop):
             raise CodeModeError(f"a skill called {skill.name!r} is already loaded")
         self.skills.extend(check_skills([skill], self.tools))
         self._index = ToolIndex(self.tools, [s.info() for s in self.skills])
-        return skills_listing([skill])
+        return skills_listing([skill], self.language)
 
     def search(self, query: str, limit: int = 8, *, language: Language | None = None) -> str:
         """What ``tools.tool_search({ query })`` answers inside a script in ``language``

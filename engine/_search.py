@@ -277,7 +277,7 @@ class ToolIndex:
                 summary = skill.description.strip().split("\n", 1)[0].strip()
                 lines.append(
                     f"- skill {skill.name}: {summary}{about} — load it with "
-                    f'await tools.skill({{ name: "{skill.name}" }})'
+                    + speech.skill_call(skill.name)
                 )
             parts.append("\n".join(lines))
         return "\n".join(parts)

@@ -159,11 +159,12 @@ def find_skill(skills: Sequence[Skill], name: object) -> Skill:
     raise ToolCallError(f"no skill {name!r}{hint}")
 
 
-def skills_listing(skills: Sequence[Skill]) -> str:
-    """The system-prompt text that lists each skill with the tools it names."""
+def skills_listing(skills: Sequence[Skill], language: str = "javascript") -> str:
+    """The system-prompt text that lists each skill with the tools it names, for scripts in
+    ``language``."""
     if not skills:
         return ""
-    lines = ["Skills (load one in a script with await tools.skill({ name })):"]
+    lines = [f"Skills (load one in a script with {dialect(language).skill_call()}):"]
     for skill in skills:
         about = f" Tools: {', '.join(skill.tools)}." if skill.tools else ""
         lines.append(f"- {skill.name}: {skill.description}{about}")

@@ -76,6 +76,10 @@ class Dialect:
         comment."""
         raise NotImplementedError
 
+    def skill_call(self, name: str | None = None) -> str:
+        """How a script loads skill ``name`` (or any skill, when None)."""
+        raise NotImplementedError
+
     def guide(self, skills: bool) -> list[str]:
         """The paragraphs that tell the model how to write a script (``skills``: how to
         load one too)."""

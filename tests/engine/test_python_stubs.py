@@ -273,3 +273,15 @@ def test_same_bytes_under_another_hash_seed() -> None:
     here = json.dumps(PYTHON.run_code_tool(CORPUS, skills=True)) + check_stubs(CORPUS)
     assert out.stdout.strip() == hashlib.sha256(here.encode()).hexdigest()
     assert PYTHON.run_code_tool(load_corpus()) == PYTHON.run_code_tool(CORPUS)
+
+
+def test_skills_are_loaded_in_the_scripts_language() -> None:
+    """The skills listing and a search that finds a skill say how to load it in the
+    engine's (or the script's) language."""
+    skill = Skill("triage", "Triage pull requests", "Look at PRs.", tools=("github__list_prs",))
+    python = CodeMode(CORPUS, skills=[skill], language="python", type_check="off")
+    assert "await tools.skill(name=...)" in python.skills_prompt()
+    assert 'load it with await tools.skill(name="triage")' in python.search("triage")
+    js = CodeMode(CORPUS, skills=[skill], type_check="off")
+    assert "await tools.skill({ name })" in js.skills_prompt()
+    assert 'load it with await tools.skill({ name: "triage" })' in js.search("triage")

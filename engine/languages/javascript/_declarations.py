@@ -30,7 +30,13 @@ from engine._naming import SKILL, TOOL_SEARCH
 from engine._tools import Tool
 from engine.languages._dialect import BUDGET, MAX_SUMMARY, Dialect, description_lines
 from engine.languages._walk import Document, Namer, type_prefix
-from engine.languages.javascript._typescript import INDENT, Renderer, comment_text, first_line
+from engine.languages.javascript._typescript import (
+    INDENT,
+    Renderer,
+    comment_text,
+    first_line,
+    literal,
+)
 
 _BUILTINS: dict[str, tuple[str, str]] = {
     TOOL_SEARCH: (
@@ -146,6 +152,13 @@ class JavaScriptDialect(Dialect):
 
     def builtin(self, name: str) -> str:
         return f"{INDENT}/** {_BUILTINS[name][0]} */\n{INDENT}{_BUILTINS[name][1]}\n"
+
+    def skill_call(self, name: str | None = None) -> str:
+        return (
+            "await tools.skill({ name })"
+            if name is None
+            else (f"await tools.skill({{ name: {literal(name)} }})")
+        )
 
     def guide(self, skills: bool) -> list[str]:
         paragraphs = [

@@ -456,6 +456,9 @@ class PythonDialect(Dialect):
     def builtin(self, name: str) -> str:
         return builtin_member(name)
 
+    def skill_call(self, name: str | None = None) -> str:
+        return f"await tools.skill(name={'...' if name is None else _string(name)})"
+
     def guide(self, skills: bool) -> list[str]:
         paragraphs = [
             "Run a Python script that calls tools, and get back what it prints and returns.",
