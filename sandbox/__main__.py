@@ -25,7 +25,7 @@ from typing import NoReturn
 
 import orjson
 
-from sandbox import files, lockdown, protocol, runtime
+from sandbox import files, lockdown, protocol, python, runtime
 
 # The process heap holds, besides what the script's limits allow, the script line it reads
 # and the call log parsed from it: at most this many bytes per byte of the line (a string
@@ -115,6 +115,68 @@ def _warm_up() -> None:
         clock=protocol.Clock(now_ms=0, seed=1),
     )
     runtime.run_in_process(with_files, lambda _f, offset, length: data[offset : offset + length])
+    _warm_up_python(data)
+    global _BASE_DATA
+    _BASE_DATA = _vm_data()
+
+
+def _warm_up_python(data: bytes) -> None:
+    """The same for Python scripts: every allowed module used once, replayed and live."""
+    records = [
+        protocol.Record(name="t", arguments={"a": 1}, result={"ok": [1.5, "x"]}),
+        protocol.Record(name="t", arguments={"a": 2}, error="no"),
+    ]
+    script = protocol.Script(
+        id="warm-up-python",
+        language="python",
+        code=python.warm_up_code(),
+        records=records,
+        tools=["t"],
+        files=[protocol.FileInfo(id="w.csv", mime="text/csv", size=len(data))],
+        clock=protocol.Clock(now_ms=0, seed=1),
+    )
+    protocol.decode(protocol.encode(script), ("script",))
+    fetch = lambda _f, offset, length: data[offset : offset + length]  # noqa: E731
+    runtime.run_in_process(script, fetch)
+    live = runtime.LiveInProcess(
+        script.model_copy(update={"records": [], "version": protocol.LIVE_VERSION}), fetch
+    )
+    ran = live.start()
+    while ran.outcome == "calls":
+        ran = live.resume(records[live.known : live.known + len(ran.calls)])
+    for code in ("return (", "x = ().__class__", "import os", "raise ValueError(1)"):
+        runtime.run_in_process(script.model_copy(update={"code": code, "records": []}))
+
+
+def _vm_data() -> int | None:
+    """This process's heap as RLIMIT_DATA counts it (VmData), or None if it cannot tell."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+# The heap a warmed-up process holds before it reads a script: a Python script's `memory`
+# limit is counted on top of it (set in the process and in the fork server, whose children
+# start with the same heap).
+_BASE_DATA: int | None = None
+# What a Python run holds besides its script's heap: the line it read, parsed (see
+# LINE_ROOM_FACTOR), and this much for the run's own objects and the ending it writes.
+PYTHON_RUN_ROOM = 32 * protocol.MiB
+
+
+def _python_data_limit(memory: int, line_bytes: int, data_limit: int | None) -> int | None:
+    """RLIMIT_DATA for a Python script: its ``memory`` over the warmed-up heap, so that a
+    script that allocates past it gets MemoryError (a ``memory`` limit). None when the base
+    is unknown: the process heap then bounds the script, as for JavaScript."""
+    if _BASE_DATA is None:
+        return data_limit
+    limit = _BASE_DATA + PYTHON_RUN_ROOM + LINE_ROOM_FACTOR * line_bytes + memory
+    return limit if data_limit is None else min(limit, data_limit)
 
 
 # The fork server compiles the prelude once, before it forks: every child starts with it.
@@ -235,15 +297,20 @@ def _run_one(data_limit: int | None) -> NoReturn:
         )
     del line
     live = script.version >= protocol.LIVE_VERSION
+    if script.language == "python":
+        limit = _python_data_limit(script.limits.memory, size, data_limit)
+        room = 0 if limit is not None else _line_room(size, data_limit)
+    else:
+        limit, room = data_limit, _line_room(size, data_limit)
     lockdown.tighten(
         compute_ms=script.limits.compute_ms,
         memory=script.limits.memory,
-        data_limit=data_limit,
-        room=_line_room(size, data_limit),
+        data_limit=limit,
+        room=room,
         live=live,
     )
     channel = _ProcessChannel(linger=live)
-    run = runtime.Run(script, channel, _fetch, _PREPARED)
+    run = runtime.new_run(script, channel, _fetch, _PREPARED)
     ran = run.execute()
     while live and ran.outcome == "calls":
         _write(protocol.encode(ran))
