@@ -1,4 +1,4 @@
-"""The confined process: ``python -I -m sandbox [--memory-ceiling B] [--data-limit B]``.
+"""The confined process: ``python -s -P -m sandbox [--memory-ceiling B] [--data-limit B]``.
 
 Order matters. Everything a run needs is imported and warmed up first (after lockdown no file
 can be opened, so nothing may load lazily); then the process locks itself down; then it says
@@ -7,13 +7,14 @@ exits. A version 2 run that stopped on calls waits instead for their results and
 (``sandbox.protocol``), until it ends or is told to. A process that cannot lock itself down
 says ``unconfined`` and never reads a script.
 
-``python -I -m sandbox --zygote --control FD`` is the fork server instead (see
+``python -s -P -m sandbox --zygote --control FD`` is the fork server instead (see
 ``sandbox.zygote``): it warms up once and forks one child per step, and each child does the
 same per-process work as this module's :func:`serve`.
 
-Start it with an empty environment and only stdin/stdout/stderr open (the fork server: and
-its control socket): lockdown closes any other fd, but a variable's text would stay in the
-process's memory.
+Start it with no environment but ``PYTHONHASHSEED=0`` (runner._base.SANDBOX_ENV: string
+hashing the same in every process, so replays of a Python script agree) and only
+stdin/stdout/stderr open (the fork server: and its control socket): lockdown closes any other
+fd, but a variable's text would stay in the process's memory.
 """
 
 from __future__ import annotations

@@ -463,7 +463,8 @@ def _static_modules() -> dict[str, Module]:
     modules["hashlib"] = Module("hashlib", _public(hashlib, ("file_digest",)))
     # typing evaluates strings as code (get_type_hints, ForwardRef).
     modules["typing"] = Module(
-        "typing", _public(typing, ("get_type_hints", "ForwardRef", "evaluate_forward_ref"))
+        "typing",
+        _public(typing, ("get_type_hints", "ForwardRef", "evaluate_forward_ref", "io", "re")),
     )
     operators = _public(operator)
     operators.update(attrgetter=_attrgetter, methodcaller=_methodcaller)
@@ -1250,12 +1251,14 @@ class Run(Replay):
                     ),
                 )
             )
-        except (RecursionError, ValueError) as e:
+        except (RecursionError, MemoryError, ValueError) as e:
+            # CPython's parser and compiler give up on deeply nested source this way.
+            why = "it nests too deeply" if not isinstance(e, ValueError) else str(e)
             return self._finish(
                 Ran(
                     outcome="failed",
                     error=ScriptError(
-                        name="SyntaxError", message=f"the script cannot be compiled: {e}"
+                        name="SyntaxError", message=f"the script cannot be compiled: {why}"
                     ),
                 )
             )
