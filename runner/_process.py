@@ -271,6 +271,8 @@ class ProcessRunner(ScriptRunner):
         """The exec-mode command line for ``script``."""
         memory = script.limits.memory
         argv = [self.python, *SANDBOX_ARGS, "--memory-ceiling", str(memory)]
+        # Its one step's language only: a JavaScript step does not pay for warming Python.
+        argv += ["--languages", script.language]
         if self.data_limit is not None:
             # Without it the process takes the default heap for `memory`, plus room for a
             # long script line, as a forked child does.

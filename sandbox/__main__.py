@@ -26,7 +26,7 @@ from typing import NoReturn
 
 import orjson
 
-from sandbox import files, lockdown, protocol, python, runtime
+from sandbox import files, lockdown, protocol, runtime
 
 # The process heap holds, besides what the script's limits allow, the script line it reads
 # and the call log parsed from it: at most this many bytes per byte of the line (a string
@@ -116,13 +116,16 @@ def _warm_up() -> None:
         clock=protocol.Clock(now_ms=0, seed=1),
     )
     runtime.run_in_process(with_files, lambda _f, offset, length: data[offset : offset + length])
-    _warm_up_python(data)
+    if "python" in _LANGUAGES:
+        _warm_up_python(data)
     global _BASE_DATA
     _BASE_DATA = _vm_data()
 
 
 def _warm_up_python(data: bytes) -> None:
     """The same for Python scripts: every allowed module used once, replayed and live."""
+    from sandbox import python  # imported here: a JavaScript-only process never loads it
+
     records = [
         protocol.Record(name="t", arguments={"a": 1}, result={"ok": [1.5, "x"]}),
         protocol.Record(name="t", arguments={"a": 2}, error="no"),
@@ -138,15 +141,16 @@ def _warm_up_python(data: bytes) -> None:
     )
     protocol.decode(protocol.encode(script), ("script",))
     fetch = lambda _f, offset, length: data[offset : offset + length]  # noqa: E731
-    runtime.run_in_process(script, fetch)
     live = runtime.LiveInProcess(
         script.model_copy(update={"records": [], "version": protocol.LIVE_VERSION}), fetch
     )
     ran = live.start()
     while ran.outcome == "calls":
         ran = live.resume(records[live.known : live.known + len(ran.calls)])
-    for code in ("return (", "x = ().__class__", "import os", "raise ValueError(1)"):
-        runtime.run_in_process(script.model_copy(update={"code": code, "records": []}))
+    # A version 1 replay, and each way a script fails early.
+    small = ("r = await tools.t(a=1)\nreturn r", "return (", "x = ().__class__", "import os")
+    for code in small:
+        runtime.run_in_process(script.model_copy(update={"code": code, "files": []}))
 
 
 def _vm_data() -> int | None:
@@ -179,6 +183,10 @@ def _python_data_limit(memory: int, line_bytes: int, data_limit: int | None) -> 
     limit = _BASE_DATA + PYTHON_RUN_ROOM + LINE_ROOM_FACTOR * line_bytes + memory
     return limit if data_limit is None else min(limit, data_limit)
 
+
+# The languages this process runs: all of them, unless `--languages` names fewer (the one a
+# single-step process needs), which it then warms up alone and lists in `ready`.
+_LANGUAGES: tuple[str, ...] = protocol.LANGUAGES
 
 # The fork server compiles the prelude once, before it forks: every child starts with it.
 _PREPARED: runtime.Prepared | None = None
@@ -232,7 +240,7 @@ def serve(
             )
         except Exception as e:
             unconfined(f"{type(e).__name__}: {e}")
-        _write(protocol.encode(protocol.ready()))
+        _write(protocol.encode(protocol.ready(_LANGUAGES)))
         _run_one(data_limit)
     except BaseException as e:  # a bug of ours: say what, then exit without a `ran`
         os.write(2, f"sandbox: {type(e).__name__}: {e}\n".encode("utf-8", "replace"))
@@ -272,7 +280,7 @@ def script_from(line: bytes) -> protocol.Script:
     if not line.endswith(b"\n"):
         raise protocol.ProtocolError("the script line is over the bound or cut short")
     script: protocol.Script = protocol.decode(line, ("script",))
-    why = protocol.unfit(script)
+    why = protocol.unfit(script, languages=_LANGUAGES)
     if why is not None:
         raise protocol.ProtocolError(f"this sandbox cannot run the step: {why}")
     return script
@@ -362,6 +370,11 @@ def main(argv: list[str] | None = None) -> int:
         # `serve` and `_warm_up` are looked up here, at call time, so a test stand-in that
         # replaces them on this module is what the fork server's children run.
         return zygote.main(args, serve=serve, warm_up=lambda: _warm_up_zygote())
+    global _LANGUAGES
+    if "--languages" in args:
+        # A process for one step (exec mode) warms up only the languages it is told.
+        named = args[args.index("--languages") + 1].split(",")
+        _LANGUAGES = tuple(x for x in protocol.LANGUAGES if x in named)
     memory_ceiling = _argument(args, "--memory-ceiling", protocol.Limits().memory)
     data_limit = _argument(args, "--data-limit", 0) or None
     try:

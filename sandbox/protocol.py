@@ -531,5 +531,5 @@ def unfit(
     return None
 
 
-def ready() -> Ready:
-    return Ready(version=VERSION, oldest=OLDEST, languages=list(LANGUAGES))
+def ready(languages: Sequence[str] = LANGUAGES) -> Ready:
+    return Ready(version=VERSION, oldest=OLDEST, languages=list(languages))

@@ -159,6 +159,21 @@ def _refused_attribute(name: str) -> str | None:
     return None
 
 
+class _Opaque:
+    """Objects of the sandbox that a script holds: not to be copied or pickled."""
+
+    __slots__ = ()
+
+    def __copy__(self) -> NoReturn:
+        raise TypeError(f"{type(self).__name__} objects cannot be copied")
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        raise TypeError(f"{type(self).__name__} objects cannot be copied")
+
+    def __reduce_ex__(self, protocol: Any) -> NoReturn:
+        raise TypeError(f"{type(self).__name__} objects cannot be pickled or copied")
+
+
 # ---- the check and the compiler ----
 
 
@@ -195,56 +210,76 @@ def _check_annotation(annotation: ast.AST | None) -> None:
                 raise Refused(node.lineno, f"a string annotation uses {e.message}") from None
 
 
-def check(tree: ast.AST) -> None:
-    """Raise :class:`Refused` for the first construct scripts may not use."""
+def check(tree: ast.AST, rewrite: bool = False) -> None:
+    """Raise :class:`Refused` for the first construct scripts may not use.
+
+    With ``rewrite``, ``x.format`` and ``x.format_map`` read as an attribute become
+    ``$format(x).format``: :func:`_format_view` gives a string's safe formatter.
+    """
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute):
-            why = _refused_attribute(node.attr)
+        kind = type(node)
+        if kind is ast.Attribute:
+            name = node.attr  # type: ignore[attr-defined]
+            why = _refused_attribute(name)
+            if why is not None:
+                raise Refused(node.lineno, why)  # type: ignore[attr-defined]
+            if rewrite and name in ("format", "format_map") and type(node.ctx) is ast.Load:  # type: ignore[attr-defined]
+                value = node.value  # type: ignore[attr-defined]
+                call = ast.Call(
+                    func=ast.Name(id=_FORMAT, ctx=ast.Load()), args=[value], keywords=[]
+                )
+                ast.copy_location(call.func, value)
+                node.value = ast.copy_location(call, value)  # type: ignore[attr-defined]
+        elif kind is ast.Name:
+            _check_name(node, node.id)  # type: ignore[attr-defined]
+        elif kind is ast.arg:
+            _check_name(node, node.arg)  # type: ignore[attr-defined]
+            _check_annotation(node.annotation)  # type: ignore[attr-defined]
+        elif kind in _CHECKED:
+            _check_other(node)
+
+
+_CHECKED = frozenset(
+    {
+        ast.MatchClass,
+        ast.ImportFrom,
+        ast.alias,
+        ast.ExceptHandler,
+        ast.FunctionDef,
+        ast.AsyncFunctionDef,
+        ast.AnnAssign,
+        ast.Global,
+        ast.Nonlocal,
+        ast.MatchAs,
+        ast.MatchStar,
+    }
+)
+
+
+def _check_other(node: Any) -> None:
+    if isinstance(node, ast.MatchClass):
+        for attr in node.kwd_attrs:
+            why = _refused_attribute(attr)
             if why is not None:
                 raise Refused(node.lineno, why)
-        elif isinstance(node, ast.Name):
-            _check_name(node, node.id)
-        elif isinstance(node, ast.MatchClass):
-            for attr in node.kwd_attrs:
-                why = _refused_attribute(attr)
-                if why is not None:
-                    raise Refused(node.lineno, why)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                raise Refused(node.lineno, "relative imports are not available in scripts")
-        elif isinstance(node, ast.alias):
-            _check_name(node, node.name)
-            _check_name(node, node.asname)
-        elif isinstance(node, ast.ExceptHandler):
-            _check_name(node, node.name)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            # A method may be named __init__ or __eq__: defining one reaches nothing.
-            _check_annotation(node.returns)
-        elif isinstance(node, ast.arg):
-            _check_name(node, node.arg)
-            _check_annotation(node.annotation)
-        elif isinstance(node, ast.AnnAssign):
-            _check_annotation(node.annotation)
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            for name in node.names:
-                _check_name(node, name)
-        elif isinstance(node, (ast.MatchAs, ast.MatchStar)):
-            _check_name(node, node.name)
-
-
-class _Formats(ast.NodeTransformer):
-    """``x.format`` and ``x.format_map`` (read, not assigned) go through :func:`_format_attr`."""
-
-    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
-        self.generic_visit(node)
-        if node.attr in ("format", "format_map") and isinstance(node.ctx, ast.Load):
-            call = ast.Call(
-                func=ast.Name(id=_FORMAT, ctx=ast.Load()),
-                args=[node.value, ast.Constant(value=node.attr)],
-                keywords=[],
-            )
-            return ast.copy_location(call, node)
-        return node
+    elif isinstance(node, ast.ImportFrom):
+        if node.level:
+            raise Refused(node.lineno, "relative imports are not available in scripts")
+    elif isinstance(node, ast.alias):
+        _check_name(node, node.name)
+        _check_name(node, node.asname)
+    elif isinstance(node, ast.ExceptHandler):
+        _check_name(node, node.name)
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        # A method may be named __init__ or __eq__: defining one reaches nothing.
+        _check_annotation(node.returns)
+    elif isinstance(node, ast.AnnAssign):
+        _check_annotation(node.annotation)
+    elif isinstance(node, (ast.Global, ast.Nonlocal)):
+        for name in node.names:
+            _check_name(node, name)
+    elif isinstance(node, (ast.MatchAs, ast.MatchStar)):
+        _check_name(node, node.name)
 
 
 def compile_script(code: str) -> types.CodeType:
@@ -253,23 +288,24 @@ def compile_script(code: str) -> types.CodeType:
     Raises SyntaxError (with ``lineno``) or :class:`Refused`.
     """
     tree = ast.parse(code, filename=FILENAME, mode="exec")
-    check(tree)
-    tree = _Formats().visit(tree)
+    check(tree, rewrite=True)
     empty = ast.arguments(
         posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
     )
+    last = code.count("\n") + 1
     main = ast.AsyncFunctionDef(
         name=_MAIN,
         args=empty,
-        body=tree.body or [ast.Pass(lineno=1, col_offset=0)],
+        body=tree.body or [ast.Pass(lineno=1, col_offset=0, end_lineno=1, end_col_offset=0)],
         decorator_list=[],
         returns=None,
         type_comment=None,
         lineno=1,
         col_offset=0,
+        end_lineno=last,
+        end_col_offset=0,
     )
     module = ast.Module(body=[main], type_ignores=[])
-    ast.fix_missing_locations(module)
     compiled = compile(module, FILENAME, "exec", dont_inherit=True)
     for const in compiled.co_consts:
         if isinstance(const, types.CodeType) and const.co_flags & 0x200:  # CO_ASYNC_GENERATOR
@@ -325,35 +361,39 @@ class _SafeFormatter(string.Formatter):
 _FORMATTER = _SafeFormatter()
 
 
-def _format_method(text: str, name: str) -> Callable[..., str]:
-    if name == "format":
-        return functools.partial(_FORMATTER.format, text)
+class _FormatView(_Opaque):
+    """What ``$format(x)`` gives for a string (or ``str``): ``format`` and ``format_map``
+    through the safe formatter."""
 
-    def format_map(mapping: Any) -> str:
-        return _FORMATTER.vformat(text, (), mapping)
+    __slots__ = ("_text",)
 
-    return format_map
+    def __init__(self, text: str | None) -> None:
+        self._text = text
+
+    def format(self, *args: Any, **kwargs: Any) -> str:
+        if self._text is None:  # str.format(text, ...)
+            if not args or not isinstance(args[0], str):
+                raise TypeError("str.format takes a string first")
+            return _FORMATTER.format(*args, **kwargs)
+        return _FORMATTER.format(self._text, *args, **kwargs)
+
+    def format_map(self, *args: Any) -> str:
+        if self._text is None:
+            if len(args) != 2 or not isinstance(args[0], str):
+                raise TypeError("str.format_map takes a string and a mapping")
+            return _FORMATTER.vformat(args[0], (), args[1])
+        if len(args) != 1:
+            raise TypeError("format_map takes one mapping")
+        return _FORMATTER.vformat(self._text, (), args[0])
 
 
-def _str_format(text: str, *args: Any, **kwargs: Any) -> str:
-    if not isinstance(text, str):
-        raise TypeError("str.format takes a string first")
-    return _FORMATTER.format(text, *args, **kwargs)
-
-
-def _str_format_map(text: str, mapping: Any) -> str:
-    if not isinstance(text, str):
-        raise TypeError("str.format_map takes a string first")
-    return _FORMATTER.vformat(text, (), mapping)
-
-
-def _format_attr(obj: Any, name: str) -> Any:
-    """``obj.format`` / ``obj.format_map`` as a script reads it."""
+def _format_view(obj: Any) -> Any:
+    """``x`` in ``x.format``: a string's safe view, or ``x`` itself for anything else."""
     if isinstance(obj, str):
-        return _format_method(obj, name)
+        return _FormatView(obj)
     if isinstance(obj, type) and issubclass(obj, str):
-        return _str_format if name == "format" else _str_format_map
-    return builtins.getattr(obj, name)
+        return _FormatView(None)
+    return obj
 
 
 def _attrgetter(*names: str) -> Any:
@@ -370,21 +410,6 @@ def _methodcaller(name: str, *args: Any, **kwargs: Any) -> Any:
     if why is not None:
         raise AttributeError(why)
     return operator.methodcaller(name, *args, **kwargs)
-
-
-class _Opaque:
-    """Objects of the sandbox that a script holds: not to be copied or pickled."""
-
-    __slots__ = ()
-
-    def __copy__(self) -> NoReturn:
-        raise TypeError(f"{type(self).__name__} objects cannot be copied")
-
-    def __deepcopy__(self, memo: Any) -> NoReturn:
-        raise TypeError(f"{type(self).__name__} objects cannot be copied")
-
-    def __reduce_ex__(self, protocol: Any) -> NoReturn:
-        raise TypeError(f"{type(self).__name__} objects cannot be pickled or copied")
 
 
 class Module(_Opaque):
@@ -1272,7 +1297,7 @@ class Run(Replay):
             "__name__": "script",
             "tools": Tools(self),
             "files": Files(self),
-            _FORMAT: _format_attr,
+            _FORMAT: _format_view,
         }
         exec(code, scope)
         main = scope.pop(_MAIN)
@@ -1347,11 +1372,18 @@ class Run(Replay):
             return Ran(outcome="failed", error=ScriptError(name="TypeError", message=message))
 
     def _error(self, error: BaseException) -> Ran:
+        lines: list[int] = []
+        tb = error.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == FILENAME:
+                lines.append(tb.tb_lineno)
+            tb = tb.tb_next
+        lines.reverse()  # innermost first, as a JavaScript stack
         if isinstance(error, MemoryError):
             message = self._memory_message()
             return Ran(
                 outcome="failed",
-                error=ScriptError(name="LimitError", message=message),
+                error=ScriptError(name="LimitError", message=message, lines=self._line_list(lines)),
                 limit=LimitMet(name="memory", message=message),
             )
         name = type(error).__name__
@@ -1362,15 +1394,6 @@ class Run(Replay):
         limit = None
         if isinstance(error, LimitError) and message in self.limit_errors:
             limit = LimitMet(name=self.limit_errors[message], message=message)
-        lines: list[int] = []
-        tb = error.__traceback__
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename == FILENAME:
-                lines.append(tb.tb_lineno)
-            tb = tb.tb_next
-        if isinstance(error, SyntaxError) and error.filename == FILENAME and error.lineno:
-            lines.append(error.lineno)
-        lines.reverse()  # innermost first, as a JavaScript stack
         return Ran(
             outcome="failed",
             error=ScriptError(

@@ -18,7 +18,7 @@ from typing import Any
 import _quickjs
 import orjson
 
-from sandbox import python, typescript
+from sandbox import typescript
 from sandbox.files import Fetch
 from sandbox.protocol import (
     LIVE_VERSION,
@@ -323,6 +323,10 @@ def new_run(
 ) -> Replay:
     """A run of ``script`` in its language's binding (``prepared`` serves JavaScript only)."""
     if script.language == "python":
+        # Imported on first use: a process that runs only JavaScript never loads it (a
+        # sandbox process that runs Python imported it while warming up, before lockdown).
+        from sandbox import python
+
         return python.Run(script, channel, fetch)
     return Run(script, channel, fetch, prepared)
 
