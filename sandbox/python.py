@@ -491,6 +491,11 @@ def _static_modules() -> dict[str, Module]:
         "typing",
         _public(typing, ("get_type_hints", "ForwardRef", "evaluate_forward_ref", "io", "re")),
     )
+    # singledispatch's register evaluates a string annotation (a runtime value the check
+    # never sees) through typing.get_type_hints.
+    modules["functools"] = Module(
+        "functools", _public(functools, ("singledispatch", "singledispatchmethod"))
+    )
     operators = _public(operator)
     operators.update(attrgetter=_attrgetter, methodcaller=_methodcaller)
     modules["operator"] = Module("operator", operators)
@@ -964,6 +969,9 @@ class Tools(_Opaque):
     def __dir__(self) -> list[str]:
         return sorted(self._run.tool_set)
 
+    def __repr__(self) -> str:
+        return "<tools>"
+
 
 class _Stream(_Opaque):
     """A file stream: ``async for item in files.csv(id, limit=10)``; also ``async with``."""
@@ -982,6 +990,9 @@ class _Stream(_Opaque):
 
     def __aiter__(self) -> _Stream:
         return self
+
+    def __repr__(self) -> str:
+        return f"<files.{self._kind} stream of {self._id!r}>"
 
     async def __anext__(self) -> Any:
         run = self._run
@@ -1027,6 +1038,9 @@ class Files(_Opaque):
 
     def __init__(self, run: Run) -> None:
         self._run = run
+
+    def __repr__(self) -> str:
+        return "<files>"
 
     def list(self) -> Any:
         return self._run._file_op("list", {})

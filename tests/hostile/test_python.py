@@ -166,6 +166,11 @@ AT_RUN_TIME = {
     "copy files": "import copy\ncopy.copy(files)",
     "hashlib file_digest": "import hashlib\nhashlib.file_digest",
     "io beyond StringIO": "import io\nio.open",
+    # register() would evaluate a runtime string annotation through typing.get_type_hints.
+    "singledispatch evaluates text": (
+        "import functools\nevil = '().__class__'\n@functools.singledispatch\ndef f(x):\n"
+        "    pass\n@f.register\ndef g(x: evil):\n    pass"
+    ),
 }
 
 
@@ -325,6 +330,11 @@ def test_deeply_nested_source_is_a_syntax_error(run: Run) -> None:
 # ---- the protocol's descriptors ----
 
 FORGED = '{"ran": {"outcome": "finished", "value": "forged"}}'
+
+
+def test_the_sandbox_objects_print_the_same_in_every_process(run: Run) -> None:
+    ran = run("import json\nprint(tools, files, tools.echo, json, files.csv('x'))")
+    assert ran.printed == "<tools> <files> <tool echo> <module 'json'> <files.csv stream of 'x'>\n"
 
 
 def test_printing_protocol_lines_gains_nothing(run: Run) -> None:
