@@ -285,3 +285,27 @@ def test_skills_are_loaded_in_the_scripts_language() -> None:
     js = CodeMode(CORPUS, skills=[skill], type_check="off")
     assert "await tools.skill({ name })" in js.skills_prompt()
     assert 'load it with await tools.skill({ name: "triage" })' in js.search("triage")
+
+
+def test_the_modules_named_to_the_model_are_the_sandboxs() -> None:
+    """run_code's Python description names exactly the modules the sandbox lets a script
+    import (the engine keeps its own list, to describe run_code without loading the
+    sandbox's runtime)."""
+    from engine.languages.python._stubs import SCRIPT_MODULES
+    from sandbox.python import ALLOWED
+
+    assert tuple(SCRIPT_MODULES) == tuple(ALLOWED)
+
+
+def test_the_readmes_stub_is_what_the_model_reads() -> None:
+    """Every line of the README's Python stub is in the block declaring its tool (the README
+    leaves some out, and shortens the search docstring)."""
+    readme = (ROOT / "README.md").read_text()
+    (shown,) = [
+        b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "github__list_prs" in b
+    ]
+    block, _ = PYTHON.declare_tools([BY_NAME["github__list_prs"]], builtins=("tool_search",))
+    lines = [line for line in shown.splitlines() if line.strip() not in ("", "...")]
+    missing = [line for line in lines if line not in block and not line.endswith('..."""')]
+    assert not missing, missing
+    assert len(lines) > 15
