@@ -18,18 +18,56 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
+import resource
 import select
 import time
 import weakref
 from typing import TYPE_CHECKING, Protocol
 
+import psutil
+
 from runner import _conversation as conv
-from runner._base import LiveRun, ProcessStats, RunError, Step
+from runner._base import LiveRun, ProcessStats, RunError, ScriptRunner, Step
 from runner._slots import Slots
 from sandbox import protocol
 
 if TYPE_CHECKING:
     from runner._forkserver import ForkedChild
+
+
+MiB = 1024 * 1024
+# A waiting process holds what its run built (a few MiB for most scripts, on top of the
+# pages it shares with the fork server); the default count leaves each about this much.
+TYPICAL_LIVE_BYTES = 16 * MiB
+MAX_LIVE_COUNT = 1024
+
+
+def default_live_memory() -> int:
+    """A quarter of the memory the machine has available now: live processes are a cache,
+    and a cache must not crowd out the steps and tools it serves."""
+    return max(64 * MiB, psutil.virtual_memory().available // 4)
+
+
+def default_live_count(memory: int) -> int:
+    """How many processes may wait live at once by default: what ``memory`` holds at a
+    typical live process's size, within the file descriptors this process may open (each
+    live process holds its pipes, or a connection, here), from 4 to 1,024."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    by_fds = soft // 8 if soft != resource.RLIM_INFINITY else MAX_LIVE_COUNT
+    return max(4, min(MAX_LIVE_COUNT, memory // TYPICAL_LIVE_BYTES, by_fds))
+
+
+def takes_live(runner: ScriptRunner) -> bool:
+    """Whether ``runner.run`` takes ``live=``: a runner written before live steps does not,
+    and gets replay steps."""
+    try:
+        parameters = inspect.signature(runner.run).parameters
+    except (TypeError, ValueError):
+        return False
+    return "live" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 class _Owner(Protocol):
@@ -169,7 +207,7 @@ class ProcessLive(LiveRun):
 
     async def _resume(self, records: list[protocol.Record]) -> Step:
         child = self.child
-        problem = _mismatch(records, self.calls)
+        problem = mismatch(records, self.calls)
         if problem is not None:
             await self.close()
             raise RunError(f"the live run cannot take these results: {problem}")
@@ -234,7 +272,8 @@ class ProcessLive(LiveRun):
             await child.reap(grace=0)
 
 
-def _mismatch(records: list[protocol.Record], calls: list[protocol.Call]) -> str | None:
+def mismatch(records: list[protocol.Record], calls: list[protocol.Call]) -> str | None:
+    """Why ``records`` are not the results of ``calls`` (count, names, arguments), or None."""
     if len(records) != len(calls):
         return f"it waits for {len(calls):,} results and was sent {len(records):,}"
     for i, (record, call) in enumerate(zip(records, calls, strict=True)):
