@@ -5,6 +5,12 @@ with ``live=True``): the process waits for the calls' results and goes on with t
 (``sandbox.protocol``). While it waits it holds no slot; :meth:`ProcessLive.resume` takes one
 again, fairly per tenant, and the segment has the wall deadline of a step of its own.
 
+While it waits the process is stopped (``SIGSTOP`` by pidfd; ``SIGCONT`` when its results
+come): an honest sandbox only blocks on its stdin then, so this costs it nothing, and a
+sandbox that was subverted cannot spin, allocate or write without a slot. What it does
+between its ``ran`` and the stop is found at the resume (output it wrote ends it; CPU it used
+is charged to the next segment, which has its own deadline).
+
 The process is a cache of the log: anything that goes wrong with it before the results are
 taken (it ended, it wrote while it waited, the records are not the ones it waits for) ends it
 and raises ``RunError``, and the engine replays the step from the log.
@@ -21,6 +27,7 @@ import contextlib
 import inspect
 import resource
 import select
+import signal
 import time
 import weakref
 from typing import TYPE_CHECKING, Protocol
@@ -183,6 +190,7 @@ class ProcessLive(LiveRun):
         # While it waits, nothing reads its stdout: what it writes stays in the pipe, where
         # resume finds it (and a process that floods it blocks, holding nothing of ours).
         child.stdout.pause_reading()
+        child.send_signal(signal.SIGSTOP)  # and stopped: no CPU, memory or output without a slot
         runner._live.add(self)
         # A LiveRun dropped without close: its process is ended when it is collected.
         self._finalizer = weakref.finalize(self, _end_child, child)
@@ -234,6 +242,7 @@ class ProcessLive(LiveRun):
     async def _segment(self, records: list[protocol.Record]) -> Step:
         child = self.child
         started = time.monotonic()
+        child.send_signal(signal.SIGCONT)
         child.stdout.resume_reading()
         outcome = await conv.segment(
             child.reader,
