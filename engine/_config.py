@@ -118,16 +118,7 @@ class Config:
     def load(cls, path: str | Path) -> Config:
         """Read and check a ``codemode.toml``."""
         path = Path(path)
-        try:
-            with path.open("rb") as f:
-                raw = f.read(MAX_CONFIG_BYTES + 1)
-        except OSError as e:
-            raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
-        if len(raw) > MAX_CONFIG_BYTES:
-            raise ConfigError(
-                f"{path} is too large for a config (over {MAX_CONFIG_BYTES // 1024:,} KiB); "
-                "is it the right file?"
-            )
+        raw = read_config(path)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -156,7 +147,7 @@ class Config:
         section = data.get("codemode", {})
         if not isinstance(section, dict):
             raise ConfigError(f"{where}: codemode must be a table")
-        _refuse_unknown(section, _TOP_KEYS, f"{where}: [codemode]")
+        refuse_unknown(section, _TOP_KEYS, f"{where}: [codemode]")
         limits_table = section.get("limits", {})
         if not isinstance(limits_table, dict):
             raise ConfigError(f"{where}: [codemode.limits] must be a table")
@@ -191,7 +182,24 @@ class Config:
         )
 
 
-def _refuse_unknown(table: dict[str, Any], known: set[str], where: str) -> None:
+def read_config(path: Path) -> bytes:
+    """The bytes of the config file ``path``, read with a bound (a config is small, and a
+    path such as /dev/zero must not hang us); raises :class:`ConfigError` naming the file."""
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{path} is too large for a config (over {MAX_CONFIG_BYTES // 1024:,} KiB); "
+            "is it the right file?"
+        )
+    return raw
+
+
+def refuse_unknown(table: Mapping[str, Any], known: set[str] | frozenset[str], where: str) -> None:
+    """Raise :class:`ConfigError` naming the keys of ``table`` that are not ``known``."""
     unknown = sorted(str(key) for key in set(table) - known)
     if unknown:
         listed = ", ".join(_shown(key) for key in unknown[:5])
@@ -268,7 +276,7 @@ def check_live_options(*, live: Any, live_wait: Any, live_max: Any, live_memory:
 def _store(table: Any, where: str) -> StoreConfig:
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: [codemode.store] must be a table")
-    _refuse_unknown(table, _STORE_KEYS, f"{where}: [codemode.store]")
+    refuse_unknown(table, _STORE_KEYS, f"{where}: [codemode.store]")
     kind = table.get("kind", "sqlite")
     if kind not in ("sqlite", "postgres", "memory"):
         raise ConfigError(
@@ -320,14 +328,14 @@ def _store(table: Any, where: str) -> StoreConfig:
 def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: [codemode.runner] must be a table")
-    _refuse_unknown(table, _RUNNER_KEYS, f"{where}: [codemode.runner]")
+    refuse_unknown(table, _RUNNER_KEYS, f"{where}: [codemode.runner]")
     at = f"{where}: [codemode.runner]"
     kind = table.get("kind", "local")
     if kind not in ("local", "remote"):
         raise ConfigError(f'{at} kind = {_shown(kind)}; use "local" or "remote"')
     options = {k: v for k, v in table.items() if k != "kind"}
     if kind == "remote":
-        _refuse_unknown(options, set(REMOTE_OPTIONS), f'{at} kind = "remote"')
+        refuse_unknown(options, set(REMOTE_OPTIONS), f'{at} kind = "remote"')
         addresses = options.get("addresses")
         if (
             not isinstance(addresses, list)
@@ -350,7 +358,7 @@ def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:
             if key in options and not _seconds(options[key]):
                 raise ConfigError(f"{at} {key} must be seconds, over 0")
     else:
-        _refuse_unknown(options, _LOCAL_OPTIONS, f'{at} kind = "local"')
+        refuse_unknown(options, _LOCAL_OPTIONS, f'{at} kind = "local"')
         mode = options.get("mode", "pool")
         if mode not in ("pool", "fork", "exec"):
             raise ConfigError(f'{at} mode = {_shown(mode)}; use "pool", "fork" or "exec"')

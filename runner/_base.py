@@ -15,9 +15,14 @@ from pydantic import ConfigDict, Field
 
 from sandbox.protocol import LANGUAGES, LimitMet, Ran, Record, Script, ScriptError
 
-# The interpreter's arguments that start the sandbox, before its own: isolated mode (no
-# PYTHON* variables, no user site-packages, not the working directory on the path).
-SANDBOX_ARGS = ("-I", "-m", "sandbox")
+# The interpreter's arguments that start the sandbox, before its own: what isolated mode
+# (-I) does but ignoring the environment (no user site-packages, not the working directory on
+# the path), with SANDBOX_ENV as the whole environment, so the one variable it sets is read.
+SANDBOX_ARGS = ("-s", "-P", "-m", "sandbox")
+# The sandbox's whole environment. String hashing is not randomised per process, so a
+# Python script that iterates a set of strings makes its calls in the same order in every
+# process, as its replays must (no secret: any process may know it).
+SANDBOX_ENV = {"PYTHONHASHSEED": "0"}
 
 # The longest string of each kind a step may carry from the process (in characters). A
 # process is not trusted: whatever it says is cut to these before anything stores, logs or

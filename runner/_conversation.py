@@ -417,6 +417,10 @@ _SIGNAL_NAMES: dict[int, str] = {
 }
 
 
+# What CPython writes to stderr before it aborts, out of memory past recovery.
+_PYTHON_GAVE_UP = "Cannot recover from MemoryErrors"
+
+
 def step_from(
     outcome: Outcome,
     script: Script,
@@ -448,6 +452,15 @@ def step_from(
             "time (three times its CPU allowance plus one second) and was stopped",
         )
         return Step.failure("LimitError", message, limit="compute_ms", process=process)
+    if term_signal == signal.SIGSYS and _PYTHON_GAVE_UP in stderr_tail:
+        # CPython aborts when it cannot even raise MemoryError, and abort's tgkill is one
+        # of the calls the filter kills: the heap ran out (only the process writes fd 2).
+        return Step.failure(
+            "LimitError",
+            protocol.limit_message("memory", "the script's heap ran out"),
+            limit="memory",
+            process=process,
+        )
     if term_signal == signal.SIGSYS:
         return Step.failure(
             "SandboxViolation",

@@ -1,6 +1,6 @@
 """The runner's side of the fork server (``sandbox.zygote``): start it, ask it for children.
 
-The zygote is started like an exec-mode sandbox process (``env={}``, ``-I``, ``close_fds``,
+The zygote is started like an exec-mode sandbox process (``SANDBOX_ENV``, ``close_fds``,
 a session of its own, ``cwd="/"``) with one extra fd, its end of a ``SOCK_SEQPACKET``
 socketpair. For each child the runner makes three pipes, sends the child's ends in a
 ``spawn`` request (``SCM_RIGHTS``) and keeps its own; the zygote forks, and answers with the
@@ -37,7 +37,7 @@ from typing import Any
 import orjson
 
 from runner import _conversation as conv
-from runner._base import SANDBOX_ARGS, ProcessStats, RunError
+from runner._base import SANDBOX_ARGS, SANDBOX_ENV, ProcessStats, RunError
 from runner._pipes import PipeFeed, PipeWriter, pipe_reader
 from sandbox import protocol
 
@@ -247,7 +247,7 @@ class ForkServer:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                env={},
+                env=dict(SANDBOX_ENV),
                 close_fds=True,
                 pass_fds=(theirs.fileno(),),
                 start_new_session=True,

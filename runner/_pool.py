@@ -67,7 +67,9 @@ class WarmPool:
         self.target = size
         self.last_take = clock()
         # Children wait at this nice value, so forking them ahead competes less with the
-        # steps running meanwhile; a taken child is set back to 0 (which takes root).
+        # steps running meanwhile; a taken child is set back to the host's own nice value
+        # (which takes root), never above it: a host run at a low priority keeps it.
+        self.base_nice = os.getpriority(os.PRIO_PROCESS, 0)
         self.nice = NICE if os.geteuid() == 0 else 0
         self.problem: str | None = None  # why children cannot be had (unconfined), if so
         self.spawned = 0
@@ -93,9 +95,9 @@ class WarmPool:
                 if self.nice:
                     # Not reported exited and its pidfd not readable: the pid is still its.
                     try:
-                        os.setpriority(os.PRIO_PROCESS, child.pid, 0)
+                        os.setpriority(os.PRIO_PROCESS, child.pid, self.base_nice)
                     except OSError:
-                        self.nice = 0  # not allowed here after all: fork at 0 from now on
+                        self.nice = 0  # not allowed here after all: fork at the host's from now on
                 break
             self._discard(candidate)
         if child is None:

@@ -29,7 +29,15 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from runner import _conversation as conv
-from runner._base import SANDBOX_ARGS, FileReader, ProcessStats, RunError, ScriptRunner, Step
+from runner._base import (
+    SANDBOX_ARGS,
+    SANDBOX_ENV,
+    FileReader,
+    ProcessStats,
+    RunError,
+    ScriptRunner,
+    Step,
+)
 from runner._forkserver import ForkedChild, ForkServer
 from runner._live import ProcessLive, close_all, measure_at_ran, proc_starttime
 from runner._pool import DEFAULT_IDLE_AFTER, WarmPool
@@ -124,14 +132,14 @@ async def _drain_stderr(stream: asyncio.StreamReader, keep: bytearray) -> None:
 
 
 async def spawn(argv: list[str], line_limit: int) -> Child:
-    """Start a sandbox process with an empty environment and connect its pipes."""
+    """Start a sandbox process with only SANDBOX_ENV as its environment; connect its pipes."""
     loop = asyncio.get_running_loop()
     popen = subprocess.Popen(
         argv,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={},
+        env=dict(SANDBOX_ENV),
         close_fds=True,
         start_new_session=True,
         cwd="/",
@@ -263,6 +271,8 @@ class ProcessRunner(ScriptRunner):
         """The exec-mode command line for ``script``."""
         memory = script.limits.memory
         argv = [self.python, *SANDBOX_ARGS, "--memory-ceiling", str(memory)]
+        # Its one step's language only: a JavaScript step does not pay for warming Python.
+        argv += ["--languages", script.language]
         if self.data_limit is not None:
             # Without it the process takes the default heap for `memory`, plus room for a
             # long script line, as a forked child does.

@@ -1,4 +1,4 @@
-"""The confined process: ``python -I -m sandbox [--memory-ceiling B] [--data-limit B]``.
+"""The confined process: ``python -s -P -m sandbox [--memory-ceiling B] [--data-limit B]``.
 
 Order matters. Everything a run needs is imported and warmed up first (after lockdown no file
 can be opened, so nothing may load lazily); then the process locks itself down; then it says
@@ -7,13 +7,14 @@ exits. A version 2 run that stopped on calls waits instead for their results and
 (``sandbox.protocol``), until it ends or is told to. A process that cannot lock itself down
 says ``unconfined`` and never reads a script.
 
-``python -I -m sandbox --zygote --control FD`` is the fork server instead (see
+``python -s -P -m sandbox --zygote --control FD`` is the fork server instead (see
 ``sandbox.zygote``): it warms up once and forks one child per step, and each child does the
 same per-process work as this module's :func:`serve`.
 
-Start it with an empty environment and only stdin/stdout/stderr open (the fork server: and
-its control socket): lockdown closes any other fd, but a variable's text would stay in the
-process's memory.
+Start it with no environment but ``PYTHONHASHSEED=0`` (runner._base.SANDBOX_ENV: string
+hashing the same in every process, so replays of a Python script agree) and only
+stdin/stdout/stderr open (the fork server: and its control socket): lockdown closes any other
+fd, but a variable's text would stay in the process's memory.
 """
 
 from __future__ import annotations
@@ -115,7 +116,77 @@ def _warm_up() -> None:
         clock=protocol.Clock(now_ms=0, seed=1),
     )
     runtime.run_in_process(with_files, lambda _f, offset, length: data[offset : offset + length])
+    if "python" in _LANGUAGES:
+        _warm_up_python(data)
+    global _BASE_DATA
+    _BASE_DATA = _vm_data()
 
+
+def _warm_up_python(data: bytes) -> None:
+    """The same for Python scripts: every allowed module used once, replayed and live."""
+    from sandbox import python  # imported here: a JavaScript-only process never loads it
+
+    records = [
+        protocol.Record(name="t", arguments={"a": 1}, result={"ok": [1.5, "x"]}),
+        protocol.Record(name="t", arguments={"a": 2}, error="no"),
+    ]
+    script = protocol.Script(
+        id="warm-up-python",
+        language="python",
+        code=python.warm_up_code(),
+        records=records,
+        tools=["t"],
+        files=[protocol.FileInfo(id="w.csv", mime="text/csv", size=len(data))],
+        clock=protocol.Clock(now_ms=0, seed=1),
+    )
+    protocol.decode(protocol.encode(script), ("script",))
+    fetch = lambda _f, offset, length: data[offset : offset + length]  # noqa: E731
+    live = runtime.LiveInProcess(
+        script.model_copy(update={"records": [], "version": protocol.LIVE_VERSION}), fetch
+    )
+    ran = live.start()
+    while ran.outcome == "calls":
+        ran = live.resume(records[live.known : live.known + len(ran.calls)])
+    # A version 1 replay, and each way a script fails early.
+    small = ("r = await tools.t(a=1)\nreturn r", "return (", "x = ().__class__", "import os")
+    for code in small:
+        runtime.run_in_process(script.model_copy(update={"code": code, "files": []}))
+
+
+def _vm_data() -> int | None:
+    """This process's heap as RLIMIT_DATA counts it (VmData), or None if it cannot tell."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+# The heap a warmed-up process holds before it reads a script: a Python script's `memory`
+# limit is counted on top of it (set in the process and in the fork server, whose children
+# start with the same heap).
+_BASE_DATA: int | None = None
+# What a Python run holds besides its script's heap: the line it read, parsed (see
+# LINE_ROOM_FACTOR), and this much for the run's own objects and the ending it writes.
+PYTHON_RUN_ROOM = 32 * protocol.MiB
+
+
+def _python_data_limit(memory: int, line_bytes: int, data_limit: int | None) -> int | None:
+    """RLIMIT_DATA for a Python script: its ``memory`` over the warmed-up heap, so that a
+    script that allocates past it gets MemoryError (a ``memory`` limit). None when the base
+    is unknown: the process heap then bounds the script, as for JavaScript."""
+    if _BASE_DATA is None:
+        return data_limit
+    limit = _BASE_DATA + PYTHON_RUN_ROOM + LINE_ROOM_FACTOR * line_bytes + memory
+    return limit if data_limit is None else min(limit, data_limit)
+
+
+# The languages this process runs: all of them, unless `--languages` names fewer (the one a
+# single-step process needs), which it then warms up alone and lists in `ready`.
+_LANGUAGES: tuple[str, ...] = protocol.LANGUAGES
 
 # The fork server compiles the prelude once, before it forks: every child starts with it.
 _PREPARED: runtime.Prepared | None = None
@@ -169,7 +240,7 @@ def serve(
             )
         except Exception as e:
             unconfined(f"{type(e).__name__}: {e}")
-        _write(protocol.encode(protocol.ready()))
+        _write(protocol.encode(protocol.ready(_LANGUAGES)))
         _run_one(data_limit)
     except BaseException as e:  # a bug of ours: say what, then exit without a `ran`
         os.write(2, f"sandbox: {type(e).__name__}: {e}\n".encode("utf-8", "replace"))
@@ -209,7 +280,7 @@ def script_from(line: bytes) -> protocol.Script:
     if not line.endswith(b"\n"):
         raise protocol.ProtocolError("the script line is over the bound or cut short")
     script: protocol.Script = protocol.decode(line, ("script",))
-    why = protocol.unfit(script)
+    why = protocol.unfit(script, languages=_LANGUAGES)
     if why is not None:
         raise protocol.ProtocolError(f"this sandbox cannot run the step: {why}")
     return script
@@ -235,15 +306,20 @@ def _run_one(data_limit: int | None) -> NoReturn:
         )
     del line
     live = script.version >= protocol.LIVE_VERSION
+    if script.language == "python":
+        limit = _python_data_limit(script.limits.memory, size, data_limit)
+        room = 0 if limit is not None else _line_room(size, data_limit)
+    else:
+        limit, room = data_limit, _line_room(size, data_limit)
     lockdown.tighten(
         compute_ms=script.limits.compute_ms,
         memory=script.limits.memory,
-        data_limit=data_limit,
-        room=_line_room(size, data_limit),
+        data_limit=limit,
+        room=room,
         live=live,
     )
     channel = _ProcessChannel(linger=live)
-    run = runtime.Run(script, channel, _fetch, _PREPARED)
+    run = runtime.new_run(script, channel, _fetch, _PREPARED)
     ran = run.execute()
     while live and ran.outcome == "calls":
         _write(protocol.encode(ran))
@@ -294,6 +370,11 @@ def main(argv: list[str] | None = None) -> int:
         # `serve` and `_warm_up` are looked up here, at call time, so a test stand-in that
         # replaces them on this module is what the fork server's children run.
         return zygote.main(args, serve=serve, warm_up=lambda: _warm_up_zygote())
+    global _LANGUAGES
+    if "--languages" in args:
+        # A process for one step (exec mode) warms up only the languages it is told.
+        named = args[args.index("--languages") + 1].split(",")
+        _LANGUAGES = tuple(x for x in protocol.LANGUAGES if x in named)
     memory_ceiling = _argument(args, "--memory-ceiling", protocol.Limits().memory)
     data_limit = _argument(args, "--data-limit", 0) or None
     try:

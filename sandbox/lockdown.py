@@ -37,10 +37,10 @@ has been read. The seccomp policy (:func:`build_filter`):
 
 Contracts for the caller:
 
-- Start the process with an **empty environment** (``env={}``). ``os.environ.clear()``
-  unsets the variables, but their original text stays in the process's memory and in
-  ``/proc/<pid>/environ``; only a process started without them has none. A fork server must
-  itself have been started that way.
+- Start the process with **no environment of the host's** (the runner gives it only
+  ``PYTHONHASHSEED=0``, no secret). ``os.environ.clear()`` unsets the variables, but their
+  original text stays in the process's memory and in ``/proc/<pid>/environ``; only a process
+  started without them has none. A fork server must itself have been started that way.
 - **Import and warm up everything first.** After lockdown no file can be opened, so nothing
   may load lazily: import ``_quickjs``, ``orjson``, pydantic models and run each code path
   once (pydantic and the ``encodings`` package import modules on first use).

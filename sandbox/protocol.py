@@ -51,7 +51,7 @@ VERSION = 2
 OLDEST = 1
 # The first version whose process waits, alive, for the results of the calls it stopped on.
 LIVE_VERSION = 2
-LANGUAGES = ("javascript",)
+LANGUAGES = ("javascript", "python")
 # The one tool a model calls; a script never calls it, even when a host lists it.
 RUN_CODE = "run_code"
 
@@ -273,7 +273,7 @@ class Clock(_Model):
 class Script(_Model):
     version: int = VERSION
     id: str
-    language: Literal["javascript"] = "javascript"
+    language: Literal["javascript", "python"] = "javascript"
     # A script's lone surrogates cannot cross the pipe, nor enter the JS engine.
     code: Annotated[str, AfterValidator(well_formed)]
     records: list[Record] = Field(default_factory=list)
@@ -531,5 +531,5 @@ def unfit(
     return None
 
 
-def ready() -> Ready:
-    return Ready(version=VERSION, oldest=OLDEST, languages=list(LANGUAGES))
+def ready(languages: Sequence[str] = LANGUAGES) -> Ready:
+    return Ready(version=VERSION, oldest=OLDEST, languages=list(languages))

@@ -1,4 +1,4 @@
-"""The fork server: ``python -I -m sandbox --zygote --control FD``.
+"""The fork server: ``python -s -P -m sandbox --zygote --control FD``.
 
 Starting a Python and importing the sandbox costs about 120 ms; forking a process that has
 already done so costs a few. The zygote imports and warms up everything a run needs, builds
@@ -7,8 +7,9 @@ ends it was given onto fds 0, 1 and 2 and does the same per-process work as
 ``python -m sandbox`` (``serve``: lockdown with the pre-built filter, ``ready``, one script).
 
 It runs beside untrusted code, so it stays small and import-light, and it holds nothing a
-child could want: it is started with an empty environment, ``-I``, only its control socket
-and stdio open, and it is single-threaded when it forks (``_quickjs``, not ``quickjs``).
+child could want: it is started with no environment but ``PYTHONHASHSEED=0``, only its
+control socket and stdio open, and it is single-threaded when it forks (``_quickjs``, not
+``quickjs``).
 What it gives up by design: every child has the zygote's address-space layout (as with
 Android's zygote), so a child that learns its own layout learns its siblings'; none of them
 holds a secret, and each is under the seccomp filter before it reads a script.

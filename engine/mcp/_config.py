@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 import orjson
 
+from engine._config import read_config, refuse_unknown
 from engine._errors import ConfigError
 from engine._schema import a_json_type
 
@@ -61,7 +62,6 @@ _SERVER_KEYS = {
 }
 _TOOL_KEYS = {"approval", "readOnly", "idempotent", "timeout", "deferred"}
 DEFAULT_INIT_TIMEOUT = 30.0
-MAX_CONFIG_BYTES = 1024 * 1024
 MAX_SECONDS = 7 * 24 * 3600.0
 
 
@@ -136,13 +136,7 @@ def load_servers_file(path: str | Path) -> tuple[list[ServerSpec], list[ServerPr
     """The servers of an ``mcpServers`` JSON file. A file that cannot be read or parsed
     raises :class:`ConfigError`; a bad server entry is a problem, and the rest load."""
     path = Path(path)
-    try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as e:
-        raise ConfigError(f"cannot read the MCP config {path}: {e.strerror or e}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path} is over {MAX_CONFIG_BYTES // 1024:,} KiB: not an MCP config")
+    raw = read_config(path)
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
@@ -186,12 +180,7 @@ def parse_servers(
 def _server(name: str, entry: Any, base: Path | None) -> ServerSpec | None:
     if not isinstance(entry, Mapping):
         raise ConfigError(f"its entry is {a_json_type(entry)}, not an object")
-    unknown = sorted(set(entry) - _SERVER_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
-            f"(known: {', '.join(sorted(_SERVER_KEYS))})"
-        )
+    refuse_unknown(entry, _SERVER_KEYS, "its entry")
     if entry.get("disabled") is True:
         return None
     command, url = entry.get("command"), entry.get("url")
@@ -243,12 +232,7 @@ def _tool_settings(name: Any, entry: Any) -> ToolSettings:
     where = f'"tools" > {name!r}'
     if not isinstance(entry, Mapping):
         raise ConfigError(f"{where} is {a_json_type(entry)}, not an object")
-    unknown = sorted(set(entry) - _TOOL_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key {', '.join(map(repr, unknown))} "
-            f"(known: {', '.join(sorted(_TOOL_KEYS))})"
-        )
+    refuse_unknown(entry, _TOOL_KEYS, where)
     flags: dict[str, bool | None] = {}
     for key, attr in (
         ("approval", "approval"),

@@ -40,7 +40,8 @@ def test_a_tiny_run_writes_the_table_the_json_and_the_chart(
         assert {("trivial", mode), ("seq_10", mode), ("tenants", mode)} <= rows
     assert all(r["p50_ms"] > 0 and r["steps"] > 0 for r in data["rows"])
     pool = next(r for r in data["rows"] if r["workload"] == "trivial" and r["mode"] == "pool")
-    assert pool["times_floor"] is not None and pool["times_floor"] > 1
+    # A ratio is reported, not judged: on a loaded machine either side can be the faster.
+    assert pool["times_floor"] is not None and pool["times_floor"] > 0
     try:
         import matplotlib  # noqa: F401
     except ImportError:

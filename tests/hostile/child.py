@@ -48,7 +48,8 @@ import orjson
 import pydantic
 import pyseccomp
 
-from sandbox import lockdown
+import sandbox.__main__ as sandbox_main
+from sandbox import lockdown, protocol, python, runtime
 
 EXIT_UNCONFINED = 3
 EXIT_CRASHED = 70
@@ -632,7 +633,10 @@ class _Model(pydantic.BaseModel):
 
 
 def warm_up() -> None:
-    """What the sandbox must do before lockdown: run every code path once."""
+    """What the sandbox must do before lockdown: run every code path once. The sandbox's own
+    warm-up runs too, so every attack meets a process with both runtimes loaded (QuickJS and
+    the Python runtime with its allowed modules), as a real sandbox process is."""
+    sandbox_main._warm_up()
     model = _Model.model_validate({"name": "w", "values": [1, 2.5], "meta": {"k": [1]}})
     _Model.model_validate_json(model.model_dump_json()).model_dump()
     orjson.loads(orjson.dumps({"a": [1, 2.5, "x", None]}))
@@ -689,6 +693,45 @@ def _workload(ctx: Ctx) -> Any:
         "out_of_memory": out_of_memory,
         "calls": len(calls),
         "rusage_ms": resource.getrusage(resource.RUSAGE_SELF).ru_utime * 1000,
+    }
+
+
+@attack("python_workload")
+def _python_workload(ctx: Ctx) -> Any:
+    """What a Python run does, all under the filter: every allowed module, a recorded call,
+    gather, printing, errors, a memory error caught and the heap limit met uncaught."""
+    lockdown.tighten(compute_ms=5000, memory=64 * MiB)
+    code = (
+        "import " + ", ".join(python.ALLOWED) + "\n"
+        "r = await tools.t(a=1)\n"
+        "x = await asyncio.gather(tools.t(a=1), asyncio.sleep(0))\n"
+        "print('hi', json.dumps(r), datetime.datetime.now(), random.random(), uuid.uuid4())\n"
+        "h = hashlib.sha256(b'x').hexdigest()\n"
+        "d = datetime.datetime.strptime('2020-02-03', '%Y-%m-%d').isoformat()\n"
+        "try:\n    b = 'z' * (1 << 34)\nexcept MemoryError:\n    b = 'caught'\n"
+        "def deep(n):\n    return deep(n + 1)\n"
+        "try:\n    deep(0)\nexcept RecursionError as e:\n    rec = type(e).__name__\n"
+        "return [r, h[:8], d, b, rec, statistics.mean([1, 2]), str(decimal.Decimal('0.1') * 3)]"
+    )
+    records = [protocol.Record(name="t", arguments={"a": 1}, result={"ok": 1})]
+    script = protocol.Script(
+        id="python-workload",
+        language="python",
+        code=code,
+        records=records * 2,
+        tools=["t"],
+        clock=protocol.Clock(now_ms=0, seed=1),
+    )
+    ran = runtime.run_in_process(script)
+    hog = runtime.run_in_process(
+        script.model_copy(update={"code": "a = []\nwhile True:\n    a.append('y' * 100000)"})
+    )
+    return {
+        "outcome": ran.outcome,
+        "value": ran.value,
+        "error": None if ran.error is None else ran.error.model_dump(),
+        "printed": ran.printed,
+        "hog": None if hog.limit is None else hog.limit.name,
     }
 
 

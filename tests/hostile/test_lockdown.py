@@ -294,6 +294,28 @@ def test_sandbox_workload_fresh_process() -> None:
     _check_workload(run_fresh("workload", payload=b'{"tag": "tag!"}\n'))
 
 
+def test_python_workload_under_filter(zygote: Zygote) -> None:
+    """Not an attack: a Python script's run works under the filter in a fork-server child
+    (every allowed module, calls, strptime, hashing, a caught MemoryError, RecursionError),
+    and a script that outgrows its heap ends on the memory limit."""
+    out = zygote.run("python_workload")
+    assert out.exit == 0, out
+    assert out.result is not None and "ok" in out.result, out
+    ok = out.result["ok"]
+    assert ok["outcome"] == "finished", ok["error"]
+    assert ok["value"] == [
+        {"ok": 1},
+        "2d711642",
+        "2020-02-03T00:00:00",
+        "caught",
+        "RecursionError",
+        1.5,
+        "0.3",
+    ]
+    assert ok["printed"].startswith('hi {"ok": 1} 1970-01-01 00:00:00 ')
+    assert ok["hog"] == "memory"
+
+
 def test_refuses_second_thread(zygote: Zygote) -> None:
     """A process with a second thread is refused before anything is locked (a filter would
     not bind the other thread)."""

@@ -26,12 +26,26 @@ Check = Callable[[Harness], None]
 NOW_MS = 1_768_435_200_000
 CLOCK = Clock(now_ms=NOW_MS, seed=7)
 
+# The languages every check that runs a script runs in, from one table of cases: each case
+# has its code in each language (CODE) and expects the same outcome of both, unless it says.
+LANGUAGES = ("javascript", "python")
+
 STALE_PRS_CODE = """\
 const prs = await tools.github__list_prs({ repo: "acme/api", state: "open" });
 const stale = prs.filter((pr) => Date.parse(pr.updated_at) < Date.now() - 14 * 864e5);
 const reviews = await Promise.all(
   stale.map((pr) => tools.github__get_reviews({ number: pr.number })));
 return stale.map((pr, i) => ({ number: pr.number, reviews: reviews[i].length }));
+"""
+STALE_PRS_PY = """\
+import asyncio, datetime
+prs = await tools.github__list_prs(repo="acme/api", state="open")
+now = datetime.datetime.now(datetime.timezone.utc)
+def updated(pr):
+    return datetime.datetime.fromisoformat(pr["updated_at"].replace("Z", "+00:00"))
+stale = [pr for pr in prs if updated(pr) < now - datetime.timedelta(days=14)]
+reviews = await asyncio.gather(*[tools.github__get_reviews(number=pr["number"]) for pr in stale])
+return [{"number": pr["number"], "reviews": len(r)} for pr, r in zip(stale, reviews)]
 """
 LIST_PRS = {"repo": "acme/api", "state": "open"}
 PRS = [
@@ -49,9 +63,11 @@ def script(
     tools: tuple[str, ...] = ("t",),
     limits: dict[str, int] | None = None,
     id: str = "s",
+    language: str = "javascript",
 ) -> Script:
     return Script(
         id=id,
+        language=language,  # type: ignore[arg-type]
         code=code,
         records=records or [],
         tools=list(tools),
@@ -60,9 +76,9 @@ def script(
     )
 
 
-def assert_healthy(h: Harness) -> None:
+def assert_healthy(h: Harness, language: str = "javascript") -> None:
     """The runner still takes and finishes a step after whatever came before."""
-    step = h.step(script("return 'still here'", id="healthy"))
+    step = h.step(script("return 'still here'", id="healthy", language=language))
     assert step.outcome == "finished", step.error
     assert step.value == "still here"
 
@@ -81,15 +97,83 @@ def assert_limit(step: Step, name: str) -> None:
 # ---- the protocol example ------------------------------------------------------------------
 
 
-def check_stale_prs_example(h: Harness) -> None:
+# case -> {language: code}: the same tools, records and limits, the same outcome.
+CODE: dict[str, dict[str, str]] = {
+    "stale_prs": {"javascript": STALE_PRS_CODE, "python": STALE_PRS_PY},
+    "script_error": {
+        "javascript": "const x = 1;\nnull.boom;\nreturn x",
+        "python": "x = 1\nNone.boom\nreturn x",
+    },
+    "printed": {
+        "javascript": "console.log('hello', 41 + 1); return [null]",
+        "python": "print('hello', 41 + 1)\nreturn [None]",
+    },
+    "file_reads": {
+        "javascript": """\
+const a = await files.text("a.txt");
+const big = await files.text("big.txt");
+let gone;
+try { await files.text("gone.txt") } catch (e) { gone = e.message }
+return { a, big: big.length, tail: big.slice(-4), gone };""",
+        "python": """\
+a = await files.text("a.txt")
+big = await files.text("big.txt")
+gone = None
+try:
+    await files.text("gone.txt")
+except Exception as e:
+    gone = str(e)
+return {"a": a, "big": len(big), "tail": big[-4:], "gone": gone}""",
+    },
+    "compute": {"javascript": "for (;;) {}", "python": "while True:\n    pass"},
+    "memory": {
+        "javascript": "const a = []; for (;;) a.push(new Array(100000).fill(7));",
+        "python": "a = []\nwhile True:\n    a.append([7] * 100000)",
+    },
+    "calls": {
+        "javascript": "await Promise.all([1, 2, 3, 4, 5].map((i) => tools.t({ i })));",
+        "python": "import asyncio\nawait asyncio.gather(*[tools.t(i=i) for i in [1, 2, 3, 4, 5]])",
+    },
+    "results": {"javascript": "return await tools.t({})", "python": "return await tools.t()"},
+    "arguments": {
+        "javascript": "await tools.t({ s: '%s' }); await tools.t({ s: '%s' });",
+        "python": "await tools.t(s='%s')\nawait tools.t(s='%s')",
+    },
+    "call_arguments_caught": {
+        "javascript": "try { await tools.t({ s: 'z'.repeat(100) }); } catch (e) { return e.message }",
+        "python": "try:\n    await tools.t(s='z' * 100)\nexcept Exception as e:\n    return str(e)",
+    },
+    "call_arguments": {
+        "javascript": "await tools.t({ s: 'z'.repeat(100) });",
+        "python": "await tools.t(s='z' * 100)",
+    },
+    "step_arguments": {
+        "javascript": "await Promise.all([1, 2, 3].map((i) => tools.t({ s: 'w'.repeat(40) + i })));",
+        "python": (
+            "import asyncio\n"
+            "await asyncio.gather(*[tools.t(s='w' * 40 + str(i)) for i in [1, 2, 3]])"
+        ),
+    },
+    "healthy": {"javascript": "return 'still here'", "python": "return 'still here'"},
+}
+# What differs between the languages: the name of a language's own error.
+SCRIPT_ERROR_NAME = {"javascript": "TypeError", "python": "AttributeError"}
+
+
+def case(name: str, language: str, **kw: Any) -> Script:
+    """The script of case ``name`` in ``language``."""
+    return script(CODE[name][language], language=language, **kw)
+
+
+def check_stale_prs_example(h: Harness, language: str = "javascript") -> None:
     """The spec's example in three steps: one call, then two at once, then the value."""
     tools = ("github__list_prs", "github__get_reviews")
-    first = h.step(script(STALE_PRS_CODE, tools=tools, id="stale-prs"))
+    first = h.step(case("stale_prs", language, tools=tools, id="stale-prs"))
     assert first.outcome == "calls", first.error
     assert [(c.name, c.arguments) for c in first.calls] == [("github__list_prs", LIST_PRS)]
 
     records = [Record(name="github__list_prs", arguments=LIST_PRS, result=PRS)]
-    second = h.step(script(STALE_PRS_CODE, tools=tools, records=records, id="stale-prs"))
+    second = h.step(case("stale_prs", language, tools=tools, records=records, id="stale-prs"))
     assert second.outcome == "calls", second.error
     assert [(c.name, c.arguments) for c in second.calls] == [
         ("github__get_reviews", {"number": 12}),
@@ -100,27 +184,27 @@ def check_stale_prs_example(h: Harness) -> None:
         Record(name="github__get_reviews", arguments={"number": n}, result=REVIEWS[n])
         for n in (12, 15)
     ]
-    third = h.step(script(STALE_PRS_CODE, tools=tools, records=records, id="stale-prs"))
+    third = h.step(case("stale_prs", language, tools=tools, records=records, id="stale-prs"))
     assert third.outcome == "finished", third.error
     assert third.value == [{"number": 12, "reviews": 0}, {"number": 15, "reviews": 2}]
     assert third.process is None or third.process.wall_ms > 0
 
 
-def check_script_error(h: Harness) -> None:
+def check_script_error(h: Harness, language: str = "javascript") -> None:
     """A script that throws is a failed step naming the error and the script's own line."""
-    step = h.step(script("const x = 1;\nnull.boom;\nreturn x"))
+    step = h.step(case("script_error", language))
     assert step.outcome == "failed"
-    assert step.error is not None and step.error.name == "TypeError"
+    assert step.error is not None and step.error.name == SCRIPT_ERROR_NAME[language]
     assert [line.line for line in step.error.lines] == [2]
     assert step.limit is None
 
 
-def check_printed_and_stats(h: Harness) -> None:
+def check_printed_and_stats(h: Harness, language: str = "javascript") -> None:
     """What a script prints comes back, and so do its stats."""
-    step = h.step(script("console.log('hello', 41 + 1); return null"))
+    step = h.step(case("printed", language))
     assert step.outcome == "finished"
     assert step.printed == "hello 42\n"
-    assert step.returned and step.value is None
+    assert step.returned and step.value == [None]
 
 
 class _Files:
@@ -138,22 +222,16 @@ class _Files:
         return self.blobs[file_id][offset : offset + length]
 
 
-def check_file_reads(h: Harness) -> None:
+def check_file_reads(h: Harness, language: str = "javascript") -> None:
     """File bytes come through the runner's read exchange, in pieces; a gone file throws."""
     big = b"0123456789abcdef" * 40_000  # 640,000 bytes: several reads
     reader = _Files({"a.txt": b"hello files", "big.txt": big}, gone={"gone.txt"})
-    code = """\
-const a = await files.text("a.txt");
-const big = await files.text("big.txt");
-let gone;
-try { await files.text("gone.txt") } catch (e) { gone = e.message }
-return { a, big: big.length, tail: big.slice(-4), gone };"""
     infos = [
         FileInfo(id="a.txt", mime="text/plain", size=11),
         FileInfo(id="big.txt", mime="text/plain", size=len(big)),
         FileInfo(id="gone.txt", mime="text/plain", size=3),
     ]
-    step = h.step(script(code).model_copy(update={"files": infos}), reader)
+    step = h.step(case("file_reads", language).model_copy(update={"files": infos}), reader)
     assert step.outcome == "finished", step.error
     assert step.value == {
         "a": "hello files",
@@ -169,60 +247,55 @@ return { a, big: big.length, tail: big.slice(-4), gone };"""
 # ---- limits ----------------------------------------------------------------------------------
 
 
-def check_compute_limit(h: Harness) -> None:
-    step = h.step(script("for (;;) {}", limits={"compute_ms": 300}))
+def check_compute_limit(h: Harness, language: str = "javascript") -> None:
+    step = h.step(case("compute", language, limits={"compute_ms": 300}))
     assert_limit(step, "compute_ms")
-    assert_healthy(h)
+    assert_healthy(h, language)
 
 
-def check_memory_limit(h: Harness) -> None:
-    code = "const a = []; for (;;) a.push(new Array(100000).fill(7));"
-    step = h.step(script(code, limits={"memory": 32 * 1024 * 1024}))
+def check_memory_limit(h: Harness, language: str = "javascript") -> None:
+    step = h.step(case("memory", language, limits={"memory": 32 * 1024 * 1024}))
     assert_limit(step, "memory")
-    assert_healthy(h)
+    assert_healthy(h, language)
 
 
-def check_calls_limit(h: Harness) -> None:
-    code = "await Promise.all([1, 2, 3, 4, 5].map((i) => tools.t({ i })));"
-    step = h.step(script(code, limits={"calls": 3}))
+def check_calls_limit(h: Harness, language: str = "javascript") -> None:
+    step = h.step(case("calls", language, limits={"calls": 3}))
     assert_limit(step, "calls")
-    assert_healthy(h)
+    assert_healthy(h, language)
 
 
-def check_results_limit(h: Harness) -> None:
+def check_results_limit(h: Harness, language: str = "javascript") -> None:
     records = [Record(name="t", arguments={}, result="x" * 200)]
-    step = h.step(script("return await tools.t({})", records=records, limits={"results": 100}))
+    step = h.step(case("results", language, records=records, limits={"results": 100}))
     assert_limit(step, "results")
-    assert_healthy(h)
+    assert_healthy(h, language)
 
 
-def check_arguments_limit(h: Harness) -> None:
+def check_arguments_limit(h: Harness, language: str = "javascript") -> None:
     big = "y" * 60
     records = [Record(name="t", arguments={"s": big}, result=1)]
-    code = f"await tools.t({{ s: '{big}' }}); await tools.t({{ s: '{big}' }});"
-    step = h.step(script(code, records=records, limits={"arguments": 100}))
+    code = CODE["arguments"][language] % (big, big)
+    step = h.step(script(code, records=records, limits={"arguments": 100}, language=language))
     assert_limit(step, "arguments")
-    assert_healthy(h)
+    assert_healthy(h, language)
 
 
-def check_call_arguments_limit(h: Harness) -> None:
+def check_call_arguments_limit(h: Harness, language: str = "javascript") -> None:
     """Too-large arguments throw at the call site, where the script can catch them."""
-    code = "try { await tools.t({ s: 'z'.repeat(100) }); } catch (e) { return e.message }"
-    step = h.step(script(code, limits={"call_arguments": 50}))
+    step = h.step(case("call_arguments_caught", language, limits={"call_arguments": 50}))
     assert step.outcome == "finished", step.error
     assert "call_arguments" in step.value and step.value.endswith(REMEDIES["call_arguments"])
-    code = "await tools.t({ s: 'z'.repeat(100) });"
-    uncaught = h.step(script(code, limits={"call_arguments": 50}))
+    uncaught = h.step(case("call_arguments", language, limits={"call_arguments": 50}))
     assert uncaught.outcome == "failed"
     assert uncaught.error is not None and "call_arguments" in uncaught.error.message
-    assert_healthy(h)
+    assert_healthy(h, language)
 
 
-def check_step_arguments_limit(h: Harness) -> None:
-    code = "await Promise.all([1, 2, 3].map((i) => tools.t({ s: 'w'.repeat(40) + i })));"
-    step = h.step(script(code, limits={"step_arguments": 100}))
+def check_step_arguments_limit(h: Harness, language: str = "javascript") -> None:
+    step = h.step(case("step_arguments", language, limits={"step_arguments": 100}))
     assert_limit(step, "step_arguments")
-    assert_healthy(h)
+    assert_healthy(h, language)
 
 
 # ---- crashes and malformed output (the stand-in sandbox) -----------------------------------
@@ -383,6 +456,24 @@ def check_cleanup(h: Harness, steps: int) -> None:
 # tests/sandbox/test_live.py), and the spec's example.
 LIVE_CORPUS = {
     "stale_prs": (STALE_PRS_CODE, ("github__list_prs", "github__get_reviews")),
+    "stale_prs_python": (STALE_PRS_PY, ("github__list_prs", "github__get_reviews")),
+    "interleaved_python": (
+        """\
+import asyncio
+a = tools.t(n=1)
+async def slow():
+    for i in range(3):
+        await asyncio.sleep(0)
+    print("slow")
+r, _, _ = await asyncio.gather(tools.t(q="x"), slow(), a)
+try:
+    await tools.t(fail=True)
+except Exception as e:
+    print(str(e), e.tool)
+return [r, await tools.t(n=2)]""",
+        ("t",),
+    ),
+    "uncaught_python": ("print('x')\nawait tools.t(a=1)\nawait tools.t(fail=1)", ("t",)),
     "interleaved": (
         """
         const a = tools.t({ n: 1 });
@@ -425,7 +516,8 @@ def check_live_agrees_with_replay(h: Harness) -> None:
 
     async def go() -> None:
         for name, (code, tools) in LIVE_CORPUS.items():
-            base = script(code, tools=tools, id=f"live-{name}")
+            language = "python" if name.endswith("_python") else "javascript"
+            base = script(code, tools=tools, id=f"live-{name}", language=language)
             replayed: list[bytes] = []
             records: list[Record] = []
             while True:

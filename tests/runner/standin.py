@@ -170,7 +170,7 @@ def serve(
             os._exit(0)
 
     channel = Channel()
-    channel.end(runtime.Run(script, channel).execute())
+    channel.end(runtime.new_run(script, channel).execute())
 
 
 if __name__ == "__main__":

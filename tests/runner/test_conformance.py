@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.runner import conformance as c
 from tests.runner.conftest import FAST_RUNNERS, Harness
 
 
-def test_stale_prs_example(runner: Harness) -> None:
-    c.check_stale_prs_example(runner)
+@pytest.mark.parametrize("language", c.LANGUAGES)
+def test_stale_prs_example(runner: Harness, language: str) -> None:
+    c.check_stale_prs_example(runner, language)
 
 
-def test_script_error(runner: Harness) -> None:
-    c.check_script_error(runner)
+@pytest.mark.parametrize("language", c.LANGUAGES)
+def test_script_error(runner: Harness, language: str) -> None:
+    c.check_script_error(runner, language)
 
 
-def test_printed_and_stats(runner: Harness) -> None:
-    c.check_printed_and_stats(runner)
+@pytest.mark.parametrize("language", c.LANGUAGES)
+def test_printed_and_stats(runner: Harness, language: str) -> None:
+    c.check_printed_and_stats(runner, language)
 
 
-def test_file_reads(runner: Harness) -> None:
-    c.check_file_reads(runner)
+@pytest.mark.parametrize("language", c.LANGUAGES)
+def test_file_reads(runner: Harness, language: str) -> None:
+    c.check_file_reads(runner, language)
 
 
 @pytest.mark.parametrize(
@@ -37,8 +43,9 @@ def test_file_reads(runner: Harness) -> None:
     ],
     ids=lambda f: f.__name__.removeprefix("check_"),
 )
-def test_limits(runner: Harness, check: c.Check) -> None:
-    check(runner)
+@pytest.mark.parametrize("language", c.LANGUAGES)
+def test_limits(runner: Harness, check: Any, language: str) -> None:
+    check(runner, language)
 
 
 @pytest.mark.parametrize(

@@ -62,9 +62,9 @@ async def test_the_zygote_is_clean_single_threaded_and_holds_only_its_socket(mod
         assert (await runner.run(script("return 1"))).value == 1
         assert runner.server is not None and runner.server.zygote_pid is not None
         zygote = runner.server.zygote_pid
-        assert Path(f"/proc/{zygote}/environ").read_bytes() == b""
+        assert Path(f"/proc/{zygote}/environ").read_bytes() == b"PYTHONHASHSEED=0\0"
         assert len(os.listdir(f"/proc/{zygote}/task")) == 1
-        assert psutil.Process(zygote).cmdline()[1:5] == ["-I", "-m", "sandbox", "--zygote"]
+        assert psutil.Process(zygote).cmdline()[1:6] == ["-s", "-P", "-m", "sandbox", "--zygote"]
         # While the pool refills, the zygote briefly holds the pipes of the child it forks:
         # look again (a bounded while) until it is between forks.
         for _ in range(100):
@@ -90,7 +90,7 @@ async def test_a_child_has_only_its_own_pipes_runs_as_nobody_and_is_limited() ->
         for fd in fds:
             assert os.readlink(f"/proc/{child.pid}/fd/{fd}").startswith("pipe:")
         assert child.uids().real == pwd.getpwnam("nobody").pw_uid
-        assert Path(f"/proc/{child.pid}/environ").read_bytes() == b""
+        assert Path(f"/proc/{child.pid}/environ").read_bytes() == b"PYTHONHASHSEED=0\0"
         # The heap is twice memory and at least 512 MiB.
         assert limits_of(child.pid)["Max data size"] == (str(512 * MiB),) * 2
         child.kill()

@@ -425,3 +425,23 @@ async def test_a_kept_connection_that_dies_unnoticed_is_replaced() -> None:
         assert (await remote.run(script("x"))).outcome == "finished"
         assert service.accepted == 2
         assert remote.status()[service.address]["failures"] == 0
+
+
+async def test_a_step_in_a_language_a_service_lacks_goes_to_another() -> None:
+    """A service whose runner runs only JavaScript is skipped for a Python step (its welcome
+    says so, before anything is sent) and takes JavaScript steps as before."""
+    js_only = FakeRunner(name="js")
+    js_only.languages = ("javascript",)
+    both = FakeRunner(name="both")
+    async with services(js_only, both) as started:
+        remote = RemoteRunner([s.address for s in started], TOKEN)
+        for i in range(4):
+            step = await remote.run(script("return 1", id=f"p{i}", language="python"))
+            assert step.value["runner"] == "both"
+        assert js_only.seen == []
+        javascript = [await remote.run(script("return 1", id=f"j{i}")) for i in range(4)]
+        assert {s.value["runner"] for s in javascript} == {"js", "both"}
+    async with services(js_only) as [only]:
+        remote = RemoteRunner([only.address], TOKEN)
+        with pytest.raises(RunError, match="it runs javascript, not python"):
+            await remote.run(script("return 1", language="python"))

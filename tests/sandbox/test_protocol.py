@@ -171,7 +171,7 @@ def test_decode_refuses_extra_fields(line, where):
         (b'{"read": {"file": "f", "offset": -1, "len": 1}}', "offset"),
         (
             b'{"script": {"id": "x", "code": "", "clock": {"now_ms": 0, "seed": 0},'
-            b' "language": "python"}}',
+            b' "language": "ruby"}}',
             "language",
         ),
         (

@@ -1,0 +1,1467 @@
+"""Runs one Python script: the Python binding of the replay core (sandbox/replay.py).
+
+CPython itself runs the script, in the same confined process as JavaScript: the OS lockdown
+(seccomp, rlimits, ``nobody``, no environment) is the boundary. Inside the interpreter there
+is a second fence, defence in depth, never the boundary:
+
+- The script is parsed, checked and compiled as the body of ``async def`` (so its lines are
+  the model's own). The check refuses attribute names that start with an underscore
+  (``x.__class__``, ``self._x``), the frame and code attributes of generators, coroutines,
+  tracebacks and frames (``f_``, ``gi_``, ``cr_``, ``ag_``, ``tb_``, ``co_``), dunder names
+  (``__builtins__``, ``__import__``), the same in ``match`` class patterns and in string
+  annotations (which ``typing`` may evaluate), and relative imports. ``x.format`` and
+  ``x.format_map`` go through a formatter that refuses the same attribute names in fields.
+- Builtins are an allowlist: no ``open``, ``eval``, ``exec``, ``compile``, ``globals``,
+  ``locals``, ``vars``, ``breakpoint``, ``input``, ``help``, ``exit``; ``getattr``,
+  ``hasattr``, ``setattr``, ``delattr`` refuse what the check refuses; ``__import__`` gives
+  only :data:`ALLOWED` modules, each as a proxy that exposes its public names and no module
+  (``typing.sys`` is not there), with the clock, random numbers and ``uuid4`` of the run.
+- Printed text (``print``, and anything written to ``sys.stdout``/``sys.stderr`` while the
+  script runs) goes to the run's bounded printed text, never to the protocol's descriptors.
+
+The script's coroutines run under a small scheduler of this module's own (no asyncio event
+loop: it needs system calls the filter forbids). A tool call is made when the script calls
+``tools.name(...)`` (as in JavaScript); a recorded call's result settles per the replay
+core's rules; a call past the log never settles in this run. ``asyncio.gather`` runs its
+coroutines in argument order, so calls that do not depend on each other are one step.
+"""
+
+from __future__ import annotations
+
+import _string
+import _strptime  # noqa: F401 - datetime and time import it on first use, from C
+import ast
+import base64
+import bisect
+import builtins
+import calendar
+import cmath
+import collections
+import contextlib
+import copy
+import csv
+import dataclasses
+import datetime as _datetime
+import decimal
+import difflib
+import enum
+import fractions
+import functools
+import hashlib
+import heapq
+import inspect
+import io
+import itertools
+import json
+import math
+import operator
+import pprint
+import random as _random
+import re
+import statistics
+import string
+import sys
+import textwrap
+import time as _time
+import types
+import typing
+import unicodedata
+import uuid as _uuid
+from collections import deque
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import orjson
+
+from sandbox.files import Fetch
+from sandbox.names import closest_names
+from sandbox.protocol import MAX_DEPTH, VALUE_BOUND, ErrorLine, LimitMet, Ran, Script, ScriptError
+from sandbox.replay import (
+    ERROR_MESSAGE_BOUND,
+    ERROR_NAME_BOUND,
+    Channel,
+    Replay,
+    _cut,
+    _Ended,
+    _finished,
+    _NotData,
+)
+
+__all__ = ["ALLOWED", "Run", "check", "warm_up_code"]
+
+FILENAME = "<script>"
+# Names the compiled script uses that no script can write (not identifiers).
+_MAIN = "$main"
+_FORMAT = "$format"
+
+# Python's own recursion bound, set while a script runs: deep recursion is a RecursionError
+# the script may catch, well before the 8 MiB C stack could overflow.
+RECURSION_LIMIT = 1000
+# Kept while a script runs and let go when it meets MemoryError, so that the run can still
+# report how it ended.
+_RESERVE_BYTES = 1024 * 1024
+
+# The modules a script may import (pure, nothing that reaches the system).
+ALLOWED = (
+    "asyncio",
+    "base64",
+    "bisect",
+    "cmath",
+    "collections",
+    "copy",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "difflib",
+    "enum",
+    "fractions",
+    "functools",
+    "hashlib",
+    "heapq",
+    "io",
+    "itertools",
+    "json",
+    "math",
+    "operator",
+    "pprint",
+    "random",
+    "re",
+    "statistics",
+    "string",
+    "textwrap",
+    "time",
+    "typing",
+    "unicodedata",
+    "uuid",
+)
+
+# Attribute prefixes of frames, code, generators, coroutines, async generators, tracebacks.
+_FRAME_PREFIXES = ("f_", "gi_", "cr_", "ag_", "tb_", "co_")
+
+
+# Dunder attributes that are plain text (``type(e).__name__``): read, they reach nothing.
+_TEXT_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__"})
+
+
+def _refused_attribute(name: str) -> str | None:
+    """Why a script may not use attribute ``name``, or None."""
+    if name.startswith("_") and name not in _TEXT_DUNDERS:
+        return (
+            f"the attribute {name!r}: attributes whose names start with an underscore are not "
+            "available in scripts (name your own without it)"
+        )
+    if name.startswith(_FRAME_PREFIXES):
+        return (
+            f"the attribute {name!r}: frame, code and traceback attributes "
+            f"({', '.join(_FRAME_PREFIXES)}) are not available in scripts"
+        )
+    return None
+
+
+class _Opaque:
+    """Objects of the sandbox that a script holds: not to be copied or pickled."""
+
+    __slots__ = ()
+
+    def __copy__(self) -> NoReturn:
+        raise TypeError(f"{type(self).__name__} objects cannot be copied")
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        raise TypeError(f"{type(self).__name__} objects cannot be copied")
+
+    def __reduce_ex__(self, protocol: Any) -> NoReturn:
+        raise TypeError(f"{type(self).__name__} objects cannot be pickled or copied")
+
+
+# ---- the check and the compiler ----
+
+
+class Refused(Exception):
+    """A script that uses something scripts may not; ``line`` is its line (1-based)."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+        self.message = message
+
+
+def _check_name(node: ast.AST, name: str | None) -> None:
+    if name and name.startswith("__") and name.endswith("__") and name != "__name__":
+        raise Refused(
+            getattr(node, "lineno", 0),
+            f"the name {name!r}: dunder names are not available in scripts",
+        )
+
+
+def _check_annotation(annotation: ast.AST | None) -> None:
+    """String annotations can be evaluated (``typing``): their text passes the check too."""
+    if annotation is None:
+        return
+    for node in ast.walk(annotation):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            try:
+                tree = ast.parse(node.value, mode="eval")
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                continue  # text that does not parse cannot be evaluated either
+            try:
+                check(tree)
+            except Refused as e:
+                raise Refused(node.lineno, f"a string annotation uses {e.message}") from None
+
+
+def check(tree: ast.AST, rewrite: bool = False) -> None:
+    """Raise :class:`Refused` for the first construct scripts may not use.
+
+    With ``rewrite``, ``x.format`` and ``x.format_map`` read as an attribute become
+    ``$format(x).format``: :func:`_format_view` gives a string's safe formatter.
+    """
+    for node in ast.walk(tree):
+        kind = type(node)
+        if kind is ast.Attribute:
+            name = node.attr  # type: ignore[attr-defined]
+            why = _refused_attribute(name)
+            if why is not None:
+                raise Refused(node.lineno, why)  # type: ignore[attr-defined]
+            if rewrite and name in ("format", "format_map") and type(node.ctx) is ast.Load:  # type: ignore[attr-defined]
+                value = node.value  # type: ignore[attr-defined]
+                call = ast.Call(
+                    func=ast.Name(id=_FORMAT, ctx=ast.Load()), args=[value], keywords=[]
+                )
+                ast.copy_location(call.func, value)
+                node.value = ast.copy_location(call, value)  # type: ignore[attr-defined]
+        elif kind is ast.Name:
+            _check_name(node, node.id)  # type: ignore[attr-defined]
+        elif kind is ast.arg:
+            _check_name(node, node.arg)  # type: ignore[attr-defined]
+            _check_annotation(node.annotation)  # type: ignore[attr-defined]
+        elif kind in _CHECKED:
+            _check_other(node)
+
+
+_CHECKED = frozenset(
+    {
+        ast.MatchClass,
+        ast.ImportFrom,
+        ast.alias,
+        ast.ExceptHandler,
+        ast.FunctionDef,
+        ast.AsyncFunctionDef,
+        ast.AnnAssign,
+        ast.Global,
+        ast.Nonlocal,
+        ast.MatchAs,
+        ast.MatchStar,
+    }
+)
+
+
+def _check_other(node: Any) -> None:
+    if isinstance(node, ast.MatchClass):
+        for attr in node.kwd_attrs:
+            why = _refused_attribute(attr)
+            if why is not None:
+                raise Refused(node.lineno, why)
+    elif isinstance(node, ast.ImportFrom):
+        if node.level:
+            raise Refused(node.lineno, "relative imports are not available in scripts")
+    elif isinstance(node, ast.alias):
+        _check_name(node, node.name)
+        _check_name(node, node.asname)
+    elif isinstance(node, ast.ExceptHandler):
+        _check_name(node, node.name)
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        # A method may be named __init__ or __eq__: defining one reaches nothing.
+        _check_annotation(node.returns)
+    elif isinstance(node, ast.AnnAssign):
+        _check_annotation(node.annotation)
+    elif isinstance(node, (ast.Global, ast.Nonlocal)):
+        for name in node.names:
+            _check_name(node, name)
+    elif isinstance(node, (ast.MatchAs, ast.MatchStar)):
+        _check_name(node, node.name)
+
+
+def compile_script(code: str) -> types.CodeType:
+    """The script's code as the body of ``async def``, checked; lines are the script's own.
+
+    Raises SyntaxError (with ``lineno``) or :class:`Refused`.
+    """
+    tree = ast.parse(code, filename=FILENAME, mode="exec")
+    check(tree, rewrite=True)
+    empty = ast.arguments(
+        posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
+    )
+    last = code.count("\n") + 1
+    main = ast.AsyncFunctionDef(
+        name=_MAIN,
+        args=empty,
+        body=tree.body or [ast.Pass(lineno=1, col_offset=0, end_lineno=1, end_col_offset=0)],
+        decorator_list=[],
+        returns=None,
+        type_comment=None,
+        lineno=1,
+        col_offset=0,
+        end_lineno=last,
+        end_col_offset=0,
+    )
+    module = ast.Module(body=[main], type_ignores=[])
+    compiled = compile(module, FILENAME, "exec", dont_inherit=True)
+    for const in compiled.co_consts:
+        if isinstance(const, types.CodeType) and const.co_flags & 0x200:  # CO_ASYNC_GENERATOR
+            line = next((n.lineno for n in ast.walk(tree) if isinstance(n, ast.Yield)), 1)
+            raise SyntaxError("'yield' at the top level of a script", (FILENAME, line, 0, ""))
+    return compiled
+
+
+# ---- safe replacements ----
+
+
+def _safe_getattr(obj: Any, name: str, *default: Any) -> Any:
+    if isinstance(name, str):
+        why = _refused_attribute(name)
+        if why is not None:
+            raise AttributeError(why)
+    return builtins.getattr(obj, name, *default)
+
+
+def _safe_hasattr(obj: Any, name: str) -> bool:
+    if isinstance(name, str) and _refused_attribute(name) is not None:
+        return False
+    return builtins.hasattr(obj, name)
+
+
+def _safe_setattr(obj: Any, name: str, value: Any) -> None:
+    if isinstance(name, str):
+        why = _refused_attribute(name)
+        if why is not None:
+            raise AttributeError(why)
+    builtins.setattr(obj, name, value)
+
+
+def _safe_delattr(obj: Any, name: str) -> None:
+    if isinstance(name, str):
+        why = _refused_attribute(name)
+        if why is not None:
+            raise AttributeError(why)
+    builtins.delattr(obj, name)
+
+
+class _SafeFormatter(string.Formatter):
+    """``str.format`` whose fields refuse the attributes scripts may not use."""
+
+    def get_field(self, field_name: str, args: Any, kwargs: Any) -> Any:
+        first, rest = _string.formatter_field_name_split(field_name)
+        obj = self.get_value(first, args, kwargs)
+        for is_attr, key in rest:
+            obj = _safe_getattr(obj, key) if is_attr else obj[key]
+        return obj, first
+
+
+_FORMATTER = _SafeFormatter()
+
+
+class _FormatView(_Opaque):
+    """What ``$format(x)`` gives for a string (or ``str``): ``format`` and ``format_map``
+    through the safe formatter."""
+
+    __slots__ = ("_text",)
+
+    def __init__(self, text: str | None) -> None:
+        self._text = text
+
+    def format(self, *args: Any, **kwargs: Any) -> str:
+        if self._text is None:  # str.format(text, ...)
+            if not args or not isinstance(args[0], str):
+                raise TypeError("str.format takes a string first")
+            return _FORMATTER.format(*args, **kwargs)
+        return _FORMATTER.format(self._text, *args, **kwargs)
+
+    def format_map(self, *args: Any) -> str:
+        if self._text is None:
+            if len(args) != 2 or not isinstance(args[0], str):
+                raise TypeError("str.format_map takes a string and a mapping")
+            return _FORMATTER.vformat(args[0], (), args[1])
+        if len(args) != 1:
+            raise TypeError("format_map takes one mapping")
+        return _FORMATTER.vformat(self._text, (), args[0])
+
+
+def _format_view(obj: Any) -> Any:
+    """``x`` in ``x.format``: a string's safe view, or ``x`` itself for anything else."""
+    if isinstance(obj, str):
+        return _FormatView(obj)
+    if isinstance(obj, type) and issubclass(obj, str):
+        return _FormatView(None)
+    return obj
+
+
+def _attrgetter(*names: str) -> Any:
+    for name in names:
+        for part in str(name).split("."):
+            why = _refused_attribute(part)
+            if why is not None:
+                raise AttributeError(why)
+    return operator.attrgetter(*names)
+
+
+def _methodcaller(name: str, *args: Any, **kwargs: Any) -> Any:
+    why = _refused_attribute(str(name))
+    if why is not None:
+        raise AttributeError(why)
+    return operator.methodcaller(name, *args, **kwargs)
+
+
+class Module(_Opaque):
+    """An allowed module as a script sees it: its public names only, read-only."""
+
+    __slots__ = ("_name", "_names")
+
+    def __init__(self, name: str, names: dict[str, Any]) -> None:
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_names", names)
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self._names[key]
+        except KeyError:
+            near = closest_names(key, list(self._names))
+            hint = f"; did you mean {', '.join(near)}?" if near else ""
+            raise AttributeError(
+                f"module {self._name!r} has no attribute {key!r} in scripts{hint}"
+            ) from None
+
+    def __setattr__(self, key: str, value: Any) -> NoReturn:
+        raise AttributeError(f"module {self._name!r} is read-only in scripts")
+
+    def __delattr__(self, key: str) -> NoReturn:
+        raise AttributeError(f"module {self._name!r} is read-only in scripts")
+
+    def __dir__(self) -> list[str]:
+        return sorted(self._names)
+
+    def __repr__(self) -> str:
+        return f"<module {self._name!r}>"
+
+
+def _public(module: types.ModuleType, drop: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A module's public names, without the modules it holds and without ``drop``."""
+    names = {}
+    for key in dir(module):
+        if key.startswith("_") or key in drop:
+            continue
+        value = getattr(module, key)
+        if isinstance(value, types.ModuleType):
+            continue
+        names[key] = value
+    return names
+
+
+def _static_modules() -> dict[str, Module]:
+    """The allowed modules that hold nothing of one run (built once, at import)."""
+    plain = {
+        "base64": base64,
+        "bisect": bisect,
+        "cmath": cmath,
+        "collections": collections,
+        "copy": copy,
+        "csv": csv,
+        "dataclasses": dataclasses,
+        "decimal": decimal,
+        "difflib": difflib,
+        "enum": enum,
+        "fractions": fractions,
+        "functools": functools,
+        "hashlib": hashlib,
+        "heapq": heapq,
+        "itertools": itertools,
+        "json": json,
+        "math": math,
+        "pprint": pprint,
+        "re": re,
+        "statistics": statistics,
+        "textwrap": textwrap,
+        "unicodedata": unicodedata,
+    }
+    modules = {name: Module(name, _public(module)) for name, module in plain.items()}
+    # `hashlib.file_digest` reads a file object; scripts have none, but it reaches for fds.
+    modules["hashlib"] = Module("hashlib", _public(hashlib, ("file_digest",)))
+    # typing evaluates strings as code (get_type_hints, ForwardRef).
+    modules["typing"] = Module(
+        "typing",
+        _public(typing, ("get_type_hints", "ForwardRef", "evaluate_forward_ref", "io", "re")),
+    )
+    # singledispatch's register evaluates a string annotation (a runtime value the check
+    # never sees) through typing.get_type_hints.
+    modules["functools"] = Module(
+        "functools", _public(functools, ("singledispatch", "singledispatchmethod"))
+    )
+    operators = _public(operator)
+    operators.update(attrgetter=_attrgetter, methodcaller=_methodcaller)
+    modules["operator"] = Module("operator", operators)
+    strings = _public(string)
+    strings["Formatter"] = _SafeFormatter
+    modules["string"] = Module("string", strings)
+    modules["io"] = Module("io", {"StringIO": io.StringIO})
+    return modules
+
+
+_STATIC = _static_modules()
+
+_BUILTIN_NAMES = [
+    "abs",
+    "all",
+    "any",
+    "ascii",
+    "bin",
+    "bool",
+    "bytearray",
+    "bytes",
+    "callable",
+    "chr",
+    "classmethod",
+    "complex",
+    "dict",
+    "dir",
+    "divmod",
+    "enumerate",
+    "filter",
+    "float",
+    "format",
+    "frozenset",
+    "hash",
+    "hex",
+    "id",
+    "int",
+    "isinstance",
+    "issubclass",
+    "iter",
+    "len",
+    "list",
+    "map",
+    "max",
+    "min",
+    "next",
+    "object",
+    "oct",
+    "ord",
+    "pow",
+    "print",
+    "property",
+    "range",
+    "repr",
+    "reversed",
+    "round",
+    "set",
+    "slice",
+    "sorted",
+    "staticmethod",
+    "str",
+    "sum",
+    "super",
+    "tuple",
+    "type",
+    "zip",
+    "aiter",
+    "anext",
+    "memoryview",
+    "Ellipsis",
+    "NotImplemented",
+    "__build_class__",
+]
+
+
+def _base_builtins() -> dict[str, Any]:
+    names = {name: getattr(builtins, name) for name in _BUILTIN_NAMES}
+    for name in dir(builtins):
+        value = getattr(builtins, name)
+        if isinstance(value, type) and issubclass(value, BaseException):
+            names[name] = value
+    names.update(
+        getattr=_safe_getattr, hasattr=_safe_hasattr, setattr=_safe_setattr, delattr=_safe_delattr
+    )
+    return names
+
+
+_BUILTINS = _base_builtins()
+
+
+# ---- the clock, random numbers and uuid4 of one run ----
+
+
+def _clock_modules(now_ms: int, seed: int) -> dict[str, Module]:
+    now = now_ms / 1000
+    now_ns = now_ms * 1_000_000
+    utc = _datetime.UTC
+    fixed = _datetime.datetime(1970, 1, 1, tzinfo=utc) + _datetime.timedelta(milliseconds=now_ms)
+
+    def gmtime(secs: float | None = None) -> _time.struct_time:
+        return _time.gmtime(now if secs is None else secs)
+
+    def strftime(fmt: str, t: Any = None) -> str:
+        return _time.strftime(fmt, gmtime() if t is None else t)
+
+    def asctime(t: Any = None) -> str:
+        return _time.asctime(gmtime() if t is None else t)
+
+    def ctime(secs: float | None = None) -> str:
+        return _time.asctime(gmtime(secs))
+
+    def mktime(t: Any) -> float:
+        return float(calendar.timegm(tuple(t)))
+
+    def sleep(secs: float) -> None:
+        """The clock stands still in a script; sleeping waits for nothing."""
+
+    time_names: dict[str, Any] = {
+        "time": lambda: now,
+        "time_ns": lambda: now_ns,
+        "monotonic": lambda: now,
+        "monotonic_ns": lambda: now_ns,
+        "perf_counter": lambda: now,
+        "perf_counter_ns": lambda: now_ns,
+        "process_time": lambda: 0.0,
+        "process_time_ns": lambda: 0,
+        "thread_time": lambda: 0.0,
+        "thread_time_ns": lambda: 0,
+        "sleep": sleep,
+        "gmtime": gmtime,
+        "localtime": gmtime,
+        "mktime": mktime,
+        "strftime": strftime,
+        "strptime": _time.strptime,
+        "asctime": asctime,
+        "ctime": ctime,
+        "struct_time": _time.struct_time,
+        "timezone": 0,
+        "altzone": 0,
+        "daylight": 0,
+        "tzname": ("UTC", "UTC"),
+    }
+
+    class date(_datetime.date):
+        @classmethod
+        def today(cls) -> Any:
+            return cls(fixed.year, fixed.month, fixed.day)
+
+        @classmethod
+        def fromtimestamp(cls, t: float) -> Any:
+            d = _datetime.datetime.fromtimestamp(t, utc)
+            return cls(d.year, d.month, d.day)
+
+    class datetime(_datetime.datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            d = fixed if tz is None else fixed.astimezone(tz)
+            return cls(
+                d.year, d.month, d.day, d.hour, d.minute, d.second, d.microsecond,
+                tzinfo=None if tz is None else d.tzinfo, fold=d.fold,
+            )  # fmt: skip
+
+        @classmethod
+        def today(cls) -> Any:
+            return cls.now()
+
+        @classmethod
+        def utcnow(cls) -> Any:
+            return cls.now()
+
+        @classmethod
+        def fromtimestamp(cls, t: float, tz: Any = None) -> Any:
+            d = _datetime.datetime.fromtimestamp(t, utc if tz is None else tz)
+            return cls(
+                d.year, d.month, d.day, d.hour, d.minute, d.second, d.microsecond,
+                tzinfo=None if tz is None else d.tzinfo, fold=d.fold,
+            )  # fmt: skip
+
+        def astimezone(self, tz: Any = None) -> Any:
+            base = self if self.tzinfo is not None else self.replace(tzinfo=utc)
+            return _datetime.datetime.astimezone(base, utc if tz is None else tz)
+
+        def timestamp(self) -> float:
+            base = self if self.tzinfo is not None else self.replace(tzinfo=utc)
+            return _datetime.datetime.timestamp(base)
+
+    for cls in (date, datetime):
+        cls.__module__ = "datetime"
+    datetime_names = _public(_datetime)
+    datetime_names.update(date=date, datetime=datetime)
+
+    class Random(_random.Random):
+        """random.Random whose seed, when none is given, is the run's: the same each run."""
+
+        def seed(self, a: Any = None, version: int = 2) -> None:
+            super().seed(seed if a is None else a, version)
+
+    Random.__module__ = "random"
+    shared = Random(seed)
+    random_names = {
+        key: getattr(shared, key)
+        for key in dir(_random.Random)
+        if not key.startswith("_") and callable(getattr(shared, key))
+    }
+    random_names["Random"] = Random
+    ids = Random(seed ^ 0x5DEECE66D)
+
+    def uuid4() -> _uuid.UUID:
+        return _uuid.UUID(int=ids.getrandbits(128), version=4)
+
+    uuid_names = {
+        "UUID": _uuid.UUID,
+        "uuid3": _uuid.uuid3,
+        "uuid4": uuid4,
+        "uuid5": _uuid.uuid5,
+        "SafeUUID": _uuid.SafeUUID,
+        "NAMESPACE_DNS": _uuid.NAMESPACE_DNS,
+        "NAMESPACE_URL": _uuid.NAMESPACE_URL,
+        "NAMESPACE_OID": _uuid.NAMESPACE_OID,
+        "NAMESPACE_X500": _uuid.NAMESPACE_X500,
+    }
+    return {
+        "time": Module("time", time_names),
+        "datetime": Module("datetime", datetime_names),
+        "random": Module("random", random_names),
+        "uuid": Module("uuid", uuid_names),
+    }
+
+
+# ---- the scheduler ----
+
+
+class _Future(_Opaque):
+    """A value the script awaits: a tool call's result, a task's, gather's."""
+
+    __slots__ = ("_callbacks", "_done", "_error", "_value")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[], None]] = []
+
+    def _resolve(self, value: Any) -> None:
+        if not self._done:
+            self._done, self._value = True, value
+            self._fire()
+
+    def _reject(self, error: BaseException) -> None:
+        if not self._done:
+            self._done, self._error = True, error
+            self._fire()
+
+    def _fire(self) -> None:
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def __await__(self) -> Any:
+        # Awaiting suspends even a settled future, as JavaScript's await does: every task
+        # that is ready runs before this one goes on, so the calls a replay makes come in
+        # the same order whether their results were there at once or not.
+        yield self
+        while not self._done:
+            yield self
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {'done' if self._done else 'pending'}>"
+
+
+class Task(_Future):
+    """A coroutine the scheduler runs (``asyncio.create_task``, ``asyncio.gather``)."""
+
+    __slots__ = ("_coro", "_throw")
+
+    def __init__(self, coro: Any) -> None:
+        super().__init__()
+        self._coro = coro
+        self._throw: BaseException | None = None
+
+
+class _Yield(_Opaque):
+    """``asyncio.sleep``: let every other ready task run once, then go on."""
+
+    __slots__ = ("_result",)
+
+    def __init__(self, result: Any) -> None:
+        self._result = result
+
+    def __await__(self) -> Any:
+        yield None
+        return self._result
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+class ToolError(Exception):
+    """A tool call that failed: ``str(e)`` is the tool's message, ``e.tool`` its name."""
+
+    def __init__(self, message: str, tool: str) -> None:
+        super().__init__(message)
+        self.tool = tool
+
+
+class LimitError(Exception):
+    """A call over a per-call limit (``call_arguments``): the message says which and why."""
+
+
+class FileError(Exception):
+    """A ``files`` call that cannot be answered: a bad argument, or a file that is gone."""
+
+
+class _NotPlain(Exception):
+    pass
+
+
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+
+
+def _plain(value: Any, path: str, depth: int, parents: list[int]) -> Any:
+    """A copy of ``value`` made of JSON data only; raises _NotPlain saying what is not."""
+    if value is None or value is True or value is False:
+        return value
+    kind = type(value)
+    if kind is str:
+        return value
+    if kind is int or (isinstance(value, int) and not isinstance(value, bool)):
+        number = int(value)
+        if not _INT_MIN <= number <= _INT_MAX:
+            raise _NotPlain(f"{path} is an integer too large for JSON data; pass it as a string")
+        return number
+    if kind is float or isinstance(value, float):
+        real = float(value)
+        if math.isnan(real) or math.isinf(real):
+            raise _NotPlain(f"{path} is {real}, which JSON cannot carry")
+        return real
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, (dict, list, tuple)):
+        if depth >= MAX_DEPTH:
+            raise _NotPlain(
+                f"{path} nests deeper than {MAX_DEPTH} levels of dicts and lists, the most data "
+                "may nest to cross between the sandbox and the host (MAX_DEPTH); flatten it"
+            )
+        if id(value) in parents:
+            raise _NotPlain(f"{path} refers to itself; data must be a tree")
+        parents.append(id(value))
+        try:
+            if isinstance(value, dict):
+                out = {}
+                for key, item in value.items():
+                    if isinstance(key, str):
+                        name = str.__str__(key)
+                    elif isinstance(key, (int, float)) and not isinstance(key, bool):
+                        name = str(_plain(key, path, depth, parents))
+                    else:
+                        raise _NotPlain(
+                            f"{path} has a key of type {type(key).__name__}; keys are strings"
+                        )
+                    out[name] = _plain(item, f"{path}[{name!r}]", depth + 1, parents)
+                return out
+            return [
+                _plain(item, f"{path}[{i}]", depth + 1, parents) for i, item in enumerate(value)
+            ]
+        finally:
+            parents.pop()
+    hint = ""
+    if isinstance(value, (_datetime.date, _datetime.time)):
+        hint = " (pass value.isoformat())"
+    elif isinstance(value, (set, frozenset)):
+        hint = " (pass a list)"
+    elif isinstance(value, decimal.Decimal):
+        hint = " (pass str(value) or float(value))"
+    raise _NotPlain(
+        f"{path} is a {type(value).__name__}{hint}; data must be plain "
+        "(dict, list, tuple, str, int, float, bool, None)"
+    )
+
+
+def _json(value: Any, path: str) -> str:
+    """JSON text of plain data (lone surrogates replaced, as in JavaScript); raises TypeError."""
+    try:
+        data = _plain(value, path, 0, [])
+    except _NotPlain as e:
+        raise TypeError(str(e)) from None
+    try:
+        return orjson.dumps(data).decode()
+    except orjson.JSONEncodeError:  # a lone surrogate in a string
+        return (
+            json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+            .encode("utf-8", "replace")
+            .decode("utf-8")
+        )
+
+
+class _Sink:
+    """``sys.stdout`` and ``sys.stderr`` while a script runs: text goes to its printed text."""
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        run = self._run
+        if not run.ended:
+            run.printed.write(_well_formed(text))
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _well_formed(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+class _ToolFunction(_Opaque):
+    __slots__ = ("_name", "_run")
+
+    def __init__(self, run: Run, name: str) -> None:
+        self._run = run
+        self._name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _Future:
+        return self._run._tool_call(self._name, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<tool {self._name}>"
+
+
+class Tools(_Opaque):
+    """``tools``: ``await tools.name(key=value)`` or ``await tools.name({"key": value})``."""
+
+    __slots__ = ("_functions", "_run")
+    _functions: dict[str, _ToolFunction]
+    _run: Run
+
+    def __init__(self, run: Run) -> None:
+        object.__setattr__(self, "_run", run)
+        object.__setattr__(self, "_functions", {})
+
+    def __getattr__(self, name: str) -> _ToolFunction:
+        functions = self._functions
+        function = functions.get(name)
+        if function is None:
+            run = self._run
+            if name not in run.tool_set:
+                raise AttributeError(run._unknown_tool(name))
+            function = functions[name] = _ToolFunction(run, name)
+        return function
+
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        raise AttributeError("tools is read-only")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError("tools is read-only")
+
+    def __dir__(self) -> list[str]:
+        return sorted(self._run.tool_set)
+
+    def __repr__(self) -> str:
+        return "<tools>"
+
+
+class _Stream(_Opaque):
+    """A file stream: ``async for item in files.csv(id, limit=10)``; also ``async with``."""
+
+    __slots__ = ("_buffer", "_done", "_handle", "_id", "_index", "_kind", "_options", "_run")
+
+    def __init__(self, run: Run, kind: str, file_id: Any, options: dict[str, Any]) -> None:
+        self._run = run
+        self._kind = kind
+        self._id = file_id
+        self._options = options
+        self._handle: int | None = None
+        self._buffer: list[Any] = []
+        self._index = 0
+        self._done = False
+
+    def __aiter__(self) -> _Stream:
+        return self
+
+    def __repr__(self) -> str:
+        return f"<files.{self._kind} stream of {self._id!r}>"
+
+    async def __anext__(self) -> Any:
+        run = self._run
+        try:
+            if self._handle is None and not self._done:
+                self._handle = run._file_op(
+                    "open", {"kind": self._kind, "id": self._id, "options": self._options}
+                )
+            while self._index >= len(self._buffer):
+                if self._done:
+                    raise StopAsyncIteration
+                batch = run._file_op("next", {"handle": self._handle})
+                self._buffer, self._index, self._done = batch["items"], 0, batch["done"]
+        except (FileError, TypeError):
+            self._done = True
+            raise
+        item = self._buffer[self._index]
+        self._index += 1
+        return item
+
+    def close(self) -> None:
+        """Stop reading (a loop left early frees its stream this way, or when dropped)."""
+        if self._handle is not None and not self._done:
+            self._run._file_op("close", {"handle": self._handle}, quiet=True)
+        self._done = True
+        self._buffer = []
+
+    async def __aenter__(self) -> _Stream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(BaseException):  # never raise from a finalizer
+            self.close()
+
+
+class Files(_Opaque):
+    """``files``: the JavaScript API with Python names (see the README's Python section)."""
+
+    __slots__ = ("_run",)
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+
+    def __repr__(self) -> str:
+        return "<files>"
+
+    def list(self) -> Any:
+        return self._run._file_op("list", {})
+
+    def stat(self, id: Any) -> Any:
+        return self._run._file_op("stat", {"id": id})
+
+    async def text(self, id: Any) -> Any:
+        return self._run._file_op("text", {"id": id})
+
+    def show(self, id: Any) -> None:
+        self._run._file_op("show", {"id": id})
+
+    async def sheets(self, id: Any) -> Any:
+        return self._run._file_op("sheets", {"id": id})
+
+    def lines(self, id: Any, **options: Any) -> _Stream:
+        return _Stream(self._run, "lines", id, options)
+
+    def jsonl(self, id: Any, **options: Any) -> _Stream:
+        return _Stream(self._run, "jsonl", id, options)
+
+    def csv(self, id: Any, **options: Any) -> _Stream:
+        return _Stream(self._run, "csv", id, options)
+
+    def chunks(self, id: Any, **options: Any) -> _Stream:
+        return _Stream(self._run, "chunks", id, options)
+
+    def xlsx(self, id: Any, **options: Any) -> _Stream:
+        return _Stream(self._run, "xlsx", id, options)
+
+
+class Run(Replay):
+    """One run of one Python script. Create, then call :meth:`execute` once."""
+
+    STEERING = "the clock (time, datetime) and random"
+    STUCK = Replay.STUCK + " (a task that awaits itself?)"
+
+    def __init__(self, script: Script, channel: Channel, fetch: Fetch | None = None) -> None:
+        super().__init__(script, channel, fetch)
+        self.tool_set = frozenset(self.tool_names)
+        self.ready: deque[Task] = deque()
+        # The futures of recorded calls that settle when the queue is next empty (version 2).
+        self.deferred_futures: list[tuple[_Future, str]] = []
+        self.modules: dict[str, Module] = {}
+        self.main: Task | None = None
+        self.sink = _Sink(self)
+        self.reserve: bytearray | None = None
+        self.settle = self._settle
+
+    # ---- what the script calls ----
+
+    def _unknown_tool(self, name: str) -> str:
+        if name == "run_code":
+            message = (
+                "tools.run_code cannot be called from a script: a script is already running code"
+            )
+        else:
+            message = f"tools.{name} does not exist"
+        near = closest_names(name, self.tool_names)
+        if near:
+            message += "; the closest tools are " + ", ".join(f"tools.{n}" for n in near)
+        return message + '. Find tools with await tools.tool_search(query="...").'
+
+    def _tool_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Future:
+        if args:
+            if kwargs or len(args) > 1 or not isinstance(args[0], dict):
+                raise TypeError(
+                    f"tools.{name} takes keyword arguments, as tools.{name}(key=value), or one "
+                    f"dict, as tools.{name}({{'key': value}})"
+                )
+            given = args[0]
+        else:
+            given = kwargs
+        # A top-level None is an argument left out (JavaScript's undefined).
+        arguments = {k: v for k, v in given.items() if v is not None}
+        text = _json(arguments, "the argument")
+        answer = self._call(name, text)
+        tag, rest = answer[:1], answer[1:]
+        future = _Future()
+        if tag == "r":
+            future._resolve(orjson.loads(rest))
+        elif tag == "e":
+            future._reject(ToolError(rest, name))
+        elif tag == "t":
+            raise TypeError(rest)
+        elif tag == "l":
+            raise LimitError(rest)
+        elif tag == "d":
+            self.deferred_futures.append((future, name))
+        elif tag == "x":  # the run has ended (in this process only: the real one has exited)
+            raise _Ended
+        # "p": a new call, which never settles in this run.
+        return future
+
+    def _settle(self, answers_json: str) -> None:
+        answers = orjson.loads(answers_json)
+        count = len(answers)
+        futures, self.deferred_futures = (
+            self.deferred_futures[:count],
+            self.deferred_futures[count:],
+        )
+        for (future, name), answer in zip(futures, answers, strict=True):
+            if answer[0] == 1:
+                future._resolve(answer[1])
+            else:
+                future._reject(ToolError(answer[1], name))
+
+    def _file_op(self, op: str, args: dict[str, Any], quiet: bool = False) -> Any:
+        answer = self._file(op, _json(args, "the argument"))
+        tag, rest = answer[:1], answer[1:]
+        if tag == "r":
+            return orjson.loads(rest)
+        if quiet:
+            return None
+        if tag == "t":
+            raise FileError(rest)
+        raise _Ended
+
+    def _import(
+        self,
+        name: str,
+        globals: Any = None,
+        locals: Any = None,
+        fromlist: Any = (),
+        level: int = 0,
+    ) -> Module:
+        module = self.modules.get(name) if level == 0 else None
+        if module is None and type(fromlist) is list and name in sys.modules:
+            # C code importing on its own (PyImport_Import, as datetime.strptime does) from
+            # under a script's frame: a module already loaded, for that code, not the script
+            # (whose import statements pass None or a tuple, and which cannot name
+            # __import__ to call it itself).
+            return sys.modules[name]  # type: ignore[return-value]
+        if module is None:
+            raise ImportError(
+                f"module {name} is not available in scripts; these are: {', '.join(ALLOWED)}",
+                name=name,
+            )
+        return module
+
+    # ---- the scheduler ----
+
+    def _task(self, awaitable: Any) -> _Future:
+        if isinstance(awaitable, _Future):
+            return awaitable
+        if isinstance(awaitable, types.CoroutineType):
+            task = Task(awaitable)
+            self.ready.append(task)
+            return task
+        if hasattr(type(awaitable), "__await__"):  # asyncio.sleep, a script's own awaitable
+            return self._task(_await(awaitable))
+        raise TypeError(
+            f"a script awaits coroutines and tool calls, not {type(awaitable).__name__}"
+        )
+
+    def _gather(self, *awaitables: Any, return_exceptions: bool = False) -> _Future:
+        children = [self._task(a) for a in awaitables]
+        out = _Future()
+        results: list[Any] = [None] * len(children)
+        left = [len(children)]
+        if not children:
+            out._resolve([])
+        for i, child in enumerate(children):
+
+            def done(i: int = i, child: _Future = child) -> None:
+                if out._done:
+                    return
+                if child._error is not None and not return_exceptions:
+                    out._reject(child._error)
+                    return
+                results[i] = child._error if child._error is not None else child._value
+                left[0] -= 1
+                if left[0] == 0:
+                    out._resolve(results)
+
+            if child._done:
+                done()
+            else:
+                child._callbacks.append(done)
+        return out
+
+    def _asyncio(self) -> Module:
+        def gather(*awaitables: Any, return_exceptions: bool = False) -> _Future:
+            return self._gather(*awaitables, return_exceptions=return_exceptions)
+
+        def create_task(coro: Any, *, name: Any = None) -> _Future:
+            if not isinstance(coro, types.CoroutineType):
+                raise TypeError(f"create_task takes a coroutine, not {type(coro).__name__}")
+            return self._task(coro)
+
+        def sleep(delay: float = 0, result: Any = None) -> _Yield:
+            return _Yield(result)
+
+        return Module("asyncio", {"gather": gather, "create_task": create_task, "sleep": sleep})
+
+    def _step(self, task: Task) -> None:
+        coro = task._coro
+        throw, task._throw = task._throw, None
+        try:
+            yielded = coro.send(None) if throw is None else coro.throw(throw)
+        except StopIteration as e:
+            task._resolve(e.value)
+            return
+        except _Ended:
+            raise
+        except BaseException as e:  # the script's own error, SystemExit included
+            task._reject(e)
+            return
+        if isinstance(yielded, _Future):
+            if yielded._done:
+                self.ready.append(task)
+            else:
+                yielded._callbacks.append(functools.partial(self.ready.append, task))
+        elif yielded is None:  # asyncio.sleep
+            self.ready.append(task)
+        else:
+            task._throw = TypeError(
+                f"a script awaits coroutines and tool calls, not {type(yielded).__name__}"
+            )
+            self.ready.append(task)
+
+    # ---- the run ----
+
+    def _execute(self) -> Ran:
+        script = self.script
+        try:
+            code = compile_script(script.code)
+        except SyntaxError as e:
+            line = e.lineno or 0
+            lines = self._line_list([line]) if line else []
+            message = _cut(str(e.msg), 1000)
+            return self._finish(
+                Ran(
+                    outcome="failed",
+                    error=ScriptError(name="SyntaxError", message=message, lines=lines),
+                )
+            )
+        except Refused as e:
+            return self._finish(
+                Ran(
+                    outcome="failed",
+                    error=ScriptError(
+                        name="SyntaxError",
+                        message=_cut(e.message, 1000),
+                        lines=self._line_list([e.line]),
+                    ),
+                )
+            )
+        except (RecursionError, MemoryError, ValueError) as e:
+            # CPython's parser and compiler give up on deeply nested source this way.
+            why = "it nests too deeply" if not isinstance(e, ValueError) else str(e)
+            return self._finish(
+                Ran(
+                    outcome="failed",
+                    error=ScriptError(
+                        name="SyntaxError", message=f"the script cannot be compiled: {why}"
+                    ),
+                )
+            )
+        self.modules = dict(_STATIC)
+        self.modules.update(_clock_modules(script.clock.now_ms, script.clock.seed))
+        self.modules["asyncio"] = self._asyncio()
+        builtins_ = dict(_BUILTINS)
+        builtins_["__import__"] = self._import
+        scope: dict[str, Any] = {
+            "__builtins__": builtins_,
+            "__name__": "script",
+            "tools": Tools(self),
+            "files": Files(self),
+            _FORMAT: _format_view,
+        }
+        exec(code, scope)
+        main = scope.pop(_MAIN)
+        self.main = Task(main())
+        self.ready.append(self.main)
+        return self._drive()
+
+    def _drive(self) -> Ran:
+        saved = sys.stdout, sys.stderr, sys.getrecursionlimit()
+        sys.stdout = sys.stderr = self.sink
+        sys.setrecursionlimit(RECURSION_LIMIT)
+        self.reserve = bytearray(_RESERVE_BYTES)
+        try:
+            while True:
+                ready = self.ready
+                while ready and not self.ended:
+                    self._step(ready.popleft())
+                if self.ended:
+                    raise _Ended
+                if not self._settle_recorded():
+                    break
+        except (MemoryError, _Ended):
+            self._let_go()
+            raise
+        finally:
+            sys.stdout, sys.stderr = saved[0], saved[1]
+            sys.setrecursionlimit(saved[2])
+            self.reserve = None
+        main = self.main
+        if main is not None and main._done and self.outcome is None:
+            if main._error is not None:
+                self.outcome = ("error", main._error)
+            else:
+                self.outcome = ("value", main._value)
+        if self.outcome is not None and not self.new_calls:
+            self._let_go()
+        return self._conclude()
+
+    def _let_go(self) -> None:
+        """Drop what the script holds (its tasks), so the ending has room to be written.
+
+        Only coroutines that never started are closed (closing one runs none of its code);
+        the others go when nothing refers to them."""
+        self.reserve = None
+        for task in self.ready:
+            if inspect.getcoroutinestate(task._coro) == inspect.CORO_CREATED:
+                task._coro.close()
+        self.ready.clear()
+        self.deferred_futures = []
+
+    def _concluded(self, kind: str, payload: Any) -> Ran:
+        if kind == "value":
+            return self._finish(self._value(payload))
+        return self._finish(self._error(payload))
+
+    def _value(self, value: Any) -> Ran:
+        if value is None:
+            return _finished("u")
+        if isinstance(value, str) and len(value) > VALUE_BOUND:
+            half = VALUE_BOUND // 2
+            text = _well_formed(value)
+            return _finished("c" + orjson.dumps([text[:half], text[-half:], len(text)]).decode())
+        try:
+            text = _json(value, "the returned value")
+            return _finished("j" + text)
+        except (TypeError, _NotData) as e:
+            message = (
+                f"{e}; return plainer data"
+                if isinstance(e, TypeError)
+                else (f"the returned value {e}; return plainer data")
+            )
+            return Ran(outcome="failed", error=ScriptError(name="TypeError", message=message))
+
+    def _error(self, error: BaseException) -> Ran:
+        lines: list[int] = []
+        tb = error.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == FILENAME:
+                lines.append(tb.tb_lineno)
+            tb = tb.tb_next
+        lines.reverse()  # innermost first, as a JavaScript stack
+        if isinstance(error, MemoryError):
+            message = self._memory_message()
+            return Ran(
+                outcome="failed",
+                error=ScriptError(name="LimitError", message=message, lines=self._line_list(lines)),
+                limit=LimitMet(name="memory", message=message),
+            )
+        name = type(error).__name__
+        try:
+            message = str(error)
+        except BaseException as e:  # the script's own __str__
+            message = f"an error that cannot be read: {type(e).__name__}"
+        limit = None
+        if isinstance(error, LimitError) and message in self.limit_errors:
+            limit = LimitMet(name=self.limit_errors[message], message=message)
+        return Ran(
+            outcome="failed",
+            error=ScriptError(
+                name=_cut(_well_formed(name), ERROR_NAME_BOUND),
+                message=_cut(_well_formed(message), ERROR_MESSAGE_BOUND),
+                lines=self._line_list(lines),
+            ),
+            limit=limit,
+        )
+
+    def _line_list(self, numbers: list[int]) -> list[ErrorLine]:
+        lines: list[ErrorLine] = []
+        for number in numbers:
+            if 1 <= number <= len(self.script_lines) and all(x.line != number for x in lines):
+                lines.append(ErrorLine(line=number, text=self.script_lines[number - 1][:300]))
+            if len(lines) >= 8:
+                break
+        return lines
+
+
+def warm_up_code() -> str:
+    """A script that takes every path a run takes, so nothing loads after lockdown."""
+    return (
+        "import " + ", ".join(ALLOWED) + "\n"
+        "r = await tools.t(a=1)\n"
+        "x, y = await asyncio.gather(tools.t({'a': 2}), asyncio.sleep(0), return_exceptions=True)\n"
+        "print('x', {'a': [1]}, end='\\n')\n"
+        "pprint.pprint({'a': 1})\n"
+        "try:\n    None.x\nexcept AttributeError as e:\n    pass\n"
+        "'{0} {n:>3}'.format(1, n=2); '{a}'.format_map({'a': 1})\n"
+        "datetime.datetime.now(); datetime.date.today(); datetime.datetime.strptime('2020', '%Y')\n"
+        "time.time(); time.strftime('%Y'); time.strptime('2020', '%Y'); random.random()\n"
+        "uuid.uuid4(); uuid.uuid5(uuid.NAMESPACE_DNS, 'x')\n"
+        "[hashlib.new(n, b'x').digest(8) if n.startswith('shake')"
+        " else hashlib.new(n, b'x').hexdigest() for n in sorted(hashlib.algorithms_guaranteed)]\n"
+        "[('x').encode(c).decode(c) for c in ('utf-8', 'utf-16', 'utf-32', 'latin-1', 'ascii',"
+        " 'cp1252', 'utf-8-sig', 'utf-16-le', 'utf-16-be', 'unicode_escape',"
+        " 'raw_unicode_escape')]\n"
+        "statistics.mean([1, 2]); statistics.median([1, 2]); fractions.Fraction(1, 3)\n"
+        "decimal.Decimal('1.5') + 1; json.dumps({'a': 1}, indent=2); json.loads('[1]')\n"
+        "re.sub(r'(a)', r'\\1', 'a'); csv.DictReader(io.StringIO('a\\n1'))\n"
+        "list(csv.reader(io.StringIO('a,b\\n1,2'))); difflib.get_close_matches('a', ['ab'])\n"
+        "textwrap.dedent(' a'); textwrap.fill('a b'); unicodedata.normalize('NFC', 'a')\n"
+        "base64.b64encode(b'x'); collections.Counter('ab').most_common(1); copy.deepcopy([1])\n"
+        "@dataclasses.dataclass\nclass P:\n    a: int = 1\n"
+        "class E(enum.Enum):\n    A = 1\n"
+        "dataclasses.asdict(P()); E.A.name; typing.cast(int, 1)\n"
+        "async def rows():\n"
+        "    out = []\n"
+        "    async for row in files.csv('w.csv', limit=5):\n        out.append(row)\n"
+        "    async for line in files.lines('w.csv'):\n        break\n"
+        "    files.list(); files.stat('w.csv'); await files.text('w.csv'); files.show('w.csv')\n"
+        "    try:\n        files.stat('nope')\n    except Exception:\n        pass\n"
+        "    return out\n"
+        "await rows()\n"
+        "return [r, str(x), str(statistics.stdev([1.0, 2.0]))]\n"
+    )

@@ -1,0 +1,547 @@
+"""The replay core every script language binds to: records, divergence, limits, printed
+output, files, the stop that cannot be caught, and how a run reports itself (``ran``).
+
+The replay rules live here: a call that matches its record settles, a call past the log is
+collected and does not settle in this run, a call that differs from its record ends the run
+with a divergence error. Limits that apply inside one run are counted here too.
+
+When a recorded call settles depends on the script's version. Version 1: at once, as the
+call is made. Version 2 (:data:`~sandbox.protocol.LIVE_VERSION`): when the script's queue of
+ready work is next empty, all the recorded calls made since then together, in call order, as
+a live process settles the calls of a step when their results arrive. So a run replayed from
+the log and a live run that stopped at each step and was resumed (:meth:`Replay.resume`) make
+the same calls in the same order and print the same text: the two agree byte for byte.
+
+A run ends early (divergence, a budget limit) through ``Channel.end``, which in the real
+process writes ``ran`` and exits at once, so no ``try`` in the script can swallow it.
+
+A language binds to :class:`Replay` by subclassing it: it runs the script (``_execute``),
+drives its pending work to an empty queue (``_drive``, settling recorded calls through
+``_settle_recorded`` and its ``settle`` function), turns the script's end into a ``Ran``
+(``_concluded``) and says how much heap it holds (``heap_bytes``). Calls, files and printed
+text come to the core as strings: a call's arguments and a file operation's as JSON text,
+made by the language from data it checked; answers go back as tagged strings (see
+:meth:`Replay._call`). sandbox/runtime.py binds JavaScript, sandbox/python.py Python.
+"""
+
+from __future__ import annotations
+
+import re
+import resource
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NoReturn, Protocol
+
+import orjson
+
+from sandbox.files import Fetch, FileError, FileLimit, Files
+from sandbox.names import closest_names
+from sandbox.protocol import (
+    LIVE_VERSION,
+    MAX_DEPTH,
+    PRINTED_HEAD,
+    PRINTED_TAIL,
+    RUN_CODE,
+    VALUE_BOUND,
+    Call,
+    LimitMet,
+    Limits,
+    Ran,
+    Record,
+    Script,
+    ScriptError,
+    Stats,
+    canonical_json,
+    data_problem,
+    limit_message,
+    size_text,
+)
+
+# An error's name and message are cut to these many characters (head and tail of a message).
+ERROR_NAME_BOUND = 200
+ERROR_MESSAGE_BOUND = 16 * 1024
+
+# A `\uD800`-`\uDFFF` escape in JSON text (not itself an escaped backslash). JSON.stringify
+# escapes only lone surrogates, which orjson refuses; they become U+FFFD, as in printed text.
+_LONE_SURROGATE = re.compile(r"(?<!\\)((?:\\\\)*)\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+class Channel(Protocol):
+    """Where a run's ending goes. ``end`` does not return in the real process."""
+
+    def end(self, ran: Ran) -> None: ...
+
+
+class _Ended(BaseException):
+    """Raised on the Python side only, after ``Channel.end`` returned (in-process use).
+
+    A BaseException, so that a Python script's ``except Exception`` does not catch it."""
+
+
+class ResumeError(Exception):
+    """Records that are not those a stopped run waits for, or a run that waits for none."""
+
+
+_size = size_text
+
+
+@dataclass
+class _Printed:
+    """Printed text, bounded: the head and the tail are kept, the total is counted."""
+
+    head: list[str] = field(default_factory=list)
+    head_len: int = 0
+    tail: list[str] = field(default_factory=list)
+    tail_len: int = 0
+    total_bytes: int = 0
+    cut: bool = False
+
+    def add(self, text: str) -> None:
+        """One line (console.log): ``text`` and a newline."""
+        self.write(text + "\n")
+
+    def write(self, text: str) -> None:
+        """Text as it is, newlines included (Python's print adds its own ``end``)."""
+        if not text:
+            return
+        self.total_bytes += len(text.encode("utf-8", "replace"))
+        room = PRINTED_HEAD - self.head_len
+        if room > 0:
+            self.head.append(text[:room])
+            self.head_len += min(room, len(text))
+            text = text[room:]
+            if not text:
+                return
+        self.cut = True
+        self.tail.append(text[-PRINTED_TAIL:])
+        self.tail_len += min(len(text), PRINTED_TAIL)
+        while self.tail_len - len(self.tail[0]) >= PRINTED_TAIL:
+            self.tail_len -= len(self.tail.pop(0))
+
+    def text(self) -> str:
+        head = "".join(self.head)
+        if not self.cut:
+            return head
+        tail = "".join(self.tail)[-PRINTED_TAIL:]
+        shown = len(head.encode()) + len(tail.encode())
+        note = f"\n[... {_size(self.total_bytes - shown)} of printed output cut ...]\n"
+        return head + note + tail
+
+
+class Replay:
+    """One run of one script, whatever its language. Create, then call :meth:`execute` once.
+
+    A language subclasses it; see the module docstring for what it provides.
+    """
+
+    # The steering inputs a divergence message names, and the message of a run that waits
+    # on something that can never complete: in the language's own words.
+    STEERING: ClassVar[str] = "the clock and random numbers"
+    STUCK: ClassVar[str] = (
+        "the script is waiting on something that can never complete: it has not returned, "
+        "it awaits no tool call, and nothing is left to run"
+    )
+
+    def __init__(self, script: Script, channel: Channel, fetch: Fetch | None = None) -> None:
+        self.script = script
+        self.limits: Limits = script.limits
+        self.files = Files(script.files, script.limits, fetch or _no_fetch)
+        self.channel = channel
+        # A copy: a live run adds the records it is resumed with.
+        self.records: list[Record] = list(script.records)
+        self.position = 0
+        # Version 2: recorded calls settle when the queue of ready work is next empty, and a
+        # run that stopped on calls can be resumed. ``deferred`` holds the positions of the
+        # calls made since the queue was last empty (recorded or new), in call order.
+        self.deferring = script.version >= LIVE_VERSION
+        self.deferred: list[int] = []
+        # The language's settle(json): answers ([1, result] or [0, error]) in call order.
+        self.settle: Any = None
+        self.resumable = False  # stopped on calls that ``resume`` may answer
+        self.new_calls: list[Call] = []
+        self.step_arg_bytes = 0
+        self.arg_bytes = 0
+        self.results_bytes = 0
+        self.limit_errors: dict[str, str] = {}  # per-call limit messages thrown at a call site
+        self.printed = _Printed()
+        self.outcome: tuple[str, Any] | None = None
+        self.ended = False
+        self.script_lines = script.code.split("\n")
+        # run_code is never callable from a script, even when a host lists it.
+        self.tool_names = [name for name in script.tools if name != RUN_CODE]
+        self._cpu0 = _cpu_ms()
+
+    # ---- what a language provides ----
+
+    def heap_bytes(self) -> int:
+        """The heap the script holds now (0 when the language cannot tell)."""
+        return 0
+
+    def _execute(self) -> Ran:
+        raise NotImplementedError
+
+    def _drive(self) -> Ran:
+        raise NotImplementedError
+
+    def _concluded(self, kind: str, payload: Any) -> Ran:
+        """The run's ending for the script's own end: ``outcome`` as the language set it."""
+        raise NotImplementedError
+
+    # ---- host functions: strings in, strings out ----
+
+    def _print(self, text: str) -> None:
+        if not self.ended and isinstance(text, str):
+            self.printed.add(text)
+
+    def _closest(self, name: str) -> str:
+        return orjson.dumps(closest_names(str(name), self.tool_names)).decode()
+
+    def _call(self, name: str, args_json: str) -> str:
+        if self.ended:
+            return "x"
+        limits = self.limits
+        index = self.position
+        number = index + 1
+        args_bytes = len(args_json.encode("utf-8"))
+        if args_bytes > limits.call_arguments:
+            message = limit_message(
+                "call_arguments",
+                f"the arguments of tools.{name} are {_size(args_bytes)}, over the "
+                f"{_size(limits.call_arguments)} one call may take",
+            )
+            self.limit_errors[message] = "call_arguments"
+            return "l" + message
+        try:
+            arguments = _json_data(args_json)
+        except _NotData as e:
+            return "t" + f"the argument of tools.{name} {e}"
+        if not isinstance(arguments, dict):
+            # Only a script that changed Object.prototype.toJSON or the like gets here.
+            return "t" + f"the arguments of tools.{name} did not turn into a JSON object"
+        self.position += 1
+        self.arg_bytes += args_bytes
+        if self.arg_bytes > limits.arguments:
+            self._end_limit(
+                "arguments",
+                f"the script's calls have passed {_size(self.arg_bytes)} of arguments, over the "
+                f"{_size(limits.arguments)} one script may pass",
+            )
+        if index < len(self.records):
+            record = self.records[index]
+            if record.name != name or canonical_json(record.arguments) != canonical_json(arguments):
+                self._end_divergence(number, record, name, arguments)
+            if self.deferring:
+                self.deferred.append(index)
+                return "d"
+            if record.error is not None:
+                return "e" + record.error
+            result_json = orjson.dumps(record.result)
+            self.results_bytes += len(result_json)
+            if self.results_bytes > limits.results:
+                self._end_limit(
+                    "results",
+                    f"the script has read {_size(self.results_bytes)} of results, over the "
+                    f"{_size(limits.results)} one script may read",
+                )
+            return "r" + result_json.decode()
+        if number > limits.calls:
+            self._end_limit(
+                "calls",
+                f"the script made {number:,} calls, the most one script may make is "
+                f"{limits.calls:,}",
+            )
+        self.step_arg_bytes += args_bytes
+        if self.step_arg_bytes > limits.step_arguments:
+            self._end_limit(
+                "step_arguments",
+                f"the calls this step asks for pass {_size(self.step_arg_bytes)} of arguments "
+                f"together, over the {_size(limits.step_arguments)} one step may pass",
+            )
+        self.new_calls.append(Call(name=name, arguments=arguments))
+        if self.deferring:
+            self.deferred.append(index)
+            return "d"
+        return "p"
+
+    def _file(self, op: str, args_json: str) -> str:
+        """``files.*``: ``r`` + JSON of the answer, or ``t`` + a message the script can catch."""
+        if self.ended:
+            return "x"
+        files = self.files
+        try:
+            args = _json_data(args_json)
+        except _NotData as e:
+            return "t" + f"the argument of files.{op} {e}"
+        if not isinstance(args, dict):
+            return "t" + f"files.{op} was given arguments that are not an object"
+        try:
+            if op == "list":
+                answer: Any = files.listing()
+            elif op == "stat":
+                answer = files.stat(args.get("id"))
+            elif op == "text":
+                answer = files.text(args.get("id"))
+            elif op == "show":
+                files.show(args.get("id"))
+                answer = None
+            elif op == "sheets":
+                answer = files.sheets(args.get("id"))
+            elif op == "open":
+                answer = files.open(
+                    str(args.get("kind")), args.get("id"), args.get("options") or {}
+                )
+            elif op == "next":
+                items, done = files.next(int(args.get("handle", 0)))
+                answer = {"items": items, "done": done}
+            elif op == "close":
+                files.close(int(args.get("handle", 0)))
+                answer = None
+            else:
+                return "t" + f"files.{op} is not a function of files"
+        except FileError as e:
+            return "t" + str(e)
+        except FileLimit as e:
+            self._end_limit_message(e.name, e.message)
+        return "r" + orjson.dumps(answer).decode()
+
+    # ---- endings ----
+
+    def _stats(self) -> Stats:
+        try:
+            heap = self.heap_bytes()
+        except Exception:
+            heap = 0
+        return Stats(
+            cpu_ms=round(_cpu_ms() - self._cpu0, 3),
+            heap_bytes=heap,
+            results_bytes=self.results_bytes,
+            file_bytes=self.files.bytes_read,
+        )
+
+    def _finish(self, ran: Ran) -> Ran:
+        ran.shown = list(self.files.shown)
+        ran.printed = self.printed.text()
+        ran.printed_bytes = self.printed.total_bytes
+        ran.stats = self._stats()
+        if ran.limit is not None and ran.limit.name == "memory":
+            # What is left after the failure is a few KiB; the heap reached its limit.
+            ran.stats.heap_bytes = max(ran.stats.heap_bytes, self.limits.memory)
+        return ran
+
+    def _end(self, ran: Ran) -> NoReturn:
+        self.ended = True
+        self.channel.end(self._finish(ran))
+        raise _Ended
+
+    def _end_failed(self, name: str, message: str) -> NoReturn:
+        self._end(Ran(outcome="failed", error=ScriptError(name=name, message=message)))
+
+    def _end_limit(self, name: str, detail: str) -> NoReturn:
+        """End the run on limit ``name``; ``detail`` says what was used (see limit_message)."""
+        self._end_limit_message(name, limit_message(name, detail))
+
+    def _end_limit_message(self, name: str, message: str) -> NoReturn:
+        self._end(
+            Ran(
+                outcome="failed",
+                error=ScriptError(name="LimitError", message=message),
+                limit=LimitMet(name=name, message=message),
+            )
+        )
+
+    def _end_divergence(self, number: int, record: Record, name: str, arguments: Any) -> NoReturn:
+        recorded = _call_text(record.name, record.arguments)
+        made = _call_text(name, arguments)
+        self._end_failed(
+            "DivergenceError",
+            f"call {number} differs from the log: the script's earlier run made {recorded}, "
+            f"this run made {made}. A script must make the same calls in the same order on "
+            f"every run; only its calls' results, {self.STEERING} may steer it, and those "
+            "are the same each run",
+        )
+
+    def _memory_message(self) -> str:
+        return limit_message("memory", f"the script's heap passed {_size(self.limits.memory)}")
+
+    # ---- the run ----
+
+    def execute(self) -> Ran:
+        """Run the script from the start to an empty job queue and report how it ended."""
+        try:
+            return self._execute()
+        except _Ended:
+            raise
+        except MemoryError:
+            self._end_limit_message("memory", self._memory_message())
+
+    def _settle_recorded(self) -> bool:
+        """Settle the deferred calls that have records, in call order; False if none has.
+
+        They are a prefix of ``deferred``: records are a prefix of the calls. Results count
+        against ``results`` as they settle, so the limit ends the run at the same record
+        whether the run is replayed or live.
+        """
+        known = len(self.records)
+        count = 0
+        while count < len(self.deferred) and self.deferred[count] < known:
+            count += 1
+        if count == 0:
+            return False
+        limits = self.limits
+        parts = []
+        for position in self.deferred[:count]:
+            record = self.records[position]
+            if record.error is not None:
+                parts.append(orjson.dumps([0, record.error]))
+                continue
+            result_json = orjson.dumps(record.result)
+            self.results_bytes += len(result_json)
+            if self.results_bytes > limits.results:
+                self._end_limit(
+                    "results",
+                    f"the script has read {_size(self.results_bytes)} of results, over the "
+                    f"{_size(limits.results)} one script may read",
+                )
+            parts.append(b"[1," + result_json + b"]")
+        del self.deferred[:count]
+        self.settle((b"[" + b",".join(parts) + b"]").decode())
+        return True
+
+    def resume_problem(self, records: list[Record]) -> str | None:
+        """Why ``records`` cannot resume this run, or None: they must be exactly the calls
+        it stopped on (count, names and arguments, in call order)."""
+        if not self.resumable:
+            return "the run is not waiting for results (it ended, or it is version 1)"
+        calls = self.new_calls
+        if len(records) != len(calls):
+            return f"the run waits for {len(calls):,} results, it was sent {len(records):,}"
+        for i, (record, call) in enumerate(zip(records, calls, strict=True)):
+            if record.name != call.name or canonical_json(record.arguments) != canonical_json(
+                call.arguments
+            ):
+                number = len(self.records) + i + 1
+                return (
+                    f"result {i + 1} is for {_call_text(record.name, record.arguments)}, but call "
+                    f"{number:,} was {_call_text(call.name, call.arguments)}"
+                )
+        return None
+
+    def resume(self, records: list[Record]) -> Ran:
+        """Go on with a run that stopped on calls, given their ``records`` (version 2).
+
+        The same run continues where it stopped: the calls settle in call order, and the
+        run goes to the next empty job queue, as :meth:`execute` does. The CPU figure and
+        ``step_arguments`` start again; everything else (printed text, shown files, results,
+        arguments and file bytes) goes on counting over the whole run. Raises
+        :class:`ResumeError` (the run is left as it was) when ``records`` are not exactly
+        the calls it waits for.
+        """
+        problem = self.resume_problem(records)
+        if problem is not None:
+            raise ResumeError(problem)
+        self.resumable = False
+        self.records.extend(records)
+        self.new_calls = []
+        self.step_arg_bytes = 0
+        self._cpu0 = _cpu_ms()
+        try:
+            return self._drive()
+        except _Ended:
+            raise
+        except MemoryError:
+            self._end_limit_message("memory", self._memory_message())
+
+    def _conclude(self) -> Ran:
+        if self.new_calls:
+            # Every call a script makes is made, even one it no longer awaits.
+            self.resumable = self.deferring
+            return self._finish(Ran(outcome="calls", calls=list(self.new_calls)))
+        if self.outcome is None:
+            return self._finish(
+                Ran(
+                    outcome="failed",
+                    error=ScriptError(name="StuckError", message=self.STUCK),
+                )
+            )
+        kind, payload = self.outcome
+        return self._concluded(kind, payload)
+
+
+def _finished(payload: str) -> Ran:
+    if payload == "u":
+        return Ran(outcome="finished")
+    if payload[0] == "c":  # a string too long to send whole: its head, tail and length
+        head, tail, length = _json_data(payload[1:])
+        left_out = int(length) - len(head) - len(tail)
+        cut = f"\n[... {left_out:,} characters of the returned string cut ...]\n"
+        return Ran(outcome="finished", value_text=head + cut + tail, value_bytes=int(length))
+    json_text = payload[1:]
+    size = len(json_text.encode("utf-8"))
+    if size <= VALUE_BOUND:
+        return Ran(outcome="finished", value=_json_data(json_text))
+    half = VALUE_BOUND // 2
+    cut = f"\n[... {_size(size - 2 * half)} of the returned value cut ...]\n"
+    return Ran(
+        outcome="finished",
+        value_text=json_text[:half] + cut + json_text[-half:],
+        value_bytes=size,
+    )
+
+
+class _NotData(Exception):
+    """JSON from the script that cannot cross the pipe; the message says why."""
+
+
+def _json_data(text: str) -> Any:
+    """Parse JSON made by JSON.stringify into data that can cross the pipe, or raise _NotData.
+
+    Lone surrogates (which orjson refuses) become U+FFFD, as in printed text; data nested
+    deeper than MAX_DEPTH is refused, naming the bound.
+    """
+    try:
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            value = orjson.loads(_LONE_SURROGATE.sub(r"\1\\ufffd", text))
+    except orjson.JSONDecodeError as e:
+        if "depth limit" in str(e):
+            raise _NotData(
+                f"nests deeper than {MAX_DEPTH} levels of objects and arrays, the most data may "
+                "nest to cross between the sandbox and the host (MAX_DEPTH)"
+            ) from None
+        raise _NotData(f"is not JSON data ({e})") from None
+    problem = data_problem(value)
+    if problem is not None:
+        raise _NotData(problem)
+    return value
+
+
+def _cut(text: str, bound: int) -> str:
+    if len(text) <= bound:
+        return text
+    half = bound // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half:,} characters cut ...]\n{text[-half:]}"
+
+
+def _call_text(name: str, arguments: Any) -> str:
+    text = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
+    if len(text) > 200:
+        text = text[:200] + "..."
+    return f"tools.{name}({text})"
+
+
+def _cpu_ms() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return (usage.ru_utime + usage.ru_stime) * 1000.0
+
+
+def _no_fetch(file_id: str, offset: int, length: int) -> bytes:
+    raise FileError(f"{file_id} cannot be read: this run was given no way to read files")
+
+
+# A prepared prelude starts past the last line any script can have (scripts are bounded at
+# 256 KiB), so a stack frame in it is never read as a line of the script.
+class _Collect:
+    ran: Ran | None = None
+
+    def end(self, ran: Ran) -> None:
+        self.ran = ran

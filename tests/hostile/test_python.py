@@ -1,0 +1,383 @@
+"""Hostile Python scripts, run in this process and through a real confined process (pool mode).
+
+The OS lockdown is the boundary (tests/hostile/test_lockdown.py attacks it directly); these
+show the interpreter's own fence refusing each way out with a clear error, the named limits
+ending each bomb, the host unharmed (the runner takes the next step) and determinism kept.
+Scripts that only a confined process can stop (endless loops, memory) run only there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from runner import ProcessRunner
+from sandbox.protocol import Clock, Limits, Record, Script
+from sandbox.runtime import run_in_process
+
+NOW_MS = 1_767_225_600_000
+MiB = 1024 * 1024
+
+
+def _script(code: str, records: list[Record] | None = None, **limits: int) -> Script:
+    return Script(
+        id="hostile-python",
+        language="python",
+        code=code,
+        records=records or [],
+        tools=["echo"],
+        clock=Clock(now_ms=NOW_MS, seed=7),
+        limits=Limits(**limits),
+    )
+
+
+class _Process:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.runner = ProcessRunner(mode="pool", pool_size=1)
+
+    def run(self, script: Script) -> Any:
+        return self.loop.run_until_complete(self.runner.run(script))
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.runner.aclose())
+        self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def process() -> Iterator[_Process]:
+    p = _Process()
+    yield p
+    p.close()
+
+
+Run = Callable[..., Any]
+
+
+@pytest.fixture(params=("in_process", "process"))
+def run(request: pytest.FixtureRequest) -> Run:
+    """A Python script in this process, or through a confined process; the Ran's fields."""
+    if request.param == "in_process":
+        return lambda code, records=None, **limits: run_in_process(_script(code, records, **limits))
+    proc = request.getfixturevalue("process")
+    return lambda code, records=None, **limits: proc.run(_script(code, records, **limits))
+
+
+def assert_healthy(process: _Process) -> None:
+    step = process.run(_script("return 'still here'"))
+    assert step.outcome == "finished", step.error
+    assert step.value == "still here"
+
+
+# ---- imports and builtins that reach the system ----
+
+IMPORTS = ["os", "sys", "ctypes", "subprocess", "socket", "importlib", "builtins", "posix",
+           "_io", "gc", "inspect", "signal", "io.FileIO", "json.decoder", "pickle", "marshal",
+           "types", "threading", "asyncio.events", "_thread", "mmap", "resource"]  # fmt: skip
+
+
+@pytest.mark.parametrize("module", IMPORTS)
+def test_imports_outside_the_allowed_set_fail_naming_the_allowed(run: Run, module: str) -> None:
+    ran = run(f"import {module}")
+    assert ran.outcome == "failed"
+    assert ran.error.name == "ImportError", ran.error
+    assert "is not available in scripts; these are: asyncio" in ran.error.message
+    ran = run(f"try:\n    import {module}\nexcept ImportError:\n    return 'refused'")
+    assert ran.value == "refused"
+
+
+BUILTINS = ["open('/etc/passwd')", "eval('1')", "exec('x = 1')", "compile('1', 'f', 'eval')",
+            "globals()", "locals()", "vars()", "breakpoint()", "input()", "help()", "exit()",
+            "quit()", "memoryview(b'x').obj.fileno()"]  # fmt: skip
+
+
+@pytest.mark.parametrize("call", BUILTINS)
+def test_builtins_that_reach_out_are_absent(run: Run, call: str) -> None:
+    ran = run(call)
+    assert ran.outcome == "failed"
+    assert ran.error.name in {"NameError", "AttributeError"}, ran.error
+
+
+# ---- introspection ----
+
+REFUSED = {
+    "subclasses": "[c for c in ().__class__.__bases__[0].__subclasses__()]",
+    "mro walk": "type(()).mro()[-1].__subclasses__()",
+    "function globals": "def f():\n    pass\nf.__globals__['__builtins__']",
+    "code object": "(lambda: 0).__code__.co_consts",
+    "closure": "def f():\n    x = 1\n    return lambda: x\nf().__closure__",
+    "generator frame": "def g():\n    yield 1\ng().gi_frame.f_back.f_globals",
+    "coroutine frame": "async def c():\n    pass\nc().cr_frame.f_globals",
+    "async generator frame": "async def a():\n    yield 1\na().ag_frame",
+    "traceback frame": (
+        "try:\n    1 / 0\nexcept Exception as e:\n    e.__traceback__.tb_frame.f_globals"
+    ),
+    "traceback via with_traceback": (
+        "try:\n    1 / 0\nexcept Exception as e:\n    t = e.with_traceback(None)\n    t.tb_frame"
+    ),
+    "builtins by name": "__builtins__['open']",
+    "import by name": "__import__('os')",
+    "loader": "__loader__",
+    "spec": "__spec__",
+    "private attribute": "import random\nrandom._inst",
+    "match class pattern": "match tools:\n    case object(__class__=c):\n        pass",
+    "string annotation": "def f(x: '[c for c in ().__class__.__subclasses__()]'):\n    pass",
+    "nested string annotation": "import typing\nx: typing.List['().__class__'] = []",
+    "relative import": "from . import secret",
+    "dunder import name": "from json import __loader__",
+    "dunder alias": "import json as __builtins__",
+    "dunder except name": "try:\n    pass\nexcept Exception as __builtins__:\n    pass",
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_introspection_is_refused_before_the_script_runs(run: Run, name: str) -> None:
+    ran = run("print('ran')\nawait tools.echo(x=1)\n" + REFUSED[name])
+    assert ran.outcome == "failed"
+    assert ran.error.name == "SyntaxError", ran.error
+    assert "not available in scripts" in ran.error.message
+    assert ran.printed == "" and ran.calls == []
+
+
+AT_RUN_TIME = {
+    "getattr": "getattr((), '__class__')",
+    "getattr frame": "def g():\n    yield 1\ngetattr(g(), 'gi_frame')",
+    "setattr": "class A:\n    pass\nsetattr(A, '__init__', None)",
+    "delattr": "delattr(tools, '_run')",
+    "format field": "'{0.__class__.__bases__}'.format(())",
+    "format index then attribute": "'{0[0].__globals__}'.format([lambda: 0])",
+    "format nested spec": "'{0:{1.__class__}}'.format(1, 2)",
+    "format_map": "'{x.__class__}'.format_map({'x': 1})",
+    "str.format": "str.format('{0.__class__}', 1)",
+    "string.Formatter": "import string\nstring.Formatter().format('{0.__class__}', 1)",
+    "attrgetter": "import operator\noperator.attrgetter('real.__class__')(1)",
+    "methodcaller": "import operator\noperator.methodcaller('__reduce_ex__', 2)(tools)",
+    "typing leaks sys": "import typing\ntyping.sys",
+    "re leaks a module": "import re\nre.enum",
+    "statistics leaks random": "import statistics\nstatistics.random",
+    "get_type_hints evaluates text": "import typing\ntyping.get_type_hints",
+    "ForwardRef evaluates text": "import typing\ntyping.ForwardRef",
+    "module is read-only": "import json\njson.loads = print",
+    "tools is read-only": "tools.echo = print",
+    "copy tools": "import copy\ncopy.deepcopy(tools)",
+    "copy files": "import copy\ncopy.copy(files)",
+    "hashlib file_digest": "import hashlib\nhashlib.file_digest",
+    "io beyond StringIO": "import io\nio.open",
+    # register() would evaluate a runtime string annotation through typing.get_type_hints.
+    "singledispatch evaluates text": (
+        "import functools\nevil = '().__class__'\n@functools.singledispatch\ndef f(x):\n"
+        "    pass\n@f.register\ndef g(x: evil):\n    pass"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AT_RUN_TIME))
+def test_introspection_at_run_time_is_refused(run: Run, name: str) -> None:
+    ran = run(AT_RUN_TIME[name])
+    assert ran.outcome == "failed", ran.value
+    assert ran.error.name in {"AttributeError", "TypeError"}, ran.error
+
+
+def test_what_a_script_may_reach_holds_no_module() -> None:
+    """Every public attribute of every allowed module, and of the classes and objects it
+    holds, one level down: none is a module or a file (what typing.sys would have been)."""
+    import io
+    import types
+
+    from sandbox import python
+
+    modules = dict(python._STATIC)
+    modules.update(python._clock_modules(NOW_MS, 7))
+    for name, module in modules.items():
+        for key in dir(module):
+            value = getattr(module, key)
+            assert not isinstance(value, (types.ModuleType, io.IOBase)), (name, key)
+            for sub in dir(value):
+                if sub.startswith("_"):
+                    continue
+                try:
+                    inner = getattr(value, sub)
+                except Exception:
+                    continue
+                assert not isinstance(inner, types.ModuleType), (name, key, sub)
+
+
+# ---- the clock and randomness ----
+
+CLOCKS = (
+    "import time, datetime, random, uuid\n"
+    "return [time.time(), time.time_ns(), time.monotonic(), time.perf_counter(),\n"
+    "        time.process_time(), str(datetime.datetime.now()), str(datetime.date.today()),\n"
+    "        str(datetime.datetime.utcnow()), str(datetime.datetime.now(datetime.timezone.utc)),\n"
+    "        time.strftime('%c'), time.ctime(), str(time.localtime()), time.mktime(time.localtime()),\n"
+    "        random.random(), random.Random().random(), str(uuid.uuid4()),\n"
+    "        [random.seed(), random.random()][1], str(datetime.datetime.fromtimestamp(0))]"
+)  # fmt: skip
+
+
+def test_the_real_clock_and_entropy_are_not_reachable(run: Run) -> None:
+    first = run(CLOCKS)
+    assert first.outcome == "finished", first.error
+    assert first.value == run(CLOCKS).value
+    assert first.value[0] == NOW_MS / 1000 and first.value[1] == NOW_MS * 1_000_000
+    assert first.value[5] == "2026-01-01 00:00:00"
+    assert first.value[12] == NOW_MS / 1000
+    assert first.value[17] == "1970-01-01 00:00:00"  # UTC, never the host's zone
+
+
+def test_sleep_waits_for_nothing(run: Run) -> None:
+    ran = run(
+        "import time, asyncio\ntime.sleep(3600)\nawait asyncio.sleep(3600)\nreturn time.time()"
+    )
+    assert ran.value == NOW_MS / 1000
+
+
+def test_set_order_is_the_same_in_every_process(process: _Process) -> None:
+    """String hashing is not randomised per process: a set of strings iterates in the same
+    order in a new runner's processes, so a replay makes its calls in the same order."""
+    code = "names = {f'tool-{i}' for i in range(40)}\nreturn list(names)"
+    first = process.run(_script(code)).value
+    other = _Process()
+    try:
+        second = other.run(_script(code)).value
+    finally:
+        other.close()
+    assert first == second
+
+
+# ---- bombs end on a named limit, the host unharmed ----
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "x = 'x' * (10 ** 10)",
+        "x = [0] * (10 ** 9)",
+        "a = []\nwhile True:\n    a.append('y' * 100000)",
+        "a = {}\ni = 0\nwhile True:\n    a[i] = [i] * 1000\n    i += 1",
+        "import asyncio\nasync def f():\n    return [0] * 100000\n"
+        "await asyncio.gather(*[f() for _ in range(100000)])",
+    ],
+)
+def test_memory_bombs_end_on_the_memory_limit(process: _Process, code: str) -> None:
+    step = process.run(_script(code, memory=64 * MiB))
+    assert step.outcome == "failed", step.value
+    assert step.limit is not None and step.limit.name == "memory", step.error
+    assert step.error.name == "LimitError"
+    assert_healthy(process)
+
+
+def test_a_script_that_swallows_memory_error_goes_on(process: _Process) -> None:
+    code = "try:\n    x = 'x' * (10 ** 10)\nexcept MemoryError:\n    return 'survived'"
+    step = process.run(_script(code, memory=64 * MiB))
+    assert step.outcome == "finished" and step.value == "survived"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "while True:\n    pass",
+        "x = 10 ** (10 ** 8)",
+        "import re\nre.match(r'(a+)+$', 'a' * 40 + 'b')",
+        "def f():\n    while True:\n        pass\nclass E(Exception):\n    def __str__(self):\n"
+        "        f()\nraise E()",
+        "import itertools\nfor _ in itertools.count():\n    try:\n        pass\n"
+        "    except BaseException:\n        pass",
+    ],
+)
+def test_cpu_bombs_end_on_compute_ms(process: _Process, code: str) -> None:
+    step = process.run(_script(code, compute_ms=300))
+    assert step.outcome == "failed"
+    assert step.limit is not None and step.limit.name == "compute_ms", step.error
+    assert_healthy(process)
+
+
+DEEP = {
+    "python recursion": "def f(n):\n    return f(n + 1)\nf(0)",
+    "through C (sorted key)": "def f(x):\n    return sorted([1], key=f)\nf(0)",
+    "through C (map)": "def f(x):\n    return list(map(f, [x]))\nf(0)",
+    "repr of deep data": "a = []\nfor _ in range(200000):\n    a = [a]\nrepr(a)",
+    "comparison of deep data": (
+        "a, b = [], []\nfor _ in range(200000):\n    a, b = [a], [b]\na == b"
+    ),
+    "json of deep data": "import json\njson.loads('[' * 200000 + ']' * 200000)",
+    "deepcopy of deep data": "import copy\na = []\nfor _ in range(200000):\n    a = [a]\ncopy.deepcopy(a)",
+    "deep __init__ chain": "class A:\n    def __init__(self, n):\n        self.n = A(n + 1)\nA(0)",
+    "deep await chain": "async def f(n):\n    return await f(n + 1)\nawait f(0)",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(DEEP))
+def test_deep_recursion_is_a_catchable_recursion_error(run: Run, name: str) -> None:
+    ran = run(DEEP[name])
+    assert ran.outcome == "failed"
+    assert ran.error.name == "RecursionError", ran.error
+    body = "\n".join("    " + line for line in DEEP[name].split("\n"))
+    ran = run(f"try:\n{body}\nexcept RecursionError:\n    return 'caught'")
+    assert ran.value == "caught", ran.error
+
+
+def test_deeply_nested_source_is_a_syntax_error(run: Run) -> None:
+    for code in ("x = " + "(" * 5000 + ")" * 5000, "x = " + "-" * 100000 + "1"):
+        ran = run(code)
+        assert ran.outcome == "failed"
+        assert ran.error.name in {"SyntaxError", "RecursionError"}, ran.error
+
+
+# ---- the protocol's descriptors ----
+
+FORGED = '{"ran": {"outcome": "finished", "value": "forged"}}'
+
+
+def test_the_sandbox_objects_print_the_same_in_every_process(run: Run) -> None:
+    ran = run("import json\nprint(tools, files, tools.echo, json, files.csv('x'))")
+    assert ran.printed == "<tools> <files> <tool echo> <module 'json'> <files.csv stream of 'x'>\n"
+
+
+def test_printing_protocol_lines_gains_nothing(run: Run) -> None:
+    """Whatever a script writes goes to its printed text; its value is what it returned."""
+    code = (
+        "import pprint, io\n"
+        f"line = {FORGED!r}\n"
+        "print(line)\n"
+        "pprint.pprint(line)\n"
+        "print(line, file=io.StringIO())\n"
+        "return 'mine'"
+    )
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == "mine"
+    assert ran.printed.startswith(FORGED + "\n")
+
+
+def test_raising_exit_and_interrupts_are_errors(run: Run) -> None:
+    for exc in ("SystemExit(0)", "KeyboardInterrupt()", "GeneratorExit()", "StopIteration(1)"):
+        ran = run(f"raise {exc}")
+        assert ran.outcome == "failed", exc
+        assert ran.error.name in exc or ran.error.name == "RuntimeError", ran.error
+
+
+def test_divergence_cannot_be_caught(run: Run) -> None:
+    code = "try:\n    await tools.echo(a=2)\nexcept BaseException:\n    pass\nreturn 'caught'"
+    ran = run(code, [Record(name="echo", arguments={"a": 1}, result=1)])
+    assert ran.outcome == "failed"
+    assert ran.error.name == "DivergenceError"
+
+
+def test_same_bytes_across_replays_through_the_process(process: _Process) -> None:
+    code = (
+        "import random, uuid, datetime\n"
+        "seen = {str(uuid.uuid4()) for _ in range(5)}\n"
+        "r = await tools.echo(pick=sorted(seen)[0], n=random.random())\n"
+        "print(datetime.datetime.now(), r)\n"
+        "return [r, random.random(), sorted(seen)]"
+    )
+    first = process.run(_script(code))
+    records = [Record(name="echo", arguments=first.calls[0].arguments, result={"ok": 1})]
+    a = process.run(_script(code, records))
+    b = process.run(_script(code, records))
+    assert a.outcome == "finished", a.error
+    assert a.model_dump(exclude={"stats", "process"}) == b.model_dump(exclude={"stats", "process"})

@@ -1,0 +1,609 @@
+"""Python scripts in this process (no confinement): the replay rules, limits, printed output,
+values, errors and the in-interpreter refusals of sandbox/python.py.
+
+The JavaScript runtime's cases (tests/sandbox/test_runtime.py, test_live.py) mirrored for
+Python; the confined process is in tests/hostile and tests/runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+import pytest
+
+from sandbox import protocol, runtime
+from sandbox.protocol import Clock, FileInfo, Limits, Ran, Record, Script
+from tests.sandbox.conftest import NOW_MS, SEED, TOOLS, KiB, MiB, rec
+
+
+def pyscript(
+    code: str,
+    records: Iterable[Record] = (),
+    tools: Sequence[str] = TOOLS,
+    *,
+    now_ms: int = NOW_MS,
+    seed: int = SEED,
+    version: int = 1,
+    files: Sequence[FileInfo] = (),
+    **limits: int,
+) -> Script:
+    return Script(
+        id="test",
+        language="python",
+        version=version,
+        code=code,
+        records=list(records),
+        tools=list(tools),
+        files=list(files),
+        clock=Clock(now_ms=now_ms, seed=seed),
+        limits=Limits(**limits),
+    )
+
+
+def run(code: str, records: Iterable[Record] = (), **kwargs: Any) -> Ran:
+    fetch = kwargs.pop("fetch", None)
+    return runtime.run_in_process(pyscript(code, records, **kwargs), fetch)
+
+
+def value(code: str, records: Iterable[Record] = (), **kwargs: Any) -> Any:
+    ran = run(code, records, **kwargs)
+    assert ran.outcome == "finished", ran.error
+    return ran.value
+
+
+def failed(code: str, records: Iterable[Record] = (), **kwargs: Any) -> protocol.ScriptError:
+    ran = run(code, records, **kwargs)
+    assert ran.outcome == "failed", ran
+    assert ran.error is not None
+    return ran.error
+
+
+def caught(code: str, records: Iterable[Record] = (), **kwargs: Any) -> list[str]:
+    """Run ``code`` in a try; [class name, message] of what it raised."""
+    body = "\n".join("    " + line for line in code.split("\n"))
+    wrapped = f"try:\n{body}\nexcept Exception as e:\n    return [type(e).__name__, str(e)]\n"
+    result: list[str] = value(wrapped + "return ['none', '']", records, **kwargs)
+    return result
+
+
+# ---- the stale-PRs example, step by step ----
+
+STALE = """\
+import asyncio, datetime
+prs = await tools.list_prs(repo="acme/api", state="open")
+now = datetime.datetime.now(datetime.timezone.utc)
+stale = [p for p in prs
+         if now - datetime.datetime.fromisoformat(p["updated_at"].replace("Z", "+00:00"))
+         > datetime.timedelta(days=14)]
+reviews = await asyncio.gather(*[tools.get_reviews(number=p["number"]) for p in stale])
+print(f"{len(stale)} stale")
+return [{"number": p["number"], "reviews": len(r)} for p, r in zip(stale, reviews)]
+"""
+PRS = [
+    {"number": 12, "updated_at": "2025-11-01T09:00:00Z"},
+    {"number": 14, "updated_at": "2025-12-30T09:00:00Z"},
+    {"number": 15, "updated_at": "2025-12-01T09:00:00Z"},
+]
+LIST = rec("list_prs", {"repo": "acme/api", "state": "open"}, result=PRS)
+
+
+def test_stale_prs_steps() -> None:
+    first = run(STALE)
+    assert first.outcome == "calls"
+    assert [(c.name, c.arguments) for c in first.calls] == [("list_prs", LIST.arguments)]
+    second = run(STALE, [LIST])
+    assert [(c.name, c.arguments) for c in second.calls] == [
+        ("get_reviews", {"number": 12}),
+        ("get_reviews", {"number": 15}),
+    ]
+    records = [LIST, rec("get_reviews", {"number": 12}, result=[])]
+    records.append(rec("get_reviews", {"number": 15}, result=[{"s": 1}, {"s": 2}]))
+    third = run(STALE, records)
+    assert third.outcome == "finished", third.error
+    assert third.value == [{"number": 12, "reviews": 0}, {"number": 15, "reviews": 2}]
+    assert third.printed == "2 stale\n"
+
+
+def test_the_clock_steers_the_script() -> None:
+    later = run(STALE, [LIST], now_ms=NOW_MS + 40 * 86_400_000)
+    assert len(later.calls) == 3
+
+
+# ---- calls ----
+
+
+def test_recorded_result_and_error() -> None:
+    records = [rec("echo", {"a": 1}, result={"x": [1, 2]}), rec("echo", {"a": 2}, error="nope")]
+    code = (
+        "r = await tools.echo(a=1)\n"
+        "try:\n    await tools.echo({'a': 2})\n"
+        "except Exception as e:\n    return [r, type(e).__name__, str(e), e.tool]"
+    )
+    assert value(code, records) == [{"x": [1, 2]}, "ToolError", "nope", "echo"]
+
+
+def test_uncaught_tool_error_fails_with_its_message_and_line() -> None:
+    error = failed("x = 1\nawait tools.echo(a=2)", [rec("echo", {"a": 2}, error="nope")])
+    assert (error.name, error.message) == ("ToolError", "nope")
+    assert [(x.line, x.text) for x in error.lines] == [(2, "await tools.echo(a=2)")]
+
+
+def test_keyword_and_dict_forms_make_the_same_call_and_none_is_left_out() -> None:
+    ran = run("await tools.echo(a=1, b=None, c={'d': None})")
+    ran2 = run("await tools.echo({'a': 1, 'b': None, 'c': {'d': None}})")
+    assert ran.calls == ran2.calls
+    assert ran.calls[0].arguments == {"a": 1, "c": {"d": None}}
+    assert run("await tools.echo()").calls[0].arguments == {}
+
+
+@pytest.mark.parametrize(
+    ("call", "needle"),
+    [
+        ("tools.echo({'a': 1}, b=2)", "takes keyword arguments"),
+        ("tools.echo([1])", "takes keyword arguments"),
+        ("tools.echo(a={1, 2})", "the argument['a'] is a set (pass a list)"),
+        ("tools.echo(a=float('nan'))", "the argument['a'] is nan"),
+        ("tools.echo(a=2**70)", "integer too large"),
+        ("tools.echo(a={(1,): 2})", "has a key of type tuple"),
+        ("x = []\nx.append(x)\ntools.echo(a=x)", "refers to itself"),
+        ("import datetime\ntools.echo(a=datetime.date.today())", "isoformat"),
+    ],
+)
+def test_arguments_that_are_not_data_raise_a_type_error(call: str, needle: str) -> None:
+    name, message = caught(call)
+    assert name == "TypeError"
+    assert needle in message
+    assert run(call.replace("tools.echo", "await tools.echo")).outcome == "failed"
+
+
+def test_tuples_and_numeric_keys_become_json() -> None:
+    assert run("await tools.echo(a=(1, 2), b={1: 'x'})").calls[0].arguments == {
+        "a": [1, 2],
+        "b": {"1": "x"},
+    }
+
+
+def test_unknown_tool_names_the_closest() -> None:
+    name, message = caught("await tools.get_usr(id=1)")
+    assert name == "AttributeError"
+    assert "tools.get_usr does not exist; the closest tools are tools.get_user" in message
+
+
+def test_run_code_is_refused() -> None:
+    _, message = caught("await tools.run_code(code='1')", tools=(*TOOLS, "run_code"))
+    assert "cannot be called from a script" in message
+
+
+def test_divergence_names_both_calls_and_cannot_be_caught() -> None:
+    code = "try:\n    await tools.echo(a=2)\nexcept BaseException:\n    return 'caught'"
+    error = failed(code, [rec("echo", {"a": 1}, result=1)])
+    assert error.name == "DivergenceError"
+    assert 'tools.echo({"a":1})' in error.message and 'tools.echo({"a":2})' in error.message
+    assert "the clock (time, datetime) and random" in error.message
+
+
+def test_unanswered_call_stops_the_run_and_later_code_does_not_run() -> None:
+    ran = run("try:\n    await tools.echo(a=1)\nfinally:\n    print('finally')\nprint('after')")
+    assert ran.outcome == "calls"
+    assert ran.printed == ""
+
+
+def test_a_call_made_and_not_awaited_is_still_made() -> None:
+    ran = run("tools.echo(a=1)\nreturn 5")
+    assert ran.outcome == "calls"
+    assert ran.calls[0].arguments == {"a": 1}
+
+
+def test_gather_makes_independent_calls_one_step_in_argument_order() -> None:
+    code = (
+        "import asyncio\n"
+        "async def two(n):\n"
+        "    a = await tools.echo(n=n)\n"
+        "    return await tools.search(q=a)\n"
+        "return await asyncio.gather(two(1), two(2), tools.get_user(id=3))"
+    )
+    first = run(code)
+    assert [(c.name, c.arguments) for c in first.calls] == [
+        ("get_user", {"id": 3}),
+        ("echo", {"n": 1}),
+        ("echo", {"n": 2}),
+    ]
+    records = [rec(c.name, c.arguments, result=c.arguments) for c in first.calls]
+    second = run(code, records)
+    assert [(c.name, c.arguments) for c in second.calls] == [
+        ("search", {"q": {"n": 1}}),
+        ("search", {"q": {"n": 2}}),
+    ]
+    records += [rec(c.name, c.arguments, result=c.arguments["q"]["n"]) for c in second.calls]
+    assert value(code, records) == [1, 2, {"id": 3}]
+
+
+def test_gather_raises_the_first_error_or_returns_them() -> None:
+    records = [rec("echo", {"a": 1}, error="bad"), rec("echo", {"a": 2}, result=2)]
+    code = "import asyncio\nreturn await asyncio.gather(tools.echo(a=1), tools.echo(a=2){})"
+    assert failed(code.format(""), records).message == "bad"
+    result = value(code.format(", return_exceptions=True").replace("return await", "r = await")
+                   + "\nreturn [str(r[0]), r[1]]", records)  # fmt: skip
+    assert result == ["bad", 2]
+
+
+def test_create_task_and_sleep() -> None:
+    code = (
+        "import asyncio\n"
+        "order = []\n"
+        "async def a():\n    order.append('a1'); await asyncio.sleep(0); order.append('a2')\n"
+        "t = asyncio.create_task(a())\n"
+        "order.append('main')\n"
+        "await asyncio.sleep(1)\n"
+        "await t\n"
+        "return order"
+    )
+    assert value(code) == ["main", "a1", "a2"]
+
+
+def test_stuck_script_fails() -> None:
+    code = "import asyncio\nasync def f():\n    await t\nt = asyncio.create_task(f())\nawait t"
+    error = failed(code)
+    assert error.name == "StuckError"
+
+
+def test_awaiting_something_else_is_a_type_error() -> None:
+    code = "class A:\n    def __await__(self):\n        yield 5\nawait A()"
+    assert "awaits coroutines and tool calls, not int" in failed(code).message
+
+
+# ---- limits ----
+
+
+def test_calls_limit() -> None:
+    ran = run("for i in range(5):\n    await tools.echo(i=i)", calls=3)
+    assert ran.outcome == "calls"
+    records = [rec("echo", {"i": i}, result=i) for i in range(3)]
+    ran = run("for i in range(5):\n    await tools.echo(i=i)", records, calls=3)
+    assert ran.limit is not None and ran.limit.name == "calls"
+
+
+def test_results_limit() -> None:
+    records = [rec("echo", {"i": i}, result="x" * 600) for i in range(3)]
+    ran = run("for i in range(3):\n    await tools.echo(i=i)", records, results=1 * KiB)
+    assert ran.limit is not None and ran.limit.name == "results"
+
+
+def test_call_arguments_is_a_catchable_limit_error_and_a_limit_when_uncaught() -> None:
+    assert caught("await tools.echo(s='x' * 2000)", call_arguments=1 * KiB)[0] == "LimitError"
+    ran = run("await tools.echo(s='x' * 2000)", call_arguments=1 * KiB)
+    assert ran.limit is not None and ran.limit.name == "call_arguments"
+    look_alike = run("raise ValueError('call_arguments limit met')")
+    assert look_alike.limit is None
+
+
+def test_step_arguments_limit() -> None:
+    ran = run("for i in range(4):\n    tools.echo(s='x' * 400)", step_arguments=1 * KiB)
+    assert ran.limit is not None and ran.limit.name == "step_arguments"
+
+
+def test_deep_recursion_is_a_catchable_recursion_error() -> None:
+    code = "def f(n):\n    return f(n + 1)\ntry:\n    f(0)\nexcept RecursionError:\n    return 'ok'"
+    assert value(code) == "ok"
+    assert failed("def f(n):\n    return f(n + 1)\nf(0)").name == "RecursionError"
+
+
+# ---- printed output and values ----
+
+
+def test_print_accumulates_like_console_log() -> None:
+    ran = run("print('a', 1, [2], sep='-')\nprint('b', end='')\nprint('c')\nprint()")
+    assert ran.printed == "a-1-[2]\nbc\n\n"
+
+
+def test_printing_a_lot_keeps_head_and_tail_and_counts_all() -> None:
+    ran = run("for i in range(100):\n    print(str(i) * 1000)")
+    assert ran.printed_bytes == sum(len(str(i)) * 1000 + 1 for i in range(100))
+    assert ran.printed.startswith("0000")
+    assert ran.printed.rstrip().endswith("99" * 10)
+    assert "of printed output cut" in ran.printed
+    assert len(ran.printed) < protocol.PRINTED_HEAD + protocol.PRINTED_TAIL + 200
+
+
+def test_pprint_and_stdout_go_to_printed_text() -> None:
+    assert run("import pprint\npprint.pprint({'a': 1})").printed == "{'a': 1}\n"
+
+
+def test_returning_a_huge_string_is_cut() -> None:
+    ran = run("return 'ab' * (50 * 1024 * 1024)")
+    assert ran.outcome == "finished"
+    assert ran.value_bytes == 100 * MiB
+    assert ran.value_text is not None and "characters of the returned string cut" in ran.value_text
+
+
+def test_returning_a_large_object_is_cut_as_json() -> None:
+    ran = run("return [{'i': i} for i in range(100000)]")
+    assert ran.value_text is not None and "of the returned value cut" in ran.value_text
+
+
+def test_none_is_no_value_and_tuples_are_lists() -> None:
+    assert not run("return None").returned
+    assert not run("x = 1").returned
+    assert value("return (1, 'a', {'k': [True, None, 1.5]})") == [1, "a", {"k": [True, None, 1.5]}]
+
+
+def test_returning_what_is_not_data_fails_naming_the_type() -> None:
+    error = failed("return {1, 2}")
+    assert error.name == "TypeError"
+    assert "the returned value is a set" in error.message
+
+
+def test_lone_surrogates_do_not_crash() -> None:
+    ran = run("print('\\ud800')\nreturn '\\udc00x'")
+    assert ran.outcome == "finished"
+    orjson.dumps(ran.model_dump())
+
+
+# ---- errors ----
+
+
+def test_runtime_error_lines_innermost_first() -> None:
+    code = "def inner():\n    return 1 / 0\n\ndef outer():\n    return inner()\nouter()"
+    error = failed(code)
+    assert error.name == "ZeroDivisionError"
+    assert [x.line for x in error.lines] == [2, 5, 6]
+
+
+def test_syntax_error_reports_its_line() -> None:
+    error = failed("x = 1\ny = (\n")
+    assert error.name == "SyntaxError"
+    assert error.lines and error.lines[0].line == 2
+
+
+def test_a_top_level_yield_is_a_syntax_error() -> None:
+    assert failed("x = 1\nyield x").name == "SyntaxError"
+
+
+def test_system_exit_is_an_error_not_an_exit() -> None:
+    assert failed("raise SystemExit(3)").name == "SystemExit"
+
+
+# ---- determinism ----
+
+
+def test_clock_random_and_uuid_are_the_same_on_every_run() -> None:
+    code = (
+        "import time, datetime, random, uuid\n"
+        "r = random.Random()\n"
+        "return [time.time(), time.monotonic(), str(datetime.datetime.now()),\n"
+        "        str(datetime.date.today()), datetime.datetime.utcnow().isoformat(),\n"
+        "        random.random(), random.randint(1, 100), r.random(), str(uuid.uuid4()),\n"
+        "        time.strftime('%Y-%m-%d %H:%M'), datetime.datetime.now().timestamp()]"
+    )
+    a, b = value(code), value(code)
+    assert a == b
+    assert a[0] == NOW_MS / 1000
+    assert a[2] == "2026-01-01 00:00:00"
+    assert a[9] == "2026-01-01 00:00"
+    assert a[10] == NOW_MS / 1000
+    assert value(code, seed=SEED + 1)[5] != a[5]
+    assert value(code, now_ms=NOW_MS + 1000)[0] == NOW_MS / 1000 + 1
+
+
+def test_same_bytes_across_replays() -> None:
+    code = (
+        "import random\n"
+        "names = {f'n{i}' for i in range(50)}\n"
+        "for n in sorted(names)[:3]:\n    print(n, random.random())\n"
+        "r = await tools.echo(x=list(sorted(names))[:2])\n"
+        "return {'r': r, 'x': random.random()}"
+    )
+    records = [rec("echo", {"x": ["n0", "n1"]}, result={"ok": 1})]
+    first, second = run(code, records), run(code, records)
+    assert first.model_dump(exclude={"stats"}) == second.model_dump(exclude={"stats"})
+
+
+# ---- files ----
+
+CSV = b"name,n\nada,1\nbob,2\ncy,3\n"
+
+
+def _fetch(_file: str, offset: int, length: int) -> bytes:
+    return CSV[offset : offset + length]
+
+
+FILES = [FileInfo(id="d.csv", mime="text/csv", size=len(CSV))]
+
+
+def test_files_api() -> None:
+    code = (
+        "rows = []\n"
+        "async for row in files.csv('d.csv', limit=2):\n    rows.append(row)\n"
+        "lines = []\n"
+        "async for line in files.lines('d.csv'):\n    lines.append(line)\n"
+        "text = await files.text('d.csv')\n"
+        "files.show('d.csv')\n"
+        "return [files.list(), files.stat('d.csv')['size'], rows, len(lines), len(text)]"
+    )
+    ran = run(code, files=FILES, fetch=_fetch)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == [
+        [{"id": "d.csv", "mime": "text/csv", "size": len(CSV)}],
+        len(CSV),
+        [{"name": "ada", "n": "1"}, {"name": "bob", "n": "2"}],
+        4,
+        len(CSV),
+    ]
+    assert ran.shown == ["d.csv"]
+
+
+def test_a_stream_left_early_frees_its_slot() -> None:
+    code = (
+        "n = 0\n"
+        "for _ in range(10):\n"
+        "    async for row in files.csv('d.csv'):\n        n += 1\n        break\n"
+        "async with files.lines('d.csv') as lines:\n"
+        "    async for line in lines:\n        break\n"
+        "return n"
+    )
+    assert value(code, files=FILES, fetch=_fetch, streams=2) == 10
+
+
+def test_a_missing_file_is_a_catchable_error_naming_the_closest() -> None:
+    name, message = caught("files.stat('d.cvs')", files=FILES, fetch=_fetch)
+    assert name == "FileError"
+    assert "d.csv" in message
+
+
+# ---- live runs agree with replay ----
+
+CORPUS = {
+    "sequential": "t = 0\nfor i in range(4):\n    t += (await tools.echo(i=i))['echo']['i']\nreturn t",
+    "gather": (
+        "import asyncio\n"
+        "async def f(n):\n    print('start', n)\n    r = await tools.search(n=n)\n"
+        "    print('done', n)\n    return r['echo']['n']\n"
+        "a = tools.echo(n=0)\n"
+        "rs = await asyncio.gather(f(1), f(2), a, asyncio.sleep(0))\n"
+        "print('then')\nb = await tools.echo(n=9)\nreturn [rs[:2], b['echo']]"
+    ),
+    "errors": (
+        "out = []\ntry:\n    await tools.echo(fail=True)\nexcept Exception as e:\n"
+        "    out.append([str(e), e.tool])\nreturn out"
+    ),
+    "uncaught": "print('before')\nawait tools.echo(x=1)\nawait tools.echo(fail=True)\nreturn 1",
+    "unawaited": "tools.echo(fire=1)\nprint('returning')\nreturn 1",
+    "random": "import random\na = random.random()\nawait tools.echo(a=a)\nreturn [a, random.random()]",
+}
+
+
+def _answer(name: str, arguments: dict[str, Any]) -> Record:
+    if arguments.get("fail"):
+        return Record(name=name, arguments=arguments, error=f"{name} refused")
+    return Record(name=name, arguments=arguments, result={"echo": arguments})
+
+
+def _bytes(ran: Ran) -> bytes:
+    body = ran.model_dump(mode="json", exclude_unset=True, exclude={"stats"})
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_live_and_replay_agree_byte_for_byte(name: str) -> None:
+    s = pyscript(CORPUS[name], version=protocol.LIVE_VERSION)
+    replayed: list[Ran] = []
+    records: list[Record] = []
+    for _ in range(20):
+        ran = runtime.run_in_process(s.model_copy(update={"records": list(records)}))
+        replayed.append(ran)
+        if ran.outcome != "calls":
+            break
+        records += [_answer(c.name, c.arguments) for c in ran.calls]
+    live = runtime.LiveInProcess(s)
+    ran = live.start()
+    lived = [ran]
+    while ran.outcome == "calls":
+        assert live.waiting == len(ran.calls)
+        ran = live.resume([_answer(c.name, c.arguments) for c in ran.calls])
+        lived.append(ran)
+    assert [_bytes(r) for r in lived] == [_bytes(r) for r in replayed]
+    assert replayed[-1].outcome != "calls"
+
+
+def test_resume_takes_exactly_the_calls_it_waits_for() -> None:
+    live = runtime.LiveInProcess(pyscript("return await tools.echo(a=1)", version=2))
+    ran = live.start()
+    with pytest.raises(runtime.ResumeError):
+        live.resume([rec("echo", {"a": 2}, result=1)])
+    assert live.resume([rec("echo", {"a": 1}, result=7)]).value == 7
+    assert ran.outcome == "calls"
+
+
+# ---- what scripts may not do (the interpreter's fence; the OS is the boundary) ----
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "().__class__",
+        "x = 1\nx.__class__.__bases__",
+        "class A:\n    def m(self):\n        return self._x",
+        "def g():\n    yield 1\ng().gi_frame",
+        "async def c():\n    pass\nc().cr_frame",
+        "try:\n    1/0\nexcept Exception as e:\n    e.__traceback__.tb_frame",
+        "(lambda: 0).__globals__",
+        "__builtins__",
+        "__import__('os')",
+        "match 1:\n    case int(__class__=c):\n        pass",
+        "def f(x: '().__class__'):\n    pass",
+        "from . import x",
+        "from json import __doc__",
+    ],
+)
+def test_refused_constructs_fail_before_anything_runs(code: str) -> None:
+    ran = run("print('ran')\n" + code)
+    assert ran.outcome == "failed"
+    assert ran.error is not None and ran.error.name == "SyntaxError", ran.error
+    assert ran.printed == ""
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "getattr((), '__class__')",
+        "getattr(1, 'real'); setattr(type('A', (), {})(), '__x', 1)",
+        "'{0.__class__}'.format(1)",
+        "'{a.__class__}'.format_map({'a': 1})",
+        "str.format('{0.__class__}', 1)",
+        "import string\nstring.Formatter().format('{0.__class__}', 1)",
+        "import operator\noperator.attrgetter('__class__')(1)",
+        "import operator\noperator.methodcaller('__dir__')(1)",
+        "open('/etc/passwd')",
+        "eval('1')",
+        "exec('1')",
+        "compile('1', 'x', 'eval')",
+        "globals()",
+        "import os",
+        "import sys",
+        "import ctypes",
+        "import subprocess",
+        "import typing\ntyping.sys",
+        "import typing\ntyping.get_type_hints",
+        "import random\nrandom.SystemRandom",
+        "import uuid\nuuid.uuid1()",
+        "import io\nio.FileIO",
+        "import json\njson.dumps = None",
+    ],
+)
+def test_reaching_out_is_refused_with_a_clear_error(code: str) -> None:
+    ran = run(code)
+    assert ran.outcome == "failed", ran.value
+    assert ran.error is not None
+    assert ran.error.name in {"AttributeError", "NameError", "ImportError"}, ran.error
+
+
+def test_format_still_works() -> None:
+    code = "import string\nreturn ['{0:>4}|{n:.2f}'.format(7, n=1.5), '{a}'.format_map({'a': 1}),\n"
+    code += "        str.format('{}', 2), string.Formatter().format('{0[k]}', {'k': 3})]"
+    assert value(code) == ["   7|1.50", "1", "2", "3"]
+
+
+def test_allowed_modules_work() -> None:
+    code = (
+        "import json, re, math, statistics, collections, itertools, functools, decimal\n"
+        "import fractions, csv, io, textwrap, heapq, bisect, copy, dataclasses, enum, base64\n"
+        "import hashlib, unicodedata, difflib, operator, cmath, string, typing\n"
+        "@dataclasses.dataclass\nclass P:\n    x: int\n    y: typing.Optional[str] = None\n"
+        "class Color(enum.Enum):\n    RED = 1\n"
+        "rows = list(csv.DictReader(io.StringIO('a,b\\n1,2\\n')))\n"
+        "return [json.loads(json.dumps({'a': 1})), re.findall(r'\\d', 'a1b2'), math.sqrt(16),\n"
+        "        statistics.mean([1, 2, 3]), collections.Counter('aab').most_common(1),\n"
+        "        list(itertools.islice(itertools.count(), 3)), functools.reduce(operator.add, [1, 2]),\n"
+        "        str(decimal.Decimal('1.1') + decimal.Decimal('2.2')), str(fractions.Fraction(1, 3)),\n"
+        "        rows, textwrap.dedent('  x'), heapq.nsmallest(2, [3, 1, 2]), bisect.bisect([1, 3], 2),\n"
+        "        copy.deepcopy([[1]]), dataclasses.asdict(P(1)), Color.RED.name,\n"
+        "        base64.b64encode(b'x').decode(), hashlib.sha256(b'x').hexdigest()[:8],\n"
+        "        unicodedata.name('a'), difflib.get_close_matches('appel', ['apple']),\n"
+        "        string.ascii_lowercase[:3]]"
+    )
+    result = value(code)
+    assert result[0] == {"a": 1}
+    assert result[-1] == "abc"
+    assert result[16] == "eA=="
