@@ -242,11 +242,26 @@ class ProcessLive(LiveRun):
     async def _segment(self, records: list[protocol.Record]) -> Step:
         child = self.child
         started = time.monotonic()
-        child.send_signal(signal.SIGCONT)
         child.stdout.resume_reading()
+        stopped = True
+
+        async def write(data: bytes) -> None:
+            # The results go into the pipe first and the process is continued after: it wakes
+            # once, to read them (continued first, it would wake, block on its read again, and
+            # wake a second time for the line). What the pipe cannot take yet is written once
+            # the process reads.
+            nonlocal stopped
+            if not stopped:
+                return await child.write(data)
+            stopped = False
+            writing = asyncio.ensure_future(child.write(data))
+            await asyncio.sleep(0)  # the write's first turn: what the pipe takes now
+            child.send_signal(signal.SIGCONT)
+            await writing
+
         outcome = await conv.segment(
             child.reader,
-            child.write,
+            write,
             self.script,
             self.server,
             conv.Deadline(self.script.limits.compute_ms),
