@@ -68,6 +68,7 @@ class Drive:
         self.record = record
         self.calls = calls
         self._ttl_ms = ttl_ms
+        self._stopping = asyncio.Event()
         self._renewer = asyncio.create_task(self._renew(), name=f"lease {record.id}")
         self._released = False
         self._usage: log.StepUsage | None = None  # a step's usage, until its next write
@@ -118,9 +119,15 @@ class Drive:
         return cls(store, lease, record, calls, ttl_ms)
 
     async def _renew(self) -> None:
-        # Renew at a third of the lease, so two missed renewals still leave time.
+        # Renew at a third of the lease, so two missed renewals still leave time. Stopped
+        # between renewals, never in one: a renewal cut off mid-transaction could leave the
+        # store's connection in use, and one that lands after the release would hold the
+        # script again.
         while True:
-            await asyncio.sleep(self._ttl_ms / 3000)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._ttl_ms / 3000)
+            if self._stopping.is_set():
+                return
             try:
                 self.lease = await self.store.renew(self.lease, self._ttl_ms)
             except log.LeaseLost:
@@ -282,10 +289,10 @@ class Drive:
         self._released = True  # ending gave the lease up
 
     async def close(self) -> None:
-        """Stop renewing and give the lease up (a lost lease is left as it is)."""
-        self._renewer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._renewer
+        """Stop renewing (once a renewal under way ends) and give the lease up (a lost lease
+        is left as it is)."""
+        self._stopping.set()
+        await self._renewer
         if not self._released:
             self._released = True
             with contextlib.suppress(Exception):
