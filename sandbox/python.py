@@ -94,8 +94,9 @@ FILENAME = "<script>"
 _MAIN = "$main"
 _FORMAT = "$format"
 
-# Python's own recursion bound, set while a script runs: deep recursion is a RecursionError
-# the script may catch, well before the 8 MiB C stack could overflow.
+# Python's own recursion bound, frames over those below the script's, set while a script
+# runs: deep recursion is a RecursionError the script may catch, well before the 8 MiB C
+# stack could overflow.
 RECURSION_LIMIT = 1000
 # Kept while a script runs and let go when it meets MemoryError, so that the run can still
 # report how it ended.
@@ -896,6 +897,14 @@ def _json(value: Any, path: str) -> str:
         )
 
 
+def _depth() -> int:
+    """Frames on the stack now (in a sandbox process a dozen; more under a test)."""
+    frame, depth = sys._getframe(), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1  # type: ignore[assignment]
+    return depth
+
+
 class _Sink:
     """``sys.stdout`` and ``sys.stderr`` while a script runs: text goes to its printed text."""
 
@@ -1322,7 +1331,7 @@ class Run(Replay):
     def _drive(self) -> Ran:
         saved = sys.stdout, sys.stderr, sys.getrecursionlimit()
         sys.stdout = sys.stderr = self.sink
-        sys.setrecursionlimit(RECURSION_LIMIT)
+        sys.setrecursionlimit(_depth() + RECURSION_LIMIT)
         self.reserve = bytearray(_RESERVE_BYTES)
         try:
             while True:

@@ -270,6 +270,18 @@ def test_memory_bombs_end_on_the_memory_limit(process: _Process, code: str) -> N
     assert_healthy(process)
 
 
+@pytest.mark.parametrize(("mib", "fits"), [(24, True), (160, False)])
+def test_memory_limit_is_the_scripts_heap(process: _Process, mib: int, fits: bool) -> None:
+    """`memory` bounds what the script allocates (above the interpreter and a little room)."""
+    step = process.run(
+        _script(f"b = bytearray({mib} * 1024 * 1024)\nreturn len(b)", memory=64 * MiB)
+    )
+    if fits:
+        assert step.outcome == "finished", step.error
+    else:
+        assert step.limit is not None and step.limit.name == "memory", step.error
+
+
 def test_a_script_that_swallows_memory_error_goes_on(process: _Process) -> None:
     code = "try:\n    x = 'x' * (10 ** 10)\nexcept MemoryError:\n    return 'survived'"
     step = process.run(_script(code, memory=64 * MiB))

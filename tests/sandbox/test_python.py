@@ -607,3 +607,67 @@ def test_allowed_modules_work() -> None:
     assert result[0] == {"a": 1}
     assert result[-1] == "abc"
     assert result[16] == "eA=="
+
+
+# ---- limits at their edges (the same core counts them as for JavaScript) ----
+
+ONE = len('{"s":""}')
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_call_arguments_edge(over: int) -> None:
+    ran = run(f"await tools.echo(s='x' * {KiB - ONE + over})", call_arguments=KiB)
+    if over:
+        assert ran.limit is not None and ran.limit.name == "call_arguments"
+    else:
+        assert ran.outcome == "calls" and ran.limit is None
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_step_arguments_edge(over: int) -> None:
+    code = f"tools.echo(s='x' * {KiB - ONE})\ntools.echo(s='y' * {KiB - ONE + over})"
+    ran = run(code, step_arguments=2 * KiB)
+    if over:
+        assert ran.limit is not None and ran.limit.name == "step_arguments"
+    else:
+        assert ran.outcome == "calls" and len(ran.calls) == 2
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_arguments_edge(over: int) -> None:
+    sizes = [KiB - ONE, KiB - ONE + over]
+    records = [rec("echo", {"s": "x" * n}, result=1) for n in sizes]
+    code = f"for n in {sizes}:\n    await tools.echo(s='x' * n)\nreturn 'done'"
+    ran = run(code, records, arguments=2 * KiB)
+    if over:
+        assert ran.limit is not None and ran.limit.name == "arguments"
+    else:
+        assert ran.value == "done"
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_results_edge(over: int) -> None:
+    records = [rec("echo", {}, result="r" * (KiB - 2))]
+    ran = run("return len(await tools.echo())", records, results=KiB - over)
+    if over:
+        assert ran.limit is not None and ran.limit.name == "results"
+    else:
+        assert ran.value == KiB - 2
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_printed_head_edge(over: int) -> None:
+    n = protocol.PRINTED_HEAD - 1 + over
+    ran = run(f"print('p' * {n})")
+    assert ran.printed_bytes == n + 1
+    assert ("of printed output cut" in ran.printed) == bool(over)
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_returned_string_edge(over: int) -> None:
+    n = protocol.VALUE_BOUND - 2 + over  # its JSON: two quotes more
+    ran = run(f"return 'v' * {n}")
+    if over:
+        assert ran.value_text is not None and ran.value_bytes == n + 2
+    else:
+        assert ran.value_text is None and ran.value == "v" * n
