@@ -90,8 +90,9 @@ from sandbox.replay import (
 __all__ = ["ALLOWED", "Run", "check", "warm_up_code"]
 
 FILENAME = "<script>"
-# Names the compiled script uses that no script can write (not identifiers).
-_MAIN = "$main"
+# The function the script is the body of (popped from its globals before it runs), and a
+# name the compiled script uses that no script can write (not an identifier).
+_MAIN = "script"
 _FORMAT = "$format"
 
 # Python's own recursion bound, frames over those below the script's, set while a script
@@ -141,8 +142,9 @@ ALLOWED = (
 _FRAME_PREFIXES = ("f_", "gi_", "cr_", "ag_", "tb_", "co_")
 
 
-# Dunder attributes that are plain text (``type(e).__name__``): read, they reach nothing.
-_TEXT_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__"})
+# Dunder attributes a script may use: plain text (``type(e).__name__``), and ``__init__``
+# (``super().__init__(...)``), whose function reaches nothing without another dunder.
+_TEXT_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__", "__init__"})
 
 
 def _refused_attribute(name: str) -> str | None:
@@ -905,8 +907,13 @@ def _depth() -> int:
     return depth
 
 
-class _Sink:
-    """``sys.stdout`` and ``sys.stderr`` while a script runs: text goes to its printed text."""
+class _Sink(_Opaque):
+    """``sys.stdout`` and ``sys.stderr`` while a script runs: text goes to its printed text.
+
+    A ``PrettyPrinter`` the script makes keeps it; it holds its run under a name the script
+    cannot read, and has no ``__dict__`` and no copy."""
+
+    __slots__ = ("_run",)
 
     def __init__(self, run: Run) -> None:
         self._run = run

@@ -579,6 +579,17 @@ def test_reaching_out_is_refused_with_a_clear_error(code: str) -> None:
     assert ran.error.name in {"AttributeError", "NameError", "ImportError"}, ran.error
 
 
+def test_classes_with_inheritance_work() -> None:
+    code = (
+        "class Base:\n    def __init__(self, x):\n        self.x = x\n"
+        "class Child(Base):\n    def __init__(self, x):\n        super().__init__(x * 2)\n"
+        "class Oops(Exception):\n    def __init__(self, m):\n        super().__init__('oops ' + m)\n"
+        "try:\n    raise Oops('a')\nexcept Oops as e:\n    m = str(e)\n"
+        "return [Child(2).x, m, type(Child(1)).__name__, Child.__qualname__]"
+    )
+    assert value(code) == [4, "oops a", "Child", "script.<locals>.Child"]
+
+
 def test_format_still_works() -> None:
     code = "import string\nreturn ['{0:>4}|{n:.2f}'.format(7, n=1.5), '{a}'.format_map({'a': 1}),\n"
     code += "        str.format('{}', 2), string.Formatter().format('{0[k]}', {'k': 3})]"
