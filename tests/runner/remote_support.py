@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import itertools
 import os
 import re
 import shutil
@@ -211,7 +212,7 @@ def sandbox_children() -> list[psutil.Process]:
     for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
             argv = child.cmdline()
-            runs = any(a == "-m" and b == "sandbox" for a, b in zip(argv, argv[1:]))
+            runs = any(a == "-m" and b == "sandbox" for a, b in itertools.pairwise(argv))
             if runs and child.status() != psutil.STATUS_ZOMBIE:
                 alive.append(child)
     return alive
