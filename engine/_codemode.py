@@ -15,7 +15,7 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -198,6 +198,8 @@ class CodeMode(StepLoop):
         self.type_checker = _type_checker(type_check)
         self._check_declarations: str | None = None
         self._check_ms: dict[str, float] = {}  # what each new script's check cost, until logged
+        # The starts (by key) and resumes (by script id) this host runs now (see _once).
+        self._in_flight: dict[tuple[str, str], asyncio.Future[RunResult]] = {}
         self.lease_ms = lease_ms
         self.poll_interval = poll_interval
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
@@ -296,7 +298,9 @@ class CodeMode(StepLoop):
         their bytes are recorded with the script, so every run reads the same bytes. ``key``
         makes the start idempotent: give the model's tool-use id, and a host that replays the
         same ``run_code`` call (after a restart, say) continues that script instead of
-        starting another. ``on_start`` is told the script's id before its first step.
+        starting another; a start with the key of a start this host is still running waits
+        for it and returns its result (``on_start`` is told its id then). Otherwise
+        ``on_start`` is told the script's id before its first step.
         """
         try:
             body = normalize(code)
@@ -313,7 +317,28 @@ class CodeMode(StepLoop):
                 f"key = {key!r:.80} must be a string of 1 to {MAX_KEY} characters, such as the "
                 "model's tool-use id"
             )
-        checked = await self._type_check(body)
+        if key is None:
+            return await self._start(body, tenant, files, None, on_start)
+        result, joined = await self._once(
+            ("key", key), lambda: self._start(body, tenant, files, key, on_start), final=False
+        )
+        if on_start is not None and joined:
+            on_start(result.script_id)
+        return result
+
+    async def _start(
+        self,
+        body: str,
+        tenant: str,
+        files: Sequence[Attachment],
+        key: str | None,
+        on_start: Callable[[str], None] | None,
+    ) -> RunResult:
+        # A start of a key already in the log continues that script, which was checked when
+        # it was first started: it is not checked again. (Retries of one start come in
+        # bursts, from a model or a queue: each would cost a compiler run for nothing.)
+        again = key is not None and await self.store.script_for_key(key) is not None
+        checked = None if again else await self._type_check(body)
         record = log.ScriptRecord(
             id=self._new_id(),
             code=body,
@@ -381,6 +406,12 @@ class CodeMode(StepLoop):
         status ``elsewhere`` at once, or, with ``wait`` (seconds), once that host lets it go
         (the script's outcome if it ended; or this host drives it on).
         """
+        result, _ = await self._once(
+            ("script", script_id), lambda: self._resume(script_id, wait), final=True
+        )
+        return result
+
+    async def _resume(self, script_id: str, wait: float) -> RunResult:
         deadline = time.monotonic() + wait
         while True:
             record = await self.store.get_script(script_id)
@@ -393,6 +424,46 @@ class CodeMode(StepLoop):
             if time.monotonic() >= deadline:
                 return await self._elsewhere_or_ended(script_id)
             await asyncio.sleep(min(self.poll_interval, max(0.0, deadline - time.monotonic())))
+
+    async def _once(
+        self,
+        what: tuple[str, str],
+        run: Callable[[], Awaitable[RunResult]],
+        *,
+        final: bool,
+    ) -> tuple[RunResult, bool]:
+        """``run()``, unless this host runs the same start (by key) or resume (by script)
+        already: then wait for that one and take its result (with ``final``, only an
+        outcome: a paused script may have been answered since, so it is resumed again).
+        Returns the result and whether it was another's.
+
+        A start or an approval is often delivered again while its first delivery runs (a
+        model's retry, a webhook's, a queue's); each would otherwise read and try to take
+        the script, for "elsewhere". Under a burst, those duplicates crowded the store's
+        connections out of the one that drives the script.
+        """
+        while (other := self._in_flight.get(what)) is not None:
+            try:
+                result = await asyncio.shield(other)
+            except asyncio.CancelledError:
+                if not other.cancelled():
+                    raise  # this caller was cancelled
+                continue  # that run failed: this one runs (or waits for another)
+            if not final or result.status in log.ENDED:
+                return result, True
+            break
+        mine: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
+        self._in_flight[what] = mine
+        try:
+            result = await run()
+        except BaseException:
+            mine.cancel()  # its waiters run it themselves, and see this failure if it recurs
+            raise
+        finally:
+            if self._in_flight.get(what) is mine:
+                del self._in_flight[what]
+        mine.set_result(result)
+        return result, False
 
     async def work(self, *, stop: asyncio.Event | None = None) -> None:
         """Drive scripts that wait for no one (an answer landed, or their host died), one at
@@ -440,7 +511,7 @@ class CodeMode(StepLoop):
             if not any(c.state in (log.AWAITING_APPROVAL, log.AWAITING_CLIENT) for c in calls):
                 record = await self.store.get_script(drive.record.id)
                 if not record.held:
-                    return await self.resume(drive.record.id)
+                    return await self._resume(drive.record.id, 0.0)
         return result
 
     async def _elsewhere_or_ended(self, script_id: str) -> RunResult:

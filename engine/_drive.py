@@ -68,6 +68,7 @@ class Drive:
         self.record = record
         self.calls = calls
         self._ttl_ms = ttl_ms
+        self._stopping = False  # close() began: the renewer must stop (see _renew)
         self._renewer = asyncio.create_task(self._renew(), name=f"lease {record.id}")
         self._released = False
         self._usage: log.StepUsage | None = None  # a step's usage, until its next write
@@ -118,8 +119,12 @@ class Drive:
         return cls(store, lease, record, calls, ttl_ms)
 
     async def _renew(self) -> None:
-        # Renew at a third of the lease, so two missed renewals still leave time.
-        while True:
+        # Renew at a third of the lease, so two missed renewals still leave time. The loop
+        # also stops on close()'s flag, not only on its cancellation: a cancellation can be
+        # lost inside the store's await (Python 3.11's asyncio.wait_for returns a result that
+        # arrives with it, as when psycopg's pool hands over a connection at that moment), and
+        # a renewer that lived on would renew the lease of a drive that ended, forever.
+        while not self._stopping:
             await asyncio.sleep(self._ttl_ms / 3000)
             try:
                 self.lease = await self.store.renew(self.lease, self._ttl_ms)
@@ -283,6 +288,7 @@ class Drive:
 
     async def close(self) -> None:
         """Stop renewing and give the lease up (a lost lease is left as it is)."""
+        self._stopping = True
         self._renewer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._renewer

@@ -18,45 +18,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
-import resource
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import psutil
-
 from engine._drive import Drive
-from runner import LiveRun, ScriptRunner
+from runner import LiveRun, default_live_count, default_live_memory, takes_live
 from sandbox import protocol
+
+__all__ = [
+    "DEFAULT_LIVE_WAIT",
+    "LiveRuns",
+    "default_live_count",
+    "default_live_memory",
+    "live_key",
+    "takes_live",
+]
 
 logger = logging.getLogger("codemode")
 
-MiB = 1024 * 1024
 # The live wait's default: results that take longer than this (a slow tool, a person) let the
 # process go, and the next step replays. A few seconds keep a chain of quick calls live while
 # an idle script holds no process for long.
 DEFAULT_LIVE_WAIT = 5.0
-# A waiting process holds what its run built (a few MiB for most scripts, on top of the
-# pages it shares with the fork server); the default count leaves each about this much.
-TYPICAL_LIVE_BYTES = 16 * MiB
-MAX_LIVE_COUNT = 1024
-
-
-def default_live_memory() -> int:
-    """A quarter of the memory the machine has available now: live processes are a cache,
-    and a cache must not crowd out the steps and tools it serves."""
-    return max(64 * MiB, psutil.virtual_memory().available // 4)
-
-
-def default_live_count(memory: int) -> int:
-    """How many processes may wait live at once by default: what ``memory`` holds at a
-    typical live process's size, within the file descriptors this process may open (each
-    live process holds its pipes in the runner), from 4 to 1,024."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    by_fds = soft // 8 if soft != resource.RLIM_INFINITY else MAX_LIVE_COUNT
-    return max(4, min(MAX_LIVE_COUNT, memory // TYPICAL_LIVE_BYTES, by_fds))
 
 
 @dataclass
@@ -200,15 +185,3 @@ def live_key(drive: Drive) -> tuple[str, str]:
     """The key of a drive's live run: its script and its lease's owner, which names one
     drive of one host (a later drive of the same script never finds an earlier one's run)."""
     return (drive.record.id, drive.lease.owner)
-
-
-def takes_live(runner: ScriptRunner) -> bool:
-    """Whether ``runner.run`` takes ``live=``: a runner written before live steps does not,
-    and gets replay steps."""
-    try:
-        parameters = inspect.signature(runner.run).parameters
-    except (TypeError, ValueError):
-        return False
-    return "live" in parameters or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
-    )

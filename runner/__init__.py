@@ -13,6 +13,7 @@ from runner._base import (
     Step,
     bounded,
 )
+from runner._live import default_live_count, default_live_memory, takes_live
 from runner._process import ProcessRunner
 from runner._remote import RemoteRunner
 from runner._service import RunnerService
@@ -44,6 +45,9 @@ __all__ = [
     "Slots",
     "Step",
     "bounded",
+    "default_live_count",
+    "default_live_memory",
     "default_slot_count",
     "serve",
+    "takes_live",
 ]

@@ -112,6 +112,17 @@ class ForkedChild:
     async def write(self, data: bytes) -> None:
         await self.stdin.write(data)
 
+    def send_signal(self, signum: int) -> bool:
+        """Send ``signum`` by pidfd (never a stranger that reused the pid); False when it
+        cannot be sent surely (no pidfd, or the child is gone)."""
+        if self.pidfd is None or self.exit.done() or self.closed:
+            return False
+        try:
+            signal.pidfd_send_signal(self.pidfd, signum)
+        except (ProcessLookupError, OSError):
+            return False
+        return True
+
     def kill(self) -> None:
         """SIGKILL the child, by pidfd (never a stranger that reused the pid)."""
         if self.exit.done() or self.closed:

@@ -5,6 +5,12 @@ with ``live=True``): the process waits for the calls' results and goes on with t
 (``sandbox.protocol``). While it waits it holds no slot; :meth:`ProcessLive.resume` takes one
 again, fairly per tenant, and the segment has the wall deadline of a step of its own.
 
+While it waits the process is stopped (``SIGSTOP`` by pidfd; ``SIGCONT`` when its results
+come): an honest sandbox only blocks on its stdin then, so this costs it nothing, and a
+sandbox that was subverted cannot spin, allocate or write without a slot. What it does
+between its ``ran`` and the stop is found at the resume (output it wrote ends it; CPU it used
+is charged to the next segment, which has its own deadline).
+
 The process is a cache of the log: anything that goes wrong with it before the results are
 taken (it ended, it wrote while it waited, the records are not the ones it waits for) ends it
 and raises ``RunError``, and the engine replays the step from the log.
@@ -18,18 +24,57 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
+import resource
 import select
+import signal
 import time
 import weakref
 from typing import TYPE_CHECKING, Protocol
 
+import psutil
+
 from runner import _conversation as conv
-from runner._base import LiveRun, ProcessStats, RunError, Step
+from runner._base import LiveRun, ProcessStats, RunError, ScriptRunner, Step
 from runner._slots import Slots
 from sandbox import protocol
 
 if TYPE_CHECKING:
     from runner._forkserver import ForkedChild
+
+
+MiB = 1024 * 1024
+# A waiting process holds what its run built (a few MiB for most scripts, on top of the
+# pages it shares with the fork server); the default count leaves each about this much.
+TYPICAL_LIVE_BYTES = 16 * MiB
+MAX_LIVE_COUNT = 1024
+
+
+def default_live_memory() -> int:
+    """A quarter of the memory the machine has available now: live processes are a cache,
+    and a cache must not crowd out the steps and tools it serves."""
+    return max(64 * MiB, psutil.virtual_memory().available // 4)
+
+
+def default_live_count(memory: int) -> int:
+    """How many processes may wait live at once by default: what ``memory`` holds at a
+    typical live process's size, within the file descriptors this process may open (each
+    live process holds its pipes, or a connection, here), from 4 to 1,024."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    by_fds = soft // 8 if soft != resource.RLIM_INFINITY else MAX_LIVE_COUNT
+    return max(4, min(MAX_LIVE_COUNT, memory // TYPICAL_LIVE_BYTES, by_fds))
+
+
+def takes_live(runner: ScriptRunner) -> bool:
+    """Whether ``runner.run`` takes ``live=``: a runner written before live steps does not,
+    and gets replay steps."""
+    try:
+        parameters = inspect.signature(runner.run).parameters
+    except (TypeError, ValueError):
+        return False
+    return "live" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 class _Owner(Protocol):
@@ -145,6 +190,7 @@ class ProcessLive(LiveRun):
         # While it waits, nothing reads its stdout: what it writes stays in the pipe, where
         # resume finds it (and a process that floods it blocks, holding nothing of ours).
         child.stdout.pause_reading()
+        child.send_signal(signal.SIGSTOP)  # and stopped: no CPU, memory or output without a slot
         runner._live.add(self)
         # A LiveRun dropped without close: its process is ended when it is collected.
         self._finalizer = weakref.finalize(self, _end_child, child)
@@ -169,7 +215,7 @@ class ProcessLive(LiveRun):
 
     async def _resume(self, records: list[protocol.Record]) -> Step:
         child = self.child
-        problem = _mismatch(records, self.calls)
+        problem = mismatch(records, self.calls)
         if problem is not None:
             await self.close()
             raise RunError(f"the live run cannot take these results: {problem}")
@@ -197,9 +243,25 @@ class ProcessLive(LiveRun):
         child = self.child
         started = time.monotonic()
         child.stdout.resume_reading()
+        stopped = True
+
+        async def write(data: bytes) -> None:
+            # The results go into the pipe first and the process is continued after: it wakes
+            # once, to read them (continued first, it would wake, block on its read again, and
+            # wake a second time for the line). What the pipe cannot take yet is written once
+            # the process reads.
+            nonlocal stopped
+            if not stopped:
+                return await child.write(data)
+            stopped = False
+            writing = asyncio.ensure_future(child.write(data))
+            await asyncio.sleep(0)  # the write's first turn: what the pipe takes now
+            child.send_signal(signal.SIGCONT)
+            await writing
+
         outcome = await conv.segment(
             child.reader,
-            child.write,
+            write,
             self.script,
             self.server,
             conv.Deadline(self.script.limits.compute_ms),
@@ -234,7 +296,8 @@ class ProcessLive(LiveRun):
             await child.reap(grace=0)
 
 
-def _mismatch(records: list[protocol.Record], calls: list[protocol.Call]) -> str | None:
+def mismatch(records: list[protocol.Record], calls: list[protocol.Call]) -> str | None:
+    """Why ``records`` are not the results of ``calls`` (count, names, arguments), or None."""
     if len(records) != len(calls):
         return f"it waits for {len(calls):,} results and was sent {len(records):,}"
     for i, (record, call) in enumerate(zip(records, calls, strict=True)):

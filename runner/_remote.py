@@ -19,6 +19,14 @@ that says nothing for ``silence`` seconds mid-step (stopped, swapped out, its ma
 without a reset) is counted as gone, and the step runs on another service at once instead of
 after its whole deadline.
 
+Live steps (wire version 3, ``run(live=True)``): a step that stops on calls may leave its
+process waiting on its service; the step's connection stays open, held by the
+:class:`RemoteLive` the step carries, and :meth:`RemoteLive.resume` sends the results over it.
+A service that goes away meanwhile (killed, the connection dropped, silent past ``silence``)
+is taken out of rotation and the resume raises ``RunError``: the engine, whose log holds the
+results, replays the step on another service. A service of an older wire version gets replay
+steps.
+
 A connection that ended its step cleanly is kept open (up to ``keep_idle`` per service) for
 the next step to that service, which saves the TCP and TLS handshakes and the hello; one the
 service closed while idle is noticed, and the step is sent again on a new connection.
@@ -33,6 +41,7 @@ import contextlib
 import os
 import ssl
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +49,8 @@ from typing import Any
 
 from runner import _conversation as conv
 from runner import _wire as wire
-from runner._base import FileReader, ProcessStats, RunError, ScriptRunner, Step
+from runner._base import FileReader, LiveRun, ProcessStats, RunError, ScriptRunner, Step
+from runner._live import mismatch
 from sandbox import protocol
 from sandbox.protocol import Script
 
@@ -89,6 +99,16 @@ class _Refused(_Down):
     not change that, so a step that meets only these fails at once."""
 
 
+class _Ended(Exception):
+    """The live process cannot go on: the service ended it while it waited (its live wait
+    passed, it needed the room, it drains) and closed the connection, or it could not go on
+    (``keeps``: the connection takes requests again). Healthy, but the step must replay."""
+
+    def __init__(self, message: str, *, keeps: bool = False) -> None:
+        super().__init__(message)
+        self.keeps = keeps
+
+
 class _Stale(_Down):
     """The connection ended before the service said anything about the step.
 
@@ -126,6 +146,7 @@ class _Remote:
     steps: int = 0  # steps it answered for this client
     failures: int = 0  # times it was taken out of rotation
     abandoned: int = 0  # steps it went away in the middle of (run again elsewhere)
+    live: int = 0  # live processes of this client's waiting on it now
     refused_us: bool = False  # it refused our token or failed our TLS check: a config error
     idle: list[tuple[wire.Channel, wire.Welcome, asyncio.AbstractEventLoop]] = field(
         default_factory=list
@@ -152,6 +173,10 @@ class RemoteRunner(ScriptRunner):
     ``run`` raises :class:`RunError` only when no service could take the step; a script that
     fails is a failed :class:`Step`, as with every runner.
     """
+
+    # The newest wire version this client speaks (a subclass may speak an older one, as a
+    # client deployed before a newer service does).
+    wire_version = wire.WIRE_VERSION
 
     def __init__(
         self,
@@ -190,6 +215,8 @@ class RemoteRunner(ScriptRunner):
         self.clock = clock
         self._turn = 0
         self._closed = False
+        # The live runs this client holds connections for and nobody closed yet.
+        self._live: weakref.WeakSet[RemoteLive] = weakref.WeakSet()
 
     @classmethod
     def from_options(
@@ -263,9 +290,15 @@ class RemoteRunner(ScriptRunner):
         now = self.clock()
         return {r.address: r.why for r in self._remotes if r.down_until > now}
 
+    @property
+    def live_runs(self) -> int:
+        """How many live processes on services this client holds now (made, not closed)."""
+        return len(self._live)
+
     def status(self) -> dict[str, dict[str, Any]]:
         """Per service: steps it answered, times it failed, steps it went away in the middle
-        of, steps in flight, and if it is out of rotation, for how long more and why."""
+        of, steps in flight, live processes of this client waiting on it, and if it is out
+        of rotation, for how long more and why."""
         now = self.clock()
         return {
             r.address: {
@@ -273,6 +306,7 @@ class RemoteRunner(ScriptRunner):
                 "failures": r.failures,
                 "abandoned": r.abandoned,
                 "inflight": r.inflight,
+                "live": r.live,
                 "slots": r.slots,
                 "out_for": max(0.0, r.down_until - now),
                 "why": r.why if r.down_until > now else "",
@@ -292,7 +326,9 @@ class RemoteRunner(ScriptRunner):
         tenant: str = "default",
         live: bool = False,
     ) -> Step:
-        """As :meth:`ScriptRunner.run`; keeps no live process yet (``Step.live`` is None)."""
+        """As :meth:`ScriptRunner.run`. With ``live``, a step of a service of wire version 3
+        that stops on calls may leave its process waiting there (``Step.live`` is then a
+        :class:`RemoteLive`, which holds the step's connection)."""
         if self._closed:
             raise RunError("this remote runner is closed")
         now = self.clock()
@@ -311,7 +347,7 @@ class RemoteRunner(ScriptRunner):
         order = sorted(usable, key=lambda r: (r.score(), (self._remotes.index(r) - self._turn) % n))
         for remote in order:
             try:
-                step = await self._run_on(remote, script, files, tenant)
+                step = await self._run_on(remote, script, files, tenant, live)
                 remote.steps += 1
                 remote.refused_us = False
                 return step
@@ -332,15 +368,21 @@ class RemoteRunner(ScriptRunner):
         )
 
     async def _run_on(
-        self, remote: _Remote, script: Script, files: FileReader | None, tenant: str
+        self, remote: _Remote, script: Script, files: FileReader | None, tenant: str, live: bool
     ) -> Step:
         remote.inflight += 1
         sent = False
         try:
-            line = wire.encode_script(script, tenant)
             for fresh in (False, True):
                 conn, welcome, reused = await self._checkout(remote, fresh=fresh)
-                keep = False
+                asks = (
+                    live
+                    and welcome.version >= wire.LIVE_WIRE_VERSION
+                    and welcome.live_wait is not None
+                    and script.version >= protocol.LIVE_VERSION
+                )
+                line = wire.encode_script(script, tenant, live=asks)
+                keep = handed = False
                 try:
                     _check_fit(welcome, script, len(line))
                     try:
@@ -348,7 +390,24 @@ class RemoteRunner(ScriptRunner):
                     except wire.PeerGone as e:
                         raise _Stale(str(e)) from None
                     sent = True
-                    step = await self._converse(conn, welcome, script, files)
+                    server = conv.FileServer(script, files)
+                    step = await self._converse(conn, welcome, script, server, asks=asks)
+                    if step.live is not None:
+                        # The process waits on the service, on this connection, which the
+                        # live run holds from now on.
+                        handed = True
+                        step.live = RemoteLive(
+                            self,
+                            remote,
+                            conn,
+                            welcome,
+                            script,
+                            server,
+                            known=len(script.records),
+                            calls=list(step.calls),
+                            memory=step.live.memory,
+                        )
+                        return step
                     keep = True
                     return step
                 except _Skip:
@@ -361,7 +420,7 @@ class RemoteRunner(ScriptRunner):
                 finally:
                     if keep:
                         await self._checkin(remote, conn, welcome)
-                    else:
+                    elif not handed:
                         # Mid-step (cancelled, the file store failed, the service broke): a
                         # reset makes the service abandon the step and kill its process at once.
                         conn.abort()
@@ -426,7 +485,7 @@ class RemoteRunner(ScriptRunner):
         wire.keepalive(writer)
         try:
             hello = wire.Hello(
-                token=self._token, version=wire.WIRE_VERSION, oldest=wire.WIRE_OLDEST
+                token=self._token, version=self.wire_version, oldest=wire.WIRE_OLDEST
             )
             await conn.send(wire.encode(hello))
             line = await conn.line(wire.SMALL_LINE, idle=timeout, timeout=timeout)
@@ -447,7 +506,7 @@ class RemoteRunner(ScriptRunner):
             if "token" in message.error:
                 raise _Refused(f"it refused the connection: {message.error}; check the token")
             raise _Down(f"it refused the connection: {message.error}")
-        if not wire.WIRE_OLDEST <= message.version <= wire.WIRE_VERSION:
+        if not wire.WIRE_OLDEST <= message.version <= self.wire_version:
             conn.abort()
             raise _Down(f"it chose wire version {message.version}, which this client lacks")
         remote.slots = message.slots
@@ -459,10 +518,16 @@ class RemoteRunner(ScriptRunner):
         conn: wire.Channel,
         welcome: wire.Welcome,
         script: Script,
-        files: FileReader | None,
+        server: conv.FileServer,
+        *,
+        asks: bool,
+        resuming: bool = False,
     ) -> Step:
-        """Answer the step's reads until its answer comes. Raises _Skip/_Down/RunError."""
-        server = conv.FileServer(script, files)
+        """Answer the step's reads until its answer comes (``asks``: the step may stay live;
+        ``resuming``: it is a live run's next segment). Its ``live`` is the service's
+        :class:`~runner._wire.LiveOffer` when its process waits. Raises _Skip/_Down/_Ended/
+        RunError."""
+        before = server.served
         bound = wire.step_bound(script)
         wait = conv.wall_seconds(script.limits.compute_ms) + welcome.slot_wait + self.step_margin
         # A service that beats must not go quiet for long; one that does not (version 1) is
@@ -480,7 +545,7 @@ class RemoteRunner(ScriptRunner):
                 if line is None:
                     why = "it closed the connection before the step ended"
                     raise _Down(why) if heard else _Stale(why)
-                message = wire.decode(line, ("step", "read", "busy", "error", "beat"))
+                message = wire.decode(line, ("step", "read", "busy", "error", "beat", "ended"))
             except TimeoutError:
                 if idle < left:
                     raise _Down(
@@ -493,20 +558,33 @@ class RemoteRunner(ScriptRunner):
                 raise (_Down(why) if heard else _Stale(why)) from None
             except wire.WireError as e:
                 raise _Down(f"it broke the protocol: {e}") from None
+            if isinstance(message, wire.Ended):
+                if resuming and not heard:
+                    raise _Ended(message.error)
+                if not heard:  # left from a live run this connection carried
+                    raise _Stale(f"it had ended a live process on it ({message.error})")
+                raise _Down("it sent 'ended' in the middle of a step")
             heard = True
             if isinstance(message, wire.Beat):
                 continue
             if isinstance(message, Step):
+                if message.live is not None and not (asks and message.outcome == "calls"):
+                    raise _Down(
+                        "it broke the protocol: it kept a live process for a step that cannot "
+                        "have one"
+                    )
                 # The bytes this client served are what the step read, whatever it says.
                 if message.process is None:
                     message.process = ProcessStats()
-                message.process.file_bytes = server.served
+                message.process.file_bytes = server.served - before
                 return message.bounded()
             if isinstance(message, wire.Busy):
                 raise _Skip(f"busy: {message.error} ({message.busy} of {message.slots} slots)")
             if isinstance(message, wire.Failure):
                 if message.cause == "unfit":
                     raise _Skip(message.error)
+                if message.cause == "live" and resuming:
+                    raise _Ended(message.error, keeps=True)
                 raise _Down(message.error)
             # A file read: answered from the engine's reader exactly as for a local sandbox.
             # A store failure raises RunError out of run(): the step goes back to the queue.
@@ -554,12 +632,144 @@ class RemoteRunner(ScriptRunner):
         return {r.address: result for r, result in zip(self._remotes, results, strict=True)}
 
     async def aclose(self) -> None:
+        """End every live process this client holds, and close its connections."""
         self._closed = True
+        await asyncio.gather(*(live.close() for live in list(self._live)), return_exceptions=True)
         for remote in self._remotes:
             idle, remote.idle = remote.idle, []
             for conn, _, _ in idle:
                 with contextlib.suppress(Exception):
                     conn.abort()
+
+
+class RemoteLive(LiveRun):
+    """A live step's process waiting on a runner service, and the connection it waits on.
+
+    Made by :class:`RemoteRunner` only. ``memory_bytes`` is what the service said the
+    process held when it stopped. A run dropped without :meth:`close` drops its connection,
+    which makes the service end the process.
+    """
+
+    def __init__(
+        self,
+        runner: RemoteRunner,
+        remote: _Remote,
+        conn: wire.Channel,
+        welcome: wire.Welcome,
+        script: Script,
+        server: conv.FileServer,
+        *,
+        known: int,
+        calls: list[protocol.Call],
+        memory: int,
+    ) -> None:
+        self.runner = runner
+        self.remote = remote
+        self.conn = conn
+        self.welcome = welcome
+        self.script = script
+        self.server = server
+        self.known = known
+        self.calls = calls
+        self.waiting = len(calls)
+        self._memory = memory
+        self._done = False  # spent (a later segment took over) or closed
+        remote.live += 1
+        runner._live.add(self)
+        self._finalizer = weakref.finalize(self, _drop, conn, remote)
+
+    @property
+    def memory_bytes(self) -> int:
+        return 0 if self._done else self._memory
+
+    def _spend(self) -> None:
+        if not self._done:
+            self._done = True
+            self._finalizer.detach()
+            self.remote.live -= 1
+            self.runner._live.discard(self)
+
+    async def resume(self, records: list[protocol.Record]) -> Step:
+        if self._done:
+            raise RunError("this live run is over (closed, or a later step took it over)")
+        problem = mismatch(records, self.calls)
+        if problem is not None:
+            await self.close()
+            raise RunError(f"the live run cannot take these results: {problem}")
+        self._spend()
+        runner, remote, conn = self.runner, self.remote, self.conn
+        remote.inflight += 1
+        handed = keep = False
+        try:
+            try:
+                await conn.send(protocol.results_line(records))
+            except wire.PeerGone as e:
+                raise _Down(f"the connection broke: {e}") from None
+            step = await runner._converse(
+                conn, self.welcome, self.script, self.server, asks=True, resuming=True
+            )
+            known = self.known + len(records)
+            if step.live is not None:
+                handed = True
+                step.live = RemoteLive(
+                    runner,
+                    remote,
+                    conn,
+                    self.welcome,
+                    self.script,
+                    self.server,
+                    known=known,
+                    calls=list(step.calls),
+                    memory=step.live.memory,
+                )
+            else:
+                keep = True
+            remote.steps += 1
+            return step
+        except _Ended as e:
+            keep = e.keeps
+            raise RunError(
+                f"the runner service {remote.address} ended the live process: {e}"
+            ) from None
+        except _Skip as e:
+            keep = True  # it answered (busy): the connection takes requests again
+            raise RunError(f"the runner service {remote.address} could not go on: {e}") from None
+        except _Down as e:
+            # It went away with the process: out of rotation, and the engine replays the step
+            # (its results are in the log) on another service.
+            remote.down_until = runner.clock() + runner.cooldown
+            remote.why = str(e)
+            remote.failures += 1
+            remote.abandoned += 1
+            raise RunError(
+                f"the runner service {remote.address} went away during a live step: {e}"
+            ) from None
+        finally:
+            remote.inflight -= 1
+            if keep:
+                await runner._checkin(remote, conn, self.welcome)
+            elif not handed:
+                conn.abort()
+
+    async def close(self) -> None:
+        if self._done:
+            return
+        self._spend()
+        # The service ends the process; the connection takes requests again.
+        try:
+            await asyncio.wait_for(self.conn.send(protocol.END_LINE), 1.0)
+        except (Exception, asyncio.CancelledError):
+            self.conn.abort()
+            return
+        with contextlib.suppress(Exception):
+            await self.runner._checkin(self.remote, self.conn, self.welcome)
+
+
+def _drop(conn: wire.Channel, remote: _Remote) -> None:
+    """A live run dropped without close: its connection goes, and with it the process."""
+    remote.live -= 1
+    with contextlib.suppress(Exception):
+        conn.abort()
 
 
 def _tls_context(

@@ -27,10 +27,14 @@ import hmac
 import logging
 import ssl
 import time
+from collections import OrderedDict
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
 from runner import _wire as wire
-from runner._base import FileMissing, ProcessStats, RunError, ScriptRunner
+from runner._base import FileMissing, LiveRun, ProcessStats, RunError, ScriptRunner, Step
+from runner._live import default_live_count, default_live_memory, takes_live
 from runner._slots import Slots, default_slot_count
 from sandbox import protocol
 from sandbox.protocol import Script
@@ -47,6 +51,33 @@ MAX_CONNECTIONS = 1024
 MAX_UNWELCOMED = 64
 # Seconds between beats while a step runs (wire version 2).
 HEARTBEAT = 1.0
+# The longest a live process waits for its results here (wire version 3). The engine lets a
+# process go after its own live wait (a few seconds by default); this bounds a client that
+# vanished without closing its connection.
+LIVE_WAIT = 30.0
+
+# What a step's work hands back: the answer line, whether the connection can carry another
+# request, and the live process that now waits on the connection (if any).
+_Answer = tuple[bytes, bool, "_Held | None"]
+
+
+@dataclass(eq=False)
+class _Held:
+    """A live process that waits, on one client's connection, for its calls' results."""
+
+    run: LiveRun
+    files: _ForwardedFiles
+    script: Script
+    tenant: str
+    memory: int
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    why: str = ""
+
+    def end(self, why: str) -> None:
+        """Ask the connection that holds it to end it (it was evicted, or the service drains)."""
+        if not self.ended.is_set():
+            self.why = why
+            self.ended.set()
 
 
 class _ForwardedFiles:
@@ -146,7 +177,17 @@ class RunnerService:
     ``max_unwelcomed`` connections are in their handshake at once (the oldest is dropped for
     a new one) and ``max_connections`` are welcomed. While a step runs, a client of wire
     version 2 gets a ``beat`` every ``heartbeat`` seconds.
+
+    Live steps (wire version 3): a step that stops on calls may keep its process, waiting on
+    the client's connection for the results, at most ``live_wait`` seconds. Waiting
+    processes hold no slot; at most ``live_max`` of them, holding at most ``live_memory``
+    bytes, wait at once (defaults sized for the machine), and the least recently kept one is
+    ended for a new one. ``live_max=0`` keeps none. A client that goes away ends its process.
     """
+
+    # The newest wire version this service speaks (a subclass may speak an older one, as a
+    # service deployed before a newer client does).
+    wire_version = wire.WIRE_VERSION
 
     def __init__(
         self,
@@ -164,7 +205,14 @@ class RunnerService:
         max_connections: int = MAX_CONNECTIONS,
         max_unwelcomed: int = MAX_UNWELCOMED,
         heartbeat: float = HEARTBEAT,
+        live_wait: float = LIVE_WAIT,
+        live_max: int | None = None,
+        live_memory: int | None = None,
     ) -> None:
+        if not live_wait > 0:
+            raise ValueError(f"live_wait must be a positive number of seconds, not {live_wait}")
+        if live_max is not None and live_max < 0:
+            raise ValueError(f"live_max must be 0 or more, not {live_max}")
         if token is not None and not token:
             raise ValueError("the runner service's token is empty")
         if not heartbeat > 0:
@@ -191,6 +239,13 @@ class RunnerService:
         self.max_connections = max_connections
         self.max_unwelcomed = max_unwelcomed
         self.heartbeat = heartbeat
+        self.live_wait = live_wait
+        self.live_memory = live_memory if live_memory is not None else default_live_memory()
+        self.live_max = live_max if live_max is not None else default_live_count(self.live_memory)
+        # The live processes waiting on connections, least recently kept first.
+        self._held: OrderedDict[_Held, None] = OrderedDict()
+        self._held_memory = 0
+        self.live_ended = 0  # waiting processes the service ended itself (evicted, expired)
         self.draining = False
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -211,6 +266,11 @@ class RunnerService:
         """``HOST:PORT`` the service listens on (after :meth:`start`)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
+
+    @property
+    def live_runs(self) -> int:
+        """How many live processes wait on connections now."""
+        return len(self._held)
 
     def load(self) -> wire.Load:
         return wire.Load(
@@ -242,6 +302,8 @@ class RunnerService:
         if self._server is not None:
             self._server.close()
         log.info("draining: %d step(s) in flight", self._steps)
+        for held in list(self._held):
+            held.end("the runner service is draining")
         await self._no_steps.wait()
         await self._cancel_connections()
         await self._close_runner()
@@ -351,12 +413,12 @@ class RunnerService:
             await self._refuse(conn, "wrong token")
             return None
         oldest = hello.version if hello.oldest is None else hello.oldest
-        version = min(hello.version, wire.WIRE_VERSION)
+        version = min(hello.version, self.wire_version)
         if version < max(oldest, wire.WIRE_OLDEST):
             await self._refuse(
                 conn,
                 f"no wire version in common: this service speaks versions {wire.WIRE_OLDEST} "
-                f"to {wire.WIRE_VERSION}, the client {oldest} to {hello.version}; upgrade the "
+                f"to {self.wire_version}, the client {oldest} to {hello.version}; upgrade the "
                 "older side",
             )
             return None
@@ -379,6 +441,7 @@ class RunnerService:
             max_line=self.max_script_line,
             slot_wait=self.slot_wait,
             heartbeat=self.heartbeat if beats else None,
+            live_wait=self.live_wait if self._offers_live(version) else None,
         )
         self._welcomed += 1  # before the await, so two handshakes cannot both pass the cap
         try:
@@ -414,13 +477,24 @@ class RunnerService:
                 if self.draining:
                     await self._fail(conn, "the runner service is draining", "draining")
                     continue
-                script, tenant = wire.decode_body(kind, body, ("script",))
+                script, tenant, live = wire.decode_body(kind, body, ("script",))
                 del body
+                if live and not self._offers_live(version):
+                    raise wire.WireError("a live step was asked for, which was not offered")
             except wire.WireError as e:
                 await self._fail(conn, str(e), "protocol")
                 return
-            if not await self._step(conn, script, tenant, version):
+            files = _ForwardedFiles(conn, self.read_timeout)
+            keep, held = await self._exchange(
+                conn, version, script.id, files, self._work(script, tenant, files, live)
+            )
+            while held is not None:
+                keep, held = await self._wait_live(conn, version, held)
+            if not keep:
                 return
+
+    def _offers_live(self, version: int) -> bool:
+        return version >= wire.LIVE_WIRE_VERSION and self.live_max > 0 and takes_live(self.runner)
 
     async def _fail(self, conn: wire.Channel, why: str, cause: str) -> None:
         if cause == "protocol":
@@ -429,35 +503,52 @@ class RunnerService:
             line = wire.encode(wire.Failure(error=why, cause=cause))
             await asyncio.wait_for(conn.send(line), 1.0)
 
-    async def _step(self, conn: wire.Channel, script: Script, tenant: str, version: int) -> bool:
-        """Run one step for the client. True when the connection can carry another request."""
+    async def _exchange(
+        self,
+        conn: wire.Channel,
+        version: int,
+        label: str,
+        files: _ForwardedFiles,
+        work: Coroutine[Any, Any, _Answer],
+    ) -> tuple[bool, _Held | None]:
+        """Run one step (or live segment) for the client and send its answer: whether the
+        connection can carry another request, and the live process that waits on it now."""
         self._steps += 1
         self._no_steps.clear()
-        files = _ForwardedFiles(conn, self.read_timeout)
         watcher = asyncio.create_task(files.watch())
-        work = asyncio.create_task(self._work(script, tenant, files))
+        working = asyncio.create_task(work)
         beats = []
         if version >= wire.HEARTBEAT_VERSION:
             beats.append(asyncio.create_task(self._beat(conn)))
-        tasks: list[asyncio.Task[Any]] = [watcher, work, *beats]
+        tasks: list[asyncio.Task[Any]] = [watcher, working, *beats]
+        handed: _Held | None = None
         try:
-            await asyncio.wait({watcher, work}, return_when=asyncio.FIRST_COMPLETED)
-            if not work.done():
+            await asyncio.wait({watcher, working}, return_when=asyncio.FIRST_COMPLETED)
+            if not working.done():
                 # The client went away or broke the protocol: abandon the step; cancelling
                 # the local run kills its process.
-                log.warning("%s: step %s abandoned: %s", conn.peer, script.id, watcher.result())
-                return False
-            answer, keep = work.result()
+                log.warning("%s: step %s abandoned: %s", conn.peer, label, watcher.result())
+                return False, None
+            answer, keep, held = working.result()
             # No beat may follow the answer: the client reads the next line as a new one.
             for task in beats:
                 task.cancel()
             await asyncio.gather(*beats, return_exceptions=True)
             await conn.send(answer)
-            return keep and not files.broken
+            keep = keep and not files.broken
+            if keep:
+                handed = held  # it waits on this connection now; otherwise it ends below
+            return keep, handed
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            # A live process nobody waits on any more (the answer did not go out, the client
+            # left meanwhile, the connection is done): it ends here.
+            if working.done() and not working.cancelled() and working.exception() is None:
+                held = working.result()[2]
+                if held is not None and held is not handed:
+                    await _close_quietly(held.run)
             self._steps -= 1
             if self._steps == 0:
                 self._no_steps.set()
@@ -474,36 +565,165 @@ class RunnerService:
                 await conn.send(line)
 
     async def _work(
-        self, script: Script, tenant: str, files: _ForwardedFiles
-    ) -> tuple[bytes, bool]:
+        self, script: Script, tenant: str, files: _ForwardedFiles, live: bool
+    ) -> _Answer:
         """Take a slot and run the step. Returns the line that answers it."""
         why = protocol.unfit(script, languages=self.runner.languages)
         if why is not None:
             why = f"this runner service cannot run the step: {why}"
-            return wire.encode(wire.Failure(error=why, cause="unfit")), True
+            return wire.encode(wire.Failure(error=why, cause="unfit")), True, None
         try:
             use = await self.slots.acquire(tenant)
         except RunError:
-            why = f"no slot came free within {self.slot_wait:g} s"
-            busy = wire.Busy(
-                error=why,
-                slots=self.slots.count,
-                busy=self.slots.in_use,
-                waiting=self.slots.waiting(),
-            )
-            return wire.encode(busy), True
+            return self._busy(), True, None
         try:
             try:
-                step = await self.runner.run(script, files, tenant=tenant)
+                if live:
+                    step = await self.runner.run(script, files, tenant=tenant, live=True)
+                else:
+                    step = await self.runner.run(script, files, tenant=tenant)
             except RunError as e:
-                return wire.encode(wire.Failure(error=str(e), cause="unavailable")), True
+                return wire.encode(wire.Failure(error=str(e), cause="unavailable")), True, None
             except Exception as e:
                 log.exception("step %s: the local runner failed", script.id)
                 why = f"the runner service's local runner failed: {type(e).__name__}: {e}"
-                return wire.encode(wire.Failure(error=why, cause="unavailable")), False
-            if step.process is None:
-                step.process = ProcessStats()
-            step.process.wait_ms += use.waited * 1000
-            return wire.encode_step(step), True
+                return wire.encode(wire.Failure(error=why, cause="unavailable")), False, None
+            return self._answer(step, use.waited, script, tenant, files)
         finally:
             self.slots.release(use)
+
+    def _busy(self) -> bytes:
+        why = f"no slot came free within {self.slot_wait:g} s"
+        busy = wire.Busy(
+            error=why,
+            slots=self.slots.count,
+            busy=self.slots.in_use,
+            waiting=self.slots.waiting(),
+        )
+        return wire.encode(busy)
+
+    def _answer(
+        self, step: Step, waited: float, script: Script, tenant: str, files: _ForwardedFiles
+    ) -> _Answer:
+        """The ``step`` line, and the live process it leaves waiting (if any)."""
+        if step.process is None:
+            step.process = ProcessStats()
+        step.process.wait_ms += waited * 1000
+        run, step.live = step.live, None
+        if run is None:
+            return wire.encode_step(step), True, None
+        held = _Held(run, files, script, tenant, memory=max(0, int(run.memory_bytes)))
+        return wire.encode_step(step, wire.LiveOffer(memory=held.memory)), True, held
+
+    # ---- live processes waiting on connections ----
+
+    async def _wait_live(
+        self, conn: wire.Channel, version: int, held: _Held
+    ) -> tuple[bool, _Held | None]:
+        """Keep ``held`` waiting for the client's results, within the live budget; then resume
+        it, or end it. Returns as :meth:`_exchange` does."""
+        self._keep(held)
+        if self.draining:
+            held.end("the runner service is draining")
+        bound = protocol.results_bound(held.script.limits)
+        reading = asyncio.create_task(
+            conn.line(bound, idle=self.live_wait, timeout=self.line_timeout)
+        )
+        ending = asyncio.create_task(held.ended.wait())
+        going_on = False
+        try:
+            await asyncio.wait({reading, ending}, return_when=asyncio.FIRST_COMPLETED)
+            if not reading.done():
+                return await self._end_held(conn, held, held.why)
+            try:
+                line = reading.result()
+            except TimeoutError:
+                return await self._end_held(
+                    conn, held, f"no results came within {self.live_wait:g} s"
+                )
+            except wire.WireError as e:
+                await self._fail(conn, f"dropped: {e}", "protocol")
+                return False, None
+            except wire.PeerGone as e:
+                log.info("%s: live step %s ended: %s", conn.peer, held.script.id, e)
+                return False, None
+            if line is None:
+                log.info("%s: live step %s ended: the client left", conn.peer, held.script.id)
+                return False, None
+            try:
+                records = protocol.decode_resume(line)
+            except protocol.ProtocolError as e:
+                await self._fail(conn, f"dropped: {e}", "protocol")
+                return False, None
+            del line
+            if records is None:  # the client ended it
+                return True, None
+            going_on = True
+        finally:
+            for task in (reading, ending):
+                task.cancel()
+            await asyncio.gather(reading, ending, return_exceptions=True)
+            self._unkeep(held)
+            if not going_on:
+                await _close_quietly(held.run)
+        return await self._exchange(
+            conn,
+            version,
+            held.script.id,
+            held.files,
+            self._resume(held, records),
+        )
+
+    async def _end_held(self, conn: wire.Channel, held: _Held, why: str) -> tuple[bool, None]:
+        """End a waiting process the client did not end, and tell the client why."""
+        self.live_ended += 1
+        log.info("%s: live step %s ended: %s", conn.peer, held.script.id, why)
+        await _close_quietly(held.run)
+        with contextlib.suppress(wire.PeerGone, TimeoutError):
+            await asyncio.wait_for(conn.send(wire.encode(wire.Ended(error=why))), 1.0)
+        return False, None
+
+    async def _resume(self, held: _Held, records: list[protocol.Record]) -> _Answer:
+        """Take a slot and run the live process's next segment."""
+        try:
+            use = await self.slots.acquire(held.tenant)
+        except RunError:
+            await _close_quietly(held.run)
+            return self._busy(), True, None
+        try:
+            try:
+                step = await held.run.resume(records)
+            except RunError as e:
+                # The process is gone or cannot go on (and was ended): the client replays.
+                why = f"the live process cannot go on: {e}"
+                return wire.encode(wire.Failure(error=why, cause="live")), True, None
+            except Exception as e:
+                log.exception("live step %s: the local runner failed", held.script.id)
+                await _close_quietly(held.run)
+                why = f"the runner service's local runner failed: {type(e).__name__}: {e}"
+                return wire.encode(wire.Failure(error=why, cause="unavailable")), False, None
+            return self._answer(step, use.waited, held.script, held.tenant, held.files)
+        finally:
+            self.slots.release(use)
+
+    def _keep(self, held: _Held) -> None:
+        """Count ``held`` in the live budget; end the least recently kept ones past it."""
+        self._held[held] = None
+        self._held_memory += held.memory
+        for old in list(self._held):
+            if len(self._held) <= self.live_max and self._held_memory <= self.live_memory:
+                break
+            if old is not held and not old.ended.is_set():
+                old.end("it was ended for room (the runner service's live budget is full)")
+                self._unkeep(old)
+
+    def _unkeep(self, held: _Held) -> None:
+        if held in self._held:
+            del self._held[held]
+            self._held_memory -= held.memory
+
+
+async def _close_quietly(run: LiveRun) -> None:
+    # close() never raises by contract; a local runner's bug must not take the service down.
+    with contextlib.suppress(Exception):
+        await run.close()

@@ -1,4 +1,4 @@
-"""The runner service's wire protocol, version 2: script steps over TCP.
+"""The runner service's wire protocol, version 3: script steps over TCP.
 
 A remote runner speaks the sandbox protocol (``sandbox.protocol``) over a TCP connection,
 with a first exchange that authenticates. JSON lines, UTF-8, one envelope ``{"<kind>": body}``
@@ -8,15 +8,17 @@ service has a certificate.
 
 Handshake, once per connection:
 
-- client -> service: ``{"hello": {"token": "...", "version": 2, "oldest": 1}}``, the wire
+- client -> service: ``{"hello": {"token": "...", "version": 3, "oldest": 1}}``, the wire
   versions the client speaks (``oldest`` defaults to ``version``).
 - service -> client: ``{"welcome": {"version": v, "oldest": 1, "scripts": [1, 1],
   "languages": ["javascript"], "slots": N, "busy": M, "waiting": W, "draining": false,
-  "max_line": B, "slot_wait": S, "heartbeat": H}}``: ``v`` is the wire version both speak
-  (the newest), the service takes ``Script`` versions ``scripts[0]`` to ``scripts[1]`` in
-  ``languages``, has ``N`` slots of which ``M`` are busy with ``W`` steps waiting for one,
-  takes a script line of at most ``B`` bytes, waits at most ``S`` seconds for a free slot,
-  and (version 2) sends a ``beat`` every ``H`` seconds while a step runs.
+  "max_line": B, "slot_wait": S, "heartbeat": H, "live_wait": L}}``: ``v`` is the wire
+  version both speak (the newest), the service takes ``Script`` versions ``scripts[0]`` to
+  ``scripts[1]`` in ``languages``, has ``N`` slots of which ``M`` are busy with ``W`` steps
+  waiting for one, takes a script line of at most ``B`` bytes, waits at most ``S`` seconds
+  for a free slot, (version 2) sends a ``beat`` every ``H`` seconds while a step runs, and
+  (version 3) keeps a live step's process waiting for its results at most ``L`` seconds (no
+  ``live_wait``: it keeps none).
 - or ``{"refused": {"error": "<why>"}}`` and the service closes the connection: a missing or
   wrong token (compared in constant time), no wire version in common, a first line that is
   not a ``hello``, too long, or too slow, or too many connections.
@@ -45,6 +47,26 @@ Then any number of requests, one at a time:
   connection mid-step abandons the step: the service kills its process. A client whose file
   store fails closes the connection for the same effect.
 
+Live steps (version 3). A ``script`` request may carry ``"live": true``: when the step stops
+on calls and the service can keep its process, the ``step`` answer carries
+``"live": {"memory": bytes}`` (what the waiting process holds), and the process waits, alive
+and on this connection, for the records of exactly those calls. It holds no slot while it
+waits, and counts against the service's own live budget (a count and memory; the least
+recently kept process is ended first). The connection then carries one of:
+
+- client -> service ``{"results": [Record, ...]}`` (the sandbox protocol's line): the same
+  run goes on, exactly as a ``script`` step does (``read``, ``beat``, then ``step``, which
+  may carry ``live`` again, or ``busy`` / ``error``; ``error`` with cause ``live`` says the
+  process could not go on, and the client replays the step);
+- client -> service ``{"end": {}}``: the service ends the process; no answer, and the
+  connection takes requests again;
+- service -> client ``{"ended": {"error": "<why>"}}``: the service ended the process itself
+  (no results within ``live_wait``, evicted for room, draining) and closes the connection.
+
+A client that closes the connection, or whose connection breaks, while its process waits
+makes the service end the process. The process is a cache: the results are in the engine's log
+before they are sent, so when the service goes away the engine replays the step elsewhere.
+
 A step is a pure function of its ``Script`` (tool calls happen in the engine, never in a
 runner), so a client may run a step again elsewhere when a service goes away before answering.
 """
@@ -64,10 +86,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from runner._base import Step
 from sandbox import protocol
 
-WIRE_VERSION = 2
+WIRE_VERSION = 3
 WIRE_OLDEST = 1
 # The first wire version with heartbeats during a step.
 HEARTBEAT_VERSION = 2
+# The first wire version with live steps.
+LIVE_WIRE_VERSION = 3
 
 # Every line but a script and a step is small.
 SMALL_LINE = 64 * protocol.KiB
@@ -108,6 +132,8 @@ class Welcome(_Model):
     slot_wait: float = Field(ge=0)
     # Seconds between beats during a step (version 2); None: the service sends none.
     heartbeat: float | None = Field(None, gt=0)
+    # The longest a live process waits for its results (version 3); None: no live steps.
+    live_wait: float | None = Field(None, gt=0)
 
 
 class Beat(_Model):
@@ -116,6 +142,18 @@ class Beat(_Model):
 
 class Refused(_Model):
     error: str
+
+
+class LiveOffer(_Model):
+    """Carried by a ``step`` (version 3): its process waits, alive, for the calls' results."""
+
+    memory: int = Field(ge=0)
+
+
+class Ended(_Model):
+    """The service ended a waiting live process itself (version 3), and says why."""
+
+    error: str = Field(max_length=8192)
 
 
 class Load(_Model):
@@ -149,6 +187,7 @@ _KINDS: dict[str, type[BaseModel]] = {
     "read": protocol.ReadRequest,
     "step": Step,
     "beat": Beat,
+    "ended": Ended,
 }
 _NAMES = {cls: kind for kind, cls in _KINDS.items()}
 
@@ -170,17 +209,22 @@ def encode_load_request() -> bytes:
     return b'{"load":{}}\n'
 
 
-def encode_script(script: protocol.Script, tenant: str) -> bytes:
-    """The ``script`` line: the sandbox protocol's script line with the tenant added."""
+def encode_script(script: protocol.Script, tenant: str, *, live: bool = False) -> bytes:
+    """The ``script`` line: the sandbox protocol's script line with the tenant added, and
+    (version 3 only) whether the step may stay live."""
     body = script.model_dump(mode="python", exclude_unset=True)
     body["tenant"] = tenant
+    if live:
+        body["live"] = True
     return orjson.dumps({"script": body}) + b"\n"
 
 
-def encode_step(step: Step) -> bytes:
+def encode_step(step: Step, live: LiveOffer | None = None) -> bytes:
     body = step.model_dump(mode="python", exclude_unset=True, exclude={"process"})
     if step.process is not None:
         body["process"] = dataclasses.asdict(step.process)
+    if live is not None:
+        body["live"] = live.model_dump()
     return orjson.dumps({"step": body}) + b"\n"
 
 
@@ -195,8 +239,10 @@ def envelope(line: bytes) -> tuple[str, Any]:
 def decode(line: bytes, expect: tuple[str, ...]) -> Any:
     """Parse a line into one of the ``expect`` kinds.
 
-    ``script`` gives ``(Script, tenant)``; ``bytes`` gives an ``int``; ``missing`` a ``str``;
-    the rest their models. Raises :class:`WireError` naming what was wrong.
+    ``script`` gives ``(Script, tenant, live)``; ``step`` a :class:`~runner.Step` whose
+    ``live`` is the :class:`LiveOffer` it carried (or ``None``); ``bytes`` gives an ``int``;
+    ``missing`` a ``str``; the rest their models. Raises :class:`WireError` naming what was
+    wrong.
     """
     kind, body = envelope(line)
     return decode_body(kind, body, expect)
@@ -219,10 +265,21 @@ def decode_body(kind: str, body: Any, expect: tuple[str, ...]) -> Any:
         tenant = body.pop("tenant", "default")
         if not isinstance(tenant, str) or not 0 < len(tenant) <= 200:
             raise WireError("a malformed 'script' message: tenant must be a string of 1 to 200")
+        live = body.pop("live", False)
+        if not isinstance(live, bool):
+            raise WireError("a malformed 'script' message: live must be true or false")
         try:
-            return protocol.Script.model_validate(body), tenant
+            return protocol.Script.model_validate(body), tenant, live
         except ValidationError as e:
             raise WireError(protocol.malformed(kind, e)) from None
+    if kind == "step":
+        offer = body.pop("live", None) if isinstance(body, dict) else None
+        try:
+            step = Step.model_validate(body)
+            step.live = None if offer is None else LiveOffer.model_validate(offer)
+        except ValidationError as e:
+            raise WireError(protocol.malformed(kind, e)) from None
+        return step
     try:
         return _KINDS[kind].model_validate(body)
     except ValidationError as e:

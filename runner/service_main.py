@@ -27,6 +27,7 @@ from runner._service import (
     HANDSHAKE_TIMEOUT,
     HEARTBEAT,
     IDLE_TIMEOUT,
+    LIVE_WAIT,
     READ_TIMEOUT,
     SLOT_WAIT,
     RunnerService,
@@ -61,6 +62,16 @@ def _seconds(text: str) -> float:
         value = math.nan
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, 0 or more")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number, 0 or more")
     return value
 
 
@@ -111,6 +122,27 @@ def _parser() -> argparse.ArgumentParser:
         help=f"seconds between beats to the client while a step runs (default {HEARTBEAT:g})",
     )
     parser.add_argument(
+        "--live-wait",
+        type=_seconds,
+        default=LIVE_WAIT,
+        help="seconds a live step's process may wait for its results before the service ends "
+        f"it (default {LIVE_WAIT:g})",
+    )
+    parser.add_argument(
+        "--live-max",
+        type=_count,
+        default=None,
+        help="live processes waiting at once (default: sized for the machine; 0: keep none, "
+        "every step replays)",
+    )
+    parser.add_argument(
+        "--live-memory",
+        type=_count,
+        default=None,
+        help="bytes the waiting live processes may hold together (default: a quarter of the "
+        "memory free at start)",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         type=_log_level,
@@ -145,6 +177,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(
                 f"--heartbeat must be a positive number of seconds, not {args.heartbeat}"
             )
+        if not args.live_wait > 0:
+            raise ValueError(
+                f"--live-wait must be a positive number of seconds, not {args.live_wait}"
+            )
     except ValueError as e:
         print(f"codemode runner serve: {e}", file=sys.stderr)
         return 2
@@ -168,6 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         read_timeout=args.read_timeout,
         slot_wait=args.slot_wait,
         heartbeat=args.heartbeat,
+        live_wait=args.live_wait,
+        live_max=args.live_max,
+        live_memory=args.live_memory,
     )
     try:
         asyncio.run(_serve(service, host, port))

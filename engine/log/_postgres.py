@@ -132,7 +132,15 @@ class PostgresStore(SqlStore):
         from psycopg_pool import PoolTimeout
 
         try:
-            async with pool.connection() as conn, conn.transaction():
+            # In pipeline mode, so a statement whose answer the transaction does not need
+            # waits for the next that it does: BEGIN goes with the query of the time, and the
+            # last writes with COMMIT. A transaction holds its connection, and its row locks,
+            # across every round trip, and each costs a turn of a loop that may be busy.
+            async with (
+                pool.connection() as conn,
+                conn.pipeline() as pipeline,
+                conn.transaction(),
+            ):
                 if not write:
                     await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 now = (await (await conn.execute(_NOW)).fetchone())[0]
@@ -143,7 +151,7 @@ class PostgresStore(SqlStore):
                         q = tx.send(answer)
                     except StopIteration as stop:
                         return stop.value
-                    answer = await _execute(conn, q)
+                    answer = await _execute(conn, pipeline, q)
         except (PoolTimeout, psycopg.OperationalError) as e:
             # Translated once, here: the engine sees the log's own error family.
             raise StoreUnavailable(
@@ -222,11 +230,11 @@ class PostgresBlobStore(BlobStore):
         return bytes(row[0])
 
 
-async def _execute(conn: Any, q: sql.Q) -> Any:
+async def _execute(conn: Any, pipeline: Any, q: sql.Q) -> Any:
+    """Send ``q``; wait for the server only if the transaction needs its answer."""
     text = q.sql.replace("?", "%s") + _LOCKS[q.lock]
     if q.fetch == "many":
-        async with conn.cursor() as cursor:
-            await cursor.executemany(text, q.params)
+        await conn.cursor().executemany(text, q.params)
         return None
     cursor = await conn.execute(text, q.params)
     if q.fetch == "one":
@@ -234,6 +242,7 @@ async def _execute(conn: Any, q: sql.Q) -> Any:
     if q.fetch == "all":
         return await cursor.fetchall()
     if q.fetch == "count":
+        await pipeline.sync()
         return cursor.rowcount
     return None
 

@@ -54,9 +54,12 @@ class _Evicting(LiveRuns):
             self.drop(key)
 
 
-async def _outcome(name: str, code: str, mode: str) -> tuple[bytes, InProcessRunner, LiveRuns]:
-    """The outcome of ``code`` run to its end in ``mode`` (approving every call that asks)."""
-    runner = InProcessRunner()
+async def _outcome(
+    name: str, code: str, mode: str, runner: ScriptRunner | None = None
+) -> tuple[bytes, Any, LiveRuns]:
+    """The outcome of ``code`` run to its end in ``mode`` (approving every call that asks),
+    through ``runner`` (a new in-process runner by default)."""
+    runner = runner or InProcessRunner()
     engine = CodeMode(
         TOOLS,
         runner=runner,
@@ -114,6 +117,58 @@ async def test_live_replay_and_evicted_runs_give_the_same_outcome(
             f"{name}: {mode} differs from live:\n{outcomes[mode][:2000]!r}\n"
             f"{outcomes['live'][:2000]!r}"
         )
+
+
+class _Borrowed(ScriptRunner):
+    """A runner the engine uses but does not close (one service serves a test's engines)."""
+
+    def __init__(self, runner: ScriptRunner) -> None:
+        self.runner = runner
+
+    async def run(
+        self,
+        script: Script,
+        files: FileReader | None = None,
+        *,
+        tenant: str = "default",
+        live: bool = False,
+    ) -> Step:
+        return await self.runner.run(script, files, tenant=tenant, live=live)
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+async def test_through_a_runner_service_live_and_replay_agree(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The corpus again, with real confined processes behind a runner service on loopback
+    (the remote runner keeps each live process on the service, on the step's connection):
+    live, by replay and live with random evictions give the outcome the in-process runner
+    gives, byte for byte; live runs went on where a script has calls (no pause or limit in
+    the way), and no live process is left on either side."""
+    from runner import ProcessRunner
+    from tests.runner.remote_support import LoopbackRemote
+
+    monkeypatch.setattr(secrets, "randbits", lambda bits: SEED % (1 << bits))
+    code = CORPUS[name]
+    expected, _, _ = await _outcome(name, code, "live")
+    async with LoopbackRemote(lambda: ProcessRunner(mode="pool")) as remote:
+        for mode in ("live", "replay", "evict-1"):
+            outcome, _, live = await _outcome(name, code, mode, _Borrowed(remote))
+            assert outcome == expected, (
+                f"{name}: {mode} through the service differs from in-process:\n"
+                f"{outcome[:2000]!r}\n{expected[:2000]!r}"
+            )
+            assert len(live) == 0
+            for _ in range(500):  # the service ends a closed run's process as `end` lands
+                if remote.live_runs == 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert remote.live_runs == 0, f"{name}: {mode} left a live process"
+            data = orjson.loads(outcome)
+            calls = data["calls"]
+            paused = any(c[0] == "pay" for c in calls)  # a pause ends the live run
+            if mode == "live" and len(calls) > 1 and data["status"] == "finished" and not paused:
+                assert live.resumed > 0, f"{name} never went on live through the service"
 
 
 def test_the_corpus_covers_what_it_says() -> None:

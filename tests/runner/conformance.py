@@ -18,7 +18,7 @@ import psutil
 from runner import TEXT_BOUNDS, FileMissing, ScriptRunner, Step
 from runner._conversation import wall_seconds
 from sandbox.protocol import REMEDIES, Clock, FileInfo, Limits, Record, Script
-from tests.runner.conftest import Harness, open_fds
+from tests.runner.conftest import LIVE_RUNNERS, Harness, open_fds
 
 Check = Callable[[Harness], None]
 
@@ -533,6 +533,8 @@ def check_live_agrees_with_replay(h: Harness) -> None:
                 lived.append(_outcome(step))
                 if step.outcome != "calls":
                     break
+                # The kinds that keep processes keep every one here (nothing evicts them).
+                assert (step.live is not None) == (h.kind in LIVE_RUNNERS), (h.kind, name)
                 answers = [_answer(c) for c in step.calls]
                 records += answers
                 if step.live is not None:

@@ -62,6 +62,9 @@ STANDIN_FACTORIES: dict[str, Callable[[str], ScriptRunner]] = {
     "remote": _remote,
 }
 
+# Kinds that keep a live step's process (exec mode replays every step).
+LIVE_RUNNERS = {"fork", "pool", "remote"}
+
 # Kinds whose steps are cheap enough for the 1,000-step cleanup test (exec mode costs about
 # 300 ms a step here, so it takes a shorter run of the same test).
 FAST_RUNNERS = {"fork", "pool", "remote"}

@@ -285,6 +285,12 @@ class LoopbackRemote(ScriptRunner):
         assert self.remote is not None, "enter the LoopbackRemote (async with) before a run"
         return await self.remote.run(script, files, tenant=tenant, live=live)
 
+    @property
+    def live_runs(self) -> int:
+        """Live processes the client holds, and the service's runner keeps."""
+        local = getattr(self.local, "live_runs", 0)
+        return (self.remote.live_runs if self.remote is not None else 0) + local
+
     async def aclose(self) -> None:
         if self.remote is not None:
             await self.remote.aclose()

@@ -19,6 +19,11 @@ error message), ``deep_value`` / ``deep_arguments`` (data nested 300 deep),
 the bytes past the end of the first file, forever), ``read_deaf`` (asks for 4 MiB, then
 never reads its stdin).
 
+Hostile while a live step waits: ``live_spin``, ``live_alloc`` and ``live_garbage`` first lock
+down exactly as the sandbox does (seccomp, rlimits, the script's CPU timer), write a ``ran``
+that stops on one call to ``t``, and then, instead of waiting for its results, spin, allocate
+until the heap limit stops them, or write garbage lines to stdout.
+
 Self-contained on purpose: under ``-I`` the tests package is not importable.
 """
 
@@ -33,7 +38,7 @@ from typing import Any, NoReturn
 import orjson
 
 import sandbox.__main__ as sandbox_main
-from sandbox import protocol, runtime
+from sandbox import lockdown, protocol, runtime
 
 MARK = "// standin: "
 
@@ -112,6 +117,33 @@ def _misbehave(behaviour: str) -> NoReturn:
     os._exit(0)  # no_ran, and after the one-shot behaviours
 
 
+def _hostile_while_waiting(
+    behaviour: str,
+    script: protocol.Script,
+    *,
+    memory_ceiling: int,
+    data_limit: int | None,
+    filter_bpf: bytes | None,
+) -> NoReturn:
+    lockdown.apply(memory=memory_ceiling, data_limit=data_limit, filter_bpf=filter_bpf)
+    limits = script.limits
+    lockdown.tighten(
+        compute_ms=limits.compute_ms, memory=limits.memory, data_limit=data_limit, live=True
+    )
+    _write(b'{"ran": {"outcome": "calls", "calls": [{"name": "t", "arguments": {"a": 1}}]}}\n')
+    if behaviour == "live_spin":
+        while True:
+            pass
+    if behaviour == "live_alloc":
+        hoard = []
+        while True:  # until RLIMIT_DATA refuses (MemoryError, and the process exits)
+            hoard.append(bytearray(8 * protocol.MiB))
+    if behaviour == "live_garbage":
+        while True:  # blocks once the pipe is full: nobody reads it while the step waits
+            _write(b"garbage " * 1023 + b"\n")
+    os._exit(0)
+
+
 def serve(
     *, memory_ceiling: int, data_limit: int | None, filter_bpf: bytes | None = None
 ) -> NoReturn:
@@ -121,6 +153,14 @@ def serve(
         os._exit(0)
     script = protocol.decode(line, ("script",))
     first = script.code.split("\n", 1)[0]
+    if first.startswith(MARK + "live_"):
+        _hostile_while_waiting(
+            first[len(MARK) :].strip(),
+            script,
+            memory_ceiling=memory_ceiling,
+            data_limit=data_limit,
+            filter_bpf=filter_bpf,
+        )
     if first.startswith(MARK):
         _lie(first[len(MARK) :].strip(), script)
 

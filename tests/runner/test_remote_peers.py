@@ -145,19 +145,24 @@ async def test_a_version_the_service_does_not_speak(service: RunnerService) -> N
     answer = await client.receive()
     assert answer == {
         "refused": {
-            "error": "no wire version in common: this service speaks versions 1 to 2, the "
+            "error": "no wire version in common: this service speaks versions 1 to 3, the "
             "client 7 to 9; upgrade the older side"
         }
     }
-    # A newer client that still speaks version 2 is welcomed at version 2, with heartbeats.
+    # A newer client that still speaks version 3 is welcomed at version 3, with heartbeats and
+    # live steps.
     newer = await RawClient.connect(service.address)
-    await newer.send_json({"hello": {"token": TOKEN, "version": 3, "oldest": 1}})
+    await newer.send_json({"hello": {"token": TOKEN, "version": 4, "oldest": 1}})
     welcome = (await newer.receive())["welcome"]
-    assert welcome["version"] == 2 and welcome["heartbeat"] == service.heartbeat
-    # A client of version 1 gets no key it does not know (its welcome forbids unknown keys).
+    assert welcome["version"] == 3 and welcome["heartbeat"] == service.heartbeat
+    # Clients of versions 2 and 1 get no key they do not know (their welcome forbids unknown
+    # keys): no live wait for version 2, and no heartbeat either for version 1.
+    two = await RawClient.connect(service.address)
+    welcome = (await two.hello(version=2))["welcome"]
+    assert welcome["version"] == 2 and "heartbeat" in welcome and "live_wait" not in welcome
     older = await RawClient.connect(service.address)
     welcome = (await older.hello(version=1))["welcome"]
-    assert welcome["version"] == 1 and "heartbeat" not in welcome
+    assert welcome["version"] == 1 and "heartbeat" not in welcome and "live_wait" not in welcome
 
 
 async def test_a_script_version_the_service_does_not_take(service: RunnerService) -> None:

@@ -1,0 +1,247 @@
+"""Live steps through a runner service: the process stays on its service, waiting on the
+step's connection; a service that goes away means the engine replays elsewhere, and a client
+that goes away makes the service end the process. Needs the sandbox (Linux, seccomp)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from engine import CodeMode, MemoryStore, tool
+from runner import ProcessRunner, RemoteRunner, RunError, RunnerService, Step
+from runner._remote import RemoteLive
+from sandbox.protocol import Record
+
+from .remote_support import TOKEN, script, service_process, services
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TOOLS = ["t"]
+THREE = "const a = await tools.t({ n: 1 });\nconst b = await tools.t({ n: 2 });\nreturn [a, b];"
+
+
+def _answers(step: Step) -> list[Record]:
+    return [Record(name=c.name, arguments=c.arguments, result=c.arguments["n"]) for c in step.calls]
+
+
+async def until(condition: Callable[[], bool], what: str, seconds: float = 30.0) -> None:
+    """Poll ``condition`` until it holds (bounded, so a bug fails instead of hanging)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _waiting_pids(service: RunnerService) -> list[int]:
+    return [held.run.child.pid for held in service._held]  # type: ignore[attr-defined]
+
+
+async def test_a_live_step_waits_on_its_service_holding_no_slot() -> None:
+    """A live step's process waits on the service (counted there, holding no slot: another
+    step runs meanwhile on the service's one slot), and the same run goes on over the same
+    connection to the value a replay gives."""
+    local = ProcessRunner(mode="fork", slots=1)
+    async with services(local, slots=1) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        step = await remote.run(script(THREE, tools=TOOLS, id="live"), live=True)
+        assert step.outcome == "calls" and isinstance(step.live, RemoteLive)
+        assert service.live_runs == 1 and local.live_runs == 1
+        assert service.slots.in_use == 0 and local.slots.in_use == 0
+        assert remote.live_runs == 1 and remote.status()[service.address]["live"] == 1
+        other = await remote.run(script("return 'meanwhile'", id="other"))
+        assert other.value == "meanwhile"
+        nxt = await step.live.resume(_answers(step))
+        assert nxt.outcome == "calls" and isinstance(nxt.live, RemoteLive)
+        assert [c.arguments for c in nxt.calls] == [{"n": 2}]
+        assert step.live.memory_bytes == 0  # spent: the next segment's run took over
+        done = await nxt.live.resume(_answers(nxt))
+        assert done.outcome == "finished" and done.value == [1, 2], done.error
+        assert done.live is None and remote.live_runs == 0
+        await until(lambda: service.live_runs == 0 and local.live_runs == 0, "nothing waiting")
+        # By replay: the same value.
+        records = [Record(name="t", arguments={"n": 1}, result=1)]
+        records.append(Record(name="t", arguments={"n": 2}, result=2))
+        replayed = await remote.run(script(THREE, tools=TOOLS, id="replay", records=records))
+        assert replayed.value == done.value
+        await remote.aclose()
+
+
+async def test_older_services_and_clients_get_replay_steps() -> None:
+    """A service or a client of wire version 2 (deployed before live steps) keeps no process:
+    the step comes back with no live run, and the script goes on by replay."""
+
+    class OldService(RunnerService):
+        wire_version = 2
+
+    class OldClient(RemoteRunner):
+        wire_version = 2
+
+    old_local, new_local = ProcessRunner(mode="fork"), ProcessRunner(mode="fork")
+    old = OldService(TOKEN, runner=old_local)
+    new = RunnerService(TOKEN, runner=new_local)
+    try:
+        for client in (
+            RemoteRunner([await old.start()], TOKEN),
+            OldClient([await new.start()], TOKEN),
+        ):
+            step = await client.run(script(THREE, tools=TOOLS), live=True)
+            assert step.outcome == "calls" and step.live is None
+            records = _answers(step)
+            step = await client.run(script(THREE, tools=TOOLS, records=records), live=True)
+            assert step.live is None
+            step = await client.run(
+                script(THREE, tools=TOOLS, records=records + _answers(step)), live=True
+            )
+            assert step.value == [1, 2]
+            await client.aclose()
+        assert old_local.live_runs == new_local.live_runs == 0
+    finally:
+        for service in (old, new):
+            await service.aclose()
+        for local in (old_local, new_local):
+            await local.aclose()
+
+
+async def test_the_service_ends_a_process_past_its_live_wait_or_budget() -> None:
+    """A process that waits past the service's live wait, or is the least recently kept when
+    the service's live budget is full, is ended by the service; its client's resume says why
+    and raises RunError (the engine then replays)."""
+    local = ProcessRunner(mode="fork")
+    async with services(local, live_max=1, live_wait=2.0) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        first = await remote.run(script(THREE, tools=TOOLS, id="a"), live=True)
+        pid = _waiting_pids(service)[0]
+        second = await remote.run(script(THREE, tools=TOOLS, id="b"), live=True)
+        assert first.live is not None and second.live is not None
+        await until(lambda: _gone(pid), "the evicted process to end")
+        with pytest.raises(RunError, match="ended for room"):
+            await first.live.resume(_answers(first))
+        assert service.live_runs == 1 and service.live_ended == 1
+        pid = _waiting_pids(service)[0]
+        await until(lambda: _gone(pid), "the process to end after the live wait", 20)
+        with pytest.raises(RunError, match="no results came within 2 s"):
+            await second.live.resume(_answers(second))
+        assert remote.out_of_rotation() == {}, "a service that ended a process is healthy"
+        assert service.live_runs == 0 and local.live_runs == 0
+        await remote.aclose()
+
+
+CLIENT = """
+import asyncio, os, sys
+sys.path.insert(0, {root!r})
+from runner import RemoteRunner
+from tests.runner.remote_support import TOKEN, script
+
+async def main():
+    remote = RemoteRunner([{address!r}], TOKEN)
+    step = await remote.run(script({code!r}, tools=['t']), live=True)
+    assert step.live is not None
+    print("waiting", flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_client_that_vanishes_makes_the_service_end_its_process() -> None:
+    """A client process killed while its live process waits on the service: the service sees
+    the connection drop and ends the process; nothing of it is left."""
+    local = ProcessRunner(mode="fork")
+    async with services(local) as [service]:
+        program = CLIENT.format(root=str(ROOT), address=service.address, code=THREE)
+        client = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", program, stdout=asyncio.subprocess.PIPE, cwd=ROOT
+        )
+        assert client.stdout is not None
+        assert await asyncio.wait_for(client.stdout.readline(), 60) == b"waiting\n"
+        assert service.live_runs == 1
+        pid = _waiting_pids(service)[0]
+        client.kill()
+        await client.wait()
+        await until(lambda: service.live_runs == 0 and local.live_runs == 0, "the process ended")
+        await until(lambda: _gone(pid), "the sandbox process to go")
+        assert service.slots.in_use == 0
+
+
+async def test_a_client_that_drops_its_connection_ends_the_process() -> None:
+    """A live run dropped without close (its connection reset) and one closed: the service
+    ends both processes at once, and the client keeps nothing."""
+    local = ProcessRunner(mode="fork")
+    async with services(local) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        dropped = await remote.run(script(THREE, tools=TOOLS, id="dropped"), live=True)
+        closed = await remote.run(script(THREE, tools=TOOLS, id="closed"), live=True)
+        assert service.live_runs == 2
+        pids = _waiting_pids(service)
+        assert isinstance(dropped.live, RemoteLive) and closed.live is not None
+        dropped.live.conn.abort()
+        await closed.live.close()
+        await until(lambda: service.live_runs == 0 and local.live_runs == 0, "both ended")
+        await until(lambda: all(_gone(p) for p in pids), "both processes to go")
+        # The closed run's connection went back to the client's idle set and still serves.
+        assert (await remote.run(script("return 7"))).value == 7
+        await remote.aclose()
+
+
+@pytest.mark.parametrize("how", ["killed", "frozen"])
+async def test_a_service_gone_mid_live_wait_means_replay_elsewhere(
+    tmp_path: Path, how: str
+) -> None:
+    """The service that holds a script's live process is SIGKILLed (or frozen, so its
+    heartbeats stop) while the script's call runs: the engine replays the step on the other
+    service, from the log, and the script finishes with each call made once."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    beat = ("--heartbeat", "0.2")
+    async with (
+        service_process(token_file, *beat) as (first, a),
+        service_process(token_file, *beat) as (second, b),
+    ):
+        remote = RemoteRunner([a, b], TOKEN, silence=1.0)
+        processes = {a: first, b: second}
+        made: list[int] = []
+        victim: list[str] = []
+
+        @tool
+        def step(n: int) -> int:
+            """A step of work; the first one takes down the service the script waits on."""
+            made.append(n)
+            if n == 1:
+                [address] = [k for k, v in remote.status().items() if v["live"] == 1]
+                victim.append(address)
+                pid = processes[address].pid
+                if how == "killed":
+                    os.killpg(pid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGSTOP)
+            return n * 10
+
+        engine = CodeMode([step], runner=remote, store=MemoryStore(), type_check="off")
+        try:
+            code = "const a = await tools.step({ n: 1 });\nconst b = await tools.step({ n: 2 });\nreturn a + b;"
+            result = await engine.run_code(code)
+            assert result.status == "finished" and result.value == 30, result.text
+            assert made == [1, 2], "each call made once"
+            status = remote.status()
+            assert status[victim[0]]["failures"] >= 1 and status[victim[0]]["abandoned"] >= 1
+            other = b if victim[0] == a else a
+            assert status[other]["steps"] >= 1
+        finally:
+            await engine.aclose()
+            if how == "frozen":
+                os.kill(processes[victim[0]].pid, signal.SIGCONT)
