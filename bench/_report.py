@@ -122,6 +122,8 @@ def table(rows: list[Row]) -> str:
                 )
                 for name, figures in row.extra["engine_store"].items()
             )
+            if "sync_commit_p50_ms" in row.extra:
+                note += f"; a synced commit {row.extra['sync_commit_p50_ms']:.2f} ms"
         if row.extra and "peers" in row.extra:
             note = "see the comparison below"
         if row.shares:

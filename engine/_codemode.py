@@ -434,7 +434,8 @@ class CodeMode(StepLoop):
     ) -> tuple[RunResult, bool]:
         """``run()``, unless this host runs the same start (by key) or resume (by script)
         already: then wait for that one and take its result (with ``final``, only an
-        outcome: a paused script may have been answered since, so it is resumed again).
+        outcome: a paused script may have been answered since, so it is resumed again, by
+        one waiting caller after another).
         Returns the result and whether it was another's.
 
         A start or an approval is often delivered again while its first delivery runs (a
@@ -451,7 +452,8 @@ class CodeMode(StepLoop):
                 continue  # that run failed: this one runs (or waits for another)
             if not final or result.status in log.ENDED:
                 return result, True
-            break
+            # Paused: an answer may have landed since that run looked, so this caller runs
+            # again, after any other that got in first (each waits for the one before).
         mine: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
         self._in_flight[what] = mine
         try:

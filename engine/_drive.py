@@ -68,7 +68,7 @@ class Drive:
         self.record = record
         self.calls = calls
         self._ttl_ms = ttl_ms
-        self._stopping = False  # close() began: the renewer must stop (see _renew)
+        self._stopping = asyncio.Event()  # close() began: the renewer stops (see _renew)
         self._renewer = asyncio.create_task(self._renew(), name=f"lease {record.id}")
         self._released = False
         self._usage: log.StepUsage | None = None  # a step's usage, until its next write
@@ -119,13 +119,18 @@ class Drive:
         return cls(store, lease, record, calls, ttl_ms)
 
     async def _renew(self) -> None:
-        # Renew at a third of the lease, so two missed renewals still leave time. The loop
-        # also stops on close()'s flag, not only on its cancellation: a cancellation can be
-        # lost inside the store's await (Python 3.11's asyncio.wait_for returns a result that
-        # arrives with it, as when psycopg's pool hands over a connection at that moment), and
-        # a renewer that lived on would renew the lease of a drive that ended, forever.
-        while not self._stopping:
-            await asyncio.sleep(self._ttl_ms / 3000)
+        # Renew at a third of the lease, so two missed renewals still leave time. close()
+        # stops the renewer between renewals and never cancels it in one: a renewal cut off
+        # mid-transaction could keep the store's connection out of its pool, one that landed
+        # after the release would hold the script again, and a cancellation can be lost
+        # inside the store's await (Python 3.11's asyncio.wait_for returns a result that
+        # arrives with it, as when psycopg's pool hands over a connection at that moment),
+        # leaving a renewer that renews the lease of a drive that ended, forever.
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._ttl_ms / 3000)
+            if self._stopping.is_set():
+                return
             try:
                 self.lease = await self.store.renew(self.lease, self._ttl_ms)
             except log.LeaseLost:
@@ -287,11 +292,15 @@ class Drive:
         self._released = True  # ending gave the lease up
 
     async def close(self) -> None:
-        """Stop renewing and give the lease up (a lost lease is left as it is)."""
-        self._stopping = True
-        self._renewer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._renewer
+        """Stop renewing and give the lease up (a lost lease is left as it is). A renewal
+        under way is given the lease's time to end; one still not done then (a store that
+        hangs) is cancelled."""
+        self._stopping.set()
+        done, _ = await asyncio.wait({self._renewer}, timeout=self._ttl_ms / 1000)
+        if not done:
+            self._renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewer
         if not self._released:
             self._released = True
             with contextlib.suppress(Exception):

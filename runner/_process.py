@@ -5,10 +5,10 @@ Three ways to get the process, one way to talk to it (``_conversation``):
 - ``pool`` (default): a child the fork server forked ahead of demand, already locked down
   and ``ready`` (``_pool``);
 - ``fork``: a child the fork server forks for this step (``_forkserver``, ``sandbox.zygote``);
-- ``exec``: a fresh ``python -I -m sandbox`` per step, the baseline.
+- ``exec``: a fresh ``python -s -P -m sandbox`` per step, the baseline.
 
-Each process starts with an empty environment and only its three pipes, and is reaped with
-``wait4`` (by the runner in exec mode, by the zygote otherwise) so its CPU time and peak
+Each process starts with no environment but ``SANDBOX_ENV`` and only its three pipes, and is
+reaped with ``wait4`` (by the runner in exec mode, by the zygote otherwise) so its CPU time and peak
 memory reach the step's stats. Every way it can end becomes a Step (see
 ``_conversation.step_from``); none hangs the caller. Steps run in at most ``slots``
 processes at once, shared fairly between tenants (``_slots``).
@@ -182,7 +182,7 @@ class ProcessRunner(ScriptRunner):
 
     ``mode`` picks how the process comes to be: ``"pool"`` (default) takes a child the fork
     server forked ahead of demand, ``"fork"`` forks one per step, ``"exec"`` starts a fresh
-    ``python -I -m sandbox`` per step (slowest; for hosts that want no long-lived server).
+    ``python -s -P -m sandbox`` per step (slowest; for hosts that want no long-lived server).
 
     ``slots`` caps how many steps run at once (an int, or a :class:`Slots` shared with other
     runners; default ``CODEMODE_SANDBOX_SLOTS`` or the CPU count clamped to 2..8), and

@@ -168,9 +168,9 @@ def apply(
     :func:`export_bpf`; without it the filter is built here.
 
     Preconditions: single-threaded, everything imported and warmed up (pydantic imports
-    lazily: validate and dump each model once), started with an empty environment so that
-    ``/proc/<pid>/environ`` is empty too (see the module docstring). On failure the process
-    is left partly confined and must exit without running a script. Nothing is logged.
+    lazily: validate and dump each model once), started with no environment of the host's,
+    so that ``/proc/<pid>/environ`` holds none of it (see the module docstring). On failure the
+    process is left partly confined and must exit without running a script. Nothing is logged.
     """
     if filter_bpf is not None:
         _check_bpf(filter_bpf)  # a bad argument fails before anything changes

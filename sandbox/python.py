@@ -90,12 +90,14 @@ from sandbox.replay import (
 __all__ = ["ALLOWED", "Run", "check", "warm_up_code"]
 
 FILENAME = "<script>"
-# Names the compiled script uses that no script can write (not identifiers).
-_MAIN = "$main"
+# The function the script is the body of (popped from its globals before it runs), and a
+# name the compiled script uses that no script can write (not an identifier).
+_MAIN = "script"
 _FORMAT = "$format"
 
-# Python's own recursion bound, set while a script runs: deep recursion is a RecursionError
-# the script may catch, well before the 8 MiB C stack could overflow.
+# Python's own recursion bound, frames over those below the script's, set while a script
+# runs: deep recursion is a RecursionError the script may catch, well before the 8 MiB C
+# stack could overflow.
 RECURSION_LIMIT = 1000
 # Kept while a script runs and let go when it meets MemoryError, so that the run can still
 # report how it ended.
@@ -140,8 +142,9 @@ ALLOWED = (
 _FRAME_PREFIXES = ("f_", "gi_", "cr_", "ag_", "tb_", "co_")
 
 
-# Dunder attributes that are plain text (``type(e).__name__``): read, they reach nothing.
-_TEXT_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__"})
+# Dunder attributes a script may use: plain text (``type(e).__name__``), and ``__init__``
+# (``super().__init__(...)``), whose function reaches nothing without another dunder.
+_TEXT_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__", "__init__"})
 
 
 def _refused_attribute(name: str) -> str | None:
@@ -896,8 +899,21 @@ def _json(value: Any, path: str) -> str:
         )
 
 
-class _Sink:
-    """``sys.stdout`` and ``sys.stderr`` while a script runs: text goes to its printed text."""
+def _depth() -> int:
+    """Frames on the stack now (in a sandbox process a dozen; more under a test)."""
+    frame, depth = sys._getframe(), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1  # type: ignore[assignment]
+    return depth
+
+
+class _Sink(_Opaque):
+    """``sys.stdout`` and ``sys.stderr`` while a script runs: text goes to its printed text.
+
+    A ``PrettyPrinter`` the script makes keeps it; it holds its run under a name the script
+    cannot read, and has no ``__dict__`` and no copy."""
+
+    __slots__ = ("_run",)
 
     def __init__(self, run: Run) -> None:
         self._run = run
@@ -1322,7 +1338,7 @@ class Run(Replay):
     def _drive(self) -> Ran:
         saved = sys.stdout, sys.stderr, sys.getrecursionlimit()
         sys.stdout = sys.stderr = self.sink
-        sys.setrecursionlimit(RECURSION_LIMIT)
+        sys.setrecursionlimit(_depth() + RECURSION_LIMIT)
         self.reserve = bytearray(_RESERVE_BYTES)
         try:
             while True:

@@ -128,6 +128,17 @@ class PostgresStore(SqlStore):
         if self._closed:
             raise RuntimeError("the session log is closed")
         pool = self._pool or await self._open()
+        # A caller cancelled mid-transaction leaves it to end on its own (as if its host had
+        # died after sending it): the driver is never interrupted between a statement and
+        # its answer, which could leave the connection out of the pool for good.
+        running = asyncio.ensure_future(self._transaction(pool, make, write))
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            running.add_done_callback(_forget)
+            raise
+
+    async def _transaction(self, pool: Any, make: Callable[[int], sql.Tx], write: bool) -> Any:
         import psycopg
         from psycopg_pool import PoolTimeout
 
@@ -303,6 +314,13 @@ def _create_sync(conn: Any, schema: str) -> None:
                 return
             cursor = conn.execute(statement, params)
             row = cursor.fetchone() if cursor.description else None
+
+
+def _forget(task: asyncio.Future[Any]) -> None:
+    """Take the outcome of a transaction whose caller is gone (so asyncio does not report
+    it as never retrieved)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _first_line(error: BaseException) -> str:

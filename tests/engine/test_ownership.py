@@ -214,8 +214,9 @@ async def test_repeated_deliveries_of_a_start_or_a_resume_share_one_run(
     make_store: Callable[[], LogStore],
 ) -> None:
     """A start delivered again while it runs (a model's retry, a queue's) returns that start's
-    result, on_start told its id; so does a resume delivered again while it runs, once it
-    ends. An approval that lands as a resume pauses is picked up by that resume."""
+    result, on_start told its id; a resume delivered again while it runs waits for it and
+    takes its outcome (after a pause it resumes in turn). An approval that lands as a resume
+    pauses is picked up by that resume or the next."""
     effects: list[int] = []
     engine = CodeMode(_pay_tools(effects), runner=InProcessRunner(), store=make_store())
     started: list[str] = []
@@ -245,7 +246,10 @@ async def test_repeated_deliveries_of_a_start_or_a_resume_share_one_run(
         ends = await asyncio.wait_for(
             asyncio.gather(*(engine.resume(paused.script_id) for _ in range(5))), 60
         )
-        assert {r.status for r in ends} == {"finished"}, [r.text for r in ends]
+        # The first resume may have looked before the approval landed (paused); every later
+        # one waited for the one before it, so none found the script driven elsewhere.
+        assert ends[0].status in ("finished", "paused"), ends[0].text
+        assert {r.status for r in ends[1:]} == {"finished"}, [r.text for r in ends]
         assert effects == [30, 1], "each approved call ran once"
     finally:
         await engine.aclose()

@@ -123,6 +123,9 @@ REFUSED = {
     "loader": "__loader__",
     "spec": "__spec__",
     "private attribute": "import random\nrandom._inst",
+    "a printer's stream": "import pprint\npprint.PrettyPrinter()._stream",
+    "an object's dict": "import pprint\npprint.PrettyPrinter().__dict__",
+    "past __init__": "class A:\n    pass\nA.__init__.__globals__",
     "match class pattern": "match tools:\n    case object(__class__=c):\n        pass",
     "string annotation": "def f(x: '[c for c in ().__class__.__subclasses__()]'):\n    pass",
     "nested string annotation": "import typing\nx: typing.List['().__class__'] = []",
@@ -145,7 +148,7 @@ def test_introspection_is_refused_before_the_script_runs(run: Run, name: str) ->
 AT_RUN_TIME = {
     "getattr": "getattr((), '__class__')",
     "getattr frame": "def g():\n    yield 1\ngetattr(g(), 'gi_frame')",
-    "setattr": "class A:\n    pass\nsetattr(A, '__init__', None)",
+    "setattr": "class A:\n    pass\nsetattr(A(), '__class__', int)",
     "delattr": "delattr(tools, '_run')",
     "format field": "'{0.__class__.__bases__}'.format(())",
     "format index then attribute": "'{0[0].__globals__}'.format([lambda: 0])",
@@ -164,6 +167,7 @@ AT_RUN_TIME = {
     "tools is read-only": "tools.echo = print",
     "copy tools": "import copy\ncopy.deepcopy(tools)",
     "copy files": "import copy\ncopy.copy(files)",
+    "copy a printer's stream": "import copy, pprint\ncopy.deepcopy(pprint.PrettyPrinter())",
     "hashlib file_digest": "import hashlib\nhashlib.file_digest",
     "io beyond StringIO": "import io\nio.open",
     # register() would evaluate a runtime string annotation through typing.get_type_hints.
@@ -268,6 +272,18 @@ def test_memory_bombs_end_on_the_memory_limit(process: _Process, code: str) -> N
     assert step.limit is not None and step.limit.name == "memory", step.error
     assert step.error.name == "LimitError"
     assert_healthy(process)
+
+
+@pytest.mark.parametrize(("mib", "fits"), [(24, True), (160, False)])
+def test_memory_limit_is_the_scripts_heap(process: _Process, mib: int, fits: bool) -> None:
+    """`memory` bounds what the script allocates (above the interpreter and a little room)."""
+    step = process.run(
+        _script(f"b = bytearray({mib} * 1024 * 1024)\nreturn len(b)", memory=64 * MiB)
+    )
+    if fits:
+        assert step.outcome == "finished", step.error
+    else:
+        assert step.limit is not None and step.limit.name == "memory", step.error
 
 
 def test_a_script_that_swallows_memory_error_goes_on(process: _Process) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import itertools
 import os
 import re
 import shutil
@@ -204,11 +205,15 @@ class RawClient:
 
 
 def sandbox_children() -> list[psutil.Process]:
-    """Sandbox processes started by this test process that are still alive."""
+    """Sandbox processes started by this test process that are still alive: those that run
+    ``-m sandbox`` (not any whose path says "sandbox", such as an interpreter in a checkout
+    named so)."""
     alive = []
     for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
-            if "sandbox" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+            argv = child.cmdline()
+            runs = any(a == "-m" and b == "sandbox" for a, b in itertools.pairwise(argv))
+            if runs and child.status() != psutil.STATUS_ZOMBIE:
                 alive.append(child)
     return alive
 

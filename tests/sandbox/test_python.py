@@ -579,6 +579,17 @@ def test_reaching_out_is_refused_with_a_clear_error(code: str) -> None:
     assert ran.error.name in {"AttributeError", "NameError", "ImportError"}, ran.error
 
 
+def test_classes_with_inheritance_work() -> None:
+    code = (
+        "class Base:\n    def __init__(self, x):\n        self.x = x\n"
+        "class Child(Base):\n    def __init__(self, x):\n        super().__init__(x * 2)\n"
+        "class Oops(Exception):\n    def __init__(self, m):\n        super().__init__('oops ' + m)\n"
+        "try:\n    raise Oops('a')\nexcept Oops as e:\n    m = str(e)\n"
+        "return [Child(2).x, m, type(Child(1)).__name__, Child.__qualname__]"
+    )
+    assert value(code) == [4, "oops a", "Child", "script.<locals>.Child"]
+
+
 def test_format_still_works() -> None:
     code = "import string\nreturn ['{0:>4}|{n:.2f}'.format(7, n=1.5), '{a}'.format_map({'a': 1}),\n"
     code += "        str.format('{}', 2), string.Formatter().format('{0[k]}', {'k': 3})]"
@@ -607,3 +618,67 @@ def test_allowed_modules_work() -> None:
     assert result[0] == {"a": 1}
     assert result[-1] == "abc"
     assert result[16] == "eA=="
+
+
+# ---- limits at their edges (the same core counts them as for JavaScript) ----
+
+ONE = len('{"s":""}')
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_call_arguments_edge(over: int) -> None:
+    ran = run(f"await tools.echo(s='x' * {KiB - ONE + over})", call_arguments=KiB)
+    if over:
+        assert ran.limit is not None and ran.limit.name == "call_arguments"
+    else:
+        assert ran.outcome == "calls" and ran.limit is None
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_step_arguments_edge(over: int) -> None:
+    code = f"tools.echo(s='x' * {KiB - ONE})\ntools.echo(s='y' * {KiB - ONE + over})"
+    ran = run(code, step_arguments=2 * KiB)
+    if over:
+        assert ran.limit is not None and ran.limit.name == "step_arguments"
+    else:
+        assert ran.outcome == "calls" and len(ran.calls) == 2
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_arguments_edge(over: int) -> None:
+    sizes = [KiB - ONE, KiB - ONE + over]
+    records = [rec("echo", {"s": "x" * n}, result=1) for n in sizes]
+    code = f"for n in {sizes}:\n    await tools.echo(s='x' * n)\nreturn 'done'"
+    ran = run(code, records, arguments=2 * KiB)
+    if over:
+        assert ran.limit is not None and ran.limit.name == "arguments"
+    else:
+        assert ran.value == "done"
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_results_edge(over: int) -> None:
+    records = [rec("echo", {}, result="r" * (KiB - 2))]
+    ran = run("return len(await tools.echo())", records, results=KiB - over)
+    if over:
+        assert ran.limit is not None and ran.limit.name == "results"
+    else:
+        assert ran.value == KiB - 2
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_printed_head_edge(over: int) -> None:
+    n = protocol.PRINTED_HEAD - 1 + over
+    ran = run(f"print('p' * {n})")
+    assert ran.printed_bytes == n + 1
+    assert ("of printed output cut" in ran.printed) == bool(over)
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_returned_string_edge(over: int) -> None:
+    n = protocol.VALUE_BOUND - 2 + over  # its JSON: two quotes more
+    ran = run(f"return 'v' * {n}")
+    if over:
+        assert ran.value_text is not None and ran.value_bytes == n + 2
+    else:
+        assert ran.value_text is None and ran.value == "v" * n
