@@ -530,6 +530,8 @@ class RunnerService:
                 log.warning("%s: step %s abandoned: %s", conn.peer, label, watcher.result())
                 return False, None
             answer, keep, held = working.result()
+            if held is not None:
+                self._keep(held)  # in the budget before the client hears it waits
             # No beat may follow the answer: the client reads the next line as a new one.
             for task in beats:
                 task.cancel()
@@ -548,6 +550,7 @@ class RunnerService:
             if working.done() and not working.cancelled() and working.exception() is None:
                 held = working.result()[2]
                 if held is not None and held is not handed:
+                    self._unkeep(held)
                     await _close_quietly(held.run)
             self._steps -= 1
             if self._steps == 0:
@@ -621,8 +624,8 @@ class RunnerService:
         self, conn: wire.Channel, version: int, held: _Held
     ) -> tuple[bool, _Held | None]:
         """Keep ``held`` waiting for the client's results, within the live budget; then resume
-        it, or end it. Returns as :meth:`_exchange` does."""
-        self._keep(held)
+        it, or end it. Returns as :meth:`_exchange` does. It was counted in the live budget
+        when its answer went out (:meth:`_exchange`)."""
         if self.draining:
             held.end("the runner service is draining")
         bound = protocol.results_bound(held.script.limits)
@@ -676,6 +679,7 @@ class RunnerService:
 
     async def _end_held(self, conn: wire.Channel, held: _Held, why: str) -> tuple[bool, None]:
         """End a waiting process the client did not end, and tell the client why."""
+        self._unkeep(held)  # out of the budget before the client hears of it
         self.live_ended += 1
         log.info("%s: live step %s ended: %s", conn.peer, held.script.id, why)
         await _close_quietly(held.run)
