@@ -461,6 +461,10 @@ class Walker:
         members, extra = self.members(schema, doc, level)
         return self.object(members, extra, level, hint)
 
+    def value_text(self, value: Any) -> str:
+        """A JSON value (a default) as the language writes it."""
+        return json_text(value)
+
     def _comment(self, schema: Any) -> str:
         if not self.comments or not isinstance(schema, dict):
             return ""
@@ -475,8 +479,8 @@ class Walker:
             pieces.append(f"Format: {self.clean(fmt)}.")
         if "default" in schema:
             try:
-                shown = json_text(schema["default"])
-            except (TypeError, ValueError):
+                shown = self.value_text(schema["default"])
+            except (TypeError, ValueError, RecursionError):
                 shown = ""
             if shown and len(shown) <= MAX_DEFAULT_SHOWN:
                 pieces.append(f"Default: {self.clean(shown)}.")

@@ -309,3 +309,26 @@ def test_the_readmes_stub_is_what_the_model_reads() -> None:
     missing = [line for line in lines if line not in block and not line.endswith('..."""')]
     assert not missing, missing
     assert len(lines) > 15
+
+
+def test_defaults_are_written_as_python() -> None:
+    """A schema's default is shown as Python writes it (False, None), not as JSON."""
+    tool = Tool.from_mcp(
+        {
+            "name": "place",
+            "description": "Place an order.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "rush": {"type": "boolean", "default": False},
+                    "note": {"type": ["string", "null"], "default": None},
+                    "tags": {"type": "object", "default": {"a": [True, 1.5, "x"]}},
+                },
+            },
+        },
+        lambda **_: None,
+    )
+    block, _ = PYTHON.declare_tools([tool])
+    assert "# Default: False." in block and "# Default: None." in block
+    assert '# Default: {"a": [True, 1.5, "x"]}.' in block
+    assert "false" not in block and "null" not in block

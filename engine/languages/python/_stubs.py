@@ -112,6 +112,26 @@ def _string(value: str) -> str:
     return json_text(value)
 
 
+def python_literal(value: Any) -> str:
+    """JSON data as a Python literal (``None``, ``True``, ``{"a": [1, 2]}``); raises
+    ValueError or TypeError for what JSON cannot hold."""
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, str):
+        return _string(value)
+    if isinstance(value, int | float):
+        return json_text(value)  # NaN and infinities are refused, as in JSON
+    if isinstance(value, list):
+        return "[" + ", ".join(python_literal(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ", ".join(f"{_string(str(k))}: {python_literal(v)}" for k, v in value.items())
+            + "}"
+        )
+    raise TypeError(f"not JSON data: {type(value).__name__}")
+
+
 class StubRenderer(Walker):
     """Renders the schemas of one tool as Python types (see :class:`Walker`); object types
     become ``TypedDict`` classes, collected in :attr:`classes`. ``check`` writes the type
@@ -124,6 +144,9 @@ class StubRenderer(Walker):
         self.never = Rendered(self.n("Never"))
         self.null = Rendered("None")
         self.classes: deque[str] = deque()
+
+    def value_text(self, value: Any) -> str:
+        return python_literal(value)
 
     def n(self, name: str) -> str:
         """A builtin or typing name as this stub spells it."""
