@@ -345,7 +345,8 @@ def chart(rows: list[Row], path: Path) -> bool:
     left.set_ylabel("whole-script time, p50 (ms)")
     left.set_title("Latency against calls per script")
     left.grid(True, which="both", alpha=0.3)
-    left.legend()
+    if left.get_legend_handles_labels()[0]:  # a run with no sequential-calls rows has none
+        left.legend()
     trivial = [r for r in rows if r.workload == "trivial"]
     right.bar([r.mode for r in trivial], [r.p50_ms for r in trivial], color="tab:blue")
     right.set_yscale("log")
