@@ -100,7 +100,9 @@ def _query(text: str) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="codemode",
-        description="Run model-written JavaScript or Python that calls your tools, in a confined sandbox.",
+        description=(
+            "Run model-written JavaScript or Python that calls your tools, in a confined sandbox."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"codemode {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
