@@ -321,6 +321,15 @@ def pay(cents: int) -> str:
     return "paid"
 '''
 
+
+def _host_env(tmp_path: Path) -> dict[str, str]:
+    """A host process's ledger, and its temporary files under ``tmp_path``: a host killed in
+    the middle of a type check cannot remove its check's directory, and pytest removes these."""
+    tmp = tmp_path / "host-tmp"
+    tmp.mkdir(exist_ok=True)
+    return {"LEDGER": str(tmp_path / "ledger"), "TMPDIR": str(tmp)}
+
+
 HOST = """
 import asyncio, sys, json, os
 sys.path.insert(0, {root!r})
@@ -360,7 +369,7 @@ def _host(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subp
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "LEDGER": str(tmp_path / "ledger"), **(env or {})},
+        env={**os.environ, **_host_env(tmp_path), **(env or {})},
         cwd=ROOT,
     )
     return proc
@@ -537,7 +546,7 @@ class _TrialHost:
             stderr=self._stderr,
             text=True,
             bufsize=1,
-            env={**os.environ, "LEDGER": str(tmp_path / "ledger")},
+            env={**os.environ, **_host_env(tmp_path)},
             cwd=ROOT,
         )
         self.lines: list[dict] = []
