@@ -26,6 +26,7 @@ made by the language from data it checked; answers go back as tagged strings (se
 
 from __future__ import annotations
 
+import abc
 import re
 import resource
 from dataclasses import dataclass, field
@@ -127,7 +128,7 @@ class _Printed:
         return head + note + tail
 
 
-class Replay:
+class Replay(abc.ABC):
     """One run of one script, whatever its language. Create, then call :meth:`execute` once.
 
     A language subclasses it; see the module docstring for what it provides.
@@ -176,15 +177,18 @@ class Replay:
         """The heap the script holds now (0 when the language cannot tell)."""
         return 0
 
+    @abc.abstractmethod
     def _execute(self) -> Ran:
-        raise NotImplementedError
+        """Run the script from its start to the first empty queue (the language's)."""
 
+    @abc.abstractmethod
     def _drive(self) -> Ran:
-        raise NotImplementedError
+        """Run ready work until the queue is empty, settling recorded calls (version 2), then
+        report how the run stands; :meth:`resume` calls it after adding records."""
 
+    @abc.abstractmethod
     def _concluded(self, kind: str, payload: Any) -> Ran:
         """The run's ending for the script's own end: ``outcome`` as the language set it."""
-        raise NotImplementedError
 
     # ---- host functions: strings in, strings out ----
 

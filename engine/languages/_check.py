@@ -10,6 +10,7 @@ checker per core runs at a time (:class:`Turns`).
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import math
 import os
@@ -85,7 +86,7 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-class BoundedChecker:
+class BoundedChecker(abc.ABC):
     """Checks scripts with one checker binary at ``path`` (default: :meth:`find`), within
     ``timeout`` seconds (wall and CPU) and ``memory`` bytes of checker heap per check.
 
@@ -110,9 +111,9 @@ class BoundedChecker:
         self._turns = asyncio.Semaphore(cores())
 
     @staticmethod
+    @abc.abstractmethod
     def find() -> Path:
         """Where the checker is; :class:`CompilerMissing` saying how to install it."""
-        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.path)!r}, timeout={self.timeout:g})"
@@ -125,8 +126,8 @@ class BoundedChecker:
         async with self._turns:
             return await self._check(code, declarations)
 
-    async def _check(self, code: str, declarations: str) -> Checked:
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def _check(self, code: str, declarations: str) -> Checked: ...
 
 
 @dataclass

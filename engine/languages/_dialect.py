@@ -13,6 +13,7 @@ priority, so it matters: the same tools in the same order always give the same b
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,7 +46,7 @@ def description_lines(description: str) -> list[str]:
     return lines
 
 
-class Dialect:
+class Dialect(abc.ABC):
     """One script language's declarations and ``run_code`` description.
 
     A subclass sets :attr:`language` (as in a script record), :attr:`name` and
@@ -63,27 +64,27 @@ class Dialect:
     files_note: str  # the paragraph on `files`, in the language
     code_description: str  # of run_code's `code` argument
 
+    @abc.abstractmethod
     def declare_tool(
         self, tool: Tool, namer: Namer, *, comments: bool, full: bool, results: bool = True
     ) -> tuple[str, str]:
         """One tool's member and the declarations of its named types. New type names are
         taken from ``namer``; pass a copy when the declaration may be dropped.
         ``results=False`` declares every result as anything (the type check's choice)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def builtin(self, name: str) -> str:
         """The member declaring builtin ``name`` (``tool_search``, ``skill``), with its
         comment."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def skill_call(self, name: str | None = None) -> str:
         """How a script loads skill ``name`` (or any skill, when None)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def guide(self, skills: bool) -> list[str]:
         """The paragraphs that tell the model how to write a script (``skills``: how to
         load one too)."""
-        raise NotImplementedError
 
     def run_code_tool(
         self,

@@ -12,6 +12,7 @@ schema and the names already taken: the same input gives the same bytes.
 
 from __future__ import annotations
 
+import abc
 import json
 import re
 from collections import deque
@@ -243,7 +244,7 @@ def is_plain_object(schema: Any) -> bool:
     return any(k in schema for k in ("properties", "additionalProperties", "required"))
 
 
-class Walker:
+class Walker(abc.ABC):
     """Renders the schemas of one tool; named types it meets wait in :attr:`pending`.
 
     ``comments`` gives each property its description's first line (and its format and
@@ -269,41 +270,41 @@ class Walker:
         """One line of text made safe inside the language's comment."""
         return one_line(text)
 
-    def const(self, value: Any) -> Rendered:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def const(self, value: Any) -> Rendered: ...
 
-    def enum(self, values: list[Any]) -> Rendered:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def enum(self, values: list[Any]) -> Rendered: ...
 
+    @abc.abstractmethod
     def scalar(self, kind: str) -> Rendered:
         """``string``, ``number``, ``integer`` or ``boolean``; unknown for anything else."""
-        raise NotImplementedError
 
-    def array(self, item: Rendered) -> Rendered:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def array(self, item: Rendered) -> Rendered: ...
 
+    @abc.abstractmethod
     def tuple_type(self, elements: list[tuple[Rendered, bool]], rest: Rendered | None) -> Rendered:
         """A tuple: each element and whether it may be left out, then the type of the rest
         (None when the tuple is closed)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def object(
         self, members: list[Member], extra: Rendered | None, level: int, hint: str
     ) -> Rendered:
         """An object of ``members``; ``extra`` is the type of other keys (None: the schema
         says nothing of them; :data:`CLOSED`: none allowed). ``hint`` names it where the
         language needs a name."""
-        raise NotImplementedError
 
-    def union(self, parts: list[Rendered]) -> Rendered:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def union(self, parts: list[Rendered]) -> Rendered: ...
 
-    def intersection(self, parts: list[Rendered]) -> Rendered:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def intersection(self, parts: list[Rendered]) -> Rendered: ...
 
+    @abc.abstractmethod
     def declaration(self, name: str, body: Rendered) -> str:
         """The declaration of a named type."""
-        raise NotImplementedError
 
     def named(self, doc: Document, pointer: str, name: str) -> Rendered:
         """The body of the named type ``name`` (a language that declares objects as classes
