@@ -29,6 +29,7 @@ from __future__ import annotations
 import abc
 import re
 import resource
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NoReturn, Protocol
 
@@ -370,10 +371,12 @@ class Replay(abc.ABC):
 
     def execute(self) -> Ran:
         """Run the script from the start to an empty job queue and report how it ended."""
+        return self._within_memory(self._execute)
+
+    def _within_memory(self, go: Callable[[], Ran]) -> Ran:
+        # A MemoryError the language let out of the script is the memory limit.
         try:
-            return self._execute()
-        except _Ended:
-            raise
+            return go()
         except MemoryError:
             self._end_limit_message("memory", self._memory_message())
 
@@ -447,12 +450,7 @@ class Replay(abc.ABC):
         self.new_calls = []
         self.step_arg_bytes = 0
         self._cpu0 = _cpu_ms()
-        try:
-            return self._drive()
-        except _Ended:
-            raise
-        except MemoryError:
-            self._end_limit_message("memory", self._memory_message())
+        return self._within_memory(self._drive)
 
     def _conclude(self) -> Ran:
         if self.new_calls:
