@@ -346,11 +346,6 @@ class CodeMode(StepLoop):
         key: str | None,
         on_start: Callable[[str], None] | None,
     ) -> RunResult:
-        # A start of a key already in the log continues that script, which was checked when
-        # it was first started: it is not checked again. (Retries of one start come in
-        # bursts, from a model or a queue: each would cost a compiler run for nothing.)
-        again = key is not None and await self.store.script_for_key(key) is not None
-        checked = None if again else await self._type_check(body, language)
         record = log.ScriptRecord(
             id=self._new_id(),
             code=body,
@@ -379,12 +374,20 @@ class CodeMode(StepLoop):
             self._emit("resumed", started.record.id, tenant=tenant, steps=started.record.steps)
         new = started.record if started.created else None
         drive = await Drive.resume(self.store, started.lease, self.lease_ms, new)
-        if started.created and checked is not None:
-            self._check_ms[record.id] = checked.ms
-            if not checked.ok:
-                try:
-                    return await self._refused(drive, checked)
-                finally:
+        if started.created:
+            # Checked once, by the host that created the script, under its lease: a start of a
+            # key already in the log continues a script checked when it began. (Retries of one
+            # start come in bursts, from a model or a queue: each would cost a compiler run.)
+            passed = False
+            try:
+                checked = await self._type_check(body, language)
+                if checked is not None:
+                    self._check_ms[record.id] = checked.ms
+                    if not checked.ok:
+                        return await self._refused(drive, checked)
+                passed = True
+            finally:
+                if not passed:  # refused, or the check itself was cancelled
                     await drive.close()
         return await self._drive_owned(drive)
 

@@ -55,11 +55,6 @@ class MemoryStore(LogStore):
             self._script(script_id)
             return [_call_copy(c) for c in self._calls[script_id][start:]]
 
-    async def script_for_key(self, key: str) -> r.ScriptRecord | None:
-        with self._lock:
-            script_id = self._keys.get(key)
-            return None if script_id is None else _script_copy(self._scripts[script_id])
-
     async def scripts(self, status: str | None = None, limit: int = 1000) -> list[r.ScriptRecord]:
         with self._lock:
             found = [s for s in self._scripts.values() if status is None or s.status == status]

@@ -78,11 +78,6 @@ def calls(script_id: str, start: int) -> Tx:
     return [rows.call_from_row(row) for row in found]
 
 
-def script_for_key(key: str) -> Tx:
-    row = yield Q(f"SELECT {SCRIPT_COLUMNS} FROM scripts WHERE key = ?", (key,), "one")
-    return None if row is None else rows.script_from_row(row)
-
-
 def scripts(status: str | None, limit: int) -> Tx:
     sql = f"SELECT {SCRIPT_COLUMNS} FROM scripts"
     params: tuple[Any, ...] = ()

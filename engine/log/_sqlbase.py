@@ -33,9 +33,6 @@ class SqlStore(LogStore):
     async def calls(self, script_id: str, start: int = 0) -> list[r.CallEntry]:
         return await self._tx(lambda now: sql.calls(script_id, start), write=False)
 
-    async def script_for_key(self, key: str) -> r.ScriptRecord | None:
-        return await self._tx(lambda now: sql.script_for_key(key), write=False)
-
     async def scripts(self, status: str | None = None, limit: int = 1000) -> list[r.ScriptRecord]:
         return await self._tx(lambda now: sql.scripts(status, limit), write=False)
 

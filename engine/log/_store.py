@@ -65,11 +65,6 @@ class LogStore(abc.ABC):
         an owner that has the first ``start`` calls asks only for the rest)."""
 
     @abc.abstractmethod
-    async def script_for_key(self, key: str) -> ScriptRecord | None:
-        """The script started with this ``key`` (see :meth:`start`), or ``None`` if there is
-        none yet."""
-
-    @abc.abstractmethod
     async def scripts(self, status: str | None = None, limit: int = 1000) -> list[ScriptRecord]:
         """Scripts, oldest first, with that status if one is given; at most ``limit``."""
 
