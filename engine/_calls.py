@@ -48,7 +48,7 @@ class CallSettling(Emitting):
         record = drive.record
         await self._recover(drive)
         claimed: list[int] = []
-        proposed = [c for c in drive.calls if c.state == log.PROPOSED]
+        proposed = [c for c in drive.open_calls() if c.state == log.PROPOSED]
         if proposed:
             trigger = calls_trigger(record.id, [(c.call_id, c.name, c.arguments) for c in proposed])
             answers = await ask(self.worker, trigger)
@@ -56,15 +56,16 @@ class CallSettling(Emitting):
             # When no call waits for a person, the approved calls' receipts go in the same
             # write as the decisions.
             waits = any(d.state == log.AWAITING_APPROVAL for d in decisions) or any(
-                c.state == log.AWAITING_APPROVAL for c in drive.calls
+                c.state == log.AWAITING_APPROVAL for c in drive.open_calls()
             )
             claimed = await drive.decide(decisions, claim=not waits)
             for c in proposed:
                 self._emit_decided(record.tenant, drive.calls[c.index])
         # When a call needs approval, it asks a person first, and the rest wait.
-        if any(c.state == log.AWAITING_APPROVAL for c in drive.calls):
+        open_calls = drive.open_calls()
+        if any(c.state == log.AWAITING_APPROVAL for c in open_calls):
             return
-        ready = [c.index for c in drive.calls if c.state == log.APPROVED]
+        ready = [c.index for c in open_calls if c.state == log.APPROVED]
         if ready:
             # The receipts, in one transaction, before any of them runs: a call runs only if
             # it was claimed, so a crash, or another host, can never run it twice.
@@ -78,7 +79,9 @@ class CallSettling(Emitting):
         may not have taken effect, so it is never run again and the script sees an error it
         can handle."""
         stale = [
-            c for c in drive.calls if c.state == log.RUNNING and (c.token or 0) < drive.lease.token
+            c
+            for c in drive.open_calls()
+            if c.state == log.RUNNING and (c.token or 0) < drive.lease.token
         ]
         again = [c.index for c in stale if self._repeatable(c.name)]
         if again:

@@ -83,6 +83,13 @@ class Drive:
         # Results that finish while a commit is under way are committed together next.
         self._pending: list[tuple[Sequence[log.Settlement], asyncio.Future[None]]] = []
         self._committing: asyncio.Lock = asyncio.Lock()
+        # Every call before ``_open_from`` is settled, and a settled call never changes: the
+        # loop looks at the calls after it only, and keeps the sums it needs of those before
+        # (a long script's steps would otherwise each scan the whole log).
+        self._open_from = 0
+        self._settled_result_bytes = 0  # of the DONE calls before _open_from
+        self.argument_bytes = sum(c.argument_bytes for c in calls)
+        self.script: protocol.Script | None = None  # the step's script, made at the first step
 
     @classmethod
     async def take(
@@ -143,6 +150,24 @@ class Drive:
             except Exception:  # the store is unreachable: the next write will say so
                 logger.warning("script lease not renewed script=%s", self.record.id, exc_info=True)
 
+    def open_calls(self) -> list[log.CallEntry]:
+        """The calls not settled yet, in order."""
+        calls, i = self.calls, self._open_from
+        while i < len(calls) and calls[i].settled:
+            if calls[i].state == log.DONE:
+                self._settled_result_bytes += calls[i].result_bytes or 0
+            i += 1
+        self._open_from = i
+        return [c for c in calls[i:] if not c.settled]
+
+    def result_bytes(self) -> int:
+        """The size of every result the script's calls returned so far."""
+        self.open_calls()
+        later = self.calls[self._open_from :]
+        return self._settled_result_bytes + sum(
+            c.result_bytes or 0 for c in later if c.state == log.DONE
+        )
+
     def records(self) -> list[protocol.Record]:
         """The call log as a step's script carries it (every call is settled when a step
         runs). Each record is made once, when its call is first sent: a settled call never
@@ -185,6 +210,7 @@ class Drive:
         their receipts cost one write), or any other. A host that dies before then loses
         them, as if it had died during the step; its successor's run asks for them again."""
         self.calls.extend(entries)
+        self.argument_bytes += sum(c.argument_bytes for c in entries)
         self._unwritten += len(entries)
 
     async def _flush(self) -> None:

@@ -7,6 +7,7 @@ go to the sandbox with each script; totals over all of a script's runs are the e
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
@@ -86,9 +87,15 @@ class Limits:
         return cls(**_checked(dict(table), where))
 
     def for_run(self) -> protocol.Limits:
-        """The limits that apply inside one run, as the sandbox takes them."""
-        inside = set(protocol.Limits.model_fields)
-        return protocol.Limits(**{k: v for k, v in asdict(self).items() if k in inside})
+        """The limits that apply inside one run, as the sandbox takes them (made once per
+        ``Limits``: a step asks for them every time)."""
+        return _for_run(self)
+
+
+@functools.lru_cache(maxsize=256)
+def _for_run(limits: Limits) -> protocol.Limits:
+    inside = set(protocol.Limits.model_fields)
+    return protocol.Limits(**{k: v for k, v in asdict(limits).items() if k in inside})
 
 
 # Every limit's name, as the config, the sandbox and the log spell it.

@@ -55,20 +55,20 @@ class StepLoop(CallSettling):
             if record.held:
                 return await self._paused(drive, [], held=True)
             limits = self.limits_for(record.tenant)
-            if any(not c.settled for c in drive.calls):
+            if drive.open_calls():
                 await self._settle_calls(drive, limits)
                 if drive.record.held:  # a claim found the script held: no call went out
                     return await self._paused(drive, [], held=True)
-                unsettled = [c for c in drive.calls if not c.settled]
+                unsettled = drive.open_calls()
                 if unsettled:
                     return await self._paused(drive, unsettled)
-            over = self._results_over(drive.calls, limits)
+            over = self._results_over(drive.result_bytes(), limits)
             if over is not None:
                 return await self._end(drive, over)
             step = await self._step(drive, limits)
             ending = self._over_budget(drive.record, step, limits)
             if ending is None and step.outcome == "calls":
-                ending = self._check_calls(drive.calls, step, limits)
+                ending = self._check_calls(drive, step, limits)
                 if ending is None:
                     await self._record_calls(drive, step)
                     continue
@@ -81,21 +81,7 @@ class StepLoop(CallSettling):
         step = await self._live_step(drive, records) if self.live else None
         live = step is not None
         if step is None:
-            script = protocol.Script(
-                id=record.id,
-                language=check_language(record.language),
-                code=record.code,
-                records=records,
-                tools=self._tool_names,
-                files=[
-                    protocol.FileInfo(
-                        id=f["id"], mime=f["mime"], size=f["size"], skill=f.get("skill")
-                    )
-                    for f in record.files
-                ],
-                clock=protocol.Clock(now_ms=record.now_ms, seed=record.seed),
-                limits=limits.for_run(),
-            )
+            script = self._script(drive, limits).model_copy(update={"records": records})
             queued, started, step = await self._replay_step(script, record)
         run_ms = (time.monotonic() - started) * 1000
         process = step.process
@@ -114,6 +100,30 @@ class StepLoop(CallSettling):
             )
         )
         return step
+
+    def _script(self, drive: Drive, limits: Limits) -> protocol.Script:
+        """The script as a step's runner takes it, less its records: what does not change
+        between the steps of one drive, checked once (each step copies it with its records,
+        which were made from data this engine checked when it logged them)."""
+        record = drive.record
+        run_limits = limits.for_run()
+        script = drive.script
+        if script is None or script.limits is not run_limits or script.tools != self._tool_names:
+            drive.script = protocol.Script(
+                id=record.id,
+                language=check_language(record.language),
+                code=record.code,
+                tools=self._tool_names,
+                files=[
+                    protocol.FileInfo(
+                        id=f["id"], mime=f["mime"], size=f["size"], skill=f.get("skill")
+                    )
+                    for f in record.files
+                ],
+                clock=protocol.Clock(now_ms=record.now_ms, seed=record.seed),
+                limits=run_limits,
+            )
+        return drive.script
 
     async def _replay_step(
         self, script: protocol.Script, record: log.ScriptRecord
@@ -254,7 +264,7 @@ class StepLoop(CallSettling):
 
     # ---- checking and recording the calls a step asks for ----
 
-    def _check_calls(self, calls: list[log.CallEntry], step: Step, limits: Limits) -> Ending | None:
+    def _check_calls(self, drive: Drive, step: Step, limits: Limits) -> Ending | None:
         """Re-check the calls the runner reported against the tools and the log's budgets."""
         for call in step.calls:
             if call.name not in self._tool_names:
@@ -263,7 +273,7 @@ class StepLoop(CallSettling):
                     f"the runner reported a call to tools.{bounded(call.name, 'name')}, "
                     "which does not exist",
                 )
-        count = len(calls) + len(step.calls)
+        count = len(drive.calls) + len(step.calls)
         if count > limits.calls:
             return Ending.limit_met(
                 "calls",
@@ -289,7 +299,7 @@ class StepLoop(CallSettling):
                 f"the calls of one step pass {size_text(sum(sizes))} of arguments together, "
                 f"over the {size_text(limits.step_arguments)} one step may pass",
             )
-        total = sum(sizes) + sum(c.argument_bytes for c in calls)
+        total = sum(sizes) + drive.argument_bytes
         if total > limits.arguments:
             return Ending.limit_met(
                 "arguments",
@@ -323,8 +333,7 @@ class StepLoop(CallSettling):
                 stats={"argument_bytes": entry.argument_bytes},
             )
 
-    def _results_over(self, calls: list[log.CallEntry], limits: Limits) -> Ending | None:
-        total = sum(c.result_bytes or 0 for c in calls if c.state == log.DONE)
+    def _results_over(self, total: int, limits: Limits) -> Ending | None:
         if total <= limits.results:
             return None
         return Ending.limit_met(
