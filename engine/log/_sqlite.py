@@ -4,18 +4,21 @@ Each write is one ``BEGIN IMMEDIATE`` transaction, so writers from any process a
 by SQLite's own lock, and a fenced write's check of the lease token and its change are one
 atomic step.
 
-No fsync on the event loop: a write that must reach the disk before it returns runs on a
-thread of the store's own. Reads and the writes that need not (see ``SqlStore._tx``) take
-microseconds and run on the loop itself, on a second connection that never waits: it does
-not checkpoint (a checkpoint syncs the database file; the thread's connection does them) and
-gives up at once when another connection holds the write lock, and then the transaction
-runs on the thread, which waits its turn. A hop to the thread and back cost more than such a
-transaction, and a step made several.
+No fsync on the event loop. Transactions take microseconds and run on the loop itself, on a
+connection that never waits: it does not checkpoint (a checkpoint syncs the database file;
+the store thread's connection does them) and gives up at once when another connection holds
+the write lock, and then the transaction runs on the thread, which waits its turn. A write
+that must reach the disk before it returns (see ``SqlStore._tx``) commits there without a
+sync, then waits for an ``fsync`` of the write-ahead log on the store's thread: the same
+durability as ``synchronous=FULL``, which in WAL mode is that ``fsync`` at the commit. Commit
+and sync both on the thread cost three times as much: the hop, and a second connection whose
+page cache each write of the other's made stale.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import threading
 import time
@@ -74,6 +77,7 @@ class SqliteStore(SqlStore):
         # that finds it busy uses the store's thread.
         self._fast_lock = threading.Lock()
         self._fast_writes = 0
+        self._wal: int | None = None  # the write-ahead log's file, opened on the thread
 
     def _open(self) -> None:
         try:
@@ -124,20 +128,31 @@ class SqliteStore(SqlStore):
             raise RuntimeError("the session log is closed")
         now = int(self._clock() * 1000)
         sync = write and sync
+        loop = asyncio.get_running_loop()
         try:
-            if not sync and self._fast_lock.acquire(blocking=False):
+            if self._fast_lock.acquire(blocking=False):
                 try:
-                    return self._run_fast(make, now, write)
+                    value = self._run_fast(make, now, write)
                 except _Busy:
-                    pass  # another connection writes: wait for it on the thread
+                    committed = False  # another connection writes: wait for it on the thread
+                else:
+                    committed = True
                 finally:
                     self._fast_lock.release()
-            loop = asyncio.get_running_loop()
+                if committed:
+                    if sync:
+                        await loop.run_in_executor(self._thread, self._sync_log)
+                    return value
             return await loop.run_in_executor(self._thread, self._run, make(now), write, sync)
         except sqlite3.OperationalError as e:  # locked past the busy timeout, disk full, ...
             raise StoreUnavailable(
                 f"the session log {self.path} could not be written ({e}); nothing written is "
                 "lost: resume the script once it can"
+            ) from None
+        except OSError as e:  # the log's fsync failed: the write may not be on the disk
+            raise StoreUnavailable(
+                f"the session log {self.path} could not be synced to the disk ({e}); check "
+                "the disk, then resume the script"
             ) from None
 
     def _run_fast(self, make: Callable[[int], sql.Tx], now: int, write: bool) -> Any:
@@ -153,6 +168,18 @@ class SqliteStore(SqlStore):
             if e.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                 raise _Busy from None
             raise
+
+    def _sync_log(self) -> None:
+        """Make every commit so far durable: ``fsync`` the write-ahead log (on the store's
+        thread). Frames a checkpoint already moved out of it are in the database file, which
+        the checkpoint synced; a log deleted since (the last connection to the database
+        closed, checkpointing it) is opened again."""
+        if self._wal is not None and os.fstat(self._wal).st_nlink == 0:
+            os.close(self._wal)
+            self._wal = None
+        if self._wal is None:
+            self._wal = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+        os.fsync(self._wal)
 
     def _run(self, tx: sql.Tx, write: bool, sync: bool) -> Any:
         db = self._db
@@ -172,6 +199,8 @@ class SqliteStore(SqlStore):
             self._fast.close()
 
         def close() -> None:
+            if self._wal is not None:
+                os.close(self._wal)
             if self._db is not None:
                 self._db.close()
 
