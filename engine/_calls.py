@@ -58,7 +58,12 @@ class CallSettling(Emitting):
             waits = any(d.state == log.AWAITING_APPROVAL for d in decisions) or any(
                 c.state == log.AWAITING_APPROVAL for c in drive.open_calls()
             )
-            claimed = await drive.decide(decisions, claim=not waits)
+            # A receipt must last unless every call it lets run may simply run again.
+            lasting = waits or not all(
+                d.state == log.APPROVED and self._repeatable(drive.calls[d.index].name)
+                for d in decisions
+            )
+            claimed = await drive.decide(decisions, claim=not waits, lasting=lasting)
             for c in proposed:
                 self._emit_decided(record.tenant, drive.calls[c.index])
         # When a call needs approval, it asks a person first, and the rest wait.
@@ -69,7 +74,8 @@ class CallSettling(Emitting):
         if ready:
             # The receipts, in one transaction, before any of them runs: a call runs only if
             # it was claimed, so a crash, or another host, can never run it twice.
-            claimed += await drive.claim(ready)
+            lasting = not all(self._repeatable(drive.calls[i].name) for i in ready)
+            claimed += await drive.claim(ready, lasting=lasting)
         if claimed:
             await asyncio.gather(*(self._run_call(drive, drive.calls[i]) for i in claimed))
 

@@ -219,19 +219,25 @@ class Drive:
             await self.store.add_calls(self.lease, self.calls[-self._unwritten :], self._usage)
             self._usage, self._unwritten = None, 0
 
-    async def decide(self, decisions: Sequence[log.Decision], *, claim: bool) -> list[int]:
+    async def decide(
+        self, decisions: Sequence[log.Decision], *, claim: bool, lasting: bool = True
+    ) -> list[int]:
         """Record the worker's decisions; with ``claim``, the approved calls' receipts go in
         the same write, and their indexes are returned. The decisions on calls not written
-        yet are written with them, in one write."""
+        yet are written with them, in one write. ``lasting``: see ``LogStore.claim``."""
         new = len(self.calls) - self._unwritten  # the first call not written yet
         written = [d for d in decisions if d.index < new]
-        claimed = await self.store.decide(self.lease, written, claim=claim) if written else []
+        claimed = (
+            await self.store.decide(self.lease, written, claim=claim, lasting=lasting)
+            if written
+            else []
+        )
         for d in decisions:
             entry = self.calls[d.index]
             entry.state, entry.note, entry.error = d.state, d.note, d.error
         if self._unwritten:
             claimed += await self.store.add_calls(
-                self.lease, self.calls[new:], self._usage, claim=claim
+                self.lease, self.calls[new:], self._usage, claim=claim, lasting=lasting
             )
             self._usage, self._unwritten = None, 0
         if claim:
@@ -247,11 +253,11 @@ class Drive:
             await self._read_hold()  # a call was not claimed: the script is held
         self._checked = 0 < asked == len(indexes)
 
-    async def claim(self, indexes: Sequence[int]) -> list[int]:
+    async def claim(self, indexes: Sequence[int], *, lasting: bool = True) -> list[int]:
         """The receipts of the calls about to run, in one transaction; none while the
-        script is held (then :attr:`record` says so)."""
+        script is held (then :attr:`record` says so). ``lasting``: see ``LogStore.claim``."""
         await self._flush()
-        claimed = await self.store.claim(self.lease, indexes)
+        claimed = await self.store.claim(self.lease, indexes, lasting=lasting)
         await self._claimed(len(indexes), claimed)
         return claimed
 

@@ -133,6 +133,7 @@ class MemoryStore(LogStore):
         usage: r.StepUsage | None = None,
         *,
         claim: bool = False,
+        lasting: bool = True,  # nothing here reaches a disk
     ) -> list[int]:
         for entry in entries:
             rules.check_new_call(entry)
@@ -157,7 +158,12 @@ class MemoryStore(LogStore):
             return claimed
 
     async def decide(
-        self, lease: r.Lease, decisions: Sequence[r.Decision], *, claim: bool = False
+        self,
+        lease: r.Lease,
+        decisions: Sequence[r.Decision],
+        *,
+        claim: bool = False,
+        lasting: bool = True,
     ) -> list[int]:
         for decision in decisions:
             rules.check_decision(decision)
@@ -176,7 +182,9 @@ class MemoryStore(LogStore):
             self._touch(lease.script_id)
             return claimed
 
-    async def claim(self, lease: r.Lease, indexes: Sequence[int]) -> list[int]:
+    async def claim(
+        self, lease: r.Lease, indexes: Sequence[int], *, lasting: bool = True
+    ) -> list[int]:
         with self._lock:
             held = self._fenced(lease).held
             log = self._calls[lease.script_id]

@@ -68,6 +68,7 @@ class SqlStore(LogStore):
         usage: r.StepUsage | None = None,
         *,
         claim: bool = False,
+        lasting: bool = True,
     ) -> list[int]:
         for entry in entries:
             rules.check_new_call(entry)
@@ -76,18 +77,27 @@ class SqlStore(LogStore):
         return await self._tx(
             lambda now: sql.add_calls(lease, entries, usage, claim, now),
             write=True,
-            sync=decided,
+            sync=decided and lasting,
         )
 
     async def decide(
-        self, lease: r.Lease, decisions: Sequence[r.Decision], *, claim: bool = False
+        self,
+        lease: r.Lease,
+        decisions: Sequence[r.Decision],
+        *,
+        claim: bool = False,
+        lasting: bool = True,
     ) -> list[int]:
         for decision in decisions:
             rules.check_decision(decision)
-        return await self._tx(lambda now: sql.decide(lease, decisions, claim, now), write=True)
+        return await self._tx(
+            lambda now: sql.decide(lease, decisions, claim, now), write=True, sync=lasting
+        )
 
-    async def claim(self, lease: r.Lease, indexes: Sequence[int]) -> list[int]:
-        return await self._tx(lambda now: sql.claim(lease, indexes, now), write=True)
+    async def claim(
+        self, lease: r.Lease, indexes: Sequence[int], *, lasting: bool = True
+    ) -> list[int]:
+        return await self._tx(lambda now: sql.claim(lease, indexes, now), write=True, sync=lasting)
 
     async def settle(self, lease: r.Lease, settlements: Sequence[r.Settlement]) -> None:
         for settlement in settlements:

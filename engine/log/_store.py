@@ -118,6 +118,7 @@ class LogStore(abc.ABC):
         usage: StepUsage | None = None,
         *,
         claim: bool = False,
+        lasting: bool = True,
     ) -> list[int]:
         """Append calls; their indexes must continue the script's call order
         (:class:`CallConflict` otherwise). ``usage``: what the script's runs have used after
@@ -127,23 +128,37 @@ class LogStore(abc.ABC):
         with its note and error: the worker answered before the calls were written, so the
         calls and the decisions are one write). With ``claim``, the entries decided
         ``approved`` are claimed in the same write, as :meth:`claim` would (none while the
-        script is held), and their indexes returned."""
+        script is held), and their indexes returned.
+
+        ``lasting=False``: the write need not reach the disk before this returns (see
+        :meth:`claim`)."""
 
     @abc.abstractmethod
     async def decide(
-        self, lease: Lease, decisions: Sequence[Decision], *, claim: bool = False
+        self,
+        lease: Lease,
+        decisions: Sequence[Decision],
+        *,
+        claim: bool = False,
+        lasting: bool = True,
     ) -> list[int]:
         """Move proposed calls to what the worker decided; :class:`CallConflict` if one is
         not proposed. With ``claim``, a call decided ``approved`` is claimed in the same
         write (see :meth:`claim`): its index is returned, and it is ``running``; while the
-        script is held, nothing is claimed."""
+        script is held, nothing is claimed. ``lasting``: see :meth:`claim`."""
 
     @abc.abstractmethod
-    async def claim(self, lease: Lease, indexes: Sequence[int]) -> list[int]:
+    async def claim(
+        self, lease: Lease, indexes: Sequence[int], *, lasting: bool = True
+    ) -> list[int]:
         """The receipts: move each call that is ``approved`` to ``running`` under this lease
         (owner, token, start time) and return the indexes that moved. A call runs only if
         its index is returned. While the script is held, none moves (no call goes out), and
-        the hold is checked in the same transaction as the claim."""
+        the hold is checked in the same transaction as the claim.
+
+        A receipt reaches the disk before this returns, unless ``lasting=False``: the
+        engine says so when every call claimed is of a tool that may simply run again (read
+        only, or idempotent), whose receipt a power cut may lose. A store may sync anyway."""
 
     @abc.abstractmethod
     async def settle(self, lease: Lease, settlements: Sequence[Settlement]) -> None:

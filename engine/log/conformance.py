@@ -292,6 +292,8 @@ async def check_claims(make: StoreFactory) -> None:
         await store.decide(lease, [r.Decision(0, r.APPROVED), r.Decision(1, r.APPROVED)])
         assert await store.claim(lease, [0, 1, 2, 9]) == [0, 1], "only approved calls move"
         assert await store.claim(lease, [0, 1]) == [], "a claimed call is not claimed again"
+        # A receipt that need not last (every call it claims may run again) is the same claim.
+        assert await store.claim(lease, [0, 1], lasting=False) == [], "claimed again"
         calls = await store.calls(script_id)
         for c in calls[:2]:
             assert c.state == r.RUNNING and c.owner == "host-a" and c.token == lease.token, c

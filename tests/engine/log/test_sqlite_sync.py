@@ -1,0 +1,84 @@
+"""The SQLite log's writes that must last reach the disk before anything depends on them:
+a call's receipt before the call runs, the outcome before ``run_code`` returns. Each such
+write commits without a sync and then ``fsync``s the write-ahead log; these tests watch the
+``fsync`` calls the process makes and the order they come in."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import CodeMode, SqliteStore, tool
+from tests.engine.conftest import InProcessRunner
+
+
+def _watch(monkeypatch: pytest.MonkeyPatch, events: list[str]) -> None:
+    real = os.fsync
+
+    def fsync(fd: Any) -> None:
+        real(fd)
+        name = os.readlink(f"/proc/self/fd/{fd}") if isinstance(fd, int) else str(fd)
+        if name.endswith("codemode.sqlite3-wal"):
+            events.append("sync")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+async def test_a_receipt_is_synced_before_its_call_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[str] = []
+
+    @tool
+    def charge(n: int) -> int:
+        """Take n from the card (an effect: its receipt must last)."""
+        events.append(f"charge {n}")
+        return n
+
+    engine = CodeMode(
+        [charge], runner=InProcessRunner(), store=SqliteStore(tmp_path), type_check="off"
+    )
+    _watch(monkeypatch, events)
+    try:
+        result = await engine.run_code(
+            "let s = 0; for (const n of [1, 2, 3]) s += await tools.charge({n}); return s;"
+        )
+        events.append("returned")
+    finally:
+        await engine.aclose()
+    assert result.value == 6
+    # Each call's receipt synced before it ran; the outcome synced before the return.
+    calls = [i for i, e in enumerate(events) if e.startswith("charge")]
+    assert len(calls) == 3
+    for i in calls:
+        assert events[i - 1] == "sync", events
+    assert events[-2:] == ["sync", "returned"], events
+
+
+async def test_a_read_only_call_waits_for_no_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[str] = []
+
+    @tool(read_only=True)
+    def price(n: int) -> int:
+        """A price (no effect: run again if a crash interrupts it)."""
+        events.append(f"price {n}")
+        return n
+
+    engine = CodeMode(
+        [price], runner=InProcessRunner(), store=SqliteStore(tmp_path), type_check="off"
+    )
+    _watch(monkeypatch, events)
+    try:
+        result = await engine.run_code(
+            "let s = 0; for (const n of [1, 2, 3]) s += await tools.price({n}); return s;"
+        )
+        events.append("returned")
+    finally:
+        await engine.aclose()
+    assert result.value == 6
+    assert events == ["price 1", "price 2", "price 3", "sync", "returned"], events
