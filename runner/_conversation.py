@@ -101,7 +101,9 @@ class LineReader:
             if remaining <= 0:
                 raise TimeoutError
             try:
-                chunk = await asyncio.wait_for(self.stream.readuntil(b"\n"), remaining)
+                # A timeout scope, not wait_for: no task of its own for every line.
+                async with asyncio.timeout(remaining):
+                    chunk = await self.stream.readuntil(b"\n")
             except asyncio.IncompleteReadError as e:
                 if not e.partial and not chunks:
                     return None
@@ -205,7 +207,8 @@ async def _converse(
 ) -> Outcome:
     async def send(data: bytes) -> None:
         # Writes wait for the process to read: one that stops reading meets the deadline.
-        await asyncio.wait_for(write(data), max(deadline.remaining(), 0))
+        async with asyncio.timeout(max(deadline.remaining(), 0)):
+            await write(data)
 
     bound = ran_bound(script)
     try:

@@ -161,7 +161,8 @@ class ProcessLive(LiveRun):
     """A forked sandbox child that stopped on calls and waits for their records.
 
     Made by :class:`~runner.ProcessRunner` only. ``cpu_charged`` is the process's CPU the
-    steps so far were charged (a segment is charged what it used beyond it).
+    steps so far were charged (a segment is charged what it used beyond it); ``resident``
+    the memory it held at its ``ran``.
     """
 
     def __init__(
@@ -175,6 +176,7 @@ class ProcessLive(LiveRun):
         known: int,
         waiting: list[protocol.Call],
         cpu_charged: float,
+        resident: int,
     ) -> None:
         self.runner = runner
         self.child = child
@@ -185,6 +187,7 @@ class ProcessLive(LiveRun):
         self.calls = waiting
         self.waiting = len(waiting)
         self.cpu_charged = cpu_charged
+        self._resident = resident
         self._busy = False
         self._done = False  # spent (a later segment took over) or closed
         # While it waits, nothing reads its stdout: what it writes stays in the pipe, where
@@ -197,10 +200,8 @@ class ProcessLive(LiveRun):
 
     @property
     def memory_bytes(self) -> int:
-        if self._done:
-            return 0
-        memory = proc_memory(self.child.pid) if self.child.alive() else None
-        return memory[0] if memory is not None else 0
+        # Read at its `ran`: stopped since, it holds what it held then.
+        return 0 if self._done else self._resident
 
     async def resume(self, records: list[protocol.Record]) -> Step:
         if self._done:
@@ -251,13 +252,13 @@ class ProcessLive(LiveRun):
             # wake a second time for the line). What the pipe cannot take yet is written once
             # the process reads.
             nonlocal stopped
-            if not stopped:
-                return await child.write(data)
-            stopped = False
-            writing = asyncio.ensure_future(child.write(data))
-            await asyncio.sleep(0)  # the write's first turn: what the pipe takes now
-            child.send_signal(signal.SIGCONT)
-            await writing
+            if stopped:
+                stopped = False
+                taken = child.stdin.write_now(data)
+                child.send_signal(signal.SIGCONT)
+                data = data[taken:]
+            if data:
+                await child.write(data)
 
         outcome = await conv.segment(
             child.reader,
@@ -301,9 +302,11 @@ def mismatch(records: list[protocol.Record], calls: list[protocol.Call]) -> str 
     if len(records) != len(calls):
         return f"it waits for {len(calls):,} results and was sent {len(records):,}"
     for i, (record, call) in enumerate(zip(records, calls, strict=True)):
-        if record.name != call.name or protocol.canonical_json(
-            record.arguments
-        ) != protocol.canonical_json(call.arguments):
+        if record.name != call.name or (
+            # The same object (the engine logs a call's arguments as the run sent them).
+            record.arguments is not call.arguments
+            and protocol.canonical_json(record.arguments) != protocol.canonical_json(call.arguments)
+        ):
             return (
                 f"result {i + 1} is a record of tools.{record.name}, not of call {i + 1} "
                 f"(tools.{call.name}) with its arguments"
@@ -318,10 +321,13 @@ def _end_child(child: ForkedChild) -> None:
         child.close()
 
 
-def measure_at_ran(child: _Measured, cpu_charged: float, started: float) -> ProcessStats | None:
+def measure_at_ran(
+    child: _Measured, cpu_charged: float, started: float
+) -> tuple[ProcessStats, int] | None:
     """What a step whose process just wrote ``ran`` cost, read from ``/proc`` without waiting
-    for it to exit: CPU beyond ``cpu_charged`` and peak memory, or ``None`` when that cannot
-    be read surely of this process (then the caller waits for ``wait4``).
+    for it to exit: CPU beyond ``cpu_charged`` and peak memory, with the memory it holds now
+    (resident bytes: a live run's, which it keeps while it waits, stopped); or ``None`` when
+    that cannot be read surely of this process (then the caller waits for ``wait4``).
 
     The reads come first and the start time is checked last: a pid is reused only after its
     process was reaped, so a start time that still matches means every read before it was
@@ -334,11 +340,12 @@ def measure_at_ran(child: _Measured, cpu_charged: float, started: float) -> Proc
     memory = proc_memory(child.pid)
     if cpu is None or memory is None or proc_starttime(child.pid) != child.starttime:
         return None
-    return ProcessStats(
+    stats = ProcessStats(
         wall_ms=(time.monotonic() - started) * 1000,
         cpu_ms=max(cpu - cpu_charged, 0.0),
         max_rss_bytes=memory[1],
     )
+    return stats, memory[0]
 
 
 async def close_all(lives: weakref.WeakSet[ProcessLive]) -> None:

@@ -29,18 +29,24 @@ class PipeWriter:
     async def write(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
-            if self.fd is None:
-                raise BrokenPipeError("the pipe is closed")
-            try:
-                n = os.write(self.fd, view)
-            except BlockingIOError:
+            n = self.write_now(view)
+            if n == 0 and self.fd is not None:
                 await self._writable(self.fd)
-            except OSError:
-                self.failed = True
-                raise BrokenPipeError("the process closed its stdin") from None
-            else:
-                self.written += n
-                view = view[n:]
+            view = view[n:]
+
+    def write_now(self, data: bytes | memoryview) -> int:
+        """Write what the pipe takes now, without waiting; returns how many bytes that was."""
+        if self.fd is None:
+            raise BrokenPipeError("the pipe is closed")
+        try:
+            n = os.write(self.fd, data)
+        except BlockingIOError:
+            return 0
+        except OSError:
+            self.failed = True
+            raise BrokenPipeError("the process closed its stdin") from None
+        self.written += n
+        return n
 
     async def _writable(self, fd: int) -> None:
         ready: asyncio.Future[None] = self.loop.create_future()

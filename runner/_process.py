@@ -455,8 +455,9 @@ class ProcessRunner(ScriptRunner):
         if ran is not None and isinstance(child, ForkedChild):
             # Return at `ran`: what the step cost is read from /proc now, not from wait4 (the
             # fork server reaps the process; an exec'd one is ours to reap, so waited for).
-            stats = measure_at_ran(child, cpu_charged, started)
-            if stats is not None:
+            measured = measure_at_ran(child, cpu_charged, started)
+            if measured is not None:
+                stats, resident = measured
                 stats.file_bytes = outcome.file_bytes
                 step = Step.from_ran(ran, stats)
                 if waits and keep and isinstance(child, ForkedChild):
@@ -469,6 +470,7 @@ class ProcessRunner(ScriptRunner):
                         known=known,
                         waiting=list(ran.calls),
                         cpu_charged=cpu_charged + stats.cpu_ms,
+                        resident=resident,
                     )
                 else:
                     # The process has nothing more to say: it is ended and reaped meanwhile.
