@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -40,6 +40,9 @@ from runner import _conversation as conv
 from runner._base import SANDBOX_ARGS, SANDBOX_ENV, ProcessStats, RunError
 from runner._pipes import PipeFeed, PipeWriter, pipe_reader
 from sandbox import protocol
+
+if TYPE_CHECKING:
+    from runner._live import ProcFiles
 
 STDERR_KEEP = 8 * 1024
 MAX_MESSAGE = 64 * 1024
@@ -88,9 +91,9 @@ class ForkedChild:
     closed: bool = False
     # Set at close: the child ended without reading any of what we wrote (the script).
     unread: bool = False
-    # Its start time in /proc (clock ticks since boot), read while it waited for a script:
-    # what makes a later read of /proc/<pid> surely this child's (see runner._live.measure).
-    starttime: int | None = None
+    # Its /proc files, opened while it waited for a script, so surely its (see
+    # runner._live.ProcFiles); closed with it.
+    proc: ProcFiles | None = None
     # Handed to a background reap after its step returned at `ran`.
     detached: bool = False
 
@@ -165,6 +168,8 @@ class ForkedChild:
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None
+        if self.proc is not None:
+            self.proc.close()
         self.server.forget(self.pid)
 
     def close_input(self) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
 import resource
 import select
 import signal
@@ -97,42 +98,68 @@ class _Owner(Protocol):
     ) -> Step: ...
 
 
+class ProcFiles:
+    """A process's ``/proc/<pid>/schedstat`` and ``status``, opened once and read again with
+    ``pread`` at each ``ran`` (opening them each time cost more than the reads). A file of
+    ``/proc/<pid>`` stays bound to the process it was opened for: once that process is
+    reaped, a read fails (``ESRCH``) even if its pid was given to another.
+
+    Made by :meth:`open` while the process surely is the one meant (an unreaped child);
+    closed with it.
+    """
+
+    def __init__(self, schedstat: int, status: int) -> None:
+        self._schedstat: int | None = schedstat
+        self._status: int | None = status
+
+    @classmethod
+    def open(cls, pid: int) -> ProcFiles | None:
+        """The files of process ``pid``, or ``None`` when they cannot be opened."""
+        try:
+            schedstat = os.open(f"/proc/{pid}/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            status = os.open(f"/proc/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            os.close(schedstat)
+            return None
+        return cls(schedstat, status)
+
+    def cpu_ms(self) -> float | None:
+        """The CPU time the process has used (its one thread's time on a CPU, in
+        nanoseconds in the file); ``None`` when it cannot be read."""
+        if self._schedstat is None:
+            return None
+        try:
+            return int(os.pread(self._schedstat, 256, 0).split()[0]) / 1e6
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def memory(self) -> tuple[int, int] | None:
+        """``(resident, peak resident)`` bytes (``VmRSS``, ``VmHWM``); ``None`` when they
+        cannot be read."""
+        if self._status is None:
+            return None
+        try:
+            return _memory_of(os.pread(self._status, 8192, 0))
+        except OSError:
+            return None
+
+    def close(self) -> None:
+        for fd in (self._schedstat, self._status):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._schedstat = self._status = None
+
+
 class _Measured(Protocol):
-    pid: int
-    starttime: int | None
+    proc: ProcFiles | None
 
 
-def proc_cpu_ms(pid: int) -> float | None:
-    """The CPU time process ``pid`` has used, from ``/proc/<pid>/schedstat`` (its one thread's
-    time on a CPU, in nanoseconds); ``None`` when it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/schedstat", "rb") as f:
-            return int(f.read().split()[0]) / 1e6
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def proc_starttime(pid: int) -> int | None:
-    """When process ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat``): with its
-    pid, what names one process for good. ``None`` when it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            text = f.read()
-        # The fields after the command name (in parentheses, which may hold anything);
-        # starttime is field 22 of the whole line, the 20th after the name.
-        return int(text[text.rindex(b")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def proc_memory(pid: int) -> tuple[int, int] | None:
-    """``(resident, peak resident)`` bytes of process ``pid`` from ``/proc/<pid>/status``
-    (``VmRSS``, ``VmHWM``); ``None`` when it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            text = f.read()
-    except OSError:
-        return None
+def _memory_of(text: bytes) -> tuple[int, int] | None:
+    """``(VmRSS, VmHWM)`` in bytes from the text of a ``/proc/<pid>/status``."""
     found: dict[bytes, int] = {}
     for line in text.splitlines():
         key, _, value = line.partition(b":")
@@ -329,16 +356,15 @@ def measure_at_ran(
     (resident bytes: a live run's, which it keeps while it waits, stopped); or ``None`` when
     that cannot be read surely of this process (then the caller waits for ``wait4``).
 
-    The reads come first and the start time is checked last: a pid is reused only after its
-    process was reaped, so a start time that still matches means every read before it was
-    of this process. What the kernel spends tearing the process down after ``ran`` (a
-    millisecond or two) is charged to nobody.
+    The reads are of the files the runner opened while the process waited for its script
+    (:class:`ProcFiles`), so they are of this process or fail. What the kernel spends
+    tearing the process down after ``ran`` (a millisecond or two) is charged to nobody.
     """
-    if child.starttime is None:
+    if child.proc is None:
         return None
-    cpu = proc_cpu_ms(child.pid)
-    memory = proc_memory(child.pid)
-    if cpu is None or memory is None or proc_starttime(child.pid) != child.starttime:
+    cpu = child.proc.cpu_ms()
+    memory = child.proc.memory()
+    if cpu is None or memory is None:
         return None
     stats = ProcessStats(
         wall_ms=(time.monotonic() - started) * 1000,

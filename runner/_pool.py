@@ -24,7 +24,7 @@ from collections.abc import Callable
 from runner import _conversation as conv
 from runner._base import RunError
 from runner._forkserver import ForkedChild, ForkServer
-from runner._live import proc_starttime
+from runner._live import ProcFiles
 
 log = logging.getLogger("codemode.runner")
 
@@ -162,7 +162,7 @@ class WarmPool:
                 child.ready = await conv.await_ready(
                     child.reader, conv.Deadline.seconds(self.spawn_timeout)
                 )
-                child.starttime = proc_starttime(child.pid)
+                child.proc = ProcFiles.open(child.pid)  # it waits for a script: surely it
             except conv.UnconfinedError as e:
                 # Every child would say the same: stop forking; steps fork on demand and
                 # report it as exec mode does.

@@ -39,7 +39,7 @@ from runner._base import (
     Step,
 )
 from runner._forkserver import ForkedChild, ForkServer
-from runner._live import ProcessLive, close_all, measure_at_ran, proc_starttime
+from runner._live import ProcessLive, ProcFiles, close_all, measure_at_ran
 from runner._pool import DEFAULT_IDLE_AFTER, WarmPool
 from runner._slots import DEFAULT_SCRIPT_WAIT, Slots, default_slot_count
 from sandbox import protocol
@@ -72,8 +72,6 @@ class Child:
     rusage: resource.struct_rusage | None = None
     # Handed to a background reap after its step returned at `ran`.
     detached: bool = False
-    # Never reused while it is our unreaped child: /proc/<pid> is surely this process.
-    starttime: int | None = None
 
     async def write(self, data: bytes) -> None:
         self.writer.write(data)
@@ -153,7 +151,6 @@ async def spawn(argv: list[str], line_limit: int) -> Child:
     )
     writer = asyncio.StreamWriter(transport, proto, None, loop)
     child = Child(pid=popen.pid, popen=popen, reader=conv.LineReader(stdout), writer=writer)
-    child.starttime = proc_starttime(popen.pid)
     child.stderr_task = asyncio.create_task(_drain_stderr(stderr, child.stderr))
     return child
 
@@ -168,7 +165,6 @@ class _Process(Protocol):
     killed_by_us: bool
     started: float
     detached: bool
-    starttime: int | None
 
     async def write(self, data: bytes) -> None: ...
     def close_input(self) -> None: ...
@@ -364,8 +360,8 @@ class ProcessRunner(ScriptRunner):
                 ready = await self._await_ready(child)
             if isinstance(ready, Step):
                 return ready
-            if child.starttime is None:
-                child.starttime = proc_starttime(child.pid)
+            if isinstance(child, ForkedChild) and child.proc is None:
+                child.proc = ProcFiles.open(child.pid)  # it waits for its script: surely it
             child.started = time.monotonic()
             step = await self._drive(child, ready, script, files, live=live, tenant=tenant)
             return step
