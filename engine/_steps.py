@@ -109,7 +109,7 @@ class StepLoop(CallSettling):
         run_limits = limits.for_run()
         script = drive.script
         if script is None or script.limits is not run_limits or script.tools != self._tool_names:
-            drive.script = protocol.Script(
+            script = drive.script = protocol.Script(
                 id=record.id,
                 language=check_language(record.language),
                 code=record.code,
@@ -123,7 +123,7 @@ class StepLoop(CallSettling):
                 clock=protocol.Clock(now_ms=record.now_ms, seed=record.seed),
                 limits=run_limits,
             )
-        return drive.script
+        return script
 
     async def _replay_step(
         self, script: protocol.Script, record: log.ScriptRecord
