@@ -42,7 +42,7 @@ from runner._pipes import PipeFeed, PipeWriter, pipe_reader
 from sandbox import protocol
 
 if TYPE_CHECKING:
-    from runner._live import ProcFiles
+    from runner._procfs import ProcFiles
 
 STDERR_KEEP = 8 * 1024
 MAX_MESSAGE = 64 * 1024

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from runner import _conversation as conv
 from runner._base import RunError
 from runner._forkserver import ForkedChild, ForkServer
-from runner._live import ProcFiles
+from runner._procfs import ProcFiles
 
 log = logging.getLogger("codemode.runner")
 

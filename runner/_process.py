@@ -39,8 +39,9 @@ from runner._base import (
     Step,
 )
 from runner._forkserver import ForkedChild, ForkServer
-from runner._live import ProcessLive, ProcFiles, close_all, measure_at_ran
+from runner._live import ProcessLive, close_all, measure_at_ran
 from runner._pool import DEFAULT_IDLE_AFTER, WarmPool
+from runner._procfs import ProcFiles
 from runner._slots import DEFAULT_SCRIPT_WAIT, Slots, default_slot_count
 from sandbox import protocol
 from sandbox.protocol import Script

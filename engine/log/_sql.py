@@ -2,9 +2,9 @@
 
 Each transaction is a generator: it yields a :class:`Q` (a statement and what to fetch), is
 sent back the answer, and returns its value. A driver runs it inside one transaction of its
-database: SQLite's on a thread of its own, PostgreSQL's on an async connection. So the rules
-of the log (fencing, claims, conditional answers) are one piece of code whatever the
-database, and the store conformance suite checks that piece on each.
+database: SQLite's on the event loop (or its store thread), PostgreSQL's on an async
+connection. So the rules of the log (fencing, claims, conditional answers) are one piece of
+code whatever the database, and the store conformance suite checks that piece on each.
 
 Locking: every transaction that writes a script's calls or lease first reads the script's
 row with ``lock="update"`` (``FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE``

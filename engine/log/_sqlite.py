@@ -63,7 +63,8 @@ class SqliteStore(SqlStore):
         self.path = directory / self.FILE_NAME
         self._clock = clock
         self._closed = False
-        # One thread of its own: the connection stays on it, and no commit blocks the loop.
+        # A thread of its own, for the syncs, the checkpoints and the transactions that must
+        # wait for another connection's lock: its connection stays on it.
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="codemode-sqlite")
         self._db: sqlite3.Connection | None = None
         self._syncing = False  # the connection's synchronous setting: FULL (True) or NORMAL
