@@ -233,7 +233,11 @@ def add_calls(
     now: int,
 ) -> Tx:
     held = yield from _fence(lease)
-    (count,) = yield Q("SELECT COUNT(*) FROM calls WHERE script_id = ?", (lease.script_id,), "one")
+    # The calls' indexes run from 0 without a gap: the next is one past the last (an index
+    # lookup, where a count reads every call of the script).
+    (count,) = yield Q(
+        "SELECT COALESCE(MAX(idx) + 1, 0) FROM calls WHERE script_id = ?", (lease.script_id,), "one"
+    )
     for i, entry in enumerate(entries):
         if entry.script_id != lease.script_id or entry.index != count + i:
             raise r.CallConflict(rules.out_of_order(entry, count + i))
