@@ -11,11 +11,17 @@ from typing import Any
 
 import pytest
 
-from engine import CodeMode, SqliteStore, tool
+from engine import CodeMode, SqliteStore, Tool, tool
 from tests.engine.conftest import InProcessRunner
 
+SCRIPT = "let s = 0; for (const n of [1, 2, 3]) s += await tools.{name}({{n}}); return s;"
 
-def _watch(monkeypatch: pytest.MonkeyPatch, events: list[str]) -> None:
+
+async def _run_watched(
+    t: Tool, events: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    """Run a script of three calls to ``t``, noting in ``events`` each fsync of the log's
+    write-ahead log and, last, the return."""
     real = os.fsync
 
     def fsync(fd: Any) -> None:
@@ -24,7 +30,14 @@ def _watch(monkeypatch: pytest.MonkeyPatch, events: list[str]) -> None:
         if name.endswith("codemode.sqlite3-wal"):
             events.append("sync")
 
+    engine = CodeMode([t], runner=InProcessRunner(), store=SqliteStore(tmp_path), type_check="off")
     monkeypatch.setattr(os, "fsync", fsync)
+    try:
+        result = await engine.run_code(SCRIPT.format(name=t.name))
+        events.append("returned")
+    finally:
+        await engine.aclose()
+    return result.value
 
 
 async def test_a_receipt_is_synced_before_its_call_runs(
@@ -38,18 +51,7 @@ async def test_a_receipt_is_synced_before_its_call_runs(
         events.append(f"charge {n}")
         return n
 
-    engine = CodeMode(
-        [charge], runner=InProcessRunner(), store=SqliteStore(tmp_path), type_check="off"
-    )
-    _watch(monkeypatch, events)
-    try:
-        result = await engine.run_code(
-            "let s = 0; for (const n of [1, 2, 3]) s += await tools.charge({n}); return s;"
-        )
-        events.append("returned")
-    finally:
-        await engine.aclose()
-    assert result.value == 6
+    assert await _run_watched(charge, events, tmp_path, monkeypatch) == 6
     # Each call's receipt synced before it ran; the outcome synced before the return.
     calls = [i for i, e in enumerate(events) if e.startswith("charge")]
     assert len(calls) == 3
@@ -69,16 +71,5 @@ async def test_a_read_only_call_waits_for_no_sync(
         events.append(f"price {n}")
         return n
 
-    engine = CodeMode(
-        [price], runner=InProcessRunner(), store=SqliteStore(tmp_path), type_check="off"
-    )
-    _watch(monkeypatch, events)
-    try:
-        result = await engine.run_code(
-            "let s = 0; for (const n of [1, 2, 3]) s += await tools.price({n}); return s;"
-        )
-        events.append("returned")
-    finally:
-        await engine.aclose()
-    assert result.value == 6
+    assert await _run_watched(price, events, tmp_path, monkeypatch) == 6
     assert events == ["price 1", "price 2", "price 3", "sync", "returned"], events
