@@ -83,9 +83,18 @@ class SqliteStore(SqlStore):
     def _open(self) -> None:
         try:
             db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30)
-            db.execute("PRAGMA journal_mode=WAL")
+            (mode,) = db.execute("PRAGMA journal_mode=WAL").fetchone()
         except sqlite3.Error as e:
             raise ConfigError(f"cannot open the session log {self.path}: {e}") from None
+        if str(mode).lower() != "wal":
+            # Without it, a commit on the loop's connection would sync there, and readers
+            # would wait for writers: the store's design rests on WAL.
+            db.close()
+            raise ConfigError(
+                f"the session log {self.path} cannot use SQLite's write-ahead log here (its "
+                f"journal mode stayed {mode!r}; a network filesystem cannot share the memory "
+                "WAL needs): put data_dir on a local filesystem"
+            )
         # Each write says whether it must reach the disk before it returns (see SqlStore._tx).
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=30000")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -91,6 +92,21 @@ def test_sqlite_data_dir_that_is_a_file(tmp_path: Path) -> None:
     path.write_text("not a directory")
     with pytest.raises(ConfigError, match="is a file: give a directory"):
         SqliteStore(path)
+
+
+def test_sqlite_without_wal_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite's dot-file VFS has no shared memory, as a network filesystem has none: WAL
+    # cannot be turned on, and the store says so instead of syncing on the event loop.
+    connect = sqlite3.connect
+
+    def dotfile(path: str, **options: Any) -> sqlite3.Connection:
+        return connect(f"file:{path}?vfs=unix-dotfile", uri=True, **options)
+
+    monkeypatch.setattr(sqlite3, "connect", dotfile)
+    with pytest.raises(ConfigError, match=r"write-ahead log .*stayed 'delete'.*local filesystem"):
+        SqliteStore(tmp_path)
 
 
 def test_sqlite_data_dir_with_a_dot_is_a_directory(tmp_path: Path) -> None:
