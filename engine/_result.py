@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from engine.adapters._formats import result_for
+from engine.adapters._formats import mcp_content, result_for
 
 Status = Literal["finished", "failed", "paused", "elsewhere"]
 
@@ -36,8 +36,10 @@ class RunResult:
 
     @property
     def content(self) -> list[dict[str, Any]]:
-        """MCP content blocks: the text, then each media file the script showed."""
-        return [{"type": "text", "text": self.text}, *self.media]
+        """MCP content blocks: the text, then each media file the script showed, then each
+        image or audio block it returned (an MCP tool's, passed on); the text names those
+        instead of spelling out their bytes."""
+        return mcp_content(self)
 
     def to_anthropic(self, tool_use_id: str) -> dict[str, Any]:
         """The Anthropic Messages ``tool_result`` block for the model's ``tool_use`` id

@@ -11,7 +11,8 @@ an MCP content block). Each API takes something else:
   ``user`` message right after it (images as data URLs, PDFs as files, WAV and MP3 as audio).
 - **OpenAI Responses**: one ``function_call_output`` item whose output holds the text, the
   images and the PDFs.
-- **MCP**: a ``CallToolResult`` (``content``, ``isError``).
+- **MCP**: a ``CallToolResult`` (``content``, ``isError``); the image and audio blocks a
+  script returned (an MCP tool's, passed on) come after the shown files, as content.
 
 A media file an API cannot take is left out of that API's content with a line saying so, so
 the model knows it was shown and not attached. The tests check every shape against the
@@ -23,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Literal, Protocol, get_args
 
 from engine._errors import CodeModeError
+from engine._mcp import MEDIA_TYPES
 from engine._render import is_media
 
 
@@ -37,9 +39,8 @@ class RunResult(Protocol):
     def shown(self) -> list[dict[str, Any]]: ...
     @property
     def media(self) -> list[dict[str, Any]]: ...
-
     @property
-    def content(self) -> list[dict[str, Any]]: ...
+    def value(self) -> Any: ...
 
 
 Format = Literal["anthropic", "openai_chat", "openai_responses", "mcp"]
@@ -93,7 +94,7 @@ def result_for(result: RunResult, format: Format, call_id: str | None = None) ->
     ``function_call_output`` item; MCP: a ``CallToolResult``.
     """
     if check_format(format) == "mcp":
-        return {"content": result.content, "isError": result.status == "failed"}
+        return {"content": mcp_content(result), "isError": result.status == "failed"}
     if not isinstance(call_id, str) or not call_id:
         raise CodeModeError(
             f"a {format} tool result needs the id of the model's call to run_code "
@@ -122,6 +123,33 @@ def result_for(result: RunResult, format: Format, call_id: str | None = None) ->
     output: list[dict[str, Any]] = [{"type": "input_text", "text": result.text}]
     output += [_responses_part(name, block) for name, block in media]
     return {"type": "function_call_output", "call_id": call_id, "output": output}
+
+
+def mcp_content(result: RunResult) -> list[dict[str, Any]]:
+    """``result`` as MCP content blocks: its text, each media file it showed, then each
+    image or audio block it returned; the text names those returned blocks instead of
+    spelling out their bytes."""
+    text, returned = result.text, []
+    for block in _returned_media(result.value):
+        returned.append(
+            {"type": block["type"], "data": block["data"], "mimeType": block["mimeType"]}
+        )
+        data = block["data"]
+        size = len(data) * 3 // 4 - (len(data) - len(data.rstrip("=")))  # less the padding
+        text = text.replace(block["data"], f"<{block['mimeType']}, {size:,} bytes, below>")
+    return [{"type": "text", "text": text}, *result.media, *returned]
+
+
+def _returned_media(value: Any) -> list[dict[str, Any]]:
+    blocks = value if isinstance(value, list) else [value]
+    return [
+        b
+        for b in blocks
+        if isinstance(b, dict)
+        and b.get("type") in MEDIA_TYPES
+        and isinstance(b.get("data"), str)
+        and isinstance(b.get("mimeType"), str)
+    ]
 
 
 def _media_names(result: RunResult) -> list[str]:

@@ -34,7 +34,6 @@ import orjson
 from engine._codemode import CodeMode
 from engine._errors import CallNotWaiting, CodeModeError
 from engine._events import Event
-from engine._mcp import MEDIA_TYPES
 from engine._result import RunResult
 from engine._tools import Tool
 
@@ -304,34 +303,12 @@ class _Progress:
 
 
 def content_of(result: RunResult) -> dict[str, Any]:
-    """The ``CallToolResult`` (as a dict) for a script's result: its text, then each file it
-    showed and each image or audio block it returned, as MCP content."""
-    text = result.text
-    media = list(result.media)
-    for block in _returned_media(result.value):
-        media.append({"type": block["type"], "data": block["data"], "mimeType": block["mimeType"]})
-        # The bytes reach the client as content; the text names them instead of spelling them.
-        text = text.replace(
-            block["data"], f"<{block['mimeType']}, {len(block['data']) * 3 // 4:,} bytes, below>"
-        )
+    """The ``CallToolResult`` (as a dict) for a script's result: ``RunResult.to_mcp()``,
+    with how to go on when the script paused (this server's own tools do that)."""
+    answer = result.to_mcp()
     if result.status == "paused":
-        text += _how_to_continue(result)
-    return {
-        "content": [{"type": "text", "text": text}, *media],
-        "isError": result.status == "failed",
-    }
-
-
-def _returned_media(value: Any) -> list[dict[str, Any]]:
-    blocks = value if isinstance(value, list) else [value]
-    return [
-        b
-        for b in blocks
-        if isinstance(b, dict)
-        and b.get("type") in MEDIA_TYPES
-        and isinstance(b.get("data"), str)
-        and isinstance(b.get("mimeType"), str)
-    ]
+        answer["content"][0]["text"] += _how_to_continue(result)
+    return answer
 
 
 def _how_to_continue(result: RunResult) -> str:

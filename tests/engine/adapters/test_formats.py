@@ -127,6 +127,23 @@ async def test_mcp_result(engine: CodeMode) -> None:
     assert {k: dumped[k] for k in answer} == answer
 
 
+async def test_mcp_result_carries_returned_images_as_content(engine: CodeMode) -> None:
+    # An MCP tool's image, passed on by the script as its value, reaches an MCP client as
+    # image content, whoever serves the result (`to_mcp`, or the engine's own MCP server).
+    data = base64.b64encode(PNG).decode()
+    result = await engine.run_code(
+        f'return [{{type: "image", data: "{data}", mimeType: "image/png"}}, "and a note"];'
+    )
+    assert result.status == "finished", result.text
+    answer = result.to_mcp()
+    mcp.types.CallToolResult.model_validate(answer)
+    text, image = answer["content"]
+    assert image == {"type": "image", "data": data, "mimeType": "image/png"}
+    assert data not in text["text"] and "<image/png, 70 bytes, below>" in text["text"]
+    assert data in result.text  # the model's own text is left as it was
+    assert answer["content"] == result.content
+
+
 async def test_failed_and_text_only_results(engine: CodeMode) -> None:
     failed = await engine.run_code("throw new Error('no')")
     assert failed.status == "failed"
