@@ -311,7 +311,7 @@ def _script(code: str, records: list[Record] | None = None) -> Script:
     )
 
 
-class _Process:
+class PoolProcess:
     """One pool-mode runner for the module, driven from synchronous tests."""
 
     def __init__(self) -> None:
@@ -327,8 +327,8 @@ class _Process:
 
 
 @pytest.fixture(scope="module")
-def process() -> Iterator[_Process]:
-    p = _Process()
+def process() -> Iterator[PoolProcess]:
+    p = PoolProcess()
     yield p
     p.close()
 

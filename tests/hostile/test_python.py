@@ -8,17 +8,16 @@ Scripts that only a confined process can stop (endless loops, memory) run only t
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from runner import ProcessRunner
 from sandbox.protocol import Clock, Limits, Record, Script
 from sandbox.runtime import run_in_process
 
-NOW_MS = 1_767_225_600_000
+from .conftest import NOW_MS, PoolProcess
+
 MiB = 1024 * 1024
 
 
@@ -34,26 +33,6 @@ def _script(code: str, records: list[Record] | None = None, **limits: int) -> Sc
     )
 
 
-class _Process:
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.runner = ProcessRunner(mode="pool", pool_size=1)
-
-    def run(self, script: Script) -> Any:
-        return self.loop.run_until_complete(self.runner.run(script))
-
-    def close(self) -> None:
-        self.loop.run_until_complete(self.runner.aclose())
-        self.loop.close()
-
-
-@pytest.fixture(scope="module")
-def process() -> Iterator[_Process]:
-    p = _Process()
-    yield p
-    p.close()
-
-
 Run = Callable[..., Any]
 
 
@@ -66,7 +45,7 @@ def run(request: pytest.FixtureRequest) -> Run:
     return lambda code, records=None, **limits: proc.run(_script(code, records, **limits))
 
 
-def assert_healthy(process: _Process) -> None:
+def assert_healthy(process: PoolProcess) -> None:
     step = process.run(_script("return 'still here'"))
     assert step.outcome == "finished", step.error
     assert step.value == "still here"
@@ -239,12 +218,12 @@ def test_sleep_waits_for_nothing(run: Run) -> None:
     assert ran.value == NOW_MS / 1000
 
 
-def test_set_order_is_the_same_in_every_process(process: _Process) -> None:
+def test_set_order_is_the_same_in_every_process(process: PoolProcess) -> None:
     """String hashing is not randomised per process: a set of strings iterates in the same
     order in a new runner's processes, so a replay makes its calls in the same order."""
     code = "names = {f'tool-{i}' for i in range(40)}\nreturn list(names)"
     first = process.run(_script(code)).value
-    other = _Process()
+    other = PoolProcess()
     try:
         second = other.run(_script(code)).value
     finally:
@@ -266,7 +245,7 @@ def test_set_order_is_the_same_in_every_process(process: _Process) -> None:
         "await asyncio.gather(*[f() for _ in range(100000)])",
     ],
 )
-def test_memory_bombs_end_on_the_memory_limit(process: _Process, code: str) -> None:
+def test_memory_bombs_end_on_the_memory_limit(process: PoolProcess, code: str) -> None:
     step = process.run(_script(code, memory=64 * MiB))
     assert step.outcome == "failed", step.value
     assert step.limit is not None and step.limit.name == "memory", step.error
@@ -275,7 +254,7 @@ def test_memory_bombs_end_on_the_memory_limit(process: _Process, code: str) -> N
 
 
 @pytest.mark.parametrize(("mib", "fits"), [(24, True), (160, False)])
-def test_memory_limit_is_the_scripts_heap(process: _Process, mib: int, fits: bool) -> None:
+def test_memory_limit_is_the_scripts_heap(process: PoolProcess, mib: int, fits: bool) -> None:
     """`memory` bounds what the script allocates (above the interpreter and a little room)."""
     step = process.run(
         _script(f"b = bytearray({mib} * 1024 * 1024)\nreturn len(b)", memory=64 * MiB)
@@ -286,7 +265,7 @@ def test_memory_limit_is_the_scripts_heap(process: _Process, mib: int, fits: boo
         assert step.limit is not None and step.limit.name == "memory", step.error
 
 
-def test_a_script_that_swallows_memory_error_goes_on(process: _Process) -> None:
+def test_a_script_that_swallows_memory_error_goes_on(process: PoolProcess) -> None:
     code = "try:\n    x = 'x' * (10 ** 10)\nexcept MemoryError:\n    return 'survived'"
     step = process.run(_script(code, memory=64 * MiB))
     assert step.outcome == "finished" and step.value == "survived"
@@ -304,7 +283,7 @@ def test_a_script_that_swallows_memory_error_goes_on(process: _Process) -> None:
         "    except BaseException:\n        pass",
     ],
 )
-def test_cpu_bombs_end_on_compute_ms(process: _Process, code: str) -> None:
+def test_cpu_bombs_end_on_compute_ms(process: PoolProcess, code: str) -> None:
     step = process.run(_script(code, compute_ms=300))
     assert step.outcome == "failed"
     assert step.limit is not None and step.limit.name == "compute_ms", step.error
@@ -383,7 +362,7 @@ def test_divergence_cannot_be_caught(run: Run) -> None:
     assert ran.error.name == "DivergenceError"
 
 
-def test_same_bytes_across_replays_through_the_process(process: _Process) -> None:
+def test_same_bytes_across_replays_through_the_process(process: PoolProcess) -> None:
     code = (
         "import random, uuid, datetime\n"
         "seen = {str(uuid.uuid4()) for _ in range(5)}\n"

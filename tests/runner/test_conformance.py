@@ -11,23 +11,18 @@ from tests.runner.conftest import FAST_RUNNERS, Harness
 
 
 @pytest.mark.parametrize("language", c.LANGUAGES)
-def test_stale_prs_example(runner: Harness, language: str) -> None:
-    c.check_stale_prs_example(runner, language)
-
-
-@pytest.mark.parametrize("language", c.LANGUAGES)
-def test_script_error(runner: Harness, language: str) -> None:
-    c.check_script_error(runner, language)
-
-
-@pytest.mark.parametrize("language", c.LANGUAGES)
-def test_printed_and_stats(runner: Harness, language: str) -> None:
-    c.check_printed_and_stats(runner, language)
-
-
-@pytest.mark.parametrize("language", c.LANGUAGES)
-def test_file_reads(runner: Harness, language: str) -> None:
-    c.check_file_reads(runner, language)
+@pytest.mark.parametrize(
+    "check",
+    [
+        c.check_stale_prs_example,
+        c.check_script_error,
+        c.check_printed_and_stats,
+        c.check_file_reads,
+    ],
+    ids=lambda check: check.__name__.removeprefix("check_"),
+)
+def test_in_each_language(runner: Harness, check: Any, language: str) -> None:
+    check(runner, language)
 
 
 @pytest.mark.parametrize(
