@@ -152,21 +152,26 @@ class Drive:
 
     def open_calls(self) -> list[log.CallEntry]:
         """The calls not settled yet, in order."""
+        later = self._past_settled()
+        return [c for c in later if not c.settled]
+
+    def result_bytes(self) -> int:
+        """The size of every result the script's calls returned so far."""
+        later = self._past_settled()
+        return self._settled_result_bytes + sum(
+            c.result_bytes or 0 for c in later if c.state == log.DONE
+        )
+
+    def _past_settled(self) -> list[log.CallEntry]:
+        """The calls from the first one not settled on, moving ``_open_from`` past those
+        settled since (and counting their results)."""
         calls, i = self.calls, self._open_from
         while i < len(calls) and calls[i].settled:
             if calls[i].state == log.DONE:
                 self._settled_result_bytes += calls[i].result_bytes or 0
             i += 1
         self._open_from = i
-        return [c for c in calls[i:] if not c.settled]
-
-    def result_bytes(self) -> int:
-        """The size of every result the script's calls returned so far."""
-        self.open_calls()
-        later = self.calls[self._open_from :]
-        return self._settled_result_bytes + sum(
-            c.result_bytes or 0 for c in later if c.state == log.DONE
-        )
+        return calls[i:]
 
     def records(self) -> list[protocol.Record]:
         """The call log as a step's script carries it (every call is settled when a step

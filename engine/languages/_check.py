@@ -14,6 +14,7 @@ import abc
 import asyncio
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,10 +125,14 @@ class BoundedChecker(abc.ABC):
         Never raises for anything in ``code``: a check that cannot finish is a ``failure``.
         """
         async with self._turns:
-            return await self._check(code, declarations)
+            started = time.monotonic()
+            checked = await self._check(code, declarations)
+            checked.ms = (time.monotonic() - started) * 1000
+            return checked
 
     @abc.abstractmethod
-    async def _check(self, code: str, declarations: str) -> Checked: ...
+    async def _check(self, code: str, declarations: str) -> Checked:
+        """The check itself, in the caller's turn (:meth:`check` times it)."""
 
 
 @dataclass

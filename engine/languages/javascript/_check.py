@@ -33,7 +33,6 @@ import re
 import signal
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -175,7 +174,6 @@ class TypeChecker(BoundedChecker):
         return self.path
 
     async def _check(self, code: str, declarations: str) -> Checked:
-        started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="codemode-check-") as directory:
             folder = Path(directory)
             (folder / "tools.ts").write_text(declarations, encoding="utf-8")
@@ -185,7 +183,6 @@ class TypeChecker(BoundedChecker):
         checked = Checked(failure=failure)
         if failure is None:
             checked.problems = _problems(output, code.count("\n") + 1)
-        checked.ms = (time.monotonic() - started) * 1000
         return checked
 
     async def _compile(self, folder: Path) -> tuple[str, str | None]:

@@ -29,7 +29,6 @@ import re
 import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from engine.languages._check import (
@@ -113,7 +112,6 @@ class PythonTypeChecker(BoundedChecker):
         return find_checker()
 
     async def _check(self, code: str, declarations: str) -> Checked:
-        started = time.monotonic()
         body = "".join(f" {line}\n" for line in code.split("\n"))
         with tempfile.TemporaryDirectory(prefix="codemode-check-") as directory:
             folder = Path(directory)
@@ -126,7 +124,6 @@ class PythonTypeChecker(BoundedChecker):
         checked = Checked(failure=failure)
         if failure is None:
             checked.problems = _problems(output, code.count("\n") + 1, declarations)
-        checked.ms = (time.monotonic() - started) * 1000
         return checked
 
     async def _run(self, folder: Path) -> tuple[str, str | None]:
