@@ -321,9 +321,10 @@ class Drive:
         await self.store.pause(self.lease)
         self.record.status = log.PAUSED
 
-    async def end(self, status: str, outcome: dict[str, Any]) -> None:
+    async def end(self, status: str, outcome: dict[str, Any], *, lasting: bool = True) -> None:
+        """Write the outcome and give the lease up. ``lasting``: see ``LogStore.end``."""
         await self._flush()
-        await self.store.end(self.lease, status, outcome, self._usage)
+        await self.store.end(self.lease, status, outcome, self._usage, lasting=lasting)
         self._usage = None
         self.record.status, self.record.outcome = status, outcome
         self._released = True  # ending gave the lease up

@@ -240,6 +240,8 @@ class MemoryStore(LogStore):
         status: str,
         outcome: dict[str, Any],
         usage: r.StepUsage | None = None,
+        *,
+        lasting: bool = True,
     ) -> None:
         rules.check_ending(status)
         with self._lock:

@@ -24,8 +24,9 @@ class SqlStore(LogStore):
         store whose hosts all share one machine (so a power loss ends them all): it reaches
         the disk with the next write that must, since the log is written in order. Such writes
         are the ones a run can derive again or that leave a call settled as interrupted if
-        lost; every receipt, decision, answer, pause and outcome syncs, so nothing a host was
-        told, and no call that may have run, is lost."""
+        lost; every receipt, decision, answer and pause syncs, and every outcome of a script
+        that called a tool with effects, so no call that may have run, and nothing a person
+        or a client answered, is lost."""
 
     async def get_script(self, script_id: str) -> r.ScriptRecord:
         return await self._tx(lambda now: sql.get_script(script_id), write=False)
@@ -116,9 +117,13 @@ class SqlStore(LogStore):
         status: str,
         outcome: dict[str, Any],
         usage: r.StepUsage | None = None,
+        *,
+        lasting: bool = True,
     ) -> None:
         rules.check_ending(status)
-        await self._tx(lambda now: sql.end(lease, status, outcome, usage, now), write=True)
+        await self._tx(
+            lambda now: sql.end(lease, status, outcome, usage, now), write=True, sync=lasting
+        )
 
     async def answer(
         self,

@@ -181,9 +181,16 @@ class LogStore(abc.ABC):
         status: str,
         outcome: dict[str, Any],
         usage: StepUsage | None = None,
+        *,
+        lasting: bool = True,
     ) -> None:
         """The script ended (``finished`` or ``failed``) with this outcome (and ``usage``, what
-        its runs used); its lease is given up in the same write."""
+        its runs used); its lease is given up in the same write.
+
+        The outcome reaches the disk before this returns, unless ``lasting=False``: the
+        engine says so when the script called no tool with effects (every call it made may
+        simply run again), so a power cut that lost the outcome loses nothing a new run of
+        the script would not give again. A store may sync anyway."""
 
     # ---- answers (any host) ----
 

@@ -1,5 +1,6 @@
 """The SQLite log's writes that must last reach the disk before anything depends on them:
-a call's receipt before the call runs, the outcome before ``run_code`` returns. Each such
+a call's receipt before the call runs, the outcome of a script that called a tool with
+effects before ``run_code`` returns. Each such
 write commits without a sync and then ``fsync``s the write-ahead log; these tests watch the
 ``fsync`` calls the process makes and the order they come in."""
 
@@ -18,10 +19,14 @@ SCRIPT = "let s = 0; for (const n of [1, 2, 3]) s += await tools.{name}({{n}}); 
 
 
 async def _run_watched(
-    t: Tool, events: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    t: Tool,
+    events: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    code: str | None = None,
 ) -> Any:
-    """Run a script of three calls to ``t``, noting in ``events`` each fsync of the log's
-    write-ahead log and, last, the return."""
+    """Run a script of three calls to ``t`` (or ``code``), noting in ``events`` each fsync of
+    the log's write-ahead log and, last, the return."""
     real = os.fsync
 
     def fsync(fd: Any) -> None:
@@ -33,7 +38,7 @@ async def _run_watched(
     engine = CodeMode([t], runner=InProcessRunner(), store=SqliteStore(tmp_path), type_check="off")
     monkeypatch.setattr(os, "fsync", fsync)
     try:
-        result = await engine.run_code(SCRIPT.format(name=t.name))
+        result = await engine.run_code(code or SCRIPT.format(name=t.name))
         events.append("returned")
     finally:
         await engine.aclose()
@@ -72,4 +77,60 @@ async def test_a_read_only_call_waits_for_no_sync(
         return n
 
     assert await _run_watched(price, events, tmp_path, monkeypatch) == 6
-    assert events == ["price 1", "price 2", "price 3", "sync", "returned"], events
+    # Nor does the outcome: a new run of the script, after a power cut, gives it again.
+    assert events == ["price 1", "price 2", "price 3", "returned"], events
+
+
+async def test_one_call_with_effects_makes_the_outcome_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[str] = []
+
+    @tool(read_only=True)
+    def price(n: int) -> int:
+        """A price."""
+        events.append(f"price {n}")
+        return n
+
+    @tool
+    def charge(n: int) -> int:
+        """Take n from the card."""
+        events.append(f"charge {n}")
+        return n
+
+    engine = CodeMode(
+        [price, charge], runner=InProcessRunner(), store=SqliteStore(tmp_path), type_check="off"
+    )
+    real = os.fsync
+
+    def fsync(fd: Any) -> None:
+        real(fd)
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("codemode.sqlite3-wal"):
+            events.append("sync")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    try:
+        # The charge comes first and its result is not synced: only the outcome makes the
+        # result last, so it syncs though the calls after it are read-only.
+        result = await engine.run_code(
+            "const c = await tools.charge({n: 5}); return c + await tools.price({n: 1});"
+        )
+        events.append("returned")
+    finally:
+        await engine.aclose()
+    assert result.value == 6
+    assert events == ["sync", "charge 5", "price 1", "sync", "returned"], events
+
+
+async def test_a_script_without_calls_waits_for_no_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[str] = []
+
+    @tool
+    def charge(n: int) -> int:
+        """Take n from the card."""
+        return n
+
+    assert await _run_watched(charge, events, tmp_path, monkeypatch, "return 1 + 1") == 2
+    assert events == ["returned"], events
