@@ -29,11 +29,12 @@ A version 1 script runs as before: recorded calls settle as they are made, and t
 exits after ``ran``. A runner that takes only version 1 gets replay steps.
 
 This module is imported by the sandbox before lockdown and by the runner, so it stays
-import-light: pydantic and orjson only.
+import-light: pydantic, orjson and the standard library only.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
@@ -176,11 +177,10 @@ def data_problem(value: Any) -> str | None:
     arrays. The depth is checked by orjson itself, at its speed: wrapped in enough lists that
     one level past ``MAX_DEPTH`` is one past what orjson writes.
     """
-    wrapped = value
-    for _ in range(_ORJSON_WRITE_DEPTH - MAX_DEPTH):
-        wrapped = [wrapped]
+    outer, inner = _wrapping()
+    inner.append(value)
     try:
-        orjson.dumps(wrapped)
+        orjson.dumps(outer)
     except orjson.JSONEncodeError as e:
         if "Recursion limit" in str(e):
             return (
@@ -188,7 +188,25 @@ def data_problem(value: Any) -> str | None:
                 "may nest to cross between the sandbox and the host (MAX_DEPTH)"
             )
         return f"cannot be written as JSON ({e})"
+    finally:
+        inner.clear()
     return None
+
+
+_wrappings = threading.local()
+
+
+def _wrapping() -> tuple[list[Any], list[Any]]:
+    """This thread's lists nested ``_ORJSON_WRITE_DEPTH - MAX_DEPTH`` deep, outermost and
+    innermost (empty): made once, since a check makes no call back into Python."""
+    made: tuple[list[Any], list[Any]] | None = getattr(_wrappings, "lists", None)
+    if made is None:
+        inner: list[Any] = []
+        outer = inner
+        for _ in range(_ORJSON_WRITE_DEPTH - MAX_DEPTH - 1):
+            outer = [outer]
+        made = _wrappings.lists = (outer, inner)
+    return made
 
 
 def _crossable(value: Any) -> Any:

@@ -5,6 +5,8 @@ catchable or script-ending error, never a crash ("SandboxCrash"). Run the three 
 
 from __future__ import annotations
 
+import sys
+import threading
 from typing import Any
 
 import pytest
@@ -256,3 +258,33 @@ def test_printing_script_values_reads_them_as_before(run: Any) -> None:
         "[unprintable: Error: no]\n"
         '{"a":1} ["1970-01-02T00:00:00.000Z"] {}\n'
     )
+
+
+def test_data_problem_from_many_threads_at_once() -> None:
+    """The depth check reuses its nesting lists: each thread must have its own, or one
+    thread's value could be checked in another's place (and a too-deep one pass)."""
+    deep: Any = "x"
+    for _ in range(protocol.MAX_DEPTH + 1):
+        deep = [deep]
+    wrong: list[str] = []
+
+    def check(value: Any, fits: bool) -> None:
+        for _ in range(3000):
+            if (protocol.data_problem(value) is None) != fits:
+                wrong.append(f"a value that {'fits' if fits else 'nests too deep'} was misjudged")
+                return
+
+    threads = [
+        threading.Thread(target=check, args=(value, fits))
+        for value, fits in [(deep, False), ({"a": [1, 2]}, True)] * 3
+    ]
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between any two bytecodes: a race shows
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert wrong == []
