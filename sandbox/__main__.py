@@ -198,6 +198,25 @@ def _warm_up_zygote() -> None:
     _PREPARED = runtime.Prepared()
 
 
+# A script of our own, which a forked child decodes but never runs (see `_touch_pages`).
+_TOUCH_LINE = protocol.encode(
+    protocol.Script(id="touch", code="return 1", clock=protocol.Clock(now_ms=0, seed=1))
+)
+
+
+def _touch_pages() -> None:
+    """In a forked child, before it says ``ready``: go through what a run writes first
+    (the prepared context's objects, the line decoding, a run's setup, the ending's
+    encoding) without running anything. Those pages are the zygote's until written; each
+    write copies one, and copying them here, while the child waits in the pool, takes that
+    work off the step's clock (a trivial run_code 7 to 14% sooner on 2 CPUs)."""
+    assert _PREPARED is not None
+    _PREPARED.ctx.gc()
+    script = script_from(_TOUCH_LINE)
+    runtime.new_run(script, _ProcessChannel())
+    protocol.encode(protocol.Ran(outcome="finished", value=1, stats=protocol.Stats(cpu_ms=1)))
+
+
 def _line_room(line_bytes: int, data_limit: int | None) -> int:
     """Heap to add to the default for a script line of ``line_bytes``: its parsed objects."""
     if data_limit is not None:
@@ -240,6 +259,8 @@ def serve(
             )
         except Exception as e:
             unconfined(f"{type(e).__name__}: {e}")
+        if _PREPARED is not None:  # a child of the fork server
+            _touch_pages()
         _write(protocol.encode(protocol.ready(_LANGUAGES)))
         _run_one(data_limit)
     except BaseException as e:  # a bug of ours: say what, then exit without a `ran`
