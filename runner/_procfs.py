@@ -65,12 +65,22 @@ class ProcFiles:
 
 def _memory_of(text: bytes) -> tuple[int, int] | None:
     """``(VmRSS, VmHWM)`` in bytes from the text of a ``/proc/<pid>/status``."""
-    found: dict[bytes, int] = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(b":")
-        if key in (b"VmRSS", b"VmHWM"):
-            with contextlib.suppress(ValueError, IndexError):
-                found[key] = int(value.split()[0]) * 1024
-    if b"VmRSS" not in found or b"VmHWM" not in found:
+    # Found by their line's start, not by splitting every line: the file has about fifty,
+    # read at each `ran`. (Its one line a process names, `Name:`, has its newlines escaped.)
+    rss, peak = _kib(text, b"\nVmRSS:"), _kib(text, b"\nVmHWM:")
+    if rss is None or peak is None:
         return None
-    return found[b"VmRSS"], found[b"VmHWM"]
+    return rss * 1024, peak * 1024
+
+
+def _kib(text: bytes, key: bytes) -> int | None:
+    """The number after ``key`` (``"   1234 kB"``), or ``None`` when it is not there."""
+    start = text.find(key)
+    if start < 0:
+        return None
+    start += len(key)
+    end = text.find(b"\n", start)
+    try:
+        return int(text[start : end if end >= 0 else len(text)].split()[0])
+    except (ValueError, IndexError):
+        return None

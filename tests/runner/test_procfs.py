@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from runner._procfs import ProcFiles
+from runner._procfs import ProcFiles, _memory_of
 
 BUSY = "import sys\nx = bytearray(32 << 20)\nn = 0\nwhile n < 3_000_000: n += 1\nsys.stdin.read()"
 
@@ -45,3 +45,14 @@ def test_no_such_process() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     assert ProcFiles.open(child.pid) is None
+
+
+def test_the_memory_lines_are_found_where_they_start() -> None:
+    status = (
+        b"Name:\tVmRSS: 1 kB\nUmask:\t0022\nVmHWM:\t    2048 kB\nVmRSS:\t    1024 kB\n"
+        b"RssAnon:\t 512 kB\n"
+    )
+    assert _memory_of(status) == (1024 * 1024, 2048 * 1024)
+    assert _memory_of(b"Name:\tx\nVmHWM:\t 8 kB\nVmRSS:\t 4 kB") == (4096, 8192)  # last line
+    assert _memory_of(b"Name:\tx\nVmRSS:\t 4 kB\n") is None  # no peak
+    assert _memory_of(b"Name:\tx\nVmHWM:\t kB\nVmRSS:\t 4 kB\n") is None  # no number
