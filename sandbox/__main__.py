@@ -205,14 +205,20 @@ _TOUCH_LINE = protocol.encode(
 
 
 def _touch_pages() -> None:
-    """In a forked child, before it says ``ready``: go through what a run writes first
-    (the prepared context's objects, the line decoding, a run's setup, the ending's
-    encoding) without running anything. Those pages are the zygote's until written; each
-    write copies one, and copying them here, while the child waits in the pool, takes that
-    work off the step's clock (a trivial run_code 7 to 14% sooner on 2 CPUs)."""
+    """In a forked child, before it says ``ready``: go through what a run does first (the
+    prepared context's objects, its memory count, the parse check, the line decoding, a
+    run's setup, the ending's encoding) without running anything. Until then, the zygote's
+    pages are shared with the child: its data is copied at the first write to each page, and
+    its code mapped in at the first call. Doing that here, while the child waits in the pool,
+    takes it off the step's clock: a trivial run_code 22 to 28% sooner on 2 CPUs."""
     assert _PREPARED is not None
     _PREPARED.ctx.gc()
+    _PREPARED.ctx.memory()
     script = script_from(_TOUCH_LINE)
+    # The parse check every script goes through (in a context of its own: nothing runs).
+    _PREPARED.stripper.prepare(
+        script.code, memory=script.limits.memory, stack=runtime.JS_STACK_BYTES
+    )
     runtime.new_run(script, _ProcessChannel())
     protocol.encode(protocol.Ran(outcome="finished", value=1, stats=protocol.Stats(cpu_ms=1)))
 
