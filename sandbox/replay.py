@@ -172,6 +172,12 @@ class Replay(abc.ABC):
         self.tool_names = [name for name in script.tools if name != RUN_CODE]
         self._cpu0 = _cpu_ms()
 
+    def release(self) -> None:
+        """Drop what the run holds of its language's engine, once it is over or let go. Its
+        engine refers back to the run (the host functions), so without this both wait for
+        the cycle collector, which frees them at some later allocation, on another's clock."""
+        self.settle = None
+
     # ---- what a language provides ----
 
     def heap_bytes(self) -> int:

@@ -94,6 +94,11 @@ class Run(Replay):
         self.prepared = prepared
         self.ctx: Any = None
 
+    def release(self) -> None:
+        super().release()
+        # A context of its own goes at once; a prepared one is its maker's.
+        self.ctx = self.prepared = None
+
     def heap_bytes(self) -> int:
         if self.ctx is None:
             return 0
@@ -340,11 +345,14 @@ def run_in_process(
     script on a host. ``fetch(file_id, offset, length)`` gives file bytes.
     """
     channel = _Collect()
+    run = new_run(script, channel, fetch, prepared)
     try:
-        return new_run(script, channel, fetch, prepared).execute()
+        return run.execute()
     except _Ended:
         assert channel.ran is not None
         return channel.ran
+    finally:
+        run.release()
 
 
 class LiveInProcess:
@@ -404,6 +412,8 @@ class LiveInProcess:
         return self._segment(lambda: run.resume(records))
 
     def close(self) -> None:
+        if self._run is not None:
+            self._run.release()
         self._run = None
 
     def _segment(self, go: Any) -> Ran:
@@ -413,5 +423,5 @@ class LiveInProcess:
             assert self._channel.ran is not None
             ran = self._channel.ran
         if ran.outcome != "calls":
-            self._run = None  # the run is over: let its context go
+            self.close()  # the run is over: let its context go
         return ran

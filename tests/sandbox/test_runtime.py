@@ -7,11 +7,12 @@ for the same outputs through a real sandbox process.
 
 from __future__ import annotations
 
+import gc
 import re
 
 import pytest
 
-from sandbox import protocol
+from sandbox import protocol, runtime
 from sandbox.names import closest_names
 from sandbox.protocol import PRINTED_HEAD, PRINTED_TAIL, VALUE_BOUND, Ran
 from tests.sandbox.conftest import DAY_MS, NOW_MS, SEED, KiB, MiB, caught, rec, run, value
@@ -908,3 +909,40 @@ def test_stats_report_results_and_heap():
     assert ran.stats.results_bytes == len(b'"abc"')
     assert ran.stats.heap_bytes > 0
     assert ran.stats.cpu_ms >= 0
+
+
+def _contexts() -> int:
+    return sum(1 for o in gc.get_objects() if type(o).__name__ == "Context")
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_a_run_over_lets_its_context_go_at_once(live: bool) -> None:
+    """A context's host functions refer back to its run: a run over must drop its context
+    itself, or the context waits for the cycle collector (and frees its heap on whoever's
+    clock that lands)."""
+    script = protocol.Script(
+        id="free",
+        code="const r = await tools.t({}); return r",
+        tools=["t"],
+        clock=protocol.Clock(now_ms=NOW_MS, seed=SEED),
+        version=protocol.LIVE_VERSION,
+    )
+    gc.collect()
+    gc.disable()
+    try:
+        before = _contexts()
+        if live:
+            run = runtime.LiveInProcess(script)
+            ran = run.start()
+            assert ran.outcome == "calls"
+            ran = run.resume([protocol.Record(name="t", arguments={}, result=3)])
+        else:
+            ran = runtime.run_in_process(
+                script.model_copy(
+                    update={"records": [protocol.Record(name="t", arguments={}, result=3)]}
+                )
+            )
+        assert ran.outcome == "finished" and ran.value == 3
+        assert _contexts() == before
+    finally:
+        gc.enable()
