@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -74,7 +74,7 @@ class CallSettling(Emitting):
         if ready:
             # The receipts, in one transaction, before any of them runs: a call runs only if
             # it was claimed, so a crash, or another host, can never run it twice.
-            lasting = not all(self._repeatable(drive.calls[i].name) for i in ready)
+            lasting = self._with_effects(drive.calls[i].name for i in ready)
             claimed += await drive.claim(ready, lasting=lasting)
         if claimed:
             await asyncio.gather(*(self._run_call(drive, drive.calls[i]) for i in claimed))
@@ -112,6 +112,11 @@ class CallSettling(Emitting):
         tool = self._by_name.get(name)
         # The built-in tools read the host's own tables and skills: running them is harmless.
         return name in BUILTIN_TOOLS or (tool is not None and tool.idempotent)
+
+    def _with_effects(self, names: Iterable[str]) -> bool:
+        """Whether any of these tools may not simply run again: then what lets them run (a
+        receipt) or records what they did (an outcome) must reach the disk."""
+        return not all(self._repeatable(name) for name in names)
 
     def _decision(self, entry: log.CallEntry, decision: Decision) -> log.Decision:
         if decision.action == "refuse":

@@ -405,7 +405,7 @@ class StepLoop(CallSettling):
             status = log.SCRIPT_FAILED
         # An outcome must last unless the script called no tool with effects: a power cut
         # that lost it loses nothing a new run would not give again.
-        lasting = not all(self._repeatable(c.name) for c in drive.calls)
+        lasting = self._with_effects(c.name for c in drive.calls)
         await drive.end(status, result.to_dict(), lasting=lasting)
         self._emit(
             "ended",

@@ -190,18 +190,18 @@ _LANGUAGES: tuple[str, ...] = protocol.LANGUAGES
 
 # The fork server compiles the prelude once, before it forks: every child starts with it.
 _PREPARED: runtime.Prepared | None = None
+# A script line of our own, which a forked child decodes but never runs (see
+# `_touch_pages`); made by the fork server too.
+_TOUCH_LINE = b""
 
 
 def _warm_up_zygote() -> None:
-    global _PREPARED
+    global _PREPARED, _TOUCH_LINE
     _warm_up()
     _PREPARED = runtime.Prepared()
-
-
-# A script of our own, which a forked child decodes but never runs (see `_touch_pages`).
-_TOUCH_LINE = protocol.encode(
-    protocol.Script(id="touch", code="return 1", clock=protocol.Clock(now_ms=0, seed=1))
-)
+    _TOUCH_LINE = protocol.encode(
+        protocol.Script(id="touch", code="return 1", clock=protocol.Clock(now_ms=0, seed=1))
+    )
 
 
 def _touch_pages() -> None:
