@@ -68,8 +68,12 @@ class Drive:
         self.record = record
         self.calls = calls
         self._ttl_ms = ttl_ms
-        self._stopping = asyncio.Event()  # close() began: the renewer stops (see _renew)
-        self._renewer = asyncio.create_task(self._renew(), name=f"lease {record.id}")
+        # Renewals: a timer, and a task only while one runs (most drives end before the
+        # first renewal is due, and a task each, with its wait, cost a trivial run 5%).
+        self._stopping = False  # close() began: no renewal starts after it
+        self._renewal: asyncio.Task[None] | None = None
+        self._next_renewal: asyncio.TimerHandle | None = None
+        self._schedule_renewal()
         self._released = False
         self._usage: log.StepUsage | None = None  # a step's usage, until its next write
         self._records: list[protocol.Record] = []  # the settled calls' records, in order
@@ -125,30 +129,38 @@ class Drive:
             raise
         return cls(store, lease, record, calls, ttl_ms)
 
+    def _schedule_renewal(self) -> None:
+        # Renew at a third of the lease, so two missed renewals still leave time.
+        loop = asyncio.get_running_loop()
+        self._next_renewal = loop.call_later(self._ttl_ms / 3000, self._start_renewal)
+
+    def _start_renewal(self) -> None:
+        self._next_renewal = None
+        if not self._stopping:
+            self._renewal = asyncio.create_task(self._renew(), name=f"lease {self.record.id}")
+
     async def _renew(self) -> None:
-        # Renew at a third of the lease, so two missed renewals still leave time. close()
-        # stops the renewer between renewals and never cancels it in one: a renewal cut off
+        # close() waits for a renewal under way and never cancels it: a renewal cut off
         # mid-transaction could keep the store's connection out of its pool, one that landed
         # after the release would hold the script again, and a cancellation can be lost
         # inside the store's await (Python 3.11's asyncio.wait_for returns a result that
         # arrives with it, as when psycopg's pool hands over a connection at that moment),
         # leaving a renewer that renews the lease of a drive that ended, forever.
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self._ttl_ms / 3000)
-            if self._stopping.is_set():
-                return
-            try:
-                self.lease = await self.store.renew(self.lease, self._ttl_ms)
-            except log.LeaseLost:
-                logger.warning(
-                    "script lease lost script=%s owner=%s: another host took it over",
-                    self.lease.script_id,
-                    self.lease.owner,
-                )
-                return
-            except Exception:  # the store is unreachable: the next write will say so
-                logger.warning("script lease not renewed script=%s", self.record.id, exc_info=True)
+        try:
+            self.lease = await self.store.renew(self.lease, self._ttl_ms)
+        except log.LeaseLost:
+            logger.warning(
+                "script lease lost script=%s owner=%s: another host took it over",
+                self.lease.script_id,
+                self.lease.owner,
+            )
+            return
+        except Exception:  # the store is unreachable: the next write will say so
+            logger.warning("script lease not renewed script=%s", self.record.id, exc_info=True)
+        finally:
+            self._renewal = None
+        if not self._stopping:
+            self._schedule_renewal()
 
     def open_calls(self) -> list[log.CallEntry]:
         """The calls not settled yet, in order."""
@@ -333,12 +345,17 @@ class Drive:
         """Stop renewing and give the lease up (a lost lease is left as it is). A renewal
         under way is given the lease's time to end; one still not done then (a store that
         hangs) is cancelled."""
-        self._stopping.set()
-        done, _ = await asyncio.wait({self._renewer}, timeout=self._ttl_ms / 1000)
-        if not done:
-            self._renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renewer
+        self._stopping = True
+        if self._next_renewal is not None:
+            self._next_renewal.cancel()
+            self._next_renewal = None
+        renewal = self._renewal
+        if renewal is not None:
+            done, _ = await asyncio.wait({renewal}, timeout=self._ttl_ms / 1000)
+            if not done:
+                renewal.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await renewal
         if not self._released:
             self._released = True
             with contextlib.suppress(Exception):

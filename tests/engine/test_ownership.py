@@ -745,6 +745,48 @@ async def test_a_renewal_that_loses_its_cancellation_still_lets_the_lease_go() -
     assert other is not None and other.token == started.lease.token + 1
 
 
+async def test_a_drive_renews_its_lease_until_it_closes_or_loses_it() -> None:
+    """A drive that outlives its lease keeps it (renewed at a third of its time), so no other
+    host can take the script; close stops the renewals and gives it up. A drive whose lease
+    another host took stops renewing at once."""
+    from engine import MemoryStore, ScriptRecord
+    from engine._drive import Drive
+
+    class Counting(MemoryStore):
+        renewals = 0
+
+        async def renew(self, lease, ttl_ms):  # type: ignore[no-untyped-def]
+            self.renewals += 1
+            return await super().renew(lease, ttl_ms)
+
+    store = Counting()
+    record = ScriptRecord(id="s1", code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
+    started = await store.start(record, "host:1:a", 300)
+    assert started.lease is not None
+    drive = await Drive.resume(store, started.lease, 300, started.record)
+    await asyncio.sleep(1.0)  # over three leases
+    assert store.renewals >= 3, store.renewals
+    assert await store.acquire("s1", "host:2:b", 300) is None, "a renewed lease was taken"
+    await drive.close()
+    renewals = store.renewals
+    other = await store.acquire("s1", "host:2:b", 300)
+    assert other is not None
+    await asyncio.sleep(0.3)
+    assert store.renewals == renewals, "a renewal ran after the drive closed"
+
+    # Taken over while it drives: the next renewal finds the lease lost, and none follows.
+    record2 = ScriptRecord(id="s2", code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
+    started = await store.start(record2, "host:1:a", 300)
+    assert started.lease is not None
+    drive = await Drive.resume(store, started.lease, 300, started.record)
+    await store.release(started.lease)
+    assert await store.acquire("s2", "host:2:b", 60_000) is not None
+    before = store.renewals
+    await asyncio.sleep(0.5)
+    assert store.renewals == before + 1, "a drive went on renewing a lease it lost"
+    await drive.close()
+
+
 async def test_bad_ownership_options_are_refused() -> None:
     """A key that is not a short string, a lease under 100 ms or a poll interval that is not
     positive seconds: one clear error, and no script is recorded."""
