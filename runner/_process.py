@@ -41,7 +41,7 @@ from runner._base import (
 from runner._forkserver import ForkedChild, ForkServer
 from runner._live import ProcessLive, close_all, measure_at_ran
 from runner._pool import DEFAULT_IDLE_AFTER, WarmPool
-from runner._procfs import ProcFiles
+from runner._procfs import ProcFiles, cpu_ms_of
 from runner._slots import DEFAULT_SCRIPT_WAIT, Slots, default_slot_count
 from sandbox import protocol
 from sandbox.protocol import Script
@@ -407,6 +407,14 @@ class ProcessRunner(ScriptRunner):
         conv.check_version(ready, script)
         deadline = conv.Deadline(script.limits.compute_ms)
         server = conv.FileServer(script, files)
+        # The step is charged the CPU its process used from the script on, not what it used
+        # before: forking, locking itself down, and in the pool, touching its pages while it
+        # waited (about 6 ms, which a trivial script was charged); an exec'd one, starting
+        # Python and warming up (hundreds of ms). Its pid is surely its: it is not reaped.
+        if isinstance(child, ForkedChild):
+            before = child.proc.cpu_ms() if child.proc is not None else None
+        else:
+            before = cpu_ms_of(child.pid)
         outcome = await conv.segment(
             child.reader,
             child.write,
@@ -424,7 +432,7 @@ class ProcessRunner(ScriptRunner):
             server,
             tenant=tenant,
             known=len(script.records),
-            cpu_charged=0.0,
+            cpu_charged=before or 0.0,
             started=child.started,
             keep=keep,
         )

@@ -63,6 +63,17 @@ class ProcFiles:
         self._schedstat = self._status = None
 
 
+def cpu_ms_of(pid: int) -> float | None:
+    """The CPU process ``pid`` has used so far, read once (``None`` when it cannot be)."""
+    files = ProcFiles.open(pid)
+    if files is None:
+        return None
+    try:
+        return files.cpu_ms()
+    finally:
+        files.close()
+
+
 def _memory_of(text: bytes) -> tuple[int, int] | None:
     """``(VmRSS, VmHWM)`` in bytes from the text of a ``/proc/<pid>/status``."""
     # Found by their line's start, not by splitting every line: the file has about fifty,

@@ -145,6 +145,30 @@ async def test_a_step_returns_at_ran(mode: str, code: str) -> None:
     await until(lambda: open_fds() == before, "every fd of the runner to be closed")
 
 
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_step_is_charged_the_cpu_from_its_script_on(mode: str) -> None:
+    """What a forked process used before it had the script (its fork, its lockdown, a pool
+    child's touching of its pages: milliseconds of CPU) is not the script's: the step is
+    charged less than the process's whole CPU, read while it waits, stopped."""
+    async with ProcessRunner(mode=mode) as runner:  # type: ignore[arg-type]
+        step = await runner.run(script("await tools.t({ i: 1 }); return 1"), live=True)
+        assert step.process is not None and step.live is not None
+        with open(f"/proc/{pid_of(step.live)}/schedstat") as f:
+            whole_ms = int(f.read().split()[0]) / 1e6
+        # Lockdown alone is a few milliseconds of CPU; the run of one line, far less.
+        assert 0 < step.process.cpu_ms < whole_ms - 1.0, (step.process.cpu_ms, whole_ms)
+        await step.live.close()
+
+
+async def test_an_exec_step_is_charged_the_cpu_from_its_script_on() -> None:
+    """An exec'd process starts Python and warms up (a hundred milliseconds of CPU or more)
+    before it reads the script; its step is charged its run, not that."""
+    async with ProcessRunner(mode="exec") as runner:
+        step = await runner.run(script("return 1"))
+        assert step.process is not None and step.process.exit_status == 0
+        assert 0 < step.process.cpu_ms < 50, step.process.cpu_ms
+
+
 async def test_an_exec_step_waits_for_its_process() -> None:
     """Exec mode reaps its own processes: a step returns with wait4's figures (a version 2
     process, told by the end of its input, exits 0)."""
