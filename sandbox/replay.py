@@ -267,7 +267,9 @@ class Replay(abc.ABC):
                 f"the calls this step asks for pass {_size(self.step_arg_bytes)} of arguments "
                 f"together, over the {_size(limits.step_arguments)} one step may pass",
             )
-        self.new_calls.append(Call(name=name, arguments=arguments))
+        # Not validated again: the name is the prelude's string and the arguments were just
+        # checked to cross the pipe (_json_data).
+        self.new_calls.append(Call.model_construct(name=name, arguments=arguments))
         if self.deferring:
             self.deferred.append(index)
             return "d"
