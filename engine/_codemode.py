@@ -50,7 +50,7 @@ from engine._result import RunResult
 from engine._search import ToolIndex
 from engine._skills import Skill, check_skills, skills_listing
 from engine._source import ScriptTooLarge, normalize
-from engine._steps import StepLoop
+from engine._steps import StepLoop, discard_early
 from engine._tool_threads import TOOL_THREADS, ToolThreads
 from engine._tools import Tool, ToolCallError, tool_fingerprint, unique_tools
 from engine._worker import Worker, proposed_worker
@@ -308,7 +308,8 @@ class CodeMode(StepLoop):
         same ``run_code`` call (after a restart, say) continues that script instead of
         starting another; a start with the key of a start this host is still running waits
         for it and returns its result (``on_start`` is told its id then). Otherwise
-        ``on_start`` is told the script's id before its first step.
+        ``on_start`` is told the script's id once its start is in the log, before any of its
+        calls runs.
         """
         language = self.language if language is None else check_language(language)
         try:
@@ -363,33 +364,50 @@ class CodeMode(StepLoop):
             else [],
             tools=tool_fingerprint(self.tools),
         )
-        started = await self.store.start(record, new_owner(), self.lease_ms)
-        if on_start is not None:
-            on_start(started.record.id)
-        if started.created:
-            self._emit("started", record.id, tenant=tenant)
-        if started.lease is None:
-            return await self._elsewhere_or_ended(started.record.id)
-        if not started.created:  # the key named a script already in the log: it goes on
-            self._emit("resumed", started.record.id, tenant=tenant, steps=started.record.steps)
-        new = started.record if started.created else None
-        drive = await Drive.resume(self.store, started.lease, self.lease_ms, new)
-        if started.created:
-            # Checked once, by the host that created the script, under its lease: a start of a
-            # key already in the log continues a script checked when it began. (Retries of one
-            # start come in bursts, from a model or a queue: each would cost a compiler run.)
-            passed = False
-            try:
-                checked = await self._type_check(body, language)
-                if checked is not None:
-                    self._check_ms[record.id] = checked.ms
-                    if not checked.ok:
-                        return await self._refused(drive, checked)
-                passed = True
-            finally:
-                if not passed:  # refused, or the check itself was cancelled
-                    await drive.close()
-        return await self._drive_owned(drive)
+        # Unchecked, the first step runs while the start is written. (A checked script never
+        # runs before it passed: a refused one "did not run".)
+        early: asyncio.Task[Any] | None = None
+        if self._checker(language) is None:
+            early, script = self._begin_first_step(record)
+        try:
+            if early is not None:
+                await asyncio.sleep(0)  # the step goes as far as its first wait, then the write
+            started = await self.store.start(record, new_owner(), self.lease_ms)
+            if early is not None and (not started.created or started.lease is None):
+                await discard_early(early)  # the key names a script begun before: it goes on
+                early = None
+            if on_start is not None:
+                on_start(started.record.id)
+            if started.created:
+                self._emit("started", record.id, tenant=tenant)
+            if started.lease is None:
+                return await self._elsewhere_or_ended(started.record.id)
+            if not started.created:  # the key named a script already in the log: it goes on
+                self._emit("resumed", started.record.id, tenant=tenant, steps=started.record.steps)
+            new = started.record if started.created else None
+            drive = await Drive.resume(self.store, started.lease, self.lease_ms, new)
+            if started.created:
+                # Checked once, by the host that created the script, under its lease: a start
+                # of a key already in the log continues a script checked when it began.
+                # (Retries of one start come in bursts, from a model or a queue: each would
+                # cost a compiler run.)
+                passed = False
+                try:
+                    checked = await self._type_check(body, language)
+                    if checked is not None:
+                        self._check_ms[record.id] = checked.ms
+                        if not checked.ok:
+                            return await self._refused(drive, checked)
+                    passed = True
+                finally:
+                    if not passed:  # refused, or the check itself was cancelled
+                        await drive.close()
+                if early is not None:
+                    drive.early, drive.script, early = early, script, None
+            return await self._drive_owned(drive)
+        finally:
+            if early is not None:
+                await discard_early(early)
 
     async def _type_check(self, body: str, language: Language) -> Checked | None:
         checker = self._checker(language)
@@ -530,6 +548,9 @@ class CodeMode(StepLoop):
             raise
         finally:
             self._live.drop(live_key(drive))  # a live run never outlasts its drive
+            if drive.early is not None:
+                early, drive.early = drive.early, None
+                await discard_early(early)
             await drive.close()
         if result is None:
             self._emit("left", record.id, tenant=record.tenant, status="elsewhere")

@@ -94,6 +94,9 @@ class Drive:
         self._settled_result_bytes = 0  # of the DONE calls before _open_from
         self.argument_bytes = sum(c.argument_bytes for c in calls)
         self.script: protocol.Script | None = None  # the step's script, made at the first step
+        # A new script's first step, begun with its start (see StepLoop._begin_first_step):
+        # taken by the drive's first step, or dropped with the drive.
+        self.early: asyncio.Task[Any] | None = None
 
     @classmethod
     async def take(

@@ -78,8 +78,15 @@ class StepLoop(CallSettling):
         record = drive.record
         records = drive.records()
         queued = started = time.monotonic()
-        step = await self._live_step(drive, records) if self.live else None
-        live = step is not None
+        early, drive.early = drive.early, None
+        if early is not None and not records:
+            queued, started, step = await early  # the first step, begun with the start
+            live = False
+        else:
+            if early is not None:
+                await discard_early(early)
+            step = await self._live_step(drive, records) if self.live else None
+            live = step is not None
         if step is None:
             script = self._script(drive, limits).model_copy(update={"records": records})
             queued, started, step = await self._replay_step(script, record)
@@ -105,25 +112,37 @@ class StepLoop(CallSettling):
         """The script as a step's runner takes it, less its records: what does not change
         between the steps of one drive, checked once (each step copies it with its records,
         which were made from data this engine checked when it logged them)."""
-        record = drive.record
         run_limits = limits.for_run()
         script = drive.script
         if script is None or script.limits is not run_limits or script.tools != self._tool_names:
-            script = drive.script = protocol.Script(
-                id=record.id,
-                language=check_language(record.language),
-                code=record.code,
-                tools=self._tool_names,
-                files=[
-                    protocol.FileInfo(
-                        id=f["id"], mime=f["mime"], size=f["size"], skill=f.get("skill")
-                    )
-                    for f in record.files
-                ],
-                clock=protocol.Clock(now_ms=record.now_ms, seed=record.seed),
-                limits=run_limits,
-            )
+            script = drive.script = self._script_of(drive.record, run_limits)
         return script
+
+    def _script_of(self, record: log.ScriptRecord, run_limits: protocol.Limits) -> protocol.Script:
+        return protocol.Script(
+            id=record.id,
+            language=check_language(record.language),
+            code=record.code,
+            tools=self._tool_names,
+            files=[
+                protocol.FileInfo(id=f["id"], mime=f["mime"], size=f["size"], skill=f.get("skill"))
+                for f in record.files
+            ],
+            clock=protocol.Clock(now_ms=record.now_ms, seed=record.seed),
+            limits=run_limits,
+        )
+
+    def _begin_first_step(
+        self, record: log.ScriptRecord
+    ) -> tuple[asyncio.Task[tuple[float, float, Step]], protocol.Script]:
+        """Begin the first step of a script about to be started, and its script (a drive
+        that takes the step takes the script too). The step runs while the start is written
+        and the type check runs: a step only ever reports calls, which run once they are
+        logged, so a step whose script is then refused, or whose key names a script already
+        started, is dropped (:func:`discard_early`) and nothing it did is left."""
+        script = self._script_of(record, self.limits_for(record.tenant).for_run())
+        task = asyncio.create_task(self._replay_step(script, record), name=f"step {record.id}")
+        return task, script
 
     async def _replay_step(
         self, script: protocol.Script, record: log.ScriptRecord
@@ -438,6 +457,18 @@ class StepLoop(CallSettling):
             text_budget=limits.shown,
             media_budget=limits.shown_media,
         )
+
+
+async def discard_early(task: asyncio.Task[tuple[float, float, Step]]) -> None:
+    """Drop a first step begun early that no drive takes: cancelled if it still runs, its
+    live process ended if it kept one. Never raises but for this caller's cancellation."""
+    task.cancel()
+    await asyncio.wait({task})
+    if task.cancelled() or task.exception() is not None:
+        return
+    live = task.result()[2].live
+    if live is not None:
+        await live.close()
 
 
 def _measure(value: float) -> float:

@@ -48,7 +48,13 @@ class InProcessRunner(ScriptRunner):
         segment = _Segment(files, asyncio.get_running_loop())
         if live:
             run = InProcessLive(self, script, segment)
-            return await run.start()
+            try:
+                return await run.start()
+            except BaseException:  # cancelled, as a process runner's step: nothing kept
+                # (once its thread let go of the context: a context is not for two threads)
+                await asyncio.shield(asyncio.to_thread(run._thread.shutdown, True))
+                await run.close()
+                raise
 
         def run_once() -> Ran:
             with segment.measured():

@@ -152,6 +152,112 @@ async def test_idempotent_start_continues_the_script(make_store: Callable[[], Lo
         await replayed.aclose()
 
 
+class _Entered(InProcessRunner):
+    """Says when a step begins."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+
+    async def run(self, script, files=None, *, tenant="default", live=False):  # type: ignore[no-untyped-def]
+        self.entered.set()
+        return await super().run(script, files, tenant=tenant, live=live)
+
+
+async def test_an_unchecked_first_step_runs_while_the_start_is_written(
+    make_store: Callable[[], LogStore],
+) -> None:
+    """Without the type check, a new script's first step is under way before its start is
+    in the log (the store's start here waits for it: run one after the other, they would
+    never end); the script is recorded, stepped once and finished as ever."""
+    runner = _Entered()
+    store = make_store()
+    start = store.start
+
+    async def start_after_the_step_began(record, owner, ttl_ms):  # type: ignore[no-untyped-def]
+        await asyncio.wait_for(runner.entered.wait(), 10)
+        return await start(record, owner, ttl_ms)
+
+    store.start = start_after_the_step_began  # type: ignore[method-assign]
+    engine = CodeMode([], runner=runner, store=store, type_check="off")
+    try:
+        result = await engine.run_code("return 6 * 7")
+        assert result.status == "finished" and result.value == 42, result.text
+        assert len(runner.steps) == 1 and result.steps == 1
+        record = await store.get_script(result.script_id)
+        assert record.steps == 1 and record.outcome == result.to_dict()
+    finally:
+        await engine.aclose()
+
+
+@pytest.mark.parametrize("live", [False, True])
+async def test_a_start_of_a_script_begun_before_drops_its_early_step(
+    make_store: Callable[[], LogStore], live: bool
+) -> None:
+    """A keyed start delivered again begins a first step, then finds the key in the log: that
+    step is dropped (its live run closed) and the script begun before goes on; its approved
+    call runs once."""
+    effects: list[int] = []
+    store = make_store()
+    first_runner, again_runner = InProcessRunner(), InProcessRunner()
+    host = CodeMode(
+        _pay_tools(effects), runner=first_runner, store=store, type_check="off", live=live
+    )
+    again = CodeMode(
+        _pay_tools(effects), runner=again_runner, store=store, type_check="off", live=live
+    )
+    try:
+        first = await host.run_code(SCRIPT, key="toolu_01")
+        assert first.status == "paused", first.text
+        repeated = await again.run_code(SCRIPT, key="toolu_01")
+        assert repeated.script_id == first.script_id and repeated.status == "paused"
+        assert len(again_runner.steps) >= 1  # the early step, and the resumed script's own
+        assert all(run.closed for run in again_runner.lives), "a dropped live run was kept"
+        await again.approve(first.script_id, first.waiting[0]["call_id"])
+        done = await again.run_code(SCRIPT, key="toolu_01")
+        assert done.value == {"cents": 30, "receipt": "paid"} and effects == [30]
+        assert [s.id for s in await store.scripts()] == [first.script_id]
+    finally:
+        await host.aclose()
+        await again.aclose()
+    assert all(run.closed for run in first_runner.lives + again_runner.lives)
+
+
+async def test_a_start_cancelled_while_it_is_written_leaves_no_step_running(
+    tmp_path: Path,
+) -> None:
+    """run_code cancelled while its start is written: the first step begun with it is
+    cancelled or its live run closed, and no process of it is left (a real runner)."""
+    from engine import SqliteStore
+    from runner import ProcessRunner
+    from tests.runner.support import zombies
+
+    effects: list[int] = []
+    store = SqliteStore(tmp_path / "log")
+    stuck = asyncio.Event()
+
+    async def never_written(record, owner, ttl_ms):  # type: ignore[no-untyped-def]
+        stuck.set()
+        await asyncio.sleep(3600)
+
+    store.start = never_written  # type: ignore[method-assign]
+    runner = ProcessRunner(mode="pool", slots=2)
+    engine = CodeMode(_pay_tools(effects), runner=runner, store=store, type_check="off", live=True)
+    try:
+        task = asyncio.create_task(engine.run_code("await tools.price({ sku: 'A1' }); return 1"))
+        await asyncio.wait_for(stuck.wait(), 10)
+        await asyncio.sleep(0.5)  # the step reaches its call and its process waits, live
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert runner.live_runs == 0, "a live run of a cancelled start was kept"
+        assert effects == []
+    finally:
+        await engine.aclose()
+        await store.aclose()
+    assert zombies() == []
+
+
 async def test_resume_without_a_tool_the_script_calls_runs_nothing(
     make_store: Callable[[], LogStore],
 ) -> None:
