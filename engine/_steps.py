@@ -232,10 +232,24 @@ class StepLoop(CallSettling):
         *,
         live: bool = False,
     ) -> None:
-        limit = step.limit.name if step.limit else "-"
         heap = step.stats.heap_bytes
         # The type check runs before a script's first step; that step's line carries it.
         check_ms = self._check_ms.pop(record.id, 0.0)
+        if heap > limits.memory / 2 or cpu_ms > limits.compute_ms / 2:
+            logger.warning(
+                "script step used over half its allowance script=%s tenant=%s heap_bytes=%d "
+                "of memory=%d, cpu_ms=%.1f of compute_ms=%d",
+                record.id,
+                record.tenant,
+                heap,
+                limits.memory,
+                cpu_ms,
+                limits.compute_ms,
+            )
+        # Made only for a log or a listener that takes them: every step of every call is here.
+        if not (self._listeners or logger.isEnabledFor(logging.INFO)):
+            return
+        limit = step.limit.name if step.limit else "-"
         # The same fields as the message's, as the record's own attributes for a JSON log.
         fields = {
             "script": record.id,
@@ -269,17 +283,6 @@ class StepLoop(CallSettling):
             stats=stats,
             limit=step.limit.name if step.limit else None,
         )
-        if heap > limits.memory / 2 or cpu_ms > limits.compute_ms / 2:
-            logger.warning(
-                "script step used over half its allowance script=%s tenant=%s heap_bytes=%d "
-                "of memory=%d, cpu_ms=%.1f of compute_ms=%d",
-                record.id,
-                record.tenant,
-                heap,
-                limits.memory,
-                cpu_ms,
-                limits.compute_ms,
-            )
 
     # ---- checking and recording the calls a step asks for ----
 
