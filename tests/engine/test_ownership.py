@@ -18,7 +18,17 @@ from pathlib import Path
 import orjson
 import pytest
 
-from engine import CallNotWaiting, CodeMode, LogStore, RunResult, ToolsMissing, tool
+from engine import (
+    CallNotWaiting,
+    CodeMode,
+    LogStore,
+    RunResult,
+    ScriptRecord,
+    ToolsMissing,
+    tool,
+)
+from engine._drive import Drive
+from engine.log import Lease
 from tests._needs import require
 from tests.engine.conftest import InProcessRunner
 
@@ -814,13 +824,21 @@ async def test_randomized_trial_three_hosts_on_postgres(
         await store.aclose()
 
 
+async def _drive_of(store: LogStore, script_id: str) -> tuple[Drive, Lease]:
+    """A new script ``script_id`` started in ``store`` by ``host:1:a`` with a 300 ms lease,
+    and the drive of it."""
+    record = ScriptRecord(id=script_id, code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
+    started = await store.start(record, "host:1:a", 300)
+    assert started.lease is not None
+    return await Drive.resume(store, started.lease, 300, started.record), started.lease
+
+
 async def test_a_renewal_that_loses_its_cancellation_still_lets_the_lease_go() -> None:
     """A drive's close stops its lease renewals even when a renewal swallows the cancellation
     (Python 3.11's asyncio.wait_for does, when a pool hands over a connection at that moment):
     the lease is given up, and no renewal extends it afterwards. Before, close waited forever
     on a renewer that lived on, and the lease of a paused script never lapsed."""
-    from engine import MemoryStore, ScriptRecord
-    from engine._drive import Drive
+    from engine import MemoryStore
 
     class Swallowing(MemoryStore):
         def __init__(self) -> None:
@@ -836,27 +854,23 @@ async def test_a_renewal_that_loses_its_cancellation_still_lets_the_lease_go() -
             return await super().renew(lease, ttl_ms)
 
     store = Swallowing()
-    record = ScriptRecord(id="s1", code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
-    started = await store.start(record, "host:1:a", 300)
-    assert started.lease is not None
-    drive = await Drive.resume(store, started.lease, 300, started.record)
+    drive, lease = await _drive_of(store, "s1")
     await asyncio.wait_for(store.renewing.wait(), 10)
     await asyncio.wait_for(drive.close(), 10)  # hung here before
     renewals = store.renewals
     await asyncio.sleep(0.5)  # five renewal periods
     assert store.renewals == renewals, "a renewal ran after the drive closed"
-    lease = (await store.get_script("s1")).lease
-    assert lease is not None and lease.expires_ms == 0, lease
+    now = (await store.get_script("s1")).lease
+    assert now is not None and now.expires_ms == 0, now
     other = await store.acquire("s1", "host:2:b", 300)
-    assert other is not None and other.token == started.lease.token + 1
+    assert other is not None and other.token == lease.token + 1
 
 
 async def test_a_drive_renews_its_lease_until_it_closes_or_loses_it() -> None:
     """A drive that outlives its lease keeps it (renewed at a third of its time), so no other
     host can take the script; close stops the renewals and gives it up. A drive whose lease
     another host took stops renewing at once."""
-    from engine import MemoryStore, ScriptRecord
-    from engine._drive import Drive
+    from engine import MemoryStore
 
     class Counting(MemoryStore):
         renewals = 0
@@ -866,10 +880,7 @@ async def test_a_drive_renews_its_lease_until_it_closes_or_loses_it() -> None:
             return await super().renew(lease, ttl_ms)
 
     store = Counting()
-    record = ScriptRecord(id="s1", code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
-    started = await store.start(record, "host:1:a", 300)
-    assert started.lease is not None
-    drive = await Drive.resume(store, started.lease, 300, started.record)
+    drive, _ = await _drive_of(store, "s1")
     await asyncio.sleep(1.0)  # over three leases
     assert store.renewals >= 3, store.renewals
     assert await store.acquire("s1", "host:2:b", 300) is None, "a renewed lease was taken"
@@ -881,11 +892,8 @@ async def test_a_drive_renews_its_lease_until_it_closes_or_loses_it() -> None:
     assert store.renewals == renewals, "a renewal ran after the drive closed"
 
     # Taken over while it drives: the next renewal finds the lease lost, and none follows.
-    record2 = ScriptRecord(id="s2", code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
-    started = await store.start(record2, "host:1:a", 300)
-    assert started.lease is not None
-    drive = await Drive.resume(store, started.lease, 300, started.record)
-    await store.release(started.lease)
+    drive, lease = await _drive_of(store, "s2")
+    await store.release(lease)
     assert await store.acquire("s2", "host:2:b", 60_000) is not None
     before = store.renewals
     await asyncio.sleep(0.5)
