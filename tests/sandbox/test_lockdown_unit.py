@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import errno
 import struct
+import subprocess
+import sys
 
 import pytest
 
@@ -242,3 +244,18 @@ def test_tighten_rejects_zero_compute() -> None:
     with pytest.raises(lockdown.LockdownError) as info:
         lockdown.tighten(compute_ms=0, memory=1 << 20)
     assert info.value.step == "tighten"
+
+
+@pytest.mark.parametrize("compute_ms", [100, 5000, 37])
+def test_the_cpu_timer_is_armed_for_the_allowance(compute_ms: int) -> None:
+    """The kernel rounds ITIMER_PROF up by a tick; the timer is armed so that what it holds
+    is the allowance, not a tick more. (In a process of its own: the timer's SIGPROF ends the
+    process it fires in.)"""
+    code = (
+        "import signal; from sandbox import lockdown; "
+        f"lockdown._arm({compute_ms}); "
+        "print(signal.setitimer(signal.ITIMER_PROF, 0)[0])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    armed_ms = float(out.stdout) * 1000
+    assert compute_ms - 1 <= armed_ms <= compute_ms + 0.1, armed_ms
