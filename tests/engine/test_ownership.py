@@ -294,6 +294,38 @@ async def test_resume_without_a_tool_the_script_calls_runs_nothing(
         await lacking.aclose()
 
 
+async def test_each_script_records_the_tools_it_started_with() -> None:
+    """The tools' fingerprint a script records is that of the engine's tools when it started,
+    also after an MCP server changed them (it is made once per tool set, not per script)."""
+    from engine import MemoryStore
+    from engine._tools import tool_fingerprint
+
+    effects: list[int] = []
+    store = MemoryStore()
+    tools = _pay_tools(effects)
+    engine = CodeMode(tools, runner=InProcessRunner(), store=store, type_check="off")
+
+    @tool
+    def extra(x: int) -> int:
+        """An MCP server's tool."""
+        return x
+
+    try:
+        first = await engine.run_code("return 1")
+        engine._mcp_tools_changed([extra])
+        second = await engine.run_code("return 2")
+        third = await engine.run_code("return 3")
+        recorded = [(await store.get_script(r.script_id)).tools for r in (first, second, third)]
+        assert recorded[0] == tool_fingerprint(tools)
+        assert recorded[1] == recorded[2] == tool_fingerprint([*tools, extra])
+        assert set(recorded[1]) == {"pay", "price", "extra"}
+        recorded[1]["pay"] = "changed"  # a record's copy: the next script's is its own
+        fourth = await engine.run_code("return 4")
+        assert (await store.get_script(fourth.script_id)).tools == recorded[2]
+    finally:
+        await engine.aclose()
+
+
 async def test_hosts_of_a_postgres_log_share_its_attachments(postgres: str) -> None:
     """A script's files are kept in the log's database, so a host with no disk in common with
     the one that started the script reads them."""
