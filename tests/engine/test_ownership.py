@@ -233,6 +233,42 @@ async def test_a_start_of_a_script_begun_before_drops_its_early_step(
     assert all(run.closed for run in first_runner.lives + again_runner.lives)
 
 
+async def test_hosts_starting_one_key_at_once_run_its_call_once(
+    make_store: Callable[[], LogStore],
+) -> None:
+    """Five hosts given the same unchecked start at once each begin its first step while
+    they write the start; one start wins, the others drop their steps: the call with effects
+    runs once, and every host returns the one outcome or "elsewhere"."""
+    effects: list[int] = []
+
+    @tool
+    async def charge(cents: int) -> str:
+        """Charge, with effects."""
+        effects.append(cents)
+        await asyncio.sleep(0.05)
+        return "charged"
+
+    store = make_store()
+    runners = [InProcessRunner() for _ in range(5)]
+    hosts = [
+        CodeMode([charge], runner=r, store=store, type_check="off", live=live)
+        for r, live in zip(runners, [True, False, True, False, True], strict=True)
+    ]
+    code = "const r = await tools.charge({ cents: 5 }); return r;"
+    try:
+        results = await asyncio.gather(*(h.run_code(code, key="toolu_same") for h in hosts))
+        assert effects == [5]
+        assert len({r.script_id for r in results}) == 1
+        done = [r for r in results if r.status == "finished"]
+        assert done and all(r.value == "charged" for r in done), [r.text for r in results]
+        assert all(r.status in ("finished", "elsewhere") for r in results)
+        assert len(await store.scripts()) == 1
+    finally:
+        for h in hosts:
+            await h.aclose()
+    assert all(run.closed for r in runners for run in r.lives)
+
+
 async def test_a_start_cancelled_while_it_is_written_leaves_no_step_running(
     tmp_path: Path,
 ) -> None:
