@@ -681,9 +681,10 @@ async def main():
     tools, _ = load_tools({tools!r})
     store = PostgresStore({dsn!r}, schema={schema!r})
     # The type check is on, as a host's default: a burst of checked starts used to stall
-    # the pool here (test_a_burst_of_checked_starts_on_postgres_completes).
+    # the pool here (test_a_burst_of_checked_starts_on_postgres_completes). Off, each start
+    # begins its first step while it writes the start.
     engine = CodeMode(tools, runner=InProcessRunner(), store=store, lease_ms=3000,
-                      poll_interval=0.05, live={live!r})
+                      poll_interval=0.05, live={live!r}, type_check={type_check!r})
     worker = asyncio.create_task(engine.work())
 
     async def handle(command):
@@ -715,11 +716,17 @@ asyncio.run(main())
 
 
 class _TrialHost:
-    def __init__(self, tmp_path: Path, dsn: str, schema: str, live: bool) -> None:
+    def __init__(self, tmp_path: Path, dsn: str, schema: str, live: bool, checked: bool) -> None:
         tools = tmp_path / "trial_tools.py"
         tools.write_text(TRIAL_TOOLS)
         program = TRIAL_HOST.format(
-            root=str(ROOT), tools=str(tools), dsn=dsn, schema=schema, script=TRIAL_SCRIPT, live=live
+            root=str(ROOT),
+            tools=str(tools),
+            dsn=dsn,
+            schema=schema,
+            script=TRIAL_SCRIPT,
+            live=live,
+            type_check="on" if checked else "off",
         )
         # What a host says on stderr is kept next to the ledger, for a failure's post-mortem.
         self._stderr = (tmp_path / f"host-{uuid.uuid4().hex[:6]}.err").open("w")
@@ -777,13 +784,18 @@ class _TrialHost:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("live", [True, False], ids=["live", "replay"])
+@pytest.mark.parametrize(
+    ("live", "checked"),
+    [(True, True), (False, True), (True, False)],
+    ids=["live", "replay", "live-unchecked"],
+)
 async def test_randomized_trial_three_hosts_on_postgres(
-    tmp_path: Path, postgres: str, live: bool
+    tmp_path: Path, postgres: str, live: bool, checked: bool
 ) -> None:
     """100 scripts with a reservation, a charge and an approved shipment, driven by three host
-    processes on one PostgreSQL log, with live steps and without; every start, approval and
-    resume goes to two random hosts, and hosts are SIGKILLed at random (with live runs
+    processes on one PostgreSQL log, with live steps and without, and with the type check
+    off (each start begins its first step while it writes the start); every start, approval
+    and resume goes to two random hosts, and hosts are SIGKILLed at random (with live runs
     waiting in them) and started again. Afterwards: no effect ran twice, none was lost (every
     finished script's effects are in the ledger), no script has two outcomes, every script
     ended."""
@@ -791,11 +803,12 @@ async def test_randomized_trial_three_hosts_on_postgres(
 
     from engine import PostgresStore
 
-    _needs_compiler()
+    if checked:
+        _needs_compiler()
     rng = random.Random(20261201)
     schema = f"trial_{uuid.uuid4().hex[:12]}"
     orders = range(100)
-    hosts = [_TrialHost(tmp_path, postgres, schema, live) for _ in range(3)]
+    hosts = [_TrialHost(tmp_path, postgres, schema, live, checked) for _ in range(3)]
     retired: list[_TrialHost] = []
     store = PostgresStore(postgres, schema=schema)
     known: dict[int, dict] = {}  # order -> the paused result that names its call
@@ -860,7 +873,7 @@ async def test_randomized_trial_three_hosts_on_postgres(
                 victim = rng.randrange(len(hosts))
                 await hosts[victim].kill()
                 retired.append(hosts[victim])
-                hosts[victim] = _TrialHost(tmp_path, postgres, schema, live)
+                hosts[victim] = _TrialHost(tmp_path, postgres, schema, live, checked)
                 kills += 1
         assert kills >= 3, "the trial must kill hosts to mean anything"
 
