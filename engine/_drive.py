@@ -143,7 +143,8 @@ class Drive:
             self._renewal = asyncio.create_task(self._renew(), name=f"lease {self.record.id}")
 
     async def _renew(self) -> None:
-        # close() waits for a renewal under way and never cancels it: a renewal cut off
+        # close() waits for a renewal under way (cancelling it only when the store hangs past
+        # the lease's time), never cuts one short on its own: a renewal cut off
         # mid-transaction could keep the store's connection out of its pool, one that landed
         # after the release would hold the script again, and a cancellation can be lost
         # inside the store's await (Python 3.11's asyncio.wait_for returns a result that

@@ -135,11 +135,11 @@ class StepLoop(CallSettling):
     def _begin_first_step(
         self, record: log.ScriptRecord
     ) -> tuple[asyncio.Task[tuple[float, float, Step]], protocol.Script]:
-        """Begin the first step of a script about to be started, and its script (a drive
-        that takes the step takes the script too). The step runs while the start is written
-        and the type check runs: a step only ever reports calls, which run once they are
-        logged, so a step whose script is then refused, or whose key names a script already
-        started, is dropped (:func:`discard_early`) and nothing it did is left."""
+        """Begin the first step of an unchecked script about to be started, and its script
+        (a drive that takes the step takes the script too). The step runs while the start is
+        written: a step only ever reports calls, which run once they are logged, so a step
+        whose key names a script already started, or whose start fails, is dropped
+        (:func:`discard_early`) and nothing it did is left."""
         script = self._script_of(record, self.limits_for(record.tenant).for_run())
         task = asyncio.create_task(self._replay_step(script, record), name=f"step {record.id}")
         return task, script
