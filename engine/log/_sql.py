@@ -362,12 +362,26 @@ def end(
     lease: r.Lease, status: str, outcome: dict[str, Any], usage: r.StepUsage | None, now: int
 ) -> Tx:
     yield from _fence(lease)
-    if usage is not None:
-        yield from _touch(lease.script_id, now, usage)
+    if usage is None:
+        yield Q(
+            "UPDATE scripts SET status = ?, outcome = ?, updated_ms = ?, lease_expires_ms = 0"
+            " WHERE id = ?",
+            (status, rows.dump(outcome), now, lease.script_id),
+        )
+        return
+    # The last step's usage in the same statement: the row and its index are written once.
     yield Q(
-        "UPDATE scripts SET status = ?, outcome = ?, updated_ms = ?, lease_expires_ms = 0"
-        " WHERE id = ?",
-        (status, rows.dump(outcome), now, lease.script_id),
+        "UPDATE scripts SET status = ?, outcome = ?, updated_ms = ?, lease_expires_ms = 0,"
+        " steps = ?, total_compute_ms = ?, total_file_bytes = ? WHERE id = ?",
+        (
+            status,
+            rows.dump(outcome),
+            now,
+            usage.steps,
+            usage.total_compute_ms,
+            usage.total_file_bytes,
+            lease.script_id,
+        ),
     )
 
 

@@ -434,10 +434,11 @@ async def check_step_pause_end(make: StoreFactory) -> None:
         await _raises(ValueError, "ending as paused", store.end(lease, r.PAUSED, {}))
         outcome = {"status": "finished", "text": "Script finished.", "value": AWKWARD}
         # An outcome that need not last (no call had effects) is the same end.
-        await store.end(lease, r.FINISHED, outcome, usage=r.StepUsage(4, 20.0, 4096), lasting=False)
+        await store.end(lease, r.FINISHED, outcome, usage=r.StepUsage(4, 20.0, 8192), lasting=False)
         got = await store.get_script(record.id)
         assert got.status == r.FINISHED and got.outcome == outcome
-        assert (got.steps, got.total_compute_ms) == (4, 20.0), "the end records the usage"
+        usage = (got.steps, got.total_compute_ms, got.total_file_bytes)
+        assert usage == (4, 20.0, 8192), "the end records the usage"
         after = await store.acquire(record.id, "host-b", HELD_MS)
         assert after is not None and after.token > lease.token, "ending gives the lease up"
         assert [s.id for s in await store.scripts(r.FINISHED)] == [record.id]
