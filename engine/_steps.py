@@ -79,12 +79,10 @@ class StepLoop(CallSettling):
         records = drive.records()
         queued = started = time.monotonic()
         early, drive.early = drive.early, None
-        if early is not None and not records:
-            queued, started, step = await early  # the first step, begun with the start
+        if early is not None:  # a new script's first step (no records), begun with its start
+            queued, started, step = await early
             live = False
         else:
-            if early is not None:
-                await discard_early(early)
             step = await self._live_step(drive, records) if self.live else None
             live = step is not None
         if step is None:

@@ -362,26 +362,16 @@ def end(
     lease: r.Lease, status: str, outcome: dict[str, Any], usage: r.StepUsage | None, now: int
 ) -> Tx:
     yield from _fence(lease)
-    if usage is None:
-        yield Q(
-            "UPDATE scripts SET status = ?, outcome = ?, updated_ms = ?, lease_expires_ms = 0"
-            " WHERE id = ?",
-            (status, rows.dump(outcome), now, lease.script_id),
-        )
-        return
-    # The last step's usage in the same statement: the row and its index are written once.
+    # The last step's usage, if any, in the same statement: the row and its index are
+    # written once.
+    steps, compute_ms, file_bytes = (
+        (usage.steps, usage.total_compute_ms, usage.total_file_bytes) if usage else (None,) * 3
+    )
     yield Q(
         "UPDATE scripts SET status = ?, outcome = ?, updated_ms = ?, lease_expires_ms = 0,"
-        " steps = ?, total_compute_ms = ?, total_file_bytes = ? WHERE id = ?",
-        (
-            status,
-            rows.dump(outcome),
-            now,
-            usage.steps,
-            usage.total_compute_ms,
-            usage.total_file_bytes,
-            lease.script_id,
-        ),
+        " steps = COALESCE(?, steps), total_compute_ms = COALESCE(?, total_compute_ms),"
+        " total_file_bytes = COALESCE(?, total_file_bytes) WHERE id = ?",
+        (status, rows.dump(outcome), now, steps, compute_ms, file_bytes, lease.script_id),
     )
 
 

@@ -443,6 +443,12 @@ async def check_step_pause_end(make: StoreFactory) -> None:
         assert after is not None and after.token > lease.token, "ending gives the lease up"
         assert [s.id for s in await store.scripts(r.FINISHED)] == [record.id]
         assert await store.scripts(r.PAUSED) == []
+        # An end with no usage of its own keeps what the steps recorded.
+        other, other_lease = await _started(store)
+        await store.add_calls(other_lease, [], usage=r.StepUsage(2, 7.5, 100))
+        await store.end(other_lease, r.SCRIPT_FAILED, {"status": "failed"})
+        got = await store.get_script(other.id)
+        assert (got.steps, got.total_compute_ms, got.total_file_bytes) == (2, 7.5, 100)
     finally:
         await _close(store)
 
