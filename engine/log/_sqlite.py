@@ -183,13 +183,27 @@ class SqliteStore(SqlStore):
         """Make every commit so far durable: ``fsync`` the write-ahead log (on the store's
         thread). Frames a checkpoint already moved out of it are in the database file, which
         the checkpoint synced; a log deleted since (the last connection to the database
-        closed, checkpointing it) is opened again."""
+        closed, checkpointing it) is opened again. A log opened here may be new, so its
+        directory is synced too, once per opening: a file's data lasts, but its name lasts
+        only with its directory's (SQLite's FULL does the same for a log it creates)."""
         if self._wal is not None and os.fstat(self._wal).st_nlink == 0:
             os.close(self._wal)
             self._wal = None
-        if self._wal is None:
-            self._wal = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
-        os.fsync(self._wal)
+        if self._wal is not None:
+            os.fsync(self._wal)
+            return
+        wal = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(wal)
+            directory = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        except BaseException:
+            os.close(wal)
+            raise
+        self._wal = wal
 
     def _run(self, tx: sql.Tx, write: bool, sync: bool) -> Any:
         db = self._db

@@ -7,6 +7,7 @@ the order they come in."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +100,42 @@ async def test_one_call_with_effects_makes_the_outcome_last(
     value, events = await _run_watched(code, tmp_path, monkeypatch)
     assert value == 6
     assert events == ["sync", "charge 5", "price 1", "sync", "returned"], events
+
+
+async def test_a_log_the_store_opens_has_its_directory_synced_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A file's name lasts only with its directory's: the first sync of a write-ahead log the
+    # store opens (it may have been made just now) syncs the directory too, later ones only
+    # the log. A store opened after the last one closed (which deleted the log) does it again.
+    syncs: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: Any) -> None:
+        real(fd)
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            syncs.append(
+                "directory" if Path(os.readlink(f"/proc/self/fd/{fd}")) == tmp_path else "?"
+            )
+        elif os.readlink(f"/proc/self/fd/{fd}").endswith("codemode.sqlite3-wal"):
+            syncs.append("log")
+
+    @tool
+    def charge(n: int) -> int:
+        """Take n from the card (an effect: its receipt must last)."""
+        return n
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    for _ in range(2):
+        syncs.clear()
+        engine = CodeMode(
+            [charge], runner=InProcessRunner(), store=SqliteStore(tmp_path), type_check="off"
+        )
+        try:
+            result = await engine.run_code(THREE_CALLS.format(name="charge"))
+        finally:
+            await engine.aclose()
+        assert result.value == 6
+        # Three receipts and the outcome: four syncs of the log, the first with the directory.
+        assert syncs == ["log", "directory", "log", "log", "log"], syncs
+        assert not Path(f"{tmp_path}/codemode.sqlite3-wal").exists()
