@@ -385,7 +385,9 @@ class CodeMode(StepLoop):
                 self._emit("started", record.id, tenant=tenant)
             if started.lease is None:
                 return await self._elsewhere_or_ended(started.record.id)
-            if not started.created:  # the key named a script already in the log: it goes on
+            if not started.created and started.record.status not in log.ENDED:
+                # The key named a script already in the log: it goes on. (One that ended
+                # only gives its outcome again, as resume() does: no events.)
                 self._emit("resumed", started.record.id, tenant=tenant, steps=started.record.steps)
             new = started.record if started.created else None
             drive = await Drive.resume(self.store, started.lease, self.lease_ms, new)

@@ -247,3 +247,26 @@ async def test_a_start_by_a_known_key_resumes_and_client_results_are_events(tmp_
     client_done = events[kinds.index("paused") + 1]
     assert (client_done.tool, client_done.stats) == ("ask_user", {"result_bytes": 3})
     assert {e.script_id for e in events} == {done.script_id}
+
+
+async def test_a_start_by_the_key_of_an_ended_script_emits_nothing(tmp_path) -> None:
+    """Each script's events end with `paused`, `ended` or `left`: a start by the key of a
+    script that ended gives its outcome again, as `resume` does, and emits no `resumed`
+    that nothing would close."""
+    events: list[Event] = []
+    engine = CodeMode(
+        [fetch],
+        runner=InProcessRunner(),
+        data_dir=tmp_path,
+        type_check="off",
+        on_event=events.append,
+    )
+    try:
+        first = await engine.run_code("return await tools.fetch({ n: 4 })", key="toolu_9")
+        ran = [e.kind for e in events]
+        again = await engine.run_code("return await tools.fetch({ n: 4 })", key="toolu_9")
+    finally:
+        await engine.aclose()
+    assert (first.value, again.value, again.script_id) == (40, 40, first.script_id)
+    assert ran[0] == "started" and ran[-1] == "ended"
+    assert [e.kind for e in events] == ran
