@@ -3,6 +3,7 @@ when the host makes it (not at the first run), naming the problem and the fix.""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import sqlite3
 from pathlib import Path
@@ -139,6 +140,23 @@ def test_bad_limits_are_refused_when_made(kwargs: dict[str, object], named: str)
     """A bad limit fails at Limits(...), naming it, not as a pydantic error at the first run."""
     with pytest.raises(ConfigError, match=named.replace("(", r"\(")):
         Limits(**kwargs)  # type: ignore[arg-type]
+
+
+def test_an_unknown_limit_is_refused_listing_the_limits(tmp_path: Path) -> None:
+    """Limits(foo=1) is refused as [codemode.limits] foo is: a ConfigError naming the unknown
+    limit and listing every limit, not a bare TypeError from the dataclass."""
+    with pytest.raises(ConfigError) as made:
+        Limits(memroy="1gb")  # type: ignore[call-arg]
+    config = tmp_path / "codemode.toml"
+    config.write_text("[codemode.limits]\nmemroy = '1gb'\n")
+    with pytest.raises(ConfigError) as loaded:
+        Config.load(config)
+    listing = "the limits are " + ", ".join(sorted(vars(Limits())))
+    for error in (made, loaded):
+        assert "unknown limit 'memroy'" in str(error.value)
+        assert str(error.value).endswith(listing)
+    with pytest.raises(ConfigError, match="unknown limit 'calls_max'"):
+        dataclasses.replace(Limits(), calls_max=5)  # type: ignore[call-arg]
 
 
 def test_limits_take_size_and_time_words() -> None:
