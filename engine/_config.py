@@ -45,7 +45,7 @@ from typing import Any, Literal
 from engine._errors import ConfigError
 from engine._limits import Limits, parse_size
 from engine._live import DEFAULT_LIVE_WAIT
-from engine.languages import LANGUAGES, Language
+from engine.languages import Language, check_language
 from engine.log import DEFAULT_LEASE_MS, LogStore, MemoryStore, PostgresStore, SqliteStore
 from runner import ScriptRunner
 from runner._remote import OPTIONS as REMOTE_OPTIONS
@@ -166,12 +166,9 @@ class Config:
         type_check = section.get("type_check", "on")
         if type_check not in ("on", "off"):
             raise ConfigError(f'{where}: [codemode] type_check = {type_check!r}; use "on" or "off"')
-        language = section.get("language", "javascript")
-        if language not in LANGUAGES:
-            raise ConfigError(
-                f"{where}: [codemode] language = {_shown(language)}; use "
-                + " or ".join(f'"{x}"' for x in LANGUAGES)
-            )
+        language = check_language(
+            section.get("language", "javascript"), where=f"{where}: [codemode] language"
+        )
         mcp_servers = section.get("mcpServers", {})
         if not isinstance(mcp_servers, dict):
             raise ConfigError(f"{where}: [codemode.mcpServers] must be a table of servers")

@@ -188,6 +188,15 @@ async def test_limits_function_failing_leaves_no_script() -> None:
     assert await store.scripts() == []
 
 
+def test_a_bad_type_check_or_language_is_a_config_error() -> None:
+    """type_check and language are options like live_wait: a wrong one is a ConfigError that
+    names the values it may take."""
+    with pytest.raises(ConfigError, match=r'type_check = \'maybe\'; use "on", "off", a Type'):
+        CodeMode([add], runner=InProcessRunner(), type_check="maybe")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r'language = \'ruby\'; use "javascript" or "python"'):
+        CodeMode([add], runner=InProcessRunner(), language="ruby")  # type: ignore[arg-type]
+
+
 # --- the data directory ----------------------------------------------------------------------
 
 
