@@ -452,6 +452,30 @@ def test_a_missing_file_is_a_catchable_error_naming_the_closest() -> None:
     assert "d.csv" in message
 
 
+def test_scripts_name_the_error_classes_they_catch() -> None:
+    """ToolError, LimitError and FileError are in a script's scope, each caught by name,
+    and read-only."""
+    code = (
+        "caught = []\n"
+        "try:\n    await tools.echo(a=2)\n"
+        "except ToolError as e:\n    caught.append(['tool', str(e), e.tool])\n"
+        "try:\n    await tools.echo(s='x' * 2000)\n"
+        "except LimitError as e:\n    caught.append(['limit', type(e).__name__])\n"
+        "try:\n    files.stat('d.cvs')\n"
+        "except FileError as e:\n    caught.append(['file', 'd.csv' in str(e)])\n"
+        "try:\n    ToolError.tool = 'x'\n"
+        "except AttributeError as e:\n    caught.append(['sealed', str(e)])\n"
+        "return caught"
+    )
+    records = [rec("echo", {"a": 2}, error="nope")]
+    assert value(code, records, files=FILES, fetch=_fetch, call_arguments=1 * KiB) == [
+        ["tool", "nope", "echo"],
+        ["limit", "LimitError"],
+        ["file", True],
+        ["sealed", "ToolError is read-only in scripts"],
+    ]
+
+
 # ---- live runs agree with replay ----
 
 CORPUS = {
