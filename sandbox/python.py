@@ -1255,8 +1255,14 @@ class Run(Replay):
             return self._gather(*awaitables, return_exceptions=return_exceptions)
 
         def create_task(coro: Any, *, name: Any = None) -> _Future:
-            if not isinstance(coro, types.CoroutineType):
-                raise TypeError(f"create_task takes a coroutine, not {type(coro).__name__}")
+            # A tool call is already running (its future is its task), and asyncio.sleep is
+            # not a coroutine here: each is taken as CPython takes a coroutine or ensure_future
+            # an awaitable.
+            if not (isinstance(coro, _Future) or hasattr(type(coro), "__await__")):
+                raise TypeError(
+                    "asyncio.create_task takes a coroutine or a tool call, as "
+                    f"asyncio.create_task(tools.name(...)), not {type(coro).__name__}"
+                )
             return self._task(coro)
 
         def sleep(delay: float = 0, result: Any = None) -> _Yield:
