@@ -66,11 +66,17 @@ $(TSC): package.json
 	touch $(TSC)
 
 # Sucrase (from node_modules, MIT), bundled with sandbox/typescript.js into one file the
-# sandbox compiles once per fork server to remove a script's TypeScript types. Built, never
-# committed.
+# sandbox compiles once per fork server to remove a script's TypeScript types. Committed, with
+# the licenses of the packages in it beside it, so that every install strips types (`make
+# demo`'s, which has no Node.js, and a wheel's); rebuilt here from package-lock.json's
+# versions, which gives the same bytes. tests/sandbox/test_typescript.py builds it again
+# (`make TS_BUNDLE=elsewhere elsewhere`) and checks the committed files are that build.
 $(TS_BUNDLE): sandbox/typescript.js $(TSC)
 	node_modules/.bin/esbuild sandbox/typescript.js --bundle --minify --format=iife \
-	  --platform=neutral --main-fields=main,module --log-level=warning --outfile=$@
+	  --platform=neutral --main-fields=main,module --log-level=warning --outfile=$@ \
+	  --metafile=$@.meta.json
+	$(PYTHON) scripts/bundle_licenses.py $@.meta.json $@.LICENSE.txt
+	rm -f $@.meta.json
 
 test: install
 	$(PY) -m pytest -q

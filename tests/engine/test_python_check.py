@@ -98,6 +98,25 @@ async def test_the_scripts_own_typing_is_left_to_the_run(checker: PythonTypeChec
     assert await _problems(checker, code) == []
 
 
+async def test_the_error_classes_a_script_catches_are_declared(
+    checker: PythonTypeChecker,
+) -> None:
+    """ToolError, LimitError and FileError are known to the check as the sandbox gives them:
+    catching them passes, and ``e.tool`` is a ``str`` (refused where a Literal is wanted)."""
+    code = "\n".join(
+        [
+            "try:",  # 1
+            '    await tools.github__list_prs(repo="o/r")',  # 2
+            "except ToolError as e:",  # 3
+            "    await tools.github__list_prs(repo=e.tool)",  # 4
+            "    await tools.github__list_prs(repo=e.tool, state=e.tool)",  # 5
+            "except (LimitError, FileError) as e:",  # 6
+            "    return str(e)",  # 7
+        ]
+    )
+    assert await _problems(checker, code) == [(5, "invalid-argument-type")]
+
+
 async def test_a_syntax_error_is_left_to_the_run(checker: PythonTypeChecker) -> None:
     assert await _problems(checker, "return (1 +") == []
     assert await _problems(checker, "x = await tools.github__list_prs(owner=)") == []

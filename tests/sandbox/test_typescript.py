@@ -9,6 +9,8 @@ run in a fresh context (exec mode: the stripper is compiled on demand) and in a 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +26,29 @@ from tests.sandbox.conftest import rec, script
 def _bundle() -> None:
     if typescript.BUNDLE is None:
         require("sandbox/typescript.bundle.js is missing: run `make install` to build it")
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_committed_bundle_is_the_build_of_its_source(tmp_path: Path) -> None:
+    """The bundle is committed, so that every install strips types; it must be what `make`
+    builds from sandbox/typescript.js and package-lock.json's Sucrase, and its licenses file
+    must be the one that build writes."""
+    if not (ROOT / "node_modules" / ".bin" / "esbuild").exists():
+        require("esbuild (from `npm install`, which `make install` runs) to rebuild the bundle")
+    built = tmp_path / "typescript.bundle.js"
+    subprocess.run(
+        ["make", "-s", "-C", str(ROOT), f"TS_BUNDLE={built}", str(built)],
+        check=True,
+        capture_output=True,
+    )
+    committed = ROOT / "sandbox" / "typescript.bundle.js"
+    stale = "is not the build of its source: run `make install` and commit what it rebuilt"
+    assert built.read_bytes() == committed.read_bytes(), f"{committed} {stale}"
+    licenses = Path(f"{built}.LICENSE.txt").read_text("utf-8")
+    assert licenses == Path(f"{committed}.LICENSE.txt").read_text("utf-8"), f"its licenses {stale}"
+    assert "sucrase 3.35.1 (MIT)" in licenses
 
 
 def run(code: str, records: Any = (), prepared: bool = False, **limits: int) -> Ran:
