@@ -218,6 +218,22 @@ def shown(raw: Any) -> str:
     return text if len(text) <= MAX_WORD + 2 else text[:MAX_WORD] + "..."
 
 
+def data_path(path: Sequence[str | int]) -> str:
+    """Where in a value a part is, for messages: ``repo``, ``items[2].name``, or ``(the top
+    level)``. The engine's checks and a Python script's data checks say it alike."""
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif text:
+            text += f".{part}"
+        else:
+            text = str(part)
+    if len(text) > 200:
+        text = f"{text[:98]}...{text[-98:]}"
+    return text or "(the top level)"
+
+
 class ProtocolError(Exception):
     """A line that is too long, not JSON, or not the expected message."""
 
