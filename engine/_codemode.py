@@ -375,7 +375,8 @@ class CodeMode(StepLoop):
         try:
             if early is not None:
                 await asyncio.sleep(0)  # the step goes as far as its first wait, then the write
-            started = await self.store.start(record, new_owner(), self.lease_ms)
+            owner = new_owner()
+            started = await self.store.start(record, owner, self.lease_ms)
             if early is not None and (not started.created or started.lease is None):
                 await discard_early(early)  # the key names a script begun before: it goes on
                 early = None
@@ -384,7 +385,14 @@ class CodeMode(StepLoop):
             if started.created:
                 self._emit("started", record.id, tenant=tenant)
             if started.lease is None:
-                return await self._elsewhere_or_ended(started.record.id)
+                # Another host holds the script the key names. One of this machine that died
+                # gives it up at once, as resume() takes it: a host restarted after a crash
+                # that replays the model's call goes on with the script.
+                taken = await Drive.take(self.store, started.record.id, owner, self.lease_ms)
+                if taken is None:
+                    return await self._elsewhere_or_ended(started.record.id)
+                self._emit("resumed", taken.record.id, tenant=tenant, steps=taken.record.steps)
+                return await self._drive_owned(taken)
             if not started.created and started.record.status not in log.ENDED:
                 # The key named a script already in the log: it goes on. (One that ended
                 # only gives its outcome again, as resume() does: no events.)
