@@ -32,7 +32,7 @@ from engine._config import (
 )
 from engine._drive import Drive, new_owner
 from engine._ending import Ending
-from engine._errors import CallNotWaiting, CodeModeError, ToolsMissing
+from engine._errors import CallNotWaiting, CodeModeError, ConfigError, ToolsMissing
 from engine._events import Listener, listeners_option
 from engine._files import Attachment, BlobStore, record_files
 from engine._functions import as_tools
@@ -704,8 +704,8 @@ def _type_check_option(
 ) -> Literal["on", "off"] | TypeChecker | PythonTypeChecker:
     if isinstance(setting, TypeChecker | PythonTypeChecker) or setting in ("on", "off"):
         return setting
-    raise CodeModeError(
-        f'type_check = {setting!r}; use "on", "off", a TypeChecker or a PythonTypeChecker'
+    raise ConfigError(
+        f'type_check = {setting!r:.80}; use "on", "off", a TypeChecker or a PythonTypeChecker'
     )
 
 
