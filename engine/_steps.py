@@ -299,11 +299,7 @@ class StepLoop(CallSettling):
                 )
         count = len(drive.calls) + len(step.calls)
         if count > limits.calls:
-            return Ending.limit_met(
-                "calls",
-                f"the script made {count:,} calls, the most one script may make is "
-                f"{limits.calls:,}",
-            )
+            return Ending.limit_met("calls", protocol.calls_over(limits.calls))
         try:
             sizes = [len(orjson.dumps(c.arguments)) for c in step.calls]
         except (TypeError, orjson.JSONEncodeError) as e:

@@ -169,6 +169,18 @@ def limit_message(name: str, detail: str) -> str:
     return f"{name} limit met: {detail}; {REMEDIES[name]}"
 
 
+def calls_over(limit: int) -> str:
+    """What the ``calls`` limit met says: the call that met it was asked for and refused, not
+    made, so it is named as the first call past ``limit``."""
+    number = limit + 1
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10)
+    calls = "call" if limit == 1 else "calls"
+    return (
+        f"the script's {number:,}{suffix or 'th'} call is over the {limit:,} {calls} one script "
+        "may make"
+    )
+
+
 def size_text(n: int) -> str:
     """A byte count as people read it: ``3 MiB``, ``1.5 KiB``, ``812 bytes``."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):

@@ -52,6 +52,7 @@ from sandbox.protocol import (
     Script,
     ScriptError,
     Stats,
+    calls_over,
     canonical_json,
     data_problem,
     limit_message,
@@ -259,11 +260,7 @@ class Replay(abc.ABC):
                 )
             return "r" + result_json.decode()
         if number > limits.calls:
-            self._end_limit(
-                "calls",
-                f"the script made {number:,} calls, the most one script may make is "
-                f"{limits.calls:,}",
-            )
+            self._end_limit("calls", calls_over(limits.calls))
         self.step_arg_bytes += args_bytes
         if self.step_arg_bytes > limits.step_arguments:
             self._end_limit(

@@ -704,6 +704,27 @@ async def test_data_nested_past_the_encoder_from_a_runner_is_a_failed_result() -
     assert await arguments.store.calls(result.script_id) == []
 
 
+async def test_a_runner_reporting_calls_past_the_limit_meets_it_naming_the_refused_call() -> None:
+    """The engine re-checks the calls a runner reports: four new calls under calls = 3 end
+    the script on the limit, the message naming the 4th call as refused, none of them made."""
+
+    @tool
+    def t() -> int:
+        """A tool."""
+        return 1
+
+    calls = [Call(name="t", arguments={}) for _ in range(4)]
+    engine = CodeMode(
+        [t],
+        runner=_Lying(lambda s: Step(outcome="calls", calls=calls)),
+        limits=Limits(calls=3),
+    )
+    result = await engine.run_code("return 1")
+    assert result.status == "failed" and result.limit == "calls", result.text
+    assert "the script's 4th call is over the 3 calls one script may make" in result.text
+    assert await engine.store.calls(result.script_id) == []
+
+
 async def test_a_failure_without_a_name_is_shown_as_an_error() -> None:
     """A failed step whose error has no name still reads as an error to the model."""
     failed = Step(outcome="failed", error=ScriptError(name="", message=""))

@@ -171,6 +171,27 @@ async def test_calls_limit(inproc: InProcessRunner) -> None:
     engine = CodeMode([echo], runner=inproc, limits=Limits(calls=5))
     result = await engine.run_code("for (let i = 0; i < 10; i++) await tools.echo(); return 1")
     _assert_limit(result, "calls")
+    # The 6th call was asked for and refused, not made: the message says so.
+    assert "the script's 6th call is over the 5 calls one script may make" in result.text
+    assert len(await engine.store.calls(result.script_id)) == 5
+
+
+@pytest.mark.parametrize(
+    ("limit", "said"),
+    [
+        (0, "1st call is over the 0 calls"),
+        (1, "2nd call is over the 1 call one"),
+        (2, "3rd call"),
+        (10, "11th call"),
+        (11, "12th call"),
+        (12, "13th call"),
+        (20, "21st call"),
+        (111, "112th call"),
+        (1000, "1,001st call is over the 1,000 calls one script may make"),
+    ],
+)
+def test_calls_limit_names_the_call_it_refused(limit: int, said: str) -> None:
+    assert said in protocol.calls_over(limit)
 
 
 async def test_results_limit(inproc: InProcessRunner) -> None:

@@ -782,7 +782,7 @@ def test_calls_limit_ends_the_run_at_the_call_past_it():
     code = "try { for (let i = 0; ; i++) await tools.echo({ i }); } catch (e) { return 'caught'; }"
     ran = run(code, records, calls=5)
     assert_limit(ran, "calls")
-    assert "6 calls" in ran.limit.message  # type: ignore[union-attr]
+    assert "the script's 6th call is over the 5 calls" in ran.limit.message  # type: ignore[union-attr]
     assert ran.calls == []
 
 
