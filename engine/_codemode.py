@@ -100,8 +100,9 @@ class CodeMode(StepLoop):
     (``"on"``, ``"off"``, a :class:`TypeChecker` or a :class:`PythonTypeChecker`) checks
     each new script against the tools' declarations before its first call; ``"on"`` finds
     TypeScript 7's compiler (for JavaScript) or ``ty`` (for Python), and says once in the
-    log that the check is off when the checker is missing. A checker given applies to its
-    language; the other language's is found as with ``"on"``.
+    log, when a script first runs without it, that the check is off because the checker is
+    missing. A checker given applies to its language; the other language's is found as with
+    ``"on"``.
 
     ``language`` (``"javascript"`` or ``"python"``) is the language the model is told to
     write scripts in (``run_code(language=...)`` may start one in the other); a script
@@ -199,6 +200,9 @@ class CodeMode(StepLoop):
         self.language: Language = check_language(language)
         self._type_check_setting = _type_check_option(type_check)
         self._checkers: dict[str, TypeChecker | PythonTypeChecker | None] = {}
+        # Why the check of a language is off although it was asked for (its checker is
+        # missing): said once, as a warning, when a script in it first runs unchecked.
+        self._check_missing: dict[str, str] = {}
         self.type_checker = self._checker(self.language)
         self._check_declarations: dict[str, str] = {}
         self._check_ms: dict[str, float] = {}  # what each new script's check cost, until logged
@@ -373,6 +377,7 @@ class CodeMode(StepLoop):
         # runs before it passed: a refused one "did not run".)
         early: asyncio.Task[Any] | None = None
         if self._checker(language) is None:
+            self._say_unchecked(language)
             early, script = self._begin_first_step(record)
         try:
             if early is not None:
@@ -448,8 +453,20 @@ class CodeMode(StepLoop):
             setting = self._type_check_setting
             if isinstance(setting, TypeChecker | PythonTypeChecker):
                 setting = setting if setting.language == language else "on"
-            self._checkers[language] = _type_checker(setting, language)
+            checker = _type_checker(setting, language)
+            if isinstance(checker, CompilerMissing):
+                self._check_missing[language], checker = str(checker), None
+            self._checkers[language] = checker
         return self._checkers[language]
+
+    def _say_unchecked(self, language: Language) -> None:
+        """Warn, once per process and reason, that a new script runs unchecked because the
+        checker asked for is missing. Said when a script runs, so a host that only describes
+        or searches its tools (``codemode describe``) is not told of a check it never needs."""
+        reason = self._check_missing.get(language)
+        if reason is not None and reason not in _CHECK_OFF_SAID:
+            _CHECK_OFF_SAID.add(reason)
+            logger.warning("type check off: %s scripts run without it: %s", language, reason)
 
     async def _refused(self, drive: Drive, checked: Checked) -> RunResult:
         """End a script the type check refused: it never ran, and no call was made."""
@@ -720,7 +737,9 @@ def _type_check_option(
 
 def _type_checker(
     setting: Literal["on", "off"] | TypeChecker | PythonTypeChecker, language: Language
-) -> TypeChecker | PythonTypeChecker | None:
+) -> TypeChecker | PythonTypeChecker | CompilerMissing | None:
+    """The checker ``setting`` asks for in ``language``: None when it is off, the
+    :class:`CompilerMissing` saying why when "on" finds none."""
     if isinstance(setting, TypeChecker | PythonTypeChecker):
         return setting
     if setting == "off":
@@ -728,8 +747,4 @@ def _type_checker(
     try:
         return PythonTypeChecker() if language == "python" else TypeChecker()
     except CompilerMissing as e:
-        reason = str(e)
-        if reason not in _CHECK_OFF_SAID:
-            _CHECK_OFF_SAID.add(reason)
-            logger.warning("type check off: %s scripts run without it: %s", language, reason)
-        return None
+        return e

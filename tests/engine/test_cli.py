@@ -13,7 +13,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def codemode(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def codemode(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "engine.cli", *args],
         capture_output=True,
@@ -21,6 +23,7 @@ def codemode(*args: str, stdin: str | None = None) -> subprocess.CompletedProces
         input=stdin,
         cwd=ROOT,
         timeout=120,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -86,6 +89,19 @@ def test_describe_and_search() -> None:
     )
     assert searched.returncode == 0, searched.stderr
     assert "github__get_reviews" in searched.stdout
+
+
+def test_the_check_off_warning_only_where_scripts_run() -> None:
+    """Without the compiler, describe and search (which run no script) say nothing of the
+    type check; run says once that its script runs unchecked, and why."""
+    missing = {"CODEMODE_TSC": "/nonexistent/tsc"}
+    tools = ("--tools", "examples/tracker_tools.py")
+    for args in (("describe", *tools), ("search", "reviews", *tools)):
+        quiet = codemode(*args, env=missing)
+        assert quiet.returncode == 0 and quiet.stderr == "", quiet
+    ran = codemode("run", "-", *tools, stdin="return 1", env=missing)
+    assert ran.returncode == 0, ran
+    assert ran.stderr.count("type check off") == 1 and "/nonexistent/tsc" in ran.stderr
 
 
 def test_mcp_json_tools_describe(tmp_path: Path) -> None:

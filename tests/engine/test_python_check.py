@@ -159,15 +159,18 @@ async def test_a_checker_that_crashes_fails_the_script(tmp_path: Path) -> None:
     assert checked.failure is not None and "panicked" in checked.failure
 
 
-def test_a_missing_checker_is_said_once_and_the_scripts_run(
+async def test_a_missing_checker_is_said_once_and_the_scripts_run(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv(CHECKER_ENV, "/nonexistent/ty")
+    monkeypatch.setattr("engine._codemode._CHECK_OFF_SAID", set())
     with pytest.raises(CompilerMissing, match="CODEMODE_TY"):
         find_checker()
     with caplog.at_level(logging.WARNING, logger="codemode"):
-        first = CodeMode([], language="python")
-        second = CodeMode([], language="python")
+        first = CodeMode([], language="python", runner=InProcessRunner())
+        second = CodeMode([], language="python", runner=InProcessRunner())
+        for engine in (first, second):
+            assert (await engine.run_code("return 1")).status == "finished"
     assert first.type_checker is None and second.type_checker is None
     said = [r for r in caplog.records if "type check off: python" in r.getMessage()]
     assert len(said) == 1

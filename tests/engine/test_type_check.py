@@ -265,16 +265,22 @@ def test_bad_setting_is_refused(inproc: InProcessRunner) -> None:
         CodeMode([], runner=inproc, type_check="yes")  # type: ignore[arg-type]
 
 
-def test_missing_compiler_turns_the_check_off_and_says_so_once(
+async def test_missing_compiler_turns_the_check_off_and_says_so_once(
     inproc: InProcessRunner, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Without the compiler scripts run unchecked, and the log says why, once."""
+    """Without the compiler scripts run unchecked, and the log says why, once, when a script
+    first runs unchecked: an engine that only describes its tools says nothing."""
     monkeypatch.setenv(_check.COMPILER_ENV, "/nonexistent/tsc")
     monkeypatch.setattr("engine._codemode._CHECK_OFF_SAID", set())
     caplog.set_level(logging.WARNING, logger="codemode")
     first = CodeMode([], runner=inproc)
     second = CodeMode([], runner=inproc)
     assert first.type_checker is None and second.type_checker is None
+    first.definition()
+    first.search("anything")
+    assert not [r for r in caplog.records if "type check off" in r.getMessage()]
+    for engine in (first, second, first):
+        assert (await engine.run_code("return 1")).status == "finished"
     said = [r.getMessage() for r in caplog.records if "type check off" in r.getMessage()]
     assert len(said) == 1
     assert "/nonexistent/tsc" in said[0] and "is not an executable file" in said[0]
