@@ -623,11 +623,21 @@ class CodeMode(StepLoop):
     def _check_tools(self, drive: Drive) -> None:
         """Refuse to drive a script that calls tools this host does not have, before any of
         its calls runs: run here, it would fail at that call after the others took effect."""
-        missing = sorted({c.name for c in drive.calls} - set(self._tool_names))
+        self._refuse_missing(drive.record.id, drive.calls)
+
+    async def check_tools(self, script_id: str) -> None:
+        """:class:`ToolsMissing` if the script's log has calls to tools this host does not
+        have, as :meth:`resume` would refuse it; ask before answering a call that this host
+        then means to drive on (``codemode resume --approve``), so a refusal records nothing.
+        """
+        self._refuse_missing(script_id, await self.store.calls(script_id))
+
+    def _refuse_missing(self, script_id: str, calls: Iterable[log.CallEntry]) -> None:
+        missing = sorted({c.name for c in calls} - set(self._tool_names))
         if missing:
             have = ", ".join(sorted(self._by_name)) or "none"
             raise ToolsMissing(
-                f"script {drive.record.id} calls {', '.join(missing)}, which this host does "
+                f"script {script_id} calls {', '.join(missing)}, which this host does "
                 f"not have (it has: {have}); resume it on a host with those tools"
             )
 

@@ -487,6 +487,9 @@ async def _resume(args: argparse.Namespace) -> int:
 async def _resume_with(args: argparse.Namespace, listeners: list[Listener]) -> RunResult:
     engine = _engine(args, needs_runner=True, on_event=listeners)
     try:
+        if args.approve or args.reject:
+            # Before any answer is recorded: a resume this host refuses changes nothing.
+            await engine.check_tools(args.script_id)
         for call_id in args.approve:
             await engine.approve(args.script_id, call_id)
         for call_id in args.reject:

@@ -147,6 +147,26 @@ def test_paused_script_resumes_through_the_cli(tmp_path: Path) -> None:
     paused = json.loads(first.stdout.splitlines()[-1])
     assert paused["status"] == "paused"
     call_id = paused["waiting"][0]["call_id"]
+    # A host without the script's tools refuses to resume it, and records no answer first.
+    other = tmp_path / "other_tools.py"
+    other.write_text(
+        "def add(a: int, b: int) -> int:\n    'Add.'\n    return a + b\n\nTOOLS = [add]\n"
+    )
+    for answer in ("--approve", "--reject"):
+        refused = codemode(
+            "resume",
+            paused["script_id"],
+            answer,
+            call_id,
+            "--tools",
+            str(other),
+            "--data-dir",
+            data,
+        )
+        assert refused.returncode == 2, refused
+        one_clear_line(refused, "github__comment, which this host does not have")
+    shown = codemode("show", paused["script_id"], "--data-dir", data, "--json")
+    assert [c["state"] for c in json.loads(shown.stdout)["calls"]] == ["awaiting_approval"]
     second = codemode(
         "resume",
         paused["script_id"],
