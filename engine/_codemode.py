@@ -32,7 +32,7 @@ from engine._config import (
 )
 from engine._drive import Drive, new_owner
 from engine._ending import Ending
-from engine._errors import CallNotWaiting, CodeModeError, ToolsMissing
+from engine._errors import CallNotWaiting, CodeModeError, ConfigError, ToolsMissing
 from engine._events import Listener, listeners_option
 from engine._files import Attachment, BlobStore, record_files
 from engine._functions import as_tools
@@ -203,6 +203,7 @@ class CodeMode(StepLoop):
         self._check_ms: dict[str, float] = {}  # what each new script's check cost, until logged
         # The starts (by key) and resumes (by script id) this host runs now (see _once).
         self._in_flight: dict[tuple[str, str], asyncio.Future[RunResult]] = {}
+        self._driving: set[Drive] = set()  # the drives under way, whose leases aclose() gives up
         self.lease_ms = lease_ms
         self.poll_interval = poll_interval
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
@@ -375,7 +376,8 @@ class CodeMode(StepLoop):
         try:
             if early is not None:
                 await asyncio.sleep(0)  # the step goes as far as its first wait, then the write
-            started = await self.store.start(record, new_owner(), self.lease_ms)
+            owner = new_owner()
+            started = await self.store.start(record, owner, self.lease_ms)
             if early is not None and (not started.created or started.lease is None):
                 await discard_early(early)  # the key names a script begun before: it goes on
                 early = None
@@ -384,7 +386,14 @@ class CodeMode(StepLoop):
             if started.created:
                 self._emit("started", record.id, tenant=tenant)
             if started.lease is None:
-                return await self._elsewhere_or_ended(started.record.id)
+                # Another host holds the script the key names. One of this machine that died
+                # gives it up at once, as resume() takes it: a host restarted after a crash
+                # that replays the model's call goes on with the script.
+                taken = await Drive.take(self.store, started.record.id, owner, self.lease_ms)
+                if taken is None:
+                    return await self._elsewhere_or_ended(started.record.id)
+                self._emit("resumed", taken.record.id, tenant=tenant, steps=taken.record.steps)
+                return await self._drive_owned(taken)
             if not started.created and started.record.status not in log.ENDED:
                 # The key named a script already in the log: it goes on. (One that ended
                 # only gives its outcome again, as resume() does: no events.)
@@ -551,6 +560,7 @@ class CodeMode(StepLoop):
     async def _drive_owned(self, drive: Drive) -> RunResult:
         """Drive a script whose lease this host holds; the lease is given up at the end."""
         record = drive.record
+        self._driving.add(drive)
         try:
             self._check_tools(drive)
             result = await self._drive(drive)
@@ -565,6 +575,7 @@ class CodeMode(StepLoop):
                 early, drive.early = drive.early, None
                 await discard_early(early)
             await drive.close()
+            self._driving.discard(drive)
         if result is None:
             self._emit("left", record.id, tenant=record.tenant, status="elsewhere")
             return await self._elsewhere_or_ended(drive.record.id)
@@ -663,6 +674,11 @@ class CodeMode(StepLoop):
         return uuid.uuid4().hex
 
     async def aclose(self) -> None:
+        """Close the engine: its MCP servers, live processes, runner, session log, blobs and
+        tool threads. A script still driven here gives its lease up first, so another engine
+        or host goes on with it at once; its ``run_code`` (or ``resume``) ends on a
+        :class:`CodeModeError` (the log closed under it), and nothing written is lost."""
+        await asyncio.gather(*(drive.close() for drive in list(self._driving)))
         if self._mcp is not None:
             await self._mcp.aclose()
         await self._live.aclose()  # before the runner: its processes are the runner's
@@ -696,8 +712,8 @@ def _type_check_option(
 ) -> Literal["on", "off"] | TypeChecker | PythonTypeChecker:
     if isinstance(setting, TypeChecker | PythonTypeChecker) or setting in ("on", "off"):
         return setting
-    raise CodeModeError(
-        f'type_check = {setting!r}; use "on", "off", a TypeChecker or a PythonTypeChecker'
+    raise ConfigError(
+        f'type_check = {setting!r:.80}; use "on", "off", a TypeChecker or a PythonTypeChecker'
     )
 
 

@@ -405,7 +405,7 @@ class ProcessRunner(ScriptRunner):
         tenant: str,
     ) -> Step:
         conv.check_version(ready, script)
-        deadline = conv.Deadline(script.limits.compute_ms)
+        deadline = conv.Deadline.for_step(script)
         server = conv.FileServer(script, files)
         # The step is charged the CPU its process used from the script on, not what it used
         # before: forking, locking itself down, and in the pool, touching its pages while it
