@@ -32,7 +32,7 @@ from engine._config import (
 )
 from engine._drive import Drive, new_owner
 from engine._ending import Ending
-from engine._errors import CallNotWaiting, CodeModeError, ToolsMissing
+from engine._errors import CallNotWaiting, CodeModeError, ConfigError, ToolsMissing
 from engine._events import Listener, listeners_option
 from engine._files import Attachment, BlobStore, record_files
 from engine._functions import as_tools
@@ -378,7 +378,8 @@ class CodeMode(StepLoop):
         try:
             if early is not None:
                 await asyncio.sleep(0)  # the step goes as far as its first wait, then the write
-            started = await self.store.start(record, new_owner(), self.lease_ms)
+            owner = new_owner()
+            started = await self.store.start(record, owner, self.lease_ms)
             if early is not None and (not started.created or started.lease is None):
                 await discard_early(early)  # the key names a script begun before: it goes on
                 early = None
@@ -387,7 +388,14 @@ class CodeMode(StepLoop):
             if started.created:
                 self._emit("started", record.id, tenant=tenant)
             if started.lease is None:
-                return await self._elsewhere_or_ended(started.record.id)
+                # Another host holds the script the key names. One of this machine that died
+                # gives it up at once, as resume() takes it: a host restarted after a crash
+                # that replays the model's call goes on with the script.
+                taken = await Drive.take(self.store, started.record.id, owner, self.lease_ms)
+                if taken is None:
+                    return await self._elsewhere_or_ended(started.record.id)
+                self._emit("resumed", taken.record.id, tenant=tenant, steps=taken.record.steps)
+                return await self._drive_owned(taken)
             if not started.created and started.record.status not in log.ENDED:
                 # The key named a script already in the log: it goes on. (One that ended
                 # only gives its outcome again, as resume() does: no events.)
@@ -699,8 +707,8 @@ def _type_check_option(
 ) -> Literal["on", "off"] | TypeChecker | PythonTypeChecker:
     if isinstance(setting, TypeChecker | PythonTypeChecker) or setting in ("on", "off"):
         return setting
-    raise CodeModeError(
-        f'type_check = {setting!r}; use "on", "off", a TypeChecker or a PythonTypeChecker'
+    raise ConfigError(
+        f'type_check = {setting!r:.80}; use "on", "off", a TypeChecker or a PythonTypeChecker'
     )
 
 

@@ -14,8 +14,8 @@
     memory = "512mb"
     compute_ms = 5000
 
-    [codemode.store]                # where the session log lives (default: sqlite in data_dir)
-    kind = "postgres"               # "sqlite", "postgres" or "memory"
+    [codemode.store]                # the session log (default: SQLite in data_dir, else memory)
+    kind = "postgres"               # "sqlite" (needs data_dir), "postgres" or "memory"
     dsn_env = "CODEMODE_DSN"        # postgres: the connection string, from the environment
     lease_ms = 30000                # how long a host owns a script without renewing
 
@@ -45,7 +45,7 @@ from typing import Any, Literal
 from engine._errors import ConfigError
 from engine._limits import Limits, parse_size
 from engine._live import DEFAULT_LIVE_WAIT
-from engine.languages import LANGUAGES, Language
+from engine.languages import Language, check_language
 from engine.log import DEFAULT_LEASE_MS, LogStore, MemoryStore, PostgresStore, SqliteStore
 from runner import ScriptRunner
 from runner._remote import OPTIONS as REMOTE_OPTIONS
@@ -88,19 +88,33 @@ class RunnerConfig:
 class StoreConfig:
     """``[codemode.store]``: which log, and how long a host owns a script unrenewed."""
 
-    kind: str = "sqlite"
+    # "sqlite", "postgres" or "memory"; None (no kind given): SQLite when there is a
+    # data_dir, in memory when not.
+    kind: str | None = None
     dsn: str | None = None
     schema: str = "codemode"
     max_connections: int = 20
     lease_ms: int = DEFAULT_LEASE_MS
+    where: str = field(default="[codemode.store]", compare=False, repr=False)
 
     def build(self, data_dir: Path | None) -> LogStore:
-        """The store: SQLite under ``data_dir`` (in memory without one), or PostgreSQL."""
+        """The store: PostgreSQL, in memory, or SQLite under ``data_dir`` (in memory without
+        one when no kind was given). :class:`ConfigError` for ``kind = "sqlite"`` without a
+        ``data_dir``: a host that asked for a log on disk is not given one that dies with it.
+        """
         if self.kind == "postgres":
             assert self.dsn is not None
             return PostgresStore(self.dsn, schema=self.schema, max_connections=self.max_connections)
-        if self.kind == "sqlite" and data_dir is not None:
+        if self.kind == "memory":
+            return MemoryStore()
+        if data_dir is not None:
             return SqliteStore(data_directory(data_dir))
+        if self.kind == "sqlite":
+            raise ConfigError(
+                f'{self.where} kind = "sqlite" needs a data_dir to keep the log in: set '
+                'data_dir under [codemode] (or pass --data-dir DIR), or use kind = "memory" '
+                "for a log that ends with the process"
+            )
         return MemoryStore()
 
 
@@ -166,12 +180,9 @@ class Config:
         type_check = section.get("type_check", "on")
         if type_check not in ("on", "off"):
             raise ConfigError(f'{where}: [codemode] type_check = {type_check!r}; use "on" or "off"')
-        language = section.get("language", "javascript")
-        if language not in LANGUAGES:
-            raise ConfigError(
-                f"{where}: [codemode] language = {_shown(language)}; use "
-                + " or ".join(f'"{x}"' for x in LANGUAGES)
-            )
+        language = check_language(
+            section.get("language", "javascript"), where=f"{where}: [codemode] language"
+        )
         mcp_servers = section.get("mcpServers", {})
         if not isinstance(mcp_servers, dict):
             raise ConfigError(f"{where}: [codemode.mcpServers] must be a table of servers")
@@ -288,10 +299,10 @@ def _store(table: Any, where: str) -> StoreConfig:
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: [codemode.store] must be a table")
     refuse_unknown(table, _STORE_KEYS, f"{where}: [codemode.store]")
-    kind = table.get("kind", "sqlite")
-    if kind not in ("sqlite", "postgres", "memory"):
+    kind = table.get("kind")
+    if kind is not None and kind not in ("sqlite", "postgres", "memory"):
         raise ConfigError(
-            f'{where}: [codemode.store] kind = {kind!r}; use "sqlite", "postgres" or "memory"'
+            f'{where}: [codemode.store] kind = {_shown(kind)}; use "sqlite", "postgres" or "memory"'
         )
     lease_ms = table.get("lease_ms", DEFAULT_LEASE_MS)
     if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms < 100:
@@ -333,7 +344,7 @@ def _store(table: Any, where: str) -> StoreConfig:
             )
     elif dsn is not None or env is not None:
         raise ConfigError(f'{where}: [codemode.store] dsn is for kind = "postgres" only')
-    return StoreConfig(kind, dsn, schema, max_connections, lease_ms)
+    return StoreConfig(kind, dsn, schema, max_connections, lease_ms, f"{where}: [codemode.store]")
 
 
 def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:

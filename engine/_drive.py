@@ -47,7 +47,21 @@ def dead_local_owner(store: log.LogStore, lease: log.Lease | None) -> str | None
         return lease.owner
     except OSError:  # alive, as another user
         return None
-    return None
+    return lease.owner if _exited(int(pid)) else None
+
+
+def _exited(pid: int) -> bool:
+    """Whether process ``pid``, which signals still reach, has exited all the same: a zombie
+    that its parent has not reaped yet (a host killed under a supervisor that waits on it
+    late) runs nothing more."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False  # no /proc to ask: taken as alive, and its lease waited out
+    # "pid (comm) state ...": the name may hold anything, parentheses too; the state follows
+    # the last one.
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
 
 
 class Drive:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from typing import Any
@@ -65,6 +65,12 @@ class Limits:
     shown: int = _DEFAULTS["shown"]
     shown_media: int = _DEFAULTS["shown_media"]
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Limits:
+        # Before the generated __init__, which would refuse an unknown keyword with a bare
+        # TypeError: Limits(foo=1) is refused as [codemode.limits] foo is, listing the limits.
+        _refuse_unknown(kwargs, "Limits()")
+        return super().__new__(cls)
+
     def __post_init__(self) -> None:
         # Checked here, not at the first run: a bad limit is the host's mistake, and a script
         # started with it could only fail. Size words ("4mb") are taken as in the config.
@@ -77,13 +83,7 @@ class Limits:
         """Limits from a TOML-like table; raises :class:`ConfigError` naming a bad key."""
         if not isinstance(table, Mapping):
             raise ConfigError(f"{where} must be a table of limits, not {type(table).__name__}")
-        known = {f.name for f in fields(cls)}
-        for key in table:
-            if key not in known:
-                raise ConfigError(
-                    f"{where} has an unknown limit {key!r}; the limits are "
-                    + ", ".join(sorted(known))
-                )
+        _refuse_unknown(table, where)
         return cls(**_checked(dict(table), where))
 
     def for_run(self) -> protocol.Limits:
@@ -107,6 +107,16 @@ def config_hint(name: str) -> str:
     limit; the model's message says what the script can do instead, since only the host can
     change a limit."""
     return f"[codemode.limits] {name}"
+
+
+def _refuse_unknown(names: Iterable[Any], where: str) -> None:
+    """:class:`ConfigError` naming the first of ``names`` that is no limit, and the limits."""
+    for name in names:
+        if name not in LIMIT_NAMES:
+            raise ConfigError(
+                f"{where} has an unknown limit {_shown(name)}; the limits are "
+                + ", ".join(sorted(LIMIT_NAMES))
+            )
 
 
 LimitsOption = Limits | Callable[[str], Limits]

@@ -800,7 +800,18 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
-class ToolError(Exception):
+class _Sealed(type):
+    """The type of the error classes a script names (``except ToolError``): read-only, so a
+    script cannot change them for the code that raises them."""
+
+    def __setattr__(cls, key: str, value: Any) -> NoReturn:
+        raise AttributeError(f"{cls.__name__} is read-only in scripts")
+
+    def __delattr__(cls, key: str) -> NoReturn:
+        raise AttributeError(f"{cls.__name__} is read-only in scripts")
+
+
+class ToolError(Exception, metaclass=_Sealed):
     """A tool call that failed: ``str(e)`` is the tool's message, ``e.tool`` its name."""
 
     def __init__(self, message: str, tool: str) -> None:
@@ -808,11 +819,11 @@ class ToolError(Exception):
         self.tool = tool
 
 
-class LimitError(Exception):
+class LimitError(Exception, metaclass=_Sealed):
     """A call over a per-call limit (``call_arguments``): the message says which and why."""
 
 
-class FileError(Exception):
+class FileError(Exception, metaclass=_Sealed):
     """A ``files`` call that cannot be answered: a bad argument, or a file that is gone."""
 
 
@@ -1244,8 +1255,14 @@ class Run(Replay):
             return self._gather(*awaitables, return_exceptions=return_exceptions)
 
         def create_task(coro: Any, *, name: Any = None) -> _Future:
-            if not isinstance(coro, types.CoroutineType):
-                raise TypeError(f"create_task takes a coroutine, not {type(coro).__name__}")
+            # A tool call is already running (its future is its task), and asyncio.sleep is
+            # not a coroutine here: each is taken as CPython takes a coroutine or ensure_future
+            # an awaitable.
+            if not (isinstance(coro, _Future) or hasattr(type(coro), "__await__")):
+                raise TypeError(
+                    "asyncio.create_task takes a coroutine or a tool call, as "
+                    f"asyncio.create_task(tools.name(...)), not {type(coro).__name__}"
+                )
             return self._task(coro)
 
         def sleep(delay: float = 0, result: Any = None) -> _Yield:
@@ -1327,6 +1344,9 @@ class Run(Replay):
             "__name__": "script",
             "tools": Tools(self),
             "files": Files(self),
+            "ToolError": ToolError,
+            "LimitError": LimitError,
+            "FileError": FileError,
             _FORMAT: _format_view,
         }
         exec(code, scope)

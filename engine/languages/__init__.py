@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from engine._errors import CodeModeError
+from engine._errors import ConfigError
 from engine.languages._dialect import Dialect
 from engine.languages.javascript import JAVASCRIPT
 from engine.languages.python import PYTHON
@@ -20,12 +20,11 @@ _DIALECTS: dict[str, Dialect] = {JAVASCRIPT.language: JAVASCRIPT, PYTHON.languag
 
 
 def check_language(language: object, where: str = "language") -> Language:
-    """``language`` if it is one a script may be written in; else a :class:`CodeModeError`
-    naming them."""
+    """``language`` if it is one a script may be written in; else a :class:`ConfigError`
+    naming them (a language is the host's option)."""
     if language not in LANGUAGES:
-        raise CodeModeError(
-            f"{where} = {language!r:.80}; a script's language is one of "
-            f"{', '.join(repr(x) for x in LANGUAGES)}"
+        raise ConfigError(
+            f"{where} = {language!r:.80}; use " + " or ".join(f'"{x}"' for x in LANGUAGES)
         )
     return language
 

@@ -24,6 +24,23 @@ def test_default_store_is_sqlite_in_data_dir(tmp_path: Path) -> None:
     assert config.store.lease_ms == 30_000
 
 
+def test_sqlite_store_without_a_data_dir_is_refused(tmp_path: Path) -> None:
+    """kind = "sqlite" asks for a log on disk: without a data_dir it is a ConfigError saying
+    to set one (as kind = "postgres" without a dsn is), never a log in memory that dies with
+    the process. A data_dir given apart from the file (--data-dir) is where it goes."""
+    config = _config(tmp_path, '[codemode.store]\nkind = "sqlite"\n')
+    with pytest.raises(ConfigError) as caught:
+        config.store.build(None)
+    message = str(caught.value)
+    assert str(tmp_path / "codemode.toml") in message and "[codemode.store]" in message
+    assert 'kind = "sqlite" needs a data_dir' in message and "--data-dir" in message
+    store = config.store.build(tmp_path / "elsewhere")
+    assert isinstance(store, SqliteStore) and store.path.parent == tmp_path / "elsewhere"
+    memory = _config(tmp_path, '[codemode.store]\nkind = "memory"\n')
+    assert isinstance(memory.store.build(None), MemoryStore)
+    assert isinstance(memory.store.build(tmp_path / "unused"), MemoryStore)
+
+
 def test_postgres_store_from_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

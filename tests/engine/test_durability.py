@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
 
 from engine import CodeMode, ScriptRecord, SqliteStore, tool
+from engine._drive import dead_local_owner
+from engine.log import Lease
 from tests.engine.conftest import InProcessRunner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +69,8 @@ async def main():
     action = sys.argv[1]
     if action == "start":
         result = await engine.run_code(sys.stdin.read())
+    elif action == "key":  # a start by the model's tool-use id, as a chat loop makes it
+        result = await engine.run_code(sys.stdin.read(), key=sys.argv[2])
     else:
         script_id, call_id = sys.argv[2], sys.argv[3]
         if call_id != "-":
@@ -140,6 +146,46 @@ def test_host_killed_mid_call_never_runs_that_call_twice(tmp_path: Path) -> None
     assert done["value"]["a"] == 10
     assert "interrupted" in done["value"]["note"]
     assert _ledger(tmp_path) == ["fetch 1", "crash 2"]
+
+
+def test_a_restarted_host_replaying_a_keyed_start_takes_its_script_over(tmp_path: Path) -> None:
+    """A host that dies while it drives a keyed script; its successor on this machine gets
+    the model's call again (same key) and goes on with the script at once, without waiting
+    out the dead host's lease: the call that was running is settled as interrupted, the ones
+    before it are not run again."""
+    script = """
+    const a = await tools.fetch({ n: 1 });
+    let note;
+    try { await tools.crash({ n: 2 }) } catch (e) { note = e.message }
+    return { a, note };
+    """
+    proc = _run_host(tmp_path, "key", "toolu_7", stdin=script)
+    assert proc.returncode == 9  # the tool took the host down, its lease still held
+    done = _host(tmp_path, "key", "toolu_7", stdin=script)
+    assert done["status"] == "finished", done["text"]
+    assert done["value"]["a"] == 10 and "interrupted" in done["value"]["note"]
+    assert _ledger(tmp_path) == ["fetch 1", "crash 2"]
+
+
+def test_a_host_that_exited_unreaped_is_dead() -> None:
+    """A host process that exited but that its parent has not reaped yet (a zombie) still
+    takes signals; its lease is a dead host's all the same."""
+    store = SqliteStore.__new__(SqliteStore)  # only its `local` is read
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        while _state(child.pid) != "Z":
+            time.sleep(0.01)
+        owner = f"{socket.gethostname()}:{child.pid}:abcd1234"
+        assert dead_local_owner(store, Lease("s", owner, 1, 0)) == owner
+    finally:
+        child.wait()
+    alive = f"{socket.gethostname()}:{os.getppid()}:abcd1234"
+    assert dead_local_owner(store, Lease("s", alive, 1, 0)) is None
+
+
+def _state(pid: int) -> str:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rfind(")") + 2]
 
 
 async def _scripts(data: Path) -> list[ScriptRecord]:

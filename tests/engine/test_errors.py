@@ -3,6 +3,7 @@ when the host makes it (not at the first run), naming the problem and the fix.""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import sqlite3
 from pathlib import Path
@@ -141,6 +142,23 @@ def test_bad_limits_are_refused_when_made(kwargs: dict[str, object], named: str)
         Limits(**kwargs)  # type: ignore[arg-type]
 
 
+def test_an_unknown_limit_is_refused_listing_the_limits(tmp_path: Path) -> None:
+    """Limits(foo=1) is refused as [codemode.limits] foo is: a ConfigError naming the unknown
+    limit and listing every limit, not a bare TypeError from the dataclass."""
+    with pytest.raises(ConfigError) as made:
+        Limits(memroy="1gb")  # type: ignore[call-arg]
+    config = tmp_path / "codemode.toml"
+    config.write_text("[codemode.limits]\nmemroy = '1gb'\n")
+    with pytest.raises(ConfigError) as loaded:
+        Config.load(config)
+    listing = "the limits are " + ", ".join(sorted(vars(Limits())))
+    for error in (made, loaded):
+        assert "unknown limit 'memroy'" in str(error.value)
+        assert str(error.value).endswith(listing)
+    with pytest.raises(ConfigError, match="unknown limit 'calls_max'"):
+        dataclasses.replace(Limits(), calls_max=5)  # type: ignore[call-arg]
+
+
 def test_limits_take_size_and_time_words() -> None:
     """Limits(...) takes the words the config takes."""
     limits = Limits(memory="4mb", compute_ms="2s", shown="1.5 KiB")  # type: ignore[arg-type]
@@ -168,6 +186,15 @@ async def test_limits_function_failing_leaves_no_script() -> None:
     with pytest.raises(ConfigError, match="gave dict for tenant 'default'"):
         await code_mode.run_code("return 1")
     assert await store.scripts() == []
+
+
+def test_a_bad_type_check_or_language_is_a_config_error() -> None:
+    """type_check and language are options like live_wait: a wrong one is a ConfigError that
+    names the values it may take."""
+    with pytest.raises(ConfigError, match=r'type_check = \'maybe\'; use "on", "off", a Type'):
+        CodeMode([add], runner=InProcessRunner(), type_check="maybe")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r'language = \'ruby\'; use "javascript" or "python"'):
+        CodeMode([add], runner=InProcessRunner(), language="ruby")  # type: ignore[arg-type]
 
 
 # --- the data directory ----------------------------------------------------------------------

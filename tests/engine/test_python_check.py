@@ -12,7 +12,6 @@ import pytest
 
 from engine import CodeMode, ConfigError, PythonTypeChecker, tool
 from engine._config import Config
-from engine._errors import CodeModeError
 from engine.languages import check_language
 from engine.languages._check import CompilerMissing
 from engine.languages.python import check_stubs, find_checker
@@ -99,6 +98,25 @@ async def test_the_scripts_own_typing_is_left_to_the_run(checker: PythonTypeChec
     assert await _problems(checker, code) == []
 
 
+async def test_the_error_classes_a_script_catches_are_declared(
+    checker: PythonTypeChecker,
+) -> None:
+    """ToolError, LimitError and FileError are known to the check as the sandbox gives them:
+    catching them passes, and ``e.tool`` is a ``str`` (refused where a Literal is wanted)."""
+    code = "\n".join(
+        [
+            "try:",  # 1
+            '    await tools.github__list_prs(repo="o/r")',  # 2
+            "except ToolError as e:",  # 3
+            "    await tools.github__list_prs(repo=e.tool)",  # 4
+            "    await tools.github__list_prs(repo=e.tool, state=e.tool)",  # 5
+            "except (LimitError, FileError) as e:",  # 6
+            "    return str(e)",  # 7
+        ]
+    )
+    assert await _problems(checker, code) == [(5, "invalid-argument-type")]
+
+
 async def test_a_syntax_error_is_left_to_the_run(checker: PythonTypeChecker) -> None:
     assert await _problems(checker, "return (1 +") == []
     assert await _problems(checker, "x = await tools.github__list_prs(owner=)") == []
@@ -158,9 +176,12 @@ def test_a_missing_checker_is_said_once_and_the_scripts_run(
 
 
 def test_language_is_checked_everywhere() -> None:
-    with pytest.raises(CodeModeError, match="'ruby'"):
+    """A language no script is written in is the host's mistake: a ConfigError naming the
+    languages, whether it came from CodeMode(...) or codemode.toml."""
+    use = r"; use \"javascript\" or \"python\""
+    with pytest.raises(ConfigError, match=r"language = 'ruby'" + use):
         CodeMode([], language="ruby", type_check="off")  # type: ignore[arg-type]
-    with pytest.raises(CodeModeError, match="javascript"):
+    with pytest.raises(ConfigError, match=r"language = 'js'" + use):
         check_language("js")
     with pytest.raises(ConfigError, match=r"language = 'rust'; use \"javascript\" or \"python\""):
         Config.from_mapping({"codemode": {"language": "rust"}})

@@ -73,6 +73,37 @@ async def test_tool_search_and_skill_answer_in_the_scripts_language(
     await engine.aclose()
 
 
+async def test_a_script_catches_a_failed_call_as_tool_error(inproc: InProcessRunner) -> None:
+    """The README's and the model's promise: a failed call raises ToolError, which the
+    script names in ``except``: a refused argument (type check off) and a tool that raised
+    (type check on, which the script passes)."""
+
+    def get(n: int) -> int:
+        """Get item n."""
+        if n < 0:
+            raise ValueError("n is negative")
+        return n
+
+    code = (
+        "try:\n    await tools.get(n={n})\n"
+        "except ToolError as e:\n    return [type(e).__name__, e.tool, str(e)]"
+    )
+    unchecked = CodeMode([get], runner=inproc, type_check="off", language="python")
+    refused = await unchecked.run_code(code.format(n='"x"'))
+    assert refused.status == "finished", refused.text
+    assert refused.value == [
+        "ToolError",
+        "get",
+        "tools.get: invalid arguments: at n: expected integer, got string",
+    ]
+    await unchecked.aclose()
+    checked = CodeMode([get], runner=inproc, language="python")
+    raised = await checked.run_code(code.format(n=-1))
+    assert raised.status == "finished", raised.text
+    assert raised.value[:2] == ["ToolError", "get"] and "n is negative" in raised.value[2]
+    await checked.aclose()
+
+
 @pytest.mark.parametrize("live", [True, False])
 async def test_confined_processes_run_python_live_and_by_replay(live: bool) -> None:
     """The process runner's warm pool runs a Python script of parallel and sequential calls

@@ -243,6 +243,28 @@ def test_create_task_and_sleep() -> None:
     assert value(code) == ["main", "a1", "a2"]
 
 
+def test_create_task_takes_a_tool_call_and_sleep() -> None:
+    """``asyncio.create_task(tools.x(...))`` is the call's task (CPython's ensure_future of
+    an awaitable), as is one of ``asyncio.sleep``; anything else is refused by name."""
+    code = (
+        "import asyncio\n"
+        "t = asyncio.create_task(tools.echo(i=1))\n"
+        "u = asyncio.create_task(tools.echo(i=2))\n"
+        "s = asyncio.create_task(asyncio.sleep(0, 'slept'))\n"
+        "return [await t, *(await asyncio.gather(u, s))]"
+    )
+    first = run(code)
+    assert first.outcome == "calls"
+    assert [(c.name, c.arguments) for c in first.calls] == [("echo", {"i": 1}), ("echo", {"i": 2})]
+    records = [rec("echo", {"i": i}, result=i * 10) for i in (1, 2)]
+    assert value(code, records) == [10, 20, "slept"]
+    message = failed("import asyncio\nasyncio.create_task(5)").message
+    assert message == (
+        "asyncio.create_task takes a coroutine or a tool call, as "
+        "asyncio.create_task(tools.name(...)), not int"
+    )
+
+
 def test_stuck_script_fails() -> None:
     code = "import asyncio\nasync def f():\n    await t\nt = asyncio.create_task(f())\nawait t"
     error = failed(code)
@@ -450,6 +472,30 @@ def test_a_missing_file_is_a_catchable_error_naming_the_closest() -> None:
     name, message = caught("files.stat('d.cvs')", files=FILES, fetch=_fetch)
     assert name == "FileError"
     assert "d.csv" in message
+
+
+def test_scripts_name_the_error_classes_they_catch() -> None:
+    """ToolError, LimitError and FileError are in a script's scope, each caught by name,
+    and read-only."""
+    code = (
+        "caught = []\n"
+        "try:\n    await tools.echo(a=2)\n"
+        "except ToolError as e:\n    caught.append(['tool', str(e), e.tool])\n"
+        "try:\n    await tools.echo(s='x' * 2000)\n"
+        "except LimitError as e:\n    caught.append(['limit', type(e).__name__])\n"
+        "try:\n    files.stat('d.cvs')\n"
+        "except FileError as e:\n    caught.append(['file', 'd.csv' in str(e)])\n"
+        "try:\n    ToolError.tool = 'x'\n"
+        "except AttributeError as e:\n    caught.append(['sealed', str(e)])\n"
+        "return caught"
+    )
+    records = [rec("echo", {"a": 2}, error="nope")]
+    assert value(code, records, files=FILES, fetch=_fetch, call_arguments=1 * KiB) == [
+        ["tool", "nope", "echo"],
+        ["limit", "LimitError"],
+        ["file", True],
+        ["sealed", "ToolError is read-only in scripts"],
+    ]
 
 
 # ---- live runs agree with replay ----

@@ -44,12 +44,14 @@ from engine.languages._check import (
     run_bounded,
     timed_out,
 )
+from engine.languages.python._stubs import SCRIPT_ERROR_STUBS, SCRIPT_ERRORS
 
 CHECKER_ENV = "CODEMODE_TY"
 
-_TYPED = "from tools import tools, files\nasync def __cm_script():\n"
-_UNTYPED = "from untyped_tools import tools, files\nasync def __cm_script():\n"
-_UNTYPED_STUB = "from typing import Any\ntools: Any\nfiles: Any\n"
+_NAMES = ", ".join(("tools", "files", *SCRIPT_ERRORS))
+_TYPED = f"from tools import {_NAMES}\nasync def __cm_script():\n"
+_UNTYPED = f"from untyped_tools import {_NAMES}\nasync def __cm_script():\n"
+_UNTYPED_STUB = "from typing import Any\ntools: Any\nfiles: Any\n" + SCRIPT_ERROR_STUBS
 _OFFSET = 2  # header lines before the script's first
 _DIAGNOSTIC = re.compile(r"^(typed|untyped)\.py:(\d+):(\d+): error\[([\w-]+)\] (.*)$")
 _ANY_DIAGNOSTIC = re.compile(r"^\S+:\d+:\d+: (error|warning|info)\[", re.MULTILINE)

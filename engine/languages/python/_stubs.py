@@ -100,6 +100,15 @@ _BUILTINS: dict[str, tuple[str, list[tuple[str, str, bool]]]] = {
 _HEADER = "class Tools:\n"
 _FOOTER = "\ntools: Tools\n\n"
 
+# The error classes a script has in scope besides ``tools`` and ``files`` (sandbox/python.py
+# raises them), as the type check declares them, so ``except ToolError as e: e.tool`` checks.
+SCRIPT_ERRORS = ("ToolError", "LimitError", "FileError")
+SCRIPT_ERROR_STUBS = (
+    "class ToolError(Exception):\n    tool: str\n"
+    "class LimitError(Exception): ...\n"
+    "class FileError(Exception): ...\n"
+)
+
 
 def is_python_name(name: str) -> bool:
     """True when ``name`` can be written as a Python name: an ASCII identifier that is not a
@@ -420,8 +429,9 @@ def builtin_member(name: str, *, check: bool = False) -> str:
 
 def check_stubs(tools: Sequence[Tool]) -> str:
     """The module the type check reads (``tools.pyi``): every tool as the model reads its
-    inputs, results ``Any``, both call forms, the builtins, and ``tools`` and ``files``."""
-    namer = Namer({"Tools"})
+    inputs, results ``Any``, both call forms, the builtins, ``tools``, ``files`` and the
+    error classes a script may catch."""
+    namer = Namer({"Tools", "Exception", *SCRIPT_ERRORS})
     members: list[str] = []
     types: list[str] = []
     for tool in tools:
@@ -434,6 +444,7 @@ def check_stubs(tools: Sequence[Tool]) -> str:
         + _HEADER
         + ("".join(members) or f"{INDENT}pass\n")
         + "\ntools: Tools\nfiles: _Any\n\n"
+        + SCRIPT_ERROR_STUBS
         + "".join(types)
     )
 
