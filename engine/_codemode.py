@@ -204,6 +204,7 @@ class CodeMode(StepLoop):
         # The starts (by tenant and key) and resumes (by script id) this host runs now (see
         # _once).
         self._in_flight: dict[tuple[str, ...], asyncio.Future[RunResult]] = {}
+        self._driving: set[Drive] = set()  # the drives under way, whose leases aclose() gives up
         self.lease_ms = lease_ms
         self.poll_interval = poll_interval
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
@@ -562,6 +563,7 @@ class CodeMode(StepLoop):
     async def _drive_owned(self, drive: Drive) -> RunResult:
         """Drive a script whose lease this host holds; the lease is given up at the end."""
         record = drive.record
+        self._driving.add(drive)
         try:
             self._check_tools(drive)
             result = await self._drive(drive)
@@ -576,6 +578,7 @@ class CodeMode(StepLoop):
                 early, drive.early = drive.early, None
                 await discard_early(early)
             await drive.close()
+            self._driving.discard(drive)
         if result is None:
             self._emit("left", record.id, tenant=record.tenant, status="elsewhere")
             return await self._elsewhere_or_ended(drive.record.id)
@@ -674,6 +677,11 @@ class CodeMode(StepLoop):
         return uuid.uuid4().hex
 
     async def aclose(self) -> None:
+        """Close the engine: its MCP servers, live processes, runner, session log, blobs and
+        tool threads. A script still driven here gives its lease up first, so another engine
+        or host goes on with it at once; its ``run_code`` (or ``resume``) ends on a
+        :class:`CodeModeError` (the log closed under it), and nothing written is lost."""
+        await asyncio.gather(*(drive.close() for drive in list(self._driving)))
         if self._mcp is not None:
             await self._mcp.aclose()
         await self._live.aclose()  # before the runner: its processes are the runner's

@@ -126,7 +126,10 @@ class PostgresStore(SqlStore):
         # Every write syncs, whatever ``sync`` says: the hosts of a PostgreSQL log live on
         # other machines than the server, and would outlive what a server crash lost.
         if self._closed:
-            raise RuntimeError("the session log is closed")
+            raise StoreUnavailable(
+                "the session log was closed (aclose) while this used it; nothing written is "
+                "lost: open it again and resume the script"
+            )
         pool = self._pool or await self._open()
         # A caller cancelled mid-transaction leaves it to end on its own (as if its host had
         # died after sending it): the driver is never interrupted between a statement and

@@ -135,7 +135,10 @@ class SqliteStore(SqlStore):
 
     async def _tx(self, make: Callable[[int], sql.Tx], *, write: bool, sync: bool = True) -> Any:
         if self._closed:
-            raise RuntimeError("the session log is closed")
+            raise StoreUnavailable(
+                "the session log was closed (aclose) while this used it; nothing written is "
+                "lost: open it again and resume the script"
+            )
         now = int(self._clock() * 1000)
         sync = write and sync
         loop = asyncio.get_running_loop()

@@ -21,6 +21,7 @@ import pytest
 from engine import (
     CallNotWaiting,
     CodeMode,
+    CodeModeError,
     LogStore,
     RunResult,
     ScriptRecord,
@@ -1057,3 +1058,35 @@ async def test_bad_ownership_options_are_refused() -> None:
     with pytest.raises(ConfigError, match="poll_interval = 0 must be seconds"):
         CodeMode([], runner=InProcessRunner(), poll_interval=0)
     await engine.aclose()
+
+
+async def test_an_engine_closed_while_it_drives_a_script_lets_it_go(tmp_path: Path) -> None:
+    """aclose() while run_code drives a script (a call running): the script's lease is given
+    up at once, so a new engine on the log goes on with it without waiting the lease out;
+    the run_code that was under way ends on a CodeModeError naming what happened."""
+    running, release = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def charge(cents: int) -> str:
+        """Charge (an effect)."""
+        running.set()
+        await release.wait()
+        return "charged"
+
+    first = CodeMode([charge], runner=InProcessRunner(), data_dir=tmp_path, type_check="off")
+    ids: list[str] = []
+    run = asyncio.create_task(
+        first.run_code("return await tools.charge({ cents: 5 })", on_start=ids.append)
+    )
+    await running.wait()
+    await first.aclose()
+    release.set()
+    with pytest.raises(CodeModeError, match="closed"):
+        await run
+    second = CodeMode([charge], runner=InProcessRunner(), data_dir=tmp_path, type_check="off")
+    try:
+        result = await second.resume(ids[0], wait=0)
+    finally:
+        await second.aclose()
+    # Taken over at once: the call that was running may or may not have taken effect.
+    assert result.status == "failed" and "interrupted" in result.text, result.text
