@@ -233,16 +233,20 @@ class StepLoop(CallSettling):
         heap = step.stats.heap_bytes
         # The type check runs before a script's first step; that step's line carries it.
         check_ms = self._check_ms.pop(record.id, 0.0)
-        if heap > limits.memory / 2 or cpu_ms > limits.compute_ms / 2:
+        # A replay runs again the segments of the steps before it, each with compute_ms of
+        # its own (the process re-arms it at each), so its CPU is weighed against them all.
+        segments = 1 if live else record.steps + 1
+        if heap > limits.memory / 2 or cpu_ms > limits.compute_ms * segments / 2:
             logger.warning(
                 "script step used over half its allowance script=%s tenant=%s heap_bytes=%d "
-                "of memory=%d, cpu_ms=%.1f of compute_ms=%d",
+                "of memory=%d, cpu_ms=%.1f of compute_ms=%d in each of %d segments",
                 record.id,
                 record.tenant,
                 heap,
                 limits.memory,
                 cpu_ms,
                 limits.compute_ms,
+                segments,
             )
         # Made only for a log or a listener that takes them: every step of every call is here.
         if not (self._listeners or logger.isEnabledFor(logging.INFO)):

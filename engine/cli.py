@@ -12,8 +12,12 @@
     codemode mcp serve [--config mcp.json] [--upstream CMD] [--tools TOOLS] [--http HOST:PORT]
     codemode version
 
-``TOOLS`` is a Python file of tools or a JSON file of MCP tool definitions. A script may be a
-bare body, a Markdown code fence, or an ``async () => { ... }`` function; ``-`` reads stdin.
+``TOOLS`` is a Python file of tools or a JSON file of MCP tool definitions; the commands that
+build an engine (run, resume, worker, describe, search) add the tools of the MCP servers of
+codemode.toml's ``[codemode.mcpServers.NAME]`` tables (``--tools`` may then be left out),
+started as ``codemode mcp serve`` starts them and ended however the command ends. A script
+may be a bare body, a Markdown code fence, or an ``async () => { ... }`` function; ``-`` reads
+stdin.
 ``--language`` (``javascript`` or ``python``) is the scripts' language; ``run`` takes a
 ``.py`` script as Python, and otherwise the config's ``language`` (JavaScript by default).
 
@@ -39,7 +43,7 @@ import time
 from collections.abc import AsyncIterator
 from importlib import metadata
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
@@ -50,10 +54,14 @@ from engine._events import Listener
 from engine._loading import load_tools
 from engine._progress import EventLines, ProgressLine
 from engine._search import MAX_LIMIT, MAX_QUERY, ToolIndex
+from engine._tools import Tool
 from engine.adapters import FORMATS
 from engine.languages import LANGUAGES
 from engine.log import LogStore, ScriptRecord
 from runner import FileReader, ScriptRunner, Step
+
+if TYPE_CHECKING:
+    from engine.mcp import McpServers
 from sandbox.protocol import Script, size_text
 
 # A script's status as the exit code of `run` and `resume` (the README's table says each).
@@ -107,11 +115,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"codemode {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    def common(p: argparse.ArgumentParser, *, tools_required: bool = True) -> None:
+    def common(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--tools",
-            required=tools_required,
-            help="a .py file of tools or a .json file of MCP tools",
+            help="a .py file of tools or a .json file of MCP tools (the commands that run or "
+            "describe scripts need it unless codemode.toml has [codemode.mcpServers.NAME])",
         )
         p.add_argument("--config", help="a codemode.toml (default: ./codemode.toml if present)")
         p.add_argument("--data-dir", help="where the session log lives (default: in memory)")
@@ -152,11 +160,11 @@ def _parser() -> argparse.ArgumentParser:
         "--status", choices=["active", "paused", "finished", "failed"], help="only these"
     )
     scripts.add_argument("--limit", type=int, default=100, help="at most this many (oldest first)")
-    common(scripts, tools_required=False)
+    common(scripts)
 
     show = commands.add_parser("show", help="print one script: its code, calls and outcome")
     show.add_argument("script_id")
-    common(show, tools_required=False)
+    common(show)
 
     for verb, what in (("approve", "approve"), ("reject", "refuse")):
         answer = commands.add_parser(
@@ -166,7 +174,7 @@ def _parser() -> argparse.ArgumentParser:
         answer.add_argument("call_id")
         if verb == "reject":
             answer.add_argument("--message", default="", help="the reason the script sees")
-        common(answer, tools_required=False)
+        common(answer)
 
     worker = commands.add_parser(
         "worker", help="drive scripts that wait for no one (after an approval lands anywhere)"
@@ -203,12 +211,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _config(args: argparse.Namespace) -> Config:
+def _config_path(args: argparse.Namespace) -> str | None:
     if args.config:
-        return Config.load(args.config)
+        return str(args.config)
     if Path("codemode.toml").is_file():
-        return Config.load("codemode.toml")
-    return Config()
+        return "codemode.toml"
+    return None
+
+
+def _config(args: argparse.Namespace) -> Config:
+    path = _config_path(args)
+    return Config.load(path) if path is not None else Config()
 
 
 def _store(args: argparse.Namespace, config: Config) -> LogStore:
@@ -216,23 +229,37 @@ def _store(args: argparse.Namespace, config: Config) -> LogStore:
     return config.store.build(Path(data_dir) if data_dir is not None else None)
 
 
-def _engine(
+@contextlib.asynccontextmanager
+async def _engine(
     args: argparse.Namespace,
     *,
     needs_runner: bool,
     config: Config | None = None,
     on_event: list[Listener] | None = None,
-) -> CodeMode:
+) -> AsyncIterator[CodeMode]:
+    """The engine of a command: the ``--tools`` file's tools and those of the MCP servers
+    of ``[codemode.mcpServers.NAME]`` in codemode.toml, started as ``codemode mcp serve``
+    starts them. Closed on every way out (an error, Ctrl-C), which ends their processes."""
     config = config or _config(args)
-    tools, namespace = load_tools(args.tools)
-    data_dir = args.data_dir or config.data_dir
-    runner: ScriptRunner = build_runner(config.runner) if needs_runner else _NoRunner()
+    tools: list[Tool] = []
+    namespace: dict[str, Any] = {}
+    if args.tools is not None:  # read before any server starts: a mistake here starts none
+        tools, namespace = load_tools(args.tools)
+    servers = await _mcp_servers(args, config)
+    if servers is None and args.tools is None:
+        raise ConfigError(
+            "give --tools FILE (a .py file of tools or a .json file of MCP tools), or MCP "
+            "servers as [codemode.mcpServers.NAME] tables in codemode.toml"
+        )
     try:
-        return CodeMode(
+        if servers is not None and not servers.servers and not tools:
+            raise ConfigError("no tools: no MCP server could be used and no --tools file was given")
+        runner: ScriptRunner = build_runner(config.runner) if needs_runner else _NoRunner()
+        engine = CodeMode(
             tools,
             runner=runner,
             store=_store(args, config),
-            data_dir=data_dir,
+            data_dir=args.data_dir or config.data_dir,
             limits=config.limits,
             context=namespace.get("CONTEXT"),
             worker=namespace.get("WORKER"),
@@ -241,10 +268,30 @@ def _engine(
             language=_language(args, config),
             lease_ms=config.store.lease_ms,
             on_event=on_event,
+            mcp=servers,
             **config.live.options(),
         )
-    except ToolDefinitionError as e:  # two tools of one name, a bad skill: the file's fault
-        raise ConfigError(f"{args.tools}: {e}") from None
+    except BaseException as e:
+        if servers is not None:  # the engine that would have closed them was not made
+            await servers.aclose()
+        if isinstance(e, ToolDefinitionError):  # two tools of one name, a bad skill
+            raise ConfigError(f"{args.tools or 'the MCP servers'}: {e}") from None
+        raise
+    try:
+        yield engine
+    finally:
+        await engine.aclose()
+
+
+async def _mcp_servers(args: argparse.Namespace, config: Config) -> McpServers | None:
+    """The configured MCP servers, started; None when codemode.toml names none."""
+    path = _config_path(args)
+    if path is None or not config.mcp_servers:
+        return None
+    from engine.mcp._cli import start_servers, toml_servers
+
+    specs, problems = toml_servers(config, path)
+    return await start_servers(specs, problems=problems)
 
 
 def _language(args: argparse.Namespace, config: Config) -> Any:
@@ -351,16 +398,13 @@ async def _answer(args: argparse.Namespace) -> int:
 
 async def _worker(args: argparse.Namespace) -> int:
     _needs_log(args, "worker")
-    engine = _engine(args, needs_runner=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    print("codemode: worker driving ready scripts; stop it with Ctrl-C", file=sys.stderr)
-    try:
+    async with _engine(args, needs_runner=True) as engine:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        print("codemode: worker driving ready scripts; stop it with Ctrl-C", file=sys.stderr)
         await engine.work(stop=stop)
-    finally:
-        await engine.aclose()
     return 0
 
 
@@ -430,7 +474,6 @@ async def _run(args: argparse.Namespace) -> int:
 async def _run_with(
     args: argparse.Namespace, code: str, config: Config, listeners: list[Listener]
 ) -> tuple[RunResult, bool]:
-    engine = _engine(args, needs_runner=True, config=config, on_event=listeners)
     kept = bool(args.data_dir or config.data_dir) or config.store.kind == "postgres"
 
     def started(script_id: str) -> None:
@@ -443,7 +486,8 @@ async def _run_with(
         sys.stdout.flush()
 
     try:
-        result = await engine.run_code(code, tenant=args.tenant, on_start=started)
+        async with _engine(args, needs_runner=True, config=config, on_event=listeners) as engine:
+            result = await engine.run_code(code, tenant=args.tenant, on_start=started)
     except StepUnavailable as e:
         if kept:
             raise
@@ -451,8 +495,6 @@ async def _run_with(
             f"{e}; this run kept its log in memory, so run it again (with --data-dir DIR to "
             "be able to resume it)"
         ) from None
-    finally:
-        await engine.aclose()
     return result, kept
 
 
@@ -485,20 +527,30 @@ async def _resume(args: argparse.Namespace) -> int:
 
 
 async def _resume_with(args: argparse.Namespace, listeners: list[Listener]) -> RunResult:
-    engine = _engine(args, needs_runner=True, on_event=listeners)
-    try:
+    async with _engine(args, needs_runner=True, on_event=listeners) as engine:
         for call_id in args.approve:
             await engine.approve(args.script_id, call_id)
         for call_id in args.reject:
             await engine.reject(args.script_id, call_id, args.message)
-        result = await engine.resume(args.script_id)
-    finally:
-        await engine.aclose()
-    return result
+        return await engine.resume(args.script_id)
 
 
-def _search(args: argparse.Namespace) -> int:
-    engine = _engine(args, needs_runner=False)
+async def _describe(args: argparse.Namespace) -> int:
+    async with _engine(args, needs_runner=False) as engine:
+        definition = engine.definition(args.format)
+    if args.json:
+        _print_json(definition)
+    else:
+        print(definition.get("description") or definition["function"]["description"])
+    return 0
+
+
+async def _search(args: argparse.Namespace) -> int:
+    async with _engine(args, needs_runner=False) as engine:
+        return _print_search(args, engine)
+
+
+def _print_search(args: argparse.Namespace, engine: CodeMode) -> int:
     answer = engine.search(args.query, limit=args.limit)
     if args.json:
         found = ToolIndex(engine.tools, [s.info() for s in engine.skills]).find(args.query)
@@ -551,14 +603,9 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "worker":
             return asyncio.run(_worker(args))
         if args.command == "describe":
-            definition = _engine(args, needs_runner=False).definition(args.format)
-            if args.json:
-                _print_json(definition)
-            else:
-                print(definition.get("description") or definition["function"]["description"])
-            return 0
+            return asyncio.run(_describe(args))
         if args.command == "search":
-            return _search(args)
+            return asyncio.run(_search(args))
         if args.command == "runner":
             return _runner_command(args.runner_args)
         if args.command == "mcp":

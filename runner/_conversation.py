@@ -51,6 +51,19 @@ class Deadline:
         deadline.at = clock() + seconds
         return deadline
 
+    @classmethod
+    def for_step(cls, script: Script) -> Deadline:
+        """The wall time of a step that sends ``script``: one CPU allowance, or in version 2
+        one for each segment its replay may run, since the process re-arms ``compute_ms``
+        at each batch of recorded results it settles (at most one batch a record), as a live
+        run has it per segment; at most the process's whole CPU
+        (:data:`protocol.PROCESS_CPU_SECONDS`), past which it cannot run anyway."""
+        compute_ms = script.limits.compute_ms
+        if script.version >= protocol.LIVE_VERSION and script.records:
+            most = protocol.PROCESS_CPU_SECONDS * 1000
+            compute_ms = min(compute_ms * (len(script.records) + 1), max(most, compute_ms))
+        return cls(compute_ms)
+
     def remaining(self) -> float:
         return self.at - self.clock()
 
@@ -441,8 +454,14 @@ def step_from(
         return Step.from_ran(outcome.ran, process)
     if outcome.over_reading is not None:
         return Step.failure("LimitError", outcome.over_reading, limit="file_bytes", process=process)
+    # Version 2 has compute_ms per segment of a run (see Deadline.for_step).
+    where = (
+        "in one segment of its run (up to its first calls, or since the results of its last)"
+        if script.version >= protocol.LIVE_VERSION
+        else "in one run"
+    )
     compute = protocol.limit_message(
-        "compute_ms", f"the script used its {limits.compute_ms:,} ms of CPU in one run"
+        "compute_ms", f"the script used its {limits.compute_ms:,} ms of CPU {where}"
     )
     if term_signal in (signal.SIGPROF, signal.SIGXCPU) or (
         term_signal == signal.SIGKILL and process.cpu_ms >= limits.compute_ms
@@ -451,8 +470,9 @@ def step_from(
     if outcome.timed_out:
         message = protocol.limit_message(
             "compute_ms",
-            f"the run passed its deadline of {wall_seconds(limits.compute_ms):,.1f} s of wall "
-            "time (three times its CPU allowance plus one second) and was stopped",
+            f"the run passed its deadline of wall time ({wall_seconds(limits.compute_ms):,.1f} "
+            "s, three times its CPU allowance plus one second, for each segment it may run) "
+            "and was stopped",
         )
         return Step.failure("LimitError", message, limit="compute_ms", process=process)
     if term_signal == signal.SIGSYS and _PYTHON_GAVE_UP in stderr_tail:

@@ -529,7 +529,7 @@ class RemoteRunner(ScriptRunner):
         RunError."""
         before = server.served
         bound = wire.step_bound(script)
-        wait = conv.wall_seconds(script.limits.compute_ms) + welcome.slot_wait + self.step_margin
+        wait = conv.Deadline.for_step(script).allowance + welcome.slot_wait + self.step_margin
         # A service that beats must not go quiet for long; one that does not (version 1) is
         # given the whole wait.
         silence = None if welcome.heartbeat is None else max(self.silence, 3 * welcome.heartbeat)

@@ -347,11 +347,15 @@ def _run_one(data_limit: int | None) -> NoReturn:
     )
     channel = _ProcessChannel(linger=live)
     run = runtime.new_run(script, channel, _fetch, _PREPARED)
+    if live:
+        # A segment begins where recorded results settle, in a replay of the steps before as
+        # at a live resume: each has `compute_ms` of its own, as the live run had.
+        compute_ms = script.limits.compute_ms
+        run.on_segment = lambda: lockdown.rearm(compute_ms)
     ran = run.execute()
     while live and ran.outcome == "calls":
         _write(protocol.encode(ran))
         records = _read_results(script.limits)
-        lockdown.rearm(script.limits.compute_ms)
         try:
             ran = run.resume(records)
         except runtime.ResumeError as e:

@@ -158,6 +158,10 @@ class Replay(abc.ABC):
         self.deferred: list[int] = []
         # The language's settle(json): answers ([1, result] or [0, error]) in call order.
         self.settle: Any = None
+        # Called as each batch of recorded calls settles (version 2), before the script sees
+        # them: a segment of the run begins there, replayed or live (the process re-arms its
+        # CPU allowance, so `compute_ms` holds per segment however the run got there).
+        self.on_segment: Callable[[], None] | None = None
         self.resumable = False  # stopped on calls that ``resume`` may answer
         self.new_calls: list[Call] = []
         self.step_arg_bytes = 0
@@ -401,6 +405,8 @@ class Replay(abc.ABC):
             count += 1
         if count == 0:
             return False
+        if self.on_segment is not None:
+            self.on_segment()
         limits = self.limits
         parts = []
         for position in self.deferred[:count]:

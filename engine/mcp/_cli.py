@@ -101,9 +101,7 @@ async def _serve(args: argparse.Namespace) -> int:
     namespace: dict[str, object] = {}
     if args.tools:
         host_tools, namespace = load_tools(args.tools)
-    servers = await McpServers.start(specs, only=args.server, errlog=sys.stderr, problems=problems)
-    for problem in servers.problems:
-        print(f"codemode: {problem}", file=sys.stderr)
+    servers = await start_servers(specs, problems=problems, only=args.server)
     if not servers.servers and not host_tools:
         await servers.aclose()
         raise ConfigError(
@@ -173,12 +171,7 @@ def _read_configs(args: argparse.Namespace) -> tuple[Config, list[ServerSpec], l
         tomls = ["codemode.toml"]
     if tomls:
         config = Config.load(tomls[0])
-        if config.mcp_servers:
-            found, bad = parse_servers(
-                config.mcp_servers, where=tomls[0], base=Path(tomls[0]).absolute().parent
-            )
-            specs += found
-            problems += bad
+        specs, problems = toml_servers(config, tomls[0])
     for path in args.config:
         suffix = Path(path).suffix
         if suffix == ".toml":
@@ -198,6 +191,31 @@ def _read_configs(args: argparse.Namespace) -> tuple[Config, list[ServerSpec], l
             )
         seen.add(spec.name)
     return config, specs, problems
+
+
+def toml_servers(config: Config, path: str | Path) -> tuple[list[ServerSpec], list[ServerProblem]]:
+    """The servers of the ``[codemode.mcpServers.NAME]`` tables of ``config``, read from the
+    codemode.toml at ``path`` (a relative ``cwd`` is read from the file's folder), and the
+    problem of each table that cannot be used. Every command that builds an engine reads
+    its servers here."""
+    if not config.mcp_servers:
+        return [], []
+    return parse_servers(config.mcp_servers, where=str(path), base=Path(path).absolute().parent)
+
+
+async def start_servers(
+    specs: list[ServerSpec],
+    *,
+    problems: list[ServerProblem] | None = None,
+    only: list[str] | None = None,
+) -> McpServers:
+    """Start ``specs`` (``only`` these names, when given) with their stderr on ours, and say
+    on stderr, one line each, which servers cannot be used while the others serve. The
+    caller closes what this returns (``CodeMode.aclose`` does, once it holds it)."""
+    servers = await McpServers.start(specs, only=only, errlog=sys.stderr, problems=problems or [])
+    for problem in servers.problems:
+        print(f"codemode: {problem}", file=sys.stderr)
+    return servers
 
 
 def _upstream(text: str) -> ServerSpec:

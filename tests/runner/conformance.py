@@ -366,7 +366,7 @@ def check_hang(h: Harness) -> None:
     """A process that neither computes nor answers is stopped at its wall-clock deadline."""
     step = _standin(h, "hang", compute_ms=100)
     assert_limit(step, "compute_ms")
-    assert f"deadline of {wall_seconds(100):,.1f} s" in step.error.message  # type: ignore[union-attr]
+    assert f"deadline of wall time ({wall_seconds(100):,.1f} s" in step.error.message  # type: ignore[union-attr]
     assert_healthy(h)
 
 

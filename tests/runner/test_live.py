@@ -108,24 +108,38 @@ def _burn(cpu_ms: float) -> int:
     return int(probe * cpu_ms / max(ran.stats.cpu_ms, 1.0))
 
 
-async def test_compute_ms_is_per_segment_live_and_per_run_by_replay() -> None:
-    """Three segments of ~half the allowance each: a live run finishes, a replay of the last
-    step (which runs all three) meets compute_ms."""
+async def test_compute_ms_is_per_segment_live_and_by_replay() -> None:
+    """Three segments of ~half the allowance each: a live run finishes, and so does a replay
+    of the last step (which runs all three): its process re-arms compute_ms as it settles
+    each recorded batch, as the live one did at each resume, so the script ends the same way
+    however its steps ran. A segment over the allowance meets it either way; a version 1
+    run (no segments) has one allowance for the whole run."""
     n = _burn(500)
     code = f"""
     for (let k = 0; k < 3; k++) {{
       let x = 0; for (let i = 0; i < {n}; i++) x += i;
       await tools.t({{ i: k }});
     }}
+    let x = 0; for (let i = 0; i < globalThis.last; i++) x += i;
     return "done";"""
     s = script(code, compute_ms=1000)
+    records = [Record(name="t", arguments={"i": k}, result={"v": 0}) for k in range(3)]
     async with ProcessRunner(mode="pool", slots=2) as runner:
         lived, _ = await live_run(runner, s)
         assert lived[-1].outcome == "finished", lived[-1].error
         for step in lived[:3]:
             assert step.process is not None and step.process.cpu_ms < 1000
-        records = [Record(name="t", arguments={"i": k}, result={"v": 0}) for k in range(3)]
-        last = await runner.run(s.model_copy(update={"records": records}))
+        replayed = await runner.run(s.model_copy(update={"records": records}))
+        assert replayed.outcome == "finished", replayed.error
+        assert replayed.process is not None and replayed.process.cpu_ms > 1000
+        # The new segment after the replayed ones has one allowance, as live.
+        over = code.replace("globalThis.last", str(3 * n))
+        last = await runner.run(
+            script(over, compute_ms=1000).model_copy(update={"records": records})
+        )
+        assert last.limit is not None and last.limit.name == "compute_ms"
+        one_run = s.model_copy(update={"records": records, "version": 1})
+        last = await runner.run(one_run)
         assert last.limit is not None and last.limit.name == "compute_ms"
 
 

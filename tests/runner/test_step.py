@@ -5,7 +5,19 @@ from __future__ import annotations
 import pytest
 
 from runner import ProcessStats, Step
-from sandbox.protocol import Call, LimitMet, Ran, ScriptError, Stats
+from runner._conversation import Deadline, wall_seconds
+from sandbox.protocol import (
+    PROCESS_CPU_SECONDS,
+    Call,
+    Clock,
+    LimitMet,
+    Limits,
+    Ran,
+    Record,
+    Script,
+    ScriptError,
+    Stats,
+)
 
 RANS = [
     Ran(outcome="calls", calls=[Call(name="t", arguments={"i": 1})], stats=Stats(cpu_ms=1.5)),
@@ -43,3 +55,26 @@ def test_a_step_is_its_ran_with_what_the_runner_measured(
     assert Step.model_validate_json(step.model_dump_json()) == step
     step.live = object()  # a runner sets it after; never dumped
     assert "live" not in step.model_dump()
+
+
+def test_a_replay_has_a_deadline_for_each_segment_it_may_run() -> None:
+    """Version 2 re-arms compute_ms at each recorded batch, at most one a record: the step's
+    wall deadline grows with its records, up to the process's whole CPU; version 1 has one
+    allowance for the run."""
+
+    def allowance(records: int, version: int = 2, compute_ms: int = 1000) -> float:
+        script = Script(
+            id="t",
+            code="",
+            tools=["t"],
+            clock=Clock(now_ms=0, seed=1),
+            limits=Limits(compute_ms=compute_ms),
+            records=[Record(name="t", arguments={}, result=1)] * records,
+            version=version,
+        )
+        return Deadline.for_step(script).allowance
+
+    assert allowance(0) == wall_seconds(1000)
+    assert allowance(3) == wall_seconds(4000)
+    assert allowance(3, version=1) == wall_seconds(1000)
+    assert allowance(10_000) == wall_seconds(PROCESS_CPU_SECONDS * 1000)

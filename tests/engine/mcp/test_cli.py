@@ -1,0 +1,227 @@
+"""The `codemode` commands that build an engine (run, resume, worker, describe, search) use
+the MCP servers of codemode.toml's `[codemode.mcpServers.NAME]` tables, as `codemode mcp
+serve` does, and end their processes on every way out: a finished script, a paused one, an
+error, Ctrl-C. Real servers: `@modelcontextprotocol/server-memory` (Node, from
+node_modules; `make install`) and the FastMCP server in fastmcp_server.py."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psutil
+import pytest
+
+pytest.importorskip("mcp")
+
+from tests._needs import require
+
+ROOT = Path(__file__).parents[3]
+MEMORY = ROOT / "node_modules" / ".bin" / "mcp-server-memory"
+LAB = Path(__file__).parent / "fastmcp_server.py"
+TIMEOUT = 120  # a backstop only: nothing here waits on time
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _toml(tmp: Path) -> None:
+    """A codemode.toml in ``tmp`` with two servers, each naming ``tmp`` in its process (the
+    lab in its arguments, memory in its environment), so a test can find what is left."""
+    if not MEMORY.exists():
+        require("Node and the npm MCP servers (run `make install`): no mcp-server-memory")
+    (tmp / "codemode.toml").write_text(
+        f"""
+[codemode]
+data_dir = "data"
+
+[codemode.mcpServers.lab]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(str(LAB))}, {json.dumps(str(tmp))}]
+
+[codemode.mcpServers.memory]
+command = {json.dumps(str(MEMORY))}
+env = {{ MEMORY_FILE_PATH = {json.dumps(str(tmp / "memory.jsonl"))} }}
+unannotated = "run"
+"""
+    )
+
+
+def _command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "engine.cli", *args]
+
+
+def codemode(tmp: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The command run from ``tmp`` (so it reads tmp/codemode.toml), as a user runs it."""
+    return subprocess.run(
+        _command(*args),
+        capture_output=True,
+        text=True,
+        input=stdin,
+        cwd=tmp,
+        timeout=TIMEOUT,
+        env=_env(),
+    )
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT)  # run from tmp, the repository's modules still import
+    return env
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left(tmp_path: Path) -> Iterator[None]:
+    """Whatever a failed test leaves running is ended (the check is in each test)."""
+    yield
+    for process in left_running(tmp_path, processes=True):
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+
+
+def left_running(tmp: Path, *, processes: bool = False) -> list[Any]:
+    """The processes still alive that belong to ``tmp``'s servers (their command lines, or
+    with ``processes`` the processes)."""
+    found: list[Any] = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if process.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            cmdline = " ".join(process.info["cmdline"] or ())
+            environ = process.environ() if str(tmp) not in cmdline else {}
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if str(tmp) in cmdline or str(tmp) in environ.get("MEMORY_FILE_PATH", ""):
+            found.append(process if processes else f"{process.pid} {cmdline}")
+    return found
+
+
+BOTH = (
+    'await tools.memory__create_entities({ entities: [{ name: "ada", entityType: "person", '
+    "observations: [] }] });\n"
+    "const graph = await tools.memory__read_graph({});\n"
+    "return [await tools.lab__add({ a: 2, b: 3 }), graph.entities.map((e) => e.name)];\n"
+)
+
+
+def test_run_uses_the_configured_servers_and_ends_them(tmp_path: Path) -> None:
+    """`codemode run` with no --tools calls tools of both servers; nothing is left running."""
+    _toml(tmp_path)
+    (tmp_path / "script.js").write_text(BOTH)
+    proc = codemode(tmp_path, "run", "script.js", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = orjson.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["value"] == [{"result": 5}, ["ada"]], result
+    assert left_running(tmp_path) == []
+
+
+def test_describe_and_search_declare_the_servers_tools(tmp_path: Path) -> None:
+    _toml(tmp_path)
+    described = codemode(tmp_path, "describe")
+    assert described.returncode == 0, described.stderr
+    assert "lab__add" in described.stdout and "memory__read_graph" in described.stdout
+    found = codemode(tmp_path, "search", "add two whole numbers", "--json")
+    assert found.returncode == 0, found.stderr
+    assert "lab__add" in orjson.loads(found.stdout)["tools"]
+    assert left_running(tmp_path) == []
+
+
+def test_resume_approves_a_servers_call_and_an_error_ends_the_servers(tmp_path: Path) -> None:
+    """A destructive lab tool pauses `run`; `resume --approve` runs it through the servers
+    it starts again. `resume` of a script the log lacks fails after the servers started:
+    they end too."""
+    _toml(tmp_path)
+    paused = codemode(
+        tmp_path, "run", "-", "--json", stdin='return await tools.lab__wipe({ target: "x" });'
+    )
+    assert paused.returncode == 3, paused.stderr
+    first, second = paused.stdout.strip().splitlines()
+    script_id = orjson.loads(first)["script_id"]
+    call_id = orjson.loads(second)["waiting"][0]["call_id"]
+    assert not (tmp_path / "wiped-x").exists()
+    assert left_running(tmp_path) == []
+    done = codemode(tmp_path, "resume", script_id, "--approve", call_id, "--json")
+    assert done.returncode == 0, done.stderr
+    assert orjson.loads(done.stdout)["value"] == {"result": "wiped x"}
+    assert (tmp_path / "wiped-x").exists()
+    missing = codemode(tmp_path, "resume", "nope")
+    assert missing.returncode == 2 and "no script 'nope'" in missing.stderr
+    assert left_running(tmp_path) == []
+
+
+def _wait_for(path: Path, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not path.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def test_ctrl_c_mid_call_ends_the_servers(tmp_path: Path) -> None:
+    """Ctrl-C while a server's call hangs: exit 130, and neither server runs on."""
+    _toml(tmp_path)
+    (tmp_path / "script.js").write_text(
+        "await tools.memory__read_graph({});\nreturn await tools.lab__hang({});\n"
+    )
+    process = subprocess.Popen(
+        _command("run", "script.js"),
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_for(tmp_path / "hang.pid", process)
+        assert len(left_running(tmp_path)) >= 2  # both servers run now
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, err
+    assert left_running(tmp_path) == []
+
+
+def test_worker_serves_until_ctrl_c_and_ends_the_servers(tmp_path: Path) -> None:
+    _toml(tmp_path)
+    process = subprocess.Popen(
+        _command("worker"),
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        seen = []  # the servers' own stderr comes first
+        while not seen or "worker driving ready scripts" not in seen[-1]:
+            line = process.stderr.readline()
+            assert line, "".join(seen)  # the worker ended before it served
+            seen.append(line)
+        assert len(left_running(tmp_path)) >= 2
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0
+    assert left_running(tmp_path) == []
+
+
+def test_without_tools_or_servers_the_command_says_what_to_give(tmp_path: Path) -> None:
+    (tmp_path / "script.js").write_text("return 1;")
+    proc = codemode(tmp_path, "run", "script.js")
+    assert proc.returncode == 2
+    assert "--tools FILE" in proc.stderr and "[codemode.mcpServers.NAME]" in proc.stderr
