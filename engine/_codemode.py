@@ -117,7 +117,8 @@ class CodeMode(StepLoop):
     the runner can (see ``engine._live``): the results go to the log first, then to the
     waiting process, which goes on where it stopped instead of re-running the script. A
     process waits at most ``live_wait`` seconds; at most ``live_max`` of them wait at once,
-    holding at most ``live_memory`` bytes (defaults sized for the machine); past those, and
+    holding at most ``live_memory`` (bytes or a word such as ``"2gb"``; defaults sized for the
+    machine); past those, and
     whenever a live process is gone, the next step replays from the log. ``live=False``
     replays every step.
 
@@ -150,7 +151,7 @@ class CodeMode(StepLoop):
         live: bool = True,
         live_wait: float = DEFAULT_LIVE_WAIT,
         live_max: int | None = None,
-        live_memory: int | None = None,
+        live_memory: int | str | None = None,
         mcp: McpServers | None = None,
     ) -> None:
         self._own_tools = as_tools(tools)
@@ -174,7 +175,7 @@ class CodeMode(StepLoop):
             lease_ms=lease_ms,
             poll_interval=poll_interval,
         )
-        check_live_options(
+        live_bytes = check_live_options(
             live=live, live_wait=live_wait, live_max=live_max, live_memory=live_memory
         )
         self._limits = limits_option(limits)
@@ -209,7 +210,7 @@ class CodeMode(StepLoop):
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
         self._listeners = listeners_option(on_event)
         self.live = live and takes_live(self.runner)
-        memory = live_memory if live_memory is not None else default_live_memory()
+        memory = live_bytes if live_bytes is not None else default_live_memory()
         self._live = LiveRuns(
             wait=live_wait,
             max_count=live_max if live_max is not None else default_live_count(memory),

@@ -253,25 +253,23 @@ class LiveConfig:
 
 def _live(section: dict[str, Any], where: str) -> LiveConfig:
     at = f"{where}: [codemode]"
-    memory = section.get("live_memory")
-    if memory is not None:
-        memory = parse_size(memory, what=f"{at} live_memory")
     options = {
         "live": section.get("live", True),
         "live_wait": section.get("live_wait", DEFAULT_LIVE_WAIT),
         "live_max": section.get("live_max"),
-        "live_memory": memory,
+        "live_memory": section.get("live_memory"),
     }
     try:
-        check_live_options(**options)
+        options["live_memory"] = check_live_options(**options)
     except ConfigError as e:
         raise ConfigError(f"{at} {e}") from None
     options["live_wait"] = float(options["live_wait"])
     return LiveConfig(**options)
 
 
-def check_live_options(*, live: Any, live_wait: Any, live_max: Any, live_memory: Any) -> None:
-    """:class:`ConfigError` for a live-step option no host means."""
+def check_live_options(*, live: Any, live_wait: Any, live_max: Any, live_memory: Any) -> int | None:
+    """:class:`ConfigError` for a live-step option no host means; else ``live_memory`` in
+    bytes (it takes a size word, as codemode.toml does)."""
     if not isinstance(live, bool):
         raise ConfigError(f"live = {_shown(live)} must be true or false")
     if not _seconds(live_wait):
@@ -286,13 +284,7 @@ def check_live_options(*, live: Any, live_wait: Any, live_max: Any, live_memory:
             f"live_max = {_shown(live_max)} must be a whole number, 0 to {MAX_LIVE:,}: how many "
             "live processes may wait at once (0 keeps none)"
         )
-    if live_memory is not None and (
-        isinstance(live_memory, bool) or not isinstance(live_memory, int) or live_memory < 0
-    ):
-        raise ConfigError(
-            f"live_memory = {_shown(live_memory)} must be bytes, 0 or more: the memory live "
-            "processes may hold together"
-        )
+    return None if live_memory is None else parse_size(live_memory, what="live_memory")
 
 
 def _store(table: Any, where: str) -> StoreConfig:

@@ -16,29 +16,12 @@ from typing import Any
 
 from engine._errors import ConfigError
 from sandbox import protocol
-from sandbox.protocol import KiB, MiB
+from sandbox.protocol import MiB
 
-GiB = 1024 * MiB
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": KiB,
-    "kb": KiB,
-    "kib": KiB,
-    "m": MiB,
-    "mb": MiB,
-    "mib": MiB,
-    "g": GiB,
-    "gb": GiB,
-    "gib": GiB,
-}
-# Limits travel to the sandbox as JSON numbers; past 2**53 a JSON reader may round them.
-MAX_LIMIT = 2**53 - 1
-# A size or time word is a short text; a longer one is refused before it is parsed.
-_MAX_WORD = 64
-# ASCII digits only: int() and float() would also take other scripts' digits.
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", re.ASCII)
+# Sizes are parsed in the protocol, where the runner reads them too; the largest limit is
+# the largest the sandbox takes.
+MAX_LIMIT = protocol.MAX_LIMIT
+_MAX_WORD = protocol.MAX_WORD
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*", re.ASCII)
 
 
@@ -173,25 +156,16 @@ def _parse_limit(key: str, raw: Any, where: str) -> int:
 
 
 def parse_size(raw: Any, *, what: str = "size") -> int:
-    """Bytes from an int or a word such as ``"4mb"``, ``"512 KiB"``, ``"1.5g"``.
+    """Bytes from an int or a word such as ``"4mb"``, ``"512 KiB"``, ``"1.5g"``
+    (:func:`sandbox.protocol.parse_size`).
 
     Raises :class:`ConfigError` for anything else, a negative number, or more than
     :data:`MAX_LIMIT` bytes.
     """
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        if raw < 0:
-            raise ConfigError(f"{what} = {raw} is negative")
-        return _bounded(raw, raw, what)
-    if isinstance(raw, str) and len(raw) <= _MAX_WORD:
-        match = _SIZE.fullmatch(raw)
-        if match and match.group(2).lower() in _UNITS:
-            # Exact arithmetic: a float would turn "1e400"-sized words into inf.
-            value = Fraction(match.group(1)) * _UNITS[match.group(2).lower()]
-            return _bounded(int(value), raw, what)
-    raise ConfigError(
-        f'{what} = {_shown(raw)} is not a size: give bytes (4194304) or a word such as "4mb", '
-        '"512kb", "1gb"'
-    )
+    try:
+        return protocol.parse_size(raw, what)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _parse_duration(key: str, raw: Any, where: str) -> int:
@@ -209,15 +183,10 @@ def _parse_duration(key: str, raw: Any, where: str) -> int:
 
 
 def _bounded(value: int, raw: Any, what: str) -> int:
-    if value > MAX_LIMIT:
-        raise ConfigError(
-            f"{what} = {_shown(raw)} is over {MAX_LIMIT:,}, the largest limit the sandbox "
-            "takes; give a smaller value"
-        )
-    return value
+    try:
+        return protocol.bounded(value, raw, what)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
-def _shown(raw: Any) -> str:
-    """``raw`` as a message shows it: its repr, cut short (a config value can be huge)."""
-    text = repr(raw) if raw is None or isinstance(raw, str | int | float) else type(raw).__name__
-    return text if len(text) <= _MAX_WORD + 2 else text[:_MAX_WORD] + "..."
+_shown = protocol.shown

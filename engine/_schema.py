@@ -19,7 +19,7 @@ import jsonschema_rs
 import orjson
 from pydantic import BaseModel
 
-from sandbox.protocol import MAX_DEPTH
+from sandbox.protocol import MAX_DEPTH, data_path
 
 KiB = 1024
 
@@ -153,7 +153,7 @@ def compile_schema(schema: dict[str, Any]) -> jsonschema_rs.Validator:
 
 
 def _definition_error(e: jsonschema_rs.ValidationError) -> str:
-    where = pointer(e.instance_path)
+    where = data_path(e.instance_path)
     message = _first_line(e.message)
     if e.instance_path[-1:] == ["pattern"] or 'is not a "regex"' in message:
         return (
@@ -174,21 +174,6 @@ def _definition_error(e: jsonschema_rs.ValidationError) -> str:
 def _first_line(text: str) -> str:
     line = text.strip().splitlines()[0] if text.strip() else text
     return line if len(line) <= 300 else line[:297] + "..."
-
-
-def pointer(path: list[str | int]) -> str:
-    """A JSON path for messages: ``repo``, ``items[2].name``, or ``(the top level)``."""
-    text = ""
-    for part in path:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        elif text:
-            text += f".{part}"
-        else:
-            text = str(part)
-    if len(text) > 200:
-        text = f"{text[:98]}...{text[-98:]}"
-    return text or "(the top level)"
 
 
 def _quote(value: Any) -> str:
@@ -264,7 +249,7 @@ def validation_problems(validator: jsonschema_rs.Validator, instance: Any) -> st
                 # Point at the missing property, not at the object that lacks it.
                 problems.append(f"{_describe(error)}{_at_object(path)}")
             else:
-                at = f"at {pointer(path)}: " if path else ""
+                at = f"at {data_path(path)}: " if path else ""
                 problems.append(f"{at}{_describe(error)}")
         elif total > 50:
             break
@@ -277,7 +262,7 @@ def validation_problems(validator: jsonschema_rs.Validator, instance: Any) -> st
 
 
 def _at_object(path: list[str | int]) -> str:
-    return f" in {pointer(path)}" if path else ""
+    return f" in {data_path(path)}" if path else ""
 
 
 def to_json_data(value: Any) -> Any:
@@ -331,7 +316,7 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
 
 
 def _where(path: list[str | int], what: str) -> str:
-    return f"{what} at {pointer(path)}" if path else what
+    return f"{what} at {data_path(path)}" if path else what
 
 
 def _a(name: str) -> str:

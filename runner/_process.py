@@ -186,9 +186,9 @@ class ProcessRunner(ScriptRunner):
     ``script_wait`` is how long a step may wait for one before it gets a :class:`RunError`.
     ``pool_size`` is how many ready children the pool keeps (default: one per slot); it
     shrinks to one after ``idle_after`` idle seconds. ``data_limit`` caps a process's heap
-    (records included); keep it above ``memory``. By default it is twice the script's
-    ``memory`` and at least 512 MiB, plus room for a script line past 16 MiB (its call
-    log). ``python`` is the interpreter that runs the sandbox.
+    (records included; bytes or a word such as ``"1gb"``); keep it above ``memory``. By
+    default it is twice the script's ``memory`` and at least 512 MiB, plus room for a script
+    line past 16 MiB (its call log). ``python`` is the interpreter that runs the sandbox.
     """
 
     def __init__(
@@ -196,7 +196,7 @@ class ProcessRunner(ScriptRunner):
         *,
         mode: Mode = "pool",
         python: str = sys.executable,
-        data_limit: int | None = None,
+        data_limit: int | str | None = None,
         spawn_timeout: float = SPAWN_TIMEOUT,
         slots: int | Slots | None = None,
         pool_size: int | None = None,
@@ -205,14 +205,16 @@ class ProcessRunner(ScriptRunner):
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-        if data_limit is not None and data_limit < protocol.MiB:
+        # Bytes, or a size word ("1gb") as [codemode.runner] data_limit takes.
+        heap = None if data_limit is None else protocol.parse_size(data_limit, "data_limit")
+        if heap is not None and heap < protocol.MiB:
             raise ValueError(
-                f"data_limit is {data_limit:,} bytes, too small for any script; give the "
+                f"data_limit is {heap:,} bytes, too small for any script; give the "
                 "process heap in bytes, above the scripts' memory (e.g. 1073741824 for 1 GiB)"
             )
         self.mode: Mode = mode
         self.python = python
-        self.data_limit = data_limit
+        self.data_limit = heap
         self.spawn_timeout = spawn_timeout
         self.script_wait = script_wait
         self.idle_after = idle_after
@@ -231,7 +233,7 @@ class ProcessRunner(ScriptRunner):
                 self.server,
                 size=self.pool_size,
                 memory=POOL_MEMORY,
-                data_limit=data_limit,
+                data_limit=heap,
                 spawn_timeout=spawn_timeout,
                 idle_after=idle_after,
             )

@@ -75,7 +75,16 @@ import orjson
 
 from sandbox.files import Fetch
 from sandbox.names import closest_names
-from sandbox.protocol import MAX_DEPTH, VALUE_BOUND, ErrorLine, LimitMet, Ran, Script, ScriptError
+from sandbox.protocol import (
+    MAX_DEPTH,
+    VALUE_BOUND,
+    ErrorLine,
+    LimitMet,
+    Ran,
+    Script,
+    ScriptError,
+    data_path,
+)
 from sandbox.replay import (
     ERROR_MESSAGE_BOUND,
     ERROR_NAME_BOUND,
@@ -834,8 +843,11 @@ class _NotPlain(Exception):
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 
 
-def _plain(value: Any, path: str, depth: int, parents: list[int]) -> Any:
-    """A copy of ``value`` made of JSON data only; raises _NotPlain saying what is not."""
+def _plain(
+    value: Any, root: str, path: tuple[str | int, ...], depth: int, parents: list[int]
+) -> Any:
+    """A copy of ``value`` made of JSON data only; raises _NotPlain saying what is not, and
+    where: ``path`` in ``root`` ("the argument"), as the engine's data checks say it."""
     if value is None or value is True or value is False:
         return value
     kind = type(value)
@@ -844,23 +856,26 @@ def _plain(value: Any, path: str, depth: int, parents: list[int]) -> Any:
     if kind is int or (isinstance(value, int) and not isinstance(value, bool)):
         number = int(value)
         if not _INT_MIN <= number <= _INT_MAX:
-            raise _NotPlain(f"{path} is an integer too large for JSON data; pass it as a string")
+            raise _NotPlain(
+                f"{_where(root, path)} is an integer too large for JSON data; pass it as a string"
+            )
         return number
     if kind is float or isinstance(value, float):
         real = float(value)
         if math.isnan(real) or math.isinf(real):
-            raise _NotPlain(f"{path} is {real}, which JSON cannot carry")
+            raise _NotPlain(f"{_where(root, path)} is {real}, which JSON cannot carry")
         return real
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, (dict, list, tuple)):
         if depth >= MAX_DEPTH:
             raise _NotPlain(
-                f"{path} nests deeper than {MAX_DEPTH} levels of dicts and lists, the most data "
-                "may nest to cross between the sandbox and the host (MAX_DEPTH); flatten it"
+                f"{_where(root, path)} nests deeper than {MAX_DEPTH} levels of dicts and lists, "
+                "the most data may nest to cross between the sandbox and the host (MAX_DEPTH); "
+                "flatten it"
             )
         if id(value) in parents:
-            raise _NotPlain(f"{path} refers to itself; data must be a tree")
+            raise _NotPlain(f"{_where(root, path)} refers to itself; data must be a tree")
         parents.append(id(value))
         try:
             if isinstance(value, dict):
@@ -869,15 +884,16 @@ def _plain(value: Any, path: str, depth: int, parents: list[int]) -> Any:
                     if isinstance(key, str):
                         name = str.__str__(key)
                     elif isinstance(key, (int, float)) and not isinstance(key, bool):
-                        name = str(_plain(key, path, depth, parents))
+                        name = str(_plain(key, root, path, depth, parents))
                     else:
                         raise _NotPlain(
-                            f"{path} has a key of type {type(key).__name__}; keys are strings"
+                            f"{_where(root, path)} has a key of type {type(key).__name__}; "
+                            "keys are strings"
                         )
-                    out[name] = _plain(item, f"{path}[{name!r}]", depth + 1, parents)
+                    out[name] = _plain(item, root, (*path, name), depth + 1, parents)
                 return out
             return [
-                _plain(item, f"{path}[{i}]", depth + 1, parents) for i, item in enumerate(value)
+                _plain(item, root, (*path, i), depth + 1, parents) for i, item in enumerate(value)
             ]
         finally:
             parents.pop()
@@ -889,15 +905,20 @@ def _plain(value: Any, path: str, depth: int, parents: list[int]) -> Any:
     elif isinstance(value, decimal.Decimal):
         hint = " (pass str(value) or float(value))"
     raise _NotPlain(
-        f"{path} is a {type(value).__name__}{hint}; data must be plain "
+        f"{_where(root, path)} is a {type(value).__name__}{hint}; data must be plain "
         "(dict, list, tuple, str, int, float, bool, None)"
     )
 
 
-def _json(value: Any, path: str) -> str:
+def _where(root: str, path: tuple[str | int, ...]) -> str:
+    """``items[2].name in the argument``; ``the argument`` itself."""
+    return f"{data_path(path)} in {root}" if path else root
+
+
+def _json(value: Any, root: str) -> str:
     """JSON text of plain data (lone surrogates replaced, as in JavaScript); raises TypeError."""
     try:
-        data = _plain(value, path, 0, [])
+        data = _plain(value, root, (), 0, [])
     except _NotPlain as e:
         raise TypeError(str(e)) from None
     try:

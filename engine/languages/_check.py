@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine._errors import CodeModeError
+from engine._limits import parse_size
 
 MiB = 1024 * 1024
 
@@ -104,11 +105,11 @@ class BoundedChecker(abc.ABC):
         path: str | Path | None = None,
         *,
         timeout: float = TIMEOUT_S,
-        memory: int = MEMORY_BYTES,
+        memory: int | str = MEMORY_BYTES,
     ) -> None:
+        self.memory = parse_size(memory, what=f"{type(self).__name__}(memory=...)")
         self.path = Path(path) if path is not None else self.find()
         self.timeout = timeout
-        self.memory = memory
         self._turns = asyncio.Semaphore(cores())
 
     @staticmethod

@@ -35,13 +35,27 @@ _LOCKS = {"update": " FOR UPDATE", "skip": " FOR UPDATE SKIP LOCKED", None: ""}
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
+def _driver() -> tuple[Any, Any]:
+    """psycopg and its pool, or :class:`ConfigError` naming the extra that installs them."""
+    try:
+        import psycopg
+        from psycopg_pool import AsyncConnectionPool
+    except ImportError as e:
+        raise ConfigError(
+            f"the PostgreSQL store needs psycopg 3 and psycopg-pool ({e}): "
+            "pip install 'codemode[postgres]'"
+        ) from None
+    return psycopg, AsyncConnectionPool
+
+
 class PostgresStore(SqlStore):
     """The log in the PostgreSQL database at ``dsn`` (a libpq connection string or URL).
 
     ``schema`` names the schema its tables live in (made if missing); ``max_connections``
     bounds the pool. The pool opens on first use, in the event loop that uses it; close it with
     :meth:`aclose`. A database that cannot be reached is a :class:`~engine.ConfigError` that
-    names it.
+    names it; so is a host without psycopg (the ``codemode[postgres]`` extra), when the store
+    is made.
     """
 
     def __init__(
@@ -59,6 +73,7 @@ class PostgresStore(SqlStore):
             )
         if max_connections < 1:
             raise ConfigError(f"max_connections must be at least 1, not {max_connections}")
+        _driver()  # a host without the extra is told when it makes the store, not at first use
         self.dsn = dsn
         self.schema = schema
         self._max = max_connections
@@ -82,15 +97,7 @@ class PostgresStore(SqlStore):
         async with self._opening:
             if self._pool is not None:
                 return self._pool
-            try:
-                import psycopg
-                from psycopg_pool import AsyncConnectionPool
-            except ImportError:
-                raise ConfigError(
-                    "the PostgreSQL store needs psycopg 3 and psycopg-pool: "
-                    "pip install 'codemode[postgres]'"
-                ) from None
-
+            psycopg, AsyncConnectionPool = _driver()
             schema = self.schema
 
             async def configure(conn: Any) -> None:

@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 
 from engine import CodeMode, Config, ConfigError, Limits, parse_size, tool
-from engine._limits import GiB, KiB, MiB
 from runner import ProcessRunner
 from sandbox import protocol
-from sandbox.protocol import REMEDIES
+from sandbox.protocol import REMEDIES, GiB, KiB, MiB
 from tests.engine.conftest import InProcessRunner
 
 README = Path(__file__).parents[2] / "README.md"

@@ -16,10 +16,10 @@ from typing import Any
 import orjson
 import pytest
 
-from engine import CodeMode, ConfigError, Limits, MemoryStore, tool
+from engine import CodeMode, ConfigError, Limits, MemoryStore, TypeChecker, tool
 from engine._config import Config
 from engine._live import LiveRuns, default_live_count, default_live_memory
-from runner import FileReader, ScriptRunner, Step
+from runner import FileReader, ProcessRunner, ScriptRunner, Step
 from sandbox.protocol import Clock, Record, Script
 from sandbox.runtime import run_in_process
 from tests.engine.conftest import InProcessRunner
@@ -503,8 +503,28 @@ def test_bad_live_options_are_refused() -> None:
         CodeMode([], runner=runner, live_wait=float("inf"))
     with pytest.raises(ConfigError, match="live_max = True must be a whole number"):
         CodeMode([], runner=runner, live_max=True)
-    with pytest.raises(ConfigError, match="live_memory = '1gb' must be bytes"):
-        CodeMode([], runner=runner, live_memory="1gb")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="live_memory = -1 is negative"):
+        CodeMode([], runner=runner, live_memory=-1)
+    with pytest.raises(ConfigError, match="live_memory = 'lots' is not a size"):
+        CodeMode([], runner=runner, live_memory="lots")
+
+
+def test_byte_size_options_take_the_words_the_config_takes() -> None:
+    """Every byte size a host gives in Python takes what codemode.toml takes: bytes or a
+    word such as "2gb", parsed by one parser (live_memory, the limits, the runner's
+    data_limit, a type checker's memory)."""
+    config = Config.from_mapping(
+        {"codemode": {"live_memory": "2gb", "runner": {"data_limit": "1.5gb"}}}
+    )
+    engine = CodeMode([], runner=InProcessRunner(), live_memory="2gb")
+    assert engine._live.max_memory == config.live.live_memory == 2 * 1024**3
+    runner = ProcessRunner(mode="exec", data_limit="1.5gb")
+    assert runner.data_limit == config.runner.options["data_limit"] == 3 * 1024**3 // 2
+    with pytest.raises(ValueError, match="data_limit = 'huge' is not a size"):
+        ProcessRunner(mode="exec", data_limit="huge")
+    assert TypeChecker("/nonexistent/tsgo", memory="256mb").memory == 256 * 1024**2
+    with pytest.raises(ConfigError, match=r"TypeChecker\(memory=...\) = 'lots' is not a size"):
+        TypeChecker("/nonexistent/tsgo", memory="lots")
 
 
 def test_the_default_budget_is_sized_for_the_machine() -> None:

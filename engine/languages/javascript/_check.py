@@ -161,7 +161,7 @@ class TypeChecker(BoundedChecker):
         compiler: str | Path | None = None,
         *,
         timeout: float = TIMEOUT_S,
-        memory: int = MEMORY_BYTES,
+        memory: int | str = MEMORY_BYTES,
     ) -> None:
         super().__init__(compiler, timeout=timeout, memory=memory)
 

@@ -105,7 +105,7 @@ class PythonTypeChecker(BoundedChecker):
         checker: str | Path | None = None,
         *,
         timeout: float = TIMEOUT_S,
-        memory: int = MEMORY_BYTES,
+        memory: int | str = MEMORY_BYTES,
     ) -> None:
         super().__init__(checker, timeout=timeout, memory=memory)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,18 @@ async def test_postgres_unreachable_is_one_clear_error() -> None:
 def test_postgres_schema_name_is_checked() -> None:
     with pytest.raises(ConfigError, match="plain lower-case identifier"):
         PostgresStore("postgresql://x", schema='x"; DROP TABLE scripts; --')
+
+
+@pytest.mark.parametrize("module", ["psycopg", "psycopg_pool"])
+def test_postgres_without_the_extra_is_refused_when_made(
+    monkeypatch: pytest.MonkeyPatch, module: str
+) -> None:
+    """A host without psycopg (or its pool) is told to install the extra by PostgresStore(...)
+    itself, not by the first call that reaches the log. (None in sys.modules makes the import
+    fail as it does where the package is missing.)"""
+    monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(ConfigError, match=r"pip install 'codemode\[postgres\]'"):
+        PostgresStore("postgresql://app@db.internal/codemode")
 
 
 async def test_postgres_tables_in_their_own_schema(postgres: str) -> None:
