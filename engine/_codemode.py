@@ -202,8 +202,9 @@ class CodeMode(StepLoop):
         self.type_checker = self._checker(self.language)
         self._check_declarations: dict[str, str] = {}
         self._check_ms: dict[str, float] = {}  # what each new script's check cost, until logged
-        # The starts (by key) and resumes (by script id) this host runs now (see _once).
-        self._in_flight: dict[tuple[str, str], asyncio.Future[RunResult]] = {}
+        # The starts (by tenant and key) and resumes (by script id) this host runs now (see
+        # _once).
+        self._in_flight: dict[tuple[str, ...], asyncio.Future[RunResult]] = {}
         self._driving: set[Drive] = set()  # the drives under way, whose leases aclose() gives up
         self.lease_ms = lease_ms
         self.poll_interval = poll_interval
@@ -311,8 +312,10 @@ class CodeMode(StepLoop):
         their bytes are recorded with the script, so every run reads the same bytes. ``key``
         makes the start idempotent: give the model's tool-use id, and a host that replays the
         same ``run_code`` call (after a restart, say) continues that script instead of
-        starting another; a start with the key of a start this host is still running waits
-        for it and returns its result (``on_start`` is told its id then). Otherwise
+        starting another. A key names a script within its ``tenant``: another tenant's start
+        with the same key starts a script of its own, and never sees this one. A start with
+        the tenant and key of a start this host is still running waits for it and returns
+        its result (``on_start`` is told its id then). Otherwise
         ``on_start`` is told the script's id once its start is in the log, before any of its
         calls runs.
         """
@@ -335,7 +338,7 @@ class CodeMode(StepLoop):
         if key is None:
             return await self._start(body, language, tenant, files, None, on_start)
         result, joined = await self._once(
-            ("key", key),
+            ("key", tenant, key),
             lambda: self._start(body, language, tenant, files, key, on_start),
             final=False,
         )
@@ -496,13 +499,13 @@ class CodeMode(StepLoop):
 
     async def _once(
         self,
-        what: tuple[str, str],
+        what: tuple[str, ...],
         run: Callable[[], Awaitable[RunResult]],
         *,
         final: bool,
     ) -> tuple[RunResult, bool]:
-        """``run()``, unless this host runs the same start (by key) or resume (by script)
-        already: then wait for that one and take its result (with ``final``, only an
+        """``run()``, unless this host runs the same start (by tenant and key) or resume (by
+        script) already: then wait for that one and take its result (with ``final``, only an
         outcome: a paused script may have been answered since, so it is resumed again, by
         one waiting caller after another).
         Returns the result and whether it was another's.

@@ -30,7 +30,7 @@ class MemoryStore(LogStore):
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._scripts: dict[str, r.ScriptRecord] = {}
-        self._keys: dict[str, str] = {}
+        self._keys: dict[tuple[str, str], str] = {}  # (tenant, key) -> script id
         self._calls: dict[str, list[r.CallEntry]] = {}
         # One lock makes each method one transaction; no method awaits while holding it.
         self._lock = threading.Lock()
@@ -65,7 +65,8 @@ class MemoryStore(LogStore):
 
     async def start(self, record: r.ScriptRecord, owner: str, ttl_ms: int) -> Started:
         with self._lock:
-            existing = self._keys.get(record.key) if record.key is not None else None
+            key = (record.tenant, record.key) if record.key is not None else None
+            existing = self._keys.get(key) if key is not None else None
             if existing is not None:
                 lease = self._acquire(existing, owner, ttl_ms)
                 return Started(_script_copy(self._scripts[existing]), lease, created=False)
@@ -76,8 +77,8 @@ class MemoryStore(LogStore):
             stored.updated_ms = self._now_ms()
             self._scripts[record.id] = stored
             self._calls[record.id] = []
-            if record.key is not None:
-                self._keys[record.key] = record.id
+            if key is not None:
+                self._keys[key] = record.id
             lease = self._acquire(record.id, owner, ttl_ms)
             return Started(_script_copy(stored), lease, created=True)
 

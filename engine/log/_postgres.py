@@ -22,7 +22,7 @@ from engine.log import _sql as sql
 from engine.log._sqlbase import SqlStore
 from runner import FileMissing
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Beside the log's own tables: the attachments' blobs, and the schema's version.
 _MORE_TABLES = [
@@ -282,11 +282,11 @@ def _schema(schema: str) -> Generator[tuple[str, tuple[Any, ...]], Any, None]:
 
     # A log already made is left alone: even `CREATE INDEX IF NOT EXISTS` locks its table
     # against writes, and the hosts already running must not wait on (or deadlock with) a
-    # host that starts.
+    # host that starts. (Only a log of an older schema is changed, once.)
     current = yield from version()
-    if current is None:
-        # Hosts that start at once must not race to make the tables: one does, the others
-        # find them made.
+    if current is None or current < SCHEMA_VERSION:
+        # Hosts that start at once must not race to make (or upgrade) the tables: one does,
+        # the others find them made.
         yield ("SELECT pg_advisory_xact_lock(hashtext('codemode schema'))", ())
         current = yield from version()
     if current is None:
@@ -294,6 +294,12 @@ def _schema(schema: str) -> Generator[tuple[str, tuple[Any, ...]], Any, None]:
         for statement in [*tables.statements("postgres"), *_MORE_TABLES]:
             yield (statement, ())
         yield ("INSERT INTO schema_version VALUES (%s)", (SCHEMA_VERSION,))
+    elif current < SCHEMA_VERSION:
+        # Schema 2's keys were unique in the whole log; a key now names a script within its
+        # tenant. Its rows satisfy the new index already (unique keys are unique per tenant).
+        for statement in [*tables.DROPPED_INDEXES, *tables.statements("postgres")]:
+            yield (statement, ())
+        yield ("UPDATE schema_version SET version = %s", (SCHEMA_VERSION,))
     elif current > SCHEMA_VERSION:
         raise ConfigError(
             f"the PostgreSQL session log in schema {schema!r} was written by a newer codemode "

@@ -60,9 +60,10 @@ class ScriptRecord:
     """A script in the log: its code, its fixed clock, and what its runs have used.
 
     ``key`` makes a start idempotent (a model's tool-use id, say): a second start with the same
-    key continues the first script. ``tools`` is the fingerprint of the tool set it started
-    with (tool name to a digest of its input schema). ``ready`` says the script waits for no
-    one and any host may claim it and step it.
+    tenant and key continues the first script (a key is unique within its tenant; another
+    tenant's start with it makes a script of its own). ``tools`` is the fingerprint of the
+    tool set it started with (tool name to a digest of its input schema). ``ready`` says the
+    script waits for no one and any host may claim it and step it.
     """
 
     id: str

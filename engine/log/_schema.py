@@ -60,11 +60,15 @@ CALLS: list[tuple[str, str, str]] = [
     ("ended_ms", "int", ""),
 ]
 _CALLS_KEY = "PRIMARY KEY (script_id, idx)"
+# A key names a script within its tenant: two tenants' keys never meet.
 _INDEXES = [
-    "CREATE UNIQUE INDEX IF NOT EXISTS scripts_key ON scripts(key)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS scripts_tenant_key ON scripts(tenant, key)",
     "CREATE INDEX IF NOT EXISTS scripts_updated ON scripts(status, updated_ms)",
     "CREATE INDEX IF NOT EXISTS calls_call_id ON calls(script_id, call_id)",
 ]
+# What schema 3 changed: the unique index on scripts(key) alone, which let one tenant's start
+# find another's script by its key, gives way to scripts_tenant_key (made by the statements).
+DROPPED_INDEXES = ["DROP INDEX IF EXISTS scripts_key"]
 # The columns the first release's SQLite logs have; the others are added when one is opened.
 FIRST_RELEASE = {
     "scripts": {

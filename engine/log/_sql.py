@@ -102,10 +102,15 @@ def start(record: r.ScriptRecord, owner: str, ttl_ms: int, now: int) -> Tx:
     )
     if added == 1:
         return Started(dataclasses.replace(record, updated_ms=now, lease=lease), lease, True)
-    # The key (or, by a host's mistake, the id) is taken: a start of a script already started.
+    # The tenant's key (or, by a host's mistake, the id) is taken: a start of a script already
+    # started.
     row = None
     if record.key is not None:
-        row = yield Q("SELECT id FROM scripts WHERE key = ?", (record.key,), "one")
+        row = yield Q(
+            "SELECT id FROM scripts WHERE tenant = ? AND key = ?",
+            (record.tenant, record.key),
+            "one",
+        )
     if row is None:
         raise ValueError(f"script {record.id!r} is already in the log")
     lease = yield from acquire(row[0], owner, ttl_ms, now, None)

@@ -32,7 +32,7 @@ from engine.log import _schema as schema
 from engine.log import _sql as sql
 from engine.log._sqlbase import SqlStore
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Every this many writes on the loop, one goes to the thread instead, whose connection
 # checkpoints the write-ahead log when it has grown (the loop's connection never does).
@@ -107,7 +107,7 @@ class SqliteStore(SqlStore):
                     f"{version}; this one reads up to {SCHEMA_VERSION}): upgrade codemode"
                 )
             if version < SCHEMA_VERSION:
-                _migrate(db)
+                _migrate(db, version)
                 for statement in schema.statements("sqlite"):
                     db.execute(statement)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -273,9 +273,15 @@ def _execute(db: sqlite3.Connection, q: sql.Q) -> Any:
     return None
 
 
-def _migrate(db: sqlite3.Connection) -> None:
-    """Bring a log of the first release up to this schema: add the columns it lacks, and take
-    the sizes it kept in ``extra``."""
+def _migrate(db: sqlite3.Connection, version: int) -> None:
+    """Bring a log of schema ``version`` up to this one (the statements then make what is
+    new). The first release's (before 2): add the columns it lacks, and take the sizes it
+    kept in ``extra``. Before 3: a key was unique in the whole log, not within its tenant;
+    its index goes (every log's keys are unique within their tenants too)."""
+    for statement in schema.DROPPED_INDEXES:
+        db.execute(statement)
+    if version >= 2:
+        return
     for table in ("scripts", "calls"):
         have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
         if not have:

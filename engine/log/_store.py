@@ -3,7 +3,8 @@
 Every method is a coroutine and every write is durable when it returns. Writes are of three
 kinds, and the kind says who may make them:
 
-- **Starting** (:meth:`LogStore.start`): any host; idempotent by the script's ``key``.
+- **Starting** (:meth:`LogStore.start`): any host; idempotent by the script's ``key``, which
+  names a script within its tenant.
 - **Owner writes** carry a :class:`Lease` and are *fenced*: the store refuses them with
   :class:`LeaseLost` once the script's lease has another token (another host took it over),
   so a host that stalled past its lease and woke up cannot write over its successor.
@@ -74,8 +75,11 @@ class LogStore(abc.ABC):
     async def start(self, record: ScriptRecord, owner: str, ttl_ms: int) -> Started:
         """Add the script and take its lease, in one transaction.
 
-        If ``record.key`` names a script already in the log, nothing is added: that script
-        is returned, with a lease if it could be taken (see :meth:`acquire`)."""
+        If ``record.key`` names a script of ``record.tenant`` already in the log, nothing is
+        added: that script is returned, with a lease if it could be taken (see
+        :meth:`acquire`). A key is unique within its tenant, not across tenants: another
+        tenant's script with the same key is neither returned nor touched, and this start
+        adds a script of its own."""
 
     # A store all of whose hosts run on one machine (a SQLite file): there, a host can tell
     # that a lease's owner process is gone and take its scripts over at once.

@@ -161,6 +161,39 @@ async def check_idempotent_start(make: StoreFactory) -> None:
         await _close(store)
 
 
+async def check_keys_per_tenant(make: StoreFactory) -> None:
+    """A key names a script within its tenant: another tenant's start with the same key adds
+    a script of its own, and each tenant's starts with it are idempotent."""
+    store = make()
+    try:
+        key = f"toolu_{uuid.uuid4().hex}"
+        a = await store.start(_record(key=key, tenant="tenant-a"), "host-a", HELD_MS)
+        b = await store.start(_record(key=key, tenant="tenant-b"), "host-b", HELD_MS)
+        assert b.created, "another tenant's start with a key used must add its own script"
+        assert b.record.id != a.record.id, "tenant-b's start got tenant-a's script"
+        assert b.lease is not None and b.record.tenant == "tenant-b", b
+        for tenant, first in (("tenant-a", a), ("tenant-b", b)):
+            again = await store.start(_record(key=key, tenant=tenant), "host-c", HELD_MS)
+            assert not again.created and again.record.id == first.record.id, again
+            assert again.record.tenant == tenant and again.lease is None, again
+        assert len(await store.scripts()) == 2
+        # Both tenants starting one key at once, from many hosts: one script each.
+        key2 = f"toolu_{uuid.uuid4().hex}"
+        results = await asyncio.gather(
+            *(
+                store.start(_record(key=key2, tenant=f"tenant-{'ab'[i % 2]}"), f"h{i}", HELD_MS)
+                for i in range(8)
+            )
+        )
+        for tenant in ("tenant-a", "tenant-b"):
+            mine = [s for s in results if s.record.tenant == tenant]
+            assert len(mine) == 4, f"{tenant}'s starts got another tenant's script: {results}"
+            assert len({s.record.id for s in mine}) == 1, f"{tenant}: one key, one script"
+            assert sum(s.created for s in mine) == 1 and sum(s.lease is not None for s in mine) == 1
+    finally:
+        await _close(store)
+
+
 async def check_leases(make: StoreFactory) -> None:
     """Leases: one owner at a time; expiry frees it; every new owner gets a larger token."""
     store = make()
@@ -588,6 +621,7 @@ async def check_separate_handles(make: StoreFactory) -> None:
 CHECKS: list[Check] = [
     check_start_and_read,
     check_idempotent_start,
+    check_keys_per_tenant,
     check_leases,
     check_fencing,
     check_calls_in_order,

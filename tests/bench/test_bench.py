@@ -68,7 +68,8 @@ def test_bench_is_not_installed_for_users() -> None:
     found = setuptools.find_packages(where=str(root), include=config["packages"]["find"]["include"])
     assert {p.split(".")[0] for p in found} == {"engine", "runner", "sandbox"}
     assert "bench" not in config["package-data"]
-    assert config["package-data"]["sandbox"] == ["*.js"]
+    # The prelude and the TypeScript bundle, with the licenses of what the bundle holds.
+    assert config["package-data"]["sandbox"] == ["*.js", "*.LICENSE.txt"]
 
 
 def test_monty_and_the_engine_live_and_replay_return_each_scripts_value() -> None:

@@ -163,6 +163,65 @@ async def test_idempotent_start_continues_the_script(make_store: Callable[[], Lo
         await replayed.aclose()
 
 
+async def test_a_key_names_a_script_within_its_tenant(make_store: Callable[[], LogStore]) -> None:
+    """Tenant B's start with a key tenant A used starts B's own script: it neither gets A's
+    outcome (A's script finished), nor drives A's script on (paused, its call approved), nor
+    waits for A's start with that key that this host still runs. Each tenant's start again
+    with the key is idempotent."""
+    effects: list[int] = []
+    entered, gate = asyncio.Event(), asyncio.Event()
+
+    @tool
+    def secret(who: str) -> str:
+        """A tenant's secret."""
+        return f"secret of {who}"
+
+    @tool
+    async def slow(who: str) -> str:
+        """Ends once the test lets it."""
+        entered.set()
+        await gate.wait()
+        return f"slow for {who}"
+
+    tools = [secret, slow, *_pay_tools(effects)]
+    store = make_store()
+    host = CodeMode(tools, runner=InProcessRunner(), store=store, type_check="off")
+    other = CodeMode(tools, runner=InProcessRunner(), store=make_store(), type_check="off")
+    try:
+        a = await host.run_code("return await tools.secret({ who: 'A' })", tenant="A", key="k1")
+        assert a.status == "finished" and a.value == "secret of A", a.text
+        b = await other.run_code("return 'B own script'", tenant="B", key="k1")
+        assert b.status == "finished" and b.value == "B own script", b.text
+        assert b.script_id != a.script_id
+        again_a = await other.run_code("return 0", tenant="A", key="k1")
+        assert again_a.to_dict() == a.to_dict()
+        again_b = await host.run_code("return 0", tenant="B", key="k1")
+        assert again_b.to_dict() == b.to_dict()
+
+        paused = await host.run_code(SCRIPT, tenant="A", key="k2")
+        assert paused.status == "paused", paused.text
+        await host.approve(paused.script_id, paused.waiting[0]["call_id"])
+        mine = await other.run_code("return 'B again'", tenant="B", key="k2")
+        assert mine.value == "B again" and mine.script_id != paused.script_id, mine.text
+        assert effects == [], "tenant B's start drove tenant A's script on"
+        assert (await store.get_script(paused.script_id)).tenant == "A"
+
+        running = asyncio.ensure_future(
+            host.run_code("return await tools.slow({ who: 'A' })", tenant="A", key="k3")
+        )
+        await asyncio.wait_for(entered.wait(), 30)
+        own = await asyncio.wait_for(host.run_code("return 'B third'", tenant="B", key="k3"), 30)
+        assert own.value == "B third" and not running.done(), own.text
+        gate.set()
+        assert (await running).value == "slow for A"
+        scripts = await store.scripts()
+        assert sorted(s.tenant for s in scripts) == ["A", "A", "A", "B", "B", "B"]
+    finally:
+        gate.set()
+        await host.aclose()
+        await other.aclose()
+
+
 class _Entered(InProcessRunner):
     """Says when a step begins."""
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import sqlite3
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import orjson
 import pytest
 
 from engine import ConfigError
-from engine.log import APPROVED, DONE, PostgresStore, SqliteStore
+from engine.log import APPROVED, DONE, LogStore, PostgresStore, ScriptRecord, SqliteStore
 
 # The schema of the first release's SQLite log, as its files are on hosts' disks.
 FIRST_RELEASE_SCHEMA = """
@@ -78,6 +80,132 @@ async def test_sqlite_upgrades_a_first_release_log(tmp_path: Path) -> None:
     again = SqliteStore(tmp_path)
     assert len(await again.calls("s1")) == 2
     await again.aclose()
+
+
+# Schema 2's tables, as its SQLite logs have them ({int}, {real}, {blob}: each dialect's
+# types): a key was unique in the whole log (scripts_key), not within its tenant.
+SCHEMA_2 = """
+CREATE TABLE scripts (
+    id TEXT PRIMARY KEY, key TEXT, code TEXT NOT NULL, tenant TEXT NOT NULL,
+    language TEXT NOT NULL DEFAULT 'javascript', now_ms {int} NOT NULL, seed {int} NOT NULL,
+    created_ms {int} NOT NULL, updated_ms {int} NOT NULL DEFAULT 0, status TEXT NOT NULL,
+    held {int} NOT NULL DEFAULT 0, steps {int} NOT NULL DEFAULT 0,
+    total_compute_ms {real} NOT NULL DEFAULT 0, total_file_bytes {int} NOT NULL DEFAULT 0,
+    outcome {blob}, files {blob}, tools {blob}, lease_owner TEXT,
+    lease_token {int} NOT NULL DEFAULT 0, lease_expires_ms {int} NOT NULL DEFAULT 0
+);
+CREATE TABLE calls (
+    script_id TEXT NOT NULL REFERENCES scripts(id), idx {int} NOT NULL, call_id TEXT NOT NULL,
+    name TEXT NOT NULL, arguments {blob} NOT NULL, argument_bytes {int} NOT NULL DEFAULT 0,
+    state TEXT NOT NULL, result {blob}, result_bytes {int}, error TEXT, note TEXT, owner TEXT,
+    token {int}, created_ms {int} NOT NULL DEFAULT 0, started_ms {int}, ended_ms {int},
+    PRIMARY KEY (script_id, idx)
+);
+CREATE UNIQUE INDEX scripts_key ON scripts(key);
+CREATE INDEX scripts_updated ON scripts(status, updated_ms);
+CREATE INDEX calls_call_id ON calls(script_id, call_id);
+"""
+SQLITE_TYPES = {"int": "INTEGER", "real": "REAL", "blob": "BLOB"}
+POSTGRES_TYPES = {"int": "BIGINT", "real": "DOUBLE PRECISION", "blob": "BYTEA"}
+# Tenant A's script, started with the key toolu_1 (a model's tool-use id) and finished.
+KEYED_SCRIPT = (
+    "INSERT INTO scripts (id, key, code, tenant, now_ms, seed, created_ms, updated_ms, status,"
+    " files) VALUES ('s-a', 'toolu_1', 'return 1', 'A', 5, 6, 7, 7, 'finished', {empty})"
+)
+
+
+def _keyed(tenant: str, key: str | None = "toolu_1") -> ScriptRecord:
+    return ScriptRecord(
+        id=uuid.uuid4().hex, code="return 2", tenant=tenant, now_ms=1, seed=2, created_ms=3, key=key
+    )
+
+
+async def _keys_are_per_tenant(store: LogStore) -> None:
+    """On a log upgraded from schema 2: tenant A's start with its key finds its script, tenant
+    B's start with that key makes B's own, and each is idempotent."""
+    again = await store.start(_keyed("A"), "host-a", 60_000)
+    assert not again.created and again.record.id == "s-a", again
+    b = await store.start(_keyed("B"), "host-a", 60_000)
+    assert b.created and b.record.id != "s-a" and b.record.tenant == "B", b
+    b_again = await store.start(_keyed("B"), "host-b", 60_000)
+    assert not b_again.created and b_again.record.id == b.record.id
+    assert sorted((s.tenant, s.key) for s in await store.scripts()) == [
+        ("A", "toolu_1"),
+        ("B", "toolu_1"),
+    ]
+
+
+async def test_sqlite_upgrades_a_schema_2_log_to_keys_per_tenant(tmp_path: Path) -> None:
+    """A log of schema 2 (a key unique in the whole log) opens as schema 3: its keyed script
+    is found by its tenant's start, another tenant's start with the key makes its own, and
+    the old index is gone."""
+    db = sqlite3.connect(tmp_path / SqliteStore.FILE_NAME)
+    db.executescript(SCHEMA_2.format(**SQLITE_TYPES))
+    db.execute(KEYED_SCRIPT.format(empty="?"), (orjson.dumps([]),))
+    db.execute("PRAGMA user_version = 2")
+    db.commit()
+    db.close()
+
+    store = SqliteStore(tmp_path)
+    try:
+        await _keys_are_per_tenant(store)
+    finally:
+        await store.aclose()
+    db = sqlite3.connect(tmp_path / SqliteStore.FILE_NAME)
+    try:
+        assert db.execute("PRAGMA user_version").fetchone() == (3,)
+        indexes = {row[1]: row[2] for row in db.execute("PRAGMA index_list(scripts)")}
+        assert "scripts_key" not in indexes and indexes["scripts_tenant_key"] == 1, indexes
+        columns = [row[2] for row in db.execute("PRAGMA index_info(scripts_tenant_key)")]
+        assert columns == ["tenant", "key"]
+    finally:
+        db.close()
+    again = SqliteStore(tmp_path)  # opened again, as it is
+    assert len(await again.scripts()) == 2
+    await again.aclose()
+
+
+async def test_postgres_upgrades_a_schema_2_log_to_keys_per_tenant(postgres: str) -> None:
+    """As on SQLite: a schema 2 log in PostgreSQL, opened by two hosts at once, is upgraded
+    once, and keys name scripts within their tenants."""
+    import psycopg
+
+    schema = f"v2_{uuid.uuid4().hex[:12]}"
+    async with await psycopg.AsyncConnection.connect(postgres, autocommit=True) as conn:
+        await conn.execute(f'CREATE SCHEMA "{schema}"')
+        await conn.execute(f'SET search_path TO "{schema}"')
+        for statement in SCHEMA_2.format(**POSTGRES_TYPES).split(";"):
+            if statement.strip():
+                await conn.execute(statement)
+        await conn.execute("CREATE TABLE blobs (digest TEXT PRIMARY KEY, data BYTEA NOT NULL)")
+        await conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        await conn.execute("INSERT INTO schema_version VALUES (2)")
+        await conn.execute(KEYED_SCRIPT.format(empty="%s"), (orjson.dumps([]),))
+
+    a, b = PostgresStore(postgres, schema=schema), PostgresStore(postgres, schema=schema)
+    try:
+        await asyncio.gather(a.scripts(), b.scripts())
+        await _keys_are_per_tenant(a)
+    finally:
+        await a.aclose()
+        await b.aclose()
+    async with await psycopg.AsyncConnection.connect(postgres) as conn:
+        versions = await (
+            await conn.execute(f'SELECT version FROM "{schema}".schema_version')
+        ).fetchall()
+        indexes = await (
+            await conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s"
+                " AND tablename = 'scripts'",
+                (schema,),
+            )
+        ).fetchall()
+    assert versions == [(3,)]
+    found = dict(indexes)
+    assert "scripts_key" not in found, found
+    assert (
+        "UNIQUE" in found["scripts_tenant_key"] and "(tenant, key)" in found["scripts_tenant_key"]
+    )
 
 
 async def test_sqlite_refuses_a_newer_log(tmp_path: Path) -> None:
