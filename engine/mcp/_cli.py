@@ -30,6 +30,7 @@ from engine._config import Config, build_runner
 from engine._errors import CodeModeError, ConfigError, ToolDefinitionError
 from engine._loading import load_tools
 from engine._tools import Tool
+from engine.log import LogStore, MemoryStore, SqliteStore
 from engine.mcp._config import ServerProblem, ServerSpec, load_servers_file, parse_servers
 from engine.mcp._serve import CodeModeServer
 from engine.mcp._servers import McpServers
@@ -96,7 +97,7 @@ def main(argv: list[str]) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    config, specs, problems = _read_configs(args)
+    config, toml, specs, problems = _read_configs(args)
     host_tools: list[Tool] = []
     namespace: dict[str, object] = {}
     if args.tools:
@@ -125,7 +126,11 @@ async def _serve(args: argparse.Namespace) -> int:
     except ToolDefinitionError as e:
         await servers.aclose()
         raise ConfigError(f"{args.tools or 'the tools'}: {e}") from None
-    server = CodeModeServer(engine, elicitation=not args.no_elicitation)
+    server = CodeModeServer(
+        engine,
+        elicitation=not args.no_elicitation,
+        log_flags=_log_flags(engine.store, toml, args.data_dir),
+    )
     names = ", ".join(servers.servers) or "none"
     try:
         if args.http:
@@ -160,7 +165,10 @@ async def _until_signal(serving: Coroutine[Any, Any, None]) -> None:
             loop.remove_signal_handler(signum)
 
 
-def _read_configs(args: argparse.Namespace) -> tuple[Config, list[ServerSpec], list[ServerProblem]]:
+def _read_configs(
+    args: argparse.Namespace,
+) -> tuple[Config, str | None, list[ServerSpec], list[ServerProblem]]:
+    """The config, the codemode.toml it was read from (if any), the servers and problems."""
     config = Config()
     specs: list[ServerSpec] = []
     problems: list[ServerProblem] = []
@@ -190,7 +198,22 @@ def _read_configs(args: argparse.Namespace) -> tuple[Config, list[ServerSpec], l
                 f"two MCP servers are named {spec.name!r}; name one with --upstream NAME=COMMAND"
             )
         seen.add(spec.name)
-    return config, specs, problems
+    return config, tomls[0] if tomls else None, specs, problems
+
+
+def _log_flags(store: LogStore, toml: str | None, data_dir: str | None) -> str | None:
+    """The flags that make another ``codemode`` process (``approve``, ``reject``) reach
+    ``store``, the session log this server was given by ``toml`` and ``--data-dir``, as
+    absolute paths, so they work from any directory; None when the log is in memory, which
+    no other process can reach."""
+    if isinstance(store, MemoryStore):
+        return None
+    flags: list[str] = []
+    if toml is not None:  # the store's settings (a PostgreSQL DSN, say) and its data_dir
+        flags += ["--config", str(Path(toml).absolute())]
+    if data_dir is not None and isinstance(store, SqliteStore):
+        flags += ["--data-dir", str(Path(data_dir).absolute())]
+    return shlex.join(flags)
 
 
 def toml_servers(config: Config, path: str | Path) -> tuple[list[ServerSpec], list[ServerProblem]]:

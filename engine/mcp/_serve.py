@@ -10,11 +10,13 @@ The server has two tools:
 A call that needs approval is asked through MCP elicitation when the client supports it
 (accept with ``approve: true`` runs it; anything else refuses it, and the script sees the
 refusal); otherwise the result says the script is paused and how a person answers
-(``codemode approve``), after which ``continue_script`` goes on. Each step of a script, and
-each call that returns, fails or waits, sends a progress notification (from the engine's
-events) when the client asked for progress. Files the script shows and media it returns (an
-MCP tool's image, say) reach the client as MCP image or audio content. Scripts live
-in the engine's session log, so with a durable store they survive a restart of the server.
+(``codemode approve`` with the flags that reach this server's log, or, when the log is in
+memory, that no one can and what to change), after which ``continue_script`` goes on.
+Each step of a script, and each call that returns, fails or waits, sends a progress
+notification (from the engine's events) when the client asked for progress. Files the script
+shows and media it returns (an MCP tool's image, say) reach the client as MCP image or audio
+content. Scripts live in the engine's session log, so with a durable store they survive a
+restart of the server.
 
 When an upstream server changes its tools and the ``run_code`` description changes with them,
 the clients are sent ``notifications/tools/list_changed``.
@@ -46,9 +48,15 @@ SERVER_NAME = "codemode"
 class CodeModeServer:
     """An MCP server in front of one :class:`CodeMode` (see the module docstring)."""
 
-    def __init__(self, engine: CodeMode, *, elicitation: bool = True) -> None:
+    def __init__(
+        self, engine: CodeMode, *, elicitation: bool = True, log_flags: str | None = None
+    ) -> None:
+        """``log_flags`` are the ``codemode approve`` flags that reach ``engine``'s session
+        log (``--data-dir /abs/dir``); None says the log is in memory, out of reach of any
+        other process, and a paused result says so."""
         self.engine = engine
         self.elicitation = elicitation
+        self.log_flags = log_flags
         self._sessions: weakref.WeakSet[Any] = weakref.WeakSet()
         self._description = engine.definition()["description"]
         self._progress: dict[str, _Progress] = {}
@@ -110,7 +118,7 @@ class CodeModeServer:
             return types.CallToolResult.model_validate(
                 {"content": [{"type": "text", "text": str(e)}], "isError": True}
             )
-        return types.CallToolResult.model_validate(content_of(result))
+        return types.CallToolResult.model_validate(self.content_of(result))
 
     async def _answer(self, ctx: Any, name: str, arguments: dict[str, Any]) -> RunResult:
         engine = self.engine
@@ -276,6 +284,46 @@ class CodeModeServer:
         finally:
             sock.close()
 
+    def content_of(self, result: RunResult) -> dict[str, Any]:
+        """The ``CallToolResult`` (as a dict) for a script's result: ``RunResult.to_mcp()``,
+        with how to go on when the script paused."""
+        answer = result.to_mcp()
+        if result.status == "paused":
+            answer["content"][0]["text"] += self._how_to_continue(result)
+        return answer
+
+    def _how_to_continue(self, result: RunResult) -> str:
+        approvals = [w for w in result.waiting if w.get("reason") == "approval"]
+        lines = [f"\nScript id: {result.script_id}"]
+        if not approvals:
+            lines.append(f"Call {CONTINUE} with this script id to go on.")
+        elif self.log_flags is None:
+            # No process but this one holds the log, and this one has no way to ask.
+            ask = (
+                "serve a client that supports MCP elicitation, which asks for approvals"
+                if self.elicitation
+                else "serve without --no-elicitation to a client that supports MCP elicitation"
+            )
+            lines.append(
+                "It waits for a person's approval, which no one can give: this server keeps "
+                "its session log in memory, out of reach of `codemode approve`. To have calls "
+                "approved, restart `codemode mcp serve` with `--data-dir DIR` (then "
+                "`codemode approve SCRIPT_ID CALL_ID --data-dir DIR` answers them), or "
+                f"{ask}."
+            )
+        else:
+            flags = self.log_flags
+            lines.append(
+                "A person answers each call waiting for approval, outside this conversation: "
+                + "; ".join(
+                    f"`codemode approve {result.script_id} {w['call_id']} {flags}`"
+                    for w in approvals
+                )
+                + f" (or `codemode reject` with the same arguments). Once they have, call "
+                f"{CONTINUE} with this script id to go on."
+            )
+        return "\n".join(lines)
+
 
 class _Progress:
     """The progress notifications of one MCP request, sent in order by one task."""
@@ -300,32 +348,6 @@ class _Progress:
     async def close(self) -> None:
         self._queue.put_nowait(None)
         await self._task
-
-
-def content_of(result: RunResult) -> dict[str, Any]:
-    """The ``CallToolResult`` (as a dict) for a script's result: ``RunResult.to_mcp()``,
-    with how to go on when the script paused (this server's own tools do that)."""
-    answer = result.to_mcp()
-    if result.status == "paused":
-        answer["content"][0]["text"] += _how_to_continue(result)
-    return answer
-
-
-def _how_to_continue(result: RunResult) -> str:
-    approvals = [w for w in result.waiting if w.get("reason") == "approval"]
-    lines = [f"\nScript id: {result.script_id}"]
-    if approvals:
-        lines.append(
-            "A person answers each call waiting for approval, outside this conversation: "
-            + "; ".join(
-                f"`codemode approve {result.script_id} {w['call_id']}` (or `codemode reject ...`)"
-                for w in approvals
-            )
-            + f". Once they have, call {CONTINUE} with this script id to go on."
-        )
-    else:
-        lines.append(f"Call {CONTINUE} with this script id to go on.")
-    return "\n".join(lines)
 
 
 def _notifications() -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -225,3 +226,33 @@ def test_without_tools_or_servers_the_command_says_what_to_give(tmp_path: Path) 
     proc = codemode(tmp_path, "run", "script.js")
     assert proc.returncode == 2
     assert "--tools FILE" in proc.stderr and "[codemode.mcpServers.NAME]" in proc.stderr
+
+
+def test_the_approve_flags_reach_the_servers_log_from_anywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`codemode mcp serve` prints `codemode approve` with absolute flags that reach its own
+    log: --data-dir as given, --config for a toml's data_dir or store; none for a log in
+    memory."""
+    from engine._config import Config
+    from engine.log import LogStore
+    from engine.mcp._cli import _log_flags
+
+    def flags(toml: str | None, data_dir: str | None) -> str | None:
+        config = Config.load(toml) if toml is not None else Config()
+        given = data_dir or config.data_dir
+        store: LogStore = config.store.build(Path(given) if given is not None else None)
+        return _log_flags(store, toml, data_dir)
+
+    monkeypatch.chdir(tmp_path)
+    data = str(tmp_path / "d")
+    assert flags(None, "d") == shlex.join(["--data-dir", data])
+    assert flags(None, None) is None
+    toml = tmp_path / "codemode.toml"
+    toml.write_text('[codemode]\ndata_dir = "d"\n')
+    assert flags("codemode.toml", None) == shlex.join(["--config", str(toml)])
+    assert flags("codemode.toml", "e") == shlex.join(
+        ["--config", str(toml), "--data-dir", str(tmp_path / "e")]
+    )
+    toml.write_text('[codemode]\ndata_dir = "d"\n[codemode.store]\nkind = "memory"\n')
+    assert flags("codemode.toml", "d") is None

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -55,8 +56,9 @@ def _config(tmp: Path, *names: str) -> Path:
     return path
 
 
-def _args(tmp: Path, config: Path, extra: list[str]) -> list[str]:
-    return ["mcp", "serve", "--config", str(config), "--data-dir", str(tmp / "data"), *extra]
+def _args(tmp: Path, config: Path, extra: list[str], *, data_dir: bool = True) -> list[str]:
+    keep = ["--data-dir", "data"] if data_dir else []  # relative: the server runs in tmp
+    return ["mcp", "serve", "--config", str(config), *keep, *extra]
 
 
 @contextlib.asynccontextmanager
@@ -67,9 +69,11 @@ async def serve(
     *extra: str,
     elicit: Any = None,
     on_message: Any = None,
+    data_dir: bool = True,
 ) -> AsyncIterator[ClientSession]:
-    """A client session with `codemode mcp serve` run as a child, over ``transport``."""
-    args = _args(tmp, config, list(extra))
+    """A client session with `codemode mcp serve` run as a child, over ``transport``, with
+    its session log in tmp/data (in memory without ``data_dir``)."""
+    args = _args(tmp, config, list(extra), data_dir=data_dir)
     kwargs: dict[str, Any] = {"elicitation_callback": elicit} if elicit else {}
     if on_message is not None:
         kwargs["message_handler"] = on_message
@@ -260,18 +264,43 @@ async def test_an_approval_answered_through_elicitation(transport: str, tmp_path
 
 @TRANSPORTS
 async def test_an_approval_answered_through_a_paused_result(transport: str, tmp_path: Path) -> None:
+    """The paused result's `codemode approve` command, run as printed from another directory,
+    reaches the server's log (given as a relative --data-dir), and continue_script goes on."""
     config = _config(tmp_path, "lab")
     async with serve(transport, tmp_path, config) as session:  # this client has no elicitation
         paused = await run(session, 'return await tools.lab__wipe({ target: "gamma" });')
         body = text(paused)
         assert "Script paused." in body and "codemode approve" in body, body
         script_id = body.split("Script id: ", 1)[1].split()[0]
-        call_id = body.split(f"codemode approve {script_id} ", 1)[1].split("`", 1)[0]
+        command = "codemode approve " + body.split("`codemode approve ", 1)[1].split("`", 1)[0]
+        argv = shlex.split(command)
+        assert argv[2] == script_id
+        assert argv[4:] == ["--data-dir", str(tmp_path / "data")]
         assert not (tmp_path / "wiped-gamma").exists()
-        _cli("approve", script_id, call_id, "--data-dir", str(tmp_path / "data"))
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        _cli(*argv[1:], cwd=elsewhere)
         done = await session.call_tool("continue_script", {"script_id": script_id})
         assert returned(done) == {"result": "wiped gamma"}
     assert (tmp_path / "wiped-gamma").exists()
+
+
+@pytest.mark.parametrize("elicitation", [True, False])
+async def test_a_paused_result_on_a_log_in_memory_says_no_one_can_approve(
+    elicitation: bool, tmp_path: Path
+) -> None:
+    """Without a data dir no other process can reach the log: the result says so and what to
+    do, and prints no `codemode approve` command that could only fail."""
+    config = _config(tmp_path, "lab")
+    extra = [] if elicitation else ["--no-elicitation"]
+    async with serve("stdio", tmp_path, config, *extra, data_dir=False) as session:
+        paused = await run(session, 'return await tools.lab__wipe({ target: "delta" });')
+        body = text(paused)
+    assert "Script paused." in body, body
+    assert "its session log in memory" in body and "with `--data-dir DIR`" in body, body
+    assert "codemode approve SCRIPT_ID CALL_ID --data-dir DIR" in body
+    assert ("without --no-elicitation" in body) is not elicitation
+    assert not (tmp_path / "wiped-delta").exists()
 
 
 @TRANSPORTS
@@ -354,16 +383,21 @@ async def test_a_paused_script_resumes_after_a_restart(transport: str, tmp_path:
         body = text(await run(session, code))
         assert "Script paused." in body, body
         script_id = body.split("Script id: ", 1)[1].split()[0]
-        call_id = body.split(f"codemode approve {script_id} ", 1)[1].split("`", 1)[0]
+        call_id = body.split(f"codemode approve {script_id} ", 1)[1].split()[0]
     _cli("approve", script_id, call_id, "--data-dir", str(tmp_path / "data"))
     async with serve(transport, tmp_path, config) as session:  # a new server process
         done = await session.call_tool("continue_script", {"script_id": script_id})
         assert returned(done) == ["The sum of 1 and 1 is 2.", {"result": "wiped delta"}]
 
 
-def _cli(*args: str) -> str:
+def _cli(*args: str, cwd: Path | None = None) -> str:
     out = subprocess.run(
-        [str(CODEMODE), *args], capture_output=True, text=True, timeout=TIMEOUT, check=False
+        [str(CODEMODE), *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+        cwd=cwd,
     )
     assert out.returncode == 0, out.stderr
     return out.stdout
