@@ -405,6 +405,28 @@ async def test_every_way_the_compiler_reports_running_out_of_memory(
     assert checked.failure is not None and "more than 300 MiB of memory" in checked.failure
 
 
+@pytest.mark.parametrize(
+    "ending",
+    [
+        "kill -SEGV $$",  # the kernel's fault, the runtime had no say
+        "kill -BUS $$",
+        "cat <<'EOF'\nfatal error: unexpected signal during runtime execution\n"
+        "[signal SIGSEGV: segmentation violation code=0x1 addr=0x0 pc=0x46a7c1]\nEOF\nexit 2",
+    ],
+)
+async def test_a_compiler_that_faults_at_its_bound_met_the_memory_bound(
+    ending: str, tmp_path: Path
+) -> None:
+    """Under load the Go runtime sometimes faults at its data rlimit instead of saying it ran
+    out of memory (the type bomb did, 2 runs in 4 on a busy machine): that is the memory
+    bound too, not a broken checker."""
+    fake = tmp_path / "tsc"
+    fake.write_text(f"#!/bin/sh\n{ending}\n")
+    fake.chmod(0o755)
+    checked = await TypeChecker(fake, memory=300 * 1024 * 1024).check("return 1", "")
+    assert checked.failure is not None and "more than 300 MiB of memory" in checked.failure
+
+
 async def test_a_broken_compiler_never_passes_a_script() -> None:
     """A compiler that fails without reporting errors the way tsc does fails the check: a
     broken install must not read as a clean script."""
