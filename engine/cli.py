@@ -39,13 +39,15 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
+import psutil
 
 from engine._codemode import CodeMode, RunResult
 from engine._config import Config, build_runner
@@ -67,6 +69,41 @@ from sandbox.protocol import Script, size_text
 # A script's status as the exit code of `run` and `resume` (the README's table says each).
 EXIT_CODES = {"finished": 0, "failed": 1, "paused": 3, "elsewhere": 4}
 MISTAKE, INTERRUPTED = 2, 130
+# After Ctrl-C a command ends what it started (MCP servers, live processes, its leases): if
+# that has not ended this many seconds later, or at a second Ctrl-C, it stops at once.
+INTERRUPT_GRACE = 10.0
+
+
+def _interruptible(command: Coroutine[Any, Any, int]) -> int:
+    """``asyncio.run(command)``, where Ctrl-C cancels the command (asyncio's own handling) and
+    a cleanup that then hangs cannot keep the process: see :data:`INTERRUPT_GRACE`."""
+
+    async def guarded() -> int:
+        cancel = signal.getsignal(signal.SIGINT)  # asyncio's: it cancels this task
+        if callable(cancel):
+
+            def interrupted(signum: int, frame: Any) -> None:
+                timer = threading.Timer(INTERRUPT_GRACE, _give_up)
+                timer.daemon = True
+                timer.start()
+                signal.signal(signal.SIGINT, lambda *_: _give_up())
+                cancel(signum, frame)
+
+            signal.signal(signal.SIGINT, interrupted)
+        return await command
+
+    return asyncio.run(guarded())
+
+
+def _give_up() -> None:
+    """End every process this one started (its MCP servers, its sandboxes) and exit, without
+    the cleanup that did not finish: the session log loses nothing written."""
+    print("codemode: interrupted; stopping without finishing the cleanup", file=sys.stderr)
+    with contextlib.suppress(Exception):
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+    os._exit(INTERRUPTED)
 
 
 def _version() -> str:
@@ -594,21 +631,21 @@ def _main(argv: list[str] | None) -> int:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "run":
-            return asyncio.run(_run(args))
+            return _interruptible(_run(args))
         if args.command == "resume":
-            return asyncio.run(_resume(args))
+            return _interruptible(_resume(args))
         if args.command == "scripts":
-            return asyncio.run(_scripts(args))
+            return _interruptible(_scripts(args))
         if args.command == "show":
-            return asyncio.run(_show(args))
+            return _interruptible(_show(args))
         if args.command in ("approve", "reject"):
-            return asyncio.run(_answer(args))
+            return _interruptible(_answer(args))
         if args.command == "worker":
-            return asyncio.run(_worker(args))
+            return _interruptible(_worker(args))
         if args.command == "describe":
-            return asyncio.run(_describe(args))
+            return _interruptible(_describe(args))
         if args.command == "search":
-            return asyncio.run(_search(args))
+            return _interruptible(_search(args))
         if args.command == "runner":
             return _runner_command(args.runner_args)
         if args.command == "mcp":

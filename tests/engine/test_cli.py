@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -568,3 +570,53 @@ def test_log_commands_with_bad_input(tmp_path: Path) -> None:
     one_clear_line(codemode("approve", "nope", "call_1", *data), "no script 'nope'")
     empty = codemode("scripts", *data)
     assert empty.returncode == 0 and empty.stdout.strip() == "no scripts"
+
+
+STUCK_TOOLS = """
+import threading
+from pathlib import Path
+from engine import tool
+
+@tool
+def stuck(n: int) -> int:
+    \"\"\"Never returns: a sync tool blocked for good, which no one can stop.\"\"\"
+    Path(__file__).with_name("stuck").write_text("running")
+    threading.Event().wait()
+    return n
+
+TOOLS = [stuck]
+"""
+
+
+def test_ctrl_c_ends_a_run_whose_cleanup_cannot_finish(tmp_path: Path) -> None:
+    """Ctrl-C while a sync tool is stuck: the command is cancelled, its cleanup cannot end
+    (the tool's thread never returns), and the process still exits, 130, after its grace,
+    ending what it started; it used to wait for the thread for good."""
+    tools = tmp_path / "tools.py"
+    tools.write_text(STUCK_TOOLS)
+    script = tmp_path / "script.js"
+    script.write_text("return await tools.stuck({ n: 1 })")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "run", str(script), "--tools", str(tools)],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "stuck").exists():
+            assert process.poll() is None and time.monotonic() < deadline, process.poll()
+            time.sleep(0.05)
+        started = psutil.Process(process.pid).children(recursive=True)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=120)  # a backstop: the grace is 10 s
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, err
+    assert "interrupted; stopping without finishing the cleanup" in err
+    _, alive = psutil.wait_procs(started, timeout=30)
+    assert alive == []
