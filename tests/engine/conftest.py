@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,6 +20,20 @@ from runner import FileMissing, FileReader, LiveRun, ProcessStats, RunError, Scr
 from sandbox.files import FileError
 from sandbox.protocol import Ran, Record, Script
 from sandbox.runtime import LiveInProcess, ResumeError, run_in_process
+
+# The command line of `codemode ARGS` in a process that takes Ctrl-C as one a terminal starts
+# does. A process a non-interactive shell starts in the background (as CI may start the
+# suite) inherits SIGINT ignored, and Python, rightly, goes on ignoring it: this sets it back.
+_CTRL_C_TAKEN = (
+    "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from engine.cli import main; sys.exit(main())"
+)
+
+
+def cli_taking_ctrl_c(*args: str) -> list[str]:
+    """``python -m engine.cli ARGS``, as a command Ctrl-C (SIGINT) reaches however the test
+    suite was started."""
+    return [sys.executable, "-c", _CTRL_C_TAKEN, *args]
 
 
 class InProcessRunner(ScriptRunner):

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import psutil
 
+from tests.engine.conftest import cli_taking_ctrl_c
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -597,7 +599,7 @@ def test_ctrl_c_ends_a_run_whose_cleanup_cannot_finish(tmp_path: Path) -> None:
     script = tmp_path / "script.js"
     script.write_text("return await tools.stuck({ n: 1 })")
     process = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "run", str(script), "--tools", str(tools)],
+        cli_taking_ctrl_c("run", str(script), "--tools", str(tools)),
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

@@ -25,6 +25,7 @@ import pytest
 pytest.importorskip("mcp")
 
 from tests._needs import require
+from tests.engine.conftest import cli_taking_ctrl_c
 
 ROOT = Path(__file__).parents[3]
 MEMORY = ROOT / "node_modules" / ".bin" / "mcp-server-memory"
@@ -173,7 +174,7 @@ def test_ctrl_c_mid_call_ends_the_servers(tmp_path: Path) -> None:
         "await tools.memory__read_graph({});\nreturn await tools.lab__hang({});\n"
     )
     process = subprocess.Popen(
-        _command("run", "script.js"),
+        cli_taking_ctrl_c("run", "script.js"),
         cwd=tmp_path,
         env=_env(),
         stdout=subprocess.PIPE,
