@@ -15,13 +15,14 @@ from fractions import Fraction
 from typing import Any
 
 from engine._errors import ConfigError
+from runner import _sizes as sizes
 from sandbox import protocol
 from sandbox.protocol import MiB
 
-# Sizes are parsed in the protocol, where the runner reads them too; the largest limit is
+# Sizes are parsed in the runner, which reads them too; the largest limit is
 # the largest the sandbox takes.
-MAX_LIMIT = protocol.MAX_LIMIT
-_MAX_WORD = protocol.MAX_WORD
+MAX_LIMIT = sizes.MAX_LIMIT
+_MAX_WORD = sizes.MAX_WORD
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*", re.ASCII)
 
 
@@ -157,13 +158,13 @@ def _parse_limit(key: str, raw: Any, where: str) -> int:
 
 def parse_size(raw: Any, *, what: str = "size") -> int:
     """Bytes from an int or a word such as ``"4mb"``, ``"512 KiB"``, ``"1.5g"``
-    (:func:`sandbox.protocol.parse_size`).
+    (:func:`runner._sizes.parse_size`).
 
     Raises :class:`ConfigError` for anything else, a negative number, or more than
     :data:`MAX_LIMIT` bytes.
     """
     try:
-        return protocol.parse_size(raw, what)
+        return sizes.parse_size(raw, what)
     except ValueError as e:
         raise ConfigError(str(e)) from None
 
@@ -184,9 +185,9 @@ def _parse_duration(key: str, raw: Any, where: str) -> int:
 
 def _bounded(value: int, raw: Any, what: str) -> int:
     try:
-        return protocol.bounded(value, raw, what)
+        return sizes.bounded(value, raw, what)
     except ValueError as e:
         raise ConfigError(str(e)) from None
 
 
-_shown = protocol.shown
+_shown = sizes.shown

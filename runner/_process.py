@@ -42,6 +42,7 @@ from runner._forkserver import ForkedChild, ForkServer
 from runner._live import ProcessLive, close_all, measure_at_ran
 from runner._pool import DEFAULT_IDLE_AFTER, WarmPool
 from runner._procfs import ProcFiles, cpu_ms_of
+from runner._sizes import parse_size
 from runner._slots import DEFAULT_SCRIPT_WAIT, Slots, default_slot_count
 from sandbox import protocol
 from sandbox.protocol import Script
@@ -206,7 +207,7 @@ class ProcessRunner(ScriptRunner):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         # Bytes, or a size word ("1gb") as [codemode.runner] data_limit takes.
-        heap = None if data_limit is None else protocol.parse_size(data_limit, "data_limit")
+        heap = None if data_limit is None else parse_size(data_limit, "data_limit")
         if heap is not None and heap < protocol.MiB:
             raise ValueError(
                 f"data_limit is {heap:,} bytes, too small for any script; give the "

@@ -34,7 +34,6 @@ import-light: pydantic, orjson and the standard library only.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
@@ -60,25 +59,6 @@ RUN_CODE = "run_code"
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
-# Limits travel to the sandbox as JSON numbers; past 2**53 a JSON reader may round them.
-MAX_LIMIT = 2**53 - 1
-# A size or time word is a short text; a longer one is refused before it is parsed.
-MAX_WORD = 64
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": KiB,
-    "kb": KiB,
-    "kib": KiB,
-    "m": MiB,
-    "mb": MiB,
-    "mib": MiB,
-    "g": GiB,
-    "gb": GiB,
-    "gib": GiB,
-}
-# ASCII digits only: int() and float() would also take other scripts' digits.
-_SIZE_WORD = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", re.ASCII)
 
 # Bounds on a single line. A script line carries the whole call log, so it is large; the
 # runner builds it, and the sandbox still refuses one past this bound instead of buffering.
@@ -187,47 +167,6 @@ def size_text(n: int) -> str:
         if n >= scale:
             return f"{n / scale:,.1f} {unit}".replace(".0 ", " ")
     return f"{n:,} bytes"
-
-
-def parse_size(raw: Any, what: str = "size") -> int:
-    """Bytes from an int or a word such as ``"4mb"``, ``"512 KiB"``, ``"1.5g"``: what every
-    byte-size setting takes (the config's, ``Limits``, the engine's and the runner's options).
-
-    Raises ``ValueError`` naming ``what`` for anything else, a negative number, or more than
-    :data:`MAX_LIMIT` bytes.
-    """
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        if raw < 0:
-            raise ValueError(f"{what} = {raw} is negative")
-        return bounded(raw, raw, what)
-    if isinstance(raw, str) and len(raw) <= MAX_WORD:
-        match = _SIZE_WORD.fullmatch(raw)
-        if match and match.group(2).lower() in _SIZE_UNITS:
-            from fractions import Fraction  # here: the sandbox itself never parses a size
-
-            # Exact arithmetic: a float would turn "1e400"-sized words into inf.
-            value = Fraction(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
-            return bounded(int(value), raw, what)
-    raise ValueError(
-        f'{what} = {shown(raw)} is not a size: give bytes (4194304) or a word such as "4mb", '
-        '"512kb", "1gb"'
-    )
-
-
-def bounded(value: int, raw: Any, what: str) -> int:
-    """``value`` (parsed from ``raw``), or ``ValueError`` when it is over :data:`MAX_LIMIT`."""
-    if value > MAX_LIMIT:
-        raise ValueError(
-            f"{what} = {shown(raw)} is over {MAX_LIMIT:,}, the largest limit the sandbox "
-            "takes; give a smaller value"
-        )
-    return value
-
-
-def shown(raw: Any) -> str:
-    """``raw`` as a message shows it: its repr, cut short (a setting can be huge)."""
-    text = repr(raw) if raw is None or isinstance(raw, str | int | float) else type(raw).__name__
-    return text if len(text) <= MAX_WORD + 2 else text[:MAX_WORD] + "..."
 
 
 def data_path(path: Sequence[str | int]) -> str:
