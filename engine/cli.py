@@ -68,42 +68,70 @@ from sandbox.protocol import Script, size_text
 
 # A script's status as the exit code of `run` and `resume` (the README's table says each).
 EXIT_CODES = {"finished": 0, "failed": 1, "paused": 3, "elsewhere": 4}
-MISTAKE, INTERRUPTED = 2, 130
-# After Ctrl-C a command ends what it started (MCP servers, live processes, its leases): if
-# that has not ended this many seconds later, or at a second Ctrl-C, it stops at once.
+MISTAKE, INTERRUPTED, TERMINATED = 2, 128 + signal.SIGINT, 128 + signal.SIGTERM
+# After Ctrl-C or SIGTERM a command ends what it started (MCP servers, live processes, its
+# leases): if that has not ended this many seconds later, or at a second signal, it stops at
+# once.
 INTERRUPT_GRACE = 10.0
 
 
 def _interruptible(command: Coroutine[Any, Any, int]) -> int:
-    """``asyncio.run(command)``, where Ctrl-C cancels the command (asyncio's own handling) and
-    a cleanup that then hangs cannot keep the process: see :data:`INTERRUPT_GRACE`."""
+    """``asyncio.run(command)``, where Ctrl-C (SIGINT) or SIGTERM (what a service manager or
+    ``kill`` sends) cancels the command, so it ends what it started, and a cleanup that then
+    hangs cannot keep the process: see :data:`INTERRUPT_GRACE`. Exits 130 after SIGINT and
+    143 after SIGTERM, as a shell reports a process those signals ended."""
 
     async def guarded() -> int:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        terminated = False
+
+        def bounded(code: int) -> None:
+            timer = threading.Timer(INTERRUPT_GRACE, _give_up, (code,))
+            timer.daemon = True
+            timer.start()
+
+        def on_sigterm() -> None:
+            nonlocal terminated
+            if terminated:  # a second SIGTERM: do not wait for the cleanup
+                _give_up(TERMINATED)
+            terminated = True
+            bounded(TERMINATED)
+            task.cancel()
+
         cancel = signal.getsignal(signal.SIGINT)  # asyncio's: it cancels this task
         if callable(cancel):
 
             def interrupted(signum: int, frame: Any) -> None:
-                timer = threading.Timer(INTERRUPT_GRACE, _give_up)
-                timer.daemon = True
-                timer.start()
-                signal.signal(signal.SIGINT, lambda *_: _give_up())
+                bounded(INTERRUPTED)
+                signal.signal(signal.SIGINT, lambda *_: _give_up(INTERRUPTED))
                 cancel(signum, frame)
 
             signal.signal(signal.SIGINT, interrupted)
-        return await command
+        # A command that handles SIGTERM itself (the worker's graceful stop) replaces this.
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        try:
+            return await command
+        except asyncio.CancelledError:
+            if terminated:
+                print("codemode: terminated (SIGTERM)", file=sys.stderr)
+                return TERMINATED
+            raise
 
     return asyncio.run(guarded())
 
 
-def _give_up() -> None:
-    """End every process this one started (its MCP servers, its sandboxes) and exit, without
-    the cleanup that did not finish: the session log loses nothing written."""
-    print("codemode: interrupted; stopping without finishing the cleanup", file=sys.stderr)
+def _give_up(code: int) -> None:
+    """End every process this one started (its MCP servers, its sandboxes) and exit with
+    ``code``, without the cleanup that did not finish: the session log loses nothing written."""
+    why = "terminated" if code == TERMINATED else "interrupted"
+    print(f"codemode: {why}; stopping without finishing the cleanup", file=sys.stderr)
     with contextlib.suppress(Exception):
         for child in psutil.Process().children(recursive=True):
             with contextlib.suppress(psutil.Error):
                 child.kill()
-    os._exit(INTERRUPTED)
+    os._exit(code)
 
 
 def _version() -> str:

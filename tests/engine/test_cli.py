@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.engine.conftest import cli_taking_ctrl_c
 
@@ -590,10 +591,17 @@ TOOLS = [stuck]
 """
 
 
-def test_ctrl_c_ends_a_run_whose_cleanup_cannot_finish(tmp_path: Path) -> None:
-    """Ctrl-C while a sync tool is stuck: the command is cancelled, its cleanup cannot end
-    (the tool's thread never returns), and the process still exits, 130, after its grace,
-    ending what it started; it used to wait for the thread for good."""
+@pytest.mark.parametrize(
+    ("signum", "code", "word"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+)
+def test_ctrl_c_ends_a_run_whose_cleanup_cannot_finish(
+    tmp_path: Path, signum: int, code: int, word: str
+) -> None:
+    """Ctrl-C (or SIGTERM) while a sync tool is stuck: the command is cancelled, its cleanup
+    cannot end (the tool's thread never returns), and the process still exits, 130 (143),
+    after its grace, ending what it started; it used to wait for the thread for good (and
+    SIGTERM killed it on the spot, its cleanup not run)."""
     tools = tmp_path / "tools.py"
     tools.write_text(STUCK_TOOLS)
     script = tmp_path / "script.js"
@@ -612,13 +620,13 @@ def test_ctrl_c_ends_a_run_whose_cleanup_cannot_finish(tmp_path: Path) -> None:
             assert process.poll() is None and time.monotonic() < deadline, process.poll()
             time.sleep(0.05)
         started = psutil.Process(process.pid).children(recursive=True)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         _, err = process.communicate(timeout=120)  # a backstop: the grace is 10 s
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate()
-    assert process.returncode == 130, err
-    assert "interrupted; stopping without finishing the cleanup" in err
+    assert process.returncode == code, err
+    assert f"{word}; stopping without finishing the cleanup" in err
     _, alive = psutil.wait_procs(started, timeout=30)
     assert alive == []
