@@ -364,6 +364,18 @@ def test_lone_surrogates_do_not_crash() -> None:
     orjson.dumps(ran.model_dump())
 
 
+def test_surrogates_cross_as_in_javascript() -> None:
+    """A lone surrogate becomes U+FFFD (not ``?``) and a pair its character, in printed text,
+    returned values and arguments alike, as a JavaScript string's do."""
+    ran = run("s = 'a\\ud800b\\ud83d\\ude00'\nprint(s)\nawait tools.echo(s=s)")
+    assert ran.printed == "a\ufffdb\U0001f600\n"
+    assert ran.calls[0].arguments == {"s": "a\ufffdb\U0001f600"}
+    echoed = rec("echo", {"s": "a\ufffdb\U0001f600"}, result=1)
+    assert value(
+        "s = 'a\\ud800b\\ud83d\\ude00'\nawait tools.echo(s=s)\nreturn {'k\\udc00': s}", [echoed]
+    ) == {"k\ufffd": "a\ufffdb\U0001f600"}
+
+
 # ---- errors ----
 
 
@@ -634,7 +646,7 @@ def test_classes_with_inheritance_work() -> None:
         "try:\n    raise Oops('a')\nexcept Oops as e:\n    m = str(e)\n"
         "return [Child(2).x, m, type(Child(1)).__name__, Child.__qualname__]"
     )
-    assert value(code) == [4, "oops a", "Child", "script.<locals>.Child"]
+    assert value(code) == [4, "oops a", "Child", "Child"]
 
 
 def test_format_still_works() -> None:
