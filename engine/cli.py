@@ -370,12 +370,19 @@ def _language(args: argparse.Namespace, config: Config) -> Any:
 
 def _needs_log(args: argparse.Namespace, command: str) -> Config:
     config = _config(args)
-    if not (args.data_dir or config.data_dir) and config.store.kind != "postgres":
-        raise CodeModeError(
-            f"{command} needs the session log: pass --data-dir (or set data_dir, or a "
-            "[codemode.store] in codemode.toml)"
-        )
+    if not config.store.lasting(args.data_dir or config.data_dir):
+        raise CodeModeError(f"{command} needs the session log: {_keep_the_log(config)}")
     return config
+
+
+def _keep_the_log(config: Config) -> str:
+    """What to do so that the log outlives the command."""
+    if config.store.kind == "memory":
+        return (
+            f'{config.store.where} kind = "memory" keeps it in the process; use kind = '
+            '"sqlite" (with a data_dir) or "postgres"'
+        )
+    return "pass --data-dir DIR (or set data_dir, or a [codemode.store] in codemode.toml)"
 
 
 async def _scripts(args: argparse.Namespace) -> int:
@@ -502,7 +509,9 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
-def _print_result(result: RunResult, as_json: bool, *, kept: bool = True) -> int:
+def _print_result(
+    result: RunResult, as_json: bool, *, kept: bool = True, config: Config | None = None
+) -> int:
     if as_json:  # JSON lines: `run` wrote the script's id first
         sys.stdout.write(orjson.dumps(result.to_dict()).decode() + "\n")
     else:
@@ -513,7 +522,8 @@ def _print_result(result: RunResult, as_json: bool, *, kept: bool = True) -> int
                 # Without a data dir the log lived in this process: say so, not "resume it".
                 sys.stderr.write(
                     "codemode: the session log was in memory, so this script cannot be "
-                    "resumed; run it with --data-dir DIR to continue it with codemode resume\n"
+                    "resumed; to continue scripts with codemode resume, "
+                    f"{_keep_the_log(config or Config())}\n"
                 )
     return EXIT_CODES[result.status]
 
@@ -533,13 +543,13 @@ async def _run(args: argparse.Namespace) -> int:
     config = _config(args)
     async with _watching(args) as listeners:
         result, kept = await _run_with(args, code, config, listeners)
-    return _print_result(result, args.json, kept=kept)
+    return _print_result(result, args.json, kept=kept, config=config)
 
 
 async def _run_with(
     args: argparse.Namespace, code: str, config: Config, listeners: list[Listener]
 ) -> tuple[RunResult, bool]:
-    kept = bool(args.data_dir or config.data_dir) or config.store.kind == "postgres"
+    kept = config.store.lasting(args.data_dir or config.data_dir)
 
     def started(script_id: str) -> None:
         # Before the first step, so a host that dies mid-script knows what to resume.
@@ -557,8 +567,8 @@ async def _run_with(
         if kept:
             raise
         raise StepUnavailable(
-            f"{e}; this run kept its log in memory, so run it again (with --data-dir DIR to "
-            "be able to resume it)"
+            f"{e}; this run kept its log in memory, so run it again (to be able to resume "
+            f"it, {_keep_the_log(config)})"
         ) from None
     return result, kept
 

@@ -206,6 +206,24 @@ def test_resume_without_a_log_says_what_it_needs() -> None:
     assert proc.returncode == 2 and "--data-dir" in proc.stderr
 
 
+def test_a_log_in_memory_is_not_offered_for_resuming(tmp_path: Path) -> None:
+    """``[codemode.store] kind = "memory"`` keeps the log in the process even with a
+    data_dir: a paused run does not print its id as if it could be resumed, and the log
+    commands refuse, naming the kind (they used to print the id, and list an empty log)."""
+    config = tmp_path / "codemode.toml"
+    config.write_text(
+        f'[codemode]\ndata_dir = "{tmp_path / "data"}"\n[codemode.store]\nkind = "memory"\n'
+    )
+    paused = codemode(
+        "run", "-", "--tools", "examples/tracker_tools.py", "--config", str(config),
+        stdin='return await tools.github__comment({ number: 1, body: "hi" });',
+    )  # fmt: skip
+    assert paused.returncode == 3, paused.stderr
+    assert "codemode: script " not in paused.stderr
+    assert "cannot be resumed" in paused.stderr and 'kind = "memory"' in paused.stderr
+    one_clear_line(codemode("scripts", "--config", str(config)), 'kind = "memory"', "sqlite")
+
+
 def test_resume_of_an_unknown_script(tmp_path: Path) -> None:
     """resume of a script the log does not hold names it."""
     proc = codemode(
