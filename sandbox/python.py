@@ -68,6 +68,7 @@ import types
 import typing
 import unicodedata
 import uuid as _uuid
+import warnings
 from collections import deque
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -1202,6 +1203,7 @@ class Run(Replay):
         # a class's module up there (for a string annotation).
         self.module = types.ModuleType(_MAIN)
         self.sink = _Sink(self)
+        self.warned: set[str] = set()
         self.reserve: bytearray | None = None
         self.settle = self._settle
 
@@ -1447,6 +1449,12 @@ class Run(Replay):
 
     def _drive(self) -> Ran:
         saved = sys.stdout, sys.stderr, sys.getrecursionlimit()
+        # Every warning reaches _warning, which shows each once a run (CPython's default,
+        # kept by the run, not by registries a process keeps from run to run).
+        caught = warnings.catch_warnings()
+        caught.__enter__()
+        warnings.simplefilter("always")
+        warnings.showwarning = self._warning
         saved_module, saved_thread = sys.modules.get(_MAIN), _script_thread[0]
         sys.modules[_MAIN] = self.module
         _script_thread[0] = _thread.get_ident()
@@ -1468,6 +1476,7 @@ class Run(Replay):
         finally:
             sys.stdout, sys.stderr = saved[0], saved[1]
             sys.setrecursionlimit(saved[2])
+            caught.__exit__(None, None, None)
             _script_thread[0] = saved_thread
             if saved_module is None:
                 sys.modules.pop(_MAIN, None)
@@ -1483,6 +1492,18 @@ class Run(Replay):
         if self.outcome is not None and not self.new_calls:
             self._let_go()
         return self._conclude()
+
+    def _warning(
+        self, message: Any, category: Any, filename: str, lineno: int, *rest: Any, **more: Any
+    ) -> None:
+        """A warning, printed as CPython prints it but without the sandbox's own files (a
+        coroutine never awaited is reported where the sandbox dropped it): the script's line
+        when it is the script's."""
+        where = f"line {lineno}: " if filename == FILENAME else ""
+        text = f"{where}{getattr(category, '__name__', 'Warning')}: {message}\n"
+        if text not in self.warned:
+            self.warned.add(text)
+            self.sink.write(text)
 
     def _let_go(self) -> None:
         """Drop what the script holds (its tasks), so the ending has room to be written.

@@ -741,3 +741,23 @@ def test_returned_string_edge(over: int) -> None:
         assert ran.value_text is not None and ran.value_bytes == n + 2
     else:
         assert ran.value_text is None and ran.value == "v" * n
+
+
+def test_warnings_print_without_the_sandboxs_files() -> None:
+    """A warning goes to the printed text as CPython words it, with the script's line when
+    it is the script's, and never the sandbox's own file and line (where a coroutine never
+    awaited is dropped), each once a run, as CPython's default shows it."""
+    code = (
+        "import re\nasync def g():\n    pass\ndef h():\n    g()\nh()\nt = g()\n"
+        'for i in range(3):\n    re.compile("[[a]" + "a" * i)\nreturn 1'
+    )
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed == (
+        "line 5: RuntimeWarning: coroutine 'g' was never awaited\n"
+        "line 9: FutureWarning: Possible nested set at position 1\n"
+        "RuntimeWarning: coroutine 'g' was never awaited\n"
+    )
+    # Nothing is kept from the run before (re's own cache of patterns aside).
+    again = run(code.replace("[[a]", "[[b]"))
+    assert again.printed == ran.printed
