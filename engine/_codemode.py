@@ -30,7 +30,7 @@ from engine._config import (
     check_live_options,
     data_directory,
 )
-from engine._drive import Drive, new_owner
+from engine._drive import Drive, dead_local_owner, new_owner
 from engine._ending import Ending
 from engine._errors import CallNotWaiting, CodeModeError, ConfigError, ToolsMissing
 from engine._events import Listener, listeners_option
@@ -563,6 +563,8 @@ class CodeMode(StepLoop):
         stop = stop or asyncio.Event()
         while not stop.is_set():
             lease = await self.store.claim_ready(new_owner(), self.lease_ms)
+            if lease is None and self.store.local:
+                lease = await self._take_from_dead_host()
             if lease is None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.poll_interval)
@@ -577,6 +579,20 @@ class CodeMode(StepLoop):
                 logger.warning("worker left script=%s: %s", lease.script_id, e)
                 continue
             logger.info("worker drove script=%s status=%s", lease.script_id, result.status)
+
+    async def _take_from_dead_host(self) -> log.Lease | None:
+        """The lease of an active script, not held, whose host was a process of this machine
+        that is gone, taken over at once (as :meth:`resume` does) rather than when its lease
+        runs out; ``None`` if there is none."""
+        for record in await self.store.scripts("active"):
+            dead = None if record.held else dead_local_owner(self.store, record.lease)
+            if dead is not None:
+                lease = await self.store.acquire(
+                    record.id, new_owner(), self.lease_ms, take_from=dead
+                )
+                if lease is not None:
+                    return lease
+        return None
 
     async def _drive_owned(self, drive: Drive) -> RunResult:
         """Drive a script whose lease this host holds; the lease is given up at the end."""

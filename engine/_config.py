@@ -97,6 +97,10 @@ class StoreConfig:
     lease_ms: int = DEFAULT_LEASE_MS
     where: str = field(default="[codemode.store]", compare=False, repr=False)
 
+    def lasting(self, data_dir: Path | str | None) -> bool:
+        """Whether :meth:`build`'s log outlives the process (so a script can be resumed)."""
+        return self.kind == "postgres" or (self.kind != "memory" and data_dir is not None)
+
     def build(self, data_dir: Path | None) -> LogStore:
         """The store: PostgreSQL, in memory, or SQLite under ``data_dir`` (in memory without
         one when no kind was given). :class:`ConfigError` for ``kind = "sqlite"`` without a

@@ -68,42 +68,72 @@ from sandbox.protocol import Script, size_text
 
 # A script's status as the exit code of `run` and `resume` (the README's table says each).
 EXIT_CODES = {"finished": 0, "failed": 1, "paused": 3, "elsewhere": 4}
-MISTAKE, INTERRUPTED = 2, 130
-# After Ctrl-C a command ends what it started (MCP servers, live processes, its leases): if
-# that has not ended this many seconds later, or at a second Ctrl-C, it stops at once.
+MISTAKE, INTERRUPTED, TERMINATED = 2, 128 + signal.SIGINT, 128 + signal.SIGTERM
+# No runner took a step in time (sysexits' EX_TEMPFAIL): the same command may work later.
+UNAVAILABLE = 75
+# After Ctrl-C or SIGTERM a command ends what it started (MCP servers, live processes, its
+# leases): if that has not ended this many seconds later, or at a second signal, it stops at
+# once.
 INTERRUPT_GRACE = 10.0
 
 
 def _interruptible(command: Coroutine[Any, Any, int]) -> int:
-    """``asyncio.run(command)``, where Ctrl-C cancels the command (asyncio's own handling) and
-    a cleanup that then hangs cannot keep the process: see :data:`INTERRUPT_GRACE`."""
+    """``asyncio.run(command)``, where Ctrl-C (SIGINT) or SIGTERM (what a service manager or
+    ``kill`` sends) cancels the command, so it ends what it started, and a cleanup that then
+    hangs cannot keep the process: see :data:`INTERRUPT_GRACE`. Exits 130 after SIGINT and
+    143 after SIGTERM, as a shell reports a process those signals ended."""
 
     async def guarded() -> int:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        terminated = False
+
+        def bounded(code: int) -> None:
+            timer = threading.Timer(INTERRUPT_GRACE, _give_up, (code,))
+            timer.daemon = True
+            timer.start()
+
+        def on_sigterm() -> None:
+            nonlocal terminated
+            if terminated:  # a second SIGTERM: do not wait for the cleanup
+                _give_up(TERMINATED)
+            terminated = True
+            bounded(TERMINATED)
+            task.cancel()
+
         cancel = signal.getsignal(signal.SIGINT)  # asyncio's: it cancels this task
         if callable(cancel):
 
             def interrupted(signum: int, frame: Any) -> None:
-                timer = threading.Timer(INTERRUPT_GRACE, _give_up)
-                timer.daemon = True
-                timer.start()
-                signal.signal(signal.SIGINT, lambda *_: _give_up())
+                bounded(INTERRUPTED)
+                signal.signal(signal.SIGINT, lambda *_: _give_up(INTERRUPTED))
                 cancel(signum, frame)
 
             signal.signal(signal.SIGINT, interrupted)
-        return await command
+        # A command that handles SIGTERM itself (the worker's graceful stop) replaces this.
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+        try:
+            return await command
+        except asyncio.CancelledError:
+            if terminated:
+                print("codemode: terminated (SIGTERM)", file=sys.stderr)
+                return TERMINATED
+            raise
 
     return asyncio.run(guarded())
 
 
-def _give_up() -> None:
-    """End every process this one started (its MCP servers, its sandboxes) and exit, without
-    the cleanup that did not finish: the session log loses nothing written."""
-    print("codemode: interrupted; stopping without finishing the cleanup", file=sys.stderr)
+def _give_up(code: int) -> None:
+    """End every process this one started (its MCP servers, its sandboxes) and exit with
+    ``code``, without the cleanup that did not finish: the session log loses nothing written."""
+    why = "terminated" if code == TERMINATED else "interrupted"
+    print(f"codemode: {why}; stopping without finishing the cleanup", file=sys.stderr)
     with contextlib.suppress(Exception):
         for child in psutil.Process().children(recursive=True):
             with contextlib.suppress(psutil.Error):
                 child.kill()
-    os._exit(INTERRUPTED)
+    os._exit(code)
 
 
 def _version() -> str:
@@ -342,12 +372,19 @@ def _language(args: argparse.Namespace, config: Config) -> Any:
 
 def _needs_log(args: argparse.Namespace, command: str) -> Config:
     config = _config(args)
-    if not (args.data_dir or config.data_dir) and config.store.kind != "postgres":
-        raise CodeModeError(
-            f"{command} needs the session log: pass --data-dir (or set data_dir, or a "
-            "[codemode.store] in codemode.toml)"
-        )
+    if not config.store.lasting(args.data_dir or config.data_dir):
+        raise CodeModeError(f"{command} needs the session log: {_keep_the_log(config)}")
     return config
+
+
+def _keep_the_log(config: Config) -> str:
+    """What to do so that the log outlives the command."""
+    if config.store.kind == "memory":
+        return (
+            f'{config.store.where} kind = "memory" keeps it in the process; use kind = '
+            '"sqlite" (with a data_dir) or "postgres"'
+        )
+    return "pass --data-dir DIR (or set data_dir, or a [codemode.store] in codemode.toml)"
 
 
 async def _scripts(args: argparse.Namespace) -> int:
@@ -474,7 +511,9 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
-def _print_result(result: RunResult, as_json: bool, *, kept: bool = True) -> int:
+def _print_result(
+    result: RunResult, as_json: bool, *, kept: bool = True, config: Config | None = None
+) -> int:
     if as_json:  # JSON lines: `run` wrote the script's id first
         sys.stdout.write(orjson.dumps(result.to_dict()).decode() + "\n")
     else:
@@ -485,7 +524,8 @@ def _print_result(result: RunResult, as_json: bool, *, kept: bool = True) -> int
                 # Without a data dir the log lived in this process: say so, not "resume it".
                 sys.stderr.write(
                     "codemode: the session log was in memory, so this script cannot be "
-                    "resumed; run it with --data-dir DIR to continue it with codemode resume\n"
+                    "resumed; to continue scripts with codemode resume, "
+                    f"{_keep_the_log(config or Config())}\n"
                 )
     return EXIT_CODES[result.status]
 
@@ -505,13 +545,13 @@ async def _run(args: argparse.Namespace) -> int:
     config = _config(args)
     async with _watching(args) as listeners:
         result, kept = await _run_with(args, code, config, listeners)
-    return _print_result(result, args.json, kept=kept)
+    return _print_result(result, args.json, kept=kept, config=config)
 
 
 async def _run_with(
     args: argparse.Namespace, code: str, config: Config, listeners: list[Listener]
 ) -> tuple[RunResult, bool]:
-    kept = bool(args.data_dir or config.data_dir) or config.store.kind == "postgres"
+    kept = config.store.lasting(args.data_dir or config.data_dir)
 
     def started(script_id: str) -> None:
         # Before the first step, so a host that dies mid-script knows what to resume.
@@ -529,8 +569,9 @@ async def _run_with(
         if kept:
             raise
         raise StepUnavailable(
-            f"{e}; this run kept its log in memory, so run it again (with --data-dir DIR to "
-            "be able to resume it)"
+            f"{e}; this run kept its log in memory, so run it again (to be able to resume "
+            f"it, {_keep_the_log(config)})",
+            permanent=e.permanent,
         ) from None
     return result, kept
 
@@ -657,6 +698,9 @@ def _main(argv: list[str] | None) -> int:
             return 0
         _parser().print_help()
         return 2
+    except StepUnavailable as e:
+        print(f"codemode: {e}", file=sys.stderr)
+        return MISTAKE if e.permanent else UNAVAILABLE
     except CodeModeError as e:
         print(f"codemode: {e}", file=sys.stderr)
         return MISTAKE

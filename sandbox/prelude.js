@@ -317,14 +317,29 @@
   const callerFor = (name) => {
     let f = callers.get(name);
     if (!f) {
-      f = { [name]: function (args) { return callTool(name, args); } }[name];
+      f = { [name]: function (args) {
+        if (arguments.length > 1) {
+          throw new NativeTypeError("tools." + name + " takes one object of arguments, as tools." + name +
+            "({ ... }); it was given " + arguments.length + " arguments");
+        }
+        return callTool(name, args);
+      } }[name];
       callers.set(name, f);
     }
     return f;
   };
+  // What `tools` itself shows as, where no tool takes the name: `console.log(tools)` and
+  // `JSON.stringify(tools)` the names of the tools, `${tools}` a line of them.
+  const toolList = () => [...toolNames].sort();
+  const shownAs = freeze({
+    toJSON: () => toolList(),
+    toString: () => "[tools: " + toolList().join(", ") + "]",
+  });
   globalThis.tools = new NativeProxy({ __proto__: null }, {
     get(_, prop) {
+      if (prop === toPrimitiveKey) return shownAs.toString;
       if (typeof prop !== "string" || prop === "then") return undefined;
+      if (!toolNames.has(prop) && (prop === "toJSON" || prop === "toString")) return shownAs[prop];
       return callerFor(prop);
     },
     has: (_, prop) => toolNames.has(prop),

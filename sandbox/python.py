@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import _string
 import _strptime  # noqa: F401 - datetime and time import it on first use, from C
+import _thread
 import ast
 import base64
 import bisect
@@ -67,6 +68,7 @@ import types
 import typing
 import unicodedata
 import uuid as _uuid
+import warnings
 from collections import deque
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -323,7 +325,71 @@ def compile_script(code: str) -> types.CodeType:
         if isinstance(const, types.CodeType) and const.co_flags & 0x200:  # CO_ASYNC_GENERATOR
             line = next((n.lineno for n in ast.walk(tree) if isinstance(n, ast.Yield)), 1)
             raise SyntaxError("'yield' at the top level of a script", (FILENAME, line, 0, ""))
-    return compiled
+    return compiled.replace(co_consts=tuple(_top_level(c) for c in compiled.co_consts))
+
+
+_PREFIX = f"{_MAIN}.<locals>."
+
+
+def _top_level(code: Any) -> Any:
+    """``code`` with the qualified names of what it defines as a module's would be: the
+    script's own ``class A`` is ``A``, not ``script.<locals>.A``, in its reprs (a
+    dataclass's, ``<class 'A'>``), as when CPython runs the script as a module."""
+    if not isinstance(code, types.CodeType):
+        return code
+    consts = tuple(_top_level(c) for c in code.co_consts)
+    name = code.co_qualname
+    if name.startswith(_PREFIX):
+        short = name[len(_PREFIX) :]
+        if not code.co_flags & inspect.CO_OPTIMIZED:  # a class body: it sets __qualname__
+            consts = tuple(short if c == name and type(c) is str else c for c in consts)
+        return code.replace(co_consts=consts, co_qualname=short)
+    return code.replace(co_consts=consts)
+
+
+# ---- dataclasses ----
+
+# The thread a script runs on now (None: no script runs): dataclasses checks its code then.
+_script_thread: list[int | None] = [None]
+# What dataclasses' own source for a class's methods names that a script may not.
+_DATACLASS_NAMES = frozenset({"__dataclass_builtins_object__", "__dataclass_self__"})
+_DATACLASS_ATTRIBUTES = frozenset({"__class__", "__setattr__", "__delattr__", "__post_init__"})
+
+
+def _dataclass_exec(source: str, globals: Any = None, locals: Any = None) -> None:
+    """``exec`` as ``dataclasses`` sees it: the methods of a script's dataclass are source
+    text made of its field names, which a script chooses freely (``type("X", (), {
+    "__annotations__": {"a,evil()": int}})``), then run with the real builtins. While a
+    script runs, that text passes the script's own check (but for the names dataclasses'
+    templates use) and runs with the script's builtins."""
+    if _script_thread[0] != _thread.get_ident():
+        exec(source, globals, locals)
+        return
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        raise TypeError("a dataclass's field names must be Python identifiers") from None
+    defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    try:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute):
+                if node.attr in _DATACLASS_ATTRIBUTES and isinstance(node.ctx, ast.Load):
+                    continue
+                why = _refused_attribute(node.attr)
+                if why is not None:
+                    raise Refused(node.lineno, why)
+            elif isinstance(node, ast.Name | ast.arg):
+                name = node.id if isinstance(node, ast.Name) else node.arg
+                if name not in _DATACLASS_NAMES and name not in defined:
+                    _check_name(node, name)
+            elif type(node) in _CHECKED:
+                _check_other(node)
+    except Refused as e:
+        raise TypeError(f"a dataclass of a script cannot use {e.message}") from None
+    exec(compile(tree, "<dataclass>", "exec"), {"__builtins__": dict(_BUILTINS)}, locals)
+
+
+dataclasses.exec = _dataclass_exec  # type: ignore[attr-defined]  # its global shadows the builtin
 
 
 # ---- safe replacements ----
@@ -924,11 +990,7 @@ def _json(value: Any, root: str) -> str:
     try:
         return orjson.dumps(data).decode()
     except orjson.JSONEncodeError:  # a lone surrogate in a string
-        return (
-            json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-            .encode("utf-8", "replace")
-            .decode("utf-8")
-        )
+        return _well_formed(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
 
 
 def _depth() -> int:
@@ -966,10 +1028,12 @@ class _Sink(_Opaque):
 
 
 def _well_formed(text: str) -> str:
+    """``text`` as JavaScript's strings cross to UTF-8: a surrogate pair is its character
+    and a lone surrogate U+FFFD."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return text.encode("utf-8", "replace").decode("utf-8")
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return text
 
 
@@ -1135,7 +1199,11 @@ class Run(Replay):
         self.deferred_futures: list[tuple[_Future, str]] = []
         self.modules: dict[str, Module] = {}
         self.main: Task | None = None
+        # The script's module (its globals), in sys.modules while it runs: dataclasses looks
+        # a class's module up there (for a string annotation).
+        self.module = types.ModuleType(_MAIN)
         self.sink = _Sink(self)
+        self.warned: set[str] = set()
         self.reserve: bytearray | None = None
         self.settle = self._settle
 
@@ -1232,7 +1300,11 @@ class Run(Replay):
 
     # ---- the scheduler ----
 
-    def _task(self, awaitable: Any) -> _Future:
+    def _task(
+        self, awaitable: Any, refusal: str = "a script awaits coroutines and tool calls"
+    ) -> _Future:
+        """``awaitable`` as a future the scheduler runs; a TypeError, ``refusal`` naming what
+        was given, for anything that cannot be awaited."""
         if isinstance(awaitable, _Future):
             return awaitable
         if isinstance(awaitable, types.CoroutineType):
@@ -1241,9 +1313,7 @@ class Run(Replay):
             return task
         if hasattr(type(awaitable), "__await__"):  # asyncio.sleep, a script's own awaitable
             return self._task(_await(awaitable))
-        raise TypeError(
-            f"a script awaits coroutines and tool calls, not {type(awaitable).__name__}"
-        )
+        raise TypeError(f"{refusal}, not {type(awaitable).__name__}")
 
     def _gather(self, *awaitables: Any, return_exceptions: bool = False) -> _Future:
         children = [self._task(a) for a in awaitables]
@@ -1279,12 +1349,11 @@ class Run(Replay):
             # A tool call is already running (its future is its task), and asyncio.sleep is
             # not a coroutine here: each is taken as CPython takes a coroutine or ensure_future
             # an awaitable.
-            if not (isinstance(coro, _Future) or hasattr(type(coro), "__await__")):
-                raise TypeError(
-                    "asyncio.create_task takes a coroutine or a tool call, as "
-                    f"asyncio.create_task(tools.name(...)), not {type(coro).__name__}"
-                )
-            return self._task(coro)
+            return self._task(
+                coro,
+                "asyncio.create_task takes a coroutine or a tool call, as "
+                "asyncio.create_task(tools.name(...))",
+            )
 
         def sleep(delay: float = 0, result: Any = None) -> _Yield:
             return _Yield(result)
@@ -1360,16 +1429,18 @@ class Run(Replay):
         self.modules["asyncio"] = self._asyncio()
         builtins_ = dict(_BUILTINS)
         builtins_["__import__"] = self._import
-        scope: dict[str, Any] = {
-            "__builtins__": builtins_,
-            "__name__": "script",
-            "tools": Tools(self),
-            "files": Files(self),
-            "ToolError": ToolError,
-            "LimitError": LimitError,
-            "FileError": FileError,
-            _FORMAT: _format_view,
-        }
+        scope = self.module.__dict__
+        scope.update(
+            {
+                "__builtins__": builtins_,
+                "tools": Tools(self),
+                "files": Files(self),
+                "ToolError": ToolError,
+                "LimitError": LimitError,
+                "FileError": FileError,
+                _FORMAT: _format_view,
+            }
+        )
         exec(code, scope)
         main = scope.pop(_MAIN)
         self.main = Task(main())
@@ -1378,6 +1449,15 @@ class Run(Replay):
 
     def _drive(self) -> Ran:
         saved = sys.stdout, sys.stderr, sys.getrecursionlimit()
+        # Every warning reaches _warning, which shows each once a run (CPython's default,
+        # kept by the run, not by registries a process keeps from run to run).
+        caught = warnings.catch_warnings()
+        caught.__enter__()
+        warnings.simplefilter("always")
+        warnings.showwarning = self._warning
+        saved_module, saved_thread = sys.modules.get(_MAIN), _script_thread[0]
+        sys.modules[_MAIN] = self.module
+        _script_thread[0] = _thread.get_ident()
         sys.stdout = sys.stderr = self.sink
         sys.setrecursionlimit(_depth() + RECURSION_LIMIT)
         self.reserve = bytearray(_RESERVE_BYTES)
@@ -1396,6 +1476,12 @@ class Run(Replay):
         finally:
             sys.stdout, sys.stderr = saved[0], saved[1]
             sys.setrecursionlimit(saved[2])
+            caught.__exit__(None, None, None)
+            _script_thread[0] = saved_thread
+            if saved_module is None:
+                sys.modules.pop(_MAIN, None)
+            else:
+                sys.modules[_MAIN] = saved_module
             self.reserve = None
         main = self.main
         if main is not None and main._done and self.outcome is None:
@@ -1406,6 +1492,18 @@ class Run(Replay):
         if self.outcome is not None and not self.new_calls:
             self._let_go()
         return self._conclude()
+
+    def _warning(
+        self, message: Any, category: Any, filename: str, lineno: int, *rest: Any, **more: Any
+    ) -> None:
+        """A warning, printed as CPython prints it but without the sandbox's own files (a
+        coroutine never awaited is reported where the sandbox dropped it): the script's line
+        when it is the script's."""
+        where = f"line {lineno}: " if filename == FILENAME else ""
+        text = f"{where}{getattr(category, '__name__', 'Warning')}: {message}\n"
+        if text not in self.warned:
+            self.warned.add(text)
+            self.sink.write(text)
 
     def _let_go(self) -> None:
         """Drop what the script holds (its tasks), so the ending has room to be written.

@@ -8,8 +8,8 @@
 // The subset: annotations, `as` and `<T>x` casts, `satisfies`, non-null `!`, interfaces, type
 // aliases, `declare`, generics in calls and definitions, `enum` and `const enum`, access
 // modifiers and parameter properties, `abstract`, `implements`, type-only imports. Left out:
-// value namespaces (`namespace N { ... }`, refused before Sucrase, which would drop them
-// silently), decorators, `import`/`export` of values (a script has no modules), JSX.
+// value namespaces (`namespace N { ... }`, which Sucrase drops silently: refused once it has),
+// decorators, `import`/`export` of values (a script has no modules), JSX.
 import { transform } from "sucrase";
 
 const OPTIONS = Object.freeze({
@@ -18,22 +18,63 @@ const OPTIONS = Object.freeze({
   keepUnusedImports: true,
 });
 
-// A value namespace at the start of a line: not JavaScript, and not in the subset.
-const NAMESPACE = /^[ \t]*(?:export[ \t]+)?(namespace|module)[ \t]+[A-Za-z_$][\w$.]*[ \t]*\{/m;
+// Something shaped like a namespace (`namespace N {`, `module N {`), wherever it is: Sucrase
+// parses a namespace as a type and removes it, value namespaces too, in any place (after a
+// `;`, in a block). What has this shape in the script but not in Sucrase's output (which
+// keeps strings, comments and every line) was such a declaration, unless it is in an ambient
+// block (`declare namespace`, `declare module "m"`, `declare global`), which is only types.
+const NAMESPACE = /(?<![\w$.])(namespace|module)[ \t\r\n]+([A-Za-z_$][\w$.]*)[ \t\r\n]*\{/g;
+const AMBIENT =
+  /(?<![\w$.])declare[ \t\r\n]+(?:global|(?:namespace|module)[ \t\r\n]*(?:[A-Za-z_$][\w$.]*|"[^"\n]*"|'[^'\n]*'))[ \t\r\n]*\{/g;
+
+// The index just past the `}` that closes the `{` at `open` (strings and comments skipped).
+function blockEnd(code, open) {
+  let depth = 0;
+  for (let i = open; i < code.length; i++) {
+    const c = code[i];
+    if (c === "{") depth += 1;
+    else if (c === "}" && --depth === 0) return i + 1;
+    else if (c === '"' || c === "'" || c === "`") {
+      for (i++; i < code.length && code[i] !== c; i++) if (code[i] === "\\") i++;
+    } else if (c === "/" && code[i + 1] === "/") {
+      while (i < code.length && code[i] !== "\n") i++;
+    } else if (c === "/" && code[i + 1] === "*") {
+      const close = code.indexOf("*/", i + 2);
+      i = close < 0 ? code.length : close + 1;
+    }
+  }
+  return code.length;
+}
+
+// The first value namespace Sucrase removed from `code` (giving `out`), or null.
+function removedNamespace(code, out) {
+  const ambient = Array.from(code.matchAll(AMBIENT), (m) => [
+    m.index,
+    blockEnd(code, m.index + m[0].length - 1),
+  ]);
+  const kept = Array.from(out.matchAll(NAMESPACE), (m) => m[1] + " " + m[2]);
+  let next = 0;
+  for (const m of code.matchAll(NAMESPACE)) {
+    if (ambient.some(([start, end]) => start <= m.index && m.index < end)) continue;
+    if (next < kept.length && kept[next] === m[1] + " " + m[2]) next += 1;
+    else return m;
+  }
+  return null;
+}
 
 // The answer is JSON text: {"code"} or {"error", "line"}; strings only cross to Python.
 globalThis.__cm_typescript = function strip(code) {
-  const namespace = NAMESPACE.exec(code);
-  if (namespace) {
-    const line = code.slice(0, namespace.index).split("\n").length;
-    return JSON.stringify({
-      error: "TypeScript " + namespace[1] + " declarations are not supported in a script; " +
-        "use an object (const N = { ... }) instead",
-      line,
-    });
-  }
   try {
-    return JSON.stringify({ code: transform(code, OPTIONS).code });
+    const out = transform(code, OPTIONS).code;
+    const namespace = removedNamespace(code, out);
+    if (namespace) {
+      return JSON.stringify({
+        error: "TypeScript " + namespace[1] + " declarations are not supported in a script; " +
+          "use an object (const N = { ... }) instead",
+        line: code.slice(0, namespace.index).split("\n").length,
+      });
+    }
+    return JSON.stringify({ code: out });
   } catch (e) {
     // Out of stack or memory (QuickJS throws null when it cannot even make the error).
     if (e === null || e instanceof RangeError || e instanceof InternalError) throw e;

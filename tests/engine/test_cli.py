@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.engine.conftest import cli_taking_ctrl_c
 
@@ -205,6 +206,24 @@ def test_resume_without_a_log_says_what_it_needs() -> None:
     assert proc.returncode == 2 and "--data-dir" in proc.stderr
 
 
+def test_a_log_in_memory_is_not_offered_for_resuming(tmp_path: Path) -> None:
+    """``[codemode.store] kind = "memory"`` keeps the log in the process even with a
+    data_dir: a paused run does not print its id as if it could be resumed, and the log
+    commands refuse, naming the kind (they used to print the id, and list an empty log)."""
+    config = tmp_path / "codemode.toml"
+    config.write_text(
+        f'[codemode]\ndata_dir = "{tmp_path / "data"}"\n[codemode.store]\nkind = "memory"\n'
+    )
+    paused = codemode(
+        "run", "-", "--tools", "examples/tracker_tools.py", "--config", str(config),
+        stdin='return await tools.github__comment({ number: 1, body: "hi" });',
+    )  # fmt: skip
+    assert paused.returncode == 3, paused.stderr
+    assert "codemode: script " not in paused.stderr
+    assert "cannot be resumed" in paused.stderr and 'kind = "memory"' in paused.stderr
+    one_clear_line(codemode("scripts", "--config", str(config)), 'kind = "memory"', "sqlite")
+
+
 def test_resume_of_an_unknown_script(tmp_path: Path) -> None:
     """resume of a script the log does not hold names it."""
     proc = codemode(
@@ -216,9 +235,10 @@ def test_resume_of_an_unknown_script(tmp_path: Path) -> None:
 # --- bad input: one line naming the problem and the fix, exit code 2, no traceback ----------
 
 
-def one_clear_line(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """The process failed with exit code 2 and one line on stderr holding every needle."""
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+def one_clear_line(proc: subprocess.CompletedProcess[str], *needles: str, code: int = 2) -> str:
+    """The process failed with exit code ``code`` and one line on stderr holding every
+    needle."""
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
     assert "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -439,7 +459,8 @@ def test_bad_slots_variable_is_a_config_error() -> None:
 
 def test_config_with_relative_token_file_outside_the_working_directory(tmp_path: Path) -> None:
     """A relative token_file is read from the config's folder, once (not joined twice): the
-    run gets as far as the service, which is not there."""
+    run gets as far as the service, which is not there: exit code 75, as the same command
+    may work once the service is up."""
     folder = tmp_path / "conf"
     folder.mkdir()
     (folder / "runner.token").write_text("t" * 32 + "\n")
@@ -455,7 +476,7 @@ def test_config_with_relative_token_file_outside_the_working_directory(tmp_path:
         capture_output=True, text=True, input="return 1", cwd=tmp_path, timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
-    line = one_clear_line(proc, "no runner took a step")
+    line = one_clear_line(proc, "no runner took a step", "resume it later", code=75)
     assert "token" not in line
 
 
@@ -590,10 +611,17 @@ TOOLS = [stuck]
 """
 
 
-def test_ctrl_c_ends_a_run_whose_cleanup_cannot_finish(tmp_path: Path) -> None:
-    """Ctrl-C while a sync tool is stuck: the command is cancelled, its cleanup cannot end
-    (the tool's thread never returns), and the process still exits, 130, after its grace,
-    ending what it started; it used to wait for the thread for good."""
+@pytest.mark.parametrize(
+    ("signum", "code", "word"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+)
+def test_ctrl_c_ends_a_run_whose_cleanup_cannot_finish(
+    tmp_path: Path, signum: int, code: int, word: str
+) -> None:
+    """Ctrl-C (or SIGTERM) while a sync tool is stuck: the command is cancelled, its cleanup
+    cannot end (the tool's thread never returns), and the process still exits, 130 (143),
+    after its grace, ending what it started; it used to wait for the thread for good (and
+    SIGTERM killed it on the spot, its cleanup not run)."""
     tools = tmp_path / "tools.py"
     tools.write_text(STUCK_TOOLS)
     script = tmp_path / "script.js"
@@ -612,13 +640,13 @@ def test_ctrl_c_ends_a_run_whose_cleanup_cannot_finish(tmp_path: Path) -> None:
             assert process.poll() is None and time.monotonic() < deadline, process.poll()
             time.sleep(0.05)
         started = psutil.Process(process.pid).children(recursive=True)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         _, err = process.communicate(timeout=120)  # a backstop: the grace is 10 s
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate()
-    assert process.returncode == 130, err
-    assert "interrupted; stopping without finishing the cleanup" in err
+    assert process.returncode == code, err
+    assert f"{word}; stopping without finishing the cleanup" in err
     _, alive = psutil.wait_procs(started, timeout=30)
     assert alive == []

@@ -57,18 +57,33 @@ return { a, b, receipt };
 """
 
 HOST = """
-import asyncio, sys, json
+import asyncio, os, sys, json
 sys.path.insert(0, {root!r})
-from engine import CodeMode
+from engine import CodeMode, RunResult
 from engine._loading import load_tools
 from tests.engine.conftest import InProcessRunner
 
 async def main():
     tools, _ = load_tools({tools!r})
-    engine = CodeMode(tools, runner=InProcessRunner(), data_dir={data!r})
+    lease_ms = int(os.environ.get("LEASE_MS", "30000"))
+    engine = CodeMode(
+        tools, runner=InProcessRunner(), data_dir={data!r}, lease_ms=lease_ms, poll_interval=0.1
+    )
     action = sys.argv[1]
     if action == "start":
         result = await engine.run_code(sys.stdin.read())
+    elif action == "work":  # a worker, until the script ends
+        stop = asyncio.Event()
+
+        async def until_ended():
+            while (record := await engine.store.get_script(sys.argv[2])).outcome is None:
+                await asyncio.sleep(0.1)
+            stop.set()
+            return RunResult.from_dict(record.outcome)
+
+        ended = asyncio.create_task(until_ended())
+        await engine.work(stop=stop)
+        result = await ended
     elif action == "key":  # a start by the model's tool-use id, as a chat loop makes it
         result = await engine.run_code(sys.stdin.read(), key=sys.argv[2])
     else:
@@ -78,14 +93,15 @@ async def main():
         result = await engine.resume(script_id)
     print(json.dumps(result.to_dict()), flush=True)
     # End the host the hard way: no cleanup, no close.
-    import os
     os._exit(0)
 
 asyncio.run(main())
 """
 
 
-def _run_host(tmp_path: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+def _run_host(
+    tmp_path: Path, *args: str, stdin: str = "", lease_ms: int = 30_000
+) -> subprocess.CompletedProcess[str]:
     """One host process over the data directory in ``tmp_path``."""
     tools = tmp_path / "tools.py"
     tools.write_text(TOOLS)
@@ -96,7 +112,7 @@ def _run_host(tmp_path: Path, *args: str, stdin: str = "") -> subprocess.Complet
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "LEDGER": str(tmp_path / "ledger")},
+        env={**os.environ, "LEDGER": str(tmp_path / "ledger"), "LEASE_MS": str(lease_ms)},
         cwd=ROOT,
     )
 
@@ -162,6 +178,26 @@ def test_a_restarted_host_replaying_a_keyed_start_takes_its_script_over(tmp_path
     proc = _run_host(tmp_path, "key", "toolu_7", stdin=script)
     assert proc.returncode == 9  # the tool took the host down, its lease still held
     done = _host(tmp_path, "key", "toolu_7", stdin=script)
+    assert done["status"] == "finished", done["text"]
+    assert done["value"]["a"] == 10 and "interrupted" in done["value"]["note"]
+    assert _ledger(tmp_path) == ["fetch 1", "crash 2"]
+
+
+def test_a_worker_takes_over_at_once_from_a_host_that_died(tmp_path: Path) -> None:
+    """A host dies while it drives a script, holding a lease longer than the test may wait:
+    a worker on this machine takes the script over at once (as ``resume`` and a keyed start
+    do) and finishes it, the call that was running settled as interrupted, none run twice."""
+    script = """
+    const a = await tools.fetch({ n: 1 });
+    let note;
+    try { await tools.crash({ n: 2 }) } catch (e) { note = e.message }
+    return { a, note };
+    """
+    proc = _run_host(tmp_path, "start", stdin=script, lease_ms=3_600_000)
+    assert proc.returncode == 9  # the tool took the host down, its hour-long lease held
+    (record,) = asyncio.run(_scripts(tmp_path / "data"))
+    assert record.status == "active" and record.lease is not None
+    done = _host(tmp_path, "work", record.id)
     assert done["status"] == "finished", done["text"]
     assert done["value"]["a"] == 10 and "interrupted" in done["value"]["note"]
     assert _ledger(tmp_path) == ["fetch 1", "crash 2"]

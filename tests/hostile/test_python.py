@@ -164,6 +164,70 @@ def test_introspection_at_run_time_is_refused(run: Run, name: str) -> None:
     assert ran.error.name in {"AttributeError", "TypeError"}, ran.error
 
 
+# dataclasses writes a class's methods as source text made of its field names, which a
+# script chooses freely, and runs it: before it was checked, each of these ran.
+DATACLASS_INJECTIONS = {
+    "a dunder in a field name": "{'a,print(().__class__.__bases__)': int}",
+    "the import function": "{\"a,__import__('os')\": int}",
+    "a builtin scripts lack": "{\"a,open('/etc/passwd')\": int}",
+    "another module's globals": "{'a,getpid()': int}, '__module__': 'os'",
+    "not Python": "{'a)\\n': int}",
+}
+
+
+@pytest.mark.parametrize("name", sorted(DATACLASS_INJECTIONS))
+def test_a_dataclass_runs_no_code_the_script_could_not(run: Run, name: str) -> None:
+    code = (
+        "import dataclasses\n"
+        f"X = type('X', (), {{'__annotations__': {DATACLASS_INJECTIONS[name]}}})\n"
+        "Y = dataclasses.dataclass(X, init=False, repr=False)\n"
+        "y = Y()\ny.a = 1\nprint('compared', y == y)"
+    )
+    ran = run(code)
+    assert ran.outcome == "failed", ran.printed
+    assert ran.error.name in {"TypeError", "NameError"}, ran.error
+    assert ran.printed == ""
+
+
+def test_dataclasses_of_every_kind_still_work(run: Run) -> None:
+    """The check of dataclasses' source lets every template through: frozen, ordered,
+    slotted, keyword-only, hashed, factories, InitVar, __post_init__, a string annotation
+    (dataclasses looks the class's module up), make_dataclass; a field named with an
+    underscore is refused, as the attribute is."""
+    code = (
+        "import dataclasses, typing\n"
+        "kinds = [{}, {'frozen': True}, {'order': True}, {'slots': True}, {'kw_only': True},\n"
+        "    {'unsafe_hash': True}, {'frozen': True, 'slots': True, 'order': True}]\n"
+        "out = []\n"
+        "for kind in kinds:\n"
+        "    @dataclasses.dataclass(**kind)\n"
+        "    class A:\n"
+        "        a: 'int'\n"
+        "        b: list = dataclasses.field(default_factory=list)\n"
+        "        c: dataclasses.InitVar[int] = 0\n"
+        "        d: typing.ClassVar[int] = 1\n"
+        "        def __post_init__(self, c):\n"
+        "            self.b.append(c)\n"
+        "    x = A(a=1, c=2)\n"
+        "    out.append([repr(x), x == A(a=1, c=2), dataclasses.asdict(x)])\n"
+        "M = dataclasses.make_dataclass('M', [('x', int)], frozen=True)\n"
+        "out.append(repr(M(3)))\n"
+        "try:\n"
+        "    @dataclasses.dataclass\n"
+        "    class P:\n"
+        "        _x: int = 0\n"
+        "except TypeError as e:\n"
+        "    out.append(str(e))\n"
+        "return out"
+    )
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    *kinds, made, refused = ran.value
+    assert kinds == [["A(a=1, b=[2])", True, {"a": 1, "b": [2]}]] * 7
+    assert made == "M(x=3)"
+    assert refused.startswith("a dataclass of a script cannot use the attribute '_x'")
+
+
 def test_what_a_script_may_reach_holds_no_module() -> None:
     """Every public attribute of every allowed module, and of the classes and objects it
     holds, one level down: none is a module or a file (what typing.sys would have been)."""

@@ -364,6 +364,18 @@ def test_lone_surrogates_do_not_crash() -> None:
     orjson.dumps(ran.model_dump())
 
 
+def test_surrogates_cross_as_in_javascript() -> None:
+    """A lone surrogate becomes U+FFFD (not ``?``) and a pair its character, in printed text,
+    returned values and arguments alike, as a JavaScript string's do."""
+    ran = run("s = 'a\\ud800b\\ud83d\\ude00'\nprint(s)\nawait tools.echo(s=s)")
+    assert ran.printed == "a\ufffdb\U0001f600\n"
+    assert ran.calls[0].arguments == {"s": "a\ufffdb\U0001f600"}
+    echoed = rec("echo", {"s": "a\ufffdb\U0001f600"}, result=1)
+    assert value(
+        "s = 'a\\ud800b\\ud83d\\ude00'\nawait tools.echo(s=s)\nreturn {'k\\udc00': s}", [echoed]
+    ) == {"k\ufffd": "a\ufffdb\U0001f600"}
+
+
 # ---- errors ----
 
 
@@ -634,7 +646,7 @@ def test_classes_with_inheritance_work() -> None:
         "try:\n    raise Oops('a')\nexcept Oops as e:\n    m = str(e)\n"
         "return [Child(2).x, m, type(Child(1)).__name__, Child.__qualname__]"
     )
-    assert value(code) == [4, "oops a", "Child", "script.<locals>.Child"]
+    assert value(code) == [4, "oops a", "Child", "Child"]
 
 
 def test_format_still_works() -> None:
@@ -729,3 +741,23 @@ def test_returned_string_edge(over: int) -> None:
         assert ran.value_text is not None and ran.value_bytes == n + 2
     else:
         assert ran.value_text is None and ran.value == "v" * n
+
+
+def test_warnings_print_without_the_sandboxs_files() -> None:
+    """A warning goes to the printed text as CPython words it, with the script's line when
+    it is the script's, and never the sandbox's own file and line (where a coroutine never
+    awaited is dropped), each once a run, as CPython's default shows it."""
+    code = (
+        "import re\nasync def g():\n    pass\ndef h():\n    g()\nh()\nt = g()\n"
+        'for i in range(3):\n    re.compile("[[a]" + "a" * i)\nreturn 1'
+    )
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed == (
+        "line 5: RuntimeWarning: coroutine 'g' was never awaited\n"
+        "line 9: FutureWarning: Possible nested set at position 1\n"
+        "RuntimeWarning: coroutine 'g' was never awaited\n"
+    )
+    # Nothing is kept from the run before (re's own cache of patterns aside).
+    again = run(code.replace("[[a]", "[[b]"))
+    assert again.printed == ran.printed

@@ -186,6 +186,38 @@ def test_non_object_arguments_throw_a_type_error(argument, given):
     assert message.endswith(f"it was given {given}")
 
 
+def test_a_second_argument_is_a_type_error_not_dropped():
+    """``tools.echo({...}, more)``: the second argument would be lost, so the call throws
+    at its site, sending nothing (it used to run with the first alone)."""
+    name, message = caught("await tools.echo({ a: 1 }, { b: 2 });")
+    assert name == "TypeError"
+    assert message.endswith("it was given 2 arguments")
+    assert run("await tools.echo({ a: 1 }, 2);").calls == []
+
+
+@pytest.mark.parametrize(
+    ("expression", "shown"),
+    [
+        ("JSON.stringify(tools)", '["echo","get_reviews","list_prs"]'),
+        ("`${tools}`", "[tools: echo, get_reviews, list_prs]"),
+        ("String(tools)", "[tools: echo, get_reviews, list_prs]"),
+        ("tools + ''", "[tools: echo, get_reviews, list_prs]"),
+    ],
+)
+def test_tools_itself_shows_as_the_tools_names(expression, shown):
+    """A model looking at ``tools`` (printing it, putting it in a string) sees the tools'
+    names; each of these threw "tools.toString does not exist" (or toJSON, valueOf)."""
+    assert value(f"return {expression};", tools=["list_prs", "echo", "get_reviews"]) == shown
+    ran = run("console.log(tools);", tools=["list_prs", "echo", "get_reviews"])
+    assert ran.printed == '["echo","get_reviews","list_prs"]\n'
+
+
+def test_tools_named_like_object_methods_are_still_tools():
+    """A tool named toString or toJSON is that tool, not the names."""
+    ran = run("await tools.toString({}); await tools.toJSON({});", tools=["toString", "toJSON"])
+    assert [c.name for c in ran.calls] == ["toString"]
+
+
 @pytest.mark.parametrize(
     ("expression", "path", "what"),
     [

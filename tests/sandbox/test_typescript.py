@@ -260,6 +260,41 @@ def test_value_namespace_is_refused_with_what_to_do() -> None:
     assert [x.line for x in ran.error.lines] == [2]
 
 
+@pytest.mark.parametrize(
+    ("code", "line"),
+    [
+        ("const z = 1; namespace N { export const a = 1; }\nreturn N.a;", 1),
+        ("/* c */ namespace N { export const a = 1; }\nreturn N.a;", 1),
+        ("let n: number = 1;\nif (n) {\n  namespace M { export const b = 2; }\n}\nreturn 1;", 3),
+        ("const x: number = 1;\nif (x) { module Legacy { export const z = 1; } }\nreturn 1;", 2),
+        ("declare global { namespace G {} }\nnamespace Z { export const v = 1 }\nreturn 1;", 2),
+    ],
+)
+def test_a_value_namespace_anywhere_is_refused(code: str, line: int) -> None:
+    """Sucrase drops a value namespace wherever it is, not only at the start of a line (its
+    code never ran, and using it was a ReferenceError): each is refused at its line."""
+    ran = run(code)
+    assert ran.error is not None and ran.error.name == "SyntaxError", ran.error
+    assert "declarations are not supported in a script" in ran.error.message
+    assert [x.line for x in ran.error.lines] == [line]
+
+
+def test_namespace_shapes_that_declare_no_value_run() -> None:
+    """Ambient namespaces, nested ones included, and the shape in a string or a comment are
+    not value namespaces."""
+    code = (
+        'const s: string = "; namespace X { a";\n'
+        "// namespace Y { in a comment\n"
+        "declare namespace D { namespace Inner { const x: number } }\n"
+        'declare module "m" { namespace H { const q: "}" } }\n'
+        "declare global { namespace G {} }\n"
+        "return s;"
+    )
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == "; namespace X { a"
+
+
 def test_the_stripper_is_out_of_the_scripts_reach() -> None:
     """The script cannot see or replace the function that stripped it."""
     code = "const t: string = typeof globalThis.__cm_typescript;\nreturn t;"

@@ -167,8 +167,10 @@ def _wait_for(path: Path, process: subprocess.Popen[str]) -> None:
         time.sleep(0.05)
 
 
-def test_ctrl_c_mid_call_ends_the_servers(tmp_path: Path) -> None:
-    """Ctrl-C while a server's call hangs: exit 130, and neither server runs on."""
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_mid_call_ends_the_servers(tmp_path: Path, signum: int, code: int) -> None:
+    """Ctrl-C (or SIGTERM, what a service manager sends) while a server's call hangs: exit
+    130 (143), and neither server runs on."""
     _toml(tmp_path)
     (tmp_path / "script.js").write_text(
         "await tools.memory__read_graph({});\nreturn await tools.lab__hang({});\n"
@@ -184,13 +186,13 @@ def test_ctrl_c_mid_call_ends_the_servers(tmp_path: Path) -> None:
     try:
         _wait_for(tmp_path / "hang.pid", process)
         assert len(left_running(tmp_path)) >= 2  # both servers run now
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         _, err = process.communicate(timeout=TIMEOUT)
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate()
-    assert process.returncode == 130, err
+    assert process.returncode == code, err
     assert left_running(tmp_path) == []
 
 
