@@ -77,6 +77,9 @@ JS_STACK_BYTES = 1024 * 1024
 _FRAME = re.compile(r"<input>:(\d{1,9})(?!\d)")
 # A line that imports or exports (not `import(...)`): a script is a function's body.
 _MODULE_LINE = re.compile(r"\s*(?:import\s*[\w${*\"']|export\b)")
+# A decorator (`@name` at a line's start, or after a space, `{` or `;`).
+_DECORATOR = re.compile(r"(?:^|[\s{;])@[A-Za-z_$]")
+_NO_DECORATORS = "; decorators are not supported in a script: call the function instead"
 _NO_MODULES = (
     "; a script is the body of an async function and has no modules to import or export: "
     "reach the host through `tools` (await tools.name({...}))"
@@ -264,6 +267,8 @@ class Run(Replay):
             name == "ReferenceError" and message.startswith("could not load module")
         ):
             message += _NO_MODULES
+        elif name == "SyntaxError" and lines and _DECORATOR.search(lines[0].text):
+            message += _NO_DECORATORS
         return Ran(
             outcome="failed",
             error=ScriptError(

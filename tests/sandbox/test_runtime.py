@@ -1003,3 +1003,20 @@ def test_imports_and_exports_say_a_script_has_no_modules(code: str) -> None:
     assert all(x.text.lstrip().startswith(("import", "export")) for x in ran.error.lines)
     if "await import" not in code:
         assert ran.error.lines
+
+
+@pytest.mark.parametrize(
+    ("code", "line"),
+    [
+        ("function dec(t: any) { return t; }\n@dec\nclass A {}\nreturn 1;", 2),
+        ("const dec = (t: any) => t;\nclass A {\n  @dec m() {}\n}\nreturn 1;", 3),
+    ],
+)
+def test_decorators_say_they_are_not_supported(code: str, line: int) -> None:
+    ran = run(code)
+    assert ran.outcome == "failed" and ran.error is not None
+    assert ran.error.name == "SyntaxError"
+    assert ran.error.message.endswith(
+        "; decorators are not supported in a script: call the function instead"
+    ), ran.error
+    assert [x.line for x in ran.error.lines] == [line]
