@@ -27,7 +27,13 @@ class CallNotWaiting(CodeModeError):
 
 
 class StepUnavailable(CodeModeError):
-    """No runner took the step before its queue timeout; the script can be resumed later."""
+    """No runner took the step before its queue timeout; the script can be resumed later.
+    ``permanent``: no runner ever can as things are (a runner refused the step for good: its
+    message says what to fix first)."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 class ToolDefinitionError(CodeModeError):

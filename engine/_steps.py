@@ -163,7 +163,8 @@ class StepLoop(CallSettling):
                     if e.permanent:
                         raise StepUnavailable(
                             f"no runner can take a step of script {record.id}: {e}; fix that, "
-                            "then resume the script"
+                            "then resume the script",
+                            permanent=True,
                         ) from e
                     raise StepUnavailable(
                         f"no runner took a step of script {record.id} within "

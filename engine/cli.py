@@ -69,6 +69,8 @@ from sandbox.protocol import Script, size_text
 # A script's status as the exit code of `run` and `resume` (the README's table says each).
 EXIT_CODES = {"finished": 0, "failed": 1, "paused": 3, "elsewhere": 4}
 MISTAKE, INTERRUPTED, TERMINATED = 2, 128 + signal.SIGINT, 128 + signal.SIGTERM
+# No runner took a step in time (sysexits' EX_TEMPFAIL): the same command may work later.
+UNAVAILABLE = 75
 # After Ctrl-C or SIGTERM a command ends what it started (MCP servers, live processes, its
 # leases): if that has not ended this many seconds later, or at a second signal, it stops at
 # once.
@@ -568,7 +570,8 @@ async def _run_with(
             raise
         raise StepUnavailable(
             f"{e}; this run kept its log in memory, so run it again (to be able to resume "
-            f"it, {_keep_the_log(config)})"
+            f"it, {_keep_the_log(config)})",
+            permanent=e.permanent,
         ) from None
     return result, kept
 
@@ -695,6 +698,9 @@ def _main(argv: list[str] | None) -> int:
             return 0
         _parser().print_help()
         return 2
+    except StepUnavailable as e:
+        print(f"codemode: {e}", file=sys.stderr)
+        return MISTAKE if e.permanent else UNAVAILABLE
     except CodeModeError as e:
         print(f"codemode: {e}", file=sys.stderr)
         return MISTAKE

@@ -1300,7 +1300,11 @@ class Run(Replay):
 
     # ---- the scheduler ----
 
-    def _task(self, awaitable: Any) -> _Future:
+    def _task(
+        self, awaitable: Any, refusal: str = "a script awaits coroutines and tool calls"
+    ) -> _Future:
+        """``awaitable`` as a future the scheduler runs; a TypeError, ``refusal`` naming what
+        was given, for anything that cannot be awaited."""
         if isinstance(awaitable, _Future):
             return awaitable
         if isinstance(awaitable, types.CoroutineType):
@@ -1309,9 +1313,7 @@ class Run(Replay):
             return task
         if hasattr(type(awaitable), "__await__"):  # asyncio.sleep, a script's own awaitable
             return self._task(_await(awaitable))
-        raise TypeError(
-            f"a script awaits coroutines and tool calls, not {type(awaitable).__name__}"
-        )
+        raise TypeError(f"{refusal}, not {type(awaitable).__name__}")
 
     def _gather(self, *awaitables: Any, return_exceptions: bool = False) -> _Future:
         children = [self._task(a) for a in awaitables]
@@ -1347,12 +1349,11 @@ class Run(Replay):
             # A tool call is already running (its future is its task), and asyncio.sleep is
             # not a coroutine here: each is taken as CPython takes a coroutine or ensure_future
             # an awaitable.
-            if not (isinstance(coro, _Future) or hasattr(type(coro), "__await__")):
-                raise TypeError(
-                    "asyncio.create_task takes a coroutine or a tool call, as "
-                    f"asyncio.create_task(tools.name(...)), not {type(coro).__name__}"
-                )
-            return self._task(coro)
+            return self._task(
+                coro,
+                "asyncio.create_task takes a coroutine or a tool call, as "
+                "asyncio.create_task(tools.name(...))",
+            )
 
         def sleep(delay: float = 0, result: Any = None) -> _Yield:
             return _Yield(result)

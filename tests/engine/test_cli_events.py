@@ -138,11 +138,18 @@ def test_the_readme_documents_every_exit_code() -> None:
     import re
     import signal
 
-    from engine.cli import EXIT_CODES, INTERRUPTED, MISTAKE, TERMINATED
+    from engine.cli import EXIT_CODES, INTERRUPTED, MISTAKE, TERMINATED, UNAVAILABLE
 
     readme = (ROOT / "README.md").read_text()
     table = dict(re.findall(r"^\| (\d+) \| (.+?) \|$", readme, re.M))
-    codes = {*EXIT_CODES.values(), MISTAKE, INTERRUPTED, TERMINATED, 128 + signal.SIGPIPE}
+    codes = {
+        *EXIT_CODES.values(),
+        MISTAKE,
+        UNAVAILABLE,
+        INTERRUPTED,
+        TERMINATED,
+        128 + signal.SIGPIPE,
+    }
     assert {int(c) for c in table} == codes
     for status, code in EXIT_CODES.items():
         meaning = table[str(code)]

@@ -560,13 +560,14 @@ async def test_queue_timeout_and_permanent_refusals_raise_step_unavailable() -> 
     """Past the queue timeout, or when waiting cannot help, the host gets StepUnavailable and
     the script stays in the log, resumable."""
     engine = CodeMode([], runner=_Refusing(failures=10**6), retry_delay=0.01, queue_timeout=0.05)
-    with pytest.raises(StepUnavailable, match="within"):
+    with pytest.raises(StepUnavailable, match="within") as waited:
         await engine.run_code("return 3")
+    assert not waited.value.permanent  # the same step may be taken later
     refused = _Refusing(failures=1, permanent=True)
     engine = CodeMode([], runner=refused, retry_delay=10, queue_timeout=600)
     with pytest.raises(StepUnavailable, match="fix that") as info:
         await engine.run_code("return 4")
-    assert refused.tries == 1
+    assert refused.tries == 1 and info.value.permanent
     (record,) = await engine.store.scripts()
     assert (await engine.resume(record.id)).value == 4
     assert "busy right now" in str(info.value)
