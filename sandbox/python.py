@@ -403,11 +403,18 @@ dataclasses.exec = _dataclass_exec  # type: ignore[attr-defined]  # its global s
 # ---- safe replacements ----
 
 
+# What a script reads as `x.format` is the safe formatter's (see check's rewrite), however
+# it names it: getattr(x, "format"), operator.attrgetter, operator.methodcaller.
+_FORMATTING = ("format", "format_map")
+
+
 def _safe_getattr(obj: Any, name: str, *default: Any) -> Any:
     if isinstance(name, str):
         why = _refused_attribute(name)
         if why is not None:
             raise AttributeError(why)
+        if name in _FORMATTING:
+            obj = _format_view(obj)
     return builtins.getattr(obj, name, *default)
 
 
@@ -483,18 +490,31 @@ def _format_view(obj: Any) -> Any:
 
 
 def _attrgetter(*names: str) -> Any:
-    for name in names:
-        for part in str(name).split("."):
+    paths = [str(name).split(".") for name in names]
+    for path in paths:
+        for part in path:
             why = _refused_attribute(part)
             if why is not None:
                 raise AttributeError(why)
-    return operator.attrgetter(*names)
+    if not any(part in _FORMATTING for path in paths for part in path):
+        return operator.attrgetter(*names)
+
+    def get(path: list[str], obj: Any) -> Any:
+        for part in path:
+            obj = _safe_getattr(obj, part)
+        return obj
+
+    if len(paths) == 1:
+        return functools.partial(get, paths[0])
+    return lambda obj: tuple(get(path, obj) for path in paths)
 
 
 def _methodcaller(name: str, *args: Any, **kwargs: Any) -> Any:
     why = _refused_attribute(str(name))
     if why is not None:
         raise AttributeError(why)
+    if name in _FORMATTING:
+        return lambda obj: _safe_getattr(obj, name)(*args, **kwargs)
     return operator.methodcaller(name, *args, **kwargs)
 
 

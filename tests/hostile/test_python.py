@@ -135,6 +135,17 @@ AT_RUN_TIME = {
     "format_map": "'{x.__class__}'.format_map({'x': 1})",
     "str.format": "str.format('{0.__class__}', 1)",
     "string.Formatter": "import string\nstring.Formatter().format('{0.__class__}', 1)",
+    "format by getattr": "getattr('{0.__class__.__bases__}', 'format')(())",
+    "format by attrgetter": (
+        "import operator\noperator.attrgetter('format')('{0.__class__.__bases__}')(())"
+    ),
+    "format_map by dotted attrgetter": (
+        "import operator\nclass B:\n    s = '{a.__class__}'\n"
+        "operator.attrgetter('s.format_map', 's')(B())[0]({'a': 1})"
+    ),
+    "format by methodcaller": (
+        "import operator\noperator.methodcaller('format', ())('{0.__class__.__bases__}')"
+    ),
     "attrgetter": "import operator\noperator.attrgetter('real.__class__')(1)",
     "methodcaller": "import operator\noperator.methodcaller('__reduce_ex__', 2)(tools)",
     "typing leaks sys": "import typing\ntyping.sys",
