@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import os
+import stat
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -250,8 +253,11 @@ class CodeModeServer:
         from mcp.server.stdio import stdio_server
 
         server = self.server()
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options(_notifications()))
+        with _stdin_lines() as stdin:
+            async with stdio_server(stdin=stdin) as (read, write):
+                await server.run(
+                    read, write, server.create_initialization_options(_notifications())
+                )
 
     async def run_http(
         self,
@@ -348,6 +354,84 @@ class _Progress:
     async def close(self) -> None:
         self._queue.put_nowait(None)
         await self._task
+
+
+@contextlib.contextmanager
+def _stdin_lines() -> Iterator[Any]:
+    """This process's stdin as the async lines the SDK's ``stdio_server`` reads, or None (the
+    SDK reads it) when stdin is a regular file, whose reads never wait.
+
+    The SDK reads stdin in a worker thread, which no cancellation reaches: a signal could not
+    end the server until its client closed stdin (a terminal never does; a supervisor
+    kills it, and what it started with it). This reads without a thread, so cancelling
+    ends the read. As the SDK does, fd 0 points at the null device meanwhile, so no child
+    reads the client's messages; it is put back on the way out.
+    """
+    if stat.S_ISREG(os.fstat(0).st_mode):
+        yield None
+        return
+    wire = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    blocking = os.get_blocking(wire)
+    os.set_blocking(wire, False)
+    try:
+        yield _Lines(wire)
+    finally:
+        os.set_blocking(wire, blocking)  # the file description may be a terminal's
+        os.dup2(wire, 0)
+        os.close(wire)
+
+
+class _Lines:
+    """The lines of a non-blocking file descriptor, read on the event loop (not a thread)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._buffer = bytearray()
+        self._ended = False
+
+    def __aiter__(self) -> _Lines:
+        return self
+
+    async def __anext__(self) -> str:
+        searched = 0
+        while True:
+            end = self._buffer.find(b"\n", searched)
+            if end >= 0:
+                line = bytes(self._buffer[: end + 1])
+                del self._buffer[: end + 1]
+                return line.decode("utf-8", "replace")
+            if self._ended:
+                if not self._buffer:
+                    raise StopAsyncIteration
+                line = bytes(self._buffer)
+                self._buffer.clear()
+                return line.decode("utf-8", "replace")
+            searched = len(self._buffer)
+            chunk = await self._read()
+            self._ended = not chunk
+            self._buffer += chunk
+
+    async def _read(self) -> bytes:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                return os.read(self._fd, 1 << 16)
+            except BlockingIOError:
+                pass
+            readable: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(self._fd, _settle, readable)
+            try:
+                await readable
+            finally:
+                loop.remove_reader(self._fd)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _notifications() -> Any:

@@ -259,3 +259,62 @@ def test_the_approve_flags_reach_the_servers_log_from_anywhere(
     )
     toml.write_text('[codemode]\ndata_dir = "d"\n[codemode.store]\nkind = "memory"\n')
     assert flags("codemode.toml", "d") is None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_mcp_serve_on_stdio_ends_at_a_signal_while_its_client_stays(
+    tmp_path: Path, signum: int
+) -> None:
+    """SIGTERM or Ctrl-C ends `codemode mcp serve` mid-call while its client still holds its
+    stdin open (a terminal, a supervisor stopping it): the servers and sandboxes it started
+    end with it. The SDK's stdin reader blocks in a thread no cancellation reaches, which
+    used to keep the process until its stdin closed."""
+    _toml(tmp_path)
+    process = subprocess.Popen(
+        cli_taking_ctrl_c("mcp", "serve"),
+        cwd=tmp_path,
+        env=_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdin is not None and process.stdout is not None
+
+    def send(message: dict[str, Any]) -> None:
+        assert process.stdin is not None
+        process.stdin.write(orjson.dumps({"jsonrpc": "2.0", **message}) + b"\n")
+        process.stdin.flush()
+
+    try:
+        send(
+            {
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "0"},
+                },
+            }
+        )
+        assert b'"id":1' in process.stdout.readline()
+        send({"method": "notifications/initialized"})
+        send(
+            {
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "run_code", "arguments": {"code": "await tools.lab__hang({})"}},
+            }
+        )
+        deadline = time.monotonic() + TIMEOUT
+        while not (tmp_path / "hang.pid").exists():
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        process.send_signal(signum)
+        process.wait(timeout=TIMEOUT)  # stdin stays open all along
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+    assert process.returncode == 0
+    assert left_running(tmp_path) == []
