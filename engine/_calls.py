@@ -22,7 +22,7 @@ from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
 from engine._search import ToolIndex
 from engine._skills import Skill, find_skill, skill_answer
 from engine._tool_threads import ToolThreads
-from engine._tools import Tool, ToolCallError, ToolContext
+from engine._tools import Tool, ToolCallError, ToolContext, described
 from engine._worker import Decision, Worker, ask, calls_trigger
 from runner import bounded
 from sandbox.names import closest_names
@@ -153,7 +153,7 @@ class CallSettling(Emitting):
                 "tool call failed unexpectedly script=%s call=%s", record.id, entry.call_id
             )
             await self._settle_failed(
-                drive, _failed(entry, f"tools.{entry.name} failed: {type(e).__name__}: {e}")
+                drive, _failed(entry, f"tools.{entry.name} failed: {described(e)}")
             )
             return
         try:

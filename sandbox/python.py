@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import _string
 import _strptime  # noqa: F401 - datetime and time import it on first use, from C
-import _thread
 import ast
 import base64
 import bisect
@@ -70,7 +69,7 @@ import unicodedata
 import uuid as _uuid
 import warnings
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import orjson
@@ -349,20 +348,29 @@ def _top_level(code: Any) -> Any:
 
 # ---- dataclasses ----
 
-# The thread a script runs on now (None: no script runs): dataclasses checks its code then.
-_script_thread: list[int | None] = [None]
 # What dataclasses' own source for a class's methods names that a script may not.
 _DATACLASS_NAMES = frozenset({"__dataclass_builtins_object__", "__dataclass_self__"})
 _DATACLASS_ATTRIBUTES = frozenset({"__class__", "__setattr__", "__delattr__", "__post_init__"})
 
 
+def _scripts_code_on_stack() -> bool:
+    """True when a script's code called this (when its run is over too: a finalizer)."""
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == FILENAME:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _dataclass_exec(source: str, globals: Any = None, locals: Any = None) -> None:
     """``exec`` as ``dataclasses`` sees it: the methods of a script's dataclass are source
     text made of its field names, which a script chooses freely (``type("X", (), {
-    "__annotations__": {"a,evil()": int}})``), then run with the real builtins. While a
-    script runs, that text passes the script's own check (but for the names dataclasses'
-    templates use) and runs with the script's builtins."""
-    if _script_thread[0] != _thread.get_ident():
+    "__annotations__": {"a,evil()": int}})``), then run with the real builtins. When a
+    script's code makes the class (its finalizers too, after its run), that text passes the
+    script's own check (but for the names dataclasses' templates use) and runs with the
+    script's builtins."""
+    if not _scripts_code_on_stack():
         exec(source, globals, locals)
         return
     try:
@@ -395,11 +403,18 @@ dataclasses.exec = _dataclass_exec  # type: ignore[attr-defined]  # its global s
 # ---- safe replacements ----
 
 
+# What a script reads as `x.format` is the safe formatter's (see check's rewrite), however
+# it names it: getattr(x, "format"), operator.attrgetter, operator.methodcaller.
+_FORMATTING = ("format", "format_map")
+
+
 def _safe_getattr(obj: Any, name: str, *default: Any) -> Any:
     if isinstance(name, str):
         why = _refused_attribute(name)
         if why is not None:
             raise AttributeError(why)
+        if name in _FORMATTING:
+            obj = _format_view(obj)
     return builtins.getattr(obj, name, *default)
 
 
@@ -475,18 +490,31 @@ def _format_view(obj: Any) -> Any:
 
 
 def _attrgetter(*names: str) -> Any:
-    for name in names:
-        for part in str(name).split("."):
+    paths = [str(name).split(".") for name in names]
+    for path in paths:
+        for part in path:
             why = _refused_attribute(part)
             if why is not None:
                 raise AttributeError(why)
-    return operator.attrgetter(*names)
+    if not any(part in _FORMATTING for path in paths for part in path):
+        return operator.attrgetter(*names)
+
+    def get(path: list[str], obj: Any) -> Any:
+        for part in path:
+            obj = _safe_getattr(obj, part)
+        return obj
+
+    if len(paths) == 1:
+        return functools.partial(get, paths[0])
+    return lambda obj: tuple(get(path, obj) for path in paths)
 
 
 def _methodcaller(name: str, *args: Any, **kwargs: Any) -> Any:
     why = _refused_attribute(str(name))
     if why is not None:
         raise AttributeError(why)
+    if name in _FORMATTING:
+        return lambda obj: _safe_getattr(obj, name)(*args, **kwargs)
     return operator.methodcaller(name, *args, **kwargs)
 
 
@@ -1448,50 +1476,59 @@ class Run(Replay):
         return self._drive()
 
     def _drive(self) -> Ran:
-        saved = sys.stdout, sys.stderr, sys.getrecursionlimit()
+        # The script's code may also run once its queue is empty: a returned dict subclass's
+        # items(), an error's __str__, a dropped task's `finally`. So all of it, the ending
+        # made of its value included, runs inside the fence.
+        with self._fenced():
+            try:
+                while True:
+                    ready = self.ready
+                    while ready and not self.ended:
+                        self._step(ready.popleft())
+                    if self.ended:
+                        raise _Ended
+                    if not self._settle_recorded():
+                        break
+            except (MemoryError, _Ended):
+                self._let_go()
+                raise
+            main = self.main
+            if main is not None and main._done and self.outcome is None:
+                if main._error is not None:
+                    self.outcome = ("error", main._error)
+                else:
+                    self.outcome = ("value", main._value)
+            if self.outcome is not None and not self.new_calls:
+                self._let_go()
+            return self._conclude()
+
+    @contextlib.contextmanager
+    def _fenced(self) -> Iterator[None]:
+        """What holds while the script's code runs: printed text and warnings go to the run,
+        recursion is bounded, the script's module is in sys.modules (dataclasses looks a
+        class's module up there), a little memory is kept for the ending."""
+        saved = sys.stdout, sys.stderr, sys.getrecursionlimit(), sys.modules.get(_MAIN)
         # Every warning reaches _warning, which shows each once a run (CPython's default,
         # kept by the run, not by registries a process keeps from run to run).
         caught = warnings.catch_warnings()
         caught.__enter__()
         warnings.simplefilter("always")
         warnings.showwarning = self._warning
-        saved_module, saved_thread = sys.modules.get(_MAIN), _script_thread[0]
         sys.modules[_MAIN] = self.module
-        _script_thread[0] = _thread.get_ident()
         sys.stdout = sys.stderr = self.sink
         sys.setrecursionlimit(_depth() + RECURSION_LIMIT)
         self.reserve = bytearray(_RESERVE_BYTES)
         try:
-            while True:
-                ready = self.ready
-                while ready and not self.ended:
-                    self._step(ready.popleft())
-                if self.ended:
-                    raise _Ended
-                if not self._settle_recorded():
-                    break
-        except (MemoryError, _Ended):
-            self._let_go()
-            raise
+            yield
         finally:
             sys.stdout, sys.stderr = saved[0], saved[1]
             sys.setrecursionlimit(saved[2])
             caught.__exit__(None, None, None)
-            _script_thread[0] = saved_thread
-            if saved_module is None:
+            if saved[3] is None:
                 sys.modules.pop(_MAIN, None)
             else:
-                sys.modules[_MAIN] = saved_module
+                sys.modules[_MAIN] = saved[3]
             self.reserve = None
-        main = self.main
-        if main is not None and main._done and self.outcome is None:
-            if main._error is not None:
-                self.outcome = ("error", main._error)
-            else:
-                self.outcome = ("value", main._value)
-        if self.outcome is not None and not self.new_calls:
-            self._let_go()
-        return self._conclude()
 
     def _warning(
         self, message: Any, category: Any, filename: str, lineno: int, *rest: Any, **more: Any
