@@ -630,7 +630,8 @@ class RunnerService:
         when its answer went out (:meth:`_exchange`)."""
         if self.draining:
             held.end("the runner service is draining")
-        bound = protocol.results_bound(held.script.limits)
+        # The client's own limits size the line; never past what a script line may be.
+        bound = min(protocol.results_bound(held.script.limits), self.max_script_line)
         reading = asyncio.create_task(
             conn.line(bound, idle=self.live_wait, timeout=self.line_timeout)
         )

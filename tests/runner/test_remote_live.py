@@ -18,7 +18,7 @@ import pytest
 from engine import CodeMode, MemoryStore, tool
 from runner import ProcessRunner, RemoteRunner, RunError, RunnerService, Step
 from runner._remote import RemoteLive
-from sandbox.protocol import Record
+from sandbox.protocol import Limits, Record
 
 from .remote_support import TOKEN, script, service_process, services
 
@@ -245,3 +245,21 @@ async def test_a_service_gone_mid_live_wait_means_replay_elsewhere(
             await engine.aclose()
             if how == "frozen":
                 os.kill(processes[victim[0]].pid, signal.SIGCONT)
+
+
+async def test_a_results_line_is_bounded_by_the_service_not_by_the_clients_limits() -> None:
+    """A client whose script claims huge limits cannot make the service buffer a results
+    line past its ``max_script_line``: the service drops it and ends the process."""
+    local = ProcessRunner(mode="fork")
+    bound = 1 << 20
+    async with services(local, max_script_line=bound) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        limits = Limits(results=1 << 40, step_arguments=1 << 40)
+        step = await remote.run(script(THREE, tools=TOOLS, limits=limits), live=True)
+        assert step.live is not None and service.live_runs == 1
+        [pid] = _waiting_pids(service)
+        big = [Record(name=c.name, arguments=c.arguments, result="x" * bound) for c in step.calls]
+        with pytest.raises(RunError, match="a line over the bound of 1,048,576 bytes"):
+            await step.live.resume(big)
+        await until(lambda: service.live_runs == 0 and _gone(pid), "the process to end")
+        await remote.aclose()
