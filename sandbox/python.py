@@ -173,9 +173,16 @@ def _refused_attribute(name: str) -> str | None:
 
 
 class _Opaque:
-    """Objects of the sandbox that a script holds: not to be copied or pickled."""
+    """Objects of the sandbox that a script holds: not to be copied or pickled, nor
+    subclassed by a script (the scheduler trusts a future's state; a subclass could leave
+    it unset)."""
 
     __slots__ = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        if _SEALED:
+            raise TypeError(f"{_TYPE_NAME.__get__(cls.__mro__[1])} cannot be subclassed")
+        super().__init_subclass__(**kwargs)
 
     def __copy__(self) -> NoReturn:
         raise TypeError(f"{type(self).__name__} objects cannot be copied")
@@ -185,6 +192,16 @@ class _Opaque:
 
     def __reduce_ex__(self, protocol: Any) -> NoReturn:
         raise TypeError(f"{type(self).__name__} objects cannot be pickled or copied")
+
+
+_TYPE_NAME = type.__dict__["__name__"]
+_SEALED = False
+
+
+def _type_name(value: Any) -> str:
+    """The name of ``value``'s class, as the class was made: a script's metaclass may make
+    ``__name__`` a property that raises or gives no string."""
+    return str(_TYPE_NAME.__get__(type(value)))
 
 
 # ---- the check and the compiler ----
@@ -403,11 +420,18 @@ dataclasses.exec = _dataclass_exec  # type: ignore[attr-defined]  # its global s
 # ---- safe replacements ----
 
 
+# What a script reads as `x.format` is the safe formatter's (see check's rewrite), however
+# it names it: getattr(x, "format"), operator.attrgetter, operator.methodcaller.
+_FORMATTING = ("format", "format_map")
+
+
 def _safe_getattr(obj: Any, name: str, *default: Any) -> Any:
     if isinstance(name, str):
         why = _refused_attribute(name)
         if why is not None:
             raise AttributeError(why)
+        if name in _FORMATTING:
+            obj = _format_view(obj)
     return builtins.getattr(obj, name, *default)
 
 
@@ -483,18 +507,31 @@ def _format_view(obj: Any) -> Any:
 
 
 def _attrgetter(*names: str) -> Any:
-    for name in names:
-        for part in str(name).split("."):
+    paths = [str(name).split(".") for name in names]
+    for path in paths:
+        for part in path:
             why = _refused_attribute(part)
             if why is not None:
                 raise AttributeError(why)
-    return operator.attrgetter(*names)
+    if not any(part in _FORMATTING for path in paths for part in path):
+        return operator.attrgetter(*names)
+
+    def get(path: list[str], obj: Any) -> Any:
+        for part in path:
+            obj = _safe_getattr(obj, part)
+        return obj
+
+    if len(paths) == 1:
+        return functools.partial(get, paths[0])
+    return lambda obj: tuple(get(path, obj) for path in paths)
 
 
 def _methodcaller(name: str, *args: Any, **kwargs: Any) -> Any:
     why = _refused_attribute(str(name))
     if why is not None:
         raise AttributeError(why)
+    if name in _FORMATTING:
+        return lambda obj: _safe_getattr(obj, name)(*args, **kwargs)
     return operator.methodcaller(name, *args, **kwargs)
 
 
@@ -961,7 +998,7 @@ def _plain(
                         name = str(_plain(key, root, path, depth, parents))
                     else:
                         raise _NotPlain(
-                            f"{_where(root, path)} has a key of type {type(key).__name__}; "
+                            f"{_where(root, path)} has a key of type {_type_name(key)}; "
                             "keys are strings"
                         )
                     out[name] = _plain(item, root, (*path, name), depth + 1, parents)
@@ -979,7 +1016,7 @@ def _plain(
     elif isinstance(value, decimal.Decimal):
         hint = " (pass str(value) or float(value))"
     raise _NotPlain(
-        f"{_where(root, path)} is a {type(value).__name__}{hint}; data must be plain "
+        f"{_where(root, path)} is a {_type_name(value)}{hint}; data must be plain "
         "(dict, list, tuple, str, int, float, bool, None)"
     )
 
@@ -1022,7 +1059,7 @@ class _Sink(_Opaque):
 
     def write(self, text: str) -> int:
         if not isinstance(text, str):
-            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+            raise TypeError(f"write() argument must be str, not {_type_name(text)}")
         run = self._run
         if not run.ended:
             run.printed.write(_well_formed(text))
@@ -1313,15 +1350,16 @@ class Run(Replay):
     ) -> _Future:
         """``awaitable`` as a future the scheduler runs; a TypeError, ``refusal`` naming what
         was given, for anything that cannot be awaited."""
-        if isinstance(awaitable, _Future):
+        # By the type, never isinstance: an object's __class__ may be a script's property.
+        if issubclass(type(awaitable), _Future):
             return awaitable
-        if isinstance(awaitable, types.CoroutineType):
+        if type(awaitable) is types.CoroutineType:
             task = Task(awaitable)
             self.ready.append(task)
             return task
         if hasattr(type(awaitable), "__await__"):  # asyncio.sleep, a script's own awaitable
             return self._task(_await(awaitable))
-        raise TypeError(f"{refusal}, not {type(awaitable).__name__}")
+        raise TypeError(f"{refusal}, not {_type_name(awaitable)}")
 
     def _gather(self, *awaitables: Any, return_exceptions: bool = False) -> _Future:
         children = [self._task(a) for a in awaitables]
@@ -1381,7 +1419,7 @@ class Run(Replay):
         except BaseException as e:  # the script's own error, SystemExit included
             task._reject(e)
             return
-        if isinstance(yielded, _Future):
+        if issubclass(type(yielded), _Future):
             if yielded._done:
                 self.ready.append(task)
             else:
@@ -1390,7 +1428,7 @@ class Run(Replay):
             self.ready.append(task)
         else:
             task._throw = TypeError(
-                f"a script awaits coroutines and tool calls, not {type(yielded).__name__}"
+                f"a script awaits coroutines and tool calls, not {_type_name(yielded)}"
             )
             self.ready.append(task)
 
@@ -1549,7 +1587,11 @@ class Run(Replay):
         try:
             text = _json(value, "the returned value")
             return _finished("j" + text)
-        except (TypeError, _NotData) as e:
+        except (MemoryError, _Ended):
+            raise
+        except BaseException as e:
+            if not isinstance(e, TypeError | _NotData) or _script_lines(e):
+                return self._error(e)  # the value's own code raised (a dict's items())
             message = (
                 f"{e}; return plainer data"
                 if isinstance(e, TypeError)
@@ -1558,13 +1600,7 @@ class Run(Replay):
             return Ran(outcome="failed", error=ScriptError(name="TypeError", message=message))
 
     def _error(self, error: BaseException) -> Ran:
-        lines: list[int] = []
-        tb = error.__traceback__
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename == FILENAME:
-                lines.append(tb.tb_lineno)
-            tb = tb.tb_next
-        lines.reverse()  # innermost first, as a JavaScript stack
+        lines = _script_lines(error)
         if isinstance(error, MemoryError):
             message = self._memory_message()
             return Ran(
@@ -1572,11 +1608,11 @@ class Run(Replay):
                 error=ScriptError(name="LimitError", message=message, lines=self._line_list(lines)),
                 limit=LimitMet(name="memory", message=message),
             )
-        name = type(error).__name__
+        name = _type_name(error)
         try:
             message = str(error)
         except BaseException as e:  # the script's own __str__
-            message = f"an error that cannot be read: {type(e).__name__}"
+            message = f"an error that cannot be read: {_type_name(e)}"
         limit = None
         if isinstance(error, LimitError) and message in self.limit_errors:
             limit = LimitMet(name=self.limit_errors[message], message=message)
@@ -1598,6 +1634,19 @@ class Run(Replay):
             if len(lines) >= 8:
                 break
         return lines
+
+
+def _script_lines(error: BaseException) -> list[int]:
+    """The script's lines in ``error``'s traceback, innermost first (as a JavaScript
+    stack)."""
+    lines: list[int] = []
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == FILENAME:
+            lines.append(tb.tb_lineno)
+        tb = tb.tb_next
+    lines.reverse()
+    return lines
 
 
 def warm_up_code() -> str:
@@ -1637,3 +1686,7 @@ def warm_up_code() -> str:
         "await rows()\n"
         "return [r, str(x), str(statistics.stdev([1.0, 2.0]))]\n"
     )
+
+
+# Every class of the sandbox is made: from here on, _Opaque has no new subclass.
+_SEALED = True
