@@ -704,6 +704,10 @@ class CodeMode(StepLoop):
             await self.store.answer(script_id, call_id, expect, log.FAILED, error=message)
             self._emit("call.failed", script_id, call_id=call_id, tool=entry.name, error=message)
             return
+        if size > self.limits_for((await self.store.get_script(script_id)).tenant).results:
+            # Over the budget on its own, as a host tool's result may be (engine._calls):
+            # its size is kept, not its bytes, and the script ends on the results limit.
+            data = None
         await self.store.answer(
             script_id, call_id, expect, log.DONE, result=data, result_bytes=size
         )
