@@ -331,14 +331,14 @@ class CodeMode(StepLoop):
             script_id = self._new_id()
             text = f"Script failed.\nScriptError: {e}"
             return RunResult(script_id, "failed", text, error={"name": "ScriptError"})
+        # Checked before anything is recorded: a log keeps neither a tenant that is no name
+        # nor text with a lone surrogate (the store's own error said neither).
+        _check_name("tenant", tenant, "the name of the user or organization it runs for")
+        if key is not None:
+            _check_name("key", key, "the model's tool-use id")
         # The host's limits are checked before the script is recorded, so a bad limits
         # function leaves no script behind that could never run.
         self.limits_for(tenant)
-        if key is not None and not (isinstance(key, str) and 0 < len(key) <= MAX_KEY):
-            raise CodeModeError(
-                f"key = {key!r:.80} must be a string of 1 to {MAX_KEY} characters, such as the "
-                "model's tool-use id"
-            )
         if key is None:
             return await self._start(body, language, tenant, files, None, on_start)
         result, joined = await self._once(
@@ -746,6 +746,21 @@ class CodeMode(StepLoop):
 
 class NotText(ValueError):
     """A script that is not Unicode text: no log could keep it."""
+
+
+def _check_name(what: str, value: object, example: str) -> None:
+    """Raise :class:`CodeModeError` unless ``value`` is a string of 1 to ``MAX_KEY``
+    characters that every log can keep (no lone surrogate, no NUL)."""
+    if not (
+        isinstance(value, str)
+        and 0 < len(value) <= MAX_KEY
+        and LONE_SURROGATE.search(value) is None
+        and "\x00" not in value  # PostgreSQL's text takes no NUL
+    ):
+        raise CodeModeError(
+            f"{what} = {value!r:.80} must be a string of 1 to {MAX_KEY} characters of Unicode "
+            f"text without NUL, such as {example}"
+        )
 
 
 def _check_text(code: str) -> None:
