@@ -764,7 +764,10 @@ def _check_name(what: str, value: object, example: str) -> None:
 
 
 def _check_text(code: str) -> None:
-    """Raise :class:`NotText` naming where ``code`` has a lone surrogate."""
+    """Raise :class:`NotText` naming where ``code`` has a lone surrogate or a NUL (which
+    PostgreSQL's text cannot keep; a model's JSON arguments can hold one as ``\\u0000``)."""
+    if "\x00" not in code and LONE_SURROGATE.search(code) is None:
+        return
     for number, line in enumerate(code.split("\n"), 1):
         found = LONE_SURROGATE.search(line)
         if found:
@@ -772,6 +775,11 @@ def _check_text(code: str) -> None:
             raise NotText(
                 f"line {number} has a lone surrogate (U+{char:04X}), which is not Unicode "
                 f'text; write it as an escape in a string ("\\u{char:04x}")'
+            )
+        if "\x00" in line:
+            raise NotText(
+                f"line {number} has a NUL character (U+0000), which no session log keeps; "
+                'write it as an escape in a string ("\\u0000")'
             )
 
 

@@ -680,6 +680,24 @@ async def test_a_script_with_a_lone_surrogate_fails_with_a_script_error(
     assert "line 2 has a lone surrogate (U+D800)" in result.text
 
 
+async def test_a_script_with_a_nul_fails_with_a_script_error_on_every_store(
+    make_store: Any,
+) -> None:
+    """A NUL in a script (a model's JSON arguments can hold one, as \\u0000) is refused as a
+    lone surrogate is, on every store: PostgreSQL's text cannot keep it, and run_code raised
+    its DataError there. Written as an escape, it runs."""
+    engine = CodeMode([], runner=InProcessRunner(), store=make_store(), type_check="off")
+    try:
+        result = await engine.run_code('const a = 1;\nreturn "a\x00b"')
+        assert result.status == "failed" and result.error == {"name": "ScriptError"}
+        assert "line 2 has a NUL character (U+0000)" in result.text
+        assert await engine.store.scripts() == []
+        result = await engine.run_code('return "a\\u0000b"')
+        assert result.value == "a\x00b"
+    finally:
+        await engine.aclose()
+
+
 class _Lying(ScriptRunner):
     """A runner whose every step is ``make(script)``: what a lying or broken runner says."""
 
