@@ -1444,6 +1444,8 @@ class Run(Replay):
             line = e.lineno or 0
             lines = self._line_list([line]) if line else []
             message = _cut(str(e.msg), 1000)
+            if line and e.offset and e.offset > 0:
+                message += f" (column {e.offset})"  # the script's own: it is parsed as written
             return self._finish(
                 Ran(
                     outcome="failed",

@@ -392,6 +392,13 @@ def test_syntax_error_reports_its_line() -> None:
     assert error.lines and error.lines[0].line == 2
 
 
+def test_syntax_error_reports_its_column() -> None:
+    """The column is the script's own (1-based, as CPython counts it)."""
+    error = failed("x = 1\nif x:\n    y = [1, 2\n")
+    assert error.message == "'[' was never closed (column 9)", error
+    assert [x.line for x in error.lines] == [3]
+
+
 def test_a_top_level_yield_is_a_syntax_error() -> None:
     assert failed("x = 1\nyield x").name == "SyntaxError"
 
