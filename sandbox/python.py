@@ -1622,6 +1622,13 @@ class Run(Replay):
         limit = None
         if isinstance(error, LimitError) and message in self.limit_errors:
             limit = LimitMet(name=self.limit_errors[message], message=message)
+        missing = error.name if type(error) is NameError else None
+        if type(missing) is str and _declared_global(self.script.code, missing):
+            message += (
+                "; the script is the body of an async function, so its top-level names are "
+                f"that function's: in a function inside it, write `nonlocal {missing}`, not "
+                f"`global {missing}`"
+            )
         return Ran(
             outcome="failed",
             error=ScriptError(
@@ -1640,6 +1647,12 @@ class Run(Replay):
             if len(lines) >= 8:
                 break
         return lines
+
+
+def _declared_global(code: str, name: str) -> bool:
+    """True when a ``global`` statement of ``code`` names ``name``."""
+    pattern = rf"^[ \t]*global\b[^\n#]*\b{re.escape(name)}\b"
+    return re.search(pattern, code, re.MULTILINE) is not None
 
 
 def _script_lines(error: BaseException) -> list[int]:
