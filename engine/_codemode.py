@@ -724,7 +724,12 @@ class CodeMode(StepLoop):
         """Close the engine: its MCP servers, live processes, runner, session log, blobs and
         tool threads. A script still driven here gives its lease up first, so another engine
         or host goes on with it at once; its ``run_code`` (or ``resume``) ends on a
-        :class:`CodeModeError` (the log closed under it), and nothing written is lost."""
+        :class:`CodeModeError`, and nothing written is lost. Its calls still running are
+        cancelled (a sync handler's thread runs on, unheard) and stay as the log has them,
+        running, as if the host had stopped: the next host runs a read-only or idempotent
+        one again, and tells the script any other was interrupted."""
+        for drive in self._driving:
+            drive.abandon()  # its running calls end now, not when their handlers would
         await asyncio.gather(*(drive.close() for drive in list(self._driving)))
         if self._mcp is not None:
             await self._mcp.aclose()

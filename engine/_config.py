@@ -38,7 +38,7 @@ import math
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -135,6 +135,14 @@ class Config:
     # read by engine.mcp (each server is checked there, on its own).
     mcp_servers: dict[str, Any] = field(default_factory=dict)
     live: LiveConfig = field(default_factory=lambda: LiveConfig())
+
+    def with_data_dir(self, data_dir: str | Path | None) -> Config:
+        """This config under a ``--data-dir`` given on the command line: the SQLite log in
+        that directory, over the file's ``data_dir`` and whatever ``[codemode.store]`` kind it
+        names (its lease kept), as a flag beats a config file; unchanged for ``None``."""
+        if data_dir is None:
+            return self
+        return replace(self, data_dir=Path(data_dir), store=replace(self.store, kind="sqlite"))
 
     @classmethod
     def load(cls, path: str | Path) -> Config:

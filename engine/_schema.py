@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema_rs
 import orjson
 from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError
 
 from sandbox.protocol import MAX_DEPTH, data_path
 
@@ -297,7 +298,15 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
             raise NotJSONData(_where(path, f"the number {value}"), "; JSON has no NaN or infinity")
         return float(value)
     if isinstance(value, BaseModel):
-        return _convert(value.model_dump(mode="json"), path, depth + 1)
+        try:
+            dumped = value.model_dump(mode="json")
+        except (PydanticSerializationError, ValueError, TypeError) as e:
+            # A field of a type pydantic cannot dump (an arbitrary type, a failing serializer).
+            raise NotJSONData(
+                _where(path, f"{_a(type(value).__name__)} that pydantic cannot dump"),
+                f" ({_first_line(str(e))[:200]}); give its fields JSON types",
+            ) from None
+        return _convert(dumped, path, depth + 1)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
         return _convert(fields, path, depth + 1)

@@ -69,13 +69,18 @@ def normalize(code: str, language: str = "javascript") -> str:
 def _breaks(text: str, then: str) -> str:
     """What stands for ``text``, which is taken away before ``then``: its line breaks, so
     the lines after it keep their numbers, whether a reader counts JavaScript's breaks or
-    only LF. A lone CR kept right before an LF would make one CRLF of two breaks: a space
+    only LF, then, when code follows on its last line, a space for each of its characters,
+    so that code keeps its columns (``async () => { return a +; }``: a parser's column is the
+    model's). A lone CR kept right before an LF would make one CRLF of two breaks: a space
     keeps them apart."""
     tokens = [*_BREAK.findall(text), then]
-    return "".join(
+    breaks = "".join(
         "\r " if token == "\r" and tokens[i + 1].startswith("\n") else token
         for i, token in enumerate(tokens[:-1])
     )
+    if _BREAK.match(then):
+        return breaks
+    return breaks + " " * len(_BREAK.split(text)[-1])
 
 
 def _fence(code: str, languages: frozenset[str]) -> tuple[int, int] | None:

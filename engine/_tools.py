@@ -338,6 +338,7 @@ class Tool:
         handler = self.handler
         assert handler is not None
         ticket: Ticket | None = None
+        in_thread = False  # the handler runs in a tool thread now, not on the event loop
         scope = asyncio.timeout(timeout)
         try:
             async with scope:
@@ -349,7 +350,9 @@ class Tool:
                     # On timeout the thread runs on (Python cannot stop it); its result is
                     # dropped.
                     ticket = Ticket(ctx.tenant, ctx.script_id)
+                    in_thread = True
                     result = await threads.call(ticket, handler, kwargs)
+                    in_thread = False
                 if inspect.isawaitable(result):  # a sync function that returned a coroutine
                     result = await result
             return result
@@ -361,6 +364,19 @@ class Tool:
             raise self._error(e.message) from e
         except Exception as e:
             raise self._error(_message_of(e)) from e
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this call is cancelled (its script's drive ends)
+            # Nobody cancelled this call: the handler's own (a future it awaited was).
+            raise self._error(f"tools.{self.name} failed: it was cancelled") from None
+        except BaseException as e:
+            # On the event loop's thread, these stop the process, as asyncio has them do. What
+            # a handler raises in a tool thread cannot: a signal reaches the main thread only,
+            # and sys.exit() there ends the thread. It is the call's failure, not the host's.
+            if isinstance(e, KeyboardInterrupt | SystemExit) and not in_thread:
+                raise
+            raise self._error(f"tools.{self.name} failed: {described(e)}") from e
 
     def _check_result(self, result: Any) -> Any:
         data: Any = _MISSING
@@ -395,8 +411,20 @@ _MISSING = object()
 
 
 def _message_of(e: BaseException) -> str:
-    text = str(e).strip()
+    """The exception's message, or its type's name when it has none (or its ``__str__``
+    itself fails: the host's exception, whatever it does, says something)."""
+    try:
+        text = str(e).strip()
+    except Exception:
+        text = ""
     return text or type(e).__name__
+
+
+def described(e: BaseException) -> str:
+    """``Type: message`` (``SystemExit: 3``), for an exception whose message alone says little."""
+    text = _message_of(e)
+    name = type(e).__name__
+    return text if text == name else f"{name}: {text}"
 
 
 def _compile(

@@ -288,12 +288,12 @@ def _config_path(args: argparse.Namespace) -> str | None:
 
 def _config(args: argparse.Namespace) -> Config:
     path = _config_path(args)
-    return Config.load(path) if path is not None else Config()
+    config = Config.load(path) if path is not None else Config()
+    return config.with_data_dir(getattr(args, "data_dir", None))
 
 
 def _store(args: argparse.Namespace, config: Config) -> LogStore:
-    data_dir = args.data_dir or config.data_dir
-    return config.store.build(Path(data_dir) if data_dir is not None else None)
+    return config.store.build(config.data_dir)
 
 
 @contextlib.asynccontextmanager
@@ -326,7 +326,7 @@ async def _engine(
             tools,
             runner=runner,
             store=_store(args, config),
-            data_dir=args.data_dir or config.data_dir,
+            data_dir=config.data_dir,
             limits=config.limits,
             context=namespace.get("CONTEXT"),
             worker=namespace.get("WORKER"),
@@ -372,7 +372,7 @@ def _language(args: argparse.Namespace, config: Config) -> Any:
 
 def _needs_log(args: argparse.Namespace, command: str) -> Config:
     config = _config(args)
-    if not config.store.lasting(args.data_dir or config.data_dir):
+    if not config.store.lasting(config.data_dir):
         raise CodeModeError(f"{command} needs the session log: {_keep_the_log(config)}")
     return config
 
@@ -551,7 +551,7 @@ async def _run(args: argparse.Namespace) -> int:
 async def _run_with(
     args: argparse.Namespace, code: str, config: Config, listeners: list[Listener]
 ) -> tuple[RunResult, bool]:
-    kept = config.store.lasting(args.data_dir or config.data_dir)
+    kept = config.store.lasting(config.data_dir)
 
     def started(script_id: str) -> None:
         # Before the first step, so a host that dies mid-script knows what to resume.

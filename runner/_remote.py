@@ -166,9 +166,10 @@ class RemoteRunner(ScriptRunner):
     fails is left out of rotation for ``cooldown`` seconds (by ``clock``). ``connect_timeout``
     bounds the connection and the handshake; a step's answer may take its own deadline, the
     service's slot wait and ``step_margin`` seconds, but a service that sends heartbeats and
-    goes ``silence`` seconds without a word mid-step is counted as gone (at least three of
-    its heartbeat intervals). Up to ``keep_idle`` connections per service stay open between
-    steps.
+    goes ``silence`` seconds without a word mid-step, or reads nothing this client sends it
+    for as long, is counted as gone (at least three of its heartbeat intervals; a service
+    without heartbeats may read nothing for ``step_margin`` seconds). Up to ``keep_idle``
+    connections per service stay open between steps.
 
     ``run`` raises :class:`RunError` only when no service could take the step; a script that
     fails is a failed :class:`Step`, as with every runner.
@@ -511,7 +512,17 @@ class RemoteRunner(ScriptRunner):
             raise _Down(f"it chose wire version {message.version}, which this client lacks")
         remote.slots = message.slots
         remote.others = max(0, message.busy + message.waiting - (remote.inflight - 1))
+        # A service that stops reading what this client sends (a script, results, a file's
+        # bytes) is gone, as one that stops talking is: a send must not wait for ever.
+        conn.stall = self._silence(message) or self.step_margin
         return conn, message
+
+    def _silence(self, welcome: wire.Welcome) -> float | None:
+        """How long a service may say nothing mid-step: ``silence``, and at least three of
+        its heartbeat intervals; ``None`` for a service that sends none (version 1)."""
+        if welcome.heartbeat is None:
+            return None
+        return max(self.silence, 3 * welcome.heartbeat)
 
     async def _converse(
         self,
@@ -532,7 +543,7 @@ class RemoteRunner(ScriptRunner):
         wait = conv.Deadline.for_step(script).allowance + welcome.slot_wait + self.step_margin
         # A service that beats must not go quiet for long; one that does not (version 1) is
         # given the whole wait.
-        silence = None if welcome.heartbeat is None else max(self.silence, 3 * welcome.heartbeat)
+        silence = self._silence(welcome)
         heard = False  # the service has said something about this step
         until = time.monotonic() + wait  # a beat does not move it; a read does
         while True:

@@ -173,7 +173,9 @@ class RunnerService:
 
     Timeouts: ``handshake_timeout`` for the TLS handshake and the ``hello`` line together,
     ``idle_timeout`` between requests, ``line_timeout`` from a line's first byte to its
-    newline, ``read_timeout`` for the engine's answer to a file read. At most
+    newline and for the client to read any of what the service sends it (a client that stops
+    reading its answers is dropped, so it cannot hold a step, or a drain, for ever),
+    ``read_timeout`` for the engine's answer to a file read. At most
     ``max_unwelcomed`` connections are in their handshake at once (the oldest is dropped for
     a new one) and ``max_connections`` are welcomed. While a step runs, a client of wire
     version 2 gets a ``beat`` every ``heartbeat`` seconds.
@@ -331,7 +333,7 @@ class RunnerService:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await self._connection(wire.Channel(reader, writer))
+            await self._connection(wire.Channel(reader, writer, stall=self.line_timeout))
         except asyncio.CancelledError:
             # The service is closing. The task must not end cancelled: asyncio's stream
             # callback reports a cancelled handler as an error.

@@ -328,9 +328,18 @@ class Channel:
     nothing already received.
     """
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        stall: float | None = None,
+    ) -> None:
         self.reader = reader
         self.writer = writer
+        # Seconds the peer may take none of what is sent to it before it counts as gone
+        # (None: no bound). A peer that stops reading would otherwise hold a send for ever.
+        self.stall = stall
         self._buffer = bytearray()
         self._eof = False
         self._scanned = 0  # bytes of the buffer known to hold no newline
@@ -411,10 +420,25 @@ class Channel:
         return not (self._eof or self._buffer or self.reader.at_eof() or self.writer.is_closing())
 
     async def send(self, data: bytes) -> None:
-        """Write ``data``. Raises :class:`PeerGone` when the connection broke."""
+        """Write ``data``. Raises :class:`PeerGone` when the connection broke, or when the
+        peer took none of what waits to be sent for ``stall`` seconds (it stopped reading)."""
         try:
             self.writer.write(data)
-            await self.writer.drain()
+            if self.stall is None:
+                await self.writer.drain()
+                return
+            transport = self.writer.transport
+            while True:
+                waiting = transport.get_write_buffer_size()
+                try:
+                    await asyncio.wait_for(self.writer.drain(), self.stall)
+                    return
+                except TimeoutError:
+                    if transport.get_write_buffer_size() >= waiting:
+                        raise PeerGone(
+                            f"the peer read none of the {waiting:,} bytes waiting for it in "
+                            f"{self.stall:g} s"
+                        ) from None
         except (ConnectionError, OSError, RuntimeError) as e:
             raise PeerGone(f"the connection broke while sending: {e}") from None
 

@@ -346,6 +346,9 @@ def _run_one(data_limit: int | None) -> NoReturn:
         live=live,
     )
     channel = _ProcessChannel(linger=live)
+    # Descriptor 1 is the protocol's, written with os.write: what a script's code prints
+    # outside its run (a finalizer, once the run has ended) goes nowhere.
+    sys.stdout = None
     run = runtime.new_run(script, channel, _fetch, _PREPARED)
     if live:
         # A segment begins where recorded results settle, in a replay of the steps before as

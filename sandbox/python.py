@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import _string
 import _strptime  # noqa: F401 - datetime and time import it on first use, from C
-import _thread
 import ast
 import base64
 import bisect
@@ -70,7 +69,7 @@ import unicodedata
 import uuid as _uuid
 import warnings
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import orjson
@@ -174,9 +173,16 @@ def _refused_attribute(name: str) -> str | None:
 
 
 class _Opaque:
-    """Objects of the sandbox that a script holds: not to be copied or pickled."""
+    """Objects of the sandbox that a script holds: not to be copied or pickled, nor
+    subclassed by a script (the scheduler trusts a future's state; a subclass could leave
+    it unset)."""
 
     __slots__ = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        if _SEALED:
+            raise TypeError(f"{_TYPE_NAME.__get__(cls.__mro__[1])} cannot be subclassed")
+        super().__init_subclass__(**kwargs)
 
     def __copy__(self) -> NoReturn:
         raise TypeError(f"{type(self).__name__} objects cannot be copied")
@@ -186,6 +192,17 @@ class _Opaque:
 
     def __reduce_ex__(self, protocol: Any) -> NoReturn:
         raise TypeError(f"{type(self).__name__} objects cannot be pickled or copied")
+
+
+_TYPE_NAME = type.__dict__["__name__"]
+_TRACEBACK = BaseException.__dict__["__traceback__"]
+_SEALED = False
+
+
+def _type_name(value: Any) -> str:
+    """The name of ``value``'s class, as the class was made: a script's metaclass may make
+    ``__name__`` a property that raises or gives no string."""
+    return str(_TYPE_NAME.__get__(type(value)))
 
 
 # ---- the check and the compiler ----
@@ -349,20 +366,29 @@ def _top_level(code: Any) -> Any:
 
 # ---- dataclasses ----
 
-# The thread a script runs on now (None: no script runs): dataclasses checks its code then.
-_script_thread: list[int | None] = [None]
 # What dataclasses' own source for a class's methods names that a script may not.
 _DATACLASS_NAMES = frozenset({"__dataclass_builtins_object__", "__dataclass_self__"})
 _DATACLASS_ATTRIBUTES = frozenset({"__class__", "__setattr__", "__delattr__", "__post_init__"})
 
 
+def _scripts_code_on_stack() -> bool:
+    """True when a script's code called this (when its run is over too: a finalizer)."""
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == FILENAME:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _dataclass_exec(source: str, globals: Any = None, locals: Any = None) -> None:
     """``exec`` as ``dataclasses`` sees it: the methods of a script's dataclass are source
     text made of its field names, which a script chooses freely (``type("X", (), {
-    "__annotations__": {"a,evil()": int}})``), then run with the real builtins. While a
-    script runs, that text passes the script's own check (but for the names dataclasses'
-    templates use) and runs with the script's builtins."""
-    if _script_thread[0] != _thread.get_ident():
+    "__annotations__": {"a,evil()": int}})``), then run with the real builtins. When a
+    script's code makes the class (its finalizers too, after its run), that text passes the
+    script's own check (but for the names dataclasses' templates use) and runs with the
+    script's builtins."""
+    if not _scripts_code_on_stack():
         exec(source, globals, locals)
         return
     try:
@@ -395,11 +421,18 @@ dataclasses.exec = _dataclass_exec  # type: ignore[attr-defined]  # its global s
 # ---- safe replacements ----
 
 
+# What a script reads as `x.format` is the safe formatter's (see check's rewrite), however
+# it names it: getattr(x, "format"), operator.attrgetter, operator.methodcaller.
+_FORMATTING = ("format", "format_map")
+
+
 def _safe_getattr(obj: Any, name: str, *default: Any) -> Any:
     if isinstance(name, str):
         why = _refused_attribute(name)
         if why is not None:
             raise AttributeError(why)
+        if name in _FORMATTING:
+            obj = _format_view(obj)
     return builtins.getattr(obj, name, *default)
 
 
@@ -475,18 +508,31 @@ def _format_view(obj: Any) -> Any:
 
 
 def _attrgetter(*names: str) -> Any:
-    for name in names:
-        for part in str(name).split("."):
+    paths = [str(name).split(".") for name in names]
+    for path in paths:
+        for part in path:
             why = _refused_attribute(part)
             if why is not None:
                 raise AttributeError(why)
-    return operator.attrgetter(*names)
+    if not any(part in _FORMATTING for path in paths for part in path):
+        return operator.attrgetter(*names)
+
+    def get(path: list[str], obj: Any) -> Any:
+        for part in path:
+            obj = _safe_getattr(obj, part)
+        return obj
+
+    if len(paths) == 1:
+        return functools.partial(get, paths[0])
+    return lambda obj: tuple(get(path, obj) for path in paths)
 
 
 def _methodcaller(name: str, *args: Any, **kwargs: Any) -> Any:
     why = _refused_attribute(str(name))
     if why is not None:
         raise AttributeError(why)
+    if name in _FORMATTING:
+        return lambda obj: _safe_getattr(obj, name)(*args, **kwargs)
     return operator.methodcaller(name, *args, **kwargs)
 
 
@@ -919,21 +965,22 @@ def _plain(
     kind = type(value)
     if kind is str:
         return value
-    if kind is int or (isinstance(value, int) and not isinstance(value, bool)):
+    # By the type, never isinstance: an object's __class__ may be a script's property.
+    if issubclass(kind, int):  # True and False are above
         number = int(value)
         if not _INT_MIN <= number <= _INT_MAX:
             raise _NotPlain(
                 f"{_where(root, path)} is an integer too large for JSON data; pass it as a string"
             )
         return number
-    if kind is float or isinstance(value, float):
+    if issubclass(kind, float):
         real = float(value)
         if math.isnan(real) or math.isinf(real):
             raise _NotPlain(f"{_where(root, path)} is {real}, which JSON cannot carry")
         return real
-    if isinstance(value, str):
+    if issubclass(kind, str):
         return str.__str__(value)
-    if isinstance(value, (dict, list, tuple)):
+    if issubclass(kind, dict | list | tuple):
         if depth >= MAX_DEPTH:
             raise _NotPlain(
                 f"{_where(root, path)} nests deeper than {MAX_DEPTH} levels of dicts and lists, "
@@ -944,16 +991,16 @@ def _plain(
             raise _NotPlain(f"{_where(root, path)} refers to itself; data must be a tree")
         parents.append(id(value))
         try:
-            if isinstance(value, dict):
+            if issubclass(kind, dict):
                 out = {}
                 for key, item in value.items():
-                    if isinstance(key, str):
+                    if issubclass(type(key), str):
                         name = str.__str__(key)
-                    elif isinstance(key, (int, float)) and not isinstance(key, bool):
+                    elif issubclass(type(key), int | float) and type(key) is not bool:
                         name = str(_plain(key, root, path, depth, parents))
                     else:
                         raise _NotPlain(
-                            f"{_where(root, path)} has a key of type {type(key).__name__}; "
+                            f"{_where(root, path)} has a key of type {_type_name(key)}; "
                             "keys are strings"
                         )
                     out[name] = _plain(item, root, (*path, name), depth + 1, parents)
@@ -964,14 +1011,14 @@ def _plain(
         finally:
             parents.pop()
     hint = ""
-    if isinstance(value, (_datetime.date, _datetime.time)):
+    if issubclass(kind, _datetime.date | _datetime.time):
         hint = " (pass value.isoformat())"
-    elif isinstance(value, (set, frozenset)):
+    elif issubclass(kind, set | frozenset):
         hint = " (pass a list)"
-    elif isinstance(value, decimal.Decimal):
+    elif issubclass(kind, decimal.Decimal):
         hint = " (pass str(value) or float(value))"
     raise _NotPlain(
-        f"{_where(root, path)} is a {type(value).__name__}{hint}; data must be plain "
+        f"{_where(root, path)} is a {_type_name(value)}{hint}; data must be plain "
         "(dict, list, tuple, str, int, float, bool, None)"
     )
 
@@ -1014,7 +1061,7 @@ class _Sink(_Opaque):
 
     def write(self, text: str) -> int:
         if not isinstance(text, str):
-            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+            raise TypeError(f"write() argument must be str, not {_type_name(text)}")
         run = self._run
         if not run.ended:
             run.printed.write(_well_formed(text))
@@ -1305,15 +1352,16 @@ class Run(Replay):
     ) -> _Future:
         """``awaitable`` as a future the scheduler runs; a TypeError, ``refusal`` naming what
         was given, for anything that cannot be awaited."""
-        if isinstance(awaitable, _Future):
+        # By the type, never isinstance: an object's __class__ may be a script's property.
+        if issubclass(type(awaitable), _Future):
             return awaitable
-        if isinstance(awaitable, types.CoroutineType):
+        if type(awaitable) is types.CoroutineType:
             task = Task(awaitable)
             self.ready.append(task)
             return task
         if hasattr(type(awaitable), "__await__"):  # asyncio.sleep, a script's own awaitable
             return self._task(_await(awaitable))
-        raise TypeError(f"{refusal}, not {type(awaitable).__name__}")
+        raise TypeError(f"{refusal}, not {_type_name(awaitable)}")
 
     def _gather(self, *awaitables: Any, return_exceptions: bool = False) -> _Future:
         children = [self._task(a) for a in awaitables]
@@ -1373,7 +1421,7 @@ class Run(Replay):
         except BaseException as e:  # the script's own error, SystemExit included
             task._reject(e)
             return
-        if isinstance(yielded, _Future):
+        if issubclass(type(yielded), _Future):
             if yielded._done:
                 self.ready.append(task)
             else:
@@ -1382,7 +1430,7 @@ class Run(Replay):
             self.ready.append(task)
         else:
             task._throw = TypeError(
-                f"a script awaits coroutines and tool calls, not {type(yielded).__name__}"
+                f"a script awaits coroutines and tool calls, not {_type_name(yielded)}"
             )
             self.ready.append(task)
 
@@ -1448,50 +1496,59 @@ class Run(Replay):
         return self._drive()
 
     def _drive(self) -> Ran:
-        saved = sys.stdout, sys.stderr, sys.getrecursionlimit()
+        # The script's code may also run once its queue is empty: a returned dict subclass's
+        # items(), an error's __str__, a dropped task's `finally`. So all of it, the ending
+        # made of its value included, runs inside the fence.
+        with self._fenced():
+            try:
+                while True:
+                    ready = self.ready
+                    while ready and not self.ended:
+                        self._step(ready.popleft())
+                    if self.ended:
+                        raise _Ended
+                    if not self._settle_recorded():
+                        break
+            except (MemoryError, _Ended):
+                self._let_go()
+                raise
+            main = self.main
+            if main is not None and main._done and self.outcome is None:
+                if main._error is not None:
+                    self.outcome = ("error", main._error)
+                else:
+                    self.outcome = ("value", main._value)
+            if self.outcome is not None and not self.new_calls:
+                self._let_go()
+            return self._conclude()
+
+    @contextlib.contextmanager
+    def _fenced(self) -> Iterator[None]:
+        """What holds while the script's code runs: printed text and warnings go to the run,
+        recursion is bounded, the script's module is in sys.modules (dataclasses looks a
+        class's module up there), a little memory is kept for the ending."""
+        saved = sys.stdout, sys.stderr, sys.getrecursionlimit(), sys.modules.get(_MAIN)
         # Every warning reaches _warning, which shows each once a run (CPython's default,
         # kept by the run, not by registries a process keeps from run to run).
         caught = warnings.catch_warnings()
         caught.__enter__()
         warnings.simplefilter("always")
         warnings.showwarning = self._warning
-        saved_module, saved_thread = sys.modules.get(_MAIN), _script_thread[0]
         sys.modules[_MAIN] = self.module
-        _script_thread[0] = _thread.get_ident()
         sys.stdout = sys.stderr = self.sink
         sys.setrecursionlimit(_depth() + RECURSION_LIMIT)
         self.reserve = bytearray(_RESERVE_BYTES)
         try:
-            while True:
-                ready = self.ready
-                while ready and not self.ended:
-                    self._step(ready.popleft())
-                if self.ended:
-                    raise _Ended
-                if not self._settle_recorded():
-                    break
-        except (MemoryError, _Ended):
-            self._let_go()
-            raise
+            yield
         finally:
             sys.stdout, sys.stderr = saved[0], saved[1]
             sys.setrecursionlimit(saved[2])
             caught.__exit__(None, None, None)
-            _script_thread[0] = saved_thread
-            if saved_module is None:
+            if saved[3] is None:
                 sys.modules.pop(_MAIN, None)
             else:
-                sys.modules[_MAIN] = saved_module
+                sys.modules[_MAIN] = saved[3]
             self.reserve = None
-        main = self.main
-        if main is not None and main._done and self.outcome is None:
-            if main._error is not None:
-                self.outcome = ("error", main._error)
-            else:
-                self.outcome = ("value", main._value)
-        if self.outcome is not None and not self.new_calls:
-            self._let_go()
-        return self._conclude()
 
     def _warning(
         self, message: Any, category: Any, filename: str, lineno: int, *rest: Any, **more: Any
@@ -1525,14 +1582,20 @@ class Run(Replay):
     def _value(self, value: Any) -> Ran:
         if value is None:
             return _finished("u")
-        if isinstance(value, str) and len(value) > VALUE_BOUND:
+        if issubclass(type(value), str):
+            value = str.__str__(value)  # the text itself, whatever a subclass's len() says
+        if type(value) is str and len(value) > VALUE_BOUND:
             half = VALUE_BOUND // 2
             text = _well_formed(value)
             return _finished("c" + orjson.dumps([text[:half], text[-half:], len(text)]).decode())
         try:
             text = _json(value, "the returned value")
             return _finished("j" + text)
-        except (TypeError, _NotData) as e:
+        except (MemoryError, _Ended):
+            raise
+        except BaseException as e:
+            if not isinstance(e, TypeError | _NotData) or _script_lines(e):
+                return self._error(e)  # the value's own code raised (a dict's items())
             message = (
                 f"{e}; return plainer data"
                 if isinstance(e, TypeError)
@@ -1541,13 +1604,7 @@ class Run(Replay):
             return Ran(outcome="failed", error=ScriptError(name="TypeError", message=message))
 
     def _error(self, error: BaseException) -> Ran:
-        lines: list[int] = []
-        tb = error.__traceback__
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename == FILENAME:
-                lines.append(tb.tb_lineno)
-            tb = tb.tb_next
-        lines.reverse()  # innermost first, as a JavaScript stack
+        lines = _script_lines(error)
         if isinstance(error, MemoryError):
             message = self._memory_message()
             return Ran(
@@ -1555,11 +1612,11 @@ class Run(Replay):
                 error=ScriptError(name="LimitError", message=message, lines=self._line_list(lines)),
                 limit=LimitMet(name="memory", message=message),
             )
-        name = type(error).__name__
+        name = _type_name(error)
         try:
             message = str(error)
         except BaseException as e:  # the script's own __str__
-            message = f"an error that cannot be read: {type(e).__name__}"
+            message = f"an error that cannot be read: {_type_name(e)}"
         limit = None
         if isinstance(error, LimitError) and message in self.limit_errors:
             limit = LimitMet(name=self.limit_errors[message], message=message)
@@ -1581,6 +1638,19 @@ class Run(Replay):
             if len(lines) >= 8:
                 break
         return lines
+
+
+def _script_lines(error: BaseException) -> list[int]:
+    """The script's lines in ``error``'s traceback, innermost first (as a JavaScript
+    stack)."""
+    lines: list[int] = []
+    tb = _TRACEBACK.__get__(error)  # the real one: a script's class may make it a property
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == FILENAME:
+            lines.append(tb.tb_lineno)
+        tb = tb.tb_next
+    lines.reverse()
+    return lines
 
 
 def warm_up_code() -> str:
@@ -1620,3 +1690,7 @@ def warm_up_code() -> str:
         "await rows()\n"
         "return [r, str(x), str(statistics.stdev([1.0, 2.0]))]\n"
     )
+
+
+# Every class of the sandbox is made: from here on, _Opaque has no new subclass.
+_SEALED = True

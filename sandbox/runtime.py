@@ -75,6 +75,15 @@ JS_STACK_BYTES = 1024 * 1024
 # A frame's line in a stack. A stack is the script's to write (`e.stack = ...`), so a line
 # number is read only up to 9 digits: a longer one names no line of any script.
 _FRAME = re.compile(r"<input>:(\d{1,9})(?!\d)")
+# A line that imports or exports (not `import(...)`): a script is a function's body.
+_MODULE_LINE = re.compile(r"\s*(?:import\s*[\w${*\"']|export\b)")
+# A decorator (`@name` at a line's start, or after a space, `{` or `;`).
+_DECORATOR = re.compile(r"(?:^|[\s{;])@[A-Za-z_$]")
+_NO_DECORATORS = "; decorators are not supported in a script: call the function instead"
+_NO_MODULES = (
+    "; a script is the body of an async function and has no modules to import or export: "
+    "reach the host through `tools` (await tools.name({...}))"
+)
 
 
 class Run(Replay):
@@ -253,12 +262,19 @@ class Run(Replay):
             # Reported as the memory limit met, as compute_ms is: not as the engine's error.
             name, message = "LimitError", self._memory_message()
             limit = LimitMet(name="memory", message=message)
+        lines = self._lines(stack)
+        if (name == "SyntaxError" and lines and _MODULE_LINE.match(lines[0].text)) or (
+            name == "ReferenceError" and message.startswith("could not load module")
+        ):
+            message += _NO_MODULES
+        elif name == "SyntaxError" and lines and _DECORATOR.search(lines[0].text):
+            message += _NO_DECORATORS
         return Ran(
             outcome="failed",
             error=ScriptError(
                 name=_cut(name, ERROR_NAME_BOUND),
                 message=_cut(message, ERROR_MESSAGE_BOUND),
-                lines=self._lines(stack),
+                lines=lines,
             ),
             limit=limit,
         )

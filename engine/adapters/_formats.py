@@ -21,6 +21,7 @@ official SDKs' types (``anthropic``, ``openai``, ``mcp``).
 
 from __future__ import annotations
 
+import binascii
 from typing import Any, Literal, Protocol, get_args
 
 from engine._errors import CodeModeError
@@ -130,26 +131,36 @@ def mcp_content(result: RunResult) -> list[dict[str, Any]]:
     image or audio block it returned; the text names those returned blocks instead of
     spelling out their bytes."""
     text, returned = result.text, []
-    for block in _returned_media(result.value):
+    for block, size in _returned_media(result.value):
         returned.append(
             {"type": block["type"], "data": block["data"], "mimeType": block["mimeType"]}
         )
-        data = block["data"]
-        size = len(data) * 3 // 4 - (len(data) - len(data.rstrip("=")))  # less the padding
-        text = text.replace(block["data"], f"<{block['mimeType']}, {size:,} bytes, below>")
+        # The data as the value's JSON spells it (quoted: base64 needs no escapes), so only
+        # the value's own string is replaced, never a stretch of other text that matches.
+        text = text.replace(f'"{block["data"]}"', f'"<{block["mimeType"]}, {size:,} bytes, below>"')
     return [{"type": "text", "text": text}, *result.media, *returned]
 
 
-def _returned_media(value: Any) -> list[dict[str, Any]]:
+def _returned_media(value: Any) -> list[tuple[dict[str, Any], int]]:
+    """The image and audio blocks the script returned, each with its size in bytes: those
+    whose data is base64 of some bytes (anything else is not media, and stays text)."""
     blocks = value if isinstance(value, list) else [value]
-    return [
-        b
-        for b in blocks
-        if isinstance(b, dict)
-        and b.get("type") in MEDIA_TYPES
-        and isinstance(b.get("data"), str)
-        and isinstance(b.get("mimeType"), str)
-    ]
+    found = []
+    for b in blocks:
+        if not (
+            isinstance(b, dict)
+            and b.get("type") in MEDIA_TYPES
+            and isinstance(b.get("data"), str)
+            and isinstance(b.get("mimeType"), str)
+            and b["data"]
+        ):
+            continue
+        try:
+            size = len(binascii.a2b_base64(b["data"], strict_mode=True))
+        except (binascii.Error, ValueError):
+            continue
+        found.append((b, size))
+    return found
 
 
 def _media_names(result: RunResult) -> list[str]:

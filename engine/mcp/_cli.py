@@ -108,13 +108,13 @@ async def _serve(args: argparse.Namespace) -> int:
         raise ConfigError(
             "no tools to serve: no MCP server could be used and no --tools file was given"
         )
-    data_dir = args.data_dir or config.data_dir
+    config = config.with_data_dir(args.data_dir)
     try:
         engine = CodeMode(
             host_tools,
             runner=build_runner(config.runner),
-            store=config.store.build(Path(data_dir) if data_dir is not None else None),
-            data_dir=data_dir,
+            store=config.store.build(config.data_dir),
+            data_dir=config.data_dir,
             limits=config.limits,
             context=namespace.get("CONTEXT"),
             queue_timeout=config.queue_timeout,

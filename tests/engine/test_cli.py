@@ -224,6 +224,24 @@ def test_a_log_in_memory_is_not_offered_for_resuming(tmp_path: Path) -> None:
     one_clear_line(codemode("scripts", "--config", str(config)), 'kind = "memory"', "sqlite")
 
 
+def test_a_data_dir_flag_beats_the_config_s_store(tmp_path: Path) -> None:
+    """``--data-dir DIR`` (as ``mcp serve`` prints it in its approval commands) names the
+    SQLite log in DIR, whatever store a codemode.toml names: the commands used that store
+    instead (here one in memory; a PostgreSQL database, in a directory that has one)."""
+    data = str(tmp_path / "data")
+    paused = codemode(
+        "run", "-", "--tools", "examples/tracker_tools.py", "--data-dir", data, "--json",
+        stdin='return await tools.github__comment({ number: 1, body: "hi" });',
+    )  # fmt: skip
+    assert paused.returncode == 3, paused.stderr
+    script_id = json.loads(paused.stdout.splitlines()[0])["script_id"]
+    config = tmp_path / "codemode.toml"
+    config.write_text('[codemode.store]\nkind = "memory"\n')
+    listed = codemode("scripts", "--config", str(config), "--data-dir", data)
+    assert listed.returncode == 0, listed.stderr
+    assert script_id in listed.stdout
+
+
 def test_resume_of_an_unknown_script(tmp_path: Path) -> None:
     """resume of a script the log does not hold names it."""
     proc = codemode(

@@ -118,12 +118,12 @@ def test_a_whole_function_gives_its_body(wrapper: tuple[str, str], inner: str) -
         ("```js\nreturn 1\n```", "\nreturn 1"),
         ("  \n```JavaScript \nreturn 1\n  ```\n\n", "\n\nreturn 1"),
         ("async () => {\n  return 2;\n}", "\n  return 2;\n"),
-        ("(async function main() { return '}' })();", " return '}' "),
+        ("(async function main() { return '}' })();", " " * 24 + " return '}' "),
         (
             "```\nasync () => {\r\n  return `${ {a: 1}.a }`\r\n}\n```",
             "\n\r\n  return `${ {a: 1}.a }`\r\n",
         ),
-        ("\r\u2028async () => {x}", "\r\u2028x"),
+        ("\r\u2028async () => {x}", "\r\u2028" + " " * 13 + "x"),
         ("async () =>\r{\nreturn 1}", "\r \nreturn 1"),
         ("\r\t\n```\nreturn 1\n```", "\r \n\nreturn 1"),
         ("async () => { a }; async () => { b }", "async () => { a }; async () => { b }"),
@@ -195,3 +195,19 @@ def test_far_over_the_bound_is_refused_without_encoding() -> None:
     """A text of many megabytes is refused by its length, before it is encoded."""
     with pytest.raises(ScriptTooLarge, match="at least 33,554,432 bytes"):
         normalize("\U0001f600" * (32 << 20))
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "async () => { const a: number = 1; return a +; }",
+        "(async function main() { return 1 +; })();",
+        "```ts\nasync () => { return a +; }\n```",
+    ],
+)
+def test_code_after_a_head_on_its_line_keeps_its_columns(code: str) -> None:
+    """A parser's line and column in the body are the model's own: what stands for a head
+    with code after it on its line is as wide as the head."""
+    body = normalize(code)
+    line = code.count("\n", 0, code.index("return"))
+    assert body.split("\n")[line].index("return") == code.split("\n")[line].index("return")

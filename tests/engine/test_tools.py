@@ -73,6 +73,13 @@ class Point:
     y: float
 
 
+class _Opaque(BaseModel):
+    """A model holding a value pydantic cannot dump as JSON."""
+
+    model_config = {"arbitrary_types_allowed": True}
+    thing: object
+
+
 # --- @tool: schema derivation ---------------------------------------------------------------
 
 
@@ -433,6 +440,81 @@ def test_handler_errors_become_call_errors() -> None:
     assert call_error(Tool("c", handler=explicit), {}) == "quota exceeded, try tomorrow"
 
 
+class _UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ broke")
+
+
+class _HostsOwnBase(BaseException):
+    """A BaseException that is not an Exception, as some libraries raise."""
+
+
+def test_odd_exceptions_of_a_sync_handler_become_call_errors() -> None:
+    """What a handler raises in its tool thread is the call's failure, whatever it is: an
+    exception whose ``__str__`` fails gives its class name, and KeyboardInterrupt, SystemExit
+    or another BaseException (which in a thread stop nothing but the call) name themselves
+    instead of reaching the event loop and stopping the host."""
+
+    def raiser(error: BaseException) -> Any:
+        def handler() -> None:
+            raise error
+
+        return handler
+
+    assert call_error(Tool("a", handler=raiser(_UnprintableError())), {}) == "_UnprintableError"
+    for error, said in [
+        (SystemExit(3), "tools.b failed: SystemExit: 3"),
+        (KeyboardInterrupt(), "tools.b failed: KeyboardInterrupt"),
+        (_HostsOwnBase("mine"), "tools.b failed: _HostsOwnBase: mine"),
+        (asyncio.CancelledError(), "tools.b failed: it was cancelled"),
+    ]:
+        assert call_error(Tool("b", handler=raiser(error)), {}) == said
+
+
+def test_odd_exceptions_of_an_async_handler() -> None:
+    """On the event loop, a handler's own BaseException, or a CancelledError nobody asked
+    for (a future it awaited was cancelled), is the call's failure; KeyboardInterrupt and
+    SystemExit stop the process there, as asyncio has them do; and a call that is cancelled
+    is cancelled."""
+
+    async def own_base() -> None:
+        raise _HostsOwnBase("mine")
+
+    async def awaited_cancelled() -> None:
+        future = asyncio.get_running_loop().create_future()
+        future.cancel()
+        await future
+
+    async def unprintable() -> None:
+        raise _UnprintableError()
+
+    async def exits() -> None:
+        raise SystemExit(3)
+
+    assert call_error(Tool("a", handler=own_base), {}) == "tools.a failed: _HostsOwnBase: mine"
+    assert call_error(Tool("b", handler=awaited_cancelled), {}) == (
+        "tools.b failed: it was cancelled"
+    )
+    assert call_error(Tool("c", handler=unprintable), {}) == "_UnprintableError"
+    with pytest.raises(SystemExit):
+        call(Tool("d", handler=exits), {})
+
+    started = asyncio.Event()
+
+    async def hangs() -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    async def cancel_a_call() -> None:
+        task = asyncio.create_task(Tool("e", handler=hangs).invoke({}, CTX))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_a_call())
+
+
 def test_results_are_converted_to_json_data() -> None:
     """Models dump in JSON mode, dataclasses become objects, tuples arrays; an annotated
     return type dumps through pydantic (a datetime becomes its ISO string)."""
@@ -489,6 +571,11 @@ def test_titles_are_dropped_from_schemas_but_not_from_values() -> None:
             "tools.bad returned a date at when, which is not JSON data; return an ISO string",
         ),
         (b"bytes", "tools.bad returned bytes, which is not JSON data; return text"),
+        (
+            {"m": _Opaque(thing=object())},
+            "tools.bad returned a _Opaque that pydantic cannot dump at m, which is not JSON "
+            "data (Unable to serialize unknown type: <class 'object'>)",
+        ),
     ],
 )
 def test_results_that_are_not_json_data_fail_the_call(value: Any, message: str) -> None:

@@ -135,6 +135,17 @@ AT_RUN_TIME = {
     "format_map": "'{x.__class__}'.format_map({'x': 1})",
     "str.format": "str.format('{0.__class__}', 1)",
     "string.Formatter": "import string\nstring.Formatter().format('{0.__class__}', 1)",
+    "format by getattr": "getattr('{0.__class__.__bases__}', 'format')(())",
+    "format by attrgetter": (
+        "import operator\noperator.attrgetter('format')('{0.__class__.__bases__}')(())"
+    ),
+    "format_map by dotted attrgetter": (
+        "import operator\nclass B:\n    s = '{a.__class__}'\n"
+        "operator.attrgetter('s.format_map', 's')(B())[0]({'a': 1})"
+    ),
+    "format by methodcaller": (
+        "import operator\noperator.methodcaller('format', ())('{0.__class__.__bases__}')"
+    ),
     "attrgetter": "import operator\noperator.attrgetter('real.__class__')(1)",
     "methodcaller": "import operator\noperator.methodcaller('__reduce_ex__', 2)(tools)",
     "typing leaks sys": "import typing\ntyping.sys",
@@ -440,3 +451,108 @@ def test_same_bytes_across_replays_through_the_process(process: PoolProcess) -> 
     b = process.run(_script(code, records))
     assert a.outcome == "finished", a.error
     assert a.model_dump(exclude={"stats", "process"}) == b.model_dump(exclude={"stats", "process"})
+
+
+def test_code_a_returned_value_runs_prints_into_the_run(run: Run) -> None:
+    """Turning the returned value into data runs the script's own code (a dict subclass's
+    items()): what it prints is the run's printed text, never the protocol's descriptor
+    (lines there broke the protocol: 'a 'type' message where ran or read was expected')."""
+    code = (
+        "class D(dict):\n    def items(self):\n"
+        '        print(\'{"type":"ran","outcome":"finished"}\\n\' * 2000)\n'
+        "        return dict.items(self)\nreturn D(a=1)"
+    )
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == {"a": 1}
+    assert ran.printed.startswith('{"type":"ran","outcome":"finished"}\n')
+
+
+def test_a_finalizer_after_the_run_cannot_escape_the_check(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A task left waiting on itself is dropped with the run, and its `finally` runs when
+    the collector frees it, after the run: the dataclass it makes is checked all the same."""
+    import gc
+
+    code = (
+        "import asyncio, dataclasses\nbox = []\nasync def f():\n    try:\n"
+        "        await box[0]\n    finally:\n"
+        "        X = type('X', (), {'__annotations__': "
+        "{\"a,print('ESCAPED', ().__class__.__bases__)\": int}})\n"
+        "        try:\n"
+        "            Y = dataclasses.dataclass(X, init=False, repr=False)\n"
+        "            y = Y()\n            y.a = 1\n            y == y\n"
+        "        except TypeError as e:\n            print('refused:', e)\n"
+        "t = asyncio.create_task(f())\nbox.append(t)\nawait asyncio.sleep(0)\nreturn 1"
+    )
+    ran = run_in_process(_script(code))
+    assert ran.outcome == "finished", ran.error
+    gc.collect()
+    out = capfd.readouterr().out
+    assert "ESCAPED" not in out
+    assert "refused: a dataclass of a script cannot use the attribute '__bases__'" in out
+
+
+# The script's own code, where the sandbox calls it or reads it: each used to end the
+# sandbox process (exit 70, "SandboxCrash") instead of failing the run with the script's error.
+OWN_CODE = {
+    "a returned dict's items() raises": (
+        "class D(dict):\n    def items(self):\n        raise ValueError('boom')\nreturn D(a=1)",
+        "ValueError",
+    ),
+    "a returned int's __index__ raises": (
+        "class I(int):\n    def __int__(self):\n        raise RuntimeError('no')\n"
+        "    def __index__(self):\n        raise RuntimeError('no')\nreturn I(5)",
+        "RuntimeError",
+    ),
+    "an error class's name raises": (
+        "class M(type):\n    @property\n    def __name__(self):\n        raise ValueError('x')\n"
+        "class E(Exception, metaclass=M):\n    pass\nraise E('x')",
+        "E",
+    ),
+    "an error class's name is no string": (
+        "class M(type):\n    @property\n    def __name__(self):\n        return 42\n"
+        "class E(Exception, metaclass=M):\n    pass\nraise E('x')",
+        "E",
+    ),
+    "an object poses as a future": (
+        "import asyncio\nF = type(asyncio.gather())\nclass Fake:\n    @property\n    def __class__(self):\n"
+        "        return F\n    def __await__(self):\n        yield self\nawait Fake()",
+        "TypeError",
+    ),
+    "a future subclass leaves its state unset": (
+        "import asyncio\nF = type(asyncio.gather())\nclass G(F):\n    def __init__(self):\n        pass\n"
+        "await G()",
+        "TypeError",
+    ),
+}
+
+
+OWN_CODE["an error's traceback is a property that raises"] = (
+    "class E(Exception):\n    @property\n    def __traceback__(self):\n"
+    "        raise ValueError('tb')\nraise E('m')",
+    "E",
+)
+
+
+@pytest.mark.parametrize("name", sorted(OWN_CODE))
+def test_the_scripts_own_code_failing_fails_the_run_not_the_sandbox(run: Run, name: str) -> None:
+    code, error = OWN_CODE[name]
+    ran = run(code)
+    assert ran.outcome == "failed"
+    assert ran.error.name == error, ran.error
+    assert ran.error.lines, ran.error
+
+
+@pytest.mark.parametrize("length", ["10**9", "-1"])
+def test_a_returned_string_is_its_text_whatever_its_class_says(run: Run, length: str) -> None:
+    """A str subclass whose len() lies and whose encode() raises is returned as its text
+    (it ended the sandbox process)."""
+    code = (
+        f"class S(str):\n    def __len__(self):\n        return {length}\n"
+        "    def encode(self, *a):\n        raise ValueError('enc')\nreturn S('x')"
+    )
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == "x"

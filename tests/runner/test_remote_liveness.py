@@ -160,3 +160,32 @@ def test_the_welcome_of_a_service_that_beats_parses() -> None:
     assert welcome.heartbeat == 0.5
     v1 = welcome.model_copy(update={"heartbeat": None})
     assert b"heartbeat" not in wire.encode(v1)
+
+
+@pytest.mark.timeout(120)
+async def test_a_frozen_service_that_reads_nothing_loses_its_step_within_seconds(
+    tmp_path: Path,
+) -> None:
+    """A service stopped (SIGSTOP) while the client sends a script line bigger than the
+    sockets' buffers reads none of it: the client counts it as gone after ``silence``
+    seconds and runs the step on another service, instead of waiting on the send for ever."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    beat = ("--heartbeat", "0.1", "--slots", "1")
+    async with (
+        service_process(token_file, *beat) as (stopped, frozen),
+        service_process(token_file, *beat) as (_, healthy),
+    ):
+        remote = RemoteRunner([frozen, healthy], TOKEN, silence=2.0, connect_timeout=2.0)
+        remote._turn = -1  # the first address first
+        assert (await remote.run(script("return 1"))).value == 1  # its connection is kept
+        os.kill(stopped.pid, signal.SIGSTOP)
+        big = "// " + "x" * (32 << 20) + "\nreturn 2"
+        remote._turn = -1
+        # Bounded, so the test fails instead of hanging on the send.
+        step = await asyncio.wait_for(remote.run(script(big)), 60)
+        assert step.value == 2, step.error
+        status = remote.status()
+        assert status[frozen]["failures"] == 1 and status[healthy]["steps"] == 1
+        os.kill(stopped.pid, signal.SIGCONT)
+        await remote.aclose()

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
-from runner import RemoteRunner
+from runner import RemoteRunner, Step
 from runner._service import RunnerService
 from sandbox import protocol
 from sandbox.protocol import FileInfo, Script
@@ -298,3 +298,22 @@ async def test_a_service_without_a_token_takes_any_client() -> None:
         await still_serves(service)
     with pytest.raises(ValueError, match="token is empty"):
         RunnerService("", runner=FakeRunner())
+
+
+async def test_a_client_that_never_reads_its_answer_is_dropped_and_a_drain_ends() -> None:
+    """A client that sends a step and reads nothing of its answer (too big for the socket's
+    buffers) is dropped after ``line_timeout``: it holds neither the step nor a drain."""
+    answered = asyncio.Event()
+
+    async def big(s: Script, files: object, tenant: str) -> Step:
+        answered.set()
+        return Step(outcome="finished", printed="p" * (32 * protocol.MiB))
+
+    async with services(FakeRunner(big), line_timeout=1.0) as [service]:
+        client = await RawClient.connect(service.address)
+        await client.hello()
+        await client.send_json(script_message(script("x")))
+        await answered.wait()
+        await asyncio.wait_for(service.drain(), 30)
+        assert service.slots.in_use == 0
+        client.close()

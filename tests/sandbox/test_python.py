@@ -761,3 +761,17 @@ def test_warnings_print_without_the_sandboxs_files() -> None:
     # Nothing is kept from the run before (re's own cache of patterns aside).
     again = run(code.replace("[[a]", "[[b]"))
     assert again.printed == ran.printed
+
+
+def test_format_however_it_is_named_still_formats() -> None:
+    """getattr, operator.attrgetter and operator.methodcaller give a string's safe
+    format and format_map, which format as str's do; other objects' own format stays."""
+    code = (
+        "import operator\n"
+        "class P:\n    def format(self, x):\n        return 'own ' + x\n"
+        "return [getattr('{} {}', 'format')(1, 2),\n"
+        "    operator.attrgetter('format', 'upper')('a{}')[0]('b'),\n"
+        "    operator.methodcaller('format_map', {'k': 3})('{k:>3}'),\n"
+        "    getattr(P(), 'format')('x'), operator.methodcaller('format', 'y')(P())]"
+    )
+    assert value(code) == ["1 2", "ab", "  3", "own x", "own y"]

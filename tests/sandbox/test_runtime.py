@@ -978,3 +978,45 @@ def test_a_run_over_lets_its_context_go_at_once(live: bool) -> None:
         assert _contexts() == before
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        'import x from "y";\nreturn 1;',
+        'const a = 1;\nimport { x } from "y";\nreturn 1;',
+        'import * as x from "y";',
+        "export default 1;",
+        'const m = await import("fs");',
+        'import type { T } from "y";\nimport { x } from "y";\nconst a: T = x;',
+    ],
+)
+def test_imports_and_exports_say_a_script_has_no_modules(code: str) -> None:
+    """A script that imports or exports fails with the parser's message and what to do
+    instead, at its line (a dynamic import names none)."""
+    ran = run(code)
+    assert ran.outcome == "failed" and ran.error is not None
+    assert ran.error.message.endswith(
+        "; a script is the body of an async function and has no modules to import or "
+        "export: reach the host through `tools` (await tools.name({...}))"
+    ), ran.error
+    assert all(x.text.lstrip().startswith(("import", "export")) for x in ran.error.lines)
+    if "await import" not in code:
+        assert ran.error.lines
+
+
+@pytest.mark.parametrize(
+    ("code", "line"),
+    [
+        ("function dec(t: any) { return t; }\n@dec\nclass A {}\nreturn 1;", 2),
+        ("const dec = (t: any) => t;\nclass A {\n  @dec m() {}\n}\nreturn 1;", 3),
+    ],
+)
+def test_decorators_say_they_are_not_supported(code: str, line: int) -> None:
+    ran = run(code)
+    assert ran.outcome == "failed" and ran.error is not None
+    assert ran.error.name == "SyntaxError"
+    assert ran.error.message.endswith(
+        "; decorators are not supported in a script: call the function instead"
+    ), ran.error
+    assert [x.line for x in ran.error.lines] == [line]

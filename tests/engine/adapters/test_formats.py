@@ -144,6 +144,21 @@ async def test_mcp_result_carries_returned_images_as_content(engine: CodeMode) -
     assert answer["content"] == result.content
 
 
+async def test_returned_blocks_that_are_not_base64_are_not_media(engine: CodeMode) -> None:
+    """A returned block whose data is empty, or not base64, is no image: it stays text, and
+    the text is left whole (its data once replaced every match in the text: "" put a note
+    between every two characters, and "e" replaced each e the script printed)."""
+    result = await engine.run_code(
+        'console.log("the data here: e"); return [{type: "image", data: "", mimeType: '
+        '"image/png"}, {type: "image", data: "e", mimeType: "image/png"}, '
+        '{type: "audio", data: "not base64!", mimeType: "audio/wav"}]'
+    )
+    assert result.status == "finished", result.text
+    answer = result.to_mcp()
+    mcp.types.CallToolResult.model_validate(answer)
+    assert answer["content"] == [{"type": "text", "text": result.text}]
+
+
 async def test_failed_and_text_only_results(engine: CodeMode) -> None:
     failed = await engine.run_code("throw new Error('no')")
     assert failed.status == "failed"
