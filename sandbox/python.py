@@ -195,6 +195,7 @@ class _Opaque:
 
 
 _TYPE_NAME = type.__dict__["__name__"]
+_TRACEBACK = BaseException.__dict__["__traceback__"]
 _SEALED = False
 
 
@@ -964,21 +965,22 @@ def _plain(
     kind = type(value)
     if kind is str:
         return value
-    if kind is int or (isinstance(value, int) and not isinstance(value, bool)):
+    # By the type, never isinstance: an object's __class__ may be a script's property.
+    if issubclass(kind, int):  # True and False are above
         number = int(value)
         if not _INT_MIN <= number <= _INT_MAX:
             raise _NotPlain(
                 f"{_where(root, path)} is an integer too large for JSON data; pass it as a string"
             )
         return number
-    if kind is float or isinstance(value, float):
+    if issubclass(kind, float):
         real = float(value)
         if math.isnan(real) or math.isinf(real):
             raise _NotPlain(f"{_where(root, path)} is {real}, which JSON cannot carry")
         return real
-    if isinstance(value, str):
+    if issubclass(kind, str):
         return str.__str__(value)
-    if isinstance(value, (dict, list, tuple)):
+    if issubclass(kind, dict | list | tuple):
         if depth >= MAX_DEPTH:
             raise _NotPlain(
                 f"{_where(root, path)} nests deeper than {MAX_DEPTH} levels of dicts and lists, "
@@ -989,12 +991,12 @@ def _plain(
             raise _NotPlain(f"{_where(root, path)} refers to itself; data must be a tree")
         parents.append(id(value))
         try:
-            if isinstance(value, dict):
+            if issubclass(kind, dict):
                 out = {}
                 for key, item in value.items():
-                    if isinstance(key, str):
+                    if issubclass(type(key), str):
                         name = str.__str__(key)
-                    elif isinstance(key, (int, float)) and not isinstance(key, bool):
+                    elif issubclass(type(key), int | float) and type(key) is not bool:
                         name = str(_plain(key, root, path, depth, parents))
                     else:
                         raise _NotPlain(
@@ -1009,11 +1011,11 @@ def _plain(
         finally:
             parents.pop()
     hint = ""
-    if isinstance(value, (_datetime.date, _datetime.time)):
+    if issubclass(kind, _datetime.date | _datetime.time):
         hint = " (pass value.isoformat())"
-    elif isinstance(value, (set, frozenset)):
+    elif issubclass(kind, set | frozenset):
         hint = " (pass a list)"
-    elif isinstance(value, decimal.Decimal):
+    elif issubclass(kind, decimal.Decimal):
         hint = " (pass str(value) or float(value))"
     raise _NotPlain(
         f"{_where(root, path)} is a {_type_name(value)}{hint}; data must be plain "
@@ -1442,6 +1444,8 @@ class Run(Replay):
             line = e.lineno or 0
             lines = self._line_list([line]) if line else []
             message = _cut(str(e.msg), 1000)
+            if line and e.offset and e.offset > 0:
+                message += f" (column {e.offset})"  # the script's own: it is parsed as written
             return self._finish(
                 Ran(
                     outcome="failed",
@@ -1580,7 +1584,9 @@ class Run(Replay):
     def _value(self, value: Any) -> Ran:
         if value is None:
             return _finished("u")
-        if isinstance(value, str) and len(value) > VALUE_BOUND:
+        if issubclass(type(value), str):
+            value = str.__str__(value)  # the text itself, whatever a subclass's len() says
+        if type(value) is str and len(value) > VALUE_BOUND:
             half = VALUE_BOUND // 2
             text = _well_formed(value)
             return _finished("c" + orjson.dumps([text[:half], text[-half:], len(text)]).decode())
@@ -1616,6 +1622,13 @@ class Run(Replay):
         limit = None
         if isinstance(error, LimitError) and message in self.limit_errors:
             limit = LimitMet(name=self.limit_errors[message], message=message)
+        missing = error.name if type(error) is NameError else None
+        if type(missing) is str and _declared_global(self.script.code, missing):
+            message += (
+                "; the script is the body of an async function, so its top-level names are "
+                f"that function's: in a function inside it, write `nonlocal {missing}`, not "
+                f"`global {missing}`"
+            )
         return Ran(
             outcome="failed",
             error=ScriptError(
@@ -1636,11 +1649,17 @@ class Run(Replay):
         return lines
 
 
+def _declared_global(code: str, name: str) -> bool:
+    """True when a ``global`` statement of ``code`` names ``name``."""
+    pattern = rf"^[ \t]*global\b[^\n#]*\b{re.escape(name)}\b"
+    return re.search(pattern, code, re.MULTILINE) is not None
+
+
 def _script_lines(error: BaseException) -> list[int]:
     """The script's lines in ``error``'s traceback, innermost first (as a JavaScript
     stack)."""
     lines: list[int] = []
-    tb = error.__traceback__
+    tb = _TRACEBACK.__get__(error)  # the real one: a script's class may make it a property
     while tb is not None:
         if tb.tb_frame.f_code.co_filename == FILENAME:
             lines.append(tb.tb_lineno)

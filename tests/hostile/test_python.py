@@ -529,6 +529,13 @@ OWN_CODE = {
 }
 
 
+OWN_CODE["an error's traceback is a property that raises"] = (
+    "class E(Exception):\n    @property\n    def __traceback__(self):\n"
+    "        raise ValueError('tb')\nraise E('m')",
+    "E",
+)
+
+
 @pytest.mark.parametrize("name", sorted(OWN_CODE))
 def test_the_scripts_own_code_failing_fails_the_run_not_the_sandbox(run: Run, name: str) -> None:
     code, error = OWN_CODE[name]
@@ -536,3 +543,16 @@ def test_the_scripts_own_code_failing_fails_the_run_not_the_sandbox(run: Run, na
     assert ran.outcome == "failed"
     assert ran.error.name == error, ran.error
     assert ran.error.lines, ran.error
+
+
+@pytest.mark.parametrize("length", ["10**9", "-1"])
+def test_a_returned_string_is_its_text_whatever_its_class_says(run: Run, length: str) -> None:
+    """A str subclass whose len() lies and whose encode() raises is returned as its text
+    (it ended the sandbox process)."""
+    code = (
+        f"class S(str):\n    def __len__(self):\n        return {length}\n"
+        "    def encode(self, *a):\n        raise ValueError('enc')\nreturn S('x')"
+    )
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == "x"
