@@ -1,10 +1,15 @@
 """The engine against the fastest peer: whole scripts, interleaved in one run.
 
-Three ways to run the same script, each answering one tool ``t(i) -> {"v": i}``:
+Four ways to run the same script, each answering one tool ``t(i) -> {"v": i}``:
 
 - ``live``: ``CodeMode(live=True).run_code`` (type check off) on its SQLite log with a
   warm-pool :class:`runner.ProcessRunner`: a step's process stays alive while its calls run
-  and goes on with their results (each result logged first);
+  and goes on with their results (each result logged first). ``t`` is declared as nothing
+  more than a tool, so it may have effects: each call's receipt is synced to disk before it
+  runs;
+- ``live_ro``: the same, with ``t`` declared ``read_only`` (which it is): a call that may
+  simply run again waits for no disk, so the difference from ``live`` is what the synced
+  receipt costs;
 - ``replay``: ``CodeMode.run_code`` (type check off) on its SQLite log with a warm-pool
   :class:`runner.ProcessRunner`, re-running the script from its log at every step (the spec's
   behaviour);
@@ -29,7 +34,7 @@ from typing import Any
 
 from bench._workloads import PROMISE_ALL, SEQUENTIAL, TRIVIAL
 
-PEERS = ("live", "replay", "monty")
+PEERS = ("live", "live_ro", "replay", "monty")
 
 # Monty's Python for each of the JS scripts: the same calls, the same value.
 MONTY_TRIVIAL = "1"
@@ -105,11 +110,13 @@ class Peer(abc.ABC):
 class EnginePeer(Peer):
     """``CodeMode.run_code`` on a SQLite log in ``directory``, with its own warm pool."""
 
-    def __init__(self, name: str, directory: Path, slots: int, *, live: bool) -> None:
+    def __init__(
+        self, name: str, directory: Path, slots: int, *, live: bool, read_only: bool = False
+    ) -> None:
         from engine import CodeMode, SqliteStore, tool
         from runner import ProcessRunner
 
-        @tool
+        @tool(read_only=read_only)
         async def t(i: int) -> dict[str, int]:
             """Answer {"v": i}."""
             return {"v": i}
@@ -183,8 +190,10 @@ async def make_peers(names: tuple[str, ...], directory: Path, slots: int) -> dic
                 monty = MontyPeer(slots)
                 await monty.start()
                 peers[name] = monty
-            elif name in ("live", "replay"):
-                peers[name] = EnginePeer(name, directory, slots, live=name == "live")
+            elif name in ("live", "live_ro", "replay"):
+                peers[name] = EnginePeer(
+                    name, directory, slots, live=name != "replay", read_only=name == "live_ro"
+                )
             else:
                 raise ValueError(f"no peer {name!r}; the peers are {', '.join(PEERS)}")
     except BaseException:
@@ -200,7 +209,7 @@ class Comparison:
 
     times: dict[str, dict[str, list[float]]]  # script key -> peer -> times
     peers: tuple[str, ...]
-    live_runs: dict[str, int] | None = None  # the live engine's counts, when it ran
+    live_runs: dict[str, int] | None = None  # the live engines' counts, when they ran
 
     def p50_ms(self, script: str, peer: str) -> float | None:
         values = self.times.get(script, {}).get(peer)
@@ -249,8 +258,12 @@ async def compare(
                                 f"{name}: {script.key} returned {value!r}, not {script.value!r}"
                             )
                         into.setdefault(name, []).append(elapsed)
-            live = running.get("live")
-            notes = live.notes() if isinstance(live, EnginePeer) else None
+            notes: dict[str, int] | None = None  # summed over the live engines
+            for name in ("live", "live_ro"):
+                engine = running.get(name)
+                if isinstance(engine, EnginePeer):
+                    counts = engine.notes()
+                    notes = {k: v + (notes or {}).get(k, 0) for k, v in counts.items()}
         finally:
             for peer in running.values():
                 await peer.aclose()

@@ -227,6 +227,16 @@ def peer_targets(rows: list[Row]) -> list[Target]:
         return a / b if a is not None and b else None
 
     ours, monty = per_call_ms(p50, engine), per_call_ms(p50, "monty")
+    read_only = per_call_ms(p50, "live_ro")
+    if read_only is not None and monty is not None:  # what the synced receipt costs
+        found.append(
+            Target(
+                "per call, 200-call script, live_ro/monty",
+                "reference",
+                f"{read_only:.3f}/{monty:.3f} ms = {read_only / monty:.2f}x",
+                None,
+            )
+        )
     if ours is not None and monty is not None:
         found.append(
             Target(
@@ -305,7 +315,7 @@ def peers_text(rows: list[Row]) -> str:
     )
     if figures.get("live_runs"):
         lines.append(
-            "the live engine's live runs: "
+            "the live engines' live runs: "
             + ", ".join(f"{k} {v:,}" for k, v in figures["live_runs"].items())
         )
     return "\n".join(lines)

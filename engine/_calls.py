@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from engine import log
-from engine._drive import Drive
+from engine._drive import CallAbandoned, Drive
 from engine._events import Emitting
 from engine._limits import Limits
 from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
@@ -144,10 +144,12 @@ class CallSettling(Emitting):
         record = drive.record
         self._emit_call("call.running", record.tenant, entry)
         try:
-            result = await self._invoke(record, entry)
+            result = await drive.run_handler(entry.name, self._invoke(record, entry))
         except ToolCallError as e:
             await self._settle_failed(drive, _failed(entry, e.message))
             return
+        except CallAbandoned:
+            raise  # the engine closes: the call stays running in the log, as after a crash
         except Exception as e:  # a bug in the engine or a tool must not lose the script
             logger.exception(
                 "tool call failed unexpectedly script=%s call=%s", record.id, entry.call_id

@@ -16,13 +16,21 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
 
 from engine import log
+from engine._errors import CodeModeError
 from sandbox import protocol
 
 logger = logging.getLogger("codemode")
+
+T = TypeVar("T")
+
+
+class CallAbandoned(CodeModeError):
+    """The engine closed while one of the drive's calls ran: the drive ends, and the call is
+    left in the log as running, for the next host to settle."""
 
 
 def new_owner() -> str:
@@ -111,6 +119,10 @@ class Drive:
         # A new script's first step, begun with its start (see StepLoop._begin_first_step):
         # taken by the drive's first step, or dropped with the drive.
         self.early: asyncio.Task[Any] | None = None
+        # The handlers of the calls running now (see :meth:`run_handler`), which
+        # :meth:`abandon` cancels.
+        self._handlers: set[asyncio.Task[Any]] = set()
+        self._abandoned = False
 
     @classmethod
     async def take(
@@ -358,6 +370,33 @@ class Drive:
         self._usage = None
         self.record.status, self.record.outcome = status, outcome
         self._released = True  # ending gave the lease up
+
+    async def run_handler(self, name: str, handler: Awaitable[T]) -> T:
+        """Await the handler of a call to ``name`` this drive runs; :class:`CallAbandoned`
+        when :meth:`abandon` cancelled it (then nothing about the call is to be written)."""
+        task = asyncio.ensure_future(handler)
+        self._handlers.add(task)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not self._abandoned or (current is not None and current.cancelling()):
+                raise  # the drive itself is cancelled
+            raise CallAbandoned(
+                f"the engine closed while tools.{name} ran (it may or may not have taken "
+                f"effect); script {self.record.id} waits in the log: resume it"
+            ) from None
+        finally:
+            self._handlers.discard(task)
+
+    def abandon(self) -> None:
+        """The engine closes: cancel the handlers of the calls running now, whose drive
+        ends on :class:`CallAbandoned`. Each such call stays as the log has it, running, as
+        if the host had stopped: the next host runs a read-only or idempotent one again, and
+        tells the script any other was interrupted."""
+        self._abandoned = True
+        for task in self._handlers:
+            task.cancel()
 
     async def close(self) -> None:
         """Stop renewing and give the lease up (a lost lease is left as it is). A renewal

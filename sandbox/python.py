@@ -173,9 +173,16 @@ def _refused_attribute(name: str) -> str | None:
 
 
 class _Opaque:
-    """Objects of the sandbox that a script holds: not to be copied or pickled."""
+    """Objects of the sandbox that a script holds: not to be copied or pickled, nor
+    subclassed by a script (the scheduler trusts a future's state; a subclass could leave
+    it unset)."""
 
     __slots__ = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        if _SEALED:
+            raise TypeError(f"{_TYPE_NAME.__get__(cls.__mro__[1])} cannot be subclassed")
+        super().__init_subclass__(**kwargs)
 
     def __copy__(self) -> NoReturn:
         raise TypeError(f"{type(self).__name__} objects cannot be copied")
@@ -185,6 +192,17 @@ class _Opaque:
 
     def __reduce_ex__(self, protocol: Any) -> NoReturn:
         raise TypeError(f"{type(self).__name__} objects cannot be pickled or copied")
+
+
+_TYPE_NAME = type.__dict__["__name__"]
+_TRACEBACK = BaseException.__dict__["__traceback__"]
+_SEALED = False
+
+
+def _type_name(value: Any) -> str:
+    """The name of ``value``'s class, as the class was made: a script's metaclass may make
+    ``__name__`` a property that raises or gives no string."""
+    return str(_TYPE_NAME.__get__(type(value)))
 
 
 # ---- the check and the compiler ----
@@ -947,21 +965,22 @@ def _plain(
     kind = type(value)
     if kind is str:
         return value
-    if kind is int or (isinstance(value, int) and not isinstance(value, bool)):
+    # By the type, never isinstance: an object's __class__ may be a script's property.
+    if issubclass(kind, int):  # True and False are above
         number = int(value)
         if not _INT_MIN <= number <= _INT_MAX:
             raise _NotPlain(
                 f"{_where(root, path)} is an integer too large for JSON data; pass it as a string"
             )
         return number
-    if kind is float or isinstance(value, float):
+    if issubclass(kind, float):
         real = float(value)
         if math.isnan(real) or math.isinf(real):
             raise _NotPlain(f"{_where(root, path)} is {real}, which JSON cannot carry")
         return real
-    if isinstance(value, str):
+    if issubclass(kind, str):
         return str.__str__(value)
-    if isinstance(value, (dict, list, tuple)):
+    if issubclass(kind, dict | list | tuple):
         if depth >= MAX_DEPTH:
             raise _NotPlain(
                 f"{_where(root, path)} nests deeper than {MAX_DEPTH} levels of dicts and lists, "
@@ -972,16 +991,16 @@ def _plain(
             raise _NotPlain(f"{_where(root, path)} refers to itself; data must be a tree")
         parents.append(id(value))
         try:
-            if isinstance(value, dict):
+            if issubclass(kind, dict):
                 out = {}
                 for key, item in value.items():
-                    if isinstance(key, str):
+                    if issubclass(type(key), str):
                         name = str.__str__(key)
-                    elif isinstance(key, (int, float)) and not isinstance(key, bool):
+                    elif issubclass(type(key), int | float) and type(key) is not bool:
                         name = str(_plain(key, root, path, depth, parents))
                     else:
                         raise _NotPlain(
-                            f"{_where(root, path)} has a key of type {type(key).__name__}; "
+                            f"{_where(root, path)} has a key of type {_type_name(key)}; "
                             "keys are strings"
                         )
                     out[name] = _plain(item, root, (*path, name), depth + 1, parents)
@@ -992,14 +1011,14 @@ def _plain(
         finally:
             parents.pop()
     hint = ""
-    if isinstance(value, (_datetime.date, _datetime.time)):
+    if issubclass(kind, _datetime.date | _datetime.time):
         hint = " (pass value.isoformat())"
-    elif isinstance(value, (set, frozenset)):
+    elif issubclass(kind, set | frozenset):
         hint = " (pass a list)"
-    elif isinstance(value, decimal.Decimal):
+    elif issubclass(kind, decimal.Decimal):
         hint = " (pass str(value) or float(value))"
     raise _NotPlain(
-        f"{_where(root, path)} is a {type(value).__name__}{hint}; data must be plain "
+        f"{_where(root, path)} is a {_type_name(value)}{hint}; data must be plain "
         "(dict, list, tuple, str, int, float, bool, None)"
     )
 
@@ -1042,7 +1061,7 @@ class _Sink(_Opaque):
 
     def write(self, text: str) -> int:
         if not isinstance(text, str):
-            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+            raise TypeError(f"write() argument must be str, not {_type_name(text)}")
         run = self._run
         if not run.ended:
             run.printed.write(_well_formed(text))
@@ -1333,15 +1352,16 @@ class Run(Replay):
     ) -> _Future:
         """``awaitable`` as a future the scheduler runs; a TypeError, ``refusal`` naming what
         was given, for anything that cannot be awaited."""
-        if isinstance(awaitable, _Future):
+        # By the type, never isinstance: an object's __class__ may be a script's property.
+        if issubclass(type(awaitable), _Future):
             return awaitable
-        if isinstance(awaitable, types.CoroutineType):
+        if type(awaitable) is types.CoroutineType:
             task = Task(awaitable)
             self.ready.append(task)
             return task
         if hasattr(type(awaitable), "__await__"):  # asyncio.sleep, a script's own awaitable
             return self._task(_await(awaitable))
-        raise TypeError(f"{refusal}, not {type(awaitable).__name__}")
+        raise TypeError(f"{refusal}, not {_type_name(awaitable)}")
 
     def _gather(self, *awaitables: Any, return_exceptions: bool = False) -> _Future:
         children = [self._task(a) for a in awaitables]
@@ -1401,7 +1421,7 @@ class Run(Replay):
         except BaseException as e:  # the script's own error, SystemExit included
             task._reject(e)
             return
-        if isinstance(yielded, _Future):
+        if issubclass(type(yielded), _Future):
             if yielded._done:
                 self.ready.append(task)
             else:
@@ -1410,7 +1430,7 @@ class Run(Replay):
             self.ready.append(task)
         else:
             task._throw = TypeError(
-                f"a script awaits coroutines and tool calls, not {type(yielded).__name__}"
+                f"a script awaits coroutines and tool calls, not {_type_name(yielded)}"
             )
             self.ready.append(task)
 
@@ -1424,6 +1444,8 @@ class Run(Replay):
             line = e.lineno or 0
             lines = self._line_list([line]) if line else []
             message = _cut(str(e.msg), 1000)
+            if line and e.offset and e.offset > 0:
+                message += f" (column {e.offset})"  # the script's own: it is parsed as written
             return self._finish(
                 Ran(
                     outcome="failed",
@@ -1562,14 +1584,20 @@ class Run(Replay):
     def _value(self, value: Any) -> Ran:
         if value is None:
             return _finished("u")
-        if isinstance(value, str) and len(value) > VALUE_BOUND:
+        if issubclass(type(value), str):
+            value = str.__str__(value)  # the text itself, whatever a subclass's len() says
+        if type(value) is str and len(value) > VALUE_BOUND:
             half = VALUE_BOUND // 2
             text = _well_formed(value)
             return _finished("c" + orjson.dumps([text[:half], text[-half:], len(text)]).decode())
         try:
             text = _json(value, "the returned value")
             return _finished("j" + text)
-        except (TypeError, _NotData) as e:
+        except (MemoryError, _Ended):
+            raise
+        except BaseException as e:
+            if not isinstance(e, TypeError | _NotData) or _script_lines(e):
+                return self._error(e)  # the value's own code raised (a dict's items())
             message = (
                 f"{e}; return plainer data"
                 if isinstance(e, TypeError)
@@ -1578,13 +1606,7 @@ class Run(Replay):
             return Ran(outcome="failed", error=ScriptError(name="TypeError", message=message))
 
     def _error(self, error: BaseException) -> Ran:
-        lines: list[int] = []
-        tb = error.__traceback__
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename == FILENAME:
-                lines.append(tb.tb_lineno)
-            tb = tb.tb_next
-        lines.reverse()  # innermost first, as a JavaScript stack
+        lines = _script_lines(error)
         if isinstance(error, MemoryError):
             message = self._memory_message()
             return Ran(
@@ -1592,14 +1614,21 @@ class Run(Replay):
                 error=ScriptError(name="LimitError", message=message, lines=self._line_list(lines)),
                 limit=LimitMet(name="memory", message=message),
             )
-        name = type(error).__name__
+        name = _type_name(error)
         try:
             message = str(error)
         except BaseException as e:  # the script's own __str__
-            message = f"an error that cannot be read: {type(e).__name__}"
+            message = f"an error that cannot be read: {_type_name(e)}"
         limit = None
         if isinstance(error, LimitError) and message in self.limit_errors:
             limit = LimitMet(name=self.limit_errors[message], message=message)
+        missing = error.name if type(error) is NameError else None
+        if type(missing) is str and _declared_global(self.script.code, missing):
+            message += (
+                "; the script is the body of an async function, so its top-level names are "
+                f"that function's: in a function inside it, write `nonlocal {missing}`, not "
+                f"`global {missing}`"
+            )
         return Ran(
             outcome="failed",
             error=ScriptError(
@@ -1618,6 +1647,25 @@ class Run(Replay):
             if len(lines) >= 8:
                 break
         return lines
+
+
+def _declared_global(code: str, name: str) -> bool:
+    """True when a ``global`` statement of ``code`` names ``name``."""
+    pattern = rf"^[ \t]*global\b[^\n#]*\b{re.escape(name)}\b"
+    return re.search(pattern, code, re.MULTILINE) is not None
+
+
+def _script_lines(error: BaseException) -> list[int]:
+    """The script's lines in ``error``'s traceback, innermost first (as a JavaScript
+    stack)."""
+    lines: list[int] = []
+    tb = _TRACEBACK.__get__(error)  # the real one: a script's class may make it a property
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == FILENAME:
+            lines.append(tb.tb_lineno)
+        tb = tb.tb_next
+    lines.reverse()
+    return lines
 
 
 def warm_up_code() -> str:
@@ -1657,3 +1705,7 @@ def warm_up_code() -> str:
         "await rows()\n"
         "return [r, str(x), str(statistics.stdev([1.0, 2.0]))]\n"
     )
+
+
+# Every class of the sandbox is made: from here on, _Opaque has no new subclass.
+_SEALED = True

@@ -76,12 +76,14 @@ class Tracing:
             script.add_event(kind, span_event, timestamp=_ns(event.time))
         elif kind == "left" and script is not None:
             del self._scripts[script_id]
+            self._end_calls(script_id, event.time)
             script.set_attribute("codemode.status", event.status or "left")
             if event.error:
                 script.set_status(Status(StatusCode.ERROR, event.error))
             script.end(_ns(event.time))
         elif kind in ("paused", "ended") and script is not None:
             del self._scripts[script_id]
+            self._end_calls(script_id, event.time)
             status = event.status or "paused"
             script.set_attribute("codemode.status", status)
             script.set_attributes(_attributes(event, "steps", "limit", "error"))
@@ -94,6 +96,15 @@ class Tracing:
             else:
                 script.set_status(Status(StatusCode.OK))
             script.end(_ns(event.time))
+
+    def _end_calls(self, script_id: str, time: float) -> None:
+        """End the spans of the script's calls that never reported an end (the engine closed,
+        or its store failed, while they ran): with their drive, as errors, rather than open
+        for the life of the process."""
+        for key in [k for k in self._calls if k[0] == script_id]:
+            span = self._calls.pop(key)
+            span.set_status(Status(StatusCode.ERROR, "the drive left while the call ran"))
+            span.end(_ns(time))
 
     def _step(self, event: Event, script: Span | None) -> None:
         stats = event.stats or {}

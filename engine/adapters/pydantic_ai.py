@@ -48,7 +48,10 @@ RUN_CODE = "run_code"
 
 def engine_tools(tools: Sequence[AgentTool[Any] | Callable[..., Any] | Tool]) -> list[Tool]:
     """The engine's tools for pydantic-ai tools and plain functions (same names, schemas and
-    descriptions, from the functions' signatures and docstrings)."""
+    descriptions, from the functions' signatures and docstrings). A ``Tool``'s own
+    ``name``, ``description``, ``requires_approval`` (``needs_approval``), ``timeout`` and
+    ``defer_loading`` (``deferred``) carry over; one with a ``prepare`` or ``args_validator``
+    function, which no script's call could honour, is refused."""
     found: list[Tool] = []
     for t in tools:
         if isinstance(t, Tool):
@@ -60,7 +63,25 @@ def engine_tools(tools: Sequence[AgentTool[Any] | Callable[..., Any] | Tool]) ->
                     "cannot give it; take engine.ToolContext instead (CodeMode(context=...) "
                     "reaches it as ctx.host)"
                 )
-            make = engine_tool(name=t.name, needs_approval=bool(t.requires_approval))
+            for option in ("prepare", "args_validator"):
+                if getattr(t, option, None) is not None:
+                    # Silently dropped, a tool meant for some runs only, or a check the host
+                    # counts on, would reach every script unchecked.
+                    raise ToolDefinitionError(
+                        f"tool {t.name!r} has {option}=..., which code mode cannot "
+                        "apply (a script's calls are checked against the tool's schema only); "
+                        "give the engine only the tools this agent may call, and check "
+                        "arguments in the tool itself"
+                    )
+            # A description given to the Tool wins over the docstring's, as in pydantic-ai.
+            given = t.description if t.description != t.function_schema.description else None
+            make = engine_tool(
+                name=t.name,
+                description=given,
+                needs_approval=bool(t.requires_approval),
+                timeout=getattr(t, "timeout", None),
+                deferred=bool(getattr(t, "defer_loading", False)),
+            )
             found.append(make(t.function))
         else:
             found.append(engine_tool(t))

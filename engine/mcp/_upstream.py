@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from engine._errors import ToolCallError
 from engine.mcp._config import ServerSpec
+from engine.mcp._stdio import stdio_transport
 
 logger = logging.getLogger("codemode.mcp")
 
@@ -60,6 +61,10 @@ class Upstream:
         self._stale = False
         self.problem: str | None = None
         self.last_error: str | None = None
+        # Why the transport ended the connection itself (the server broke the protocol).
+        self.broken: str | None = None
+        # Why the last message from the server that could not be read was not.
+        self.unreadable: str | None = None
 
     async def start(self) -> str | None:
         """Connect and list the tools; ``None``, or the one-line problem that stopped it."""
@@ -89,7 +94,7 @@ class Upstream:
                 await self._connect_once()
                 delay = 0.5
             except Exception as e:
-                problem = _describe(e, self.spec)
+                problem = _describe(e, self.spec, self.broken, self.unreadable)
                 if not self._first.done():
                     self._first.set_result(problem)
                     return
@@ -157,15 +162,14 @@ class Upstream:
 
     def _transport(self) -> contextlib.AbstractAsyncContextManager[Any]:
         spec = self.spec
+        self.broken = None
         if spec.command is not None:
-            from mcp import StdioServerParameters
-            from mcp.client.stdio import stdio_client
-
-            params = StdioServerParameters(
-                command=spec.command, args=list(spec.args), env=spec.env or None, cwd=spec.cwd
-            )
-            return stdio_client(params, errlog=self._errlog or sys.stderr)
+            return stdio_transport(spec, self._errlog or sys.stderr, self._broke)
         return _http(spec)
+
+    def _broke(self, why: str) -> None:
+        self.broken = why
+        logger.warning("MCP server %r: %s; restarting it", self.name, why)
 
     async def _list(self, session: Any) -> list[dict[str, Any]]:
         from mcp_types import PaginatedRequestParams
@@ -193,6 +197,7 @@ class Upstream:
             if self._refresh is None or self._refresh.done():
                 self._refresh = asyncio.create_task(self._relist())
         elif isinstance(message, Exception):
+            self.unreadable = _first_line(message)
             logger.warning("MCP server %r: transport error: %s", self.name, message)
 
     async def _relist(self) -> None:
@@ -242,23 +247,23 @@ class Upstream:
         try:
             result = await _first_of(session.call_tool(tool, arguments), lost)
         except _Lost:
-            raise ToolCallError(
-                f"the MCP server {self.name!r} ({self.spec.where()}) closed its connection "
-                f"during the call of {tool!r}, so the call may or may not have taken effect; "
-                "the server is being restarted"
-            ) from None
+            raise self._lost_during(tool) from None
         except MCPError as e:
             if lost.is_set():
-                raise ToolCallError(
-                    f"the MCP server {self.name!r} ({self.spec.where()}) closed its connection "
-                    f"during the call of {tool!r}, so the call may or may not have taken "
-                    "effect; the server is being restarted"
-                ) from None
+                raise self._lost_during(tool) from None
             raise ToolCallError(
                 f"the MCP server {self.name!r} refused the call: {e.message}"
             ) from None
         await self.tools_current()
         return result
+
+    def _lost_during(self, tool: str) -> ToolCallError:
+        why = f" ({self.broken})" if self.broken else ""
+        return ToolCallError(
+            f"the MCP server {self.name!r} ({self.spec.where()}) closed its connection during "
+            f"the call of {tool!r}{why}, so the call may or may not have taken effect; the "
+            "server is being restarted"
+        )
 
 
 class _Lost(Exception):
@@ -303,14 +308,40 @@ async def _http(spec: ServerSpec) -> Any:
         yield streams
 
 
-def _describe(error: BaseException, spec: ServerSpec) -> str:
-    """One line for a server that could not be started or did not answer."""
+def _describe(
+    error: BaseException,
+    spec: ServerSpec,
+    broken: str | None = None,
+    unreadable: str | None = None,
+) -> str:
+    """One line for a server that could not be started or did not answer: ``broken`` says
+    why the transport ended the connection, ``unreadable`` why a message it sent was not
+    read (the SDK drops it, so the answer it held never comes)."""
+    from pydantic import ValidationError
+
     if isinstance(error, TimeoutError):
+        if unreadable:
+            return (
+                f"did not answer initialize or tools/list readably within "
+                f"{spec.init_timeout:g} s ({spec.where()}): a message it sent is not MCP "
+                f"({unreadable}); fix the server or leave it out of the config"
+            )
         return (
             f"did not answer initialize within {spec.init_timeout:g} s ({spec.where()}); check "
             'that it is an MCP server, or raise "initTimeout"'
         )
+    if isinstance(error, ValidationError):
+        # The SDK checks each answer whole: one bad tool definition refuses the listing.
+        errors = error.errors()
+        wrong = "; ".join(f"{_path(e['loc'])}: {e['msg']}" for e in errors[:3])
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        return (
+            f"its {error.title} does not follow MCP, so none of its tools can be used "
+            f"({spec.where()}): {wrong}{more}; fix the server or leave it out of the config"
+        )
     if isinstance(error, _Lost):
+        if broken:
+            return f"{broken}, before it was ready ({spec.where()})"
         return (
             f"closed its connection before it was ready ({spec.where()}); run the command by "
             "hand to see why"
@@ -322,10 +353,29 @@ def _describe(error: BaseException, spec: ServerSpec) -> str:
     if isinstance(error, BaseExceptionGroup):
         leaves = list(_leaves(error))
         if leaves:
-            return _describe(leaves[0], spec)
+            return _describe(leaves[0], spec, broken, unreadable)
     text = str(error).strip().splitlines()
     first = text[0] if text else type(error).__name__
     return f"cannot connect ({spec.where()}): {type(error).__name__}: {first[:300]}"
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    """``("tools", 0, "inputSchema")`` as ``tools[0].inputSchema``."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else str(part)
+    return text or "the answer"
+
+
+def _first_line(error: Exception) -> str:
+    """What is wrong with a message, in one line: a ValidationError's first error."""
+    from pydantic import ValidationError
+
+    if isinstance(error, ValidationError) and error.errors():
+        text = str(error.errors()[0]["msg"])
+    else:
+        text = str(error).strip().split("\n", 1)[0] or type(error).__name__
+    return text[:300]
 
 
 def _leaves(group: BaseExceptionGroup[Any]) -> Any:

@@ -80,22 +80,23 @@ def test_monty_and_the_engine_live_and_replay_return_each_scripts_value() -> Non
     from bench._peers import compare
 
     only = {"trivial", "seq_1", "seq_10", "promise_all"}
-    comparison = asyncio.run(compare(1, peers=("live", "replay", "monty"), slots=1, only=only))
+    peers = ("live", "live_ro", "replay", "monty")
+    comparison = asyncio.run(compare(1, peers=peers, slots=1, only=only))
     assert set(comparison.times) == only
     for key in only:
         assert len(comparison.times[key]["monty"]) >= 1
-        assert len(comparison.times[key]["replay"]) == len(comparison.times[key]["monty"])
-        assert len(comparison.times[key]["live"]) == len(comparison.times[key]["monty"])
+        for peer in peers:
+            assert len(comparison.times[key][peer]) == len(comparison.times[key]["monty"])
     figures = comparison.as_dict()
-    assert figures["peers"] == ["live", "replay", "monty"]
+    assert figures["peers"] == list(peers)
     assert figures["live_runs"]["resumed"] > 0  # the live engine did take live steps
     assert all(v is not None and v > 0 for v in figures["p50_ms"]["trivial"].values())
 
 
 def test_the_acceptance_ratios_come_from_one_runs_medians() -> None:
     p50 = {
-        "trivial": {"live": 4.0, "replay": 5.0, "monty": 1.0},
-        "seq_200": {"live": 44.0, "replay": 1000.0, "monty": 21.0},
+        "trivial": {"live": 4.0, "live_ro": 4.0, "replay": 5.0, "monty": 1.0},
+        "seq_200": {"live": 44.0, "live_ro": 24.0, "replay": 1000.0, "monty": 21.0},
         "promise_all": {"live": 12.0, "replay": 30.0, "monty": 10.0},
     }
     row = _report.Row(
@@ -109,6 +110,8 @@ def test_the_acceptance_ratios_come_from_one_runs_medians() -> None:
     per_call = found["per call, 200-call script, live/monty"]
     assert per_call.holds is False and "2.00x" in per_call.value  # 0.2 ms against 0.1 ms
     assert found["per call, 200-call script, live/Cloudflare"].value.endswith("= 4.0x")
+    read_only = found["per call, 200-call script, live_ro/monty"]
+    assert read_only.holds is None and "0.100/0.100 ms" in read_only.value  # a reference
     assert found["trivial run_code, live/monty"].holds is False  # 4x
     assert found["Promise.all of 100, live/monty"].value == "1.20x"
     assert found["Promise.all of 100, live/monty"].holds is True

@@ -10,10 +10,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -1042,6 +1044,31 @@ async def test_a_drive_renews_its_lease_until_it_closes_or_loses_it() -> None:
     await drive.close()
 
 
+async def test_a_tenant_or_key_no_log_keeps_is_refused_before_anything_is_recorded(
+    make_store: Callable[[], Any],
+) -> None:
+    """A tenant that is no name (None, a number, empty, past 256 characters) or a tenant or
+    key with a lone surrogate or a NUL: the same CodeModeError on every store, and nothing
+    recorded. (None was SQLite's IntegrityError, a surrogate a UnicodeEncodeError, a number
+    a tenant the log kept as given.)"""
+    from engine import CodeModeError
+
+    store = make_store()
+    engine = CodeMode([], runner=InProcessRunner(), store=store, type_check="off")
+    try:
+        for tenant in (None, 5, "", "t" * 257, "a\ud800", "a\x00b"):
+            with pytest.raises(CodeModeError, match=r"tenant = .* must be a string of 1 to 256"):
+                await engine.run_code("return 1", tenant=tenant)  # type: ignore[arg-type]
+        for key in ("\udfff", "k\x00"):
+            with pytest.raises(CodeModeError, match=r"key = .* must be a string of 1 to 256"):
+                await engine.run_code("return 1", key=key)
+        assert await store.scripts() == []
+        result = await engine.run_code("return 1", tenant="acme", key="toolu_01")
+        assert result.value == 1
+    finally:
+        await engine.aclose()
+
+
 async def test_bad_ownership_options_are_refused() -> None:
     """A key that is not a short string, a lease under 100 ms or a poll interval that is not
     positive seconds: one clear error, and no script is recorded."""
@@ -1058,6 +1085,71 @@ async def test_bad_ownership_options_are_refused() -> None:
     with pytest.raises(ConfigError, match="poll_interval = 0 must be seconds"):
         CodeMode([], runner=InProcessRunner(), poll_interval=0)
     await engine.aclose()
+
+
+async def test_closing_the_engine_ends_the_calls_it_runs(tmp_path: Path) -> None:
+    """aclose() while calls hang (an async handler and a sync one, no call timeout): each
+    run_code ends at once on a CodeModeError naming the call, rather than when the handler
+    would end (never); the async handler is cancelled. The calls stay running in the log,
+    as after a crash: the next engine runs the read-only one again and tells the script the
+    other was interrupted."""
+    started = threading.Barrier(3)  # both handlers and this test
+    cancelled = asyncio.Event()
+    runs = 0
+    stuck = threading.Event()
+
+    @tool(read_only=True)
+    async def look(n: int) -> int:
+        """Look (changes nothing)."""
+        nonlocal runs
+        runs += 1
+        if runs > 1:
+            return n
+        try:
+            await asyncio.to_thread(started.wait, 30)
+            await asyncio.sleep(3600)
+        finally:
+            cancelled.set()
+        return n
+
+    @tool
+    def charge(cents: int) -> str:
+        """Charge (an effect)."""
+        started.wait(30)
+        stuck.wait(60)
+        return "charged"
+
+    first = CodeMode(
+        [look, charge],
+        runner=InProcessRunner(),
+        data_dir=tmp_path,
+        type_check="off",
+        call_timeout=None,
+    )
+    ids: list[str] = []
+    runs_code = [
+        asyncio.create_task(first.run_code(code, on_start=ids.append))
+        for code in ("return await tools.look({ n: 7 })", "return await tools.charge({ cents: 5 })")
+    ]
+    await asyncio.to_thread(started.wait, 30)  # both calls run
+    await first.aclose()
+    try:
+        for run, tool_name in zip(runs_code, ("look", "charge"), strict=True):
+            with pytest.raises(CodeModeError, match=rf"closed while tools\.{tool_name} ran"):
+                await asyncio.wait_for(run, 30)
+        assert cancelled.is_set()
+        second = CodeMode(
+            [look, charge], runner=InProcessRunner(), data_dir=tmp_path, type_check="off"
+        )
+        try:
+            again = [await second.resume(i, wait=0) for i in ids]
+        finally:
+            await second.aclose()
+    finally:
+        stuck.set()
+    by_value = {r.status: r for r in again}
+    assert by_value["finished"].value == 7
+    assert "interrupted" in by_value["failed"].text, by_value["failed"].text
 
 
 async def test_an_engine_closed_while_it_drives_a_script_lets_it_go(tmp_path: Path) -> None:

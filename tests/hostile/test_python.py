@@ -492,3 +492,67 @@ def test_a_finalizer_after_the_run_cannot_escape_the_check(
     out = capfd.readouterr().out
     assert "ESCAPED" not in out
     assert "refused: a dataclass of a script cannot use the attribute '__bases__'" in out
+
+
+# The script's own code, where the sandbox calls it or reads it: each used to end the
+# sandbox process (exit 70, "SandboxCrash") instead of failing the run with the script's error.
+OWN_CODE = {
+    "a returned dict's items() raises": (
+        "class D(dict):\n    def items(self):\n        raise ValueError('boom')\nreturn D(a=1)",
+        "ValueError",
+    ),
+    "a returned int's __index__ raises": (
+        "class I(int):\n    def __int__(self):\n        raise RuntimeError('no')\n"
+        "    def __index__(self):\n        raise RuntimeError('no')\nreturn I(5)",
+        "RuntimeError",
+    ),
+    "an error class's name raises": (
+        "class M(type):\n    @property\n    def __name__(self):\n        raise ValueError('x')\n"
+        "class E(Exception, metaclass=M):\n    pass\nraise E('x')",
+        "E",
+    ),
+    "an error class's name is no string": (
+        "class M(type):\n    @property\n    def __name__(self):\n        return 42\n"
+        "class E(Exception, metaclass=M):\n    pass\nraise E('x')",
+        "E",
+    ),
+    "an object poses as a future": (
+        "import asyncio\nF = type(asyncio.gather())\nclass Fake:\n    @property\n    def __class__(self):\n"
+        "        return F\n    def __await__(self):\n        yield self\nawait Fake()",
+        "TypeError",
+    ),
+    "a future subclass leaves its state unset": (
+        "import asyncio\nF = type(asyncio.gather())\nclass G(F):\n    def __init__(self):\n        pass\n"
+        "await G()",
+        "TypeError",
+    ),
+}
+
+
+OWN_CODE["an error's traceback is a property that raises"] = (
+    "class E(Exception):\n    @property\n    def __traceback__(self):\n"
+    "        raise ValueError('tb')\nraise E('m')",
+    "E",
+)
+
+
+@pytest.mark.parametrize("name", sorted(OWN_CODE))
+def test_the_scripts_own_code_failing_fails_the_run_not_the_sandbox(run: Run, name: str) -> None:
+    code, error = OWN_CODE[name]
+    ran = run(code)
+    assert ran.outcome == "failed"
+    assert ran.error.name == error, ran.error
+    assert ran.error.lines, ran.error
+
+
+@pytest.mark.parametrize("length", ["10**9", "-1"])
+def test_a_returned_string_is_its_text_whatever_its_class_says(run: Run, length: str) -> None:
+    """A str subclass whose len() lies and whose encode() raises is returned as its text
+    (it ended the sandbox process)."""
+    code = (
+        f"class S(str):\n    def __len__(self):\n        return {length}\n"
+        "    def encode(self, *a):\n        raise ValueError('enc')\nreturn S('x')"
+    )
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == "x"

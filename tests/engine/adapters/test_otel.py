@@ -178,3 +178,41 @@ async def test_a_drive_that_raises_ends_its_span(exporter) -> None:
         ("left", StatusCode.ERROR),
         ("finished", StatusCode.OK),
     ]
+
+
+async def test_a_call_that_outlives_its_drive_ends_with_its_drive(exporter, tmp_path) -> None:
+    """The engine closed while a call ran: the drive left, and the call never reported an
+    end. Its span ends with the drive's, as an error, instead of staying open (unexported,
+    and kept by the listener for the life of the process)."""
+    import asyncio
+
+    from engine import CodeModeError
+
+    spans_out, provider = exporter
+    running, release = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def charge(cents: int) -> str:
+        """Charge (an effect)."""
+        running.set()
+        await release.wait()
+        return "charged"
+
+    tracing = Tracing(provider)
+    engine = CodeMode(
+        [charge], runner=InProcessRunner(), data_dir=tmp_path, type_check="off", on_event=tracing
+    )
+    run = asyncio.create_task(engine.run_code("return await tools.charge({ cents: 5 })"))
+    await running.wait()
+    await engine.aclose()
+    release.set()
+    with pytest.raises(CodeModeError):
+        await run
+    assert tracing._calls == {} and tracing._scripts == {}
+    ended = {s.name: s for s in spans_out.get_finished_spans()}
+    call = ended["codemode.call"]
+    assert call.status.status_code == StatusCode.ERROR
+    assert "the drive left" in (call.status.description or "")
+    assert (
+        call.parent is not None and call.parent.span_id == ended["codemode.script"].context.span_id
+    )

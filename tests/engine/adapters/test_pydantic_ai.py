@@ -12,7 +12,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from engine import ToolDefinitionError
-from engine.adapters.pydantic_ai import CodeModeToolset
+from engine.adapters.pydantic_ai import CodeModeToolset, engine_tools
 from tests.engine.conftest import InProcessRunner
 
 CODE = """
@@ -119,6 +119,35 @@ def test_a_tool_that_takes_run_context_is_refused() -> None:
 
     with pytest.raises(ToolDefinitionError, match="takes pydantic-ai's RunContext"):
         CodeModeToolset([Tool(needs_ctx, takes_ctx=True)], type_check="off")
+
+
+def test_a_tools_own_options_carry_over() -> None:
+    """A pydantic-ai Tool's description, timeout and defer_loading are the engine tool's
+    (the description was the docstring's, whatever the Tool said); prepare and
+    args_validator, which no script's call would run, are refused rather than dropped."""
+    made = engine_tools(
+        [
+            Tool(comment, description="Post to the team.", timeout=7, defer_loading=True),
+            Tool(list_prs),
+        ]
+    )
+    assert [(t.description, t.timeout, t.deferred) for t in made] == [
+        ("Post to the team.", 7.0, True),
+        ("List the open pull requests of a repository.", None, False),
+    ]
+
+    async def only_admins(ctx: RunContext[None], definition: Any) -> Any:
+        return None
+
+    def check(ctx: RunContext[None], number: int, body: str) -> None:
+        return None
+
+    with pytest.raises(
+        ToolDefinitionError, match=r"has prepare=\.\.\., which code mode cannot apply"
+    ):
+        engine_tools([Tool(comment, prepare=only_admins)])
+    with pytest.raises(ToolDefinitionError, match=r"has args_validator=\.\.\."):
+        engine_tools([Tool(comment, args_validator=check)])
 
 
 async def test_what_a_script_shows_reaches_the_model_as_binary_content() -> None:

@@ -82,6 +82,12 @@ async def hang() -> str:
     return "never"
 
 
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def big(mib: int) -> str:
+    """A text of ``mib`` MiB (FastMCP sends it twice: as text and as structured content)."""
+    return "x" * (mib * 1024 * 1024)
+
+
 def serve_http() -> None:
     import socket
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 
@@ -128,3 +129,64 @@ async def test_a_streamable_http_server_with_headers(tmp_path: Path) -> None:
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def test_a_message_too_large_ends_the_connection_and_names_the_server(
+    tmp_path: Path,
+) -> None:
+    """A result over MAX_MESSAGE (here 2 x 40 MiB: FastMCP sends text and structured
+    content) is refused as it is read, in linear time, naming the server and why; the server
+    is restarted and the script's next call is served."""
+    from engine.mcp._stdio import MAX_MESSAGE
+
+    assert MAX_MESSAGE < 2 * 40 * 1024 * 1024
+    servers = await McpServers.start(_lab(tmp_path))
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        result = await engine.run_code(
+            "let big; try { big = await tools.lab__big({mib: 40}); } catch (e) { big = e.message; }"
+            "return [big, await tools.lab__add({a: 1, b: 2})];"
+        )
+        big, added = result.value
+        assert "MCP server 'lab'" in big and "a message over 64 MiB" in big, big
+        assert added == {"result": 3}
+    finally:
+        await engine.aclose()
+
+
+RAW = Path(__file__).parent / "raw_server.py"
+
+
+async def _raw_problem(tmp: Path, tools: str, **settings: object) -> str:
+    """The one problem of a hand-written server whose tools/list answer holds ``tools``."""
+    (tmp / "tools.json").write_text(tools)
+    entry = {"command": sys.executable, "args": [str(RAW), str(tmp / "tools.json")], **settings}
+    servers = await McpServers.start({"mcpServers": {"raw": entry}})
+    try:
+        assert servers.servers == [] and len(servers.problems) == 1, servers.problems
+        return str(servers.problems[0])
+    finally:
+        await servers.aclose()
+
+
+async def test_a_listing_that_breaks_mcp_names_what_is_wrong(tmp_path: Path) -> None:
+    """The SDK refuses a whole tools/list answer for one bad definition: the problem says
+    which definition and what is wrong with it, not only that a ValidationError happened."""
+    tools = [
+        {"name": "fine", "inputSchema": {"type": "object"}},
+        {"name": "text", "inputSchema": {"type": "string"}},
+    ]
+    problem = await _raw_problem(tmp_path, json.dumps(tools))
+    assert problem.startswith("MCP server 'raw': "), problem
+    assert "tools[1].inputSchema.type: Input should be 'object'" in problem, problem
+    assert "leave it out of the config" in problem, problem
+
+
+async def test_an_answer_that_cannot_be_read_is_named_at_the_timeout(tmp_path: Path) -> None:
+    """An answer the SDK cannot parse (nested past its limit) is dropped, so the server
+    seems not to answer: the problem says what could not be read, not only that it was
+    silent."""
+    deep = '{"type": "object", "properties": {"x": ' * 300 + "{}" + "}}" * 300
+    tools = f'[{{"name": "deep", "inputSchema": {deep}}}]'
+    problem = await _raw_problem(tmp_path, tools, initTimeout=10)
+    assert "a message it sent is not MCP" in problem and "recursion limit" in problem, problem

@@ -1,0 +1,131 @@
+"""The stdio transport to an upstream MCP server: a child process, one JSON-RPC message a line.
+
+The SDK's ``stdio_client`` joins each chunk the server writes to the unfinished line and splits
+the whole again, so a message of n bytes costs O(n²) on the event loop (a 40 MiB tool result:
+100 s of CPU, every other script and client stalled meanwhile), and a line that never ends
+grows without bound. This one reads in linear time and ends the connection at a message over
+:data:`MAX_MESSAGE`, telling the upstream why. Otherwise it does what the SDK's does: the
+server runs in a session of its own with the SDK's default environment plus its ``env``, and
+closing ends it: its stdin closed, a pause, then its whole process group terminated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TextIO
+
+import anyio
+
+from engine.mcp._config import ServerSpec
+from sandbox.protocol import size_text
+
+logger = logging.getLogger("codemode.mcp")
+
+# The largest message a server may send; past it the connection ends (the server is
+# restarted). Far above what a script may read in all (its results limit, 8 MiB by default).
+MAX_MESSAGE = 64 * 1024 * 1024
+# How long a server has to exit once its stdin is closed, before its group is terminated.
+EXIT_GRACE = 2.0
+
+
+@contextlib.asynccontextmanager
+async def stdio_transport(
+    spec: ServerSpec, errlog: TextIO, broken: Callable[[str], None]
+) -> AsyncIterator[tuple[Any, Any]]:
+    """Start ``spec``'s command; the (read, write) streams a ``ClientSession`` takes.
+
+    ``broken`` is told, in a few words, why the connection ends when the server broke it
+    (a message over :data:`MAX_MESSAGE`); the read stream then ends as at the server's exit.
+    """
+    import mcp_types as types
+    from mcp.client.stdio import get_default_environment
+    from mcp.os.posix.utilities import terminate_posix_process_tree
+    from mcp.shared.message import SessionMessage
+
+    assert spec.command is not None
+    process = await anyio.open_process(
+        [spec.command, *spec.args],
+        env=get_default_environment() | spec.env,
+        stderr=errlog,
+        cwd=spec.cwd,
+        start_new_session=True,  # its own group, so closing ends its children too
+    )
+    read_writer, read_stream = anyio.create_memory_object_stream[Any](0)
+    write_stream, write_reader = anyio.create_memory_object_stream[Any](0)
+
+    async def read() -> None:
+        assert process.stdout is not None
+        buffer = bytearray()
+        searched = 0  # the buffer holds no newline before this
+        async with read_writer:
+            try:
+                async for chunk in process.stdout:
+                    buffer += chunk
+                    while (end := buffer.find(b"\n", searched)) >= 0:
+                        line = bytes(buffer[:end])
+                        del buffer[: end + 1]
+                        searched = 0
+                        if line.strip():
+                            await read_writer.send(_parsed(line, types, SessionMessage))
+                    searched = len(buffer)
+                    if searched > MAX_MESSAGE:
+                        broken(
+                            f"it sent a message over {size_text(MAX_MESSAGE)}, more than "
+                            "code mode reads"
+                        )
+                        return
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+                pass
+
+    async def write() -> None:
+        assert process.stdin is not None
+        try:
+            async with write_reader:
+                async for message in write_reader:
+                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await process.stdin.send(data.encode() + b"\n")
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            await read_writer.aclose()  # the session sees the end, not a request hanging
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(read)
+        tasks.start_soon(write)
+        try:
+            yield read_stream, write_stream
+        finally:
+            with anyio.CancelScope(shield=True):  # the child must end, cancelled or not
+                await _end(process, terminate_posix_process_tree)
+                for stream in (read_stream, write_stream, read_writer, write_reader):
+                    await stream.aclose()
+            tasks.cancel_scope.cancel()
+
+
+def _parsed(line: bytes, types: Any, session_message: Any) -> Any:
+    """The message of one line, or the error saying why it is not one (the session logs it)."""
+    try:
+        return session_message(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except ValueError as e:
+        return e
+
+
+async def _end(process: Any, terminate: Any) -> None:
+    """Close the server's stdin, give it :data:`EXIT_GRACE` to exit, then end its group."""
+    for pipe in (process.stdin, process.stdout):
+        with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await pipe.aclose()
+        if pipe is process.stdin:
+            with anyio.move_on_after(EXIT_GRACE):
+                while process.returncode is None:
+                    await anyio.sleep(0.02)
+    await terminate(process, EXIT_GRACE)  # its children, or itself when it did not exit
+    with anyio.move_on_after(EXIT_GRACE):
+        await process.wait()
+    # anyio's streams do not close asyncio's pipe transports, so the subprocess transport
+    # would stay open (and complain when collected after the loop closed); as the SDK does.
+    transport = getattr(getattr(process, "_process", None), "_transport", None)
+    close = getattr(transport, "close", None)
+    if callable(close):
+        with contextlib.suppress(PermissionError):
+            close()
