@@ -24,9 +24,15 @@ async def hostile(play: Play) -> AsyncIterator[str]:
     """A service on loopback that welcomes every client (wire version 3, beating), reads its
     first request, then plays ``play`` on the connection; yields its address."""
 
+    playing: set[asyncio.Task[None]] = set()
+
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = wire.Channel(reader, writer)
-        with contextlib.suppress(Exception):
+        task = asyncio.current_task()
+        assert task is not None
+        playing.add(task)
+        # Cancelled at the end of the test: a stream handler must not end cancelled.
+        with contextlib.suppress(Exception, asyncio.CancelledError):
             await conn.line(wire.SMALL_LINE, idle=5, timeout=5)
             welcome = wire.Welcome(
                 version=3,
@@ -51,6 +57,9 @@ async def hostile(play: Play) -> AsyncIterator[str]:
         yield f"{host}:{port}"
     finally:
         server.close()
+        for task in playing:
+            task.cancel()
+        await asyncio.gather(*playing, return_exceptions=True)
 
 
 async def test_a_service_that_reads_for_ever_cannot_hold_a_step() -> None:
