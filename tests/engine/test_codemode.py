@@ -464,9 +464,15 @@ async def test_ended_script_resumes_to_its_result() -> None:
     assert len(runner.steps) == 1
 
 
-@pytest.mark.parametrize("bad", ["kind", "other"])
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ broke")
+
+
+@pytest.mark.parametrize("bad", ["kind", "other", "unprintable"])
 async def test_bad_worker_answers_refuse_the_calls(inproc: InProcessRunner, bad: str) -> None:
-    """A worker that raises or answers nonsense refuses the calls with a message."""
+    """A worker that raises (even an exception whose ``__str__`` fails, which ended the
+    drive) or answers nonsense refuses the calls with a message."""
 
     @tool
     def ping() -> str:
@@ -476,6 +482,8 @@ async def test_bad_worker_answers_refuse_the_calls(inproc: InProcessRunner, bad:
     def worker(trigger: dict[str, Any]) -> Any:
         if bad == "kind":
             return 42
+        if bad == "unprintable":
+            raise _Unprintable()
         raise RuntimeError("worker down")
 
     engine = CodeMode([ping], runner=inproc, worker=worker)
