@@ -146,7 +146,7 @@ class CodeModeServer:
                 started(script_id)
                 result = await engine.resume(script_id)
             else:
-                raise CodeModeError(engine.direct_call_error(name))
+                raise CodeModeError(engine.direct_call_error(name, ("run_code", CONTINUE)))
             while result.status == "paused" and self._can_elicit(session):
                 if not await self._ask(session, ctx, result):
                     break
