@@ -337,14 +337,14 @@ class CodeMode(StepLoop):
             script_id = self._new_id()
             text = f"Script failed.\nScriptError: {e}"
             return RunResult(script_id, "failed", text, error={"name": "ScriptError"})
+        # Checked before anything is recorded: a log keeps neither a tenant that is no name
+        # nor text with a lone surrogate (the store's own error said neither).
+        _check_name("tenant", tenant, "the name of the user or organization it runs for")
+        if key is not None:
+            _check_name("key", key, "the model's tool-use id")
         # The host's limits are checked before the script is recorded, so a bad limits
         # function leaves no script behind that could never run.
         self.limits_for(tenant)
-        if key is not None and not (isinstance(key, str) and 0 < len(key) <= MAX_KEY):
-            raise CodeModeError(
-                f"key = {key!r:.80} must be a string of 1 to {MAX_KEY} characters, such as the "
-                "model's tool-use id"
-            )
         if key is None:
             return await self._start(body, language, tenant, files, None, on_start)
         result, joined = await self._once(
@@ -710,6 +710,10 @@ class CodeMode(StepLoop):
             await self.store.answer(script_id, call_id, expect, log.FAILED, error=message)
             self._emit("call.failed", script_id, call_id=call_id, tool=entry.name, error=message)
             return
+        if size > self.limits_for((await self.store.get_script(script_id)).tenant).results:
+            # Over the budget on its own, as a host tool's result may be (engine._calls):
+            # its size is kept, not its bytes, and the script ends on the results limit.
+            data = None
         await self.store.answer(
             script_id, call_id, expect, log.DONE, result=data, result_bytes=size
         )
@@ -750,8 +754,26 @@ class NotText(ValueError):
     """A script that is not Unicode text: no log could keep it."""
 
 
+def _check_name(what: str, value: object, example: str) -> None:
+    """Raise :class:`CodeModeError` unless ``value`` is a string of 1 to ``MAX_KEY``
+    characters that every log can keep (no lone surrogate, no NUL)."""
+    if not (
+        isinstance(value, str)
+        and 0 < len(value) <= MAX_KEY
+        and LONE_SURROGATE.search(value) is None
+        and "\x00" not in value  # PostgreSQL's text takes no NUL
+    ):
+        raise CodeModeError(
+            f"{what} = {value!r:.80} must be a string of 1 to {MAX_KEY} characters of Unicode "
+            f"text without NUL, such as {example}"
+        )
+
+
 def _check_text(code: str) -> None:
-    """Raise :class:`NotText` naming where ``code`` has a lone surrogate."""
+    """Raise :class:`NotText` naming where ``code`` has a lone surrogate or a NUL (which
+    PostgreSQL's text cannot keep; a model's JSON arguments can hold one as ``\\u0000``)."""
+    if "\x00" not in code and LONE_SURROGATE.search(code) is None:
+        return
     for number, line in enumerate(code.split("\n"), 1):
         found = LONE_SURROGATE.search(line)
         if found:
@@ -759,6 +781,11 @@ def _check_text(code: str) -> None:
             raise NotText(
                 f"line {number} has a lone surrogate (U+{char:04X}), which is not Unicode "
                 f'text; write it as an escape in a string ("\\u{char:04x}")'
+            )
+        if "\x00" in line:
+            raise NotText(
+                f"line {number} has a NUL character (U+0000), which no session log keeps; "
+                'write it as an escape in a string ("\\u0000")'
             )
 
 

@@ -33,6 +33,7 @@ event as JSON data (what ``codemode run --events FILE`` writes, one line each).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -95,6 +96,14 @@ def listeners_option(on_event: Listener | Sequence[Listener] | None) -> tuple[Li
     for fn in found:
         if not callable(fn):
             raise ConfigError(f"on_event takes functions of one Event, not {fn!r:.80}")
+        # A function, or an object whose __call__ is one.
+        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
+            # Called and never awaited, it would do nothing, with only a RuntimeWarning.
+            raise ConfigError(
+                f"on_event listener {fn!r:.80} is an async function; a listener is called on "
+                "the event loop and must be quick: give a plain function (which may start a "
+                "task of its own, or put the event on a queue)"
+            )
     return found
 
 
@@ -109,9 +118,19 @@ class Emitting:
         event = Event(kind, script_id, time.time(), **fields)
         for listener in self._listeners:
             try:
-                listener(event)
+                returned = listener(event)
             except Exception:  # the host's listener must not stop the script
                 logger.exception("an on_event listener failed on %s of script %s", kind, script_id)
+                continue
+            if inspect.isawaitable(returned):  # an async listener the option check missed
+                if inspect.iscoroutine(returned):
+                    returned.close()
+                logger.error(
+                    "an on_event listener returned an awaitable on %s of script %s, which "
+                    "nothing awaits: give a plain function",
+                    kind,
+                    script_id,
+                )
 
     def _emit_call(self, kind: EventKind, tenant: str | None, entry: Any, **fields: Any) -> None:
         """A call's event; ``entry``: its ``engine.log.CallEntry``."""

@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import mimetypes
 import os
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,9 @@ from typing import Any
 
 from engine._errors import CodeModeError, ConfigError
 from runner import FileMissing, RunError
+
+# What no session log keeps in text: a NUL (PostgreSQL's text) or a lone surrogate (any).
+_NOT_KEPT = re.compile("[\x00\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,10 @@ class Attachment:
         # Checked when the host makes it, so a mistake is not found at the script's start.
         if not isinstance(self.id, str) or not self.id.strip():
             raise ConfigError(f'an attachment needs an id, as "sales.csv", not {self.id!r}')
+        if _NOT_KEPT.search(self.id):
+            raise ConfigError(
+                f"attachment id {self.id!r:.80} has a NUL or a lone surrogate; name it in text"
+            )
         if self.data is None and self.path is None:
             raise ConfigError(
                 f"attachment {self.id!r} has neither data nor a path; give its bytes or a path"

@@ -269,9 +269,9 @@ def _at_object(path: list[str | int]) -> str:
 def to_json_data(value: Any) -> Any:
     """``value`` as plain JSON data, or :class:`NotJSONData` naming what is not.
 
-    Pydantic models dump in JSON mode, dataclass instances become objects, tuples become
-    arrays; everything else must already be JSON data: a dict with string keys, a list, a
-    string, a finite number, a boolean or None.
+    Pydantic models dump in JSON mode by alias (as their schemas name them), dataclass
+    instances become objects, tuples become arrays; everything else must already be JSON
+    data: a dict with string keys, a list, a string, a finite number, a boolean or None.
     """
     return _convert(value, [], 0)
 
@@ -299,7 +299,7 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
         return float(value)
     if isinstance(value, BaseModel):
         try:
-            dumped = value.model_dump(mode="json")
+            dumped = value.model_dump(mode="json", by_alias=True)
         except (PydanticSerializationError, ValueError, TypeError) as e:
             # A field of a type pydantic cannot dump (an arbitrary type, a failing serializer).
             raise NotJSONData(

@@ -166,6 +166,9 @@ def skills_listing(skills: Sequence[Skill], language: str = "javascript") -> str
         return ""
     lines = [f"Skills (load one in a script with {dialect(language).skill_call()}):"]
     for skill in skills:
+        description = skill.description.strip()
+        if skill.tools and description and description[-1] not in ".!?":
+            description += "."  # else the tools read as the description's last words
         about = f" Tools: {', '.join(skill.tools)}." if skill.tools else ""
-        lines.append(f"- {skill.name}: {skill.description}{about}")
+        lines.append(f"- {skill.name}: {description}{about}")
     return "\n".join(lines)

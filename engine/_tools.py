@@ -382,7 +382,9 @@ class Tool:
         data: Any = _MISSING
         if self._result_adapter is not None:
             try:
-                data = self._result_adapter.dump_python(result, mode="json", warnings="error")
+                data = self._result_adapter.dump_python(
+                    result, mode="json", by_alias=True, warnings="error"
+                )
             except (PydanticSerializationError, ValueError, TypeError):
                 data = _MISSING  # the generic conversion below says what is wrong
         try:

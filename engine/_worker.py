@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 import orjson
 
+from engine._tools import described
+
 PROPOSED = "proposed"
 
 Trigger = dict[str, Any]
@@ -70,7 +72,7 @@ async def ask(worker: Worker, trigger: Trigger) -> dict[str, Decision]:
         if inspect.isawaitable(answer):
             answer = await answer
     except Exception as e:
-        why = f"the host's worker failed on these calls: {type(e).__name__}: {e}"
+        why = f"the host's worker failed on these calls: {described(e)}"
         return {i: Decision("refuse", why) for i in ids}
     if answer == PROPOSED:
         return {i: Decision("run") for i in ids}

@@ -392,7 +392,9 @@ class RemoteRunner(ScriptRunner):
                         raise _Stale(str(e)) from None
                     sent = True
                     server = conv.FileServer(script, files)
-                    step = await self._converse(conn, welcome, script, server, asks=asks)
+                    step = await self._converse(
+                        conn, welcome, script, server, asks=asks, known=len(script.records)
+                    )
                     if step.live is not None:
                         # The process waits on the service, on this connection, which the
                         # live run holds from now on.
@@ -532,12 +534,13 @@ class RemoteRunner(ScriptRunner):
         server: conv.FileServer,
         *,
         asks: bool,
+        known: int,
         resuming: bool = False,
     ) -> Step:
         """Answer the step's reads until its answer comes (``asks``: the step may stay live;
-        ``resuming``: it is a live run's next segment). Its ``live`` is the service's
-        :class:`~runner._wire.LiveOffer` when its process waits. Raises _Skip/_Down/_Ended/
-        RunError."""
+        ``resuming``: it is a live run's next segment; ``known``: the records the run holds).
+        Its ``live`` is the service's :class:`~runner._wire.LiveOffer` when its process
+        waits. Raises _Skip/_Down/_Ended/RunError."""
         before = server.served
         bound = wire.step_bound(script)
         wait = conv.Deadline.for_step(script).allowance + welcome.slot_wait + self.step_margin
@@ -584,6 +587,11 @@ class RemoteRunner(ScriptRunner):
                         "it broke the protocol: it kept a live process for a step that cannot "
                         "have one"
                     )
+                # What a local runner checks of its process's report, checked again: a
+                # service's runner did, so a step that fails it is the service's lie.
+                problem = conv.check_ran(message, script, known)
+                if problem is not None:
+                    raise _Down(f"it sent a step no run of this script can end with: {problem}")
                 # The bytes this client served are what the step read, whatever it says.
                 if message.process is None:
                     message.process = ProcessStats()
@@ -717,7 +725,13 @@ class RemoteLive(LiveRun):
             except wire.PeerGone as e:
                 raise _Down(f"the connection broke: {e}") from None
             step = await runner._converse(
-                conn, self.welcome, self.script, self.server, asks=True, resuming=True
+                conn,
+                self.welcome,
+                self.script,
+                self.server,
+                asks=True,
+                known=self.known + len(records),
+                resuming=True,
             )
             known = self.known + len(records)
             if step.live is not None:

@@ -247,6 +247,8 @@ class RunnerService:
         # The live processes waiting on connections, least recently kept first.
         self._held: OrderedDict[_Held, None] = OrderedDict()
         self._held_memory = 0
+        # Live processes being ended: their ends outlive a cancelled connection (see _end_run).
+        self._ending: set[asyncio.Task[None]] = set()
         self.live_ended = 0  # waiting processes the service ended itself (evicted, expired)
         self.draining = False
         self._server: asyncio.Server | None = None
@@ -330,6 +332,8 @@ class RunnerService:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        if self._ending:
+            await asyncio.gather(*self._ending, return_exceptions=True)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -553,7 +557,7 @@ class RunnerService:
                 held = working.result()[2]
                 if held is not None and held is not handed:
                     self._unkeep(held)
-                    await _close_quietly(held.run)
+                    await self._end_run(held.run)
             self._steps -= 1
             if self._steps == 0:
                 self._no_steps.set()
@@ -630,7 +634,8 @@ class RunnerService:
         when its answer went out (:meth:`_exchange`)."""
         if self.draining:
             held.end("the runner service is draining")
-        bound = protocol.results_bound(held.script.limits)
+        # The client's own limits size the line; never past what a script line may be.
+        bound = min(protocol.results_bound(held.script.limits), self.max_script_line)
         reading = asyncio.create_task(
             conn.line(bound, idle=self.live_wait, timeout=self.line_timeout)
         )
@@ -670,7 +675,7 @@ class RunnerService:
             await asyncio.gather(reading, ending, return_exceptions=True)
             self._unkeep(held)
             if not going_on:
-                await _close_quietly(held.run)
+                await self._end_run(held.run)
         return await self._exchange(
             conn,
             version,
@@ -684,7 +689,7 @@ class RunnerService:
         self._unkeep(held)  # out of the budget before the client hears of it
         self.live_ended += 1
         log.info("%s: live step %s ended: %s", conn.peer, held.script.id, why)
-        await _close_quietly(held.run)
+        await self._end_run(held.run)
         with contextlib.suppress(wire.PeerGone, TimeoutError):
             await asyncio.wait_for(conn.send(wire.encode(wire.Ended(error=why))), 1.0)
         return False, None
@@ -694,7 +699,7 @@ class RunnerService:
         try:
             use = await self.slots.acquire(held.tenant)
         except RunError:
-            await _close_quietly(held.run)
+            await self._end_run(held.run)
             return self._busy(), True, None
         try:
             try:
@@ -705,7 +710,7 @@ class RunnerService:
                 return wire.encode(wire.Failure(error=why, cause="live")), True, None
             except Exception as e:
                 log.exception("live step %s: the local runner failed", held.script.id)
-                await _close_quietly(held.run)
+                await self._end_run(held.run)
                 why = f"the runner service's local runner failed: {type(e).__name__}: {e}"
                 return wire.encode(wire.Failure(error=why, cause="unavailable")), False, None
             return self._answer(step, use.waited, held.script, held.tenant, held.files)
@@ -722,6 +727,15 @@ class RunnerService:
             if old is not held and not old.ended.is_set():
                 old.end("it was ended for room (the runner service's live budget is full)")
                 self._unkeep(old)
+
+    async def _end_run(self, run: LiveRun) -> None:
+        """End a live process. Cancelling the caller (the service closing its connections)
+        does not stop the end half-way, which would leave the process and its pipes behind:
+        it goes on, and the service waits for it before it closes its runner."""
+        task = asyncio.create_task(_close_quietly(run))
+        self._ending.add(task)
+        task.add_done_callback(self._ending.discard)
+        await asyncio.shield(task)
 
     def _unkeep(self, held: _Held) -> None:
         if held in self._held:

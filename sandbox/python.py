@@ -1444,6 +1444,8 @@ class Run(Replay):
             line = e.lineno or 0
             lines = self._line_list([line]) if line else []
             message = _cut(str(e.msg), 1000)
+            if line and e.offset and e.offset > 0:
+                message += f" (column {e.offset})"  # the script's own: it is parsed as written
             return self._finish(
                 Ran(
                     outcome="failed",
@@ -1620,6 +1622,13 @@ class Run(Replay):
         limit = None
         if isinstance(error, LimitError) and message in self.limit_errors:
             limit = LimitMet(name=self.limit_errors[message], message=message)
+        missing = error.name if type(error) is NameError else None
+        if type(missing) is str and _declared_global(self.script.code, missing):
+            message += (
+                "; the script is the body of an async function, so its top-level names are "
+                f"that function's: in a function inside it, write `nonlocal {missing}`, not "
+                f"`global {missing}`"
+            )
         return Ran(
             outcome="failed",
             error=ScriptError(
@@ -1638,6 +1647,12 @@ class Run(Replay):
             if len(lines) >= 8:
                 break
         return lines
+
+
+def _declared_global(code: str, name: str) -> bool:
+    """True when a ``global`` statement of ``code`` names ``name``."""
+    pattern = rf"^[ \t]*global\b[^\n#]*\b{re.escape(name)}\b"
+    return re.search(pattern, code, re.MULTILINE) is not None
 
 
 def _script_lines(error: BaseException) -> list[int]:

@@ -230,6 +230,27 @@ async def test_client_tool_waits_for_the_client(inproc: InProcessRunner) -> None
     assert result.value == "a.txt"
 
 
+async def test_a_client_result_over_the_results_limit_is_not_kept(
+    inproc: InProcessRunner, tmp_path: Any
+) -> None:
+    """A client's answer larger than the script may read is kept as its size, not its bytes
+    (as a host tool's is), and the script ends on the results limit."""
+    pick = Tool(
+        "pick_file",
+        description="Let the user pick a file.",
+        input_schema={"type": "object", "properties": {}},
+        client=True,
+    )
+    engine = CodeMode([pick], runner=inproc, data_dir=tmp_path, limits=Limits(results=1000))
+    paused = await engine.run_code("return (await tools.pick_file()).length")
+    await engine.client_result(paused.script_id, paused.waiting[0]["call_id"], "x" * 5_000_000)
+    [call] = await engine.store.calls(paused.script_id)
+    assert (call.state, call.result, call.result_bytes) == ("done", None, 5_000_002)
+    done = await engine.resume(paused.script_id)
+    await engine.aclose()
+    assert done.status == "failed" and done.limit == "results", done.text
+
+
 async def test_hold_stops_steps_until_release(inproc: InProcessRunner) -> None:
     """An interrupt holds a script: no step runs and no call goes out until it is released."""
     ran: list[int] = []
@@ -443,9 +464,15 @@ async def test_ended_script_resumes_to_its_result() -> None:
     assert len(runner.steps) == 1
 
 
-@pytest.mark.parametrize("bad", ["kind", "other"])
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ broke")
+
+
+@pytest.mark.parametrize("bad", ["kind", "other", "unprintable"])
 async def test_bad_worker_answers_refuse_the_calls(inproc: InProcessRunner, bad: str) -> None:
-    """A worker that raises or answers nonsense refuses the calls with a message."""
+    """A worker that raises (even an exception whose ``__str__`` fails, which ended the
+    drive) or answers nonsense refuses the calls with a message."""
 
     @tool
     def ping() -> str:
@@ -455,6 +482,8 @@ async def test_bad_worker_answers_refuse_the_calls(inproc: InProcessRunner, bad:
     def worker(trigger: dict[str, Any]) -> Any:
         if bad == "kind":
             return 42
+        if bad == "unprintable":
+            raise _Unprintable()
         raise RuntimeError("worker down")
 
     engine = CodeMode([ping], runner=inproc, worker=worker)
@@ -657,6 +686,24 @@ async def test_a_script_with_a_lone_surrogate_fails_with_a_script_error(
     assert result.status == "failed"
     assert result.error == {"name": "ScriptError"}
     assert "line 2 has a lone surrogate (U+D800)" in result.text
+
+
+async def test_a_script_with_a_nul_fails_with_a_script_error_on_every_store(
+    make_store: Any,
+) -> None:
+    """A NUL in a script (a model's JSON arguments can hold one, as \\u0000) is refused as a
+    lone surrogate is, on every store: PostgreSQL's text cannot keep it, and run_code raised
+    its DataError there. Written as an escape, it runs."""
+    engine = CodeMode([], runner=InProcessRunner(), store=make_store(), type_check="off")
+    try:
+        result = await engine.run_code('const a = 1;\nreturn "a\x00b"')
+        assert result.status == "failed" and result.error == {"name": "ScriptError"}
+        assert "line 2 has a NUL character (U+0000)" in result.text
+        assert await engine.store.scripts() == []
+        result = await engine.run_code('return "a\\u0000b"')
+        assert result.value == "a\x00b"
+    finally:
+        await engine.aclose()
 
 
 class _Lying(ScriptRunner):

@@ -184,6 +184,35 @@ def test_on_event_must_be_callables() -> None:
         CodeMode(on_event=["not a function"])  # type: ignore[list-item]
 
 
+async def test_an_async_listener_is_refused_not_silently_dropped(caplog) -> None:
+    """An async function as a listener was called, never awaited, and did nothing (a
+    RuntimeWarning at most): it is refused when given. One that slips past the check (a
+    lambda that calls one) is logged at each event, its coroutine closed, and the script
+    goes on."""
+    from engine import ConfigError
+
+    seen: list[str] = []
+
+    async def on_event(event: Event) -> None:
+        seen.append(event.kind)
+
+    class Listener:
+        async def __call__(self, event: Event) -> None:
+            seen.append(event.kind)
+
+    for listener in (on_event, Listener()):
+        with pytest.raises(ConfigError, match="is an async function"):
+            CodeMode(runner=InProcessRunner(), on_event=listener)
+        with pytest.raises(ConfigError, match="is an async function"):
+            CodeMode(runner=InProcessRunner()).add_listener(listener)
+    engine = CodeMode(runner=InProcessRunner(), type_check="off", on_event=lambda e: on_event(e))
+    with caplog.at_level(logging.ERROR, logger="codemode"):
+        result = await engine.run_code("return 1")
+    await engine.aclose()
+    assert result.value == 1 and seen == []
+    assert "an on_event listener returned an awaitable on started" in caplog.text
+
+
 async def test_script_step_fields_are_on_the_log_record(caplog) -> None:
     engine = CodeMode([fetch], runner=InProcessRunner(), type_check="off")
     with caplog.at_level(logging.INFO, logger="codemode"):

@@ -153,7 +153,8 @@ async def test_files_through_the_confined_process() -> None:
 async def test_bad_attachments_are_refused_before_anything_is_recorded(
     inproc: InProcessRunner, tmp_path: Path
 ) -> None:
-    """An attachment with no bytes, text for bytes or no id is refused when made; one with an
+    """An attachment with no bytes, text for bytes, no id or an id no log keeps (a NUL, a
+    lone surrogate: PostgreSQL's DataError) is refused when made; one with an
     unreadable path, a duplicate id or something that is not an Attachment is refused by
     run_code, naming it; no script is recorded."""
     from engine import CodeModeError, ConfigError
@@ -163,6 +164,8 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
         (lambda: Attachment("a.txt", data=b"1", path="a.txt"), "both data and a path"),
         (lambda: Attachment("a.txt", data="text"), "not bytes; for text, pass text.encode"),
         (lambda: Attachment("", data=b""), "needs an id"),
+        (lambda: Attachment("a\x00.txt", data=b""), "has a NUL or a lone surrogate"),
+        (lambda: Attachment("a\udc80.txt", data=b""), "has a NUL or a lone surrogate"),
     ):
         with pytest.raises(ConfigError, match=expected):
             made()

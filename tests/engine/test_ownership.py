@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -1041,6 +1042,31 @@ async def test_a_drive_renews_its_lease_until_it_closes_or_loses_it() -> None:
     await asyncio.sleep(0.5)
     assert store.renewals == before + 1, "a drive went on renewing a lease it lost"
     await drive.close()
+
+
+async def test_a_tenant_or_key_no_log_keeps_is_refused_before_anything_is_recorded(
+    make_store: Callable[[], Any],
+) -> None:
+    """A tenant that is no name (None, a number, empty, past 256 characters) or a tenant or
+    key with a lone surrogate or a NUL: the same CodeModeError on every store, and nothing
+    recorded. (None was SQLite's IntegrityError, a surrogate a UnicodeEncodeError, a number
+    a tenant the log kept as given.)"""
+    from engine import CodeModeError
+
+    store = make_store()
+    engine = CodeMode([], runner=InProcessRunner(), store=store, type_check="off")
+    try:
+        for tenant in (None, 5, "", "t" * 257, "a\ud800", "a\x00b"):
+            with pytest.raises(CodeModeError, match=r"tenant = .* must be a string of 1 to 256"):
+                await engine.run_code("return 1", tenant=tenant)  # type: ignore[arg-type]
+        for key in ("\udfff", "k\x00"):
+            with pytest.raises(CodeModeError, match=r"key = .* must be a string of 1 to 256"):
+                await engine.run_code("return 1", key=key)
+        assert await store.scripts() == []
+        result = await engine.run_code("return 1", tenant="acme", key="toolu_01")
+        assert result.value == 1
+    finally:
+        await engine.aclose()
 
 
 async def test_bad_ownership_options_are_refused() -> None:

@@ -72,6 +72,15 @@ async def test_search_finds_skills_and_listing_names_tools(inproc: InProcessRunn
     listing = engine.skills_prompt()
     assert "runbooks:respond" in listing and "open_incident" in listing
     assert "tools.skill" in engine.definition()["description"]
+    # A description without a full stop still ends before the tools' names.
+    unstopped = Skill(
+        name="triage",
+        description="Sort incoming bugs",
+        instructions="Sort.",
+        tools=("open_incident",),
+    )
+    triage = CodeMode([page_oncall, open_incident], runner=inproc, skills=[unstopped])
+    assert "- triage: Sort incoming bugs. Tools: open_incident." in triage.skills_prompt()
 
 
 async def test_skill_added_later_keeps_the_description(inproc: InProcessRunner) -> None:

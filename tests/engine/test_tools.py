@@ -73,6 +73,12 @@ class Point:
     y: float
 
 
+class Aliased(BaseModel):
+    """A model whose JSON name differs from its field name."""
+
+    the_name: str = Field(alias="theName")
+
+
 class _Opaque(BaseModel):
     """A model holding a value pydantic cannot dump as JSON."""
 
@@ -539,6 +545,30 @@ def test_results_are_converted_to_json_data() -> None:
     result = call(Tool("e", handler=lambda: {"color": Color.RED, "n": Level.HIGH}), {})
     assert result == {"color": "red", "n": 3}
     assert type(result["color"]) is str and type(result["n"]) is int
+
+
+def test_models_with_aliases_go_out_as_their_schemas_say() -> None:
+    """A model's JSON names are its aliases, in the schemas and in what a call returns: a
+    tool returning one (typed, or not) matches its output schema. It was dumped by field
+    name, so every call of a tool typed ``-> Aliased`` failed its own output schema."""
+
+    @tool
+    def typed() -> list[Aliased]:
+        """Typed."""
+        return [Aliased(theName="a")]
+
+    @tool
+    def take(item: Aliased) -> str:
+        """Take one."""
+        return item.the_name
+
+    assert typed.output_schema is not None
+    assert typed.output_schema["$defs"]["Aliased"]["required"] == ["theName"]
+    assert call(typed, {}) == [{"theName": "a"}]
+    assert call(Tool("untyped", handler=lambda: {"x": Aliased(theName="b")}), {}) == {
+        "x": {"theName": "b"}
+    }
+    assert call(take, {"item": {"theName": "c"}}) == "c"
 
 
 def test_titles_are_dropped_from_schemas_but_not_from_values() -> None:

@@ -12,7 +12,7 @@ from engine import CodeMode, StepUnavailable
 from runner import FileMissing, ProcessRunner, RemoteRunner, RunError, Step
 from runner import _wire as wire
 from runner._service import RunnerService
-from sandbox.protocol import FileInfo, Ran, Record, Script
+from sandbox.protocol import Call, FileInfo, Limits, Ran, Record, Script
 from tests._needs import require
 
 from .remote_support import (
@@ -445,3 +445,37 @@ async def test_a_step_in_a_language_a_service_lacks_goes_to_another() -> None:
         remote = RemoteRunner([only.address], TOKEN)
         with pytest.raises(RunError, match="it runs javascript, not python"):
             await remote.run(script("return 1", language="python"))
+
+
+LIES = {
+    "a returned value past VALUE_BOUND": Step(outcome="finished", value="v" * (1 << 20)),
+    "printed text past what a run keeps": Step(outcome="finished", printed="p" * (1 << 20)),
+    "a call to a tool the script lacks": Step(
+        outcome="calls", calls=[Call(name="rm_rf", arguments={})]
+    ),
+    "more calls than the script may make": Step(
+        outcome="calls", calls=[Call(name="t", arguments={})] * 3
+    ),
+    "a file shown that is not the script's": Step(outcome="finished", shown=["/etc/shadow"]),
+}
+
+
+@pytest.mark.parametrize("lie", LIES)
+async def test_a_service_that_lies_about_a_step_loses_it_to_another(lie: str) -> None:
+    """A step no sandbox of the script could report (a local runner re-checks its process's
+    report; a service's runner did too, so this is the service's own) counts the service as
+    broken: out of rotation, and the step runs on another."""
+
+    async def liar(s: Script, files: object, tenant: str) -> Step:
+        return LIES[lie].model_copy()
+
+    async with services(FakeRunner(liar), FakeRunner(name="honest")) as [bad, good]:
+        remote = RemoteRunner([bad.address, good.address], TOKEN)
+        remote._turn = -1  # the liar first
+        step = await remote.run(script("x", tools=["t"], limits=Limits(calls=2)))
+        assert step.value == {"runner": "honest", "id": "s"}
+        assert (
+            "it sent a step no run of this script can end with"
+            in remote.status()[bad.address]["why"]
+        )
+        await remote.aclose()

@@ -16,9 +16,17 @@ import psutil
 import pytest
 
 from engine import CodeMode, MemoryStore, tool
-from runner import ProcessRunner, RemoteRunner, RunError, RunnerService, Step
+from runner import (
+    LiveRun,
+    ProcessRunner,
+    RemoteRunner,
+    RunError,
+    RunnerService,
+    ScriptRunner,
+    Step,
+)
 from runner._remote import RemoteLive
-from sandbox.protocol import Record
+from sandbox.protocol import Call, Limits, Record, Script
 
 from .remote_support import TOKEN, script, service_process, services
 
@@ -245,3 +253,74 @@ async def test_a_service_gone_mid_live_wait_means_replay_elsewhere(
             await engine.aclose()
             if how == "frozen":
                 os.kill(processes[victim[0]].pid, signal.SIGCONT)
+
+
+async def test_a_results_line_is_bounded_by_the_service_not_by_the_clients_limits() -> None:
+    """A client whose script claims huge limits cannot make the service buffer a results
+    line past its ``max_script_line``: the service drops it and ends the process."""
+    local = ProcessRunner(mode="fork")
+    bound = 1 << 20
+    async with services(local, max_script_line=bound) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        limits = Limits(results=1 << 40, step_arguments=1 << 40)
+        step = await remote.run(script(THREE, tools=TOOLS, limits=limits), live=True)
+        assert step.live is not None and service.live_runs == 1
+        [pid] = _waiting_pids(service)
+        big = [Record(name=c.name, arguments=c.arguments, result="x" * bound) for c in step.calls]
+        with pytest.raises(RunError, match="a line over the bound of 1,048,576 bytes"):
+            await step.live.resume(big)
+        await until(lambda: service.live_runs == 0 and _gone(pid), "the process to end")
+        await remote.aclose()
+
+
+class _SlowLive(LiveRun):
+    """A live run whose end takes a while (as a real one's does: kill, reap, close pipes)."""
+
+    known = 0
+    waiting = 1
+
+    def __init__(self) -> None:
+        self.closing = asyncio.Event()
+        self.gate = asyncio.Event()
+        self.closed = False
+
+    @property
+    def memory_bytes(self) -> int:
+        return 0
+
+    async def resume(self, records: list[Record]) -> Step:
+        raise RunError("not resumed in this test")
+
+    async def close(self) -> None:
+        self.closing.set()
+        await self.gate.wait()
+        self.closed = True
+
+
+class _SlowLiveRunner(ScriptRunner):
+    def __init__(self) -> None:
+        self.run_made = _SlowLive()
+
+    async def run(
+        self, script: Script, files: object = None, *, tenant: str = "default", live: bool = False
+    ) -> Step:
+        return Step(outcome="calls", calls=[Call(name="t", arguments={})], live=self.run_made)
+
+
+async def test_closing_the_service_does_not_cut_a_live_process_end_short() -> None:
+    """The service's close cancels its connections; one that is ending its live process
+    (the client ended it) finishes ending it first, so no process or pipe is left behind."""
+    local = _SlowLiveRunner()
+    service = RunnerService(TOKEN, runner=local)
+    await service.start("127.0.0.1", 0)
+    remote = RemoteRunner([service.address], TOKEN)
+    step = await remote.run(script("x", tools=TOOLS), live=True)
+    assert step.live is not None and service.live_runs == 1
+    await step.live.close()  # the service ends its process
+    await local.run_made.closing.wait()
+    closing = asyncio.create_task(service.aclose())
+    await until(lambda: not service._connections, "the connections cancelled")  # type: ignore[attr-defined]
+    local.run_made.gate.set()
+    await closing
+    assert local.run_made.closed
+    await remote.aclose()

@@ -392,6 +392,13 @@ def test_syntax_error_reports_its_line() -> None:
     assert error.lines and error.lines[0].line == 2
 
 
+def test_syntax_error_reports_its_column() -> None:
+    """The column is the script's own (1-based, as CPython counts it)."""
+    error = failed("x = 1\nif x:\n    y = [1, 2\n")
+    assert error.message == "'[' was never closed (column 9)", error
+    assert [x.line for x in error.lines] == [3]
+
+
 def test_a_top_level_yield_is_a_syntax_error() -> None:
     assert failed("x = 1\nyield x").name == "SyntaxError"
 
@@ -775,3 +782,19 @@ def test_format_however_it_is_named_still_formats() -> None:
         "    getattr(P(), 'format')('x'), operator.methodcaller('format', 'y')(P())]"
     )
     assert value(code) == ["1 2", "ab", "  3", "own x", "own y"]
+
+
+def test_global_of_a_top_level_name_says_to_use_nonlocal() -> None:
+    """A script's top-level names are its function's locals: `global` in a function inside
+    it names another, undefined, variable; the NameError says what to write instead (and
+    `nonlocal` works)."""
+    code = "counter = 0\ndef inc():\n    global counter\n    counter += 1\ninc()\nreturn counter"
+    error = failed(code)
+    assert error.name == "NameError"
+    assert error.message == (
+        "name 'counter' is not defined; the script is the body of an async function, so its "
+        "top-level names are that function's: in a function inside it, write `nonlocal "
+        "counter`, not `global counter`"
+    )
+    assert value(code.replace("global", "nonlocal")) == 1
+    assert failed("return missing").message == "name 'missing' is not defined"
