@@ -260,9 +260,10 @@ class CodeMode(StepLoop):
             self._definition = (declared, tool)
         return tool_definition(self._definition[1], format)
 
-    def direct_call_error(self, name: str) -> str:
+    def direct_call_error(self, name: str, served: tuple[str, ...] = ("run_code",)) -> str:
         """The error for a model that called a tool directly: code mode is all or nothing,
-        so every tool but ``run_code`` is reached from a script."""
+        so every tool but ``run_code`` (and the others of ``served``, the tools the host
+        offers the model) is reached from a script."""
         if name in self._by_name or name in BUILTIN_TOOLS:
             call = f"{name}(...)" if self.language == "python" else f"{name}({{ ... }})"
             return (
@@ -271,9 +272,14 @@ class CodeMode(StepLoop):
             )
         near = closest_names(name, self._tool_names)
         hint = f" (the closest are {', '.join(near)})" if near else ""
+        offered = (
+            f"the only tool is {served[0]}"
+            if len(served) == 1
+            else f"the tools are {', '.join(served[:-1])} and {served[-1]}"
+        )
         return (
-            f"there is no tool {name!r}{hint}; the only tool is run_code, and scripts reach "
-            "the others as tools.<name>"
+            f"there is no tool {name!r}{hint}; {offered}, and scripts reach the others as "
+            "tools.<name>"
         )
 
     def skills_prompt(self) -> str:

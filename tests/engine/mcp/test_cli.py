@@ -318,3 +318,35 @@ def test_mcp_serve_on_stdio_ends_at_a_signal_while_its_client_stays(
         process.communicate()
     assert process.returncode == 0
     assert left_running(tmp_path) == []
+
+
+def test_mcp_serve_over_http_stops_quietly_at_sigterm(tmp_path: Path) -> None:
+    """SIGTERM stops `codemode mcp serve --http` through uvicorn's own shutdown: exit 0, no
+    traceback on stderr (cancelling uvicorn printed one of its lifespan task each time)."""
+    process = subprocess.Popen(
+        [
+            *_command("mcp", "serve", "--http", "127.0.0.1:0"),
+            "--upstream",
+            shlex.join(["lab=" + sys.executable, str(LAB), str(tmp_path)]),
+        ],
+        cwd=tmp_path,
+        env=_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    try:
+        seen = []
+        while not seen or "serving MCP at" not in seen[-1]:
+            line = process.stderr.readline()
+            assert line, "".join(seen)  # it ended before it served
+            seen.append(line)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0
+    assert "Traceback" not in err and "ERROR" not in err, err
+    assert left_running(tmp_path) == []
