@@ -345,7 +345,9 @@ def tool(
     read_only: bool = False,
     idempotent: bool = False,
 ) -> Tool | Callable[[F], Tool]:
-    """Make a :class:`Tool` of a typed function (sync or async); bare or with options.
+    """Make a :class:`Tool` of a typed function (sync or async), or of a callable object
+    (typed by its ``__call__``, named with ``name=``); bare or with options. A
+    ``functools.partial`` is refused: what it binds would stay arguments the model could pass.
 
     The name is the function's name; the description its docstring (first line the summary)
     without the ``Args:`` section, whose entries describe the parameters. The input schema is
