@@ -210,6 +210,7 @@ class CodeMode(StepLoop):
         # _once).
         self._in_flight: dict[tuple[str, ...], asyncio.Future[RunResult]] = {}
         self._driving: set[Drive] = set()  # the drives under way, whose leases aclose() gives up
+        self._closed = False  # aclose() began
         self.lease_ms = lease_ms
         self.poll_interval = poll_interval
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
@@ -329,6 +330,7 @@ class CodeMode(StepLoop):
         ``on_start`` is told the script's id once its start is in the log, before any of its
         calls runs.
         """
+        self._check_open()
         language = self.language if language is None else check_language(language)
         try:
             body = normalize(code, language)
@@ -501,6 +503,7 @@ class CodeMode(StepLoop):
         status ``elsewhere`` at once, or, with ``wait`` (seconds), once that host lets it go
         (the script's outcome if it ended; or this host drives it on).
         """
+        self._check_open()
         result, _ = await self._once(
             ("script", script_id), lambda: self._resume(script_id, wait), final=True
         )
@@ -566,6 +569,7 @@ class CodeMode(StepLoop):
         """Drive scripts that wait for no one (an answer landed, or their host died), one at
         a time, until ``stop`` is set: what ``codemode worker`` runs. Hosts that only record
         approvals need not drive scripts themselves while one of these runs."""
+        self._check_open()
         stop = stop or asyncio.Event()
         while not stop.is_set():
             lease = await self.store.claim_ready(new_owner(), self.lease_ms)
@@ -730,6 +734,14 @@ class CodeMode(StepLoop):
     def _new_id(self) -> str:
         return uuid.uuid4().hex
 
+    def _check_open(self) -> None:
+        """:class:`CodeModeError` once :meth:`aclose` began: a step would wait out
+        ``queue_timeout`` for a runner that is closed for good."""
+        if self._closed:
+            raise CodeModeError(
+                "this engine is closed (aclose); make a new CodeMode on the same log to go on"
+            )
+
     async def aclose(self) -> None:
         """Close the engine: its MCP servers, live processes, runner, session log, blobs and
         tool threads. A script still driven here gives its lease up first, so another engine
@@ -738,6 +750,7 @@ class CodeMode(StepLoop):
         cancelled (a sync handler's thread runs on, unheard) and stay as the log has them,
         running, as if the host had stopped: the next host runs a read-only or idempotent
         one again, and tells the script any other was interrupted."""
+        self._closed = True
         for drive in self._driving:
             drive.abandon()  # its running calls end now, not when their handlers would
         await asyncio.gather(*(drive.close() for drive in list(self._driving)))

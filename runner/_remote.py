@@ -548,7 +548,9 @@ class RemoteRunner(ScriptRunner):
         # given the whole wait.
         silence = self._silence(welcome)
         heard = False  # the service has said something about this step
-        until = time.monotonic() + wait  # a beat does not move it; a read does
+        # Neither a beat nor a read moves it: the service's own deadline for the step counts
+        # its reads, so a service that asks for reads without end cannot hold the step.
+        until = time.monotonic() + wait
         while True:
             left = until - time.monotonic()
             idle = left if silence is None else min(left, silence)
@@ -623,7 +625,6 @@ class RemoteRunner(ScriptRunner):
                 await conn.send(answer)
             except wire.PeerGone as e:
                 raise _Down(f"the connection broke during a read: {e}") from None
-            until = time.monotonic() + wait
 
     async def loads(self) -> dict[str, wire.Load | str]:
         """Each service's load, or why it could not say: a health check."""

@@ -1,0 +1,83 @@
+"""Hostile runner services against the client: each step fails over or fails with a clear
+message, within the step's own bounds, whatever the service says or does not say."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import orjson
+import pytest
+
+from runner import RemoteRunner, RunError
+from runner import _wire as wire
+from sandbox.protocol import FileInfo, Limits
+
+from .remote_support import TOKEN, script
+
+Play = Callable[[wire.Channel], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def hostile(play: Play) -> AsyncIterator[str]:
+    """A service on loopback that welcomes every client (wire version 3, beating), reads its
+    first request, then plays ``play`` on the connection; yields its address."""
+
+    playing: set[asyncio.Task[None]] = set()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = wire.Channel(reader, writer)
+        task = asyncio.current_task()
+        assert task is not None
+        playing.add(task)
+        # Cancelled at the end of the test: a stream handler must not end cancelled.
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await conn.line(wire.SMALL_LINE, idle=5, timeout=5)
+            welcome = wire.Welcome(
+                version=3,
+                oldest=1,
+                scripts=(1, 2),
+                languages=["javascript"],
+                slots=1,
+                busy=0,
+                max_line=1 << 20,
+                slot_wait=0,
+                heartbeat=0.1,
+                live_wait=5,
+            )
+            await conn.send(wire.encode(welcome))
+            await conn.line(1 << 20, idle=5, timeout=5)
+            await play(conn)
+        conn.abort()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    try:
+        yield f"{host}:{port}"
+    finally:
+        server.close()
+        for task in playing:
+            task.cancel()
+        await asyncio.gather(*playing, return_exceptions=True)
+
+
+async def test_a_service_that_reads_for_ever_cannot_hold_a_step() -> None:
+    """A service that keeps asking for file reads (each answered: the file is not the
+    script's) gets no more time for it than the step's own bound."""
+
+    async def reads(conn: wire.Channel) -> None:
+        while True:
+            read = {"read": {"file": "not-attached", "offset": 0, "len": 1}}
+            await conn.send(orjson.dumps(read) + b"\n")
+            await conn.line(wire.SMALL_LINE, idle=5, timeout=5)
+            await asyncio.sleep(0.05)
+
+    async with hostile(reads) as address:
+        remote = RemoteRunner([address], TOKEN, step_margin=1.0)
+        attached = [FileInfo(id="f", mime="text/plain", size=5)]
+        # Its bound: 1.3 s of wall time, no slot wait, 1 s of margin; the test's is far over.
+        s = script("x", files=attached, limits=Limits(compute_ms=100))
+        with pytest.raises(RunError, match=r"did not finish the step within 2\.3 s"):
+            await asyncio.wait_for(remote.run(s), 30)
+        await remote.aclose()
