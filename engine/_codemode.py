@@ -52,7 +52,7 @@ from engine._skills import Skill, check_skills, skills_listing
 from engine._source import ScriptTooLarge, normalize
 from engine._steps import StepLoop, discard_early
 from engine._tool_threads import TOOL_THREADS, ToolThreads
-from engine._tools import Tool, ToolCallError, tool_fingerprint, unique_tools
+from engine._tools import Tool, ToolCallError, described, tool_fingerprint, unique_tools
 from engine._worker import Worker, proposed_worker
 from engine.adapters import Format, tool_definition
 from engine.languages import Language, check_language, dialect
@@ -210,6 +210,7 @@ class CodeMode(StepLoop):
         # _once).
         self._in_flight: dict[tuple[str, ...], asyncio.Future[RunResult]] = {}
         self._driving: set[Drive] = set()  # the drives under way, whose leases aclose() gives up
+        self._closed = False  # aclose() began
         self.lease_ms = lease_ms
         self.poll_interval = poll_interval
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
@@ -259,9 +260,10 @@ class CodeMode(StepLoop):
             self._definition = (declared, tool)
         return tool_definition(self._definition[1], format)
 
-    def direct_call_error(self, name: str) -> str:
+    def direct_call_error(self, name: str, served: tuple[str, ...] = ("run_code",)) -> str:
         """The error for a model that called a tool directly: code mode is all or nothing,
-        so every tool but ``run_code`` is reached from a script."""
+        so every tool but ``run_code`` (and the others of ``served``, the tools the host
+        offers the model) is reached from a script."""
         if name in self._by_name or name in BUILTIN_TOOLS:
             call = f"{name}(...)" if self.language == "python" else f"{name}({{ ... }})"
             return (
@@ -270,9 +272,14 @@ class CodeMode(StepLoop):
             )
         near = closest_names(name, self._tool_names)
         hint = f" (the closest are {', '.join(near)})" if near else ""
+        offered = (
+            f"the only tool is {served[0]}"
+            if len(served) == 1
+            else f"the tools are {', '.join(served[:-1])} and {served[-1]}"
+        )
         return (
-            f"there is no tool {name!r}{hint}; the only tool is run_code, and scripts reach "
-            "the others as tools.<name>"
+            f"there is no tool {name!r}{hint}; {offered}, and scripts reach the others as "
+            "tools.<name>"
         )
 
     def skills_prompt(self) -> str:
@@ -323,6 +330,7 @@ class CodeMode(StepLoop):
         ``on_start`` is told the script's id once its start is in the log, before any of its
         calls runs.
         """
+        self._check_open()
         language = self.language if language is None else check_language(language)
         try:
             body = normalize(code, language)
@@ -495,6 +503,7 @@ class CodeMode(StepLoop):
         status ``elsewhere`` at once, or, with ``wait`` (seconds), once that host lets it go
         (the script's outcome if it ended; or this host drives it on).
         """
+        self._check_open()
         result, _ = await self._once(
             ("script", script_id), lambda: self._resume(script_id, wait), final=True
         )
@@ -560,6 +569,7 @@ class CodeMode(StepLoop):
         """Drive scripts that wait for no one (an answer landed, or their host died), one at
         a time, until ``stop`` is set: what ``codemode worker`` runs. Hosts that only record
         approvals need not drive scripts themselves while one of these runs."""
+        self._check_open()
         stop = stop or asyncio.Event()
         while not stop.is_set():
             lease = await self.store.claim_ready(new_owner(), self.lease_ms)
@@ -603,8 +613,9 @@ class CodeMode(StepLoop):
             result = await self._drive(drive)
         except log.LeaseLost:
             result = None
-        except Exception as e:
-            self._emit("left", record.id, tenant=record.tenant, error=f"{type(e).__name__}: {e}")
+        except BaseException as e:  # cancelled too (a caller's timeout): the drive stops here
+            error = error_text(described(e))
+            self._emit("left", record.id, tenant=record.tenant, error=error)
             raise
         finally:
             self._live.drop(live_key(drive))  # a live run never outlasts its drive
@@ -724,6 +735,14 @@ class CodeMode(StepLoop):
     def _new_id(self) -> str:
         return uuid.uuid4().hex
 
+    def _check_open(self) -> None:
+        """:class:`CodeModeError` once :meth:`aclose` began: a step would wait out
+        ``queue_timeout`` for a runner that is closed for good."""
+        if self._closed:
+            raise CodeModeError(
+                "this engine is closed (aclose); make a new CodeMode on the same log to go on"
+            )
+
     async def aclose(self) -> None:
         """Close the engine: its MCP servers, live processes, runner, session log, blobs and
         tool threads. A script still driven here gives its lease up first, so another engine
@@ -732,6 +751,7 @@ class CodeMode(StepLoop):
         cancelled (a sync handler's thread runs on, unheard) and stay as the log has them,
         running, as if the host had stopped: the next host runs a read-only or idempotent
         one again, and tells the script any other was interrupted."""
+        self._closed = True
         for drive in self._driving:
             drive.abandon()  # its running calls end now, not when their handlers would
         await asyncio.gather(*(drive.close() for drive in list(self._driving)))

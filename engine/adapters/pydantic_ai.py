@@ -99,9 +99,17 @@ class CodeModeToolset(FunctionToolset[Any]):
         engine: CodeMode | None = None,
         **engine_options: Any,
     ) -> None:
-        self.engine = (
-            engine if engine is not None else CodeMode(engine_tools(tools), **engine_options)
-        )
+        tools = engine.tools if engine is not None else engine_tools(tools)
+        client = [t.name for t in tools if t.client]
+        if client:
+            # A script that called one would pause for an answer no pydantic-ai run can give
+            # (only approvals re-run a tool), and the model would read "Script paused".
+            raise ToolDefinitionError(
+                f"client tools ({', '.join(client)}) are not supported through pydantic-ai: "
+                "nothing in an agent run delivers their answers; run them on the host, or "
+                "drive CodeMode yourself (client_result, resume)"
+            )
+        self.engine = engine if engine is not None else CodeMode(tools, **engine_options)
         definition = self.engine.definition()
         run_code = AgentTool.from_schema(
             self._run_code,

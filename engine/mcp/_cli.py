@@ -21,6 +21,7 @@ import re
 import shlex
 import signal
 import sys
+import threading
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, NoReturn
@@ -30,6 +31,7 @@ from engine._config import Config, build_runner
 from engine._errors import CodeModeError, ConfigError, ToolDefinitionError
 from engine._loading import load_tools
 from engine._tools import Tool
+from engine.cli import INTERRUPT_GRACE, INTERRUPTED, TERMINATED, _give_up
 from engine.log import LogStore, MemoryStore, SqliteStore
 from engine.mcp._config import ServerProblem, ServerSpec, load_servers_file, parse_servers
 from engine.mcp._serve import CodeModeServer
@@ -150,11 +152,26 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 async def _until_signal(serving: Coroutine[Any, Any, None]) -> None:
-    """Serve until done or SIGTERM/SIGINT, then return so everything is closed in order."""
+    """Serve until done or SIGTERM/SIGINT, then return so everything is closed in order.
+    A close that has not ended :data:`INTERRUPT_GRACE` seconds after the signal (a sync
+    tool that never returns keeps its thread, which the exit waits for), or a second
+    signal, ends the processes this one started and exits at once, as the CLI's do."""
     task = asyncio.ensure_future(serving)
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, task.cancel)
+    signalled = False
+
+    def stop(code: int) -> None:
+        nonlocal signalled
+        if signalled:
+            _give_up(code)
+        signalled = True
+        timer = threading.Timer(INTERRUPT_GRACE, _give_up, (code,))
+        timer.daemon = True
+        timer.start()
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, stop, TERMINATED)
+    loop.add_signal_handler(signal.SIGINT, stop, INTERRUPTED)
     try:
         await task
     except asyncio.CancelledError:

@@ -45,6 +45,9 @@ from engine._tools import Tool
 logger = logging.getLogger("codemode.mcp")
 
 CONTINUE = "continue_script"
+# Seconds requests in flight have to end when the HTTP server stops; a script cut short is
+# in the session log, where continue_script (or `codemode resume`) takes it up.
+STOP_GRACE = 2
 SERVER_NAME = "codemode"
 
 
@@ -146,7 +149,7 @@ class CodeModeServer:
                 started(script_id)
                 result = await engine.resume(script_id)
             else:
-                raise CodeModeError(engine.direct_call_error(name))
+                raise CodeModeError(engine.direct_call_error(name, ("run_code", CONTINUE)))
             while result.status == "paused" and self._can_elicit(session):
                 if not await self._ask(session, ctx, result):
                     break
@@ -282,11 +285,22 @@ class CodeModeServer:
         sock.listen(128)
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
-        config = uvicorn.Config(app, log_level="warning", lifespan="on")
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="on", timeout_graceful_shutdown=STOP_GRACE
+        )
+        web = uvicorn.Server(config)
+        serving = asyncio.ensure_future(web.serve(sockets=[sock]))
         if on_ready is not None:
             on_ready(f"http://{shown}:{bound}{path}")
         try:
-            await uvicorn.Server(config).serve(sockets=[sock])
+            await asyncio.shield(serving)
+        except asyncio.CancelledError:
+            # Stopped (a signal): uvicorn's own shutdown, which ends the requests in flight
+            # after STOP_GRACE and then the SDK's sessions. Cancelling uvicorn instead
+            # printed a traceback of its lifespan task at every stop.
+            web.should_exit = True
+            await serving
+            raise
         finally:
             sock.close()
 

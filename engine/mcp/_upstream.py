@@ -81,6 +81,10 @@ class Upstream:
             with contextlib.suppress(BaseException):
                 await self._refresh
         if self._task is not None:
+            if not self._connected.is_set():
+                # Starting (or restarting) it: nothing to finish, and the start would wait
+                # out "initTimeout" for a server that does not answer.
+                self._task.cancel()
             with contextlib.suppress(BaseException):
                 await self._task
             self._task = None
@@ -88,6 +92,13 @@ class Upstream:
     # ---- the connection ----
 
     async def _run(self) -> None:
+        try:
+            await self._connecting()
+        finally:
+            if not self._first.done():
+                self._first.set_result("closed before it connected")
+
+    async def _connecting(self) -> None:
         delay = 0.5
         while not self._stop.is_set():
             try:
@@ -107,8 +118,6 @@ class Upstream:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), delay)
             delay = min(delay * 2, MAX_RECONNECT_DELAY)
-        if not self._first.done():
-            self._first.set_result("closed before it connected")
 
     async def _connect_once(self) -> None:
         import anyio

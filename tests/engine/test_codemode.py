@@ -13,6 +13,7 @@ from engine import (
     Attachment,
     BlobStore,
     CodeMode,
+    CodeModeError,
     Limits,
     MemoryStore,
     StepUnavailable,
@@ -249,6 +250,23 @@ async def test_a_client_result_over_the_results_limit_is_not_kept(
     done = await engine.resume(paused.script_id)
     await engine.aclose()
     assert done.status == "failed" and done.limit == "results", done.text
+
+
+async def test_a_closed_engine_refuses_at_once() -> None:
+    """run_code, resume and work on an engine after aclose() raise a CodeModeError at once.
+    (With a process runner, a step asked the closed runner again every retry_delay until
+    queue_timeout: run_code hung five minutes.)"""
+    engine = CodeMode([], runner=InProcessRunner(), type_check="off")
+    first = await engine.run_code("return 1")
+    await engine.aclose()
+    await engine.aclose()  # twice is fine
+    for started in (
+        lambda: engine.run_code("return 2"),
+        lambda: engine.resume(first.script_id),
+        lambda: engine.work(),
+    ):
+        with pytest.raises(CodeModeError, match=r"this engine is closed \(aclose\)"):
+            await asyncio.wait_for(started(), 30)
 
 
 async def test_hold_stops_steps_until_release(inproc: InProcessRunner) -> None:

@@ -150,6 +150,23 @@ def test_a_tools_own_options_carry_over() -> None:
         engine_tools([Tool(comment, args_validator=check)])
 
 
+async def test_client_tools_are_refused() -> None:
+    """A client tool's call paused the script for an answer no agent run could deliver:
+    the model read "Script paused." and the script stayed in the log for good."""
+    from engine import CodeMode, tool
+
+    @tool(client=True)
+    def pick_file(prompt: str) -> str:
+        """Let the user pick a file."""
+
+    with pytest.raises(ToolDefinitionError, match=r"client tools \(pick_file\) are not"):
+        CodeModeToolset([list_prs, pick_file], type_check="off")
+    engine = CodeMode([pick_file], runner=InProcessRunner(), type_check="off")
+    with pytest.raises(ToolDefinitionError, match="client tools"):
+        CodeModeToolset(engine=engine)
+    await engine.aclose()
+
+
 async def test_what_a_script_shows_reaches_the_model_as_binary_content() -> None:
     from pydantic_ai.messages import BinaryContent
 

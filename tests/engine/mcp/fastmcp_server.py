@@ -4,6 +4,7 @@
     python fastmcp_server.py DIR --http    # over streamable HTTP; prints its URL first
 
 ``DIR`` is where ``hang`` writes its process id, so a test can kill this server mid-call.
+While ``DIR/mute`` exists, the server starts and never answers (it writes ``DIR/muted``).
 Over HTTP, each request's ``X-Lab`` header is kept, so a test can see the configured headers.
 """
 
@@ -83,6 +84,12 @@ async def hang() -> str:
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def crash() -> str:
+    """Ends this server mid-call."""
+    os._exit(9)
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
 def big(mib: int) -> str:
     """A text of ``mib`` MiB (FastMCP sends it twice: as text and as structured content)."""
     return "x" * (mib * 1024 * 1024)
@@ -102,6 +109,10 @@ def serve_http() -> None:
 
 
 if __name__ == "__main__":
+    if (DIR / "mute").exists():
+        (DIR / "muted").write_text(str(os.getpid()))
+        while True:
+            input()  # reads the client's messages and never answers
     if "--http" in sys.argv[2:]:
         serve_http()
     else:

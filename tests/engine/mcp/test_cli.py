@@ -278,34 +278,8 @@ def test_mcp_serve_on_stdio_ends_at_a_signal_while_its_client_stays(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    assert process.stdin is not None and process.stdout is not None
-
-    def send(message: dict[str, Any]) -> None:
-        assert process.stdin is not None
-        process.stdin.write(orjson.dumps({"jsonrpc": "2.0", **message}) + b"\n")
-        process.stdin.flush()
-
     try:
-        send(
-            {
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "test", "version": "0"},
-                },
-            }
-        )
-        assert b'"id":1' in process.stdout.readline()
-        send({"method": "notifications/initialized"})
-        send(
-            {
-                "id": 2,
-                "method": "tools/call",
-                "params": {"name": "run_code", "arguments": {"code": "await tools.lab__hang({})"}},
-            }
-        )
+        _call_run_code(process, "await tools.lab__hang({})")
         deadline = time.monotonic() + TIMEOUT
         while not (tmp_path / "hang.pid").exists():
             assert process.poll() is None and time.monotonic() < deadline
@@ -318,3 +292,107 @@ def test_mcp_serve_on_stdio_ends_at_a_signal_while_its_client_stays(
         process.communicate()
     assert process.returncode == 0
     assert left_running(tmp_path) == []
+
+
+def test_mcp_serve_over_http_stops_quietly_at_sigterm(tmp_path: Path) -> None:
+    """SIGTERM stops `codemode mcp serve --http` through uvicorn's own shutdown: exit 0, no
+    traceback on stderr (cancelling uvicorn printed one of its lifespan task each time)."""
+    process = subprocess.Popen(
+        [
+            *_command("mcp", "serve", "--http", "127.0.0.1:0"),
+            "--upstream",
+            shlex.join(["lab=" + sys.executable, str(LAB), str(tmp_path)]),
+        ],
+        cwd=tmp_path,
+        env=_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    try:
+        seen = []
+        while not seen or "serving MCP at" not in seen[-1]:
+            line = process.stderr.readline()
+            assert line, "".join(seen)  # it ended before it served
+            seen.append(line)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0
+    assert "Traceback" not in err and "ERROR" not in err, err
+    assert left_running(tmp_path) == []
+
+
+def test_mcp_serve_ends_at_sigterm_with_a_tool_that_never_returns(tmp_path: Path) -> None:
+    """A sync tool of --tools that never returns keeps its thread, which the exit waits for:
+    SIGTERM still ends `codemode mcp serve`, the grace after (as the CLI's commands do),
+    exit 143, and what it started with it."""
+    (tmp_path / "tools.py").write_text(
+        "import time\n"
+        "from pathlib import Path\n"
+        "from engine import tool\n\n"
+        "@tool(read_only=True)\n"
+        "def stuck() -> str:\n"
+        '    """Never returns."""\n'
+        f"    Path({str(tmp_path / 'stuck')!r}).write_text('')\n"
+        "    while True:\n"
+        "        time.sleep(1)\n"
+    )
+    _toml(tmp_path)  # its servers show that what it started ends with it
+    process = subprocess.Popen(
+        _command("mcp", "serve", "--tools", "tools.py"),
+        cwd=tmp_path,
+        env=_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _call_run_code(process, "return await tools.stuck({})")
+        deadline = time.monotonic() + TIMEOUT
+        while not (tmp_path / "stuck").exists():
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=TIMEOUT)  # the grace is 10 s
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+    assert process.returncode == 128 + signal.SIGTERM
+    assert left_running(tmp_path) == []
+
+
+def _call_run_code(process: subprocess.Popen[bytes], code: str) -> None:
+    """Start an MCP session with ``process`` (``codemode mcp serve`` on stdio) by hand and
+    call run_code with ``code``, not waiting for its result; stdin stays open."""
+    assert process.stdin is not None and process.stdout is not None
+
+    def send(message: dict[str, Any]) -> None:
+        assert process.stdin is not None
+        process.stdin.write(orjson.dumps({"jsonrpc": "2.0", **message}) + b"\n")
+        process.stdin.flush()
+
+    send(
+        {
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "0"},
+            },
+        }
+    )
+    assert b'"id":1' in process.stdout.readline()
+    send({"method": "notifications/initialized"})
+    send(
+        {
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "run_code", "arguments": {"code": code}},
+        }
+    )

@@ -158,6 +158,9 @@ async def test_lists_run_code_over_the_upstream_tools(transport: str, tmp_path: 
             "everything__get_sum(" in description and "more tools are not declared" in description
         )
         assert listed[0].input_schema["required"] == ["code"]
+        # A tool that is not there: the error names the two that are.
+        wrong = await session.call_tool("run_script", {"code": "return 1"})
+        assert wrong.is_error and "the tools are run_code and continue_script" in text(wrong)
         # Those left out of the description for its budget are found by tool_search.
         result = await run(
             session,

@@ -190,3 +190,24 @@ async def test_an_answer_that_cannot_be_read_is_named_at_the_timeout(tmp_path: P
     tools = f'[{{"name": "deep", "inputSchema": {deep}}}]'
     problem = await _raw_problem(tmp_path, tools, initTimeout=10)
     assert "a message it sent is not MCP" in problem and "recursion limit" in problem, problem
+
+
+async def test_closing_does_not_wait_for_a_server_being_restarted(tmp_path: Path) -> None:
+    """A server that dropped is restarted; closing meanwhile ends the restart at once, not
+    when its initTimeout (an hour here) has passed, and leaves nothing running."""
+    servers = await McpServers.start(_lab(tmp_path, initTimeout=3600))
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        (tmp_path / "mute").write_text("")  # the restart never answers
+        result = await engine.run_code(
+            "try { await tools.lab__crash({}); } catch (e) { return e.message; }"
+        )
+        assert "closed its connection during the call of 'crash'" in result.value
+        while not (tmp_path / "muted").exists():
+            await asyncio.sleep(0.05)
+    finally:
+        async with asyncio.timeout(60):  # a backstop: it used to wait the hour
+            await engine.aclose()
+    assert not [
+        p for p in psutil.Process().children(recursive=True) if str(LAB) in " ".join(p.cmdline())
+    ]
