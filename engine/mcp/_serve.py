@@ -41,6 +41,8 @@ from engine._errors import CallNotWaiting, CodeModeError
 from engine._events import Event
 from engine._result import RunResult
 from engine._tools import Tool
+from engine.mcp._stdio import MAX_MESSAGE
+from sandbox.protocol import size_text
 
 logger = logging.getLogger("codemode.mcp")
 
@@ -424,6 +426,12 @@ class _Lines:
                 self._buffer.clear()
                 return line.decode("utf-8", "replace")
             searched = len(self._buffer)
+            if searched > MAX_MESSAGE:  # no MCP message is that large: end, not run out of memory
+                logger.error(
+                    "the client sent a message over %s; ending the session",
+                    size_text(MAX_MESSAGE),
+                )
+                raise StopAsyncIteration
             chunk = await self._read()
             self._ended = not chunk
             self._buffer += chunk
