@@ -52,7 +52,7 @@ from engine._skills import Skill, check_skills, skills_listing
 from engine._source import ScriptTooLarge, normalize
 from engine._steps import StepLoop, discard_early
 from engine._tool_threads import TOOL_THREADS, ToolThreads
-from engine._tools import Tool, ToolCallError, tool_fingerprint, unique_tools
+from engine._tools import Tool, ToolCallError, described, tool_fingerprint, unique_tools
 from engine._worker import Worker, proposed_worker
 from engine.adapters import Format, tool_definition
 from engine.languages import Language, check_language, dialect
@@ -613,8 +613,9 @@ class CodeMode(StepLoop):
             result = await self._drive(drive)
         except log.LeaseLost:
             result = None
-        except Exception as e:
-            self._emit("left", record.id, tenant=record.tenant, error=f"{type(e).__name__}: {e}")
+        except BaseException as e:  # cancelled too (a caller's timeout): the drive stops here
+            error = error_text(described(e))
+            self._emit("left", record.id, tenant=record.tenant, error=error)
             raise
         finally:
             self._live.drop(live_key(drive))  # a live run never outlasts its drive

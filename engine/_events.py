@@ -22,8 +22,8 @@ loop, in order, for every script this engine drives or answers:
                     ``error``: the error's name)
 ``left``            this host stopped driving the script before it ended or paused:
                     another host took it over (``status``: ``elsewhere``), or the drive
-                    raised (``error``, as the host's exception says; the script waits in
-                    the log for a ``resume``)
+                    raised or was cancelled (``error``, as the host's exception says,
+                    ``CancelledError``; the script waits in the log for a ``resume``)
 ==================  ===========================================================
 
 A listener must be quick (it runs on the event loop, between the engine's own steps) and

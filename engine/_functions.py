@@ -9,6 +9,7 @@ annotation (so a ``datetime`` becomes its ISO string).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import typing
@@ -176,14 +177,28 @@ def _from_function(
         raise ToolDefinitionError(f"@tool decorates a function, not {fn!r}")
     if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
         raise ToolDefinitionError(f"{label}: a generator cannot be a tool; return a list")
+    if isinstance(fn, functools.partial):
+        # Its signature keeps the arguments it binds, as parameters with defaults: the model
+        # would be declared them, and could pass its own (another user's id, say).
+        raise ToolDefinitionError(
+            f"{label}: a functools.partial is not a tool: what it binds would still be "
+            "arguments the model could pass; write a function that calls it, or take what "
+            "the host supplies from a ToolContext parameter"
+        )
+    # A callable object's types are its __call__'s; its name must be given.
+    typed = fn if inspect.isroutine(fn) else type(fn).__call__
+    if not tool_name:
+        raise ToolDefinitionError(
+            f'@tool: {fn!r:.80} has no name; give one, as tool(name="lookup")(obj)'
+        )
     try:
-        hints = typing.get_type_hints(fn, include_extras=True)
+        hints = typing.get_type_hints(typed, include_extras=True)
     except Exception as e:
         raise ToolDefinitionError(
             f"{label}: its annotations cannot be resolved ({type(e).__name__}: {e}); define "
             "the types they name at module level"
         ) from None
-    doc_description, param_docs = parse_docstring(inspect.getdoc(fn) or "")
+    doc_description, param_docs = parse_docstring(inspect.getdoc(typed) or "")
     fields: dict[str, Any] = {}
     mapping: list[tuple[str, str]] = []
     context_param: str | None = None
@@ -330,7 +345,9 @@ def tool(
     read_only: bool = False,
     idempotent: bool = False,
 ) -> Tool | Callable[[F], Tool]:
-    """Make a :class:`Tool` of a typed function (sync or async); bare or with options.
+    """Make a :class:`Tool` of a typed function (sync or async), or of a callable object
+    (typed by its ``__call__``, named with ``name=``); bare or with options. A
+    ``functools.partial`` is refused: what it binds would stay arguments the model could pass.
 
     The name is the function's name; the description its docstring (first line the summary)
     without the ``Args:`` section, whose entries describe the parameters. The input schema is

@@ -305,6 +305,45 @@ def test_decorator_options() -> None:
     assert not send.client
 
 
+class _Lookup:
+    """A tool as a callable object, holding what it needs."""
+
+    def __init__(self) -> None:
+        self.table = {3: "three"}
+
+    def __call__(self, key: int, ctx: ToolContext[Any]) -> str:
+        """Look a key up.
+
+        Args:
+            key: what to look up
+        """
+        return f"{self.table[key]} for {ctx.tenant}"
+
+
+def test_callable_objects_are_tools_and_partials_are_refused() -> None:
+    """A callable object is typed by its __call__ (it was refused as "annotations cannot be
+    resolved ... define the types at module level"), under the name given. A
+    functools.partial is refused, saying why: what it binds stays in its signature as
+    parameters with defaults, which the model would be declared and could override."""
+    import functools
+
+    lookup = tool(name="lookup")(_Lookup())
+    assert lookup.description == "Look a key up."
+    assert lookup.input_schema["properties"] == {
+        "key": {"type": "integer", "description": "what to look up"}
+    }
+    assert call(lookup, {"key": 3}) == "three for acme"
+    with pytest.raises(ToolDefinitionError, match=r"has no name; give one, as tool\(name="):
+        tool(_Lookup())
+
+    def transfer(amount: int, account: str) -> str:
+        """Transfer."""
+        return account
+
+    with pytest.raises(ToolDefinitionError, match=r"a functools\.partial is not a tool"):
+        tool(functools.partial(transfer, account="ada"))
+
+
 @pytest.mark.parametrize(
     ("source", "message"),
     [

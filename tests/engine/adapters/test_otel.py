@@ -216,3 +216,38 @@ async def test_a_call_that_outlives_its_drive_ends_with_its_drive(exporter, tmp_
     assert (
         call.parent is not None and call.parent.span_id == ended["codemode.script"].context.span_id
     )
+
+
+async def test_a_cancelled_drive_is_left_and_its_spans_end(exporter) -> None:
+    """The caller's timeout cancelled run_code while its call ran: the listeners hear
+    ``left`` (error: CancelledError) and the script's and the call's spans end, instead of
+    no event at all and two spans the listener kept open for the life of the process."""
+    import asyncio
+
+    from engine import Event
+
+    spans_out, provider = exporter
+    running = asyncio.Event()
+
+    @tool
+    async def slow(n: int) -> int:
+        """Slow."""
+        running.set()
+        await asyncio.sleep(3600)
+        return n
+
+    events: list[Event] = []
+    tracing = Tracing(provider)
+    engine = CodeMode(
+        [slow], runner=InProcessRunner(), type_check="off", on_event=[tracing, events.append]
+    )
+    run = asyncio.create_task(engine.run_code("return await tools.slow({ n: 1 })"))
+    await running.wait()
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    await engine.aclose()
+    assert events[-1].kind == "left" and events[-1].error == "CancelledError"
+    assert tracing._scripts == {} and tracing._calls == {}
+    ended = {s.name: s.status.status_code for s in spans_out.get_finished_spans()}
+    assert ended["codemode.script"] == ended["codemode.call"] == StatusCode.ERROR
