@@ -290,7 +290,7 @@ class CodeModeServer:
         config = uvicorn.Config(
             app, log_level="warning", lifespan="on", timeout_graceful_shutdown=STOP_GRACE
         )
-        web = uvicorn.Server(config)
+        web = _web_server()(config)
         serving = asyncio.ensure_future(web.serve(sockets=[sock]))
         if on_ready is not None:
             on_ready(f"http://{shown}:{bound}{path}")
@@ -345,6 +345,21 @@ class CodeModeServer:
                 f"{CONTINUE} with this script id to go on."
             )
         return "\n".join(lines)
+
+
+def _web_server() -> Any:
+    import uvicorn
+
+    class Web(uvicorn.Server):
+        """uvicorn's server, minus its signal handling: the command's handles SIGTERM and
+        SIGINT (uvicorn's took them over and raised them again once stopped, so one signal
+        reached the command twice, the second time meaning \"stop at once\")."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return Web
 
 
 class _Progress:

@@ -432,3 +432,44 @@ def test_mcp_serve_ends_a_session_whose_client_sends_a_message_too_large(
     assert process.returncode == 0
     assert "the client sent a message over 64 MiB; ending the session" in err.decode(), err
     assert left_running(tmp_path) == []
+
+
+def test_mcp_serve_ends_at_sigterm_while_a_server_is_starting(tmp_path: Path) -> None:
+    """SIGTERM while an upstream server is still starting (it never answers, and its
+    initTimeout is an hour) ends `codemode mcp serve` through its own cleanup, which ends
+    that server too; the signal used to kill the command outright before it served."""
+    (tmp_path / "mcp.json").write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "mute": {
+                        "command": sys.executable,
+                        "args": [str(LAB), str(tmp_path)],
+                        "initTimeout": 3600,
+                    }
+                }
+            }
+        )
+    )
+    (tmp_path / "mute").write_text("")
+    process = subprocess.Popen(
+        _command("mcp", "serve", "--config", "mcp.json"),
+        cwd=tmp_path,
+        env=_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not (tmp_path / "muted").exists():
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+    assert process.returncode == 0
+    assert left_running(tmp_path) == []
