@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from engine import CodeMode, tool
 from engine._live import LiveRuns
@@ -162,3 +163,41 @@ async def test_a_pause_ends_the_live_process(tmp_path: Path) -> None:
         assert done.value == "paid"
     finally:
         await engine.aclose()
+
+
+async def test_aclose_ends_the_steps_under_way_and_those_waiting_for_a_slot() -> None:
+    """aclose() while one script's step computes in the only slot and another's waits for
+    it: both run_codes end at once on a CodeModeError. The closed runner's error was retried
+    every retry_delay until queue_timeout (five minutes here), and they hung that long."""
+    from engine import CodeModeError
+
+    computing = asyncio.Event()
+
+    @tool
+    def begin() -> int:
+        """Say the script began."""
+        return 1
+
+    def on_event(event: Any) -> None:
+        if event.kind == "call.done":
+            computing.set()
+
+    engine = CodeMode(
+        [begin],
+        runner=ProcessRunner(mode="pool", slots=1),
+        type_check="off",
+        live=False,
+        queue_timeout=300,
+        on_event=on_event,
+    )
+    spin = "await tools.begin({}); let x = 0; for (;;) x++;"
+    first = asyncio.create_task(engine.run_code(spin))
+    await computing.wait()
+    second = asyncio.create_task(engine.run_code("return 2"))
+    await asyncio.sleep(
+        0.5
+    )  # its step asks for the slot (it may not have yet: then it ends the same)
+    await engine.aclose()
+    for run in (first, second):
+        with pytest.raises(CodeModeError, match="closed"):
+            await asyncio.wait_for(run, 30)
