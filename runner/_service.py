@@ -217,8 +217,17 @@ class RunnerService:
             raise ValueError(f"live_max must be 0 or more, not {live_max}")
         if token is not None and not token:
             raise ValueError("the runner service's token is empty")
-        if not heartbeat > 0:
-            raise ValueError(f"heartbeat must be a positive number of seconds, not {heartbeat}")
+        timeouts = {
+            "heartbeat": heartbeat,
+            "handshake_timeout": handshake_timeout,
+            "idle_timeout": idle_timeout,
+            "line_timeout": line_timeout,
+            "read_timeout": read_timeout,
+        }
+        for name, seconds in timeouts.items():
+            # 0 would drop every client at once, not wait for ever.
+            if not seconds > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, not {seconds}")
         if max_unwelcomed < 1:
             raise ValueError(f"max_unwelcomed must be at least 1, not {max_unwelcomed}")
         count = slots if slots is not None else default_slot_count()

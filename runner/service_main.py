@@ -65,6 +65,14 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    # 0 would not mean "no timeout" but "none at all": every client dropped at once.
+    value = _seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
+
+
 def _count(text: str) -> int:
     try:
         value = int(text)
@@ -112,9 +120,9 @@ def _parser() -> argparse.ArgumentParser:
         default=sys.executable,
         help="the Python that runs the sandbox (default: this one)",
     )
-    parser.add_argument("--handshake-timeout", type=_seconds, default=HANDSHAKE_TIMEOUT)
-    parser.add_argument("--idle-timeout", type=_seconds, default=IDLE_TIMEOUT)
-    parser.add_argument("--read-timeout", type=_seconds, default=READ_TIMEOUT)
+    parser.add_argument("--handshake-timeout", type=_positive_seconds, default=HANDSHAKE_TIMEOUT)
+    parser.add_argument("--idle-timeout", type=_positive_seconds, default=IDLE_TIMEOUT)
+    parser.add_argument("--read-timeout", type=_positive_seconds, default=READ_TIMEOUT)
     parser.add_argument(
         "--heartbeat",
         type=_seconds,

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from runner import RemoteRunner, RunError
+from runner._service import RunnerService
 from runner.service_main import main
 from tests._needs import require
 
-from .remote_support import TOKEN, script, self_signed
+from .remote_support import TOKEN, FakeRunner, script, self_signed
 
 # About a second of CPU in the sandbox.
 SLOW = "let t = 0; for (let i = 0; i < 10000000; i++) t += i % 7; return t"
@@ -128,3 +129,17 @@ async def test_serves_over_tls(tmp_path: Path) -> None:
             await RemoteRunner([address], TOKEN, tls=True).run(script("return 1"))
         process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(process.wait(), 30) == 0
+
+
+@pytest.mark.parametrize("option", ["--handshake-timeout", "--idle-timeout", "--read-timeout"])
+def test_refuses_a_timeout_of_zero(
+    option: str, token_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A timeout of 0 would drop every client at once (no hello, no request, no read can come
+    in no time): refused at start, naming the option, rather than a service nobody can use."""
+    with pytest.raises(SystemExit) as exited:
+        main(["--listen", "127.0.0.1:0", "--token-file", str(token_file), option, "0"])
+    assert exited.value.code == 2
+    assert f"{option}: '0' is not a number of seconds above 0" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="must be a positive number of seconds, not 0"):
+        RunnerService(TOKEN, runner=FakeRunner(), **{option[2:].replace("-", "_"): 0})
