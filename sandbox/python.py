@@ -536,6 +536,10 @@ def _methodcaller(name: str, *args: Any, **kwargs: Any) -> Any:
     return operator.methodcaller(name, *args, **kwargs)
 
 
+# A module with at most these many names lists them when a script asks for another.
+_FEW_NAMES = 10
+
+
 class Module(_Opaque):
     """An allowed module as a script sees it: its public names only, read-only."""
 
@@ -551,6 +555,8 @@ class Module(_Opaque):
         except KeyError:
             near = closest_names(key, list(self._names))
             hint = f"; did you mean {', '.join(near)}?" if near else ""
+            if not near and len(self._names) <= _FEW_NAMES:  # asyncio, io: say what there is
+                hint = f"; it has {', '.join(sorted(self._names))}"
             raise AttributeError(
                 f"module {self._name!r} has no attribute {key!r} in scripts{hint}"
             ) from None

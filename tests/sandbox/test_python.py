@@ -798,3 +798,11 @@ def test_global_of_a_top_level_name_says_to_use_nonlocal() -> None:
     )
     assert value(code.replace("global", "nonlocal")) == 1
     assert failed("return missing").message == "name 'missing' is not defined"
+
+
+def test_a_small_module_lists_what_it_has() -> None:
+    """asyncio in scripts has three functions: asking for another says which."""
+    error = failed("import asyncio\nawait asyncio.wait_for(asyncio.sleep(0), 1)")
+    assert error.message == (
+        "module 'asyncio' has no attribute 'wait_for' in scripts; it has create_task, gather, sleep"
+    )
