@@ -30,8 +30,8 @@ from engine._codemode import CodeMode
 from engine._config import Config, build_runner
 from engine._errors import CodeModeError, ConfigError, ToolDefinitionError
 from engine._loading import load_tools
+from engine._stopping import INTERRUPT_GRACE, INTERRUPTED, TERMINATED, give_up
 from engine._tools import Tool
-from engine.cli import INTERRUPT_GRACE, INTERRUPTED, TERMINATED, _give_up
 from engine.log import LogStore, MemoryStore, SqliteStore
 from engine.mcp._config import ServerProblem, ServerSpec, load_servers_file, parse_servers
 from engine.mcp._serve import CodeModeServer
@@ -164,9 +164,9 @@ async def _until_signal(serving: Coroutine[Any, Any, int]) -> int:
     def stop(code: int) -> None:
         nonlocal signalled
         if signalled:
-            _give_up(code)
+            give_up(code)
         signalled = True
-        timer = threading.Timer(INTERRUPT_GRACE, _give_up, (code,))
+        timer = threading.Timer(INTERRUPT_GRACE, give_up, (code,))
         timer.daemon = True
         timer.start()
         task.cancel()
