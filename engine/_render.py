@@ -58,7 +58,7 @@ def render_paused(waiting: list[dict[str, Any]]) -> str:
     for call in waiting:
         lines.append(f"  {call['reason']}: tools.{call['name']} (call {call['call_id']})")
     lines.append("It continues from where it stopped when these are answered.")
-    return "\n".join(lines)
+    return cut("\n".join(lines))  # a script may wait on a thousand calls at once
 
 
 def cut(text: str, budget: int = TEXT_BUDGET) -> str:

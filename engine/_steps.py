@@ -21,7 +21,7 @@ from engine import log
 from engine._calls import CallSettling
 from engine._drive import Drive
 from engine._ending import Ending
-from engine._errors import StepUnavailable
+from engine._errors import CodeModeError, StepUnavailable
 from engine._files import BlobReader, BlobStore
 from engine._limits import LIMIT_NAMES, Limits, config_hint
 from engine._live import LiveRuns, live_key
@@ -44,6 +44,7 @@ class StepLoop(CallSettling):
     retry_delay: float
     live: bool
     _live: LiveRuns
+    _closed: bool  # the engine's aclose() began: its runner takes no step again
 
     async def _drive(self, drive: Drive) -> RunResult:
         """Step the script this host owns until it ends or pauses."""
@@ -158,6 +159,11 @@ class StepLoop(CallSettling):
                     step = await self.runner.run(script, reader, tenant=record.tenant)
                 return queued, started, step
             except RunError as e:
+                if self._closed:  # retried, it would wait out queue_timeout for nothing
+                    raise CodeModeError(
+                        f"the engine closed while script {record.id} ran a step; it waits in "
+                        "the log: resume it"
+                    ) from e
                 waited = time.monotonic() - queued
                 if e.permanent or waited + self.retry_delay > self.queue_timeout:
                     if e.permanent:

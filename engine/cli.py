@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
-import psutil
 
 from engine._codemode import CodeMode, RunResult
 from engine._config import Config, build_runner
@@ -56,6 +55,7 @@ from engine._events import Listener
 from engine._loading import load_tools
 from engine._progress import EventLines, ProgressLine
 from engine._search import MAX_LIMIT, MAX_QUERY, ToolIndex
+from engine._stopping import INTERRUPT_GRACE, INTERRUPTED, TERMINATED, give_up
 from engine._tools import Tool
 from engine.adapters import FORMATS
 from engine.languages import LANGUAGES
@@ -68,13 +68,9 @@ from sandbox.protocol import Script, size_text
 
 # A script's status as the exit code of `run` and `resume` (the README's table says each).
 EXIT_CODES = {"finished": 0, "failed": 1, "paused": 3, "elsewhere": 4}
-MISTAKE, INTERRUPTED, TERMINATED = 2, 128 + signal.SIGINT, 128 + signal.SIGTERM
+MISTAKE = 2
 # No runner took a step in time (sysexits' EX_TEMPFAIL): the same command may work later.
 UNAVAILABLE = 75
-# After Ctrl-C or SIGTERM a command ends what it started (MCP servers, live processes, its
-# leases): if that has not ended this many seconds later, or at a second signal, it stops at
-# once.
-INTERRUPT_GRACE = 10.0
 
 
 def _interruptible(command: Coroutine[Any, Any, int]) -> int:
@@ -90,14 +86,14 @@ def _interruptible(command: Coroutine[Any, Any, int]) -> int:
         terminated = False
 
         def bounded(code: int) -> None:
-            timer = threading.Timer(INTERRUPT_GRACE, _give_up, (code,))
+            timer = threading.Timer(INTERRUPT_GRACE, give_up, (code,))
             timer.daemon = True
             timer.start()
 
         def on_sigterm() -> None:
             nonlocal terminated
             if terminated:  # a second SIGTERM: do not wait for the cleanup
-                _give_up(TERMINATED)
+                give_up(TERMINATED)
             terminated = True
             bounded(TERMINATED)
             task.cancel()
@@ -107,7 +103,7 @@ def _interruptible(command: Coroutine[Any, Any, int]) -> int:
 
             def interrupted(signum: int, frame: Any) -> None:
                 bounded(INTERRUPTED)
-                signal.signal(signal.SIGINT, lambda *_: _give_up(INTERRUPTED))
+                signal.signal(signal.SIGINT, lambda *_: give_up(INTERRUPTED))
                 cancel(signum, frame)
 
             signal.signal(signal.SIGINT, interrupted)
@@ -122,18 +118,6 @@ def _interruptible(command: Coroutine[Any, Any, int]) -> int:
             raise
 
     return asyncio.run(guarded())
-
-
-def _give_up(code: int) -> None:
-    """End every process this one started (its MCP servers, its sandboxes) and exit with
-    ``code``, without the cleanup that did not finish: the session log loses nothing written."""
-    why = "terminated" if code == TERMINATED else "interrupted"
-    print(f"codemode: {why}; stopping without finishing the cleanup", file=sys.stderr)
-    with contextlib.suppress(Exception):
-        for child in psutil.Process().children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                child.kill()
-    os._exit(code)
 
 
 def _version() -> str:

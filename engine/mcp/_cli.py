@@ -30,8 +30,8 @@ from engine._codemode import CodeMode
 from engine._config import Config, build_runner
 from engine._errors import CodeModeError, ConfigError, ToolDefinitionError
 from engine._loading import load_tools
+from engine._stopping import INTERRUPT_GRACE, INTERRUPTED, TERMINATED, give_up
 from engine._tools import Tool
-from engine.cli import INTERRUPT_GRACE, INTERRUPTED, TERMINATED, _give_up
 from engine.log import LogStore, MemoryStore, SqliteStore
 from engine.mcp._config import ServerProblem, ServerSpec, load_servers_file, parse_servers
 from engine.mcp._serve import CodeModeServer
@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
         stream=sys.stderr,
     )
     try:
-        return asyncio.run(_serve(args))
+        return asyncio.run(_until_signal(_serve(args)))
     except CodeModeError as e:
         print(f"codemode: {e}", file=sys.stderr)
         return 2
@@ -142,20 +142,21 @@ async def _serve(args: argparse.Namespace) -> int:
                 print(f"codemode: serving MCP at {url} over MCP servers {names}", file=sys.stderr)
                 sys.stderr.flush()
 
-            await _until_signal(server.run_http(host, port, on_ready=ready))
+            await server.run_http(host, port, on_ready=ready)
         else:
             print(f"codemode: serving MCP on stdio over MCP servers {names}", file=sys.stderr)
-            await _until_signal(server.run_stdio())
+            await server.run_stdio()
     finally:
         await engine.aclose()
     return 0
 
 
-async def _until_signal(serving: Coroutine[Any, Any, None]) -> None:
-    """Serve until done or SIGTERM/SIGINT, then return so everything is closed in order.
-    A close that has not ended :data:`INTERRUPT_GRACE` seconds after the signal (a sync
-    tool that never returns keeps its thread, which the exit waits for), or a second
-    signal, ends the processes this one started and exits at once, as the CLI's do."""
+async def _until_signal(serving: Coroutine[Any, Any, int]) -> int:
+    """Run the command until it ends, or until SIGTERM/SIGINT cancels it (0 then): it closes
+    what it started in order, from its start on (a server still starting included). A close
+    that has not ended :data:`INTERRUPT_GRACE` seconds after the signal (a sync tool that
+    never returns keeps its thread, which the exit waits for), or a second signal, ends the
+    processes this one started and exits at once, as the CLI's commands do."""
     task = asyncio.ensure_future(serving)
     loop = asyncio.get_running_loop()
     signalled = False
@@ -163,9 +164,9 @@ async def _until_signal(serving: Coroutine[Any, Any, None]) -> None:
     def stop(code: int) -> None:
         nonlocal signalled
         if signalled:
-            _give_up(code)
+            give_up(code)
         signalled = True
-        timer = threading.Timer(INTERRUPT_GRACE, _give_up, (code,))
+        timer = threading.Timer(INTERRUPT_GRACE, give_up, (code,))
         timer.daemon = True
         timer.start()
         task.cancel()
@@ -173,10 +174,11 @@ async def _until_signal(serving: Coroutine[Any, Any, None]) -> None:
     loop.add_signal_handler(signal.SIGTERM, stop, TERMINATED)
     loop.add_signal_handler(signal.SIGINT, stop, INTERRUPTED)
     try:
-        await task
+        return await task
     except asyncio.CancelledError:
         if not task.cancelled():
             raise
+        return 0
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)

@@ -41,6 +41,8 @@ from engine._errors import CallNotWaiting, CodeModeError
 from engine._events import Event
 from engine._result import RunResult
 from engine._tools import Tool
+from engine.mcp._stdio import MAX_MESSAGE
+from sandbox.protocol import size_text
 
 logger = logging.getLogger("codemode.mcp")
 
@@ -288,7 +290,7 @@ class CodeModeServer:
         config = uvicorn.Config(
             app, log_level="warning", lifespan="on", timeout_graceful_shutdown=STOP_GRACE
         )
-        web = uvicorn.Server(config)
+        web = _web_server()(config)
         serving = asyncio.ensure_future(web.serve(sockets=[sock]))
         if on_ready is not None:
             on_ready(f"http://{shown}:{bound}{path}")
@@ -343,6 +345,21 @@ class CodeModeServer:
                 f"{CONTINUE} with this script id to go on."
             )
         return "\n".join(lines)
+
+
+def _web_server() -> Any:
+    import uvicorn
+
+    class Web(uvicorn.Server):
+        """uvicorn's server, minus its signal handling: the command's handles SIGTERM and
+        SIGINT (uvicorn's took them over and raised them again once stopped, so one signal
+        reached the command twice, the second time meaning \"stop at once\")."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return Web
 
 
 class _Progress:
@@ -424,6 +441,12 @@ class _Lines:
                 self._buffer.clear()
                 return line.decode("utf-8", "replace")
             searched = len(self._buffer)
+            if searched > MAX_MESSAGE:  # no MCP message is that large: end, not run out of memory
+                logger.error(
+                    "the client sent a message over %s; ending the session",
+                    size_text(MAX_MESSAGE),
+                )
+                raise StopAsyncIteration
             chunk = await self._read()
             self._ended = not chunk
             self._buffer += chunk

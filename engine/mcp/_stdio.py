@@ -23,8 +23,9 @@ from sandbox.protocol import size_text
 
 logger = logging.getLogger("codemode.mcp")
 
-# The largest message a server may send; past it the connection ends (the server is
-# restarted). Far above what a script may read in all (its results limit, 8 MiB by default).
+# The largest MCP message code mode reads, from an upstream server (past it the connection
+# ends and the server is restarted) or from a client of `codemode mcp serve` over stdio. Far
+# above what a script may read in all (its results limit, 8 MiB by default) or may be.
 MAX_MESSAGE = 64 * 1024 * 1024
 # How long a server has to exit once its stdin is closed, before its group is terminated.
 EXIT_GRACE = 2.0

@@ -460,6 +460,31 @@ async def test_result_text_is_cut_in_the_middle(inproc: InProcessRunner) -> None
     assert "cut from the middle" in result.text
 
 
+async def test_a_pause_on_many_calls_stays_within_the_text_budget(
+    inproc: InProcessRunner,
+) -> None:
+    """A script that waits on 1,500 approvals at once: the model's text keeps the budget
+    (it was 72 KB, every waiting call a line), cut in the middle as other results are;
+    ``waiting`` still names every call."""
+    from engine import TEXT_BUDGET
+
+    @tool(needs_approval=True)
+    def post(i: int) -> int:
+        """Post."""
+        return i
+
+    engine = CodeMode([post], runner=inproc, type_check="off", limits=Limits(calls=2000))
+    result = await engine.run_code(
+        "return await Promise.all(Array.from({ length: 1500 }, (_, i) => tools.post({ i })))"
+    )
+    await engine.aclose()
+    assert result.status == "paused" and len(result.waiting) == 1500
+    assert len(result.text.encode()) <= TEXT_BUDGET
+    assert result.text.startswith("Script paused.\n  approval: tools.post")
+    assert "cut from the middle" in result.text
+    assert result.text.endswith("It continues from where it stopped when these are answered.")
+
+
 async def test_failed_text_has_error_lines_and_printed(inproc: InProcessRunner) -> None:
     """A script that throws gives Script failed., the error, its lines, then the printed text."""
     engine = CodeMode([], runner=inproc)

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
-from engine import CodeMode, tool
+from engine import CodeMode, CodeModeError, tool
 from engine._live import LiveRuns
 from runner import LiveRun, ProcessRunner
 
@@ -118,6 +119,7 @@ async def test_no_live_process_is_left_after_evictions_or_aclose(tmp_path: Path)
         asyncio.create_task(engine.run_code(f"return await tools.meet({{ n: {n} }})"))
         for n in range(4)
     ]
+    closed = False
     try:
         await barrier.wait()
         await recording.drain()
@@ -127,14 +129,16 @@ async def test_no_live_process_is_left_after_evictions_or_aclose(tmp_path: Path)
         assert all(psutil.pid_exists(pid) for pid in kept)
         assert runner.live_runs == 2
         await engine.aclose()
+        closed = True
         assert await _gone(kept) == [] and runner.live_runs == 0
         assert await _gone([p.pid for p in _descendants()]) == []
     finally:
-        await barrier.wait()
+        if not closed:
+            await barrier.wait()  # lets the calls return
         results = await asyncio.gather(*tasks, return_exceptions=True)
-    # The runner was closed under them: each script's next step could not be taken, and the
-    # log keeps it for a resume.
-    assert len(results) == 4
+    # aclose ended the calls under them: each run_code ended on a CodeModeError, and the log
+    # keeps each script for a resume.
+    assert all(isinstance(r, CodeModeError) for r in results), results
 
 
 async def test_a_pause_ends_the_live_process(tmp_path: Path) -> None:
@@ -162,3 +166,39 @@ async def test_a_pause_ends_the_live_process(tmp_path: Path) -> None:
         assert done.value == "paid"
     finally:
         await engine.aclose()
+
+
+async def test_aclose_ends_the_steps_under_way_and_those_waiting_for_a_slot() -> None:
+    """aclose() while one script's step computes in the only slot and another's waits for
+    it: both run_codes end at once on a CodeModeError. The closed runner's error was retried
+    every retry_delay until queue_timeout (five minutes here), and they hung that long."""
+    computing = asyncio.Event()
+
+    @tool
+    def begin() -> int:
+        """Say the script began."""
+        return 1
+
+    def on_event(event: Any) -> None:
+        if event.kind == "call.done":
+            computing.set()
+
+    engine = CodeMode(
+        [begin],
+        runner=ProcessRunner(mode="pool", slots=1),
+        type_check="off",
+        live=False,
+        queue_timeout=300,
+        on_event=on_event,
+    )
+    spin = "await tools.begin({}); let x = 0; for (;;) x++;"
+    first = asyncio.create_task(engine.run_code(spin))
+    await computing.wait()
+    second = asyncio.create_task(engine.run_code("return 2"))
+    await asyncio.sleep(
+        0.5
+    )  # its step asks for the slot (it may not have yet: then it ends the same)
+    await engine.aclose()
+    for run in (first, second):
+        with pytest.raises(CodeModeError, match="closed"):
+            await asyncio.wait_for(run, 30)

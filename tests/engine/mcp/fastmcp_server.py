@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -111,8 +112,8 @@ def serve_http() -> None:
 if __name__ == "__main__":
     if (DIR / "mute").exists():
         (DIR / "muted").write_text(str(os.getpid()))
-        while True:
-            input()  # reads the client's messages and never answers
+        while True:  # never answers, and outlives its stdin
+            time.sleep(3600)
     if "--http" in sys.argv[2:]:
         serve_http()
     else:

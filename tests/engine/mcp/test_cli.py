@@ -396,3 +396,80 @@ def _call_run_code(process: subprocess.Popen[bytes], code: str) -> None:
             "params": {"name": "run_code", "arguments": {"code": code}},
         }
     )
+
+
+def test_mcp_serve_ends_a_session_whose_client_sends_a_message_too_large(
+    tmp_path: Path,
+) -> None:
+    """A client that writes a line with no end (over MAX_MESSAGE) ends the session with a
+    line saying why, instead of the server holding all of it in memory, waiting for more."""
+    from engine.mcp._stdio import MAX_MESSAGE
+
+    process = subprocess.Popen(
+        [
+            *_command("mcp", "serve", "--upstream"),
+            shlex.join(["lab=" + sys.executable, str(LAB), str(tmp_path)]),
+        ],
+        cwd=tmp_path,
+        env=_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdin is not None
+    try:
+        chunk = b"x" * (1 << 20)
+        with contextlib.suppress(BrokenPipeError):  # it may end before the last chunk
+            for _ in range(MAX_MESSAGE // len(chunk) + 2):
+                process.stdin.write(chunk)
+            process.stdin.flush()
+        process.wait(timeout=TIMEOUT)  # it ends by itself: stdin is still open
+        _, err = process.communicate()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0
+    assert "the client sent a message over 64 MiB; ending the session" in err.decode(), err
+    assert left_running(tmp_path) == []
+
+
+def test_mcp_serve_ends_at_sigterm_while_a_server_is_starting(tmp_path: Path) -> None:
+    """SIGTERM while an upstream server is still starting (it never answers, and its
+    initTimeout is an hour) ends `codemode mcp serve` through its own cleanup, which ends
+    that server too; the signal used to kill the command outright before it served."""
+    (tmp_path / "mcp.json").write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "mute": {
+                        "command": sys.executable,
+                        "args": [str(LAB), str(tmp_path)],
+                        "initTimeout": 3600,
+                    }
+                }
+            }
+        )
+    )
+    (tmp_path / "mute").write_text("")
+    process = subprocess.Popen(
+        _command("mcp", "serve", "--config", "mcp.json"),
+        cwd=tmp_path,
+        env=_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not (tmp_path / "muted").exists():
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+    assert process.returncode == 0
+    assert left_running(tmp_path) == []
