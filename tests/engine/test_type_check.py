@@ -412,6 +412,10 @@ async def test_every_way_the_compiler_reports_running_out_of_memory(
         "kill -BUS $$",
         "cat <<'EOF'\nfatal error: unexpected signal during runtime execution\n"
         "[signal SIGSEGV: segmentation violation code=0x1 addr=0x0 pc=0x46a7c1]\nEOF\nexit 2",
+        # A fault where the runtime cannot panic: the signal's name, then the registers.
+        "cat <<'EOF'\nSIGSEGV: segmentation violation\nPC=0x46a7c1 m=3 sigcode=1 addr=0x0\n"
+        "\ngoroutine 0 gp=0xc000002380 m=3 mp=0xc000100008 [idle]:\nEOF\nexit 2",
+        "cat <<'EOF'\nSIGBUS: bus error\nPC=0x46a7c1 m=0 sigcode=2 addr=0x7f0000000000\nEOF\nexit 2",
     ],
 )
 async def test_a_compiler_that_faults_at_its_bound_met_the_memory_bound(

@@ -93,7 +93,9 @@ _FLAGS = (
     "esnext",
 )
 _OUT_OF_MEMORY = ("out of memory", "cannot allocate memory", "failed to create new OS thread")
-_FAULTS = ("signal SIGSEGV", "signal SIGBUS")
+# As the runtime reports a fault: "[signal SIGSEGV: segmentation violation ...]" after a
+# panic, or "SIGSEGV: segmentation violation" then "PC=..." when it cannot panic.
+_FAULTS = ("SIGSEGV: segmentation violation", "SIGBUS: bus error")
 _ANY_DIAGNOSTIC = re.compile(r"^\S+\(\d+,\d+\): error TS\d+: ", re.MULTILINE)
 _DIAGNOSTIC = re.compile(r"^(typed|untyped)\.ts\((\d+),(\d+)\): error TS(\d+): (.*)$")
 
