@@ -134,6 +134,27 @@ class PostgresServer:
         self.stop()
         raise PostgresUnavailable(f"the throwaway PostgreSQL server did not start: {last}")
 
+    def restart(self, mode: str = "fast") -> None:
+        """Restart the server (``pg_ctl restart -m fast|immediate``, same port), returning
+        once it takes connections again: every connection open to it is cut."""
+        assert self._bin is not None and self._dir is not None, "start() it first"
+        done = self._run(
+            str(self._bin / "pg_ctl"),
+            "-D",
+            str(self._dir / "data"),
+            "-m",
+            mode,
+            "-l",  # not pg_ctl's own output, a pipe the new server would hold open
+            str(self._dir / "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "restart",
+            timeout=90,
+        )
+        if done.returncode != 0:
+            raise PostgresUnavailable(f"pg_ctl restart failed: {done.stderr.strip()}")
+
     def _log_tail(self) -> str:
         if self._dir is None:
             return ""

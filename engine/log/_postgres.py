@@ -153,31 +153,23 @@ class PostgresStore(SqlStore):
         from psycopg_pool import PoolTimeout
 
         try:
-            # In pipeline mode, so a statement whose answer the transaction does not need
-            # waits for the next that it does: BEGIN goes with the query of the time, and the
-            # last writes with COMMIT. A transaction holds its connection, and its row locks,
-            # across every round trip, and each costs a turn of a loop that may be busy.
-            async with (
-                pool.connection() as conn,
-                conn.pipeline() as pipeline,
-                conn.transaction(),
-            ):
-                if not write:
-                    await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                now = (await (await conn.execute(_NOW)).fetchone())[0]
-                tx = make(now)
-                answer: Any = None
-                while True:
-                    try:
-                        q = tx.send(answer)
-                    except StopIteration as stop:
-                        return stop.value
-                    answer = await _execute(conn, pipeline, q)
-        except (PoolTimeout, psycopg.OperationalError) as e:
+            try:
+                return await _attempt(pool, make, write)
+            except _Uncommitted:
+                # The connection was lost before the transaction's COMMIT was sent, so none
+                # of it took effect: the server restarted (or cut it) since it last served.
+                # A restart cut every connection in the pool: check them all, then run the
+                # transaction once more, on a new one (the pool waits up to its timeout for
+                # the server to take connections again).
+                await pool.check()
+                return await _attempt(pool, make, write)
+        except (PoolTimeout, psycopg.OperationalError, _Uncommitted) as e:
             # Translated once, here: the engine sees the log's own error family.
+            cause = e.__cause__ if isinstance(e, _Uncommitted) else e
             raise StoreUnavailable(
                 f"the PostgreSQL session log at {self.where()} did not answer "
-                f"({_first_line(e)}); nothing written is lost: resume the script once it is back"
+                f"({_first_line(cause or e)}); nothing written is lost: resume the script "
+                "once it is back"
             ) from None
 
     def blob_store(self) -> BlobStore:
@@ -211,14 +203,23 @@ class PostgresBlobStore(BlobStore):
                     autocommit=True,
                     connect_timeout=max(1, int(self._store._timeout)),
                 )
-                conn.execute(f'SET search_path TO "{self._store.schema}"')
-                _create_sync(conn, self._store.schema)  # a script's files come before its row
-                self._conn = conn
             except psycopg.Error as e:
                 raise StoreUnavailable(
                     f"the PostgreSQL blob store at {self._store.where()} did not answer "
                     f"({_first_line(e)})"
                 ) from None
+            try:
+                conn.execute(f'SET search_path TO "{self._store.schema}"')
+                _create_sync(conn, self._store.schema)  # a script's files come before its row
+            except BaseException as e:
+                conn.close()  # not kept: a newer schema, the server gone again
+                if isinstance(e, psycopg.Error):
+                    raise StoreUnavailable(
+                        f"the PostgreSQL blob store at {self._store.where()} did not answer "
+                        f"({_first_line(e)})"
+                    ) from None
+                raise
+            self._conn = conn
         return self._conn
 
     def close(self) -> None:
@@ -227,10 +228,34 @@ class PostgresBlobStore(BlobStore):
                 self._conn.close()
                 self._conn = None
 
+    def _run(self, statement: str, params: tuple[Any, ...]) -> Any:
+        """The first row of ``statement``, on the blob connection (under ``_lock``). A
+        connection lost since its last use (the server restarted) is replaced once: both
+        statements may simply run again."""
+        import psycopg
+
+        for attempt in (1, 2):
+            conn = self._connection()
+            try:
+                cursor = conn.execute(statement, params)
+                return cursor.fetchone() if cursor.description else None
+            except psycopg.OperationalError as e:
+                if attempt == 1 and conn.closed:
+                    continue
+                raise StoreUnavailable(
+                    f"the PostgreSQL blob store at {self._store.where()} did not answer "
+                    f"({_first_line(e)})"
+                ) from None
+            except psycopg.Error as e:
+                raise StoreUnavailable(
+                    f"the PostgreSQL blob store at {self._store.where()} failed ({_first_line(e)})"
+                ) from None
+        raise AssertionError("unreachable")
+
     def put(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
         with self._lock:
-            self._connection().execute(
+            self._run(
                 "INSERT INTO blobs (digest, data) VALUES (%s, %s) ON CONFLICT DO NOTHING",
                 (digest, data),
             )
@@ -238,17 +263,55 @@ class PostgresBlobStore(BlobStore):
 
     def read(self, digest: str, offset: int, length: int) -> bytes:
         with self._lock:
-            row = (
-                self._connection()
-                .execute(
-                    "SELECT substring(data FROM %s FOR %s) FROM blobs WHERE digest = %s",
-                    (offset + 1, length, digest),
-                )
-                .fetchone()
+            row = self._run(
+                "SELECT substring(data FROM %s FOR %s) FROM blobs WHERE digest = %s",
+                (offset + 1, length, digest),
             )
         if row is None:
             raise FileMissing("its bytes are gone from the store")
         return bytes(row[0])
+
+
+class _Uncommitted(Exception):
+    """The connection was lost before the transaction's COMMIT was sent: nothing of it took
+    effect, so it may simply run again (``__cause__``: the driver's error)."""
+
+
+async def _attempt(pool: Any, make: Callable[[int], sql.Tx], write: bool) -> Any:
+    """Run the transaction ``make(now_ms)`` once, on a connection of ``pool``; raises
+    :class:`_Uncommitted` if its connection was lost before its COMMIT was sent."""
+    import psycopg
+
+    committing = False
+    conn: Any = None
+    try:
+        # In pipeline mode, so a statement whose answer the transaction does not need
+        # waits for the next that it does: BEGIN goes with the query of the time, and the
+        # last writes with COMMIT. A transaction holds its connection, and its row locks,
+        # across every round trip, and each costs a turn of a loop that may be busy.
+        async with (
+            pool.connection() as conn,
+            conn.pipeline() as pipeline,
+            conn.transaction(),
+        ):
+            if not write:
+                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            now = (await (await conn.execute(_NOW)).fetchone())[0]
+            tx = make(now)
+            answer: Any = None
+            while True:
+                try:
+                    q = tx.send(answer)
+                except StopIteration as stop:
+                    committing = True  # from here on, the COMMIT may reach the server
+                    return stop.value
+                answer = await _execute(conn, pipeline, q)
+    except psycopg.OperationalError as e:
+        # Only a lost connection: an error the server answered (a full disk, a deadlock)
+        # is the store's to report, not to try again.
+        if committing or conn is None or not conn.closed:
+            raise
+        raise _Uncommitted() from e
 
 
 async def _execute(conn: Any, pipeline: Any, q: sql.Q) -> Any:
