@@ -114,9 +114,8 @@ class PostgresStore(SqlStore):
                 name=f"codemode-{schema}",
             )
             try:
+                await _prepare(psycopg, self.dsn, schema, self._timeout)
                 await pool.open(wait=True, timeout=self._timeout)
-                async with pool.connection() as conn, conn.transaction():
-                    await _create(conn, schema)
             except (psycopg.Error, TimeoutError, OSError) as e:
                 await pool.close()
                 raise ConfigError(
@@ -368,6 +367,41 @@ def _schema(schema: str) -> Generator[tuple[str, tuple[Any, ...]], Any, None]:
             f"the PostgreSQL session log in schema {schema!r} was written by a newer codemode "
             f"(schema {current}; this one reads up to {SCHEMA_VERSION}): upgrade codemode"
         )
+
+
+# What a server says when it may take the connection a little later; any other refusal it
+# gives (no such database or user, a wrong password, no pg_hba.conf entry) stands.
+_NOT_YET = ("starting up", "shutting down", "recovery mode", "too many clients", "slots are")
+
+
+async def _prepare(psycopg: Any, dsn: str, schema: str, timeout: float) -> None:
+    """Connect once, directly, and make (or check) the log's tables. Not through the pool:
+    it retries every failure until its timeout and then says only that it timed out, so a
+    mistake in the dsn would cost the whole timeout and hide its reason. A server that
+    refuses connections for now (down, starting up, full) is tried again until ``timeout``;
+    one that refuses them for good, or a dsn that does not parse, fails at once."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    delay = 0.05
+    while True:
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                dsn, autocommit=True, connect_timeout=max(1, int(timeout))
+            )
+            break
+        except psycopg.OperationalError as e:
+            said = str(e)
+            for_good = "FATAL:" in said and not any(n in said for n in _NOT_YET)
+            if for_good or loop.time() + delay >= deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 1.0)
+    try:
+        await conn.execute(f'SET search_path TO "{schema}"')
+        async with conn.transaction():
+            await _create(conn, schema)
+    finally:
+        await conn.close()
 
 
 async def _create(conn: Any, schema: str) -> None:

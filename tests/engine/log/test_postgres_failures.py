@@ -5,12 +5,13 @@ session's shared one, nor a server named by ``CODEMODE_TEST_DSN``)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from engine import CodeMode, tool
+from engine import CodeMode, StoreUnavailable, tool
 from engine.log import DONE, PostgresStore
 from tests._needs import require
 from tests.engine.conftest import InProcessRunner
@@ -88,4 +89,37 @@ async def test_the_blob_store_outlives_a_server_restart(server: PostgresServer, 
         assert blobs.read(second, 10, 7) == b"restart"
     finally:
         blobs.close()
+        await store.aclose()
+
+
+async def test_a_log_opened_while_its_server_is_down_waits_for_it(server: PostgresServer) -> None:
+    """A host that opens the log while the server does not take connections yet (down,
+    starting up) waits for it, up to the connect timeout, rather than failing at once."""
+    server.halt()
+    store = PostgresStore(server.dsn, schema=f"t_{uuid.uuid4().hex[:16]}", connect_timeout=120)
+    try:
+        opening = asyncio.ensure_future(store.scripts())
+        await asyncio.sleep(0.5)  # not a margin: the open must be under way, whenever it is
+        assert not opening.done()
+        await asyncio.to_thread(server.resume)
+        assert await opening == []
+    finally:
+        await store.aclose()
+
+
+async def test_a_log_whose_server_stays_down_is_store_unavailable(server: PostgresServer) -> None:
+    """The server goes away while a host has the log open and does not come back: each use
+    is a StoreUnavailable saying so once the connect timeout ran out, never psycopg's own
+    error; once it is back, the same store works."""
+    store = PostgresStore(server.dsn, schema=f"t_{uuid.uuid4().hex[:16]}", connect_timeout=2)
+    try:
+        assert await store.scripts() == []
+        server.halt("immediate")
+        try:
+            with pytest.raises(StoreUnavailable, match="did not answer"):
+                await store.scripts()
+        finally:
+            server.resume()
+        assert await store.scripts() == []
+    finally:
         await store.aclose()
