@@ -772,10 +772,7 @@ def _check_name(what: str, value: object, example: str) -> None:
     """Raise :class:`CodeModeError` unless ``value`` is a string of 1 to ``MAX_KEY``
     characters that every log can keep (no lone surrogate, no NUL)."""
     if not (
-        isinstance(value, str)
-        and 0 < len(value) <= MAX_KEY
-        and LONE_SURROGATE.search(value) is None
-        and "\x00" not in value  # PostgreSQL's text takes no NUL
+        isinstance(value, str) and 0 < len(value) <= MAX_KEY and log.NOT_KEPT.search(value) is None
     ):
         raise CodeModeError(
             f"{what} = {value!r:.80} must be a string of 1 to {MAX_KEY} characters of Unicode "
@@ -786,7 +783,7 @@ def _check_name(what: str, value: object, example: str) -> None:
 def _check_text(code: str) -> None:
     """Raise :class:`NotText` naming where ``code`` has a lone surrogate or a NUL (which
     PostgreSQL's text cannot keep; a model's JSON arguments can hold one as ``\\u0000``)."""
-    if "\x00" not in code and LONE_SURROGATE.search(code) is None:
+    if log.NOT_KEPT.search(code) is None:
         return
     for number, line in enumerate(code.split("\n"), 1):
         found = LONE_SURROGATE.search(line)
