@@ -743,14 +743,21 @@ class CodeMode(StepLoop):
                 "this engine is closed (aclose); make a new CodeMode on the same log to go on"
             )
 
+    async def __aenter__(self) -> CodeMode:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
     async def aclose(self) -> None:
-        """Close the engine: its MCP servers, live processes, runner, session log, blobs and
-        tool threads. A script still driven here gives its lease up first, so another engine
-        or host goes on with it at once; its ``run_code`` (or ``resume``) ends on a
-        :class:`CodeModeError`, and nothing written is lost. Its calls still running are
-        cancelled (a sync handler's thread runs on, unheard) and stay as the log has them,
-        running, as if the host had stopped: the next host runs a read-only or idempotent
-        one again, and tells the script any other was interrupted."""
+        """Close the engine (``async with CodeMode(...) as engine:`` does at its end): its
+        MCP servers, live processes, runner, session log, blobs and tool threads. A script
+        still driven here gives its lease up first, so another engine or host goes on with it
+        at once; its ``run_code`` (or ``resume``) ends on a :class:`CodeModeError`, and
+        nothing written is lost. Its calls still running are cancelled (a sync handler's
+        thread runs on, unheard) and stay as the log has them, running, as if the host had
+        stopped: the next host runs a read-only or idempotent one again, and tells the script
+        any other was interrupted."""
         self._closed = True
         for drive in self._driving:
             drive.abandon()  # its running calls end now, not when their handlers would
