@@ -13,17 +13,14 @@ import asyncio
 import hashlib
 import mimetypes
 import os
-import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import log
 from engine._errors import CodeModeError, ConfigError
 from runner import FileMissing, RunError
-
-# What no session log keeps in text: a NUL (PostgreSQL's text) or a lone surrogate (any).
-NOT_KEPT = re.compile("[\x00\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -40,7 +37,7 @@ class Attachment:
         # Checked when the host makes it, so a mistake is not found at the script's start.
         if not isinstance(self.id, str) or not self.id.strip():
             raise ConfigError(f'an attachment needs an id, as "sales.csv", not {self.id!r}')
-        if NOT_KEPT.search(self.id):
+        if log.NOT_KEPT.search(self.id):
             raise ConfigError(
                 f"attachment id {self.id!r:.80} has a NUL or a lone surrogate; name it in text"
             )
@@ -52,7 +49,7 @@ class Attachment:
             raise ConfigError(f"attachment {self.id!r} has both data and a path; give one")
         for what in ("mime", "skill"):
             value = getattr(self, what)
-            if value is not None and (not isinstance(value, str) or NOT_KEPT.search(value)):
+            if value is not None and (not isinstance(value, str) or log.NOT_KEPT.search(value)):
                 # Found later, it failed the script's every step (its record holds it).
                 raise ConfigError(
                     f"attachment {self.id!r}: {what} is {value!r:.80}; give text without a NUL "

@@ -16,11 +16,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine._files import NOT_KEPT, Attachment
+from engine._files import Attachment
 from engine._search import SkillInfo
 from engine._tools import Tool, ToolCallError, ToolDefinitionError
 from engine.languages import dialect
 from engine.languages._dialect import BUDGET
+from engine.log import NOT_KEPT
 from sandbox.names import closest_names
 
 # The longest skill name. A name is a line of the skills' listing, a file id's prefix, and

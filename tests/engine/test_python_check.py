@@ -256,3 +256,23 @@ async def test_a_check_past_its_memory_bound_fails_the_script(checker: PythonTyp
     small = PythonTypeChecker(checker.path, memory=20 * 1024 * 1024)
     checked = await small.check("return 1", check_stubs(CORPUS))
     assert checked.failure is not None and "20 MiB of memory" in checked.failure
+
+
+async def test_an_optional_any_parameter_takes_any_value(
+    checker: PythonTypeChecker, inproc: InProcessRunner
+) -> None:
+    """`x: Any | None` (pydantic's `anyOf: [{}, {type: null}]`) takes a number: the check
+    does not refuse the call (its stub declared `x` as `None` only)."""
+
+    @tool
+    def echo(x: Any | None = None) -> Any:
+        """Echo x."""
+        return x
+
+    engine = CodeMode([echo], runner=inproc, language="python", type_check=checker)
+    try:
+        result = await engine.run_code("return await tools.echo(x=1)")
+        assert result.status == "finished", result.text
+        assert result.value == 1
+    finally:
+        await engine.aclose()
