@@ -190,3 +190,35 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
         with pytest.raises(CodeModeError, match=expected):
             await engine.run_code("return 1", files=files)  # type: ignore[arg-type]
     assert await engine.store.scripts() == []
+
+
+async def test_a_shown_text_file_is_read_only_as_far_as_it_is_shown(
+    inproc: InProcessRunner,
+) -> None:
+    """The engine reads of a shown text file what the model may see (the `shown` budget),
+    off the event loop. It read the whole blob, on the loop: showing a 1 GB log file held the
+    host's loop while it read 1 GB into memory, decoded and encoded it, to keep 64 KiB."""
+    import asyncio
+
+    reads: list[tuple[int, bool]] = []
+
+    class Watched(BlobStore):
+        def read(self, digest: str, offset: int, length: int) -> bytes:
+            try:
+                asyncio.get_running_loop()
+                on_loop = True
+            except RuntimeError:
+                on_loop = False
+            reads.append((length, on_loop))
+            return super().read(digest, offset, length)
+
+    engine = CodeMode([], runner=inproc, blobs=Watched(), limits=Limits(shown=1000))
+    big = ("é" + "x" * 98 + "\n").encode() * 10_000  # 1,010,000 bytes
+    result = await engine.run_code(
+        "files.show('big.txt'); return 1", files=[Attachment("big.txt", data=big)]
+    )
+    assert result.status == "finished", result.text
+    shown = result.text.split("Shown: big.txt (text/plain, 1,010,000 bytes)\n", 1)[1]
+    kept = big[:1000].decode()
+    assert shown == f"{kept}\n[... {len(big) - 1000:,} bytes of big.txt cut ...]"
+    assert reads and all(length <= 1000 + 4 and not on_loop for length, on_loop in reads)
