@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import log
-from engine._errors import CodeModeError, ConfigError
+from engine._errors import CodeModeError, ConfigError, StoreUnavailable
 from runner import FileMissing, RunError
 
 
@@ -96,6 +96,7 @@ class BlobStore:
             self.directory.mkdir(parents=True, exist_ok=True)
 
     def put(self, data: bytes) -> str:
+        """Keep ``data``; its name (SHA-256). Raises ``OSError`` when the store fails."""
         digest = hashlib.sha256(data).hexdigest()
         if self.directory is None:
             with self._lock:
@@ -173,11 +174,18 @@ def record_files(blobs: BlobStore, attachments: list[Attachment]) -> list[dict[s
             raise CodeModeError(f"two attachments have the id {attachment.id!r}")
         seen.add(attachment.id)
         data = attachment.read()
+        try:
+            digest = blobs.put(data)
+        except OSError as e:
+            raise StoreUnavailable(
+                f"the file store failed storing attachment {attachment.id!r} ({e}); no script "
+                "was started: run it again once the store is back"
+            ) from None
         entry: dict[str, Any] = {
             "id": attachment.id,
             "mime": attachment.mime_type(),
             "size": len(data),
-            "blob": blobs.put(data),
+            "blob": digest,
         }
         if attachment.skill is not None:
             entry["skill"] = attachment.skill

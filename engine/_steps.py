@@ -21,7 +21,7 @@ from engine import log
 from engine._calls import CallSettling
 from engine._drive import Drive
 from engine._ending import Ending
-from engine._errors import CodeModeError, StepUnavailable
+from engine._errors import CodeModeError, StepUnavailable, StoreUnavailable
 from engine._files import BlobReader, BlobStore
 from engine._limits import LIMIT_NAMES, Limits, config_hint
 from engine._live import LiveRuns, live_key
@@ -461,14 +461,21 @@ class StepLoop(CallSettling):
             except FileMissing:
                 return None
 
-        # Off the loop: the blobs are files to read or a database to reach.
-        return await asyncio.to_thread(
-            render.render_shown,
-            [by_id[i] for i in ids],
-            read,
-            text_budget=limits.shown,
-            media_budget=limits.shown_media,
-        )
+        try:
+            # Off the loop: the blobs are files to read or a database to reach.
+            return await asyncio.to_thread(
+                render.render_shown,
+                [by_id[i] for i in ids],
+                read,
+                text_budget=limits.shown,
+                media_budget=limits.shown_media,
+            )
+        except OSError as e:
+            # Not rendered without them: the outcome lasts. The script is in the log as it was.
+            raise StoreUnavailable(
+                f"the file store failed reading the files the script showed ({e}); script "
+                f"{record.id} is in the log: resume it once the store is back"
+            ) from None
 
 
 async def discard_early(task: asyncio.Task[tuple[float, float, Step]]) -> None:

@@ -222,3 +222,60 @@ async def test_a_shown_text_file_is_read_only_as_far_as_it_is_shown(
     kept = big[:1000].decode()
     assert shown == f"{kept}\n[... {len(big) - 1000:,} bytes of big.txt cut ...]"
     assert reads and all(length <= 1000 + 4 and not on_loop for length, on_loop in reads)
+
+
+async def test_a_postgres_blob_store_that_fails_is_the_store_failing(postgres: str) -> None:
+    """PostgreSQL blob reads and writes that fail (here: the server ends the blob store's
+    connection) are the store failing, as the spec has it: a step's read sends the step back
+    to its queue, and the retry (on a new connection) goes on; storing an attachment, or
+    reading the files a finished script showed, raises StoreUnavailable, and the script
+    resumes. Each raised psycopg's own error out of run_code before."""
+    import uuid
+
+    import psycopg
+
+    from engine import PostgresStore, StoreUnavailable
+    from runner import ProcessRunner
+
+    def cut() -> None:
+        """End the blob store's connection, as a server restart or a proxy would."""
+        conn = engine.blobs._conn  # type: ignore[attr-defined]
+        with psycopg.connect(postgres, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+
+    @tool(read_only=True)
+    def disconnect() -> str:
+        """Cut the blob store's connection."""
+        cut()
+        return "cut"
+
+    store = PostgresStore(postgres, schema=f"blobs_{uuid.uuid4().hex[:12]}")
+    async with ProcessRunner() as runner:
+        engine = CodeMode([disconnect], runner=runner, store=store, live=False, retry_delay=0.1)
+        try:
+            files = [Attachment("a.txt", data=b"hello")]
+            read = await engine.run_code(
+                "await tools.disconnect({}); return await files.text('a.txt')", files=files
+            )
+            assert read.status == "finished" and read.value == "hello", read.text
+
+            started: list[str] = []
+            with pytest.raises(StoreUnavailable, match="the files the script showed"):
+                await engine.run_code(
+                    "files.show('a.txt'); await tools.disconnect({}); return 2",
+                    files=files,
+                    on_start=started.append,
+                )
+            resumed = await engine.resume(started[0])
+            assert resumed.status == "finished" and resumed.value == 2, resumed.text
+            assert "Shown: a.txt (text/plain, 5 bytes)\nhello" in resumed.text
+
+            cut()
+            with pytest.raises(StoreUnavailable, match=r"storing attachment 'b\.txt'"):
+                await engine.run_code("return 1", files=[Attachment("b.txt", data=b"new")])
+            again = await engine.run_code(
+                "return await files.text('b.txt')", files=[Attachment("b.txt", data=b"new")]
+            )
+            assert again.value == "new", again.text
+        finally:
+            await engine.aclose()
