@@ -34,7 +34,7 @@ from engine._drive import Drive, dead_local_owner, new_owner
 from engine._ending import Ending
 from engine._errors import CallNotWaiting, CodeModeError, ConfigError, ToolsMissing
 from engine._events import Listener, listeners_option
-from engine._files import Attachment, BlobStore, record_files
+from engine._files import Attachment, BlobStore, attachments_of, record_files
 from engine._functions import as_tools
 from engine._limits import Limits, limits_for, limits_option
 from engine._live import (
@@ -367,7 +367,7 @@ class CodeMode(StepLoop):
         key: str | None,
         on_start: Callable[[str], None] | None,
     ) -> RunResult:
-        attachments = [a for s in self.skills for a in s.attachments()] + list(files)
+        attachments = [a for s in self.skills for a in s.attachments()] + attachments_of(files)
         record = log.ScriptRecord(
             id=self._new_id(),
             code=body,

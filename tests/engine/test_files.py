@@ -156,7 +156,9 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
     """An attachment with no bytes, text for bytes, no id or an id no log keeps (a NUL, a
     lone surrogate: PostgreSQL's DataError) is refused when made; one with an
     unreadable path, a duplicate id or something that is not an Attachment is refused by
-    run_code, naming it; no script is recorded."""
+    run_code, naming it; no script is recorded. So is a mime or skill that is not text (it
+    was recorded, then every step of the script failed on a ValidationError or a TypeError),
+    and files given as one Attachment rather than a list (a TypeError: not iterable)."""
     from engine import CodeModeError, ConfigError
 
     for made, expected in (
@@ -166,6 +168,10 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
         (lambda: Attachment("", data=b""), "needs an id"),
         (lambda: Attachment("a\x00.txt", data=b""), "has a NUL or a lone surrogate"),
         (lambda: Attachment("a\udc80.txt", data=b""), "has a NUL or a lone surrogate"),
+        (lambda: Attachment("a.txt", data=b"", mime=5), "mime is 5; give text"),  # type: ignore[arg-type]
+        (lambda: Attachment("a.txt", data=b"", mime="text/\ud800"), "mime is 'text/"),
+        (lambda: Attachment("a.txt", data=b"", mime="text/\x00"), "without a NUL"),
+        (lambda: Attachment("a.txt", data=b"", skill=["s"]), "skill is \\['s'\\]"),  # type: ignore[arg-type]
     ):
         with pytest.raises(ConfigError, match=expected):
             made()
@@ -177,6 +183,8 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
             Attachment("c.txt", data=b"2"),
         ],
         "not str": ["d.txt"],
+        r"pass \[attachment\], not 'e.txt'": Attachment("e.txt", data=b"1"),
+        "a list of Attachment objects, not int": 5,
     }
     for expected, files in cases.items():
         with pytest.raises(CodeModeError, match=expected):
