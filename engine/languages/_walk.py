@@ -108,9 +108,20 @@ def pascal(segment: str) -> str:
     return cleaned[:1].upper() + cleaned[1:]
 
 
+# Control characters other than tab and line ends: a NUL is not allowed in Python source, and
+# none of them is text a model should read.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters (but tab and line ends) as spaces."""
+    return _CONTROL.sub(" ", text)
+
+
 def one_line(text: str) -> str:
-    """``text`` with its whitespace runs (line ends too) as single spaces."""
-    return " ".join(text.split())
+    """``text`` with its whitespace runs (line ends too) and control characters as single
+    spaces."""
+    return " ".join(printable(text).split())
 
 
 def first_line(text: str, limit: int, clean: Callable[[str], str] = one_line) -> str:
