@@ -34,7 +34,7 @@ from engine._drive import Drive, dead_local_owner, new_owner
 from engine._ending import Ending
 from engine._errors import CallNotWaiting, CodeModeError, ConfigError, ToolsMissing
 from engine._events import Listener, listeners_option
-from engine._files import Attachment, BlobStore, record_files
+from engine._files import Attachment, BlobStore, attachments_of, record_files
 from engine._functions import as_tools
 from engine._limits import Limits, limits_for, limits_option
 from engine._live import (
@@ -367,7 +367,7 @@ class CodeMode(StepLoop):
         key: str | None,
         on_start: Callable[[str], None] | None,
     ) -> RunResult:
-        attachments = [a for s in self.skills for a in s.attachments()] + list(files)
+        attachments = [a for s in self.skills for a in s.attachments()] + attachments_of(files)
         record = log.ScriptRecord(
             id=self._new_id(),
             code=body,
@@ -743,14 +743,21 @@ class CodeMode(StepLoop):
                 "this engine is closed (aclose); make a new CodeMode on the same log to go on"
             )
 
+    async def __aenter__(self) -> CodeMode:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
     async def aclose(self) -> None:
-        """Close the engine: its MCP servers, live processes, runner, session log, blobs and
-        tool threads. A script still driven here gives its lease up first, so another engine
-        or host goes on with it at once; its ``run_code`` (or ``resume``) ends on a
-        :class:`CodeModeError`, and nothing written is lost. Its calls still running are
-        cancelled (a sync handler's thread runs on, unheard) and stay as the log has them,
-        running, as if the host had stopped: the next host runs a read-only or idempotent
-        one again, and tells the script any other was interrupted."""
+        """Close the engine (``async with CodeMode(...) as engine:`` does at its end): its
+        MCP servers, live processes, runner, session log, blobs and tool threads. A script
+        still driven here gives its lease up first, so another engine or host goes on with it
+        at once; its ``run_code`` (or ``resume``) ends on a :class:`CodeModeError`, and
+        nothing written is lost. Its calls still running are cancelled (a sync handler's
+        thread runs on, unheard) and stay as the log has them, running, as if the host had
+        stopped: the next host runs a read-only or idempotent one again, and tells the script
+        any other was interrupted."""
         self._closed = True
         for drive in self._driving:
             drive.abandon()  # its running calls end now, not when their handlers would
@@ -772,10 +779,7 @@ def _check_name(what: str, value: object, example: str) -> None:
     """Raise :class:`CodeModeError` unless ``value`` is a string of 1 to ``MAX_KEY``
     characters that every log can keep (no lone surrogate, no NUL)."""
     if not (
-        isinstance(value, str)
-        and 0 < len(value) <= MAX_KEY
-        and LONE_SURROGATE.search(value) is None
-        and "\x00" not in value  # PostgreSQL's text takes no NUL
+        isinstance(value, str) and 0 < len(value) <= MAX_KEY and log.NOT_KEPT.search(value) is None
     ):
         raise CodeModeError(
             f"{what} = {value!r:.80} must be a string of 1 to {MAX_KEY} characters of Unicode "
@@ -786,7 +790,7 @@ def _check_name(what: str, value: object, example: str) -> None:
 def _check_text(code: str) -> None:
     """Raise :class:`NotText` naming where ``code`` has a lone surrogate or a NUL (which
     PostgreSQL's text cannot keep; a model's JSON arguments can hold one as ``\\u0000``)."""
-    if "\x00" not in code and LONE_SURROGATE.search(code) is None:
+    if log.NOT_KEPT.search(code) is None:
         return
     for number, line in enumerate(code.split("\n"), 1):
         found = LONE_SURROGATE.search(line)

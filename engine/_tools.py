@@ -145,6 +145,14 @@ class Tool:
         label = f"tool {name!r}" + (f" from {source!r}" if source else "")
         if not isinstance(description, str):
             raise ToolDefinitionError(f"{label}: its description must be a string")
+        try:
+            description.encode("utf-8")
+        except UnicodeEncodeError as e:
+            # As a schema's strings are (orjson refuses them): no declaration could hold it.
+            raise ToolDefinitionError(
+                f"{label}: its description is not Unicode text (a lone surrogate at character "
+                f"{e.start}); fix the text"
+            ) from None
         self.description = description.strip()
         schema = _EMPTY_INPUT if input_schema is None else input_schema
         self._input_validator = _compile(label, "input schema", schema, must_be_object=True)

@@ -1097,7 +1097,8 @@ class _ToolFunction(_Opaque):
         self._run = run
         self._name = name
 
-    def __call__(self, *args: Any, **kwargs: Any) -> _Future:
+    # `self` positional-only: a tool may take an argument called `self`.
+    def __call__(self, /, *args: Any, **kwargs: Any) -> _Future:
         return self._run._tool_call(self._name, args, kwargs)
 
     def __repr__(self) -> str:

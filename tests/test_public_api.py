@@ -20,7 +20,7 @@ ENGINE = {
 LOG = {
     "ACTIVE", "APPROVED", "AWAITING_APPROVAL", "AWAITING_CLIENT", "CallConflict", "CallEntry",
     "DEFAULT_LEASE_MS", "DONE", "Decision", "ENDED", "FAILED", "FINISHED", "Lease", "LeaseLost",
-    "LogStore", "MemoryStore", "PAUSED", "PROPOSED", "PostgresStore", "RUNNING",
+    "LogStore", "MemoryStore", "NOT_KEPT", "PAUSED", "PROPOSED", "PostgresStore", "RUNNING",
     "SCRIPT_FAILED", "SETTLED", "ScriptRecord", "Settlement", "SqliteStore", "Started",
     "StepUsage",
 }  # fmt: skip

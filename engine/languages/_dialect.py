@@ -19,7 +19,7 @@ from typing import Any
 
 from engine._naming import BUILTIN_TOOLS, TOOL_SEARCH
 from engine._tools import Tool, ToolDefinitionError
-from engine.languages._walk import Namer
+from engine.languages._walk import Namer, printable
 from sandbox.protocol import RUN_CODE
 
 KiB = 1024
@@ -36,8 +36,8 @@ def size(text: str) -> int:
 
 def description_lines(description: str) -> list[str]:
     """A tool's whole description, cut at :data:`MAX_DESCRIPTION` characters, as lines
-    without trailing empty ones."""
-    text = description.strip()
+    without trailing empty ones (its control characters as spaces, see ``printable``)."""
+    text = printable(description).strip()
     if len(text) > MAX_DESCRIPTION:
         text = text[: MAX_DESCRIPTION - 3].rstrip() + "..."
     lines = text.splitlines()

@@ -30,8 +30,9 @@ MAX_PROPERTY_COMMENT = 160
 # A `default` whose JSON is longer than this is not shown in the comment.
 MAX_DEFAULT_SHOWN = 40
 
-# Keywords that say something about a value's type. A branch of anyOf/oneOf/allOf with none of
-# them (say, only `required`) constrains the value without changing its type, so it is skipped.
+# Keywords that say something about a value's type. A branch of allOf with none of them (say,
+# only `required`) constrains the value without changing its type, so it is skipped; a branch
+# of anyOf/oneOf with none of them takes values of any type, so the union is unknown.
 _TYPE_KEYWORDS = frozenset(
     {
         "type",
@@ -107,9 +108,20 @@ def pascal(segment: str) -> str:
     return cleaned[:1].upper() + cleaned[1:]
 
 
+# Control characters other than tab and line ends: a NUL is not allowed in Python source, and
+# none of them is text a model should read.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters (but tab and line ends) as spaces."""
+    return _CONTROL.sub(" ", text)
+
+
 def one_line(text: str) -> str:
-    """``text`` with its whitespace runs (line ends too) as single spaces."""
-    return " ".join(text.split())
+    """``text`` with its whitespace runs (line ends too) and control characters as single
+    spaces."""
+    return " ".join(printable(text).split())
 
 
 def first_line(text: str, limit: int, clean: Callable[[str], str] = one_line) -> str:
@@ -223,11 +235,15 @@ def _direct_refs(schema: Any, depth: int = 0) -> Iterator[str]:
                 yield from _direct_refs(branch, depth + 1)
 
 
+def _is_typed(branch: Any) -> bool:
+    # A branch with no type keyword (`true`, `{}`, only `required`) says nothing of the type.
+    return branch is False or (isinstance(branch, dict) and bool(_TYPE_KEYWORDS & branch.keys()))
+
+
 def _typed_branches(value: Any) -> list[Any]:
-    # A branch with no type keyword (only `required`, say) adds nothing to a type.
     if not isinstance(value, list):
         return []
-    return [b for b in value if b is False or (isinstance(b, dict) and _TYPE_KEYWORDS & b.keys())]
+    return [b for b in value if _is_typed(b)]
 
 
 def is_plain_object(schema: Any) -> bool:
@@ -376,7 +392,11 @@ class Walker(abc.ABC):
         elif "items" in schema or "prefixItems" in schema:
             parts.append(self._array(schema, doc, level, hint))
         for key in ("anyOf", "oneOf"):
-            branches = _typed_branches(schema.get(key))
+            branches = schema.get(key)
+            if not isinstance(branches, list) or not all(_is_typed(b) for b in branches):
+                # A branch of any type (pydantic's `Any | None` is `anyOf: [{}, {null}]`), or
+                # only branches that constrain (`required`): the union narrows nothing.
+                continue
             if branches:
                 parts.append(
                     self.union(

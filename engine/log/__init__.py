@@ -26,6 +26,7 @@ from engine.log._records import (
     Settlement,
     StepUsage,
 )
+from engine.log._rules import NOT_KEPT
 from engine.log._sqlite import SqliteStore
 from engine.log._store import DEFAULT_LEASE_MS, LogStore, Started
 
@@ -39,6 +40,7 @@ __all__ = [
     "ENDED",
     "FAILED",
     "FINISHED",
+    "NOT_KEPT",
     "PAUSED",
     "PROPOSED",
     "RUNNING",

@@ -185,7 +185,8 @@ class PostgresStore(SqlStore):
 class PostgresBlobStore(BlobStore):
     """Blobs in the ``blobs`` table of a :class:`PostgresStore`'s schema. Blob reads and
     writes are synchronous (the engine calls them on worker threads), so they use a
-    connection of their own, one call at a time."""
+    connection of their own, one call at a time. A database that fails raises ``OSError``,
+    as :class:`BlobStore` says; the next call connects again."""
 
     def __init__(self, store: PostgresStore) -> None:
         super().__init__(None)
@@ -203,23 +204,22 @@ class PostgresBlobStore(BlobStore):
                     connect_timeout=max(1, int(self._store._timeout)),
                 )
             except psycopg.Error as e:
-                raise StoreUnavailable(
-                    f"the PostgreSQL blob store at {self._store.where()} did not answer "
-                    f"({_first_line(e)})"
-                ) from None
+                raise self._failed(e) from None
             try:
                 conn.execute(f'SET search_path TO "{self._store.schema}"')
                 _create_sync(conn, self._store.schema)  # a script's files come before its row
             except BaseException as e:
                 conn.close()  # not kept: a newer schema, the server gone again
                 if isinstance(e, psycopg.Error):
-                    raise StoreUnavailable(
-                        f"the PostgreSQL blob store at {self._store.where()} did not answer "
-                        f"({_first_line(e)})"
-                    ) from None
+                    raise self._failed(e) from None
                 raise
             self._conn = conn
         return self._conn
+
+    def _failed(self, error: BaseException) -> OSError:
+        return OSError(
+            f"the PostgreSQL blob store at {self._store.where()} failed ({_first_line(error)})"
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -227,45 +227,35 @@ class PostgresBlobStore(BlobStore):
                 self._conn.close()
                 self._conn = None
 
-    def _run(self, statement: str, params: tuple[Any, ...]) -> Any:
-        """The first row of ``statement``, on the blob connection (under ``_lock``). A
-        connection lost since its last use (the server restarted) is replaced once: both
-        statements may simply run again."""
+    def put(self, data: bytes) -> str:
         import psycopg
 
-        for attempt in (1, 2):
-            conn = self._connection()
-            try:
-                cursor = conn.execute(statement, params)
-                return cursor.fetchone() if cursor.description else None
-            except psycopg.OperationalError as e:
-                if attempt == 1 and conn.closed:
-                    continue
-                raise StoreUnavailable(
-                    f"the PostgreSQL blob store at {self._store.where()} did not answer "
-                    f"({_first_line(e)})"
-                ) from None
-            except psycopg.Error as e:
-                raise StoreUnavailable(
-                    f"the PostgreSQL blob store at {self._store.where()} failed ({_first_line(e)})"
-                ) from None
-        raise AssertionError("unreachable")
-
-    def put(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
         with self._lock:
-            self._run(
-                "INSERT INTO blobs (digest, data) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                (digest, data),
-            )
+            try:
+                self._connection().execute(
+                    "INSERT INTO blobs (digest, data) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                    (digest, data),
+                )
+            except psycopg.Error as e:
+                raise self._failed(e) from None
         return digest
 
     def read(self, digest: str, offset: int, length: int) -> bytes:
+        import psycopg
+
         with self._lock:
-            row = self._run(
-                "SELECT substring(data FROM %s FOR %s) FROM blobs WHERE digest = %s",
-                (offset + 1, length, digest),
-            )
+            try:
+                row = (
+                    self._connection()
+                    .execute(
+                        "SELECT substring(data FROM %s FOR %s) FROM blobs WHERE digest = %s",
+                        (offset + 1, length, digest),
+                    )
+                    .fetchone()
+                )
+            except psycopg.Error as e:
+                raise self._failed(e) from None
         if row is None:
             raise FileMissing("its bytes are gone from the store")
         return bytes(row[0])

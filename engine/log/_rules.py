@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 from engine.log import _records as r
+
+# What no store keeps in text: a NUL (PostgreSQL's text takes none) or a lone surrogate (not
+# Unicode, so no UTF-8 column takes it). Names and scripts are checked against it up front.
+NOT_KEPT = re.compile("[\x00\ud800-\udfff]")
 
 
 def next_token(held: r.Lease | None, owner: str, now: int, take_from: str | None) -> int | None:

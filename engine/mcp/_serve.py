@@ -53,6 +53,19 @@ STOP_GRACE = 2
 SERVER_NAME = "codemode"
 
 
+def _argument(
+    arguments: dict[str, Any], tool: str, key: str, example: str, *, empty: bool = False
+) -> str:
+    """The one argument ``tool`` takes, a string (non-empty unless ``empty``). Any other is
+    refused, not ignored: a model that passed one (a timeout, a language) expects it to act."""
+    value = arguments.get(key)
+    others = sorted(str(k) for k in arguments if k != key)
+    if not isinstance(value, str) or not (value or empty) or others:
+        extra = f"; leave out {', '.join(repr(k)[:80] for k in others)}" if others else ""
+        raise CodeModeError(f'{tool} takes only {{"{key}": "{example}"}}{extra}')
+    return value
+
+
 class CodeModeServer:
     """An MCP server in front of one :class:`CodeMode` (see the module docstring)."""
 
@@ -140,14 +153,10 @@ class CodeModeServer:
 
         try:
             if name == "run_code":
-                code = arguments.get("code")
-                if not isinstance(code, str):
-                    raise CodeModeError('run_code takes {"code": "<the script>"}')
+                code = _argument(arguments, name, "code", "<the script>", empty=True)
                 result = await engine.run_code(code, on_start=started)
             elif name == CONTINUE:
-                script_id = arguments.get("script_id")
-                if not isinstance(script_id, str) or not script_id:
-                    raise CodeModeError(f'{CONTINUE} takes {{"script_id": "<id>"}}')
+                script_id = _argument(arguments, name, "script_id", "<id>")
                 started(script_id)
                 result = await engine.resume(script_id)
             else:

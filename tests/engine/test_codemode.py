@@ -269,6 +269,17 @@ async def test_a_closed_engine_refuses_at_once() -> None:
             await asyncio.wait_for(started(), 30)
 
 
+async def test_async_with_closes_the_engine_even_on_an_error() -> None:
+    """``async with CodeMode(...) as engine`` is the engine, closed at the block's end, by
+    an exception too."""
+    with pytest.raises(RuntimeError, match="the host's own"):
+        async with CodeMode([], runner=InProcessRunner(), type_check="off") as engine:
+            assert (await engine.run_code("return 1")).status == "finished"
+            raise RuntimeError("the host's own")
+    with pytest.raises(CodeModeError, match=r"this engine is closed \(aclose\)"):
+        await engine.run_code("return 2")
+
+
 async def test_hold_stops_steps_until_release(inproc: InProcessRunner) -> None:
     """An interrupt holds a script: no step runs and no call goes out until it is released."""
     ran: list[int] = []

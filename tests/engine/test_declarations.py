@@ -344,6 +344,17 @@ ODD_SCHEMAS: dict[str, dict[str, Any]] = {
         # Not `__proto__`: in a JavaScript object literal it sets the prototype, not a property.
         "required": ["constructor"],
     },
+    # Keys a Python stub's parameters could clash with: its `**kwargs`, its method's `self`.
+    "kwargs_and_extra": {
+        "type": "object",
+        "properties": {"kwargs": {"type": "string"}},
+        "additionalProperties": {"type": "string"},
+    },
+    "self_key": {
+        "type": "object",
+        "properties": {"self": {"type": "string"}, "n": {"type": "integer"}},
+        "required": ["self"],
+    },
 }
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from engine import CodeMode, ConfigError, PythonTypeChecker, tool
+from engine import CodeMode, ConfigError, PythonTypeChecker, Tool, tool
 from engine._config import Config
 from engine.languages import check_language
 from engine.languages._check import CompilerMissing
@@ -256,3 +256,56 @@ async def test_a_check_past_its_memory_bound_fails_the_script(checker: PythonTyp
     small = PythonTypeChecker(checker.path, memory=20 * 1024 * 1024)
     checked = await small.check("return 1", check_stubs(CORPUS))
     assert checked.failure is not None and "20 MiB of memory" in checked.failure
+
+
+async def test_an_optional_any_parameter_takes_any_value(
+    checker: PythonTypeChecker, inproc: InProcessRunner
+) -> None:
+    """`x: Any | None` (pydantic's `anyOf: [{}, {type: null}]`) takes a number: the check
+    does not refuse the call (its stub declared `x` as `None` only)."""
+
+    @tool
+    def echo(x: Any | None = None) -> Any:
+        """Echo x."""
+        return x
+
+    engine = CodeMode([echo], runner=inproc, language="python", type_check=checker)
+    try:
+        result = await engine.run_code("return await tools.echo(x=1)")
+        assert result.status == "finished", result.text
+        assert result.value == 1
+    finally:
+        await engine.aclose()
+
+
+async def test_arguments_named_self_and_kwargs_are_taken(
+    checker: PythonTypeChecker, inproc: InProcessRunner
+) -> None:
+    """A tool's argument may be called `self` or `kwargs`: the check takes the keyword call
+    the stub shows, and the script's call reaches the tool (`self=` raised TypeError in the
+    sandbox, and the check refused it)."""
+
+    def echo(**arguments: Any) -> Any:
+        return arguments
+
+    schemas = {
+        "with_self": {"type": "object", "properties": {"self": {"type": "string"}}},
+        "with_kwargs": {
+            "type": "object",
+            "properties": {"kwargs": {"type": "string"}},
+            "additionalProperties": {"type": "string"},
+        },
+    }
+    tools = [Tool(name, input_schema=s, handler=echo) for name, s in schemas.items()]
+    engine = CodeMode(tools, runner=inproc, language="python", type_check=checker)
+    try:
+        code = (
+            'return [await tools.with_self(self="a"), await tools.with_kwargs(kwargs="b", c="d")]'
+        )
+        result = await engine.run_code(code)
+        assert result.status == "finished", result.text
+        assert result.value == [{"self": "a"}, {"kwargs": "b", "c": "d"}]
+        wrong = await engine.run_code("return await tools.with_self(self=1)")
+        assert "TypeCheckError" in wrong.text and "line 1" in wrong.text, wrong.text
+    finally:
+        await engine.aclose()

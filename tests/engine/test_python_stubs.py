@@ -332,3 +332,20 @@ def test_defaults_are_written_as_python() -> None:
     assert "# Default: False." in block and "# Default: None." in block
     assert '# Default: {"a": [True, 1.5, "x"]}.' in block
     assert "false" not in block and "null" not in block
+
+
+def test_descriptions_that_end_in_a_quote_or_hold_a_nul_give_stubs_that_compile(
+    ty: Path, tmp_path: Path
+) -> None:
+    """A docstring is written between triple quotes: a description ending in `"` (or
+    `\\`, or holding `\"\"\"` or a NUL) still gives a stub Python compiles."""
+    descriptions = ['Says "hi"', 'Two quotes ""', "Ends in \\", 'Has """ inside"', "NUL\x00 in it"]
+    tools = [
+        Tool(f"t{i}", description=d, input_schema={"type": "object", "properties": {}})
+        for i, d in enumerate(descriptions)
+    ]
+    for full in (False, True):
+        block, _ = PYTHON.declare_tools(tools, 10**9, full_descriptions=full)
+        compile(MODEL_IMPORTS + block, "model.pyi", "exec")  # raised SyntaxError
+        (tmp_path / f"model_{full}.pyi").write_text(MODEL_IMPORTS + block)
+    assert _ty(ty, tmp_path, "model_False.pyi", "model_True.pyi") == ""

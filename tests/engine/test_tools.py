@@ -934,3 +934,14 @@ def test_bad_flags_are_refused() -> None:
             Tool("t", timeout=timeout)  # type: ignore[arg-type]
     with pytest.raises(ToolDefinitionError, match="non-empty name"):
         Tool("  ")
+
+
+def test_a_description_that_is_not_unicode_text_is_refused() -> None:
+    """A lone surrogate (JSON's "\\ud800", which Python's json decodes) cannot be encoded, so
+    every declaration holding it failed with a UnicodeEncodeError, long after the tool was
+    built; it is refused when the tool is, as in a schema."""
+    with pytest.raises(ToolDefinitionError, match=r"description.*surrogate"):
+        Tool("t", description="Lists \ud800 things")
+    definition = json.loads('{"name": "t", "description": "x \\ud83d", "inputSchema": {}}')
+    with pytest.raises(ToolDefinitionError, match=r"description.*surrogate"):
+        Tool.from_mcp(definition)

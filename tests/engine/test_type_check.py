@@ -449,3 +449,38 @@ async def test_flood_of_errors_is_read_up_to_its_bound(compiler: str) -> None:
     message = checked.message()
     assert message.count("\n  line ") == SHOWN_PROBLEMS
     assert "more" in message
+
+
+# ---- a union with a branch that takes anything takes anything ----
+
+# Each schema accepts the number 1 (one branch of each union takes any value), so a call
+# passing 1 must never be refused by the check.
+TAKES_ANYTHING = {
+    "optional_any": {"anyOf": [{}, {"type": "null"}]},  # pydantic's `Any | None`
+    "true_branch": {"anyOf": [{"type": "string"}, True]},
+    "constraint_only_branch": {"oneOf": [{"type": "string"}, {"minLength": 3}]},
+}
+
+
+@pytest.mark.parametrize("schema", list(TAKES_ANYTHING.values()), ids=list(TAKES_ANYTHING))
+def test_a_union_with_a_branch_that_takes_anything_declares_unknown(schema: Any) -> None:
+    t = Tool("f", input_schema={"type": "object", "properties": {"x": schema}, "required": ["x"]})
+    assert "f(input: { x: unknown }): Promise<any>;" in check_declarations([t])
+
+
+async def test_an_optional_any_parameter_takes_any_value(
+    compiler: str, inproc: InProcessRunner
+) -> None:
+    """`x: Any | None` (pydantic's `anyOf: [{}, {type: null}]`) takes a number: the check
+    does not refuse the call (it declared `x` as `null` only)."""
+    if typescript.BUNDLE is None:
+        require("sandbox/typescript.bundle.js is missing: run `make install` to build it")
+
+    @tool
+    def echo(x: Any | None = None) -> Any:
+        """Echo x."""
+        return x
+
+    result = await CodeMode([echo], runner=inproc).run_code("return await tools.echo({ x: 1 });")
+    assert result.status == "finished", result.text
+    assert result.value == 1

@@ -22,6 +22,7 @@ from engine.languages._walk import (
     Walker,
     base_type,
     json_text,
+    one_line,
 )
 from engine.languages._walk import first_line as _first_line
 
@@ -40,7 +41,7 @@ def literal(value: Any) -> str:
 
 def comment_text(text: str) -> str:
     """Text made safe inside a ``/** */`` comment, on one line."""
-    return " ".join(text.replace("*/", "*\\/").split())
+    return one_line(text.replace("*/", "*\\/"))
 
 
 def first_line(text: str, limit: int) -> str:

@@ -296,7 +296,11 @@ def _comment(text: str) -> str:
 def _docstring(lines: list[str], indent: str) -> str:
     escaped = [line.replace("\\", "\\\\").replace('"""', '\\"""').rstrip() for line in lines]
     if len(escaped) == 1:
-        return f'{indent}"""{escaped[0]}"""\n'
+        # A quote just before the closing ones would close the string early.
+        text = escaped[0]
+        if text.endswith('"'):
+            text = text[:-1] + '\\"'
+        return f'{indent}"""{text}"""\n'
     body = "".join(f"{indent}{line}\n" if line else "\n" for line in escaped[1:])
     return f'{indent}"""{escaped[0]}\n{body}{indent}"""\n'
 
@@ -363,6 +367,11 @@ def declare_tool(
             for m in members
         ]
         kwargs_form = all(is_python_name(m.key) and m.key != "self" for m in members)
+        # The name of the `**` parameter, which must not be a key's; and a key `self` (only
+        # in `**` form) makes the method's own `self` positional-only, so both can be passed.
+        rest = _free_name("kwargs", {m.key for m in members})
+        if any(m.key == "self" for m in members):
+            params.append(("/", ""))
         if members and (check or not kwargs_form):
             mapping = renderer.typed_dict(namer.fresh(f"{prefix}_Input"), members, extra)
         if kwargs_form:
@@ -372,11 +381,11 @@ def declare_tool(
                 default = "" if m.required else " = ..."
                 params.append((f"{m.key}: {m.type.text}{default}", m.comment))
             if extra is not None and extra is not CLOSED:
-                params.append((f"**kwargs: {extra.text}", ""))
+                params.append((f"**{rest}: {extra.text}", ""))
             if not members and extra is None:
-                params.append((f"**kwargs: {any_}", ""))
+                params.append((f"**{rest}: {any_}", ""))
         else:
-            params.append((f"**kwargs: {renderer.n('Unpack')}[{mapping}]", ""))
+            params.append((f"**{rest}: {renderer.n('Unpack')}[{mapping}]", ""))
             mapping = mapping if check else None
     else:
         input_type = renderer.render(schema, doc, 1, hint=f"{prefix}_Input").text
@@ -393,6 +402,13 @@ def declare_tool(
         body = _docstring(lines, INDENT * 2) if lines else None
         member = f"{signature}\n{body}" if body else f"{signature} ...\n"
     return member, renderer.declarations()
+
+
+def _free_name(name: str, taken: set[str]) -> str:
+    """``name``, or ``name_`` (``name__``, ...) when ``taken`` holds it."""
+    while name in taken:
+        name += "_"
+    return name
 
 
 def _check_member(

@@ -73,25 +73,6 @@ async def test_a_server_restart_during_a_call_loses_no_result(
         await engine.aclose()
 
 
-@pytest.mark.parametrize("mode", ["fast", "immediate"])
-async def test_the_blob_store_outlives_a_server_restart(server: PostgresServer, mode: str) -> None:
-    """Attachments' bytes are written and read on a connection of the blob store's own;
-    after a restart cut it, the next put and read work on a new one. (Before, each raised
-    psycopg's OperationalError, not even the log's StoreUnavailable.)"""
-    store = _store(server)
-    blobs = store.blob_store()
-    try:
-        first = blobs.put(b"before the restart")
-        server.restart(mode)
-        assert blobs.read(first, 0, 6) == b"before"
-        server.restart(mode)
-        second = blobs.put(b"after the restart")
-        assert blobs.read(second, 10, 7) == b"restart"
-    finally:
-        blobs.close()
-        await store.aclose()
-
-
 async def test_a_log_opened_while_its_server_is_down_waits_for_it(server: PostgresServer) -> None:
     """A host that opens the log while the server does not take connections yet (down,
     starting up) waits for it, up to the connect timeout, rather than failing at once."""

@@ -448,6 +448,21 @@ async def test_bad_configuration_names_the_server_and_the_others_serve(tmp_path:
     assert "no server of that name" in by_server["nosuch"]
 
 
+async def test_arguments_the_tools_do_not_take_are_refused_by_name(tmp_path: Path) -> None:
+    """An argument run_code does not take is refused, not ignored: a model that passed a
+    timeout expects it to have acted. An empty script is still a script."""
+    async with serve("stdio", tmp_path, _config(tmp_path, "lab")) as session:
+        extra = await session.call_tool("run_code", {"code": "return 1", "timeout": 5})
+        assert extra.is_error, text(extra)
+        assert text(extra) == 'run_code takes only {"code": "<the script>"}; leave out \'timeout\''
+        missing = await session.call_tool("run_code", {"script": "return 1"})
+        assert missing.is_error and "leave out 'script'" in text(missing)
+        assert not (await session.call_tool("run_code", {"code": ""})).is_error
+        again = await session.call_tool("continue_script", {"script_id": "x", "approve": True})
+        assert again.is_error, text(again)
+        assert 'takes only {"script_id": "<id>"}; leave out \'approve\'' in text(again)
+
+
 def test_bad_json_is_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "mcp.json"
     bad.write_text('{"mcpServers": {"x": ')
