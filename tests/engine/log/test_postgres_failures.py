@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -162,3 +163,69 @@ def test_cli_run_whose_log_goes_away_exits_75_with_one_error(
     assert "error connecting" not in proc.stderr and "discarding" not in proc.stderr, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("codemode: the PostgreSQL session log at") and "resume" in last
+
+
+async def test_a_worker_outlives_its_log_going_away(server: PostgresServer) -> None:
+    """`engine.work()` (what `codemode worker` runs) keeps going while its PostgreSQL log is
+    down, saying so in a warning each time it cannot reach it, and drives scripts again once
+    it is back. (Before, the first look for work that failed ended work() with
+    StoreUnavailable: a worker service died at a database restart that outlasted the connect
+    timeout.)"""
+    effects: list[int] = []
+
+    @tool(needs_approval=True)
+    def pay(cents: int) -> str:
+        """Pay, after a person approves."""
+        effects.append(cents)
+        return "paid"
+
+    loop = asyncio.get_running_loop()
+    missed = asyncio.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "worker could not reach the session log" in record.getMessage():
+                loop.call_soon_threadsafe(missed.set)
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    host = CodeMode(
+        [pay],
+        runner=InProcessRunner(),
+        store=PostgresStore(server.dsn, schema=schema),
+        type_check="off",
+    )
+    worker = CodeMode(
+        [pay],
+        runner=InProcessRunner(),
+        store=PostgresStore(server.dsn, schema=schema, connect_timeout=1),
+        poll_interval=0.05,
+        type_check="off",
+    )
+    seen = Seen()
+    logging.getLogger("codemode").addHandler(seen)
+    stop = asyncio.Event()
+    working = asyncio.ensure_future(worker.work(stop=stop))
+    try:
+        paused = await host.run_code("return await tools.pay({ cents: 5 });")
+        assert paused.status == "paused", paused.text
+        server.halt("immediate")
+        try:
+            noticed = asyncio.ensure_future(missed.wait())
+            done, _ = await asyncio.wait({working, noticed}, return_when=asyncio.FIRST_COMPLETED)
+            assert noticed in done and not working.done(), working
+        finally:
+            server.resume()
+        await host.approve(paused.script_id, paused.waiting[0]["call_id"])
+        for _ in range(2400):  # until the worker drove it (at most 2 minutes)
+            record = await host.store.get_script(paused.script_id)
+            if record.status in ("finished", "failed") or working.done():
+                break
+            await asyncio.sleep(0.05)
+        assert not working.done(), working
+        assert record.status == "finished" and effects == [5]
+    finally:
+        stop.set()
+        logging.getLogger("codemode").removeHandler(seen)
+        await asyncio.wait_for(asyncio.gather(working, return_exceptions=True), 60)
+        await worker.aclose()
+        await host.aclose()
