@@ -279,3 +279,35 @@ async def test_a_postgres_blob_store_that_fails_is_the_store_failing(postgres: s
             assert again.value == "new", again.text
         finally:
             await engine.aclose()
+
+
+async def test_files_of_a_sqlite_log_outlast_a_restart(tmp_path: Path) -> None:
+    """An engine given a SQLite log and no data_dir keeps the files beside the log, where
+    data_dir=<its directory> keeps them: a host restarted on the log reads a paused script's
+    files. They were kept in memory, so the resumed script failed with 'a.txt is gone'."""
+    from engine import SqliteStore
+
+    @tool(needs_approval=True)
+    def pay(cents: int) -> str:
+        """Pay."""
+        return "paid"
+
+    code = """
+    const text = await files.text("a.txt");
+    await tools.pay({ cents: text.length });
+    return await files.text("a.txt");
+    """
+    first = CodeMode([pay], runner=InProcessRunner(), store=SqliteStore(tmp_path))
+    try:
+        paused = await first.run_code(code, files=[Attachment("a.txt", data=b"hello")])
+        assert paused.status == "paused", paused.text
+    finally:
+        await first.aclose()
+    assert len([p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]) == 1
+    restarted = CodeMode([pay], runner=InProcessRunner(), store=SqliteStore(tmp_path))
+    try:
+        await restarted.approve(paused.script_id, paused.waiting[0]["call_id"])
+        done = await restarted.resume(paused.script_id)
+        assert done.status == "finished" and done.value == "hello", done.text
+    finally:
+        await restarted.aclose()
