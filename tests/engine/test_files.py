@@ -311,3 +311,24 @@ async def test_files_of_a_sqlite_log_outlast_a_restart(tmp_path: Path) -> None:
         assert done.status == "finished" and done.value == "hello", done.text
     finally:
         await restarted.aclose()
+
+
+async def test_files_text_reads_a_file_at_its_bound_in_the_confined_process() -> None:
+    """files.text of a file of an eighth of memory (32 MiB by default), the most it reads,
+    gives its text. The process crashed (SandboxCrash, SIGSEGV): orjson, encoding the answer
+    for the script, reserved about eight bytes a character, and the heap limit (512 MiB)
+    refused it."""
+    from runner import ProcessRunner
+
+    size = Limits().memory // 8
+    async with ProcessRunner() as runner:
+        engine = CodeMode([], runner=runner)
+        try:
+            result = await engine.run_code(
+                'const t = await files.text("a.txt"); return [t.length, t.slice(-3)]',
+                files=[Attachment("a.txt", data=b"x" * (size - 3) + b'\\"\n')],
+            )
+        finally:
+            await engine.aclose()
+    assert result.status == "finished", result.text
+    assert result.value == [size, '\\"\n']
