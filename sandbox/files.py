@@ -280,18 +280,24 @@ def _window(records: Iterator[Any], skip: int | None, limit: int | None) -> Iter
 
 def _lines(pieces: Iterator[bytes], *, keep_ends: bool = False) -> Iterator[str]:
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    rest = ""
+    # The line under way, in pieces: joined once it ends, so a long line costs its length
+    # (joining each piece onto it, and splitting it again, cost its length squared).
+    held: list[str] = []
     first = True
     for piece in pieces:
-        text = rest + decoder.decode(piece)
+        text = decoder.decode(piece)
         if first:
             text = text.removeprefix("\ufeff")
             first = False
+        if "\n" not in text:
+            held.append(text)
+            continue
         lines = text.split("\n")
-        rest = lines.pop()
+        lines[0] = "".join(held) + lines[0]
+        held = [lines.pop()]
         for line in lines:
             yield line + "\n" if keep_ends else line.removesuffix("\r")
-    rest += decoder.decode(b"", final=True)
+    rest = "".join(held) + decoder.decode(b"", final=True)
     if rest:
         yield rest if keep_ends else rest.removesuffix("\r")
 
