@@ -232,19 +232,18 @@ class StubRenderer(Walker):
         return f"{self.n('NotRequired')}[{member.type.text}]"
 
     def union(self, parts: list[Rendered]) -> Rendered:
-        texts: list[str] = []
+        texts: dict[str, None] = {}  # ordered, and a lookup is not a scan
         for part in parts:
             if part.text == self.unknown.text:
                 return self.unknown
             if part.text == self.never.text:
                 continue
             for piece in part.members or (part.text,):
-                if piece not in texts:
-                    texts.append(piece)
+                texts.setdefault(piece)
         if not texts:
             return self.never
         if len(texts) == 1:
-            return Rendered(texts[0])
+            return Rendered(next(iter(texts)))
         return Rendered(" | ".join(texts), 0, tuple(texts))
 
     def intersection(self, parts: list[Rendered]) -> Rendered:
