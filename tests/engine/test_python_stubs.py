@@ -59,6 +59,8 @@ def _ty(ty: Path, folder: Path, *files: str) -> str:
 
 
 def _python_call(name: str, arguments: dict[str, Any], form: str) -> str:
+    if name.startswith("_"):  # a script may not write `tools._2fa_verify`
+        return f"await getattr(tools, {name!r})({arguments!r})"
     if form == "mapping":
         return f"await tools.{name}({arguments!r})"
     if all(k.isidentifier() and k != "self" for k in arguments):
