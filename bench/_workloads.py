@@ -202,7 +202,13 @@ async def _cpu_sort(mode: Mode, count: int) -> Sample:
 async def _tenants(mode: Mode, per_tenant: int) -> Sample:
     """TENANTS tenants each start ``per_tenant`` two-step scripts at once."""
     sample = Sample()
-    before = dict(mode.slots.slot_seconds)
+    used: dict[str, float] = {f"tenant{k}": 0.0 for k in range(TENANTS)}
+
+    def held(tenant: str, seconds: float) -> None:
+        if tenant in used:
+            used[tenant] += seconds
+
+    mode.slots.on_release = held
     spin = sum(k % 7 for k in range(20000))
 
     async def one(tenant: str, i: int) -> None:
@@ -212,12 +218,13 @@ async def _tenants(mode: Mode, per_tenant: int) -> Sample:
         expect(step, spin + i)
 
     start = time.perf_counter()
-    await asyncio.gather(*(one(f"tenant{t}", i) for i in range(per_tenant) for t in range(TENANTS)))
+    try:
+        await asyncio.gather(
+            *(one(f"tenant{t}", i) for i in range(per_tenant) for t in range(TENANTS))
+        )
+    finally:
+        mode.slots.on_release = None
     sample.wall = time.perf_counter() - start
-    used = {
-        t: mode.slots.slot_seconds.get(t, 0.0) - before.get(t, 0.0)
-        for t in (f"tenant{k}" for k in range(TENANTS))
-    }
     total = sum(used.values()) or 1.0
     sample.shares = {t: u / total for t, u in used.items()}
     return sample

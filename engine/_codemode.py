@@ -34,7 +34,7 @@ from engine._drive import Drive, dead_local_owner, new_owner
 from engine._ending import Ending
 from engine._errors import CallNotWaiting, CodeModeError, ConfigError, ToolsMissing
 from engine._events import Listener, listeners_option
-from engine._files import Attachment, BlobStore, record_files
+from engine._files import Attachment, BlobStore, attachments_of, record_files
 from engine._functions import as_tools
 from engine._limits import Limits, limits_for, limits_option
 from engine._live import (
@@ -186,6 +186,10 @@ class CodeMode(StepLoop):
         self.store = store
         if blobs is None and isinstance(store, log.PostgresStore):
             blobs = store.blob_store()  # shared by every host of the log, as the log is
+        if blobs is None and directory is None and isinstance(store, log.SqliteStore):
+            # Beside the log (where data_dir=<its directory> keeps them): in memory, a paused
+            # script's files would be gone after a restart its log outlives.
+            blobs = store.blob_store()
         if blobs is None:
             blobs = BlobStore(directory / "blobs" if directory is not None else None)
         self.blobs = blobs
@@ -367,7 +371,7 @@ class CodeMode(StepLoop):
         key: str | None,
         on_start: Callable[[str], None] | None,
     ) -> RunResult:
-        attachments = [a for s in self.skills for a in s.attachments()] + list(files)
+        attachments = [a for s in self.skills for a in s.attachments()] + attachments_of(files)
         record = log.ScriptRecord(
             id=self._new_id(),
             code=body,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import log
-from engine._errors import CodeModeError, ConfigError
+from engine._errors import CodeModeError, ConfigError, StoreUnavailable
 from runner import FileMissing, RunError
 
 
@@ -47,6 +47,14 @@ class Attachment:
             )
         if self.data is not None and self.path is not None:
             raise ConfigError(f"attachment {self.id!r} has both data and a path; give one")
+        for what in ("mime", "skill"):
+            value = getattr(self, what)
+            if value is not None and (not isinstance(value, str) or log.NOT_KEPT.search(value)):
+                # Found later, it failed the script's every step (its record holds it).
+                raise ConfigError(
+                    f"attachment {self.id!r}: {what} is {value!r:.80}; give text without a NUL "
+                    "or a lone surrogate, or leave it out"
+                )
         if self.data is not None and not isinstance(self.data, bytes | bytearray | memoryview):
             raise ConfigError(
                 f"attachment {self.id!r}: data is {type(self.data).__name__}, not bytes; for "
@@ -77,7 +85,7 @@ class BlobStore:
 
     Hosts that share a log on several machines share its blobs too: a subclass keeps them
     elsewhere by overriding :meth:`put` and :meth:`read` (``PostgresStore.blob_store()``
-    keeps them in the log's database).
+    keeps them in the log's database, ``SqliteStore.blob_store()`` beside the log).
     """
 
     def __init__(self, directory: str | Path | None = None) -> None:
@@ -88,6 +96,7 @@ class BlobStore:
             self.directory.mkdir(parents=True, exist_ok=True)
 
     def put(self, data: bytes) -> str:
+        """Keep ``data``; its name (SHA-256). Raises ``OSError`` when the store fails."""
         digest = hashlib.sha256(data).hexdigest()
         if self.directory is None:
             with self._lock:
@@ -142,22 +151,41 @@ class BlobReader:
             raise RunError(f"the file store failed reading {file_id!r}: {e}") from e
 
 
+def attachments_of(files: object) -> list[Attachment]:
+    """``run_code``'s ``files``: a list of :class:`Attachment`, or a :class:`CodeModeError`
+    saying what it is instead."""
+    if isinstance(files, Attachment):
+        raise CodeModeError(f"files is a list of attachments: pass [attachment], not {files.id!r}")
+    if isinstance(files, str | bytes) or not hasattr(files, "__iter__"):
+        raise CodeModeError(f"files is a list of Attachment objects, not {type(files).__name__}")
+    out = list(files)
+    for attachment in out:
+        if not isinstance(attachment, Attachment):
+            raise CodeModeError(f"files are Attachment objects, not {type(attachment).__name__}")
+    return out
+
+
 def record_files(blobs: BlobStore, attachments: list[Attachment]) -> list[dict[str, Any]]:
     """Store each attachment's bytes and return what the script record keeps of them."""
     seen: set[str] = set()
     records = []
     for attachment in attachments:
-        if not isinstance(attachment, Attachment):
-            raise CodeModeError(f"files are Attachment objects, not {type(attachment).__name__}")
         if attachment.id in seen:
             raise CodeModeError(f"two attachments have the id {attachment.id!r}")
         seen.add(attachment.id)
         data = attachment.read()
+        try:
+            digest = blobs.put(data)
+        except OSError as e:
+            raise StoreUnavailable(
+                f"the file store failed storing attachment {attachment.id!r} ({e}); no script "
+                "was started: run it again once the store is back"
+            ) from None
         entry: dict[str, Any] = {
             "id": attachment.id,
             "mime": attachment.mime_type(),
             "size": len(data),
-            "blob": blobs.put(data),
+            "blob": digest,
         }
         if attachment.skill is not None:
             entry["skill"] = attachment.skill

@@ -82,7 +82,7 @@ def is_media(mime: str) -> bool:
 
 def render_shown(
     files: list[dict[str, Any]],
-    read: Callable[[dict[str, Any]], bytes | None],
+    read: Callable[[dict[str, Any], int], bytes | None],
     *,
     text_budget: int,
     media_budget: int,
@@ -92,7 +92,8 @@ def render_shown(
     Returns the text to append to the result, what was shown, and MCP content blocks for the
     media. Text beyond ``text_budget`` bytes in all is cut; media beyond ``media_budget`` is
     left out with a note (the sandbox already refused it; this is the engine's own check),
-    and so is a file ``read`` finds gone (it returns ``None``).
+    and so is a file ``read`` finds gone (it returns ``None``). ``read(file, n)`` gives the
+    file's first ``n`` bytes: of a text file, only what the budget can show is read.
     """
     parts: list[str] = []
     shown: list[dict[str, Any]] = []
@@ -107,7 +108,7 @@ def render_shown(
                     f"Shown: {name} ({mime}, {size:,} bytes) was left out: over shown_media"
                 )
                 continue
-            raw = read(f)
+            raw = read(f, size)
             if raw is None:
                 parts.append(_gone(name, mime, size))
                 continue
@@ -116,16 +117,19 @@ def render_shown(
             media.append(_media_block(name, mime, data))
             parts.append(f"Shown: {name} ({mime}, {size:,} bytes), attached.")
         else:
-            raw = read(f)
+            room = max(text_left, 0)
+            # What the budget can show, and a character's worth more to see where it is cut.
+            raw = read(f, size if size <= room else room + 4)
             if raw is None:
                 parts.append(_gone(name, mime, size))
                 continue
             text = raw.decode("utf-8", "replace")
-            raw = text.encode()
-            if len(raw) > text_left:
-                kept = raw[: max(text_left, 0)].decode("utf-8", "ignore")
-                text = f"{kept}\n[... {len(raw) - len(kept.encode()):,} bytes of {name} cut ...]"
-            text_left -= min(len(raw), max(text_left, 0))
+            encoded = text.encode()
+            if len(encoded) > room or len(raw) < size:
+                kept = encoded[:room].decode("utf-8", "ignore")
+                cut = len(encoded) - len(kept.encode()) + max(size - len(raw), 0)
+                text = f"{kept}\n[... {cut:,} bytes of {name} cut ...]"
+            text_left -= min(len(encoded), room)
             parts.append(f"Shown: {name} ({mime}, {size:,} bytes)\n{text}")
         shown.append(meta)
     return ("\n" + "\n".join(parts) if parts else ""), shown, media

@@ -11,6 +11,7 @@ what it reads.
 from __future__ import annotations
 
 import mimetypes
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,14 @@ from engine._search import SkillInfo
 from engine._tools import Tool, ToolCallError, ToolDefinitionError
 from engine.languages import dialect
 from engine.languages._dialect import BUDGET
+from engine.log import NOT_KEPT
 from sandbox.names import closest_names
+
+# The longest skill name. A name is a line of the skills' listing, a file id's prefix, and
+# what a script asks for: a longer one is no skill's, and is not compared with the skills'
+# names (that costs time in its length, on the host's event loop).
+MAX_SKILL_NAME = 256
+_NOT_A_NAME = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -39,9 +47,21 @@ class Skill:
             raise ToolDefinitionError(
                 f"a skill needs a name without '/', as \"runbooks:respond\", not {self.name!r}"
             )
+        if len(self.name) > MAX_SKILL_NAME or _NOT_A_NAME.search(self.name):
+            raise ToolDefinitionError(
+                f"skill name {self.name!r:.80} must be one line of text, at most "
+                f"{MAX_SKILL_NAME} characters, without control characters or lone surrogates"
+            )
         for what in ("description", "instructions"):
-            if not isinstance(getattr(self, what), str):
+            text = getattr(self, what)
+            if not isinstance(text, str):
                 raise ToolDefinitionError(f"skill {self.name}: its {what} must be a string")
+            if NOT_KEPT.search(text):
+                # A lone surrogate no log keeps and no model API takes: every load of the
+                # skill, and every search that found it, failed. A NUL is no text either.
+                raise ToolDefinitionError(
+                    f"skill {self.name}: its {what} has a NUL or a lone surrogate; give text"
+                )
         if isinstance(self.tools, str) or not all(isinstance(t, str) for t in self.tools):
             raise ToolDefinitionError(
                 f'skill {self.name}: tools is a list of tool names, as ("list_prs",), not '
@@ -54,9 +74,11 @@ class Skill:
                 or not path
                 or path.startswith("/")
                 or ".." in Path(path).parts
+                or NOT_KEPT.search(path)
             ):
                 raise ToolDefinitionError(
-                    f"skill {self.name}: file path {path!r} must be relative, inside the skill"
+                    f"skill {self.name}: file path {path!r} must be relative, inside the skill, "
+                    "and text (no NUL or lone surrogate)"
                 )
             if not isinstance(content, bytes | str | Path):
                 raise ToolDefinitionError(
@@ -150,9 +172,14 @@ def find_skill(skills: Sequence[Skill], name: object) -> Skill:
         if skill.name == name:
             return skill
     names = [s.name for s in skills]
-    near = closest_names(name, names)
     if not names:
         raise ToolCallError("tools.skill: this agent has no skills")
+    if len(name) > MAX_SKILL_NAME:
+        raise ToolCallError(
+            f"tools.skill: no skill has a name of {len(name):,} characters (a name has at most "
+            f"{MAX_SKILL_NAME}); the skills are {', '.join(names)}"
+        )
+    near = closest_names(name, names)
     hint = (
         f"; the closest are {', '.join(near)}" if near else f"; the skills are {', '.join(names)}"
     )

@@ -21,7 +21,7 @@ from engine import log
 from engine._calls import CallSettling
 from engine._drive import Drive
 from engine._ending import Ending
-from engine._errors import CodeModeError, StepUnavailable
+from engine._errors import CodeModeError, StepUnavailable, StoreUnavailable
 from engine._files import BlobReader, BlobStore
 from engine._limits import LIMIT_NAMES, Limits, config_hint
 from engine._live import LiveRuns, live_key
@@ -408,7 +408,7 @@ class StepLoop(CallSettling):
                 config_hint(ending.limit),
             )
         if ending.status == "finished":
-            shown_text, shown, media = self._shown(record, ending)
+            shown_text, shown, media = await self._shown(record, ending)
             result = RunResult(
                 record.id,
                 "finished",
@@ -445,26 +445,37 @@ class StepLoop(CallSettling):
         )
         return result
 
-    def _shown(
+    async def _shown(
         self, record: log.ScriptRecord, ending: Ending
     ) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
         """The files the script showed, checked again against the limits, read from blobs."""
+        if not ending.shown:
+            return "", [], []  # as most scripts: then no thread
         limits = self.limits_for(record.tenant)
         by_id = {f["id"]: f for f in record.files}
         ids = [i for i in dict.fromkeys(ending.shown) if i in by_id][: limits.shown_files]
 
-        def read(f: dict[str, Any]) -> bytes | None:
+        def read(f: dict[str, Any], length: int) -> bytes | None:
             try:
-                return self.blobs.read(f["blob"], 0, f["size"])
+                return self.blobs.read(f["blob"], 0, length)
             except FileMissing:
                 return None
 
-        return render.render_shown(
-            [by_id[i] for i in ids],
-            read,
-            text_budget=limits.shown,
-            media_budget=limits.shown_media,
-        )
+        try:
+            # Off the loop: the blobs are files to read or a database to reach.
+            return await asyncio.to_thread(
+                render.render_shown,
+                [by_id[i] for i in ids],
+                read,
+                text_budget=limits.shown,
+                media_budget=limits.shown_media,
+            )
+        except OSError as e:
+            # Not rendered without them: the outcome lasts. The script is in the log as it was.
+            raise StoreUnavailable(
+                f"the file store failed reading the files the script showed ({e}); script "
+                f"{record.id} is in the log: resume it once the store is back"
+            ) from None
 
 
 async def discard_early(task: asyncio.Task[tuple[float, float, Step]]) -> None:

@@ -70,15 +70,17 @@ class SlotUse:
 class Slots:
     """A fair counting semaphore keyed by tenant (asyncio; one event loop at a time).
 
-    ``clock`` measures waits and slot time (``slot_seconds``), so tests can use a fake one;
-    the ``script_wait`` timeout itself runs on the event loop's timer.
+    ``clock`` measures waits and slot time, so tests can use a fake one; the ``script_wait``
+    timeout itself runs on the event loop's timer. ``on_release(tenant, seconds)``, when set,
+    is told how long each hold lasted, for a host's own accounting: the slots keep no history
+    per tenant, which would grow with every tenant a long-running service ever saw.
     """
 
     count: int
     script_wait: float = DEFAULT_SCRIPT_WAIT
     clock: Callable[[], float] = time.monotonic
     held: Counter[str] = field(default_factory=Counter)
-    slot_seconds: dict[str, float] = field(default_factory=dict)
+    on_release: Callable[[str, float], None] | None = None
     _queues: dict[str, deque[_Waiter]] = field(default_factory=dict)
     _order: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -142,8 +144,9 @@ class Slots:
 
     def release(self, use: SlotUse) -> None:
         spent = self.clock() - use.held_since
-        self.slot_seconds[use.tenant] = self.slot_seconds.get(use.tenant, 0.0) + spent
-        self._give_back(use.tenant)
+        self._give_back(use.tenant)  # first: a callback that raises must not keep the slot
+        if self.on_release is not None:
+            self.on_release(use.tenant, spent)
 
     def _give_back(self, tenant: str) -> None:
         self.held[tenant] -= 1

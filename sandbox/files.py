@@ -180,7 +180,8 @@ class Files:
         self.shown.append(info.id)
 
     def sheets(self, file_id: Any) -> list[str]:
-        book = _Workbook(self.whole(self.info(file_id).id))
+        info = self.info(file_id)
+        book = _workbook(info.id, self.whole(info.id))
         return [name for name, _ in book.sheets]
 
     # ---- streams ----
@@ -254,8 +255,8 @@ class Files:
             if not isinstance(header, bool):
                 raise FileError("files.xlsx: header is true or false")
             sheet = options.get("sheet")
-            book = _Workbook(self.whole(info.id))
-            return _rows(book.rows(sheet), header)
+            book = _workbook(info.id, self.whole(info.id))
+            return _rows(_parsed(info.id, book.rows(sheet)), header)
         raise FileError(f"files.{kind} is not a way to read a file")
 
 
@@ -360,15 +361,45 @@ _CELL_REF = re.compile(r"([A-Z]+)(\d+)")
 _DATE_FORMAT_IDS = {14, 15, 16, 17, 18, 19, 20, 21, 22, 45, 46, 47}
 _DATE_CODE = re.compile(r"(?<![\\\"])[dmyhs]", re.IGNORECASE)
 _EPOCH = datetime(1899, 12, 30)
+# The last column (XFD) and row of a sheet: a cell past them is no xlsx cell, and padding a
+# row out to it (the cells before it are null) would run the process out of memory or time.
+MAX_XLSX_COLUMNS = 16_384
+MAX_XLSX_ROWS = 1_048_576
+
+
+def _malformed(file_id: str, e: Exception) -> FileError:
+    return FileError(f"{file_id} is not an xlsx workbook this can read ({type(e).__name__}: {e})")
+
+
+def _workbook(file_id: str, data: bytes) -> _Workbook:
+    """The workbook in ``data``; a :class:`FileError` naming the file if it is not one."""
+    try:
+        return _Workbook(data)
+    except FileError as e:
+        raise FileError(f"{file_id}: {e}") from None
+    except MemoryError:
+        raise
+    except Exception as e:  # anything wrong in the bytes is the file's fault, not the run's
+        raise _malformed(file_id, e) from None
+
+
+def _parsed(file_id: str, rows: Iterator[list[Any]]) -> Iterator[list[Any]]:
+    """The rows of a sheet, read lazily; a part of it that is malformed fails as
+    :func:`_workbook` does, when the script reaches it."""
+    try:
+        yield from rows
+    except FileError as e:
+        raise FileError(f"{file_id}: {e}") from None
+    except MemoryError:
+        raise
+    except Exception as e:
+        raise _malformed(file_id, e) from None
 
 
 class _Workbook:
     def __init__(self, data: bytes) -> None:
-        try:
-            self.zip = zipfile.ZipFile(io.BytesIO(data))
-            workbook = self._xml("xl/workbook.xml")
-        except (zipfile.BadZipFile, KeyError, ElementTree.ParseError) as e:
-            raise FileError(f"the file is not an xlsx workbook ({e})") from None
+        self.zip = zipfile.ZipFile(io.BytesIO(data))
+        workbook = self._xml("xl/workbook.xml")
         rels = self._xml("xl/_rels/workbook.xml.rels")
         targets = {r.get("Id"): r.get("Target", "") for r in rels.findall("rel:Relationship", _NS)}
         self.sheets: list[tuple[str, str]] = []
@@ -430,6 +461,8 @@ class _Workbook:
         expected = 1
         for row in root.iterfind("m:sheetData/m:row", _NS):
             number = int(row.get("r", expected))
+            if number > MAX_XLSX_ROWS:
+                raise FileError(f"row {number:,} is past the last row, {MAX_XLSX_ROWS:,}")
             while expected < number:  # rows the file leaves out are empty
                 expected += 1
                 yield []
@@ -438,6 +471,8 @@ class _Workbook:
             for cell in row.iterfind("m:c", _NS):
                 match = _CELL_REF.match(cell.get("r", ""))
                 column = _column(match.group(1)) if match else len(cells)
+                if column >= MAX_XLSX_COLUMNS:
+                    raise FileError(f"cell {cell.get('r')} is past the last column, XFD")
                 while len(cells) < column:
                     cells.append(None)
                 cells.append(self._value(cell))

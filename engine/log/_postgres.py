@@ -194,7 +194,8 @@ class PostgresStore(SqlStore):
 class PostgresBlobStore(BlobStore):
     """Blobs in the ``blobs`` table of a :class:`PostgresStore`'s schema. Blob reads and
     writes are synchronous (the engine calls them on worker threads), so they use a
-    connection of their own, one call at a time."""
+    connection of their own, one call at a time. A database that fails raises ``OSError``,
+    as :class:`BlobStore` says; the next call connects again."""
 
     def __init__(self, store: PostgresStore) -> None:
         super().__init__(None)
@@ -215,11 +216,13 @@ class PostgresBlobStore(BlobStore):
                 _create_sync(conn, self._store.schema)  # a script's files come before its row
                 self._conn = conn
             except psycopg.Error as e:
-                raise StoreUnavailable(
-                    f"the PostgreSQL blob store at {self._store.where()} did not answer "
-                    f"({_first_line(e)})"
-                ) from None
+                raise self._failed(e) from None
         return self._conn
+
+    def _failed(self, error: BaseException) -> OSError:
+        return OSError(
+            f"the PostgreSQL blob store at {self._store.where()} failed ({_first_line(error)})"
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -228,24 +231,34 @@ class PostgresBlobStore(BlobStore):
                 self._conn = None
 
     def put(self, data: bytes) -> str:
+        import psycopg
+
         digest = hashlib.sha256(data).hexdigest()
         with self._lock:
-            self._connection().execute(
-                "INSERT INTO blobs (digest, data) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                (digest, data),
-            )
+            try:
+                self._connection().execute(
+                    "INSERT INTO blobs (digest, data) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                    (digest, data),
+                )
+            except psycopg.Error as e:
+                raise self._failed(e) from None
         return digest
 
     def read(self, digest: str, offset: int, length: int) -> bytes:
+        import psycopg
+
         with self._lock:
-            row = (
-                self._connection()
-                .execute(
-                    "SELECT substring(data FROM %s FOR %s) FROM blobs WHERE digest = %s",
-                    (offset + 1, length, digest),
+            try:
+                row = (
+                    self._connection()
+                    .execute(
+                        "SELECT substring(data FROM %s FOR %s) FROM blobs WHERE digest = %s",
+                        (offset + 1, length, digest),
+                    )
+                    .fetchone()
                 )
-                .fetchone()
-            )
+            except psycopg.Error as e:
+                raise self._failed(e) from None
         if row is None:
             raise FileMissing("its bytes are gone from the store")
         return bytes(row[0])

@@ -156,7 +156,9 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
     """An attachment with no bytes, text for bytes, no id or an id no log keeps (a NUL, a
     lone surrogate: PostgreSQL's DataError) is refused when made; one with an
     unreadable path, a duplicate id or something that is not an Attachment is refused by
-    run_code, naming it; no script is recorded."""
+    run_code, naming it; no script is recorded. So is a mime or skill that is not text (it
+    was recorded, then every step of the script failed on a ValidationError or a TypeError),
+    and files given as one Attachment rather than a list (a TypeError: not iterable)."""
     from engine import CodeModeError, ConfigError
 
     for made, expected in (
@@ -166,6 +168,10 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
         (lambda: Attachment("", data=b""), "needs an id"),
         (lambda: Attachment("a\x00.txt", data=b""), "has a NUL or a lone surrogate"),
         (lambda: Attachment("a\udc80.txt", data=b""), "has a NUL or a lone surrogate"),
+        (lambda: Attachment("a.txt", data=b"", mime=5), "mime is 5; give text"),  # type: ignore[arg-type]
+        (lambda: Attachment("a.txt", data=b"", mime="text/\ud800"), "mime is 'text/"),
+        (lambda: Attachment("a.txt", data=b"", mime="text/\x00"), "without a NUL"),
+        (lambda: Attachment("a.txt", data=b"", skill=["s"]), "skill is \\['s'\\]"),  # type: ignore[arg-type]
     ):
         with pytest.raises(ConfigError, match=expected):
             made()
@@ -177,8 +183,131 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
             Attachment("c.txt", data=b"2"),
         ],
         "not str": ["d.txt"],
+        r"pass \[attachment\], not 'e.txt'": Attachment("e.txt", data=b"1"),
+        "a list of Attachment objects, not int": 5,
     }
     for expected, files in cases.items():
         with pytest.raises(CodeModeError, match=expected):
             await engine.run_code("return 1", files=files)  # type: ignore[arg-type]
     assert await engine.store.scripts() == []
+
+
+async def test_a_shown_text_file_is_read_only_as_far_as_it_is_shown(
+    inproc: InProcessRunner,
+) -> None:
+    """The engine reads of a shown text file what the model may see (the `shown` budget),
+    off the event loop. It read the whole blob, on the loop: showing a 1 GB log file held the
+    host's loop while it read 1 GB into memory, decoded and encoded it, to keep 64 KiB."""
+    import asyncio
+
+    reads: list[tuple[int, bool]] = []
+
+    class Watched(BlobStore):
+        def read(self, digest: str, offset: int, length: int) -> bytes:
+            try:
+                asyncio.get_running_loop()
+                on_loop = True
+            except RuntimeError:
+                on_loop = False
+            reads.append((length, on_loop))
+            return super().read(digest, offset, length)
+
+    engine = CodeMode([], runner=inproc, blobs=Watched(), limits=Limits(shown=1000))
+    big = ("é" + "x" * 98 + "\n").encode() * 10_000  # 1,010,000 bytes
+    result = await engine.run_code(
+        "files.show('big.txt'); return 1", files=[Attachment("big.txt", data=big)]
+    )
+    assert result.status == "finished", result.text
+    shown = result.text.split("Shown: big.txt (text/plain, 1,010,000 bytes)\n", 1)[1]
+    kept = big[:1000].decode()
+    assert shown == f"{kept}\n[... {len(big) - 1000:,} bytes of big.txt cut ...]"
+    assert reads and all(length <= 1000 + 4 and not on_loop for length, on_loop in reads)
+
+
+async def test_a_postgres_blob_store_that_fails_is_the_store_failing(postgres: str) -> None:
+    """PostgreSQL blob reads and writes that fail (here: the server ends the blob store's
+    connection) are the store failing, as the spec has it: a step's read sends the step back
+    to its queue, and the retry (on a new connection) goes on; storing an attachment, or
+    reading the files a finished script showed, raises StoreUnavailable, and the script
+    resumes. Each raised psycopg's own error out of run_code before."""
+    import uuid
+
+    import psycopg
+
+    from engine import PostgresStore, StoreUnavailable
+    from runner import ProcessRunner
+
+    def cut() -> None:
+        """End the blob store's connection, as a server restart or a proxy would."""
+        conn = engine.blobs._conn  # type: ignore[attr-defined]
+        with psycopg.connect(postgres, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+
+    @tool(read_only=True)
+    def disconnect() -> str:
+        """Cut the blob store's connection."""
+        cut()
+        return "cut"
+
+    store = PostgresStore(postgres, schema=f"blobs_{uuid.uuid4().hex[:12]}")
+    async with ProcessRunner() as runner:
+        engine = CodeMode([disconnect], runner=runner, store=store, live=False, retry_delay=0.1)
+        try:
+            files = [Attachment("a.txt", data=b"hello")]
+            read = await engine.run_code(
+                "await tools.disconnect({}); return await files.text('a.txt')", files=files
+            )
+            assert read.status == "finished" and read.value == "hello", read.text
+
+            started: list[str] = []
+            with pytest.raises(StoreUnavailable, match="the files the script showed"):
+                await engine.run_code(
+                    "files.show('a.txt'); await tools.disconnect({}); return 2",
+                    files=files,
+                    on_start=started.append,
+                )
+            resumed = await engine.resume(started[0])
+            assert resumed.status == "finished" and resumed.value == 2, resumed.text
+            assert "Shown: a.txt (text/plain, 5 bytes)\nhello" in resumed.text
+
+            cut()
+            with pytest.raises(StoreUnavailable, match=r"storing attachment 'b\.txt'"):
+                await engine.run_code("return 1", files=[Attachment("b.txt", data=b"new")])
+            again = await engine.run_code(
+                "return await files.text('b.txt')", files=[Attachment("b.txt", data=b"new")]
+            )
+            assert again.value == "new", again.text
+        finally:
+            await engine.aclose()
+
+
+async def test_files_of_a_sqlite_log_outlast_a_restart(tmp_path: Path) -> None:
+    """An engine given a SQLite log and no data_dir keeps the files beside the log, where
+    data_dir=<its directory> keeps them: a host restarted on the log reads a paused script's
+    files. They were kept in memory, so the resumed script failed with 'a.txt is gone'."""
+    from engine import SqliteStore
+
+    @tool(needs_approval=True)
+    def pay(cents: int) -> str:
+        """Pay."""
+        return "paid"
+
+    code = """
+    const text = await files.text("a.txt");
+    await tools.pay({ cents: text.length });
+    return await files.text("a.txt");
+    """
+    first = CodeMode([pay], runner=InProcessRunner(), store=SqliteStore(tmp_path))
+    try:
+        paused = await first.run_code(code, files=[Attachment("a.txt", data=b"hello")])
+        assert paused.status == "paused", paused.text
+    finally:
+        await first.aclose()
+    assert len([p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]) == 1
+    restarted = CodeMode([pay], runner=InProcessRunner(), store=SqliteStore(tmp_path))
+    try:
+        await restarted.approve(paused.script_id, paused.waiting[0]["call_id"])
+        done = await restarted.resume(paused.script_id)
+        assert done.status == "finished" and done.value == "hello", done.text
+    finally:
+        await restarted.aclose()

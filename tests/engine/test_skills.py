@@ -103,12 +103,59 @@ async def test_skill_added_later_keeps_the_description(inproc: InProcessRunner) 
         ({"name": "a/b"}, "without '/'"),
         ({"name": "ok", "files": {"/etc/passwd": b""}}, "must be relative"),
         ({"name": "ok", "files": {"../up.md": b""}}, "must be relative"),
+        ({"name": "ok", "files": {"a\x00.md": b""}}, "no NUL or lone surrogate"),
+        ({"name": "ok", "files": {"a\udc80.md": b""}}, "no NUL or lone surrogate"),
+        ({"name": "a\x00b"}, "without control characters or lone surrogates"),
+        ({"name": "a\ud800b"}, "without control characters or lone surrogates"),
+        ({"name": "two\nlines"}, "must be one line of text"),
+        ({"name": "x" * 257}, "at most 256 characters"),
+        ({"name": "ok", "instructions": "do \ud800 this"}, "instructions has a NUL or a lone"),
+        ({"name": "ok", "description": "d\udfff"}, "description has a NUL or a lone"),
     ],
 )
 def test_bad_skills_are_refused(kwargs: dict[str, object], named: str) -> None:
-    """A skill with no name, a '/' in its name, or a file path outside it is refused."""
+    """A skill with no name, a '/' in its name, or a file path outside it is refused; so is
+    text no log keeps (a NUL, a lone surrogate) in its name, description, instructions or
+    file paths, and a name that is not one short line. Before, such a skill was taken, and
+    then every load of it failed blaming 'the tool', every search that found it failed,
+    and a file path with a NUL failed every run_code of the engine."""
+    kwargs = {"description": "d", "instructions": "i", **kwargs}
     with pytest.raises(ToolDefinitionError, match=named):
-        Skill(description="d", instructions="i", **kwargs)  # type: ignore[arg-type]
+        Skill(**kwargs)  # type: ignore[arg-type]
+
+
+async def test_a_huge_skill_name_is_refused_without_comparing_it(
+    inproc: InProcessRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tools.skill with a name longer than any skill's fails at once, listing the skills. It
+    was compared with every skill's name for 'the closest are', on the host's event loop, in
+    time that grows with the name: a 1 MB name (well within call_arguments) blocked the host
+    for about 50 s, 100 KB for 3 s."""
+    import engine._skills as skills_module
+
+    compared: list[int] = []
+    real = skills_module.closest_names
+
+    def spy(name: str, names: list[str], n: int = 3) -> list[str]:
+        compared.append(len(name))
+        return real(name, names, n)
+
+    monkeypatch.setattr(skills_module, "closest_names", spy)
+    engine = CodeMode([page_oncall, open_incident], runner=inproc, skills=[RESPOND])
+    result = await engine.run_code(
+        "try { await tools.skill({ name: 'runbooks x '.repeat(100000) }) } "
+        "catch (e) { return e.message }"
+    )
+    assert result.status == "finished", result.text
+    assert result.value == (
+        "tools.skill: no skill has a name of 1,100,000 characters (a name has at most 256); "
+        "the skills are runbooks:respond"
+    )
+    assert compared == []
+    near = await engine.run_code(
+        "try { await tools.skill({ name: 'runbooks:respnd' }) } catch (e) { return e.message }"
+    )
+    assert "the closest are runbooks:respond" in near.value and compared == [15]
 
 
 def test_two_skills_of_one_name_are_refused() -> None:

@@ -4,6 +4,7 @@ the file limits (file_bytes, streams, shown_files, shown, shown_media)."""
 from __future__ import annotations
 
 import io
+import zipfile
 from datetime import date, datetime
 from typing import Any
 
@@ -198,6 +199,80 @@ def test_xlsx_unknown_sheet_and_not_a_workbook() -> None:
     assert "no sheet 'Nope'" in value(missing)
     notxlsx = "try { await files.sheets('sales.csv') } catch (e) { return e.message }"
     assert "not an xlsx" in value(notxlsx)
+
+
+_WORKBOOK = (
+    '<workbook xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" '
+    'xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships">'
+    '<sheets><sheet name="S" r:id="rId1"/></sheets></workbook>'
+)
+_RELS = (
+    '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+    '<Relationship Id="rId1" Target="worksheets/sheet1.xml"/></Relationships>'
+)
+
+_STYLES = (
+    '<styleSheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
+    '<numFmts><numFmt numFmtId="x" formatCode="d"/></numFmts></styleSheet>'
+)
+
+
+def _workbook(sheet_data: str | None, parts: dict[str, str] | None = None) -> bytes:
+    """A minimal xlsx of one sheet holding ``sheet_data`` (None: a sheet part that is not
+    XML), with ``parts`` replacing parts (an empty one is left out) or adding them."""
+    members = {
+        "xl/workbook.xml": _WORKBOOK,
+        "xl/_rels/workbook.xml.rels": _RELS,
+        "xl/worksheets/sheet1.xml": "<worksheet"
+        if sheet_data is None
+        else '<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'
+        f"<sheetData>{sheet_data}</sheetData></worksheet>",
+    }
+    members.update(parts or {})
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        for name, text in members.items():
+            if text:
+                z.writestr(name, text)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        _workbook('<row r="x"><c r="A1"><v>1</v></c></row>'),  # a row number that is not one
+        _workbook('<row r="1"><c r="A1"><v>abc</v></c></row>'),  # a number that is not one
+        _workbook('<row r="1"><c r="A1" t="s"><v>q</v></c></row>'),  # a string index
+        _workbook('<row r="1"><c r="A1" s="zz"><v>1</v></c></row>'),  # a style index
+        _workbook(None),  # a sheet that is not XML
+        _workbook("", {"xl/_rels/workbook.xml.rels": ""}),  # no relationships part
+        _workbook("", {"xl/styles.xml": _STYLES}),  # a number format id that is not one
+        _workbook('<row r="1"><c r="ZZZZZZZZ1"><v>1</v></c></row>'),  # past the last column
+        _workbook('<row r="99999999999"><c><v>1</v></c></row>'),  # past the last row
+        _workbook("").replace(b"PK\x01\x02", b"PK\x01\x00", 1),  # a broken central directory
+    ],
+    ids=["row", "number", "string", "style", "xml", "rels", "format", "column", "far-row", "zip"],
+)
+def test_a_malformed_workbook_throws_an_error_the_script_can_catch(data: bytes) -> None:
+    """Bytes that are not a workbook this can read fail the read with an Error naming the
+    file, which the script can catch, never the run with 'the sandbox failed' (which was what
+    a bad number, index or XML part in a sheet gave); a cell past Excel's last column or row
+    is refused rather than padded out to it."""
+    info = FileInfo(id="odd.xlsx", mime="application/octet-stream", size=len(data))
+    code = """
+    const said = [];
+    try { await files.sheets("odd.xlsx"); said.push("sheets ok") } catch (e) { said.push(e.message) }
+    try { for await (const r of files.xlsx("odd.xlsx")) {} said.push("rows ok") } catch (e) { said.push(e.message) }
+    return said;
+    """
+    script = Script(
+        id="odd", code=code, files=[info], clock=Clock(now_ms=0, seed=1), limits=Limits()
+    )
+    ran = run_in_process(script, lambda _f, offset, length: data[offset : offset + length])
+    assert ran.outcome == "finished", ran.error
+    assert ran.value[1] != "rows ok"
+    for message in ran.value:
+        assert message == "sheets ok" or "odd.xlsx" in message, message
 
 
 def test_show_records_the_files_shown() -> None:
