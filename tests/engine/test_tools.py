@@ -734,6 +734,16 @@ def test_bad_input_schemas_are_refused(schema: Any, message: str) -> None:
     assert message in text
 
 
+def test_an_unknown_meta_schema_is_named_as_such() -> None:
+    """A `$schema` the validator does not know was refused with advice about `$ref`, which
+    the schema may not even have; the message says what to do about the `$schema`."""
+    with pytest.raises(ToolDefinitionError) as info:
+        Tool("t", input_schema={"$schema": "https://example.com/my-meta", "type": "object"})
+    text = str(info.value)
+    assert "https://example.com/my-meta" in text and "$ref" not in text
+    assert "drop the $schema" in text
+
+
 def test_bad_output_schema_is_refused() -> None:
     """An output schema is checked too (it need not be an object)."""
     Tool("ok", output_schema={"type": "array", "items": {"type": "string"}})
