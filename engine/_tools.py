@@ -334,7 +334,7 @@ class Tool:
             kwargs[self._context_param] = ctx
         timeout = self.timeout if self.timeout is not None else default_timeout
         result = await self._run(kwargs, ctx, threads or shared_threads(), timeout)
-        return self._check_result(result)
+        return result.data if isinstance(result, _Checked) else self._check_result(result)
 
     async def _run(
         self,
@@ -359,7 +359,7 @@ class Tool:
                     # dropped.
                     ticket = Ticket(ctx.tenant, ctx.script_id)
                     in_thread = True
-                    result = await threads.call(ticket, handler, kwargs)
+                    result = await threads.call(ticket, self._run_and_check, {"args": kwargs})
                     in_thread = False
                 if inspect.isawaitable(result):  # a sync function that returned a coroutine
                     result = await result
@@ -385,6 +385,14 @@ class Tool:
             if isinstance(e, KeyboardInterrupt | SystemExit) and not in_thread:
                 raise
             raise self._error(f"tools.{self.name} failed: {described(e)}") from e
+
+    def _run_and_check(self, args: dict[str, Any]) -> Any:
+        # In the tool thread: the handler, then its result converted and checked there too.
+        # That is Python work in proportion to the result's size (two million small objects:
+        # 11 s), which on the event loop would hold every other script's calls and leases.
+        assert self.handler is not None
+        result = self.handler(**args)
+        return result if inspect.isawaitable(result) else _Checked(self._check_result(result))
 
     def _check_result(self, result: Any) -> Any:
         data: Any = _MISSING
@@ -418,6 +426,13 @@ class Tool:
 
 
 _MISSING = object()
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """A result already converted and checked (in the tool thread that ran its handler)."""
+
+    data: Any
 
 
 def _message_of(e: BaseException) -> str:
