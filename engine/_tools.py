@@ -336,6 +336,26 @@ class Tool:
         result = await self._run(kwargs, ctx, threads or shared_threads(), timeout)
         return result.data if isinstance(result, _Checked) else self._check_result(result)
 
+    def with_required_nulls(self, arguments: Any) -> Any:
+        """``arguments`` with null for each required property they leave out that the input
+        schema lets be null. A Python script's None is an argument left out (its sandbox
+        cannot tell None from nothing), so for a required argument that takes null (``x: int
+        | None`` with no default) it meant null. Anything else is returned as it is."""
+        required = self.input_schema.get("required")
+        if not isinstance(arguments, Mapping) or not isinstance(required, list):
+            return arguments
+        missing = [k for k in required if isinstance(k, str) and k not in arguments]
+        if not missing:
+            return arguments
+        filled = {**arguments, **dict.fromkeys(missing)}
+        # The schema decides which take null: a property whose null it refuses stays missing.
+        refused = {
+            e.instance_path[0]
+            for e in self._input_validator.iter_errors(filled)
+            if e.instance_path and e.instance_path[0] in missing
+        }
+        return {k: v for k, v in filled.items() if k not in refused}
+
     async def _run(
         self,
         kwargs: dict[str, Any],

@@ -344,3 +344,42 @@ async def test_tools_whose_names_a_script_cannot_write_are_called_with_getattr(
         assert result.value == [{"a": t.name} for t in engine.tools]
     finally:
         await engine.aclose()
+
+
+async def test_none_for_a_required_argument_that_takes_null_is_null(
+    checker: PythonTypeChecker, inproc: InProcessRunner
+) -> None:
+    """`x: int | None` without a default is required and takes null: its stub says so, the
+    check takes `x=None`, but the sandbox leaves a None argument out, so the call failed
+    with 'missing required property "x"' (JavaScript's `{ x: null }` ran). A required
+    argument that does not take null is still missing when given None."""
+
+    @tool
+    def setting(x: int | None, y: int = 0) -> str:
+        """Set x, or clear it with None."""
+        return repr(x)
+
+    @tool
+    def strict(y: int) -> str:
+        """Y."""
+        return repr(y)
+
+    engine = CodeMode([setting, strict], runner=inproc, language="python", type_check="off")
+    try:
+        for code in (
+            "return await tools.setting(x=None)",
+            'return await tools.setting({"x": None})',
+        ):
+            result = await engine.run_code(code)
+            assert result.status == "finished", result.text
+            assert result.value == "None"
+        refused = await engine.run_code("return await tools.strict(y=None)")
+        assert 'missing required property "y"' in refused.text, refused.text
+    finally:
+        await engine.aclose()
+    js = CodeMode([setting], runner=inproc, type_check="off")
+    try:
+        left_out = await js.run_code("return await tools.setting({})")
+        assert 'missing required property "x"' in left_out.text, left_out.text
+    finally:
+        await js.aclose()
