@@ -148,12 +148,12 @@ def compile_schema(schema: dict[str, Any]) -> jsonschema_rs.Validator:
             ),
         )
     except jsonschema_rs.ValidationError as e:
-        raise SchemaProblem(_definition_error(e)) from None
+        raise SchemaProblem(_definition_error(e, schema.get("$schema"))) from None
     except (jsonschema_rs.ReferencingError, ValueError) as e:  # pragma: no cover - defensive
         raise SchemaProblem(_first_line(str(e))) from None
 
 
-def _definition_error(e: jsonschema_rs.ValidationError) -> str:
+def _definition_error(e: jsonschema_rs.ValidationError, schema_uri: Any) -> str:
     where = data_path(e.instance_path)
     message = _first_line(e.message)
     if e.instance_path[-1:] == ["pattern"] or 'is not a "regex"' in message:
@@ -166,6 +166,11 @@ def _definition_error(e: jsonschema_rs.ValidationError) -> str:
         return (
             f"at {where}: {_quote(e.instance)} is not a JSON Schema type; use string, number, "
             "integer, boolean, null, array or object"
+        )
+    if not e.instance_path and "meta-schema" in message:
+        return (
+            f"its $schema is not a draft the validator knows ({_quote(schema_uri)}); use one of "
+            "drafts 4, 6, 7, 2019-09 and 2020-12, or drop the $schema"
         )
     if not e.instance_path:
         return f"{message}; keep every $ref inside the schema (as #/$defs/Name)"

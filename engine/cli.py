@@ -144,6 +144,20 @@ def _search_limit(text: str) -> int:
     return limit
 
 
+# `scripts --limit`: no listing a person reads comes near it, and the store's LIMIT takes it.
+MAX_LISTED = 1_000_000
+
+
+def _listed(text: str) -> int:
+    try:
+        limit = int(text)
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= MAX_LISTED:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {MAX_LISTED:,}")
+    return limit
+
+
 def _query(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError(
@@ -210,7 +224,9 @@ def _parser() -> argparse.ArgumentParser:
     scripts.add_argument(
         "--status", choices=["active", "paused", "finished", "failed"], help="only these"
     )
-    scripts.add_argument("--limit", type=int, default=100, help="at most this many (oldest first)")
+    scripts.add_argument(
+        "--limit", type=_listed, default=100, help="at most this many (oldest first)"
+    )
     common(scripts)
 
     show = commands.add_parser("show", help="print one script: its code, calls and outcome")
@@ -374,7 +390,7 @@ def _keep_the_log(config: Config) -> str:
 async def _scripts(args: argparse.Namespace) -> int:
     store = _store(args, _needs_log(args, "scripts"))
     try:
-        found = await store.scripts(args.status, limit=max(1, args.limit))
+        found = await store.scripts(args.status, limit=args.limit)
     finally:
         await store.aclose()
     if args.json:
@@ -517,6 +533,8 @@ def _print_result(
 async def _run(args: argparse.Namespace) -> int:
     try:
         if args.script == "-":
+            if sys.stdin is None:  # started with fd 0 closed
+                raise CodeModeError("the script is - but stdin is closed: give it a file or pipe")
             code = sys.stdin.buffer.read().decode("utf-8")
         else:
             code = Path(args.script).read_text(encoding="utf-8")

@@ -62,6 +62,7 @@ class PostgresServer:
         self._dir: Path | None = None
         self._bin: Path | None = None
         self._user: str | None = None
+        self._options = ""  # the server's options (its port), for resume()
 
     def _run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         command = list(args)
@@ -128,11 +129,43 @@ class PostgresServer:
                 timeout=90,
             )
             if started.returncode == 0:
+                self._options = options
                 self.dsn = f"host=127.0.0.1 port={port} dbname=postgres user=codemode"
                 return self.dsn
             last = started.stderr.strip() + self._log_tail()
         self.stop()
         raise PostgresUnavailable(f"the throwaway PostgreSQL server did not start: {last}")
+
+    def restart(self, mode: str = "fast") -> None:
+        """Restart the server (``pg_ctl restart -m fast|immediate``, same port), returning
+        once it takes connections again: every connection open to it is cut."""
+        self._pg_ctl("-m", mode, "restart")
+
+    def halt(self, mode: str = "fast") -> None:
+        """Stop the server (``pg_ctl stop``), keeping its cluster for :meth:`resume`."""
+        self._pg_ctl("-m", mode, "stop")
+
+    def resume(self) -> None:
+        """Start a server :meth:`halt` stopped, on its port; returns once it takes
+        connections."""
+        self._pg_ctl("-o", self._options, "start")
+
+    def _pg_ctl(self, *args: str) -> None:
+        assert self._bin is not None and self._dir is not None, "start() it first"
+        done = self._run(
+            str(self._bin / "pg_ctl"),
+            "-D",
+            str(self._dir / "data"),
+            "-l",  # not pg_ctl's own output, a pipe the new server would hold open
+            str(self._dir / "server.log"),
+            "-w",
+            "-t",
+            "60",
+            *args,
+            timeout=90,
+        )
+        if done.returncode != 0:
+            raise PostgresUnavailable(f"pg_ctl {' '.join(args)} failed: {done.stderr.strip()}")
 
     def _log_tail(self) -> str:
         if self._dir is None:

@@ -114,9 +114,8 @@ class PostgresStore(SqlStore):
                 name=f"codemode-{schema}",
             )
             try:
+                await _prepare(psycopg, self.dsn, schema, self._timeout)
                 await pool.open(wait=True, timeout=self._timeout)
-                async with pool.connection() as conn, conn.transaction():
-                    await _create(conn, schema)
             except (psycopg.Error, TimeoutError, OSError) as e:
                 await pool.close()
                 raise ConfigError(
@@ -153,31 +152,23 @@ class PostgresStore(SqlStore):
         from psycopg_pool import PoolTimeout
 
         try:
-            # In pipeline mode, so a statement whose answer the transaction does not need
-            # waits for the next that it does: BEGIN goes with the query of the time, and the
-            # last writes with COMMIT. A transaction holds its connection, and its row locks,
-            # across every round trip, and each costs a turn of a loop that may be busy.
-            async with (
-                pool.connection() as conn,
-                conn.pipeline() as pipeline,
-                conn.transaction(),
-            ):
-                if not write:
-                    await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                now = (await (await conn.execute(_NOW)).fetchone())[0]
-                tx = make(now)
-                answer: Any = None
-                while True:
-                    try:
-                        q = tx.send(answer)
-                    except StopIteration as stop:
-                        return stop.value
-                    answer = await _execute(conn, pipeline, q)
-        except (PoolTimeout, psycopg.OperationalError) as e:
+            try:
+                return await _attempt(pool, make, write)
+            except _Uncommitted:
+                # The connection was lost before the transaction's COMMIT was sent, so none
+                # of it took effect: the server restarted (or cut it) since it last served.
+                # A restart cut every connection in the pool: check them all, then run the
+                # transaction once more, on a new one (the pool waits up to its timeout for
+                # the server to take connections again).
+                await pool.check()
+                return await _attempt(pool, make, write)
+        except (PoolTimeout, psycopg.OperationalError, _Uncommitted) as e:
             # Translated once, here: the engine sees the log's own error family.
+            cause = e.__cause__ if isinstance(e, _Uncommitted) else e
             raise StoreUnavailable(
                 f"the PostgreSQL session log at {self.where()} did not answer "
-                f"({_first_line(e)}); nothing written is lost: resume the script once it is back"
+                f"({_first_line(cause or e)}); nothing written is lost: resume the script "
+                "once it is back"
             ) from None
 
     def blob_store(self) -> BlobStore:
@@ -212,11 +203,17 @@ class PostgresBlobStore(BlobStore):
                     autocommit=True,
                     connect_timeout=max(1, int(self._store._timeout)),
                 )
-                conn.execute(f'SET search_path TO "{self._store.schema}"')
-                _create_sync(conn, self._store.schema)  # a script's files come before its row
-                self._conn = conn
             except psycopg.Error as e:
                 raise self._failed(e) from None
+            try:
+                conn.execute(f'SET search_path TO "{self._store.schema}"')
+                _create_sync(conn, self._store.schema)  # a script's files come before its row
+            except BaseException as e:
+                conn.close()  # not kept: a newer schema, the server gone again
+                if isinstance(e, psycopg.Error):
+                    raise self._failed(e) from None
+                raise
+            self._conn = conn
         return self._conn
 
     def _failed(self, error: BaseException) -> OSError:
@@ -262,6 +259,48 @@ class PostgresBlobStore(BlobStore):
         if row is None:
             raise FileMissing("its bytes are gone from the store")
         return bytes(row[0])
+
+
+class _Uncommitted(Exception):
+    """The connection was lost before the transaction's COMMIT was sent: nothing of it took
+    effect, so it may simply run again (``__cause__``: the driver's error)."""
+
+
+async def _attempt(pool: Any, make: Callable[[int], sql.Tx], write: bool) -> Any:
+    """Run the transaction ``make(now_ms)`` once, on a connection of ``pool``; raises
+    :class:`_Uncommitted` if its connection was lost before its COMMIT was sent."""
+    import psycopg
+
+    committing = False
+    conn: Any = None
+    try:
+        # In pipeline mode, so a statement whose answer the transaction does not need
+        # waits for the next that it does: BEGIN goes with the query of the time, and the
+        # last writes with COMMIT. A transaction holds its connection, and its row locks,
+        # across every round trip, and each costs a turn of a loop that may be busy.
+        async with (
+            pool.connection() as conn,
+            conn.pipeline() as pipeline,
+            conn.transaction(),
+        ):
+            if not write:
+                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            now = (await (await conn.execute(_NOW)).fetchone())[0]
+            tx = make(now)
+            answer: Any = None
+            while True:
+                try:
+                    q = tx.send(answer)
+                except StopIteration as stop:
+                    committing = True  # from here on, the COMMIT may reach the server
+                    return stop.value
+                answer = await _execute(conn, pipeline, q)
+    except psycopg.OperationalError as e:
+        # Only a lost connection: an error the server answered (a full disk, a deadlock)
+        # is the store's to report, not to try again.
+        if committing or conn is None or not conn.closed:
+            raise
+        raise _Uncommitted() from e
 
 
 async def _execute(conn: Any, pipeline: Any, q: sql.Q) -> Any:
@@ -318,6 +357,41 @@ def _schema(schema: str) -> Generator[tuple[str, tuple[Any, ...]], Any, None]:
             f"the PostgreSQL session log in schema {schema!r} was written by a newer codemode "
             f"(schema {current}; this one reads up to {SCHEMA_VERSION}): upgrade codemode"
         )
+
+
+# What a server says when it may take the connection a little later; any other refusal it
+# gives (no such database or user, a wrong password, no pg_hba.conf entry) stands.
+_NOT_YET = ("starting up", "shutting down", "recovery mode", "too many clients", "slots are")
+
+
+async def _prepare(psycopg: Any, dsn: str, schema: str, timeout: float) -> None:
+    """Connect once, directly, and make (or check) the log's tables. Not through the pool:
+    it retries every failure until its timeout and then says only that it timed out, so a
+    mistake in the dsn would cost the whole timeout and hide its reason. A server that
+    refuses connections for now (down, starting up, full) is tried again until ``timeout``;
+    one that refuses them for good, or a dsn that does not parse, fails at once."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    delay = 0.05
+    while True:
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                dsn, autocommit=True, connect_timeout=max(1, int(timeout))
+            )
+            break
+        except psycopg.OperationalError as e:
+            said = str(e)
+            for_good = "FATAL:" in said and not any(n in said for n in _NOT_YET)
+            if for_good or loop.time() + delay >= deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 1.0)
+    try:
+        await conn.execute(f'SET search_path TO "{schema}"')
+        async with conn.transaction():
+            await _create(conn, schema)
+    finally:
+        await conn.close()
 
 
 async def _create(conn: Any, schema: str) -> None:

@@ -613,6 +613,36 @@ def test_log_commands_with_bad_input(tmp_path: Path) -> None:
     assert empty.returncode == 0 and empty.stdout.strip() == "no scripts"
 
 
+@pytest.mark.parametrize("limit", ["0", "-5", "99999999999999999999", "ten"])
+def test_scripts_limit_out_of_range(tmp_path: Path, limit: str) -> None:
+    """`scripts --limit` takes a whole number from 1 up: anything else is one line naming the
+    option (a huge one was an OverflowError traceback from SQLite; 0 or less was taken as 1)."""
+    proc = codemode("scripts", "--limit", limit, "--data-dir", str(tmp_path / "data"))
+    one_clear_line(proc, "--limit", repr(limit))
+
+
+def test_run_from_a_closed_stdin() -> None:
+    """`run -` with no stdin at all (closed, as `<&-` leaves it): one clear line, not an
+    AttributeError traceback."""
+    command = [
+        sys.executable,
+        "-m",
+        "engine.cli",
+        "run",
+        "-",
+        "--tools",
+        "examples/tracker_tools.py",
+    ]
+    proc = subprocess.run(
+        ["sh", "-c", 'exec "$@" <&-', "sh", *command],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    one_clear_line(proc, "stdin", "closed")
+
+
 STUCK_TOOLS = """
 import threading
 from pathlib import Path

@@ -292,3 +292,40 @@ async def test_postgres_tables_in_their_own_schema(postgres: str) -> None:
     finally:
         await a.aclose()
         await b.aclose()
+
+
+def _changed(dsn: str, **changes: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    return make_conninfo(**{**conninfo_to_dict(dsn), **changes})
+
+
+@pytest.mark.parametrize(
+    ("mistake", "said"),
+    [
+        ("no database", 'database "codemode_no_such_db" does not exist'),
+        ("no user", 'role "codemode_no_such_user" does not exist'),
+        ("not a dsn", 'missing "=" after "not" in connection info string'),
+    ],
+)
+async def test_postgres_mistake_in_the_dsn_says_what_the_server_said(
+    postgres: str, mistake: str, said: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dsn the server will never take (a database or user that does not exist, text that
+    is not a dsn) is one error with the reason, not the pool's "pool initialization
+    incomplete after 10.0 sec" once its retries ran out, nor a warning per retry."""
+    if mistake == "no database":
+        dsn = _changed(postgres, dbname="codemode_no_such_db")
+    elif mistake == "no user":
+        dsn = _changed(postgres, user="codemode_no_such_user")
+    else:
+        dsn = "not a dsn at all"
+    store = PostgresStore(dsn, connect_timeout=30)
+    try:
+        with pytest.raises(ConfigError) as caught:
+            await store.scripts()
+    finally:
+        await store.aclose()
+    assert said in str(caught.value) and "[codemode.store] dsn" in str(caught.value)
+    assert "pool" not in str(caught.value)
+    assert not [r for r in caplog.records if r.name.startswith("psycopg")]
