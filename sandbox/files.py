@@ -242,7 +242,7 @@ class Files:
                 raise FileError("files.csv: header is true or false")
             if not isinstance(delimiter, str) or len(delimiter) != 1:
                 raise FileError('files.csv: delimiter is one character, as ";" or "\\t"')
-            return _csv(_lines(self.pieces(info.id), keep_ends=True), header, delimiter)
+            return _csv(info.id, _lines(self.pieces(info.id), keep_ends=True), header, delimiter)
         if kind == "chunks":
             size = options.get("size", 64 * 1024)
             offset = options.get("offset", 0)
@@ -280,18 +280,24 @@ def _window(records: Iterator[Any], skip: int | None, limit: int | None) -> Iter
 
 def _lines(pieces: Iterator[bytes], *, keep_ends: bool = False) -> Iterator[str]:
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    rest = ""
+    # The line under way, in pieces: joined once it ends, so a long line costs its length
+    # (joining each piece onto it, and splitting it again, cost its length squared).
+    held: list[str] = []
     first = True
     for piece in pieces:
-        text = rest + decoder.decode(piece)
+        text = decoder.decode(piece)
         if first:
             text = text.removeprefix("\ufeff")
             first = False
+        if "\n" not in text:
+            held.append(text)
+            continue
         lines = text.split("\n")
-        rest = lines.pop()
+        lines[0] = "".join(held) + lines[0]
+        held = [lines.pop()]
         for line in lines:
             yield line + "\n" if keep_ends else line.removesuffix("\r")
-    rest += decoder.decode(b"", final=True)
+    rest = "".join(held) + decoder.decode(b"", final=True)
     if rest:
         yield rest if keep_ends else rest.removesuffix("\r")
 
@@ -310,10 +316,10 @@ def _jsonl(file_id: str, lines: Iterator[str]) -> Iterator[Any]:
         yield item
 
 
-def _csv(lines: Iterator[str], header: bool, delimiter: str) -> Iterator[Any]:
+def _csv(file_id: str, lines: Iterator[str], header: bool, delimiter: str) -> Iterator[Any]:
     reader = csv.reader(lines, delimiter=delimiter)
     names: list[str] | None = None
-    for row in reader:
+    for row in _csv_rows(file_id, reader):
         if header and names is None:
             names = row
             continue
@@ -334,6 +340,20 @@ def _chunks(files: Files, info: FileInfo, size: int, offset: int) -> Iterator[st
         text = decoder.decode(data, final=position >= info.size)
         if text:
             yield text
+
+
+def _csv_rows(file_id: str, reader: Any) -> Iterator[list[str]]:
+    """The rows of a ``csv.reader``; what it refuses is the file's fault, said to the script."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise FileError(
+                f"{file_id} line {reader.line_num} cannot be read as CSV: {e}"
+            ) from None
+        yield row
 
 
 def _rows(rows: Iterator[list[Any]], header: bool) -> Iterator[Any]:
