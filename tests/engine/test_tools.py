@@ -986,3 +986,22 @@ def test_a_sync_handlers_result_is_converted_in_its_tool_thread() -> None:
         return {"n": math.nan}  # converting it fails, in the thread: the call's error
 
     assert "the number nan at n" in call_error(Tool("bad", handler=failing), {})
+
+
+def test_a_type_defined_after_its_function_is_named_as_the_problem() -> None:
+    """A module-level class defined after the function @tool decorates is not there yet when
+    @tool resolves the annotations; the message said to define it "at module level", where
+    it already was. It says to define it before the function."""
+    source = (
+        "from __future__ import annotations\n"
+        "from engine import tool\n"
+        "@tool\n"
+        "def f(x: Later) -> int:\n"
+        "    return 1\n"
+        "class Later:\n"
+        "    pass\n"
+    )
+    with pytest.raises(ToolDefinitionError) as info:
+        exec(compile(source, "later.py", "exec"), {"__name__": "later"})
+    assert "name 'Later' is not defined" in str(info.value)
+    assert "before the function" in str(info.value)
