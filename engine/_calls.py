@@ -208,8 +208,13 @@ class CallSettling(Emitting):
             call_id=entry.call_id,
             call_index=entry.index,
         )
+        arguments = entry.arguments
+        if record.language == "python":
+            # The sandbox leaves out a None argument (sandbox/python.py): given to a required
+            # argument that takes null, it was meant as null.
+            arguments = tool.with_required_nulls(arguments)
         return await tool.invoke(
-            entry.arguments, ctx, threads=self._tool_threads, default_timeout=self.call_timeout
+            arguments, ctx, threads=self._tool_threads, default_timeout=self.call_timeout
         )
 
 

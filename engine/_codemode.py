@@ -192,6 +192,10 @@ class CodeMode(StepLoop):
         self.store = store
         if blobs is None and isinstance(store, log.PostgresStore):
             blobs = store.blob_store()  # shared by every host of the log, as the log is
+        if blobs is None and directory is None and isinstance(store, log.SqliteStore):
+            # Beside the log (where data_dir=<its directory> keeps them): in memory, a paused
+            # script's files would be gone after a restart its log outlives.
+            blobs = store.blob_store()
         if blobs is None:
             blobs = BlobStore(directory / "blobs" if directory is not None else None)
         self.blobs = blobs

@@ -85,7 +85,7 @@ class BlobStore:
 
     Hosts that share a log on several machines share its blobs too: a subclass keeps them
     elsewhere by overriding :meth:`put` and :meth:`read` (``PostgresStore.blob_store()``
-    keeps them in the log's database).
+    keeps them in the log's database, ``SqliteStore.blob_store()`` beside the log).
     """
 
     def __init__(self, directory: str | Path | None = None) -> None:

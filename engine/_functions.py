@@ -196,7 +196,8 @@ def _from_function(
     except Exception as e:
         raise ToolDefinitionError(
             f"{label}: its annotations cannot be resolved ({type(e).__name__}: {e}); define "
-            "the types they name at module level"
+            "the types they name at module level, before the function (@tool reads them "
+            "when it runs)"
         ) from None
     doc_description, param_docs = parse_docstring(inspect.getdoc(typed) or "")
     fields: dict[str, Any] = {}

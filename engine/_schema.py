@@ -148,12 +148,12 @@ def compile_schema(schema: dict[str, Any]) -> jsonschema_rs.Validator:
             ),
         )
     except jsonschema_rs.ValidationError as e:
-        raise SchemaProblem(_definition_error(e)) from None
+        raise SchemaProblem(_definition_error(e, schema.get("$schema"))) from None
     except (jsonschema_rs.ReferencingError, ValueError) as e:  # pragma: no cover - defensive
         raise SchemaProblem(_first_line(str(e))) from None
 
 
-def _definition_error(e: jsonschema_rs.ValidationError) -> str:
+def _definition_error(e: jsonschema_rs.ValidationError, schema_uri: Any) -> str:
     where = data_path(e.instance_path)
     message = _first_line(e.message)
     if e.instance_path[-1:] == ["pattern"] or 'is not a "regex"' in message:
@@ -166,6 +166,11 @@ def _definition_error(e: jsonschema_rs.ValidationError) -> str:
         return (
             f"at {where}: {_quote(e.instance)} is not a JSON Schema type; use string, number, "
             "integer, boolean, null, array or object"
+        )
+    if not e.instance_path and "meta-schema" in message:
+        return (
+            f"its $schema is not a draft the validator knows ({_quote(schema_uri)}); use one of "
+            "drafts 4, 6, 7, 2019-09 and 2020-12, or drop the $schema"
         )
     if not e.instance_path:
         return f"{message}; keep every $ref inside the schema (as #/$defs/Name)"
@@ -285,6 +290,43 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
     kind = type(value)
     if value is None or kind is bool or kind is int or kind is str:
         return value
+    # Plain containers first, with their plain scalar items taken inline (the rules below, in
+    # short): most results hold nothing else, and this walk costs in proportion to a result's
+    # size (300,000 small objects: 5.2 s the long way, 1.6 s so).
+    if kind is dict and depth < MAX_DATA_DEPTH:
+        result: dict[str, Any] = {}
+        for key, item in value.items():
+            t = type(item)
+            if type(key) is str and (
+                item is None
+                or t is str
+                or t is int
+                or t is bool
+                or (t is float and math.isfinite(item))
+            ):
+                result[key] = item
+            elif not isinstance(key, str):
+                raise NotJSONData(
+                    _where(path, f"an object with the {type(key).__name__} key {key!r}")
+                )
+            else:
+                result[key] = _convert(item, [*path, key], depth + 1)
+        return result
+    if kind is list and depth < MAX_DATA_DEPTH:
+        items: list[Any] = []
+        for i, item in enumerate(value):
+            t = type(item)
+            if (
+                item is None
+                or t is str
+                or t is int
+                or t is bool
+                or (t is float and math.isfinite(item))
+            ):
+                items.append(item)
+            else:
+                items.append(_convert(item, [*path, i], depth + 1))
+        return items
     if isinstance(value, enum.Enum):
         return _convert(value.value, path, depth + 1)
     # Subclasses of the JSON scalars (an IntFlag, a str subclass) become the plain type, so

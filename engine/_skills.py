@@ -85,6 +85,13 @@ class Skill:
                     f"skill {self.name}: file {path!r} is {type(content).__name__}; give its "
                     "bytes or a path on disk"
                 )
+            if not isinstance(content, bytes) and not Path(content).is_file():
+                # Read at each run_code: found then, it failed every script of the engine.
+                raise ToolDefinitionError(
+                    f"skill {self.name}: file {path!r} is to be read from {str(content)!r:.80}, "
+                    "which is no file on disk; for the file's text, give "
+                    "text.encode('utf-8')"
+                )
 
     def info(self) -> SkillInfo:
         return SkillInfo(name=self.name, description=self.description, tools=self.tools)

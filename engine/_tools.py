@@ -334,7 +334,27 @@ class Tool:
             kwargs[self._context_param] = ctx
         timeout = self.timeout if self.timeout is not None else default_timeout
         result = await self._run(kwargs, ctx, threads or shared_threads(), timeout)
-        return self._check_result(result)
+        return result.data if isinstance(result, _Checked) else self._check_result(result)
+
+    def with_required_nulls(self, arguments: Any) -> Any:
+        """``arguments`` with null for each required property they leave out that the input
+        schema lets be null. A Python script's None is an argument left out (its sandbox
+        cannot tell None from nothing), so for a required argument that takes null (``x: int
+        | None`` with no default) it meant null. Anything else is returned as it is."""
+        required = self.input_schema.get("required")
+        if not isinstance(arguments, Mapping) or not isinstance(required, list):
+            return arguments
+        missing = [k for k in required if isinstance(k, str) and k not in arguments]
+        if not missing:
+            return arguments
+        filled = {**arguments, **dict.fromkeys(missing)}
+        # The schema decides which take null: a property whose null it refuses stays missing.
+        refused = {
+            e.instance_path[0]
+            for e in self._input_validator.iter_errors(filled)
+            if e.instance_path and e.instance_path[0] in missing
+        }
+        return {k: v for k, v in filled.items() if k not in refused}
 
     async def _run(
         self,
@@ -359,7 +379,7 @@ class Tool:
                     # dropped.
                     ticket = Ticket(ctx.tenant, ctx.script_id)
                     in_thread = True
-                    result = await threads.call(ticket, handler, kwargs)
+                    result = await threads.call(ticket, self._run_and_check, {"args": kwargs})
                     in_thread = False
                 if inspect.isawaitable(result):  # a sync function that returned a coroutine
                     result = await result
@@ -385,6 +405,14 @@ class Tool:
             if isinstance(e, KeyboardInterrupt | SystemExit) and not in_thread:
                 raise
             raise self._error(f"tools.{self.name} failed: {described(e)}") from e
+
+    def _run_and_check(self, args: dict[str, Any]) -> Any:
+        # In the tool thread: the handler, then its result converted and checked there too.
+        # That is Python work in proportion to the result's size (two million small objects:
+        # 11 s), which on the event loop would hold every other script's calls and leases.
+        assert self.handler is not None
+        result = self.handler(**args)
+        return result if inspect.isawaitable(result) else _Checked(self._check_result(result))
 
     def _check_result(self, result: Any) -> Any:
         data: Any = _MISSING
@@ -418,6 +446,13 @@ class Tool:
 
 
 _MISSING = object()
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """A result already converted and checked (in the tool thread that ran its handler)."""
+
+    data: Any
 
 
 def _message_of(e: BaseException) -> str:

@@ -67,6 +67,7 @@ class Files:
         self.limits = limits
         self._fetch = fetch
         self.bytes_read = 0
+        self._ahead: tuple[str, int, bytes] | None = None  # (file, offset, bytes) read ahead
         self.streams: dict[int, Iterator[Any]] = {}
         self._next_handle = 1
         self.shown: list[str] = []
@@ -86,11 +87,21 @@ class Files:
         return info
 
     def read(self, file_id: str, offset: int, length: int) -> bytes:
-        """Bytes of a file, counted against ``file_bytes``; ``b""`` at the end."""
+        """Bytes of a file, counted against ``file_bytes``; ``b""`` at the end.
+
+        A short read takes :data:`CHUNK` bytes from the runner (within what the run may still
+        read), and the reads after it that fall inside them are answered from them: each
+        read is a round trip through the runner, and a script reading 1-byte chunks made
+        the host answer a million of them."""
         info = self.info(file_id)
         length = max(0, min(length, info.size - offset))
         if length == 0:
             return b""
+        ahead = self._ahead
+        if ahead is not None and ahead[0] == file_id:
+            start = offset - ahead[1]
+            if start >= 0 and start + length <= len(ahead[2]):
+                return ahead[2][start : start + length]
         if self.bytes_read + length > self.limits.file_bytes:
             raise FileLimit(
                 "file_bytes",
@@ -100,8 +111,12 @@ class Files:
                     f"{_size(self.limits.file_bytes)} one run may read",
                 ),
             )
-        data = self._fetch(file_id, offset, length)
+        want = min(max(length, CHUNK), info.size - offset, self.limits.file_bytes - self.bytes_read)
+        data = self._fetch(file_id, offset, want)
         self.bytes_read += len(data)
+        if len(data) > length:
+            self._ahead = (file_id, offset, data)
+            return data[:length]
         return data
 
     def pieces(self, file_id: str, offset: int = 0) -> Iterator[bytes]:
@@ -242,7 +257,7 @@ class Files:
                 raise FileError("files.csv: header is true or false")
             if not isinstance(delimiter, str) or len(delimiter) != 1:
                 raise FileError('files.csv: delimiter is one character, as ";" or "\\t"')
-            return _csv(_lines(self.pieces(info.id), keep_ends=True), header, delimiter)
+            return _csv(info.id, _lines(self.pieces(info.id), keep_ends=True), header, delimiter)
         if kind == "chunks":
             size = options.get("size", 64 * 1024)
             offset = options.get("offset", 0)
@@ -280,18 +295,24 @@ def _window(records: Iterator[Any], skip: int | None, limit: int | None) -> Iter
 
 def _lines(pieces: Iterator[bytes], *, keep_ends: bool = False) -> Iterator[str]:
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    rest = ""
+    # The line under way, in pieces: joined once it ends, so a long line costs its length
+    # (joining each piece onto it, and splitting it again, cost its length squared).
+    held: list[str] = []
     first = True
     for piece in pieces:
-        text = rest + decoder.decode(piece)
+        text = decoder.decode(piece)
         if first:
             text = text.removeprefix("\ufeff")
             first = False
+        if "\n" not in text:
+            held.append(text)
+            continue
         lines = text.split("\n")
-        rest = lines.pop()
+        lines[0] = "".join(held) + lines[0]
+        held = [lines.pop()]
         for line in lines:
             yield line + "\n" if keep_ends else line.removesuffix("\r")
-    rest += decoder.decode(b"", final=True)
+    rest = "".join(held) + decoder.decode(b"", final=True)
     if rest:
         yield rest if keep_ends else rest.removesuffix("\r")
 
@@ -310,10 +331,10 @@ def _jsonl(file_id: str, lines: Iterator[str]) -> Iterator[Any]:
         yield item
 
 
-def _csv(lines: Iterator[str], header: bool, delimiter: str) -> Iterator[Any]:
+def _csv(file_id: str, lines: Iterator[str], header: bool, delimiter: str) -> Iterator[Any]:
     reader = csv.reader(lines, delimiter=delimiter)
     names: list[str] | None = None
-    for row in reader:
+    for row in _csv_rows(file_id, reader):
         if header and names is None:
             names = row
             continue
@@ -334,6 +355,20 @@ def _chunks(files: Files, info: FileInfo, size: int, offset: int) -> Iterator[st
         text = decoder.decode(data, final=position >= info.size)
         if text:
             yield text
+
+
+def _csv_rows(file_id: str, reader: Any) -> Iterator[list[str]]:
+    """The rows of a ``csv.reader``; what it refuses is the file's fault, said to the script."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise FileError(
+                f"{file_id} line {reader.line_num} cannot be read as CSV: {e}"
+            ) from None
+        yield row
 
 
 def _rows(rows: Iterator[list[Any]], header: bool) -> Iterator[Any]:

@@ -427,6 +427,11 @@ _FORMATTING = ("format", "format_map")
 
 
 def _safe_getattr(obj: Any, name: str, *default: Any) -> Any:
+    if type(obj) is Tools and isinstance(name, str) and name in obj._run.tool_set:
+        # `getattr(tools, "_2fa_verify")`: how a script calls a tool whose name it cannot
+        # write as an attribute (a keyword, a leading underscore, the object's own `__init__`);
+        # the tool, never an attribute of that name.
+        return Tools.__getattr__(obj, name)
     if isinstance(name, str):
         why = _refused_attribute(name)
         if why is not None:
@@ -437,6 +442,8 @@ def _safe_getattr(obj: Any, name: str, *default: Any) -> Any:
 
 
 def _safe_hasattr(obj: Any, name: str) -> bool:
+    if type(obj) is Tools and isinstance(name, str) and name in obj._run.tool_set:
+        return True  # as getattr above
     if isinstance(name, str) and _refused_attribute(name) is not None:
         return False
     return builtins.hasattr(obj, name)

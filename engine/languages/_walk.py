@@ -83,18 +83,24 @@ class Namer:
 
     def __init__(self, taken: set[str] | None = None) -> None:
         self.taken: set[str] = set(taken or ())
+        # The next suffix to try after `base`: every lower one is taken (names are never
+        # given back), so a thousand objects of one name cost linear time, not quadratic.
+        self._next: dict[str, int] = {}
 
     def fresh(self, base: str) -> str:
         name = base
-        n = 2
+        n = self._next.get(base, 2)
         while name in self.taken:
             name = f"{base}_{n}"
             n += 1
+        self._next[base] = n
         self.taken.add(name)
         return name
 
     def copy(self) -> Namer:
-        return Namer(self.taken)
+        namer = Namer(self.taken)
+        namer._next = dict(self._next)
+        return namer
 
 
 def type_prefix(tool_name: str) -> str:

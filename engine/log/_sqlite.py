@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from engine._errors import ConfigError, StoreUnavailable
+from engine._files import BlobStore
 from engine.log import _schema as schema
 from engine.log import _sql as sql
 from engine.log._sqlbase import SqlStore
@@ -79,6 +80,10 @@ class SqliteStore(SqlStore):
         self._fast_lock = threading.Lock()
         self._fast_writes = 0
         self._wal: int | None = None  # the write-ahead log's file, opened on the thread
+
+    def blob_store(self) -> BlobStore:
+        """The attachments' blobs, as files beside the log (``<directory>/blobs``)."""
+        return BlobStore(self.path.parent / "blobs")
 
     def _open(self) -> None:
         try:

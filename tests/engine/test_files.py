@@ -279,3 +279,79 @@ async def test_a_postgres_blob_store_that_fails_is_the_store_failing(postgres: s
             assert again.value == "new", again.text
         finally:
             await engine.aclose()
+
+
+async def test_files_of_a_sqlite_log_outlast_a_restart(tmp_path: Path) -> None:
+    """An engine given a SQLite log and no data_dir keeps the files beside the log, where
+    data_dir=<its directory> keeps them: a host restarted on the log reads a paused script's
+    files. They were kept in memory, so the resumed script failed with 'a.txt is gone'."""
+    from engine import SqliteStore
+
+    @tool(needs_approval=True)
+    def pay(cents: int) -> str:
+        """Pay."""
+        return "paid"
+
+    code = """
+    const text = await files.text("a.txt");
+    await tools.pay({ cents: text.length });
+    return await files.text("a.txt");
+    """
+    first = CodeMode([pay], runner=InProcessRunner(), store=SqliteStore(tmp_path))
+    try:
+        paused = await first.run_code(code, files=[Attachment("a.txt", data=b"hello")])
+        assert paused.status == "paused", paused.text
+    finally:
+        await first.aclose()
+    assert len([p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]) == 1
+    restarted = CodeMode([pay], runner=InProcessRunner(), store=SqliteStore(tmp_path))
+    try:
+        await restarted.approve(paused.script_id, paused.waiting[0]["call_id"])
+        done = await restarted.resume(paused.script_id)
+        assert done.status == "finished" and done.value == "hello", done.text
+    finally:
+        await restarted.aclose()
+
+
+async def test_a_long_line_is_read_in_time_linear_in_its_length() -> None:
+    """files.lines over a file of one 56 MiB line (minified JSON, a CSV whose lines end in a
+    CR alone) finishes well within compute_ms in the confined process. The reader joined
+    each 256 KiB piece onto the line so far and split it all again, quadratic in the line:
+    this took about 11 s of CPU and met compute_ms (5 s); it takes well under one now."""
+    from runner import ProcessRunner
+
+    size = 56 << 20
+    code = """
+    let n = 0, chars = 0;
+    for await (const line of files.lines("one.txt")) { n++; chars += line.length; }
+    return [n, chars];
+    """
+    async with ProcessRunner() as runner:
+        engine = CodeMode([], runner=runner)
+        try:
+            result = await engine.run_code(code, files=[Attachment("one.txt", data=b"x" * size)])
+        finally:
+            await engine.aclose()
+    assert result.status == "finished", result.text
+    assert result.value == [1, size]
+
+
+async def test_files_text_reads_a_file_at_its_bound_in_the_confined_process() -> None:
+    """files.text of a file of an eighth of memory (32 MiB by default), the most it reads,
+    gives its text. The process crashed (SandboxCrash, SIGSEGV): orjson, encoding the answer
+    for the script, reserved about eight bytes a character, and the heap limit (512 MiB)
+    refused it."""
+    from runner import ProcessRunner
+
+    size = Limits().memory // 8
+    async with ProcessRunner() as runner:
+        engine = CodeMode([], runner=runner)
+        try:
+            result = await engine.run_code(
+                'const t = await files.text("a.txt"); return [t.length, t.slice(-3)]',
+                files=[Attachment("a.txt", data=b"x" * (size - 3) + b'\\"\n')],
+            )
+        finally:
+            await engine.aclose()
+    assert result.status == "finished", result.text
+    assert result.value == [size, '\\"\n']

@@ -309,3 +309,77 @@ async def test_arguments_named_self_and_kwargs_are_taken(
         assert "TypeCheckError" in wrong.text and "line 1" in wrong.text, wrong.text
     finally:
         await engine.aclose()
+
+
+async def test_tools_whose_names_a_script_cannot_write_are_called_with_getattr(
+    checker: PythonTypeChecker, inproc: InProcessRunner
+) -> None:
+    """A tool whose name starts with `_` (an MCP tool "2fa_verify" is `_2fa_verify`) could not
+    be called from Python at all: `tools._x` and `getattr(tools, "_x")` were refused as
+    private attributes, `tools.__init__` was the object's own method, yet the stub declared
+    each as a method. The stub says to call it with getattr, and getattr reaches the tool."""
+
+    def echo(**arguments: Any) -> Any:
+        return arguments
+
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    names = ["2fa_verify", "_private", "__init__", "__doc__"]
+    engine = CodeMode(
+        [Tool(n, input_schema=schema, handler=echo) for n in names],
+        runner=inproc,
+        language="python",
+        type_check=checker,
+    )
+    try:
+        assert [t.name for t in engine.tools] == ["_2fa_verify", "_private", "__init__", "__doc__"]
+        description = engine.definition()["description"]
+        for tool_name in ("_2fa_verify", "_private", "__init__", "__doc__"):
+            assert f"async def {tool_name}(" not in description
+            assert f'await getattr(tools, "{tool_name}")(...)' in description
+        calls = ", ".join(
+            f'await getattr(tools, "{n}")(a="{n}")' for t in engine.tools for n in [t.name]
+        )
+        result = await engine.run_code(f"return [{calls}]")
+        assert result.status == "finished", result.text
+        assert result.value == [{"a": t.name} for t in engine.tools]
+    finally:
+        await engine.aclose()
+
+
+async def test_none_for_a_required_argument_that_takes_null_is_null(
+    checker: PythonTypeChecker, inproc: InProcessRunner
+) -> None:
+    """`x: int | None` without a default is required and takes null: its stub says so, the
+    check takes `x=None`, but the sandbox leaves a None argument out, so the call failed
+    with 'missing required property "x"' (JavaScript's `{ x: null }` ran). A required
+    argument that does not take null is still missing when given None."""
+
+    @tool
+    def setting(x: int | None, y: int = 0) -> str:
+        """Set x, or clear it with None."""
+        return repr(x)
+
+    @tool
+    def strict(y: int) -> str:
+        """Y."""
+        return repr(y)
+
+    engine = CodeMode([setting, strict], runner=inproc, language="python", type_check="off")
+    try:
+        for code in (
+            "return await tools.setting(x=None)",
+            'return await tools.setting({"x": None})',
+        ):
+            result = await engine.run_code(code)
+            assert result.status == "finished", result.text
+            assert result.value == "None"
+        refused = await engine.run_code("return await tools.strict(y=None)")
+        assert 'missing required property "y"' in refused.text, refused.text
+    finally:
+        await engine.aclose()
+    js = CodeMode([setting], runner=inproc, type_check="off")
+    try:
+        left_out = await js.run_code("return await tools.setting({})")
+        assert 'missing required property "x"' in left_out.text, left_out.text
+    finally:
+        await js.aclose()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from engine import CodeMode, CodeModeError, ToolDefinitionError, tool
@@ -111,6 +113,8 @@ async def test_skill_added_later_keeps_the_description(inproc: InProcessRunner) 
         ({"name": "x" * 257}, "at most 256 characters"),
         ({"name": "ok", "instructions": "do \ud800 this"}, "instructions has a NUL or a lone"),
         ({"name": "ok", "description": "d\udfff"}, "description has a NUL or a lone"),
+        ({"name": "ok", "files": {"notes.md": "# Notes\n"}}, "which is no file on disk"),
+        ({"name": "ok", "files": {"gone.md": Path("/nonexistent/gone.md")}}, "no file on disk"),
     ],
 )
 def test_bad_skills_are_refused(kwargs: dict[str, object], named: str) -> None:
@@ -118,7 +122,9 @@ def test_bad_skills_are_refused(kwargs: dict[str, object], named: str) -> None:
     text no log keeps (a NUL, a lone surrogate) in its name, description, instructions or
     file paths, and a name that is not one short line. Before, such a skill was taken, and
     then every load of it failed blaming 'the tool', every search that found it failed,
-    and a file path with a NUL failed every run_code of the engine."""
+    and a file path with a NUL failed every run_code of the engine. A file to be read from a
+    path that is no file (the file's text given as a str, which is a path) is refused too: it
+    failed every run_code of the engine, 'return 1' included."""
     kwargs = {"description": "d", "instructions": "i", **kwargs}
     with pytest.raises(ToolDefinitionError, match=named):
         Skill(**kwargs)  # type: ignore[arg-type]

@@ -14,7 +14,7 @@ import time
 from typing import Annotated, Any, Literal
 
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_serializer
 
 from engine._functions import parse_docstring, tool
 from engine._naming import sanitize_name, unique_names
@@ -734,6 +734,16 @@ def test_bad_input_schemas_are_refused(schema: Any, message: str) -> None:
     assert message in text
 
 
+def test_an_unknown_meta_schema_is_named_as_such() -> None:
+    """A `$schema` the validator does not know was refused with advice about `$ref`, which
+    the schema may not even have; the message says what to do about the `$schema`."""
+    with pytest.raises(ToolDefinitionError) as info:
+        Tool("t", input_schema={"$schema": "https://example.com/my-meta", "type": "object"})
+    text = str(info.value)
+    assert "https://example.com/my-meta" in text and "$ref" not in text
+    assert "drop the $schema" in text
+
+
 def test_bad_output_schema_is_refused() -> None:
     """An output schema is checked too (it need not be an object)."""
     Tool("ok", output_schema={"type": "array", "items": {"type": "string"}})
@@ -945,3 +955,53 @@ def test_a_description_that_is_not_unicode_text_is_refused() -> None:
     definition = json.loads('{"name": "t", "description": "x \\ud83d", "inputSchema": {}}')
     with pytest.raises(ToolDefinitionError, match=r"description.*surrogate"):
         Tool.from_mcp(definition)
+
+
+class _Recorded(BaseModel):
+    """A model that records the thread that dumps it."""
+
+    n: int
+    threads: Any = Field(default=None, exclude=True)
+
+    @field_serializer("n")
+    def _record(self, n: int) -> int:
+        self.threads.append(threading.current_thread())
+        return n
+
+
+def test_a_sync_handlers_result_is_converted_in_its_tool_thread() -> None:
+    """Converting and checking a result is Python work proportional to its size (a result of
+    two million small objects: 11 s), so a sync handler's result is converted in the tool
+    thread that ran it; on the event loop it held every other script's calls and leases."""
+    threads: list[threading.Thread] = []
+
+    def handler() -> Any:
+        return [_Recorded(n=1, threads=threads)]
+
+    t = Tool("big", handler=handler, output_schema={"type": "array"})
+    assert call(t, {}) == [{"n": 1}]
+    assert threads and threads[0] is not threading.main_thread()
+
+    def failing() -> Any:
+        return {"n": math.nan}  # converting it fails, in the thread: the call's error
+
+    assert "the number nan at n" in call_error(Tool("bad", handler=failing), {})
+
+
+def test_a_type_defined_after_its_function_is_named_as_the_problem() -> None:
+    """A module-level class defined after the function @tool decorates is not there yet when
+    @tool resolves the annotations; the message said to define it "at module level", where
+    it already was. It says to define it before the function."""
+    source = (
+        "from __future__ import annotations\n"
+        "from engine import tool\n"
+        "@tool\n"
+        "def f(x: Later) -> int:\n"
+        "    return 1\n"
+        "class Later:\n"
+        "    pass\n"
+    )
+    with pytest.raises(ToolDefinitionError) as info:
+        exec(compile(source, "later.py", "exec"), {"__name__": "later"})
+    assert "name 'Later' is not defined" in str(info.value)
+    assert "before the function" in str(info.value)

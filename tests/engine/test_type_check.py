@@ -484,3 +484,23 @@ async def test_an_optional_any_parameter_takes_any_value(
     result = await CodeMode([echo], runner=inproc).run_code("return await tools.echo({ x: 1 });")
     assert result.status == "finished", result.text
     assert result.value == 1
+
+
+async def test_a_tool_named_new_is_a_method_not_a_construct_signature(
+    compiler: str, inproc: InProcessRunner
+) -> None:
+    """`new(input: ...)` in a type is a construct signature, so a tool named `new` was not a
+    member of `Tools` and every call to it was refused; JavaScript calls `tools.new(...)`."""
+    if typescript.BUNDLE is None:
+        require("sandbox/typescript.bundle.js is missing: run `make install` to build it")
+
+    def echo(**arguments: Any) -> Any:
+        return arguments
+
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    engine = CodeMode([Tool("new", input_schema=schema, handler=echo)], runner=inproc)
+    result = await engine.run_code('return await tools.new({ a: "x" });')
+    assert result.status == "finished", result.text
+    assert result.value == {"a": "x"}
+    wrong = await engine.run_code("return await tools.new({ a: 1 });")
+    assert "TypeCheckError" in wrong.text, wrong.text

@@ -98,8 +98,10 @@ def declare_tool(
     # A tool with no required input may be called as tools.x(): the sandbox sends {}.
     required = tool.input_schema.get("required")
     optional = "?" if not required and tool.input_schema.get("type") == "object" else ""
+    # In a type, `new(...)` is a construct signature: a method named `new` is quoted.
+    name = literal(tool.name) if tool.name == "new" else tool.name
     member = (
-        f"{_comment(tool, full)}{INDENT}{tool.name}(input{optional}: {input_type}): "
+        f"{_comment(tool, full)}{INDENT}{name}(input{optional}: {input_type}): "
         f"Promise<{result_type}>;\n"
     )
     types = "".join(f"{declaration}\n" for declaration in renderer.drain())

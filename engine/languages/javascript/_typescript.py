@@ -111,7 +111,7 @@ def _wrap(t: Rendered, need: int) -> str:
 
 
 def _union(parts: list[Rendered]) -> Rendered:
-    texts: list[str] = []
+    texts: dict[str, None] = {}  # ordered, and a lookup is not a scan
     for part in parts:
         if part.text == "unknown":
             return _UNKNOWN
@@ -119,12 +119,12 @@ def _union(parts: list[Rendered]) -> Rendered:
             continue
         # A union we built is flattened into its members, so `T | null | null` cannot happen.
         for piece in part.members or (part.text,):
-            if piece not in texts:
-                texts.append(piece)
+            texts.setdefault(piece)
     if not texts:
         return _NEVER
     if len(texts) == 1:
-        return next((p for p in parts if p.text == texts[0]), Rendered(texts[0]))
+        only = next(iter(texts))
+        return next((p for p in parts if p.text == only), Rendered(only))
     return Rendered(" | ".join(texts), UNION, tuple(texts))
 
 

@@ -27,9 +27,10 @@ it out, as JavaScript leaves out ``undefined``. An object type is a ``TypedDict`
 functional form when a key is not a Python name); each ``$ref`` target is a named type,
 declared once after ``tools``, so a recursive schema stays finite. A tool whose properties
 are not all Python names takes ``**kwargs: Unpack[<Tool>_Input]``. Python has no
-intersection type: an ``allOf`` of several object types is ``Any``. The schema walk is
-shared with TypeScript (``engine.languages._walk``), and so are the 12 KiB rules
-(``engine.languages._dialect``).
+intersection type: an ``allOf`` of several object types is ``Any``. A tool named a keyword
+or with a leading ``_`` (which a script may not write as an attribute) is a comment saying to
+call it with ``getattr``. The schema walk is shared with TypeScript
+(``engine.languages._walk``), and so are the 12 KiB rules (``engine.languages._dialect``).
 
 The type check reads the same stubs with every name it needs from ``builtins`` and
 ``typing`` under a private alias (``_str``), so a tool or a key called ``list`` or ``str``
@@ -232,19 +233,18 @@ class StubRenderer(Walker):
         return f"{self.n('NotRequired')}[{member.type.text}]"
 
     def union(self, parts: list[Rendered]) -> Rendered:
-        texts: list[str] = []
+        texts: dict[str, None] = {}  # ordered, and a lookup is not a scan
         for part in parts:
             if part.text == self.unknown.text:
                 return self.unknown
             if part.text == self.never.text:
                 continue
             for piece in part.members or (part.text,):
-                if piece not in texts:
-                    texts.append(piece)
+                texts.setdefault(piece)
         if not texts:
             return self.never
         if len(texts) == 1:
-            return Rendered(texts[0])
+            return Rendered(next(iter(texts)))
         return Rendered(" | ".join(texts), 0, tuple(texts))
 
     def intersection(self, parts: list[Rendered]) -> Rendered:
@@ -345,8 +345,9 @@ def declare_tool(
     """
     renderer = StubRenderer(namer, comments=comments and not check, check=check)
     any_ = renderer.unknown.text
-    if not is_python_name(tool.name):
-        # `tools.class(...)` is not Python: the script calls it with getattr.
+    if not is_python_name(tool.name) or tool.name.startswith("_"):
+        # `tools.class(...)` is not Python, and a script may not write an attribute that
+        # starts with `_` (`tools._2fa_verify`, `tools.__init__`): it calls them with getattr.
         if check:
             return "", ""
         note = (
