@@ -162,6 +162,14 @@ class PostgresStore(SqlStore):
                 # the server to take connections again).
                 await pool.check()
                 return await _attempt(pool, make, write)
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as e:
+            raise StoreUnavailable(
+                f"the PostgreSQL session log in schema {self.schema!r} at {self.where()} is "
+                f"not as codemode made it ({_first_line(e)}): was a table changed by hand, or "
+                "does another application use that schema? Give [codemode.store] schema one "
+                "of its own, or restore the log",
+                permanent=True,
+            ) from None
         except (PoolTimeout, psycopg.OperationalError, _Uncommitted) as e:
             # Translated once, here: the engine sees the log's own error family.
             cause = e.__cause__ if isinstance(e, _Uncommitted) else e

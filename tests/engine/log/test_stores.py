@@ -355,3 +355,25 @@ async def test_sqlite_log_damaged_after_it_opened_is_one_clear_error(tmp_path: P
     message = str(caught.value)
     assert str(store.path) in message and "malformed" in message and "integrity_check" in message
     assert caught.value.permanent
+
+
+async def test_postgres_log_whose_tables_were_changed_is_one_clear_error(postgres: str) -> None:
+    """A schema whose tables are not the ones codemode made (one dropped by hand, or a
+    schema of that name that another application uses) fails with StoreUnavailable naming
+    the schema and the table, not psycopg's UndefinedTable."""
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    store = PostgresStore(postgres, schema=schema)
+    try:
+        record = ScriptRecord(id="s1", code="1", tenant="t", now_ms=0, seed=0, created_ms=0)
+        await store.start(record, "host", 30_000)
+        async with await psycopg.AsyncConnection.connect(postgres, autocommit=True) as conn:
+            await conn.execute(f'DROP TABLE "{schema}".calls')
+        with pytest.raises(StoreUnavailable) as caught:
+            await store.calls("s1")
+    finally:
+        await store.aclose()
+    message = str(caught.value)
+    assert repr(schema) in message and 'relation "calls" does not exist' in message, message
+    assert "[codemode.store] schema" in message and caught.value.permanent
