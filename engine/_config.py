@@ -200,7 +200,7 @@ class Config:
             raise ConfigError(f"{where}: [codemode.mcpServers] must be a table of servers")
         resolved = None
         if data_dir is not None:
-            resolved = Path(data_dir)
+            resolved = Path(data_dir).expanduser()  # "~/..." is the home directory, as in a shell
             if base is not None and not resolved.is_absolute():
                 resolved = base / resolved
         return cls(
@@ -309,10 +309,8 @@ def _store(table: Any, where: str) -> StoreConfig:
             f'{where}: [codemode.store] kind = {_shown(kind)}; use "sqlite", "postgres" or "memory"'
         )
     lease_ms = table.get("lease_ms", DEFAULT_LEASE_MS)
-    if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms < 100:
-        raise ConfigError(
-            f"{where}: [codemode.store] lease_ms must be whole milliseconds, 100 or more"
-        )
+    if not _a_lease(lease_ms):
+        raise ConfigError(f"{where}: [codemode.store] lease_ms must be {_LEASE_RANGE}")
     max_connections = table.get("max_connections", 20)
     if (
         isinstance(max_connections, bool)
@@ -404,6 +402,19 @@ def _a_path(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip()) and "\0" not in value
 
 
+# A lease shorter than this could not be renewed in time; one longer than the other times'
+# bound is a typo (and a huge one overflows the stores' time columns).
+_LEASE_RANGE = f"whole milliseconds, 100 to {int(MAX_SECONDS * 1000):,}"
+
+
+def _a_lease(value: Any) -> bool:
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and 100 <= value <= int(MAX_SECONDS * 1000)
+    )
+
+
 def _seconds(value: Any) -> bool:
     return (
         isinstance(value, int | float)
@@ -452,11 +463,10 @@ def check_engine_options(
 ) -> None:
     """:class:`ConfigError` for a ``CodeMode`` option no host means: a worker that cannot be
     called, times that are not positive finite seconds (``call_timeout`` may be None), or a
-    lease shorter than 100 ms (a host could not renew it in time)."""
-    if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms < 100:
+    lease shorter than 100 ms (a host could not renew it in time) or longer than a week."""
+    if not _a_lease(lease_ms):
         raise ConfigError(
-            f"lease_ms = {_shown(lease_ms)} must be whole milliseconds, 100 or more "
-            f"(default {DEFAULT_LEASE_MS:,})"
+            f"lease_ms = {_shown(lease_ms)} must be {_LEASE_RANGE} (default {DEFAULT_LEASE_MS:,})"
         )
     if not _seconds(poll_interval):
         raise ConfigError(f"poll_interval = {_shown(poll_interval)} must be seconds, over 0")

@@ -66,7 +66,10 @@ def test_postgres_store_from_the_environment(
         ('kind = "postgres"\ndsn_env = "CODEMODE_UNSET_DSN"', "$CODEMODE_UNSET_DSN is not set"),
         ('kind = "postgres"\ndsn = "x"\ndsn_env = "Y"', "dsn or dsn_env, not both"),
         ('dsn = "postgresql://x"', 'is for kind = "postgres" only'),
-        ("lease_ms = 5", "lease_ms must be whole milliseconds, 100 or more"),
+        ("lease_ms = 5", "lease_ms must be whole milliseconds, 100 to 604,800,000"),
+        # Past a week (the other times' bound), it overflowed the store's time column: an
+        # OverflowError (SQLite) or NumericValueOutOfRange (PostgreSQL) traceback at start.
+        ("lease_ms = 9223372036854775807", "lease_ms must be whole milliseconds, 100 to"),
         ("max_connections = 0", "max_connections must be a whole number"),
         ("colour = 1", "unknown key(s) 'colour'"),
     ],
@@ -75,3 +78,21 @@ def test_bad_store_table_is_refused(tmp_path: Path, table: str, named: str) -> N
     with pytest.raises(ConfigError) as caught:
         _config(tmp_path, f"[codemode.store]\n{table}\n")
     assert named in str(caught.value) and "[codemode.store]" in str(caught.value)
+
+
+def test_engine_lease_past_a_week_is_refused() -> None:
+    """CodeMode(lease_ms=...) is bounded as codemode.toml's lease_ms is (one check)."""
+    from engine import CodeMode
+
+    with pytest.raises(ConfigError, match="lease_ms = 9223372036854775807 must be whole"):
+        CodeMode([], store=MemoryStore(), lease_ms=2**63 - 1)
+
+
+def test_data_dir_with_a_tilde_is_the_home_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """data_dir = "~/..." means the home directory, as in a shell, not a directory named
+    "~" beside the config file (where the log went before, unseen)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    config = _config(tmp_path, '[codemode]\ndata_dir = "~/agents/log"\n')
+    assert config.data_dir == tmp_path / "home" / "agents" / "log"
