@@ -378,3 +378,27 @@ async def test_an_attachment_read_from_a_path_takes_its_type_from_its_id(
     )
     assert result.value == "image/png", result.text
     assert result.content[1]["type"] == "image"
+
+
+async def test_a_long_json_line_reaches_the_script_in_the_confined_process() -> None:
+    """files.jsonl over a line holding a 32 MiB string gives its value. The process crashed
+    (SIGSEGV): orjson, encoding the value again (to check it as data, then for the script),
+    reserved about eight bytes a character and the heap limit refused it. A line over 1 MiB
+    now goes to the script as its text, which orjson parsed; a short one as before."""
+    from runner import ProcessRunner
+
+    big = 32 << 20
+    data = b'{"a": "' + b"x" * big + b'", "n": [1, 2.5, null]}\n{"b": "\\u00e9"}\n'
+    code = """
+    const seen = [];
+    for await (const v of files.jsonl("big.jsonl")) seen.push(v.a ? [v.a.length, v.n] : v);
+    return seen;
+    """
+    async with ProcessRunner() as runner:
+        engine = CodeMode([], runner=runner)
+        try:
+            result = await engine.run_code(code, files=[Attachment("big.jsonl", data=data)])
+        finally:
+            await engine.aclose()
+    assert result.status == "finished", result.text
+    assert result.value == [[big, [1, 2.5, None]], {"b": "é"}]
