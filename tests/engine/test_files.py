@@ -338,23 +338,27 @@ async def test_a_long_line_is_read_in_time_linear_in_its_length() -> None:
 
 async def test_files_text_reads_a_file_at_its_bound_in_the_confined_process() -> None:
     """files.text of a file of an eighth of memory (32 MiB by default), the most it reads,
-    gives its text. The process crashed (SandboxCrash, SIGSEGV): orjson, encoding the answer
-    for the script, reserved about eight bytes a character, and the heap limit (512 MiB)
-    refused it."""
+    gives its text, in both languages. The process crashed (SandboxCrash, SIGSEGV): orjson,
+    encoding the answer for the script, reserved about eight bytes a character, and the heap
+    limit (512 MiB) refused it; a Python script then failed on orjson's parse of the answer
+    ('JSONDecodeError: Not enough memory to allocate buffer')."""
     from runner import ProcessRunner
 
     size = Limits().memory // 8
+    files = [Attachment("a.txt", data=b"x" * (size - 3) + b'\\"\n')]
+    scripts = {
+        "javascript": 'const t = await files.text("a.txt"); return [t.length, t.slice(-3)]',
+        "python": 't = await files.text("a.txt")\nreturn [len(t), t[-3:]]',
+    }
     async with ProcessRunner() as runner:
         engine = CodeMode([], runner=runner)
         try:
-            result = await engine.run_code(
-                'const t = await files.text("a.txt"); return [t.length, t.slice(-3)]',
-                files=[Attachment("a.txt", data=b"x" * (size - 3) + b'\\"\n')],
-            )
+            for language, code in scripts.items():
+                result = await engine.run_code(code, files=files, language=language)  # type: ignore[arg-type]
+                assert result.status == "finished", (language, result.text)
+                assert result.value == [size, '\\"\n'], language
         finally:
             await engine.aclose()
-    assert result.status == "finished", result.text
-    assert result.value == [size, '\\"\n']
 
 
 async def test_an_attachment_read_from_a_path_takes_its_type_from_its_id(
