@@ -304,6 +304,44 @@ def test_a_csv_the_reader_refuses_throws_an_error_the_script_can_catch(
     assert ran.value.startswith(f"odd.csv {said}"), ran.value
 
 
+def test_small_chunks_are_read_from_the_runner_in_large_reads() -> None:
+    """files.chunks with a small size reads the file from the runner in pieces of 256 KiB
+    (as the other streams do), within file_bytes, and cuts the chunks from them. Each chunk
+    was a read of its own, a round trip through the runner: 1-byte chunks of a 1 MiB file
+    kept the host answering reads for the whole wall deadline (12.8 s of host CPU, measured)
+    and the script met it without using its CPU."""
+    data = b"abcdefgh" * 32 * 1024  # 256 KiB
+    asked: list[int] = []
+
+    def fetch(_file: str, offset: int, length: int) -> bytes:
+        asked.append(length)
+        return data[offset : offset + length]
+
+    info = FileInfo(id="a.bin", mime="application/octet-stream", size=len(data))
+    code = """
+    let n = 0, first = null;
+    for await (const c of files.chunks("a.bin", { size: 1, offset: 3 })) { n++; first ??= c; }
+    return [n, first];
+    """
+    script = Script(id="c", code=code, files=[info], clock=Clock(now_ms=0, seed=1), limits=Limits())
+    ran = run_in_process(script, fetch)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == [len(data) - 3, "d"]
+    assert len(asked) == 1 and ran.stats.file_bytes == len(data) - 3
+    # Within file_bytes: the read ahead takes no more than the run may still read.
+    asked.clear()
+    tight = Script(
+        id="t",
+        code=code,
+        files=[info],
+        clock=Clock(now_ms=0, seed=1),
+        limits=Limits(file_bytes=1000),
+    )
+    ran = run_in_process(tight, fetch)
+    assert ran.outcome == "failed" and ran.limit is not None and ran.limit.name == "file_bytes"
+    assert asked == [1000]
+
+
 def test_show_records_the_files_shown() -> None:
     """files.show(id) puts the file in front of the model when the script ends."""
     ran = run("files.show('notes.md'); files.show('chart.png'); files.show('notes.md'); return 1")
