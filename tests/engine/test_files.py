@@ -355,3 +355,26 @@ async def test_files_text_reads_a_file_at_its_bound_in_the_confined_process() ->
             await engine.aclose()
     assert result.status == "finished", result.text
     assert result.value == [size, '\\"\n']
+
+
+async def test_an_attachment_read_from_a_path_takes_its_type_from_its_id(
+    inproc: InProcessRunner, tmp_path: Path
+) -> None:
+    """An attachment's type is guessed from its id (what the script and the model know it
+    by), then from its path: an upload kept as /uploads/8f3a but attached as chart.png is
+    shown to the model as an image. It was guessed from the path alone, so it was
+    application/octet-stream and shown as text (the PNG's bytes decoded as UTF-8)."""
+    png = b"\x89PNG\r\n\x1a\n" + b"\0" * 50
+    upload = tmp_path / "8f3a"
+    upload.write_bytes(png)
+    named = tmp_path / "notes.md"
+    named.write_bytes(b"# hi\n")
+    assert Attachment("chart.png", path=upload).mime_type() == "image/png"
+    assert Attachment("notes", path=named).mime_type() == "text/markdown"  # the path's, then
+    engine = CodeMode([], runner=inproc)
+    result = await engine.run_code(
+        "files.show('chart.png'); return files.stat('chart.png').mime",
+        files=[Attachment("chart.png", path=upload)],
+    )
+    assert result.value == "image/png", result.text
+    assert result.content[1]["type"] == "image"
