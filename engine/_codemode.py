@@ -32,7 +32,13 @@ from engine._config import (
 )
 from engine._drive import Drive, dead_local_owner, new_owner
 from engine._ending import Ending
-from engine._errors import CallNotWaiting, CodeModeError, ConfigError, ToolsMissing
+from engine._errors import (
+    CallNotWaiting,
+    CodeModeError,
+    ConfigError,
+    StoreUnavailable,
+    ToolsMissing,
+)
 from engine._events import Listener, listeners_option
 from engine._files import Attachment, BlobStore, attachments_of, record_files
 from engine._functions import as_tools
@@ -576,14 +582,25 @@ class CodeMode(StepLoop):
         self._check_open()
         stop = stop or asyncio.Event()
         while not stop.is_set():
-            lease = await self.store.claim_ready(new_owner(), self.lease_ms)
-            if lease is None and self.store.local:
-                lease = await self._take_from_dead_host()
-            if lease is None:
+            try:
+                lease = await self.store.claim_ready(new_owner(), self.lease_ms)
+                if lease is None and self.store.local:
+                    lease = await self._take_from_dead_host()
+                drive = (
+                    None if lease is None else await Drive.resume(self.store, lease, self.lease_ms)
+                )
+            except StoreUnavailable as e:
+                if e.permanent:
+                    raise
+                # A database restart or outage: what waits in the log waits on, and the
+                # worker goes on looking once it answers (a service dying here would not).
+                logger.warning("worker could not reach the session log, trying again: %s", e)
+                drive = None
+            if drive is None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.poll_interval)
                 continue
-            drive = await Drive.resume(self.store, lease, self.lease_ms)
+            lease = drive.lease
             self._emit(
                 "resumed", lease.script_id, tenant=drive.record.tenant, steps=drive.record.steps
             )

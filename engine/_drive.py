@@ -185,7 +185,9 @@ class Drive:
                 self.lease.owner,
             )
             return
-        except Exception:  # the store is unreachable: the next write will say so
+        except CodeModeError as e:  # the store did not answer: the next write will say so
+            logger.warning("script lease not renewed script=%s: %s", self.record.id, e)
+        except Exception:
             logger.warning("script lease not renewed script=%s", self.record.id, exc_info=True)
         finally:
             self._renewal = None

@@ -64,4 +64,10 @@ class ToolsMissing(CodeModeError):
 
 class StoreUnavailable(CodeModeError):
     """The session log did not answer (a database down or overloaded). Nothing is lost: what
-    was written stays written, and the script resumes from the log once the store is back."""
+    was written stays written, and the script resumes from the log once the store is back.
+    ``permanent``: it will not answer as things are (its file is damaged: the message says
+    what to do first)."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent

@@ -23,7 +23,9 @@ stdin.
 
 Exit codes: 0 finished, 1 the script failed, 2 a mistake in the command, its files or its
 config (one line on stderr naming it and the fix, never a traceback), 3 paused, 4 another host
-drives the script, 130 interrupted, 141 its reader left (``| head``: it ends quietly).
+drives the script, 75 no runner took a step in time or the session log did not answer (the
+script waits in the log: resume it later), 130 interrupted, 141 its reader left (``| head``:
+it ends quietly), 143 terminated.
 
 While ``run`` or ``resume`` drives a script, a terminal on stderr shows a live line (steps,
 calls, elapsed time); ``--events FILE`` writes each event as a JSON line (``-``: stderr).
@@ -50,7 +52,13 @@ import orjson
 
 from engine._codemode import CodeMode, RunResult
 from engine._config import Config, build_runner
-from engine._errors import CodeModeError, ConfigError, StepUnavailable, ToolDefinitionError
+from engine._errors import (
+    CodeModeError,
+    ConfigError,
+    StepUnavailable,
+    StoreUnavailable,
+    ToolDefinitionError,
+)
 from engine._events import Listener
 from engine._loading import load_tools
 from engine._progress import EventLines, ProgressLine
@@ -69,7 +77,8 @@ from sandbox.protocol import Script, size_text
 # A script's status as the exit code of `run` and `resume` (the README's table says each).
 EXIT_CODES = {"finished": 0, "failed": 1, "paused": 3, "elsewhere": 4}
 MISTAKE = 2
-# No runner took a step in time (sysexits' EX_TEMPFAIL): the same command may work later.
+# No runner took a step in time, or the session log did not answer (sysexits'
+# EX_TEMPFAIL): the same command may work later.
 UNAVAILABLE = 75
 
 
@@ -672,6 +681,10 @@ def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     if getattr(args, "verbose", False):
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    else:
+        # psycopg warns at every reconnect attempt of its pool (several lines a second while
+        # a database is down); the store's own error names the database and what to do.
+        logging.getLogger("psycopg").setLevel(logging.ERROR)
     try:
         if args.command == "run":
             return _interruptible(_run(args))
@@ -700,7 +713,7 @@ def _main(argv: list[str] | None) -> int:
             return 0
         _parser().print_help()
         return 2
-    except StepUnavailable as e:
+    except (StepUnavailable, StoreUnavailable) as e:
         print(f"codemode: {e}", file=sys.stderr)
         return MISTAKE if e.permanent else UNAVAILABLE
     except CodeModeError as e:

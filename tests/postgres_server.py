@@ -64,12 +64,19 @@ class PostgresServer:
         self._user: str | None = None
         self._options = ""  # the server's options (its port), for resume()
 
-    def _run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def _command(self, *args: str) -> list[str]:
         command = list(args)
         if self._user is not None:
             command = ["runuser", "-u", self._user, "--", *command]
+        return command
+
+    def _run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            self._command(*args),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
         )
 
     def start(self) -> str:
@@ -150,9 +157,13 @@ class PostgresServer:
         connections."""
         self._pg_ctl("-o", self._options, "start")
 
-    def _pg_ctl(self, *args: str) -> None:
+    def halt_command(self, mode: str = "fast") -> list[str]:
+        """The command line that does :meth:`halt`, for another process to run."""
+        return self._command(*self._pg_ctl_args("-m", mode, "stop"))
+
+    def _pg_ctl_args(self, *args: str) -> list[str]:
         assert self._bin is not None and self._dir is not None, "start() it first"
-        done = self._run(
+        return [
             str(self._bin / "pg_ctl"),
             "-D",
             str(self._dir / "data"),
@@ -162,8 +173,10 @@ class PostgresServer:
             "-t",
             "60",
             *args,
-            timeout=90,
-        )
+        ]
+
+    def _pg_ctl(self, *args: str) -> None:
+        done = self._run(*self._pg_ctl_args(*args), timeout=90)
         if done.returncode != 0:
             raise PostgresUnavailable(f"pg_ctl {' '.join(args)} failed: {done.stderr.strip()}")
 

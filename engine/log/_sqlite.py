@@ -167,6 +167,13 @@ class SqliteStore(SqlStore):
                 f"the session log {self.path} could not be written ({e}); nothing written is "
                 "lost: resume the script once it can"
             ) from None
+        except sqlite3.DatabaseError as e:  # "database disk image is malformed"
+            raise StoreUnavailable(
+                f"the session log {self.path} is damaged ({e}): check it with sqlite3 "
+                f"{self.path} 'PRAGMA integrity_check', and restore it from a backup (or "
+                "'.recover' what it can into a new file)",
+                permanent=True,
+            ) from None
         except OSError as e:  # the log's fsync failed: the write may not be on the disk
             raise StoreUnavailable(
                 f"the session log {self.path} could not be synced to the disk ({e}); check "

@@ -6,8 +6,14 @@ session's shared one, nor a server named by ``CODEMODE_TEST_DSN``)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +36,9 @@ def server() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.stop()
+
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _store(server: PostgresServer) -> PostgresStore:
@@ -104,3 +113,119 @@ async def test_a_log_whose_server_stays_down_is_store_unavailable(server: Postgr
         assert await store.scripts() == []
     finally:
         await store.aclose()
+
+
+HALTING_TOOLS = """
+import json, os, subprocess
+from engine import tool
+
+@tool
+def halt() -> str:
+    \"\"\"Stop the log's PostgreSQL server, for good.\"\"\"
+    subprocess.run(json.loads(os.environ["HALT_COMMAND"]), check=True, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return "halted"
+"""
+
+
+def test_cli_run_whose_log_goes_away_exits_75_with_one_error(
+    server: PostgresServer, tmp_path: Path
+) -> None:
+    """`codemode run` on a PostgreSQL log whose server stops mid-script (and stays down)
+    ends with exit code 75, as a step no runner took does (the script is in the log:
+    resume it once the server is back), not 2 ("a mistake in the command"); its stderr has
+    the error, not a traceback from the lease renewal's warning, nor psycopg's warning at
+    every reconnect attempt."""
+    tools = tmp_path / "tools.py"
+    tools.write_text(HALTING_TOOLS)
+    config = tmp_path / "codemode.toml"
+    config.write_text(
+        f'[codemode.store]\nkind = "postgres"\ndsn = "{server.dsn}"\n'
+        f'schema = "t_{uuid.uuid4().hex[:16]}"\n\n[codemode]\ntype_check = "off"\n'
+    )
+    script = tmp_path / "halt.js"
+    script.write_text("return await tools.halt({});")
+    env = {**os.environ, "HALT_COMMAND": json.dumps(server.halt_command("immediate"))}
+    try:
+        command = ["run", str(script), "--tools", str(tools), "--config", str(config)]
+        proc = subprocess.run(
+            [sys.executable, "-m", "engine.cli", *command],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=300,
+        )
+    finally:
+        server.resume()
+    assert proc.returncode == 75, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "error connecting" not in proc.stderr and "discarding" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("codemode: the PostgreSQL session log at") and "resume" in last
+
+
+async def test_a_worker_outlives_its_log_going_away(server: PostgresServer) -> None:
+    """`engine.work()` (what `codemode worker` runs) keeps going while its PostgreSQL log is
+    down, saying so in a warning each time it cannot reach it, and drives scripts again once
+    it is back. (Before, the first look for work that failed ended work() with
+    StoreUnavailable: a worker service died at a database restart that outlasted the connect
+    timeout.)"""
+    effects: list[int] = []
+
+    @tool(needs_approval=True)
+    def pay(cents: int) -> str:
+        """Pay, after a person approves."""
+        effects.append(cents)
+        return "paid"
+
+    loop = asyncio.get_running_loop()
+    missed = asyncio.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "worker could not reach the session log" in record.getMessage():
+                loop.call_soon_threadsafe(missed.set)
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    host = CodeMode(
+        [pay],
+        runner=InProcessRunner(),
+        store=PostgresStore(server.dsn, schema=schema),
+        type_check="off",
+    )
+    worker = CodeMode(
+        [pay],
+        runner=InProcessRunner(),
+        store=PostgresStore(server.dsn, schema=schema, connect_timeout=1),
+        poll_interval=0.05,
+        type_check="off",
+    )
+    seen = Seen()
+    logging.getLogger("codemode").addHandler(seen)
+    stop = asyncio.Event()
+    working = asyncio.ensure_future(worker.work(stop=stop))
+    try:
+        paused = await host.run_code("return await tools.pay({ cents: 5 });")
+        assert paused.status == "paused", paused.text
+        server.halt("immediate")
+        try:
+            noticed = asyncio.ensure_future(missed.wait())
+            done, _ = await asyncio.wait({working, noticed}, return_when=asyncio.FIRST_COMPLETED)
+            assert noticed in done and not working.done(), working
+        finally:
+            server.resume()
+        await host.approve(paused.script_id, paused.waiting[0]["call_id"])
+        for _ in range(2400):  # until the worker drove it (at most 2 minutes)
+            record = await host.store.get_script(paused.script_id)
+            if record.status in ("finished", "failed") or working.done():
+                break
+            await asyncio.sleep(0.05)
+        assert not working.done(), working
+        assert record.status == "finished" and effects == [5]
+    finally:
+        stop.set()
+        logging.getLogger("codemode").removeHandler(seen)
+        await asyncio.wait_for(asyncio.gather(working, return_exceptions=True), 60)
+        await worker.aclose()
+        await host.aclose()

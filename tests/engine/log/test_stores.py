@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from engine import ConfigError
+from engine import ConfigError, StoreUnavailable
 from engine.log import APPROVED, DONE, LogStore, PostgresStore, ScriptRecord, SqliteStore
 
 # The schema of the first release's SQLite log, as its files are on hosts' disks.
@@ -329,3 +329,29 @@ async def test_postgres_mistake_in_the_dsn_says_what_the_server_said(
     assert said in str(caught.value) and "[codemode.store] dsn" in str(caught.value)
     assert "pool" not in str(caught.value)
     assert not [r for r in caplog.records if r.name.startswith("psycopg")]
+
+
+async def test_sqlite_log_damaged_after_it_opened_is_one_clear_error(tmp_path: Path) -> None:
+    """A log whose pages were damaged (a disk fault, a copy cut short) but whose header still
+    opens fails its first read with StoreUnavailable naming the file and what to do, not
+    sqlite3.DatabaseError ("database disk image is malformed"), which no host expects."""
+    store = SqliteStore(tmp_path)
+    for i in range(200):
+        record = ScriptRecord(
+            id=f"s{i:04d}", code="x" * 2000, tenant="t", now_ms=0, seed=0, created_ms=0
+        )
+        await store.start(record, "host", 30_000)
+    await store.aclose()  # the last connection: the write-ahead log is checkpointed
+    damaged = bytearray(store.path.read_bytes())
+    middle = len(damaged) // 2
+    damaged[middle : middle + 16384] = b"\xab" * 16384
+    store.path.write_bytes(bytes(damaged))
+    store = SqliteStore(tmp_path)
+    try:
+        with pytest.raises(StoreUnavailable) as caught:
+            await store.scripts()
+    finally:
+        await store.aclose()
+    message = str(caught.value)
+    assert str(store.path) in message and "malformed" in message and "integrity_check" in message
+    assert caught.value.permanent
