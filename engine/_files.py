@@ -74,9 +74,14 @@ class Attachment:
         raise CodeModeError(f"attachment {self.id!r} has neither data nor a path")
 
     def mime_type(self) -> str:
+        """``mime``, or the type its id names (what the script and the model know it by),
+        or its path's: an upload kept as ``/uploads/8f3a`` attached as ``chart.png`` is an
+        image."""
         if self.mime:
             return self.mime
-        guessed, _ = mimetypes.guess_type(self.id if self.path is None else str(self.path))
+        guessed, _ = mimetypes.guess_type(self.id)
+        if guessed is None and self.path is not None:
+            guessed, _ = mimetypes.guess_type(str(self.path))
         return guessed or "application/octet-stream"
 
 

@@ -317,6 +317,16 @@ def _lines(pieces: Iterator[bytes], *, keep_ends: bool = False) -> Iterator[str]
         yield rest if keep_ends else rest.removesuffix("\r")
 
 
+class RawJson(str):
+    """JSON text the script is handed as it is (a long JSON line, already checked): encoding
+    its value again, orjson would reserve about eight bytes a character of it, more than the
+    process's heap limit allows for a line of tens of MiB (a SIGSEGV)."""
+
+
+# The longest JSON line whose value is encoded again for the script (see RawJson).
+LONG_JSON_LINE = 1024 * 1024
+
+
 def _jsonl(file_id: str, lines: Iterator[str]) -> Iterator[Any]:
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -325,6 +335,11 @@ def _jsonl(file_id: str, lines: Iterator[str]) -> Iterator[Any]:
             item = orjson.loads(line)
         except orjson.JSONDecodeError as e:
             raise FileError(f"{file_id} line {number} is not JSON: {e}") from None
+        if len(line) > LONG_JSON_LINE:
+            # As it is: checking it as data would encode it again (orjson parsed it, within
+            # its own depth; a call or a value that takes it from the script is checked then).
+            yield RawJson(line.strip())
+            continue
         problem = data_problem(item)
         if problem is not None:
             raise FileError(f"{file_id} line {number} {problem}")

@@ -97,6 +97,9 @@ from sandbox.replay import (
     _NotData,
 )
 
+# Longer than this, a files answer is parsed by the standard library (see Run._file_op).
+_LONG_ANSWER = 1024 * 1024
+
 __all__ = ["ALLOWED", "Run", "check", "warm_up_code"]
 
 FILENAME = "<script>"
@@ -1330,7 +1333,9 @@ class Run(Replay):
         answer = self._file(op, _json(args, "the argument"))
         tag, rest = answer[:1], answer[1:]
         if tag == "r":
-            return orjson.loads(rest)
+            # A long answer (a file's text, a long line) by the standard library's parser:
+            # orjson's takes a buffer of its own, more than the heap limit leaves for 32 MiB.
+            return json.loads(rest) if len(rest) > _LONG_ANSWER else orjson.loads(rest)
         if quiet:
             return None
         if tag == "t":

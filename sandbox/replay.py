@@ -36,7 +36,7 @@ from typing import Any, ClassVar, NoReturn, Protocol
 
 import orjson
 
-from sandbox.files import Fetch, FileError, FileLimit, Files
+from sandbox.files import Fetch, FileError, FileLimit, Files, RawJson
 from sandbox.names import closest_names
 from sandbox.protocol import (
     LIVE_VERSION,
@@ -553,12 +553,17 @@ def _answer_json(answer: Any) -> str:
     encoder, which sizes its output exactly. orjson reserves about eight bytes a character
     before it writes a string, and an allocation the process's heap limit refuses is a
     SIGSEGV in it: ``files.text`` of a 32 MiB file, its bound under the default memory,
-    crashed the process, as did a line that long."""
+    crashed the process, as did a line that long. A long JSON line goes as it is
+    (:class:`~sandbox.files.RawJson`)."""
     if isinstance(answer, str):
         return encode_basestring(answer)
     if isinstance(answer, dict) and isinstance(answer.get("items"), list):
         items = ",".join(
-            encode_basestring(item) if isinstance(item, str) else orjson.dumps(item).decode()
+            str(item)
+            if isinstance(item, RawJson)
+            else encode_basestring(item)
+            if isinstance(item, str)
+            else orjson.dumps(item).decode()
             for item in answer["items"]
         )
         return f'{{"items":[{items}],"done":{"true" if answer.get("done") else "false"}}}'

@@ -17,7 +17,7 @@ import json
 import re
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import unquote
 
@@ -475,9 +475,10 @@ class Walker(abc.ABC):
             if extra is False and not patterns:
                 return members, CLOSED
             if isinstance(extra, dict) and extra and not patterns:
-                return members, self.render(
-                    extra, doc, level + 1, hint=f"{doc.prefix}_{pascal('value')}"
-                )
+                value = self.render(extra, doc, level + 1, hint=f"{doc.prefix}_{pascal('value')}")
+                # A required key no property describes holds what the other keys hold (typed
+                # unknown, it would not fit the index signature of a TypeScript object).
+                return [replace(m, type=value) for m in members], value
             return members, self.unknown
         if (isinstance(extra, dict) and extra) or patterns:
             # A declared property must fit the other keys' type, so it can only say unknown.

@@ -105,7 +105,9 @@ def minimal(schema: Any, root: Any, depth: int = 0) -> Any:
         properties = schema.get("properties", {})
         extra = [k for k in properties if k not in required]
         required += extra[: max(0, schema.get("minProperties", 0) - len(required))]
-        return {k: minimal(properties.get(k, {}), root, depth + 1) for k in required}
+        extra = schema.get("additionalProperties")  # what a key no property describes holds
+        undescribed = extra if isinstance(extra, dict) else {}
+        return {k: minimal(properties.get(k, undescribed), root, depth + 1) for k in required}
     return None
 
 
@@ -348,6 +350,12 @@ ODD_SCHEMAS: dict[str, dict[str, Any]] = {
     "kwargs_and_extra": {
         "type": "object",
         "properties": {"kwargs": {"type": "string"}},
+        "additionalProperties": {"type": "string"},
+    },
+    # A required key no property describes holds what additionalProperties says.
+    "required_with_typed_extra": {
+        "type": "object",
+        "required": ["id"],
         "additionalProperties": {"type": "string"},
     },
     "self_key": {

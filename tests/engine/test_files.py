@@ -338,20 +338,71 @@ async def test_a_long_line_is_read_in_time_linear_in_its_length() -> None:
 
 async def test_files_text_reads_a_file_at_its_bound_in_the_confined_process() -> None:
     """files.text of a file of an eighth of memory (32 MiB by default), the most it reads,
-    gives its text. The process crashed (SandboxCrash, SIGSEGV): orjson, encoding the answer
-    for the script, reserved about eight bytes a character, and the heap limit (512 MiB)
-    refused it."""
+    gives its text, in both languages. The process crashed (SandboxCrash, SIGSEGV): orjson,
+    encoding the answer for the script, reserved about eight bytes a character, and the heap
+    limit (512 MiB) refused it; a Python script then failed on orjson's parse of the answer
+    ('JSONDecodeError: Not enough memory to allocate buffer')."""
     from runner import ProcessRunner
 
     size = Limits().memory // 8
+    files = [Attachment("a.txt", data=b"x" * (size - 3) + b'\\"\n')]
+    scripts = {
+        "javascript": 'const t = await files.text("a.txt"); return [t.length, t.slice(-3)]',
+        "python": 't = await files.text("a.txt")\nreturn [len(t), t[-3:]]',
+    }
     async with ProcessRunner() as runner:
         engine = CodeMode([], runner=runner)
         try:
-            result = await engine.run_code(
-                'const t = await files.text("a.txt"); return [t.length, t.slice(-3)]',
-                files=[Attachment("a.txt", data=b"x" * (size - 3) + b'\\"\n')],
-            )
+            for language, code in scripts.items():
+                result = await engine.run_code(code, files=files, language=language)  # type: ignore[arg-type]
+                assert result.status == "finished", (language, result.text)
+                assert result.value == [size, '\\"\n'], language
+        finally:
+            await engine.aclose()
+
+
+async def test_an_attachment_read_from_a_path_takes_its_type_from_its_id(
+    inproc: InProcessRunner, tmp_path: Path
+) -> None:
+    """An attachment's type is guessed from its id (what the script and the model know it
+    by), then from its path: an upload kept as /uploads/8f3a but attached as chart.png is
+    shown to the model as an image. It was guessed from the path alone, so it was
+    application/octet-stream and shown as text (the PNG's bytes decoded as UTF-8)."""
+    png = b"\x89PNG\r\n\x1a\n" + b"\0" * 50
+    upload = tmp_path / "8f3a"
+    upload.write_bytes(png)
+    named = tmp_path / "notes.md"
+    named.write_bytes(b"# hi\n")
+    assert Attachment("chart.png", path=upload).mime_type() == "image/png"
+    assert Attachment("notes", path=named).mime_type() == "text/markdown"  # the path's, then
+    engine = CodeMode([], runner=inproc)
+    result = await engine.run_code(
+        "files.show('chart.png'); return files.stat('chart.png').mime",
+        files=[Attachment("chart.png", path=upload)],
+    )
+    assert result.value == "image/png", result.text
+    assert result.content[1]["type"] == "image"
+
+
+async def test_a_long_json_line_reaches_the_script_in_the_confined_process() -> None:
+    """files.jsonl over a line holding a 32 MiB string gives its value. The process crashed
+    (SIGSEGV): orjson, encoding the value again (to check it as data, then for the script),
+    reserved about eight bytes a character and the heap limit refused it. A line over 1 MiB
+    now goes to the script as its text, which orjson parsed; a short one as before."""
+    from runner import ProcessRunner
+
+    big = 32 << 20
+    data = b'{"a": "' + b"x" * big + b'", "n": [1, 2.5, null]}\n{"b": "\\u00e9"}\n'
+    code = """
+    const seen = [];
+    for await (const v of files.jsonl("big.jsonl")) seen.push(v.a ? [v.a.length, v.n] : v);
+    return seen;
+    """
+    async with ProcessRunner() as runner:
+        engine = CodeMode([], runner=runner)
+        try:
+            result = await engine.run_code(code, files=[Attachment("big.jsonl", data=data)])
         finally:
             await engine.aclose()
     assert result.status == "finished", result.text
-    assert result.value == [size, '\\"\n']
+    assert result.value == [[big, [1, 2.5, None]], {"b": "é"}]
