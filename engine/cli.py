@@ -63,6 +63,7 @@ from engine._events import Listener
 from engine._loading import load_tools
 from engine._progress import EventLines, ProgressLine
 from engine._search import MAX_LIMIT, MAX_QUERY, ToolIndex
+from engine._source import MAX_CODE_BYTES
 from engine._stopping import INTERRUPT_GRACE, INTERRUPTED, TERMINATED, give_up
 from engine._tools import Tool
 from engine.adapters import FORMATS
@@ -544,9 +545,16 @@ async def _run(args: argparse.Namespace) -> int:
         if args.script == "-":
             if sys.stdin is None:  # started with fd 0 closed
                 raise CodeModeError("the script is - but stdin is closed: give it a file or pipe")
-            code = sys.stdin.buffer.read().decode("utf-8")
+            raw = sys.stdin.buffer.read(MAX_CODE_BYTES + 1)
         else:
-            code = Path(args.script).read_text(encoding="utf-8")
+            with open(args.script, "rb") as f:
+                raw = f.read(MAX_CODE_BYTES + 1)  # bounded: a path such as /dev/zero never ends
+        if len(raw) > MAX_CODE_BYTES:
+            raise CodeModeError(
+                f"the script {args.script} is over {MAX_CODE_BYTES:,} bytes, the most a script "
+                "may be; write a shorter script that reads its data with tool calls or files"
+            )
+        code = raw.decode("utf-8")
     except OSError as e:
         raise CodeModeError(f"cannot read the script {args.script}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:

@@ -643,6 +643,30 @@ def test_run_from_a_closed_stdin() -> None:
     one_clear_line(proc, "stdin", "closed")
 
 
+@pytest.mark.parametrize("source", ["/dev/zero", "-"])
+def test_a_script_that_never_ends_is_refused_at_the_size_bound(source: str) -> None:
+    """`run /dev/zero` (or an endless stdin) reads no more than a script may be, then says
+    so: it read until memory ran out before (here, under a 3 GB address-space bound, a
+    MemoryError traceback; without one, the machine's memory)."""
+    command = [
+        sys.executable,
+        "-m",
+        "engine.cli",
+        "run",
+        source,
+        "--tools",
+        "examples/tracker_tools.py",
+    ]
+    proc = subprocess.run(
+        ["sh", "-c", 'ulimit -v 3000000; exec "$@" < /dev/zero', "sh", *command],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    one_clear_line(proc, "over 262,144 bytes", "a script may be")
+
+
 STUCK_TOOLS = """
 import threading
 from pathlib import Path
