@@ -82,11 +82,21 @@ class ProgressLine:
 
 
 class EventLines:
-    """Each event as one JSON line on ``stream``, flushed, so a reader sees it at once."""
+    """Each event as one JSON line on ``stream``, flushed, so a reader sees it at once. A
+    write that fails (a full disk) stops the lines, keeping the error in ``failed`` for the
+    command to report once, rather than one traceback an event."""
 
     def __init__(self, stream: IO[bytes]) -> None:
         self.stream = stream
+        self.failed: OSError | None = None
 
     def __call__(self, event: Event) -> None:
-        self.stream.write(orjson.dumps(event.to_dict()) + b"\n")
-        self.stream.flush()
+        if self.failed is not None:
+            return
+        try:
+            self.stream.write(orjson.dumps(event.to_dict()) + b"\n")
+            self.stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            self.failed = e

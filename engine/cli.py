@@ -24,7 +24,8 @@ stdin.
 Exit codes: 0 finished, 1 the script failed, 2 a mistake in the command, its files or its
 config (one line on stderr naming it and the fix, never a traceback), 3 paused, 4 another host
 drives the script, 75 no runner took a step in time or the session log did not answer (the
-script waits in the log: resume it later), 130 interrupted, 141 its reader left (``| head``:
+script waits in the log: resume it later), 74 its output or its events could not be written
+(a full disk), 130 interrupted, 141 its reader left (``| head``:
 it ends quietly), 143 terminated.
 
 While ``run`` or ``resume`` drives a script, a terminal on stderr shows a live line (steps,
@@ -37,6 +38,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import logging
 import os
 import signal
@@ -78,6 +80,8 @@ from sandbox.protocol import Script, size_text
 # A script's status as the exit code of `run` and `resume` (the README's table says each).
 EXIT_CODES = {"finished": 0, "failed": 1, "paused": 3, "elsewhere": 4}
 MISTAKE = 2
+# The output (or the --events lines) could not be written: a full disk (sysexits' EX_IOERR).
+OUTPUT_FAILED = 74
 # No runner took a step in time, or the session log did not answer (sysexits'
 # EX_TEMPFAIL): the same command may work later.
 UNAVAILABLE = 75
@@ -599,21 +603,27 @@ async def _run_with(
 async def _watching(args: argparse.Namespace) -> AsyncIterator[list[Listener]]:
     """The listeners ``--events`` and a terminal ask for: the JSON lines, the live line."""
     listeners: list[Listener] = []
+    lines: EventLines | None = None
     async with contextlib.AsyncExitStack() as stack:
         if args.events:
             if args.events == "-":
                 stream = sys.stderr.buffer
             else:
                 try:
-                    stream = stack.enter_context(open(args.events, "ab"))  # noqa: SIM115
+                    # Unbuffered: each line is flushed anyway, and a write that failed
+                    # leaves nothing for the close to fail on again.
+                    stream = stack.enter_context(open(args.events, "ab", buffering=0))  # noqa: SIM115
                 except OSError as e:
                     raise CodeModeError(
                         f"cannot write the events to {args.events}: {e.strerror or e}"
                     ) from None
-            listeners.append(EventLines(stream))
+            lines = EventLines(stream)
+            listeners.append(lines)
         if sys.stderr.isatty() and args.events != "-":
             listeners.append(await stack.enter_async_context(ProgressLine(sys.stderr).run()))
         yield listeners
+    if lines is not None and lines.failed is not None:
+        raise _OutputFailed(f"the events to {args.events}", lines.failed)
 
 
 async def _resume(args: argparse.Namespace) -> int:
@@ -679,10 +689,39 @@ def main(argv: list[str] | None = None) -> int:
         # The reader stopped reading (`codemode describe | head`), as it meant to; a run's
         # result is in its log when there is a data dir. Point stdout at /dev/null so the
         # interpreter's final flush does not fail again, and exit as SIGPIPE would have.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        _stdout_to_devnull()
         return 128 + signal.SIGPIPE
+    except _OutputFailed as e:
+        print(f"codemode: {e}", file=sys.stderr)
+        return OUTPUT_FAILED
+    except OSError as e:
+        if e.errno not in _WRITE_FAILED:
+            raise
+        # Past _main, a write fails so on stdout (the log's own writes are StoreUnavailable).
+        _stdout_to_devnull()
+        print(f"codemode: {_OutputFailed('the output', e)}", file=sys.stderr)
+        return OUTPUT_FAILED
+
+
+# What a write to a file that cannot take it fails with: a full disk, a quota, an I/O error.
+_WRITE_FAILED = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
+
+
+class _OutputFailed(Exception):
+    """What the command writes (its output, its events) could not be written."""
+
+    def __init__(self, what: str, error: OSError) -> None:
+        super().__init__(
+            f"cannot write {what} ({error.strerror or error}); what the script did is in its "
+            "log, if it has one (codemode show SCRIPT_ID)"
+        )
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _main(argv: list[str] | None) -> int:

@@ -667,6 +667,26 @@ def test_a_script_that_never_ends_is_refused_at_the_size_bound(source: str) -> N
     one_clear_line(proc, "over 262,144 bytes", "a script may be")
 
 
+@pytest.mark.parametrize("where", ["stdout", "events"])
+def test_output_to_a_full_disk_is_one_clear_error(where: str) -> None:
+    """The result, or the --events lines, written where no space is left (/dev/full, as a
+    full disk): one line saying what failed and exit code 74 (sysexits' EX_IOERR), not an
+    OSError traceback (exit 1, which means the script failed)."""
+    args = ["run", "examples/stale_prs.js", "--tools", "examples/tracker_tools.py"]
+    if where == "events":
+        args += ["--events", "/dev/full"]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "engine.cli", *args],
+            stdout=full if where == "stdout" else subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+    one_clear_line(proc, "cannot write", "No space left on device", code=74)
+
+
 STUCK_TOOLS = """
 import threading
 from pathlib import Path

@@ -138,7 +138,14 @@ def test_the_readme_documents_every_exit_code() -> None:
     import re
     import signal
 
-    from engine.cli import EXIT_CODES, INTERRUPTED, MISTAKE, TERMINATED, UNAVAILABLE
+    from engine.cli import (
+        EXIT_CODES,
+        INTERRUPTED,
+        MISTAKE,
+        OUTPUT_FAILED,
+        TERMINATED,
+        UNAVAILABLE,
+    )
 
     readme = (ROOT / "README.md").read_text()
     table = dict(re.findall(r"^\| (\d+) \| (.+?) \|$", readme, re.M))
@@ -146,6 +153,7 @@ def test_the_readme_documents_every_exit_code() -> None:
         *EXIT_CODES.values(),
         MISTAKE,
         UNAVAILABLE,
+        OUTPUT_FAILED,
         INTERRUPTED,
         TERMINATED,
         128 + signal.SIGPIPE,
