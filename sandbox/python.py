@@ -97,8 +97,11 @@ from sandbox.replay import (
     _NotData,
 )
 
-# Longer than this, a files answer is parsed by the standard library (see Run._file_op).
-_LONG_ANSWER = 1024 * 1024
+# Longer than this, text is parsed (a files answer, see Run._file_op) or data written (with
+# as many characters in its strings, see _json) by the standard library, not orjson: orjson
+# takes a buffer of about eight bytes a character first, and when the heap limit refuses it,
+# the process crashes (SIGSEGV) where the standard library raises MemoryError, the limit.
+_LONG_TEXT = 1024 * 1024
 
 __all__ = ["ALLOWED", "Run", "check", "warm_up_code"]
 
@@ -971,15 +974,25 @@ class _NotPlain(Exception):
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 
 
-def _plain(
-    value: Any, root: str, path: tuple[str | int, ...], depth: int, parents: list[int]
-) -> Any:
+class _Walk:
+    """What :func:`_plain` keeps while it walks one value: the containers it is in (a value
+    that holds itself is refused) and the characters of the strings it met so far."""
+
+    __slots__ = ("chars", "parents")
+
+    def __init__(self) -> None:
+        self.parents: list[int] = []
+        self.chars = 0
+
+
+def _plain(value: Any, root: str, path: tuple[str | int, ...], depth: int, walk: _Walk) -> Any:
     """A copy of ``value`` made of JSON data only; raises _NotPlain saying what is not, and
     where: ``path`` in ``root`` ("the argument"), as the engine's data checks say it."""
     if value is None or value is True or value is False:
         return value
     kind = type(value)
     if kind is str:
+        walk.chars += len(value)
         return value
     # By the type, never isinstance: an object's __class__ may be a script's property.
     if issubclass(kind, int):  # True and False are above
@@ -995,7 +1008,9 @@ def _plain(
             raise _NotPlain(f"{_where(root, path)} is {real}, which JSON cannot carry")
         return real
     if issubclass(kind, str):
-        return str.__str__(value)
+        text = str.__str__(value)
+        walk.chars += len(text)
+        return text
     if issubclass(kind, dict | list | tuple):
         if depth >= MAX_DEPTH:
             raise _NotPlain(
@@ -1003,9 +1018,9 @@ def _plain(
                 "the most data may nest to cross between the sandbox and the host (MAX_DEPTH); "
                 "flatten it"
             )
-        if id(value) in parents:
+        if id(value) in walk.parents:
             raise _NotPlain(f"{_where(root, path)} refers to itself; data must be a tree")
-        parents.append(id(value))
+        walk.parents.append(id(value))
         try:
             if issubclass(kind, dict):
                 out = {}
@@ -1013,19 +1028,17 @@ def _plain(
                     if issubclass(type(key), str):
                         name = str.__str__(key)
                     elif issubclass(type(key), int | float) and type(key) is not bool:
-                        name = str(_plain(key, root, path, depth, parents))
+                        name = str(_plain(key, root, path, depth, walk))
                     else:
                         raise _NotPlain(
                             f"{_where(root, path)} has a key of type {_type_name(key)}; "
                             "keys are strings"
                         )
-                    out[name] = _plain(item, root, (*path, name), depth + 1, parents)
+                    out[name] = _plain(item, root, (*path, name), depth + 1, walk)
                 return out
-            return [
-                _plain(item, root, (*path, i), depth + 1, parents) for i, item in enumerate(value)
-            ]
+            return [_plain(item, root, (*path, i), depth + 1, walk) for i, item in enumerate(value)]
         finally:
-            parents.pop()
+            walk.parents.pop()
     hint = ""
     if issubclass(kind, _datetime.date | _datetime.time):
         hint = " (pass value.isoformat())"
@@ -1046,14 +1059,17 @@ def _where(root: str, path: tuple[str | int, ...]) -> str:
 
 def _json(value: Any, root: str) -> str:
     """JSON text of plain data (lone surrogates replaced, as in JavaScript); raises TypeError."""
+    walk = _Walk()
     try:
-        data = _plain(value, root, (), 0, [])
+        data = _plain(value, root, (), 0, walk)
     except _NotPlain as e:
         raise TypeError(str(e)) from None
-    try:
-        return orjson.dumps(data).decode()
-    except orjson.JSONEncodeError:  # a lone surrogate in a string
-        return _well_formed(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+    if walk.chars <= _LONG_TEXT:  # see _LONG_TEXT
+        try:
+            return orjson.dumps(data).decode()
+        except orjson.JSONEncodeError:  # a lone surrogate in a string
+            pass
+    return _well_formed(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
 
 
 def _depth() -> int:
@@ -1333,9 +1349,8 @@ class Run(Replay):
         answer = self._file(op, _json(args, "the argument"))
         tag, rest = answer[:1], answer[1:]
         if tag == "r":
-            # A long answer (a file's text, a long line) by the standard library's parser:
-            # orjson's takes a buffer of its own, more than the heap limit leaves for 32 MiB.
-            return json.loads(rest) if len(rest) > _LONG_ANSWER else orjson.loads(rest)
+            # A long answer (a file's text, a long line): see _LONG_TEXT.
+            return json.loads(rest) if len(rest) > _LONG_TEXT else orjson.loads(rest)
         if quiet:
             return None
         if tag == "t":

@@ -202,3 +202,30 @@ async def test_the_example_in_both_languages_gives_the_same_result(
     code = (ROOT / "examples" / "stale_prs.py").read_text()
     checked = await checker.check(code, check_stubs(tools))
     assert checked.ok, checked.message()
+
+
+async def test_long_text_in_a_value_or_an_argument_crosses_whole() -> None:
+    """Data whose strings hold over a million characters is written by the standard library,
+    not orjson, which took a buffer of about eight bytes a character first: a Python script
+    returning 20 million non-ASCII characters crashed its process (SandboxCrash, SIGSEGV)
+    when the heap limit refused that buffer. A long argument reaches the tool exactly."""
+    seen: list[str] = []
+
+    def size(text: str) -> int:
+        """How many characters."""
+        seen.append(text)
+        return len(text)
+
+    runner = ProcessRunner(mode="pool", slots=1)
+    engine = CodeMode([size], runner=runner, type_check="off", language="python")
+    try:
+        returned = await engine.run_code('return ["é" * 20_000_000, 1.5e300]')
+        called = await engine.run_code('return await tools.size(text="é\\ud83d" * 700_000)')
+    finally:
+        await engine.aclose()
+    assert returned.status == "finished", returned.text
+    # Past the value's budget, so the model gets its JSON text cut in the middle.
+    assert returned.value.startswith('["éé') and returned.value.endswith('é",1.5e+300]')
+    assert called.status == "finished", called.text
+    # A lone surrogate becomes U+FFFD, as with short text.
+    assert called.value == 1_400_000 and seen == ["é\ufffd" * 700_000]
