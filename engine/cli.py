@@ -45,7 +45,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -148,28 +148,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def _search_limit(text: str) -> int:
-    try:
-        limit = int(text)
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= MAX_LIMIT:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {MAX_LIMIT}")
-    return limit
-
-
 # `scripts --limit`: no listing a person reads comes near it, and the store's LIMIT takes it.
 MAX_LISTED = 1_000_000
 
 
-def _listed(text: str) -> int:
-    try:
-        limit = int(text)
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= MAX_LISTED:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {MAX_LISTED:,}")
-    return limit
+def _from_1_to(high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 to ``high``, or a one-line mistake."""
+
+    def parse(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            number = 0
+        if not 1 <= number <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {high:,}")
+        return number
+
+    return parse
 
 
 def _query(text: str) -> str:
@@ -239,7 +234,7 @@ def _parser() -> argparse.ArgumentParser:
         "--status", choices=["active", "paused", "finished", "failed"], help="only these"
     )
     scripts.add_argument(
-        "--limit", type=_listed, default=100, help="at most this many (oldest first)"
+        "--limit", type=_from_1_to(MAX_LISTED), default=100, help="at most this many (oldest first)"
     )
     common(scripts)
 
@@ -275,7 +270,7 @@ def _parser() -> argparse.ArgumentParser:
     search = commands.add_parser("search", help="print what tools.tool_search answers")
     search.add_argument("query", type=_query)
     search.add_argument(
-        "--limit", type=_search_limit, default=8, help=f"tools to declare, 1 to {MAX_LIMIT}"
+        "--limit", type=_from_1_to(MAX_LIMIT), default=8, help=f"tools to declare, 1 to {MAX_LIMIT}"
     )
     common(search)
     language(search)

@@ -624,23 +624,20 @@ def test_scripts_limit_out_of_range(tmp_path: Path, limit: str) -> None:
 def test_run_from_a_closed_stdin() -> None:
     """`run -` with no stdin at all (closed, as `<&-` leaves it): one clear line, not an
     AttributeError traceback."""
-    command = [
-        sys.executable,
-        "-m",
-        "engine.cli",
-        "run",
-        "-",
-        "--tools",
-        "examples/tracker_tools.py",
-    ]
-    proc = subprocess.run(
-        ["sh", "-c", 'exec "$@" <&-', "sh", *command],
+    one_clear_line(_run_in_shell('exec "$@" <&-', "-"), "stdin", "closed")
+
+
+def _run_in_shell(shell: str, source: str) -> subprocess.CompletedProcess[str]:
+    """`codemode run SOURCE` over the tracker tools, started by ``sh -c SHELL`` (which
+    execs ``"$@"``, the command, once it has set its stdin or limits up)."""
+    command = [sys.executable, "-m", "engine.cli", "run", source]
+    return subprocess.run(
+        ["sh", "-c", shell, "sh", *command, "--tools", "examples/tracker_tools.py"],
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=120,
     )
-    one_clear_line(proc, "stdin", "closed")
 
 
 @pytest.mark.parametrize("source", ["/dev/zero", "-"])
@@ -648,22 +645,7 @@ def test_a_script_that_never_ends_is_refused_at_the_size_bound(source: str) -> N
     """`run /dev/zero` (or an endless stdin) reads no more than a script may be, then says
     so: it read until memory ran out before (here, under a 3 GB address-space bound, a
     MemoryError traceback; without one, the machine's memory)."""
-    command = [
-        sys.executable,
-        "-m",
-        "engine.cli",
-        "run",
-        source,
-        "--tools",
-        "examples/tracker_tools.py",
-    ]
-    proc = subprocess.run(
-        ["sh", "-c", 'ulimit -v 3000000; exec "$@" < /dev/zero', "sh", *command],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    proc = _run_in_shell('ulimit -v 3000000; exec "$@" < /dev/zero', source)
     one_clear_line(proc, "over 262,144 bytes", "a script may be")
 
 
