@@ -254,7 +254,9 @@ async def start_servers(
     """Start ``specs`` (``only`` these names, when given) with their stderr on ours, and say
     on stderr, one line each, which servers cannot be used while the others serve. The
     caller closes what this returns (``CodeMode.aclose`` does, once it holds it)."""
-    servers = await McpServers.start(specs, only=only, errlog=sys.stderr, problems=problems or [])
+    servers = await McpServers.start(
+        specs, only=only, errlog=sys.stderr, problems=problems or [], log_problems=False
+    )
     for problem in servers.problems:
         print(f"codemode: {problem}", file=sys.stderr)
     return servers

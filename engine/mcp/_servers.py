@@ -64,12 +64,14 @@ class McpServers:
         only: Iterable[str] | None = None,
         errlog: TextIO | None = None,
         problems: Iterable[ServerProblem] = (),
+        log_problems: bool = True,
     ) -> McpServers:
         """Connect to every server of ``config`` at once: an ``mcpServers`` JSON file, a
         mapping in that format, or :class:`ServerSpec` objects. ``only`` picks servers by
         name (an unknown name is a problem naming it). Servers that fail are in ``problems``
-        (after the ``problems`` given, found while reading the config elsewhere);
-        raises :class:`ConfigError` only when ``config`` itself cannot be read."""
+        (after the ``problems`` given, found while reading the config elsewhere), each
+        also logged as a warning unless ``log_problems`` is false (a caller that shows them
+        itself); raises :class:`ConfigError` only when ``config`` itself cannot be read."""
         earlier = list(problems)
         if isinstance(config, str | Path):
             specs, problems = load_servers_file(config)
@@ -98,13 +100,13 @@ class McpServers:
         servers = cls(specs, errlog=errlog)
         servers.problems.extend(problems)
         try:
-            await servers._connect()
+            await servers._connect(log_problems)
         except BaseException:
             await servers.aclose()
             raise
         return servers
 
-    async def _connect(self) -> None:
+    async def _connect(self, log_problems: bool) -> None:
         names = [s.name for s in self.specs]
         if len(set(names)) != len(names):
             raise ConfigError(f"two MCP servers share a name: {names}")
@@ -116,7 +118,7 @@ class McpServers:
                 self.problems.append(ServerProblem(upstream.name, failed))
                 await upstream.aclose()
                 del self._upstreams[upstream.name]
-        for problem in self.problems:
+        for problem in self.problems if log_problems else ():
             logger.warning("%s", problem)
         self._declared = {(t.source or "", t.original_name) for t in self.tools}
 
