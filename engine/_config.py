@@ -108,7 +108,12 @@ class StoreConfig:
         """
         if self.kind == "postgres":
             assert self.dsn is not None
-            return PostgresStore(self.dsn, schema=self.schema, max_connections=self.max_connections)
+            try:
+                return PostgresStore(
+                    self.dsn, schema=self.schema, max_connections=self.max_connections
+                )
+            except ConfigError as e:  # a schema name it refuses, say: where it was set
+                raise ConfigError(f"{self.where}: {e}") from None
         if self.kind == "memory":
             return MemoryStore()
         if data_dir is not None:

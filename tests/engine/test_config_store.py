@@ -80,6 +80,17 @@ def test_bad_store_table_is_refused(tmp_path: Path, table: str, named: str) -> N
     assert named in str(caught.value) and "[codemode.store]" in str(caught.value)
 
 
+def test_a_bad_schema_name_says_where_it_was_set(tmp_path: Path) -> None:
+    """The store refuses a schema that is not a plain identifier when it is made; the error
+    names the config's table, as every other mistake in it does (it named the value only)."""
+    config = _config(
+        tmp_path, '[codemode.store]\nkind = "postgres"\ndsn = "postgresql://x"\nschema = "a b"\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        config.store.build(None)
+    assert "codemode.toml: [codemode.store]: the PostgreSQL schema name 'a b'" in str(caught.value)
+
+
 def test_engine_lease_past_a_week_is_refused() -> None:
     """CodeMode(lease_ms=...) is bounded as codemode.toml's lease_ms is (one check)."""
     from engine import CodeMode
