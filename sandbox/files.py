@@ -14,6 +14,8 @@ from __future__ import annotations
 import codecs
 import csv
 import io
+import json
+import math
 import re
 import zipfile
 from collections.abc import Callable, Iterator
@@ -327,15 +329,41 @@ class RawJson(str):
 LONG_JSON_LINE = 1024 * 1024
 
 
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity, which the standard library's parser takes and JSON (and orjson) does
+    not."""
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    """A number, refused as orjson refuses it when it is past a double's range."""
+    number = float(text)
+    if math.isinf(number):
+        raise ValueError(f"{text[:40]} is infinity when parsed as double")
+    return number
+
+
 def _jsonl(file_id: str, lines: Iterator[str]) -> Iterator[Any]:
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
+        long = len(line) > LONG_JSON_LINE
         try:
-            item = orjson.loads(line)
-        except orjson.JSONDecodeError as e:
+            # A long line by the standard library's parser: orjson takes a buffer of twelve
+            # times the line first, more than a Python script's heap limit leaves for tens of
+            # MiB ("not JSON: Not enough memory"), where the standard library needs the value.
+            item = (
+                json.loads(line, parse_constant=_no_constant, parse_float=_finite)
+                if long
+                else orjson.loads(line)
+            )
+        except ValueError as e:  # both parsers' errors are ValueErrors
             raise FileError(f"{file_id} line {number} is not JSON: {e}") from None
-        if len(line) > LONG_JSON_LINE:
+        except RecursionError:  # the standard library's depth bound (orjson's is an error)
+            raise FileError(
+                f"{file_id} line {number} nests too deeply to be read as JSON data"
+            ) from None
+        if long:
             # As it is: checking it as data would encode it again (orjson parsed it, within
             # its own depth; a call or a value that takes it from the script is checked then).
             yield RawJson(line.strip())

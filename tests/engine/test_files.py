@@ -406,3 +406,27 @@ async def test_a_long_json_line_reaches_the_script_in_the_confined_process() -> 
             await engine.aclose()
     assert result.status == "finished", result.text
     assert result.value == [[big, [1, 2.5, None]], {"b": "é"}]
+
+
+async def test_a_long_json_line_reaches_a_python_script() -> None:
+    """The same in a Python script, whose heap is the process's: orjson's parse of the line
+    took a buffer of twelve times it first, and the read failed "not JSON: Not enough memory
+    to allocate buffer"; a long line is parsed by the standard library now."""
+    from runner import ProcessRunner
+
+    big = 32 << 20
+    data = b'{"a": "' + b"x" * big + b'", "n": [1, 2.5, null]}\n{"b": "\\u00e9"}\n'
+    code = """
+seen = []
+async for v in files.jsonl("big.jsonl"):
+    seen.append([len(v["a"]), v["n"]] if "a" in v else v)
+return seen
+"""
+    async with ProcessRunner() as runner:
+        engine = CodeMode([], runner=runner, language="python", type_check="off")
+        try:
+            result = await engine.run_code(code, files=[Attachment("big.jsonl", data=data)])
+        finally:
+            await engine.aclose()
+    assert result.status == "finished", result.text
+    assert result.value == [[big, [1, 2.5, None]], {"b": "é"}]

@@ -4,6 +4,7 @@ the file limits (file_bytes, streams, shown_files, shown, shown_media)."""
 from __future__ import annotations
 
 import io
+import re
 import zipfile
 from datetime import date, datetime
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import openpyxl
 import pytest
 
+from sandbox import files as files_module
 from sandbox.files import FileError
 from sandbox.protocol import REMEDIES, Clock, FileInfo, Limits, Ran, Script
 from sandbox.runtime import run_in_process
@@ -146,6 +148,28 @@ def test_jsonl_skips_blank_lines_and_names_a_bad_line() -> None:
         "try { for await (const v of files.jsonl('bad.jsonl')) {} } catch (e) { return e.message }"
     )
     assert "line 2" in value(bad)
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ('{"a": NaN}', "NaN is not JSON"),
+        ("[1, -Infinity]", "-Infinity is not JSON"),
+        ("[1e400]", "is infinity when parsed as double"),
+        ("[" * 5000 + "]" * 5000, "nests too deeply"),
+        ('{"a": 1', "is not JSON"),
+    ],
+)
+def test_a_long_json_line_is_refused_as_a_short_one_is(
+    monkeypatch: pytest.MonkeyPatch, line: str, says: str
+) -> None:
+    """A line past LONG_JSON_LINE is parsed by the standard library (orjson's buffer does
+    not fit a Python script's heap), which takes NaN, Infinity and 1e400 and ends deep
+    nesting with a RecursionError: each is refused with a FileError, as orjson refuses it."""
+    monkeypatch.setattr(files_module, "LONG_JSON_LINE", 4)
+    with pytest.raises(FileError, match=f"x line 1 .*{re.escape(says)}"):
+        list(files_module._jsonl("x", iter([line])))
+    assert list(files_module._jsonl("x", iter(['{"a": [1.5, null]}']))) == ['{"a": [1.5, null]}']
 
 
 def test_chunks_by_size_and_byte_offset() -> None:
