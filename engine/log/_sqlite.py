@@ -163,6 +163,15 @@ class SqliteStore(SqlStore):
                     return value
             return await loop.run_in_executor(self._thread, self._run, make(now), write, sync)
         except sqlite3.OperationalError as e:  # locked past the busy timeout, disk full, ...
+            if e.sqlite_errorcode & 0xFF == sqlite3.SQLITE_READONLY:
+                # A read-only file, directory or mount (chattr +i, a ro mount): waiting
+                # does not help, so it is not "resume once it can" (exit code 2, not 75).
+                raise StoreUnavailable(
+                    f"the session log {self.path} is read-only for this process ({e}): make "
+                    "the file and its directory writable (permissions, chattr -i, the "
+                    "mount), then run the command again",
+                    permanent=True,
+                ) from None
             raise StoreUnavailable(
                 f"the session log {self.path} could not be written ({e}); nothing written is "
                 "lost: resume the script once it can"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests._needs import require
 from tests.engine.conftest import cli_taking_ctrl_c
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -647,6 +649,25 @@ def test_a_script_that_never_ends_is_refused_at_the_size_bound(source: str) -> N
     MemoryError traceback; without one, the machine's memory)."""
     proc = _run_in_shell('ulimit -v 3000000; exec "$@" < /dev/zero', source)
     one_clear_line(proc, "over 262,144 bytes", "a script may be")
+
+
+def test_a_read_only_log_is_a_mistake_to_fix_not_a_wait(tmp_path: Path) -> None:
+    """A log file this process cannot write (chattr +i, a read-only mount, permissions) is
+    one line saying to make it writable, exit code 2: it was exit 75 and "resume the script
+    once it can", which waiting never makes true. Run as root, the command drops the
+    capability that lets root write any file (setpriv, util-linux), so the file's own
+    read-only mode applies, as it does to any other user."""
+    data = tmp_path / "data"
+    tools = ["--tools", "examples/tracker_tools.py", "--data-dir", str(data)]
+    assert codemode("run", "examples/stale_prs.js", *tools).returncode == 0
+    (data / "codemode.sqlite3").chmod(0o444)
+    command = [sys.executable, "-m", "engine.cli", "run", "examples/stale_prs.js", *tools]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            require("setpriv (util-linux), to run a command as root without its override")
+        command = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *command]
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    one_clear_line(proc, "is read-only for this process", "make the file and its directory")
 
 
 @pytest.mark.parametrize("where", ["stdout", "events"])
