@@ -40,7 +40,13 @@ from engine._errors import (
     ToolsMissing,
 )
 from engine._events import Listener, listeners_option
-from engine._files import Attachment, BlobStore, attachments_of, record_files
+from engine._files import (
+    Attachment,
+    BlobStore,
+    StoredSkillFiles,
+    attachments_of,
+    record_files,
+)
 from engine._functions import as_tools
 from engine._limits import Limits, limits_for, limits_option
 from engine._live import (
@@ -199,6 +205,7 @@ class CodeMode(StepLoop):
         if blobs is None:
             blobs = BlobStore(directory / "blobs" if directory is not None else None)
         self.blobs = blobs
+        self._skill_files = StoredSkillFiles()  # of self.blobs: see record_files
         self.runner = runner if runner is not None else build_runner(RunnerConfig())
         self.worker: Worker = worker or proposed_worker
         self.context = context
@@ -389,7 +396,7 @@ class CodeMode(StepLoop):
             key=key,
             # Off the event loop: the blobs may be files to write or a database to reach.
             # (Most scripts have none: then no thread, whose hop costs a trivial run 5%.)
-            files=await asyncio.to_thread(record_files, self.blobs, attachments)
+            files=await asyncio.to_thread(record_files, self.blobs, attachments, self._skill_files)
             if attachments
             else [],
             tools=self._tools_fingerprint(),

@@ -170,14 +170,62 @@ def attachments_of(files: object) -> list[Attachment]:
     return out
 
 
-def record_files(blobs: BlobStore, attachments: list[Attachment]) -> list[dict[str, Any]]:
-    """Store each attachment's bytes and return what the script record keeps of them."""
+class StoredSkillFiles:
+    """The records of the skills' files already stored in one blob store, so an engine does
+    not read, hash and store every skill file again at each ``run_code`` (on PostgreSQL,
+    sending its bytes again). A file given as bytes is known by the very object (kept here,
+    so its identity is never another's); one read from disk by its ``stat`` (device, inode,
+    size, modification time): edited, it is read and stored again (an edit that keeps its
+    size within one tick of the file system's clock would go unseen). Only skills' files: they
+    are the engine's own and few, where a ``run_code``'s attachments would pile up here."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[object, dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def source(attachment: Attachment) -> object:
+        """What the attachment's bytes are known by now (raises ``OSError`` for a path)."""
+        if attachment.data is not None:
+            return attachment.data
+        stat = os.stat(attachment.path)  # type: ignore[arg-type]
+        return (str(attachment.path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+    def get(self, attachment: Attachment, source: object) -> dict[str, Any] | None:
+        with self._lock:
+            known = self._known.get(attachment.id)
+        if known is None:
+            return None
+        was, entry = known
+        same = was is source if attachment.data is not None else was == source
+        return dict(entry) if same else None
+
+    def add(self, attachment: Attachment, source: object, entry: dict[str, Any]) -> None:
+        with self._lock:
+            self._known[attachment.id] = (source, dict(entry))
+
+
+def record_files(
+    blobs: BlobStore, attachments: list[Attachment], skills: StoredSkillFiles | None = None
+) -> list[dict[str, Any]]:
+    """Store each attachment's bytes and return what the script record keeps of them; a
+    skill's file found in ``skills`` (stored before, unchanged) is not read again."""
     seen: set[str] = set()
     records = []
     for attachment in attachments:
         if attachment.id in seen:
             raise CodeModeError(f"two attachments have the id {attachment.id!r}")
         seen.add(attachment.id)
+        source: object = None
+        if skills is not None and attachment.skill is not None:
+            try:
+                source = StoredSkillFiles.source(attachment)
+            except OSError:
+                source = None  # read below, which says what is wrong with the path
+            known = skills.get(attachment, source) if source is not None else None
+            if known is not None:
+                records.append(known)
+                continue
         data = attachment.read()
         try:
             digest = blobs.put(data)
@@ -194,5 +242,7 @@ def record_files(blobs: BlobStore, attachments: list[Attachment]) -> list[dict[s
         }
         if attachment.skill is not None:
             entry["skill"] = attachment.skill
+        if skills is not None and source is not None:
+            skills.add(attachment, source, entry)
         records.append(entry)
     return records

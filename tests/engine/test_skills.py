@@ -169,3 +169,46 @@ def test_two_skills_of_one_name_are_refused() -> None:
     engine = CodeMode([page_oncall, open_incident], runner=InProcessRunner(), skills=[RESPOND])
     with pytest.raises(CodeModeError, match="already loaded"):
         engine.add_skill(RESPOND)
+
+
+async def test_skill_files_are_stored_once_until_they_change(
+    inproc: InProcessRunner, tmp_path: Path
+) -> None:
+    """A skill's files are read, hashed and stored at the first run_code only (every
+    run_code stored them all again: on PostgreSQL, their bytes sent each time); a file on
+    disk that is edited is stored again, and the next script reads the new text."""
+    from engine import BlobStore
+
+    class Counted(BlobStore):
+        puts = 0
+
+        def put(self, data: bytes) -> str:
+            Counted.puts += 1
+            return super().put(data)
+
+    on_disk = tmp_path / "runbook.md"
+    on_disk.write_text("step one\n")
+    skill = Skill(
+        "ops:runbook",
+        "Runbooks.",
+        "Read the runbook.",
+        files={"runbook.md": on_disk, "notes.md": b"a note\n"},
+    )
+    engine = CodeMode([], runner=inproc, skills=[skill], blobs=Counted(), type_check="off")
+    code = "return [await files.text('ops:runbook/runbook.md'), await files.text('ops:runbook/notes.md')]"
+    try:
+        for _ in range(3):
+            assert (await engine.run_code(code)).value == ["step one\n", "a note\n"]
+        assert Counted.puts == 2
+        on_disk.write_text("step one, then two\n")
+        assert (await engine.run_code(code)).value == ["step one, then two\n", "a note\n"]
+        assert Counted.puts == 3
+        # A run_code's own attachments are not kept: stored each time, as before.
+        from engine import Attachment
+
+        mine = [Attachment("mine.txt", data=b"x")]
+        await engine.run_code("return 1", files=mine)
+        await engine.run_code("return 1", files=mine)
+        assert Counted.puts == 5
+    finally:
+        await engine.aclose()
