@@ -384,48 +384,40 @@ async def test_an_attachment_read_from_a_path_takes_its_type_from_its_id(
     assert result.content[1]["type"] == "image"
 
 
-async def test_a_long_json_line_reaches_the_script_in_the_confined_process() -> None:
-    """files.jsonl over a line holding a 32 MiB string gives its value. The process crashed
-    (SIGSEGV): orjson, encoding the value again (to check it as data, then for the script),
-    reserved about eight bytes a character and the heap limit refused it. A line over 1 MiB
-    now goes to the script as its text, which orjson parsed; a short one as before."""
-    from runner import ProcessRunner
-
-    big = 32 << 20
-    data = b'{"a": "' + b"x" * big + b'", "n": [1, 2.5, null]}\n{"b": "\\u00e9"}\n'
-    code = """
+_READ_JSONL = {
+    "javascript": """
     const seen = [];
     for await (const v of files.jsonl("big.jsonl")) seen.push(v.a ? [v.a.length, v.n] : v);
     return seen;
-    """
-    async with ProcessRunner() as runner:
-        engine = CodeMode([], runner=runner)
-        try:
-            result = await engine.run_code(code, files=[Attachment("big.jsonl", data=data)])
-        finally:
-            await engine.aclose()
-    assert result.status == "finished", result.text
-    assert result.value == [[big, [1, 2.5, None]], {"b": "é"}]
-
-
-async def test_a_long_json_line_reaches_a_python_script() -> None:
-    """The same in a Python script, whose heap is the process's: orjson's parse of the line
-    took a buffer of twelve times it first, and the read failed "not JSON: Not enough memory
-    to allocate buffer"; a long line is parsed by the standard library now."""
-    from runner import ProcessRunner
-
-    big = 32 << 20
-    data = b'{"a": "' + b"x" * big + b'", "n": [1, 2.5, null]}\n{"b": "\\u00e9"}\n'
-    code = """
+    """,
+    "python": """
 seen = []
 async for v in files.jsonl("big.jsonl"):
     seen.append([len(v["a"]), v["n"]] if "a" in v else v)
 return seen
-"""
+""",
+}
+
+
+@pytest.mark.parametrize("language", ["javascript", "python"])
+async def test_a_long_json_line_reaches_the_script_in_the_confined_process(language: str) -> None:
+    """files.jsonl over a line holding a 32 MiB string gives its value. The process crashed
+    (SIGSEGV): orjson, encoding the value again (to check it as data, then for the script),
+    reserved about eight bytes a character and the heap limit refused it. A line over 1 MiB
+    now goes to the script as its text; a short one as before. In a Python script, whose
+    heap is the process's, orjson's parse of the line took a buffer of twelve times it first
+    ("not JSON: Not enough memory to allocate buffer"): a long line is parsed by the
+    standard library."""
+    from runner import ProcessRunner
+
+    big = 32 << 20
+    data = b'{"a": "' + b"x" * big + b'", "n": [1, 2.5, null]}\n{"b": "\\u00e9"}\n'
     async with ProcessRunner() as runner:
-        engine = CodeMode([], runner=runner, language="python", type_check="off")
+        engine = CodeMode([], runner=runner, language=language, type_check="off")
         try:
-            result = await engine.run_code(code, files=[Attachment("big.jsonl", data=data)])
+            result = await engine.run_code(
+                _READ_JSONL[language], files=[Attachment("big.jsonl", data=data)]
+            )
         finally:
             await engine.aclose()
     assert result.status == "finished", result.text

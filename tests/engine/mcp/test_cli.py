@@ -270,26 +270,13 @@ def test_mcp_serve_on_stdio_ends_at_a_signal_while_its_client_stays(
     end with it. The SDK's stdin reader blocks in a thread no cancellation reaches, which
     used to keep the process until its stdin closed."""
     _toml(tmp_path)
-    process = subprocess.Popen(
+    process = _signalled(
         cli_taking_ctrl_c("mcp", "serve"),
-        cwd=tmp_path,
-        env=_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        tmp_path,
+        when=tmp_path / "hang.pid",
+        signum=signum,
+        code="await tools.lab__hang({})",
     )
-    try:
-        _call_run_code(process, "await tools.lab__hang({})")
-        deadline = time.monotonic() + TIMEOUT
-        while not (tmp_path / "hang.pid").exists():
-            assert process.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        process.send_signal(signum)
-        process.wait(timeout=TIMEOUT)  # stdin stays open all along
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.communicate()
     assert process.returncode == 0
     assert left_running(tmp_path) == []
 
@@ -342,28 +329,49 @@ def test_mcp_serve_ends_at_sigterm_with_a_tool_that_never_returns(tmp_path: Path
         "        time.sleep(1)\n"
     )
     _toml(tmp_path)  # its servers show that what it started ends with it
-    process = subprocess.Popen(
+    process = _signalled(
         _command("mcp", "serve", "--tools", "tools.py"),
-        cwd=tmp_path,
+        tmp_path,
+        when=tmp_path / "stuck",
+        code="return await tools.stuck({})",
+    )
+    assert process.returncode == 128 + signal.SIGTERM
+    assert left_running(tmp_path) == []
+
+
+def _signalled(
+    command: list[str],
+    cwd: Path,
+    *,
+    when: Path,
+    signum: int = signal.SIGTERM,
+    code: str | None = None,
+) -> subprocess.Popen[bytes]:
+    """Run ``command`` (``codemode mcp serve`` on stdio, its stdin held open all along),
+    call run_code with ``code`` when given, and once ``when`` exists send ``signum``; the
+    process, ended (the signal's grace is 10 s; killed only past TIMEOUT)."""
+    process = subprocess.Popen(
+        command,
+        cwd=cwd,
         env=_env(),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
     try:
-        _call_run_code(process, "return await tools.stuck({})")
+        if code is not None:
+            _call_run_code(process, code)
         deadline = time.monotonic() + TIMEOUT
-        while not (tmp_path / "stuck").exists():
+        while not when.exists():
             assert process.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=TIMEOUT)  # the grace is 10 s
+        process.send_signal(signum)
+        process.wait(timeout=TIMEOUT)
     finally:
         if process.poll() is None:
             process.kill()
         process.communicate()
-    assert process.returncode == 128 + signal.SIGTERM
-    assert left_running(tmp_path) == []
+    return process
 
 
 def _call_run_code(process: subprocess.Popen[bytes], code: str) -> None:
@@ -452,24 +460,8 @@ def test_mcp_serve_ends_at_sigterm_while_a_server_is_starting(tmp_path: Path) ->
         )
     )
     (tmp_path / "mute").write_text("")
-    process = subprocess.Popen(
-        _command("mcp", "serve", "--config", "mcp.json"),
-        cwd=tmp_path,
-        env=_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    process = _signalled(
+        _command("mcp", "serve", "--config", "mcp.json"), tmp_path, when=tmp_path / "muted"
     )
-    try:
-        deadline = time.monotonic() + TIMEOUT
-        while not (tmp_path / "muted").exists():
-            assert process.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=TIMEOUT)
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.communicate()
     assert process.returncode == 0
     assert left_running(tmp_path) == []
