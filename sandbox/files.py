@@ -319,14 +319,17 @@ def _lines(pieces: Iterator[bytes], *, keep_ends: bool = False) -> Iterator[str]
         yield rest if keep_ends else rest.removesuffix("\r")
 
 
+# Past this many characters, JSON text is parsed or written by the standard library's json,
+# not orjson: orjson takes a buffer of eight (writing) to twelve (parsing) bytes a character
+# first, and when the process's heap limit refuses it, it crashes (SIGSEGV) where the
+# standard library needs about the text itself and raises MemoryError, the memory limit.
+# Used here for JSON lines, and by the Python binding for files answers and the data it sends.
+LONG_TEXT = 1024 * 1024
+
+
 class RawJson(str):
-    """JSON text the script is handed as it is (a long JSON line, already checked): encoding
-    its value again, orjson would reserve about eight bytes a character of it, more than the
-    process's heap limit allows for a line of tens of MiB (a SIGSEGV)."""
-
-
-# The longest JSON line whose value is encoded again for the script (see RawJson).
-LONG_JSON_LINE = 1024 * 1024
+    """JSON text the script is handed as it is (a JSON line past :data:`LONG_TEXT`, already
+    checked): encoding its value again would take orjson's buffer (see LONG_TEXT)."""
 
 
 def _no_constant(name: str) -> Any:
@@ -347,11 +350,10 @@ def _jsonl(file_id: str, lines: Iterator[str]) -> Iterator[Any]:
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        long = len(line) > LONG_JSON_LINE
+        long = len(line) > LONG_TEXT
         try:
-            # A long line by the standard library's parser: orjson takes a buffer of twelve
-            # times the line first, more than a Python script's heap limit leaves for tens of
-            # MiB ("not JSON: Not enough memory"), where the standard library needs the value.
+            # See LONG_TEXT: for tens of MiB, orjson's parse failed in a Python script ("not
+            # JSON: Not enough memory"), whose heap is the process's.
             item = (
                 json.loads(line, parse_constant=_no_constant, parse_float=_finite)
                 if long

@@ -74,7 +74,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from sandbox.files import Fetch
+from sandbox.files import LONG_TEXT, Fetch
 from sandbox.names import closest_names
 from sandbox.protocol import (
     MAX_DEPTH,
@@ -96,12 +96,6 @@ from sandbox.replay import (
     _finished,
     _NotData,
 )
-
-# Longer than this, text is parsed (a files answer, see Run._file_op) or data written (with
-# as many characters in its strings, see _json) by the standard library, not orjson: orjson
-# takes a buffer of about eight bytes a character first, and when the heap limit refuses it,
-# the process crashes (SIGSEGV) where the standard library raises MemoryError, the limit.
-_LONG_TEXT = 1024 * 1024
 
 __all__ = ["ALLOWED", "Run", "check", "warm_up_code"]
 
@@ -1064,7 +1058,7 @@ def _json(value: Any, root: str) -> str:
         data = _plain(value, root, (), 0, walk)
     except _NotPlain as e:
         raise TypeError(str(e)) from None
-    if walk.chars <= _LONG_TEXT:  # see _LONG_TEXT
+    if walk.chars <= LONG_TEXT:  # see LONG_TEXT
         try:
             return orjson.dumps(data).decode()
         except orjson.JSONEncodeError:  # a lone surrogate in a string
@@ -1349,8 +1343,8 @@ class Run(Replay):
         answer = self._file(op, _json(args, "the argument"))
         tag, rest = answer[:1], answer[1:]
         if tag == "r":
-            # A long answer (a file's text, a long line): see _LONG_TEXT.
-            return json.loads(rest) if len(rest) > _LONG_TEXT else orjson.loads(rest)
+            # A long answer (a file's text, a long line): see LONG_TEXT.
+            return json.loads(rest) if len(rest) > LONG_TEXT else orjson.loads(rest)
         if quiet:
             return None
         if tag == "t":

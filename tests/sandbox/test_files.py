@@ -163,10 +163,10 @@ def test_jsonl_skips_blank_lines_and_names_a_bad_line() -> None:
 def test_a_long_json_line_is_refused_as_a_short_one_is(
     monkeypatch: pytest.MonkeyPatch, line: str, says: str
 ) -> None:
-    """A line past LONG_JSON_LINE is parsed by the standard library (orjson's buffer does
+    """A line past LONG_TEXT is parsed by the standard library (orjson's buffer does
     not fit a Python script's heap), which takes NaN, Infinity and 1e400 and ends deep
     nesting with a RecursionError: each is refused with a FileError, as orjson refuses it."""
-    monkeypatch.setattr(files_module, "LONG_JSON_LINE", 4)
+    monkeypatch.setattr(files_module, "LONG_TEXT", 4)
     with pytest.raises(FileError, match=f"x line 1 .*{re.escape(says)}"):
         list(files_module._jsonl("x", iter([line])))
     assert list(files_module._jsonl("x", iter(['{"a": [1.5, null]}']))) == ['{"a": [1.5, null]}']
