@@ -203,12 +203,19 @@ async def test_skill_files_are_stored_once_until_they_change(
         on_disk.write_text("step one, then two\n")
         assert (await engine.run_code(code)).value == ["step one, then two\n", "a note\n"]
         assert Counted.puts == 3
+        # Gone from disk: the run_code says which file, and starts no script.
+        on_disk.unlink()
+        with pytest.raises(
+            CodeModeError, match=r"cannot read attachment 'ops:runbook/runbook\.md'"
+        ):
+            await engine.run_code(code)
+        on_disk.write_text("step one\n")
         # A run_code's own attachments are not kept: stored each time, as before.
         from engine import Attachment
 
         mine = [Attachment("mine.txt", data=b"x")]
         await engine.run_code("return 1", files=mine)
         await engine.run_code("return 1", files=mine)
-        assert Counted.puts == 5
+        assert Counted.puts == 6
     finally:
         await engine.aclose()

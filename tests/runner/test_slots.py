@@ -179,3 +179,20 @@ async def test_the_process_runner_holds_a_slot_for_each_step(standin_python: str
         assert step.limit is not None and step.limit.name == "compute_ms"
         assert (await runner.run(quick)).value == 1
         assert slots.in_use == 0 and held == ["default", "default"]
+
+
+async def test_a_release_callback_that_raises_cannot_keep_the_slot() -> None:
+    """on_release is told after the slot is given back: a host's accounting that raises
+    fails that hold's release, and the next tenant still gets the slot."""
+
+    def broken(tenant: str, seconds: float) -> None:
+        raise RuntimeError("the host's accounting failed")
+
+    slots = Slots(1, on_release=broken)
+    first = await slots.acquire("a")
+    second = waiter(slots, "b")
+    await settle()
+    with pytest.raises(RuntimeError, match="accounting failed"):
+        slots.release(first)
+    await settle()
+    assert second.done() and slots.in_use == 1
