@@ -8,7 +8,8 @@ exactly ranks that tool first. Ties break by name, so the answer is stable.
 
 The answer is text for the model: the declarations of the best matches, each with its whole
 description, within 12 KiB (the first is always declared), then the other matches by name,
-then the skills that match and how to load them.
+then the skills that match, each with its description's first line, and how to load them
+(a description as a tool's, cut at ``MAX_DESCRIPTION`` characters).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from typing import Any
 from engine._errors import ToolCallError
 from engine._tools import Tool
 from engine.languages import dialect
-from engine.languages._dialect import BUDGET
+from engine.languages._dialect import BUDGET, MAX_DESCRIPTION
+from engine.languages._walk import first_line
 from sandbox.names import terms
 
 MAX_QUERY = 1000
@@ -274,7 +276,7 @@ class ToolIndex:
             lines = ["Skills that match:"]
             for skill in skills[:limit]:
                 about = f" (tools: {', '.join(skill.tools)})" if skill.tools else ""
-                summary = skill.description.strip().split("\n", 1)[0].strip()
+                summary = first_line(skill.description, MAX_DESCRIPTION)
                 lines.append(
                     f"- skill {skill.name}: {summary}{about} — load it with "
                     + speech.skill_call(skill.name)

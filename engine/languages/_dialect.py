@@ -24,8 +24,8 @@ from sandbox.protocol import RUN_CODE
 
 KiB = 1024
 BUDGET = 12 * KiB
-# A tool's summary comment in `run_code`, and its whole description in a search answer, are
-# cut at these many characters.
+# A tool's summary comment in `run_code`, and its whole description (a skill's first line) in
+# a search answer, are cut at these many characters.
 MAX_SUMMARY = 300
 MAX_DESCRIPTION = 4000
 

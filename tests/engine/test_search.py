@@ -176,6 +176,34 @@ def test_skills_that_match_say_how_to_load_them() -> None:
     assert "skill release" in INDEX.search("release announcement")
 
 
+async def test_a_skills_description_is_cut_as_a_tools_is() -> None:
+    """A skill's description in a search answer is cut where a tool's is (MAX_DESCRIPTION
+    characters, its control characters as spaces): a one-line description of 100,000
+    characters was shown whole, in every answer that matched the skill."""
+    from engine import CodeMode, Skill
+    from engine.languages._dialect import MAX_DESCRIPTION
+    from tests.engine.conftest import InProcessRunner
+
+    long = "Rotate the keys\x1b[31m of a vault. " + "Then check each key. " * 5000
+    skill = Skill("vault:rotate", long, "Rotate them.", tools=("list_prs",))
+
+    def list_prs(repo: str) -> list[int]:
+        """List the open pull requests of a repository."""
+        return []
+
+    engine = CodeMode([list_prs], skills=[skill], runner=InProcessRunner(), type_check="off")
+    try:
+        answer = engine.search("rotate vault keys")
+    finally:
+        await engine.aclose()
+    (line,) = [x for x in answer.splitlines() if x.startswith("- skill vault:rotate: ")]
+    summary = line.removeprefix("- skill vault:rotate: ").split(" (tools: list_prs) — ")[0]
+    assert summary.startswith("Rotate the keys [31m of a vault. Then check each key."), summary[:80]
+    assert summary.endswith("...") and len(summary) <= MAX_DESCRIPTION, len(summary)
+    assert line.endswith('load it with await tools.skill({ name: "vault:rotate" })'), line[-80:]
+    assert len(answer) < MAX_DESCRIPTION + 1000, len(answer)
+
+
 def test_queries_are_bounded() -> None:
     """An empty, overlong or badly limited query is refused with a message for the model,
     as the ToolCallError its call fails with."""
