@@ -150,6 +150,7 @@ def test_keyword_and_dict_forms_make_the_same_call_and_none_is_left_out() -> Non
         ("tools.echo(a=2**70)", "integer too large"),
         ("x = []\nx.append(x)\ntools.echo(a=x)", "refers to itself"),
         ("import datetime\ntools.echo(a=datetime.date.today())", "isoformat"),
+        ("class Order:\n    pass\ntools.echo(a=Order())", "a in the argument is an Order;"),
     ],
 )
 def test_arguments_that_are_not_data_raise_a_type_error(call: str, needle: str) -> None:
