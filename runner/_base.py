@@ -108,7 +108,7 @@ class LiveRun(abc.ABC):
     @abc.abstractmethod
     def memory_bytes(self) -> int:
         """What the process holds now (its resident memory), for a live budget: quick to
-        know, and never less than :meth:`private_bytes`."""
+        know, and more than :meth:`private_bytes` for any process that shares pages."""
 
     def private_bytes(self) -> int:
         """What ending the process would give back: its private memory, without the pages it

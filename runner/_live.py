@@ -171,7 +171,8 @@ class ProcessLive(LiveRun):
         if self._private is None:
             proc = self.child.proc
             measured = proc.private() if proc is not None else None
-            self._private = self._resident if measured is None else min(measured, self._resident)
+            # Measured now, stopped: what it allocated between its `ran` and the stop counts.
+            self._private = self._resident if measured is None else measured
         return self._private
 
     async def resume(self, records: list[protocol.Record]) -> Step:
@@ -270,9 +271,9 @@ class ProcessLive(LiveRun):
 
 def private_memory(run: LiveRun, counted: int) -> int:
     """``run.private_bytes()``, for a live budget that counted it at ``counted`` bytes (its
-    ``memory_bytes``): never more than that, and that when the runner fails to say."""
+    ``memory_bytes``); ``counted`` when the runner fails to say."""
     try:
-        return max(0, min(counted, int(run.private_bytes())))
+        return max(0, int(run.private_bytes()))
     except Exception:  # a runner's bug must not take a budget down
         return counted
 

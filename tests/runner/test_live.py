@@ -361,3 +361,23 @@ async def test_a_live_process_costs_its_private_memory_not_the_pages_it_shares()
         await small.live.close()
         await big.live.close()
         assert small.live.private_bytes() == 0
+
+
+def test_a_budget_counts_a_run_that_cannot_say_what_it_costs_at_its_resident_size() -> None:
+    """A runner whose private_bytes fails (a bug) leaves its run counted as it was."""
+    from runner import private_memory
+
+    class Broken(LiveRun):
+        known = waiting = 0
+        memory_bytes = 5 * MiB  # type: ignore[assignment]
+
+        def private_bytes(self) -> int:
+            raise OSError("no /proc here")
+
+        async def resume(self, records: list[Record]) -> Step:
+            raise RunError("not resumed")
+
+        async def close(self) -> None:
+            pass
+
+    assert private_memory(Broken(), 5 * MiB) == 5 * MiB
