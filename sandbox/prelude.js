@@ -132,7 +132,33 @@
   delete globalThis.FinalizationRegistry;
 
   // ---- Formatting values as text (console.log, error messages). ----
-  function describe(value, depth, ancestors) {
+  // A value's text stops growing at half of what printed text keeps of a run (its first and
+  // last 64 KiB), which leaves room for what the count below misses (some punctuation) and
+  // for the counts that close it: the rest of each array, object, Map or Set is a count of
+  // what is left out. Formatted whole, a big value cost CPU in proportion to its size for
+  // text then thrown away (an object of 300,000 small entries: about 9 s, past a script's
+  // compute_ms).
+  const PRINTED_BOUND = config.printed_bound / 2;
+  function describe(value, depth, ancestors, budget) {
+    const before = budget.left;
+    const s = describeOne(value, depth, ancestors, budget);
+    if (budget.left === before) budget.left -= s.length; // a leaf: its items did not count
+    return s;
+  }
+  // The items of a container, each by `item(i)`, until the budget is spent.
+  function listed(count, item, budget, what) {
+    const parts = [];
+    for (let i = 0; i < count; i++) {
+      if (budget.left <= 0) {
+        parts.push("... " + (count - i) + " more " + what);
+        break;
+      }
+      parts.push(item(i));
+      budget.left -= 1; // its separator
+    }
+    return parts;
+  }
+  function describeOne(value, depth, ancestors, budget) {
     switch (typeof value) {
       case "string": return JSON.stringify(value);
       case "number": return "" + value;
@@ -151,21 +177,35 @@
     ancestors.push(value);
     try {
       if (isArray(value)) {
-        return "[" + value.map((v) => describe(v, depth + 1, ancestors)).join(",") + "]";
+        const n = value.length;
+        // A hole shows as nothing, as Array.prototype.join has it ("[1,,3]").
+        return "[" + listed(n, (i) => (i in value ? describe(value[i], depth + 1, ancestors, budget) : ""),
+          budget, "items").join(",") + "]";
       }
       if (value instanceof NativeMap) {
-        return "Map(" + JSON.stringify(value.size) + ") {" + [...value].map(([k, v]) =>
-          describe(k, depth + 1, ancestors) + " => " + describe(v, depth + 1, ancestors)).join(", ") + "}";
+        const entries = [...value];
+        return "Map(" + JSON.stringify(value.size) + ") {" + listed(entries.length, (i) =>
+          describe(entries[i][0], depth + 1, ancestors, budget) + " => " +
+          describe(entries[i][1], depth + 1, ancestors, budget), budget, "entries").join(", ") + "}";
       }
       if (value instanceof NativeSet) {
-        return "Set(" + value.size + ") {" + [...value].map((v) => describe(v, depth + 1, ancestors)).join(", ") + "}";
+        const items = [...value];
+        return "Set(" + value.size + ") {" + listed(items.length, (i) =>
+          describe(items[i], depth + 1, ancestors, budget), budget, "items").join(", ") + "}";
       }
-      if (typeof value.toJSON === "function") return describe(value.toJSON(), depth + 1, ancestors);
+      if (typeof value.toJSON === "function") return describe(value.toJSON(), depth + 1, ancestors, budget);
+      const ks = objectKeys(value);
       const parts = [];
-      for (const key of objectKeys(value)) {
-        const v = value[key];
+      for (let i = 0; i < ks.length; i++) {
+        if (budget.left <= 0) {
+          parts.push("... " + (ks.length - i) + " more keys");
+          break;
+        }
+        const v = value[ks[i]];
         if (v === undefined || typeof v === "function" || typeof v === "symbol") continue;
-        parts.push(JSON.stringify(key) + ":" + describe(v, depth + 1, ancestors));
+        const key = JSON.stringify(ks[i]);
+        budget.left -= key.length + 1;
+        parts.push(key + ":" + describe(v, depth + 1, ancestors, budget));
       }
       return "{" + parts.join(",") + "}";
     } finally {
@@ -183,7 +223,7 @@
   }
   function text(value) {
     try {
-      return typeof value === "string" ? value : describe(value, 0, []);
+      return typeof value === "string" ? value : describe(value, 0, [], { left: PRINTED_BOUND });
     } catch (e) {
       return "[unprintable: " + errorText(e) + "]";
     }

@@ -131,6 +131,8 @@ class _Printed:
             return head
         tail = "".join(self.tail)[-PRINTED_TAIL:]
         shown = len(head.encode()) + len(tail.encode())
+        if shown >= self.total_bytes:  # past the head, but within the tail: nothing cut
+            return head + tail
         note = f"\n[... {_size(self.total_bytes - shown)} of printed output cut ...]\n"
         return head + note + tail
 

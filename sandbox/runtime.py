@@ -23,6 +23,8 @@ from sandbox.files import Fetch
 from sandbox.protocol import (
     LIVE_VERSION,
     MAX_DEPTH,
+    PRINTED_HEAD,
+    PRINTED_TAIL,
     VALUE_BOUND,
     ErrorLine,
     LimitMet,
@@ -206,6 +208,7 @@ class Run(Replay):
                 "seed_hi": float(seed >> 32),
                 "value_bound": float(VALUE_BOUND),
                 "max_depth": float(MAX_DEPTH),
+                "printed_bound": float(PRINTED_HEAD + PRINTED_TAIL),
             }
         ).decode()
         stripper = prepared.stripper if prepared is not None else typescript.Stripper()
