@@ -15,6 +15,9 @@ Each figure is what a host would see through :class:`runner.ProcessRunner`:
   results arrive): a run that makes one call, then busy-loops.
 - **results / calls**: a step's time when its run holds 1, 4 and 8 MiB of results, or 1,000
   calls (the budgets' edges): replayed from the log, and live (only the new result sent).
+- **memory, live**: a live call's time when the script holds 100,000 or 1,000,000 small
+  objects (about 15 and 150 MiB of the 256 MiB default), against none: what a call costs
+  near the ``memory`` budget's edge.
 
 A limit that overshoots by more than 10% or by more than 50 ms is a defect (issue 14).
 """
@@ -48,6 +51,13 @@ const a = await tools.t({ i: 0 });
 const b = await tools.t({ i: 1 });
 return a.s.length + b.v;"""
 CALL_THEN_BUSY = "await tools.t({ i: 0 });\nfor (;;) {}"
+# A heap of small objects, then calls: the segments after the first are measured.
+HOLD_THEN_CALLS = """\
+const kept = [];
+for (let i = 0; i < %d; i++) kept.push({ i, s: "x" + i });
+let n = 0;
+for (let i = 0; i < %d; i++) { const r = await tools.t({ i }); n += r.v; }
+return kept.length + n;"""
 CALLS = """\
 let n = 0;
 for (let i = 0; i < %d; i++) { const r = await tools.t({ i }); n += r.v; }
@@ -259,6 +269,47 @@ async def record_cost(runner: ProcessRunner, sizes: tuple[int, ...], reps: int) 
     return figures
 
 
+async def heap_cost(runner: ProcessRunner, objects: tuple[int, ...], calls: int) -> list[Figure]:
+    """A live call's wall (from the results sent to the next ``ran``) while the script holds
+    ``objects`` small objects, against the same with none held, in one run."""
+
+    async def call_walls(held: int) -> list[float]:
+        s = script(HOLD_THEN_CALLS % (held, calls), limits=Limits(compute_ms=20_000))
+        step = await runner.run(s, live=True)
+        walls = []
+        try:
+            for i in range(calls):
+                if step.live is None:
+                    raise AssertionError(f"call {i} of a live run did not stay live: {step.error}")
+                t0 = time.perf_counter()
+                step = await step.live.resume([_record(i, {"v": i})])
+                walls.append((time.perf_counter() - t0) * 1000)
+        finally:
+            if step.live is not None:
+                await step.live.close()
+        if step.outcome != "finished" or step.value != held + sum(range(calls)):
+            raise AssertionError(f"the run holding {held:,} objects ended so: {step.error}")
+        return walls[1:]  # the first resume may still be collecting the heap just built
+
+    figures = []
+    for held in objects:
+        none, some = [], []
+        for _ in range(2):  # interleaved
+            none += await call_walls(0)
+            some += await call_walls(held)
+        a, b = statistics.median(none), statistics.median(some)
+        figures.append(
+            Figure(
+                "memory",
+                f"{held:,} objects held, live",
+                f"a live call's wall, p50 of {len(some)}: {b:,.2f} ms, {a:,.2f} ms with none held",
+                f"{b:,.2f} / {a:,.2f} ms",
+                note=f"held/none {b / a:.2f}",
+            )
+        )
+    return figures
+
+
 def _cost(limit: str, setting: str, replayed: list[float], live: list[float]) -> Figure:
     r, v = statistics.median(replayed), statistics.median(live)
     return Figure(
@@ -384,6 +435,7 @@ async def measure(quick: bool = False, slots: int = 2) -> list[Figure]:
         figures += await record_cost(
             runner, (1 * MiB,) if quick else (1 * MiB, 4 * MiB, 8 * MiB), 1 if quick else 5
         )
+        figures += await heap_cost(runner, (100_000,) if quick else (100_000, 1_000_000), 20)
     finally:
         await runner.aclose()
     figures += await live_budget(slots, live_max=8 if quick else None)

@@ -50,7 +50,10 @@ class CallSettling(Emitting):
         claimed: list[int] = []
         proposed = [c for c in drive.open_calls() if c.state == log.PROPOSED]
         if proposed:
-            trigger = calls_trigger(record.id, [(c.call_id, c.name, c.arguments) for c in proposed])
+            trigger = calls_trigger(
+                record.id,
+                [(c.call_id, c.name, self._given(record.language, c)) for c in proposed],
+            )
             answers = await ask(self.worker, trigger)
             decisions = [self._decision(c, answers[c.call_id]) for c in proposed]
             # When no call waits for a person, the approved calls' receipts go in the same
@@ -208,14 +211,22 @@ class CallSettling(Emitting):
             call_id=entry.call_id,
             call_index=entry.index,
         )
-        arguments = entry.arguments
-        if record.language == "python":
-            # The sandbox leaves out a None argument (sandbox/python.py): given to a required
-            # argument that takes null, it was meant as null.
-            arguments = tool.with_required_nulls(arguments)
         return await tool.invoke(
-            arguments, ctx, threads=self._tool_threads, default_timeout=self.call_timeout
+            self._given(record.language, entry),
+            ctx,
+            threads=self._tool_threads,
+            default_timeout=self.call_timeout,
         )
+
+    def _given(self, language: str, entry: log.CallEntry) -> Any:
+        """The arguments ``entry``'s tool gets, which are also what the worker and a person
+        asked to approve it see: as the script sent them (and the log keeps them), but for a
+        Python script, null for each required argument that takes null it left out (its
+        sandbox leaves out a None argument, sandbox/python.py: there it was meant as null)."""
+        tool = self._by_name.get(entry.name)
+        if tool is not None and language == "python":
+            return tool.with_required_nulls(entry.arguments)
+        return entry.arguments
 
 
 def error_text(message: str) -> str:

@@ -736,7 +736,7 @@ class CodeMode(StepLoop):
         entry = await self._waiting(script_id, call_id)
         tool = self._by_name.get(entry.name)
         try:
-            data = tool._check_result(result) if tool is not None else result
+            data = await tool.checked(result) if tool is not None else result
             size = len(orjson.dumps(data))
         except (ToolCallError, TypeError, orjson.JSONEncodeError) as e:
             message = error_text(e.message if isinstance(e, ToolCallError) else str(e))

@@ -281,6 +281,36 @@ def to_json_data(value: Any) -> Any:
     return _convert(value, [], 0)
 
 
+def holds_at_most(value: Any, items: int) -> bool:
+    """True when the dicts, lists and tuples in ``value`` (pydantic models' and other
+    objects' attributes counted as a dict's) hold ``items`` items or fewer in all. The walk
+    stops once past ``items``, so it costs little whatever ``value``'s size: it tells whether
+    converting ``value`` (work in proportion to its items) is cheap."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        kind = type(v)
+        if kind is dict:
+            children: Any = v.values()
+        elif kind is list or kind is tuple:
+            children = v
+        elif v is None or kind is str or kind is int or kind is float or kind is bool:
+            continue
+        elif isinstance(v, dict):
+            children = v.values()
+        elif isinstance(v, list | tuple):
+            children = v
+        elif hasattr(v, "__dict__") and not isinstance(v, type):
+            children = vars(v).values()
+        else:
+            continue
+        items -= len(children)
+        if items < 0:
+            return False
+        stack.extend(children)
+    return True
+
+
 def _convert(value: Any, path: list[str | int], depth: int) -> Any:
     if depth > MAX_DATA_DEPTH:
         raise NotJSONData(

@@ -380,7 +380,7 @@ class StepLoop(CallSettling):
             {
                 "call_id": c.call_id,
                 "name": c.name,
-                "arguments": c.arguments,
+                "arguments": self._given(record.language, c),
                 "reason": reasons.get(c.state, "turn"),
             }
             for c in unsettled

@@ -16,6 +16,12 @@ token. Until it is welcomed, a connection (its TLS handshake included) has
 budget of its own: when that is full, the oldest connection still in its handshake is dropped
 to make room, so idle sockets can never keep a real client out for longer than one
 handshake. Only welcomed connections count against ``max_connections``.
+
+The lines welcomed connections send (a script, a live step's results) share one budget of
+bytes, ``line_memory``: a line that would take more than is left is read to its end and
+thrown away, and the client told the service is busy (it tries another service, or again
+later), so a few peers cannot make the service hold a line of ``max_script_line`` on each of
+``max_connections`` connections.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from collections import OrderedDict
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
+
+import psutil
 
 from runner import _wire as wire
 from runner._base import FileMissing, LiveRun, ProcessStats, RunError, ScriptRunner, Step
@@ -55,6 +63,16 @@ HEARTBEAT = 1.0
 # process go after its own live wait (a few seconds by default); this bounds a client that
 # vanished without closing its connection.
 LIVE_WAIT = 30.0
+# The default line budget is this share of the machine's memory: a line being parsed takes
+# about three times its bytes (the bytes, their copy, the decoded script) at its peak.
+LINE_MEMORY_SHARE = 8
+
+
+def default_line_memory() -> int:
+    """An eighth of the machine's memory (at least 64 MiB): what the lines that welcomed
+    connections send may hold together by default."""
+    return max(64 * protocol.MiB, psutil.virtual_memory().total // LINE_MEMORY_SHARE)
+
 
 # What a step's work hands back: the answer line, whether the connection can carry another
 # request, and the live process that now waits on the connection (if any).
@@ -185,6 +203,13 @@ class RunnerService:
     processes hold no slot; at most ``live_max`` of them, holding at most ``live_memory``
     bytes, wait at once (defaults sized for the machine), and the least recently kept one is
     ended for a new one. ``live_max=0`` keeps none. A client that goes away ends its process.
+
+    ``line_memory`` bounds the bytes that the lines being read (scripts, live results) hold
+    together, the first 64 KiB of each aside (default: :func:`default_line_memory`). A line
+    that would pass it is read to its end and dropped, and the client is answered ``busy``
+    (``error`` with cause ``live`` for a live step's results, whose process is ended: the
+    engine replays the step), so it runs the step elsewhere or again later; the connection
+    stays usable. No line longer than ``line_memory`` is taken (the welcome's ``max_line``).
     """
 
     # The newest wire version this service speaks (a subclass may speak an older one, as a
@@ -210,11 +235,14 @@ class RunnerService:
         live_wait: float = LIVE_WAIT,
         live_max: int | None = None,
         live_memory: int | None = None,
+        line_memory: int | None = None,
     ) -> None:
         if not live_wait > 0:
             raise ValueError(f"live_wait must be a positive number of seconds, not {live_wait}")
         if live_max is not None and live_max < 0:
             raise ValueError(f"live_max must be 0 or more, not {live_max}")
+        if line_memory is not None and line_memory < 0:
+            raise ValueError(f"line_memory must be 0 bytes or more, not {line_memory}")
         if token is not None and not token:
             raise ValueError("the runner service's token is empty")
         timeouts = {
@@ -247,6 +275,10 @@ class RunnerService:
         self.read_timeout = read_timeout
         self.slot_wait = slot_wait
         self.max_script_line = max_script_line
+        self.lines = wire.LineBudget(
+            line_memory if line_memory is not None else default_line_memory()
+        )
+        self.lines_refused = 0  # lines dropped because the line budget was full
         self.max_connections = max_connections
         self.max_unwelcomed = max_unwelcomed
         self.heartbeat = heartbeat
@@ -279,6 +311,17 @@ class RunnerService:
         """``HOST:PORT`` the service listens on (after :meth:`start`)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
+
+    @property
+    def max_line(self) -> int:
+        """The longest script line taken: ``max_script_line``, within the line budget (a line
+        that fits only in more than all of it could never be read)."""
+        return min(self.max_script_line, self.lines.total)
+
+    @property
+    def line_bytes(self) -> int:
+        """Bytes of the line budget that lines being read hold now."""
+        return self.lines.taken
 
     @property
     def live_runs(self) -> int:
@@ -453,7 +496,7 @@ class RunnerService:
             busy=self.slots.in_use,
             waiting=self.slots.waiting(),
             draining=self.draining,
-            max_line=self.max_script_line,
+            max_line=self.max_line,
             slot_wait=self.slot_wait,
             heartbeat=self.heartbeat if beats else None,
             live_wait=self.live_wait if self._offers_live(version) else None,
@@ -469,36 +512,47 @@ class RunnerService:
     async def _requests(self, conn: wire.Channel, version: int) -> None:
         """Answer requests until the client leaves, idles out or breaks the protocol."""
         while True:
-            try:
-                line = await conn.line(
-                    self.max_script_line, idle=self.idle_timeout, timeout=self.line_timeout
-                )
-            except TimeoutError:
-                log.info("%s: dropped: idle or too slow to finish a line", conn.peer)
-                return
-            except wire.WireError as e:
-                await self._fail(conn, f"dropped: {e}", "protocol")
-                return
-            if line is None:
-                return
-            try:
-                kind, body = wire.envelope(line)
-                del line
-                if kind == "load":
-                    await conn.send(wire.encode(self.load()))
+            with self.lines.hold() as hold:
+                try:
+                    line = await conn.line(
+                        self.max_line, idle=self.idle_timeout, timeout=self.line_timeout, hold=hold
+                    )
+                except TimeoutError:
+                    log.info("%s: dropped: idle or too slow to finish a line", conn.peer)
+                    return
+                except wire.OverBudget as e:
+                    hold.release()
+                    if not await self._skip_line(conn, self.max_line, e):
+                        return
+                    busy = self._busy(self._over_budget(e))
+                    await conn.send(busy)
                     continue
-                if kind != "script":
-                    raise wire.WireError(f"a {kind!r} message where script or load was expected")
-                if self.draining:
-                    await self._fail(conn, "the runner service is draining", "draining")
-                    continue
-                script, tenant, live = wire.decode_body(kind, body, ("script",))
-                del body
-                if live and not self._offers_live(version):
-                    raise wire.WireError("a live step was asked for, which was not offered")
-            except wire.WireError as e:
-                await self._fail(conn, str(e), "protocol")
-                return
+                except wire.WireError as e:
+                    await self._fail(conn, f"dropped: {e}", "protocol")
+                    return
+                if line is None:
+                    return
+                try:
+                    kind, body = wire.envelope(line)
+                    del line
+                    if kind == "load":
+                        await conn.send(wire.encode(self.load()))
+                        continue
+                    if kind != "script":
+                        raise wire.WireError(
+                            f"a {kind!r} message where script or load was expected"
+                        )
+                    if self.draining:
+                        await self._fail(conn, "the runner service is draining", "draining")
+                        continue
+                    script, tenant, live = wire.decode_body(kind, body, ("script",))
+                    del body
+                    if live and not self._offers_live(version):
+                        raise wire.WireError("a live step was asked for, which was not offered")
+                except wire.WireError as e:
+                    await self._fail(conn, str(e), "protocol")
+                    return
+            # The line is parsed and gone: its share of the budget is given back above.
             files = _ForwardedFiles(conn, self.read_timeout)
             keep, held = await self._exchange(
                 conn, version, script.id, files, self._work(script, tenant, files, live)
@@ -507,6 +561,27 @@ class RunnerService:
                 keep, held = await self._wait_live(conn, version, held)
             if not keep:
                 return
+
+    def _over_budget(self, e: wire.OverBudget) -> str:
+        return (
+            f"the runner service's line budget is full ({e}); send the line again shortly or "
+            "to another service, or start the service with a larger --line-memory"
+        )
+
+    async def _skip_line(self, conn: wire.Channel, bound: int, e: wire.OverBudget) -> bool:
+        """Read to the end of a line the budget had no room for, holding none of it, so the
+        connection stays in step. False: the connection was dropped meanwhile."""
+        self.lines_refused += 1
+        log.warning("%s: a line was dropped: %s", conn.peer, e)
+        try:
+            await conn.skip_line(bound, self.line_timeout)
+        except TimeoutError:
+            log.info("%s: dropped: too slow to finish a line", conn.peer)
+            return False
+        except wire.WireError as e:
+            await self._fail(conn, f"dropped: {e}", "protocol")
+            return False
+        return True
 
     def _offers_live(self, version: int) -> bool:
         return version >= wire.LIVE_WIRE_VERSION and self.live_max > 0 and takes_live(self.runner)
@@ -610,8 +685,9 @@ class RunnerService:
         finally:
             self.slots.release(use)
 
-    def _busy(self) -> bytes:
-        why = f"no slot came free within {self.slot_wait:g} s"
+    def _busy(self, why: str | None = None) -> bytes:
+        if why is None:
+            why = f"no slot came free within {self.slot_wait:g} s"
         busy = wire.Busy(
             error=why,
             slots=self.slots.count,
@@ -644,9 +720,10 @@ class RunnerService:
         if self.draining:
             held.end("the runner service is draining")
         # The client's own limits size the line; never past what a script line may be.
-        bound = min(protocol.results_bound(held.script.limits), self.max_script_line)
+        bound = min(protocol.results_bound(held.script.limits), self.max_line)
+        hold = self.lines.hold()
         reading = asyncio.create_task(
-            conn.line(bound, idle=self.live_wait, timeout=self.line_timeout)
+            conn.line(bound, idle=self.live_wait, timeout=self.line_timeout, hold=hold)
         )
         ending = asyncio.create_task(held.ended.wait())
         going_on = False
@@ -660,6 +737,15 @@ class RunnerService:
                 return await self._end_held(
                     conn, held, f"no results came within {self.live_wait:g} s"
                 )
+            except wire.OverBudget as e:
+                # Its results cannot be read now; the process is ended (below), and the
+                # engine, whose log holds them, replays the step.
+                hold.release()
+                if not await self._skip_line(conn, bound, e):
+                    return False, None
+                why = f"the live process cannot go on: {self._over_budget(e)}"
+                await self._fail(conn, why, "live")
+                return True, None
             except wire.WireError as e:
                 await self._fail(conn, f"dropped: {e}", "protocol")
                 return False, None
@@ -682,6 +768,7 @@ class RunnerService:
             for task in (reading, ending):
                 task.cancel()
             await asyncio.gather(reading, ending, return_exceptions=True)
+            hold.release()  # the results line is parsed, or given up
             self._unkeep(held)
             if not going_on:
                 await self._end_run(held.run)

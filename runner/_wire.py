@@ -38,7 +38,9 @@ Then any number of requests, one at a time:
   - ``{"step": {<the Ran>, "process": {wall_ms, cpu_ms, file_bytes, max_rss_bytes,
     wait_ms, exit_status}}}``: where the step ended, a failed script included;
   - ``{"busy": {"error", "slots", "busy", "waiting"}}``: no slot came free within
-    ``slot_wait``;
+    ``slot_wait``, or (sent as soon as the line has been read to its end, which the service
+    drops) the service's line budget had no room for the script line, held by other
+    connections' lines; ``error`` says which;
   - ``{"error": {"error": "<why>", "cause": "draining" | "unavailable" | "unfit" |
     "protocol"}}``: the service could not take the step (it is draining, its local runner
     failed, it does not take this script's version or language, or the request was bad).
@@ -57,7 +59,8 @@ recently kept process is ended first). The connection then carries one of:
 - client -> service ``{"results": [Record, ...]}`` (the sandbox protocol's line): the same
   run goes on, exactly as a ``script`` step does (``read``, ``beat``, then ``step``, which
   may carry ``live`` again, or ``busy`` / ``error``; ``error`` with cause ``live`` says the
-  process could not go on, and the client replays the step);
+  process could not go on, and the client replays the step: so is a results line the
+  service's line budget has no room for, read to its end and dropped);
 - client -> service ``{"end": {}}``: the service ends the process; no answer, and the
   connection takes requests again;
 - service -> client ``{"ended": {"error": "<why>"}}``: the service ended the process itself
@@ -99,6 +102,10 @@ SMALL_LINE = 64 * protocol.KiB
 STEP_OVERHEAD = 64 * protocol.KiB
 
 _CHUNK = 256 * protocol.KiB
+# A line that counts against a LineBudget reads this much at a time: the budget is taken
+# before the bytes arrive, so a line waiting for a slow peer holds at most this much that it
+# has not received.
+_BUDGETED_CHUNK = 64 * protocol.KiB
 
 
 class WireError(Exception):
@@ -107,6 +114,77 @@ class WireError(Exception):
 
 class PeerGone(Exception):
     """The peer closed the connection or it broke (reset, TLS failure)."""
+
+
+class OverBudget(Exception):
+    """A line would hold more than is left of the service's :class:`LineBudget`. The line is
+    part read: :meth:`Channel.skip_line` discards the rest, and the connection is in step."""
+
+
+class LineBudget:
+    """The bytes that the lines a service is reading may hold together, across connections.
+
+    Each line may hold its first ``free`` bytes without asking (a small request always passes:
+    a health check, a hello-sized step); past that, every byte it reads is taken from
+    ``total`` before it is read, and given back by :meth:`LineHold.release` when the line is
+    done with. A line that needs more than is left raises :class:`OverBudget` rather than
+    wait: lines that wait while holding part of the budget could wait on each other for ever.
+    """
+
+    def __init__(self, total: int, free: int = SMALL_LINE) -> None:
+        if total < 0:
+            raise ValueError(f"a line budget must be 0 bytes or more, not {total}")
+        if free < 1:
+            raise ValueError(f"a line budget's free bytes must be 1 or more, not {free}")
+        self.total = total
+        self.free = free
+        self.taken = 0
+
+    @property
+    def left(self) -> int:
+        return self.total - self.taken
+
+    def hold(self) -> LineHold:
+        """A new line's share, empty until it reads past ``free`` (a context manager that
+        gives it back)."""
+        return LineHold(self)
+
+
+class LineHold:
+    """One line's share of a :class:`LineBudget`."""
+
+    def __init__(self, budget: LineBudget) -> None:
+        self.budget = budget
+        self.held = 0
+
+    def cover(self, have: int, want: int) -> int:
+        """Make room for reading up to ``want`` bytes past the ``have`` the line holds; return
+        how many it may read now (at least 1). Raises :class:`OverBudget` when it may read
+        none."""
+        budget = self.budget
+        allowed = budget.free + self.held + budget.left
+        if allowed <= have:
+            raise OverBudget(
+                f"the line passed {have:,} bytes while the service's other connections hold "
+                f"{budget.taken - self.held:,} of its line budget of {budget.total:,} bytes"
+            )
+        grant = min(want, allowed - have)
+        more = have + grant - budget.free - self.held
+        if more > 0:
+            budget.taken += more
+            self.held += more
+        return grant
+
+    def release(self) -> None:
+        """Give back what the line held; it may be called again (it gives back nothing)."""
+        self.budget.taken -= self.held
+        self.held = 0
+
+    def __enter__(self) -> LineHold:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.release()
 
 
 class _Model(BaseModel):
@@ -351,13 +429,14 @@ class Channel:
             return f"{peer[0]}:{peer[1]}"
         return str(peer)
 
-    async def _fill(self, until: float | None) -> None:
-        """Read more into the buffer. Raises TimeoutError past ``until``, PeerGone on a break."""
+    async def _fill(self, until: float | None, size: int = _CHUNK) -> None:
+        """Read up to ``size`` more bytes into the buffer. Raises TimeoutError past ``until``,
+        PeerGone on a break."""
         timeout = None if until is None else until - time.monotonic()
         if timeout is not None and timeout <= 0:
             raise TimeoutError
         try:
-            chunk = await asyncio.wait_for(self.reader.read(_CHUNK), timeout)
+            chunk = await asyncio.wait_for(self.reader.read(size), timeout)
         except TimeoutError:  # an OSError too, but not a broken connection
             raise
         except (ConnectionError, OSError) as e:
@@ -367,19 +446,30 @@ class Channel:
         self._buffer.extend(chunk)
 
     async def line(
-        self, bound: int, *, idle: float | None, timeout: float | None = None
+        self,
+        bound: int,
+        *,
+        idle: float | None,
+        timeout: float | None = None,
+        hold: LineHold | None = None,
     ) -> bytes | None:
         """The next line (newline included); ``None`` when the peer closed between lines.
 
         ``idle`` bounds the wait for the line's first byte, ``timeout`` the time from its first
-        byte to its newline (``None``: no bound). Raises ``TimeoutError``, :class:`WireError`
-        for a line over ``bound`` or cut short, :class:`PeerGone` when the connection broke.
+        byte to its newline (``None``: no bound). With ``hold``, every read past the budget's
+        free bytes is taken from its :class:`LineBudget` first (the caller releases it when
+        done with the line). Raises ``TimeoutError``, :class:`WireError` for a line over
+        ``bound`` or cut short, :class:`OverBudget`, :class:`PeerGone` when the connection
+        broke.
         """
         until = None if idle is None else time.monotonic() + idle
         while not self._buffer:
             if self._eof:
                 return None
-            await self._fill(until)
+            # Waiting for a line's first byte takes nothing from the budget.
+            await self._fill(
+                until, _CHUNK if hold is None else min(_BUDGETED_CHUNK, hold.budget.free)
+            )
         until = None if timeout is None else time.monotonic() + timeout
         while True:
             at = self._buffer.find(b"\n", self._scanned)
@@ -397,6 +487,32 @@ class Channel:
                 raise WireError(
                     f"the peer closed the connection in the middle of a line "
                     f"({len(self._buffer):,} bytes without a newline)"
+                )
+            size = _CHUNK if hold is None else hold.cover(len(self._buffer), _BUDGETED_CHUNK)
+            await self._fill(until, size)
+
+    async def skip_line(self, bound: int, timeout: float | None) -> None:
+        """Discard the rest of a line :meth:`line` left part read (:class:`OverBudget`), up to
+        and with its newline, holding none of it. Raises as :meth:`line` does."""
+        until = None if timeout is None else time.monotonic() + timeout
+        skipped = 0
+        while True:
+            at = self._buffer.find(b"\n")
+            if at >= 0:
+                if skipped + at + 1 > bound:
+                    raise WireError(_over(skipped + at + 1, bound))
+                del self._buffer[: at + 1]
+                self._scanned = 0
+                return
+            skipped += len(self._buffer)
+            self._buffer.clear()
+            self._scanned = 0
+            if skipped > bound:
+                raise WireError(_over(skipped, bound))
+            if self._eof:
+                raise WireError(
+                    f"the peer closed the connection in the middle of a line "
+                    f"({skipped:,} bytes without a newline)"
                 )
             await self._fill(until)
 

@@ -32,6 +32,7 @@ from runner._service import (
     SLOT_WAIT,
     RunnerService,
 )
+from runner._sizes import parse_size
 from runner._slots import default_slot_count
 
 MIN_TOKEN = 16
@@ -81,6 +82,13 @@ def _count(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number, 0 or more")
     return value
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text, what="--line-memory")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -151,6 +159,15 @@ def _parser() -> argparse.ArgumentParser:
         "memory free at start)",
     )
     parser.add_argument(
+        "--line-memory",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="bytes (or a size such as 2gb) the script and results lines being read may hold "
+        "together, past the first 64 KiB of each; a line that would pass it is refused as "
+        "busy (default: an eighth of the machine's memory)",
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         type=_log_level,
@@ -215,6 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         live_wait=args.live_wait,
         live_max=args.live_max,
         live_memory=args.live_memory,
+        line_memory=args.line_memory,
     )
     try:
         asyncio.run(_serve(service, host, port))

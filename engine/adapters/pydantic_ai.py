@@ -17,8 +17,13 @@ A script that waits for a person is pydantic-ai's own approval request: the run 
 waits on and runs it on. ``await toolset.answer(requests, approve=False, message=...)``
 refuses them instead (the script sees an error it can handle, and the model sees the script's
 result, not a bare denial); an approval given elsewhere (``codemode approve``, another host)
-counts too. ``run_code`` is idempotent on the model's tool-call id, so the answer may come in
-another process, on the same log, much later.
+counts too. A bare denial (``approvals={tool_call_id: False}`` or ``ToolDenied(message)``)
+never calls the tool, so the toolset finds it in the run's messages before the next model
+request: it refuses what the script waits on with the denial's message (the script sees
+that error, as with ``answer(approve=False)``) and every approval the script asks for after
+it, and drives the script to its end in the log; the model sees pydantic-ai's denial, not
+the script's result. ``run_code`` is idempotent on the model's tool-call id, so the answer
+may come in another process, on the same log, much later.
 
 The tool returns the result's text; the files the script showed come with it as
 pydantic-ai's ``BinaryContent``, so the model sees them in the tool's result.
@@ -34,7 +39,7 @@ from typing import Any
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai import Tool as AgentTool
 from pydantic_ai.exceptions import ApprovalRequired
-from pydantic_ai.messages import BinaryContent
+from pydantic_ai.messages import BinaryContent, ToolReturnPart
 from pydantic_ai.toolsets import FunctionToolset
 
 from engine._codemode import CodeMode
@@ -119,6 +124,45 @@ class CodeModeToolset(FunctionToolset[Any]):
             takes_ctx=True,
         )
         super().__init__([run_code])
+        # The run_code calls whose bare denial this toolset has delivered (or found nothing
+        # to deliver to), so each is looked up in the log once.
+        self._denials_seen: set[str] = set()
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, Any]:
+        # Called before each model request, with the messages so far: where a bare denial,
+        # which pydantic-ai answers without calling the tool, first shows.
+        await self._deliver_denials(ctx)
+        return await super().get_tools(ctx)
+
+    async def _deliver_denials(self, ctx: RunContext[Any]) -> None:
+        """Refuse what each script whose run_code call was denied waits on (see the module
+        docstring)."""
+        for message in ctx.messages:
+            for part in getattr(message, "parts", ()):
+                if (
+                    isinstance(part, ToolReturnPart)
+                    and part.tool_name == RUN_CODE
+                    and part.outcome == "denied"
+                    and part.tool_call_id not in self._denials_seen
+                ):
+                    await self._deny(part.tool_call_id, str(part.content))
+                    self._denials_seen.add(part.tool_call_id)
+
+    async def _deny(self, tool_call_id: str, message: str) -> None:
+        record = await self.engine.store.script_by_key("default", tool_call_id)
+        if record is None:
+            return  # never started: nothing waits
+        result = await self.engine.resume(record.id)
+        # Each pass refuses at least one call the script asked for, and a script's calls are
+        # bounded by its limits; so is this loop.
+        while result.status == "paused":
+            asked = [w for w in result.waiting if w["reason"] == "approval"]
+            if not asked:
+                break  # held, or waiting on another host: it goes on there
+            for call in asked:
+                with contextlib.suppress(CallNotWaiting):
+                    await self.engine.reject(result.script_id, call["call_id"], message)
+            result = await self.engine.resume(result.script_id)
 
     async def _run_code(self, ctx: RunContext[Any], code: str) -> str | list[Any]:
         result = await self.engine.run_code(code, key=ctx.tool_call_id)

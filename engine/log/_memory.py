@@ -61,6 +61,11 @@ class MemoryStore(LogStore):
             found.sort(key=lambda s: (s.created_ms, s.id))
             return [_script_copy(s) for s in found[:limit]]
 
+    async def script_by_key(self, tenant: str, key: str) -> r.ScriptRecord | None:
+        with self._lock:
+            script_id = self._keys.get((tenant, key))
+            return None if script_id is None else _script_copy(self._script(script_id))
+
     # ---- starting and owning ----
 
     async def start(self, record: r.ScriptRecord, owner: str, ttl_ms: int) -> Started:

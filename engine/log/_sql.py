@@ -68,6 +68,11 @@ def get_script(script_id: str, lock: Lock = None) -> Tx:
     return rows.script_from_row(row)
 
 
+def script_by_key(tenant: str, key: str) -> Tx:
+    row = yield Q("SELECT id FROM scripts WHERE tenant = ? AND key = ?", (tenant, key), "one")
+    return None if row is None else (yield from get_script(row[0]))
+
+
 def calls(script_id: str, start: int) -> Tx:
     yield from get_script(script_id)
     found = yield Q(

@@ -37,6 +37,9 @@ class SqlStore(LogStore):
     async def scripts(self, status: str | None = None, limit: int = 1000) -> list[r.ScriptRecord]:
         return await self._tx(lambda now: sql.scripts(status, limit), write=False)
 
+    async def script_by_key(self, tenant: str, key: str) -> r.ScriptRecord | None:
+        return await self._tx(lambda now: sql.script_by_key(tenant, key), write=False)
+
     async def start(self, record: r.ScriptRecord, owner: str, ttl_ms: int) -> Started:
         return await self._tx(
             lambda now: sql.start(record, owner, ttl_ms, now), write=True, sync=False

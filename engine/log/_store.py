@@ -69,6 +69,10 @@ class LogStore(abc.ABC):
     async def scripts(self, status: str | None = None, limit: int = 1000) -> list[ScriptRecord]:
         """Scripts, oldest first, with that status if one is given; at most ``limit``."""
 
+    @abc.abstractmethod
+    async def script_by_key(self, tenant: str, key: str) -> ScriptRecord | None:
+        """The script ``key`` names within ``tenant`` (see :meth:`start`), or ``None``."""
+
     # ---- starting and owning ----
 
     @abc.abstractmethod

@@ -176,6 +176,10 @@ async def check_keys_per_tenant(make: StoreFactory) -> None:
             again = await store.start(_record(key=key, tenant=tenant), "host-c", HELD_MS)
             assert not again.created and again.record.id == first.record.id, again
             assert again.record.tenant == tenant and again.lease is None, again
+            found = await store.script_by_key(tenant, key)
+            assert found is not None and found.id == first.record.id, (tenant, found)
+        assert await store.script_by_key("tenant-c", key) is None, "a key is the tenant's"
+        assert await store.script_by_key("tenant-a", "toolu_none") is None
         assert len(await store.scripts()) == 2
         # Both tenants starting one key at once, from many hosts: one script each.
         key2 = f"toolu_{uuid.uuid4().hex}"

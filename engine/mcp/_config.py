@@ -123,7 +123,8 @@ class ServerSpec:
 
 @dataclass(frozen=True)
 class ServerProblem:
-    """A server that cannot serve: its name and one line saying why and what to do."""
+    """A server that cannot serve, or a tool of a serving server that is left out: the
+    server's name and one line saying what (naming the tool), why and what to do."""
 
     server: str
     message: str

@@ -42,12 +42,17 @@ class McpServers:
 
     Build it with :meth:`start`. ``tools`` is the current list; ``problems`` names each server
     that could not be used (bad entry, missing command, no answer to ``initialize``) while the
-    others serve. :meth:`aclose` closes every session and ends every child process.
+    others serve, then each tool a serving server lists that is left out (its definition does
+    not follow MCP or cannot be declared, its name is taken) while its other tools serve; the
+    latter are those of each server's last listing (one that comes later is also logged as a
+    warning). :meth:`aclose` closes every session and ends every child process.
     """
 
     def __init__(self, specs: Iterable[ServerSpec], *, errlog: TextIO | None = None) -> None:
         self.specs = list(specs)
         self.problems: list[ServerProblem] = []
+        self._server_problems: list[ServerProblem] = []
+        self._tool_problems: dict[str, list[ServerProblem]] = {}
         self._errlog = errlog
         self._upstreams: dict[str, Upstream] = {}
         self._definitions: dict[str, list[dict[str, Any]]] = {}
@@ -98,7 +103,7 @@ class McpServers:
             specs = [s for s in specs if s.name in wanted]
             problems = [p for p in problems if p.server in wanted]
         servers = cls(specs, errlog=errlog)
-        servers.problems.extend(problems)
+        servers._server_problems.extend(problems)
         try:
             await servers._connect(log_problems)
         except BaseException:
@@ -115,9 +120,10 @@ class McpServers:
         results = await asyncio.gather(*(u.start() for u in self._upstreams.values()))
         for upstream, failed in zip(list(self._upstreams.values()), results, strict=True):
             if failed is not None:
-                self.problems.append(ServerProblem(upstream.name, failed))
+                self._server_problems.append(ServerProblem(upstream.name, failed))
                 await upstream.aclose()
                 del self._upstreams[upstream.name]
+        self._gather_problems()
         for problem in self.problems if log_problems else ():
             logger.warning("%s", problem)
         self._declared = {(t.source or "", t.original_name) for t in self.tools}
@@ -145,9 +151,20 @@ class McpServers:
 
     # ---- tools ----
 
-    def _listed(self, upstream: Upstream, definitions: list[dict[str, Any]]) -> None:
-        """A server listed its tools: rebuild those that changed, tell the listeners."""
+    def _gather_problems(self) -> None:
+        self.problems = [
+            *self._server_problems,
+            *(p for spec in self.specs for p in self._tool_problems.get(spec.name, [])),
+        ]
+
+    def _listed(
+        self, upstream: Upstream, definitions: list[dict[str, Any]], refused: list[str]
+    ) -> None:
+        """A server listed its tools: rebuild those that changed, note the problems of those
+        left out (``refused`` by the listing, or here), tell the listeners."""
+        left_out = list(refused)
         if self._definitions.get(upstream.name) == definitions:
+            self._note_left_out(upstream, left_out)
             return
         old = {t.original_name: t for t in self._built.get(upstream.name, [])}
         old_definitions = {
@@ -164,11 +181,7 @@ class McpServers:
         for definition in definitions:
             name = definition.get("name")
             if name in seen:
-                logger.warning(
-                    "MCP server %r lists two tools named %r; the second is left out",
-                    upstream.name,
-                    name,
-                )
+                left_out.append(f"it lists two tools named {name!r}; the second is left out")
                 continue
             if isinstance(name, str):
                 seen.add(name)
@@ -178,9 +191,10 @@ class McpServers:
             try:
                 tools.append(self._tool(upstream, definition))
             except ToolDefinitionError as e:
-                logger.warning("MCP server %r: tool left out: %s", upstream.name, e)
+                left_out.append(f"tool {str(name)[:100]!r} is left out: {e}")
         self._definitions[upstream.name] = definitions
         self._built[upstream.name] = tools
+        self._note_left_out(upstream, left_out)
         unknown = set(upstream.spec.tools) - {t.original_name for t in tools}
         if unknown:
             logger.warning(
@@ -192,6 +206,18 @@ class McpServers:
         if self._declared is not None:
             for listener in self._listeners:
                 listener(self.tools)
+
+    def _note_left_out(self, upstream: Upstream, left_out: list[str]) -> None:
+        """The problems of the tools ``upstream``'s last listing left out; those that are
+        new after the start are logged (the start's are shown with the others)."""
+        before = {p.message for p in self._tool_problems.get(upstream.name, [])}
+        problems = [ServerProblem(upstream.name, line) for line in dict.fromkeys(left_out)]
+        self._tool_problems[upstream.name] = problems
+        self._gather_problems()
+        if self._declared is not None:
+            for problem in problems:
+                if problem.message not in before:
+                    logger.warning("%s", problem)
 
     def _tool(self, upstream: Upstream, definition: dict[str, Any]) -> Tool:
         spec = upstream.spec

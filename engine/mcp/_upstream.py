@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from engine._errors import ToolCallError
 from engine.mcp._config import ServerSpec
+from engine.mcp._listing import ToolListings, path_text
 from engine.mcp._stdio import stdio_transport
 
 logger = logging.getLogger("codemode.mcp")
@@ -37,13 +38,15 @@ class Upstream:
     """A live session with one MCP server (see the module docstring).
 
     ``on_tools`` is called (on the event loop) with the server's tool definitions each time
-    they are listed: after connecting, and after the server says its tools changed.
+    they are listed: after connecting, and after the server says its tools changed; and with
+    one line for each tool that listing left out (its definition does not follow MCP, see
+    ``engine.mcp._listing``; or it came past :data:`MAX_PAGES`), naming it and why.
     """
 
     def __init__(
         self,
         spec: ServerSpec,
-        on_tools: Callable[[Upstream, list[dict[str, Any]]], None],
+        on_tools: Callable[[Upstream, list[dict[str, Any]], list[str]], None],
         *,
         errlog: TextIO | None = None,
     ) -> None:
@@ -52,6 +55,7 @@ class Upstream:
         self._on_tools = on_tools
         self._errlog = errlog
         self._session: Any = None
+        self._listings = ToolListings(lambda: None)
         self._connected = asyncio.Event()
         self._lost = asyncio.Event()
         self._stop = asyncio.Event()
@@ -130,12 +134,14 @@ class Upstream:
             send, receive = anyio.create_memory_object_stream[Any](0)
             lost = asyncio.Event()
             self._lost = lost
+            listings = ToolListings(lambda: session.protocol_version)
+            self._listings = listings
 
             async def pump() -> None:
                 try:
                     async with send:
                         async for message in read:
-                            await send.send(message)
+                            await send.send(listings.incoming(message))
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     pass
                 finally:
@@ -144,14 +150,14 @@ class Upstream:
             pump_task = asyncio.create_task(pump())
             stack.push_async_callback(_cancel, pump_task)
             session = await stack.enter_async_context(
-                ClientSession(receive, write, message_handler=self._on_message)
+                ClientSession(receive, listings.outgoing(write), message_handler=self._on_message)
             )
             async with asyncio.timeout(self.spec.init_timeout):
                 await _first_of(session.initialize(), lost)
-                definitions = await _first_of(self._list(session), lost)
+                definitions, refused = await _first_of(self._list(session), lost)
             self._session = session
             self._stale = False
-            self._on_tools(self, definitions)
+            self._on_tools(self, definitions, refused)
             self._connected.set()
             if not self._first.done():
                 self._first.set_result(None)
@@ -180,10 +186,13 @@ class Upstream:
         self.broken = why
         logger.warning("MCP server %r: %s; restarting it", self.name, why)
 
-    async def _list(self, session: Any) -> list[dict[str, Any]]:
+    async def _list(self, session: Any) -> tuple[list[dict[str, Any]], list[str]]:
+        """The server's tool definitions, every page, and the lines naming those left out."""
         from mcp_types import PaginatedRequestParams
 
         definitions: list[dict[str, Any]] = []
+        listings = self._listings
+        listings.refused = []
         cursor = None
         for _ in range(MAX_PAGES):
             params = PaginatedRequestParams(cursor=cursor) if cursor else None
@@ -194,7 +203,13 @@ class Upstream:
             cursor = page.next_cursor
             if not cursor:
                 break
-        return definitions
+        refused = list(dict.fromkeys(listings.refused))
+        if cursor:
+            refused.append(
+                f"its tools/list answer goes on past {MAX_PAGES} pages (it still gives a "
+                "nextCursor), so the tools of the pages after them are left out"
+            )
+        return definitions, refused
 
     async def _on_message(self, message: Any) -> None:
         from mcp_types import ToolListChangedNotification
@@ -216,11 +231,11 @@ class Upstream:
         while self._stale:
             self._stale = False
             try:
-                definitions = await self._list(session)
+                definitions, refused = await self._list(session)
             except Exception as e:
                 logger.warning("MCP server %r: listing its changed tools failed: %s", self.name, e)
                 return
-            self._on_tools(self, definitions)
+            self._on_tools(self, definitions, refused)
 
     async def tools_current(self) -> None:
         """Wait until a listing the server asked for (``list_changed``) is done."""
@@ -342,7 +357,7 @@ def _describe(
     if isinstance(error, ValidationError):
         # The SDK checks each answer whole: one bad tool definition refuses the listing.
         errors = error.errors()
-        wrong = "; ".join(f"{_path(e['loc'])}: {e['msg']}" for e in errors[:3])
+        wrong = "; ".join(f"{path_text(e['loc']) or 'the answer'}: {e['msg']}" for e in errors[:3])
         more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
         return (
             f"its {error.title} does not follow MCP, so none of its tools can be used "
@@ -366,14 +381,6 @@ def _describe(
     text = str(error).strip().splitlines()
     first = text[0] if text else type(error).__name__
     return f"cannot connect ({spec.where()}): {type(error).__name__}: {first[:300]}"
-
-
-def _path(loc: tuple[int | str, ...]) -> str:
-    """``("tools", 0, "inputSchema")`` as ``tools[0].inputSchema``."""
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else str(part)
-    return text or "the answer"
 
 
 def _first_line(error: Exception) -> str:

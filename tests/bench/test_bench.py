@@ -133,6 +133,7 @@ def test_limits_quick_measures_every_limit(
     limits = {f["limit"] for f in data["figures"]}
     assert limits >= {"compute_ms", "memory", "deadline", "results", "calls", "live"}
     assert any("live segment" in f["setting"] for f in data["figures"])
+    assert any("objects held, live" in f["setting"] for f in data["figures"])
     for figure in data["figures"]:
         assert figure["limit"] in out and figure["value"]
     compute = next(f for f in data["figures"] if f["limit"] == "compute_ms")

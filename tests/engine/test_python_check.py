@@ -383,3 +383,39 @@ async def test_none_for_a_required_argument_that_takes_null_is_null(
         assert 'missing required property "x"' in left_out.text, left_out.text
     finally:
         await js.aclose()
+
+
+async def test_approvers_see_the_null_a_required_nullable_argument_gets(
+    inproc: InProcessRunner,
+) -> None:
+    """The worker's trigger and the paused script's waiting call show the arguments the tool
+    gets: a Python script's `x=None` for a required `x: int | None` reaches the tool as null,
+    so an approver sees `"x": null`, not a call without x (which the tool never gets)."""
+    import orjson
+
+    got: list[Any] = []
+    triggers: list[dict[str, Any]] = []
+
+    @tool(needs_approval=True)
+    def setting(x: int | None, y: int = 0) -> str:
+        """Set x, or clear it with None."""
+        got.append(x)
+        return repr(x)
+
+    def worker(trigger: dict[str, Any]) -> str:
+        triggers.append(trigger)
+        return "proposed"
+
+    engine = CodeMode([setting], runner=inproc, language="python", type_check="off", worker=worker)
+    try:
+        paused = await engine.run_code("return await tools.setting(x=None, y=2)")
+        assert paused.status == "paused", paused.text
+        (trigger_call,) = triggers[0]["tool_calls"]
+        assert orjson.loads(trigger_call["function"]["arguments"]) == {"x": None, "y": 2}
+        (waiting,) = paused.waiting
+        assert waiting["arguments"] == {"x": None, "y": 2}, waiting
+        await engine.approve(paused.script_id, waiting["call_id"])
+        done = await engine.resume(paused.script_id)
+        assert (done.status, done.value, got) == ("finished", "None", [None]), done.text
+    finally:
+        await engine.aclose()

@@ -18,8 +18,9 @@ from pydantic import BaseModel, Field, field_serializer
 
 from engine._functions import parse_docstring, tool
 from engine._naming import sanitize_name, unique_names
-from engine._schema import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH
+from engine._schema import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, holds_at_most
 from engine._tools import (
+    INLINE_RESULT_ITEMS,
     Tool,
     ToolCallError,
     ToolContext,
@@ -986,6 +987,50 @@ def test_a_sync_handlers_result_is_converted_in_its_tool_thread() -> None:
         return {"n": math.nan}  # converting it fails, in the thread: the call's error
 
     assert "the number nan at n" in call_error(Tool("bad", handler=failing), {})
+
+
+def test_an_async_handlers_big_result_is_converted_off_the_event_loop() -> None:
+    """An async handler (every MCP tool's) runs on the event loop, and its result was
+    converted there too, however big: a result of 300,000 small objects held every other
+    script's calls and leases for about 2.5 s. Past INLINE_RESULT_ITEMS items it is converted
+    in a thread; a small one still is on the loop, which costs no thread's hop."""
+    threads: list[threading.Thread] = []
+
+    async def big() -> Any:
+        return {
+            "rows": [{"i": i} for i in range(INLINE_RESULT_ITEMS)],
+            "m": _Recorded(n=1, threads=threads),
+        }
+
+    result = call(Tool("big", handler=big), {})
+    assert len(result["rows"]) == INLINE_RESULT_ITEMS and result["m"] == {"n": 1}
+    assert threads and threads[0] is not threading.main_thread()
+
+    threads.clear()
+
+    async def small() -> Any:
+        return [_Recorded(n=2, threads=threads)]
+
+    assert call(Tool("small", handler=small), {}) == [{"n": 2}]
+    assert threads == [threading.main_thread()]
+
+    async def failing() -> Any:
+        return [{"n": 1}] * INLINE_RESULT_ITEMS + [{"n": math.nan}]
+
+    assert f"the number nan at [{INLINE_RESULT_ITEMS}].n" in call_error(
+        Tool("bad", handler=failing), {}
+    )
+
+
+def test_holds_at_most_counts_items_and_stops_past_the_bound() -> None:
+    assert holds_at_most({"a": 1, "b": [1, 2, 3]}, 5)
+    assert not holds_at_most({"a": 1, "b": [1, 2, 3]}, 4)
+    assert holds_at_most("x" * 10_000_000, 0)  # a string is one value, however long
+    assert not holds_at_most([Point(1, 2)] * 3, 8)  # an object's attributes count
+    assert holds_at_most([Point(1, 2)] * 3, 9)
+    loop: list[Any] = []
+    loop.append(loop)
+    assert not holds_at_most(loop, 1_000)  # a cycle ends the walk at the bound
 
 
 def test_a_type_defined_after_its_function_is_named_as_the_problem() -> None:

@@ -7,7 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext, Tool
+from pydantic_ai import (
+    Agent,
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    Tool,
+    ToolDenied,
+)
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -109,6 +116,73 @@ async def test_a_refusal_reaches_the_script(tmp_path: Path) -> None:
     finally:
         await toolset.aclose()
     assert run.output == "The script said: Script finished.\nReturned:\nnot posted: not on Fridays"
+    assert posted == []
+
+
+@pytest.mark.parametrize(
+    ("denial", "seen"),
+    [(False, "The tool call was denied."), (ToolDenied("not on Fridays"), "not on Fridays")],
+)
+async def test_a_bare_denial_reaches_the_script(
+    tmp_path: Path, denial: bool | ToolDenied, seen: str
+) -> None:
+    """pydantic-ai answers a denied call without calling the tool: the script, which used to
+    stay paused in the log for good, sees the denial's message as answer(approve=False)
+    gives it, and ends; the model sees pydantic-ai's denial."""
+    posted.clear()
+    _requests, history = await _first_run(tmp_path)
+    toolset = _toolset(tmp_path)
+    try:
+        run = await _agent(toolset).run(
+            message_history=history,
+            deferred_tool_results=DeferredToolResults(approvals={"call_1": denial}),
+        )
+        assert run.output == f"The script said: {seen}"
+        (record,) = await toolset.engine.store.scripts()
+        assert record.status == "finished" and record.outcome is not None, record
+        assert record.outcome["value"] == f"not posted: {seen}", record.outcome
+    finally:
+        await toolset.aclose()
+    assert posted == []
+
+
+async def test_a_bare_denial_refuses_what_the_script_asks_after_it(tmp_path: Path) -> None:
+    """A script that tries another approval once the first is denied is refused that one
+    too, and ends: nothing is left waiting for an approval the model does not know of."""
+    posted.clear()
+    code = """
+    const out = [];
+    for (const body of ["ping", "ping again"]) {
+      try { out.push(await tools.comment({ number: 12, body })); }
+      catch (e) { out.push(e.message); }
+    }
+    return out;
+    """
+
+    def twice(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [
+            p for m in messages for p in getattr(m, "parts", []) if isinstance(p, ToolReturnPart)
+        ]
+        if not returns:
+            call = ToolCallPart("run_code", {"code": code}, tool_call_id="call_2")
+            return ModelResponse(parts=[call])
+        return ModelResponse(parts=[TextPart(str(returns[-1].content))])
+
+    toolset = _toolset(tmp_path)
+    agent = Agent(FunctionModel(twice), toolsets=[toolset], output_type=[str, DeferredToolRequests])
+    try:
+        first = await agent.run("Ping twice.")
+        assert isinstance(first.output, DeferredToolRequests)
+        run = await agent.run(
+            message_history=first.all_messages(),
+            deferred_tool_results=DeferredToolResults(approvals={"call_2": False}),
+        )
+        assert run.output == "The tool call was denied."
+        (record,) = await toolset.engine.store.scripts()
+        assert record.status == "finished" and record.outcome is not None, record
+        assert record.outcome["value"] == ["The tool call was denied."] * 2, record.outcome
+    finally:
+        await toolset.aclose()
     assert posted == []
 
 

@@ -1,10 +1,14 @@
 """A stdio MCP server written by hand, for answers the SDK's servers refuse to send.
 
-    python raw_server.py TOOLS.json
+    python raw_server.py TOOLS.json            # one page: the file's text as "tools"
+    python raw_server.py PAGES.json --pages    # a JSON list of tool lists, one page each
+    python raw_server.py TOOLS.json --endless  # the file's text, with a nextCursor, forever
 
-It answers ``initialize``, and ``tools/list`` with the text of TOOLS.json as its ``tools``,
-sent as it is (an invalid definition, nesting too deep to parse); any other request gets an
-error. A server that breaks MCP is what the engine must name and survive.
+It answers ``initialize``; ``tools/list`` with the text of TOOLS.json as its ``tools``, sent
+as it is (an invalid definition, nesting too deep to parse), or a page of PAGES.json (the
+next page's cursor is its index); ``tools/call`` with the name and arguments it got, as JSON
+text. Any other request gets an error. A server that breaks MCP is what the engine must name
+and survive.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-TOOLS = Path(sys.argv[1]).read_text()
+TEXT = Path(sys.argv[1]).read_text()
+MODE = sys.argv[2] if len(sys.argv) > 2 else ""
+PAGES = [json.dumps(page) for page in json.loads(TEXT)] if MODE == "--pages" else [TEXT]
 
 
 def send(text: str) -> None:
@@ -26,15 +32,22 @@ for line in sys.stdin:
     if "id" not in message:
         continue
     head = f'{{"jsonrpc": "2.0", "id": {json.dumps(message["id"])}, '
+    params = message.get("params") or {}
     if message.get("method") == "initialize":
-        version = message["params"]["protocolVersion"]
         answer = {
-            "protocolVersion": version,
+            "protocolVersion": params["protocolVersion"],
             "capabilities": {"tools": {}},
             "serverInfo": {"name": "raw", "version": "0"},
         }
         send(head + f'"result": {json.dumps(answer)}}}')
     elif message.get("method") == "tools/list":
-        send(head + f'"result": {{"tools": {TOOLS}}}}}')
+        page = int(params.get("cursor") or 0) if MODE == "--pages" else 0
+        more = page + 1 < len(PAGES) or MODE == "--endless"
+        cursor = f', "nextCursor": "{page + 1}"' if more else ""
+        send(head + f'"result": {{"tools": {PAGES[page]}{cursor}}}}}')
+    elif message.get("method") == "tools/call":
+        text = json.dumps({"called": params.get("name"), "arguments": params.get("arguments")})
+        answer = {"content": [{"type": "text", "text": text}]}
+        send(head + f'"result": {json.dumps(answer)}}}')
     else:
         send(head + '"error": {"code": -32601, "message": "not here"}}')

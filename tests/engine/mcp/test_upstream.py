@@ -157,11 +157,18 @@ async def test_a_message_too_large_ends_the_connection_and_names_the_server(
 RAW = Path(__file__).parent / "raw_server.py"
 
 
+def _raw(tmp: Path, tools: object, *args: str, **settings: object) -> dict[str, object]:
+    """The config of a hand-written server whose tools/list answer holds ``tools`` (text
+    sent as it is, or dumped to JSON)."""
+    text = tools if isinstance(tools, str) else json.dumps(tools)
+    (tmp / "tools.json").write_text(text)
+    command = [str(RAW), str(tmp / "tools.json"), *args]
+    return {"mcpServers": {"raw": {"command": sys.executable, "args": command, **settings}}}
+
+
 async def _raw_problem(tmp: Path, tools: str, **settings: object) -> str:
     """The one problem of a hand-written server whose tools/list answer holds ``tools``."""
-    (tmp / "tools.json").write_text(tools)
-    entry = {"command": sys.executable, "args": [str(RAW), str(tmp / "tools.json")], **settings}
-    servers = await McpServers.start({"mcpServers": {"raw": entry}})
+    servers = await McpServers.start(_raw(tmp, tools, **settings))
     try:
         assert servers.servers == [] and len(servers.problems) == 1, servers.problems
         return str(servers.problems[0])
@@ -170,16 +177,72 @@ async def _raw_problem(tmp: Path, tools: str, **settings: object) -> str:
 
 
 async def test_a_listing_that_breaks_mcp_names_what_is_wrong(tmp_path: Path) -> None:
-    """The SDK refuses a whole tools/list answer for one bad definition: the problem says
-    which definition and what is wrong with it, not only that a ValidationError happened."""
-    tools = [
-        {"name": "fine", "inputSchema": {"type": "object"}},
-        {"name": "text", "inputSchema": {"type": "string"}},
-    ]
-    problem = await _raw_problem(tmp_path, json.dumps(tools))
+    """An answer whose own fields break MCP (``tools`` not a list) is refused whole, and the
+    problem says what is wrong with it, not only that a ValidationError happened."""
+    problem = await _raw_problem(tmp_path, '{"fine": {"inputSchema": {"type": "object"}}}')
     assert problem.startswith("MCP server 'raw': "), problem
-    assert "tools[1].inputSchema.type: Input should be 'object'" in problem, problem
+    assert "tools: Input should be a valid list" in problem, problem
     assert "leave it out of the config" in problem, problem
+
+
+async def test_a_tool_that_breaks_mcp_is_left_out_and_named_while_the_rest_serve(
+    tmp_path: Path,
+) -> None:
+    """The SDK refuses a whole tools/list answer for one bad definition: each tool is
+    checked on its own instead, on every page, so the good ones serve and each bad one is a
+    problem naming it (or its place, when its name is not a string) and what is wrong."""
+    read_only = {"readOnlyHint": True}
+    pages = [
+        [
+            {"name": "fine", "inputSchema": {"type": "object"}, "annotations": read_only},
+            {"name": "no_schema"},
+            {"name": 7, "inputSchema": {"type": "object"}},
+        ],
+        [
+            {"name": "text", "inputSchema": {"type": "string"}},
+            {"name": "later", "inputSchema": {"type": "object"}, "annotations": read_only},
+        ],
+    ]
+    servers = await McpServers.start(_raw(tmp_path, pages, "--pages"))
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        assert servers.servers == ["raw"], servers.problems
+        assert [t.name for t in engine.tools] == ["raw__fine", "raw__later"]
+        problems = [str(p) for p in servers.problems]
+        assert len(problems) == 3, problems
+        no_schema, number, text = problems
+        assert no_schema.startswith("MCP server 'raw': tool 'no_schema' (tools[1] of its listing)")
+        assert "inputSchema: Field required" in no_schema, no_schema
+        assert number.startswith("MCP server 'raw': the tool at tools[2] of its listing")
+        assert "name: Input should be a valid string" in number, number
+        assert text.startswith("MCP server 'raw': tool 'text' (tools[0] of its listing)"), text
+        assert "inputSchema.type: Input should be 'object'" in text, text
+        assert all("the server's other tools serve" in p for p in problems), problems
+        result = await engine.run_code(
+            "return [await tools.raw__fine({a: 1}), await tools.raw__later({})]"
+        )
+        assert result.value == [
+            {"called": "fine", "arguments": {"a": 1}},
+            {"called": "later", "arguments": {}},
+        ], result.text
+    finally:
+        await engine.aclose()
+
+
+async def test_a_listing_that_pages_without_end_is_cut_and_named(tmp_path: Path) -> None:
+    """A server whose every page gives a nextCursor is listed MAX_PAGES times, not forever;
+    its tools serve and the problem says the rest was left out."""
+    from engine.mcp._upstream import MAX_PAGES
+
+    servers = await McpServers.start(_raw(tmp_path, [], "--endless"))
+    try:
+        assert servers.servers == ["raw"]
+        assert [str(p) for p in servers.problems] == [
+            f"MCP server 'raw': its tools/list answer goes on past {MAX_PAGES} pages (it "
+            "still gives a nextCursor), so the tools of the pages after them are left out"
+        ]
+    finally:
+        await servers.aclose()
 
 
 async def test_an_answer_that_cannot_be_read_is_named_at_the_timeout(tmp_path: Path) -> None:

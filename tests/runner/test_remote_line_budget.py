@@ -1,0 +1,267 @@
+"""The runner service's line budget: the script and results lines its connections are
+reading share one bound of bytes, so a few peers cannot make it hold a line of
+``max_script_line`` on every connection. A line past it is read to its end and thrown away, the
+client is told the service is busy (and why), and every line's share comes back however the
+line ends. Real connections to a real service; its local runner needs no process."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+
+from runner import FileReader, LiveRun, RemoteRunner, RunError, ScriptRunner, Step
+from runner import _wire as wire
+from runner._service import RunnerService, default_line_memory
+from sandbox.protocol import Call, Record, Script
+
+from .remote_support import TOKEN, FakeRunner, RawClient, script, service_process, services
+
+KiB = 1024
+MiB = 1024 * KiB
+BUDGET = 1 * MiB
+
+
+async def until(condition: Callable[[], bool], what: str, seconds: float = 30.0) -> None:
+    """Poll ``condition`` until it holds (bounded, so a bug fails instead of hanging)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+def script_line(code: str, id: str = "s") -> bytes:
+    body = {**script(code, id=id).model_dump(exclude_unset=True), "tenant": "t"}
+    return orjson.dumps({"script": body}) + b"\n"
+
+
+async def welcomed(address: str) -> RawClient:
+    client = await RawClient.connect(address)
+    assert "welcome" in await client.hello()
+    return client
+
+
+async def holding(service: RunnerService, line: bytes, at_least: int) -> RawClient:
+    """A client that has sent the first part of ``line`` (no newline), once the service holds
+    at least ``at_least`` bytes of the budget for it."""
+    client = await welcomed(service.address)
+    await client.send(line)
+    await until(lambda: service.line_bytes >= at_least, "the service to read the part line")
+    return client
+
+
+async def test_a_line_past_the_budget_is_refused_busy_and_the_connection_goes_on() -> None:
+    """While one connection holds most of the budget with a line it is still sending, another
+    connection's big line is read to its end and answered busy, naming the budget and what to
+    do; its connection takes the next request, and once the first line is done a line of the
+    same size is taken. Without the budget, both are held at once."""
+    async with services(FakeRunner(), line_memory=BUDGET) as [service]:
+        first = script_line("// " + "a" * (800 * KiB), id="first")
+        cut = len(first) - 100
+        a = await holding(service, first[:cut], 700 * KiB)
+
+        b = await welcomed(service.address)
+        await b.send(script_line("// " + "b" * (600 * KiB), id="second"))
+        answer = await b.receive()
+        assert "busy" in answer, answer
+        why = answer["busy"]["error"]
+        assert "line budget of 1,048,576 bytes" in why
+        assert "--line-memory" in why and "again" in why
+        assert service.lines_refused == 1
+        # B's share is back: only A's line is held.
+        assert 0 < service.line_bytes <= len(first)
+
+        # The refused connection is in step: its next request is served.
+        await b.send(script_line("return 1", id="small"))
+        assert (await b.receive())["step"]["value"] == {"runner": "fake", "id": "small"}
+
+        # A's line was never disturbed: it ends, is run, and gives its share back.
+        await a.send(first[cut:])
+        assert (await a.receive())["step"]["value"] == {"runner": "fake", "id": "first"}
+        assert service.line_bytes == 0
+
+        # Now the budget has room for B's line.
+        await b.send(script_line("// " + "b" * (600 * KiB), id="again"))
+        assert (await b.receive())["step"]["value"] == {"runner": "fake", "id": "again"}
+        assert service.line_bytes == 0
+        a.close()
+        b.close()
+
+
+async def test_the_engine_side_gets_a_retryable_error_naming_the_budget() -> None:
+    """A RemoteRunner whose only service has no room for its line raises a RunError that is
+    not permanent (the engine puts the step back on its queue), naming the budget; with room
+    again, the same step runs."""
+    async with services(FakeRunner(), line_memory=BUDGET) as [service]:
+        first = script_line("// " + "a" * (800 * KiB), id="first")
+        a = await holding(service, first[:-100], 700 * KiB)
+        remote = RemoteRunner([service.address], TOKEN)
+        big = script("// " + "b" * (600 * KiB), id="big")
+        with pytest.raises(RunError, match="line budget of 1,048,576 bytes") as caught:
+            await remote.run(big)
+        assert not caught.value.permanent
+        assert not remote.out_of_rotation()  # busy, not broken
+        a.close()
+        await until(lambda: service.line_bytes == 0, "the dropped line's share to come back")
+        step = await remote.run(big)
+        assert step.value == {"runner": "fake", "id": "big"}
+        await remote.aclose()
+
+
+async def test_the_budget_comes_back_however_a_line_ends() -> None:
+    """A line's share is given back when it is done, when its client drops the connection
+    mid-line, when it breaks the protocol (too long, not JSON) and when it stalls."""
+    async with services(
+        FakeRunner(), line_memory=BUDGET, max_script_line=900 * KiB, line_timeout=1.0
+    ) as [service]:
+        line = script_line("// " + "x" * (500 * KiB))
+
+        # Dropped mid-line.
+        client = await holding(service, line[:-10], 400 * KiB)
+        client.close()
+        await until(lambda: service.line_bytes == 0, "a dropped line's share")
+
+        # Over the line bound: a protocol error, the connection dropped.
+        client = await welcomed(service.address)
+        await client.send(b'{"script": "' + b"x" * (950 * KiB))
+        assert (await client.receive())["error"]["cause"] == "protocol"
+        await until(lambda: service.line_bytes == 0, "an over-long line's share")
+        client.close()
+
+        # Not JSON.
+        client = await welcomed(service.address)
+        await client.send(b"{" + b"x" * (300 * KiB) + b"\n")
+        assert (await client.receive())["error"]["cause"] == "protocol"
+        await until(lambda: service.line_bytes == 0, "a malformed line's share")
+        client.close()
+
+        # Stalled mid-line past line_timeout.
+        client = await holding(service, line[:-10], 400 * KiB)
+        assert await client.closed()
+        await until(lambda: service.line_bytes == 0, "a stalled line's share")
+
+        # Done and run.
+        client = await welcomed(service.address)
+        await client.send(line)
+        assert (await client.receive())["step"]["value"]["id"] == "s"
+        assert service.line_bytes == 0
+        client.close()
+
+        # A line refused for room that is then dropped mid-skip holds nothing either.
+        big = script_line("// " + "a" * (800 * KiB))
+        a = await holding(service, big[:-10], 700 * KiB)
+        b = await welcomed(service.address)
+        await b.send(line[:-10])
+        await until(lambda: service.lines_refused == 1, "the second line to be refused")
+        b.close()
+        a.close()
+        await until(lambda: service.line_bytes == 0, "every share to come back")
+
+
+async def test_small_requests_pass_when_the_budget_is_full() -> None:
+    """The first 64 KiB of each line are not counted: a health check and a small step pass
+    while big lines hold the whole budget."""
+    async with services(FakeRunner(), line_memory=BUDGET) as [service]:
+        first = script_line("// " + "a" * (1000 * KiB))
+        a = await holding(service, first[:-100], 900 * KiB)
+        remote = RemoteRunner([service.address], TOKEN)
+        loads = await remote.loads()
+        assert isinstance(loads[service.address], wire.Load)
+        step = await remote.run(script("// " + "s" * (40 * KiB), id="small"))
+        assert step.value == {"runner": "fake", "id": "small"}
+        a.close()
+        await remote.aclose()
+
+
+async def test_no_line_longer_than_the_budget_is_taken() -> None:
+    """The welcome's max_line is within the budget (such a line could never be read whole),
+    so a client does not send it; the default budget is sized from the machine."""
+    async with services(FakeRunner(), line_memory=BUDGET, max_script_line=4 * MiB) as [service]:
+        assert service.max_line == BUDGET
+        client = await RawClient.connect(service.address)
+        assert (await client.hello())["welcome"]["max_line"] == BUDGET
+        client.close()
+    async with services(FakeRunner()) as [service]:
+        assert service.lines.total == default_line_memory() >= 64 * MiB
+    with pytest.raises(ValueError, match="line_memory must be 0 bytes or more"):
+        RunnerService(TOKEN, runner=FakeRunner(), line_memory=-1)
+
+
+class _Live(LiveRun):
+    """A live run that needs no process: resumed, it finishes; closing it is counted."""
+
+    known = 0
+    waiting = 1
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    @property
+    def memory_bytes(self) -> int:
+        return 0
+
+    async def resume(self, records: list[Record]) -> Step:
+        return Step(outcome="finished", value=len(str(records[0].result)))
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class _LiveRunner(ScriptRunner):
+    def __init__(self) -> None:
+        self.made: list[_Live] = []
+
+    async def run(
+        self,
+        script: Script,
+        files: FileReader | None = None,
+        *,
+        tenant: str = "default",
+        live: bool = False,
+    ) -> Step:
+        self.made.append(_Live())
+        return Step(outcome="calls", calls=[Call(name="t", arguments={})], live=self.made[-1])
+
+
+async def test_a_live_steps_results_past_the_budget_end_the_process_and_the_client_replays() -> (
+    None
+):
+    """A live step's results line counts against the budget too: past it, the line is read
+    to its end, the process ended and the client told it cannot go on (the engine replays
+    from its log); the connection takes requests again. With room, results go through."""
+    local = _LiveRunner()
+    async with services(local, line_memory=BUDGET) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        t = script("await tools.t({}); return 1", tools=["t"], id="live")
+        step = await remote.run(t, live=True)
+        assert step.live is not None and service.live_runs == 1
+        first = script_line("// " + "a" * (800 * KiB), id="first")
+        a = await holding(service, first[:-100], 700 * KiB)
+        big = [Record(name="t", arguments={}, result="r" * (600 * KiB))]
+        with pytest.raises(RunError, match=r"cannot go on.*line budget of 1,048,576"):
+            await step.live.resume(big)
+        await until(lambda: local.made[0].closed, "the live process to be ended")
+        assert service.live_runs == 0 and service.line_bytes > 0
+        a.close()
+        await until(lambda: service.line_bytes == 0, "the dropped line's share")
+
+        again = await remote.run(t, live=True)
+        assert again.live is not None
+        done = await again.live.resume(big)
+        assert done.value == 600 * KiB
+        assert service.line_bytes == 0
+        await remote.aclose()
+
+
+async def test_the_serve_command_takes_line_memory(tmp_path: Path) -> None:
+    """``--line-memory`` takes a size word, and bounds the lines (and max_line) it takes."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    async with service_process(token_file, "--line-memory", "2mb") as (_, address):
+        client = await RawClient.connect(address)
+        assert (await client.hello())["welcome"]["max_line"] == 2 * MiB
+        client.close()
