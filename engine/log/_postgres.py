@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import time
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -31,6 +32,10 @@ _MORE_TABLES = [
 ]
 
 _NOW = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+# A write also takes its transaction's id, to ask after it if the connection is lost at
+# COMMIT (txid_current and txid_status: PostgreSQL 10 and later).
+_NOW_AND_XID = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint, txid_current()"
+_XACT_STATUS = "SELECT txid_status(%s)"
 _LOCKS = {"update": " FOR UPDATE", "skip": " FOR UPDATE SKIP LOCKED", None: ""}
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
@@ -153,7 +158,7 @@ class PostgresStore(SqlStore):
 
         try:
             try:
-                return await _attempt(pool, make, write)
+                return await self._attempt(pool, make, write)
             except _Uncommitted:
                 # The connection was lost before the transaction's COMMIT was sent, so none
                 # of it took effect: the server restarted (or cut it) since it last served.
@@ -161,7 +166,7 @@ class PostgresStore(SqlStore):
                 # transaction once more, on a new one (the pool waits up to its timeout for
                 # the server to take connections again).
                 await pool.check()
-                return await _attempt(pool, make, write)
+                return await self._attempt(pool, make, write)
         except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as e:
             raise StoreUnavailable(
                 f"the PostgreSQL session log in schema {self.schema!r} at {self.where()} is "
@@ -170,14 +175,44 @@ class PostgresStore(SqlStore):
                 "of its own, or restore the log",
                 permanent=True,
             ) from None
-        except (PoolTimeout, psycopg.OperationalError, _Uncommitted) as e:
+        except (PoolTimeout, psycopg.OperationalError, _Uncommitted, _CommitUnknown) as e:
             # Translated once, here: the engine sees the log's own error family.
-            cause = e.__cause__ if isinstance(e, _Uncommitted) else e
+            cause = e.__cause__ if isinstance(e, _Uncommitted | _CommitUnknown) else e
             raise StoreUnavailable(
                 f"the PostgreSQL session log at {self.where()} did not answer "
                 f"({_first_line(cause or e)}); nothing written is lost: resume the script "
                 "once it is back"
             ) from None
+
+    async def _attempt(self, pool: Any, make: Callable[[int], sql.Tx], write: bool) -> Any:
+        """:func:`_attempt`, and when its connection was lost at COMMIT, the outcome the
+        server gives the transaction's id once it answers again: committed, its value;
+        rolled back, one more attempt (nothing of it took effect). Raises
+        :class:`_CommitUnknown` when the server cannot say."""
+        try:
+            return await _attempt(pool, make, write)
+        except _CommitUnknown as unknown:
+            await pool.check()
+            status = await self._status_of(pool, unknown.xid)
+            if status == "committed":
+                return unknown.value
+            if status == "aborted":
+                return await _attempt(pool, make, write)
+            raise
+
+    async def _status_of(self, pool: Any, xid: int) -> str | None:
+        """``committed``, ``aborted``, or None (unknown: its id is too old to say) for the
+        transaction ``xid``, once it is no longer in progress: the server ends the
+        transaction of a connection it lost as soon as it notices (it commits one whose
+        COMMIT it read), which this waits for, up to the store's timeout."""
+        deadline = time.monotonic() + self._timeout
+        while True:
+            async with pool.connection() as conn:
+                row = await (await conn.execute(_XACT_STATUS, (xid,))).fetchone()
+            status = row[0] if row else None
+            if status != "in progress" or time.monotonic() >= deadline:
+                return None if status == "in progress" else status
+            await asyncio.sleep(0.05)
 
     def blob_store(self) -> BlobStore:
         """The attachments' blobs, in this database: what hosts on several machines share."""
@@ -274,13 +309,28 @@ class _Uncommitted(Exception):
     effect, so it may simply run again (``__cause__``: the driver's error)."""
 
 
+class _CommitUnknown(Exception):
+    """A write's connection was lost once its COMMIT may have reached the server: whether it
+    took effect is the server's to say, asked by its id (``__cause__``: the driver's
+    error)."""
+
+    def __init__(self, xid: int, value: Any) -> None:
+        super().__init__(xid)
+        self.xid = xid
+        self.value = value  # what the transaction returns, if it committed
+
+
 async def _attempt(pool: Any, make: Callable[[int], sql.Tx], write: bool) -> Any:
     """Run the transaction ``make(now_ms)`` once, on a connection of ``pool``; raises
-    :class:`_Uncommitted` if its connection was lost before its COMMIT was sent."""
+    :class:`_Uncommitted` if its connection was lost before its COMMIT was sent, and
+    :class:`_CommitUnknown` if a write's was lost after (a read's value is returned: every
+    answer it needed had come, and it changed nothing)."""
     import psycopg
 
     committing = False
     conn: Any = None
+    xid = 0
+    value: Any = None
     try:
         # In pipeline mode, so a statement whose answer the transaction does not need
         # waits for the next that it does: BEGIN goes with the query of the time, and the
@@ -291,9 +341,11 @@ async def _attempt(pool: Any, make: Callable[[int], sql.Tx], write: bool) -> Any
             conn.pipeline() as pipeline,
             conn.transaction(),
         ):
-            if not write:
+            if write:
+                now, xid = await (await conn.execute(_NOW_AND_XID)).fetchone()
+            else:
                 await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            now = (await (await conn.execute(_NOW)).fetchone())[0]
+                now = (await (await conn.execute(_NOW)).fetchone())[0]
             tx = make(now)
             answer: Any = None
             while True:
@@ -301,14 +353,19 @@ async def _attempt(pool: Any, make: Callable[[int], sql.Tx], write: bool) -> Any
                     q = tx.send(answer)
                 except StopIteration as stop:
                     committing = True  # from here on, the COMMIT may reach the server
-                    return stop.value
+                    value = stop.value
+                    return value
                 answer = await _execute(conn, pipeline, q)
     except psycopg.OperationalError as e:
         # Only a lost connection: an error the server answered (a full disk, a deadlock)
         # is the store's to report, not to try again.
-        if committing or conn is None or not conn.closed:
+        if conn is None or not conn.closed:
             raise
-        raise _Uncommitted() from e
+        if not committing:
+            raise _Uncommitted() from e
+        if not write:
+            return value
+        raise _CommitUnknown(xid, value) from e
 
 
 async def _execute(conn: Any, pipeline: Any, q: sql.Q) -> Any:

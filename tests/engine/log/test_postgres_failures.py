@@ -14,6 +14,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -229,3 +230,123 @@ async def test_a_worker_outlives_its_log_going_away(server: PostgresServer) -> N
         await asyncio.wait_for(asyncio.gather(working, return_exceptions=True), 60)
         await worker.aclose()
         await host.aclose()
+
+
+class _CutAtCommit:
+    """A TCP proxy to the server that, once armed, cuts the next write transaction's
+    connection at its COMMIT (the store's reads say ``READ ONLY``): ``after`` the server
+    read the COMMIT and answered (so it committed, and the answer is lost), or ``before`` the
+    COMMIT reaches it (so it rolls back). The client sees its connection reset either way."""
+
+    def __init__(self, dsn: str) -> None:
+        self.port = int(dsn.split("port=")[1].split()[0])
+        self.dsn = dsn
+        self.mode: str | None = None
+        self.cuts = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        return self.dsn.replace(f"port={self.port}", f"port={port}")
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        server_r, server_w = await asyncio.open_connection("127.0.0.1", self.port)
+        swallowing = False
+        done = asyncio.Event()
+
+        def cut() -> None:
+            self.cuts += 1
+            client_w.transport.abort()  # a reset: the client's connection is lost
+            server_w.close()  # an end of input: the server ends the session
+            done.set()
+
+        async def up() -> None:
+            nonlocal swallowing
+            reading = False  # this transaction is a read (the store's reads say READ ONLY)
+            while data := await client_r.read(65536):
+                reading = reading or b"READ ONLY" in data
+                if b"COMMIT" in data and not reading and self.mode is not None:
+                    mode, self.mode = self.mode, None
+                    if mode == "before":
+                        cut()
+                        return
+                    swallowing = True  # the server's answer to this COMMIT is not passed on
+                    server_w.write(data)
+                    await server_w.drain()
+                    return
+                if b"COMMIT" in data:
+                    reading = False
+                server_w.write(data)
+                await server_w.drain()
+            done.set()
+
+        async def down() -> None:
+            while data := await server_r.read(65536):
+                if swallowing:
+                    cut()  # the server has answered the COMMIT: it committed
+                    return
+                client_w.write(data)
+                await client_w.drain()
+            done.set()
+
+        tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
+        await done.wait()
+        for task in tasks:
+            task.cancel()
+        client_w.transport.abort()
+        server_w.close()
+
+
+@pytest.mark.parametrize("mode", ["after", "before"])
+async def test_a_connection_lost_at_commit_is_resolved_by_the_transactions_id(
+    server: PostgresServer, mode: str
+) -> None:
+    """The connection is lost while a call's result is committed. Whether the COMMIT took
+    effect is asked of the server by the transaction's id once it answers: committed
+    (``after``), the write is done; rolled back (``before``), it runs once more. Either way
+    the script goes on and the call ran once. (Before, both were StoreUnavailable: the call
+    stayed `running` and a resume settled it as interrupted although it had run.)"""
+    proxy = _CutAtCommit(server.dsn)
+    dsn = await proxy.start()
+    ran: list[int] = []
+
+    @tool
+    async def bump(n: int) -> int:
+        """Add 100, once (an effect: not read-only)."""
+        ran.append(n)
+        if n == 1:
+            proxy.mode = mode  # the next write is this call's result
+        return n + 100
+
+    store = PostgresStore(dsn, schema=f"t_{uuid.uuid4().hex[:16]}")
+    statuses: list[str | None] = []
+    status_of = store._status_of
+
+    async def seen(pool: Any, xid: int) -> str | None:
+        statuses.append(await status_of(pool, xid))
+        return statuses[-1]
+
+    store._status_of = seen  # type: ignore[method-assign]
+    engine = CodeMode([bump], runner=InProcessRunner(), store=store, type_check="off")
+    try:
+        result = await engine.run_code(
+            "const a = await tools.bump({ n: 0 });\n"
+            "const b = await tools.bump({ n: 1 });\n"
+            "const c = await tools.bump({ n: 2 });\n"
+            "return [a, b, c];"
+        )
+        assert proxy.cuts == 1
+        assert statuses == ["committed" if mode == "after" else "aborted"]
+        assert result.status == "finished", result.text
+        assert "[100,101,102]" in result.text
+        assert ran == [0, 1, 2]
+        calls = await store.calls(result.script_id)
+        assert [(c.state, c.result) for c in calls] == [(DONE, 100), (DONE, 101), (DONE, 102)]
+    finally:
+        await engine.aclose()
+        await proxy.stop()
