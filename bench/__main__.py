@@ -34,7 +34,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}"
     )
-    parser.add_argument("--only", default="", help="comma-separated workload keys (default: all)")
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated workload keys (default: all); with --limits, groups of limits "
+        "(compute_ms, memory, deadline, results, live)",
+    )
     parser.add_argument(
         "--scale", type=float, default=1.0, help="multiply every count (at least 1 each)"
     )
@@ -114,10 +119,21 @@ def limits_main(args: argparse.Namespace) -> int:
     """``--limits``: the limits' table; exit status 1 when a limit overshoots (a defect)."""
     from bench import _limits
 
+    only = frozenset(k.strip() for k in args.only.split(",") if k.strip()) or frozenset(
+        _limits.GROUPS
+    )
+    unknown = only - set(_limits.GROUPS)
+    if unknown:
+        print(
+            f"bench --limits: no group {', '.join(sorted(unknown))}; "
+            f"the groups are {', '.join(_limits.GROUPS)}",
+            file=sys.stderr,
+        )
+        return 2
     started = time.monotonic()
     machine = _machine(default_slot_count())
     print(f"bench --limits: {'quick' if args.quick else 'full'} run on {machine}", file=sys.stderr)
-    figures = asyncio.run(_limits.measure(args.quick, default_slot_count()))
+    figures = asyncio.run(_limits.measure(args.quick, default_slot_count(), only))
     print(_limits.text(figures))
     elapsed = time.monotonic() - started
     args.out.mkdir(parents=True, exist_ok=True)

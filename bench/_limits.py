@@ -355,7 +355,8 @@ async def live_budget(slots: int, *, live_max: int | None = None) -> list[Figure
     """How many scripts wait live at once under the engine's default live budget: more
     scripts than the budget's count each call a tool that holds until all have called it
     (``live_wait`` long, so only the budget ends a live run); the engine's live runs are
-    counted then. ``live_max`` narrows the budget (for ``--quick``)."""
+    counted then, with the memory the budget counts them at (resident, then private once the
+    resident sizes pass it). ``live_max`` narrows the budget (for ``--quick``)."""
     import tempfile
 
     from engine import CodeMode, tool
@@ -363,13 +364,15 @@ async def live_budget(slots: int, *, live_max: int | None = None) -> list[Figure
     arrived = 0
     everyone = asyncio.Event()
     target = 0
+    private = 0  # what the kept runs cost (their private memory) when the last script called
 
     @tool
     async def t(i: int) -> dict[str, int]:
         """Wait until every script has called, then answer {"v": i}."""
-        nonlocal arrived
+        nonlocal arrived, private
         arrived += 1
         if arrived >= target:
+            private = sum(run.private_bytes() for run in live.runs())
             everyone.set()
         await everyone.wait()
         return {"v": i}
@@ -418,27 +421,46 @@ async def live_budget(slots: int, *, live_max: int | None = None) -> list[Figure
             f"runs waiting live at once ({target:,} scripts each waiting on a call; "
             f"{evicted:,} evicted, {wall:,.1f} s)",
             f"{held:,}",
-            note=f"{memory / MiB:,.0f} MiB held, {per / MiB:,.1f} MiB each",
+            note=f"{memory / MiB:,.0f} MiB counted, {per / MiB:,.1f} MiB each; they cost "
+            f"{private / MiB:,.0f} MiB (private memory) when the last script called",
         )
     ]
 
 
-async def measure(quick: bool = False, slots: int = 2) -> list[Figure]:
-    """Every figure, on one warm-pool runner. ``quick``: the small settings only."""
-    runner = ProcessRunner(mode="pool", slots=slots)
-    try:
-        await runner.run(script(TRIVIAL))  # warm
-        figures = await compute(runner, (100,) if quick else (100, 1000, 5000), 1 if quick else 3)
-        figures += await compute_live(runner, (100,) if quick else (100, 1000, 5000))
-        figures += await memory(runner, (16 * MiB,) if quick else (16 * MiB, 64 * MiB))
-        figures += await deadline(runner, (100,) if quick else (100, 1000))
-        figures += await record_cost(
-            runner, (1 * MiB,) if quick else (1 * MiB, 4 * MiB, 8 * MiB), 1 if quick else 5
-        )
-        figures += await heap_cost(runner, (100_000,) if quick else (100_000, 1_000_000), 20)
-    finally:
-        await runner.aclose()
-    figures += await live_budget(slots, live_max=8 if quick else None)
+# What ``--limits --only`` takes: the groups of figures, each measured by itself.
+GROUPS = ("compute_ms", "memory", "deadline", "results", "live")
+
+
+async def measure(
+    quick: bool = False, slots: int = 2, only: frozenset[str] = frozenset(GROUPS)
+) -> list[Figure]:
+    """The figures of the ``only`` groups (``results`` covers ``calls`` too), on one
+    warm-pool runner; the live budget's on an engine of its own. ``quick``: the small
+    settings only."""
+    figures: list[Figure] = []
+    if only - {"live"}:
+        runner = ProcessRunner(mode="pool", slots=slots)
+        try:
+            await runner.run(script(TRIVIAL))  # warm
+            if "compute_ms" in only:
+                ms = (100,) if quick else (100, 1000, 5000)
+                figures += await compute(runner, ms, 1 if quick else 3)
+                figures += await compute_live(runner, ms)
+            if "memory" in only:
+                figures += await memory(runner, (16 * MiB,) if quick else (16 * MiB, 64 * MiB))
+            if "deadline" in only:
+                figures += await deadline(runner, (100,) if quick else (100, 1000))
+            if "results" in only:
+                figures += await record_cost(
+                    runner, (1 * MiB,) if quick else (1 * MiB, 4 * MiB, 8 * MiB), 1 if quick else 5
+                )
+            if "memory" in only:
+                held = (100_000,) if quick else (100_000, 1_000_000)
+                figures += await heap_cost(runner, held, 20)
+        finally:
+            await runner.aclose()
+    if "live" in only:
+        figures += await live_budget(slots, live_max=8 if quick else None)
     return figures
 
 

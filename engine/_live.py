@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine._drive import Drive
-from runner import LiveRun, default_live_count, default_live_memory, takes_live
+from runner import LiveRun, default_live_count, default_live_memory, private_memory, takes_live
 from sandbox import protocol
 
 __all__ = [
@@ -49,16 +49,21 @@ class _Kept:
     run: LiveRun
     first: int  # the log index of the first call it waits for
     calls: list[tuple[str, object]]  # the calls it waits for, as its segment asked for them
-    memory: int
+    memory: int  # as counted: its memory_bytes, or its private_bytes once measured
     timer: asyncio.TimerHandle
+    measured: bool = False
 
 
 class LiveRuns:
     """The live runs one engine keeps, one per drive of a script at most.
 
     ``wait``: seconds a run may wait for its results before it is closed; ``max_count`` and
-    ``max_memory`` (bytes, as :attr:`runner.LiveRun.memory_bytes` reports them): the budget
-    the least recently kept runs are closed to stay within. Closing happens in the
+    ``max_memory``: the budget the least recently kept runs are closed to stay within. A run
+    counts its :attr:`~runner.LiveRun.memory_bytes` (resident, quick to know) until those of
+    the kept runs pass ``max_memory``; then its :meth:`~runner.LiveRun.private_bytes` (what
+    ending it gives back, without the pages it shares with the fork server: a tenth of its
+    resident size for a small script), measured once per run, and only the runs still past
+    the budget then are closed. Closing happens in the
     background (a step never waits for another script's process to end); :meth:`drain`
     waits for it, :meth:`aclose` closes everything.
     """
@@ -76,9 +81,13 @@ class LiveRuns:
     def __len__(self) -> int:
         return len(self._kept)
 
+    def runs(self) -> list[LiveRun]:
+        """The runs kept now, least recently kept first."""
+        return [kept.run for kept in self._kept.values()]
+
     @property
     def memory(self) -> int:
-        """The memory the kept runs hold, as they reported it when kept."""
+        """The memory the kept runs are counted at (see the class)."""
         return self._memory
 
     def keep(
@@ -98,6 +107,14 @@ class LiveRuns:
         self._kept[key] = _Kept(run, first, [(c.name, c.arguments) for c in calls], memory, timer)
         self._memory += memory
         self.kept += 1
+        # Past the memory budget by resident sizes: count what each run really costs.
+        for kept in self._kept.values():
+            if self._memory <= self.max_memory:
+                break
+            if not kept.measured:
+                private = private_memory(kept.run, kept.memory)
+                self._memory += private - kept.memory
+                kept.memory, kept.measured = private, True
         while self._kept and (len(self._kept) > self.max_count or self._memory > self.max_memory):
             old_key = next(iter(self._kept))
             logger.info("live run evicted for room script=%s", old_key[0])

@@ -285,29 +285,33 @@ def holds_at_most(value: Any, items: int) -> bool:
     """True when the dicts, lists and tuples in ``value`` (pydantic models' and other
     objects' attributes counted as a dict's) hold ``items`` items or fewer in all. The walk
     stops once past ``items``, so it costs little whatever ``value``'s size: it tells whether
-    converting ``value`` (work in proportion to its items) is cheap."""
+    converting ``value`` (work in proportion to its items) is cheap. False for a value whose
+    walk raises (an object that says odd things of itself): its conversion will say what."""
     stack = [value]
-    while stack:
-        v = stack.pop()
-        kind = type(v)
-        if kind is dict:
-            children: Any = v.values()
-        elif kind is list or kind is tuple:
-            children = v
-        elif v is None or kind is str or kind is int or kind is float or kind is bool:
-            continue
-        elif isinstance(v, dict):
-            children = v.values()
-        elif isinstance(v, list | tuple):
-            children = v
-        elif hasattr(v, "__dict__") and not isinstance(v, type):
-            children = vars(v).values()
-        else:
-            continue
-        items -= len(children)
-        if items < 0:
-            return False
-        stack.extend(children)
+    try:
+        while stack:
+            v = stack.pop()
+            kind = type(v)
+            if kind is dict:
+                children: Any = v.values()
+            elif kind is list or kind is tuple:
+                children = v
+            elif v is None or kind is str or kind is int or kind is float or kind is bool:
+                continue
+            elif isinstance(v, dict):
+                children = v.values()
+            elif isinstance(v, list | tuple):
+                children = v
+            elif hasattr(v, "__dict__") and not isinstance(v, type):
+                children = vars(v).values()
+            else:
+                continue
+            items -= len(children)
+            if items < 0:
+                return False
+            stack.extend(children)
+    except Exception:
+        return False
     return True
 
 

@@ -146,6 +146,7 @@ class ProcessLive(LiveRun):
         self.waiting = len(waiting)
         self.cpu_charged = cpu_charged
         self._resident = resident
+        self._private: int | None = None  # read once, when a live budget asks
         self._busy = False
         self._done = False  # spent (a later segment took over) or closed
         # While it waits, nothing reads its stdout: what it writes stays in the pipe, where
@@ -160,6 +161,19 @@ class ProcessLive(LiveRun):
     def memory_bytes(self) -> int:
         # Read at its `ran`: stopped since, it holds what it held then.
         return 0 if self._done else self._resident
+
+    def private_bytes(self) -> int:
+        """Its private memory (``smaps_rollup``), read the first time it is asked for (it is
+        stopped: it holds the same until it is resumed); its resident memory when that file
+        cannot be read (a runner without ``CAP_SYS_PTRACE``: not root)."""
+        if self._done:
+            return 0
+        if self._private is None:
+            proc = self.child.proc
+            measured = proc.private() if proc is not None else None
+            # Measured now, stopped: what it allocated between its `ran` and the stop counts.
+            self._private = self._resident if measured is None else measured
+        return self._private
 
     async def resume(self, records: list[protocol.Record]) -> Step:
         if self._done:
@@ -253,6 +267,15 @@ class ProcessLive(LiveRun):
         with contextlib.suppress(Exception):
             child.kill()
             await child.reap(grace=0)
+
+
+def private_memory(run: LiveRun, counted: int) -> int:
+    """``run.private_bytes()``, for a live budget that counted it at ``counted`` bytes (its
+    ``memory_bytes``); ``counted`` when the runner fails to say."""
+    try:
+        return max(0, int(run.private_bytes()))
+    except Exception:  # a runner's bug must not take a budget down
+        return counted
 
 
 def mismatch(records: list[protocol.Record], calls: list[protocol.Call]) -> str | None:

@@ -42,7 +42,7 @@ import psutil
 
 from runner import _wire as wire
 from runner._base import FileMissing, LiveRun, ProcessStats, RunError, ScriptRunner, Step
-from runner._live import default_live_count, default_live_memory, takes_live
+from runner._live import default_live_count, default_live_memory, private_memory, takes_live
 from runner._slots import Slots, default_slot_count
 from sandbox import protocol
 from sandbox.protocol import Script
@@ -87,8 +87,9 @@ class _Held:
     files: _ForwardedFiles
     script: Script
     tenant: str
-    memory: int
+    memory: int  # as counted: its memory_bytes, or its private_bytes once measured
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    measured: bool = False
     why: str = ""
 
     def end(self, why: str) -> None:
@@ -202,7 +203,10 @@ class RunnerService:
     the client's connection for the results, at most ``live_wait`` seconds. Waiting
     processes hold no slot; at most ``live_max`` of them, holding at most ``live_memory``
     bytes, wait at once (defaults sized for the machine), and the least recently kept one is
-    ended for a new one. ``live_max=0`` keeps none. A client that goes away ends its process.
+    ended for a new one. A process counts its resident memory until those of the waiting
+    ones pass ``live_memory``, then what ending it gives back (its private memory, measured
+    once: see :meth:`runner.LiveRun.private_bytes`). ``live_max=0`` keeps none. A client
+    that goes away ends its process.
 
     ``line_memory`` bounds the bytes that the lines being read (scripts, live results) hold
     together, the first 64 KiB of each aside (default: :func:`default_line_memory`). A line
@@ -817,6 +821,14 @@ class RunnerService:
         """Count ``held`` in the live budget; end the least recently kept ones past it."""
         self._held[held] = None
         self._held_memory += held.memory
+        # Past the memory budget by resident sizes: count what each process really costs.
+        for kept in self._held:
+            if self._held_memory <= self.live_memory:
+                break
+            if not kept.measured:
+                private = private_memory(kept.run, kept.memory)
+                self._held_memory += private - kept.memory
+                kept.memory, kept.measured = private, True
         for old in list(self._held):
             if len(self._held) <= self.live_max and self._held_memory <= self.live_memory:
                 break

@@ -1046,9 +1046,14 @@ def _plain(value: Any, root: str, path: tuple[str | int, ...], depth: int, walk:
     elif issubclass(kind, decimal.Decimal):
         hint = " (pass str(value) or float(value))"
     raise _NotPlain(
-        f"{_where(root, path)} is a {_type_name(value)}{hint}; data must be plain "
+        f"{_where(root, path)} is {_a(_type_name(value))}{hint}; data must be plain "
         "(dict, list, tuple, str, int, float, bool, None)"
     )
+
+
+def _a(name: str) -> str:
+    """``a set``, ``an Order``: a class's name with its article."""
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def _where(root: str, path: tuple[str | int, ...]) -> str:

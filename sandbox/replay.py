@@ -29,6 +29,7 @@ from __future__ import annotations
 import abc
 import re
 import resource
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring
@@ -95,7 +96,10 @@ class _Printed:
 
     head: list[str] = field(default_factory=list)
     head_len: int = 0
-    tail: list[str] = field(default_factory=list)
+    # A deque: the oldest piece goes at nearly every write once the head is full, and from
+    # a list that cost the tail's length in pieces (one character printed at a time: 28 us
+    # a write, 300,000 writes 8.5 s).
+    tail: deque[str] = field(default_factory=deque)
     tail_len: int = 0
     total_bytes: int = 0
     cut: bool = False
@@ -120,7 +124,7 @@ class _Printed:
         self.tail.append(text[-PRINTED_TAIL:])
         self.tail_len += min(len(text), PRINTED_TAIL)
         while self.tail_len - len(self.tail[0]) >= PRINTED_TAIL:
-            self.tail_len -= len(self.tail.pop(0))
+            self.tail_len -= len(self.tail.popleft())
 
     def text(self) -> str:
         head = "".join(self.head)

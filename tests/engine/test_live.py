@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import re
 import secrets
@@ -531,3 +532,33 @@ def test_the_default_budget_is_sized_for_the_machine() -> None:
     memory = default_live_memory()
     assert memory >= 64 * 1024 * 1024
     assert 4 <= default_live_count(memory) <= 1024
+
+
+async def test_the_live_budget_counts_what_runs_cost_and_still_evicts() -> None:
+    """With a memory budget of one run's resident size, several runs are kept (each costs
+    its private memory, a fifth of its resident size here: the rest it shares with the fork
+    server), and the least recently kept are still evicted once what they cost passes it.
+    Counted by resident size, only one would be kept."""
+    from tests._needs import require
+    from tests.runner.support import script as runner_script
+
+    if os.geteuid() != 0:
+        require("root: only a runner with CAP_SYS_PTRACE may read a sandbox's smaps_rollup")
+    code = "const s = 'x'.repeat(4 << 20); await tools.t({ i: s.length })"
+    async with ProcessRunner(mode="pool", slots=2) as runner:
+        steps = [await runner.run(runner_script(code), live=True) for _ in range(8)]
+        runs = [s.live for s in steps]
+        assert all(run is not None for run in runs)
+        resident = max(run.memory_bytes for run in runs if run is not None)
+        live = LiveRuns(wait=600.0, max_count=100, max_memory=resident)
+        for k, (step, run) in enumerate(zip(steps, runs, strict=True)):
+            assert run is not None
+            live.keep((f"s{k}", "owner"), run, 0, step.calls)
+        assert live.evicted >= 1  # the budget still binds
+        assert 3 <= len(live) < 8
+        assert live.memory <= live.max_memory
+        await live.drain()  # the evicted are closed
+        kept = [run for run in runs if run is not None and run.memory_bytes > 0]
+        assert len(kept) == len(live)
+        assert sum(run.private_bytes() for run in kept) <= live.max_memory
+        await live.aclose()

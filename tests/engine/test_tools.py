@@ -1032,6 +1032,12 @@ def test_holds_at_most_counts_items_and_stops_past_the_bound() -> None:
     loop.append(loop)
     assert not holds_at_most(loop, 1_000)  # a cycle ends the walk at the bound
 
+    class Odd(dict[str, int]):
+        def values(self) -> Any:
+            raise RuntimeError("no")
+
+    assert not holds_at_most([Odd(a=1)], 1_000)  # its conversion, in a thread, says what
+
 
 def test_a_type_defined_after_its_function_is_named_as_the_problem() -> None:
     """A module-level class defined after the function @tool decorates is not there yet when

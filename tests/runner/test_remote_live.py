@@ -27,6 +27,7 @@ from runner import (
 )
 from runner._remote import RemoteLive
 from sandbox.protocol import Call, Limits, Record, Script
+from tests._needs import require
 
 from .remote_support import TOKEN, script, service_process, services
 
@@ -146,6 +147,30 @@ async def test_the_service_ends_a_process_past_its_live_wait_or_budget() -> None
             await second.live.resume(_answers(second))
         assert remote.out_of_rotation() == {}, "a service that ended a process is healthy"
         assert service.live_runs == 0 and local.live_runs == 0
+        await remote.aclose()
+
+
+async def test_the_services_live_budget_counts_what_processes_cost() -> None:
+    """With a live_memory of one process's resident size, the service keeps several waiting
+    (each costs its private memory; the rest it shares with the fork server), and still ends
+    the least recently kept once what they cost passes it. By resident size it kept one."""
+    if os.geteuid() != 0:
+        require("root: only a runner with CAP_SYS_PTRACE may read a sandbox's smaps_rollup")
+    code = "const s = 'x'.repeat(4 << 20); await tools.t({ n: s.length }); return 1"
+    local = ProcessRunner(mode="fork")
+    probe = await local.run(script(code, tools=TOOLS), live=True)
+    assert probe.live is not None
+    resident = probe.live.memory_bytes
+    await probe.live.close()
+    async with services(local, live_memory=resident, live_max=100) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        steps = [
+            await remote.run(script(code, tools=TOOLS, id=f"s{k}"), live=True) for k in range(7)
+        ]
+        assert all(step.live is not None for step in steps)
+        assert service.live_ended >= 1  # the budget still binds
+        assert 3 <= service.live_runs < 7
+        assert service._held_memory <= service.live_memory
         await remote.aclose()
 
 

@@ -150,6 +150,7 @@ def test_keyword_and_dict_forms_make_the_same_call_and_none_is_left_out() -> Non
         ("tools.echo(a=2**70)", "integer too large"),
         ("x = []\nx.append(x)\ntools.echo(a=x)", "refers to itself"),
         ("import datetime\ntools.echo(a=datetime.date.today())", "isoformat"),
+        ("class Order:\n    pass\ntools.echo(a=Order())", "a in the argument is an Order;"),
     ],
 )
 def test_arguments_that_are_not_data_raise_a_type_error(call: str, needle: str) -> None:
@@ -328,6 +329,20 @@ def test_printing_a_lot_keeps_head_and_tail_and_counts_all() -> None:
     assert ran.printed.rstrip().endswith("99" * 10)
     assert "of printed output cut" in ran.printed
     assert len(ran.printed) < protocol.PRINTED_HEAD + protocol.PRINTED_TAIL + 200
+
+
+def test_printing_one_character_at_a_time_keeps_the_last_ones() -> None:
+    """Past the head, each write drops the oldest pieces of the tail: with one character a
+    piece, that was a list's pop(0) of 65,536 pieces at each write (300,000 one-character
+    prints took 3.4 s of the script's CPU, now 0.9 s). The tail is still exactly the last
+    PRINTED_TAIL characters."""
+    n = protocol.PRINTED_HEAD + protocol.PRINTED_TAIL + 50_000
+    ran = run(f"for i in range({n}):\n    print(i % 10, end='')")
+    assert ran.printed_bytes == n
+    expected = "".join(str(i % 10) for i in range(n))
+    assert ran.printed.startswith(expected[: protocol.PRINTED_HEAD])
+    assert ran.printed.endswith(expected[-protocol.PRINTED_TAIL :])
+    assert "of printed output cut" in ran.printed
 
 
 def test_pprint_and_stdout_go_to_printed_text() -> None:

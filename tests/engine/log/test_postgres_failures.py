@@ -46,6 +46,22 @@ def _store(server: PostgresServer) -> PostgresStore:
     return PostgresStore(server.dsn, schema=f"t_{uuid.uuid4().hex[:16]}")
 
 
+async def _bumps_each_once(engine: CodeMode, store: PostgresStore, ran: list[int]) -> None:
+    """Run the script of three bumps (the test's tool ``bump``, which fails the log at its
+    second call): it finishes, each call ran once and its result is in the log."""
+    result = await engine.run_code(
+        "const a = await tools.bump({ n: 0 });\n"
+        "const b = await tools.bump({ n: 1 });\n"
+        "const c = await tools.bump({ n: 2 });\n"
+        "return [a, b, c];"
+    )
+    assert result.status == "finished", result.text
+    assert "[100,101,102]" in result.text
+    assert ran == [0, 1, 2]
+    calls = await store.calls(result.script_id)
+    assert [(c.state, c.result) for c in calls] == [(DONE, 100), (DONE, 101), (DONE, 102)]
+
+
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
 async def test_a_server_restart_during_a_call_loses_no_result(
     server: PostgresServer, mode: str
@@ -68,17 +84,7 @@ async def test_a_server_restart_during_a_call_loses_no_result(
     store = _store(server)
     engine = CodeMode([bump], runner=InProcessRunner(), store=store, type_check="off")
     try:
-        result = await engine.run_code(
-            "const a = await tools.bump({ n: 0 });\n"
-            "const b = await tools.bump({ n: 1 });\n"
-            "const c = await tools.bump({ n: 2 });\n"
-            "return [a, b, c];"
-        )
-        assert result.status == "finished", result.text
-        assert "[100,101,102]" in result.text
-        assert ran == [0, 1, 2]
-        calls = await store.calls(result.script_id)
-        assert [(c.state, c.result) for c in calls] == [(DONE, 100), (DONE, 101), (DONE, 102)]
+        await _bumps_each_once(engine, store, ran)
     finally:
         await engine.aclose()
 
@@ -334,19 +340,9 @@ async def test_a_connection_lost_at_commit_is_resolved_by_the_transactions_id(
     store._status_of = seen  # type: ignore[method-assign]
     engine = CodeMode([bump], runner=InProcessRunner(), store=store, type_check="off")
     try:
-        result = await engine.run_code(
-            "const a = await tools.bump({ n: 0 });\n"
-            "const b = await tools.bump({ n: 1 });\n"
-            "const c = await tools.bump({ n: 2 });\n"
-            "return [a, b, c];"
-        )
+        await _bumps_each_once(engine, store, ran)
         assert proxy.cuts == 1
         assert statuses == ["committed" if mode == "after" else "aborted"]
-        assert result.status == "finished", result.text
-        assert "[100,101,102]" in result.text
-        assert ran == [0, 1, 2]
-        calls = await store.calls(result.script_id)
-        assert [(c.state, c.result) for c in calls] == [(DONE, 100), (DONE, 101), (DONE, 102)]
     finally:
         await engine.aclose()
         await proxy.stop()
