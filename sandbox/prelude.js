@@ -459,6 +459,29 @@
   });
 
   // ---- The end of the script: its value or its error goes to the host as text. ----
+  // What QuickJS throws when an allocation fails: an InternalError "out of memory", or null
+  // when it could not allocate even that.
+  function outOfMemory(e) {
+    if (e === null) return true;
+    try {
+      return e instanceof NativeInternalError && apply(stringIncludes, "" + e.message, ["out of memory"]);
+    } catch (_) {
+      return false; // a message that cannot be read is not the engine's
+    }
+  }
+  // The script's ending goes to the host through one of these. Its text is copied on the
+  // way (made well-formed, then to UTF-8 for the host) inside the heap, so text the heap
+  // holds once may not fit twice: that is the memory limit met. Left to escape, it would
+  // leave the run with no ending at all, read as a script that waits forever.
+  const ending = (report) => (outcome) => {
+    try {
+      report(outcome);
+    } catch (e) {
+      if (!outOfMemory(e)) throw e;
+      outcome = null; // let the script's ending go before saying so
+      host.fail("InternalError", "out of memory", "");
+    }
+  };
   function finished(value) {
     if (value === undefined) { host.done("u"); return; }
     const half = config.value_bound >> 1;
@@ -472,11 +495,7 @@
     try {
       json = JSON.stringify(value);
     } catch (e) {
-      let oom = e === null;
-      try {
-        oom = oom || (e instanceof NativeInternalError && apply(stringIncludes, "" + e.message, ["out of memory"]));
-      } catch (_) { /* a message that cannot be read is not the engine's */ }
-      if (oom) {
+      if (outOfMemory(e)) {
         host.fail("InternalError", "out of memory", "");
       } else {
         host.fail("TypeError", wellFormed("the returned value is not JSON data: " + errorText(e)), "");
@@ -530,16 +549,16 @@
   try {
     main = compile(code);
   } catch (e) {
-    failed(e);
+    ending(failed)(e);
     return settle;
   }
   let promise;
   try {
     promise = main();
   } catch (e) { // an async function does not throw; this is only for safety
-    failed(e);
+    ending(failed)(e);
     return settle;
   }
-  apply(promiseThen, promise, [finished, failed]);
+  apply(promiseThen, promise, [ending(finished), ending(failed)]);
   return settle;
 })

@@ -962,6 +962,47 @@ def test_memory_limit_for_many_small_objects():
     assert_limit(ran, "memory")
 
 
+# Each ending that hands the host text the heap holds once but cannot copy again (made
+# well-formed, then to UTF-8 for the binding, 2 bytes a character of "é"). They ended as a
+# StuckError (the error's report ran out of memory, leaving the run with no ending), a
+# TypeError or an InternalError of the sandbox (the binding handed Python None for a string
+# it could not copy), or finished with the printed text lost.
+@pytest.mark.parametrize(
+    "code",
+    [
+        'throw new Error("é".repeat(12_000_000));',
+        'await 1; throw new Error("é".repeat(12_000_000));',
+        'throw new Error("é".repeat(5_000_000));',
+        'return { a: "é".repeat(5_000_000) };',
+        'await tools.echo({ s: "é".repeat(5_000_000) });',
+        'console.log("é".repeat(5_000_000));',
+    ],
+)
+def test_an_ending_too_large_to_copy_out_is_the_memory_limit(code: str) -> None:
+    ran = run(code, memory=16 * MiB)
+    assert_limit(ran, "memory")
+    assert ran.error is not None and ran.error.name == "LimitError"
+    assert ran.limit is not None and ran.error.message == ran.limit.message
+    assert ran.stats.heap_bytes == 16 * MiB
+
+
+def test_the_same_endings_under_the_default_memory_are_the_scripts_own():
+    """What the endings above report when the heap has room: the error, the value, the call,
+    the printed text; and `throw null` is read as the memory limit, as before (QuickJS throws
+    null when it cannot allocate an error, so a script's own `throw null` reads the same)."""
+    thrown = run('throw new Error("é".repeat(5_000_000));')
+    assert thrown.error is not None and thrown.error.name == "Error" and thrown.limit is None
+    assert thrown.error.message.startswith("éé") and "characters cut" in thrown.error.message
+    assert run('return { a: "é".repeat(5_000_000) };').value_bytes == 10_000_008
+    called = run('await tools.echo({ s: "é".repeat(1_000_000) });')
+    assert called.outcome == "calls" and called.calls[0].arguments == {"s": "é" * 1_000_000}
+    printed = run('console.log("é".repeat(5_000_000));')
+    assert printed.outcome == "finished" and printed.printed_bytes == 10_000_001
+    for code in ("throw null;", "await null; throw null;"):
+        assert_limit(run(code), "memory")
+    assert run("try { throw null } catch (e) { return e === null }").value is True
+
+
 def test_deep_recursion_is_a_catchable_range_error():
     """Runaway recursion is a RangeError the script can catch, not a crash."""
     code = (
