@@ -26,7 +26,7 @@ from typing import NoReturn
 
 import orjson
 
-from sandbox import files, lockdown, protocol, runtime
+from sandbox import files, jsontext, lockdown, protocol, runtime
 
 # The process heap holds, besides what the script's limits allow, the script line it reads
 # and the call log parsed from it: at most this many bytes per byte of the line (a string
@@ -105,6 +105,7 @@ def _warm_up() -> None:
         with contextlib.suppress(protocol.ProtocolError):
             protocol.decode(bad, ("script",))
     files.warm_up()
+    jsontext.warm_up()
     data = b"a,b\n1,2\n"
     with_files = protocol.Script(
         id="warm-up-files",
@@ -334,6 +335,10 @@ def _run_one(data_limit: int | None) -> NoReturn:
     del line
     live = script.version >= protocol.LIVE_VERSION
     if script.language == "python":
+        # The script's heap is the process's, bounded close to its `memory`: heavy JSON goes
+        # through the standard library (see jsontext). A JavaScript heap is QuickJS's own,
+        # and the process's keeps room for orjson beside it.
+        jsontext.bound_heap()
         limit = _python_data_limit(script.limits.memory, size, data_limit)
         room = 0 if limit is not None else _line_room(size, data_limit)
     else:
@@ -359,6 +364,11 @@ def _run_one(data_limit: int | None) -> NoReturn:
     while live and ran.outcome == "calls":
         _write(protocol.encode(ran))
         records = _read_results(script.limits)
+        if records is None:
+            run.end_memory(
+                "the results of the script's calls do not fit in the sandbox process's heap "
+                "beside it"
+            )
         try:
             ran = run.resume(records)
         except runtime.ResumeError as e:
@@ -366,8 +376,9 @@ def _run_one(data_limit: int | None) -> NoReturn:
     channel.end(ran)
 
 
-def _read_results(limits: protocol.Limits) -> list[protocol.Record]:
-    """The records of a ``results`` line; exits at ``end``, at EOF and on anything else."""
+def _read_results(limits: protocol.Limits) -> list[protocol.Record] | None:
+    """The records of a ``results`` line, or None when they do not fit in the heap; exits at
+    ``end``, at EOF and on anything else."""
     try:
         line = sys.stdin.buffer.readline(protocol.results_bound(limits) + 1)
         if not line:
@@ -378,7 +389,7 @@ def _read_results(limits: protocol.Limits) -> list[protocol.Record]:
     except protocol.ProtocolError as e:
         _protocol_exit(str(e))
     except MemoryError:
-        _protocol_exit("the results line does not fit in the process's heap")
+        return None  # the run's memory limit: the caller ends it so
     if records is None:
         os._exit(0)
     return records

@@ -15,7 +15,6 @@ import codecs
 import csv
 import io
 import json
-import math
 import re
 import zipfile
 from collections.abc import Callable, Iterator
@@ -25,6 +24,8 @@ from xml.etree import ElementTree
 
 import orjson
 
+from sandbox import jsontext
+from sandbox.jsontext import LONG_TEXT, finite, no_constant
 from sandbox.names import closest_names
 from sandbox.protocol import FileInfo, Limits, data_problem, limit_message, size_text
 
@@ -233,7 +234,7 @@ class Files:
         try:
             for item in stream:
                 batch.append(item)
-                size += len(orjson.dumps(item)) if not isinstance(item, str) else len(item)
+                size += len(jsontext.dumps(item)) if not isinstance(item, str) else len(item)
                 if size >= BATCH_BYTES or len(batch) >= BATCH_ITEMS:
                     return batch, False
         except BaseException:
@@ -319,31 +320,9 @@ def _lines(pieces: Iterator[bytes], *, keep_ends: bool = False) -> Iterator[str]
         yield rest if keep_ends else rest.removesuffix("\r")
 
 
-# Past this many characters, JSON text is parsed or written by the standard library's json,
-# not orjson: orjson takes a buffer of eight (writing) to twelve (parsing) bytes a character
-# first, and when the process's heap limit refuses it, it crashes (SIGSEGV) where the
-# standard library needs about the text itself and raises MemoryError, the memory limit.
-# Used here for JSON lines, and by the Python binding for files answers and the data it sends.
-LONG_TEXT = 1024 * 1024
-
-
 class RawJson(str):
     """JSON text the script is handed as it is (a JSON line past :data:`LONG_TEXT`, already
     checked): encoding its value again would take orjson's buffer (see LONG_TEXT)."""
-
-
-def _no_constant(name: str) -> Any:
-    """NaN and Infinity, which the standard library's parser takes and JSON (and orjson) does
-    not."""
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite(text: str) -> float:
-    """A number, refused as orjson refuses it when it is past a double's range."""
-    number = float(text)
-    if math.isinf(number):
-        raise ValueError(f"{text[:40]} is infinity when parsed as double")
-    return number
 
 
 def _jsonl(file_id: str, lines: Iterator[str]) -> Iterator[Any]:
@@ -355,7 +334,7 @@ def _jsonl(file_id: str, lines: Iterator[str]) -> Iterator[Any]:
             # See LONG_TEXT: for tens of MiB, orjson's parse failed in a Python script ("not
             # JSON: Not enough memory"), whose heap is the process's.
             item = (
-                json.loads(line, parse_constant=_no_constant, parse_float=_finite)
+                json.loads(line, parse_constant=no_constant, parse_float=finite)
                 if long
                 else orjson.loads(line)
             )

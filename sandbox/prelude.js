@@ -132,7 +132,33 @@
   delete globalThis.FinalizationRegistry;
 
   // ---- Formatting values as text (console.log, error messages). ----
-  function describe(value, depth, ancestors) {
+  // A value's text stops growing at half of what printed text keeps of a run (its first and
+  // last 64 KiB), which leaves room for what the count below misses (some punctuation) and
+  // for the counts that close it: the rest of each array, object, Map or Set is a count of
+  // what is left out. Formatted whole, a big value cost CPU in proportion to its size for
+  // text then thrown away (an object of 300,000 small entries: about 9 s, past a script's
+  // compute_ms).
+  const PRINTED_BOUND = config.printed_bound / 2;
+  function describe(value, depth, ancestors, budget) {
+    const before = budget.left;
+    const s = describeOne(value, depth, ancestors, budget);
+    if (budget.left === before) budget.left -= s.length; // a leaf: its items did not count
+    return s;
+  }
+  // The items of a container, each by `item(i)`, until the budget is spent.
+  function listed(count, item, budget, what) {
+    const parts = [];
+    for (let i = 0; i < count; i++) {
+      if (budget.left <= 0) {
+        parts.push("... " + (count - i) + " more " + what);
+        break;
+      }
+      parts.push(item(i));
+      budget.left -= 1; // its separator
+    }
+    return parts;
+  }
+  function describeOne(value, depth, ancestors, budget) {
     switch (typeof value) {
       case "string": return JSON.stringify(value);
       case "number": return "" + value;
@@ -151,21 +177,35 @@
     ancestors.push(value);
     try {
       if (isArray(value)) {
-        return "[" + value.map((v) => describe(v, depth + 1, ancestors)).join(",") + "]";
+        const n = value.length;
+        // A hole shows as nothing, as Array.prototype.join has it ("[1,,3]").
+        return "[" + listed(n, (i) => (i in value ? describe(value[i], depth + 1, ancestors, budget) : ""),
+          budget, "items").join(",") + "]";
       }
       if (value instanceof NativeMap) {
-        return "Map(" + JSON.stringify(value.size) + ") {" + [...value].map(([k, v]) =>
-          describe(k, depth + 1, ancestors) + " => " + describe(v, depth + 1, ancestors)).join(", ") + "}";
+        const entries = [...value];
+        return "Map(" + JSON.stringify(value.size) + ") {" + listed(entries.length, (i) =>
+          describe(entries[i][0], depth + 1, ancestors, budget) + " => " +
+          describe(entries[i][1], depth + 1, ancestors, budget), budget, "entries").join(", ") + "}";
       }
       if (value instanceof NativeSet) {
-        return "Set(" + value.size + ") {" + [...value].map((v) => describe(v, depth + 1, ancestors)).join(", ") + "}";
+        const items = [...value];
+        return "Set(" + value.size + ") {" + listed(items.length, (i) =>
+          describe(items[i], depth + 1, ancestors, budget), budget, "items").join(", ") + "}";
       }
-      if (typeof value.toJSON === "function") return describe(value.toJSON(), depth + 1, ancestors);
+      if (typeof value.toJSON === "function") return describe(value.toJSON(), depth + 1, ancestors, budget);
+      const ks = objectKeys(value);
       const parts = [];
-      for (const key of objectKeys(value)) {
-        const v = value[key];
+      for (let i = 0; i < ks.length; i++) {
+        if (budget.left <= 0) {
+          parts.push("... " + (ks.length - i) + " more keys");
+          break;
+        }
+        const v = value[ks[i]];
         if (v === undefined || typeof v === "function" || typeof v === "symbol") continue;
-        parts.push(JSON.stringify(key) + ":" + describe(v, depth + 1, ancestors));
+        const key = JSON.stringify(ks[i]);
+        budget.left -= key.length + 1;
+        parts.push(key + ":" + describe(v, depth + 1, ancestors, budget));
       }
       return "{" + parts.join(",") + "}";
     } finally {
@@ -183,7 +223,7 @@
   }
   function text(value) {
     try {
-      return typeof value === "string" ? value : describe(value, 0, []);
+      return typeof value === "string" ? value : describe(value, 0, [], { left: PRINTED_BOUND });
     } catch (e) {
       return "[unprintable: " + errorText(e) + "]";
     }
@@ -419,6 +459,29 @@
   });
 
   // ---- The end of the script: its value or its error goes to the host as text. ----
+  // What QuickJS throws when an allocation fails: an InternalError "out of memory", or null
+  // when it could not allocate even that.
+  function outOfMemory(e) {
+    if (e === null) return true;
+    try {
+      return e instanceof NativeInternalError && apply(stringIncludes, "" + e.message, ["out of memory"]);
+    } catch (_) {
+      return false; // a message that cannot be read is not the engine's
+    }
+  }
+  // The script's ending goes to the host through one of these. Its text is copied on the
+  // way (made well-formed, then to UTF-8 for the host) inside the heap, so text the heap
+  // holds once may not fit twice: that is the memory limit met. Left to escape, it would
+  // leave the run with no ending at all, read as a script that waits forever.
+  const ending = (report) => (outcome) => {
+    try {
+      report(outcome);
+    } catch (e) {
+      if (!outOfMemory(e)) throw e;
+      outcome = null; // let the script's ending go before saying so
+      host.fail("InternalError", "out of memory", "");
+    }
+  };
   function finished(value) {
     if (value === undefined) { host.done("u"); return; }
     const half = config.value_bound >> 1;
@@ -432,11 +495,7 @@
     try {
       json = JSON.stringify(value);
     } catch (e) {
-      let oom = e === null;
-      try {
-        oom = oom || (e instanceof NativeInternalError && apply(stringIncludes, "" + e.message, ["out of memory"]));
-      } catch (_) { /* a message that cannot be read is not the engine's */ }
-      if (oom) {
+      if (outOfMemory(e)) {
         host.fail("InternalError", "out of memory", "");
       } else {
         host.fail("TypeError", wellFormed("the returned value is not JSON data: " + errorText(e)), "");
@@ -490,16 +549,16 @@
   try {
     main = compile(code);
   } catch (e) {
-    failed(e);
+    ending(failed)(e);
     return settle;
   }
   let promise;
   try {
     promise = main();
   } catch (e) { // an async function does not throw; this is only for safety
-    failed(e);
+    ending(failed)(e);
     return settle;
   }
-  apply(promiseThen, promise, [finished, failed]);
+  apply(promiseThen, promise, [ending(finished), ending(failed)]);
   return settle;
 })

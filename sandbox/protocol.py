@@ -48,6 +48,8 @@ from pydantic import (
     model_validator,
 )
 
+from sandbox import jsontext
+
 VERSION = 2
 OLDEST = 1
 # The first version whose process waits, alive, for the results of the calls it stopped on.
@@ -209,7 +211,7 @@ def data_problem(value: Any) -> str | None:
     outer, inner = _wrapping()
     inner.append(value)
     try:
-        orjson.dumps(outer)
+        jsontext.dumps(outer)
     except orjson.JSONEncodeError as e:
         if "Recursion limit" in str(e):
             return (
@@ -412,9 +414,10 @@ _NAMES = {cls: kind for kind, cls in _KINDS.items()}
 def canonical_json(value: Any) -> bytes:
     """The canonical JSON of plain data: sorted keys, no spaces, UTF-8.
 
-    Call identity in the replay log compares arguments by this form.
+    Call identity in the replay log compares arguments by this form. Heavy data in the
+    sandbox process is written by the standard library, to the same bytes (see jsontext).
     """
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    return jsontext.dumps(value, sort_keys=True)
 
 
 def encode(message: _Model) -> bytes:
@@ -427,6 +430,8 @@ def encode(message: _Model) -> bytes:
         body["language"] = message.language
     if isinstance(message, Ran) and "value" in message.model_fields_set:
         body["value"] = message.value
+    if isinstance(message, Ran):  # carries the calls and value of a script: see jsontext
+        return jsontext.dumps({kind: body}) + b"\n"
     return orjson.dumps({kind: body}) + b"\n"
 
 

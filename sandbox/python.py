@@ -74,7 +74,9 @@ from typing import Any, NoReturn
 
 import orjson
 
-from sandbox.files import LONG_TEXT, Fetch
+from sandbox import jsontext
+from sandbox.files import Fetch
+from sandbox.jsontext import ITEM_WEIGHT, text_weight
 from sandbox.names import closest_names
 from sandbox.protocol import (
     MAX_DEPTH,
@@ -970,23 +972,25 @@ _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 
 class _Walk:
     """What :func:`_plain` keeps while it walks one value: the containers it is in (a value
-    that holds itself is refused) and the characters of the strings it met so far."""
+    that holds itself is refused) and the weight of what it met so far (see
+    :func:`sandbox.jsontext.weight`)."""
 
-    __slots__ = ("chars", "parents")
+    __slots__ = ("parents", "weight")
 
     def __init__(self) -> None:
         self.parents: list[int] = []
-        self.chars = 0
+        self.weight = 0
 
 
 def _plain(value: Any, root: str, path: tuple[str | int, ...], depth: int, walk: _Walk) -> Any:
     """A copy of ``value`` made of JSON data only; raises _NotPlain saying what is not, and
     where: ``path`` in ``root`` ("the argument"), as the engine's data checks say it."""
+    walk.weight += ITEM_WEIGHT
     if value is None or value is True or value is False:
         return value
     kind = type(value)
     if kind is str:
-        walk.chars += len(value)
+        walk.weight += text_weight(value)
         return value
     # By the type, never isinstance: an object's __class__ may be a script's property.
     if issubclass(kind, int):  # True and False are above
@@ -1003,7 +1007,7 @@ def _plain(value: Any, root: str, path: tuple[str | int, ...], depth: int, walk:
         return real
     if issubclass(kind, str):
         text = str.__str__(value)
-        walk.chars += len(text)
+        walk.weight += text_weight(text)
         return text
     if issubclass(kind, dict | list | tuple):
         if depth >= MAX_DEPTH:
@@ -1021,6 +1025,7 @@ def _plain(value: Any, root: str, path: tuple[str | int, ...], depth: int, walk:
                 for key, item in value.items():
                     if issubclass(type(key), str):
                         name = str.__str__(key)
+                        walk.weight += ITEM_WEIGHT + text_weight(name)
                     elif issubclass(type(key), int | float) and type(key) is not bool:
                         name = str(_plain(key, root, path, depth, walk))
                     else:
@@ -1063,7 +1068,7 @@ def _json(value: Any, root: str) -> str:
         data = _plain(value, root, (), 0, walk)
     except _NotPlain as e:
         raise TypeError(str(e)) from None
-    if walk.chars <= LONG_TEXT:  # see LONG_TEXT
+    if not jsontext.over(walk.weight):  # orjson's buffer fits: see jsontext
         try:
             return orjson.dumps(data).decode()
         except orjson.JSONEncodeError:  # a lone surrogate in a string
@@ -1317,7 +1322,7 @@ class Run(Replay):
         tag, rest = answer[:1], answer[1:]
         future = _Future()
         if tag == "r":
-            future._resolve(orjson.loads(rest))
+            future._resolve(jsontext.loads(rest))
         elif tag == "e":
             future._reject(ToolError(rest, name))
         elif tag == "t":
@@ -1332,7 +1337,7 @@ class Run(Replay):
         return future
 
     def _settle(self, answers_json: str) -> None:
-        answers = orjson.loads(answers_json)
+        answers = jsontext.loads(answers_json)
         count = len(answers)
         futures, self.deferred_futures = (
             self.deferred_futures[:count],
@@ -1348,8 +1353,8 @@ class Run(Replay):
         answer = self._file(op, _json(args, "the argument"))
         tag, rest = answer[:1], answer[1:]
         if tag == "r":
-            # A long answer (a file's text, a long line): see LONG_TEXT.
-            return json.loads(rest) if len(rest) > LONG_TEXT else orjson.loads(rest)
+            # A long answer (a file's text, a long line) by the standard library: see jsontext.
+            return jsontext.loads(rest)
         if quiet:
             return None
         if tag == "t":
@@ -1622,7 +1627,7 @@ class Run(Replay):
         if type(value) is str and len(value) > VALUE_BOUND:
             half = VALUE_BOUND // 2
             text = _well_formed(value)
-            return _finished("c" + orjson.dumps([text[:half], text[-half:], len(text)]).decode())
+            return _finished("c" + jsontext.dumps([text[:half], text[-half:], len(text)]).decode())
         try:
             text = _json(value, "the returned value")
             return _finished("j" + text)

@@ -37,6 +37,7 @@ from typing import Any, ClassVar, NoReturn, Protocol
 
 import orjson
 
+from sandbox import jsontext
 from sandbox.files import Fetch, FileError, FileLimit, Files, RawJson
 from sandbox.names import closest_names
 from sandbox.protocol import (
@@ -131,6 +132,8 @@ class _Printed:
             return head
         tail = "".join(self.tail)[-PRINTED_TAIL:]
         shown = len(head.encode()) + len(tail.encode())
+        if shown >= self.total_bytes:  # past the head, but within the tail: nothing cut
+            return head + tail
         note = f"\n[... {_size(self.total_bytes - shown)} of printed output cut ...]\n"
         return head + note + tail
 
@@ -255,7 +258,7 @@ class Replay(abc.ABC):
                 return "d"
             if record.error is not None:
                 return "e" + record.error
-            result_json = orjson.dumps(record.result)
+            result_json = jsontext.dumps(record.result)
             self.results_bytes += len(result_json)
             if self.results_bytes > limits.results:
                 self._end_limit(
@@ -351,6 +354,11 @@ class Replay(abc.ABC):
         self.channel.end(self._finish(ran))
         raise _Ended
 
+    def end_memory(self, detail: str) -> NoReturn:
+        """End the run on its ``memory`` limit, met outside the script's code: ``detail``
+        says what did not fit (the results a live run was resumed with)."""
+        self._end_limit("memory", detail)
+
     def _end_failed(self, name: str, message: str) -> NoReturn:
         self._end(Ran(outcome="failed", error=ScriptError(name=name, message=message)))
 
@@ -414,9 +422,9 @@ class Replay(abc.ABC):
         for position in self.deferred[:count]:
             record = self.records[position]
             if record.error is not None:
-                parts.append(orjson.dumps([0, record.error]))
+                parts.append(jsontext.dumps([0, record.error]))
                 continue
-            result_json = orjson.dumps(record.result)
+            result_json = jsontext.dumps(record.result)
             self.results_bytes += len(result_json)
             if self.results_bytes > limits.results:
                 self._end_limit(
@@ -517,9 +525,9 @@ def _json_data(text: str) -> Any:
     """
     try:
         try:
-            value = orjson.loads(text)
+            value = jsontext.loads(text)
         except orjson.JSONDecodeError:
-            value = orjson.loads(_LONE_SURROGATE.sub(r"\1\\ufffd", text))
+            value = jsontext.loads(_LONE_SURROGATE.sub(r"\1\\ufffd", text))
     except orjson.JSONDecodeError as e:
         if "depth limit" in str(e):
             raise _NotData(
@@ -541,7 +549,7 @@ def _cut(text: str, bound: int) -> str:
 
 
 def _call_text(name: str, arguments: Any) -> str:
-    text = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
+    text = canonical_json(arguments).decode()
     if len(text) > 200:
         text = text[:200] + "..."
     return f"tools.{name}({text})"
@@ -567,11 +575,11 @@ def _answer_json(answer: Any) -> str:
             if isinstance(item, RawJson)
             else encode_basestring(item)
             if isinstance(item, str)
-            else orjson.dumps(item).decode()
+            else jsontext.dumps(item).decode()
             for item in answer["items"]
         )
         return f'{{"items":[{items}],"done":{"true" if answer.get("done") else "false"}}}'
-    return orjson.dumps(answer).decode()
+    return jsontext.dumps(answer).decode()
 
 
 def _no_fetch(file_id: str, offset: int, length: int) -> bytes:

@@ -23,6 +23,8 @@ from sandbox.files import Fetch
 from sandbox.protocol import (
     LIVE_VERSION,
     MAX_DEPTH,
+    PRINTED_HEAD,
+    PRINTED_TAIL,
     VALUE_BOUND,
     ErrorLine,
     LimitMet,
@@ -137,6 +139,10 @@ class Run(Replay):
     def _guard(self, fn: Any) -> Any:
         def guarded(*args: Any) -> Any:
             try:
+                if any(arg is None for arg in args):
+                    # The prelude hands the host strings only; the binding gives None for one
+                    # it could not copy out of the heap (JS_ToCString failed): no memory left.
+                    raise MemoryError
                 return fn(*args)
             except _Ended:
                 return "x"
@@ -206,6 +212,7 @@ class Run(Replay):
                 "seed_hi": float(seed >> 32),
                 "value_bound": float(VALUE_BOUND),
                 "max_depth": float(MAX_DEPTH),
+                "printed_bound": float(PRINTED_HEAD + PRINTED_TAIL),
             }
         ).decode()
         stripper = prepared.stripper if prepared is not None else typescript.Stripper()

@@ -12,8 +12,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from engine import CodeMode, MemoryStore, Skill
+from engine import CodeMode, Limits, MemoryStore, Skill
 from runner import ProcessRunner
+from sandbox.protocol import MiB
 from tests._needs import require
 from tests.engine.conftest import InProcessRunner
 from tests.engine.test_live import add, pay
@@ -229,3 +230,83 @@ async def test_long_text_in_a_value_or_an_argument_crosses_whole() -> None:
     assert called.status == "finished", called.text
     # A lone surrogate becomes U+FFFD, as with short text.
     assert called.value == 1_400_000 and seen == ["é\ufffd" * 700_000]
+
+
+async def test_heavy_data_under_a_small_memory_limit_crosses_or_meets_the_limit() -> None:
+    """Under memory = 16 MiB, a call, a result and a value of a few MiB cross whole: orjson,
+    which the sandbox used for them, takes a buffer of about twelve bytes a character (some
+    220 bytes an item) first, and failing to get it crashed the process (SandboxCrash,
+    SIGSEGV): a call with 1.5 million non-ASCII characters, a returned list of 600,000
+    floats. A call too heavy for the heap is the memory limit, never a crash. The long call
+    is replayed from the log (a new process) after the approval, and matches its record."""
+    seen: list[int] = []
+
+    def size(text: str, items: list[int] | None = None) -> int:
+        """How many characters."""
+        seen.append(len(text))
+        return len(text)
+
+    runner = ProcessRunner(mode="pool", slots=1)
+    engine = CodeMode(
+        [size, pay],
+        runner=runner,
+        type_check="off",
+        language="python",
+        limits=Limits(memory=16 * MiB),
+    )
+    try:
+        paused = await engine.run_code(
+            'n = await tools.size(text="é" * 1_500_000)\n'
+            "await tools.pay(cents=n)\n"
+            "return [n, await tools.size(text='é' * 1_400_000)]"
+        )
+        assert paused.status == "paused", paused.text
+        await engine.approve(paused.script_id, paused.waiting[0]["call_id"])
+        called = await engine.resume(paused.script_id)
+        returned = await engine.run_code("return [0.5] * 600_000")
+        heavy = await engine.run_code("return await tools.size(text='x', items=[1] * 600_000)")
+    finally:
+        await engine.aclose()
+    assert called.status == "finished", called.text
+    assert called.value == [1_500_000, 1_400_000]
+    assert seen == [1_500_000, 1_400_000]  # each call made once: the replay matched the log
+    assert returned.status == "finished", returned.text
+    assert returned.value.startswith("[0.5,0.5,") and returned.value.endswith(",0.5]")
+    assert heavy.status == "failed" and "SandboxCrash" not in heavy.text, heavy.text
+    assert "memory limit met" in heavy.text
+
+
+@pytest.mark.parametrize("mode", ["pool", "exec"])
+async def test_a_long_result_under_a_small_memory_limit_is_read_or_is_the_limit(mode: str) -> None:
+    """Under memory = 16 MiB, a tool's result of 300,000 items (600 KB of JSON) settles in a
+    live resume (pool) and in a replay (exec): orjson, writing it again for the script,
+    crashed the process (SIGSEGV) in both. One of a million items, whose records do not fit
+    in the heap beside the run, is the memory limit: the live process exited 'the results
+    line does not fit in the process's heap' (SandboxCrash), the replay met the limit."""
+
+    def ones(n: int) -> list[int]:
+        """n ones."""
+        return [1] * n
+
+    def t(s: str) -> int:
+        """How many characters."""
+        return len(s)
+
+    code = 'x = await tools.ones(n={n})\nawait tools.t(s="a")\nawait tools.t(s="b")\nreturn len(x)'
+    runner = ProcessRunner(mode=mode, slots=1)  # type: ignore[arg-type]
+    engine = CodeMode(
+        [ones, t],
+        runner=runner,
+        type_check="off",
+        language="python",
+        limits=Limits(memory=16 * MiB),
+    )
+    try:
+        read = await engine.run_code(code.format(n=300_000))
+        over = await engine.run_code(code.format(n=1_000_000))
+    finally:
+        await engine.aclose()
+    assert read.status == "finished", read.text
+    assert read.value == 300_000
+    assert over.status == "failed" and "SandboxCrash" not in over.text, over.text
+    assert "memory limit met" in over.text

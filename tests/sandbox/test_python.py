@@ -748,11 +748,15 @@ def test_results_edge(over: int) -> None:
 
 
 @pytest.mark.parametrize("over", [0, 1])
-def test_printed_head_edge(over: int) -> None:
-    n = protocol.PRINTED_HEAD - 1 + over
+def test_printed_head_and_tail_edge(over: int) -> None:
+    """Printed text is cut once it is longer than the head and the tail together (past the
+    head alone, the tail still holds the rest)."""
+    n = protocol.PRINTED_HEAD + protocol.PRINTED_TAIL - 1 + over
     ran = run(f"print('p' * {n})")
     assert ran.printed_bytes == n + 1
     assert ("of printed output cut" in ran.printed) == bool(over)
+    if not over:
+        assert ran.printed == "p" * n + "\n"
 
 
 @pytest.mark.parametrize("over", [0, 1])

@@ -586,6 +586,46 @@ def test_printing_one_100_mb_log_is_bounded():
     assert len(protocol.encode(ran)) < 200 * KiB
 
 
+@pytest.mark.parametrize(
+    ("value", "rest"),
+    [
+        ("Array.from({ length: 1e6 }, (_, i) => i % 10)", r",\.\.\. (\d+) more items\]"),
+        (
+            "Object.fromEntries(Array.from({ length: 1e5 }, (_, i) => ['k' + i, { v: [i] }]))",
+            r",\.\.\. (\d+) more keys\}",
+        ),
+        (
+            "new Map(Array.from({ length: 1e5 }, (_, i) => [i, 'v' + i]))",
+            r", \.\.\. (\d+) more entries\}",
+        ),
+        ("new Set(Array.from({ length: 1e5 }, (_, i) => i))", r", \.\.\. (\d+) more items\}"),
+    ],
+)
+def test_logging_a_big_value_formats_only_what_printed_text_keeps(value: str, rest: str):
+    """console.log of a big array, object, Map or Set stops formatting it once its text has
+    half of what printed text keeps (PRINTED_HEAD + PRINTED_TAIL); the rest is a count. Formatted
+    whole, an object of 300,000 small entries took about 9 s of the script's compute_ms,
+    for text that the printed head and tail then threw away."""
+    ran = run(f"console.log({value}); return 1;")
+    assert ran.outcome == "finished", ran.error
+    assert "of printed output cut" not in ran.printed
+    left = re.search(rest + "\n$", ran.printed)
+    assert left and int(left.group(1)) > 0
+    assert (PRINTED_HEAD + PRINTED_TAIL) // 2 <= ran.printed_bytes <= PRINTED_HEAD + PRINTED_TAIL
+
+
+def test_logging_small_values_is_unchanged_by_the_bound():
+    ran = run("console.log([1, , 3], { m: new Map([[1, new Set([2])]]) }, [], {}, Array(2));")
+    assert ran.printed == '[1,,3] {"m":Map(1) {1 => Set(1) {2}}} [] {} [,]\n'
+
+
+def test_output_past_the_head_but_within_head_and_tail_is_whole():
+    """Printed text longer than the head but within head and tail is all kept: it said
+    "[... 0 bytes of printed output cut ...]" in its middle."""
+    ran = run("console.log('x'.repeat(100000)); console.log('end');")
+    assert ran.printed == "x" * 100000 + "\nend\n"
+
+
 def test_short_output_is_not_cut():
     """Output under the bound is kept whole, with no note."""
     ran = run("for (let i = 0; i < 1000; i++) console.log('line ' + i);")
@@ -920,6 +960,47 @@ def test_memory_limit_for_many_small_objects():
     """A Map grown past the heap fails with limit memory too (QuickJS may throw null here)."""
     ran = run("const m = new Map();\nfor (let i = 0; ; i++) m.set(i, 'v' + i);", memory=16 * MiB)
     assert_limit(ran, "memory")
+
+
+# Each ending that hands the host text the heap holds once but cannot copy again (made
+# well-formed, then to UTF-8 for the binding, 2 bytes a character of "é"). They ended as a
+# StuckError (the error's report ran out of memory, leaving the run with no ending), a
+# TypeError or an InternalError of the sandbox (the binding handed Python None for a string
+# it could not copy), or finished with the printed text lost.
+@pytest.mark.parametrize(
+    "code",
+    [
+        'throw new Error("é".repeat(12_000_000));',
+        'await 1; throw new Error("é".repeat(12_000_000));',
+        'throw new Error("é".repeat(5_000_000));',
+        'return { a: "é".repeat(5_000_000) };',
+        'await tools.echo({ s: "é".repeat(5_000_000) });',
+        'console.log("é".repeat(5_000_000));',
+    ],
+)
+def test_an_ending_too_large_to_copy_out_is_the_memory_limit(code: str) -> None:
+    ran = run(code, memory=16 * MiB)
+    assert_limit(ran, "memory")
+    assert ran.error is not None and ran.error.name == "LimitError"
+    assert ran.limit is not None and ran.error.message == ran.limit.message
+    assert ran.stats.heap_bytes == 16 * MiB
+
+
+def test_the_same_endings_under_the_default_memory_are_the_scripts_own():
+    """What the endings above report when the heap has room: the error, the value, the call,
+    the printed text; and `throw null` is read as the memory limit, as before (QuickJS throws
+    null when it cannot allocate an error, so a script's own `throw null` reads the same)."""
+    thrown = run('throw new Error("é".repeat(5_000_000));')
+    assert thrown.error is not None and thrown.error.name == "Error" and thrown.limit is None
+    assert thrown.error.message.startswith("éé") and "characters cut" in thrown.error.message
+    assert run('return { a: "é".repeat(5_000_000) };').value_bytes == 10_000_008
+    called = run('await tools.echo({ s: "é".repeat(1_000_000) });')
+    assert called.outcome == "calls" and called.calls[0].arguments == {"s": "é" * 1_000_000}
+    printed = run('console.log("é".repeat(5_000_000));')
+    assert printed.outcome == "finished" and printed.printed_bytes == 10_000_001
+    for code in ("throw null;", "await null; throw null;"):
+        assert_limit(run(code), "memory")
+    assert run("try { throw null } catch (e) { return e === null }").value is True
 
 
 def test_deep_recursion_is_a_catchable_range_error():
