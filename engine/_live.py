@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine._drive import Drive
-from runner import LiveRun, default_live_count, default_live_memory, private_memory, takes_live
+from runner import LiveRun, count_private, default_live_count, default_live_memory, takes_live
 from sandbox import protocol
 
 __all__ = [
@@ -108,13 +108,7 @@ class LiveRuns:
         self._memory += memory
         self.kept += 1
         # Past the memory budget by resident sizes: count what each run really costs.
-        for kept in self._kept.values():
-            if self._memory <= self.max_memory:
-                break
-            if not kept.measured:
-                private = private_memory(kept.run, kept.memory)
-                self._memory += private - kept.memory
-                kept.memory, kept.measured = private, True
+        self._memory = count_private(self._kept.values(), self._memory, self.max_memory)
         while self._kept and (len(self._kept) > self.max_count or self._memory > self.max_memory):
             old_key = next(iter(self._kept))
             logger.info("live run evicted for room script=%s", old_key[0])

@@ -13,7 +13,7 @@ from runner._base import (
     Step,
     bounded,
 )
-from runner._live import default_live_count, default_live_memory, private_memory, takes_live
+from runner._live import count_private, default_live_count, default_live_memory, takes_live
 from runner._process import ProcessRunner
 from runner._remote import RemoteRunner
 from runner._service import RunnerService
@@ -45,10 +45,10 @@ __all__ = [
     "Slots",
     "Step",
     "bounded",
+    "count_private",
     "default_live_count",
     "default_live_memory",
     "default_slot_count",
-    "private_memory",
     "serve",
     "takes_live",
 ]

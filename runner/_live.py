@@ -30,6 +30,7 @@ import select
 import signal
 import time
 import weakref
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 import psutil
@@ -269,13 +270,30 @@ class ProcessLive(LiveRun):
             await child.reap(grace=0)
 
 
-def private_memory(run: LiveRun, counted: int) -> int:
-    """``run.private_bytes()``, for a live budget that counted it at ``counted`` bytes (its
-    ``memory_bytes``); ``counted`` when the runner fails to say."""
-    try:
-        return max(0, int(run.private_bytes()))
-    except Exception:  # a runner's bug must not take a budget down
-        return counted
+class Counted(Protocol):
+    """A live run as a live budget counts it."""
+
+    run: LiveRun
+    memory: int  # as counted: its memory_bytes, or its private_bytes once measured
+    measured: bool
+
+
+def count_private(kept: Iterable[Counted], total: int, budget: int) -> int:
+    """Count ``kept`` runs (least recently kept first) at their private memory, each once,
+    until ``total`` (what they are counted at together) is within ``budget``; the new total.
+    A runner whose ``private_bytes`` fails (a bug) leaves its run counted as it was."""
+    for k in kept:
+        if total <= budget:
+            break
+        if k.measured:
+            continue
+        try:
+            private = max(0, int(k.run.private_bytes()))
+        except Exception:  # a runner's bug must not take a budget down
+            private = k.memory
+        total += private - k.memory
+        k.memory, k.measured = private, True
+    return total
 
 
 def mismatch(records: list[protocol.Record], calls: list[protocol.Call]) -> str | None:

@@ -42,7 +42,7 @@ import psutil
 
 from runner import _wire as wire
 from runner._base import FileMissing, LiveRun, ProcessStats, RunError, ScriptRunner, Step
-from runner._live import default_live_count, default_live_memory, private_memory, takes_live
+from runner._live import count_private, default_live_count, default_live_memory, takes_live
 from runner._slots import Slots, default_slot_count
 from sandbox import protocol
 from sandbox.protocol import Script
@@ -822,13 +822,7 @@ class RunnerService:
         self._held[held] = None
         self._held_memory += held.memory
         # Past the memory budget by resident sizes: count what each process really costs.
-        for kept in self._held:
-            if self._held_memory <= self.live_memory:
-                break
-            if not kept.measured:
-                private = private_memory(kept.run, kept.memory)
-                self._held_memory += private - kept.memory
-                kept.memory, kept.measured = private, True
+        self._held_memory = count_private(self._held, self._held_memory, self.live_memory)
         for old in list(self._held):
             if len(self._held) <= self.live_max and self._held_memory <= self.live_memory:
                 break

@@ -28,7 +28,7 @@ LOG = {
 RUNNER = {
     "FileMissing", "FileReader", "LiveRun", "ProcessRunner", "ProcessStats", "RemoteRunner", "RunError",
     "RunnerService", "ScriptRunner", "Slots", "Step", "TEXT_BOUNDS", "bounded",
-    "default_live_count", "default_live_memory", "default_slot_count", "private_memory", "serve",
+    "default_live_count", "default_live_memory", "default_slot_count", "count_private", "serve",
     "takes_live",
 }  # fmt: skip
 

@@ -10,6 +10,7 @@ and that nothing is left running afterwards. Needs what the other process tests 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import os
 from typing import Any
@@ -365,7 +366,7 @@ async def test_a_live_process_costs_its_private_memory_not_the_pages_it_shares()
 
 def test_a_budget_counts_a_run_that_cannot_say_what_it_costs_at_its_resident_size() -> None:
     """A runner whose private_bytes fails (a bug) leaves its run counted as it was."""
-    from runner import private_memory
+    from runner import count_private
 
     class Broken(LiveRun):
         known = waiting = 0
@@ -380,4 +381,12 @@ def test_a_budget_counts_a_run_that_cannot_say_what_it_costs_at_its_resident_siz
         async def close(self) -> None:
             pass
 
-    assert private_memory(Broken(), 5 * MiB) == 5 * MiB
+    @dataclasses.dataclass
+    class Kept:
+        run: LiveRun
+        memory: int
+        measured: bool = False
+
+    kept = Kept(Broken(), 5 * MiB)
+    assert count_private([kept], 5 * MiB, 0) == 5 * MiB
+    assert kept.memory == 5 * MiB and kept.measured
