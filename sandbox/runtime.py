@@ -139,7 +139,7 @@ class Run(Replay):
     def _guard(self, fn: Any) -> Any:
         def guarded(*args: Any) -> Any:
             try:
-                if any(arg is None for arg in args):
+                if None in args:
                     # The prelude hands the host strings only; the binding gives None for one
                     # it could not copy out of the heap (JS_ToCString failed): no memory left.
                     raise MemoryError
