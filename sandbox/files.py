@@ -260,7 +260,7 @@ class Files:
                 raise FileError("files.csv: header is true or false")
             if not isinstance(delimiter, str) or len(delimiter) != 1:
                 raise FileError('files.csv: delimiter is one character, as ";" or "\\t"')
-            return _csv(info.id, _lines(self.pieces(info.id), keep_ends=True), header, delimiter)
+            return _csv(info.id, _csv_lines(self.pieces(info.id)), header, delimiter)
         if kind == "chunks":
             size = options.get("size", 64 * 1024)
             offset = options.get("offset", 0)
@@ -296,7 +296,9 @@ def _window(records: Iterator[Any], skip: int | None, limit: int | None) -> Iter
         yield record
 
 
-def _lines(pieces: Iterator[bytes], *, keep_ends: bool = False) -> Iterator[str]:
+def _lines(pieces: Iterator[bytes]) -> Iterator[str]:
+    """The lines of a file, without their ends (``\\n`` or ``\\r\\n``), as text lines and
+    JSON lines have them (a CR alone is no line end: JSON may hold it as white space)."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     # The line under way, in pieces: joined once it ends, so a long line costs its length
     # (joining each piece onto it, and splitting it again, cost its length squared).
@@ -314,10 +316,44 @@ def _lines(pieces: Iterator[bytes], *, keep_ends: bool = False) -> Iterator[str]
         lines[0] = "".join(held) + lines[0]
         held = [lines.pop()]
         for line in lines:
-            yield line + "\n" if keep_ends else line.removesuffix("\r")
+            yield line.removesuffix("\r")
     rest = "".join(held) + decoder.decode(b"", final=True)
     if rest:
-        yield rest if keep_ends else rest.removesuffix("\r")
+        yield rest.removesuffix("\r")
+
+
+def _csv_lines(pieces: Iterator[bytes]) -> Iterator[str]:
+    """The lines of a CSV file with their ends, each end ``\\n``, ``\\r\\n`` or a CR alone
+    (as Excel's "CSV (Macintosh)" writes them): what Python's CSV reader takes, as from a
+    file opened with ``newline=""``, which is how this reads it."""
+    return io.TextIOWrapper(
+        io.BufferedReader(_PieceStream(pieces), CHUNK),
+        encoding="utf-8-sig",  # a byte-order mark at the start is no part of the first name
+        errors="replace",
+        newline="",
+    )
+
+
+class _PieceStream(io.RawIOBase):
+    """A file's pieces as a raw stream, read once from the start."""
+
+    def __init__(self, pieces: Iterator[bytes]) -> None:
+        self._pieces = pieces
+        self._piece = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._piece:
+            piece = next(self._pieces, None)
+            if piece is None:
+                return 0
+            self._piece = memoryview(piece)
+        size = min(len(buffer), len(self._piece))
+        buffer[:size] = self._piece[:size]
+        self._piece = self._piece[size:]
+        return size
 
 
 class RawJson(str):
