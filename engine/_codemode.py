@@ -758,7 +758,7 @@ class CodeMode(StepLoop):
         for entry in await self.store.calls(script_id):
             if entry.call_id == call_id:
                 return entry
-        raise CallNotWaiting(f"script {script_id} has no call {call_id}")
+        raise CallNotWaiting.no_call(script_id, call_id)
 
     def _new_id(self) -> str:
         return uuid.uuid4().hex

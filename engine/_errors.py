@@ -21,9 +21,19 @@ class ConfigError(CodeModeError):
 class ScriptNotFound(CodeModeError):
     """No script with that id is in the session log."""
 
+    @classmethod
+    def of(cls, script_id: object) -> ScriptNotFound:
+        """The error for ``script_id``, which came from outside: named within a bound."""
+        return cls(f"no script {_quoted(script_id)} in the session log")
+
 
 class CallNotWaiting(CodeModeError):
     """An approval or a client result names a call that is not waiting for one."""
+
+    @classmethod
+    def no_call(cls, script_id: str, call_id: object) -> CallNotWaiting:
+        """The error for a ``call_id`` from outside that names no call of the script."""
+        return cls(f"script {script_id} has no call {_quoted(call_id)}")
 
 
 class StepUnavailable(CodeModeError):
@@ -71,3 +81,16 @@ class StoreUnavailable(CodeModeError):
     def __init__(self, message: str, *, permanent: bool = False) -> None:
         super().__init__(message)
         self.permanent = permanent
+
+
+# An id a host passed on from a client or a model may be anything: a message names it within
+# this many characters (the middle cut out), not a megabyte of it.
+ID_SHOWN = 200
+
+
+def _quoted(value: object) -> str:
+    text = repr(value)
+    if len(text) <= ID_SHOWN:
+        return text
+    half = ID_SHOWN // 2
+    return f"{text[:half]}[... {len(text) - 2 * half:,} characters cut ...]{text[-half:]}"

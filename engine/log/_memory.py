@@ -42,7 +42,7 @@ class MemoryStore(LogStore):
         try:
             return self._scripts[script_id]
         except KeyError:
-            raise ScriptNotFound(f"no script {script_id!r} in the session log") from None
+            raise ScriptNotFound.of(script_id) from None
 
     # ---- reading ----
 
@@ -287,7 +287,7 @@ class MemoryStore(LogStore):
                         entry.ended_ms = self._now_ms()
                     self._touch(script_id)
                     return _call_copy(entry)
-            raise CallNotWaiting(f"script {script_id} has no call {call_id}")
+            raise CallNotWaiting.no_call(script_id, call_id)
 
     async def set_held(self, script_id: str, held: bool) -> None:
         with self._lock:

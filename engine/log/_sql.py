@@ -64,7 +64,7 @@ _READY = (
 def get_script(script_id: str, lock: Lock = None) -> Tx:
     row = yield Q(f"SELECT {SCRIPT_COLUMNS} FROM scripts WHERE id = ?", (script_id,), "one", lock)
     if row is None:
-        raise ScriptNotFound(f"no script {script_id!r} in the session log")
+        raise ScriptNotFound.of(script_id)
     return rows.script_from_row(row)
 
 
@@ -174,7 +174,7 @@ def _fence(lease: r.Lease) -> Tx:
         "update",
     )
     if row is None:
-        raise ScriptNotFound(f"no script {lease.script_id!r} in the session log")
+        raise ScriptNotFound.of(lease.script_id)
     held, owner, token, expires = row
     if owner is None or token != lease.token:
         now = r.Lease(lease.script_id, owner, token, expires) if owner is not None else None
@@ -407,7 +407,7 @@ def answer(
         "update",
     )
     if row is None:
-        raise CallNotWaiting(f"script {script_id} has no call {call_id}")
+        raise CallNotWaiting.no_call(script_id, call_id)
     entry = rows.call_from_row(row)
     if entry.state != expect:
         raise CallNotWaiting(rules.not_waiting(script_id, call_id, entry.state, expect))

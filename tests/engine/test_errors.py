@@ -378,3 +378,27 @@ def test_sqlite_store_at_a_path_it_cannot_use(tmp_path: Path) -> None:
     (tmp_path / "data" / SqliteStore.FILE_NAME).write_bytes(b"plain text, not a database" * 100)
     with pytest.raises(ConfigError, match="cannot open the session log"):
         SqliteStore(tmp_path / "data")
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_an_unknown_id_is_named_within_a_bound(
+    store: str, tmp_path: Path, inproc: InProcessRunner
+) -> None:
+    """A script id or a call id a host passes on from a client may be huge: the error names
+    it with its middle cut out (it echoed all of it: a megabyte of id, a megabyte of
+    message), and still names a short one whole."""
+    from engine import CallNotWaiting, ScriptNotFound
+
+    log = MemoryStore() if store == "memory" else SqliteStore(tmp_path)
+    engine = CodeMode([], runner=inproc, store=log)
+    huge = "s" * 1_000_000
+    with pytest.raises(ScriptNotFound) as missing:
+        await engine.resume(huge)
+    assert len(str(missing.value)) < 400 and "characters cut" in str(missing.value)
+    with pytest.raises(ScriptNotFound, match=r"^no script 'nope' in the session log$"):
+        await engine.resume("nope")
+    done = await engine.run_code("return 1")
+    with pytest.raises(CallNotWaiting) as no_call:
+        await engine.approve(done.script_id, "c" * 1_000_000)
+    assert len(str(no_call.value)) < 400 and "characters cut" in str(no_call.value)
+    await engine.aclose()
