@@ -8,6 +8,7 @@ checked and recorded here and settled by ``_calls``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -48,6 +49,9 @@ class StepLoop(CallSettling):
 
     async def _drive(self, drive: Drive) -> RunResult:
         """Step the script this host owns until it ends or pauses."""
+        # What the last step's run printed: a script this loop ends on a budget of its own
+        # fails with it, as a script that throws does (its run is the whole run so far).
+        printed = ""
         while True:
             await drive.reread_script()  # a hold may have landed
             record = drive.record
@@ -65,15 +69,18 @@ class StepLoop(CallSettling):
                     return await self._paused(drive, unsettled)
             over = self._results_over(drive.result_bytes(), limits)
             if over is not None:
-                return await self._end(drive, over)
+                return await self._end(drive, dataclasses.replace(over, printed=printed))
             step = await self._step(drive, limits)
+            printed = step.printed
             ending = self._over_budget(drive.record, step, limits)
             if ending is None and step.outcome == "calls":
                 ending = self._check_calls(drive, step, limits)
                 if ending is None:
                     await self._record_calls(drive, step)
                     continue
-            return await self._end(drive, ending or Ending.of_step(step))
+            if ending is not None:
+                return await self._end(drive, dataclasses.replace(ending, printed=printed))
+            return await self._end(drive, Ending.of_step(step))
 
     async def _step(self, drive: Drive, limits: Limits) -> Step:
         record = drive.record

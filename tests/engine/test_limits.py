@@ -232,15 +232,22 @@ async def test_step_arguments_limit(inproc: InProcessRunner) -> None:
 
 
 async def test_total_compute_ms_limit(inproc: InProcessRunner) -> None:
-    """total_compute_ms: CPU over all of a script's runs passes the limit."""
+    """total_compute_ms: CPU over all of a script's runs passes the limit. The engine ends
+    it, after a step that stopped on calls, and the model sees what the script printed, as
+    for a script that throws (it saw the error alone)."""
     engine = CodeMode([echo], runner=inproc, limits=Limits(total_compute_ms=30))
     code = """
     let x = 0;
     for (let i = 0; i < 2e6; i++) x += i % 7;
-    for (let i = 0; i < 50; i++) await tools.echo();
+    for (let i = 0; i < 50; i++) { console.log(`call ${i}`); await tools.echo(); }
     return x
     """
-    _assert_limit(await engine.run_code(code), "total_compute_ms")
+    result = await engine.run_code(code)
+    _assert_limit(result, "total_compute_ms")
+    error, printed = result.text.split("\nPrinted:\n")
+    assert "total_compute_ms limit met" in error
+    lines = printed.splitlines()
+    assert lines == [f"call {i}" for i in range(len(lines))] and 0 < len(lines) < 50
 
 
 @pytest.fixture
