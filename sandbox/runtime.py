@@ -90,6 +90,29 @@ _NO_MODULES = (
     "; a script is the body of an async function and has no modules to import or export: "
     "reach the host through `tools` (await tools.name({...}))"
 )
+# The globals of Node.js and of browsers a model reaches for, none of which a script has: an
+# uncaught "X is not defined" for one of them says what the script has instead.
+_NO_NETWORK = (
+    "; a script has no network: reach the host through `tools` (await tools.name({...})); "
+    'find them with await tools.tool_search({ query: "..." })'
+)
+_NO_TIMERS = "; a script has no timers: it cannot wait for time to pass"
+_NOT_NODE = (
+    "; a script runs in a bare JavaScript engine, neither Node.js nor a browser: it has the "
+    "language's built-ins, `tools`, `files` and `console.log`"
+)
+_HOST_GLOBALS = {
+    **dict.fromkeys(("fetch", "XMLHttpRequest", "WebSocket", "EventSource"), _NO_NETWORK),
+    **dict.fromkeys(("require", "module", "exports", "__dirname", "__filename"), _NO_MODULES),
+    **dict.fromkeys(
+        ("setTimeout", "setInterval", "setImmediate", "clearTimeout", "clearInterval"), _NO_TIMERS
+    ),
+    **dict.fromkeys(
+        ("process", "Buffer", "global", "window", "document", "navigator", "localStorage"),
+        _NOT_NODE,
+    ),
+}
+_NOT_DEFINED = re.compile(r"([A-Za-z_$][\w$]*) is not defined")
 
 
 class Run(Replay):
@@ -295,6 +318,8 @@ class Run(Replay):
             message += _NO_MODULES
         elif name == "SyntaxError" and lines and _DECORATOR.search(lines[0].text):
             message += _NO_DECORATORS
+        elif name == "ReferenceError" and (undefined := _NOT_DEFINED.fullmatch(message)):
+            message += _HOST_GLOBALS.get(undefined[1], "")
         return Ran(
             outcome="failed",
             error=ScriptError(

@@ -1089,6 +1089,38 @@ def test_imports_and_exports_say_a_script_has_no_modules(code: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        ('const r = await fetch("https://example.com");', "a script has no network: reach"),
+        ("const x = new XMLHttpRequest();", "a script has no network"),
+        ('const fs = require("fs");', "has no modules to import or export"),
+        ("module.exports = 1;", "has no modules to import or export"),
+        ("setTimeout(() => 1, 10);", "a script has no timers"),
+        ("return process.env.HOME;", "neither Node.js nor a browser"),
+        ("return window.location;", "neither Node.js nor a browser"),
+    ],
+)
+def test_a_global_of_node_or_a_browser_says_what_a_script_has_instead(code: str, said: str) -> None:
+    """A script that uses fetch, require, setTimeout, process and their kind fails with
+    QuickJS's "X is not defined" and what a script has instead (it said only that)."""
+    ran = run(code)
+    assert ran.outcome == "failed" and ran.error is not None
+    assert ran.error.name == "ReferenceError"
+    assert ran.error.message.startswith(code.split("(")[0].split(".")[0].split(" ")[-1])
+    assert " is not defined; " in ran.error.message and said in ran.error.message, ran.error
+    assert [x.line for x in ran.error.lines] == [1]
+
+
+def test_other_undefined_names_and_caught_errors_keep_the_engines_message() -> None:
+    """Only the globals a model reaches for get a hint, and only in the failure the model
+    reads: a script's own typo, and an error the script catches, say what QuickJS said."""
+    typo = run("return nope + 1;")
+    assert typo.error is not None and typo.error.message == "nope is not defined"
+    caught = run('try { fetch("x") } catch (e) { return e.message }')
+    assert caught.outcome == "finished" and caught.value == "fetch is not defined"
+
+
+@pytest.mark.parametrize(
     ("code", "line"),
     [
         ("function dec(t: any) { return t; }\n@dec\nclass A {}\nreturn 1;", 2),
