@@ -459,9 +459,19 @@ def golden_scripts() -> dict[str, str]:
 ENDLESS = ("for (;;)", "while (true)", "while(true)")
 
 
-def conformance_scripts() -> dict[str, str]:
-    """Every script the runner conformance suite runs (the code given to its ``script()``,
-    a literal or a module constant), read from its source so that new checks count too."""
+def conformance_scripts(language: str = "javascript") -> dict[str, str]:
+    """Every script in ``language`` that the runner conformance suite runs (JavaScript: the
+    code given to its ``script()``, a literal or a module constant, read from its source
+    so that new checks count too; either: its live corpus, whose Python scripts' names end
+    in ``_python``)."""
+    from tests.runner.conformance import LIVE_CORPUS
+
+    found: dict[str, str] = {}
+    if language == "python":
+        for name, (code, _) in LIVE_CORPUS.items():
+            if name.endswith("_python"):
+                found[f"conformance/live_{name}"] = code
+        return found
     path = TESTS / "runner" / "conformance.py"
     tree = ast.parse(path.read_text())
     constants = {
@@ -473,7 +483,6 @@ def conformance_scripts() -> dict[str, str]:
         for target in node.targets
         if isinstance(target, ast.Name)
     }
-    found: dict[str, str] = {}
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "script"):
             continue
@@ -489,9 +498,7 @@ def conformance_scripts() -> dict[str, str]:
         if any(e in code for e in ENDLESS) or code in found.values():
             continue
         found[f"conformance/{len(found)}"] = code
-    from tests.runner.conformance import LIVE_CORPUS
-
     for name, (code, _) in LIVE_CORPUS.items():
-        if code not in found.values():
+        if code not in found.values() and not name.endswith("_python"):
             found[f"conformance/live_{name}"] = code
     return found

@@ -35,8 +35,12 @@ from tests.engine.scripts import (
 )
 
 CORPUS = {**SCRIPTS, **golden_scripts(), **conformance_scripts()}
-# The engine's cases again in Python: the same table, the other language.
-PYTHON_CORPUS = {f"python/{name}": code for name, code in PYTHON_SCRIPTS.items()}
+# The engine's cases again in Python: the same table, the other language; and the runner
+# conformance suite's Python scripts.
+PYTHON_CORPUS = {
+    **{f"python/{name}": code for name, code in PYTHON_SCRIPTS.items()},
+    **conformance_scripts("python"),
+}
 TOOLS = tools_for([*CORPUS.values(), *PYTHON_CORPUS.values()])
 # Small enough that the corpus meets them: too_many_calls the calls, results_budget the results.
 LIMITS = Limits(calls=25, results=400 * 1024)
@@ -221,9 +225,12 @@ async def test_through_a_runner_service_live_and_replay_agree(
 
 
 def test_the_corpus_covers_what_it_says() -> None:
-    """The differential corpus holds the golden logs' and the conformance suite's scripts."""
+    """The differential corpus holds the golden logs' and the conformance suite's scripts,
+    each in its own language (the suite's Python scripts ran as JavaScript before)."""
     assert len(golden_scripts()) >= 7
-    assert len(conformance_scripts()) >= 5
+    assert len(conformance_scripts()) >= 4
+    assert len(conformance_scripts("python")) >= 3
+    assert not any(name.endswith("_python") for name in conformance_scripts())
     assert len(SCRIPTS) >= 25
     assert len(PYTHON_SCRIPTS) >= 22 and set(PYTHON_SCRIPTS) <= set(SCRIPTS)
 
