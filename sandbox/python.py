@@ -53,6 +53,7 @@ import inspect
 import io
 import itertools
 import json
+import keyword
 import math
 import operator
 import pprint
@@ -866,17 +867,39 @@ def _clock_modules(now_ms: int, seed: int) -> dict[str, Module]:
 
 # ---- the scheduler ----
 
+# The most of a failure's message a line about it shows (Run._unretrieved): its first line.
+_FAILURE_BOUND = 300
+
 
 class _Future(_Opaque):
-    """A value the script awaits: a tool call's result, a task's, gather's."""
+    """A value the script awaits: a tool call's result, a task's, gather's.
 
-    __slots__ = ("_callbacks", "_done", "_error", "_value")
+    ``what`` is how the script made it (``tools.price(...)``): a script that forgot to await
+    it and uses it as its result (an item, an attribute, ``len``, ``if``, arithmetic, a
+    comparison) gets a TypeError that names the fix, and its repr (what ``print`` shows)
+    says the same. A future given ``failures`` (its run's) enters it when it fails and
+    leaves it when its error is retrieved (awaited, or taken by gather, as asyncio's
+    futures count it); what is left when the run ends is reported (see
+    ``Run._unretrieved``). ``line`` is the script's line that made it (0: none).
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_callbacks", "_done", "_error", "_failures", "_line", "_value", "_what")
+
+    def __init__(
+        self,
+        what: str = "an awaitable",
+        failures: dict[_Future, None] | None = None,
+        line: int = 0,
+    ) -> None:
         self._done = False
         self._value: Any = None
         self._error: BaseException | None = None
         self._callbacks: list[Callable[[], None]] = []
+        # Only what the sandbox made: a script may call __init__ again (it may name __init__,
+        # for super()), and the sandbox formats these when it reports the future.
+        self._what = what if type(what) is str else "an awaitable"
+        self._failures = failures if type(failures) is dict else None
+        self._line = line if type(line) is int else 0
 
     def _resolve(self, value: Any) -> None:
         if not self._done:
@@ -886,7 +909,15 @@ class _Future(_Opaque):
     def _reject(self, error: BaseException) -> None:
         if not self._done:
             self._done, self._error = True, error
+            if self._failures is not None:
+                self._failures[self] = None
             self._fire()
+
+    def _retrieve(self) -> BaseException | None:
+        """The error, taken: a failure taken is not reported when the run ends."""
+        if self._error is not None and self._failures is not None:
+            self._failures.pop(self, None)
+        return self._error
 
     def _fire(self) -> None:
         callbacks, self._callbacks = self._callbacks, []
@@ -900,12 +931,81 @@ class _Future(_Opaque):
         yield self
         while not self._done:
             yield self
-        if self._error is not None:
-            raise self._error
+        error = self._retrieve()
+        if error is not None:
+            raise error
         return self._value
 
+    # ---- a future used as its result: a forgotten await ----
+
+    def _shown(self) -> str:
+        """How the script made it, as the script writes it."""
+        return self._what
+
+    def _misuse(self) -> str:
+        shown = self._shown()
+        return f'{shown} gives an awaitable, not its result: write "await {shown}"'
+
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {'done' if self._done else 'pending'}>"
+        return f"<{self._misuse()}>"
+
+    def __format__(self, spec: str) -> str:
+        if spec:  # f"{tools.price(...):.2f}"
+            raise TypeError(self._misuse())
+        return repr(self)
+
+    def __getattr__(self, name: str) -> NoReturn:
+        # Only for a name the future does not have. A dunder is a protocol probe (copy's,
+        # a library's getattr(x, "__x__", None)): that stays an AttributeError.
+        if name.startswith("_"):
+            raise AttributeError(f"'{_type_name(self)}' object has no attribute {name!r}")
+        raise TypeError(self._misuse())
+
+    def __eq__(self, other: object) -> bool:
+        # Futures compare by identity (`t in tasks`); comparing one with a value is a bug.
+        if issubclass(type(other), _Future):
+            return NotImplemented
+        raise TypeError(self._misuse())
+
+    __hash__ = object.__hash__
+
+
+def _not_a_value(self: _Future, *args: Any) -> NoReturn:
+    raise TypeError(self._misuse())
+
+
+# What a script does with a result and never with an awaitable. Not __call__ (callable()
+# would be true) nor __next__ (an Iterator to collections.abc), so nothing that probes an
+# object sees it as more than it is; `__aiter__` is here for `async for x in tools.list()`.
+_RESULT_ONLY = (
+    "__bool__", "__len__", "__iter__", "__aiter__", "__contains__", "__getitem__",
+    "__setitem__", "__delitem__", "__lt__", "__le__", "__gt__", "__ge__", "__neg__",
+    "__pos__", "__abs__", "__invert__", "__int__", "__float__", "__complex__", "__index__",
+    "__round__", "__trunc__", "__floor__", "__ceil__",
+    *(f"__{side}{op}__" for op in (
+        "add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "divmod", "pow",
+        "lshift", "rshift", "and", "xor", "or",
+    ) for side in ("", "r")),
+)  # fmt: skip
+for _name in _RESULT_ONLY:
+    setattr(_Future, _name, _not_a_value)
+
+
+class _Call(_Future):
+    """A tool call's future; ``what`` is the tool's name (shown as the script calls it)."""
+
+    __slots__ = ()
+
+    def _shown(self) -> str:
+        return _call_form(self._what)
+
+
+def _call_form(name: str) -> str:
+    """``tools.name(...)``, or ``getattr(tools, "name")(...)`` for a tool whose name a script
+    cannot write as an attribute (a keyword, a refused prefix: see the stubs)."""
+    if name.isidentifier() and not keyword.iskeyword(name) and _refused_attribute(name) is None:
+        return f"tools.{name}(...)"
+    return f'getattr(tools, "{name}")(...)'
 
 
 class Task(_Future):
@@ -913,10 +1013,29 @@ class Task(_Future):
 
     __slots__ = ("_coro", "_throw")
 
-    def __init__(self, coro: Any) -> None:
-        super().__init__()
+    def __init__(
+        self,
+        coro: Any,
+        what: str = "a task",
+        failures: dict[_Future, None] | None = None,
+        line: int = 0,
+    ) -> None:
+        super().__init__(what, failures, line)
         self._coro = coro
         self._throw: BaseException | None = None
+
+    def _misuse(self) -> str:
+        return f"{self._what} gives a task, not its result: await the task for its result"
+
+
+def _script_line() -> int:
+    """The script's innermost line on the stack (0 if none): where a call or task is made."""
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == FILENAME:
+            return frame.f_lineno
+        frame = frame.f_back
+    return 0
 
 
 class _Yield(_Opaque):
@@ -1038,6 +1157,8 @@ def _plain(value: Any, root: str, path: tuple[str | int, ...], depth: int, walk:
             return [_plain(item, root, (*path, i), depth + 1, walk) for i, item in enumerate(value)]
         finally:
             walk.parents.pop()
+    if issubclass(kind, _Future):
+        raise _NotPlain(f"{_where(root, path)} is not data: {value._misuse()}")
     hint = ""
     if issubclass(kind, _datetime.date | _datetime.time):
         hint = " (pass value.isoformat())"
@@ -1281,6 +1402,10 @@ class Run(Replay):
         self.ready: deque[Task] = deque()
         # The futures of recorded calls that settle when the queue is next empty (version 2).
         self.deferred_futures: list[tuple[_Future, str]] = []
+        # The calls, tasks and gathers that failed and whose error nothing has retrieved yet,
+        # in the order they failed (see _Future). Kept to the run's end, as asyncio keeps a
+        # failed task until it is collected, to be reported then (_unretrieved).
+        self.failures: dict[_Future, None] = {}
         self.modules: dict[str, Module] = {}
         self.main: Task | None = None
         # The script's module (its globals), in sys.modules while it runs: dataclasses looks
@@ -1320,7 +1445,7 @@ class Run(Replay):
         text = _json(arguments, "the argument")
         answer = self._call(name, text)
         tag, rest = answer[:1], answer[1:]
-        future = _Future()
+        future = _Call(name, self.failures, _script_line())
         if tag == "r":
             future._resolve(jsontext.loads(rest))
         elif tag == "e":
@@ -1386,24 +1511,34 @@ class Run(Replay):
     # ---- the scheduler ----
 
     def _task(
-        self, awaitable: Any, refusal: str = "a script awaits coroutines and tool calls"
+        self,
+        awaitable: Any,
+        refusal: str = "a script awaits coroutines and tool calls",
+        maker: str = "{}",
     ) -> _Future:
         """``awaitable`` as a future the scheduler runs; a TypeError, ``refusal`` naming what
-        was given, for anything that cannot be awaited."""
+        was given, for anything that cannot be awaited. A new task is shown as ``maker``
+        made it (``asyncio.create_task({})``), ``{}`` being the awaitable."""
         # By the type, never isinstance: an object's __class__ may be a script's property.
-        if issubclass(type(awaitable), _Future):
+        kind = type(awaitable)
+        if issubclass(kind, _Future):
             return awaitable
-        if type(awaitable) is types.CoroutineType:
-            task = Task(awaitable)
-            self.ready.append(task)
-            return task
-        if hasattr(type(awaitable), "__await__"):  # asyncio.sleep, a script's own awaitable
-            return self._task(_await(awaitable))
-        raise TypeError(f"{refusal}, not {_type_name(awaitable)}")
+        if kind is types.CoroutineType:
+            shown = f"{awaitable.__qualname__[:100]}(...)"
+        elif hasattr(kind, "__await__"):  # asyncio.sleep, a script's own awaitable
+            shown = (
+                "asyncio.sleep(...)" if kind is _Yield else f"{_type_name(awaitable)[:100]}(...)"
+            )
+            awaitable = _await(awaitable)
+        else:
+            raise TypeError(f"{refusal}, not {_type_name(awaitable)}")
+        task = Task(awaitable, maker.format(shown), self.failures, _script_line())
+        self.ready.append(task)
+        return task
 
     def _gather(self, *awaitables: Any, return_exceptions: bool = False) -> _Future:
         children = [self._task(a) for a in awaitables]
-        out = _Future()
+        out = _Future("asyncio.gather(...)", self.failures, _script_line())
         results: list[Any] = [None] * len(children)
         left = [len(children)]
         if not children:
@@ -1411,12 +1546,15 @@ class Run(Replay):
         for i, child in enumerate(children):
 
             def done(i: int = i, child: _Future = child) -> None:
+                # Every child's error is taken (as asyncio's gather takes it): the first
+                # goes on as gather's own, which is reported if nothing takes that.
+                error = child._retrieve()
                 if out._done:
                     return
-                if child._error is not None and not return_exceptions:
-                    out._reject(child._error)
+                if error is not None and not return_exceptions:
+                    out._reject(error)
                     return
-                results[i] = child._error if child._error is not None else child._value
+                results[i] = error if error is not None else child._value
                 left[0] -= 1
                 if left[0] == 0:
                     out._resolve(results)
@@ -1439,6 +1577,7 @@ class Run(Replay):
                 coro,
                 "asyncio.create_task takes a coroutine or a tool call, as "
                 "asyncio.create_task(tools.name(...))",
+                "asyncio.create_task({})",
             )
 
         def sleep(delay: float = 0, result: Any = None) -> _Yield:
@@ -1531,7 +1670,7 @@ class Run(Replay):
         )
         exec(code, scope)
         main = scope.pop(_MAIN)
-        self.main = Task(main())
+        self.main = Task(main(), "the script")  # its error is the run's, never reported
         self.ready.append(self.main)
         return self._drive()
 
@@ -1615,9 +1754,43 @@ class Run(Replay):
         self.deferred_futures = []
 
     def _concluded(self, kind: str, payload: Any) -> Ran:
-        if kind == "value":
-            return self._finish(self._value(payload))
-        return self._finish(self._error(payload))
+        ran = self._value(payload) if kind == "value" else self._error(payload)
+        if ran.limit is None or ran.limit.name != "memory":
+            self._unretrieved()
+        return self._finish(ran)
+
+    def _unretrieved(self) -> None:
+        """A printed line for each call, task or gather that failed with nothing to take its
+        error, in the order they failed (calls in call order), as asyncio's "Task exception
+        was never retrieved". A call that succeeded gets none: it ran, as a task runs, whether
+        or not anything awaited it (CPython's "coroutine was never awaited" is for work that
+        never ran), and a call made only for its effect is no mistake. A script that uses
+        such a call's result without ``await`` meets a TypeError saying so (_Future)."""
+        failures = self.failures
+        for future in list(failures):
+            error = future._error
+            # Left out: one taken since the loop began (str() below may run the script's
+            # code), and one the script made anew with __init__ (it has no error).
+            if future not in failures or error is None:
+                continue
+            try:
+                message = str(error)
+            except (MemoryError, _Ended):
+                raise
+            except BaseException as e:  # the script's own __str__
+                message = f"an error that cannot be read: {_type_name(e)}"
+            if type(future) is not _Call:  # a call's error is the tool's message
+                message = f"{_type_name(error)}: {message}"
+            first = message.split("\n", 1)[0]
+            if len(first) > _FAILURE_BOUND or first != message:
+                first = first[:_FAILURE_BOUND] + " [...]"
+            where = f"line {future._line}: " if future._line else ""
+            self.printed.write(
+                _well_formed(
+                    f"{where}RuntimeWarning: {future._shown()} failed and nothing awaited it: "
+                    f"{first}\n"
+                )
+            )
 
     def _value(self, value: Any) -> Ran:
         if value is None:

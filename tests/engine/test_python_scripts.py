@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from engine import CodeMode, Limits, MemoryStore, Skill
+from engine import CodeMode, Limits, MemoryStore, Skill, tool
 from runner import ProcessRunner
 from sandbox.protocol import MiB
 from tests._needs import require
@@ -103,6 +103,40 @@ async def test_a_script_catches_a_failed_call_as_tool_error(inproc: InProcessRun
     assert raised.status == "finished", raised.text
     assert raised.value[:2] == ["ToolError", "get"] and "n is negative" in raised.value[2]
     await checked.aclose()
+
+
+async def test_a_forgotten_await_is_named_in_what_the_model_reads(
+    inproc: InProcessRunner,
+) -> None:
+    """A Python script that does not await a call (the type check passes it): using the
+    call as its result fails naming the fix, printing it says the same, and a call that
+    failed with nothing awaiting it gets a line after the printed text (before: a silent
+    False, `<_Future pending>`, and nothing at all)."""
+
+    @tool
+    async def price(sku: str) -> float:
+        """The price of a product."""
+        if sku == "bad":
+            raise ValueError("no such sku")
+        return 9.5
+
+    engine = CodeMode([price], runner=inproc, store=MemoryStore(), language="python")
+    fix = 'tools.price(...) gives an awaitable, not its result: write "await tools.price(...)"'
+    try:
+        compared = await engine.run_code("r = tools.price(sku='a')\nif r == 9.5:\n    print('ok')")
+        printed = await engine.run_code("r = tools.price(sku='a')\nprint(r)")
+        lost = await engine.run_code("tools.price(sku='bad')\nprint('done')")
+    finally:
+        await engine.aclose()
+    assert compared.status == "failed"
+    assert compared.text == f"Script failed.\nTypeError: {fix}\n  at line 2: if r == 9.5:"
+    assert printed.status == "finished"
+    assert printed.text == f"Script finished.\nPrinted:\n<{fix}>"
+    assert lost.status == "finished"
+    assert lost.text == (
+        "Script finished.\nPrinted:\ndone\n"
+        "line 1: RuntimeWarning: tools.price(...) failed and nothing awaited it: no such sku"
+    )
 
 
 @pytest.mark.parametrize("live", [True, False])

@@ -278,6 +278,299 @@ def test_awaiting_something_else_is_a_type_error() -> None:
     assert "awaits coroutines and tool calls, not int" in failed(code).message
 
 
+# ---- a forgotten await ----
+
+ECHO = rec("echo", {"a": 1}, result={"x": [1, 2]})
+NOT_AWAITED = 'tools.echo(...) gives an awaitable, not its result: write "await tools.echo(...)"'
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        "r['x']",
+        "r['x'] = 1",
+        "del r['x']",
+        "r.get('x')",
+        "r.x",
+        "getattr(r, 'x', None)",
+        "hasattr(r, 'items')",
+        "len(r)",
+        "list(r)",
+        "for x in r:\n    pass",
+        "a, b = r",
+        "'x' in r",
+        "if r:\n    pass",
+        "not r",
+        "r == {'x': [1, 2]}",
+        "r != None",
+        "r < 1",
+        "r + 1",
+        "1 + r",
+        "r * 2",
+        "r / 2",
+        "r % 2",
+        "r | {}",
+        "-r",
+        "abs(r)",
+        "int(r)",
+        "float(r)",
+        "round(r, 2)",
+        "[1, 2][r]",
+        "f'{r:.2f}'",
+        "'{0[x]}'.format(r)",
+        "sum([r])",
+        "sorted([r, r])",
+        "import math\nmath.floor(r)",
+        "import statistics\nstatistics.mean([r, r])",
+        "async def f():\n    async for x in r:\n        pass\nawait f()",
+    ],
+)
+def test_a_call_used_as_its_result_is_a_type_error_naming_the_fix(use: str) -> None:
+    """A tool call not awaited and used as the value it gives (an item, an attribute, a
+    truth value, arithmetic, a comparison, a format, iteration) raises a TypeError that
+    names the tool and says to await it (before, an AttributeError, an unhelpful
+    TypeError, or no error at all: `if r:` was true, `r == x` false)."""
+    assert caught(f"r = tools.echo(a=1)\n{use}", [ECHO]) == ["TypeError", NOT_AWAITED]
+
+
+def test_a_call_not_awaited_prints_what_to_write() -> None:
+    """What print, str, repr and an f-string show for a call not awaited says to await it
+    (before: `<_Future pending>`); a tool whose name is no attribute is shown through
+    getattr, as a script calls it."""
+    code = (
+        "r = tools.echo(a=1)\nprint(r)\nprint(f'got {r}')\n"
+        "k = getattr(tools, 'class')(a=1)\nreturn [str(r) == repr(r), repr(k)]"
+    )
+    records = [ECHO, rec("class", {"a": 1}, result=1)]
+    ran = run(code, records, tools=(*TOOLS, "class"))
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed == f"<{NOT_AWAITED}>\ngot <{NOT_AWAITED}>\n"
+    assert ran.value == [
+        True,
+        '<getattr(tools, "class")(...) gives an awaitable, not its result: '
+        'write "await getattr(tools, "class")(...)">',
+    ]
+
+
+def test_tasks_and_gather_not_awaited_say_so_too() -> None:
+    code = (
+        "import asyncio\n"
+        "async def fetch(n):\n    return n\n"
+        "t = asyncio.create_task(fetch(1))\n"
+        "g = asyncio.gather(tools.echo(a=1))\n"
+        "out = [repr(t), repr(g)]\n"
+        "for x in (t, g):\n"
+        "    try:\n        x['k']\n    except TypeError as e:\n        out.append(str(e))\n"
+        "await g\nawait t\nreturn out"
+    )
+    assert value(code, [ECHO]) == [
+        "<asyncio.create_task(fetch(...)) gives a task, not its result: await the task for "
+        "its result>",
+        '<asyncio.gather(...) gives an awaitable, not its result: write "await '
+        'asyncio.gather(...)">',
+        "asyncio.create_task(fetch(...)) gives a task, not its result: await the task for "
+        "its result",
+        'asyncio.gather(...) gives an awaitable, not its result: write "await asyncio.gather(...)"',
+    ]
+
+
+def test_futures_still_compare_hash_and_stay_closed() -> None:
+    """What a script rightly does with awaitables still works (identity, `in`, dict keys,
+    gather of one twice, `is None`), and what was refused still is (copies, underscore and
+    dunder attributes)."""
+    code = (
+        "import asyncio, copy\n"
+        "a = tools.echo(a=1)\nb = tools.echo(a=2)\n"
+        "seen = {a: 'a', b: 'b'}\n"
+        "out = [a == a, a == b, a != b, b in [a, b], [a, b].index(b), seen[b], a is not None]\n"
+        "out.append(await asyncio.gather(a, a))\n"
+        "for f in (lambda: copy.copy(a), lambda: getattr(a, '_done'),\n"
+        "          lambda: getattr(a, '__dict__')):\n"
+        "    try:\n        f()\n    except Exception as e:\n"
+        "        out.append([type(e).__name__, str(e).split(':')[0]])\n"
+        "await b\nreturn out"
+    )
+    records = [ECHO, rec("echo", {"a": 2}, result=2)]
+    assert value(code, records) == [
+        True,
+        False,
+        True,
+        True,
+        1,
+        "b",
+        True,
+        [{"x": [1, 2]}, {"x": [1, 2]}],
+        ["TypeError", "_Call objects cannot be copied"],
+        ["AttributeError", "the attribute '_done'"],
+        ["AttributeError", "the attribute '__dict__'"],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        (
+            "return {'p': [tools.echo(a=1)]}",
+            f"p[0] in the returned value is not data: {NOT_AWAITED}; return plainer data",
+        ),
+        (
+            "await tools.search(q=tools.echo(a=1))",
+            f"q in the argument is not data: {NOT_AWAITED}",
+        ),
+    ],
+)
+def test_a_call_not_awaited_in_data_names_the_fix(code: str, message: str) -> None:
+    assert failed(code, [ECHO]).message == message
+
+
+# ---- failures nothing awaited ----
+
+
+def _printed(code: str, records: Iterable[Record] = (), **kwargs: Any) -> str:
+    ran = run(code, records, **kwargs)
+    assert ran.outcome in ("finished", "failed"), ran
+    return ran.printed
+
+
+def _to_the_end(code: str, version: int = 1) -> Ran:
+    """The last run of ``code``, replayed step by step: each call fails with a message of
+    its own (echo a=1 "no such sku", echo a=2 "also", any other "lost")."""
+    messages = {'{"a":1}': "no such sku", '{"a":2}': "also"}
+    records: list[Record] = []
+    for _ in range(10):
+        ran = run(code, records, version=version)
+        if ran.outcome != "calls":
+            return ran
+        for c in ran.calls:
+            message = messages.get(orjson.dumps(c.arguments).decode(), "lost")
+            records.append(rec(c.name, c.arguments, error=message))
+    raise AssertionError("the script did not end")
+
+
+NOPE = rec("echo", {"a": 1}, error="no such sku")
+
+
+def test_a_failed_call_nothing_awaited_gets_a_line() -> None:
+    """A call that failed and that the script never awaited is reported when the run ends,
+    with its line, after what the script printed (before, the failure was lost); one that
+    succeeded is not (it ran, as a task runs: a call made for its effect is no mistake)."""
+    code = "tools.echo(a=1)\ntools.echo(a=2)\nprint('done')\nreturn 1"
+    records = [NOPE, rec("echo", {"a": 2}, result=2)]
+    ran = run(code, records)
+    assert ran.outcome == "finished" and ran.value == 1
+    assert ran.printed == (
+        "done\nline 1: RuntimeWarning: tools.echo(...) failed and nothing awaited it: no such sku\n"
+    )
+
+
+def test_each_failed_call_gets_its_line_in_call_order_also_when_the_run_fails() -> None:
+    code = "for i in range(3):\n    tools.echo(i=i)\ntools.search(q=1)\nawait tools.get_user(id=1)"
+    records = [rec("echo", {"i": i}, error="same") for i in range(3)]
+    records += [rec("search", {"q": 1}, error="down"), rec("get_user", {"id": 1}, error="own")]
+    ran = run(code, records)
+    assert ran.outcome == "failed" and ran.error is not None
+    assert (ran.error.name, ran.error.message) == ("ToolError", "own")
+    assert ran.printed == (
+        "line 2: RuntimeWarning: tools.echo(...) failed and nothing awaited it: same\n" * 3
+        + "line 3: RuntimeWarning: tools.search(...) failed and nothing awaited it: down\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "r = tools.echo(a=1)\ntry:\n    await r\nexcept ToolError:\n    pass",
+        "import asyncio\nawait asyncio.gather(tools.echo(a=1), return_exceptions=True)",
+        "import asyncio\nr = tools.echo(a=1)\nawait asyncio.sleep(0)\n"
+        "await asyncio.gather(r, return_exceptions=True)",
+        # gather takes every child's error, as asyncio's does: the first fails it, the
+        # second is taken with nothing to show it (CPython is silent there too)
+        "import asyncio\ntry:\n    await asyncio.gather(tools.echo(a=1), tools.echo(a=2))\n"
+        "except ToolError:\n    pass",
+        "import asyncio\nasync def f():\n    try:\n        await tools.echo(a=1)\n"
+        "    except ToolError:\n        return 0\nawait asyncio.create_task(f())",
+        "import asyncio\nasync def f():\n    await tools.echo(a=1)\n"
+        "try:\n    await asyncio.create_task(f())\nexcept ToolError:\n    pass",
+        "import asyncio\nt = asyncio.create_task(tools.echo(a=1))\n"
+        "try:\n    await t\nexcept ToolError:\n    pass",
+    ],
+)
+@pytest.mark.parametrize("version", [1, protocol.LIVE_VERSION])
+def test_a_failure_something_took_gets_no_line(code: str, version: int) -> None:
+    """Awaited, gathered, or inside a task whose error was taken: no line, whether calls
+    settle at once (version 1) or when the queue is empty (version 2); the one failed call
+    after it that nothing took still gets its line."""
+    ran = _to_the_end(code + "\ntools.get_user(id=9)\nprint('end')", version)
+    assert ran.printed == (
+        "end\nline {}: RuntimeWarning: tools.get_user(...) failed and nothing awaited it: "
+        "lost\n".format(code.count("\n") + 2)
+    )
+
+
+def test_a_task_or_gather_that_failed_with_nothing_to_take_it_gets_a_line() -> None:
+    """The failure of a task (the tool call's it awaited, or the script's own error) or of
+    a gather that nothing awaited is reported as the task's or the gather's, in the order
+    they failed; a message is cut to its first line."""
+    code = (
+        "import asyncio\n"
+        "async def price(n):\n    return await tools.echo(a=n)\n"
+        "async def own():\n    {}['k']\n"
+        "asyncio.create_task(price(1))\n"
+        "asyncio.create_task(own())\n"
+        "asyncio.gather(tools.search(q=1), tools.search(q=2))\n"
+        "tools.get_user(id=1)\n"
+        "return 'done'"
+    )
+    records = [
+        rec("search", {"q": 1}, error="first"),
+        rec("search", {"q": 2}, error="second"),
+        rec("get_user", {"id": 1}, error="line one\nline two"),
+        NOPE,
+    ]
+    ran = run(code, records)
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed.splitlines() == [
+        "line 8: RuntimeWarning: asyncio.gather(...) failed and nothing awaited it: "
+        "ToolError: first",
+        "line 9: RuntimeWarning: tools.get_user(...) failed and nothing awaited it: line one [...]",
+        "line 7: RuntimeWarning: asyncio.create_task(own(...)) failed and nothing awaited it: "
+        "KeyError: 'k'",
+        "line 6: RuntimeWarning: asyncio.create_task(price(...)) failed and nothing awaited "
+        "it: ToolError: no such sku",
+    ]
+
+
+def test_a_line_about_a_failure_bounds_it_and_survives_the_scripts_own_str() -> None:
+    code = (
+        "import asyncio\n"
+        "class Odd(Exception):\n    def __str__(self):\n        raise ValueError('no')\n"
+        "async def f():\n    raise Odd()\n"
+        "asyncio.create_task(f())\n"
+        "tools.echo(a=1)\nreturn 1"
+    )
+    lines = _printed(code, [rec("echo", {"a": 1}, error="x" * 5000)]).splitlines()
+    assert lines == [
+        "line 8: RuntimeWarning: tools.echo(...) failed and nothing awaited it: "
+        + "x" * 300
+        + " [...]",
+        "line 7: RuntimeWarning: asyncio.create_task(f(...)) failed and nothing awaited it: "
+        "Odd: an error that cannot be read: ValueError",
+    ]
+
+
+def test_no_line_until_the_run_ends_and_none_for_a_memory_failure() -> None:
+    """A run that stops on calls reports nothing yet (its last run reports, live or
+    replayed); a run that met its memory limit reports nothing more."""
+    code = "tools.echo(a=1)\nawait tools.search(q=1)"
+    ran = run(code, [NOPE])
+    assert ran.outcome == "calls" and ran.printed == ""
+    ran = run(code, [NOPE, rec("search", {"q": 1}, result=1)])
+    assert ran.printed.startswith("line 1: RuntimeWarning: tools.echo(...) failed")
+    ran = run("tools.echo(a=1)\nraise MemoryError", [NOPE])
+    assert ran.limit is not None and ran.limit.name == "memory"
+    assert ran.printed == ""
+
+
 # ---- limits ----
 
 
@@ -551,6 +844,17 @@ CORPUS = {
     ),
     "uncaught": "print('before')\nawait tools.echo(x=1)\nawait tools.echo(fail=True)\nreturn 1",
     "unawaited": "tools.echo(fire=1)\nprint('returning')\nreturn 1",
+    "unawaited_failures": (
+        "import asyncio\n"
+        "async def work(n):\n    return await tools.echo(n=n, fail=n == 2)\n"
+        "t = asyncio.create_task(work(2))\n"
+        "tools.echo(fire=1, fail=True)\n"
+        "g = asyncio.gather(tools.search(q=1, fail=True), work(1))\n"
+        "a = await tools.echo(n=0)\n"
+        "print('got', a['echo']['n'], t, g)\n"
+        "tools.echo(late=True, fail=True)\n"
+        "return 'done'"
+    ),
     "random": "import random\na = random.random()\nawait tools.echo(a=a)\nreturn [a, random.random()]",
 }
 
