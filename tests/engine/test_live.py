@@ -229,7 +229,7 @@ def test_the_corpus_covers_what_it_says() -> None:
     each in its own language (the suite's Python scripts ran as JavaScript before)."""
     assert len(golden_scripts()) >= 7
     assert len(conformance_scripts()) >= 4
-    assert len(conformance_scripts("python")) >= 3
+    assert len(conformance_scripts("python")) >= 4
     assert not any(name.endswith("_python") for name in conformance_scripts())
     assert len(SCRIPTS) >= 25
     assert len(PYTHON_SCRIPTS) >= 22 and set(PYTHON_SCRIPTS) <= set(SCRIPTS)

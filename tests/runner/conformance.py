@@ -474,6 +474,22 @@ return [r, await tools.t(n=2)]""",
         ("t",),
     ),
     "uncaught_python": ("print('x')\nawait tools.t(a=1)\nawait tools.t(fail=1)", ("t",)),
+    # Failures nothing awaited: each is reported when the run ends, in the order they
+    # failed, which a live run and a replay must agree on.
+    "unawaited_python": (
+        """\
+import asyncio
+async def work(n):
+    return await tools.t(n=n, fail=n == 2)
+t = asyncio.create_task(work(2))
+tools.t(fire=1, fail=True)
+g = asyncio.gather(tools.t(q=1, fail=True), work(1))
+a = await tools.t(n=0)
+print("got", a, t)
+tools.t(late=True, fail=True)
+return 'done'""",
+        ("t",),
+    ),
     "interleaved": (
         """
         const a = tools.t({ n: 1 });
