@@ -1840,6 +1840,8 @@ class Run(Replay):
                 f"that function's: in a function inside it, write `nonlocal {missing}`, not "
                 f"`global {missing}`"
             )
+        elif type(missing) is str and missing in _WITHHELD:
+            message += _WITHHELD[missing]
         return Ran(
             outcome="failed",
             error=ScriptError(
@@ -1858,6 +1860,22 @@ class Run(Replay):
             if len(lines) >= 8:
                 break
         return lines
+
+
+# The builtins a script does not have that a model reaches for: an uncaught NameError for one
+# says what the script has instead.
+_NO_CODE = "; a script cannot run code it makes: write the code in the script"
+_WITHHELD = {
+    "open": (
+        "; a script has no file system: read the files it was given with "
+        "`await files.text(id)` or the streams (`files.list()` lists them)"
+    ),
+    "input": "; a script takes no input: it reaches the host through `tools`",
+    **dict.fromkeys(
+        ("exit", "quit"), "; a script ends with `return value`, or by raising an exception"
+    ),
+    **dict.fromkeys(("eval", "exec", "compile"), _NO_CODE),
+}
 
 
 def _declared_global(code: str, name: str) -> bool:

@@ -1107,6 +1107,29 @@ def test_format_however_it_is_named_still_formats() -> None:
     assert value(code) == ["1 2", "ab", "  3", "own x", "own y"]
 
 
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        ('import json\nreturn json.load(open("data.json"))', "a script has no file system"),
+        ("name = input()", "a script takes no input"),
+        ("exit(0)", "a script ends with `return value`"),
+        ("quit()", "a script ends with `return value`"),
+        ('return eval("1 + 1")', "a script cannot run code it makes"),
+        ('exec("x = 1")', "a script cannot run code it makes"),
+    ],
+)
+def test_a_builtin_a_script_lacks_says_what_it_has_instead(code: str, said: str) -> None:
+    """open, input, exit, eval and their kind are not builtins of a script: the NameError
+    says what the script has instead (it said only "name 'open' is not defined"); a name the
+    script itself left undefined keeps Python's message, and a caught one is the script's."""
+    error = failed(code)
+    assert error.name == "NameError"
+    assert error.message.startswith("name '") and said in error.message, error
+    assert value("try:\n    open('x')\nexcept NameError as e:\n    return str(e)") == (
+        "name 'open' is not defined"
+    )
+
+
 def test_global_of_a_top_level_name_says_to_use_nonlocal() -> None:
     """A script's top-level names are its function's locals: `global` in a function inside
     it names another, undefined, variable; the NameError says what to write instead (and
