@@ -16,7 +16,7 @@
 
   // ---- The engine's own built-ins, copied before any script text exists. ----
   const { apply, construct, getOwnPropertyDescriptor } = Reflect;
-  const { defineProperty, freeze, getPrototypeOf, setPrototypeOf, keys: objectKeys } = Object;
+  const { create, defineProperty, freeze, getPrototypeOf, setPrototypeOf, keys: objectKeys } = Object;
   const isArray = Array.isArray;
   const isFinite = Number.isFinite;
   const ObjectProto = Object.prototype;
@@ -30,6 +30,7 @@
   const NativeError = Error, NativeTypeError = TypeError, NativeRangeError = RangeError;
   const NativeSyntaxError = SyntaxError, NativeInternalError = InternalError;
   const NativeMap = Map, NativeSet = Set, NativeProxy = Proxy, NativePromise = Promise;
+  const NativeWeakMap = WeakMap;
   // Taken before the script runs, so a script that replaces JSON does not change what the
   // host is sent (the host checks everything anyway).
   const JSON = freeze({ stringify: globalThis.JSON.stringify, parse: globalThis.JSON.parse });
@@ -169,6 +170,7 @@
       case "function": return "[Function" + (value.name ? " " + value.name : "") + "]";
     }
     if (value === null) return "null";
+    if (callNames.has(value)) return "Promise { " + forgotten(value) + " }";
     if (ancestors.includes(value)) return "[Circular]";
     if (value instanceof NativeError) return errorText(value);
     const time = timeOf(value); // a real Date, read without running any script code
@@ -261,6 +263,7 @@
       throw new NativeTypeError(path + " nests deeper than " + MAX_DEPTH + " levels of objects and arrays, " +
         "the most data passed to a tool may nest (MAX_DEPTH); flatten it");
     }
+    if (callNames.has(value)) throw new NativeTypeError(path + " is not data: " + forgotten(value));
     const proto = getPrototypeOf(value);
     const array = isArray(value);
     if (!array && proto !== ObjectProto && proto !== null) {
@@ -320,6 +323,32 @@
       }
     }
   }
+  // A call's promise, used as if it were its result (a forgotten await): what a script does
+  // with a result and never with a promise throws a TypeError that names the fix, and
+  // console.log shows it so (it was `{}`, and `prs.filter` "not a function"). The promise's
+  // prototype is a frozen child of Promise.prototype with those members: it stays a native
+  // promise whose constructor is Promise, so await and Promise.all take it as before, without
+  // an extra turn of the job queue (a replay makes its calls in the same order). The same
+  // for a call answered from the log and a new one: a live run and a replay print the same.
+  const callNames = new NativeWeakMap();
+  function forgotten(promise) {
+    const name = callNames.get(promise);
+    const shown = name === undefined ? "a tool call" : "tools." + name + "(...)";
+    return shown + " gives a promise, not its result: write \"await " + shown + "\"";
+  }
+  const CallPromise = create(NativePromise.prototype);
+  const misuse = { get() { throw new NativeTypeError(forgotten(this)); }, enumerable: false };
+  for (const key of ["length", "map", "filter", "forEach", "find", "findIndex", "reduce", "some",
+    "every", "includes", "indexOf", "slice", "join", "sort", "concat", "flat", "flatMap", "at",
+    "toJSON", toPrimitiveKey, Symbol.iterator, Symbol.asyncIterator]) {
+    defineProperty(CallPromise, key, misuse);
+  }
+  freeze(CallPromise);
+  function called(name, promise) {
+    setPrototypeOf(promise, CallPromise);
+    callNames.set(promise, name);
+    return promise;
+  }
   function callTool(name, args) {
     if (!toolNames.has(name)) {
       const near = JSON.parse(host.closest(wellFormed(name)));
@@ -341,16 +370,16 @@
     const tag = answer.charCodeAt(0);
     const rest = answer.slice(1);
     switch (tag) {
-      case 114: return NativePromise.resolve(JSON.parse(rest)); // "r": a recorded result
+      case 114: return called(name, NativePromise.resolve(JSON.parse(rest))); // "r": a recorded result
       case 101: { // "e": a recorded error
         const err = new NativeError(rest);
         err.tool = name;
-        return NativePromise.reject(err);
+        return called(name, NativePromise.reject(err));
       }
       case 116: throw new NativeTypeError(rest); // "t": this call is wrong
       case 108: throw new NativeRangeError(rest); // "l": this call is over a per-call limit
-      case 100: return defer(name); // "d": settles when the job queue is next empty
-      default: return never(); // "p": a new call, or "x": the run has ended
+      case 100: return called(name, defer(name)); // "d": settles when the job queue is next empty
+      default: return called(name, never()); // "p": a new call, or "x": the run has ended
     }
   }
   const callers = new Map();

@@ -15,7 +15,18 @@ import pytest
 from sandbox import protocol, runtime
 from sandbox.names import closest_names
 from sandbox.protocol import PRINTED_HEAD, PRINTED_TAIL, VALUE_BOUND, Ran
-from tests.sandbox.conftest import DAY_MS, NOW_MS, SEED, KiB, MiB, caught, rec, run, value
+from tests.sandbox.conftest import (
+    DAY_MS,
+    NOW_MS,
+    SEED,
+    KiB,
+    MiB,
+    caught,
+    rec,
+    run,
+    script,
+    value,
+)
 
 
 def roundtrip(ran: Ran) -> Ran:
@@ -1109,6 +1120,76 @@ def test_a_global_of_node_or_a_browser_says_what_a_script_has_instead(code: str,
     assert ran.error.message.startswith(code.split("(")[0].split(".")[0].split(" ")[-1])
     assert " is not defined; " in ran.error.message and said in ran.error.message, ran.error
     assert [x.line for x in ran.error.lines] == [1]
+
+
+FORGOT = 'tools.echo(...) gives a promise, not its result: write "await tools.echo(...)"'
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        "r.length",
+        "r.map((x) => x)",
+        "r.filter(Boolean)",
+        "r.forEach(() => 0)",
+        "r.find(Boolean)",
+        "r.reduce((a, b) => a + b, 0)",
+        "r.includes(1)",
+        "r.slice(0)",
+        "r.join()",
+        "[...r]",
+        "(() => { for (const x of r) {} })()",
+        "(async () => { for await (const x of r) {} })()",
+        "(() => { const [a] = r; })()",
+        "JSON.stringify(r)",
+        "`${r}`",
+        "r + 1",
+        "r > 0",
+    ],
+)
+@pytest.mark.parametrize("recorded", [False, True], ids=["new", "recorded"])
+def test_a_call_used_without_await_says_to_await_it(use: str, recorded: bool) -> None:
+    """A call's promise used as its result (a forgotten await) throws a TypeError naming
+    the fix, whether the call is new or answered from the log (a live run and a replay
+    fail the same way). It gave undefined, "not a function", "value is not iterable",
+    "{}" or "[object Promise]"."""
+    record = protocol.Record(name="echo", arguments={}, result=[1, 2])
+    code = f"const r = tools.echo({{}});\nreturn await ({use});"
+    if recorded:
+        ran = run(code, records=[record])
+    else:  # the run stops on the new call, and goes on with its result
+        live = runtime.LiveInProcess(script(code))
+        assert live.start().outcome == "calls"
+        ran = live.resume([record])
+        live.close()
+    assert ran.outcome == "failed" and ran.error is not None
+    assert (ran.error.name, ran.error.message) == ("TypeError", FORGOT), ran.error
+    assert [x.line for x in ran.error.lines] == [2]
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["new", "recorded"])
+def test_a_call_without_await_prints_and_passes_as_what_it_is(recorded: bool) -> None:
+    """console.log of a call's promise says what it is and how to get its result, the same
+    for a new call and a recorded one; passed to a tool or returned inside a value, it is
+    refused as not data, naming the fix. Awaited, as a Promise.all member, with then() or
+    catch(), it works as any promise."""
+    records = [protocol.Record(name="echo", arguments={}, result=5)] * 2 if recorded else []
+    printed = run("console.log(tools.echo({}), [tools.echo({})]); return 1", records=records)
+    assert printed.printed == f"Promise {{ {FORGOT} }} [Promise {{ {FORGOT} }}]\n"
+    if recorded:  # a new call stops the run first: then the same, once it is answered
+        passed = run("return await tools.echo({ x: tools.echo({}) })", records=records)
+        assert passed.error is not None
+        assert passed.error.message == f"the argument.x is not data: {FORGOT}"
+        returned = run("return { r: tools.echo({}) }", records=records)
+        assert returned.error is not None and returned.error.message.endswith(FORGOT)
+        works = run(
+            "const p = tools.echo({});\n"
+            "const [a] = await Promise.all([p]);\n"
+            "const b = await p.then((v) => v + 1).catch(() => 0);\n"
+            "return [a, b, await p, p instanceof Promise]",
+            records=records,
+        )
+        assert works.outcome == "finished" and works.value == [5, 6, 5, True], works.error
 
 
 def test_other_undefined_names_and_caught_errors_keep_the_engines_message() -> None:
