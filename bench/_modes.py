@@ -14,7 +14,9 @@ same size, so concurrent workloads are capped and their fairness measured the sa
 from __future__ import annotations
 
 import abc
+import asyncio
 import shutil
+import time
 from pathlib import Path
 
 import orjson
@@ -29,6 +31,8 @@ NODE_HARNESS = Path(__file__).with_name("node_vm_runner.js")
 MODES = ("pool", "fork", "exec", "node", "floor")
 # How long a reference step may take before the bench gives up on it.
 STEP_TIMEOUT = 120.0
+# How long a comparison waits for a warm pool to be full again before its next timed run.
+SETTLE_TIMEOUT = 2.0
 
 
 class Mode(abc.ABC):
@@ -37,6 +41,9 @@ class Mode(abc.ABC):
 
     @abc.abstractmethod
     async def step(self, script: Script, tenant: str = "default") -> Step: ...
+
+    async def settle(self) -> None:  # noqa: B027 - optional
+        """Wait until the mode is as ready for a step as it gets (a warm pool full)."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional
         pass
@@ -50,6 +57,17 @@ class ProcessMode(Mode):
 
     async def step(self, script: Script, tenant: str = "default") -> Step:
         return await self.runner.run(script, tenant=tenant)
+
+    async def settle(self) -> None:
+        pool = self.runner.pool
+        if pool is None:
+            return
+        pool.start()
+        # The pool refills in the background after each step; a step that came before it
+        # was full forked its child on demand (several ms), at random.
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        while len(pool.idle) < pool.target and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)
 
     async def aclose(self) -> None:
         await self.runner.aclose()

@@ -304,6 +304,10 @@ async def _engine_store(mode: Mode, count: int) -> Sample:
                     for store in ("memory", "sqlite"):
                         runner = runners[store]
                         runner.spent = 0.0
+                        # Both stores' engines share the mode: each run starts with its pool
+                        # full, not after the other's run took a child (the trivial script's
+                        # p50 was 2 or 6 ms at random, for either store).
+                        await mode.settle()
                         t0 = time.perf_counter()
                         result = await engines[store].run_code(code)
                         elapsed = time.perf_counter() - t0
