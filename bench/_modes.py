@@ -42,8 +42,9 @@ class Mode(abc.ABC):
     @abc.abstractmethod
     async def step(self, script: Script, tenant: str = "default") -> Step: ...
 
-    async def settle(self) -> None:  # noqa: B027 - optional
-        """Wait until the mode is as ready for a step as it gets (a warm pool full)."""
+    async def settle(self, timeout: float = SETTLE_TIMEOUT) -> None:  # noqa: B027 - optional
+        """Wait until the mode is as ready for a step as it gets (a warm pool full), at
+        most ``timeout`` seconds."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional
         pass
@@ -58,14 +59,14 @@ class ProcessMode(Mode):
     async def step(self, script: Script, tenant: str = "default") -> Step:
         return await self.runner.run(script, tenant=tenant)
 
-    async def settle(self) -> None:
+    async def settle(self, timeout: float = SETTLE_TIMEOUT) -> None:
         pool = self.runner.pool
         if pool is None:
             return
         pool.start()
         # The pool refills in the background after each step; a step that came before it
         # was full forked its child on demand (several ms), at random.
-        deadline = time.monotonic() + SETTLE_TIMEOUT
+        deadline = time.monotonic() + timeout
         while len(pool.idle) < pool.target and time.monotonic() < deadline:
             await asyncio.sleep(0.002)
 
