@@ -106,6 +106,18 @@ WRONG = [
         "Type '\"merged\"' is not assignable",
     ),
     (
+        "a call used without await",
+        'const prs = tools.list_prs({ repo: "acme/api" });\nreturn prs.filter((p: any) => p);',
+        2,
+        "Property 'filter' does not exist on type 'Promise<any>'. Did you forget to use 'await'?",
+    ),
+    (
+        "a call iterated without await",
+        'for (const pr of tools.list_prs({ repo: "acme/api" })) {\n  console.log(pr);\n}',
+        1,
+        "Did you forget to use 'await'?",
+    ),
+    (
         "a typed script with a wrong call",
         "interface PR { number: number }\n"
         + 'const prs: PR[] = await tools.list_prs({ repo: "acme/api" });\n'

@@ -98,6 +98,9 @@ _OUT_OF_MEMORY = ("out of memory", "cannot allocate memory", "failed to create n
 _FAULTS = ("SIGSEGV: segmentation violation", "SIGBUS: bus error")
 _ANY_DIAGNOSTIC = re.compile(r"^\S+\(\d+,\d+\): error TS\d+: ", re.MULTILINE)
 _DIAGNOSTIC = re.compile(r"^(typed|untyped)\.ts\((\d+),(\d+)\): error TS(\d+): (.*)$")
+# A tool call's promise used as its result (a forgotten await), in tsc's words.
+_PROMISE = "'Promise<"
+_AWAIT_HINT = "Did you forget to use 'await'?"
 
 
 def check_declarations(tools: Sequence[Tool]) -> str:
@@ -222,6 +225,9 @@ def _problems(output: str, script_lines: int) -> list[TypeProblem]:
         match = _DIAGNOSTIC.match(line)
         if match:
             file, row, column, code, message = match.groups()
+            if _PROMISE in message and _AWAIT_HINT not in message:
+                # tsc says so in related information, which its plain output leaves out.
+                message += " " + _AWAIT_HINT
             found.append((file, int(row) - 1, int(column), int(code), [message]))
         elif found and line.startswith("  "):
             found[-1][4].append(line.strip())
