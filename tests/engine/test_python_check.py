@@ -80,6 +80,18 @@ async def test_no_matching_form_names_the_keywords(checker: PythonTypeChecker) -
     assert "time_max: str" in problem.message and "_str" not in problem.message
 
 
+async def test_a_call_used_without_await_says_to_await_it(checker: PythonTypeChecker) -> None:
+    """A tool call's coroutine used as its result (iterated, subscripted: a forgotten
+    await) is found at its line, and the message says to await the call (ty's says only
+    that a `CoroutineType` cannot be iterated or subscripted)."""
+    code = 'prs = tools.github__list_prs(repo="o/r")\nfor pr in prs:\n    print(pr)\nreturn prs[0]'
+    checked = await checker.check(code, check_stubs(CORPUS))
+    assert [p.line for p in checked.problems] == [2, 4], checked.problems
+    for problem in checked.problems:
+        assert "CoroutineType" in problem.message
+        assert problem.message.endswith("; did you forget to `await` the call?"), problem
+
+
 async def test_the_scripts_own_typing_is_left_to_the_run(checker: PythonTypeChecker) -> None:
     """What would be a type error with any tools (a dict grown key by key, arithmetic on a
     str, a name that does not exist, an import the sandbox refuses) is not the check's to

@@ -178,6 +178,10 @@ def checker_argv(checker: Path, *files: str) -> list[str]:
     ]
 
 
+# What ty calls the value of a call not awaited (the stubs' tools are async methods).
+_COROUTINE = "`CoroutineType["
+
+
 def _problems(output: str, script_lines: int, declarations: str) -> list[TypeProblem]:
     found = [m.groups() for m in map(_DIAGNOSTIC.match, output.splitlines()) if m]
     typed = [
@@ -201,7 +205,10 @@ def _problems(output: str, script_lines: int, declarations: str) -> list[TypePro
 
 def _explained(message: str, declarations: str) -> str:
     """A message about no matching overload (a tool takes keywords or one mapping), with the
-    keywords the tool takes."""
+    keywords the tool takes; one about a tool call's coroutine used as its result (a
+    forgotten await), with what to write."""
+    if _COROUTINE in message:
+        return message + "; did you forget to `await` the call?"
     match = _NO_OVERLOAD.search(message)
     if not match:
         return message
