@@ -1502,8 +1502,9 @@ class Run(Replay):
             # __import__ to call it itself).
             return sys.modules[name]  # type: ignore[return-value]
         if module is None:
+            why = _NOT_HERE.get(name.partition(".")[0] if type(name) is str else "", "")
             raise ImportError(
-                f"module {name} is not available in scripts; these are: {', '.join(ALLOWED)}",
+                f"module {name} is not available in scripts{why}; these are: {', '.join(ALLOWED)}",
                 name=name,
             )
         return module
@@ -1861,6 +1862,27 @@ class Run(Replay):
                 break
         return lines
 
+
+# The modules a model reaches for the network or the system with: an import of one says what
+# a script has instead (before the list of the modules it may import).
+_NOT_HERE = {
+    **dict.fromkeys(
+        (
+            "requests", "urllib", "urllib3", "http", "httpx", "aiohttp", "socket", "ssl",
+            "smtplib", "ftplib", "websocket", "websockets",
+        ),
+        ": a script has no network, and reaches the host through `tools` (await "
+        'tools.name(...); find them with await tools.tool_search(query="..."))',
+    ),
+    **dict.fromkeys(
+        (
+            "os", "sys", "pathlib", "shutil", "subprocess", "glob", "tempfile", "signal",
+            "multiprocessing", "threading", "sqlite3",
+        ),
+        ": a script has no file system, environment or processes; it reads the files it was "
+        "given with `await files.text(id)` (`files.list()` lists them)",
+    ),
+}  # fmt: skip
 
 # The builtins a script does not have that a model reaches for: an uncaught NameError for one
 # says what the script has instead.

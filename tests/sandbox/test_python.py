@@ -1110,6 +1110,30 @@ def test_format_however_it_is_named_still_formats() -> None:
 @pytest.mark.parametrize(
     ("code", "said"),
     [
+        ("import requests", ": a script has no network, and reaches the host through `tools`"),
+        ("import urllib.request", ": a script has no network"),
+        ("from http import client", ": a script has no network"),
+        ("import os", ": a script has no file system, environment or processes"),
+        ("from pathlib import Path", ": a script has no file system"),
+        ("import subprocess", ": a script has no file system, environment or processes"),
+        ("import numpy", ""),
+    ],
+)
+def test_an_import_of_the_network_or_the_system_says_what_a_script_has(
+    code: str, said: str
+) -> None:
+    """A module a model reaches for the network or the system with is refused saying what a
+    script has instead, then the modules it may import; any other says only the latter."""
+    error = failed(code)
+    assert error.name == "ImportError"
+    module = code.split()[1]
+    assert error.message.startswith(f"module {module} is not available in scripts{said or ';'}")
+    assert "; these are: asyncio, base64" in error.message
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
         ('import json\nreturn json.load(open("data.json"))', "a script has no file system"),
         ("name = input()", "a script takes no input"),
         ("exit(0)", "a script ends with `return value`"),
