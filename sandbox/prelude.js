@@ -15,7 +15,7 @@
   "use strict";
 
   // ---- The engine's own built-ins, copied before any script text exists. ----
-  const { apply, construct, getOwnPropertyDescriptor } = Reflect;
+  const { apply, construct, getOwnPropertyDescriptor, get: reflectGet } = Reflect;
   const { create, defineProperty, freeze, getPrototypeOf, setPrototypeOf, keys: objectKeys } = Object;
   const isArray = Array.isArray;
   const isFinite = Number.isFinite;
@@ -349,16 +349,16 @@
     callNames.set(promise, name);
     return promise;
   }
+  function noSuchTool(name) {
+    const near = JSON.parse(host.closest(wellFormed(name)));
+    let message = name === "run_code"
+      ? "tools.run_code cannot be called from a script: a script is already running code"
+      : "tools." + name + " does not exist";
+    if (near.length) message += "; the closest tools are " + near.map((n) => "tools." + n).join(", ");
+    return new NativeError(message + ". Find tools with await tools.tool_search({ query: \"...\" }).");
+  }
   function callTool(name, args) {
-    if (!toolNames.has(name)) {
-      const near = JSON.parse(host.closest(wellFormed(name)));
-      let message = name === "run_code"
-        ? "tools.run_code cannot be called from a script: a script is already running code"
-        : "tools." + name + " does not exist";
-      if (near.length) message += "; the closest tools are " + near.map((n) => "tools." + n).join(", ");
-      message += ". Find tools with await tools.tool_search({ query: \"...\" }).";
-      throw new NativeError(message);
-    }
+    if (!toolNames.has(name)) throw noSuchTool(name);
     if (args === undefined) args = {};
     if (typeof args !== "object" || args === null || isArray(args)) {
       throw new NativeTypeError("tools." + name + " takes one object of arguments, as tools." + name +
@@ -393,6 +393,23 @@
         }
         return callTool(name, args);
       } }[name];
+      if (!toolNames.has(name)) {
+        // `tools.github.list_prs(...)`: a member of a name that is no tool says so, and how
+        // the tool is named (it was "not a function"). A function's own members, `then`
+        // (await looks it up) and symbols are as they are.
+        f = new NativeProxy(f, {
+          get(target, prop, receiver) {
+            if (typeof prop !== "string" || prop === "then" || prop in target) {
+              return apply(reflectGet, undefined, [target, prop, receiver]);
+            }
+            if (toolNames.has(name + "__" + prop)) {
+              throw new NativeError("tools." + name + "." + prop + " is not a tool: write tools." +
+                name + "__" + prop);
+            }
+            throw noSuchTool(name);
+          },
+        });
+      }
       callers.set(name, f);
     }
     return f;

@@ -158,6 +158,26 @@ def test_unknown_tool_throws_naming_the_closest_tools():
     assert "tool_search" in message
 
 
+def test_a_member_of_a_name_that_is_no_tool_says_so():
+    """`tools.github.list_prs(...)`, the namespace written as an object: it was "not a
+    function". A tool named with two underscores says how to write it; another name says
+    it does not exist, with the closest tools. A name that is no tool keeps a function's own
+    members, and `then`, so that awaiting it is what it was."""
+    tools = ["github__list_prs", "github__get_reviews", "echo"]
+    name, message = caught('await tools.github.list_prs({ repo: "a/b" });', tools=tools)
+    assert (name, message) == (
+        "Error",
+        "tools.github.list_prs is not a tool: write tools.github__list_prs",
+    )
+    _, message = caught("await tools.echoo.run({});", tools=tools)
+    assert message.startswith("tools.echoo does not exist; the closest tools are tools.echo")
+    assert value(
+        "return [typeof tools.nope, tools.nope.name, typeof tools.nope.call, "
+        "(await tools.nope) === tools.nope]",
+        tools=tools,
+    ) == ["function", "nope", "function", True]
+
+
 def test_unknown_tool_names_what_the_engine_would():
     """The sandbox's "closest tools" are the engine's (one rule, sandbox.names): a reworded
     name finds the tool by its words, not only by spelling."""
