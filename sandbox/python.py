@@ -1584,7 +1584,22 @@ class Run(Replay):
         def sleep(delay: float = 0, result: Any = None) -> _Yield:
             return _Yield(result)
 
-        return Module("asyncio", {"gather": gather, "create_task": create_task, "sleep": sleep})
+        def run(main: Any, *, debug: Any = None) -> NoReturn:
+            # A model writes a program (`asyncio.run(main())`) where a script is already the
+            # body of an async function: CPython's words inside a loop, and what to write.
+            shown = "main"
+            if type(main) is types.CoroutineType:
+                shown = main.__qualname__[:100]
+                main.close()  # this error says it all: not also "never awaited"
+            raise RuntimeError(
+                "asyncio.run() cannot be called from a running event loop: a script is the "
+                "body of an async function already: in its place, write "
+                f"`return await {shown}(...)`"
+            )
+
+        return Module(
+            "asyncio", {"gather": gather, "create_task": create_task, "run": run, "sleep": sleep}
+        )
 
     def _step(self, task: Task) -> None:
         coro = task._coro

@@ -1154,6 +1154,27 @@ def test_a_builtin_a_script_lacks_says_what_it_has_instead(code: str, said: str)
     )
 
 
+def test_asyncio_run_says_to_await_instead() -> None:
+    """A model writes a program: `asyncio.run(main())`. It failed with "module 'asyncio' has
+    no attribute 'run' in scripts"; now with CPython's words inside a loop and what to
+    write in its place, and without a "never awaited" line for the coroutine it was given."""
+    code = (
+        "import asyncio\nasync def fetch_all():\n    return await tools.echo(x=1)\n"
+        "asyncio.run(fetch_all())"
+    )
+    ran = run(code)
+    assert ran.outcome == "failed" and ran.error is not None
+    assert ran.error.name == "RuntimeError"
+    assert ran.error.message == (
+        "asyncio.run() cannot be called from a running event loop: a script is the body of an "
+        "async function already: in its place, write `return await fetch_all(...)`"
+    )
+    assert [x.line for x in ran.error.lines] == [4]
+    assert ran.printed == "" and ran.calls == []
+    fixed = code.replace("asyncio.run(fetch_all())", "return await fetch_all()")
+    assert value(fixed, [Record(name="echo", arguments={"x": 1}, result=2)]) == 2
+
+
 def test_global_of_a_top_level_name_says_to_use_nonlocal() -> None:
     """A script's top-level names are its function's locals: `global` in a function inside
     it names another, undefined, variable; the NameError says what to write instead (and
@@ -1171,8 +1192,10 @@ def test_global_of_a_top_level_name_says_to_use_nonlocal() -> None:
 
 
 def test_a_small_module_lists_what_it_has() -> None:
-    """asyncio in scripts has three functions: asking for another says which."""
+    """asyncio in scripts has four functions (run only to say what to write instead): asking
+    for another says which."""
     error = failed("import asyncio\nawait asyncio.wait_for(asyncio.sleep(0), 1)")
     assert error.message == (
-        "module 'asyncio' has no attribute 'wait_for' in scripts; it has create_task, gather, sleep"
+        "module 'asyncio' has no attribute 'wait_for' in scripts; it has create_task, gather, "
+        "run, sleep"
     )
