@@ -316,13 +316,16 @@ def _check_other(node: Any) -> None:
         _check_name(node, node.name)
 
 
-def compile_script(code: str) -> types.CodeType:
+def compile_script(code: str) -> tuple[types.CodeType, list[int]]:
     """The script's code as the body of ``async def``, checked; lines are the script's own.
+    With it, the lines of its top-level ``if __name__ == "__main__":`` blocks, which never
+    run (a script is no program run as ``__main__``).
 
     Raises SyntaxError (with ``lineno``) or :class:`Refused`.
     """
     tree = ast.parse(code, filename=FILENAME, mode="exec")
     check(tree, rewrite=True)
+    guards = [node.lineno for node in tree.body if _is_main_guard(node)]
     empty = ast.arguments(
         posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
     )
@@ -345,7 +348,19 @@ def compile_script(code: str) -> types.CodeType:
         if isinstance(const, types.CodeType) and const.co_flags & 0x200:  # CO_ASYNC_GENERATOR
             line = next((n.lineno for n in ast.walk(tree) if isinstance(n, ast.Yield)), 1)
             raise SyntaxError("'yield' at the top level of a script", (FILENAME, line, 0, ""))
-    return compiled.replace(co_consts=tuple(_top_level(c) for c in compiled.co_consts))
+    return compiled.replace(co_consts=tuple(_top_level(c) for c in compiled.co_consts)), guards
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    """``if __name__ == "__main__":`` (either way round)."""
+    if not isinstance(node, ast.If) or not isinstance(test := node.test, ast.Compare):
+        return False
+    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides) and any(
+        isinstance(x, ast.Constant) and x.value == "__main__" for x in sides
+    )
 
 
 _PREFIX = f"{_MAIN}.<locals>."
@@ -1406,6 +1421,8 @@ class Run(Replay):
         # in the order they failed (see _Future). Kept to the run's end, as asyncio keeps a
         # failed task until it is collected, to be reported then (_unretrieved).
         self.failures: dict[_Future, None] = {}
+        # The lines of the script's `if __name__ == "__main__":` blocks (compile_script).
+        self.main_guards: list[int] = []
         self.modules: dict[str, Module] = {}
         self.main: Task | None = None
         # The script's module (its globals), in sys.modules while it runs: dataclasses looks
@@ -1632,7 +1649,7 @@ class Run(Replay):
     def _execute(self) -> Ran:
         script = self.script
         try:
-            code = compile_script(script.code)
+            code, self.main_guards = compile_script(script.code)
         except SyntaxError as e:
             line = e.lineno or 0
             lines = self._line_list([line]) if line else []
@@ -1772,6 +1789,13 @@ class Run(Replay):
     def _concluded(self, kind: str, payload: Any) -> Ran:
         ran = self._value(payload) if kind == "value" else self._error(payload)
         if ran.limit is None or ran.limit.name != "memory":
+            for line in self.main_guards:
+                # A program's entry point, which the model meant to run: say it did not.
+                self.printed.write(
+                    f'line {line}: RuntimeWarning: the block of `if __name__ == "__main__":` '
+                    "never runs: a script is the body of an async function, not a program, so "
+                    "call what it calls directly (as `return await main()`)\n"
+                )
             self._unretrieved()
         return self._finish(ran)
 

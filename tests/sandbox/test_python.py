@@ -1175,6 +1175,29 @@ def test_asyncio_run_says_to_await_instead() -> None:
     assert value(fixed, [Record(name="echo", arguments={"x": 1}, result=2)]) == 2
 
 
+def test_a_main_guard_says_its_block_never_runs() -> None:
+    """A model writes a program: `if __name__ == "__main__": asyncio.run(main())`. The
+    block never runs in a script, which finished with nothing printed and nothing returned;
+    now a printed line at its end says so and what to write (either way round of the `==`,
+    at the top level only)."""
+    code = (
+        "async def main():\n    print('hi')\n"
+        "if __name__ == '__main__':\n    await main()\n"
+        "if '__main__' == __name__:\n    pass\n"
+        "def f():\n    if __name__ == '__main__':\n        pass\n"
+        "return __name__"
+    )
+    ran = run(code)
+    assert ran.outcome == "finished" and ran.value == "script", ran.error
+    said = (
+        'RuntimeWarning: the block of `if __name__ == "__main__":` never runs: a script is the '
+        "body of an async function, not a program, so call what it calls directly (as "
+        "`return await main()`)"
+    )
+    assert ran.printed == f"line 3: {said}\nline 5: {said}\n"
+    assert run("await tools.echo(x=1)\nif __name__ == '__main__':\n    pass").printed == ""
+
+
 def test_global_of_a_top_level_name_says_to_use_nonlocal() -> None:
     """A script's top-level names are its function's locals: `global` in a function inside
     it names another, undefined, variable; the NameError says what to write instead (and
