@@ -9,6 +9,8 @@ file) are translated into this family once, where the engine meets them (config 
 
 from __future__ import annotations
 
+from runner import bounded
+
 
 class CodeModeError(Exception):
     """Base of every error the engine raises to its host."""
@@ -83,14 +85,7 @@ class StoreUnavailable(CodeModeError):
         self.permanent = permanent
 
 
-# An id a host passed on from a client or a model may be anything: a message names it within
-# this many characters (the middle cut out), not a megabyte of it.
-ID_SHOWN = 200
-
-
 def _quoted(value: object) -> str:
-    text = repr(value)
-    if len(text) <= ID_SHOWN:
-        return text
-    half = ID_SHOWN // 2
-    return f"{text[:half]}[... {len(text) - 2 * half:,} characters cut ...]{text[-half:]}"
+    """An id a host passed on from a client or a model, which may be anything: named within
+    the bound for names (the middle cut out), not a megabyte of it."""
+    return bounded(repr(value), "name")

@@ -336,16 +336,20 @@
     const shown = name === undefined ? "a tool call" : "tools." + name + "(...)";
     return shown + " gives a promise, not its result: write \"await " + shown + "\"";
   }
-  const CallPromise = create(NativePromise.prototype);
-  const misuse = { get() { throw new NativeTypeError(forgotten(this)); }, enumerable: false };
-  for (const key of ["length", "map", "filter", "forEach", "find", "findIndex", "reduce", "some",
-    "every", "includes", "indexOf", "slice", "join", "sort", "concat", "flat", "flatMap", "at",
-    "toJSON", toPrimitiveKey, Symbol.iterator, Symbol.asyncIterator]) {
-    defineProperty(CallPromise, key, misuse);
+  // Made at a run's first call (about 10 us), not at its start: a run without calls pays none.
+  let CallPromise;
+  function callPromise() {
+    const proto = create(NativePromise.prototype);
+    const misuse = { get() { throw new NativeTypeError(forgotten(this)); }, enumerable: false };
+    for (const key of ["length", "map", "filter", "forEach", "find", "findIndex", "reduce", "some",
+      "every", "includes", "indexOf", "slice", "join", "sort", "concat", "flat", "flatMap", "at",
+      "toJSON", toPrimitiveKey, Symbol.iterator, Symbol.asyncIterator]) {
+      defineProperty(proto, key, misuse);
+    }
+    return freeze(proto);
   }
-  freeze(CallPromise);
   function called(name, promise) {
-    setPrototypeOf(promise, CallPromise);
+    setPrototypeOf(promise, CallPromise || (CallPromise = callPromise()));
     callNames.set(promise, name);
     return promise;
   }

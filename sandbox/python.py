@@ -1768,8 +1768,8 @@ class Run(Replay):
         """A warning, printed as CPython prints it but without the sandbox's own files (a
         coroutine never awaited is reported where the sandbox dropped it): the script's line
         when it is the script's."""
-        where = f"line {lineno}: " if filename == FILENAME else ""
-        text = f"{where}{getattr(category, '__name__', 'Warning')}: {message}\n"
+        line = lineno if filename == FILENAME else 0
+        text = _warning_line(line, getattr(category, "__name__", "Warning"), str(message))
         if text not in self.warned:
             self.warned.add(text)
             self.sink.write(text)
@@ -1792,9 +1792,13 @@ class Run(Replay):
             for line in self.main_guards:
                 # A program's entry point, which the model meant to run: say it did not.
                 self.printed.write(
-                    f'line {line}: RuntimeWarning: the block of `if __name__ == "__main__":` '
-                    "never runs: a script is the body of an async function, not a program, so "
-                    "call what it calls directly (as `return await main()`)\n"
+                    _warning_line(
+                        line,
+                        "RuntimeWarning",
+                        'the block of `if __name__ == "__main__":` never runs: a script is the '
+                        "body of an async function, not a program, so call what it calls "
+                        "directly (as `return await main()`)",
+                    )
                 )
             self._unretrieved()
         return self._finish(ran)
@@ -1824,11 +1828,11 @@ class Run(Replay):
             first = message.split("\n", 1)[0]
             if len(first) > _FAILURE_BOUND or first != message:
                 first = first[:_FAILURE_BOUND] + " [...]"
-            where = f"line {future._line}: " if future._line else ""
             self.printed.write(
-                _well_formed(
-                    f"{where}RuntimeWarning: {future._shown()} failed and nothing awaited it: "
-                    f"{first}\n"
+                _warning_line(
+                    future._line,
+                    "RuntimeWarning",
+                    f"{future._shown()} failed and nothing awaited it: {first}",
                 )
             )
 
@@ -1937,6 +1941,13 @@ _WITHHELD = {
     ),
     **dict.fromkeys(("eval", "exec", "compile"), _NO_CODE),
 }
+
+
+def _warning_line(line: int, category: str, message: str) -> str:
+    """A warning as a run prints it, as CPython does but with the script's line (0: none),
+    well formed: ``line 3: RuntimeWarning: message``."""
+    where = f"line {line}: " if line else ""
+    return _well_formed(f"{where}{category}: {message}\n")
 
 
 def _declared_global(code: str, name: str) -> bool:
