@@ -1171,6 +1171,10 @@ def test_asyncio_run_says_to_await_instead() -> None:
     )
     assert [x.line for x in ran.error.lines] == [4]
     assert ran.printed == "" and ran.calls == []
+    for given in ("5", "main=None"):  # not a coroutine: the same words, for any main
+        error = failed(f"import asyncio\nasyncio.run({given})")
+        assert error.name == "RuntimeError"
+        assert error.message.endswith("write `return await main(...)`"), error
     fixed = code.replace("asyncio.run(fetch_all())", "return await fetch_all()")
     assert value(fixed, [Record(name="echo", arguments={"x": 1}, result=2)]) == 2
 
