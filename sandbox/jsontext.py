@@ -134,7 +134,13 @@ def std_dumps(value: Any, *, sort_keys: bool = False) -> bytes:
     """:func:`dumps` by the standard library: strings by its C encoder, which sizes its
     output exactly; the rest in Python, to write what orjson writes."""
     parts: list[str] = []
-    _write(value, sort_keys, 0, parts)
+    try:
+        _write(value, sort_keys, 0, parts)
+    except SystemError as e:
+        # "error return without exception set": a C function of CPython's that failed to
+        # allocate lost its MemoryError. Writing plain data fails no other way: it is the heap
+        # at its limit, which the run reports as the memory limit (it was a SystemError).
+        raise MemoryError("the heap ran out while writing JSON") from e
     try:
         return "".join(parts).encode("utf-8")
     except UnicodeEncodeError:
