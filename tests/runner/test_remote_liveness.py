@@ -176,10 +176,17 @@ async def test_a_frozen_service_that_reads_nothing_loses_its_step_within_seconds
         service_process(token_file, *beat) as (stopped, frozen),
         service_process(token_file, *beat) as (_, healthy),
     ):
-        remote = RemoteRunner([frozen, healthy], TOKEN, silence=2.0, connect_timeout=2.0)
+        # A long connect timeout while the service is healthy: a loaded machine can take over
+        # 2 s to welcome a fresh service's first client, which put it out of rotation before
+        # the freeze this test is about (seen once in CI).
+        remote = RemoteRunner([frozen, healthy], TOKEN, silence=2.0, connect_timeout=30.0)
         remote._turn = -1  # the first address first
         assert (await remote.run(script("return 1"))).value == 1  # its connection is kept
+        assert remote.status()[frozen]["steps"] == 1, remote.status()
         os.kill(stopped.pid, signal.SIGSTOP)
+        # The kept connection fails on the send; the fresh one tried next waits this long
+        # for a welcome from the stopped service.
+        remote.connect_timeout = 2.0
         big = "// " + "x" * (32 << 20) + "\nreturn 2"
         remote._turn = -1
         # Bounded, so the test fails instead of hanging on the send.
