@@ -658,7 +658,37 @@ def _static_modules() -> dict[str, Module]:
     strings["Formatter"] = _SafeFormatter
     modules["string"] = Module("string", strings)
     modules["io"] = Module("io", {"StringIO": io.StringIO})
+    encoding = _public(json)
+    encoding.update(JSONEncoder=_JSONEncoder, dumps=_json_dumps, dump=_json_dump)
+    modules["json"] = Module("json", encoding)
     return modules
+
+
+class _JSONEncoder(json.JSONEncoder):
+    """json's encoder as scripts have it: a call not awaited (``json.dumps(tools.x(...))``)
+    is a TypeError that names the fix, not "Object of type _Call is not JSON serializable"."""
+
+    def default(self, o: Any) -> Any:
+        if issubclass(type(o), _Future):
+            raise TypeError(o._misuse())
+        return super().default(o)
+
+
+_JSONEncoder.__name__ = _JSONEncoder.__qualname__ = "JSONEncoder"
+_JSONEncoder.__module__ = "json"
+
+
+def _json_dumps(obj: Any, *, cls: Any = None, **options: Any) -> str:
+    return json.dumps(obj, cls=_JSONEncoder if cls is None else cls, **options)
+
+
+def _json_dump(obj: Any, fp: Any, *, cls: Any = None, **options: Any) -> None:
+    json.dump(obj, fp, cls=_JSONEncoder if cls is None else cls, **options)
+
+
+_json_dumps.__doc__, _json_dump.__doc__ = json.dumps.__doc__, json.dump.__doc__
+_json_dumps.__name__ = _json_dumps.__qualname__ = "dumps"
+_json_dump.__name__ = _json_dump.__qualname__ = "dump"
 
 
 _STATIC = _static_modules()

@@ -322,6 +322,10 @@ NOT_AWAITED = 'tools.echo(...) gives an awaitable, not its result: write "await 
         "sorted([r, r])",
         "import math\nmath.floor(r)",
         "import statistics\nstatistics.mean([r, r])",
+        "import json\njson.dumps(r)",
+        "import json\njson.dumps({'prs': [r]})",
+        "import json, io\njson.dump(r, io.StringIO())",
+        "import json\nclass E(json.JSONEncoder):\n    pass\njson.dumps(r, cls=E)",
         "async def f():\n    async for x in r:\n        pass\nawait f()",
     ],
 )
