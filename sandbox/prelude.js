@@ -31,6 +31,7 @@
   const NativeSyntaxError = SyntaxError, NativeInternalError = InternalError;
   const NativeMap = Map, NativeSet = Set, NativeProxy = Proxy, NativePromise = Promise;
   const NativeWeakMap = WeakMap;
+  const { get: weakMapGet, set: weakMapSet, has: weakMapHas } = WeakMap.prototype;
   // Taken before the script runs, so a script that replaces JSON does not change what the
   // host is sent (the host checks everything anyway).
   const JSON = freeze({ stringify: globalThis.JSON.stringify, parse: globalThis.JSON.parse });
@@ -170,7 +171,7 @@
       case "function": return "[Function" + (value.name ? " " + value.name : "") + "]";
     }
     if (value === null) return "null";
-    if (callNames.has(value)) return "Promise { " + forgotten(value) + " }";
+    if (apply(weakMapHas, callNames, [value])) return "Promise { " + forgotten(value) + " }";
     if (ancestors.includes(value)) return "[Circular]";
     if (value instanceof NativeError) return errorText(value);
     const time = timeOf(value); // a real Date, read without running any script code
@@ -263,7 +264,7 @@
       throw new NativeTypeError(path + " nests deeper than " + MAX_DEPTH + " levels of objects and arrays, " +
         "the most data passed to a tool may nest (MAX_DEPTH); flatten it");
     }
-    if (callNames.has(value)) throw new NativeTypeError(path + " is not data: " + forgotten(value));
+    if (apply(weakMapHas, callNames, [value])) throw new NativeTypeError(path + " is not data: " + forgotten(value));
     const proto = getPrototypeOf(value);
     const array = isArray(value);
     if (!array && proto !== ObjectProto && proto !== null) {
@@ -299,10 +300,11 @@
   // no script change to Array.prototype reaches it.
   let pending = setPrototypeOf([], null);
   function defer(name) {
-    const entry = { __proto__: null, name, error: new NativeError(""), resolve: null, reject: null };
-    const promise = new NativePromise((resolve, reject) => { entry.resolve = resolve; entry.reject = reject; });
+    const entry = { __proto__: null, name, error: new NativeError(""), resolve: null, reject: null,
+      promise: null };
+    entry.promise = new NativePromise((resolve, reject) => { entry.resolve = resolve; entry.reject = reject; });
     pending[pending.length] = entry;
-    return promise;
+    return entry.promise;
   }
   // The host settles the first `answers.length` deferred calls, in call order: each answer
   // is [1, result] or [0, error message].
@@ -319,6 +321,7 @@
       } else {
         entry.error.message = answer[1];
         entry.error.tool = entry.name;
+        failing(entry.promise, entry.error);
         entry.reject(entry.error);
       }
     }
@@ -330,17 +333,43 @@
   // promise whose constructor is Promise, so await and Promise.all take it as before, without
   // an extra turn of the job queue (a replay makes its calls in the same order). The same
   // for a call answered from the log and a new one: a live run and a replay print the same.
+  // Each call's promise has its record: the tool's name, and whether anything took the
+  // promise's outcome. Whatever does (await, then, catch, finally, Promise.all and its kind)
+  // reads the promise's `constructor` first, so the prototype's getter of it marks the call
+  // taken; there is no other way to see an await of a native promise.
   const callNames = new NativeWeakMap();
+  const shownCall = (name) => "tools." + name + "(...)";
   function forgotten(promise) {
-    const name = callNames.get(promise);
-    const shown = name === undefined ? "a tool call" : "tools." + name + "(...)";
+    const call = apply(weakMapGet, callNames, [promise]);
+    const shown = call === undefined ? "a tool call" : shownCall(call.name);
     return shown + " gives a promise, not its result: write \"await " + shown + "\"";
+  }
+  // The calls that failed, in the order they failed. Those nothing took when the script
+  // ends are printed lines, as Python's "failed and nothing awaited it" (see `untaken`).
+  const failedCalls = setPrototypeOf([], null);
+  function failing(promise, error) {
+    const call = apply(weakMapGet, callNames, [promise]);
+    if (call === undefined) return;
+    call.message = error.message;
+    call.stack = error.stack;
+    failedCalls[failedCalls.length] = call;
+  }
+  function untaken() {
+    for (let i = 0; i < failedCalls.length; i++) {
+      const call = failedCalls[i];
+      if (!call.taken) host.untaken(wellFormed(shownCall(call.name)), wellFormed(call.message), wellFormed(call.stack));
+    }
   }
   // Made at a run's first call (about 10 us), not at its start: a run without calls pays none.
   let CallPromise;
   function callPromise() {
     const proto = create(NativePromise.prototype);
     const misuse = { get() { throw new NativeTypeError(forgotten(this)); }, enumerable: false };
+    defineProperty(proto, "constructor", { get() {
+      const call = apply(weakMapGet, callNames, [this]);
+      if (call !== undefined) call.taken = true;
+      return NativePromise;
+    }, enumerable: false });
     for (const key of ["length", "map", "filter", "forEach", "find", "findIndex", "reduce", "some",
       "every", "includes", "indexOf", "slice", "join", "sort", "concat", "flat", "flatMap", "at",
       "toJSON", toPrimitiveKey, Symbol.iterator, Symbol.asyncIterator]) {
@@ -350,7 +379,7 @@
   }
   function called(name, promise) {
     setPrototypeOf(promise, CallPromise || (CallPromise = callPromise()));
-    callNames.set(promise, name);
+    apply(weakMapSet, callNames, [promise, { __proto__: null, name, taken: false, message: "", stack: "" }]);
     return promise;
   }
   function noSuchTool(name) {
@@ -378,7 +407,9 @@
       case 101: { // "e": a recorded error
         const err = new NativeError(rest);
         err.tool = name;
-        return called(name, NativePromise.reject(err));
+        const promise = called(name, NativePromise.reject(err));
+        failing(promise, err);
+        return promise;
       }
       case 116: throw new NativeTypeError(rest); // "t": this call is wrong
       case 108: throw new NativeRangeError(rest); // "l": this call is over a per-call limit
@@ -525,6 +556,9 @@
   // leave the run with no ending at all, read as a script that waits forever.
   const ending = (report) => (outcome) => {
     try {
+      // The calls that failed with nothing to take them, after the script's own lines;
+      // not when the heap is full (as Python's run, which reports them but for that).
+      if (report !== failed || !outOfMemory(outcome)) untaken();
       report(outcome);
     } catch (e) {
       if (!outOfMemory(e)) throw e;

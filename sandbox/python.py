@@ -98,6 +98,8 @@ from sandbox.replay import (
     _Ended,
     _finished,
     _NotData,
+    unawaited,
+    warning_line,
 )
 
 __all__ = ["ALLOWED", "Run", "check", "warm_up_code"]
@@ -911,9 +913,6 @@ def _clock_modules(now_ms: int, seed: int) -> dict[str, Module]:
 
 
 # ---- the scheduler ----
-
-# The most of a failure's message a line about it shows (Run._unretrieved): its first line.
-_FAILURE_BOUND = 300
 
 
 class _Future(_Opaque):
@@ -1855,15 +1854,8 @@ class Run(Replay):
                 message = f"an error that cannot be read: {_type_name(e)}"
             if type(future) is not _Call:  # a call's error is the tool's message
                 message = f"{_type_name(error)}: {message}"
-            first = message.split("\n", 1)[0]
-            if len(first) > _FAILURE_BOUND or first != message:
-                first = first[:_FAILURE_BOUND] + " [...]"
             self.printed.write(
-                _warning_line(
-                    future._line,
-                    "RuntimeWarning",
-                    f"{future._shown()} failed and nothing awaited it: {first}",
-                )
+                _warning_line(future._line, "RuntimeWarning", unawaited(future._shown(), message))
             )
 
     def _value(self, value: Any) -> Ran:
@@ -1974,10 +1966,8 @@ _WITHHELD = {
 
 
 def _warning_line(line: int, category: str, message: str) -> str:
-    """A warning as a run prints it, as CPython does but with the script's line (0: none),
-    well formed: ``line 3: RuntimeWarning: message``."""
-    where = f"line {line}: " if line else ""
-    return _well_formed(f"{where}{category}: {message}\n")
+    """``warning_line``, well formed (a script's own text may hold lone surrogates)."""
+    return _well_formed(warning_line(line, category, message))
 
 
 def _declared_global(code: str, name: str) -> bool:

@@ -548,6 +548,26 @@ def _cut(text: str, bound: int) -> str:
     return f"{text[:half]}\n[... {len(text) - 2 * half:,} characters cut ...]\n{text[-half:]}"
 
 
+# A warning about a failure shows the first line of its message, cut at this many characters.
+_FAILURE_BOUND = 300
+
+
+def warning_line(line: int, category: str, message: str) -> str:
+    """A warning as a run prints it, as CPython does but with the script's line (0: none):
+    ``line 3: RuntimeWarning: message`` and a newline."""
+    where = f"line {line}: " if line else ""
+    return f"{where}{category}: {message}\n"
+
+
+def unawaited(shown: str, message: str) -> str:
+    """What a warning says of ``shown`` (``tools.x(...)``, a task), which failed with
+    ``message`` and which nothing took the error of (awaited, caught) before the run ended."""
+    first = message.split("\n", 1)[0]
+    if len(first) > _FAILURE_BOUND or first != message:
+        first = first[:_FAILURE_BOUND] + " [...]"
+    return f"{shown} failed and nothing awaited it: {first}"
+
+
 def _call_text(name: str, arguments: Any) -> str:
     text = canonical_json(arguments).decode()
     if len(text) > 200:

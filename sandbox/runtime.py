@@ -46,6 +46,8 @@ from sandbox.replay import (
     _Ended,
     _finished,
     _NotData,
+    unawaited,
+    warning_line,
 )
 
 __all__ = [
@@ -59,7 +61,7 @@ __all__ = [
 ]
 
 PRELUDE = resources.files("sandbox").joinpath("prelude.js").read_text(encoding="utf-8")
-_HOST_FUNCTIONS = ("call", "print", "closest", "done", "fail", "file")
+_HOST_FUNCTIONS = ("call", "print", "closest", "done", "fail", "file", "untaken")
 # Evaluated on a context where nothing has run: takes the host functions off the global
 # object and gives `start(config_json, code)`, which installs the prelude and runs the script.
 _BOOT = (
@@ -196,6 +198,15 @@ class Run(Replay):
             return
         self.outcome = ("error", (name, message, stack))
 
+    def _untaken(self, shown: str, message: str, stack: str) -> None:
+        """A call that failed and that nothing took (awaited, caught) by the script's end: a
+        printed line naming it, at the script's line that made it."""
+        if self.ended or not all(isinstance(x, str) for x in (shown, message, stack)):
+            return
+        lines = self._lines(stack)
+        where = lines[0].line if lines else 0
+        self.printed.write(warning_line(where, "Warning", unawaited(shown, message)))
+
     # ---- endings ----
 
     def _host_functions(self) -> dict[str, Any]:
@@ -208,6 +219,7 @@ class Run(Replay):
                 ("done", self._done),
                 ("fail", self._fail),
                 ("file", self._file),
+                ("untaken", self._untaken),
             )
         }
 

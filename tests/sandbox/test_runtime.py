@@ -1212,6 +1212,127 @@ def test_a_call_without_await_prints_and_passes_as_what_it_is(recorded: bool) ->
         assert works.outcome == "finished" and works.value == [5, 6, 5, True], works.error
 
 
+# ---- a call that failed and that nothing awaited ----
+
+JS_NOPE = rec("echo", {"a": 1}, error="no such sku")
+UNTAKEN = "Warning: tools.{}(...) failed and nothing awaited it: {}"
+
+
+def _js_to_the_end(code: str, *, live: bool = False, version: int = protocol.VERSION) -> Ran:
+    """The last run of ``code`` replayed step by step (or one live run resumed, ``live``):
+    list_prs gives 1 and every other call fails with a message of its own (echo a=1 "no such
+    sku", echo a=2 "also", any other "lost")."""
+    messages = {'{"a":1}': "no such sku", '{"a":2}': "also"}
+
+    def answers(ran: Ran) -> list[protocol.Record]:
+        return [
+            rec(c.name, c.arguments, result=1)
+            if c.name == "list_prs"
+            else rec(
+                c.name,
+                c.arguments,
+                error=messages.get(protocol.canonical_json(c.arguments).decode(), "lost"),
+            )
+            for c in ran.calls
+        ]
+
+    if live:
+        process = runtime.LiveInProcess(script(code))
+        ran = process.start()
+        for _ in range(10):
+            if ran.outcome != "calls":
+                process.close()
+                return ran
+            ran = process.resume(answers(ran))
+        raise AssertionError("the script did not end")
+    records: list[protocol.Record] = []
+    for _ in range(10):
+        ran = runtime.run_in_process(script(code, records).model_copy(update={"version": version}))
+        if ran.outcome != "calls":
+            return ran
+        records += answers(ran)
+    raise AssertionError("the script did not end")
+
+
+@pytest.mark.parametrize("how", ["replay", "live", "version 1"])
+def test_a_failed_call_nothing_awaited_gets_a_line(how: str) -> None:
+    """A call that failed and that the script never awaited is reported when the script
+    ends, with its line, after what the script printed, as a Python script's is (before, the
+    failure was lost); one that succeeded is not (a call made for its effect is no mistake).
+    The same printed text live, replayed, and with calls settled at once (version 1)."""
+    code = "tools.echo({ a: 1 });\ntools.echo({ a: 2 });\nawait tools.list_prs({});\nconsole.log('done');\nreturn 1"
+    ran = _js_to_the_end(code, live=how == "live", version=1 if how == "version 1" else 2)
+    assert ran.outcome == "finished" and ran.value == 1, ran.error
+    assert ran.printed == (
+        "done\nline 1: " + UNTAKEN.format("echo", "no such sku") + "\n"
+        "line 2: " + UNTAKEN.format("echo", "also") + "\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "try { await tools.echo({ a: 1 }); } catch (e) {}",
+        "await tools.echo({ a: 1 }).catch(() => 0);",
+        "await tools.echo({ a: 1 }).then(() => 0, () => 1);",
+        "const p = tools.echo({ a: 1 });\nawait tools.list_prs({});\ntry { await p; } catch {}",
+        "try { await Promise.all([tools.list_prs({}), tools.echo({ a: 1 }), tools.echo({ a: 2 })]); } catch {}",
+        "await Promise.allSettled([tools.echo({ a: 1 })]);",
+        "try { await Promise.race([tools.echo({ a: 1 })]); } catch {}",
+        "try { await Promise.any([tools.echo({ a: 1 })]); } catch {}",
+        "const f = async () => tools.echo({ a: 1 });\ntry { await f(); } catch {}",
+        "try { await new Promise((ok) => ok(tools.echo({ a: 1 }))); } catch {}",
+        "try { await tools.echo({ a: 1 }).finally(() => 0); } catch {}",
+        "tools.echo({ a: 1 }).catch(() => 0);\nawait tools.list_prs({});",
+    ],
+)
+def test_a_failure_something_took_gets_no_line(code: str) -> None:
+    """Awaited, caught, chained, or taken by Promise.all and its kind (each reads the
+    promise's constructor): no line; the failed call after it that nothing took still gets
+    its line."""
+    ran = _js_to_the_end(
+        code + "\ntools.get_user({});\nawait tools.list_prs({ b: 1 });\nconsole.log('end');"
+    )
+    assert ran.printed == "end\nline {}: {}\n".format(
+        code.count("\n") + 2, UNTAKEN.format("get_user", "lost")
+    ), ran.error
+
+
+def test_lines_come_in_the_order_the_calls_failed_also_when_the_script_fails() -> None:
+    """A message is cut to its first line (and 300 characters); a script that fails still
+    reports its untaken calls, before its error; TypeScript keeps the script's lines."""
+    code = (
+        "for (let i = 0; i < 2; i++) {\n  tools.search({ i });\n}\n"
+        "const two: number = 2;\ntools.echo({ a: 2 });\nawait tools.list_prs({});\n"
+        "throw new Error('own');"
+    )
+    records = [
+        rec("search", {"i": 0}, error="first\nsecond"),
+        rec("search", {"i": 1}, error="x" * 400),
+    ]
+    records += [rec("echo", {"a": 2}, error="also"), rec("list_prs", {}, result=1)]
+    ran = run(code, records)
+    assert ran.outcome == "failed" and ran.error is not None and ran.error.message == "own"
+    assert ran.printed.splitlines() == [
+        "line 2: " + UNTAKEN.format("search", "first [...]"),
+        "line 2: " + UNTAKEN.format("search", "x" * 300 + " [...]"),
+        "line 5: " + UNTAKEN.format("echo", "also"),
+    ]
+
+
+def test_no_line_until_the_script_ends_and_none_for_a_memory_failure() -> None:
+    """A run that stops on calls reports nothing yet (its last run reports, live or
+    replayed); a run that met its memory limit reports nothing more."""
+    code = "tools.echo({ a: 1 });\nawait tools.search({});"
+    assert run(code, [JS_NOPE]).printed == ""
+    ended = run(code, [JS_NOPE, rec("search", {}, result=1)])
+    assert ended.printed == "line 1: " + UNTAKEN.format("echo", "no such sku") + "\n"
+    heavy = "tools.echo({ a: 1 });\nawait tools.search({});\nconst a = [];\nwhile (true) a.push('x'.repeat(1000) + a.length);"
+    ran = run(heavy, [JS_NOPE, rec("search", {}, result=1)], memory=16 * MiB)
+    assert ran.limit is not None and ran.limit.name == "memory", ran.error
+    assert ran.printed == ""
+
+
 def test_other_undefined_names_and_caught_errors_keep_the_engines_message() -> None:
     """Only the globals a model reaches for get a hint, and only in the failure the model
     reads: a script's own typo, and an error the script catches, say what QuickJS said."""
