@@ -605,7 +605,8 @@ class CodeMode(StepLoop):
                 drive = None
             if drive is None:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.poll_interval)
+                    async with asyncio.timeout(self.poll_interval):
+                        await stop.wait()
                 continue
             lease = drive.lease
             self._emit(

@@ -241,7 +241,8 @@ async def _converse(
                 return Outcome(ran=message) if problem is None else Outcome(problem=problem)
             # The wait for the host's store counts too: one that never answers meets the
             # deadline like a process that never does.
-            answer = await asyncio.wait_for(server.answer(message), max(deadline.remaining(), 0))
+            async with asyncio.timeout(max(deadline.remaining(), 0)):
+                answer = await server.answer(message)
             await send(answer)
     except (BrokenPipeError, ConnectionResetError):
         return Outcome()

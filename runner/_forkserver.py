@@ -143,11 +143,13 @@ class ForkedChild:
             return
         if not self.exit.done():
             try:
-                await asyncio.wait_for(asyncio.shield(self.exit), grace)
+                async with asyncio.timeout(grace):
+                    await asyncio.shield(self.exit)
             except TimeoutError:
                 self.kill()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(self.exit), 5.0)
+                    async with asyncio.timeout(5.0):
+                        await asyncio.shield(self.exit)
         if self.exit.done():
             self.report = self.exit.result()
             if self.report is not None:
@@ -273,9 +275,8 @@ class ForkServer:
         self._hello = loop.create_future()
         loop.add_reader(ours.fileno(), self._on_readable)
         try:
-            self.zygote_pid = await asyncio.wait_for(
-                asyncio.shield(self._hello), self.spawn_timeout
-            )
+            async with asyncio.timeout(self.spawn_timeout):
+                self.zygote_pid = await asyncio.shield(self._hello)
         except (TimeoutError, RunError) as e:
             detail = "it did not say hello in time" if isinstance(e, TimeoutError) else str(e)
             self._on_dead()
@@ -514,7 +515,8 @@ class ForkServer:
             for fd in theirs:
                 os.close(fd)  # the zygote has its own copies now
         try:
-            spawned = await asyncio.wait_for(asyncio.shield(waiter), self.spawn_timeout)
+            async with asyncio.timeout(self.spawn_timeout):
+                spawned = await asyncio.shield(waiter)
         except BaseException as e:
             self._pending.pop(spawn_id, None)
             if waiter.done() and not waiter.cancelled() and waiter.exception() is None:

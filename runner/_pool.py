@@ -134,7 +134,8 @@ class WarmPool:
         retry = RETRY_AFTER
         while not self._closed:
             try:
-                await asyncio.wait_for(self._wanted.wait(), self.idle_after)
+                async with asyncio.timeout(self.idle_after):
+                    await self._wanted.wait()
             except TimeoutError:
                 self.shrink_if_idle()
                 continue

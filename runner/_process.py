@@ -109,9 +109,15 @@ class Child:
             delay = min(delay * 2, 0.02)
         self.popen.returncode = os.waitstatus_to_exitcode(self.status)
         self.writer.close()
-        if self.stderr_task is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(self.stderr_task, 1.0)
+        task = self.stderr_task
+        if task is not None:
+            # Waited for, not awaited: a wait cancelled from outside must end this task too,
+            # and the reader's own end (cancelled, failed) is of no use here.
+            await asyncio.wait({task}, timeout=1.0)
+            if not task.done():
+                task.cancel()
+            elif not task.cancelled():
+                task.exception()
         self.popen.stdout.close()  # type: ignore[union-attr]
         self.popen.stderr.close()  # type: ignore[union-attr]
 

@@ -460,16 +460,14 @@ class RemoteRunner(ScriptRunner):
         """Open a connection and shake hands. Raises :class:`_Down` naming what failed."""
         timeout = self.connect_timeout
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(
+            async with asyncio.timeout(timeout):
+                reader, writer = await asyncio.open_connection(
                     remote.host,
                     remote.port,
                     ssl=self._tls,
                     server_hostname=(self.server_hostname or remote.host) if self._tls else None,
                     ssl_handshake_timeout=timeout if self._tls else None,
-                ),
-                timeout,
-            )
+                )
         except TimeoutError:
             raise _Down(f"could not connect within {timeout:g} s") from None
         except ssl.SSLCertVerificationError as e:
@@ -613,9 +611,8 @@ class RemoteRunner(ScriptRunner):
                 # A store that never answers cannot hold the step: by the time a read has
                 # waited a whole step's wall time, the service has passed the step's deadline
                 # and its answer (the step) is on its way.
-                answer = await asyncio.wait_for(
-                    server.answer(message), conv.wall_seconds(script.limits.compute_ms)
-                )
+                async with asyncio.timeout(conv.wall_seconds(script.limits.compute_ms)):
+                    answer = await server.answer(message)
             except TimeoutError:
                 continue
             except (protocol.ProtocolError, conv.OverReading) as e:
@@ -783,8 +780,12 @@ class RemoteLive(LiveRun):
         self._spend()
         # The service ends the process; the connection takes requests again.
         try:
-            await asyncio.wait_for(self.conn.send(protocol.END_LINE), 1.0)
-        except (Exception, asyncio.CancelledError):
+            async with asyncio.timeout(1.0):
+                await self.conn.send(protocol.END_LINE)
+        except asyncio.CancelledError:
+            self.conn.abort()
+            raise
+        except Exception:
             self.conn.abort()
             return
         with contextlib.suppress(Exception):

@@ -121,7 +121,8 @@ class _ForwardedFiles:
             try:
                 request = protocol.ReadRequest(file=file_id, offset=offset, len=length)
                 await self.conn.send(wire.encode(request))
-                return await asyncio.wait_for(answer, self.timeout)
+                async with asyncio.timeout(self.timeout):
+                    return await answer
             except wire.PeerGone as e:
                 self.broken = True
                 raise RunError(f"the engine went away during a read of {file_id!r}: {e}") from e
@@ -436,7 +437,8 @@ class RunnerService:
     async def _refuse(self, conn: wire.Channel, why: str) -> None:
         log.warning("%s: refused: %s", conn.peer, why)
         with contextlib.suppress(wire.PeerGone, TimeoutError):
-            await asyncio.wait_for(conn.send(wire.encode(wire.Refused(error=why))), 1.0)
+            async with asyncio.timeout(1.0):
+                await conn.send(wire.encode(wire.Refused(error=why)))
 
     async def _handshake(self, conn: wire.Channel) -> int | None:
         """TLS, then read and check ``hello``; answer ``welcome`` or ``refused``.
@@ -595,7 +597,8 @@ class RunnerService:
             log.warning("%s: %s", conn.peer, why)
         with contextlib.suppress(wire.PeerGone, TimeoutError):
             line = wire.encode(wire.Failure(error=why, cause=cause))
-            await asyncio.wait_for(conn.send(line), 1.0)
+            async with asyncio.timeout(1.0):
+                await conn.send(line)
 
     async def _exchange(
         self,
@@ -791,7 +794,8 @@ class RunnerService:
         log.info("%s: live step %s ended: %s", conn.peer, held.script.id, why)
         await self._end_run(held.run)
         with contextlib.suppress(wire.PeerGone, TimeoutError):
-            await asyncio.wait_for(conn.send(wire.encode(wire.Ended(error=why))), 1.0)
+            async with asyncio.timeout(1.0):
+                await conn.send(wire.encode(wire.Ended(error=why)))
         return False, None
 
     async def _resume(self, held: _Held, records: list[protocol.Record]) -> _Answer:

@@ -124,7 +124,8 @@ class Slots:
         self._dispatch()
         if not waiter.future.done():
             try:
-                await asyncio.wait_for(asyncio.shield(waiter.future), self.script_wait)
+                async with asyncio.timeout(self.script_wait):
+                    await asyncio.shield(waiter.future)
             except BaseException as e:
                 if waiter.future.done() and not waiter.future.cancelled():
                     self._give_back(tenant)  # granted just as we gave up: hand it on

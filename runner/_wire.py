@@ -436,7 +436,8 @@ class Channel:
         if timeout is not None and timeout <= 0:
             raise TimeoutError
         try:
-            chunk = await asyncio.wait_for(self.reader.read(size), timeout)
+            async with asyncio.timeout(timeout):
+                chunk = await self.reader.read(size)
         except TimeoutError:  # an OSError too, but not a broken connection
             raise
         except (ConnectionError, OSError) as e:
@@ -547,7 +548,8 @@ class Channel:
             while True:
                 waiting = transport.get_write_buffer_size()
                 try:
-                    await asyncio.wait_for(self.writer.drain(), self.stall)
+                    async with asyncio.timeout(self.stall):
+                        await self.writer.drain()
                     return
                 except TimeoutError:
                     if transport.get_write_buffer_size() >= waiting:
@@ -578,8 +580,12 @@ class Channel:
         self._buffer.clear()
         self.writer.close()
         try:
-            await asyncio.wait_for(self.writer.wait_closed(), 1.0)
-        except (Exception, asyncio.CancelledError):
+            async with asyncio.timeout(1.0):
+                await self.writer.wait_closed()
+        except asyncio.CancelledError:
+            self.abort()
+            raise
+        except Exception:
             self.abort()
 
     def abort(self) -> None:

@@ -220,8 +220,10 @@ async def run_bounded(
             size += len(chunk)
 
     try:
-        await asyncio.wait_for(read(), timeout)
-        status = await asyncio.wait_for(process.wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await read()
+        async with asyncio.timeout(timeout):
+            status = await process.wait()
     except TimeoutError:
         process.kill()
         await process.wait()

@@ -120,7 +120,8 @@ class Upstream:
             if self._stop.is_set():
                 break
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._stop.wait()
             delay = min(delay * 2, MAX_RECONNECT_DELAY)
 
     async def _connect_once(self) -> None:
@@ -258,7 +259,8 @@ class Upstream:
             if self._stop.is_set() or self._task is None or self._task.done():
                 raise ToolCallError(f"the MCP server {self.name!r} is closed")
             try:
-                await asyncio.wait_for(self._connected.wait(), RECONNECT_WAIT)
+                async with asyncio.timeout(RECONNECT_WAIT):
+                    await self._connected.wait()
             except TimeoutError:
                 why = f" ({self.last_error})" if self.last_error else ""
                 raise ToolCallError(

@@ -298,3 +298,15 @@ class LoopbackRemote(ScriptRunner):
             await self.service.aclose()
         if self.local is not None:
             await self.local.aclose()
+
+
+async def warmed(*addresses: str) -> None:
+    """One step on each service, with generous timeouts: a fresh service starts its sandboxes
+    at its first step, which on a loaded machine takes seconds that the tests below do not
+    mean to time (and that a 2 s silence could take for a freeze)."""
+    for address in addresses:
+        remote = RemoteRunner([address], TOKEN, silence=30.0, connect_timeout=30.0)
+        try:
+            assert (await remote.run(script("return 0"))).value == 0
+        finally:
+            await remote.aclose()

@@ -29,7 +29,7 @@ from runner._remote import RemoteLive
 from sandbox.protocol import Call, Limits, Record, Script
 from tests._needs import require
 
-from .remote_support import TOKEN, script, service_process, services
+from .remote_support import TOKEN, script, service_process, services, warmed
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -245,6 +245,7 @@ async def test_a_service_gone_mid_live_wait_means_replay_elsewhere(
         service_process(token_file, *beat) as (first, a),
         service_process(token_file, *beat) as (second, b),
     ):
+        await warmed(a, b)
         remote = RemoteRunner([a, b], TOKEN, silence=1.0)
         processes = {a: first, b: second}
         made: list[int] = []

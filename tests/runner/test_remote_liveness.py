@@ -23,6 +23,7 @@ from .remote_support import (
     script,
     service_process,
     services,
+    warmed,
 )
 
 
@@ -119,6 +120,7 @@ async def test_a_frozen_service_loses_its_step_to_another_within_seconds(tmp_pat
         service_process(token_file, *beat) as (stopped, frozen),
         service_process(token_file, *beat) as (_, healthy),
     ):
+        await warmed(frozen, healthy)
         remote = RemoteRunner([frozen, healthy], TOKEN, silence=2.0)
         remote._turn = -1  # the first address first
         files = _GatedFiles()
@@ -128,8 +130,9 @@ async def test_a_frozen_service_loses_its_step_to_another_within_seconds(tmp_pat
         await files.asked.wait()  # the step is running on the first service
         os.kill(stopped.pid, signal.SIGSTOP)
         files.go.set()
-        # Bounded well under the old 86 s, so the test fails instead of waiting that out.
-        step = await asyncio.wait_for(run, 30)
+        # Bounded under the step's deadline (86 s), so the test fails instead of waiting that
+        # out; a loaded machine needs seconds for the step on the other service.
+        step = await asyncio.wait_for(run, 60)
         assert step.outcome == "finished", step.error
         assert step.value == "hello"
         status = remote.status()
@@ -176,6 +179,7 @@ async def test_a_frozen_service_that_reads_nothing_loses_its_step_within_seconds
         service_process(token_file, *beat) as (stopped, frozen),
         service_process(token_file, *beat) as (_, healthy),
     ):
+        await warmed(frozen, healthy)
         # A long connect timeout while the service is healthy: a loaded machine can take over
         # 2 s to welcome a fresh service's first client, which put it out of rotation before
         # the freeze this test is about (seen once in CI).
