@@ -115,6 +115,15 @@ _HOST_GLOBALS = {
     ),
 }
 _NOT_DEFINED = re.compile(r"([A-Za-z_$][\w$]*) is not defined")
+# An async callback given to forEach, which does not wait for it (typescript-eslint's
+# no-misused-promises): the script goes on without its calls' results, and errors are lost.
+_ASYNC_FOREACH = re.compile(r"\.forEach\(\s*async\b")
+_ASYNC_FOREACH_WARNING = (
+    "forEach does not wait for an async callback: the script goes on before its calls "
+    "finish, without their results, and their errors are lost; write "
+    "`for (const x of items) { await ... }`, or "
+    "`await Promise.all(items.map(async (x) => ...))`"
+)
 
 
 class Run(Replay):
@@ -300,14 +309,24 @@ class Run(Replay):
     def _concluded(self, kind: str, payload: Any) -> Ran:
         if kind == "value":
             try:
-                return self._finish(_finished(payload))
+                ran = _finished(payload)
             except _NotData as e:
                 message = f"the returned value {e}; return plainer data"
-                return self._finish(
-                    Ran(outcome="failed", error=ScriptError(name="TypeError", message=message))
-                )
-        name, message, stack = payload
-        return self._finish(self._failed(name, message, stack))
+                ran = Ran(outcome="failed", error=ScriptError(name="TypeError", message=message))
+        else:
+            ran = self._failed(*payload)
+        if ran.limit is None or ran.limit.name != "memory":
+            self._warn_async_foreach()
+        return self._finish(ran)
+
+    def _warn_async_foreach(self) -> None:
+        """A line after the printed text for each ``forEach(async ...)`` of the script."""
+        code = self.script.code
+        if ".forEach(" not in code:
+            return
+        for match in _ASYNC_FOREACH.finditer(code):
+            line = code.count("\n", 0, match.start()) + 1
+            self.printed.write(warning_line(line, "Warning", _ASYNC_FOREACH_WARNING))
 
     def _failed(self, name: str, message: str, stack: str) -> Ran:
         limit = None

@@ -1333,6 +1333,42 @@ def test_no_line_until_the_script_ends_and_none_for_a_memory_failure() -> None:
     assert ran.printed == ""
 
 
+FOREACH = (
+    "Warning: forEach does not wait for an async callback: the script goes on before its "
+    "calls finish, without their results, and their errors are lost; write "
+    "`for (const x of items) { await ... }`, or "
+    "`await Promise.all(items.map(async (x) => ...))`"
+)
+
+
+def test_an_async_callback_given_to_foreach_gets_a_line() -> None:
+    """forEach does not wait for an async callback: the script ends with none of the
+    results (Node.js returns [] too). The model reads why, at each such line, after what
+    the script printed; also when the script fails, and for TypeScript."""
+    code = (
+        "const out: number[] = [];\n"
+        "[1, 2].forEach(async (n) => { out.push(await tools.echo({ n })); });\n"
+        "console.log('went on');\n"
+        "[3].forEach(\n  async function (n) { await tools.echo({ n }); });\n"
+        "return out;"
+    )
+    ran = run(code, [rec("echo", {"n": n}, result=n) for n in (1, 2, 3)])
+    assert ran.outcome == "finished" and ran.value == [], ran.error
+    assert ran.printed.splitlines() == ["went on", "line 2: " + FOREACH, "line 4: " + FOREACH]
+    failed = run("[1].forEach(async (n) => n);\nthrow new Error('own');")
+    assert failed.outcome == "failed" and failed.printed == "line 1: " + FOREACH + "\n"
+
+
+def test_no_foreach_line_for_a_plain_callback_a_stop_or_a_memory_failure() -> None:
+    assert run("[1].forEach((n) => console.log(n));\nreturn 1").printed == "1\n"
+    stops = run("[1].forEach(async (n) => n);\nreturn await tools.echo({});")
+    assert stops.outcome == "calls" and stops.printed == ""
+    heavy = "[1].forEach(async (n) => n);\nconst a = [];\nwhile (true) a.push('x'.repeat(1000) + a.length);"
+    ran = run(heavy, memory=16 * MiB)
+    assert ran.limit is not None and ran.limit.name == "memory", ran.error
+    assert ran.printed == ""
+
+
 def test_other_undefined_names_and_caught_errors_keep_the_engines_message() -> None:
     """Only the globals a model reaches for get a hint, and only in the failure the model
     reads: a script's own typo, and an error the script catches, say what QuickJS said."""
