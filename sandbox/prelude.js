@@ -172,6 +172,7 @@
     }
     if (value === null) return "null";
     if (apply(weakMapHas, callNames, [value])) return "Promise { " + forgotten(value) + " }";
+    if (value instanceof NativePromise) return "Promise { <await it for its value> }";
     if (ancestors.includes(value)) return "[Circular]";
     if (value instanceof NativeError) return errorText(value);
     const time = timeOf(value); // a real Date, read without running any script code
@@ -265,6 +266,7 @@
         "the most data passed to a tool may nest (MAX_DEPTH); flatten it");
     }
     if (apply(weakMapHas, callNames, [value])) throw new NativeTypeError(path + " is not data: " + forgotten(value));
+    if (value instanceof NativePromise) throw new NativeTypeError(path + " is " + PROMISE_NOT_DATA);
     const proto = getPrototypeOf(value);
     const array = isArray(value);
     if (!array && proto !== ObjectProto && proto !== null) {
@@ -291,6 +293,16 @@
     seen[depth] = undefined;
     return copy;
   }
+
+  // A promise that is not a call's (an async function's: `items.map(async (x) => ...)` with
+  // no Promise.all) is no more data than a call's: JSON.stringify made it "{}", and a script
+  // returned [{}, {}] as if the tools had answered nothing.
+  const PROMISE_NOT_DATA = "a promise, not data: await it for its value (for an array of " +
+    "promises, await Promise.all(...))";
+  defineProperty(NativePromise.prototype, "toJSON", {
+    value: function toJSON() { throw new NativeTypeError("this is " + PROMISE_NOT_DATA); },
+    writable: true, enumerable: false, configurable: true,
+  });
 
   // ---- tools: a call answered from the log settles; a new call never settles this run. ----
   const never = () => new NativePromise(() => {});

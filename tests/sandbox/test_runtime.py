@@ -1369,6 +1369,47 @@ def test_no_foreach_line_for_a_plain_callback_a_stop_or_a_memory_failure() -> No
     assert ran.printed == ""
 
 
+NOT_DATA = (
+    "a promise, not data: await it for its value (for an array of promises, await Promise.all(...))"
+)
+
+
+def test_a_promise_that_is_no_calls_is_not_data_either() -> None:
+    """An async function's promise (`items.map(async ...)` with no Promise.all) returned,
+    passed to a tool or given to JSON.stringify fails naming the fix (it was "{}": a script
+    returned [{}, {}] as if its tools had answered nothing); console.log says to await it."""
+    records = [rec("echo", {"n": n}, result=n) for n in (1, 2)]
+    code = (
+        "const rs = [1, 2].map(async (n) => await tools.echo({ n }));\nconsole.log(rs);\nreturn rs;"
+    )
+    ran = run(code, records)
+    assert ran.outcome == "failed" and ran.error is not None
+    assert (
+        ran.error.message == f"the returned value is not JSON data: TypeError: this is {NOT_DATA}"
+    )
+    assert (
+        ran.printed
+        == "[Promise { <await it for its value> },Promise { <await it for its value> }]\n"
+    )
+    assert caught("JSON.stringify({ p: Promise.resolve(1) })") == (
+        "TypeError",
+        f"this is {NOT_DATA}",
+    )
+    assert caught("await tools.echo({ p: (async () => 1)() })") == (
+        "TypeError",
+        f"the argument.p is {NOT_DATA}",
+    )
+    # What works with promises still does, and a call's promise keeps its own message.
+    assert value("const ps = [1, 2].map(async (n) => n * 2);\nreturn await Promise.all(ps);") == [
+        2,
+        4,
+    ]
+    assert caught("JSON.stringify(tools.echo({}))", [rec("echo", {}, result=1)]) == (
+        "TypeError",
+        FORGOT,
+    )
+
+
 def test_other_undefined_names_and_caught_errors_keep_the_engines_message() -> None:
     """Only the globals a model reaches for get a hint, and only in the failure the model
     reads: a script's own typo, and an error the script catches, say what QuickJS said."""
