@@ -1210,6 +1210,8 @@ def _plain(value: Any, root: str, path: tuple[str | int, ...], depth: int, walk:
         hint = " (pass a list)"
     elif issubclass(kind, decimal.Decimal):
         hint = " (pass str(value) or float(value))"
+    elif kind is types.CoroutineType:
+        hint = " (await it for its value; for a list of them, await asyncio.gather(*them))"
     raise _NotPlain(
         f"{_where(root, path)} is {_a(_type_name(value))}{hint}; data must be plain "
         "(dict, list, tuple, str, int, float, bool, None)"

@@ -151,6 +151,11 @@ def test_keyword_and_dict_forms_make_the_same_call_and_none_is_left_out() -> Non
         ("x = []\nx.append(x)\ntools.echo(a=x)", "refers to itself"),
         ("import datetime\ntools.echo(a=datetime.date.today())", "isoformat"),
         ("class Order:\n    pass\ntools.echo(a=Order())", "a in the argument is an Order;"),
+        (
+            "async def f():\n    return 1\ntools.echo(a=[f()])",
+            "a[0] in the argument is a coroutine (await it for its value; for a list of them, "
+            "await asyncio.gather(*them));",
+        ),
     ],
 )
 def test_arguments_that_are_not_data_raise_a_type_error(call: str, needle: str) -> None:
