@@ -24,7 +24,7 @@
   const fnToString = Function.prototype.toString;
   const promiseThen = Promise.prototype.then;
   const toPrimitiveKey = Symbol.toPrimitive;
-  const { toWellFormed, replaceAll, includes: stringIncludes } = String.prototype;
+  const { toWellFormed, replaceAll } = String.prototype;
   const RealDate = Date;
   const dateGetTime = RealDate.prototype.getTime, dateToISOString = RealDate.prototype.toISOString;
   const NativeError = Error, NativeTypeError = TypeError, NativeRangeError = RangeError;
@@ -171,7 +171,7 @@
       case "function": return "[Function" + (value.name ? " " + value.name : "") + "]";
     }
     if (value === null) return "null";
-    if (apply(weakMapHas, callNames, [value])) return "Promise { " + forgotten(value) + " }";
+    if (apply(weakMapHas, callRecords, [value])) return "Promise { " + forgotten(value) + " }";
     if (value instanceof NativePromise) return "Promise { <await it for its value> }";
     if (ancestors.includes(value)) return "[Circular]";
     if (value instanceof NativeError) return errorText(value);
@@ -265,7 +265,7 @@
       throw new NativeTypeError(path + " nests deeper than " + MAX_DEPTH + " levels of objects and arrays, " +
         "the most data passed to a tool may nest (MAX_DEPTH); flatten it");
     }
-    if (apply(weakMapHas, callNames, [value])) throw new NativeTypeError(path + " is not data: " + forgotten(value));
+    if (apply(weakMapHas, callRecords, [value])) throw new NativeTypeError(path + " is not data: " + forgotten(value));
     if (value instanceof NativePromise) throw new NativeTypeError(path + " is " + PROMISE_NOT_DATA);
     const proto = getPrototypeOf(value);
     const array = isArray(value);
@@ -349,10 +349,10 @@
   // promise's outcome. Whatever does (await, then, catch, finally, Promise.all and its kind)
   // reads the promise's `constructor` first, so the prototype's getter of it marks the call
   // taken; there is no other way to see an await of a native promise.
-  const callNames = new NativeWeakMap();
+  const callRecords = new NativeWeakMap();
   const shownCall = (name) => "tools." + name + "(...)";
   function forgotten(promise) {
-    const call = apply(weakMapGet, callNames, [promise]);
+    const call = apply(weakMapGet, callRecords, [promise]);
     const shown = call === undefined ? "a tool call" : shownCall(call.name);
     return shown + " gives a promise, not its result: write \"await " + shown + "\"";
   }
@@ -360,7 +360,7 @@
   // ends are printed lines, as Python's "failed and nothing awaited it" (see `untaken`).
   const failedCalls = setPrototypeOf([], null);
   function failing(promise, error) {
-    const call = apply(weakMapGet, callNames, [promise]);
+    const call = apply(weakMapGet, callRecords, [promise]);
     if (call === undefined) return;
     call.message = error.message;
     call.stack = error.stack;
@@ -378,7 +378,7 @@
     const proto = create(NativePromise.prototype);
     const misuse = { get() { throw new NativeTypeError(forgotten(this)); }, enumerable: false };
     defineProperty(proto, "constructor", { get() {
-      const call = apply(weakMapGet, callNames, [this]);
+      const call = apply(weakMapGet, callRecords, [this]);
       if (call !== undefined) call.taken = true;
       return NativePromise;
     }, enumerable: false });
@@ -391,7 +391,7 @@
   }
   function called(name, promise) {
     setPrototypeOf(promise, CallPromise || (CallPromise = callPromise()));
-    apply(weakMapSet, callNames, [promise, { __proto__: null, name, taken: false, message: "", stack: "" }]);
+    apply(weakMapSet, callRecords, [promise, { __proto__: null, name, taken: false, message: "", stack: "" }]);
     return promise;
   }
   function noSuchTool(name) {
@@ -553,11 +553,13 @@
 
   // ---- The end of the script: its value or its error goes to the host as text. ----
   // What QuickJS throws when an allocation fails: an InternalError "out of memory", or null
-  // when it could not allocate even that.
+  // when it could not allocate even that. Told without allocating (no string made, no
+  // arguments array): the heap is full when it matters, and a check that failed there said
+  // "not out of memory", which let the failure escape and the run end with no ending.
   function outOfMemory(e) {
     if (e === null) return true;
     try {
-      return e instanceof NativeInternalError && apply(stringIncludes, "" + e.message, ["out of memory"]);
+      return e instanceof NativeInternalError && e.message === "out of memory";
     } catch (_) {
       return false; // a message that cannot be read is not the engine's
     }
@@ -569,8 +571,13 @@
   const ending = (report) => (outcome) => {
     try {
       // The calls that failed with nothing to take them, after the script's own lines;
-      // not when the heap is full (as Python's run, which reports them but for that).
-      if (report !== failed || !outOfMemory(outcome)) untaken();
+      // not when the heap is full (as Python's run, which reports them but for that). Lines
+      // that do not fit are left out: the ending goes first.
+      if (failedCalls.length) {
+        try {
+          if (report !== failed || !outOfMemory(outcome)) untaken();
+        } catch (_) {}
+      }
       report(outcome);
     } catch (e) {
       if (!outOfMemory(e)) throw e;
