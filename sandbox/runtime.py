@@ -124,6 +124,14 @@ _ASYNC_FOREACH_WARNING = (
     "`for (const x of items) { await ... }`, or "
     "`await Promise.all(items.map(async (x) => ...))`"
 )
+# `await` in a function that is not async, which QuickJS reports as "expecting ';'" or
+# "Unexpected identifier": told by the script parsing once that line's awaits are blanked.
+_AWAIT = re.compile(r"\bawait\b")
+_AWAIT_OUTSIDE_ASYNC = (
+    "; `await` works only in an async function: make the function that holds it async "
+    "(`async (x) => ...`, `async function f() {...}`) and await what it returns (for many, "
+    "`await Promise.all(items.map(async (x) => ...))`), or loop with `for ... of`"
+)
 
 
 class Run(Replay):
@@ -142,6 +150,7 @@ class Run(Replay):
         super().__init__(script, channel, fetch)
         self.prepared = prepared
         self.ctx: Any = None
+        self.javascript = ""  # the script as it was compiled (without TypeScript's types)
         # The last heap count: (the CPU ms when taken, the CPU ms to wait before the next,
         # the count); see heap_bytes.
         self._heap_walk: tuple[float, float, int] | None = None
@@ -260,7 +269,7 @@ class Run(Replay):
             }
         ).decode()
         stripper = prepared.stripper if prepared is not None else typescript.Stripper()
-        code = self._typescript(stripper, well_formed(script.code))
+        code = self.javascript = self._typescript(stripper, well_formed(script.code))
         # The script's text is an argument, never part of a source: the prelude compiles it
         # on its own (see `compile` in prelude.js).
         try:
@@ -349,6 +358,8 @@ class Run(Replay):
             message += _NO_MODULES
         elif name == "SyntaxError" and lines and _DECORATOR.search(lines[0].text):
             message += _NO_DECORATORS
+        elif name == "SyntaxError" and lines and self._await_outside_async(lines[0].line):
+            message += _AWAIT_OUTSIDE_ASYNC
         elif name == "ReferenceError" and (undefined := _NOT_DEFINED.fullmatch(message)):
             message += _HOST_GLOBALS.get(undefined[1], "")
         return Ran(
@@ -371,6 +382,21 @@ class Run(Replay):
         if name == "SyntaxError" and not ran.error.lines:  # type: ignore[union-attr]
             ran.error.lines = self._lines(first)  # type: ignore[union-attr]
         return self._finish(ran)
+
+    def _await_outside_async(self, line: int) -> bool:
+        """Whether the script's SyntaxError at ``line`` is an ``await`` where it cannot be:
+        the script parses (in a context of its own, as ``compile`` in prelude.js parses it)
+        once that line's awaits are blanked."""
+        lines = self.javascript.split("\n")
+        if not 1 <= line <= len(lines) or not _AWAIT.search(lines[line - 1]):
+            return False
+        lines[line - 1] = _AWAIT.sub("     ", lines[line - 1])
+        body = "\n".join(lines)
+        try:
+            _quickjs.Context().eval("throw 0; async function f() {\n" + body + "\n}")
+        except _quickjs.JSException as e:
+            return not str(e).startswith("SyntaxError")
+        return False
 
     def _lines(self, stack: str) -> list[ErrorLine]:
         """The script's own lines named in a stack, numbered as the model wrote them."""

@@ -1410,6 +1410,46 @@ def test_a_promise_that_is_no_calls_is_not_data_either() -> None:
     )
 
 
+AWAIT_HINT = (
+    "; `await` works only in an async function: make the function that holds it async "
+    "(`async (x) => ...`, `async function f() {...}`) and await what it returns (for many, "
+    "`await Promise.all(items.map(async (x) => ...))`), or loop with `for ... of`"
+)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "const rs = [1, 2].map((n) => await tools.echo({ n }));",
+        "function f() {\n  return await tools.echo({});\n}",
+        "[1].forEach(function (n) {\n  await tools.echo({ n });\n});",
+        "class A {\n  m(): number {\n    return await tools.echo({});\n  }\n}",
+        "function g() {\n  for await (const x of files.lines('f')) {}\n}",
+    ],
+)
+def test_await_in_a_function_that_is_not_async_says_so(code: str) -> None:
+    """QuickJS says "expecting ';'" or "Unexpected identifier 'tools'" there; the message
+    says what is wrong and how to fix it, at the await's line."""
+    ran = run(code + "\nreturn 1;")
+    assert ran.outcome == "failed" and ran.error is not None
+    assert ran.error.name == "SyntaxError" and ran.error.message.endswith(AWAIT_HINT), ran.error
+    assert [x.line for x in ran.error.lines] == [code.count("\n", 0, code.index("await")) + 1]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "const x = await tools.echo({ a: 1,, });",  # another mistake on an await's line
+        "console.log('await me' +);",
+        "function f() { return 1 +; }",
+    ],
+)
+def test_other_syntax_errors_get_no_await_hint(code: str) -> None:
+    ran = run(code)
+    assert ran.error is not None and ran.error.name == "SyntaxError"
+    assert "async function" not in ran.error.message, ran.error
+
+
 def test_other_undefined_names_and_caught_errors_keep_the_engines_message() -> None:
     """Only the globals a model reaches for get a hint, and only in the failure the model
     reads: a script's own typo, and an error the script catches, say what QuickJS said."""
