@@ -304,6 +304,20 @@
     writable: true, enumerable: false, configurable: true,
   });
 
+  // JSON.parse of a tool's result, which is already data: the engine's "unexpected token:
+  // 'object'" (it parsed "[object Object]") becomes what to do instead.
+  const scriptParse = {
+    parse(text, reviver) {
+      if (typeof text === "object" && text !== null && !(text instanceof String)) {
+        throw new NativeSyntaxError("JSON.parse takes text, and it was given " +
+          (isArray(text) ? "an array" : "an object") + ": a tool's result is already data, " +
+          "so use it as it is (JSON.stringify makes text of it)");
+      }
+      return apply(JSON.parse, undefined, arguments.length > 1 ? [text, reviver] : [text]);
+    },
+  }.parse;
+  defineProperty(globalThis.JSON, "parse", { value: scriptParse, writable: true, configurable: true });
+
   // ---- tools: a call answered from the log settles; a new call never settles this run. ----
   const never = () => new NativePromise(() => {});
   // Calls whose promises settle when the job queue is next empty (script version 2, see

@@ -661,7 +661,7 @@ def _static_modules() -> dict[str, Module]:
     modules["string"] = Module("string", strings)
     modules["io"] = Module("io", {"StringIO": io.StringIO})
     encoding = _public(json)
-    encoding.update(JSONEncoder=_JSONEncoder, dumps=_json_dumps, dump=_json_dump)
+    encoding.update(JSONEncoder=_JSONEncoder, dumps=_json_dumps, dump=_json_dump, loads=_json_loads)
     modules["json"] = Module("json", encoding)
     return modules
 
@@ -688,9 +688,23 @@ def _json_dump(obj: Any, fp: Any, *, cls: Any = None, **options: Any) -> None:
     json.dump(obj, fp, cls=_JSONEncoder if cls is None else cls, **options)
 
 
+def _json_loads(s: Any, **options: Any) -> Any:
+    kind = type(s)
+    if issubclass(kind, _Future):
+        raise TypeError(s._misuse())
+    if issubclass(kind, dict | list):  # json.loads of a tool's result
+        raise TypeError(
+            f"the JSON object must be str, bytes or bytearray, not {_type_name(s)}: a tool's "
+            "result is already data, so use it as it is (json.dumps makes text of it)"
+        )
+    return json.loads(s, **options)
+
+
 _json_dumps.__doc__, _json_dump.__doc__ = json.dumps.__doc__, json.dump.__doc__
+_json_loads.__doc__ = json.loads.__doc__
 _json_dumps.__name__ = _json_dumps.__qualname__ = "dumps"
 _json_dump.__name__ = _json_dump.__qualname__ = "dump"
+_json_loads.__name__ = _json_loads.__qualname__ = "loads"
 
 
 _STATIC = _static_modules()

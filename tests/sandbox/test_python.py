@@ -331,6 +331,7 @@ NOT_AWAITED = 'tools.echo(...) gives an awaitable, not its result: write "await 
         "import json\njson.dumps({'prs': [r]})",
         "import json, io\njson.dump(r, io.StringIO())",
         "import json\nclass E(json.JSONEncoder):\n    pass\njson.dumps(r, cls=E)",
+        "import json\njson.loads(r)",
         "async def f():\n    async for x in r:\n        pass\nawait f()",
     ],
 )
@@ -340,6 +341,21 @@ def test_a_call_used_as_its_result_is_a_type_error_naming_the_fix(use: str) -> N
     names the tool and says to await it (before, an AttributeError, an unhelpful
     TypeError, or no error at all: `if r:` was true, `r == x` false)."""
     assert caught(f"r = tools.echo(a=1)\n{use}", [ECHO]) == ["TypeError", NOT_AWAITED]
+
+
+@pytest.mark.parametrize(("result", "kind"), [({"x": 1}, "dict"), ([1], "list")])
+def test_json_loads_of_a_result_says_it_is_data_already(result: Any, kind: str) -> None:
+    """A tool's result is data, not JSON text: json.loads of it says to use it as it is
+    (CPython's message alone reads as if the tool had answered wrongly)."""
+    code = "import json\nr = await tools.echo(a=1)\njson.loads(r)"
+    assert caught(code, [rec("echo", {"a": 1}, result=result)]) == [
+        "TypeError",
+        f"the JSON object must be str, bytes or bytearray, not {kind}: a tool's result is "
+        "already data, so use it as it is (json.dumps makes text of it)",
+    ]
+    assert value(
+        "import json\nreturn [json.loads('[1]'), json.loads(b'2'), json.loads('1.5', parse_float=str)]"
+    ) == [[1], 2, "1.5"]
 
 
 def test_a_call_not_awaited_prints_what_to_write() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import re
+from typing import Any
 
 import pytest
 
@@ -1448,6 +1449,25 @@ def test_other_syntax_errors_get_no_await_hint(code: str) -> None:
     ran = run(code)
     assert ran.error is not None and ran.error.name == "SyntaxError"
     assert "async function" not in ran.error.message, ran.error
+
+
+@pytest.mark.parametrize(("result", "kind"), [({"x": 1}, "an object"), ([1], "an array")])
+def test_json_parse_of_a_result_says_it_is_data_already(result: Any, kind: str) -> None:
+    """JSON.parse of a tool's result (already data) said "unexpected token: 'object'"."""
+    code = "const r = await tools.echo({});\nreturn JSON.parse(r);"
+    ran = run(code, [rec("echo", {}, result=result)])
+    assert ran.outcome == "failed" and ran.error is not None
+    assert (ran.error.name, ran.error.message) == (
+        "SyntaxError",
+        f"JSON.parse takes text, and it was given {kind}: a tool's result is already data, "
+        "so use it as it is (JSON.stringify makes text of it)",
+    )
+    assert [x.line for x in ran.error.lines] == [2]
+    parsed = value(
+        "return [JSON.parse('[1]'), JSON.parse('{\"a\":2}', (k, v) => typeof v === 'number' ? v * 10 : v),"
+        " JSON.parse(new String('3')), JSON.parse.name, JSON.parse.length]"
+    )
+    assert parsed == [[1], {"a": 20}, 3, "parse", 2]
 
 
 def test_other_undefined_names_and_caught_errors_keep_the_engines_message() -> None:
