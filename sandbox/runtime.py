@@ -385,18 +385,26 @@ class Run(Replay):
 
     def _await_outside_async(self, line: int) -> bool:
         """Whether the script's SyntaxError at ``line`` is an ``await`` where it cannot be:
-        the script parses (in a context of its own, as ``compile`` in prelude.js parses it)
-        once that line's awaits are blanked."""
+        the script does not parse (not a SyntaxError its code threw, as JSON.parse's), and it
+        does once that line's awaits are blanked. Each parse is in a context of its own, as
+        ``compile`` in prelude.js parses it."""
         lines = self.javascript.split("\n")
         if not 1 <= line <= len(lines) or not _AWAIT.search(lines[line - 1]):
             return False
-        lines[line - 1] = _AWAIT.sub("     ", lines[line - 1])
-        body = "\n".join(lines)
+        patched = list(lines)
+        patched[line - 1] = _AWAIT.sub("     ", lines[line - 1])
+        return not self._parses("\n".join(lines)) and self._parses("\n".join(patched))
+
+    def _parses(self, body: str) -> bool:
+        """Whether ``body`` parses as the body of an async function."""
+        ctx = _quickjs.Context()
+        ctx.set_memory_limit(self.limits.memory)
+        ctx.set_max_stack_size(JS_STACK_BYTES)
         try:
-            _quickjs.Context().eval("throw 0; async function f() {\n" + body + "\n}")
+            ctx.eval("throw 0; async function f() {\n" + body + "\n}")
         except _quickjs.JSException as e:
             return not str(e).startswith("SyntaxError")
-        return False
+        return True
 
     def _lines(self, stack: str) -> list[ErrorLine]:
         """The script's own lines named in a stack, numbered as the model wrote them."""

@@ -1443,10 +1443,12 @@ def test_await_in_a_function_that_is_not_async_says_so(code: str) -> None:
         "const x = await tools.echo({ a: 1,, });",  # another mistake on an await's line
         "console.log('await me' +);",
         "function f() { return 1 +; }",
+        # a SyntaxError the script's code throws, on a line with an await
+        "const x = JSON.parse(await tools.echo({}));",
     ],
 )
 def test_other_syntax_errors_get_no_await_hint(code: str) -> None:
-    ran = run(code)
+    ran = run(code, [rec("echo", {}, result="{bad")])
     assert ran.error is not None and ran.error.name == "SyntaxError"
     assert "async function" not in ran.error.message, ran.error
 
