@@ -171,7 +171,7 @@
       case "function": return "[Function" + (value.name ? " " + value.name : "") + "]";
     }
     if (value === null) return "null";
-    if (apply(weakMapHas, callRecords, [value])) return "Promise { " + forgotten(value) + " }";
+    if (callRecords.has(value)) return "Promise { " + forgotten(value) + " }";
     if (value instanceof NativePromise) return "Promise { <await it for its value> }";
     if (ancestors.includes(value)) return "[Circular]";
     if (value instanceof NativeError) return errorText(value);
@@ -265,7 +265,7 @@
       throw new NativeTypeError(path + " nests deeper than " + MAX_DEPTH + " levels of objects and arrays, " +
         "the most data passed to a tool may nest (MAX_DEPTH); flatten it");
     }
-    if (apply(weakMapHas, callRecords, [value])) throw new NativeTypeError(path + " is not data: " + forgotten(value));
+    if (callRecords.has(value)) throw new NativeTypeError(path + " is not data: " + forgotten(value));
     if (value instanceof NativePromise) throw new NativeTypeError(path + " is " + PROMISE_NOT_DATA);
     const proto = getPrototypeOf(value);
     const array = isArray(value);
@@ -364,9 +364,14 @@
   // reads the promise's `constructor` first, so the prototype's getter of it marks the call
   // taken; there is no other way to see an await of a native promise.
   const callRecords = new NativeWeakMap();
+  // Its methods as its own properties, so that a script's change to WeakMap.prototype
+  // does not reach it (called as methods: Reflect.apply cost a call 3 us more).
+  for (const [key, method] of [["get", weakMapGet], ["set", weakMapSet], ["has", weakMapHas]]) {
+    defineProperty(callRecords, key, { value: method });
+  }
   const shownCall = (name) => "tools." + name + "(...)";
   function forgotten(promise) {
-    const call = apply(weakMapGet, callRecords, [promise]);
+    const call = callRecords.get(promise);
     const shown = call === undefined ? "a tool call" : shownCall(call.name);
     return shown + " gives a promise, not its result: write \"await " + shown + "\"";
   }
@@ -374,7 +379,7 @@
   // ends are printed lines, as Python's "failed and nothing awaited it" (see `untaken`).
   const failedCalls = setPrototypeOf([], null);
   function failing(promise, error) {
-    const call = apply(weakMapGet, callRecords, [promise]);
+    const call = callRecords.get(promise);
     if (call === undefined) return;
     call.message = error.message;
     call.stack = error.stack;
@@ -392,7 +397,7 @@
     const proto = create(NativePromise.prototype);
     const misuse = { get() { throw new NativeTypeError(forgotten(this)); }, enumerable: false };
     defineProperty(proto, "constructor", { get() {
-      const call = apply(weakMapGet, callRecords, [this]);
+      const call = callRecords.get(this);
       if (call !== undefined) call.taken = true;
       return NativePromise;
     }, enumerable: false });
@@ -405,7 +410,7 @@
   }
   function called(name, promise) {
     setPrototypeOf(promise, CallPromise || (CallPromise = callPromise()));
-    apply(weakMapSet, callRecords, [promise, { __proto__: null, name, taken: false, message: "", stack: "" }]);
+    callRecords.set(promise, { __proto__: null, name, taken: false, message: "", stack: "" });
     return promise;
   }
   function noSuchTool(name) {

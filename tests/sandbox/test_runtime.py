@@ -1255,6 +1255,18 @@ def _js_to_the_end(code: str, *, live: bool = False, version: int = protocol.VER
     raise AssertionError("the script did not end")
 
 
+def test_a_script_that_replaces_weakmaps_methods_keeps_the_calls_hints() -> None:
+    """The calls' records are a WeakMap whose methods a script cannot replace."""
+    code = (
+        "for (const k of ['get', 'set', 'has']) WeakMap.prototype[k] = () => { throw new Error('mine'); };\n"
+        "tools.echo({ a: 1 });\nconst r = tools.echo({});\nawait tools.list_prs({});\nreturn r.length;"
+    )
+    records = [JS_NOPE, rec("echo", {}, result=1), rec("list_prs", {}, result=1)]
+    ran = run(code, records)
+    assert ran.error is not None and ran.error.message == FORGOT, ran.error
+    assert ran.printed == "line 2: " + UNTAKEN.format("echo", "no such sku") + "\n"
+
+
 @pytest.mark.parametrize("how", ["replay", "live", "version 1"])
 def test_a_failed_call_nothing_awaited_gets_a_line(how: str) -> None:
     """A call that failed and that the script never awaited is reported when the script
