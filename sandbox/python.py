@@ -1600,6 +1600,12 @@ class Run(Replay):
         return task
 
     def _gather(self, *awaitables: Any, return_exceptions: bool = False) -> _Future:
+        if len(awaitables) == 1 and issubclass(type(awaitables[0]), list | tuple):
+            # CPython says "unhashable type: 'list'" there.
+            raise TypeError(
+                "asyncio.gather takes each awaitable as an argument of its own, not a list of "
+                "them: write asyncio.gather(*calls)"
+            )
         children = [self._task(a) for a in awaitables]
         out = _Future("asyncio.gather(...)", self.failures, _script_line())
         results: list[Any] = [None] * len(children)

@@ -358,6 +358,18 @@ def test_json_loads_of_a_result_says_it_is_data_already(result: Any, kind: str) 
     ) == [[1], 2, "1.5"]
 
 
+@pytest.mark.parametrize("given", ["[tools.echo(a=1)]", "(tools.echo(a=1),)"])
+def test_gather_of_a_list_says_to_unpack_it(given: str) -> None:
+    """CPython's asyncio.gather([...]) says "unhashable type: 'list'"."""
+    assert caught(f"import asyncio\nawait asyncio.gather({given})", [ECHO]) == [
+        "TypeError",
+        "asyncio.gather takes each awaitable as an argument of its own, not a list of them: "
+        "write asyncio.gather(*calls)",
+    ]
+    code = "import asyncio\ncalls = [tools.echo(a=1)]\nreturn await asyncio.gather(*calls)"
+    assert value(code, [ECHO]) == [{"x": [1, 2]}]
+
+
 def test_a_call_not_awaited_prints_what_to_write() -> None:
     """What print, str, repr and an f-string show for a call not awaited says to await it
     (before: `<_Future pending>`); a tool whose name is no attribute is shown through
