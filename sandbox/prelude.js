@@ -335,6 +335,13 @@
   // The host settles the first `answers.length` deferred calls, in call order: each answer
   // is [1, result] or [0, error message].
   function settle(json) {
+    if (json === "") {
+      // The host asks for the script's ending again: the jobs ran out with none reported.
+      // The ending's own work can fail with the heap full (its error went into the promise
+      // that then() made, which nothing watches); what was freed since lets it through.
+      if (promise !== undefined) apply(promiseThen, promise, [ending(finished), ending(failed)]);
+      return;
+    }
     const answers = JSON.parse(json);
     const count = answers.length;
     const settled = pending;
@@ -667,6 +674,7 @@
     }
     return main;
   }
+  let promise;
   let main;
   try {
     main = compile(code);
@@ -674,7 +682,6 @@
     ending(failed)(e);
     return settle;
   }
-  let promise;
   try {
     promise = main();
   } catch (e) { // an async function does not throw; this is only for safety

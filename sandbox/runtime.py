@@ -284,6 +284,7 @@ class Run(Replay):
         """Run jobs until the queue is empty; settle the recorded calls made meanwhile (version
         2) and go on while there are any; then report how the run stands."""
         ctx = self.ctx
+        asked_again = False
         while True:
             while not self.ended:
                 try:
@@ -297,8 +298,14 @@ class Run(Replay):
             if self.ended:
                 raise _Ended
             try:
-                if not self._settle_recorded():
+                if self._settle_recorded():
+                    continue
+                if self.outcome is not None or self.new_calls or asked_again:
                     break
+                # No ending and nothing to wait for: the ending may have been lost to a
+                # full heap (see settle in prelude.js); ask for it once more.
+                asked_again = True
+                self.settle("")
             except _quickjs.JSException as e:  # out of memory while settling
                 if self.ended:
                     raise _Ended from None
