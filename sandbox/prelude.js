@@ -373,9 +373,9 @@
   const callRecords = new NativeWeakMap();
   // Its methods as its own properties, so that a script's change to WeakMap.prototype
   // does not reach it (called as methods: Reflect.apply cost a call 3 us more).
-  for (const [key, method] of [["get", weakMapGet], ["set", weakMapSet], ["has", weakMapHas]]) {
-    defineProperty(callRecords, key, { value: method });
-  }
+  defineProperty(callRecords, "get", { value: weakMapGet });
+  defineProperty(callRecords, "set", { value: weakMapSet });
+  defineProperty(callRecords, "has", { value: weakMapHas });
   const shownCall = (name) => "tools." + name + "(...)";
   function forgotten(promise) {
     const call = callRecords.get(promise);
