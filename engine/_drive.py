@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from engine import log
 from engine._errors import CodeModeError
+from runner._tasks import cancel_and_wait
 from sandbox import protocol
 
 logger = logging.getLogger("codemode")
@@ -414,9 +415,7 @@ class Drive:
         if renewal is not None:
             done, _ = await asyncio.wait({renewal}, timeout=self._ttl_ms / 1000)
             if not done:
-                renewal.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await renewal
+                await cancel_and_wait(renewal)
         if not self._released:
             self._released = True
             with contextlib.suppress(Exception):

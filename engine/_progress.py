@@ -12,6 +12,7 @@ from typing import IO
 import orjson
 
 from engine._events import Event
+from runner._tasks import cancel_and_wait
 
 
 class ProgressLine:
@@ -75,9 +76,7 @@ class ProgressLine:
         try:
             yield self
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
             self.clear()
 
 

@@ -13,7 +13,6 @@ handed out.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
@@ -25,6 +24,7 @@ from runner import _conversation as conv
 from runner._base import RunError
 from runner._forkserver import ForkedChild, ForkServer
 from runner._procfs import ProcFiles
+from runner._tasks import cancel_and_wait
 
 log = logging.getLogger("codemode.runner")
 
@@ -220,9 +220,7 @@ class WarmPool:
         """Stop refilling and let every idle child go."""
         self._closed = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await cancel_and_wait(self._task)
         children, self.idle = list(self.idle), deque()
         for child in children:
             child.close_input()  # a waiting child reads EOF and exits

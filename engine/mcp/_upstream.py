@@ -23,6 +23,7 @@ from engine._errors import ToolCallError
 from engine.mcp._config import ServerSpec
 from engine.mcp._listing import ToolListings, path_text
 from engine.mcp._stdio import stdio_transport
+from runner._tasks import cancel_and_wait, wait_ended
 
 logger = logging.getLogger("codemode.mcp")
 
@@ -81,16 +82,13 @@ class Upstream:
         """Close the session and end the server's process (if it runs one); idempotent."""
         self._stop.set()
         if self._refresh is not None:
-            self._refresh.cancel()
-            with contextlib.suppress(BaseException):
-                await self._refresh
+            await cancel_and_wait(self._refresh)
         if self._task is not None:
             if not self._connected.is_set():
                 # Starting (or restarting) it: nothing to finish, and the start would wait
                 # out "initTimeout" for a server that does not answer.
                 self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
+            await wait_ended(self._task)
             self._task = None
 
     # ---- the connection ----
@@ -149,7 +147,7 @@ class Upstream:
                     lost.set()
 
             pump_task = asyncio.create_task(pump())
-            stack.push_async_callback(_cancel, pump_task)
+            stack.push_async_callback(cancel_and_wait, pump_task)
             session = await stack.enter_async_context(
                 ClientSession(receive, listings.outgoing(write), message_handler=self._on_message)
             )
@@ -305,20 +303,12 @@ async def _first_of(awaitable: Any, lost: asyncio.Event) -> Any:
     finally:
         ended.cancel()
         if not work.done():
-            work.cancel()
-            with contextlib.suppress(BaseException):
-                await work
+            await cancel_and_wait(work)
     if work.cancelled():
         raise _Lost()
     if work.exception() is not None and lost.is_set():
         raise _Lost()
     return work.result()
-
-
-async def _cancel(task: asyncio.Task[Any]) -> None:
-    task.cancel()
-    with contextlib.suppress(BaseException):
-        await task
 
 
 @contextlib.asynccontextmanager

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import socket
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
+from engine._progress import ProgressLine
 from runner import _wire as wire
 from runner._pool import WarmPool
+from runner._tasks import cancel_and_wait
 
 TURNS = 12
 
@@ -117,3 +120,60 @@ async def test_the_warm_pools_refill_loop_cancelled_as_it_is_wanted_is_cancelled
 
     async with running(want()):
         await assert_cancel_is_kept(pool._refill_forever)
+
+
+# ---- ending a task one owns: cancel_and_wait ----
+
+
+async def _slow_to_end() -> None:
+    """A task that, cancelled, takes a few turns of the loop to clean up and end."""
+    try:
+        await asyncio.sleep(3600)
+    finally:
+        for _ in range(4):
+            await asyncio.sleep(0)
+
+
+async def _then_forever() -> None:
+    # What a caller that went on would do: never end (assert_cancel_is_kept times it out).
+    while True:
+        await asyncio.sleep(0)
+
+
+async def test_a_caller_cancelled_while_it_ends_a_task_is_cancelled() -> None:
+    """``task.cancel()`` then ``suppress(CancelledError): await task`` swallowed a
+    cancellation of the caller that came while it waited: cancel_and_wait keeps it."""
+
+    async def owner() -> None:
+        inner = asyncio.create_task(_slow_to_end())
+        await asyncio.sleep(0)
+        await cancel_and_wait(inner)
+        await _then_forever()
+
+    await assert_cancel_is_kept(owner)
+
+
+async def test_cancel_and_wait_waits_for_the_end_and_takes_the_error() -> None:
+    async def fails_when_cancelled() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            await asyncio.sleep(0)
+            raise RuntimeError("cleanup failed")
+
+    task = asyncio.create_task(fails_when_cancelled())
+    await asyncio.sleep(0)
+    await cancel_and_wait(task)
+    assert task.done() and isinstance(task.exception(), RuntimeError)
+    done = asyncio.create_task(asyncio.sleep(0))
+    await done
+    await cancel_and_wait(done)  # an ended task: nothing to do
+
+
+async def test_a_progress_line_closed_as_its_caller_is_cancelled_keeps_the_cancellation() -> None:
+    async def shows_progress() -> None:
+        async with ProgressLine(io.StringIO(), interval=3600).run():
+            await asyncio.sleep(0)
+        await _then_forever()
+
+    await assert_cancel_is_kept(shows_progress)
