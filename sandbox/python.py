@@ -71,7 +71,7 @@ import uuid as _uuid
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import orjson
 
@@ -570,11 +570,15 @@ _FEW_NAMES = 10
 class Module(_Opaque):
     """An allowed module as a script sees it: its public names only, read-only."""
 
-    __slots__ = ("_name", "_names")
+    __slots__ = ("_hints", "_name", "_names")
 
-    def __init__(self, name: str, names: dict[str, Any]) -> None:
+    def __init__(
+        self, name: str, names: dict[str, Any], hints: dict[str, str] | None = None
+    ) -> None:
         object.__setattr__(self, "_name", name)
         object.__setattr__(self, "_names", names)
+        # A name the module does not give a script: what to do instead (": ...").
+        object.__setattr__(self, "_hints", hints or {})
 
     def __getattr__(self, key: str) -> Any:
         try:
@@ -582,8 +586,11 @@ class Module(_Opaque):
         except KeyError:
             near = closest_names(key, list(self._names))
             hint = f"; did you mean {', '.join(near)}?" if near else ""
-            if not near and len(self._names) <= _FEW_NAMES:  # asyncio, io: say what there is
+            if not near and (len(self._names) <= _FEW_NAMES or self._hints):
+                # io, and asyncio (the part of it a script has): say what there is
                 hint = f"; it has {', '.join(sorted(self._names))}"
+            if type(key) is str and key in self._hints:
+                hint = self._hints[key]
             raise AttributeError(
                 f"module {self._name!r} has no attribute {key!r} in scripts{hint}"
             ) from None
@@ -941,13 +948,23 @@ class _Future(_Opaque):
     ``Run._unretrieved``). ``line`` is the script's line that made it (0: none).
     """
 
-    __slots__ = ("_callbacks", "_done", "_error", "_failures", "_line", "_value", "_what")
+    __slots__ = (
+        "_callbacks",
+        "_done",
+        "_error",
+        "_failures",
+        "_line",
+        "_number",
+        "_value",
+        "_what",
+    )
 
     def __init__(
         self,
         what: str = "an awaitable",
         failures: dict[_Future, None] | None = None,
         line: int = 0,
+        number: int = 0,
     ) -> None:
         self._done = False
         self._value: Any = None
@@ -958,6 +975,18 @@ class _Future(_Opaque):
         self._what = what if type(what) is str else "an awaitable"
         self._failures = failures if type(failures) is dict else None
         self._line = line if type(line) is int else 0
+        try:
+            self._number  # noqa: B018 - the hash never changes: a set may hold the future
+        except AttributeError:
+            self._number: int = number if type(number) is int and number > 0 else 0
+
+    def __hash__(self) -> int:
+        # The run numbers the futures a script sees in the order it makes them, the same in
+        # every process that runs it: a set of them (asyncio.wait's) iterates in the same
+        # order live and replayed, which an identity hash (an address) would not. Far from
+        # the small ints a dict may hold beside them (a tie would compare them, and comparing
+        # a future with a value is refused).
+        return _HASHED + self._number if self._number else object.__hash__(self)
 
     def _resolve(self, value: Any) -> None:
         if not self._done:
@@ -967,7 +996,8 @@ class _Future(_Opaque):
     def _reject(self, error: BaseException) -> None:
         if not self._done:
             self._done, self._error = True, error
-            if self._failures is not None:
+            # A cancelled one is no failure to report (asyncio reports none either).
+            if self._failures is not None and not issubclass(type(error), CancelledError):
                 self._failures[self] = None
             self._fire()
 
@@ -994,6 +1024,42 @@ class _Future(_Opaque):
             raise error
         return self._value
 
+    # ---- asyncio's Future and Task methods ----
+
+    def done(self) -> bool:
+        return self._done
+
+    def cancelled(self) -> bool:
+        return self._done and issubclass(type(self._error), CancelledError)
+
+    def result(self) -> Any:
+        """The value; raises the error (taken), or InvalidStateError when not done yet."""
+        if not self._done:
+            raise InvalidStateError(f"{self._shown()} has no result yet: await it for its result")
+        error = self._retrieve()
+        if error is not None:
+            raise error
+        return self._value
+
+    def exception(self) -> BaseException | None:
+        """The error (taken) or None; raises CancelledError for a cancelled one, and
+        InvalidStateError when not done yet."""
+        if not self._done:
+            raise InvalidStateError(f"{self._shown()} has no result yet: await it for its result")
+        error = self._retrieve()
+        if issubclass(type(error), CancelledError):
+            raise error  # type: ignore[misc]
+        return error
+
+    def cancel(self, msg: Any = None) -> bool:
+        """Done with a CancelledError, waking what awaits it; False when already done. A tool
+        call's future is cancelled so: the call itself was made (the host runs it and its
+        record stays in the log), the script just stops waiting for it."""
+        if self._done:
+            return False
+        self._reject(CancelledError() if msg is None else CancelledError(msg))
+        return True
+
     # ---- a future used as its result: a forgotten await ----
 
     def _shown(self) -> str:
@@ -1017,6 +1083,12 @@ class _Future(_Opaque):
         # a library's getattr(x, "__x__", None)): that stays an AttributeError.
         if name.startswith("_"):
             raise AttributeError(f"'{_type_name(self)}' object has no attribute {name!r}")
+        if name in _FUTURE_METHODS:
+            raise AttributeError(
+                f"{self._shown()} has no attribute {name!r} in scripts; an awaitable has "
+                "done(), result(), exception(), cancel() and cancelled(), and is awaited for "
+                "its result"
+            )
         raise TypeError(self._misuse())
 
     def __eq__(self, other: object) -> bool:
@@ -1025,7 +1097,18 @@ class _Future(_Opaque):
             return NotImplemented
         raise TypeError(self._misuse())
 
-    __hash__ = object.__hash__
+
+_HASHED = 1 << 60
+
+# asyncio's Future and Task methods a script's awaitables do not have (no event loop, no
+# callbacks of the script's own): naming one is an AttributeError, not a forgotten await.
+_FUTURE_METHODS = frozenset(
+    (
+        "add_done_callback", "remove_done_callback", "get_name", "set_name", "get_coro",
+        "get_loop", "get_context", "get_stack", "print_stack", "set_result", "set_exception",
+        "uncancel", "cancelling",
+    )
+)  # fmt: skip
 
 
 def _not_a_value(self: _Future, *args: Any) -> NoReturn:
@@ -1067,9 +1150,11 @@ def _call_form(name: str) -> str:
 
 
 class Task(_Future):
-    """A coroutine the scheduler runs (``asyncio.create_task``, ``asyncio.gather``)."""
+    """A coroutine the scheduler runs (``asyncio.create_task``, ``asyncio.gather``), on the
+    run's ``ready`` queue. ``_waiting`` is the future it is suspended on (its wake-up is
+    for that future only: a task cancelled meanwhile has moved on)."""
 
-    __slots__ = ("_coro", "_throw")
+    __slots__ = ("_coro", "_ready", "_throw", "_waiting")
 
     def __init__(
         self,
@@ -1077,13 +1162,54 @@ class Task(_Future):
         what: str = "a task",
         failures: dict[_Future, None] | None = None,
         line: int = 0,
+        number: int = 0,
+        ready: deque[Task] | None = None,
     ) -> None:
-        super().__init__(what, failures, line)
+        super().__init__(what, failures, line, number)
         self._coro = coro
         self._throw: BaseException | None = None
+        self._waiting: _Future | None = None
+        self._ready = ready if type(ready) is deque else None
+
+    def cancel(self, msg: Any = None) -> bool:
+        """As asyncio's: what the task awaits is cancelled (a task, a gather, a tool call's
+        future), so a CancelledError is raised where the task waits; a task not waiting gets
+        it when it next runs (a task not started never runs). False when already done."""
+        if self._done:
+            return False
+        waiting = self._waiting
+        if waiting is not None and waiting.cancel(msg):
+            return True  # its wake-up (_wake) readies the task, which meets the error there
+        self._waiting = None
+        self._throw = CancelledError() if msg is None else CancelledError(msg)
+        if waiting is not None and self._ready is not None:
+            self._ready.append(self)
+        return True
 
     def _misuse(self) -> str:
         return f"{self._what} gives a task, not its result: await the task for its result"
+
+
+def _wake(task: Task, future: _Future) -> None:
+    """``future`` is done: ``task``, suspended on it, is ready again (if it still waits on it)."""
+    if task._waiting is future:
+        task._waiting = None
+        if task._ready is not None:
+            task._ready.append(task)
+
+
+class _Gather(_Future):
+    """``asyncio.gather``'s future: cancelling it cancels its children, as asyncio's does."""
+
+    __slots__ = ("_children",)
+    _children: list[_Future]
+
+    def cancel(self, msg: Any = None) -> bool:
+        if self._done:
+            return False
+        for child in getattr(self, "_children", ()):
+            child.cancel(msg)
+        return super().cancel(msg)
 
 
 def _script_line() -> int:
@@ -1138,6 +1264,525 @@ class LimitError(Exception, metaclass=_Sealed):
 
 class FileError(Exception, metaclass=_Sealed):
     """A ``files`` call that cannot be answered: a bad argument, or a file that is gone."""
+
+
+# ---- asyncio for scripts: its errors, locks, events, queues and task groups ----
+#
+# On the run's scheduler, not an event loop; each works as asyncio's does (CPython 3.11), and
+# each waiter is a future, woken in the order it came, so a script's calls come in the same
+# order live and replayed. No time passes in a script: a timeout never fires.
+
+
+class CancelledError(BaseException, metaclass=_Sealed):
+    """asyncio's: raised where a cancelled task waits, and by awaiting a cancelled one."""
+
+
+class InvalidStateError(Exception, metaclass=_Sealed):
+    """asyncio's: the result of an awaitable that is not done yet."""
+
+
+class QueueEmpty(Exception, metaclass=_Sealed):
+    """asyncio's: ``get_nowait()`` of an empty queue."""
+
+
+class QueueFull(Exception, metaclass=_Sealed):
+    """asyncio's: ``put_nowait()`` on a full queue."""
+
+
+def _waiter(line: deque[_Future], what: str) -> _Future:
+    """A new waiter at the end of ``line``. It stays in the line until its task goes on (so
+    one that comes later sees it there), as asyncio's waiters do."""
+    waiter = _Future(what)
+    line.append(waiter)
+    return waiter
+
+
+def _wake_first(line: deque[_Future]) -> bool:
+    """Resolve the first waiter of ``line`` still waiting; False if there was none."""
+    for waiter in line:
+        if not waiter._done:
+            waiter._resolve(True)
+            return True
+    return False
+
+
+def _wake_next(line: deque[_Future]) -> None:
+    """A queue's wake-up: the first waiter still waiting is taken out of ``line`` and
+    resolved (the ones before it, cancelled, go too)."""
+    while line:
+        waiter = line.popleft()
+        if not waiter._done:
+            waiter._resolve(None)
+            return
+
+
+class Semaphore(_Opaque):
+    """asyncio's: ``async with sem:`` lets at most ``value`` holders in at once, first come
+    first served."""
+
+    __slots__ = ("_bound", "_value", "_waiters")
+
+    def __init__(self, value: int = 1) -> None:
+        if type(value) is not int or value < 0:
+            raise ValueError(f"Semaphore initial value must be an int >= 0, not {value!r}")
+        self._value = value
+        self._bound = -1  # BoundedSemaphore's
+        self._waiters: deque[_Future] = deque()
+
+    def __repr__(self) -> str:
+        return f"<{_type_name(self)} value={self._value} waiters={len(self._waiters)}>"
+
+    def locked(self) -> bool:
+        return self._value == 0 or any(not w.cancelled() for w in self._waiters)
+
+    async def acquire(self) -> bool:
+        if not self.locked():
+            self._value -= 1
+            return True
+        waiter = _waiter(self._waiters, f"{_type_name(self)}.acquire()")
+        try:
+            try:
+                await waiter
+            finally:
+                self._waiters.remove(waiter)
+        except CancelledError:
+            if not waiter.cancelled():  # given the permit, then cancelled: pass it on
+                self._value += 1
+                self._wake_next()
+            raise
+        if self._value > 0:
+            self._wake_next()
+        return True
+
+    def release(self) -> None:
+        if 0 <= self._bound <= self._value:
+            raise ValueError("BoundedSemaphore released too many times")
+        self._value += 1
+        self._wake_next()
+
+    def _wake_next(self) -> None:
+        # The permit goes to the first waiter now, so one that comes later cannot take it.
+        if self._value > 0 and _wake_first(self._waiters):
+            self._value -= 1
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+
+class BoundedSemaphore(Semaphore):
+    """asyncio's: a Semaphore that refuses a release past its initial value."""
+
+    __slots__ = ()
+
+    def __init__(self, value: int = 1) -> None:
+        super().__init__(value)
+        self._bound = value
+
+
+class Lock(_Opaque):
+    """asyncio's: ``async with lock:`` lets one holder in at a time, first come first served."""
+
+    __slots__ = ("_locked", "_waiters")
+
+    def __init__(self) -> None:
+        self._locked = False
+        self._waiters: deque[_Future] = deque()
+
+    def __repr__(self) -> str:
+        state = "locked" if self._locked else "unlocked"
+        return f"<Lock [{state}, waiters:{len(self._waiters)}]>"
+
+    def locked(self) -> bool:
+        return self._locked
+
+    async def acquire(self) -> bool:
+        if not self._locked and all(w.cancelled() for w in self._waiters):
+            self._locked = True
+            return True
+        waiter = _waiter(self._waiters, "Lock.acquire()")
+        try:
+            try:
+                await waiter
+            finally:
+                self._waiters.remove(waiter)
+        except CancelledError:
+            if not self._locked:
+                _wake_first(self._waiters)
+            raise
+        self._locked = True
+        return True
+
+    def release(self) -> None:
+        if not self._locked:
+            raise RuntimeError("Lock is not acquired.")
+        self._locked = False
+        _wake_first(self._waiters)
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+
+class Event(_Opaque):
+    """asyncio's: ``await event.wait()`` until something calls ``event.set()``."""
+
+    __slots__ = ("_set", "_waiters")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiters: deque[_Future] = deque()
+
+    def __repr__(self) -> str:
+        return f"<Event [{'set' if self._set else 'unset'}, waiters:{len(self._waiters)}]>"
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            for waiter in self._waiters:
+                waiter._resolve(True)
+
+    def clear(self) -> None:
+        self._set = False
+
+    async def wait(self) -> bool:
+        if self._set:
+            return True
+        waiter = _waiter(self._waiters, "Event.wait()")
+        try:
+            await waiter
+        finally:
+            self._waiters.remove(waiter)
+        return True
+
+
+class Queue(_Opaque):
+    """asyncio's: ``await q.put(x)`` and ``await q.get()`` (waiting while full or empty),
+    their ``_nowait`` forms, and ``task_done()`` with ``await q.join()``."""
+
+    __slots__ = ("_finished", "_getters", "_items", "_maxsize", "_putters", "_unfinished")
+
+    def __init__(self, maxsize: int = 0) -> None:
+        if type(maxsize) is not int:
+            raise TypeError(f"maxsize must be an int, not {_type_name(maxsize)}")
+        self._maxsize = maxsize
+        self._items: Any = self._new()
+        self._getters: deque[_Future] = deque()
+        self._putters: deque[_Future] = deque()
+        self._unfinished = 0
+        self._finished = Event()
+        self._finished.set()
+
+    def _new(self) -> Any:
+        return deque()
+
+    def _put(self, item: Any) -> None:
+        self._items.append(item)
+
+    def _get(self) -> Any:
+        return self._items.popleft()
+
+    def __repr__(self) -> str:
+        return f"<{_type_name(self)} maxsize={self._maxsize} qsize={len(self._items)}>"
+
+    @property
+    def maxsize(self) -> int:
+        return self._maxsize
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def full(self) -> bool:
+        return 0 < self._maxsize <= len(self._items)
+
+    async def put(self, item: Any) -> None:
+        while self.full():
+            await self._wait(self._putters, "put", self.full)
+        self.put_nowait(item)
+
+    async def _wait(self, line: deque[_Future], what: str, still: Callable[[], bool]) -> None:
+        # As asyncio's queues: a waiter is taken out of its line when woken; one woken and
+        # then cancelled wakes the next in its place.
+        waiter = _waiter(line, f"{_type_name(self)}.{what}()")
+        try:
+            await waiter
+        except BaseException:
+            waiter.cancel()
+            if waiter in line:
+                line.remove(waiter)
+            if not still() and not waiter.cancelled():
+                _wake_next(line)
+            raise
+
+    def put_nowait(self, item: Any) -> None:
+        if self.full():
+            raise QueueFull
+        self._put(item)
+        self._unfinished += 1
+        self._finished.clear()
+        _wake_next(self._getters)
+
+    async def get(self) -> Any:
+        while self.empty():
+            await self._wait(self._getters, "get", self.empty)
+        return self.get_nowait()
+
+    def get_nowait(self) -> Any:
+        if self.empty():
+            raise QueueEmpty
+        item = self._get()
+        _wake_next(self._putters)
+        return item
+
+    def task_done(self) -> None:
+        if self._unfinished <= 0:
+            raise ValueError("task_done() called too many times")
+        self._unfinished -= 1
+        if self._unfinished == 0:
+            self._finished.set()
+
+    async def join(self) -> None:
+        if self._unfinished > 0:
+            await self._finished.wait()
+
+
+class PriorityQueue(Queue):
+    """asyncio's: the smallest item comes out first (a heap)."""
+
+    __slots__ = ()
+
+    def _new(self) -> Any:
+        return []
+
+    def _put(self, item: Any) -> None:
+        heapq.heappush(self._items, item)
+
+    def _get(self) -> Any:
+        return heapq.heappop(self._items)
+
+
+class LifoQueue(Queue):
+    """asyncio's: the last item put comes out first."""
+
+    __slots__ = ()
+
+    def _new(self) -> Any:
+        return []
+
+    def _get(self) -> Any:
+        return self._items.pop()
+
+
+class _Timeout(_Opaque):
+    """``asyncio.timeout(delay)``: no time passes in a script (its clock is fixed), so it
+    never expires; a tool call's time is bounded on the host, by the tool's ``timeout``."""
+
+    __slots__ = ("_when",)
+
+    def __init__(self, when: float | None) -> None:
+        self._when = when
+
+    def when(self) -> float | None:
+        return self._when
+
+    def reschedule(self, when: float | None) -> None:
+        self._when = when
+
+    def expired(self) -> bool:
+        return False
+
+    async def __aenter__(self) -> _Timeout:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+class _TaskGroup(_Opaque):
+    """``asyncio.TaskGroup()``, as asyncio's (CPython 3.11): ``async with`` waits for every
+    task it made; the first that fails cancels the others and the block, and the block ends
+    with an ExceptionGroup of what failed."""
+
+    __slots__ = (
+        "_aborting", "_base_error", "_completed", "_entered", "_errors", "_exiting", "_parent",
+        "_parent_cancelled", "_run", "_tasks",
+    )  # fmt: skip
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        self._entered = self._exiting = self._aborting = self._parent_cancelled = False
+        self._parent: Task | None = None
+        self._tasks: dict[_Future, None] = {}
+        self._errors: list[BaseException] = []
+        self._base_error: BaseException | None = None
+        self._completed: _Future | None = None
+
+    def __repr__(self) -> str:
+        state = "entered" if self._entered and not self._exiting else "not entered"
+        return f"<TaskGroup tasks={len(self._tasks)} {state}>"
+
+    async def __aenter__(self) -> _TaskGroup:
+        if self._entered:
+            raise RuntimeError("TaskGroup has already been entered")
+        self._entered = True
+        self._parent = self._run.current
+        return self
+
+    def create_task(self, coro: Any, *, name: Any = None, context: Any = None) -> _Future:
+        refusal = None
+        if not self._entered:
+            refusal = (
+                "TaskGroup has not been entered: write `async with asyncio.TaskGroup() as tg:`"
+            )
+        elif self._exiting and not self._tasks:
+            refusal = "TaskGroup is finished"
+        elif self._aborting:
+            refusal = "TaskGroup is shutting down"
+        if refusal is not None:
+            if type(coro) is types.CoroutineType:
+                coro.close()  # this error says it all: not also "never awaited"
+            raise RuntimeError(refusal)
+        task = self._run._task(
+            coro,
+            "TaskGroup.create_task takes a coroutine or a tool call, as "
+            "tg.create_task(tools.name(...))",
+            "tg.create_task({})",
+        )
+        if task not in self._tasks:
+            self._tasks[task] = None
+            if task._done:
+                self._done(task)
+            else:
+                task._callbacks.append(functools.partial(self._done, task))
+        return task
+
+    def _done(self, task: _Future) -> None:
+        self._tasks.pop(task, None)
+        if self._completed is not None and not self._tasks:
+            self._completed._resolve(True)
+        if task.cancelled():
+            return
+        error = task._retrieve()
+        if error is None:
+            return
+        self._errors.append(error)
+        if issubclass(type(error), SystemExit | KeyboardInterrupt) and self._base_error is None:
+            self._base_error = error
+        parent = self._parent
+        if self._aborting or parent is None or parent._done:
+            return
+        self._abort()
+        if not self._exiting:  # the block still runs: cancel it where it waits
+            self._parent_cancelled = True
+            parent.cancel()
+
+    def _abort(self) -> None:
+        self._aborting = True
+        for task in list(self._tasks):
+            if not task._done:
+                task.cancel()
+
+    async def __aexit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
+        self._exiting = True
+        if kind is not None and issubclass(kind, GeneratorExit):
+            # The run is over and its coroutines are being closed: nothing is left to wait
+            # for (a wait here would be "coroutine ignored GeneratorExit").
+            self._abort()
+            return
+        base = issubclass(type(error), SystemExit | KeyboardInterrupt)
+        if base and self._base_error is None:
+            self._base_error = error
+        propagate = error if kind is not None and issubclass(kind, CancelledError) else None
+        parent = self._parent
+        if self._parent_cancelled:
+            # The block's cancellation was the group's own: it ends here, taken or not yet
+            # (a block that awaited nothing since has it still to come).
+            propagate = None
+            if parent is not None and issubclass(type(parent._throw), CancelledError):
+                parent._throw = None
+        if kind is not None and not self._aborting:
+            self._abort()
+        while self._tasks:
+            if self._completed is None:
+                self._completed = _Future("TaskGroup")
+            try:
+                await self._completed
+            except CancelledError as e:
+                if not self._aborting:  # the task that holds the group was cancelled
+                    propagate = e
+                    self._abort()
+            self._completed = None
+        if self._base_error is not None:
+            raise self._base_error
+        if propagate is not None and not self._errors:
+            raise propagate
+        if kind is not None and not issubclass(kind, CancelledError) and error is not None:
+            self._errors.append(error)
+        if self._errors:
+            errors, self._errors = self._errors, []
+            raise BaseExceptionGroup("unhandled errors in a TaskGroup", errors) from None
+
+
+def _one_awaitable(function: str, given: Any) -> None:
+    """Refuse one awaitable where a list of them must be (CPython: "expect a list of
+    futures, not Task")."""
+    if issubclass(type(given), _Future):
+        shown = given._shown()
+    elif type(given) is types.CoroutineType:
+        shown = f"{given.__qualname__[:100]}(...)"
+    else:
+        return
+    raise TypeError(f"{function} takes a list of awaitables, not one: write {function}([{shown}])")
+
+
+_RETURN_WHEN = ("FIRST_COMPLETED", "FIRST_EXCEPTION", "ALL_COMPLETED")
+_WAIT_TAKES = "asyncio.wait and asyncio.as_completed take tasks, coroutines and tool calls"
+
+# asyncio's names a script has that hold nothing of one run.
+_ASYNCIO_STATIC: dict[str, Any] = {
+    "CancelledError": CancelledError,
+    "InvalidStateError": InvalidStateError,
+    "TimeoutError": TimeoutError,
+    "QueueEmpty": QueueEmpty,
+    "QueueFull": QueueFull,
+    "Semaphore": Semaphore,
+    "BoundedSemaphore": BoundedSemaphore,
+    "Lock": Lock,
+    "Event": Event,
+    "Queue": Queue,
+    "PriorityQueue": PriorityQueue,
+    "LifoQueue": LifoQueue,
+    **{name: name for name in _RETURN_WHEN},
+}
+
+# What a model reaches for in asyncio that a script does not have, and what it has instead.
+_NO_LOOP = (
+    ": no event loop is exposed, and none is needed: a script is the body of an async "
+    "function already, so await what you would run on a loop"
+)
+_NO_SYSTEM = ": a script has no threads, processes or network; it reaches the world through tools"
+_ASYNCIO_ABSENT: dict[str, str] = {
+    **dict.fromkeys(
+        ("get_event_loop", "get_running_loop", "new_event_loop", "set_event_loop"), _NO_LOOP
+    ),
+    **dict.fromkeys(
+        (
+            "to_thread", "run_in_executor", "create_subprocess_exec", "create_subprocess_shell",
+            "open_connection", "start_server", "open_unix_connection", "start_unix_server",
+        ),
+        _NO_SYSTEM,
+    ),
+}  # fmt: skip
 
 
 class _NotPlain(Exception):
@@ -1454,12 +2099,18 @@ class Run(Replay):
     """One run of one Python script. Create, then call :meth:`execute` once."""
 
     STEERING = "the clock (time, datetime) and random"
-    STUCK = Replay.STUCK + " (a task that awaits itself?)"
+    STUCK = Replay.STUCK + (
+        " (an Event nothing sets, a Queue nothing fills, a Lock or Semaphore never released, "
+        "or a task that awaits itself?)"
+    )
 
     def __init__(self, script: Script, channel: Channel, fetch: Fetch | None = None) -> None:
         super().__init__(script, channel, fetch)
         self.tool_set = frozenset(self.tool_names)
         self.ready: deque[Task] = deque()
+        self.current: Task | None = None  # the task running now (asyncio.current_task)
+        # Numbers for the futures the script sees, in the order it makes them (_Future).
+        self.numbers = itertools.count(1)
         # The futures of recorded calls that settle when the queue is next empty (version 2).
         self.deferred_futures: list[tuple[_Future, str]] = []
         # The calls, tasks and gathers that failed and whose error nothing has retrieved yet,
@@ -1507,7 +2158,7 @@ class Run(Replay):
         text = _json(arguments, "the argument")
         answer = self._call(name, text)
         tag, rest = answer[:1], answer[1:]
-        future = _Call(name, self.failures, _script_line())
+        future = _Call(name, self.failures, _script_line(), next(self.numbers))
         if tag == "r":
             future._resolve(jsontext.loads(rest))
         elif tag == "e":
@@ -1595,7 +2246,14 @@ class Run(Replay):
             awaitable = _await(awaitable)
         else:
             raise TypeError(f"{refusal}, not {_type_name(awaitable)}")
-        task = Task(awaitable, maker.format(shown), self.failures, _script_line())
+        task = Task(
+            awaitable,
+            maker.format(shown),
+            self.failures,
+            _script_line(),
+            next(self.numbers),
+            self.ready,
+        )
         self.ready.append(task)
         return task
 
@@ -1607,7 +2265,8 @@ class Run(Replay):
                 "them: write asyncio.gather(*calls)"
             )
         children = [self._task(a) for a in awaitables]
-        out = _Future("asyncio.gather(...)", self.failures, _script_line())
+        out = _Gather("asyncio.gather(...)", self.failures, _script_line(), next(self.numbers))
+        out._children = children
         results: list[Any] = [None] * len(children)
         left = [len(children)]
         if not children:
@@ -1649,8 +2308,109 @@ class Run(Replay):
                 "asyncio.create_task({})",
             )
 
+        def ensure_future(awaitable: Any) -> _Future:
+            return self._task(
+                awaitable, "asyncio.ensure_future takes a coroutine, a task or a tool call"
+            )
+
         def sleep(delay: float = 0, result: Any = None) -> _Yield:
             return _Yield(result)
+
+        def task_group() -> _TaskGroup:
+            return _TaskGroup(self)
+
+        async def wait(
+            fs: Any, *, timeout: Any = None, return_when: str = "ALL_COMPLETED"
+        ) -> tuple[set[_Future], set[_Future]]:
+            _one_awaitable("asyncio.wait", fs)
+            if return_when not in _RETURN_WHEN:
+                raise ValueError(f"Invalid return_when value: {return_when}")
+            futures = list(dict.fromkeys(self._task(f, _WAIT_TAKES) for f in fs))
+            if not futures:
+                raise ValueError("Set of Tasks/Futures is empty.")
+
+            def settled() -> bool:
+                done = [f for f in futures if f._done]
+                if return_when == "FIRST_COMPLETED":
+                    return bool(done)
+                if return_when == "FIRST_EXCEPTION" and any(
+                    f._error is not None and not f.cancelled() for f in done
+                ):
+                    return True
+                return len(done) == len(futures)
+
+            if not settled():
+                waiter = _Future("asyncio.wait(...)")
+
+                def check() -> None:
+                    if not waiter._done and settled():
+                        waiter._resolve(None)
+
+                for f in futures:
+                    if not f._done:
+                        f._callbacks.append(check)
+                await waiter
+            return {f for f in futures if f._done}, {f for f in futures if not f._done}
+
+        def as_completed(fs: Any, *, timeout: Any = None) -> Iterator[_Future]:
+            _one_awaitable("asyncio.as_completed", fs)
+            futures = list(dict.fromkeys(self._task(f, _WAIT_TAKES) for f in fs))
+            line = _script_line()
+            # The i-th awaitable given out is the i-th to finish: it takes that one's error.
+            slots = [
+                _Future("asyncio.as_completed(...)", self.failures, line, next(self.numbers))
+                for _ in futures
+            ]
+            free = iter(slots)
+
+            def done(future: _Future) -> None:
+                slot = next(free, None)
+                if slot is None:  # a future the script made anew (__init__) and done again
+                    return
+                error = future._retrieve()
+                if error is None:
+                    slot._resolve(future._value)
+                else:
+                    slot._reject(error)
+
+            for f in futures:
+                if f._done:
+                    done(f)
+                else:
+                    f._callbacks.append(functools.partial(done, f))
+            return iter(slots)
+
+        async def wait_for(fut: Any, timeout: Any = None) -> Any:
+            # No time passes in a script: the timeout never fires (see _Timeout).
+            return await self._task(fut, "asyncio.wait_for takes a coroutine or a tool call")
+
+        def shield(awaitable: Any) -> _Future:
+            inner = self._task(awaitable, "asyncio.shield takes a coroutine or a tool call")
+            if inner._done:
+                return inner
+            outer = _Future(
+                "asyncio.shield(...)", self.failures, _script_line(), next(self.numbers)
+            )
+
+            def copy() -> None:
+                if outer._done:  # cancelled: the inner one goes on, its error taken here
+                    if not inner.cancelled():
+                        inner._retrieve()
+                    return
+                error = inner._retrieve()
+                if error is None:
+                    outer._resolve(inner._value)
+                else:
+                    outer._reject(error)
+
+            inner._callbacks.append(copy)
+            return outer
+
+        def current_task() -> Task | None:
+            return self.current
+
+        def timeout(delay: float | None) -> _Timeout:
+            return _Timeout(delay)
 
         def run(main: Any, *, debug: Any = None) -> NoReturn:
             # A model writes a program (`asyncio.run(main())`) where a script is already the
@@ -1666,12 +2426,30 @@ class Run(Replay):
             )
 
         return Module(
-            "asyncio", {"gather": gather, "create_task": create_task, "run": run, "sleep": sleep}
+            "asyncio",
+            {
+                **_ASYNCIO_STATIC,
+                "gather": gather,
+                "create_task": create_task,
+                "ensure_future": ensure_future,
+                "run": run,
+                "sleep": sleep,
+                "TaskGroup": task_group,
+                "wait": wait,
+                "as_completed": as_completed,
+                "wait_for": wait_for,
+                "shield": shield,
+                "current_task": current_task,
+                "timeout": timeout,
+                "timeout_at": timeout,
+            },
+            hints=_ASYNCIO_ABSENT,
         )
 
     def _step(self, task: Task) -> None:
         coro = task._coro
         throw, task._throw = task._throw, None
+        self.current = task
         try:
             yielded = coro.send(None) if throw is None else coro.throw(throw)
         except StopIteration as e:
@@ -1682,11 +2460,14 @@ class Run(Replay):
         except BaseException as e:  # the script's own error, SystemExit included
             task._reject(e)
             return
+        finally:
+            self.current = None
         if issubclass(type(yielded), _Future):
-            if yielded._done:
+            if yielded._done or task._throw is not None:  # or cancelled while it ran
                 self.ready.append(task)
             else:
-                yielded._callbacks.append(functools.partial(self.ready.append, task))
+                task._waiting = yielded
+                yielded._callbacks.append(functools.partial(_wake, task, yielded))
         elif yielded is None:  # asyncio.sleep
             self.ready.append(task)
         else:
@@ -1754,7 +2535,8 @@ class Run(Replay):
         )
         exec(code, scope)
         main = scope.pop(_MAIN)
-        self.main = Task(main(), "the script")  # its error is the run's, never reported
+        # Its error is the run's, never reported.
+        self.main = Task(main(), "the script", ready=self.ready)
         self.ready.append(self.main)
         return self._drive()
 
@@ -1914,10 +2696,14 @@ class Run(Replay):
                 limit=LimitMet(name="memory", message=message),
             )
         name = _type_name(error)
-        try:
-            message = str(error)
-        except BaseException as e:  # the script's own __str__
-            message = f"an error that cannot be read: {_type_name(e)}"
+        message = _message(error)
+        if issubclass(type(error), BaseExceptionGroup):
+            # A TaskGroup's: its own text only counts the errors ("(2 sub-exceptions)").
+            leaves = _leaves(cast(BaseExceptionGroup[BaseException], error))
+            shown = [f"{_type_name(e)}: {_message(e)}" for e in leaves[:_GROUP_SHOWN]]
+            more = len(leaves) - len(shown)
+            message += ": " + "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+            lines = [n for leaf in leaves[:_GROUP_SHOWN] for n in _script_lines(leaf)] + lines
         limit = None
         if isinstance(error, LimitError) and message in self.limit_errors:
             limit = LimitMet(name=self.limit_errors[message], message=message)
@@ -1939,6 +2725,21 @@ class Run(Replay):
             ),
             limit=limit,
         )
+
+    def _stuck_lines(self) -> list[ErrorLine]:
+        # Down the chain of what the script's body awaits, through coroutines and generators
+        # only (anything else may be the script's own object, whose attributes run its code).
+        lines: list[int] = []
+        awaited: Any = self.main._coro if self.main is not None else None
+        while type(awaited) is types.CoroutineType or type(awaited) is types.GeneratorType:
+            if type(awaited) is types.CoroutineType:
+                frame, awaited = awaited.cr_frame, awaited.cr_await
+            else:
+                frame, awaited = awaited.gi_frame, awaited.gi_yieldfrom
+            if frame is not None and frame.f_code.co_filename == FILENAME:
+                lines.append(frame.f_lineno)
+        lines.reverse()
+        return self._line_list(lines)
 
     def _line_list(self, numbers: list[int]) -> list[ErrorLine]:
         lines: list[ErrorLine] = []
@@ -1996,6 +2797,33 @@ def _declared_global(code: str, name: str) -> bool:
     """True when a ``global`` statement of ``code`` names ``name``."""
     pattern = rf"^[ \t]*global\b[^\n#]*\b{re.escape(name)}\b"
     return re.search(pattern, code, re.MULTILINE) is not None
+
+
+# The errors of an uncaught ExceptionGroup the run's error names.
+_GROUP_SHOWN = 3
+
+
+def _message(error: BaseException) -> str:
+    """``str(error)``; the script's own ``__str__`` may fail."""
+    try:
+        return str(error)
+    except (MemoryError, _Ended):
+        raise
+    except BaseException as e:
+        return f"an error that cannot be read: {_type_name(e)}"
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The errors of ``group`` and of the groups in it, in order (at most a few hundred)."""
+    found: list[BaseException] = []
+    todo: list[BaseException] = [group]
+    while todo and len(found) < 300:
+        error = todo.pop(0)
+        if issubclass(type(error), BaseExceptionGroup):
+            todo[:0] = BaseExceptionGroup.__dict__["exceptions"].__get__(error)
+        else:
+            found.append(error)
+    return found
 
 
 def _script_lines(error: BaseException) -> list[int]:

@@ -48,6 +48,7 @@ from sandbox.protocol import (
     RUN_CODE,
     VALUE_BOUND,
     Call,
+    ErrorLine,
     LimitMet,
     Limits,
     Ran,
@@ -485,11 +486,17 @@ class Replay(abc.ABC):
             return self._finish(
                 Ran(
                     outcome="failed",
-                    error=ScriptError(name="StuckError", message=self.STUCK),
+                    error=ScriptError(
+                        name="StuckError", message=self.STUCK, lines=self._stuck_lines()
+                    ),
                 )
             )
         kind, payload = self.outcome
         return self._concluded(kind, payload)
+
+    def _stuck_lines(self) -> list[ErrorLine]:
+        """Where a stuck script waits, innermost first, when the language can tell."""
+        return []
 
 
 def _finished(payload: str) -> Ran:

@@ -490,6 +490,41 @@ tools.t(late=True, fail=True)
 return 'done'""",
         ("t",),
     ),
+    # asyncio's tasks, groups, locks and queues: their order, and that of the sets
+    # asyncio.wait returns, must be the same live and replayed.
+    "concurrency_python": (
+        """\
+import asyncio
+sem = asyncio.Semaphore(2)
+async def limited(i):
+    async with sem:
+        return (await tools.t(i=i))["echo"]["i"]
+async with asyncio.TaskGroup() as tg:
+    group = [tg.create_task(limited(i)) for i in range(4)]
+done, _ = await asyncio.wait([asyncio.create_task(tools.t(k=k)) for k in range(6)])
+again = [await tools.t(then=d.result()["echo"]["k"]) for d in done]
+q = asyncio.Queue()
+for i in range(3):
+    q.put_nowait(i)
+async def worker():
+    while True:
+        i = await q.get()
+        print("got", i, (await tools.t(q=i))["echo"])
+        q.task_done()
+workers = [asyncio.create_task(worker()) for _ in range(2)]
+await q.join()
+for w in workers:
+    w.cancel()
+first = [await c for c in asyncio.as_completed([tools.t(c=1), tools.t(c=2)])]
+try:
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(tools.t(fail=True))
+        await tools.t(body=1)
+except* ToolError as e:
+    print("group", len(e.exceptions))
+return [[t.result() for t in group], [a["echo"] for a in again], first]""",
+        ("t",),
+    ),
     "interleaved": (
         """
         const a = tools.t({ n: 1 });

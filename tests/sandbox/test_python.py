@@ -1256,10 +1256,22 @@ def test_global_of_a_top_level_name_says_to_use_nonlocal() -> None:
 
 
 def test_a_small_module_lists_what_it_has() -> None:
-    """asyncio in scripts has four functions (run only to say what to write instead): asking
-    for another says which."""
-    error = failed("import asyncio\nawait asyncio.wait_for(asyncio.sleep(0), 1)")
-    assert error.message == (
-        "module 'asyncio' has no attribute 'wait_for' in scripts; it has create_task, gather, "
-        "run, sleep"
+    """A name asyncio does not give a script: the error lists what it does give (io, a
+    small module, likewise); one a model reaches for a loop or a thread with says what to
+    do instead."""
+    error = failed("import asyncio\nasyncio.Barrier(2)")
+    assert error.message.startswith(
+        "module 'asyncio' has no attribute 'Barrier' in scripts; it has ALL_COMPLETED, "
+        "BoundedSemaphore, CancelledError, Event,"
+    )
+    for name in ("TaskGroup", "Semaphore", "Queue", "as_completed", "wait", "wait_for"):
+        assert f" {name}," in error.message or error.message.endswith(f" {name}")
+    assert failed("import asyncio\nasyncio.get_event_loop()").message == (
+        "module 'asyncio' has no attribute 'get_event_loop' in scripts: no event loop is "
+        "exposed, and none is needed: a script is the body of an async function already, so "
+        "await what you would run on a loop"
+    )
+    assert failed("import asyncio\nawait asyncio.to_thread(print)").message == (
+        "module 'asyncio' has no attribute 'to_thread' in scripts: a script has no threads, "
+        "processes or network; it reaches the world through tools"
     )
