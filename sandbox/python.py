@@ -1608,6 +1608,29 @@ class _Timeout(_Opaque):
         return None
 
 
+class _AsCompleted(_Opaque):
+    """What ``asyncio.as_completed`` gives: a plain iterator of awaitables, the i-th
+    resolved as the i-th of the given ones to finish (Python 3.11's; 3.13's ``async for``
+    is not there, and says how to write the loop)."""
+
+    __slots__ = ("_slots",)
+
+    def __init__(self, slots: list[_Future]) -> None:
+        self._slots = iter(slots)
+
+    def __iter__(self) -> _AsCompleted:
+        return self
+
+    def __next__(self) -> _Future:
+        return next(self._slots)
+
+    def __aiter__(self) -> NoReturn:
+        raise TypeError(
+            "asyncio.as_completed gives a plain iterator in scripts (Python 3.11's): write "
+            "`for next_done in asyncio.as_completed(aws): result = await next_done`"
+        )
+
+
 class _TaskGroup(_Opaque):
     """``asyncio.TaskGroup()``, as asyncio's (CPython 3.11): ``async with`` waits for every
     task it made; the first that fails cancels the others and the block, and the block ends
@@ -1731,6 +1754,11 @@ class _TaskGroup(_Opaque):
         if self._errors:
             errors, self._errors = self._errors, []
             raise BaseExceptionGroup("unhandled errors in a TaskGroup", errors) from None
+
+
+def _is_future(value: Any) -> bool:
+    """``asyncio.isfuture``: a task, a tool call's future, gather's."""
+    return issubclass(type(value), _Future)
 
 
 def _one_awaitable(function: str, given: Any) -> None:
@@ -2352,7 +2380,7 @@ class Run(Replay):
                 await waiter
             return {f for f in futures if f._done}, {f for f in futures if not f._done}
 
-        def as_completed(fs: Any, *, timeout: Any = None) -> Iterator[_Future]:
+        def as_completed(fs: Any, *, timeout: Any = None) -> _AsCompleted:
             _one_awaitable("asyncio.as_completed", fs)
             futures = list(dict.fromkeys(self._task(f, _WAIT_TAKES) for f in fs))
             line = _script_line()
@@ -2378,7 +2406,7 @@ class Run(Replay):
                     done(f)
                 else:
                     f._callbacks.append(functools.partial(done, f))
-            return iter(slots)
+            return _AsCompleted(slots)
 
         async def wait_for(fut: Any, timeout: Any = None) -> Any:
             # No time passes in a script: the timeout never fires (see _Timeout).
@@ -2408,6 +2436,10 @@ class Run(Replay):
 
         def current_task() -> Task | None:
             return self.current
+
+        def iscoroutine(value: Any) -> bool:
+            # A tool call is an awaitable future, as asyncio's tasks are, not a coroutine.
+            return type(value) is types.CoroutineType
 
         def timeout(delay: float | None) -> _Timeout:
             return _Timeout(delay)
@@ -2440,6 +2472,9 @@ class Run(Replay):
                 "wait_for": wait_for,
                 "shield": shield,
                 "current_task": current_task,
+                "iscoroutine": iscoroutine,
+                "iscoroutinefunction": inspect.iscoroutinefunction,
+                "isfuture": _is_future,
                 "timeout": timeout,
                 "timeout_at": timeout,
             },

@@ -505,3 +505,25 @@ for t in tasks:
 return [len(d), tasks[0] in {0, 1, 2}, [(await t)["echo"]["k"] for t in tasks]]
 """
     assert end(code).value == [13, False, [0, 1, 2]]
+
+
+def test_async_for_over_as_completed_says_how_to_loop() -> None:
+    code = "import asyncio\nasync for r in asyncio.as_completed([tools.t(a=1)]):\n    pass"
+    assert failed(code).message == (
+        "asyncio.as_completed gives a plain iterator in scripts (Python 3.11's): write "
+        "`for next_done in asyncio.as_completed(aws): result = await next_done`"
+    )
+
+
+def test_what_is_a_coroutine_and_what_a_future() -> None:
+    code = """
+import asyncio
+async def f():
+    return 1
+c = f()
+t = tools.t(a=1)
+out = [asyncio.iscoroutine(c), asyncio.iscoroutine(t), asyncio.isfuture(t),
+       asyncio.isfuture(c), asyncio.iscoroutinefunction(f), await c, (await t)["echo"]]
+return out
+"""
+    assert end(code).value == [True, False, True, False, True, 1, {"a": 1}]
