@@ -1701,6 +1701,14 @@ class _TaskGroup(_Opaque):
         self._errors.append(error)
         if issubclass(type(error), SystemExit | KeyboardInterrupt) and self._base_error is None:
             self._base_error = error
+        if len(self._errors) == 1:
+            # Once every task that is ready has run, as asyncio's done callbacks run: the
+            # tasks that fail in the same step (their calls' results came together) are all
+            # the group's errors, none of them cancelled by the first.
+            run = self._run
+            run.ready.append(Task(self._stop(), "TaskGroup", ready=run.ready))
+
+    async def _stop(self) -> None:
         parent = self._parent
         if self._aborting or parent is None or parent._done:
             return
