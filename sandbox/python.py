@@ -1154,7 +1154,7 @@ class Task(_Future):
     run's ``ready`` queue. ``_waiting`` is the future it is suspended on (its wake-up is
     for that future only: a task cancelled meanwhile has moved on)."""
 
-    __slots__ = ("_coro", "_ready", "_throw", "_waiting")
+    __slots__ = ("_cancelling", "_coro", "_ready", "_throw", "_waiting")
 
     def __init__(
         self,
@@ -1170,16 +1170,21 @@ class Task(_Future):
         self._throw: BaseException | None = None
         self._waiting: _Future | None = None
         self._ready = ready if type(ready) is deque else None
+        self._cancelling = False
 
     def cancel(self, msg: Any = None) -> bool:
         """As asyncio's: what the task awaits is cancelled (a task, a gather, a tool call's
         future), so a CancelledError is raised where the task waits; a task not waiting gets
         it when it next runs (a task not started never runs). False when already done."""
-        if self._done:
-            return False
+        if self._done or self._cancelling:
+            return False  # (cancelling already: tasks that await each other in a ring)
         waiting = self._waiting
-        if waiting is not None and waiting.cancel(msg):
-            return True  # its wake-up (_wake) readies the task, which meets the error there
+        self._cancelling = True
+        try:
+            if waiting is not None and waiting.cancel(msg):
+                return True  # its wake-up (_wake) readies the task, which meets the error there
+        finally:
+            self._cancelling = False
         self._waiting = None
         self._throw = CancelledError() if msg is None else CancelledError(msg)
         if waiting is not None and self._ready is not None:

@@ -529,3 +529,24 @@ out = [asyncio.iscoroutine(c), asyncio.iscoroutine(t), asyncio.isfuture(t),
 return out
 """
     assert end(code).value == [True, False, True, False, True, 1, {"a": 1}]
+
+
+def test_cancelling_tasks_that_await_each_other_ends_both() -> None:
+    """Each cancels what it awaits: a ring (or a task awaiting itself) must not recurse."""
+    code = """
+import asyncio
+async def a():
+    await tb
+async def b():
+    await ta
+ta = asyncio.create_task(a())
+tb = asyncio.create_task(b())
+async def me():
+    await tc
+tc = asyncio.create_task(me())
+await asyncio.sleep(0)
+out = [ta.cancel(), tc.cancel()]
+ends = await asyncio.gather(ta, tb, tc, return_exceptions=True)
+return [out, [type(e).__name__ for e in ends]]
+"""
+    assert end(code).value == [[True, True], ["CancelledError"] * 3]
