@@ -67,6 +67,7 @@ import time as _time
 import types
 import typing
 import unicodedata
+import urllib.parse
 import uuid as _uuid
 import warnings
 from collections import deque
@@ -150,6 +151,7 @@ ALLOWED = (
     "time",
     "typing",
     "unicodedata",
+    "urllib.parse",
     "uuid",
 )
 
@@ -667,6 +669,10 @@ def _static_modules() -> dict[str, Module]:
     strings["Formatter"] = _SafeFormatter
     modules["string"] = Module("string", strings)
     modules["io"] = Module("io", {"StringIO": io.StringIO})
+    # Pure text functions (quote, urlencode, urlsplit, parse_qs); urllib's other modules
+    # reach the network, and `import urllib` gives this one only.
+    modules["urllib.parse"] = Module("urllib.parse", _public(urllib.parse))
+    modules["urllib"] = Module("urllib", {"parse": modules["urllib.parse"]})
     encoding = _public(json)
     encoding.update(JSONEncoder=_JSONEncoder, dumps=_json_dumps, dump=_json_dump, loads=_json_loads)
     modules["json"] = Module("json", encoding)
@@ -2249,6 +2255,9 @@ class Run(Replay):
         level: int = 0,
     ) -> Module:
         module = self.modules.get(name) if level == 0 else None
+        if module is not None and not fromlist and "." in name:
+            # `import urllib.parse` binds `urllib` (`from urllib.parse import x` gives parse)
+            module = self.modules.get(name.partition(".")[0])
         if module is None and type(fromlist) is list and name in sys.modules:
             # C code importing on its own (PyImport_Import, as datetime.strptime does) from
             # under a script's frame: a module already loaded, for that code, not the script
@@ -2900,6 +2909,9 @@ def warm_up_code() -> str:
         "datetime.datetime.now(); datetime.date.today(); datetime.datetime.strptime('2020', '%Y')\n"
         "time.time(); time.strftime('%Y'); time.strptime('2020', '%Y'); random.random()\n"
         "uuid.uuid4(); uuid.uuid5(uuid.NAMESPACE_DNS, 'x')\n"
+        "urllib.parse.urlsplit('http://[::1]:8/p?q=1#f').port\n"
+        "urllib.parse.parse_qs('a=1&b=%20'); urllib.parse.urlencode({'a': 'b c'})\n"
+        "urllib.parse.quote('é/x'); urllib.parse.unquote('%C3%A9')\n"
         "[hashlib.new(n, b'x').digest(8) if n.startswith('shake')"
         " else hashlib.new(n, b'x').hexdigest() for n in sorted(hashlib.algorithms_guaranteed)]\n"
         "[('x').encode(c).decode(c) for c in ('utf-8', 'utf-16', 'utf-32', 'latin-1', 'ascii',"

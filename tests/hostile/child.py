@@ -711,14 +711,19 @@ def _python_workload(ctx: Ctx) -> Any:
         "try:\n    b = 'z' * (1 << 34)\nexcept MemoryError:\n    b = 'caught'\n"
         "def deep(n):\n    return deep(n + 1)\n"
         "try:\n    deep(0)\nexcept RecursionError as e:\n    rec = type(e).__name__\n"
-        "return [r, h[:8], d, b, rec, statistics.mean([1, 2]), str(decimal.Decimal('0.1') * 3)]"
+        "u = urllib.parse.urlsplit('http://[::1]:8/p?q=%20x')\n"
+        "sem = asyncio.Semaphore(1)\n"
+        "async def one():\n    async with sem:\n        return await tools.t(a=1)\n"
+        "async with asyncio.TaskGroup() as tg:\n    g = tg.create_task(one())\n"
+        "return [r, h[:8], d, b, rec, statistics.mean([1, 2]), str(decimal.Decimal('0.1') * 3),\n"
+        "        [u.hostname, u.port, urllib.parse.parse_qs(u.query)], g.result()]"
     )
     records = [protocol.Record(name="t", arguments={"a": 1}, result={"ok": 1})]
     script = protocol.Script(
         id="python-workload",
         language="python",
         code=code,
-        records=records * 2,
+        records=records * 3,
         tools=["t"],
         clock=protocol.Clock(now_ms=0, seed=1),
     )

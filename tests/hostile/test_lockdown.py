@@ -296,7 +296,8 @@ def test_sandbox_workload_fresh_process() -> None:
 
 def test_python_workload_under_filter(zygote: Zygote) -> None:
     """Not an attack: a Python script's run works under the filter in a fork-server child
-    (every allowed module, calls, strptime, hashing, a caught MemoryError, RecursionError),
+    (every allowed module, calls, strptime, hashing, a caught MemoryError, RecursionError,
+    urllib.parse, a semaphore in a task group),
     and a script that outgrows its heap ends on the memory limit."""
     out = zygote.run("python_workload")
     assert out.exit == 0, out
@@ -311,6 +312,8 @@ def test_python_workload_under_filter(zygote: Zygote) -> None:
         "RecursionError",
         1.5,
         "0.3",
+        ["::1", 8, {"q": [" x"]}],
+        {"ok": 1},
     ]
     assert ok["printed"].startswith('hi {"ok": 1} 1970-01-01 00:00:00 ')
     assert ok["hog"] == "memory"

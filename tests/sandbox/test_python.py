@@ -1275,3 +1275,30 @@ def test_a_small_module_lists_what_it_has() -> None:
         "module 'asyncio' has no attribute 'to_thread' in scripts: a script has no threads, "
         "processes or network; it reaches the world through tools"
     )
+
+
+def test_urllib_parse_is_there_and_the_rest_of_urllib_is_not() -> None:
+    """Pure text functions a script builds and reads URLs with; urllib's other modules reach
+    the network."""
+    code = (
+        "import urllib.parse\n"
+        "from urllib.parse import urlencode, urlsplit, parse_qs\n"
+        "u = urlsplit('https://ex.com:8443/a/b?x=1&y=%20z#top')\n"
+        "return [u.hostname, u.port, u.path, parse_qs(u.query), urlencode({'q': 'a b&c'}),\n"
+        "        urllib.parse.quote('é/x y'), urllib.parse.urljoin('https://a.b/c/d', '../e')]"
+    )
+    assert value(code) == [
+        "ex.com",
+        8443,
+        "/a/b",
+        {"x": ["1"], "y": [" z"]},
+        "q=a+b%26c",
+        "%C3%A9/x%20y",
+        "https://a.b/e",
+    ]
+    assert failed("import urllib.request").message.startswith(
+        "module urllib.request is not available in scripts: a script has no network"
+    )
+    assert failed("import urllib\nurllib.request").message == (
+        "module 'urllib' has no attribute 'request' in scripts; it has parse"
+    )

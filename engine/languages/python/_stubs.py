@@ -514,6 +514,7 @@ SCRIPT_MODULES: dict[str, str] = {
     "time": "",
     "typing": "",
     "unicodedata": "",
+    "urllib.parse": "",
     "uuid": "",
 }
 ALLOWED_IMPORTS = ", ".join(about or name for name, about in SCRIPT_MODULES.items())
