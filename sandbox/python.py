@@ -1327,7 +1327,25 @@ def _wake_next(line: deque[_Future]) -> None:
             return
 
 
-class Semaphore(_Opaque):
+class _Held(_Opaque):
+    """``async with`` for what is acquired and released (a semaphore, a lock)."""
+
+    __slots__ = ()
+
+    async def acquire(self) -> bool:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+
+class Semaphore(_Held):
     """asyncio's: ``async with sem:`` lets at most ``value`` holders in at once, first come
     first served."""
 
@@ -1376,12 +1394,6 @@ class Semaphore(_Opaque):
         if self._value > 0 and _wake_first(self._waiters):
             self._value -= 1
 
-    async def __aenter__(self) -> None:
-        await self.acquire()
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.release()
-
 
 class BoundedSemaphore(Semaphore):
     """asyncio's: a Semaphore that refuses a release past its initial value."""
@@ -1393,7 +1405,7 @@ class BoundedSemaphore(Semaphore):
         self._bound = value
 
 
-class Lock(_Opaque):
+class Lock(_Held):
     """asyncio's: ``async with lock:`` lets one holder in at a time, first come first served."""
 
     __slots__ = ("_locked", "_waiters")
@@ -1431,12 +1443,6 @@ class Lock(_Opaque):
             raise RuntimeError("Lock is not acquired.")
         self._locked = False
         _wake_first(self._waiters)
-
-    async def __aenter__(self) -> None:
-        await self.acquire()
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.release()
 
 
 class Event(_Opaque):
