@@ -71,7 +71,7 @@ import urllib.parse
 import uuid as _uuid
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, NoReturn, cast
 
 import orjson
@@ -1300,12 +1300,24 @@ class QueueFull(Exception, metaclass=_Sealed):
     """asyncio's: ``put_nowait()`` on a full queue."""
 
 
-def _waiter(line: deque[_Future], what: str) -> _Future:
-    """A new waiter at the end of ``line``. It stays in the line until its task goes on (so
-    one that comes later sees it there), as asyncio's waiters do."""
+async def _wait_in(
+    line: deque[_Future], what: str, cancelled: Callable[[bool], None] | None = None
+) -> None:
+    """Wait at the end of ``line`` until woken (a waiter resolved by ``_wake_first``). The
+    waiter stays in the line until its task goes on (so one that comes later sees it there),
+    as asyncio's do. Cancelled meanwhile: ``cancelled(woken)`` runs, then CancelledError goes
+    on (``woken``: it had been woken, and what it was given must be passed on)."""
     waiter = _Future(what)
     line.append(waiter)
-    return waiter
+    try:
+        try:
+            await waiter
+        finally:
+            line.remove(waiter)
+    except CancelledError:
+        if cancelled is not None:
+            cancelled(not waiter.cancelled())
+        raise
 
 
 def _wake_first(line: deque[_Future]) -> bool:
@@ -1331,12 +1343,9 @@ class _Held(_Opaque):
     """``async with`` for what is acquired and released (a semaphore, a lock)."""
 
     __slots__ = ()
-
-    async def acquire(self) -> bool:
-        raise NotImplementedError
-
-    def release(self) -> None:
-        raise NotImplementedError
+    # Each kind's own (declared for the type check only).
+    acquire: Callable[[], Awaitable[bool]]
+    release: Callable[[], None]
 
     async def __aenter__(self) -> None:
         await self.acquire()
@@ -1368,17 +1377,7 @@ class Semaphore(_Held):
         if not self.locked():
             self._value -= 1
             return True
-        waiter = _waiter(self._waiters, f"{_type_name(self)}.acquire()")
-        try:
-            try:
-                await waiter
-            finally:
-                self._waiters.remove(waiter)
-        except CancelledError:
-            if not waiter.cancelled():  # given the permit, then cancelled: pass it on
-                self._value += 1
-                self._wake_next()
-            raise
+        await _wait_in(self._waiters, f"{_type_name(self)}.acquire()", self._pass_on)
         if self._value > 0:
             self._wake_next()
         return True
@@ -1388,6 +1387,11 @@ class Semaphore(_Held):
             raise ValueError("BoundedSemaphore released too many times")
         self._value += 1
         self._wake_next()
+
+    def _pass_on(self, woken: bool) -> None:
+        if woken:  # given the permit, then cancelled: the next waiter takes it
+            self._value += 1
+            self._wake_next()
 
     def _wake_next(self) -> None:
         # The permit goes to the first waiter now, so one that comes later cannot take it.
@@ -1425,18 +1429,13 @@ class Lock(_Held):
         if not self._locked and all(w.cancelled() for w in self._waiters):
             self._locked = True
             return True
-        waiter = _waiter(self._waiters, "Lock.acquire()")
-        try:
-            try:
-                await waiter
-            finally:
-                self._waiters.remove(waiter)
-        except CancelledError:
-            if not self._locked:
-                _wake_first(self._waiters)
-            raise
+        await _wait_in(self._waiters, "Lock.acquire()", self._pass_on)
         self._locked = True
         return True
+
+    def _pass_on(self, woken: bool) -> None:
+        if not self._locked:  # cancelled in line: the next waiter may take the lock
+            _wake_first(self._waiters)
 
     def release(self) -> None:
         if not self._locked:
@@ -1472,11 +1471,7 @@ class Event(_Opaque):
     async def wait(self) -> bool:
         if self._set:
             return True
-        waiter = _waiter(self._waiters, "Event.wait()")
-        try:
-            await waiter
-        finally:
-            self._waiters.remove(waiter)
+        await _wait_in(self._waiters, "Event.wait()")
         return True
 
 
@@ -1530,7 +1525,8 @@ class Queue(_Opaque):
     async def _wait(self, line: deque[_Future], what: str, still: Callable[[], bool]) -> None:
         # As asyncio's queues: a waiter is taken out of its line when woken; one woken and
         # then cancelled wakes the next in its place.
-        waiter = _waiter(line, f"{_type_name(self)}.{what}()")
+        waiter = _Future(f"{_type_name(self)}.{what}()")
+        line.append(waiter)
         try:
             await waiter
         except BaseException:

@@ -550,3 +550,12 @@ ends = await asyncio.gather(ta, tb, tc, return_exceptions=True)
 return [out, [type(e).__name__ for e in ends]]
 """
     assert end(code).value == [[True, True], ["CancelledError"] * 3]
+
+
+def test_a_queue_of_no_size_says_what_it_takes() -> None:
+    assert failed("import asyncio\nasyncio.Queue(maxsize='10')").message == (
+        "maxsize must be an int, not str"
+    )
+    assert failed("import asyncio\nq = asyncio.Queue()\nq.task_done()").message == (
+        "task_done() called too many times"
+    )
