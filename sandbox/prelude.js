@@ -11,7 +11,7 @@
 // that frame's function. Besides, the replacements never give a real built-in a script's
 // object: the real Date only ever gets primitives, converted here, and what goes to the host
 // is a checked copy of plain data that JSON.stringify writes without running script code.
-(function (config, host, code) {
+(function (config, host, code, web) {
   "use strict";
 
   // ---- The engine's own built-ins, copied before any script text exists. ----
@@ -127,6 +127,7 @@
   };
   for (let i = 0; i < 12; i++) nextRandom();
   defineProperty(Math, "random", { value: nextRandom, writable: true, configurable: true });
+  web(nextRandom, text); // crypto's values come from the same generator (sandbox/web.js)
   // The engine's own `performance` reads the machine's clock; replace it whole.
   globalThis.performance = freeze({ now: () => 0, timeOrigin: NOW });
   // Garbage-collection timing must not reach the script: it differs between runs.

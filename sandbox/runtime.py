@@ -61,6 +61,7 @@ __all__ = [
 ]
 
 PRELUDE = resources.files("sandbox").joinpath("prelude.js").read_text(encoding="utf-8")
+WEB = resources.files("sandbox").joinpath("web.js").read_text(encoding="utf-8")
 _HOST_FUNCTIONS = ("call", "print", "closest", "done", "fail", "file", "untaken")
 # Evaluated on a context where nothing has run: takes the host functions off the global
 # object and gives `start(config_json, code)`, which installs the prelude and runs the script.
@@ -68,8 +69,9 @@ _BOOT = (
     "(function () {\n"
     "  const host = {" + ", ".join(f"{name}: __cm_{name}" for name in _HOST_FUNCTIONS) + "};\n"
     "  for (const k of Object.keys(host)) delete globalThis['__cm_' + k];\n"
+    f"  const web = {WEB.strip()};\n"
     f"  const prelude = ({PRELUDE});\n"
-    "  return (config, code) => prelude(JSON.parse(config), host, code);\n"
+    "  return (config, code) => prelude(JSON.parse(config), host, code, web);\n"
     "})()"
 )
 
@@ -101,16 +103,51 @@ _NO_NETWORK = (
 _NO_TIMERS = "; a script has no timers: it cannot wait for time to pass"
 _NOT_NODE = (
     "; a script runs in a bare JavaScript engine, neither Node.js nor a browser: it has the "
-    "language's built-ins, `tools`, `files` and `console.log`"
+    "language's built-ins, `tools`, `files` and `console.log` (and structuredClone, "
+    "crypto.randomUUID, TextEncoder, TextDecoder, URLSearchParams, atob and btoa)"
 )
+_NO_URL = (
+    "; URL is not there (a script has no network): take a URL's text apart with a regular "
+    "expression or split(), and build or read a query string with URLSearchParams"
+)
+_NO_INTL = (
+    "; Intl is not there (the engine has no locale data): format a number with toFixed (and "
+    'n.toFixed(2).replace(/\\B(?=(\\d{3})+(?!\\d))/g, ",") for thousands), a date with '
+    "toISOString"
+)
+_NO_GC = "; garbage collection is not observable in a script: its runs must repeat exactly"
 _HOST_GLOBALS = {
     **dict.fromkeys(("fetch", "XMLHttpRequest", "WebSocket", "EventSource"), _NO_NETWORK),
+    "URL": _NO_URL,
+    "Intl": _NO_INTL,
+    **dict.fromkeys(("WeakRef", "FinalizationRegistry"), _NO_GC),
     **dict.fromkeys(("require", "module", "exports", "__dirname", "__filename"), _NO_MODULES),
     **dict.fromkeys(
         ("setTimeout", "setInterval", "setImmediate", "clearTimeout", "clearInterval"), _NO_TIMERS
     ),
     **dict.fromkeys(
-        ("process", "Buffer", "global", "window", "document", "navigator", "localStorage"),
+        (
+            "process",
+            "Buffer",
+            "global",
+            "window",
+            "document",
+            "navigator",
+            "localStorage",
+            "AbortController",
+            "AbortSignal",
+            "Blob",
+            "File",
+            "FormData",
+            "Headers",
+            "Request",
+            "Response",
+            "DOMException",
+            "Event",
+            "EventTarget",
+            "MessageChannel",
+            "Worker",
+        ),
         _NOT_NODE,
     ),
 }

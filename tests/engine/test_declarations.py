@@ -707,7 +707,7 @@ def test_run_code_tool_definition() -> None:
         "console.log",
         "throws an `Error` with the tool's message",
         "tools.tool_search({ query })",
-        "`Date` and `Math.random` are fixed",
+        "`Date`, `Math.random` and `crypto.randomUUID` are fixed",
         "no network, file system, timers or modules",
         "parsed when it is JSON",
         "TypeScript's types",

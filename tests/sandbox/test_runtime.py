@@ -1130,6 +1130,10 @@ def test_imports_and_exports_say_a_script_has_no_modules(code: str) -> None:
         ("setTimeout(() => 1, 10);", "a script has no timers"),
         ("return process.env.HOME;", "neither Node.js nor a browser"),
         ("return window.location;", "neither Node.js nor a browser"),
+        ("return new AbortController();", "(and structuredClone, crypto.randomUUID"),
+        ('return new URL("https://a.b/c").hostname;', "build or read a query string with"),
+        ("return new Intl.NumberFormat().format(1);", "format a number with toFixed"),
+        ("return new WeakRef({});", "garbage collection is not observable"),
     ],
 )
 def test_a_global_of_node_or_a_browser_says_what_a_script_has_instead(code: str, said: str) -> None:
@@ -1508,3 +1512,120 @@ def test_decorators_say_they_are_not_supported(code: str, line: int) -> None:
         "; decorators are not supported in a script: call the function instead"
     ), ran.error
     assert [x.line for x in ran.error.lines] == [line]
+
+
+# ---- the web globals a script has ----
+
+
+def test_crypto_gives_random_values_from_the_scripts_seed() -> None:
+    """crypto.randomUUID and getRandomValues draw from the generator Math.random uses: the
+    same values on every run of the script (another seed, others)."""
+    code = (
+        "const ids = [crypto.randomUUID(), crypto.randomUUID()];\n"
+        "const bytes = Array.from(crypto.getRandomValues(new Uint8Array(6)));\n"
+        "const words = crypto.getRandomValues(new Uint32Array(2)).length;\n"
+        "let refused;\n"
+        "try { crypto.getRandomValues(new Float64Array(1)); } catch (e) { refused = e.name; }\n"
+        "try { crypto.getRandomValues(new Uint8Array(65537)); } catch (e) { refused += ' ' + e.name; }\n"
+        "return [ids, bytes, words, refused];"
+    )
+    first = value(code)
+    assert first == value(code)
+    assert value(code, seed=SEED + 1)[0] != first[0]
+    pattern = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+    assert all(pattern.match(i) for i in first[0]) and first[0][0] != first[0][1]
+    assert len(first[1]) == 6 and all(0 <= b < 256 for b in first[1])
+    assert first[2:] == [2, "TypeMismatchError QuotaExceededError"]
+
+
+def test_structured_clone_as_browsers_have_it() -> None:
+    code = """
+        class Point { constructor() { this.x = 1; } }
+        const a = { n: 1, d: new Date(5), m: new Map([[1, { y: 2 }]]), s: new Set(["s"]),
+                    r: /a+/gi, u: new Uint16Array([1, 2]), e: new RangeError("bad"),
+                    list: [1, , 3], p: new Point(), boxed: new String("b") };
+        a.self = a;
+        a.twice = [a.m, a.m];
+        const b = structuredClone(a);
+        const refused = [];
+        for (const bad of [{ f() {} }, Symbol("s"), Promise.resolve(1), new WeakMap()]) {
+          try { structuredClone(bad); } catch (e) { refused.push(e.name); }
+        }
+        return [b !== a, b.self === b, b.twice[0] === b.twice[1], b.m !== a.m, b.d.getTime(),
+                b.m.get(1).y, b.s.has("s"), b.r.source + "/" + b.r.flags, Array.from(b.u),
+                b.u instanceof Uint16Array, b.e instanceof RangeError, b.e.message, 1 in b.list,
+                b.list.length, b.p instanceof Point, b.p.x, typeof b.boxed, String(b.boxed),
+                refused];"""
+    assert value(code) == [
+        True, True, True, True, 5, 2, True, "a+/gi", [1, 2], True, True, "bad", False, 3,
+        False, 1, "object", "b", ["DataCloneError"] * 4,
+    ]  # fmt: skip
+
+
+def test_text_encoder_and_decoder_are_utf_8() -> None:
+    code = """
+        const bytes = new TextEncoder().encode("aé€😀");
+        const bad = new Uint8Array([0x61, 0xff, 0xe2, 0x82, 0x62, 0xf0, 0x9f]);
+        let fatal;
+        try { new TextDecoder("utf-8", { fatal: true }).decode(bad); } catch (e) { fatal = e.name; }
+        const into = new Uint8Array(4);
+        const result = new TextEncoder().encodeInto("aé€", into);
+        return [Array.from(bytes), new TextDecoder().decode(bytes), new TextDecoder().decode(bad),
+                fatal, result, Array.from(into),
+                new TextDecoder().decode(new Uint8Array([0xef, 0xbb, 0xbf, 0x78]))];"""
+    assert value(code) == [
+        [97, 195, 169, 226, 130, 172, 240, 159, 152, 128],
+        "aé€😀",
+        "a\ufffd\ufffdb\ufffd",  # as Node.js and browsers decode it
+        "TypeError",
+        {"read": 2, "written": 3},
+        [97, 195, 169, 0],
+        "x",
+    ]
+
+
+def test_url_search_params_as_browsers_have_it() -> None:
+    """Each result is what Node.js 22 gives for the same code."""
+    code = """
+        const p = new URLSearchParams("?a=1&b=x+y%20z&a=2&c&d=%zz");
+        p.append("e", "f");
+        p.set("a", "3");
+        const sorted = new URLSearchParams([["z", "1"], ["a", "2"], ["z", "0"]]);
+        sorted.sort();
+        const built = new URLSearchParams({ q: "a b&c~*()!'", n: 2, u: "é" });
+        p.delete("e");
+        return [p.toString(), p.getAll("a"), p.get("b"), p.get("c"), p.get("d"), p.get("no"),
+                p.has("d"), [...p.keys()], p.size, sorted.toString(), built.toString(),
+                Object.fromEntries(built), String(built) === built.toString()];"""
+    assert value(code) == [
+        "a=3&b=x+y+z&c=&d=%25zz",
+        ["3"],
+        "x y z",
+        "",
+        "%zz",
+        None,
+        True,
+        ["a", "b", "c", "d"],
+        4,
+        "a=2&z=1&z=0",
+        "q=a+b%26c%7E*%28%29%21%27&n=2&u=%C3%A9",
+        {"q": "a b&c~*()!'", "n": "2", "u": "é"},
+        True,
+    ]
+
+
+def test_web_globals_are_the_engines_own_whatever_the_script_replaces() -> None:
+    """They are made before the script exists (sandbox/web.js), from the built-ins as the
+    engine has them: a script that replaces a global they use does not break them. Like Node's,
+    they are not enumerable and a script may replace them."""
+    code = """
+        const keys = Object.keys(globalThis);
+        globalThis.Uint8Array = null; Array.from = null; globalThis.parseInt = null;
+        const bytes = crypto.getRandomValues(new Int8Array(3)).length;
+        const query = new URLSearchParams([["a", "%41"]]).toString();
+        const decoded = new URLSearchParams("b=%41").get("b");
+        const text = new TextDecoder().decode(new TextEncoder().encode("é"));
+        globalThis.structuredClone = () => "mine";
+        return [keys.filter((k) => ["crypto", "structuredClone", "TextEncoder"].includes(k)),
+                typeof crypto, bytes, query, decoded, text, structuredClone(1)];"""
+    assert value(code) == [[], "object", 3, "a=%2541", "A", "é", "mine"]

@@ -175,8 +175,8 @@ class JavaScriptDialect(Dialect):
             "to you; tool results stay in the script, so filter and summarize them there. A call "
             "costs you no turn.",
             "The script has no network, file system, timers or modules: it reaches the world "
-            "only through `tools`. `Date` and `Math.random` are fixed for a script and give the "
-            "same values every time it runs.",
+            "only through `tools`. `Date`, `Math.random` and `crypto.randomUUID` are fixed for a "
+            "script and give the same values every time it runs.",
             "`await tools.tool_search({ query })` finds tools that are not declared below, by "
             "what they do or by exact names. It answers with text (their declarations): print "
             "it, then call the tools in your next script.",

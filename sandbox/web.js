@@ -1,0 +1,369 @@
+// The web globals a script reaches for, as browsers and Node.js have them: crypto
+// (randomUUID, getRandomValues), structuredClone, TextEncoder, TextDecoder and URLSearchParams.
+//
+// Evaluated once per context, before the prelude and before any text of the script exists (in
+// a fork server, before it forks): what it makes costs a run nothing, and the built-ins it
+// takes are the engine's own. What it needs of a run (the seeded generator Math.random uses,
+// so that crypto's values repeat on every run of the script, and the prelude's value
+// formatter) the prelude hands it with the function this returns. Like the engine's own
+// built-ins, these run with the script's rights only: a script that changes a prototype they
+// use changes them for itself alone.
+(function () {
+  "use strict";
+  const { apply, construct, getOwnPropertyDescriptor } = Reflect;
+  const { defineProperty, freeze, getPrototypeOf, keys: objectKeys } = Object;
+  const isArray = Array.isArray, arrayFrom = Array.from, ObjectProto = Object.prototype;
+  const NativeArray = Array, NativeObject = Object, NativeParseInt = parseInt;
+  const NativeError = Error, NativeTypeError = TypeError, NativeRangeError = RangeError;
+  const NativeMap = Map, NativeSet = Set, NativePromise = Promise, NativeWeakMap = WeakMap;
+  const RealDate = Date, dateGetTime = Date.prototype.getTime;
+  const toStringTagKey = Symbol.toStringTag, iteratorKey = Symbol.iterator;
+  const { toWellFormed } = String.prototype;
+  const stringify = JSON.stringify;
+  let run = { nextRandom: () => 0, text: (v) => "" + v };
+  function timeOf(v) { // a Date's time value, or undefined for anything else (runs no script code)
+    try { return apply(dateGetTime, v, []); } catch (_) { return undefined; }
+  }
+
+  const NativeUint8Array = Uint8Array;
+  const isView = ArrayBuffer.isView;
+  const { fromCharCode, fromCodePoint } = String;
+  const { charCodeAt, codePointAt } = String.prototype;
+  const hex = (n) => (n < 16 ? "0" : "") + n.toString(16);
+  // An error of the kind a browser's DOMException gives (its `name` says which).
+  function domError(name, message) {
+    const e = new NativeError(message);
+    defineProperty(e, "name", { value: name, writable: true, configurable: true });
+    return e;
+  }
+  const INTEGER_ARRAYS = ["Int8Array", "Uint8Array", "Uint8ClampedArray", "Int16Array", "Uint16Array",
+    "Int32Array", "Uint32Array", "BigInt64Array", "BigUint64Array"];
+  const DataViewProto = DataView.prototype;
+  const typedArrayTag = getOwnPropertyDescriptor(getPrototypeOf(NativeUint8Array.prototype), toStringTagKey).get;
+  const viewParts = (view) => { // [buffer, offset, length] of a typed array or DataView
+    const tag = apply(typedArrayTag, view, []);
+    const proto = tag === undefined ? DataViewProto : getPrototypeOf(NativeUint8Array.prototype);
+    const part = (key) => apply(getOwnPropertyDescriptor(proto, key).get, view, []);
+    return [part("buffer"), part("byteOffset"), part("byteLength"), tag];
+  };
+  const crypto = freeze({
+    randomUUID() {
+      let s = "";
+      for (let i = 0; i < 16; i++) {
+        let b = (run.nextRandom() * 256) | 0;
+        if (i === 6) b = (b & 0x0f) | 0x40; // version 4
+        if (i === 8) b = (b & 0x3f) | 0x80; // the RFC 4122 variant
+        s += (i === 4 || i === 6 || i === 8 || i === 10 ? "-" : "") + hex(b);
+      }
+      return s;
+    },
+    getRandomValues(array) {
+      if (!isView(array) || !INTEGER_ARRAYS.includes(apply(typedArrayTag, array, []))) {
+        throw domError("TypeMismatchError", "getRandomValues takes an integer typed array (a Uint8Array, say)");
+      }
+      const [buffer, offset, length] = viewParts(array);
+      if (length > 65536) {
+        throw domError("QuotaExceededError", "getRandomValues fills at most 65536 bytes at a time, not " + length);
+      }
+      const bytes = new NativeUint8Array(buffer, offset, length);
+      for (let i = 0; i < length; i++) bytes[i] = (run.nextRandom() * 256) | 0;
+      return array;
+    },
+  });
+
+  // structuredClone, as the HTML spec's: data and the built-in kinds of it (Date, RegExp, Map,
+  // Set, ArrayBuffer, typed arrays, errors, boxed primitives), cycles and shared parts kept;
+  // a class instance becomes a plain object; functions, symbols, promises and the like are
+  // refused (DataCloneError).
+  const mapSize = getOwnPropertyDescriptor(Map.prototype, "size").get;
+  const setSize = getOwnPropertyDescriptor(Set.prototype, "size").get;
+  const bufferLength = getOwnPropertyDescriptor(ArrayBuffer.prototype, "byteLength").get;
+  const regexpSource = getOwnPropertyDescriptor(RegExp.prototype, "source").get;
+  const regexpFlags = getOwnPropertyDescriptor(RegExp.prototype, "flags").get;
+  const { forEach: mapForEach } = Map.prototype;
+  const { forEach: setForEach } = Set.prototype;
+  const { slice: bufferSlice } = ArrayBuffer.prototype;
+  const { get: nativeMapGet, set: nativeMapSet, has: nativeMapHas } = Map.prototype;
+  const NativeRegExp = RegExp, NativeWeakSet = WeakSet, NativeDataView = DataView;
+  const TYPED_ARRAYS = { __proto__: null, Float32Array: Float32Array, Float64Array: Float64Array };
+  for (const name of INTEGER_ARRAYS) TYPED_ARRAYS[name] = globalThis[name];
+  const branded = (getter, v) => { try { apply(getter, v, []); return true; } catch (_) { return false; } };
+  const boxed = [Boolean, Number, String, BigInt].map((Box) => Box.prototype.valueOf);
+  const ERRORS = { __proto__: null };
+  for (const name of ["Error", "EvalError", "RangeError", "ReferenceError", "SyntaxError", "TypeError", "URIError"]) ERRORS[name] = globalThis[name];
+  function uncloneable(v) {
+    let shown;
+    try { shown = typeof v === "function" ? "function " + (v.name || "") + "() {}" : run.text(v); } catch (_) { shown = "value"; }
+    return domError("DataCloneError", shown + " could not be cloned.");
+  }
+  function structuredClone(value) {
+    if (arguments.length === 0) throw new NativeTypeError("structuredClone requires a value to clone");
+    const memory = new NativeMap();
+    const remember = (from, to) => { apply(nativeMapSet, memory, [from, to]); return to; };
+    function clone(v) {
+      if (typeof v === "symbol" || typeof v === "function") throw uncloneable(v);
+      if (typeof v !== "object" || v === null) return v;
+      if (apply(nativeMapHas, memory, [v])) return apply(nativeMapGet, memory, [v]);
+      if (isArray(v)) {
+        const out = remember(v, new NativeArray(v.length));
+        for (const k of objectKeys(v)) out[k] = clone(v[k]);
+        return out;
+      }
+      // Most of what a script clones is plain objects: the checks below each throw for one,
+      // and a thrown error costs more than the whole copy (100,000 objects, each with an
+      // array: 4.6 s before, 1.1 s). A built-in whose prototype a script set to
+      // Object.prototype is copied as a plain object.
+      const proto = getPrototypeOf(v);
+      if (proto === ObjectProto || proto === null) return plain(v);
+      const time = timeOf(v);
+      if (time !== undefined) return remember(v, new RealDate(time));
+      if (branded(regexpSource, v) && v !== NativeRegExp.prototype) {
+        return remember(v, new NativeRegExp(apply(regexpSource, v, []), apply(regexpFlags, v, [])));
+      }
+      if (branded(mapSize, v)) {
+        const out = remember(v, new NativeMap());
+        const entries = [];
+        apply(mapForEach, v, [(x, k) => { entries.push([k, x]); }]);
+        for (const [k, x] of entries) apply(nativeMapSet, out, [clone(k), clone(x)]);
+        return out;
+      }
+      if (branded(setSize, v)) {
+        const out = remember(v, new NativeSet());
+        const items = [];
+        apply(setForEach, v, [(x) => { items.push(x); }]);
+        for (const x of items) out.add(clone(x));
+        return out;
+      }
+      if (branded(bufferLength, v)) return remember(v, apply(bufferSlice, v, [0]));
+      if (isView(v)) {
+        const [buffer, offset, length, tag] = viewParts(v);
+        const copy = clone(buffer);
+        if (tag === undefined) return remember(v, new NativeDataView(copy, offset, length));
+        const Kind = TYPED_ARRAYS[tag];
+        return remember(v, construct(Kind, [copy, offset, length / Kind.BYTES_PER_ELEMENT]));
+      }
+      for (const valueOf of boxed) {
+        let inner, ok = true;
+        try { inner = apply(valueOf, v, []); } catch (_) { ok = false; }
+        if (ok) return remember(v, NativeObject(inner));
+      }
+      if (v instanceof NativePromise || v instanceof NativeWeakMap || v instanceof NativeWeakSet) {
+        throw uncloneable(v);
+      }
+      if (v instanceof NativeError) {
+        const name = "" + v.name;
+        const Kind = ERRORS[name] || NativeError;
+        const out = remember(v, new Kind(v.message === undefined ? "" : "" + v.message));
+        if (name !== out.name) defineProperty(out, "name", { value: name, writable: true, configurable: true });
+        if (v.cause !== undefined) defineProperty(out, "cause", { value: clone(v.cause), writable: true, configurable: true });
+        return out;
+      }
+      return plain(v);
+    }
+    function plain(v) {
+      const out = remember(v, {});
+      for (const k of objectKeys(v)) out[k] = clone(v[k]);
+      return out;
+    }
+    return clone(value);
+  }
+
+  // TextEncoder and TextDecoder: UTF-8, as every browser's.
+  class TextEncoder {
+    get encoding() { return "utf-8"; }
+    encode(input = "") {
+      const s = apply(toWellFormed, "" + input, []);
+      const out = [];
+      for (let i = 0; i < s.length; i++) {
+        const c = apply(codePointAt, s, [i]);
+        if (c > 0xffff) i++;
+        if (c < 0x80) out.push(c);
+        else if (c < 0x800) out.push(0xc0 | (c >> 6), 0x80 | (c & 63));
+        else if (c < 0x10000) out.push(0xe0 | (c >> 12), 0x80 | ((c >> 6) & 63), 0x80 | (c & 63));
+        else out.push(0xf0 | (c >> 18), 0x80 | ((c >> 12) & 63), 0x80 | ((c >> 6) & 63), 0x80 | (c & 63));
+      }
+      return new NativeUint8Array(out);
+    }
+    encodeInto(input, destination) {
+      const bytes = this.encode(input);
+      const [buffer, offset, length, tag] = isView(destination) ? viewParts(destination) : [];
+      if (tag !== "Uint8Array") throw new NativeTypeError("encodeInto writes into a Uint8Array");
+      // Whole characters only: stop before one that does not fit.
+      let written = 0, read = 0;
+      const s = apply(toWellFormed, "" + input, []);
+      for (let i = 0; i < s.length; i++) {
+        const c = apply(codePointAt, s, [i]);
+        const size = c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+        if (written + size > length) break;
+        written += size;
+        read += c > 0xffff ? 2 : 1;
+        if (c > 0xffff) i++;
+      }
+      new NativeUint8Array(buffer, offset, length).set(bytes.subarray(0, written));
+      return { read, written };
+    }
+  }
+  class TextDecoder {
+    #fatal; #ignoreBOM;
+    constructor(label = "utf-8", options = {}) {
+      const name = ("" + label).trim().toLowerCase();
+      if (name !== "utf-8" && name !== "utf8" && name !== "unicode-1-1-utf-8") {
+        throw new NativeRangeError("TextDecoder decodes UTF-8 only in a script, not " + stringify("" + label));
+      }
+      this.#fatal = !!(options && options.fatal);
+      this.#ignoreBOM = !!(options && options.ignoreBOM);
+    }
+    get encoding() { return "utf-8"; }
+    get fatal() { return this.#fatal; }
+    get ignoreBOM() { return this.#ignoreBOM; }
+    decode(input = new NativeUint8Array(0)) {
+      let bytes;
+      if (branded(bufferLength, input)) bytes = new NativeUint8Array(input);
+      else if (isView(input)) { const [b, o, n] = viewParts(input); bytes = new NativeUint8Array(b, o, n); }
+      else throw new NativeTypeError("decode takes an ArrayBuffer, a typed array or a DataView");
+      let out = "", i = 0;
+      const n = bytes.length;
+      if (!this.#ignoreBOM && n >= 3 && bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf) i = 3;
+      const bad = () => {
+        if (this.#fatal) throw new NativeTypeError("The encoded data was not valid UTF-8");
+        out += "\uFFFD";
+      };
+      while (i < n) {
+        const b = bytes[i];
+        if (b < 0x80) { out += fromCharCode(b); i++; continue; }
+        // The WHATWG decoder: a bad sequence is one U+FFFD for its longest valid prefix.
+        let need, c, lower = 0x80, upper = 0xbf;
+        if (b >= 0xc2 && b <= 0xdf) { need = 1; c = b & 0x1f; }
+        else if (b >= 0xe0 && b <= 0xef) { need = 2; c = b & 0xf; if (b === 0xe0) lower = 0xa0; if (b === 0xed) upper = 0x9f; }
+        else if (b >= 0xf0 && b <= 0xf4) { need = 3; c = b & 0x7; if (b === 0xf0) lower = 0x90; if (b === 0xf4) upper = 0x8f; }
+        else { bad(); i++; continue; }
+        let j = i + 1, ok = true;
+        for (let k = 0; k < need; k++, j++) {
+          const x = j < n ? bytes[j] : -1;
+          if (x < lower || x > upper) { ok = false; break; }
+          lower = 0x80; upper = 0xbf;
+          c = (c << 6) | (x & 0x3f);
+        }
+        if (!ok) { bad(); i = j; continue; }
+        out += fromCodePoint(c);
+        i = j;
+      }
+      return out;
+    }
+  }
+  // URLSearchParams: a query string (application/x-www-form-urlencoded), as the URL spec's.
+  const usv = (x) => apply(toWellFormed, "" + x, []);
+  const encoder = new TextEncoder();
+  function formEncode(text) {
+    const bytes = encoder.encode(text);
+    let out = "";
+    for (let i = 0; i < bytes.length; i++) {
+      const b = bytes[i];
+      if (b === 0x20) out += "+";
+      else if ((b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5a) || (b >= 0x61 && b <= 0x7a) ||
+               b === 0x2a || b === 0x2d || b === 0x2e || b === 0x5f) out += fromCharCode(b);
+      else out += "%" + hex(b).toUpperCase();
+    }
+    return out;
+  }
+  const isHex = (c) => (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66);
+  function formDecode(text) {
+    const bytes = [];
+    for (let i = 0; i < text.length; i++) {
+      const c = apply(charCodeAt, text, [i]);
+      if (c === 0x2b) bytes.push(0x20);
+      else if (c === 0x25 && i + 2 < text.length + 0 && isHex(apply(charCodeAt, text, [i + 1])) &&
+               isHex(apply(charCodeAt, text, [i + 2]))) {
+        bytes.push(NativeParseInt(text[i + 1] + text[i + 2], 16));
+        i += 2;
+      } else if (c < 0x80) bytes.push(c);
+      else {
+        const point = apply(codePointAt, text, [i]);
+        const encoded = encoder.encode(fromCodePoint(point));
+        for (let k = 0; k < encoded.length; k++) bytes.push(encoded[k]);
+        if (point > 0xffff) i++;
+      }
+    }
+    return new TextDecoder("utf-8", { ignoreBOM: true }).decode(new NativeUint8Array(bytes));
+  }
+  class URLSearchParams {
+    #list = [];
+    constructor(init = "") {
+      if (typeof init === "object" && init !== null && typeof init[iteratorKey] === "function") {
+        for (const pair of init) {
+          const items = apply(arrayFrom, NativeArray, [pair]);
+          if (items.length !== 2) throw new NativeTypeError("each pair of a URLSearchParams' init must be [name, value]");
+          this.#list.push([usv(items[0]), usv(items[1])]);
+        }
+      } else if ((typeof init === "object" && init !== null) || typeof init === "function") {
+        for (const key of objectKeys(init)) this.#list.push([usv(key), usv(init[key])]);
+      } else {
+        let query = usv(init);
+        if (query[0] === "?") query = query.slice(1);
+        for (const part of query.split("&")) {
+          if (part === "") continue;
+          const eq = part.indexOf("=");
+          this.#list.push(eq < 0 ? [formDecode(part), ""] : [formDecode(part.slice(0, eq)), formDecode(part.slice(eq + 1))]);
+        }
+      }
+    }
+    get size() { return this.#list.length; }
+    append(name, value) { this.#list.push([usv(name), usv(value)]); }
+    delete(name, value) {
+      name = usv(name);
+      const only = value === undefined ? undefined : usv(value);
+      this.#list = this.#list.filter(([n, v]) => !(n === name && (only === undefined || v === only)));
+    }
+    get(name) {
+      name = usv(name);
+      for (const [n, v] of this.#list) if (n === name) return v;
+      return null;
+    }
+    getAll(name) {
+      name = usv(name);
+      const out = [];
+      for (const [n, v] of this.#list) if (n === name) out.push(v);
+      return out;
+    }
+    has(name, value) {
+      name = usv(name);
+      const only = value === undefined ? undefined : usv(value);
+      for (const [n, v] of this.#list) if (n === name && (only === undefined || v === only)) return true;
+      return false;
+    }
+    set(name, value) {
+      name = usv(name);
+      value = usv(value);
+      let found = false;
+      this.#list = this.#list.filter((pair) => {
+        if (pair[0] !== name) return true;
+        if (found) return false;
+        found = true;
+        pair[1] = value;
+        return true;
+      });
+      if (!found) this.#list.push([name, value]);
+    }
+    sort() { this.#list.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)); } // stable, by code units
+    toString() {
+      let out = "";
+      for (const [n, v] of this.#list) out += (out ? "&" : "") + formEncode(n) + "=" + formEncode(v);
+      return out;
+    }
+    forEach(callback, thisArg) {
+      for (let i = 0; i < this.#list.length; i++) apply(callback, thisArg, [this.#list[i][1], this.#list[i][0], this]);
+    }
+    *entries() { for (let i = 0; i < this.#list.length; i++) yield [this.#list[i][0], this.#list[i][1]]; }
+    *keys() { for (let i = 0; i < this.#list.length; i++) yield this.#list[i][0]; }
+    *values() { for (let i = 0; i < this.#list.length; i++) yield this.#list[i][1]; }
+    [iteratorKey]() { return this.entries(); }
+    get [toStringTagKey]() { return "URLSearchParams"; }
+  }
+
+  const made = { crypto, structuredClone, TextEncoder, TextDecoder, URLSearchParams };
+  // As Node.js has them: writable, configurable, not enumerable.
+  for (const name of objectKeys(made)) {
+    defineProperty(globalThis, name, { value: made[name], writable: true, configurable: true });
+  }
+  return (nextRandom, text) => { run = { nextRandom, text }; };
+})()
