@@ -540,6 +540,19 @@ return [[t.result() for t in group], [a["echo"] for a in again], first]""",
         "console.log('x');\nawait tools.t({ a: 1 });\nawait tools.t({ fail: 1 });",
         ("t",),
     ),
+    # The seeded generator goes on across a live run's segments as a replay draws it again:
+    # the calls' arguments carry its values, so a live run and a replay must ask the same.
+    "seeded": (
+        """
+        const id = crypto.randomUUID();
+        const first = await tools.t({ id, r: Math.random() });
+        const bytes = Array.from(crypto.getRandomValues(new Uint8Array(4)));
+        console.log(id, bytes.join(","), new Date().toISOString());
+        const q = new URLSearchParams({ a: "b c", n: Math.random() }).toString();
+        const second = await tools.t({ id: crypto.randomUUID(), q });
+        return [structuredClone(first), second, crypto.randomUUID()];""",
+        ("t",),
+    ),
 }
 
 
