@@ -70,6 +70,7 @@ import unicodedata
 import urllib.parse
 import uuid as _uuid
 import warnings
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, NoReturn, cast
@@ -798,6 +799,83 @@ def _base_builtins() -> dict[str, Any]:
 
 
 _BUILTINS = _base_builtins()
+
+
+# ---- object identity of one run ----
+
+# An object's hash in a script, far from the small ints a set may hold beside it and from the
+# futures' (_HASHED): a tie is compared with __eq__, which a future refuses.
+_IDENTITY_HASHED = 1 << 59
+
+
+class _Identities:
+    """What stands in for an object's address in a script: numbers given in the order the
+    script first asks for one (``id()``, the hash or the repr of an instance of its own
+    class), so they are the same on every run of the script. An address is not: a script
+    that passed ``str(obj)`` to a call, or looped over a set of its objects, asked for other
+    calls on a replay than on the run the log recorded, and failed there as having diverged.
+
+    A number is given up when its object dies (its address may then be another's); an object
+    that takes no weak reference is kept to the run's end, so its number stays its own.
+    """
+
+    __slots__ = ("_base", "_last", "_numbers")
+
+    def __init__(self) -> None:
+        self._numbers: dict[int, tuple[Any, int]] = {}
+        self._last = 0
+        self._base: type | None = None
+
+    def number(self, obj: object) -> int:
+        key = builtins.id(obj)
+        known = self._numbers.get(key)
+        if known is not None:
+            return known[1]
+        self._last += 1
+        numbers = self._numbers
+        try:
+            held: Any = weakref.ref(obj, lambda _: numbers.pop(key, None))
+        except TypeError:
+            held = obj
+        numbers[key] = (held, self._last)
+        return self._last
+
+    def builtins(self) -> dict[str, Any]:
+        """The script's ``id`` and ``__build_class__``. A class of its own with no base (or
+        ``object``) and no metaclass gets a base whose repr and hash use :meth:`number`.
+        Only there, and as a base: a dataclass still writes its own repr (it writes none
+        that its class defines), and a class that defines ``__eq__`` alone is still
+        unhashable."""
+        number = self.number
+
+        def id(obj: object, /) -> int:
+            return number(obj)
+
+        def build_class(func: Any, name: Any, *bases: Any, **kwargs: Any) -> Any:
+            if (not bases or bases == (object,)) and "metaclass" not in kwargs:
+                bases = (self._base or self._make_base(),)
+            return builtins.__build_class__(func, name, *bases, **kwargs)
+
+        id.__qualname__ = "id"
+        id.__doc__ = "The object's number in this script: the same on every run of it."
+        return {"id": id, "__build_class__": build_class}
+
+    def _make_base(self) -> type:
+        number = self.number
+
+        def __repr__(self: object) -> str:
+            kind = type(self)
+            return f"<{kind.__module__}.{kind.__qualname__} object at {number(self):#x}>"
+
+        def __hash__(self: object) -> int:
+            return _IDENTITY_HASHED + number(self)
+
+        self._base = type(
+            "ScriptObject",
+            (),
+            {"__slots__": (), "__repr__": __repr__, "__hash__": __hash__, "__module__": _MAIN},
+        )
+        return self._base
 
 
 # ---- the clock, random numbers and uuid4 of one run ----
@@ -2580,6 +2658,7 @@ class Run(Replay):
         self.modules["asyncio"] = self._asyncio()
         builtins_ = dict(_BUILTINS)
         builtins_["__import__"] = self._import
+        builtins_.update(_Identities().builtins())
         scope = self.module.__dict__
         scope.update(
             {

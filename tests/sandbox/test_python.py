@@ -1302,3 +1302,71 @@ def test_urllib_parse_is_there_and_the_rest_of_urllib_is_not() -> None:
     assert failed("import urllib\nurllib.request").message == (
         "module 'urllib' has no attribute 'request' in scripts; it has parse"
     )
+
+
+# ---- what stands in for an object's address ----
+
+
+IDENTITIES = """
+class Note:
+    def __init__(self, name):
+        self.name = name
+notes = {Note(n) for n in "abcdefgh"}
+first = await tools.t(text=str(Note("x")), ids=sorted(id(n) for n in notes))
+for note in notes:
+    await tools.t(name=note.name)
+print(Note("y"), [n.name for n in notes])
+return [first["echo"]["text"], id(notes) == id(notes), hash(Note("z")) == hash(Note("z"))]
+"""
+
+
+def test_an_objects_identity_is_the_same_on_every_run() -> None:
+    """``id()``, and the hash and repr of the script's own objects, are numbers given in the
+    order the script asks for them: a call that carries one, and calls made in a set's order,
+    are the same calls on a replay (with addresses, the replay diverged from the log)."""
+    from tests.sandbox.test_live import live_steps, outcome, replay_steps
+
+    s = pyscript(IDENTITIES, tools=["t"], version=protocol.LIVE_VERSION)
+    replayed = replay_steps(s)
+    assert [outcome(r) for r in live_steps(s)] == [outcome(r) for r in replayed]
+    first, *rest, end = replayed
+    assert first.calls[0].arguments == {
+        "text": "<script.Note object at 0x9>",
+        "ids": [1, 2, 3, 4, 5, 6, 7, 8],
+    }
+    assert [r.calls[0].arguments["name"] for r in rest] == list("abcdefgh")
+    assert end.outcome == "finished", end.error
+    assert end.value == ["<script.Note object at 0x9>", True, False]
+    assert end.printed.startswith("<script.Note object at 0xa> ['a', 'b',")
+
+
+def test_a_scripts_classes_keep_what_python_gives_them() -> None:
+    """The base that gives the numbers changes nothing else: a dataclass has its own repr
+    and hash (or none), a class that defines __eq__ alone is unhashable, and a class of the
+    script may still mix in a built-in one."""
+    code = """
+from dataclasses import dataclass
+@dataclass
+class D:
+    a: int
+@dataclass(frozen=True)
+class F:
+    a: int
+class E:
+    def __eq__(self, other):
+        return True
+class Base:
+    pass
+class Failed(Base, ValueError):
+    pass
+out = [repr(D(1)), hash(F(2)) == hash(F(2)), str(Failed("no")), isinstance(Failed(), Base)]
+for make in (D, E):
+    try:
+        hash(make(1) if make is D else make())
+    except TypeError as e:
+        out.append(str(e))
+return out
+"""
+    assert value(code) == [
+        "D(a=1)", True, "no", True, "unhashable type: 'D'", "unhashable type: 'E'",
+    ]  # fmt: skip
