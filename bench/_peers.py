@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench._modes import ProcessMode
 from bench._workloads import PROMISE_ALL, SEQUENTIAL, TRIVIAL
 
 PEERS = ("live", "live_ro", "replay", "monty")
@@ -103,6 +104,9 @@ class Peer(abc.ABC):
     async def run(self, script: PeerScript) -> Any:
         """Run ``script`` to its end and return its value."""
 
+    async def settle(self) -> None:  # noqa: B027 - optional
+        """Wait until the peer is as ready for a script as it gets (see ``compare``)."""
+
     @abc.abstractmethod
     async def aclose(self) -> None: ...
 
@@ -114,7 +118,6 @@ class EnginePeer(Peer):
         self, name: str, directory: Path, slots: int, *, live: bool, read_only: bool = False
     ) -> None:
         from engine import CodeMode, SqliteStore, tool
-        from runner import ProcessRunner
 
         @tool(read_only=read_only)
         async def t(i: int) -> dict[str, int]:
@@ -122,13 +125,17 @@ class EnginePeer(Peer):
             return {"v": i}
 
         self.name = name
+        self.mode = ProcessMode("pool", slots)
         self.engine = CodeMode(
             [t],
-            runner=ProcessRunner(mode="pool", slots=slots),
+            runner=self.mode.runner,
             store=SqliteStore(directory / name),
             type_check="off",
             live=live,
         )
+
+    async def settle(self) -> None:
+        await self.mode.settle()
 
     async def run(self, script: PeerScript) -> Any:
         result = await self.engine.run_code(script.js)
@@ -250,6 +257,12 @@ async def compare(
                 into = times.setdefault(script.key, {})
                 for _ in range(max(1, count * script.reps)):
                     for name, peer in running.items():
+                        # Every engine's warm pool full again first: a pool refills in the
+                        # background after each run (a fork, and the child touching its
+                        # pages), and on two CPUs that work landed in the next peer's time,
+                        # at random, whichever peer that was.
+                        for other in running.values():
+                            await other.settle()
                         t0 = time.perf_counter()
                         value = await peer.run(script)
                         elapsed = time.perf_counter() - t0
