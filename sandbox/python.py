@@ -165,9 +165,15 @@ _FRAME_PREFIXES = ("f_", "gi_", "cr_", "ag_", "tb_", "co_")
 _TEXT_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__", "__init__"})
 
 
+# A named tuple's own API (collections.namedtuple, typing.NamedTuple, and urlsplit's,
+# difflib's, statistics' results): one underscore, so as not to clash with its fields. Pure
+# functions of the tuple; nothing else a script can reach has attributes of these names.
+_NAMED_TUPLE_API = frozenset({"_asdict", "_replace", "_fields", "_make", "_field_defaults"})
+
+
 def _refused_attribute(name: str) -> str | None:
     """Why a script may not use attribute ``name``, or None."""
-    if name.startswith("_") and name not in _TEXT_DUNDERS:
+    if name.startswith("_") and name not in _TEXT_DUNDERS and name not in _NAMED_TUPLE_API:
         return (
             f"the attribute {name!r}: attributes whose names start with an underscore are not "
             "available in scripts (name your own without it)"

@@ -1370,3 +1370,27 @@ return out
     assert value(code) == [
         "D(a=1)", True, "no", True, "unhashable type: 'D'", "unhashable type: 'E'",
     ]  # fmt: skip
+
+
+def test_a_named_tuples_own_api_is_there() -> None:
+    """A named tuple's methods have one underscore (so as not to clash with its fields):
+    they are there, as is urlsplit's result's _replace, the usual way to change a URL; any
+    other name with an underscore is still refused."""
+    code = """
+from collections import namedtuple
+from typing import NamedTuple
+from urllib.parse import urlsplit, urlunsplit
+P = namedtuple("P", "x y")
+class Q(NamedTuple):
+    a: int
+    b: str = "b"
+url = urlsplit("https://example.com/a?q=1")
+return [P(1, 2)._asdict(), P._make([3, 4])._replace(y=5), P._fields, Q._field_defaults,
+        getattr(Q(1), "_asdict")(), urlunsplit(url._replace(query="q=2"))]
+"""
+    assert value(code) == [
+        {"x": 1, "y": 2}, [3, 5], ["x", "y"], {"b": "b"}, {"a": 1, "b": "b"},
+        "https://example.com/a?q=2",
+    ]  # fmt: skip
+    error = failed("from collections import namedtuple\nreturn namedtuple('P', 'x')._source")
+    assert error.name == "SyntaxError" and "'_source'" in error.message
