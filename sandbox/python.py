@@ -2860,6 +2860,16 @@ class Run(Replay):
             )
         elif type(missing) is str and missing in _WITHHELD:
             message += _WITHHELD[missing]
+        elif type(error) is UnboundLocalError:
+            local = _UNBOUND.search(message)
+            if local is not None and _assigned_at_top(self.script.code, local[1]):
+                # `count += 1` in a function, as at a module's top level; there it is
+                # `global count`, here the script's names are its function's.
+                message += (
+                    f"; {local[1]} is also a top-level name of the script, which is the body of "
+                    f"an async function: to change it in a function inside it, write "
+                    f"`nonlocal {local[1]}` there (not `global`)"
+                )
         return Ran(
             outcome="failed",
             error=ScriptError(
@@ -2935,6 +2945,15 @@ _WITHHELD = {
 def _warning_line(line: int, category: str, message: str) -> str:
     """``warning_line``, well formed (a script's own text may hold lone surrogates)."""
     return _well_formed(warning_line(line, category, message))
+
+
+_UNBOUND = re.compile(r"^cannot access local variable '(\w+)'")
+
+
+def _assigned_at_top(code: str, name: str) -> bool:
+    """True when a line of ``code`` at its top level assigns ``name`` (``name = ...``)."""
+    pattern = rf"^{re.escape(name)}\s*(?::[^=\n]*)?(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)"
+    return re.search(pattern, code, re.MULTILINE) is not None
 
 
 def _declared_global(code: str, name: str) -> bool:

@@ -1255,6 +1255,27 @@ def test_global_of_a_top_level_name_says_to_use_nonlocal() -> None:
     assert failed("return missing").message == "name 'missing' is not defined"
 
 
+def test_changing_a_top_level_name_in_a_function_says_to_use_nonlocal() -> None:
+    """`counter += 1` in a function, with no declaration, is an UnboundLocalError (as it is
+    at a module's top level, where `global` would fix it): it says to write `nonlocal`. A
+    local of the function's own, with no top-level name of the same, gets Python's text."""
+    code = "counter: int = 0\ndef inc():\n    counter += 1\ninc()\nreturn counter"
+    error = failed(code)
+    assert error.name == "UnboundLocalError"
+    assert error.message == (
+        "cannot access local variable 'counter' where it is not associated with a value; "
+        "counter is also a top-level name of the script, which is the body of an async "
+        "function: to change it in a function inside it, write `nonlocal counter` there (not "
+        "`global`)"
+    )
+    assert [x.line for x in error.lines] == [3, 4]
+    assert value(code.replace("def inc():\n", "def inc():\n    nonlocal counter\n")) == 1
+    alone = failed("def f():\n    x += 1\nf()")
+    assert (
+        alone.message == "cannot access local variable 'x' where it is not associated with a value"
+    )
+
+
 def test_a_small_module_lists_what_it_has() -> None:
     """A name asyncio does not give a script: the error lists what it does give (io, a
     small module, likewise); one a model reaches for a loop or a thread with says what to
