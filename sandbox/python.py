@@ -2860,6 +2860,13 @@ class Run(Replay):
             )
         elif type(missing) is str and missing in _WITHHELD:
             message += _WITHHELD[missing]
+        elif type(error) in (TypeError, AttributeError) and "'coroutine' object" in message:
+            # `[fetch(i) for i in ids]` used as results: Python's text names no await.
+            message += (
+                "; calling an async function of the script gives a coroutine, not its result: "
+                "await it (`await fetch(x)`), or several at once with "
+                "`await asyncio.gather(*coroutines)`"
+            )
         elif type(error) is UnboundLocalError:
             local = _UNBOUND.search(message)
             if local is not None and _assigned_at_top(self.script.code, local[1]):

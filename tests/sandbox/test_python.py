@@ -1415,3 +1415,24 @@ return [P(1, 2)._asdict(), P._make([3, 4])._replace(y=5), P._fields, Q._field_de
     ]  # fmt: skip
     error = failed("from collections import namedtuple\nreturn namedtuple('P', 'x')._source")
     assert error.name == "SyntaxError" and "'_source'" in error.message
+
+
+@pytest.mark.parametrize(
+    ("use", "said"),
+    [
+        ("return [r['echo'] for r in rs]", "'coroutine' object is not subscriptable"),
+        ("return rs[0].get('echo')", "'coroutine' object has no attribute 'get'"),
+    ],
+)
+def test_a_coroutine_used_as_a_result_says_to_await_it(use: str, said: str) -> None:
+    code = (
+        "async def fetch(i):\n    return await tools.t(n=i)\n"
+        f"rs = [fetch(i) for i in range(2)]\n{use}"
+    )
+    error = failed(code, tools=["t"])
+    assert error.message == (
+        f"{said}; calling an async function of the script gives a coroutine, not its result: "
+        "await it (`await fetch(x)`), or several at once with "
+        "`await asyncio.gather(*coroutines)`"
+    )
+    assert [x.line for x in error.lines][-1] == 4
