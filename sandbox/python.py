@@ -455,7 +455,14 @@ dataclasses.exec = _dataclass_exec  # type: ignore[attr-defined]  # its global s
 _FORMATTING = ("format", "format_map")
 
 
+def _exact(name: Any) -> Any:
+    """An attribute name as the exact text it holds: a script's ``str`` subclass may answer
+    ``startswith`` or ``str()`` as it likes, and what reaches the attribute is the text."""
+    return str.__str__(name) if isinstance(name, str) else name
+
+
 def _safe_getattr(obj: Any, name: str, *default: Any) -> Any:
+    name = _exact(name)
     if type(obj) is Tools and isinstance(name, str) and name in obj._run.tool_set:
         # `getattr(tools, "_2fa_verify")`: how a script calls a tool whose name it cannot
         # write as an attribute (a keyword, a leading underscore, the object's own `__init__`);
@@ -471,6 +478,7 @@ def _safe_getattr(obj: Any, name: str, *default: Any) -> Any:
 
 
 def _safe_hasattr(obj: Any, name: str) -> bool:
+    name = _exact(name)
     if type(obj) is Tools and isinstance(name, str) and name in obj._run.tool_set:
         return True  # as getattr above
     if isinstance(name, str) and _refused_attribute(name) is not None:
@@ -479,6 +487,7 @@ def _safe_hasattr(obj: Any, name: str) -> bool:
 
 
 def _safe_setattr(obj: Any, name: str, value: Any) -> None:
+    name = _exact(name)
     if isinstance(name, str):
         why = _refused_attribute(name)
         if why is not None:
@@ -487,6 +496,7 @@ def _safe_setattr(obj: Any, name: str, value: Any) -> None:
 
 
 def _safe_delattr(obj: Any, name: str) -> None:
+    name = _exact(name)
     if isinstance(name, str):
         why = _refused_attribute(name)
         if why is not None:
@@ -544,6 +554,7 @@ def _format_view(obj: Any) -> Any:
 
 
 def _attrgetter(*names: str) -> Any:
+    names = tuple(_exact(name) for name in names)
     paths = [str(name).split(".") for name in names]
     for path in paths:
         for part in path:
@@ -564,6 +575,7 @@ def _attrgetter(*names: str) -> Any:
 
 
 def _methodcaller(name: str, *args: Any, **kwargs: Any) -> Any:
+    name = _exact(name)
     why = _refused_attribute(str(name))
     if why is not None:
         raise AttributeError(why)

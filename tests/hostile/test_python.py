@@ -125,6 +125,10 @@ def test_introspection_is_refused_before_the_script_runs(run: Run, name: str) ->
     assert ran.printed == "" and ran.calls == []
 
 
+_LIAR = (
+    "class S(str):\n    def startswith(self, *a):\n        return False\n"
+    "    def __str__(self):\n        return 'real'\n"
+)
 AT_RUN_TIME = {
     "getattr": "getattr((), '__class__')",
     "getattr frame": "def g():\n    yield 1\ngetattr(g(), 'gi_frame')",
@@ -161,6 +165,17 @@ AT_RUN_TIME = {
     "copy a printer's stream": "import copy, pprint\ncopy.deepcopy(pprint.PrettyPrinter())",
     "hashlib file_digest": "import hashlib\nhashlib.file_digest",
     "io beyond StringIO": "import io\nio.open",
+    # A name that is a str subclass answers startswith, or str(), as the script likes: the
+    # check must read the text the attribute lookup will (getattr gave the sandbox's Run).
+    "getattr by a lying str": f"{_LIAR}getattr(tools, S('_run'))",
+    "setattr by a lying str": f"{_LIAR}class A:\n    pass\nsetattr(A(), S('__class__'), int)",
+    "hasattr by a lying str": (
+        f"{_LIAR}if hasattr(tools, S('_run')):\n    pass\nelse:\n    getattr(1, '_x')"
+    ),
+    "attrgetter by a str whose str() lies": f"{_LIAR}import operator\n"
+    "operator.attrgetter(S('_run'))(tools)",
+    "methodcaller by a str whose str() lies": f"{_LIAR}import operator\n"
+    "operator.methodcaller(S('__reduce_ex__'), 2)(tools)",
     # register() would evaluate a runtime string annotation through typing.get_type_hints.
     "singledispatch evaluates text": (
         "import functools\nevil = '().__class__'\n@functools.singledispatch\ndef f(x):\n"
