@@ -870,7 +870,9 @@ class _Identities:
             return number(obj)
 
         def build_class(func: Any, name: Any, *bases: Any, **kwargs: Any) -> Any:
-            if (not bases or bases == (object,)) and "metaclass" not in kwargs:
+            if (
+                not bases or (len(bases) == 1 and bases[0] is object)
+            ) and "metaclass" not in kwargs:
                 bases = (self._base or self._make_base(),)
             return builtins.__build_class__(func, name, *bases, **kwargs)
 
