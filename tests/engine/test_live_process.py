@@ -24,16 +24,22 @@ def inc(n: int) -> int:
     return n + 1
 
 
-def _descendants() -> list[psutil.Process]:
-    """This process's descendants that are still running (zombies are gone but unreaped)."""
+def _descendants(before: frozenset[int] = frozenset()) -> list[psutil.Process]:
+    """This process's descendants that are still running (zombies are gone but unreaped),
+    but those of ``before`` (what another test's fixture of this worker keeps: pytest-xdist
+    may run this between the tests of a module that holds one)."""
     alive = []
     for p in psutil.Process().children(recursive=True):
         try:
-            if p.status() != psutil.STATUS_ZOMBIE:
+            if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE:
                 alive.append(p)
         except psutil.NoSuchProcess:
             pass
     return alive
+
+
+def _running_now() -> frozenset[int]:
+    return frozenset(p.pid for p in _descendants())
 
 
 def _running(pid: int) -> bool:
@@ -70,6 +76,7 @@ class _Recording(LiveRuns):
 async def test_a_live_run_goes_on_in_one_process(tmp_path: Path) -> None:
     """Twenty calls on the SQLite log: one process from the start to the end (each segment's
     process is the one before it), the same value as by replay, and none left running."""
+    before = _running_now()
     runner = ProcessRunner(mode="pool")
     engine = CodeMode([inc], runner=runner, data_dir=tmp_path, type_check="off")
     engine._live = _Recording(wait=60, max_count=8, max_memory=1 << 34)
@@ -87,13 +94,14 @@ async def test_a_live_run_goes_on_in_one_process(tmp_path: Path) -> None:
         assert (again.value, again.text) == (live.value, live.text)
     finally:
         await engine.aclose()
-    assert _descendants() == []
+    assert _descendants(before) == []
 
 
 async def test_no_live_process_is_left_after_evictions_or_aclose(tmp_path: Path) -> None:
     """Four scripts whose first calls wait for each other, with room for two live runs: two
     are evicted and their processes end at once; the two kept are ended by ``aclose``
     while their calls still run; no process of the runner is left."""
+    before = _running_now()
     barrier = asyncio.Barrier(5)
 
     @tool
@@ -131,7 +139,7 @@ async def test_no_live_process_is_left_after_evictions_or_aclose(tmp_path: Path)
         await engine.aclose()
         closed = True
         assert await _gone(kept) == [] and runner.live_runs == 0
-        assert await _gone([p.pid for p in _descendants()]) == []
+        assert await _gone([p.pid for p in _descendants(before)]) == []
     finally:
         if not closed:
             await barrier.wait()  # lets the calls return
