@@ -111,6 +111,8 @@ FILENAME = "<script>"
 # name the compiled script uses that no script can write (not an identifier).
 _MAIN = "script"
 _FORMAT = "$format"
+# A script's `x._name`, as `$private(x, "_name").value` (see _Private).
+_PRIVATE = "$private"
 
 # Python's own recursion bound, frames over those below the script's, set while a script
 # runs: deep recursion is a RecursionError the script may catch, well before the 8 MiB C
@@ -171,9 +173,19 @@ _TEXT_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__", "__init__"})
 _NAMED_TUPLE_API = frozenset({"_asdict", "_replace", "_fields", "_make", "_field_defaults"})
 
 
-def _refused_attribute(name: str) -> str | None:
-    """Why a script may not use attribute ``name``, or None."""
+_NO_OBJECT = object()
+
+
+def _refused_attribute(name: str, obj: Any = _NO_OBJECT) -> str | None:
+    """Why a script may not use attribute ``name`` (of ``obj``, when given), or None."""
     if name.startswith("_") and name not in _TEXT_DUNDERS and name not in _NAMED_TUPLE_API:
+        if obj is not _NO_OBJECT and _private_name(name) and _scripts_own(obj):
+            return None
+        if _private_name(name):
+            return (
+                f"the attribute {name!r}: attributes whose names start with an underscore are "
+                "available in scripts only on objects of the script's own classes"
+            )
         return (
             f"the attribute {name!r}: attributes whose names start with an underscore are not "
             "available in scripts (name your own without it)"
@@ -184,6 +196,49 @@ def _refused_attribute(name: str) -> str | None:
             f"({', '.join(_FRAME_PREFIXES)}) are not available in scripts"
         )
     return None
+
+
+def _private_name(name: str) -> bool:
+    """One leading underscore: ``_cache``, not ``__class__`` nor ``__secret``."""
+    return name.startswith("_") and not name.startswith("__")
+
+
+class _ScriptBase:
+    """Of every class a class statement of a script makes (through its run's ScriptObject,
+    see _Identities): the mark that an object's attributes are the script's own."""
+
+    __slots__ = ()
+
+
+_MRO = type.__dict__["__mro__"]  # a class's real MRO, whatever its metaclass says
+_SUPER_SELF_CLASS = super.__dict__["__self_class__"]
+_BUILTIN_EXCEPTIONS = frozenset(
+    id(value)
+    for value in vars(builtins).values()
+    if isinstance(value, type) and issubclass(value, BaseException)
+)
+
+
+def _scripts_own(obj: Any) -> bool:
+    """True when every class ``obj``'s attributes come from is one a class statement of the
+    script made, ``object`` or a built-in exception: its attributes named with one underscore
+    are then what the script put there. Not when a class of the sandbox or of a module is
+    among them (a mixin of the script's), nor for a class whose metaclass is not ``type``."""
+    kind = type(obj)
+    if kind is super:
+        kind = _SUPER_SELF_CLASS.__get__(obj)
+        if kind is None:
+            return False
+    elif issubclass(kind, type):
+        if kind is not type:
+            return False
+        kind = obj
+    return all(
+        c is object
+        or id(c) in _BUILTIN_EXCEPTIONS
+        or any(k is _ScriptBase for k in _MRO.__get__(c))
+        for c in _MRO.__get__(kind)
+    )
 
 
 class _Opaque:
@@ -259,13 +314,29 @@ def check(tree: ast.AST, rewrite: bool = False) -> None:
     """Raise :class:`Refused` for the first construct scripts may not use.
 
     With ``rewrite``, ``x.format`` and ``x.format_map`` read as an attribute become
-    ``$format(x).format``: :func:`_format_view` gives a string's safe formatter.
+    ``$format(x).format``: :func:`_format_view` gives a string's safe formatter. And
+    ``x._name`` (one underscore) becomes ``$private(x, "_name").value``, which
+    :class:`_Private` allows on the script's own objects only; without ``rewrite`` it is
+    refused.
     """
     for node in ast.walk(tree):
         kind = type(node)
         if kind is ast.Attribute:
             name = node.attr  # type: ignore[attr-defined]
             why = _refused_attribute(name)
+            if why is not None and rewrite and _private_name(name):
+                # Decided when it runs: the script's own objects have such attributes.
+                value = node.value  # type: ignore[attr-defined]
+                call = ast.Call(
+                    func=ast.Name(id=_PRIVATE, ctx=ast.Load()),
+                    args=[value, ast.Constant(name)],
+                    keywords=[],
+                )
+                ast.copy_location(call.func, value)
+                ast.copy_location(call.args[1], value)
+                node.value = ast.copy_location(call, value)  # type: ignore[attr-defined]
+                node.attr = "value"  # type: ignore[attr-defined]
+                continue
             if why is not None:
                 raise Refused(node.lineno, why)  # type: ignore[attr-defined]
             if rewrite and name in ("format", "format_map") and type(node.ctx) is ast.Load:  # type: ignore[attr-defined]
@@ -469,7 +540,7 @@ def _safe_getattr(obj: Any, name: str, *default: Any) -> Any:
         # the tool, never an attribute of that name.
         return Tools.__getattr__(obj, name)
     if isinstance(name, str):
-        why = _refused_attribute(name)
+        why = _refused_attribute(name, obj)
         if why is not None:
             raise AttributeError(why)
         if name in _FORMATTING:
@@ -481,7 +552,7 @@ def _safe_hasattr(obj: Any, name: str) -> bool:
     name = _exact(name)
     if type(obj) is Tools and isinstance(name, str) and name in obj._run.tool_set:
         return True  # as getattr above
-    if isinstance(name, str) and _refused_attribute(name) is not None:
+    if isinstance(name, str) and _refused_attribute(name, obj) is not None:
         return False
     return builtins.hasattr(obj, name)
 
@@ -489,7 +560,7 @@ def _safe_hasattr(obj: Any, name: str) -> bool:
 def _safe_setattr(obj: Any, name: str, value: Any) -> None:
     name = _exact(name)
     if isinstance(name, str):
-        why = _refused_attribute(name)
+        why = _refused_attribute(name, obj)
         if why is not None:
             raise AttributeError(why)
     builtins.setattr(obj, name, value)
@@ -498,7 +569,7 @@ def _safe_setattr(obj: Any, name: str, value: Any) -> None:
 def _safe_delattr(obj: Any, name: str) -> None:
     name = _exact(name)
     if isinstance(name, str):
-        why = _refused_attribute(name)
+        why = _refused_attribute(name, obj)
         if why is not None:
             raise AttributeError(why)
     builtins.delattr(obj, name)
@@ -551,6 +622,33 @@ def _format_view(obj: Any) -> Any:
     if isinstance(obj, type) and issubclass(obj, str):
         return _FormatView(None)
     return obj
+
+
+class _Private(_Opaque):
+    """A script's ``x._name``, which the check writes as ``$private(x, "_name").value``:
+    read, set or deleted when ``x`` is the script's own (see _scripts_own), an
+    AttributeError otherwise."""
+
+    __slots__ = ("_name", "_obj")
+
+    def __init__(self, obj: Any, name: str) -> None:
+        why = _refused_attribute(name, obj)
+        if why is not None:
+            raise AttributeError(why)
+        self._obj = obj
+        self._name = name
+
+    @property
+    def value(self) -> Any:
+        return builtins.getattr(self._obj, self._name)
+
+    @value.setter
+    def value(self, value: Any) -> None:
+        builtins.setattr(self._obj, self._name, value)
+
+    @value.deleter
+    def value(self) -> None:
+        builtins.delattr(self._obj, self._name)
 
 
 def _attrgetter(*names: str) -> Any:
@@ -892,7 +990,7 @@ class _Identities:
 
         self._base = type(
             "ScriptObject",
-            (),
+            (_ScriptBase,),
             {"__slots__": (), "__repr__": __repr__, "__hash__": __hash__, "__module__": _MAIN},
         )
         return self._base
@@ -2689,6 +2787,7 @@ class Run(Replay):
                 "LimitError": LimitError,
                 "FileError": FileError,
                 _FORMAT: _format_view,
+                _PRIVATE: _Private,
             }
         )
         exec(code, scope)

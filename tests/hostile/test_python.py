@@ -102,8 +102,7 @@ REFUSED = {
     "import by name": "__import__('os')",
     "loader": "__loader__",
     "spec": "__spec__",
-    "private attribute": "import random\nrandom._inst",
-    "a printer's stream": "import pprint\npprint.PrettyPrinter()._stream",
+    "mangled private attribute": "class A:\n    def m(self):\n        return self.__x",
     "an object's dict": "import pprint\npprint.PrettyPrinter().__dict__",
     "past __init__": "class A:\n    pass\nA.__init__.__globals__",
     "match class pattern": "match tools:\n    case object(__class__=c):\n        pass",
@@ -130,6 +129,25 @@ _LIAR = (
     "    def __str__(self):\n        return 'real'\n"
 )
 AT_RUN_TIME = {
+    # One underscore is checked when it runs: the script's own objects have such attributes.
+    "private attribute": "import random\nrandom._inst",
+    "a printer's stream": "import pprint\npprint.PrettyPrinter()._stream",
+    "tools' run": "tools._run",
+    "set tools' run": "tools._run = None",
+    "a module's private name": "import json\njson._default_decoder",
+    "a script class mixing in a module's": (
+        "import pprint\nclass A:\n    pass\nclass P(A, pprint.PrettyPrinter):\n    pass\n"
+        "P()._stream"
+    ),
+    "a metaclass that lies about the MRO": (
+        "import pprint\nclass M(type):\n    @property\n    def __mro__(cls):\n"
+        "        return (cls, object)\nclass P(pprint.PrettyPrinter, metaclass=M):\n    pass\n"
+        "P()._stream"
+    ),
+    "super of a module's class": (
+        "import pprint\nclass A:\n    pass\nclass P(A, pprint.PrettyPrinter):\n"
+        "    def s(self):\n        return super()._stream\nP().s()"
+    ),
     "getattr": "getattr((), '__class__')",
     "getattr frame": "def g():\n    yield 1\ngetattr(g(), 'gi_frame')",
     "setattr": "class A:\n    pass\nsetattr(A(), '__class__', int)",

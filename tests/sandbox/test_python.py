@@ -947,7 +947,7 @@ def test_resume_takes_exactly_the_calls_it_waits_for() -> None:
     [
         "().__class__",
         "x = 1\nx.__class__.__bases__",
-        "class A:\n    def m(self):\n        return self._x",
+        "class A:\n    def m(self):\n        return self.__x",
         "def g():\n    yield 1\ng().gi_frame",
         "async def c():\n    pass\nc().cr_frame",
         "try:\n    1/0\nexcept Exception as e:\n    e.__traceback__.tb_frame",
@@ -1415,7 +1415,7 @@ return [P(1, 2)._asdict(), P._make([3, 4])._replace(y=5), P._fields, Q._field_de
         "https://example.com/a?q=2",
     ]  # fmt: skip
     error = failed("from collections import namedtuple\nreturn namedtuple('P', 'x')._source")
-    assert error.name == "SyntaxError" and "'_source'" in error.message
+    assert error.name == "AttributeError" and "'_source'" in error.message
 
 
 @pytest.mark.parametrize(
@@ -1440,3 +1440,47 @@ def test_a_coroutine_used_as_a_result_says_to_await_it(use: str, said: str) -> N
         "`await asyncio.gather(*coroutines)`"
     )
     assert [x.line for x in error.lines][-1] == 4
+
+
+def test_the_scripts_own_objects_have_attributes_with_one_underscore() -> None:
+    """`self._cache` is how Python writes an attribute for a class's own use: on objects of
+    the script's classes (and the classes themselves, and super()), reading, setting,
+    deleting, augmented assignment, unpacking targets, getattr, setattr and hasattr work.
+    Elsewhere it is refused when it runs; two underscores are refused before."""
+    code = """
+class Acc:
+    _made = 0
+    def __init__(self, start):
+        self._v = start
+        self._log = []
+        Acc._made += 1
+    def _note(self, x):
+        self._log.append(x)
+    def add(self, n):
+        self._v += n
+        self._note(n)
+        return self
+class Sub(Acc):
+    def add(self, n):
+        super()._note("sub")
+        return super().add(n)
+class Failed(Acc, ValueError):
+    pass
+a = Sub(1).add(2)
+b = Acc(0)
+setattr(b, "_x", 5)
+b._p, b._q = 1, 2
+del b._p
+for b._i in range(3):
+    pass
+f = Failed(7)
+f._code = 3
+return [a._v, a._log, Acc._made, type(a)._made, getattr(b, "_x"), hasattr(b, "_p"),
+        getattr(b, "_p", "none"), b._q, b._i, f._code, f._v]
+"""
+    assert value(code) == [3, ["sub", 2], 3, 3, 5, False, "none", 2, 2, 3, 7]
+    refused = "attributes whose names start with an underscore are available in scripts only on"
+    for other in ("tools._run", "'text'._x", "import json\nreturn json._default_decoder"):
+        error = failed(f"print('ran')\n{other}")
+        assert error.name == "AttributeError" and refused in error.message, error
+    assert "not available in scripts" in failed("class A:\n    pass\nreturn A().__dict__").message
