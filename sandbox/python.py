@@ -325,17 +325,7 @@ def check(tree: ast.AST, rewrite: bool = False) -> None:
             name = node.attr  # type: ignore[attr-defined]
             why = _refused_attribute(name)
             if why is not None and rewrite and _private_name(name):
-                # Decided when it runs: the script's own objects have such attributes.
-                value = node.value  # type: ignore[attr-defined]
-                call = ast.Call(
-                    func=ast.Name(id=_PRIVATE, ctx=ast.Load()),
-                    args=[value, ast.Constant(name)],
-                    keywords=[],
-                )
-                ast.copy_location(call.func, value)
-                ast.copy_location(call.args[1], value)
-                node.value = ast.copy_location(call, value)  # type: ignore[attr-defined]
-                node.attr = "value"  # type: ignore[attr-defined]
+                _rewrite_private(node)  # type: ignore[arg-type]
                 continue
             if why is not None:
                 raise Refused(node.lineno, why)  # type: ignore[attr-defined]
@@ -353,6 +343,22 @@ def check(tree: ast.AST, rewrite: bool = False) -> None:
             _check_annotation(node.annotation)  # type: ignore[attr-defined]
         elif kind in _CHECKED:
             _check_other(node)
+
+
+def _rewrite_private(node: ast.Attribute) -> None:
+    """``x._name`` as ``$private(x, "_name").value``, decided when it runs (see _Private):
+    the script's own objects have such attributes. In place, so it works wherever the
+    attribute stands (read, assigned, deleted, a for or with target)."""
+    value = node.value
+    call = ast.Call(
+        func=ast.Name(id=_PRIVATE, ctx=ast.Load()),
+        args=[value, ast.Constant(node.attr)],
+        keywords=[],
+    )
+    ast.copy_location(call.func, value)
+    ast.copy_location(call.args[1], value)
+    node.value = ast.copy_location(call, value)
+    node.attr = "value"
 
 
 _CHECKED = frozenset(
@@ -502,6 +508,9 @@ def _dataclass_exec(source: str, globals: Any = None, locals: Any = None) -> Non
                 if node.attr in _DATACLASS_ATTRIBUTES and isinstance(node.ctx, ast.Load):
                     continue
                 why = _refused_attribute(node.attr)
+                if why is not None and _private_name(node.attr):
+                    _rewrite_private(node)  # a field named `_x`: the script's own object's
+                    continue
                 if why is not None:
                     raise Refused(node.lineno, why)
             elif isinstance(node, ast.Name | ast.arg):
@@ -512,7 +521,8 @@ def _dataclass_exec(source: str, globals: Any = None, locals: Any = None) -> Non
                 _check_other(node)
     except Refused as e:
         raise TypeError(f"a dataclass of a script cannot use {e.message}") from None
-    exec(compile(tree, "<dataclass>", "exec"), {"__builtins__": dict(_BUILTINS)}, locals)
+    scope = {"__builtins__": dict(_BUILTINS), _PRIVATE: _Private}
+    exec(compile(tree, "<dataclass>", "exec"), scope, locals)
 
 
 dataclasses.exec = _dataclass_exec  # type: ignore[attr-defined]  # its global shadows the builtin
