@@ -233,12 +233,23 @@ def _scripts_own(obj: Any) -> bool:
         if kind is not type:
             return False
         kind = obj
-    return all(
+    known = _OWN_CLASSES.get(id(kind))
+    if known is not None:
+        return known[1]
+    own = all(
         c is object
         or id(c) in _BUILTIN_EXCEPTIONS
         or any(k is _ScriptBase for k in _MRO.__get__(c))
         for c in _MRO.__get__(kind)
     )
+    _OWN_CLASSES[id(kind)] = (kind, own)
+    return own
+
+
+# _scripts_own's answer for each class it was asked about (a class's MRO never changes: a
+# script cannot set __bases__), by id, with the class held so that no other takes its id.
+# A process runs one script: the classes it keeps are that script's few.
+_OWN_CLASSES: dict[int, tuple[type, bool]] = {}
 
 
 class _Opaque:
@@ -330,12 +341,7 @@ def check(tree: ast.AST, rewrite: bool = False) -> None:
             if why is not None:
                 raise Refused(node.lineno, why)  # type: ignore[attr-defined]
             if rewrite and name in ("format", "format_map") and type(node.ctx) is ast.Load:  # type: ignore[attr-defined]
-                value = node.value  # type: ignore[attr-defined]
-                call = ast.Call(
-                    func=ast.Name(id=_FORMAT, ctx=ast.Load()), args=[value], keywords=[]
-                )
-                ast.copy_location(call.func, value)
-                node.value = ast.copy_location(call, value)  # type: ignore[attr-defined]
+                _wrap_value(node, _FORMAT)  # type: ignore[arg-type]
         elif kind is ast.Name:
             _check_name(node, node.id)  # type: ignore[attr-defined]
         elif kind is ast.arg:
@@ -345,19 +351,21 @@ def check(tree: ast.AST, rewrite: bool = False) -> None:
             _check_other(node)
 
 
+def _wrap_value(node: ast.Attribute, helper: str, *more: str) -> None:
+    """``x.name`` as ``helper(x, *more).name``, in place (at ``x``'s location)."""
+    value = node.value
+    args: list[ast.expr] = [value, *(ast.Constant(m) for m in more)]
+    call = ast.Call(func=ast.Name(id=helper, ctx=ast.Load()), args=args, keywords=[])
+    for part in (call, call.func, *args[1:]):
+        ast.copy_location(part, value)
+    node.value = call
+
+
 def _rewrite_private(node: ast.Attribute) -> None:
     """``x._name`` as ``$private(x, "_name").value``, decided when it runs (see _Private):
     the script's own objects have such attributes. In place, so it works wherever the
     attribute stands (read, assigned, deleted, a for or with target)."""
-    value = node.value
-    call = ast.Call(
-        func=ast.Name(id=_PRIVATE, ctx=ast.Load()),
-        args=[value, ast.Constant(node.attr)],
-        keywords=[],
-    )
-    ast.copy_location(call.func, value)
-    ast.copy_location(call.args[1], value)
-    node.value = ast.copy_location(call, value)
+    _wrap_value(node, _PRIVATE, node.attr)
     node.attr = "value"
 
 
