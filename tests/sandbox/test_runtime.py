@@ -1629,3 +1629,24 @@ def test_web_globals_are_the_engines_own_whatever_the_script_replaces() -> None:
         return [keys.filter((k) => ["crypto", "structuredClone", "TextEncoder"].includes(k)),
                 typeof crypto, bytes, query, decoded, text, structuredClone(1)];"""
     assert value(code) == [[], "object", 3, "a=%2541", "A", "é", "mine"]
+
+
+def test_the_web_globals_refuse_what_they_cannot_take_saying_what_they_take() -> None:
+    code = """
+        const out = [];
+        const t = (f) => { try { f(); out.push("no error"); } catch (e) { out.push(e.name + ": " + e.message); } };
+        t(() => new TextDecoder("latin1"));
+        t(() => new TextDecoder().decode("text"));
+        t(() => new TextEncoder().encodeInto("a", new Uint16Array(2)));
+        t(() => new URLSearchParams([["a", "b", "c"]]));
+        t(() => structuredClone());
+        t(() => crypto.getRandomValues([1, 2]));
+        return out;"""
+    assert value(code) == [
+        'RangeError: TextDecoder decodes UTF-8 only in a script, not "latin1"',
+        "TypeError: decode takes an ArrayBuffer, a typed array or a DataView",
+        "TypeError: encodeInto writes into a Uint8Array",
+        "TypeError: each pair of a URLSearchParams' init must be [name, value]",
+        "TypeError: structuredClone requires a value to clone",
+        "TypeMismatchError: getRandomValues takes an integer typed array (a Uint8Array, say)",
+    ]
