@@ -62,18 +62,47 @@ __all__ = [
 
 PRELUDE = resources.files("sandbox").joinpath("prelude.js").read_text(encoding="utf-8")
 WEB = resources.files("sandbox").joinpath("web.js").read_text(encoding="utf-8")
+INTL = resources.files("sandbox").joinpath("intl.js").read_text(encoding="utf-8")
+INTL_BOOT = resources.files("sandbox").joinpath("intl_boot.js").read_text(encoding="utf-8")
+# The line a prepared context's boot starts at (and intl.js's frames): past any script's lines,
+# so that no frame in them is read as one of the script's.
+PRELUDE_LINE = 300_000
 _HOST_FUNCTIONS = ("call", "print", "closest", "done", "fail", "file", "untaken")
+
+
 # Evaluated on a context where nothing has run: takes the host functions off the global
 # object and gives `start(config_json, code)`, which installs the prelude and runs the script.
-_BOOT = (
-    "(function () {\n"
-    "  const host = {" + ", ".join(f"{name}: __cm_{name}" for name in _HOST_FUNCTIONS) + "};\n"
-    "  for (const k of Object.keys(host)) delete globalThis['__cm_' + k];\n"
-    f"  const web = {WEB.strip()};\n"
-    f"  const prelude = ({PRELUDE});\n"
-    "  return (config, code) => prelude(JSON.parse(config), host, code, web);\n"
-    "})()"
-)
+# With `eager`, intl.js is compiled at once (a fork server's context, before it forks); otherwise
+# when the run first uses it.
+def _boot(eager: bool) -> str:
+    return (
+        "(function () {\n"
+        "  const host = {" + ", ".join(f"{name}: __cm_{name}" for name in _HOST_FUNCTIONS) + "};\n"
+        "  for (const k of Object.keys(host)) delete globalThis['__cm_' + k];\n"
+        "  const intlSource = __cm_intl;\n"
+        "  delete globalThis.__cm_intl;\n"
+        # intl.js's frames go past the script's lines (before any script: past any script's)
+        f"  let intlLine = {PRELUDE_LINE};\n"
+        f"  const intl = ({INTL_BOOT.strip()})(intlSource, () => intlLine);\n"
+        + ("  intl();\n" if eager else "")
+        + f"  const web = {WEB.strip()};\n"
+        f"  const prelude = ({PRELUDE});\n"
+        "  return (config, code) => {\n"
+        "    intlLine = code.split('\\n').length + 8;\n"
+        "    return prelude(JSON.parse(config), host, code, web);\n"
+        "  };\n"
+        "})()"
+    )
+
+
+def _intl_source() -> str:
+    """intl.js's text, which the boot's stand-ins ask for when a run first uses Intl (the text
+    crosses into the context only then: as a literal in the boot, every run would parse it)."""
+    return INTL
+
+
+_BOOT = _boot(eager=False)
+_BOOT_EAGER = _boot(eager=True)
 
 # A live run's heap is counted again once it has used this many times the last count's CPU.
 HEAP_WALK_SHARE = 20
@@ -104,22 +133,17 @@ _NO_TIMERS = "; a script has no timers: it cannot wait for time to pass"
 _NOT_NODE = (
     "; a script runs in a bare JavaScript engine, neither Node.js nor a browser: it has the "
     "language's built-ins, `tools`, `files` and `console.log` (and structuredClone, "
-    "crypto.randomUUID, TextEncoder, TextDecoder, URLSearchParams, atob and btoa)"
+    "crypto.randomUUID, TextEncoder, TextDecoder, URLSearchParams, atob, btoa, and Intl for en-US "
+    "in UTC)"
 )
 _NO_URL = (
     "; URL is not there (a script has no network): take a URL's text apart with a regular "
     "expression or split(), and build or read a query string with URLSearchParams"
 )
-_NO_INTL = (
-    "; Intl is not there (the engine has no locale data): format a number with toFixed (and "
-    'n.toFixed(2).replace(/\\B(?=(\\d{3})+(?!\\d))/g, ",") for thousands), a date with '
-    "toISOString"
-)
 _NO_GC = "; garbage collection is not observable in a script: its runs must repeat exactly"
 _HOST_GLOBALS = {
     **dict.fromkeys(("fetch", "XMLHttpRequest", "WebSocket", "EventSource"), _NO_NETWORK),
     "URL": _NO_URL,
-    "Intl": _NO_INTL,
     **dict.fromkeys(("WeakRef", "FinalizationRegistry"), _NO_GC),
     **dict.fromkeys(("require", "module", "exports", "__dirname", "__filename"), _NO_MODULES),
     **dict.fromkeys(
@@ -287,6 +311,7 @@ class Run(Replay):
             ctx = _quickjs.Context()
             for name, fn in self._host_functions().items():
                 ctx.add_callable("__cm_" + name, fn)
+            ctx.add_callable("__cm_intl", _intl_source)
             # The prelude's lines come after the script's last, so a frame in it is never read
             # as a line of the script.
             start = ctx.eval("\n" * (len(self.script_lines) + 2) + _BOOT)
@@ -462,9 +487,6 @@ class Run(Replay):
         return lines
 
 
-PRELUDE_LINE = 300_000
-
-
 class Prepared:
     """A QuickJS context with the prelude already compiled, made before the script exists.
 
@@ -478,7 +500,8 @@ class Prepared:
         self._functions: dict[str, Any] | None = None
         for name in _HOST_FUNCTIONS:
             self.ctx.add_callable("__cm_" + name, self._dispatch(name))
-        self.start = self.ctx.eval("\n" * PRELUDE_LINE + _BOOT)
+        self.ctx.add_callable("__cm_intl", _intl_source)
+        self.start = self.ctx.eval("\n" * PRELUDE_LINE + _BOOT_EAGER)
         self.stripper = typescript.Stripper.compiled()
 
     def _dispatch(self, name: str) -> Any:

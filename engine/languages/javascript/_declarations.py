@@ -176,7 +176,8 @@ class JavaScriptDialect(Dialect):
             "costs you no turn.",
             "The script has no network, file system, timers or modules: it reaches the world "
             "only through `tools`. `Date`, `Math.random` and `crypto.randomUUID` are fixed for a "
-            "script and give the same values every time it runs.",
+            "script and give the same values every time it runs. `Intl` and `toLocaleString` "
+            "format for en-US, in UTC.",
             "`await tools.tool_search({ query })` finds tools that are not declared below, by "
             "what they do or by exact names. It answers with text (their declarations): print "
             "it, then call the tools in your next script.",

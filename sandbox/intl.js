@@ -1,0 +1,1031 @@
+// Intl for the one locale a script has, en-US, in the one time zone it runs in, UTC: what
+// Node.js (full ICU) gives for them, without locale data. Intl.NumberFormat,
+// Intl.DateTimeFormat and Intl.Collator, and the built-ins that use them: toLocaleString of
+// numbers, BigInts, dates and arrays, toLocaleDateString, toLocaleTimeString and localeCompare.
+// Another locale or time zone is a RangeError that says what to do instead, never output in a
+// locale the script did not ask for.
+//
+// Compiled when a run first uses it (the boot installs stand-ins that load it: parsing it takes
+// a few milliseconds, which a run that never formats should not pay), and by a fork server
+// before it forks, so that no child pays for it. Returns Intl and the built-ins' methods, which
+// the stand-ins call. It runs with the script's rights only, as the engine's built-ins do.
+(function () {
+  "use strict";
+  const { defineProperty, keys: objectKeys } = Object;
+  const NativeRangeError = RangeError, NativeTypeError = TypeError;
+  const NativeString = String, NativeNumber = Number, NativeDate = Date, NativeBigInt = BigInt;
+  const isArray = Array.isArray;
+  const { normalize, codePointAt } = String.prototype;
+  const { apply } = Reflect;
+  const { getTime } = Date.prototype;
+
+  // ---- locales ------------------------------------------------------------------------------
+  const LOCALE = "en-US";
+  const SUPPORTED = /^en(?:-us)?$/i;
+  // A well-formed BCP 47 tag, roughly as ICU checks it ("en_US" is not one).
+  const WELL_FORMED = /^[a-z]{2,3}(?:-[a-z]{4})?(?:-(?:[a-z]{2}|\d{3}))?(?:-(?:[a-z\d]{5,8}|\d[a-z\d]{3}))*(?:-[a-wyz\d](?:-[a-z\d]{2,8})+)*(?:-x(?:-[a-z\d]{1,8})+)?$/i;
+  function requested(locales) {
+    if (locales === undefined) return [];
+    if (locales === null) throw new NativeTypeError("Cannot convert undefined or null to object");
+    if (typeof locales !== "string" && !isArray(locales)) return []; // an object: no tags
+    const list = typeof locales === "string" ? [locales] : locales;
+    const out = [];
+    for (const tag of list) {
+      if (typeof tag !== "string" && (typeof tag !== "object" || tag === null)) {
+        throw new NativeTypeError("Language ID should be string or object.");
+      }
+      const text = NativeString(tag);
+      if (!WELL_FORMED.test(text)) throw new NativeRangeError("Incorrect locale information provided");
+      out.push(text);
+    }
+    return out;
+  }
+  // The locale to format for: en-US, for no locale or a list that holds en or en-US (the
+  // first of the list that is, as a browser picks); any other is refused.
+  function pickLocale(locales, what) {
+    const list = requested(locales);
+    if (list.length === 0) return LOCALE;
+    for (const tag of list) if (SUPPORTED.test(tag.split("-u-")[0])) return LOCALE;
+    throw new NativeRangeError(
+      `${what}: a script has the en-US locale only (no locale data for ${JSON.stringify(list[0])}): ` +
+      "format for en-US (pass no locale or 'en-US'), or build the text yourself");
+  }
+
+  // ---- options ------------------------------------------------------------------------------
+  function optionsObject(options) {
+    if (options === undefined) return { __proto__: null };
+    if (options === null) throw new NativeTypeError("Cannot convert undefined or null to object");
+    return Object(options);
+  }
+  function getOption(options, name, values, fallback, kind) {
+    let value = options[name];
+    if (value === undefined) return fallback;
+    if (kind === "boolean") return !!value;
+    value = NativeString(value);
+    if (values !== undefined && !values.includes(value)) {
+      throw new NativeRangeError(`Value ${value} out of range for ${kind} options property ${name}`);
+    }
+    return value;
+  }
+  function getNumberOption(options, name, min, max, fallback) {
+    const value = options[name];
+    if (value === undefined) return fallback;
+    const n = NativeNumber(value);
+    if (!(n >= min && n <= max)) throw new NativeRangeError(`${name} value is out of range.`);
+    return Math.floor(n);
+  }
+
+  // A getter that gives its object's function, made once and bound to the object's options,
+  // as ECMA-402's format and compare are (so `list.map(nf.format)` works).
+  function boundGetter(proto, name, optionsOf, make) {
+    const bound = new WeakMap();
+    defineProperty(proto, name, {
+      configurable: true,
+      get() {
+        const o = optionsOf(this, name);
+        let f = bound.get(this);
+        if (f === undefined) {
+          f = make(o);
+          bound.set(this, f);
+        }
+        return f;
+      },
+    });
+  }
+
+  // ---- decimal numbers as digit strings --------------------------------------------------------
+  // A finite non-negative value as { digits, point }: value = 0.digits * 10^point, digits
+  // without leading or trailing zeros ("" for zero). From the shortest text that reads back as
+  // the double, as ICU formats a double (so 1.005 rounds to 1.01, not to toFixed's 1.00).
+  function decimalOf(text) {
+    let mantissa = text, exponent = 0;
+    const e = text.search(/e/i);
+    if (e >= 0) {
+      mantissa = text.slice(0, e);
+      exponent = NativeNumber(text.slice(e + 1));
+    }
+    let dot = mantissa.indexOf(".");
+    if (dot < 0) dot = mantissa.length;
+    let digits = mantissa.slice(0, dot) + mantissa.slice(dot + 1);
+    let point = dot + exponent;
+    const lead = digits.search(/[^0]/);
+    if (lead < 0) return { digits: "", point: 0 };
+    digits = digits.slice(lead);
+    point -= lead;
+    digits = digits.replace(/0+$/, "");
+    return { digits, point };
+  }
+  // Round ``d`` to keep digits up to position ``at`` (counted from the point: 2 keeps
+  // hundredths, -1 tens) with rounding ``mode``, ``negative`` telling the sign.
+  function roundAt(d, at, mode, negative) {
+    const keep = d.point + at; // how many of d.digits stay
+    if (keep >= d.digits.length) return d;
+    let kept = keep > 0 ? d.digits.slice(0, keep) : "";
+    const rest = keep >= 0 ? d.digits.slice(keep) : "0".repeat(-keep) + d.digits;
+    // rest is non-empty and has a non-zero digit: compare it with one half
+    const first = rest.charCodeAt(0) - 48;
+    const half = first > 5 || (first === 5 && rest.length > 1) ? 1 : first === 5 ? 0 : -1;
+    const lastOdd = kept.length > 0 && (kept.charCodeAt(kept.length - 1) - 48) % 2 === 1;
+    let up;
+    switch (mode) {
+      case "ceil": up = !negative; break;
+      case "floor": up = negative; break;
+      case "expand": up = true; break;
+      case "trunc": up = false; break;
+      case "halfCeil": up = half > 0 || (half === 0 && !negative); break;
+      case "halfFloor": up = half > 0 || (half === 0 && negative); break;
+      case "halfTrunc": up = half > 0; break;
+      case "halfEven": up = half > 0 || (half === 0 && lastOdd); break;
+      default: up = half >= 0; // halfExpand
+    }
+    let point = d.point;
+    if (keep < 0) {
+      kept = "";
+      point = -at;
+    }
+    if (up) {
+      // add one at the last kept position
+      const chars = kept.split("");
+      let i = chars.length - 1;
+      while (i >= 0 && chars[i] === "9") chars[i--] = "0";
+      if (i >= 0) chars[i] = NativeString.fromCharCode(chars[i].charCodeAt(0) + 1);
+      else {
+        chars.unshift("1");
+        point += 1;
+      }
+      kept = chars.join("");
+      if (keep <= 0) point = -at + 1, kept = "1";
+    }
+    const lead = kept.search(/[^0]/);
+    if (lead < 0) return { digits: "", point: 0 };
+    return { digits: kept.slice(lead).replace(/0+$/, ""), point: point - lead };
+  }
+  function magnitude(d) { // the exponent of the leading digit (0 for 1..9, -1 for 0.1..)
+    return d.digits === "" ? 0 : d.point - 1;
+  }
+  // The rounded value and how many fraction digits to show at least.
+  function roundFraction(d, min, max, mode, negative) {
+    return { d: roundAt(d, max, mode, negative), minFraction: min };
+  }
+  function roundSignificant(d, min, max, mode, negative) {
+    const r = roundAt(d, max - d.point, mode, negative);
+    const point = r.digits === "" ? 1 : r.point;
+    return { d: r, minFraction: Math.max(0, min - point) };
+  }
+  function rounded(d, o, negative) {
+    const fraction = () => roundFraction(d, o.minimumFractionDigits, o.maximumFractionDigits, o.roundingMode, negative);
+    const significant = () => roundSignificant(d, o.minimumSignificantDigits, o.maximumSignificantDigits, o.roundingMode, negative);
+    if (o.rounding === "fraction") return fraction();
+    if (o.rounding === "significant") return significant();
+    const a = significant(), b = fraction();
+    // ECMA-402: the result rounded at the smaller magnitude has more precision (a tie goes
+    // to the significant digits).
+    const sMagnitude = (a.d.digits === "" ? 0 : magnitude(a.d)) - o.maximumSignificantDigits + 1;
+    const fMagnitude = -o.maximumFractionDigits;
+    if (o.rounding === "morePrecision") return sMagnitude <= fMagnitude ? a : b;
+    return sMagnitude <= fMagnitude ? b : a;
+  }
+  // The integer and fraction digit strings of a rounded value.
+  function split(d, minFraction, minInteger) {
+    let integer, fraction;
+    if (d.point <= 0) {
+      integer = "";
+      fraction = "0".repeat(-d.point) + d.digits;
+    } else if (d.point >= d.digits.length) {
+      integer = d.digits + "0".repeat(d.point - d.digits.length);
+      fraction = "";
+    } else {
+      integer = d.digits.slice(0, d.point);
+      fraction = d.digits.slice(d.point);
+    }
+    if (fraction.length < minFraction) fraction += "0".repeat(minFraction - fraction.length);
+    if (integer.length < minInteger) integer = "0".repeat(minInteger - integer.length) + integer;
+    return { integer, fraction };
+  }
+  function grouped(integer, grouping) {
+    if (grouping === false || integer.length <= 3) return [integer];
+    if (grouping === "min2" && integer.length <= 4) return [integer];
+    const out = [];
+    let head = integer.length % 3 || 3;
+    out.push(integer.slice(0, head));
+    for (; head < integer.length; head += 3) out.push(integer.slice(head, head + 3));
+    return out;
+  }
+
+  // ---- currencies -----------------------------------------------------------------------------
+  // en-US's symbols (CLDR): a currency not here shows its code and a no-break space.
+  const SYMBOLS = {
+    USD: ["$", "$"], EUR: ["€", "€"], GBP: ["£", "£"], JPY: ["¥", "¥"], CNY: ["CN¥", "¥"],
+    INR: ["₹", "₹"], CAD: ["CA$", "$"], AUD: ["A$", "$"], NZD: ["NZ$", "$"], HKD: ["HK$", "$"],
+    MXN: ["MX$", "$"], BRL: ["R$", "R$"], KRW: ["₩", "₩"], ILS: ["₪", "₪"], TWD: ["NT$", "$"],
+    VND: ["₫", "₫"], PHP: ["₱", "₱"], XAF: ["FCFA", "FCFA"], XOF: ["F\u202fCFA", "F\u202fCFA"],
+    XCD: ["EC$", "$"], XPF: ["CFPF", "CFPF"],
+    CHF: ["CHF"], SEK: ["SEK", "kr"], NOK: ["NOK", "kr"], DKK: ["DKK", "kr"], PLN: ["PLN", "zł"],
+    RUB: ["RUB", "₽"], TRY: ["TRY", "₺"], ZAR: ["ZAR", "R"], SGD: ["SGD", "$"], THB: ["THB", "฿"],
+    UAH: ["UAH", "₴"], NGN: ["NGN", "₦"], ARS: ["ARS", "$"], CLP: ["CLP", "$"], COP: ["COP", "$"],
+    EGP: ["EGP", "E£"], HUF: ["HUF", "Ft"], CZK: ["CZK", "Kč"], IDR: ["IDR", "Rp"], MYR: ["MYR", "RM"],
+  };
+  // ISO 4217 minor units where they are not 2 (CLDR's, as ICU uses them).
+  const DIGITS = {
+    BHD: 3, IQD: 0, JOD: 3, KWD: 3, LYD: 3, OMR: 3, TND: 3, JPY: 0, KRW: 0, VND: 0, CLP: 0,
+    ISK: 0, UGX: 0, XAF: 0, XOF: 0, XPF: 0, PYG: 0, RWF: 0, KMF: 0, GNF: 0, DJF: 0, BIF: 0,
+    VUV: 0, CLF: 4, UYW: 4, ALL: 0, AMD: 2, IRR: 0, LAK: 0, LBP: 0, MGA: 0, MMK: 0, RSD: 0,
+    SLE: 2, SLL: 0, SOS: 0, STD: 0, SYP: 0, YER: 0, COP: 2, IDR: 2, TWD: 2, HUF: 2, PKR: 2,
+  };
+  // Names for currencyDisplay "name": [one, other].
+  const NAMES = {
+    USD: ["US dollar", "US dollars"], EUR: ["euro", "euros"], GBP: ["British pound", "British pounds"],
+    JPY: ["Japanese yen", "Japanese yen"], CNY: ["Chinese yuan", "Chinese yuan"],
+    INR: ["Indian rupee", "Indian rupees"], CAD: ["Canadian dollar", "Canadian dollars"],
+    AUD: ["Australian dollar", "Australian dollars"], CHF: ["Swiss franc", "Swiss francs"],
+    MXN: ["Mexican peso", "Mexican pesos"], BRL: ["Brazilian real", "Brazilian reals"],
+    KRW: ["South Korean won", "South Korean won"], SEK: ["Swedish krona", "Swedish kronor"],
+    NOK: ["Norwegian krone", "Norwegian kroner"], DKK: ["Danish krone", "Danish kroner"],
+    NZD: ["New Zealand dollar", "New Zealand dollars"], SGD: ["Singapore dollar", "Singapore dollars"],
+    HKD: ["Hong Kong dollar", "Hong Kong dollars"], PLN: ["Polish zloty", "Polish zlotys"],
+    RUB: ["Russian ruble", "Russian rubles"], ZAR: ["South African rand", "South African rand"],
+    TRY: ["Turkish lira", "Turkish Lira"],
+  };
+
+  // ---- Intl.NumberFormat ----------------------------------------------------------------------
+  const numberOptions = new WeakMap();
+  const STYLES = ["decimal", "percent", "currency", "unit"];
+  const ROUNDING_MODES = ["ceil", "floor", "expand", "trunc", "halfCeil", "halfFloor", "halfExpand", "halfTrunc", "halfEven"];
+  function resolveNumber(locales, options) {
+    const locale = pickLocale(locales, "Intl.NumberFormat");
+    options = optionsObject(options);
+    const o = { locale, numberingSystem: "latn" };
+    const numbering = options.numberingSystem;
+    if (numbering !== undefined && NativeString(numbering) !== "latn") {
+      throw new NativeRangeError(`numberingSystem ${NativeString(numbering)}: a script has latn (0-9) digits only`);
+    }
+    o.style = getOption(options, "style", STYLES, "decimal", "Intl.NumberFormat");
+    let currency = options.currency;
+    if (currency !== undefined) {
+      currency = NativeString(currency);
+      if (!/^[a-z]{3}$/i.test(currency)) throw new NativeRangeError(`Invalid currency code : ${currency}`);
+      currency = currency.toUpperCase();
+    }
+    const currencyDisplay = getOption(options, "currencyDisplay", ["code", "symbol", "narrowSymbol", "name"], "symbol", "Intl.NumberFormat");
+    const currencySign = getOption(options, "currencySign", ["standard", "accounting"], "standard", "Intl.NumberFormat");
+    if (options.unit !== undefined || o.style === "unit") {
+      throw new NativeRangeError(
+        "Intl.NumberFormat: style 'unit' is not available in a script (no unit names): format " +
+        "the number, then add the unit's name yourself");
+    }
+    if (o.style === "currency") {
+      if (currency === undefined) throw new NativeTypeError("Currency code is required with currency style.");
+      if (currencyDisplay === "name" && NAMES[currency] === undefined) {
+        throw new NativeRangeError(
+          `Intl.NumberFormat: no name for the currency ${currency} here (names for ${objectKeys(NAMES).join(", ")}): ` +
+          "use currencyDisplay 'code' or 'symbol'");
+      }
+      o.currency = currency;
+      o.currencyDisplay = currencyDisplay;
+      o.currencySign = currencySign;
+    }
+    const notation = getOption(options, "notation", ["standard", "scientific", "engineering", "compact"], "standard", "Intl.NumberFormat");
+    const cDigits = o.style === "currency" ? (DIGITS[currency] ?? 2) : 0;
+    const mnfdDefault = o.style === "currency" ? cDigits : 0;
+    const mxfdDefault = o.style === "currency" ? cDigits : o.style === "percent" ? 0 : 3;
+    // ECMA-402's SetNumberFormatDigitOptions
+    o.minimumIntegerDigits = getNumberOption(options, "minimumIntegerDigits", 1, 21, 1);
+    const mnfd = options.minimumFractionDigits, mxfd = options.maximumFractionDigits;
+    const mnsd = options.minimumSignificantDigits, mxsd = options.maximumSignificantDigits;
+    const increment = getNumberOption(options, "roundingIncrement", 1, 5000, 1);
+    if (increment !== 1) {
+      throw new NativeRangeError("Intl.NumberFormat: roundingIncrement other than 1 is not available in a script: round the number yourself first");
+    }
+    o.roundingMode = getOption(options, "roundingMode", ROUNDING_MODES, "halfExpand", "Intl.NumberFormat");
+    let priority = getOption(options, "roundingPriority", ["auto", "morePrecision", "lessPrecision"], "auto", "Intl.NumberFormat");
+    const trailing = getOption(options, "trailingZeroDisplay", ["auto", "stripIfInteger"], "auto", "Intl.NumberFormat");
+    const hasSd = mnsd !== undefined || mxsd !== undefined;
+    const hasFd = mnfd !== undefined || mxfd !== undefined;
+    let needSd = true, needFd = true;
+    if (priority === "auto") {
+      needSd = hasSd;
+      if (needSd || (!hasFd && notation === "compact")) needFd = false;
+    }
+    if (needSd) {
+      if (hasSd) {
+        o.minimumSignificantDigits = getNumberOption(options, "minimumSignificantDigits", 1, 21, 1);
+        o.maximumSignificantDigits = getNumberOption(options, "maximumSignificantDigits", o.minimumSignificantDigits, 21, 21);
+      } else {
+        o.minimumSignificantDigits = 1;
+        o.maximumSignificantDigits = 21;
+      }
+    }
+    if (needFd) {
+      if (hasFd) {
+        let min = getNumberOption(options, "minimumFractionDigits", 0, 100, undefined);
+        let max = getNumberOption(options, "maximumFractionDigits", 0, 100, undefined);
+        if (min === undefined) min = Math.min(mnfdDefault, max);
+        else if (max === undefined) max = Math.max(mxfdDefault, min);
+        else if (min > max) throw new NativeRangeError("maximumFractionDigits value is out of range.");
+        o.minimumFractionDigits = min;
+        o.maximumFractionDigits = max;
+      } else {
+        o.minimumFractionDigits = mnfdDefault;
+        o.maximumFractionDigits = mxfdDefault;
+      }
+    }
+    if (!needSd && !needFd) {
+      o.minimumFractionDigits = 0;
+      o.maximumFractionDigits = 0;
+      o.minimumSignificantDigits = 1;
+      o.maximumSignificantDigits = 2;
+      o.rounding = "morePrecision";
+      priority = "morePrecision";
+    } else if (priority === "auto") {
+      o.rounding = needSd ? "significant" : "fraction";
+    } else {
+      o.rounding = priority;
+    }
+    let grouping = options.useGrouping;
+    const groupingDefault = notation === "compact" ? "min2" : "auto";
+    if (grouping === undefined) grouping = groupingDefault;
+    else if (grouping === true || grouping === "true" || grouping === "false") grouping = groupingDefault === "min2" && grouping !== true ? groupingDefault : "always";
+    else if (grouping === false || grouping === null || grouping === 0 || grouping === "") grouping = false;
+    else {
+      grouping = NativeString(grouping);
+      if (!["min2", "auto", "always"].includes(grouping)) {
+        throw new NativeRangeError(`Value ${grouping} out of range for Intl.NumberFormat options property useGrouping`);
+      }
+    }
+    o.useGrouping = grouping;
+    o.notation = notation;
+    if (notation === "compact") {
+      o.compactDisplay = getOption(options, "compactDisplay", ["short", "long"], "short", "Intl.NumberFormat");
+    }
+    o.signDisplay = getOption(options, "signDisplay", ["auto", "never", "always", "exceptZero", "negative"], "auto", "Intl.NumberFormat");
+    o.roundingIncrement = 1;
+    o.trailingZeroDisplay = trailing;
+    o.roundingPriority = priority;
+    return o;
+  }
+
+  const COMPACT_SHORT = ["", "K", "M", "B", "T"];
+  const COMPACT_LONG = ["", " thousand", " million", " billion", " trillion"];
+  // The parts of x as Intl.NumberFormat.prototype.formatToParts gives them.
+  function numberParts(o, x) {
+    let negative, d, special;
+    if (typeof x === "bigint") {
+      negative = x < 0n;
+      d = decimalOf(NativeString(negative ? -x : x));
+    } else if (typeof x === "string" && /^\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?\s*$/i.test(x)) {
+      const t = x.trim();
+      negative = t[0] === "-";
+      d = decimalOf(t.replace(/^[+-]/, ""));
+    } else {
+      const n = NativeNumber(x);
+      negative = n < 0 || (n === 0 && 1 / n < 0);
+      if (n !== n) special = "nan";
+      else if (n === Infinity || n === -Infinity) special = "infinity";
+      else d = decimalOf(NativeString(negative ? -n : n));
+    }
+    const parts = [];
+    let exponent = 0, compact = 0, minFraction = 0;
+    if (special === undefined) {
+      if (o.style === "percent" && d.digits !== "") d = { digits: d.digits, point: d.point + 2 };
+      if (o.notation !== "standard") {
+        // The exponent to show (or, compact, the power of a thousand to name), taken again
+        // from the rounded value when rounding carries it over (999,999 is 1M, not 1000K).
+        const exponentFor = (m) =>
+          o.notation === "scientific" ? m
+            : o.notation === "engineering" ? Math.floor(m / 3) * 3
+              : m < 3 ? 0 : Math.min(Math.floor(m / 3), 4) * 3;
+        const scaled = (e) => rounded({ digits: d.digits, point: d.digits === "" ? 0 : d.point - e }, o, negative);
+        let e = exponentFor(magnitude(d));
+        let r = scaled(e);
+        const carried = exponentFor(r.d.digits === "" ? e : magnitude(r.d) + e);
+        if (carried !== e) r = scaled((e = carried));
+        d = r.d;
+        minFraction = r.minFraction;
+        if (o.notation === "compact") compact = e / 3;
+        else exponent = e;
+      } else {
+        const r = rounded(d, o, negative);
+        d = r.d;
+        minFraction = r.minFraction;
+      }
+    }
+    const zero = special === undefined && d.digits === "";
+    let sign = "";
+    switch (o.signDisplay) {
+      case "auto": sign = negative ? "-" : ""; break;
+      case "always": sign = negative ? "-" : "+"; break;
+      case "exceptZero": sign = zero || special === "nan" ? "" : negative ? "-" : "+"; break;
+      case "negative": sign = negative && !zero ? "-" : ""; break;
+      default: sign = "";
+    }
+    if (special === "nan") sign = o.signDisplay === "always" ? "+" : "";
+    // Accounting's parentheses go with a symbol or a code, not with a name or a compact
+    // suffix (ICU's en-US patterns).
+    const accounting = o.style === "currency" && o.currencySign === "accounting" && sign === "-" &&
+      o.currencyDisplay !== "name" && compact === 0;
+    let currency = "", spaced = false;
+    if (o.style === "currency") {
+      if (o.currencyDisplay === "code") { currency = o.currency; spaced = true; }
+      else if (o.currencyDisplay === "name") currency = "";
+      else {
+        const symbols = SYMBOLS[o.currency];
+        if (symbols === undefined) { currency = o.currency; spaced = true; }
+        else {
+          currency = o.currencyDisplay === "narrowSymbol" && symbols.length > 1 ? symbols[1] : symbols[0];
+          spaced = /[A-Za-z]$/.test(currency);
+        }
+      }
+    }
+    if (accounting) parts.push({ type: "literal", value: "(" });
+    else if (sign) parts.push({ type: sign === "-" ? "minusSign" : "plusSign", value: sign });
+    if (currency) {
+      parts.push({ type: "currency", value: currency });
+      if (spaced && special === undefined) parts.push({ type: "literal", value: "\u00a0" }); // by a digit only
+    }
+    let pluralOne = false;
+    if (special === "nan") parts.push({ type: "nan", value: "NaN" });
+    else if (special === "infinity") parts.push({ type: "infinity", value: "∞" });
+    else {
+      const { integer, fraction } = split(d, minFraction, o.minimumIntegerDigits);
+      let shownFraction = fraction;
+      if (o.trailingZeroDisplay === "stripIfInteger" && /^0*$/.test(fraction)) shownFraction = "";
+      // en-US groups a compact number from five digits on unless told "always".
+      const grouping = o.notation === "compact" && o.useGrouping === "auto" ? "min2" : o.useGrouping;
+      const groups = grouped(integer === "" ? "0" : integer, grouping);
+      groups.forEach((g, i) => {
+        if (i) parts.push({ type: "group", value: "," });
+        parts.push({ type: "integer", value: g });
+      });
+      if (shownFraction) {
+        parts.push({ type: "decimal", value: "." });
+        parts.push({ type: "fraction", value: shownFraction });
+      }
+      // CLDR's "one" in English: the integer 1, no fraction shown, no exponent or suffix.
+      pluralOne = /^0*1$/.test(integer) && shownFraction === "" && o.notation !== "scientific" &&
+        o.notation !== "engineering" && !compact;
+      if (o.notation === "scientific" || o.notation === "engineering") {
+        parts.push({ type: "exponentSeparator", value: "E" });
+        if (exponent < 0) parts.push({ type: "exponentMinusSign", value: "-" });
+        parts.push({ type: "exponentInteger", value: NativeString(Math.abs(exponent)) });
+      }
+      if (compact) {
+        // With a currency's symbol or code, the compact form is the short one.
+        const long = o.compactDisplay === "long" && (o.style !== "currency" || o.currencyDisplay === "name");
+        const word = (long ? COMPACT_LONG : COMPACT_SHORT)[compact];
+        if (word[0] === " ") parts.push({ type: "literal", value: " " }, { type: "compact", value: word.slice(1) });
+        else parts.push({ type: "compact", value: word });
+      }
+    }
+    if (o.style === "percent") parts.push({ type: "percentSign", value: "%" });
+    if (o.style === "currency" && o.currencyDisplay === "name") {
+      const names = NAMES[o.currency];
+      parts.push({ type: "literal", value: " " }, { type: "currency", value: pluralOne ? names[0] : names[1] });
+    }
+    if (accounting) parts.push({ type: "literal", value: ")" });
+    return parts;
+  }
+  const join = (parts) => { let s = ""; for (const p of parts) s += p.value; return s; };
+
+  function formatNumber(o, x) {
+    return join(numberParts(o, x));
+  }
+  function toNumeric(x) { // what format takes: a BigInt, a decimal string or a number
+    if (typeof x === "bigint") return x;
+    if (typeof x === "string") return x;
+    if (typeof x === "object" && x !== null) {
+      const p = x.valueOf();
+      if (typeof p === "bigint") return p;
+      return NativeNumber(x);
+    }
+    return NativeNumber(x);
+  }
+
+  function NumberFormat(locales, options) {
+    if (!new.target) return new NumberFormat(locales, options);
+    numberOptions.set(this, resolveNumber(locales, options));
+  }
+  function numberThis(self, method) {
+    const o = numberOptions.get(self);
+    if (o === undefined) throw new NativeTypeError(`Method Intl.NumberFormat.prototype.${method} called on incompatible receiver`);
+    return o;
+  }
+  boundGetter(NumberFormat.prototype, "format", numberThis, (o) => (x) => formatNumber(o, toNumeric(x)));
+  const numberMethods = {
+    formatToParts(x) { return numberParts(numberThis(this, "formatToParts"), toNumeric(x)); },
+    resolvedOptions() {
+      const o = numberThis(this, "resolvedOptions");
+      const out = {};
+      for (const k of ["locale", "numberingSystem", "style", "currency", "currencyDisplay", "currencySign",
+        "minimumIntegerDigits", "minimumFractionDigits", "maximumFractionDigits",
+        "minimumSignificantDigits", "maximumSignificantDigits", "useGrouping", "notation",
+        "compactDisplay", "signDisplay", "roundingMode", "roundingIncrement", "trailingZeroDisplay",
+        "roundingPriority"]) {
+        if (o[k] !== undefined) out[k] = o[k];
+      }
+      return out;
+    },
+  };
+  for (const k of objectKeys(numberMethods)) {
+    defineProperty(NumberFormat.prototype, k, { value: numberMethods[k], writable: true, configurable: true });
+  }
+  defineProperty(NumberFormat.prototype, Symbol.toStringTag, { value: "Intl.NumberFormat", configurable: true });
+
+  // ---- Intl.Collator ----------------------------------------------------------------------
+  // CLDR's root collation (which en uses) for Latin script, digits, punctuation and symbols,
+  // as ICU orders them; other scripts sort by their lowercase letters' code points, after
+  // Latin. A string becomes collation elements [primary, secondary, tertiary]; two strings
+  // compare on their primaries, then secondaries (accents), then tertiaries (case).
+  //
+  // Punctuation, symbols and digits in ICU's order (from Node.js's Intl.Collator); characters
+  // in one group differ only in their tertiary weight (' and ’).
+  const VARIABLE = ["\t", "\n", "\v", "\f", "\r", " \u00a0", "_", "-", "–", "—", ",", ";", ":", "!",
+    "¡", "?", "¿", ".", "…", "·", "'‘’‚", "‹", "›", "\"“”„", "«", "»", "(", ")", "[", "]", "{", "}",
+    "§", "¶", "@", "*", "/", "\\", "&", "#", "%", "‰", "†", "‡", "•", "′", "″", "`", "´", "^", "¯",
+    "¨", "¸", "°", "©", "®", "←", "→", "↑", "↓", "+", "±", "÷", "×", "<", "=", ">", "¬", "|", "¦",
+    "~", "√", "∞", "≈", "≤", "≥", "¤", "¢", "$", "£", "¥", "€"];
+  const DIGIT_CHARS = "0123456789";
+  // Combining marks in the order of their secondary weights (from Node.js: "a" plus each mark
+  // of U+0300..U+036F, sorted).
+  const MARKS = "34f 332 313 343 314 301 341 300 340 306 302 30c 30a 342 308 344 30b 303 307 338 327 328 304 30d 30e 312 315 31a 33d 33e 33f 346 34a 34b 34c 350 351 352 357 35b 35d 35e 316 317 318 319 31c 31d 31e 31f 320 329 32a 32b 32c 32f 333 33a 33b 33c 347 348 349 34d 34e 353 354 355 356 359 35a 35c 35f 362 336 337 335 305 309 30f 310 311 31b 321 322 323 324 325 326 32d 32e 330 331 334 339 345 358 360 361 363 368 369 364 36a 365 36b 366 36c 36d 367 36e 36f";
+  const COMMON = 1, UPPER = 2; // tertiary: lowercase (and uncased) first
+  const primaryOf = new Map(); // a character's [primary, secondary, tertiary] when not a letter
+  let rank = 1, LAST_VARIABLE = 0;
+  for (const group of VARIABLE) {
+    let k = 0;
+    // A no-break space is a space a tertiary apart; quotation marks differ in the secondary.
+    for (const c of group) primaryOf.set(c, group[0] === " " ? [rank, COMMON, COMMON + k++] : [rank, COMMON + k++, COMMON]);
+    // ignorePunctuation ignores spaces and punctuation, up to ″; symbols from ` on count
+    if (group === "″") LAST_VARIABLE = rank;
+    rank++;
+  }
+  const DIGIT_BASE = rank;
+  for (const c of DIGIT_CHARS) primaryOf.set(c, [rank++, COMMON]);
+  const LETTER_BASE = rank; // a letter's primary: LETTER_BASE + 2 * (its index in a..z) (+1: after it)
+  const OTHER_BASE = LETTER_BASE + 60; // other scripts: OTHER_BASE + the lowercase's code point
+  const secondaryOf = new Map();
+  MARKS.split(" ").forEach((h, i) => secondaryOf.set(NativeNumber.parseInt(h, 16), COMMON + 1 + i));
+  const STROKE = secondaryOf.get(0x338);
+  const UNKNOWN_MARK = COMMON + 200;
+  const letter = (c, after = 0) => LETTER_BASE + 2 * (c.charCodeAt(0) - 97) + after;
+  // Latin letters NFD does not take apart: [their letters, a secondary that sets them apart
+  // (0: none), primary offset (1: a letter of its own after the first)].
+  const SPECIAL = {
+    "æ": ["ae", STROKE], "œ": ["oe", STROKE], "ß": ["ss", STROKE], "ð": ["d", STROKE],
+    "đ": ["d", STROKE], "ø": ["o", STROKE], "ł": ["l", STROKE], "ŀ": ["l", STROKE],
+    "ħ": ["h", STROKE], "ſ": ["s", STROKE], "ĳ": ["ij", 0], "ı": ["i", 0, 1], "ĸ": ["q", 0, 1],
+    "ŋ": ["n", 0, 1], "ŧ": ["t", 0, 1], "ƒ": ["f", 0, 1], "þ": ["z", 0, 1],
+  };
+  const IGNORABLE = /[\0-\x08\x0e-\x1f\x7f-\x9f\xad\u200b-\u200f\u2028-\u202e\u2060-\u2064\ufeff]/;
+  const MARK = /\p{M}/u;
+  const LOWER_LATIN = /[a-z]/;
+  function elements(text, numeric) {
+    const out = []; // flat: primary, secondary, tertiary, variable (1: punctuation or space)
+    const push = (p, s, t, v) => { out.push(p, s, t, v); };
+    const chars = [...apply(normalize, NativeString(text), ["NFD"])];
+    for (let i = 0; i < chars.length; i++) {
+      const c = chars[i];
+      const cp = apply(codePointAt, c, [0]);
+      if (IGNORABLE.test(c)) continue;
+      if (MARK.test(c)) { push(0, secondaryOf.get(cp) ?? UNKNOWN_MARK, COMMON, 0); continue; }
+      if (numeric && cp >= 48 && cp <= 57) {
+        let j = i;
+        while (j < chars.length && chars[j] >= "0" && chars[j] <= "9") j++;
+        const digits = chars.slice(i, j).join("").replace(/^0+(?=\d)/, "");
+        // One element that sorts as a digit, then the number's length and digits (compared
+        // only against another number's).
+        push(DIGIT_BASE, COMMON, COMMON, 0);
+        push(digits.length, 0, 0, 0);
+        for (const d of digits) push(d.charCodeAt(0) - 47, 0, 0, 0);
+        i = j - 1;
+        continue;
+      }
+      const lower = c.toLowerCase();
+      const tertiary = lower !== c ? UPPER : COMMON;
+      if (LOWER_LATIN.test(lower) && lower.length === 1) { push(letter(lower), COMMON, tertiary, 0); continue; }
+      const special = SPECIAL[lower];
+      if (special !== undefined) {
+        const [base, secondary, after = 0] = special;
+        for (let k = 0; k < base.length; k++) push(letter(base[k], after), COMMON, tertiary, 0);
+        if (secondary) push(0, secondary, COMMON, 0);
+        continue;
+      }
+      const known = primaryOf.get(c);
+      if (known !== undefined) { push(known[0], known[1], known[2], known[0] <= LAST_VARIABLE ? 1 : 0); continue; }
+      const compatible = apply(normalize, c, ["NFKD"]);
+      if (compatible !== c) { // ¹, ª, ™, fullwidth letters: what they stand for, a tertiary apart
+        const parts = elements(compatible, false);
+        for (let k = 0; k < parts.length; k += 4) push(parts[k], parts[k + 1], parts[k + 2] + 2, parts[k + 3]);
+        continue;
+      }
+      push(OTHER_BASE + apply(codePointAt, lower, [0]), COMMON, tertiary, 0);
+    }
+    return out;
+  }
+  function compareLevel(a, b, level, skipVariable, caseFirst) {
+    let i = 0, j = 0;
+    for (;;) {
+      // the next element with a weight at this level
+      while (i < a.length && (a[i + level] === 0 || (skipVariable && a[i + 3]))) i += 4;
+      while (j < b.length && (b[j + level] === 0 || (skipVariable && b[j + 3]))) j += 4;
+      if (i >= a.length || j >= b.length) return i >= a.length ? (j >= b.length ? 0 : -1) : 1;
+      let x = a[i + level], y = b[j + level];
+      if (level === 2 && caseFirst === "upper") {
+        x = x === UPPER ? 0 : x;
+        y = y === UPPER ? 0 : y;
+      }
+      if (x !== y) return x < y ? -1 : 1;
+      i += 4;
+      j += 4;
+    }
+  }
+  // The case level of sensitivity "case": the primaries' case, accents ignored.
+  function compareCase(a, b, skipVariable, caseFirst) {
+    const cases = (e) => {
+      const out = [];
+      for (let i = 0; i < e.length; i += 4) if (e[i] !== 0 && !(skipVariable && e[i + 3])) out.push(0, 0, e[i + 2], 0);
+      return out;
+    };
+    return compareLevel(cases(a), cases(b), 2, false, caseFirst);
+  }
+  const collatorOptions = new WeakMap();
+  function resolveCollator(locales, options) {
+    const locale = pickLocale(locales, "Intl.Collator");
+    options = optionsObject(options);
+    const o = { locale };
+    o.usage = getOption(options, "usage", ["sort", "search"], "sort", "Intl.Collator");
+    o.sensitivity = getOption(options, "sensitivity", ["base", "accent", "case", "variant"], "variant", "Intl.Collator");
+    o.ignorePunctuation = getOption(options, "ignorePunctuation", undefined, false, "boolean");
+    o.collation = "default";
+    const collation = options.collation;
+    if (collation !== undefined && !["default", "standard"].includes(NativeString(collation))) {
+      throw new NativeRangeError(`Intl.Collator: a script has the default collation only, not ${NativeString(collation)}`);
+    }
+    o.numeric = getOption(options, "numeric", undefined, false, "boolean");
+    o.caseFirst = getOption(options, "caseFirst", ["upper", "lower", "false"], "false", "Intl.Collator");
+    return o;
+  }
+  function collate(o, x, y) {
+    const a = elements(x, o.numeric), b = elements(y, o.numeric);
+    const skip = o.ignorePunctuation;
+    const first = compareLevel(a, b, 0, skip);
+    if (first !== 0 || o.sensitivity === "base") return first;
+    if (o.sensitivity === "case") return compareCase(a, b, skip, o.caseFirst);
+    const second = compareLevel(a, b, 1, skip);
+    if (second !== 0 || o.sensitivity === "accent") return second;
+    return compareLevel(a, b, 2, skip, o.caseFirst);
+  }
+  function Collator(locales, options) {
+    if (!new.target) return new Collator(locales, options);
+    collatorOptions.set(this, resolveCollator(locales, options));
+  }
+  function collatorThis(self, method) {
+    const o = collatorOptions.get(self);
+    if (o === undefined) throw new NativeTypeError(`Method Intl.Collator.prototype.${method} called on incompatible receiver`);
+    return o;
+  }
+  boundGetter(Collator.prototype, "compare", collatorThis, (o) => (x, y) => collate(o, NativeString(x), NativeString(y)));
+  defineProperty(Collator.prototype, "resolvedOptions", {
+    writable: true, configurable: true,
+    value: function resolvedOptions() { return { ...collatorThis(this, "resolvedOptions") }; },
+  });
+  defineProperty(Collator.prototype, Symbol.toStringTag, { value: "Intl.Collator", configurable: true });
+
+  // ---- Intl.DateTimeFormat -----------------------------------------------------------------
+  // en-US's patterns (CLDR) for the gregorian calendar, in UTC, the one time zone a script has.
+  const WEEKDAYS = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"];
+  const MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
+    "September", "October", "November", "December"];
+  const UTC_NAMES = /^(?:utc|etc\/utc|etc\/gmt|gmt|etc\/uct|uct|etc\/universal|universal|etc\/zulu|zulu|etc\/gmt[+-]0|gmt[+-]?0|etc\/greenwich|greenwich)$/i;
+  const DATE_FIELDS = ["weekday", "year", "month", "day"];
+  const TIME_FIELDS = ["dayPeriod", "hour", "minute", "second", "fractionalSecondDigits"];
+  const dateOptions = new WeakMap();
+  const STYLE_VALUES = ["full", "long", "medium", "short"];
+  function resolveDate(locales, options, required, defaults) {
+    const locale = pickLocale(locales, "Intl.DateTimeFormat");
+    options = optionsObject(options);
+    const o = { locale, calendar: "gregory", numberingSystem: "latn" };
+    const calendar = options.calendar;
+    if (calendar !== undefined && !["gregory", "iso8601"].includes(NativeString(calendar))) {
+      throw new NativeRangeError(`Intl.DateTimeFormat: a script has the gregorian calendar only, not ${NativeString(calendar)}`);
+    }
+    const numbering = options.numberingSystem;
+    if (numbering !== undefined && NativeString(numbering) !== "latn") {
+      throw new NativeRangeError(`numberingSystem ${NativeString(numbering)}: a script has latn (0-9) digits only`);
+    }
+    const hour12 = options.hour12 === undefined ? undefined : !!options.hour12;
+    let hourCycle = getOption(options, "hourCycle", ["h11", "h12", "h23", "h24"], undefined, "Intl.DateTimeFormat");
+    let timeZone = options.timeZone;
+    if (timeZone !== undefined) {
+      timeZone = NativeString(timeZone);
+      if (!UTC_NAMES.test(timeZone)) {
+        throw new NativeRangeError(
+          `Intl.DateTimeFormat: a script runs in UTC and has no time zone data (timeZone ${JSON.stringify(timeZone)}): ` +
+          "format in UTC (timeZone 'UTC' or none), or shift the time yourself by the zone's offset " +
+          "(new Date(t + offsetHours * 3600000)) and say which zone it is");
+      }
+    }
+    o.timeZone = "UTC";
+    const fields = {
+      weekday: getOption(options, "weekday", ["narrow", "short", "long"], undefined, "Intl.DateTimeFormat"),
+      era: getOption(options, "era", ["narrow", "short", "long"], undefined, "Intl.DateTimeFormat"),
+      year: getOption(options, "year", ["2-digit", "numeric"], undefined, "Intl.DateTimeFormat"),
+      month: getOption(options, "month", ["2-digit", "numeric", "narrow", "short", "long"], undefined, "Intl.DateTimeFormat"),
+      day: getOption(options, "day", ["2-digit", "numeric"], undefined, "Intl.DateTimeFormat"),
+      dayPeriod: getOption(options, "dayPeriod", ["narrow", "short", "long"], undefined, "Intl.DateTimeFormat"),
+      hour: getOption(options, "hour", ["2-digit", "numeric"], undefined, "Intl.DateTimeFormat"),
+      minute: getOption(options, "minute", ["2-digit", "numeric"], undefined, "Intl.DateTimeFormat"),
+      second: getOption(options, "second", ["2-digit", "numeric"], undefined, "Intl.DateTimeFormat"),
+      fractionalSecondDigits: getNumberOption(options, "fractionalSecondDigits", 1, 3, undefined),
+      timeZoneName: getOption(options, "timeZoneName", ["short", "long", "shortOffset", "longOffset", "shortGeneric", "longGeneric"], undefined, "Intl.DateTimeFormat"),
+    };
+    const formatMatcher = getOption(options, "formatMatcher", ["basic", "best fit"], "best fit", "Intl.DateTimeFormat");
+    void formatMatcher;
+    const dateStyle = getOption(options, "dateStyle", STYLE_VALUES, undefined, "Intl.DateTimeFormat");
+    const timeStyle = getOption(options, "timeStyle", STYLE_VALUES, undefined, "Intl.DateTimeFormat");
+    if (dateStyle !== undefined || timeStyle !== undefined) {
+      for (const k of objectKeys(fields)) {
+        if (fields[k] !== undefined) throw new NativeTypeError(`Can't set option ${k} when ${dateStyle !== undefined ? "dateStyle" : "timeStyle"} is used`);
+      }
+      if (required === "date" && timeStyle !== undefined) throw new NativeTypeError("Invalid option : timeStyle");
+      if (required === "time" && dateStyle !== undefined) throw new NativeTypeError("Invalid option : dateStyle");
+      if (dateStyle !== undefined) o.dateStyle = dateStyle;
+      if (timeStyle !== undefined) o.timeStyle = timeStyle;
+    } else {
+      let needDefaults = true;
+      if (required === "date" || required === "any") {
+        for (const k of DATE_FIELDS) if (fields[k] !== undefined) needDefaults = false;
+      }
+      if (required === "time" || required === "any") {
+        for (const k of TIME_FIELDS) if (fields[k] !== undefined) needDefaults = false;
+      }
+      if (needDefaults && (defaults === "date" || defaults === "all")) {
+        fields.year = fields.month = fields.day = "numeric";
+      }
+      if (needDefaults && (defaults === "time" || defaults === "all")) {
+        fields.hour = fields.minute = fields.second = "numeric";
+      }
+    }
+    const hasHour = fields.hour !== undefined || timeStyle !== undefined;
+    if (hasHour) {
+      // ECMA-402: hour12 decides the cycle over hourCycle; en-US's own is h12.
+      if (hour12 !== undefined) hourCycle = hour12 ? "h12" : "h23";
+      else if (hourCycle === undefined) hourCycle = "h12";
+      o.hourCycle = hourCycle;
+      o.hour12 = hourCycle === "h11" || hourCycle === "h12";
+    }
+    for (const k of ["weekday", "era", "year", "month", "day", "dayPeriod", "hour", "minute", "second", "fractionalSecondDigits", "timeZoneName"]) {
+      if (fields[k] !== undefined) o[k] = fields[k];
+    }
+    return o;
+  }
+  const pad2 = (n) => (n < 10 ? "0" : "") + n;
+  function fieldsOf(t) {
+    const d = new NativeDate(t);
+    return {
+      year: d.getUTCFullYear(), month: d.getUTCMonth(), day: d.getUTCDate(), weekday: d.getUTCDay(),
+      hour: d.getUTCHours(), minute: d.getUTCMinutes(), second: d.getUTCSeconds(), ms: d.getUTCMilliseconds(),
+    };
+  }
+  function dayPeriodOf(hour, minute, second, width) {
+    if (hour === 12 && minute === 0 && second === 0) return width === "narrow" ? "n" : "noon";
+    if (hour >= 6 && hour < 12) return "in the morning";
+    if (hour >= 12 && hour < 18) return "in the afternoon";
+    if (hour >= 18 && hour < 21) return "in the evening";
+    return "at night";
+  }
+  // The parts of time t as formatToParts gives them.
+  function dateParts(o, t) {
+    const f = fieldsOf(t);
+    const parts = [];
+    const lit = (value) => {
+      const last = parts[parts.length - 1];
+      if (last !== undefined && last.type === "literal") last.value += value;
+      else parts.push({ type: "literal", value });
+    };
+    const part = (type, value) => parts.push({ type, value: NativeString(value) });
+    const eraYear = f.year <= 0 ? 1 - f.year : f.year;
+    const yearText = (style) => style === "2-digit" ? pad2(eraYear % 100) : NativeString(eraYear);
+    const textMonth = (style) => style === "long" ? MONTHS[f.month] : style === "short" ? MONTHS[f.month].slice(0, 3) : MONTHS[f.month][0];
+    const textWeekday = (style) => style === "long" ? WEEKDAYS[f.weekday] : style === "short" ? WEEKDAYS[f.weekday].slice(0, 3) : WEEKDAYS[f.weekday][0];
+    let { weekday, era, year, month, day, hour, minute, second, fractionalSecondDigits, timeZoneName, dayPeriod } = o;
+    let joiner = ", ";
+    if (o.dateStyle !== undefined) {
+      const style = o.dateStyle;
+      if (style === "full") weekday = "long";
+      month = style === "full" || style === "long" ? "long" : style === "medium" ? "short" : "numeric";
+      day = "numeric";
+      year = style === "short" ? "2-digit" : "numeric";
+      if (style === "full" || style === "long") joiner = " at ";
+    }
+    if (o.timeStyle !== undefined) {
+      const style = o.timeStyle;
+      hour = "numeric";
+      minute = "2-digit";
+      if (style !== "short") second = "2-digit";
+      if (style === "full") timeZoneName = "long";
+      if (style === "long") timeZoneName = "short";
+    }
+    // CLDR's long glue (" at ") with a long month; a weekday alone is followed by a space.
+    if (o.dateStyle === undefined && month === "long") joiner = " at ";
+    const weekdayOnly = weekday !== undefined && year === undefined && month === undefined && day === undefined && era === undefined;
+    // ("Thu 3:04:05 PM", "Thu 3 PM", "Thu 15:04", but "Thu, 15" and "Thu, 3:04 PM UTC")
+    const h12 = o.hourCycle === "h11" || o.hourCycle === "h12";
+    if (o.dateStyle === undefined && weekdayOnly && hour !== undefined && (minute !== undefined || h12) &&
+      fractionalSecondDigits === undefined && timeZoneName === undefined) joiner = " ";
+    // the date
+    const hasDate = weekday !== undefined || year !== undefined || month !== undefined || day !== undefined || era !== undefined;
+    if (hasDate) {
+      const textual = month === "long" || month === "short" || month === "narrow";
+      const dayText = day === undefined ? undefined : day === "2-digit" ? pad2(f.day) : NativeString(f.day);
+      // The weekday leads a date with a month and a day ("Thu, Dec 3"), and follows any other
+      // ("12/2026 Thu", "3 Thursday")
+      const leading = weekday !== undefined && month !== undefined && dayText !== undefined;
+      if (leading) { part("weekday", textWeekday(weekday)); lit(", "); }
+      if (month !== undefined && textual) {
+        part("month", textMonth(month));
+        if (dayText !== undefined) { lit(" "); part("day", dayText); }
+        if (year !== undefined) { lit(dayText !== undefined ? ", " : " "); part("year", yearText(year)); }
+      } else if (month !== undefined) {
+        part("month", month === "2-digit" ? pad2(f.month + 1) : f.month + 1);
+        if (dayText !== undefined) { lit("/"); part("day", dayText); }
+        if (year !== undefined) { lit("/"); part("year", yearText(year)); }
+      } else if (year !== undefined) {
+        part("year", yearText(year));
+        if (dayText !== undefined) { lit(" (day: "); part("day", dayText); lit(")"); }
+      } else if (dayText !== undefined) {
+        part("day", dayText);
+      }
+      if (weekday !== undefined && !leading) {
+        if (parts.length) lit(" ");
+        part("weekday", textWeekday(weekday));
+      }
+      if (era !== undefined) {
+        if (parts.length) lit(" ");
+        const bc = f.year <= 0;
+        part("era", era === "long" ? (bc ? "Before Christ" : "Anno Domini") : era === "short" ? (bc ? "BC" : "AD") : (bc ? "B" : "A"));
+      }
+    }
+    // the time
+    const hasTime = hour !== undefined || minute !== undefined || second !== undefined || fractionalSecondDigits !== undefined || dayPeriod !== undefined;
+    if (hasTime) {
+      if (hasDate) lit(joiner);
+      const cycle = o.hourCycle;
+      if (hour !== undefined) {
+        const h = cycle === "h11" ? f.hour % 12 : cycle === "h23" ? f.hour : cycle === "h24" ? f.hour || 24 : f.hour % 12 || 12;
+        part("hour", hour === "2-digit" || cycle === "h23" || cycle === "h24" ? pad2(h) : h);
+        // CLDR's "HH'h' z": a 24-hour hour alone before a zone's name
+        if (minute === undefined && !h12 && timeZoneName !== undefined && second === undefined) lit("h");
+      }
+      const clock = (hour !== undefined ? 1 : 0) + (minute !== undefined ? 1 : 0) + (second !== undefined ? 1 : 0);
+      if (minute !== undefined) {
+        if (hour !== undefined) lit(":");
+        part("minute", clock > 1 || minute === "2-digit" && false ? pad2(f.minute) : f.minute);
+      }
+      if (second !== undefined) {
+        if (hour !== undefined || minute !== undefined) lit(":");
+        part("second", clock > 1 ? pad2(f.second) : f.second);
+      }
+      if (fractionalSecondDigits !== undefined) {
+        if (second !== undefined) lit(".");
+        const ms = NativeString(f.ms + 1000).slice(1, 1 + fractionalSecondDigits);
+        part("fractionalSecond", ms);
+      }
+      if (hour !== undefined && (cycle === "h11" || cycle === "h12")) {
+        lit(" ");
+        if (dayPeriod !== undefined) part("dayPeriod", dayPeriodOf(f.hour, f.minute, f.second, dayPeriod));
+        else part("dayPeriod", f.hour < 12 ? "AM" : "PM");
+      } else if (dayPeriod !== undefined && hour === undefined) {
+        if (parts.length && parts[parts.length - 1].type !== "literal") lit(" ");
+        part("dayPeriod", dayPeriodOf(f.hour, f.minute, f.second, dayPeriod));
+      }
+    }
+    if (timeZoneName !== undefined) {
+      lit(hasTime ? " " : hasDate ? ", " : "");
+      const name = timeZoneName === "long" ? "Coordinated Universal Time"
+        : timeZoneName === "short" ? "UTC" : "GMT";
+      part("timeZoneName", name);
+    }
+    return parts;
+  }
+  function timeValue(x) {
+    const t = x === undefined ? NativeDate.now() : NativeNumber(typeof x === "object" && x !== null ? apply(getTime, x, []) : x);
+    if (!(NativeNumber.isFinite(t) && Math.abs(t) <= 8.64e15)) throw new NativeRangeError("Invalid time value");
+    return Math.trunc(t) + 0;
+  }
+  function dateValue(x) { // what format takes: a Date, a number, or nothing (now)
+    if (x === undefined) return timeValue(undefined);
+    if (typeof x === "object" && x !== null) {
+      let t;
+      try { t = apply(getTime, x, []); } catch (_) { t = NativeNumber(x); }
+      return timeValue(t);
+    }
+    return timeValue(x);
+  }
+  function DateTimeFormat(locales, options) {
+    if (!new.target) return new DateTimeFormat(locales, options);
+    dateOptions.set(this, resolveDate(locales, options, "any", "date"));
+  }
+  function dateThis(self, method) {
+    const o = dateOptions.get(self);
+    if (o === undefined) throw new NativeTypeError(`Method Intl.DateTimeFormat.prototype.${method} called on incompatible receiver`);
+    return o;
+  }
+  boundGetter(DateTimeFormat.prototype, "format", dateThis, (o) => (x) => join(dateParts(o, dateValue(x))));
+  const dateMethods = {
+    formatToParts(x) { return dateParts(dateThis(this, "formatToParts"), dateValue(x)); },
+    resolvedOptions() { return { ...dateThis(this, "resolvedOptions") }; },
+  };
+  for (const k of objectKeys(dateMethods)) {
+    defineProperty(DateTimeFormat.prototype, k, { value: dateMethods[k], writable: true, configurable: true });
+  }
+  defineProperty(DateTimeFormat.prototype, Symbol.toStringTag, { value: "Intl.DateTimeFormat", configurable: true });
+  function formatDate(x, locales, options, required, defaults) {
+    const t = apply(getTime, x, []); // a TypeError for what is not a Date, as the built-in
+    if (t !== t) return "Invalid Date";
+    return join(dateParts(resolveDate(locales, options, required, defaults), t));
+  }
+
+  // ---- the globals ---------------------------------------------------------------------------
+  const supportedLocalesOf = (locales) => {
+    const list = requested(locales);
+    return list.filter((tag) => SUPPORTED.test(tag.split("-u-")[0])).map(() => LOCALE).slice(0, 1);
+  };
+  for (const C of [NumberFormat, DateTimeFormat, Collator]) {
+    defineProperty(C, "supportedLocalesOf", { value: supportedLocalesOf, writable: true, configurable: true });
+  }
+  const Intl = {};
+  const made = {
+    NumberFormat, DateTimeFormat, Collator,
+    getCanonicalLocales(locales) {
+      return requested(locales).map((tag) => (SUPPORTED.test(tag) ? (tag.length === 2 ? "en" : LOCALE) : tag));
+    },
+  };
+  for (const name of objectKeys(made)) {
+    defineProperty(Intl, name, { value: made[name], writable: true, configurable: true });
+  }
+  defineProperty(Intl, Symbol.toStringTag, { value: "Intl", configurable: true });
+  // What a script names of the rest of Intl says what it has instead.
+  for (const name of ["PluralRules", "RelativeTimeFormat", "ListFormat", "DisplayNames", "Segmenter", "Locale", "DurationFormat"]) {
+    defineProperty(Intl, name, {
+      configurable: true, writable: true,
+      value: function () {
+        throw new NativeTypeError(
+          `Intl.${name} is not available in a script (it has Intl.NumberFormat, Intl.DateTimeFormat ` +
+          "and Intl.Collator, for en-US in UTC): build that text yourself");
+      },
+    });
+  }
+
+  // The built-ins that format or compare for a locale, as ECMA-402 defines them.
+  const thisNumber = (v, method) => {
+    if (typeof v === "number") return v;
+    try { return apply(NativeNumber.prototype.valueOf, v, []); } catch (_) {
+      throw new NativeTypeError(`Number.prototype.${method} requires that 'this' be a Number`);
+    }
+  };
+  const thisBigInt = (v) => {
+    if (typeof v === "bigint") return v;
+    try { return apply(NativeBigInt.prototype.valueOf, v, []); } catch (_) {
+      throw new NativeTypeError("BigInt.prototype.toLocaleString requires that 'this' be a BigInt");
+    }
+  };
+  let plainNumber; // the formatter of toLocaleString() with no arguments, made once
+  const methods = {
+    number(locales, options) {
+      const x = thisNumber(this, "toLocaleString");
+      if (locales === undefined && options === undefined) {
+        plainNumber ??= resolveNumber(undefined, undefined);
+        return formatNumber(plainNumber, x);
+      }
+      return formatNumber(resolveNumber(locales, options), x);
+    },
+    bigint(locales, options) {
+      return formatNumber(resolveNumber(locales, options), thisBigInt(this));
+    },
+    date(locales, options) {
+      return formatDate(this, locales, options, "any", "all");
+    },
+    dateOnly(locales, options) {
+      return formatDate(this, locales, options, "date", "date");
+    },
+    timeOnly(locales, options) {
+      return formatDate(this, locales, options, "time", "time");
+    },
+    compare(that, locales, options) {
+      if (this === undefined || this === null) throw new NativeTypeError("String.prototype.localeCompare called on null or undefined");
+      return collate(resolveCollator(locales, options), NativeString(this), NativeString(that));
+    },
+    array(locales, options) {
+      const list = Object(this);
+      const n = list.length >>> 0;
+      let out = "";
+      for (let i = 0; i < n; i++) {
+        if (i) out += ",";
+        const item = list[i];
+        if (item !== undefined && item !== null) out += NativeString(item.toLocaleString(locales, options));
+      }
+      return out;
+    },
+  };
+  return { Intl, methods };
+})

@@ -1,0 +1,219 @@
+"""Intl for en-US in UTC (sandbox/intl.js): what Node.js gives, case for case.
+
+``intl_cases.json`` holds random cases with Node.js's answers (full ICU; the file names the
+versions), made by ``node tests/sandbox/intl_cases.js``: number formats, collations and date
+formats. The rest runs scripts end to end: the built-ins a model uses, the clock they read,
+and what a script gets for a locale, a time zone or a part of Intl it does not have.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import _quickjs
+import pytest
+
+from sandbox import runtime
+from tests.sandbox.conftest import run, value
+
+CASES = json.loads(Path(__file__).with_name("intl_cases.json").read_text("utf-8"))
+
+# Each case's answer in a bare context with the boot's stand-ins (the path a run takes on its
+# first use of Intl), or "!Name: message" for what it threw.
+_HARNESS = """(cases) => JSON.stringify(JSON.parse(cases).map((c) => {
+  const decode = (v) => typeof v !== 'string' ? v : v.endsWith('n') ? BigInt(v.slice(0, -1))
+    : v.startsWith('s:') ? v.slice(2) : v === '-0' ? -0 : Number(v);
+  try {
+    switch (KIND) {
+      case 'number': return new Intl.NumberFormat('en-US', c[1]).format(decode(c[0]));
+      case 'collator': return Math.sign(c[0].localeCompare(c[1], 'en-US', c[2]));
+      default: {
+        const [t, method, o] = c;
+        return method === 'format'
+          ? new Intl.DateTimeFormat('en-US', o).format(new Date(t)) : new Date(t)[method]('en-US', o);
+      }
+    }
+  } catch (e) { return '!' + e.name + ': ' + e.message; }
+}))"""
+
+
+def _answers(kind: str) -> list[Any]:
+    ctx = _quickjs.Context()
+    ctx.add_callable("intlSource", lambda: runtime.INTL)
+    ctx.eval(f"({runtime.INTL_BOOT.strip()})(intlSource, () => 0)")
+    cases = [c for c in CASES[kind]]
+    answers = ctx.eval(_HARNESS.replace("KIND", repr(kind)))(json.dumps(cases))
+    return list(zip(cases, json.loads(answers), strict=True))
+
+
+def _expected(case: list[Any], answer: Any) -> bool:
+    want = case[-1]
+    if isinstance(want, str) and want.startswith("!"):  # Node's error: the same kind of error
+        return isinstance(answer, str) and answer.startswith(want + ":")
+    return bool(answer == want)
+
+
+@pytest.mark.parametrize("kind", ["number", "collator", "date"])
+def test_every_case_is_what_node_gives(kind: str) -> None:
+    """1,200 random cases each: NumberFormat (styles, currencies, notations, digits, rounding
+    modes, signs, grouping), collation (accents, case, punctuation, numeric, ignorePunctuation,
+    caseFirst, each sensitivity), date formats (components, styles, hour cycles, zone names,
+    toLocaleDateString and toLocaleTimeString's defaults)."""
+    wrong = [(case, answer) for case, answer in _answers(kind) if not _expected(case, answer)]
+    assert not wrong, f"{len(wrong)} of {len(CASES[kind])} differ from Node.js, first: {wrong[:5]}"
+
+
+def test_the_cases_test_something() -> None:
+    """The cases cover what they say: errors, each style, long and short months, both signs."""
+    numbers = [c[2] for c in CASES["number"]]
+    assert sum(n.startswith("!") for n in numbers) == 0  # no case Node.js refused
+    assert any("$" in n for n in numbers) and any("%" in n for n in numbers)
+    assert any(n.endswith("K") or n.endswith("M") for n in numbers)
+    assert {c[3] for c in CASES["collator"]} == {-1, 0, 1}
+    dates = [c[3] for c in CASES["date"]]
+    assert any(" at " in d for d in dates) and any("PM" in d for d in dates)
+
+
+def test_what_a_model_writes() -> None:
+    got = value(
+        """
+        const d = new Date(Date.UTC(2026, 11, 3, 15, 4, 5));
+        return [
+          (1234567.891).toLocaleString(),
+          (1234.5).toLocaleString("en-US", { style: "currency", currency: "USD" }),
+          (0.256).toLocaleString(undefined, { style: "percent" }),
+          new Intl.NumberFormat("en-US", { notation: "compact" }).format(1234567),
+          (1234.5678).toLocaleString("en-US", { maximumFractionDigits: 2 }),
+          12345678901234567890n.toLocaleString(),
+          [1234.5, 2].toLocaleString(),
+          d.toLocaleDateString(), d.toLocaleTimeString(), d.toLocaleString(),
+          d.toLocaleDateString("en-US", { month: "short", day: "numeric", year: "numeric" }),
+          d.toLocaleDateString("en-US", { dateStyle: "full" }),
+          ["b", "a", "C", "é"].sort((x, y) => x.localeCompare(y)),
+          ["item10", "item9"].sort(new Intl.Collator(undefined, { numeric: true }).compare),
+        ];
+        """
+    )
+    assert got == [
+        "1,234,567.891",
+        "$1,234.50",
+        "26%",
+        "1.2M",
+        "1,234.57",
+        "12,345,678,901,234,567,890",
+        "1,234.5,2",
+        "12/3/2026",
+        "3:04:05 PM",
+        "12/3/2026, 3:04:05 PM",
+        "Dec 3, 2026",
+        "Thursday, December 3, 2026",
+        ["a", "b", "C", "é"],
+        ["item9", "item10"],
+    ]
+
+
+def test_the_time_is_the_scripts_fixed_clock() -> None:
+    """`new Date()` and `format()` with no date read the run's clock (NOW_MS: 2026-01-01
+    00:00 UTC), so every run of the script prints the same."""
+    got = value("return [new Date().toLocaleString(), new Intl.DateTimeFormat().format()];")
+    assert got == ["1/1/2026, 12:00:00 AM", "1/1/2026"]
+
+
+@pytest.mark.parametrize(
+    ("code", "name", "said"),
+    [
+        ('(5).toLocaleString("de-DE");', "RangeError", 'no locale data for "de-DE"'),
+        ('new Intl.DateTimeFormat("ja-JP");', "RangeError", "the en-US locale only"),
+        ('"a".localeCompare("b", "sv");', "RangeError", 'no locale data for "sv"'),
+        (
+            'new Date().toLocaleString("en-US", { timeZone: "America/New_York" });',
+            "RangeError",
+            "a script runs in UTC and has no time zone data",
+        ),
+        ("new Intl.PluralRules();", "TypeError", "it has Intl.NumberFormat, Intl.DateTimeFormat"),
+        (
+            '(5).toLocaleString("en-US", { style: "unit", unit: "meter" });',
+            "RangeError",
+            "add the unit's name yourself",
+        ),
+        ('(5).toLocaleString("en_US");', "RangeError", "Incorrect locale information provided"),
+        (
+            '(5).toLocaleString("en-US", { style: "currency" });',
+            "TypeError",
+            "Currency code is required",
+        ),
+        ("new Intl.DateTimeFormat().format(NaN);", "RangeError", "Invalid time value"),
+    ],
+)
+def test_what_it_does_not_have_says_what_to_do(code: str, name: str, said: str) -> None:
+    """Another locale or time zone is an error that says what to do, never text in a locale the
+    script did not ask for; the line is the script's (intl.js's frames are past its lines)."""
+    ran = run("const x = 1;\n" + code)
+    assert ran.outcome == "failed" and ran.error is not None
+    assert ran.error.name == name and said in ran.error.message, ran.error
+    assert [x.line for x in ran.error.lines] == [2]
+
+
+def test_a_script_may_replace_what_intl_gives() -> None:
+    """The stand-ins are ordinary properties: a script that assigns its own keeps it, and
+    loading Intl later does not put the stand-in back."""
+    got = value(
+        """
+        Number.prototype.toLocaleString = function () { return "mine"; };
+        const n = new Intl.NumberFormat().format(1000);
+        globalThis.Intl = 5;
+        return [(1).toLocaleString(), n, Intl, "b".localeCompare("a"), new Date(0).toLocaleString() !== ""];
+        """
+    )
+    assert got == ["mine", "1,000", 5, 1, True]
+
+
+def test_invalid_dates_and_odd_receivers() -> None:
+    got = value(
+        """
+        const out = [new Date(NaN).toLocaleString(), new Date(NaN).toLocaleDateString()];
+        try { Date.prototype.toLocaleString.call({}); } catch (e) { out.push(e.name); }
+        try { Number.prototype.toLocaleString.call("1"); } catch (e) { out.push(e.name); }
+        try { Intl.NumberFormat.prototype.format; } catch (e) { out.push(e.name); }
+        out.push(Object.prototype.toString.call(Intl), Intl.NumberFormat.supportedLocalesOf(["de", "en-US"]));
+        out.push(new Intl.NumberFormat("en", { style: "currency", currency: "eur" }).resolvedOptions().currency);
+        return out;
+        """
+    )
+    assert got == [
+        "Invalid Date",
+        "Invalid Date",
+        "TypeError",
+        "TypeError",
+        "TypeError",
+        "[object Intl]",
+        ["en-US"],
+        "EUR",
+    ]
+
+
+def test_a_prepared_context_has_it_compiled_before_the_script(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fork server's context compiles intl.js before it forks, so no child pays for it; a
+    context of a run's own compiles it on its first use, and only then."""
+    asked: list[str] = []
+
+    def source() -> str:
+        asked.append("prepared")
+        return runtime.INTL
+
+    monkeypatch.setattr(runtime, "_intl_source", source)
+    prepared = runtime.Prepared()
+    assert asked == ["prepared"]
+    assert prepared.ctx.eval("new Intl.NumberFormat().format(1e6)") == "1,000,000"
+    assert asked == ["prepared"]
+
+    ctx = _quickjs.Context()
+    ctx.add_callable("intlSource", lambda: asked.append("own") or runtime.INTL)
+    ctx.eval(f"({runtime.INTL_BOOT.strip()})(intlSource, () => 0)")
+    assert asked == ["prepared"]
+    assert ctx.eval("[(1e6).toLocaleString(), 'b'.localeCompare('a')].join()") == "1,000,000,1"
+    assert asked == ["prepared", "own"]
