@@ -238,10 +238,86 @@
   // concatenated ("rope") string, which the binding cannot convert.
   const wellFormed = (s) => apply(replaceAll, apply(toWellFormed, s, []), ["\0", "\uFFFD"]);
 
-  const print = (...args) => { host.print(wellFormed(args.map(text).join(" "))); };
+  // console.group indents what is printed after it, by two spaces a level, as Node.js does.
+  let indent = "";
+  const emit = (line) => {
+    host.print(wellFormed(indent ? indent + apply(replaceAll, line, ["\n", "\n" + indent]) : line));
+  };
+  const print = (...args) => { emit(args.map(text).join(" ")); };
+  const counts = new NativeMap();
+  const label = (l) => (l === undefined ? "default" : "" + l);
   globalThis.console = freeze({
     log: print, info: print, warn: print, error: print, debug: print, trace: print,
+    dir: (value) => print(value), dirxml: print,
+    table: (data, columns) => emit(table(data, columns)),
+    group: (...labels) => { if (labels.length) print(...labels); indent += "  "; },
+    groupCollapsed: (...labels) => { if (labels.length) print(...labels); indent += "  "; },
+    groupEnd: () => { indent = indent.slice(0, -2); },
+    count: (l) => {
+      const key = label(l), n = (counts.get(key) || 0) + 1;
+      counts.set(key, n);
+      emit(key + ": " + n);
+    },
+    countReset: (l) => { counts.delete(label(l)); },
+    assert: (ok, ...args) => { if (!ok) print(...(args.length ? ["Assertion failed:", ...args] : ["Assertion failed"])); },
+    // The script's clock is fixed (Date.now and performance.now never move): no time passes.
+    time: () => {}, timeEnd: (l) => emit(label(l) + ": 0ms"), timeLog: (l, ...args) => print(label(l) + ": 0ms", ...args),
   });
+  // console.table's text, laid out as Node.js's: a row per entry of `data` (an array, an
+  // object, a Map or a Set), a column per key of the entries that are objects ("Values" for the
+  // others), only `columns` when given. A value that is none of those prints as console.log's.
+  function table(data, columns) {
+    if (data === null || typeof data !== "object") return text(data);
+    const budget = { left: PRINTED_BOUND };
+    const cell = (v) => {
+      try { return describe(v, 1, [], budget); } catch (e) { return "[unprintable: " + errorText(e) + "]"; }
+    };
+    let head = "(index)", rows = [];
+    if (data instanceof NativeMap) {
+      head = "(iteration index)";
+      let i = 0;
+      for (const [k, v] of data) rows.push(["" + i++, v, k]);
+    } else if (data instanceof NativeSet) {
+      head = "(iteration index)";
+      let i = 0;
+      for (const v of data) rows.push(["" + i++, v]);
+    } else {
+      for (const k of objectKeys(data)) rows.push([k, data[k]]);
+    }
+    const keyed = data instanceof NativeMap;
+    const keys = [], seen = new NativeSet(), body = [];
+    let values = false, left = 0;
+    for (let r = 0; r < rows.length; r++) {
+      if (budget.left <= 0) {
+        left = rows.length - r;
+        break;
+      }
+      const [index, v, key] = rows[r];
+      const line = { index, cells: new NativeMap() };
+      if (keyed) line.key = cell(key);
+      if (v !== null && typeof v === "object" && !(v instanceof NativeMap) && !(v instanceof NativeSet)) {
+        for (const k of objectKeys(v)) {
+          if (columns !== undefined && !(isArray(columns) && columns.includes(k))) continue;
+          if (!seen.has(k)) { seen.add(k); keys.push(k); }
+          line.cells.set(k, cell(v[k]));
+        }
+      } else if (columns === undefined) {
+        values = true;
+        line.value = cell(v);
+      }
+      body.push(line);
+    }
+    const order = isArray(columns) ? columns.map((c) => "" + c).filter((c) => seen.has(c)) : keys;
+    const names = [head, ...(keyed ? ["Key"] : []), ...order, ...(values ? ["Values"] : [])];
+    const grid = body.map((line) => [line.index, ...(keyed ? [line.key] : []),
+      ...order.map((k) => line.cells.get(k) ?? ""), ...(values ? [line.value ?? ""] : [])]);
+    const width = names.map((n, c) => grid.reduce((w, row) => Math.max(w, [...row[c]].length), [...n].length) + 2);
+    const rule = (l, m, r) => l + width.map((w) => "─".repeat(w)).join(m) + r;
+    const row = (cells) => "│" + cells.map((v, c) => " " + v + " ".repeat(width[c] - 1 - [...v].length)).join("│") + "│";
+    const out = [rule("┌", "┬", "┐"), row(names), rule("├", "┼", "┤"), ...grid.map(row), rule("└", "┴", "┘")];
+    if (left) out.push("... " + left + " more rows");
+    return out.join("\n");
+  }
 
   // ---- Arguments must be plain data: what crosses to the host is JSON. ----
   // `plain` checks a value and returns a copy of it made of plain data only (objects without a

@@ -1649,3 +1649,71 @@ def test_the_web_globals_refuse_what_they_cannot_take_saying_what_they_take() ->
         "TypeError: structuredClone requires a value to clone",
         "TypeMismatchError: getRandomValues takes an integer typed array (a Uint8Array, say)",
     ]
+
+
+def test_the_rest_of_console_prints_as_node_lays_it_out() -> None:
+    """console.table, group, count, assert, dir and time: a model's script that calls one
+    failed with "not a function" (after any calls it had made); each prints what Node.js
+    prints (values as console.log shows them), and time, as the clock, does not move."""
+    ran = run(
+        """
+        console.table([{ a: 1, b: "x" }, { a: 22, c: true }]);
+        console.table(new Map([["k", 1]]));
+        console.table([{ a: 1, b: 2 }, 3], ["a"]);
+        console.table("plain");
+        console.group("G");
+        console.log("in\\ntwo");
+        console.group();
+        console.count();
+        console.groupEnd();
+        console.groupEnd();
+        console.count();
+        console.countReset();
+        console.count("x");
+        console.assert(1 === 2, "nope", 3);
+        console.assert(true, "fine");
+        console.dir({ a: [1] }, { depth: 0 });
+        console.time("t");
+        console.timeEnd("t");
+        """
+    )
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed == (
+        "┌─────────┬────┬─────┬──────┐\n"
+        "│ (index) │ a  │ b   │ c    │\n"
+        "├─────────┼────┼─────┼──────┤\n"
+        '│ 0       │ 1  │ "x" │      │\n'
+        "│ 1       │ 22 │     │ true │\n"
+        "└─────────┴────┴─────┴──────┘\n"
+        "┌───────────────────┬─────┬────────┐\n"
+        "│ (iteration index) │ Key │ Values │\n"
+        "├───────────────────┼─────┼────────┤\n"
+        '│ 0                 │ "k" │ 1      │\n'
+        "└───────────────────┴─────┴────────┘\n"
+        "┌─────────┬───┐\n"
+        "│ (index) │ a │\n"
+        "├─────────┼───┤\n"
+        "│ 0       │ 1 │\n"
+        "│ 1       │   │\n"
+        "└─────────┴───┘\n"
+        "plain\n"
+        "G\n"
+        "  in\n"
+        "  two\n"
+        "    default: 1\n"
+        "default: 2\n"
+        "x: 1\n"
+        "Assertion failed: nope 3\n"
+        '{"a":[1]}\n'
+        "t: 0ms\n"
+    )
+
+
+def test_a_table_of_a_huge_object_is_cut() -> None:
+    """console.table stops at the printed bound, as console.log does, and says how many rows
+    it left out, instead of laying out text nobody keeps."""
+    ran = run(
+        "console.table(Array.from({ length: 100000 }, (_, i) => ({ i, s: 'x'.repeat(20) })));"
+    )
+    assert ran.outcome == "finished", ran.error
+    assert "more rows" in ran.printed and len(ran.printed) < 200_000
