@@ -372,10 +372,10 @@
     if (typeof x === "bigint") {
       negative = x < 0n;
       d = decimalOf(NativeString(negative ? -x : x));
-    } else if (typeof x === "string" && /^\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?\s*$/i.test(x)) {
+    } else if (typeof x === "string" && exactDecimal(x) !== undefined) {
       const t = x.trim();
       negative = t[0] === "-";
-      d = decimalOf(t.replace(/^[+-]/, ""));
+      d = exactDecimal(x);
     } else {
       const n = NativeNumber(x);
       negative = n < 0 || (n === 0 && 1 / n < 0);
@@ -483,6 +483,14 @@
     }
     if (accounting) parts.push({ type: "literal", value: ")" });
     return parts;
+  }
+  // A decimal string's exact value (ECMA-402 formats "12345678901234567890.5" without going
+  // through a double), or undefined for other text and for a magnitude past a double's
+  // (1e999999999 is Infinity, as a number: laid out exactly it would be a gigabyte of zeros).
+  function exactDecimal(x) {
+    if (!/^\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?\s*$/i.test(x)) return undefined;
+    const d = decimalOf(x.trim().replace(/^[+-]/, ""));
+    return d.digits !== "" && (d.point > 400 || d.point < -400) ? undefined : d;
   }
   const join = (parts) => { let s = ""; for (const p of parts) s += p.value; return s; };
 

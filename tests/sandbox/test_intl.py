@@ -217,3 +217,32 @@ def test_a_prepared_context_has_it_compiled_before_the_script(
     assert asked == ["prepared"]
     assert ctx.eval("[(1e6).toLocaleString(), 'b'.localeCompare('a')].join()") == "1,000,000,1"
     assert asked == ["prepared", "own"]
+
+
+def test_sizes_a_script_controls() -> None:
+    """A decimal string past a double's range formats as the number it reads as (not a
+    gigabyte of zeros); the largest BigInts and doubles and the most digits format whole."""
+    got = value(
+        """
+        const f = new Intl.NumberFormat();
+        return [f.format("1e999999999"), f.format("-1e999999999"), f.format("1e-999999"),
+          f.format("12345678901234567890.5"), f.format(" 42 "), f.format("abc"),
+          f.format(10n ** 400n).length, (1e308).toLocaleString().length,
+          (5e-324).toLocaleString("en-US", { maximumFractionDigits: 100 }),
+          (1 / 3).toLocaleString("en-US", { minimumFractionDigits: 100 }).length,
+          "a".repeat(100000).localeCompare("a".repeat(99999) + "b")];
+        """
+    )
+    assert got == [
+        "∞",
+        "-∞",
+        "0",
+        "12,345,678,901,234,567,890.5",
+        "42",
+        "NaN",
+        534,
+        411,
+        "0",
+        102,
+        -1,
+    ]
