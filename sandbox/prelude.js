@@ -347,8 +347,9 @@
     const proto = getPrototypeOf(value);
     const array = isArray(value);
     if (!array && proto !== ObjectProto && proto !== null) {
+      const name = (proto && proto.constructor && proto.constructor.name) || "non-plain object";
       const kind = timeOf(value) !== undefined ? "a Date (pass date.toISOString())"
-        : "a " + ((proto && proto.constructor && proto.constructor.name) || "non-plain object");
+        : name === "URL" ? "a URL (pass url.href)" : "a " + name;
       throw new NativeTypeError(path + " is " + kind + "; arguments must be plain data");
     }
     seen[depth] = value;

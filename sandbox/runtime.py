@@ -62,43 +62,48 @@ __all__ = [
 
 PRELUDE = resources.files("sandbox").joinpath("prelude.js").read_text(encoding="utf-8")
 WEB = resources.files("sandbox").joinpath("web.js").read_text(encoding="utf-8")
-INTL = resources.files("sandbox").joinpath("intl.js").read_text(encoding="utf-8")
-INTL_BOOT = resources.files("sandbox").joinpath("intl_boot.js").read_text(encoding="utf-8")
-# The line a prepared context's boot starts at (and intl.js's frames): past any script's lines,
-# so that no frame in them is read as one of the script's.
+# Compiled when a run first uses them (sandbox/lazy.js), by name.
+LAZY = resources.files("sandbox").joinpath("lazy.js").read_text(encoding="utf-8")
+LAZY_SOURCES = {
+    name: resources.files("sandbox").joinpath(f"{name}.js").read_text(encoding="utf-8")
+    for name in ("intl", "url")
+}
+# The line a prepared context's boot starts at (and, compiled there, lazy.js's files): past any
+# script's lines, so that no frame in them is read as one of the script's.
 PRELUDE_LINE = 300_000
 _HOST_FUNCTIONS = ("call", "print", "closest", "done", "fail", "file", "untaken")
 
 
 # Evaluated on a context where nothing has run: takes the host functions off the global
 # object and gives `start(config_json, code)`, which installs the prelude and runs the script.
-# With `eager`, intl.js is compiled at once (a fork server's context, before it forks); otherwise
-# when the run first uses it.
+# With `eager`, what lazy.js stands in for is compiled at once (a fork server's context, before
+# it forks); otherwise when the run first uses it.
 def _boot(eager: bool) -> str:
     return (
         "(function () {\n"
         "  const host = {" + ", ".join(f"{name}: __cm_{name}" for name in _HOST_FUNCTIONS) + "};\n"
         "  for (const k of Object.keys(host)) delete globalThis['__cm_' + k];\n"
-        "  const intlSource = __cm_intl;\n"
-        "  delete globalThis.__cm_intl;\n"
-        # intl.js's frames go past the script's lines (before any script: past any script's)
-        f"  let intlLine = {PRELUDE_LINE};\n"
-        f"  const intl = ({INTL_BOOT.strip()})(intlSource, () => intlLine);\n"
-        + ("  intl();\n" if eager else "")
-        + f"  const web = {WEB.strip()};\n"
-        f"  const prelude = ({PRELUDE});\n"
+        "  const lazySource = __cm_source;\n"
+        "  delete globalThis.__cm_source;\n"
+        f"  const web = {WEB.strip()};\n"
+        # What lazy.js compiles goes past the script's lines (before any script: past any's)
+        f"  let lazyLine = {PRELUDE_LINE};\n"
+        f"  const lazy = ({LAZY.strip()})(lazySource, () => lazyLine, web.params);\n"
+        + ("  lazy();\n" if eager else "")
+        + f"  const prelude = ({PRELUDE});\n"
         "  return (config, code) => {\n"
-        "    intlLine = code.split('\\n').length + 8;\n"
+        "    lazyLine = code.split('\\n').length + 8;\n"
         "    return prelude(JSON.parse(config), host, code, web);\n"
         "  };\n"
         "})()"
     )
 
 
-def _intl_source() -> str:
-    """intl.js's text, which the boot's stand-ins ask for when a run first uses Intl (the text
-    crosses into the context only then: as a literal in the boot, every run would parse it)."""
-    return INTL
+def _lazy_source(name: str) -> str:
+    """The text of what lazy.js stands in for (``intl``, ``url``), which its stand-ins ask
+    for when a run first uses it: the text crosses into the context only then (as a literal
+    in the boot, every run would parse it)."""
+    return LAZY_SOURCES[name]
 
 
 _BOOT = _boot(eager=False)
@@ -133,17 +138,12 @@ _NO_TIMERS = "; a script has no timers: it cannot wait for time to pass"
 _NOT_NODE = (
     "; a script runs in a bare JavaScript engine, neither Node.js nor a browser: it has the "
     "language's built-ins, `tools`, `files` and `console.log` (and structuredClone, "
-    "crypto.randomUUID, TextEncoder, TextDecoder, URLSearchParams, atob, btoa, and Intl for en-US "
-    "in UTC)"
-)
-_NO_URL = (
-    "; URL is not there (a script has no network): take a URL's text apart with a regular "
-    "expression or split(), and build or read a query string with URLSearchParams"
+    "crypto.randomUUID, TextEncoder, TextDecoder, URL, URLSearchParams, atob, btoa, and Intl for "
+    "en-US in UTC)"
 )
 _NO_GC = "; garbage collection is not observable in a script: its runs must repeat exactly"
 _HOST_GLOBALS = {
     **dict.fromkeys(("fetch", "XMLHttpRequest", "WebSocket", "EventSource"), _NO_NETWORK),
-    "URL": _NO_URL,
     **dict.fromkeys(("WeakRef", "FinalizationRegistry"), _NO_GC),
     **dict.fromkeys(("require", "module", "exports", "__dirname", "__filename"), _NO_MODULES),
     **dict.fromkeys(
@@ -311,7 +311,7 @@ class Run(Replay):
             ctx = _quickjs.Context()
             for name, fn in self._host_functions().items():
                 ctx.add_callable("__cm_" + name, fn)
-            ctx.add_callable("__cm_intl", _intl_source)
+            ctx.add_callable("__cm_source", _lazy_source)
             # The prelude's lines come after the script's last, so a frame in it is never read
             # as a line of the script.
             start = ctx.eval("\n" * (len(self.script_lines) + 2) + _BOOT)
@@ -500,7 +500,7 @@ class Prepared:
         self._functions: dict[str, Any] | None = None
         for name in _HOST_FUNCTIONS:
             self.ctx.add_callable("__cm_" + name, self._dispatch(name))
-        self.ctx.add_callable("__cm_intl", _intl_source)
+        self.ctx.add_callable("__cm_source", _lazy_source)
         self.start = self.ctx.eval("\n" * PRELUDE_LINE + _BOOT_EAGER)
         self.stripper = typescript.Stripper.compiled()
 

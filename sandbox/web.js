@@ -286,8 +286,36 @@
     }
     return new TextDecoder("utf-8", { ignoreBOM: true }).decode(new NativeUint8Array(bytes));
   }
+  function parseQuery(query) { // application/x-www-form-urlencoded: [name, value] pairs
+    const list = [];
+    for (const part of query.split("&")) {
+      if (part === "") continue;
+      const eq = part.indexOf("=");
+      list.push(eq < 0 ? [formDecode(part), ""] : [formDecode(part.slice(0, eq)), formDecode(part.slice(eq + 1))]);
+    }
+    return list;
+  }
+  // A URL's searchParams (sandbox/url.js): made with the URL's query, and the URL told of
+  // every change, as the URL Standard links them.
+  let linkParams, replaceParams;
   class URLSearchParams {
     #list = [];
+    #changed = undefined; // the URL's, for a URL's searchParams
+    static {
+      linkParams = (query, changed) => {
+        const params = new URLSearchParams();
+        params.#list = parseQuery(query);
+        params.#changed = changed;
+        return params;
+      };
+      replaceParams = (params, query) => { params.#list = parseQuery(query); };
+    }
+    #update() { if (this.#changed !== undefined) this.#changed(this.#serialize()); }
+    #serialize() {
+      let out = "";
+      for (const [n, v] of this.#list) out += (out ? "&" : "") + formEncode(n) + "=" + formEncode(v);
+      return out;
+    }
     constructor(init = "") {
       if (typeof init === "object" && init !== null && typeof init[iteratorKey] === "function") {
         for (const pair of init) {
@@ -300,19 +328,19 @@
       } else {
         let query = usv(init);
         if (query[0] === "?") query = query.slice(1);
-        for (const part of query.split("&")) {
-          if (part === "") continue;
-          const eq = part.indexOf("=");
-          this.#list.push(eq < 0 ? [formDecode(part), ""] : [formDecode(part.slice(0, eq)), formDecode(part.slice(eq + 1))]);
-        }
+        this.#list = parseQuery(query);
       }
     }
     get size() { return this.#list.length; }
-    append(name, value) { this.#list.push([usv(name), usv(value)]); }
+    append(name, value) {
+      this.#list.push([usv(name), usv(value)]);
+      this.#update();
+    }
     delete(name, value) {
       name = usv(name);
       const only = value === undefined ? undefined : usv(value);
       this.#list = this.#list.filter(([n, v]) => !(n === name && (only === undefined || v === only)));
+      this.#update();
     }
     get(name) {
       name = usv(name);
@@ -343,13 +371,13 @@
         return true;
       });
       if (!found) this.#list.push([name, value]);
+      this.#update();
     }
-    sort() { this.#list.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)); } // stable, by code units
-    toString() {
-      let out = "";
-      for (const [n, v] of this.#list) out += (out ? "&" : "") + formEncode(n) + "=" + formEncode(v);
-      return out;
+    sort() { // stable, by code units
+      this.#list.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+      this.#update();
     }
+    toString() { return this.#serialize(); }
     forEach(callback, thisArg) {
       for (let i = 0; i < this.#list.length; i++) apply(callback, thisArg, [this.#list[i][1], this.#list[i][0], this]);
     }
@@ -365,5 +393,7 @@
   for (const name of objectKeys(made)) {
     defineProperty(globalThis, name, { value: made[name], writable: true, configurable: true });
   }
-  return (nextRandom, text) => { run = { nextRandom, text }; };
+  const setRun = (nextRandom, text) => { run = { nextRandom, text }; };
+  setRun.params = freeze({ make: linkParams, replace: replaceParams }); // for sandbox/url.js
+  return setRun;
 })()

@@ -39,10 +39,18 @@ _HARNESS = """(cases) => JSON.stringify(JSON.parse(cases).map((c) => {
 }))"""
 
 
-def _answers(kind: str) -> list[Any]:
+def _bare(source: Any = runtime._lazy_source) -> Any:
+    """A context after the boot (no script yet): the stand-ins of lazy.js installed."""
     ctx = _quickjs.Context()
-    ctx.add_callable("intlSource", lambda: runtime.INTL)
-    ctx.eval(f"({runtime.INTL_BOOT.strip()})(intlSource, () => 0)")
+    for name in runtime._HOST_FUNCTIONS:
+        ctx.add_callable("__cm_" + name, lambda *args: None)
+    ctx.add_callable("__cm_source", source)
+    ctx.eval(runtime._BOOT)
+    return ctx
+
+
+def _answers(kind: str) -> list[Any]:
+    ctx = _bare()
     cases = [c for c in CASES[kind]]
     answers = ctx.eval(_HARNESS.replace("KIND", repr(kind)))(json.dumps(cases))
     return list(zip(cases, json.loads(answers), strict=True))
@@ -197,26 +205,28 @@ def test_invalid_dates_and_odd_receivers() -> None:
 def test_a_prepared_context_has_it_compiled_before_the_script(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A fork server's context compiles intl.js before it forks, so no child pays for it; a
-    context of a run's own compiles it on its first use, and only then."""
+    """A fork server's context compiles intl.js (and url.js) before it forks, so no child pays
+    for them; a context of a run's own compiles each on its first use, and only then."""
     asked: list[str] = []
 
-    def source() -> str:
-        asked.append("prepared")
-        return runtime.INTL
+    def source(name: str) -> str:
+        asked.append(name)
+        return runtime.LAZY_SOURCES[name]
 
-    monkeypatch.setattr(runtime, "_intl_source", source)
+    monkeypatch.setattr(runtime, "_lazy_source", source)
     prepared = runtime.Prepared()
-    assert asked == ["prepared"]
+    assert asked == ["intl", "url"]
     assert prepared.ctx.eval("new Intl.NumberFormat().format(1e6)") == "1,000,000"
-    assert asked == ["prepared"]
+    assert prepared.ctx.eval("new URL('HTTP://A.b/c').href") == "http://a.b/c"
+    assert asked == ["intl", "url"]
 
-    ctx = _quickjs.Context()
-    ctx.add_callable("intlSource", lambda: asked.append("own") or runtime.INTL)
-    ctx.eval(f"({runtime.INTL_BOOT.strip()})(intlSource, () => 0)")
-    assert asked == ["prepared"]
+    del asked[:]
+    ctx = _bare(source)
+    assert asked == []
     assert ctx.eval("[(1e6).toLocaleString(), 'b'.localeCompare('a')].join()") == "1,000,000,1"
-    assert asked == ["prepared", "own"]
+    assert asked == ["intl"]
+    assert ctx.eval("typeof URL") == "function"
+    assert asked == ["intl", "url"]
 
 
 def test_sizes_a_script_controls() -> None:

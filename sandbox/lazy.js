@@ -1,0 +1,49 @@
+// Stand-ins for what a script has that is large to compile and seldom used: Intl and the
+// built-ins that format or compare for a locale (sandbox/intl.js), and URL (sandbox/url.js).
+// The first use compiles the file, once per context; each stand-in then calls its real method.
+// Evaluated with the boot, before the prelude; returns the function that compiles them all (a
+// fork server calls it before it forks, so that no child pays for them).
+//
+// `source(name)` gives a file's text ("intl", "url"); `lineOf()` the line its frames are to
+// start at, past the script's last, so that no error in it is read as the script's (QuickJS
+// names every evaluated text's frames <input>:line); `params` links URL to URLSearchParams.
+(function (source, lineOf, params) {
+  "use strict";
+  const { defineProperty } = Object;
+  const { apply } = Reflect;
+  const indirectEval = eval;
+  const made = { __proto__: null };
+  const compile = (name) => indirectEval("\n".repeat(lineOf()) + source(name));
+  const intl = () => (made.intl ??= compile("intl")());
+  const url = () => (made.url ??= compile("url")(params));
+  const data = (value) => ({ value, writable: true, configurable: true });
+  // A global that is made when first read (a script that assigns it keeps what it assigned).
+  function lazyGlobal(name, make) {
+    defineProperty(globalThis, name, {
+      configurable: true,
+      get() {
+        const value = make();
+        defineProperty(globalThis, name, data(value));
+        return value;
+      },
+      set(value) { defineProperty(globalThis, name, data(value)); },
+    });
+  }
+  lazyGlobal("Intl", () => intl().Intl);
+  lazyGlobal("URL", url);
+  const stands = [
+    [Number.prototype, "toLocaleString", "number", 0],
+    [BigInt.prototype, "toLocaleString", "bigint", 0],
+    [Date.prototype, "toLocaleString", "date", 0],
+    [Date.prototype, "toLocaleDateString", "dateOnly", 0],
+    [Date.prototype, "toLocaleTimeString", "timeOnly", 0],
+    [String.prototype, "localeCompare", "compare", 1],
+    [Array.prototype, "toLocaleString", "array", 0],
+  ];
+  for (const [proto, name, key, length] of stands) {
+    const f = { [name](...args) { return apply(intl().methods[key], this, args); } }[name];
+    defineProperty(f, "length", { value: length });
+    defineProperty(proto, name, data(f));
+  }
+  return () => { intl(); url(); };
+})

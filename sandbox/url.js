@@ -1,0 +1,735 @@
+// URL as the WHATWG URL Standard defines it (and Node.js and browsers have it): the parser,
+// its setters, searchParams kept in step with the URL, URL.canParse and URL.parse. A script
+// has no network, so a URL is text to take apart and build: a link in a tool's result, the
+// next page of a listing, a query string for a tool.
+//
+// Host names are taken to ASCII as UTS #46 does for what they mostly hold (lower case,
+// NFC, the ideographic full stops, Punycode for a label that is not ASCII); a host that needs
+// more of UTS #46's mapping tables than that may differ from Node.js's.
+//
+// Compiled when a script first names URL (sandbox/lazy.js). `params` links it to the
+// URLSearchParams of sandbox/web.js: `params.make(query, onChange)` makes one whose changes
+// call onChange(serialized), and `params.replace(searchParams, query)` sets its list.
+(function (params) {
+  "use strict";
+  const { defineProperty } = Object;
+  const NativeTypeError = TypeError;
+  const { fromCharCode } = String;
+  const { toWellFormed, normalize } = String.prototype;
+  const { apply } = Reflect;
+  const NativeTextEncoder = TextEncoder, NativeTextDecoder = TextDecoder;
+
+  const usv = (v) => apply(toWellFormed, String(v), []);
+  const SPECIAL = { "ftp": 21, "file": null, "http": 80, "https": 443, "ws": 80, "wss": 443 };
+  const isSpecialScheme = (s) => Object.prototype.hasOwnProperty.call(SPECIAL, s);
+  const defaultPort = (s) => (isSpecialScheme(s) ? SPECIAL[s] : null);
+
+  // ---- percent-encoding --------------------------------------------------------------------
+  const inC0 = (c) => c < 0x20 || c > 0x7e;
+  const FRAGMENT = new Set([0x20, 0x22, 0x3c, 0x3e, 0x60]);
+  const QUERY = new Set([0x20, 0x22, 0x23, 0x3c, 0x3e]);
+  // The standard added ^ in 2024; Node.js 20, which scripts are written against, leaves it.
+  const PATH = new Set([...QUERY, 0x3f, 0x60, 0x7b, 0x7d]);
+  const USERINFO = new Set([...PATH, 0x2f, 0x3a, 0x3b, 0x3d, 0x40, 0x5b, 0x5c, 0x5d, 0x7c]);
+  const sets = {
+    c0: inC0,
+    fragment: (c) => inC0(c) || FRAGMENT.has(c),
+    query: (c) => inC0(c) || QUERY.has(c),
+    specialQuery: (c) => inC0(c) || QUERY.has(c) || c === 0x27,
+    path: (c) => inC0(c) || PATH.has(c),
+    userinfo: (c) => inC0(c) || USERINFO.has(c),
+  };
+  const encoder = new NativeTextEncoder();
+  const hex2 = (b) => "%" + (b < 16 ? "0" : "") + b.toString(16).toUpperCase();
+  function encodeCodePoint(ch, inSet) {
+    const c = ch.codePointAt(0);
+    if (!inSet(c)) return ch;
+    let out = "";
+    for (const b of encoder.encode(ch)) out += hex2(b);
+    return out;
+  }
+  function encodeString(s, inSet) {
+    let out = "";
+    for (const ch of s) out += encodeCodePoint(ch, inSet);
+    return out;
+  }
+  const isHex = (c) => (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66);
+  function percentDecode(s) { // to bytes
+    const bytes = encoder.encode(s);
+    const out = [];
+    for (let i = 0; i < bytes.length; i++) {
+      const b = bytes[i];
+      if (b === 0x25 && i + 2 < bytes.length && isHex(bytes[i + 1]) && isHex(bytes[i + 2])) {
+        out.push(parseInt(fromCharCode(bytes[i + 1], bytes[i + 2]), 16));
+        i += 2;
+      } else out.push(b);
+    }
+    return new Uint8Array(out);
+  }
+  const decoder = new NativeTextDecoder();
+
+  // ---- hosts ---------------------------------------------------------------------------------
+  const FORBIDDEN_HOST = new Set([0x00, 0x09, 0x0a, 0x0d, 0x20, 0x23, 0x2f, 0x3a, 0x3c, 0x3e, 0x3f, 0x40, 0x5b, 0x5c, 0x5d, 0x5e, 0x7c]);
+  const forbiddenHost = (c) => FORBIDDEN_HOST.has(c);
+  const forbiddenDomain = (c) => forbiddenHost(c) || c <= 0x1f || c === 0x25 || c === 0x7f;
+  const FAILURE = null;
+
+  function ipv4Number(s) { // [number, validation error] or FAILURE
+    if (s === "") return FAILURE;
+    let radix = 10;
+    if (s.length >= 2 && (s.startsWith("0x") || s.startsWith("0X"))) { s = s.slice(2); radix = 16; }
+    else if (s.length >= 2 && s[0] === "0") { s = s.slice(1); radix = 8; }
+    if (s === "") return 0;
+    const valid = radix === 10 ? /^[0-9]+$/ : radix === 16 ? /^[0-9a-fA-F]+$/ : /^[0-7]+$/;
+    if (!valid.test(s)) return FAILURE;
+    return parseInt(s, radix);
+  }
+  function endsInNumber(s) {
+    const parts = s.split(".");
+    if (parts[parts.length - 1] === "") {
+      if (parts.length === 1) return false;
+      parts.pop();
+    }
+    const last = parts[parts.length - 1];
+    if (last !== "" && /^[0-9]+$/.test(last)) return true;
+    return ipv4Number(last) !== FAILURE;
+  }
+  function parseIPv4(s) {
+    const parts = s.split(".");
+    if (parts[parts.length - 1] === "" && parts.length > 1) parts.pop();
+    if (parts.length > 4) return FAILURE;
+    const numbers = [];
+    for (const p of parts) {
+      const n = ipv4Number(p);
+      if (n === FAILURE) return FAILURE;
+      numbers.push(n);
+    }
+    for (let i = 0; i < numbers.length - 1; i++) if (numbers[i] > 255) return FAILURE;
+    const last = numbers[numbers.length - 1];
+    if (last >= 256 ** (5 - numbers.length)) return FAILURE;
+    let ipv4 = last;
+    for (let i = 0; i < numbers.length - 1; i++) ipv4 += numbers[i] * 256 ** (3 - i);
+    const out = [];
+    for (let i = 0; i < 4; i++) {
+      out.unshift(String(ipv4 % 256));
+      ipv4 = Math.floor(ipv4 / 256);
+    }
+    return out.join(".");
+  }
+  function parseIPv6(input) {
+    const address = [0, 0, 0, 0, 0, 0, 0, 0];
+    let piece = 0, compress = null, p = 0;
+    const cs = [...input].map((ch) => ch.codePointAt(0));
+    const at = (i) => cs[i];
+    const isDigit = (c) => c >= 0x30 && c <= 0x39;
+    if (at(p) === 0x3a) {
+      if (at(p + 1) !== 0x3a) return FAILURE;
+      p += 2;
+      compress = ++piece;
+    }
+    while (at(p) !== undefined) {
+      if (piece === 8) return FAILURE;
+      if (at(p) === 0x3a) {
+        if (compress !== null) return FAILURE;
+        p++;
+        compress = ++piece;
+        continue;
+      }
+      let value = 0, length = 0;
+      while (length < 4 && at(p) !== undefined && isHex(at(p))) {
+        value = value * 0x10 + parseInt(fromCharCode(at(p)), 16);
+        p++;
+        length++;
+      }
+      if (at(p) === 0x2e) {
+        if (length === 0) return FAILURE;
+        p -= length;
+        if (piece > 6) return FAILURE;
+        let numbersSeen = 0;
+        while (at(p) !== undefined) {
+          let ipv4Piece = null;
+          if (numbersSeen > 0) {
+            if (at(p) === 0x2e && numbersSeen < 4) p++;
+            else return FAILURE;
+          }
+          if (at(p) === undefined || !isDigit(at(p))) return FAILURE;
+          while (at(p) !== undefined && isDigit(at(p))) {
+            const number = at(p) - 0x30;
+            if (ipv4Piece === null) ipv4Piece = number;
+            else if (ipv4Piece === 0) return FAILURE;
+            else ipv4Piece = ipv4Piece * 10 + number;
+            if (ipv4Piece > 255) return FAILURE;
+            p++;
+          }
+          address[piece] = address[piece] * 0x100 + ipv4Piece;
+          numbersSeen++;
+          if (numbersSeen === 2 || numbersSeen === 4) piece++;
+        }
+        if (numbersSeen !== 4) return FAILURE;
+        break;
+      } else if (at(p) === 0x3a) {
+        p++;
+        if (at(p) === undefined) return FAILURE;
+      } else if (at(p) !== undefined) return FAILURE;
+      address[piece] = value;
+      piece++;
+    }
+    if (compress !== null) {
+      let swaps = piece - compress;
+      piece = 7;
+      while (piece !== 0 && swaps > 0) {
+        const t = address[piece];
+        address[piece] = address[compress + swaps - 1];
+        address[compress + swaps - 1] = t;
+        piece--;
+        swaps--;
+      }
+    } else if (piece !== 8) return FAILURE;
+    // serialize: the first longest run of two or more zero pieces becomes "::"
+    let best = -1, bestLength = 1;
+    for (let i = 0; i < 8;) {
+      if (address[i] !== 0) { i++; continue; }
+      let j = i;
+      while (j < 8 && address[j] === 0) j++;
+      if (j - i > bestLength) { best = i; bestLength = j - i; }
+      i = j;
+    }
+    let out = "", ignore0 = false;
+    for (let i = 0; i < 8; i++) {
+      if (ignore0 && address[i] === 0) continue;
+      ignore0 = false;
+      if (best === i) {
+        out += i === 0 ? "::" : ":";
+        ignore0 = true;
+        continue;
+      }
+      out += address[i].toString(16);
+      if (i !== 7) out += ":";
+    }
+    return "[" + out + "]";
+  }
+
+  // RFC 3492's Punycode, for a label that is not ASCII.
+  function punycode(label) {
+    const input = [...label].map((ch) => ch.codePointAt(0));
+    let n = 128, delta = 0, bias = 72, out = "";
+    for (const c of input) if (c < 128) out += fromCharCode(c);
+    const basic = out.length;
+    let h = basic;
+    if (basic) out += "-";
+    const digit = (d) => fromCharCode(d + 22 + 75 * (d < 26));
+    const adapt = (d, count, first) => {
+      d = first ? Math.floor(d / 700) : d >> 1;
+      d += Math.floor(d / count);
+      let k = 0;
+      while (d > 455) { d = Math.floor(d / 35); k += 36; }
+      return k + Math.floor((36 * d) / (d + 38));
+    };
+    while (h < input.length) {
+      let m = Infinity;
+      for (const c of input) if (c >= n && c < m) m = c;
+      delta += (m - n) * (h + 1);
+      n = m;
+      for (const c of input) {
+        if (c < n) delta++;
+        if (c === n) {
+          let q = delta;
+          for (let k = 36; ; k += 36) {
+            const t = k <= bias ? 1 : k >= bias + 26 ? 26 : k - bias;
+            if (q < t) break;
+            out += digit(t + ((q - t) % (36 - t)));
+            q = Math.floor((q - t) / (36 - t));
+          }
+          out += digit(q);
+          bias = adapt(delta, h + 1, h === basic);
+          delta = 0;
+          h++;
+        }
+      }
+      delta++;
+      n++;
+    }
+    return out;
+  }
+  function domainToASCII(domain) {
+    let mapped = domain;
+    if (/[^\x00-\x7f]/.test(domain)) {
+      // UTS #46's mapping for what host names mostly hold: the full stops, lower case, NFC.
+      mapped = apply(normalize, domain.replace(/[\u3002\uff0e\uff61]/g, ".").toLowerCase(), ["NFC"]);
+      mapped = mapped.split(".").map((l) => (/[^\x00-\x7f]/.test(l) ? "xn--" + punycode(l) : l)).join(".");
+    } else mapped = domain.toLowerCase();
+    if (mapped === "") return FAILURE;
+    return mapped;
+  }
+  function parseHost(input, opaque) {
+    if (input[0] === "[") {
+      if (input[input.length - 1] !== "]") return FAILURE;
+      return parseIPv6(input.slice(1, -1));
+    }
+    if (opaque) {
+      for (const ch of input) if (forbiddenHost(ch.codePointAt(0))) return FAILURE;
+      return encodeString(input, sets.c0);
+    }
+    const domain = decoder.decode(percentDecode(input));
+    const ascii = domainToASCII(domain);
+    if (ascii === FAILURE) return FAILURE;
+    for (const ch of ascii) if (forbiddenDomain(ch.codePointAt(0))) return FAILURE;
+    if (endsInNumber(ascii)) return parseIPv4(ascii);
+    return ascii;
+  }
+
+  // ---- the basic URL parser -----------------------------------------------------------------
+  const isAlpha = (c) => c !== undefined && /^[A-Za-z]$/.test(c);
+  const isDriveLetter = (s, normalized) => s.length === 2 && isAlpha(s[0]) && (s[1] === ":" || (!normalized && s[1] === "|"));
+  const startsWithDriveLetter = (cps, i) => cps.length - i >= 2 && isDriveLetter(cps[i] + cps[i + 1], false) &&
+    (cps.length - i === 2 || "/\\?#".includes(cps[i + 2]));
+  const record = () => ({ scheme: "", username: "", password: "", host: null, port: null, path: [], query: null, fragment: null });
+  const opaquePath = (url) => typeof url.path === "string";
+  const credentials = (url) => url.username !== "" || url.password !== "";
+  function shorten(url) {
+    const path = url.path;
+    if (url.scheme === "file" && path.length === 1 && isDriveLetter(path[0], true)) return;
+    path.pop();
+  }
+  const SINGLE_DOT = (s) => s === "." || s.toLowerCase() === "%2e";
+  const DOUBLE_DOT = (s) => ["..", ".%2e", "%2e.", "%2e%2e"].includes(s.toLowerCase());
+
+  // States, by name.
+  const S = {
+    schemeStart: 1, scheme: 2, noScheme: 3, specialRelativeOrAuthority: 4, pathOrAuthority: 5,
+    relative: 6, relativeSlash: 7, specialAuthoritySlashes: 8, specialAuthorityIgnoreSlashes: 9,
+    authority: 10, host: 11, hostname: 12, port: 13, file: 14, fileSlash: 15, fileHost: 16,
+    pathStart: 17, path: 18, opaquePath: 19, query: 20, fragment: 21,
+  };
+  // The URL `input` names (relative to `base`), or FAILURE; with `url` and `override`, the
+  // setter's change to `url` (in place), or FAILURE.
+  function parse(input, base, url, override) {
+    if (url === undefined) {
+      url = record();
+      input = input.replace(/^[\u0000-\u0020]+|[\u0000-\u0020]+$/g, "");
+    }
+    input = input.replace(/[\t\n\r]/g, "");
+    let state = override || S.schemeStart;
+    let buffer = "", atSign = false, brackets = false, passwordToken = false;
+    const cps = [...input];
+    const special = () => isSpecialScheme(url.scheme);
+    for (let p = 0; ; p++) {
+      const c = cps[p]; // undefined: the end
+      const EOF = c === undefined;
+      switch (state) {
+        case S.schemeStart:
+          if (isAlpha(c)) { buffer += c.toLowerCase(); state = S.scheme; }
+          else if (!override) { state = S.noScheme; p--; }
+          else return FAILURE;
+          break;
+        case S.scheme:
+          if (!EOF && /^[A-Za-z0-9+\-.]$/.test(c)) buffer += c.toLowerCase();
+          else if (c === ":") {
+            if (override) {
+              if (isSpecialScheme(url.scheme) !== isSpecialScheme(buffer)) return url;
+              if ((credentials(url) || url.port !== null) && buffer === "file") return url;
+              if (url.scheme === "file" && url.host === "") return url;
+            }
+            url.scheme = buffer;
+            if (override) {
+              if (url.port === defaultPort(url.scheme)) url.port = null;
+              return url;
+            }
+            buffer = "";
+            if (url.scheme === "file") state = S.file;
+            else if (special() && base && base.scheme === url.scheme) state = S.specialRelativeOrAuthority;
+            else if (special()) state = S.specialAuthoritySlashes;
+            else if (cps[p + 1] === "/") { state = S.pathOrAuthority; p++; }
+            else { url.path = ""; state = S.opaquePath; }
+          } else if (!override) { buffer = ""; state = S.noScheme; p = -1; }
+          else return FAILURE;
+          break;
+        case S.noScheme:
+          if (!base || (opaquePath(base) && c !== "#")) return FAILURE;
+          if (opaquePath(base) && c === "#") {
+            url.scheme = base.scheme;
+            url.path = base.path;
+            url.query = base.query;
+            url.fragment = "";
+            state = S.fragment;
+          } else if (base.scheme !== "file") { state = S.relative; p--; }
+          else { state = S.file; p--; }
+          break;
+        case S.specialRelativeOrAuthority:
+          if (c === "/" && cps[p + 1] === "/") { state = S.specialAuthorityIgnoreSlashes; p++; }
+          else { state = S.relative; p--; }
+          break;
+        case S.pathOrAuthority:
+          if (c === "/") state = S.authority;
+          else { state = S.path; p--; }
+          break;
+        case S.relative:
+          url.scheme = base.scheme;
+          if (c === "/" || (special() && c === "\\")) state = S.relativeSlash;
+          else {
+            url.username = base.username;
+            url.password = base.password;
+            url.host = base.host;
+            url.port = base.port;
+            url.path = [...base.path];
+            url.query = base.query;
+            if (c === "?") { url.query = ""; state = S.query; }
+            else if (c === "#") { url.fragment = ""; state = S.fragment; }
+            else if (!EOF) { url.query = null; shorten(url); state = S.path; p--; }
+          }
+          break;
+        case S.relativeSlash:
+          if (special() && (c === "/" || c === "\\")) state = S.specialAuthorityIgnoreSlashes;
+          else if (c === "/") state = S.authority;
+          else {
+            url.username = base.username;
+            url.password = base.password;
+            url.host = base.host;
+            url.port = base.port;
+            state = S.path;
+            p--;
+          }
+          break;
+        case S.specialAuthoritySlashes:
+          state = S.specialAuthorityIgnoreSlashes;
+          if (c === "/" && cps[p + 1] === "/") p++;
+          else p--;
+          break;
+        case S.specialAuthorityIgnoreSlashes:
+          if (c !== "/" && c !== "\\") { state = S.authority; p--; }
+          break;
+        case S.authority:
+          if (c === "@") {
+            if (atSign) buffer = "%40" + buffer;
+            atSign = true;
+            for (const ch of buffer) {
+              if (ch === ":" && !passwordToken) { passwordToken = true; continue; }
+              const encoded = encodeCodePoint(ch, sets.userinfo);
+              if (passwordToken) url.password += encoded;
+              else url.username += encoded;
+            }
+            buffer = "";
+          } else if (EOF || c === "/" || c === "?" || c === "#" || (special() && c === "\\")) {
+            if (atSign && buffer === "") return FAILURE;
+            p -= [...buffer].length + 1;
+            buffer = "";
+            state = S.host;
+          } else buffer += c;
+          break;
+        case S.host:
+        case S.hostname:
+          if (override && url.scheme === "file") { p--; state = S.fileHost; }
+          else if (c === ":" && !brackets) {
+            if (buffer === "") return FAILURE;
+            if (override === S.hostname) return FAILURE;
+            const host = parseHost(buffer, !special());
+            if (host === FAILURE) return FAILURE;
+            url.host = host;
+            buffer = "";
+            state = S.port;
+          } else if (EOF || c === "/" || c === "?" || c === "#" || (special() && c === "\\")) {
+            p--;
+            if (special() && buffer === "") return FAILURE;
+            if (override && buffer === "" && (credentials(url) || url.port !== null)) return FAILURE;
+            const host = parseHost(buffer, !special());
+            if (host === FAILURE) return FAILURE;
+            url.host = host;
+            buffer = "";
+            state = S.pathStart;
+            if (override) return url;
+          } else {
+            if (c === "[") brackets = true;
+            if (c === "]") brackets = false;
+            buffer += c;
+          }
+          break;
+        case S.port:
+          if (!EOF && /^[0-9]$/.test(c)) buffer += c;
+          else if (EOF || c === "/" || c === "?" || c === "#" || (special() && c === "\\") || override) {
+            if (buffer !== "") {
+              const port = parseInt(buffer, 10);
+              if (port > 65535) return FAILURE;
+              url.port = port === defaultPort(url.scheme) ? null : port;
+              buffer = "";
+            }
+            if (override) return url;
+            state = S.pathStart;
+            p--;
+          } else return FAILURE;
+          break;
+        case S.file:
+          url.scheme = "file";
+          url.host = "";
+          if (c === "/" || c === "\\") state = S.fileSlash;
+          else if (base && base.scheme === "file") {
+            url.host = base.host;
+            url.path = [...base.path];
+            url.query = base.query;
+            if (c === "?") { url.query = ""; state = S.query; }
+            else if (c === "#") { url.fragment = ""; state = S.fragment; }
+            else if (!EOF) {
+              url.query = null;
+              if (!startsWithDriveLetter(cps, p)) shorten(url);
+              else url.path = [];
+              state = S.path;
+              p--;
+            }
+          } else { state = S.path; p--; }
+          break;
+        case S.fileSlash:
+          if (c === "/" || c === "\\") state = S.fileHost;
+          else {
+            if (base && base.scheme === "file") {
+              url.host = base.host;
+              if (!startsWithDriveLetter(cps, p) && base.path.length && isDriveLetter(base.path[0], true)) url.path.push(base.path[0]);
+            }
+            state = S.path;
+            p--;
+          }
+          break;
+        case S.fileHost:
+          if (EOF || c === "/" || c === "\\" || c === "?" || c === "#") {
+            p--;
+            if (!override && isDriveLetter(buffer, false)) state = S.path;
+            else if (buffer === "") {
+              url.host = "";
+              if (override) return url;
+              state = S.pathStart;
+            } else {
+              let host = parseHost(buffer, !special());
+              if (host === FAILURE) return FAILURE;
+              if (host === "localhost") host = "";
+              url.host = host;
+              if (override) return url;
+              buffer = "";
+              state = S.pathStart;
+            }
+          } else buffer += c;
+          break;
+        case S.pathStart:
+          if (special()) {
+            state = S.path;
+            if (c !== "/" && c !== "\\") p--;
+          } else if (!override && c === "?") { url.query = ""; state = S.query; }
+          else if (!override && c === "#") { url.fragment = ""; state = S.fragment; }
+          else if (!EOF) { state = S.path; if (c !== "/") p--; }
+          else if (override && url.host === null) url.path.push("");
+          break;
+        case S.path:
+          if (EOF || c === "/" || (special() && c === "\\") || (!override && (c === "?" || c === "#"))) {
+            const slash = c === "/" || (special() && c === "\\");
+            if (DOUBLE_DOT(buffer)) {
+              // A URL that is not special and had no segment to go up from keeps an empty
+              // path ("sc://h/.." is "sc://h"), as Node.js's parser has it.
+              const had = url.path.length;
+              shorten(url);
+              if (!slash && (special() || had > 0)) url.path.push("");
+            } else if (SINGLE_DOT(buffer) && !slash) url.path.push("");
+            else if (!SINGLE_DOT(buffer)) {
+              if (url.scheme === "file" && url.path.length === 0 && isDriveLetter(buffer, false)) buffer = buffer[0] + ":";
+              url.path.push(buffer);
+            }
+            buffer = "";
+            if (c === "?") { url.query = ""; state = S.query; }
+            if (c === "#") { url.fragment = ""; state = S.fragment; }
+          } else buffer += encodeCodePoint(c, sets.path);
+          break;
+        case S.opaquePath:
+          if (c === "?") { url.query = ""; state = S.query; }
+          else if (c === "#") { url.fragment = ""; state = S.fragment; }
+          else if (!EOF) url.path += encodeCodePoint(c, sets.c0);
+          break;
+        case S.query:
+          if ((!override && c === "#") || EOF) {
+            url.query += encodeString(buffer, special() ? sets.specialQuery : sets.query);
+            buffer = "";
+            if (c === "#") { url.fragment = ""; state = S.fragment; }
+          } else if (!EOF) buffer += c;
+          break;
+        case S.fragment:
+          if (!EOF) url.fragment += encodeCodePoint(c, sets.fragment);
+          break;
+      }
+      if (p >= cps.length) break;
+    }
+    return url;
+  }
+
+  function serializePath(url) {
+    return opaquePath(url) ? url.path : url.path.map((s) => "/" + s).join("");
+  }
+  function serialize(url, excludeFragment) {
+    let out = url.scheme + ":";
+    if (url.host !== null) {
+      out += "//";
+      if (credentials(url)) {
+        out += url.username;
+        if (url.password !== "") out += ":" + url.password;
+        out += "@";
+      }
+      out += url.host;
+      if (url.port !== null) out += ":" + url.port;
+    } else if (!opaquePath(url) && url.path.length > 1 && url.path[0] === "") out += "/.";
+    out += serializePath(url);
+    if (url.query !== null) out += "?" + url.query;
+    if (!excludeFragment && url.fragment !== null) out += "#" + url.fragment;
+    return out;
+  }
+
+  // ---- the URL class ------------------------------------------------------------------------
+  const records = new WeakMap(); // URL -> { url: record, searchParams }
+  function state(self, what) {
+    const s = records.get(self);
+    if (s === undefined) throw new NativeTypeError(`Value of "this" must be of type URL (reading ${what})`);
+    return s;
+  }
+  function invalid(input, base) {
+    const e = new NativeTypeError(
+      `Invalid URL: ${JSON.stringify(input)}` + (base === undefined ? "" : ` (against the base ${JSON.stringify(base)})`) +
+      "; a URL needs a scheme (https://...) unless a base URL is given: new URL(path, base)");
+    defineProperty(e, "code", { value: "ERR_INVALID_URL", writable: true, configurable: true });
+    defineProperty(e, "input", { value: input, writable: true, configurable: true });
+    return e;
+  }
+  function parseWithBase(input, base) {
+    let parsedBase;
+    if (base !== undefined) {
+      parsedBase = parse(usv(base));
+      if (parsedBase === FAILURE) return FAILURE;
+    }
+    return parse(usv(input), parsedBase);
+  }
+  // The query changed through searchParams: the URL's query follows.
+  function paramsChanged(s, serialized) {
+    s.url.query = serialized === "" ? null : serialized;
+    if (serialized === "" && opaquePath(s.url)) stripTrailingSpaces(s.url);
+  }
+  function stripTrailingSpaces(url) {
+    if (url.fragment !== null || url.query !== null) return;
+    url.path = url.path.replace(/ +$/, "");
+  }
+  class URL {
+    constructor(url, base) {
+      if (arguments.length === 0) throw new NativeTypeError('The "url" argument must be specified');
+      const parsed = parseWithBase(url, base);
+      if (parsed === FAILURE) throw invalid(usv(url), base === undefined ? undefined : usv(base));
+      const s = { url: parsed, searchParams: undefined };
+      s.searchParams = params.make(parsed.query ?? "", (serialized) => paramsChanged(s, serialized));
+      records.set(this, s);
+    }
+    static canParse(url, base) { return parseWithBase(url, base) !== FAILURE; }
+    static parse(url, base) {
+      try { return new URL(url, base); } catch (_) { return null; }
+    }
+    get href() { return serialize(state(this, "href").url); }
+    set href(value) {
+      const s = state(this, "href");
+      const parsed = parse(usv(value));
+      if (parsed === FAILURE) throw invalid(usv(value));
+      s.url = parsed;
+      params.replace(s.searchParams, parsed.query ?? "");
+    }
+    get origin() {
+      const { url } = state(this, "origin");
+      if (url.scheme === "blob") {
+        const inner = parse(serializePath(url));
+        return inner !== FAILURE && (inner.scheme === "http" || inner.scheme === "https") ? originOf(inner) : "null";
+      }
+      return originOf(url);
+    }
+    get protocol() { return state(this, "protocol").url.scheme + ":"; }
+    set protocol(value) { const s = state(this, "protocol"); parse(usv(value) + ":", undefined, s.url, S.schemeStart); }
+    get username() { return state(this, "username").url.username; }
+    set username(value) {
+      const { url } = state(this, "username");
+      if (url.host === null || url.host === "" || url.scheme === "file") return;
+      url.username = encodeString(usv(value), sets.userinfo);
+    }
+    get password() { return state(this, "password").url.password; }
+    set password(value) {
+      const { url } = state(this, "password");
+      if (url.host === null || url.host === "" || url.scheme === "file") return;
+      url.password = encodeString(usv(value), sets.userinfo);
+    }
+    get host() {
+      const { url } = state(this, "host");
+      if (url.host === null) return "";
+      return url.port === null ? url.host : url.host + ":" + url.port;
+    }
+    set host(value) {
+      const s = state(this, "host");
+      if (opaquePath(s.url)) return;
+      parse(usv(value), undefined, s.url, S.host);
+    }
+    get hostname() { const { url } = state(this, "hostname"); return url.host ?? ""; }
+    set hostname(value) {
+      const s = state(this, "hostname");
+      if (opaquePath(s.url)) return;
+      parse(usv(value), undefined, s.url, S.hostname);
+    }
+    get port() { const { url } = state(this, "port"); return url.port === null ? "" : String(url.port); }
+    set port(value) {
+      const s = state(this, "port");
+      const url = s.url;
+      if (url.host === null || url.host === "" || url.scheme === "file") return;
+      value = usv(value);
+      if (value === "") url.port = null;
+      else parse(value, undefined, url, S.port);
+    }
+    get pathname() { return serializePath(state(this, "pathname").url); }
+    set pathname(value) {
+      const s = state(this, "pathname");
+      if (opaquePath(s.url)) return;
+      s.url.path = [];
+      parse(usv(value), undefined, s.url, S.pathStart);
+    }
+    get search() { const { url } = state(this, "search"); return url.query === null || url.query === "" ? "" : "?" + url.query; }
+    set search(value) {
+      const s = state(this, "search");
+      value = usv(value);
+      if (value === "") {
+        s.url.query = null;
+        params.replace(s.searchParams, "");
+        if (opaquePath(s.url)) stripTrailingSpaces(s.url);
+        return;
+      }
+      const input = value[0] === "?" ? value.slice(1) : value;
+      s.url.query = "";
+      parse(input, undefined, s.url, S.query);
+      params.replace(s.searchParams, input);
+    }
+    get searchParams() { return state(this, "searchParams").searchParams; }
+    get hash() { const { url } = state(this, "hash"); return url.fragment === null || url.fragment === "" ? "" : "#" + url.fragment; }
+    set hash(value) {
+      const s = state(this, "hash");
+      value = usv(value);
+      if (value === "") {
+        s.url.fragment = null;
+        if (opaquePath(s.url)) stripTrailingSpaces(s.url);
+        return;
+      }
+      s.url.fragment = "";
+      parse(value[0] === "#" ? value.slice(1) : value, undefined, s.url, S.fragment);
+    }
+    toString() { return serialize(state(this, "toString").url); }
+    toJSON() { return serialize(state(this, "toJSON").url); }
+    get [Symbol.toStringTag]() { return "URL"; }
+  }
+  function originOf(url) {
+    if (!["http", "https", "ws", "wss", "ftp"].includes(url.scheme)) return "null";
+    return url.scheme + "://" + url.host + (url.port === null ? "" : ":" + url.port);
+  }
+  for (const name of ["href", "origin", "protocol", "username", "password", "host", "hostname", "port", "pathname", "search", "searchParams", "hash"]) {
+    const d = Object.getOwnPropertyDescriptor(URL.prototype, name);
+    d.enumerable = true;
+    defineProperty(URL.prototype, name, d);
+  }
+  // What Node.js has as well, for a file's path: a script has no file system to name.
+  for (const name of ["createObjectURL", "revokeObjectURL"]) {
+    defineProperty(URL, name, {
+      writable: true, configurable: true,
+      value() { throw new NativeTypeError(`URL.${name} is not available in a script: it has no Blob`); },
+    });
+  }
+  return URL;
+})
