@@ -94,6 +94,13 @@
   }
 
   // ---- decimal numbers as digit strings --------------------------------------------------------
+  // Without its trailing zeros, in time linear in its length (/0+$/ is quadratic in QuickJS:
+  // it tries each run of zeros to its end).
+  function withoutTrailingZeros(digits) {
+    let end = digits.length;
+    while (end > 0 && digits.charCodeAt(end - 1) === 48) end--;
+    return digits.slice(0, end);
+  }
   // A finite non-negative value as { digits, point }: value = 0.digits * 10^point, digits
   // without leading or trailing zeros ("" for zero). From the shortest text that reads back as
   // the double, as ICU formats a double (so 1.005 rounds to 1.01, not to toFixed's 1.00).
@@ -112,7 +119,7 @@
     if (lead < 0) return { digits: "", point: 0 };
     digits = digits.slice(lead);
     point -= lead;
-    digits = digits.replace(/0+$/, "");
+    digits = withoutTrailingZeros(digits);
     return { digits, point };
   }
   // Round ``d`` to keep digits up to position ``at`` (counted from the point: 2 keeps
@@ -158,7 +165,7 @@
     }
     const lead = kept.search(/[^0]/);
     if (lead < 0) return { digits: "", point: 0 };
-    return { digits: kept.slice(lead).replace(/0+$/, ""), point: point - lead };
+    return { digits: withoutTrailingZeros(kept.slice(lead)), point: point - lead };
   }
   function magnitude(d) { // the exponent of the leading digit (0 for 1..9, -1 for 0.1..)
     return d.digits === "" ? 0 : d.point - 1;
@@ -488,7 +495,9 @@
   // through a double), or undefined for other text and for a magnitude past a double's
   // (1e999999999 is Infinity, as a number: laid out exactly it would be a gigabyte of zeros).
   function exactDecimal(x) {
-    if (!/^\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?\s*$/i.test(x)) return undefined;
+    // (one way to match any text: a regular expression that could split a run of digits
+    // two ways takes time in the square of its length to refuse one)
+    if (!/^\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?\s*$/i.test(x)) return undefined;
     const d = decimalOf(x.trim().replace(/^[+-]/, ""));
     return d.digits !== "" && (d.point > 400 || d.point < -400) ? undefined : d;
   }

@@ -278,6 +278,16 @@
     return ascii;
   }
 
+  // `s` without the code units `drop` takes at its start (unless `endOnly`) and its end, in time
+  // linear in its length (a regular expression ending in +$ takes time in the square of a
+  // run's length in QuickJS).
+  function trimmed(s, drop, endOnly = false) {
+    let start = 0, end = s.length;
+    if (!endOnly) while (start < end && drop(s.charCodeAt(start))) start++;
+    while (end > start && drop(s.charCodeAt(end - 1))) end--;
+    return s.slice(start, end);
+  }
+
   // ---- the basic URL parser -----------------------------------------------------------------
   const isAlpha = (c) => c !== undefined && /^[A-Za-z]$/.test(c);
   const isDriveLetter = (s, normalized) => s.length === 2 && isAlpha(s[0]) && (s[1] === ":" || (!normalized && s[1] === "|"));
@@ -306,7 +316,7 @@
   function parse(input, base, url, override) {
     if (url === undefined) {
       url = record();
-      input = input.replace(/^[\u0000-\u0020]+|[\u0000-\u0020]+$/g, "");
+      input = trimmed(input, (c) => c <= 0x20);
     }
     input = input.replace(/[\t\n\r]/g, "");
     let state = override || S.schemeStart;
@@ -606,7 +616,7 @@
   }
   function stripTrailingSpaces(url) {
     if (url.fragment !== null || url.query !== null) return;
-    url.path = url.path.replace(/ +$/, "");
+    url.path = trimmed(url.path, (c) => c === 0x20, true);
   }
   class URL {
     constructor(url, base) {

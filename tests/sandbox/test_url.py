@@ -149,3 +149,22 @@ def test_odd_receivers_and_what_a_script_assigns() -> None:
         0,
         5,
     ]
+
+
+def test_text_a_script_controls_takes_time_in_its_length() -> None:
+    """Runs of spaces, zeros and digits that a regular expression would take in the square of
+    their length (seconds for 20,000 characters) parse in linear time."""
+    ran = run(
+        """
+        const n = 200000;
+        const a = new URL("https://h/" + " ".repeat(n) + "x" + " ".repeat(n));
+        const b = new URL("sc:x" + " ".repeat(n) + "#f");
+        b.hash = "";
+        const f = new Intl.NumberFormat("en-US", { maximumFractionDigits: 100 });
+        return [a.pathname.length, b.href.length, f.format("1".repeat(n) + "x"),
+          f.format("1." + "0".repeat(n) + "1"), f.format("1" + "0".repeat(300) + "1e-400")];
+        """,
+        compute_ms=5000,
+    )
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == [3 * 200000 + 2, 4, "NaN", "1", "0." + "0" * 98 + "1"]
