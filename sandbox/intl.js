@@ -1,6 +1,7 @@
 // Intl for the one locale a script has, en-US, in the one time zone it runs in, UTC: what
 // Node.js (full ICU) gives for them, without locale data. Intl.NumberFormat,
-// Intl.DateTimeFormat and Intl.Collator, and the built-ins that use them: toLocaleString of
+// Intl.DateTimeFormat, Intl.Collator, Intl.PluralRules, Intl.ListFormat and
+// Intl.RelativeTimeFormat, and the built-ins that use them: toLocaleString of
 // numbers, BigInts, dates and arrays, toLocaleDateString, toLocaleTimeString and localeCompare.
 // Another locale or time zone is a RangeError that says what to do instead, never output in a
 // locale the script did not ask for.
@@ -962,17 +963,192 @@
     return join(dateParts(resolveDate(locales, options, required, defaults), t));
   }
 
+  // ---- Intl.PluralRules, Intl.ListFormat, Intl.RelativeTimeFormat -------------------------
+  // English's rules (CLDR): a cardinal is "one" for 1 shown without a fraction; an ordinal is
+  // "one", "two" or "few" for what ends in 1, 2 or 3 (but not 11, 12, 13).
+  const DIGIT_OPTIONS = ["minimumIntegerDigits", "minimumFractionDigits", "maximumFractionDigits",
+    "minimumSignificantDigits", "maximumSignificantDigits", "roundingPriority", "roundingIncrement",
+    "roundingMode", "trailingZeroDisplay"];
+  const pluralOptions = new WeakMap();
+  function pluralOf(o, x) {
+    const shown = formatNumber(o.digits, NativeNumber(x));
+    if (o.type === "cardinal") return /^-?0*1$/.test(shown) ? "one" : "other";
+    // An ordinal goes by the number shown, "101.0" as 101.
+    const value = NativeNumber(shown.replace("-", ""));
+    if (!NativeNumber.isInteger(value)) return "other";
+    const n = value % 100;
+    if (n % 10 === 1 && n !== 11) return "one";
+    if (n % 10 === 2 && n !== 12) return "two";
+    if (n % 10 === 3 && n !== 13) return "few";
+    return "other";
+  }
+  function PluralRules(locales, options) {
+    if (!new.target) throw new NativeTypeError("Constructor Intl.PluralRules requires 'new'");
+    const locale = pickLocale(locales, "Intl.PluralRules");
+    options = optionsObject(options);
+    const type = getOption(options, "type", ["cardinal", "ordinal"], "cardinal", "Intl.PluralRules");
+    const digitOptions = { useGrouping: false };
+    for (const k of DIGIT_OPTIONS) if (options[k] !== undefined) digitOptions[k] = options[k];
+    pluralOptions.set(this, { locale, type, digits: resolveNumber(locale, digitOptions) });
+  }
+  function pluralThis(self, method) {
+    const o = pluralOptions.get(self);
+    if (o === undefined) throw new NativeTypeError(`Method Intl.PluralRules.prototype.${method} called on incompatible receiver`);
+    return o;
+  }
+  const pluralMethods = {
+    select(x) { return pluralOf(pluralThis(this, "select"), x); },
+    selectRange(x, y) {
+      pluralThis(this, "selectRange");
+      if (x === undefined || y === undefined) throw new NativeTypeError("start and end are required");
+      if (NativeNumber(x) !== NativeNumber(x) || NativeNumber(y) !== NativeNumber(y)) throw new NativeRangeError("Invalid number");
+      return "other"; // English's plural ranges all end in "other"
+    },
+    resolvedOptions() {
+      const o = pluralThis(this, "resolvedOptions");
+      const out = { locale: o.locale, type: o.type };
+      for (const k of DIGIT_OPTIONS) if (o.digits[k] !== undefined) out[k] = o.digits[k];
+      out.pluralCategories = o.type === "cardinal" ? ["one", "other"] : ["few", "one", "two", "other"];
+      return out;
+    },
+  };
+  for (const k of objectKeys(pluralMethods)) {
+    defineProperty(PluralRules.prototype, k, { value: pluralMethods[k], writable: true, configurable: true });
+  }
+  defineProperty(PluralRules.prototype, Symbol.toStringTag, { value: "Intl.PluralRules", configurable: true });
+
+  // ListFormat's glue: [between two, between the first ones, before the last of three or more].
+  const LIST_GLUE = {
+    conjunction: { long: [" and ", ", ", ", and "], short: [" & ", ", ", ", & "], narrow: [", ", ", ", ", "] },
+    disjunction: { long: [" or ", ", ", ", or "], short: [" or ", ", ", ", or "], narrow: [" or ", ", ", ", or "] },
+    unit: { long: [", ", ", ", ", "], short: [", ", ", ", ", "], narrow: [" ", " ", " "] },
+  };
+  const listOptions = new WeakMap();
+  function ListFormat(locales, options) {
+    if (!new.target) throw new NativeTypeError("Constructor Intl.ListFormat requires 'new'");
+    const locale = pickLocale(locales, "Intl.ListFormat");
+    options = optionsObject(options);
+    const type = getOption(options, "type", ["conjunction", "disjunction", "unit"], "conjunction", "Intl.ListFormat");
+    const style = getOption(options, "style", ["long", "short", "narrow"], "long", "Intl.ListFormat");
+    listOptions.set(this, { locale, type, style });
+  }
+  function listParts(self, list, method) {
+    const o = listOptions.get(self);
+    if (o === undefined) throw new NativeTypeError(`Method Intl.ListFormat.prototype.${method} called on incompatible receiver`);
+    const items = [];
+    if (list !== undefined) {
+      for (const item of list) {
+        if (typeof item !== "string") throw new NativeTypeError(`Iterable yielded ${NativeString(item)} which is not a string`);
+        items.push(item);
+      }
+    }
+    const [pair, middle, end] = LIST_GLUE[o.type][o.style];
+    const parts = [];
+    items.forEach((item, i) => {
+      if (i) parts.push({ type: "literal", value: items.length === 2 ? pair : i === items.length - 1 ? end : middle });
+      parts.push({ type: "element", value: item });
+    });
+    return parts;
+  }
+  const listMethods = {
+    format(list) { return join(listParts(this, list, "format")); },
+    formatToParts(list) { return listParts(this, list, "formatToParts"); },
+    resolvedOptions() {
+      const o = listOptions.get(this);
+      if (o === undefined) throw new NativeTypeError("Method Intl.ListFormat.prototype.resolvedOptions called on incompatible receiver");
+      return { ...o };
+    },
+  };
+  for (const k of objectKeys(listMethods)) {
+    defineProperty(ListFormat.prototype, k, { value: listMethods[k], writable: true, configurable: true });
+  }
+  defineProperty(ListFormat.prototype, Symbol.toStringTag, { value: "Intl.ListFormat", configurable: true });
+
+  // RelativeTimeFormat's units: [long one, long other, short one, short other, narrow suffix].
+  const TIME_UNITS = {
+    second: ["second", "seconds", "sec.", "sec.", "s"], minute: ["minute", "minutes", "min.", "min.", "m"],
+    hour: ["hour", "hours", "hr.", "hr.", "h"], day: ["day", "days", "day", "days", "d"],
+    week: ["week", "weeks", "wk.", "wk.", "w"], month: ["month", "months", "mo.", "mo.", "mo"],
+    quarter: ["quarter", "quarters", "qtr.", "qtrs.", "q"], year: ["year", "years", "yr.", "yr.", "y"],
+  };
+  // numeric "auto": the words for -1, 0 and 1 of a unit ([long, short and narrow]).
+  const TIME_WORDS = {
+    second: { 0: ["now", "now", "now"] },
+    minute: { 0: ["this minute", "this minute", "this minute"] },
+    hour: { 0: ["this hour", "this hour", "this hour"] },
+    day: { "-1": ["yesterday", "yesterday", "yesterday"], 0: ["today", "today", "today"], 1: ["tomorrow", "tomorrow", "tomorrow"] },
+  };
+  for (const [unit, long, short] of [["week", "week", "wk."], ["month", "month", "mo."], ["quarter", "quarter", "qtr."], ["year", "year", "yr."]]) {
+    TIME_WORDS[unit] = {
+      "-1": ["last " + long, "last " + short, "last " + short],
+      0: ["this " + long, "this " + short, "this " + short],
+      1: ["next " + long, "next " + short, "next " + short],
+    };
+  }
+  const relativeOptions = new WeakMap();
+  let relativeNumber; // the numbers' format: en-US's default
+  function RelativeTimeFormat(locales, options) {
+    if (!new.target) throw new NativeTypeError("Constructor Intl.RelativeTimeFormat requires 'new'");
+    const locale = pickLocale(locales, "Intl.RelativeTimeFormat");
+    options = optionsObject(options);
+    const style = getOption(options, "style", ["long", "short", "narrow"], "long", "Intl.RelativeTimeFormat");
+    const numeric = getOption(options, "numeric", ["always", "auto"], "always", "Intl.RelativeTimeFormat");
+    relativeOptions.set(this, { locale, style, numeric, numberingSystem: "latn" });
+  }
+  function relativeParts(self, value, unit, method) {
+    const o = relativeOptions.get(self);
+    if (o === undefined) throw new NativeTypeError(`Method Intl.RelativeTimeFormat.prototype.${method} called on incompatible receiver`);
+    const x = NativeNumber(value);
+    unit = NativeString(unit);
+    const singular = unit.endsWith("s") && TIME_UNITS[unit.slice(0, -1)] !== undefined ? unit.slice(0, -1) : unit;
+    const names = TIME_UNITS[singular];
+    if (names === undefined || !Object.prototype.hasOwnProperty.call(TIME_UNITS, singular)) {
+      throw new NativeRangeError(`Invalid unit argument for Intl.RelativeTimeFormat.prototype.${method}() '${unit}'`);
+    }
+    if (!NativeNumber.isFinite(x)) throw new NativeRangeError(`Value need to be finite number for Intl.RelativeTimeFormat.prototype.${method}()`);
+    const width = o.style === "long" ? 0 : o.style === "short" ? 1 : 2;
+    const past = x < 0 || (x === 0 && 1 / x < 0);
+    relativeNumber ??= resolveNumber(undefined, undefined);
+    const shown = numberParts(relativeNumber, past ? -x : x).map((p) => ({ ...p, unit: singular }));
+    const text = join(shown);
+    if (o.numeric === "auto") { // by the number shown: 0.0001 days is "today"
+      const words = TIME_WORDS[singular][text === "0" ? 0 : text === "1" ? (past ? -1 : 1) : "none"];
+      if (words !== undefined) return [{ type: "literal", value: words[width] }];
+    }
+    const one = text === "1";
+    const name = width === 2 ? names[4] : names[width * 2 + (one ? 0 : 1)];
+    const parts = [];
+    if (!past) parts.push({ type: "literal", value: "in " });
+    parts.push(...shown);
+    const after = (width === 2 ? "" : " ") + name + (past ? " ago" : "");
+    parts.push({ type: "literal", value: after });
+    return parts;
+  }
+  const relativeMethods = {
+    format(value, unit) { return join(relativeParts(this, value, unit, "format")); },
+    formatToParts(value, unit) { return relativeParts(this, value, unit, "formatToParts"); },
+    resolvedOptions() {
+      const o = relativeOptions.get(this);
+      if (o === undefined) throw new NativeTypeError("Method Intl.RelativeTimeFormat.prototype.resolvedOptions called on incompatible receiver");
+      return { ...o };
+    },
+  };
+  for (const k of objectKeys(relativeMethods)) {
+    defineProperty(RelativeTimeFormat.prototype, k, { value: relativeMethods[k], writable: true, configurable: true });
+  }
+  defineProperty(RelativeTimeFormat.prototype, Symbol.toStringTag, { value: "Intl.RelativeTimeFormat", configurable: true });
+
   // ---- the globals ---------------------------------------------------------------------------
   const supportedLocalesOf = (locales) => {
     const list = requested(locales);
     return list.filter((tag) => SUPPORTED.test(tag.split("-u-")[0])).map(() => LOCALE).slice(0, 1);
   };
-  for (const C of [NumberFormat, DateTimeFormat, Collator]) {
+  for (const C of [NumberFormat, DateTimeFormat, Collator, PluralRules, ListFormat, RelativeTimeFormat]) {
     defineProperty(C, "supportedLocalesOf", { value: supportedLocalesOf, writable: true, configurable: true });
   }
   const Intl = {};
   const made = {
-    NumberFormat, DateTimeFormat, Collator,
+    NumberFormat, DateTimeFormat, Collator, PluralRules, ListFormat, RelativeTimeFormat,
     getCanonicalLocales(locales) {
       return requested(locales).map((tag) => (SUPPORTED.test(tag) ? (tag.length === 2 ? "en" : LOCALE) : tag));
     },
@@ -982,13 +1158,13 @@
   }
   defineProperty(Intl, Symbol.toStringTag, { value: "Intl", configurable: true });
   // What a script names of the rest of Intl says what it has instead.
-  for (const name of ["PluralRules", "RelativeTimeFormat", "ListFormat", "DisplayNames", "Segmenter", "Locale", "DurationFormat"]) {
+  for (const name of ["DisplayNames", "Segmenter", "Locale", "DurationFormat"]) {
     defineProperty(Intl, name, {
       configurable: true, writable: true,
       value: function () {
         throw new NativeTypeError(
-          `Intl.${name} is not available in a script (it has Intl.NumberFormat, Intl.DateTimeFormat ` +
-          "and Intl.Collator, for en-US in UTC): build that text yourself");
+          `Intl.${name} is not available in a script (it has Intl.NumberFormat, DateTimeFormat, ` +
+          "Collator, PluralRules, ListFormat and RelativeTimeFormat, for en-US in UTC): build that text yourself");
       },
     });
   }

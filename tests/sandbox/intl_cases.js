@@ -110,4 +110,32 @@ for (let i = 0; i < COUNT; i++) {
   } catch (e) { expected = "!" + e.name; }
   date.push([t, method, o, expected]);
 }
-console.log(JSON.stringify({ node: process.versions.node, icu: process.versions.icu, number, collator, date }));
+
+// ---- Intl.PluralRules, Intl.ListFormat, Intl.RelativeTimeFormat
+const plural = [];
+for (let i = 0; i < COUNT / 4; i++) {
+  const o = {};
+  if (rnd() < 0.5) o.type = pick(["cardinal", "ordinal"]);
+  if (rnd() < 0.2) o.minimumFractionDigits = Math.floor(rnd() * 3);
+  if (rnd() < 0.1) o.maximumSignificantDigits = 1 + Math.floor(rnd() * 3);
+  const n = pick([0, 1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 101, 111, 112, 113, 1.5, 1.0001, 0.999, -1, -2, -21, 1e6 + 1]);
+  plural.push([n, o, new Intl.PluralRules("en-US", o).select(n)]);
+}
+const list = [];
+for (let i = 0; i < COUNT / 4; i++) {
+  const o = {};
+  if (rnd() < 0.7) o.type = pick(["conjunction", "disjunction", "unit"]);
+  if (rnd() < 0.7) o.style = pick(["long", "short", "narrow"]);
+  const items = ["apples", "pears", "plums", "figs", "a b", ""].slice(0, Math.floor(rnd() * 6));
+  list.push([items, o, new Intl.ListFormat("en-US", o).format(items)]);
+}
+const relative = [];
+for (let i = 0; i < COUNT / 2; i++) {
+  const o = {};
+  if (rnd() < 0.7) o.style = pick(["long", "short", "narrow"]);
+  if (rnd() < 0.5) o.numeric = pick(["always", "auto"]);
+  const unit = pick(["second", "minutes", "hour", "day", "days", "week", "month", "quarter", "quarters", "year"]);
+  const v = pick([-2, -1, 0, 1, 2, 1.5, -1234.5, 3, 100, -0.25, 1e6, 0.0001]);
+  relative.push([v, unit, o, new Intl.RelativeTimeFormat("en-US", o).format(v, unit)]);
+}
+console.log(JSON.stringify({ node: process.versions.node, icu: process.versions.icu, number, collator, date, plural, list, relative }));
