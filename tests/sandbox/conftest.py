@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sandbox import protocol
+import _quickjs
+
+from sandbox import protocol, runtime
 from sandbox.protocol import Clock, Limits, Ran, Record, Script
 from sandbox.runtime import run_in_process
 
@@ -73,3 +75,15 @@ def caught(code: str, records: Iterable[Record] = (), **kwargs: Any) -> tuple[st
     )
     name, message = value(wrapped, records, **kwargs)
     return name, message
+
+
+def booted(source: Any = None) -> Any:
+    """A QuickJS context after the boot and before any script: lazy.js's stand-ins installed
+    (Intl, URL, toLocaleString, localeCompare), each file asked of ``source`` (by default the
+    runtime's) on first use."""
+    ctx = _quickjs.Context()
+    for name in runtime._HOST_FUNCTIONS:
+        ctx.add_callable("__cm_" + name, lambda *args: None)
+    ctx.add_callable("__cm_source", source or runtime._lazy_source)
+    ctx.eval(runtime._BOOT)
+    return ctx

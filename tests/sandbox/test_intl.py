@@ -12,11 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import _quickjs
 import pytest
 
 from sandbox import runtime
-from tests.sandbox.conftest import run, value
+from tests.sandbox.conftest import booted, run, value
 
 CASES = json.loads(Path(__file__).with_name("intl_cases.json").read_text("utf-8"))
 
@@ -42,18 +41,8 @@ _HARNESS = """(cases) => JSON.stringify(JSON.parse(cases).map((c) => {
 }))"""
 
 
-def _bare(source: Any = runtime._lazy_source) -> Any:
-    """A context after the boot (no script yet): the stand-ins of lazy.js installed."""
-    ctx = _quickjs.Context()
-    for name in runtime._HOST_FUNCTIONS:
-        ctx.add_callable("__cm_" + name, lambda *args: None)
-    ctx.add_callable("__cm_source", source)
-    ctx.eval(runtime._BOOT)
-    return ctx
-
-
 def _answers(kind: str) -> list[Any]:
-    ctx = _bare()
+    ctx = booted()
     cases = [c for c in CASES[kind]]
     answers = ctx.eval(_HARNESS.replace("KIND", repr(kind)))(json.dumps(cases))
     return list(zip(cases, json.loads(answers), strict=True))
@@ -233,7 +222,7 @@ def test_a_prepared_context_has_it_compiled_before_the_script(
     assert asked == ["intl", "url"]
 
     del asked[:]
-    ctx = _bare(source)
+    ctx = booted(source)
     assert asked == []
     assert ctx.eval("[(1e6).toLocaleString(), 'b'.localeCompare('a')].join()") == "1,000,000,1"
     assert asked == ["intl"]

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.sandbox.conftest import run, value
-from tests.sandbox.test_intl import _bare
+from tests.sandbox.conftest import booted, run, value
 
 CASES = json.loads(Path(__file__).with_name("url_cases.json").read_text("utf-8"))
 
@@ -47,7 +46,7 @@ _HARNESS = """(cases) => {
 
 
 def _answers() -> dict[str, list[Any]]:
-    answers: dict[str, list[Any]] = json.loads(_bare().eval(_HARNESS)(json.dumps(CASES)))
+    answers: dict[str, list[Any]] = json.loads(booted().eval(_HARNESS)(json.dumps(CASES)))
     return answers
 
 
