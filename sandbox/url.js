@@ -251,12 +251,17 @@
     }
     return out;
   }
+  const MAX_LABEL = 1000;
   function domainToASCII(domain) {
     let mapped = domain;
     if (/[^\x00-\x7f]/.test(domain)) {
       // UTS #46's mapping for what host names mostly hold: the full stops, lower case, NFC.
       mapped = apply(normalize, domain.replace(/[\u3002\uff0e\uff61]/g, ".").toLowerCase(), ["NFC"]);
-      mapped = mapped.split(".").map((l) => (/[^\x00-\x7f]/.test(l) ? "xn--" + punycode(l) : l)).join(".");
+      const labels = mapped.split(".");
+      // Punycode takes time in the square of a label's length: a label longer than any name
+      // could use (DNS takes 63 octets) is refused, not encoded for seconds.
+      if (labels.some((l) => l.length > MAX_LABEL)) return FAILURE;
+      mapped = labels.map((l) => (/[^\x00-\x7f]/.test(l) ? "xn--" + punycode(l) : l)).join(".");
     } else mapped = domain.toLowerCase();
     if (mapped === "") return FAILURE;
     return mapped;
