@@ -94,6 +94,21 @@
     });
   }
 
+  // Methods on a constructor's prototype as a built-in's are (writable, configurable, not
+  // enumerable), and its toStringTag.
+  function methodsOf(C, tag, methods) {
+    for (const k of objectKeys(methods)) {
+      defineProperty(C.prototype, k, { value: methods[k], writable: true, configurable: true });
+    }
+    defineProperty(C.prototype, Symbol.toStringTag, { value: tag, configurable: true });
+  }
+  // What an Intl object was made with (in `made`), or a TypeError for anything else.
+  function receiver(made, self, tag, method) {
+    const o = made.get(self);
+    if (o === undefined) throw new NativeTypeError(`Method ${tag}.prototype.${method} called on incompatible receiver`);
+    return o;
+  }
+
   // ---- decimal numbers as digit strings --------------------------------------------------------
   // Without its trailing zeros, in time linear in its length (/0+$/ is quadratic in QuickJS:
   // it tries each run of zeros to its end).
@@ -522,11 +537,7 @@
     if (!new.target) return new NumberFormat(locales, options);
     numberOptions.set(this, resolveNumber(locales, options));
   }
-  function numberThis(self, method) {
-    const o = numberOptions.get(self);
-    if (o === undefined) throw new NativeTypeError(`Method Intl.NumberFormat.prototype.${method} called on incompatible receiver`);
-    return o;
-  }
+  const numberThis = (self, method) => receiver(numberOptions, self, "Intl.NumberFormat", method);
   boundGetter(NumberFormat.prototype, "format", numberThis, (o) => (x) => formatNumber(o, toNumeric(x)));
   const numberMethods = {
     formatToParts(x) { return numberParts(numberThis(this, "formatToParts"), toNumeric(x)); },
@@ -543,10 +554,7 @@
       return out;
     },
   };
-  for (const k of objectKeys(numberMethods)) {
-    defineProperty(NumberFormat.prototype, k, { value: numberMethods[k], writable: true, configurable: true });
-  }
-  defineProperty(NumberFormat.prototype, Symbol.toStringTag, { value: "Intl.NumberFormat", configurable: true });
+  methodsOf(NumberFormat, "Intl.NumberFormat", numberMethods);
 
   // ---- Intl.Collator ----------------------------------------------------------------------
   // CLDR's root collation (which en uses) for Latin script, digits, punctuation and symbols,
@@ -696,17 +704,11 @@
     if (!new.target) return new Collator(locales, options);
     collatorOptions.set(this, resolveCollator(locales, options));
   }
-  function collatorThis(self, method) {
-    const o = collatorOptions.get(self);
-    if (o === undefined) throw new NativeTypeError(`Method Intl.Collator.prototype.${method} called on incompatible receiver`);
-    return o;
-  }
+  const collatorThis = (self, method) => receiver(collatorOptions, self, "Intl.Collator", method);
   boundGetter(Collator.prototype, "compare", collatorThis, (o) => (x, y) => collate(o, NativeString(x), NativeString(y)));
-  defineProperty(Collator.prototype, "resolvedOptions", {
-    writable: true, configurable: true,
-    value: function resolvedOptions() { return { ...collatorThis(this, "resolvedOptions") }; },
+  methodsOf(Collator, "Intl.Collator", {
+    resolvedOptions() { return { ...collatorThis(this, "resolvedOptions") }; },
   });
-  defineProperty(Collator.prototype, Symbol.toStringTag, { value: "Intl.Collator", configurable: true });
 
   // ---- Intl.DateTimeFormat -----------------------------------------------------------------
   // en-US's patterns (CLDR) for the gregorian calendar, in UTC, the one time zone a script has.
@@ -943,20 +945,13 @@
     if (!new.target) return new DateTimeFormat(locales, options);
     dateOptions.set(this, resolveDate(locales, options, "any", "date"));
   }
-  function dateThis(self, method) {
-    const o = dateOptions.get(self);
-    if (o === undefined) throw new NativeTypeError(`Method Intl.DateTimeFormat.prototype.${method} called on incompatible receiver`);
-    return o;
-  }
+  const dateThis = (self, method) => receiver(dateOptions, self, "Intl.DateTimeFormat", method);
   boundGetter(DateTimeFormat.prototype, "format", dateThis, (o) => (x) => join(dateParts(o, dateValue(x))));
   const dateMethods = {
     formatToParts(x) { return dateParts(dateThis(this, "formatToParts"), dateValue(x)); },
     resolvedOptions() { return { ...dateThis(this, "resolvedOptions") }; },
   };
-  for (const k of objectKeys(dateMethods)) {
-    defineProperty(DateTimeFormat.prototype, k, { value: dateMethods[k], writable: true, configurable: true });
-  }
-  defineProperty(DateTimeFormat.prototype, Symbol.toStringTag, { value: "Intl.DateTimeFormat", configurable: true });
+  methodsOf(DateTimeFormat, "Intl.DateTimeFormat", dateMethods);
   function formatDate(x, locales, options, required, defaults) {
     const t = apply(getTime, x, []); // a TypeError for what is not a Date, as the built-in
     if (t !== t) return "Invalid Date";
@@ -991,11 +986,7 @@
     for (const k of DIGIT_OPTIONS) if (options[k] !== undefined) digitOptions[k] = options[k];
     pluralOptions.set(this, { locale, type, digits: resolveNumber(locale, digitOptions) });
   }
-  function pluralThis(self, method) {
-    const o = pluralOptions.get(self);
-    if (o === undefined) throw new NativeTypeError(`Method Intl.PluralRules.prototype.${method} called on incompatible receiver`);
-    return o;
-  }
+  const pluralThis = (self, method) => receiver(pluralOptions, self, "Intl.PluralRules", method);
   const pluralMethods = {
     select(x) { return pluralOf(pluralThis(this, "select"), x); },
     selectRange(x, y) {
@@ -1012,10 +1003,7 @@
       return out;
     },
   };
-  for (const k of objectKeys(pluralMethods)) {
-    defineProperty(PluralRules.prototype, k, { value: pluralMethods[k], writable: true, configurable: true });
-  }
-  defineProperty(PluralRules.prototype, Symbol.toStringTag, { value: "Intl.PluralRules", configurable: true });
+  methodsOf(PluralRules, "Intl.PluralRules", pluralMethods);
 
   // ListFormat's glue: [between two, between the first ones, before the last of three or more].
   const LIST_GLUE = {
@@ -1033,8 +1021,7 @@
     listOptions.set(this, { locale, type, style });
   }
   function listParts(self, list, method) {
-    const o = listOptions.get(self);
-    if (o === undefined) throw new NativeTypeError(`Method Intl.ListFormat.prototype.${method} called on incompatible receiver`);
+    const o = receiver(listOptions, self, "Intl.ListFormat", method);
     const items = [];
     if (list !== undefined) {
       for (const item of list) {
@@ -1053,16 +1040,9 @@
   const listMethods = {
     format(list) { return join(listParts(this, list, "format")); },
     formatToParts(list) { return listParts(this, list, "formatToParts"); },
-    resolvedOptions() {
-      const o = listOptions.get(this);
-      if (o === undefined) throw new NativeTypeError("Method Intl.ListFormat.prototype.resolvedOptions called on incompatible receiver");
-      return { ...o };
-    },
+    resolvedOptions() { return { ...receiver(listOptions, this, "Intl.ListFormat", "resolvedOptions") }; },
   };
-  for (const k of objectKeys(listMethods)) {
-    defineProperty(ListFormat.prototype, k, { value: listMethods[k], writable: true, configurable: true });
-  }
-  defineProperty(ListFormat.prototype, Symbol.toStringTag, { value: "Intl.ListFormat", configurable: true });
+  methodsOf(ListFormat, "Intl.ListFormat", listMethods);
 
   // RelativeTimeFormat's units: [long one, long other, short one, short other, narrow suffix].
   const TIME_UNITS = {
@@ -1096,8 +1076,7 @@
     relativeOptions.set(this, { locale, style, numeric, numberingSystem: "latn" });
   }
   function relativeParts(self, value, unit, method) {
-    const o = relativeOptions.get(self);
-    if (o === undefined) throw new NativeTypeError(`Method Intl.RelativeTimeFormat.prototype.${method} called on incompatible receiver`);
+    const o = receiver(relativeOptions, self, "Intl.RelativeTimeFormat", method);
     const x = NativeNumber(value);
     unit = NativeString(unit);
     const singular = unit.endsWith("s") && TIME_UNITS[unit.slice(0, -1)] !== undefined ? unit.slice(0, -1) : unit;
@@ -1127,16 +1106,9 @@
   const relativeMethods = {
     format(value, unit) { return join(relativeParts(this, value, unit, "format")); },
     formatToParts(value, unit) { return relativeParts(this, value, unit, "formatToParts"); },
-    resolvedOptions() {
-      const o = relativeOptions.get(this);
-      if (o === undefined) throw new NativeTypeError("Method Intl.RelativeTimeFormat.prototype.resolvedOptions called on incompatible receiver");
-      return { ...o };
-    },
+    resolvedOptions() { return { ...receiver(relativeOptions, this, "Intl.RelativeTimeFormat", "resolvedOptions") }; },
   };
-  for (const k of objectKeys(relativeMethods)) {
-    defineProperty(RelativeTimeFormat.prototype, k, { value: relativeMethods[k], writable: true, configurable: true });
-  }
-  defineProperty(RelativeTimeFormat.prototype, Symbol.toStringTag, { value: "Intl.RelativeTimeFormat", configurable: true });
+  methodsOf(RelativeTimeFormat, "Intl.RelativeTimeFormat", relativeMethods);
 
   // ---- the globals ---------------------------------------------------------------------------
   const supportedLocalesOf = (locales) => {
