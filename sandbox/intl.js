@@ -1180,6 +1180,7 @@
       if (this === undefined || this === null) throw new NativeTypeError("String.prototype.localeCompare called on null or undefined");
       return collate(resolveCollator(locales, options), NativeString(this), NativeString(that));
     },
+    locale(locales, what) { pickLocale(locales, what); }, // refuses what is not en-US
     array(locales, options) {
       const list = Object(this);
       const n = list.length >>> 0;

@@ -1,5 +1,6 @@
 // Stand-ins for what a script has that is large to compile and seldom used: Intl and the
-// built-ins that format or compare for a locale (sandbox/intl.js), and URL (sandbox/url.js).
+// built-ins that format, compare or change case for a locale (sandbox/intl.js), and URL
+// (sandbox/url.js).
 // The first use compiles the file, once per context; each stand-in then calls its real method.
 // Evaluated with the boot, before the prelude; returns the function that compiles them all (a
 // fork server calls it before it forks, so that no child pays for them).
@@ -44,6 +45,20 @@
     const f = { [name](...args) { return apply(intl().methods[key], this, args); } }[name];
     defineProperty(f, "length", { value: length });
     defineProperty(proto, name, data(f));
+  }
+  // Case mapping is the language's own for English; another locale (Turkish's dotted i) is
+  // refused, as for formatting, not mapped as English.
+  const { toUpperCase, toLowerCase } = String.prototype;
+  for (const [name, native] of [["toLocaleUpperCase", toUpperCase], ["toLocaleLowerCase", toLowerCase]]) {
+    const f = {
+      [name](locales) {
+        if (this === undefined || this === null) throw new TypeError(`String.prototype.${name} called on null or undefined`);
+        if (locales !== undefined) intl().methods.locale(locales, "String.prototype." + name);
+        return apply(native, this, []);
+      },
+    }[name];
+    defineProperty(f, "length", { value: 0 });
+    defineProperty(String.prototype, name, data(f));
   }
   return () => { intl(); url(); };
 })

@@ -98,6 +98,7 @@ def test_what_a_model_writes() -> None:
           new Intl.RelativeTimeFormat("en", { numeric: "auto" }).format(-1, "day"),
           new Intl.RelativeTimeFormat("en").format(3, "hours"),
           [1, 2, 3, 11, 22].map((n) => new Intl.PluralRules("en", { type: "ordinal" }).select(n)),
+          ["\\u0131 i \\u0130 \\u00df".toLocaleUpperCase("en-US"), "ΣΑΣ".toLocaleLowerCase(), "Ab".toLocaleLowerCase("en")],
         ];
         """
     )
@@ -120,6 +121,7 @@ def test_what_a_model_writes() -> None:
         "yesterday",
         "in 3 hours",
         ["one", "two", "few", "other", "two"],
+        ["I I İ SS", "σας", "ab"],
     ]
 
 
@@ -154,6 +156,7 @@ def test_the_time_is_the_scripts_fixed_clock() -> None:
             "Currency code is required",
         ),
         ("new Intl.DateTimeFormat().format(NaN);", "RangeError", "Invalid time value"),
+        ('"i".toLocaleUpperCase("tr");', "RangeError", 'no locale data for "tr"'),
     ],
 )
 def test_what_it_does_not_have_says_what_to_do(code: str, name: str, said: str) -> None:
