@@ -7,8 +7,9 @@
 //
 // `source(name)` gives a file's text ("intl", "url"); `lineOf()` the line its frames are to
 // start at, past the script's last, so that no error in it is read as the script's (QuickJS
-// names every evaluated text's frames <input>:line); `params` links URL to URLSearchParams.
-(function (source, lineOf, params) {
+// names every evaluated text's frames <input>:line); `web` is what url.js takes from web.js
+// (its URLSearchParams, and text helpers).
+(function (source, lineOf, web) {
   "use strict";
   const { defineProperty } = Object;
   const { apply } = Reflect;
@@ -16,7 +17,7 @@
   const made = { __proto__: null };
   const compile = (name) => indirectEval("\n".repeat(lineOf()) + source(name));
   const intl = () => (made.intl ??= compile("intl")());
-  const url = () => (made.url ??= compile("url")(params));
+  const url = () => (made.url ??= compile("url")(web));
   const data = (value) => ({ value, writable: true, configurable: true });
   // A global that is made when first read (a script that assigns it keeps what it assigned).
   function lazyGlobal(name, make) {

@@ -86,13 +86,16 @@ def _boot(eager: bool) -> str:
         "  const lazySource = __cm_source;\n"
         "  delete globalThis.__cm_source;\n"
         f"  const web = {WEB.strip()};\n"
-        # What lazy.js compiles goes past the script's lines (before any script: past any's)
-        f"  let lazyLine = {PRELUDE_LINE};\n"
-        f"  const lazy = ({LAZY.strip()})(lazySource, () => lazyLine, web.params);\n"
+        # What lazy.js compiles goes past the script's lines (before any script: past any's),
+        # counted only if it compiles: a run's start does not pay for it.
+        "  let script;\n"
+        "  const lazyLine = () =>\n"
+        f"    script === undefined ? {PRELUDE_LINE} : script.split('\\n').length + 8;\n"
+        f"  const lazy = ({LAZY.strip()})(lazySource, lazyLine, web.url);\n"
         + ("  lazy();\n" if eager else "")
         + f"  const prelude = ({PRELUDE});\n"
         "  return (config, code) => {\n"
-        "    lazyLine = code.split('\\n').length + 8;\n"
+        "    script = code;\n"
         "    return prelude(JSON.parse(config), host, code, web);\n"
         "  };\n"
         "})()"

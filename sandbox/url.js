@@ -7,19 +7,20 @@
 // NFC, the ideographic full stops, Punycode for a label that is not ASCII); a host that needs
 // more of UTS #46's mapping tables than that may differ from Node.js's.
 //
-// Compiled when a script first names URL (sandbox/lazy.js). `params` links it to the
-// URLSearchParams of sandbox/web.js: `params.make(query, onChange)` makes one whose changes
-// call onChange(serialized), and `params.replace(searchParams, query)` sets its list.
-(function (params) {
+// Compiled when a script first names URL (sandbox/lazy.js). `web` links it to the
+// URLSearchParams of sandbox/web.js (`web.makeParams(query, onChange)` makes one whose changes
+// call onChange(serialized); `web.replaceParams(searchParams, query)` sets its list) and gives
+// the text helpers the two share (`usv`, `isHex`).
+(function (web) {
   "use strict";
   const { defineProperty } = Object;
   const NativeTypeError = TypeError;
   const { fromCharCode } = String;
-  const { toWellFormed, normalize } = String.prototype;
+  const { normalize } = String.prototype;
   const { apply } = Reflect;
   const NativeTextEncoder = TextEncoder, NativeTextDecoder = TextDecoder;
 
-  const usv = (v) => apply(toWellFormed, String(v), []);
+  const { usv, isHex } = web;
   const SPECIAL = { "ftp": 21, "file": null, "http": 80, "https": 443, "ws": 80, "wss": 443 };
   const isSpecialScheme = (s) => Object.prototype.hasOwnProperty.call(SPECIAL, s);
   const defaultPort = (s) => (isSpecialScheme(s) ? SPECIAL[s] : null);
@@ -53,7 +54,6 @@
     for (const ch of s) out += encodeCodePoint(ch, inSet);
     return out;
   }
-  const isHex = (c) => (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66);
   function percentDecode(s) { // to bytes
     const bytes = encoder.encode(s);
     const out = [];
@@ -629,7 +629,7 @@
       const parsed = parseWithBase(url, base);
       if (parsed === FAILURE) throw invalid(usv(url), base === undefined ? undefined : usv(base));
       const s = { url: parsed, searchParams: undefined };
-      s.searchParams = params.make(parsed.query ?? "", (serialized) => paramsChanged(s, serialized));
+      s.searchParams = web.makeParams(parsed.query ?? "", (serialized) => paramsChanged(s, serialized));
       records.set(this, s);
     }
     static canParse(url, base) { return parseWithBase(url, base) !== FAILURE; }
@@ -642,7 +642,7 @@
       const parsed = parse(usv(value));
       if (parsed === FAILURE) throw invalid(usv(value));
       s.url = parsed;
-      params.replace(s.searchParams, parsed.query ?? "");
+      web.replaceParams(s.searchParams, parsed.query ?? "");
     }
     get origin() {
       const { url } = state(this, "origin");
@@ -704,14 +704,14 @@
       value = usv(value);
       if (value === "") {
         s.url.query = null;
-        params.replace(s.searchParams, "");
+        web.replaceParams(s.searchParams, "");
         if (opaquePath(s.url)) stripTrailingSpaces(s.url);
         return;
       }
       const input = value[0] === "?" ? value.slice(1) : value;
       s.url.query = "";
       parse(input, undefined, s.url, S.query);
-      params.replace(s.searchParams, input);
+      web.replaceParams(s.searchParams, input);
     }
     get searchParams() { return state(this, "searchParams").searchParams; }
     get hash() { const { url } = state(this, "hash"); return url.fragment === null || url.fragment === "" ? "" : "#" + url.fragment; }

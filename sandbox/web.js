@@ -394,6 +394,7 @@
     defineProperty(globalThis, name, { value: made[name], writable: true, configurable: true });
   }
   const setRun = (nextRandom, text) => { run = { nextRandom, text }; };
-  setRun.params = freeze({ make: linkParams, replace: replaceParams }); // for sandbox/url.js
+  // What sandbox/url.js takes from here: its searchParams, and the text helpers it shares.
+  setRun.url = freeze({ makeParams: linkParams, replaceParams, usv, isHex });
   return setRun;
 })()
