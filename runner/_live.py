@@ -85,6 +85,8 @@ class _Owner(Protocol):
     slots: Slots
     _live: weakref.WeakSet[ProcessLive]
 
+    def busy(self) -> None: ...
+
     async def _segment_step(
         self,
         child: ForkedChild,
@@ -204,7 +206,11 @@ class ProcessLive(LiveRun):
             )
         try:
             async with self.runner.slots.hold(self.tenant) as use:
-                step = await self._segment(records)
+                self.runner.busy()
+                try:
+                    step = await self._segment(records)
+                finally:
+                    self.runner.busy()
         except BaseException:
             await self.close()
             raise

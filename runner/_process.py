@@ -243,6 +243,8 @@ class ProcessRunner(ScriptRunner):
                 data_limit=heap,
                 spawn_timeout=spawn_timeout,
                 idle_after=idle_after,
+                # A live run waiting for its results is a script in the middle of its run.
+                holding=lambda: bool(self._live),
             )
         self._closed = False
         # The live runs this runner made and nobody closed yet; aclose ends them.
@@ -305,6 +307,11 @@ class ProcessRunner(ScriptRunner):
         if step.process is not None:
             step.process.wait_ms = use.waited * 1000
         return step
+
+    def busy(self) -> None:
+        """A live segment began or ended: the warm pool waits for quiet to refill."""
+        if self.pool is not None:
+            self.pool.busy()
 
     @property
     def live_runs(self) -> int:

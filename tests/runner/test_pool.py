@@ -43,6 +43,59 @@ async def test_the_pool_fills_to_its_size_and_refills_after_each_step() -> None:
         assert all(child.ready is not None for child in runner.pool.idle)
 
 
+async def test_the_refill_waits_while_a_live_run_waits_for_results() -> None:
+    """With a child still in the pool, a refill waits until no live run waits for results
+    (a script in the middle of its run), then comes once the runner was quiet."""
+    async with ProcessRunner(mode="pool", pool_size=2) as runner:
+        pool = runner.pool
+        assert pool is not None
+        pool.refill_quiet, pool.refill_latest = 0.05, 3600.0
+        await runner.run(script("return 1"))
+        await until(lambda: len(pool.idle) == 2, "the pool to fill")
+        spawned = pool.spawned
+        step = await runner.run(script("return await tools.t({})"), live=True)
+        assert step.live is not None
+        await asyncio.sleep(0.5)  # ten times the quiet the refill waits for
+        assert (len(pool.idle), pool.spawned) == (1, spawned), "refilled mid-script"
+        await step.live.close()
+        await until(lambda: len(pool.idle) == 2, "the pool to refill once the run ended")
+        assert pool.spawned == spawned + 1
+
+
+async def test_a_refill_that_waits_comes_by_its_latest_time() -> None:
+    """A live run that keeps waiting delays the refill by ``refill_latest`` at most."""
+    async with ProcessRunner(mode="pool", pool_size=2) as runner:
+        pool = runner.pool
+        assert pool is not None
+        pool.refill_quiet, pool.refill_latest = 0.05, 0.3
+        await runner.run(script("return 1"))
+        await until(lambda: len(pool.idle) == 2, "the pool to fill")
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        step = await runner.run(script("return await tools.t({})"), live=True)
+        assert step.live is not None
+        try:
+            await until(lambda: len(pool.idle) == 2, "the pool to refill by its latest time")
+            assert loop.time() - began >= 0.3
+        finally:
+            await step.live.close()
+
+
+async def test_an_empty_pool_refills_at_once_while_a_step_runs() -> None:
+    """A pool left empty refills at once: its next step would fork on demand."""
+    async with ProcessRunner(mode="pool", pool_size=1) as runner:
+        pool = runner.pool
+        assert pool is not None
+        pool.refill_quiet, pool.refill_latest = 3600.0, 3600.0
+        await runner.run(script("return 1"))
+        await until(lambda: len(pool.idle) == 1, "the pool to fill")
+        running = asyncio.create_task(runner.run(script("for (;;) {}", compute_ms=3000)))
+        await until(lambda: len(pool.idle) == 1, "the pool to refill while the step runs")
+        assert not running.done()
+        step = await running
+        assert step.limit is not None and step.limit.name == "compute_ms"
+
+
 async def test_a_child_that_died_waiting_is_discarded_not_used() -> None:
     async with ProcessRunner(mode="pool", pool_size=2) as runner:
         assert runner.pool is not None
