@@ -9,15 +9,17 @@ connection that never waits: it does not checkpoint (a checkpoint syncs the data
 the store thread's connection does them) and gives up at once when another connection holds
 the write lock, and then the transaction runs on the thread, which waits its turn. A write
 that must reach the disk before it returns (see ``SqlStore._tx``) commits there without a
-sync, then waits for an ``fsync`` of the write-ahead log on the store's thread: the same
-durability as ``synchronous=FULL``, which in WAL mode is that ``fsync`` at the commit. Commit
-and sync both on the thread cost three times as much: the hop, and a second connection whose
-page cache each write of the other's made stale.
+sync, then waits for an ``fsync`` of the write-ahead log: the same durability as
+``synchronous=FULL``, which in WAL mode is that ``fsync`` at the commit. The ``fsync`` is the
+kernel's asynchronous one where Linux has it (``engine.log._aio``), else it runs on the
+store's thread. Commit and sync both on the thread cost three times as much: the hop, and a
+second connection whose page cache each write of the other's made stale.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sqlite3
 import threading
@@ -31,7 +33,10 @@ from engine._errors import ConfigError, StoreUnavailable
 from engine._files import BlobStore
 from engine.log import _schema as schema
 from engine.log import _sql as sql
+from engine.log._aio import UNSUPPORTED, AioSync
 from engine.log._sqlbase import SqlStore
+
+logger = logging.getLogger("codemode")
 
 SCHEMA_VERSION = 3
 
@@ -80,6 +85,11 @@ class SqliteStore(SqlStore):
         self._fast_lock = threading.Lock()
         self._fast_writes = 0
         self._wal: int | None = None  # the write-ahead log's file, opened on the thread
+        # The syncs by Linux AIO, on the loop that made it (None: not made yet, or on the
+        # thread); off for good once the machine or the file system cannot.
+        self._aio: AioSync | None = None
+        self._aio_off = False
+        self._thread_syncs = 0  # syncs on the thread now, which may open or close _wal
 
     def blob_store(self) -> BlobStore:
         """The attachments' blobs, as files beside the log (``<directory>/blobs``)."""
@@ -159,7 +169,7 @@ class SqliteStore(SqlStore):
                     self._fast_lock.release()
                 if committed:
                     if sync:
-                        await loop.run_in_executor(self._thread, self._sync_log)
+                        await self._sync(loop)
                     return value
             return await loop.run_in_executor(self._thread, self._run, make(now), write, sync)
         except sqlite3.OperationalError as e:  # locked past the busy timeout, disk full, ...
@@ -203,6 +213,54 @@ class SqliteStore(SqlStore):
                 raise _Busy from None
             raise
 
+    async def _sync(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Make every commit so far durable (an ``fsync`` of the write-ahead log): by Linux
+        AIO when the log is open and no sync on the thread may be changing it, else on the
+        thread (:meth:`_sync_log`)."""
+        wal = self._wal
+        aio = self._aio_for(loop) if wal is not None and not self._thread_syncs else None
+        if aio is not None and wal is not None and os.fstat(wal).st_nlink:
+            try:
+                await aio.fsync(wal)
+                return
+            except OSError as e:
+                if e.errno not in UNSUPPORTED:
+                    raise
+                logger.info(
+                    "session log %s: fsync by Linux AIO refused (%s); syncing on a thread",
+                    self.path,
+                    e,
+                )
+                self._aio_off = True
+                self._release_aio()
+        self._thread_syncs += 1
+        try:
+            await loop.run_in_executor(self._thread, self._sync_log)
+        finally:
+            self._thread_syncs -= 1
+
+    def _aio_for(self, loop: asyncio.AbstractEventLoop) -> AioSync | None:
+        aio = self._aio
+        if aio is not None and aio.loop is loop:
+            return aio
+        if aio is not None:
+            if not aio.loop.is_closed():
+                return None  # another loop's: this one syncs on the thread
+            self._release_aio()
+        if self._aio_off:
+            return None
+        self._aio = AioSync.make(loop)
+        self._aio_off = self._aio is None
+        return self._aio
+
+    def _release_aio(self) -> None:
+        """Let the AIO context go, on the thread (its ``io_destroy`` waits for a sync in
+        flight)."""
+        aio, self._aio = self._aio, None
+        if aio is not None:
+            held = [aio.detach()]
+            self._thread.submit(held.clear)
+
     def _sync_log(self) -> None:
         """Make every commit so far durable: ``fsync`` the write-ahead log (on the store's
         thread). Frames a checkpoint already moved out of it are in the database file, which
@@ -245,6 +303,7 @@ class SqliteStore(SqlStore):
         self._closed = True
         with self._fast_lock:
             self._fast.close()
+        self._release_aio()
 
         def close() -> None:
             if self._wal is not None:
