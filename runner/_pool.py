@@ -14,10 +14,10 @@ after a step, while the pool still holds a child for the next one, the refill wa
 no step runs and no live run waits for results (``holding``), and none began or ended for
 ``refill_quiet`` seconds, or until ``refill_latest`` seconds have passed: after a script,
 not in the middle of it.
-Measured on 2 vCPUs (two runners interleaved in one process, a refill at once against one
-after the script): a trivial ``run_code`` 3.24 against 2.79 ms (p50), 10 sequential calls
-25.05 against 22.11 ms, ``Promise.all`` of 100 calls 22.15 against 20.22 ms. A pool found
-empty refills at once: its next step would fork on demand.
+Measured on 2 vCPUs (two engines interleaved in one process, both pools full before each
+timed run; a refill at once against one after the script), p50: a trivial ``run_code`` 3.33
+against 2.97 ms, one call 10.43 against 8.09 ms, ``Promise.all`` of 100 calls 20.13 against
+19.73 ms. A pool found empty refills at once: its next step would fork on demand.
 """
 
 from __future__ import annotations
@@ -84,7 +84,6 @@ class WarmPool:
         self.refill_quiet = refill_quiet
         self.refill_latest = refill_latest
         self.holding = holding
-        self._taken = 0  # children taken whose step has not ended
         self.idle: deque[ForkedChild] = deque()
         self.target = size
         self.last_take = clock()
@@ -112,7 +111,6 @@ class WarmPool:
         """A ready, live child, or ``None`` when the pool has none now."""
         self.start()
         self.busy()
-        self._taken += 1
         self.server.poll()  # a zygote that died just now takes its idle children with it
         self.last_take = self.clock()
         self.target = self.size
@@ -137,7 +135,6 @@ class WarmPool:
         """A taken child's step ended: refill at once if the pool is empty, else once the
         runner is quiet (see the module's docstring)."""
         self.busy()
-        self._taken = max(0, self._taken - 1)
         if self.idle:
             self._want_later()
         else:
@@ -182,15 +179,15 @@ class WarmPool:
         self._wanted.set()
 
     async def _quiet(self) -> None:
-        """Return when a refill wanted later is due: no step running and nothing
-        ``holding``, and none begun or ended for ``refill_quiet`` seconds; or its latest
-        time; or a refill wanted at once meanwhile."""
+        """Return when a refill wanted later is due: nothing ``holding`` (no step runs, no
+        live run waits), and no step begun or ended for ``refill_quiet`` seconds; or its
+        latest time; or a refill wanted at once meanwhile."""
         assert self._hurry is not None
         loop = asyncio.get_running_loop()
         while self._due is not None and not self._hurry.is_set():
             now = loop.time()
             quiet_at = self._last_busy + self.refill_quiet
-            if self._taken or self.holding():
+            if self.holding():
                 quiet_at = max(quiet_at, now + self.refill_quiet)  # look again then
             wake = min(quiet_at, self._due)
             if wake <= now:

@@ -243,8 +243,9 @@ class ProcessRunner(ScriptRunner):
                 data_limit=heap,
                 spawn_timeout=spawn_timeout,
                 idle_after=idle_after,
-                # A live run waiting for its results is a script in the middle of its run.
-                holding=lambda: bool(self._live),
+                # A step running, or a live run waiting for its results: a script in the
+                # middle of its run.
+                holding=lambda: self.slots.in_use > 0 or bool(self._live),
             )
         self._closed = False
         # The live runs this runner made and nobody closed yet; aclose ends them.
