@@ -8,12 +8,9 @@ script (``tighten``), so limits only ever go down.
 The pool refills in a background task, and shrinks to one child after ``idle_after``
 seconds without a take. A child that died while it waited is discarded, never handed out.
 
-A refill forks and readies a child (the fork server copying its page tables, the child
-locking itself down): CPU that, on a small machine, a script running then waits for. So
-after a step, while the pool still holds a child for the next one, the refill waits until
-no step runs and no live run waits for results (``holding``), and none began or ended for
-``refill_quiet`` seconds, or until ``refill_latest`` seconds have passed: after a script,
-not in the middle of it.
+A refill forks and readies a child: CPU that, on a small machine, a script running then
+waits for. So after a step, while the pool still holds a child for the next one, the refill
+waits for the runner's quiet (``runner._quiet``): after a script, not in the middle of it.
 Measured on 2 vCPUs (two engines interleaved in one process, both pools full before each
 timed run; a refill at once against one after the script), p50: a trivial ``run_code`` 3.33
 against 2.97 ms, one call 10.43 against 8.09 ms, ``Promise.all`` of 100 calls 20.13 against
@@ -23,7 +20,6 @@ against 2.97 ms, one call 10.43 against 8.09 ms, ``Promise.all`` of 100 calls 20
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
@@ -35,6 +31,7 @@ from runner import _conversation as conv
 from runner._base import RunError
 from runner._forkserver import ForkedChild, ForkServer
 from runner._procfs import ProcFiles
+from runner._quiet import Quiet
 from runner._tasks import cancel_and_wait
 
 log = logging.getLogger("codemode.runner")
@@ -45,10 +42,6 @@ DEFAULT_IDLE_AFTER = 30.0
 RETRY_AFTER = 1.0
 RETRY_MOST = 30.0
 NICE = 10
-# After a step, with a child still in the pool, refill once the runner was this long without
-# a step or segment beginning or ending, or this long after the step at the latest.
-REFILL_QUIET = 0.005
-REFILL_LATEST = 0.05
 
 
 class WarmPool:
@@ -68,9 +61,7 @@ class WarmPool:
         spawn_timeout: float = 30.0,
         idle_after: float = DEFAULT_IDLE_AFTER,
         clock: Callable[[], float] = time.monotonic,
-        refill_quiet: float = REFILL_QUIET,
-        refill_latest: float = REFILL_LATEST,
-        holding: Callable[[], bool] = lambda: False,
+        quiet: Quiet | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"pool_size must be at least 1, not {size}")
@@ -81,9 +72,7 @@ class WarmPool:
         self.spawn_timeout = spawn_timeout
         self.idle_after = idle_after
         self.clock = clock
-        self.refill_quiet = refill_quiet
-        self.refill_latest = refill_latest
-        self.holding = holding
+        self.quiet = quiet if quiet is not None else Quiet()
         self.idle: deque[ForkedChild] = deque()
         self.target = size
         self.last_take = clock()
@@ -95,11 +84,10 @@ class WarmPool:
         self.problem: str | None = None  # why children cannot be had (unconfined), if so
         self.spawned = 0
         self._wanted: asyncio.Event | None = None
-        # A refill that may wait for quiet: when it is due at the latest (loop time), and
-        # when a step or segment last began or ended. None: wanted at once, or not wanted.
+        # A refill that may wait for quiet: when it is due at the latest (None: wanted at
+        # once, or not wanted); a want at once sets _hurry, which cuts the wait short.
         self._due: float | None = None
         self._hurry: asyncio.Event | None = None
-        self._last_busy = 0.0
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -110,7 +98,7 @@ class WarmPool:
     def take(self) -> ForkedChild | None:
         """A ready, live child, or ``None`` when the pool has none now."""
         self.start()
-        self.busy()
+        self.quiet.busy()
         self.server.poll()  # a zygote that died just now takes its idle children with it
         self.last_take = self.clock()
         self.target = self.size
@@ -134,17 +122,11 @@ class WarmPool:
     def taken_done(self) -> None:
         """A taken child's step ended: refill at once if the pool is empty, else once the
         runner is quiet (see the module's docstring)."""
-        self.busy()
+        self.quiet.busy()
         if self.idle:
             self._want_later()
         else:
             self._want()
-
-    def busy(self) -> None:
-        """A step or a live segment began or ended on the runner: a refill that may wait,
-        waits for quiet from now."""
-        if self._loop is not None:
-            self._last_busy = self._loop.time()
 
     def start(self) -> None:
         """Start the background refill on the running loop (a no-op once running)."""
@@ -171,32 +153,11 @@ class WarmPool:
             self._wanted.set()
 
     def _want_later(self) -> None:
-        """Refill once the runner is quiet, ``refill_latest`` seconds from now at the latest
-        (a refill already wanted keeps its time)."""
-        if self._wanted is None or self._loop is None or self._wanted.is_set():
+        """Refill once the runner is quiet (a refill already wanted keeps its time)."""
+        if self._wanted is None or self._wanted.is_set():
             return
-        self._due = self._loop.time() + self.refill_latest
+        self._due = self.quiet.due()
         self._wanted.set()
-
-    async def _quiet(self) -> None:
-        """Return when a refill wanted later is due: nothing ``holding`` (no step runs, no
-        live run waits), and no step begun or ended for ``refill_quiet`` seconds; or its
-        latest time; or a refill wanted at once meanwhile."""
-        assert self._hurry is not None
-        loop = asyncio.get_running_loop()
-        while self._due is not None and not self._hurry.is_set():
-            now = loop.time()
-            quiet_at = self._last_busy + self.refill_quiet
-            if self.holding():
-                quiet_at = max(quiet_at, now + self.refill_quiet)  # look again then
-            wake = min(quiet_at, self._due)
-            if wake <= now:
-                break
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wake - now):
-                    await self._hurry.wait()
-        self._due = None
-        self._hurry.clear()
 
     # ---- refilling and shrinking ----
 
@@ -210,7 +171,11 @@ class WarmPool:
             except TimeoutError:
                 self.shrink_if_idle()
                 continue
-            await self._quiet()
+            assert self._hurry is not None
+            if self._due is not None:
+                await self.quiet.wait(self._due, self._hurry)
+            self._due = None
+            self._hurry.clear()
             self._wanted.clear()
             try:
                 await self.refill()

@@ -42,6 +42,7 @@ from runner._forkserver import ForkedChild, ForkServer
 from runner._live import ProcessLive, close_all, measure_at_ran
 from runner._pool import DEFAULT_IDLE_AFTER, WarmPool
 from runner._procfs import ProcFiles, cpu_ms_of
+from runner._quiet import Quiet
 from runner._sizes import parse_size
 from runner._slots import DEFAULT_SCRIPT_WAIT, Slots, default_slot_count
 from sandbox import protocol
@@ -232,6 +233,9 @@ class ProcessRunner(ScriptRunner):
         self.pool_size = pool_size if pool_size is not None else self.slots.count
         self.server: ForkServer | None = None
         self.pool: WarmPool | None = None
+        # A step running, or a live run waiting for its results: a script in the middle of
+        # its run, which the pool's refills and the ends of finished processes wait out.
+        self.quiet = Quiet(lambda: self.slots.in_use > 0 or bool(self._live))
         if mode != "exec":
             self.server = ForkServer(python=python, spawn_timeout=spawn_timeout)
         if mode == "pool":
@@ -243,15 +247,14 @@ class ProcessRunner(ScriptRunner):
                 data_limit=heap,
                 spawn_timeout=spawn_timeout,
                 idle_after=idle_after,
-                # A step running, or a live run waiting for its results: a script in the
-                # middle of its run.
-                holding=lambda: self.slots.in_use > 0 or bool(self._live),
+                quiet=self.quiet,
             )
         self._closed = False
         # The live runs this runner made and nobody closed yet; aclose ends them.
         self._live: weakref.WeakSet[ProcessLive] = weakref.WeakSet()
         # Processes whose steps returned at `ran`, being reaped (aclose waits for them).
         self._reaping: set[asyncio.Task[None]] = set()
+        self._waiting_quiet: set[asyncio.Task[None]] = set()  # of those, the ones not ended yet
 
     def with_data_limit(self, data_limit: int) -> ProcessRunner:
         """A runner like this one whose processes' heap is capped at ``data_limit`` bytes.
@@ -310,9 +313,8 @@ class ProcessRunner(ScriptRunner):
         return step
 
     def busy(self) -> None:
-        """A live segment began or ended: the warm pool waits for quiet to refill."""
-        if self.pool is not None:
-            self.pool.busy()
+        """A live segment began or ended (see ``runner._quiet``)."""
+        self.quiet.busy()
 
     @property
     def live_runs(self) -> int:
@@ -520,11 +522,31 @@ class ProcessRunner(ScriptRunner):
         return step
 
     def _reap_later(self, child: _Process) -> None:
+        """End a process whose step is over once the runner is quiet (``runner._quiet``):
+        the kernel's teardown of it then takes no CPU from a script mid-run, the log's
+        fsync at the script's end included. Stopped meanwhile, it can do nothing."""
         child.detached = True
-        child.kill()
-        task = asyncio.get_running_loop().create_task(child.reap(grace=1.0))
+        if isinstance(child, ForkedChild):
+            child.send_signal(signal.SIGSTOP)
+        else:
+            child.kill()  # an exec'd process is ours to reap: no wait
+        task = asyncio.get_running_loop().create_task(self._end_later(child))
         self._reaping.add(task)
         task.add_done_callback(self._reaping.discard)
+
+    async def _end_later(self, child: _Process) -> None:
+        if not self._closed:
+            task = asyncio.current_task()
+            assert task is not None
+            self._waiting_quiet.add(task)
+            # Cancelled (aclose, or the loop ending), it ends the process at once all the same.
+            try:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self.quiet.wait(self.quiet.due())
+            finally:
+                self._waiting_quiet.discard(task)
+        child.kill()
+        await child.reap(grace=1.0)
 
     def _step(self, child: _Process, script: Script, outcome: conv.Outcome) -> Step:
         status = child.status
@@ -548,6 +570,8 @@ class ProcessRunner(ScriptRunner):
         self._closed = True
         await close_all(self._live)
         if self._reaping:
+            for task in list(self._waiting_quiet):
+                task.cancel()  # a process waiting for quiet is ended now
             await asyncio.gather(*self._reaping, return_exceptions=True)
         if self.pool is not None:
             await self.pool.aclose()

@@ -14,7 +14,14 @@ from runner._pool import NICE
 from runner._process import POOL_MEMORY
 from sandbox import protocol
 from tests._needs import require
-from tests.runner.support import EVENT_TIMEOUT, children_of, limits_of, script, until
+from tests.runner.support import (
+    EVENT_TIMEOUT,
+    children_of,
+    limits_of,
+    script,
+    until,
+    wait_gone,
+)
 
 MiB = 1024 * 1024
 # What a forked child's RLIMIT_CPU is before a script (lockdown's backstop, the most a
@@ -49,7 +56,7 @@ async def test_the_refill_waits_while_a_live_run_waits_for_results() -> None:
     async with ProcessRunner(mode="pool", pool_size=2) as runner:
         pool = runner.pool
         assert pool is not None
-        pool.refill_quiet, pool.refill_latest = 0.05, 3600.0
+        runner.quiet.quiet, runner.quiet.latest = 0.05, 3600.0
         await runner.run(script("return 1"))
         await until(lambda: len(pool.idle) == 2, "the pool to fill")
         spawned = pool.spawned
@@ -67,7 +74,7 @@ async def test_a_refill_that_waits_comes_by_its_latest_time() -> None:
     async with ProcessRunner(mode="pool", pool_size=2) as runner:
         pool = runner.pool
         assert pool is not None
-        pool.refill_quiet, pool.refill_latest = 0.05, 0.3
+        runner.quiet.quiet, runner.quiet.latest = 0.05, 0.3
         await runner.run(script("return 1"))
         await until(lambda: len(pool.idle) == 2, "the pool to fill")
         loop = asyncio.get_running_loop()
@@ -86,7 +93,7 @@ async def test_an_empty_pool_refills_at_once_while_a_step_runs() -> None:
     async with ProcessRunner(mode="pool", pool_size=1) as runner:
         pool = runner.pool
         assert pool is not None
-        pool.refill_quiet, pool.refill_latest = 3600.0, 3600.0
+        runner.quiet.quiet, runner.quiet.latest = 3600.0, 3600.0
         await runner.run(script("return 1"))
         await until(lambda: len(pool.idle) == 1, "the pool to fill")
         running = asyncio.create_task(runner.run(script("for (;;) {}", compute_ms=3000)))
@@ -94,6 +101,44 @@ async def test_an_empty_pool_refills_at_once_while_a_step_runs() -> None:
         assert not running.done()
         step = await running
         assert step.limit is not None and step.limit.name == "compute_ms"
+
+
+async def test_a_finished_process_is_ended_once_the_runner_is_quiet() -> None:
+    """A process whose step is over waits, stopped, while a script is mid-run on the runner
+    (here a live run waiting for its results), and is ended once the runner is quiet."""
+    async with ProcessRunner(mode="pool", pool_size=2) as runner:
+        pool = runner.pool
+        assert pool is not None
+        runner.quiet.quiet, runner.quiet.latest = 0.05, 3600.0
+        await runner.run(script("return 1"))
+        await until(lambda: len(pool.idle) == 2, "the pool to fill")
+        live = (await runner.run(script("return await tools.t({})"), live=True)).live
+        assert live is not None
+        finished = pool.idle[0].pid  # the next step's
+        assert (await runner.run(script("return 2"))).value == 2
+        await asyncio.sleep(0.3)  # six times the quiet it waits for
+        assert psutil.Process(finished).status() == psutil.STATUS_STOPPED
+        await live.close()
+        assert wait_gone([finished]) == [], "the finished process was not ended"
+
+
+async def test_aclose_ends_the_processes_that_wait_for_quiet_at_once() -> None:
+    runner = ProcessRunner(mode="pool", pool_size=2)
+    try:
+        runner.quiet.quiet, runner.quiet.latest = 3600.0, 3600.0
+        await runner.run(script("return 1"))
+        assert runner.pool is not None
+        await until(lambda: len(runner.pool.idle) >= 1, "the pool to fill")
+        finished = runner.pool.idle[0].pid
+        assert (await runner.run(script("return 2"))).value == 2
+        await until(
+            lambda: psutil.Process(finished).status() == psutil.STATUS_STOPPED,
+            "the finished process to stop",
+        )
+    finally:
+        async with asyncio.timeout(EVENT_TIMEOUT):
+            await runner.aclose()
+    assert wait_gone([finished]) == []
 
 
 async def test_a_child_that_died_waiting_is_discarded_not_used() -> None:
