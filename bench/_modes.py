@@ -61,12 +61,16 @@ class ProcessMode(Mode):
 
     async def settle(self, timeout: float = SETTLE_TIMEOUT) -> None:
         pool = self.runner.pool
+        deadline = time.monotonic() + timeout
+        # The last steps' processes are ended once the runner is quiet (runner/_quiet.py):
+        # their teardown belongs to no later timed run.
+        while self.runner.ending and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)
         if pool is None:
             return
         pool.start()
         # The pool refills in the background after each step; a step that came before it
         # was full forked its child on demand (several ms), at random.
-        deadline = time.monotonic() + timeout
         while len(pool.idle) < pool.target and time.monotonic() < deadline:
             await asyncio.sleep(0.002)
 

@@ -317,6 +317,11 @@ class ProcessRunner(ScriptRunner):
         self.quiet.busy()
 
     @property
+    def ending(self) -> int:
+        """How many processes whose step is over wait for the runner's quiet to be ended."""
+        return len(self._waiting_quiet)
+
+    @property
     def live_runs(self) -> int:
         """How many live processes this runner keeps now (made and not yet closed)."""
         return len(self._live)
