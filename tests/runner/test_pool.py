@@ -10,7 +10,7 @@ import signal
 import psutil
 
 from runner import ProcessRunner
-from runner._pool import NICE
+from runner._pool import NICE, WarmPool
 from runner._process import POOL_MEMORY
 from sandbox import protocol
 from tests._needs import require
@@ -50,15 +50,21 @@ async def test_the_pool_fills_to_its_size_and_refills_after_each_step() -> None:
         assert all(child.ready is not None for child in runner.pool.idle)
 
 
+async def filled(runner: ProcessRunner, *, quiet: float, latest: float) -> WarmPool:
+    """The runner's pool once full, with its quiet (``runner._quiet``) set as given."""
+    pool = runner.pool
+    assert pool is not None
+    runner.quiet.quiet, runner.quiet.latest = quiet, latest
+    await runner.run(script("return 1"))
+    await until(lambda: len(pool.idle) == pool.size, "the pool to fill")
+    return pool
+
+
 async def test_the_refill_waits_while_a_live_run_waits_for_results() -> None:
     """With a child still in the pool, a refill waits until no live run waits for results
     (a script in the middle of its run), then comes once the runner was quiet."""
     async with ProcessRunner(mode="pool", pool_size=2) as runner:
-        pool = runner.pool
-        assert pool is not None
-        runner.quiet.quiet, runner.quiet.latest = 0.05, 3600.0
-        await runner.run(script("return 1"))
-        await until(lambda: len(pool.idle) == 2, "the pool to fill")
+        pool = await filled(runner, quiet=0.05, latest=3600.0)
         spawned = pool.spawned
         step = await runner.run(script("return await tools.t({})"), live=True)
         assert step.live is not None
@@ -70,13 +76,9 @@ async def test_the_refill_waits_while_a_live_run_waits_for_results() -> None:
 
 
 async def test_a_refill_that_waits_comes_by_its_latest_time() -> None:
-    """A live run that keeps waiting delays the refill by ``refill_latest`` at most."""
+    """A live run that keeps waiting delays the refill by the quiet's ``latest`` at most."""
     async with ProcessRunner(mode="pool", pool_size=2) as runner:
-        pool = runner.pool
-        assert pool is not None
-        runner.quiet.quiet, runner.quiet.latest = 0.05, 0.3
-        await runner.run(script("return 1"))
-        await until(lambda: len(pool.idle) == 2, "the pool to fill")
+        pool = await filled(runner, quiet=0.05, latest=0.3)
         loop = asyncio.get_running_loop()
         began = loop.time()
         step = await runner.run(script("return await tools.t({})"), live=True)
@@ -91,11 +93,7 @@ async def test_a_refill_that_waits_comes_by_its_latest_time() -> None:
 async def test_an_empty_pool_refills_at_once_while_a_step_runs() -> None:
     """A pool left empty refills at once: its next step would fork on demand."""
     async with ProcessRunner(mode="pool", pool_size=1) as runner:
-        pool = runner.pool
-        assert pool is not None
-        runner.quiet.quiet, runner.quiet.latest = 3600.0, 3600.0
-        await runner.run(script("return 1"))
-        await until(lambda: len(pool.idle) == 1, "the pool to fill")
+        pool = await filled(runner, quiet=3600.0, latest=3600.0)
         running = asyncio.create_task(runner.run(script("for (;;) {}", compute_ms=3000)))
         await until(lambda: len(pool.idle) == 1, "the pool to refill while the step runs")
         assert not running.done()
@@ -107,11 +105,7 @@ async def test_a_finished_process_is_ended_once_the_runner_is_quiet() -> None:
     """A process whose step is over waits, stopped, while a script is mid-run on the runner
     (here a live run waiting for its results), and is ended once the runner is quiet."""
     async with ProcessRunner(mode="pool", pool_size=2) as runner:
-        pool = runner.pool
-        assert pool is not None
-        runner.quiet.quiet, runner.quiet.latest = 0.05, 3600.0
-        await runner.run(script("return 1"))
-        await until(lambda: len(pool.idle) == 2, "the pool to fill")
+        pool = await filled(runner, quiet=0.05, latest=3600.0)
         live = (await runner.run(script("return await tools.t({})"), live=True)).live
         assert live is not None
         finished = pool.idle[0].pid  # the next step's
@@ -125,11 +119,8 @@ async def test_a_finished_process_is_ended_once_the_runner_is_quiet() -> None:
 async def test_aclose_ends_the_processes_that_wait_for_quiet_at_once() -> None:
     runner = ProcessRunner(mode="pool", pool_size=2)
     try:
-        runner.quiet.quiet, runner.quiet.latest = 3600.0, 3600.0
-        await runner.run(script("return 1"))
-        assert runner.pool is not None
-        await until(lambda: len(runner.pool.idle) >= 1, "the pool to fill")
-        finished = runner.pool.idle[0].pid
+        pool = await filled(runner, quiet=3600.0, latest=3600.0)
+        finished = pool.idle[0].pid
         assert (await runner.run(script("return 2"))).value == 2
         await until(
             lambda: psutil.Process(finished).status() == psutil.STATUS_STOPPED,
