@@ -254,7 +254,8 @@ class ProcessRunner(ScriptRunner):
         self._live: weakref.WeakSet[ProcessLive] = weakref.WeakSet()
         # Processes whose steps returned at `ran`, being reaped (aclose waits for them).
         self._reaping: set[asyncio.Task[None]] = set()
-        self._waiting_quiet: set[asyncio.Task[None]] = set()  # of those, the ones not ended yet
+        # Of those, the ones waiting for the runner's quiet to be ended (see _reap_later).
+        self._to_end: dict[asyncio.Task[None], ForkedChild] = {}
 
     def with_data_limit(self, data_limit: int) -> ProcessRunner:
         """A runner like this one whose processes' heap is capped at ``data_limit`` bytes.
@@ -319,7 +320,7 @@ class ProcessRunner(ScriptRunner):
     @property
     def ending(self) -> int:
         """How many processes whose step is over wait for the runner's quiet to be ended."""
-        return len(self._waiting_quiet)
+        return len(self._to_end)
 
     @property
     def live_runs(self) -> int:
@@ -529,27 +530,26 @@ class ProcessRunner(ScriptRunner):
     def _reap_later(self, child: _Process) -> None:
         """End a process whose step is over once the runner is quiet (``runner._quiet``):
         the kernel's teardown of it then takes no CPU from a script mid-run, the log's
-        fsync at the script's end included. Stopped meanwhile, it can do nothing."""
+        fsync at the script's end included. Stopped meanwhile, it can do nothing. At most
+        one such process per slot waits (a burst of steps would otherwise hold a process
+        each, with its memory and fds): past that, and for an exec'd process (ours to reap,
+        not the fork server's), it is ended at once."""
         child.detached = True
-        if isinstance(child, ForkedChild):
+        loop = asyncio.get_running_loop()
+        if isinstance(child, ForkedChild) and len(self._to_end) < self.slots.count:
             child.send_signal(signal.SIGSTOP)
+            task = loop.create_task(self._end_when_quiet(child))
+            self._to_end[task] = child
         else:
-            child.kill()  # an exec'd process is ours to reap: no wait
-        task = asyncio.get_running_loop().create_task(self._end_later(child))
+            child.kill()
+            task = loop.create_task(child.reap(grace=1.0))
         self._reaping.add(task)
         task.add_done_callback(self._reaping.discard)
 
-    async def _end_later(self, child: _Process) -> None:
-        if not self._closed:
-            task = asyncio.current_task()
-            assert task is not None
-            self._waiting_quiet.add(task)
-            # Cancelled (aclose, or the loop ending), it ends the process at once all the same.
-            try:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self.quiet.wait(self.quiet.due())
-            finally:
-                self._waiting_quiet.discard(task)
+    async def _end_when_quiet(self, child: ForkedChild) -> None:
+        await self.quiet.wait(self.quiet.due())
+        if self._to_end.pop(asyncio.current_task(), None) is None:  # type: ignore[arg-type]
+            return  # aclose took it over
         child.kill()
         await child.reap(grace=1.0)
 
@@ -574,10 +574,16 @@ class ProcessRunner(ScriptRunner):
         server; reaps everything."""
         self._closed = True
         await close_all(self._live)
-        if self._reaping:
-            for task in list(self._waiting_quiet):
-                task.cancel()  # a process waiting for quiet is ended now
-            await asyncio.gather(*self._reaping, return_exceptions=True)
+        waiting, self._to_end = self._to_end, {}
+        for task, child in waiting.items():  # ended now, not when the runner is quiet
+            task.cancel()
+            child.kill()
+        if self._reaping or waiting:
+            await asyncio.gather(
+                *(child.reap(grace=1.0) for child in waiting.values()),
+                *self._reaping,
+                return_exceptions=True,
+            )
         if self.pool is not None:
             await self.pool.aclose()
         if self.server is not None:

@@ -50,6 +50,14 @@ async def test_the_pool_fills_to_its_size_and_refills_after_each_step() -> None:
         assert all(child.ready is not None for child in runner.pool.idle)
 
 
+def ended(pid: int) -> bool:
+    """Whether process ``pid`` runs no more (gone, or a zombie the fork server will reap)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 async def filled(runner: ProcessRunner, *, quiet: float, latest: float) -> WarmPool:
     """The runner's pool once full, with its quiet (``runner._quiet``) set as given."""
     pool = runner.pool
@@ -113,7 +121,26 @@ async def test_a_finished_process_is_ended_once_the_runner_is_quiet() -> None:
         await asyncio.sleep(0.3)  # six times the quiet it waits for
         assert psutil.Process(finished).status() == psutil.STATUS_STOPPED
         await live.close()
-        assert wait_gone([finished]) == [], "the finished process was not ended"
+        await until(lambda: ended(finished), "the finished process to be ended")
+
+
+async def test_at_most_one_finished_process_per_slot_waits_for_quiet() -> None:
+    """Past one waiting process per slot, a finished process is ended at once: a burst of
+    steps does not leave a process (its memory, its fds) behind each."""
+    async with ProcessRunner(mode="pool", slots=1, pool_size=2) as runner:
+        pool = await filled(runner, quiet=0.05, latest=3600.0)
+        await until(lambda: runner.ending == 0, "the first step's process to be ended")
+        runner.quiet.quiet = 3600.0
+        first, second = (child.pid for child in pool.idle)
+        assert (await runner.run(script("return 2"))).value == 2
+        assert (await runner.run(script("return 3"))).value == 3
+        assert runner.ending == 1
+        assert wait_gone([second]) == [], "the second finished process was not ended at once"
+        assert not ended(first)
+        await until(
+            lambda: psutil.Process(first).status() == psutil.STATUS_STOPPED,
+            "the first finished process to wait, stopped",
+        )
 
 
 async def test_aclose_ends_the_processes_that_wait_for_quiet_at_once() -> None:
