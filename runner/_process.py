@@ -540,6 +540,9 @@ class ProcessRunner(ScriptRunner):
             child.send_signal(signal.SIGSTOP)
             task = loop.create_task(self._end_when_quiet(child))
             self._to_end[task] = child
+            # A task cancelled before it ran (the loop ending) runs none of its code: the
+            # process is ended here then, not left stopped.
+            task.add_done_callback(self._end_left)
         else:
             child.kill()
             task = loop.create_task(child.reap(grace=1.0))
@@ -547,11 +550,20 @@ class ProcessRunner(ScriptRunner):
         task.add_done_callback(self._reaping.discard)
 
     async def _end_when_quiet(self, child: ForkedChild) -> None:
-        await self.quiet.wait(self.quiet.due())
-        if self._to_end.pop(asyncio.current_task(), None) is None:  # type: ignore[arg-type]
-            return  # aclose took it over
-        child.kill()
-        await child.reap(grace=1.0)
+        task = asyncio.current_task()
+        try:
+            await self.quiet.wait(self.quiet.due())
+        finally:  # cancelled too (the loop ending): the process is ended all the same
+            mine = self._to_end.pop(task, None) is not None  # type: ignore[arg-type]
+            if mine:
+                child.kill()
+        if mine:  # else aclose took it over
+            await child.reap(grace=1.0)
+
+    def _end_left(self, task: asyncio.Task[None]) -> None:
+        child = self._to_end.pop(task, None)
+        if child is not None:
+            child.kill()
 
     def _step(self, child: _Process, script: Script, outcome: conv.Outcome) -> Step:
         status = child.status

@@ -143,6 +143,19 @@ async def test_at_most_one_finished_process_per_slot_waits_for_quiet() -> None:
         )
 
 
+async def test_a_process_waiting_for_quiet_is_ended_if_its_wait_is_cancelled() -> None:
+    """The loop ending cancels the waits: the processes are ended, not left stopped."""
+    async with ProcessRunner(mode="pool", pool_size=2) as runner:
+        pool = await filled(runner, quiet=3600.0, latest=3600.0)
+        finished = pool.idle[0].pid
+        assert (await runner.run(script("return 2"))).value == 2
+        await asyncio.sleep(0)  # the waits begin
+        for task in list(runner._to_end):
+            task.cancel()
+        await until(lambda: ended(finished), "the finished process to be ended")
+        assert runner.ending == 0
+
+
 async def test_aclose_ends_the_processes_that_wait_for_quiet_at_once() -> None:
     runner = ProcessRunner(mode="pool", pool_size=2)
     try:
