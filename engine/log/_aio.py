@@ -100,9 +100,18 @@ class AioSync:
 
     def detach(self) -> Any:
         """Stop watching; returns the context, to be let go off the event loop (its
-        ``io_destroy`` waits for an ``fsync`` still in flight)."""
+        ``io_destroy`` waits for an ``fsync`` still in flight). An ``fsync`` still waiting
+        raises ``OSError(EOPNOTSUPP)``, one of :data:`UNSUPPORTED`: its answer will never be
+        read here, so its caller syncs another way."""
         context, self._context = self._context, None
         if context is not None:
             with contextlib.suppress(Exception):
                 self.loop.remove_reader(context.fileno)
+        for done in self._waiting:
+            if not done.done():
+                done.set_exception(
+                    OSError(
+                        errno.EOPNOTSUPP, "the AIO context was let go before the fsync's answer"
+                    )
+                )
         return context

@@ -150,10 +150,7 @@ class SqliteStore(SqlStore):
 
     async def _tx(self, make: Callable[[int], sql.Tx], *, write: bool, sync: bool = True) -> Any:
         if self._closed:
-            raise StoreUnavailable(
-                "the session log was closed (aclose) while this used it; nothing written is "
-                "lost: open it again and resume the script"
-            )
+            raise _closed_error()
         now = int(self._clock() * 1000)
         sync = write and sync
         loop = asyncio.get_running_loop()
@@ -218,21 +215,26 @@ class SqliteStore(SqlStore):
         AIO when the log is open and no sync on the thread may be changing it, else on the
         thread (:meth:`_sync_log`)."""
         wal = self._wal
-        aio = self._aio_for(loop) if wal is not None and not self._thread_syncs else None
-        if aio is not None and wal is not None and os.fstat(wal).st_nlink:
+        aio = None
+        if wal is not None and not self._thread_syncs and os.fstat(wal).st_nlink:
+            aio = self._aio_for(loop)
+        if wal is not None and aio is not None:
             try:
                 await aio.fsync(wal)
                 return
             except OSError as e:
                 if e.errno not in UNSUPPORTED:
                     raise
-                logger.info(
-                    "session log %s: fsync by Linux AIO refused (%s); syncing on a thread",
-                    self.path,
-                    e,
-                )
+                if not self._aio_off:
+                    logger.info(
+                        "session log %s: fsync by Linux AIO refused (%s); syncing on a thread",
+                        self.path,
+                        e,
+                    )
                 self._aio_off = True
-                self._release_aio()
+                self._release_aio()  # a sync waiting on it now comes here too
+            if self._closed:
+                raise _closed_error()
         self._thread_syncs += 1
         try:
             await loop.run_in_executor(self._thread, self._sync_log)
@@ -313,6 +315,13 @@ class SqliteStore(SqlStore):
 
         await asyncio.get_running_loop().run_in_executor(self._thread, close)
         self._thread.shutdown(wait=True)
+
+
+def _closed_error() -> StoreUnavailable:
+    return StoreUnavailable(
+        "the session log was closed (aclose) while this used it; nothing written is lost: "
+        "open it again and resume the script"
+    )
 
 
 class _Busy(Exception):

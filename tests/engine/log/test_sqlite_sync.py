@@ -6,6 +6,7 @@ effects before ``run_code`` returns. Each such write commits without a sync and 
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import stat
@@ -262,3 +263,26 @@ async def test_an_aio_fsync_that_fails_stops_the_script_before_its_call(
     finally:
         await engine.aclose()
     assert ran == [1]
+
+
+@pytest.mark.parametrize("sync_by", ["aio"], indirect=True)
+async def test_an_fsync_waiting_when_its_aio_context_is_let_go_is_told_to_sync_another_way(
+    tmp_path: Path,
+) -> None:
+    """A store lets its AIO context go when another sync found AIO refused, or at aclose: a
+    sync still waiting on it gets an error of UNSUPPORTED (the store then syncs on the
+    thread), never a wait for an answer nobody will read."""
+    aio = _aio.AioSync.make(asyncio.get_running_loop())
+    assert aio is not None
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT)
+    try:
+        waiting = asyncio.create_task(aio.fsync(fd))
+        await asyncio.sleep(0)  # submitted; its completion not read yet
+        context = aio.detach()
+        with pytest.raises(OSError) as raised:
+            async with asyncio.timeout(5):
+                await waiting
+        assert raised.value.errno in _aio.UNSUPPORTED
+        del context
+    finally:
+        os.close(fd)
