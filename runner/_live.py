@@ -5,11 +5,15 @@ with ``live=True``): the process waits for the calls' results and goes on with t
 (``sandbox.protocol``). While it waits it holds no slot; :meth:`ProcessLive.resume` takes one
 again, fairly per tenant, and the segment has the wall deadline of a step of its own.
 
-While it waits the process is stopped (``SIGSTOP`` by pidfd; ``SIGCONT`` when its results
+While it waits nothing reads its stdout (what it writes stays in its pipe), and once it has
+waited :data:`PARK_AFTER` it is stopped (``SIGSTOP`` by pidfd; ``SIGCONT`` when its results
 come): an honest sandbox only blocks on its stdin then, so this costs it nothing, and a
-sandbox that was subverted cannot spin, allocate or write without a slot. What it does
-between its ``ran`` and the stop is found at the resume (output it wrote ends it; CPU it used
-is charged to the next segment, which has its own deadline).
+sandbox that was subverted cannot spin, allocate or write without a slot for longer than
+that. Results that come sooner (a tool that answers in a millisecond or two: most calls of a
+script) find it running, blocked on its read, which saves the two signals, the two wakes of
+the process they cost and their two trips through the scheduler (about 0.1 ms of the host's
+CPU per call). What it does between its ``ran`` and the resume is found then (output it
+wrote ends it; CPU it used is charged to the next segment, which has its own deadline).
 
 The process is a cache of the log: anything that goes wrong with it before the results are
 taken (it ended, it wrote while it waited, the records are not the ones it waits for) ends it
@@ -50,6 +54,9 @@ MiB = 1024 * 1024
 # pages it shares with the fork server); the default count leaves each about this much.
 TYPICAL_LIVE_BYTES = 16 * MiB
 MAX_LIVE_COUNT = 1024
+# How long a waiting process may go on unstopped (see above): what a subverted one could
+# spin, without a slot, before the stop. It is charged for it all the same.
+PARK_AFTER = 0.005
 
 
 def default_live_memory() -> int:
@@ -154,27 +161,43 @@ class ProcessLive(LiveRun):
         self._done = False  # spent (a later segment took over) or closed
         # While it waits, nothing reads its stdout: what it writes stays in the pipe, where
         # resume finds it (and a process that floods it blocks, holding nothing of ours).
-        child.stdout.pause_reading()
-        child.send_signal(signal.SIGSTOP)  # and stopped: no CPU, memory or output without a slot
+        child.stdout.idle = True
+        # Stopped if it still waits after PARK_AFTER: no CPU, memory or output without a slot.
+        # (The timer holds the run weakly: a run dropped is collected, and ends, at once.)
+        self._parked = False
+        self._park_at: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
+            PARK_AFTER, _park_weakly, weakref.ref(self)
+        )
         runner._live.add(self)
         # A LiveRun dropped without close: its process is ended when it is collected.
         self._finalizer = weakref.finalize(self, _end_child, child)
 
+    def _park(self) -> None:
+        self._park_at = None
+        if not self._done:
+            self.child.stdout.pause_reading()
+            self._parked = self.child.send_signal(signal.SIGSTOP)
+
+    def _cancel_park(self) -> None:
+        if self._park_at is not None:
+            self._park_at.cancel()
+            self._park_at = None
+
     @property
     def memory_bytes(self) -> int:
-        # Read at its `ran`: stopped since, it holds what it held then.
+        # Read at its `ran`: blocked on its read (then stopped) since, it holds what it held.
         return 0 if self._done else self._resident
 
     def private_bytes(self) -> int:
-        """Its private memory (``smaps_rollup``), read the first time it is asked for (it is
-        stopped: it holds the same until it is resumed); its resident memory when that file
+        """Its private memory (``smaps_rollup``), read the first time it is asked for (it
+        waits: it holds the same until it is resumed); its resident memory when that file
         cannot be read (a runner without ``CAP_SYS_PTRACE``: not root)."""
         if self._done:
             return 0
         if self._private is None:
             proc = self.child.proc
             measured = proc.private() if proc is not None else None
-            # Measured now, stopped: what it allocated between its `ran` and the stop counts.
+            # Measured now: what it allocated after its `ran` (only a subverted one does) counts.
             self._private = self._resident if measured is None else measured
         return self._private
 
@@ -222,14 +245,16 @@ class ProcessLive(LiveRun):
     async def _segment(self, records: list[protocol.Record]) -> Step:
         child = self.child
         started = time.monotonic()
+        self._cancel_park()
+        child.stdout.idle = False
         child.stdout.resume_reading()
-        stopped = True
+        stopped = self._parked
 
         async def write(data: bytes) -> None:
-            # The results go into the pipe first and the process is continued after: it wakes
-            # once, to read them (continued first, it would wake, block on its read again, and
-            # wake a second time for the line). What the pipe cannot take yet is written once
-            # the process reads.
+            # The results go into the pipe first and a parked process is continued after: it
+            # wakes once, to read them (continued first, it would wake, block on its read
+            # again, and wake a second time for the line). What the pipe cannot take yet is
+            # written once the process reads.
             nonlocal stopped
             if stopped:
                 stopped = False
@@ -263,6 +288,7 @@ class ProcessLive(LiveRun):
 
     def _spend(self) -> None:
         self._done = True
+        self._cancel_park()
         self._finalizer.detach()
         self.runner._live.discard(self)
 
@@ -317,6 +343,12 @@ def mismatch(records: list[protocol.Record], calls: list[protocol.Call]) -> str 
                 f"(tools.{call.name}) with its arguments"
             )
     return None
+
+
+def _park_weakly(ref: weakref.ref[ProcessLive]) -> None:
+    live = ref()
+    if live is not None:
+        live._park()
 
 
 def _end_child(child: ForkedChild) -> None:

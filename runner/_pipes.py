@@ -94,11 +94,19 @@ class PipeFeed:
         self.fd: int | None = fd
         self.stream = stream
         self.reading = False
+        # Set while nothing is expected from the process (a live one waiting for results):
+        # whatever it writes then stays in the pipe, unread, where the resume finds it, and
+        # reading pauses at the first sign of it. Cheaper than pausing at every wait (two
+        # epoll changes), and a process that floods meanwhile fills only its pipe.
+        self.idle = False
         stream.set_transport(self)  # type: ignore[arg-type]
         self.resume_reading()
 
     def _ready(self) -> None:
         if self.fd is None:
+            return
+        if self.idle:
+            self.pause_reading()
             return
         try:
             data = os.read(self.fd, 256 * 1024)

@@ -16,9 +16,11 @@ import os
 from typing import Any
 
 import orjson
+import psutil
 import pytest
 
 from runner import LiveRun, ProcessRunner, RunError, Step
+from runner import _live as live_module
 from runner._live import ProcessLive
 from sandbox import protocol, runtime
 from sandbox.protocol import Record, Script
@@ -87,7 +89,8 @@ async def test_a_live_run_is_one_process_and_agrees_with_replay(mode: str) -> No
             assert step.process is not None and step.process.wall_ms > 0
             assert step.process.cpu_ms > 0 and step.process.max_rss_bytes > 0
         assert runner.live_runs == 0
-        assert wait_gone(list(pids)) == []
+        # Ended once the runner is quiet (runner._quiet), which takes the loop: not blocked.
+        await until(lambda: wait_gone(list(pids), timeout=0) == [], "the live process to end")
     assert zombies() == []
     await until(lambda: open_fds() == before, "every fd of the runner to be closed")
 
@@ -102,6 +105,34 @@ async def test_a_waiting_process_holds_no_slot() -> None:
         last = await first.live.resume([record(c) for c in first.calls])
         assert last.value == 1 and last.live is None
         assert runner.slots.in_use == 0
+
+
+async def _settled(pid: int) -> str:
+    """The process's state once it no longer runs (it has just written its ``ran``)."""
+    await until(lambda: psutil.Process(pid).status() != psutil.STATUS_RUNNING, "it to wait")
+    return str(psutil.Process(pid).status())
+
+
+async def test_a_process_is_stopped_only_once_it_has_waited_park_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Results that come within ``PARK_AFTER`` find the process running, blocked on its
+    read: a quick call costs no SIGSTOP and SIGCONT (and no wakes of the process for them).
+    One that waits longer is stopped, and continued by its results."""
+    monkeypatch.setattr(live_module, "PARK_AFTER", 0.5)
+    async with ProcessRunner(mode="pool") as runner:
+        step = await runner.run(script(SEQUENTIAL), live=True)
+        assert step.live is not None
+        pid = pid_of(step.live)
+        assert await _settled(pid) == psutil.STATUS_SLEEPING
+        step = await step.live.resume([record(c) for c in step.calls])
+        assert step.live is not None and await _settled(pid) == psutil.STATUS_SLEEPING
+        await until(
+            lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, "the process to stop"
+        )
+        while step.live is not None:
+            step = await step.live.resume([record(c) for c in step.calls])
+        assert step.outcome == "finished" and step.value == [100, [100, 110]], step
 
 
 def _burn(cpu_ms: float) -> int:
