@@ -42,7 +42,7 @@ from runner._forkserver import ForkedChild, ForkServer
 from runner._live import ProcessLive, close_all, measure_at_ran
 from runner._pool import DEFAULT_IDLE_AFTER, WarmPool
 from runner._procfs import ProcFiles, cpu_ms_of
-from runner._quiet import Quiet
+from runner._quiet import QUIET, Quiet
 from runner._sizes import parse_size
 from runner._slots import DEFAULT_SCRIPT_WAIT, Slots, default_slot_count
 from sandbox import protocol
@@ -57,6 +57,9 @@ SPAWN_TIMEOUT = 30.0
 # The JS heap pool children are forked for (the spec's default `memory`): their heap ceiling
 # is the runner's for it; a script that needs more gets a child forked for it.
 POOL_MEMORY = protocol.Limits().memory
+# How long a process whose step is over may wait for the runner's quiet unstopped: past the
+# quiet itself, so one ended between scripts is never stopped first.
+STOP_ENDING_AFTER = 2 * QUIET
 
 
 @dataclass
@@ -530,14 +533,15 @@ class ProcessRunner(ScriptRunner):
     def _reap_later(self, child: _Process) -> None:
         """End a process whose step is over once the runner is quiet (``runner._quiet``):
         the kernel's teardown of it then takes no CPU from a script mid-run, the log's
-        fsync at the script's end included. Stopped meanwhile, it can do nothing. At most
-        one such process per slot waits (a burst of steps would otherwise hold a process
-        each, with its memory and fds): past that, and for an exec'd process (ours to reap,
-        not the fork server's), it is ended at once."""
+        fsync at the script's end included. Meanwhile it is stopped if it waits past
+        :data:`STOP_ENDING_AFTER` (ended between scripts, as most are, it never is: a
+        signal, and a wake of the process, saved on the way to the step's return), and then
+        can do nothing. At most one such process per slot waits (a burst of steps would otherwise
+        hold a process each, with its memory and fds): past that, and for an exec'd process
+        (ours to reap, not the fork server's), it is ended at once."""
         child.detached = True
         loop = asyncio.get_running_loop()
         if isinstance(child, ForkedChild) and len(self._to_end) < self.slots.count:
-            child.send_signal(signal.SIGSTOP)
             task = loop.create_task(self._end_when_quiet(child))
             self._to_end[task] = child
             # A task cancelled before it ran (the loop ending) runs none of its code: the
@@ -551,9 +555,13 @@ class ProcessRunner(ScriptRunner):
 
     async def _end_when_quiet(self, child: ForkedChild) -> None:
         task = asyncio.current_task()
+        stop = asyncio.get_running_loop().call_later(
+            STOP_ENDING_AFTER, child.send_signal, signal.SIGSTOP
+        )
         try:
             await self.quiet.wait(self.quiet.due())
         finally:  # cancelled too (the loop ending): the process is ended all the same
+            stop.cancel()
             mine = self._to_end.pop(task, None) is not None  # type: ignore[arg-type]
             if mine:
                 child.kill()

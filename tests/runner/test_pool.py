@@ -8,8 +8,10 @@ import select
 import signal
 
 import psutil
+import pytest
 
 from runner import ProcessRunner
+from runner import _process as process_module
 from runner._pool import NICE, WarmPool
 from runner._process import POOL_MEMORY
 from sandbox import protocol
@@ -122,6 +124,25 @@ async def test_a_finished_process_is_ended_once_the_runner_is_quiet() -> None:
         assert psutil.Process(finished).status() == psutil.STATUS_STOPPED
         await live.close()
         await until(lambda: ended(finished), "the finished process to be ended")
+
+
+async def test_a_finished_process_is_stopped_only_if_it_waits_past_stop_ending_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One ended soon after its step (between scripts, the usual case) is never stopped
+    first: no signal, and no wake of the process, on the way to the step's return."""
+    monkeypatch.setattr(process_module, "STOP_ENDING_AFTER", 3600.0)
+    async with ProcessRunner(mode="pool", pool_size=2) as runner:
+        pool = await filled(runner, quiet=3600.0, latest=3600.0)
+        finished = pool.idle[0].pid
+        assert (await runner.run(script("return 2"))).value == 2
+        await until(
+            lambda: psutil.Process(finished).status() != psutil.STATUS_RUNNING,
+            "the finished process to wait",
+        )
+        await asyncio.sleep(0.1)
+        assert psutil.Process(finished).status() == psutil.STATUS_SLEEPING
+        assert finished in {child.pid for child in runner._to_end.values()}
 
 
 async def test_at_most_one_finished_process_per_slot_waits_for_quiet() -> None:
