@@ -79,7 +79,9 @@ class CallSettling(Emitting):
             # it was claimed, so a crash, or another host, can never run it twice.
             lasting = self._with_effects(drive.calls[i].name for i in ready)
             claimed += await drive.claim(ready, lasting=lasting)
-        if claimed:
+        if len(claimed) == 1:  # a sequential script's every call: no task of its own
+            await self._run_call(drive, drive.calls[claimed[0]])
+        elif claimed:
             await asyncio.gather(*(self._run_call(drive, drive.calls[i]) for i in claimed))
 
     async def _recover(self, drive: Drive) -> None:
