@@ -101,11 +101,12 @@ class LineReader:
         """Bytes read from the process and not yet taken as a line."""
         return len(self.stream._buffer)  # type: ignore[attr-defined]
 
-    async def line(self, bound: int, deadline: Deadline) -> bytes | None:
+    async def line(self, bound: int, deadline: Deadline, *, scoped: bool = False) -> bytes | None:
         """The next line (with its newline), ``None`` at end of stream.
 
         Raises ``TimeoutError`` past the deadline and ``protocol.ProtocolError`` for a line
-        over ``bound`` or one cut short by the end of the stream.
+        over ``bound`` or one cut short by the end of the stream. ``scoped``: the caller
+        awaits this inside a timeout scope of ``deadline`` already (no timer of its own).
         """
         chunks: list[bytes] = []
         size = 0
@@ -115,7 +116,7 @@ class LineReader:
                 raise TimeoutError
             try:
                 # A timeout scope, not wait_for: no task of its own for every line.
-                async with asyncio.timeout(remaining):
+                async with asyncio.timeout(None if scoped else remaining):
                     chunk = await self.stream.readuntil(b"\n")
             except asyncio.IncompleteReadError as e:
                 if not e.partial and not chunks:
@@ -218,36 +219,43 @@ async def _converse(
     opening: bytes,
     known: int,
 ) -> Outcome:
-    async def send(data: bytes) -> None:
-        # Writes wait for the process to read: one that stops reading meets the deadline.
-        async with asyncio.timeout(max(deadline.remaining(), 0)):
-            await write(data)
-
-    bound = ran_bound(script)
+    # One timeout scope for the whole segment (one timer, not one per write and per line):
+    # writes wait for the process to read, so one that stops reading meets the deadline, and
+    # the wait for the host's store counts too, so one that never answers meets it like a
+    # process that never does.
     try:
-        await send(opening)
-    except (BrokenPipeError, ConnectionResetError):
-        return Outcome(unsent=True)
+        async with asyncio.timeout(max(deadline.remaining(), 0)):
+            return await _exchange(reader, write, script, server, deadline, opening, known)
     except TimeoutError:
         return Outcome(timed_out=True)
+
+
+async def _exchange(
+    reader: LineReader,
+    write: Callable[[bytes], Awaitable[None]],
+    script: Script,
+    server: FileServer,
+    deadline: Deadline,
+    opening: bytes,
+    known: int,
+) -> Outcome:
+    bound = ran_bound(script)
+    try:
+        await write(opening)
+    except (BrokenPipeError, ConnectionResetError):
+        return Outcome(unsent=True)
     try:
         while True:
-            line = await reader.line(bound, deadline)
+            line = await reader.line(bound, deadline, scoped=True)
             if line is None:
                 return Outcome()
             message = protocol.decode(line, ("ran", "read"))
             if isinstance(message, Ran):
                 problem = check_ran(message, script, known)
                 return Outcome(ran=message) if problem is None else Outcome(problem=problem)
-            # The wait for the host's store counts too: one that never answers meets the
-            # deadline like a process that never does.
-            async with asyncio.timeout(max(deadline.remaining(), 0)):
-                answer = await server.answer(message)
-            await send(answer)
+            await write(await server.answer(message))
     except (BrokenPipeError, ConnectionResetError):
         return Outcome()
-    except TimeoutError:
-        return Outcome(timed_out=True)
     except protocol.ProtocolError as e:
         return Outcome(problem=str(e))
     except OverReading as e:
