@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import Any
 
@@ -16,6 +17,7 @@ from engine import (
     CodeModeError,
     Limits,
     MemoryStore,
+    RunResult,
     StepUnavailable,
     Tool,
     ToolContext,
@@ -278,6 +280,18 @@ async def test_async_with_closes_the_engine_even_on_an_error() -> None:
             raise RuntimeError("the host's own")
     with pytest.raises(CodeModeError, match=r"this engine is closed \(aclose\)"):
         await engine.run_code("return 2")
+
+
+def test_a_result_as_data_holds_every_field_and_shares_its_value() -> None:
+    """What the log keeps of an outcome: every field and the content blocks. Not a copy:
+    the value of a script that returned 256 KiB, copied field by field, cost its return
+    50 to 80 ms."""
+    value = [{"i": i, "tags": ["a", "b"]} for i in range(3)]
+    result = RunResult("s", "finished", "text", value=value, returned=True, steps=2)
+    data = result.to_dict()
+    assert data == dataclasses.asdict(result) | {"content": result.content}
+    assert data["value"] is value
+    assert RunResult.from_dict(data) == result
 
 
 async def test_hold_stops_steps_until_release(inproc: InProcessRunner) -> None:
