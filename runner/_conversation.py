@@ -205,29 +205,17 @@ async def segment(
     ``ran`` and check it as the report of a run that holds ``known`` records. As
     :func:`converse`; ``file_bytes`` of the outcome is what this segment was served."""
     before = server.served
-    outcome = await _converse(reader, write, script, server, deadline, opening, known)
-    outcome.file_bytes = server.served - before
-    return outcome
-
-
-async def _converse(
-    reader: LineReader,
-    write: Callable[[bytes], Awaitable[None]],
-    script: Script,
-    server: FileServer,
-    deadline: Deadline,
-    opening: bytes,
-    known: int,
-) -> Outcome:
     # One timeout scope for the whole segment (one timer, not one per write and per line):
     # writes wait for the process to read, so one that stops reading meets the deadline, and
     # the wait for the host's store counts too, so one that never answers meets it like a
     # process that never does.
     try:
         async with asyncio.timeout(max(deadline.remaining(), 0)):
-            return await _exchange(reader, write, script, server, deadline, opening, known)
+            outcome = await _exchange(reader, write, script, server, deadline, opening, known)
     except TimeoutError:
-        return Outcome(timed_out=True)
+        outcome = Outcome(timed_out=True)
+    outcome.file_bytes = server.served - before
+    return outcome
 
 
 async def _exchange(
