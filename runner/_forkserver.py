@@ -470,8 +470,12 @@ class ForkServer:
 
     # ---- children ----
 
-    async def spawn(self, *, memory: int, data_limit: int | None, nice: int = 0) -> ForkedChild:
-        """Fork a child that will lock itself down with these limits and say ``ready``.
+    async def spawn(
+        self, *, memory: int, data_limit: int | None, nice: int = 0, warm: str = "javascript"
+    ) -> ForkedChild:
+        """Fork a child that will lock itself down with these limits and say ``ready``,
+        its pages touched for a run in ``warm`` (one of ``protocol.LANGUAGES``: the one the
+        caller expects; a script in the other runs all the same).
 
         The ``ready`` line is left for the caller to read. Raises :class:`RunError` when no
         child can be had.
@@ -502,6 +506,7 @@ class ForkServer:
                 "memory": memory,
                 "data_limit": data_limit,
                 "nice": nice,
+                "warm": warm,
             }
         }
         try:

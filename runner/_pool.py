@@ -33,6 +33,7 @@ from runner._forkserver import ForkedChild, ForkServer
 from runner._procfs import ProcFiles
 from runner._quiet import Quiet
 from runner._tasks import cancel_and_wait
+from sandbox import protocol
 
 log = logging.getLogger("codemode.runner")
 
@@ -83,6 +84,9 @@ class WarmPool:
         self.nice = NICE if os.geteuid() == 0 else 0
         self.problem: str | None = None  # why children cannot be had (unconfined), if so
         self.spawned = 0
+        # The language the next children are made ready for: that of the last step taken
+        # (hosts run one language, mostly). See sandbox.__main__._touch_pages.
+        self.warm = protocol.LANGUAGES[0]
         self._wanted: asyncio.Event | None = None
         # A refill that may wait for quiet: when it is due at the latest (None: wanted at
         # once, or not wanted); a want at once sets _hurry, which cuts the wait short.
@@ -95,8 +99,10 @@ class WarmPool:
 
     # ---- taking ----
 
-    def take(self) -> ForkedChild | None:
-        """A ready, live child, or ``None`` when the pool has none now."""
+    def take(self, language: str = protocol.LANGUAGES[0]) -> ForkedChild | None:
+        """A ready, live child for a step in ``language``, or ``None`` when the pool has
+        none now. The children forked next are made ready for ``language``."""
+        self.warm = language
         self.start()
         self.quiet.busy()
         self.server.poll()  # a zygote that died just now takes its idle children with it
@@ -194,6 +200,7 @@ class WarmPool:
                 memory=self.memory,
                 data_limit=self.data_limit,
                 nice=self.nice,
+                warm=self.warm,
             )
             self.spawned += 1
             try:

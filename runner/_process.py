@@ -356,7 +356,7 @@ class ProcessRunner(ScriptRunner):
         memory = script.limits.memory
         child = None
         if self.pool is not None and self.heap_limit(memory) <= self.heap_limit(POOL_MEMORY):
-            child = self.pool.take()
+            child = self.pool.take(script.language)
         if child is not None:
             try:
                 return await self._run_child(child, script, files, live=live, tenant=tenant)

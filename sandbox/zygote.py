@@ -146,6 +146,9 @@ class _Zygote:
             memory = int(body["memory"])
             data_limit = None if body.get("data_limit") is None else int(body["data_limit"])
             nice = int(body.get("nice") or 0)
+            warm = body.get("warm", protocol.LANGUAGES[0])
+            if warm not in protocol.LANGUAGES:
+                raise ValueError(f"warm must be one of {', '.join(protocol.LANGUAGES)}")
             pid = os.fork()
         except (OSError, ValueError, TypeError, KeyError) as e:
             for fd in fds:
@@ -153,7 +156,7 @@ class _Zygote:
             self.send("failed", {"id": spawn_id, "error": f"{type(e).__name__}: {e}"})
             return
         if pid == 0:
-            self._child(fds, memory, data_limit, nice)
+            self._child(fds, memory, data_limit, nice, warm)
         for fd in fds:
             os.close(fd)
         self.children[pid] = spawn_id
@@ -166,8 +169,11 @@ class _Zygote:
             if pidfd is not None:
                 os.close(pidfd)
 
-    def _child(self, fds: list[int], memory: int, data_limit: int | None, nice: int) -> NoReturn:
-        """In the new child: keep only its own pipes as 0/1/2, then serve one script."""
+    def _child(
+        self, fds: list[int], memory: int, data_limit: int | None, nice: int, warm: str
+    ) -> NoReturn:
+        """In the new child: keep only its own pipes as 0/1/2, then serve one script (its
+        pages touched for a run in ``warm``, the language the runner expects next)."""
         try:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -181,7 +187,12 @@ class _Zygote:
                 os._exit(3)
             if nice > 0:
                 os.nice(nice)
-            self.serve(memory_ceiling=memory, data_limit=data_limit, filter_bpf=self.filter_bpf)
+            self.serve(
+                memory_ceiling=memory,
+                data_limit=data_limit,
+                filter_bpf=self.filter_bpf,
+                warm=warm,
+            )
         finally:
             os._exit(EXIT_CHILD_BUG)
 

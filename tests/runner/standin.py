@@ -145,7 +145,11 @@ def _hostile_while_waiting(
 
 
 def serve(
-    *, memory_ceiling: int, data_limit: int | None, filter_bpf: bytes | None = None
+    *,
+    memory_ceiling: int,
+    data_limit: int | None,
+    filter_bpf: bytes | None = None,
+    warm: str = "javascript",  # the real sandbox's: a stand-in has no pages to warm
 ) -> NoReturn:
     _write(protocol.encode(protocol.ready()))
     line = sys.stdin.buffer.readline(protocol.MAX_SCRIPT_LINE + 1)

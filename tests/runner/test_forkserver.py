@@ -313,3 +313,20 @@ async def test_a_spawn_given_up_as_its_child_arrives_leaks_no_pidfd() -> None:
     await server.aclose()
     assert zombies() == []
     assert open_fds() == before
+
+
+async def test_a_spawn_names_the_language_its_child_is_warmed_for() -> None:
+    """A spawn says which language its child is made ready for; one that names none the
+    sandbox knows is refused, naming what it takes, and the zygote serves on."""
+    server = ForkServer()
+    try:
+        with pytest.raises(RunError, match="warm must be one of javascript, python"):
+            await server.spawn(memory=64 * MiB, data_limit=None, warm="cobol")
+        for warm in protocol.LANGUAGES:
+            child = await server.spawn(memory=64 * MiB, data_limit=None, warm=warm)
+            child.kill()
+            await child.reap(grace=1.0)
+        assert server.starts == 1
+    finally:
+        await server.aclose()
+    assert zombies() == []

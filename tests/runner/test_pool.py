@@ -6,6 +6,7 @@ import asyncio
 import os
 import select
 import signal
+from typing import Any
 
 import psutil
 import pytest
@@ -143,6 +144,30 @@ async def test_a_finished_process_is_stopped_only_if_it_waits_past_stop_ending_a
         await asyncio.sleep(0.1)
         assert psutil.Process(finished).status() == psutil.STATUS_SLEEPING
         assert finished in {child.pid for child in runner._to_end.values()}
+
+
+async def test_the_pool_readies_its_children_for_the_language_of_the_last_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a Python step the pool forks its children ready for Python (a trivial Python
+    step's child then uses half the CPU), after a JavaScript one for JavaScript (sparing a
+    JavaScript host their memory); a child made ready for one runs the other all the same."""
+    async with ProcessRunner(mode="pool", slots=1, pool_size=1) as runner:
+        assert runner.server is not None
+        asked: list[str] = []
+        spawn = runner.server.spawn
+
+        async def spawn_and_note(**kwargs: Any) -> Any:
+            if "warm" in kwargs:  # the pool's (a step that finds none forks its own)
+                asked.append(kwargs["warm"])
+            return await spawn(**kwargs)
+
+        monkeypatch.setattr(runner.server, "spawn", spawn_and_note)
+        python = script("return 6 * 7").model_copy(update={"language": "python"})
+        for language, step in (("python", python), ("javascript", script("return 42"))) * 2:
+            assert (await runner.run(step)).value == 42
+            await until(lambda: len(runner.pool.idle) == 1, "the pool to refill")
+            assert asked[-1] == language, asked
 
 
 async def test_at_most_one_finished_process_per_slot_waits_for_quiet() -> None:
