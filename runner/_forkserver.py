@@ -471,7 +471,12 @@ class ForkServer:
     # ---- children ----
 
     async def spawn(
-        self, *, memory: int, data_limit: int | None, nice: int = 0, warm: str = "javascript"
+        self,
+        *,
+        memory: int,
+        data_limit: int | None,
+        nice: int = 0,
+        warm: str = protocol.LANGUAGES[0],
     ) -> ForkedChild:
         """Fork a child that will lock itself down with these limits and say ``ready``,
         its pages touched for a run in ``warm`` (one of ``protocol.LANGUAGES``: the one the

@@ -256,7 +256,7 @@ def serve(
     memory_ceiling: int,
     data_limit: int | None,
     filter_bpf: bytes | None = None,
-    warm: str = "javascript",
+    warm: str = protocol.LANGUAGES[0],
 ) -> NoReturn:
     """The per-process work on fds 0, 1 and 2; never returns (the process exits).
 

@@ -149,7 +149,7 @@ def serve(
     memory_ceiling: int,
     data_limit: int | None,
     filter_bpf: bytes | None = None,
-    warm: str = "javascript",  # the real sandbox's: a stand-in has no pages to warm
+    warm: str = protocol.LANGUAGES[0],  # the real sandbox's: a stand-in has no pages to warm
 ) -> NoReturn:
     _write(protocol.encode(protocol.ready()))
     line = sys.stdin.buffer.readline(protocol.MAX_SCRIPT_LINE + 1)
