@@ -2,16 +2,19 @@
 //
 // Evaluated before any text of the script is parsed, on a context nothing has run in yet, so
 // the built-ins it copies are the engine's own. It then compiles the script's body on its own
-// (`compile`) and runs it. Host functions (`__cm_*`) take and give strings only: numbers that
-// cross into Python come back as 32-bit integers, silently, and a string that crosses is cut
-// at its first NUL character.
+// (`compile`) and runs it, in two parts: the world itself (all but what one script's record
+// sets), made once per context before any script exists (a fork server makes it before it
+// forks), and `begin(config, code)`, once, which sets the script's tools, clock, seed and
+// bounds, then compiles and runs its body. Host functions (`__cm_*`) take and give strings
+// only: numbers that cross into Python come back as 32-bit integers, silently, and a string
+// that crosses is cut at its first NUL character.
 //
 // The stack is closed to scripts (no `Error.prepareStackTrace`, no `Error.captureStackTrace`),
 // so script code that runs under a frame of ours (its valueOf, toJSON, a getter) cannot reach
 // that frame's function. Besides, the replacements never give a real built-in a script's
 // object: the real Date only ever gets primitives, converted here, and what goes to the host
 // is a checked copy of plain data that JSON.stringify writes without running script code.
-(function (config, host, code, web) {
+(function (host, web) {
   "use strict";
 
   // ---- The engine's own built-ins, copied before any script text exists. ----
@@ -35,8 +38,9 @@
   // Taken before the script runs, so a script that replaces JSON does not change what the
   // host is sent (the host checks everything anyway).
   const JSON = freeze({ stringify: globalThis.JSON.stringify, parse: globalThis.JSON.parse });
-  const MAX_DEPTH = config.max_depth;
-  const toolNames = new NativeSet(config.tools);
+  // What one script's record sets (see `begin`): nothing reads them before it.
+  let MAX_DEPTH = 0, PRINTED_BOUND = 0, VALUE_HALF = 0, NOW = 0;
+  let toolNames = new NativeSet();
 
   // ---- The stack is not the script's to inspect. ----
   // quickjs-ng hands `Error.prepareStackTrace` the call sites of every frame, native ones
@@ -49,7 +53,6 @@
   }
 
   // ---- Determinism: the clock and randomness come from the script record. ----
-  const NOW = config.now_ms;
   const isObject = (v) => (typeof v === "object" && v !== null) || typeof v === "function";
   // ToPrimitive, done here: the real Date constructor is only ever given primitives, so no
   // script code (valueOf, toString, Symbol.toPrimitive) runs with it on the stack.
@@ -112,8 +115,8 @@
   defineProperty(RealDate.prototype, "constructor", { value: FixedDate, writable: true, configurable: true });
   globalThis.Date = FixedDate;
 
-  // sfc32, seeded from the record's seed: the same sequence on every run of the script.
-  let a = config.seed_lo >>> 0, b = config.seed_hi >>> 0, c = 0x9e3779b9, d = 1;
+  // sfc32, seeded in `begin` from the record's seed: the same sequence on every run.
+  let a = 0, b = 0, c = 0x9e3779b9, d = 1;
   const nextRandom = () => {
     a >>>= 0; b >>>= 0; c >>>= 0; d >>>= 0;
     let t = (a + b) | 0;
@@ -125,11 +128,8 @@
     c = (c + t) | 0;
     return (t >>> 0) / 4294967296;
   };
-  for (let i = 0; i < 12; i++) nextRandom();
   defineProperty(Math, "random", { value: nextRandom, writable: true, configurable: true });
   web(nextRandom, text); // crypto's values come from the same generator (sandbox/web.js)
-  // The engine's own `performance` reads the machine's clock; replace it whole.
-  globalThis.performance = freeze({ now: () => 0, timeOrigin: NOW });
   // Garbage-collection timing must not reach the script: it differs between runs.
   delete globalThis.WeakRef;
   delete globalThis.FinalizationRegistry;
@@ -141,7 +141,6 @@
   // what is left out. Formatted whole, a big value cost CPU in proportion to its size for
   // text then thrown away (an object of 300,000 small entries: about 9 s, past a script's
   // compute_ms).
-  const PRINTED_BOUND = config.printed_bound / 2;
   function describe(value, depth, ancestors, budget) {
     const before = budget.left;
     const s = describeOne(value, depth, ancestors, budget);
@@ -691,7 +690,7 @@
   };
   function finished(value) {
     if (value === undefined) { host.done("u"); return; }
-    const half = config.value_bound >> 1;
+    const half = VALUE_HALF;
     if (typeof value === "string" && value.length > 2 * half) {
       // A huge string is cut here: turning it into JSON first could exhaust memory.
       host.done(wellFormed("c" + JSON.stringify([value.slice(0, half),
@@ -752,20 +751,36 @@
     }
     return main;
   }
-  let promise;
-  let main;
-  try {
-    main = compile(code);
-  } catch (e) {
-    ending(failed)(e);
+
+  // ---- One script: its record's settings, then its body. Once per context. ----
+  let promise; // the script's, which settle reads
+  let begun = false;
+  return function begin(config, code) {
+    if (begun) throw new NativeError("a context runs one script");
+    begun = true;
+    MAX_DEPTH = config.max_depth;
+    toolNames = new NativeSet(config.tools);
+    NOW = config.now_ms;
+    a = config.seed_lo >>> 0; b = config.seed_hi >>> 0; c = 0x9e3779b9; d = 1;
+    for (let i = 0; i < 12; i++) nextRandom();
+    // The engine's own `performance` reads the machine's clock; replace it whole.
+    globalThis.performance = freeze({ now: () => 0, timeOrigin: NOW });
+    PRINTED_BOUND = config.printed_bound / 2;
+    VALUE_HALF = config.value_bound >> 1;
+    let main;
+    try {
+      main = compile(code);
+    } catch (e) {
+      ending(failed)(e);
+      return settle;
+    }
+    try {
+      promise = main();
+    } catch (e) { // an async function does not throw; this is only for safety
+      ending(failed)(e);
+      return settle;
+    }
+    apply(promiseThen, promise, [ending(finished), ending(failed)]);
     return settle;
-  }
-  try {
-    promise = main();
-  } catch (e) { // an async function does not throw; this is only for safety
-    ending(failed)(e);
-    return settle;
-  }
-  apply(promiseThen, promise, [ending(finished), ending(failed)]);
-  return settle;
+  };
 })

@@ -75,7 +75,8 @@ _HOST_FUNCTIONS = ("call", "print", "closest", "done", "fail", "file", "untaken"
 
 
 # Evaluated on a context where nothing has run: takes the host functions off the global
-# object and gives `start(config_json, code)`, which installs the prelude and runs the script.
+# object, makes the prelude's world and gives `start(config_json, code)`, which sets what the
+# script's record sets and runs the script.
 # With `eager`, what lazy.js stands in for is compiled at once (a fork server's context, before
 # it forks); otherwise when the run first uses it.
 def _boot(eager: bool) -> str:
@@ -93,10 +94,13 @@ def _boot(eager: bool) -> str:
         f"    script === undefined ? {PRELUDE_LINE} : script.split('\\n').length + 8;\n"
         f"  const lazy = ({LAZY.strip()})(lazySource, lazyLine, web.url);\n"
         + ("  lazy();\n" if eager else "")
-        + f"  const prelude = ({PRELUDE});\n"
+        # The prelude's world is made here, before any script exists (the prelude replaces
+        # the global JSON.parse: the config is read with the engine's own).
+        + "  const parseConfig = JSON.parse;\n"
+        + f"  const begin = ({PRELUDE})(host, web);\n"
         "  return (config, code) => {\n"
         "    script = code;\n"
-        "    return prelude(JSON.parse(config), host, code, web);\n"
+        "    return begin(parseConfig(config), code);\n"
         "  };\n"
         "})()"
     )

@@ -61,3 +61,36 @@ def test_the_script_cannot_reach_the_prelude_or_host_functions() -> None:
         Script(id="p", code=code, clock=Clock(now_ms=0, seed=0)), prepared=Prepared()
     )
     assert ran.value == ["undefined", "undefined", "undefined"]
+
+
+def test_a_prepared_context_has_the_world_made_before_any_script() -> None:
+    """The prelude's world (the fixed clock, the seeded Math.random) is made when the
+    context is prepared, before any script exists: a fork server's children do not make it
+    again. What the script's record sets (its clock, seed, tools) comes with the script."""
+    prepared = Prepared()
+    # The engine's Date is replaced already: its `now` is the prelude's, not the machine's.
+    assert prepared.ctx.eval("Date.now === Date.now && String(Date.now).includes('NOW')")
+    script = Script(
+        id="p",
+        code="return [Date.now(), performance.timeOrigin, Math.random(), Object.keys(tools)]",
+        tools=["a"],
+        clock=Clock(now_ms=1767225600000, seed=9),
+    )
+    on_prepared = run_in_process(script, prepared=prepared)
+    fresh = run_in_process(script)
+    assert on_prepared.value == fresh.value
+    assert on_prepared.value[:2] == [1767225600000, 1767225600000]
+    assert on_prepared.value[3] == ["a"]
+
+
+def test_a_prepared_context_begins_one_script_only() -> None:
+    """The prelude's ``begin`` runs once per context: a second start on the same context
+    (which Prepared.take never gives out) is refused, not a second script in one world."""
+    prepared = Prepared()
+    config = (
+        '{"tools": [], "now_ms": 0, "seed_lo": 0, "seed_hi": 0, "value_bound": 1000,'
+        ' "max_depth": 10, "printed_bound": 1000}'
+    )
+    prepared.start(config, "return 1")
+    with pytest.raises(Exception, match="a context runs one script"):
+        prepared.start(config, "return 2")
