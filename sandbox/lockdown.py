@@ -220,6 +220,25 @@ def tighten(
     _arm(compute_ms)
 
 
+def rehearse() -> None:
+    """Go through :func:`tighten`'s calls and change nothing: every limit asked for is past
+    the one in force (limits are only ever lowered; where there is none, an exabyte of heap
+    is as good) and the CPU timer is disarmed again at once. A forked child does this while
+    it waits for a script, so the copies of the fork server's pages that tighten writes are
+    made then, not on the step's clock (about 0.15 ms of a trivial step). Raises
+    :class:`LockdownError`."""
+    tighten(compute_ms=_NEVER_MS, memory=protocol.Limits().memory, data_limit=_NO_LIMIT, live=True)
+    try:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+    except (OSError, ValueError) as e:
+        raise LockdownError("rehearse", f"cannot disarm the CPU timer: {e}") from e
+
+
+# Past any limit in force: what rehearse() asks for (a day of CPU, an exabyte of heap).
+_NEVER_MS = 86_400_000
+_NO_LIMIT = 1 << 60
+
+
 def rearm(compute_ms: int) -> None:
     """A live process's next segment: ``compute_ms`` of CPU again (``ITIMER_PROF``), and the
     ``RLIMIT_CPU`` backstop a second or two past it, within the hard limit set at
