@@ -38,6 +38,7 @@ from runner._base import (
     ScriptRunner,
     Step,
 )
+from runner._cpu import AwayFromHost
 from runner._forkserver import ForkedChild, ForkServer
 from runner._live import ProcessLive, close_all, measure_at_ran
 from runner._pool import DEFAULT_IDLE_AFTER, WarmPool
@@ -443,15 +444,21 @@ class ProcessRunner(ScriptRunner):
             before = child.proc.cpu_ms() if child.proc is not None else None
         else:
             before = cpu_ms_of(child.pid)
-        outcome = await conv.segment(
-            child.reader,
-            child.write,
-            script,
-            server,
-            deadline,
-            protocol.encode(script),
-            len(script.records),
-        )
+        # The host writes the script's start while the script runs (runner._cpu).
+        away = AwayFromHost(child) if isinstance(child, ForkedChild) else None
+        try:
+            outcome = await conv.segment(
+                child.reader,
+                child.write,
+                script,
+                server,
+                deadline,
+                protocol.encode(script),
+                len(script.records),
+            )
+        finally:
+            if away is not None:
+                away.release()
         keep = live and ready.version >= protocol.LIVE_VERSION
         return await self._segment_step(
             child,

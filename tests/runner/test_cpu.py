@@ -1,0 +1,92 @@
+"""A step's process runs off the host's CPU while its first segment runs, and on every CPU it
+had again once ``ran`` arrives (runner._cpu). On a machine with one CPU allowed nothing
+changes, and the tests say so instead."""
+
+from __future__ import annotations
+
+import os
+
+from runner import ProcessRunner
+from runner._cpu import AwayFromHost
+from runner._forkserver import ForkServer
+from sandbox.protocol import FileInfo
+from tests.runner.support import script, zombies
+from tests.runner.test_live import pid_of
+
+MiB = 1024 * 1024
+CPUS = os.sched_getaffinity(0)
+
+
+async def test_a_child_is_kept_off_one_cpu_and_let_back() -> None:
+    server = ForkServer()
+    try:
+        child = await server.spawn(memory=64 * MiB, data_limit=None)
+        before = os.sched_getaffinity(child.pid)
+        away = AwayFromHost(child)
+        during = os.sched_getaffinity(child.pid)
+        if len(before) > 1:
+            assert away.allowed == before
+            assert len(during) == len(before) - 1 and during < before
+        else:  # one CPU: there is nowhere else to run
+            assert away.allowed is None and during == before
+        away.release()
+        assert os.sched_getaffinity(child.pid) == before
+        away.release()  # once only: a second release changes nothing
+        assert os.sched_getaffinity(child.pid) == before
+        child.kill()
+        await child.reap(grace=1.0)
+        away.release()  # a child that is gone is not touched (its pid may be another's)
+    finally:
+        await server.aclose()
+    assert zombies() == []
+
+
+async def test_releasing_a_gone_child_touches_no_pid() -> None:
+    """The pid of a child that was reaped is never given a new affinity."""
+    server = ForkServer()
+    try:
+        child = await server.spawn(memory=64 * MiB, data_limit=None)
+        away = AwayFromHost(child)
+        child.kill()
+        await child.reap(grace=1.0)
+        assert not child.alive()
+        away.release()
+        assert away.allowed is None
+    finally:
+        await server.aclose()
+
+
+class _Watch:
+    """A FileReader that notes the reading process's CPUs while the segment runs."""
+
+    def __init__(self) -> None:
+        self.seen: list[set[int]] = []
+        self.pid = 0
+
+    async def read(self, file_id: str, offset: int, length: int) -> bytes:
+        self.seen.append(os.sched_getaffinity(self.pid))
+        return b"hi"[offset : offset + length]
+
+
+async def test_a_step_runs_off_the_hosts_cpu_until_ran_then_anywhere() -> None:
+    """In a pool step the process's script segment runs on all CPUs but one (the host's when
+    it sent the script); the live process waiting for its call's result may run anywhere."""
+    async with ProcessRunner(mode="pool", slots=1) as runner:
+        watch = _Watch()
+        assert runner.pool is not None
+        runner.pool.start()
+        await runner.pool.refill()
+        watch.pid = runner.pool.idle[0].pid  # the child the step takes
+        s = script("await files.text('f.txt'); await tools.t({ i: 1 }); return 1").model_copy(
+            update={"files": [FileInfo(id="f.txt", mime="text/plain", size=2)]}
+        )
+        step = await runner.run(s, watch, live=True)
+        assert step.outcome == "calls" and step.live is not None
+        assert pid_of(step.live) == watch.pid
+        (during,) = watch.seen
+        if len(CPUS) > 1:
+            assert len(during) == len(CPUS) - 1 and during < CPUS
+        else:
+            assert during == CPUS
+        assert os.sched_getaffinity(watch.pid) == CPUS
+        await step.live.close()
