@@ -8,6 +8,7 @@ checked and recorded here and settled by ``_calls``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import logging
 import math
@@ -28,7 +29,7 @@ from engine._limits import LIMIT_NAMES, Limits, config_hint
 from engine._live import LiveRuns, live_key
 from engine._result import RunResult
 from engine.languages import check_language
-from runner import FileMissing, RunError, ScriptRunner, Step, bounded
+from runner import HOST_BUSY, FileMissing, RunError, ScriptRunner, Step, bounded
 from sandbox import protocol
 from sandbox.protocol import size_text
 
@@ -147,7 +148,12 @@ class StepLoop(CallSettling):
         whose key names a script already started, or whose start fails, is dropped
         (:func:`discard_early`) and nothing it did is left."""
         script = self._script_of(record, self.limits_for(record.tenant).for_run())
-        task = asyncio.create_task(self._replay_step(script, record), name=f"step {record.id}")
+        # The host writes the start while this step runs: a hint to the runner.
+        context = contextvars.copy_context()
+        context.run(HOST_BUSY.set, True)
+        task = asyncio.create_task(
+            self._replay_step(script, record), name=f"step {record.id}", context=context
+        )
         return task, script
 
     async def _replay_step(

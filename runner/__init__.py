@@ -13,6 +13,7 @@ from runner._base import (
     Step,
     bounded,
 )
+from runner._cpu import HOST_BUSY
 from runner._live import count_private, default_live_count, default_live_memory, takes_live
 from runner._process import ProcessRunner
 from runner._remote import RemoteRunner
@@ -32,6 +33,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
 
 
 __all__ = [
+    "HOST_BUSY",
     "TEXT_BOUNDS",
     "FileMissing",
     "FileReader",

@@ -1,17 +1,19 @@
-"""Which CPUs a step's process may run on while the host works beside it.
+"""Which CPUs a step's process may run on while its host works beside it.
 
 A pipe's write wakes its reader as a "sync" wakeup: the kernel takes the writer to be about
-to sleep and queues the reader on the writer's CPU. After sending a script the host does not
-sleep: the first step begins with the script's start, which the host writes to its log
-meanwhile (about 0.3 ms). The process then waited for the host's CPU while another was idle:
-on 2 vCPUs, 255 of 300 trivial steps ran on the host's CPU and their process read its script
-0.39 ms (median) after it was written, against 0.14 ms for the 45 that ran on the other.
+to sleep and queues the reader on the writer's CPU. That is right when the host does wait
+once it has sent the script (a runner service, a step after the first), and wrong when it
+goes on working: the engine begins a script's first step and writes the script's start to
+its log meanwhile (about 0.3 ms). There the process waited for the host's CPU while another
+was idle: on 2 vCPUs, 255 of 300 trivial steps ran on the host's CPU and their process read
+its script 0.39 ms (median) after it was written, against 0.14 ms for the 45 that ran on
+the other. (A host that waits loses by the move: a trivial step 1.74 -> 1.83 ms.)
 
-So while a step's first segment runs, its process may run on any CPU but the one the host is
-on when it sends the script, and it is let back on all of them when ``ran`` arrives (a live
-run's later segments follow the host closely: there the shared CPU is the faster). With one
-CPU allowed, or when the kernel refuses (a host that may not set another process's
-affinity), nothing changes.
+So a caller that works beside a step says so (:data:`HOST_BUSY`, set in the step's
+context), and while that step's first segment runs its process may run on any CPU but the
+one the host is on when it sends the script; it is let back on all of them when ``ran``
+arrives. With one CPU allowed, or when the kernel refuses (a host that may not set another
+process's affinity), nothing changes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import contextlib
 import ctypes
 import os
 from collections.abc import Callable
+from contextvars import ContextVar
 
 from runner._forkserver import ForkedChild
 
@@ -37,6 +40,11 @@ def _sched_getcpu() -> Callable[[], int] | None:
 
 
 _GETCPU = _sched_getcpu()
+
+HOST_BUSY: ContextVar[bool] = ContextVar("codemode_host_busy", default=False)
+"""True in the context of a step whose caller goes on working on this thread while the step
+runs (a hint a runner may use: :class:`ProcessRunner` keeps the step's process off the
+caller's CPU until ``ran``)."""
 
 
 class AwayFromHost:

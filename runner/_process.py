@@ -38,7 +38,7 @@ from runner._base import (
     ScriptRunner,
     Step,
 )
-from runner._cpu import AwayFromHost
+from runner._cpu import HOST_BUSY, AwayFromHost
 from runner._forkserver import ForkedChild, ForkServer
 from runner._live import ProcessLive, close_all, measure_at_ran
 from runner._pool import DEFAULT_IDLE_AFTER, WarmPool
@@ -444,8 +444,8 @@ class ProcessRunner(ScriptRunner):
             before = child.proc.cpu_ms() if child.proc is not None else None
         else:
             before = cpu_ms_of(child.pid)
-        # The host writes the script's start while the script runs (runner._cpu).
-        away = AwayFromHost(child) if isinstance(child, ForkedChild) else None
+        # A host that works while the script runs leaves it its CPU (runner._cpu).
+        away = AwayFromHost(child) if isinstance(child, ForkedChild) and HOST_BUSY.get() else None
         try:
             outcome = await conv.segment(
                 child.reader,

@@ -26,7 +26,8 @@ LOG = {
 }  # fmt: skip
 
 RUNNER = {
-    "FileMissing", "FileReader", "LiveRun", "ProcessRunner", "ProcessStats", "RemoteRunner", "RunError",
+    "FileMissing", "FileReader", "HOST_BUSY", "LiveRun", "ProcessRunner", "ProcessStats", "RemoteRunner",
+    "RunError",
     "RunnerService", "ScriptRunner", "Slots", "Step", "TEXT_BOUNDS", "bounded",
     "default_live_count", "default_live_memory", "default_slot_count", "count_private", "serve",
     "takes_live",

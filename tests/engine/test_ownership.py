@@ -32,6 +32,7 @@ from engine import (
 )
 from engine._drive import Drive
 from engine.log import Lease
+from runner import HOST_BUSY
 from tests._needs import require
 from tests.engine.conftest import InProcessRunner
 
@@ -258,6 +259,42 @@ async def test_an_unchecked_first_step_runs_while_the_start_is_written(
         assert len(runner.steps) == 1 and result.steps == 1
         record = await store.get_script(result.script_id)
         assert record.steps == 1 and record.outcome == result.to_dict()
+    finally:
+        await engine.aclose()
+
+
+class _Busy(InProcessRunner):
+    """Notes, for each step, whether its caller said it works beside it (runner.HOST_BUSY)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.busy: list[bool] = []
+
+    async def run(self, script, files=None, *, tenant="default", live=False):  # type: ignore[no-untyped-def]
+        self.busy.append(HOST_BUSY.get())
+        return await super().run(script, files, tenant=tenant, live=live)
+
+
+@pytest.mark.parametrize("live", [False, True])
+async def test_only_the_step_run_beside_the_start_tells_the_runner_the_host_is_busy(
+    make_store: Callable[[], LogStore], live: bool
+) -> None:
+    """The first step of an unchecked script runs while the engine writes the start, and
+    says so to the runner (which may keep its process off the host's CPU); the steps after
+    it run while the engine waits, and do not."""
+
+    @tool
+    async def echo(x: int) -> int:
+        """Give x back."""
+        return x
+
+    runner = _Busy()
+    engine = CodeMode([echo], runner=runner, store=make_store(), type_check="off", live=live)
+    try:
+        result = await engine.run_code("await tools.echo({x: 1}); await tools.echo({x: 2})")
+        assert result.status == "finished", result.text
+        assert runner.busy == ([True] if live else [True, False, False])
+        assert HOST_BUSY.get() is False  # set in the step's own context only
     finally:
         await engine.aclose()
 

@@ -1,12 +1,17 @@
-"""A step's process runs off the host's CPU while its first segment runs, and on every CPU it
-had again once ``ran`` arrives (runner._cpu). On a machine with one CPU allowed nothing
-changes, and the tests say so instead."""
+"""A step whose caller works beside it (runner.HOST_BUSY) runs off the caller's CPU while its
+first segment runs, and on every CPU it had again once ``ran`` arrives (runner._cpu); any
+other step runs where the kernel puts it. On a machine with one CPU allowed nothing changes,
+and the tests say so instead."""
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import os
 
-from runner import ProcessRunner
+import pytest
+
+from runner import HOST_BUSY, ProcessRunner
 from runner._cpu import AwayFromHost
 from runner._forkserver import ForkServer
 from sandbox.protocol import FileInfo
@@ -68,9 +73,11 @@ class _Watch:
         return b"hi"[offset : offset + length]
 
 
-async def test_a_step_runs_off_the_hosts_cpu_until_ran_then_anywhere() -> None:
-    """In a pool step the process's script segment runs on all CPUs but one (the host's when
-    it sent the script); the live process waiting for its call's result may run anywhere."""
+@pytest.mark.parametrize("busy", [True, False])
+async def test_a_step_runs_off_a_busy_hosts_cpu_until_ran_then_anywhere(busy: bool) -> None:
+    """In a pool step whose caller is busy beside it, the process's script segment runs on
+    all CPUs but one (the host's when it sent the script); the live process waiting for its
+    call's result may run anywhere. A step whose caller just waits is not moved."""
     async with ProcessRunner(mode="pool", slots=1) as runner:
         watch = _Watch()
         assert runner.pool is not None
@@ -80,11 +87,13 @@ async def test_a_step_runs_off_the_hosts_cpu_until_ran_then_anywhere() -> None:
         s = script("await files.text('f.txt'); await tools.t({ i: 1 }); return 1").model_copy(
             update={"files": [FileInfo(id="f.txt", mime="text/plain", size=2)]}
         )
-        step = await runner.run(s, watch, live=True)
+        context = contextvars.copy_context()
+        context.run(HOST_BUSY.set, busy)
+        step = await asyncio.create_task(runner.run(s, watch, live=True), context=context)
         assert step.outcome == "calls" and step.live is not None
         assert pid_of(step.live) == watch.pid
         (during,) = watch.seen
-        if len(CPUS) > 1:
+        if busy and len(CPUS) > 1:
             assert len(during) == len(CPUS) - 1 and during < CPUS
         else:
             assert during == CPUS
