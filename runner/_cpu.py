@@ -10,14 +10,15 @@ its script 0.39 ms (median) after it was written, against 0.14 ms for the 45 tha
 the other. (A host that waits loses by the move: a trivial step 1.74 -> 1.83 ms.)
 
 So a caller that works beside a step says so (:data:`HOST_BUSY`, set in the step's
-context), and while that step's first segment runs its process may run on any CPU but the
-one the host is on when it sends the script; it is let back on all of them when ``ran``
-arrives. With one CPU allowed, or when the kernel refuses (a host that may not set another
-process's affinity), nothing changes.
+context), and that step's process may run on any CPU but the one the host is on when it
+sends the script, until ``ran`` arrives or :data:`AWAY_AT_MOST` has passed. With one CPU
+allowed, or when the kernel refuses (a host that may not set another process's affinity),
+nothing changes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import os
@@ -47,12 +48,21 @@ runs (a hint a runner may use: :class:`ProcessRunner` keeps the step's process o
 caller's CPU until ``ran``)."""
 
 
+# How long a process is kept off the host's CPU at most: the host's work beside a step is
+# short (the start's write, about 0.3 ms), and a script that computes for seconds in its
+# first segment must not be held to fewer CPUs all that time (two such scripts at once would
+# share one CPU of two).
+AWAY_AT_MOST = 0.002
+
+
 class AwayFromHost:
-    """Keeps ``child`` off the host's current CPU until :meth:`release`."""
+    """Keeps ``child`` off the host's current CPU until :meth:`release`, or for
+    :data:`AWAY_AT_MOST` seconds at most. Made on the event loop."""
 
     def __init__(self, child: ForkedChild) -> None:
         self.child = child
         self.allowed: set[int] | None = None  # the child's CPUs before, while it is kept off
+        self._timer: asyncio.TimerHandle | None = None
         if _GETCPU is None:
             return
         try:
@@ -64,10 +74,14 @@ class AwayFromHost:
         except OSError:
             return
         self.allowed = allowed
+        self._timer = asyncio.get_running_loop().call_later(AWAY_AT_MOST, self.release)
 
     def release(self) -> None:
         """Let the child run on every CPU it had again (once; a no-op if it is gone: its pid
         is only touched while it is surely the child's)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         allowed, self.allowed = self.allowed, None
         if allowed is None or not self.child.alive():
             return
