@@ -221,9 +221,9 @@ def tighten(
 
 
 def rehearse() -> None:
-    """Go through :func:`tighten`'s calls and change nothing: every limit asked for is past
-    the one in force (limits are only ever lowered; where there is none, an exabyte of heap
-    is as good) and the CPU timer is disarmed again at once. A forked child does this while
+    """After :func:`apply`, go through :func:`tighten`'s calls and change nothing: every limit
+    asked for is past the one apply() set (limits are only ever lowered) and the CPU timer
+    is disarmed again at once. A forked child does this while
     it waits for a script, so the copies of the fork server's pages that tighten writes are
     made then, not on the step's clock (about 0.15 ms of a trivial step). Raises
     :class:`LockdownError`."""

@@ -8,9 +8,11 @@ argument, without loading it: nothing here confines the test process.
 from __future__ import annotations
 
 import errno
+import json
 import struct
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -259,3 +261,26 @@ def test_the_cpu_timer_is_armed_for_the_allowance(compute_ms: int) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     armed_ms = float(out.stdout) * 1000
     assert compute_ms - 1 <= armed_ms <= compute_ms + 0.1, armed_ms
+
+
+def test_rehearse_changes_no_limit_and_leaves_no_timer() -> None:
+    """After the limits apply() sets, rehearse() goes through tighten and changes nothing:
+    every limit is as it was and the CPU timer is not armed. (In a process of its own: the
+    limits are only ever lowered.)"""
+    code = textwrap.dedent(
+        """
+        import json, resource, signal
+        from sandbox import lockdown
+        lockdown._set_rlimits(memory=64 << 20, data_limit=None, cpu_seconds=600, room=0)
+        names = [n for n in dir(resource) if n.startswith("RLIMIT_")]
+        before = {n: resource.getrlimit(getattr(resource, n)) for n in names}
+        lockdown.rehearse()
+        after = {n: resource.getrlimit(getattr(resource, n)) for n in names}
+        print(json.dumps([before, after, signal.getitimer(signal.ITIMER_PROF)]))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after, timer = json.loads(out.stdout)
+    assert after == before
+    assert before["RLIMIT_CPU"] == [600, 601]
+    assert timer == [0.0, 0.0]
