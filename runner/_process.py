@@ -543,9 +543,9 @@ class ProcessRunner(ScriptRunner):
         fsync at the script's end included. Meanwhile it is stopped if it waits past
         :data:`STOP_ENDING_AFTER` (ended between scripts, as most are, it never is: a
         signal, and a wake of the process, saved on the way to the step's return), and then
-        can do nothing. At most one such process per slot waits (a burst of steps would otherwise
-        hold a process each, with its memory and fds): past that, and for an exec'd process
-        (ours to reap, not the fork server's), it is ended at once."""
+        can do nothing. At most one such process per slot waits (a burst of steps would
+        otherwise hold a process each, with its memory and fds): past that, and for an exec'd
+        process (ours to reap, not the fork server's), it is ended at once."""
         child.detached = True
         loop = asyncio.get_running_loop()
         if isinstance(child, ForkedChild) and len(self._to_end) < self.slots.count:

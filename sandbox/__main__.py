@@ -209,10 +209,10 @@ def _touch_pages(warm: str) -> None:
     """In a forked child, before it says ``ready``: go through what a run does first (the
     limits lowered and the timer armed, changing nothing; the prepared context's objects, its
     memory count, the parse check, the line decoding, a run's setup, the ending's encoding)
-    without running anything. Until then, the zygote's
-    pages are shared with the child: its data is copied at the first write to each page, and
-    its code mapped in at the first call. Doing that here, while the child waits in the pool,
-    takes it off the step's clock: a trivial run_code 22 to 28% sooner on 2 CPUs.
+    without running anything. Until then, the zygote's pages are shared with the child: its
+    data is copied at the first write to each page, and its code mapped in at the first
+    call. Doing that here, while the child waits in the pool, takes it off the step's clock:
+    a trivial run_code 22 to 28% sooner on 2 CPUs.
 
     With ``warm`` Python (the runner's last step was a Python script), a trivial Python
     script is run too, in a run of its own (a Python run has no prepared state to use up):
