@@ -208,7 +208,7 @@ def _warm_up_zygote() -> None:
 def _touch_pages(warm: str) -> None:
     """In a forked child, before it says ``ready``: go through what a run does first (the
     limits lowered and the timer armed, changing nothing; the prepared context's objects, its
-    memory count, the parse check, the line decoding, a run's setup, the ending's encoding)
+    memory count, QuickJS's parser, the line decoding, a run's setup, the ending's encoding)
     without running anything. Until then, the zygote's pages are shared with the child: its
     data is copied at the first write to each page, and its code mapped in at the first
     call. Doing that here, while the child waits in the pool, takes it off the step's clock:
@@ -224,10 +224,8 @@ def _touch_pages(warm: str) -> None:
     _PREPARED.ctx.gc()
     _PREPARED.ctx.memory()
     script = script_from(_TOUCH_LINE)
-    # The parse check every script goes through (in a context of its own: nothing runs).
-    _PREPARED.stripper.prepare(
-        script.code, memory=script.limits.memory, stack=runtime.JS_STACK_BYTES
-    )
+    # QuickJS's parser, which the script's compile uses (a function compiled, none run).
+    _PREPARED.stripper.touch()
     runtime.new_run(script, _ProcessChannel())
     protocol.encode(protocol.Ran(outcome="finished", value=1, stats=protocol.Stats(cpu_ms=1)))
     if warm == "python" and "python" in _LANGUAGES:

@@ -735,12 +735,17 @@
   // is the script's only if its source text is the whole declaration: a body that closes
   // the function early (`}; evil(); (function () {`) leaves a shorter __cm_main (or
   // another one), never one whose text is all of it. Line n of the body is line n + 1 here.
-  function compile(body) {
+  // With `mayStrip`, a body that does not parse gives undefined instead of its SyntaxError:
+  // nothing of it was declared, so the host may strip its types and begin again.
+  function compile(body, mayStrip) {
     const declaration = "async function __cm_main() {\n" + body + "\n}";
     try {
       apply(globalEval, undefined, ["throw 0; " + declaration]);
     } catch (e) {
-      if (e !== 0) throw e; // a SyntaxError: the body does not parse
+      if (e !== 0) { // the body does not parse (a SyntaxError; or out of memory or stack)
+        if (mayStrip && e instanceof NativeSyntaxError) return undefined;
+        throw e;
+      }
     }
     const found = getOwnPropertyDescriptor(globalThis, "__cm_main");
     delete globalThis.__cm_main;
@@ -753,10 +758,20 @@
   }
 
   // ---- One script: its record's settings, then its body. Once per context. ----
+  // `begin(config, code, mayStrip)`: with `mayStrip`, a body that does not parse begins
+  // nothing and gives "unparsed" (the host strips its TypeScript types and calls again).
   let promise; // the script's, which settle reads
   let begun = false;
-  return function begin(config, code) {
+  return function begin(config, code, mayStrip) {
     if (begun) throw new NativeError("a context runs one script");
+    let main, problem, broken = false;
+    try {
+      main = compile(code, mayStrip === true);
+      if (main === undefined) return "unparsed";
+    } catch (e) {
+      broken = true;
+      problem = e;
+    }
     begun = true;
     MAX_DEPTH = config.max_depth;
     toolNames = new NativeSet(config.tools);
@@ -767,11 +782,8 @@
     globalThis.performance = freeze({ now: () => 0, timeOrigin: NOW });
     PRINTED_BOUND = config.printed_bound / 2;
     VALUE_HALF = config.value_bound >> 1;
-    let main;
-    try {
-      main = compile(code);
-    } catch (e) {
-      ending(failed)(e);
+    if (broken) {
+      ending(failed)(problem);
       return settle;
     }
     try {

@@ -98,9 +98,9 @@ def _boot(eager: bool) -> str:
         # the global JSON.parse: the config is read with the engine's own).
         + "  const parseConfig = JSON.parse;\n"
         + f"  const begin = ({PRELUDE})(host, web);\n"
-        "  return (config, code) => {\n"
+        "  return (config, code, mayStrip) => {\n"
         "    script = code;\n"
-        "    return begin(parseConfig(config), code);\n"
+        "    return begin(parseConfig(config), code, mayStrip);\n"
         "  };\n"
         "})()"
     )
@@ -338,11 +338,19 @@ class Run(Replay):
             }
         ).decode()
         stripper = prepared.stripper if prepared is not None else typescript.Stripper()
-        code = self.javascript = self._typescript(stripper, well_formed(script.code))
+        body = well_formed(script.code)
         # The script's text is an argument, never part of a source: the prelude compiles it
-        # on its own (see `compile` in prelude.js).
+        # on its own (see `compile` in prelude.js). It is compiled as JavaScript first and
+        # stripped of TypeScript's types only if it does not parse (the prelude then begins
+        # nothing), or at once if it has what reads as a call with type arguments.
+        stripped = typescript.wanted(body)
+        code = self.javascript = self._typescript(stripper, body) if stripped else body
         try:
-            self.settle = start(config, code)
+            settle = start(config, code, not stripped)
+            if isinstance(settle, str):  # "unparsed"
+                code = self.javascript = self._typescript(stripper, body)
+                settle = start(config, code, False)
+            self.settle = settle
         except _quickjs.JSException as e:
             if self.ended:
                 raise _Ended from None
@@ -382,10 +390,10 @@ class Run(Replay):
         return self._conclude()
 
     def _typescript(self, stripper: typescript.Stripper, code: str) -> str:
-        """The script as JavaScript: without its TypeScript types, if it has any (see
-        sandbox/typescript.py); a script that cannot be stripped fails here."""
+        """The script without its TypeScript types (see sandbox/typescript.py); a script
+        that cannot be stripped fails here."""
         try:
-            return stripper.prepare(code, memory=self.limits.memory, stack=JS_STACK_BYTES)
+            return stripper.strip(code, memory=self.limits.memory, stack=JS_STACK_BYTES)
         except typescript.StripError as e:
             lines = self._lines(f"<input>:{e.line + 1}") if e.line else []
             error = ScriptError(name="SyntaxError", message=_cut(e.message, 1000), lines=lines)

@@ -10,11 +10,11 @@ reach it, and the script's garbage collector never walks it.
 What it costs (2-core VM): compiling the bundle, 35-45 ms and about 1.5 MiB of heap, paid once
 by the fork server (every child inherits it) or, in exec mode, only by a script that needs it;
 the transform, about 0.5 ms for a 140-byte script and 10-20 ms for 1.4 KB (10-15 us a byte
-in QuickJS's interpreter, under load). So a script is first parsed as JavaScript, in the
-stripper's context (0.06 ms for a 1.4 KB script), and stripped only
-if that fails: plain JavaScript pays the parse, unless it has something shaped like a call
-with type arguments: ``f<Array>(x)`` is also valid JavaScript, with another meaning, so such
-a script is always stripped (and means what TypeScript says).
+in QuickJS's interpreter, under load). So a script is first compiled as JavaScript, in its
+own context (``begin`` in prelude.js, which begins nothing when the body does not parse),
+and stripped only if that fails: plain JavaScript pays nothing, unless it has something
+shaped like a call with type arguments: ``f<Array>(x)`` is also valid JavaScript, with
+another meaning, so such a script is always stripped (and means what TypeScript says).
 
 The bundle is built by ``make install`` (it is not in the repository); without it scripts run
 as JavaScript only, and a typed script fails with its syntax error and a note saying so.
@@ -75,41 +75,17 @@ class Stripper:
     def __init__(self) -> None:
         self._ctx: Any = None
         self._fn: Any = None
-        self._plain: Any = None  # a bare context for the parse check, and its parse function
 
-    def prepare(self, code: str, *, memory: int, stack: int) -> str:
-        """The JavaScript to compile for the body ``code``: ``code`` itself when it parses
-        as JavaScript and has nothing shaped like a call with type arguments, or ``code``
-        without its types. Raises :class:`StripError` (or ``MemoryError``)."""
-        if wanted(code) or not self._parses(code, memory=memory, stack=stack):
-            return self.strip(code, memory=memory, stack=stack)
-        return code
-
-    def _parses(self, code: str, *, memory: int, stack: int) -> bool:
-        # Parsed in a bare context of its own, neither the script's nor the stripper's:
-        # `throw 0` comes first, so no text of the body runs, whatever it closes or opens,
-        # though a body that closes the function early may declare globals here (hoisted).
-        # A parse that runs out of stack is left to the script's own compile, which reports
-        # it as it would any script.
-        # The body goes in as a string argument, not as source text of Python's: a NUL in it
-        # is data to the parser, where the binding's eval would stop at it.
-        if self._plain is None:
-            self._plain = _plain_context()
-        ctx, parse = self._plain
-        ctx.set_memory_limit(memory)
-        ctx.set_max_stack_size(stack)
-        try:
-            text = parse(code)
-        except _quickjs.JSException as e:
-            text = str(e)
-        if "out of memory" in text.partition("\n")[0]:
-            raise MemoryError
-        return not text.startswith("SyntaxError")
+    def touch(self) -> None:
+        """Compile a small function in the stripper's context, running nothing: a forked
+        child does it while it waits, so that QuickJS's parser is mapped in before the
+        script's compile needs it (a no-op without the bundle)."""
+        if self._ctx is not None:
+            self._ctx.eval("(async function () {\n  return [1, 'x'];\n})")
 
     @classmethod
     def compiled(cls) -> Stripper:
         stripper = cls()
-        stripper._plain = _plain_context()
         if BUNDLE is not None:
             stripper._compile()
         return stripper
@@ -142,27 +118,3 @@ class Stripper:
         if "error" in answer:
             raise StripError(str(answer["error"]), int(answer.get("line") or 0))
         return str(answer["code"])
-
-
-def _plain_context() -> tuple[Any, Any]:
-    """A bare context and its parse function: ``parse(body)`` is ``"ok"`` when the body
-    parses as an async function's, or the text of the error it met."""
-    # What it uses is taken before any body is parsed: a body that closes the function early
-    # can hoist declarations over this context's globals, though none of its code runs.
-    ctx = _quickjs.Context()
-    parse = ctx.eval(
-        "(function () {\n"
-        "  const evaluate = eval, text = String, global = globalThis;\n"
-        "  return function (body) {\n"
-        "    try {\n"
-        "      evaluate('throw 0; async function __cm_parse() {\\n' + body + '\\n}');\n"
-        "    } catch (e) {\n"
-        "      if (e !== 0) return text(e && e.name) + ': ' + text(e && e.message);\n"
-        "    } finally {\n"
-        "      delete global.__cm_parse;\n"
-        "    }\n"
-        "    return 'ok';\n"
-        "  };\n"
-        "})()"
-    )
-    return ctx, parse

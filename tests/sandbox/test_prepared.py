@@ -17,6 +17,9 @@ CASES = {
     "error lines": ("console.log('before');\nfunction f() {\n  null.y;\n}\nf();", []),
     "call-site TypeError": ("\n\nawait tools.a([1])", []),
     "syntax error": ("let x = ;\nreturn 1", []),
+    "typed": ("const a: number[] = [1, 2];\nreturn a.map((x: number): string => `${x}`)", []),
+    "typed syntax error": ("const a: number = ;\nreturn a", []),
+    "closes its function": ("return 1;\n}\nfunction JSON() {}\nfunction y() {", []),
     "divergence": ("await tools.b({ z: 2 })", [("a", {"x": 1}, 5)]),
     "unknown tool": ("await tools.nope()", []),
     "files": ("return [files.list().length, await files.text('f.txt')]", []),
@@ -94,3 +97,23 @@ def test_a_prepared_context_begins_one_script_only() -> None:
     prepared.start(config, "return 1")
     with pytest.raises(Exception, match="a context runs one script"):
         prepared.start(config, "return 2")
+
+
+def test_a_body_that_does_not_parse_begins_nothing() -> None:
+    """With ``mayStrip``, a body that does not parse gives "unparsed" and begins nothing, so
+    the host can begin again with its types removed; once a script has begun (or failed to
+    compile without ``mayStrip``), the context is spent."""
+    prepared = Prepared()
+    config = (
+        '{"tools": [], "now_ms": 0, "seed_lo": 0, "seed_hi": 0, "value_bound": 1000,'
+        ' "max_depth": 10, "printed_bound": 1000}'
+    )
+    assert prepared.start(config, "const a: number = 1;\nreturn a", True) == "unparsed"
+    assert prepared.start(config, "return (", True) == "unparsed"
+    prepared.start(config, "const a = 1;\nreturn a", True)
+    with pytest.raises(Exception, match="a context runs one script"):
+        prepared.start(config, "return 2", True)
+    spent = Prepared()
+    spent.start(config, "return (", False)  # fails as the script's SyntaxError
+    with pytest.raises(Exception, match="a context runs one script"):
+        spent.start(config, "return 1", True)

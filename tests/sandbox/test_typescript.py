@@ -334,15 +334,35 @@ def test_call_with_type_arguments_means_what_typescript_says(code: str) -> None:
     assert run(code).value in (5, "5")
 
 
-def test_a_body_that_parses_cannot_change_the_stripper() -> None:
-    """The parse check is done where a body's hoisted declarations (`}; function JSON() {}`)
-    land in a bare context, never in the stripper's: stripping afterwards still works."""
-    stripper = typescript.Stripper.compiled()
+def test_a_body_that_parses_is_never_stripped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A body that parses as JavaScript goes to the compile, never to the stripper, even one
+    that closes its function early (`}; function JSON() {}`): the compile refuses that, and
+    what it declared stays in the script's own context."""
+
+    def refuse(self: Any, code: str, **bounds: int) -> str:
+        raise AssertionError("stripped a body that parses")
+
+    monkeypatch.setattr(typescript.Stripper, "strip", refuse)
     hostile = "return 1;\n}\nfunction JSON() {}\nfunction __cm_typescript() {}\nfunction y() {"
-    bounds = {"memory": 64 * 1024 * 1024, "stack": 1024 * 1024}
-    assert stripper.prepare(hostile, **bounds) == hostile  # it parses: left to the compile
-    typed = "const a: number = 1;\nreturn a;"
-    assert stripper.strip(typed, **bounds) == "const a = 1;\nreturn a;"
+    for prepared in (False, True):
+        ran = run(hostile, prepared=prepared)
+        assert ran.outcome == "failed" and ran.error is not None
+        assert "closes the function" in ran.error.message
+
+
+def test_a_typed_script_is_compiled_once_stripped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A typed script that does not parse as JavaScript is stripped once, then compiled."""
+    calls: list[str] = []
+    strip = typescript.Stripper.strip
+
+    def counted(self: Any, code: str, **bounds: int) -> str:
+        calls.append(code)
+        return strip(self, code, **bounds)
+
+    monkeypatch.setattr(typescript.Stripper, "strip", counted)
+    code = "const a: number = 2;\nreturn a * 3;"
+    assert run(code, prepared=True).value == 6
+    assert calls == [code]
 
 
 # ---- hostile input: each ends within the run's bounds, with a clear error ----
