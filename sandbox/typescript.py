@@ -16,8 +16,9 @@ and stripped only if that fails: plain JavaScript pays nothing, unless it has so
 shaped like a call with type arguments: ``f<Array>(x)`` is also valid JavaScript, with
 another meaning, so such a script is always stripped (and means what TypeScript says).
 
-The bundle is built by ``make install`` (it is not in the repository); without it scripts run
-as JavaScript only, and a typed script fails with its syntax error and a note saying so.
+The bundle is committed (``make install`` builds it again from package-lock.json's versions,
+byte for byte); an install without it runs scripts as JavaScript only, and a typed script
+fails with its syntax error and a note saying so.
 """
 
 from __future__ import annotations
