@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -36,19 +37,41 @@ class CallAbandoned(CodeModeError):
 
 def new_owner() -> str:
     """A name for one drive of a script, unique across hosts and readable in ``show``:
-    ``host:pid:nonce``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    ``host:pid:nonce``, and ``@place`` where the pid can be looked up (:func:`pid_place`)."""
+    place = pid_place(os.getpid())
+    where = "" if place is None else f"@{place}"
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}{where}"
+
+
+@functools.cache
+def pid_place(pid: int) -> str | None:
+    """Where process ``pid`` (this one: the cache is by pid, for forks) is known by that
+    number: the machine's boot and its PID namespace, ``None`` if ``/proc`` does not say.
+    Two containers that share a log and a host name but not a PID namespace each have a
+    process 1: the pid alone would name the wrong one."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip().replace("-", "")[:12]
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+    return f"{boot}.{namespace:x}" if boot else None
 
 
 def dead_local_owner(store: log.LogStore, lease: log.Lease | None) -> str | None:
     """The lease's owner if it is a process of this machine that is gone, on a store whose
     hosts all share this machine (so a restarted host resumes at once instead of waiting
-    out its predecessor's lease); otherwise ``None``."""
+    out its predecessor's lease); otherwise ``None``. Only an owner named in this process's
+    boot and PID namespace is looked up: any other (another container, an owner named
+    before the place was, a machine without ``/proc``) has its lease waited out."""
     if lease is None or not store.local:
         return None
-    host, _, rest = lease.owner.partition(":")
+    name, _, place = lease.owner.partition("@")
+    host, _, rest = name.partition(":")
     pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+    if place != pid_place(os.getpid()) or host != socket.gethostname() or not pid.isdigit():
+        return None
+    if int(pid) == os.getpid():
         return None
     try:
         os.kill(int(pid), 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,8 +16,9 @@ from typing import Any
 import orjson
 
 from engine import CodeMode, ScriptRecord, SqliteStore, tool
-from engine._drive import dead_local_owner
+from engine._drive import dead_local_owner, new_owner, pid_place
 from engine.log import Lease
+from tests._needs import require
 from tests.engine.conftest import InProcessRunner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -212,12 +214,54 @@ def test_a_host_that_exited_unreaped_is_dead() -> None:
     try:
         while _state(child.pid) != "Z":
             time.sleep(0.01)
-        owner = f"{socket.gethostname()}:{child.pid}:abcd1234"
+        owner = f"{socket.gethostname()}:{child.pid}:abcd1234@{pid_place(os.getpid())}"
         assert dead_local_owner(store, Lease("s", owner, 1, 0)) == owner
     finally:
         child.wait()
-    alive = f"{socket.gethostname()}:{os.getppid()}:abcd1234"
+    alive = f"{socket.gethostname()}:{os.getppid()}:abcd1234@{pid_place(os.getpid())}"
     assert dead_local_owner(store, Lease("s", alive, 1, 0)) is None
+
+
+def test_a_host_of_another_pid_namespace_is_never_taken_for_dead() -> None:
+    """Two containers that share a log and a host name but not a PID namespace: a pid of the
+    other's is not looked up in this one (where it may be no process, or another), so its
+    lease is waited out; as is an owner named without its place. Run for real: a host in a
+    PID namespace of its own (``unshare``, as root) names a place that is not this one."""
+    store = SqliteStore.__new__(SqliteStore)  # only its `local` is read
+    here = pid_place(os.getpid())
+    assert here is not None and new_owner().endswith(f"@{here}")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: its pid names no process here
+    host = socket.gethostname()
+    assert dead_local_owner(store, Lease("s", f"{host}:{gone.pid}:ab@{here}", 1, 0)) is not None
+    for owner in (
+        f"{host}:{gone.pid}:ab@{here.split('.')[0]}.1",  # another namespace, same boot
+        f"{host}:{gone.pid}:ab@000000000000.{here.split('.')[1]}",  # another boot
+        f"{host}:{gone.pid}:ab",  # no place
+    ):
+        assert dead_local_owner(store, Lease("s", owner, 1, 0)) is None, owner
+    # This host, alive and driving, seen from a host in a PID namespace of its own (where
+    # this pid is no process): it is not taken for dead there.
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        require("root and unshare (util-linux): to make a PID namespace")
+    mine = new_owner()
+    code = (
+        "import sys; from engine import SqliteStore; from engine.log import Lease\n"
+        "from engine._drive import dead_local_owner, new_owner\n"
+        "store = SqliteStore.__new__(SqliteStore)\n"
+        "print(new_owner()); print(dead_local_owner(store, Lease('s', sys.argv[1], 1, 0)))"
+    )
+    proc = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", code, mine],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    theirs, verdict = proc.stdout.split()
+    assert theirs.startswith(f"{host}:1:") and not theirs.endswith(f"@{here}"), theirs
+    assert verdict == "None", f"a live host of another PID namespace was taken for dead: {mine}"
 
 
 def _state(pid: int) -> str:
