@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
-from engine._codemode import CodeMode, RunResult
+from engine._codemode import CodeMode, RunResult, check_ids
 from engine._config import Config, build_runner
 from engine._errors import (
     CodeModeError,
@@ -70,7 +70,7 @@ from engine._stopping import INTERRUPT_GRACE, INTERRUPTED, TERMINATED, give_up
 from engine._tools import Tool
 from engine.adapters import FORMATS
 from engine.languages import LANGUAGES
-from engine.log import LogStore, ScriptRecord
+from engine.log import LogStore, ScriptRecord, SqliteStore
 from runner import FileReader, ScriptRunner, Step
 
 if TYPE_CHECKING:
@@ -379,10 +379,20 @@ def _language(args: argparse.Namespace, config: Config) -> Any:
     return config.language
 
 
-def _needs_log(args: argparse.Namespace, command: str) -> Config:
+def _needs_log(args: argparse.Namespace, command: str, *, made: bool = True) -> Config:
+    """The config of a command that works on the session log; with ``made``, one that only
+    reads or answers what is in it, so a log that is not there (a mistyped ``--data-dir``)
+    is an error, not an empty log made there."""
     config = _config(args)
     if not config.store.lasting(config.data_dir):
         raise CodeModeError(f"{command} needs the session log: {_keep_the_log(config)}")
+    if made and config.store.kind != "postgres" and config.data_dir is not None:
+        path = Path(config.data_dir) / SqliteStore.FILE_NAME
+        if not path.is_file():
+            raise CodeModeError(
+                f"{command}: there is no session log in {config.data_dir} ({path.name} is not "
+                "there); check --data-dir (or data_dir in codemode.toml)"
+            )
     return config
 
 
@@ -411,13 +421,26 @@ async def _scripts(args: argparse.Namespace) -> int:
     for record in found:
         print(
             f"{record.id}  {record.status:<8}  {_when(record.created_ms)}  steps {record.steps}"
-            f"  tenant {record.tenant}" + ("  held" if record.held else "")
+            f"  tenant {_shown(record.tenant)}" + ("  held" if record.held else "")
         )
     return 0
 
 
+# What the log holds came from scripts, models and tools: shown to a person, a control
+# character (a terminal's escape sequence, a line break that would forge a row) is written
+# as its escape. Tabs stay.
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)] if c != 0x09}
+_CONTROL.update({0x2028: "\\u2028", 0x2029: "\\u2029"})
+
+
+def _shown(text: object) -> str:
+    """``text`` for a terminal: control characters as escapes (see ``_CONTROL``)."""
+    return str(text).translate(_CONTROL)
+
+
 async def _show(args: argparse.Namespace) -> int:
     store = _store(args, _needs_log(args, "show"))
+    check_ids(args.script_id)
     try:
         record = await store.get_script(args.script_id)
         calls = await store.calls(args.script_id)
@@ -430,21 +453,23 @@ async def _show(args: argparse.Namespace) -> int:
     lease = record.lease
     print(f"script {record.id}  {record.status}" + ("  held" if record.held else ""))
     print(
-        f"  {record.language}, tenant {record.tenant}, created {_when(record.created_ms)}, "
-        f"steps {record.steps}"
+        f"  {record.language}, tenant {_shown(record.tenant)}, created "
+        f"{_when(record.created_ms)}, steps {record.steps}"
     )
     print(
         f"  compute {record.total_compute_ms:,.0f} ms, files read "
-        f"{size_text(record.total_file_bytes)}" + (f", key {record.key}" if record.key else "")
+        f"{size_text(record.total_file_bytes)}"
+        + (f", key {_shown(record.key)}" if record.key else "")
     )
     if lease is not None:
         held = lease.expires_ms > time.time() * 1000
         until = f"until {_when(lease.expires_ms)}" if held else "let go"
-        print(f"  owner {lease.owner} (lease token {lease.token}, {until})")
-    print(f"  tools {', '.join(sorted(record.tools)) or '(not recorded)'}")
+        print(f"  owner {_shown(lease.owner)} (lease token {lease.token}, {until})")
+    print(f"  tools {_shown(', '.join(sorted(record.tools))) or '(not recorded)'}")
     print("code:")
-    for number, line in enumerate(record.code.splitlines(), 1):
-        print(f"  {number:>4}  {line}")
+    # Numbered as the engine numbers lines in its errors: by "\n" alone.
+    for number, line in enumerate(record.code.split("\n"), 1):
+        print(f"  {number:>4}  {_shown(line)}")
     print(f"calls: {len(calls)}")
     for c in calls:
         sizes = f"args {size_text(c.argument_bytes)}"
@@ -454,14 +479,20 @@ async def _show(args: argparse.Namespace) -> int:
         if c.started_ms is not None:
             end = _when(c.ended_ms) if c.ended_ms is not None else "..."
             times = f"  {_when(c.started_ms)} to {end}"
-        print(f"  #{c.index + 1} {c.call_id}  tools.{c.name}  {c.state}  ({sizes}){times}")
+        print(
+            f"  #{c.index + 1} {_shown(c.call_id)}  tools.{_shown(c.name)}  {c.state}  "
+            f"({sizes}){times}"
+        )
         for label, text in (("note", c.note), ("error", c.error), ("owner", c.owner)):
             if text:
-                print(f"      {label}: {text}")
+                head, *rest = str(text).split("\n")
+                print(f"      {label}: {_shown(head)}")
+                for part in rest:
+                    print(f"      {' ' * len(label)}  {_shown(part)}")
     if record.outcome is not None:
         print("outcome:")
-        for line in str(record.outcome.get("text", "")).splitlines():
-            print(f"  {line}")
+        for line in str(record.outcome.get("text", "")).split("\n"):
+            print(f"  {_shown(line)}")
     return 0
 
 
@@ -480,7 +511,7 @@ async def _answer(args: argparse.Namespace) -> int:
 
 
 async def _worker(args: argparse.Namespace) -> int:
-    _needs_log(args, "worker")
+    _needs_log(args, "worker", made=False)  # a worker may start before any host
     async with _engine(args, needs_runner=True) as engine:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -246,9 +247,9 @@ def test_a_data_dir_flag_beats_the_config_s_store(tmp_path: Path) -> None:
 
 def test_resume_of_an_unknown_script(tmp_path: Path) -> None:
     """resume of a script the log does not hold names it."""
-    proc = codemode(
-        "resume", "nope", "--tools", "examples/tracker_tools.py", "--data-dir", str(tmp_path)
-    )
+    tools = ["--tools", "examples/tracker_tools.py", "--data-dir", str(tmp_path)]
+    assert codemode("run", "-", *tools, stdin="return 1").returncode == 0
+    proc = codemode("resume", "nope", *tools)
     assert proc.returncode == 2 and "no script 'nope'" in proc.stderr
 
 
@@ -608,11 +609,54 @@ def test_log_commands_with_bad_input(tmp_path: Path) -> None:
     for command in (["scripts"], ["show", "abc"], ["approve", "abc", "call_1"], ["worker", *tools]):
         proc = codemode(*command)
         one_clear_line(proc, "needs the session log", "--data-dir")
+    # A mistyped --data-dir: said so, and no log is made there.
+    typo = tmp_path / "typo" / "data"
+    for command in (["scripts"], ["show", "abc"], ["approve", "abc", "c"], ["resume", "abc"]):
+        extra = tools if command[0] == "resume" else []
+        proc = codemode(*command, *extra, "--data-dir", str(typo))
+        one_clear_line(proc, "there is no session log in", str(typo), "--data-dir")
+    assert not (tmp_path / "typo").exists()
     data = ["--data-dir", str(tmp_path / "data")]
+    made = codemode("run", "-", *tools, *data, stdin="return 1")
+    assert made.returncode == 0, made.stderr
     one_clear_line(codemode("show", "nope", *data), "no script 'nope'")
     one_clear_line(codemode("approve", "nope", "call_1", *data), "no script 'nope'")
-    empty = codemode("scripts", *data)
-    assert empty.returncode == 0 and empty.stdout.strip() == "no scripts"
+    # An id that is not UTF-8 (a terminal's stray byte): no script, not a traceback.
+    one_clear_line(codemode("show", "\udcff", *data), "no script '\\udcff'")
+    one_clear_line(codemode("approve", "\udcff", "c", *data), "no script '\\udcff'")
+    one_clear_line(codemode("resume", "\udcff", *tools, *data), "no script '\\udcff'")
+
+
+def test_show_and_scripts_print_what_the_log_holds_as_text(tmp_path: Path) -> None:
+    """Text in the log came from models, scripts and tools: `scripts` and `show` print its
+    control characters as escapes (a terminal's escape sequence, a line break that forges a
+    row of `scripts`), and number the code's lines as the engine's errors do (by newline
+    alone: a form feed in a comment is no line break)."""
+    from engine import CodeMode, SqliteStore
+    from tests.engine.conftest import InProcessRunner
+
+    async def write() -> str:
+        store = SqliteStore(tmp_path / "data")
+        engine = CodeMode([], runner=InProcessRunner(), store=store, type_check="off")
+        try:
+            code = '// a\x0cform feed\nthrow new Error("\\x1b]0;title\\x07 here")'
+            result = await engine.run_code(code, tenant="evil\x1b[2J\nFAKE-ROW finished")
+            return result.script_id
+        finally:
+            await engine.aclose()
+
+    script_id = asyncio.run(write())
+    data = ["--data-dir", str(tmp_path / "data")]
+    listed = codemode("scripts", *data)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count("\n") == 1 and "\x1b" not in listed.stdout
+    assert "tenant evil\\x1b[2J\\x0aFAKE-ROW finished" in listed.stdout
+    shown = codemode("show", script_id, *data)
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout and "\x0c" not in shown.stdout
+    assert "\n     1  // a\\x0cform feed\n     2  throw new Error(" in shown.stdout
+    assert "\\x1b]0;title\\x07 here" in shown.stdout
+    assert "at line 2" in shown.stdout
 
 
 @pytest.mark.parametrize("limit", ["0", "-5", "99999999999999999999", "ten"])
