@@ -15,7 +15,7 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -36,6 +36,7 @@ from engine._errors import (
     CallNotWaiting,
     CodeModeError,
     ConfigError,
+    ScriptNotFound,
     StoreUnavailable,
     ToolsMissing,
 )
@@ -93,6 +94,11 @@ CHECK_NOTE = (
 
 # The longest key that names a start (a model's tool-use id is a few dozen characters).
 MAX_KEY = 256
+
+# A worker that could not drive a script (it lacks a tool the script called) passes it over
+# for this many seconds, and over at most this many scripts at once.
+WORKER_LEFT_FOR = 60.0
+WORKER_LEFT_MAX = 500
 
 # Reasons the type check is off that were logged already: each is said once per process.
 _CHECK_OFF_SAID: set[str] = set()
@@ -402,11 +408,18 @@ class CodeMode(StepLoop):
             tools=self._tools_fingerprint(),
         )
         # Unchecked, the first step runs while the start is written. (A checked script never
-        # runs before it passed: a refused one "did not run".)
+        # runs before it passed: a refused one "did not run".) Checked, before the start is
+        # written: a script in the log was checked, so a host that goes on with it after its
+        # creator died mid-check never runs what the check would refuse. A key already in the
+        # log names a script checked when it began (retries of one start come in bursts, from
+        # a model or a queue: each would cost a compiler run).
         early: asyncio.Task[Any] | None = None
+        checked: Checked | None = None
         if self._checker(language) is None:
             self._say_unchecked(language)
             early, script = self._begin_first_step(record)
+        elif key is None or await self.store.script_by_key(tenant, key) is None:
+            checked = await self._type_check(body, language)
         try:
             if early is not None:
                 await asyncio.sleep(0)  # the step goes as far as its first wait, then the write
@@ -416,7 +429,15 @@ class CodeMode(StepLoop):
                 await discard_early(early)  # the key names a script begun before: it goes on
                 early = None
             if on_start is not None:
-                on_start(started.record.id)
+                try:
+                    on_start(started.record.id)
+                except BaseException:
+                    # The host's own callback failed: the script waits in the log, free for
+                    # a resume or the key's next start (not held for the lease's length).
+                    if started.lease is not None:
+                        with contextlib.suppress(CodeModeError):
+                            await self.store.release(started.lease)
+                    raise
             if started.created:
                 self._emit("started", record.id, tenant=tenant)
             if started.lease is None:
@@ -435,21 +456,21 @@ class CodeMode(StepLoop):
             new = started.record if started.created else None
             drive = await Drive.resume(self.store, started.lease, self.lease_ms, new)
             if started.created:
-                # Checked once, by the host that created the script, under its lease: a start
-                # of a key already in the log continues a script checked when it began.
-                # (Retries of one start come in bursts, from a model or a queue: each would
-                # cost a compiler run.)
-                passed = False
-                try:
-                    checked = await self._type_check(body, language)
-                    if checked is not None:
-                        self._check_ms[record.id] = checked.ms
-                        if not checked.ok:
-                            return await self._refused(drive, checked)
-                    passed = True
-                finally:
-                    if not passed:  # refused, or the check itself was cancelled
+                if checked is None and early is None:
+                    # The key's script was in the log when looked up, and is not now (a log
+                    # that lost it): this one is new, and is checked as any new one is.
+                    try:
+                        checked = await self._type_check(body, language)
+                    except BaseException:
                         await drive.close()
+                        raise
+                if checked is not None:
+                    self._check_ms[record.id] = checked.ms
+                    if not checked.ok:
+                        try:
+                            return await self._refused(drive, checked)
+                        finally:
+                            await drive.close()
                 if early is not None:
                     drive.early, drive.script, early = early, script, None
             return await self._drive_owned(drive)
@@ -521,6 +542,11 @@ class CodeMode(StepLoop):
         (the script's outcome if it ended; or this host drives it on).
         """
         self._check_open()
+        check_ids(script_id)
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
+            raise CodeModeError(
+                f"wait = {wait!r:.80} must be a number of seconds, 0 or more (0: do not wait)"
+            )
         result, _ = await self._once(
             ("script", script_id), lambda: self._resume(script_id, wait), final=True
         )
@@ -588,11 +614,17 @@ class CodeMode(StepLoop):
         approvals need not drive scripts themselves while one of these runs."""
         self._check_open()
         stop = stop or asyncio.Event()
+        # Scripts this worker could not drive (a tool it lacks), passed over until a time:
+        # taken again at once, the oldest of them would be all it ever looked at.
+        left: dict[str, float] = {}
         while not stop.is_set():
+            now = time.monotonic()
+            for script_id in [s for s, until in left.items() if until <= now]:
+                del left[script_id]
             try:
-                lease = await self.store.claim_ready(new_owner(), self.lease_ms)
+                lease = await self.store.claim_ready(new_owner(), self.lease_ms, tuple(left))
                 if lease is None and self.store.local:
-                    lease = await self._take_from_dead_host()
+                    lease = await self._take_from_dead_host(left)
                 drive = (
                     None if lease is None else await Drive.resume(self.store, lease, self.lease_ms)
                 )
@@ -615,16 +647,31 @@ class CodeMode(StepLoop):
             try:
                 result = await self._drive_owned(drive)
             except CodeModeError as e:  # this script cannot go on here; others can
-                logger.warning("worker left script=%s: %s", lease.script_id, e)
+                logger.warning(
+                    "worker left script=%s (looked at again in %g s): %s",
+                    lease.script_id,
+                    WORKER_LEFT_FOR,
+                    e,
+                )
+                if len(left) >= WORKER_LEFT_MAX:
+                    # More scripts it cannot drive than it passes over: the oldest is looked
+                    # at again, after a pause, so the worker never spins on them.
+                    del left[next(iter(left))]
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.poll_interval):
+                            await stop.wait()
+                left[lease.script_id] = time.monotonic() + WORKER_LEFT_FOR
                 continue
             logger.info("worker drove script=%s status=%s", lease.script_id, result.status)
 
-    async def _take_from_dead_host(self) -> log.Lease | None:
-        """The lease of an active script, not held, whose host was a process of this machine
-        that is gone, taken over at once (as :meth:`resume` does) rather than when its lease
-        runs out; ``None`` if there is none."""
+    async def _take_from_dead_host(self, skip: Collection[str] = ()) -> log.Lease | None:
+        """The lease of an active script, not held and not in ``skip``, whose host was a
+        process of this machine that is gone, taken over at once (as :meth:`resume` does)
+        rather than when its lease runs out; ``None`` if there is none."""
         for record in await self.store.scripts("active"):
-            dead = None if record.held else dead_local_owner(self.store, record.lease)
+            if record.held or record.id in skip:
+                continue
+            dead = dead_local_owner(self.store, record.lease)
             if dead is not None:
                 lease = await self.store.acquire(
                     record.id, new_owner(), self.lease_ms, take_from=dead
@@ -689,6 +736,7 @@ class CodeMode(StepLoop):
         have, as :meth:`resume` would refuse it; ask before answering a call that this host
         then means to drive on (``codemode resume --approve``), so a refusal records nothing.
         """
+        check_ids(script_id)
         self._refuse_missing(script_id, await self.store.calls(script_id))
 
     def _refuse_missing(self, script_id: str, calls: Iterable[log.CallEntry]) -> None:
@@ -702,16 +750,19 @@ class CodeMode(StepLoop):
 
     async def hold(self, script_id: str) -> None:
         """Interrupt: no step of the script runs and no call it asks for goes out."""
+        check_ids(script_id)
         await self.store.set_held(script_id, True)
 
     async def release(self, script_id: str) -> None:
         """End a hold; call :meth:`resume` to continue (or let a worker do it)."""
+        check_ids(script_id)
         await self.store.set_held(script_id, False)
 
     async def approve(self, script_id: str, call_id: str) -> None:
         """A person approved the call: it runs when the script resumes. An approval that
         lands twice, or on two hosts at once, takes effect once (the second is
         :class:`CallNotWaiting`)."""
+        check_ids(script_id, call_id)
         await self.store.answer(
             script_id, call_id, log.AWAITING_APPROVAL, log.APPROVED, note="approved"
         )
@@ -719,6 +770,7 @@ class CodeMode(StepLoop):
 
     async def reject(self, script_id: str, call_id: str, message: str = "") -> None:
         """A person refused the call: the script sees an error with this message."""
+        check_ids(script_id, call_id)
         entry = await self._waiting(script_id, call_id)
         error = error_text(message or f"a person refused tools.{entry.name}")
         await self.store.answer(script_id, call_id, log.AWAITING_APPROVAL, log.FAILED, error=error)
@@ -728,6 +780,7 @@ class CodeMode(StepLoop):
         self, script_id: str, call_id: str, result: Any = None, *, error: str | None = None
     ) -> None:
         """The client ran a client tool: its result, or the error it failed with."""
+        check_ids(script_id, call_id)
         expect = log.AWAITING_CLIENT
         if error is not None:
             message = error_text(str(error))
@@ -814,6 +867,25 @@ def _check_name(what: str, value: object, example: str) -> None:
             f"{what} = {value!r:.80} must be a string of 1 to {MAX_KEY} characters of Unicode "
             f"text without NUL, such as {example}"
         )
+
+
+def check_ids(script_id: object, call_id: object = "") -> None:
+    """:class:`ScriptNotFound` (or :class:`CallNotWaiting`) for an id from outside that no
+    log can hold (not a string, too long, a lone surrogate or a NUL): said as for any id the
+    log lacks, before a store sees a value it would fail on in its own way."""
+    if not _keepable(script_id):
+        raise ScriptNotFound.of(script_id)
+    if not _keepable(call_id, empty=True):
+        raise CallNotWaiting.no_call(str(script_id), call_id)
+
+
+def _keepable(value: object, *, empty: bool = False) -> bool:
+    return (
+        isinstance(value, str)
+        and (empty or len(value) > 0)
+        and len(value) <= MAX_KEY
+        and log.NOT_KEPT.search(value) is None
+    )
 
 
 def _check_text(code: str) -> None:

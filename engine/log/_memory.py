@@ -116,11 +116,14 @@ class MemoryStore(LogStore):
             if script.lease is not None and script.lease.token == lease.token:
                 script.lease = dataclasses.replace(lease, expires_ms=0)
 
-    async def claim_ready(self, owner: str, ttl_ms: int) -> r.Lease | None:
+    async def claim_ready(
+        self, owner: str, ttl_ms: int, skip: Sequence[str] = ()
+    ) -> r.Lease | None:
+        passed = set(skip)
         with self._lock:
             now = self._now_ms()
-            for script in sorted(self._scripts.values(), key=lambda s: s.updated_ms):
-                if _ready(script, self._calls[script.id], now):
+            for script in sorted(self._scripts.values(), key=lambda s: (s.updated_ms, s.id)):
+                if script.id not in passed and _ready(script, self._calls[script.id], now):
                     return self._acquire(script.id, owner, ttl_ms)
             return None
 

@@ -53,7 +53,7 @@ _READY = (
     f"SELECT {SCRIPT_COLUMNS} FROM scripts s WHERE held = 0 AND lease_expires_ms <= ? AND ("
     " (status = 'paused' AND NOT EXISTS (SELECT 1 FROM calls c WHERE c.script_id = s.id"
     " AND c.state IN ('awaiting_approval', 'awaiting_client')))"
-    " OR (status = 'active' AND lease_token > 0))"
+    " OR (status = 'active' AND lease_token > 0)){skip}"
     " ORDER BY updated_ms, id LIMIT 1"
 )
 
@@ -153,8 +153,9 @@ def release(lease: r.Lease) -> Tx:
     )
 
 
-def claim_ready(owner: str, ttl_ms: int, now: int) -> Tx:
-    row = yield Q(_READY, (now,), "one", "skip")
+def claim_ready(owner: str, ttl_ms: int, now: int, skip: Sequence[str] = ()) -> Tx:
+    passed = f" AND id NOT IN ({', '.join('?' * len(skip))})" if skip else ""
+    row = yield Q(_READY.format(skip=passed), (now, *skip), "one", "skip")
     if row is None:
         return None
     return (yield from _take(rows.script_from_row(row), owner, ttl_ms, now))

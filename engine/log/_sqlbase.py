@@ -60,9 +60,12 @@ class SqlStore(LogStore):
     async def release(self, lease: r.Lease) -> None:
         await self._tx(lambda now: sql.release(lease), write=True, sync=False)
 
-    async def claim_ready(self, owner: str, ttl_ms: int) -> r.Lease | None:
+    async def claim_ready(
+        self, owner: str, ttl_ms: int, skip: Sequence[str] = ()
+    ) -> r.Lease | None:
+        skip = tuple(skip)
         return await self._tx(
-            lambda now: sql.claim_ready(owner, ttl_ms, now), write=True, sync=False
+            lambda now: sql.claim_ready(owner, ttl_ms, now, skip), write=True, sync=False
         )
 
     async def add_calls(

@@ -109,8 +109,9 @@ class LogStore(abc.ABC):
         """Give the lease up (the next taker gets a larger token); a lost lease is ignored."""
 
     @abc.abstractmethod
-    async def claim_ready(self, owner: str, ttl_ms: int) -> Lease | None:
-        """Take the lease of one script that waits for no one, or ``None`` if there is none.
+    async def claim_ready(self, owner: str, ttl_ms: int, skip: Sequence[str] = ()) -> Lease | None:
+        """Take the lease of one script that waits for no one, or ``None`` if there is none;
+        scripts whose ids are in ``skip`` (those a worker could not drive) are passed over.
 
         A script is ready when it is paused, not held, and no call of it awaits a person or
         a client (an answer landed), or when it is active, not held, and its owner's lease

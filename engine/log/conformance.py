@@ -548,7 +548,8 @@ async def check_answers(make: StoreFactory) -> None:
 
 async def check_ready_queue(make: StoreFactory) -> None:
     """A paused script is ready once nothing awaits an answer; an orphaned active script is
-    ready; a held one is not; hosts asking at once never get the same script."""
+    ready; a held one is not; hosts asking at once never get the same script; scripts a host
+    says to skip are passed over."""
     store = make()
     try:
         assert await store.claim_ready("host-x", HELD_MS) is None, "an empty log has no work"
@@ -578,8 +579,17 @@ async def check_ready_queue(make: StoreFactory) -> None:
             await store.pause(lease_i)
             await store.release(lease_i)
             ids.add(sid)
-        got = await asyncio.gather(*(store.claim_ready(f"h{i}", HELD_MS) for i in range(10)))
+        passed = sorted(ids)[:2]
+        got = await asyncio.gather(
+            *(store.claim_ready(f"h{i}", HELD_MS, passed) for i in range(10))
+        )
         taken_ids = [g.script_id for g in got if g is not None]
+        assert sorted(taken_ids) == sorted(ids - set(passed)), (taken_ids, ids, passed)
+        for script_id in passed:  # what one host passes over, another takes
+            skipped = await store.claim_ready("h-other", HELD_MS, [script_id])
+            assert skipped is not None and skipped.script_id in passed, "skip one, take another"
+            assert skipped.script_id != script_id, "a script passed over is not taken"
+            taken_ids.append(skipped.script_id)
         assert sorted(taken_ids) == sorted(ids), (taken_ids, ids)
         # A finished script is never work.
         await store.end(taken, r.FINISHED, {})

@@ -429,6 +429,53 @@ async def test_resume_without_a_tool_the_script_calls_runs_nothing(
         await lacking.aclose()
 
 
+async def test_a_worker_passes_over_a_script_it_cannot_drive(
+    make_store: Callable[[], LogStore], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker whose tools lack one a ready script called leaves that script once, and
+    drives the other ready scripts meanwhile: it neither spins on the one it cannot drive
+    nor starves the rest behind it."""
+
+    @tool(client=True)
+    def ask(question: str) -> str:
+        """Ask the client."""
+        raise AssertionError("answered by the client")
+
+    effects: list[int] = []
+    store = make_store()
+    full = CodeMode([*_pay_tools(effects), ask], runner=InProcessRunner(), store=store)
+    (price,) = [t for t in _pay_tools(effects) if t.name == "price"]
+    worker = CodeMode([price, ask], runner=InProcessRunner(), store=make_store())
+    try:
+        lacking = await full.run_code(SCRIPT)
+        await full.approve(lacking.script_id, lacking.waiting[0]["call_id"])
+        other = await full.run_code(
+            'const sku = await tools.ask({ question: "which?" });\n'
+            "return await tools.price({ sku });"
+        )
+        await full.client_result(other.script_id, other.waiting[0]["call_id"], "A1")
+        stop = asyncio.Event()
+        work = asyncio.create_task(worker.work(stop=stop))
+        try:
+            for _ in range(200):
+                if (await store.get_script(other.script_id)).status == "finished":
+                    break
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.2)  # time to look at the first script again, if it would
+        finally:
+            stop.set()
+            await work
+        assert (await store.get_script(other.script_id)).status == "finished"
+        left = [r for r in caplog.records if "worker left script" in r.getMessage()]
+        assert len(left) == 1 and lacking.script_id in left[0].getMessage()
+        assert effects == [] and (await store.get_script(lacking.script_id)).status == "paused"
+        done = await full.resume(lacking.script_id)
+        assert done.status == "finished" and effects == [30]
+    finally:
+        await full.aclose()
+        await worker.aclose()
+
+
 async def test_each_script_records_the_tools_it_started_with() -> None:
     """The tools' fingerprint a script records is that of the engine's tools when it started,
     also after an MCP server changed them (it is made once per tool set, not per script)."""
@@ -534,6 +581,74 @@ async def test_repeated_deliveries_of_a_start_or_a_resume_share_one_run(
         assert ends[0].status in ("finished", "paused"), ends[0].text
         assert {r.status for r in ends[1:]} == {"finished"}, [r.text for r in ends]
         assert effects == [30, 1], "each approved call ran once"
+    finally:
+        await engine.aclose()
+
+
+async def test_a_keyed_start_cut_during_its_check_is_checked_when_started_again(
+    make_store: Callable[[], LogStore],
+) -> None:
+    """A host cut off while it type-checks a keyed start (here its run_code is cancelled)
+    leaves nothing that could run unchecked: the key's next start checks the script, the
+    check refuses it, and no call runs. (The start used to be written before the check, and
+    the next start went on with the script unchecked and ran its calls.)"""
+    from engine import TypeChecker
+
+    _needs_compiler()
+    entered = asyncio.Event()
+
+    class Stuck(TypeChecker):
+        async def check(self, code: str, declarations: str):  # type: ignore[no-untyped-def]
+            entered.set()
+            await asyncio.Event().wait()
+
+    effects: list[int] = []
+    store = make_store()
+    refused = (
+        'const cents = await tools.price({ sku: "A1" });\nreturn await tools.pay({ cent: cents });'
+    )
+    first = CodeMode(_pay_tools(effects), runner=InProcessRunner(), store=store, type_check=Stuck())
+    second = CodeMode(_pay_tools(effects), runner=InProcessRunner(), store=make_store())
+    try:
+        cut = asyncio.create_task(first.run_code(refused, key="toolu_cut"))
+        await entered.wait()
+        cut.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await cut
+        again = await second.run_code(refused, key="toolu_cut")
+        assert again.status == "failed" and again.error is not None
+        assert again.error["name"] == "TypeCheckError", again.text
+        assert await store.calls(again.script_id) == [] and effects == []
+        assert (await second.run_code(refused, key="toolu_cut")).text == again.text
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_an_on_start_callback_that_fails_leaves_the_script_free(
+    make_store: Callable[[], LogStore],
+) -> None:
+    """A host's ``on_start`` that raises: run_code raises it, and the script waits in the
+    log, free for the key's next start at once (it was held for the whole lease, and every
+    start or resume said it was driven elsewhere, by this very host)."""
+    effects: list[int] = []
+    engine = CodeMode(
+        _pay_tools(effects), runner=InProcessRunner(), store=make_store(), type_check="off"
+    )
+    ids: list[str] = []
+
+    def broken(script_id: str) -> None:
+        ids.append(script_id)
+        raise RuntimeError("the host's callback failed")
+
+    try:
+        with pytest.raises(RuntimeError, match="the host's callback failed"):
+            await engine.run_code(SCRIPT, key="toolu_cb", on_start=broken)
+        again = await engine.run_code(SCRIPT, key="toolu_cb")
+        assert again.status == "paused" and again.script_id == ids[0], again.text
+        with pytest.raises(RuntimeError):
+            await engine.run_code("return 1", on_start=broken)
+        assert (await engine.resume(ids[1])).value == 1
     finally:
         await engine.aclose()
 
@@ -1102,6 +1217,42 @@ async def test_a_tenant_or_key_no_log_keeps_is_refused_before_anything_is_record
         assert await store.scripts() == []
         result = await engine.run_code("return 1", tenant="acme", key="toolu_01")
         assert result.value == 1
+    finally:
+        await engine.aclose()
+
+
+async def test_an_id_or_wait_no_log_keeps_is_refused_as_unknown(
+    make_store: Callable[[], Any],
+) -> None:
+    """A script id or call id from outside that no log can hold (not a string, empty, past
+    256 characters, a lone surrogate, a NUL) is an id the log lacks, on every store and every
+    method that takes one (they were a TypeError, a UnicodeEncodeError); a ``wait`` that is
+    not seconds (NaN spun on the log at full speed) is refused."""
+    from engine import CallNotWaiting, CodeModeError, ScriptNotFound
+
+    store = make_store()
+    engine = CodeMode([], runner=InProcessRunner(), store=store, type_check="off")
+    try:
+        done = await engine.run_code("return 1")
+        for bad in (None, 5, ["x"], "", "x" * 257, "\ud800", "a\x00b"):
+            for call in (
+                engine.resume(bad),  # type: ignore[arg-type]
+                engine.hold(bad),  # type: ignore[arg-type]
+                engine.release(bad),  # type: ignore[arg-type]
+                engine.check_tools(bad),  # type: ignore[arg-type]
+                engine.approve(bad, "c"),  # type: ignore[arg-type]
+                engine.reject(bad, "c"),  # type: ignore[arg-type]
+                engine.client_result(bad, "c", 1),  # type: ignore[arg-type]
+            ):
+                with pytest.raises(ScriptNotFound, match=r"no script .* in the session log"):
+                    await call
+            if bad != "":
+                with pytest.raises(CallNotWaiting, match="has no call"):
+                    await engine.approve(done.script_id, bad)  # type: ignore[arg-type]
+        for wait in (float("nan"), -1, "5", True, None):
+            with pytest.raises(CodeModeError, match=r"wait = .* must be a number of seconds"):
+                await engine.resume(done.script_id, wait=wait)  # type: ignore[arg-type]
+        assert (await engine.resume(done.script_id, wait=float("inf"))).value == 1
     finally:
         await engine.aclose()
 
