@@ -233,6 +233,8 @@ class CodeMode(StepLoop):
         # _once).
         self._in_flight: dict[tuple[str, ...], asyncio.Future[RunResult]] = {}
         self._driving: set[Drive] = set()  # the drives under way, whose leases aclose() gives up
+        # Each script this host drives now, by id: done when that drive ends.
+        self._drives_of: dict[str, asyncio.Future[None]] = {}
         self._closed = False  # aclose() began
         self.lease_ms = lease_ms
         self.poll_interval = poll_interval
@@ -547,6 +549,10 @@ class CodeMode(StepLoop):
             raise CodeModeError(
                 f"wait = {wait!r:.80} must be a number of seconds, 0 or more (0: do not wait)"
             )
+        # This host drives the script already (a keyed start, a worker): the resume waits for
+        # that drive, as for a resume of its own, instead of calling its own host "elsewhere".
+        while (driving := self._drives_of.get(script_id)) is not None:
+            await asyncio.shield(driving)
         result, _ = await self._once(
             ("script", script_id), lambda: self._resume(script_id, wait), final=True
         )
@@ -684,6 +690,8 @@ class CodeMode(StepLoop):
         """Drive a script whose lease this host holds; the lease is given up at the end."""
         record = drive.record
         self._driving.add(drive)
+        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._drives_of[record.id] = ended
         try:
             self._check_tools(drive)
             result = await self._drive(drive)
@@ -694,12 +702,17 @@ class CodeMode(StepLoop):
             self._emit("left", record.id, tenant=record.tenant, error=error)
             raise
         finally:
-            self._live.drop(live_key(drive))  # a live run never outlasts its drive
-            if drive.early is not None:
-                early, drive.early = drive.early, None
-                await discard_early(early)
-            await drive.close()
-            self._driving.discard(drive)
+            try:
+                self._live.drop(live_key(drive))  # a live run never outlasts its drive
+                if drive.early is not None:
+                    early, drive.early = drive.early, None
+                    await discard_early(early)
+                await drive.close()
+                self._driving.discard(drive)
+            finally:  # cancelled in the cleanup too: who waits for this drive goes on
+                if self._drives_of.get(record.id) is ended:
+                    del self._drives_of[record.id]
+                ended.set_result(None)
         if result is None:
             self._emit("left", record.id, tenant=record.tenant, status="elsewhere")
             return await self._elsewhere_or_ended(drive.record.id)

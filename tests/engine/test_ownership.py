@@ -653,6 +653,36 @@ async def test_an_on_start_callback_that_fails_leaves_the_script_free(
         await engine.aclose()
 
 
+async def test_a_resume_while_this_host_drives_the_script_waits_for_it(
+    make_store: Callable[[], LogStore],
+) -> None:
+    """A resume that lands on the host whose keyed start drives the script (the model's
+    call and an approval webhook, say) waits for that drive and gives its outcome: it used
+    to answer that the script ran on another host, naming this one."""
+    gate = asyncio.Event()
+    effects: list[int] = []
+    engine = CodeMode(_pay_tools(effects, gate), runner=InProcessRunner(), store=make_store())
+    ids: list[str] = []
+    tasks: list[asyncio.Task[RunResult]] = []
+    try:
+        paused = await engine.run_code(SCRIPT, key="toolu_r", on_start=ids.append)
+        await engine.approve(paused.script_id, paused.waiting[0]["call_id"])
+        tasks.append(asyncio.create_task(engine.run_code(SCRIPT, key="toolu_r")))
+        while not effects:
+            await asyncio.sleep(0.01)
+        tasks.append(asyncio.create_task(engine.resume(ids[0])))
+        await asyncio.sleep(0.1)
+        assert not tasks[1].done(), f"the resume did not wait: {tasks[1].result().text}"
+        gate.set()
+        first, second = await asyncio.gather(*tasks)
+        assert first.status == second.status == "finished", (first.text, second.text)
+        assert first.text == second.text and effects == [30]
+    finally:
+        gate.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await engine.aclose()
+
+
 async def test_a_burst_of_checked_starts_on_postgres_completes(postgres: str) -> None:
     """A hundred starts at once on a PostgreSQL log with the type check on, each delivered
     three times: every one returns its script's pause, each script is checked once, and no
