@@ -185,9 +185,12 @@ class StepLoop(CallSettling):
                             "then resume the script",
                             permanent=True,
                         ) from e
+                    # Given up before the next try would pass queue_timeout: the time said
+                    # is the time tried, beside the bound.
                     raise StepUnavailable(
-                        f"no runner took a step of script {record.id} within "
-                        f"{self.queue_timeout:g} s ({e}); resume it later"
+                        f"no runner took a step of script {record.id} in {waited:.1f} s of "
+                        f"trying (queue_timeout {self.queue_timeout:g} s; the last try: {e}); "
+                        "resume it later"
                     ) from e
                 logger.warning("script step requeued script=%s: %s", record.id, e)
                 await asyncio.sleep(self.retry_delay)
