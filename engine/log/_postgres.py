@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any
 
+import orjson
+
 from engine._errors import ConfigError, StoreUnavailable
 from engine._files import BlobStore
 from engine.log import _schema as tables
@@ -38,6 +40,11 @@ _NOW_AND_XID = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint, t
 _XACT_STATUS = "SELECT txid_status(%s)"
 _LOCKS = {"update": " FOR UPDATE", "skip": " FOR UPDATE SKIP LOCKED", None: ""}
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+# A transaction of the log never waits on anything but the server: one idle this long holds
+# its row locks for a host that stalled mid-transaction (stopped, paused, cut off), and the
+# server ends its session, so the script's next host is not locked out past its lease.
+IDLE_IN_TRANSACTION_S = 10
 
 
 def _driver() -> tuple[Any, Any]:
@@ -71,10 +78,11 @@ class PostgresStore(SqlStore):
         max_connections: int = 20,
         connect_timeout: float = 10.0,
     ) -> None:
-        if not _IDENTIFIER.fullmatch(schema):
+        if not _IDENTIFIER.fullmatch(schema) or schema.startswith("pg_"):
             raise ConfigError(
                 f"the PostgreSQL schema name {schema!r} is not a plain lower-case identifier "
-                "(letters, digits, _; at most 63): choose one such as 'codemode'"
+                "(letters, digits, _; at most 63; not starting with pg_, which PostgreSQL "
+                "keeps for itself): choose one such as 'codemode'"
             )
         if max_connections < 1:
             raise ConfigError(f"max_connections must be at least 1, not {max_connections}")
@@ -86,6 +94,7 @@ class PostgresStore(SqlStore):
         self._pool: Any = None
         self._opening = asyncio.Lock()
         self._closed = False
+        self._retired: set[asyncio.Task[None]] = set()  # pools an outage left, closing
 
     def where(self) -> str:
         """The database as people read it (``host:port/dbname``), without any password."""
@@ -102,24 +111,10 @@ class PostgresStore(SqlStore):
         async with self._opening:
             if self._pool is not None:
                 return self._pool
-            psycopg, AsyncConnectionPool = _driver()
-            schema = self.schema
-
-            async def configure(conn: Any) -> None:
-                await conn.execute(f'SET search_path TO "{schema}"')
-
-            pool = AsyncConnectionPool(
-                self.dsn,
-                min_size=1,
-                max_size=self._max,
-                open=False,
-                kwargs={"autocommit": True, "connect_timeout": max(1, int(self._timeout))},
-                configure=configure,
-                timeout=self._timeout,
-                name=f"codemode-{schema}",
-            )
+            psycopg, _ = _driver()
+            pool = self._new_pool()
             try:
-                await _prepare(psycopg, self.dsn, schema, self._timeout)
+                await _prepare(psycopg, self.dsn, self.schema, self._timeout)
                 await pool.open(wait=True, timeout=self._timeout)
             except (psycopg.Error, TimeoutError, OSError) as e:
                 await pool.close()
@@ -132,6 +127,72 @@ class PostgresStore(SqlStore):
                 raise
             self._pool = pool
             return pool
+
+    def _new_pool(self) -> Any:
+        """A pool of connections to the log, not open yet."""
+        _, AsyncConnectionPool = _driver()
+        schema = self.schema
+
+        async def configure(conn: Any) -> None:
+            await conn.execute(
+                f'SET search_path TO "{schema}"; '
+                f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'"
+            )
+
+        return AsyncConnectionPool(
+            self.dsn,
+            min_size=1,
+            max_size=self._max,
+            open=False,
+            kwargs={"autocommit": True, "connect_timeout": max(1, int(self._timeout))},
+            configure=configure,
+            timeout=self._timeout,
+            name=f"codemode-{schema}",
+        )
+
+    async def _back(self, pool: Any) -> Any:
+        """The pool to go on with after a connection of ``pool`` was lost, once the server
+        takes connections again: asked directly every 50 ms to 1 s, up to the connect
+        timeout. psycopg_pool's own reconnection backs off (1, 2, 4, 8 s), so after an
+        outage of 8 s it would connect again at 15 s, past the timeout: a pool that found the
+        server down is replaced by a new one, made once it answers. A server that answered at
+        once (a restart, a connection it cut) keeps the pool, whose broken connections are
+        dropped (``check``). Raises ``psycopg.OperationalError`` if it does not answer."""
+        import psycopg
+
+        async with self._opening:
+            if self._pool is not pool or self._closed:
+                return self._pool or pool  # another transaction came back first
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self._timeout
+            delay, down = 0.05, False
+            while True:
+                try:
+                    conn = await psycopg.AsyncConnection.connect(
+                        self.dsn, autocommit=True, connect_timeout=max(1, int(self._timeout))
+                    )
+                    break
+                except psycopg.OperationalError:
+                    if loop.time() + delay >= deadline:
+                        raise
+                    down = True
+                    await asyncio.sleep(delay)
+                    delay = min(2 * delay, 1.0)
+            await conn.close()
+            if not down:
+                await pool.check()
+                return pool
+            fresh = self._new_pool()
+            try:
+                await fresh.open(wait=True, timeout=max(deadline - loop.time(), 1.0))
+            except BaseException:
+                await fresh.close()
+                raise
+            self._pool = fresh
+            retired = asyncio.ensure_future(pool.close())
+            self._retired.add(retired)
+            retired.add_done_callback(self._retired.discard)
+            return fresh
 
     async def _tx(self, make: Callable[[int], sql.Tx], *, write: bool, sync: bool = True) -> Any:
         # Every write syncs, whatever ``sync`` says: the hosts of a PostgreSQL log live on
@@ -159,15 +220,31 @@ class PostgresStore(SqlStore):
         try:
             try:
                 return await self._attempt(pool, make, write)
-            except _Uncommitted:
+            except (_Uncommitted, PoolTimeout):
                 # The connection was lost before the transaction's COMMIT was sent, so none
-                # of it took effect: the server restarted (or cut it) since it last served.
-                # A restart cut every connection in the pool: check them all, then run the
-                # transaction once more, on a new one (the pool waits up to its timeout for
-                # the server to take connections again).
-                await pool.check()
+                # of it took effect: the server restarted (or cut it) since it last served;
+                # or no connection came (the server is down, or every one is busy). Once it
+                # takes connections again, the transaction runs once more, on a new one.
+                pool = await self._back(pool)
                 return await self._attempt(pool, make, write)
-        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as e:
+        except (
+            psycopg.errors.UndefinedTable,
+            psycopg.errors.UndefinedColumn,
+            psycopg.errors.IntegrityError,
+            psycopg.errors.DataError,
+            psycopg.errors.InternalError,
+            psycopg.errors.ProgrammingError,
+            orjson.JSONDecodeError,
+        ) as e:
+            if isinstance(e, psycopg.errors.InsufficientPrivilege):
+                raise StoreUnavailable(
+                    f"the database user may not use the PostgreSQL session log in schema "
+                    f"{self.schema!r} at {self.where()} ({_first_line(e)}): grant it the "
+                    "rights on that schema and its tables, or use the user that made them",
+                    permanent=True,
+                ) from None
+            # Statements the log made for its own tables do not fail so: a column changed
+            # by hand, a trigger, a constraint added, another application's rows.
             raise StoreUnavailable(
                 f"the PostgreSQL session log in schema {self.schema!r} at {self.where()} is "
                 f"not as codemode made it ({_first_line(e)}): was a table changed by hand, or "
@@ -192,7 +269,7 @@ class PostgresStore(SqlStore):
         try:
             return await _attempt(pool, make, write)
         except _CommitUnknown as unknown:
-            await pool.check()
+            pool = await self._back(pool)
             status = await self._status_of(pool, unknown.xid)
             if status == "committed":
                 return unknown.value
@@ -223,6 +300,8 @@ class PostgresStore(SqlStore):
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+        if self._retired:
+            await asyncio.gather(*self._retired, return_exceptions=True)
 
 
 class PostgresBlobStore(BlobStore):
@@ -270,35 +349,40 @@ class PostgresBlobStore(BlobStore):
                 self._conn.close()
                 self._conn = None
 
-    def put(self, data: bytes) -> str:
+    def _one(self, statement: str, params: tuple[Any, ...]) -> Any:
+        """The first row of ``statement``, on this store's connection; a connection that
+        was lost since its last use (the server restarted) is made again, and the statement
+        sent once more: each statement here is a whole transaction, so one the lost
+        connection cut took no effect, or took it once (the insert is idempotent)."""
         import psycopg
 
-        digest = hashlib.sha256(data).hexdigest()
         with self._lock:
-            try:
-                self._connection().execute(
-                    "INSERT INTO blobs (digest, data) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                    (digest, data),
-                )
-            except psycopg.Error as e:
-                raise self._failed(e) from None
+            for again in (False, True):
+                conn = self._connection()
+                try:
+                    cursor = conn.execute(statement, params)
+                    return cursor.fetchone() if cursor.description else None
+                except psycopg.OperationalError as e:
+                    if again or not conn.closed:
+                        raise self._failed(e) from None
+                    self._conn = None
+                except psycopg.Error as e:
+                    raise self._failed(e) from None
+        raise AssertionError("unreachable")
+
+    def put(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        self._one(
+            "INSERT INTO blobs (digest, data) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            (digest, data),
+        )
         return digest
 
     def read(self, digest: str, offset: int, length: int) -> bytes:
-        import psycopg
-
-        with self._lock:
-            try:
-                row = (
-                    self._connection()
-                    .execute(
-                        "SELECT substring(data FROM %s FOR %s) FROM blobs WHERE digest = %s",
-                        (offset + 1, length, digest),
-                    )
-                    .fetchone()
-                )
-            except psycopg.Error as e:
-                raise self._failed(e) from None
+        row = self._one(
+            "SELECT substring(data FROM %s FOR %s) FROM blobs WHERE digest = %s",
+            (offset + 1, length, digest),
+        )
         if row is None:
             raise FileMissing("its bytes are gone from the store")
         return bytes(row[0])
@@ -356,9 +440,11 @@ async def _attempt(pool: Any, make: Callable[[int], sql.Tx], write: bool) -> Any
                     value = stop.value
                     return value
                 answer = await _execute(conn, pipeline, q)
-    except psycopg.OperationalError as e:
+    except psycopg.Error as e:
         # Only a lost connection: an error the server answered (a full disk, a deadlock)
-        # is the store's to report, not to try again.
+        # is the store's to report, not to try again. (A session the server ended, for
+        # idling in a transaction or at a shutdown, may say so in an error of another
+        # class, its connection closed.)
         if conn is None or not conn.closed:
             raise
         if not committing:
@@ -422,11 +508,27 @@ def _schema(schema: str) -> Generator[tuple[str, tuple[Any, ...]], Any, None]:
             f"the PostgreSQL session log in schema {schema!r} was written by a newer codemode "
             f"(schema {current}; this one reads up to {SCHEMA_VERSION}): upgrade codemode"
         )
+    # The log's exclusions rest on its unique indexes (one script per tenant and key): one
+    # dropped by hand would let a keyed start run twice, without a word.
+    row = yield (
+        "SELECT string_agg(i, ', ') FROM unnest(%s::text[]) AS i WHERE NOT EXISTS "
+        "(SELECT 1 FROM pg_indexes WHERE schemaname = %s AND indexname = i)",
+        (list(tables.UNIQUE_INDEXES), schema),
+    )
+    if row[0]:
+        raise ConfigError(
+            f"the PostgreSQL session log in schema {schema!r} is not as codemode made it: "
+            f"its unique index {row[0]} is missing (dropped by hand?), without which a script "
+            "or a keyed start could be logged twice; restore the log, or make the index again "
+            "as engine/log/_schema.py makes it"
+        )
 
 
 # What a server says when it may take the connection a little later; any other refusal it
 # gives (no such database or user, a wrong password, no pg_hba.conf entry) stands.
 _NOT_YET = ("starting up", "shutting down", "recovery mode", "too many clients", "slots are")
+# Refusals libpq makes itself, with no word from the server to say they stand: they do.
+_CLIENT_REFUSALS = ("fe_sendauth", "password is required", "invalid connection option")
 
 
 async def _prepare(psycopg: Any, dsn: str, schema: str, timeout: float) -> None:
@@ -446,7 +548,9 @@ async def _prepare(psycopg: Any, dsn: str, schema: str, timeout: float) -> None:
             break
         except psycopg.OperationalError as e:
             said = str(e)
-            for_good = "FATAL:" in said and not any(n in said for n in _NOT_YET)
+            for_good = ("FATAL:" in said and not any(n in said for n in _NOT_YET)) or any(
+                n in said for n in _CLIENT_REFUSALS
+            )
             if for_good or loop.time() + delay >= deadline:
                 raise
             await asyncio.sleep(delay)

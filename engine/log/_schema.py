@@ -66,6 +66,9 @@ _INDEXES = [
     "CREATE INDEX IF NOT EXISTS scripts_updated ON scripts(status, updated_ms)",
     "CREATE INDEX IF NOT EXISTS calls_call_id ON calls(script_id, call_id)",
 ]
+# The indexes that keep the log's rows unique (PostgreSQL's names for the primary keys): what
+# the log's exclusions rest on, checked when a PostgreSQL log is opened.
+UNIQUE_INDEXES = ("scripts_pkey", "calls_pkey", "scripts_tenant_key")
 # What schema 3 changed: the unique index on scripts(key) alone, which let one tenant's start
 # find another's script by its key, gives way to scripts_tenant_key (made by the statements).
 DROPPED_INDEXES = ["DROP INDEX IF EXISTS scripts_key"]

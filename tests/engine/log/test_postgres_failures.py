@@ -346,3 +346,85 @@ async def test_a_connection_lost_at_commit_is_resolved_by_the_transactions_id(
     finally:
         await engine.aclose()
         await proxy.stop()
+
+
+async def test_a_log_whose_server_comes_back_within_the_timeout_goes_on(
+    server: PostgresServer,
+) -> None:
+    """The server is down for 16 s of a 30 s connect timeout while a read waits: the read is
+    answered once the server is back. (psycopg_pool's own reconnection backs off 1, 2, 4,
+    8, 16 s: after 16 s down it would have connected again at 31 s, and the read was
+    StoreUnavailable at 30 s, with the server up for half of that.)"""
+    store = PostgresStore(server.dsn, schema=f"t_{uuid.uuid4().hex[:16]}", connect_timeout=30)
+    try:
+        assert await store.scripts() == []
+        server.halt("immediate")
+        try:
+            reading = asyncio.ensure_future(store.scripts())
+            await asyncio.sleep(16)
+            assert not reading.done(), reading
+        finally:
+            await asyncio.to_thread(server.resume)
+        assert await reading == []
+        assert await store.scripts() == []
+    finally:
+        await store.aclose()
+
+
+async def test_a_host_stalled_in_a_transaction_does_not_lock_its_script_for_good(
+    server: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host that stalls in the middle of a transaction (stopped, paused, cut off) holds its
+    script's row lock: the server ends that session once it has idled for
+    ``IDLE_IN_TRANSACTION_S`` (1 s here), and another host's write goes through then. (It
+    waited for as long as the stalled host did: for ever, `hold` and `resume(wait=...)`
+    included.)"""
+    import psycopg
+
+    from engine.log import _postgres
+
+    monkeypatch.setattr(_postgres, "IDLE_IN_TRANSACTION_S", 1)
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    stalled = PostgresStore(server.dsn, schema=schema)
+    other = PostgresStore(server.dsn, schema=schema)
+    try:
+        record = _record("s1")
+        assert (await stalled.start(record, "host-a", 30_000)).created
+        pool = stalled._pool or await stalled._open()
+        async with pool.connection() as conn:
+            await conn.execute("BEGIN")
+            await conn.execute("SELECT 1 FROM scripts WHERE id = 's1' FOR UPDATE")
+            # The host stalls here, its row lock held; another host holds the script.
+            await asyncio.wait_for(other.set_held("s1", True), timeout=60)
+            assert (await other.get_script("s1")).held
+            with pytest.raises(psycopg.Error, match="idle-in-transaction timeout"):
+                await conn.execute("SELECT 1")  # the server ended the stalled session
+        # The stalled host, awake: its next write finds its lease lost, or goes on.
+        assert (await stalled.get_script("s1")).held
+    finally:
+        await stalled.aclose()
+        await other.aclose()
+
+
+async def test_attachments_after_a_server_restart(server: PostgresServer) -> None:
+    """The blob store's connection, cut by a restart, is made again for the next script's
+    attachments (the first run_code after a restart failed with StoreUnavailable)."""
+    from engine import Attachment
+
+    store = _store(server)
+    engine = CodeMode([], runner=InProcessRunner(), store=store, type_check="off")
+    script = "return (await files.text('a.txt')).length"
+    files = [Attachment("a.txt", data=b"x" * 5000, mime="text/plain")]
+    try:
+        assert (await engine.run_code(script, files=files)).value == 5000
+        await asyncio.to_thread(server.restart, "fast")
+        files = [Attachment("a.txt", data=b"y" * 7000, mime="text/plain")]
+        assert (await engine.run_code(script, files=files)).value == 7000
+    finally:
+        await engine.aclose()
+
+
+def _record(script_id: str) -> Any:
+    from engine import ScriptRecord
+
+    return ScriptRecord(id=script_id, code="1", tenant="t", now_ms=0, seed=0, created_ms=0)

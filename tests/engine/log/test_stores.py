@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 import sqlite3
 import sys
@@ -259,6 +260,9 @@ async def test_postgres_unreachable_is_one_clear_error() -> None:
 def test_postgres_schema_name_is_checked() -> None:
     with pytest.raises(ConfigError, match="plain lower-case identifier"):
         PostgresStore("postgresql://x", schema='x"; DROP TABLE scripts; --')
+    # PostgreSQL refuses to make it ("unacceptable schema name"): said when the store is made.
+    with pytest.raises(ConfigError, match="not starting with pg_"):
+        PostgresStore("postgresql://x", schema="pg_codemode")
 
 
 @pytest.mark.parametrize("module", ["psycopg", "psycopg_pool"])
@@ -377,3 +381,61 @@ async def test_postgres_log_whose_tables_were_changed_is_one_clear_error(postgre
     message = str(caught.value)
     assert repr(schema) in message and 'relation "calls" does not exist' in message, message
     assert "[codemode.store] schema" in message and caught.value.permanent
+
+
+async def test_postgres_log_whose_tables_were_altered_is_one_clear_error(postgres: str) -> None:
+    """Tables changed by hand in ways other than one dropped: a column's type (its JSON no
+    longer JSON), a trigger that raises, a constraint the log's rows break. Each use is the
+    permanent StoreUnavailable naming the schema (they were psycopg's or orjson's errors, a
+    traceback from the CLI with exit code 1)."""
+    import psycopg
+
+    changes = [
+        "ALTER TABLE {s}.scripts ALTER COLUMN outcome TYPE text USING 'x' || outcome::text",
+        "CREATE FUNCTION {s}.nope() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'nope'; END $$; "
+        "CREATE TRIGGER nope BEFORE INSERT OR UPDATE ON {s}.scripts "
+        "FOR EACH ROW EXECUTE FUNCTION {s}.nope()",
+        "UPDATE {s}.scripts SET steps = 1; "
+        "ALTER TABLE {s}.scripts ADD CONSTRAINT no_steps CHECK (steps < 1) NOT VALID",
+    ]
+    for change in changes:
+        schema = f"t_{uuid.uuid4().hex[:16]}"
+        store = PostgresStore(postgres, schema=schema)
+        try:
+            record = ScriptRecord(id="s1", code="1", tenant="t", now_ms=0, seed=0, created_ms=0)
+            started = await store.start(record, "host", 30_000)
+            assert started.lease is not None
+            await store.end(started.lease, "finished", {"value": 1})
+            async with await psycopg.AsyncConnection.connect(postgres, autocommit=True) as conn:
+                await conn.execute(change.format(s=f'"{schema}"'))
+            with pytest.raises(StoreUnavailable, match="not as codemode made it") as caught:
+                await store.get_script("s1")
+                await store.start(
+                    dataclasses.replace(record, id="s2"), "host", 30_000
+                )  # the writes' turn, for a change reads do not meet
+                await store.set_held("s1", True)
+            assert repr(schema) in str(caught.value) and caught.value.permanent
+        finally:
+            await store.aclose()
+
+
+async def test_postgres_log_without_its_unique_index_is_refused(postgres: str) -> None:
+    """A log whose unique index on (tenant, key) was dropped by hand would take a keyed start
+    twice, each running its effects: a host refuses to open it, naming the index."""
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    store = PostgresStore(postgres, schema=schema)
+    try:
+        assert await store.scripts() == []
+    finally:
+        await store.aclose()
+    async with await psycopg.AsyncConnection.connect(postgres, autocommit=True) as conn:
+        await conn.execute(f'DROP INDEX "{schema}".scripts_tenant_key')
+    store = PostgresStore(postgres, schema=schema)
+    try:
+        with pytest.raises(ConfigError, match="unique index scripts_tenant_key is missing"):
+            await store.scripts()
+    finally:
+        await store.aclose()
