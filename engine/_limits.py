@@ -139,6 +139,11 @@ def _checked(values: dict[str, Any], where: str) -> dict[str, int]:
         raise ConfigError(f"{where} memory = {parsed['memory']} is under 1 MiB; raise it")
     if parsed.get("compute_ms", 1) < 1:
         raise ConfigError(f"{where} compute_ms must be at least 1")
+    if parsed.get("compute_ms", 1) > protocol.MAX_COMPUTE_MS:
+        raise ConfigError(
+            f"{where} compute_ms = {parsed['compute_ms']:,} is over {protocol.MAX_COMPUTE_MS:,} "
+            "(about 24.8 days of CPU), the most the sandbox's CPU timer takes; lower it"
+        )
     return parsed
 
 

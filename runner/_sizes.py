@@ -11,10 +11,8 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from sandbox.protocol import GiB, KiB, MiB
+from sandbox.protocol import MAX_LIMIT, GiB, KiB, MiB
 
-# Limits travel to the sandbox as JSON numbers; past 2**53 a JSON reader may round them.
-MAX_LIMIT = 2**53 - 1
 # A size or time word is a short text; a longer one is refused before it is parsed.
 MAX_WORD = 64
 _SIZE_UNITS = {

@@ -273,8 +273,8 @@ def _arm(compute_ms: int) -> None:
         if early > 0:
             signal.setitimer(signal.ITIMER_PROF, max(seconds - early, seconds / 2))
         armed = signal.getitimer(signal.ITIMER_PROF)[0] > 0
-    except (OSError, ValueError) as e:
-        raise LockdownError("arm", f"cannot arm the CPU timer: {e}") from e
+    except (OSError, ValueError, OverflowError) as e:
+        raise LockdownError("arm", f"cannot arm the CPU timer for {compute_ms} ms: {e}") from e
     if not armed:
         raise LockdownError("arm", "ITIMER_PROF did not arm")
 

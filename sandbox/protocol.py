@@ -62,6 +62,12 @@ KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
 
+# Limits travel to the sandbox as JSON numbers; past 2**53 a JSON reader may round them.
+MAX_LIMIT = 2**53 - 1
+# The largest `compute_ms`: the CPU timer's seconds must fit the platform's time_t (about
+# 24.8 days of CPU, far past PROCESS_CPU_SECONDS, which ends a process first).
+MAX_COMPUTE_MS = 2**31 - 1
+
 # Bounds on a single line. A script line carries the whole call log, so it is large; the
 # runner builds it, and the sandbox still refuses one past this bound instead of buffering.
 MAX_SCRIPT_LINE = 512 * MiB
@@ -270,18 +276,18 @@ class Limits(_Model):
     Sizes are bytes, times milliseconds, the rest counts.
     """
 
-    calls: int = Field(default=DEFAULT_LIMITS["calls"], ge=0)
-    results: int = Field(default=DEFAULT_LIMITS["results"], ge=0)
-    arguments: int = Field(default=DEFAULT_LIMITS["arguments"], ge=0)
-    call_arguments: int = Field(default=DEFAULT_LIMITS["call_arguments"], ge=0)
-    step_arguments: int = Field(default=DEFAULT_LIMITS["step_arguments"], ge=0)
-    memory: int = Field(default=DEFAULT_LIMITS["memory"], ge=1 * MiB)
-    compute_ms: int = Field(default=DEFAULT_LIMITS["compute_ms"], ge=1)
-    file_bytes: int = Field(default=DEFAULT_LIMITS["file_bytes"], ge=0)
-    streams: int = Field(default=DEFAULT_LIMITS["streams"], ge=0)
-    shown_files: int = Field(default=DEFAULT_LIMITS["shown_files"], ge=0)
-    shown: int = Field(default=DEFAULT_LIMITS["shown"], ge=0)
-    shown_media: int = Field(default=DEFAULT_LIMITS["shown_media"], ge=0)
+    calls: int = Field(default=DEFAULT_LIMITS["calls"], ge=0, le=MAX_LIMIT)
+    results: int = Field(default=DEFAULT_LIMITS["results"], ge=0, le=MAX_LIMIT)
+    arguments: int = Field(default=DEFAULT_LIMITS["arguments"], ge=0, le=MAX_LIMIT)
+    call_arguments: int = Field(default=DEFAULT_LIMITS["call_arguments"], ge=0, le=MAX_LIMIT)
+    step_arguments: int = Field(default=DEFAULT_LIMITS["step_arguments"], ge=0, le=MAX_LIMIT)
+    memory: int = Field(default=DEFAULT_LIMITS["memory"], ge=1 * MiB, le=MAX_LIMIT)
+    compute_ms: int = Field(default=DEFAULT_LIMITS["compute_ms"], ge=1, le=MAX_COMPUTE_MS)
+    file_bytes: int = Field(default=DEFAULT_LIMITS["file_bytes"], ge=0, le=MAX_LIMIT)
+    streams: int = Field(default=DEFAULT_LIMITS["streams"], ge=0, le=MAX_LIMIT)
+    shown_files: int = Field(default=DEFAULT_LIMITS["shown_files"], ge=0, le=MAX_LIMIT)
+    shown: int = Field(default=DEFAULT_LIMITS["shown"], ge=0, le=MAX_LIMIT)
+    shown_media: int = Field(default=DEFAULT_LIMITS["shown_media"], ge=0, le=MAX_LIMIT)
 
 
 class Ready(_Model):
@@ -321,7 +327,9 @@ class Clock(_Model):
 
 class Script(_Model):
     version: int = VERSION
-    id: str
+    # Named in the logs of every runner it crosses: short, and no control character (a line
+    # break in it forged log lines on a runner service).
+    id: str = Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")
     language: Literal["javascript", "python"] = "javascript"
     # A script's lone surrogates cannot cross the pipe, nor enter the JS engine.
     code: Annotated[str, AfterValidator(well_formed)]

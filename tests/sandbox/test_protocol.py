@@ -101,6 +101,36 @@ def test_script_limits_left_out_take_the_spec_defaults():
     )
 
 
+@pytest.mark.parametrize(
+    "limits",
+    [
+        '{"compute_ms": 17592186044416}',  # 2**44: past the CPU timer's time_t
+        '{"memory": 4611686018427387904}',  # 2**62: past what setrlimit converts
+        '{"calls": 9007199254740992}',  # 2**53: past what JSON numbers keep
+    ],
+)
+def test_script_limits_past_what_the_sandbox_takes_are_refused(limits: str) -> None:
+    """A peer's limits past what the sandbox can apply are a protocol error naming the limit
+    (they crashed the sandbox process, or failed its lockdown with an OverflowError)."""
+    line = (
+        b'{"script":{"id":"x","code":"1","clock":{"now_ms":0,"seed":0},"limits":'
+        + limits.encode()
+        + b"}}"
+    )
+    name = limits.split('"')[1]
+    with pytest.raises(protocol.ProtocolError, match=name):
+        protocol.decode(line, ("script",))
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 257, "s1\\n2026-12-03 CRITICAL forged", "\\u001b[2J"])
+def test_a_script_id_that_is_no_short_name_is_refused(bad: str) -> None:
+    """A peer's script id is named in every runner's logs: one that is empty, over 256
+    characters or holds a control character (a line break forged log lines) is refused."""
+    line = b'{"script":{"id":"' + bad.encode() + b'","code":"1","clock":{"now_ms":0,"seed":0}}}'
+    with pytest.raises(protocol.ProtocolError, match="id"):
+        protocol.decode(line, ("script",))
+
+
 def test_large_now_ms_and_seed_survive():
     """64-bit clock values are not truncated on the wire."""
     back = protocol.decode(protocol.encode(SCRIPT), ("script",))
