@@ -713,13 +713,23 @@ class RemoteLive(LiveRun):
         if problem is not None:
             await self.close()
             raise RunError(f"the live run cannot take these results: {problem}")
+        line = protocol.results_line(records)
+        if len(line) > self.welcome.max_line:
+            # The service would drop the line, and with it the connection: it would look
+            # gone. Ended here instead, the service stays in rotation; the step replays.
+            await self.close()
+            raise RunError(
+                f"the live run's results line is {len(line):,} bytes, over the "
+                f"{self.welcome.max_line:,} the runner service {self.remote.address} takes "
+                "(its --line-memory): the process is ended and the step replays"
+            )
         self._spend()
         runner, remote, conn = self.runner, self.remote, self.conn
         remote.inflight += 1
         handed = keep = False
         try:
             try:
-                await conn.send(protocol.results_line(records))
+                await conn.send(line)
             except wire.PeerGone as e:
                 raise _Down(f"the connection broke: {e}") from None
             step = await runner._converse(

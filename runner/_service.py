@@ -320,8 +320,9 @@ class RunnerService:
     @property
     def max_line(self) -> int:
         """The longest script line taken: ``max_script_line``, within the line budget (a line
-        that fits only in more than all of it could never be read)."""
-        return min(self.max_script_line, self.lines.total)
+        that fits only in more than all of it could never be read) and the bytes each line
+        holds without it (so a budget of 0 still takes health checks and small steps)."""
+        return min(self.max_script_line, self.lines.total + self.lines.free)
 
     @property
     def line_bytes(self) -> int:

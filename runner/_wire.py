@@ -98,6 +98,12 @@ LIVE_WIRE_VERSION = 3
 
 # Every line but a script and a step is small.
 SMALL_LINE = 64 * protocol.KiB
+# The longest waits a service may state in its welcome, in seconds. The client waits a step
+# out by them (slot_wait, 3 beats of silence): a service that stated more (1e300) held a step
+# past every timeout of the engine's.
+MAX_SLOT_WAIT = 600.0
+MAX_HEARTBEAT = 60.0
+MAX_LIVE_WAIT = 3600.0
 # What a step line may carry beyond the sandbox's `ran`: the process stats and the envelope.
 STEP_OVERHEAD = 64 * protocol.KiB
 
@@ -207,11 +213,11 @@ class Welcome(_Model):
     waiting: int = Field(0, ge=0)
     draining: bool = False
     max_line: int = Field(ge=0)
-    slot_wait: float = Field(ge=0)
+    slot_wait: float = Field(ge=0, le=MAX_SLOT_WAIT)
     # Seconds between beats during a step (version 2); None: the service sends none.
-    heartbeat: float | None = Field(None, gt=0)
+    heartbeat: float | None = Field(None, gt=0, le=MAX_HEARTBEAT)
     # The longest a live process waits for its results (version 3); None: no live steps.
-    live_wait: float | None = Field(None, gt=0)
+    live_wait: float | None = Field(None, gt=0, le=MAX_LIVE_WAIT)
 
 
 class Beat(_Model):

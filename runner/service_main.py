@@ -198,13 +198,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         tls = _tls(args.cert, args.key)
         if args.slots is not None and args.slots < 1:
             raise ValueError(f"--slots must be at least 1, not {args.slots}")
-        if not args.heartbeat > 0:
+        if not 0 < args.heartbeat <= wire.MAX_HEARTBEAT:
             raise ValueError(
-                f"--heartbeat must be a positive number of seconds, not {args.heartbeat}"
+                f"--heartbeat must be a positive number of seconds up to "
+                f"{wire.MAX_HEARTBEAT:g}, not {args.heartbeat}"
             )
-        if not args.live_wait > 0:
+        if not 0 < args.live_wait <= wire.MAX_LIVE_WAIT:
             raise ValueError(
-                f"--live-wait must be a positive number of seconds, not {args.live_wait}"
+                f"--live-wait must be a positive number of seconds up to "
+                f"{wire.MAX_LIVE_WAIT:g}, not {args.live_wait}"
+            )
+        if args.slot_wait > wire.MAX_SLOT_WAIT:
+            raise ValueError(
+                f"--slot-wait must be at most {wire.MAX_SLOT_WAIT:g} seconds, not {args.slot_wait}"
             )
     except ValueError as e:
         print(f"codemode runner serve: {e}", file=sys.stderr)

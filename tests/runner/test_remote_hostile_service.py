@@ -81,3 +81,37 @@ async def test_a_service_that_reads_for_ever_cannot_hold_a_step() -> None:
         with pytest.raises(RunError, match=r"did not finish the step within 2\.3 s"):
             await asyncio.wait_for(remote.run(s), 30)
         await remote.aclose()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("slot_wait", 1e300), ("heartbeat", 1e9), ("live_wait", 1e12)]
+)
+async def test_a_welcome_that_states_endless_waits_is_refused(field: str, value: float) -> None:
+    """A service whose welcome states a slot wait, a beat or a live wait past any bound (the
+    client waits a step out by them) is refused with a clear error at once: with slot_wait
+    1e300 a step waited past queue_timeout, for ever."""
+    welcome = {
+        "welcome": {
+            "version": 3, "oldest": 1, "scripts": [1, 2], "languages": ["javascript"], "slots": 1,
+            "busy": 0, "max_line": 1 << 20, "slot_wait": 0, "heartbeat": 0.1, "live_wait": 5,
+        }
+    }  # fmt: skip
+    welcome["welcome"][field] = value
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(Exception):
+            await reader.readline()
+            writer.write(orjson.dumps(welcome) + b"\n")
+            await writer.drain()
+            await reader.read()  # then silence, as long as the client stays
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    remote = RemoteRunner([f"{host}:{port}"], TOKEN)
+    try:
+        with pytest.raises(RunError, match=field):
+            await asyncio.wait_for(remote.run(script("x")), 30)
+    finally:
+        await remote.aclose()
+        server.close()

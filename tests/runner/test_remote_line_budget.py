@@ -178,13 +178,21 @@ async def test_small_requests_pass_when_the_budget_is_full() -> None:
 
 
 async def test_no_line_longer_than_the_budget_is_taken() -> None:
-    """The welcome's max_line is within the budget (such a line could never be read whole),
-    so a client does not send it; the default budget is sized from the machine."""
+    """The welcome's max_line is within the budget and the 64 KiB each line holds without it
+    (a longer line could never be read whole), so a client does not send it; the default
+    budget is sized from the machine. A budget of 0 still takes health checks and small steps
+    (it took nothing: a line over the bound of 0 bytes)."""
     async with services(FakeRunner(), line_memory=BUDGET, max_script_line=4 * MiB) as [service]:
-        assert service.max_line == BUDGET
+        assert service.max_line == BUDGET + 64 * KiB
         client = await RawClient.connect(service.address)
-        assert (await client.hello())["welcome"]["max_line"] == BUDGET
+        assert (await client.hello())["welcome"]["max_line"] == BUDGET + 64 * KiB
         client.close()
+    async with services(FakeRunner(), line_memory=0) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        assert isinstance((await remote.loads())[service.address], wire.Load)
+        step = await remote.run(script("// " + "s" * (40 * KiB), id="small"))
+        assert step.value == {"runner": "fake", "id": "small"}
+        await remote.aclose()
     async with services(FakeRunner()) as [service]:
         assert service.lines.total == default_line_memory() >= 64 * MiB
     with pytest.raises(ValueError, match="line_memory must be 0 bytes or more"):
@@ -263,5 +271,25 @@ async def test_the_serve_command_takes_line_memory(tmp_path: Path) -> None:
     token_file.write_text(TOKEN)
     async with service_process(token_file, "--line-memory", "2mb") as (_, address):
         client = await RawClient.connect(address)
-        assert (await client.hello())["welcome"]["max_line"] == 2 * MiB
+        assert (await client.hello())["welcome"]["max_line"] == 2 * MiB + 64 * KiB
         client.close()
+
+
+async def test_a_live_steps_results_past_max_line_are_not_sent() -> None:
+    """A live step's results line longer than the service's max_line would be dropped with
+    its connection, and the service taken for gone (out of rotation, a healthy one): the
+    client ends the live run instead, says why, and the service takes the next step."""
+    local = _LiveRunner()
+    async with services(local, line_memory=BUDGET) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        t = script("await tools.t({}); return 1", tools=["t"], id="live")
+        step = await remote.run(t, live=True)
+        assert step.live is not None
+        over = [Record(name="t", arguments={}, result="r" * (BUDGET + 100 * KiB))]
+        with pytest.raises(RunError, match=r"over the 1,114,112 the runner service .* takes"):
+            await step.live.resume(over)
+        await until(lambda: local.made[0].closed, "the live process to be ended")
+        again = await remote.run(t, live=True)  # in rotation: not "out of rotation"
+        assert again.live is not None
+        assert (await again.live.resume([Record(name="t", arguments={}, result="x")])).value == 1
+        await remote.aclose()

@@ -283,7 +283,8 @@ async def test_a_service_gone_mid_live_wait_means_replay_elsewhere(
 
 async def test_a_results_line_is_bounded_by_the_service_not_by_the_clients_limits() -> None:
     """A client whose script claims huge limits cannot make the service buffer a results
-    line past its ``max_script_line``: the service drops it and ends the process."""
+    line past its ``max_script_line``: the service drops it and ends the process. (A client
+    that keeps to the welcome's max_line does not send it: this one ignores it.)"""
     local = ProcessRunner(mode="fork")
     bound = 1 << 20
     async with services(local, max_script_line=bound) as [service]:
@@ -293,6 +294,9 @@ async def test_a_results_line_is_bounded_by_the_service_not_by_the_clients_limit
         assert step.live is not None and service.live_runs == 1
         [pid] = _waiting_pids(service)
         big = [Record(name=c.name, arguments=c.arguments, result="x" * bound) for c in step.calls]
+        live = step.live
+        assert isinstance(live, RemoteLive) and live.welcome.max_line == bound
+        live.welcome = live.welcome.model_copy(update={"max_line": 1 << 40})
         with pytest.raises(RunError, match="a line over the bound of 1,048,576 bytes"):
             await step.live.resume(big)
         await until(lambda: service.live_runs == 0 and _gone(pid), "the process to end")
