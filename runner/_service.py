@@ -54,6 +54,8 @@ IDLE_TIMEOUT = 300.0
 LINE_TIMEOUT = 60.0
 READ_TIMEOUT = 60.0
 SLOT_WAIT = 10.0
+# Request lines longer than this are parsed on a thread, off the event loop.
+OFF_LOOP_LINE = 1024 * 1024
 MAX_CONNECTIONS = 1024
 # Connections in their handshake at once; a real client says hello within milliseconds.
 MAX_UNWELCOMED = 64
@@ -539,8 +541,15 @@ class RunnerService:
                     return
                 if line is None:
                     return
+                # A large line is parsed on a thread: on the loop, a 30 MB one took 5 s, and
+                # every other connection's heartbeats and steps waited (a client took the
+                # service for gone). On a thread the loop still runs between its turns.
+                off_loop = len(line) > OFF_LOOP_LINE
                 try:
-                    kind, body = wire.envelope(line)
+                    if off_loop:
+                        kind, body = await asyncio.to_thread(wire.envelope, line)
+                    else:
+                        kind, body = wire.envelope(line)
                     del line
                     if kind == "load":
                         await conn.send(wire.encode(self.load()))
@@ -552,7 +561,12 @@ class RunnerService:
                     if self.draining:
                         await self._fail(conn, "the runner service is draining", "draining")
                         continue
-                    script, tenant, live = wire.decode_body(kind, body, ("script",))
+                    if off_loop:
+                        script, tenant, live = await asyncio.to_thread(
+                            wire.decode_body, kind, body, ("script",)
+                        )
+                    else:
+                        script, tenant, live = wire.decode_body(kind, body, ("script",))
                     del body
                     if live and not self._offers_live(version):
                         raise wire.WireError("a live step was asked for, which was not offered")
@@ -624,8 +638,13 @@ class RunnerService:
             await asyncio.wait({watcher, working}, return_when=asyncio.FIRST_COMPLETED)
             if not working.done():
                 # The client went away or broke the protocol: abandon the step; cancelling
-                # the local run kills its process.
-                log.warning("%s: step %s abandoned: %s", conn.peer, label, watcher.result())
+                # the local run kills its process. A client that broke it is told why (one
+                # that left hears nothing), after the beats stop: no beat may follow.
+                working.cancel()
+                for task in beats:
+                    task.cancel()
+                await asyncio.gather(*beats, return_exceptions=True)
+                await self._fail(conn, f"step {label} abandoned: {watcher.result()}", "protocol")
                 return False, None
             answer, keep, held = working.result()
             if held is not None:

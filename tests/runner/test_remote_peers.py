@@ -226,7 +226,8 @@ async def test_a_client_that_vanishes_mid_step_has_its_process_killed() -> None:
 
 
 async def test_a_client_that_talks_out_of_turn_mid_step_is_dropped() -> None:
-    """Data the service did not ask for during a step ends the step and the connection."""
+    """Data the service did not ask for during a step ends the step and the connection, and
+    the client is told why (it heard only the end of the stream)."""
     gate = asyncio.Event()
     fake = FakeRunner()
 
@@ -242,6 +243,13 @@ async def test_a_client_that_talks_out_of_turn_mid_step_is_dropped() -> None:
         while not fake.running:
             await asyncio.sleep(0.01)
         await client.send_json({"bytes": 3})
+        answer = await client.receive()
+        while "beat" in answer:
+            answer = await client.receive()
+        assert answer["error"]["cause"] == "protocol", answer
+        assert answer["error"]["error"] == (
+            "step s abandoned: the client sent a message during a step when no read was asked"
+        )
         assert await client.closed()
         assert fake.cancelled == 1
 
@@ -317,3 +325,32 @@ async def test_a_client_that_never_reads_its_answer_is_dropped_and_a_drain_ends(
         await asyncio.wait_for(service.drain(), 30)
         assert service.slots.in_use == 0
         client.close()
+
+
+async def test_a_large_script_line_is_parsed_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A script line over 1 MiB is parsed on a thread: parsed on the loop, a 30 MB one held
+    every other connection for 5 s (their heartbeats stopped, and their clients took the
+    service for gone). A small one stays on the loop (a thread's hop would cost it more)."""
+    import threading
+
+    from runner import _service
+
+    threads: dict[str, bool] = {}
+    decode_body = _service.wire.decode_body
+
+    def recording(kind: str, body: object, expect: tuple[str, ...]) -> object:
+        on_loop = threading.current_thread() is threading.main_thread()
+        if kind == "script" and isinstance(body, dict):
+            threads[str(body.get("id"))] = on_loop
+        return decode_body(kind, body, expect)
+
+    monkeypatch.setattr(_service.wire, "decode_body", recording)
+    async with services(FakeRunner()) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        big = await remote.run(script("// " + "x" * (_service.OFF_LOOP_LINE + 1), id="big"))
+        small = await remote.run(script("return 1", id="small"))
+        assert big.value == {"runner": "fake", "id": "big"} and small.value is not None
+        assert threads == {"big": False, "small": True}
+        await remote.aclose()
