@@ -761,9 +761,15 @@ class RunnerService:
             try:
                 line = reading.result()
             except TimeoutError:
-                return await self._end_held(
-                    conn, held, f"no results came within {self.live_wait:g} s"
+                # `live_wait` bounds the wait for the line to begin, `line_timeout` its
+                # sending once begun (a client on a slow link, or one that trickles it).
+                why = (
+                    f"its results line began within {self.live_wait:g} s but did not end "
+                    f"within {self.line_timeout:g} s more"
+                    if conn.buffered()
+                    else f"no results came within {self.live_wait:g} s"
                 )
+                return await self._end_held(conn, held, why)
             except wire.OverBudget as e:
                 # Its results cannot be read now; the process is ended (below), and the
                 # engine, whose log holds them, replays the step.

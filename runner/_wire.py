@@ -498,6 +498,10 @@ class Channel:
             size = _CHUNK if hold is None else hold.cover(len(self._buffer), _BUDGETED_CHUNK)
             await self._fill(until, size)
 
+    def buffered(self) -> int:
+        """Bytes read from the peer and not yet taken (a line begun, after a timeout)."""
+        return len(self._buffer)
+
     async def skip_line(self, bound: int, timeout: float | None) -> None:
         """Discard the rest of a line :meth:`line` left part read (:class:`OverBudget`), up to
         and with its newline, holding none of it. Raises as :meth:`line` does."""

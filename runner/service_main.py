@@ -18,7 +18,7 @@ import os
 import signal
 import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from runner import _wire as wire
@@ -84,11 +84,16 @@ def _count(text: str) -> int:
     return value
 
 
-def _size(text: str) -> int:
-    try:
-        return parse_size(text, what="--line-memory")
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+def _size(option: str) -> Callable[[str], int]:
+    """Bytes from ``option``'s value, a number or a size word such as ``2gb``."""
+
+    def parse(text: str) -> int:
+        try:
+            return parse_size(text, what=option)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return parse
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -153,14 +158,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--live-memory",
-        type=_count,
+        type=_size("--live-memory"),
         default=None,
-        help="bytes the waiting live processes may hold together (default: a quarter of the "
-        "memory free at start)",
+        help="bytes (or a size such as 2gb) the waiting live processes may hold together "
+        "(default: a quarter of the memory free at start)",
     )
     parser.add_argument(
         "--line-memory",
-        type=_size,
+        type=_size("--line-memory"),
         default=None,
         metavar="SIZE",
         help="bytes (or a size such as 2gb) the script and results lines being read may hold "

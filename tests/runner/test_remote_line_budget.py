@@ -16,6 +16,7 @@ import pytest
 
 from runner import FileReader, LiveRun, RemoteRunner, RunError, ScriptRunner, Step
 from runner import _wire as wire
+from runner._remote import RemoteLive
 from runner._service import RunnerService, default_line_memory
 from sandbox.protocol import Call, Record, Script
 
@@ -266,10 +267,13 @@ async def test_a_live_steps_results_past_the_budget_end_the_process_and_the_clie
 
 
 async def test_the_serve_command_takes_line_memory(tmp_path: Path) -> None:
-    """``--line-memory`` takes a size word, and bounds the lines (and max_line) it takes."""
+    """``--line-memory`` takes a size word, and bounds the lines (and max_line) it takes;
+    ``--live-memory`` takes one too."""
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
-    async with service_process(token_file, "--line-memory", "2mb") as (_, address):
+    # --live-memory takes a size word too (it took a bare number of bytes only).
+    options = ("--line-memory", "2mb", "--live-memory", "64mb")
+    async with service_process(token_file, *options) as (_, address):
         client = await RawClient.connect(address)
         assert (await client.hello())["welcome"]["max_line"] == 2 * MiB + 64 * KiB
         client.close()
@@ -292,4 +296,22 @@ async def test_a_live_steps_results_past_max_line_are_not_sent() -> None:
         again = await remote.run(t, live=True)  # in rotation: not "out of rotation"
         assert again.live is not None
         assert (await again.live.resume([Record(name="t", arguments={}, result="x")])).value == 1
+        await remote.aclose()
+
+
+async def test_a_live_results_line_that_never_ends_is_named_so() -> None:
+    """A client that begins its results line in time and never ends it has its live process
+    ended after the service's line timeout, and is told that (it was told 'no results came
+    within' the live wait, a minute after they began to come)."""
+    local = _LiveRunner()
+    async with services(local, live_wait=0.5, line_timeout=1.0) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        step = await remote.run(script("await tools.t({}); return 1", tools=["t"]), live=True)
+        live = step.live
+        assert isinstance(live, RemoteLive)
+        await live.conn.send(b'{"results": [')  # and nothing more
+        answer = await live.conn.line(1 << 20, idle=10, timeout=10)
+        assert answer is not None
+        assert b"its results line began within 0.5 s but did not end within 1 s more" in answer
+        await until(lambda: local.made[0].closed, "the live process to be ended")
         await remote.aclose()
