@@ -213,6 +213,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"--live-wait must be a positive number of seconds up to "
                 f"{wire.MAX_LIVE_WAIT:g}, not {args.live_wait}"
             )
+        if not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
+            # Found at start, not at each step ("could not start the fork server") while
+            # its health check said it was well.
+            raise ValueError(f"--python {args.python} is not an executable file")
         if args.slot_wait > wire.MAX_SLOT_WAIT:
             raise ValueError(
                 f"--slot-wait must be at most {wire.MAX_SLOT_WAIT:g} seconds, not {args.slot_wait}"

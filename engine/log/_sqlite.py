@@ -29,6 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from engine._errors import ConfigError, StoreUnavailable
 from engine._files import BlobStore
 from engine.log import _schema as schema
@@ -183,7 +185,9 @@ class SqliteStore(SqlStore):
                 f"the session log {self.path} could not be written ({e}); nothing written is "
                 "lost: resume the script once it can"
             ) from None
-        except sqlite3.DatabaseError as e:  # "database disk image is malformed"
+        except (sqlite3.DatabaseError, orjson.JSONDecodeError) as e:
+            # "database disk image is malformed", or a row whose JSON is not JSON (changed
+            # by hand, or by another program writing the file).
             raise StoreUnavailable(
                 f"the session log {self.path} is damaged ({e}): check it with sqlite3 "
                 f"{self.path} 'PRAGMA integrity_check', and restore it from a backup (or "

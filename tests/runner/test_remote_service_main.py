@@ -143,3 +143,22 @@ def test_refuses_a_timeout_of_zero(
     assert f"{option}: '0' is not a number of seconds above 0" in capsys.readouterr().err
     with pytest.raises(ValueError, match="must be a positive number of seconds, not 0"):
         RunnerService(TOKEN, runner=FakeRunner(), **{option[2:].replace("-", "_"): 0})
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("--python", "/nonexistent/python", "--python /nonexistent/python is not an executable"),
+        ("--slot-wait", "1e300", "--slot-wait must be at most 600 seconds"),
+        ("--heartbeat", "1000", "--heartbeat must be a positive number of seconds up to 60"),
+        ("--live-wait", "1e9", "--live-wait must be a positive number of seconds up to 3600"),
+    ],
+)
+def test_refuses_what_would_break_every_step(
+    option: str, value: str, said: str, token_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Python that is not there (every step failed to start its fork server, while the
+    health check said all was well) or waits past what a client takes in a welcome: refused
+    at start, naming the option."""
+    assert main(["--listen", "127.0.0.1:0", "--token-file", str(token_file), option, value]) == 2
+    assert said in capsys.readouterr().err

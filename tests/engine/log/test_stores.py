@@ -439,3 +439,25 @@ async def test_postgres_log_without_its_unique_index_is_refused(postgres: str) -
             await store.scripts()
     finally:
         await store.aclose()
+
+
+async def test_sqlite_log_whose_json_was_changed_is_one_clear_error(tmp_path: Path) -> None:
+    """A row whose JSON column another program changed (here: the outcome, made text that is
+    not JSON) is the permanent StoreUnavailable naming the file, not orjson's error."""
+    import sqlite3
+
+    store = SqliteStore(tmp_path)
+    record = ScriptRecord(id="s1", code="1", tenant="t", now_ms=0, seed=0, created_ms=0)
+    started = await store.start(record, "host", 30_000)
+    assert started.lease is not None
+    await store.end(started.lease, "finished", {"value": 1})
+    await store.aclose()
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE scripts SET outcome = 'not json' WHERE id = 's1'")
+    store = SqliteStore(tmp_path)
+    try:
+        with pytest.raises(StoreUnavailable, match="is damaged") as caught:
+            await store.get_script("s1")
+    finally:
+        await store.aclose()
+    assert str(store.path) in str(caught.value) and caught.value.permanent
