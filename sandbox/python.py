@@ -113,6 +113,10 @@ _MAIN = "script"
 _FORMAT = "$format"
 # A script's `x._name`, as `$private(x, "_name").value` (see _Private).
 _PRIVATE = "$private"
+# A script's `x.now` (and the other readers of the clock), as `$clock(x).now`: the run's
+# fixed clock, however the script reached a date or datetime class (see _clock_view).
+_CLOCK = "$clock"
+_CLOCK_READERS = frozenset({"now", "today", "utcnow", "fromtimestamp", "utcfromtimestamp"})
 
 # Python's own recursion bound, frames over those below the script's, set while a script
 # runs: deep recursion is a RecursionError the script may catch, well before the 8 MiB C
@@ -195,6 +199,9 @@ def _refused_attribute(name: str, obj: Any = _NO_OBJECT) -> str | None:
             f"the attribute {name!r}: frame, code and traceback attributes "
             f"({', '.join(_FRAME_PREFIXES)}) are not available in scripts"
         )
+    if name == "mro":
+        # A class's bases: a safe class of the sandbox is a subclass of the real one.
+        return "the attribute 'mro': the classes a class comes from are not available in scripts"
     return None
 
 
@@ -250,6 +257,56 @@ def _scripts_own(obj: Any) -> bool:
 # script cannot set __bases__), by id, with the class held so that no other takes its id.
 # A process runs one script: the classes it keeps are that script's few.
 _OWN_CLASSES: dict[int, tuple[type, bool]] = {}
+
+
+def _safe_super(*args: Any) -> Any:
+    """``super``, from a class that is not the sandbox's own. The sandbox's safe classes
+    (``string.Formatter``, ``datetime.datetime``, ``random.Random``, ...) are subclasses of
+    the real ones, whose methods ``super(SafeClass, obj)`` would reach unchecked (the real
+    formatter's get_field, the host's clock). ``super()`` in a method of a script's class
+    works as ever: its class and first argument are taken from the caller's frame, as the
+    built-in takes them."""
+    if not args:
+        frame = sys._getframe(1)
+        code = frame.f_code
+        if "__class__" not in code.co_freevars:
+            raise RuntimeError("super(): __class__ cell not found (call it in a method)")
+        if not code.co_argcount + code.co_posonlyargcount:
+            raise RuntimeError("super(): no arguments")
+        found = frame.f_locals
+        args = (found["__class__"], found[code.co_varnames[0]])
+        del frame, found
+    start = args[0]
+    if isinstance(start, type) and _sandbox_class(start):
+        raise TypeError(
+            f"super({start.__name__}, ...): a class of the sandbox's own is not a place "
+            "super() may start from in a script; use it in your own classes' methods"
+        )
+    return builtins.super(*args)
+
+
+def _sandbox_class(cls: type) -> bool:
+    """Whether ``cls`` is a class of the sandbox's: one whose own methods are this file's
+    code (its safe classes say they are of ``datetime`` or ``string`` in their reprs)."""
+    for value in vars(cls).values():
+        function = getattr(value, "__func__", value)  # a classmethod's or staticmethod's
+        if isinstance(value, property):
+            function = value.fget
+        code = getattr(function, "__code__", None)
+        if code is not None and code.co_filename == __file__:
+            return True
+    return False
+
+
+def _made_once(obj: Any, slot: str) -> None:
+    """Refuse ``obj.__init__`` called again (a script may call ``__init__``, for its own
+    classes' ``super().__init__``): a module or ``tools`` made anew would say what the
+    script chose, a call answered with no call made."""
+    try:
+        object.__getattribute__(obj, slot)
+    except AttributeError:
+        return
+    raise TypeError(f"{type(obj).__name__} objects cannot be made again")
 
 
 class _Opaque:
@@ -342,6 +399,8 @@ def check(tree: ast.AST, rewrite: bool = False) -> None:
                 raise Refused(node.lineno, why)  # type: ignore[attr-defined]
             if rewrite and name in ("format", "format_map") and type(node.ctx) is ast.Load:  # type: ignore[attr-defined]
                 _wrap_value(node, _FORMAT)  # type: ignore[arg-type]
+            elif rewrite and name in _CLOCK_READERS and type(node.ctx) is ast.Load:  # type: ignore[attr-defined]
+                _wrap_value(node, _CLOCK)  # type: ignore[arg-type]
         elif kind is ast.Name:
             _check_name(node, node.id)  # type: ignore[attr-defined]
         elif kind is ast.arg:
@@ -563,6 +622,8 @@ def _safe_getattr(obj: Any, name: str, *default: Any) -> Any:
             raise AttributeError(why)
         if name in _FORMATTING:
             obj = _format_view(obj)
+        elif name in _CLOCK_READERS:
+            obj = _clock_view(obj)
     return builtins.getattr(obj, name, *default)
 
 
@@ -633,6 +694,27 @@ class _FormatView(_Opaque):
         return _FORMATTER.vformat(self._text, (), args[0])
 
 
+# The run's date and datetime classes, whose clock is the script's (set by _clock_modules:
+# a process runs one script).
+_CLOCK_CLASSES: dict[str, type] = {}
+
+
+def _clock_view(obj: Any) -> Any:
+    """``x`` in ``x.now`` (``today``, ``fromtimestamp``, ...): the run's own ``datetime`` or
+    ``date`` class for the real ones, or for an object of theirs. The real classes are
+    within a script's reach (``type(datetime.datetime.min)``, ``type(d.date())``), and
+    their clock is the host's: a live run and its replay would differ."""
+    safe_datetime, safe_date = _CLOCK_CLASSES.get("datetime"), _CLOCK_CLASSES.get("date")
+    if safe_datetime is None or safe_date is None:
+        return obj
+    kind = obj if isinstance(obj, type) else type(obj)
+    if issubclass(kind, _datetime.datetime):
+        return obj if issubclass(kind, safe_datetime) else safe_datetime
+    if issubclass(kind, _datetime.date):
+        return obj if issubclass(kind, safe_date) else safe_date
+    return obj
+
+
 def _format_view(obj: Any) -> Any:
     """``x`` in ``x.format``: a string's safe view, or ``x`` itself for anything else."""
     if isinstance(obj, str):
@@ -677,9 +759,8 @@ def _attrgetter(*names: str) -> Any:
             why = _refused_attribute(part)
             if why is not None:
                 raise AttributeError(why)
-    if not any(part in _FORMATTING for path in paths for part in path):
-        return operator.attrgetter(*names)
 
+    # Never operator's own attrgetter: type() of one is its class, which takes any name.
     def get(path: list[str], obj: Any) -> Any:
         for part in path:
             obj = _safe_getattr(obj, part)
@@ -695,9 +776,8 @@ def _methodcaller(name: str, *args: Any, **kwargs: Any) -> Any:
     why = _refused_attribute(str(name))
     if why is not None:
         raise AttributeError(why)
-    if name in _FORMATTING:
-        return lambda obj: _safe_getattr(obj, name)(*args, **kwargs)
-    return operator.methodcaller(name, *args, **kwargs)
+    # Never operator's own methodcaller: type() of one is its class, which takes any name.
+    return lambda obj: _safe_getattr(obj, name)(*args, **kwargs)
 
 
 # A module with at most these many names lists them when a script asks for another.
@@ -712,6 +792,7 @@ class Module(_Opaque):
     def __init__(
         self, name: str, names: dict[str, Any], hints: dict[str, str] | None = None
     ) -> None:
+        _made_once(self, "_name")
         object.__setattr__(self, "_name", name)
         object.__setattr__(self, "_names", names)
         # A name the module does not give a script: what to do instead (": ...").
@@ -927,7 +1008,11 @@ def _base_builtins() -> dict[str, Any]:
         if isinstance(value, type) and issubclass(value, BaseException):
             names[name] = value
     names.update(
-        getattr=_safe_getattr, hasattr=_safe_hasattr, setattr=_safe_setattr, delattr=_safe_delattr
+        super=_safe_super,
+        getattr=_safe_getattr,
+        hasattr=_safe_hasattr,
+        setattr=_safe_setattr,
+        delattr=_safe_delattr,
     )
     return names
 
@@ -1112,6 +1197,7 @@ def _clock_modules(now_ms: int, seed: int) -> dict[str, Module]:
 
     for cls in (date, datetime):
         cls.__module__ = "datetime"
+    _CLOCK_CLASSES.update(date=date, datetime=datetime)
     datetime_names = _public(_datetime)
     datetime_names.update(date=date, datetime=datetime)
 
@@ -2232,6 +2318,7 @@ class Tools(_Opaque):
     _run: Run
 
     def __init__(self, run: Run) -> None:
+        _made_once(self, "_run")
         object.__setattr__(self, "_run", run)
         object.__setattr__(self, "_functions", {})
 
@@ -2806,6 +2893,7 @@ class Run(Replay):
                 "FileError": FileError,
                 _FORMAT: _format_view,
                 _PRIVATE: _Private,
+                _CLOCK: _clock_view,
             }
         )
         exec(code, scope)

@@ -158,6 +158,28 @@ AT_RUN_TIME = {
     "format_map": "'{x.__class__}'.format_map({'x': 1})",
     "str.format": "str.format('{0.__class__}', 1)",
     "string.Formatter": "import string\nstring.Formatter().format('{0.__class__}', 1)",
+    # The safe stand-ins are subclasses of the real classes: their bases are not a way out
+    # (each reached the sandbox's globals, and os).
+    "the real Formatter by mro": (
+        "import string\ngetattr(string.Formatter, 'mro')()[1]().get_field('0.x', (1,), {})"
+    ),
+    "the real Formatter by super": (
+        "import string\nf = string.Formatter()\nsuper(type(f), f).get_field('0.x', (1,), {})"
+    ),
+    "the real attrgetter by type": (
+        "import operator\ntype(operator.attrgetter('real'))('__class__.__mro__')(tools)"
+    ),
+    "the real methodcaller by type": (
+        "import operator\ntype(operator.methodcaller('real'))('__reduce_ex__', 2)(tools)"
+    ),
+    "the real Random by super": (
+        "import random\nr = random.Random(1)\nsuper(random.Random, r).seed(None)"
+    ),
+    "the real clock by super": (
+        "import datetime\nsuper(datetime.datetime, datetime.datetime).now()"
+    ),
+    "tools made again": "class F:\n    pass\ngetattr(tools, '__init__')(F())",
+    "a module made again": "import json\njson.__init__('json', {'dumps': print})",
     "format by getattr": "getattr('{0.__class__.__bases__}', 'format')(())",
     "format by attrgetter": (
         "import operator\noperator.attrgetter('format')('{0.__class__.__bases__}')(())"
@@ -328,6 +350,41 @@ def test_the_real_clock_and_entropy_are_not_reachable(run: Run) -> None:
     assert first.value[5] == "2026-01-01 00:00:00"
     assert first.value[12] == NOW_MS / 1000
     assert first.value[17] == "1970-01-01 00:00:00"  # UTC, never the host's zone
+
+
+def test_the_real_clock_classes_read_the_scripts_clock(run: Run) -> None:
+    """The real date and datetime classes are within reach (``type(datetime.datetime.min)``,
+    ``type(d.date())``): their readers of the clock give the script's fixed clock too (they
+    gave the host's, and a live run and its replay differed)."""
+    ran = run(
+        "import datetime, operator\n"
+        "real = type(datetime.datetime.min)\n"
+        "day = type(datetime.datetime.now().date())\n"
+        "return [str(real.now()), str(real.utcnow()), str(day.today()),\n"
+        "        str(getattr(real, 'now')()), str(operator.methodcaller('today')(day)),\n"
+        "        str(real.fromtimestamp(0)), str(datetime.datetime.now())]"
+    )
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == [
+        "2026-01-01 00:00:00", "2026-01-01 00:00:00", "2026-01-01",
+        "2026-01-01 00:00:00", "2026-01-01", "1970-01-01 00:00:00", "2026-01-01 00:00:00",
+    ]  # fmt: skip
+
+
+def test_super_in_a_scripts_own_classes_works(run: Run) -> None:
+    """super() in the methods of a script's classes, of subclasses of the sandbox's
+    stand-ins and of exceptions, and super(Class, obj) from a script's class, as ever."""
+    ran = run(
+        "import string\n"
+        "class A:\n    def hi(self):\n        return 'a'\n"
+        "class B(A):\n    def hi(self):\n        return 'b' + super().hi()\n"
+        "class F(string.Formatter):\n    def format_field(self, value, spec):\n"
+        "        return '<' + super().format_field(value, spec) + '>'\n"
+        "class E(Exception):\n    def __init__(self, m):\n        super().__init__('E:' + m)\n"
+        "return [B().hi(), super(B, B()).hi(), F().format('{0}', 5), str(E('x'))]"
+    )
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == ["ba", "a", "<5>", "E:x"]
 
 
 def test_sleep_waits_for_nothing(run: Run) -> None:
