@@ -230,7 +230,19 @@ class Upstream:
         while self._stale:
             self._stale = False
             try:
-                definitions, refused = await self._list(session)
+                # Bounded as the first listing is: a server that announces a change and
+                # never answers the listing must not hold every call to it (each waits for
+                # the listing, so that its tools are current when the call returns).
+                async with asyncio.timeout(self.spec.init_timeout):
+                    definitions, refused = await self._list(session)
+            except TimeoutError:
+                logger.warning(
+                    "MCP server %r: it said its tools changed, and did not list them within "
+                    "%g s; its tools stay as they were",
+                    self.name,
+                    self.spec.init_timeout,
+                )
+                return
             except Exception as e:
                 logger.warning("MCP server %r: listing its changed tools failed: %s", self.name, e)
                 return
@@ -278,6 +290,16 @@ class Upstream:
             raise ToolCallError(
                 f"the MCP server {self.name!r} refused the call: {e.message}"
             ) from None
+        except (ValueError, RuntimeError) as e:
+            # The SDK's checks of the answer (a pydantic ValidationError for a result that
+            # is not a CallToolResult; a RuntimeError for structured content that does not
+            # match the tool's output schema, or is missing): the server's fault, said once.
+            if lost.is_set():
+                raise self._lost_during(tool) from None
+            raise ToolCallError(
+                f"the MCP server {self.name!r} answered the call of {tool!r} with a result "
+                f"that is not valid MCP ({_summary(e)}); the server's maintainer must fix it"
+            ) from None
         await self.tools_current()
         return result
 
@@ -292,6 +314,19 @@ class Upstream:
 
 class _Lost(Exception):
     pass
+
+
+def _summary(error: BaseException) -> str:
+    """What was wrong with a result, in one short line: a pydantic error's first problem
+    (where and what, without its links), or the first line of the SDK's message."""
+    errors = getattr(error, "errors", None)
+    if type(error).__name__ == "ValidationError" and callable(errors):
+        with contextlib.suppress(Exception):
+            first = errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ())) or "the result"
+            return f"{where}: {first.get('msg', 'invalid')}"
+    lines = str(error).strip().splitlines()
+    return lines[0][:300] if lines else type(error).__name__
 
 
 async def _first_of(awaitable: Any, lost: asyncio.Event) -> Any:

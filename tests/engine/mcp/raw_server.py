@@ -7,8 +7,10 @@
 It answers ``initialize``; ``tools/list`` with the text of TOOLS.json as its ``tools``, sent
 as it is (an invalid definition, nesting too deep to parse), or a page of PAGES.json (the
 next page's cursor is its index); ``tools/call`` with the name and arguments it got, as JSON
-text. Any other request gets an error. A server that breaks MCP is what the engine must name
-and survive.
+text, but for two tools: ``badresult`` is answered with ``content`` that is not a list, and
+``change`` is answered, then announced as changed (``list_changed``), and no ``tools/list``
+after that is answered. Any other request gets an error. A server that breaks MCP is what
+the engine must name and survive.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def send(text: str) -> None:
     sys.stdout.flush()
 
 
+hang_listings = False
 for line in sys.stdin:
     message = json.loads(line)
     if "id" not in message:
@@ -41,13 +44,20 @@ for line in sys.stdin:
         }
         send(head + f'"result": {json.dumps(answer)}}}')
     elif message.get("method") == "tools/list":
+        if hang_listings:
+            continue
         page = int(params.get("cursor") or 0) if MODE == "--pages" else 0
         more = page + 1 < len(PAGES) or MODE == "--endless"
         cursor = f', "nextCursor": "{page + 1}"' if more else ""
         send(head + f'"result": {{"tools": {PAGES[page]}{cursor}}}}}')
     elif message.get("method") == "tools/call":
         text = json.dumps({"called": params.get("name"), "arguments": params.get("arguments")})
-        answer = {"content": [{"type": "text", "text": text}]}
+        answer: dict[str, object] = {"content": [{"type": "text", "text": text}]}
+        if params.get("name") == "badresult":
+            answer = {"content": "not a list"}
         send(head + f'"result": {json.dumps(answer)}}}')
+        if params.get("name") == "change":
+            send('{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}')
+            hang_listings = True
     else:
         send(head + '"error": {"code": -32601, "message": "not here"}}')

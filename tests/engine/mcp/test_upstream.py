@@ -176,6 +176,40 @@ async def _raw_problem(tmp: Path, tools: str, **settings: object) -> str:
         await servers.aclose()
 
 
+async def test_a_result_that_breaks_mcp_and_a_listing_never_answered(tmp_path: Path) -> None:
+    """A call's result that is not a CallToolResult is one error naming the server and what
+    is wrong (it was pydantic's text, with its links); a server that says its tools changed
+    and never answers the listing that follows holds its calls only for its initTimeout
+    (each waited for ever), and its tools stay as they were."""
+    read_only = {"readOnlyHint": True}
+    tools = [
+        {"name": n, "inputSchema": {"type": "object"}, "annotations": read_only}
+        for n in ("badresult", "change", "echo")
+    ]
+    servers = await McpServers.start(_raw(tmp_path, tools, initTimeout=1))
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        bad = await engine.run_code(
+            "try { await tools.raw__badresult({}) } catch (e) { return e.message }"
+        )
+        assert bad.value == (
+            "the MCP server 'raw' answered the call of 'badresult' with a result that is not "
+            "valid MCP (content: Input should be a valid list); the server's maintainer must "
+            "fix it"
+        ), bad.text
+        changed = await asyncio.wait_for(
+            engine.run_code(
+                "const a = await tools.raw__change({});\n"
+                "return [a.called, (await tools.raw__echo({ n: 1 })).called];"
+            ),
+            60,
+        )
+        assert changed.value == ["change", "echo"], changed.text
+        assert [t.name for t in engine.tools] == ["raw__badresult", "raw__change", "raw__echo"]
+    finally:
+        await engine.aclose()
+
+
 async def test_a_listing_that_breaks_mcp_names_what_is_wrong(tmp_path: Path) -> None:
     """An answer whose own fields break MCP (``tools`` not a list) is refused whole, and the
     problem says what is wrong with it, not only that a ValidationError happened."""
