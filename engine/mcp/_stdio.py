@@ -29,6 +29,10 @@ logger = logging.getLogger("codemode.mcp")
 MAX_MESSAGE = 64 * 1024 * 1024
 # How long a server has to exit once its stdin is closed, before its group is terminated.
 EXIT_GRACE = 2.0
+# How long after a server exits its output may still end on its own. Past it, a process the
+# server started holds the output open: the connection is taken as ended (calls to it would
+# wait out their timeouts, and it would never be restarted).
+OUTPUT_GRACE = 1.0
 
 
 @contextlib.asynccontextmanager
@@ -55,8 +59,30 @@ async def stdio_transport(
     )
     read_writer, read_stream = anyio.create_memory_object_stream[Any](0)
     write_stream, write_reader = anyio.create_memory_object_stream[Any](0)
+    reading = anyio.CancelScope()
+    read_ended = anyio.Event()
 
     async def read() -> None:
+        with reading:
+            try:
+                await read_lines()
+            finally:
+                read_ended.set()
+
+    async def watch() -> None:
+        """End the connection when the server exits and its output does not end with it
+        (a process it started holds the pipe)."""
+        await process.wait()
+        with anyio.move_on_after(OUTPUT_GRACE):
+            await read_ended.wait()
+        if not read_ended.is_set():
+            broken(
+                f"it exited (status {process.returncode}) while a process it started still "
+                "holds its output"
+            )
+            reading.cancel()
+
+    async def read_lines() -> None:
         assert process.stdout is not None
         buffer = bytearray()
         searched = 0  # the buffer holds no newline before this
@@ -93,6 +119,7 @@ async def stdio_transport(
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(read)
         tasks.start_soon(write)
+        tasks.start_soon(watch)
         try:
             yield read_stream, write_stream
         finally:

@@ -7,15 +7,18 @@
 It answers ``initialize``; ``tools/list`` with the text of TOOLS.json as its ``tools``, sent
 as it is (an invalid definition, nesting too deep to parse), or a page of PAGES.json (the
 next page's cursor is its index); ``tools/call`` with the name and arguments it got, as JSON
-text, but for two tools: ``badresult`` is answered with ``content`` that is not a list, and
+text, but for three tools: ``badresult`` is answered with ``content`` that is not a list,
 ``change`` is answered, then announced as changed (``list_changed``), and no ``tools/list``
-after that is answered. Any other request gets an error. A server that breaks MCP is what
+after that is answered, and ``crash`` starts a process that holds the server's stdout
+(``sleep``), then exits without an answer. Any other request gets an error. A server that breaks MCP is what
 the engine must name and survive.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -55,6 +58,9 @@ for line in sys.stdin:
         answer: dict[str, object] = {"content": [{"type": "text", "text": text}]}
         if params.get("name") == "badresult":
             answer = {"content": "not a list"}
+        if params.get("name") == "crash":
+            subprocess.Popen(["sleep", "3600"])  # inherits stdout, and holds it open
+            os._exit(1)
         send(head + f'"result": {json.dumps(answer)}}}')
         if params.get("name") == "change":
             send('{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}')

@@ -210,6 +210,45 @@ async def test_a_result_that_breaks_mcp_and_a_listing_never_answered(tmp_path: P
         await engine.aclose()
 
 
+async def test_a_server_that_exits_while_its_child_holds_its_output_is_restarted(
+    tmp_path: Path,
+) -> None:
+    """A server that exits while a process it started holds its stdout gives no end of
+    stream: its call ends at once naming the server and why, the server is restarted and
+    the next call goes through; the child (in the server's process group) is ended. (The
+    call waited out its timeout, 300 s by default, and so did every later one.)"""
+    import psutil
+
+    read_only = {"readOnlyHint": True}  # no approval asked
+    tools = [
+        {"name": n, "inputSchema": {"type": "object"}, "annotations": read_only}
+        for n in ("crash", "echo")
+    ]
+    servers = await McpServers.start(_raw(tmp_path, tools))
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        crashed = await asyncio.wait_for(
+            engine.run_code("try { await tools.raw__crash({}) } catch (e) { return e.message }"),
+            60,
+        )
+        assert "the MCP server 'raw'" in str(crashed.value), crashed.text
+        assert "it exited (status 1) while a process it started still holds its output" in str(
+            crashed.value
+        )
+        again = await asyncio.wait_for(engine.run_code("return await tools.raw__echo({})"), 60)
+        assert again.value == {"called": "echo", "arguments": {}}, again.text
+    finally:
+        await engine.aclose()
+    sleeping = [
+        p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "3600"]
+    ]
+    for _ in range(100):
+        if not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in sleeping):
+            break
+        await asyncio.sleep(0.05)
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in sleeping)
+
+
 async def test_a_listing_that_breaks_mcp_names_what_is_wrong(tmp_path: Path) -> None:
     """An answer whose own fields break MCP (``tools`` not a list) is refused whole, and the
     problem says what is wrong with it, not only that a ValidationError happened."""
