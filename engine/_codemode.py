@@ -254,7 +254,7 @@ class CodeMode(StepLoop):
 
     def _mcp_tools_changed(self, mcp_tools: list[Tool]) -> None:
         """An MCP server changed its tools: the engine's tools are the host's and these."""
-        self.tools = unique_tools([*self._own_tools, *mcp_tools])
+        self.tools = unique_tools([*self._own_tools, *mcp_tools], before=self.tools)
         self._by_name = {t.name: t for t in self.tools}
         self._index = ToolIndex(self.tools, [s.info() for s in self.skills])
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from sandbox.protocol import RUN_CODE
 
@@ -76,30 +76,39 @@ def _digest(text: str, length: int = 6) -> str:
 
 
 def unique_names(
-    names: Iterable[tuple[str, str | None]], reserved: Iterable[str] = BUILTIN_NAMES
+    names: Iterable[tuple[str, str | None]],
+    reserved: Iterable[str] = BUILTIN_NAMES,
+    kept: Mapping[tuple[str, str | None], str] | None = None,
 ) -> list[str]:
     """The sanitized names of ``(name, source)`` pairs, made unique; one name per pair, in order.
 
     When two pairs sanitize to the same name, a pair whose name already is that name (and has
     no source) keeps it, and every other one gets ``_<hash>`` of its original name and source.
     A name in ``reserved`` is never handed out. The result depends on the pairs, not on their
-    order, so adding a tool never renames another one that did not collide. Two equal pairs
-    are the caller's error (``ValueError``).
+    order, so adding a tool never renames another one that did not collide. A pair in
+    ``kept`` (the names handed out before, when a server's tools change) keeps its name, and a
+    newcomer that collides with it is the one renamed: a tool the model was shown is never
+    renamed under it. Two equal pairs are the caller's error (``ValueError``).
     """
     pairs = list(names)
-    taken = set(reserved)
     seen: set[tuple[str, str | None]] = set()
     for pair in pairs:
         if pair in seen:
             origin = f" from {pair[1]!r}" if pair[1] else ""
             raise ValueError(f"two tools are named {pair[0]!r}{origin}")
         seen.add(pair)
+    reserved = set(reserved)
+    kept = {p: n for p, n in (kept or {}).items() if p in seen and n not in reserved}
+    taken = reserved | set(kept.values())
     wanted = [sanitize_name(name, source) for name, source in pairs]
     counts: dict[str, int] = {}
     for candidate in wanted:
         counts[candidate] = counts.get(candidate, 0) + 1
     result: list[str] = []
     for (name, source), candidate in zip(pairs, wanted, strict=True):
+        if (name, source) in kept:
+            result.append(kept[name, source])
+            continue
         # Pairs are unique, so at most one pair per candidate is spelled exactly like it.
         plain = candidate not in taken and (
             counts[candidate] == 1 or (source is None and name == candidate)

@@ -547,16 +547,19 @@ def _context_parameter(label: str, handler: Callable[..., Any]) -> str | None:
 # --- many tools ----------------------------------------------------------------------------
 
 
-def unique_tools(tools: Iterable[Tool]) -> list[Tool]:
+def unique_tools(tools: Iterable[Tool], before: Iterable[Tool] = ()) -> list[Tool]:
     """The tools with names made unique: a name two tools share after sanitizing gets a stable
     hash suffix on each tool whose original name differs from it, and a tool named like a
-    built-in (``run_code``, ``tool_search``, ``skill``) is renamed the same way.
+    built-in (``run_code``, ``tool_search``, ``skill``) is renamed the same way. A tool of
+    ``before`` (the tools the model was shown) keeps its name; a newcomer that collides with
+    it is renamed instead.
 
     Raises :class:`ToolDefinitionError` for two tools with the same original name and source.
     """
     items = list(tools)
+    kept = {(t.original_name, t.source): t.name for t in before}
     try:
-        names = unique_names((t.original_name, t.source) for t in items)
+        names = unique_names(((t.original_name, t.source) for t in items), kept=kept)
     except ValueError as e:
         raise ToolDefinitionError(f"{e}; give each tool its own name") from None
     return [t if t.name == n else t.renamed(n) for t, n in zip(items, names, strict=True)]

@@ -861,6 +861,20 @@ def test_collisions_get_stable_suffixes_regardless_of_order() -> None:
     assert unique_names([("get-weather", None)]) == ["get_weather"]
 
 
+def test_a_name_handed_out_before_is_kept_when_a_newcomer_collides() -> None:
+    """A server lists ``a_b`` (named h__a_b), then adds ``a-b``: the model was shown h__a_b, so
+    it keeps that name and the newcomer is the one renamed (both were renamed, and a script
+    calling h__a_b failed with 'does not exist'). Without a history both are renamed, as
+    before."""
+    fresh = unique_names([("a_b", "h"), ("a-b", "h")])
+    assert all(n.startswith("h__a_b_") for n in fresh) and fresh[0] != fresh[1]
+    kept = unique_names([("a_b", "h"), ("a-b", "h")], kept={("a_b", "h"): "h__a_b"})
+    assert kept[0] == "h__a_b" and kept[1].startswith("h__a_b_"), kept
+    # A kept name whose tool is gone holds nothing back; a kept built-in name is not kept.
+    assert unique_names([("a-b", "h")], kept={("a_b", "h"): "h__a_b"}) == ["h__a_b"]
+    assert unique_names([("x", None)], kept={("x", None): "tool_search"}) == ["x"]
+
+
 def test_unique_tools_renames_copies_and_refuses_true_duplicates() -> None:
     """unique_tools returns renamed copies; two tools with one name and source are an error."""
     first, second = Tool("get-weather"), Tool("get.weather")
