@@ -34,7 +34,7 @@ import logging
 import ssl
 import time
 from collections import OrderedDict
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +56,16 @@ READ_TIMEOUT = 60.0
 SLOT_WAIT = 10.0
 # Request lines longer than this are parsed on a thread, off the event loop.
 OFF_LOOP_LINE = 1024 * 1024
+
+
+async def _on_loop(parse: Callable[..., Any], *args: Any) -> Any:
+    return parse(*args)
+
+
+async def _off_loop(parse: Callable[..., Any], *args: Any) -> Any:
+    return await asyncio.to_thread(parse, *args)
+
+
 MAX_CONNECTIONS = 1024
 # Connections in their handshake at once; a real client says hello within milliseconds.
 MAX_UNWELCOMED = 64
@@ -544,12 +554,9 @@ class RunnerService:
                 # A large line is parsed on a thread: on the loop, a 30 MB one took 5 s, and
                 # every other connection's heartbeats and steps waited (a client took the
                 # service for gone). On a thread the loop still runs between its turns.
-                off_loop = len(line) > OFF_LOOP_LINE
+                parse = _off_loop if len(line) > OFF_LOOP_LINE else _on_loop
                 try:
-                    if off_loop:
-                        kind, body = await asyncio.to_thread(wire.envelope, line)
-                    else:
-                        kind, body = wire.envelope(line)
+                    kind, body = await parse(wire.envelope, line)
                     del line
                     if kind == "load":
                         await conn.send(wire.encode(self.load()))
@@ -561,12 +568,7 @@ class RunnerService:
                     if self.draining:
                         await self._fail(conn, "the runner service is draining", "draining")
                         continue
-                    if off_loop:
-                        script, tenant, live = await asyncio.to_thread(
-                            wire.decode_body, kind, body, ("script",)
-                        )
-                    else:
-                        script, tenant, live = wire.decode_body(kind, body, ("script",))
+                    script, tenant, live = await parse(wire.decode_body, kind, body, ("script",))
                     del body
                     if live and not self._offers_live(version):
                         raise wire.WireError("a live step was asked for, which was not offered")

@@ -157,7 +157,8 @@ class PostgresStore(SqlStore):
         outage of 8 s it would connect again at 15 s, past the timeout: a pool that found the
         server down is replaced by a new one, made once it answers. A server that answered at
         once (a restart, a connection it cut) keeps the pool, whose broken connections are
-        dropped (``check``). Raises ``psycopg.OperationalError`` if it does not answer."""
+        dropped (``check``). Raises ``psycopg.OperationalError`` if it does not answer, or
+        refuses for good (:func:`_connect`)."""
         import psycopg
 
         async with self._opening:
@@ -165,19 +166,7 @@ class PostgresStore(SqlStore):
                 return self._pool or pool  # another transaction came back first
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self._timeout
-            delay, down = 0.05, False
-            while True:
-                try:
-                    conn = await psycopg.AsyncConnection.connect(
-                        self.dsn, autocommit=True, connect_timeout=max(1, int(self._timeout))
-                    )
-                    break
-                except psycopg.OperationalError:
-                    if loop.time() + delay >= deadline:
-                        raise
-                    down = True
-                    await asyncio.sleep(delay)
-                    delay = min(2 * delay, 1.0)
+            conn, down = await _connect(psycopg, self.dsn, self._timeout)
             await conn.close()
             if not down:
                 await pool.check()
@@ -537,15 +526,29 @@ async def _prepare(psycopg: Any, dsn: str, schema: str, timeout: float) -> None:
     mistake in the dsn would cost the whole timeout and hide its reason. A server that
     refuses connections for now (down, starting up, full) is tried again until ``timeout``;
     one that refuses them for good, or a dsn that does not parse, fails at once."""
+    conn, _ = await _connect(psycopg, dsn, timeout)
+    try:
+        await conn.execute(f'SET search_path TO "{schema}"')
+        async with conn.transaction():
+            await _create(conn, schema)
+    finally:
+        await conn.close()
+
+
+async def _connect(psycopg: Any, dsn: str, timeout: float) -> tuple[Any, bool]:
+    """A connection made directly, and whether the server refused one first: one that
+    refuses connections for now (down, starting up, full) is asked again every 50 ms to 1 s
+    until ``timeout``; one that refuses them for good, or a dsn that does not parse, raises
+    ``psycopg.OperationalError`` at once."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    delay = 0.05
+    delay, refused = 0.05, False
     while True:
         try:
             conn = await psycopg.AsyncConnection.connect(
                 dsn, autocommit=True, connect_timeout=max(1, int(timeout))
             )
-            break
+            return conn, refused
         except psycopg.OperationalError as e:
             said = str(e)
             for_good = ("FATAL:" in said and not any(n in said for n in _NOT_YET)) or any(
@@ -553,14 +556,9 @@ async def _prepare(psycopg: Any, dsn: str, schema: str, timeout: float) -> None:
             )
             if for_good or loop.time() + delay >= deadline:
                 raise
+            refused = True
             await asyncio.sleep(delay)
             delay = min(2 * delay, 1.0)
-    try:
-        await conn.execute(f'SET search_path TO "{schema}"')
-        async with conn.transaction():
-            await _create(conn, schema)
-    finally:
-        await conn.close()
 
 
 async def _create(conn: Any, schema: str) -> None:
