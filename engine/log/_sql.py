@@ -183,15 +183,27 @@ def _fence(lease: r.Lease) -> Tx:
     return bool(held)
 
 
-def _touch(script_id: str, now: int, usage: r.StepUsage | None = None) -> Tx:
+def _fence_touch(lease: r.Lease, now: int, usage: r.StepUsage | None = None) -> Tx:
+    """:func:`_fence`, and the script's ``updated_ms`` (with ``usage``, its step counts) set
+    to ``now``, in one statement that locks the row as the fence's read does: every call's
+    transactions make it, a statement fewer each. Where the lease no longer holds, the
+    fence's read says why (nothing was written)."""
+    params: tuple[Any, ...]
     if usage is None:
-        yield Q("UPDATE scripts SET updated_ms = ? WHERE id = ?", (now, script_id))
-        return
-    yield Q(
-        "UPDATE scripts SET updated_ms = ?, steps = ?, total_compute_ms = ?,"
-        " total_file_bytes = ? WHERE id = ?",
-        (now, usage.steps, usage.total_compute_ms, usage.total_file_bytes, script_id),
+        sets, params = "updated_ms = ?", (now,)
+    else:
+        sets = "updated_ms = ?, steps = ?, total_compute_ms = ?, total_file_bytes = ?"
+        params = (now, usage.steps, usage.total_compute_ms, usage.total_file_bytes)
+    row = yield Q(
+        f"UPDATE scripts SET {sets} WHERE id = ? AND lease_owner IS NOT NULL"
+        " AND lease_token = ? RETURNING held",
+        (*params, lease.script_id, lease.token),
+        "one",
     )
+    if row is None:
+        yield from _fence(lease)  # raises: no such script, or the lease was lost
+        raise AssertionError("the fence let through a write the lease did not")
+    return bool(row[0])
 
 
 def _call(script_id: str, index: int, states: tuple[str, ...]) -> Tx:
@@ -243,7 +255,7 @@ def add_calls(
     claim: bool,
     now: int,
 ) -> Tx:
-    held = yield from _fence(lease)
+    held = yield from _fence_touch(lease, now, usage)
     # The calls' indexes run from 0 without a gap: the next is one past the last (an index
     # lookup, where a count reads every call of the script).
     (count,) = yield Q(
@@ -266,12 +278,11 @@ def add_calls(
             ],
             "many",
         )
-    yield from _touch(lease.script_id, now, usage)
     return claimed
 
 
 def decide(lease: r.Lease, decisions: Sequence[r.Decision], claim: bool, now: int) -> Tx:
-    held = yield from _fence(lease)
+    held = yield from _fence_touch(lease, now)
     yield from _states(lease.script_id, [d.index for d in decisions], (r.PROPOSED,))
     # A held script's calls are decided but not claimed: no call goes out while it is held.
     claiming = claim and not held
@@ -302,12 +313,11 @@ def decide(lease: r.Lease, decisions: Sequence[r.Decision], claim: bool, now: in
             [(d.state, d.note, d.error, lease.script_id, d.index) for d in decided],
             "many",
         )
-    yield from _touch(lease.script_id, now)
     return [d.index for d in claimed]
 
 
 def claim(lease: r.Lease, indexes: Sequence[int], now: int) -> Tx:
-    held = yield from _fence(lease)
+    held = yield from _fence_touch(lease, now)
     claimed: list[int] = []
     if not held:  # no call goes out while the script is held
         states = yield from _states(lease.script_id, indexes, None)
@@ -319,36 +329,34 @@ def claim(lease: r.Lease, indexes: Sequence[int], now: int) -> Tx:
             [(r.RUNNING, lease.owner, lease.token, now, lease.script_id, i) for i in claimed],
             "many",
         )
-    yield from _touch(lease.script_id, now)
     return claimed
 
 
 def settle(lease: r.Lease, settlements: Sequence[r.Settlement], now: int) -> Tx:
-    yield from _fence(lease)
+    yield from _fence_touch(lease, now)
+    rows_of = [
+        (s.state, rows.dump(s.result), s.result_bytes, s.error, now, lease.script_id, s.index)
+        for s in settlements
+    ]
+    if len(rows_of) == 1:
+        # A sequential script's every call: the state checked by the write itself (a
+        # statement fewer); if it changed nothing, the check below says why.
+        changed = yield Q(_SETTLE + " AND state = ?", (*rows_of[0], r.RUNNING), "count")
+        if changed == 1:
+            return
     yield from _states(lease.script_id, [s.index for s in settlements], (r.RUNNING,))
-    if settlements:
-        yield Q(
-            "UPDATE calls SET state = ?, result = ?, result_bytes = ?, error = ?, ended_ms = ?"
-            " WHERE script_id = ? AND idx = ?",
-            [
-                (
-                    s.state,
-                    rows.dump(s.result),
-                    s.result_bytes,
-                    s.error,
-                    now,
-                    lease.script_id,
-                    s.index,
-                )
-                for s in settlements
-            ],
-            "many",
-        )
-    yield from _touch(lease.script_id, now)
+    if rows_of:
+        yield Q(_SETTLE, rows_of, "many")
+
+
+_SETTLE = (
+    "UPDATE calls SET state = ?, result = ?, result_bytes = ?, error = ?, ended_ms = ?"
+    " WHERE script_id = ? AND idx = ?"
+)
 
 
 def reopen(lease: r.Lease, indexes: Sequence[int], now: int) -> Tx:
-    yield from _fence(lease)
+    yield from _fence_touch(lease, now)
     for index in indexes:
         entry = yield from _call(lease.script_id, index, (r.RUNNING,))
         if entry.token is not None and entry.token >= lease.token:
@@ -358,7 +366,6 @@ def reopen(lease: r.Lease, indexes: Sequence[int], now: int) -> Tx:
             " WHERE script_id = ? AND idx = ?",
             (r.APPROVED, lease.script_id, index),
         )
-    yield from _touch(lease.script_id, now)
 
 
 def pause(lease: r.Lease, now: int) -> Tx:
@@ -427,7 +434,7 @@ def answer(
             entry.index,
         ),
     )
-    yield from _touch(script_id, now)
+    yield Q("UPDATE scripts SET updated_ms = ? WHERE id = ?", (now, script_id))
     return (yield from _call(script_id, entry.index, (state,)))
 
 
