@@ -222,7 +222,7 @@ def _touch_pages(warm: str) -> None:
     assert _PREPARED is not None
     lockdown.rehearse()
     _PREPARED.ctx.gc()
-    _PREPARED.ctx.memory()
+    _PREPARED.count_heap()
     script = script_from(_TOUCH_LINE)
     # QuickJS's parser, which the script's compile uses (a function compiled, none run).
     _PREPARED.stripper.touch()

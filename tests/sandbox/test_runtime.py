@@ -1058,6 +1058,33 @@ def test_stats_report_results_and_heap():
     assert ran.stats.cpu_ms >= 0
 
 
+def test_a_prepared_context_count_stands_until_the_run_has_used_its_share():
+    """A run on a prepared context starts from the count its maker took (``count_heap``, in
+    the child before its script): a short run reports it without walking the heap again; a
+    run that works past HEAP_WALK_SHARE times that walk's CPU is counted anew, and holds
+    what it allocated."""
+    prepared = runtime.Prepared()
+    prepared.count_heap()
+    assert prepared.heap_walk is not None
+    counted = prepared.heap_walk[2]
+    ran = runtime.run_in_process(script("return 1"), prepared=prepared)
+    assert ran.outcome == "finished"
+    assert ran.stats.heap_bytes == counted
+
+    prepared = runtime.Prepared()
+    prepared.count_heap()
+    assert prepared.heap_walk is not None
+    counted = prepared.heap_walk[2]
+    code = (
+        "globalThis.keep = [];\n"
+        "for (let i = 0; i < 200000; i++) keep.push({ i, s: 'x' + i });\n"
+        "return keep.length"
+    )
+    ran = runtime.run_in_process(script(code), prepared=prepared)
+    assert ran.outcome == "finished", ran.error
+    assert ran.stats.heap_bytes > counted + 200_000 * 16
+
+
 def _contexts() -> int:
     return sum(1 for o in gc.get_objects() if type(o).__name__ == "Context")
 
