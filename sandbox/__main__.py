@@ -191,15 +191,19 @@ _LANGUAGES: tuple[str, ...] = protocol.LANGUAGES
 
 # The fork server compiles the prelude once, before it forks: every child starts with it.
 _PREPARED: runtime.Prepared | None = None
+# A second one, which a forked child runs a trivial script on while it waits in the pool (see
+# `_touch_pages`): the run's Python code and objects are written once off the step's clock.
+_PREPARED_TOUCH: runtime.Prepared | None = None
 # A script line of our own, which a forked child decodes but never runs (see
 # `_touch_pages`); made by the fork server too.
 _TOUCH_LINE = b""
 
 
 def _warm_up_zygote() -> None:
-    global _PREPARED, _TOUCH_LINE
+    global _PREPARED, _PREPARED_TOUCH, _TOUCH_LINE
     _warm_up()
     _PREPARED = runtime.Prepared()
+    _PREPARED_TOUCH = runtime.Prepared()
     _TOUCH_LINE = protocol.encode(
         protocol.Script(id="touch", code="return 1", clock=protocol.Clock(now_ms=0, seed=1))
     )
@@ -227,6 +231,13 @@ def _touch_pages(warm: str) -> None:
     # QuickJS's parser, which the script's compile uses (a function compiled, none run).
     _PREPARED.stripper.touch()
     runtime.new_run(script, _ProcessChannel())
+    if _PREPARED_TOUCH is not None:
+        # A whole run, on a context of its own: the pages of the Python code and objects a
+        # run goes through (the interpreter writes to each code object it runs, and to
+        # every object's count) are copied here rather than during the step. The step's
+        # page faults went from 94 to 41, its CPU from 1.12-1.21 to 0.87-0.92 ms, for
+        # 0.5 MiB more of the child's private memory.
+        runtime.run_in_process(script, prepared=_PREPARED_TOUCH)
     protocol.encode(protocol.Ran(outcome="finished", value=1, stats=protocol.Stats(cpu_ms=1)))
     if warm == "python" and "python" in _LANGUAGES:
         runtime.run_in_process(script.model_copy(update={"language": "python"}))
