@@ -47,6 +47,7 @@ import difflib
 import enum
 import fractions
 import functools
+import gc
 import hashlib
 import heapq
 import inspect
@@ -2494,6 +2495,18 @@ class Run(Replay):
         return message + '. Find tools with await tools.tool_search(query="...").'
 
     def _tool_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Future:
+        if _collecting:
+            # A finalizer (__del__, a weakref callback) that the garbage collector runs: when
+            # it runs depends on the process's every allocation, the sandbox's own included,
+            # which differ between a live run and a replay; a call made there would make the
+            # next run's calls differ from the log's (DivergenceError).
+            # (Python ignores what a finalizer raises: _unraisable prints it, once.)
+            raise RuntimeError(
+                f"tools.{name} was called in code the garbage collector ran (a __del__ "
+                "method or a weakref callback of an object in a reference cycle), which "
+                "runs at a different point on each run of the script; the call was not "
+                "made: call tools from the script's own code"
+            )
         if args:
             if kwargs or len(args) > 1 or not isinstance(args[0], dict):
                 raise TypeError(
@@ -2936,6 +2949,8 @@ class Run(Replay):
         recursion is bounded, the script's module is in sys.modules (dataclasses looks a
         class's module up there), a little memory is kept for the ending."""
         saved = sys.stdout, sys.stderr, sys.getrecursionlimit(), sys.modules.get(_MAIN)
+        hook = sys.unraisablehook
+        sys.unraisablehook = self._unraisable
         # Every warning reaches _warning, which shows each once a run (CPython's default,
         # kept by the run, not by registries a process keeps from run to run).
         caught = warnings.catch_warnings()
@@ -2950,6 +2965,7 @@ class Run(Replay):
             yield
         finally:
             sys.stdout, sys.stderr = saved[0], saved[1]
+            sys.unraisablehook = hook
             sys.setrecursionlimit(saved[2])
             caught.__exit__(None, None, None)
             if saved[3] is None:
@@ -2966,6 +2982,20 @@ class Run(Replay):
         when it is the script's."""
         line = lineno if filename == FILENAME else 0
         text = _warning_line(line, getattr(category, "__name__", "Warning"), str(message))
+        if text not in self.warned:
+            self.warned.add(text)
+            self.sink.write(text)
+
+    def _unraisable(self, unraisable: Any) -> None:
+        """What a finalizer raised, which Python ignores (CPython prints it with its
+        traceback): one warning line at the script's line that raised it, once a run, without
+        the sandbox's frames or an object's address (which differ from run to run)."""
+        error = unraisable.exc_value
+        where = unraisable.object
+        name = getattr(where, "__qualname__", None) or type(where).__name__
+        lines = _script_lines(error) if isinstance(error, BaseException) else []
+        message = f"an exception in {name} was ignored: {type(error).__name__}: {error}"
+        text = _warning_line(lines[0] if lines else 0, "Warning", message)
         if text not in self.warned:
             self.warned.add(text)
             self.sink.write(text)
@@ -3166,6 +3196,18 @@ _WITHHELD = {
     ),
     **dict.fromkeys(("eval", "exec", "compile"), _NO_CODE),
 }
+
+
+# Whether the garbage collector is collecting now (in this thread: a script runs on one).
+_collecting = False
+
+
+def _on_collect(phase: str, _info: dict[str, int]) -> None:
+    global _collecting
+    _collecting = phase == "start"
+
+
+gc.callbacks.append(_on_collect)
 
 
 def _warning_line(line: int, category: str, message: str) -> str:

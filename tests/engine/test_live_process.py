@@ -210,3 +210,55 @@ async def test_aclose_ends_the_steps_under_way_and_those_waiting_for_a_slot() ->
     for run in (first, second):
         with pytest.raises(CodeModeError, match="closed"):
             await asyncio.wait_for(run, 30)
+
+
+async def test_a_python_finalizer_the_collector_runs_makes_no_call(tmp_path: Path) -> None:
+    """A __del__ of an object in a reference cycle runs when the garbage collector does,
+    which differs between the live run and the replay after a pause: a call made there
+    made the replay's calls differ from the log's (DivergenceError). Such a call is not
+    made: the script goes on, and says why once. A finalizer that its object's last
+    reference runs (no cycle) runs at the same point on every run, and its call is made."""
+
+    @tool(needs_approval=True)
+    def pay(cents: int) -> str:
+        """Pay."""
+        return "paid"
+
+    code = (
+        "class Cycle:\n"
+        "    def __init__(self):\n"
+        "        self.me = self\n"
+        "    def __del__(self):\n"
+        "        tools.inc(n=100)\n"
+        "class Plain:\n"
+        "    def __del__(self):\n"
+        "        tools.inc(n=-1)\n"
+        "Plain()\n"
+        "n = 0\n"
+        "for i in range(300):\n"
+        "    Cycle()\n"
+        "    n = await tools.inc(n=n)\n"
+        "return await tools.pay(cents=n)\n"
+    )
+    engine = CodeMode(
+        [inc, pay],
+        runner=ProcessRunner(mode="pool"),
+        data_dir=tmp_path,
+        type_check="off",
+        language="python",
+    )
+    try:
+        paused = await engine.run_code(code)
+        assert paused.status == "paused", paused.text
+        await engine.approve(paused.script_id, paused.waiting[0]["call_id"])
+        done = await engine.resume(paused.script_id)
+        assert done.status == "finished", done.text
+        assert done.value == "paid"
+        assert "line 5: Warning: an exception in Cycle.__del__ was ignored: RuntimeError: " in (
+            done.text
+        )
+        assert "garbage collector" in done.text
+        calls = await engine.store.calls(paused.script_id)
+        assert [c.arguments["n"] for c in calls if c.name == "inc"] == [-1, *range(300)]
+    finally:
+        await engine.aclose()
