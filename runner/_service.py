@@ -18,10 +18,11 @@ to make room, so idle sockets can never keep a real client out for longer than o
 handshake. Only welcomed connections count against ``max_connections``.
 
 The lines welcomed connections send (a script, a live step's results) share one budget of
-bytes, ``line_memory``: a line that would take more than is left is read to its end and
-thrown away, and the client told the service is busy (it tries another service, or again
-later), so a few peers cannot make the service hold a line of ``max_script_line`` on each of
-``max_connections`` connections.
+bytes, ``line_memory``, which a line's script or records hold on to until their step is
+answered (waiting for a slot included): a line that would take more than is left is read to
+its end and thrown away, and the client told the service is busy (it tries another service,
+or again later), so a few peers cannot make the service hold a line of ``max_script_line``
+on each of ``max_connections`` connections.
 """
 
 from __future__ import annotations
@@ -222,7 +223,9 @@ class RunnerService:
     that goes away ends its process.
 
     ``line_memory`` bounds the bytes that the lines being read (scripts, live results) hold
-    together, the first 64 KiB of each aside (default: :func:`default_line_memory`). A line
+    together, the first 64 KiB of each aside (default: :func:`default_line_memory`), and
+    what a line made holds it on while it waits for a slot and runs, until the step is
+    answered. A line
     that would pass it is read to its end and dropped, and the client is answered ``busy``
     (``error`` with cause ``live`` for a live step's results, whose process is ended: the
     engine replays the step), so it runs the step elsewhere or again later; the connection
@@ -575,11 +578,14 @@ class RunnerService:
                 except wire.WireError as e:
                     await self._fail(conn, str(e), "protocol")
                     return
-            # The line is parsed and gone: its share of the budget is given back above.
-            files = _ForwardedFiles(conn, self.read_timeout)
-            keep, held = await self._exchange(
-                conn, version, script.id, files, self._work(script, tenant, files, live)
-            )
+                # The line is parsed and gone, but the script it made is held while it waits
+                # for a slot and while it runs (about as many bytes): its share of the budget
+                # is given back once the step is answered.
+                files = _ForwardedFiles(conn, self.read_timeout)
+                keep, held = await self._exchange(
+                    conn, version, script.id, files, self._work(script, tenant, files, live), hold
+                )
+                del script
             while held is not None:
                 keep, held = await self._wait_live(conn, version, held)
             if not keep:
@@ -624,9 +630,13 @@ class RunnerService:
         label: str,
         files: _ForwardedFiles,
         work: Coroutine[Any, Any, _Answer],
+        hold: wire.LineHold,
     ) -> tuple[bool, _Held | None]:
         """Run one step (or live segment) for the client and send its answer: whether the
-        connection can carry another request, and the live process that waits on it now."""
+        connection can carry another request, and the live process that waits on it now.
+        ``hold`` is the share of the line budget of the line the step came in, which its
+        script or records held while they waited for a slot and ran: given back before the
+        answer goes out (and by the caller, however the step ends)."""
         self._steps += 1
         self._no_steps.clear()
         watcher = asyncio.create_task(files.watch())
@@ -655,6 +665,7 @@ class RunnerService:
             for task in beats:
                 task.cancel()
             await asyncio.gather(*beats, return_exceptions=True)
+            hold.release()
             await conn.send(answer)
             keep = keep and not files.broken
             if keep:
@@ -803,17 +814,18 @@ class RunnerService:
             for task in (reading, ending):
                 task.cancel()
             await asyncio.gather(reading, ending, return_exceptions=True)
-            hold.release()  # the results line is parsed, or given up
             self._unkeep(held)
             if not going_on:
+                hold.release()  # the results line was given up
                 await self._end_run(held.run)
-        return await self._exchange(
-            conn,
-            version,
-            held.script.id,
-            held.files,
-            self._resume(held, records),
-        )
+        # The records the line made are held while they wait for a slot and go to the
+        # process: the line's share of the budget is given back once the segment is answered.
+        try:
+            return await self._exchange(
+                conn, version, held.script.id, held.files, self._resume(held, records), hold
+            )
+        finally:
+            hold.release()
 
     async def _end_held(self, conn: wire.Channel, held: _Held, why: str) -> tuple[bool, None]:
         """End a waiting process the client did not end, and tell the client why."""

@@ -20,7 +20,15 @@ from runner._remote import RemoteLive
 from runner._service import RunnerService, default_line_memory
 from sandbox.protocol import Call, Record, Script
 
-from .remote_support import TOKEN, FakeRunner, RawClient, script, service_process, services
+from .remote_support import (
+    TOKEN,
+    FakeRunner,
+    RawClient,
+    blocked,
+    script,
+    service_process,
+    services,
+)
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -315,3 +323,35 @@ async def test_a_live_results_line_that_never_ends_is_named_so() -> None:
         assert b"its results line began within 0.5 s but did not end within 1 s more" in answer
         await until(lambda: local.made[0].closed, "the live process to be ended")
         await remote.aclose()
+
+
+async def test_a_script_waiting_for_a_slot_or_running_keeps_its_share() -> None:
+    """The script a line made is held while it waits for a slot and while its step runs:
+    the line's share of the budget comes back only once the step is answered, so peers whose
+    scripts wait for slots cannot make the service hold more than the budget."""
+    gate = asyncio.Event()
+    async with services(FakeRunner(blocked(gate)), line_memory=BUDGET, slots=1) as [service]:
+        small = await welcomed(service.address)
+        await small.send(script_line("return 1", id="small"))
+        await until(lambda: service.slots.in_use == 1, "the small step to take the slot")
+
+        waiting = await welcomed(service.address)
+        first = script_line("// " + "a" * (800 * KiB), id="first")
+        await waiting.send(first)
+        await until(lambda: service.slots.waiting() == 1, "the big step to wait for a slot")
+        assert service.line_bytes >= 700 * KiB
+
+        other = await welcomed(service.address)
+        await other.send(script_line("// " + "b" * (600 * KiB), id="second"))
+        answer = await other.receive()
+        assert "busy" in answer, answer
+        assert "line budget" in answer["busy"]["error"]
+
+        gate.set()
+        assert (await small.receive())["step"]["value"]["id"] == "small"
+        assert (await waiting.receive())["step"]["value"]["id"] == "first"
+        await until(lambda: service.line_bytes == 0, "the share to come back")
+        await other.send(script_line("// " + "b" * (600 * KiB), id="again"))
+        assert (await other.receive())["step"]["value"]["id"] == "again"
+        for client in (small, waiting, other):
+            client.close()
