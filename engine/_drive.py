@@ -140,6 +140,8 @@ class Drive:
         self._settled_result_bytes = 0  # of the DONE calls before _open_from
         self.argument_bytes = sum(c.argument_bytes for c in calls)
         self.script: protocol.Script | None = None  # the step's script, made at the first step
+        # The tools the script can call, as made from the engine's (see StepLoop._tools_for).
+        self.tools_made: tuple[list[str], list[str]] | None = None
         # A new script's first step, begun with its start (see StepLoop._begin_first_step):
         # taken by the drive's first step, or dropped with the drive.
         self.early: asyncio.Task[Any] | None = None

@@ -27,6 +27,7 @@ from engine._errors import CodeModeError, StepUnavailable, StoreUnavailable
 from engine._files import BlobReader, BlobStore
 from engine._limits import LIMIT_NAMES, Limits, config_hint
 from engine._live import LiveRuns, live_key
+from engine._naming import BUILTIN_TOOLS
 from engine._result import RunResult
 from engine.languages import check_language
 from runner import HOST_BUSY, FileMissing, RunError, ScriptRunner, Step, bounded
@@ -121,16 +122,42 @@ class StepLoop(CallSettling):
         which were made from data this engine checked when it logged them)."""
         run_limits = limits.for_run()
         script = drive.script
-        if script is None or script.limits is not run_limits or script.tools != self._tool_names:
-            script = drive.script = self._script_of(drive.record, run_limits)
+        tools = self._tools_for(drive)
+        if script is None or script.limits is not run_limits or script.tools is not tools:
+            script = drive.script = self._script_of(drive.record, run_limits, tools)
         return script
 
-    def _script_of(self, record: log.ScriptRecord, run_limits: protocol.Limits) -> protocol.Script:
+    def _tools_for(self, drive: Drive) -> list[str]:
+        """:meth:`_tools_of` the drive's script, made again only when the engine's tools
+        change."""
+        made = drive.tools_made
+        if made is None or made[0] is not self._tool_names:
+            made = drive.tools_made = (self._tool_names, self._tools_of(drive.record))
+        return made[1]
+
+    def _tools_of(self, record: log.ScriptRecord) -> list[str]:
+        """The tools a script can call: those of this host's that it began with (named in
+        its record's fingerprint), and the built-in ones. A tool added since (an MCP server's,
+        a host's new release) stays out of its world: its runs before the tool came, live or
+        replayed, had no such tool, and its later runs must make the same calls (a call to it
+        that failed in a live run, made in the replay after a pause, was a DivergenceError).
+        A log without fingerprints (written before them) gives this host's tools."""
+        began = record.tools
+        if not began:
+            return self._tool_names
+        return [name for name in self._tool_names if name in began or name in BUILTIN_TOOLS]
+
+    def _script_of(
+        self,
+        record: log.ScriptRecord,
+        run_limits: protocol.Limits,
+        tools: list[str] | None = None,
+    ) -> protocol.Script:
         return protocol.Script(
             id=record.id,
             language=check_language(record.language),
             code=record.code,
-            tools=self._tool_names,
+            tools=self._tools_of(record) if tools is None else tools,
             files=[
                 protocol.FileInfo(id=f["id"], mime=f["mime"], size=f["size"], skill=f.get("skill"))
                 for f in record.files
@@ -313,8 +340,9 @@ class StepLoop(CallSettling):
 
     def _check_calls(self, drive: Drive, step: Step, limits: Limits) -> Ending | None:
         """Re-check the calls the runner reported against the tools and the log's budgets."""
+        tools = self._tools_for(drive)
         for call in step.calls:
-            if call.name not in self._tool_names:
+            if call.name not in tools:
                 return Ending.failure(
                     "ProtocolError",
                     f"the runner reported a call to tools.{bounded(call.name, 'name')}, "

@@ -569,3 +569,47 @@ async def test_the_live_budget_counts_what_runs_cost_and_still_evicts() -> None:
         assert len(kept) == len(live)
         assert sum(run.private_bytes() for run in kept) <= live.max_memory
         await live.aclose()
+
+
+async def test_a_tool_added_after_a_script_began_stays_out_of_its_world() -> None:
+    """An MCP server (or a host's new release) adds a tool while a script runs: the script
+    cannot call it, in its live run and in the replay after a pause alike. (The live run's
+    process had no such tool; a replay that had it made a call the log did not have, and
+    the script failed with DivergenceError.) A script begun after the change can call it."""
+    engine: CodeMode
+
+    @tool
+    def late(n: int) -> int:
+        """Came later."""
+        return n * 10
+
+    @tool
+    def grow(n: int) -> int:
+        """Adds tools.late to the engine's tools, as an MCP server's list_changed does."""
+        engine._mcp_tools_changed([late])
+        return n
+
+    runner = InProcessRunner()
+    engine = CodeMode([grow, pay], runner=runner, type_check="off")
+    code = """
+    const n = await tools.grow({ n: 1 });
+    let seen;
+    try { seen = await tools.late({ n }); } catch (e) { seen = e.constructor.name; }
+    const p = await tools.pay({ cents: n });
+    return [seen, p, Object.keys(tools).includes("late")];
+    """
+    try:
+        paused = await engine.run_code(code)
+        assert paused.status == "paused", paused.text
+        assert "late" in engine._tool_names
+        await engine.approve(paused.script_id, paused.waiting[0]["call_id"])
+        done = await engine.resume(paused.script_id)
+        assert done.status == "finished", done.text
+        assert done.value[1:] == ["paid 1", False]
+        assert done.value[0] != 10
+        calls = await engine.store.calls(paused.script_id)
+        assert [c.name for c in calls] == ["grow", "pay"]
+        later = await engine.run_code("return await tools.late({ n: 2 })")
+        assert later.value == 20, later.text
+    finally:
+        await engine.aclose()
