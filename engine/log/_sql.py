@@ -185,15 +185,24 @@ def _fence(lease: r.Lease) -> Tx:
 
 def _fence_touch(lease: r.Lease, now: int, usage: r.StepUsage | None = None) -> Tx:
     """:func:`_fence`, and the script's ``updated_ms`` (with ``usage``, its step counts) set
-    to ``now``, in one statement that locks the row as the fence's read does: every call's
-    transactions make it, a statement fewer each. Where the lease no longer holds, the
-    fence's read says why (nothing was written)."""
-    params: tuple[Any, ...]
+    to ``now``, in one statement (see :func:`_fenced_update`): every call's transactions
+    make it. Returns whether the script is held."""
     if usage is None:
-        sets, params = "updated_ms = ?", (now,)
-    else:
-        sets = "updated_ms = ?, steps = ?, total_compute_ms = ?, total_file_bytes = ?"
-        params = (now, usage.steps, usage.total_compute_ms, usage.total_file_bytes)
+        return (yield from _fenced_update(lease, "updated_ms = ?", (now,)))
+    return (
+        yield from _fenced_update(
+            lease,
+            "updated_ms = ?, steps = ?, total_compute_ms = ?, total_file_bytes = ?",
+            (now, usage.steps, usage.total_compute_ms, usage.total_file_bytes),
+        )
+    )
+
+
+def _fenced_update(lease: r.Lease, sets: str, params: Sequence[Any]) -> Tx:
+    """``UPDATE scripts SET {sets}`` (its ``?`` given ``params``) if ``lease`` still holds the
+    script: :func:`_fence` and the write in one statement, which locks the row as the
+    fence's read does (a statement fewer). Where the lease no longer holds, nothing is
+    written and the fence's read says why. Returns whether the script is held."""
     row = yield Q(
         f"UPDATE scripts SET {sets} WHERE id = ? AND lease_owner IS NOT NULL"
         " AND lease_token = ? RETURNING held",
@@ -369,27 +378,23 @@ def reopen(lease: r.Lease, indexes: Sequence[int], now: int) -> Tx:
 
 
 def pause(lease: r.Lease, now: int) -> Tx:
-    yield from _fence(lease)
-    yield Q(
-        "UPDATE scripts SET status = ?, updated_ms = ? WHERE id = ?",
-        (r.PAUSED, now, lease.script_id),
-    )
+    yield from _fenced_update(lease, "status = ?, updated_ms = ?", (r.PAUSED, now))
 
 
 def end(
     lease: r.Lease, status: str, outcome: dict[str, Any], usage: r.StepUsage | None, now: int
 ) -> Tx:
-    yield from _fence(lease)
     # The last step's usage, if any, in the same statement: the row and its index are
     # written once.
     steps, compute_ms, file_bytes = (
         (usage.steps, usage.total_compute_ms, usage.total_file_bytes) if usage else (None,) * 3
     )
-    yield Q(
-        "UPDATE scripts SET status = ?, outcome = ?, updated_ms = ?, lease_expires_ms = 0,"
+    yield from _fenced_update(
+        lease,
+        "status = ?, outcome = ?, updated_ms = ?, lease_expires_ms = 0,"
         " steps = COALESCE(?, steps), total_compute_ms = COALESCE(?, total_compute_ms),"
-        " total_file_bytes = COALESCE(?, total_file_bytes) WHERE id = ?",
-        (status, rows.dump(outcome), now, steps, compute_ms, file_bytes, lease.script_id),
+        " total_file_bytes = COALESCE(?, total_file_bytes)",
+        (status, rows.dump(outcome), now, steps, compute_ms, file_bytes),
     )
 
 
