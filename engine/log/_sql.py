@@ -141,8 +141,7 @@ def _take(
 
 
 def renew(lease: r.Lease, ttl_ms: int, now: int) -> Tx:
-    yield from _fence(lease)
-    yield Q("UPDATE scripts SET lease_expires_ms = ? WHERE id = ?", (now + ttl_ms, lease.script_id))
+    yield from _fenced_update(lease, "lease_expires_ms = ?", (now + ttl_ms,))
     return r.Lease(lease.script_id, lease.owner, lease.token, now + ttl_ms)
 
 
