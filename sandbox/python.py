@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import _string
 import _strptime  # noqa: F401 - datetime and time import it on first use, from C
+import _thread
 import ast
 import base64
 import bisect
@@ -2495,7 +2496,7 @@ class Run(Replay):
         return message + '. Find tools with await tools.tool_search(query="...").'
 
     def _tool_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Future:
-        if _collecting:
+        if _collecting_on is not None and _collecting_on == _thread.get_ident():
             # A finalizer (__del__, a weakref callback) that the garbage collector runs: when
             # it runs depends on the process's every allocation, the sandbox's own included,
             # which differ between a live run and a replay; a call made there would make the
@@ -3198,13 +3199,15 @@ _WITHHELD = {
 }
 
 
-# Whether the garbage collector is collecting now (in this thread: a script runs on one).
-_collecting = False
+# The thread the garbage collector is collecting on now, if any: the finalizers it runs run
+# there (in a sandbox process, the only thread; where scripts run in the host's process, a
+# script on another thread is not in them, though it may run while a finalizer waits).
+_collecting_on: int | None = None
 
 
 def _on_collect(phase: str, _info: dict[str, int]) -> None:
-    global _collecting
-    _collecting = phase == "start"
+    global _collecting_on
+    _collecting_on = _thread.get_ident() if phase == "start" else None
 
 
 gc.callbacks.append(_on_collect)
