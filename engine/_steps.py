@@ -123,7 +123,7 @@ class StepLoop(CallSettling):
         run_limits = limits.for_run()
         script = drive.script
         tools = self._tools_for(drive)
-        if script is None or script.limits is not run_limits or script.tools is not tools:
+        if script is None or script.limits is not run_limits or script.tools != tools:
             script = drive.script = self._script_of(drive.record, run_limits, tools)
         return script
 
