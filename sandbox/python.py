@@ -2982,21 +2982,31 @@ class Run(Replay):
         coroutine never awaited is reported where the sandbox dropped it): the script's line
         when it is the script's."""
         line = lineno if filename == FILENAME else 0
-        text = _warning_line(line, getattr(category, "__name__", "Warning"), str(message))
-        if text not in self.warned:
-            self.warned.add(text)
-            self.sink.write(text)
+        self._warn_once(line, getattr(category, "__name__", "Warning"), _message(message))
 
     def _unraisable(self, unraisable: Any) -> None:
         """What a finalizer raised, which Python ignores (CPython prints it with its
         traceback): one warning line at the script's line that raised it, once a run, without
-        the sandbox's frames or an object's address (which differ from run to run)."""
+        the sandbox's frames or an object's address (which differ from run to run). The
+        script's own code it reads (a ``__str__``, a ``__qualname__``) may raise too: then the
+        line says so, as an error that cannot be read."""
         error = unraisable.exc_value
-        where = unraisable.object
-        name = getattr(where, "__qualname__", None) or type(where).__name__
+        try:
+            name = getattr(unraisable.object, "__qualname__", None)
+        except (MemoryError, _Ended):
+            raise
+        except BaseException:
+            name = None
+        if not isinstance(name, str):
+            name = _type_name(unraisable.object)
         lines = _script_lines(error) if isinstance(error, BaseException) else []
-        message = f"an exception in {name} was ignored: {type(error).__name__}: {error}"
-        text = _warning_line(lines[0] if lines else 0, "Warning", message)
+        text = _message(error) if isinstance(error, BaseException) else ""
+        message = f"an exception in {name} was ignored: {_type_name(error)}: {text}"
+        self._warn_once(lines[0] if lines else 0, "Warning", message)
+
+    def _warn_once(self, line: int, category: str, message: str) -> None:
+        """Print a warning line, once a run (CPython's default for a warning)."""
+        text = _warning_line(line, category, message)
         if text not in self.warned:
             self.warned.add(text)
             self.sink.write(text)

@@ -1131,6 +1131,24 @@ def test_warnings_print_without_the_sandboxs_files() -> None:
     assert again.printed == ran.printed
 
 
+def test_a_finalizers_error_that_cannot_be_read_is_one_line() -> None:
+    """What a ``__del__`` raises is one warning line at the script's line, once a run, even
+    when the error's own ``__str__`` raises: never the sandbox's hook, its frames or an
+    object's address (which differ from run to run, so a replay would print otherwise)."""
+    code = (
+        "class E(Exception):\n    def __str__(self):\n        raise ValueError('no')\n"
+        "class C:\n    def __del__(self):\n        raise E()\n"
+        "for i in range(2):\n    c = C()\n    del c\nprint('after')\nreturn 1"
+    )
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed == (
+        "line 6: Warning: an exception in C.__del__ was ignored: E: an error that cannot be "
+        "read: ValueError\nafter\n"
+    )
+    assert run(code).printed == ran.printed
+
+
 def test_format_however_it_is_named_still_formats() -> None:
     """getattr, operator.attrgetter and operator.methodcaller give a string's safe
     format and format_map, which format as str's do; other objects' own format stays."""
