@@ -443,8 +443,16 @@ def step_from(
     exit_code: int | None,
     killed_by_us: bool,
     stderr_tail: str = "",
+    resumed: bool = False,
 ) -> Step:
-    """Turn how the conversation and the process ended into a Step."""
+    """Turn how the conversation and the process ended into a Step.
+
+    ``resumed``: the segment of a live run after its results (``ProcessLive.resume``). A
+    process that ended in one without saying how, for no cause that is surely the script's
+    (a limit it met, a forbidden call, a broken protocol), raises :class:`RunError`
+    instead of failing the script: killed from outside (the OOM killer, a person) or
+    crashed, it was a cache of the log, and the step replays in a new process, where a
+    cause of the script's own comes again and ends it there."""
     limits = script.limits
     process.file_bytes = outcome.file_bytes
     if outcome.ran is not None:
@@ -488,7 +496,7 @@ def step_from(
             process=process,
         )
     if "MemoryError" in stderr_tail or (
-        term_signal == signal.SIGKILL and not killed_by_us and process.max_rss_bytes
+        term_signal == signal.SIGKILL and not killed_by_us and process.max_rss_bytes and not resumed
     ):
         message = protocol.limit_message(
             "memory",
@@ -501,6 +509,16 @@ def step_from(
             "ProtocolError",
             f"the sandbox process broke the protocol and was stopped: {outcome.problem}",
             process=process,
+        )
+    if resumed:
+        how = ""
+        if term_signal is not None:
+            how = f" by {_SIGNAL_NAMES.get(term_signal, f'signal {term_signal}')}"
+        elif exit_code is not None:
+            how = f" with exit code {exit_code}"
+        raise RunError(
+            f"the live process ended{how} during its segment, before it reported how it went"
+            + _tail(stderr_tail)
         )
     if term_signal is not None:
         name = _SIGNAL_NAMES.get(term_signal, f"signal {term_signal}")

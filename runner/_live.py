@@ -105,6 +105,7 @@ class _Owner(Protocol):
         known: int,
         cpu_charged: float,
         started: float,
+        resumed: bool = False,
     ) -> Step: ...
 
 
@@ -284,6 +285,7 @@ class ProcessLive(LiveRun):
             known=self.known + len(records),
             cpu_charged=self.cpu_charged,
             started=started,
+            resumed=True,
         )
 
     def _spend(self) -> None:

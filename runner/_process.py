@@ -484,10 +484,12 @@ class ProcessRunner(ScriptRunner):
         cpu_charged: float,
         started: float,
         keep: bool = True,
+        resumed: bool = False,
     ) -> Step:
         """The Step of a segment that ended with ``outcome``: a kept process for a version 2
         run that stopped on calls (when ``keep`` and it is a forked child), else the process
-        ends and is reaped. ``cpu_charged`` is what earlier segments of its run were charged."""
+        ends and is reaped. ``cpu_charged`` is what earlier segments of its run were charged;
+        ``resumed``: a live run's segment after results (see ``conv.step_from``)."""
         ran = outcome.ran
         waits = (
             ran is not None and ran.outcome == "calls" and script.version >= protocol.LIVE_VERSION
@@ -531,7 +533,7 @@ class ProcessRunner(ScriptRunner):
                 "the fork server ended while this step ran, so its process was stopped "
                 "before it reported how the run ended; the step can be tried again"
             )
-        step = self._step(child, script, outcome)
+        step = self._step(child, script, outcome, resumed=resumed)
         if step.process is not None:
             step.process.cpu_ms = max(step.process.cpu_ms - cpu_charged, 0.0)
             step.process.wall_ms = (time.monotonic() - started) * 1000
@@ -580,7 +582,9 @@ class ProcessRunner(ScriptRunner):
         if child is not None:
             child.kill()
 
-    def _step(self, child: _Process, script: Script, outcome: conv.Outcome) -> Step:
+    def _step(
+        self, child: _Process, script: Script, outcome: conv.Outcome, *, resumed: bool = False
+    ) -> Step:
         status = child.status
         term = os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None
         code = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None
@@ -594,6 +598,7 @@ class ProcessRunner(ScriptRunner):
             exit_code=code,
             killed_by_us=child.killed_by_us,
             stderr_tail=child.stderr.decode("utf-8", "replace"),
+            resumed=resumed,
         )
 
     async def aclose(self) -> None:

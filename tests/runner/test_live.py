@@ -13,13 +13,15 @@ import asyncio
 import dataclasses
 import gc
 import os
+import signal
 from typing import Any
 
 import orjson
 import psutil
 import pytest
 
-from runner import LiveRun, ProcessRunner, RunError, Step
+from runner import LiveRun, ProcessRunner, ProcessStats, RunError, Step
+from runner import _conversation as conv
 from runner import _live as live_module
 from runner._live import ProcessLive
 from sandbox import protocol, runtime
@@ -267,6 +269,61 @@ async def test_a_process_gone_while_waiting_makes_resume_raise() -> None:
             await live.resume([record(first.calls[0])])
         assert runner.live_runs == 0
     assert zombies() == []
+
+
+async def test_a_process_killed_from_outside_as_its_results_go_makes_resume_raise() -> None:
+    """A live process killed by another (the OOM killer, a person) just before its results
+    are sent may still look alive, and take them into its pipe, as it dies: the segment then
+    ends without a report, which is not the script's doing (it was read as the memory limit,
+    failing the script for good). Resume raises RunError either way, and the step replays."""
+    async with ProcessRunner(mode="pool") as runner:
+        for _ in range(5):
+            first = await runner.run(script("await tools.t({ i: 1 }); return 1"), live=True)
+            assert first.live is not None
+            pid = pid_of(first.live)
+            os.kill(pid, signal.SIGKILL)
+            with pytest.raises(RunError, match="live process"):
+                await first.live.resume([record(first.calls[0])])
+            assert wait_gone([pid]) == []
+        assert runner.live_runs == 0
+    assert zombies() == []
+
+
+@pytest.mark.parametrize(
+    ("term", "code", "said"),
+    [
+        (signal.SIGKILL, None, "by SIGKILL"),
+        (signal.SIGSEGV, None, "by SIGSEGV"),
+        (None, 3, "with exit code 3"),
+    ],
+)
+def test_a_resumed_segment_that_ends_unreported_is_not_the_scripts_failure(
+    term: int | None, code: int | None, said: str
+) -> None:
+    """How a segment's silent end is read: a run's first segment fails the script (the
+    SIGKILL no runner sent is the OOM killer's, its memory); a resumed one raises RunError.
+    What is surely the script's (MemoryError on stderr) fails it either way."""
+    s = script("return 1")
+    ended = conv.Outcome()
+    stats = ProcessStats(max_rss_bytes=MiB)
+    first = conv.step_from(ended, s, stats, term_signal=term, exit_code=code, killed_by_us=False)
+    assert first.outcome == "failed" and first.error is not None
+    assert first.limit is not None if term == signal.SIGKILL else first.limit is None
+    with pytest.raises(RunError, match=f"live process ended {said} during its segment"):
+        conv.step_from(
+            ended, s, stats, term_signal=term, exit_code=code, killed_by_us=False, resumed=True
+        )
+    memory = conv.step_from(
+        ended,
+        s,
+        stats,
+        term_signal=term,
+        exit_code=code,
+        killed_by_us=False,
+        stderr_tail="MemoryError\n",
+        resumed=True,
+    )
+    assert memory.limit is not None and memory.limit.name == "memory"
 
 
 async def test_close_is_idempotent_and_resume_after_close_raises() -> None:
