@@ -724,7 +724,7 @@
     } catch (e) {
       message = "an error that cannot be read: " + errorText(e);
     }
-    host.fail(wellFormed(name), wellFormed(message), wellFormed(stack));
+    host.fail(wellFormed(name), wellFormed(message), wellFormed(stack), error === null);
   }
 
   // ---- The script: compiled on its own, now that everything above is in place. ----

@@ -277,10 +277,11 @@ class Run(Replay):
             return
         self.outcome = ("value", payload)
 
-    def _fail(self, name: str, message: str, stack: str) -> None:
+    def _fail(self, name: str, message: str, stack: str, null: bool = False) -> None:
+        """The script's uncaught error; ``null``: the value thrown was ``null`` itself."""
         if self.ended or self.outcome is not None:
             return
-        self.outcome = ("error", (name, message, stack))
+        self.outcome = ("error", (name, message, stack, null is True))
 
     def _untaken(self, shown: str, message: str, stack: str) -> None:
         """A call that failed and that nothing took (awaited, caught) by the script's end: a
@@ -421,16 +422,16 @@ class Run(Replay):
             line = code.count("\n", 0, match.start()) + 1
             self.printed.write(warning_line(line, "Warning", _ASYNC_FOREACH_WARNING))
 
-    def _failed(self, name: str, message: str, stack: str) -> Ran:
+    def _failed(self, name: str, message: str, stack: str, null: bool = False) -> Ran:
         limit = None
         if name == "RangeError" and message in self.limit_errors:
             # A per-call limit the script did not catch: the run ended because it was met.
             limit = LimitMet(name=self.limit_errors[message], message=message)
-        # QuickJS throws `null` when it cannot even allocate the out-of-memory error; a
-        # model's script that throws null itself is rare enough to read it the same way.
-        oom = (name == "InternalError" and "out of memory" in message) or (
-            name == "Uncaught" and message == "null"
-        )
+        # QuickJS throws `null` when it cannot even allocate the out-of-memory error (most
+        # runs that fill the heap end so); a model's script that throws null itself is rare
+        # enough to read it the same way. Only the value null: a thrown string "null" (a
+        # template of a null, say) or an error that mentions memory is the script's own.
+        oom = (name == "InternalError" and message == "out of memory") or null
         if oom:
             # Reported as the memory limit met, as compute_ms is: not as the engine's error.
             name, message = "LimitError", self._memory_message()

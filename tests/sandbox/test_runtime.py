@@ -1035,6 +1035,22 @@ def test_the_same_endings_under_the_default_memory_are_the_scripts_own():
     for code in ("throw null;", "await null; throw null;"):
         assert_limit(run(code), "memory")
     assert run("try { throw null } catch (e) { return e === null }").value is True
+    # Only the value null: the text "null" (a template of a null value, as models write) and
+    # an error of the script's that speaks of memory are the script's own errors.
+    for code, name, message in [
+        ("const first = null;\nif (!first) throw `${first}`;", "Uncaught", "null"),
+        ('await Promise.reject("null");', "Uncaught", "null"),
+        (
+            "class InternalError extends Error {}\n"
+            'const e = new InternalError("out of memory in the cache"); e.name = "InternalError";'
+            "\nthrow e;",
+            "InternalError",
+            "out of memory in the cache",
+        ),
+    ]:
+        ran = run(code)
+        assert ran.limit is None and ran.error is not None, code
+        assert (ran.error.name, ran.error.message) == (name, message)
 
 
 def test_deep_recursion_is_a_catchable_range_error():
