@@ -27,7 +27,7 @@
   const fnToString = Function.prototype.toString;
   const promiseThen = Promise.prototype.then;
   const toPrimitiveKey = Symbol.toPrimitive;
-  const { toWellFormed, replaceAll } = String.prototype;
+  const { toWellFormed, replaceAll, includes: stringIncludes } = String.prototype;
   const RealDate = Date;
   const dateGetTime = RealDate.prototype.getTime, dateToISOString = RealDate.prototype.toISOString;
   const NativeError = Error, NativeTypeError = TypeError, NativeRangeError = RangeError;
@@ -700,15 +700,36 @@
     let json;
     try {
       json = JSON.stringify(value);
+      // JSON makes {} of a Map or a Set: the model would read an empty answer. Looked for
+      // only when the text has an empty object, so other values cost nothing more.
+      if (json !== undefined && apply(stringIncludes, json, ["{}"])) {
+        JSON.stringify(value, collectionsRefused);
+      }
     } catch (e) {
       if (outOfMemory(e)) {
         host.fail("InternalError", "out of memory", "");
       } else {
-        host.fail("TypeError", wellFormed("the returned value is not JSON data: " + errorText(e)), "");
+        const why = e === refused ? e.message : errorText(e);
+        host.fail("TypeError", wellFormed("the returned value is not JSON data: " + why), "");
       }
       return;
     }
     host.done(json === undefined ? "u" : wellFormed("j" + json));
+  }
+  // A replacer that refuses a Map or a Set, which JSON turns into {} without a word.
+  let refused; // the error it threw last
+  function collectionsRefused(key, value) {
+    if (typeof value === "object" && value !== null) {
+      const map = value instanceof NativeMap;
+      if (map || value instanceof NativeSet) {
+        const error = new NativeTypeError((key === "" ? "it is " : "at key " + JSON.stringify(key) +
+          " it holds ") + (map ? "a Map" : "a Set") + ", which JSON turns into {}; return " +
+          (map ? "Object.fromEntries(map), or [...map] for its entries" : "[...set]"));
+        refused = error;
+        throw error;
+      }
+    }
+    return value;
   }
   function failed(error) {
     let name = "Error", message = "", stack = "";

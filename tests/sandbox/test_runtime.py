@@ -750,6 +750,36 @@ def test_returning_a_bigint_fails_naming_json():
     assert ran.error is not None and "not JSON data" in ran.error.message
 
 
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            'return new Map([["a", 1]]);',
+            "it is a Map, which JSON turns into {}; return Object.fromEntries(map), or [...map] "
+            "for its entries",
+        ),
+        ("return new Map();", "it is a Map, which JSON turns into {}"),
+        (
+            "return { ok: {}, counts: [1, new Set([2])] };",
+            'at key "1" it holds a Set, which JSON turns into {}; return [...set]',
+        ),
+    ],
+)
+def test_a_returned_map_or_set_fails_instead_of_reading_as_empty(code: str, said: str) -> None:
+    """JSON.stringify makes {} of a Map or a Set: returned, the model read an empty answer.
+    The run fails saying what to return instead (a Map with a toJSON of the script's, and an
+    empty object of its own, are data as before)."""
+    ran = run(code)
+    assert ran.outcome == "failed" and ran.error is not None and ran.error.name == "TypeError"
+    assert ran.error.message.startswith("the returned value is not JSON data: " + said)
+    assert value("return { a: {}, b: [new Date(0)] };") == {
+        "a": {},
+        "b": ["1970-01-01T00:00:00.000Z"],
+    }
+    code = 'Map.prototype.toJSON = function () { return [...this]; };\nreturn new Map([["a", 1]]);'
+    assert value(code) == [["a", 1]]
+
+
 def test_lone_surrogates_in_returned_values_do_not_crash():
     """A returned string or key with a lone surrogate finishes, with U+FFFD in its place."""
     ran = run(r"return { ['k\ud800']: 'v\udc00', s: 'ok \\ud800 stays text' };")
