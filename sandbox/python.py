@@ -27,6 +27,7 @@ coroutines in argument order, so calls that do not depend on each other are one 
 """
 
 from __future__ import annotations
+import __future__
 
 import _string
 import _strptime  # noqa: F401 - datetime and time import it on first use, from C
@@ -482,6 +483,7 @@ def compile_script(code: str) -> tuple[types.CodeType, list[int]]:
     """
     tree = ast.parse(code, filename=FILENAME, mode="exec")
     check(tree, rewrite=True)
+    flags = _future_flags(tree)
     guards = [node.lineno for node in tree.body if _is_main_guard(node)]
     empty = ast.arguments(
         posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
@@ -500,12 +502,46 @@ def compile_script(code: str) -> tuple[types.CodeType, list[int]]:
         end_col_offset=0,
     )
     module = ast.Module(body=[main], type_ignores=[])
-    compiled = compile(module, FILENAME, "exec", dont_inherit=True)
+    compiled = compile(module, FILENAME, "exec", flags=flags, dont_inherit=True)
     for const in compiled.co_consts:
         if isinstance(const, types.CodeType) and const.co_flags & 0x200:  # CO_ASYNC_GENERATOR
             line = next((n.lineno for n in ast.walk(tree) if isinstance(n, ast.Yield)), 1)
             raise SyntaxError("'yield' at the top level of a script", (FILENAME, line, 0, ""))
     return compiled.replace(co_consts=tuple(_top_level(c) for c in compiled.co_consts)), guards
+
+
+def _future_flags(tree: ast.Module) -> int:
+    """Take the script's leading ``from __future__ import ...`` out of its body (in a
+    function they are a SyntaxError, and models begin files with them) and return the
+    compiler flags they stand for: the script runs as a module that has them would. One
+    later in the script is left for the compiler to refuse, as CPython does; an unknown
+    feature is refused as CPython refuses it."""
+    flags = 0
+    body = tree.body
+    start = 1 if body and _is_docstring(body[0]) else 0
+    end = start
+    while end < len(body) and isinstance(node := body[end], ast.ImportFrom):
+        if node.module != "__future__" or node.level:
+            break
+        for alias in node.names:
+            feature = getattr(__future__, alias.name, None)
+            if alias.name not in __future__.all_feature_names or feature is None:
+                raise SyntaxError(
+                    f"future feature {alias.name} is not defined",
+                    (FILENAME, node.lineno, node.col_offset + 1, ""),
+                )
+            flags |= feature.compiler_flag
+        end += 1
+    del body[start:end]
+    return flags
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
 
 
 def _is_main_guard(node: ast.stmt) -> bool:

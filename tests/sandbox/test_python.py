@@ -749,6 +749,26 @@ def test_a_top_level_yield_is_a_syntax_error() -> None:
     assert failed("x = 1\nyield x").name == "SyntaxError"
 
 
+def test_leading_future_imports_apply_to_the_script() -> None:
+    """A script may begin (after its docstring) with ``from __future__ import ...``, as a
+    module does: in the function a script runs as it was a SyntaxError saying the import was
+    not at the beginning when it was. Its features apply (annotations are not evaluated);
+    one further down, or an unknown feature, is refused as CPython refuses it."""
+    code = (
+        '"""Report."""\nfrom __future__ import annotations\nfrom dataclasses import dataclass\n'
+        "@dataclass\nclass P:\n    x: int\n    kids: list[P]\n"
+        "def f(a: NotDefinedAnywhere) -> int:\n    return a\n"
+        "return [str(P(1, [])), f(2)]"
+    )
+    assert value(code) == ["P(x=1, kids=[])", 2]
+    late = failed("x = 1\nfrom __future__ import annotations\nreturn x")
+    assert late.name == "SyntaxError" and "beginning of the file" in late.message
+    assert [x.line for x in late.lines] == [2]
+    unknown = failed("from __future__ import annotations, nonsense\nreturn 1")
+    assert unknown.message.startswith("future feature nonsense is not defined")
+    assert [x.line for x in unknown.lines] == [1]
+
+
 def test_system_exit_is_an_error_not_an_exit() -> None:
     assert failed("raise SystemExit(3)").name == "SystemExit"
 
