@@ -50,9 +50,12 @@ def load_tools(path: str | Path) -> tuple[list[Tool], dict[str, Any]]:
     except SyntaxError as e:
         where = f"{path}, line {e.lineno}" if e.lineno else str(path)
         raise ConfigError(f"{where}: syntax error: {e.msg}; fix the tools file") from None
-    except (Exception, SystemExit) as e:
-        # The host's own code failed while loading: say where, in one line, and how to see
-        # the whole traceback.
+    except KeyboardInterrupt:
+        raise  # the user's Ctrl-C while the file loads: the command is interrupted
+    except BaseException as e:
+        # The host's own code failed while loading (a BaseException of its own, a
+        # CancelledError or a GeneratorExit included: running the file awaits nothing, so
+        # they are the file's): say where, in one line, and how to see the whole traceback.
         raise ConfigError(
             f"{path}{_line_in(e, path)}: loading the tools raised {type(e).__name__}: "
             f"{_first_line(e)}; fix it (run `python {path}` to see the traceback)"
@@ -92,6 +95,11 @@ def _line_in(error: BaseException, path: Path) -> str:
 
 
 def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
+    try:
+        text = str(error).strip().splitlines()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # the file's own __str__
+        return f"(its message cannot be read: {type(e).__name__})"
     first = text[0] if text else "(no message)"
     return first if len(first) <= 300 else first[:297] + "..."

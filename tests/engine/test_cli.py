@@ -292,6 +292,29 @@ def test_tools_file_that_exits(tmp_path: Path) -> None:
     one_clear_line(proc, str(tools), "SystemExit")
 
 
+@pytest.mark.parametrize(
+    ("raised", "said"),
+    [
+        ("BaseException('no way')", "BaseException: no way"),
+        ("asyncio.CancelledError()", "CancelledError: (no message)"),
+        ("GeneratorExit()", "GeneratorExit"),
+        ("Odd()", "Odd: (its message cannot be read: ValueError)"),
+    ],
+)
+def test_tools_file_that_raises_a_base_exception_or_an_unreadable_error(
+    tmp_path: Path, raised: str, said: str
+) -> None:
+    """What a tools file raises while loading, whatever its kind and whether or not its
+    message can be read, is one line and exit code 2, not a traceback and exit code 1."""
+    tools = tmp_path / "tools.py"
+    tools.write_text(
+        "import asyncio\n\nclass Odd(Exception):\n    def __str__(self):\n"
+        f"        raise ValueError('no')\n\nraise {raised}\n"
+    )
+    proc = codemode("describe", "--tools", str(tools))
+    one_clear_line(proc, str(tools), "line 7", said)
+
+
 def test_tools_file_imports_a_module_beside_it(tmp_path: Path) -> None:
     """A tools file can import a helper module next to it, as `python tools.py` could."""
     (tmp_path / "helpers.py").write_text("GREETING = 'hello'\n")
