@@ -9,6 +9,7 @@ start and the end stay.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -62,15 +63,26 @@ def render_paused(waiting: list[dict[str, Any]]) -> str:
 
 
 def cut(text: str, budget: int = TEXT_BUDGET) -> str:
-    """``text`` within ``budget`` bytes of UTF-8: the middle cut out, with a note."""
+    """``text`` within ``budget`` bytes of UTF-8: the middle cut out, with a note. The note
+    says what the notes it cut out had said was cut before (the sandbox's, of printed
+    output or a returned string), so the model is told the whole of what it does not see."""
     data = text.encode("utf-8")
     if len(data) <= budget:
         return text
-    keep = budget - 80
+    keep = budget - 200
     head = data[: keep // 2].decode("utf-8", "ignore")
     tail = data[-(keep - keep // 2) :].decode("utf-8", "ignore")
-    dropped = len(data) - len(head.encode()) - len(tail.encode())
-    return f"{head}\n[... {dropped:,} bytes cut from the middle ...]\n{tail}"
+    kept = len(head.encode()), len(tail.encode())
+    dropped = len(data) - kept[0] - kept[1]
+    middle = data[kept[0] : len(data) - kept[1]].decode("utf-8", "ignore")
+    earlier = " and ".join(m[1] for m in _EARLIER_CUT.finditer(middle))
+    before = f", where {earlier} had been cut" if earlier else ""
+    return f"{head}\n[... {dropped:,} bytes cut from the middle{before} ...]\n{tail}"
+
+
+# The sandbox's notes of what it cut (sandbox/replay.py: printed output, a returned string
+# or value), which a cut here may take out.
+_EARLIER_CUT = re.compile(r"\[\.\.\. ([0-9][^\]\n]{0,60}) cut \.\.\.\]")
 
 
 _MEDIA_PREFIXES = ("image/", "audio/", "video/")

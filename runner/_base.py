@@ -13,7 +13,16 @@ from typing import Any, Protocol
 
 from pydantic import ConfigDict, Field
 
-from sandbox.protocol import LANGUAGES, LimitMet, Ran, Record, Script, ScriptError
+from sandbox.protocol import (
+    ERROR_MESSAGE_BOUND,
+    ERROR_NAME_BOUND,
+    LANGUAGES,
+    LimitMet,
+    Ran,
+    Record,
+    Script,
+    ScriptError,
+)
 
 # The interpreter's arguments that start the sandbox, before its own: what isolated mode
 # (-I) does but ignoring the environment (no user site-packages, not the working directory on
@@ -28,8 +37,8 @@ SANDBOX_ENV = {"PYTHONHASHSEED": "0"}
 # process is not trusted: whatever it says is cut to these before anything stores, logs or
 # returns it (see :func:`bounded`). The sandbox itself keeps within them.
 TEXT_BOUNDS = {
-    "name": 200,  # an error's or a limit's name
-    "message": 8 * 1024,  # an error's or a limit's message
+    "name": ERROR_NAME_BOUND,  # an error's or a limit's name
+    "message": ERROR_MESSAGE_BOUND,  # an error's or a limit's message
     "line": 300,  # one line of the script quoted with an error
 }
 # How many of the script's lines an error may quote.

@@ -83,6 +83,11 @@ PROCESS_CPU_SECONDS = 600
 # Printed text the sandbox keeps: this much of the head and this much of the tail.
 PRINTED_HEAD = 64 * KiB
 PRINTED_TAIL = 64 * KiB
+# An error's name and message are cut to these many characters (head and tail of a message,
+# the note between them included): the sandbox cuts them, and the runner holds every
+# process's report to the same bounds.
+ERROR_NAME_BOUND = 200
+ERROR_MESSAGE_BOUND = 8 * KiB
 # A returned value whose JSON is larger than this is sent cut (head and tail of its text).
 VALUE_BOUND = 256 * KiB
 # How deeply any data that crosses the pipe may nest (call arguments, results, the returned

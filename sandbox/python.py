@@ -85,6 +85,8 @@ from sandbox.files import Fetch
 from sandbox.jsontext import ITEM_WEIGHT, text_weight
 from sandbox.names import closest_names
 from sandbox.protocol import (
+    ERROR_MESSAGE_BOUND,
+    ERROR_NAME_BOUND,
     MAX_DEPTH,
     VALUE_BOUND,
     ErrorLine,
@@ -95,8 +97,6 @@ from sandbox.protocol import (
     data_path,
 )
 from sandbox.replay import (
-    ERROR_MESSAGE_BOUND,
-    ERROR_NAME_BOUND,
     Channel,
     Replay,
     _cut,

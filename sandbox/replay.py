@@ -63,10 +63,6 @@ from sandbox.protocol import (
     size_text,
 )
 
-# An error's name and message are cut to these many characters (head and tail of a message).
-ERROR_NAME_BOUND = 200
-ERROR_MESSAGE_BOUND = 16 * 1024
-
 # A `\uD800`-`\uDFFF` escape in JSON text (not itself an escaped backslash). JSON.stringify
 # escapes only lone surrogates, which orjson refuses; they become U+FFFD, as in printed text.
 _LONE_SURROGATE = re.compile(r"(?<!\\)((?:\\\\)*)\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
@@ -549,9 +545,11 @@ def _json_data(text: str) -> Any:
 
 
 def _cut(text: str, bound: int) -> str:
+    """``text`` within ``bound`` characters, its note included (so that no later bound of the
+    same size cuts it again and counts only its own cut)."""
     if len(text) <= bound:
         return text
-    half = bound // 2
+    half = (bound - 48) // 2  # the note is at most 48 characters
     return f"{text[:half]}\n[... {len(text) - 2 * half:,} characters cut ...]\n{text[-half:]}"
 
 

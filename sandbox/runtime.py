@@ -21,6 +21,8 @@ import orjson
 from sandbox import typescript
 from sandbox.files import Fetch
 from sandbox.protocol import (
+    ERROR_MESSAGE_BOUND,
+    ERROR_NAME_BOUND,
     LIVE_VERSION,
     MAX_DEPTH,
     PRINTED_HEAD,
@@ -35,8 +37,6 @@ from sandbox.protocol import (
     well_formed,
 )
 from sandbox.replay import (
-    ERROR_MESSAGE_BOUND,
-    ERROR_NAME_BOUND,
     Channel,
     Replay,
     ResumeError,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 from typing import Any
 
 import orjson
@@ -483,6 +484,24 @@ async def test_result_text_is_cut_in_the_middle(inproc: InProcessRunner) -> None
     assert result.text.startswith("Script finished.\nPrinted:\nSTART")
     assert result.text.endswith("END")
     assert "cut from the middle" in result.text
+
+
+async def test_a_cut_of_text_cut_before_counts_both(inproc: InProcessRunner) -> None:
+    """Printed text the run cut (past its first and last 64 KiB) and cut again to the text
+    budget: the note says what both cut, not only its own ~100 KiB of the 10 MB. An error
+    message is cut once, to the bound every runner holds it to, and its count is whole."""
+    engine = CodeMode([], runner=inproc)
+    printed = await engine.run_code("console.log('x'.repeat(10_000_000)); return 'END'")
+    notes = re.findall(r"\[\.\.\. [^\]]* \.\.\.\]", printed.text)
+    assert len(notes) == 1, notes
+    assert re.fullmatch(
+        r"\[\.\.\. [0-9,]+ bytes cut from the middle, where 9\.4 MiB of printed output had "
+        r"been cut \.\.\.\]",
+        notes[0],
+    )
+    thrown = await engine.run_code("throw new Error('e'.repeat(100_000))")
+    notes = re.findall(r"\[\.\.\. [^\]]* \.\.\.\]", thrown.text)
+    assert notes == ["[... 91,856 characters cut ...]"]
 
 
 async def test_a_pause_on_many_calls_stays_within_the_text_budget(
