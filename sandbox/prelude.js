@@ -412,6 +412,12 @@
   // The host settles the first `answers.length` deferred calls, in call order: each answer
   // is [1, result] or [0, error message].
   function settle(json) {
+    if (json === "untaken") {
+      // The run is over and every call the log answers settled: those that failed after
+      // the ending (a call never awaited, answered once the script had returned).
+      untaken();
+      return;
+    }
     if (json === "") {
       // The host asks for the script's ending again: the jobs ran out with none reported.
       // The ending's own work can fail with the heap full (its error went into the promise
@@ -469,9 +475,10 @@
     call.stack = error.stack;
     failedCalls[failedCalls.length] = call;
   }
+  let untakenShown = 0; // how many of failedCalls untaken() has looked at
   function untaken() {
-    for (let i = 0; i < failedCalls.length; i++) {
-      const call = failedCalls[i];
+    for (; untakenShown < failedCalls.length; untakenShown++) {
+      const call = failedCalls[untakenShown];
       if (!call.taken) host.untaken(wellFormed(shownCall(call.name)), wellFormed(call.message), wellFormed(call.stack));
     }
   }

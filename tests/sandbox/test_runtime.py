@@ -1357,6 +1357,20 @@ def test_a_failed_call_nothing_awaited_gets_a_line(how: str) -> None:
     )
 
 
+@pytest.mark.parametrize("how", ["replay", "live", "version 1"])
+def test_a_call_that_fails_after_the_script_returned_gets_a_line(how: str) -> None:
+    """A call the script made and never awaited, answered (failed) only after its ending
+    (nothing else was awaited after it): the line comes after the ending's, as a Python
+    script's does (before, it was lost). A failure the script caught gets none."""
+    code = "tools.echo({ a: 1 });\nconsole.log('end');\nreturn 'ret'"
+    ran = _js_to_the_end(code, live=how == "live", version=1 if how == "version 1" else 2)
+    assert ran.outcome == "finished" and ran.value == "ret", ran.error
+    assert ran.printed == "end\nline 1: " + UNTAKEN.format("echo", "no such sku") + "\n"
+    code = "tools.echo({ a: 1 }).catch(() => 0);\ntools.echo({ a: 2 });\nreturn 'ret'"
+    ran = _js_to_the_end(code, live=how == "live", version=1 if how == "version 1" else 2)
+    assert ran.printed == "line 2: " + UNTAKEN.format("echo", "also") + "\n"
+
+
 @pytest.mark.parametrize(
     "code",
     [
