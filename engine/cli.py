@@ -131,7 +131,20 @@ def _interruptible(command: Coroutine[Any, Any, int]) -> int:
                 return TERMINATED
             raise
 
-    return asyncio.run(guarded())
+    try:
+        return asyncio.run(guarded())
+    except SystemExit as e:
+        # Raised on the event loop by the host's own code (an async tool's handler calling
+        # sys.exit(), which asyncio lets end the loop): not an exit code of ours, whose
+        # meanings it would borrow (4 is "another host drives the script") without a word.
+        code = e.code if e.code is None or isinstance(e.code, int) else type(e.code).__name__
+        print(
+            f"codemode: the host's code raised SystemExit({code}) on the event loop (an async "
+            "tool that calls sys.exit()), which ends the command; the log keeps what the "
+            "script did: make the tool raise an error instead, then resume the script",
+            file=sys.stderr,
+        )
+        return MISTAKE
 
 
 def _version() -> str:

@@ -315,6 +315,29 @@ def test_tools_file_that_raises_a_base_exception_or_an_unreadable_error(
     one_clear_line(proc, str(tools), "line 7", said)
 
 
+def test_an_async_tool_that_calls_sys_exit_is_named(tmp_path: Path) -> None:
+    """An async tool's sys.exit(4) ends the command (asyncio lets SystemExit end the loop),
+    but not silently with its 4 ("another host drives the script"): a line says what ended
+    it, exit code 2, and the script waits in the log, its call interrupted."""
+    tools = tmp_path / "tools.py"
+    tools.write_text(
+        "import sys\nfrom engine import tool\n\n@tool\nasync def leave(n: int) -> int:\n"
+        '    """Leave."""\n    sys.exit(n)\n'
+    )
+    data = str(tmp_path / "data")
+    proc = codemode(
+        "run", "-", "--tools", str(tools), "--data-dir", data, stdin="await tools.leave({ n: 4 })"
+    )
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    said = proc.stderr.strip().splitlines()
+    assert said[0].startswith("codemode: script ") and len(said) == 2
+    assert "raised SystemExit(4) on the event loop" in said[1]
+    script_id = said[0].split()[-1]
+    shown = codemode("show", script_id, "--data-dir", data)
+    assert shown.returncode == 0 and "leave" in shown.stdout
+
+
 def test_tools_file_imports_a_module_beside_it(tmp_path: Path) -> None:
     """A tools file can import a helper module next to it, as `python tools.py` could."""
     (tmp_path / "helpers.py").write_text("GREETING = 'hello'\n")
