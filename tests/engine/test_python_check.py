@@ -69,6 +69,31 @@ async def test_a_call_with_one_mapping_is_checked_too(checker: PythonTypeChecker
     assert {line for line, _ in await _problems(checker, bad)} == {1}
 
 
+async def test_arguments_built_before_the_call_are_left_to_the_tool(
+    checker: PythonTypeChecker,
+) -> None:
+    """ty types a dict built in a variable by its kinds (``dict[str, str]``) and a text made
+    at run time as ``str``: it cannot tell them from wrong ones where a tool takes a
+    TypedDict or a Literal, so they are left to the tool's own check of its arguments. What
+    is written in the call is still checked key by key (and a plain wrong type is refused
+    wherever it comes from)."""
+    built = "\n".join(
+        [
+            'opts = {"repo": "o/r", "state": "open"}',  # 1
+            "await tools.github__list_prs(opts)",  # 2
+            'start = {"dateTime": "x"}',  # 3
+            'start["timeZone"] = "UTC"',  # 4
+            'await tools.calendar__create_event(summary="s", start=start, end=start)',  # 5
+            'state = "op" + "en"',  # 6
+            'await tools.github__list_prs(repo="o/r", state=state)',  # 7
+            'await tools.github__list_prs(repo="o/r", per_page=state)',  # 8
+            'await tools.github__list_prs(repo="o/r", state="opened")',  # 9
+            'await tools.calendar__create_event(summary="s", start={"dateTme": "x"}, end=start)',
+        ]
+    )
+    assert {line for line, _ in await _problems(checker, built)} == {8, 9, 10}
+
+
 async def test_no_matching_form_names_the_keywords(checker: PythonTypeChecker) -> None:
     """A call that matches neither form (an unknown keyword) says which keywords the tool
     takes, in the types the model read."""
@@ -114,14 +139,14 @@ async def test_the_error_classes_a_script_catches_are_declared(
     checker: PythonTypeChecker,
 ) -> None:
     """ToolError, LimitError and FileError are known to the check as the sandbox gives them:
-    catching them passes, and ``e.tool`` is a ``str`` (refused where a Literal is wanted)."""
+    catching them passes, and ``e.tool`` is a ``str`` (refused where an int is wanted)."""
     code = "\n".join(
         [
             "try:",  # 1
             '    await tools.github__list_prs(repo="o/r")',  # 2
             "except ToolError as e:",  # 3
             "    await tools.github__list_prs(repo=e.tool)",  # 4
-            "    await tools.github__list_prs(repo=e.tool, state=e.tool)",  # 5
+            "    await tools.github__list_prs(repo=e.tool, per_page=e.tool)",  # 5
             "except (LimitError, FileError) as e:",  # 6
             "    return str(e)",  # 7
         ]

@@ -208,6 +208,16 @@ FREE = [
         [{"user": "ann"}],
     ),
     (
+        # The compiler types the object by its kinds ({ state: string }), which it cannot
+        # tell from a wrong value where the tool takes one of some literals: left to the
+        # tool's own check when the call is made (an inline "merged" is refused: WRONG).
+        "arguments built in a variable first, a literal among them",
+        'const opts = { repo: "acme/api", state: "open" };\nlet state = "closed";\n'
+        + "const a = await tools.list_prs(opts);\n"
+        + 'const b = await tools.list_prs({ repo: "acme/api", state });\nreturn a.length + b.length;',
+        4,
+    ),
+    (
         "an error of the script's own that does not involve a tool is left to the run",
         "const o: { a: number } = { a: 1 };\n// @ts-expect-error nothing wrong here\n"
         + "const n: number = 'x' as any;\nreturn o.a;",

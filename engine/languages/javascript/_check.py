@@ -234,7 +234,7 @@ def _problems(output: str, script_lines: int) -> list[TypeProblem]:
     typed = [
         TypeProblem(row, column, code, "\n    ".join(parts))
         for file, row, column, code, parts in found
-        if file == "typed"
+        if file == "typed" and not _widened(parts[-1])
     ]
     if any(isinstance(p.code, int) and p.code < 2000 for p in typed):
         return []  # not parsed as TypeScript: the run reports the syntax error
@@ -244,3 +244,20 @@ def _problems(output: str, script_lines: int) -> list[TypeProblem]:
         for p in typed
         if (p.line, p.column, p.code) not in untyped and 1 <= p.line <= script_lines
     ]
+
+
+# The compiler types a value a script keeps in a variable by its kind, not its value
+# (`const opts = { state: "open" }` is `{ state: string }`), so it cannot tell such a value
+# from a wrong one where a tool takes one of some literals: `Type 'string' is not assignable
+# to type '"all" | "closed" | "open"'` as the innermost reason. That is left to the tool's
+# own check of its arguments when the call is made; a wrong literal written in the call
+# (`Type '"bogus"' is not ...`) is still refused here.
+_WIDENED = re.compile(r"^Type '(?:string|number|boolean)' is not assignable to type '(.+)'\.$")
+_LITERAL = re.compile(r'^(?:"(?:[^"\\]|\\.)*"|-?[0-9][0-9.e+-]*|true|false)$')
+
+
+def _widened(reason: str) -> bool:
+    """Whether ``reason`` (a diagnostic's innermost line) is a kind where literals are
+    declared: the script's value may well be one of them."""
+    match = _WIDENED.match(reason)
+    return match is not None and all(_LITERAL.match(m) for m in match[1].split(" | "))

@@ -125,7 +125,7 @@ class PythonTypeChecker(BoundedChecker):
             output, failure = await self._run(folder)
         checked = Checked(failure=failure)
         if failure is None:
-            checked.problems = _problems(output, code.count("\n") + 1, declarations)
+            checked.problems = _problems(output, code, declarations)
         return checked
 
     async def _run(self, folder: Path) -> tuple[str, str | None]:
@@ -182,7 +182,9 @@ def checker_argv(checker: Path, *files: str) -> list[str]:
 _COROUTINE = "`CoroutineType["
 
 
-def _problems(output: str, script_lines: int, declarations: str) -> list[TypeProblem]:
+def _problems(output: str, code: str, declarations: str) -> list[TypeProblem]:
+    lines = code.split("\n")
+    script_lines = len(lines)
     found = [m.groups() for m in map(_DIAGNOSTIC.match, output.splitlines()) if m]
     typed = [
         TypeProblem(int(row) - _OFFSET, int(column) - 1, code, message)
@@ -199,8 +201,38 @@ def _problems(output: str, script_lines: int, declarations: str) -> list[TypePro
     return [
         TypeProblem(p.line, p.column, p.code, _explained(str(p.message), declarations))
         for p in typed
-        if (p.line, p.column, p.code) not in untyped and 1 <= p.line <= script_lines
+        if (p.line, p.column, p.code) not in untyped
+        and 1 <= p.line <= script_lines
+        and not _widened(str(p.message), lines[p.line - 1][max(p.column - 1, 0) :])
     ]
+
+
+# ty types a value a script builds before the call by its kind, not its value: a dict made
+# in a variable (`opts = {"state": "open"}`) is `dict[str, str]`, whose keys it does not
+# know, and a text computed at run time is `str`. Where a tool takes a TypedDict or one of
+# some literals, it cannot tell such a value from a wrong one; that is left to the tool's
+# own check of its arguments when the call is made. A dict or literal written in the call
+# is still checked here (ty names each wrong, missing or unknown key there on its own).
+_ARGUMENT = re.compile(r"is incorrect: Expected `(.+)`, found `(.+)`$")
+_BUILT = re.compile(r"(?:list\[)*dict\[.*")
+_PLAIN = re.compile(r"(?:list\[)*(?:str|int|float|bool)\]*")
+# An argument ty places at its keyword (`start={...}`) or its value, written in the call.
+_WRITTEN = re.compile(r"\s*(?:\w+\s*=\s*)?(?:[{\[]|dict\()")
+_DECLARED_TYPE = re.compile(r"\b(?!Literal\b|None\b|Any\b|NotRequired\b)[A-Z]\w*")
+
+
+def _widened(message: str, argument: str) -> bool:
+    """Whether ``message`` is about an argument ty knows only by its kind (see above);
+    ``argument`` is the script's text from where ty places it."""
+    match = _ARGUMENT.search(message)
+    if match is None or _WRITTEN.match(argument):
+        return False  # written in the call (ty types a dict for a union of TypedDicts so)
+    expected, found = match[1], match[2]
+    if "Literal[" in found:
+        return False  # written in the call: ty knows its value
+    if _BUILT.fullmatch(found):
+        return _DECLARED_TYPE.search(expected) is not None
+    return "Literal[" in expected and _PLAIN.fullmatch(found) is not None
 
 
 def _explained(message: str, declarations: str) -> str:
