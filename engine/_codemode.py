@@ -62,7 +62,7 @@ from engine._naming import BUILTIN_TOOLS
 from engine._result import RunResult
 from engine._search import ToolIndex
 from engine._skills import Skill, check_skills, skills_listing
-from engine._source import ScriptTooLarge, normalize
+from engine._source import OtherLanguage, ScriptTooLarge, normalize
 from engine._steps import StepLoop, discard_early
 from engine._tool_threads import TOOL_THREADS, ToolThreads
 from engine._tools import Tool, ToolCallError, described, tool_fingerprint, unique_tools
@@ -360,7 +360,7 @@ class CodeMode(StepLoop):
         try:
             body = normalize(code, language)
             _check_text(body)
-        except (ScriptTooLarge, TypeError, NotText) as e:
+        except (ScriptTooLarge, OtherLanguage, TypeError, NotText) as e:
             script_id = self._new_id()
             text = f"Script failed.\nScriptError: {e}"
             return RunResult(script_id, "failed", text, error={"name": "ScriptError"})

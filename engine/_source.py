@@ -43,6 +43,13 @@ class ScriptTooLarge(CodeModeError):
     """The script is over the bound on its size."""
 
 
+class OtherLanguage(CodeModeError):
+    """The script is a Markdown code fence that names another language than the script's."""
+
+
+_LANGUAGE_NAMES = {"javascript": "JavaScript", "python": "Python"}
+
+
 def normalize(code: str, language: str = "javascript") -> str:
     """The body of an async function in ``language``, with the model's line numbers kept."""
     if not isinstance(code, str):
@@ -57,6 +64,13 @@ def normalize(code: str, language: str = "javascript") -> str:
             "data with tool calls or files"
         )
     fenced = _FENCE_LANGUAGES[language]
+    for other, names in _FENCE_LANGUAGES.items():
+        if other != language and _fence(code, names - {""}) is not None:
+            header = code.lstrip().split("\n", 1)[0].strip()
+            raise OtherLanguage(
+                f"the script is a {header} code fence, but scripts here are "
+                f"{_LANGUAGE_NAMES[language]}: write it in {_LANGUAGE_NAMES[language]}"
+            )
     unwraps = (_fence, _function) if language == "javascript" else (_fence,)
     for unwrap in unwraps:
         found = unwrap(code, fenced)

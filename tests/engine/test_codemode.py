@@ -464,6 +464,23 @@ async def test_fenced_and_function_scripts(inproc: InProcessRunner) -> None:
     assert "at line 3: null.x;" in result.text
 
 
+async def test_a_fence_of_another_language_is_named(inproc: InProcessRunner) -> None:
+    """A ```python fence sent where scripts are JavaScript (or a ```ts one to Python) ran as
+    the other language and failed on its first line ("not a function"): it fails saying which
+    language scripts are here, and nothing runs."""
+    engine = CodeMode([], runner=inproc, type_check="off")
+    result = await engine.run_code("```python\nprint('hi')\nreturn 1\n```")
+    assert result.status == "failed" and result.error == {"name": "ScriptError"}
+    assert result.text == (
+        "Script failed.\nScriptError: the script is a ```python code fence, but scripts here "
+        "are JavaScript: write it in JavaScript"
+    )
+    result = await engine.run_code("```ts\nreturn 1\n```", language="python")
+    assert "```ts code fence, but scripts here are Python" in result.text
+    assert (await engine.run_code("```py\nreturn 1\n```", language="python")).value == 1
+    assert (await engine.run_code("```\nreturn 1\n```")).value == 1
+
+
 async def test_garbage_script_gets_a_clear_error(inproc: InProcessRunner) -> None:
     """A megabyte of garbage is refused with a message, and the next script runs."""
     engine = CodeMode([], runner=inproc)
