@@ -63,6 +63,8 @@ def normalize(code: str, language: str = "javascript") -> str:
             f"{MAX_CODE_BYTES:,} bytes a script may be; write a shorter script that reads its "
             "data with tool calls or files"
         )
+    if code.startswith("\ufeff"):  # a byte order mark, as some editors save a file
+        code = code[1:]
     fenced = _FENCE_LANGUAGES[language]
     for other, names in _FENCE_LANGUAGES.items():
         if other != language and _fence(code, names - {""}) is not None:

@@ -747,7 +747,7 @@
         stack = typeof error.stack === "string" ? error.stack : "";
       } else {
         name = "Uncaught";
-        message = text(error);
+        message = error === "" ? '""' : text(error); // an empty text thrown: say so
       }
     } catch (e) {
       message = "an error that cannot be read: " + errorText(e);

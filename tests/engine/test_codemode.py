@@ -479,6 +479,9 @@ async def test_a_fence_of_another_language_is_named(inproc: InProcessRunner) -> 
     assert "```ts code fence, but scripts here are Python" in result.text
     assert (await engine.run_code("```py\nreturn 1\n```", language="python")).value == 1
     assert (await engine.run_code("```\nreturn 1\n```")).value == 1
+    # A byte order mark before a script (some editors save one) is no part of it.
+    assert (await engine.run_code("\ufeffreturn 1", language="python")).value == 1
+    assert (await engine.run_code("\ufeff```js\nreturn 2\n```")).value == 2
 
 
 async def test_garbage_script_gets_a_clear_error(inproc: InProcessRunner) -> None:

@@ -1070,6 +1070,7 @@ def test_the_same_endings_under_the_default_memory_are_the_scripts_own():
     for code, name, message in [
         ("const first = null;\nif (!first) throw `${first}`;", "Uncaught", "null"),
         ('await Promise.reject("null");', "Uncaught", "null"),
+        ('throw "";', "Uncaught", '""'),  # said, not a bare "Uncaught"
         (
             "class InternalError extends Error {}\n"
             'const e = new InternalError("out of memory in the cache"); e.name = "InternalError";'
