@@ -122,6 +122,10 @@ HEAP_WALK_SHARE = 20
 # The JS engine's own stack bound: deep recursion is a catchable RangeError well before the
 # process's C stack (8 MiB or more after lockdown) could overflow.
 JS_STACK_BYTES = 1024 * 1024
+# The TypeScript stripper's (Sucrase's parser recurses some 20 frames a level of nesting: at
+# 1 MiB a literal nested 45 deep, or 50 unclosed parentheses, overflowed it), within the
+# main thread's 8 MiB of C stack (sandbox.lockdown.STACK_BYTES).
+STRIP_STACK_BYTES = 4 * JS_STACK_BYTES
 
 # A frame's line in a stack. A stack is the script's to write (`e.stack = ...`), so a line
 # number is read only up to 9 digits: a longer one names no line of any script.
@@ -394,7 +398,7 @@ class Run(Replay):
         """The script without its TypeScript types (see sandbox/typescript.py); a script
         that cannot be stripped fails here."""
         try:
-            return stripper.strip(code, memory=self.limits.memory, stack=JS_STACK_BYTES)
+            return stripper.strip(code, memory=self.limits.memory, stack=STRIP_STACK_BYTES)
         except typescript.StripError as e:
             lines = self._lines(f"<input>:{e.line + 1}") if e.line else []
             error = ScriptError(name="SyntaxError", message=_cut(e.message, 1000), lines=lines)

@@ -112,9 +112,12 @@ class Stripper:
             text = str(e).partition("\n")[0]
             if "out of memory" in text or text.startswith("null"):
                 raise MemoryError from None
+            # Only a script QuickJS could not parse as JavaScript is stripped: one with
+            # types, or one with a syntax error (an unclosed bracket nests to the end).
             raise StripError(
-                f"the script's types are nested too deeply to remove ({text}); write simpler "
-                "types, or none"
+                f"the script is not JavaScript as it stands, and it nests too deeply for its "
+                f"TypeScript types to be removed ({text}): look for a bracket that is never "
+                "closed, and write simpler types, or none"
             ) from None
         if "error" in answer:
             raise StripError(str(answer["error"]), int(answer.get("line") or 0))

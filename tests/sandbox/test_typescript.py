@@ -375,7 +375,21 @@ def test_deeply_nested_types_end_on_a_clear_error() -> None:
     ran = run(code)
     assert ran.outcome == "failed" and ran.error is not None
     assert ran.error.name == "SyntaxError"
-    assert "nested too deeply" in ran.error.message and "simpler types" in ran.error.message
+    assert "nests too deeply" in ran.error.message and "simpler types" in ran.error.message
+    assert "a bracket that is never closed" in ran.error.message
+
+
+def test_nesting_models_write_is_stripped_and_a_syntax_error_is_named() -> None:
+    """A typed literal nested 60 deep is stripped and runs; plain JavaScript with 60
+    unclosed parentheses (parsed by the stripper, since QuickJS cannot) gets the parser's
+    syntax error and its line, not a word about types (at a 1 MiB stack, both overflowed
+    the stripper's parser)."""
+    nested = "const cfg: any = " + "{a: " * 60 + "1" + "}" * 60 + ";\nreturn 1;"
+    assert run(nested).value == 1
+    ran = run("const x = 1;\nconst y = " + "(" * 60 + "1;\nreturn y;")
+    assert ran.outcome == "failed" and ran.error is not None
+    assert ran.error.name == "SyntaxError" and "types" not in ran.error.message
+    assert [line.line for line in ran.error.lines] == [2]
 
 
 @pytest.mark.parametrize("prepared", [False, True], ids=["fresh", "prepared"])
