@@ -405,9 +405,10 @@ class Run(Replay):
             self._end(Ran(outcome="failed", error=error))
 
     def _concluded(self, kind: str, payload: Any) -> Ran:
-        if kind == "value" or not (payload[0] == "InternalError" or payload[3]):
+        if self.position and (kind == "value" or not (payload[0] == "InternalError" or payload[3])):
             # Calls that failed after the ending, nothing taking them, get their lines too
-            # (not when the heap ran out: as the ending's own lines, see prelude.js).
+            # (not when the heap ran out: as the ending's own lines, see prelude.js). Only a
+            # run the log answered calls in can have them.
             try:
                 self.settle("untaken")
             except _quickjs.JSException:
