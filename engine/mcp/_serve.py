@@ -30,6 +30,7 @@ import fcntl
 import logging
 import os
 import stat
+import sys
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -267,11 +268,20 @@ class CodeModeServer:
         from mcp.server.stdio import stdio_server
 
         server = self.server()
-        with _stdin_lines() as stdin:
-            async with stdio_server(stdin=stdin) as (read, write):
-                await server.run(
-                    read, write, server.create_initialization_options(_notifications())
-                )
+        try:
+            with _stdin_lines() as stdin:
+                async with stdio_server(stdin=stdin) as (read, write):
+                    await server.run(
+                        read, write, server.create_initialization_options(_notifications())
+                    )
+        except* (BrokenPipeError, ConnectionResetError):
+            # The client went away while an answer was being written (killed, or it closed
+            # its end mid-script): that ends the serving, as its closing stdin does. Output
+            # goes nowhere from here, so the exit's flush of stdout raises nothing more.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            print("codemode: the MCP client went away; stopping", file=sys.stderr)
 
     async def run_http(
         self,

@@ -406,6 +406,37 @@ def _call_run_code(process: subprocess.Popen[bytes], code: str) -> None:
     )
 
 
+def test_mcp_serve_on_stdio_stops_quietly_when_its_client_goes_mid_call(tmp_path: Path) -> None:
+    """A client that goes away mid-script (killed: both its pipes close) left the server's
+    answer a broken pipe, and `codemode mcp serve` printed the SDK's task group traceback and
+    exited 1: it says the client went away and exits 0, ending what it started."""
+    _toml(tmp_path)
+    process = subprocess.Popen(
+        _command("mcp", "serve"),
+        cwd=tmp_path,
+        env=_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        _call_run_code(process, "await tools.lab__hang({})")
+        _wait_for(tmp_path / "hang.pid", process)  # type: ignore[arg-type]
+        process.stdout.close()
+        process.stdin.close()
+        process.wait(timeout=TIMEOUT)
+        assert process.stderr is not None
+        err = process.stderr.read().decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+    assert process.returncode == 0, err
+    assert "Traceback" not in err and "the MCP client went away" in err, err
+    assert left_running(tmp_path) == []
+
+
 def test_mcp_serve_ends_a_session_whose_client_sends_a_message_too_large(
     tmp_path: Path,
 ) -> None:
