@@ -220,8 +220,19 @@ class Upstream:
             if self._refresh is None or self._refresh.done():
                 self._refresh = asyncio.create_task(self._relist())
         elif isinstance(message, Exception):
+            # One line a message, and a warning only for the server's first: a server that
+            # prints a banner or its logs to stdout does it again and again.
+            first = self.unreadable is None
             self.unreadable = _first_line(message)
-            logger.warning("MCP server %r: transport error: %s", self.name, message)
+            sent = _sent(message)
+            logger.log(
+                logging.WARNING if first else logging.DEBUG,
+                "MCP server %r wrote what is not an MCP message (%s)%s; a server on stdio may "
+                "write only MCP messages to stdout (its logs go to stderr)",
+                self.name,
+                self.unreadable,
+                f": {sent}" if sent else "",
+            )
 
     async def _relist(self) -> None:
         session = self._session
@@ -419,6 +430,22 @@ def _first_line(error: Exception) -> str:
     else:
         text = str(error).strip().split("\n", 1)[0] or type(error).__name__
     return text[:300]
+
+
+def _sent(error: Exception) -> str:
+    """What the server sent that was not a message (a ValidationError's input), shown
+    briefly; empty when the error does not hold it."""
+    from pydantic import ValidationError
+
+    if not isinstance(error, ValidationError) or not error.errors():
+        return ""
+    sent = error.errors()[0].get("input")
+    if isinstance(sent, bytes):
+        sent = sent.decode("utf-8", "replace")
+    if not isinstance(sent, str):
+        return ""
+    sent = sent.strip()
+    return repr(sent if len(sent) <= 80 else sent[:77] + "...")
 
 
 def _leaves(group: BaseExceptionGroup[Any]) -> Any:

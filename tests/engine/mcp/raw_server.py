@@ -3,6 +3,7 @@
     python raw_server.py TOOLS.json            # one page: the file's text as "tools"
     python raw_server.py PAGES.json --pages    # a JSON list of tool lists, one page each
     python raw_server.py TOOLS.json --endless  # the file's text, with a nextCursor, forever
+    python raw_server.py TOOLS.json --banner   # two lines of text first, as a log to stdout
 
 It answers ``initialize``; ``tools/list`` with the text of TOOLS.json as its ``tools``, sent
 as it is (an invalid definition, nesting too deep to parse), or a page of PAGES.json (the
@@ -32,6 +33,9 @@ def send(text: str) -> None:
     sys.stdout.flush()
 
 
+if MODE == "--banner":  # as a server that logs to stdout: text that is no message
+    send("Starting server v1.0 ...")
+    send("listening on stdio")
 hang_listings = False
 for line in sys.stdin:
     message = json.loads(line)

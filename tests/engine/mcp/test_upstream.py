@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -316,6 +317,26 @@ async def test_a_listing_that_pages_without_end_is_cut_and_named(tmp_path: Path)
         ]
     finally:
         await servers.aclose()
+
+
+async def test_a_server_that_writes_text_to_stdout_is_named_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server that prints a banner to stdout (as servers that log there do) still serves,
+    and the log says so in one line naming the server and what it wrote, once: the SDK's
+    pydantic report was three lines a bad line."""
+    tools = [{"name": "ok", "inputSchema": {"type": "object"}}]
+    with caplog.at_level(logging.DEBUG, logger="codemode"):
+        servers = await McpServers.start(_raw(tmp_path, tools, "--banner"))
+    try:
+        assert servers.servers == ["raw"], servers.problems
+    finally:
+        await servers.aclose()
+    said = [r for r in caplog.records if "wrote what is not an MCP message" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG]
+    message = said[0].getMessage()
+    assert "\n" not in message and message.startswith("MCP server 'raw' wrote")
+    assert "'Starting server v1.0 ...'" in message and "its logs go to stderr" in message
 
 
 async def test_an_answer_that_cannot_be_read_is_named_at_the_timeout(tmp_path: Path) -> None:
