@@ -492,7 +492,6 @@ class RemoteRunner(ScriptRunner):
             line = await conn.line(wire.SMALL_LINE, idle=timeout, timeout=timeout)
             if line is None:
                 raise _Down("it closed the connection during the handshake (does it expect TLS?)")
-            message = wire.decode(line, ("welcome", "refused"))
         except TimeoutError:
             conn.abort()
             raise _Down(f"no welcome within {timeout:g} s") from None
@@ -502,6 +501,16 @@ class RemoteRunner(ScriptRunner):
         except _Down:
             conn.abort()
             raise
+        try:
+            message = wire.decode(line, ("welcome", "refused"))
+        except wire.WireError as e:
+            # It answered, with what no runner service says (an HTTP server's status line,
+            # another protocol's greeting): the address is wrong, which waiting will not mend.
+            conn.abort()
+            raise _Refused(
+                f"it is not a codemode runner service: it answered the hello with {e}; check "
+                "the address and port"
+            ) from None
         if isinstance(message, wire.Refused):
             conn.abort()
             if "token" in message.error:

@@ -115,3 +115,41 @@ async def test_a_welcome_that_states_endless_waits_is_refused(field: str, value:
     finally:
         await remote.aclose()
         server.close()
+
+
+@pytest.mark.parametrize(
+    ("answer", "permanent"),
+    [
+        (b"HTTP/1.1 400 Bad Request\r\n\r\n", True),
+        (b'{"greeting": "hello"}\n', True),
+        (b"", False),  # it closes at once: a service that expects TLS, or going down
+    ],
+)
+async def test_a_peer_that_is_no_runner_service_fails_the_step_for_good(
+    answer: bytes, permanent: bool
+) -> None:
+    """A peer that answers the hello with what no runner service says (an HTTP server on
+    the address, another protocol) fails the step for good, naming it, as a refused token
+    does: it was retried for the whole queue_timeout (300 s by default). One that only
+    closes the connection may be a service going down, and is retried."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(Exception):
+            await reader.readline()
+            writer.write(answer)
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    remote = RemoteRunner([f"{host}:{port}"], TOKEN)
+    try:
+        with pytest.raises(RunError) as raised:
+            await asyncio.wait_for(remote.run(script("x")), 30)
+    finally:
+        await remote.aclose()
+        server.close()
+    assert raised.value.permanent is permanent
+    if permanent:
+        assert "is not a codemode runner service" in str(raised.value)
+        assert "check the address and port" in str(raised.value)
