@@ -296,7 +296,9 @@ class CodeMode(StepLoop):
                 f"`return await tools.{call}`"
             )
         near = closest_names(name, self._tool_names)
-        hint = f" (the closest are {', '.join(near)})" if near else ""
+        # Tools a script reaches, written so: the model must not take them for the host's.
+        shown = ", ".join(f"tools.{n}" for n in near)
+        hint = f" (the closest are {shown}, which a script calls)" if near else ""
         offered = (
             f"the only tool is {served[0]}"
             if len(served) == 1

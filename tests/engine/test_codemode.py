@@ -718,7 +718,8 @@ def test_direct_calls_are_refused_with_a_pointer_to_run_code() -> None:
     engine = CodeMode(_github(calls), runner=InProcessRunner())
     message = engine.direct_call_error("github__list_prs")
     assert "call it from run_code" in message and "tools.github__list_prs(" in message
-    assert "github__list_prs" in engine.direct_call_error("github__list_pr")
+    near = engine.direct_call_error("github__list_pr")
+    assert "(the closest are tools.github__list_prs" in near and "which a script calls" in near
 
 
 # ---- every way a script ends is a result: bad handler results, lying runners --------------
