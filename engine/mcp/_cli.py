@@ -133,18 +133,22 @@ async def _serve(args: argparse.Namespace) -> int:
         elicitation=not args.no_elicitation,
         log_flags=_log_flags(engine.store, toml, args.data_dir),
     )
-    names = ", ".join(servers.servers) or "none"
+    sources = [f"MCP servers {', '.join(servers.servers)}"] if servers.servers else []
+    if args.tools:
+        count = len(host_tools)
+        sources.append(f"{count} tool{'s' if count != 1 else ''} of {args.tools}")
+    names = " and ".join(sources)
     try:
         if args.http:
             host, port = _address(args.http)
 
             def ready(url: str) -> None:
-                print(f"codemode: serving MCP at {url} over MCP servers {names}", file=sys.stderr)
+                print(f"codemode: serving MCP at {url} over {names}", file=sys.stderr)
                 sys.stderr.flush()
 
             await server.run_http(host, port, on_ready=ready)
         else:
-            print(f"codemode: serving MCP on stdio over MCP servers {names}", file=sys.stderr)
+            print(f"codemode: serving MCP on stdio over {names}", file=sys.stderr)
             await server.run_stdio()
     finally:
         await engine.aclose()

@@ -496,3 +496,14 @@ def test_mcp_serve_ends_at_sigterm_while_a_server_is_starting(tmp_path: Path) ->
     )
     assert process.returncode == 0
     assert left_running(tmp_path) == []
+
+
+def test_mcp_serve_says_what_it_serves(tmp_path: Path) -> None:
+    """The line `codemode mcp serve` starts with names its sources: the tools of --tools
+    (it said "over MCP servers none" when they were all it served)."""
+    (tmp_path / "tools.py").write_text(
+        'from engine import tool\n\n@tool\ndef ping() -> str:\n    """Pong."""\n    return "pong"\n'
+    )
+    proc = codemode(tmp_path, "mcp", "serve", "--tools", "tools.py", stdin="")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[0] == "codemode: serving MCP on stdio over 1 tool of tools.py"
