@@ -159,7 +159,7 @@ def test_resume_approves_a_servers_call_and_an_error_ends_the_servers(tmp_path: 
     assert left_running(tmp_path) == []
 
 
-def _wait_for(path: Path, process: subprocess.Popen[str]) -> None:
+def _wait_for(path: Path, process: subprocess.Popen[Any]) -> None:
     deadline = time.monotonic() + TIMEOUT
     while not path.exists():
         assert process.poll() is None, process.communicate()
@@ -422,7 +422,7 @@ def test_mcp_serve_on_stdio_stops_quietly_when_its_client_goes_mid_call(tmp_path
     assert process.stdin is not None and process.stdout is not None
     try:
         _call_run_code(process, "await tools.lab__hang({})")
-        _wait_for(tmp_path / "hang.pid", process)  # type: ignore[arg-type]
+        _wait_for(tmp_path / "hang.pid", process)
         process.stdout.close()
         process.stdin.close()
         process.wait(timeout=TIMEOUT)
