@@ -518,7 +518,7 @@ def _future_flags(tree: ast.Module) -> int:
     feature is refused as CPython refuses it."""
     flags = 0
     body = tree.body
-    start = 1 if body and _is_docstring(body[0]) else 0
+    start = 0 if ast.get_docstring(tree, clean=False) is None else 1
     end = start
     while end < len(body) and isinstance(node := body[end], ast.ImportFrom):
         if node.module != "__future__" or node.level:
@@ -534,14 +534,6 @@ def _future_flags(tree: ast.Module) -> int:
         end += 1
     del body[start:end]
     return flags
-
-
-def _is_docstring(node: ast.stmt) -> bool:
-    return (
-        isinstance(node, ast.Expr)
-        and isinstance(node.value, ast.Constant)
-        and isinstance(node.value.value, str)
-    )
 
 
 def _is_main_guard(node: ast.stmt) -> bool:
@@ -2532,7 +2524,7 @@ class Run(Replay):
         return message + '. Find tools with await tools.tool_search(query="...").'
 
     def _tool_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Future:
-        if _collecting_on is not None and _collecting_on == _thread.get_ident():
+        if _collecting_on == _thread.get_ident():
             # A finalizer (__del__, a weakref callback) that the garbage collector runs: when
             # it runs depends on the process's every allocation, the sandbox's own included,
             # which differ between a live run and a replay; a call made there would make the
