@@ -36,6 +36,7 @@ from engine._errors import (
     CallNotWaiting,
     CodeModeError,
     ConfigError,
+    FilesMissing,
     ScriptNotFound,
     StoreUnavailable,
     ToolsMissing,
@@ -696,6 +697,7 @@ class CodeMode(StepLoop):
         self._drives_of[record.id] = ended
         try:
             self._check_tools(drive)
+            await self._check_files(drive)
             result = await self._drive(drive)
         except log.LeaseLost:
             result = None
@@ -745,6 +747,34 @@ class CodeMode(StepLoop):
         """Refuse to drive a script that calls tools this host does not have, before any of
         its calls runs: run here, it would fail at that call after the others took effect."""
         self._refuse_missing(drive.record.id, drive.calls)
+
+    async def _check_files(self, drive: Drive) -> None:
+        """Refuse to drive on a script whose files' bytes the file store lost, before any of
+        its calls runs: its runs would read other bytes than its first (a file gone, or cut
+        short), diverge from its log, and fail after the approved calls took effect. A
+        script that made no call yet has nothing to diverge from."""
+        files = drive.record.files
+        if not files or not drive.calls:
+            return
+        try:
+            gone = set(await asyncio.to_thread(self.blobs.missing, [f["blob"] for f in files]))
+        except OSError as e:
+            raise StoreUnavailable(
+                f"the file store failed ({e}); script {drive.record.id} is left as it was: "
+                "resume it once the store is back"
+            ) from None
+        if gone:
+            for digest in gone:
+                self._skill_files.forget(digest)
+            names = [f["id"] for f in files if f["blob"] in gone]
+            shown = ", ".join(repr(n) for n in names[:10])
+            more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+            raise FilesMissing(
+                f"script {drive.record.id} reads files whose bytes are gone from the file "
+                f"store: {shown}{more}; no call was run and the script is left as it was: "
+                "put the blobs back in the store (they are named by their SHA-256) and "
+                "resume it, or start it again"
+            )
 
     async def check_tools(self, script_id: str) -> None:
         """:class:`ToolsMissing` if the script's log has calls to tools this host does not

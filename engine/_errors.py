@@ -74,6 +74,11 @@ class ToolsMissing(CodeModeError):
     host that has them."""
 
 
+class FilesMissing(CodeModeError):
+    """The file store no longer has the bytes of files a script was started with; it is
+    left as it was (no call run), to be resumed once they are back."""
+
+
 class StoreUnavailable(CodeModeError):
     """The session log did not answer (a database down or overloaded). Nothing is lost: what
     was written stays written, and the script resumes from the log once the store is back.

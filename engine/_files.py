@@ -14,6 +14,7 @@ import hashlib
 import mimetypes
 import os
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,23 +138,62 @@ class BlobStore:
         except FileNotFoundError:
             raise FileMissing("its bytes are gone from the store") from None
 
+    def missing(self, digests: Iterable[str]) -> list[str]:
+        """Those of ``digests`` the store no longer has, each once. Raises ``OSError`` when
+        the store fails. A subclass answers with :meth:`read` unless it overrides this."""
+        gone = []
+        for digest in dict.fromkeys(digests):
+            if self.directory is not None:
+                if not self._path(digest).is_file():
+                    gone.append(digest)
+                continue
+            try:
+                self.read(digest, 0, 0)
+            except FileMissing:
+                gone.append(digest)
+        return gone
+
 
 class BlobReader:
-    """The runner's file reader for one script: its file ids mapped to their blobs."""
+    """The runner's file reader for one script: its file ids mapped to their blobs.
+    ``lost(digest)`` is told of each blob found gone or cut short."""
 
-    def __init__(self, blobs: BlobStore, files: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        blobs: BlobStore,
+        files: list[dict[str, Any]],
+        lost: Callable[[str], None] | None = None,
+    ) -> None:
         self.blobs = blobs
-        self.by_id = {f["id"]: f["blob"] for f in files}
+        self.by_id = {f["id"]: (f["blob"], f["size"]) for f in files}
+        self._lost = lost
 
     async def read(self, file_id: str, offset: int, length: int) -> bytes:
-        digest = self.by_id.get(file_id)
-        if digest is None:
+        known = self.by_id.get(file_id)
+        if known is None:
             raise FileMissing(f"no file {file_id!r} is attached to this script")
+        digest, size = known
+        # A read to the recorded end asks for a byte more, to find a blob grown since.
+        ask = length + 1 if offset + length >= size else length
         try:
-            return await asyncio.to_thread(self.blobs.read, digest, offset, length)
+            data = await asyncio.to_thread(self.blobs.read, digest, offset, ask)
+        except FileMissing:
+            if self._lost is not None:
+                self._lost(digest)
+            raise
         except OSError as e:
             # A store that fails sends the step back to its queue, as a runner that is down.
             raise RunError(f"the file store failed reading {file_id!r}: {e}") from e
+        if len(data) != max(0, min(ask, size - offset)):
+            # Read on as a shorter file, it would hand the script other bytes than its
+            # earlier runs had, silently, or as a divergence blamed on the script.
+            if self._lost is not None:
+                self._lost(digest)
+            raise FileMissing(
+                f"its bytes in the store are not the {size} recorded (the store lost or "
+                "changed them)"
+            )
+        return data
 
 
 def attachments_of(files: object) -> list[Attachment]:
@@ -203,6 +243,13 @@ class StoredSkillFiles:
     def add(self, attachment: Attachment, source: object, entry: dict[str, Any]) -> None:
         with self._lock:
             self._known[attachment.id] = (source, dict(entry))
+
+    def forget(self, digest: str) -> None:
+        """The blob store lost ``digest``: the files stored as it are read and stored
+        again at the next ``run_code``."""
+        with self._lock:
+            for key in [k for k, (_, e) in self._known.items() if e["blob"] == digest]:
+                del self._known[key]
 
 
 def record_files(

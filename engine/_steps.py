@@ -24,7 +24,7 @@ from engine._calls import CallSettling
 from engine._drive import Drive
 from engine._ending import Ending
 from engine._errors import CodeModeError, StepUnavailable, StoreUnavailable
-from engine._files import BlobReader, BlobStore
+from engine._files import BlobReader, BlobStore, StoredSkillFiles
 from engine._limits import LIMIT_NAMES, Limits, config_hint
 from engine._live import LiveRuns, live_key
 from engine._naming import BUILTIN_TOOLS
@@ -32,7 +32,7 @@ from engine._result import RunResult
 from engine.languages import check_language
 from runner import HOST_BUSY, FileMissing, RunError, ScriptRunner, Step, bounded
 from sandbox import protocol
-from sandbox.protocol import size_text
+from sandbox.protocol import sizes_over
 
 logger = logging.getLogger("codemode")
 
@@ -42,6 +42,7 @@ class StepLoop(CallSettling):
 
     runner: ScriptRunner
     blobs: BlobStore
+    _skill_files: StoredSkillFiles
     queue_timeout: float
     _check_ms: dict[str, float]
     retry_delay: float
@@ -188,7 +189,9 @@ class StepLoop(CallSettling):
     ) -> tuple[float, float, Step]:
         """A step that runs the script from the start in the runner: when it was queued, when
         the runner took it, and the step."""
-        reader = BlobReader(self.blobs, record.files) if record.files else None
+        reader = (
+            BlobReader(self.blobs, record.files, self._skill_files.forget) if record.files else None
+        )
         queued = time.monotonic()
         while True:
             started = time.monotonic()
@@ -256,10 +259,11 @@ class StepLoop(CallSettling):
     def _over_budget(self, record: log.ScriptRecord, step: Step, limits: Limits) -> Ending | None:
         """The ending when the script's runs together passed a budget, once charged."""
         if record.total_file_bytes > limits.total_file_bytes and step.outcome != "failed":
+            read, bound = sizes_over(record.total_file_bytes, limits.total_file_bytes)
             return Ending.limit_met(
                 "total_file_bytes",
-                f"the script's runs have read {size_text(record.total_file_bytes)} of files in "
-                f"all, over the {size_text(limits.total_file_bytes)} one script may read",
+                f"the script's runs have read {read} of files in all, over the {bound} one "
+                "script may read",
             )
         if record.total_compute_ms > limits.total_compute_ms and step.outcome == "calls":
             return Ending.limit_met(
@@ -359,23 +363,25 @@ class StepLoop(CallSettling):
             )
         biggest = max(sizes, default=0)
         if biggest > limits.call_arguments:
+            size, bound = sizes_over(biggest, limits.call_arguments)
             return Ending.limit_met(
                 "call_arguments",
-                f"a call's arguments are {size_text(biggest)}, over the "
-                f"{size_text(limits.call_arguments)} one call may take",
+                f"a call's arguments are {size}, over the {bound} one call may take",
             )
         if sum(sizes) > limits.step_arguments:
+            size, bound = sizes_over(sum(sizes), limits.step_arguments)
             return Ending.limit_met(
                 "step_arguments",
-                f"the calls of one step pass {size_text(sum(sizes))} of arguments together, "
-                f"over the {size_text(limits.step_arguments)} one step may pass",
+                f"the calls of one step pass {size} of arguments together, over the {bound} "
+                "one step may pass",
             )
         total = sum(sizes) + drive.argument_bytes
         if total > limits.arguments:
+            size, bound = sizes_over(total, limits.arguments)
             return Ending.limit_met(
                 "arguments",
-                f"the script's calls pass {size_text(total)} of arguments in all, over the "
-                f"{size_text(limits.arguments)} one script may pass",
+                f"the script's calls pass {size} of arguments in all, over the {bound} one "
+                "script may pass",
             )
         return None
 
@@ -407,10 +413,10 @@ class StepLoop(CallSettling):
     def _results_over(self, total: int, limits: Limits) -> Ending | None:
         if total <= limits.results:
             return None
+        size, bound = sizes_over(total, limits.results)
         return Ending.limit_met(
             "results",
-            f"the script's calls returned {size_text(total)} of results, over the "
-            f"{size_text(limits.results)} one script may read",
+            f"the script's calls returned {size} of results, over the {bound} one script may read",
         )
 
     # ---- endings ----

@@ -297,12 +297,13 @@ class FileServer:
             )
         if self.served + length > self.budget:
             self.refused = True
+            read, asked = protocol.size_text(self.served), protocol.size_text(length)
+            total, bound = protocol.sizes_over(self.served + length, self.budget)
             return missing(
                 protocol.limit_message(
                     "file_bytes",
-                    f"this run has read {protocol.size_text(self.served)} of files and asked "
-                    f"for {protocol.size_text(length)} more, over the "
-                    f"{protocol.size_text(self.budget)} one run may read",
+                    f"this run has read {read} of files and asked for {asked} more, {total} in "
+                    f"all, over the {bound} one run may read",
                 )
             )
         if self.files is None:

@@ -27,7 +27,14 @@ import orjson
 from sandbox import jsontext
 from sandbox.jsontext import LONG_TEXT, finite, no_constant
 from sandbox.names import closest_names
-from sandbox.protocol import FileInfo, Limits, data_problem, limit_message, size_text
+from sandbox.protocol import (
+    FileInfo,
+    Limits,
+    data_problem,
+    limit_message,
+    size_text,
+    sizes_over,
+)
 
 CHUNK = 256 * 1024
 BATCH_BYTES = 64 * 1024
@@ -106,12 +113,13 @@ class Files:
             if start >= 0 and start + length <= len(ahead[2]):
                 return ahead[2][start : start + length]
         if self.bytes_read + length > self.limits.file_bytes:
+            total, bound = sizes_over(self.bytes_read + length, self.limits.file_bytes)
             raise FileLimit(
                 "file_bytes",
                 limit_message(
                     "file_bytes",
-                    f"this run read {_size(self.bytes_read + length)} of files, over the "
-                    f"{_size(self.limits.file_bytes)} one run may read",
+                    f"this run's reads of files would come to {total}, over the {bound} one run "
+                    "may read",
                 ),
             )
         want = min(max(length, CHUNK), info.size - offset, self.limits.file_bytes - self.bytes_read)
@@ -216,6 +224,7 @@ class Files:
             )
         if not isinstance(options, dict):
             raise FileError(f"files.{kind} takes an object of options, as {{ limit: 10 }}")
+        _check_options(kind, options)
         limit = _count(options, "limit", kind)
         skip = _count(options, "offset", kind) if kind != "chunks" else 0
         records = self._records(kind, info, options)
@@ -276,6 +285,31 @@ class Files:
             book = _workbook(info.id, self.whole(info.id))
             return _rows(_parsed(info.id, book.rows(sheet)), header)
         raise FileError(f"files.{kind} is not a way to read a file")
+
+
+# Each stream's options: one misspelled (`delimeter`, `limt`) was passed over in silence,
+# and the stream read as if it were not there.
+STREAM_OPTIONS = {
+    "lines": ("limit", "offset"),
+    "jsonl": ("limit", "offset"),
+    "csv": ("limit", "offset", "header", "delimiter"),
+    "chunks": ("limit", "size", "offset"),
+    "xlsx": ("limit", "offset", "header", "sheet"),
+}
+
+
+def _check_options(kind: str, options: dict[str, Any]) -> None:
+    known = STREAM_OPTIONS.get(kind)
+    if known is None:
+        raise FileError(f"files.{kind} is not a way to read a file")
+    for key in options:
+        if key not in known:
+            near = closest_names(str(key), known, 1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise FileError(
+                f"files.{kind} has no option {str(key)[:80]!r}{hint}; its options are "
+                f"{', '.join(known)}"
+            )
 
 
 def _count(options: dict[str, Any], key: str, kind: str) -> int | None:

@@ -145,7 +145,10 @@ REMEDIES = {
     "compute_ms": "do less work per run (ask tools for less, avoid busy loops)",
     "total_compute_ms": "do less work before each call (each run repeats it)",
     "file_bytes": "read less (files.chunks with an offset, a stream with { limit })",
-    "total_file_bytes": "read files before calling tools (each run reads them again), read less",
+    "total_file_bytes": (
+        "read less (a script that calls tools may read its files again at each run: read "
+        "them before the calls)"
+    ),
     "streams": "finish or break out of a loop before opening another",
     "shown_files": "show fewer files",
     "shown": "print the part you need instead",
@@ -180,6 +183,13 @@ def size_text(n: int) -> str:
         if n >= scale:
             return f"{n / scale:,.1f} {unit}".replace(".0 ", " ")
     return f"{n:,} bytes"
+
+
+def sizes_over(n: int, limit: int) -> tuple[str, str]:
+    """``size_text`` of a count over a limit and of the limit; in bytes when the two would
+    read the same ("2 KiB, over the 2 KiB")."""
+    over, bound = size_text(n), size_text(limit)
+    return (f"{n:,} bytes", f"{limit:,} bytes") if over == bound else (over, bound)
 
 
 def data_path(path: Sequence[str | int]) -> str:

@@ -61,6 +61,7 @@ from sandbox.protocol import (
     data_problem,
     limit_message,
     size_text,
+    sizes_over,
 )
 
 # A `\uD800`-`\uDFFF` escape in JSON text (not itself an escaped backslash). JSON.stringify
@@ -224,10 +225,10 @@ class Replay(abc.ABC):
         number = index + 1
         args_bytes = len(args_json.encode("utf-8"))
         if args_bytes > limits.call_arguments:
+            size, bound = sizes_over(args_bytes, limits.call_arguments)
             message = limit_message(
                 "call_arguments",
-                f"the arguments of tools.{name} are {_size(args_bytes)}, over the "
-                f"{_size(limits.call_arguments)} one call may take",
+                f"the arguments of tools.{name} are {size}, over the {bound} one call may take",
             )
             self.limit_errors[message] = "call_arguments"
             return "l" + message
@@ -241,10 +242,11 @@ class Replay(abc.ABC):
         self.position += 1
         self.arg_bytes += args_bytes
         if self.arg_bytes > limits.arguments:
+            size, bound = sizes_over(self.arg_bytes, limits.arguments)
             self._end_limit(
                 "arguments",
-                f"the script's calls have passed {_size(self.arg_bytes)} of arguments, over the "
-                f"{_size(limits.arguments)} one script may pass",
+                f"the script's calls have passed {size} of arguments, over the {bound} one "
+                "script may pass",
             )
         if index < len(self.records):
             record = self.records[index]
@@ -258,20 +260,17 @@ class Replay(abc.ABC):
             result_json = jsontext.dumps(record.result)
             self.results_bytes += len(result_json)
             if self.results_bytes > limits.results:
-                self._end_limit(
-                    "results",
-                    f"the script has read {_size(self.results_bytes)} of results, over the "
-                    f"{_size(limits.results)} one script may read",
-                )
+                self._end_results()
             return "r" + result_json.decode()
         if number > limits.calls:
             self._end_limit("calls", calls_over(limits.calls))
         self.step_arg_bytes += args_bytes
         if self.step_arg_bytes > limits.step_arguments:
+            size, bound = sizes_over(self.step_arg_bytes, limits.step_arguments)
             self._end_limit(
                 "step_arguments",
-                f"the calls this step asks for pass {_size(self.step_arg_bytes)} of arguments "
-                f"together, over the {_size(limits.step_arguments)} one step may pass",
+                f"the calls this step asks for pass {size} of arguments together, over the "
+                f"{bound} one step may pass",
             )
         # Not validated again: the name is the prelude's string and the arguments were just
         # checked to cross the pipe (_json_data).
@@ -363,6 +362,13 @@ class Replay(abc.ABC):
         """End the run on limit ``name``; ``detail`` says what was used (see limit_message)."""
         self._end_limit_message(name, limit_message(name, detail))
 
+    def _end_results(self) -> NoReturn:
+        size, bound = sizes_over(self.results_bytes, self.limits.results)
+        self._end_limit(
+            "results",
+            f"the script has read {size} of results, over the {bound} one script may read",
+        )
+
     def _end_limit_message(self, name: str, message: str) -> NoReturn:
         self._end(
             Ran(
@@ -424,11 +430,7 @@ class Replay(abc.ABC):
             result_json = jsontext.dumps(record.result)
             self.results_bytes += len(result_json)
             if self.results_bytes > limits.results:
-                self._end_limit(
-                    "results",
-                    f"the script has read {_size(self.results_bytes)} of results, over the "
-                    f"{_size(limits.results)} one script may read",
-                )
+                self._end_results()
             parts.append(b"[1," + result_json + b"]")
         del self.deferred[:count]
         self.settle((b"[" + b",".join(parts) + b"]").decode())

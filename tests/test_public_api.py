@@ -9,7 +9,7 @@ import runner
 
 ENGINE = {
     "Attachment", "BlobStore", "CallEntry", "CallNotWaiting", "CodeMode", "CodeModeError",
-    "Config", "ConfigError", "Event", "LANGUAGES", "Language", "LeaseLost", "Limits", "LogStore", "MemoryStore", "PROPOSED",
+    "Config", "ConfigError", "Event", "FilesMissing", "LANGUAGES", "Language", "LeaseLost", "Limits", "LogStore", "MemoryStore", "PROPOSED",
     "PostgresStore", "PythonTypeChecker", "RunResult", "RunnerConfig", "ScriptNotFound", "ScriptRecord",
     "ScriptTooLarge", "Skill", "SqliteStore", "StepUnavailable", "StoreUnavailable",
     "TEXT_BUDGET", "Tool", "ToolCallError", "ToolContext", "ToolDefinitionError",

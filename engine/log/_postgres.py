@@ -13,7 +13,7 @@ import asyncio
 import hashlib
 import re
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 import orjson
@@ -338,11 +338,12 @@ class PostgresBlobStore(BlobStore):
                 self._conn.close()
                 self._conn = None
 
-    def _one(self, statement: str, params: tuple[Any, ...]) -> Any:
-        """The first row of ``statement``, on this store's connection; a connection that
-        was lost since its last use (the server restarted) is made again, and the statement
-        sent once more: each statement here is a whole transaction, so one the lost
-        connection cut took no effect, or took it once (the insert is idempotent)."""
+    def _one(self, statement: str, params: tuple[Any, ...], *, every: bool = False) -> Any:
+        """The first row of ``statement`` (``every``: all its rows), on this store's
+        connection; a connection that was lost since its last use (the server restarted) is
+        made again, and the statement sent once more: each statement here is a whole
+        transaction, so one the lost connection cut took no effect, or took it once (the
+        insert is idempotent)."""
         import psycopg
 
         with self._lock:
@@ -350,7 +351,9 @@ class PostgresBlobStore(BlobStore):
                 conn = self._connection()
                 try:
                     cursor = conn.execute(statement, params)
-                    return cursor.fetchone() if cursor.description else None
+                    if not cursor.description:
+                        return None
+                    return cursor.fetchall() if every else cursor.fetchone()
                 except psycopg.OperationalError as e:
                     if again or not conn.closed:
                         raise self._failed(e) from None
@@ -375,6 +378,12 @@ class PostgresBlobStore(BlobStore):
         if row is None:
             raise FileMissing("its bytes are gone from the store")
         return bytes(row[0])
+
+    def missing(self, digests: Iterable[str]) -> list[str]:
+        wanted = list(dict.fromkeys(digests))
+        rows = self._one("SELECT digest FROM blobs WHERE digest = ANY(%s)", (wanted,), every=True)
+        found = {row[0] for row in rows}
+        return [d for d in wanted if d not in found]
 
 
 class _Uncommitted(Exception):

@@ -307,6 +307,138 @@ async def test_files_of_a_sqlite_log_outlast_a_restart(tmp_path: Path) -> None:
         await restarted.aclose()
 
 
+async def test_a_resume_whose_files_the_store_lost_runs_no_call(tmp_path: Path) -> None:
+    """The blobs of a paused script's files are gone when it is resumed: the resume raises
+    FilesMissing naming them, before the approved call runs (it ran, and the replay, reading
+    an error where its first run read the bytes, failed as a divergence blamed on the
+    script); with the blobs back, the resume goes on and the call runs once."""
+    from engine import FilesMissing, SqliteStore
+
+    paid: list[int] = []
+
+    @tool(needs_approval=True)
+    def pay(cents: int) -> str:
+        """Pay."""
+        paid.append(cents)
+        return "paid"
+
+    code = """
+    let text;
+    try { text = await files.text("a.txt") } catch (e) { text = "unreadable" }
+    await tools.pay({ cents: text.length });
+    return text;
+    """
+    first = CodeMode([pay], runner=InProcessRunner(), store=SqliteStore(tmp_path))
+    try:
+        paused = await first.run_code(code, files=[Attachment("a.txt", data=b"hello")])
+        assert paused.status == "paused", paused.text
+    finally:
+        await first.aclose()
+    (blob,) = [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]
+    kept = blob.read_bytes()
+    blob.unlink()
+    restarted = CodeMode([pay], runner=InProcessRunner(), store=SqliteStore(tmp_path))
+    try:
+        await restarted.approve(paused.script_id, paused.waiting[0]["call_id"])
+        with pytest.raises(FilesMissing, match=r"bytes are gone from the file store: 'a\.txt'"):
+            await restarted.resume(paused.script_id)
+        assert paid == []
+        assert (await restarted.store.get_script(paused.script_id)).status == "paused"
+        blob.write_bytes(kept)
+        done = await restarted.resume(paused.script_id)
+        assert done.status == "finished" and done.value == "hello", done.text
+        assert paid == [5]
+    finally:
+        await restarted.aclose()
+
+
+@pytest.mark.parametrize("stored", [b"0123", b"", b"0" * 2000], ids=["short", "empty", "longer"])
+async def test_a_blob_the_store_changed_in_size_is_gone_to_the_script(
+    inproc: InProcessRunner, stored: bytes
+) -> None:
+    """A blob whose bytes in the store are not as many as recorded (cut short, emptied, or
+    replaced) is a file gone, not a shorter file: the script read 4 bytes of a 1,000-byte
+    file while `files.stat` said 1,000."""
+    blobs = BlobStore()
+
+    @tool
+    def damage() -> int:
+        """Change every blob's bytes, as a broken store would."""
+        for digest in blobs._memory:
+            blobs._memory[digest] = stored
+        return 0
+
+    engine = CodeMode([damage], runner=inproc, blobs=blobs)
+    code = "await tools.damage(); try { return (await files.text('d.txt')).length } catch (e) { return e.message }"
+    result = await engine.run_code(code, files=[Attachment("d.txt", data=b"0123456789" * 100)])
+    assert result.value == (
+        "d.txt is gone: its bytes in the store are not the 1000 recorded (the store lost or "
+        "changed them)"
+    )
+
+
+async def test_a_skill_file_the_store_lost_is_stored_again(tmp_path: Path) -> None:
+    """An engine keeps the records of its skills' files stored before; a blob the store
+    lost since is stored again at the next run_code (the files stayed unreadable until the
+    engine restarted)."""
+    import shutil
+
+    from engine import Skill
+
+    engine = CodeMode(
+        [],
+        runner=InProcessRunner(),
+        data_dir=tmp_path,
+        skills=[Skill("s", "A skill.", "Read s/a.txt.", files={"a.txt": b"skill text"})],
+    )
+    code = "try { return await files.text('s/a.txt') } catch (e) { return e.message }"
+    try:
+        assert (await engine.run_code(code)).value == "skill text"
+        shutil.rmtree(tmp_path / "blobs")
+        assert "its bytes are gone from the store" in (await engine.run_code(code)).value
+        assert (await engine.run_code(code)).value == "skill text"
+    finally:
+        await engine.aclose()
+
+
+@pytest.mark.parametrize("kind", ["memory", "directory", "postgres"])
+def test_a_blob_store_says_which_blobs_it_lost(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """BlobStore.missing: the digests asked for that the store does not have, each once,
+    in the order asked (PostgreSQL's in one query). Needs PostgreSQL for "postgres"."""
+    import uuid
+
+    from engine import PostgresStore
+
+    if kind == "postgres":
+        dsn = request.getfixturevalue("postgres")
+        blobs = PostgresStore(dsn, schema=f"lost_{uuid.uuid4().hex[:12]}").blob_store()
+    else:
+        blobs = BlobStore(tmp_path if kind == "directory" else None)
+    try:
+        kept = blobs.put(b"kept")
+        gone = "0" * 64
+        assert blobs.missing([gone, kept, gone, "f" * 64]) == [gone, "f" * 64]
+        assert blobs.missing([]) == []
+    finally:
+        blobs.close()
+
+
+async def test_a_limit_met_by_a_byte_says_so_in_bytes(inproc: InProcessRunner) -> None:
+    """A size one byte over its limit is said in bytes: rounded, it read "2 KiB of files,
+    over the 2 KiB one run may read"."""
+    engine = CodeMode([], runner=inproc, limits=Limits(file_bytes=2048, total_file_bytes=2048))
+    attached = [Attachment("d.txt", data=b"x" * 2049)]
+    result = await engine.run_code("return (await files.text('d.txt')).length", files=attached)
+    assert result.limit == "file_bytes", result.text
+    assert "would come to 2,049 bytes, over the 2,048 bytes one run may read" in result.text
+    engine = CodeMode([], runner=inproc, limits=Limits(total_file_bytes=2048))
+    result = await engine.run_code("return (await files.text('d.txt')).length", files=attached)
+    assert result.limit == "total_file_bytes", result.text
+    assert "read 2,049 bytes of files in all, over the 2,048 bytes" in result.text
+
+
 async def test_a_long_line_is_read_in_time_linear_in_its_length() -> None:
     """files.lines over a file of one 56 MiB line (minified JSON, a CSV whose lines end in a
     CR alone) finishes well within compute_ms in the confined process. The reader joined

@@ -134,6 +134,27 @@ def test_csv_options() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            'files.csv("semi.csv", { delimeter: ";" })',
+            "files.csv has no option 'delimeter' (did you mean 'delimiter'?); its options are "
+            "limit, offset, header, delimiter",
+        ),
+        ('files.lines("notes.md", { limt: 1 })', "files.lines has no option 'limt' (did you mean"),
+        ('files.chunks("big.txt", { header: false })', "files.chunks has no option 'header'"),
+        ('files.xlsx("book.xlsx", { sheets: "Stock" })', "(did you mean 'sheet'?)"),
+    ],
+)
+def test_a_stream_option_it_does_not_have_is_refused(call: str, message: str) -> None:
+    """A misspelled option is an error naming it and the options there are: it was passed
+    over, and the stream read as if it were not there (a csv split on commas, no limit)."""
+    ran = run(f"for await (const r of {call}) {{}}")
+    assert ran.outcome == "failed" and ran.error is not None
+    assert message in ran.error.message
+
+
 def test_lines_without_line_ends() -> None:
     """files.lines gives lines without their line ends (\\n or \\r\\n)."""
     code = "const out = []; for await (const l of files.lines('notes.md')) out.push(l); return out"
