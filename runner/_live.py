@@ -54,6 +54,9 @@ MiB = 1024 * 1024
 # pages it shares with the fork server); the default count leaves each about this much.
 TYPICAL_LIVE_BYTES = 16 * MiB
 MAX_LIVE_COUNT = 1024
+# The file descriptors a sandbox process holds in the process that runs it (its pipes, its
+# pidfd, measured: 7), and one for a service's connection to the engine that drives it.
+FDS_PER_PROCESS = 8
 # How long a waiting process may go on unstopped (see above): what a subverted one could
 # spin, without a slot, before the stop. It is charged for it all the same.
 PARK_AFTER = 0.005
@@ -67,10 +70,11 @@ def default_live_memory() -> int:
 
 def default_live_count(memory: int) -> int:
     """How many processes may wait live at once by default: what ``memory`` holds at a
-    typical live process's size, within the file descriptors this process may open (each
-    live process holds its pipes, or a connection, here), from 4 to 1,024."""
+    typical live process's size, within half the file descriptors this process may open
+    (each live process holds its pipes, or a connection, here; the other half is for the
+    steps and connections), from 4 to 1,024."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    by_fds = soft // 8 if soft != resource.RLIM_INFINITY else MAX_LIVE_COUNT
+    by_fds = soft // (2 * FDS_PER_PROCESS) if soft != resource.RLIM_INFINITY else MAX_LIVE_COUNT
     return max(4, min(MAX_LIVE_COUNT, memory // TYPICAL_LIVE_BYTES, by_fds))
 
 

@@ -13,9 +13,10 @@ away is cancelled, which kills its process.
 Connections are admitted in two stages, so strangers cannot lock out clients that hold the
 token. Until it is welcomed, a connection (its TLS handshake included) has
 ``handshake_timeout`` seconds to say hello and counts only against ``max_unwelcomed``, a small
-budget of its own: when that is full, the oldest connection still in its handshake is dropped
-to make room, so idle sockets can never keep a real client out for longer than one
-handshake. Only welcomed connections count against ``max_connections``.
+budget of its own: when that is full, a newcomer waits for a place, and takes that of the
+oldest connection still in its handshake once that one has had ``CROWD_AGE`` seconds to
+say hello, so idle sockets can never keep a real client out for long, and a burst of real
+clients is never cut off. Only welcomed connections count against ``max_connections``.
 
 The lines welcomed connections send (a script, a live step's results) share one budget of
 bytes, ``line_memory``, which a line's script or records hold on to until their step is
@@ -32,6 +33,7 @@ import contextlib
 import hashlib
 import hmac
 import logging
+import resource
 import ssl
 import time
 from collections import OrderedDict
@@ -43,7 +45,13 @@ import psutil
 
 from runner import _wire as wire
 from runner._base import FileMissing, LiveRun, ProcessStats, RunError, ScriptRunner, Step
-from runner._live import count_private, default_live_count, default_live_memory, takes_live
+from runner._live import (
+    FDS_PER_PROCESS,
+    count_private,
+    default_live_count,
+    default_live_memory,
+    takes_live,
+)
 from runner._slots import Slots, default_slot_count
 from sandbox import protocol
 from sandbox.protocol import Script
@@ -70,12 +78,33 @@ async def _off_loop(parse: Callable[..., Any], *args: Any) -> Any:
 MAX_CONNECTIONS = 1024
 # Connections in their handshake at once; a real client says hello within milliseconds.
 MAX_UNWELCOMED = 64
+# How long a connection has in its handshake before a newer one may take its place (at most
+# half of handshake_timeout). Younger ones are never dropped: a burst of real clients (an
+# engine starting a hundred scripts, a fleet reconnecting) waits for places instead.
+CROWD_AGE = 0.5
 # Seconds between beats while a step runs (wire version 2).
 HEARTBEAT = 1.0
 # The longest a live process waits for its results here (wire version 3). The engine lets a
 # process go after its own live wait (a few seconds by default); this bounds a client that
 # vanished without closing its connection.
 LIVE_WAIT = 30.0
+# Open files kept back from the connections' share of the service's limit (``ulimit -n``):
+# the listening socket, the fork server's, logs, TLS (measured: 32 open running nothing).
+FD_RESERVE = 64
+# How often the service says it turns connections away for want of open files.
+TURNED_AWAY_EVERY = 10.0
+
+
+def connection_room(slots: int, live_max: int) -> int | None:
+    """How many connections the service may hold open at once within its open-file limit:
+    what is left after the processes of its slots (running, and the warm pool's), the live
+    ones that may wait, and a reserve. None when the limit is infinite."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    return soft - FD_RESERVE - FDS_PER_PROCESS * (2 * slots + live_max)
+
+
 # The default line budget is this share of the machine's memory: a line being parsed takes
 # about three times its bytes (the bytes, their copy, the decoded script) at its peak.
 LINE_MEMORY_SHARE = 8
@@ -209,8 +238,9 @@ class RunnerService:
     newline and for the client to read any of what the service sends it (a client that stops
     reading its answers is dropped, so it cannot hold a step, or a drain, for ever),
     ``read_timeout`` for the engine's answer to a file read. At most
-    ``max_unwelcomed`` connections are in their handshake at once (the oldest is dropped for
-    a new one) and ``max_connections`` are welcomed. While a step runs, a client of wire
+    ``max_unwelcomed`` connections are in their handshake at once (past that, a newcomer
+    waits, and the oldest is dropped for it once it is ``CROWD_AGE`` seconds old) and
+    ``max_connections`` are welcomed. While a step runs, a client of wire
     version 2 gets a ``beat`` every ``heartbeat`` seconds.
 
     Live steps (wire version 3): a step that stops on calls may keep its process, waiting on
@@ -278,6 +308,16 @@ class RunnerService:
                 raise ValueError(f"{name} must be a positive number of seconds, not {seconds}")
         if max_unwelcomed < 1:
             raise ValueError(f"max_unwelcomed must be at least 1, not {max_unwelcomed}")
+        # The welcome carries these, within the wire's bounds: past them, every handshake
+        # failed.
+        bounds = {
+            "slot_wait": (slot_wait, wire.MAX_SLOT_WAIT),
+            "heartbeat": (heartbeat, wire.MAX_HEARTBEAT),
+            "live_wait": (live_wait, wire.MAX_LIVE_WAIT),
+        }
+        for name, (seconds, most) in bounds.items():
+            if not 0 <= seconds <= most:
+                raise ValueError(f"{name} must be at most {most:g} seconds, not {seconds}")
         count = slots if slots is not None else default_slot_count()
         self.slots = Slots(count, script_wait=slot_wait)
         self._owns_runner = runner is None
@@ -305,6 +345,18 @@ class RunnerService:
         self.live_wait = live_wait
         self.live_memory = live_memory if live_memory is not None else default_live_memory()
         self.live_max = live_max if live_max is not None else default_live_count(self.live_memory)
+        # Past it, accepting a connection, or making a sandbox's pipes, would fail with "too
+        # many open files" for every client: a newcomer is turned away instead.
+        self.connection_room = connection_room(count, self.live_max)
+        if self.connection_room is not None and self.connection_room < 16:
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            raise ValueError(
+                f"the open-file limit ({soft}, ulimit -n) leaves room for "
+                f"{max(0, self.connection_room)} connections beside {count} slots and "
+                f"live_max {self.live_max}: raise the limit, or lower slots or live_max"
+            )
+        self.turned_away = 0  # connections closed at once for want of open files
+        self._turned_away_said = -TURNED_AWAY_EVERY
         # The live processes waiting on connections, least recently kept first.
         self._held: OrderedDict[_Held, None] = OrderedDict()
         self._held_memory = 0
@@ -315,7 +367,8 @@ class RunnerService:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         # Connections still in their handshake, oldest first (dicts keep insertion order).
-        self._unwelcomed: dict[asyncio.Task[None], wire.Channel] = {}
+        self._unwelcomed: dict[asyncio.Task[None], tuple[wire.Channel, float]] = {}
+        self._handshake_room = asyncio.Event()  # set (and made anew) as a place comes free
         self._welcomed = 0
         self.accepted = 0  # connections accepted, for tests and metrics
         self.crowded_out = 0  # connections dropped mid-handshake to make room for a newer one
@@ -424,17 +477,17 @@ class RunnerService:
         if self.draining:
             conn.abort()
             return
+        if self.connection_room is not None and len(self._connections) >= self.connection_room:
+            conn.abort()
+            self._turn_away()
+            return
         self._connections.add(task)
         welcomed = False
+        until = time.monotonic() + self.handshake_timeout
         try:
-            self._unwelcomed[task] = conn
-            if len(self._unwelcomed) > self.max_unwelcomed:
-                # Make room: the oldest has had the longest to say hello.
-                oldest = next(iter(self._unwelcomed))
-                self._unwelcomed.pop(oldest).abort()
-                self.crowded_out += 1
-                log.info("dropped a connection that had not said hello, for a newer one")
-            version = await self._handshake(conn)
+            if not await self._admit(task, conn, until):
+                return
+            version = await self._handshake(conn, until)
             if version is None:
                 return
             welcomed = True  # counted in _welcomed by _handshake
@@ -444,7 +497,7 @@ class RunnerService:
         except Exception:
             log.exception("%s: the connection failed", conn.peer)
         finally:
-            self._unwelcomed.pop(task, None)
+            self._left_handshake(task)
             if welcomed:
                 self._welcomed -= 1
             self._connections.discard(task)
@@ -456,17 +509,60 @@ class RunnerService:
             async with asyncio.timeout(1.0):
                 await conn.send(wire.encode(wire.Refused(error=why)))
 
-    async def _handshake(self, conn: wire.Channel) -> int | None:
+    def _turn_away(self) -> None:
+        self.turned_away += 1
+        now = time.monotonic()
+        if now - self._turned_away_said >= TURNED_AWAY_EVERY:
+            self._turned_away_said = now
+            log.warning(
+                "turned away a connection: %d are open, all the open-file limit (ulimit -n) "
+                "leaves room for beside the sandbox processes; %d turned away so far",
+                len(self._connections),
+                self.turned_away,
+            )
+
+    async def _admit(self, task: asyncio.Task[None], conn: wire.Channel, until: float) -> bool:
+        """A place among the connections in their handshake, by ``until`` (else the
+        connection is dropped: False). Past ``max_unwelcomed``, the oldest takes
+        ``CROWD_AGE`` seconds before it is dropped for this one (it has had the longest to
+        say hello); until then, this one waits for a place to come free."""
+        age = min(CROWD_AGE, self.handshake_timeout / 2)
+        while len(self._unwelcomed) >= self.max_unwelcomed:
+            oldest, (old_conn, since) = next(iter(self._unwelcomed.items()))
+            now = time.monotonic()
+            if now - since >= age:
+                del self._unwelcomed[oldest]
+                old_conn.abort()
+                self.crowded_out += 1
+                log.info("dropped a connection that had not said hello, for a newer one")
+                continue
+            wait = min(since + age, until) - now
+            if until <= now:
+                conn.abort()
+                return False
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._handshake_room.wait()
+        self._unwelcomed[task] = (conn, time.monotonic())
+        return True
+
+    def _left_handshake(self, task: asyncio.Task[None] | None) -> None:
+        if task is not None and self._unwelcomed.pop(task, None) is not None:
+            room, self._handshake_room = self._handshake_room, asyncio.Event()
+            room.set()
+
+    async def _handshake(self, conn: wire.Channel, until: float) -> int | None:
         """TLS, then read and check ``hello``; answer ``welcome`` or ``refused``.
 
         Returns the wire version agreed on when welcomed (and counted in ``_welcomed``),
-        else None. TLS and the hello share one deadline, ``handshake_timeout``.
+        else None. TLS and the hello share one deadline, ``until`` (the connection's
+        ``handshake_timeout``).
         """
         timeout = self.handshake_timeout
-        until = time.monotonic() + timeout
         if self.tls is not None:
             try:
-                await conn.writer.start_tls(self.tls, ssl_handshake_timeout=timeout)
+                left = max(0.001, until - time.monotonic())
+                await conn.writer.start_tls(self.tls, ssl_handshake_timeout=left)
             except (ssl.SSLError, ConnectionError, OSError) as e:
                 log.info("%s: the TLS handshake failed: %s", conn.peer, e)
                 return None
@@ -502,9 +598,7 @@ class RunnerService:
                 "older side",
             )
             return None
-        task = asyncio.current_task()
-        if task is not None:
-            self._unwelcomed.pop(task, None)
+        self._left_handshake(asyncio.current_task())
         if self._welcomed >= self.max_connections:
             await self._refuse(conn, "too many connections; try again later")
             return None

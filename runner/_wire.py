@@ -79,12 +79,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import re
 import socket
 import time
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from runner._base import Step
 from sandbox import protocol
@@ -193,6 +194,22 @@ class LineHold:
         self.release()
 
 
+# What a peer says of an error goes into this side's errors and log lines: bounded, and its
+# control characters (a line break forging a log line, a terminal's escapes) shown escaped.
+PEER_TEXT_BOUND = 2000
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _peer_text(text: str) -> str:
+    if len(text) > PEER_TEXT_BOUND:
+        half = PEER_TEXT_BOUND // 2
+        text = f"{text[:half]}[... {len(text) - 2 * half:,} characters cut ...]{text[-half:]}"
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+PeerText = Annotated[str, AfterValidator(_peer_text)]
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -225,7 +242,7 @@ class Beat(_Model):
 
 
 class Refused(_Model):
-    error: str
+    error: PeerText
 
 
 class LiveOffer(_Model):
@@ -237,7 +254,7 @@ class LiveOffer(_Model):
 class Ended(_Model):
     """The service ended a waiting live process itself (version 3), and says why."""
 
-    error: str = Field(max_length=8192)
+    error: PeerText
 
 
 class Load(_Model):
@@ -248,7 +265,7 @@ class Load(_Model):
 
 
 class Busy(_Model):
-    error: str
+    error: PeerText
     slots: int = Field(ge=0)
     busy: int = Field(ge=0)
     waiting: int = Field(0, ge=0)
@@ -257,7 +274,7 @@ class Busy(_Model):
 class Failure(_Model):
     """The service could not take the step; ``cause`` says whether to try it elsewhere."""
 
-    error: str
+    error: PeerText
     cause: str = "unavailable"
 
 

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import math
 import os
+import resource
 import signal
 import ssl
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from runner import _wire as wire
 from runner._remote import TOKEN_ENV, read_token
@@ -34,6 +36,9 @@ from runner._service import (
 )
 from runner._sizes import parse_size
 from runner._slots import default_slot_count
+
+if TYPE_CHECKING:
+    from runner._process import ProcessRunner
 
 MIN_TOKEN = 16
 
@@ -232,11 +237,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     from runner._process import ProcessRunner
 
+    _raise_open_files()
     slots = args.slots or default_slot_count()
-    service = RunnerService(
+    try:
+        service = _service(args, token, tls, slots, ProcessRunner)
+    except ValueError as e:
+        print(f"codemode runner serve: {e}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(_serve(service, host, port))
+    except OSError as e:
+        print(f"codemode runner serve: cannot listen on {args.listen}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# Where the soft limit on open files is raised to when the hard one is infinite: Linux's
+# default ceiling (fs.nr_open).
+OPEN_FILES_CEILING = 1 << 20
+
+
+def _raise_open_files() -> None:
+    """Raise this process's soft limit on open files to its hard limit, as servers do: the
+    soft one (1,024 by default) holds about a hundred live processes and their connections.
+    A limit that cannot be raised stays as it is (the service sizes itself to it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = OPEN_FILES_CEILING if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def _service(
+    args: argparse.Namespace,
+    token: str | None,
+    tls: ssl.SSLContext | None,
+    slots: int,
+    process_runner: type[ProcessRunner],
+) -> RunnerService:
+    return RunnerService(
         token,
         # As many slots as the service's, which are taken first: they never make it wait.
-        runner=ProcessRunner(python=args.python, slots=slots, script_wait=args.slot_wait),
+        runner=process_runner(python=args.python, slots=slots, script_wait=args.slot_wait),
         slots=slots,
         tls=tls,
         handshake_timeout=args.handshake_timeout,
@@ -249,12 +291,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         live_memory=args.live_memory,
         line_memory=args.line_memory,
     )
-    try:
-        asyncio.run(_serve(service, host, port))
-    except OSError as e:
-        print(f"codemode runner serve: cannot listen on {args.listen}: {e}", file=sys.stderr)
-        return 1
-    return 0
 
 
 async def _serve(service: RunnerService, host: str, port: int) -> None:

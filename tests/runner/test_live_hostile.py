@@ -33,6 +33,8 @@ NAMED = {
         "memory",
         "MemoryError",
         "exited (code 70) without reporting how the run ended",
+        # The same, found by the resume (the resumed segment's process ended unreported).
+        "ended with exit code 70 during its segment",
     ),
     "live_garbage": ("wrote to its output while it waited", "ProtocolError", "not JSON"),
 }

@@ -38,7 +38,7 @@ async def until(condition: object, what: str) -> None:
 
 async def test_idle_sockets_cannot_lock_out_a_client_with_the_token() -> None:
     """Connections that never say hello count against a budget of their own, not against
-    max_connections: past it, the oldest is dropped for the newcomer, so a client with the
+    max_connections: past it, the oldest is dropped for a newcomer once it is CROWD_AGE old, so a client with the
     token still gets its step run and the service stays in rotation."""
     idle = 100
     async with services(FakeRunner(), max_connections=16, handshake_timeout=60) as [service]:
@@ -48,10 +48,71 @@ async def test_idle_sockets_cannot_lock_out_a_client_with_the_token() -> None:
         step = await remote.run(script("x", id="good"))
         assert step.value == {"runner": "fake", "id": "good"}
         assert remote.out_of_rotation() == {}
-        assert service.crowded_out == idle - MAX_UNWELCOMED + 1  # the last, for the client
+        # The oldest were dropped for the newcomers once they had had their time (the
+        # client's place among them taken as one came free).
+        assert 1 <= service.crowded_out <= idle - MAX_UNWELCOMED + 1
         for s in sockets:
             s.close()
         await remote.aclose()
+
+
+async def test_a_burst_of_clients_with_the_token_is_never_cut_off() -> None:
+    """More connections than max_unwelcomed open at once, each saying hello at once (an
+    engine starting many scripts): the newcomers wait for a place, none is dropped, and the
+    service stays in rotation. (The oldest was dropped for each newcomer at once, before it
+    could read its hello: 36 of 100 steps failed and the service went out of rotation.)"""
+    async with services(FakeRunner(), max_connections=512) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        count = 2 * MAX_UNWELCOMED + 10
+        steps = await asyncio.gather(*(remote.run(script("x", id=f"s{i}")) for i in range(count)))
+        assert [s.value for s in steps] == [{"runner": "fake", "id": f"s{i}"} for i in range(count)]
+        assert service.crowded_out == 0
+        assert remote.out_of_rotation() == {}
+        await remote.aclose()
+
+
+async def test_connections_past_the_open_file_limit_are_turned_away() -> None:
+    """Past what the open-file limit leaves room for, a newcomer is closed at once, counted
+    and said in the log, while the service goes on for the connections it holds and takes
+    new ones once some close. (Under ulimit -n 1024 and its defaults, the service ran out of
+    descriptors: every step failed making a sandbox's pipes, and asyncio's accept loop
+    logged thousands of tracebacks a second.)"""
+    async with services(FakeRunner(), handshake_timeout=60) as [service]:
+        service.connection_room = 4
+        held = [await RawClient.connect(service.address) for _ in range(4)]
+        await until(lambda: len(service._connections) == 4, "the service to hold four")
+        extra = await RawClient.connect(service.address)
+        await until(lambda: service.turned_away == 1, "the newcomer to be turned away")
+        assert await extra.closed()  # without a word
+        assert "welcome" in await held[0].hello()
+        for client in held:
+            client.close()
+        await until(lambda: not service._connections, "the service to see them go")
+        remote = RemoteRunner([service.address], TOKEN)
+        step = await remote.run(script("x", id="after"))
+        assert step.value == {"runner": "fake", "id": "after"}
+        await remote.aclose()
+
+
+def test_a_service_without_open_files_to_spare_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An open-file limit that leaves no room for connections beside the slots' and the
+    live processes' is refused when the service is made, naming the remedy."""
+    import resource
+
+    from runner import _service
+
+    real = resource.getrlimit
+
+    def low(which: int) -> tuple[int, int]:
+        return (256, 256) if which == resource.RLIMIT_NOFILE else real(which)
+
+    monkeypatch.setattr(_service.resource, "getrlimit", low)
+    with pytest.raises(ValueError, match=r"open-file limit \(256, ulimit -n\) leaves room"):
+        _service.RunnerService(TOKEN, runner=FakeRunner(), slots=2, live_max=30)
+    made = _service.RunnerService(TOKEN, runner=FakeRunner(), slots=2, live_max=4)
+    assert made.connection_room == 256 - _service.FD_RESERVE - 8 * (2 * 2 + 4)
 
 
 async def test_welcomed_connections_are_capped() -> None:

@@ -146,6 +146,16 @@ def test_refuses_a_timeout_of_zero(
 
 
 @pytest.mark.parametrize(
+    ("option", "value"), [("slot_wait", 900), ("heartbeat", 120), ("live_wait", 7200)]
+)
+def test_the_service_refuses_a_wait_its_welcome_cannot_carry(option: str, value: float) -> None:
+    """A wait past what the wire's welcome carries is refused when the service is made (it
+    was taken, and every handshake then failed with a raw validation error)."""
+    with pytest.raises(ValueError, match=rf"{option} must be at most [0-9]+ seconds, not {value}"):
+        RunnerService(TOKEN, runner=FakeRunner(), **{option: value})
+
+
+@pytest.mark.parametrize(
     ("option", "value", "said"),
     [
         ("--python", "/nonexistent/python", "--python /nonexistent/python is not an executable"),
