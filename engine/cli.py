@@ -422,9 +422,11 @@ def _keep_the_log(config: Config) -> str:
 async def _scripts(args: argparse.Namespace) -> int:
     store = _store(args, _needs_log(args, "scripts"))
     try:
-        found = await store.scripts(args.status, limit=args.limit)
+        found = await store.scripts(args.status, limit=args.limit + 1)
     finally:
         await store.aclose()
+    more = len(found) > args.limit
+    del found[args.limit :]
     if args.json:
         for record in found:
             sys.stdout.write(orjson.dumps(_script_json(record)).decode() + "\n")
@@ -436,6 +438,12 @@ async def _scripts(args: argparse.Namespace) -> int:
             f"{record.id}  {record.status:<8}  {_when(record.created_ms)}  steps {record.steps}"
             f"  tenant {_shown(record.tenant)}" + ("  held" if record.held else "")
         )
+    if more:
+        print(
+            f"codemode: the first {args.limit:,} scripts, oldest first; there are more: "
+            "raise --limit, or filter with --status",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -443,7 +451,25 @@ async def _scripts(args: argparse.Namespace) -> int:
 # character (a terminal's escape sequence, a line break that would forge a row) is written
 # as its escape. Tabs stay.
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)] if c != 0x09}
-_CONTROL.update({0x2028: "\\u2028", 0x2029: "\\u2029"})
+# Line and paragraph separators, and the marks and overrides that reorder what a terminal
+# shows (code reviewed before an approval read in another order than it runs: Trojan
+# Source, CVE-2021-42574).
+_CONTROL.update(
+    {
+        c: f"\\u{c:04x}"
+        for c in (
+            0x2028,
+            0x2029,
+            0x061C,
+            0x200E,
+            0x200F,
+            *range(0x202A, 0x202F),
+            *range(0x2066, 0x206A),
+        )
+    }
+)
+# The script's own output, printed to a terminal: its line breaks and tabs are its layout.
+_TERMINAL = {c: e for c, e in _CONTROL.items() if c != 0x0A}
 
 
 def _shown(text: object) -> str:
@@ -570,7 +596,12 @@ def _print_result(
     if as_json:  # JSON lines: `run` wrote the script's id first
         sys.stdout.write(orjson.dumps(result.to_dict()).decode() + "\n")
     else:
-        sys.stdout.write(result.text + "\n")
+        text = result.text
+        if sys.stdout.isatty():
+            # What the script printed must not drive the terminal (set its title, clear it,
+            # write the clipboard); a pipe gets the text as it is.
+            text = text.translate(_TERMINAL)
+        sys.stdout.write(text + "\n")
         if result.status == "paused":
             sys.stdout.write(f"(script id {result.script_id})\n")
             if not kept:

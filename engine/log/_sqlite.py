@@ -47,6 +47,10 @@ SCHEMA_VERSION = 3
 CHECKPOINT_EVERY = 64
 
 
+# How long opening the log waits for another process's write lock.
+OPEN_BUSY_MS = 30_000
+
+
 class SqliteStore(SqlStore):
     """The log in ``<directory>/codemode.sqlite3`` (WAL, synchronous commits).
 
@@ -114,8 +118,16 @@ class SqliteStore(SqlStore):
             )
         # Each write says whether it must reach the disk before it returns (see SqlStore._tx).
         db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("PRAGMA busy_timeout=30000")
-        db.execute("BEGIN IMMEDIATE")
+        db.execute(f"PRAGMA busy_timeout={OPEN_BUSY_MS}")
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            db.close()
+            # Another process holds the log's write lock past the busy timeout.
+            raise StoreUnavailable(
+                f"the session log {self.path} could not be opened ({e}): another process "
+                "holds it; try again once it lets go"
+            ) from None
         try:
             (version,) = db.execute("PRAGMA user_version").fetchone()
             if version > SCHEMA_VERSION:
@@ -172,6 +184,14 @@ class SqliteStore(SqlStore):
                     return value
             return await loop.run_in_executor(self._thread, self._run, make(now), write, sync)
         except sqlite3.OperationalError as e:  # locked past the busy timeout, disk full, ...
+            if e.sqlite_errorcode & 0xFF == sqlite3.SQLITE_ERROR:
+                # "no such table", "no such column": the file's tables are not as codemode
+                # made them, which waiting does not mend.
+                raise StoreUnavailable(
+                    f"the session log {self.path} is damaged ({e}): its tables are not as "
+                    "codemode made them; restore it from a backup, or give a new data_dir",
+                    permanent=True,
+                ) from None
             if e.sqlite_errorcode & 0xFF == sqlite3.SQLITE_READONLY:
                 # A read-only file, directory or mount (chattr +i, a ro mount): waiting
                 # does not help, so it is not "resume once it can" (exit code 2, not 75).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -685,7 +686,7 @@ def test_show_and_scripts_print_what_the_log_holds_as_text(tmp_path: Path) -> No
         store = SqliteStore(tmp_path / "data")
         engine = CodeMode([], runner=InProcessRunner(), store=store, type_check="off")
         try:
-            code = '// a\x0cform feed\nthrow new Error("\\x1b]0;title\\x07 here")'
+            code = '// a\x0cform feed \u202e}\u2066\nthrow new Error("\\x1b]0;title\\x07 here")'
             result = await engine.run_code(code, tenant="evil\x1b[2J\nFAKE-ROW finished")
             return result.script_id
         finally:
@@ -700,9 +701,67 @@ def test_show_and_scripts_print_what_the_log_holds_as_text(tmp_path: Path) -> No
     shown = codemode("show", script_id, *data)
     assert shown.returncode == 0, shown.stderr
     assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout and "\x0c" not in shown.stdout
-    assert "\n     1  // a\\x0cform feed\n     2  throw new Error(" in shown.stdout
+    assert "\n     1  // a\\x0cform feed \\u202e}\\u2066\n     2  throw new Error(" in shown.stdout
     assert "\\x1b]0;title\\x07 here" in shown.stdout
     assert "at line 2" in shown.stdout
+
+
+TRACKER = ("--tools", "examples/tracker_tools.py")
+
+
+def test_run_prints_to_a_terminal_what_the_script_printed_without_its_escapes(
+    tmp_path: Path,
+) -> None:
+    """On a terminal, `run` prints the script's output with its control characters as
+    escapes, its line breaks and tabs kept: a model's script set the window's title and
+    cleared the screen. Piped, the text is as the script made it."""
+    import pty
+
+    script = tmp_path / "esc.js"
+    script.write_text('console.log("A\\x1b]0;pwned\\x07B\\tC\\nD\\u202e"); return 1')
+    main, side = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "engine.cli", "run", str(script), *TRACKER],
+            stdout=side,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+            timeout=120,
+        )
+        os.close(side)
+        out = b""
+        with contextlib.suppress(OSError):  # EIO once the terminal's other side is closed
+            while chunk := os.read(main, 65536):
+                out += chunk
+    finally:
+        os.close(main)
+    assert proc.returncode == 0, proc.stderr
+    text = out.decode().replace("\r\n", "\n")
+    assert "Printed:\nA\\x1b]0;pwned\\x07B\tC\nD\\u202e\n" in text, text
+    piped = codemode("run", str(script), *TRACKER)
+    assert "A\x1b]0;pwned\x07B\tC\nD\u202e\n" in piped.stdout
+
+
+def test_scripts_says_when_it_listed_as_many_as_its_limit(tmp_path: Path) -> None:
+    """`scripts` lists the oldest first, up to --limit: at the limit, a line on stderr says
+    there are more (the newest, a paused one waiting for approval, went unseen)."""
+    from engine import CodeMode, SqliteStore
+    from tests.engine.conftest import InProcessRunner
+
+    async def write() -> None:
+        engine = CodeMode([], runner=InProcessRunner(), store=SqliteStore(tmp_path / "data"))
+        try:
+            for i in range(3):
+                await engine.run_code(f"return {i}")
+        finally:
+            await engine.aclose()
+
+    asyncio.run(write())
+    data = ["--data-dir", str(tmp_path / "data")]
+    listed = codemode("scripts", "--limit", "2", *data)
+    assert listed.returncode == 0 and listed.stdout.count("\n") == 2
+    assert "there are more: raise --limit, or filter with --status" in listed.stderr
+    assert codemode("scripts", "--limit", "3", *data).stderr == ""
 
 
 @pytest.mark.parametrize("limit", ["0", "-5", "99999999999999999999", "ten"])

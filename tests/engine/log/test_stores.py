@@ -361,6 +361,46 @@ async def test_sqlite_log_damaged_after_it_opened_is_one_clear_error(tmp_path: P
     assert caught.value.permanent
 
 
+async def test_sqlite_log_without_a_table_is_damaged_not_unwritable(tmp_path: Path) -> None:
+    """A log whose tables are not as codemode made them (one dropped) is damaged, for good:
+    it read "could not be written ...; resume the script once it can", which waiting never
+    mends, and for a read too."""
+    store = SqliteStore(tmp_path)
+    record = ScriptRecord(id="s0001", code="x", tenant="t", now_ms=0, seed=0, created_ms=0)
+    await store.start(record, "host", 30_000)
+    await store.aclose()
+    with sqlite3.connect(store.path) as db:
+        db.execute("DROP TABLE calls")
+    store = SqliteStore(tmp_path)
+    try:
+        with pytest.raises(StoreUnavailable) as caught:
+            await store.calls("s0001")
+    finally:
+        await store.aclose()
+    assert "is damaged (no such table: calls)" in str(caught.value)
+    assert caught.value.permanent
+
+
+async def test_sqlite_log_locked_by_another_process_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening a log whose write lock another process holds past the wait is
+    StoreUnavailable, to try again (it was a raw sqlite3.OperationalError)."""
+    from engine.log import _sqlite
+
+    await SqliteStore(tmp_path).aclose()
+    monkeypatch.setattr(_sqlite, "OPEN_BUSY_MS", 50)
+    holder = sqlite3.connect(tmp_path / "codemode.sqlite3", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreUnavailable, match="another process holds it") as caught:
+            SqliteStore(tmp_path)
+        assert not caught.value.permanent
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
 async def test_postgres_log_whose_tables_were_changed_is_one_clear_error(postgres: str) -> None:
     """A schema whose tables are not the ones codemode made (one dropped by hand, or a
     schema of that name that another application uses) fails with StoreUnavailable naming
