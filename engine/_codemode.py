@@ -619,7 +619,9 @@ class CodeMode(StepLoop):
 
     async def work(self, *, stop: asyncio.Event | None = None) -> None:
         """Drive scripts that wait for no one (an answer landed, or their host died), one at
-        a time, until ``stop`` is set: what ``codemode worker`` runs. Hosts that only record
+        a time, until ``stop`` is set: what ``codemode worker`` runs. A script being driven
+        when ``stop`` is set is left before its next step (its calls running then end first),
+        for another host to drive on. Hosts that only record
         approvals need not drive scripts themselves while one of these runs."""
         self._check_open()
         stop = stop or asyncio.Event()
@@ -650,6 +652,7 @@ class CodeMode(StepLoop):
                         await stop.wait()
                 continue
             lease = drive.lease
+            drive.leave = stop  # told to stop, it leaves the script at its next step
             self._emit(
                 "resumed", lease.script_id, tenant=drive.record.tenant, steps=drive.record.steps
             )

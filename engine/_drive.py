@@ -148,6 +148,9 @@ class Drive:
         # The handlers of the calls running now (see :meth:`run_handler`), which
         # :meth:`abandon` cancels.
         self._handlers: set[asyncio.Task[Any]] = set()
+        # Set: the drive stops before its next step, its script left in the log for another
+        # host to drive on (a worker that was told to stop).
+        self.leave: asyncio.Event | None = None
         self._abandoned = False
 
     @classmethod

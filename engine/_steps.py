@@ -56,6 +56,13 @@ class StepLoop(CallSettling):
         # fails with it, as a script that throws does (its run is the whole run so far).
         printed = ""
         while True:
+            if drive.leave is not None and drive.leave.is_set():
+                return RunResult(
+                    drive.record.id,
+                    "elsewhere",
+                    "Script left as it was: this host is stopping; another host drives it on.",
+                    steps=drive.record.steps,
+                )
             await drive.reread_script()  # a hold may have landed
             record = drive.record
             if record.status in log.ENDED and record.outcome is not None:

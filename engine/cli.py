@@ -554,8 +554,20 @@ async def _worker(args: argparse.Namespace) -> int:
     async with _engine(args, needs_runner=True) as engine:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
+
+        def stopping(code: int) -> None:
+            # The first signal: the script being driven is left at its next step (its
+            # running calls end first), for another host. One whose calls have not ended
+            # INTERRUPT_GRACE seconds later, or a second signal, stops at once.
+            if stop.is_set():
+                give_up(code)
+            stop.set()
+            timer = threading.Timer(INTERRUPT_GRACE, give_up, (code,))
+            timer.daemon = True
+            timer.start()
+
+        loop.add_signal_handler(signal.SIGINT, stopping, INTERRUPTED)
+        loop.add_signal_handler(signal.SIGTERM, stopping, TERMINATED)
         print("codemode: worker driving ready scripts; stop it with Ctrl-C", file=sys.stderr)
         await engine.work(stop=stop)
     return 0

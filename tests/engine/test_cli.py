@@ -649,6 +649,65 @@ def test_scripts_show_approve_and_a_worker(tmp_path: Path) -> None:
     assert [c["state"] for c in calls] == ["done"] and calls[0]["result"]["status"] == "posted"
 
 
+def test_a_worker_told_to_stop_leaves_its_script_at_the_next_step(tmp_path: Path) -> None:
+    """SIGTERM while the worker drives a long script: the call running then ends, the script
+    is left in the log before its next step (no call left running, its lease given up) and
+    the worker exits 0 at once. It drove the script to its end first, however long, and
+    further signals did nothing."""
+    tools_file = tmp_path / "slow_tools.py"
+    tools_file.write_text(
+        "import asyncio\n"
+        "from engine import tool\n"
+        "@tool(needs_approval=True)\n"
+        "def gate(x: int) -> int:\n"
+        '    """Approval gate."""\n'
+        "    return x\n"
+        "@tool\n"
+        "async def slow(seconds: float) -> float:\n"
+        '    """Sleep."""\n'
+        "    await asyncio.sleep(seconds)\n"
+        "    return seconds\n"
+    )
+    data = str(tmp_path / "data")
+    tools = ["--tools", str(tools_file), "--data-dir", data]
+    code = "await tools.gate({ x: 1 }); for (let i = 0; i < 1000; i++) await tools.slow({ seconds: 0.2 });"
+    first = codemode("run", "-", *tools, "--json", stdin=code)
+    assert first.returncode == 3, first.stderr
+    paused = json.loads(first.stdout.splitlines()[1])
+    approved = codemode(
+        "approve", paused["script_id"], paused["waiting"][0]["call_id"], "--data-dir", data
+    )
+    assert approved.returncode == 0, approved.stderr
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "worker", *tools],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            shown = json.loads(
+                codemode("show", paused["script_id"], "--data-dir", data, "--json").stdout
+            )
+            if len(shown["calls"]) >= 4:
+                break
+            assert time.monotonic() < deadline, "the worker did not drive the script"
+            time.sleep(0.2)
+    finally:
+        signalled = time.monotonic()
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    assert time.monotonic() - signalled < 5
+    shown = json.loads(codemode("show", paused["script_id"], "--data-dir", data, "--json").stdout)
+    # Left for the next worker: no lease on it, not ended.
+    assert shown["script"]["status"] in ("active", "paused"), shown["script"]
+    assert shown["script"]["lease"]["expires_ms"] == 0  # given up
+    assert {c["state"] for c in shown["calls"]} == {"done"}
+
+
 def test_log_commands_with_bad_input(tmp_path: Path) -> None:
     """scripts, show, approve and worker without a log, or naming what the log does not hold:
     one clear line each, exit code 2."""
