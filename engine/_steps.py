@@ -81,6 +81,10 @@ class StepLoop(CallSettling):
             if over is not None:
                 return await self._end(drive, dataclasses.replace(over, printed=printed))
             step = await self._step(drive, limits)
+            if step.outcome == "failed" and not step.printed:
+                # A process a limit stopped (its CPU, its deadline) reported nothing: what
+                # the steps before printed stands, the script's output up to its last call.
+                step.printed = printed
             printed = step.printed
             ending = self._over_budget(drive.record, step, limits)
             if ending is None and step.outcome == "calls":

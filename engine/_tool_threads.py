@@ -227,13 +227,25 @@ def shared_threads() -> ToolThreads:
     return threads
 
 
-def timed_out(name: str, seconds: float, ticket: Ticket | None) -> str:
+def timed_out(
+    name: str, seconds: float, ticket: Ticket | None, threads: ToolThreads | None = None
+) -> str:
     """What the script reads when ``tools.<name>`` passed its deadline.
 
-    ``ticket`` is the sync call's (None: an async handler, which was cancelled). Like an
-    interrupted call, a call that may have taken effect says so.
+    ``ticket`` is the sync call's (None: an async handler, which was cancelled), waiting for
+    a thread of ``threads``. Like an interrupted call, a call that may have taken effect says
+    so.
     """
     if ticket is not None and ticket.state == "waiting":
+        if threads is not None and threads.by_script[ticket.script] >= threads.per_script:
+            # The script's own share is what is full: its earlier calls hold it (a handler
+            # that timed out runs on in its thread), and calling again waits the same way.
+            return (
+                f"tools.{name} did not run: this script's {threads.per_script} tool "
+                f"thread{'s' if threads.per_script != 1 else ''} stayed taken by its earlier "
+                f"calls for {seconds:g} s (a call that timed out keeps its thread until its "
+                "handler returns); call it again once they end"
+            )
         return (
             f"tools.{name} did not run: no tool thread came free within {seconds:g} s (the "
             "host is busy with other calls); it can be called again"

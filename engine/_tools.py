@@ -403,7 +403,7 @@ class Tool:
             return result
         except TimeoutError as e:
             if scope.expired():
-                raise self._error(timed_out(self.name, timeout or 0.0, ticket)) from None
+                raise self._error(timed_out(self.name, timeout or 0.0, ticket, threads)) from None
             raise self._error(_message_of(e)) from e
         except ToolCallError as e:
             raise self._error(e.message) from e

@@ -431,8 +431,9 @@ _SIGNAL_NAMES: dict[int, str] = {
 }
 
 
-# What CPython writes to stderr before it aborts, out of memory past recovery.
-_PYTHON_GAVE_UP = "Cannot recover from MemoryErrors"
+# What CPython, and Rust's allocator (pydantic-core's, orjson's: they abort where an
+# allocation fails), write to stderr before they abort, out of memory past recovery.
+_GAVE_UP = ("Cannot recover from MemoryErrors", "memory allocation of ")
 
 
 def step_from(
@@ -481,9 +482,10 @@ def step_from(
             "and was stopped",
         )
         return Step.failure("LimitError", message, limit="compute_ms", process=process)
-    if term_signal == signal.SIGSYS and _PYTHON_GAVE_UP in stderr_tail:
-        # CPython aborts when it cannot even raise MemoryError, and abort's tgkill is one
-        # of the calls the filter kills: the heap ran out (only the process writes fd 2).
+    if term_signal == signal.SIGSYS and any(said in stderr_tail for said in _GAVE_UP):
+        # CPython aborts when it cannot even raise MemoryError (Rust code, when an
+        # allocation fails), and abort's tgkill is one of the calls the filter kills: the
+        # heap ran out (only the process writes fd 2).
         return Step.failure(
             "LimitError",
             protocol.limit_message("memory", "the script's heap ran out"),

@@ -53,6 +53,15 @@ class FileError(Exception):
     """A bad use of ``files``: the script sees a catchable ``Error`` with this message."""
 
 
+class FileLimitError(FileError):
+    """A file limit met at one use of ``files`` (a file shown, a stream opened): catchable
+    there, as a call's limit is; uncaught, the run ends on limit ``name``."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
 class FileLimit(Exception):
     """A run-ending file limit (``file_bytes``); ``name`` is the limit's name."""
 
@@ -174,33 +183,36 @@ class Files:
             return
         limits = self.limits
         if len(self.shown) + 1 > limits.shown_files:
-            raise FileError(
+            raise FileLimitError(
+                "shown_files",
                 limit_message(
                     "shown_files",
                     f"the script already shows {len(self.shown)} files, the most one script "
                     f"may show is {limits.shown_files}",
-                )
+                ),
             )
         if is_media(info.mime):
             if self.shown_media + info.size > limits.shown_media:
-                raise FileError(
+                raise FileLimitError(
+                    "shown_media",
                     limit_message(
                         "shown_media",
                         f"showing {info.id} ({_size(info.size)}) would put "
                         f"{_size(self.shown_media + info.size)} of media in front of the "
                         f"model, over {_size(limits.shown_media)}",
-                    )
+                    ),
                 )
             self.shown_media += info.size
         else:
             room = limits.shown - self.shown_text
             if room <= 0:
-                raise FileError(
+                raise FileLimitError(
+                    "shown",
                     limit_message(
                         "shown",
                         f"the files shown already fill the {_size(limits.shown)} of file text "
                         "the model may see",
-                    )
+                    ),
                 )
             self.shown_text += min(info.size, room)
         self.shown.append(info.id)
@@ -215,12 +227,13 @@ class Files:
     def open(self, kind: str, file_id: Any, options: dict[str, Any]) -> int:
         info = self.info(file_id)
         if len(self.streams) >= self.limits.streams:
-            raise FileError(
+            raise FileLimitError(
+                "streams",
                 limit_message(
                     "streams",
                     f"{len(self.streams)} files are open at once, the most one script may have "
                     f"is {self.limits.streams}",
-                )
+                ),
             )
         if not isinstance(options, dict):
             raise FileError(f"files.{kind} takes an object of options, as {{ limit: 10 }}")

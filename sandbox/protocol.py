@@ -143,7 +143,9 @@ REMEDIES = {
     "step_arguments": "await some calls before making the next",
     "memory": "work on less data at once (ask tools for less, stream files)",
     "compute_ms": "do less work per run (ask tools for less, avoid busy loops)",
-    "total_compute_ms": "do less work before each call (each run repeats it)",
+    "total_compute_ms": (
+        "do less work in all (ask tools for less; a replayed run repeats the work before each call)"
+    ),
     "file_bytes": "read less (files.chunks with an offset, a stream with { limit })",
     "total_file_bytes": (
         "read less (a script that calls tools may read its files again at each run: read "

@@ -3137,7 +3137,7 @@ class Run(Replay):
             message += ": " + "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
             lines = [n for leaf in leaves[:_GROUP_SHOWN] for n in _script_lines(leaf)] + lines
         limit = None
-        if isinstance(error, LimitError) and message in self.limit_errors:
+        if isinstance(error, LimitError | FileError) and message in self.limit_errors:
             limit = LimitMet(name=self.limit_errors[message], message=message)
         missing = error.name if type(error) is NameError else None
         if type(missing) is str and _declared_global(self.script.code, missing):

@@ -38,7 +38,7 @@ from typing import Any, ClassVar, NoReturn, Protocol
 import orjson
 
 from sandbox import jsontext
-from sandbox.files import Fetch, FileError, FileLimit, Files, RawJson
+from sandbox.files import Fetch, FileError, FileLimit, FileLimitError, Files, RawJson
 from sandbox.names import closest_names
 from sandbox.protocol import (
     LIVE_VERSION,
@@ -316,6 +316,8 @@ class Replay(abc.ABC):
             else:
                 return "t" + f"files.{op} is not a function of files"
         except FileError as e:
+            if isinstance(e, FileLimitError):
+                self.limit_errors[str(e)] = e.name  # uncaught, the run ends on the limit
             return "t" + str(e)
         except FileLimit as e:
             self._end_limit_message(e.name, e.message)

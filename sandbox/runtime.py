@@ -437,7 +437,7 @@ class Run(Replay):
 
     def _failed(self, name: str, message: str, stack: str, null: bool = False) -> Ran:
         limit = None
-        if name == "RangeError" and message in self.limit_errors:
+        if name in ("RangeError", "Error") and message in self.limit_errors:
             # A per-call limit the script did not catch: the run ended because it was met.
             limit = LimitMet(name=self.limit_errors[message], message=message)
         # QuickJS throws `null` when it cannot even allocate the out-of-memory error (most

@@ -22,8 +22,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from opentelemetry import trace
-from opentelemetry.trace import Span, Status, StatusCode
+try:
+    from opentelemetry import trace
+    from opentelemetry.trace import Span, Status, StatusCode
+except ImportError as e:  # the extra is not installed: say which one installs it
+    raise ImportError(
+        f"engine.adapters.otel needs OpenTelemetry ({e}): pip install 'codemode[otel]'"
+    ) from None
 
 from engine._events import Event
 

@@ -36,11 +36,16 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
-from pydantic_ai import Tool as AgentTool
-from pydantic_ai.exceptions import ApprovalRequired
-from pydantic_ai.messages import BinaryContent, ToolReturnPart
-from pydantic_ai.toolsets import FunctionToolset
+try:
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
+    from pydantic_ai import Tool as AgentTool
+    from pydantic_ai.exceptions import ApprovalRequired
+    from pydantic_ai.messages import BinaryContent, ToolReturnPart
+    from pydantic_ai.toolsets import FunctionToolset
+except ImportError as e:  # the extra is not installed: say which one installs it
+    raise ImportError(
+        f"engine.adapters.pydantic_ai needs pydantic-ai ({e}): pip install 'codemode[pydantic-ai]'"
+    ) from None
 
 from engine._codemode import CodeMode
 from engine._errors import CallNotWaiting, ToolDefinitionError

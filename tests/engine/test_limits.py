@@ -264,6 +264,39 @@ async def test_compute_ms_limit(process_runner: ProcessRunner) -> None:
     assert (await engine.run_code("return 'healthy'")).value == "healthy"
 
 
+@pytest.mark.parametrize("live", [True, False], ids=["live", "replay"])
+async def test_compute_ms_keeps_what_was_printed_before_the_last_call(
+    process_runner: ProcessRunner, live: bool
+) -> None:
+    """A process compute_ms stops reports nothing: the script's output is what it printed up
+    to its last call (it lost all it had printed); what it printed since goes with it."""
+    engine = CodeMode([echo], runner=process_runner, limits=Limits(compute_ms=300), live=live)
+    code = 'console.log("before"); await tools.echo(); console.log("after"); for (;;) {}'
+    result = await engine.run_code(code)
+    _assert_limit(result, "compute_ms")
+    assert result.text.endswith("\nPrinted:\nbefore"), result.text
+
+
+async def test_python_results_past_the_heap_meet_memory_live_as_replayed(
+    process_runner: ProcessRunner,
+) -> None:
+    """A live Python run whose results line does not fit its heap: the parser's allocator
+    aborts (Rust's "memory allocation of N bytes failed"), which read as a forbidden system
+    call (SandboxViolation); it is the memory limit, as the same script replayed says."""
+
+    @tool
+    def objects(n: int) -> list[dict[str, int]]:
+        """n empty objects."""
+        return [{}] * n
+
+    for live in (True, False):
+        engine = CodeMode(
+            [objects], runner=process_runner, limits=Limits(memory=16 * MiB), live=live
+        )
+        code = "r = await tools.objects(n=500_000)\nprint(len(r))"
+        _assert_limit(await engine.run_code(code, language="python"), "memory")
+
+
 async def test_memory_limit(process_runner: ProcessRunner) -> None:
     """memory: a growing array meets the JS heap limit in the confined process."""
     engine = CodeMode([], runner=process_runner, limits=Limits(memory=16 * MiB))

@@ -120,9 +120,12 @@ async def test_a_timed_out_sync_call_says_it_may_take_effect_and_frees_room() ->
         "tools.stuck timed out after 0.2 s while its handler ran; a handler cannot be "
         "stopped, so the call may or may not take effect; check before calling it again"
     )
+    # Its own timed-out call holds the script's one thread: said so (it read "the host is
+    # busy with other calls; it can be called again", and again it waited in vain).
     assert second == (
-        "tools.stuck did not run: no tool thread came free within 0.2 s (the host is busy "
-        "with other calls); it can be called again"
+        "tools.stuck did not run: this script's 1 tool thread stayed taken by its earlier "
+        "calls for 0.2 s (a call that timed out keeps its thread until its handler returns); "
+        "call it again once they end"
     )
     assert other.value == "fast", other.text
     threads = engine._tool_threads

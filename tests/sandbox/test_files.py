@@ -155,6 +155,18 @@ def test_a_stream_option_it_does_not_have_is_refused(call: str, message: str) ->
     assert message in ran.error.message
 
 
+def test_a_file_limit_met_and_not_caught_ends_the_run_on_it() -> None:
+    """`shown`, `shown_files`, `shown_media` and `streams` are met at a use of files, where
+    the script can catch them; uncaught, the run ends on the limit (the ending named none,
+    so the host's log had no warning of it and the result no limit)."""
+    ran = run('files.show("big.txt"); files.show("notes.md"); return 1', shown=1000)
+    assert ran.outcome == "failed" and ran.limit is not None and ran.limit.name == "shown"
+    caught = 'try { files.show("big.txt"); files.show("notes.md") } catch (e) { return "caught" }'
+    assert value(caught, shown=1000) == "caught"
+    ran = run('files.show("sales.csv"); files.show("notes.md"); return 1', shown_files=1)
+    assert ran.limit is not None and ran.limit.name == "shown_files"
+
+
 def test_lines_without_line_ends() -> None:
     """files.lines gives lines without their line ends (\\n or \\r\\n)."""
     code = "const out = []; for await (const l of files.lines('notes.md')) out.push(l); return out"

@@ -251,3 +251,21 @@ async def test_a_cancelled_drive_is_left_and_its_spans_end(exporter) -> None:
     assert tracing._scripts == {} and tracing._calls == {}
     ended = {s.name: s.status.status_code for s in spans_out.get_finished_spans()}
     assert ended["codemode.script"] == ended["codemode.call"] == StatusCode.ERROR
+
+
+@pytest.mark.parametrize(
+    ("adapter", "package", "extra"),
+    [("otel", "opentelemetry", "otel"), ("pydantic_ai", "pydantic_ai", "pydantic-ai")],
+)
+def test_an_adapter_without_its_extra_names_the_extra(
+    adapter: str, package: str, extra: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Imported without its packages, an adapter's ImportError names the extra that installs
+    them (it was a bare ModuleNotFoundError), as the PostgreSQL store's does."""
+    import importlib
+    import sys
+
+    monkeypatch.setitem(sys.modules, package, None)  # as if not installed
+    monkeypatch.delitem(sys.modules, f"engine.adapters.{adapter}", raising=False)
+    with pytest.raises(ImportError, match=rf"pip install 'codemode\[{extra}\]'"):
+        importlib.import_module(f"engine.adapters.{adapter}")
