@@ -205,7 +205,11 @@ class Config:
             raise ConfigError(f"{where}: [codemode.mcpServers] must be a table of servers")
         resolved = None
         if data_dir is not None:
-            resolved = Path(data_dir).expanduser()  # "~/..." is the home directory, as in a shell
+            try:
+                # "~/..." is the home directory, as in a shell.
+                resolved = Path(data_dir).expanduser()
+            except RuntimeError as e:  # "~nosuchuser/...": no such home directory
+                raise ConfigError(f"{where}: data_dir {data_dir!r}: {e}") from None
             if base is not None and not resolved.is_absolute():
                 resolved = base / resolved
         return cls(
@@ -493,7 +497,14 @@ def data_directory(data_dir: str | Path) -> Path:
     if not _a_path(str(data_dir)):
         raise ConfigError(f"data_dir {str(data_dir)!r} is not a usable path; give a directory")
     path = Path(data_dir)
-    if path.exists() and not path.is_dir():
+    try:
+        exists = path.exists()
+    except OSError as e:  # a directory above it that may not be searched, a name too long
+        raise ConfigError(
+            f"data_dir {path}: cannot be looked at ({e.strerror or e}); give a directory this "
+            "process may use"
+        ) from None
+    if exists and not path.is_dir():
         hint = ""
         try:
             with path.open("rb") as f:

@@ -24,11 +24,17 @@ from engine._tools import Tool, load_mcp_tools
 def load_tools(path: str | Path) -> tuple[list[Tool], dict[str, Any]]:
     """The tools a file defines, and the file's namespace (for a ``CONTEXT`` or ``WORKER``)."""
     path = Path(path)
-    if not path.is_file():
+    try:
+        there = path.is_file()
+    except OSError as e:  # a directory it may not search, a name too long
+        raise ConfigError(f"cannot look for the tools file {path} ({e.strerror or e})") from None
+    if not there:
         raise ConfigError(f"no tools file at {path}")
     if path.suffix == ".json":
         try:
             data = orjson.loads(path.read_bytes())
+        except OSError as e:
+            raise ConfigError(f"cannot read the tools file {path} ({e.strerror or e})") from None
         except orjson.JSONDecodeError as e:
             raise ConfigError(f"{path} is not JSON: {e}") from None
         try:

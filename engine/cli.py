@@ -401,7 +401,19 @@ def _needs_log(args: argparse.Namespace, command: str, *, made: bool = True) -> 
         raise CodeModeError(f"{command} needs the session log: {_keep_the_log(config)}")
     if made and config.store.kind != "postgres" and config.data_dir is not None:
         path = Path(config.data_dir) / SqliteStore.FILE_NAME
-        if not path.is_file():
+        try:
+            there = path.is_file()
+        except OSError as e:  # a directory it may not search, a name too long
+            raise ConfigError(
+                f"{command}: cannot look for the session log in {config.data_dir} "
+                f"({e.strerror or e}); check --data-dir (or data_dir in codemode.toml)"
+            ) from None
+        if not there and path.is_dir():
+            raise ConfigError(
+                f"{command}: {path} is a directory, not a session log; check --data-dir (or "
+                "data_dir in codemode.toml)"
+            )
+        if not there:
             raise CodeModeError(
                 f"{command}: there is no session log in {config.data_dir} ({path.name} is not "
                 "there); check --data-dir (or data_dir in codemode.toml)"

@@ -20,6 +20,7 @@ import orjson
 
 from engine._errors import ConfigError, StoreUnavailable
 from engine._files import BlobStore
+from engine.log import _rows as rows
 from engine.log import _schema as tables
 from engine.log import _sql as sql
 from engine.log._sqlbase import SqlStore
@@ -224,6 +225,7 @@ class PostgresStore(SqlStore):
             psycopg.errors.InternalError,
             psycopg.errors.ProgrammingError,
             orjson.JSONDecodeError,
+            rows.BadRow,
         ) as e:
             if isinstance(e, psycopg.errors.InsufficientPrivilege):
                 raise StoreUnavailable(

@@ -20,6 +20,7 @@ RUNNING = "running"  # claimed: it is running, or its owner died while it ran
 DONE = "done"
 FAILED = "failed"
 SETTLED = frozenset({DONE, FAILED})
+CALL_STATES = frozenset({PROPOSED, AWAITING_APPROVAL, APPROVED, AWAITING_CLIENT, RUNNING}) | SETTLED
 # What the owner's worker may decide for a proposed call.
 DECIDED = frozenset({AWAITING_APPROVAL, APPROVED, AWAITING_CLIENT, FAILED})
 

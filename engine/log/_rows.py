@@ -13,6 +13,58 @@ from typing import Any
 import orjson
 
 from engine.log import _records as r
+from engine.log import _schema as schema
+
+
+class BadRow(ValueError):
+    """A row whose values are not of the types codemode writes (changed by hand or by
+    another program: SQLite keeps what it is given): the log is damaged."""
+
+
+_KINDS: dict[str, tuple[type, ...] | None] = {
+    "text": (str,),
+    "int": (int,),
+    "real": (int, float),
+    "blob": None,  # JSON, checked once loaded
+}
+
+
+_Types = tuple[tuple[str, tuple[type, ...] | None], ...]
+
+
+def _column_types(columns: list[tuple[str, str, str]]) -> _Types:
+    """Each column's name and types, in row order, from the schema: a column that may be
+    NULL takes None too."""
+    types = []
+    for name, kind, constraint in columns:
+        allowed = _KINDS[kind]
+        if allowed is not None and "NOT NULL" not in constraint and "PRIMARY" not in constraint:
+            allowed = (*allowed, type(None))
+        types.append((name, allowed))
+    return tuple(types)
+
+
+_SCRIPT_TYPES = _column_types(schema.SCRIPTS)
+_CALL_TYPES = _column_types(schema.CALLS)
+# Times and counts a host reads as dates or sizes: within what a date can be.
+_MOST = 1 << 53
+
+
+def _check(row: Sequence[Any], types: _Types, what: str) -> None:
+    for value, (name, allowed) in zip(row, types, strict=True):
+        if allowed is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, allowed):
+            raise BadRow(f"a {what} row holds {type(value).__name__} in its {name} column")
+        if isinstance(value, int | float) and not -_MOST <= value <= _MOST:
+            raise BadRow(f"a {what} row holds {value!r:.40} in its {name} column")
+
+
+def _loaded(blob: bytes | memoryview | None, kind: type, what: str) -> Any:
+    value = load(blob)
+    if value is not None and not isinstance(value, kind):
+        raise BadRow(f"a {what} row's JSON holds {type(value).__name__}, not {kind.__name__}")
+    return value
 
 
 def dump(value: Any) -> bytes | None:
@@ -52,6 +104,9 @@ def script_row(
 
 
 def script_from_row(row: Sequence[Any]) -> r.ScriptRecord:
+    _check(row, _SCRIPT_TYPES, "script")
+    if row[9] not in (r.ACTIVE, r.PAUSED, *r.ENDED):
+        raise BadRow(f"a script row's status is {row[9]!r:.40}, which codemode never writes")
     owner, token, expires = row[17], row[18], row[19]
     return r.ScriptRecord(
         id=row[0],
@@ -68,9 +123,9 @@ def script_from_row(row: Sequence[Any]) -> r.ScriptRecord:
         steps=row[11],
         total_compute_ms=row[12],
         total_file_bytes=row[13],
-        outcome=load(row[14]),
-        files=load(row[15]) or [],
-        tools=load(row[16]) or {},
+        outcome=_loaded(row[14], dict, "script"),
+        files=_loaded(row[15], list, "script") or [],
+        tools=_loaded(row[16], dict, "script") or {},
         lease=r.Lease(row[0], owner, token, expires) if owner is not None else None,
     )
 
@@ -101,12 +156,15 @@ def call_row(e: r.CallEntry, *, claim: tuple[str, int, int] | None = None) -> tu
 
 
 def call_from_row(row: Sequence[Any]) -> r.CallEntry:
+    _check(row, _CALL_TYPES, "call")
+    if row[6] not in r.CALL_STATES:
+        raise BadRow(f"a call row's state is {row[6]!r:.40}, which codemode never writes")
     return r.CallEntry(
         script_id=row[0],
         index=row[1],
         call_id=row[2],
         name=row[3],
-        arguments=load(row[4]),
+        arguments=_loaded(row[4], dict, "call"),
         argument_bytes=row[5],
         state=row[6],
         result=load(row[7]),

@@ -80,7 +80,11 @@ def calls(script_id: str, start: int) -> Tx:
         (script_id, start),
         "all",
     )
-    return [rows.call_from_row(row) for row in found]
+    entries = [rows.call_from_row(row) for row in found]
+    for expected, entry in enumerate(entries, start):
+        if entry.index != expected:  # the engine reads a call at the index it has
+            raise rows.BadRow(f"the calls of script {script_id!r} skip index {expected}")
+    return entries
 
 
 def scripts(status: str | None, limit: int) -> Tx:

@@ -33,6 +33,7 @@ import orjson
 
 from engine._errors import ConfigError, StoreUnavailable
 from engine._files import BlobStore
+from engine.log import _rows as rows
 from engine.log import _schema as schema
 from engine.log import _sql as sql
 from engine.log._aio import UNSUPPORTED, AioSync
@@ -205,7 +206,7 @@ class SqliteStore(SqlStore):
                 f"the session log {self.path} could not be written ({e}); nothing written is "
                 "lost: resume the script once it can"
             ) from None
-        except (sqlite3.DatabaseError, orjson.JSONDecodeError) as e:
+        except (sqlite3.DatabaseError, orjson.JSONDecodeError, rows.BadRow) as e:
             # "database disk image is malformed", or a row whose JSON is not JSON (changed
             # by hand, or by another program writing the file).
             raise StoreUnavailable(

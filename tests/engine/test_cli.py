@@ -269,6 +269,26 @@ def one_clear_line(proc: subprocess.CompletedProcess[str], *needles: str, code: 
     return lines[0]
 
 
+def test_paths_the_system_refuses_are_one_clear_line(tmp_path: Path) -> None:
+    """A data_dir or tools file whose name is too long, a home directory that does not exist,
+    a session log that is a directory: one line naming the path (each was a traceback:
+    OSError from Path.is_file, RuntimeError from expanduser)."""
+    long = str(tmp_path / ("a" * 300))
+    one_clear_line(codemode("scripts", "--data-dir", long), "cannot look for the session log")
+    one_clear_line(codemode("run", "-", "--tools", long + ".py", stdin="return 1"), "tools file")
+    one_clear_line(
+        codemode("run", "-", *TRACKER, "--data-dir", long, stdin="return 1"),
+        "cannot be looked at (File name too long)",
+    )
+    config = tmp_path / "codemode.toml"
+    config.write_text('[codemode]\ndata_dir = "~nosuchuser4213/x"\n')
+    one_clear_line(codemode("scripts", "--config", str(config)), "data_dir '~nosuchuser4213/x'")
+    (tmp_path / "d" / "codemode.sqlite3").mkdir(parents=True)
+    one_clear_line(
+        codemode("scripts", "--data-dir", str(tmp_path / "d")), "is a directory, not a session log"
+    )
+
+
 def test_tools_file_that_raises_on_import(tmp_path: Path) -> None:
     """A tools file that raises while loading is named with its line and the error."""
     tools = tmp_path / "tools.py"

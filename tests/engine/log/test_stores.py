@@ -15,7 +15,15 @@ import orjson
 import pytest
 
 from engine import ConfigError, StoreUnavailable
-from engine.log import APPROVED, DONE, LogStore, PostgresStore, ScriptRecord, SqliteStore
+from engine.log import (
+    APPROVED,
+    DONE,
+    CallEntry,
+    LogStore,
+    PostgresStore,
+    ScriptRecord,
+    SqliteStore,
+)
 
 # The schema of the first release's SQLite log, as its files are on hosts' disks.
 FIRST_RELEASE_SCHEMA = """
@@ -399,6 +407,45 @@ async def test_sqlite_log_locked_by_another_process_is_one_clear_error(
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ("UPDATE scripts SET created_ms = 'abc'", "a script row holds str in its created_ms"),
+        ("UPDATE scripts SET outcome = x'5b315d'", "a script row's JSON holds list, not dict"),
+        ("UPDATE scripts SET lease_expires_ms = 1e20", "in its lease_expires_ms column"),
+        ("UPDATE scripts SET status = 'weird'", "status is 'weird', which codemode never"),
+        ("UPDATE calls SET state = 'weird'", "a call row's state is 'weird'"),
+        ("UPDATE calls SET started_ms = 1e300", "in its started_ms column"),
+        ("UPDATE calls SET idx = 5", "skip index 0"),
+    ],
+)
+async def test_sqlite_rows_of_what_codemode_never_writes_are_damage(
+    tmp_path: Path, change: str, said: str
+) -> None:
+    """SQLite keeps whatever a row is given: a row changed by hand or by another program to
+    values codemode never writes is the log damaged, said once (they were TypeErrors,
+    OverflowErrors, and an unknown call state drove a resume into endless recursion)."""
+    store = SqliteStore(tmp_path)
+    record = ScriptRecord(id="s1", code="x", tenant="t", now_ms=0, seed=0, created_ms=0)
+    started = await store.start(record, "host", 30_000)
+    entry = CallEntry(
+        script_id="s1", index=0, call_id="c1", name="t", arguments={}, argument_bytes=2
+    )
+    await store.add_calls(started.lease, [entry])
+    await store.aclose()
+    with sqlite3.connect(store.path) as db:
+        db.execute(change)
+    store = SqliteStore(tmp_path)
+    try:
+        with pytest.raises(StoreUnavailable) as caught:
+            await store.get_script("s1")
+            await store.calls("s1")
+    finally:
+        await store.aclose()
+    assert said in str(caught.value) and "is damaged" in str(caught.value)
+    assert caught.value.permanent
 
 
 async def test_postgres_log_whose_tables_were_changed_is_one_clear_error(postgres: str) -> None:
