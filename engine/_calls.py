@@ -233,9 +233,9 @@ class CallSettling(Emitting):
 
 def error_text(message: str) -> str:
     """A call's error message as the log keeps it and the script sees it: within the bound
-    for messages, and valid UTF-8 (a lone surrogate, which no store can keep, becomes
-    U+FFFD)."""
-    return LONE_SURROGATE.sub("\ufffd", bounded(message, "message"))
+    for messages, and text every store keeps (a lone surrogate, which none can keep, and a
+    NUL, which PostgreSQL's text cannot, become U+FFFD), the same on every store."""
+    return log.NOT_KEPT.sub("\ufffd", bounded(message, "message"))
 
 
 # In a Python str every surrogate code point stands alone (a pair would be one code point).

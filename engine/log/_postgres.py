@@ -151,15 +151,17 @@ class PostgresStore(SqlStore):
             name=f"codemode-{schema}",
         )
 
-    async def _back(self, pool: Any) -> Any:
+    async def _back(self, pool: Any, timed_out: bool = False) -> Any:
         """The pool to go on with after a connection of ``pool`` was lost, once the server
         takes connections again: asked directly every 50 ms to 1 s, up to the connect
         timeout. psycopg_pool's own reconnection backs off (1, 2, 4, 8 s), so after an
         outage of 8 s it would connect again at 15 s, past the timeout: a pool that found the
         server down is replaced by a new one, made once it answers. A server that answered at
         once (a restart, a connection it cut) keeps the pool, whose broken connections are
-        dropped (``check``). Raises ``psycopg.OperationalError`` if it does not answer, or
-        refuses for good (:func:`_connect`)."""
+        dropped (``check``), unless no connection of it came in time (``timed_out``) while
+        it has fewer than it may: its reconnection is then in that backoff (up to minutes
+        after a long outage), and it is replaced too. Raises ``psycopg.OperationalError``
+        if the server does not answer, or refuses for good (:func:`_connect`)."""
         import psycopg
 
         async with self._opening:
@@ -169,7 +171,8 @@ class PostgresStore(SqlStore):
             deadline = loop.time() + self._timeout
             conn, down = await _connect(psycopg, self.dsn, self._timeout)
             await conn.close()
-            if not down:
+            backing_off = timed_out and pool.get_stats().get("pool_size", 0) < self._max
+            if not down and not backing_off:
                 await pool.check()
                 return pool
             fresh = self._new_pool()
@@ -210,12 +213,13 @@ class PostgresStore(SqlStore):
         try:
             try:
                 return await self._attempt(pool, make, write)
-            except (_Uncommitted, PoolTimeout):
+            except (_Uncommitted, PoolTimeout) as e:
                 # The connection was lost before the transaction's COMMIT was sent, so none
                 # of it took effect: the server restarted (or cut it) since it last served;
-                # or no connection came (the server is down, or every one is busy). Once it
-                # takes connections again, the transaction runs once more, on a new one.
-                pool = await self._back(pool)
+                # or no connection came (the server is down, or every one is busy; or the
+                # pool was replaced, and closed, while this waited in it). Once it takes
+                # connections again, the transaction runs once more, on a new one.
+                pool = await self._back(pool, timed_out=isinstance(e, PoolTimeout))
                 return await self._attempt(pool, make, write)
         except (
             psycopg.errors.UndefinedTable,
@@ -257,8 +261,16 @@ class PostgresStore(SqlStore):
         server gives the transaction's id once it answers again: committed, its value;
         rolled back, one more attempt (nothing of it took effect). Raises
         :class:`_CommitUnknown` when the server cannot say."""
+        from psycopg_pool import PoolClosed
+
         try:
             return await _attempt(pool, make, write)
+        except PoolClosed:
+            if pool is self._pool or self._closed:
+                raise
+            # The pool was replaced (see _back), and closed, while this waited for one of
+            # its connections: nothing was sent, so it runs on in the new pool.
+            raise _Uncommitted() from None
         except _CommitUnknown as unknown:
             pool = await self._back(pool)
             status = await self._status_of(pool, unknown.xid)

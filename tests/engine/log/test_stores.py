@@ -548,3 +548,43 @@ async def test_sqlite_log_whose_json_was_changed_is_one_clear_error(tmp_path: Pa
     finally:
         await store.aclose()
     assert str(store.path) in str(caught.value) and caught.value.permanent
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_nul_in_a_calls_error_is_kept_as_every_store_keeps_text(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A tool's error and a person's refusal with a NUL in them: PostgreSQL's text refused
+    the write, which read as a log not as codemode made it, and the failed call as
+    interrupted. The NUL is U+FFFD on every store. Needs PostgreSQL for "postgres"."""
+    from engine import CodeMode, ToolCallError, tool
+    from tests.engine.conftest import InProcessRunner
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        raise ToolCallError(f"not found: {key}\x00")
+
+    @tool(needs_approval=True)
+    def pay(cents: int) -> str:
+        """Pay."""
+        return "paid"
+
+    if kind == "postgres":
+        dsn = request.getfixturevalue("postgres")
+        store: LogStore = PostgresStore(dsn, schema=f"nul_{uuid.uuid4().hex[:12]}")
+    else:
+        store = SqliteStore(tmp_path)
+    engine = CodeMode([lookup, pay], runner=InProcessRunner(), store=store)
+    try:
+        code = "try { await tools.lookup({ key: 'x' }) } catch (e) { return e.message }"
+        caught = await engine.run_code(code)
+        assert caught.value == "not found: x\ufffd", caught.text
+        paused = await engine.run_code(
+            "try { await tools.pay({ cents: 1 }) } catch (e) { return e.message }"
+        )
+        await engine.reject(paused.script_id, paused.waiting[0]["call_id"], "no\x00way")
+        refused = await engine.resume(paused.script_id)
+        assert refused.value == "no\ufffdway", refused.text
+    finally:
+        await engine.aclose()
