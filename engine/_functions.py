@@ -17,10 +17,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar, get_args, get_origin, overload
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+)
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema
 
+from engine._schema import json_adapter
 from engine._tools import (
     Tool,
     ToolCallError,
@@ -185,6 +193,13 @@ def _from_function(
             "arguments the model could pass; write a function that calls it, or take what "
             "the host supplies from a ToolContext parameter"
         )
+    if isinstance(fn, type):
+        # Its __call__ is type's: the "tool" would make instances, declared as taking its
+        # __init__'s parameters badly, or as "Call self as a function."
+        raise ToolDefinitionError(
+            f"{label}: the class {fn.__name__} is not a tool; decorate a function (or a "
+            "callable object) that uses it"
+        )
     # A callable object's types are its __call__'s; its name must be given.
     typed = fn if inspect.isroutine(fn) else type(fn).__call__
     if not tool_name:
@@ -285,7 +300,7 @@ def _result_schema(
     if annotation is inspect.Signature.empty or annotation is Any:
         return None, None
     try:
-        adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+        adapter: TypeAdapter[Any] = json_adapter(annotation)
         schema = adapter.json_schema(mode="serialization", schema_generator=_NoFieldTitles)
     except Exception as e:
         raise ToolDefinitionError(

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import jsonschema_rs
 import orjson
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, PydanticUserError, TypeAdapter
 from pydantic_core import PydanticSerializationError
 
 from sandbox.protocol import MAX_DEPTH, data_path
@@ -375,7 +376,7 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
         return float(value)
     if isinstance(value, BaseModel):
         try:
-            dumped = value.model_dump(mode="json", by_alias=True)
+            dumped = _model_adapter(type(value)).dump_python(value, mode="json", by_alias=True)
         except (PydanticSerializationError, ValueError, TypeError) as e:
             # A field of a type pydantic cannot dump (an arbitrary type, a failing serializer).
             raise NotJSONData(
@@ -423,3 +424,19 @@ _HINTS: dict[str, Callable[[Any], str]] = {
 def _hint(value: Any) -> str:
     hint = _HINTS.get(type(value).__name__)
     return hint(value) if hint else ""
+
+
+def json_adapter(annotation: Any) -> TypeAdapter[Any]:
+    """A pydantic adapter that dumps ``annotation``'s values as JSON data with NaN and
+    infinity kept as numbers, so the checks of what a tool returns refuse them (pydantic's
+    default writes null: a script read null for a number, without a word). A model's
+    fields typed ``Any`` (or a bare ``dict``) still follow the model's own config."""
+    try:
+        return TypeAdapter(annotation, config=ConfigDict(ser_json_inf_nan="constants"))
+    except PydanticUserError:  # a type whose config may not be given so
+        return TypeAdapter(annotation)
+
+
+@functools.lru_cache(maxsize=256)
+def _model_adapter(model: type[BaseModel]) -> TypeAdapter[Any]:
+    return json_adapter(model)

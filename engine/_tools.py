@@ -24,7 +24,7 @@ import inspect
 import math
 import re
 import typing
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Protocol, TypeVar, get_args, get_origin
 
@@ -275,7 +275,13 @@ class Tool:
                 f'MCP tool {name!r} has no "inputSchema"; MCP requires one (an object schema)'
             )
         input_schema = definition["inputSchema"]
-        if isinstance(input_schema, Mapping) and "type" not in input_schema:
+        if not isinstance(input_schema, Mapping):
+            # null would be read as "takes nothing", refusing every call with arguments.
+            raise ToolDefinitionError(
+                f'MCP tool {name!r}: its "inputSchema" is {a_json_type(input_schema)}; MCP '
+                "requires an object schema"
+            )
+        if "type" not in input_schema:
             # Real servers send {} (or properties without a type) for "takes any object". MCP
             # arguments are always an object, so that is what the tool is declared to take.
             input_schema = {"type": "object", **input_schema}
@@ -388,7 +394,7 @@ class Tool:
         try:
             async with scope:
                 if inspect.iscoroutinefunction(handler):
-                    result = await handler(**kwargs)
+                    result = await _stoppable(handler(**kwargs))
                 else:
                     # A sync handler runs in a tool thread, so it cannot stall the event loop
                     # nor, however slow, starve other scripts' calls (see engine._tool_threads).
@@ -428,7 +434,16 @@ class Tool:
         # That is Python work in proportion to the result's size (two million small objects:
         # 11 s), which on the event loop would hold every other script's calls and leases.
         assert self.handler is not None
-        result = self.handler(**args)
+        try:
+            result = self.handler(**args)
+        except StopIteration as e:
+            # asyncio cannot set a StopIteration on the future the thread answers through:
+            # the call waited for ever (a `next(...)` that found nothing). As a coroutine's.
+            said = f" ({e})" if str(e) else ""
+            raise ToolCallError(
+                f"tools.{self.name} failed: its handler raised StopIteration{said} (a next() "
+                "that found nothing?)"
+            ) from None
         return result if inspect.isawaitable(result) else _Checked(self._check_result(result))
 
     def _check_result(self, result: Any) -> Any:
@@ -611,3 +626,22 @@ def tool_fingerprint(tools: Iterable[Tool]) -> dict[str, str]:
         + hashlib.sha256(orjson.dumps(t.input_schema, option=orjson.OPT_SORT_KEYS)).hexdigest()
         for t in tools
     }
+
+
+async def _stoppable(handler: Awaitable[Any]) -> Any:
+    """Await an async handler as a task of its own: cancelled (its timeout, its drive's
+    end), the call stops waiting at once and the handler is asked to stop. One that catches
+    the cancellation runs on unawaited, as a sync handler's thread does, and what it returns
+    is dropped (it held its call to the end, and its late result counted as an answer)."""
+    task = asyncio.ensure_future(handler)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.cancel()
+        task.add_done_callback(_forget)
+        raise
+
+
+def _forget(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: an abandoned handler's end is nobody's to report

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 import pytest
 from pydantic import BaseModel, Field, field_serializer
 
+from engine import CodeMode
 from engine._functions import parse_docstring, tool
 from engine._naming import sanitize_name, unique_names
 from engine._schema import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, holds_at_most
@@ -29,6 +30,7 @@ from engine._tools import (
     unique_tools,
 )
 from sandbox.names import closest_names, split_words, stem
+from tests.engine.conftest import InProcessRunner
 
 CTX: ToolContext[dict[str, str]] = ToolContext(
     host={"user": "ada"}, tenant="acme", script_id="s1", call_id="c1", call_index=0
@@ -1070,3 +1072,104 @@ def test_a_type_defined_after_its_function_is_named_as_the_problem() -> None:
         exec(compile(source, "later.py", "exec"), {"__name__": "later"})
     assert "name 'Later' is not defined" in str(info.value)
     assert "before the function" in str(info.value)
+
+
+class NanRatio(BaseModel):
+    value: float
+
+
+async def test_nan_and_infinity_in_a_typed_result_are_refused_not_nulled() -> None:
+    """A handler annotated to return a dict, a list or a model with a float field, that
+    returns NaN or infinity: refused as not JSON data, as an unannotated one is (pydantic's
+    dump wrote null, and the script read null for a number without a word)."""
+
+    @tool
+    def ratios() -> dict[str, float]:
+        """Ratios."""
+        return {"spring": 0.25, "summer": math.inf}
+
+    @tool
+    def listed() -> list[float]:
+        """Listed."""
+        return [1.0, math.nan]
+
+    @tool
+    def model() -> NanRatio:
+        """A model."""
+        return NanRatio(value=math.nan)
+
+    engine = CodeMode([ratios, listed, model], runner=InProcessRunner(), type_check="off")
+    try:
+        for name, said in (("ratios", "inf at summer"), ("listed", "nan at [1]"), ("model", "nan")):
+            code = f"try {{ return await tools.{name}() }} catch (e) {{ return e.message }}"
+            result = await engine.run_code(code)
+            assert f"tools.{name} returned the number {said}" in result.value, result.value
+            assert "JSON has no NaN or infinity" in result.value
+    finally:
+        await engine.aclose()
+
+
+def test_a_class_is_not_a_tool() -> None:
+    """@tool on a class: refused, naming it (it said a parameter had no annotation, or made
+    a tool declared as "Call self as a function.")."""
+
+    class Weather:
+        """The weather in a city."""
+
+        def __init__(self, city: str) -> None:
+            self.city = city
+
+    with pytest.raises(ToolDefinitionError, match="the class Weather is not a tool"):
+        tool(Weather)
+
+
+async def test_a_handler_raising_stop_iteration_fails_its_call() -> None:
+    """A sync handler whose next() found nothing raises StopIteration, which asyncio cannot
+    put on the future the call waits on: the call waited for ever. It fails, saying so."""
+
+    @tool
+    def find(id: int) -> dict[str, int]:
+        """Find a user."""
+        return next(u for u in [{"id": 1}] if u["id"] == id)
+
+    engine = CodeMode([find], runner=InProcessRunner(), type_check="off", call_timeout=30)
+    try:
+        code = "try { return await tools.find({ id: 2 }) } catch (e) { return e.message }"
+        result = await asyncio.wait_for(engine.run_code(code), 20)
+        assert result.value == (
+            "tools.find failed: its handler raised StopIteration (a next() that found nothing?)"
+        )
+    finally:
+        await engine.aclose()
+
+
+async def test_an_async_handler_that_ignores_its_timeout_is_left_at_it() -> None:
+    """An async handler that catches the cancellation at its timeout: the call stops waiting
+    at the timeout and fails as timed out (it ran on to its end, 16 times its timeout, and
+    its late result was taken as the answer)."""
+
+    @tool(timeout=0.3)
+    async def stubborn() -> str:
+        """Ignores cancellation."""
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            await asyncio.sleep(3)
+        return "done"
+
+    engine = CodeMode([stubborn], runner=InProcessRunner(), type_check="off")
+    try:
+        began = time.monotonic()
+        code = "try { return await tools.stubborn() } catch (e) { return e.message }"
+        result = await engine.run_code(code)
+        assert time.monotonic() - began < 2.5
+        assert result.value.startswith("tools.stubborn timed out after 0.3 s"), result.value
+    finally:
+        await engine.aclose()
+
+
+def test_an_mcp_tool_whose_input_schema_is_null_is_refused() -> None:
+    """`"inputSchema": null` is no object schema: it was read as "takes nothing", and every
+    call with arguments refused."""
+    with pytest.raises(ToolDefinitionError, match='"inputSchema" is null; MCP requires an object'):
+        load_mcp_tools([{"name": "search", "inputSchema": None}])
