@@ -302,6 +302,9 @@ class ForkServer:
     async def aclose(self) -> None:
         """Stop the zygote (it kills and reaps any child left) and reap it."""
         self._closed = True
+        if self.loop is not None and self.loop is not asyncio.get_running_loop():
+            self._abandon()  # started on another loop (closed, say): dropped at once
+            return
         popen = self.popen
         self._on_dead()
         if popen is not None:
@@ -332,6 +335,12 @@ class ForkServer:
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             del pid
+        if loop_gone:
+            # What waited on the old loop is gone with it: its futures cannot be set (a
+            # closed loop refuses their callbacks), and nothing awaits them any more.
+            self._hello, self._starting = None, None
+            self._pending.clear()
+            self._exits.clear()
         if self._hello is not None and not self._hello.done():
             self._hello.set_exception(RunError("the fork server ended before it said hello"))
             self._hello.exception()  # retrieved: nobody may be waiting any more

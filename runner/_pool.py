@@ -263,6 +263,16 @@ class WarmPool:
     async def aclose(self) -> None:
         """Stop refilling and let every idle child go."""
         self._closed = True
+        if self._loop is not None and self._loop is not asyncio.get_running_loop():
+            # Made on another loop (closed, say: a host's asyncio.run per request): its task
+            # and children cannot be awaited here. Each child is killed (the zygote reaps).
+            self._task = None
+            self._reaping.clear()
+            for child in self.idle:
+                child.kill()
+                child.close()
+            self.idle.clear()
+            return
         if self._task is not None:
             await cancel_and_wait(self._task)
         children, self.idle = list(self.idle), deque()

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import re
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -1039,3 +1040,26 @@ async def test_a_shown_file_whose_bytes_are_gone_is_left_out_with_a_note(
     )
     assert "Shown: chart.png (image/png, 4 bytes) was left out" in result.text
     assert result.shown == [] and result.media == []
+
+
+def test_one_engine_serves_one_event_loop_after_another(tmp_path: Path) -> None:
+    """A host that keeps one CodeMode and runs each request with asyncio.run: every run_code
+    finishes, and aclose on yet another loop ends what the engine started (one in four
+    run_code raised "Event loop is closed", and aclose did every time). Needs a confined
+    runner (libseccomp)."""
+    import psutil
+
+    from engine import tool as make_tool
+
+    @make_tool
+    def f(x: int) -> int:
+        """Echo."""
+        return x
+
+    engine = CodeMode([f], type_check="off", data_dir=tmp_path)
+    for i in range(4):
+        result = asyncio.run(engine.run_code(f"return await tools.f({{ x: {i} }})"))
+        assert result.value == i, result.text
+    asyncio.run(engine.aclose())
+    left = [p for p in psutil.Process().children(recursive=True) if p.status() != "zombie"]
+    assert left == [], left

@@ -1171,5 +1171,7 @@ async def test_an_async_handler_that_ignores_its_timeout_is_left_at_it() -> None
 def test_an_mcp_tool_whose_input_schema_is_null_is_refused() -> None:
     """`"inputSchema": null` is no object schema: it was read as "takes nothing", and every
     call with arguments refused."""
-    with pytest.raises(ToolDefinitionError, match='"inputSchema" is a null; MCP requires an object'):
+    with pytest.raises(
+        ToolDefinitionError, match='"inputSchema" is a null; MCP requires an object'
+    ):
         load_mcp_tools([{"name": "search", "inputSchema": None}])
