@@ -239,6 +239,25 @@ async def test_valid_script_is_not_refused(
     assert result.value == value
 
 
+@tool
+def standings(season: int, constructor: str | None = None, toString: str | None = None) -> int:
+    """Standings for a season, of one constructor (team) if given."""
+    return season
+
+
+async def test_a_property_named_as_an_inherited_member_is_checked_as_itself(
+    compiler: str, inproc: InProcessRunner
+) -> None:
+    """A tool's optional `constructor` or `toString`: a call that leaves it out is not
+    refused (TypeScript read the literal's inherited method there, and refused every such
+    call); one that passes a wrong type still is."""
+    engine = CodeMode([standings], runner=inproc, type_check="on")
+    left_out = await engine.run_code("return await tools.standings({ season: 2024 })")
+    assert left_out.status == "finished" and left_out.value == 2024, left_out.text
+    wrong = await engine.run_code("return await tools.standings({ season: 1, constructor: 5 })")
+    assert wrong.status == "failed" and "TypeCheckError" in wrong.text, wrong.text
+
+
 async def test_syntax_error_is_left_to_the_run(compiler: str, inproc: InProcessRunner) -> None:
     """A script the compiler cannot parse is not refused by the check: the run reports it
     with its line, as for any script."""

@@ -87,6 +87,7 @@ def declare_tool(
     script may use a result freely, see engine.languages.javascript).
     """
     renderer = Renderer(namer, comments=comments)
+    renderer.checking = not results  # the type check's declarations (see Renderer)
     prefix = type_prefix(tool.name)
     input_type = renderer.render(
         tool.input_schema, Document(tool.input_schema, prefix, f"{prefix}_Input"), 1

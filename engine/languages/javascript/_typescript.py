@@ -49,8 +49,23 @@ def first_line(text: str, limit: int) -> str:
     return _first_line(text, limit, comment_text)
 
 
+# The members every object inherits: TypeScript reads an object literal that leaves one out
+# as having it (the inherited method), so a tool's `constructor?: string` refused every
+# call without it ("Type 'Function' is not assignable to type 'string'").
+PROTOTYPE_MEMBERS = frozenset(
+    {
+        "constructor", "toString", "toLocaleString", "valueOf", "hasOwnProperty",
+        "isPrototypeOf", "propertyIsEnumerable",
+    }
+)  # fmt: skip
+
+
 class Renderer(Walker):
-    """Renders the schemas of one tool in TypeScript (see :class:`Walker`)."""
+    """Renders the schemas of one tool in TypeScript (see :class:`Walker`). ``checking``:
+    for the type check's declarations, where a member named as an inherited one also takes
+    what it inherits (see ``PROTOTYPE_MEMBERS``)."""
+
+    checking = False
 
     def clean(self, text: str) -> str:
         return comment_text(text)
@@ -88,7 +103,10 @@ class Renderer(Walker):
         for m in members:
             name = m.key if is_identifier(m.key) else literal(m.key)
             optional = "" if m.required else "?"
-            lines.append((m.comment, f"{name}{optional}: {m.type.text};"))
+            text = m.type.text
+            if self.checking and m.key in PROTOTYPE_MEMBERS:
+                text = _union([m.type, Rendered("Function")]).text
+            lines.append((m.comment, f"{name}{optional}: {text};"))
         if extra is CLOSED:
             if not lines:
                 return Rendered("Record<string, never>")
