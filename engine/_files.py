@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import mimetypes
 import os
+import stat
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -48,6 +49,11 @@ class Attachment:
             )
         if self.data is not None and self.path is not None:
             raise ConfigError(f"attachment {self.id!r} has both data and a path; give one")
+        if self.path is not None and not isinstance(self.path, str | Path):
+            raise ConfigError(
+                f"attachment {self.id!r}: path is {type(self.path).__name__}; give a str or a "
+                "pathlib.Path"
+            )
         for what in ("mime", "skill"):
             value = getattr(self, what)
             if value is not None and (not isinstance(value, str) or log.NOT_KEPT.search(value)):
@@ -66,11 +72,26 @@ class Attachment:
         if self.data is not None:
             return bytes(self.data)
         if self.path is not None:
+            what = f"skill {self.skill}'s file" if self.skill is not None else "attachment"
             try:
-                return Path(self.path).read_bytes()
+                # Not blocking: opening a named pipe would wait for a writer.
+                fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                with open(fd, "rb") as f:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        # A pipe or a device would be read for ever (/dev/zero) or wait so.
+                        raise CodeModeError(
+                            f"cannot read {what} {self.id!r} at {self.path}: it is not a "
+                            "regular file; give a file"
+                        )
+                    return f.read()
             except OSError as e:
                 raise CodeModeError(
-                    f"cannot read attachment {self.id!r} at {self.path}: {e}"
+                    f"cannot read {what} {self.id!r} at {self.path} ({e.strerror or e}); "
+                    + (
+                        "restore the file, or remove it from the skill"
+                        if self.skill is not None
+                        else "give a file this process can read"
+                    )
                 ) from None
         raise CodeModeError(f"attachment {self.id!r} has neither data nor a path")
 

@@ -62,23 +62,37 @@ class Skill:
                 raise ToolDefinitionError(
                     f"skill {self.name}: its {what} has a NUL or a lone surrogate; give text"
                 )
-        if isinstance(self.tools, str) or not all(isinstance(t, str) for t in self.tools):
+        if (
+            isinstance(self.tools, str)
+            or not isinstance(self.tools, Iterable)
+            or not all(isinstance(t, str) for t in self.tools)
+        ):
             raise ToolDefinitionError(
                 f'skill {self.name}: tools is a list of tool names, as ("list_prs",), not '
                 f"{self.tools!r}"[:300]
             )
         object.__setattr__(self, "tools", tuple(self.tools))
+        if not isinstance(self.files, Mapping):
+            raise ToolDefinitionError(
+                f"skill {self.name}: files maps each file's path to its bytes or a path on "
+                f'disk, as {{"guide.md": b"..."}}, not {type(self.files).__name__}'
+            )
         for path, content in self.files.items():
             if (
                 not isinstance(path, str)
                 or not path
                 or path.startswith("/")
-                or ".." in Path(path).parts
+                or path.endswith("/")
+                or any(part in ("", ".", "..") for part in path.split("/"))
+                or _NOT_A_NAME.search(path)
                 or NOT_KEPT.search(path)
             ):
+                # One spelling per file: "a/./b.md" and "a//b.md" were other files than
+                # "a/b.md", and a line break broke the skill's list of its files.
                 raise ToolDefinitionError(
                     f"skill {self.name}: file path {path!r} must be relative, inside the skill, "
-                    "and text (no NUL or lone surrogate)"
+                    'its parts joined by single "/" (no empty, "." or ".." part), and text '
+                    "(no control character, NUL or lone surrogate)"
                 )
             if not isinstance(content, bytes | str | Path):
                 raise ToolDefinitionError(

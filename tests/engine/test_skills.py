@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,8 +107,8 @@ async def test_skill_added_later_keeps_the_description(inproc: InProcessRunner) 
         ({"name": "a/b"}, "without '/'"),
         ({"name": "ok", "files": {"/etc/passwd": b""}}, "must be relative"),
         ({"name": "ok", "files": {"../up.md": b""}}, "must be relative"),
-        ({"name": "ok", "files": {"a\x00.md": b""}}, "no NUL or lone surrogate"),
-        ({"name": "ok", "files": {"a\udc80.md": b""}}, "no NUL or lone surrogate"),
+        ({"name": "ok", "files": {"a\x00.md": b""}}, "NUL or lone surrogate"),
+        ({"name": "ok", "files": {"a\udc80.md": b""}}, "NUL or lone surrogate"),
         ({"name": "a\x00b"}, "without control characters or lone surrogates"),
         ({"name": "a\ud800b"}, "without control characters or lone surrogates"),
         ({"name": "two\nlines"}, "must be one line of text"),
@@ -206,7 +208,7 @@ async def test_skill_files_are_stored_once_until_they_change(
         # Gone from disk: the run_code says which file, and starts no script.
         on_disk.unlink()
         with pytest.raises(
-            CodeModeError, match=r"cannot read attachment 'ops:runbook/runbook\.md'"
+            CodeModeError, match=r"cannot read skill ops:runbook's file 'ops:runbook/runbook\.md'"
         ):
             await engine.run_code(code)
         on_disk.write_text("step one\n")
@@ -217,5 +219,58 @@ async def test_skill_files_are_stored_once_until_they_change(
         await engine.run_code("return 1", files=mine)
         await engine.run_code("return 1", files=mine)
         assert Counted.puts == 6
+    finally:
+        await engine.aclose()
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"files": [("a.md", b"x")]}, "files maps each file's path to its bytes"),
+        ({"files": None}, "files maps each file's path to its bytes"),
+        ({"tools": None}, "tools is a list of tool names"),
+        ({"files": {"a/./b.md": b"x"}}, "its parts joined by single"),
+        ({"files": {"a//b.md": b"x"}}, "its parts joined by single"),
+        ({"files": {"dir/": b"x"}}, "its parts joined by single"),
+        ({"files": {"x\ny.md": b"x"}}, "no control character"),
+    ],
+)
+def test_a_skill_refuses_what_it_cannot_use_naming_it(given: dict[str, Any], said: str) -> None:
+    """Files that are not a mapping, tools that are not names, a path with more than one
+    spelling or a line break: one ToolDefinitionError naming the field (they were
+    AttributeErrors and TypeErrors, or files that were two files, or a broken listing)."""
+    with pytest.raises(ToolDefinitionError, match=re.escape(said)):
+        Skill("s", "A skill.", "Do it.", **given)
+
+
+async def test_a_skill_file_gone_from_disk_or_a_pipe_is_one_clear_error(tmp_path: Path) -> None:
+    """A skill's file deleted after the engine was made names the skill and what to do; a
+    named pipe given as a file is refused at once (run_code waited for a writer for ever)."""
+    import asyncio
+    import os
+
+    from engine import Attachment, CodeModeError
+    from tests.engine.conftest import InProcessRunner
+
+    page = tmp_path / "page.md"
+    page.write_text("x")
+    engine = CodeMode(
+        [],
+        runner=InProcessRunner(),
+        skills=[Skill("s", "A skill.", "Do it.", files={"f.md": page})],
+    )
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    try:
+        page.unlink()
+        with pytest.raises(
+            CodeModeError, match=r"cannot read skill s's file 's/f\.md'.*restore the"
+        ):
+            await engine.run_code("return 1")
+        page.write_text("x")
+        with pytest.raises(CodeModeError, match="it is not a regular file"):
+            await asyncio.wait_for(
+                engine.run_code("return 1", files=[Attachment("p", path=pipe)]), 10
+            )
     finally:
         await engine.aclose()
