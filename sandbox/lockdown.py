@@ -9,7 +9,7 @@
     3. rlimits       CPU, heap, no files, no processes, no core, no locked memory, 8 MiB stack,
                      and ``SCHED_BATCH`` (:func:`batch_scheduling`)
     4. identity      root drops to ``nobody`` (groups, gid, uid) and cannot come back
-    5. prctl         not dumpable, no new privileges
+    5. prctl         not dumpable, no new privileges, killed when its parent ends
     6. seccomp       the syscall allowlist of :func:`build_filter`, killing everything else
 
 After it the process can read and write the fds it has, allocate memory, read clocks and
@@ -97,6 +97,7 @@ NOFILE = 3
 NOBODY_FALLBACK = 65534
 
 # prctl(2) options.
+_PR_SET_PDEATHSIG = 1
 _PR_GET_DUMPABLE = 3
 _PR_SET_DUMPABLE = 4
 _PR_GET_SECCOMP = 21
@@ -177,6 +178,7 @@ def apply(
     if filter_bpf is not None:
         _check_bpf(filter_bpf)  # a bad argument fails before anything changes
     nobody = _nobody()
+    parent = os.getppid()
     _check_single_threaded()
     bpf = export_bpf() if filter_bpf is None else filter_bpf
 
@@ -186,7 +188,7 @@ def apply(
     _set_rlimits(memory=memory, data_limit=data_limit, cpu_seconds=cpu_seconds, room=room)
     batch_scheduling()
     _drop_privileges(*nobody)
-    _set_process_flags()
+    _set_process_flags(parent)
     _load_seccomp(bpf)
 
 
@@ -514,10 +516,16 @@ def _prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:
     return int(result)
 
 
-def _set_process_flags() -> None:
-    """Not dumpable (no core, no ptrace by peers, /proc/<pid> owned by root) and no new
-    privileges (no exec can gain any; also what lets an unprivileged process load seccomp)."""
+def _set_process_flags(parent: int) -> None:
+    """Not dumpable (no core, no ptrace by peers, /proc/<pid> owned by root), no new
+    privileges (no exec can gain any; also what lets an unprivileged process load seccomp),
+    and killed when its parent (``parent``, the runner or its fork server) ends: a live
+    process stopped while it waits would otherwise outlive them both, stopped for ever. Set
+    after the identity changes, which clear it."""
     try:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # it ended before the flag was set
+            raise LockdownError("prctl", "its parent ended before the process was confined")
         _prctl(_PR_SET_DUMPABLE, 0)
         _prctl(_PR_SET_NO_NEW_PRIVS, 1)
         dumpable = _prctl(_PR_GET_DUMPABLE)
