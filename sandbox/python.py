@@ -483,6 +483,7 @@ def compile_script(code: str) -> tuple[types.CodeType, list[int]]:
     """
     tree = ast.parse(code, filename=FILENAME, mode="exec")
     check(tree, rewrite=True)
+    _check_globals(tree)
     flags = _future_flags(tree)
     guards = [node.lineno for node in tree.body if _is_main_guard(node)]
     empty = ast.arguments(
@@ -3263,6 +3264,44 @@ def _assigned_at_top(code: str, name: str) -> bool:
     """True when a line of ``code`` at its top level assigns ``name`` (``name = ...``)."""
     pattern = rf"^{re.escape(name)}\s*(?::[^=\n]*)?(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)"
     return re.search(pattern, code, re.MULTILINE) is not None
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    """The names the script's top level binds (its functions' and classes' own aside)."""
+    names: set[str] = set()
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+            pending.extend(node.decorator_list)
+            continue
+        if isinstance(node, ast.Lambda):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        pending.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def _check_globals(tree: ast.Module) -> None:
+    """Refuse ``global NAME`` for a name the script's top level binds: the script is the
+    body of an async function, so that name is the function's, and the ``global`` one
+    another (a write to it changed nothing the script then read: it returned the old
+    value without a word)."""
+    top = _top_level_names(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            for name in node.names:
+                if name in top:
+                    raise Refused(
+                        node.lineno,
+                        f"`global {name}` names none of the script's: the script is the body "
+                        f"of an async function, so its top-level names are that function's; "
+                        f"in a function inside it, write `nonlocal {name}`",
+                    )
 
 
 def _declared_global(code: str, name: str) -> bool:

@@ -1280,17 +1280,27 @@ def test_a_main_guard_says_its_block_never_runs() -> None:
 
 def test_global_of_a_top_level_name_says_to_use_nonlocal() -> None:
     """A script's top-level names are its function's locals: `global` in a function inside
-    it names another, undefined, variable; the NameError says what to write instead (and
-    `nonlocal` works)."""
+    it names another variable, so it is refused before the script runs, saying what to
+    write instead (and `nonlocal` works). Refused only at a read, a script that only wrote
+    it returned the old value without a word."""
+    said = (
+        "`global counter` names none of the script's: the script is the body of an async "
+        "function, so its top-level names are that function's; in a function inside it, "
+        "write `nonlocal counter`"
+    )
     code = "counter = 0\ndef inc():\n    global counter\n    counter += 1\ninc()\nreturn counter"
     error = failed(code)
-    assert error.name == "NameError"
-    assert error.message == (
-        "name 'counter' is not defined; the script is the body of an async function, so its "
-        "top-level names are that function's: in a function inside it, write `nonlocal "
-        "counter`, not `global counter`"
+    assert (error.name, error.message, [x.line for x in error.lines]) == ("SyntaxError", said, [3])
+    written = (
+        "counter = 'old'\ndef f():\n    global counter\n    counter = 'new'\nf()\nreturn counter"
     )
+    assert failed(written).message == said
     assert value(code.replace("global", "nonlocal")) == 1
+    # A name of no top-level binding: global as in any module.
+    assert (
+        value("def f():\n    global seen\n    seen = 2\ndef g():\n    return seen\nf()\nreturn g()")
+        == 2
+    )
     assert failed("return missing").message == "name 'missing' is not defined"
 
 
