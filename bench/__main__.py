@@ -158,6 +158,19 @@ def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     if args.limits:
         return limits_main(args)
+    # Refused before anything runs: a typo ran nothing and wrote an empty run over the
+    # results; a mode misspelled was a ValueError traceback.
+    only = {w.strip() for w in args.only.split(",") if w.strip()}
+    unknown = only - {w.key for w in WORKLOADS}
+    modes = {m.strip() for m in args.modes.split(",") if m.strip()}
+    if unknown or not modes <= set(MODES):
+        wrong = sorted(unknown) + sorted(modes - set(MODES))
+        print(
+            f"bench: no workload or mode {', '.join(wrong)}; the workloads are "
+            f"{', '.join(w.key for w in WORKLOADS)}, the modes {', '.join(MODES)}",
+            file=sys.stderr,
+        )
+        return 2
     started = time.monotonic()
     machine = _machine(default_slot_count())
     print(f"bench: {'quick' if args.quick else 'full'} run on {machine}", file=sys.stderr)

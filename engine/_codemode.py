@@ -41,7 +41,7 @@ from engine._errors import (
     StoreUnavailable,
     ToolsMissing,
 )
-from engine._events import Listener, listeners_option
+from engine._events import EventKind, Listener, listeners_option
 from engine._files import (
     Attachment,
     BlobStore,
@@ -814,7 +814,7 @@ class CodeMode(StepLoop):
         await self.store.answer(
             script_id, call_id, log.AWAITING_APPROVAL, log.APPROVED, note="approved"
         )
-        self._emit("call.approved", script_id, call_id=call_id)
+        await self._answered("call.approved", script_id, call_id)
 
     async def reject(self, script_id: str, call_id: str, message: str = "") -> None:
         """A person refused the call: the script sees an error with this message."""
@@ -822,7 +822,7 @@ class CodeMode(StepLoop):
         entry = await self._waiting(script_id, call_id)
         error = error_text(message or f"a person refused tools.{entry.name}")
         await self.store.answer(script_id, call_id, log.AWAITING_APPROVAL, log.FAILED, error=error)
-        self._emit("call.failed", script_id, call_id=call_id, tool=entry.name, error=error)
+        await self._answered("call.failed", script_id, call_id, entry, error=error)
 
     async def client_result(
         self, script_id: str, call_id: str, result: Any = None, *, error: str | None = None
@@ -833,7 +833,7 @@ class CodeMode(StepLoop):
         if error is not None:
             message = error_text(str(error))
             await self.store.answer(script_id, call_id, expect, log.FAILED, error=message)
-            self._emit("call.failed", script_id, call_id=call_id, error=message)
+            await self._answered("call.failed", script_id, call_id, error=message)
             return
         entry = await self._waiting(script_id, call_id)
         tool = self._by_name.get(entry.name)
@@ -843,7 +843,7 @@ class CodeMode(StepLoop):
         except (ToolCallError, TypeError, orjson.JSONEncodeError) as e:
             message = error_text(e.message if isinstance(e, ToolCallError) else str(e))
             await self.store.answer(script_id, call_id, expect, log.FAILED, error=message)
-            self._emit("call.failed", script_id, call_id=call_id, tool=entry.name, error=message)
+            await self._answered("call.failed", script_id, call_id, entry, error=message)
             return
         if size > self.limits_for((await self.store.get_script(script_id)).tenant).results:
             # Over the budget on its own, as a host tool's result may be (engine._calls):
@@ -852,9 +852,24 @@ class CodeMode(StepLoop):
         await self.store.answer(
             script_id, call_id, expect, log.DONE, result=data, result_bytes=size
         )
-        self._emit(
-            "call.done", script_id, call_id=call_id, tool=entry.name, stats={"result_bytes": size}
-        )
+        await self._answered("call.done", script_id, call_id, entry, stats={"result_bytes": size})
+
+    async def _answered(
+        self,
+        kind: EventKind,
+        script_id: str,
+        call_id: str,
+        entry: log.CallEntry | None = None,
+        **fields: Any,
+    ) -> None:
+        """The event for a call a person or the client answered, with its tool and tenant as
+        every call's event has them (read only when someone listens)."""
+        if not self._listeners:
+            return
+        if entry is None:
+            entry = await self._waiting(script_id, call_id)
+        tenant = (await self.store.get_script(script_id)).tenant
+        self._emit_call(kind, tenant, entry, **fields)
 
     async def _waiting(self, script_id: str, call_id: str) -> log.CallEntry:
         for entry in await self.store.calls(script_id):

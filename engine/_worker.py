@@ -16,6 +16,7 @@ with that message). A call no answer runs or refuses fails, and the script can c
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,6 +24,8 @@ from typing import Any, Literal
 import orjson
 
 from engine._tools import described
+
+logger = logging.getLogger("codemode")
 
 PROPOSED = "proposed"
 
@@ -72,12 +75,14 @@ async def ask(worker: Worker, trigger: Trigger) -> dict[str, Decision]:
         if inspect.isawaitable(answer):
             answer = await answer
     except Exception as e:
+        logger.exception("the host's worker failed; the calls it was asked about are refused")
         why = f"the host's worker failed on these calls: {described(e)}"
         return {i: Decision("refuse", why) for i in ids}
     if answer == PROPOSED:
         return {i: Decision("run") for i in ids}
     if not isinstance(answer, Mapping):
-        why = f"the host's worker answered {answer!r}, not 'proposed' or an answer per call id"
+        why = f"the host's worker answered {answer!r:.200}, not 'proposed' or an answer per call id"
+        logger.warning("%s; the calls are refused", why)
         return {i: Decision("refuse", why) for i in ids}
     decisions: dict[str, Decision] = {}
     for call_id in ids:
@@ -89,7 +94,15 @@ async def ask(worker: Worker, trigger: Trigger) -> dict[str, Decision]:
             message = one.get("message") if isinstance(one, Mapping) else None
             decisions[call_id] = Decision("refuse", str(message or "the host refused this call"))
         else:
-            decisions[call_id] = Decision(
-                "refuse", "the host's worker gave no answer for this call, so it did not run"
-            )
+            if call_id in answer:
+                why = (
+                    f"the host's worker answered {one!r:.200} for this call, not a "
+                    '{"type": "tool.call"} or {"type": "tool.error"}, so it did not run'
+                )
+            else:
+                why = (
+                    f"the host's worker gave no answer for this call ({call_id}), so it did not run"
+                )
+            logger.warning("%s", why)
+            decisions[call_id] = Decision("refuse", why)
     return decisions

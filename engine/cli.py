@@ -387,8 +387,11 @@ def _language(args: argparse.Namespace, config: Config) -> Any:
     given = getattr(args, "language", None)
     if given is not None:
         return given
-    if getattr(args, "script", "").endswith(".py"):
+    script = getattr(args, "script", "")
+    if script.endswith(".py"):
         return "python"
+    if script.endswith((".js", ".mjs", ".ts", ".mts")):
+        return "javascript"  # the file says so, whatever the config's default
     return config.language
 
 

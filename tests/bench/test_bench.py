@@ -166,3 +166,16 @@ async def test_a_pool_mode_settles_with_its_pool_full() -> None:
         assert len(pool.idle) == pool.target == 2
     finally:
         await mode.aclose()
+
+
+@pytest.mark.parametrize("given", [["--only", "typecheck"], ["--modes", "pol"]])
+def test_a_workload_or_mode_it_does_not_have_is_refused(
+    given: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelled workload ran nothing and wrote an empty run over the results (exit 0);
+    a misspelled mode was a ValueError traceback. Each is one line, exit 2, nothing written."""
+    from bench.__main__ import main
+
+    assert main([*given, "--quick", "--out", str(tmp_path)]) == 2
+    assert "the workloads are trivial," in capsys.readouterr().err
+    assert not (tmp_path / "latest.json").exists()

@@ -973,3 +973,15 @@ def test_ctrl_c_ends_a_run_whose_cleanup_cannot_finish(
     assert f"{word}; stopping without finishing the cleanup" in err
     _, alive = psutil.wait_procs(started, timeout=30)
     assert alive == []
+
+
+def test_a_script_file_names_its_language_whatever_the_config_says(tmp_path: Path) -> None:
+    """With language = "python" in codemode.toml, a .js or .ts file is JavaScript (it was run
+    as Python, failing with an invalid syntax), as a .py file is Python."""
+    (tmp_path / "codemode.toml").write_text('[codemode]\nlanguage = "python"\n')
+    for name in ("a.js", "a.ts"):
+        (tmp_path / name).write_text("const x: number = 1; return x + 1;")
+        ran = codemode(
+            "run", str(tmp_path / name), "--config", str(tmp_path / "codemode.toml"), *TRACKER
+        )
+        assert ran.returncode == 0 and ran.stdout.endswith("Returned:\n2\n"), ran.stdout

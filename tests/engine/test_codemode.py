@@ -156,6 +156,34 @@ async def test_worker_without_an_answer_fails_the_call(inproc: InProcessRunner) 
     assert "no answer" in result.value
 
 
+async def test_a_worker_that_fails_or_answers_wrong_is_in_the_hosts_log(
+    inproc: InProcessRunner, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker that raises, or answers a call with what no answer is: the host's log says
+    so (only the model saw it), and a wrong answer is not called no answer."""
+
+    @tool
+    def ping() -> str:
+        """Ping."""
+        return "pong"
+
+    def failing(trigger: Any) -> Any:
+        raise ValueError("policy db down")
+
+    def misspelled(trigger: Any) -> Any:
+        return {c["id"]: {"type": "tool.cal"} for c in trigger["tool_calls"]}
+
+    code = "try { await tools.ping() } catch (e) { return e.message }"
+    with caplog.at_level(logging.WARNING, logger="codemode"):
+        failed = await CodeMode([ping], runner=inproc, worker=failing).run_code(code)
+        wrong = await CodeMode([ping], runner=inproc, worker=misspelled).run_code(code)
+    assert failed.value == "the host's worker failed on these calls: ValueError: policy db down"
+    assert wrong.value.startswith("the host's worker answered {'type': 'tool.cal'} for this call")
+    logged = caplog.text
+    assert "the host's worker failed" in logged and "policy db down" in logged
+    assert "answered {'type': 'tool.cal'}" in logged
+
+
 async def test_calls_of_one_step_run_concurrently(inproc: InProcessRunner) -> None:
     """Calls a step asks for together run at the same time, not one after another."""
     started = asyncio.Event()

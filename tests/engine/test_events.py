@@ -79,8 +79,9 @@ async def test_events_in_order_with_parallel_calls_a_failure_and_an_approval(tmp
         approver = CodeMode([], runner=InProcessRunner(), data_dir=tmp_path, on_event=other.append)
         await approver.approve(paused.script_id, paused.waiting[0]["call_id"])
         await approver.aclose()
-        assert [(e.kind, e.call_id) for e in other] == [
-            ("call.approved", paused.waiting[0]["call_id"])
+        # With its tool and tenant, as every call's event (they were None).
+        assert [(e.kind, e.call_id, e.tool, e.tenant) for e in other] == [
+            ("call.approved", paused.waiting[0]["call_id"], "pay", "default")
         ]
         done = await engine.resume(paused.script_id)
     finally:
