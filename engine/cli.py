@@ -209,7 +209,11 @@ def _parser() -> argparse.ArgumentParser:
             "describe scripts need it unless codemode.toml has [codemode.mcpServers.NAME])",
         )
         p.add_argument("--config", help="a codemode.toml (default: ./codemode.toml if present)")
-        p.add_argument("--data-dir", help="where the session log lives (default: in memory)")
+        p.add_argument(
+            "--data-dir",
+            help="the directory of the session log (default: codemode.toml's store; run keeps "
+            "it in memory without one, and the commands on the log need one)",
+        )
         p.add_argument("--json", action="store_true", help="print the whole result as JSON")
         p.add_argument("-v", "--verbose", action="store_true", help="log each script step")
 
@@ -247,7 +251,10 @@ def _parser() -> argparse.ArgumentParser:
         "--status", choices=["active", "paused", "finished", "failed"], help="only these"
     )
     scripts.add_argument(
-        "--limit", type=_from_1_to(MAX_LISTED), default=100, help="at most this many (oldest first)"
+        "--limit",
+        type=_from_1_to(MAX_LISTED),
+        default=100,
+        help="at most this many, oldest first (default: %(default)s)",
     )
     common(scripts)
 

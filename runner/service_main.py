@@ -138,9 +138,25 @@ def _parser() -> argparse.ArgumentParser:
         default=sys.executable,
         help="the Python that runs the sandbox (default: this one)",
     )
-    parser.add_argument("--handshake-timeout", type=_positive_seconds, default=HANDSHAKE_TIMEOUT)
-    parser.add_argument("--idle-timeout", type=_positive_seconds, default=IDLE_TIMEOUT)
-    parser.add_argument("--read-timeout", type=_positive_seconds, default=READ_TIMEOUT)
+    parser.add_argument(
+        "--handshake-timeout",
+        type=_positive_seconds,
+        default=HANDSHAKE_TIMEOUT,
+        help="seconds a new connection has for TLS and its hello (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=_positive_seconds,
+        default=IDLE_TIMEOUT,
+        help="seconds a welcomed connection may send nothing between requests before it is "
+        "closed (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--read-timeout",
+        type=_positive_seconds,
+        default=READ_TIMEOUT,
+        help="seconds the engine has to answer a step's file read (default: %(default)s)",
+    )
     parser.add_argument(
         "--heartbeat",
         type=_seconds,
