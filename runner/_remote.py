@@ -477,6 +477,13 @@ class RemoteRunner(ScriptRunner):
                 "the certificate carries"
             ) from None
         except ssl.SSLError as e:
+            if e.reason == "WRONG_VERSION_NUMBER":
+                # What answered is no TLS server: a service run without --cert, which
+                # waiting will not change (it took the service out of rotation, to retry).
+                raise _Refused(
+                    "it does not speak TLS (WRONG_VERSION_NUMBER): give the service --cert "
+                    "and --key, or connect without tls"
+                ) from None
             raise _Down(
                 f"the TLS handshake failed ({e}); check tls, ca and the certificate"
             ) from None

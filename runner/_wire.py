@@ -85,7 +85,7 @@ import time
 from typing import Annotated, Any
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from runner._base import Step
 from sandbox import protocol
@@ -216,8 +216,8 @@ class _Model(BaseModel):
 
 class Hello(_Model):
     token: str = Field("", max_length=4096)
-    version: int
-    oldest: int | None = None
+    version: StrictInt  # `true` is no version (lax, it read as 1)
+    oldest: StrictInt | None = None
 
 
 class Welcome(_Model):

@@ -337,9 +337,15 @@ class FileInfo(_Model):
     skill: str | None = None
 
 
+# The last millisecond of the year 9999: the latest time both languages' dates take (Python's
+# datetime ends there; a JavaScript Date, later). Past it, a Python script's clock failed with
+# an OverflowError, and a JavaScript Date was NaN.
+MAX_NOW_MS = 253_402_300_799_999
+
+
 class Clock(_Model):
-    now_ms: int
-    seed: int
+    now_ms: int = Field(ge=0, le=MAX_NOW_MS)
+    seed: int = Field(ge=0, lt=1 << 64)
 
 
 class Script(_Model):

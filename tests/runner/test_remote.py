@@ -354,6 +354,18 @@ async def test_a_certificate_that_does_not_verify_fails_at_once(tmp_path: Path) 
         await engine.aclose()
 
 
+async def test_tls_to_a_service_without_it_fails_at_once(tmp_path: Path) -> None:
+    """A client with TLS and a service without it (run with no --cert): a configuration
+    error that waiting does not mend, so the step fails at once, naming the fix (it took the
+    service out of rotation, and the engine retried until its queue timeout)."""
+    async with services(FakeRunner()) as [service]:
+        remote = RemoteRunner([service.address], TOKEN, tls=True)
+        with pytest.raises(RunError, match="it does not speak TLS") as caught:
+            await remote.run(script("x"))
+        assert caught.value.permanent
+        await remote.aclose()
+
+
 def test_from_options(tmp_path: Path) -> None:
     """[codemode.runner] builds a RemoteRunner; mistakes name the key and the remedy."""
     (tmp_path / "runner.token").write_text(TOKEN + "\n")

@@ -74,6 +74,15 @@ async def test_a_script_before_hello_is_refused(service: RunnerService) -> None:
     assert await client.closed()
 
 
+async def test_a_hello_whose_version_is_no_number_is_refused(service: RunnerService) -> None:
+    """`"version": true` is no wire version (it was welcomed at version 1)."""
+    client = await RawClient.connect(service.address)
+    await client.send_json({"hello": {"token": TOKEN, "version": True}})
+    answer = await client.receive()
+    assert "the first message must be hello" in answer["refused"]["error"], answer
+    await still_serves(service)
+
+
 async def test_not_json(service: RunnerService) -> None:
     client = await RawClient.connect(service.address)
     await client.send(b"GET / HTTP/1.1\r\n\r\n")

@@ -139,6 +139,21 @@ def test_large_now_ms_and_seed_survive():
 
 
 @pytest.mark.parametrize(
+    "clock",
+    [{"now_ms": 2**63 - 1, "seed": 1}, {"now_ms": -1, "seed": 1}, {"now_ms": 1, "seed": -1}],
+)
+def test_a_clock_past_what_dates_hold_is_refused(clock: dict[str, int]) -> None:
+    """A clock past the year 9999 (or before 1970), or a negative seed, is a protocol error:
+    a Python script's clock failed with an OverflowError (read as the sandbox crashing), and
+    a JavaScript Date was NaN."""
+    line = protocol.encode(SCRIPT).replace(
+        orjson.dumps(SCRIPT.clock.model_dump()), orjson.dumps(clock)
+    )
+    with pytest.raises(protocol.ProtocolError):
+        protocol.decode(line, ("script",))
+
+
+@pytest.mark.parametrize(
     "line",
     [b"not json", b"{", b"", b'{"ran": {"outcome": "finished"}', b"\xff\xfe"],
 )
