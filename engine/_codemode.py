@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import secrets
 import time
@@ -28,6 +29,7 @@ from engine._config import (
     build_runner,
     check_engine_options,
     check_live_options,
+    check_parts,
     data_directory,
 )
 from engine._drive import Drive, dead_local_owner, new_owner
@@ -174,6 +176,15 @@ class CodeMode(StepLoop):
         live_memory: int | str | None = None,
         mcp: McpServers | None = None,
     ) -> None:
+        check_parts(
+            tools=tools,
+            skills=skills,
+            runner=runner,
+            store=store,
+            blobs=blobs,
+            clock=clock,
+            tool_threads=tool_threads,
+        )
         self._own_tools = as_tools(tools)
         self._definition: tuple[list[Any], dict[str, Any]] | None = None
         # The tools' fingerprint (a digest of each input schema), made once per tool set: a
@@ -375,6 +386,14 @@ class CodeMode(StepLoop):
         # The host's limits are checked before the script is recorded, so a bad limits
         # function leaves no script behind that could never run.
         self.limits_for(tenant)
+        if on_start is not None and (
+            not callable(on_start) or inspect.iscoroutinefunction(on_start)
+        ):
+            # Found once the start was written, it failed the run_code with the script in
+            # the log (an async one was dropped, never awaited).
+            raise ConfigError(
+                f"on_start is {on_start!r:.80}; give a plain function of the script's id"
+            )
         if key is None:
             return await self._start(body, language, tenant, files, None, on_start)
         result, joined = await self._once(

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -489,6 +489,49 @@ def check_engine_options(
             raise ConfigError(f"{name} = {_shown(value)} must be seconds, over 0")
     if call_timeout is not None and not _seconds(call_timeout):
         raise ConfigError(f"call_timeout = {_shown(call_timeout)} must be seconds over 0, or None")
+
+
+def check_parts(
+    *,
+    tools: Any,
+    skills: Any,
+    runner: Any,
+    store: Any,
+    blobs: Any,
+    clock: Any,
+    tool_threads: Any,
+) -> None:
+    """:class:`ConfigError` for a ``CodeMode`` part of the wrong kind, naming it, before
+    anything is made: each was a TypeError or AttributeError from deep inside, some only
+    at the first ``run_code`` or at ``aclose``."""
+    from engine._files import BlobStore
+    from engine.log import LogStore
+
+    for name, value in (("tools", tools), ("skills", skills)):
+        one_tool = name == "tools" and callable(value)  # as_tools says what to pass
+        wrong = value is None or isinstance(value, str | bytes) or not isinstance(value, Iterable)
+        if wrong and not one_tool:
+            raise ConfigError(f"{name} is a list, not {_shown(value)}")
+    if runner is not None and not (
+        callable(getattr(runner, "run", None)) and callable(getattr(runner, "aclose", None))
+    ):
+        raise ConfigError(
+            f"runner is {_shown(runner)}; give a ScriptRunner (runner.ProcessRunner, "
+            "runner.RemoteRunner), or leave it out"
+        )
+    if store is not None and not isinstance(store, LogStore):
+        raise ConfigError(
+            f"store is {_shown(store)}; give a LogStore (SqliteStore, PostgresStore, "
+            "MemoryStore), or leave it out"
+        )
+    if blobs is not None and not isinstance(blobs, BlobStore):
+        raise ConfigError(f"blobs is {_shown(blobs)}; give a BlobStore, or leave it out")
+    if not callable(clock):
+        raise ConfigError(f"clock is {_shown(clock)}; give a function answering seconds")
+    if isinstance(tool_threads, bool) or not isinstance(tool_threads, int) or tool_threads < 1:
+        raise ConfigError(
+            f"tool_threads = {_shown(tool_threads)} must be a whole number, 1 or more"
+        )
 
 
 def data_directory(data_dir: str | Path) -> Path:

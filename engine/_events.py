@@ -36,7 +36,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
@@ -92,6 +92,10 @@ def listeners_option(on_event: Listener | Sequence[Listener] | None) -> tuple[Li
 
     if on_event is None:
         return ()
+    if not callable(on_event) and not isinstance(on_event, Iterable):
+        raise ConfigError(
+            f"on_event takes a function of one Event, or a list, not {on_event!r:.80}"
+        )
     found = (on_event,) if callable(on_event) else tuple(on_event)
     for fn in found:
         if not callable(fn):

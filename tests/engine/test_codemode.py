@@ -17,6 +17,7 @@ from engine import (
     BlobStore,
     CodeMode,
     CodeModeError,
+    ConfigError,
     Limits,
     MemoryStore,
     RunResult,
@@ -1091,3 +1092,39 @@ def test_one_engine_serves_one_event_loop_after_another(tmp_path: Path) -> None:
     asyncio.run(engine.aclose())
     left = [p for p in psutil.Process().children(recursive=True) if p.status() != "zombie"]
     assert left == [], left
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"tool_threads": 0}, "tool_threads = 0 must be a whole number"),
+        ({"tool_threads": True}, "tool_threads = True must be a whole number"),
+        ({"tools": None}, "tools is a list, not None"),
+        ({"skills": 5}, "skills is a list, not 5"),
+        ({"on_event": 5}, "on_event takes a function of one Event, or a list"),
+        ({"runner": 5}, "runner is 5; give a ScriptRunner"),
+        ({"store": 5}, "store is 5; give a LogStore"),
+        ({"blobs": 5}, "blobs is 5; give a BlobStore"),
+        ({"clock": 5}, "clock is 5; give a function"),
+    ],
+)
+def test_a_part_of_the_wrong_kind_is_refused_naming_it(given: dict[str, Any], said: str) -> None:
+    """Each was a TypeError or AttributeError from deep inside, some only at run_code or at
+    aclose: a ConfigError naming the option, before anything is made."""
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        CodeMode(**given)
+
+
+async def test_an_on_start_that_is_no_plain_function_is_refused_before_the_start(
+    inproc: InProcessRunner,
+) -> None:
+    """on_start=5 raised once the start was in the log; an async one was never awaited."""
+
+    async def told(script_id: str) -> None:
+        pass
+
+    engine = CodeMode([], runner=inproc)
+    for wrong in (5, told):
+        with pytest.raises(ConfigError, match="give a plain function of the script's id"):
+            await engine.run_code("return 1", on_start=wrong)  # type: ignore[arg-type]
+    assert await engine.store.scripts() == []
