@@ -119,15 +119,41 @@ class PostgresStore(SqlStore):
                 await pool.open(wait=True, timeout=self._timeout)
             except (psycopg.Error, TimeoutError, OSError) as e:
                 await pool.close()
-                raise ConfigError(
-                    f"cannot use the PostgreSQL session log at {self.where()}: "
-                    f"{_first_line(e)}; check [codemode.store] dsn and that the server runs"
-                ) from None
+                raise ConfigError(self._open_failed(psycopg, e)) from None
             except BaseException:
                 await pool.close()
                 raise
             self._pool = pool
             return pool
+
+    def _open_failed(self, psycopg: Any, error: BaseException) -> str:
+        """Why the log could not be opened, and the fix: the server's answer names what is
+        wrong with the schema, the rights or the connection, each its own fix."""
+        said = _first_line(error)
+        errors = psycopg.errors
+        if isinstance(error, errors.InsufficientPrivilege):
+            return (
+                f"the database user may not use the PostgreSQL session log in schema "
+                f"{self.schema!r} at {self.where()} ({said}): grant it the rights on that "
+                "schema and its tables, or use the user that made them"
+            )
+        if isinstance(
+            error,
+            errors.UndefinedColumn
+            | errors.UndefinedTable
+            | errors.WrongObjectType
+            | errors.DatatypeMismatch
+            | errors.InvalidTextRepresentation,
+        ):
+            return (
+                f"the PostgreSQL schema {self.schema!r} at {self.where()} has tables codemode "
+                f"did not make ({said}): does another application use it? Give "
+                "[codemode.store] schema one of its own"
+            )
+        return (
+            f"cannot use the PostgreSQL session log at {self.where()}: {said}; check "
+            "[codemode.store] dsn and that the server runs"
+        )
 
     def _new_pool(self) -> Any:
         """A pool of connections to the log, not open yet."""
@@ -493,6 +519,13 @@ def _schema(schema: str) -> Generator[tuple[str, tuple[Any, ...]], Any, None]:
         if found[0] is None:
             return None
         row = yield ("SELECT max(version) FROM schema_version", ())
+        if row[0] is not None and (isinstance(row[0], bool) or not isinstance(row[0], int)):
+            # Another application's table of that name (a text column, say).
+            raise ConfigError(
+                f"the schema {schema!r} has a schema_version table codemode did not make (its "
+                f"version is {row[0]!r:.40}): does another application use it? Give "
+                "[codemode.store] schema one of its own"
+            )
         return row[0]
 
     # A log already made is left alone: even `CREATE INDEX IF NOT EXISTS` locks its table

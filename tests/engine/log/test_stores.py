@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import socket
 import sqlite3
 import sys
@@ -588,3 +589,42 @@ async def test_a_nul_in_a_calls_error_is_kept_as_every_store_keeps_text(
         assert refused.value == "no\ufffdway", refused.text
     finally:
         await engine.aclose()
+
+
+@pytest.mark.parametrize(
+    ("statements", "said"),
+    [
+        (
+            ["CREATE TABLE scripts (id TEXT PRIMARY KEY, title TEXT)"],
+            "has tables codemode did not make (column",
+        ),
+        (
+            [
+                "CREATE TABLE schema_version (version TEXT)",
+                "INSERT INTO schema_version VALUES ('2024-01')",
+            ],
+            "has a schema_version table codemode did not make",
+        ),
+    ],
+)
+async def test_postgres_schema_of_another_application_is_said_so_when_opened(
+    postgres: str, statements: list[str], said: str
+) -> None:
+    """Opening a log in a schema whose tables another application made: the message says
+    so and to give codemode a schema of its own (it said to check a dsn that works, or was a
+    raw TypeError comparing a text version). Needs PostgreSQL."""
+    import psycopg
+
+    schema = f"other_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres, autocommit=True) as db:
+        db.execute(f'CREATE SCHEMA "{schema}"')
+        db.execute(f'SET search_path TO "{schema}"')
+        for statement in statements:
+            db.execute(statement)
+    store = PostgresStore(postgres, schema=schema)
+    try:
+        with pytest.raises(ConfigError, match=re.escape(said)) as caught:
+            await store.scripts()
+        assert "schema one of its own" in str(caught.value)
+    finally:
+        await store.aclose()
