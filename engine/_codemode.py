@@ -726,6 +726,10 @@ class CodeMode(StepLoop):
         except BaseException as e:  # cancelled too (a caller's timeout): the drive stops here
             error = error_text(described(e))
             self._emit("left", record.id, tenant=record.tenant, error=error)
+            if isinstance(e, StoreUnavailable):
+                # The log did not answer: giving the lease up would wait its timeout again
+                # for nothing (the lease runs out on its own, as a dead host's does).
+                drive.keep_lease()
             raise
         finally:
             try:

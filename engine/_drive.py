@@ -431,6 +431,10 @@ class Drive:
         for task in self._handlers:
             task.cancel()
 
+    def keep_lease(self) -> None:
+        """Leave the lease as it is at :meth:`close` (the store is not answering)."""
+        self._released = True
+
     async def close(self) -> None:
         """Stop renewing and give the lease up (a lost lease is left as it is). A renewal
         under way is given the lease's time to end; one still not done then (a store that

@@ -177,7 +177,7 @@ class PostgresStore(SqlStore):
             name=f"codemode-{schema}",
         )
 
-    async def _back(self, pool: Any, timed_out: bool = False) -> Any:
+    async def _back(self, pool: Any, timed_out: bool = False, within: float | None = None) -> Any:
         """The pool to go on with after a connection of ``pool`` was lost, once the server
         takes connections again: asked directly every 50 ms to 1 s, up to the connect
         timeout. psycopg_pool's own reconnection backs off (1, 2, 4, 8 s), so after an
@@ -187,15 +187,18 @@ class PostgresStore(SqlStore):
         dropped (``check``), unless no connection of it came in time (``timed_out``) while
         it has fewer than it may: its reconnection is then in that backoff (up to minutes
         after a long outage), and it is replaced too. Raises ``psycopg.OperationalError``
-        if the server does not answer, or refuses for good (:func:`_connect`)."""
+        if the server does not answer, or refuses for good (:func:`_connect`), within
+        ``within`` seconds (what is left of the transaction's connect timeout; by default
+        the whole of it)."""
         import psycopg
 
         async with self._opening:
             if self._pool is not pool or self._closed:
                 return self._pool or pool  # another transaction came back first
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + self._timeout
-            conn, down = await _connect(psycopg, self.dsn, self._timeout)
+            wait = self._timeout if within is None else max(within, 1.0)
+            deadline = loop.time() + wait
+            conn, down = await _connect(psycopg, self.dsn, wait)
             await conn.close()
             backing_off = timed_out and pool.get_stats().get("pool_size", 0) < self._max
             if not down and not backing_off:
@@ -236,6 +239,10 @@ class PostgresStore(SqlStore):
         import psycopg
         from psycopg_pool import PoolTimeout
 
+        # One connect timeout for the transaction: the wait for a connection of the pool and
+        # the server's coming back share it (waited one after the other, a server that went
+        # down took twice the timeout to be said so, and each later transaction again).
+        began = asyncio.get_running_loop().time()
         try:
             try:
                 return await self._attempt(pool, make, write)
@@ -245,7 +252,8 @@ class PostgresStore(SqlStore):
                 # or no connection came (the server is down, or every one is busy; or the
                 # pool was replaced, and closed, while this waited in it). Once it takes
                 # connections again, the transaction runs once more, on a new one.
-                pool = await self._back(pool, timed_out=isinstance(e, PoolTimeout))
+                left = began + self._timeout - asyncio.get_running_loop().time()
+                pool = await self._back(pool, timed_out=isinstance(e, PoolTimeout), within=left)
                 return await self._attempt(pool, make, write)
         except (
             psycopg.errors.UndefinedTable,
