@@ -278,12 +278,20 @@ def record_files(
 ) -> list[dict[str, Any]]:
     """Store each attachment's bytes and return what the script record keeps of them; a
     skill's file found in ``skills`` (stored before, unchanged) is not read again."""
-    seen: set[str] = set()
+    seen: dict[str, Attachment] = {}
     records = []
     for attachment in attachments:
-        if attachment.id in seen:
+        first = seen.get(attachment.id)
+        if first is not None:
+            skill = first.skill if first.skill is not None else attachment.skill
+            if skill is not None:
+                # A host's upload named as a skill's file: which one clashed, and the fix.
+                raise CodeModeError(
+                    f"attachment {attachment.id!r} has the id of a file of skill {skill!r}; "
+                    "give the attachment another id"
+                )
             raise CodeModeError(f"two attachments have the id {attachment.id!r}")
-        seen.add(attachment.id)
+        seen[attachment.id] = attachment
         source: object = None
         if skills is not None and attachment.skill is not None:
             try:

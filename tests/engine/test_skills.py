@@ -274,3 +274,19 @@ async def test_a_skill_file_gone_from_disk_or_a_pipe_is_one_clear_error(tmp_path
             )
     finally:
         await engine.aclose()
+
+
+async def test_an_attachment_named_as_a_skills_file_says_which_clashed() -> None:
+    """A user's upload named `report/summary.md` beside skill `report`'s summary.md: the
+    error names the skill and the fix (it said two attachments had the id, where the host
+    passed one)."""
+    from engine import Attachment
+    from tests.engine.conftest import InProcessRunner
+
+    skill = Skill("report", "Reports.", "Read report/summary.md.", files={"summary.md": b"x"})
+    engine = CodeMode([], runner=InProcessRunner(), skills=[skill])
+    try:
+        with pytest.raises(CodeModeError, match="has the id of a file of skill 'report'"):
+            await engine.run_code("return 1", files=[Attachment("report/summary.md", data=b"mine")])
+    finally:
+        await engine.aclose()
