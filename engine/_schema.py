@@ -82,6 +82,9 @@ def a_json_type(value: Any) -> str:
 
 
 def _depth(value: Any) -> int:
+    """How deep ``value`` nests (past :data:`MAX_SCHEMA_DEPTH`, the first depth found past
+    it); raises :class:`SchemaProblem` for a NaN or an infinity in it, which JSON has not
+    (orjson writes them as null, so a schema's default of NaN was declared as null)."""
     # Iterative, so a hostile schema nested a million levels cannot blow the Python stack.
     deepest = 0
     stack: list[tuple[Any, int]] = [(value, 1)]
@@ -92,6 +95,8 @@ def _depth(value: Any) -> int:
         elif isinstance(node, list):
             children = node
         else:
+            if isinstance(node, float) and not math.isfinite(node):
+                raise SchemaProblem(f"it holds the number {node}, which JSON has not")
             continue
         deepest = max(deepest, depth)
         if depth > MAX_SCHEMA_DEPTH:
@@ -109,6 +114,12 @@ def check_schema(schema: Any, *, must_be_object: bool) -> None:
     """
     if not isinstance(schema, Mapping):
         raise SchemaProblem(f"it is {_a(json_type(schema))}, not a JSON Schema object")
+    # The depth first: the encoder would fail on a deep one, saying less.
+    depth = _depth(schema)
+    if depth > MAX_SCHEMA_DEPTH:
+        raise SchemaProblem(
+            f"it nests deeper than {MAX_SCHEMA_DEPTH} levels; flatten it or use $defs"
+        )
     try:
         size = len(orjson.dumps(schema))
     except (TypeError, orjson.JSONEncodeError) as e:
@@ -117,11 +128,6 @@ def check_schema(schema: Any, *, must_be_object: bool) -> None:
         raise SchemaProblem(
             f"it is {size:,} bytes of JSON, over the {MAX_SCHEMA_BYTES:,} bytes a schema may "
             "take; describe the input more briefly"
-        )
-    depth = _depth(schema)
-    if depth > MAX_SCHEMA_DEPTH:
-        raise SchemaProblem(
-            f"it nests deeper than {MAX_SCHEMA_DEPTH} levels; flatten it or use $defs"
         )
     if must_be_object:
         kind = schema.get("type")

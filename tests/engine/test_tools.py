@@ -1175,3 +1175,30 @@ def test_an_mcp_tool_whose_input_schema_is_null_is_refused() -> None:
         ToolDefinitionError, match='"inputSchema" is a null; MCP requires an object'
     ):
         load_mcp_tools([{"name": "search", "inputSchema": None}])
+
+
+def test_a_schema_holding_nan_or_nesting_past_the_bound_says_so() -> None:
+    """NaN or infinity in a schema (a default, a maximum): refused, naming the number (orjson
+    wrote null: a NaN default was declared as null, and a NaN maximum was reported as
+    "null is not of type number"). A schema nested 1,000 levels says it nests too deep (it
+    said it was not JSON data)."""
+    with pytest.raises(ToolDefinitionError, match="it holds the number nan, which JSON has not"):
+
+        @tool
+        def scale(x: float, factor: float = math.nan) -> float:
+            """Scale."""
+            return x * factor
+
+    with pytest.raises(ToolDefinitionError, match="it holds the number inf"):
+        Tool(
+            "t",
+            input_schema={"type": "object", "properties": {"x": {"maximum": math.inf}}},
+            handler=lambda x: x,
+        )
+    deep: dict[str, Any] = {}
+    node = deep
+    for _ in range(1000):
+        node["a"] = {}
+        node = node["a"]
+    with pytest.raises(ToolDefinitionError, match="nests deeper than"):
+        Tool("t", input_schema={"type": "object", "properties": deep}, handler=lambda: 1)
