@@ -624,6 +624,17 @@ def test_paused_without_a_data_dir_says_it_cannot_be_resumed() -> None:
     assert "cannot be resumed" in proc.stderr and "--data-dir" in proc.stderr
 
 
+def _worker(tools: list[str]) -> subprocess.Popen[str]:
+    """`codemode worker` with these options, its stderr kept."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", "worker", *tools],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def test_scripts_show_approve_and_a_worker(tmp_path: Path) -> None:
     """A paused script is listed and shown; an approval recorded by one command is driven on
     by a worker process, without anyone resuming it."""
@@ -646,13 +657,7 @@ def test_scripts_show_approve_and_a_worker(tmp_path: Path) -> None:
     again = codemode("approve", paused["script_id"], call_id, "--data-dir", data)
     assert again.returncode == 2 and "is approved, not awaiting approval" in again.stderr
 
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "worker", *tools],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    worker = _worker(tools)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -698,13 +703,7 @@ def test_a_worker_told_to_stop_leaves_its_script_at_the_next_step(tmp_path: Path
         "approve", paused["script_id"], paused["waiting"][0]["call_id"], "--data-dir", data
     )
     assert approved.returncode == 0, approved.stderr
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "worker", *tools],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    worker = _worker(tools)
     try:
         deadline = time.monotonic() + 60
         while True:

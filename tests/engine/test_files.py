@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -275,6 +276,19 @@ async def test_a_postgres_blob_store_whose_connection_is_cut_goes_on(postgres: s
             await engine.aclose()
 
 
+async def _paused_with_a_file(pay: Any, code: str, directory: Path) -> Any:
+    """The script run on a SQLite log in ``directory`` with a.txt ("hello"), paused."""
+    from engine import SqliteStore
+
+    first = CodeMode([pay], runner=InProcessRunner(), store=SqliteStore(directory))
+    try:
+        paused = await first.run_code(code, files=[Attachment("a.txt", data=b"hello")])
+        assert paused.status == "paused", paused.text
+        return paused
+    finally:
+        await first.aclose()
+
+
 async def test_files_of_a_sqlite_log_outlast_a_restart(tmp_path: Path) -> None:
     """An engine given a SQLite log and no data_dir keeps the files beside the log, where
     data_dir=<its directory> keeps them: a host restarted on the log reads a paused script's
@@ -291,12 +305,7 @@ async def test_files_of_a_sqlite_log_outlast_a_restart(tmp_path: Path) -> None:
     await tools.pay({ cents: text.length });
     return await files.text("a.txt");
     """
-    first = CodeMode([pay], runner=InProcessRunner(), store=SqliteStore(tmp_path))
-    try:
-        paused = await first.run_code(code, files=[Attachment("a.txt", data=b"hello")])
-        assert paused.status == "paused", paused.text
-    finally:
-        await first.aclose()
+    paused = await _paused_with_a_file(pay, code, tmp_path)
     assert len([p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]) == 1
     restarted = CodeMode([pay], runner=InProcessRunner(), store=SqliteStore(tmp_path))
     try:
@@ -328,12 +337,7 @@ async def test_a_resume_whose_files_the_store_lost_runs_no_call(tmp_path: Path) 
     await tools.pay({ cents: text.length });
     return text;
     """
-    first = CodeMode([pay], runner=InProcessRunner(), store=SqliteStore(tmp_path))
-    try:
-        paused = await first.run_code(code, files=[Attachment("a.txt", data=b"hello")])
-        assert paused.status == "paused", paused.text
-    finally:
-        await first.aclose()
+    paused = await _paused_with_a_file(pay, code, tmp_path)
     (blob,) = [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]
     kept = blob.read_bytes()
     blob.unlink()
