@@ -366,6 +366,10 @@ def _run_one(data_limit: int | None) -> NoReturn:
         room = 0 if limit is not None else _line_room(size, data_limit)
     else:
         limit, room = data_limit, _line_room(size, data_limit)
+        # orjson's buffer for data (about nine times its weight for small items) must fit
+        # beside QuickJS's heap: past a sixteenth of that room, the standard library writes.
+        heap = data_limit or protocol.process_heap(script.limits.memory)
+        jsontext.bound_heap(max(jsontext.LONG_TEXT, (heap - script.limits.memory) // 16))
     lockdown.tighten(
         compute_ms=script.limits.compute_ms,
         memory=script.limits.memory,

@@ -8,9 +8,11 @@ standard library needs about the text itself and raises MemoryError, the memory 
 Python script's heap is the process's, so a call, a result or a value of a few MiB under a
 small ``memory`` crashed its process. A sandbox process that runs a Python script calls
 :func:`bound_heap` once it has read it; from then on data heavier than :data:`LONG_TEXT`
-goes through the standard library. Elsewhere (the host, a JavaScript run, whose process
-keeps hundreds of MiB beside QuickJS's heap, a run in the host's process) orjson does all
-of it: the standard library's path is slower (some 40 times for many small items).
+goes through the standard library. A JavaScript run's process keeps hundreds of MiB beside
+QuickJS's heap: it takes the standard library's path only for data too heavy for that room
+(two million small items of a tool's result crashed it). Elsewhere (the host, a run in the
+host's process) orjson does all of it: the standard library's path is slower (some 40 times
+for many small items).
 
 The two paths agree byte for byte (:func:`dumps`) and value for value (:func:`loads`),
 errors included, since replay compares the canonical text of a call made on one run with
@@ -46,13 +48,14 @@ _READ_DEPTH = 1024
 _WRITE_DEPTH = 254
 
 _bounded = False
+_long_text = LONG_TEXT
 
 
-def bound_heap() -> None:
-    """Say this process's heap is bounded (the sandbox process, before it runs a Python
-    script): heavy data goes through the standard library from now on."""
-    global _bounded
-    _bounded = True
+def bound_heap(long_text: int = LONG_TEXT) -> None:
+    """Say this process's heap is bounded (the sandbox process, before it runs a script):
+    data heavier than ``long_text`` goes through the standard library from now on."""
+    global _bounded, _long_text
+    _bounded, _long_text = True, long_text
 
 
 def warm_up() -> None:
@@ -101,12 +104,12 @@ def weight(value: Any, bound: int = LONG_TEXT) -> int:
 
 def over(total: int) -> bool:
     """True when data of weight ``total`` must go through the standard library here."""
-    return _bounded and total > LONG_TEXT
+    return _bounded and total > _long_text
 
 
 def heavy(value: Any) -> bool:
     """True when ``value`` must be written by the standard library here."""
-    return _bounded and weight(value) > LONG_TEXT
+    return _bounded and weight(value, _long_text) > _long_text
 
 
 def dumps(value: Any, *, sort_keys: bool = False) -> bytes:
@@ -122,7 +125,7 @@ def dumps(value: Any, *, sort_keys: bool = False) -> bytes:
 def loads(text: str) -> Any:
     """Data of JSON text as orjson reads it. Raises ``orjson.JSONDecodeError`` where orjson
     would (its message says "depth limit" for nesting past 1,024 levels)."""
-    if _bounded and text_weight(text) > LONG_TEXT:
+    if _bounded and text_weight(text) > _long_text:
         return std_loads(text)
     return orjson.loads(text)
 

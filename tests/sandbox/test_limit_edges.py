@@ -15,7 +15,7 @@ import pytest
 
 from runner import ProcessRunner
 from runner._process import Mode
-from sandbox.protocol import Limits, MiB
+from sandbox.protocol import Clock, Limits, MiB, Record, Script
 from tests.sandbox.conftest import rec, script
 
 LIMITS = Limits()
@@ -150,3 +150,29 @@ def test_a_call_log_over_a_capped_heap_is_the_memory_limit() -> None:
     assert step.limit is not None and step.limit.name == "memory", step.error
     assert step.error.name == "LimitError"
     assert "call log does not fit" in step.error.message
+
+
+def test_a_result_of_millions_of_small_items_reaches_a_javascript_run() -> None:
+    """A tool's result of two million zeros (4 MB of JSON, within `results`), at the default
+    memory: orjson's buffer for it (some 220 bytes an item) did not fit beside QuickJS's
+    heap, and the process crashed (SIGSEGV); heavy data now goes through the standard
+    library there, as in a Python run."""
+    records = [Record(name="z", arguments={}, result=[0] * 2_000_000)]
+    runner = ProcessRunner(mode="pool", pool_size=1)
+    loop = asyncio.new_event_loop()
+    try:
+        step = loop.run_until_complete(
+            runner.run(
+                Script(
+                    id="many",
+                    code="const r = await tools.z({}); return r.length",
+                    tools=["z"],
+                    clock=Clock(now_ms=0, seed=1),
+                    records=records,
+                )
+            )
+        )
+    finally:
+        loop.run_until_complete(runner.aclose())
+        loop.close()
+    assert step.outcome == "finished" and step.value == 2_000_000, step.error
