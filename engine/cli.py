@@ -508,7 +508,11 @@ async def _show(args: argparse.Namespace) -> int:
     finally:
         await store.aclose()
     if args.json:
-        data = {"script": _script_json(record), "calls": [dataclasses.asdict(c) for c in calls]}
+        # With its code, as show prints it (scripts --json keeps to its lines' count).
+        data = {
+            "script": {**_script_json(record), "code": record.code},
+            "calls": [dataclasses.asdict(c) for c in calls],
+        }
         sys.stdout.write(orjson.dumps(data).decode() + "\n")
         return 0
     lease = record.lease

@@ -348,7 +348,9 @@
     if (!array && proto !== ObjectProto && proto !== null) {
       const name = (proto && proto.constructor && proto.constructor.name) || "non-plain object";
       const kind = timeOf(value) !== undefined ? "a Date (pass date.toISOString())"
-        : name === "URL" ? "a URL (pass url.href)" : "a " + name;
+        : name === "URL" ? "a URL (pass url.href)"
+        : value instanceof NativeMap ? "a Map (pass Object.fromEntries(map))"
+        : value instanceof NativeSet ? "a Set (pass [...set])" : "a " + name;
       throw new NativeTypeError(path + " is " + kind + "; arguments must be plain data");
     }
     seen[depth] = value;

@@ -672,6 +672,7 @@ def test_scripts_show_approve_and_a_worker(tmp_path: Path) -> None:
     assert worker.returncode == 0, err
     calls = json.loads(shown.stdout)["calls"]
     assert [c["state"] for c in calls] == ["done"] and calls[0]["result"]["status"] == "posted"
+    assert json.loads(shown.stdout)["script"]["code"] == script  # as show prints it
 
 
 def test_a_worker_told_to_stop_leaves_its_script_at_the_next_step(tmp_path: Path) -> None:

@@ -255,7 +255,8 @@ def test_tools_named_like_object_methods_are_still_tools():
     [
         ("{ f: () => 1 }", "the argument.f", "a function"),
         ("{ when: new Date() }", "the argument.when", "a Date"),
-        ("{ m: new Map([[1, 2]]) }", "the argument.m", "a Map"),
+        ("{ m: new Map([[1, 2]]) }", "the argument.m", "a Map (pass Object.fromEntries(map))"),
+        ("{ s: new Set([1]) }", "the argument.s", "a Set (pass [...set])"),
         ("{ p: new (class Point { constructor() { this.x = 1 } })() }", "the argument.p", "Point"),
         (
             "(() => { const o = { a: {} }; o.a.back = o; return { o }; })()",
