@@ -508,9 +508,9 @@ def check_parts(
     from engine.log import LogStore
 
     for name, value in (("tools", tools), ("skills", skills)):
-        one_tool = name == "tools" and callable(value)  # as_tools says what to pass
-        wrong = value is None or isinstance(value, str | bytes) or not isinstance(value, Iterable)
-        if wrong and not one_tool:
+        # One tool, or a name, where the list belongs: as_tools says what to pass.
+        one_tool = name == "tools" and (callable(value) or isinstance(value, str | bytes))
+        if not isinstance(value, Iterable) and not one_tool:
             raise ConfigError(f"{name} is a list, not {_shown(value)}")
     if runner is not None and not (
         callable(getattr(runner, "run", None)) and callable(getattr(runner, "aclose", None))

@@ -107,7 +107,13 @@ class SqliteStore(SqlStore):
             db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30)
             (mode,) = db.execute("PRAGMA journal_mode=WAL").fetchone()
         except sqlite3.Error as e:
-            raise ConfigError(f"cannot open the session log {self.path}: {e}") from None
+            hint = ""
+            if isinstance(e, sqlite3.DatabaseError) and "not a database" in str(e):
+                hint = (
+                    "; if it is no codemode log, give data_dir a directory of its own; if it "
+                    "is one, it is damaged: restore it from a backup"
+                )
+            raise ConfigError(f"cannot open the session log {self.path}: {e}{hint}") from None
         if str(mode).lower() != "wal":
             # Without it, a commit on the loop's connection would sync there, and readers
             # would wait for writers: the store's design rests on WAL.

@@ -378,7 +378,7 @@ def test_sqlite_store_at_a_path_it_cannot_use(tmp_path: Path) -> None:
         SqliteStore(tmp_path / "file")
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / SqliteStore.FILE_NAME).write_bytes(b"plain text, not a database" * 100)
-    with pytest.raises(ConfigError, match="cannot open the session log"):
+    with pytest.raises(ConfigError, match=r"cannot open the session log.*restore it from a backup"):
         SqliteStore(tmp_path / "data")
 
 
