@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from engine import CodeMode, tool
+from engine import CodeMode, ConfigError, tool
 from engine._tool_threads import Ticket, ToolThreads
 from runner import FileReader, ScriptRunner, Step
 from sandbox.protocol import Script
@@ -222,5 +222,6 @@ async def test_one_script_holds_at_most_its_share_and_stuck_threads_are_bounded(
 def test_bad_sizes_are_refused() -> None:
     with pytest.raises(ValueError, match="at least 1, not 0"):
         ToolThreads(0)
-    with pytest.raises(ValueError, match="at least 1, not 0"):
+    # The engine's option is a ConfigError naming it, as each of its options is.
+    with pytest.raises(ConfigError, match="tool_threads = 0 must be a whole number, 1 or more"):
         CodeMode([], tool_threads=0)
