@@ -214,3 +214,34 @@ def test_an_allocation_that_lost_its_memory_error_is_the_memory_limit(
     monkeypatch.setattr(jsontext, "_write", lost)
     with pytest.raises(MemoryError):
         jsontext.std_dumps([1, 2, 3])
+
+
+def test_a_data_check_weighs_the_data_alone(bounded: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """protocol.data_problem checks the depth inside a wrapping of lists: it weighs the data
+    itself, not the wrapping (a walk down the wrapping at every check cost a live JavaScript
+    segment two thirds of its CPU), and heavy data still goes the standard library's way."""
+    weighed: list[Any] = []
+    real = jsontext.weight
+
+    def recorded(value: Any, bound: int = LONG_TEXT) -> int:
+        weighed.append(value)
+        return real(value, bound)
+
+    monkeypatch.setattr(jsontext, "weight", recorded)
+    value = {"v": [1, 2]}
+    assert protocol.data_problem(value) is None
+    assert weighed == [value]
+    deep: Any = []
+    for _ in range(protocol.MAX_DEPTH):
+        deep = [deep]
+    assert "nests deeper" in (protocol.data_problem(deep) or "")
+    heavy_deep: Any = ["é" * (LONG_TEXT // 4 + 1)]
+    for _ in range(protocol.MAX_DEPTH):
+        heavy_deep = [heavy_deep]
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("orjson used for heavy data")
+
+    monkeypatch.setattr(orjson, "dumps", refuse)
+    assert "nests deeper" in (protocol.data_problem(heavy_deep) or "")
+    assert protocol.data_problem(["é" * (LONG_TEXT // 4 + 1)]) is None
