@@ -24,7 +24,7 @@ import inspect
 import math
 import re
 import typing
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Protocol, TypeVar, get_args, get_origin
 
@@ -489,12 +489,47 @@ class _Checked:
 
 def _message_of(e: BaseException) -> str:
     """The exception's message, or its type's name when it has none (or its ``__str__``
-    itself fails: the host's exception, whatever it does, says something)."""
+    itself fails: the host's exception, whatever it does, says something). An exception
+    group's says what it holds, as a Python script's own does ("... (2 sub-exceptions):
+    ValueError: no 1; ValueError: no 2"): its text alone only counts them, and a handler
+    that uses a task group (anyio's, the MCP SDK's) fails with one."""
     try:
         text = str(e).strip()
     except Exception:
         text = ""
-    return text or type(e).__name__
+    text = text or type(e).__name__
+    if isinstance(e, BaseExceptionGroup):
+        leaves = exception_leaves(e)
+        shown = "; ".join(described(leaf) for leaf in leaves[:GROUP_SHOWN])
+        if shown:
+            text += f": {shown}"
+            if len(leaves) >= GROUP_LEAVES:
+                text += "; and more"
+            elif len(leaves) > GROUP_SHOWN:
+                text += f"; and {len(leaves) - GROUP_SHOWN} more"
+    return text
+
+
+# The errors of an exception group a call's message names; how many leaves are looked for.
+GROUP_SHOWN = 3
+GROUP_LEAVES = 100
+
+
+def exception_leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    """The exceptions in ``group`` that are not groups, depth first, at most
+    :data:`GROUP_LEAVES` of them (a host's group may nest deep or hold thousands)."""
+    leaves: list[BaseException] = []
+    stack: list[Iterator[BaseException]] = [iter(group.exceptions)]
+    while stack and len(leaves) < GROUP_LEAVES:
+        e = next(stack[-1], None)
+        if e is None:
+            stack.pop()
+        elif isinstance(e, BaseExceptionGroup):
+            if len(stack) < GROUP_LEAVES:
+                stack.append(iter(e.exceptions))
+        else:
+            leaves.append(e)
+    return leaves
 
 
 def described(e: BaseException) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from engine._errors import ToolCallError
+from engine._tools import exception_leaves
 from engine.mcp._config import ServerSpec
 from engine.mcp._listing import ToolListings, path_text
 from engine.mcp._stdio import stdio_transport
@@ -413,7 +414,7 @@ def _describe(
     if isinstance(error, PermissionError) and spec.command is not None:
         return f"cannot start {spec.command!r}: permission denied"
     if isinstance(error, BaseExceptionGroup):
-        leaves = list(_leaves(error))
+        leaves = exception_leaves(error)
         if leaves:
             return _describe(leaves[0], spec, broken, unreadable)
     text = str(error).strip().splitlines()
@@ -446,11 +447,3 @@ def _sent(error: Exception) -> str:
         return ""
     sent = sent.strip()
     return repr(sent if len(sent) <= 80 else sent[:77] + "...")
-
-
-def _leaves(group: BaseExceptionGroup[Any]) -> Any:
-    for e in group.exceptions:
-        if isinstance(e, BaseExceptionGroup):
-            yield from _leaves(e)
-        else:
-            yield e

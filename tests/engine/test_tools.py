@@ -519,6 +519,43 @@ def test_odd_exceptions_of_a_sync_handler_become_call_errors() -> None:
         assert call_error(Tool("b", handler=raiser(error)), {}) == said
 
 
+def test_an_exception_group_says_what_it_holds() -> None:
+    """A handler that fails inside a task group (its own, anyio's, the MCP SDK's) raises an
+    ExceptionGroup, whose text only counts its errors: the call's message names them, as a
+    Python script's own group does, nested groups flattened, three at most."""
+
+    async def one() -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(_fail(ConnectionError("refused by db:5432")))
+
+    async def nested() -> None:
+        raise ExceptionGroup(
+            "outer",
+            [
+                ValueError("no 1"),
+                ExceptionGroup("inner", [KeyError("k"), TimeoutError()]),
+                ValueError("no 4"),
+            ],
+        )
+
+    def many() -> None:
+        raise ExceptionGroup("many", [ValueError(str(i)) for i in range(500)])
+
+    assert call_error(Tool("a", handler=one), {}) == (
+        "unhandled errors in a TaskGroup (1 sub-exception): ConnectionError: refused by db:5432"
+    )
+    assert call_error(Tool("b", handler=nested), {}) == (
+        "outer (3 sub-exceptions): ValueError: no 1; KeyError: 'k'; TimeoutError; and 1 more"
+    )
+    assert call_error(Tool("c", handler=many), {}) == (
+        "many (500 sub-exceptions): ValueError: 0; ValueError: 1; ValueError: 2; and more"
+    )
+
+
+async def _fail(error: Exception) -> None:
+    raise error
+
+
 def test_odd_exceptions_of_an_async_handler() -> None:
     """On the event loop, a handler's own BaseException, or a CancelledError nobody asked
     for (a future it awaited was cancelled), is the call's failure; KeyboardInterrupt and
