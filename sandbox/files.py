@@ -440,15 +440,47 @@ def _jsonl(file_id: str, lines: Iterator[str]) -> Iterator[Any]:
 
 def _csv(file_id: str, lines: Iterator[str], header: bool, delimiter: str) -> Iterator[Any]:
     reader = csv.reader(lines, delimiter=delimiter)
-    names: list[str] | None = None
+    names: _Columns | None = None
     for row in _csv_rows(file_id, reader):
         if header and names is None:
-            names = row
+            names = _Columns(row)
             continue
         if names is None:
             yield row
         else:
-            yield {name: (row[i] if i < len(row) else "") for i, name in enumerate(names)}
+            yield names.record(row, "")
+
+
+class _Columns:
+    """The keys of a header row's records, one per column, each its own: an empty cell's
+    column is ``column3`` (its number), a name seen before gets ``.1``, ``.2``... (as pandas
+    reads ``a,a``: ``a``, ``a.1``), and cells past the header are named by their numbers, so
+    no cell of a record is dropped for want of a key of its own."""
+
+    def __init__(self, header: list[Any]) -> None:
+        self.names: list[str] = []
+        self._taken: set[str] = set()
+        for cell in header:
+            self._add(cell)
+        self.width = len(self.names)
+
+    def _add(self, cell: Any) -> None:
+        number = len(self.names) + 1
+        base = f"column{number}" if cell is None or cell == "" else str(cell)
+        name, n = base, 0
+        while name in self._taken:
+            n += 1
+            name = f"{base}.{n}"
+        self._taken.add(name)
+        self.names.append(name)
+
+    def record(self, row: list[Any], missing: Any) -> dict[str, Any]:
+        """``row`` as a record: ``missing`` for the header's columns it lacks, and its cells
+        past the header, if it has any."""
+        while len(self.names) < len(row):
+            self._add(None)
+        names = self.names[: max(self.width, len(row))]
+        return {name: (row[i] if i < len(row) else missing) for i, name in enumerate(names)}
 
 
 def _chunks(files: Files, info: FileInfo, size: int, offset: int) -> Iterator[str]:
@@ -479,17 +511,17 @@ def _csv_rows(file_id: str, reader: Any) -> Iterator[list[str]]:
 
 
 def _rows(rows: Iterator[list[Any]], header: bool) -> Iterator[Any]:
-    names: list[str] | None = None
+    names: _Columns | None = None
     for row in rows:
         if all(cell is None for cell in row):
             continue  # empty sheet rows are not counted
         if header and names is None:
-            names = [str(c) if c is not None else f"column{i + 1}" for i, c in enumerate(row)]
+            names = _Columns(row)
             continue
         if names is None:
             yield row
         else:
-            yield {name: (row[i] if i < len(row) else None) for i, name in enumerate(names)}
+            yield names.record(row, None)
 
 
 # ---- xlsx: a zip of XML parts; only what rows need is read ----

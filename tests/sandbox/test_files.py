@@ -39,6 +39,7 @@ def _xlsx() -> bytes:
 BLOBS: dict[str, bytes] = {
     "sales.csv": SALES,
     "semi.csv": b"a;b\n1;2\n",
+    "dup.csv": b"a,a,,a.1,b\n1,2,3,4,5\n6,7\n8,9,10,11,12,13\n",
     "events.jsonl": b'{"n":1}\n\n{"n":2}\n{"n":3}\n',
     "bad.jsonl": b'{"n":1}\n{oops\n',
     "notes.md": "# Notes\r\nline two\nthird \u00e9\n".encode(),
@@ -116,6 +117,18 @@ def test_the_spec_csv_example() -> None:
     return totals;
     """
     assert value(code) == {"north": 17, "south": 5}
+
+
+def test_csv_records_keep_every_cell() -> None:
+    """A header's repeated and empty names, and cells past it, still each have a key of
+    their own (pandas' a, a.1 for a repeated name; column numbers for the rest): no cell of
+    a record is dropped."""
+    code = "const out = []; for await (const r of files.csv('dup.csv')) out.push(r); return out"
+    assert value(code) == [
+        {"a": "1", "a.1": "2", "column3": "3", "a.1.1": "4", "b": "5"},
+        {"a": "6", "a.1": "7", "column3": "", "a.1.1": "", "b": ""},
+        {"a": "8", "a.1": "9", "column3": "10", "a.1.1": "11", "b": "12", "column6": "13"},
+    ]
 
 
 def test_csv_options() -> None:
