@@ -143,6 +143,22 @@ class Tool:
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ToolDefinitionError(f"a tool needs a non-empty name, not {name!r}")
+        if source is not None and (not isinstance(source, str) or not source.strip()):
+            raise ToolDefinitionError(
+                f"tool {name!r}: source (the name its tools are called by, <source>__<name>) "
+                f"is a non-empty string or None, not {source!r}"
+            )
+        flags = {
+            "needs_approval": needs_approval,
+            "client": client,
+            "deferred": deferred,
+            "read_only": read_only,
+            "idempotent": idempotent,
+        }
+        for flag, given in flags.items():
+            # Not truthiness: read_only="false" would let a call with effects run again.
+            if not isinstance(given, bool):
+                raise ToolDefinitionError(f"tool {name!r}: {flag} is True or False, not {given!r}")
         self.original_name = name
         self.source = source
         self.name = sanitize_name(name, source)
@@ -635,6 +651,10 @@ def load_mcp_tools(
         data = data["tools"]
     if isinstance(data, str | bytes) or not isinstance(data, Sequence):
         raise ToolDefinitionError(f"MCP tool definitions are a list, not {a_json_type(data)}")
+    if handlers is not None and not isinstance(handlers, Mapping):
+        raise ToolDefinitionError(
+            f"handlers maps each tool's name to its handler (a dict), not {a_json_type(handlers)}"
+        )
     handlers = handlers or {}
     tools = []
     for index, definition in enumerate(data):

@@ -1239,3 +1239,27 @@ def test_a_schema_holding_nan_or_nesting_past_the_bound_says_so() -> None:
         node = node["a"]
     with pytest.raises(ToolDefinitionError, match="nests deeper than"):
         Tool("t", input_schema={"type": "object", "properties": deep}, handler=lambda: 1)
+
+
+@pytest.mark.parametrize(
+    "flag", ["needs_approval", "client", "deferred", "read_only", "idempotent"]
+)
+def test_a_tools_flags_are_true_or_false(flag: str) -> None:
+    """A flag given as anything but a bool is refused, not taken for its truth: read_only=
+    "false" (a TOML or env string) would have let a call with effects run again."""
+    with pytest.raises(ToolDefinitionError, match=f"{flag} is True or False, not 'false'"):
+        Tool("t", **{flag: "false"})
+    with pytest.raises(ToolDefinitionError, match=f"{flag} is True or False, not 1"):
+        Tool("t", **{flag: 1})
+
+
+def test_mcp_tools_refuse_a_bad_source_or_handlers() -> None:
+    """load_mcp_tools(source=5) or handlers given as a list say what they take, instead of
+    a TypeError or AttributeError from inside."""
+    tools = [{"name": "t", "inputSchema": {"type": "object"}}]
+    with pytest.raises(ToolDefinitionError, match=r"source \(.*\) is a non-empty string or None"):
+        load_mcp_tools(tools, source=5)  # type: ignore[arg-type]
+    with pytest.raises(ToolDefinitionError, match=r"source \(.*\) .* not ''"):
+        load_mcp_tools(tools, source="")
+    with pytest.raises(ToolDefinitionError, match=r"handlers maps .* \(a dict\), not an array"):
+        load_mcp_tools(tools, handlers=[print])  # type: ignore[arg-type]
