@@ -225,9 +225,14 @@
       return "Error";
     }
   }
+  // A string as itself (console.log's); `described` for one quoted, as a value among others
+  // (console.dir's).
   function text(value) {
+    return typeof value === "string" ? value : described(value);
+  }
+  function described(value) {
     try {
-      return typeof value === "string" ? value : describe(value, 0, [], { left: PRINTED_BOUND });
+      return describe(value, 0, [], { left: PRINTED_BOUND });
     } catch (e) {
       return "[unprintable: " + errorText(e) + "]";
     }
@@ -247,7 +252,7 @@
   const label = (l) => (l === undefined ? "default" : "" + l);
   globalThis.console = freeze({
     log: print, info: print, warn: print, error: print, debug: print, trace: print,
-    dir: (value) => print(value), dirxml: print,
+    dir: (value) => emit(described(value)), dirxml: print,
     table: (data, columns) => emit(table(data, columns)),
     group: (...labels) => { if (labels.length) print(...labels); indent += "  "; },
     groupCollapsed: (...labels) => { if (labels.length) print(...labels); indent += "  "; },

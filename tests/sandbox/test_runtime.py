@@ -1761,6 +1761,7 @@ def test_the_rest_of_console_prints_as_node_lays_it_out() -> None:
         console.assert(1 === 2, "nope", 3);
         console.assert(true, "fine");
         console.dir({ a: [1] }, { depth: 0 });
+        console.dir("s");
         console.time("t");
         console.timeEnd("t");
         """
@@ -1793,6 +1794,7 @@ def test_the_rest_of_console_prints_as_node_lays_it_out() -> None:
         "x: 1\n"
         "Assertion failed: nope 3\n"
         '{"a":[1]}\n'
+        '"s"\n'
         "t: 0ms\n"
     )
 
