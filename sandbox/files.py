@@ -460,6 +460,8 @@ class _Columns:
     def __init__(self, header: list[Any]) -> None:
         self.names: list[str] = []
         self._taken: set[str] = set()
+        self._suffix: dict[str, int] = {}  # the next to try after a name, so a header of
+        # a thousand equal names costs a thousand tries, not half a million
         for cell in header:
             self._add(cell)
         self.width = len(self.names)
@@ -467,10 +469,11 @@ class _Columns:
     def _add(self, cell: Any) -> None:
         number = len(self.names) + 1
         base = f"column{number}" if cell is None or cell == "" else str(cell)
-        name, n = base, 0
+        name, n = base, self._suffix.get(base, 0)
         while name in self._taken:
             n += 1
             name = f"{base}.{n}"
+        self._suffix[base] = n
         self._taken.add(name)
         self.names.append(name)
 

@@ -13,7 +13,7 @@ import openpyxl
 import pytest
 
 from sandbox import files as files_module
-from sandbox.files import FileError
+from sandbox.files import FileError, _Columns
 from sandbox.protocol import REMEDIES, Clock, FileInfo, Limits, Ran, Script
 from sandbox.runtime import run_in_process
 
@@ -129,6 +129,15 @@ def test_csv_records_keep_every_cell() -> None:
         {"a": "6", "a.1": "7", "column3": "", "a.1.1": "", "b": ""},
         {"a": "8", "a.1": "9", "column3": "10", "a.1.1": "11", "b": "12", "column6": "13"},
     ]
+
+
+def test_a_header_of_equal_names_gets_each_its_own() -> None:
+    """A thousand equal names: a, a.1 ... a.999, each tried once (not from a.1 up for every
+    one: a header is the file's, a script's input)."""
+    names = _Columns(["a"] * 1000 + ["a.5", ""]).names
+    assert names[:3] == ["a", "a.1", "a.2"] and names[999] == "a.999"
+    assert names[1000:] == ["a.5.1", "column1002"]
+    assert len(set(names)) == len(names)
 
 
 def test_csv_options() -> None:
