@@ -25,7 +25,10 @@ inside one run mean anything on a shared machine.
 from __future__ import annotations
 
 import abc
+import asyncio
+import contextlib
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -54,6 +57,62 @@ sum(r['v'] for r in rs)"""
 # Cloudflare codemode 0.5.6 on a local workerd: one RPC per call (issue 14's measurement).
 # A fixed reference figure, not measured here.
 CLOUDFLARE_PER_CALL_MS = 0.05
+
+# A process that answers each line with the line: see PipeFloor.
+_ECHO = """\
+import os, sys
+while line := sys.stdin.buffer.readline():
+    os.write(1, line)
+"""
+
+
+class PipeFloor:
+    """A process that only echoes lines. One round trip to it over pipes, from this event
+    loop, is the least a call to another process costs on this machine: monty's worker and
+    our live process each pay it once a call, on top of their own work. Measured interleaved
+    with the peers (:meth:`measure` after each repetition), so it sees their load."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._process: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        self._process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _ECHO,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        await self.measure(20)  # its first lines wake it up, not measured
+        self.times.clear()
+
+    async def measure(self, count: int) -> None:
+        process = self._process
+        assert process is not None and process.stdin is not None and process.stdout is not None
+        for _ in range(count):
+            start = time.perf_counter()
+            process.stdin.write(b"x\n")
+            if await process.stdout.readline() != b"x\n":
+                raise AssertionError("the echo process did not echo")
+            self.times.append(time.perf_counter() - start)
+
+    def p50_ms(self) -> float | None:
+        return statistics.median(self.times) * 1000 if self.times else None
+
+    async def aclose(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.stdin is not None:
+            process.stdin.close()
+        try:
+            async with asyncio.timeout(5):
+                await process.wait()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
 
 
 @dataclass(frozen=True)
@@ -217,6 +276,7 @@ class Comparison:
     times: dict[str, dict[str, list[float]]]  # script key -> peer -> times
     peers: tuple[str, ...]
     live_runs: dict[str, int] | None = None  # the live engines' counts, when they ran
+    round_trip_ms: float | None = None  # PipeFloor's p50, measured beside them
 
     def p50_ms(self, script: str, peer: str) -> float | None:
         values = self.times.get(script, {}).get(peer)
@@ -231,6 +291,7 @@ class Comparison:
                 if s.key in self.times
             },
             "live_runs": self.live_runs,
+            "round_trip_p50_ms": self.round_trip_ms,
             "runs": {
                 s.key: {p: len(self.times[s.key].get(p, [])) for p in self.peers}
                 for s in SCRIPTS
@@ -245,9 +306,11 @@ async def compare(
     """Run every script ``count * script.reps`` times (at least once) on every peer, one
     peer after the other in each repetition; check every value."""
     times: dict[str, dict[str, list[float]]] = {}
+    floor = PipeFloor()
     with tempfile.TemporaryDirectory(prefix="codemode-bench-peers-") as directory:
         running = await make_peers(peers, Path(directory), slots)
         try:
+            await floor.start()
             for peer in running.values():  # a first run of each, not measured
                 await peer.run(SCRIPTS[0])
                 await peer.run(SCRIPTS[1])
@@ -271,6 +334,7 @@ async def compare(
                                 f"{name}: {script.key} returned {value!r}, not {script.value!r}"
                             )
                         into.setdefault(name, []).append(elapsed)
+                    await floor.measure(20)
             notes: dict[str, int] | None = None  # summed over the live engines
             for name in ("live", "live_ro"):
                 engine = running.get(name)
@@ -278,6 +342,7 @@ async def compare(
                     counts = engine.notes()
                     notes = {k: v + (notes or {}).get(k, 0) for k, v in counts.items()}
         finally:
+            await floor.aclose()
             for peer in running.values():
                 await peer.aclose()
-    return Comparison(times, peers, notes)
+    return Comparison(times, peers, notes, floor.p50_ms())

@@ -313,6 +313,12 @@ def peers_text(rows: list[Row]) -> str:
         "per call in the 200-call script ((200 calls - trivial) / 200): "
         + ", ".join(f"{p} {_num(v, 3)} ms" for p, v in per_call.items())
     )
+    if figures.get("round_trip_p50_ms") is not None:
+        lines.append(
+            "a pipe round trip to a process that only echoes, from this event loop, measured "
+            f"beside them: p50 {figures['round_trip_p50_ms']:.3f} ms (the least one call to "
+            "another process costs here; both monty's worker and a live step pay it once a call)"
+        )
     if figures.get("live_runs"):
         lines.append(
             "the live engines' live runs: "

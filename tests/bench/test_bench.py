@@ -91,6 +91,8 @@ def test_monty_and_the_engine_live_and_replay_return_each_scripts_value() -> Non
     assert figures["peers"] == list(peers)
     assert figures["live_runs"]["resumed"] > 0  # the live engine did take live steps
     assert all(v is not None and v > 0 for v in figures["p50_ms"]["trivial"].values())
+    # The machine's floor for a call to another process, measured beside the peers.
+    assert 0 < figures["round_trip_p50_ms"] < max(figures["p50_ms"]["seq_10"].values())
 
 
 def test_the_acceptance_ratios_come_from_one_runs_medians() -> None:
