@@ -112,12 +112,17 @@ def heavy(value: Any) -> bool:
     return _bounded and weight(value, _long_text) > _long_text
 
 
-def dumps(value: Any, *, sort_keys: bool = False) -> bytes:
+_ITSELF: Any = object()
+
+
+def dumps(value: Any, *, sort_keys: bool = False, weighing: Any = _ITSELF) -> bytes:
     """JSON of data as orjson writes it (``sort_keys``: OPT_SORT_KEYS), as UTF-8 bytes.
+    ``weighing``: the data whose weight picks the path, when ``value`` only wraps it (its
+    wrapping's own weight, walked at every call, would cost more than the data's).
 
     Raises ``orjson.JSONEncodeError`` as orjson would: a string with a lone surrogate, an
     integer past 64 bits, a key that is not a string, nesting past 254 levels."""
-    if heavy(value):
+    if heavy(value if weighing is _ITSELF else weighing):
         return std_dumps(value, sort_keys=sort_keys)
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else None)
 

@@ -234,12 +234,9 @@ def data_problem(value: Any) -> str | None:
     outer, inner = _wrapping()
     inner.append(value)
     try:
-        # Weighed alone, not in its wrapping: a walk down the wrapping's levels at every
-        # check cost a live JavaScript segment two thirds of its CPU.
-        if jsontext.heavy(value):
-            jsontext.std_dumps(outer)
-        else:
-            orjson.dumps(outer)
+        # Weighed alone, not with the wrapping: walking the wrapping's levels made a check
+        # of a small call cost 36.7 us, not 4.7 us.
+        jsontext.dumps(outer, weighing=value)
     except orjson.JSONEncodeError as e:
         if "Recursion limit" in str(e):
             return (
