@@ -109,7 +109,7 @@ class StepLoop(CallSettling):
             live = step is not None
         if step is None:
             script = self._script(drive, limits).model_copy(update={"records": records})
-            queued, started, step = await self._replay_step(script, record)
+            queued, started, step = await self._replay_step(script, record, limits)
         run_ms = (time.monotonic() - started) * 1000
         process = step.process
         wait_ms = (started - queued) * 1000 + (process.wait_ms if process else 0.0)
@@ -186,20 +186,27 @@ class StepLoop(CallSettling):
         written: a step only ever reports calls, which run once they are logged, so a step
         whose key names a script already started, or whose start fails, is dropped
         (:func:`discard_early`) and nothing it did is left."""
-        script = self._script_of(record, self.limits_for(record.tenant).for_run())
+        limits = self.limits_for(record.tenant)
+        script = self._script_of(record, limits.for_run())
         # The host writes the start while this step runs: a hint to the runner.
         context = contextvars.copy_context()
         context.run(HOST_BUSY.set, True)
         task = asyncio.create_task(
-            self._replay_step(script, record), name=f"step {record.id}", context=context
+            self._replay_step(script, record, limits),
+            name=f"step {record.id}",
+            context=context,
         )
         return task, script
 
     async def _replay_step(
-        self, script: protocol.Script, record: log.ScriptRecord
+        self, script: protocol.Script, record: log.ScriptRecord, limits: Limits
     ) -> tuple[float, float, Step]:
         """A step that runs the script from the start in the runner: when it was queued, when
-        the runner took it, and the step."""
+        the runner took it, and the step. Its process may use what is left of the script's
+        ``total_compute_ms`` (live, over every segment it goes on to run)."""
+        left = max(1, math.ceil(limits.total_compute_ms - record.total_compute_ms))
+        run_limits = script.limits.model_copy(update={"compute_left_ms": left})
+        script = script.model_copy(update={"limits": run_limits})
         reader = (
             BlobReader(self.blobs, record.files, self._skill_files.forget) if record.files else None
         )
@@ -276,11 +283,14 @@ class StepLoop(CallSettling):
                 f"the script's runs have read {read} of files in all, over the {bound} one "
                 "script may read",
             )
-        if record.total_compute_ms > limits.total_compute_ms and step.outcome == "calls":
+        # The runner ends a run at what is left of the total (`compute_left_ms`), and names
+        # it; a runner without it (script version 2) lets the run end a segment later.
+        ended = step.limit is not None and step.limit.name == "total_compute_ms"
+        if ended or (record.total_compute_ms > limits.total_compute_ms and step.outcome == "calls"):
             return Ending.limit_met(
                 "total_compute_ms",
                 f"the script's runs have used {record.total_compute_ms:,.0f} ms of CPU in all, "
-                f"over the {limits.total_compute_ms:,} ms one script may use",
+                f"and one script may use {limits.total_compute_ms:,} ms",
             )
         return None
 

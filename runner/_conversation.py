@@ -436,11 +436,19 @@ _SIGNAL_NAMES: dict[int, str] = {
 _GAVE_UP = ("Cannot recover from MemoryErrors", "memory allocation of ")
 
 
+# How far below what was left of `total_compute_ms` a run's CPU may be measured when its
+# timer for that ended it: the timer is armed a tick early and fires at a tick (4 ms at
+# 250 Hz), and the process reads its CPU a little apart from the runner (6 ms below seen).
+_TIMER_SLACK_MS = 12.0
+_TIMER_SLACK_SHARE = 0.02
+
+
 def step_from(
     outcome: Outcome,
     script: Script,
     process: ProcessStats,
     *,
+    run_cpu_ms: float | None = None,
     term_signal: int | None,
     exit_code: int | None,
     killed_by_us: bool,
@@ -454,7 +462,9 @@ def step_from(
     (a limit it met, a forbidden call, a broken protocol), raises :class:`RunError`
     instead of failing the script: killed from outside (the OOM killer, a person) or
     crashed, it was a cache of the log, and the step replays in a new process, where a
-    cause of the script's own comes again and ends it there."""
+    cause of the script's own comes again and ends it there. ``run_cpu_ms``: the CPU the
+    process used from its script on, by which a CPU timer that ended it is told to be
+    ``total_compute_ms``'s (see ``protocol.Limits.segment_ms``) rather than ``compute_ms``'s."""
     limits = script.limits
     process.file_bytes = outcome.file_bytes
     if outcome.ran is not None:
@@ -473,6 +483,15 @@ def step_from(
     if term_signal in (signal.SIGPROF, signal.SIGXCPU) or (
         term_signal == signal.SIGKILL and process.cpu_ms >= limits.compute_ms
     ):
+        left = limits.compute_left_ms
+        slack = _TIMER_SLACK_MS + _TIMER_SLACK_SHARE * (left or 0)
+        if left is not None and run_cpu_ms is not None and run_cpu_ms >= left - slack:
+            total = protocol.limit_message(
+                "total_compute_ms",
+                "the script's runs used all the CPU one script may use in all (this run "
+                f"had {left:,} ms of it left)",
+            )
+            return Step.failure("LimitError", total, limit="total_compute_ms", process=process)
         return Step.failure("LimitError", compute, limit="compute_ms", process=process)
     if outcome.timed_out:
         message = protocol.limit_message(

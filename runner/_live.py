@@ -108,6 +108,7 @@ class _Owner(Protocol):
         tenant: str,
         known: int,
         cpu_charged: float,
+        cpu_start: float,
         started: float,
         resumed: bool = False,
     ) -> Step: ...
@@ -134,8 +135,8 @@ class ProcessLive(LiveRun):
     """A forked sandbox child that stopped on calls and waits for their records.
 
     Made by :class:`~runner.ProcessRunner` only. ``cpu_charged`` is the process's CPU the
-    steps so far were charged (a segment is charged what it used beyond it); ``resident``
-    the memory it held at its ``ran``.
+    steps so far were charged (a segment is charged what it used beyond it), ``cpu_start``
+    its CPU when it was sent the script; ``resident`` the memory it held at its ``ran``.
     """
 
     def __init__(
@@ -149,6 +150,7 @@ class ProcessLive(LiveRun):
         known: int,
         waiting: list[protocol.Call],
         cpu_charged: float,
+        cpu_start: float,
         resident: int,
     ) -> None:
         self.runner = runner
@@ -160,6 +162,7 @@ class ProcessLive(LiveRun):
         self.calls = waiting
         self.waiting = len(waiting)
         self.cpu_charged = cpu_charged
+        self.cpu_start = cpu_start
         self._resident = resident
         self._private: int | None = None  # read once, when a live budget asks
         self._busy = False
@@ -288,6 +291,7 @@ class ProcessLive(LiveRun):
             tenant=self.tenant,
             known=self.known + len(records),
             cpu_charged=self.cpu_charged,
+            cpu_start=self.cpu_start,
             started=started,
             resumed=True,
         )

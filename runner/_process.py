@@ -433,6 +433,7 @@ class ProcessRunner(ScriptRunner):
         live: bool,
         tenant: str,
     ) -> Step:
+        script = protocol.fit(script, ready.version)  # a sandbox of an older install
         conv.check_version(ready, script)
         deadline = conv.Deadline.for_step(script)
         server = conv.FileServer(script, files)
@@ -468,6 +469,7 @@ class ProcessRunner(ScriptRunner):
             tenant=tenant,
             known=len(script.records),
             cpu_charged=before or 0.0,
+            cpu_start=before or 0.0,
             started=child.started,
             keep=keep,
         )
@@ -482,13 +484,15 @@ class ProcessRunner(ScriptRunner):
         tenant: str,
         known: int,
         cpu_charged: float,
+        cpu_start: float,
         started: float,
         keep: bool = True,
         resumed: bool = False,
     ) -> Step:
         """The Step of a segment that ended with ``outcome``: a kept process for a version 2
         run that stopped on calls (when ``keep`` and it is a forked child), else the process
-        ends and is reaped. ``cpu_charged`` is what earlier segments of its run were charged;
+        ends and is reaped. ``cpu_charged`` is what earlier segments of its run were charged,
+        ``cpu_start`` the process's CPU when it was sent the script;
         ``resumed``: a live run's segment after results (see ``conv.step_from``)."""
         ran = outcome.ran
         waits = (
@@ -512,6 +516,7 @@ class ProcessRunner(ScriptRunner):
                         known=known,
                         waiting=list(ran.calls),
                         cpu_charged=cpu_charged + stats.cpu_ms,
+                        cpu_start=cpu_start,
                         resident=resident,
                     )
                 else:
@@ -533,7 +538,7 @@ class ProcessRunner(ScriptRunner):
                 "the fork server ended while this step ran, so its process was stopped "
                 "before it reported how the run ended; the step can be tried again"
             )
-        step = self._step(child, script, outcome, resumed=resumed)
+        step = self._step(child, script, outcome, cpu_start, resumed=resumed)
         if step.process is not None:
             step.process.cpu_ms = max(step.process.cpu_ms - cpu_charged, 0.0)
             step.process.wall_ms = (time.monotonic() - started) * 1000
@@ -583,17 +588,25 @@ class ProcessRunner(ScriptRunner):
             child.kill()
 
     def _step(
-        self, child: _Process, script: Script, outcome: conv.Outcome, *, resumed: bool = False
+        self,
+        child: _Process,
+        script: Script,
+        outcome: conv.Outcome,
+        cpu_start: float,
+        *,
+        resumed: bool = False,
     ) -> Step:
         status = child.status
         term = os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None
         code = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None
         if outcome.stopped:
             term = None if child.killed_by_us else term
+        stats = child.stats()
         return conv.step_from(
             outcome,
             script,
-            child.stats(),
+            stats,
+            run_cpu_ms=stats.cpu_ms - cpu_start,
             term_signal=term,
             exit_code=code,
             killed_by_us=child.killed_by_us,

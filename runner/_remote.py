@@ -376,6 +376,8 @@ class RemoteRunner(ScriptRunner):
         try:
             for fresh in (False, True):
                 conn, welcome, reused = await self._checkout(remote, fresh=fresh)
+                # A service of script version 2 takes the step without compute_left_ms.
+                script = protocol.fit(script, welcome.scripts[1])
                 asks = (
                     live
                     and welcome.version >= wire.LIVE_WIRE_VERSION

@@ -338,6 +338,8 @@ def script_from(line: bytes) -> protocol.Script:
 
 
 def _run_one(data_limit: int | None) -> NoReturn:
+    # The run's CPU counts from here, as the runner's charge does: from the script sent on.
+    start_cpu = lockdown.cpu_ms()
     try:
         line = sys.stdin.buffer.readline(protocol.MAX_SCRIPT_LINE + 1)
         if not line:
@@ -370,9 +372,10 @@ def _run_one(data_limit: int | None) -> NoReturn:
         # beside QuickJS's heap: past a sixteenth of that room, the standard library writes.
         heap = data_limit or protocol.process_heap(script.limits.memory)
         jsontext.bound_heap(max(jsontext.LONG_TEXT, (heap - script.limits.memory) // 16))
+    limits = script.limits
     lockdown.tighten(
-        compute_ms=script.limits.compute_ms,
-        memory=script.limits.memory,
+        compute_ms=limits.segment_ms(lockdown.cpu_ms() - start_cpu),
+        memory=limits.memory,
         data_limit=limit,
         room=room,
         live=live,
@@ -384,9 +387,9 @@ def _run_one(data_limit: int | None) -> NoReturn:
     run = runtime.new_run(script, channel, _fetch, _PREPARED)
     if live:
         # A segment begins where recorded results settle, in a replay of the steps before as
-        # at a live resume: each has `compute_ms` of its own, as the live run had.
-        compute_ms = script.limits.compute_ms
-        run.on_segment = lambda: lockdown.rearm(compute_ms)
+        # at a live resume: each has `compute_ms` of its own, as the live run had, within
+        # what is left of the script's total (`compute_left_ms`) for the whole run.
+        run.on_segment = lambda: lockdown.rearm(limits.segment_ms(lockdown.cpu_ms() - start_cpu))
     ran = run.execute()
     while live and ran.outcome == "calls":
         _write(protocol.encode(ran))

@@ -1,4 +1,4 @@
-"""The wire protocol between a runner and a confined sandbox process, versions 1 and 2.
+"""The wire protocol between a runner and a confined sandbox process, versions 1 to 3.
 
 JSON lines over the process's stdin/stdout, UTF-8, one object per line, each line an
 envelope ``{"<kind>": ...}``. Both sides bound the length of a line they read and reject
@@ -28,6 +28,13 @@ then ends it.
 A version 1 script runs as before: recorded calls settle as they are made, and the process
 exits after ``ran``. A runner that takes only version 1 gets replay steps.
 
+Version 3 (:data:`COMPUTE_LEFT_VERSION`) adds ``limits.compute_left_ms``: what is left of the
+script's ``total_compute_ms``, the CPU the process may use from the script on, over every
+segment of its run (replayed or live). Each segment's CPU timer is armed for the lesser of
+``compute_ms`` and what is left of it, so a script's runs together stop at their total, not a
+segment past it. A runner that takes versions up to 2 gets the step as version 2, without it
+(:func:`fit`).
+
 This module is imported by the sandbox before lockdown and by the runner, so it stays
 import-light: pydantic, orjson and the standard library only.
 """
@@ -50,10 +57,12 @@ from pydantic import (
 
 from sandbox import jsontext
 
-VERSION = 2
+VERSION = 3
 OLDEST = 1
 # The first version whose process waits, alive, for the results of the calls it stopped on.
 LIVE_VERSION = 2
+# The first version whose limits carry `compute_left_ms`.
+COMPUTE_LEFT_VERSION = 3
 LANGUAGES = ("javascript", "python")
 # The one tool a model calls; a script never calls it, even when a host lists it.
 RUN_CODE = "run_code"
@@ -307,6 +316,17 @@ class Limits(_Model):
     shown_files: int = Field(default=DEFAULT_LIMITS["shown_files"], ge=0, le=MAX_LIMIT)
     shown: int = Field(default=DEFAULT_LIMITS["shown"], ge=0, le=MAX_LIMIT)
     shown_media: int = Field(default=DEFAULT_LIMITS["shown_media"], ge=0, le=MAX_LIMIT)
+    # Not one of the spec's limits but what is left of one: the engine's `total_compute_ms`
+    # less what the script's runs used before this process (None: nothing beyond compute_ms).
+    compute_left_ms: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+
+    def segment_ms(self, used_ms: float = 0.0) -> int:
+        """The CPU a segment may use once the run has used ``used_ms`` (from its script on):
+        ``compute_ms``, or what is left of ``total_compute_ms`` when that is less (at least
+        1 ms: a timer of 0 would not fire)."""
+        if self.compute_left_ms is None:
+            return self.compute_ms
+        return min(self.compute_ms, max(1, int(self.compute_left_ms - used_ms)))
 
 
 class Ready(_Model):
@@ -363,6 +383,15 @@ class Script(_Model):
     files: list[FileInfo] = Field(default_factory=list)
     clock: Clock
     limits: Limits = Field(default_factory=Limits)
+
+    @model_validator(mode="after")
+    def _limits_of_version(self) -> Script:
+        if self.limits.compute_left_ms is not None and self.version < COMPUTE_LEFT_VERSION:
+            raise ValueError(
+                f"limits.compute_left_ms needs script version {COMPUTE_LEFT_VERSION} or later, "
+                f"not {self.version}"
+            )
+        return self
 
 
 class ReadRequest(_Model):
@@ -564,6 +593,8 @@ def _decode_script(line: bytes) -> Script:
         if loc[:1] == ["script"] and len(loc) > 1:
             where = ".".join(loc[1:])
             raise ProtocolError(f"a malformed 'script' message: {where}: {first['msg']}") from None
+        if loc == ["script"] and first["type"] == "value_error":  # a rule across its fields
+            raise ProtocolError(f"a malformed 'script' message: {first['ctx']['error']}") from None
         others = [str(x["loc"][0]) for x in e.errors() if x["type"] == "extra_forbidden"]
         if len(others) == 1 and loc == ["script"] and first["type"] == "missing":
             raise ProtocolError(f"a {others[0]!r} message where script was expected") from None
@@ -616,6 +647,18 @@ def unfit(
     if script.language not in languages:
         return f"it runs {', '.join(languages)}, not {script.language}"
     return None
+
+
+def fit(script: Script, version: int) -> Script:
+    """``script`` as a runner that takes versions up to ``version`` reads it: a version 3
+    script becomes version 2 without ``compute_left_ms`` (its runs then pass their total by
+    up to a segment's ``compute_ms``, as before version 3). Anything else is ``script``
+    itself, for :func:`unfit` to judge."""
+    if script.version >= COMPUTE_LEFT_VERSION and LIVE_VERSION <= version < COMPUTE_LEFT_VERSION:
+        # Made anew, not copied: a copy would still send the field, as null.
+        kept = script.limits.model_dump(exclude_unset=True, exclude={"compute_left_ms"})
+        return script.model_copy(update={"version": version, "limits": Limits(**kept)})
+    return script
 
 
 def ready(languages: Sequence[str] = LANGUAGES) -> Ready:

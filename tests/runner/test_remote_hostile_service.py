@@ -178,3 +178,35 @@ async def test_what_a_service_says_of_an_error_is_bounded_and_escaped(kind: str)
     message = str(failed.value)
     assert len(message) < wire.PEER_TEXT_BOUND + 1000, len(message)
     assert "\\x1b[31m\\x0aforged" in message and "\n" not in message
+
+
+async def test_a_service_of_script_version_2_is_sent_the_step_as_version_2() -> None:
+    """A service that takes script versions up to 2 gets a version 3 step as version 2,
+    without ``compute_left_ms`` (a field its sandbox would refuse), not a skip."""
+    lines: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = wire.Channel(reader, writer)
+        with contextlib.suppress(Exception):
+            await conn.line(wire.SMALL_LINE, idle=5, timeout=5)
+            welcome = wire.Welcome(
+                version=3, oldest=1, scripts=(1, 2), languages=["javascript"], slots=1, busy=0,
+                max_line=1 << 20, slot_wait=0, heartbeat=0.1, live_wait=5,
+            )  # fmt: skip
+            await conn.send(wire.encode(welcome))
+            lines.append(await conn.line(1 << 20, idle=5, timeout=5))
+        conn.abort()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    remote = RemoteRunner([f"{host}:{port}"], TOKEN)
+    try:
+        s = script("return 1", limits=Limits(compute_ms=100, compute_left_ms=50))
+        with pytest.raises(RunError):
+            await asyncio.wait_for(remote.run(s), 30)
+    finally:
+        await remote.aclose()
+        server.close()
+    sent = orjson.loads(lines[0])["script"]
+    assert sent["version"] == 2
+    assert sent["limits"] == {"compute_ms": 100}

@@ -336,3 +336,60 @@ def test_a_runner_refuses_a_step_its_sandbox_does_not_admit() -> None:
     older = protocol.Ready(version=protocol.VERSION, oldest=1, languages=["python"])
     with pytest.raises(RunError, match="the sandbox cannot run this step: it runs python"):
         check_version(older, SCRIPT)
+
+
+def test_a_segment_may_use_compute_ms_within_what_is_left_of_the_total() -> None:
+    """Each segment's CPU timer: compute_ms, or what is left of total_compute_ms for the run
+    when that is less (never 0, which would not fire)."""
+    assert Limits(compute_ms=500).segment_ms(10_000.0) == 500
+    left = Limits(compute_ms=500, compute_left_ms=1200)
+    assert left.segment_ms() == left.segment_ms(700.0) == 500
+    assert left.segment_ms(900.4) == 299
+    assert left.segment_ms(5000.0) == 1
+
+
+def test_compute_left_ms_is_version_3_and_fits_an_older_runner_without_it() -> None:
+    """A version 2 script cannot carry compute_left_ms (its runner would refuse the field);
+    :func:`protocol.fit` gives a runner of version 2 the step without it, and leaves it to
+    :func:`protocol.unfit` to refuse versions it cannot bridge."""
+    limits = Limits(compute_left_ms=300)
+    script = SCRIPT.model_copy(update={"limits": limits})
+    assert script.version == protocol.VERSION == protocol.COMPUTE_LEFT_VERSION == 3
+    line = protocol.encode(script.model_copy(update={"version": 2}))
+    with pytest.raises(ProtocolError, match="compute_left_ms needs script version 3"):
+        protocol.decode(line, ("script",))
+    older = protocol.fit(script, 2)
+    assert older.version == 2 and older.limits.compute_left_ms is None
+    assert b"compute_left_ms" not in protocol.encode(older)  # not even as null
+    assert protocol.unfit(older, 1, 2) is None
+    assert older.limits.compute_ms == limits.compute_ms and script.limits is limits
+    assert protocol.fit(script, 3) is script
+    assert protocol.fit(script, 1) is script and protocol.unfit(script, 1, 1) is not None
+
+
+def test_a_cpu_timer_that_ends_a_run_names_the_limit_it_was_armed_for() -> None:
+    """SIGPROF ends a run at compute_ms or at what was left of total_compute_ms: the runner
+    tells them apart by the CPU the run had used when it ended (from the script on)."""
+    import signal
+
+    from runner._base import ProcessStats
+    from runner._conversation import Outcome, step_from
+
+    script = SCRIPT.model_copy(update={"limits": Limits(compute_ms=1000, compute_left_ms=400)})
+
+    def ended(run_cpu_ms: float | None, s: protocol.Script = script) -> str | None:
+        step = step_from(
+            Outcome(),
+            s,
+            ProcessStats(cpu_ms=1000.0),
+            run_cpu_ms=run_cpu_ms,
+            term_signal=signal.SIGPROF,
+            exit_code=None,
+            killed_by_us=False,
+        )
+        assert step.limit is not None
+        return step.limit.name
+
+    assert ended(398.0) == ended(405.0) == "total_compute_ms"
+    assert ended(300.0) == ended(None) == "compute_ms"
+    assert ended(1000.0, SCRIPT) == "compute_ms"  # no total sent: compute_ms, as before
