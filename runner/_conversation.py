@@ -363,7 +363,7 @@ def check_ran(ran: Ran, script: Script, known: int | None = None) -> str | None:
                 f"the process reported a returned value of {size:,} bytes of JSON; a run "
                 f"sends at most {protocol.VALUE_BOUND:,} (a larger one goes as value_text)"
             )
-    if ran.limit is not None and ran.limit.name not in protocol.Limits.model_fields:
+    if ran.limit is not None and ran.limit.name not in limits.met_by_a_run():
         name = bounded(ran.limit.name, "name")
         return f"the process reported meeting a limit {name!r}, which is no limit of a run"
     ids = {f.id for f in script.files}

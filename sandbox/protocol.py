@@ -320,6 +320,11 @@ class Limits(_Model):
     # less what the script's runs used before this process (None: nothing beyond compute_ms).
     compute_left_ms: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
 
+    def met_by_a_run(self) -> frozenset[str]:
+        """The limits a run under these can meet: each of the spec's here, and
+        ``total_compute_ms`` when what is left of it is set."""
+        return _TOTAL_MET if self.compute_left_ms is not None else _RUN_MET
+
     def segment_ms(self, used_ms: float = 0.0) -> int:
         """The CPU a segment may use once the run has used ``used_ms`` (from its script on):
         ``compute_ms``, or what is left of ``total_compute_ms`` when that is less (at least
@@ -327,6 +332,10 @@ class Limits(_Model):
         if self.compute_left_ms is None:
             return self.compute_ms
         return min(self.compute_ms, max(1, int(self.compute_left_ms - used_ms)))
+
+
+_RUN_MET = frozenset(Limits.model_fields) - {"compute_left_ms"}
+_TOTAL_MET = _RUN_MET | {"total_compute_ms"}
 
 
 class Ready(_Model):

@@ -253,6 +253,16 @@ def check_compute_limit(h: Harness, language: str = "javascript") -> None:
     assert_healthy(h, language)
 
 
+def check_total_compute_limit(h: Harness, language: str = "javascript") -> None:
+    """What is left of the script's total_compute_ms (version 3's compute_left_ms) ends a
+    run that compute_ms would let go on, and the step names that limit."""
+    limits = {"compute_ms": 2000, "compute_left_ms": 300}
+    step = h.step(case("compute", language, limits=limits))
+    assert_limit(step, "total_compute_ms")
+    assert step.process is None or step.process.cpu_ms < 1000, step.process
+    assert_healthy(h, language)
+
+
 def check_memory_limit(h: Harness, language: str = "javascript") -> None:
     step = h.step(case("memory", language, limits={"memory": 32 * 1024 * 1024}))
     assert_limit(step, "memory")

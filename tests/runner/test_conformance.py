@@ -29,6 +29,7 @@ def test_in_each_language(runner: Harness, check: Any, language: str) -> None:
     "check",
     [
         c.check_compute_limit,
+        c.check_total_compute_limit,
         c.check_memory_limit,
         c.check_calls_limit,
         c.check_results_limit,

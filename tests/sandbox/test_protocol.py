@@ -393,3 +393,19 @@ def test_a_cpu_timer_that_ends_a_run_names_the_limit_it_was_armed_for() -> None:
     assert ended(398.0) == ended(405.0) == "total_compute_ms"
     assert ended(300.0) == ended(None) == "compute_ms"
     assert ended(1000.0, SCRIPT) == "compute_ms"  # no total sent: compute_ms, as before
+
+
+def test_a_run_meets_the_total_only_when_it_was_sent_what_is_left_of_it() -> None:
+    """The runner's re-check of a ``ran``: a limit a run cannot meet under its script's
+    limits is a lie (total_compute_ms only with compute_left_ms; compute_left_ms never)."""
+    from runner._conversation import check_ran
+
+    def met(name: str, **limits: int) -> str | None:
+        error = ScriptError(name="LimitError", message="x")
+        ran = Ran(outcome="failed", error=error, limit=LimitMet(name=name, message="x"))
+        return check_ran(ran, SCRIPT.model_copy(update={"limits": Limits(**limits)}))
+
+    assert met("compute_ms") is None and met("memory") is None
+    assert met("total_compute_ms", compute_left_ms=5) is None
+    assert "which is no limit of a run" in (met("total_compute_ms") or "")
+    assert "which is no limit of a run" in (met("compute_left_ms", compute_left_ms=5) or "")
