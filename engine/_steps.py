@@ -204,7 +204,8 @@ class StepLoop(CallSettling):
         """A step that runs the script from the start in the runner: when it was queued, when
         the runner took it, and the step. Its process may use what is left of the script's
         ``total_compute_ms`` (live, over every segment it goes on to run)."""
-        left = max(1, math.ceil(limits.total_compute_ms - record.total_compute_ms))
+        used = record.total_compute_ms
+        left = min(protocol.MAX_LIMIT, max(1, math.ceil(limits.total_compute_ms - used)))
         run_limits = script.limits.model_copy(update={"compute_left_ms": left})
         script = script.model_copy(update={"limits": run_limits})
         reader = (
