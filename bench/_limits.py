@@ -15,7 +15,7 @@ Each figure is what a host would see through :class:`runner.ProcessRunner`:
   results arrive): a run that makes one call, then busy-loops.
 - **total_compute_ms**: through the engine (live, and ``live = false``), a script that makes
   calls between stretches of work under ``total_compute_ms`` of 1 s: one call, then a busy
-  loop; and calls between about 150 ms of work each. The CPU the engine charged the script in
+  loop; and calls between about 100 ms of work each. The CPU the engine charged the script in
   all when the limit ended it, and so the overshoot.
 - **results / calls**: a step's time when its run holds 1, 4 and 8 MiB of results, or 1,000
   calls (the budgets' edges): replayed from the log, and live (only the new result sent).
@@ -355,7 +355,7 @@ async def compute_live(runner: ProcessRunner, settings: tuple[int, ...]) -> list
     return figures
 
 
-# Calls between stretches of work of about 150 ms (on the machines this was written on).
+# Calls between stretches of work of about 100 ms (75 to 100 ms a segment where it was written).
 CALLS_BETWEEN_WORK = """\
 for (let i = 0; ; i++) {
   let x = 0;
