@@ -436,11 +436,33 @@ _SIGNAL_NAMES: dict[int, str] = {
 _GAVE_UP = ("Cannot recover from MemoryErrors", "memory allocation of ")
 
 
-# How far below what was left of `total_compute_ms` a run's CPU may be measured when its
-# timer for that ended it: the timer is armed a tick early and fires at a tick (4 ms at
-# 250 Hz), and the process reads its CPU a little apart from the runner (6 ms below seen).
-_TIMER_SLACK_MS = 12.0
-_TIMER_SLACK_SHARE = 0.02
+# How far below what was left of `total_compute_ms` the runner may read a replay's CPU when
+# the timer for that ended it: a running process's CPU, as read, lags its CPU timer (90 ms of
+# 100 read at a load of 30), and the timer fires at a tick (4 ms at 250 Hz).
+_LAG_SHARE = 0.1
+_TICK_MS = 12.0
+
+
+def _total_ended(
+    limits: protocol.Limits, run_cpu_ms: float | None, segment_used_ms: float | None
+) -> bool:
+    """Whether the CPU timer that ended a run was armed for what was left of
+    ``total_compute_ms`` rather than for ``compute_ms`` (see ``Limits.segment_ms``).
+
+    ``segment_used_ms``: the run's CPU when its last segment began, when the runner knows
+    it (read while the process waited, so exact): then the process armed its timer for the
+    total exactly when that left less than ``compute_ms``. Otherwise (a replay, whose
+    segments begin inside the process) it did so for every segment when what was left is
+    less than ``compute_ms``, and else ended on the total when the run's CPU reached it
+    (within what a reading lags)."""
+    left = limits.compute_left_ms
+    if left is None:
+        return False
+    if segment_used_ms is not None:
+        return left - segment_used_ms < limits.compute_ms
+    if left < limits.compute_ms:
+        return True
+    return run_cpu_ms is not None and run_cpu_ms >= left * (1 - _LAG_SHARE) - _TICK_MS
 
 
 def step_from(
@@ -449,6 +471,7 @@ def step_from(
     process: ProcessStats,
     *,
     run_cpu_ms: float | None = None,
+    segment_used_ms: float | None = None,
     term_signal: int | None,
     exit_code: int | None,
     killed_by_us: bool,
@@ -463,8 +486,9 @@ def step_from(
     instead of failing the script: killed from outside (the OOM killer, a person) or
     crashed, it was a cache of the log, and the step replays in a new process, where a
     cause of the script's own comes again and ends it there. ``run_cpu_ms``: the CPU the
-    process used from its script on, by which a CPU timer that ended it is told to be
-    ``total_compute_ms``'s (see ``protocol.Limits.segment_ms``) rather than ``compute_ms``'s."""
+    process used from its script on, and ``segment_used_ms`` what it had used when its last
+    segment began (None when the runner cannot know: a replay), by which a CPU timer that
+    ended it is told to be ``total_compute_ms``'s rather than ``compute_ms``'s."""
     limits = script.limits
     process.file_bytes = outcome.file_bytes
     if outcome.ran is not None:
@@ -483,13 +507,11 @@ def step_from(
     if term_signal in (signal.SIGPROF, signal.SIGXCPU) or (
         term_signal == signal.SIGKILL and process.cpu_ms >= limits.compute_ms
     ):
-        left = limits.compute_left_ms
-        slack = _TIMER_SLACK_MS + _TIMER_SLACK_SHARE * (left or 0)
-        if left is not None and run_cpu_ms is not None and run_cpu_ms >= left - slack:
+        if _total_ended(limits, run_cpu_ms, segment_used_ms):
             total = protocol.limit_message(
                 "total_compute_ms",
                 "the script's runs used all the CPU one script may use in all (this run "
-                f"had {left:,} ms of it left)",
+                f"had {limits.compute_left_ms:,} ms of it left)",
             )
             return Step.failure("LimitError", total, limit="total_compute_ms", process=process)
         return Step.failure("LimitError", compute, limit="compute_ms", process=process)

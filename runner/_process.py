@@ -538,7 +538,9 @@ class ProcessRunner(ScriptRunner):
                 "the fork server ended while this step ran, so its process was stopped "
                 "before it reported how the run ended; the step can be tried again"
             )
-        step = self._step(child, script, outcome, cpu_start, resumed=resumed)
+        # Where the segment began is known but in a replay's own process.
+        segment_used = cpu_charged - cpu_start if resumed or not script.records else None
+        step = self._step(child, script, outcome, cpu_start, segment_used, resumed=resumed)
         if step.process is not None:
             step.process.cpu_ms = max(step.process.cpu_ms - cpu_charged, 0.0)
             step.process.wall_ms = (time.monotonic() - started) * 1000
@@ -593,6 +595,7 @@ class ProcessRunner(ScriptRunner):
         script: Script,
         outcome: conv.Outcome,
         cpu_start: float,
+        segment_used: float | None,
         *,
         resumed: bool = False,
     ) -> Step:
@@ -607,6 +610,7 @@ class ProcessRunner(ScriptRunner):
             script,
             stats,
             run_cpu_ms=stats.cpu_ms - cpu_start,
+            segment_used_ms=segment_used,
             term_signal=term,
             exit_code=code,
             killed_by_us=child.killed_by_us,
