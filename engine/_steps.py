@@ -108,8 +108,8 @@ class StepLoop(CallSettling):
             step = await self._live_step(drive, records) if self.live else None
             live = step is not None
         if step is None:
-            script = self._script(drive, limits).model_copy(update={"records": records})
-            queued, started, step = await self._replay_step(script, record, limits)
+            script = self._script(drive, limits)
+            queued, started, step = await self._replay_step(script, record, limits, records)
         run_ms = (time.monotonic() - started) * 1000
         process = step.process
         wait_ms = (started - queued) * 1000 + (process.wait_ms if process else 0.0)
@@ -199,15 +199,24 @@ class StepLoop(CallSettling):
         return task, script
 
     async def _replay_step(
-        self, script: protocol.Script, record: log.ScriptRecord, limits: Limits
+        self,
+        script: protocol.Script,
+        record: log.ScriptRecord,
+        limits: Limits,
+        records: list[protocol.Record] | None = None,
     ) -> tuple[float, float, Step]:
-        """A step that runs the script from the start in the runner: when it was queued, when
-        the runner took it, and the step. Its process may use what is left of the script's
-        ``total_compute_ms`` (live, over every segment it goes on to run)."""
+        """A step that runs ``script`` from the start in the runner, with ``records`` (its
+        own, if None): when it was queued, when the runner took it, and the step. Its process
+        may use what is left of the script's ``total_compute_ms`` (live, over every segment
+        it goes on to run)."""
         used = record.total_compute_ms
         left = min(protocol.MAX_LIMIT, max(1, math.ceil(limits.total_compute_ms - used)))
-        run_limits = script.limits.model_copy(update={"compute_left_ms": left})
-        script = script.model_copy(update={"limits": run_limits})
+        update: dict[str, Any] = {
+            "limits": script.limits.model_copy(update={"compute_left_ms": left})
+        }
+        if records is not None:
+            update["records"] = records
+        script = script.model_copy(update=update)
         reader = (
             BlobReader(self.blobs, record.files, self._skill_files.forget) if record.files else None
         )

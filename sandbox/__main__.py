@@ -339,7 +339,7 @@ def script_from(line: bytes) -> protocol.Script:
 
 def _run_one(data_limit: int | None) -> NoReturn:
     # The run's CPU counts from here, as the runner's charge does: from the script sent on.
-    start_cpu = lockdown.cpu_ms()
+    start_cpu = runtime.cpu_ms()
     try:
         line = sys.stdin.buffer.readline(protocol.MAX_SCRIPT_LINE + 1)
         if not line:
@@ -374,7 +374,7 @@ def _run_one(data_limit: int | None) -> NoReturn:
         jsontext.bound_heap(max(jsontext.LONG_TEXT, (heap - script.limits.memory) // 16))
     limits = script.limits
     lockdown.tighten(
-        compute_ms=limits.segment_ms(lockdown.cpu_ms() - start_cpu),
+        compute_ms=limits.segment_ms(runtime.cpu_ms() - start_cpu),
         memory=limits.memory,
         data_limit=limit,
         room=room,
@@ -389,7 +389,7 @@ def _run_one(data_limit: int | None) -> NoReturn:
         # A segment begins where recorded results settle, in a replay of the steps before as
         # at a live resume: each has `compute_ms` of its own, as the live run had, within
         # what is left of the script's total (`compute_left_ms`) for the whole run.
-        run.on_segment = lambda: lockdown.rearm(limits.segment_ms(lockdown.cpu_ms() - start_cpu))
+        run.on_segment = lambda: lockdown.rearm(limits.segment_ms(runtime.cpu_ms() - start_cpu))
     ran = run.execute()
     while live and ran.outcome == "calls":
         _write(protocol.encode(ran))

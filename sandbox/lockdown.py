@@ -240,12 +240,6 @@ _NEVER_MS = 86_400_000
 _NO_LIMIT = 1 << 60
 
 
-def cpu_ms() -> float:
-    """The CPU this process has used so far, user and system, in ms."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return (usage.ru_utime + usage.ru_stime) * 1000
-
-
 def rearm(compute_ms: int) -> None:
     """A live process's next segment: ``compute_ms`` of CPU again (``ITIMER_PROF``), and the
     ``RLIMIT_CPU`` backstop a second or two past it, within the hard limit set at

@@ -181,7 +181,7 @@ class Replay(abc.ABC):
         self.script_lines = script.code.split("\n")
         # run_code is never callable from a script, even when a host lists it.
         self.tool_names = [name for name in script.tools if name != RUN_CODE]
-        self._cpu0 = _cpu_ms()
+        self._cpu0 = cpu_ms()
 
     def release(self) -> None:
         """Drop what the run holds of its language's engine, once it is over or let go. Its
@@ -331,7 +331,7 @@ class Replay(abc.ABC):
         except Exception:
             heap = 0
         return Stats(
-            cpu_ms=round(_cpu_ms() - self._cpu0, 3),
+            cpu_ms=round(cpu_ms() - self._cpu0, 3),
             heap_bytes=heap,
             results_bytes=self.results_bytes,
             file_bytes=self.files.bytes_read,
@@ -474,7 +474,7 @@ class Replay(abc.ABC):
         self.records.extend(records)
         self.new_calls = []
         self.step_arg_bytes = 0
-        self._cpu0 = _cpu_ms()
+        self._cpu0 = cpu_ms()
         return self._within_memory(self._drive)
 
     def _conclude(self) -> Ran:
@@ -584,7 +584,8 @@ def _call_text(name: str, arguments: Any) -> str:
     return f"tools.{name}({text})"
 
 
-def _cpu_ms() -> float:
+def cpu_ms() -> float:
+    """The CPU this process has used so far, user and system, in ms."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return (usage.ru_utime + usage.ru_stime) * 1000.0
 

@@ -41,11 +41,11 @@ from sandbox.replay import (
     Replay,
     ResumeError,
     _Collect,
-    _cpu_ms,
     _cut,
     _Ended,
     _finished,
     _NotData,
+    cpu_ms,
     unawaited,
     warning_line,
 )
@@ -56,6 +56,7 @@ __all__ = [
     "Prepared",
     "ResumeError",
     "Run",
+    "cpu_ms",
     "new_run",
     "run_in_process",
 ]
@@ -241,7 +242,7 @@ class Run(Replay):
         42 ms more, charged to its ``compute_ms``.)"""
         if self.ctx is None:
             return 0
-        now = _cpu_ms()
+        now = cpu_ms()
         if self._heap_walk is not None and now - self._heap_walk[0] < self._heap_walk[1]:
             return self._heap_walk[2]
         self._heap_walk = _walk_heap(self.ctx, now)
@@ -539,7 +540,7 @@ class Prepared:
         before its script): the run that takes the context starts from this count, as if
         it had taken it (a trivial run's own walk of the prelude's objects was 60% of its
         CPU in the process)."""
-        self.heap_walk = _walk_heap(self.ctx, _cpu_ms())
+        self.heap_walk = _walk_heap(self.ctx, cpu_ms())
 
     def _dispatch(self, name: str) -> Any:
         def call(*args: Any) -> Any:
@@ -667,5 +668,5 @@ def _walk_heap(ctx: Any, now: float) -> tuple[float, float, int]:
     """Count ``ctx``'s heap (a walk of every object), begun at CPU ms ``now``: (the CPU ms
     after it, the CPU to wait before the next count, the count); see ``Run.heap_bytes``."""
     heap = int(ctx.memory().get("memory_used_size", 0))
-    after = _cpu_ms()
+    after = cpu_ms()
     return (after, (after - now) * HEAP_WALK_SHARE, heap)
