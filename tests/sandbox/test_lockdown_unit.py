@@ -252,15 +252,19 @@ def test_tighten_rejects_zero_compute() -> None:
 def test_the_cpu_timer_is_armed_for_the_allowance(compute_ms: int) -> None:
     """The kernel rounds ITIMER_PROF up by a tick; the timer is armed so that what it holds
     is the allowance, not a tick more. (In a process of its own: the timer's SIGPROF ends the
-    process it fires in.)"""
+    process it fires in.) Read back at once, several times: a tick of the kernel that lands
+    between the arming and the reading takes a whole tick off what is read (CI read 96.001 ms
+    of 100 once), so the closest reading is held to the allowance, and none may pass it."""
     code = (
-        "import signal; from sandbox import lockdown; "
-        f"lockdown._arm({compute_ms}); "
-        "print(signal.setitimer(signal.ITIMER_PROF, 0)[0])"
+        "import signal; from sandbox import lockdown\n"
+        "for _ in range(5):\n"
+        f"    lockdown._arm({compute_ms})\n"
+        "    print(signal.setitimer(signal.ITIMER_PROF, 0)[0])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    armed_ms = float(out.stdout) * 1000
-    assert compute_ms - 1 <= armed_ms <= compute_ms + 0.1, armed_ms
+    readings = [float(line) * 1000 for line in out.stdout.split()]
+    assert len(readings) == 5 and max(readings) <= compute_ms + 0.1, readings
+    assert compute_ms - 1 <= max(readings), readings
 
 
 def test_rehearse_changes_no_limit_and_leaves_no_timer() -> None:
