@@ -419,6 +419,11 @@
   // The host settles the first `answers.length` deferred calls, in call order: each answer
   // is [1, result] or [0, error message].
   function settle(json) {
+    if (json === "returned") {
+      // The run is over: whether what ran after the return changed the returned value.
+      returnedLater();
+      return;
+    }
     if (json === "untaken") {
       // The run is over and every call the log answers settled: those that failed after
       // the ending (a call never awaited, answered once the script had returned).
@@ -481,6 +486,36 @@
     call.message = error.message;
     call.stack = error.stack;
     failedCalls[failedCalls.length] = call;
+  }
+  // The returned value, kept with its JSON when the script returned while calls its code
+  // waits on (awaited, chained: taken) had not answered, with how many and the first: that
+  // code runs after the return, and may change the value (`items.map(async ...)` pushing
+  // into it, with no Promise.all), which the model, given the value as it was, should hear
+  // of (`returnedLater`). The same in a live run and a replay: both settle calls only when
+  // the job queue is empty.
+  let returned;
+  function keepReturned(value, json) {
+    let count = 0, first;
+    for (let i = 0; i < pending.length; i++) {
+      const call = callRecords.get(pending[i].promise);
+      if (call !== undefined && call.taken && count++ === 0) first = pending[i];
+    }
+    if (count) returned = { __proto__: null, value, json, count, first };
+  }
+  function returnedLater() {
+    const kept = returned;
+    returned = undefined;
+    if (kept === undefined) return;
+    let json;
+    try {
+      json = JSON.stringify(kept.value);
+    } catch (_) {
+      return; // no line rather than a guess (the heap may be full)
+    }
+    if (json !== kept.json) {
+      host.changed("" + kept.count, wellFormed(shownCall(kept.first.name)),
+        wellFormed(kept.first.error.stack));
+    }
   }
   let untakenShown = 0; // how many of failedCalls untaken() has looked at
   function untaken() {
@@ -727,6 +762,9 @@
         host.fail("TypeError", wellFormed("the returned value is not JSON data: " + why), "");
       }
       return;
+    }
+    if (pending.length && typeof value === "object" && value !== null) {
+      try { keepReturned(value, json); } catch (_) {} // a line less with the heap full
     }
     host.done(json === undefined ? "u" : wellFormed("j" + json));
   }

@@ -72,7 +72,7 @@ LAZY_SOURCES = {
 # The line a prepared context's boot starts at (and, compiled there, lazy.js's files): past any
 # script's lines, so that no frame in them is read as one of the script's.
 PRELUDE_LINE = 300_000
-_HOST_FUNCTIONS = ("call", "print", "closest", "done", "fail", "file", "untaken")
+_HOST_FUNCTIONS = ("call", "print", "closest", "done", "fail", "file", "untaken", "changed")
 
 
 # Evaluated on a context where nothing has run: takes the host functions off the global
@@ -197,6 +197,25 @@ _ASYNC_FOREACH_WARNING = (
     "`for (const x of items) { await ... }`, or "
     "`await Promise.all(items.map(async (x) => ...))`"
 )
+
+
+def changed_after_return(count: int, shown: str) -> str:
+    """What the line says when code that waited on ``count`` calls (the first ``shown``),
+    unanswered when the script returned, changed the returned value once they answered."""
+    if count == 1:
+        waiting = f"code waiting on {shown} changed it once the call answered"
+        fix = "await each call before returning"
+    else:
+        waiting = (
+            f"code waiting on {count} calls (the first: {shown}) changed it once they answered"
+        )
+        fix = "await every call before returning, as `await Promise.all(items.map(...))`"
+    return (
+        f"the returned value changed after the script returned: {waiting}, but the value "
+        f"returned is as it was at the return; {fix}"
+    )
+
+
 # `await` in a function that is not async, which QuickJS reports as "expecting ';'" or
 # "Unexpected identifier": told by the script parsing once that line's awaits are blanked.
 _AWAIT = re.compile(r"\bawait\b")
@@ -227,6 +246,10 @@ class Run(Replay):
         # The last heap count: (the CPU ms when taken, the CPU ms to wait before the next,
         # the count); see heap_bytes.
         self._heap_walk: tuple[float, float, int] | None = None
+        # The returned value changed after the return, by code that waited on calls not yet
+        # answered then: how many, the first as shown, and its stack (see keepReturned in
+        # prelude.js).
+        self._changed_after_return: tuple[int, str, str] | None = None
 
     def release(self) -> None:
         super().release()
@@ -288,6 +311,11 @@ class Run(Replay):
             return
         self.outcome = ("error", (name, message, stack, null is True))
 
+    def _changed(self, count: str, shown: str, stack: str) -> None:
+        if self.ended or not count.isdigit():
+            return
+        self._changed_after_return = (int(count), shown, stack)
+
     def _untaken(self, shown: str, message: str, stack: str) -> None:
         """A call that failed and that nothing took (awaited, caught) by the script's end: a
         printed line naming it, at the script's line that made it."""
@@ -310,6 +338,7 @@ class Run(Replay):
                 ("fail", self._fail),
                 ("file", self._file),
                 ("untaken", self._untaken),
+                ("changed", self._changed),
             )
         }
 
@@ -412,6 +441,8 @@ class Run(Replay):
             # run the log answered calls in can have them.
             try:
                 self.settle("untaken")
+                if kind == "value":
+                    self.settle("returned")  # did code run after the return change it?
             except _quickjs.JSException:
                 if self.ended:
                     raise _Ended from None
@@ -424,17 +455,33 @@ class Run(Replay):
         else:
             ran = self._failed(*payload)
         if ran.limit is None or ran.limit.name != "memory":
-            self._warn_async_foreach()
+            foreach = self._warn_async_foreach()
+            if not foreach and ran.outcome == "finished":
+                self._warn_changed_after_return()
         return self._finish(ran)
 
-    def _warn_async_foreach(self) -> None:
-        """A line after the printed text for each ``forEach(async ...)`` of the script."""
+    def _warn_async_foreach(self) -> bool:
+        """A line after the printed text for each ``forEach(async ...)`` of the script;
+        whether there was one."""
         code = self.script.code
         if ".forEach(" not in code:
-            return
+            return False
+        warned = False
         for match in _ASYNC_FOREACH.finditer(code):
             line = code.count("\n", 0, match.start()) + 1
             self.printed.write(warning_line(line, "Warning", _ASYNC_FOREACH_WARNING))
+            warned = True
+        return warned
+
+    def _warn_changed_after_return(self) -> None:
+        """A line after the printed text when code that waited on calls changed the returned
+        value after the return (a forEach's line says as much, so it comes instead)."""
+        if self._changed_after_return is None:
+            return
+        count, shown, stack = self._changed_after_return
+        lines = self._lines(stack)
+        message = changed_after_return(count, shown)
+        self.printed.write(warning_line(lines[0].line if lines else 0, "Warning", message))
 
     def _failed(self, name: str, message: str, stack: str, null: bool = False) -> Ran:
         limit = None

@@ -1463,6 +1463,67 @@ def test_an_async_callback_given_to_foreach_gets_a_line() -> None:
     assert failed.outcome == "failed" and failed.printed == "line 1: " + FOREACH + "\n"
 
 
+@pytest.mark.parametrize("how", ["replay", "live"])
+def test_a_returned_value_changed_after_the_return_gets_a_line(how: str) -> None:
+    """`items.map(async ...)` with no Promise.all: the script returns before the calls its
+    code awaits have answered, and that code, run after the return, fills the value
+    returned: the model got [] as if nothing was found. A line after the printed text says
+    so, at the first such call's line. The same live and replayed."""
+    code = (
+        "const seen = [];\n"
+        "[1, 2].map(async (n) => { seen.push(await tools.list_prs({ n })); console.log(n); });\n"
+        "console.log('went on');\n"
+        "return seen;"
+    )
+    ran = _js_to_the_end(code, live=how == "live")
+    assert ran.outcome == "finished" and ran.value == [], ran.error
+    many = runtime.changed_after_return(2, "tools.list_prs(...)")
+    assert ran.printed == f"went on\n1\n2\nline 2: Warning: {many}\n"
+    assert many.startswith("the returned value changed after the script returned: code ")
+    assert "waiting on 2 calls (the first: tools.list_prs(...))" in many
+    assert "await Promise.all(items.map(...))" in many
+    one_call = (
+        "const out = { n: 0 };\nawait tools.list_prs({ a: 1 });\n"
+        "tools.list_prs({}).then((v) => { out.n = v; });\nreturn out;"
+    )
+    ran = _js_to_the_end(one_call, live=how == "live")
+    assert ran.outcome == "finished" and ran.value == {"n": 0}, ran.error
+    one = runtime.changed_after_return(1, "tools.list_prs(...)")
+    assert ran.printed == f"line 3: Warning: {one}\n"
+    assert "code waiting on tools.list_prs(...) changed it once the call answered" in one
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # Made for its effect: nothing waits on it.
+        "tools.list_prs({});\nreturn [1]",
+        # Waited on, for its effect or a line, and the value it could change is not changed.
+        "tools.list_prs({}).catch(() => 0);\nreturn [1]",
+        "const out = [];\ntools.list_prs({}).then((v) => console.log(v));\nreturn out",
+        "tools.list_prs({}).then((v) => console.log(v));\nreturn 'text'",
+        # Every call answered before the return.
+        "const out = [];\nawait Promise.all([1, 2].map(async (n) => out.push(await tools.list_prs({ n }))));\nreturn out",
+        "return [await Promise.race([tools.list_prs({ n: 1 }), tools.list_prs({ n: 2 })])]",
+    ],
+)
+def test_no_changed_line_when_the_returned_value_stays_as_returned(code: str) -> None:
+    for live in (False, True):
+        ran = _js_to_the_end(code, live=live)
+        assert ran.outcome == "finished", ran.error
+        assert "returned value changed" not in ran.printed, ran.printed
+
+
+def test_a_changed_line_gives_way_to_forEachs_and_to_a_failure() -> None:
+    """forEach's line says the same (once is enough); a script that fails has its error."""
+    foreach = "const out = [];\n[1].forEach(async (n) => { out.push(await tools.list_prs({ n })); });\nreturn out"
+    ran = _js_to_the_end(foreach)
+    assert ran.outcome == "finished" and ran.printed == "line 2: " + FOREACH + "\n"
+    failing = "const out = [];\n[1].map(async (n) => { out.push(await tools.list_prs({ n })); });\nreturn new Map()"
+    ran = _js_to_the_end(failing)
+    assert ran.outcome == "failed" and ran.printed == "", ran.printed
+
+
 def test_no_foreach_line_for_a_plain_callback_a_stop_or_a_memory_failure() -> None:
     assert run("[1].forEach((n) => console.log(n));\nreturn 1").printed == "1\n"
     stops = run("[1].forEach(async (n) => n);\nreturn await tools.echo({});")
