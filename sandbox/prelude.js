@@ -763,7 +763,10 @@
       }
       return;
     }
-    if (pending.length && typeof value === "object" && value !== null) {
+    // Only a value the model reads whole is kept (its JSON at most the value's bound): a
+    // copy of a larger one could take the room the late code needs.
+    if (pending.length && typeof value === "object" && value !== null &&
+        json !== undefined && json.length <= 2 * half) {
       try { keepReturned(value, json); } catch (_) {} // a line less with the heap full
     }
     host.done(json === undefined ? "u" : wellFormed("j" + json));

@@ -1514,6 +1514,20 @@ def test_no_changed_line_when_the_returned_value_stays_as_returned(code: str) ->
         assert "returned value changed" not in ran.printed, ran.printed
 
 
+def test_no_changed_line_for_a_value_over_the_bound() -> None:
+    """A value the model reads cut is not kept for the comparison (its copy could take the
+    room the code still running needs)."""
+    code = (
+        "const out = ['x'.repeat(300 * 1024)];\n"
+        "tools.list_prs({}).then((v) => out.push(v));\nreturn out;"
+    )
+    ran = _js_to_the_end(code)
+    assert ran.outcome == "finished" and ran.value_text is not None, ran.error
+    assert "returned value changed" not in ran.printed, ran.printed
+    small = _js_to_the_end(code.replace("300 * 1024", "1024"))
+    assert "returned value changed" in small.printed, small.printed
+
+
 def test_a_changed_line_gives_way_to_forEachs_and_to_a_failure() -> None:
     """forEach's line says the same (once is enough); a script that fails has its error."""
     foreach = "const out = [];\n[1].forEach(async (n) => { out.push(await tools.list_prs({ n })); });\nreturn out"
