@@ -321,9 +321,13 @@ class Run(Replay):
         printed line naming it, at the script's line that made it."""
         if self.ended or not all(isinstance(x, str) for x in (shown, message, stack)):
             return
+        self._warn_at(stack, unawaited(shown, message))
+
+    def _warn_at(self, stack: str, message: str) -> None:
+        """A printed ``Warning`` line at the script's innermost line in ``stack`` (none: no
+        line number)."""
         lines = self._lines(stack)
-        where = lines[0].line if lines else 0
-        self.printed.write(warning_line(where, "Warning", unawaited(shown, message)))
+        self.printed.write(warning_line(lines[0].line if lines else 0, "Warning", message))
 
     # ---- endings ----
 
@@ -479,9 +483,7 @@ class Run(Replay):
         if self._changed_after_return is None:
             return
         count, shown, stack = self._changed_after_return
-        lines = self._lines(stack)
-        message = changed_after_return(count, shown)
-        self.printed.write(warning_line(lines[0].line if lines else 0, "Warning", message))
+        self._warn_at(stack, changed_after_return(count, shown))
 
     def _failed(self, name: str, message: str, stack: str, null: bool = False) -> Ran:
         limit = None
