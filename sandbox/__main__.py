@@ -26,7 +26,7 @@ from typing import NoReturn
 
 import orjson
 
-from sandbox import files, jsontext, lockdown, protocol, runtime
+from sandbox import files, jsontext, lockdown, pages, protocol, runtime
 
 # The process heap holds, besides what the script's limits allow, the script line it reads
 # and the call log parsed from it: at most this many bytes per byte of the line (a string
@@ -207,6 +207,16 @@ def _warm_up_zygote() -> None:
     _TOUCH_LINE = protocol.encode(
         protocol.Script(id="touch", code="return 1", clock=protocol.Clock(now_ms=0, seed=1))
     )
+    global _PROBE_INPUT
+    probe = protocol.Script(
+        id="probe",
+        code="const r = await tools.t({ a: 1 });\nconsole.log(r);\nreturn r",
+        tools=["t"],
+        clock=protocol.Clock(now_ms=0, seed=1),
+        version=protocol.LIVE_VERSION,
+    )
+    record = protocol.Record(name="t", arguments={"a": 1}, result={"ok": [1.5, "x"]})
+    _PROBE_INPUT = protocol.encode(probe) + protocol.results_line([record])
 
 
 def _touch_pages(warm: str) -> None:
@@ -241,6 +251,46 @@ def _touch_pages(warm: str) -> None:
     protocol.encode(protocol.Ran(outcome="finished", value=1, stats=protocol.Stats(cpu_ms=1)))
     if warm == "python" and "python" in _LANGUAGES:
         runtime.run_in_process(script.model_copy(update={"language": "python"}))
+
+
+# The step a probe child runs (see probe_pages): a call, its result given live, a line
+# printed, a value returned, as most scripts do. Made by the fork server.
+_PROBE_INPUT = b""
+
+
+def probe_pages(report: int) -> NoReturn:
+    """In a child of the fork server, before the server forks any other (see
+    :mod:`sandbox.pages`): wait in the pool as a child does, then run one live step of a script
+    of ours (:data:`_PROBE_INPUT`) through the same code, and write the addresses of the pages
+    the step made its own to fd ``report``; then exit. It runs unconfined: the script is ours
+    and nothing from outside reaches it."""
+    try:
+        script_read, script_write = os.pipe()
+        os.write(script_write, _PROBE_INPUT)  # small: it fits in the pipe
+        os.close(script_write)
+        os.dup2(script_read, 0)
+        os.close(script_read)
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+        _touch_pages(protocol.LANGUAGES[0])
+        _write(protocol.encode(protocol.ready(_LANGUAGES)))
+        within = pages.writable()
+        # Twice: the pages the first count's own objects took are then counted as before.
+        before = pages.own(within)
+        before = pages.own(within)
+
+        class _Probed(_ProcessChannel):
+            def end(self, ran: protocol.Ran) -> NoReturn:
+                _write(protocol.encode(ran))
+                view = memoryview(pages.pack(pages.own(within) - before))
+                while view:
+                    view = view[os.write(report, view) :]
+                os._exit(0)
+
+        _run_one(None, _Probed)
+    finally:
+        os._exit(EXIT_INTERNAL)
 
 
 def _line_room(line_bytes: int, data_limit: int | None) -> int:
@@ -337,7 +387,9 @@ def script_from(line: bytes) -> protocol.Script:
     return script
 
 
-def _run_one(data_limit: int | None) -> NoReturn:
+def _run_one(
+    data_limit: int | None, channel_type: type[_ProcessChannel] = _ProcessChannel
+) -> NoReturn:
     # The run's CPU counts from here, as the runner's charge does: from the script sent on.
     start_cpu = runtime.cpu_ms()
     try:
@@ -380,7 +432,7 @@ def _run_one(data_limit: int | None) -> NoReturn:
         room=room,
         live=live,
     )
-    channel = _ProcessChannel(linger=live)
+    channel = channel_type(linger=live)
     # Descriptor 1 is the protocol's, written with os.write: what a script's code prints
     # outside its run (a finalizer, once the run has ended) goes nowhere.
     sys.stdout = None
@@ -444,7 +496,12 @@ def main(argv: list[str] | None = None) -> int:
 
         # `serve` and `_warm_up` are looked up here, at call time, so a test stand-in that
         # replaces them on this module is what the fork server's children run.
-        return zygote.main(args, serve=serve, warm_up=lambda: _warm_up_zygote())
+        return zygote.main(
+            args,
+            serve=serve,
+            warm_up=lambda: _warm_up_zygote(),
+            probe=lambda report: probe_pages(report),
+        )
     global _LANGUAGES
     if "--languages" in args:
         # A process for one step (exec mode) warms up only the languages it is told.

@@ -45,17 +45,21 @@ import os
 import select
 import signal
 import socket
+import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 import orjson
 
-from sandbox import lockdown, protocol
+from sandbox import lockdown, pages, protocol
 
 VERSION = 1
 # Control messages are small; a spawn request is well under 1 KiB.
 MAX_MESSAGE = 64 * 1024
 EXIT_CHILD_BUG = 70
+# How long the probe child (see sandbox.pages) may take to run its step: far longer than it
+# needs (tens of ms), short enough that a fork server that cannot learn still starts.
+PROBE_SECONDS = 10.0
 
 
 class _Zygote:
@@ -65,8 +69,10 @@ class _Zygote:
         serve: Callable[..., NoReturn],
         filter_bpf: bytes | None,
         problem: str | None,
+        hot: list[pages.Span] | None = None,
     ) -> None:
         self.control = control
+        self.hot = hot or []  # the pages a JavaScript step writes (see sandbox.pages)
         self.serve = serve
         self.filter_bpf = filter_bpf
         self.problem = problem
@@ -187,6 +193,8 @@ class _Zygote:
                 os._exit(3)
             if nice > 0:
                 os.nice(nice)
+            if warm == protocol.LANGUAGES[0]:
+                pages.populate(self.hot)  # before the step, once: not a fault per page in it
             self.serve(
                 memory_ceiling=memory,
                 data_limit=data_limit,
@@ -233,8 +241,15 @@ class _Zygote:
             self.children.pop(pid, None)
 
 
-def main(argv: list[str], *, serve: Callable[..., NoReturn], warm_up: Callable[[], None]) -> int:
-    """Run the fork server on the control socket named by ``--control FD``."""
+def main(
+    argv: list[str],
+    *,
+    serve: Callable[..., NoReturn],
+    warm_up: Callable[[], None],
+    probe: Callable[[int], NoReturn] | None = None,
+) -> int:
+    """Run the fork server on the control socket named by ``--control FD``. ``probe`` (in a
+    child, given a pipe to report on) learns the pages a step writes (see ``sandbox.pages``)."""
     control_fd = int(argv[argv.index("--control") + 1])
     control = socket.socket(fileno=control_fd)
     control.setblocking(True)
@@ -253,4 +268,44 @@ def main(argv: list[str], *, serve: Callable[..., NoReturn], warm_up: Callable[[
     # every object would touch (and copy) them all. Frozen objects are never collected.
     gc.collect()
     gc.freeze()
-    return _Zygote(control, serve, filter_bpf, problem).run()
+    hot = _learn_pages(probe) if probe is not None and problem is None else []
+    return _Zygote(control, serve, filter_bpf, problem, hot).run()
+
+
+def _learn_pages(probe: Callable[[int], NoReturn]) -> list[pages.Span]:
+    """The spans of the fork server's pages that a child's step writes, by a probe child (see
+    ``sandbox.pages``); ``[]`` when it cannot tell (no ``/proc``, the probe failed or took
+    longer than PROBE_SECONDS)."""
+    within = pages.writable()
+    if not within:
+        return []
+    report_read, report_write = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            # Its report pipe only: the control socket stays the fork server's alone.
+            os.closerange(3, report_write)
+            os.closerange(report_write + 1, 1 << 20)
+            probe(report_write)
+        finally:
+            os._exit(EXIT_CHILD_BUG)
+    os.close(report_write)
+    data = bytearray()
+    try:
+        poller = select.poll()
+        poller.register(report_read, select.POLLIN)
+        deadline = time.monotonic() + PROBE_SECONDS
+        while (left := deadline - time.monotonic()) > 0 and poller.poll(left * 1000):
+            chunk = os.read(report_read, 65536)
+            if not chunk:
+                break
+            data += chunk
+        else:
+            os.kill(pid, signal.SIGKILL)  # too slow: it tells us nothing
+            data.clear()
+    finally:
+        os.close(report_read)
+        _, status = os.waitpid(pid, 0)
+    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+        return []
+    return pages.spans_of(pages.unpack(bytes(data)), within)

@@ -1,0 +1,191 @@
+"""The pages a fork server's child copies ahead of its step (sandbox.pages), and how the fork
+server learns them from a probe child (sandbox.zygote._learn_pages). Linux with /proc; no
+root needed."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from typing import NoReturn
+
+import psutil
+import pytest
+
+from sandbox import pages, zygote
+
+PAGE = pages.PAGE
+
+
+def in_child(body: Callable[[], bytes]) -> bytes:
+    """``body()``'s answer, computed in a forked child (which only makes syscalls)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write, body())
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = b""
+    while chunk := os.read(read, 65536):
+        answer += chunk
+    os.close(read)
+    os.waitpid(pid, 0)
+    return answer
+
+
+def buffer_pages(count: int) -> tuple[mmap.mmap, int]:
+    """An anonymous private mapping of ``count`` pages, each written (present), and its
+    address."""
+    area = mmap.mmap(-1, count * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    for i in range(count):
+        area[i * PAGE] = i + 1
+    address = ctypes.addressof(ctypes.c_char.from_buffer(area))
+    return area, address
+
+
+def test_a_page_written_after_the_fork_is_the_childs_own_and_one_only_read_is_not() -> None:
+    area, address = buffer_pages(4)
+
+    def body() -> bytes:
+        area[0] = 99
+        _ = area[PAGE]
+        own = pages.own(pages.writable())
+        return bytes([address in own, address + PAGE in own])
+
+    assert in_child(body) == b"\x01\x00"
+    assert area[0] == 1, "the parent's page is its own still"
+
+
+def test_populate_makes_pages_the_childs_own_without_changing_a_byte() -> None:
+    area, address = buffer_pages(6)
+    spans = pages.spans_of([address + i * PAGE for i in (1, 2, 4)], pages.writable())
+    assert spans == [(address + PAGE, 2 * PAGE), (address + 4 * PAGE, PAGE)]
+
+    def body() -> bytes:
+        done = pages.populate(spans)
+        own = pages.own(pages.writable())
+        flags = [address + i * PAGE in own for i in range(6)]
+        unchanged = all(area[i * PAGE] == i + 1 for i in range(6))
+        return bytes([done == 3 * PAGE, *flags, unchanged])
+
+    assert in_child(body) == bytes([1, 0, 1, 1, 0, 1, 0, 1])
+
+
+def test_populate_skips_a_span_no_longer_mapped_and_goes_on() -> None:
+    gone, gone_address = buffer_pages(2)
+    gone.close()  # unmapped: madvise says ENOMEM
+    area, address = buffer_pages(1)
+    assert pages.populate([(gone_address, 2 * PAGE), (address, PAGE)]) == PAGE
+    assert area[0] == 1
+
+
+def test_spans_of_joins_neighbours_and_drops_what_lies_outside() -> None:
+    within = [(10 * PAGE, 4 * PAGE), (20 * PAGE, PAGE)]
+    found = [13 * PAGE, 11 * PAGE, 12 * PAGE, 14 * PAGE, 20 * PAGE, 9 * PAGE, 30 * PAGE]
+    assert pages.spans_of(found, within) == [(11 * PAGE, 3 * PAGE), (20 * PAGE, PAGE)]
+    assert pages.spans_of([], within) == []
+
+
+def test_pack_and_unpack_round_trip_and_a_cut_off_address_is_dropped() -> None:
+    addresses = [3 * PAGE, PAGE, 2**47]
+    data = pages.pack(addresses)
+    assert pages.unpack(data) == sorted(addresses)
+    assert pages.unpack(data + b"\x01\x02") == sorted(addresses)
+    assert pages.unpack(b"") == []
+
+
+# ---- the fork server's probe ----
+
+
+def reporting(data: bytes, code: int = 0) -> Callable[[int], NoReturn]:
+    def probe(report: int) -> NoReturn:
+        os.write(report, data)
+        os._exit(code)
+
+    return probe
+
+
+def test_the_probes_report_is_kept_to_the_servers_own_mappings() -> None:
+    _mapped, address = buffer_pages(3)  # kept: the address stays mapped
+    outside = 2**46 + 5 * PAGE  # no mapping there
+    probe = reporting(pages.pack([address, address + PAGE, outside]) + b"\x07")
+    assert zygote._learn_pages(probe) == [(address, 2 * PAGE)]
+
+
+@pytest.mark.parametrize("code", [1, zygote.EXIT_CHILD_BUG])
+def test_a_probe_that_fails_teaches_nothing(code: int) -> None:
+    _mapped, address = buffer_pages(1)
+    assert zygote._learn_pages(reporting(pages.pack([address]), code)) == []
+
+
+def test_a_probe_killed_by_a_signal_teaches_nothing() -> None:
+    def probe(report: int) -> NoReturn:
+        os.kill(os.getpid(), 9)
+        os._exit(0)
+
+    assert zygote._learn_pages(probe) == []
+
+
+def test_a_probe_that_hangs_is_killed_at_its_deadline_and_teaches_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(zygote, "PROBE_SECONDS", 0.3)
+    _mapped, address = buffer_pages(1)
+
+    def probe(report: int) -> NoReturn:
+        os.write(report, pages.pack([address]))
+        time.sleep(60)
+        os._exit(0)
+
+    before = {child.pid for child in psutil.Process().children()}
+    started = time.monotonic()
+    assert zygote._learn_pages(probe) == []
+    assert time.monotonic() - started < 30
+    assert {child.pid for child in psutil.Process().children()} <= before, "the probe is reaped"
+
+
+def test_the_fork_servers_probe_learns_the_pages_a_step_writes_and_a_child_copies_them() -> None:
+    # What the fork server does at its start, in a process of its own: warm up, freeze, learn
+    # by the real probe; then a forked child copies what was learnt, before any step.
+    program = textwrap.dedent(
+        """
+        import gc, os, sys
+        import sandbox.__main__ as main
+        from sandbox import pages, zygote
+        main._warm_up_zygote()
+        gc.collect()
+        gc.freeze()
+        hot = zygote._learn_pages(main.probe_pages)
+        assert hot, "the probe taught nothing"
+        within = pages.writable()
+        assert all(any(a <= s and s + n <= a + m for a, m in within) for s, n in hot)
+        learnt = {s + i for s, n in hot for i in range(0, n, pages.PAGE)}
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            copied = pages.populate(hot)
+            own = pages.own(pages.writable())
+            os.write(write, b"%d %d" % (copied, len(learnt - own)))
+            os._exit(0)
+        os.close(write)
+        answer = os.read(read, 100).split()
+        os.waitpid(pid, 0)
+        print(len(learnt), int(answer[0]) // pages.PAGE, int(answer[1]))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    learnt, copied, missing = (int(x) for x in done.stdout.split())
+    # A step of a script that makes a call writes a hundred pages or more that waiting in the
+    # pool had not; each of them the child now holds before its step.
+    assert learnt >= 20, done.stdout
+    assert copied == learnt and missing == 0, done.stdout
