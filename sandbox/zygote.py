@@ -274,13 +274,21 @@ def main(
 
 def _learn_pages(probe: Callable[[int], NoReturn]) -> list[pages.Span]:
     """The spans of the fork server's pages that a child's step writes, by a probe child (see
-    ``sandbox.pages``); ``[]`` when it cannot tell (no ``/proc``, the probe failed or took
-    longer than PROBE_SECONDS)."""
+    ``sandbox.pages``); ``[]`` when it cannot tell (no ``/proc``, no fork, a probe that failed,
+    took longer than PROBE_SECONDS or wrote more than a report can hold)."""
     within = pages.writable()
     if not within:
         return []
-    report_read, report_write = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
+    try:
+        report_read, report_write = os.pipe2(os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(report_read)
+        os.close(report_write)
+        return []
     if pid == 0:
         try:
             # Its report pipe only: the control socket stays the fork server's alone.
@@ -290,7 +298,9 @@ def _learn_pages(probe: Callable[[int], NoReturn]) -> list[pages.Span]:
         finally:
             os._exit(EXIT_CHILD_BUG)
     os.close(report_write)
+    most = sum(size for _, size in within) // pages.PAGE * 8  # an address per page at most
     data = bytearray()
+    reported = False
     try:
         poller = select.poll()
         poller.register(report_read, select.POLLIN)
@@ -298,14 +308,16 @@ def _learn_pages(probe: Callable[[int], NoReturn]) -> list[pages.Span]:
         while (left := deadline - time.monotonic()) > 0 and poller.poll(left * 1000):
             chunk = os.read(report_read, 65536)
             if not chunk:
+                reported = True
                 break
             data += chunk
-        else:
-            os.kill(pid, signal.SIGKILL)  # too slow: it tells us nothing
-            data.clear()
+            if len(data) > most:
+                break
     finally:
         os.close(report_read)
+        if not reported:
+            os.kill(pid, signal.SIGKILL)  # too slow, or not a report: it tells us nothing
         _, status = os.waitpid(pid, 0)
-    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+    if not reported or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
         return []
     return pages.spans_of(pages.unpack(bytes(data)), within)

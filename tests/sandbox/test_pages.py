@@ -151,6 +151,17 @@ def test_a_probe_that_hangs_is_killed_at_its_deadline_and_teaches_nothing(
     assert {child.pid for child in psutil.Process().children()} <= before, "the probe is reaped"
 
 
+def test_a_probe_that_writes_more_than_a_report_can_hold_is_killed_and_teaches_nothing() -> None:
+    def probe(report: int) -> NoReturn:
+        chunk = bytes(65536)
+        while True:
+            os.write(report, chunk)
+
+    before = {child.pid for child in psutil.Process().children()}
+    assert zygote._learn_pages(probe) == []
+    assert {child.pid for child in psutil.Process().children()} <= before, "the probe is reaped"
+
+
 def test_the_fork_servers_probe_learns_the_pages_a_step_writes_and_a_child_copies_them() -> None:
     # What the fork server does at its start, in a process of its own: warm up, freeze, learn
     # by the real probe; then a forked child copies what was learnt, before any step.
