@@ -207,16 +207,26 @@ def _warm_up_zygote() -> None:
     _TOUCH_LINE = protocol.encode(
         protocol.Script(id="touch", code="return 1", clock=protocol.Clock(now_ms=0, seed=1))
     )
-    global _PROBE_INPUT
-    probe = protocol.Script(
-        id="probe",
-        code="const r = await tools.t({ a: 1 });\nconsole.log(r);\nreturn r",
-        tools=["t"],
-        clock=protocol.Clock(now_ms=0, seed=1),
-        version=protocol.LIVE_VERSION,
-    )
+    # Each language's probe step (see probe_pages): a call, its result given live, a line
+    # printed, a value returned, as most scripts do.
     record = protocol.Record(name="t", arguments={"a": 1}, result={"ok": [1.5, "x"]})
-    _PROBE_INPUT = protocol.encode(probe) + protocol.results_line([record])
+    probes = [
+        protocol.Script(
+            id="probe",
+            code="const r = await tools.t({ a: 1 });\nconsole.log(r);\nreturn r",
+            tools=["t"],
+            clock=protocol.Clock(now_ms=0, seed=1),
+            version=protocol.LIVE_VERSION,
+        )
+    ]
+    probes.append(
+        probes[0].model_copy(
+            update={"language": "python", "code": "r = await tools.t(a=1)\nprint(r)\nreturn r"}
+        )
+    )
+    for probe in probes:
+        if probe.language in _LANGUAGES:
+            _PROBE_INPUTS[probe.language] = protocol.encode(probe) + protocol.results_line([record])
 
 
 def _touch_pages(warm: str) -> None:
@@ -253,27 +263,26 @@ def _touch_pages(warm: str) -> None:
         runtime.run_in_process(script.model_copy(update={"language": "python"}))
 
 
-# The step a probe child runs (see probe_pages): a call, its result given live, a line
-# printed, a value returned, as most scripts do. Made by the fork server.
-_PROBE_INPUT = b""
+# The lines a probe child reads, by language (see probe_pages). Made by the fork server.
+_PROBE_INPUTS: dict[str, bytes] = {}
 
 
-def probe_pages(report: int) -> NoReturn:
+def probe_pages(report: int, language: str) -> NoReturn:
     """In a child of the fork server, before the server forks any other (see
-    :mod:`sandbox.pages`): wait in the pool as a child does, then run one live step of a script
-    of ours (:data:`_PROBE_INPUT`) through the same code, and write the addresses of the pages
-    the step made its own to fd ``report``; then exit. It runs unconfined: the script is ours
-    and nothing from outside reaches it."""
+    :mod:`sandbox.pages`): wait in the pool as a child made ready for ``language`` does, then
+    run one live step of a script of ours in it (:data:`_PROBE_INPUTS`) through the same code,
+    and write the addresses of the pages the step made its own to fd ``report``; then exit. It
+    runs unconfined: the script is ours and nothing from outside reaches it."""
     try:
         script_read, script_write = os.pipe()
-        os.write(script_write, _PROBE_INPUT)  # small: it fits in the pipe
+        os.write(script_write, _PROBE_INPUTS[language])  # small: it fits in the pipe
         os.close(script_write)
         os.dup2(script_read, 0)
         os.close(script_read)
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 1)
         os.close(null)
-        _touch_pages(protocol.LANGUAGES[0])
+        _touch_pages(language)
         _write(protocol.encode(protocol.ready(_LANGUAGES)))
         within = pages.writable()
         # Twice: the pages the first count's own objects took are then counted as before.
@@ -500,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
             args,
             serve=serve,
             warm_up=lambda: _warm_up_zygote(),
-            probe=lambda report: probe_pages(report),
+            probe=lambda report, language: probe_pages(report, language),
         )
     global _LANGUAGES
     if "--languages" in args:

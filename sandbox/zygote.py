@@ -69,10 +69,10 @@ class _Zygote:
         serve: Callable[..., NoReturn],
         filter_bpf: bytes | None,
         problem: str | None,
-        hot: list[pages.Span] | None = None,
+        hot: dict[str, list[pages.Span]] | None = None,
     ) -> None:
         self.control = control
-        self.hot = hot or []  # the pages a JavaScript step writes (see sandbox.pages)
+        self.hot = hot or {}  # by language, the pages a step writes (see sandbox.pages)
         self.serve = serve
         self.filter_bpf = filter_bpf
         self.problem = problem
@@ -193,8 +193,9 @@ class _Zygote:
                 os._exit(3)
             if nice > 0:
                 os.nice(nice)
-            if warm == protocol.LANGUAGES[0]:
-                pages.populate(self.hot)  # before the step, once: not a fault per page in it
+            # Before the step, once, the pages a step in the language it is made ready for
+            # writes: not a page fault at a time in the step.
+            pages.populate(self.hot.get(warm, []))
             self.serve(
                 memory_ceiling=memory,
                 data_limit=data_limit,
@@ -246,10 +247,11 @@ def main(
     *,
     serve: Callable[..., NoReturn],
     warm_up: Callable[[], None],
-    probe: Callable[[int], NoReturn] | None = None,
+    probe: Callable[[int, str], NoReturn] | None = None,
 ) -> int:
     """Run the fork server on the control socket named by ``--control FD``. ``probe`` (in a
-    child, given a pipe to report on) learns the pages a step writes (see ``sandbox.pages``)."""
+    child, given a pipe to report on and a language) learns the pages a step in that language
+    writes (see ``sandbox.pages``)."""
     control_fd = int(argv[argv.index("--control") + 1])
     control = socket.socket(fileno=control_fd)
     control.setblocking(True)
@@ -268,14 +270,17 @@ def main(
     # every object would touch (and copy) them all. Frozen objects are never collected.
     gc.collect()
     gc.freeze()
-    hot = _learn_pages(probe) if probe is not None and problem is None else []
+    hot: dict[str, list[pages.Span]] = {}
+    if probe is not None and problem is None:
+        for language in protocol.LANGUAGES:
+            hot[language] = _learn_pages(probe, language)
     return _Zygote(control, serve, filter_bpf, problem, hot).run()
 
 
-def _learn_pages(probe: Callable[[int], NoReturn]) -> list[pages.Span]:
-    """The spans of the fork server's pages that a child's step writes, by a probe child (see
-    ``sandbox.pages``); ``[]`` when it cannot tell (no ``/proc``, no fork, a probe that failed,
-    took longer than PROBE_SECONDS or wrote more than a report can hold)."""
+def _learn_pages(probe: Callable[[int, str], NoReturn], language: str) -> list[pages.Span]:
+    """The spans of the fork server's pages that a child's step in ``language`` writes, by a
+    probe child (see ``sandbox.pages``); ``[]`` when it cannot tell (no ``/proc``, no fork, a
+    probe that failed, took longer than PROBE_SECONDS or wrote more than a report can hold)."""
     within = pages.writable()
     if not within:
         return []
@@ -294,7 +299,7 @@ def _learn_pages(probe: Callable[[int], NoReturn]) -> list[pages.Span]:
             # Its report pipe only: the control socket stays the fork server's alone.
             os.closerange(3, report_write)
             os.closerange(report_write + 1, 1 << 20)
-            probe(report_write)
+            probe(report_write, language)
         finally:
             os._exit(EXIT_CHILD_BUG)
     os.close(report_write)

@@ -104,8 +104,8 @@ def test_pack_and_unpack_round_trip_and_a_cut_off_address_is_dropped() -> None:
 # ---- the fork server's probe ----
 
 
-def reporting(data: bytes, code: int = 0) -> Callable[[int], NoReturn]:
-    def probe(report: int) -> NoReturn:
+def reporting(data: bytes, code: int = 0) -> Callable[[int, str], NoReturn]:
+    def probe(report: int, language: str) -> NoReturn:
         os.write(report, data)
         os._exit(code)
 
@@ -116,21 +116,21 @@ def test_the_probes_report_is_kept_to_the_servers_own_mappings() -> None:
     _mapped, address = buffer_pages(3)  # kept: the address stays mapped
     outside = 2**46 + 5 * PAGE  # no mapping there
     probe = reporting(pages.pack([address, address + PAGE, outside]) + b"\x07")
-    assert zygote._learn_pages(probe) == [(address, 2 * PAGE)]
+    assert zygote._learn_pages(probe, "javascript") == [(address, 2 * PAGE)]
 
 
 @pytest.mark.parametrize("code", [1, zygote.EXIT_CHILD_BUG])
 def test_a_probe_that_fails_teaches_nothing(code: int) -> None:
     _mapped, address = buffer_pages(1)
-    assert zygote._learn_pages(reporting(pages.pack([address]), code)) == []
+    assert zygote._learn_pages(reporting(pages.pack([address]), code), "javascript") == []
 
 
 def test_a_probe_killed_by_a_signal_teaches_nothing() -> None:
-    def probe(report: int) -> NoReturn:
+    def probe(report: int, language: str) -> NoReturn:
         os.kill(os.getpid(), 9)
         os._exit(0)
 
-    assert zygote._learn_pages(probe) == []
+    assert zygote._learn_pages(probe, "javascript") == []
 
 
 def test_a_probe_that_hangs_is_killed_at_its_deadline_and_teaches_nothing(
@@ -139,30 +139,33 @@ def test_a_probe_that_hangs_is_killed_at_its_deadline_and_teaches_nothing(
     monkeypatch.setattr(zygote, "PROBE_SECONDS", 0.3)
     _mapped, address = buffer_pages(1)
 
-    def probe(report: int) -> NoReturn:
+    def probe(report: int, language: str) -> NoReturn:
         os.write(report, pages.pack([address]))
         time.sleep(60)
         os._exit(0)
 
     before = {child.pid for child in psutil.Process().children()}
     started = time.monotonic()
-    assert zygote._learn_pages(probe) == []
+    assert zygote._learn_pages(probe, "javascript") == []
     assert time.monotonic() - started < 30
     assert {child.pid for child in psutil.Process().children()} <= before, "the probe is reaped"
 
 
 def test_a_probe_that_writes_more_than_a_report_can_hold_is_killed_and_teaches_nothing() -> None:
-    def probe(report: int) -> NoReturn:
+    def probe(report: int, language: str) -> NoReturn:
         chunk = bytes(65536)
         while True:
             os.write(report, chunk)
 
     before = {child.pid for child in psutil.Process().children()}
-    assert zygote._learn_pages(probe) == []
+    assert zygote._learn_pages(probe, "javascript") == []
     assert {child.pid for child in psutil.Process().children()} <= before, "the probe is reaped"
 
 
-def test_the_fork_servers_probe_learns_the_pages_a_step_writes_and_a_child_copies_them() -> None:
+@pytest.mark.parametrize("language", ["javascript", "python"])
+def test_the_fork_servers_probe_learns_the_pages_a_step_writes_and_a_child_copies_them(
+    language: str,
+) -> None:
     # What the fork server does at its start, in a process of its own: warm up, freeze, learn
     # by the real probe; then a forked child copies what was learnt, before any step.
     program = textwrap.dedent(
@@ -173,7 +176,7 @@ def test_the_fork_servers_probe_learns_the_pages_a_step_writes_and_a_child_copie
         main._warm_up_zygote()
         gc.collect()
         gc.freeze()
-        hot = zygote._learn_pages(main.probe_pages)
+        hot = zygote._learn_pages(main.probe_pages, sys.argv[1])
         assert hot, "the probe taught nothing"
         within = pages.writable()
         assert all(any(a <= s and s + n <= a + m for a, m in within) for s, n in hot)
@@ -192,11 +195,16 @@ def test_the_fork_servers_probe_learns_the_pages_a_step_writes_and_a_child_copie
         """
     )
     done = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", program, language],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     learnt, copied, missing = (int(x) for x in done.stdout.split())
     # A step of a script that makes a call writes a hundred pages or more that waiting in the
-    # pool had not; each of them the child now holds before its step.
+    # pool had not (a JavaScript step; a Python one, more); each of them the child now holds
+    # before its step.
     assert learnt >= 20, done.stdout
     assert copied == learnt and missing == 0, done.stdout
