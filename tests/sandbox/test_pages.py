@@ -5,6 +5,7 @@ root needed."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import os
 import subprocess
@@ -84,6 +85,23 @@ def test_populate_skips_a_span_no_longer_mapped_and_goes_on() -> None:
     area, address = buffer_pages(1)
     assert pages.populate([(gone_address, 2 * PAGE), (address, PAGE)]) == PAGE
     assert area[0] == 1
+
+
+def test_a_kernel_without_populate_stops_it_at_the_first_span(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[int] = []
+
+    class _NoPopulate:  # Linux before 5.14: madvise knows no MADV_POPULATE_WRITE
+        @staticmethod
+        def madvise(start: int, size: int, advice: int) -> int:
+            asked.append(start)
+            ctypes.set_errno(errno.EINVAL)
+            return -1
+
+    monkeypatch.setattr(pages, "_libc", _NoPopulate)
+    assert pages.populate([(PAGE, PAGE), (4 * PAGE, PAGE)]) == 0
+    assert asked == [PAGE], "one refusal says the kernel cannot: no more asking"
 
 
 def test_spans_of_joins_neighbours_and_drops_what_lies_outside() -> None:
