@@ -2,9 +2,11 @@
 
 Starting a Python and importing the sandbox costs about 120 ms; forking a process that has
 already done so costs a few. The zygote imports and warms up everything a run needs, builds
-the seccomp filter once, and then forks one child per step. Each child moves the three pipe
-ends it was given onto fds 0, 1 and 2 and does the same per-process work as
-``python -m sandbox`` (``serve``: lockdown with the pre-built filter, ``ready``, one script).
+the seccomp filter once, learns by a probe child per language which of its pages a step
+writes (each child copies those before its step: ``sandbox.pages``), and then forks one child
+per step. Each child moves the three pipe ends it was given onto fds 0, 1 and 2 and does the
+same per-process work as ``python -m sandbox`` (``serve``: lockdown with the pre-built filter,
+``ready``, one script).
 
 It runs beside untrusted code, so it stays small and import-light, and it holds nothing a
 child could want: it is started with no environment but ``PYTHONHASHSEED=0``, only its
@@ -318,6 +320,8 @@ def _learn_pages(probe: Callable[[int, str], NoReturn], language: str) -> list[p
             data += chunk
             if len(data) > most:
                 break
+    except OSError:
+        reported = False  # the report could not be read
     finally:
         os.close(report_read)
         if not reported:
