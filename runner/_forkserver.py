@@ -224,6 +224,9 @@ class ForkServer:
         self._closed = False
         self._reaping: set[asyncio.Task[None]] = set()  # zygotes that died, being reaped
         self.starts = 0  # how many zygotes this server started (tests watch restarts)
+        # By language, how many pages each child copies before its step (sandbox.pages), as
+        # the zygote said in its hello; none where it could not learn them.
+        self.copied_pages: dict[str, int] = {}
 
     # ---- lifecycle ----
 
@@ -427,6 +430,9 @@ class ForkServer:
                 waiter.set_exception(RunError(f"the fork server could not fork: {body['error']}"))
         elif kind == "hello":
             if self._hello is not None and not self._hello.done():
+                pages = body.get("pages")
+                if isinstance(pages, dict):
+                    self.copied_pages = {str(k): int(v) for k, v in pages.items()}
                 self._hello.set_result(int(body["pid"]))
         else:
             raise ValueError(kind)

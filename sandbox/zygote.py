@@ -26,7 +26,8 @@ runner -> zygote
     ``{"kill": {"pid": p}}``: SIGKILL a child it has not reaped yet (for kernels without
     pidfds; with them the runner signals the child's pidfd itself).
 zygote -> runner
-    ``{"hello": {"version": 1, "pid": p}}`` once, when warmed up.
+    ``{"hello": {"version": 1, "pid": p, "pages": {language: n}}}`` once, when warmed up;
+    ``pages``: how many pages each child made ready for a language copies before its step.
     ``{"spawned": {"id": n, "pid": p}}`` with the child's pidfd in ``SCM_RIGHTS`` (when the
     kernel has ``pidfd_open``): a handle that always names that process, so the runner can
     signal it with no pid-reuse race, even if the zygote dies.
@@ -98,7 +99,11 @@ class _Zygote:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         try:
-            self.send("hello", {"version": VERSION, "pid": os.getpid()})
+            copied = {
+                language: sum(n for _, n in spans) // pages.PAGE
+                for language, spans in self.hot.items()
+            }
+            self.send("hello", {"version": VERSION, "pid": os.getpid(), "pages": copied})
             poller = select.poll()
             poller.register(self.control.fileno(), select.POLLIN)
             poller.register(self.wake_r, select.POLLIN)

@@ -81,6 +81,19 @@ async def test_the_zygote_is_clean_single_threaded_and_holds_only_its_socket(mod
         assert len(fds) == 6, fds
 
 
+async def test_the_zygote_learns_the_pages_a_step_writes_in_each_language() -> None:
+    # Needs Linux with /proc/self/pagemap (CI has it): what each child then copies before its
+    # step (sandbox.pages). A step of each language writes tens of pages or more.
+    async with ProcessRunner(mode="pool") as runner:
+        assert (await runner.run(script("return 1"))).value == 1
+        assert runner.server is not None
+        copied = runner.server.copied_pages
+        assert set(copied) == set(protocol.LANGUAGES), copied
+        assert all(n >= 10 for n in copied.values()), copied
+        python = script("return 1").model_copy(update={"language": "python"})
+        assert (await runner.run(python)).value == 1
+
+
 async def test_a_child_has_only_its_own_pipes_runs_as_nobody_and_is_limited() -> None:
     async with ProcessRunner(mode="fork") as runner:
         task = asyncio.create_task(runner.run(script(SPIN, compute_ms=5000, memory=64 * MiB)))
