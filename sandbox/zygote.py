@@ -60,9 +60,10 @@ VERSION = 1
 # Control messages are small; a spawn request is well under 1 KiB.
 MAX_MESSAGE = 64 * 1024
 EXIT_CHILD_BUG = 70
-# How long the probe child (see sandbox.pages) may take to run its step: far longer than it
-# needs (tens of ms), short enough that a fork server that cannot learn still starts.
-PROBE_SECONDS = 10.0
+# How long a probe child (see sandbox.pages) may take to run its step: fifty times what it
+# needs (20 to 40 ms), and short, as the fork server says hello only after its probes: one
+# that hangs holds the start back 2 s a language. Past it, it is killed and teaches nothing.
+PROBE_SECONDS = 2.0
 
 
 class _Zygote:
