@@ -492,10 +492,14 @@ class ForkServer:
         data_limit: int | None,
         nice: int = 0,
         warm: str = protocol.LANGUAGES[0],
+        ahead: bool = False,
     ) -> ForkedChild:
         """Fork a child that will lock itself down with these limits and say ``ready``,
         its pages touched for a run in ``warm`` (one of ``protocol.LANGUAGES``: the one the
-        caller expects; a script in the other runs all the same).
+        caller expects; a script in the other runs all the same). ``ahead``: it will wait for
+        its script (a pool's child), so it copies the pages a step writes first (see
+        ``sandbox.pages``); one forked for a step at once leaves them to the step, which writes
+        fewer of them than that copies.
 
         The ``ready`` line is left for the caller to read. Raises :class:`RunError` when no
         child can be had.
@@ -527,6 +531,7 @@ class ForkServer:
                 "data_limit": data_limit,
                 "nice": nice,
                 "warm": warm,
+                "ahead": ahead,
             }
         }
         try:

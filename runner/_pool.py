@@ -201,6 +201,7 @@ class WarmPool:
                 data_limit=self.data_limit,
                 nice=self.nice,
                 warm=self.warm,
+                ahead=True,
             )
             self.spawned += 1
             try:
