@@ -224,8 +224,8 @@ class ForkServer:
         self._closed = False
         self._reaping: set[asyncio.Task[None]] = set()  # zygotes that died, being reaped
         self.starts = 0  # how many zygotes this server started (tests watch restarts)
-        # By language, how many pages each child copies before its step (sandbox.pages), as
-        # the zygote said in its hello; none where it could not learn them.
+        # By language, how many pages a child forked ahead (a pool's) copies before its step
+        # (sandbox.pages), as the zygote said in its hello; 0 where it could not learn them.
         self.copied_pages: dict[str, int] = {}
 
     # ---- lifecycle ----

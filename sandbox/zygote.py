@@ -3,8 +3,8 @@
 Starting a Python and importing the sandbox costs about 120 ms; forking a process that has
 already done so costs a few. The zygote imports and warms up everything a run needs, builds
 the seccomp filter once, learns by a probe child per language which of its pages a step
-writes (each child copies those before its step: ``sandbox.pages``), and then forks one child
-per step. Each child moves the three pipe ends it was given onto fds 0, 1 and 2 and does the
+writes (each child forked ahead into a pool copies those while it waits: ``sandbox.pages``),
+and then forks one child per step. Each child moves the three pipe ends it was given onto fds 0, 1 and 2 and does the
 same per-process work as ``python -m sandbox`` (``serve``: lockdown with the pre-built filter,
 ``ready``, one script).
 
@@ -29,7 +29,7 @@ runner -> zygote
     pidfds; with them the runner signals the child's pidfd itself).
 zygote -> runner
     ``{"hello": {"version": 1, "pid": p, "pages": {language: n}}}`` once, when warmed up;
-    ``pages``: how many pages each child made ready for a language copies before its step.
+    ``pages``: how many pages a child forked ahead for a language copies before its step.
     ``{"spawned": {"id": n, "pid": p}}`` with the child's pidfd in ``SCM_RIGHTS`` (when the
     kernel has ``pidfd_open``): a handle that always names that process, so the runner can
     signal it with no pid-reuse race, even if the zygote dies.
