@@ -4,9 +4,9 @@ Starting a Python and importing the sandbox costs about 120 ms; forking a proces
 already done so costs a few. The zygote imports and warms up everything a run needs, builds
 the seccomp filter once, learns by a probe child per language which of its pages a step
 writes (each child forked ahead into a pool copies those while it waits: ``sandbox.pages``),
-and then forks one child per step. Each child moves the three pipe ends it was given onto fds 0, 1 and 2 and does the
-same per-process work as ``python -m sandbox`` (``serve``: lockdown with the pre-built filter,
-``ready``, one script).
+and then forks one child per step. Each child moves the three pipe ends it was given onto
+fds 0, 1 and 2 and does the same per-process work as ``python -m sandbox`` (``serve``:
+lockdown with the pre-built filter, ``ready``, one script).
 
 It runs beside untrusted code, so it stays small and import-light, and it holds nothing a
 child could want: it is started with no environment but ``PYTHONHASHSEED=0``, only its
