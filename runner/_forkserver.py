@@ -225,7 +225,8 @@ class ForkServer:
         self._reaping: set[asyncio.Task[None]] = set()  # zygotes that died, being reaped
         self.starts = 0  # how many zygotes this server started (tests watch restarts)
         # By language, how many pages a child forked ahead (a pool's) copies before its step
-        # (sandbox.pages), as the zygote said in its hello; 0 where it could not learn them.
+        # (sandbox.pages), as the zygote said in its hello and again when it learned them
+        # again (after its first children forked ahead); 0 where it could not learn them.
         self.copied_pages: dict[str, int] = {}
 
     # ---- lifecycle ----
@@ -434,6 +435,8 @@ class ForkServer:
                 if isinstance(pages, dict):
                     self.copied_pages = {str(k): int(v) for k, v in pages.items()}
                 self._hello.set_result(int(body["pid"]))
+        elif kind == "pages":  # it learned them again
+            self.copied_pages = {str(k): int(v) for k, v in body.items()}
         else:
             raise ValueError(kind)
 

@@ -8,9 +8,10 @@ wrote about 52 pages it had not: the Python objects a run allocates land on othe
 the run's QuickJS context is not the one the touch ran on. Copying every page of the heap
 instead took a trivial step 12% sooner but gave each child 20 MiB of its own.
 
-So the fork server learns those pages once: a probe child runs one step of a script of ours as
-a pool child would (``sandbox.__main__.probe_pages``) and reports which of its pages became its
-own during the step (``/proc/self/pagemap``: present and mapped by this process alone). Each
+So the fork server learns those pages: a probe child runs a script of ours as a pool child
+would (``sandbox.__main__.probe_pages``) and reports which of its pages became its own during
+the run (``/proc/self/pagemap``: present and mapped by this process alone), at the server's
+start and once more after its first children (``sandbox.zygote._Zygote.relearn``). Each
 child then copies just those with ``MADV_POPULATE_WRITE`` while it waits: one call per span,
 no fault per page, not a byte changed. Every child has the fork server's layout, so the same
 addresses hold the same objects. Where the kernel or ``/proc`` cannot, nothing is copied ahead

@@ -3,8 +3,9 @@
 Starting a Python and importing the sandbox costs about 120 ms; forking a process that has
 already done so costs a few. The zygote imports and warms up everything a run needs, builds
 the seccomp filter once, learns by a probe child per language which of its pages a step
-writes (each child forked ahead into a pool copies those while it waits: ``sandbox.pages``),
-and then forks one child per step. Each child moves the three pipe ends it was given onto
+writes (each child forked ahead into a pool copies those while it waits: ``sandbox.pages``;
+learned once more after its first children, see ``_Zygote.relearn``), and then forks one
+child per step. Each child moves the three pipe ends it was given onto
 fds 0, 1 and 2 and does the same per-process work as ``python -m sandbox`` (``serve``:
 lockdown with the pre-built filter, ``ready``, one script).
 
@@ -30,6 +31,7 @@ runner -> zygote
 zygote -> runner
     ``{"hello": {"version": 1, "pid": p, "pages": {language: n}}}`` once, when warmed up;
     ``pages``: how many pages a child forked ahead for a language copies before its step.
+    ``{"pages": {language: n}}`` when it learned those pages again (``_Zygote.relearn``).
     ``{"spawned": {"id": n, "pid": p}}`` with the child's pidfd in ``SCM_RIGHTS`` (when the
     kernel has ``pidfd_open``): a handle that always names that process, so the runner can
     signal it with no pid-reuse race, even if the zygote dies.
@@ -66,6 +68,9 @@ EXIT_CHILD_BUG = 70
 # needs (20 to 40 ms), and short, as the fork server says hello only after its probes: one
 # that hangs holds the start back 2 s a language. Past it, it is killed and teaches nothing.
 PROBE_SECONDS = 2.0
+# After how many children forked ahead the zygote learns a language's pages again, once (see
+# _Zygote.relearn): its loop's first rounds change its heap, then it holds still.
+RELEARN_AFTER = 2
 
 
 class _Zygote:
@@ -76,9 +81,13 @@ class _Zygote:
         filter_bpf: bytes | None,
         problem: str | None,
         hot: dict[str, list[pages.Span]] | None = None,
+        probe: Callable[[int, str], NoReturn] | None = None,
     ) -> None:
         self.control = control
         self.hot = hot or {}  # by language, the pages a step writes (see sandbox.pages)
+        self.probe = probe
+        self.forked_ahead = 0
+        self.relearned: set[str] = set()
         self.serve = serve
         self.filter_bpf = filter_bpf
         self.problem = problem
@@ -102,11 +111,7 @@ class _Zygote:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         try:
-            copied = {
-                language: sum(n for _, n in spans) // pages.PAGE
-                for language, spans in self.hot.items()
-            }
-            self.send("hello", {"version": VERSION, "pid": os.getpid(), "pages": copied})
+            self.send("hello", {"version": VERSION, "pid": os.getpid(), "pages": self.copied()})
             poller = select.poll()
             poller.register(self.control.fileno(), select.POLLIN)
             poller.register(self.wake_r, select.POLLIN)
@@ -121,6 +126,33 @@ class _Zygote:
             return 0
         finally:
             self._shutdown()
+
+    def copied(self) -> dict[str, int]:
+        """How many pages a child forked ahead copies before its step, by language."""
+        return {
+            language: sum(n for _, n in spans) // pages.PAGE for language, spans in self.hot.items()
+        }
+
+    def relearn(self, language: str) -> None:
+        """Learn again which pages a step in ``language`` writes, once, when a child is to be
+        forked ahead for it after the first ``RELEARN_AFTER``; tell the runner how many.
+
+        The start-up probe saw the heap as the zygote left it before its loop, and the loop's
+        first rounds change it (its first receives, sends and forks): glibc's free lists at
+        a later fork are not the ones the probe walked. Learned at the start only, a child
+        still wrote about 210 pages it had not copied in the second segment of a
+        ``Promise.all`` of 100 calls, and 90 in the first, a page fault each; learned again,
+        22 and 45, and so still 150 steps later. It holds this spawn back for the probe's
+        run (tens of ms, once). A probe that fails keeps what the start learned."""
+        if self.probe is None or self.problem is not None or language in self.relearned:
+            return
+        if self.forked_ahead < RELEARN_AFTER:
+            return
+        self.relearned.add(language)
+        spans = _learn_pages(self.probe, language)
+        if spans:
+            self.hot[language] = spans
+            self.send("pages", self.copied())
 
     def _drain_wakeups(self) -> None:
         with contextlib.suppress(BlockingIOError):
@@ -166,6 +198,8 @@ class _Zygote:
             warm = body.get("warm", protocol.LANGUAGES[0])
             if warm not in protocol.LANGUAGES:
                 raise ValueError(f"warm must be one of {', '.join(protocol.LANGUAGES)}")
+            if ahead:
+                self.relearn(warm)
             pid = os.fork()
         except (OSError, ValueError, TypeError, KeyError) as e:
             for fd in fds:
@@ -177,6 +211,8 @@ class _Zygote:
         for fd in fds:
             os.close(fd)
         self.children[pid] = spawn_id
+        if ahead:
+            self.forked_ahead += 1
         pidfd = None
         with contextlib.suppress(OSError, AttributeError):
             pidfd = os.pidfd_open(pid)
@@ -294,7 +330,7 @@ def main(
     if probe is not None and problem is None:
         for language in protocol.LANGUAGES:
             hot[language] = _learn_pages(probe, language)
-    return _Zygote(control, serve, filter_bpf, problem, hot).run()
+    return _Zygote(control, serve, filter_bpf, problem, hot, probe).run()
 
 
 def _learn_pages(probe: Callable[[int, str], NoReturn], language: str) -> list[pages.Span]:
@@ -316,7 +352,10 @@ def _learn_pages(probe: Callable[[int, str], NoReturn], language: str) -> list[p
         return []
     if pid == 0:
         try:
-            # Its report pipe only: the control socket stays the fork server's alone.
+            # The zygote's loop's signal set-up is not the probe's (its wakeup pipe is closed
+            # below), and its report pipe only: the control socket stays the zygote's alone.
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             os.closerange(3, report_write)
             os.closerange(report_write + 1, 1 << 20)
             probe(report_write, language)

@@ -83,15 +83,45 @@ async def test_the_zygote_is_clean_single_threaded_and_holds_only_its_socket(mod
 
 async def test_the_zygote_learns_the_pages_a_step_writes_in_each_language() -> None:
     # Needs Linux with /proc/self/pagemap (CI has it): what each child then copies before its
-    # step (sandbox.pages). A step of each language writes tens of pages or more.
+    # step (sandbox.pages). The probe's run writes hundreds of pages in either language.
     async with ProcessRunner(mode="pool") as runner:
-        assert (await runner.run(script("return 1"))).value == 1
         assert runner.server is not None
+        told: list[dict[str, object]] = []
+        handle = runner.server._handle
+
+        def watch(message: dict[str, object], fds: list[int]) -> None:
+            told.append(message)
+            handle(message, fds)
+
+        runner.server._handle = watch  # type: ignore[method-assign]
+        assert (await runner.run(script("return 1"))).value == 1
         copied = runner.server.copied_pages
         assert set(copied) == set(protocol.LANGUAGES), copied
-        assert all(n >= 10 for n in copied.values()), copied
+        assert all(n >= 100 for n in copied.values()), copied
+
+        def learned_again() -> list[dict[str, int]]:
+            return [m["pages"] for m in told if "pages" in m]  # type: ignore[misc]
+
+        # Once its first children forked ahead, it learns again the pages of the language
+        # its pool children are made ready for (their loop changed its heap), and says so.
+        for _ in range(10):  # a few steps: the pool forks a child ahead after each
+            assert (await runner.run(script("return 1"))).value == 1
+            if learned_again():
+                break
+        assert len(learned_again()) == 1, told
+        assert runner.server.copied_pages == learned_again()[0]
+        assert all(n >= 100 for n in runner.server.copied_pages.values())
+        # Python's, once a Python step made its pool children Python's; each only once.
         python = script("return 1").model_copy(update={"language": "python"})
-        assert (await runner.run(python)).value == 1
+        for _ in range(10):
+            assert (await runner.run(python)).value == 1
+            if len(learned_again()) == 2:
+                break
+        for _ in range(3):
+            assert (await runner.run(python)).value == 1
+            assert (await runner.run(script("return 1"))).value == 1
+        assert len(learned_again()) == 2, told
+        assert runner.server.copied_pages == learned_again()[1]
 
 
 async def test_a_child_has_only_its_own_pipes_runs_as_nobody_and_is_limited() -> None:
