@@ -135,7 +135,8 @@ class _Zygote:
 
     def relearn(self, language: str) -> None:
         """Learn again which pages a step in ``language`` writes, once, when a child is to be
-        forked ahead for it after the first ``RELEARN_AFTER``; tell the runner how many.
+        forked ahead for it and ``RELEARN_AFTER`` children (of any language) were forked ahead
+        before; tell the runner how many.
 
         The start-up probe saw the heap as the zygote left it before its loop, and the loop's
         first rounds change it (its first receives, sends and forks): glibc's free lists at
