@@ -71,6 +71,10 @@ PROBE_SECONDS = 2.0
 # After how many children forked ahead the zygote learns a language's pages again, once (see
 # _Zygote.relearn): its loop's first rounds change its heap, then it holds still.
 RELEARN_AFTER = 2
+# How long that probe may take: the spawns wait for it, so less than PROBE_SECONDS, yet
+# fifty times what it needs (about 20 ms), for a loaded machine. Past it, it is killed, and
+# what the start learned stands.
+RELEARN_SECONDS = 1.0
 
 
 class _Zygote:
@@ -144,13 +148,14 @@ class _Zygote:
         still wrote about 210 pages it had not copied in the second segment of a
         ``Promise.all`` of 100 calls, and 90 in the first, a page fault each; learned again,
         22 and 45, and so still 150 steps later. It holds this spawn back for the probe's
-        run (tens of ms, once). A probe that fails keeps what the start learned."""
+        run (about 20 ms, once; ``RELEARN_SECONDS`` at most). A probe that fails keeps what the
+        start learned."""
         if self.probe is None or self.problem is not None or language in self.relearned:
             return
         if self.forked_ahead < RELEARN_AFTER:
             return
         self.relearned.add(language)
-        spans = _learn_pages(self.probe, language)
+        spans = _learn_pages(self.probe, language, RELEARN_SECONDS)
         if spans:
             self.hot[language] = spans
             self.send("pages", self.copied())
@@ -334,10 +339,13 @@ def main(
     return _Zygote(control, serve, filter_bpf, problem, hot, probe).run()
 
 
-def _learn_pages(probe: Callable[[int, str], NoReturn], language: str) -> list[pages.Span]:
+def _learn_pages(
+    probe: Callable[[int, str], NoReturn], language: str, seconds: float | None = None
+) -> list[pages.Span]:
     """The spans of the fork server's pages that a child's step in ``language`` writes, by a
     probe child (see ``sandbox.pages``); ``[]`` when it cannot tell (no ``/proc``, no fork, a
-    probe that failed, took longer than PROBE_SECONDS or wrote more than a report can hold)."""
+    probe that failed, took longer than ``seconds`` (PROBE_SECONDS by default) or wrote more
+    than a report can hold)."""
     within = pages.writable()
     if not within:
         return []
@@ -369,7 +377,7 @@ def _learn_pages(probe: Callable[[int, str], NoReturn], language: str) -> list[p
     try:
         poller = select.poll()
         poller.register(report_read, select.POLLIN)
-        deadline = time.monotonic() + PROBE_SECONDS
+        deadline = time.monotonic() + (PROBE_SECONDS if seconds is None else seconds)
         while (left := deadline - time.monotonic()) > 0 and poller.poll(left * 1000):
             chunk = os.read(report_read, 65536)
             if not chunk:

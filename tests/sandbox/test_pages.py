@@ -255,6 +255,30 @@ def test_a_probe_that_fails_when_learning_again_keeps_what_the_start_learned() -
         close_zygote(server, runner_end)
 
 
+def test_a_probe_learning_again_is_given_far_less_time_than_one_at_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The spawns wait for it: one that hangs is killed at RELEARN_SECONDS, not PROBE_SECONDS.
+    monkeypatch.setattr(zygote, "RELEARN_SECONDS", 0.3)
+    _mapped, address = buffer_pages(2)
+    start = [(address, PAGE)]
+
+    def probe(report: int, language: str) -> NoReturn:
+        os.write(report, pages.pack([address + PAGE]))
+        time.sleep(60)
+        os._exit(0)
+
+    server, runner_end = relearning_zygote(probe, {"javascript": start})
+    try:
+        server.forked_ahead = zygote.RELEARN_AFTER
+        started = time.monotonic()
+        server.relearn("javascript")
+        assert time.monotonic() - started < zygote.PROBE_SECONDS
+        assert server.hot["javascript"] == start and told(runner_end) == []
+    finally:
+        close_zygote(server, runner_end)
+
+
 @pytest.mark.parametrize("language", ["javascript", "python"])
 def test_the_fork_servers_probe_learns_the_pages_a_step_writes_and_a_child_copies_them(
     language: str,
