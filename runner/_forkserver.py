@@ -200,6 +200,16 @@ class ForkedChild:
         return stats
 
 
+def _page_counts(value: Any) -> dict[str, int]:
+    """A zygote's ``{language: pages}``; ``ValueError`` for anything else (a zygote that says
+    nonsense is taken for dead)."""
+    if not isinstance(value, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value.values()
+    ):
+        raise ValueError(f"page counts by language, not {value!r:.80}")
+    return {str(k): v for k, v in value.items()}
+
+
 class ForkServer:
     """One zygote process and its control socket, bound to the event loop that started it.
 
@@ -326,8 +336,9 @@ class ForkServer:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(5.0)
 
-    def _on_dead(self, *, loop_gone: bool = False) -> None:
-        """The control socket closed: fail what waits, kill orphans, schedule the reap."""
+    def _on_dead(self, *, loop_gone: bool = False, why: str = "") -> None:
+        """The control socket closed: fail what waits, kill orphans, schedule the reap.
+        ``why``: what the zygote did, said to what waits (else that it ended)."""
         sock, self._sock = self._sock, None
         if sock is not None:
             if self.loop is not None and not loop_gone:
@@ -346,11 +357,11 @@ class ForkServer:
             self._pending.clear()
             self._exits.clear()
         if self._hello is not None and not self._hello.done():
-            self._hello.set_exception(RunError("the fork server ended before it said hello"))
+            self._hello.set_exception(RunError(why or "the fork server ended before it said hello"))
             self._hello.exception()  # retrieved: nobody may be waiting any more
         for future in self._pending.values():
             if not future.done():
-                future.set_exception(RunError("the fork server ended while forking a child"))
+                future.set_exception(RunError(why or "the fork server ended while forking a child"))
                 future.exception()
         self._pending.clear()
         for exit_future in self._exits.values():
@@ -395,10 +406,14 @@ class ForkServer:
                 return
             try:
                 self._handle(orjson.loads(data), fds)
-            except (ValueError, TypeError, KeyError, AttributeError):
+            except (ValueError, TypeError, KeyError, AttributeError) as e:
                 for fd in fds:
                     os.close(fd)
-                self._on_dead()  # a zygote that says nonsense is as good as dead
+                # A zygote that says nonsense is as good as dead: the next step starts another.
+                self._on_dead(
+                    why=f"the fork server said {bytes(data[:120])!r}, which is not a message of "
+                    f"its protocol ({type(e).__name__}: {e}); it was stopped"
+                )
                 return
 
     def _handle(self, message: dict[str, Any], fds: list[int]) -> None:
@@ -431,12 +446,11 @@ class ForkServer:
                 waiter.set_exception(RunError(f"the fork server could not fork: {body['error']}"))
         elif kind == "hello":
             if self._hello is not None and not self._hello.done():
-                pages = body.get("pages")
-                if isinstance(pages, dict):
-                    self.copied_pages = {str(k): int(v) for k, v in pages.items()}
+                if "pages" in body:
+                    self.copied_pages = _page_counts(body["pages"])
                 self._hello.set_result(int(body["pid"]))
         elif kind == "pages":  # it learned them again
-            self.copied_pages = {str(k): int(v) for k, v in body.items()}
+            self.copied_pages = _page_counts(body)
         else:
             raise ValueError(kind)
 

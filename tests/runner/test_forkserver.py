@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import pwd
 import select
@@ -328,6 +329,53 @@ async def test_a_sandbox_that_cannot_lock_down_runs_no_script(mode: str, tmp_pat
             assert "not on this host" in step.error.message
         if runner.pool is not None:
             await until(lambda: runner.pool is not None and runner.pool.problem, "the pool")
+    assert zombies() == []
+
+
+FAKE_ZYGOTE = """
+import json, os, socket, sys
+sock = socket.socket(fileno=int(sys.argv[sys.argv.index("--control") + 1]))
+for message in json.load(open(%r)):
+    sock.send(json.dumps(message).encode())
+while sock.recv(65536):  # until the runner lets go
+    pass
+"""
+
+
+def fake_zygote(tmp_path: Path, messages: list[object]) -> str:
+    """A ``python`` for ForkServer that says ``messages`` as a zygote would, then waits."""
+    (tmp_path / "messages.json").write_text(json.dumps(messages))
+    (tmp_path / "zygote.py").write_text(FAKE_ZYGOTE % str(tmp_path / "messages.json"))
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" -I "{tmp_path}/zygote.py" "$@"\n')
+    python.chmod(0o755)
+    return str(python)
+
+
+@pytest.mark.parametrize("pages", [{"javascript": "many"}, ["javascript"], {"python": -1}])
+async def test_a_zygote_whose_hello_miscounts_its_pages_does_not_start(
+    tmp_path: Path, pages: object
+) -> None:
+    hello = {"hello": {"version": 1, "pid": 1, "pages": pages}}
+    server = ForkServer(python=fake_zygote(tmp_path, [hello]))
+    try:
+        with pytest.raises(RunError, match=r"did not start: the fork server said .*not a message"):
+            await server.start()
+        assert not server.alive and server.copied_pages == {}
+    finally:
+        await server.aclose()
+    assert zombies() == []
+
+
+async def test_a_zygote_that_miscounts_its_pages_later_is_taken_for_dead(tmp_path: Path) -> None:
+    hello = {"hello": {"version": 1, "pid": 1, "pages": {"javascript": 3}}}
+    server = ForkServer(python=fake_zygote(tmp_path, [hello, {"pages": {"javascript": 2.5}}]))
+    try:
+        await server.start()
+        await until(lambda: not server.alive, "the zygote to be taken for dead")
+        assert server.copied_pages == {"javascript": 3}  # what it said last that made sense
+    finally:
+        await server.aclose()
     assert zombies() == []
 
 
