@@ -235,8 +235,8 @@ class ForkServer:
         self._reaping: set[asyncio.Task[None]] = set()  # zygotes that died, being reaped
         self.starts = 0  # how many zygotes this server started (tests watch restarts)
         # By language, how many pages a child forked ahead (a pool's) copies before its step
-        # (sandbox.pages), as the zygote said in its hello and again when it learned them
-        # again (after its first children forked ahead); 0 where it could not learn them.
+        # (sandbox.pages), as the zygote said in its hello and again once it tried to learn
+        # them again (after its first children forked ahead); 0 where it could not learn them.
         self.copied_pages: dict[str, int] = {}
 
     # ---- lifecycle ----
@@ -449,7 +449,7 @@ class ForkServer:
                 if "pages" in body:
                     self.copied_pages = _page_counts(body["pages"])
                 self._hello.set_result(int(body["pid"]))
-        elif kind == "pages":  # it learned them again
+        elif kind == "pages":  # it tried to learn them again
             self.copied_pages = _page_counts(body)
         else:
             raise ValueError(kind)

@@ -31,7 +31,8 @@ runner -> zygote
 zygote -> runner
     ``{"hello": {"version": 1, "pid": p, "pages": {language: n}}}`` once, when warmed up;
     ``pages``: how many pages a child forked ahead for a language copies before its step.
-    ``{"pages": {language: n}}`` when it learned those pages again (``_Zygote.relearn``).
+    ``{"pages": {language: n}}`` once it tried to learn those pages again, for each language
+    (``_Zygote.relearn``): the counts since.
     ``{"spawned": {"id": n, "pid": p}}`` with the child's pidfd in ``SCM_RIGHTS`` (when the
     kernel has ``pidfd_open``): a handle that always names that process, so the runner can
     signal it with no pid-reuse race, even if the zygote dies.
@@ -140,7 +141,8 @@ class _Zygote:
     def relearn(self, language: str) -> None:
         """Learn again which pages a step in ``language`` writes, once, when a child is to be
         forked ahead for it and ``RELEARN_AFTER`` children (of any language) were forked ahead
-        before; tell the runner how many.
+        before; tell the runner how many pages a child copies now (the same as before when
+        the probe taught nothing).
 
         The start-up probe saw the heap as the zygote left it before its loop, and the loop's
         first rounds change it (its first receives, sends and forks): glibc's free lists at
@@ -158,7 +160,7 @@ class _Zygote:
         spans = _learn_pages(self.probe, language, RELEARN_SECONDS)
         if spans:
             self.hot[language] = spans
-            self.send("pages", self.copied())
+        self.send("pages", self.copied())
 
     def _drain_wakeups(self) -> None:
         with contextlib.suppress(BlockingIOError):
