@@ -2,7 +2,7 @@
 
 Runs every workload on every mode in one run, prints a table, writes ``latest.json`` and
 ``latest.png`` into ``--out`` (default ``bench/results``), and says which targets hold.
-``--quick`` finishes in under a minute, for checks; the full run takes a few minutes.
+``--quick`` takes about 3 minutes, for checks; the full run about 8 (bench/README.md).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ DEFAULT_OUT = Path(__file__).with_name("results")
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small counts, under a minute")
+    parser.add_argument("--quick", action="store_true", help="small counts, about 3 minutes")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where results go")
     parser.add_argument(
         "--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}"

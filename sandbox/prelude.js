@@ -35,6 +35,8 @@
   const NativeMap = Map, NativeSet = Set, NativeProxy = Proxy, NativePromise = Promise;
   const NativeWeakMap = WeakMap;
   const { get: weakMapGet, set: weakMapSet, has: weakMapHas } = WeakMap.prototype;
+  const { set: mapSet, delete: mapDelete, forEach: mapForEach, clear: mapClear } = Map.prototype;
+  const mapSize = getOwnPropertyDescriptor(Map.prototype, "size").get;
   // Taken before the script runs, so a script that replaces JSON does not change what the
   // host is sent (the host checks everything anyway).
   const JSON = freeze({ stringify: globalThis.JSON.stringify, parse: globalThis.JSON.parse });
@@ -523,6 +525,44 @@
       const call = failedCalls[untakenShown];
       if (!call.taken) host.untaken(wellFormed(shownCall(call.name)), wellFormed(call.message), wellFormed(call.stack));
     }
+    unhandledLines();
+  }
+  // Promises rejected with nothing to handle them (`main();` of an async main that threw):
+  // QuickJS's rejection tracker (sandbox/rejections.py) calls `rejection` with the promise as
+  // `this`, `handled` 0 when it is rejected with no handler and 1 when one is added later.
+  // Those left when the run ends are printed lines, as untaken calls are; a call's promise
+  // is not one of them (untaken names it). The same in a live run and a replay: both run
+  // the same jobs. At most UNHANDLED_KEPT are kept, each with its reason (a loop of them
+  // would fill the heap); those past it are only counted, handled later or not.
+  const UNHANDLED_KEPT = 100, UNHANDLED_SHOWN = 10;
+  const unhandled = new NativeMap();
+  defineProperty(unhandled, "set", { value: mapSet });
+  defineProperty(unhandled, "delete", { value: mapDelete });
+  let unhandledMore = 0; // rejected with no handler once the map was full
+  function rejection(reason, handled) {
+    if (handled) {
+      unhandled.delete(this);
+    } else if (apply(mapSize, unhandled, []) < UNHANDLED_KEPT) {
+      unhandled.set(this, reason); // a call's too: a recorded failure is rejected before `called`
+    } else if (!callRecords.has(this)) {
+      unhandledMore++;
+    }
+  }
+  function unhandledLines() {
+    const reasons = setPrototypeOf([], null);
+    apply(mapForEach, unhandled, [(reason, promise) => {
+      if (!callRecords.has(promise)) reasons[reasons.length] = reason;
+    }]);
+    apply(mapClear, unhandled, []);
+    const more = reasons.length - UNHANDLED_SHOWN + unhandledMore;
+    unhandledMore = 0;
+    for (let i = 0; i < reasons.length && i < UNHANDLED_SHOWN; i++) {
+      const parts = errorParts(reasons[i]), name = parts.name, message = parts.message;
+      const last = i === UNHANDLED_SHOWN - 1 && more > 0;
+      host.untaken("an async function or promise" + (last ? " (and " + more + " more like it)" : ""),
+        wellFormed(name === "Uncaught" ? message : message ? name + ": " + message : name),
+        wellFormed(parts.stack));
+    }
   }
   // Made at a run's first call (about 10 us), not at its start: a run without calls pays none.
   let CallPromise;
@@ -787,6 +827,11 @@
     return value;
   }
   function failed(error) {
+    const parts = errorParts(error);
+    host.fail(wellFormed(parts.name), wellFormed(parts.message), wellFormed(parts.stack), error === null);
+  }
+  // The name, message and stack of a thrown value; name "Uncaught" for one that is no Error.
+  function errorParts(error) {
     let name = "Error", message = "", stack = "";
     try {
       if (error instanceof NativeError) {
@@ -800,7 +845,7 @@
     } catch (e) {
       message = "an error that cannot be read: " + errorText(e);
     }
-    host.fail(wellFormed(name), wellFormed(message), wellFormed(stack), error === null);
+    return { __proto__: null, name, message, stack };
   }
 
   // ---- The script: compiled on its own, now that everything above is in place. ----
@@ -838,7 +883,8 @@
   // nothing and gives "unparsed" (the host strips its TypeScript types and calls again).
   let promise; // the script's, which settle reads
   let begun = false;
-  return function begin(config, code, mayStrip) {
+  return { __proto__: null, begin, rejection };
+  function begin(config, code, mayStrip) {
     if (begun) throw new NativeError("a context runs one script");
     let main, problem, broken = false;
     try {

@@ -18,7 +18,7 @@ from typing import Any
 import _quickjs
 import orjson
 
-from sandbox import typescript
+from sandbox import rejections, typescript
 from sandbox.files import Fetch
 from sandbox.protocol import (
     ERROR_MESSAGE_BOUND,
@@ -98,10 +98,12 @@ def _boot(eager: bool) -> str:
         # The prelude's world is made here, before any script exists (the prelude replaces
         # the global JSON.parse: the config is read with the engine's own).
         + "  const parseConfig = JSON.parse;\n"
-        + f"  const begin = ({PRELUDE})(host, web);\n"
+        + f"  const world = ({PRELUDE})(host, web);\n"
+        # `start(null)` gives the function the rejection tracker calls (sandbox/rejections.py).
         "  return (config, code, mayStrip) => {\n"
+        "    if (config === null) return world.rejection;\n"
         "    script = code;\n"
-        "    return begin(parseConfig(config), code, mayStrip);\n"
+        "    return world.begin(parseConfig(config), code, mayStrip);\n"
         "  };\n"
         "})()"
     )
@@ -246,6 +248,7 @@ class Run(Replay):
         # The last heap count: (the CPU ms when taken, the CPU ms to wait before the next,
         # the count); see heap_bytes.
         self._heap_walk: tuple[float, float, int] | None = None
+        self._watch: rejections.Watch | None = None
         # The returned value changed after the return, by code that waited on calls not yet
         # answered then: how many, the first as shown, and its stack (see keepReturned in
         # prelude.js).
@@ -253,7 +256,9 @@ class Run(Replay):
 
     def release(self) -> None:
         super().release()
-        # A context of its own goes at once; a prepared one is its maker's.
+        # A context of its own goes at once; a prepared one is its maker's. (The watch holds
+        # the context: it goes first, and unsets the tracker while the context is there.)
+        self._watch = None
         self.ctx = self.prepared = None
 
     def heap_bytes(self) -> int:
@@ -351,6 +356,7 @@ class Run(Replay):
         prepared = self.prepared
         if prepared is not None and prepared.take(self):
             ctx, start = prepared.ctx, prepared.start
+            self._watch = prepared.watch
             # The count its maker took (see Prepared.count_heap) stands for the first one.
             self._heap_walk = prepared.heap_walk
         else:
@@ -361,6 +367,7 @@ class Run(Replay):
             # The prelude's lines come after the script's last, so a frame in it is never read
             # as a line of the script.
             start = ctx.eval("\n" * (len(self.script_lines) + 2) + _BOOT)
+            self._watch = rejections.watch(ctx, start(None))
         self.ctx = ctx
         ctx.set_memory_limit(self.limits.memory)
         ctx.set_max_stack_size(JS_STACK_BYTES)
@@ -439,10 +446,14 @@ class Run(Replay):
             self._end(Ran(outcome="failed", error=error))
 
     def _concluded(self, kind: str, payload: Any) -> Ran:
-        if self.position and (kind == "value" or not (payload[0] == "InternalError" or payload[3])):
+        rejected = self._watch is not None and self._watch.rejected
+        if (self.position or rejected) and (
+            kind == "value" or not (payload[0] == "InternalError" or payload[3])
+        ):
             # Calls that failed after the ending, nothing taking them, get their lines too
-            # (not when the heap ran out: as the ending's own lines, see prelude.js). Only a
-            # run the log answered calls in can have them.
+            # (not when the heap ran out: as the ending's own lines, see prelude.js), and so
+            # do promises rejected with nothing to handle them. Only a run the log answered
+            # calls in can have the first; only one the tracker saw a rejection in the second.
             try:
                 self.settle("untaken")
                 if kind == "value":
@@ -581,6 +592,7 @@ class Prepared:
             self.ctx.add_callable("__cm_" + name, self._dispatch(name))
         self.ctx.add_callable("__cm_source", _lazy_source)
         self.start = self.ctx.eval("\n" * PRELUDE_LINE + _BOOT_EAGER)
+        self.watch = rejections.watch(self.ctx, self.start(None))
         self.stripper = typescript.Stripper.compiled()
         self.heap_walk: tuple[float, float, int] | None = None
 

@@ -125,6 +125,24 @@ async def test_the_zygote_learns_the_pages_a_step_writes_in_each_language() -> N
         assert runner.server.copied_pages == learned_again()[1]
 
 
+@pytest.mark.parametrize("mode", ["fork", "pool"])
+async def test_a_child_reports_an_unhandled_rejection_through_the_zygotes_context(
+    mode: str,
+) -> None:
+    """The zygote's prepared context has the rejection tracker: a forked child (confined)
+    reports an async function that failed unawaited, one child after another."""
+    code = "(async () => { throw new TypeError('t' + 1); })();\nreturn 2"
+    line = (
+        "line 1: Warning: an async function or promise failed and nothing awaited it: "
+        "TypeError: t1\n"
+    )
+    async with ProcessRunner(mode=mode) as runner:  # type: ignore[arg-type]
+        for _ in range(3):
+            step = await runner.run(script(code))
+            assert step.outcome == "finished" and step.value == 2, step.error
+            assert step.printed == line
+
+
 async def test_a_child_has_only_its_own_pipes_runs_as_nobody_and_is_limited() -> None:
     async with ProcessRunner(mode="fork") as runner:
         task = asyncio.create_task(runner.run(script(SPIN, compute_ms=5000, memory=64 * MiB)))

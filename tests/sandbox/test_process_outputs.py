@@ -83,3 +83,15 @@ def test_busy_loop_meets_compute_ms():
     assert result.limit.message.endswith(protocol.REMEDIES["compute_ms"])
     assert result.process is not None
     assert result.process.wall_ms < wall_seconds(300) * 1000 + 500
+
+
+def test_an_unhandled_rejection_gets_its_line_in_a_confined_process():
+    """The rejection tracker (set through ctypes, its callback made before lockdown) works
+    under seccomp: an async function that failed unawaited gets its line, and the run's
+    value stands."""
+    code = "async function main() {\n  throw new Error('boom');\n}\nmain();\nreturn 'after'"
+    result = step(script(code))
+    assert result.outcome == "finished" and result.value == "after", result.error
+    assert result.printed == (
+        "line 2: Warning: an async function or promise failed and nothing awaited it: Error: boom\n"
+    )

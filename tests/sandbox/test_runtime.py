@@ -1402,6 +1402,136 @@ def test_a_failure_something_took_gets_no_line(code: str) -> None:
     ), ran.error
 
 
+UNHANDLED = "Warning: an async function or promise failed and nothing awaited it: {}"
+
+
+@pytest.mark.parametrize("how", ["replay", "live", "version 1"])
+def test_an_async_function_that_fails_unawaited_gets_a_line(how: str) -> None:
+    """`main();` of an async main that throws, after its calls ran: the script finishes, and
+    the error has a line at the line that threw, as a failed call nothing awaited does (it
+    went nowhere before). The same text live, replayed, and with calls settled at once."""
+    code = (
+        "async function main() {\n  const n = await tools.list_prs({});\n"
+        "  console.log('got', n);\n  throw new Error('boom');\n}\nmain();"
+    )
+    ran = _js_to_the_end(code, live=how == "live", version=1 if how == "version 1" else 2)
+    assert ran.outcome == "finished" and ran.value is None, ran.error
+    assert ran.printed == "got 1\nline 4: " + UNHANDLED.format("Error: boom") + "\n"
+
+
+@pytest.mark.parametrize(
+    ("code", "line"),
+    [
+        ("Promise.reject(new TypeError('t'));", "line 1: " + UNHANDLED.format("TypeError: t")),
+        ("Promise.reject(null);", UNHANDLED.format("null")),
+        ("Promise.reject('text');", UNHANDLED.format("text")),
+        ("Promise.reject({ code: 7 });", UNHANDLED.format('{"code":7}')),
+        (
+            "(async () => { null.x; })();",
+            "line 1: " + UNHANDLED.format("TypeError: cannot read property 'x' of null"),
+        ),
+        (
+            "await tools.list_prs({}).then(() => { throw new RangeError('r'); }).finally(() => 0) && 0;",
+            None,  # awaited: the script fails with it instead
+        ),
+        (
+            "tools.list_prs({}).then(() => { throw new RangeError('r'); });\nawait tools.list_prs({ b: 1 });",
+            "line 1: " + UNHANDLED.format("RangeError: r"),
+        ),
+    ],
+)
+def test_each_kind_of_unhandled_rejection_gets_a_line(code: str, line: str | None) -> None:
+    """A value that is no Error is shown as a thrown one is, with no line number."""
+    ran = _js_to_the_end(code)
+    if line is None:
+        assert ran.outcome == "failed" and ran.printed == "", ran.printed
+        return
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed == line + "\n"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "async function main() { throw new Error('x'); }\nawait main().catch(() => 0);",
+        "async function main() { throw new Error('x'); }\ntry { await main(); } catch {}",
+        "const p = Promise.reject(new Error('x'));\nawait tools.list_prs({});\np.catch(() => 0);",
+        "const p = (async () => { throw new Error('x'); })();\nawait Promise.allSettled([p]);",
+        "const p = Promise.reject(new Error('x'));\ntry { await Promise.all([tools.list_prs({}), p]); } catch {}",
+        "new Promise((_, no) => no(new Error('x'))).then(null, () => 0);",
+        "async function main() { await tools.list_prs({}); }\nmain();",
+    ],
+)
+def test_a_rejection_something_handled_gets_no_line(code: str) -> None:
+    """Caught, awaited, handled later (after a call), taken by allSettled or all: no line."""
+    ran = _js_to_the_end(code + "\nconsole.log('end');")
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed == "end\n"
+
+
+def test_a_failed_call_gets_one_line_not_two() -> None:
+    """A call's promise that failed with nothing awaiting it is the call's line (which names
+    the tool); an async function that awaited it and failed so is the function's."""
+    code = "tools.echo({ a: 1 });\n(async () => { await tools.echo({ a: 2 }); })();\nawait tools.list_prs({});"
+    ran = _js_to_the_end(code)
+    assert ran.printed.splitlines() == [
+        "line 1: " + UNTAKEN.format("echo", "no such sku"),
+        "line 2: " + UNHANDLED.format("Error: also"),
+    ]
+
+
+def test_many_unhandled_rejections_show_ten_lines_and_keep_a_bounded_heap() -> None:
+    """Ten lines, the last saying how many more; 3,000 with 100 KB reasons (300 MB) fit in
+    a 32 MiB heap (only a hundred are kept), and all are counted."""
+    ran = _js_to_the_end("for (let i = 0; i < 12; i++) Promise.reject(new Error('n' + i));")
+    lines = ran.printed.splitlines()
+    assert lines[:9] == ["line 1: " + UNHANDLED.format(f"Error: n{i}") for i in range(9)], (
+        ran.printed
+    )
+    assert lines[9:] == [
+        "line 1: Warning: an async function or promise (and 2 more like it) failed and nothing "
+        "awaited it: Error: n9"
+    ]
+    ran = run(
+        "for (let i = 0; i < 3000; i++) Promise.reject(new Error('x'.repeat(100000) + i));",
+        memory=32 * MiB,
+    )
+    assert ran.outcome == "finished", ran.error
+    assert "(and 2990 more like it)" in ran.printed
+
+
+def test_a_script_that_replaces_maps_methods_keeps_its_unhandled_lines() -> None:
+    """The promises are kept in a Map whose methods a script cannot reach."""
+    code = (
+        "for (const k of ['set', 'delete', 'forEach', 'clear', 'get', 'has']) "
+        "Map.prototype[k] = () => { throw new Error('mine'); };\n"
+        "Object.defineProperty(Map.prototype, 'size', { get() { throw new Error('mine'); } });\n"
+        "Object.defineProperty(Array.prototype, '0', { set() { throw new Error('mine'); } });\n"
+        "Promise.reject(new Error('kept'));"
+    )
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed == "line 4: " + UNHANDLED.format("Error: kept") + "\n"
+
+
+def test_a_run_that_fills_the_heap_reports_no_unhandled_lines() -> None:
+    """The memory limit is the ending: no lines after it (the heap has no room for them)."""
+    code = "Promise.reject(new Error('early'));\nconst a = [];\nfor (;;) a.push({ i: a.length });"
+    ran = run(code, memory=8 * MiB)
+    assert_limit(ran, "memory")
+    assert ran.printed == ""
+
+
+def test_a_context_without_the_tracker_still_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A binding laid out otherwise gets no tracker (watch gives None): runs go on as they
+    did before it, without the lines."""
+    from sandbox import rejections
+
+    monkeypatch.setattr(rejections, "watch", lambda ctx, function: None)
+    ran = run("Promise.reject(new Error('x'));\nreturn 1")
+    assert ran.outcome == "finished" and ran.value == 1 and ran.printed == ""
+
+
 def test_lines_come_in_the_order_the_calls_failed_also_when_the_script_fails() -> None:
     """A message is cut to its first line (and 300 characters); a script that fails still
     reports its untaken calls, before its error; TypeScript keeps the script's lines."""
