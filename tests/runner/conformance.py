@@ -550,6 +550,21 @@ return [[t.result() for t in group], [a["echo"] for a in again], first]""",
         "console.log('x');\nawait tools.t({ a: 1 });\nawait tools.t({ fail: 1 });",
         ("t",),
     ),
+    # Promises rejected with nothing to handle them, across segments (one handled only in a
+    # later one): the lines a run's end gives must be the same live and replayed.
+    "unhandled": (
+        """
+        async function main(n) { await tools.t({ n }); throw new Error("main " + n); }
+        main(1);
+        const late = main(2);
+        tools.t({ fire: 1, fail: true }).then(() => 0);
+        await tools.t({ n: 3 });
+        late.catch((e) => console.log("caught", e.message));
+        Promise.reject("text");
+        await tools.t({ n: 4 });
+        return "done";""",
+        ("t",),
+    ),
     # The seeded generator goes on across a live run's segments as a replay draws it again:
     # the calls' arguments carry its values, so a live run and a replay must ask the same.
     "seeded": (
