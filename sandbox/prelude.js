@@ -533,7 +533,7 @@
   // Those left when the run ends are printed lines, as untaken calls are; a call's promise
   // is not one of them (untaken names it). The same in a live run and a replay: both run
   // the same jobs. At most UNHANDLED_KEPT are kept, each with its reason (a loop of them
-  // would fill the heap); those past it are only counted, handled later or not.
+  // would fill the heap); those past it are only counted (and counted off when handled).
   const UNHANDLED_KEPT = 100, UNHANDLED_SHOWN = 10;
   const unhandled = new NativeMap();
   defineProperty(unhandled, "set", { value: mapSet });
@@ -541,7 +541,8 @@
   let unhandledMore = 0; // rejected with no handler once the map was full
   function rejection(reason, handled) {
     if (handled) {
-      unhandled.delete(this);
+      // QuickJS says "handled" only of a promise it said was not: one kept, or one counted.
+      if (!unhandled.delete(this) && !callRecords.has(this) && unhandledMore > 0) unhandledMore--;
     } else if (apply(mapSize, unhandled, []) < UNHANDLED_KEPT) {
       unhandled.set(this, reason); // a call's too: a recorded failure is rejected before `called`
     } else if (!callRecords.has(this)) {

@@ -1498,6 +1498,11 @@ def test_many_unhandled_rejections_show_ten_lines_and_keep_a_bounded_heap() -> N
     )
     assert ran.outcome == "finished", ran.error
     assert "(and 2990 more like it)" in ran.printed
+    # Handled at once, every other one: counted off again, past the hundred kept too.
+    ran = run(
+        "for (let i = 0; i < 3000; i++) { const p = Promise.reject(i); if (i % 2) p.catch(() => 0); }"
+    )
+    assert ran.printed.count("\n") == 10 and "(and 1490 more like it)" in ran.printed, ran.printed
 
 
 def test_a_script_that_replaces_maps_methods_keeps_its_unhandled_lines() -> None:
