@@ -3149,6 +3149,9 @@ class Run(Replay):
             )
         elif type(missing) is str and missing in _WITHHELD:
             message += _WITHHELD[missing]
+        elif type(missing) is str and missing in ALLOWED:
+            # `await asyncio.gather(...)` with no import: CPython 3.12 says as much.
+            message += f". Did you forget to import '{missing}'?"
         elif type(error) in (TypeError, AttributeError) and "'coroutine' object" in message:
             # `[fetch(i) for i in ids]` used as results: Python's text names no await.
             message += (

@@ -1230,6 +1230,17 @@ def test_a_builtin_a_script_lacks_says_what_it_has_instead(code: str, said: str)
     )
 
 
+@pytest.mark.parametrize("module", ["asyncio", "json", "math"])
+def test_a_module_used_without_its_import_says_to_import_it(module: str) -> None:
+    """`await asyncio.gather(...)` with no `import asyncio`: the NameError ends as CPython
+    3.12's does (Python 3.11's said only "name 'asyncio' is not defined"); a name that is no
+    module a script may import keeps Python's message."""
+    error = failed(f"return {module}.x")
+    assert error.name == "NameError"
+    assert error.message == f"name '{module}' is not defined. Did you forget to import '{module}'?"
+    assert failed("return requests.get").message == "name 'requests' is not defined"
+
+
 def test_asyncio_run_says_to_await_instead() -> None:
     """A model writes a program: `asyncio.run(main())`. It failed with "module 'asyncio' has
     no attribute 'run' in scripts"; now with CPython's words inside a loop and what to
