@@ -95,3 +95,14 @@ def test_an_unhandled_rejection_gets_its_line_in_a_confined_process():
     assert result.printed == (
         "line 2: Warning: an async function or promise failed and nothing awaited it: Error: boom\n"
     )
+
+
+def test_an_unhandled_reason_whose_reading_loops_ends_on_compute_ms():
+    """A reason is read when the run ends, as a thrown error is: a getter's loop there is
+    the script's CPU, and the process is stopped on compute_ms."""
+    code = (
+        "Promise.reject(Object.defineProperty(new Error('x'), 'name', { get() { for (;;) {} } }));"
+    )
+    result = step(script(code, compute_ms=300))
+    assert result.outcome == "failed" and result.limit is not None, result.error
+    assert result.limit.name == "compute_ms"

@@ -1519,6 +1519,33 @@ def test_a_script_that_replaces_maps_methods_keeps_its_unhandled_lines() -> None
     assert ran.printed == "line 4: " + UNHANDLED.format("Error: kept") + "\n"
 
 
+@pytest.mark.parametrize(
+    ("reason", "shown"),
+    [
+        (
+            "Object.defineProperty(new Error('x'), 'message', { get() { throw new Error('g'); } })",
+            "Error: an error that cannot be read: Error: g",
+        ),
+        ("new Proxy({}, { get() { throw 1; }, ownKeys() { throw 2; } })", "[unprintable: Error]"),
+        (
+            "Object.defineProperty(new Error('x'), 'message', { get() { "
+            "Promise.reject(new Error('inner')); console.log('ran'); return 'm'; } })",
+            "Error: m",
+        ),
+        ("Symbol('s')", "Symbol(s)"),
+        ("10n", "10n"),
+        ("undefined", "undefined"),
+        ("new Error('a\\nb\\0c')", "Error: a [...]"),
+    ],
+)
+def test_a_hostile_or_odd_reason_still_gives_a_line_and_the_value(reason: str, shown: str) -> None:
+    """A reason whose reading throws, prints or rejects again, and values that are no Error:
+    a line each, and the script's value stands."""
+    ran = run(f"Promise.reject({reason});\nreturn 1")
+    assert ran.outcome == "finished" and ran.value == 1, ran.error
+    assert ran.printed.splitlines()[-1].endswith(UNHANDLED.format(shown)), ran.printed
+
+
 def test_a_run_that_fills_the_heap_reports_no_unhandled_lines() -> None:
     """The memory limit is the ending: no lines after it (the heap has no room for them)."""
     code = "Promise.reject(new Error('early'));\nconst a = [];\nfor (;;) a.push({ i: a.length });"
