@@ -103,6 +103,7 @@ from sandbox.replay import (
     _Ended,
     _finished,
     _NotData,
+    bare_ending,
     unawaited,
     warning_line,
 )
@@ -474,10 +475,12 @@ def _check_other(node: Any) -> None:
         _check_name(node, node.name)
 
 
-def compile_script(code: str) -> tuple[types.CodeType, list[int]]:
+def compile_script(code: str) -> tuple[types.CodeType, list[int], tuple[int, str] | None]:
     """The script's code as the body of ``async def``, checked; lines are the script's own.
     With it, the lines of its top-level ``if __name__ == "__main__":`` blocks, which never
-    run (a script is no program run as ``__main__``).
+    run (a script is no program run as ``__main__``), and the line and text of its last
+    statement when that is a bare name, attribute or subscript (``result``: a notebook's
+    answer, whose value in a script goes nowhere), else None.
 
     Raises SyntaxError (with ``lineno``) or :class:`Refused`.
     """
@@ -486,6 +489,13 @@ def compile_script(code: str) -> tuple[types.CodeType, list[int]]:
     _check_globals(tree)
     flags = _future_flags(tree)
     guards = [node.lineno for node in tree.body if _is_main_guard(node)]
+    bare = None
+    if tree.body and isinstance(final := tree.body[-1], ast.Expr):
+        value = final.value
+        if isinstance(value, ast.Name | ast.Attribute | ast.Subscript):
+            text = ast.get_source_segment(code, value)
+            if text is not None and "\n" not in text and len(text) <= 120:
+                bare = (final.lineno, text)
     empty = ast.arguments(
         posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
     )
@@ -508,7 +518,8 @@ def compile_script(code: str) -> tuple[types.CodeType, list[int]]:
         if isinstance(const, types.CodeType) and const.co_flags & 0x200:  # CO_ASYNC_GENERATOR
             line = next((n.lineno for n in ast.walk(tree) if isinstance(n, ast.Yield)), 1)
             raise SyntaxError("'yield' at the top level of a script", (FILENAME, line, 0, ""))
-    return compiled.replace(co_consts=tuple(_top_level(c) for c in compiled.co_consts)), guards
+    top = compiled.replace(co_consts=tuple(_top_level(c) for c in compiled.co_consts))
+    return top, guards, bare
 
 
 def _future_flags(tree: ast.Module) -> int:
@@ -2500,6 +2511,8 @@ class Run(Replay):
         self.failures: dict[_Future, None] = {}
         # The lines of the script's `if __name__ == "__main__":` blocks (compile_script).
         self.main_guards: list[int] = []
+        # The line and text of its last statement if that is a bare name (compile_script).
+        self.bare_ending: tuple[int, str] | None = None
         self.modules: dict[str, Module] = {}
         self.main: Task | None = None
         # The script's module (its globals), in sys.modules while it runs: dataclasses looks
@@ -2884,7 +2897,7 @@ class Run(Replay):
     def _execute(self) -> Ran:
         script = self.script
         try:
-            code, self.main_guards = compile_script(script.code)
+            code, self.main_guards, self.bare_ending = compile_script(script.code)
         except SyntaxError as e:
             line = e.lineno or 0
             lines = self._line_list([line]) if line else []
@@ -3065,6 +3078,11 @@ class Run(Replay):
                         "body of an async function, not a program, so call what it calls "
                         "directly (as `return await main()`)",
                     )
+                )
+            if kind == "value" and payload is None and self.bare_ending is not None:
+                line, shown = self.bare_ending
+                self.printed.write(
+                    _warning_line(line, "RuntimeWarning", bare_ending(_well_formed(shown)))
                 )
             self._unretrieved()
         return self._finish(ran)

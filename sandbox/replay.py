@@ -577,6 +577,16 @@ def unawaited(shown: str, message: str) -> str:
     return f"{shown} failed and nothing awaited it: {first}"
 
 
+def bare_ending(shown: str) -> str:
+    """What a warning says of a script that returned nothing and whose last statement is the
+    bare expression ``shown`` (``result``, ``data.items``): a notebook's or a REPL's habit,
+    where the last expression is the answer; in a script its value goes nowhere."""
+    return (
+        f"the script ends with `{shown}`, whose value goes nowhere: a script's result is what "
+        f"it returns, so write `return {shown}`"
+    )
+
+
 def _call_text(name: str, arguments: Any) -> str:
     text = canonical_json(arguments).decode()
     if len(text) > 200:

@@ -45,6 +45,7 @@ from sandbox.replay import (
     _Ended,
     _finished,
     _NotData,
+    bare_ending,
     cpu_ms,
     unawaited,
     warning_line,
@@ -217,6 +218,16 @@ def changed_after_return(count: int, shown: str) -> str:
         f"returned is as it was at the return; {fix}"
     )
 
+
+# A last line that is a name or a member of one and nothing else (`result`, `data.items[0];`):
+# in a notebook the answer, in a script a value that goes nowhere (see _warn_bare_ending).
+_BARE_ENDING = re.compile(
+    r"\s*([A-Za-z_$][\w$]*(?:\??\.[A-Za-z_$][\w$]*|\[[^\[\]\n]{0,80}\])*)\s*;?\s*"
+)
+# A last line of one of these is no value left over.
+_NOT_BARE = frozenset(
+    ("break", "continue", "debugger", "return", "this", "undefined", "null", "true", "false")
+)
 
 # `await` in a function that is not async, which QuickJS reports as "expecting ';'" or
 # "Unexpected identifier": told by the script parsing once that line's awaits are blanked.
@@ -473,7 +484,31 @@ class Run(Replay):
             foreach = self._warn_async_foreach()
             if not foreach and ran.outcome == "finished":
                 self._warn_changed_after_return()
+            if kind == "value" and payload == "u":
+                self._warn_bare_ending()
         return self._finish(ran)
+
+    def _warn_bare_ending(self) -> None:
+        """A line after the printed text when the script returned nothing and its last line
+        is a bare name or member (`result`): the habit of a notebook, whose last expression
+        is its answer. Only if that line is a statement of its own: the script parses with
+        it returned (it is not the end of an expression begun above, `a +` then `b`)."""
+        lines = self.javascript.split("\n")
+        number = len(lines)
+        while number and (
+            not lines[number - 1].strip() or lines[number - 1].lstrip().startswith("//")
+        ):
+            number -= 1
+        if not number:
+            return
+        bare = _BARE_ENDING.fullmatch(lines[number - 1])
+        if bare is None or bare[1] in _NOT_BARE:
+            return
+        shown = bare[1]
+        patched = list(lines)
+        patched[number - 1] = f"return ({shown});"
+        if self._parses("\n".join(patched)):
+            self.printed.write(warning_line(number, "Warning", bare_ending(shown)))
 
     def _warn_async_foreach(self) -> bool:
         """A line after the printed text for each ``forEach(async ...)`` of the script;

@@ -1241,6 +1241,34 @@ def test_a_module_used_without_its_import_says_to_import_it(module: str) -> None
     assert failed("return requests.get").message == "name 'requests' is not defined"
 
 
+BARE = (
+    "RuntimeWarning: the script ends with `{0}`, whose value goes nowhere: a script's result "
+    "is what it returns, so write `return {0}`"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "printed"),
+    [
+        ("x = 1\nx", "line 2: " + BARE.format("x") + "\n"),
+        ("d = {'a': [1]}\nd['a'][0]\n# the answer\n", "line 2: " + BARE.format("d['a'][0]") + "\n"),
+        ("import math\nmath.pi", "line 2: " + BARE.format("math.pi") + "\n"),
+        ("x = None\nreturn x", ""),
+        ("x = 1\nprint(x)", "1\n"),
+        ("x = 1\nx + 1", ""),
+        ("x = 1\nif x:\n    x", ""),
+        ("def f():\n    return 1\nf()", ""),
+    ],
+)
+def test_a_script_that_ends_on_a_bare_name_gets_a_line(code: str, printed: str) -> None:
+    """A notebook's habit: the last expression as the answer. A script that returned nothing
+    and whose last statement is a name, attribute or subscript alone gets a line saying to
+    return it; any other ending gets none."""
+    ran = run(code)
+    assert ran.outcome == "finished" and ran.value is None, ran.error
+    assert ran.printed == printed
+
+
 def test_asyncio_run_says_to_await_instead() -> None:
     """A model writes a program: `asyncio.run(main())`. It failed with "module 'asyncio' has
     no attribute 'run' in scripts"; now with CPython's words inside a loop and what to

@@ -1546,6 +1546,56 @@ def test_a_hostile_or_odd_reason_still_gives_a_line_and_the_value(reason: str, s
     assert ran.printed.splitlines()[-1].endswith(UNHANDLED.format(shown)), ran.printed
 
 
+BARE = "Warning: the script ends with `{0}`, whose value goes nowhere: a script's result is what it returns, so write `return {0}`"
+
+
+@pytest.mark.parametrize(
+    ("code", "line"),
+    [
+        ("const x = 1;\nx", "line 2: " + BARE.format("x")),
+        (
+            "const d = { items: [1] };\nd.items[0];\n// the answer\n\n",
+            "line 2: " + BARE.format("d.items[0]"),
+        ),
+        ("const d = { a: null };\n  d?.a", "line 2: " + BARE.format("d?.a")),
+        ("const x: number = 1;\nx", "line 2: " + BARE.format("x")),  # TypeScript: its lines
+    ],
+)
+def test_a_script_that_ends_on_a_bare_name_gets_a_line(code: str, line: str) -> None:
+    """A notebook's habit: the last expression as the answer. The script returned nothing,
+    so its last line, a name or member alone, gets a line saying to return it."""
+    ran = run(code)
+    assert ran.outcome == "finished" and ran.value is None, ran.error
+    assert ran.printed == line + "\n"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "const x = 1;\nreturn x",
+        "const x = 1;\nconsole.log(x)",
+        "const x = 2;\nconst y = 1 +\n  x",  # the end of an expression begun above
+        "const x = 1;\nlet y = 1; x",  # not alone on its line
+        "const x = 1;\nif (x) {\n  x\n}",
+        "async function main() {}\nmain()",
+        "for (;;) {\n  break\n}\nthis",
+        "const x = 1;\nx.toString()",
+    ],
+)
+def test_a_script_that_does_not_end_on_a_bare_name_gets_none(code: str) -> None:
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed == "" or ran.printed == "1\n", ran.printed
+
+
+@pytest.mark.parametrize("how", ["replay", "live", "version 1"])
+def test_a_bare_ending_after_calls_is_the_same_live_and_replayed(how: str) -> None:
+    code = "const n = await tools.list_prs({});\nn"
+    ran = _js_to_the_end(code, live=how == "live", version=1 if how == "version 1" else 2)
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed == "line 2: " + BARE.format("n") + "\n"
+
+
 def test_a_run_that_fills_the_heap_reports_no_unhandled_lines() -> None:
     """The memory limit is the ending: no lines after it (the heap has no room for them)."""
     code = "Promise.reject(new Error('early'));\nconst a = [];\nfor (;;) a.push({ i: a.length });"
