@@ -566,9 +566,18 @@ def step_from(
         )
     if term_signal is not None:
         name = _SIGNAL_NAMES.get(term_signal, f"signal {term_signal}")
+        why = ""
+        if term_signal == signal.SIGSEGV:
+            # The interpreters bound their own recursion; C code that recurses on its own
+            # (a chain of iterators, map(f, map(f, ...)) built in a loop) can still overflow.
+            why = (
+                "; most likely its C stack overflowed: something nested many thousands deep "
+                "(iterators built on iterators in a loop, as map(f, map(f, ...))): nest less"
+            )
         return Step.failure(
             "SandboxCrash",
             f"the script's process crashed ({name}) before it reported how the run ended"
+            + why
             + _tail(stderr_tail),
             process=process,
         )

@@ -121,6 +121,9 @@ _PRIVATE = "$private"
 # fixed clock, however the script reached a date or datetime class (see _clock_view).
 _CLOCK = "$clock"
 _CLOCK_READERS = frozenset({"now", "today", "utcnow", "fromtimestamp", "utcfromtimestamp"})
+# A `match` class pattern with positional sub-patterns, `case A(x)`, as `case $matchN.cls(x)`
+# (see _rewrite_matches).
+_MATCH = "$match"
 
 # Python's own recursion bound, frames over those below the script's, set while a script
 # runs: deep recursion is a RecursionError the script may catch, well before the 8 MiB C
@@ -223,6 +226,7 @@ class _ScriptBase:
 
 _MRO = type.__dict__["__mro__"]  # a class's real MRO, whatever its metaclass says
 _SUPER_SELF_CLASS = super.__dict__["__self_class__"]
+_SUPER_SELF = super.__dict__["__self__"]
 _BUILTIN_EXCEPTIONS = frozenset(
     id(value)
     for value in vars(builtins).values()
@@ -313,10 +317,27 @@ def _made_once(obj: Any, slot: str) -> None:
     raise TypeError(f"{type(obj).__name__} objects cannot be made again")
 
 
-class _Opaque:
+class _Sealed(type):
+    """The type of the sandbox's classes a script can reach (``type(tools)``, a task's, the
+    error classes it names in ``except ToolError``): read-only, so a script cannot change
+    them for the code that uses them (``copy`` sets attributes by name, dunders included).
+    This module may set them while it loads (``_SEALED`` false)."""
+
+    def __setattr__(cls, key: str, value: Any) -> None:
+        if _SEALED:
+            raise AttributeError(f"{_TYPE_NAME.__get__(cls)} is read-only in scripts")
+        super().__setattr__(key, value)
+
+    def __delattr__(cls, key: str) -> None:
+        if _SEALED:
+            raise AttributeError(f"{_TYPE_NAME.__get__(cls)} is read-only in scripts")
+        super().__delattr__(key)
+
+
+class _Opaque(metaclass=_Sealed):
     """Objects of the sandbox that a script holds: not to be copied or pickled, nor
     subclassed by a script (the scheduler trusts a future's state; a subclass could leave
-    it unset)."""
+    it unset), their classes read-only."""
 
     __slots__ = ()
 
@@ -337,6 +358,7 @@ class _Opaque:
 
 _TYPE_NAME = type.__dict__["__name__"]
 _TRACEBACK = BaseException.__dict__["__traceback__"]
+_ARGS = BaseException.__dict__["args"]
 _SEALED = False
 
 
@@ -486,6 +508,7 @@ def compile_script(code: str) -> tuple[types.CodeType, list[int], tuple[int, str
     """
     tree = ast.parse(code, filename=FILENAME, mode="exec")
     check(tree, rewrite=True)
+    _MatchRewriter().visit(tree)
     _check_globals(tree)
     flags = _future_flags(tree)
     guards = [node.lineno for node in tree.body if _is_main_guard(node)]
@@ -520,6 +543,65 @@ def compile_script(code: str) -> tuple[types.CodeType, list[int], tuple[int, str
             raise SyntaxError("'yield' at the top level of a script", (FILENAME, line, 0, ""))
     top = compiled.replace(co_consts=tuple(_top_level(c) for c in compiled.co_consts))
     return top, guards, bare
+
+
+_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def _syntax_hint(message: str) -> str:
+    """What to add to a SyntaxError's text: the Python that reads the script, when what
+    fails may be newer syntax (3.12's f-strings and ``type X = ...``, ``def f[T]``)."""
+    if sys.version_info >= (3, 12):
+        return ""
+    if message.startswith("f-string"):
+        return (
+            f"; scripts are Python {_VERSION}, where what is inside an f-string's braces "
+            "cannot use the f-string's own quote: write f'{d[\"key\"]}' or take the value "
+            "out first"
+        )
+    if message.startswith("invalid syntax"):
+        return f" (scripts are Python {_VERSION})"
+    return ""
+
+
+class _MatchRewriter(ast.NodeTransformer):
+    """Each class pattern with positional sub-patterns, ``case A(x, y)``, as ``case
+    $match0.cls(x, y)``, ``$match0 = $match(lambda: A, 2)`` made just before its ``match``.
+    Python reads such a sub-pattern as the attribute the class's ``__match_args__`` names,
+    in C, whatever the name: a class a script makes (with a metaclass whose
+    ``__instancecheck__`` takes anything) could name ``__globals__``. ``.cls`` is read when
+    Python tries the case, as ``A`` would be, and is a class whose ``__match_args__`` are
+    ``A``'s, checked (see _match_class)."""
+
+    def __init__(self) -> None:
+        self.made = 0
+
+    def visit_Match(self, node: ast.Match) -> list[ast.stmt]:
+        self.generic_visit(node)
+        before: list[ast.stmt] = []
+        for case in node.cases:
+            for pattern in ast.walk(case.pattern):
+                if not isinstance(pattern, ast.MatchClass) or not pattern.patterns:
+                    continue
+                name = f"{_MATCH}{self.made}"
+                self.made += 1
+                get = ast.Lambda(args=_NO_ARGUMENTS, body=pattern.cls)
+                call = ast.Call(
+                    func=ast.Name(id=_MATCH, ctx=ast.Load()),
+                    args=[get, ast.Constant(len(pattern.patterns))],
+                    keywords=[],
+                )
+                assign = ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=call)
+                before.append(ast.fix_missing_locations(ast.copy_location(assign, node)))
+                cls = ast.Attribute(value=ast.Name(id=name, ctx=ast.Load()), attr="cls")
+                cls.ctx = ast.Load()
+                pattern.cls = ast.fix_missing_locations(ast.copy_location(cls, pattern.cls))
+        return [*before, node]
+
+
+_NO_ARGUMENTS = ast.arguments(
+    posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
+)
 
 
 def _future_flags(tree: ast.Module) -> int:
@@ -749,6 +831,12 @@ def _clock_view(obj: Any) -> Any:
     safe_datetime, safe_date = _CLOCK_CLASSES.get("datetime"), _CLOCK_CLASSES.get("date")
     if safe_datetime is None or safe_date is None:
         return obj
+    if type(obj) is super:
+        # super(D, D).now of a script's subclass of the real class: that class's own
+        kind = _SUPER_SELF_CLASS.__get__(obj)
+        if kind is None or not issubclass(kind, _datetime.date):
+            return obj
+        return safe_datetime if issubclass(kind, _datetime.datetime) else safe_date
     kind = obj if isinstance(obj, type) else type(obj)
     if issubclass(kind, _datetime.datetime):
         return obj if issubclass(kind, safe_datetime) else safe_datetime
@@ -759,11 +847,71 @@ def _clock_view(obj: Any) -> Any:
 
 def _format_view(obj: Any) -> Any:
     """``x`` in ``x.format``: a string's safe view, or ``x`` itself for anything else."""
+    if type(obj) is super:
+        # super().format in a method of a script's str subclass: str's own, on its text
+        kind = _SUPER_SELF_CLASS.__get__(obj)
+        if kind is None or not issubclass(kind, str):
+            return obj
+        itself = _SUPER_SELF.__get__(obj)
+        return _FormatView(str.__str__(itself) if isinstance(itself, str) else None)
     if isinstance(obj, str):
         return _FormatView(obj)
     if isinstance(obj, type) and issubclass(obj, str):
         return _FormatView(None)
     return obj
+
+
+class _MatchTarget(type):
+    """The class a rewritten class pattern matches against (see _MatchRewriter): an object
+    is one of it when it is one of the script's class; its ``__match_args__`` are that
+    class's, checked."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return builtins.isinstance(obj, _MATCH_TARGETS[id(cls)])
+
+
+# Each pattern class made, by the class it stands for and its checked __match_args__; and
+# what each stands for, by its id. A process runs one script: these are its few.
+_MATCH_CLASSES: dict[tuple[int, tuple[str, ...]], tuple[type, type]] = {}
+_MATCH_TARGETS: dict[int, type] = {}
+
+
+class _MatchClass(_Opaque):
+    """``$match(lambda: A, n)``: ``.cls`` is what a class pattern of ``n`` positional
+    sub-patterns matches against, for ``A`` as it is when the case is tried."""
+
+    __slots__ = ("_get", "_positional")
+
+    def __init__(self, get: Callable[[], Any], positional: int) -> None:
+        self._get = get
+        self._positional = positional
+
+    @property
+    def cls(self) -> Any:
+        target = self._get()
+        if not isinstance(target, type):
+            return target  # Python says a pattern's class must be a class
+        found = builtins.getattr(target, "__match_args__", _NO_OBJECT)
+        if found is _NO_OBJECT:
+            return target  # Python reads no attribute (int(x) is the subject itself)
+        name = _TYPE_NAME.__get__(target)
+        if type(found) is not tuple:
+            raise TypeError(f"{name}.__match_args__ must be a tuple (got {_type_name(found)})")
+        names = found[: self._positional]
+        for attribute in names:
+            if type(attribute) is not str:
+                raise TypeError(
+                    f"__match_args__ elements must be strings (got {_type_name(attribute)})"
+                )
+            why = _refused_attribute(attribute)
+            if why is not None:
+                raise AttributeError(f"{name}.__match_args__ names {why}")
+        made = _MATCH_CLASSES.get((id(target), names))
+        if made is None or made[0] is not target:
+            made = target, _MatchTarget(name, (), {"__match_args__": names, "__slots__": ()})
+            _MATCH_CLASSES[(id(target), names)] = made
+            _MATCH_TARGETS[id(made[1])] = target
+        return made[1]
 
 
 class _Private(_Opaque):
@@ -820,6 +968,53 @@ def _methodcaller(name: str, *args: Any, **kwargs: Any) -> Any:
         raise AttributeError(why)
     # Never operator's own methodcaller: type() of one is its class, which takes any name.
     return lambda obj: _safe_getattr(obj, name)(*args, **kwargs)
+
+
+def _update_wrapper(
+    wrapper: Any,
+    wrapped: Any,
+    assigned: Any = functools.WRAPPER_ASSIGNMENTS,
+    updated: Any = functools.WRAPPER_UPDATES,
+) -> Any:
+    """functools.update_wrapper, whose ``assigned`` and ``updated`` name attributes it reads
+    and sets: the defaults, or names a script may use."""
+    assigned, updated = tuple(assigned), tuple(updated)
+    for name in (*assigned, *updated):
+        name = _exact(name)
+        if name in functools.WRAPPER_ASSIGNMENTS or name in functools.WRAPPER_UPDATES:
+            continue
+        why = _refused_attribute(name) if isinstance(name, str) else None
+        if why is not None:
+            raise AttributeError(why)
+    return functools.update_wrapper(wrapper, wrapped, assigned, updated)
+
+
+def _wraps(
+    wrapped: Any,
+    assigned: Any = functools.WRAPPER_ASSIGNMENTS,
+    updated: Any = functools.WRAPPER_UPDATES,
+) -> Any:
+    """functools.wraps, through :func:`_update_wrapper`."""
+    return functools.partial(_update_wrapper, wrapped=wrapped, assigned=assigned, updated=updated)
+
+
+for _function, _real in ((_update_wrapper, functools.update_wrapper), (_wraps, functools.wraps)):
+    _function.__doc__, _function.__name__ = _real.__doc__, _real.__name__
+    _function.__qualname__, _function.__module__ = _real.__qualname__, "functools"
+
+
+class _UserString(collections.UserString):
+    """collections.UserString, whose format and format_map are the safe formatter's."""
+
+    def format(self, /, *args: Any, **kwargs: Any) -> str:
+        return _FORMATTER.vformat(self.data, args, kwargs)
+
+    def format_map(self, mapping: Any) -> str:
+        return _FORMATTER.vformat(self.data, (), mapping)
+
+
+_UserString.__name__ = _UserString.__qualname__ = "UserString"
+_UserString.__module__ = "collections"
 
 
 # A module with at most these many names lists them when a script asks for another.
@@ -917,9 +1112,14 @@ def _static_modules() -> dict[str, Module]:
     )
     # singledispatch's register evaluates a string annotation (a runtime value the check
     # never sees) through typing.get_type_hints.
-    modules["functools"] = Module(
-        "functools", _public(functools, ("singledispatch", "singledispatchmethod"))
-    )
+    tools = _public(functools, ("singledispatch", "singledispatchmethod"))
+    tools.update(update_wrapper=_update_wrapper, wraps=_wraps)
+    modules["functools"] = Module("functools", tools)
+    # global_enum writes an enum's members into the module its class names: any module's.
+    modules["enum"] = Module("enum", _public(enum, ("global_enum",)))
+    # UserString's format runs str's own on its text, whose fields read any attribute.
+    containers = {**_public(collections), "UserString": _UserString}
+    modules["collections"] = Module("collections", containers)
     operators = _public(operator)
     operators.update(attrgetter=_attrgetter, methodcaller=_methodcaller)
     modules["operator"] = Module("operator", operators)
@@ -1592,17 +1792,6 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
-class _Sealed(type):
-    """The type of the error classes a script names (``except ToolError``): read-only, so a
-    script cannot change them for the code that raises them."""
-
-    def __setattr__(cls, key: str, value: Any) -> NoReturn:
-        raise AttributeError(f"{cls.__name__} is read-only in scripts")
-
-    def __delattr__(cls, key: str) -> NoReturn:
-        raise AttributeError(f"{cls.__name__} is read-only in scripts")
-
-
 class ToolError(Exception, metaclass=_Sealed):
     """A tool call that failed: ``str(e)`` is the tool's message, ``e.tool`` its name."""
 
@@ -2246,6 +2435,12 @@ def _plain(value: Any, root: str, path: tuple[str | int, ...], depth: int, walk:
                             f"{_where(root, path)} has a key of type {_type_name(key)}; "
                             "keys are strings"
                         )
+                    if name in out:
+                        raise _NotPlain(
+                            f"{_where(root, path)} has two keys that are both {name!r} as JSON "
+                            "data's keys, which are strings (an int key becomes its text); "
+                            "keep one"
+                        )
                     out[name] = _plain(item, root, (*path, name), depth + 1, walk)
                 return out
             return [_plain(item, root, (*path, i), depth + 1, walk) for i, item in enumerate(value)]
@@ -2350,6 +2545,12 @@ class _ToolFunction(_Opaque):
 
     def __repr__(self) -> str:
         return f"<tool {self._name}>"
+
+    def __await__(self) -> NoReturn:
+        raise TypeError(
+            f"tools.{self._name} is the tool, not a call of it: write "
+            f"`await tools.{self._name}(...)` with its arguments"
+        )
 
 
 class Tools(_Opaque):
@@ -2673,7 +2874,12 @@ class Run(Replay):
                 "asyncio.gather takes each awaitable as an argument of its own, not a list of "
                 "them: write asyncio.gather(*calls)"
             )
-        children = [self._task(a) for a in awaitables]
+        made: dict[int, _Future] = {}  # one awaitable given twice is one child, as asyncio's
+        children = []
+        for a in awaitables:
+            if id(a) not in made:
+                made[id(a)] = self._task(a)
+            children.append(made[id(a)])
         out = _Gather("asyncio.gather(...)", self.failures, _script_line(), next(self.numbers))
         out._children = children
         results: list[Any] = [None] * len(children)
@@ -2904,6 +3110,7 @@ class Run(Replay):
             message = _cut(str(e.msg), 1000)
             if line and e.offset and e.offset > 0:
                 message += f" (column {e.offset})"  # the script's own: it is parsed as written
+            message += _syntax_hint(message)
             return self._finish(
                 Ran(
                     outcome="failed",
@@ -2950,6 +3157,7 @@ class Run(Replay):
                 _FORMAT: _format_view,
                 _PRIVATE: _Private,
                 _CLOCK: _clock_view,
+                _MATCH: _MatchClass,
             }
         )
         exec(code, scope)
@@ -3139,7 +3347,9 @@ class Run(Replay):
 
     def _error(self, error: BaseException) -> Ran:
         lines = _script_lines(error)
-        if isinstance(error, MemoryError):
+        if type(error) is MemoryError and not _ARGS.__get__(error):
+            # The interpreter's own (no text): the heap's limit. One the script raised with
+            # a message of its own (`raise MemoryError("cache full")`) is its error.
             message = self._memory_message()
             return Ran(
                 outcome="failed",
@@ -3150,11 +3360,11 @@ class Run(Replay):
         message = _message(error)
         if issubclass(type(error), BaseExceptionGroup):
             # A TaskGroup's: its own text only counts the errors ("(2 sub-exceptions)").
-            leaves = _leaves(cast(BaseExceptionGroup[BaseException], error))
-            shown = [f"{_type_name(e)}: {_message(e)}" for e in leaves[:_GROUP_SHOWN]]
-            more = len(leaves) - len(shown)
+            leaves, count = _leaves(cast(BaseExceptionGroup[BaseException], error), _GROUP_SHOWN)
+            shown = [f"{_type_name(e)}: {_message(e)}" for e in leaves]
+            more = count - len(shown)
             message += ": " + "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
-            lines = [n for leaf in leaves[:_GROUP_SHOWN] for n in _script_lines(leaf)] + lines
+            lines = [n for leaf in leaves for n in _script_lines(leaf)] + lines
         limit = None
         if isinstance(error, LimitError | FileError) and message in self.limit_errors:
             limit = LimitMet(name=self.limit_errors[message], message=message)
@@ -3345,17 +3555,23 @@ def _message(error: BaseException) -> str:
         return f"an error that cannot be read: {_type_name(e)}"
 
 
-def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    """The errors of ``group`` and of the groups in it, in order (at most a few hundred)."""
+def _leaves(group: BaseExceptionGroup[BaseException], keep: int) -> tuple[list[BaseException], int]:
+    """The first ``keep`` errors of ``group`` and of the groups in it, in order, and how many
+    there are in all."""
     found: list[BaseException] = []
-    todo: list[BaseException] = [group]
-    while todo and len(found) < 300:
-        error = todo.pop(0)
-        if issubclass(type(error), BaseExceptionGroup):
-            todo[:0] = BaseExceptionGroup.__dict__["exceptions"].__get__(error)
+    count = 0
+    todo: list[Iterator[BaseException]] = [iter((group,))]
+    while todo:
+        error = next(todo[-1], None)
+        if error is None:
+            todo.pop()
+        elif issubclass(type(error), BaseExceptionGroup):
+            todo.append(iter(BaseExceptionGroup.__dict__["exceptions"].__get__(error)))
         else:
-            found.append(error)
-    return found
+            count += 1
+            if len(found) < keep:
+                found.append(error)
+    return found, count
 
 
 def _script_lines(error: BaseException) -> list[int]:

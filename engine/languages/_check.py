@@ -169,7 +169,9 @@ def out_of_memory(memory: int) -> str:
 
 def crashed(first: str) -> str:
     return (
-        f'the type checker failed ({first}); run the script with type_check = "off", or report this'
+        f"the type checker failed on this script ({first}), so it did not run: write it more "
+        "simply (an expression nested very deep, a huge literal), or the host may set "
+        'type_check = "off"'
     )
 
 

@@ -491,6 +491,18 @@ def test_deep_recursion_is_a_catchable_recursion_error(run: Run, name: str) -> N
     assert ran.value == "caught", ran.error
 
 
+def test_a_chain_of_c_iterators_that_overflows_the_c_stack_says_so(
+    process: PoolProcess,
+) -> None:
+    """map() on map() 100,000 deep recurses in C alone, which no recursion bound sees: the
+    process dies (SIGSEGV), the run says what most likely did it, the runner goes on."""
+    ran = process.run(_script("it = [1]\nfor _ in range(100000):\n    it = map(abs, it)\nlist(it)"))
+    assert ran.outcome == "failed" and ran.error.name == "SandboxCrash", ran.error
+    assert "(SIGSEGV)" in ran.error.message
+    assert "most likely its C stack overflowed" in ran.error.message
+    assert_healthy(process)
+
+
 def test_deeply_nested_source_is_a_syntax_error(run: Run) -> None:
     for code in ("x = " + "(" * 5000 + ")" * 5000, "x = " + "-" * 100000 + "1"):
         ran = run(code)

@@ -369,6 +369,7 @@ def check_segfault(h: Harness) -> None:
     assert step.outcome == "failed" and step.error is not None
     assert step.error.name == "SandboxCrash"
     assert "SIGSEGV" in step.error.message
+    assert "most likely its C stack overflowed" in step.error.message
     assert_healthy(h)
 
 

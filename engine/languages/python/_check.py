@@ -142,8 +142,8 @@ class PythonTypeChecker(BoundedChecker):
             return output, None  # clean, or errors were reported
         if status in (-signal.SIGXCPU, -signal.SIGKILL):
             return output, out_of_cpu(self.timeout)
-        lines = [line for line in output.strip().splitlines() if "WARN" not in line]
-        return output, crashed(lines[0][:300] if lines else f"status {status}")
+        lines = [line for line in output.splitlines() if line.strip() and "WARN" not in line]
+        return output, crashed(lines[0].strip()[:300] if lines else f"status {status}")
 
 
 def isolate(folder: Path) -> None:

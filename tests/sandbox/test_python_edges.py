@@ -1,0 +1,309 @@
+"""Python scripts at the subset's edges, in this process: the routes by which library code
+would read or set an attribute for a script (functools, UserString, copy, match class
+patterns, super()), and what a script's own values and errors become.
+
+Each route here reached the sandbox's own globals (and through them the real builtins) or the
+host's clock before it was closed; the OS lockdown is the boundary, these are defence in
+depth (README, "What is refused").
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.sandbox.conftest import rec
+from tests.sandbox.test_python import caught, failed, run, value
+
+REFUSED = "attributes whose names start with an underscore are not available in scripts"
+
+
+# ---- library code that reads or sets attributes by name ----
+
+
+def test_update_wrapper_and_wraps_take_only_names_a_script_may_use() -> None:
+    code = (
+        "import functools, json\n"
+        "class Catch:\n"
+        "    def __setattr__(self, name, value):\n"
+        "        raise ValueError('reached')\n"
+        "functools.update_wrapper(Catch(), json.dumps, assigned=('__globals__',), updated=())\n"
+    )
+    assert caught(code) == [
+        "AttributeError",
+        f"the attribute '__globals__': {REFUSED} (name your own without it)",
+    ]
+    # as CPython's, with the defaults and with plain names
+    assert value(
+        "import functools\n"
+        "def f(x):\n    'f doc'\n    return x\n"
+        "@functools.wraps(f)\ndef g(*a):\n    return f(*a) * 2\n"
+        "def h(): pass\n"
+        "h.label = 'ok'\n"
+        "functools.update_wrapper(g, h, assigned=('label',), updated=())\n"
+        "return [g.__name__, g.__doc__, g(4), g.label]"
+    ) == ["f", "f doc", 8, "ok"]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import collections, json\nreturn collections.UserString('{0.__globals__}').format(json.dumps)",
+        "import collections, json\n"
+        "return collections.UserString('{f.__globals__}').format_map({'f': json.dumps})",
+        "import json\n"
+        "class Text(str):\n"
+        "    def show(self, *args):\n"
+        "        return super().format(*args)\n"
+        "return Text('{0.__globals__}').show(json.dumps)",
+        "import json\n"
+        "class Text(str):\n"
+        "    pass\n"
+        "return super(Text, Text).format('{0.__globals__}', json.dumps)",
+    ],
+)
+def test_every_format_of_a_string_is_the_safe_one(code: str) -> None:
+    error = failed(code)
+    assert error.name == "AttributeError" and REFUSED in error.message
+
+
+def test_userstring_and_a_str_subclass_still_format() -> None:
+    assert value(
+        "import collections\n"
+        "class Text(str):\n"
+        "    def show(self, *args):\n"
+        "        return super().format(*args)\n"
+        "u = collections.UserString('{0}-{x}')\n"
+        "m = collections.UserString('{x}')\n"
+        "return [u.format(1, x=2), m.format_map({'x': 3}), Text('{0}+{0}').show('a'),\n"
+        "        str(collections.UserString('x').upper()), type(u).__name__]"
+    ) == ["1-2", "3", "a+a", "X", "UserString"]
+
+
+def test_enum_cannot_write_into_a_module() -> None:
+    error = failed("import enum\nreturn enum.global_enum")
+    assert error.name == "AttributeError" and "global_enum" in error.message
+    assert value("import enum\nclass C(enum.Enum):\n    A = 1\nreturn C.A.name") == "A"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "F = type(files)\nF.list = lambda self: ['forged']",
+        "T = type(tools)\nT.tool_search = lambda self, **k: 'forged'",
+        "import json\ntype(json).anything = 5",
+        "import asyncio\ndel type(asyncio.Event()).set",
+        # copy sets a reduced object's state by name, dunders included
+        "import copy, asyncio\n"
+        "TG = type(asyncio.TaskGroup())\n"
+        "class R:\n"
+        "    def __reduce_ex__(self, proto):\n"
+        "        return (lambda: TG, (), (None, {'__init__': print}))\n"
+        "copy.copy(R())",
+    ],
+)
+def test_the_sandboxs_classes_are_read_only(code: str) -> None:
+    error = failed(code)
+    assert error.name == "AttributeError" and "is read-only in scripts" in error.message
+    assert value("return files.list()") == []
+
+
+def test_super_of_a_subclass_of_the_real_datetime_reads_the_scripts_clock() -> None:
+    code = (
+        "import datetime\n"
+        "Real = type(datetime.datetime.min)\n"
+        "class D(Real):\n"
+        "    pass\n"
+        "class E(type(datetime.date.min)):\n"
+        "    pass\n"
+        "return [str(super(D, D).now()), str(datetime.datetime.now()),\n"
+        "        str(super(E, E).today()), str(datetime.date.today())]"
+    )
+    got = value(code)
+    assert got[0] == got[1] and got[2] == got[3]
+    assert value(code, now_ms=0) == [
+        "1970-01-01 00:00:00",
+        "1970-01-01 00:00:00",
+        "1970-01-01",
+        "1970-01-01",
+    ]
+
+
+# ---- match class patterns ----
+
+
+MATCHES = """\
+from dataclasses import dataclass
+@dataclass
+class Point:
+    x: int
+    y: int
+class Meta(type):
+    pass
+Pair = Meta("Pair", (), {"__match_args__": ("a", "b"), "__init__": lambda s, a, b: None})
+def where(p):
+    match p:
+        case Point(0, 0):
+            return "origin"
+        case Point(x, 0) | Point(0, x):
+            return f"axis {x}"
+        case Point(x=x, y=y) if x == y:
+            return "diagonal"
+        case [Point(a, b), *rest]:
+            return f"list {a},{b} +{len(rest)}"
+        case int(n) | str(n):
+            return f"plain {n!r}"
+        case {"k": Point(a, _)}:
+            return f"mapped {a}"
+        case bool():
+            return "never"
+        case _:
+            return "other"
+out = [where(v) for v in (Point(0, 0), Point(3, 0), Point(0, 4), Point(2, 2),
+                          [Point(1, 2), 3], 7, "s", {"k": Point(9, 1)}, 1.5)]
+for pattern in ("Point(a, b, c)", "Pair(a)"):
+    try:
+        match Point(1, 2):
+            case Point(a, b, c):
+                pass
+    except TypeError as e:
+        out.append(str(e))
+Shape = Point
+def later():
+    match Point(5, 6):
+        case Shape(a, b):
+            return [a, b]
+Shape = Meta("Shape", (), {"__match_args__": ("x",), "x": 1})
+out.append(later())
+"""
+
+
+def test_class_patterns_match_as_cpython_does() -> None:
+    expected: dict[str, object] = {}
+    exec(
+        "async def main():\n"
+        + "".join(f"    {line}\n" for line in MATCHES.splitlines())
+        + "    return out\n",
+        expected,
+    )
+    coroutine = expected["main"]()  # type: ignore[operator]
+    try:
+        coroutine.send(None)
+    except StopIteration as stop:
+        want = stop.value
+    assert value(MATCHES + "return out") == want
+    assert want[-1] is None  # Shape is read when the case is tried, as Python reads it
+
+
+@pytest.mark.parametrize(
+    ("namespace", "message"),
+    [
+        (
+            '{"__match_args__": ("__globals__",)}',
+            "A.__match_args__ names the attribute '__globals__'",
+        ),
+        ('{"__match_args__": ("_x",)}', "A.__match_args__ names the attribute '_x'"),
+        ('{"__match_args__": ("f_globals",)}', "A.__match_args__ names the attribute 'f_globals'"),
+        ('{"__match_args__": ["x"]}', "A.__match_args__ must be a tuple (got list)"),
+        ('{"__match_args__": (1,)}', "__match_args__ elements must be strings (got int)"),
+    ],
+)
+def test_a_class_pattern_reads_no_attribute_a_script_may_not(namespace: str, message: str) -> None:
+    code = (
+        "import json\n"
+        "class Any(type):\n"
+        "    def __instancecheck__(cls, obj):\n"
+        "        return True\n"
+        f"A = Any('A', (), {namespace})\n"
+        "match json.dumps:\n"
+        "    case A(g):\n"
+        "        return 'reached'\n"
+    )
+    error = failed(code)
+    assert message in error.message, error
+
+
+def test_a_match_args_property_is_read_once_and_checked() -> None:
+    """A metaclass property may answer each read otherwise: what Python reads is what was
+    checked."""
+    code = (
+        "import json\n"
+        "reads = []\n"
+        "class Any(type):\n"
+        "    def __instancecheck__(cls, obj):\n"
+        "        return True\n"
+        "    @property\n"
+        "    def __match_args__(cls):\n"
+        "        reads.append(1)\n"
+        "        return ('__doc__',) if len(reads) == 1 else ('__globals__',)\n"
+        "A = Any('A', (), {})\n"
+        "match json.dumps:\n"
+        "    case A(g):\n"
+        "        return [len(reads), g == json.dumps.__doc__]\n"
+    )
+    assert value(code) == [1, True]
+
+
+# ---- values and errors of the script's own ----
+
+
+def test_a_memory_error_the_script_raises_with_a_message_is_its_own() -> None:
+    error = failed('raise MemoryError("cache full")')
+    assert (error.name, error.message) == ("MemoryError", "cache full")
+    assert run('raise MemoryError("cache full")').limit is None
+    # Without a message it reads as the interpreter's own: the heap's limit.
+    assert run("raise MemoryError").limit is not None
+
+
+def test_a_large_exception_group_counts_every_error() -> None:
+    error = failed('raise ExceptionGroup("many", [ValueError(str(i)) for i in range(1000)])')
+    assert error.message.endswith("ValueError: 0; ValueError: 1; ValueError: 2; and 997 more")
+    nested = (
+        "g = ExceptionGroup('inner', [KeyError(1), KeyError(2)])\n"
+        "for i in range(400):\n"
+        "    g = ExceptionGroup(f'level {i}', [g, ValueError(i)])\n"
+        "raise g"
+    )
+    assert failed(nested).message.endswith("; and 399 more")
+
+
+def test_two_keys_that_are_one_in_json_are_refused() -> None:
+    assert caught("await tools.echo(value={1: 'int key', '1': 'str key'})") == [
+        "TypeError",
+        "value in the argument has two keys that are both '1' as JSON data's keys, which are "
+        "strings (an int key becomes its text); keep one",
+    ]
+    error = failed("return {2.5: 1, '2.5': 2}")
+    assert "two keys that are both '2.5'" in error.message
+
+
+def test_gather_of_one_awaitable_twice_runs_it_once() -> None:
+    code = (
+        "import asyncio\n"
+        "async def one():\n"
+        "    return await tools.echo(n=1)\n"
+        "c = one()\n"
+        "t = tools.echo(n=2)\n"
+        "return await asyncio.gather(c, t, c, t)"
+    )
+    ran = run(code)
+    # t's call is made where the script makes it; c's when the gather runs c
+    assert ran.outcome == "calls" and [c.arguments for c in ran.calls] == [{"n": 2}, {"n": 1}]
+    answered = [rec("echo", {"n": 2}, result="b"), rec("echo", {"n": 1}, result="a")]
+    assert value(code, answered) == ["a", "b", "a", "b"]
+
+
+def test_awaiting_a_tool_without_calling_it_says_so() -> None:
+    error = failed("return await tools.echo")
+    assert (error.name, error.message) == (
+        "TypeError",
+        "tools.echo is the tool, not a call of it: write `await tools.echo(...)` with its "
+        "arguments",
+    )
+
+
+def test_newer_syntax_names_the_python_that_reads_the_script() -> None:
+    error = failed('d = {"key": 1}\nreturn f"{d["key"]}"')
+    assert error.name == "SyntaxError" and "scripts are Python 3.11" in error.message
+    assert "f'{d[\"key\"]}'" in error.message
+    assert failed("type Point = tuple[int, int]").message.endswith("(scripts are Python 3.11)")
+    assert "Python 3." not in failed("return (1").message
