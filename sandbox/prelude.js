@@ -33,7 +33,8 @@
   const NativeError = Error, NativeTypeError = TypeError, NativeRangeError = RangeError;
   const NativeSyntaxError = SyntaxError, NativeInternalError = InternalError;
   const NativeMap = Map, NativeSet = Set, NativeProxy = Proxy, NativePromise = Promise;
-  const NativeWeakMap = WeakMap;
+  const NativeWeakMap = WeakMap, NativeWeakSet = WeakSet, NativeRegExp = RegExp;
+  const NativeArrayBuffer = ArrayBuffer, isView = ArrayBuffer.isView;
   const { get: weakMapGet, set: weakMapSet, has: weakMapHas } = WeakMap.prototype;
   const { set: mapSet, delete: mapDelete, forEach: mapForEach, clear: mapClear } = Map.prototype;
   const mapSize = getOwnPropertyDescriptor(Map.prototype, "size").get;
@@ -789,17 +790,17 @@
     }
     let json;
     try {
-      json = JSON.stringify(value);
-      // JSON makes {} of a Map or a Set: the model would read an empty answer. Looked for
-      // only when the text has an empty object, so other values cost nothing more.
-      if (json !== undefined && apply(stringIncludes, json, ["{}"])) {
-        JSON.stringify(value, collectionsRefused);
-      }
+      // The replacer refuses what JSON would make {} or a bag of indexes of without a word.
+      json = JSON.stringify(value, opaqueRefused);
     } catch (e) {
       if (outOfMemory(e)) {
         host.fail("InternalError", "out of memory", "");
       } else {
-        const why = e === refused ? e.message : errorText(e);
+        const why = e === refused ? e.message
+          : e instanceof NativeRangeError && apply(stringIncludes, "" + e.message, ["stack"])
+            ? "it nests deeper than " + MAX_DEPTH + " levels of objects and arrays, the most " +
+              "data may nest to cross between the sandbox and the host (MAX_DEPTH); flatten it"
+            : errorText(e);
         host.fail("TypeError", wellFormed("the returned value is not JSON data: " + why), "");
       }
       return;
@@ -812,20 +813,36 @@
     }
     host.done(json === undefined ? "u" : wellFormed("j" + json));
   }
-  // A replacer that refuses a Map or a Set, which JSON turns into {} without a word.
+  // A replacer that refuses what JSON turns into {} without a word (a Map, a Set, an Error,
+  // a RegExp, an iterator, an object of a class with no fields of its own) or into an object
+  // of indexes (a typed array). Plain objects and arrays, the most of any value, pass first.
   let refused; // the error it threw last
-  function collectionsRefused(key, value) {
-    if (typeof value === "object" && value !== null) {
-      const map = value instanceof NativeMap;
-      if (map || value instanceof NativeSet) {
-        const error = new NativeTypeError((key === "" ? "it is " : "at key " + JSON.stringify(key) +
-          " it holds ") + (map ? "a Map" : "a Set") + ", which JSON turns into {}; return " +
-          (map ? "Object.fromEntries(map), or [...map] for its entries" : "[...set]"));
-        refused = error;
-        throw error;
-      }
+  function opaqueRefused(key, value) {
+    if (typeof value !== "object" || value === null || isArray(value)) return value;
+    const proto = getPrototypeOf(value);
+    if (proto === ObjectProto || proto === null) return value;
+    let kind;
+    if (value instanceof NativeMap) {
+      kind = "a Map, which JSON turns into {}; return Object.fromEntries(map), or [...map] for its entries";
+    } else if (value instanceof NativeSet) {
+      kind = "a Set, which JSON turns into {}; return [...set]";
+    } else if (value instanceof NativeError) {
+      kind = "an Error, which JSON turns into {} (its message is lost); return error.message, or String(error)";
+    } else if (isView(value) || value instanceof NativeArrayBuffer) {
+      kind = "binary data, which JSON turns into an object of indexes or {}; return Array.from(bytes)";
+    } else if (value instanceof NativeRegExp) {
+      kind = "a RegExp, which JSON turns into {}; return regexp.source, or String(regexp)";
+    } else if (value instanceof NativeWeakMap || value instanceof NativeWeakSet || objectKeys(value).length === 0) {
+      const name = "" + ((proto && proto.constructor && proto.constructor.name) || "object of no class");
+      kind = (apply(stringIncludes, "AEIOUaeiou", [name[0]]) ? "an " : "a ") + name +
+        ", which JSON turns into {}; return the plain data it holds";
+    } else {
+      return value; // an object of a class of the script's, with its fields
     }
-    return value;
+    const error = new NativeTypeError((key === "" ? "it is " : "at key " + JSON.stringify(key) +
+      " it holds ") + kind);
+    refused = error;
+    throw error;
   }
   function failed(error) {
     const parts = errorParts(error);

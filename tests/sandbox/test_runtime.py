@@ -764,10 +764,26 @@ def test_returning_a_bigint_fails_naming_json():
             "return { ok: {}, counts: [1, new Set([2])] };",
             'at key "1" it holds a Set, which JSON turns into {}; return [...set]',
         ),
+        (
+            "try { null.x; } catch (e) { e.tool = 't'; return { error: e }; }",
+            'at key "error" it holds an Error, which JSON turns into {} (its message is lost); '
+            "return error.message, or String(error)",
+        ),
+        ("return [/a+/];", 'at key "0" it holds a RegExp, which JSON turns into {}'),
+        ("return { b: new Uint8Array([1, 2]) };", 'at key "b" it holds binary data'),
+        ("return new ArrayBuffer(2);", "it is binary data"),
+        ("class Empty {}\nreturn { e: new Empty() };", 'at key "e" it holds an Empty, which'),
+        ("return { it: [1].values() };", 'at key "it" it holds an Iterator, which'),
+        (
+            "let v = 1;\nfor (let i = 0; i < 100000; i++) v = [v];\nreturn v;",
+            "it nests deeper than 128 levels of objects and arrays",
+        ),
     ],
 )
 def test_a_returned_map_or_set_fails_instead_of_reading_as_empty(code: str, said: str) -> None:
-    """JSON.stringify makes {} of a Map or a Set: returned, the model read an empty answer.
+    """JSON.stringify makes {} of a Map or a Set (an Error, a RegExp, an iterator, an object of
+    a class with no fields; an object of indexes of binary data): returned, the model read an
+    empty answer.
     The run fails saying what to return instead (a Map with a toJSON of the script's, and an
     empty object of its own, are data as before)."""
     ran = run(code)
@@ -777,6 +793,9 @@ def test_a_returned_map_or_set_fails_instead_of_reading_as_empty(code: str, said
         "a": {},
         "b": ["1970-01-01T00:00:00.000Z"],
     }
+    # an object of the script's class with fields, and one with no prototype, are data
+    code = "class P { constructor() { this.x = 1; } }\nreturn [new P(), Object.create(null)];"
+    assert value(code) == [{"x": 1}, {}]
     code = 'Map.prototype.toJSON = function () { return [...this]; };\nreturn new Map([["a", 1]]);'
     assert value(code) == [["a", 1]]
 
