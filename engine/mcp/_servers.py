@@ -225,6 +225,15 @@ class McpServers:
         hints = definition.get("annotations")
         hints = hints if isinstance(hints, Mapping) else {}
         settings = spec.tools.get(name, ToolSettings()) if isinstance(name, str) else ToolSettings()
+        # The config's word over the server's, for what a call does to the world and so for
+        # whether it waits for a person: "readOnly": false on a tool hinted read-only is a
+        # tool with effects, whose call a crash cut is never run again.
+        if settings.read_only is not None:
+            hints = {**hints, "readOnlyHint": settings.read_only}
+        if settings.idempotent is not None:
+            hints = {**hints, "idempotentHint": settings.idempotent}
+        if settings.read_only is not None or settings.idempotent is not None:
+            definition = {**definition, "annotations": hints}
         deferred = spec.deferred if settings.deferred is None else settings.deferred
         if self._declared is not None and (spec.name, name) not in self._declared:
             deferred = True  # new mid-session: reached through tool_search, the prompt holds
@@ -242,9 +251,4 @@ class McpServers:
             deferred=deferred,
             timeout=settings.timeout if settings.timeout is not None else spec.timeout,
         )
-        if settings.read_only is not None:
-            tool.read_only = settings.read_only
-        if settings.idempotent is not None:
-            tool.idempotent = settings.idempotent
-        tool.idempotent = tool.idempotent or tool.read_only
         return tool

@@ -75,6 +75,23 @@ async def test_annotations_set_approval_and_read_only(tmp_path: Path) -> None:
         assert by_name["lab__grow"].read_only
     finally:
         await overridden.aclose()
+    # "readOnly": false on a tool the server hints read-only: a tool with effects, which a
+    # crash's cut call never runs again (it was left idempotent) and a person approves
+    effects = await McpServers.start(_lab(tmp_path, tools={"add": {"readOnly": False}}))
+    try:
+        add = {t.name: t for t in effects.tools}["lab__add"]
+        assert not add.read_only and not add.idempotent
+        assert add.needs_approval
+    finally:
+        await effects.aclose()
+    idempotent = await McpServers.start(
+        _lab(tmp_path, tools={"add": {"readOnly": False, "idempotent": True}})
+    )
+    try:
+        add = {t.name: t for t in idempotent.tools}["lab__add"]
+        assert not add.read_only and add.idempotent
+    finally:
+        await idempotent.aclose()
 
 
 async def test_closing_the_engine_ends_every_session_and_child(tmp_path: Path) -> None:
