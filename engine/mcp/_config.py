@@ -29,6 +29,7 @@ other servers are still usable.
 from __future__ import annotations
 
 import math
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,10 +100,20 @@ class ServerSpec:
         return "stdio" if self.command is not None else "http"
 
     def where(self) -> str:
-        """How the server is reached, for messages: its command line or its URL."""
+        """How the server is reached, for messages, which a model may read: its command
+        without its arguments, or its URL without credentials, query or fragment (a key
+        given as ``--api-key sk-...`` or ``?api_key=...`` stays in the config)."""
         if self.command is not None:
-            return " ".join([self.command, *self.args])
-        return str(self.url)
+            return f"{self.command} ..." if self.args else self.command
+        parts = urllib.parse.urlsplit(str(self.url))
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        try:
+            port = f":{parts.port}" if parts.port is not None else ""
+        except ValueError:
+            port = ""
+        return urllib.parse.urlunsplit((parts.scheme, host + port, parts.path, "", ""))
 
     def needs_approval(self, name: str, annotations: Mapping[str, Any]) -> bool:
         """Whether a call of tool ``name`` waits for a person (its annotations, then config)."""

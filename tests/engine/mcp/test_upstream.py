@@ -51,6 +51,62 @@ def test_config_problems_name_the_server() -> None:
     assert all(str(p).startswith(f"MCP server {p.server!r}: ") for p in problems)
 
 
+def test_where_a_server_is_names_no_secret_of_its_config() -> None:
+    """The text that says how a server is reached is in errors a model reads: a key in its
+    arguments or its URL stays in the config."""
+    specs, problems = parse_servers(
+        {
+            "mcpServers": {
+                "cmd": {"command": "svc", "args": ["--api-key", "sk-live-SECRET"]},
+                "bare": {"command": "svc"},
+                "web": {"url": "https://user:pw@example.com:8443/mcp?api_key=SECRET#frag"},
+                "v6": {"url": "http://[::1]:9000/mcp?token=SECRET"},
+            }
+        }
+    )
+    assert not problems
+    wheres = {spec.name: spec.where() for spec in specs}
+    assert wheres == {
+        "cmd": "svc ...",
+        "bare": "svc",
+        "web": "https://example.com:8443/mcp",
+        "v6": "http://[::1]:9000/mcp",
+    }
+
+
+async def test_a_lost_server_is_named_without_its_arguments(tmp_path: Path) -> None:
+    """A server that dies during a call: the script's error names it, not its command line
+    (which may hold a key)."""
+    script = tmp_path / "dies.py"
+    script.write_text(
+        "from mcp.server.mcpserver import MCPServer\n"
+        "server = MCPServer('dies')\n"
+        "@server.tool()\n"
+        "def die() -> str:\n"
+        "    import os\n"
+        "    os._exit(3)\n"
+        "server.run()\n"
+    )
+    servers = await McpServers.start(
+        {
+            "mcpServers": {
+                "svc": {
+                    "command": sys.executable,
+                    "args": [str(script), "--api-key", "sk-live-SECRET123"],
+                    "approval": "never",
+                }
+            }
+        }
+    )
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        result = await engine.run_code("return await tools.svc__die({})")
+        assert result.status == "failed" and "'svc'" in result.text, result.text
+        assert "SECRET" not in result.text and f"({sys.executable} ...)" in result.text
+    finally:
+        await engine.aclose()
+
+
 async def test_annotations_set_approval_and_read_only(tmp_path: Path) -> None:
     servers = await McpServers.start(_lab(tmp_path))
     engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
