@@ -13,7 +13,7 @@ import dataclasses
 import enum
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import jsonschema_rs
@@ -236,12 +236,16 @@ def _describe(e: jsonschema_rs.ValidationError) -> str:
             return f"expected a number < {limit}, got {_quote(e.instance)}"
         case jsonschema_rs.ValidationErrorKind.Format(format=fmt):
             return f"expected a {fmt} string, got {_quote(e.instance)}"
-        case jsonschema_rs.ValidationErrorKind.AnyOf():
-            return f"a {got} that matches none of the allowed shapes"
-        case jsonschema_rs.ValidationErrorKind.OneOfNotValid():
-            return f"a {got} that matches none of the allowed shapes"
+        case (
+            jsonschema_rs.ValidationErrorKind.AnyOf(context=branches)
+            | jsonschema_rs.ValidationErrorKind.OneOfNotValid(context=branches)
+        ):
+            types = _types_wanted(branches, e.instance_path)
+            if types:
+                return f"expected {' or '.join(types)}, got {got}"
+            return f"{_a(got)} that matches none of the allowed shapes"
         case jsonschema_rs.ValidationErrorKind.OneOfMultipleValid():
-            return f"a {got} that matches more than one of the allowed shapes"
+            return f"{_a(got)} that matches more than one of the allowed shapes"
         case jsonschema_rs.ValidationErrorKind.FalseSchema():
             return "no value is allowed here"
         case _:
@@ -254,7 +258,7 @@ def validation_problems(validator: jsonschema_rs.Validator, instance: Any) -> st
     """
     problems: list[str] = []
     total = 0
-    for error in validator.iter_errors(instance):
+    for error in _explained(validator.iter_errors(instance)):
         total += 1
         if len(problems) < MAX_ERRORS_SHOWN:
             path = error.instance_path
@@ -272,6 +276,47 @@ def validation_problems(validator: jsonschema_rs.Validator, instance: Any) -> st
     if more > 0:
         problems.append(f"and {more}{'+' if total > 50 else ''} more")
     return "; ".join(problems)
+
+
+def _explained(errors: Iterator[jsonschema_rs.ValidationError]) -> Iterator[Any]:
+    """``errors``, each ``anyOf``/``oneOf`` that one shape alone could fit given its value's
+    type (``list[int] | None`` given a list) as that shape's own errors, at their paths:
+    ``at items[1]: expected integer, got string`` rather than "an array that matches none of
+    the allowed shapes"."""
+    for error in errors:
+        kind = error.kind
+        if isinstance(
+            kind,
+            jsonschema_rs.ValidationErrorKind.AnyOf
+            | jsonschema_rs.ValidationErrorKind.OneOfNotValid,
+        ):
+            fitting = [
+                branch
+                for branch in kind.context
+                if not (
+                    len(branch) == 1
+                    and branch[0].kind.name == "type"
+                    and branch[0].instance_path == error.instance_path
+                )
+            ]
+            if len(fitting) == 1 and fitting[0]:
+                yield from _explained(iter(fitting[0]))
+                continue
+        yield error
+
+
+def _types_wanted(branches: list[list[Any]], path: list[str | int]) -> list[str]:
+    """The types an ``anyOf``'s shapes take, when each failed only on the value's type
+    (``int | None`` given a string); else none."""
+    types: list[str] = []
+    for branch in branches:
+        if len(branch) != 1 or branch[0].instance_path != path:
+            return []
+        kind = branch[0].kind
+        if not isinstance(kind, jsonschema_rs.ValidationErrorKind.Type):
+            return []
+        types += [t for t in kind.types if t not in types]
+    return types
 
 
 def _at_object(path: list[str | int]) -> str:

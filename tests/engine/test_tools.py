@@ -48,6 +48,46 @@ def call_error(t: Tool, arguments: Any) -> str:
     return str(info.value)
 
 
+def test_an_optional_parameters_error_is_the_one_of_the_shape_its_value_takes() -> None:
+    """Every ``x: T | None`` is an ``anyOf``: a list given for ``list[int] | None`` is wrong
+    where the list is wrong, not "an array that matches none of the allowed shapes"."""
+
+    @tool
+    def typed(items: list[int] | None = None, limit: int | None = None, name: str = "") -> str:
+        """Take typed arguments."""
+        return "ok"
+
+    assert call_error(typed, {"items": [1, "two"]}) == (
+        "tools.typed: invalid arguments: at items[1]: expected integer, got string"
+    )
+    assert call_error(typed, {"items": "1,2", "limit": "5"}) == (
+        "tools.typed: invalid arguments: at items: expected array or null, got string; "
+        "at limit: expected integer or null, got string"
+    )
+    either = Tool(
+        name="either",
+        description="Take either.",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "v": {"anyOf": [{"type": "string", "minLength": 3}, {"type": "integer"}]},
+                "w": {"oneOf": [{"type": "integer"}, {"type": "number"}]},
+            },
+        },
+        handler=lambda **kw: kw,
+    )
+    assert call_error(either, {"v": "ab"}) == (
+        "tools.either: invalid arguments: at v: expected at least 3 characters"
+    )
+    assert call_error(either, {"v": [1]}) == (
+        "tools.either: invalid arguments: at v: expected string or integer, got array"
+    )
+    assert call_error(either, {"w": 1}) == (
+        "tools.either: invalid arguments: at w: an integer that matches more than one of the "
+        "allowed shapes"
+    )
+
+
 # --- models used by the typed tools below (module level, so annotations resolve) -----------
 
 
