@@ -121,6 +121,11 @@ def default_line_memory() -> int:
 _Answer = tuple[bytes, bool, "_Held | None"]
 
 
+# What the log says of a hello that does not parse: the peer is told why, with the line's
+# text, which may hold the service's token (a client's, one character off), so the log not.
+_UNLOGGED = "a malformed hello (its text is not logged: it may hold a token)"
+
+
 @dataclass(eq=False)
 class _Held:
     """A live process that waits, on one client's connection, for its calls' results."""
@@ -503,8 +508,9 @@ class RunnerService:
             self._connections.discard(task)
             await conn.close(linger=0 if self.draining else 0.5)
 
-    async def _refuse(self, conn: wire.Channel, why: str) -> None:
-        log.warning("%s: refused: %s", conn.peer, why)
+    async def _refuse(self, conn: wire.Channel, why: str, logged: str | None = None) -> None:
+        """Tell the peer ``why`` and log it (or ``logged``: what may be logged of it)."""
+        log.warning("%s: refused: %s", conn.peer, why if logged is None else logged)
         with contextlib.suppress(wire.PeerGone, TimeoutError):
             async with asyncio.timeout(1.0):
                 await conn.send(wire.encode(wire.Refused(error=why)))
@@ -573,14 +579,14 @@ class RunnerService:
             await self._refuse(conn, f"no hello within {timeout:g} s")
             return None
         except wire.WireError as e:
-            await self._refuse(conn, f"a bad hello: {e}")
+            await self._refuse(conn, f"a bad hello: {e}", _UNLOGGED)
             return None
         if line is None:
             return None
         try:
             hello: wire.Hello = wire.decode(line, ("hello",))
         except wire.WireError as e:
-            await self._refuse(conn, f"the first message must be hello: {e}")
+            await self._refuse(conn, f"the first message must be hello: {e}", _UNLOGGED)
             return None
         if self._token is not None and not hello.token:
             await self._refuse(conn, "no token: hello must carry the service's token")

@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import re
 import time
+import urllib.parse
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
@@ -129,7 +130,7 @@ class PostgresStore(SqlStore):
     def _open_failed(self, psycopg: Any, error: BaseException) -> str:
         """Why the log could not be opened, and the fix: the server's answer names what is
         wrong with the schema, the rights or the connection, each its own fix."""
-        said = _first_line(error)
+        said = _without_secrets(_first_line(error), self.dsn)
         errors = psycopg.errors
         if isinstance(error, errors.InsufficientPrivilege):
             return (
@@ -655,6 +656,26 @@ def _forget(task: asyncio.Future[Any]) -> None:
     it as never retrieved)."""
     if not task.cancelled():
         task.exception()
+
+
+# A dsn's password: a URL's (postgresql://user:PASSWORD@host), or a keyword's
+# (password=PASSWORD, or quoted).
+_PASSWORDS = (
+    re.compile(r"://[^/@:]*:([^@/]+)@"),
+    re.compile(r"\bpassword\s*=\s*'((?:[^'\\]|\\.)*)'"),
+    re.compile(r"\bpassword\s*=\s*([^\s']\S*)"),
+)
+
+
+def _without_secrets(text: str, dsn: str) -> str:
+    """``text`` (a driver's error, which may quote the dsn or a piece of it) without the
+    dsn's password, whole or percent-decoded."""
+    for pattern in _PASSWORDS:
+        for found in pattern.findall(dsn):
+            for secret in {found, urllib.parse.unquote(found)}:
+                if len(secret) >= 3:  # shorter, it would blot out the text itself
+                    text = text.replace(secret, "***")
+    return text
 
 
 def _first_line(error: BaseException) -> str:

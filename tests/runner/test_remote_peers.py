@@ -83,6 +83,24 @@ async def test_a_hello_whose_version_is_no_number_is_refused(service: RunnerServ
     await still_serves(service)
 
 
+async def test_a_malformed_hellos_text_is_not_logged(
+    service: RunnerService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hello that does not parse may hold the token (a client's, one character off, or
+    this one's with junk after it): the peer is told, the log does not repeat its text."""
+    for line in (
+        b'{"hello": {"token": "SECRET-hunter2", "version": 2}} {"x": 1}\n',
+        b'{"hello": {"token": "SECRET-hunter2", "version": true}}\n',
+    ):
+        client = await RawClient.connect(service.address)
+        await client.send(line)
+        answer = await client.receive()
+        assert "refused" in answer, answer
+    assert "SECRET" not in caplog.text
+    assert "a malformed hello (its text is not logged: it may hold a token)" in caplog.text
+    await still_serves(service)
+
+
 async def test_not_json(service: RunnerService) -> None:
     client = await RawClient.connect(service.address)
     await client.send(b"GET / HTTP/1.1\r\n\r\n")

@@ -344,6 +344,25 @@ async def test_postgres_mistake_in_the_dsn_says_what_the_server_said(
     assert not [r for r in caplog.records if r.name.startswith("psycopg")]
 
 
+@pytest.mark.parametrize(
+    ("dsn", "secret"),
+    [
+        ("postgresql://codemode:s3cr%zzet@127.0.0.1:1/postgres", "s3cr"),
+        ("host=127.0.0.1 port=1 password='hunter 22' dbname=x junk", "hunter"),
+    ],
+)
+async def test_postgres_errors_leave_the_dsns_password_out(dsn: str, secret: str) -> None:
+    """The driver's reason may quote the dsn (a bad percent escape in its password): the
+    error, which a CLI prints and a host logs, says it without the password."""
+    store = PostgresStore(dsn, connect_timeout=5)
+    try:
+        with pytest.raises(ConfigError) as caught:
+            await store.scripts()
+    finally:
+        await store.aclose()
+    assert secret not in str(caught.value) and "[codemode.store] dsn" in str(caught.value)
+
+
 async def test_sqlite_log_damaged_after_it_opened_is_one_clear_error(tmp_path: Path) -> None:
     """A log whose pages were damaged (a disk fault, a copy cut short) but whose header still
     opens fails its first read with StoreUnavailable naming the file and what to do, not
