@@ -143,9 +143,16 @@ class SqliteStore(SqlStore):
                     f"{version}; this one reads up to {SCHEMA_VERSION}): upgrade codemode"
                 )
             if version < SCHEMA_VERSION:
-                _migrate(db, version)
-                for statement in schema.statements("sqlite"):
-                    db.execute(statement)
+                try:
+                    _migrate(db, version)
+                    for statement in schema.statements("sqlite"):
+                        db.execute(statement)
+                except sqlite3.DatabaseError as e:
+                    # Tables of the names codemode uses, that codemode did not make.
+                    raise ConfigError(
+                        f"the session log {self.path} has tables codemode did not make ({e}): "
+                        "if it is no codemode log, give data_dir a directory of its own"
+                    ) from None
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except BaseException:
             db.execute("ROLLBACK")

@@ -226,6 +226,31 @@ async def test_sqlite_refuses_a_newer_log(tmp_path: Path) -> None:
         SqliteStore(tmp_path)
 
 
+@pytest.mark.parametrize(
+    "foreign",
+    ["CREATE TABLE scripts(id INTEGER PRIMARY KEY)", "CREATE VIEW calls AS SELECT 1 AS id"],
+)
+def test_sqlite_refuses_a_file_with_tables_of_another_application(
+    tmp_path: Path, foreign: str
+) -> None:
+    """A SQLite file of another program's, with a table named as codemode names one, is one
+    error saying so (it was sqlite3.OperationalError: no such column: created_ms), and the
+    file is left as it was."""
+    db = sqlite3.connect(tmp_path / SqliteStore.FILE_NAME)
+    db.execute(foreign)
+    db.close()
+    with pytest.raises(
+        ConfigError, match=r"has tables codemode did not make .*directory of its own"
+    ):
+        SqliteStore(tmp_path)
+    db = sqlite3.connect(tmp_path / SqliteStore.FILE_NAME)
+    assert db.execute("PRAGMA user_version").fetchone() == (0,)
+    assert [r[0] for r in db.execute("SELECT name FROM sqlite_master ORDER BY 1")] == [
+        "calls" if "VIEW" in foreign else "scripts"
+    ]
+    db.close()
+
+
 def test_sqlite_data_dir_that_is_a_file(tmp_path: Path) -> None:
     path = tmp_path / "sess.v1"
     path.write_text("not a directory")
