@@ -52,9 +52,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
+from engine import log
 from engine._codemode import CodeMode, RunResult, check_ids
 from engine._config import Config, build_runner
 from engine._errors import (
+    CallNotWaiting,
     CodeModeError,
     ConfigError,
     StepUnavailable,
@@ -71,6 +73,7 @@ from engine._tools import Tool
 from engine.adapters import FORMATS
 from engine.languages import LANGUAGES
 from engine.log import LogStore, ScriptRecord, SqliteStore
+from engine.log._rules import not_waiting
 from runner import FileReader, ScriptRunner, Step
 
 if TYPE_CHECKING:
@@ -746,11 +749,30 @@ async def _resume_with(args: argparse.Namespace, listeners: list[Listener]) -> R
         if args.approve or args.reject:
             # Before any answer is recorded: a resume this host refuses changes nothing.
             await engine.check_tools(args.script_id)
+            await _check_answers(engine, args)
         for call_id in args.approve:
             await engine.approve(args.script_id, call_id)
         for call_id in args.reject:
             await engine.reject(args.script_id, call_id, args.message)
         return await engine.resume(args.script_id)
+
+
+async def _check_answers(engine: CodeMode, args: argparse.Namespace) -> None:
+    """Refuse, before any is recorded, answers that could not all be: a call named twice
+    (``--approve A --reject A``) or one that waits for no approval. Another host may still
+    answer one first; that answer's CallNotWaiting says so."""
+    named = [*args.approve, *args.reject]
+    twice = sorted({c for c in named if named.count(c) > 1})
+    if twice:
+        raise CallNotWaiting(f"call {twice[0]!r} is given more than one answer; give each call one")
+    states = {entry.call_id: entry.state for entry in await engine.store.calls(args.script_id)}
+    for call_id in named:
+        if call_id not in states:
+            raise CallNotWaiting.no_call(args.script_id, call_id)
+        if states[call_id] != log.AWAITING_APPROVAL:
+            raise CallNotWaiting(
+                not_waiting(args.script_id, call_id, states[call_id], log.AWAITING_APPROVAL)
+            )
 
 
 async def _describe(args: argparse.Namespace) -> int:

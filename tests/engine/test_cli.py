@@ -174,6 +174,16 @@ def test_paused_script_resumes_through_the_cli(tmp_path: Path) -> None:
         )
         assert refused.returncode == 2, refused
         one_clear_line(refused, "github__comment, which this host does not have")
+    # Answers that cannot all be recorded record none: a call given two answers, or an id
+    # that is no call of the script's next to one that is.
+    tracker = ("--tools", "examples/tracker_tools.py", "--data-dir", data)
+    for answers, said in (
+        (("--approve", call_id, "--reject", call_id), "is given more than one answer"),
+        (("--approve", call_id, "--approve", "call_typo"), "has no call 'call_typo'"),
+    ):
+        refused = codemode("resume", paused["script_id"], *answers, *tracker)
+        assert refused.returncode == 2, refused
+        one_clear_line(refused, said)
     shown = codemode("show", paused["script_id"], "--data-dir", data, "--json")
     assert [c["state"] for c in json.loads(shown.stdout)["calls"]] == ["awaiting_approval"]
     second = codemode(
