@@ -556,14 +556,21 @@
       if (!callRecords.has(promise)) reasons[reasons.length] = reason;
     }]);
     apply(mapClear, unhandled, []);
-    const more = reasons.length - UNHANDLED_SHOWN + unhandledMore;
+    const shown = reasons.length < UNHANDLED_SHOWN ? reasons.length : UNHANDLED_SHOWN;
+    const more = reasons.length - shown + unhandledMore; // the last line shown counts them
     unhandledMore = 0;
-    for (let i = 0; i < reasons.length && i < UNHANDLED_SHOWN; i++) {
+    for (let i = 0; i < shown; i++) {
       const parts = errorParts(reasons[i]), name = parts.name, message = parts.message;
-      const last = i === UNHANDLED_SHOWN - 1 && more > 0;
+      const last = i === shown - 1 && more > 0;
       host.untaken("an async function or promise" + (last ? " (and " + more + " more like it)" : ""),
         wellFormed(name === "Uncaught" ? message : message ? name + ": " + message : name),
         wellFormed(parts.stack));
+    }
+    if (shown === 0 && more > 0) {
+      // Every one kept was handled later; those past the kept ones have no reason.
+      host.untaken("an async function or promise" + (more > 1 ? " (and " + (more - 1) +
+        " more like it)" : ""), "its error was not kept (over " + UNHANDLED_KEPT +
+        " failed unawaited at once)", "");
     }
   }
   // Made at a run's first call (about 10 us), not at its start: a run without calls pays none.

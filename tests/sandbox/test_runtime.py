@@ -1522,6 +1522,21 @@ def test_many_unhandled_rejections_show_ten_lines_and_keep_a_bounded_heap() -> N
         "for (let i = 0; i < 3000; i++) { const p = Promise.reject(i); if (i % 2) p.catch(() => 0); }"
     )
     assert ran.printed.count("\n") == 10 and "(and 1490 more like it)" in ran.printed, ran.printed
+    # Past the hundred kept, handled later: those still unhandled are counted on the lines
+    # there are, or on one of their own when no kept one is left.
+    make = "const ps = [];\nfor (let i = 0; i < {}; i++) ps.push(Promise.reject(new Error('r' + i)));\n"
+    ran = run(make.format(105) + "for (const p of ps.slice(0, 97)) p.catch(() => {});")
+    assert ran.printed.splitlines() == [
+        "line 2: " + UNHANDLED.format("Error: r97"),
+        "line 2: " + UNHANDLED.format("Error: r98"),
+        "line 2: Warning: an async function or promise (and 5 more like it) failed and nothing "
+        "awaited it: Error: r99",
+    ]
+    ran = run(make.format(103) + "for (const p of ps.slice(0, 100)) p.catch(() => {});")
+    assert ran.printed == (
+        "Warning: an async function or promise (and 2 more like it) failed and nothing awaited "
+        "it: its error was not kept (over 100 failed unawaited at once)\n"
+    )
 
 
 def test_a_script_that_replaces_maps_methods_keeps_its_unhandled_lines() -> None:
