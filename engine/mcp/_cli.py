@@ -298,4 +298,6 @@ def _address(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"--http {text!r}: give HOST:PORT, such as 127.0.0.1:8765")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]  # [::1]:8765, as URLs write an IPv6 address (and as it is shown)
     return host or "127.0.0.1", int(port)

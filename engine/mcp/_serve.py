@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 
 from engine._codemode import CodeMode
-from engine._errors import CallNotWaiting, CodeModeError
+from engine._errors import CallNotWaiting, CodeModeError, ConfigError
 from engine._events import Event
 from engine._result import RunResult
 from engine._tools import Tool
@@ -301,9 +301,17 @@ class CodeModeServer:
         app = server.streamable_http_app(streamable_http_path=path, host=host)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(128)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(128)
+        except OSError as e:  # in use, no such host, an address not of this machine
+            sock.close()
+            why = e.strerror or str(e)
+            raise ConfigError(
+                f"--http {host}:{port}: cannot listen there ({why}); give a free port (0 takes "
+                "one) on an address of this machine"
+            ) from None
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         config = uvicorn.Config(

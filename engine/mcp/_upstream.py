@@ -17,6 +17,7 @@ import contextlib
 import logging
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 from engine._errors import ToolCallError
@@ -299,8 +300,11 @@ class Upstream:
         except MCPError as e:
             if lost.is_set():
                 raise self._lost_during(tool) from None
+            # One line: over HTTP the SDK's message for an answer it cannot parse is a whole
+            # pydantic report, links included.
+            lines = str(e.message).strip().splitlines() or ["(no message)"]
             raise ToolCallError(
-                f"the MCP server {self.name!r} refused the call: {e.message}"
+                f"the MCP server {self.name!r} refused the call: {lines[0][:500]}"
             ) from None
         except (ValueError, RuntimeError) as e:
             # The SDK's checks of the answer (a pydantic ValidationError for a result that
@@ -410,6 +414,8 @@ def _describe(
             "hand to see why"
         )
     if isinstance(error, FileNotFoundError) and spec.command is not None:
+        if spec.cwd is not None and not Path(spec.cwd).is_dir():
+            return f'cannot start {spec.command!r}: its "cwd" {str(spec.cwd)!r} is no directory'
         return f'cannot start {spec.command!r}: no such command; check "command" and PATH'
     if isinstance(error, PermissionError) and spec.command is not None:
         return f"cannot start {spec.command!r}: permission denied"

@@ -11,6 +11,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -507,3 +508,26 @@ def test_mcp_serve_says_what_it_serves(tmp_path: Path) -> None:
     proc = codemode(tmp_path, "mcp", "serve", "--tools", "tools.py", stdin="")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines()[0] == "codemode: serving MCP on stdio over 1 tool of tools.py"
+
+
+def test_mcp_serve_over_http_where_it_cannot_listen_says_so(tmp_path: Path) -> None:
+    """A port in use, a host that does not resolve: one line and exit 2, not a traceback;
+    and [::1]:PORT is taken as the URL form it prints."""
+    (tmp_path / "tools.py").write_text(
+        "def add(a: int, b: int) -> int:\n    'Add.'\n    return a + b\n\nTOOLS = [add]\n"
+    )
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        for address, why in ((f"127.0.0.1:{port}", "in use"), ("nohost.invalid:1234", "")):
+            proc = codemode(tmp_path, "mcp", "serve", "--tools", "tools.py", "--http", address)
+            assert proc.returncode == 2, proc
+            lines = proc.stderr.strip().splitlines()
+            assert len(lines) == 1 and "cannot listen there" in lines[0] and why in lines[0], lines
+    finally:
+        taken.close()
+    from engine.mcp._cli import _address
+
+    assert _address("[::1]:8765") == ("::1", 8765)

@@ -258,11 +258,16 @@ async def test_a_result_that_breaks_mcp_and_a_listing_never_answered(tmp_path: P
     read_only = {"readOnlyHint": True}
     tools = [
         {"name": n, "inputSchema": {"type": "object"}, "annotations": read_only}
-        for n in ("badresult", "change", "echo")
+        for n in ("badresult", "change", "echo", "refuse")
     ]
     servers = await McpServers.start(_raw(tmp_path, tools, initTimeout=1))
     engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
     try:
+        refused = await engine.run_code(
+            "try { await tools.raw__refuse({}) } catch (e) { return e.message }"
+        )
+        # One line of the server's report (over HTTP the SDK's is pydantic's, with links).
+        assert refused.value == "the MCP server 'raw' refused the call: cannot do it:", refused.text
         bad = await engine.run_code(
             "try { await tools.raw__badresult({}) } catch (e) { return e.message }"
         )
@@ -279,7 +284,12 @@ async def test_a_result_that_breaks_mcp_and_a_listing_never_answered(tmp_path: P
             60,
         )
         assert changed.value == ["change", "echo"], changed.text
-        assert [t.name for t in engine.tools] == ["raw__badresult", "raw__change", "raw__echo"]
+        assert [t.name for t in engine.tools] == [
+            "raw__badresult",
+            "raw__change",
+            "raw__echo",
+            "raw__refuse",
+        ]
     finally:
         await engine.aclose()
 
@@ -441,3 +451,20 @@ async def test_closing_does_not_wait_for_a_server_being_restarted(tmp_path: Path
     assert not [
         p for p in psutil.Process().children(recursive=True) if str(LAB) in " ".join(p.cmdline())
     ]
+
+
+def test_a_cwd_that_is_no_directory_is_named_not_the_command() -> None:
+    """The OS says "no such file" for a missing cwd as for a missing command."""
+    from engine.mcp._upstream import _describe
+
+    specs, problems = parse_servers(
+        {"mcpServers": {"x": {"command": sys.executable, "cwd": "/nonexistent/dir"}}}
+    )
+    assert not problems
+    said = _describe(FileNotFoundError(2, "No such file or directory"), specs[0])
+    assert (
+        said == f"cannot start {sys.executable!r}: its \"cwd\" '/nonexistent/dir' is no directory"
+    )
+    specs, _ = parse_servers({"mcpServers": {"x": {"command": "no-such-command-here"}}})
+    said = _describe(FileNotFoundError(2, "No such file or directory"), specs[0])
+    assert "no such command" in said
