@@ -35,6 +35,10 @@ MAX_RECONNECT_DELAY = 30.0
 RECONNECT_WAIT = 30.0
 # Tool listings are paged; a server that pages past this many is not listed further.
 MAX_PAGES = 100
+# Listings one announcement of changed tools leads to, back to back, when more come while
+# one runs: a server that announces changes faster than it lists them would hold every call
+# (each waits for the listing) for ever; the next announcement starts listing again.
+MAX_RELISTS = 3
 
 
 class Upstream:
@@ -240,7 +244,9 @@ class Upstream:
         session = self._session
         if session is None:
             return
-        while self._stale:
+        for _ in range(MAX_RELISTS):
+            if not self._stale:
+                break
             self._stale = False
             try:
                 # Bounded as the first listing is: a server that announces a change and
@@ -270,11 +276,13 @@ class Upstream:
 
     # ---- calls ----
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> Any:
+    async def call(self, tool: str, arguments: dict[str, Any], *, again: bool = True) -> Any:
         """Call ``tool`` on the server; its ``CallToolResult`` (unwrapped by the caller).
 
         Raises :class:`ToolCallError` naming the server when it is not connected, when its
-        connection ends during the call, or when it answers with a protocol error.
+        connection ends during the call, or when it answers with a protocol error. A server
+        over HTTP that no longer knows its session (it restarted) refused the call before
+        running it: the session is made anew and the call sent once more (``again``).
         """
         from mcp.shared.exceptions import MCPError
 
@@ -300,6 +308,22 @@ class Upstream:
         except MCPError as e:
             if lost.is_set():
                 raise self._lost_during(tool) from None
+            if again and self.spec.url is not None and _session_gone(e):
+                logger.warning(
+                    "MCP server %r no longer knows its session (it restarted?); reconnecting",
+                    self.name,
+                )
+                lost.set()  # the connection's task sees it, and connects anew
+                try:
+                    async with asyncio.timeout(RECONNECT_WAIT):
+                        while self._lost is lost or not self._connected.is_set():
+                            await asyncio.sleep(0.05)
+                except TimeoutError:
+                    raise ToolCallError(
+                        f"the MCP server {self.name!r} lost its session and is not connected "
+                        "again yet; the call was not run: try it again later"
+                    ) from None
+                return await self.call(tool, arguments, again=False)
             # One line: over HTTP the SDK's message for an answer it cannot parse is a whole
             # pydantic report, links included.
             lines = str(e.message).strip().splitlines() or ["(no message)"]
@@ -330,6 +354,15 @@ class Upstream:
 
 class _Lost(Exception):
     pass
+
+
+def _session_gone(error: Any) -> bool:
+    """Whether an HTTP server's error says it does not know the session (HTTP 404 for a
+    session id: the SDK's server says "Session not found", the client "Session terminated")."""
+    message = str(getattr(error, "message", "") or "").lower()
+    return "session" in message and any(
+        word in message for word in ("not found", "terminated", "expired", "unknown")
+    )
 
 
 def _summary(error: BaseException) -> str:

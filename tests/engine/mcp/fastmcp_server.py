@@ -2,6 +2,7 @@
 
     python fastmcp_server.py DIR           # over stdio
     python fastmcp_server.py DIR --http    # over streamable HTTP; prints its URL first
+    python fastmcp_server.py DIR --http --port N   # on port N (a restart on the same URL)
 
 ``DIR`` is where ``hang`` writes its process id, so a test can kill this server mid-call.
 While ``DIR/mute`` exists, the server starts and never answers (it writes ``DIR/muted``).
@@ -101,8 +102,10 @@ def serve_http() -> None:
 
     import uvicorn
 
+    port = int(sys.argv[sys.argv.index("--port") + 1]) if "--port" in sys.argv else 0
     sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
     sock.listen(16)
     print(f"http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
     app = server.streamable_http_app()

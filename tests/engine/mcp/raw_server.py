@@ -8,8 +8,9 @@
 It answers ``initialize``; ``tools/list`` with the text of TOOLS.json as its ``tools``, sent
 as it is (an invalid definition, nesting too deep to parse), or a page of PAGES.json (the
 next page's cursor is its index); ``tools/call`` with the name and arguments it got, as JSON
-text, but for four tools: ``badresult`` is answered with ``content`` that is not a list,
-``refuse`` with an error whose message has three lines,
+text, but for five tools: ``badresult`` is answered with ``content`` that is not a list,
+``refuse`` with an error whose message has three lines, ``spam`` is answered and from then
+on every listing is slow and says first that the tools changed again,
 ``change`` is answered, then announced as changed (``list_changed``), and no ``tools/list``
 after that is answered, and ``crash`` starts a process that holds the server's stdout
 (``sleep``), then exits without an answer. Any other request gets an error. A server that breaks MCP is what
@@ -22,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 TEXT = Path(sys.argv[1]).read_text()
@@ -38,6 +40,7 @@ if MODE == "--banner":  # as a server that logs to stdout: text that is no messa
     send("Starting server v1.0 ...")
     send("listening on stdio")
 hang_listings = False
+spamming = False  # after a call of `spam`: each listing is slow, and says the tools changed
 for line in sys.stdin:
     message = json.loads(line)
     if "id" not in message:
@@ -54,6 +57,9 @@ for line in sys.stdin:
     elif message.get("method") == "tools/list":
         if hang_listings:
             continue
+        if spamming:
+            send('{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}')
+            time.sleep(0.05)
         page = int(params.get("cursor") or 0) if MODE == "--pages" else 0
         more = page + 1 < len(PAGES) or MODE == "--endless"
         cursor = f', "nextCursor": "{page + 1}"' if more else ""
@@ -74,5 +80,8 @@ for line in sys.stdin:
         if params.get("name") == "change":
             send('{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}')
             hang_listings = True
+        if params.get("name") == "spam":
+            send('{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}')
+            spamming = True
     else:
         send(head + '"error": {"code": -32601, "message": "not here"}}')

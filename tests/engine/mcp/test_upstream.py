@@ -205,6 +205,45 @@ async def test_a_streamable_http_server_with_headers(tmp_path: Path) -> None:
             await process.wait()
 
 
+async def test_an_http_server_that_restarted_gets_a_new_session(tmp_path: Path) -> None:
+    """A server over HTTP that restarts while the engine is idle no longer knows its
+    session: its 404 ("Session not found") made every later call fail for ever. The call it
+    refused (it ran nothing) is sent again on a new session."""
+
+    async def start(port: str) -> tuple[asyncio.subprocess.Process, str]:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, str(LAB), str(tmp_path), "--http", "--port", port,
+            stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert process.stdout is not None
+        async with asyncio.timeout(60):
+            return process, (await process.stdout.readline()).decode().strip()
+
+    process, url = await start("0")
+    engine = None
+    try:
+        servers = await McpServers.start({"mcpServers": {"lab": {"url": url}}})
+        assert not servers.problems, servers.problems
+        engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+        first = await engine.run_code("return await tools.lab__add({a: 1, b: 2})")
+        assert first.value == {"result": 3}, first.text
+        process.kill()
+        await process.wait()
+        process, again = await start(url.rsplit(":", 1)[1].split("/")[0])
+        assert again == url
+        for n in range(2):
+            result = await asyncio.wait_for(
+                engine.run_code(f"return await tools.lab__add({{a: {n}, b: 10}})"), 60
+            )
+            assert result.value == {"result": n + 10}, result.text
+    finally:
+        if engine is not None:
+            await engine.aclose()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
 async def test_a_message_too_large_ends_the_connection_and_names_the_server(
     tmp_path: Path,
 ) -> None:
@@ -290,6 +329,31 @@ async def test_a_result_that_breaks_mcp_and_a_listing_never_answered(tmp_path: P
             "raw__echo",
             "raw__refuse",
         ]
+    finally:
+        await engine.aclose()
+
+
+async def test_a_server_that_says_its_tools_changed_again_and_again_holds_no_call(
+    tmp_path: Path,
+) -> None:
+    """A server that announces changed tools while each listing runs: the listings one
+    announcement leads to are bounded, so a call returns with the server's answer (it waited
+    out its timeout, the listings never ending)."""
+    tools = [
+        {"name": n, "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
+        for n in ("spam", "echo")
+    ]
+    servers = await McpServers.start(_raw(tmp_path, tools, timeout=20))
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        result = await asyncio.wait_for(
+            engine.run_code(
+                "const a = await tools.raw__spam({});\n"
+                "return [a.called, (await tools.raw__echo({})).called];"
+            ),
+            15,
+        )
+        assert result.value == ["spam", "echo"], result.text
     finally:
         await engine.aclose()
 
