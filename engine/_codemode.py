@@ -83,6 +83,7 @@ from engine.languages.python import PythonTypeChecker, check_stubs
 from runner import ScriptRunner, Step
 from sandbox import protocol
 from sandbox.names import closest_names
+from sandbox.replay import source_lines
 
 if TYPE_CHECKING:
     from engine.mcp import McpServers
@@ -544,7 +545,7 @@ class CodeMode(StepLoop):
     async def _refused(self, drive: Drive, checked: Checked) -> RunResult:
         """End a script the type check refused: it never ran, and no call was made."""
         record = drive.record
-        lines = record.code.split("\n")
+        lines = source_lines(record.code, record.language)
         error = protocol.ScriptError(
             name="TypeCheckError",
             message=checked.message(),

@@ -178,7 +178,7 @@ class Replay(abc.ABC):
         self.printed = _Printed()
         self.outcome: tuple[str, Any] | None = None
         self.ended = False
-        self.script_lines = script.code.split("\n")
+        self.script_lines = source_lines(script.code, script.language)
         # run_code is never callable from a script, even when a host lists it.
         self.tool_names = [name for name in script.tools if name != RUN_CODE]
         self._cpu0 = cpu_ms()
@@ -566,6 +566,20 @@ def warning_line(line: int, category: str, message: str) -> str:
     ``line 3: RuntimeWarning: message`` and a newline."""
     where = f"line {line}: " if line else ""
     return f"{where}{category}: {message}\n"
+
+
+# What ends a line of a script, as its language counts lines (the numbers in its errors):
+# JavaScript's line terminators, and Python's universal newlines.
+_LINE_BREAKS = {
+    "javascript": re.compile("\r\n|[\r\n\u2028\u2029]"),
+    "python": re.compile("\r\n|[\r\n]"),
+}
+
+
+def source_lines(code: str, language: str) -> list[str]:
+    """``code``'s lines as ``language`` numbers them (TypeScript's as JavaScript's): a lone
+    CR ends a line in both, U+2028 and U+2029 in JavaScript."""
+    return _LINE_BREAKS.get(language, _LINE_BREAKS["javascript"]).split(code)
 
 
 def unawaited(shown: str, message: str) -> str:

@@ -47,6 +47,7 @@ from sandbox.replay import (
     _NotData,
     bare_ending,
     cpu_ms,
+    source_lines,
     unawaited,
     warning_line,
 )
@@ -493,7 +494,7 @@ class Run(Replay):
         is a bare name or member (`result`): the habit of a notebook, whose last expression
         is its answer. Only if that line is a statement of its own: the script parses with
         it returned (it is not the end of an expression begun above, `a +` then `b`)."""
-        lines = self.javascript.split("\n")
+        lines = source_lines(self.javascript, "javascript")
         number = len(lines)
         while number and (
             not lines[number - 1].strip() or lines[number - 1].lstrip().startswith("//")
@@ -582,7 +583,7 @@ class Run(Replay):
         the script does not parse (not a SyntaxError its code threw, as JSON.parse's), and it
         does once that line's awaits are blanked. Each parse is in a context of its own, as
         ``compile`` in prelude.js parses it."""
-        lines = self.javascript.split("\n")
+        lines = source_lines(self.javascript, "javascript")
         if not 1 <= line <= len(lines) or not _AWAIT.search(lines[line - 1]):
             return False
         patched = list(lines)

@@ -307,3 +307,9 @@ def test_newer_syntax_names_the_python_that_reads_the_script() -> None:
     assert "f'{d[\"key\"]}'" in error.message
     assert failed("type Point = tuple[int, int]").message.endswith("(scripts are Python 3.11)")
     assert "Python 3." not in failed("return (1").message
+
+
+@pytest.mark.parametrize("lf", ["\r", "\r\n"])
+def test_a_line_is_the_line_python_counts(lf: str) -> None:
+    error = failed(f"t = 2{lf}u = 3\nraise ValueError('x')\nv = 'not this one'")
+    assert [(x.line, x.text) for x in error.lines] == [(3, "raise ValueError('x')")]

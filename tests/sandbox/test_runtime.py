@@ -884,6 +884,15 @@ def test_runtime_error_reports_its_line_and_text():
     assert [(x.line, x.text) for x in ran.error.lines] == [(3, "const c = b.missing;")]
 
 
+@pytest.mark.parametrize("lf", ["\r", "\r\n", "\u2028", "\u2029"])
+def test_a_line_is_the_line_javascript_counts(lf: str) -> None:
+    """QuickJS ends a line at any of JavaScript's line terminators: the text shown for a
+    line number is that line's (a lone CR showed the line after it, or none)."""
+    ran = run(f"const t = 2;{lf}const u = 3;\nnull.x;\nconst v = 'not this one';")
+    assert ran.error is not None
+    assert [(x.line, x.text) for x in ran.error.lines] == [(3, "null.x;")]
+
+
 def test_syntax_error_reports_its_line():
     """A SyntaxError names the line the parser stopped on."""
     ran = run("const a = 1;\nconst b = 2;\nconst c = ;\nreturn a;")
