@@ -21,7 +21,7 @@
   const { apply, construct, getOwnPropertyDescriptor, get: reflectGet } = Reflect;
   const { create, defineProperty, freeze, getPrototypeOf, setPrototypeOf, keys: objectKeys } = Object;
   const isArray = Array.isArray;
-  const isFinite = Number.isFinite;
+  const isFinite = Number.isFinite, objectIs = Object.is;
   const ObjectProto = Object.prototype;
   const globalEval = globalThis.eval;
   const fnToString = Function.prototype.toString;
@@ -166,7 +166,7 @@
   function describeOne(value, depth, ancestors, budget) {
     switch (typeof value) {
       case "string": return JSON.stringify(value);
-      case "number": return "" + value;
+      case "number": return objectIs(value, -0) ? "-0" : "" + value; // as Node.js shows it
       case "bigint": return value + "n";
       case "boolean": return value ? "true" : "false";
       case "undefined": return "undefined";
@@ -250,7 +250,64 @@
   const emit = (line) => {
     host.print(wellFormed(indent ? indent + apply(replaceAll, line, ["\n", "\n" + indent]) : line));
   };
-  const print = (...args) => { emit(args.map(text).join(" ")); };
+  // console.log's first argument, when a string with % in it, formats the ones after it as
+  // Node.js's util.format does: %s %d %i %f %j %o %O %c, %% a percent sign; a specifier with
+  // no argument left stays as written, and the arguments left over follow, space-separated.
+  const NativeNumber = Number, nativeParseInt = parseInt, nativeParseFloat = parseFloat;
+  const stringSlice = String.prototype.slice;
+  const numberText = (n) => (objectIs(n, -0) ? "-0" : "" + n);
+  function specified(kind, value) {
+    const type = typeof value;
+    switch (kind) {
+      case "s":
+        if (type === "string") return value;
+        if (type === "bigint") return value + "n";
+        if (type === "number") return numberText(value);
+        return type === "object" || type === "function" || type === "symbol" ? described(value) : "" + value;
+      case "d": case "i":
+        if (type === "bigint") return value + "n";
+        if (type === "symbol") return "NaN";
+        try {
+          return numberText(kind === "d" ? NativeNumber(value) : nativeParseInt(value));
+        } catch (_) { return "NaN"; }
+      case "f":
+        if (type === "symbol") return "NaN";
+        try { return numberText(nativeParseFloat(value)); } catch (_) { return "NaN"; }
+      case "j":
+        try {
+          const json = JSON.stringify(value);
+          return json === undefined ? "undefined" : json;
+        } catch (e) {
+          return outOfMemory(e) ? "[out of memory]" : "[Circular]";
+        }
+      case "c": return "";
+      default: return described(value); // o, O
+    }
+  }
+  function formatted(args) {
+    const first = args[0];
+    if (typeof first !== "string" || args.length < 2 || !apply(stringIncludes, first, ["%"])) {
+      return args.map(text).join(" ");
+    }
+    let out = "", next = 1, from = 0;
+    for (let i = 0; i < first.length - 1; i++) {
+      if (first[i] !== "%") continue;
+      const kind = first[i + 1];
+      if (kind === "%") {
+        out += apply(stringSlice, first, [from, i]) + "%";
+      } else if (next < args.length && apply(stringIncludes, "sdifjoOc", [kind])) {
+        out += apply(stringSlice, first, [from, i]) + specified(kind, args[next++]);
+      } else {
+        continue;
+      }
+      i++;
+      from = i + 1;
+    }
+    out += apply(stringSlice, first, [from]);
+    for (; next < args.length; next++) out += " " + text(args[next]);
+    return out;
+  }
+  const print = (...args) => { emit(formatted(args)); };
   const counts = new NativeMap();
   const label = (l) => (l === undefined ? "default" : "" + l);
   globalThis.console = freeze({
@@ -266,7 +323,11 @@
       emit(key + ": " + n);
     },
     countReset: (l) => { counts.delete(label(l)); },
-    assert: (ok, ...args) => { if (!ok) print(...(args.length ? ["Assertion failed:", ...args] : ["Assertion failed"])); },
+    assert: (ok, ...args) => {
+      if (ok) return;
+      if (typeof args[0] === "string") args[0] = "Assertion failed: " + args[0]; // as Node.js's
+      print(...(args.length ? (typeof args[0] === "string" ? args : ["Assertion failed:", ...args]) : ["Assertion failed"]));
+    },
     // The script's clock is fixed (Date.now and performance.now never move): no time passes.
     time: () => {}, timeEnd: (l) => emit(label(l) + ": 0ms"), timeLog: (l, ...args) => print(label(l) + ": 0ms", ...args),
   });

@@ -2069,6 +2069,41 @@ def test_the_web_globals_refuse_what_they_cannot_take_saying_what_they_take() ->
     ]
 
 
+def test_console_log_formats_its_first_string_as_node_does() -> None:
+    """A first argument with % specifiers formats the arguments after it, as Node.js's
+    util.format (a model writes `console.log("%s has %d", repo, n)`): it printed the
+    specifiers and the arguments after them."""
+    ran = run(
+        """
+        console.log("%s has %d open PRs", "acme/api", 3);
+        console.log("%c styled %s", "color: red", "text");
+        console.log("%i %f %j %o", 3.9, "2.5x", { a: [1] }, [1]);
+        console.log("100%% done, %s", "ok", "extra", { k: 1 });
+        console.log("%s and %s", "only one");
+        console.log("%d %s", -0, -0, -0);
+        console.log("%z stays", 1);
+        console.log("%s %s %s %d", null, undefined, 10n, Symbol("s"));
+        console.log("%j", (() => { const o = {}; o.o = o; return o; })());
+        console.log("100%");
+        console.assert(false, "%s is wrong", "x");
+        """
+    )
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed.splitlines() == [
+        "acme/api has 3 open PRs",
+        " styled text",
+        '3 2.5 {"a":[1]} [1]',
+        '100% done, ok extra {"k":1}',
+        "only one and %s",
+        "-0 -0 -0",
+        "%z stays 1",
+        "null undefined 10n NaN",
+        "[Circular]",
+        "100%",
+        "Assertion failed: x is wrong",
+    ]
+
+
 def test_the_rest_of_console_prints_as_node_lays_it_out() -> None:
     """console.table, group, count, assert, dir and time: a model's script that calls one
     failed with "not a function" (after any calls it had made); each prints what Node.js
