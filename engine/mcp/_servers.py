@@ -30,7 +30,7 @@ from engine.mcp._config import (
     load_servers_file,
     parse_servers,
 )
-from engine.mcp._upstream import Upstream
+from engine.mcp._upstream import RECONNECT_WAIT, Upstream
 
 logger = logging.getLogger("codemode.mcp")
 
@@ -238,9 +238,13 @@ class McpServers:
         if self._declared is not None and (spec.name, name) not in self._declared:
             deferred = True  # new mid-session: reached through tool_search, the prompt holds
         original = str(name)
+        timeout = settings.timeout if settings.timeout is not None else spec.timeout
+        # A call waits for a server that is reconnecting at most half its own timeout, so
+        # that it fails saying the call was not sent, not "timed out ... may have taken effect".
+        wait = RECONNECT_WAIT if timeout is None else min(RECONNECT_WAIT, timeout / 2)
 
         async def call(**arguments: Any) -> Any:
-            return await upstream.call(original, arguments)
+            return await upstream.call(original, arguments, wait=wait)
 
         call.__name__ = f"{spec.name}__{original}"
         tool = Tool.from_mcp(
@@ -249,6 +253,6 @@ class McpServers:
             source=spec.name,
             needs_approval=spec.needs_approval(original, hints),
             deferred=deferred,
-            timeout=settings.timeout if settings.timeout is not None else spec.timeout,
+            timeout=timeout,
         )
         return tool

@@ -276,13 +276,21 @@ class Upstream:
 
     # ---- calls ----
 
-    async def call(self, tool: str, arguments: dict[str, Any], *, again: bool = True) -> Any:
+    async def call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        again: bool = True,
+        wait: float = RECONNECT_WAIT,
+    ) -> Any:
         """Call ``tool`` on the server; its ``CallToolResult`` (unwrapped by the caller).
 
         Raises :class:`ToolCallError` naming the server when it is not connected, when its
         connection ends during the call, or when it answers with a protocol error. A server
         over HTTP that no longer knows its session (it restarted) refused the call before
-        running it: the session is made anew and the call sent once more (``again``).
+        running it: the session is made anew and the call sent once more (``again``). A
+        server that is reconnecting is waited for ``wait`` seconds at most.
         """
         from mcp.shared.exceptions import MCPError
 
@@ -290,13 +298,13 @@ class Upstream:
             if self._stop.is_set() or self._task is None or self._task.done():
                 raise ToolCallError(f"the MCP server {self.name!r} is closed")
             try:
-                async with asyncio.timeout(RECONNECT_WAIT):
+                async with asyncio.timeout(wait):
                     await self._connected.wait()
             except TimeoutError:
                 why = f" ({self.last_error})" if self.last_error else ""
                 raise ToolCallError(
-                    f"the MCP server {self.name!r} is not connected{why}; it is being "
-                    "reconnected, so try the call again later"
+                    f"the MCP server {self.name!r} is not connected{why}, so the call was not "
+                    "sent; it is being reconnected: try the call again later"
                 ) from None
         session, lost = self._session, self._lost
         if lost.is_set() or session is None:
@@ -315,7 +323,7 @@ class Upstream:
                 )
                 lost.set()  # the connection's task sees it, and connects anew
                 try:
-                    async with asyncio.timeout(RECONNECT_WAIT):
+                    async with asyncio.timeout(wait):
                         while self._lost is lost or not self._connected.is_set():
                             await asyncio.sleep(0.05)
                 except TimeoutError:
@@ -323,7 +331,7 @@ class Upstream:
                         f"the MCP server {self.name!r} lost its session and is not connected "
                         "again yet; the call was not run: try it again later"
                     ) from None
-                return await self.call(tool, arguments, again=False)
+                return await self.call(tool, arguments, again=False, wait=wait)
             # One line: over HTTP the SDK's message for an answer it cannot parse is a whole
             # pydantic report, links included.
             lines = str(e.message).strip().splitlines() or ["(no message)"]

@@ -532,3 +532,37 @@ def test_a_cwd_that_is_no_directory_is_named_not_the_command() -> None:
     specs, _ = parse_servers({"mcpServers": {"x": {"command": "no-such-command-here"}}})
     said = _describe(FileNotFoundError(2, "No such file or directory"), specs[0])
     assert "no such command" in said
+
+
+async def test_a_call_to_a_server_that_cannot_reconnect_says_it_was_not_sent(
+    tmp_path: Path,
+) -> None:
+    """A server that crashed and will not start again: a call waits for it at most half its
+    own timeout, then fails saying it was not sent (it waited out the tool's timeout and
+    said the call "may or may not have taken effect")."""
+    tools = [
+        {"name": n, "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
+        for n in ("crash", "echo")
+    ]
+    (tmp_path / "tools.json").write_text(json.dumps(tools))
+    once = tmp_path / "once.sh"
+    once.write_text(
+        f"#!/bin/sh\nif [ -e {tmp_path}/started ]; then exit 7; fi\ntouch {tmp_path}/started\n"
+        f"exec {sys.executable} {RAW} {tmp_path / 'tools.json'}\n"
+    )
+    once.chmod(0o755)
+    servers = await McpServers.start({"mcpServers": {"raw": {"command": str(once), "timeout": 4}}})
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        crashed = await engine.run_code(
+            "try { await tools.raw__crash({}) } catch (e) { return e.message }"
+        )
+        assert "MCP server 'raw'" in crashed.value, crashed.text
+        result = await asyncio.wait_for(
+            engine.run_code("try { await tools.raw__echo({}) } catch (e) { return e.message }"),
+            30,
+        )
+        assert "the MCP server 'raw' is not connected" in result.value, result.text
+        assert "so the call was not sent" in result.value and "timed out" not in result.value
+    finally:
+        await engine.aclose()
