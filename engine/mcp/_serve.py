@@ -42,7 +42,7 @@ from engine._errors import CallNotWaiting, CodeModeError, ConfigError
 from engine._events import Event
 from engine._result import RunResult
 from engine._tools import Tool
-from engine.mcp._stdio import MAX_MESSAGE
+from engine.mcp._stdio import MAX_MESSAGE, well_formed_json
 from sandbox.protocol import size_text
 
 logger = logging.getLogger("codemode.mcp")
@@ -460,13 +460,13 @@ class _Lines:
             if end >= 0:
                 line = bytes(self._buffer[: end + 1])
                 del self._buffer[: end + 1]
-                return line.decode("utf-8", "replace")
+                return _text(line)
             if self._ended:
                 if not self._buffer:
                     raise StopAsyncIteration
                 line = bytes(self._buffer)
                 self._buffer.clear()
-                return line.decode("utf-8", "replace")
+                return _text(line)
             searched = len(self._buffer)
             if searched > MAX_MESSAGE:  # no MCP message is that large: end, not run out of memory
                 logger.error(
@@ -491,6 +491,14 @@ class _Lines:
                 await readable
             finally:
                 loop.remove_reader(self._fd)
+
+
+def _text(line: bytes) -> str:
+    """A client's line as text for the SDK, whose JSON parser refuses a lone surrogate
+    escaped in a string (``"\\ud800"``, as Python's and JavaScript's JSON writers make it)
+    and leaves the request unanswered: such a one is read as U+FFFD."""
+    mended = well_formed_json(line)
+    return (line if mended is None else mended + b"\n").decode("utf-8", "replace")
 
 
 def _settle(future: asyncio.Future[None]) -> None:

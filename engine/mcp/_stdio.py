@@ -12,7 +12,9 @@ closing ends it: its stdin closed, a pause, then its whole process group termina
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TextIO
 
@@ -131,11 +133,49 @@ async def stdio_transport(
 
 
 def _parsed(line: bytes, types: Any, session_message: Any) -> Any:
-    """The message of one line, or the error saying why it is not one (the session logs it)."""
+    """The message of one line, or the error saying why it is not one (the session logs it).
+    A lone surrogate escaped in a string (``"\\ud800"``, which Python's and JavaScript's
+    JSON writers make of a lone surrogate) is read as U+FFFD."""
+    adapter = types.jsonrpc_message_adapter
     try:
-        return session_message(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+        return session_message(adapter.validate_json(line, by_name=False))
     except ValueError as e:
-        return e
+        mended = well_formed_json(line)
+        if mended is None:
+            return e
+        try:
+            return session_message(adapter.validate_json(mended, by_name=False))
+        except ValueError:
+            return e
+
+
+# An escaped surrogate (or a backslash and text that looks like one: the parse tells).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def well_formed_json(line: bytes | str) -> bytes | None:
+    """``line``, a JSON text whose strings escape a lone surrogate, with each lone surrogate
+    as U+FFFD (pairs kept); None when it has none, or is no JSON text (its own error stands).
+    """
+    raw = line.encode("utf-8", "surrogatepass") if isinstance(line, str) else line
+    if not _SURROGATE_ESCAPE.search(raw):
+        return None
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    mended = _without_lone_surrogates(value)
+    return json.dumps(mended).encode()
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    return value
 
 
 async def _end(process: Any, terminate: Any) -> None:

@@ -8,8 +8,8 @@
 It answers ``initialize``; ``tools/list`` with the text of TOOLS.json as its ``tools``, sent
 as it is (an invalid definition, nesting too deep to parse), or a page of PAGES.json (the
 next page's cursor is its index); ``tools/call`` with the name and arguments it got, as JSON
-text, but for five tools: ``badresult`` is answered with ``content`` that is not a list,
-``refuse`` with an error whose message has three lines, ``spam`` is answered and from then
+text, but for six tools: ``badresult`` is answered with ``content`` that is not a list,
+``refuse`` with an error whose message has three lines, ``surrogate`` with a text holding a lone surrogate, ``spam`` is answered and from then
 on every listing is slow and says first that the tools changed again,
 ``change`` is answered, then announced as changed (``list_changed``), and no ``tools/list``
 after that is answered, and ``crash`` starts a process that holds the server's stdout
@@ -69,6 +69,8 @@ for line in sys.stdin:
         answer: dict[str, object] = {"content": [{"type": "text", "text": text}]}
         if params.get("name") == "badresult":
             answer = {"content": "not a list"}
+        if params.get("name") == "surrogate":  # a lone surrogate, escaped as json.dumps does
+            answer = {"content": [{"type": "text", "text": "caf\udce9"}]}
         if params.get("name") == "refuse":  # an error whose message is a whole report
             report = "cannot do it:\n  1 validation error\n  see https://errors.example/v2"
             send(head + f'"error": {{"code": -32000, "message": {json.dumps(report)}}}}}')

@@ -8,10 +8,12 @@ import asyncio
 import contextlib
 import json
 import os
+import queue
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -508,3 +510,65 @@ args = [{json.dumps(str(LAB))}, {json.dumps(str(tmp_path))}]
         )
         assert returned(result) == [{"result": 2}, {"result": 4}], text(result)
     assert (tmp_path / "data").is_dir()  # the toml's data_dir holds the session log
+
+
+def test_a_request_with_a_lone_surrogate_is_answered(tmp_path: Path) -> None:
+    """A client's JSON with a lone surrogate escaped in a string (json.dumps and
+    JSON.stringify write one) gets an answer, the surrogate read as U+FFFD: the SDK's parser
+    refused the line and the request was never answered."""
+    (tmp_path / "tools.py").write_text(
+        "def add(a: int, b: int) -> int:\n    'Add.'\n    return a + b\n\nTOOLS = [add]\n"
+    )
+
+    def request(n: int, method: str, params: dict[str, object]) -> str:
+        return json.dumps({"jsonrpc": "2.0", "id": n, "method": method, "params": params})
+
+    lines = [
+        request(
+            1,
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"},
+            },
+        ),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        request(2, "tools/call", {"name": "run_code", "arguments": {"code": "return 'caf\udce9'"}}),
+        request(3, "tools/call", {"name": "run_code", "arguments": {"code": "return 1 + 2"}}),
+    ]
+    assert "\\udce9" in lines[2]  # as json.dumps writes it
+    process = subprocess.Popen(
+        [str(CODEMODE), "mcp", "serve", "--tools", "tools.py"],
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    read: queue.Queue[str] = queue.Queue()
+    out = process.stdout
+
+    def reader() -> None:
+        for line in out:
+            read.put(line)
+
+    threading.Thread(target=reader, daemon=True).start()
+    try:
+        process.stdin.write("\n".join(lines) + "\n")
+        process.stdin.flush()
+        answers: dict[int, Any] = {}
+        while len(answers) < 3:
+            message = json.loads(read.get(timeout=TIMEOUT))  # the line never answered: Empty
+            if "id" in message:
+                answers[message["id"]] = message
+        texts = [answers[n]["result"]["content"][0]["text"] for n in (2, 3)]
+        assert texts == ["Script finished.\nReturned:\ncaf\ufffd", "Script finished.\nReturned:\n3"]
+    finally:
+        process.stdin.close()
+        try:
+            process.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

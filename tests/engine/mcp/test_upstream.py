@@ -297,11 +297,15 @@ async def test_a_result_that_breaks_mcp_and_a_listing_never_answered(tmp_path: P
     read_only = {"readOnlyHint": True}
     tools = [
         {"name": n, "inputSchema": {"type": "object"}, "annotations": read_only}
-        for n in ("badresult", "change", "echo", "refuse")
+        for n in ("badresult", "change", "echo", "refuse", "surrogate")
     ]
     servers = await McpServers.start(_raw(tmp_path, tools, initTimeout=1))
     engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
     try:
+        # JSON with a lone surrogate escaped (json.dumps and JSON.stringify write one):
+        # read as U+FFFD, where the SDK's parser dropped the answer and the call hung.
+        odd = await asyncio.wait_for(engine.run_code("return await tools.raw__surrogate({})"), 30)
+        assert odd.value == "caf\ufffd", odd.text
         refused = await engine.run_code(
             "try { await tools.raw__refuse({}) } catch (e) { return e.message }"
         )
@@ -328,6 +332,7 @@ async def test_a_result_that_breaks_mcp_and_a_listing_never_answered(tmp_path: P
             "raw__change",
             "raw__echo",
             "raw__refuse",
+            "raw__surrogate",
         ]
     finally:
         await engine.aclose()
