@@ -120,6 +120,15 @@ class PostgresStore(SqlStore):
                 await pool.open(wait=True, timeout=self._timeout)
             except (psycopg.Error, TimeoutError, OSError) as e:
                 await pool.close()
+                if isinstance(e, TimeoutError | OSError) or (
+                    type(e) is psycopg.OperationalError and not _for_good(e)
+                ):
+                    # Down, or not answering: the log may come back (the CLI's exit 75).
+                    raise StoreUnavailable(
+                        f"cannot reach the PostgreSQL session log at {self.where()}: "
+                        f"{_without_secrets(_first_line(e), self.dsn)}; try again once the "
+                        "server runs (or check [codemode.store] dsn)"
+                    ) from None
                 raise ConfigError(self._open_failed(psycopg, e)) from None
             except BaseException:
                 await pool.close()
@@ -615,15 +624,20 @@ async def _connect(psycopg: Any, dsn: str, timeout: float) -> tuple[Any, bool]:
             )
             return conn, refused
         except psycopg.OperationalError as e:
-            said = str(e)
-            for_good = ("FATAL:" in said and not any(n in said for n in _NOT_YET)) or any(
-                n in said for n in _CLIENT_REFUSALS
-            )
-            if for_good or loop.time() + delay >= deadline:
+            if _for_good(e) or loop.time() + delay >= deadline:
                 raise
             refused = True
             await asyncio.sleep(delay)
             delay = min(2 * delay, 1.0)
+
+
+def _for_good(error: BaseException) -> bool:
+    """Whether the server refused a connection for good (a database, a user, a password, a
+    dsn that is wrong: no waiting mends it), not for now (down, starting up, full)."""
+    said = str(error)
+    return ("FATAL:" in said and not any(n in said for n in _NOT_YET)) or any(
+        n in said for n in _CLIENT_REFUSALS
+    )
 
 
 async def _create(conn: Any, schema: str) -> None:

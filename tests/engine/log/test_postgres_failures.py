@@ -122,6 +122,24 @@ async def test_a_log_whose_server_stays_down_is_store_unavailable(server: Postgr
         await store.aclose()
 
 
+async def test_a_log_whose_server_is_down_when_it_opens_is_store_unavailable(
+    server: PostgresServer,
+) -> None:
+    """A server that does not come up within the connect timeout of the first open: the
+    log may come back (StoreUnavailable, the CLI's exit 75), not a mistake in the config
+    (ConfigError, exit 2), which a supervisor retrying on 75 would give up on."""
+    server.halt()
+    try:
+        store = PostgresStore(server.dsn, schema=f"t_{uuid.uuid4().hex[:16]}", connect_timeout=1)
+        try:
+            with pytest.raises(StoreUnavailable, match="cannot reach the PostgreSQL session log"):
+                await store.scripts()
+        finally:
+            await store.aclose()
+    finally:
+        server.resume()
+
+
 HALTING_TOOLS = """
 import json, os, subprocess
 from engine import tool
