@@ -86,7 +86,13 @@ OPTIONS = frozenset(
 
 
 class _Skip(Exception):
-    """This service cannot take this step, but is healthy: try the next one."""
+    """This service cannot take this step, but is healthy: try the next one. ``lasting``:
+    nor will it ever take this step as it is (its line is over the service's bound, its
+    language or limits are not the service's), so a step every service skips so fails at once."""
+
+    def __init__(self, message: str, *, lasting: bool = False) -> None:
+        super().__init__(message)
+        self.lasting = lasting
 
 
 class _Down(Exception):
@@ -117,17 +123,38 @@ class _Stale(_Down):
     """
 
 
+async def _speaks_tls(remote: _Remote, timeout: float) -> bool:
+    """Whether the service at ``remote`` completes a TLS handshake (its certificate not
+    checked: only to tell a client without TLS why the service dropped its hello)."""
+    probe = ssl.create_default_context()
+    probe.check_hostname = False
+    probe.verify_mode = ssl.CERT_NONE
+    try:
+        async with asyncio.timeout(timeout):
+            _, writer = await asyncio.open_connection(
+                remote.host, remote.port, ssl=probe, ssl_handshake_timeout=timeout
+            )
+    except (OSError, TimeoutError, ssl.SSLError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):
+        async with asyncio.timeout(1):
+            await writer.wait_closed()
+    return True
+
+
 def _check_fit(welcome: wire.Welcome, script: Script, line_bytes: int) -> None:
     """Raise _Skip or _Down when the service cannot take this step, before it is sent."""
     why = protocol.unfit(script, *welcome.scripts, welcome.languages)
     if why is not None:
-        raise _Skip(why)
+        raise _Skip(why, lasting=True)
     if welcome.draining:
         raise _Down("it is draining")
     if line_bytes > welcome.max_line:
         raise _Skip(
             f"the step's script line is {line_bytes:,} bytes, over its bound of "
-            f"{welcome.max_line:,}"
+            f"{welcome.max_line:,} (the service's --line-memory)",
+            lasting=True,
         )
 
 
@@ -346,6 +373,7 @@ class RemoteRunner(ScriptRunner):
         self._turn += 1
         n = len(self._remotes)
         order = sorted(usable, key=lambda r: (r.score(), (self._remotes.index(r) - self._turn) % n))
+        never: set[str] = set()  # the services that will never take this step as it is
         for remote in order:
             try:
                 step = await self._run_on(remote, script, files, tenant, live)
@@ -353,6 +381,8 @@ class RemoteRunner(ScriptRunner):
                 remote.refused_us = False
                 return step
             except _Skip as e:
+                if e.lasting:
+                    never.add(remote.address)
                 reasons.append(f"{remote.address}: {e}")
             except _Down as e:
                 remote.down_until = self.clock() + self.cooldown
@@ -362,7 +392,7 @@ class RemoteRunner(ScriptRunner):
                 reasons.append(f"{remote.address}: {e}")
         # Every service refusing our token or certificate check will not change by waiting:
         # say so at once.
-        permanent = all(r.refused_us for r in self._remotes)
+        permanent = all(r.refused_us or r.address in never for r in self._remotes)
         raise RunError(
             f"no runner service could take step {script.id!r}: " + "; ".join(reasons),
             permanent=permanent,
@@ -500,6 +530,12 @@ class RemoteRunner(ScriptRunner):
             await conn.send(wire.encode(hello))
             line = await conn.line(wire.SMALL_LINE, idle=timeout, timeout=timeout)
             if line is None:
+                if self._tls is None and await _speaks_tls(remote, timeout):
+                    # A TLS service drops a plain hello: waiting will not change that.
+                    raise _Refused(
+                        "it speaks TLS and this client connects without it: set tls (and "
+                        "ca_file for the service's certificate) in the runner's config"
+                    )
                 raise _Down("it closed the connection during the handshake (does it expect TLS?)")
         except TimeoutError:
             conn.abort()

@@ -354,6 +354,28 @@ async def test_a_certificate_that_does_not_verify_fails_at_once(tmp_path: Path) 
         await engine.aclose()
 
 
+async def test_a_client_without_tls_to_a_service_with_it_fails_at_once(tmp_path: Path) -> None:
+    """The other way round: the TLS service drops the plain hello, which read as a service
+    that may come back; the client retried for its whole queue timeout. It now asks whether
+    the service speaks TLS, and fails at once naming the fix."""
+    pair = self_signed(tmp_path)
+    if pair is None:
+        require("openssl, to make a certificate for the test (make installs it)")
+    cert, key = pair
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    async with services(FakeRunner(), tls=context, handshake_timeout=1.0) as [service]:
+        remote = RemoteRunner([service.address], TOKEN, connect_timeout=5)
+        with pytest.raises(RunError, match="it speaks TLS and this client connects without") as e:
+            await remote.run(script("x"))
+        assert e.value.permanent and "set tls" in str(e.value)
+        await remote.aclose()
+        # With TLS it serves.
+        secure = RemoteRunner([service.address], TOKEN, ca=cert)
+        assert (await secure.run(script("x"))).outcome is not None
+        await secure.aclose()
+
+
 async def test_tls_to_a_service_without_it_fails_at_once(tmp_path: Path) -> None:
     """A client with TLS and a service without it (run with no --cert): a configuration
     error that waiting does not mend, so the step fails at once, naming the fix (it took the

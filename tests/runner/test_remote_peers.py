@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
-from runner import RemoteRunner, Step
+from runner import RemoteRunner, RunError, Step
 from runner._service import RunnerService
 from sandbox import protocol
 from sandbox.protocol import FileInfo, Script
@@ -160,8 +160,13 @@ async def test_a_script_over_the_bound(service: RunnerService) -> None:
     assert await client.closed()
     # The client checks the bound from the welcome itself and does not send such a script.
     remote = RemoteRunner([service.address], TOKEN)
-    with pytest.raises(Exception, match="over its bound of 16,384"):
+    with pytest.raises(
+        RunError, match=r"over its bound of 16,384 \(the service's --line-memory\)"
+    ) as caught:
         await remote.run(script("// " + "x" * 20_000))
+    # Nor will it ever be sent as it is: the step fails at once (its queue would wait out
+    # queue_timeout for nothing).
+    assert caught.value.permanent
     await still_serves(service)
 
 
