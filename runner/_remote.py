@@ -123,6 +123,12 @@ class _Stale(_Down):
     """
 
 
+_SPEAKS_TLS = (
+    "it speaks TLS and this client connects without it: set tls (and ca_file for the "
+    "service's certificate) in the runner's config"
+)
+
+
 async def _speaks_tls(remote: _Remote, timeout: float) -> bool:
     """Whether the service at ``remote`` completes a TLS handshake (its certificate not
     checked: only to tell a client without TLS why the service dropped its hello)."""
@@ -532,16 +538,15 @@ class RemoteRunner(ScriptRunner):
             if line is None:
                 if self._tls is None and await _speaks_tls(remote, timeout):
                     # A TLS service drops a plain hello: waiting will not change that.
-                    raise _Refused(
-                        "it speaks TLS and this client connects without it: set tls (and "
-                        "ca_file for the service's certificate) in the runner's config"
-                    )
+                    raise _Refused(_SPEAKS_TLS)
                 raise _Down("it closed the connection during the handshake (does it expect TLS?)")
         except TimeoutError:
             conn.abort()
             raise _Down(f"no welcome within {timeout:g} s") from None
         except (wire.WireError, wire.PeerGone) as e:
             conn.abort()
+            if self._tls is None and await _speaks_tls(remote, timeout):
+                raise _Refused(_SPEAKS_TLS) from None
             raise _Down(f"the handshake failed: {e}") from None
         except _Down:
             conn.abort()
