@@ -412,6 +412,8 @@ def _needs_log(args: argparse.Namespace, command: str, *, made: bool = True) -> 
     config = _config(args)
     if not config.store.lasting(config.data_dir):
         raise CodeModeError(f"{command} needs the session log: {_keep_the_log(config)}")
+    if made and config.store.kind == "postgres":
+        _postgres_log_there(config, command)
     if made and config.store.kind != "postgres" and config.data_dir is not None:
         path = Path(config.data_dir) / SqliteStore.FILE_NAME
         try:
@@ -432,6 +434,31 @@ def _needs_log(args: argparse.Namespace, command: str, *, made: bool = True) -> 
                 "there); check --data-dir (or data_dir in codemode.toml)"
             )
     return config
+
+
+def _postgres_log_there(config: Config, command: str) -> None:
+    """Raise ConfigError when the server answers and has no log in the configured schema (a
+    mistyped ``schema``): opening the store would make an empty one there. A server that
+    does not answer is left to the store, which says so."""
+    try:
+        import psycopg
+    except ImportError:  # the store says what to install
+        return
+    store = config.store
+    try:
+        with psycopg.connect(str(store.dsn), autocommit=True, connect_timeout=10) as conn:
+            found = conn.execute(
+                "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
+                "AND table_name = 'scripts'",
+                (store.schema,),
+            ).fetchone()
+    except (psycopg.Error, OSError):
+        return
+    if found is None:
+        raise ConfigError(
+            f"{command}: there is no session log in the PostgreSQL schema {store.schema!r} "
+            f"({store.where}); check schema and dsn there"
+        )
 
 
 def _keep_the_log(config: Config) -> str:

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import psutil
@@ -995,3 +996,32 @@ def test_a_script_file_names_its_language_whatever_the_config_says(tmp_path: Pat
             "run", str(tmp_path / name), "--config", str(tmp_path / "codemode.toml"), *TRACKER
         )
         assert ran.returncode == 0 and ran.stdout.endswith("Returned:\n2\n"), ran.stdout
+
+
+def test_a_mistyped_postgres_schema_is_an_error_not_an_empty_log(
+    postgres: str, tmp_path: Path
+) -> None:
+    """`codemode scripts` with a schema where no log is: an error naming it, and nothing
+    made there (it printed `no scripts` and made the tables). `run` makes the log there."""
+    import psycopg
+
+    schema = f"typo_{uuid.uuid4().hex[:12]}"
+    config = tmp_path / "codemode.toml"
+    config.write_text(
+        f'[codemode.store]\nkind = "postgres"\ndsn = {json.dumps(postgres)}\nschema = "{schema}"\n'
+    )
+    for command in (("scripts",), ("show", "abc"), ("approve", "abc", "call_1")):
+        refused = codemode(*command, "--config", str(config))
+        one_clear_line(refused, f"there is no session log in the PostgreSQL schema '{schema}'")
+    with psycopg.connect(postgres) as conn:
+        made = conn.execute(
+            "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (schema,)
+        ).fetchone()
+    assert made is None
+    ran = codemode(
+        "run", "-", "--tools", "examples/tracker_tools.py", "--config", str(config),
+        stdin="return 1",
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    listed = codemode("scripts", "--config", str(config))
+    assert listed.returncode == 0 and "finished" in listed.stdout, listed
