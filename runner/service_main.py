@@ -19,6 +19,7 @@ import os
 import resource
 import signal
 import ssl
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
@@ -159,7 +160,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--heartbeat",
-        type=_seconds,
+        type=_positive_seconds,
         default=HEARTBEAT,
         help=f"seconds between beats to the client while a step runs (default {HEARTBEAT:g})",
     )
@@ -238,6 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Found at start, not at each step ("could not start the fork server") while
             # its health check said it was well.
             raise ValueError(f"--python {args.python} is not an executable file")
+        _check_python(args.python)
         if args.slot_wait > wire.MAX_SLOT_WAIT:
             raise ValueError(
                 f"--slot-wait must be at most {wire.MAX_SLOT_WAIT:g} seconds, not {args.slot_wait}"
@@ -350,6 +352,26 @@ def _token(args: argparse.Namespace) -> str | None:
             "with `openssl rand -hex 32`"
         )
     return token
+
+
+def _check_python(python: str) -> None:
+    """Raise ValueError unless ``python`` runs Python 3.11 or later (an executable that is
+    no Python, /bin/false, started a service that could never run a step)."""
+    try:
+        ran = subprocess.run(
+            [python, "-c", "import sys; print(sys.version_info >= (3, 11))"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={},
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ValueError(f"--python {python} does not run: {e}") from None
+    if ran.returncode != 0 or ran.stdout.strip() != "True":
+        said = (ran.stderr.strip().splitlines() or [f"exit code {ran.returncode}"])[-1]
+        if ran.returncode == 0:
+            said = "it is older than 3.11, or no Python"
+        raise ValueError(f"--python {python} is not a Python the sandbox can run ({said[:200]})")
 
 
 def _tls(cert: str | None, key: str | None) -> ssl.SSLContext | None:

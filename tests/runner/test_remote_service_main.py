@@ -145,6 +145,17 @@ def test_refuses_a_timeout_of_zero(
         RunnerService(TOKEN, runner=FakeRunner(), **{option[2:].replace("-", "_"): 0})
 
 
+def test_a_heartbeat_of_zero_is_refused_in_the_words_of_its_type(
+    token_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-1 said "0 or more", then 0 "must be a positive number": one rule, said once."""
+    for value in ("0", "-1"):
+        with pytest.raises(SystemExit) as exited:
+            main(["--listen", "127.0.0.1:0", "--token-file", str(token_file), "--heartbeat", value])
+        assert exited.value.code == 2
+        assert f"--heartbeat: '{value}' is not a number of seconds" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("option", "value"), [("slot_wait", 900), ("heartbeat", 120), ("live_wait", 7200)]
 )
@@ -159,6 +170,8 @@ def test_the_service_refuses_a_wait_its_welcome_cannot_carry(option: str, value:
     ("option", "value", "said"),
     [
         ("--python", "/nonexistent/python", "--python /nonexistent/python is not an executable"),
+        ("--python", "/bin/false", "--python /bin/false is not a Python the sandbox can run"),
+        ("--python", "/bin/true", "--python /bin/true is not a Python the sandbox can run"),
         ("--slot-wait", "1e300", "--slot-wait must be at most 600 seconds"),
         ("--heartbeat", "1000", "--heartbeat must be a positive number of seconds up to 60"),
         ("--live-wait", "1e9", "--live-wait must be a positive number of seconds up to 3600"),
