@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import re
 import shlex
@@ -186,6 +187,20 @@ async def _until_signal(serving: Coroutine[Any, Any, int]) -> int:
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+        if signalled:
+            # The signal cancelled the close wherever it was: what it had not ended yet (an
+            # upstream server that ignores its stdin's end and SIGTERM, in a session of its
+            # own) would outlive this process.
+            _end_children()
+
+
+def _end_children() -> None:
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
 
 
 def _read_configs(

@@ -4,6 +4,7 @@
     python raw_server.py PAGES.json --pages    # a JSON list of tool lists, one page each
     python raw_server.py TOOLS.json --endless  # the file's text, with a nextCursor, forever
     python raw_server.py TOOLS.json --banner   # two lines of text first, as a log to stdout
+    python raw_server.py TOOLS.json --stubborn # ignores SIGTERM and outlives its stdin
 
 It answers ``initialize``; ``tools/list`` with the text of TOOLS.json as its ``tools``, sent
 as it is (an invalid definition, nesting too deep to parse), or a page of PAGES.json (the
@@ -36,6 +37,10 @@ def send(text: str) -> None:
     sys.stdout.flush()
 
 
+if MODE == "--stubborn":  # ignores SIGTERM, and outlives the end of its stdin
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 if MODE == "--banner":  # as a server that logs to stdout: text that is no message
     send("Starting server v1.0 ...")
     send("listening on stdio")
@@ -87,3 +92,6 @@ for line in sys.stdin:
             spamming = True
     else:
         send(head + '"error": {"code": -32601, "message": "not here"}}')
+if MODE == "--stubborn":
+    while True:
+        time.sleep(3600)

@@ -572,3 +572,40 @@ def test_a_request_with_a_lone_surrogate_is_answered(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+async def test_an_upstream_that_ignores_its_end_is_ended_when_the_client_leaves(
+    tmp_path: Path,
+) -> None:
+    """The SDK's client closes `mcp serve`'s stdin, sends SIGTERM 2 s later and SIGKILL 2 s
+    after that. An upstream server that ignores its stdin's end and SIGTERM took longer to
+    end than that, so `mcp serve` was killed first and the server outlived it for good."""
+    import psutil
+
+    raw = Path(__file__).parent / "raw_server.py"
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"name": "echo", "inputSchema": {"type": "object"}}]))
+    upstream = shlex.join(["stub=" + sys.executable, str(raw), str(tools), "--stubborn"])
+
+    def stubs() -> list[psutil.Process]:
+        found = []
+        for p in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                if p.cmdline()[-2:] == [str(tools), "--stubborn"]:  # not mcp serve itself
+                    found.append(p)
+        return found
+
+    params = StdioServerParameters(
+        command=str(CODEMODE), args=["mcp", "serve", "--upstream", upstream], cwd=str(tmp_path)
+    )
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        listed = await session.list_tools()
+        assert "run_code" in [t.name for t in listed.tools]
+        assert len(stubs()) == 1
+    left = stubs()
+    _gone, alive = psutil.wait_procs(left, timeout=10)
+    assert not alive, [p.cmdline() for p in alive]
