@@ -160,6 +160,11 @@ def _balanced(body: str) -> bool:
             i = n if newline < 0 else newline
             mark = _MARKS.search(body, i)
             continue
+        if ch == "/" and not body.startswith("/*", i) and _starts_regex(body, i):
+            end = _REGEX.match(body, i)
+            if end is not None:  # a regex literal: its braces are no block's (/[{]/)
+                mark = _MARKS.search(body, end.end())
+                continue
         opener = "/*" if body.startswith("/*", i) else ch if ch in "\"'`" else None
         if opener is not None and i >= open_until.get(opener, 0):
             end, stop = _close(body, i, opener)
@@ -175,6 +180,25 @@ def _balanced(body: str) -> bool:
                 return False
         mark = _MARKS.search(body, i + 1)
     return depth == 0
+
+
+# A regex literal from its opening slash: a class ([...]) may hold a slash, an escape any
+# character; it ends at its slash on the same line.
+_REGEX = re.compile(r"/(?![*/])(?:[^/\\\[\n]|\\.|\[(?:[^\]\\\n]|\\.)*\])+/")
+# What a slash that starts a regex literal follows (else it divides): an operator or
+# punctuation, or the start; or a keyword after which an expression begins.
+_BEFORE_REGEX = frozenset("(,=:[!&|?{};+-*%<>~^")
+_REGEX_KEYWORDS = re.compile(
+    r"(?:^|[^\w$])(?:return|typeof|case|do|else|in|of|void|yield|await|delete|throw|new)$"
+)
+
+
+def _starts_regex(body: str, i: int) -> bool:
+    """Whether the slash at ``i`` opens a regex literal, judged by what comes before it."""
+    before = body[:i].rstrip()
+    if not before or before[-1] in _BEFORE_REGEX:
+        return True
+    return _REGEX_KEYWORDS.search(before[-12:]) is not None
 
 
 def _close(body: str, i: int, opener: str) -> tuple[int | None, int]:

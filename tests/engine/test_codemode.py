@@ -492,6 +492,15 @@ async def test_fenced_and_function_scripts(inproc: InProcessRunner) -> None:
     failing = "```js\nconst a = 1;\nnull.x;\n```"
     result = await engine.run_code(failing)
     assert "at line 3: null.x;" in result.text
+    # A brace in a regex literal is no block's: the function is unwrapped all the same (it
+    # was run as an expression statement, and its value, the returned one, went nowhere).
+    for body, value in [
+        ('const re = /[{]/;\n  return "x{".replace(re, "");', "x"),
+        ("return [/}/.test('}'), 6 / 3 / 2, /\\//.source];", [True, 1, "\\/"]),
+        ("const half = 8\n  / 2;\n  return { half };", {"half": 4}),
+    ]:
+        arrow = f"async () => {{\n  {body}\n}}"
+        assert (await engine.run_code(arrow)).value == value, arrow
 
 
 async def test_a_fence_of_another_language_is_named(inproc: InProcessRunner) -> None:

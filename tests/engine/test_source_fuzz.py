@@ -127,15 +127,17 @@ def test_a_whole_function_gives_its_body(wrapper: tuple[str, str], inner: str) -
         ("async () =>\r{\nreturn 1}", "\r \nreturn 1"),
         ("\r\t\n```\nreturn 1\n```", "\r \n\nreturn 1"),
         ("async () => { a }; async () => { b }", "async () => { a }; async () => { b }"),
-        ("async () => { return /}/ }", "async () => { return /}/ }"),
+        ("async () => { return /}/ }", " " * 13 + " return /}/ "),  # a regex's brace
+        ("async () => { return a / b }", " " * 13 + " return a / b "),
+        ("async () => { return a / b; } }", "async () => { return a / b; } }"),
         ("return 1", "return 1"),
         ("```js\nreturn 1", "```js\nreturn 1"),
     ],
 )
 def test_known_shapes(code: str, body: str) -> None:
     """What each shape a model writes becomes; text that is not one whole shape is left as it
-    is (a regular expression with a lone brace counts as a brace: such a function is not
-    unwrapped, and the script fails visibly instead of being cut in the wrong place)."""
+    is. A brace in a regular expression literal is no block's (a slash that follows an
+    operator, punctuation or a keyword such as return opens one; one after a value divides)."""
     assert normalize(code) == body
     assert_lines_kept(code, body)
 
