@@ -161,9 +161,9 @@ def _balanced(body: str) -> bool:
             mark = _MARKS.search(body, i)
             continue
         if ch == "/" and not body.startswith("/*", i) and _starts_regex(body, i):
-            end = _REGEX.match(body, i)
-            if end is not None:  # a regex literal: its braces are no block's (/[{]/)
-                mark = _MARKS.search(body, end.end())
+            literal = _REGEX.match(body, i)
+            if literal is not None:  # a regex literal: its braces are no block's (/[{]/)
+                mark = _MARKS.search(body, literal.end())
                 continue
         opener = "/*" if body.startswith("/*", i) else ch if ch in "\"'`" else None
         if opener is not None and i >= open_until.get(opener, 0):

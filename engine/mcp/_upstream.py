@@ -24,8 +24,9 @@ from engine._errors import ToolCallError
 from engine._tools import exception_leaves
 from engine.mcp._config import ServerSpec
 from engine.mcp._listing import ToolListings, path_text
-from engine.mcp._stdio import stdio_transport
+from engine.mcp._stdio import MAX_MESSAGE, stdio_transport
 from runner._tasks import cancel_and_wait, wait_ended
+from sandbox.protocol import size_text
 
 logger = logging.getLogger("codemode.mcp")
 
@@ -185,7 +186,7 @@ class Upstream:
         self.broken = None
         if spec.command is not None:
             return stdio_transport(spec, self._errlog or sys.stderr, self._broke)
-        return _http(spec)
+        return _http(spec, self._broke)
 
     def _broke(self, why: str) -> None:
         self.broken = why
@@ -404,16 +405,73 @@ async def _first_of(awaitable: Any, lost: asyncio.Event) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def _http(spec: ServerSpec) -> Any:
+async def _http(spec: ServerSpec, broke: Callable[[str], None]) -> Any:
+    """The streams of an MCP session over streamable HTTP, each message held to
+    :data:`MAX_MESSAGE` as over stdio: an SSE event (the SDK's own bound, 1 MiB by default,
+    failed every result past it) and a JSON answer (the SDK reads one whole, however large:
+    a server's 1 GiB answer took 5.5 GB of this process)."""
+    import httpx2
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
+    from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
     assert spec.url is not None
+    client = httpx2.AsyncClient(
+        headers=spec.headers or None,
+        timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+        transport=_bounded_transport(httpx2, broke),
+    )
     async with (
-        create_mcp_http_client(headers=spec.headers or None) as client,
-        streamable_http_client(spec.url, http_client=client) as streams,
+        client,
+        streamable_http_client(
+            spec.url, http_client=client, max_sse_event_size=MAX_MESSAGE
+        ) as streams,
     ):
         yield streams
+
+
+class AnswerTooLarge(Exception):
+    """An HTTP answer (not an event stream) past :data:`MAX_MESSAGE`."""
+
+
+def _bounded_transport(httpx2: Any, broke: Callable[[str], None]) -> Any:
+    """httpx's transport, each answer that is no event stream cut off past MAX_MESSAGE (and
+    ``broke`` told why: the call in flight fails saying so)."""
+
+    class Bounded(httpx2.AsyncByteStream):
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        async def __aiter__(self) -> Any:
+            seen = 0
+            async for chunk in self._inner:
+                seen += len(chunk)
+                if seen > MAX_MESSAGE:
+                    why = (
+                        f"it sent an answer over {size_text(MAX_MESSAGE)}, the most an MCP "
+                        "message may be here"
+                    )
+                    broke(why)
+                    raise AnswerTooLarge(why)
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
+    class Transport(httpx2.AsyncBaseTransport):
+        def __init__(self) -> None:
+            self._inner = httpx2.AsyncHTTPTransport()
+
+        async def handle_async_request(self, request: Any) -> Any:
+            response = await self._inner.handle_async_request(request)
+            kind = response.headers.get("content-type", "").lower()
+            if not kind.startswith("text/event-stream"):  # events: bounded one by one
+                response.stream = Bounded(response.stream)
+            return response
+
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
+    return Transport()
 
 
 def _describe(

@@ -3,6 +3,7 @@
     python fastmcp_server.py DIR           # over stdio
     python fastmcp_server.py DIR --http    # over streamable HTTP; prints its URL first
     python fastmcp_server.py DIR --http --port N   # on port N (a restart on the same URL)
+    python fastmcp_server.py DIR --http --json     # each answer one JSON body, not an event
 
 ``DIR`` is where ``hang`` writes its process id, so a test can kill this server mid-call.
 While ``DIR/mute`` exists, the server starts and never answers (it writes ``DIR/muted``).
@@ -108,7 +109,7 @@ def serve_http() -> None:
     sock.bind(("127.0.0.1", port))
     sock.listen(16)
     print(f"http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
-    app = server.streamable_http_app()
+    app = server.streamable_http_app(json_response="--json" in sys.argv)
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
 
 

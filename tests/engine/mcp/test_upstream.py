@@ -205,6 +205,39 @@ async def test_a_streamable_http_server_with_headers(tmp_path: Path) -> None:
             await process.wait()
 
 
+@pytest.mark.parametrize("answers", ["events", "json"])
+async def test_an_http_servers_answers_are_held_to_the_bound_of_a_message(
+    tmp_path: Path, answers: str
+) -> None:
+    """Over HTTP, as over stdio, a message may be up to MAX_MESSAGE: an answer as an event
+    past the SDK's own 1 MiB failed ("Server-sent event exceeded the 1048576 byte limit"),
+    and one as a JSON body was read whole however large (1 GiB took 5.5 GB)."""
+    flags = ["--json"] if answers == "json" else []
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(LAB), str(tmp_path), "--http", *flags, stdout=asyncio.subprocess.PIPE
+    )
+    assert process.stdout is not None
+    engine = None
+    try:
+        async with asyncio.timeout(60):
+            url = (await process.stdout.readline()).decode().strip()
+        servers = await McpServers.start({"mcpServers": {"lab": {"url": url}}})
+        engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+        code = "const t = await tools.lab__big({ mib: %d });\nreturn typeof t === 'string' ? t.length : t.result.length;"
+        three = await asyncio.wait_for(engine.run_code(code % 3), 120)
+        assert three.value == 3 * 1024 * 1024, three.text
+        if answers == "json":  # 2 x 40 MiB (text and structured content) in one body
+            over = await asyncio.wait_for(engine.run_code(code % 40), 120)
+            assert over.status == "failed", over.text
+            assert "it sent an answer over 64 MiB" in over.text, over.text
+    finally:
+        if engine is not None:
+            await engine.aclose()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
 async def test_an_http_server_that_restarted_gets_a_new_session(tmp_path: Path) -> None:
     """A server over HTTP that restarts while the engine is idle no longer knows its
     session: its 404 ("Session not found") made every later call fail for ever. The call it
