@@ -101,9 +101,11 @@ def result_for(result: RunResult, format: Format, call_id: str | None = None) ->
             f"a {format} tool result needs the id of the model's call to run_code "
             f"(got {call_id!r}); keep it from the model's turn, even across a pause"
         )
+    text, returned = _with_returned(result)
     media = list(zip(_media_names(result), result.media, strict=True))
+    media += [(f"returned {b['type']} {i}", b) for i, b in enumerate(returned, 1)]
     if format == "anthropic":
-        blocks = [{"type": "text", "text": result.text}]
+        blocks = [{"type": "text", "text": text}]
         for name, block in media:
             blocks.append(_anthropic_block(name, block))
         answer: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id, "content": blocks}
@@ -112,16 +114,16 @@ def result_for(result: RunResult, format: Format, call_id: str | None = None) ->
         return answer
     if format == "openai_chat":
         messages: list[dict[str, Any]] = [
-            {"role": "tool", "tool_call_id": call_id, "content": result.text}
+            {"role": "tool", "tool_call_id": call_id, "content": text}
         ]
         if media:
             parts: list[dict[str, Any]] = [
-                {"type": "text", "text": f"The files the run_code call {call_id} showed:"}
+                {"type": "text", "text": f"The media of the run_code call {call_id}:"}
             ]
             parts += [_chat_part(name, block) for name, block in media]
             messages.append({"role": "user", "content": parts})
         return messages
-    output: list[dict[str, Any]] = [{"type": "input_text", "text": result.text}]
+    output: list[dict[str, Any]] = [{"type": "input_text", "text": text}]
     output += [_responses_part(name, block) for name, block in media]
     return {"type": "function_call_output", "call_id": call_id, "output": output}
 
@@ -130,6 +132,14 @@ def mcp_content(result: RunResult) -> list[dict[str, Any]]:
     """``result`` as MCP content blocks: its text, each media file it showed, then each
     image or audio block it returned; the text names those returned blocks instead of
     spelling out their bytes."""
+    text, returned = _with_returned(result)
+    return [{"type": "text", "text": text}, *result.media, *returned]
+
+
+def _with_returned(result: RunResult) -> tuple[str, list[dict[str, Any]]]:
+    """``result``'s text, each image or audio block it returned named in it instead of
+    spelled out, and those blocks (for every API: the model sees them as it sees files the
+    script showed)."""
     text, returned = result.text, []
     for block, size in _returned_media(result.value):
         returned.append(
@@ -138,7 +148,7 @@ def mcp_content(result: RunResult) -> list[dict[str, Any]]:
         # The data as the value's JSON spells it (quoted: base64 needs no escapes), so only
         # the value's own string is replaced, never a stretch of other text that matches.
         text = text.replace(f'"{block["data"]}"', f'"<{block["mimeType"]}, {size:,} bytes, below>"')
-    return [{"type": "text", "text": text}, *result.media, *returned]
+    return text, returned
 
 
 def _returned_media(value: Any) -> list[tuple[dict[str, Any], int]]:
@@ -152,6 +162,7 @@ def _returned_media(value: Any) -> list[tuple[dict[str, Any], int]]:
             and b.get("type") in MEDIA_TYPES
             and isinstance(b.get("data"), str)
             and isinstance(b.get("mimeType"), str)
+            and b["mimeType"].lower().startswith(f"{b['type']}/")  # an image is image/...
             and b["data"]
         ):
             continue

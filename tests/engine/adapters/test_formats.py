@@ -144,6 +144,35 @@ async def test_mcp_result_carries_returned_images_as_content(engine: CodeMode) -
     assert answer["content"] == result.content
 
 
+async def test_every_api_carries_the_images_a_script_returns(engine: CodeMode) -> None:
+    """An MCP tool's image, returned by the script, reaches the model of every API as an
+    image after the text (only MCP's answer carried it; the others gave the model its
+    base64 as text). A block whose MIME type is not of its own type is no media."""
+    data, html = base64.b64encode(PNG).decode(), base64.b64encode(b"<b>hi</b>").decode()
+    result = await engine.run_code(
+        f'return [{{type: "image", data: "{data}", mimeType: "image/png"}}, '
+        f'{{type: "image", data: "{html}", mimeType: "text/html"}}];'
+    )
+    assert result.status == "finished", result.text
+    block = result.to_anthropic("toolu_01")
+    conforms(ToolResultBlockParam, block)
+    text, image = block["content"]
+    assert image == {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": data},
+    }
+    assert "<image/png, 70 bytes, below>" in text["text"] and data not in text["text"]
+    assert html in text["text"]
+    messages = result.to_openai_chat("call_01")
+    for message in messages:
+        conforms(ChatCompletionMessageParam, message)
+    assert [p["type"] for p in messages[1]["content"]] == ["text", "image_url"]
+    item = result.to_openai_responses("call_01")
+    conforms(ResponseInputItemParam, item)
+    assert [p["type"] for p in item["output"]] == ["input_text", "input_image"]
+    assert len(result.to_mcp()["content"]) == 2  # the text/html one stays text
+
+
 async def test_returned_blocks_that_are_not_base64_are_not_media(engine: CodeMode) -> None:
     """A returned block whose data is empty, or not base64, is no image: it stays text, and
     the text is left whole (its data once replaced every match in the text: "" put a note
