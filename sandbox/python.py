@@ -508,7 +508,8 @@ def compile_script(code: str) -> tuple[types.CodeType, list[int], tuple[int, str
     """
     tree = ast.parse(code, filename=FILENAME, mode="exec")
     check(tree, rewrite=True)
-    _MatchRewriter().visit(tree)
+    if "match" in code:  # a walk of the whole tree, for scripts that can have one
+        _MatchRewriter().visit(tree)
     _check_globals(tree)
     flags = _future_flags(tree)
     guards = [node.lineno for node in tree.body if _is_main_guard(node)]
