@@ -305,14 +305,20 @@ async def test_a_step_cancelled_by_the_engine_kills_the_remote_process() -> None
         assert service.slots.in_use == 0
 
 
-async def test_tls(tmp_path: Path) -> None:
-    """With a certificate, steps run over TLS; a client without TLS or the CA gets nowhere."""
+def _served_certificate(tmp_path: Path) -> tuple[Path, ssl.SSLContext]:
+    """A self-signed certificate in ``tmp_path``, and a service's TLS context serving it."""
     pair = self_signed(tmp_path)
     if pair is None:
         require("openssl, to make a certificate for the test (make installs it)")
     cert, key = pair
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
+    return cert, context
+
+
+async def test_tls(tmp_path: Path) -> None:
+    """With a certificate, steps run over TLS; a client without TLS or the CA gets nowhere."""
+    cert, context = _served_certificate(tmp_path)
     async with services(FakeRunner(), tls=context, handshake_timeout=1.0) as [service]:
         step = await RemoteRunner([service.address], TOKEN, ca=cert).run(script("x"))
         assert step.value["runner"] == "fake"
@@ -358,12 +364,7 @@ async def test_a_client_without_tls_to_a_service_with_it_fails_at_once(tmp_path:
     """The other way round: the TLS service drops the plain hello, which read as a service
     that may come back; the client retried for its whole queue timeout. It now asks whether
     the service speaks TLS, and fails at once naming the fix."""
-    pair = self_signed(tmp_path)
-    if pair is None:
-        require("openssl, to make a certificate for the test (make installs it)")
-    cert, key = pair
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
+    cert, context = _served_certificate(tmp_path)
     async with services(FakeRunner(), tls=context, handshake_timeout=1.0) as [service]:
         remote = RemoteRunner([service.address], TOKEN, connect_timeout=5)
         with pytest.raises(RunError, match="it speaks TLS and this client connects without") as e:
