@@ -637,7 +637,16 @@
   // Made at a run's first call (about 10 us), not at its start: a run without calls pays none.
   let CallPromise;
   function callPromise() {
-    const proto = create(NativePromise.prototype);
+    // Below the members named here, any other name a promise has not (`r.items`, `n.toFixed`,
+    // `const { a } = r`) says the await is missing too, where it read as undefined.
+    // The proxy's target inherits from Promise.prototype, so that it stays on the promise's
+    // prototype chain (`p instanceof Promise`).
+    const promises = create(NativePromise.prototype);
+    const unknown = new NativeProxy(promises, { get(target, key, receiver) {
+      if (typeof key === "symbol" || key in target) return reflectGet(target, key, receiver);
+      throw new NativeTypeError(forgotten(receiver));
+    } });
+    const proto = create(unknown);
     const misuse = { get() { throw new NativeTypeError(forgotten(this)); }, enumerable: false };
     defineProperty(proto, "constructor", { get() {
       const call = callRecords.get(this);

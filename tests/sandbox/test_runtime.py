@@ -1316,6 +1316,16 @@ def test_a_call_without_await_prints_and_passes_as_what_it_is(recorded: bool) ->
             records=records,
         )
         assert works.outcome == "finished" and works.value == [5, 6, 5, True], works.error
+    # Any other name a promise has not says so too (it read as undefined: "cannot read
+    # property 'length' of undefined", "not a function", a destructured undefined).
+    for code in (
+        "const r = tools.echo({});\nreturn r.items.length;",
+        "const n = tools.echo({});\nreturn n.toFixed(1);",
+        "const { a } = tools.echo({});\nreturn a;",
+    ):
+        ran = run(code, records=[protocol.Record(name="echo", arguments={}, result=5)])
+        assert ran.error is not None and ran.error.name == "TypeError", (code, ran)
+        assert ran.error.message == FORGOT, ran.error
 
 
 # ---- a call that failed and that nothing awaited ----
