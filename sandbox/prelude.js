@@ -647,6 +647,11 @@
       throw new NativeTypeError(forgotten(receiver));
     } });
     const proto = create(unknown);
+    // A promise's own members, here, so that their lookups (each `then` of Promise.all and
+    // of an await's chain) never reach the proxy's trap.
+    for (const key of ["then", "catch", "finally"]) {
+      defineProperty(proto, key, { value: NativePromise.prototype[key], writable: true, enumerable: false, configurable: true });
+    }
     const misuse = { get() { throw new NativeTypeError(forgotten(this)); }, enumerable: false };
     defineProperty(proto, "constructor", { get() {
       const call = callRecords.get(this);
