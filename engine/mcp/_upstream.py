@@ -365,13 +365,21 @@ class _Lost(Exception):
     pass
 
 
+# What an HTTP server's 404 for an unknown session id reads as: the Python SDK's server
+# says "Session not found" (INVALID_REQUEST), the TypeScript SDK's the same (-32001), and
+# the client says "Session terminated" for a 404 with no body.
+_SESSION_GONE = frozenset({"session not found", "session terminated", "session expired"})
+_SESSION_GONE_CODES = frozenset({-32600, -32001})
+
+
 def _session_gone(error: Any) -> bool:
-    """Whether an HTTP server's error says it does not know the session (HTTP 404 for a
-    session id: the SDK's server says "Session not found", the client "Session terminated")."""
-    message = str(getattr(error, "message", "") or "").lower()
-    return "session" in message and any(
-        word in message for word in ("not found", "terminated", "expired", "unknown")
-    )
+    """Whether an HTTP server's error is the one of a session it does not know: that exact
+    text and code, never a tool's own error that happens to speak of sessions (the call
+    is sent again, which a call that ran must never be)."""
+    data = getattr(error, "error", None)
+    code = getattr(data, "code", getattr(error, "code", None))
+    message = str(getattr(error, "message", "") or "").strip().rstrip(".").lower()
+    return message in _SESSION_GONE and code in _SESSION_GONE_CODES
 
 
 def _summary(error: BaseException) -> str:

@@ -238,6 +238,20 @@ async def test_an_http_servers_answers_are_held_to_the_bound_of_a_message(
             await process.wait()
 
 
+def test_only_an_unknown_sessions_error_sends_a_call_again() -> None:
+    """A call is sent again only on the error of a session the server does not know (it
+    ran nothing): never on a tool's own error that speaks of sessions."""
+    from mcp.shared.exceptions import MCPError
+
+    from engine.mcp._upstream import _session_gone
+
+    assert _session_gone(MCPError(-32600, "Session not found"))
+    assert _session_gone(MCPError(-32001, "Session not found"))
+    assert _session_gone(MCPError(-32600, "Session terminated"))
+    assert not _session_gone(MCPError(-32000, "Session not found"))
+    assert not _session_gone(MCPError(-32600, "the user's session was not found in the CRM"))
+
+
 async def test_an_http_server_that_restarted_gets_a_new_session(tmp_path: Path) -> None:
     """A server over HTTP that restarts while the engine is idle no longer knows its
     session: its 404 ("Session not found") made every later call fail for ever. The call it
