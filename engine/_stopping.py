@@ -23,8 +23,14 @@ def give_up(code: int) -> None:
     ``code``, without the cleanup that did not finish: the session log loses nothing written."""
     why = "terminated" if code == TERMINATED else "interrupted"
     print(f"codemode: {why}; stopping without finishing the cleanup", file=sys.stderr)
+    end_children()
+    os._exit(code)
+
+
+def end_children() -> None:
+    """Kill every process this one started, and theirs (an MCP server in a session of its
+    own included)."""
     with contextlib.suppress(Exception):
         for child in psutil.Process().children(recursive=True):
             with contextlib.suppress(psutil.Error):
                 child.kill()
-    os._exit(code)

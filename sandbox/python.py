@@ -868,13 +868,12 @@ class _MatchTarget(type):
     class's, checked."""
 
     def __instancecheck__(cls, obj: Any) -> bool:
-        return builtins.isinstance(obj, _MATCH_TARGETS[id(cls)])
+        return builtins.isinstance(obj, cls.__dict__["target"])
 
 
-# Each pattern class made, by the class it stands for and its checked __match_args__; and
-# what each stands for, by its id. A process runs one script: these are its few.
+# Each pattern class made, by the class it stands for and its checked __match_args__. A
+# process runs one script: these are its few.
 _MATCH_CLASSES: dict[tuple[int, tuple[str, ...]], tuple[type, type]] = {}
-_MATCH_TARGETS: dict[int, type] = {}
 
 
 class _MatchClass(_Opaque):
@@ -909,9 +908,9 @@ class _MatchClass(_Opaque):
                 raise AttributeError(f"{name}.__match_args__ names {why}")
         made = _MATCH_CLASSES.get((id(target), names))
         if made is None or made[0] is not target:
-            made = target, _MatchTarget(name, (), {"__match_args__": names, "__slots__": ()})
+            namespace = {"__match_args__": names, "__slots__": (), "target": target}
+            made = target, _MatchTarget(name, (), namespace)
             _MATCH_CLASSES[(id(target), names)] = made
-            _MATCH_TARGETS[id(made[1])] = target
         return made[1]
 
 

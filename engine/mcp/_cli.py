@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import re
 import shlex
@@ -31,7 +30,7 @@ from engine._codemode import CodeMode
 from engine._config import Config, build_runner
 from engine._errors import CodeModeError, ConfigError, ToolDefinitionError
 from engine._loading import load_tools
-from engine._stopping import INTERRUPT_GRACE, INTERRUPTED, TERMINATED, give_up
+from engine._stopping import INTERRUPT_GRACE, INTERRUPTED, TERMINATED, end_children, give_up
 from engine._tools import Tool
 from engine.log import LogStore, MemoryStore, SqliteStore
 from engine.mcp._config import ServerProblem, ServerSpec, load_servers_file, parse_servers
@@ -191,16 +190,7 @@ async def _until_signal(serving: Coroutine[Any, Any, int]) -> int:
             # The signal cancelled the close wherever it was: what it had not ended yet (an
             # upstream server that ignores its stdin's end and SIGTERM, in a session of its
             # own) would outlive this process.
-            _end_children()
-
-
-def _end_children() -> None:
-    import psutil
-
-    with contextlib.suppress(psutil.Error):
-        for child in psutil.Process().children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                child.kill()
+            end_children()
 
 
 def _read_configs(
