@@ -665,8 +665,15 @@
     }
     return freeze(proto);
   }
+  // What copies a promise's own keys (`{ ...r }`, `Object.assign({}, r)`) reads no
+  // prototype, and a promise has no own keys: it gave `{}`. A call's promise holds one,
+  // a symbol (so `Object.keys` and `for...in` still see none) whose getter says the await
+  // is missing.
+  const spreadKey = Symbol("missing await");
+  const spreadMisuse = { get() { throw new NativeTypeError(forgotten(this)); }, enumerable: true };
   function called(name, promise) {
     setPrototypeOf(promise, CallPromise || (CallPromise = callPromise()));
+    defineProperty(promise, spreadKey, spreadMisuse);
     callRecords.set(promise, { __proto__: null, name, taken: false, message: "", stack: "" });
     return promise;
   }

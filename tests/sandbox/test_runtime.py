@@ -1268,6 +1268,8 @@ FORGOT = 'tools.echo(...) gives a promise, not its result: write "await tools.ec
         "(async () => { for await (const x of r) {} })()",
         "(() => { const [a] = r; })()",
         "JSON.stringify(r)",
+        "({ ...r })",
+        "Object.assign({}, r)",
         "`${r}`",
         "r + 1",
         "r > 0",
