@@ -12,6 +12,12 @@ import pytest
 from tests._needs import require
 from tests.postgres_server import PostgresServer, PostgresUnavailable
 
+# The servers tests start listen on loopback: a proxy of the machine's environment (which
+# MCP's HTTP client honours) must not carry what goes to them.
+_LOOPBACK = "127.0.0.1,localhost,::1"
+for _name in ("NO_PROXY", "no_proxy"):
+    os.environ[_name] = ",".join(filter(None, [os.environ.get(_name), _LOOPBACK]))
+
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:

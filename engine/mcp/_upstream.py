@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -417,7 +417,8 @@ async def _http(spec: ServerSpec, broke: Callable[[str], None]) -> Any:
     """The streams of an MCP session over streamable HTTP, each message held to
     :data:`MAX_MESSAGE` as over stdio: an SSE event (the SDK's own bound, 1 MiB by default,
     failed every result past it) and a JSON answer (the SDK reads one whole, however large:
-    a server's 1 GiB answer took 5.5 GB of this process)."""
+    a server's 1 GiB answer took 5.5 GB of this process). The environment's proxies
+    (``HTTPS_PROXY``, ``NO_PROXY``, ...) apply, as to the SDK's own client."""
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
@@ -426,7 +427,10 @@ async def _http(spec: ServerSpec, broke: Callable[[str], None]) -> Any:
     client = httpx2.AsyncClient(
         headers=spec.headers or None,
         timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
-        transport=_bounded_transport(httpx2, broke),
+        # A hook, not a transport of our own: a client given a transport leaves out the
+        # environment's proxies, and each proxy has a transport of its own; every answer
+        # passes the hook, whichever carried it, before its body is read.
+        event_hooks={"response": [_bounding(httpx2, broke)]},
     )
     async with (
         client,
@@ -441,13 +445,17 @@ class AnswerTooLarge(Exception):
     """An HTTP answer (not an event stream) past :data:`MAX_MESSAGE`."""
 
 
-def _bounded_transport(httpx2: Any, broke: Callable[[str], None]) -> Any:
-    """httpx's transport, each answer that is no event stream cut off past MAX_MESSAGE (and
-    ``broke`` told why: the call in flight fails saying so)."""
+def _bounding(httpx2: Any, broke: Callable[[str], None]) -> Callable[[Any], Awaitable[None]]:
+    """A response hook that cuts each answer that is no event stream off past MAX_MESSAGE
+    (and tells ``broke`` why: the call in flight fails saying so)."""
 
     class Bounded(httpx2.AsyncByteStream):
         def __init__(self, inner: Any) -> None:
             self._inner = inner
+
+        @property
+        def elapsed(self) -> Any:  # what httpx's response reads once the body is read
+            return getattr(self._inner, "elapsed", None)
 
         async def __aiter__(self) -> Any:
             seen = 0
@@ -465,21 +473,12 @@ def _bounded_transport(httpx2: Any, broke: Callable[[str], None]) -> Any:
         async def aclose(self) -> None:
             await self._inner.aclose()
 
-    class Transport(httpx2.AsyncBaseTransport):
-        def __init__(self) -> None:
-            self._inner = httpx2.AsyncHTTPTransport()
+    async def bound(response: Any) -> None:
+        kind = response.headers.get("content-type", "").lower()
+        if not kind.startswith("text/event-stream"):  # events: bounded one by one
+            response.stream = Bounded(response.stream)
 
-        async def handle_async_request(self, request: Any) -> Any:
-            response = await self._inner.handle_async_request(request)
-            kind = response.headers.get("content-type", "").lower()
-            if not kind.startswith("text/event-stream"):  # events: bounded one by one
-                response.stream = Bounded(response.stream)
-            return response
-
-        async def aclose(self) -> None:
-            await self._inner.aclose()
-
-    return Transport()
+    return bound
 
 
 def _describe(

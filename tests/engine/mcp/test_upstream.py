@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import sys
+import urllib.parse
 from pathlib import Path
 
 import psutil
@@ -236,6 +237,90 @@ async def test_an_http_servers_answers_are_held_to_the_bound_of_a_message(
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def _relaying_proxy(seen: list[str]) -> asyncio.Server:
+    """A forward proxy for plain HTTP on loopback: each request (its target in absolute
+    form, as a client sends one to a proxy) is sent on to its server in origin form on a
+    connection of its own, and the answer relayed back; ``seen`` gets "METHOD /path"."""
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(1 << 16):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+            return
+        line, _, rest = head.partition(b"\r\n")
+        method, target, version = line.split(b" ")
+        url = urllib.parse.urlsplit(target.decode())
+        seen.append(f"{method.decode()} {url.path}")
+        up_reader, up_writer = await asyncio.open_connection(url.hostname, url.port)
+        headers = [
+            h
+            for h in rest.split(b"\r\n")
+            if h and not h.lower().startswith((b"connection:", b"proxy-connection:"))
+        ]
+        # One request a connection: the server's answer says "close", so the client opens
+        # a new one for its next request.
+        up_writer.write(
+            b" ".join([method, url.path.encode(), version])
+            + b"\r\n"
+            + b"\r\n".join([*headers, b"Connection: close"])
+            + b"\r\n\r\n"
+        )
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+async def test_an_http_server_is_reached_through_the_environments_proxy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTP_PROXY / HTTPS_PROXY apply to an MCP server's URL, as with the SDK's own client
+    (a transport of the engine's own made httpx leave them out: a host behind a proxy could
+    not reach its servers), and an answer through the proxy is held to MAX_MESSAGE too."""
+    seen: list[str] = []
+    proxy = await _relaying_proxy(seen)
+    port = proxy.sockets[0].getsockname()[1]
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(LAB), str(tmp_path), "--http", "--json", stdout=asyncio.subprocess.PIPE
+    )
+    assert process.stdout is not None
+    engine = None
+    try:
+        async with asyncio.timeout(60):
+            url = (await process.stdout.readline()).decode().strip()
+        servers = await McpServers.start({"mcpServers": {"lab": {"url": url}}})
+        engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+        added = await asyncio.wait_for(
+            engine.run_code("return await tools.lab__add({a: 2, b: 3});"), 60
+        )
+        assert added.status == "finished", added.text
+        assert "POST /mcp" in seen, seen
+        code = "const t = await tools.lab__big({ mib: 40 });\nreturn t.length;"
+        over = await asyncio.wait_for(engine.run_code(code), 120)
+        assert over.status == "failed", over.text
+        assert "it sent an answer over 64 MiB" in over.text, over.text
+    finally:
+        if engine is not None:
+            await engine.aclose()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        proxy.close()
 
 
 def test_only_an_unknown_sessions_error_sends_a_call_again() -> None:
