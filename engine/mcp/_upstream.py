@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+import orjson
+
 from engine._errors import ToolCallError
 from engine._tools import exception_leaves
 from engine.mcp._config import ServerSpec
@@ -333,12 +335,7 @@ class Upstream:
                         "again yet; the call was not run: try it again later"
                     ) from None
                 return await self.call(tool, arguments, again=False, wait=wait)
-            # One line: over HTTP the SDK's message for an answer it cannot parse is a whole
-            # pydantic report, links included.
-            lines = str(e.message).strip().splitlines() or ["(no message)"]
-            raise ToolCallError(
-                f"the MCP server {self.name!r} refused the call: {lines[0][:500]}"
-            ) from None
+            raise ToolCallError(_refusal(self.name, str(e.message))) from None
         except (ValueError, RuntimeError) as e:
             # The SDK's checks of the answer (a pydantic ValidationError for a result that
             # is not a CallToolResult; a RuntimeError for structured content that does not
@@ -380,6 +377,19 @@ def _session_gone(error: Any) -> bool:
     code = getattr(data, "code", getattr(error, "code", None))
     message = str(getattr(error, "message", "") or "").strip().rstrip(".").lower()
     return message in _SESSION_GONE and code in _SESSION_GONE_CODES
+
+
+def _refusal(name: str, message: str) -> str:
+    """One line for a call the server answered with an error. Over HTTP the SDK's message
+    for an answer it cannot parse is a whole pydantic report, links included: its problem
+    line is kept, without the report's header and links."""
+    lines = message.strip().splitlines() or ["(no message)"]
+    if lines[0].startswith("Failed to parse JSON response"):
+        problem = next((x.strip() for x in lines[1:] if x.strip()), "")
+        problem = problem.split(" [type=")[0][:300]
+        why = f" ({problem})" if problem else ""
+        return f"the MCP server {name!r} answered the call with no JSON-RPC message{why}"
+    return f"the MCP server {name!r} refused the call: {lines[0][:500]}"
 
 
 def _summary(error: BaseException) -> str:
@@ -473,12 +483,68 @@ def _bounding(httpx2: Any, broke: Callable[[str], None]) -> Callable[[Any], Awai
         async def aclose(self) -> None:
             await self._inner.aclose()
 
+    class AsError(httpx2.AsyncByteStream):
+        """An error answer to a request (HTTP 4xx, 5xx) as the JSON-RPC error the SDK passes
+        on: the body itself when it is one, else one saying the status and the body's
+        first line (the SDK's own stand-in said only "Server returned an error response")."""
+
+        def __init__(self, inner: Any, status: int, reason: str) -> None:
+            self._inner = inner
+            self._status = status
+            self._reason = reason
+
+        @property
+        def elapsed(self) -> Any:
+            return getattr(self._inner, "elapsed", None)
+
+        async def __aiter__(self) -> Any:
+            body = bytearray()
+            async for chunk in self._inner:
+                body += chunk
+            try:
+                parsed = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                parsed = None
+            if isinstance(parsed, dict) and "jsonrpc" in parsed and "error" in parsed:
+                yield bytes(body)
+                return
+            said = f"HTTP {self._status} {self._reason}".strip()
+            first = bytes(body[:2000]).decode("utf-8", "replace").strip().split("\n")[0][:300]
+            error = {"code": -32603, "message": f"{said}: {first}" if first else said}
+            yield orjson.dumps({"jsonrpc": "2.0", "id": None, "error": error})
+
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
     async def bound(response: Any) -> None:
         kind = response.headers.get("content-type", "").lower()
         if not kind.startswith("text/event-stream"):  # events: bounded one by one
             response.stream = Bounded(response.stream)
+        # 404 is left to the SDK: with a session, it means the server forgot it (see
+        # _session_gone); before one, a method it does not have.
+        status = response.status_code
+        if status >= 400 and status != 404 and response.request.method == "POST":
+            response.stream = AsError(response.stream, status, response.reason_phrase)
+            response.headers["content-type"] = "application/json"
 
     return bound
+
+
+class _OneLine(logging.Filter):
+    """The SDK logs an answer it cannot parse with a traceback of its own code; the call's
+    error already says what was wrong: one line, the exception's first."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            lines = str(record.exc_info[1]).strip().splitlines()
+            record.msg = f"{record.getMessage()}: {lines[0] if lines else ''}"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+logging.getLogger("mcp.client.streamable_http").addFilter(_OneLine())
 
 
 def _describe(

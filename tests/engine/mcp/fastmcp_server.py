@@ -4,6 +4,8 @@
     python fastmcp_server.py DIR --http    # over streamable HTTP; prints its URL first
     python fastmcp_server.py DIR --http --port N   # on port N (a restart on the same URL)
     python fastmcp_server.py DIR --http --json     # each answer one JSON body, not an event
+    python fastmcp_server.py DIR --http --broken   # a call of ``http_error``, ``not_json`` or
+        ``rpc_error`` gets a broken HTTP answer (see BROKEN) instead of the tool's
 
 ``DIR`` is where ``hang`` writes its process id, so a test can kill this server mid-call.
 While ``DIR/mute`` exists, the server starts and never answers (it writes ``DIR/muted``).
@@ -17,6 +19,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -98,6 +101,81 @@ def big(mib: int) -> str:
     return "x" * (mib * 1024 * 1024)
 
 
+# What a call of each of these tools gets over HTTP with --broken: status, type, body.
+BROKEN = {
+    "http_error": (500, "text/plain", b"internal oops\nat handler.py:12"),
+    "not_json": (200, "application/json", b"{not json"),
+    "rpc_error": (
+        500,
+        "application/json",
+        b'{"jsonrpc": "2.0", "id": null, "error": {"code": -32000, "message": "rate limited"}}',
+    ),
+    "detail_error": (503, "application/json", b'{"detail": "upstream down"}'),
+}
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def http_error() -> str:
+    """Answered with HTTP 500 and a text body over HTTP with --broken."""
+    return "fine"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def not_json() -> str:
+    """Answered with a body that is no JSON over HTTP with --broken."""
+    return "fine"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def rpc_error() -> str:
+    """Answered with HTTP 500 and a JSON-RPC error over HTTP with --broken."""
+    return "fine"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def detail_error() -> str:
+    """Answered with HTTP 503 and JSON that is no JSON-RPC error over HTTP with --broken."""
+    return "fine"
+
+
+def _broken(app: Any) -> Any:
+    """``app``, but a call of a tool in BROKEN gets that answer."""
+    import json
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        try:
+            name = (json.loads(body).get("params") or {}).get("name")
+        except (ValueError, AttributeError):
+            name = None
+        if name in BROKEN:
+            status, kind, text = BROKEN[name]
+            headers = [(b"content-type", kind.encode())]
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": text})
+            return
+        given = False
+
+        async def again() -> Any:
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await app(scope, again, send)
+
+    return wrapped
+
+
 def serve_http() -> None:
     import socket
 
@@ -110,6 +188,8 @@ def serve_http() -> None:
     sock.listen(16)
     print(f"http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
     app = server.streamable_http_app(json_response="--json" in sys.argv)
+    if "--broken" in sys.argv:
+        app = _broken(app)
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
 
 

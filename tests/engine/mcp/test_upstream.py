@@ -323,6 +323,56 @@ async def test_an_http_server_is_reached_through_the_environments_proxy(
         proxy.close()
 
 
+async def test_an_http_error_answer_says_its_status_and_a_broken_one_what_is_wrong(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An HTTP error answer to a call says its status and the first line of its body (the
+    SDK said only "Server returned an error response"), a JSON-RPC error in it is the
+    server's message, and an answer that is no JSON says so in one line (it was a pydantic
+    report, and the SDK logged a traceback of its own code)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(LAB),
+        str(tmp_path),
+        "--http",
+        "--broken",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    engine = None
+    try:
+        async with asyncio.timeout(60):
+            url = (await process.stdout.readline()).decode().strip()
+        servers = await McpServers.start({"mcpServers": {"lab": {"url": url}}})
+        engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+        said = {}
+        for name in ("http_error", "not_json", "rpc_error", "detail_error"):
+            code = f"try {{ await tools.lab__{name}({{}}); }} catch (e) {{ return e.message; }}"
+            result = await asyncio.wait_for(engine.run_code(code), 60)
+            assert result.status == "finished", result.text
+            said[name] = result.value
+        assert said == {
+            "http_error": "the MCP server 'lab' refused the call: HTTP 500 Internal Server "
+            "Error: internal oops",
+            "not_json": "the MCP server 'lab' answered the call with no JSON-RPC message "
+            "(Invalid JSON: key must be a string at line 1 column 2)",
+            "rpc_error": "the MCP server 'lab' refused the call: rate limited",
+            "detail_error": "the MCP server 'lab' refused the call: HTTP 503 Service "
+            'Unavailable: {"detail": "upstream down"}',
+        }
+        added = await asyncio.wait_for(
+            engine.run_code("return await tools.lab__add({a: 1, b: 2});"), 60
+        )
+        assert added.value == {"result": 3}, added.text  # the session serves on
+        assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    finally:
+        if engine is not None:
+            await engine.aclose()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
 def test_only_an_unknown_sessions_error_sends_a_call_again() -> None:
     """A call is sent again only on the error of a session the server does not know (it
     ran nothing): never on a tool's own error that speaks of sessions."""
