@@ -957,6 +957,21 @@ async def test_budgets_are_charged_what_the_runner_measured(inproc: InProcessRun
     assert (record.steps, record.total_compute_ms, record.total_file_bytes) == (3, 30.0, 300)
 
 
+async def test_a_run_the_runner_ended_on_the_total_cpu_says_the_total_was_used() -> None:
+    """A run the runner ended at what was left of total_compute_ms, charged a little less
+    than that (the timer and the charge are read apart), says the script used all of it:
+    it said "used 1,498 ms of CPU in all, and one script may use 1,500 ms"."""
+    message = "total_compute_ms limit met: the script's runs used all the CPU"
+    ended = Step.failure(
+        "LimitError", message, limit="total_compute_ms", process=ProcessStats(cpu_ms=1498.0)
+    )
+    engine = CodeMode([], runner=_Lying(lambda s: ended), limits=Limits(total_compute_ms=1500))
+    result = await engine.run_code("for (;;) {}")
+    assert result.limit == "total_compute_ms", result.text
+    assert "have used all the 1,500 ms of CPU one script may use" in result.text, result.text
+    assert "1,498" not in result.text
+
+
 async def test_strings_from_the_process_are_bounded_in_the_result_and_the_log(
     tmp_path: Any,
 ) -> None:

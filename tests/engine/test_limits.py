@@ -301,7 +301,11 @@ async def test_total_compute_ms_ends_the_run_that_reaches_it(
     # charged too: a limit holds within 10% (the benchmark's rule). Under load the CPU read
     # lags the timer (280 ms read for a 300 ms timer seen in CI), so the floor is lower.
     assert 200 <= record.total_compute_ms <= 330, record.total_compute_ms
-    assert "the script's runs have used" in result.text and "may use 300 ms" in result.text
+    assert "the script's runs have used" in result.text, result.text
+    if record.total_compute_ms > 300:
+        assert "and one script may use 300 ms" in result.text, result.text
+    else:  # charged a little under what the runner's timer ended
+        assert "have used all the 300 ms of CPU one script may use" in result.text, result.text
 
 
 async def test_python_results_past_the_heap_meet_memory_live_as_replayed(
