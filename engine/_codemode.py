@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import math
 import secrets
 import time
 import uuid
@@ -761,14 +762,21 @@ class CodeMode(StepLoop):
         record = await self.store.get_script(script_id)
         if record.status in log.ENDED and record.outcome is not None:
             return RunResult.from_dict(record.outcome)
-        owner = record.lease.owner if record.lease is not None else "another host"
-        return RunResult(
-            script_id,
-            "elsewhere",
+        lease = record.lease
+        owner = lease.owner if lease is not None else "another host"
+        text = (
             f"Script is running on another host ({owner}); its result is in the session log "
-            "when it ends.",
-            steps=record.steps,
+            "when it ends."
         )
+        left = (lease.expires_ms / 1000 - time.time()) if lease is not None else 0.0
+        if left > 0:
+            # A host that stopped (killed, or cut off from the log) holds the script until its
+            # lease runs out: the reader should know when a resume can take it.
+            text += (
+                f" If that host has stopped, its lease runs out in about {math.ceil(left)} s; "
+                "resume the script then."
+            )
+        return RunResult(script_id, "elsewhere", text, steps=record.steps)
 
     def _check_tools(self, drive: Drive) -> None:
         """Refuse to drive a script that calls tools this host does not have, before any of

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -99,6 +100,10 @@ async def test_hosts_resuming_at_once_run_the_call_once(
         others = await asyncio.gather(*(h.resume(paused.script_id) for h in hosts[:3]))
         assert [r.status for r in others] == ["elsewhere"] * 3, [r.text for r in others]
         assert "another host" in others[0].text
+        # When a resume could take it, if that host stopped: the lease's end.
+        assert re.search(
+            r"its lease runs out in about \d+ s; resume the script then\.$", others[0].text
+        )
         gate.set()
         done = await driving
         assert done.status == "finished" and done.value == {"cents": 30, "receipt": "paid"}
