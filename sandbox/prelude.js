@@ -35,6 +35,7 @@
   const NativeMap = Map, NativeSet = Set, NativeProxy = Proxy, NativePromise = Promise;
   const NativeWeakMap = WeakMap, NativeWeakSet = WeakSet, NativeRegExp = RegExp;
   const NativeArrayBuffer = ArrayBuffer, isView = ArrayBuffer.isView;
+  const NativeAggregateError = AggregateError, hasOwn = Object.hasOwn;
   const { get: weakMapGet, set: weakMapSet, has: weakMapHas } = WeakMap.prototype;
   const { set: mapSet, delete: mapDelete, forEach: mapForEach, clear: mapClear } = Map.prototype;
   const mapSize = getOwnPropertyDescriptor(Map.prototype, "size").get;
@@ -177,7 +178,7 @@
     if (callRecords.has(value)) return "Promise { " + forgotten(value) + " }";
     if (value instanceof NativePromise) return "Promise { <await it for its value> }";
     if (ancestors.includes(value)) return "[Circular]";
-    if (value instanceof NativeError) return errorText(value);
+    if (value instanceof NativeError) return errorShown(value, depth, ancestors, budget);
     const time = timeOf(value); // a real Date, read without running any script code
     if (time !== undefined) return time !== time ? "Invalid Date" : JSON.stringify(apply(dateToISOString, value, []));
     if (depth > 8) return isArray(value) ? "[Array]" : "[Object]";
@@ -218,6 +219,26 @@
     } finally {
       ancestors.pop();
     }
+  }
+  // An error as Node.js shows it, less its stack: its cause and an AggregateError's errors
+  // after it (`Error: outer { [cause]: Error: inner }`); they were left out, and with them
+  // what went wrong first.
+  function errorShown(e, depth, ancestors, budget) {
+    return errorText(e) + errorMore(e, depth, ancestors, budget);
+  }
+  function errorMore(e, depth, ancestors, budget) {
+    if (depth > 8) return "";
+    const more = [];
+    ancestors.push(e);
+    try {
+      if (hasOwn(e, "cause")) more.push("[cause]: " + describe(e.cause, depth + 1, ancestors, budget));
+      if (e instanceof NativeAggregateError && isArray(e.errors)) {
+        more.push("[errors]: " + describe(e.errors, depth + 1, ancestors, budget));
+      }
+    } finally {
+      ancestors.pop();
+    }
+    return more.length ? " { " + more.join(", ") + " }" : "";
   }
   function errorText(e) {
     try {
@@ -945,6 +966,12 @@
         name = "" + toPrimitive(error.name, "string");
         message = "" + toPrimitive(error.message, "string");
         stack = typeof error.stack === "string" ? error.stack : "";
+        // What it wraps says what went wrong first (`throw new Error("sync failed", { cause })`).
+        try {
+          message += errorMore(error, 0, [], { left: PRINTED_BOUND });
+        } catch (_) {
+          // a cause that cannot be read leaves the error as it is
+        }
       } else {
         name = "Uncaught";
         message = error === "" ? '""' : text(error); // an empty text thrown: say so

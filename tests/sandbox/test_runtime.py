@@ -564,6 +564,41 @@ console.log();
     )
 
 
+def test_an_errors_cause_and_an_aggregates_errors_are_shown() -> None:
+    """An error's cause and an AggregateError's errors follow it, as Node.js shows them
+    less their stacks, in console output and in the error a script fails with (they were
+    left out, and with them what went wrong first); a cycle of causes is marked, and a
+    cause that cannot be read leaves the error as it was."""
+    code = r"""
+const inner = new TypeError("no such sku");
+console.log(new Error("outer", { cause: inner }));
+console.log(new AggregateError([new Error("x1"), inner], "many"));
+console.log({ e: new Error("wrapped", { cause: { code: 404 } }) }, new Error("plain"));
+const loop = new Error("loop"); loop.cause = loop; console.log(loop);
+const bad = new Error("bad"); Object.defineProperty(bad, "cause", { get() { throw new Error("no"); } });
+try { throw bad; } catch (e) { console.log(e.message); }
+throw new Error("sync failed", { cause: inner });"""
+    ran = run(code)
+    assert ran.printed == (
+        "Error: outer { [cause]: TypeError: no such sku }\n"
+        "AggregateError: many { [errors]: [Error: x1,TypeError: no such sku] }\n"
+        '{"e":Error: wrapped { [cause]: {"code":404} }} Error: plain\n'
+        "Error: loop { [cause]: [Circular] }\n"
+        "bad\n"
+    )
+    assert ran.error is not None
+    assert (ran.error.name, ran.error.message) == (
+        "Error",
+        "sync failed { [cause]: TypeError: no such sku }",
+    )
+    assert [x.line for x in ran.error.lines] == [9]
+    unreadable = run(
+        "const e = new Error('bad'); Object.defineProperty(e, 'cause', "
+        "{ get() { throw 1; } }); throw e;"
+    )
+    assert unreadable.error is not None and unreadable.error.message == "bad"
+
+
 def test_console_survives_lone_surrogates_and_unprintable_values():
     """Lone surrogates become U+FFFD; a value whose formatting throws is marked, not fatal."""
     code = r"""
