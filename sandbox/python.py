@@ -3397,6 +3397,8 @@ class Run(Replay):
                     f"an async function: to change it in a function inside it, write "
                     f"`nonlocal {local[1]}` there (not `global`)"
                 )
+        if limit is None:
+            message += _chained(error)
         return Ran(
             outcome="failed",
             error=ScriptError(
@@ -3543,6 +3545,28 @@ def _declared_global(code: str, name: str) -> bool:
 
 # The errors of an uncaught ExceptionGroup the run's error names.
 _GROUP_SHOWN = 3
+
+
+_CAUSE = BaseException.__dict__["__cause__"]
+_CONTEXT = BaseException.__dict__["__context__"]
+_SUPPRESS_CONTEXT = BaseException.__dict__["__suppress_context__"]
+
+
+def _chained(error: BaseException) -> str:
+    """What ``error`` was raised from, as CPython's traceback says it (the error a tool call
+    raised, wrapped by ``raise ValueError(...) from e``, or raised in its ``except``), in a
+    few words; "" for none, for ``from None``, and for an error the script's code did not
+    raise (the sandbox's own, handled where the script never was)."""
+    cause = _CAUSE.__get__(error)
+    if cause is not None:
+        said = "caused by"
+    else:
+        cause = _CONTEXT.__get__(error)
+        if cause is None or _SUPPRESS_CONTEXT.__get__(error) or not _script_lines(cause):
+            return ""
+        said = "raised while handling"
+    text = _message(cause)
+    return f" ({said} {_type_name(cause)}{': ' + text if text else ''})"
 
 
 def _message(error: BaseException) -> str:

@@ -131,6 +131,42 @@ def test_uncaught_tool_error_fails_with_its_message_and_line() -> None:
     assert [(x.line, x.text) for x in error.lines] == [(2, "await tools.echo(a=2)")]
 
 
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            "try:\n    await tools.echo(a=2)\nexcept Exception as e:\n"
+            "    raise ValueError('sync failed') from e",
+            "sync failed (caused by ToolError: nope)",
+        ),
+        (
+            "try:\n    {}['k']\nexcept KeyError:\n    raise ValueError('no k')",
+            "no k (raised while handling KeyError: 'k')",
+        ),
+        (
+            "try:\n    await tools.echo(a=2)\nexcept Exception:\n"
+            "    raise ValueError('sync failed') from None",
+            "sync failed",
+        ),
+        (
+            "class E(Exception):\n    def __str__(self):\n        raise TypeError()\n"
+            "raise ValueError('outer') from E()",
+            "outer (caused by E: an error that cannot be read: TypeError)",
+        ),
+        ("raise ValueError('plain')", "plain"),
+    ],
+    ids=["from", "during", "from-none", "unreadable", "plain"],
+)
+def test_an_uncaught_errors_cause_is_said_as_cpythons_traceback_says_it(
+    code: str, said: str
+) -> None:
+    """The error a failed script's error was raised from (``raise ... from e``) or while
+    handling (in an ``except``), which CPython's traceback shows above it, follows its
+    message: a tool's error wrapped by the script was lost."""
+    error = failed(code, [rec("echo", {"a": 2}, error="nope")])
+    assert (error.name, error.message) == ("ValueError", said)
+
+
 def test_keyword_and_dict_forms_make_the_same_call_and_none_is_left_out() -> None:
     ran = run("await tools.echo(a=1, b=None, c={'d': None})")
     ran2 = run("await tools.echo({'a': 1, 'b': None, 'c': {'d': None}})")
