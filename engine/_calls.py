@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -151,6 +152,7 @@ class CallSettling(Emitting):
         try:
             result = await drive.run_handler(entry.name, self._invoke(record, entry))
         except ToolCallError as e:
+            _log_raised(e, entry, record.id)
             await self._settle_failed(drive, _failed(entry, e.message))
             return
         except CallAbandoned:
@@ -229,6 +231,32 @@ class CallSettling(Emitting):
         if tool is not None and language == "python":
             return tool.with_required_nulls(entry.arguments)
         return entry.arguments
+
+
+_TRACE_KEPT = 16_000
+
+
+def _log_raised(error: ToolCallError, entry: log.CallEntry, script_id: str) -> None:
+    """A handler that raised (not a ToolCallError: that is a failure said on purpose, for the
+    model) is logged with its traceback, for the host's developer: the model reads only its
+    message."""
+    raised = error.__cause__
+    if raised is None or isinstance(raised, ToolCallError):
+        return
+    # Formatted here, well formed: a message with a lone surrogate (a tool's own text) breaks
+    # a handler that writes UTF-8, and the log line with it.
+    trace = "".join(traceback.format_exception(raised)).rstrip()
+    if len(trace) > _TRACE_KEPT:  # a message of megabytes: its head and tail say enough
+        half = _TRACE_KEPT // 2
+        trace = f"{trace[:half]} [... {len(trace) - _TRACE_KEPT:,} characters ...] {trace[-half:]}"
+    logger.warning(
+        "tool call raised script=%s call=%s tool=%s: %s\n%s",
+        script_id,
+        entry.call_id,
+        entry.name,
+        LONE_SURROGATE.sub("\ufffd", error.message),
+        LONE_SURROGATE.sub("\ufffd", trace),
+    )
 
 
 def error_text(message: str) -> str:

@@ -426,11 +426,11 @@ class Tool:
         except TimeoutError as e:
             if scope.expired():
                 raise self._error(timed_out(self.name, timeout or 0.0, ticket, threads)) from None
-            raise self._error(_message_of(e)) from e
+            raise self._error(_call_message(e)) from e
         except ToolCallError as e:
             raise self._error(e.message) from e
         except Exception as e:
-            raise self._error(_message_of(e)) from e
+            raise self._error(_call_message(e)) from e
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -501,6 +501,24 @@ class _Checked:
     """A result already converted and checked (in the tool thread that ran its handler)."""
 
     data: Any
+
+
+# Python's own exceptions whose message says what went wrong by itself: a handler raises
+# them on purpose ("no such sku"). Any other of Python's is a bug's, whose message alone may
+# say nothing ("2" for a KeyError): the model is told its type too.
+_SAID_ON_PURPOSE = (Exception, ValueError, RuntimeError)
+
+
+def _call_message(e: BaseException) -> str:
+    """What the model reads of a handler's exception: its message, with its type first for
+    one of Python's own that a handler hardly raises on purpose (``KeyError: 2``,
+    ``AttributeError: 'NoneType' object has no attribute 'id'``)."""
+    kind = type(e)
+    # (An exception group's own text says what it is, and what it holds.)
+    bug = kind.__module__ == "builtins" and kind not in _SAID_ON_PURPOSE
+    if bug and not issubclass(kind, BaseExceptionGroup):
+        return described(e)
+    return _message_of(e)
 
 
 def _message_of(e: BaseException) -> str:

@@ -7,6 +7,7 @@ import dataclasses
 import datetime
 import enum
 import json
+import logging
 import math
 import re
 import threading
@@ -508,7 +509,57 @@ def test_a_handlers_own_timeout_error_is_not_reported_as_ours() -> None:
     async def handler() -> None:
         raise TimeoutError("upstream API did not answer")
 
-    assert call_error(Tool("t", handler=handler, timeout=30), {}) == "upstream API did not answer"
+    assert call_error(Tool("t", handler=handler, timeout=30), {}) == (
+        "TimeoutError: upstream API did not answer"
+    )
+
+
+def test_a_bugs_exception_says_its_type_to_the_model_and_its_traceback_to_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A handler's bug (a KeyError, an AttributeError: Python's own exceptions but
+    Exception, ValueError and RuntimeError, which a handler raises on purpose) reads as
+    ``Type: message`` (the model read "2" for ``users[2]``), and the host's log has its
+    traceback (it had nothing); a ToolCallError, a failure said on purpose, is not logged."""
+
+    def lookup(user_id: int) -> dict[str, str]:
+        users = {1: {"name": "a"}}
+        return users[user_id]
+
+    def attr() -> None:
+        None.foo  # type: ignore[attr-defined]  # noqa: B018
+
+    def chosen() -> None:
+        raise ToolCallError("quota exceeded, try tomorrow")
+
+    async def main() -> list[str]:
+        engine = CodeMode([tool(lookup), tool(attr), tool(chosen)], runner=InProcessRunner())
+        try:
+            said = []
+            for code in (
+                "return await tools.lookup({ user_id: 2 })",
+                "return await tools.attr()",
+                "return await tools.chosen()",
+            ):
+                result = await engine.run_code(code)
+                assert result.error is not None, result.text
+                said.append(result.error["message"])
+            return said
+        finally:
+            await engine.aclose()
+
+    with caplog.at_level(logging.WARNING, logger="codemode"):
+        said = asyncio.run(main())
+    assert said == [
+        "KeyError: 2",
+        "AttributeError: 'NoneType' object has no attribute 'foo'",
+        "quota exceeded, try tomorrow",
+    ]
+    logged = [r.getMessage() for r in caplog.records if "tool call raised" in r.getMessage()]
+    assert len(logged) == 2, logged
+    assert "tool=lookup: KeyError: 2\nTraceback (most recent call last):" in logged[0]
+    assert "return users[user_id]" in logged[0]
+    assert "tool=attr" in logged[1]
 
 
 def test_handler_errors_become_call_errors() -> None:
