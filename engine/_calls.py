@@ -23,7 +23,7 @@ from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
 from engine._search import ToolIndex
 from engine._skills import Skill, find_skill, skill_answer
 from engine._tool_threads import ToolThreads
-from engine._tools import Tool, ToolCallError, ToolContext, described
+from engine._tools import SAID_ON_PURPOSE, Tool, ToolCallError, ToolContext, described
 from engine._worker import Decision, Worker, ask, calls_trigger
 from runner import bounded
 from sandbox.names import closest_names
@@ -239,17 +239,20 @@ _TRACE_KEPT = 16_000
 def _log_raised(error: ToolCallError, entry: log.CallEntry, script_id: str) -> None:
     """A handler that raised (not a ToolCallError: that is a failure said on purpose, for the
     model) is logged with its traceback, for the host's developer: the model reads only its
-    message."""
+    message. A warning, but for the plain exceptions a handler raises on purpose as well
+    (``ValueError("no such sku")``): those are info."""
     raised = error.__cause__
     if raised is None or isinstance(raised, ToolCallError):
         return
+    level = logging.INFO if type(raised) in SAID_ON_PURPOSE else logging.WARNING
     # Formatted here, well formed: a message with a lone surrogate (a tool's own text) breaks
     # a handler that writes UTF-8, and the log line with it.
     trace = "".join(traceback.format_exception(raised)).rstrip()
     if len(trace) > _TRACE_KEPT:  # a message of megabytes: its head and tail say enough
         half = _TRACE_KEPT // 2
         trace = f"{trace[:half]} [... {len(trace) - _TRACE_KEPT:,} characters ...] {trace[-half:]}"
-    logger.warning(
+    logger.log(
+        level,
         "tool call raised script=%s call=%s tool=%s: %s\n%s",
         script_id,
         entry.call_id,

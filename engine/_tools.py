@@ -506,7 +506,7 @@ class _Checked:
 # Python's own exceptions whose message says what went wrong by itself: a handler raises
 # them on purpose ("no such sku"). Any other of Python's is a bug's, whose message alone may
 # say nothing ("2" for a KeyError): the model is told its type too.
-_SAID_ON_PURPOSE = (Exception, ValueError, RuntimeError)
+SAID_ON_PURPOSE = (Exception, ValueError, RuntimeError)
 
 
 def _call_message(e: BaseException) -> str:
@@ -515,7 +515,7 @@ def _call_message(e: BaseException) -> str:
     ``AttributeError: 'NoneType' object has no attribute 'id'``)."""
     kind = type(e)
     # (An exception group's own text says what it is, and what it holds.)
-    bug = kind.__module__ == "builtins" and kind not in _SAID_ON_PURPOSE
+    bug = kind.__module__ == "builtins" and kind not in SAID_ON_PURPOSE
     if bug and not issubclass(kind, BaseExceptionGroup):
         return described(e)
     return _message_of(e)

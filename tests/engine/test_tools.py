@@ -532,14 +532,19 @@ def test_a_bugs_exception_says_its_type_to_the_model_and_its_traceback_to_the_lo
     def chosen() -> None:
         raise ToolCallError("quota exceeded, try tomorrow")
 
+    def plain() -> None:
+        raise ValueError("no such sku")
+
     async def main() -> list[str]:
-        engine = CodeMode([tool(lookup), tool(attr), tool(chosen)], runner=InProcessRunner())
+        tools = [tool(lookup), tool(attr), tool(chosen), tool(plain)]
+        engine = CodeMode(tools, runner=InProcessRunner())
         try:
             said = []
             for code in (
                 "return await tools.lookup({ user_id: 2 })",
                 "return await tools.attr()",
                 "return await tools.chosen()",
+                "return await tools.plain()",
             ):
                 result = await engine.run_code(code)
                 assert result.error is not None, result.text
@@ -548,15 +553,17 @@ def test_a_bugs_exception_says_its_type_to_the_model_and_its_traceback_to_the_lo
         finally:
             await engine.aclose()
 
-    with caplog.at_level(logging.WARNING, logger="codemode"):
+    with caplog.at_level(logging.INFO, logger="codemode"):
         said = asyncio.run(main())
     assert said == [
         "KeyError: 2",
         "AttributeError: 'NoneType' object has no attribute 'foo'",
         "quota exceeded, try tomorrow",
+        "no such sku",
     ]
-    logged = [r.getMessage() for r in caplog.records if "tool call raised" in r.getMessage()]
-    assert len(logged) == 2, logged
+    raised = [r for r in caplog.records if "tool call raised" in r.getMessage()]
+    assert [r.levelname for r in raised] == ["WARNING", "WARNING", "INFO"]
+    logged = [r.getMessage() for r in raised]
     assert "tool=lookup: KeyError: 2\nTraceback (most recent call last):" in logged[0]
     assert "return users[user_id]" in logged[0]
     assert "tool=attr" in logged[1]

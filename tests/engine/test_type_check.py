@@ -218,6 +218,21 @@ FREE = [
         4,
     ),
     (
+        # A generic given results (`any`) infers `unknown`: the compiler knows nothing of the
+        # value, which may well be what the tool takes (it said "Type 'unknown' is not
+        # assignable to type 'number'", to a model that had passed numbers).
+        "values made from results through Set, Array.from and Object.values",
+        FIRST
+        + "const numbers = [...new Set(prs.map((p) => p.number))];\n"
+        + "const again = Array.from(new Set(prs.map((p) => p.number)));\n"
+        + "const byTitle = prs.reduce((acc, p) => ({ ...acc, [p.title]: p.number }), {});\n"
+        + "const a = await Promise.all(numbers.map((n) => tools.get_reviews({ number: n })));\n"
+        + "const b = await tools.get_reviews({ number: again[1] });\n"
+        + "const c = await tools.get_reviews({ number: Object.values(byTitle)[1] });\n"
+        + "return [a.length, b, c];",
+        [2, [{"user": "ann"}], [{"user": "ann"}]],
+    ),
+    (
         "an error of the script's own that does not involve a tool is left to the run",
         "const o: { a: number } = { a: 1 };\n// @ts-expect-error nothing wrong here\n"
         + "const n: number = 'x' as any;\nreturn o.a;",

@@ -256,8 +256,18 @@ _WIDENED = re.compile(r"^Type '(?:string|number|boolean)' is not assignable to t
 _LITERAL = re.compile(r'^(?:"(?:[^"\\]|\\.)*"|-?[0-9][0-9.e+-]*|true|false)$')
 
 
+# Results are declared `any` in the check, and the compiler infers `unknown` from an `any`
+# where a generic takes it (`new Set(items.map((o) => o.id))` is a `Set<unknown>`,
+# `Object.values(totals)` of a `{}` built over results an `unknown[]`): a value it knows
+# nothing of, which may well be what the tool takes, is left to the tool's own check.
+_UNKNOWN = re.compile(r"^(?:Type|Argument of type) 'unknown(?:\[\])*' is not assignable to ")
+
+
 def _widened(reason: str) -> bool:
-    """Whether ``reason`` (a diagnostic's innermost line) is a kind where literals are
-    declared: the script's value may well be one of them."""
+    """Whether ``reason`` (a diagnostic's innermost line) is about a value the compiler
+    cannot know: a kind where literals are declared (the script's value may well be one of
+    them), or ``unknown``."""
+    if _UNKNOWN.match(reason):
+        return True
     match = _WIDENED.match(reason)
     return match is not None and all(_LITERAL.match(m) for m in match[1].split(" | "))
