@@ -74,7 +74,8 @@ async def test_arguments_built_before_the_call_are_left_to_the_tool(
 ) -> None:
     """ty types a dict built in a variable by its kinds (``dict[str, str]``) and a text made
     at run time as ``str``: it cannot tell them from wrong ones where a tool takes a
-    TypedDict or a Literal, so they are left to the tool's own check of its arguments. What
+    TypedDict or a Literal, so they are left to the tool's own check of its arguments; so are
+    text made from a literal (a ``LiteralString``) and a dict passed as ``**keywords``. What
     is written in the call is still checked key by key (and a plain wrong type is refused
     wherever it comes from)."""
     built = "\n".join(
@@ -89,6 +90,10 @@ async def test_arguments_built_before_the_call_are_left_to_the_tool(
             'await tools.github__list_prs(repo="o/r", per_page=state)',  # 8
             'await tools.github__list_prs(repo="o/r", state="opened")',  # 9
             'await tools.calendar__create_event(summary="s", start={"dateTme": "x"}, end=start)',
+            'lowered = "OPEN".lower()',  # 11: a LiteralString
+            'await tools.github__list_prs(repo="o/r", state=lowered)',  # 12
+            'keywords = {"repo": "o/r", "state": "open"}',  # 13
+            "await tools.github__list_prs(**keywords)",  # 14: each value against each keyword
         ]
     )
     assert {line for line, _ in await _problems(checker, built)} == {8, 9, 10}

@@ -211,11 +211,13 @@ def _problems(output: str, code: str, declarations: str) -> list[TypeProblem]:
 # in a variable (`opts = {"state": "open"}`) is `dict[str, str]`, whose keys it does not
 # know, and a text computed at run time is `str`. Where a tool takes a TypedDict or one of
 # some literals, it cannot tell such a value from a wrong one; that is left to the tool's
-# own check of its arguments when the call is made. A dict or literal written in the call
-# is still checked here (ty names each wrong, missing or unknown key there on its own).
+# own check of its arguments when the call is made. So is text made from a literal
+# (`"OPEN".lower()`, a `LiteralString`) and a dict passed as keywords (`**opts`). A dict or
+# literal written in the call is still checked here (ty names each wrong, missing or unknown
+# key there on its own).
 _ARGUMENT = re.compile(r"is incorrect: Expected `(.+)`, found `(.+)`$")
 _BUILT = re.compile(r"(?:list\[)*dict\[.*")
-_PLAIN = re.compile(r"(?:list\[)*(?:str|int|float|bool)\]*")
+_PLAIN = re.compile(r"(?:list\[)*(?:str|int|float|bool|LiteralString)\]*")
 # An argument ty places at its keyword (`start={...}`) or its value, written in the call.
 _WRITTEN = re.compile(r"\s*(?:\w+\s*=\s*)?(?:[{\[]|dict\()")
 _DECLARED_TYPE = re.compile(r"\b(?!Literal\b|None\b|Any\b|NotRequired\b)[A-Z]\w*")
@@ -225,6 +227,10 @@ def _widened(message: str, argument: str) -> bool:
     """Whether ``message`` is about an argument ty knows only by its kind (see above);
     ``argument`` is the script's text from where ty places it."""
     match = _ARGUMENT.search(message)
+    if match is not None and argument.startswith("**"):
+        # `tools.x(**opts)`: ty matches the type of every value of the dict against every
+        # keyword the tool takes, whichever the dict has.
+        return True
     if match is None or _WRITTEN.match(argument):
         return False  # written in the call (ty types a dict for a union of TypedDicts so)
     expected, found = match[1], match[2]
