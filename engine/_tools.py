@@ -349,7 +349,10 @@ class Tool:
         if not isinstance(arguments, Mapping):
             raise self._error(f"tools.{self.name} takes an object, not {a_json_type(arguments)}")
         arguments = dict(arguments)
-        problems = validation_problems(self._input_validator, arguments)
+        try:
+            problems = validation_problems(self._input_validator, arguments)
+        except UnicodeEncodeError:
+            problems = "text with a lone surrogate, which JSON cannot carry"
         if problems:
             raise self._error(f"tools.{self.name}: invalid arguments: {problems}")
         if self.handler is None:
@@ -478,7 +481,14 @@ class Tool:
                 f"tools.{self.name} returned {e.what}, which is not JSON data{e.hint}"
             ) from None
         if self._output_validator is not None:
-            problems = validation_problems(self._output_validator, data)
+            try:
+                problems = validation_problems(self._output_validator, data)
+            except UnicodeEncodeError:  # the validator takes no lone surrogate, nor does JSON
+                raise self._error(
+                    f"tools.{self.name} returned a result that cannot be sent to the script "
+                    "(text with a lone surrogate); the tool must return JSON data (integers "
+                    "within 64 bits, text without lone surrogates)"
+                ) from None
             if problems:
                 raise self._error(
                     f"tools.{self.name} returned a result that does not match its output "
