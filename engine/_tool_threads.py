@@ -33,6 +33,8 @@ import concurrent.futures
 import contextlib
 import contextvars
 import itertools
+import queue
+import threading
 import weakref
 from collections import Counter
 from collections.abc import Callable
@@ -40,6 +42,68 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TOOL_THREADS = 16
+
+
+class _DaemonExecutor(concurrent.futures.Executor):
+    """``ThreadPoolExecutor``'s work in daemon threads: a handler that never returns (a call
+    given up on at its timeout runs on) must not keep the host's process from exiting once
+    the engine is closed, as the standard executor's threads do (the interpreter joins them
+    at its exit). Threads are made as work comes, up to ``workers``, and reused."""
+
+    def __init__(self, workers: int, name: str) -> None:
+        self._workers = workers
+        self._name = name
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._shut = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            if self._shut:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            self._queue.put((future, fn, args, kwargs))
+            if not self._idle.acquire(blocking=False) and len(self._threads) < self._workers:
+                number = len(self._threads) + 1
+                thread = threading.Thread(
+                    target=self._work, name=f"{self._name}_{number}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+        return future
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, fn, args, kwargs = item
+            del item
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = fn(*args, **kwargs)
+                except BaseException as e:  # as ThreadPoolExecutor: the caller's to see
+                    future.set_exception(e)
+                else:
+                    future.set_result(result)
+            del future, fn, args, kwargs
+            self._idle.release()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._shut = True
+            if cancel_futures:
+                while True:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is not None:
+                        item[0].cancel()
+            for _ in self._threads:
+                self._queue.put(None)  # each thread ends once its call has
+        if wait:
+            for thread in self._threads:
+                thread.join()
 
 
 @dataclass(eq=False)
@@ -88,7 +152,7 @@ class ToolThreads:
         self.by_script: Counter[str] = Counter()  # running or stuck, per script
         self._waiting: list[Ticket] = []
         self._order = itertools.count()
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._executor: _DaemonExecutor | None = None
 
     def waiting(self) -> int:
         return len(self._waiting)
@@ -116,9 +180,7 @@ class ToolThreads:
             raise  # the state stays "waiting": it never ran
         try:
             if self._executor is None:
-                self._executor = concurrent.futures.ThreadPoolExecutor(
-                    self.threads + self.spare, thread_name_prefix="codemode-tool"
-                )
+                self._executor = _DaemonExecutor(self.threads + self.spare, "codemode-tool")
             context = contextvars.copy_context()  # as asyncio.to_thread does
             work = self._executor.submit(context.run, _call, fn, kwargs)
         except BaseException:  # no thread to be had (out of threads, shut down): it never ran

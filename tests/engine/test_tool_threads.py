@@ -225,3 +225,50 @@ def test_bad_sizes_are_refused() -> None:
     # The engine's option is a ConfigError naming it, as each of its options is.
     with pytest.raises(ConfigError, match="tool_threads = 0 must be a whole number, 1 or more"):
         CodeMode([], tool_threads=0)
+
+
+_HANGS = """
+import asyncio, sys, threading
+sys.path.insert(0, {root!r})
+from engine import CodeMode, tool
+from tests.engine.conftest import InProcessRunner
+
+@tool
+def hang() -> int:
+    \"\"\"Never returns.\"\"\"
+    threading.Event().wait()
+    return 1
+
+async def main():
+    engine = CodeMode([hang], runner=InProcessRunner(), call_timeout=0.2)
+    result = await engine.run_code("try {{ await tools.hang(); }} catch (e) {{ return e.message; }}")
+    print(result.value, flush=True)
+    await engine.aclose()
+
+asyncio.run(main())
+"""
+
+
+async def test_a_host_exits_after_aclose_though_a_sync_tool_never_returns() -> None:
+    """A sync handler given up on at its timeout runs on in its thread, which must not hold
+    the host's process at its exit once the engine is closed: the standard executor's
+    threads are joined there, so a handler that never returns kept the process for ever."""
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _HANGS.format(root=root),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise AssertionError("the host did not exit after aclose()") from None
+    assert process.returncode == 0, err.decode()
+    assert "timed out" in out.decode(), out.decode()
