@@ -356,6 +356,7 @@ class CodeMode(StepLoop):
         key: str | None = None,
         on_start: Callable[[str], None] | None = None,
         language: Language | None = None,
+        wait: float = 0.0,
     ) -> RunResult:
         """Start a script and drive it until it finishes, fails or pauses.
 
@@ -369,9 +370,12 @@ class CodeMode(StepLoop):
         the tenant and key of a start this host is still running waits for it and returns
         its result (``on_start`` is told its id then). Otherwise
         ``on_start`` is told the script's id once its start is in the log, before any of its
-        calls runs.
+        calls runs. When the key names a script another host drives now (a worker that took
+        it after an approval), the result has status ``elsewhere`` at once, or, with ``wait``
+        (seconds), once that host lets it go, as :meth:`resume`'s.
         """
         self._check_open()
+        _check_wait(wait)
         language = self.language if language is None else check_language(language)
         try:
             body = normalize(code, language)
@@ -400,7 +404,7 @@ class CodeMode(StepLoop):
             return await self._start(body, language, tenant, files, None, on_start)
         result, joined = await self._once(
             ("key", tenant, key),
-            lambda: self._start(body, language, tenant, files, key, on_start),
+            lambda: self._start(body, language, tenant, files, key, on_start, wait),
             final=False,
         )
         if on_start is not None and joined:
@@ -415,6 +419,7 @@ class CodeMode(StepLoop):
         files: Sequence[Attachment],
         key: str | None,
         on_start: Callable[[str], None] | None,
+        wait: float = 0.0,
     ) -> RunResult:
         attachments = [a for s in self.skills for a in s.attachments()] + attachments_of(files)
         record = log.ScriptRecord(
@@ -472,6 +477,8 @@ class CodeMode(StepLoop):
                 # that replays the model's call goes on with the script.
                 taken = await Drive.take(self.store, started.record.id, owner, self.lease_ms)
                 if taken is None:
+                    if wait > 0:
+                        return await self._resume(started.record.id, wait)
                     return await self._elsewhere_or_ended(started.record.id)
                 self._emit("resumed", taken.record.id, tenant=tenant, steps=taken.record.steps)
                 return await self._drive_owned(taken)
@@ -569,10 +576,7 @@ class CodeMode(StepLoop):
         """
         self._check_open()
         check_ids(script_id)
-        if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
-            raise CodeModeError(
-                f"wait = {wait!r:.80} must be a number of seconds, 0 or more (0: do not wait)"
-            )
+        _check_wait(wait)
         # This host drives the script already (a keyed start, a worker): the resume waits for
         # that drive, as for a resume of its own, instead of calling its own host "elsewhere".
         while (driving := self._drives_of.get(script_id)) is not None:
@@ -1029,3 +1033,10 @@ def _type_checker(
         return PythonTypeChecker() if language == "python" else TypeChecker()
     except CompilerMissing as e:
         return e
+
+
+def _check_wait(wait: Any) -> None:
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
+        raise CodeModeError(
+            f"wait = {wait!r:.80} must be a number of seconds, 0 or more (0: do not wait)"
+        )

@@ -12,6 +12,9 @@ from typing import Any
 from engine import CodeMode
 
 MODEL = "claude-sonnet-5-5"
+# How long a script another host drives (a worker, after an approval) is waited for; still
+# driven then, the turn is left as a paused one is, for the next `advance`.
+WAIT = 300.0
 
 
 async def advance(client: Any, engine: CodeMode, messages: list[dict[str, Any]]) -> bool:
@@ -24,8 +27,8 @@ async def advance(client: Any, engine: CodeMode, messages: list[dict[str, Any]])
         uses = [b for b in messages[-1]["content"] if b["type"] == "tool_use"]
         if not uses:
             return True
-        results = [await engine.run_code(u["input"]["code"], key=u["id"]) for u in uses]
-        if any(r.status == "paused" for r in results):
+        results = [await engine.run_code(u["input"]["code"], key=u["id"], wait=WAIT) for u in uses]
+        if any(r.status in ("paused", "elsewhere") for r in results):
             return False
         answers = [r.to_anthropic(u["id"]) for u, r in zip(uses, results)]
         messages.append({"role": "user", "content": answers})

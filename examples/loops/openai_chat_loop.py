@@ -7,6 +7,7 @@ from typing import Any
 from engine import CodeMode
 
 MODEL = "gpt-5"
+WAIT = 300.0  # see anthropic_loop.py
 
 
 async def advance(client: Any, engine: CodeMode, messages: list[dict[str, Any]]) -> bool:
@@ -21,8 +22,8 @@ async def advance(client: Any, engine: CodeMode, messages: list[dict[str, Any]])
         if not calls:
             return True
         codes = [json.loads(c["function"]["arguments"])["code"] for c in calls]
-        results = [await engine.run_code(s, key=c["id"]) for s, c in zip(codes, calls)]
-        if any(r.status == "paused" for r in results):
+        results = [await engine.run_code(s, key=c["id"], wait=WAIT) for s, c in zip(codes, calls)]
+        if any(r.status in ("paused", "elsewhere") for r in results):
             return False
         # Every tool message first, then the media (a tool message takes text only).
         answers = [r.to_openai_chat(c["id"]) for c, r in zip(calls, results)]

@@ -7,6 +7,7 @@ from typing import Any
 from engine import CodeMode
 
 MODEL = "gpt-5"
+WAIT = 300.0  # see anthropic_loop.py
 
 
 async def advance(client: Any, engine: CodeMode, items: list[dict[str, Any]]) -> bool:
@@ -22,7 +23,9 @@ async def advance(client: Any, engine: CodeMode, items: list[dict[str, Any]]) ->
             items += [o.to_dict() for o in reply.output]
             continue
         codes = [json.loads(c["arguments"])["code"] for c in calls]
-        results = [await engine.run_code(s, key=c["call_id"]) for s, c in zip(codes, calls)]
-        if any(r.status == "paused" for r in results):
+        results = [
+            await engine.run_code(s, key=c["call_id"], wait=WAIT) for s, c in zip(codes, calls)
+        ]
+        if any(r.status in ("paused", "elsewhere") for r in results):
             return False
         items += [r.to_openai_responses(c["call_id"]) for c, r in zip(calls, results)]

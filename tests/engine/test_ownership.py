@@ -171,6 +171,40 @@ async def test_idempotent_start_continues_the_script(make_store: Callable[[], Lo
         await replayed.aclose()
 
 
+async def test_a_keyed_start_waits_for_the_host_that_drives_the_script(
+    make_store: Callable[[], LogStore],
+) -> None:
+    """A model loop's replayed run_code (same key) while another host drives the script (a
+    worker that took it after the approval) gives "elsewhere" at once, or with ``wait`` the
+    script's outcome once that host is done: the README's loops gave the model "Script is
+    running on another host" as the tool's answer."""
+    effects: list[int] = []
+    gate = asyncio.Event()
+    worker = CodeMode(_pay_tools(effects, gate), runner=InProcessRunner(), store=make_store())
+    loop = CodeMode(_pay_tools(effects), runner=InProcessRunner(), store=make_store())
+    try:
+        paused = await loop.run_code(SCRIPT, key="toolu_07")
+        await loop.approve(paused.script_id, paused.waiting[0]["call_id"])
+        driving = asyncio.create_task(worker.resume(paused.script_id))
+        while not effects:  # the worker is inside the call, holding the script
+            await asyncio.sleep(0.01)
+        now = await loop.run_code(SCRIPT, key="toolu_07")
+        assert now.status == "elsewhere", now.text
+        waited = asyncio.create_task(loop.run_code(SCRIPT, key="toolu_07", wait=60))
+        await asyncio.sleep(0.2)
+        assert not waited.done()
+        gate.set()
+        done = await waited
+        assert done.status == "finished" and done.value == {"cents": 30, "receipt": "paid"}
+        assert (await driving).to_dict() == done.to_dict() and effects == [30]
+        with pytest.raises(CodeModeError, match="must be a number of seconds"):
+            await loop.run_code(SCRIPT, key="toolu_07", wait=-1)
+    finally:
+        gate.set()
+        await worker.aclose()
+        await loop.aclose()
+
+
 async def test_a_key_names_a_script_within_its_tenant(make_store: Callable[[], LogStore]) -> None:
     """Tenant B's start with a key tenant A used starts B's own script: it neither gets A's
     outcome (A's script finished), nor drives A's script on (paused, its call approved), nor
