@@ -42,7 +42,6 @@ from engine._errors import (
     FilesMissing,
     ScriptNotFound,
     StoreUnavailable,
-    ToolsMissing,
 )
 from engine._events import EventKind, Listener, listeners_option
 from engine._files import (
@@ -822,15 +821,6 @@ class CodeMode(StepLoop):
         """
         check_ids(script_id)
         self._refuse_missing(script_id, await self.store.calls(script_id))
-
-    def _refuse_missing(self, script_id: str, calls: Iterable[log.CallEntry]) -> None:
-        missing = sorted({c.name for c in calls} - set(self._tool_names))
-        if missing:
-            have = ", ".join(sorted(self._by_name)) or "none"
-            raise ToolsMissing(
-                f"script {script_id} calls {', '.join(missing)}, which this host does "
-                f"not have (it has: {have}); resume it on a host with those tools"
-            )
 
     async def hold(self, script_id: str) -> None:
         """Interrupt: no step of the script runs and no call it asks for goes out."""

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -23,7 +23,7 @@ from engine import log
 from engine._calls import CallSettling
 from engine._drive import Drive
 from engine._ending import Ending
-from engine._errors import CodeModeError, StepUnavailable, StoreUnavailable
+from engine._errors import CodeModeError, StepUnavailable, StoreUnavailable, ToolsMissing
 from engine._files import BlobReader, BlobStore, StoredSkillFiles
 from engine._limits import LIMIT_NAMES, Limits, config_hint
 from engine._live import LiveRuns, live_key
@@ -32,7 +32,7 @@ from engine._result import RunResult
 from engine.languages import check_language
 from runner import HOST_BUSY, FileMissing, RunError, ScriptRunner, Step, bounded
 from sandbox import protocol
-from sandbox.protocol import sizes_over
+from sandbox.protocol import Call, sizes_over
 
 logger = logging.getLogger("codemode")
 
@@ -90,6 +90,9 @@ class StepLoop(CallSettling):
             if ending is None and step.outcome == "calls":
                 ending = self._check_calls(drive, step, limits)
                 if ending is None:
+                    # A call to a tool the script began with that this host lacks: left,
+                    # unrecorded, for a host that has it.
+                    self._refuse_missing(drive.record.id, step.calls)
                     await self._record_calls(drive, step)
                     continue
             if ending is not None:
@@ -147,17 +150,31 @@ class StepLoop(CallSettling):
             made = drive.tools_made = (self._tool_names, self._tools_of(drive.record))
         return made[1]
 
+    def _refuse_missing(self, script_id: str, calls: Iterable[log.CallEntry | Call]) -> None:
+        """:class:`ToolsMissing` when ``calls`` name a tool this host does not have."""
+        missing = sorted({c.name for c in calls} - set(self._tool_names))
+        if missing:
+            have = ", ".join(sorted(self._by_name)) or "none"
+            raise ToolsMissing(
+                f"script {script_id} calls {', '.join(missing)}, which this host does "
+                f"not have (it has: {have}); resume it on a host with those tools"
+            )
+
     def _tools_of(self, record: log.ScriptRecord) -> list[str]:
-        """The tools a script can call: those of this host's that it began with (named in
-        its record's fingerprint), and the built-in ones. A tool added since (an MCP server's,
-        a host's new release) stays out of its world: its runs before the tool came, live or
+        """The tools a script can call: those it began with (named in its record's
+        fingerprint), and the built-in ones. A tool added since (an MCP server's, a host's
+        new release) stays out of its world: its runs before the tool came, live or
         replayed, had no such tool, and its later runs must make the same calls (a call to it
         that failed in a live run, made in the replay after a pause, was a DivergenceError).
-        A log without fingerprints (written before them) gives this host's tools."""
+        One it began with that this host lacks (a server down, a rolling deploy) stays in:
+        a call to it stops the drive before it is recorded (:meth:`_refuse_missing`), for a
+        host that has it, where the script would otherwise fail for good on "does not
+        exist". A log without fingerprints (written before them) gives this host's tools."""
         began = record.tools
         if not began:
             return self._tool_names
-        return [name for name in self._tool_names if name in began or name in BUILTIN_TOOLS]
+        names = [name for name in self._tool_names if name in began or name in BUILTIN_TOOLS]
+        return names + [name for name in began if name not in self._by_name]
 
     def _script_of(
         self,

@@ -468,6 +468,43 @@ async def test_resume_without_a_tool_the_script_calls_runs_nothing(
         await lacking.aclose()
 
 
+async def test_a_host_lacking_a_tool_the_script_began_with_leaves_its_call_unrecorded(
+    make_store: Callable[[], LogStore],
+) -> None:
+    """A host lacking a tool the script began with but has not called yet (its MCP server
+    down, a rolling deploy) stops when the script calls it, recording nothing of that step:
+    a host that has the tool drives the script on. The script's call to it failed with
+    "does not exist", and the script with it, for good."""
+    effects: list[int] = []
+    store = make_store()
+
+    @tool(read_only=True)
+    def stock(sku: str) -> int:
+        """Units in stock."""
+        return 7
+
+    full = CodeMode([*_pay_tools(effects), stock], runner=InProcessRunner(), store=store)
+    code = SCRIPT.replace(
+        "return { cents, receipt };",
+        "return { cents, receipt, left: await tools.stock({ sku: 'A1' }) };",
+    )
+    paused = await full.run_code(code)
+    await full.approve(paused.script_id, paused.waiting[0]["call_id"])
+    lacking = CodeMode(_pay_tools(effects), runner=InProcessRunner(), store=make_store())
+    try:
+        with pytest.raises(ToolsMissing, match=r"calls stock, which this host does not have"):
+            await lacking.resume(paused.script_id)
+        assert effects == [30]  # the approved call ran; the next, to stock, was not recorded
+        calls = await store.calls(paused.script_id)
+        assert [c.name for c in calls] == ["price", "pay"]
+        done = await full.resume(paused.script_id)
+        assert done.status == "finished", done.text
+        assert done.value == {"cents": 30, "receipt": "paid", "left": 7} and effects == [30]
+    finally:
+        await full.aclose()
+        await lacking.aclose()
+
+
 async def test_a_worker_passes_over_a_script_it_cannot_drive(
     make_store: Callable[[], LogStore], caplog: pytest.LogCaptureFixture
 ) -> None:
