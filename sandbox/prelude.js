@@ -706,15 +706,29 @@
     if (near.length) message += "; the closest tools are " + near.map((n) => "tools." + n).join(", ");
     return new NativeError(message + ". Find tools with await tools.tool_search({ query: \"...\" }).");
   }
+  // A call whose arguments are wrong is not made, and its promise rejects with why, as an
+  // async function's own check of them would: `Promise.allSettled` and `.catch` take it (it
+  // was thrown at the call, and failed the whole batch). Running out of heap still throws.
+  function refusedCall(name, error) {
+    if (error === null || error instanceof NativeInternalError) throw error;
+    const promise = called(name, NativePromise.reject(error));
+    failing(promise, error);
+    return promise;
+  }
   function callTool(name, args) {
     if (!toolNames.has(name)) throw noSuchTool(name);
     if (args === undefined) args = {};
-    if (typeof args !== "object" || args === null || isArray(args)) {
-      throw new NativeTypeError("tools." + name + " takes one object of arguments, as tools." + name +
-        "({ ... }); it was given " + (isArray(args) ? "an array"
-        : typeof args === "string" ? "a string" : text(args)));
+    let json;
+    try {
+      if (typeof args !== "object" || args === null || isArray(args)) {
+        throw new NativeTypeError("tools." + name + " takes one object of arguments, as tools." + name +
+          "({ ... }); it was given " + (isArray(args) ? "an array"
+          : typeof args === "string" ? "a string" : text(args)));
+      }
+      json = JSON.stringify(plain(args, "the argument"));
+    } catch (e) {
+      return refusedCall(name, e);
     }
-    const json = JSON.stringify(plain(args, "the argument"));
     const answer = host.call(wellFormed(name), wellFormed(json));
     const tag = answer.charCodeAt(0);
     const rest = answer.slice(1);
@@ -727,8 +741,8 @@
         failing(promise, err);
         return promise;
       }
-      case 116: throw new NativeTypeError(rest); // "t": this call is wrong
-      case 108: throw new NativeRangeError(rest); // "l": this call is over a per-call limit
+      case 116: return refusedCall(name, new NativeTypeError(rest)); // "t": this call is wrong
+      case 108: return refusedCall(name, new NativeRangeError(rest)); // "l": over a per-call limit
       case 100: return called(name, defer(name)); // "d": settles when the job queue is next empty
       default: return called(name, never()); // "p": a new call, or "x": the run has ended
     }
@@ -739,8 +753,8 @@
     if (!f) {
       f = { [name]: function (args) {
         if (arguments.length > 1) {
-          throw new NativeTypeError("tools." + name + " takes one object of arguments, as tools." + name +
-            "({ ... }); it was given " + arguments.length + " arguments");
+          return refusedCall(name, new NativeTypeError("tools." + name + " takes one object of " +
+            "arguments, as tools." + name + "({ ... }); it was given " + arguments.length + " arguments"));
         }
         return callTool(name, args);
       } }[name];

@@ -2751,18 +2751,26 @@ class Run(Replay):
                 "runs at a different point on each run of the script; the call was not "
                 "made: call tools from the script's own code"
             )
-        if args:
-            if kwargs or len(args) > 1 or not isinstance(args[0], dict):
-                raise TypeError(
-                    f"tools.{name} takes keyword arguments, as tools.{name}(key=value), or one "
-                    f"dict, as tools.{name}({{'key': value}})"
-                )
-            given = args[0]
-        else:
-            given = kwargs
-        # A top-level None is an argument left out (JavaScript's undefined).
-        arguments = {k: v for k, v in given.items() if v is not None}
-        text = _json(arguments, "the argument")
+        # A call whose arguments are wrong is not made, and awaiting it raises why, as a
+        # coroutine's own check of them would: gather(..., return_exceptions=True) keeps the
+        # other calls (raised at the call, it failed the whole gather).
+        try:
+            if args:
+                if kwargs or len(args) > 1 or not isinstance(args[0], dict):
+                    raise TypeError(
+                        f"tools.{name} takes keyword arguments, as tools.{name}(key=value), or "
+                        f"one dict, as tools.{name}({{'key': value}})"
+                    )
+                given = args[0]
+            else:
+                given = kwargs
+            # A top-level None is an argument left out (JavaScript's undefined).
+            arguments = {k: v for k, v in given.items() if v is not None}
+            text = _json(arguments, "the argument")
+        except TypeError as e:
+            refused = _Call(name, self.failures, _script_line(), next(self.numbers))
+            refused._reject(e)
+            return refused
         answer = self._call(name, text)
         tag, rest = answer[:1], answer[1:]
         future = _Call(name, self.failures, _script_line(), next(self.numbers))
@@ -2771,9 +2779,9 @@ class Run(Replay):
         elif tag == "e":
             future._reject(ToolError(rest, name))
         elif tag == "t":
-            raise TypeError(rest)
+            future._reject(TypeError(rest))
         elif tag == "l":
-            raise LimitError(rest)
+            future._reject(LimitError(rest))
         elif tag == "d":
             self.deferred_futures.append((future, name))
         elif tag == "x":  # the run has ended (in this process only: the real one has exited)

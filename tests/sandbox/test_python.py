@@ -196,10 +196,23 @@ def test_keyword_and_dict_forms_make_the_same_call_and_none_is_left_out() -> Non
     ],
 )
 def test_arguments_that_are_not_data_raise_a_type_error(call: str, needle: str) -> None:
-    name, message = caught(call)
+    """Raised where the call is awaited, as a coroutine's own check of its arguments would
+    be (no call is made): gather with return_exceptions keeps the others' results."""
+    awaited = call.replace("tools.echo", "await tools.echo")
+    name, message = caught(awaited)
     assert name == "TypeError"
     assert needle in message
-    assert run(call.replace("tools.echo", "await tools.echo")).outcome == "failed"
+    ran = run(awaited)
+    assert ran.outcome == "failed" and ran.calls == []
+    code = (
+        "import asyncio\n"
+        + call.replace("tools.echo(", "bad = tools.echo(")
+        + "\nrs = await asyncio.gather(tools.echo(b=1), bad, return_exceptions=True)\n"
+        "return [type(r).__name__ for r in rs]"
+    )
+    kept = run(code, [rec("echo", {"b": 1}, result=1)])
+    assert kept.outcome == "finished", kept.error
+    assert kept.value == ["int", "TypeError"]
 
 
 def test_tuples_and_numeric_keys_become_json() -> None:

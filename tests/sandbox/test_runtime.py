@@ -211,11 +211,40 @@ def test_run_code_is_refused_inside_a_script(tools):
     [("[1, 2]", "an array"), ("'abc'", "a string"), ("42", "42"), ("null", "null")],
 )
 def test_non_object_arguments_throw_a_type_error(argument, given):
-    """A call takes one object of arguments; anything else is a TypeError at the call site."""
-    name, message = caught(f"tools.echo({argument});")
+    """A call takes one object of arguments; anything else is a TypeError, which rejects the
+    call's promise, as an async function's own check would (no call is made)."""
+    name, message = caught(f"await tools.echo({argument});")
     assert name == "TypeError"
     assert "tools.echo takes one object of arguments" in message
     assert message.endswith(f"it was given {given}")
+    assert run(f"tools.echo({argument}).catch(() => 0); return 1").calls == []
+
+
+def test_a_call_with_wrong_arguments_rejects_so_allsettled_and_catch_take_it() -> None:
+    """A call with arguments JSON cannot carry (a NaN, a BigInt) or over a per-call limit
+    is not made and its promise rejects: `Promise.allSettled` keeps the other calls'
+    results and `.catch` runs (it threw at the call, failing the whole batch, and naming
+    the call that went out before it as one "nothing awaited"). Unawaited, it is one line
+    as any call that failed."""
+    code = (
+        "const rs = await Promise.allSettled([1, NaN, 3].map((v) => tools.echo({ v })));\n"
+        "const caught = await tools.echo({ v: 10n }).catch((e) => e.name);\n"
+        "return [rs.map((r) => r.status), rs[1].reason.message, caught];"
+    )
+    records = [rec("echo", {"v": 1}, result=1), rec("echo", {"v": 3}, result=3)]
+    ran = run(code, records)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == [
+        ["fulfilled", "rejected", "fulfilled"],
+        "the argument.v is NaN, which JSON cannot carry",
+        "TypeError",
+    ]
+    assert ran.printed == ""
+    left = run("tools.echo({ v: NaN });\nreturn 1;")
+    assert left.outcome == "finished" and left.calls == []
+    assert left.printed.startswith(
+        "line 1: Warning: tools.echo(...) failed and nothing awaited it: "
+    )
 
 
 def test_a_second_argument_is_a_type_error_not_dropped():
