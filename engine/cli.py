@@ -558,7 +558,15 @@ async def _show(args: argparse.Namespace) -> int:
     )
     if lease is not None:
         held = lease.expires_ms > time.time() * 1000
-        until = f"until {_when(lease.expires_ms)}" if held else "let go"
+        # A lease given up has no end; one that ran out was not renewed: its host stopped,
+        # stalled or lost the log (a takeover is free).
+        until = (
+            f"until {_when(lease.expires_ms)}"
+            if held
+            else "let go"
+            if lease.expires_ms == 0
+            else f"ran out at {_when(lease.expires_ms)}: its host stopped or stalled"
+        )
         print(f"  owner {_shown(lease.owner)} (lease token {lease.token}, {until})")
     print(f"  tools {_shown(', '.join(sorted(record.tools))) or '(not recorded)'}")
     print("code:")
@@ -601,7 +609,8 @@ async def _answer(args: argparse.Namespace) -> int:
             await engine.reject(args.script_id, args.call_id, args.message)
     finally:
         await engine.aclose()
-    print(f"{args.command}d call {args.call_id} of script {args.script_id}")
+    done = {"approve": "approved", "reject": "rejected"}.get(args.command, args.command)
+    print(f"{done} call {args.call_id} of script {args.script_id}")
     return 0
 
 

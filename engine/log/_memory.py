@@ -102,6 +102,8 @@ class MemoryStore(LogStore):
         if token is None:
             return None
         script.lease = r.Lease(script_id, owner, token, now + ttl_ms)
+        if script.status == r.PAUSED:
+            script.status = r.ACTIVE  # driven on (see the SQL stores)
         return script.lease
 
     async def renew(self, lease: r.Lease, ttl_ms: int) -> r.Lease:

@@ -137,9 +137,12 @@ def _take(
     token = rules.next_token(record.lease, owner, now, take_from)
     if token is None:
         return None
+    # A paused script taken to be driven on is active (`scripts` listed it paused while its
+    # approved call ran); its next pause says paused again.
     yield Q(
-        "UPDATE scripts SET lease_owner = ?, lease_token = ?, lease_expires_ms = ? WHERE id = ?",
-        (owner, token, now + ttl_ms, record.id),
+        "UPDATE scripts SET lease_owner = ?, lease_token = ?, lease_expires_ms = ?,"
+        " status = CASE WHEN status = ? THEN ? ELSE status END WHERE id = ?",
+        (owner, token, now + ttl_ms, r.PAUSED, r.ACTIVE, record.id),
     )
     return r.Lease(record.id, owner, token, now + ttl_ms)
 

@@ -665,6 +665,11 @@ def test_scripts_show_approve_and_a_worker(tmp_path: Path) -> None:
     call_id = paused["waiting"][0]["call_id"]
     approved = codemode("approve", paused["script_id"], call_id, "--data-dir", data)
     assert approved.returncode == 0, approved.stderr
+    assert approved.stdout.startswith(f"approved call {call_id} of script "), approved.stdout
+    assert (
+        "(lease token 1, let go)"
+        in codemode("show", paused["script_id"], "--data-dir", data).stdout
+    )
     again = codemode("approve", paused["script_id"], call_id, "--data-dir", data)
     assert again.returncode == 2 and "is approved, not awaiting approval" in again.stderr
 
@@ -1025,3 +1030,28 @@ def test_a_mistyped_postgres_schema_is_an_error_not_an_empty_log(
     assert ran.returncode == 0, ran.stderr
     listed = codemode("scripts", "--config", str(config))
     assert listed.returncode == 0 and "finished" in listed.stdout, listed
+
+
+def test_show_tells_a_lease_that_ran_out_from_one_let_go(tmp_path: Path) -> None:
+    """A lease whose host stopped renewing it (killed, stalled: SIGSTOP) ran out, which
+    `show` said as "let go", the words for a lease its host gave up."""
+    import asyncio
+
+    from engine import SqliteStore
+    from engine.log import ScriptRecord
+
+    async def start() -> str:
+        store = SqliteStore(tmp_path)
+        record = ScriptRecord(
+            id="s1", code="return 1", tenant="default", now_ms=0, seed=1, created_ms=0
+        )
+        await store.start(record, "host:1:abc", 1)  # a lease of 1 ms, never renewed
+        await store.aclose()
+        return record.id
+
+    script_id = asyncio.run(start())
+    time.sleep(0.01)
+    shown = codemode("show", script_id, "--data-dir", str(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert "(lease token 1, ran out at " in shown.stdout, shown.stdout
+    assert ": its host stopped or stalled)" in shown.stdout
