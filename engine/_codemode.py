@@ -14,6 +14,7 @@ import contextlib
 import inspect
 import logging
 import math
+import os
 import secrets
 import time
 import uuid
@@ -249,6 +250,7 @@ class CodeMode(StepLoop):
         # Each script this host drives now, by id: done when that drive ends.
         self._drives_of: dict[str, asyncio.Future[None]] = {}
         self._closed = False  # aclose() began
+        self._pid = os.getpid()  # the process it was made in (see _check_open)
         self.lease_ms = lease_ms
         self.poll_interval = poll_interval
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
@@ -819,16 +821,19 @@ class CodeMode(StepLoop):
         have, as :meth:`resume` would refuse it; ask before answering a call that this host
         then means to drive on (``codemode resume --approve``), so a refusal records nothing.
         """
+        self._check_process()
         check_ids(script_id)
         self._refuse_missing(script_id, await self.store.calls(script_id))
 
     async def hold(self, script_id: str) -> None:
         """Interrupt: no step of the script runs and no call it asks for goes out."""
+        self._check_process()
         check_ids(script_id)
         await self.store.set_held(script_id, True)
 
     async def release(self, script_id: str) -> None:
         """End a hold; call :meth:`resume` to continue (or let a worker do it)."""
+        self._check_process()
         check_ids(script_id)
         await self.store.set_held(script_id, False)
 
@@ -836,6 +841,7 @@ class CodeMode(StepLoop):
         """A person approved the call: it runs when the script resumes. An approval that
         lands twice, or on two hosts at once, takes effect once (the second is
         :class:`CallNotWaiting`)."""
+        self._check_process()
         check_ids(script_id, call_id)
         await self.store.answer(
             script_id, call_id, log.AWAITING_APPROVAL, log.APPROVED, note="approved"
@@ -844,6 +850,7 @@ class CodeMode(StepLoop):
 
     async def reject(self, script_id: str, call_id: str, message: str = "") -> None:
         """A person refused the call: the script sees an error with this message."""
+        self._check_process()
         check_ids(script_id, call_id)
         entry = await self._waiting(script_id, call_id)
         error = error_text(message or f"a person refused tools.{entry.name}")
@@ -854,6 +861,7 @@ class CodeMode(StepLoop):
         self, script_id: str, call_id: str, result: Any = None, *, error: str | None = None
     ) -> None:
         """The client ran a client tool: its result, or the error it failed with."""
+        self._check_process()
         check_ids(script_id, call_id)
         expect = log.AWAITING_CLIENT
         if error is not None:
@@ -912,6 +920,19 @@ class CodeMode(StepLoop):
         if self._closed:
             raise CodeModeError(
                 "this engine is closed (aclose); make a new CodeMode on the same log to go on"
+            )
+        self._check_process()
+
+    def _check_process(self) -> None:
+        """:class:`ConfigError` in a process forked after the engine was made."""
+        if os.getpid() != self._pid:
+            # Its runner's fork server, its log's connections and threads are its maker's:
+            # in a forked child (a web server's workers forked after the app was made) a step
+            # waited for ever on processes the child does not have, and a SQLite connection
+            # shared across a fork can damage the file.
+            raise ConfigError(
+                "this CodeMode was made in another process, before a fork (a web server's "
+                "--preload, say): make the CodeMode in each worker process, after the fork"
             )
 
     async def __aenter__(self) -> CodeMode:

@@ -1154,3 +1154,37 @@ async def test_an_on_start_that_is_no_plain_function_is_refused_before_the_start
         with pytest.raises(ConfigError, match="give a plain function of the script's id"):
             await engine.run_code("return 1", on_start=wrong)  # type: ignore[arg-type]
     assert await engine.store.scripts() == []
+
+
+def test_an_engine_made_before_a_fork_says_so_in_the_child(tmp_path: Any) -> None:
+    """A CodeMode made in a process that then forks (a web server's --preload) is its
+    maker's: in the child, run_code waited for ever on the parent's fork server and
+    threads, and an approval would write through the parent's SQLite connection. Each of
+    them says to make the engine after the fork."""
+    import os
+
+    engine = CodeMode([], runner=InProcessRunner(), data_dir=tmp_path)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what each method raised, then leave at once
+        said = []
+        for call in (
+            lambda: engine.run_code("return 1"),
+            lambda: engine.approve("s1", "c1"),
+            lambda: engine.resume("s1"),
+        ):
+            try:
+                asyncio.run(asyncio.wait_for(call(), 10))
+                said.append("no error")
+            except BaseException as e:  # reported to the parent
+                said.append(f"{type(e).__name__}: {e}")
+        os.write(write, "\n".join(said).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        said = f.read().split("\n")
+    os.waitpid(pid, 0)
+    assert len(said) == 3, said
+    for line in said:
+        assert line.startswith("ConfigError: this CodeMode was made in another process"), said
+    asyncio.run(engine.aclose())
