@@ -460,6 +460,20 @@ class CodeMode(StepLoop):
             if early is not None and (not started.created or started.lease is None):
                 await discard_early(early)  # the key names a script begun before: it goes on
                 early = None
+            if not started.created and (
+                started.record.code != record.code or started.record.language != language
+            ):
+                # Not the same run_code call given again: a host's key that names two calls
+                # (a provider that numbers its tool-use ids per turn) would hand the model
+                # the other script's answer.
+                if started.lease is not None:
+                    with contextlib.suppress(CodeModeError):
+                        await self.store.release(started.lease)
+                raise ConfigError(
+                    f"key {key!r} names script {started.record.id}, started with other code: "
+                    "a key is one run_code call's (the model's tool-use id, unique in the "
+                    "tenant); give this call its own key, or none"
+                )
             if on_start is not None:
                 try:
                     on_start(started.record.id)

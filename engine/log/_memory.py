@@ -102,8 +102,6 @@ class MemoryStore(LogStore):
         if token is None:
             return None
         script.lease = r.Lease(script_id, owner, token, now + ttl_ms)
-        if script.status == r.PAUSED:
-            script.status = r.ACTIVE  # driven on (see the SQL stores)
         return script.lease
 
     async def renew(self, lease: r.Lease, ttl_ms: int) -> r.Lease:
@@ -165,7 +163,7 @@ class MemoryStore(LogStore):
                         claimed.append(entry.index)
             log.extend(added)
             _use(script, usage)
-            self._touch(lease.script_id)
+            self._driven(lease.script_id)
             return claimed
 
     async def decide(
@@ -190,7 +188,7 @@ class MemoryStore(LogStore):
                     entry.state, entry.owner, entry.token = r.RUNNING, lease.owner, lease.token
                     entry.started_ms = now_ms
                     claimed.append(entry.index)
-            self._touch(lease.script_id)
+            self._driven(lease.script_id)
             return claimed
 
     async def claim(
@@ -206,7 +204,7 @@ class MemoryStore(LogStore):
                     entry.state, entry.owner, entry.token = r.RUNNING, lease.owner, lease.token
                     entry.started_ms = now_ms
                     claimed.append(index)
-            self._touch(lease.script_id)
+            self._driven(lease.script_id)
             return claimed
 
     async def settle(self, lease: r.Lease, settlements: Sequence[r.Settlement]) -> None:
@@ -221,7 +219,7 @@ class MemoryStore(LogStore):
                 entry.result_bytes = settlement.result_bytes
                 entry.error = settlement.error
                 entry.ended_ms = now_ms
-            self._touch(lease.script_id)
+            self._driven(lease.script_id)
 
     async def reopen(self, lease: r.Lease, indexes: Sequence[int]) -> None:
         with self._lock:
@@ -238,7 +236,7 @@ class MemoryStore(LogStore):
                     None,
                     None,
                 )
-            self._touch(lease.script_id)
+            self._driven(lease.script_id)
 
     async def pause(self, lease: r.Lease) -> None:
         with self._lock:
@@ -301,6 +299,13 @@ class MemoryStore(LogStore):
 
     def _touch(self, script_id: str) -> None:
         self._scripts[script_id].updated_ms = self._now_ms()
+
+    def _driven(self, script_id: str) -> None:
+        """Touched by its owner's write of its calls: a paused script is active again."""
+        self._touch(script_id)
+        script = self._scripts[script_id]
+        if script.status == r.PAUSED:
+            script.status = r.ACTIVE
 
 
 def _use(script: r.ScriptRecord, usage: r.StepUsage | None) -> None:

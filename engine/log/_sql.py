@@ -137,12 +137,9 @@ def _take(
     token = rules.next_token(record.lease, owner, now, take_from)
     if token is None:
         return None
-    # A paused script taken to be driven on is active (`scripts` listed it paused while its
-    # approved call ran); its next pause says paused again.
     yield Q(
-        "UPDATE scripts SET lease_owner = ?, lease_token = ?, lease_expires_ms = ?,"
-        " status = CASE WHEN status = ? THEN ? ELSE status END WHERE id = ?",
-        (owner, token, now + ttl_ms, r.PAUSED, r.ACTIVE, record.id),
+        "UPDATE scripts SET lease_owner = ?, lease_token = ?, lease_expires_ms = ? WHERE id = ?",
+        (owner, token, now + ttl_ms, record.id),
     )
     return r.Lease(record.id, owner, token, now + ttl_ms)
 
@@ -194,14 +191,20 @@ def _fence_touch(lease: r.Lease, now: int, usage: r.StepUsage | None = None) -> 
     to ``now``, in one statement (see :func:`_fenced_update`): every call's transactions
     make it. Returns whether the script is held."""
     if usage is None:
-        return (yield from _fenced_update(lease, "updated_ms = ?", (now,)))
+        return (yield from _fenced_update(lease, "updated_ms = ?" + _DRIVEN, (now,)))
     return (
         yield from _fenced_update(
             lease,
-            "updated_ms = ?, steps = ?, total_compute_ms = ?, total_file_bytes = ?",
+            "updated_ms = ?, steps = ?, total_compute_ms = ?, total_file_bytes = ?" + _DRIVEN,
             (now, usage.steps, usage.total_compute_ms, usage.total_file_bytes),
         )
     )
+
+
+# A paused script whose owner writes its calls is driven on: active (`scripts` listed it
+# paused while its approved call ran); its next pause says paused again. Taking its lease
+# alone does not: a host that takes it and leaves it (a tool it lacks) writes nothing.
+_DRIVEN = f", status = CASE WHEN status = '{r.PAUSED}' THEN '{r.ACTIVE}' ELSE status END"
 
 
 def _fenced_update(lease: r.Lease, sets: str, params: Sequence[Any]) -> Tx:

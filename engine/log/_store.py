@@ -97,8 +97,9 @@ class LogStore(abc.ABC):
         on it has not expired. Taking it when it was free, expired, or released gives a
         larger token than any before; an owner that still holds it gets it renewed, with its
         token unchanged. ``take_from`` names an owner the caller knows is dead: its lease is
-        taken as if it had expired. A paused script taken is active again (it is driven
-        on). :class:`~engine.ScriptNotFound` if there is no such script."""
+        taken as if it had expired. :class:`~engine.ScriptNotFound` if there is no such
+        script. (A paused script is active again at its owner's next write of its calls:
+        ``add_calls``, ``decide``, ``claim``, ``settle``, ``reopen``.)"""
 
     @abc.abstractmethod
     async def renew(self, lease: Lease, ttl_ms: int) -> Lease:

@@ -480,15 +480,17 @@ async def check_step_pause_end(make: StoreFactory) -> None:
         assert after is not None and after.token > lease.token, "ending gives the lease up"
         got = await store.get_script(record.id)
         assert got.status == r.FINISHED, "taking an ended script's lease leaves it ended"
-        # A paused script taken to be driven on is active again.
+        # A paused script is active again once its owner writes its calls (driven on), not
+        # when its lease is merely taken (a host that leaves it writes nothing).
         other, held = await _started(store)
         await store.pause(held)
         await store.release(held)
-        assert (await store.get_script(other.id)).status == r.PAUSED
         taken = await store.acquire(other.id, "host-b", HELD_MS)
         assert taken is not None
+        assert (await store.get_script(other.id)).status == r.PAUSED, "taking a lease drives"
+        await store.claim(taken, [])
         got = await store.get_script(other.id)
-        assert got.status == r.ACTIVE, f"a paused script taken is {got.status}, not active"
+        assert got.status == r.ACTIVE, f"a paused script driven on is {got.status}, not active"
         assert [s.id for s in await store.scripts(r.FINISHED)] == [record.id]
         assert await store.scripts(r.PAUSED) == []
         # An end with no usage of its own keeps what the steps recorded.

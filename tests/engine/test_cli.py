@@ -957,10 +957,10 @@ TOOLS = [stuck]
 def test_ctrl_c_ends_a_run_whose_cleanup_cannot_finish(
     tmp_path: Path, signum: int, code: int, word: str
 ) -> None:
-    """Ctrl-C (or SIGTERM) while a sync tool is stuck: the command is cancelled, its cleanup
-    cannot end (the tool's thread never returns), and the process still exits, 130 (143),
-    after its grace, ending what it started; it used to wait for the thread for good (and
-    SIGTERM killed it on the spot, its cleanup not run)."""
+    """Ctrl-C (or SIGTERM) while a sync tool is stuck: the command is cancelled, and the
+    process exits, 130 (143), ending what it started, though the tool's thread never
+    returns (a daemon thread: the interpreter does not wait for it at exit); it used to wait
+    for the thread for good (and SIGTERM killed it on the spot, its cleanup not run)."""
     tools = tmp_path / "tools.py"
     tools.write_text(STUCK_TOOLS)
     script = tmp_path / "script.js"
@@ -986,7 +986,7 @@ def test_ctrl_c_ends_a_run_whose_cleanup_cannot_finish(
             process.kill()
             process.communicate()
     assert process.returncode == code, err
-    assert f"{word}; stopping without finishing the cleanup" in err
+    assert "Traceback" not in err, err
     _, alive = psutil.wait_procs(started, timeout=30)
     assert alive == []
 

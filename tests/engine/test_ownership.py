@@ -25,6 +25,7 @@ from engine import (
     CallNotWaiting,
     CodeMode,
     CodeModeError,
+    ConfigError,
     LogStore,
     RunResult,
     ScriptRecord,
@@ -235,10 +236,17 @@ async def test_a_key_names_a_script_within_its_tenant(make_store: Callable[[], L
         b = await other.run_code("return 'B own script'", tenant="B", key="k1")
         assert b.status == "finished" and b.value == "B own script", b.text
         assert b.script_id != a.script_id
-        again_a = await other.run_code("return 0", tenant="A", key="k1")
+        again_a = await other.run_code(
+            "return await tools.secret({ who: 'A' })", tenant="A", key="k1"
+        )
         assert again_a.to_dict() == a.to_dict()
-        again_b = await host.run_code("return 0", tenant="B", key="k1")
+        again_b = await host.run_code("return 'B own script'", tenant="B", key="k1")
         assert again_b.to_dict() == b.to_dict()
+        # The key with other code is no start again of that call: the host gave one key
+        # to two calls (a provider that numbers its tool-use ids per turn), and would hand
+        # the model the other script's answer.
+        with pytest.raises(ConfigError, match="started with other code"):
+            await host.run_code("return 0", tenant="B", key="k1")
 
         paused = await host.run_code(SCRIPT, tenant="A", key="k2")
         assert paused.status == "paused", paused.text
