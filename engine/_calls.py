@@ -101,8 +101,10 @@ class CallSettling(Emitting):
         interrupted = [
             _failed(
                 c,
-                f"tools.{c.name} was interrupted: the host stopped while it ran, so it may or "
-                "may not have taken effect; check before calling it again",
+                f"tools.{c.name} was interrupted: the host that ran it stopped, or stopped "
+                "waiting for it (a crash, a cancelled request, Ctrl-C), before its result was "
+                "recorded, so it may or may not have taken effect; check before calling it "
+                "again",
             )
             for c in stale
             if c.index not in again
