@@ -602,14 +602,6 @@
         wellFormed(kept.first.error.stack));
     }
   }
-  let untakenShown = 0; // how many of failedCalls untaken() has looked at
-  function untaken() {
-    for (; untakenShown < failedCalls.length; untakenShown++) {
-      const call = failedCalls[untakenShown];
-      if (!call.taken) host.untaken(wellFormed(shownCall(call.name)), wellFormed(call.message), wellFormed(call.stack));
-    }
-    unhandledLines();
-  }
   // Promises rejected with nothing to handle them (`main();` of an async main that threw):
   // QuickJS's rejection tracker (sandbox/rejections.py) calls `rejection` with the promise as
   // `this`, `handled` 0 when it is rejected with no handler and 1 when one is added later.
@@ -632,24 +624,41 @@
       unhandledMore++;
     }
   }
-  function unhandledLines() {
+  let untakenShown = 0; // how many of failedCalls untaken() has looked at
+  let warned = 0; // lines untaken() printed in this run: at most UNHANDLED_SHOWN in all
+  function untaken() {
+    const lines = setPrototypeOf([], null);
+    for (; untakenShown < failedCalls.length; untakenShown++) {
+      const call = failedCalls[untakenShown];
+      if (!call.taken) lines[lines.length] = [shownCall(call.name), call.message, call.stack];
+    }
     const reasons = setPrototypeOf([], null);
     apply(mapForEach, unhandled, [(reason, promise) => {
       if (!callRecords.has(promise)) reasons[reasons.length] = reason;
     }]);
     apply(mapClear, unhandled, []);
-    const shown = reasons.length < UNHANDLED_SHOWN ? reasons.length : UNHANDLED_SHOWN;
-    const more = reasons.length - shown + unhandledMore; // the last line shown counts them
-    unhandledMore = 0;
-    for (let i = 0; i < shown; i++) {
+    for (let i = 0; i < reasons.length; i++) {
       const parts = errorParts(reasons[i]), name = parts.name, message = parts.message;
-      const last = i === shown - 1 && more > 0;
-      host.untaken("an async function or promise" + (last ? " (and " + more + " more like it)" : ""),
-        wellFormed(name === "Uncaught" ? message : message ? name + ": " + message : name),
-        wellFormed(parts.stack));
+      lines[lines.length] = ["an async function or promise",
+        name === "Uncaught" ? message : message ? name + ": " + message : name, parts.stack];
     }
-    if (shown === 0 && more > 0) {
+    // Calls that failed unawaited and promises rejected with nothing to handle them share
+    // the lines: at most UNHANDLED_SHOWN in a run, the last saying how many more (900
+    // failed calls were 900 lines, the printed text cut down to make room for them).
+    const room = UNHANDLED_SHOWN - warned > 0 ? UNHANDLED_SHOWN - warned : 0;
+    const shown = lines.length < room ? lines.length : room;
+    const more = lines.length - shown + unhandledMore; // the last line shown counts them
+    unhandledMore = 0;
+    warned += shown;
+    for (let i = 0; i < shown; i++) {
+      const line = lines[i];
+      const last = i === shown - 1 && more > 0;
+      host.untaken(wellFormed(line[0] + (last ? " (and " + more + " more like it)" : "")),
+        wellFormed(line[1]), wellFormed(line[2]));
+    }
+    if (shown === 0 && more > 0 && room > 0) {
       // Every one kept was handled later; those past the kept ones have no reason.
+      warned += 1;
       host.untaken("an async function or promise" + (more > 1 ? " (and " + (more - 1) +
         " more like it)" : ""), "its error was not kept (over " + UNHANDLED_KEPT +
         " failed unawaited at once)", "");

@@ -3311,7 +3311,10 @@ class Run(Replay):
         never ran), and a call made only for its effect is no mistake. A script that uses
         such a call's result without ``await`` meets a TypeError saying so (_Future)."""
         failures = self.failures
-        for future in list(failures):
+        # At most UNRETRIEVED_SHOWN lines, the last saying how many more (900 failed calls
+        # were 900 lines, the printed text cut down to make room for them).
+        failed = [f for f in failures if f._error is not None]
+        for number, future in enumerate(failed[:UNRETRIEVED_SHOWN], 1):
             error = future._error
             # Left out: one taken since the loop began (str() below may run the script's
             # code), and one the script made anew with __init__ (it has no error).
@@ -3325,8 +3328,11 @@ class Run(Replay):
                 message = f"an error that cannot be read: {_type_name(e)}"
             if type(future) is not _Call:  # a call's error is the tool's message
                 message = f"{_type_name(error)}: {message}"
+            shown = future._shown()
+            if number == UNRETRIEVED_SHOWN and len(failed) > number:
+                shown += f" (and {len(failed) - number} more like it)"
             self.printed.write(
-                _warning_line(future._line, "RuntimeWarning", unawaited(future._shown(), message))
+                _warning_line(future._line, "RuntimeWarning", unawaited(shown, message))
             )
 
     def _value(self, value: Any) -> Ran:
@@ -3477,6 +3483,10 @@ _WITHHELD = {
     ),
     **dict.fromkeys(("eval", "exec", "compile"), _NO_CODE),
 }
+
+
+# How many lines a run's failures nothing took (calls, tasks, gathers) get at most.
+UNRETRIEVED_SHOWN = 10
 
 
 # The thread the garbage collector is collecting on now, if any: the finalizers it runs run

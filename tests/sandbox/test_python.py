@@ -550,6 +550,21 @@ def test_a_failed_call_nothing_awaited_gets_a_line() -> None:
     )
 
 
+def test_failures_nothing_took_get_at_most_ten_lines() -> None:
+    """At most ten lines, the tenth saying how many more there were (900 failed calls were
+    900 lines, and the printed text was cut down to make room for them)."""
+    code = "for i in range(13):\n    tools.echo(i=i)\nreturn 1"
+    ran = run(code, [rec("echo", {"i": i}, error="same") for i in range(13)])
+    assert ran.outcome == "finished"
+    lines = ran.printed.splitlines()
+    assert lines == [
+        "line 2: RuntimeWarning: tools.echo(...) failed and nothing awaited it: same"
+    ] * 9 + [
+        "line 2: RuntimeWarning: tools.echo(...) (and 3 more like it) failed and nothing "
+        "awaited it: same"
+    ]
+
+
 def test_each_failed_call_gets_its_line_in_call_order_also_when_the_run_fails() -> None:
     code = "for i in range(3):\n    tools.echo(i=i)\ntools.search(q=1)\nawait tools.get_user(id=1)"
     records = [rec("echo", {"i": i}, error="same") for i in range(3)]

@@ -1463,6 +1463,26 @@ def test_a_failed_call_nothing_awaited_gets_a_line(how: str) -> None:
     )
 
 
+@pytest.mark.parametrize("how", ["replay", "live"])
+def test_failed_calls_and_rejections_nothing_took_share_ten_lines(how: str) -> None:
+    """Calls that failed unawaited and promises rejected with nothing to handle them get at
+    most ten lines in all, the tenth saying how many more there were (900 failed calls were
+    900 lines, and the printed text was cut down to make room for them)."""
+    code = (
+        "for (let i = 0; i < 13; i++) { tools.echo({ a: 3 + i }); Promise.reject(new Error('r' + i)); }\n"
+        "await tools.list_prs({});\nreturn 1;"
+    )
+    ran = _js_to_the_end(code, live=how == "live")
+    assert ran.outcome == "finished", ran.error
+    lines = ran.printed.splitlines()
+    assert len(lines) == 10, lines
+    assert lines[:9] == ["line 1: " + UNTAKEN.format("echo", "lost")] * 9
+    assert (
+        lines[9]
+        == "line 1: Warning: tools.echo(...) (and 16 more like it) failed and nothing awaited it: lost"
+    )
+
+
 @pytest.mark.parametrize("how", ["replay", "live", "version 1"])
 def test_a_call_that_fails_after_the_script_returned_gets_a_line(how: str) -> None:
     """A call the script made and never awaited, answered (failed) only after its ending
