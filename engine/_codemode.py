@@ -43,6 +43,7 @@ from engine._errors import (
     FilesMissing,
     ScriptNotFound,
     StoreUnavailable,
+    ToolDefinitionError,
 )
 from engine._events import EventKind, Listener, listeners_option
 from engine._files import (
@@ -62,7 +63,7 @@ from engine._live import (
     live_key,
     takes_live,
 )
-from engine._naming import BUILTIN_TOOLS
+from engine._naming import BUILTIN_NAMES, BUILTIN_TOOLS
 from engine._result import RunResult
 from engine._search import ToolIndex
 from engine._skills import Skill, check_skills, skills_listing
@@ -188,6 +189,15 @@ class CodeMode(StepLoop):
             tool_threads=tool_threads,
         )
         self._own_tools = as_tools(tools)
+        for own in self._own_tools:
+            if own.source is None and own.original_name in BUILTIN_NAMES:
+                # Renamed with a hash (as a clash is), the host's tool went unseen under
+                # another name, and a script calling the name reached the engine's own.
+                raise ToolDefinitionError(
+                    f"a tool is named {own.original_name!r}, the name of the engine's own tool "
+                    "(run_code runs scripts, tool_search searches the tools, skill loads a "
+                    "skill); give yours another name"
+                )
         self._definition: tuple[list[Any], dict[str, Any]] | None = None
         # The tools' fingerprint (a digest of each input schema), made once per tool set: a
         # host with a hundred tools spent about 0.3 ms of each run_code hashing them.

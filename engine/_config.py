@@ -537,6 +537,10 @@ def check_parts(
 def data_directory(data_dir: str | Path) -> Path:
     """``data_dir`` made ready to hold the session log and blobs; :class:`ConfigError` naming
     the path and the fix when it is a file, cannot be made, or cannot be written."""
+    if not isinstance(data_dir, str | os.PathLike):
+        raise ConfigError(
+            f"data_dir = {data_dir!r:.80} must be a path (a str or a Path) of a directory"
+        )
     if not _a_path(str(data_dir)):
         raise ConfigError(f"data_dir {str(data_dir)!r} is not a usable path; give a directory")
     path = Path(data_dir)

@@ -108,6 +108,18 @@ def listeners_option(on_event: Listener | Sequence[Listener] | None) -> tuple[Li
                 "the event loop and must be quick: give a plain function (which may start a "
                 "task of its own, or put the event on a queue)"
             )
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):  # a builtin without one: it is called and seen then
+            continue
+        try:
+            signature.bind(None)
+        except TypeError:
+            # Taken, it failed on every event of every script, each a logged traceback.
+            raise ConfigError(
+                f"on_event listener {fn!r:.80} does not take one argument (the Event), as "
+                f"its signature {signature} says; give a function of one Event"
+            ) from None
     return found
 
 

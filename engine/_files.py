@@ -120,7 +120,14 @@ class BlobStore:
         self._memory: dict[str, bytes] = {}
         self._lock = threading.Lock()
         if self.directory is not None:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            except OSError as e:  # a file of that name, a directory that may not be written
+                raise ConfigError(
+                    f"the blob store's directory {self.directory} cannot be made "
+                    f"({e.strerror or e}); give one this process may write (a file of that "
+                    "name is in the way?)"
+                ) from None
 
     def put(self, data: bytes) -> str:
         """Keep ``data``; its name (SHA-256). Raises ``OSError`` when the store fails."""

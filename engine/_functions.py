@@ -230,6 +230,13 @@ def _from_function(
                 f"{label}: parameter {param.name!r} is positional-only; arguments are passed "
                 "by name, so remove the '/'"
             )
+        if param.name not in hints and param.name in ("self", "cls") and index == 0:
+            # @tool on a method in its class body: the function, not yet bound.
+            raise ToolDefinitionError(
+                f"{label}: its first parameter is {param.name!r}: @tool was put on a method in "
+                f"its class body; make the tool of the bound method instead, "
+                f"tool(instance.{getattr(fn, '__name__', 'method')}) (or a @staticmethod)"
+            )
         if param.name not in hints:
             raise ToolDefinitionError(
                 f"{label}: parameter {param.name!r} has no type annotation; annotate it, so "

@@ -24,6 +24,7 @@ from engine import (
     StepUnavailable,
     Tool,
     ToolContext,
+    ToolDefinitionError,
     tool,
 )
 from runner import (
@@ -1188,3 +1189,29 @@ def test_an_engine_made_before_a_fork_says_so_in_the_child(tmp_path: Any) -> Non
     for line in said:
         assert line.startswith("ConfigError: this CodeMode was made in another process"), said
     asyncio.run(engine.aclose())
+
+
+@pytest.mark.parametrize("name", ["run_code", "tool_search", "skill"])
+def test_a_host_tool_named_as_the_engines_own_is_refused(name: str) -> None:
+    """A host's tool named tool_search, skill or run_code was renamed with a hash, unseen
+    under that name, and a script calling the name reached the engine's own tool."""
+
+    @tool(name=name)
+    def mine(query: str) -> str:
+        """The host's own."""
+        return query
+
+    with pytest.raises(ToolDefinitionError, match=f"a tool is named '{name}', the name of"):
+        CodeMode([mine])
+
+
+def test_a_data_dir_that_is_no_path_or_holds_a_file_named_blobs_is_a_config_error(
+    tmp_path: Path,
+) -> None:
+    """Both raised a bare TypeError or FileExistsError (a traceback and exit 1 from the CLI),
+    where every other data_dir mistake is a ConfigError naming it."""
+    with pytest.raises(ConfigError, match="must be a path"):
+        CodeMode(data_dir=5)  # type: ignore[arg-type]
+    (tmp_path / "blobs").write_text("x")
+    with pytest.raises(ConfigError, match="blobs cannot be made"):
+        CodeMode(data_dir=tmp_path)

@@ -185,6 +185,26 @@ def test_on_event_must_be_callables() -> None:
         CodeMode(on_event=["not a function"])  # type: ignore[list-item]
 
 
+def test_a_listener_that_takes_no_event_is_refused_when_given() -> None:
+    """A listener that cannot take the Event (`lambda: ...`, two required arguments) failed
+    on every event of every script, each a logged traceback; it is refused when given. One
+    that takes it, or more with defaults, or anything, is kept."""
+    from engine import ConfigError
+
+    def two(event: Event, other: int) -> None: ...
+
+    for bad in (lambda: None, two):
+        with pytest.raises(ConfigError, match="does not take one argument"):
+            CodeMode(on_event=bad)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="does not take one argument"):
+            CodeMode().add_listener(bad)  # type: ignore[arg-type]
+
+    def defaults(event: Event, extra: int = 0) -> None: ...
+
+    for good in (lambda e: None, defaults, print, lambda *a: None):
+        CodeMode(on_event=good)
+
+
 async def test_an_async_listener_is_refused_not_silently_dropped(caplog) -> None:
     """An async function as a listener was called, never awaited, and did nothing (a
     RuntimeWarning at most): it is refused when given. One that slips past the check (a

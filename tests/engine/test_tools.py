@@ -397,6 +397,8 @@ def test_callable_objects_are_tools_and_partials_are_refused() -> None:
         ("def f(x: int, /): ...", "positional-only"),
         ("class Opaque: ...\ndef f(x: Opaque): ...", "no JSON Schema"),
         ("class Opaque: ...\ndef f(x: int) -> Opaque: ...", "return annotation"),
+        # @tool on a method in its class body: annotating self is no fix.
+        ("def f(self, x: int) -> int: ...", "make the tool of the bound method instead"),
     ],
 )
 def test_functions_that_cannot_be_tools_are_refused(source: str, message: str) -> None:

@@ -315,9 +315,9 @@ def test_mcp_serve_over_http_stops_quietly_at_sigterm(tmp_path: Path) -> None:
 
 
 def test_mcp_serve_ends_at_sigterm_with_a_tool_that_never_returns(tmp_path: Path) -> None:
-    """A sync tool of --tools that never returns keeps its thread, which the exit waits for:
-    SIGTERM still ends `codemode mcp serve`, the grace after (as the CLI's commands do),
-    exit 143, and what it started with it."""
+    """A sync tool of --tools that never returns keeps its thread, which the exit once
+    waited for: SIGTERM ends `codemode mcp serve` as its stop (exit 0: the thread is a
+    daemon's, left to the process's end), and what it started with it."""
     (tmp_path / "tools.py").write_text(
         "import time\n"
         "from pathlib import Path\n"
@@ -336,7 +336,7 @@ def test_mcp_serve_ends_at_sigterm_with_a_tool_that_never_returns(tmp_path: Path
         when=tmp_path / "stuck",
         code="return await tools.stuck({})",
     )
-    assert process.returncode == 128 + signal.SIGTERM
+    assert process.returncode == 0
     assert left_running(tmp_path) == []
 
 
