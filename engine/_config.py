@@ -149,6 +149,27 @@ class Config:
             return self
         return replace(self, data_dir=Path(data_dir), store=replace(self.store, kind="sqlite"))
 
+    def engine_options(self, *, runner: bool = True) -> dict[str, Any]:
+        """``CodeMode``'s keyword arguments for this configuration, as the CLI makes its
+        engine: ``CodeMode(tools, **Config.load("codemode.toml").engine_options())``. The
+        runner and the session log are made here (``runner=False``: none, for a host that
+        gives its own). MCP servers are the host's to start and close:
+        ``mcp=await McpServers.start(config.mcp_servers)``."""
+        # The runner first: made, it holds nothing yet, while a log holds its file or pool.
+        made = {"runner": build_runner(self.runner)} if runner else {}
+        options: dict[str, Any] = {
+            **made,
+            "store": self.store.build(self.data_dir),
+            "data_dir": self.data_dir,
+            "limits": self.limits,
+            "queue_timeout": self.queue_timeout,
+            "type_check": self.type_check,
+            "language": self.language,
+            "lease_ms": self.store.lease_ms,
+            **self.live.options(),
+        }
+        return options
+
     @classmethod
     def load(cls, path: str | Path) -> Config:
         """Read and check a ``codemode.toml``."""

@@ -54,7 +54,7 @@ import orjson
 
 from engine import log
 from engine._codemode import CodeMode, RunResult, check_ids
-from engine._config import Config, build_runner
+from engine._config import Config
 from engine._errors import (
     CallNotWaiting,
     CodeModeError,
@@ -353,22 +353,17 @@ async def _engine(
     try:
         if servers is not None and not servers.servers and not tools:
             raise ConfigError("no tools: no MCP server could be used and no --tools file was given")
-        runner: ScriptRunner = build_runner(config.runner) if needs_runner else _NoRunner()
+        options = config.engine_options(runner=needs_runner)
+        options["language"] = _language(args, config)
+        if not needs_runner:
+            options["runner"] = _NoRunner()
         engine = CodeMode(
             tools,
-            runner=runner,
-            store=_store(args, config),
-            data_dir=config.data_dir,
-            limits=config.limits,
             context=namespace.get("CONTEXT"),
             worker=namespace.get("WORKER"),
-            queue_timeout=config.queue_timeout,
-            type_check=config.type_check,
-            language=_language(args, config),
-            lease_ms=config.store.lease_ms,
             on_event=on_event,
             mcp=servers,
-            **config.live.options(),
+            **options,
         )
     except BaseException as e:
         if servers is not None:  # the engine that would have closed them was not made

@@ -157,8 +157,7 @@ REMEDIES = {
     ),
     "file_bytes": "read less (files.chunks with an offset, a stream with { limit })",
     "total_file_bytes": (
-        "read less (a script that calls tools may read its files again at each run: read "
-        "them before the calls)"
+        "read less (a run replayed after a pause reads its files again, as far as it goes)"
     ),
     "streams": "finish or break out of a loop before opening another",
     "shown_files": "show fewer files",

@@ -43,10 +43,15 @@ def own_call(entry: r.CallEntry) -> str:
 
 
 def not_waiting(script_id: str, call_id: str, state: str, expect: str) -> str:
-    return (
+    said = (
         f"call {call_id} of script {script_id} is {state.replace('_', ' ')}, "
         f"not {expect.replace('_', ' ')}"
     )
+    if state == r.APPROVED and expect == r.AWAITING_APPROVAL:
+        # Approved twice, or one that never needed it: listed in `waiting` ("turn"), it
+        # waits for its step's calls that do to be answered.
+        said += " (approved already, or it needs no approval: it runs when the script resumes)"
+    return said
 
 
 def check_decision(decision: r.Decision) -> None:

@@ -672,6 +672,7 @@ def test_scripts_show_approve_and_a_worker(tmp_path: Path) -> None:
     )
     again = codemode("approve", paused["script_id"], call_id, "--data-dir", data)
     assert again.returncode == 2 and "is approved, not awaiting approval" in again.stderr
+    assert "approved already, or it needs no approval" in again.stderr
 
     worker = _worker(tools)
     try:

@@ -107,3 +107,31 @@ def test_data_dir_with_a_tilde_is_the_home_directory(
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     config = _config(tmp_path, '[codemode]\ndata_dir = "~/agents/log"\n')
     assert config.data_dir == tmp_path / "home" / "agents" / "log"
+
+
+async def test_a_host_makes_the_clis_engine_from_a_config_file(tmp_path: Path) -> None:
+    """`CodeMode(tools, **Config.load(path).engine_options())`: the engine the CLI makes from
+    the same file (its log, limits, language and lease); CodeMode read no file, and a host
+    had to copy the CLI's wiring to honour one."""
+    from engine import CodeMode, tool
+
+    path = tmp_path / "codemode.toml"
+    path.write_text(
+        '[codemode]\nlanguage = "python"\ndata_dir = "data"\n'
+        "[codemode.limits]\ncalls = 1\n[codemode.store]\nlease_ms = 5000\n"
+    )
+
+    @tool
+    def echo(x: int) -> int:
+        """Echo."""
+        return x
+
+    engine = CodeMode([echo], **Config.load(path).engine_options(runner=False))
+    try:
+        assert engine.language == "python"
+        assert engine.limits_for("default").calls == 1
+        assert engine.lease_ms == 5000
+        assert isinstance(engine.store, SqliteStore)
+        assert (tmp_path / "data" / SqliteStore.FILE_NAME).exists()
+    finally:
+        await engine.aclose()
