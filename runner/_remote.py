@@ -512,7 +512,8 @@ class RemoteRunner(ScriptRunner):
             raise _Refused(
                 f"its TLS certificate failed verification ({e.verify_message}); set ca_file "
                 "to the CA that signed the service's certificate, and server_name to a name "
-                "the certificate carries"
+                "the certificate carries ([codemode.runner] in codemode.toml; "
+                "RemoteRunner(ca_file=..., server_hostname=...) in code)"
             ) from None
         except ssl.SSLError as e:
             if e.reason == "WRONG_VERSION_NUMBER":
