@@ -513,7 +513,7 @@ class RemoteRunner(ScriptRunner):
                 f"its TLS certificate failed verification ({e.verify_message}); set ca_file "
                 "to the CA that signed the service's certificate, and server_name to a name "
                 "the certificate carries ([codemode.runner] in codemode.toml; "
-                "RemoteRunner(ca_file=..., server_hostname=...) in code)"
+                "RemoteRunner(ca=..., server_hostname=...) in code)"
             ) from None
         except ssl.SSLError as e:
             if e.reason == "WRONG_VERSION_NUMBER":
