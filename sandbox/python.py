@@ -39,6 +39,7 @@ import builtins
 import calendar
 import cmath
 import collections
+import collections.abc
 import contextlib
 import copy
 import csv
@@ -140,6 +141,7 @@ ALLOWED = (
     "bisect",
     "cmath",
     "collections",
+    "collections.abc",
     "copy",
     "csv",
     "dataclasses",
@@ -176,6 +178,18 @@ _FRAME_PREFIXES = ("f_", "gi_", "cr_", "ag_", "tb_", "co_")
 # Dunder attributes a script may use: plain text (``type(e).__name__``), and ``__init__``
 # (``super().__init__(...)``), whose function reaches nothing without another dunder.
 _TEXT_DUNDERS = frozenset({"__name__", "__qualname__", "__doc__", "__init__"})
+# What to write instead of the dunders models reach for.
+_DUNDER_HINTS = {
+    "__class__": ": write type(x) for its class (type(self).__name__ for its name)",
+    "__dict__": (
+        ": read the attributes by name, or dataclasses.asdict(x) for a dataclass's fields"
+    ),
+    **dict.fromkeys(
+        ("__cause__", "__context__"),
+        ": catch the error where it is raised (an uncaught error's message says what it was "
+        "raised from)",
+    ),
+}
 
 
 # A named tuple's own API (collections.namedtuple, typing.NamedTuple, and urlsplit's,
@@ -199,7 +213,7 @@ def _refused_attribute(name: str, obj: Any = _NO_OBJECT) -> str | None:
             )
         return (
             f"the attribute {name!r}: attributes whose names start with an underscore are not "
-            "available in scripts (name your own without it)"
+            f"available in scripts{_DUNDER_HINTS.get(name, ' (name your own without it)')}"
         )
     if name.startswith(_FRAME_PREFIXES):
         return (
@@ -1039,6 +1053,8 @@ class Module(_Opaque):
         try:
             return self._names[key]
         except KeyError:
+            if key == "__name__":  # as a module's (`from m import x` names m when x is not)
+                return self._name
             near = closest_names(key, list(self._names))
             hint = f"; did you mean {', '.join(near)}?" if near else ""
             if not near and (len(self._names) <= _FEW_NAMES or self._hints):
@@ -1119,6 +1135,10 @@ def _static_modules() -> dict[str, Module]:
     modules["enum"] = Module("enum", _public(enum, ("global_enum",)))
     # UserString's format runs str's own on its text, whose fields read any attribute.
     containers = {**_public(collections), "UserString": _UserString}
+    # The abstract classes typed code names (Iterable, Mapping, Sequence); `import
+    # collections` gives them as its `abc`, as CPython's does once it is imported.
+    modules["collections.abc"] = Module("collections.abc", _public(collections.abc))
+    containers["abc"] = modules["collections.abc"]
     modules["collections"] = Module("collections", containers)
     operators = _public(operator)
     operators.update(attrgetter=_attrgetter, methodcaller=_methodcaller)
@@ -3389,6 +3409,16 @@ class Run(Replay):
                 f"that function's: in a function inside it, write `nonlocal {missing}`, not "
                 f"`global {missing}`"
             )
+        elif type(error) is ImportError and (wanted := _CANNOT_IMPORT.fullmatch(message)):
+            # CPython's text ends "(unknown location)" and says nothing of what there is.
+            imported, module = wanted[1], wanted[2]
+            message = f"cannot import name {imported!r} from {module!r}"
+            if (module, imported) in _NEWER:
+                newer = _NEWER[module, imported]
+                message += f": it is new in Python {newer}, and scripts are Python 3.11"
+            elif isinstance(found := self.modules.get(module), Module):
+                near = closest_names(imported, list(found._names))
+                message += f"; did you mean {', '.join(near)}?" if near else ""
         elif type(missing) is str and missing in _WITHHELD:
             message += _WITHHELD[missing]
         elif type(missing) is str and missing in ALLOWED:
@@ -3482,6 +3512,19 @@ _WITHHELD = {
         ("exit", "quit"), "; a script ends with `return value`, or by raising an exception"
     ),
     **dict.fromkeys(("eval", "exec", "compile"), _NO_CODE),
+}
+
+
+# CPython's ImportError for a name a module (a script's Module) has not.
+_CANNOT_IMPORT = re.compile(r"cannot import name '(\w+)' from '([\w.]+)' \(unknown location\)")
+# Names of allowed modules that newer Pythons have: models write them.
+_NEWER = {
+    ("itertools", "batched"): "3.12",
+    ("typing", "override"): "3.12",
+    ("typing", "TypeAliasType"): "3.12",
+    ("math", "sumprod"): "3.12",
+    ("statistics", "kde"): "3.13",
+    ("copy", "replace"): "3.13",
 }
 
 

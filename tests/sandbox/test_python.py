@@ -813,6 +813,49 @@ def test_a_top_level_yield_is_a_syntax_error() -> None:
     assert failed("x = 1\nyield x").name == "SyntaxError"
 
 
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            "from itertools import batched",
+            "cannot import name 'batched' from 'itertools': it is new in Python 3.12, and "
+            "scripts are Python 3.11",
+        ),
+        ("from json import lods", "cannot import name 'lods' from 'json'; did you mean loads"),
+    ],
+)
+def test_a_name_a_module_has_not_says_which_module_and_what_to_do(code: str, said: str) -> None:
+    """CPython's ImportError named '<unknown module name>' (the script's module has no
+    __name__ of its own) and said nothing of the fix."""
+    error = failed(code)
+    assert error.name == "ImportError"
+    assert error.message.startswith(said), error.message
+
+
+def test_collections_abc_is_there_for_typed_code() -> None:
+    """``from collections.abc import Iterable`` (typed code names it constantly) was refused
+    as a module scripts do not have."""
+    code = (
+        "from collections.abc import Iterable, Mapping\nimport collections\n"
+        "return [isinstance([1], Iterable), isinstance({}, collections.abc.Mapping), "
+        "collections.abc.__name__]"
+    )
+    assert value(code) == [True, True, "collections.abc"]
+
+
+@pytest.mark.parametrize(
+    ("code", "hint"),
+    [
+        ("class A:\n    pass\nreturn A().__class__.__name__", "write type(x) for its class"),
+        ("class A:\n    pass\nreturn A().__dict__", "dataclasses.asdict(x)"),
+        ("try:\n    1 / 0\nexcept Exception as e:\n    return e.__cause__", "catch the error"),
+    ],
+)
+def test_a_refused_dunder_models_reach_for_says_what_to_write(code: str, hint: str) -> None:
+    error = failed(code)
+    assert error.name == "SyntaxError" and hint in error.message, error.message
+
+
 def test_leading_future_imports_apply_to_the_script() -> None:
     """A script may begin (after its docstring) with ``from __future__ import ...``, as a
     module does: in the function a script runs as it was a SyntaxError saying the import was

@@ -489,6 +489,7 @@ SCRIPT_MODULES: dict[str, str] = {
     "bisect": "",
     "cmath": "",
     "collections": "",
+    "collections.abc": "",
     "copy": "",
     "csv": "",
     "dataclasses": "",
