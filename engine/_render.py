@@ -1,9 +1,9 @@
 """What reaches the model: the text of a `run_code` result.
 
 ``Script finished.``, what the script printed, then the value it returned (a string as
-itself, any other value as JSON); or ``Script failed.``, the error, the lines of the script
-in its stack, then what it printed. Past 24 KiB the middle is cut out with a note, so the
-start and the end stay.
+itself, unless it would read as other JSON or as nothing; any other value as JSON); or
+``Script failed.``, the error, the lines of the script in its stack, then what it printed.
+Past 24 KiB the middle is cut out with a note, so the start and the end stay.
 """
 
 from __future__ import annotations
@@ -28,8 +28,22 @@ def render_value(ending: Ending) -> str | None:
     if not ending.returned:
         return None
     if isinstance(ending.value, str):
-        return ending.value
+        # A string as itself, but for one that would read as other JSON (`"23"`, `"true"`,
+        # `"[1,2]"`) or as nothing (`""`): quoted, so the model can tell it from the number.
+        return orjson.dumps(ending.value).decode() if _reads_as_json(ending.value) else ending.value
     return orjson.dumps(ending.value).decode()
+
+
+def _reads_as_json(text: str) -> bool:
+    if not text.strip():
+        return True
+    if text[0] not in '-0123456789tfn[{"' and not text[0].isspace():
+        return False  # most text: no parse
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def render_finished(ending: Ending) -> str:

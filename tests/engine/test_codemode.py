@@ -1215,3 +1215,27 @@ def test_a_data_dir_that_is_no_path_or_holds_a_file_named_blobs_is_a_config_erro
     (tmp_path / "blobs").write_text("x")
     with pytest.raises(ConfigError, match="blobs cannot be made"):
         CodeMode(data_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("returned", "shown"),
+    [
+        ("'23'", '"23"'),
+        ("String(23)", '"23"'),
+        ("'true'", '"true"'),
+        ("'[1,2]'", '"[1,2]"'),
+        ("''", '""'),
+        ("'hello, world'", "hello, world"),
+        ("'line one\\nline two'", "line one\nline two"),
+        ("23", "23"),
+    ],
+)
+async def test_a_returned_string_that_reads_as_other_json_is_quoted(
+    inproc: InProcessRunner, returned: str, shown: str
+) -> None:
+    """A returned string is shown as itself, but for one that would read as another JSON
+    value (`"23"` and 23 both showed `23`) or as nothing (`""`): quoted."""
+    engine = CodeMode([], runner=inproc)
+    result = await engine.run_code(f"return {returned};")
+    await engine.aclose()
+    assert result.text == f"Script finished.\nReturned:\n{shown}", result.text
