@@ -209,8 +209,9 @@
           parts.push("... " + (ks.length - i) + " more keys");
           break;
         }
+        // A key whose value is undefined, a function or a symbol is shown, as Node.js shows
+        // it (JSON leaves it out): `{ mail: c.emial }` printed `{}`, hiding the typo.
         const v = value[ks[i]];
-        if (v === undefined || typeof v === "function" || typeof v === "symbol") continue;
         const key = JSON.stringify(ks[i]);
         budget.left -= key.length + 1;
         parts.push(key + ":" + describe(v, depth + 1, ancestors, budget));

@@ -628,6 +628,18 @@ throw new Error("sync failed", { cause: inner });"""
     assert unreadable.error is not None and unreadable.error.message == "bad"
 
 
+def test_console_shows_an_objects_undefined_functions_and_symbols() -> None:
+    """A key whose value is undefined (a misspelled field read: `c.emial`), a function or a
+    symbol is shown, as Node.js shows it: JSON leaves it out, and printed `{}` hid the typo."""
+    code = (
+        "const c = { name: 'Cy' };\n"
+        "console.log({ name: c.name, mail: c.emial, f() {}, s: Symbol('k') }, [undefined, 1]);"
+    )
+    assert run(code).printed == (
+        '{"name":"Cy","mail":undefined,"f":[Function f],"s":Symbol(k)} [undefined,1]\n'
+    )
+
+
 def test_console_survives_lone_surrogates_and_unprintable_values():
     """Lone surrogates become U+FFFD; a value whose formatting throws is marked, not fatal."""
     code = r"""
