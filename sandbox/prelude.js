@@ -952,6 +952,14 @@
   // of indexes (a typed array). Plain objects and arrays, the most of any value, pass first.
   let refused; // the error it threw last
   function opaqueRefused(key, value) {
+    if (typeof value === "bigint") {
+      // JSON.stringify's own error named neither where nor the fix.
+      const error = new NativeTypeError((key === "" ? "it is " : "at key " + JSON.stringify(key) +
+        " it holds ") + "a BigInt, which JSON cannot carry; return String(n), or Number(n) " +
+        "if it fits");
+      refused = error;
+      throw error;
+    }
     if (typeof value !== "object" || value === null || isArray(value)) return value;
     const proto = getPrototypeOf(value);
     if (proto === ObjectProto || proto === null) return value;

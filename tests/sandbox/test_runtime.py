@@ -846,6 +846,11 @@ def test_returning_a_bigint_fails_naming_json():
             "return error.message, or String(error)",
         ),
         ("return [/a+/];", 'at key "0" it holds a RegExp, which JSON turns into {}'),
+        (
+            "return { total: 10n };",
+            'at key "total" it holds a BigInt, which JSON cannot carry; return String(n), or '
+            "Number(n) if it fits",
+        ),
         ("return { b: new Uint8Array([1, 2]) };", 'at key "b" it holds binary data'),
         ("return new ArrayBuffer(2);", "it is binary data"),
         ("class Empty {}\nreturn { e: new Empty() };", 'at key "e" it holds an Empty, which'),
