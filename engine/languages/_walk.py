@@ -505,6 +505,11 @@ class Walker(abc.ABC):
         fmt = schema.get("format")
         if isinstance(fmt, str) and fmt and len(fmt) < 40:
             pieces.append(f"Format: {self.clean(fmt)}.")
+        bounds = _bounds(_non_null(schema))
+        if bounds:
+            # The tool's check refuses a value outside them: said here, the model need not
+            # learn them by failing.
+            pieces.append(self.clean(bounds))
         if "default" in schema:
             try:
                 shown = self.value_text(schema["default"])
@@ -513,6 +518,66 @@ class Walker(abc.ABC):
             if shown and len(shown) <= MAX_DEFAULT_SHOWN:
                 pieces.append(f"Default: {self.clean(shown)}.")
         return " ".join(pieces)
+
+
+# A pattern longer than this is left out of a comment (the tool's check still applies it).
+MAX_PATTERN_SHOWN = 60
+
+
+def _non_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema, or its one branch that is not null (pydantic's ``T | None``)."""
+    branches = schema.get("anyOf")
+    if isinstance(branches, list) and len(branches) == 2:
+        others = [b for b in branches if not (isinstance(b, dict) and b.get("type") == "null")]
+        if len(others) == 1 and isinstance(others[0], dict):
+            return others[0]
+    return schema
+
+
+def _number(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return json_text(value)
+
+
+def _bounds(schema: dict[str, Any]) -> str:
+    """What a schema bounds of a value, in words: ``"1 to 10."``, ``"At least 3 characters,
+    at most 50."``, ``"Matches ^[a-z]+$."``; "" for none."""
+    said: list[str] = []
+    low = _number(schema.get("minimum"))
+    high = _number(schema.get("maximum"))
+    above = _number(schema.get("exclusiveMinimum"))
+    below = _number(schema.get("exclusiveMaximum"))
+    if low is not None and high is not None:
+        said.append(f"{low} to {high}")
+    else:
+        if low is not None:
+            said.append(f"at least {low}")
+        if high is not None:
+            said.append(f"at most {high}")
+    if above is not None:
+        said.append(f"more than {above}")
+    if below is not None:
+        said.append(f"less than {below}")
+    step = _number(schema.get("multipleOf"))
+    if step is not None:
+        said.append(f"a multiple of {step}")
+    for key, word, unit in (
+        ("minLength", "at least", "characters"),
+        ("maxLength", "at most", "characters"),
+        ("minItems", "at least", "items"),
+        ("maxItems", "at most", "items"),
+    ):
+        count = schema.get(key)
+        if isinstance(count, int) and not isinstance(count, bool):
+            said.append(f"{word} {count:,} {unit}")
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str) and 0 < len(pattern) <= MAX_PATTERN_SHOWN:
+        said.append(f"matching {pattern}")
+    if not said:
+        return ""
+    text = ", ".join(said)
+    return text[0].upper() + text[1:] + "."
 
 
 def base_type(value: Any) -> str:

@@ -484,6 +484,29 @@ def test_declaration_shape() -> None:
     assert "skill(" not in block
 
 
+def test_a_propertys_bounds_are_in_its_comment() -> None:
+    """A property's minimum and maximum, lengths, item counts and pattern are said in its
+    comment (the tool's check refused a value outside them, and the model learned them
+    only by failing); of a `T | None` property, those of `T`."""
+    from engine import Tool
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "q": {"type": "string", "minLength": 3, "maxLength": 50, "pattern": "^[a-z ]+$"},
+            "page": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 10}, {"type": "null"}]},
+            "ids": {"type": "array", "items": {"type": "string"}, "maxItems": 5},
+            "ratio": {"type": "number", "exclusiveMinimum": 0, "description": "The ratio"},
+        },
+        "required": ["q"],
+    }
+    block, _ = declare_tools([Tool.from_mcp({"name": "find", "inputSchema": schema})])
+    assert "/** At least 3 characters, at most 50 characters, matching ^[a-z ]+$. */" in block
+    assert "/** 1 to 10. */" in block
+    assert "/** At most 5 items. */" in block
+    assert "/** The ratio. More than 0. */" in block
+
+
 def test_recursive_schemas_stay_finite() -> None:
     """A recursive definition is one named type that refers to itself."""
     block, _ = declare_tools([BY_NAME["forum__get_thread"], BY_NAME["tree__get_org_chart"]])
