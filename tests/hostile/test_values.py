@@ -248,7 +248,8 @@ console.log(new Proxy({ a: 1 }, {}), [new Date(86400000)], { s: Symbol("x"), u: 
 def test_printing_script_values_reads_them_as_before(run: Any) -> None:
     """console.log of odd values (dates, cycles, proxies, getters that throw, toJSON, maps)
     reads them in prelude code and prints what it always printed (but -0, shown as Node.js
-    shows it, which it printed as 0)."""
+    shows it, which it printed as 0, and an object's keys whose value is a symbol, undefined
+    or a function, shown as Node.js shows them, which it left out)."""
     ran = run(PRINTED)
     assert ran.outcome == "finished", ran.error
     assert ran.printed == (
@@ -257,7 +258,7 @@ def test_printing_script_values_reads_them_as_before(run: Any) -> None:
         'Map(2) {1 => {"a":2}, "k" => [3]} Set(3) {1, "a", [2]} TypeError: bad {"x":1} {"self":[Circular]}\n'
         '{"t":1} {} [[[[[[[[[[Array]]]]]]]]]]\n'
         "[unprintable: Error: no]\n"
-        '{"a":1} ["1970-01-02T00:00:00.000Z"] {}\n'
+        '{"a":1} ["1970-01-02T00:00:00.000Z"] {"s":Symbol(x),"u":undefined,"f":[Function f]}\n'
     )
 
 
