@@ -76,16 +76,8 @@ class _DaemonExecutor(concurrent.futures.Executor):
 
     def _work(self) -> None:
         while (item := self._queue.get()) is not None:
-            future, fn, args, kwargs = item
-            del item
-            if future.set_running_or_notify_cancel():
-                try:
-                    result = fn(*args, **kwargs)
-                except BaseException as e:  # as ThreadPoolExecutor: the caller's to see
-                    future.set_exception(e)
-                else:
-                    future.set_result(result)
-            del future, fn, args, kwargs
+            _run(*item)
+            del item  # nothing of a call outlives it in a waiting thread
             self._idle.release()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -104,6 +96,18 @@ class _DaemonExecutor(concurrent.futures.Executor):
         if wait:
             for thread in self._threads:
                 thread.join()
+
+
+def _run(
+    future: concurrent.futures.Future[Any], fn: Callable[..., Any], args: Any, kwargs: Any
+) -> None:
+    if future.set_running_or_notify_cancel():
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as e:  # as ThreadPoolExecutor: the caller's to see
+            future.set_exception(e)
+        else:
+            future.set_result(result)
 
 
 @dataclass(eq=False)
