@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sys
 import urllib.parse
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psutil
@@ -206,14 +208,10 @@ async def test_a_streamable_http_server_with_headers(tmp_path: Path) -> None:
             await process.wait()
 
 
-@pytest.mark.parametrize("answers", ["events", "json"])
-async def test_an_http_servers_answers_are_held_to_the_bound_of_a_message(
-    tmp_path: Path, answers: str
-) -> None:
-    """Over HTTP, as over stdio, a message may be up to MAX_MESSAGE: an answer as an event
-    past the SDK's own 1 MiB failed ("Server-sent event exceeded the 1048576 byte limit"),
-    and one as a JSON body was read whole however large (1 GiB took 5.5 GB)."""
-    flags = ["--json"] if answers == "json" else []
+@contextlib.asynccontextmanager
+async def _lab_over_http(tmp_path: Path, *flags: str) -> AsyncIterator[CodeMode]:
+    """An engine whose one MCP server is the lab over streamable HTTP (``flags`` its own),
+    both ended on the way out."""
     process = await asyncio.create_subprocess_exec(
         sys.executable, str(LAB), str(tmp_path), "--http", *flags, stdout=asyncio.subprocess.PIPE
     )
@@ -224,6 +222,24 @@ async def test_an_http_servers_answers_are_held_to_the_bound_of_a_message(
             url = (await process.stdout.readline()).decode().strip()
         servers = await McpServers.start({"mcpServers": {"lab": {"url": url}}})
         engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+        yield engine
+    finally:
+        if engine is not None:
+            await engine.aclose()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+@pytest.mark.parametrize("answers", ["events", "json"])
+async def test_an_http_servers_answers_are_held_to_the_bound_of_a_message(
+    tmp_path: Path, answers: str
+) -> None:
+    """Over HTTP, as over stdio, a message may be up to MAX_MESSAGE: an answer as an event
+    past the SDK's own 1 MiB failed ("Server-sent event exceeded the 1048576 byte limit"),
+    and one as a JSON body was read whole however large (1 GiB took 5.5 GB)."""
+    flags = ["--json"] if answers == "json" else []
+    async with _lab_over_http(tmp_path, *flags) as engine:
         code = "const t = await tools.lab__big({ mib: %d });\nreturn typeof t === 'string' ? t.length : t.result.length;"
         three = await asyncio.wait_for(engine.run_code(code % 3), 120)
         assert three.value == 3 * 1024 * 1024, three.text
@@ -231,12 +247,6 @@ async def test_an_http_servers_answers_are_held_to_the_bound_of_a_message(
             over = await asyncio.wait_for(engine.run_code(code % 40), 120)
             assert over.status == "failed", over.text
             assert "it sent an answer over 64 MiB" in over.text, over.text
-    finally:
-        if engine is not None:
-            await engine.aclose()
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
 
 
 async def _relaying_proxy(seen: list[str]) -> asyncio.Server:
@@ -295,31 +305,18 @@ async def test_an_http_server_is_reached_through_the_environments_proxy(
     for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(LAB), str(tmp_path), "--http", "--json", stdout=asyncio.subprocess.PIPE
-    )
-    assert process.stdout is not None
-    engine = None
     try:
-        async with asyncio.timeout(60):
-            url = (await process.stdout.readline()).decode().strip()
-        servers = await McpServers.start({"mcpServers": {"lab": {"url": url}}})
-        engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
-        added = await asyncio.wait_for(
-            engine.run_code("return await tools.lab__add({a: 2, b: 3});"), 60
-        )
-        assert added.status == "finished", added.text
-        assert "POST /mcp" in seen, seen
-        code = "const t = await tools.lab__big({ mib: 40 });\nreturn t.length;"
-        over = await asyncio.wait_for(engine.run_code(code), 120)
-        assert over.status == "failed", over.text
-        assert "it sent an answer over 64 MiB" in over.text, over.text
+        async with _lab_over_http(tmp_path, "--json") as engine:
+            added = await asyncio.wait_for(
+                engine.run_code("return await tools.lab__add({a: 2, b: 3});"), 60
+            )
+            assert added.status == "finished", added.text
+            assert "POST /mcp" in seen, seen
+            code = "const t = await tools.lab__big({ mib: 40 });\nreturn t.length;"
+            over = await asyncio.wait_for(engine.run_code(code), 120)
+            assert over.status == "failed", over.text
+            assert "it sent an answer over 64 MiB" in over.text, over.text
     finally:
-        if engine is not None:
-            await engine.aclose()
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
         proxy.close()
 
 
@@ -330,21 +327,7 @@ async def test_an_http_error_answer_says_its_status_and_a_broken_one_what_is_wro
     SDK said only "Server returned an error response"), a JSON-RPC error in it is the
     server's message, and an answer that is no JSON says so in one line (it was a pydantic
     report, and the SDK logged a traceback of its own code)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(LAB),
-        str(tmp_path),
-        "--http",
-        "--broken",
-        stdout=asyncio.subprocess.PIPE,
-    )
-    assert process.stdout is not None
-    engine = None
-    try:
-        async with asyncio.timeout(60):
-            url = (await process.stdout.readline()).decode().strip()
-        servers = await McpServers.start({"mcpServers": {"lab": {"url": url}}})
-        engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    async with _lab_over_http(tmp_path, "--broken") as engine:
         said = {}
         for name in ("http_error", "not_json", "rpc_error", "detail_error"):
             code = f"try {{ await tools.lab__{name}({{}}); }} catch (e) {{ return e.message; }}"
@@ -365,12 +348,6 @@ async def test_an_http_error_answer_says_its_status_and_a_broken_one_what_is_wro
         )
         assert added.value == {"result": 3}, added.text  # the session serves on
         assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
-    finally:
-        if engine is not None:
-            await engine.aclose()
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
 
 
 def test_only_an_unknown_sessions_error_sends_a_call_again() -> None:
