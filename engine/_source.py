@@ -11,7 +11,9 @@ backtrack (one that did took minutes on a few KiB of spaces).
 
 from __future__ import annotations
 
+import ast
 import re
+import textwrap
 
 from engine._errors import CodeModeError
 
@@ -209,3 +211,30 @@ def _close(body: str, i: int, opener: str) -> tuple[int | None, int]:
         return (None, len(body)) if end < 0 else (end + 2, end + 2)
     at = _INSIDE[opener].match(body, i + 1).end()  # type: ignore[union-attr]  # matches ""
     return (at + 1, at + 1) if body.startswith(opener, at) else (None, at)
+
+
+# What only JavaScript writes, for a Python script that does not parse.
+_JAVASCRIPT_MARKS = re.compile(
+    r"\b(?:const|let|var)\s+[\w{\[]|=>|\bfunction\b|console\.log|===|!=="
+)
+
+
+def other_language_hint(code: str, language: str) -> str:
+    """For a script that does not parse in ``language``: what to say when it reads as the
+    other language (a model that wrote Python for the JavaScript engine got only "Unexpected
+    token"), else ""."""
+    if language == "javascript":
+        try:
+            ast.parse("async def _script():\n" + textwrap.indent(code, "    ") + "\n    pass")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return ""
+        return (
+            "; the script reads as Python, and run_code runs JavaScript here: write it in "
+            "JavaScript (`const r = await tools.name({ key: value });`)"
+        )
+    if _JAVASCRIPT_MARKS.search(code):
+        return (
+            "; the script reads as JavaScript, and run_code runs Python here: write it in "
+            "Python (`r = await tools.name(key=value)`)"
+        )
+    return ""

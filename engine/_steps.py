@@ -29,6 +29,7 @@ from engine._limits import LIMIT_NAMES, Limits, config_hint
 from engine._live import LiveRuns, live_key
 from engine._naming import BUILTIN_TOOLS
 from engine._result import RunResult
+from engine._source import other_language_hint
 from engine.languages import check_language
 from runner import HOST_BUSY, FileMissing, RunError, ScriptRunner, Step, bounded
 from sandbox import protocol
@@ -97,7 +98,14 @@ class StepLoop(CallSettling):
                     continue
             if ending is not None:
                 return await self._end(drive, dataclasses.replace(ending, printed=printed))
-            return await self._end(drive, Ending.of_step(step))
+            ending = Ending.of_step(step)
+            error = ending.error
+            if error is not None and error.name == "SyntaxError":
+                hint = other_language_hint(drive.record.code, drive.record.language)
+                if hint:
+                    said = error.model_copy(update={"message": error.message + hint})
+                    ending = dataclasses.replace(ending, error=said)
+            return await self._end(drive, ending)
 
     async def _step(self, drive: Drive, limits: Limits) -> Step:
         record = drive.record

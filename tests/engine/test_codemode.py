@@ -1239,3 +1239,35 @@ async def test_a_returned_string_that_reads_as_other_json_is_quoted(
     result = await engine.run_code(f"return {returned};")
     await engine.aclose()
     assert result.text == f"Script finished.\nReturned:\n{shown}", result.text
+
+
+@pytest.mark.parametrize(
+    ("language", "code", "hint"),
+    [
+        ("javascript", "def g():\n    return 1\nreturn g()", "reads as Python"),
+        ("javascript", "import json\nr = await tools.echo(text='x')\nreturn r", "reads as Python"),
+        ("python", "const r = await tools.echo({ text: 'x' });\nreturn r;", "reads as JavaScript"),
+        ("javascript", "if (a) { return 1", None),  # JavaScript gone wrong: no hint
+        ("python", "r = await tools.echo({'text': 'x'})\nreturn r +", None),
+    ],
+)
+async def test_a_script_in_the_other_language_says_so(
+    inproc: InProcessRunner, language: str, code: str, hint: str | None
+) -> None:
+    """Python sent to the JavaScript engine got only "Unexpected token" (and JavaScript to
+    the Python one, "invalid syntax"): a syntax error in a script that reads as the other
+    language says which language run_code runs."""
+
+    @tool
+    def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    engine = CodeMode([echo], runner=inproc, type_check="off", language=language)  # type: ignore[arg-type]
+    result = await engine.run_code(code)
+    await engine.aclose()
+    assert result.error is not None and result.error["name"] == "SyntaxError", result.text
+    if hint is None:
+        assert "reads as" not in result.text, result.text
+    else:
+        assert hint in result.text and "run_code runs" in result.text, result.text
