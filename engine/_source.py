@@ -213,26 +213,34 @@ def _close(body: str, i: int, opener: str) -> tuple[int | None, int]:
     return (at + 1, at + 1) if body.startswith(opener, at) else (None, at)
 
 
-# What only JavaScript writes, for a Python script that does not parse.
+# What only JavaScript writes, for a script that is no Python.
 _JAVASCRIPT_MARKS = re.compile(
-    r"\b(?:const|let|var)\s+[\w{\[]|=>|\bfunction\b|console\.log|===|!=="
+    r"\b(?:const|let|var)\s+[\w{\[]|=>|\bfunction\s+\w+\s*\(|console\.log\(|===|!=="
 )
 
 
+def _parses_as_python(code: str) -> bool:
+    """Whether ``code`` parses as the body of an async function (as a Python script runs)."""
+    try:
+        ast.parse("async def _script():\n" + textwrap.indent(code, "    ") + "\n    pass")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
 def other_language_hint(code: str, language: str) -> str:
-    """For a script that does not parse in ``language``: what to say when it reads as the
-    other language (a model that wrote Python for the JavaScript engine got only "Unexpected
-    token"), else ""."""
+    """For a script that failed with a SyntaxError in ``language``: what to say when it reads
+    as the other language (a model that wrote Python for the JavaScript engine got only
+    "Unexpected token"), else "". A Python script that parses (a SyntaxError of the
+    sandbox's own checks) gets none."""
     if language == "javascript":
-        try:
-            ast.parse("async def _script():\n" + textwrap.indent(code, "    ") + "\n    pass")
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+        if not _parses_as_python(code):
             return ""
         return (
             "; the script reads as Python, and run_code runs JavaScript here: write it in "
             "JavaScript (`const r = await tools.name({ key: value });`)"
         )
-    if _JAVASCRIPT_MARKS.search(code):
+    if _JAVASCRIPT_MARKS.search(code) and not _parses_as_python(code):
         return (
             "; the script reads as JavaScript, and run_code runs Python here: write it in "
             "Python (`r = await tools.name(key=value)`)"

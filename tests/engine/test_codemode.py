@@ -1249,6 +1249,8 @@ async def test_a_returned_string_that_reads_as_other_json_is_quoted(
         ("python", "const r = await tools.echo({ text: 'x' });\nreturn r;", "reads as JavaScript"),
         ("javascript", "if (a) { return 1", None),  # JavaScript gone wrong: no hint
         ("python", "r = await tools.echo({'text': 'x'})\nreturn r +", None),
+        # A check of the sandbox's own (a SyntaxError of a script that parses): no hint.
+        ("python", "print('use console.log(x) === y')\nreturn type.__class__", None),
     ],
 )
 async def test_a_script_in_the_other_language_says_so(
