@@ -459,7 +459,7 @@ def _bounding(httpx2: Any, broke: Callable[[str], None]) -> Callable[[Any], Awai
     """A response hook that cuts each answer that is no event stream off past MAX_MESSAGE
     (and tells ``broke`` why: the call in flight fails saying so)."""
 
-    class Bounded(httpx2.AsyncByteStream):
+    class Wrapped(httpx2.AsyncByteStream):
         def __init__(self, inner: Any) -> None:
             self._inner = inner
 
@@ -467,6 +467,10 @@ def _bounding(httpx2: Any, broke: Callable[[str], None]) -> Callable[[Any], Awai
         def elapsed(self) -> Any:  # what httpx's response reads once the body is read
             return getattr(self._inner, "elapsed", None)
 
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
+    class Bounded(Wrapped):
         async def __aiter__(self) -> Any:
             seen = 0
             async for chunk in self._inner:
@@ -480,22 +484,16 @@ def _bounding(httpx2: Any, broke: Callable[[str], None]) -> Callable[[Any], Awai
                     raise AnswerTooLarge(why)
                 yield chunk
 
-        async def aclose(self) -> None:
-            await self._inner.aclose()
-
-    class AsError(httpx2.AsyncByteStream):
+    class AsError(Wrapped):
         """An error answer to a request (HTTP 4xx, 5xx) as the JSON-RPC error the SDK passes
         on: the body itself when it is one, else one saying the status and the body's
-        first line (the SDK's own stand-in said only "Server returned an error response")."""
+        first line (the SDK's own stand-in said only "Server returned an error response").
+        Its body is read whole, so it is given bounded."""
 
         def __init__(self, inner: Any, status: int, reason: str) -> None:
-            self._inner = inner
+            super().__init__(inner)
             self._status = status
             self._reason = reason
-
-        @property
-        def elapsed(self) -> Any:
-            return getattr(self._inner, "elapsed", None)
 
         async def __aiter__(self) -> Any:
             body = bytearray()
@@ -513,17 +511,15 @@ def _bounding(httpx2: Any, broke: Callable[[str], None]) -> Callable[[Any], Awai
             error = {"code": -32603, "message": f"{said}: {first}" if first else said}
             yield orjson.dumps({"jsonrpc": "2.0", "id": None, "error": error})
 
-        async def aclose(self) -> None:
-            await self._inner.aclose()
-
     async def bound(response: Any) -> None:
         kind = response.headers.get("content-type", "").lower()
-        if not kind.startswith("text/event-stream"):  # events: bounded one by one
-            response.stream = Bounded(response.stream)
         # 404 is left to the SDK: with a session, it means the server forgot it (see
         # _session_gone); before one, a method it does not have.
         status = response.status_code
-        if status >= 400 and status != 404 and response.request.method == "POST":
+        error = status >= 400 and status != 404 and response.request.method == "POST"
+        if error or not kind.startswith("text/event-stream"):  # events: bounded one by one
+            response.stream = Bounded(response.stream)
+        if error:
             response.stream = AsError(response.stream, status, response.reason_phrase)
             response.headers["content-type"] = "application/json"
 

@@ -111,31 +111,22 @@ BROKEN = {
         b'{"jsonrpc": "2.0", "id": null, "error": {"code": -32000, "message": "rate limited"}}',
     ),
     "detail_error": (503, "application/json", b'{"detail": "upstream down"}'),
+    # None: 65 MiB of body, sent a MiB at a time (past the bound on an MCP message).
+    "huge_error": (500, "text/event-stream", None),
 }
 
 
-@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
-def http_error() -> str:
-    """Answered with HTTP 500 and a text body over HTTP with --broken."""
+def _fine() -> str:
     return "fine"
 
 
-@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
-def not_json() -> str:
-    """Answered with a body that is no JSON over HTTP with --broken."""
-    return "fine"
-
-
-@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
-def rpc_error() -> str:
-    """Answered with HTTP 500 and a JSON-RPC error over HTTP with --broken."""
-    return "fine"
-
-
-@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
-def detail_error() -> str:
-    """Answered with HTTP 503 and JSON that is no JSON-RPC error over HTTP with --broken."""
-    return "fine"
+# Each a tool of its own, answered as BROKEN says over HTTP with --broken ("fine" else).
+for _name, (_status, _kind, _) in BROKEN.items():
+    server.tool(
+        name=_name,
+        description=f"Answered with HTTP {_status} and a {_kind} body over HTTP with --broken.",
+        annotations=ToolAnnotations(readOnlyHint=True),
+    )(_fine)
 
 
 def _broken(app: Any) -> Any:
@@ -160,6 +151,12 @@ def _broken(app: Any) -> Any:
             status, kind, text = BROKEN[name]
             headers = [(b"content-type", kind.encode())]
             await send({"type": "http.response.start", "status": status, "headers": headers})
+            if text is None:
+                for _ in range(65):
+                    await send(
+                        {"type": "http.response.body", "body": b"x" * (1 << 20), "more_body": True}
+                    )
+                text = b""
             await send({"type": "http.response.body", "body": text})
             return
         given = False

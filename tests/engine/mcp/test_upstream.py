@@ -329,11 +329,13 @@ async def test_an_http_error_answer_says_its_status_and_a_broken_one_what_is_wro
     report, and the SDK logged a traceback of its own code)."""
     async with _lab_over_http(tmp_path, "--broken") as engine:
         said = {}
-        for name in ("http_error", "not_json", "rpc_error", "detail_error"):
+        for name in ("http_error", "not_json", "rpc_error", "detail_error", "huge_error"):
             code = f"try {{ await tools.lab__{name}({{}}); }} catch (e) {{ return e.message; }}"
             result = await asyncio.wait_for(engine.run_code(code), 60)
             assert result.status == "finished", result.text
             said[name] = result.value
+        huge = said.pop("huge_error")  # an error's body, read whole, is bounded too
+        assert huge.startswith("the MCP server 'lab' ") and "over 64 MiB" in huge, huge
         assert said == {
             "http_error": "the MCP server 'lab' refused the call: HTTP 500 Internal Server "
             "Error: internal oops",
