@@ -105,7 +105,10 @@ class WarmPool:
         self.warm = language
         self.start()
         self.quiet.busy()
-        self.server.poll()  # a zygote that died just now takes its idle children with it
+        # What the zygote said meanwhile (mostly the exits of earlier steps' processes) is
+        # read once the script is sent, not before: a child is taken only if its pidfd says
+        # it lives, and one that dies before it reads the script (its zygote died just
+        # now, taking its children with it) makes the runner fork another (_NeverRead).
         self.last_take = self.clock()
         self.target = self.size
         child = None

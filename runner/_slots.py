@@ -119,6 +119,11 @@ class Slots:
 
     async def acquire(self, tenant: str) -> SlotUse:
         start = self.clock()
+        if not self._queues and self.in_use < self.count:
+            # Nobody waits and a slot is free: taken at once (as _dispatch would grant it),
+            # without a future and a queue for a wait that cannot happen.
+            self.held[tenant] += 1
+            return SlotUse(tenant=tenant, waited=0.0, held_since=start)
         waiter = _Waiter(tenant, next(self._order), asyncio.get_running_loop().create_future())
         self._queues.setdefault(tenant, deque()).append(waiter)
         self._dispatch()
