@@ -511,12 +511,16 @@ def _check_other(node: Any) -> None:
         _check_name(node, node.name)
 
 
-def compile_script(code: str) -> tuple[types.CodeType, list[int], tuple[int, str] | None]:
+def compile_script(
+    code: str,
+) -> tuple[types.CodeType, list[int], tuple[int, str, str] | None]:
     """The script's code as the body of ``async def``, checked; lines are the script's own.
     With it, the lines of its top-level ``if __name__ == "__main__":`` blocks, which never
     run (a script is no program run as ``__main__``), and the line and text of its last
     statement when that is a bare name, attribute or subscript (``result``: a notebook's
-    answer, whose value in a script goes nowhere), else None.
+    answer, whose value in a script goes nowhere) or a call of a function of the script's
+    that returns a value (``await main()``: a program's), with what to return in its place,
+    else None.
 
     Raises SyntaxError (with ``lineno``) or :class:`Refused`.
     """
@@ -530,10 +534,12 @@ def compile_script(code: str) -> tuple[types.CodeType, list[int], tuple[int, str
     bare = None
     if tree.body and isinstance(final := tree.body[-1], ast.Expr):
         value = final.value
-        if isinstance(value, ast.Name | ast.Attribute | ast.Subscript):
+        called = _calls_own(tree, value)
+        if isinstance(value, ast.Name | ast.Attribute | ast.Subscript) or called is not None:
             text = ast.get_source_segment(code, value)
             if text is not None and "\n" not in text and len(text) <= 120:
-                bare = (final.lineno, text)
+                # A coroutine function's call not awaited is returned awaited.
+                bare = (final.lineno, text, "await " + text if called == "async" else text)
     empty = ast.arguments(
         posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
     )
@@ -558,6 +564,25 @@ def compile_script(code: str) -> tuple[types.CodeType, list[int], tuple[int, str
             raise SyntaxError("'yield' at the top level of a script", (FILENAME, line, 0, ""))
     top = compiled.replace(co_consts=tuple(_top_level(c) for c in compiled.co_consts))
     return top, guards, bare
+
+
+def _calls_own(tree: ast.Module, value: ast.expr) -> str | None:
+    """``"async"`` when ``value`` calls a coroutine function without awaiting it, ``"call"``
+    for any other call (or awaited call) of a function the script defines at its top level
+    that returns a value, else None: ``await main()`` or ``main()`` as the last line, a
+    program's habit, drops what the function gives."""
+    awaited = isinstance(value, ast.Await)
+    if isinstance(value, ast.Await):
+        value = value.value
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)):
+        return None
+    name = value.func.id
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name:
+            if not any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(node)):
+                return None
+            return "async" if isinstance(node, ast.AsyncFunctionDef) and not awaited else "call"
+    return None
 
 
 _VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -2733,7 +2758,7 @@ class Run(Replay):
         # The lines of the script's `if __name__ == "__main__":` blocks (compile_script).
         self.main_guards: list[int] = []
         # The line and text of its last statement if that is a bare name (compile_script).
-        self.bare_ending: tuple[int, str] | None = None
+        self.bare_ending: tuple[int, str, str] | None = None
         self.modules: dict[str, Module] = {}
         self.main: Task | None = None
         # The script's module (its globals), in sys.modules while it runs: dataclasses looks
@@ -3316,10 +3341,9 @@ class Run(Replay):
                     )
                 )
             if kind == "value" and payload is None and self.bare_ending is not None:
-                line, shown = self.bare_ending
-                self.printed.write(
-                    _warning_line(line, "RuntimeWarning", bare_ending(_well_formed(shown)))
-                )
+                line, shown, fix = self.bare_ending
+                warning = bare_ending(_well_formed(shown), _well_formed(fix))
+                self.printed.write(_warning_line(line, "RuntimeWarning", warning))
             self._unretrieved()
         return self._finish(ran)
 

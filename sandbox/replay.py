@@ -591,13 +591,14 @@ def unawaited(shown: str, message: str) -> str:
     return f"{shown} failed and nothing awaited it: {first}"
 
 
-def bare_ending(shown: str) -> str:
+def bare_ending(shown: str, fix: str | None = None) -> str:
     """What a warning says of a script that returned nothing and whose last statement is the
-    bare expression ``shown`` (``result``, ``data.items``): a notebook's or a REPL's habit,
-    where the last expression is the answer; in a script its value goes nowhere."""
+    bare expression ``shown`` (``result``, ``data.items``, ``main()``): a notebook's or a
+    REPL's habit, where the last expression is the answer, or a program's; in a script its
+    value goes nowhere. ``fix``: what to return, when not ``shown`` itself."""
     return (
         f"the script ends with `{shown}`, whose value goes nowhere: a script's result is what "
-        f"it returns, so write `return {shown}`"
+        f"it returns, so write `return {fix or shown}`"
     )
 
 

@@ -229,6 +229,13 @@ _BARE_ENDING = re.compile(
 _NOT_BARE = frozenset(
     ("break", "continue", "debugger", "return", "this", "undefined", "null", "true", "false")
 )
+# A null the script throws or rejects with itself, in its text.
+_THROWS_NULL = re.compile(r"\bthrow\s+null\b|\breject\(\s*null\s*\)")
+# A last line that calls a function (`main();`, `await main()`, `main().catch(console.error)`):
+# a program's habit, whose answer in a script goes nowhere when that function is the script's
+# own and gives a value (see _warn_bare_ending).
+_CALL_ENDING = re.compile(r"\s*((?:await\s+)?([A-Za-z_$][\w$]*)\s*\([^\n]*\))\s*;?\s*")
+_RETURNS_VALUE = re.compile(r"\breturn\s*[^\s;}]")
 
 # `await` in a function that is not async, which QuickJS reports as "expecting ';'" or
 # "Unexpected identifier": told by the script parsing once that line's awaits are blanked.
@@ -492,8 +499,9 @@ class Run(Replay):
     def _warn_bare_ending(self) -> None:
         """A line after the printed text when the script returned nothing and its last line
         is a bare name or member (`result`): the habit of a notebook, whose last expression
-        is its answer. Only if that line is a statement of its own: the script parses with
-        it returned (it is not the end of an expression begun above, `a +` then `b`)."""
+        is its answer; or a call of a function of the script's that gives a value (`main();`):
+        the habit of a program. Only if that line is a statement of its own: the script parses
+        with it returned (it is not the end of an expression begun above, `a +` then `b`)."""
         lines = source_lines(self.javascript, "javascript")
         number = len(lines)
         while number and (
@@ -503,13 +511,34 @@ class Run(Replay):
         if not number:
             return
         bare = _BARE_ENDING.fullmatch(lines[number - 1])
-        if bare is None or bare[1] in _NOT_BARE:
+        if bare is not None and bare[1] not in _NOT_BARE:
+            shown = bare[1]
+        elif (call := _CALL_ENDING.fullmatch(lines[number - 1])) and self._gives_value(call[2]):
+            shown = call[1]
+        else:
             return
-        shown = bare[1]
         patched = list(lines)
         patched[number - 1] = f"return ({shown});"
         if self._parses("\n".join(patched)):
             self.printed.write(warning_line(number, "Warning", bare_ending(shown)))
+
+    def _gives_value(self, name: str) -> bool:
+        """Whether ``name`` is a function the script declares that gives a value: declared
+        (``function name``, ``const name = async () => {``) in a script that returns a value
+        somewhere, or an arrow whose body is an expression (``const name = () => x``). Then
+        a last line that calls it drops what it gives. (Read from the text: a heuristic that
+        errs toward no line.)"""
+        code, quoted = self.javascript, re.escape(name)
+        assigned = rf"\b(?:const|let|var)\s+{quoted}\s*=\s*"
+        if re.search(
+            rf"{assigned}(?:async\s*)?(?:\([^()]*\)|[A-Za-z_$][\w$]*)\s*=>\s*[^\s{{]", code
+        ):
+            return True
+        declared = re.search(
+            rf"\bfunction\s*\*?\s*{quoted}\s*\(|{assigned}(?:async\b|function\b|\(|[A-Za-z_$][\w$]*\s*=>)",
+            code,
+        )
+        return declared is not None and _RETURNS_VALUE.search(code) is not None
 
     def _warn_async_foreach(self) -> bool:
         """A line after the printed text for each ``forEach(async ...)`` of the script;
@@ -538,10 +567,14 @@ class Run(Replay):
             # A per-call limit the script did not catch: the run ended because it was met.
             limit = LimitMet(name=self.limit_errors[message], message=message)
         # QuickJS throws `null` when it cannot even allocate the out-of-memory error (most
-        # runs that fill the heap end so); a model's script that throws null itself is rare
-        # enough to read it the same way. Only the value null: a thrown string "null" (a
-        # template of a null, say) or an error that mentions memory is the script's own.
-        oom = (name == "InternalError" and message == "out of memory") or null
+        # runs that fill the heap end so), and nothing tells it from a script's own `throw
+        # null` once the heap is unwound: a null thrown by a script that writes one
+        # (`throw null`, `reject(null)`) is the script's, any other the memory limit. Only
+        # the value null: a thrown string "null" (a template of a null, say) or an error that
+        # mentions memory is the script's own.
+        oom = (name == "InternalError" and message == "out of memory") or (
+            null and not _THROWS_NULL.search(self.script.code)
+        )
         if oom:
             # Reported as the memory limit met, as compute_ms is: not as the engine's error.
             name, message = "LimitError", self._memory_message()

@@ -269,6 +269,29 @@ def check_memory_limit(h: Harness, language: str = "javascript") -> None:
     assert_healthy(h, language)
 
 
+# Heaps that fill in other ways than the memory case's arrays: QuickJS may then throw null,
+# as a script may itself.
+FILLS = [
+    "const m = new Map(); for (let i = 0; ; i++) m.set(i, { i });",
+    "let s = 'x'; const keep = []; for (;;) { s += s.length; keep.push(s.slice(1)); }",
+    "const o = {}; for (let i = 0; ; i++) o['k' + i] = [i];",
+]
+
+
+def check_null_thrown(h: Harness) -> None:
+    """A JavaScript script's own `throw null` fails as thrown, not as the memory limit;
+    heaps that fill still end on the memory limit, though QuickJS then throws null (it
+    cannot allocate even its out-of-memory error)."""
+    for code in ("throw null;", "await null;\nthrow null;", "await Promise.reject(null);"):
+        step = h.step(script(code))
+        assert step.outcome == "failed" and step.limit is None, (code, step.limit)
+        assert step.error is not None and step.error.name == "Uncaught", (code, step.error)
+        assert step.error.message == "null"
+    for code in FILLS:
+        assert_limit(h.step(script(code, limits={"memory": 16 * 1024 * 1024})), "memory")
+    assert_healthy(h, "javascript")
+
+
 def check_calls_limit(h: Harness, language: str = "javascript") -> None:
     step = h.step(case("calls", language, limits={"calls": 3}))
     assert_limit(step, "calls")

@@ -62,6 +62,10 @@ def test_crashes(standin: Harness, check: c.Check) -> None:
     check(standin)
 
 
+def test_null_thrown(runner: Harness) -> None:
+    c.check_null_thrown(runner)
+
+
 def test_concurrency(runner: Harness) -> None:
     c.check_concurrency(runner)
 

@@ -1364,7 +1364,14 @@ BARE = (
         ("x = 1\nprint(x)", "1\n"),
         ("x = 1\nx + 1", ""),
         ("x = 1\nif x:\n    x", ""),
-        ("def f():\n    return 1\nf()", ""),
+        # A program's habit: its main function called, what it gives dropped.
+        ("def f():\n    return 1\nf()", "line 3: " + BARE.format("f()") + "\n"),
+        (
+            "async def main():\n    return 1\n\nawait main()",
+            "line 4: " + BARE.format("await main()") + "\n",
+        ),
+        ("def f():\n    print(1)\nf()", "1\n"),  # it gives nothing
+        ("def f():\n    return 1\nprint(f())", "1\n"),
     ],
 )
 def test_a_script_that_ends_on_a_bare_name_gets_a_line(code: str, printed: str) -> None:
@@ -1374,6 +1381,15 @@ def test_a_script_that_ends_on_a_bare_name_gets_a_line(code: str, printed: str) 
     ran = run(code)
     assert ran.outcome == "finished" and ran.value is None, ran.error
     assert ran.printed == printed
+
+
+def test_a_coroutine_function_called_last_unawaited_is_said_to_be_returned_awaited() -> None:
+    ran = run("async def main():\n    return 1\n\nmain()")
+    assert ran.outcome == "finished" and ran.value is None, ran.error
+    assert ran.printed.splitlines()[-1] == (
+        "line 4: RuntimeWarning: the script ends with `main()`, whose value goes nowhere: a "
+        "script's result is what it returns, so write `return await main()`"
+    )
 
 
 def test_asyncio_run_says_to_await_instead() -> None:

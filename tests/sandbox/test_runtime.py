@@ -923,12 +923,16 @@ def test_throwing_null_is_a_well_formed_failure():
     """``throw null`` fails the run with a bounded, well-formed error.
 
     QuickJS throws null when it cannot allocate the out-of-memory error, so the sandbox reads
-    a thrown null as the memory limit; this only checks that it is a clean failure.
+    a thrown null as the memory limit unless the script writes one itself; a null thrown
+    from a variable is read as the limit.
     """
     ran = run("throw null;")
     assert ran.outcome == "failed"
-    assert ran.error is not None and ran.error.message
+    assert ran.error is not None and ran.error.message == "null" and ran.limit is None
     assert roundtrip(ran).error == ran.error
+    hidden = run("const nothing = null;\nthrow nothing;")
+    assert hidden.limit is not None and hidden.limit.name == "memory"
+    assert roundtrip(hidden).error == hidden.error
 
 
 @pytest.mark.parametrize(
@@ -1162,8 +1166,8 @@ def test_an_ending_too_large_to_copy_out_is_the_memory_limit(code: str) -> None:
 
 def test_the_same_endings_under_the_default_memory_are_the_scripts_own():
     """What the endings above report when the heap has room: the error, the value, the call,
-    the printed text; and `throw null` is read as the memory limit, as before (QuickJS throws
-    null when it cannot allocate an error, so a script's own `throw null` reads the same)."""
+    the printed text; and a script's own `throw null` as thrown (QuickJS throws null when it
+    cannot allocate an error: a null thrown by a script that writes none is that)."""
     thrown = run('throw new Error("é".repeat(5_000_000));')
     assert thrown.error is not None and thrown.error.name == "Error" and thrown.limit is None
     assert thrown.error.message.startswith("éé") and "characters cut" in thrown.error.message
@@ -1172,8 +1176,10 @@ def test_the_same_endings_under_the_default_memory_are_the_scripts_own():
     assert called.outcome == "calls" and called.calls[0].arguments == {"s": "é" * 1_000_000}
     printed = run('console.log("é".repeat(5_000_000));')
     assert printed.outcome == "finished" and printed.printed_bytes == 10_000_001
-    for code in ("throw null;", "await null; throw null;"):
-        assert_limit(run(code), "memory")
+    for code in ("throw null;", "await null; throw null;", "await Promise.reject(null)"):
+        ran = run(code)
+        assert ran.limit is None and ran.error is not None, code
+        assert (ran.error.name, ran.error.message) == ("Uncaught", "null")
     assert run("try { throw null } catch (e) { return e === null }").value is True
     # Only the value null: the text "null" (a template of a null value, as models write) and
     # an error of the script's that speaks of memory are the script's own errors.
@@ -1715,11 +1721,22 @@ BARE = "Warning: the script ends with `{0}`, whose value goes nowhere: a script'
         ),
         ("const d = { a: null };\n  d?.a", "line 2: " + BARE.format("d?.a")),
         ("const x: number = 1;\nx", "line 2: " + BARE.format("x")),  # TypeScript: its lines
+        # A program's habit: its main function called, what it gives dropped.
+        ("async function main() {\n  return 1;\n}\nmain();", "line 4: " + BARE.format("main()")),
+        (
+            "function main() {\n  return 1;\n}\nawait main()",
+            "line 4: " + BARE.format("await main()"),
+        ),
+        (
+            "const run = async () => 5;\nrun().catch(console.error);",
+            "line 2: " + BARE.format("run().catch(console.error)"),
+        ),
     ],
 )
 def test_a_script_that_ends_on_a_bare_name_gets_a_line(code: str, line: str) -> None:
     """A notebook's habit: the last expression as the answer. The script returned nothing,
-    so its last line, a name or member alone, gets a line saying to return it."""
+    so its last line, a name or member alone, gets a line saying to return it; and so does a
+    last line that calls a function of the script's that gives a value (`main();`)."""
     ran = run(code)
     assert ran.outcome == "finished" and ran.value is None, ran.error
     assert ran.printed == line + "\n"
@@ -1734,6 +1751,9 @@ def test_a_script_that_ends_on_a_bare_name_gets_a_line(code: str, line: str) -> 
         "const x = 1;\nlet y = 1; x",  # not alone on its line
         "const x = 1;\nif (x) {\n  x\n}",
         "async function main() {}\nmain()",
+        "async function main() {\n  console.log(1);\n}\nmain();",  # it gives nothing
+        "function f() { return 1 }\nconsole.log(1);",  # not a call of the script's function
+        "const x = [1];\nJSON.stringify(x)",
         "for (;;) {\n  break\n}\nthis",
         "const x = 1;\nx.toString()",
     ],
