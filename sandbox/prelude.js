@@ -470,7 +470,10 @@
   const PROMISE_NOT_DATA = "a promise, not data: await it for its value (for an array of " +
     "promises, await Promise.all(...))";
   defineProperty(NativePromise.prototype, "toJSON", {
-    value: function toJSON() { throw new NativeTypeError("this is " + PROMISE_NOT_DATA); },
+    value: function toJSON(key) {
+      throw new NativeTypeError((key === "" || key === undefined ? "it is " : "at key " +
+        JSON.stringify("" + key) + " it holds ") + PROMISE_NOT_DATA);
+    },
     writable: true, enumerable: false, configurable: true,
   });
 
@@ -913,6 +916,41 @@
       host.fail("InternalError", "out of memory", "");
     }
   };
+  // Where the returned value refers back to an object that holds it, as `value.a.b[0]`: JSON's
+  // "circular reference" said neither where nor what to do. Walked on the failure's path only,
+  // at most CYCLE_WALK objects and MAX_DEPTH deep; null when not found so.
+  const CYCLE_WALK = 100000;
+  function cycleAt(root) {
+    const path = [];
+    let budget = CYCLE_WALK;
+    function walk(v, where) {
+      if (typeof v !== "object" || v === null) return null;
+      for (let i = 0; i < path.length; i++) if (path[i] === v) return where;
+      if (--budget < 0 || path.length >= MAX_DEPTH) return null;
+      path[path.length] = v;
+      if (isArray(v)) {
+        for (let i = 0; i < v.length; i++) {
+          const found = walk(v[i], where + "[" + i + "]");
+          if (found !== null) return found;
+        }
+      } else {
+        const ks = objectKeys(v);
+        for (let i = 0; i < ks.length; i++) {
+          const k = ks[i];
+          const step = /^[A-Za-z_$][\w$]*$/.test(k) ? "." + k : "[" + JSON.stringify(k) + "]";
+          const found = walk(v[k], where + step);
+          if (found !== null) return found;
+        }
+      }
+      path.length -= 1;
+      return null;
+    }
+    try {
+      return walk(root, "value");
+    } catch (_) {
+      return null; // a getter that throws, a proxy: the plain message stands
+    }
+  }
   function finished(value) {
     if (value === undefined) { host.done("u"); return; }
     const half = VALUE_HALF;
@@ -934,7 +972,7 @@
           : e instanceof NativeRangeError && apply(stringIncludes, "" + e.message, ["stack"])
             ? "it nests deeper than " + MAX_DEPTH + " levels of objects and arrays, the most " +
               "data may nest to cross between the sandbox and the host (MAX_DEPTH); flatten it"
-            : errorText(e);
+            : notJSON(e, value);
         host.fail("TypeError", wellFormed("the returned value is not JSON data: " + why), "");
       }
       return;
@@ -946,6 +984,16 @@
       try { keepReturned(value, json); } catch (_) {} // a line less with the heap full
     }
     host.done(json === undefined ? "u" : wellFormed("j" + json));
+  }
+  // Why JSON.stringify threw: a TypeError's message alone (the line says TypeError already),
+  // a cycle with where it closes.
+  function notJSON(e, value) {
+    if (!(e instanceof NativeTypeError)) return errorText(e);
+    const message = "" + e.message;
+    if (message !== "circular reference") return message;
+    const at = cycleAt(value);
+    return (at === null ? "it holds" : at + " refers back to") + " an object that holds it (a " +
+      "cycle, which JSON cannot carry); return a copy without that reference";
   }
   // A replacer that refuses what JSON turns into {} without a word (a Map, a Set, an Error,
   // a RegExp, an iterator, an object of a class with no fields of its own) or into an object

@@ -811,12 +811,32 @@ def test_returned_values_are_json_data():
     assert value(code) == {"when": "1970-01-01T00:00:00.000Z", "xs": [None, 0, 1e300]}
 
 
-def test_returning_a_cyclic_object_fails_naming_json():
-    """A value that is not JSON data fails the run and says so."""
-    ran = run("const o = { a: 1 };\no.o = o;\nreturn o;")
+CYCLE = (
+    "the returned value is not JSON data: {0} an object that holds it (a cycle, which JSON "
+    "cannot carry); return a copy without that reference"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        ("const o = { a: 1 };\no.o = o;\nreturn o;", "value.o refers back to"),
+        (
+            "const o = { a: { 'b c': [1] } };\no.a['b c'].push(o.a);\nreturn o;",
+            'value.a["b c"][1] refers back to',
+        ),
+        ("const xs = [[]];\nxs[0].push(xs);\nreturn { xs };", "value.xs[0][0] refers back to"),
+        # A cycle JSON meets through a toJSON of the script's: not found by the walk.
+        ("const o = { toJSON() { const c = {}; c.c = c; return c; } };\nreturn o;", "it holds"),
+    ],
+)
+def test_returning_a_cyclic_object_fails_naming_where(code: str, said: str) -> None:
+    """A value that refers back to an object holding it fails the run, saying where the cycle
+    closes (JSON's own "circular reference" said neither where nor what to do)."""
+    ran = run(code)
     assert ran.outcome == "failed"
-    assert ran.error is not None
-    assert "JSON" in ran.error.message
+    assert ran.error is not None and ran.error.name == "TypeError"
+    assert ran.error.message == CYCLE.format(said)
     assert roundtrip(ran).error == ran.error
 
 
@@ -1952,16 +1972,18 @@ def test_a_promise_that_is_no_calls_is_not_data_either() -> None:
     ran = run(code, records)
     assert ran.outcome == "failed" and ran.error is not None
     assert (
-        ran.error.message == f"the returned value is not JSON data: TypeError: this is {NOT_DATA}"
+        ran.error.message == f'the returned value is not JSON data: at key "0" it holds {NOT_DATA}'
     )
+
     assert (
         ran.printed
         == "[Promise { <await it for its value> },Promise { <await it for its value> }]\n"
     )
     assert caught("JSON.stringify({ p: Promise.resolve(1) })") == (
         "TypeError",
-        f"this is {NOT_DATA}",
+        f'at key "p" it holds {NOT_DATA}',
     )
+    assert caught("JSON.stringify(Promise.resolve(1))") == ("TypeError", f"it is {NOT_DATA}")
     assert caught("await tools.echo({ p: (async () => 1)() })") == (
         "TypeError",
         f"the argument.p is {NOT_DATA}",
