@@ -1069,11 +1069,13 @@
   // runs here, whatever it closes or opens. What is left is the declared function, and it
   // is the script's only if its source text is the whole declaration: a body that closes
   // the function early (`}; evil(); (function () {`) leaves a shorter __cm_main (or
-  // another one), never one whose text is all of it. Line n of the body is line n + 1 here.
+  // another one), never one whose text is all of it. The body begins on the declaration's
+  // line, so its line n is line n here too, in the stacks the script itself reads (its first
+  // line's columns are the declaration's more).
   // With `mayStrip`, a body that does not parse gives undefined instead of its SyntaxError:
   // nothing of it was declared, so the host may strip its types and begin again.
   function compile(body, mayStrip) {
-    const declaration = "async function __cm_main() {\n" + body + "\n}";
+    const declaration = "async function __cm_main() {" + body + "\n}";
     try {
       apply(globalEval, undefined, ["throw 0; " + declaration]);
     } catch (e) {

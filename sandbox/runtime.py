@@ -460,7 +460,7 @@ class Run(Replay):
         try:
             return stripper.strip(code, memory=self.limits.memory, stack=STRIP_STACK_BYTES)
         except typescript.StripError as e:
-            lines = self._lines(f"<input>:{e.line + 1}") if e.line else []
+            lines = self._lines(f"<input>:{e.line}") if e.line else []
             error = ScriptError(name="SyntaxError", message=_cut(e.message, 1000), lines=lines)
             self._end(Ran(outcome="failed", error=error))
 
@@ -629,7 +629,7 @@ class Run(Replay):
         ctx.set_memory_limit(self.limits.memory)
         ctx.set_max_stack_size(JS_STACK_BYTES)
         try:
-            ctx.eval("throw 0; async function f() {\n" + body + "\n}")
+            ctx.eval("throw 0; async function f() {" + body + "\n}")
         except _quickjs.JSException as e:
             return not str(e).startswith("SyntaxError")
         return True
@@ -638,7 +638,7 @@ class Run(Replay):
         """The script's own lines named in a stack, numbered as the model wrote them."""
         lines: list[ErrorLine] = []
         for match in _FRAME.finditer(stack):
-            number = int(match.group(1)) - 1  # the wrapper adds one line above the script
+            number = int(match.group(1))  # the wrapper's first line is the script's
             if 1 <= number <= len(self.script_lines) and all(x.line != number for x in lines):
                 lines.append(ErrorLine(line=number, text=self.script_lines[number - 1][:300]))
             if len(lines) >= 8:

@@ -2327,3 +2327,16 @@ def test_a_table_of_a_huge_object_is_cut() -> None:
     )
     assert ran.outcome == "finished", ran.error
     assert "more rows" in ran.printed and len(ran.printed) < 200_000
+
+
+def test_a_stack_the_script_reads_names_its_own_lines() -> None:
+    """`e.stack` as the script reads it (printed, to see where it failed) numbers the lines
+    as the model wrote them: it said line n + 1, the wrapper's line before the script's."""
+    code = (
+        "function f() {\n  throw new Error('boom');\n}\ntry {\n  f();\n} catch (e) {\n"
+        "  return e.stack;\n}"
+    )
+    stack = value(code)
+    assert re.findall(r"<input>:(\d+)", stack)[:2] == ["2", "5"], stack
+    first = value("try { null.x } catch (e) { return e.stack }")
+    assert re.findall(r"<input>:(\d+)", first)[:1] == ["1"], first
