@@ -757,6 +757,9 @@
       case 116: return refusedCall(name, new NativeTypeError(rest)); // "t": this call is wrong
       case 108: return refusedCall(name, new NativeRangeError(rest)); // "l": over a per-call limit
       case 100: return called(name, defer(name)); // "d": settles when the job queue is next empty
+      case 76: // "L": it met a limit of the script's; the run ends on it at this line
+        host.limit(new NativeError("").stack);
+        return called(name, never());
       default: return called(name, never()); // "p": a new call, or "x": the run has ended
     }
   }

@@ -2829,6 +2829,10 @@ class Run(Replay):
             future._reject(LimitError(rest))
         elif tag == "d":
             self.deferred_futures.append((future, name))
+        elif tag == "L":  # it met a limit of the script's: the run ends on it at this line
+            line = future._line
+            text = self.script_lines[line - 1][:300] if 1 <= line <= len(self.script_lines) else ""
+            self.end_at_limit([ErrorLine(line=line, text=text)] if text else [])
         elif tag == "x":  # the run has ended (in this process only: the real one has exited)
             raise _Ended
         # "p": a new call, which never settles in this run.

@@ -175,6 +175,9 @@ class Replay(abc.ABC):
         self.arg_bytes = 0
         self.results_bytes = 0
         self.limit_errors: dict[str, str] = {}  # per-call limit messages thrown at a call site
+        # A limit the call being made met: (name, message), until its binding ends the run at
+        # the script's line (see _limit_here).
+        self.limit_met: tuple[str, str] | None = None
         self.printed = _Printed()
         self.outcome: tuple[str, Any] | None = None
         self.ended = False
@@ -243,7 +246,7 @@ class Replay(abc.ABC):
         self.arg_bytes += args_bytes
         if self.arg_bytes > limits.arguments:
             size, bound = sizes_over(self.arg_bytes, limits.arguments)
-            self._end_limit(
+            return self._limit_here(
                 "arguments",
                 f"the script's calls have passed {size} of arguments, over the {bound} one "
                 "script may pass",
@@ -260,14 +263,14 @@ class Replay(abc.ABC):
             result_json = jsontext.dumps(record.result)
             self.results_bytes += len(result_json)
             if self.results_bytes > limits.results:
-                self._end_results()
+                return self._limit_here("results", self._results_detail())
             return "r" + result_json.decode()
         if number > limits.calls:
-            self._end_limit("calls", calls_over(limits.calls))
+            return self._limit_here("calls", calls_over(limits.calls))
         self.step_arg_bytes += args_bytes
         if self.step_arg_bytes > limits.step_arguments:
             size, bound = sizes_over(self.step_arg_bytes, limits.step_arguments)
-            self._end_limit(
+            return self._limit_here(
                 "step_arguments",
                 f"the calls this step asks for pass {size} of arguments together, over the "
                 f"{bound} one step may pass",
@@ -365,11 +368,25 @@ class Replay(abc.ABC):
         self._end_limit_message(name, limit_message(name, detail))
 
     def _end_results(self) -> NoReturn:
+        self._end_limit("results", self._results_detail())
+
+    def _results_detail(self) -> str:
         size, bound = sizes_over(self.results_bytes, self.limits.results)
-        self._end_limit(
-            "results",
-            f"the script has read {size} of results, over the {bound} one script may read",
-        )
+        return f"the script has read {size} of results, over the {bound} one script may read"
+
+    def _limit_here(self, name: str, detail: str) -> str:
+        """The answer ``L`` to the call being made, which met limit ``name``: its binding
+        ends the run at the script's line that made it (:meth:`end_at_limit`)."""
+        self.limit_met = (name, limit_message(name, detail))
+        return "L"
+
+    def end_at_limit(self, lines: list[ErrorLine]) -> NoReturn:
+        """End the run on the limit the last call met (see :meth:`_limit_here`), at the
+        script's ``lines`` (innermost first) that made the call."""
+        assert self.limit_met is not None
+        name, message = self.limit_met
+        error = ScriptError(name="LimitError", message=message, lines=lines)
+        self._end(Ran(outcome="failed", error=error, limit=LimitMet(name=name, message=message)))
 
     def _end_limit_message(self, name: str, message: str) -> NoReturn:
         self._end(

@@ -74,7 +74,17 @@ LAZY_SOURCES = {
 # The line a prepared context's boot starts at (and, compiled there, lazy.js's files): past any
 # script's lines, so that no frame in them is read as one of the script's.
 PRELUDE_LINE = 300_000
-_HOST_FUNCTIONS = ("call", "print", "closest", "done", "fail", "file", "untaken", "changed")
+_HOST_FUNCTIONS = (
+    "call",
+    "print",
+    "closest",
+    "done",
+    "fail",
+    "file",
+    "untaken",
+    "changed",
+    "limit",
+)
 
 
 # Evaluated on a context where nothing has run: takes the host functions off the global
@@ -340,6 +350,13 @@ class Run(Replay):
             return
         self._changed_after_return = (int(count), shown, stack)
 
+    def _limit(self, stack: str) -> None:
+        """The call just made met a limit (its answer was ``L``): the run ends on it, at the
+        script's lines in ``stack``, taken where the call was made."""
+        if self.ended or self.limit_met is None:
+            return
+        self.end_at_limit(self._lines(stack))
+
     def _untaken(self, shown: str, message: str, stack: str) -> None:
         """A call that failed and that nothing took (awaited, caught) by the script's end: a
         printed line naming it, at the script's line that made it."""
@@ -367,6 +384,7 @@ class Run(Replay):
                 ("file", self._file),
                 ("untaken", self._untaken),
                 ("changed", self._changed),
+                ("limit", self._limit),
             )
         }
 

@@ -676,18 +676,23 @@ def test_no_line_until_the_run_ends_and_none_for_a_memory_failure() -> None:
 # ---- limits ----
 
 
-def test_calls_limit() -> None:
-    ran = run("for i in range(5):\n    await tools.echo(i=i)", calls=3)
+@pytest.mark.parametrize("version", [1, 2])
+def test_calls_limit(version: int) -> None:
+    """The call past `calls` ends the run at the script's line that made it."""
+    ran = run("for i in range(5):\n    await tools.echo(i=i)", calls=3, version=version)
     assert ran.outcome == "calls"
     records = [rec("echo", {"i": i}, result=i) for i in range(3)]
-    ran = run("for i in range(5):\n    await tools.echo(i=i)", records, calls=3)
+    ran = run("for i in range(5):\n    await tools.echo(i=i)", records, calls=3, version=version)
     assert ran.limit is not None and ran.limit.name == "calls"
+    assert ran.error is not None and ran.error.name == "LimitError"
+    assert [(x.line, x.text) for x in ran.error.lines] == [(2, "    await tools.echo(i=i)")]
 
 
 def test_results_limit() -> None:
     records = [rec("echo", {"i": i}, result="x" * 600) for i in range(3)]
     ran = run("for i in range(3):\n    await tools.echo(i=i)", records, results=1 * KiB)
     assert ran.limit is not None and ran.limit.name == "results"
+    assert ran.error is not None and [x.line for x in ran.error.lines] == [2]
 
 
 def test_call_arguments_is_a_catchable_limit_error_and_a_limit_when_uncaught() -> None:

@@ -1054,6 +1054,29 @@ def test_calls_limit_ends_the_run_at_the_call_past_it():
     assert_limit(ran, "calls")
     assert "the script's 6th call is over the 5 calls" in ran.limit.message  # type: ignore[union-attr]
     assert ran.calls == []
+    assert ran.error is not None and [x.line for x in ran.error.lines] == [1]
+
+
+def test_a_limit_a_call_meets_names_the_line_that_made_it() -> None:
+    """The call past `calls`, the call past `arguments` and the calls of a step past
+    `step_arguments` end the run at the script's line that made the call (they named none),
+    as an error's lines do."""
+    records = [rec("echo", {"i": i}, result=i) for i in range(3)]
+    loop = "async function each(n) {\n  for (let i = 0; i < n; i++) await tools.echo({ i });\n}\n"
+    for ran, name in [
+        (run(loop + "await each(9);", records, calls=3), "calls"),
+        (run(loop + "await each(9);", records, arguments=25), "arguments"),
+    ]:
+        assert_limit(ran, name)
+        assert ran.error is not None
+        # After an await, a stack holds the frames resumed since: the loop's, not its caller's.
+        assert [(x.line, x.text) for x in ran.error.lines] == [
+            (2, "  for (let i = 0; i < n; i++) await tools.echo({ i });"),
+        ], name
+    code = "const s = 'y'.repeat(400);\nawait Promise.all([1, 2, 3].map((i) =>\n  tools.echo({ i, s })));"
+    ran = run(code, step_arguments=1000)
+    assert_limit(ran, "step_arguments")
+    assert ran.error is not None and ran.error.lines[0].line == 3
 
 
 def test_calls_limit_counts_recorded_calls():
