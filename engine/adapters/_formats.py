@@ -14,14 +14,18 @@ an MCP content block). Each API takes something else:
 - **MCP**: a ``CallToolResult`` (``content``, ``isError``); the image and audio blocks a
   script returned (an MCP tool's, passed on) come after the shown files, as content.
 
-A media file an API cannot take is left out of that API's content with a line saying so, so
-the model knows it was shown and not attached. The tests check every shape against the
+A media file an API cannot take is left out of that API's content, and the text's line for it
+says so in place of "attached" (``Shown: logo.svg (image/svg+xml, 812 bytes), not attached:
+the Anthropic API takes no image/svg+xml in a tool result.``), so the model knows it was shown
+and not attached; one the text names no line for (a block the script returned) gets a line of
+its own. The tests check every shape against the
 official SDKs' types (``anthropic``, ``openai``, ``mcp``).
 """
 
 from __future__ import annotations
 
 import binascii
+import re
 from typing import Any, Literal, Protocol, get_args
 
 from engine._errors import CodeModeError
@@ -104,6 +108,7 @@ def result_for(result: RunResult, format: Format, call_id: str | None = None) ->
     text, returned = _with_returned(result)
     media = list(zip(_media_names(result), result.media, strict=True))
     media += [(f"returned {b['type']} {i}", b) for i, b in enumerate(returned, 1)]
+    text, media = _not_attached(text, media, format)
     if format == "anthropic":
         blocks = [{"type": "text", "text": text}]
         for name, block in media:
@@ -191,6 +196,39 @@ def _data(block: dict[str, Any]) -> tuple[str, str]:
 
 def _left_out(name: str, mime: str, api: str) -> str:
     return f"{name} ({mime}) is not attached: {api} takes no {mime} in a tool result."
+
+
+# What each API takes in a tool result, and its name in the line that says it took none.
+_TAKES = {
+    "anthropic": (_ANTHROPIC_IMAGES | {_PDF}, "the Anthropic API"),
+    "openai_chat": (_OPENAI_IMAGES | set(_OPENAI_AUDIO) | {_PDF}, "Chat Completions"),
+    "openai_responses": (_OPENAI_IMAGES | {_PDF}, "the Responses API"),
+}
+
+
+def _not_attached(
+    text: str, media: list[tuple[str, dict[str, Any]]], format: Format
+) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """``text`` and ``media`` less each file ``format`` cannot take whose ``Shown: ...,
+    attached.`` line the text has: that line says it is not attached, and why (it said
+    attached, and a line after it said not). Files with no such line stay, for their parts
+    to say so."""
+    takes, api = _TAKES[format]
+    kept = []
+    for name, block in media:
+        mime = _data(block)[0]
+        if mime not in takes:
+            line = re.compile(
+                rf"^(Shown: {re.escape(name)} \({re.escape(mime)}, [\d,]+ bytes\)), attached\.$",
+                re.MULTILINE,
+            )
+            why = f", not attached: {api} takes no {mime} in a tool result."
+            said, found = line.subn(lambda m, why=why: m[1] + why, text, count=1)
+            if found:
+                text = said
+                continue
+        kept.append((name, block))
+    return text, kept
 
 
 def _anthropic_block(name: str, block: dict[str, Any]) -> dict[str, Any]:

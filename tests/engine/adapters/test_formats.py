@@ -89,9 +89,16 @@ async def test_anthropic_result_with_media(engine: CodeMode) -> None:
     conforms(ToolResultBlockParam, block)
     conforms(MessageParam, {"role": "user", "content": [block]})
     kinds = [b["type"] for b in block["content"]]
-    assert kinds == ["text", "image", "document", "text", "text"]
+    assert kinds == ["text", "image", "document"]
     assert block["content"][1]["source"]["data"] == base64.b64encode(PNG).decode()
-    assert "logo.svg (image/svg+xml) is not attached" in block["content"][3]["text"]
+    # The text's line for each file the API cannot take says so, where it said "attached".
+    text = block["content"][0]["text"]
+    assert "Shown: chart.png (image/png, " in text and "bytes), attached." in text
+    for name, mime in [("logo.svg", "image/svg+xml"), ("beep.wav", "audio/wav")]:
+        line = next(x for x in text.splitlines() if x.startswith(f"Shown: {name} "))
+        assert line.endswith(
+            f"bytes), not attached: the Anthropic API takes no {mime} in a tool result."
+        ), line
     assert "is_error" not in block
 
 
@@ -100,9 +107,24 @@ async def test_openai_chat_result_with_media(engine: CodeMode) -> None:
     messages = result.to_openai_chat("call_01")
     for message in messages:
         conforms(ChatCompletionMessageParam, message)
-    assert messages[0] == {"role": "tool", "tool_call_id": "call_01", "content": result.text}
+    # The text as the engine gave it, but for the line of the one file Chat Completions
+    # cannot take (it takes WAV audio, which the other APIs do not).
+    expected = [
+        line.replace(
+            "), attached.",
+            "), not attached: Chat Completions takes no image/svg+xml in a tool result.",
+        )
+        if line.startswith("Shown: logo.svg ")
+        else line
+        for line in result.text.split("\n")
+    ]
+    assert messages[0] == {
+        "role": "tool",
+        "tool_call_id": "call_01",
+        "content": "\n".join(expected),
+    }
     parts = messages[1]["content"]
-    assert [p["type"] for p in parts] == ["text", "image_url", "file", "text", "input_audio"]
+    assert [p["type"] for p in parts] == ["text", "image_url", "file", "input_audio"]
     assert parts[1]["image_url"]["url"].startswith("data:image/png;base64,iVBOR")
 
 
@@ -110,13 +132,8 @@ async def test_openai_responses_result_with_media(engine: CodeMode) -> None:
     result = await _shown(engine)
     item = result.to_openai_responses("call_01")
     conforms(ResponseInputItemParam, item)
-    assert [p["type"] for p in item["output"]] == [
-        "input_text",
-        "input_image",
-        "input_file",
-        "input_text",
-        "input_text",
-    ]
+    assert [p["type"] for p in item["output"]] == ["input_text", "input_image", "input_file"]
+    assert item["output"][0]["text"].count("not attached: the Responses API takes no") == 2
 
 
 async def test_mcp_result(engine: CodeMode) -> None:
