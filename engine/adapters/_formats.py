@@ -222,10 +222,10 @@ def _not_attached(
                 rf"^(Shown: {re.escape(name)} \({re.escape(mime)}, [\d,]+ bytes\)), attached\.$",
                 re.MULTILINE,
             )
-            why = f", not attached: {api} takes no {mime} in a tool result."
-            said, found = line.subn(lambda m, why=why: m[1] + why, text, count=1)
-            if found:
-                text = said
+            found = line.search(text)
+            if found is not None:
+                why = f", not attached: {api} takes no {mime} in a tool result."
+                text = text[: found.end(1)] + why + text[found.end() :]
                 continue
         kept.append((name, block))
     return text, kept
