@@ -498,6 +498,7 @@ class Walker(abc.ABC):
             return ""
         pieces = []
         description = schema.get("description")
+        line = ""
         if isinstance(description, str):
             line = first_line(description, MAX_PROPERTY_COMMENT, self.clean)
             if line:
@@ -515,9 +516,17 @@ class Walker(abc.ABC):
                 shown = self.value_text(schema["default"])
             except (TypeError, ValueError, RecursionError):
                 shown = ""
-            if shown and len(shown) <= MAX_DEFAULT_SHOWN:
+            if shown and len(shown) <= MAX_DEFAULT_SHOWN and not _says_default(line, shown):
                 pieces.append(f"Default: {self.clean(shown)}.")
         return " ".join(pieces)
+
+
+def _says_default(description: str, shown: str) -> bool:
+    """Whether a description says the default already (``Defaults to 10.``, a docstring's
+    habit), so that a "Default: 10." after it would say it twice."""
+    if not re.search(r"\bdefault", description, re.IGNORECASE):
+        return False
+    return shown in description or (len(shown) > 2 and shown.strip("\"'") in description)
 
 
 # A pattern longer than this is left out of a comment (the tool's check still applies it).

@@ -336,6 +336,44 @@ def test_defaults_are_written_as_python() -> None:
     assert "false" not in block and "null" not in block
 
 
+@pytest.mark.parametrize("language", ["javascript", "python"])
+def test_a_default_the_description_says_is_not_said_again(language: str) -> None:
+    """A docstring's "Defaults to 10." was followed by "Default: 10.": said once now. A
+    description that speaks of a default without its value keeps the line."""
+    from engine.languages import JAVASCRIPT
+
+    tool = Tool.from_mcp(
+        {
+            "name": "find",
+            "description": "Find things.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "limit": {
+                        "type": "integer",
+                        "default": 10,
+                        "description": "At most. Defaults to 10.",
+                    },
+                    "region": {
+                        "type": "string",
+                        "default": "eu-west-1",
+                        "description": "Where (default eu-west-1).",
+                    },
+                    "sort": {
+                        "type": "string",
+                        "default": "name",
+                        "description": "The default order.",
+                    },
+                },
+            },
+        },
+        lambda **_: None,
+    )
+    block, _ = (PYTHON if language == "python" else JAVASCRIPT).declare_tools([tool])
+    assert block.count("Default: ") == 1 and "order. Default: " in block, block
+    assert "Defaults to 10." in block and "(default eu-west-1)." in block
+
+
 def test_descriptions_that_end_in_a_quote_or_hold_a_nul_give_stubs_that_compile(
     ty: Path, tmp_path: Path
 ) -> None:
