@@ -924,7 +924,7 @@
   // at most CYCLE_WALK objects and MAX_DEPTH deep; null when not found so.
   const CYCLE_WALK = 100000;
   function cycleAt(root) {
-    const path = [];
+    const path = setPrototypeOf([], null); // no script change to Array.prototype reaches it
     let budget = CYCLE_WALK;
     function walk(v, where) {
       if (typeof v !== "object" || v === null) return null;
