@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import ipaddress
 import logging
 import math
@@ -208,8 +209,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns 2 with a message on stderr naming the remedy when the options are wrong: no token
     (and no ``--insecure-no-token``), a token shorter than 16 characters, half a TLS pair, a
-    bad address (argparse's own errors and ``--help`` raise ``SystemExit`` as usual); 1 when
-    it cannot listen; 0 after a drain.
+    bad address (argparse's own errors and ``--help`` raise ``SystemExit`` as usual), or an
+    address it cannot listen on (not this machine's, a port it may not take); 75 when the
+    port is taken (another process listens there: a supervisor may start it again later);
+    0 after a drain.
     """
     parser = _parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
@@ -264,10 +267,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         asyncio.run(_serve(service, host, port))
-    except OSError as e:
+    except _CannotListen as e:
         print(f"codemode runner serve: cannot listen on {args.listen}: {e}", file=sys.stderr)
-        return 1
+        return EX_TEMPFAIL if e.taken else 2
     return 0
+
+
+EX_TEMPFAIL = 75  # sysexits.h: try again later
+
+
+class _CannotListen(Exception):
+    """The service could not listen on its address; ``taken``: another process holds it."""
+
+    def __init__(self, error: OSError) -> None:
+        self.taken = error.errno == errno.EADDRINUSE
+        if self.taken:
+            why = "another process listens there; stop it, or give --listen another port"
+        elif error.errno == errno.EADDRNOTAVAIL:
+            why = (
+                "no interface of this machine has that address; give one of its addresses, "
+                "or 0.0.0.0"
+            )
+        elif error.errno == errno.EACCES:
+            why = (
+                "this user may not take that port (below 1024 needs "
+                "CAP_NET_BIND_SERVICE); give a port from 1024 up"
+            )
+        else:
+            why = "check the address"
+        super().__init__(f"{error.strerror or error}; {why}")
 
 
 # Where the soft limit on open files is raised to when the hard one is infinite: Linux's
@@ -312,7 +340,11 @@ def _service(
 
 
 async def _serve(service: RunnerService, host: str, port: int) -> None:
-    address = await service.start(host, port)
+    try:
+        address = await service.start(host, port)
+    except OSError as e:
+        await service.runner.aclose()
+        raise _CannotListen(e) from None
     tls = "TLS" if service.tls else "plain TCP"
     print(f"listening on {address}", flush=True)
     logging.getLogger("codemode.runner.service").info(

@@ -6,11 +6,13 @@ import asyncio
 import os
 import re
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import psutil
 import pytest
 
 from runner import RemoteRunner, RunError
@@ -88,6 +90,23 @@ def test_refuses_a_short_token_and_half_a_tls_pair(
     assert "TLS needs both --cert and --key" in capsys.readouterr().err
     assert main(["--listen", "nowhere"]) == 2
     assert "is not HOST:PORT" in capsys.readouterr().err
+
+
+def test_a_port_another_process_holds_is_named_and_exits_75(
+    token_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It exited 1, the code of a failed script: now 75 (EX_TEMPFAIL: a supervisor may start
+    it again once the port is free), saying what holds the port and the fix; nothing it
+    started is left running."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert main(["--listen", f"127.0.0.1:{port}", "--token-file", str(token_file)]) == 75
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "address already in use" in err
+    assert "another process listens there; stop it, or give --listen another port" in err
+    assert psutil.Process().children(recursive=True) == []
 
 
 async def test_drains_on_sigterm(token_file: Path) -> None:
