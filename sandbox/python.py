@@ -586,6 +586,8 @@ def _calls_own(tree: ast.Module, value: ast.expr) -> str | None:
 
 
 _VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
+# `asyncio.run(main())` on a line, and the function it runs.
+_ASYNCIO_RUN = re.compile(r"\basyncio\.run\(\s*(?:([A-Za-z_]\w{0,99})\s*\()?")
 
 
 def _syntax_hint(message: str) -> str:
@@ -3407,6 +3409,14 @@ class Run(Replay):
             )
             return Ran(outcome="failed", error=ScriptError(name="TypeError", message=message))
 
+    def _asyncio_run_at(self, lines: list[int]) -> str | None:
+        """The function an ``asyncio.run(f(...))`` on the innermost of ``lines`` runs (``main``
+        when not named), or None when that line runs none."""
+        if not lines or not 1 <= lines[0] <= len(self.script_lines):
+            return None
+        found = _ASYNCIO_RUN.search(self.script_lines[lines[0] - 1])
+        return None if found is None else (found[1] or "main")
+
     def _error(self, error: BaseException) -> Ran:
         lines = _script_lines(error)
         if type(error) is MemoryError and not _ARGS.__get__(error):
@@ -3449,6 +3459,13 @@ class Run(Replay):
                 message += f"; did you mean {', '.join(near)}?" if near else ""
         elif type(missing) is str and missing in _WITHHELD:
             message += _WITHHELD[missing]
+        elif missing == "asyncio" and (ran := self._asyncio_run_at(lines)) is not None:
+            # `asyncio.run(main())` with no import, a program's ending: imported, it would
+            # fail next (see the asyncio module's run), so both are said at once.
+            message += (
+                "; nor is asyncio.run() needed: a script is the body of an async function "
+                f"already: in its place, write `return await {ran}(...)`"
+            )
         elif type(missing) is str and missing in ALLOWED:
             # `await asyncio.gather(...)` with no import: CPython 3.12 says as much.
             message += f". Did you forget to import '{missing}'?"

@@ -1422,6 +1422,21 @@ def test_asyncio_run_says_to_await_instead() -> None:
     assert value(fixed, [Record(name="echo", arguments={"x": 1}, result=2)]) == 2
 
 
+def test_asyncio_run_without_its_import_says_both_at_once() -> None:
+    """`asyncio.run(fetch_all())` with no `import asyncio` said to import it, and the model's
+    next script then failed on asyncio.run: both are said at once now."""
+    error = failed("async def fetch_all():\n    return 1\n\nasyncio.run(fetch_all())")
+    assert error.name == "NameError"
+    assert error.message == (
+        "name 'asyncio' is not defined; nor is asyncio.run() needed: a script is the body of "
+        "an async function already: in its place, write `return await fetch_all(...)`"
+    )
+    assert [x.line for x in error.lines] == [4]
+    # Elsewhere, the import is what is missing.
+    gather = failed("await asyncio.gather()")
+    assert gather.message == "name 'asyncio' is not defined. Did you forget to import 'asyncio'?"
+
+
 def test_a_main_guard_says_its_block_never_runs() -> None:
     """A model writes a program: `if __name__ == "__main__": asyncio.run(main())`. The
     block never runs in a script, which finished with nothing printed and nothing returned;
