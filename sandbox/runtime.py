@@ -531,7 +531,11 @@ class Run(Replay):
         bare = _BARE_ENDING.fullmatch(lines[number - 1])
         if bare is not None and bare[1] not in _NOT_BARE:
             shown = bare[1]
-        elif (call := _CALL_ENDING.fullmatch(lines[number - 1])) and self._gives_value(call[2]):
+        elif (
+            (call := _CALL_ENDING.fullmatch(lines[number - 1]))
+            and ".then(" not in call[1]  # `main().then(console.log)` hands the value on
+            and self._gives_value(call[2])
+        ):
             shown = call[1]
         else:
             return

@@ -1795,6 +1795,7 @@ def test_a_script_that_ends_on_a_bare_name_gets_a_line(code: str, line: str) -> 
         "const x = 1;\nif (x) {\n  x\n}",
         "async function main() {}\nmain()",
         "async function main() {\n  console.log(1);\n}\nmain();",  # it gives nothing
+        "async function main() {\n  return 1;\n}\nmain().then(console.log);",  # handed on
         "function f() { return 1 }\nconsole.log(1);",  # not a call of the script's function
         "const x = [1];\nJSON.stringify(x)",
         "for (;;) {\n  break\n}\nthis",
