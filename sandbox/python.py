@@ -104,6 +104,7 @@ from sandbox.replay import (
     _Ended,
     _finished,
     _NotData,
+    assigned_ending,
     bare_ending,
     unawaited,
     warning_line,
@@ -511,16 +512,14 @@ def _check_other(node: Any) -> None:
         _check_name(node, node.name)
 
 
-def compile_script(
-    code: str,
-) -> tuple[types.CodeType, list[int], tuple[int, str, str] | None]:
+def compile_script(code: str) -> tuple[types.CodeType, list[int], tuple[int, str] | None]:
     """The script's code as the body of ``async def``, checked; lines are the script's own.
     With it, the lines of its top-level ``if __name__ == "__main__":`` blocks, which never
     run (a script is no program run as ``__main__``), and the line and text of its last
     statement when that is a bare name, attribute or subscript (``result``: a notebook's
-    answer, whose value in a script goes nowhere) or a call of a function of the script's
-    that returns a value (``await main()``: a program's), with what to return in its place,
-    else None.
+    answer, whose value in a script goes nowhere), a call of a function of the script's that
+    returns a value (``await main()``: a program's) or an assignment of one name (``summary =
+    {...}``): its line and what its warning says, else None.
 
     Raises SyntaxError (with ``lineno``) or :class:`Refused`.
     """
@@ -539,7 +538,10 @@ def compile_script(
             text = ast.get_source_segment(code, value)
             if text is not None and "\n" not in text and len(text) <= 120:
                 # A coroutine function's call not awaited is returned awaited.
-                bare = (final.lineno, text, "await " + text if called == "async" else text)
+                fix = "await " + text if called == "async" else text
+                bare = (final.lineno, bare_ending(text, fix))
+    elif tree.body and (name := _assigned(tree.body[-1])) is not None:
+        bare = (tree.body[-1].lineno, assigned_ending(name))
     empty = ast.arguments(
         posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
     )
@@ -564,6 +566,21 @@ def compile_script(
             raise SyntaxError("'yield' at the top level of a script", (FILENAME, line, 0, ""))
     top = compiled.replace(co_consts=tuple(_top_level(c) for c in compiled.co_consts))
     return top, guards, bare
+
+
+def _assigned(statement: ast.stmt) -> str | None:
+    """The name a last statement gives a value to (``summary = {...}``, ``total: int = 0``),
+    when it gives one name a value that is no function (``main = lambda: ...`` is not an
+    answer left over)."""
+    if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+        target, value = statement.targets[0], statement.value
+    elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+        target, value = statement.target, statement.value
+    else:
+        return None
+    if not isinstance(target, ast.Name) or isinstance(value, ast.Lambda):
+        return None
+    return target.id
 
 
 def _calls_own(tree: ast.Module, value: ast.expr) -> str | None:
@@ -2759,8 +2776,8 @@ class Run(Replay):
         self.failures: dict[_Future, None] = {}
         # The lines of the script's `if __name__ == "__main__":` blocks (compile_script).
         self.main_guards: list[int] = []
-        # The line and text of its last statement if that is a bare name (compile_script).
-        self.bare_ending: tuple[int, str, str] | None = None
+        # The line of its last statement and its warning, if that leaves a value (compile_script).
+        self.bare_ending: tuple[int, str] | None = None
         self.modules: dict[str, Module] = {}
         self.main: Task | None = None
         # The script's module (its globals), in sys.modules while it runs: dataclasses looks
@@ -3347,9 +3364,8 @@ class Run(Replay):
                     )
                 )
             if kind == "value" and payload is None and self.bare_ending is not None:
-                line, shown, fix = self.bare_ending
-                warning = bare_ending(_well_formed(shown), _well_formed(fix))
-                self.printed.write(_warning_line(line, "RuntimeWarning", warning))
+                line, warning = self.bare_ending
+                self.printed.write(_warning_line(line, "RuntimeWarning", _well_formed(warning)))
             self._unretrieved()
         return self._finish(ran)
 

@@ -608,6 +608,15 @@ def unawaited(shown: str, message: str) -> str:
     return f"{shown} failed and nothing awaited it: {first}"
 
 
+def assigned_ending(name: str) -> str:
+    """What a warning says of a script that returned nothing and whose last statement gives
+    ``name`` a value (`const summary = {...}`): the value the script made for its answer."""
+    return (
+        f"the script ends giving `{name}` a value, which goes nowhere: a script's result is "
+        f"what it returns, so end it with `return {name}`"
+    )
+
+
 def bare_ending(shown: str, fix: str | None = None) -> str:
     """What a warning says of a script that returned nothing and whose last statement is the
     bare expression ``shown`` (``result``, ``data.items``, ``main()``): a notebook's or a

@@ -45,6 +45,7 @@ from sandbox.replay import (
     _Ended,
     _finished,
     _NotData,
+    assigned_ending,
     bare_ending,
     cpu_ms,
     source_lines,
@@ -246,6 +247,10 @@ _THROWS_NULL = re.compile(r"\bthrow\s+null\b|\breject\(\s*null\s*\)")
 # own and gives a value (see _warn_bare_ending).
 _CALL_ENDING = re.compile(r"\s*((?:await\s+)?([A-Za-z_$][\w$]*)\s*\([^\n]*\))\s*;?\s*")
 _RETURNS_VALUE = re.compile(r"\breturn\s*[^\s;}]")
+# A line that declares one name with a value, at the left margin (`const summary = {`).
+_DECLARED = re.compile(r"(?:const|let|var)\s+([A-Za-z_$][\w$]*)\s*(?::[^=]{1,80})?=(?!=)")
+_STATEMENT_AFTER = re.compile(r";\s*[^\s/]")
+_FUNCTION_VALUE = re.compile(r"\s*(?:async\b\s*)?(?:function\b|\(|[A-Za-z_$][\w$]*\s*=>)")
 
 # `await` in a function that is not async, which QuickJS reports as "expecting ';'" or
 # "Unexpected identifier": told by the script parsing once that line's awaits are blanked.
@@ -519,7 +524,9 @@ class Run(Replay):
         is a bare name or member (`result`): the habit of a notebook, whose last expression
         is its answer; or a call of a function of the script's that gives a value (`main();`):
         the habit of a program. Only if that line is a statement of its own: the script parses
-        with it returned (it is not the end of an expression begun above, `a +` then `b`)."""
+        with it returned (it is not the end of an expression begun above, `a +` then `b`).
+        Else, when its last statement gives one name a value (`const summary = {...}`), a line
+        saying to return that."""
         lines = source_lines(self.javascript, "javascript")
         number = len(lines)
         while number and (
@@ -538,11 +545,40 @@ class Run(Replay):
         ):
             shown = call[1]
         else:
-            return
-        patched = list(lines)
-        patched[number - 1] = f"return ({shown});"
-        if self._parses("\n".join(patched)):
-            self.printed.write(warning_line(number, "Warning", bare_ending(shown)))
+            shown = None
+        if shown is not None:
+            patched = list(lines)
+            patched[number - 1] = f"return ({shown});"
+            if self._parses("\n".join(patched)):
+                self.printed.write(warning_line(number, "Warning", bare_ending(shown)))
+                return
+        declared = self._declared_last(lines, number)
+        if declared is not None:
+            line, name = declared
+            if self._parses("\n".join([*lines, f"return {name};"])):
+                self.printed.write(warning_line(line, "Warning", assigned_ending(name)))
+
+    @staticmethod
+    def _declared_last(lines: list[str], number: int) -> tuple[int, str] | None:
+        """The line and name of the script's last statement when it declares one name
+        (`const summary = {` and the lines of its value, `let total = a + b;`), read from the
+        text: the last line that begins one at the left margin, every line after it up to
+        ``number`` (the last that is not blank or a comment) indented or closing a bracket."""
+        for at in range(number, 0, -1):
+            text = lines[at - 1]
+            found = _DECLARED.match(text)
+            if found is not None:
+                # A function declared last is not an answer left over (`main` never called),
+                # and a statement after it on a line of its own (`let y = 1; x`) ends it.
+                if _FUNCTION_VALUE.match(text, found.end()) or any(
+                    _STATEMENT_AFTER.search(later) for later in lines[at - 1 : number]
+                ):
+                    return None
+                return at, found[1]
+            begins = text.strip() and not text[:1].isspace() and text[:1] not in ")]}"
+            if begins and not text.startswith("//"):
+                return None  # another statement begins after it
+        return None
 
     def _gives_value(self, name: str) -> bool:
         """Whether ``name`` is a function the script declares that gives a value: declared

@@ -1357,6 +1357,10 @@ BARE = (
     "RuntimeWarning: the script ends with `{0}`, whose value goes nowhere: a script's result "
     "is what it returns, so write `return {0}`"
 )
+ASSIGNED = (
+    "RuntimeWarning: the script ends giving `{0}` a value, which goes nowhere: a script's "
+    "result is what it returns, so end it with `return {0}`"
+)
 
 
 @pytest.mark.parametrize(
@@ -1377,6 +1381,13 @@ BARE = (
         ),
         ("def f():\n    print(1)\nf()", "1\n"),  # it gives nothing
         ("def f():\n    return 1\nprint(f())", "1\n"),
+        # An answer built and not returned (`summary = {...}` last).
+        ("r = 1\nresult = r * 2", "line 2: " + ASSIGNED.format("result") + "\n"),
+        ("summary = {\n    'a': 1,\n}\n# done\n", "line 1: " + ASSIGNED.format("summary") + "\n"),
+        ("total: int = 5", "line 1: " + ASSIGNED.format("total") + "\n"),
+        ("main = lambda: 1", ""),
+        ("x, y = 1, 2", ""),
+        ("for i in range(2):\n    y = i", ""),
     ],
 )
 def test_a_script_that_ends_on_a_bare_name_gets_a_line(code: str, printed: str) -> None:

@@ -1790,7 +1790,6 @@ def test_a_script_that_ends_on_a_bare_name_gets_a_line(code: str, line: str) -> 
     [
         "const x = 1;\nreturn x",
         "const x = 1;\nconsole.log(x)",
-        "const x = 2;\nconst y = 1 +\n  x",  # the end of an expression begun above
         "const x = 1;\nlet y = 1; x",  # not alone on its line
         "const x = 1;\nif (x) {\n  x\n}",
         "async function main() {}\nmain()",
@@ -1806,6 +1805,43 @@ def test_a_script_that_does_not_end_on_a_bare_name_gets_none(code: str) -> None:
     ran = run(code)
     assert ran.outcome == "finished", ran.error
     assert ran.printed == "" or ran.printed == "1\n", ran.printed
+
+
+ASSIGNED = (
+    "Warning: the script ends giving `{0}` a value, which goes nowhere: a script's result is "
+    "what it returns, so end it with `return {0}`"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "printed"),
+    [
+        ("const r = 1;\nconst result = r * 2;", "line 2: " + ASSIGNED.format("result") + "\n"),
+        (
+            "const summary = {\n  a: 1,\n};\n// done\n",
+            "line 1: " + ASSIGNED.format("summary") + "\n",
+        ),
+        ("let n: number = 5;", "line 1: " + ASSIGNED.format("n") + "\n"),  # TypeScript
+        # `x` ends an expression begun above: the statement is y's.
+        ("const x = 2;\nconst y = 1 +\n  x", "line 2: " + ASSIGNED.format("y") + "\n"),
+        ("const x = 1;\nlet y = 1; x", ""),  # `x` is last, not alone on its line
+        (
+            "const t = [1]\n  .map((x) => x * 2)\n  .length;",
+            "line 1: " + ASSIGNED.format("t") + "\n",
+        ),
+        ("const a = 1;\nconsole.log(a);", "1\n"),  # another statement after it
+        ("for (const x of [1]) {\n  const y = x;\n}", ""),  # not at the top
+        ("const main = async () => {\n  return 1;\n};", ""),  # a function is no answer
+        ("const f = function () {};", ""),
+        ("const x = 1;\nreturn;", ""),
+    ],
+)
+def test_a_script_that_ends_giving_a_name_a_value_gets_a_line(code: str, printed: str) -> None:
+    """A model that builds its answer and forgets to return it (`const summary = {...}` as
+    the last statement) read "Script finished." and nothing: a line now says to return it."""
+    ran = run(code)
+    assert ran.outcome == "finished" and ran.value is None, ran.error
+    assert ran.printed == printed
 
 
 @pytest.mark.parametrize("how", ["replay", "live", "version 1"])
