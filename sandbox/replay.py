@@ -178,6 +178,9 @@ class Replay(abc.ABC):
         # A limit the call being made met: (name, message), until its binding ends the run at
         # the script's line (see _limit_here).
         self.limit_met: tuple[str, str] | None = None
+        # A JavaScript number holds integers exactly up to 2^53: a result past that is read
+        # rounded, which a warning says once (see _check_exact).
+        self._exact_checked = script.language == "python"
         self.printed = _Printed()
         self.outcome: tuple[str, Any] | None = None
         self.ended = False
@@ -264,6 +267,8 @@ class Replay(abc.ABC):
             self.results_bytes += len(result_json)
             if self.results_bytes > limits.results:
                 return self._limit_here("results", self._results_detail())
+            if not self._exact_checked:
+                self._check_exact(record, result_json)
             return "r" + result_json.decode()
         if number > limits.calls:
             return self._limit_here("calls", calls_over(limits.calls))
@@ -450,10 +455,33 @@ class Replay(abc.ABC):
             self.results_bytes += len(result_json)
             if self.results_bytes > limits.results:
                 self._end_results()
+            if not self._exact_checked:
+                self._check_exact(record, result_json)
             parts.append(b"[1," + result_json + b"]")
         del self.deferred[:count]
         self.settle((b"[" + b",".join(parts) + b"]").decode())
         return True
+
+    def _check_exact(self, record: Record, result_json: bytes) -> None:
+        """A warning line, once a run, when a result holds an integer past what JavaScript's
+        numbers hold exactly (2^53): the script reads it rounded (an id that then names
+        another user), where it read no word of it. Found by the text first (16 digits or
+        more), then by the value."""
+        if _LONG_INTEGER.search(result_json) is None:
+            return
+        big = _inexact_integer(record.result)
+        if big is None:
+            return
+        self._exact_checked = True
+        self.printed.write(
+            warning_line(
+                0,
+                "Warning",
+                f"tools.{record.name}(...) returned the integer {big}, past what JavaScript's "
+                "numbers hold exactly (2^53): the script reads it rounded; have the tool "
+                "return such numbers as strings",
+            )
+        )
 
     def resume_problem(self, records: list[Record]) -> str | None:
         """Why ``records`` cannot resume this run, or None: they must be exactly the calls
@@ -576,6 +604,27 @@ def _cut(text: str, bound: int) -> str:
 
 # A warning about a failure shows the first line of its message, cut at this many characters.
 _FAILURE_BOUND = 300
+
+
+# An integer of 16 digits or more in JSON text, not inside a word or a number's fraction: a
+# candidate past 2^53 (9007199254740992), confirmed by the value (a string's digits match too).
+_LONG_INTEGER = re.compile(rb"(?<![\w.\"])-?\d{16,}(?![\d.eE])")
+_EXACT = 2**53
+
+
+def _inexact_integer(value: Any) -> int | None:
+    """The first integer in ``value`` (JSON data) past 2^53 either way, or None."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is int and not -_EXACT <= item <= _EXACT:
+            return int(item)
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(reversed(item))
+    return None
 
 
 def warning_line(line: int, category: str, message: str) -> str:

@@ -2400,3 +2400,27 @@ def test_a_stack_the_script_reads_names_its_own_lines() -> None:
     assert re.findall(r"<input>:(\d+)", stack)[:2] == ["2", "5"], stack
     first = value("try { null.x } catch (e) { return e.stack }")
     assert re.findall(r"<input>:(\d+)", first)[:1] == ["1"], first
+
+
+def test_a_result_with_an_integer_past_2_53_says_the_script_reads_it_rounded() -> None:
+    """JavaScript's numbers hold integers exactly up to 2^53: an id past it (a snowflake, a
+    database bigint) was read rounded without a word, and passed on it named another row.
+    A warning says so, once a run; 2^53 itself and digits in a string get none."""
+    big = 1234567890123456789
+    records = [
+        rec("echo", {"i": 0}, result={"id": big, "name": "a"}),
+        rec("echo", {"i": 1}, result=[{"id": -big}]),
+    ]
+    code = (
+        "const a = await tools.echo({ i: 0 });\nawait tools.echo({ i: 1 });\nreturn String(a.id);"
+    )
+    ran = run(code, records)
+    assert ran.outcome == "finished" and ran.value == "1234567890123456800", ran.error
+    assert ran.printed == (
+        f"Warning: tools.echo(...) returned the integer {big}, past what JavaScript's numbers "
+        "hold exactly (2^53): the script reads it rounded; have the tool return such numbers "
+        "as strings\n"
+    )
+    exact = [rec("echo", {}, result={"id": 2**53, "s": str(big), "f": 1.5e300})]
+    ran = run("return String((await tools.echo({})).id);", exact)
+    assert ran.value == str(2**53) and ran.printed == ""
