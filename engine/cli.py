@@ -84,10 +84,10 @@ from sandbox.protocol import Script, size_text
 EXIT_CODES = {"finished": 0, "failed": 1, "paused": 3, "elsewhere": 4}
 MISTAKE = 2
 # The output (or the --events lines) could not be written: a full disk (sysexits' EX_IOERR).
-OUTPUT_FAILED = 74
+OUTPUT_FAILED = os.EX_IOERR
 # No runner took a step in time, or the session log did not answer (sysexits'
 # EX_TEMPFAIL): the same command may work later.
-UNAVAILABLE = 75
+UNAVAILABLE = os.EX_TEMPFAIL
 
 
 def _interruptible(command: Coroutine[Any, Any, int]) -> int:

@@ -269,11 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         asyncio.run(_serve(service, host, port))
     except _CannotListen as e:
         print(f"codemode runner serve: cannot listen on {args.listen}: {e}", file=sys.stderr)
-        return EX_TEMPFAIL if e.taken else 2
+        return os.EX_TEMPFAIL if e.taken else 2
     return 0
-
-
-EX_TEMPFAIL = 75  # sysexits.h: try again later
 
 
 class _CannotListen(Exception):

@@ -389,15 +389,15 @@ class Replay(abc.ABC):
         """End the run on the limit the last call met (see :meth:`_limit_here`), at the
         script's ``lines`` (innermost first) that made the call."""
         assert self.limit_met is not None
-        name, message = self.limit_met
-        error = ScriptError(name="LimitError", message=message, lines=lines)
-        self._end(Ran(outcome="failed", error=error, limit=LimitMet(name=name, message=message)))
+        self._end_limit_message(*self.limit_met, lines)
 
-    def _end_limit_message(self, name: str, message: str) -> NoReturn:
+    def _end_limit_message(
+        self, name: str, message: str, lines: list[ErrorLine] | None = None
+    ) -> NoReturn:
         self._end(
             Ran(
                 outcome="failed",
-                error=ScriptError(name="LimitError", message=message),
+                error=ScriptError(name="LimitError", message=message, lines=lines or []),
                 limit=LimitMet(name=name, message=message),
             )
         )

@@ -224,11 +224,16 @@ async def _lab_over_http(tmp_path: Path, *flags: str) -> AsyncIterator[CodeMode]
         engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
         yield engine
     finally:
-        if engine is not None:
-            await engine.aclose()
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        await _end_lab(engine, process)
+
+
+async def _end_lab(engine: CodeMode | None, process: asyncio.subprocess.Process) -> None:
+    """Close the engine (and the MCP servers it holds), then end the lab's server."""
+    if engine is not None:
+        await engine.aclose()
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
 
 
 @pytest.mark.parametrize("answers", ["events", "json"])
@@ -398,11 +403,7 @@ async def test_an_http_server_that_restarted_gets_a_new_session(tmp_path: Path) 
             )
             assert result.value == {"result": n + 10}, result.text
     finally:
-        if engine is not None:
-            await engine.aclose()
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        await _end_lab(engine, process)
 
 
 async def test_a_message_too_large_ends_the_connection_and_names_the_server(
