@@ -27,7 +27,7 @@
   const fnToString = Function.prototype.toString;
   const promiseThen = Promise.prototype.then;
   const toPrimitiveKey = Symbol.toPrimitive;
-  const { toWellFormed, replaceAll, includes: stringIncludes } = String.prototype;
+  const { toWellFormed, replaceAll, includes: stringIncludes, split: stringSplit } = String.prototype;
   const RealDate = Date;
   const dateGetTime = RealDate.prototype.getTime, dateToISOString = RealDate.prototype.toISOString;
   const NativeError = Error, NativeTypeError = TypeError, NativeRangeError = RangeError;
@@ -306,10 +306,36 @@
       default: return described(value); // o, O
     }
   }
+  // The script's line an error printed by itself was made at, in place of the stack Node.js
+  // prints after it (`    at line 6`): the first frame of the error's own stack that is a
+  // line of the script. A frame past the script's last line is the engine's (the prelude and
+  // what lazy.js compiles are placed after it), and a stack the script wrote may name none.
+  let scriptLines = 0; // set by `begin`
+  const regExpExec = NativeRegExp.prototype.exec;
+  const frameLine = /<input>:(\d{1,9})(?!\d)/g;
+  const stackOf = getOwnPropertyDescriptor(NativeError.prototype, "stack").get;
+  function madeAt(e) {
+    let stack;
+    try {
+      const own = getOwnPropertyDescriptor(e, "stack"); // a script's own, else the error's
+      stack = own ? own.value : apply(stackOf, e, []);
+    } catch (_) {
+      return ""; // an object that only inherits from Error has no stack of its own
+    }
+    if (typeof stack !== "string") return "";
+    frameLine.lastIndex = 0;
+    for (let m; (m = apply(regExpExec, frameLine, [stack])) !== null;) {
+      const line = +m[1];
+      if (line >= 1 && line <= scriptLines) return "\n    at line " + line;
+    }
+    return "";
+  }
+  // One of console.log's arguments: an error is followed by its line.
+  const logged = (value) => (value instanceof NativeError ? text(value) + madeAt(value) : text(value));
   function formatted(args) {
     const first = args[0];
     if (typeof first !== "string" || args.length < 2 || !apply(stringIncludes, first, ["%"])) {
-      return args.map(text).join(" ");
+      return args.map(logged).join(" ");
     }
     let out = "", next = 1, from = 0;
     for (let i = 0; i < first.length - 1; i++) {
@@ -326,7 +352,7 @@
       from = i + 1;
     }
     out += apply(stringSlice, first, [from]);
-    for (; next < args.length; next++) out += " " + text(args[next]);
+    for (; next < args.length; next++) out += " " + logged(args[next]);
     return out;
   }
   const print = (...args) => { emit(formatted(args)); };
@@ -334,7 +360,8 @@
   const label = (l) => (l === undefined ? "default" : "" + l);
   globalThis.console = freeze({
     log: print, info: print, warn: print, error: print, debug: print, trace: print,
-    dir: (value) => emit(described(value)), dirxml: print,
+    dir: (value) => emit(described(value) + (value instanceof NativeError ? madeAt(value) : "")),
+    dirxml: print,
     table: (data, columns) => emit(table(data, columns)),
     group: (...labels) => { if (labels.length) print(...labels); indent += "  "; },
     groupCollapsed: (...labels) => { if (labels.length) print(...labels); indent += "  "; },
@@ -1115,6 +1142,7 @@
     }
     begun = true;
     MAX_DEPTH = config.max_depth;
+    scriptLines = apply(stringSplit, code, ["\n"]).length;
     toolNames = new NativeSet(config.tools);
     NOW = config.now_ms;
     a = config.seed_lo >>> 0; b = config.seed_hi >>> 0; c = 0x9e3779b9; d = 1;

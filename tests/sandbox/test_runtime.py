@@ -570,7 +570,8 @@ def test_host_functions_are_not_left_on_the_global_object():
 
 
 def test_console_formats_values():
-    """Strings as themselves, data as JSON, Map/Set, Errors as "Name: message", cycles marked."""
+    """Strings as themselves, data as JSON, Map/Set, Errors as "Name: message" and the line
+    they were made at, cycles marked."""
     code = r"""
 console.log("plain text", "two");
 console.info({ a: 1, b: [1, "x", null] });
@@ -585,7 +586,7 @@ console.log();
         "plain text two\n"
         '{"a":1,"b":[1,"x",null]}\n'
         "undefined null 1.5 true 10n\n"
-        "TypeError: bad input\n"
+        "TypeError: bad input\n    at line 5\n"
         'Map(1) {"k" => {"v":1}} Set(2) {1, "x"}\n'
         '{"a":1,"self":[Circular]}\n'
         "[1,[2,[3]]] [Function named]\n"
@@ -609,10 +610,10 @@ try { throw bad; } catch (e) { console.log(e.message); }
 throw new Error("sync failed", { cause: inner });"""
     ran = run(code)
     assert ran.printed == (
-        "Error: outer { [cause]: TypeError: no such sku }\n"
-        "AggregateError: many { [errors]: [Error: x1,TypeError: no such sku] }\n"
-        '{"e":Error: wrapped { [cause]: {"code":404} }} Error: plain\n'
-        "Error: loop { [cause]: [Circular] }\n"
+        "Error: outer { [cause]: TypeError: no such sku }\n    at line 3\n"
+        "AggregateError: many { [errors]: [Error: x1,TypeError: no such sku] }\n    at line 4\n"
+        '{"e":Error: wrapped { [cause]: {"code":404} }} Error: plain\n    at line 5\n'
+        "Error: loop { [cause]: [Circular] }\n    at line 6\n"
         "bad\n"
     )
     assert ran.error is not None
@@ -626,6 +627,51 @@ throw new Error("sync failed", { cause: inner });"""
         "{ get() { throw 1; } }); throw e;"
     )
     assert unreadable.error is not None and unreadable.error.message == "bad"
+
+
+def test_a_printed_error_is_followed_by_the_line_it_was_made_at() -> None:
+    """An error printed as an argument of its own (a `catch` that logs and goes on, a pattern
+    models write) is followed by the script's line it was made at, where Node.js prints its
+    stack: the first of the script's frames (a helper's throw, not its caller; the call a
+    failed tool call was made at; the script's line under an error the engine throws), not a
+    frame of the engine's. No line when its stack names none (written by the script, or an
+    object that only inherits from Error) or when the error is inside another value. The
+    same in a replay and after TypeScript's types are stripped."""
+    code = """const items = [{ r: {} }];
+function check(x) {
+  return x.r.reviews.length;
+}
+for (const item of items) {
+  try { check(item); } catch (err) { console.log("failed", err); }
+}
+try { await tools.echo({ a: 1 }); } catch (e) { console.error(e); }
+const p = tools.echo({ a: 2 });
+try { p.filter(Boolean); } catch (e) { console.log(e); }
+const own = new Error("own"); own.stack = "at x (<input>:99999999:1)"; console.log(own);
+console.log(Object.create(Error.prototype), { inside: new Error("inside") });
+console.group("g"); console.warn("%s:", "fmt", new RangeError("left over")); console.groupEnd();
+console.dir(new TypeError("dir"));
+await p;"""
+    records = [rec("echo", {"a": 1}, error="no such sku"), rec("echo", {"a": 2}, result=1)]
+    expected = (
+        "failed TypeError: cannot read property 'length' of undefined\n    at line 3\n"
+        "Error: no such sku\n    at line 8\n"
+        'TypeError: tools.echo(...) gives a promise, not its result: write "await '
+        'tools.echo(...)"\n    at line 10\n'
+        "Error: own\n"
+        'Error {"inside":Error: inside}\n'
+        "g\n  fmt: RangeError: left over\n      at line 13\n"
+        "TypeError: dir\n    at line 14\n"
+    )
+    ran = run(code, records)
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed == expected
+    typed = run(
+        "interface Item { r: { reviews?: string[] } }\n"
+        "const item: Item = { r: {} };\n"
+        "try { item.r.reviews!.length; } catch (e: unknown) { console.log(e); }"
+    )
+    assert typed.printed == "TypeError: cannot read property 'length' of undefined\n    at line 3\n"
 
 
 def test_console_shows_an_objects_undefined_functions_and_symbols() -> None:
