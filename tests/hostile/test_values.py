@@ -248,14 +248,16 @@ console.log(new Proxy({ a: 1 }, {}), [new Date(86400000)], { s: Symbol("x"), u: 
 def test_printing_script_values_reads_them_as_before(run: Any) -> None:
     """console.log of odd values (dates, cycles, proxies, getters that throw, toJSON, maps)
     reads them in prelude code and prints what it always printed (but -0, shown as Node.js
-    shows it, which it printed as 0, and an object's keys whose value is a symbol, undefined
-    or a function, shown as Node.js shows them, which it left out)."""
+    shows it, which it printed as 0, an object's keys whose value is a symbol, undefined or
+    a function, shown as Node.js shows them, which it left out, and an error's line, where
+    Node.js prints its stack)."""
     ran = run(PRINTED)
     assert ran.outcome == "finished", ran.error
     assert ran.printed == (
         "1 -0 NaN Infinity 2n true null undefined s Symbol(q) [Function named] [Function]\n"
         '{"a":[1,"x",{"b":null}],"d":"1970-01-01T00:00:00.000Z","bad":Invalid Date} [undefined,[Function]]\n'
-        'Map(2) {1 => {"a":2}, "k" => [3]} Set(3) {1, "a", [2]} TypeError: bad {"x":1} {"self":[Circular]}\n'
+        'Map(2) {1 => {"a":2}, "k" => [3]} Set(3) {1, "a", [2]} TypeError: bad\n    at line 3 '
+        '{"x":1} {"self":[Circular]}\n'
         '{"t":1} {} [[[[[[[[[[Array]]]]]]]]]]\n'
         "[unprintable: Error: no]\n"
         '{"a":1} ["1970-01-02T00:00:00.000Z"] {"s":Symbol(x),"u":undefined,"f":[Function f]}\n'
