@@ -166,6 +166,7 @@ ALLOWED = (
     "string",
     "textwrap",
     "time",
+    "traceback",
     "typing",
     "unicodedata",
     "urllib.parse",
@@ -2984,6 +2985,147 @@ class Run(Replay):
                 child._callbacks.append(done)
         return out
 
+    def _traceback(self) -> Module:
+        """``traceback`` as scripts have it: the error being handled, or one given, as
+        CPython's traceback writes it (``except Exception: traceback.print_exc()``, a habit of
+        code that logs and goes on), with the script's frames only (the sandbox's are not the
+        script's to see) and its lines' text. Printed text goes where ``print`` goes."""
+
+        def format_exception(
+            exc: Any,
+            /,
+            value: Any = _NO_VALUE,
+            tb: Any = None,
+            limit: Any = None,
+            chain: Any = True,
+        ) -> list[str]:
+            # The form of before 3.10, (type, value, tb): a script has no traceback object to
+            # give (`__traceback__` is not its to read), so its tb is None, and the error is
+            # written without frames of its own, as CPython writes it then.
+            error = exc if value is _NO_VALUE else value
+            if error is None:
+                return ["NoneType: None\n"]
+            if not issubclass(type(error), BaseException):
+                raise TypeError(f"traceback takes an exception, not {_type_name(error)}")
+            return self._traceback_lines(error, _limit(limit), bool(chain), value is _NO_VALUE)
+
+        def format_exception_only(exc: Any, /, value: Any = _NO_VALUE) -> list[str]:
+            error = exc if value is _NO_VALUE else value
+            if error is None:
+                return ["NoneType: None\n"]
+            if not issubclass(type(error), BaseException):
+                raise TypeError(f"traceback takes an exception, not {_type_name(error)}")
+            return [_exception_line(error)]
+
+        def format_exc(limit: Any = None, chain: Any = True) -> str:
+            return "".join(format_exception(sys.exc_info()[1], limit=limit, chain=chain))
+
+        def print_exception(
+            exc: Any,
+            /,
+            value: Any = _NO_VALUE,
+            tb: Any = None,
+            limit: Any = None,
+            file: Any = None,
+            chain: Any = True,
+        ) -> None:
+            text = "".join(format_exception(exc, value, tb, limit, chain))
+            (self.sink if file is None else file).write(text)
+
+        def print_exc(limit: Any = None, file: Any = None, chain: Any = True) -> None:
+            print_exception(sys.exc_info()[1], limit=limit, file=file, chain=chain)
+
+        instead = (
+            ": a script's frames are not its to read; traceback.format_exc() gives the error "
+            "being handled as text, with the script's lines"
+        )
+        return Module(
+            "traceback",
+            {
+                "format_exc": format_exc,
+                "format_exception": format_exception,
+                "format_exception_only": format_exception_only,
+                "print_exc": print_exc,
+                "print_exception": print_exception,
+            },
+            dict.fromkeys(
+                (
+                    "extract_tb", "extract_stack", "format_tb", "format_stack", "print_tb",
+                    "print_stack", "walk_tb", "walk_stack", "TracebackException",
+                    "StackSummary", "FrameSummary", "format_list", "print_list", "print_last",
+                    "clear_frames",
+                ),
+                instead,
+            ),
+        )  # fmt: skip
+
+    def _traceback_lines(
+        self, error: BaseException, limit: int | None, chain: bool, framed: bool
+    ) -> list[str]:
+        """CPython's ``traceback.format_exception(error)`` with the script's frames only (none
+        of ``error``'s own unless ``framed``); the errors it was raised from or while handling
+        first, as CPython chains them (at most :data:`_CHAIN_SHOWN`)."""
+        links: list[tuple[BaseException, str]] = []
+        seen: set[int] = set()
+        current: BaseException | None = error
+        said = ""
+        while current is not None and id(current) not in seen and len(links) < _CHAIN_SHOWN:
+            seen.add(id(current))
+            links.append((current, said))
+            if not chain:
+                break
+            cause = _CAUSE.__get__(current)
+            context = _CONTEXT.__get__(current)
+            if cause is not None:
+                current, said = cause, _DIRECT_CAUSE
+            elif context is not None and not _SUPPRESS_CONTEXT.__get__(current):
+                current, said = context, _DURING
+            else:
+                current = None
+        out: list[str] = []
+        for link, after in reversed(links):
+            frames = self._frames(link, limit) if framed or link is not error else []
+            if frames:
+                out.append("Traceback (most recent call last):\n")
+                out.extend(frames)
+            out.append(_exception_line(link))
+            if after:
+                out.append(after)
+        return out
+
+    def _frames(self, error: BaseException, limit: int | None) -> list[str]:
+        """The script's frames in ``error``'s traceback, outermost first, as CPython writes
+        them; a line repeated more than three times in a row (recursion) is counted."""
+        found: list[tuple[int, str]] = []
+        tb = _TRACEBACK.__get__(error)  # the real one: a script's class may make it a property
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            if code.co_filename == FILENAME:
+                found.append((tb.tb_lineno, "<module>" if code.co_name == _MAIN else code.co_name))
+            tb = tb.tb_next
+        if limit is not None:
+            found = found[:limit] if limit >= 0 else found[limit:]
+        out: list[str] = []
+        last, repeated = None, 0
+        for frame in found:
+            if frame == last:
+                repeated += 1
+                if repeated >= _REPEATS_SHOWN:
+                    continue
+            else:
+                if repeated >= _REPEATS_SHOWN:
+                    out.append(_repeated(repeated - _REPEATS_SHOWN + 1))
+                last, repeated = frame, 0
+            number, name = frame
+            out.append(f'  File "{FILENAME}", line {number}, in {name}\n')
+            if 1 <= number <= len(self.script_lines):
+                text = self.script_lines[number - 1].strip()
+                if text:
+                    out.append(f"    {text[:300]}\n")
+        if repeated >= _REPEATS_SHOWN:
+            out.append(_repeated(repeated - _REPEATS_SHOWN + 1))
+        return out
+
     def _asyncio(self) -> Module:
         def gather(*awaitables: Any, return_exceptions: bool = False) -> _Future:
             return self._gather(*awaitables, return_exceptions=return_exceptions)
@@ -3218,6 +3360,7 @@ class Run(Replay):
         self.modules = dict(_STATIC)
         self.modules.update(_clock_modules(script.clock.now_ms, script.clock.seed))
         self.modules["asyncio"] = self._asyncio()
+        self.modules["traceback"] = self._traceback()
         builtins_ = dict(_BUILTINS)
         builtins_["__import__"] = self._import
         builtins_.update(_Identities().builtins())
@@ -3689,6 +3832,34 @@ def _chained(error: BaseException) -> str:
         said = "raised while handling"
     text = _message(cause)
     return f" ({said} {_type_name(cause)}{': ' + text if text else ''})"
+
+
+# What traceback writes between chained errors, as CPython's does; how many it writes at most
+# (a loop that re-raises while handling makes a long chain), and how often a frame repeated
+# in a row (recursion) is written before it is counted.
+_DIRECT_CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
+_DURING = "\nDuring handling of the above exception, another exception occurred:\n\n"
+_CHAIN_SHOWN = 8
+_REPEATS_SHOWN = 3
+_NO_VALUE = object()  # traceback.format_exception's `value` not given
+
+
+def _limit(limit: Any) -> int | None:
+    if limit is None:
+        return None
+    if type(limit) is not int:
+        raise TypeError(f"limit must be an integer or None, not {_type_name(limit)}")
+    return limit
+
+
+def _repeated(count: int) -> str:
+    return f"  [Previous line repeated {count} more time{'s' if count > 1 else ''}]\n"
+
+
+def _exception_line(error: BaseException) -> str:
+    """The last line traceback writes of an error: its type and message, as CPython's."""
+    text = _message(error)
+    return f"{_type_name(error)}: {text}\n" if text else f"{_type_name(error)}\n"
 
 
 def _message(error: BaseException) -> str:

@@ -8,6 +8,7 @@ Python; the confined process is in tests/hostile and tests/runner.
 from __future__ import annotations
 
 import gc
+import linecache
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -1725,3 +1726,113 @@ return [a._v, a._log, Acc._made, type(a)._made, getattr(b, "_x"), hasattr(b, "_p
         error = failed(f"print('ran')\n{other}")
         assert error.name == "AttributeError" and refused in error.message, error
     assert "not available in scripts" in failed("class A:\n    pass\nreturn A().__dict__").message
+
+
+# ---- traceback: the error being handled, as CPython writes it, the script's frames only ----
+
+_TRACEBACK_CASES = """\
+import traceback; out = []
+def parse(row):
+    return int(row["n"])
+
+def total(rows):
+    return sum(parse(r) for r in rows)
+
+try:
+    total([{"n": "1"}, {"n": "x"}])
+except ValueError:
+    out.append(traceback.format_exc())
+try:
+    try:
+        {}["missing"]
+    except KeyError as e:
+        raise LookupError("no row") from e
+except LookupError as e:
+    out.append("".join(traceback.format_exception(e)))
+    out.append("".join(traceback.format_exception(type(e), e, None, limit=1, chain=False)))
+    out.append("".join(traceback.format_exception_only(e)))
+try:
+    try:
+        1 / 0
+    except ZeroDivisionError:
+        None.x
+except AttributeError:
+    out.append(traceback.format_exc())
+    out.append(traceback.format_exc(chain=False))
+out.append(traceback.format_exc())
+"""
+
+
+def _without_carets(text: str) -> str:
+    """CPython's text less the lines of carets it marks part of a line with (3.11 on)."""
+    return "".join(
+        line
+        for line in text.splitlines(keepends=True)
+        if not (line.strip() and set(line.strip()) <= set("^~"))
+    )
+
+
+def test_traceback_writes_the_handled_error_as_cpython_does() -> None:
+    """`traceback.format_exc()` and its kin (in an `except` that logs and goes on, a habit of
+    code models write) give what CPython's give for the same code: frames, their lines,
+    chained errors, `limit` and `chain`, less the lines of carets under part of a line."""
+    native: dict[str, Any] = {}
+    # CPython reads a frame's line through linecache: given the text, as a file would be.
+    lines = _TRACEBACK_CASES.splitlines(keepends=True)
+    linecache.cache["<script>"] = (len(_TRACEBACK_CASES), None, lines, "<script>")
+    try:
+        exec(compile(_TRACEBACK_CASES, "<script>", "exec"), native)
+    finally:
+        linecache.cache.pop("<script>", None)
+    expected = [_without_carets(text) for text in native["out"]]
+    assert value(_TRACEBACK_CASES + "return out") == expected
+    assert expected[0].count("File") == 4 and expected[-1] == "NoneType: None\n"
+
+
+def test_traceback_shows_the_scripts_frames_only() -> None:
+    """A tool call's error printed with `traceback.print_exc()` shows the script's lines, not
+    the sandbox's frames it passed through; recursion is counted, as CPython counts it; what
+    traceback has that reads frames says what to use instead; a file takes the text."""
+    code = (
+        "import traceback, io\n"
+        "async def fetch(n):\n"
+        "    return await tools.echo(a=n)\n"
+        "try:\n"
+        "    await fetch(1)\n"
+        "except ToolError:\n"
+        "    traceback.print_exc()\n"
+        "def down(n):\n"
+        "    return down(n + 1)\n"
+        "try:\n"
+        "    down(0)\n"
+        "except RecursionError as e:\n"
+        "    buffer = io.StringIO()\n"
+        "    traceback.print_exception(e, file=buffer)\n"
+        "    lines = buffer.getvalue().splitlines()\n"
+        "    print(lines[:6], lines[-3:])\n"
+        "try:\n"
+        "    traceback.extract_tb(None)\n"
+        "except AttributeError as e:\n"
+        "    print(e)\n"
+        "traceback.print_exception(5)\n"
+    )
+    ran = run(code, [rec("echo", {"a": 1}, error="no such sku")])
+    assert ran.printed.startswith(
+        "Traceback (most recent call last):\n"
+        '  File "<script>", line 5, in <module>\n'
+        "    await fetch(1)\n"
+        '  File "<script>", line 3, in fetch\n'
+        "    return await tools.echo(a=n)\n"
+        "ToolError: no such sku\n"
+        "['Traceback (most recent call last):', '  File \"<script>\", line 11, in <module>', "
+        "'    down(0)', '  File \"<script>\", line 9, in down', '    return down(n + 1)', "
+        "'  File \"<script>\", line 9, in down'] ['    return down(n + 1)', "
+    )
+    assert "more times]', 'RecursionError: maximum recursion depth exceeded']\n" in ran.printed
+    assert ran.printed.endswith(
+        "module 'traceback' has no attribute 'extract_tb' in scripts: a script's frames are "
+        "not its to read; traceback.format_exc() gives the error being handled as text, with "
+        "the script's lines\n"
+    )
+    assert ran.error is not None and ran.error.message == "traceback takes an exception, not int"
+    assert [x.line for x in ran.error.lines] == [21]
