@@ -513,6 +513,7 @@ SCRIPT_MODULES: dict[str, str] = {
     "string": "",
     "textwrap": "",
     "time": "",
+    "traceback": "traceback (print_exc, format_exc, print_exception, format_exception)",
     "typing": "",
     "unicodedata": "",
     "urllib.parse": "",
