@@ -3002,20 +3002,14 @@ class Run(Replay):
             # The form of before 3.10, (type, value, tb): a script has no traceback object to
             # give (`__traceback__` is not its to read), so its tb is None, and the error is
             # written without frames of its own, as CPython writes it then.
-            error = exc if value is _NO_VALUE else value
+            error = _exception_given(exc, value)
             if error is None:
-                return ["NoneType: None\n"]
-            if not issubclass(type(error), BaseException):
-                raise TypeError(f"traceback takes an exception, not {_type_name(error)}")
+                return [_NO_EXCEPTION]
             return self._traceback_lines(error, _limit(limit), bool(chain), value is _NO_VALUE)
 
         def format_exception_only(exc: Any, /, value: Any = _NO_VALUE) -> list[str]:
-            error = exc if value is _NO_VALUE else value
-            if error is None:
-                return ["NoneType: None\n"]
-            if not issubclass(type(error), BaseException):
-                raise TypeError(f"traceback takes an exception, not {_type_name(error)}")
-            return [_exception_line(error)]
+            error = _exception_given(exc, value)
+            return [_NO_EXCEPTION if error is None else _exception_line(error)]
 
         def format_exc(limit: Any = None, chain: Any = True) -> str:
             return "".join(format_exception(sys.exc_info()[1], limit=limit, chain=chain))
@@ -3842,6 +3836,20 @@ _DURING = "\nDuring handling of the above exception, another exception occurred:
 _CHAIN_SHOWN = 8
 _REPEATS_SHOWN = 3
 _NO_VALUE = object()  # traceback.format_exception's `value` not given
+
+
+_NO_EXCEPTION = (
+    "NoneType: None\n"  # what traceback writes of no exception (format_exc outside an except)
+)
+
+
+def _exception_given(exc: Any, value: Any) -> BaseException | None:
+    """The exception a traceback function was given: ``exc``, or ``value`` in the form of
+    before 3.10; a TypeError for what is none."""
+    error = exc if value is _NO_VALUE else value
+    if error is not None and not issubclass(type(error), BaseException):
+        raise TypeError(f"traceback takes an exception, not {_type_name(error)}")
+    return error
 
 
 def _limit(limit: Any) -> int | None:
