@@ -10,7 +10,7 @@ import asyncio
 import logging
 import re
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import orjson
@@ -151,8 +151,22 @@ class CallSettling(Emitting):
     async def _run_call(self, drive: Drive, entry: log.CallEntry) -> None:
         record = drive.record
         self._emit_call("call.running", record.tenant, entry)
+        tool = self._by_name.get(entry.name)
+        unstoppable = tool is not None and tool.in_thread
+        await self._record_outcome(
+            drive,
+            entry,
+            drive.run_handler(entry, self._invoke(record, entry), unstoppable=unstoppable),
+        )
+
+    async def _record_outcome(
+        self, drive: Drive, entry: log.CallEntry, handled: Awaitable[Any]
+    ) -> None:
+        """Await ``handled``, the handler of ``entry``, and record how the call ended: its
+        result, or the error the script sees."""
+        record = drive.record
         try:
-            result = await drive.run_handler(entry.name, self._invoke(record, entry))
+            result = await handled
         except ToolCallError as e:
             _log_raised(e, entry, record.id)
             await self._settle_failed(drive, _failed(entry, e.message))

@@ -34,7 +34,7 @@ from engine._config import (
     check_parts,
     data_directory,
 )
-from engine._drive import Drive, dead_local_owner, new_owner
+from engine._drive import CallAbandoned, Drive, dead_local_owner, new_owner
 from engine._ending import Ending
 from engine._errors import (
     CallNotWaiting,
@@ -259,6 +259,8 @@ class CodeMode(StepLoop):
         self._driving: set[Drive] = set()  # the drives under way, whose leases aclose() gives up
         # Each script this host drives now, by id: done when that drive ends.
         self._drives_of: dict[str, asyncio.Future[None]] = {}
+        # Drives cancelled while sync handlers ran, recording them once they end (_hear_out).
+        self._hearing: set[asyncio.Task[None]] = set()
         self._closed = False  # aclose() began
         self._pid = os.getpid()  # the process it was made in (see _check_open)
         self.lease_ms = lease_ms
@@ -763,17 +765,16 @@ class CodeMode(StepLoop):
                 drive.keep_lease()
             raise
         finally:
-            try:
-                self._live.drop(live_key(drive))  # a live run never outlasts its drive
-                if drive.early is not None:
-                    early, drive.early = drive.early, None
-                    await discard_early(early)
-                await drive.close()
-                self._driving.discard(drive)
-            finally:  # cancelled in the cleanup too: who waits for this drive goes on
-                if self._drives_of.get(record.id) is ended:
-                    del self._drives_of[record.id]
-                ended.set_result(None)
+            if drive.unheard and not self._closed:
+                # Cancelled while sync handlers ran: the caller goes on now, and the drive
+                # keeps its lease until they end and what they did is in the log.
+                hearing = asyncio.create_task(
+                    self._hear_out(drive, ended), name=f"hearing out {record.id}"
+                )
+                self._hearing.add(hearing)
+                hearing.add_done_callback(self._hearing.discard)
+            else:
+                await self._let_go(drive, ended)
         if result is None:
             self._emit("left", record.id, tenant=record.tenant, status="elsewhere")
             return await self._elsewhere_or_ended(drive.record.id)
@@ -786,6 +787,48 @@ class CodeMode(StepLoop):
                 if not record.held:
                     return await self._resume(drive.record.id, 0.0)
         return result
+
+    async def _let_go(self, drive: Drive, ended: asyncio.Future[None]) -> None:
+        """The end of a drive: its live run and early step dropped, its lease given up, and
+        who waits for it (``ended``) told."""
+        try:
+            self._live.drop(live_key(drive))  # a live run never outlasts its drive
+            if drive.early is not None:
+                early, drive.early = drive.early, None
+                await discard_early(early)
+            await drive.close()
+            self._driving.discard(drive)
+        finally:  # cancelled in the cleanup too: who waits for this drive goes on
+            script_id = drive.record.id
+            if self._drives_of.get(script_id) is ended:
+                del self._drives_of[script_id]
+            ended.set_result(None)
+
+    async def _hear_out(self, drive: Drive, ended: asyncio.Future[None]) -> None:
+        """Record the calls a cancelled drive left running in tool threads once they end
+        (each within its tool's timeout), then let the drive go. A resume on this host waits
+        for it and finds them done; another host finds the script still held. If the engine
+        closes first (:meth:`aclose` cancels them), they stay running in the log, as after a
+        crash."""
+        try:
+            for index, task in list(drive.unheard.items()):
+                try:
+                    await self._record_outcome(drive, drive.calls[index], task)
+                except (asyncio.CancelledError, CallAbandoned):
+                    break  # the engine closes
+                except Exception:  # the log did not answer: the call stays running there
+                    logger.warning(
+                        "the result of a call left running by a cancelled drive was not "
+                        "recorded script=%s call=%s",
+                        drive.record.id,
+                        drive.calls[index].call_id,
+                        exc_info=True,
+                    )
+                finally:
+                    del drive.unheard[index]
+                    drive.forget_handler(task)
+        finally:
+            await self._let_go(drive, ended)
 
     async def _elsewhere_or_ended(self, script_id: str) -> RunResult:
         record = await self.store.get_script(script_id)
@@ -971,12 +1014,14 @@ class CodeMode(StepLoop):
         still driven here gives its lease up first, so another engine or host goes on with it
         at once; its ``run_code`` (or ``resume``) ends on a :class:`CodeModeError`, and
         nothing written is lost. Its calls still running are cancelled (a sync handler's
-        thread runs on, unheard) and stay as the log has them, running, as if the host had
+        thread runs on, unheard, as do those a cancelled ``run_code`` left to be recorded
+        when their threads end) and stay as the log has them, running, as if the host had
         stopped: the next host runs a read-only or idempotent one again, and tells the script
         any other was interrupted."""
         self._closed = True
         for drive in self._driving:
             drive.abandon()  # its running calls end now, not when their handlers would
+        await asyncio.gather(*self._hearing, return_exceptions=True)
         await asyncio.gather(*(drive.close() for drive in list(self._driving)))
         if self._mcp is not None:
             await self._mcp.aclose()

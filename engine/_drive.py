@@ -148,6 +148,10 @@ class Drive:
         # The handlers of the calls running now (see :meth:`run_handler`), which
         # :meth:`abandon` cancels.
         self._handlers: set[asyncio.Task[Any]] = set()
+        # The calls whose handlers run on after the drive was cancelled (a sync handler's
+        # thread, which nothing stops), by index: recorded once they end, before the lease
+        # is given up (see CodeMode._hear_out).
+        self.unheard: dict[int, asyncio.Task[Any]] = {}
         # Set: the drive stops before its next step, its script left in the log for another
         # host to drive on (a worker that was told to stop).
         self.leave: asyncio.Event | None = None
@@ -404,23 +408,38 @@ class Drive:
         self.record.status, self.record.outcome = status, outcome
         self._released = True  # ending gave the lease up
 
-    async def run_handler(self, name: str, handler: Awaitable[T]) -> T:
-        """Await the handler of a call to ``name`` this drive runs; :class:`CallAbandoned`
-        when :meth:`abandon` cancelled it (then nothing about the call is to be written)."""
+    async def run_handler(
+        self, entry: log.CallEntry, handler: Awaitable[T], *, unstoppable: bool = False
+    ) -> T:
+        """Await the handler of ``entry``, a call this drive runs; :class:`CallAbandoned`
+        when :meth:`abandon` cancelled it (then nothing about the call is to be written).
+
+        ``unstoppable``: cancelling cannot stop the handler (a sync handler's thread runs on
+        whatever is cancelled). When the drive itself is cancelled (a caller's timeout, a
+        request the client left), such a handler is not cancelled but left in
+        :attr:`unheard`, so that what it did is recorded once it ends: a call that took
+        effect would otherwise be "interrupted", and the script told it may not have."""
         task = asyncio.ensure_future(handler)
         self._handlers.add(task)
         try:
-            return await task
+            return await (asyncio.shield(task) if unstoppable else task)
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if not self._abandoned or (current is not None and current.cancelling()):
+                if unstoppable and not task.cancelled():
+                    self.unheard[entry.index] = task  # still in _handlers: abandon() stops it
                 raise  # the drive itself is cancelled
             raise CallAbandoned(
-                f"the engine closed while tools.{name} ran (it may or may not have taken "
+                f"the engine closed while tools.{entry.name} ran (it may or may not have taken "
                 f"effect); script {self.record.id} waits in the log: resume it"
             ) from None
         finally:
-            self._handlers.discard(task)
+            if entry.index not in self.unheard:
+                self._handlers.discard(task)
+
+    def forget_handler(self, task: asyncio.Task[Any]) -> None:
+        """An unheard handler, recorded (or given up on): :meth:`abandon` no longer stops it."""
+        self._handlers.discard(task)
 
     def abandon(self) -> None:
         """The engine closes: cancel the handlers of the calls running now, whose drive

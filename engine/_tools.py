@@ -222,6 +222,12 @@ class Tool:
         """The first line of the description (what ``run_code`` declares)."""
         return self.description.split("\n", 1)[0].strip()
 
+    @property
+    def in_thread(self) -> bool:
+        """Whether the handler runs in a tool thread (a sync function), which nothing can
+        stop once it began: cancelling the call only stops waiting for it."""
+        return self.handler is not None and not inspect.iscoroutinefunction(self.handler)
+
     def renamed(self, name: str) -> Tool:
         """A copy of this tool that the script calls by ``name`` (already a valid name)."""
         clone = copy.copy(self)
@@ -412,7 +418,7 @@ class Tool:
         scope = asyncio.timeout(timeout)
         try:
             async with scope:
-                if inspect.iscoroutinefunction(handler):
+                if not self.in_thread:
                     result = await _stoppable(handler(**kwargs))
                 else:
                     # A sync handler runs in a tool thread, so it cannot stall the event loop

@@ -1484,3 +1484,107 @@ async def test_an_engine_closed_while_it_drives_a_script_lets_it_go(tmp_path: Pa
         await second.aclose()
     # Taken over at once: the call that was running may or may not have taken effect.
     assert result.status == "failed" and "interrupted" in result.text, result.text
+
+
+async def test_a_cancelled_run_code_records_the_call_its_thread_finishes(tmp_path: Path) -> None:
+    """run_code cancelled (a caller's timeout, a request the client left) while a sync
+    handler runs: the cancellation is not held up by the thread, which nothing can stop, and
+    what the thread did is recorded when it ends, before the lease is given up, so a resume
+    finds the call done (the script goes on with its result) rather than "interrupted" (as
+    if the charge may not have happened: a model would then charge again). Another host
+    meanwhile finds the script still held. An async handler is still cancelled, and its
+    call interrupted."""
+    started, finish = threading.Event(), threading.Event()
+    charges: list[int] = []
+
+    @tool
+    def charge(cents: int) -> str:
+        """Charge (an effect)."""
+        started.set()
+        finish.wait(30)
+        charges.append(cents)
+        return f"charged {cents}"
+
+    @tool
+    async def refund(cents: int) -> str:
+        """Refund (an effect)."""
+        started.set()
+        await asyncio.sleep(3600)
+        return "refunded"
+
+    engine = CodeMode(
+        [charge, refund], runner=InProcessRunner(), data_dir=tmp_path, type_check="off"
+    )
+    other = CodeMode(
+        [charge, refund], runner=InProcessRunner(), data_dir=tmp_path, type_check="off"
+    )
+    try:
+        ids: list[str] = []
+        run = asyncio.create_task(
+            engine.run_code(
+                "const r = await tools.charge({ cents: 5 }); return r + '!'", on_start=ids.append
+            )
+        )
+        await asyncio.to_thread(started.wait, 30)
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(run, 10)  # at once: the thread still waits for `finish`
+        assert charges == []
+        held = await other.resume(ids[0], wait=0)
+        assert held.status == "elsewhere", held.text
+        finish.set()
+        result = await asyncio.wait_for(engine.resume(ids[0]), 30)
+        assert (result.status, result.value) == ("finished", "charged 5!"), result.text
+        assert charges == [5]
+
+        started.clear()
+        ids.clear()
+        run = asyncio.create_task(
+            engine.run_code("return await tools.refund({ cents: 5 })", on_start=ids.append)
+        )
+        await asyncio.to_thread(started.wait, 30)
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(run, 10)
+        again = await asyncio.wait_for(engine.resume(ids[0]), 30)
+        assert again.status == "failed" and "interrupted" in again.text, again.text
+    finally:
+        finish.set()
+        await engine.aclose()
+        await other.aclose()
+
+
+async def test_an_engine_closed_while_it_hears_out_a_cancelled_call_leaves_it_running(
+    tmp_path: Path,
+) -> None:
+    """aclose() while a cancelled drive waits for a sync handler's thread: aclose does not
+    wait for the thread (it may never end), the call stays running in the log, as after a
+    crash, and the next engine tells the script it was interrupted."""
+    started, finish = threading.Event(), threading.Event()
+
+    @tool
+    def charge(cents: int) -> str:
+        """Charge (an effect)."""
+        started.set()
+        finish.wait(60)
+        return "charged"
+
+    first = CodeMode([charge], runner=InProcessRunner(), data_dir=tmp_path, type_check="off")
+    ids: list[str] = []
+    try:
+        run = asyncio.create_task(
+            first.run_code("return await tools.charge({ cents: 5 })", on_start=ids.append)
+        )
+        await asyncio.to_thread(started.wait, 30)
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(run, 10)
+        await asyncio.wait_for(first.aclose(), 10)
+        second = CodeMode([charge], runner=InProcessRunner(), data_dir=tmp_path, type_check="off")
+        try:
+            result = await second.resume(ids[0], wait=0)
+        finally:
+            await second.aclose()
+    finally:
+        finish.set()
+    assert result.status == "failed" and "interrupted" in result.text, result.text
