@@ -164,6 +164,7 @@ ALLOWED = (
     "re",
     "statistics",
     "string",
+    "sys",
     "textwrap",
     "time",
     "traceback",
@@ -2985,6 +2986,38 @@ class Run(Replay):
                 child._callbacks.append(done)
         return out
 
+    def _sys(self) -> Module:
+        """``sys`` as scripts have it: what a program's habits reach for. ``stdout`` and
+        ``stderr`` are the printed text (``print(..., file=sys.stderr)``), ``exit`` ends the
+        script (a status of 0 or none as finished, any other as failed), ``argv`` names no
+        arguments; the interpreter's constants. None of the process: its paths, modules,
+        input or limits."""
+
+        def exit(status: Any = None) -> NoReturn:
+            raise SystemExit(status)
+
+        return Module(
+            "sys",
+            {
+                "stdout": self.sink,
+                "stderr": self.sink,
+                "exit": exit,
+                "argv": ["<script>"],
+                "maxsize": sys.maxsize,
+                "byteorder": sys.byteorder,
+                "float_info": sys.float_info,
+                "int_info": sys.int_info,
+                "version_info": sys.version_info,
+            },
+            {
+                "stdin": "; a script takes no input: it reaches the host through `tools`",
+                **dict.fromkeys(
+                    ("path", "modules", "executable", "platform", "version"),
+                    "; a script has no file system, environment or processes",
+                ),
+            },
+        )
+
     def _traceback(self) -> Module:
         """``traceback`` as scripts have it: the error being handled, or one given, as
         CPython's traceback writes it (``except Exception: traceback.print_exc()``, a habit of
@@ -3355,6 +3388,7 @@ class Run(Replay):
         self.modules.update(_clock_modules(script.clock.now_ms, script.clock.seed))
         self.modules["asyncio"] = self._asyncio()
         self.modules["traceback"] = self._traceback()
+        self.modules["sys"] = self._sys()
         builtins_ = dict(_BUILTINS)
         builtins_["__import__"] = self._import
         builtins_.update(_Identities().builtins())
@@ -3487,6 +3521,8 @@ class Run(Replay):
         self.deferred_futures = []
 
     def _concluded(self, kind: str, payload: Any) -> Ran:
+        if kind == "error" and _exited(payload):
+            kind, payload = "value", None  # sys.exit(0): a program that ends well returns
         ran = self._value(payload) if kind == "value" else self._error(payload)
         if ran.limit is None or ran.limit.name != "memory":
             for line in self.main_guards:
@@ -3689,7 +3725,7 @@ _NOT_HERE = {
     ),
     **dict.fromkeys(
         (
-            "os", "sys", "pathlib", "shutil", "subprocess", "glob", "tempfile", "signal",
+            "os", "pathlib", "shutil", "subprocess", "glob", "tempfile", "signal",
             "multiprocessing", "threading", "sqlite3",
         ),
         ": a script has no file system, environment or processes; it reads the files it was "
@@ -3841,6 +3877,15 @@ _NO_VALUE = object()  # traceback.format_exception's `value` not given
 _NO_EXCEPTION = (
     "NoneType: None\n"  # what traceback writes of no exception (format_exc outside an except)
 )
+
+
+def _exited(error: Any) -> bool:
+    """Whether ``error`` is a ``sys.exit()`` of a program that ended well (a status of 0 or
+    none), which CPython takes as success."""
+    if not issubclass(type(error), SystemExit):
+        return False
+    args = _ARGS.__get__(error)
+    return not args or (len(args) == 1 and (args[0] is None or args[0] == 0))
 
 
 def _exception_given(exc: Any, value: Any) -> BaseException | None:

@@ -53,7 +53,7 @@ def assert_healthy(process: PoolProcess) -> None:
 
 # ---- imports and builtins that reach the system ----
 
-IMPORTS = ["os", "sys", "ctypes", "subprocess", "socket", "importlib", "builtins", "posix",
+IMPORTS = ["os", "sysconfig", "ctypes", "subprocess", "socket", "importlib", "builtins", "posix",
            "_io", "gc", "inspect", "signal", "io.FileIO", "json.decoder", "pickle", "marshal",
            "types", "threading", "asyncio.events", "_thread", "mmap", "resource"]  # fmt: skip
 
@@ -537,10 +537,31 @@ def test_printing_protocol_lines_gains_nothing(run: Run) -> None:
 
 
 def test_raising_exit_and_interrupts_are_errors(run: Run) -> None:
-    for exc in ("SystemExit(0)", "KeyboardInterrupt()", "GeneratorExit()", "StopIteration(1)"):
+    """What ends an interpreter ends only the run: its error, or for an exit of status 0 (a
+    program that ended well), finished; the process reports either."""
+    for exc in ("SystemExit(3)", "KeyboardInterrupt()", "GeneratorExit()", "StopIteration(1)"):
         ran = run(f"raise {exc}")
         assert ran.outcome == "failed", exc
         assert ran.error.name in exc or ran.error.name == "RuntimeError", ran.error
+    ran = run("print('a')\nraise SystemExit(0)\nprint('b')")
+    assert (ran.outcome, ran.printed) == ("finished", "a\n"), ran.error
+
+
+def test_the_scripts_sys_reaches_nothing_of_the_process(run: Run) -> None:
+    """The sys a script imports has the printed text and the interpreter's constants, and
+    none of the process: no modules, paths or input, and its printed text's object leads to
+    nothing of the run."""
+    code = (
+        "import sys\nout = []\n"
+        "for name in ('modules', 'path', 'stdin', 'executable', 'settrace', '_getframe'):\n"
+        "    try:\n        getattr(sys, name)\n        out.append(name)\n"
+        "    except AttributeError:\n        pass\n"
+        "try:\n    getattr(sys.stdout, '_run')\n    out.append('_run')\n"
+        "except AttributeError:\n    pass\n"
+        "return out"
+    )
+    ran = run(code)
+    assert (ran.outcome, ran.value) == ("finished", []), ran.error
 
 
 def test_divergence_cannot_be_caught(run: Run) -> None:

@@ -882,8 +882,27 @@ def test_leading_future_imports_apply_to_the_script() -> None:
     assert [x.line for x in unknown.lines] == [1]
 
 
-def test_system_exit_is_an_error_not_an_exit() -> None:
-    assert failed("raise SystemExit(3)").name == "SystemExit"
+def test_sys_exit_ends_the_script_as_a_program_ends() -> None:
+    """`sys.exit()` (a program's habit: `sys.exit(main())`) ends the script: a status of 0 or
+    none as finished, with what was printed; any other status, or a message, as failed,
+    naming it and its line. `print(..., file=sys.stderr)` prints as `print` does."""
+    ran = run(
+        "import sys\n"
+        "def main():\n"
+        "    print('to stderr', file=sys.stderr)\n"
+        "    sys.stdout.write('direct\\n')\n"
+        "    return 0\n"
+        "sys.exit(main())\n"
+        "print('never')"
+    )
+    assert (ran.outcome, ran.printed) == ("finished", "to stderr\ndirect\n"), ran.error
+    assert not ran.returned
+    assert run("raise SystemExit").outcome == "finished"
+    for code, message in [("import sys\nsys.exit(2)", "2"), ("raise SystemExit('bad')", "bad")]:
+        error = failed(code)
+        assert (error.name, error.message) == ("SystemExit", message)
+        assert [x.line for x in error.lines] == [code.count("\n") + 1]
+    assert value("import sys\nreturn [sys.argv, sys.maxsize == 2**63 - 1]") == [["<script>"], True]
 
 
 # ---- determinism ----
@@ -1117,7 +1136,9 @@ def test_refused_constructs_fail_before_anything_runs(code: str) -> None:
         "compile('1', 'x', 'eval')",
         "globals()",
         "import os",
-        "import sys",
+        "import sys\nsys.path",
+        "import sys\nsys.modules",
+        "from sys import stdin",
         "import ctypes",
         "import subprocess",
         "import typing\ntyping.sys",

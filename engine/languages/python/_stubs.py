@@ -511,6 +511,7 @@ SCRIPT_MODULES: dict[str, str] = {
     "re": "",
     "statistics": "",
     "string": "",
+    "sys": "sys (stdout, stderr, exit, argv)",
     "textwrap": "",
     "time": "",
     "traceback": "traceback (print_exc, format_exc, print_exception, format_exception)",
