@@ -55,6 +55,19 @@
   for (const key of ["prepareStackTrace", "captureStackTrace"]) {
     defineProperty(NativeError, key, { value: undefined, writable: false, enumerable: false, configurable: false });
   }
+  // An error's frames as QuickJS wrote them where it was made (no "Name: message" line),
+  // which the engine reads to name the script's lines: not what a script set `e.stack` to
+  // (see `stack` below), so a script cannot name lines it never ran.
+  const stackAccessor = getOwnPropertyDescriptor(NativeError.prototype, "stack");
+  const nativeStack = stackAccessor.get;
+  function framesOf(e) {
+    try {
+      const frames = apply(nativeStack, e, []);
+      return typeof frames === "string" ? frames : "";
+    } catch (_) {
+      return ""; // an object that only inherits from Error has none
+    }
+  }
 
   // ---- Determinism: the clock and randomness come from the script record. ----
   const isObject = (v) => (typeof v === "object" && v !== null) || typeof v === "function";
@@ -311,18 +324,15 @@
   // line of the script. A frame past the script's last line is the engine's (the prelude and
   // what lazy.js compiles are placed after it), and a stack the script wrote may name none.
   let scriptLines = 0; // set by `begin`
+  // The function a script's body is compiled as (see `compile`), and the text compiled before
+  // the body, on its first line. QuickJS counts that line's columns from 0 (the others' from
+  // 1): a column there is the script's, one further on.
+  const MAIN = "__cm_main", WRAPPER = "async function " + MAIN + "() {";
+  const BEFORE_BODY = "throw 0; " + WRAPPER, FIRST_LINE_SHIFT = BEFORE_BODY.length - 1;
   const regExpExec = NativeRegExp.prototype.exec;
   const frameLine = /<input>:(\d{1,9})(?!\d)/g;
-  const stackOf = getOwnPropertyDescriptor(NativeError.prototype, "stack").get;
   function madeAt(e) {
-    let stack;
-    try {
-      const own = getOwnPropertyDescriptor(e, "stack"); // a script's own, else the error's
-      stack = own ? own.value : apply(stackOf, e, []);
-    } catch (_) {
-      return ""; // an object that only inherits from Error has no stack of its own
-    }
-    if (typeof stack !== "string") return "";
+    const stack = framesOf(e);
     frameLine.lastIndex = 0;
     for (let m; (m = apply(regExpExec, frameLine, [stack])) !== null;) {
       const line = +m[1];
@@ -330,6 +340,47 @@
     }
     return "";
   }
+  // `e.stack` as a script reads it, as Node.js writes it: "Name: message", then the frames
+  // (QuickJS's are the frames alone: a script that printed `e.stack` printed no message),
+  // the script's own only (the engine's are numbered past its last line: `get
+  // (<input>:301191:66)` named no line of it), its top level as `at <input>:L:C`, the
+  // columns of its first line as it wrote them. What a script sets it to, it reads back.
+  const setStacks = new NativeWeakMap();
+  defineProperty(setStacks, "get", { value: weakMapGet });
+  defineProperty(setStacks, "set", { value: weakMapSet });
+  defineProperty(setStacks, "has", { value: weakMapHas });
+  const frameParts = /^(\s*at )(?:(\S[^(]*) \()?<input>:(\d{1,9}):(\d{1,9})\)?$/;
+  function scriptFrames(frames) {
+    const lines = apply(stringSplit, frames, ["\n"]);
+    let out = "";
+    for (let i = 0; i < lines.length; i++) {
+      let line = lines[i];
+      if (!line) continue;
+      const m = apply(regExpExec, frameParts, [line]);
+      if (m !== null) {
+        const number = +m[3];
+        if (number > scriptLines) continue; // the engine's
+        const column = number === 1 && +m[4] > FIRST_LINE_SHIFT ? +m[4] - FIRST_LINE_SHIFT : +m[4];
+        const where = "<input>:" + number + ":" + column;
+        line = m[1] + (m[2] === undefined || m[2] === MAIN ? where : m[2] + " (" + where + ")");
+      }
+      out += "\n" + line;
+    }
+    return out;
+  }
+  defineProperty(NativeError.prototype, "stack", {
+    get() {
+      if (setStacks.has(this)) return setStacks.get(this);
+      const frames = apply(nativeStack, this, []);
+      if (typeof frames !== "string" || !scriptLines) return frames;
+      return errorText(this) + scriptFrames(frames);
+    },
+    set(value) {
+      setStacks.set(this, value);
+    },
+    enumerable: stackAccessor.enumerable,
+    configurable: stackAccessor.configurable,
+  });
   // One of console.log's arguments: an error is followed by its line.
   const logged = (value) => (value instanceof NativeError ? text(value) + madeAt(value) : text(value));
   function formatted(args) {
@@ -600,7 +651,7 @@
     const call = callRecords.get(promise);
     if (call === undefined) return;
     call.message = error.message;
-    call.stack = error.stack;
+    call.stack = framesOf(error);
     failedCalls[failedCalls.length] = call;
   }
   // The returned value, kept with its JSON when the script returned while calls its code
@@ -630,7 +681,7 @@
     }
     if (json !== kept.json) {
       host.changed("" + kept.count, wellFormed(shownCall(kept.first.name)),
-        wellFormed(kept.first.error.stack));
+        wellFormed(framesOf(kept.first.error)));
     }
   }
   // Promises rejected with nothing to handle them (`main();` of an async main that threw):
@@ -785,7 +836,7 @@
       case 108: return refusedCall(name, new NativeRangeError(rest)); // "l": over a per-call limit
       case 100: return called(name, defer(name)); // "d": settles when the job queue is next empty
       case 76: // "L": it met a limit of the script's; the run ends on it at this line
-        host.limit(new NativeError("").stack);
+        host.limit(framesOf(new NativeError("")));
         return called(name, never());
       default: return called(name, never()); // "p": a new call, or "x": the run has ended
     }
@@ -1075,7 +1126,7 @@
       if (error instanceof NativeError) {
         name = "" + toPrimitive(error.name, "string");
         message = "" + toPrimitive(error.message, "string");
-        stack = typeof error.stack === "string" ? error.stack : "";
+        stack = framesOf(error);
         // What it wraps says what went wrong first (`throw new Error("sync failed", { cause })`).
         try {
           message += errorMore(error, 0, [], { left: PRINTED_BOUND });
@@ -1105,17 +1156,17 @@
   // With `mayStrip`, a body that does not parse gives undefined instead of its SyntaxError:
   // nothing of it was declared, so the host may strip its types and begin again.
   function compile(body, mayStrip) {
-    const declaration = "async function __cm_main() {" + body + "\n}";
+    const declaration = WRAPPER + body + "\n}";
     try {
-      apply(globalEval, undefined, ["throw 0; " + declaration]);
+      apply(globalEval, undefined, [BEFORE_BODY + body + "\n}"]);
     } catch (e) {
       if (e !== 0) { // the body does not parse (a SyntaxError; or out of memory or stack)
         if (mayStrip && e instanceof NativeSyntaxError) return undefined;
         throw e;
       }
     }
-    const found = getOwnPropertyDescriptor(globalThis, "__cm_main");
-    delete globalThis.__cm_main;
+    const found = getOwnPropertyDescriptor(globalThis, MAIN);
+    delete globalThis[MAIN];
     const main = found && found.value;
     if (typeof main !== "function" || apply(fnToString, main, []) !== declaration) {
       throw new NativeSyntaxError("the script closes the function it is the body of (a `}` with " +

@@ -634,9 +634,9 @@ def test_a_printed_error_is_followed_by_the_line_it_was_made_at() -> None:
     models write) is followed by the script's line it was made at, where Node.js prints its
     stack: the first of the script's frames (a helper's throw, not its caller; the call a
     failed tool call was made at; the script's line under an error the engine throws), not a
-    frame of the engine's. No line when its stack names none (written by the script, or an
-    object that only inherits from Error) or when the error is inside another value. The
-    same in a replay and after TypeScript's types are stripped."""
+    frame of the engine's, nor what the script set `e.stack` to. No line for an object that
+    only inherits from Error, or for an error inside another value. The same after
+    TypeScript's types are stripped."""
     code = """const items = [{ r: {} }];
 function check(x) {
   return x.r.reviews.length;
@@ -658,7 +658,7 @@ await p;"""
         "Error: no such sku\n    at line 8\n"
         'TypeError: tools.echo(...) gives a promise, not its result: write "await '
         'tools.echo(...)"\n    at line 10\n'
-        "Error: own\n"
+        "Error: own\n    at line 11\n"
         'Error {"inside":Error: inside}\n'
         "g\n  fmt: RangeError: left over\n      at line 13\n"
         "TypeError: dir\n    at line 14\n"
@@ -2433,6 +2433,41 @@ def test_a_table_of_a_huge_object_is_cut() -> None:
     )
     assert ran.outcome == "finished", ran.error
     assert "more rows" in ran.printed and len(ran.printed) < 200_000
+
+
+def test_a_stack_the_script_reads_is_as_node_writes_it() -> None:
+    """`e.stack` (printed in a catch, a habit) reads as Node.js's: "Name: message" first
+    (QuickJS gives the frames alone: the message was not printed at all), then the script's
+    frames only (the engine's, numbered past 300,000, named no line of the script), its top
+    level as `at <input>:L:C`, the columns of its first line as written. What a script sets
+    `e.stack` to, it reads back; the engine still names the lines the error was made at."""
+    code = (
+        "const p = tools.echo({ a: 1 });\n"
+        "const out = [];\n"
+        "try { p.filter(Boolean); } catch (e) { out.push(e.stack); }\n"
+        "function f(x) { return [1].map((y) => x.q.z); }\n"
+        "try { f({}); } catch (e) { out.push(e.stack); }\n"
+        "const set = new Error('set'); set.stack = 'mine'; out.push(set.stack);\n"
+        "await p;\n"
+        "return out;"
+    )
+    ran = run(code, [rec("echo", {"a": 1}, result=1)])
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == [
+        'TypeError: tools.echo(...) gives a promise, not its result: write "await '
+        'tools.echo(...)"\n    at <input>:3:7',
+        "TypeError: cannot read property 'z' of undefined\n"
+        "    at <anonymous> (<input>:4:39)\n"
+        "    at map (native)\n"
+        "    at f (<input>:4:28)\n"
+        "    at <input>:5:7",
+        "mine",
+    ]
+    # The first line's columns are numbered as the second's: the same text, the same column.
+    first = value("try { null.x } catch (e) { return e.stack }")
+    second = value("\ntry { null.x } catch (e) { return e.stack }")
+    assert first == "TypeError: cannot read property 'x' of null\n    at <input>:1:7", first
+    assert second == first.replace(":1:", ":2:"), second
 
 
 def test_a_stack_the_script_reads_names_its_own_lines() -> None:
