@@ -504,7 +504,7 @@ class CodeMode(StepLoop):
                 # that replays the model's call goes on with the script.
                 taken = await Drive.take(self.store, started.record.id, owner, self.lease_ms)
                 if taken is None:
-                    if wait > 0:
+                    if wait > 0 or started.record.id in self._drives_of:  # or this host's
                         return await self._resume(started.record.id, wait)
                     return await self._elsewhere_or_ended(started.record.id)
                 self._emit("resumed", taken.record.id, tenant=tenant, steps=taken.record.steps)
@@ -604,10 +604,6 @@ class CodeMode(StepLoop):
         self._check_open()
         check_ids(script_id)
         _check_wait(wait)
-        # This host drives the script already (a keyed start, a worker): the resume waits for
-        # that drive, as for a resume of its own, instead of calling its own host "elsewhere".
-        while (driving := self._drives_of.get(script_id)) is not None:
-            await asyncio.shield(driving)
         result, _ = await self._once(
             ("script", script_id), lambda: self._resume(script_id, wait), final=True
         )
@@ -616,6 +612,11 @@ class CodeMode(StepLoop):
     async def _resume(self, script_id: str, wait: float) -> RunResult:
         deadline = time.monotonic() + wait
         while True:
+            # This host drives the script already (a keyed start, a worker, a cancelled drive
+            # recording a call its thread ran): the resume waits for that drive, as for a
+            # resume of its own, instead of calling its own host "elsewhere".
+            while (driving := self._drives_of.get(script_id)) is not None:
+                await asyncio.shield(driving)
             record = await self.store.get_script(script_id)
             if record.status in log.ENDED and record.outcome is not None:
                 return RunResult.from_dict(record.outcome)

@@ -1588,3 +1588,40 @@ async def test_an_engine_closed_while_it_hears_out_a_cancelled_call_leaves_it_ru
     finally:
         finish.set()
     assert result.status == "failed" and "interrupted" in result.text, result.text
+
+
+async def test_a_replayed_start_waits_for_the_cancelled_one_to_record_its_call(
+    tmp_path: Path,
+) -> None:
+    """A keyed run_code cancelled while its sync handler runs, then delivered again on the
+    same host (a request the client left and sent again): the second waits for the first's
+    call to be recorded and goes on with the script, the call run once; it does not call its
+    own host "another host"."""
+    started, finish = threading.Event(), threading.Event()
+    charges: list[int] = []
+
+    @tool
+    def charge(cents: int) -> str:
+        """Charge (an effect)."""
+        started.set()
+        finish.wait(30)
+        charges.append(cents)
+        return f"charged {cents}"
+
+    engine = CodeMode([charge], runner=InProcessRunner(), data_dir=tmp_path, type_check="off")
+    code = "return await tools.charge({ cents: 5 })"
+    try:
+        first = asyncio.create_task(engine.run_code(code, key="toolu_1"))
+        await asyncio.to_thread(started.wait, 30)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(first, 10)
+        again = asyncio.create_task(engine.run_code(code, key="toolu_1"))
+        await asyncio.sleep(0.2)
+        assert not again.done()  # it waits for the call, not "elsewhere"
+        finish.set()
+        result = await asyncio.wait_for(again, 30)
+    finally:
+        finish.set()
+        await engine.aclose()
+    assert (result.status, result.value, charges) == ("finished", "charged 5", [5]), result.text
