@@ -22,7 +22,7 @@ from engine._limits import Limits
 from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
 from engine._search import ToolIndex
 from engine._skills import Skill, find_skill, skill_answer
-from engine._tool_threads import ToolThreads
+from engine._tool_threads import Ticket, ToolThreads
 from engine._tools import SAID_ON_PURPOSE, Tool, ToolCallError, ToolContext, described
 from engine._worker import Decision, Worker, ask, calls_trigger
 from runner import bounded
@@ -152,11 +152,10 @@ class CallSettling(Emitting):
         record = drive.record
         self._emit_call("call.running", record.tenant, entry)
         tool = self._by_name.get(entry.name)
-        unstoppable = tool is not None and tool.in_thread
+        # A sync handler's place in the tool threads, which says whether its thread began.
+        ticket = Ticket(record.tenant, record.id) if tool is not None and tool.in_thread else None
         await self._record_outcome(
-            drive,
-            entry,
-            drive.run_handler(entry, self._invoke(record, entry), unstoppable=unstoppable),
+            drive, entry, drive.run_handler(entry, self._invoke(record, entry, ticket), ticket)
         )
 
     async def _record_outcome(
@@ -208,7 +207,9 @@ class CallSettling(Emitting):
         entry = drive.calls[failed.index]
         self._emit_call("call.failed", drive.record.tenant, entry, error=failed.error)
 
-    async def _invoke(self, record: log.ScriptRecord, entry: log.CallEntry) -> Any:
+    async def _invoke(
+        self, record: log.ScriptRecord, entry: log.CallEntry, ticket: Ticket | None = None
+    ) -> Any:
         if entry.name == TOOL_SEARCH:
             # The index checks the query and the limit (ToolCallError, as the script sees it).
             query = entry.arguments.get("query")
@@ -236,6 +237,7 @@ class CallSettling(Emitting):
             ctx,
             threads=self._tool_threads,
             default_timeout=self.call_timeout,
+            ticket=ticket,
         )
 
     def _given(self, language: str, entry: log.CallEntry) -> Any:

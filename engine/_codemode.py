@@ -766,7 +766,7 @@ class CodeMode(StepLoop):
                 drive.keep_lease()
             raise
         finally:
-            if drive.unheard and not self._closed:
+            if (drive.unheard or drive.unbegun) and not self._closed:
                 # Cancelled while sync handlers ran: the caller goes on now, and the drive
                 # keeps its lease until they end and what they did is in the log.
                 hearing = asyncio.create_task(
@@ -810,7 +810,8 @@ class CodeMode(StepLoop):
         (each within its tool's timeout), then let the drive go. A resume on this host waits
         for it and finds them done; another host finds the script still held. If the engine
         closes first (:meth:`aclose` cancels them), they stay running in the log, as after a
-        crash."""
+        crash. The calls whose threads had not begun are approved again, to run when the
+        script is resumed: they never ran."""
         try:
             for index, task in list(drive.unheard.items()):
                 try:
@@ -829,7 +830,34 @@ class CodeMode(StepLoop):
                     del drive.unheard[index]
                     drive.forget_handler(task)
         finally:
-            await self._let_go(drive, ended)
+            unbegun, drive.unbegun = drive.unbegun, []
+            try:
+                if unbegun and not self._closed:
+                    await self._approve_again(drive, unbegun)
+            finally:
+                await self._let_go(drive, ended)
+
+    async def _approve_again(self, drive: Drive, indexes: list[int]) -> None:
+        """Approve again the calls ``drive`` claimed whose threads never began. The log
+        reopens only calls claimed under an older lease (a call running under this one is
+        not its to take back), so the lease is given up and taken anew first; a host that
+        takes the script in between finds them running and tells the script they were
+        interrupted, as after a crash, and so does a log that does not answer."""
+        try:
+            await drive.close()
+            again = await Drive.take(self.store, drive.record.id, new_owner(), self.lease_ms)
+            if again is None:
+                return
+            try:
+                await again.reopen(indexes)
+            finally:
+                await again.close()
+        except Exception:
+            logger.warning(
+                "calls a cancelled drive never began were not approved again script=%s",
+                drive.record.id,
+                exc_info=True,
+            )
 
     async def _elsewhere_or_ended(self, script_id: str) -> RunResult:
         record = await self.store.get_script(script_id)

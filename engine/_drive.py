@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from engine import log
 from engine._errors import CodeModeError
+from engine._tool_threads import Ticket
 from runner._tasks import cancel_and_wait
 from sandbox import protocol
 
@@ -152,6 +153,9 @@ class Drive:
         # thread, which nothing stops), by index: recorded once they end, before the lease
         # is given up (see CodeMode._hear_out).
         self.unheard: dict[int, asyncio.Task[Any]] = {}
+        # The calls whose threads had not begun when the drive was cancelled: they never
+        # will, so they are to run again (see CodeMode._hear_out).
+        self.unbegun: list[int] = []
         # Set: the drive stops before its next step, its script left in the log for another
         # host to drive on (a worker that was told to stop).
         self.leave: asyncio.Event | None = None
@@ -409,24 +413,28 @@ class Drive:
         self._released = True  # ending gave the lease up
 
     async def run_handler(
-        self, entry: log.CallEntry, handler: Awaitable[T], *, unstoppable: bool = False
+        self, entry: log.CallEntry, handler: Awaitable[T], ticket: Ticket | None = None
     ) -> T:
         """Await the handler of ``entry``, a call this drive runs; :class:`CallAbandoned`
         when :meth:`abandon` cancelled it (then nothing about the call is to be written).
 
-        ``unstoppable``: cancelling cannot stop the handler (a sync handler's thread runs on
-        whatever is cancelled). When the drive itself is cancelled (a caller's timeout, a
-        request the client left), such a handler is not cancelled but left in
-        :attr:`unheard`, so that what it did is recorded once it ends: a call that took
-        effect would otherwise be "interrupted", and the script told it may not have."""
+        ``ticket``: the handler is a sync one's, whose thread nothing can stop once it began.
+        When the drive itself is cancelled (a caller's timeout, a request the client left),
+        a handler whose thread began is not cancelled but left in :attr:`unheard`, so that
+        what it did is recorded once it ends (a call that took effect would otherwise be
+        "interrupted", and the script told it may not have); one whose thread had not begun
+        is cancelled, and left in :attr:`unbegun` to run again."""
         task = asyncio.ensure_future(handler)
         self._handlers.add(task)
         try:
-            return await (asyncio.shield(task) if unstoppable else task)
+            return await (task if ticket is None else asyncio.shield(task))
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if not self._abandoned or (current is not None and current.cancelling()):
-                if unstoppable and not task.cancelled():
+                if ticket is not None and ticket.state == "waiting":
+                    task.cancel()  # admitted only on the loop, so it never will be now
+                    self.unbegun.append(entry.index)
+                elif ticket is not None and not task.cancelled():
                     self.unheard[entry.index] = task  # still in _handlers: abandon() stops it
                 raise  # the drive itself is cancelled
             raise CallAbandoned(

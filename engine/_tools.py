@@ -338,12 +338,14 @@ class Tool:
         *,
         threads: ToolThreads | None = None,
         default_timeout: float | None = None,
+        ticket: Ticket | None = None,
     ) -> Any:
         """Run one call: check the arguments, run the handler, return its result as JSON data.
 
         A sync handler runs in one of ``threads`` (the engine's; by default a pool shared by
         tools invoked outside an engine), admitted fairly by ``ctx.tenant`` and
-        ``ctx.script_id``. The call is bounded by the tool's ``timeout``, else by
+        ``ctx.script_id``, under ``ticket`` if given (whose ``state`` then says whether its
+        thread began). The call is bounded by the tool's ``timeout``, else by
         ``default_timeout``.
 
         Raises :class:`ToolCallError` with a message for the model when the arguments do not
@@ -368,7 +370,7 @@ class Tool:
         if self._context_param:
             kwargs[self._context_param] = ctx
         timeout = self.timeout if self.timeout is not None else default_timeout
-        result = await self._run(kwargs, ctx, threads or shared_threads(), timeout)
+        result = await self._run(kwargs, ctx, threads or shared_threads(), timeout, ticket)
         return result.data if isinstance(result, _Checked) else await self.checked(result)
 
     async def checked(self, result: Any) -> Any:
@@ -410,6 +412,7 @@ class Tool:
         ctx: ToolContext[Any],
         threads: ToolThreads,
         timeout: float | None,
+        given: Ticket | None = None,
     ) -> Any:
         handler = self.handler
         assert handler is not None
@@ -425,7 +428,7 @@ class Tool:
                     # nor, however slow, starve other scripts' calls (see engine._tool_threads).
                     # On timeout the thread runs on (Python cannot stop it); its result is
                     # dropped.
-                    ticket = Ticket(ctx.tenant, ctx.script_id)
+                    ticket = given or Ticket(ctx.tenant, ctx.script_id)
                     in_thread = True
                     result = await threads.call(ticket, self._run_and_check, {"args": kwargs})
                     in_thread = False

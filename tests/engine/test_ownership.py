@@ -1625,3 +1625,39 @@ async def test_a_replayed_start_waits_for_the_cancelled_one_to_record_its_call(
         finish.set()
         await engine.aclose()
     assert (result.status, result.value, charges) == ("finished", "charged 5", [5]), result.text
+
+
+async def test_a_cancelled_call_whose_thread_had_not_begun_runs_on_resume(tmp_path: Path) -> None:
+    """Cancelled while one sync call runs in the only tool thread and another waits for it:
+    the one that runs is recorded when it ends; the one that waited never begins (a cancel
+    stops what has not started) and is approved again, so the resume runs it, once, and the
+    script finishes with both results."""
+    started, finish = threading.Event(), threading.Event()
+    charges: list[int] = []
+
+    @tool
+    def charge(cents: int) -> str:
+        """Charge (an effect)."""
+        started.set()
+        finish.wait(30)
+        charges.append(cents)
+        return f"charged {cents}"
+
+    engine = CodeMode(
+        [charge], runner=InProcessRunner(), data_dir=tmp_path, type_check="off", tool_threads=1
+    )
+    ids: list[str] = []
+    code = "return await Promise.all([tools.charge({ cents: 1 }), tools.charge({ cents: 2 })])"
+    try:
+        run = asyncio.create_task(engine.run_code(code, on_start=ids.append))
+        await asyncio.to_thread(started.wait, 30)
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(run, 10)
+        finish.set()
+        result = await asyncio.wait_for(engine.resume(ids[0]), 30)
+    finally:
+        finish.set()
+        await engine.aclose()
+    assert (result.status, result.value) == ("finished", ["charged 1", "charged 2"]), result.text
+    assert sorted(charges) == [1, 2]
