@@ -319,11 +319,9 @@
       default: return described(value); // o, O
     }
   }
-  // The script's line an error printed by itself was made at, in place of the stack Node.js
-  // prints after it (`    at line 6`): the first frame of the error's own stack that is a
-  // line of the script. A frame past the script's last line is the engine's (the prelude and
-  // what lazy.js compiles are placed after it), and a stack the script wrote may name none.
-  let scriptLines = 0; // set by `begin`
+  // The script's lines (set by `begin`): a frame past the last is the engine's (the prelude
+  // and what lazy.js compiles are placed after it).
+  let scriptLines = 0;
   // The function a script's body is compiled as (see `compile`), and the text compiled before
   // the body, on its first line. QuickJS counts that line's columns from 0 (the others' from
   // 1): a column there is the script's, one further on.
@@ -331,6 +329,8 @@
   const BEFORE_BODY = "throw 0; " + WRAPPER, FIRST_LINE_SHIFT = BEFORE_BODY.length - 1;
   const regExpExec = NativeRegExp.prototype.exec;
   const frameLine = /<input>:(\d{1,9})(?!\d)/g;
+  // The script's line an error printed by itself was made at, in place of the stack Node.js
+  // prints after it (`    at line 6`): the first of its frames that is a line of the script.
   function madeAt(e) {
     const stack = framesOf(e);
     frameLine.lastIndex = 0;
@@ -1152,7 +1152,7 @@
   // the function early (`}; evil(); (function () {`) leaves a shorter __cm_main (or
   // another one), never one whose text is all of it. The body begins on the declaration's
   // line, so its line n is line n here too, in the stacks the script itself reads (its first
-  // line's columns are the declaration's more).
+  // line's columns QuickJS counts from what is before the body: `e.stack` takes them off).
   // With `mayStrip`, a body that does not parse gives undefined instead of its SyntaxError:
   // nothing of it was declared, so the host may strip its types and begin again.
   function compile(body, mayStrip) {

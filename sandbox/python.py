@@ -3011,8 +3011,9 @@ class Run(Replay):
             },
             {
                 "stdin": "; a script takes no input: it reaches the host through `tools`",
+                "version": "; use sys.version_info",
                 **dict.fromkeys(
-                    ("path", "modules", "executable", "platform", "version"),
+                    ("path", "modules", "executable", "platform"),
                     "; a script has no file system, environment or processes",
                 ),
             },
