@@ -1486,6 +1486,34 @@ async def test_an_engine_closed_while_it_drives_a_script_lets_it_go(tmp_path: Pa
     assert result.status == "failed" and "interrupted" in result.text, result.text
 
 
+class _Charges:
+    """A sync tool with an effect, ``charge``, whose thread waits until ``finish`` is set;
+    ``started`` is set as a call begins, and ``done`` lists the charges that took effect."""
+
+    def __init__(self) -> None:
+        self.started, self.finish = threading.Event(), threading.Event()
+        self.done: list[int] = []
+
+        @tool
+        def charge(cents: int) -> str:
+            """Charge (an effect)."""
+            self.started.set()
+            self.finish.wait(60)
+            self.done.append(cents)
+            return f"charged {cents}"
+
+        self.tool = charge
+
+    async def cancel_once_started(self, run: asyncio.Task[Any]) -> None:
+        """Cancel ``run`` once a call began; it must end at once, a thread still waiting."""
+        done = len(self.done)
+        await asyncio.to_thread(self.started.wait, 30)
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(run, 10)
+        assert len(self.done) == done
+
+
 async def test_a_cancelled_run_code_records_the_call_its_thread_finishes(tmp_path: Path) -> None:
     """run_code cancelled (a caller's timeout, a request the client left) while a sync
     handler runs: the cancellation is not held up by the thread, which nothing can stop, and
@@ -1494,62 +1522,41 @@ async def test_a_cancelled_run_code_records_the_call_its_thread_finishes(tmp_pat
     if the charge may not have happened: a model would then charge again). Another host
     meanwhile finds the script still held. An async handler is still cancelled, and its
     call interrupted."""
-    started, finish = threading.Event(), threading.Event()
-    charges: list[int] = []
-
-    @tool
-    def charge(cents: int) -> str:
-        """Charge (an effect)."""
-        started.set()
-        finish.wait(30)
-        charges.append(cents)
-        return f"charged {cents}"
+    charges = _Charges()
 
     @tool
     async def refund(cents: int) -> str:
         """Refund (an effect)."""
-        started.set()
+        charges.started.set()
         await asyncio.sleep(3600)
         return "refunded"
 
-    engine = CodeMode(
-        [charge, refund], runner=InProcessRunner(), data_dir=tmp_path, type_check="off"
-    )
-    other = CodeMode(
-        [charge, refund], runner=InProcessRunner(), data_dir=tmp_path, type_check="off"
-    )
+    tools = [charges.tool, refund]
+    engine = CodeMode(tools, runner=InProcessRunner(), data_dir=tmp_path, type_check="off")
+    other = CodeMode(tools, runner=InProcessRunner(), data_dir=tmp_path, type_check="off")
     try:
         ids: list[str] = []
-        run = asyncio.create_task(
-            engine.run_code(
-                "const r = await tools.charge({ cents: 5 }); return r + '!'", on_start=ids.append
-            )
+        code = "const r = await tools.charge({ cents: 5 }); return r + '!'"
+        await charges.cancel_once_started(
+            asyncio.create_task(engine.run_code(code, on_start=ids.append))
         )
-        await asyncio.to_thread(started.wait, 30)
-        run.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await asyncio.wait_for(run, 10)  # at once: the thread still waits for `finish`
-        assert charges == []
         held = await other.resume(ids[0], wait=0)
         assert held.status == "elsewhere", held.text
-        finish.set()
+        charges.finish.set()
         result = await asyncio.wait_for(engine.resume(ids[0]), 30)
         assert (result.status, result.value) == ("finished", "charged 5!"), result.text
-        assert charges == [5]
+        assert charges.done == [5]
 
-        started.clear()
+        charges.started.clear()
         ids.clear()
-        run = asyncio.create_task(
-            engine.run_code("return await tools.refund({ cents: 5 })", on_start=ids.append)
+        code = "return await tools.refund({ cents: 5 })"
+        await charges.cancel_once_started(
+            asyncio.create_task(engine.run_code(code, on_start=ids.append))
         )
-        await asyncio.to_thread(started.wait, 30)
-        run.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await asyncio.wait_for(run, 10)
         again = await asyncio.wait_for(engine.resume(ids[0]), 30)
         assert again.status == "failed" and "interrupted" in again.text, again.text
     finally:
-        finish.set()
+        charges.finish.set()
         await engine.aclose()
         await other.aclose()
 
@@ -1560,33 +1567,24 @@ async def test_an_engine_closed_while_it_hears_out_a_cancelled_call_leaves_it_ru
     """aclose() while a cancelled drive waits for a sync handler's thread: aclose does not
     wait for the thread (it may never end), the call stays running in the log, as after a
     crash, and the next engine tells the script it was interrupted."""
-    started, finish = threading.Event(), threading.Event()
-
-    @tool
-    def charge(cents: int) -> str:
-        """Charge (an effect)."""
-        started.set()
-        finish.wait(60)
-        return "charged"
-
-    first = CodeMode([charge], runner=InProcessRunner(), data_dir=tmp_path, type_check="off")
+    charges = _Charges()
+    first = CodeMode([charges.tool], runner=InProcessRunner(), data_dir=tmp_path, type_check="off")
     ids: list[str] = []
     try:
-        run = asyncio.create_task(
-            first.run_code("return await tools.charge({ cents: 5 })", on_start=ids.append)
+        code = "return await tools.charge({ cents: 5 })"
+        await charges.cancel_once_started(
+            asyncio.create_task(first.run_code(code, on_start=ids.append))
         )
-        await asyncio.to_thread(started.wait, 30)
-        run.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await asyncio.wait_for(run, 10)
         await asyncio.wait_for(first.aclose(), 10)
-        second = CodeMode([charge], runner=InProcessRunner(), data_dir=tmp_path, type_check="off")
+        second = CodeMode(
+            [charges.tool], runner=InProcessRunner(), data_dir=tmp_path, type_check="off"
+        )
         try:
             result = await second.resume(ids[0], wait=0)
         finally:
             await second.aclose()
     finally:
-        finish.set()
+        charges.finish.set()
     assert result.status == "failed" and "interrupted" in result.text, result.text
 
 
@@ -1597,34 +1595,21 @@ async def test_a_replayed_start_waits_for_the_cancelled_one_to_record_its_call(
     same host (a request the client left and sent again): the second waits for the first's
     call to be recorded and goes on with the script, the call run once; it does not call its
     own host "another host"."""
-    started, finish = threading.Event(), threading.Event()
-    charges: list[int] = []
-
-    @tool
-    def charge(cents: int) -> str:
-        """Charge (an effect)."""
-        started.set()
-        finish.wait(30)
-        charges.append(cents)
-        return f"charged {cents}"
-
-    engine = CodeMode([charge], runner=InProcessRunner(), data_dir=tmp_path, type_check="off")
+    charges = _Charges()
+    engine = CodeMode([charges.tool], runner=InProcessRunner(), data_dir=tmp_path, type_check="off")
     code = "return await tools.charge({ cents: 5 })"
     try:
-        first = asyncio.create_task(engine.run_code(code, key="toolu_1"))
-        await asyncio.to_thread(started.wait, 30)
-        first.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await asyncio.wait_for(first, 10)
+        await charges.cancel_once_started(asyncio.create_task(engine.run_code(code, key="toolu_1")))
         again = asyncio.create_task(engine.run_code(code, key="toolu_1"))
         await asyncio.sleep(0.2)
         assert not again.done()  # it waits for the call, not "elsewhere"
-        finish.set()
+        charges.finish.set()
         result = await asyncio.wait_for(again, 30)
     finally:
-        finish.set()
+        charges.finish.set()
         await engine.aclose()
-    assert (result.status, result.value, charges) == ("finished", "charged 5", [5]), result.text
+    assert (result.status, result.value) == ("finished", "charged 5"), result.text
+    assert charges.done == [5]
 
 
 async def test_a_cancelled_call_whose_thread_had_not_begun_runs_on_resume(tmp_path: Path) -> None:
@@ -1632,32 +1617,24 @@ async def test_a_cancelled_call_whose_thread_had_not_begun_runs_on_resume(tmp_pa
     the one that runs is recorded when it ends; the one that waited never begins (a cancel
     stops what has not started) and is approved again, so the resume runs it, once, and the
     script finishes with both results."""
-    started, finish = threading.Event(), threading.Event()
-    charges: list[int] = []
-
-    @tool
-    def charge(cents: int) -> str:
-        """Charge (an effect)."""
-        started.set()
-        finish.wait(30)
-        charges.append(cents)
-        return f"charged {cents}"
-
+    charges = _Charges()
     engine = CodeMode(
-        [charge], runner=InProcessRunner(), data_dir=tmp_path, type_check="off", tool_threads=1
+        [charges.tool],
+        runner=InProcessRunner(),
+        data_dir=tmp_path,
+        type_check="off",
+        tool_threads=1,
     )
     ids: list[str] = []
     code = "return await Promise.all([tools.charge({ cents: 1 }), tools.charge({ cents: 2 })])"
     try:
-        run = asyncio.create_task(engine.run_code(code, on_start=ids.append))
-        await asyncio.to_thread(started.wait, 30)
-        run.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await asyncio.wait_for(run, 10)
-        finish.set()
+        await charges.cancel_once_started(
+            asyncio.create_task(engine.run_code(code, on_start=ids.append))
+        )
+        charges.finish.set()
         result = await asyncio.wait_for(engine.resume(ids[0]), 30)
     finally:
-        finish.set()
+        charges.finish.set()
         await engine.aclose()
     assert (result.status, result.value) == ("finished", ["charged 1", "charged 2"]), result.text
-    assert sorted(charges) == [1, 2]
+    assert sorted(charges.done) == [1, 2]
