@@ -3744,7 +3744,9 @@ _WITHHELD = {
     ),
     "input": "; a script takes no input: it reaches the host through `tools`",
     **dict.fromkeys(
-        ("exit", "quit"), "; a script ends with `return value`, or by raising an exception"
+        ("exit", "quit"),
+        "; a script ends with `return value`, or as a program does, with `sys.exit(status)` "
+        "(`import sys`)",
     ),
     **dict.fromkeys(("eval", "exec", "compile"), _NO_CODE),
 }

@@ -1346,7 +1346,7 @@ def test_an_import_of_the_network_or_the_system_says_what_a_script_has(
     [
         ('import json\nreturn json.load(open("data.json"))', "a script has no file system"),
         ("name = input()", "a script takes no input"),
-        ("exit(0)", "a script ends with `return value`"),
+        ("exit(0)", "or as a program does, with `sys.exit(status)`"),
         ("quit()", "a script ends with `return value`"),
         ('return eval("1 + 1")', "a script cannot run code it makes"),
         ('exec("x = 1")', "a script cannot run code it makes"),
