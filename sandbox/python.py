@@ -3884,11 +3884,15 @@ _NO_EXCEPTION = (
 
 def _exited(error: Any) -> bool:
     """Whether ``error`` is a ``sys.exit()`` of a program that ended well (a status of 0 or
-    none), which CPython takes as success."""
+    none), which CPython takes as success. By the status's type first: the script's own
+    object's ``__eq__`` does not run here (it could raise, or say anything)."""
     if not issubclass(type(error), SystemExit):
         return False
     args = _ARGS.__get__(error)
-    return not args or (len(args) == 1 and (args[0] is None or args[0] == 0))
+    if not args:
+        return True
+    status = args[0]
+    return len(args) == 1 and (status is None or (type(status) in (int, bool) and status == 0))
 
 
 def _exception_given(exc: Any, value: Any) -> BaseException | None:
