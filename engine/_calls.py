@@ -24,7 +24,7 @@ from engine._search import ToolIndex
 from engine._skills import Skill, find_skill, skill_answer
 from engine._tool_threads import Ticket, ToolThreads
 from engine._tools import SAID_ON_PURPOSE, Tool, ToolCallError, ToolContext, described
-from engine._worker import Decision, Worker, ask, calls_trigger
+from engine._worker import Decision, Worker, ask
 from runner import bounded
 from sandbox.names import closest_names
 
@@ -51,11 +51,11 @@ class CallSettling(Emitting):
         claimed: list[int] = []
         proposed = [c for c in drive.open_calls() if c.state == log.PROPOSED]
         if proposed:
-            trigger = calls_trigger(
+            answers = await ask(
+                self.worker,
                 record.id,
                 [(c.call_id, c.name, self._given(record.language, c)) for c in proposed],
             )
-            answers = await ask(self.worker, trigger)
             decisions = [self._decision(c, answers[c.call_id]) for c in proposed]
             # When no call waits for a person, the approved calls' receipts go in the same
             # write as the decisions.

@@ -63,13 +63,24 @@ class Decision:
     message: str = ""
 
 
-async def ask(worker: Worker, trigger: Trigger) -> dict[str, Decision]:
-    """Ask the worker and turn its answer into a decision per call id.
+_RUN = Decision("run")
+
+
+async def ask(
+    worker: Worker, script_id: str, calls: list[tuple[str, str, Any]]
+) -> dict[str, Decision]:
+    """Ask the worker about ``(call_id, name, arguments)`` triples (its
+    :func:`calls_trigger`) and turn its answer into a decision per call id. The default
+    worker, which lets every call run, is not asked: a trigger made for it (each call's
+    arguments as JSON text) would be thrown away.
 
     A worker that raises or answers nonsense refuses every call with a message that says
     what went wrong, so the script sees it and the host's log has it.
     """
-    ids = [call["id"] for call in trigger["tool_calls"]]
+    ids = [call_id for call_id, _, _ in calls]
+    if worker is proposed_worker:
+        return dict.fromkeys(ids, _RUN)
+    trigger = calls_trigger(script_id, calls)
     try:
         answer = worker(trigger)
         if inspect.isawaitable(answer):
@@ -79,7 +90,7 @@ async def ask(worker: Worker, trigger: Trigger) -> dict[str, Decision]:
         why = f"the host's worker failed on these calls: {described(e)}"
         return {i: Decision("refuse", why) for i in ids}
     if answer == PROPOSED:
-        return {i: Decision("run") for i in ids}
+        return dict.fromkeys(ids, _RUN)
     if not isinstance(answer, Mapping):
         why = f"the host's worker answered {answer!r:.200}, not 'proposed' or an answer per call id"
         logger.warning("%s; the calls are refused", why)
@@ -89,7 +100,7 @@ async def ask(worker: Worker, trigger: Trigger) -> dict[str, Decision]:
         one = answer.get(call_id)
         kind = one.get("type") if isinstance(one, Mapping) else one
         if kind == "tool.call" or kind == PROPOSED:
-            decisions[call_id] = Decision("run")
+            decisions[call_id] = _RUN
         elif kind == "tool.error":
             message = one.get("message") if isinstance(one, Mapping) else None
             decisions[call_id] = Decision("refuse", str(message or "the host refused this call"))
