@@ -319,9 +319,14 @@
       default: return described(value); // o, O
     }
   }
-  // The script's lines (set by `begin`): a frame past the last is the engine's (the prelude
-  // and what lazy.js compiles are placed after it).
-  let scriptLines = 0;
+  // How many lines the script has: a frame past the last is the engine's (the prelude and
+  // what lazy.js compiles are placed after it). Counted when a stack is first read, not at
+  // every run's start; 0 before `begin`.
+  let scriptCode = "", scriptLineCount = -1;
+  function scriptLines() {
+    if (scriptLineCount < 0 && scriptCode) scriptLineCount = apply(stringSplit, scriptCode, ["\n"]).length;
+    return scriptLineCount < 0 ? 0 : scriptLineCount;
+  }
   // The function a script's body is compiled as (see `compile`), and the text compiled before
   // the body, on its first line. QuickJS counts that line's columns from 0 (the others' from
   // 1): a column there is the script's, one further on.
@@ -336,7 +341,7 @@
     frameLine.lastIndex = 0;
     for (let m; (m = apply(regExpExec, frameLine, [stack])) !== null;) {
       const line = +m[1];
-      if (line >= 1 && line <= scriptLines) return "\n    at line " + line;
+      if (line >= 1 && line <= scriptLines()) return "\n    at line " + line;
     }
     return "";
   }
@@ -359,7 +364,7 @@
       const m = apply(regExpExec, frameParts, [line]);
       if (m !== null) {
         const number = +m[3];
-        if (number > scriptLines) continue; // the engine's
+        if (number > scriptLines()) continue; // the engine's
         const column = number === 1 && +m[4] > FIRST_LINE_SHIFT ? +m[4] - FIRST_LINE_SHIFT : +m[4];
         const where = "<input>:" + number + ":" + column;
         line = m[1] + (m[2] === undefined || m[2] === MAIN ? where : m[2] + " (" + where + ")");
@@ -372,7 +377,7 @@
     get() {
       if (setStacks.has(this)) return setStacks.get(this);
       const frames = apply(nativeStack, this, []);
-      if (typeof frames !== "string" || !scriptLines) return frames;
+      if (typeof frames !== "string" || !scriptLines()) return frames;
       return errorText(this) + scriptFrames(frames);
     },
     set(value) {
@@ -1193,7 +1198,8 @@
     }
     begun = true;
     MAX_DEPTH = config.max_depth;
-    scriptLines = apply(stringSplit, code, ["\n"]).length;
+    scriptCode = code;
+    scriptLineCount = -1;
     toolNames = new NativeSet(config.tools);
     NOW = config.now_ms;
     a = config.seed_lo >>> 0; b = config.seed_hi >>> 0; c = 0x9e3779b9; d = 1;

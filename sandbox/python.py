@@ -2893,6 +2893,9 @@ class Run(Replay):
         level: int = 0,
     ) -> Module:
         module = self.modules.get(name) if level == 0 else None
+        if module is None and level == 0 and type(name) is str and name in _MADE_ON_IMPORT:
+            # Made at its first import, not with the run: most scripts import neither.
+            module = self.modules[name] = _MADE_ON_IMPORT[name](self)
         if module is not None and not fromlist and "." in name:
             # `import urllib.parse` binds `urllib` (`from urllib.parse import x` gives parse)
             module = self.modules.get(name.partition(".")[0])
@@ -3388,8 +3391,6 @@ class Run(Replay):
         self.modules = dict(_STATIC)
         self.modules.update(_clock_modules(script.clock.now_ms, script.clock.seed))
         self.modules["asyncio"] = self._asyncio()
-        self.modules["traceback"] = self._traceback()
-        self.modules["sys"] = self._sys()
         builtins_ = dict(_BUILTINS)
         builtins_["__import__"] = self._import
         builtins_.update(_Identities().builtins())
@@ -4005,6 +4006,9 @@ def warm_up_code() -> str:
         "return [r, str(x), str(statistics.stdev([1.0, 2.0]))]\n"
     )
 
+
+# The run's modules made at their first import (see Run._import).
+_MADE_ON_IMPORT: dict[str, Callable[[Run], Module]] = {"sys": Run._sys, "traceback": Run._traceback}
 
 # Every class of the sandbox is made: from here on, _Opaque has no new subclass.
 _SEALED = True

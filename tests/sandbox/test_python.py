@@ -903,6 +903,8 @@ def test_sys_exit_ends_the_script_as_a_program_ends() -> None:
         assert (error.name, error.message) == ("SystemExit", message)
         assert [x.line for x in error.lines] == [code.count("\n") + 1]
     assert value("import sys\nreturn [sys.argv, sys.maxsize == 2**63 - 1]") == [["<script>"], True]
+    # Made at the first import, one module for the run, however imported.
+    assert value("from sys import stderr\nimport sys\nreturn sys.stderr is stderr") is True
     # A status of the script's own class is no 0, whatever its __eq__ says or raises.
     for eq in ("return True", "raise ValueError('boom')"):
         code = f"import sys\nclass S:\n    def __eq__(self, o):\n        {eq}\nsys.exit(S())"
