@@ -56,6 +56,11 @@ class Lease:
     expires_ms: int
 
 
+# A script's seed is below 2**SEED_BITS: what a signed 64-bit column holds, and every store
+# keeps it whole (the conformance suite writes the largest).
+SEED_BITS = 63
+
+
 @dataclass
 class ScriptRecord:
     """A script in the log: its code, its fixed clock, and what its runs have used.

@@ -29,34 +29,37 @@ _KINDS: dict[str, tuple[type, ...] | None] = {
 }
 
 
-_Types = tuple[tuple[str, tuple[type, ...] | None], ...]
+# Times and counts a host reads as dates or sizes: within what a date can be. A seed is no
+# date: any of its 63 bits.
+_MOST = 1 << 53
+_BOUNDS = {"seed": (0, (1 << r.SEED_BITS) - 1)}
+
+_Types = tuple[tuple[str, tuple[type, ...] | None, int, int], ...]
 
 
 def _column_types(columns: list[tuple[str, str, str]]) -> _Types:
-    """Each column's name and types, in row order, from the schema: a column that may be
-    NULL takes None too."""
+    """Each column's name, types and bounds, in row order, from the schema: a column that may
+    be NULL takes None too."""
     types = []
     for name, kind, constraint in columns:
         allowed = _KINDS[kind]
         if allowed is not None and "NOT NULL" not in constraint and "PRIMARY" not in constraint:
             allowed = (*allowed, type(None))
-        types.append((name, allowed))
+        types.append((name, allowed, *_BOUNDS.get(name, (-_MOST, _MOST))))
     return tuple(types)
 
 
 _SCRIPT_TYPES = _column_types(schema.SCRIPTS)
 _CALL_TYPES = _column_types(schema.CALLS)
-# Times and counts a host reads as dates or sizes: within what a date can be.
-_MOST = 1 << 53
 
 
 def _check(row: Sequence[Any], types: _Types, what: str) -> None:
-    for value, (name, allowed) in zip(row, types, strict=True):
+    for value, (name, allowed, low, high) in zip(row, types, strict=True):
         if allowed is None:
             continue
         if isinstance(value, bool) or not isinstance(value, allowed):
             raise BadRow(f"a {what} row holds {type(value).__name__} in its {name} column")
-        if isinstance(value, int | float) and not -_MOST <= value <= _MOST:
+        if isinstance(value, int | float) and not low <= value <= high:
             raise BadRow(f"a {what} row holds {value!r:.40} in its {name} column")
 
 

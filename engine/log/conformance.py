@@ -53,7 +53,7 @@ def _record(key: str | None = None, **fields: Any) -> r.ScriptRecord:
         "code": "return 1;\n// żółć",
         "tenant": "acme",
         "now_ms": 1_767_225_600_000,
-        "seed": 2**32 - 1,
+        "seed": 2**r.SEED_BITS - 1,
         "created_ms": 1_767_225_600_123,
         "key": key,
         "files": [{"id": "a.csv", "mime": "text/csv", "size": 3, "blob": "ab" * 32}],

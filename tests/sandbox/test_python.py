@@ -930,6 +930,8 @@ def test_clock_random_and_uuid_are_the_same_on_every_run() -> None:
     assert a[9] == "2026-01-01 00:00"
     assert a[10] == NOW_MS / 1000
     assert value(code, seed=SEED + 1)[5] != a[5]
+    high = value(code, seed=SEED + 2**62)  # the seed's high bits count too
+    assert (high[5], high[8]) != (a[5], a[8])
     assert value(code, now_ms=NOW_MS + 1000)[0] == NOW_MS / 1000 + 1
 
 

@@ -504,6 +504,11 @@ def test_another_seed_gives_another_random_sequence():
     other = value(CLOCK_PROBE, seed=SEED + 1)["random"]
     assert first != other
     assert value(CLOCK_PROBE, seed=SEED + 1)["random"] == other
+    # The seed's 64 bits all count: the engine draws 63.
+    high = value(CLOCK_PROBE, seed=SEED + 2**40)["random"]
+    assert high not in (first, other)
+    uuids = "return [crypto.randomUUID(), crypto.randomUUID()]"
+    assert value(uuids, seed=SEED) != value(uuids, seed=SEED + 2**62)
 
 
 def test_another_clock_gives_another_time():
