@@ -32,8 +32,11 @@ import __future__
 import _string
 import _strptime  # noqa: F401 - datetime and time import it on first use, from C
 import _thread
+import abc
+import array
 import ast
 import base64
+import binascii
 import bisect
 import builtins
 import calendar
@@ -48,23 +51,31 @@ import datetime as _datetime
 import decimal
 import difflib
 import enum
+import fnmatch
 import fractions
 import functools
 import gc
+import gzip
 import hashlib
 import heapq
+import hmac
+import html
 import inspect
 import io
+import ipaddress
 import itertools
 import json
 import keyword
 import math
+import numbers
 import operator
 import pprint
 import random as _random
 import re
+import shlex
 import statistics
 import string
+import struct
 import sys
 import textwrap
 import time as _time
@@ -75,6 +86,7 @@ import urllib.parse
 import uuid as _uuid
 import warnings
 import weakref
+import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, NoReturn, cast
@@ -137,12 +149,17 @@ _RESERVE_BYTES = 1024 * 1024
 
 # The modules a script may import (pure, nothing that reaches the system).
 ALLOWED = (
+    "abc",
+    "array",
     "asyncio",
     "base64",
+    "binascii",
     "bisect",
+    "calendar",
     "cmath",
     "collections",
     "collections.abc",
+    "contextlib",
     "copy",
     "csv",
     "dataclasses",
@@ -150,28 +167,39 @@ ALLOWED = (
     "decimal",
     "difflib",
     "enum",
+    "fnmatch",
     "fractions",
     "functools",
+    "gzip",
     "hashlib",
     "heapq",
+    "hmac",
+    "html",
     "io",
+    "ipaddress",
     "itertools",
     "json",
     "math",
+    "numbers",
     "operator",
     "pprint",
     "random",
     "re",
+    "shlex",
     "statistics",
     "string",
+    "struct",
     "sys",
     "textwrap",
     "time",
     "traceback",
+    "types",
     "typing",
     "unicodedata",
     "urllib.parse",
     "uuid",
+    "warnings",
+    "zlib",
 )
 
 # Attribute prefixes of frames, code, generators, coroutines, async generators, tracebacks.
@@ -376,6 +404,18 @@ class _Opaque(metaclass=_Sealed):
 _TYPE_NAME = type.__dict__["__name__"]
 _TRACEBACK = BaseException.__dict__["__traceback__"]
 _ARGS = BaseException.__dict__["args"]
+# What C code says with a MemoryError when an allocation failed (CPython's compression
+# modules: zlib, gzip), as the interpreter says nothing: the heap's limit, not the script's
+# own `raise MemoryError("...")`.
+_ALLOCATION_FAILED = frozenset(
+    {
+        ("Unable to allocate output buffer.",),
+        ("Out of memory while compressing data",),
+        ("Out of memory while decompressing data",),
+        ("Can't allocate memory for compression object",),
+        ("Can't allocate memory for decompression object",),
+    }
+)
 _SEALED = False
 
 
@@ -1138,10 +1178,110 @@ def _public(module: types.ModuleType, drop: tuple[str, ...] = ()) -> dict[str, A
     return names
 
 
+# The run whose script code runs now, inside its fence (Run._fenced), if any.
+_fenced_run: Run | None = None
+
+
+class _Redirect(contextlib._RedirectStream[Any]):
+    """contextlib's redirect_stdout and redirect_stderr (as CPython makes them), whose
+    leaving restores the stream only within the run that made them: a dropped coroutine that
+    the garbage collector closes after its run (its ``with`` left then) changes nothing of
+    the process's."""
+
+    _old_targets: list[Any]
+
+    def __init__(self, new_target: Any) -> None:
+        super().__init__(new_target)
+        self._run = _fenced_run
+
+    def __exit__(self, *exc: Any) -> None:
+        if _fenced_run is not None and _fenced_run is self._run:
+            super().__exit__(*exc)
+        elif self._old_targets:
+            self._old_targets.pop()
+
+
+class _RedirectStdout(_Redirect):
+    _stream = "stdout"
+
+
+class _RedirectStderr(_Redirect):
+    _stream = "stderr"
+
+
+class _CatchWarnings(warnings.catch_warnings):
+    """warnings.catch_warnings, whose leaving restores the warnings' state only within the
+    run that made it (as :class:`_RedirectStdout`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._run = _fenced_run
+
+    def __exit__(self, *exc: Any) -> None:
+        if _fenced_run is not None and _fenced_run is self._run:
+            super().__exit__(*exc)
+
+
+for _kind, _name, _module in (
+    (_RedirectStdout, "redirect_stdout", "contextlib"),
+    (_RedirectStderr, "redirect_stderr", "contextlib"),
+    (_CatchWarnings, "catch_warnings", "warnings"),
+):
+    _kind.__name__ = _kind.__qualname__ = _name
+    _kind.__module__ = _module
+
+
+def _listed(
+    module: types.ModuleType, *names: str, drop: str | tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """``names`` of ``module``, less ``drop``."""
+    dropped = (drop,) if isinstance(drop, str) else drop
+    return {name: getattr(module, name) for name in names if name not in dropped}
+
+
+_ONE_LOCALE = "; a script has one locale (C, English names): use calendar.TextCalendar"
+_BYTES_ONLY = (
+    "; a script has no file system: gzip.compress(data) and gzip.decompress(data) work on "
+    "bytes (read a file with `await files.text(id)` or `files.chunks(id)`)"
+)
+_TYPES_GIVEN = (
+    "SimpleNamespace",
+    "MappingProxyType",
+    "FunctionType",
+    "LambdaType",
+    "MethodType",
+    "BuiltinFunctionType",
+    "BuiltinMethodType",
+    "GeneratorType",
+    "CoroutineType",
+    "AsyncGeneratorType",
+    "NoneType",
+    "EllipsisType",
+    "NotImplementedType",
+    "GenericAlias",
+    "UnionType",
+)
+
+
+def _shlex_split(s: str, comments: bool = False, posix: bool = True) -> list[str]:
+    # CPython 3.11 reads sys.stdin for s=None (deprecated; 3.12 refuses it, as here).
+    if s is None:
+        raise ValueError("s argument must not be None")
+    return shlex.split(s, comments, posix)
+
+
+_shlex_split.__name__ = _shlex_split.__qualname__ = "split"
+_shlex_split.__module__ = "shlex"
+_shlex_split.__doc__ = shlex.split.__doc__
+
+
 def _static_modules() -> dict[str, Module]:
     """The allowed modules that hold nothing of one run (built once, at import)."""
     plain = {
+        "abc": abc,
+        "array": array,
         "base64": base64,
+        "binascii": binascii,
         "bisect": bisect,
         "cmath": cmath,
         "collections": collections,
@@ -1154,19 +1294,85 @@ def _static_modules() -> dict[str, Module]:
         "fractions": fractions,
         "functools": functools,
         "hashlib": hashlib,
+        "fnmatch": fnmatch,
         "heapq": heapq,
+        "html": html,
+        "ipaddress": ipaddress,
         "itertools": itertools,
         "json": json,
         "math": math,
+        "numbers": numbers,
         "pprint": pprint,
         "re": re,
         "statistics": statistics,
+        "struct": struct,
         "textwrap": textwrap,
         "unicodedata": unicodedata,
+        "zlib": zlib,
     }
     modules = {name: Module(name, _public(module)) for name, module in plain.items()}
     # `hashlib.file_digest` reads a file object; scripts have none, but it reaches for fds.
     modules["hashlib"] = Module("hashlib", _public(hashlib, ("file_digest",)))
+    modules["hmac"] = Module("hmac", _listed(hmac, "new", "digest", "compare_digest", "HMAC"))
+    # What the module's own names hold, less what reaches the system: contextlib's chdir;
+    # calendar's locale classes (they set the process's locale) and main (a command line).
+    # redirect_stdout and the pr* functions of calendar write through sys.stdout, which is
+    # the printed text while a script runs.
+    scoped = {"redirect_stdout": _RedirectStdout, "redirect_stderr": _RedirectStderr}
+    modules["contextlib"] = Module(
+        "contextlib", {**_listed(contextlib, *contextlib.__all__, drop="chdir"), **scoped}
+    )
+    modules["calendar"] = Module(
+        "calendar",
+        _listed(
+            calendar,
+            *calendar.__all__,
+            "error",
+            "prweek",
+            "week",
+            "weekheader",
+            drop=("LocaleTextCalendar", "LocaleHTMLCalendar"),
+        ),
+        {
+            "different_locale": _ONE_LOCALE,
+            "LocaleTextCalendar": _ONE_LOCALE,
+            "LocaleHTMLCalendar": _ONE_LOCALE,
+        },
+    )
+    # gzip's files are the file system's: bytes in memory only.
+    modules["gzip"] = Module(
+        "gzip",
+        _listed(gzip, "compress", "decompress", "BadGzipFile"),
+        dict.fromkeys(("open", "GzipFile"), _BYTES_ONLY),
+    )
+    # shlex's lexer class reads sys.stdin (the protocol's pipe) when given no text; its
+    # functions are given text.
+    modules["shlex"] = Module(
+        "shlex",
+        {"split": _shlex_split, "join": shlex.join, "quote": shlex.quote},
+        {"shlex": "; split, join and quote are there: shlex.split(text)"},
+    )
+    # The types a script tests values against, and the two it makes: no constructor of code
+    # or frames.
+    modules["types"] = Module("types", _listed(types, *_TYPES_GIVEN))
+    # Warnings go to the printed text, each once a run (see Run._fenced); the filters a
+    # script sets last for its run. Not warn_explicit (it reads a module's loader) nor the
+    # module's lists.
+    modules["warnings"] = Module(
+        "warnings",
+        {
+            **_listed(
+                warnings,
+                "warn",
+                "simplefilter",
+                "filterwarnings",
+                "resetwarnings",
+                "formatwarning",
+                "WarningMessage",
+            ),
+            "catch_warnings": _CatchWarnings,
+        },
+    )
     # typing evaluates strings as code (get_type_hints, ForwardRef).
     modules["typing"] = Module(
         "typing",
@@ -2786,6 +2992,10 @@ class Run(Replay):
         # a class's module up there (for a string annotation).
         self.module = types.ModuleType(_MAIN)
         self.sink = _Sink(self)
+        # What the script set that holds for its whole run, as it left it when a live segment
+        # ended (None before): sys.stdout and sys.stderr (contextlib.redirect_stdout), and
+        # warnings' filters and show functions (its simplefilter, catch_warnings).
+        self.kept: tuple[Any, ...] | None = None
         self.warned: set[str] = set()
         self.reserve: bytearray | None = None
         self.settle = self._settle
@@ -3447,27 +3657,51 @@ class Run(Replay):
     def _fenced(self) -> Iterator[None]:
         """What holds while the script's code runs: printed text and warnings go to the run,
         recursion is bounded, the script's module is in sys.modules (dataclasses looks a
-        class's module up there), a little memory is kept for the ending."""
+        class's module up there), a little memory is kept for the ending.
+
+        A live run's segments are one run to the script: what it set of the streams and the
+        warnings in one segment holds in the next, as in a replay's single pass; its
+        warnings' registries stand too (their version is not bumped between segments)."""
+        global _fenced_run
+        outer = _fenced_run
         saved = sys.stdout, sys.stderr, sys.getrecursionlimit(), sys.modules.get(_MAIN)
         hook = sys.unraisablehook
         sys.unraisablehook = self._unraisable
-        # Every warning reaches _warning, which shows each once a run (CPython's default,
-        # kept by the run, not by registries a process keeps from run to run).
-        caught = warnings.catch_warnings()
-        caught.__enter__()
-        warnings.simplefilter("always")
-        warnings.showwarning = self._warning
+        shown = warnings.filters, warnings.showwarning, warnings._showwarnmsg_impl  # type: ignore[attr-defined]
+        if self.kept is None:
+            # Every warning reaches _warning, which shows each once a run (CPython's
+            # default, kept by the run, not by registries a process keeps from run to run).
+            warnings.filters = list(shown[0])
+            warnings.simplefilter("always")
+            warnings.showwarning = self._warning
+            sys.stdout = sys.stderr = self.sink
+        else:
+            (
+                sys.stdout,
+                sys.stderr,
+                warnings.filters,
+                warnings.showwarning,
+                warnings._showwarnmsg_impl,  # type: ignore[attr-defined]
+            ) = self.kept
         sys.modules[_MAIN] = self.module
-        sys.stdout = sys.stderr = self.sink
         sys.setrecursionlimit(_depth() + RECURSION_LIMIT)
         self.reserve = bytearray(_RESERVE_BYTES)
+        _fenced_run = self
         try:
             yield
         finally:
+            _fenced_run = outer
+            self.kept = (
+                sys.stdout,
+                sys.stderr,
+                warnings.filters,
+                warnings.showwarning,
+                warnings._showwarnmsg_impl,  # type: ignore[attr-defined]
+            )
             sys.stdout, sys.stderr = saved[0], saved[1]
             sys.unraisablehook = hook
             sys.setrecursionlimit(saved[2])
-            caught.__exit__(None, None, None)
+            warnings.filters, warnings.showwarning, warnings._showwarnmsg_impl = shown  # type: ignore[attr-defined]
             if saved[3] is None:
                 sys.modules.pop(_MAIN, None)
             else:
@@ -3610,9 +3844,13 @@ class Run(Replay):
 
     def _error(self, error: BaseException) -> Ran:
         lines = _script_lines(error)
-        if type(error) is MemoryError and not _ARGS.__get__(error):
-            # The interpreter's own (no text): the heap's limit. One the script raised with
-            # a message of its own (`raise MemoryError("cache full")`) is its error.
+        said = _ARGS.__get__(error) if type(error) is MemoryError else None
+        if said is not None and (
+            not said or (len(said) == 1 and type(said[0]) is str and said in _ALLOCATION_FAILED)
+        ):
+            # The interpreter's own (no text, or a C module's word for a failed allocation):
+            # the heap's limit. One the script raised with a message of its own (`raise
+            # MemoryError("cache full")`) is its error.
             message = self._memory_message()
             return Ran(
                 outcome="failed",
@@ -3732,6 +3970,19 @@ _NOT_HERE = {
         ),
         ": a script has no file system, environment or processes; it reads the files it was "
         "given with `await files.text(id)` (`files.list()` lists them)",
+    ),
+    "secrets": (
+        ": a script is replayed, so its randomness is drawn from its seed and is no secret "
+        "(`random` and `uuid.uuid4` give values that repeat on every run); ask a tool for "
+        "secrets"
+    ),
+    "zoneinfo": (
+        ": a script has no time zone database; its clock is UTC, and a fixed offset is "
+        "datetime.timezone(datetime.timedelta(hours=-5))"
+    ),
+    "logging": (
+        ": print what you would log (`print(..., file=sys.stderr)` too); the printed text "
+        "is what you are shown"
     ),
 }  # fmt: skip
 

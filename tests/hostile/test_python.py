@@ -55,7 +55,8 @@ def assert_healthy(process: PoolProcess) -> None:
 
 IMPORTS = ["os", "sysconfig", "ctypes", "subprocess", "socket", "importlib", "builtins", "posix",
            "_io", "gc", "inspect", "signal", "io.FileIO", "json.decoder", "pickle", "marshal",
-           "types", "threading", "asyncio.events", "_thread", "mmap", "resource"]  # fmt: skip
+           "threading", "asyncio.events", "_thread", "mmap", "resource", "logging",
+           "gzip._compression", "contextlib.sys", "warnings.sys"]  # fmt: skip
 
 
 @pytest.mark.parametrize("module", IMPORTS)
@@ -64,7 +65,7 @@ def test_imports_outside_the_allowed_set_fail_naming_the_allowed(run: Run, modul
     assert ran.outcome == "failed"
     assert ran.error.name == "ImportError", ran.error
     assert f"module {module} is not available in scripts" in ran.error.message
-    assert "; these are: asyncio" in ran.error.message
+    assert "; these are: abc, array, asyncio" in ran.error.message
     ran = run(f"try:\n    import {module}\nexcept ImportError:\n    return 'refused'")
     assert ran.value == "refused"
 
@@ -329,6 +330,36 @@ def test_what_a_script_may_reach_holds_no_module() -> None:
                 assert not isinstance(inner, types.ModuleType), (name, key, sub)
 
 
+def test_types_makes_no_code_frame_or_cell(run: Run) -> None:
+    """`types` gives the types a script tests values against and the two it makes
+    (SimpleNamespace, MappingProxyType): no constructor of code, frames, cells or tracebacks
+    (code made so would skip the check), nor of modules or classes by hook."""
+    code = (
+        "import types\n"
+        "out = sorted(n for n in dir(types) if any(k in n for k in\n"
+        "    ('Code', 'Frame', 'Cell', 'Traceback', 'Module', 'new_class', 'prepare', 'Descriptor')))\n"
+        "try:\n    types.FunctionType(1, {})\nexcept TypeError as e:\n    out.append('refused')\n"
+        "return out"
+    )
+    ran = run(code)
+    assert ran.value == ["refused"], ran.error
+
+
+def test_a_redirect_or_warning_filter_left_set_ends_with_the_run(run: Run) -> None:
+    """A script that leaves sys.stdout redirected and warnings made errors, then fails: the
+    next run prints and warns as every run does."""
+    code = (
+        "import contextlib, io, warnings\n"
+        "contextlib.ExitStack().enter_context(contextlib.redirect_stdout(io.StringIO()))\n"
+        "warnings.simplefilter('error')\nprint('lost')\nraise ValueError('left so')"
+    )
+    ran = run(code)
+    assert ran.error.name == "ValueError" and ran.printed == ""
+    ran = run("import warnings\nprint('seen')\nwarnings.warn('w')\nreturn 1")
+    assert ran.value == 1
+    assert ran.printed == "seen\nline 3: UserWarning: w\n"
+
+
 # ---- the clock and randomness ----
 
 CLOCKS = (
@@ -419,6 +450,12 @@ def test_set_order_is_the_same_in_every_process(process: PoolProcess) -> None:
         "a = {}\ni = 0\nwhile True:\n    a[i] = [i] * 1000\n    i += 1",
         "import asyncio\nasync def f():\n    return [0] * 100000\n"
         "await asyncio.gather(*[f() for _ in range(100000)])",
+        # A decompression bomb: 200 MiB of zeros in some 200 KiB.
+        "import zlib\nz = zlib.compressobj()\n"
+        "bomb = b''.join(z.compress(bytes(1 << 20)) for _ in range(200)) + z.flush()\n"
+        "zlib.decompress(bomb)",
+        "import struct\nstruct.pack('2000000000x')",
+        "import array\narray.array('d', [0.0]) * (10 ** 9)",
     ],
 )
 def test_memory_bombs_end_on_the_memory_limit(process: PoolProcess, code: str) -> None:

@@ -524,6 +524,31 @@ tools.t(late=True, fail=True)
 return 'done'""",
         ("t",),
     ),
+    # What a script sets for its whole run (a redirected sys.stdout, warnings' filters and a
+    # catch_warnings that records) holds across its calls, live as in one replayed pass.
+    "run_state_python": (
+        """\
+import contextlib, io, warnings
+buf = io.StringIO()
+warnings.simplefilter("ignore")
+with contextlib.redirect_stdout(buf):
+    print("before")
+    a = await tools.t(n=1)
+    print("after", a["echo"]["n"])
+warnings.warn("hidden")
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    await tools.t(n=2)
+    warnings.warn("kept")
+warnings.resetwarnings()
+warnings.filterwarnings("module")
+for i in range(2):
+    warnings.warn(f"once {i % 1}")
+    await tools.t(i=i)
+print("captured", repr(buf.getvalue()))
+return [str(w.message) for w in seen]""",
+        ("t",),
+    ),
     # asyncio's tasks, groups, locks and queues: their order, and that of the sets
     # asyncio.wait returns, must be the same live and replayed.
     "concurrency_python": (

@@ -1205,6 +1205,127 @@ def test_allowed_modules_work() -> None:
     assert result[16] == "eA=="
 
 
+def test_the_other_pure_modules_work() -> None:
+    """The modules a script computes with that reach nothing of the system, as CPython's."""
+    code = (
+        "import abc, array, binascii, calendar, contextlib, fnmatch, gzip, hmac, hashlib\n"
+        "import html, ipaddress, numbers, shlex, struct, types, zlib\n"
+        "class A(abc.ABC):\n    @abc.abstractmethod\n    def f(self): ...\n"
+        "with contextlib.suppress(TypeError):\n    A()\n"
+        "order = []\n"
+        "@contextlib.contextmanager\ndef cm(n):\n    order.append(n)\n    yield n\n"
+        "    order.append(-n)\n"
+        "with contextlib.ExitStack() as stack:\n    got = [stack.enter_context(cm(i)) for i in (1, 2)]\n"
+        "ns = types.SimpleNamespace(a=1)\nns.b = 2\n"
+        "net = ipaddress.ip_network('10.0.0.0/30')\n"
+        "return [order, calendar.monthrange(2024, 2), calendar.isleap(2028),\n"
+        "        calendar.day_name[0], calendar.timegm((2026, 1, 1, 0, 0, 0)),\n"
+        "        calendar.month(2026, 2).splitlines()[1], html.escape('<&>'),\n"
+        "        html.unescape('&lt;&#39;'), isinstance(1.5, numbers.Real),\n"
+        "        list(struct.pack('<Ih', 1, -2)), struct.unpack('>H', b'\\x01\\x02')[0],\n"
+        "        binascii.hexlify(b'ab').decode(), zlib.decompress(zlib.compress(b'z' * 9)).decode(),\n"
+        "        gzip.decompress(gzip.compress(b'gz')).decode(), zlib.crc32(b'x'),\n"
+        "        array.array('i', [1, 2]).tolist(), [str(h) for h in net.hosts()],\n"
+        "        fnmatch.filter(['a.py', 'b.js'], '*.py'),\n"
+        "        hmac.new(b'k', b'm', hashlib.sha256).hexdigest()[:12],\n"
+        "        hmac.compare_digest(b'a', b'a'), shlex.split('a \"b c\"'), shlex.join(['a', 'b c']),\n"
+        "        [ns.a, ns.b], isinstance(cm, types.FunctionType), types.NoneType is type(None)]"
+    )
+    assert value(code) == [
+        [1, 2, -2, -1],
+        [3, 29],
+        True,
+        "Monday",
+        1767225600,
+        "Mo Tu We Th Fr Sa Su",
+        "&lt;&amp;&gt;",
+        "<'",
+        True,
+        [1, 0, 0, 0, 254, 255],
+        258,
+        "6162",
+        "z" * 9,
+        "gz",
+        2363233923,
+        [1, 2],
+        ["10.0.0.1", "10.0.0.2"],
+        ["a.py"],
+        "b60090e30522",
+        True,
+        ["a", "b c"],
+        "a 'b c'",
+        [1, 2],
+        True,
+        True,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        ("import contextlib\ncontextlib.chdir('/')", "no attribute 'chdir' in scripts"),
+        ("import gzip\ngzip.open('a.gz')", "a script has no file system: gzip.compress(data)"),
+        ("import gzip\ngzip.GzipFile", "a script has no file system"),
+        ("import shlex\nshlex.shlex('a b')", "split, join and quote are there"),
+        ("import shlex\nshlex.split(None)", "s argument must not be None"),
+        ("import types\ntypes.CodeType", "no attribute 'CodeType' in scripts"),
+        ("import types\ntypes.FrameType", "no attribute 'FrameType' in scripts"),
+        ("import calendar\ncalendar.LocaleTextCalendar()", "a script has one locale"),
+        ("import calendar\ncalendar.different_locale", "a script has one locale"),
+        ("import calendar\ncalendar.main", "no attribute 'main' in scripts"),
+        ("import warnings\nwarnings.warn_explicit", "no attribute 'warn_explicit' in scripts"),
+        ("import warnings\nwarnings.filters", "no attribute 'filters' in scripts"),
+    ],
+)
+def test_what_of_those_modules_reaches_the_system_is_not_there(code: str, said: str) -> None:
+    """contextlib's chdir, gzip's files, shlex's lexer (it reads sys.stdin, the protocol's pipe,
+    when given no text, as 3.11's split(None) does), types' code and frames, calendar's
+    locales and command line, warnings' lists and warn_explicit (it reads a module's loader)."""
+    assert said in failed(code).message
+
+
+def test_redirected_output_and_warnings_are_cpythons() -> None:
+    """contextlib.redirect_stdout takes what print writes, as in CPython (sys.stdout is the
+    printed text while a script runs); warnings print as warning lines, and the script's
+    filters and catch_warnings hold."""
+    code = (
+        "import contextlib, io, sys, warnings\n"
+        "buf = io.StringIO()\n"
+        "with contextlib.redirect_stdout(buf):\n    print('inside')\n"
+        "with contextlib.redirect_stderr(buf):\n    print('err', file=sys.stderr)\n"
+        "print('outside')\n"
+        "warnings.warn('careful')\n"
+        "with warnings.catch_warnings(record=True) as seen:\n    warnings.warn('kept')\n"
+        "warnings.simplefilter('ignore')\nwarnings.warn('dropped')\n"
+        "warnings.filterwarnings('error')\n"
+        "try:\n    warnings.warn('raised')\nexcept UserWarning as e:\n    print('caught', e)\n"
+        "return [buf.getvalue(), [str(w.message) for w in seen]]"
+    )
+    ran = run(code)
+    assert ran.value == ["inside\n", ["kept"]]
+    assert ran.printed == "err\noutside\nline 8: UserWarning: careful\ncaught raised\n"
+
+
+def test_a_dropped_run_s_redirect_and_warnings_leave_the_process_as_it_was() -> None:
+    """A run stopped on calls inside ``redirect_stdout`` and ``catch_warnings``: when the
+    garbage collector closes its coroutines (their ``with`` blocks left then, after the run),
+    this process's sys.stdout and warnings are as they were."""
+    import sys
+    import warnings
+
+    before = sys.stdout, sys.stderr, warnings.showwarning, warnings.filters
+    code = (
+        "import contextlib, io, warnings\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+        "    with warnings.catch_warnings():\n"
+        "        warnings.simplefilter('ignore')\n"
+        "        await tools.echo(x=1)\n"
+    )
+    assert run(code).outcome == "calls"
+    gc.collect()
+    assert (sys.stdout, sys.stderr, warnings.showwarning, warnings.filters) == before
+
+
 # ---- limits at their edges (the same core counts them as for JavaScript) ----
 
 ONE = len('{"s":""}')
@@ -1335,6 +1456,9 @@ def test_format_however_it_is_named_still_formats() -> None:
         ("from pathlib import Path", ": a script has no file system"),
         ("import subprocess", ": a script has no file system, environment or processes"),
         ("import numpy", ""),
+        ("import secrets", ": a script is replayed, so its randomness is drawn from its seed"),
+        ("from zoneinfo import ZoneInfo", ": a script has no time zone database; its clock is"),
+        ("import logging", ": print what you would log"),
     ],
 )
 def test_an_import_of_the_network_or_the_system_says_what_a_script_has(
@@ -1346,7 +1470,7 @@ def test_an_import_of_the_network_or_the_system_says_what_a_script_has(
     assert error.name == "ImportError"
     module = code.split()[1]
     assert error.message.startswith(f"module {module} is not available in scripts{said or ';'}")
-    assert "; these are: asyncio, base64" in error.message
+    assert "; these are: abc, array, asyncio, base64" in error.message
 
 
 @pytest.mark.parametrize(
