@@ -45,6 +45,8 @@ _U64_MAX = 2**64 - 1
 _I64_MIN = -(2**63)
 # How deep orjson reads (past it: "depth limit exceeded") and writes ("Recursion limit").
 _READ_DEPTH = 1024
+# The MemoryError's text when the heap ran out while JSON was written (see std_dumps).
+HEAP_RAN_OUT = "the heap ran out while writing JSON"
 _WRITE_DEPTH = 254
 
 _bounded = False
@@ -148,7 +150,7 @@ def std_dumps(value: Any, *, sort_keys: bool = False) -> bytes:
         # "error return without exception set": a C function of CPython's that failed to
         # allocate lost its MemoryError. Writing plain data fails no other way: it is the heap
         # at its limit, which the run reports as the memory limit (it was a SystemError).
-        raise MemoryError("the heap ran out while writing JSON") from e
+        raise MemoryError(HEAP_RAN_OUT) from e
     try:
         return "".join(parts).encode("utf-8")
     except UnicodeEncodeError:

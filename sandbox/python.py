@@ -405,10 +405,11 @@ _TYPE_NAME = type.__dict__["__name__"]
 _TRACEBACK = BaseException.__dict__["__traceback__"]
 _ARGS = BaseException.__dict__["args"]
 # What C code says with a MemoryError when an allocation failed (CPython's compression
-# modules: zlib, gzip), as the interpreter says nothing: the heap's limit, not the script's
-# own `raise MemoryError("...")`.
+# modules: zlib, gzip; the sandbox's JSON writer), as the interpreter says nothing: the
+# heap's limit, not the script's own `raise MemoryError("...")`.
 _ALLOCATION_FAILED = frozenset(
     {
+        (jsontext.HEAP_RAN_OUT,),
         ("Unable to allocate output buffer.",),
         ("Out of memory while compressing data",),
         ("Out of memory while decompressing data",),
@@ -1291,10 +1292,10 @@ def _static_modules() -> dict[str, Module]:
         "decimal": decimal,
         "difflib": difflib,
         "enum": enum,
+        "fnmatch": fnmatch,
         "fractions": fractions,
         "functools": functools,
         "hashlib": hashlib,
-        "fnmatch": fnmatch,
         "heapq": heapq,
         "html": html,
         "ipaddress": ipaddress,

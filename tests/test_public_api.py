@@ -21,7 +21,7 @@ LOG = {
     "ACTIVE", "APPROVED", "AWAITING_APPROVAL", "AWAITING_CLIENT", "CallConflict", "CallEntry",
     "DEFAULT_LEASE_MS", "DONE", "Decision", "ENDED", "FAILED", "FINISHED", "Lease", "LeaseLost",
     "LogStore", "MemoryStore", "NOT_KEPT", "PAUSED", "PROPOSED", "PostgresStore", "RUNNING",
-    "SCRIPT_FAILED", "SETTLED", "ScriptRecord", "Settlement", "SqliteStore", "Started",
+    "SCRIPT_FAILED", "SEED_BITS", "SETTLED", "ScriptRecord", "Settlement", "SqliteStore", "Started",
     "StepUsage",
 }  # fmt: skip
 
