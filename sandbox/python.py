@@ -66,6 +66,7 @@ import ipaddress
 import itertools
 import json
 import keyword
+import logging
 import math
 import numbers
 import operator
@@ -179,6 +180,7 @@ ALLOWED = (
     "ipaddress",
     "itertools",
     "json",
+    "logging",
     "math",
     "numbers",
     "operator",
@@ -1223,13 +1225,191 @@ class _CatchWarnings(warnings.catch_warnings):
             super().__exit__(*exc)
 
 
-for _kind, _name, _module in (
-    (_RedirectStdout, "redirect_stdout", "contextlib"),
-    (_RedirectStderr, "redirect_stderr", "contextlib"),
-    (_CatchWarnings, "catch_warnings", "warnings"),
-):
-    _kind.__name__ = _kind.__qualname__ = _name
-    _kind.__module__ = _module
+def _named(kind: type, name: str, module: str) -> None:
+    """Name a class scripts see as the module's own is named (in reprs and errors)."""
+    kind.__name__ = kind.__qualname__ = name
+    kind.__module__ = module
+
+
+_named(_RedirectStdout, "redirect_stdout", "contextlib")
+_named(_RedirectStderr, "redirect_stderr", "contextlib")
+_named(_CatchWarnings, "catch_warnings", "warnings")
+
+
+# ---- logging: each run's own loggers (Run._logging) ----
+
+
+class _ScriptFormatter(logging.Formatter):
+    """logging.Formatter as scripts have it: times in UTC, the script's clock's (a record's
+    ``created`` is the script's clock); ``{``-style fields refuse the attributes scripts may
+    not use (as ``str.format`` in a script does); an exception written with the script's
+    frames only, as its ``traceback`` module writes it."""
+
+    converter = _time.gmtime  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        fmt: str | None = None,
+        datefmt: str | None = None,
+        style: Any = "%",
+        validate: bool = True,
+        *,
+        defaults: Any = None,
+    ) -> None:
+        super().__init__(fmt, datefmt, style, validate, defaults=defaults)
+        if style == "{":
+            self._style = _SafeBraceStyle(self._style._fmt, defaults=defaults)
+
+    def formatException(self, ei: Any) -> str:
+        error = ei[1] if isinstance(ei, tuple) and len(ei) == 3 else None
+        run = _fenced_run
+        if run is None or not isinstance(error, BaseException):
+            return ""
+        return "".join(run._traceback_lines(error, None, True, True)).rstrip("\n")
+
+    def formatStack(self, stack_info: str) -> str:
+        return stack_info
+
+
+class _SafeBraceStyle(logging.StrFormatStyle):
+    def _format(self, record: logging.LogRecord) -> str:
+        defaults = self._defaults  # type: ignore[attr-defined]
+        values = defaults | record.__dict__ if defaults else record.__dict__
+        return _FORMATTER.vformat(self._fmt, (), values)
+
+
+# What a handler formats with when it was given no formatter (logging's own default writes
+# an exception with the sandbox's frames).
+_DEFAULT_FORMATTER = _ScriptFormatter()
+
+
+class _ScriptHandling:
+    """What a script's handlers do their own way: format with :data:`_DEFAULT_FORMATTER`
+    when given no formatter; say a record that failed (``logging.warning("%s", 1, 2)``)
+    as CPython says it, with the script's line for its call stack and none of the
+    sandbox's frames."""
+
+    formatter: logging.Formatter | None
+
+    def format(self, record: logging.LogRecord) -> str:
+        return (self.formatter or _DEFAULT_FORMATTER).format(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        error = sys.exc_info()[1]
+        run = _fenced_run
+        if not logging.raiseExceptions or error is None or run is None:
+            return
+        try:
+            lines = run.script_lines
+            where = ""
+            if record.pathname == FILENAME and 1 <= record.lineno <= len(lines):
+                where = (
+                    f'Call stack:\n  File "{FILENAME}", line {record.lineno}, in '
+                    f"{record.funcName}\n    {lines[record.lineno - 1].strip()[:300]}\n"
+                )
+            sys.stderr.write(
+                f"--- Logging error ---\n{_exception_line(error)}{where}"
+                f"Message: {repr(record.msg)[:300]}\nArguments: {repr(record.args)[:300]}\n"
+            )
+        except (MemoryError, _Ended):
+            raise
+        except Exception:  # a script's repr that fails: nothing more to say
+            pass
+
+
+class _ScriptHandler(_ScriptHandling, logging.Handler):
+    pass
+
+
+class _ScriptStreamHandler(_ScriptHandling, logging.StreamHandler):
+    pass
+
+
+class _LastResort(_ScriptHandler):
+    """logging's last resort (a record of WARNING or above, no handler anywhere): its text
+    to sys.stderr as it is when the record comes, the printed text while a script runs."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+
+
+def _stamped(record: logging.LogRecord) -> logging.LogRecord:
+    """``record`` made at the script's clock, in the same process and thread on every run."""
+    run = _fenced_run
+    created = run.script.clock.now_ms / 1000 if run is not None else 0.0
+    record.created = created
+    record.msecs = int((created - int(created)) * 1000) + 0.0
+    record.relativeCreated = 0.0
+    record.thread, record.threadName = 1, "MainThread"
+    record.process, record.processName = 1, "MainProcess"
+    return record
+
+
+class _ScriptRecord(logging.LogRecord):
+    """logging.LogRecord as a script makes one itself: stamped as its loggers' records are."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _stamped(self)
+
+
+class _ScriptLogger(logging.Logger):
+    """A logger of a run's own tree: a record carries the script's clock, the script's line
+    that logged it, and the same process and thread in every run (the real ones differ
+    between a live run and its replay, which must print the same)."""
+
+    def makeRecord(self, *args: Any, **kwargs: Any) -> logging.LogRecord:
+        return _stamped(super().makeRecord(*args, **kwargs))
+
+    def findCaller(self, stack_info: bool = False, stacklevel: int = 1) -> Any:
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_filename == FILENAME:
+                stacklevel -= 1
+                if stacklevel <= 0:
+                    run = _fenced_run
+                    main = run is not None and frame.f_code is run.main_code
+                    name = "<module>" if main else frame.f_code.co_name
+                    return FILENAME, frame.f_lineno, name, None
+            frame = frame.f_back  # type: ignore[assignment]
+        return "(unknown file)", 0, "(unknown function)", None
+
+    def callHandlers(self, record: logging.LogRecord) -> None:
+        # Logger.callHandlers, with the run's last resort for logging's.
+        logger: logging.Logger | None = self
+        found = 0
+        while logger is not None:
+            for handler in logger.handlers:
+                found += 1
+                if record.levelno >= handler.level:
+                    handler.handle(record)
+            logger = logger.parent if logger.propagate else None
+        if found == 0 and record.levelno >= _LAST_RESORT.level:
+            _LAST_RESORT.handle(record)
+
+
+class _ScriptRoot(_ScriptLogger, logging.RootLogger):
+    pass
+
+
+_LAST_RESORT = _LastResort(logging.WARNING)
+
+_named(_ScriptFormatter, "Formatter", "logging")
+_named(_ScriptHandler, "Handler", "logging")
+_named(_ScriptStreamHandler, "StreamHandler", "logging")
+_named(_ScriptLogger, "Logger", "logging")
+_named(_ScriptRoot, "RootLogger", "logging")
+_named(_ScriptRecord, "LogRecord", "logging")
+
+_NO_FILES = (
+    "; a script has no file system: its log goes to the printed text (logging.basicConfig("
+    "level=logging.INFO) and a StreamHandler write there)"
+)
 
 
 def _listed(
@@ -2989,6 +3169,7 @@ class Run(Replay):
         self.bare_ending: tuple[int, str] | None = None
         self.modules: dict[str, Module] = {}
         self.main: Task | None = None
+        self.main_code: types.CodeType | None = None
         # The script's module (its globals), in sys.modules while it runs: dataclasses looks
         # a class's module up there (for a string annotation).
         self.module = types.ModuleType(_MAIN)
@@ -3300,6 +3481,116 @@ class Run(Replay):
                 instead,
             ),
         )  # fmt: skip
+
+    def _logging(self) -> Module:
+        """``logging`` as scripts have it: CPython's loggers, handlers and formatters, in a
+        tree of the run's own (a logger the script configures is the script's), writing to
+        the printed text (sys.stderr, unless a handler is given another stream). Records
+        carry the script's clock, the script's line, and the same process and thread ids on
+        every run. No handler reaches a file."""
+        root = _ScriptRoot(logging.WARNING)
+        manager = logging.Manager(root)
+        manager.loggerClass = _ScriptLogger
+        root.manager = manager
+
+        def getLogger(name: str | None = None) -> logging.Logger:
+            if not name or (isinstance(name, str) and name == root.name):
+                return root
+            return manager.getLogger(name)
+
+        def basicConfig(**kwargs: Any) -> None:
+            # logging.basicConfig, on this run's root, without files.
+            if kwargs.pop("force", False):
+                for handler in root.handlers[:]:
+                    root.removeHandler(handler)
+                    handler.close()
+            if root.handlers:
+                return
+            if "filename" in kwargs or "filemode" in kwargs:
+                raise ValueError("logging.basicConfig(filename=...)" + _NO_FILES)
+            handlers = kwargs.pop("handlers", None)
+            if handlers is not None and "stream" in kwargs:
+                raise ValueError(
+                    "'stream' or 'filename' should not be specified together with 'handlers'"
+                )
+            if handlers is None:
+                handlers = [_ScriptStreamHandler(kwargs.pop("stream", None))]
+            datefmt = kwargs.pop("datefmt", None)
+            style = kwargs.pop("style", "%")
+            if style not in logging._STYLES:
+                raise ValueError("Style must be one of: " + ",".join(logging._STYLES))
+            formatter = _ScriptFormatter(
+                kwargs.pop("format", logging._STYLES[style][1]), datefmt, style
+            )
+            for handler in handlers:
+                if handler.formatter is None:
+                    handler.setFormatter(formatter)
+                root.addHandler(handler)
+            level = kwargs.pop("level", None)
+            if level is not None:
+                root.setLevel(level)
+            if kwargs:
+                raise ValueError("Unrecognised argument(s): " + ", ".join(kwargs))
+
+        def at(level: str) -> Callable[..., None]:
+            def log(msg: Any, *args: Any, **kwargs: Any) -> None:
+                if not root.handlers:
+                    basicConfig()
+                getattr(root, level)(msg, *args, **kwargs)
+
+            log.__name__ = log.__qualname__ = level
+            return log
+
+        def exception(msg: Any, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
+            at("error")(msg, *args, exc_info=exc_info, **kwargs)
+
+        def log(level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
+            if not root.handlers:
+                basicConfig()
+            root.log(level, msg, *args, **kwargs)
+
+        def disable(level: int = logging.CRITICAL) -> None:
+            manager.disable = level
+            manager._clear_cache()  # type: ignore[attr-defined]
+
+        names: dict[str, Any] = {
+            name: getattr(logging, name)
+            for name in (
+                "CRITICAL", "FATAL", "ERROR", "WARNING", "WARN", "INFO", "DEBUG", "NOTSET",
+                "BASIC_FORMAT", "getLevelName", "getLevelNamesMapping", "Filter",
+                "LoggerAdapter", "NullHandler",
+            )
+        }  # fmt: skip
+        names.update(
+            getLogger=getLogger,
+            basicConfig=basicConfig,
+            debug=at("debug"),
+            info=at("info"),
+            warning=at("warning"),
+            warn=at("warning"),
+            error=at("error"),
+            critical=at("critical"),
+            fatal=at("critical"),
+            exception=exception,
+            log=log,
+            disable=disable,
+            root=root,
+            Logger=_ScriptLogger,
+            Formatter=_ScriptFormatter,
+            Handler=_ScriptHandler,
+            StreamHandler=_ScriptStreamHandler,
+            LogRecord=_ScriptRecord,
+        )
+        return Module(
+            "logging",
+            names,
+            {
+                "FileHandler": _NO_FILES,
+                "handlers": _NO_FILES,
+                "config": "; configure it in the script: logging.basicConfig(level=...)",
+                "setLoggerClass": "; a script's loggers are logging.Logger",
+            },
+        )
 
     def _traceback_lines(
         self, error: BaseException, limit: int | None, chain: bool, framed: bool
@@ -3622,6 +3913,7 @@ class Run(Replay):
         )
         exec(code, scope)
         main = scope.pop(_MAIN)
+        self.main_code = main.__code__  # the script's top level (logging names it <module>)
         # Its error is the run's, never reported.
         self.main = Task(main(), "the script", ready=self.ready)
         self.ready.append(self.main)
@@ -3981,10 +4273,6 @@ _NOT_HERE = {
         ": a script has no time zone database; its clock is UTC, and a fixed offset is "
         "datetime.timezone(datetime.timedelta(hours=-5))"
     ),
-    "logging": (
-        ": print what you would log (`print(..., file=sys.stderr)` too); the printed text "
-        "is what you are shown"
-    ),
 }  # fmt: skip
 
 # The builtins a script does not have that a model reaches for: an uncaught NameError for one
@@ -4260,7 +4548,11 @@ def warm_up_code() -> str:
 
 
 # The run's modules made at their first import (see Run._import).
-_MADE_ON_IMPORT: dict[str, Callable[[Run], Module]] = {"sys": Run._sys, "traceback": Run._traceback}
+_MADE_ON_IMPORT: dict[str, Callable[[Run], Module]] = {
+    "sys": Run._sys,
+    "traceback": Run._traceback,
+    "logging": Run._logging,
+}
 
 # Every class of the sandbox is made: from here on, _Opaque has no new subclass.
 _SEALED = True

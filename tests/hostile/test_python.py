@@ -55,7 +55,7 @@ def assert_healthy(process: PoolProcess) -> None:
 
 IMPORTS = ["os", "sysconfig", "ctypes", "subprocess", "socket", "importlib", "builtins", "posix",
            "_io", "gc", "inspect", "signal", "io.FileIO", "json.decoder", "pickle", "marshal",
-           "threading", "asyncio.events", "_thread", "mmap", "resource", "logging",
+           "threading", "asyncio.events", "_thread", "mmap", "resource", "logging.handlers",
            "gzip._compression", "contextlib.sys", "warnings.sys"]  # fmt: skip
 
 
@@ -343,6 +343,28 @@ def test_types_makes_no_code_frame_or_cell(run: Run) -> None:
     )
     ran = run(code)
     assert ran.value == ["refused"], ran.error
+
+
+def test_logging_reaches_no_file_no_frame_and_nothing_of_the_process(run: Run) -> None:
+    """A script's logging writes to its printed text only: no file handler, no file name in
+    basicConfig, no ``{}`` field that reads past what scripts may read, no sandbox frame in
+    a failed record's report, and the process's own loggers are not the script's."""
+    code = (
+        "import logging\nout = []\n"
+        "for name in ('FileHandler', 'handlers', 'config', 'captureWarnings', 'setLoggerClass',\n"
+        "             'makeLogRecord', 'lastResort', 'shutdown'):\n"
+        "    out.append(hasattr(logging, name))\n"
+        "try:\n    logging.basicConfig(filename='/etc/passwd')\nexcept ValueError:\n    out.append('no file')\n"
+        "logging.basicConfig(format='{msg.__class__.__init__.__globals__}', style='{')\n"
+        "logging.warning('x')\n"
+        "logging.warning('%s', 1, 2)\n"
+        "return [out, logging.getLogger('codemode').handlers]"
+    )
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == [[False] * 8 + ["no file"], []]
+    assert "sandbox" not in ran.printed and ".py" not in ran.printed
+    assert ran.printed.count("--- Logging error ---") == 2
 
 
 def test_a_redirect_or_warning_filter_left_set_ends_with_the_run(run: Run) -> None:

@@ -549,6 +549,22 @@ print("captured", repr(buf.getvalue()))
 return [str(w.message) for w in seen]""",
         ("t",),
     ),
+    # A script's loggers, configured once and logging across its calls.
+    "logging_python": (
+        """\
+import logging
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s:%(lineno)d %(message)s")
+log = logging.getLogger("sync")
+for i in range(3):
+    r = await tools.t(i=i)
+    log.info("got %s", r["echo"])
+try:
+    await tools.t(fail=True)
+except Exception:
+    log.exception("failed")
+return ["logged"]""",
+        ("t",),
+    ),
     # asyncio's tasks, groups, locks and queues: their order, and that of the sets
     # asyncio.wait returns, must be the same live and replayed.
     "concurrency_python": (

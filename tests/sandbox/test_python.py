@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gc
 import linecache
+import subprocess
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -1306,6 +1308,116 @@ def test_redirected_output_and_warnings_are_cpythons() -> None:
     assert ran.printed == "err\noutside\nline 8: UserWarning: careful\ncaught raised\n"
 
 
+_LOGGING_CASES = """\
+import logging, io
+logging.getLogger("early").warning("no config %s", 1)
+logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s %(funcName)s:%(lineno)d %(message)s")
+log = logging.getLogger("app")
+def work():
+    log.debug("in work")
+work()
+logging.info("root info")
+logging.getLogger("app.db").setLevel(logging.ERROR)
+logging.getLogger("app.db").warning("quiet")
+logging.LoggerAdapter(log, {}).info("adapted")
+try:
+    {}["k"]
+except KeyError:
+    log.exception("failed")
+buf = io.StringIO()
+handler = logging.StreamHandler(buf)
+handler.setFormatter(logging.Formatter("{levelname}|{name}|{message}", style="{"))
+own = logging.getLogger("own")
+own.propagate = False
+own.addHandler(handler)
+own.error("kept %s", "here")
+log.warning("level %d under %s", log.getEffectiveLevel(), log.parent.name)
+logging.basicConfig(level=logging.ERROR)
+logging.disable(logging.INFO)
+log.info("disabled")
+out = buf.getvalue()
+"""
+
+
+def test_logging_writes_what_cpythons_writes() -> None:
+    """logging (its last resort, basicConfig and its format, levels, the logger tree, a
+    LoggerAdapter, `exception`, a handler and `{}` formatter of the script's own, disable)
+    writes what CPython's writes for the same code, less the carets under part of a line;
+    the script's line and function name the record."""
+    native = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import linecache, sys\n"
+            f"src = {_LOGGING_CASES!r}\n"
+            "linecache.cache['<script>'] = (len(src), None, src.splitlines(True), '<script>')\n"
+            "scope = {}\nexec(compile(src, '<script>', 'exec'), scope)\n"
+            "sys.stdout.write(scope['out'])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    ran = run(_LOGGING_CASES + "return out")
+    assert ran.value == native.stdout == "ERROR|own|kept here\n"
+    assert ran.printed == _without_carets(native.stderr)
+    assert "work:6 in work" in ran.printed and "Traceback" in ran.printed
+
+
+def test_a_log_record_is_the_same_on_every_run() -> None:
+    """A record's time is the script's clock (UTC), its process and thread the same on
+    every run (a live run and its replay print alike)."""
+    code = (
+        "import logging\nlogging.basicConfig(format='%(asctime)s|%(created)s|%(msecs)d|"
+        "%(relativeCreated)d|%(process)d|%(thread)d|%(threadName)s|%(processName)s')\n"
+        "logging.warning('x')\n"
+        "r = logging.LogRecord('n', logging.INFO, 'p', 1, 'm', (), None)\n"
+        "return [r.created, r.process]"
+    )
+    ran = run(code)
+    assert ran.value == [NOW_MS / 1000, 1]
+    assert (
+        ran.printed == f"2026-01-01 00:00:00,000|{NOW_MS / 1000}|0|0|1|1|MainThread|MainProcess\n"
+    )
+
+
+def test_a_record_that_fails_is_said_with_the_scripts_line() -> None:
+    """A record whose message and arguments do not fit (or whose `{}` field reads what
+    scripts may not) is said as CPython says it, without the sandbox's frames."""
+    code = (
+        "import logging\nlogging.warning('%s', 1, 2)\n"
+        "logging.getLogger().handlers[0].setFormatter(logging.Formatter('{msg.__class__}', style='{'))\n"
+        "logging.warning('x')\nreturn 1"
+    )
+    ran = run(code)
+    assert ran.value == 1
+    assert ran.printed.startswith(
+        "--- Logging error ---\n"
+        "TypeError: not all arguments converted during string formatting\n"
+        "Call stack:\n"
+        '  File "<script>", line 2, in <module>\n'
+        "    logging.warning('%s', 1, 2)\n"
+        "Message: '%s'\n"
+        "Arguments: (1, 2)\n"
+        "--- Logging error ---\n"
+        "AttributeError: the attribute '__class__': attributes whose names start with"
+    )
+    assert "sandbox" not in ran.printed
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        ("import logging\nlogging.FileHandler('a.log')", "a script has no file system"),
+        ("import logging\nlogging.basicConfig(filename='a.log')", "a script has no file system"),
+        ("import logging\nlogging.basicConfig(levl=10)", "Unrecognised argument(s): levl"),
+        ("import logging\nlogging.basicConfig(style='?')", "Style must be one of: %,{,$"),
+    ],
+)
+def test_logging_to_a_file_says_where_a_scripts_log_goes(code: str, said: str) -> None:
+    assert said in failed(code).message
+
+
 def test_a_dropped_run_s_redirect_and_warnings_leave_the_process_as_it_was() -> None:
     """A run stopped on calls inside ``redirect_stdout`` and ``catch_warnings``: when the
     garbage collector closes its coroutines (their ``with`` blocks left then, after the run),
@@ -1458,7 +1570,6 @@ def test_format_however_it_is_named_still_formats() -> None:
         ("import numpy", ""),
         ("import secrets", ": a script is replayed, so its randomness is drawn from its seed"),
         ("from zoneinfo import ZoneInfo", ": a script has no time zone database; its clock is"),
-        ("import logging", ": print what you would log"),
     ],
 )
 def test_an_import_of_the_network_or_the_system_says_what_a_script_has(

@@ -514,6 +514,7 @@ SCRIPT_MODULES: dict[str, str] = {
     "ipaddress": "",
     "itertools": "",
     "json": "",
+    "logging": "",
     "math": "",
     "numbers": "",
     "operator": "",
