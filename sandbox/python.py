@@ -1363,8 +1363,27 @@ class _ScriptLogger(logging.Logger):
     that logged it, and the same process and thread in every run (the real ones differ
     between a live run and its replay, which must print the same)."""
 
-    def makeRecord(self, *args: Any, **kwargs: Any) -> logging.LogRecord:
-        return _stamped(super().makeRecord(*args, **kwargs))
+    def makeRecord(
+        self,
+        name: str,
+        level: int,
+        fn: str,
+        lno: int,
+        msg: object,
+        args: Any,
+        exc_info: Any,
+        func: str | None = None,
+        extra: Any = None,
+        sinfo: str | None = None,
+    ) -> logging.LogRecord:
+        # Logger.makeRecord, the record a script's own (isinstance of its logging.LogRecord).
+        record = _ScriptRecord(name, level, fn, lno, msg, args, exc_info, func, sinfo)
+        if extra is not None:
+            for key in extra:
+                if key in ("message", "asctime") or key in record.__dict__:
+                    raise KeyError(f"Attempt to overwrite {key!r} in LogRecord")
+                record.__dict__[key] = extra[key]
+        return record
 
     def findCaller(self, stack_info: bool = False, stacklevel: int = 1) -> Any:
         frame = sys._getframe(1)

@@ -1372,10 +1372,12 @@ def test_a_log_record_is_the_same_on_every_run() -> None:
         "%(relativeCreated)d|%(process)d|%(thread)d|%(threadName)s|%(processName)s')\n"
         "logging.warning('x')\n"
         "r = logging.LogRecord('n', logging.INFO, 'p', 1, 'm', (), None)\n"
-        "return [r.created, r.process]"
+        "seen = []\nlogging.getLogger().addFilter(lambda rec: seen.append(rec) or False)\n"
+        "logging.warning('filtered', extra={'user': 'u'})\n"
+        "return [r.created, r.process, isinstance(seen[0], logging.LogRecord), seen[0].user]"
     )
     ran = run(code)
-    assert ran.value == [NOW_MS / 1000, 1]
+    assert ran.value == [NOW_MS / 1000, 1, True, "u"]
     assert (
         ran.printed == f"2026-01-01 00:00:00,000|{NOW_MS / 1000}|0|0|1|1|MainThread|MainProcess\n"
     )
