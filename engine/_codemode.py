@@ -443,7 +443,7 @@ class CodeMode(StepLoop):
             now_ms=int(self.clock() * 1000),
             # 63 bits, what a signed 64-bit column holds: Math.random, crypto.randomUUID and
             # uuid.uuid4 follow the seed, and among 32-bit seeds two of some 77,000 scripts
-            # shared one even odds, and with it every "random" id they made.
+            # shared one at even odds, and with it every "random" id they made.
             seed=secrets.randbits(log.SEED_BITS),
             created_ms=int(time.time() * 1000),
             key=key,
