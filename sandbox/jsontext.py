@@ -45,8 +45,6 @@ _U64_MAX = 2**64 - 1
 _I64_MIN = -(2**63)
 # How deep orjson reads (past it: "depth limit exceeded") and writes ("Recursion limit").
 _READ_DEPTH = 1024
-# The MemoryError's text when the heap ran out while JSON was written (see std_dumps).
-HEAP_RAN_OUT = "the heap ran out while writing JSON"
 _WRITE_DEPTH = 254
 
 _bounded = False
@@ -149,8 +147,9 @@ def std_dumps(value: Any, *, sort_keys: bool = False) -> bytes:
     except SystemError as e:
         # "error return without exception set": a C function of CPython's that failed to
         # allocate lost its MemoryError. Writing plain data fails no other way: it is the heap
-        # at its limit, which the run reports as the memory limit (it was a SystemError).
-        raise MemoryError(HEAP_RAN_OUT) from e
+        # at its limit: a MemoryError with no text, as the interpreter raises it, which every
+        # run reports as the memory limit (it was a SystemError).
+        raise MemoryError from e
     try:
         return "".join(parts).encode("utf-8")
     except UnicodeEncodeError:

@@ -407,11 +407,10 @@ _TYPE_NAME = type.__dict__["__name__"]
 _TRACEBACK = BaseException.__dict__["__traceback__"]
 _ARGS = BaseException.__dict__["args"]
 # What C code says with a MemoryError when an allocation failed (CPython's compression
-# modules: zlib, gzip; the sandbox's JSON writer), as the interpreter says nothing: the
-# heap's limit, not the script's own `raise MemoryError("...")`.
+# modules: zlib, gzip), as the interpreter says nothing: the heap's limit, not the script's
+# own `raise MemoryError("...")`.
 _ALLOCATION_FAILED = frozenset(
     {
-        (jsontext.HEAP_RAN_OUT,),
         ("Unable to allocate output buffer.",),
         ("Out of memory while compressing data",),
         ("Out of memory while decompressing data",),
@@ -3551,22 +3550,17 @@ class Run(Replay):
             if kwargs:
                 raise ValueError("Unrecognised argument(s): " + ", ".join(kwargs))
 
-        def at(level: str) -> Callable[..., None]:
-            def log(msg: Any, *args: Any, **kwargs: Any) -> None:
+        def at(method: str) -> Callable[..., None]:
+            """logging's function of that name: the root's method, basicConfig() first if
+            the root has no handler."""
+
+            def call(*args: Any, **kwargs: Any) -> None:
                 if not root.handlers:
                     basicConfig()
-                getattr(root, level)(msg, *args, **kwargs)
+                getattr(root, method)(*args, **kwargs)
 
-            log.__name__ = log.__qualname__ = level
-            return log
-
-        def exception(msg: Any, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
-            at("error")(msg, *args, exc_info=exc_info, **kwargs)
-
-        def log(level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
-            if not root.handlers:
-                basicConfig()
-            root.log(level, msg, *args, **kwargs)
+            call.__name__ = call.__qualname__ = method
+            return call
 
         def disable(level: int = logging.CRITICAL) -> None:
             manager.disable = level
@@ -3590,8 +3584,8 @@ class Run(Replay):
             error=at("error"),
             critical=at("critical"),
             fatal=at("critical"),
-            exception=exception,
-            log=log,
+            exception=at("exception"),
+            log=at("log"),
             disable=disable,
             root=root,
             Logger=_ScriptLogger,

@@ -1332,6 +1332,11 @@ own.propagate = False
 own.addHandler(handler)
 own.error("kept %s", "here")
 log.warning("level %d under %s", log.getEffectiveLevel(), log.parent.name)
+logging.log(logging.ERROR, "by level %s", 40)
+try:
+    int("x")
+except ValueError:
+    logging.exception("at the top")
 logging.basicConfig(level=logging.ERROR)
 logging.disable(logging.INFO)
 log.info("disabled")

@@ -462,6 +462,7 @@ async def test_sqlite_log_locked_by_another_process_is_one_clear_error(
         ("UPDATE scripts SET created_ms = 'abc'", "a script row holds str in its created_ms"),
         ("UPDATE scripts SET outcome = x'5b315d'", "a script row's JSON holds list, not dict"),
         ("UPDATE scripts SET lease_expires_ms = 1e20", "in its lease_expires_ms column"),
+        ("UPDATE scripts SET seed = -1", "a script row holds -1 in its seed column"),
         ("UPDATE scripts SET status = 'weird'", "status is 'weird', which codemode never"),
         ("UPDATE calls SET state = 'weird'", "a call row's state is 'weird'"),
         ("UPDATE calls SET started_ms = 1e300", "in its started_ms column"),
