@@ -8,6 +8,7 @@ Scripts that only a confined process can stop (endless loops, memory) run only t
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +41,12 @@ Run = Callable[..., Any]
 def run(request: pytest.FixtureRequest) -> Run:
     """A Python script in this process, or through a confined process; the Ran's fields."""
     if request.param == "in_process":
-        return lambda code, records=None, **limits: run_in_process(_script(code, records, **limits))
+
+        def in_process(code: str, records: Any = None, **limits: Any) -> Any:
+            gc.collect()  # an earlier run's garbage freed here, not during this run
+            return run_in_process(_script(code, records, **limits))
+
+        return in_process
     proc = request.getfixturevalue("process")
     return lambda code, records=None, **limits: proc.run(_script(code, records, **limits))
 

@@ -48,6 +48,10 @@ def pyscript(
 
 def run(code: str, records: Iterable[Record] = (), **kwargs: Any) -> Ran:
     fetch = kwargs.pop("fetch", None)
+    # Runs share this process, as no two share a sandbox's: what an earlier run left for the
+    # collector (a coroutine never awaited, which warns when freed) is freed now, not in the
+    # middle of this run, whose printed text would take its warning.
+    gc.collect()
     return runtime.run_in_process(pyscript(code, records, **kwargs), fetch)
 
 
