@@ -314,7 +314,13 @@ def _result_schema(
             f"{label}: its return annotation {annotation!r} has no JSON Schema "
             f"({type(e).__name__}); return JSON-friendly types, or annotate it Any"
         ) from None
-    return _drop_titles(schema), adapter
+    title = schema.get("title")
+    schema = _drop_titles(schema)
+    if isinstance(title, str) and schema.get("type") == "object":
+        # A model's name (pydantic's, a dataclass's, a TypedDict's): the declarations give
+        # the result the type another tool's schema defines by that name (see Namer.declared).
+        schema["title"] = title
+    return schema, adapter
 
 
 def as_tools(tools: Iterable[Tool | Callable[..., Any]]) -> list[Tool]:

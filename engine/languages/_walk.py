@@ -13,6 +13,7 @@ schema and the names already taken: the same input gives the same bytes.
 from __future__ import annotations
 
 import abc
+import hashlib
 import json
 import re
 from collections import deque
@@ -79,13 +80,19 @@ CLOSED = Rendered("<closed>")
 
 
 class Namer:
-    """Type names already used in one declarations block, so every new one is unique."""
+    """Type names already used in one declarations block, so every new one is unique, and
+    the named types declared in it by what they are (:attr:`declared`), so that a type
+    several tools share is declared once."""
 
     def __init__(self, taken: set[str] | None = None) -> None:
         self.taken: set[str] = set(taken or ())
         # The next suffix to try after `base`: every lower one is taken (names are never
         # given back), so a thousand objects of one name cost linear time, not quadratic.
         self._next: dict[str, int] = {}
+        # Document.key -> the name the type was declared under. Pydantic puts a model in the
+        # `$defs` of every tool that uses it: an `Item` of five tools was declared five times,
+        # under five names, as five types the model could not tell were one.
+        self.declared: dict[str, str] = {}
 
     def fresh(self, base: str) -> str:
         name = base
@@ -100,7 +107,16 @@ class Namer:
     def copy(self) -> Namer:
         namer = Namer(self.taken)
         namer._next = dict(self._next)
+        namer.declared = dict(self.declared)
         return namer
+
+
+def result_document(schema: Any, prefix: str) -> Document:
+    """A tool's output schema as a document of named types: named after the model it is
+    (its ``title``: ``Get_user_User``) or else ``<Prefix>_Result``."""
+    title = schema.get("title") if isinstance(schema, dict) else None
+    name = pascal(title) if isinstance(title, str) and title.strip() else "Result"
+    return Document(schema, prefix, f"{prefix}_{name}")
 
 
 def type_prefix(tool_name: str) -> str:
@@ -158,6 +174,7 @@ class Document:
     # Strongly connected components of the "is directly" graph (see `component`).
     _components: dict[str, int] = field(default_factory=dict)
     _count: int = 0
+    _keys: dict[str, str | None] = field(default_factory=dict)
 
     def resolve(self, pointer: str) -> Any:
         node = self.root
@@ -172,6 +189,88 @@ class Document:
             else:
                 return None
         return node
+
+    def key(self, pointer: str) -> str | None:
+        """What the type at ``pointer`` is, as text equal for two types exactly when they
+        are one (see :attr:`Namer.declared`): its name (the definition's; the document's
+        ``title``) and a digest of its schema with each local reference replaced by its
+        target's key, so the same model in two tools' ``$defs`` has one key. Types that
+        reach each other (a recursive model) are digested together, each reference among
+        them by its target's name. None for a type that is not shared: one with a remote or
+        broken reference or reaching one, a document with no ``title``, a schema past the
+        render depth, recursive types two of which go by one name.
+
+        Tarjan's algorithm, iterative and memoized, as :meth:`component` is: a chain of
+        thousands of definitions costs linear time."""
+        keys = self._keys
+        if pointer in keys:
+            return keys[pointer]
+        index: dict[str, int] = {}
+        low: dict[str, int] = {}
+        stack: list[str] = []  # the open types, in the order they were met
+        found: dict[str, tuple[Any, list[str]]] = {}  # pointer -> (schema, its references)
+        work: list[tuple[str, int]] = []  # (pointer, its next reference to follow)
+
+        def begin(at: str) -> None:
+            node = self.resolve(at)
+            refs = _refs(node, at == "")
+            if node is None or refs is None or not _type_name(node, at):
+                keys[at] = None
+                return
+            index[at] = low[at] = len(index)
+            stack.append(at)
+            found[at] = (node, refs)
+            work.append((at, 0))
+
+        begin(pointer)
+        while work:
+            at, next_ref = work[-1]
+            refs = found[at][1]
+            if next_ref < len(refs):
+                work[-1] = (at, next_ref + 1)
+                target = refs[next_ref]
+                if target in keys:
+                    continue  # done, in a component of its own
+                if target in index:
+                    low[at] = min(low[at], index[target])  # open: in this one's component
+                else:
+                    begin(target)
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[at])
+            if low[at] == index[at]:  # `at` and what is above it on the stack: a component
+                members = [stack.pop()]
+                while members[-1] != at:
+                    members.append(stack.pop())
+                self._key_component(members, found)
+        return keys[pointer]
+
+    def _key_component(self, members: list[str], found: dict[str, tuple[Any, list[str]]]) -> None:
+        """Key the types of one strongly connected component (see :meth:`key`)."""
+        keys = self._keys
+        inside = set(members)
+        targets: dict[str, str | None] = {
+            r: keys[r] for m in members for r in found[m][1] if r not in inside
+        }
+        if None in targets.values():
+            keys.update(dict.fromkeys(members))
+            return
+        names = {m: _type_name(found[m][0], m) for m in members}
+        if len(members) == 1 and members[0] not in found[members[0]][1]:
+            at = members[0]
+            digest = _digest(_keyed(found[at][0], at == "", targets))
+            keys[at] = None if digest is None else f"{names[at]}:{digest}"
+            return
+        if len(set(names.values())) < len(members):
+            keys.update(dict.fromkeys(members))
+            return
+        # Recursive: each reference among them by its target's name, all in one digest.
+        targets.update({m: f"@{names[m]}" for m in members})
+        digest = _digest(sorted([names[m], _keyed(found[m][0], m == "", targets)] for m in members))
+        for m in members:
+            keys[m] = None if digest is None else f"{names[m]}:@{digest}"
 
     def component(self, pointer: str) -> int:
         """The id of the strongly connected component ``pointer`` is in, in the graph whose
@@ -225,6 +324,82 @@ def _local_pointer(ref: Any) -> str | None:
         pointer = unquote(ref[1:])
         return "" if pointer in ("", "/") else pointer
     return None
+
+
+# Keywords whose values are data, not schemas: a `$ref` key in them refers to nothing.
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples", "example"})
+# Where a document keeps its definitions: part of no type (each is one of its own).
+_DEFINITIONS = ("$defs", "definitions")
+
+
+def _refs(schema: Any, root: bool, depth: int = 0) -> list[str] | None:
+    """The local references in ``schema`` (a whole document's ``root``: outside its
+    definitions), in order; None if it holds another reference or is too deep to key."""
+    found: list[str] = []
+    if depth > MAX_RENDER_DEPTH:
+        return None
+    if isinstance(schema, list):
+        for item in schema:
+            more = _refs(item, False, depth + 1)
+            if more is None:
+                return None
+            found += more
+    elif isinstance(schema, dict):
+        for k, v in schema.items():
+            if k in _DATA_KEYWORDS or (root and k in _DEFINITIONS):
+                continue
+            if k == "$ref":
+                pointer = _local_pointer(v)
+                if pointer is None:
+                    return None
+                found.append(pointer)
+                continue
+            more = _refs(v, False, depth + 1)
+            if more is None:
+                return None
+            found += more
+    return found
+
+
+def _type_name(schema: Any, pointer: str) -> str:
+    """The name a shared type goes by: its definition's (the pointer's last part), or the
+    whole document's ``title``; "" when it has none."""
+    if pointer:
+        return pointer.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
+    title = schema.get("title") if isinstance(schema, dict) else None
+    return title if isinstance(title, str) else ""
+
+
+def _keyed(schema: Any, root: bool, targets: dict[str, str | None]) -> Any:
+    """``schema`` with each local reference's pointer replaced by its target's key."""
+    if isinstance(schema, list):
+        return [_keyed(item, False, targets) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for k, v in schema.items():
+        if (root and k in _DEFINITIONS) or k == "title":
+            continue  # no part of a type as declared (a title is a shared type's name)
+        if k in _DATA_KEYWORDS:
+            out[k] = v
+        elif k == "$ref":
+            pointer = _local_pointer(v)
+            out[k] = targets[pointer] if pointer is not None else v
+        else:
+            out[k] = _keyed(v, False, targets)
+    return out
+
+
+def _digest(value: Any) -> str | None:
+    """A digest of ``value`` (keyed schemas) as canonical JSON; None for what is not JSON
+    data."""
+    try:
+        text = json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError):
+        return None
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _direct_refs(schema: Any, depth: int = 0) -> Iterator[str]:
@@ -338,14 +513,28 @@ class Walker(abc.ABC):
     def _name_for(self, doc: Document, pointer: str) -> str:
         name = doc.names.get(pointer)
         if name is None:
-            if not pointer:
-                name = self.namer.fresh(doc.root_name)
-            else:
-                last = pointer.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
-                name = self.namer.fresh(f"{doc.prefix}_{pascal(last)}")
+            key = doc.key(pointer)
+            name = self.namer.declared.get(key) if key is not None else None
+            if name is None:  # not declared in the block yet, by this tool or another
+                if not pointer:
+                    name = self.namer.fresh(doc.root_name)
+                else:
+                    last = pointer.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
+                    name = self.namer.fresh(f"{doc.prefix}_{pascal(last)}")
+                self.pending.append((doc, pointer, name))
+                if key is not None:
+                    self.namer.declared[key] = name
             doc.names[pointer] = name
-            self.pending.append((doc, pointer, name))
         return name
+
+    def result(self, doc: Document) -> Rendered:
+        """A tool's result type (``doc``: see :func:`result_document`). A model (an object
+        type with a ``title``) is a named type, shared as a definition is: a tool that
+        returns what another takes, or returns too, is declared to. Anything else is written
+        out where it is."""
+        if is_plain_object(doc.root) and doc.key("") is not None:
+            return Rendered(self._name_for(doc, ""))
+        return self.render(doc.root, doc, 1, hint=doc.root_name)
 
     def drain(self) -> Iterator[str]:
         """Declarations of the named types met so far, and of those they meet in turn, each

@@ -19,7 +19,9 @@ from typing import Any
 
 import jsonschema_rs
 import pytest
+from pydantic import BaseModel
 
+from engine import tool
 from engine._search import ToolIndex
 from engine._tools import Tool
 from engine.languages._walk import Document, Namer
@@ -372,6 +374,106 @@ def _odd_tools() -> list[Tool]:
     ]
 
 
+class Item(BaseModel):
+    name: str
+    qty: int
+
+
+class Address(BaseModel):
+    street: str
+    city: str
+
+
+class Order(BaseModel):
+    items: list[Item]
+    ship_to: Address
+
+
+class Comment(BaseModel):
+    text: str
+    replies: list[Comment]
+
+
+def shop_tools() -> list[Tool]:
+    """Tools that share pydantic models, as a host's tools do: pydantic puts each model in
+    the ``$defs`` of every tool that uses it, and a model returned is the whole result."""
+
+    @tool
+    def get_item(i: int) -> Item:
+        """Get an item."""
+        return Item(name="x", qty=i)
+
+    @tool
+    def put_item(item: Item) -> Item:
+        """Put an item."""
+        return item
+
+    @tool
+    def place_order(items: list[Item], ship_to: Address) -> Order:
+        """Place an order."""
+        return Order(items=items, ship_to=ship_to)
+
+    @tool
+    def get_order(order_id: str) -> Order:
+        """Get an order."""
+        raise NotImplementedError
+
+    @tool
+    def post_comment(comment: Comment) -> Comment:
+        """Post a comment (a recursive model: never shared)."""
+        return comment
+
+    @tool
+    def edit_comment(comment: Comment) -> Comment:
+        """Edit a comment."""
+        return comment
+
+    # An MCP server's tool whose `Item` is another shape: a type of its own.
+    other = Tool(
+        "stock_item",
+        input_schema={
+            "type": "object",
+            "properties": {"item": {"$ref": "#/$defs/Item"}},
+            "required": ["item"],
+            "$defs": {
+                "Item": {
+                    "title": "Item",
+                    "type": "object",
+                    "properties": {"sku": {"type": "string"}},
+                    "required": ["sku"],
+                }
+            },
+        },
+    )
+    # The same shape as the models' `Item` under another name: a type of its own too.
+    renamed = Tool(
+        "rate_product",
+        input_schema={
+            "type": "object",
+            "properties": {"product": {"$ref": "#/$defs/Product"}},
+            "required": ["product"],
+            "$defs": {"Product": Item.model_json_schema()},
+        },
+    )
+    return [get_item, put_item, place_order, get_order, post_comment, edit_comment, other, renamed]
+
+
+# Results of one tool passed to another: the shared types make these calls type-check.
+SHOP_USAGE = """
+async function shop() {
+  const item = await tools.get_item({ i: 1 });
+  const stored = await tools.put_item({ item });
+  const order = await tools.place_order({ items: [item, stored], ship_to: { street: "s", city: "c" } });
+  const again = await tools.get_order({ order_id: "o1" });
+  const both: string[] = [...order.items, ...again.items].map((x) => x.name + x.qty.toFixed(0));
+  const posted = await tools.edit_comment({ comment: await tools.post_comment({ comment: { text: "t", replies: [] } }) });
+  void both, posted, await tools.stock_item({ item: { sku: "k" } }), await tools.rate_product({ product: item });
+  // @ts-expect-error: the MCP server's Item is another type
+  await tools.stock_item({ item });
+}
+"""
+
+
 def _module(text: str) -> str:
     # `export {}` makes each file a module, so every file can declare its own `tools`.
     return text + "\nexport {};\n"
@@ -400,6 +502,11 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     for t in _odd_tools():
         alone, _ = declare_tools([t], BUDGET)
         files[f"odd_{t.name}.ts"] = _module(alone + _calls([t]))
+    for order in ("shop", "shop_reversed"):
+        shop = shop_tools()[:: 1 if order == "shop" else -1]
+        block, declared = declare_tools(shop, 10**9)
+        assert declared == shop
+        files[f"{order}.ts"] = _module(block + _calls(shop) + SHOP_USAGE)
     index = ToolIndex(CORPUS)
     for i, query in enumerate(["send message slack", "list_prs, get_thread", "recursive tree"]):
         files[f"search_{i}.ts"] = _module(_ts_block(index.search(query)))
@@ -458,6 +565,12 @@ def test_each_corpus_tool_alone_compiles(compiled: dict[str, list[str]], name: s
 def test_odd_schemas_compile(compiled: dict[str, list[str]], name: str) -> None:
     """Cycles, self-aliases, root refs, colliding names, odd literals and keywords compile."""
     assert compiled.get(f"odd_{name}.ts") is None, "\n".join(compiled[f"odd_{name}.ts"])
+
+
+@pytest.mark.parametrize("order", ["shop", "shop_reversed"])
+def test_tools_that_share_models_compile(compiled: dict[str, list[str]], order: str) -> None:
+    """Tools that share models, in either order, compile with their results passed on."""
+    assert compiled.get(f"{order}.ts") is None, "\n".join(compiled[f"{order}.ts"])
 
 
 # --- shape ---------------------------------------------------------------------------------
@@ -553,6 +666,81 @@ def test_thousands_of_chained_definitions_declare_in_linear_time(
     block, _ = declare_tools([cyclic], 10**9)
     assert lookups < 8 * count, lookups
     assert "type Cycle_D0 = unknown;" in block
+
+
+def test_a_model_several_tools_use_is_declared_once() -> None:
+    """A model is one named type, however many tools' schemas define it, named where it was
+    first met: a result that is a model (a pydantic one keeps its name) is named after it,
+    and a recursive model is shared too. Another shape under the same name, or the same
+    shape under another name, is a type of its own."""
+    block, _ = declare_tools(shop_tools(), 10**9)
+    tools_object, types = block.split("};\n", 1)
+    assert types.splitlines() == [
+        "type Get_item_Item = { name: string; qty: number };",
+        "type Place_order_Address = { street: string; city: string };",
+        "type Place_order_Order = { items: Get_item_Item[]; ship_to: Place_order_Address };",
+        "type Post_comment_Comment = { text: string; replies: Post_comment_Comment[] };",
+        "type Stock_item_Item = { sku: string };",
+        "type Rate_product_Product = { name: string; qty: number };",
+    ]
+    for member in (
+        "get_item(input: { i: number }): Promise<Get_item_Item>;",
+        "put_item(input: { item: Get_item_Item }): Promise<Get_item_Item>;",
+        "place_order(input: { items: Get_item_Item[]; ship_to: Place_order_Address }): "
+        "Promise<Place_order_Order>;",
+        "get_order(input: { order_id: string }): Promise<Place_order_Order>;",
+        "edit_comment(input: { comment: Post_comment_Comment }): Promise<Post_comment_Comment>;",
+    ):
+        assert member in tools_object
+    # Met first elsewhere, a model is named there.
+    backward, _ = declare_tools(shop_tools()[::-1], 10**9)
+    assert "get_item(input: { i: number }): Promise<Get_order_Item>;" in backward
+    assert backward.count("= { name: string; qty: number };") == 2  # and rate_product's
+    # Alone, a tool declares what it uses (a search answer).
+    alone, _ = declare_tools([shop_tools()[3]], BUDGET)
+    assert alone.endswith(
+        "type Get_order_Order = { items: Get_order_Item[]; ship_to: Get_order_Address };\n"
+        "type Get_order_Item = { name: string; qty: number };\n"
+        "type Get_order_Address = { street: string; city: string };\n"
+    )
+
+
+def test_a_tool_left_out_shares_nothing() -> None:
+    """The types of a tool past the budget are not in the block: a later block's tool that
+    uses them declares them itself (each tool's try at the block names on a copy)."""
+    tools = shop_tools()
+    first, _ = declare_tools(tools[:1], BUDGET)
+    block, declared = declare_tools(tools[:2], len(first.encode()) + 10)
+    assert declared == tools[:1] and "put_item" not in block
+    assert block == first
+
+
+def test_types_are_shared_only_by_what_they_are() -> None:
+    """The key of a type is its name and a digest of its schema, each reference replaced by
+    its target's key: equal for equal types whatever their pointers, different for another
+    shape or name; None for a remote reference or a document without a title."""
+
+    def doc(schema: dict[str, Any]) -> Document:
+        return Document(schema, "T", "T_Result")
+
+    a = doc({"$defs": {"X": {"type": "string"}, "I": {"$ref": "#/$defs/X"}}})
+    same = doc({"definitions": {"X": {"type": "string"}, "I": {"$ref": "#/definitions/X"}}})
+    renamed = doc({"$defs": {"Y": {"type": "string"}, "I": {"$ref": "#/$defs/Y"}}})
+    other = doc({"$defs": {"X": {"type": "number"}, "I": {"$ref": "#/$defs/X"}}})
+    assert a.key("/$defs/I") is not None and a.key("/$defs/I") == same.key("/definitions/I")
+    assert a.key("/$defs/I") not in (renamed.key("/$defs/I"), other.key("/$defs/I"))
+    # A model's title is its name: the whole of a titled document is the definition.
+    titled = doc({"title": "X", "type": "string", "$defs": {"Unused": {}}})
+    assert titled.key("") == a.key("/$defs/X")
+    assert doc({"type": "string"}).key("") is None
+    assert doc({"$defs": {"R": {"$ref": "https://example.com/s.json"}}}).key("/$defs/R") is None
+    # Recursive types, keyed together: the same loop under the same names is one.
+    loop = {"A": {"type": "array", "items": {"$ref": "#/$defs/B"}}, "B": {"$ref": "#/$defs/A"}}
+    assert doc({"$defs": loop}).key("/$defs/A") == doc({"$defs": dict(loop)}).key("/$defs/A")
+    assert doc({"$defs": loop}).key("/$defs/A") != doc({"$defs": loop}).key("/$defs/B")
+    # A `$ref` in data (a default, a const) is data: it refers to nothing.
+    data = doc({"$defs": {"D": {"type": "object", "default": {"$ref": "#/nowhere"}}}})
+    assert data.key("/$defs/D") is not None
 
 
 def test_full_descriptions_for_search_answers() -> None:

@@ -27,7 +27,7 @@ from engine.languages.python._check import checker_argv, isolate
 from engine.languages.python._stubs import declare_tool
 from tests._needs import require
 from tests.engine.corpus import load_corpus
-from tests.engine.test_declarations import ODD_SCHEMAS, minimal
+from tests.engine.test_declarations import ODD_SCHEMAS, minimal, shop_tools
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = load_corpus()
@@ -94,6 +94,45 @@ def test_odd_schemas_type_check(ty: Path, tmp_path: Path) -> None:
     (tmp_path / "model.pyi").write_text(MODEL_IMPORTS + block)
     (tmp_path / "tools.pyi").write_text(check_stubs(tools))
     assert _ty(ty, tmp_path, "model.pyi", "tools.pyi") == ""
+
+
+def test_tools_that_share_models_type_check(ty: Path, tmp_path: Path) -> None:
+    """Tools that share models, in either order, give stubs ty checks clean, each model a
+    class once; and a script that passes one tool's result to another passes the check."""
+    for order in (1, -1):
+        tools = shop_tools()[::order]
+        block, declared = PYTHON.declare_tools(tools, 10**9)
+        assert declared == tools
+        (tmp_path / f"model_{order}.pyi").write_text(MODEL_IMPORTS + block)
+        (tmp_path / f"tools_{order}.pyi").write_text(check_stubs(tools))
+    assert _ty(ty, tmp_path, "model_1.pyi", "model_-1.pyi", "tools_1.pyi", "tools_-1.pyi") == ""
+    script = (
+        "item = await tools.get_item(i=1)\n"
+        "stored = await tools.put_item(item=item)\n"
+        'order = await tools.place_order(items=[item, stored], ship_to={"street": "s", "city": "c"})\n'
+        'again = await tools.get_order(order_id="o1")\n'
+        "return [x['name'] for x in order['items'] + again['items']]"
+    )
+    checked = _check(script, shop_tools(), ty)
+    assert checked.ok, checked.message()
+
+
+def test_a_model_several_tools_use_is_one_class() -> None:
+    """As in TypeScript: one class per model, named where it was first met, a result that is
+    a model named after it."""
+    block, _ = PYTHON.declare_tools(shop_tools(), 10**9)
+    classes = re.findall(r"^class (\w+)\(TypedDict\):", block, flags=re.M)
+    assert classes == [
+        "Get_item_Item",
+        "Place_order_Address",
+        "Place_order_Order",
+        "Post_comment_Comment",
+        "Stock_item_Item",
+        "Rate_product_Product",
+    ]
+    assert "async def put_item(self, *, item: Get_item_Item) -> Get_item_Item:" in block
+    assert "async def get_order(self, *, order_id: str) -> Place_order_Order:" in block
+    assert "    items: list[Get_item_Item]\n    ship_to: Place_order_Address\n" in block
 
 
 @pytest.mark.parametrize("form", ["keywords", "mapping"])

@@ -16,8 +16,11 @@ A declarations block looks like this (types from ``engine.languages.javascript._
 
 Each tool is a method of ``tools`` taking one ``input`` object: its description's first line
 as a comment (the whole description in a search answer), its input type, and its result type
-(``unknown`` when it declares no output schema). Each ``$ref`` target is a named type after
-the ``tools`` object, prefixed with its tool's name, so names never clash across tools.
+(``unknown`` when it declares no output schema; a named type when it is a model, an object
+with a ``title``). Each ``$ref`` target is a named type after the ``tools`` object, prefixed
+with its tool's name, so names never clash across tools; a type several tools' schemas
+define alike (pydantic's model in each one's ``$defs``) is declared once, under the name it
+got first (see ``Namer.declared``).
 
 A block holds at most 12 KiB, by the rules every language shares (``engine.languages._dialect``).
 """
@@ -29,7 +32,7 @@ from collections.abc import Sequence
 from engine._naming import SKILL, TOOL_SEARCH
 from engine._tools import Tool
 from engine.languages._dialect import BUDGET, MAX_SUMMARY, Dialect, description_lines
-from engine.languages._walk import Document, Namer, type_prefix
+from engine.languages._walk import Document, Namer, result_document, type_prefix
 from engine.languages.javascript._typescript import (
     INDENT,
     Renderer,
@@ -94,8 +97,7 @@ def declare_tool(
     ).text
     result_type = "unknown" if results else "any"
     if results and tool.output_schema is not None:
-        doc = Document(tool.output_schema, prefix, f"{prefix}_Result")
-        result_type = renderer.render(tool.output_schema, doc, 1).text
+        result_type = renderer.result(result_document(tool.output_schema, prefix)).text
     # A tool with no required input may be called as tools.x(): the sandbox sends {}.
     required = tool.input_schema.get("required")
     optional = "?" if not required and tool.input_schema.get("type") == "object" else ""

@@ -25,7 +25,8 @@ its docstring (the whole description in a search answer) and its result type (``
 it declares no output schema). An optional argument may be given None: the sandbox leaves
 it out, as JavaScript leaves out ``undefined``. An object type is a ``TypedDict`` (the
 functional form when a key is not a Python name); each ``$ref`` target is a named type,
-declared once after ``tools``, so a recursive schema stays finite. A tool whose properties
+declared once after ``tools``, so a recursive schema stays finite, and a model several
+tools' schemas define is one class, as in TypeScript. A tool whose properties
 are not all Python names takes ``**kwargs: Unpack[<Tool>_Input]``. Python has no
 intersection type: an ``allOf`` of several object types is ``Any``. A tool named a keyword
 or with a leading ``_`` (which a script may not write as an attribute) is a comment saying to
@@ -61,6 +62,7 @@ from engine.languages._walk import (
     first_line,
     is_plain_object,
     json_text,
+    result_document,
     type_prefix,
 )
 
@@ -393,8 +395,7 @@ def declare_tool(
         params += [(f"input: {input_type} = ..., /", ""), (f"**kwargs: {any_}", "")]
     result = any_
     if results and not check and tool.output_schema is not None:
-        out = Document(tool.output_schema, prefix, f"{prefix}_Result")
-        result = renderer.render(tool.output_schema, out, 1, hint=f"{prefix}_Result").text
+        result = renderer.result(result_document(tool.output_schema, prefix)).text
     if check:
         member = _check_member(tool.name, params, mapping, any_, renderer.n("overload"))
     else:
