@@ -53,7 +53,7 @@ def render_finished(ending: Ending) -> str:
     value = render_value(ending)
     if value is not None:
         parts += ["Returned:", value]
-    return cut("\n".join(parts))
+    return _text(parts)
 
 
 def render_failed(ending: Ending) -> str:
@@ -65,7 +65,15 @@ def render_failed(ending: Ending) -> str:
             parts.append(f"  at line {line.line}: {line.text.strip()}")
     if ending.printed:
         parts += ["Printed:", ending.printed.rstrip("\n")]
-    return cut("\n".join(parts))
+    return _text(parts)
+
+
+def _text(parts: list[str]) -> str:
+    """The lines of a result as the model reads them: a NUL (which a script may print or
+    return, and which is no text: PostgreSQL's text takes none, nor do some model APIs) as
+    U+FFFD, as the JavaScript sandbox prints it; cut to the budget. The value returned keeps
+    it (``RunResult.value``)."""
+    return cut("\n".join(parts).replace("\x00", "\ufffd"))
 
 
 def render_paused(waiting: list[dict[str, Any]]) -> str:

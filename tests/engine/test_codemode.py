@@ -1242,6 +1242,31 @@ async def test_a_returned_string_that_reads_as_other_json_is_quoted(
 
 
 @pytest.mark.parametrize(
+    ("language", "code"),
+    [
+        ("javascript", 'console.log("p\\u0000q"); throw new Error("e\\u0000f");'),
+        ("javascript", 'console.log("p\\u0000q"); return "a\\u0000b";'),
+        ("python", 'print("p\\x00q")\nraise ValueError("e\\x00f")'),
+        ("python", 'print("p\\x00q")\nreturn "a\\x00b"'),
+    ],
+)
+async def test_the_text_the_model_reads_holds_no_nul(
+    inproc: InProcessRunner, language: str, code: str
+) -> None:
+    """A NUL a script prints, returns or raises is U+FFFD in the text (it was there as
+    itself, but for what JavaScript printed): a NUL is no text to a host that keeps the
+    conversation in PostgreSQL, nor to some model APIs. The value returned keeps it."""
+    engine = CodeMode([], runner=inproc, language=language)  # type: ignore[arg-type]
+    result = await engine.run_code(code)
+    await engine.aclose()
+    assert "\x00" not in result.text and "p\ufffdq" in result.text, result.text
+    if result.status == "finished":
+        assert result.value == "a\x00b" and "a\ufffdb" in result.text
+    else:
+        assert "e\ufffdf" in result.text, result.text
+
+
+@pytest.mark.parametrize(
     ("language", "code", "hint"),
     [
         ("javascript", "def g():\n    return 1\nreturn g()", "reads as Python"),
