@@ -111,6 +111,19 @@ def test_a_port_another_process_holds_is_named_and_exits_75(
     assert set(psutil.Process().children(recursive=True)) <= before
 
 
+def test_an_address_of_no_interface_here_is_named_and_exits_2(
+    token_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An address no interface of this machine has (192.0.2.1 is TEST-NET-1, documentation
+    only) is an option error, exit 2, saying what to give instead; nothing is left running."""
+    before = set(psutil.Process().children(recursive=True))
+    assert main(["--listen", "192.0.2.1:0", "--token-file", str(token_file)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot listen on 192.0.2.1:0" in err, err
+    assert "no interface of this machine has that address" in err, err
+    assert set(psutil.Process().children(recursive=True)) <= before
+
+
 async def test_drains_on_sigterm(token_file: Path) -> None:
     """SIGTERM mid-step: the step finishes, new connections are refused, the process exits 0."""
     async with serving("--token-file", str(token_file), "--slots", "2") as (process, address):
