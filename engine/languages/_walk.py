@@ -260,7 +260,7 @@ class Document:
         names = {m: _type_name(found[m][0], m) for m in members}
         if len(members) == 1 and members[0] not in found[members[0]][1]:
             at = members[0]
-            digest = _digest(_keyed(found[at][0], at == "", targets))
+            digest = _digest(_keyed(found[at][0], at == "", targets.__getitem__))
             keys[at] = None if digest is None else f"{names[at]}:{digest}"
             return
         if len(set(names.values())) < len(members):
@@ -268,7 +268,9 @@ class Document:
             return
         # Recursive: each reference among them by its target's name, all in one digest.
         targets.update({m: f"@{names[m]}" for m in members})
-        digest = _digest(sorted([names[m], _keyed(found[m][0], m == "", targets)] for m in members))
+        digest = _digest(
+            sorted([names[m], _keyed(found[m][0], m == "", targets.__getitem__)] for m in members)
+        )
         for m in members:
             keys[m] = None if digest is None else f"{names[m]}:@{digest}"
 
@@ -326,38 +328,57 @@ def _local_pointer(ref: Any) -> str | None:
     return None
 
 
-# Keywords whose values are data, not schemas: a `$ref` key in them refers to nothing.
-_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples", "example"})
+# Where a schema holds schemas that its type is declared from (see Walker.render): a map of
+# them, one, one or a list, a list. Anything else in a schema is data to the declarations
+# (`const`, `default`, a `not`), kept in a key as it is: a `$ref` there refers to nothing.
+_SCHEMA_MAPS = frozenset({"properties"})
+_SCHEMA_VALUES = frozenset({"additionalProperties", "items", "additionalItems"})
+_SCHEMA_LISTS = frozenset({"anyOf", "oneOf", "allOf", "prefixItems"})
 # Where a document keeps its definitions: part of no type (each is one of its own).
 _DEFINITIONS = ("$defs", "definitions")
 
 
-def _refs(schema: Any, root: bool, depth: int = 0) -> list[str] | None:
-    """The local references in ``schema`` (a whole document's ``root``: outside its
-    definitions), in order; None if it holds another reference or is too deep to key."""
-    found: list[str] = []
+class _Unkeyable(Exception):
+    """A schema with a remote reference, or past the render depth: no key."""
+
+
+def _keyed(schema: Any, root: bool, ref: Callable[[str], Any], depth: int = 0) -> Any:
+    """``schema`` as its key holds it: each local reference in a place the declarations
+    read a schema from is ``ref(pointer)``; its ``title`` (a shared type's name, which no
+    declaration writes) and a whole document's definitions left out. Raises
+    :class:`_Unkeyable`."""
     if depth > MAX_RENDER_DEPTH:
+        raise _Unkeyable
+    if not isinstance(schema, dict):
+        return schema  # `true`, `false`
+    out: dict[str, Any] = {}
+    for k, v in schema.items():
+        if k == "title" or (root and k in _DEFINITIONS):
+            continue
+        if k == "$ref":
+            pointer = _local_pointer(v)
+            if pointer is None:
+                raise _Unkeyable
+            out[k] = ref(pointer)
+        elif k in _SCHEMA_MAPS and isinstance(v, dict):
+            out[k] = {name: _keyed(sub, False, ref, depth + 1) for name, sub in v.items()}
+        elif (k in _SCHEMA_LISTS or k in _SCHEMA_VALUES) and isinstance(v, list):
+            out[k] = [_keyed(sub, False, ref, depth + 1) for sub in v]
+        elif k in _SCHEMA_VALUES:
+            out[k] = _keyed(v, False, ref, depth + 1)
+        else:
+            out[k] = v
+    return out
+
+
+def _refs(schema: Any, root: bool) -> list[str] | None:
+    """The local references a schema's type is declared from (see :func:`_keyed`), in
+    order; None if it cannot be keyed."""
+    found: list[str] = []
+    try:
+        _keyed(schema, root, found.append)
+    except _Unkeyable:
         return None
-    if isinstance(schema, list):
-        for item in schema:
-            more = _refs(item, False, depth + 1)
-            if more is None:
-                return None
-            found += more
-    elif isinstance(schema, dict):
-        for k, v in schema.items():
-            if k in _DATA_KEYWORDS or (root and k in _DEFINITIONS):
-                continue
-            if k == "$ref":
-                pointer = _local_pointer(v)
-                if pointer is None:
-                    return None
-                found.append(pointer)
-                continue
-            more = _refs(v, False, depth + 1)
-            if more is None:
-                return None
-            found += more
     return found
 
 
@@ -368,26 +389,6 @@ def _type_name(schema: Any, pointer: str) -> str:
         return pointer.rsplit("/", 1)[-1].replace("~1", "/").replace("~0", "~")
     title = schema.get("title") if isinstance(schema, dict) else None
     return title if isinstance(title, str) else ""
-
-
-def _keyed(schema: Any, root: bool, targets: dict[str, str | None]) -> Any:
-    """``schema`` with each local reference's pointer replaced by its target's key."""
-    if isinstance(schema, list):
-        return [_keyed(item, False, targets) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out: dict[str, Any] = {}
-    for k, v in schema.items():
-        if (root and k in _DEFINITIONS) or k == "title":
-            continue  # no part of a type as declared (a title is a shared type's name)
-        if k in _DATA_KEYWORDS:
-            out[k] = v
-        elif k == "$ref":
-            pointer = _local_pointer(v)
-            out[k] = targets[pointer] if pointer is not None else v
-        else:
-            out[k] = _keyed(v, False, targets)
-    return out
 
 
 def _digest(value: Any) -> str | None:
@@ -529,9 +530,9 @@ class Walker(abc.ABC):
 
     def result(self, doc: Document) -> Rendered:
         """A tool's result type (``doc``: see :func:`result_document`). A model (an object
-        type with a ``title``) is a named type, shared as a definition is: a tool that
-        returns what another takes, or returns too, is declared to. Anything else is written
-        out where it is."""
+        type with a ``title``) is a named type, shared as a definition is, so a tool that
+        returns what another takes is declared to return that very type. Anything else is
+        written out where it is."""
         if is_plain_object(doc.root) and doc.key("") is not None:
             return Rendered(self._name_for(doc, ""))
         return self.render(doc.root, doc, 1, hint=doc.root_name)

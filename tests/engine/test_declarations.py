@@ -741,6 +741,20 @@ def test_types_are_shared_only_by_what_they_are() -> None:
     # A `$ref` in data (a default, a const) is data: it refers to nothing.
     data = doc({"$defs": {"D": {"type": "object", "default": {"$ref": "#/nowhere"}}}})
     assert data.key("/$defs/D") is not None
+    # Properties named as keywords are properties: `title` and `default` here are types.
+    for name in ("title", "default", "const"):
+        keys = {
+            doc(
+                {
+                    "$defs": {
+                        "X": {"type": kind},
+                        "P": {"type": "object", "properties": {name: {"$ref": "#/$defs/X"}}},
+                    }
+                }
+            ).key("/$defs/P")
+            for kind in ("string", "number")
+        }
+        assert len(keys) == 2 and None not in keys, name
 
 
 def test_full_descriptions_for_search_answers() -> None:
