@@ -16,6 +16,7 @@ import pytest
 
 from sandbox.protocol import Clock, Limits, Record, Script
 from sandbox.runtime import run_in_process
+from tests._garbage import collect_runs_garbage
 
 from .conftest import NOW_MS, PoolProcess
 
@@ -43,7 +44,7 @@ def run(request: pytest.FixtureRequest) -> Run:
     if request.param == "in_process":
 
         def in_process(code: str, records: Any = None, **limits: Any) -> Any:
-            gc.collect()  # an earlier run's garbage freed here, not during this run
+            collect_runs_garbage()  # an earlier run's garbage freed here, not during this run
             return run_in_process(_script(code, records, **limits))
 
         return in_process
@@ -672,7 +673,6 @@ def test_a_finalizer_after_the_run_cannot_escape_the_check(
 ) -> None:
     """A task left waiting on itself is dropped with the run, and its `finally` runs when
     the collector frees it, after the run: the dataclass it makes is checked all the same."""
-    import gc
 
     code = (
         "import asyncio, dataclasses\nbox = []\nasync def f():\n    try:\n"

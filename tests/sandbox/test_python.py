@@ -19,6 +19,7 @@ import pytest
 
 from sandbox import protocol, runtime
 from sandbox.protocol import Clock, FileInfo, Limits, Ran, Record, Script
+from tests._garbage import collect_runs_garbage
 from tests.sandbox.conftest import NOW_MS, SEED, TOOLS, KiB, MiB, rec
 
 
@@ -48,10 +49,8 @@ def pyscript(
 
 def run(code: str, records: Iterable[Record] = (), **kwargs: Any) -> Ran:
     fetch = kwargs.pop("fetch", None)
-    # Runs share this process, as no two share a sandbox's: what an earlier run left for the
-    # collector (a coroutine never awaited, which warns when freed) is freed now, not in the
-    # middle of this run, whose printed text would take its warning.
-    gc.collect()
+    # Runs share this process, as no two share a sandbox's.
+    collect_runs_garbage()
     return runtime.run_in_process(pyscript(code, records, **kwargs), fetch)
 
 
@@ -1950,7 +1949,7 @@ def test_a_coroutine_used_as_a_result_says_to_await_it(use: str, said: str) -> N
     error = failed(code, tools=["t"])
     # Its coroutines, never awaited, are collected here: later, their warning would be
     # written into whichever run of this process is going on then.
-    gc.collect()
+    collect_runs_garbage()
     assert error.message == (
         f"{said}; calling an async function of the script gives a coroutine, not its result: "
         "await it (`await fetch(x)`), or several at once with "
