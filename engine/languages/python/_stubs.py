@@ -26,7 +26,8 @@ it declares no output schema). An optional argument may be given None: the sandb
 it out, as JavaScript leaves out ``undefined``. An object type is a ``TypedDict`` (the
 functional form when a key is not a Python name); each ``$ref`` target is a named type,
 declared once after ``tools``, so a recursive schema stays finite, and a model several
-tools' schemas define is one class, as in TypeScript. A tool whose properties
+tools' schemas define is one class, as in TypeScript, as is an object several tools write
+out alike under one property's name. A tool whose properties
 are not all Python names takes ``**kwargs: Unpack[<Tool>_Input]``. Python has no
 intersection type: an ``allOf`` of several object types is ``Any``. A tool named a keyword
 or with a leading ``_`` (which a script may not write as an attribute) is a comment saying to
@@ -46,6 +47,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
+
+import orjson
 
 from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
 from engine._tools import Tool
@@ -156,6 +159,8 @@ class StubRenderer(Walker):
         self.never = Rendered(self.n("Never"))
         self.null = Rendered("None")
         self.classes: deque[str] = deque()
+        # The prefix of the tool's type names (see object).
+        self.prefix = ""
 
     def value_text(self, value: Any) -> str:
         return python_literal(value)
@@ -201,7 +206,25 @@ class StubRenderer(Walker):
         if not members:
             value = self.never if extra is CLOSED else (extra or self.unknown)
             return Rendered(f"{self.n('dict')}[{self.n('str')}, {value.text}]")
-        return Rendered(self.typed_dict(self.namer.fresh(hint), members, extra))
+        # A class like one the block declared already, under the same name but for its
+        # tool's prefix (an MCP server's `entities` items in four tools' schemas), is that
+        # one: its members' types name the classes met in them, shared the same way.
+        local = hint.removeprefix(f"{self.prefix}_") if self.prefix else hint
+        key = (
+            "\x00class "
+            + orjson.dumps(
+                [
+                    local,
+                    [[m.key, m.type.text, m.required, m.comment] for m in members],
+                    None if extra is None else extra.text,
+                ]
+            ).decode()
+        )
+        shared = self.namer.declared.get(key)
+        if shared is not None:
+            return Rendered(shared)
+        name = self.namer.declared[key] = self.typed_dict(self.namer.fresh(hint), members, extra)
+        return Rendered(name)
 
     def typed_dict(self, name: str, members: list[Member], extra: Rendered | None) -> str:
         """Declare the ``TypedDict`` ``name`` (in :attr:`classes`) and return its name."""
@@ -346,6 +369,7 @@ def declare_tool(
     are ``Any``, whatever ``results`` says); ``results=False`` declares every result ``Any``.
     """
     renderer = StubRenderer(namer, comments=comments and not check, check=check)
+    renderer.prefix = type_prefix(tool.name)
     any_ = renderer.unknown.text
     if not is_python_name(tool.name) or tool.name.startswith("_"):
         # `tools.class(...)` is not Python, and a script may not write an attribute that
