@@ -63,6 +63,9 @@ class Dialect(abc.ABC):
     footer: str
     files_note: str  # the paragraph on `files`, in the language
     code_description: str  # of run_code's `code` argument
+    # Whether the language writes an object type where it is, and names those written out in
+    # several places of a block (see Walker._object); one that names every object does not.
+    names_repeated_objects = False
 
     @abc.abstractmethod
     def declare_tool(
@@ -158,6 +161,13 @@ class Dialect(abc.ABC):
         fixed = "".join(self.builtin(b) for b in builtins)
         used = size(self.header) + size(fixed) + size(self.footer)
         namer = Namer()
+        if self.names_repeated_objects:
+            # A first pass counts the objects written out in more than one place.
+            counting = Namer()
+            counting.met = {}
+            for tool in tools:
+                self.declare_tool(tool, counting, comments=True, full=full_descriptions)
+            namer.repeated = frozenset(k for k, n in counting.met.items() if n > 1)
         members: list[str] = []
         types: list[str] = []
         declared: list[Tool] = []

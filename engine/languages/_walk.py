@@ -93,6 +93,11 @@ class Namer:
         # `$defs` of every tool that uses it: an `Item` of five tools was declared five times,
         # under five names, as five types the model could not tell were one.
         self.declared: dict[str, str] = {}
+        # The keys of the objects written out in more than one place of the block (see
+        # Walker._object), which a language that writes objects where they are names instead;
+        # None: it names none. `met` counts them, in a first pass over the block's tools.
+        self.repeated: frozenset[str] | None = None
+        self.met: dict[str, int] | None = None
 
     def fresh(self, base: str) -> str:
         name = base
@@ -108,6 +113,7 @@ class Namer:
         namer = Namer(self.taken)
         namer._next = dict(self._next)
         namer.declared = dict(self.declared)
+        namer.repeated, namer.met = self.repeated, self.met
         return namer
 
 
@@ -170,6 +176,9 @@ class Document:
     root: Any
     prefix: str  # the tool's type prefix
     root_name: str  # the name of the whole schema when a `$ref: "#"` reaches it
+    # The whole is written where it is, never named for being written out elsewhere too
+    # (a tool's input: its members are the call's arguments, read in its signature).
+    inline_root: bool = False
     names: dict[str, str] = field(default_factory=dict)  # JSON pointer -> type name
     # Strongly connected components of the "is directly" graph (see `component`).
     _components: dict[str, int] = field(default_factory=dict)
@@ -459,6 +468,10 @@ class Walker(abc.ABC):
         self.namer = namer
         self.comments = comments
         self.pending: deque[tuple[Document, str, str]] = deque()
+        # Declarations of objects named where they were met (see _object), not yet drained.
+        self.written: deque[str] = deque()
+        self._keying = False  # writing an object out for its key (see _key_of_object)
+        self._object_keys: dict[tuple[int, int, str], str] = {}
         # The named type being declared, to spot a type that is, directly, itself.
         self._declaring: tuple[Document, str] | None = None
 
@@ -540,7 +553,10 @@ class Walker(abc.ABC):
     def drain(self) -> Iterator[str]:
         """Declarations of the named types met so far, and of those they meet in turn, each
         once, in the order they were met."""
-        while self.pending:
+        while self.pending or self.written:
+            if self.written:
+                yield self.written.popleft()
+                continue
             doc, pointer, name = self.pending.popleft()
             self._declaring = (doc, pointer)
             body = self.named(doc, pointer, name)
@@ -676,8 +692,53 @@ class Walker(abc.ABC):
         return members, None
 
     def _object(self, schema: dict[str, Any], doc: Document, level: int, hint: str) -> Rendered:
+        namer = self.namer
+        if (namer.repeated is None and namer.met is None) or (
+            schema is doc.root and doc.inline_root
+        ):
+            members, extra = self.members(schema, doc, level)
+            return self.object(members, extra, level, hint)
+        # An object written out alike in several places of the block (a server's zod schema
+        # of an entity, inlined into each tool's input and result) is one named type,
+        # declared where it was first met, in a language that otherwise writes objects where
+        # they are. Alike: under one name (less its tool's prefix), and written out the same,
+        # every object in it too (an `additionalProperties: false` that changes nothing
+        # written changes nothing).
+        key = self._key_of_object(schema, doc, hint)
+        if self._keying:
+            return Rendered(key)  # in its holder's key, an object is its own key
+        if namer.met is not None:
+            namer.met[key] = namer.met.get(key, 0) + 1
+        name = namer.declared.get(key)
+        if name is None and namer.repeated is not None and key in namer.repeated:
+            members, extra = self.members(schema, doc, 0)
+            body = self.object(members, extra, 0, hint)
+            if "\n" not in body.text:
+                return body  # one line (`{ ok: boolean }`): shorter written out than named
+            name = namer.declared[key] = namer.fresh(hint)
+            self.written.append(self.declaration(name, body))
+        if name is not None:
+            return Rendered(name)
         members, extra = self.members(schema, doc, level)
         return self.object(members, extra, level, hint)
+
+    def _key_of_object(self, schema: dict[str, Any], doc: Document, hint: str) -> str:
+        """The key of an object written out where it is (see :meth:`_object`): the name it
+        would take less its tool's prefix, and a digest of it as written, each object in it
+        by its own key (so that each is written once for the keys, however deep)."""
+        made = (id(doc), id(schema), hint)
+        key = self._object_keys.get(made)
+        if key is None:
+            keying, self._keying = self._keying, True
+            try:
+                members, extra = self.members(schema, doc, 0)
+                text = self.object(members, extra, 0, hint).text
+            finally:
+                self._keying = keying
+            digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+            key = f"\x00object {hint.removeprefix(f'{doc.prefix}_')}:{digest}"
+            self._object_keys[made] = key
+        return key
 
     def value_text(self, value: Any) -> str:
         """A JSON value (a default) as the language writes it."""

@@ -458,6 +458,44 @@ def shop_tools() -> list[Tool]:
     return [get_item, put_item, place_order, get_order, post_comment, edit_comment, other, renamed]
 
 
+def entity_tools() -> list[Tool]:
+    """Tools as the reference MCP memory server declares them: the same object written out
+    in each tool's schema, no `$defs`."""
+    entity = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "The name of the entity."},
+            "observations": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["name", "observations"],
+    }
+    graph = {
+        "type": "object",
+        "properties": {"entities": {"type": "array", "items": entity}},
+        "required": ["entities"],
+    }
+    done = {
+        "type": "object",
+        "properties": {"success": {"type": "boolean"}, "message": {"type": "string"}},
+        "required": ["success", "message"],
+    }
+    return [
+        Tool("create_entities", input_schema=graph, output_schema=graph),
+        Tool("read_graph", input_schema={"type": "object"}, output_schema=graph),
+        Tool("delete_entities", input_schema=graph, output_schema=done),
+        Tool("delete_all", input_schema={"type": "object"}, output_schema=done),
+        # The same shape under another property's name: a class of its own.
+        Tool(
+            "rename",
+            input_schema={
+                "type": "object",
+                "properties": {"nodes": {"type": "array", "items": entity}},
+                "required": ["nodes"],
+            },
+        ),
+    ]
+
+
 # Results of one tool passed to another: the shared types make these calls type-check.
 SHOP_USAGE = """
 async function shop() {
@@ -502,6 +540,10 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     for t in _odd_tools():
         alone, _ = declare_tools([t], BUDGET)
         files[f"odd_{t.name}.ts"] = _module(alone + _calls([t]))
+    entities = entity_tools()
+    block, declared = declare_tools(entities, 10**9)
+    assert declared == entities
+    files["entities.ts"] = _module(block + _calls(entities) + ENTITY_USAGE)
     for order in ("shop", "shop_reversed"):
         shop = shop_tools()[:: 1 if order == "shop" else -1]
         block, declared = declare_tools(shop, 10**9)
@@ -565,6 +607,56 @@ def test_each_corpus_tool_alone_compiles(compiled: dict[str, list[str]], name: s
 def test_odd_schemas_compile(compiled: dict[str, list[str]], name: str) -> None:
     """Cycles, self-aliases, root refs, colliding names, odd literals and keywords compile."""
     assert compiled.get(f"odd_{name}.ts") is None, "\n".join(compiled[f"odd_{name}.ts"])
+
+
+ENTITY_USAGE = """
+async function entities() {
+  const graph = await tools.read_graph();
+  const done = await tools.delete_entities({ entities: graph.entities.filter((e) => e.observations.length === 0) });
+  const ok: boolean = done.success;
+  await tools.rename({ nodes: graph.entities });
+  void ok;
+}
+"""
+
+
+def test_objects_written_out_alike_compile(compiled: dict[str, list[str]]) -> None:
+    """Objects written out alike in several tools, named once, compile with results passed
+    from one tool to another."""
+    assert compiled.get("entities.ts") is None, "\n".join(compiled["entities.ts"])
+
+
+def test_an_object_written_out_in_several_tools_is_declared_once() -> None:
+    """An object several tools' schemas write out alike (an MCP server's zod schema, inlined
+    into each tool's input and result), under one property's name, is one named type,
+    declared where it was first met (the reference MCP memory server's block: 5,064 ->
+    3,214 bytes). Not an object of one line, shorter written out than named; nor a tool's
+    whole input, whose members are read in its signature; nor the same object under another
+    property's name."""
+    block, _ = declare_tools(entity_tools(), 10**9)
+    tools_object, types = block.split("};\n", 1)
+    assert types == (
+        "type Create_entities_Entities = {\n"
+        "  /** The name of the entity. */\n"
+        "  name: string;\n"
+        "  observations: string[];\n"
+        "};\n"
+    )
+    for member in (
+        "create_entities(input: { entities: Create_entities_Entities[] }): "
+        "Promise<{ entities: Create_entities_Entities[] }>;",
+        "read_graph(input?: { [key: string]: unknown }): "
+        "Promise<{ entities: Create_entities_Entities[] }>;",
+        "delete_entities(input: { entities: Create_entities_Entities[] }): "
+        "Promise<{ success: boolean; message: string }>;",
+        "delete_all(input?: { [key: string]: unknown }): "
+        "Promise<{ success: boolean; message: string }>;",
+    ):
+        assert member in tools_object
+    assert "rename(input: {\n    nodes: {\n      /** The name of the entity. */" in tools_object
+    # A tool that writes an object out once writes it where it is (a search answer).
+    alone, _ = declare_tools(entity_tools()[1:2], BUDGET)
+    assert "type " not in alone.split("};\n", 1)[1] and "/** The name of the entity. */" in alone
 
 
 @pytest.mark.parametrize("order", ["shop", "shop_reversed"])
@@ -655,7 +747,8 @@ def test_thousands_of_chained_definitions_declare_in_linear_time(
         input_schema={"type": "object", "properties": {"v": {"$ref": "#/$defs/D0"}}, "$defs": defs},
     )
     block, _ = declare_tools([chained], 10**9)
-    assert lookups < 8 * count, lookups
+    # Two passes over a block: the first counts the objects written out in several places.
+    assert lookups < 16 * count, lookups
     assert "type Chain_D0 = Chain_D1;" in block and f"type Chain_D{count} = string;" in block
     defs[f"D{count}"] = {"anyOf": [{"$ref": "#/$defs/D0"}, {"type": "string"}]}  # now a cycle
     cyclic = Tool(
@@ -664,7 +757,7 @@ def test_thousands_of_chained_definitions_declare_in_linear_time(
     )
     lookups = 0
     block, _ = declare_tools([cyclic], 10**9)
-    assert lookups < 8 * count, lookups
+    assert lookups < 16 * count, lookups
     assert "type Cycle_D0 = unknown;" in block
 
 

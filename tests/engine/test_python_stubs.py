@@ -27,7 +27,7 @@ from engine.languages.python._check import checker_argv, isolate
 from engine.languages.python._stubs import declare_tool
 from tests._needs import require
 from tests.engine.corpus import load_corpus
-from tests.engine.test_declarations import ODD_SCHEMAS, minimal, shop_tools
+from tests.engine.test_declarations import ODD_SCHEMAS, entity_tools, minimal, shop_tools
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = load_corpus()
@@ -135,49 +135,11 @@ def test_a_model_several_tools_use_is_one_class() -> None:
     assert "    items: list[Get_item_Item]\n    ship_to: Place_order_Address\n" in block
 
 
-def _entity_tools() -> list[Tool]:
-    """Tools as the reference MCP memory server declares them: the same object written out
-    in each tool's schema, no `$defs`."""
-    entity = {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "description": "The name of the entity."},
-            "observations": {"type": "array", "items": {"type": "string"}},
-        },
-        "required": ["name", "observations"],
-    }
-    graph = {
-        "type": "object",
-        "properties": {"entities": {"type": "array", "items": entity}},
-        "required": ["entities"],
-    }
-    done = {
-        "type": "object",
-        "properties": {"success": {"type": "boolean"}, "message": {"type": "string"}},
-        "required": ["success", "message"],
-    }
-    return [
-        Tool("create_entities", input_schema=graph, output_schema=graph),
-        Tool("read_graph", input_schema={"type": "object"}, output_schema=graph),
-        Tool("delete_entities", input_schema=graph, output_schema=done),
-        Tool("delete_all", input_schema={"type": "object"}, output_schema=done),
-        # The same shape under another property's name: a class of its own.
-        Tool(
-            "rename",
-            input_schema={
-                "type": "object",
-                "properties": {"nodes": {"type": "array", "items": entity}},
-                "required": ["nodes"],
-            },
-        ),
-    ]
-
-
 def test_objects_written_out_alike_in_several_tools_are_one_class(ty: Path, tmp_path: Path) -> None:
     """An object several tools' schemas write out alike, under one property's name, is one
     class (the reference MCP memory server's tools: 6,777 -> 4,029 bytes of stubs), and so
     are results alike; the stubs check clean."""
-    block, _ = PYTHON.declare_tools(_entity_tools(), 10**9)
+    block, _ = PYTHON.declare_tools(entity_tools(), 10**9)
     classes = re.findall(r"^class (\w+)\(TypedDict\):", block, flags=re.M)
     assert classes == [
         "Create_entities_Entities",
@@ -189,7 +151,7 @@ def test_objects_written_out_alike_in_several_tools_are_one_class(ty: Path, tmp_
     assert "async def delete_all(self, **kwargs: Any) -> Delete_entities_Result:" in block
     assert "entities: list[Create_entities_Entities]" in block
     (tmp_path / "model.pyi").write_text(MODEL_IMPORTS + block)
-    (tmp_path / "tools.pyi").write_text(check_stubs(_entity_tools()))
+    (tmp_path / "tools.pyi").write_text(check_stubs(entity_tools()))
     assert _ty(ty, tmp_path, "model.pyi", "tools.pyi") == ""
 
 

@@ -20,7 +20,9 @@ as a comment (the whole description in a search answer), its input type, and its
 with a ``title``). Each ``$ref`` target is a named type after the ``tools`` object, prefixed
 with its tool's name, so names never clash across tools; a type several tools' schemas
 define alike (pydantic's model in each one's ``$defs``) is declared once, under the name it
-got first (see ``Namer.declared``).
+got first (see ``Namer.declared``), and so is an object written out alike in several places
+of the block under one property's name (an MCP server's zod schema inlined into each tool),
+unless it fits on one line (see ``Walker._object``).
 
 A block holds at most 12 KiB, by the rules every language shares (``engine.languages._dialect``).
 """
@@ -93,7 +95,9 @@ def declare_tool(
     renderer.checking = not results  # the type check's declarations (see Renderer)
     prefix = type_prefix(tool.name)
     input_type = renderer.render(
-        tool.input_schema, Document(tool.input_schema, prefix, f"{prefix}_Input"), 1
+        tool.input_schema,
+        Document(tool.input_schema, prefix, f"{prefix}_Input", inline_root=True),
+        1,
     ).text
     result_type = "unknown" if results else "any"
     if results and tool.output_schema is not None:
@@ -145,6 +149,7 @@ class JavaScriptDialect(Dialect):
     header = _HEADER
     footer = _FOOTER
     files_note = FILES_NOTE
+    names_repeated_objects = True
     code_description = (
         "The body of an async JavaScript function that calls "
         "`await tools.<name>({ ... })`; `return` the value to send back."
