@@ -117,12 +117,16 @@ def test_tools_that_share_models_type_check(ty: Path, tmp_path: Path) -> None:
     assert checked.ok, checked.message()
 
 
+def _classes(block: str) -> list[str]:
+    """The names of the TypedDict classes a block declares, in order."""
+    return re.findall(r"^class (\w+)\(TypedDict\):", block, flags=re.M)
+
+
 def test_a_model_several_tools_use_is_one_class() -> None:
     """As in TypeScript: one class per model, named where it was first met, a result that is
     a model named after it."""
     block, _ = PYTHON.declare_tools(shop_tools(), 10**9)
-    classes = re.findall(r"^class (\w+)\(TypedDict\):", block, flags=re.M)
-    assert classes == [
+    assert _classes(block) == [
         "Get_item_Item",
         "Place_order_Address",
         "Place_order_Order",
@@ -140,8 +144,7 @@ def test_objects_written_out_alike_in_several_tools_are_one_class(ty: Path, tmp_
     class (the reference MCP memory server's tools: 6,777 -> 4,029 bytes of stubs), and so
     are results alike; the stubs check clean."""
     block, _ = PYTHON.declare_tools(entity_tools(), 10**9)
-    classes = re.findall(r"^class (\w+)\(TypedDict\):", block, flags=re.M)
-    assert classes == [
+    assert _classes(block) == [
         "Create_entities_Entities",
         "Create_entities_Result",
         "Delete_entities_Result",
