@@ -420,7 +420,7 @@ def shop_tools() -> list[Tool]:
 
     @tool
     def post_comment(comment: Comment) -> Comment:
-        """Post a comment (a recursive model: never shared)."""
+        """Post a comment (a recursive model)."""
         return comment
 
     @tool
@@ -508,6 +508,18 @@ async function shop() {
   void both, posted, await tools.stock_item({ item: { sku: "k" } }), await tools.rate_product({ product: item });
   // @ts-expect-error: the MCP server's Item is another type
   await tools.stock_item({ item });
+}
+"""
+
+
+# Results passed on, objects written out alike in several tools declared once.
+ENTITY_USAGE = """
+async function entities() {
+  const graph = await tools.read_graph();
+  const done = await tools.delete_entities({ entities: graph.entities.filter((e) => e.observations.length === 0) });
+  const ok: boolean = done.success;
+  await tools.rename({ nodes: graph.entities });
+  void ok;
 }
 """
 
@@ -607,17 +619,6 @@ def test_each_corpus_tool_alone_compiles(compiled: dict[str, list[str]], name: s
 def test_odd_schemas_compile(compiled: dict[str, list[str]], name: str) -> None:
     """Cycles, self-aliases, root refs, colliding names, odd literals and keywords compile."""
     assert compiled.get(f"odd_{name}.ts") is None, "\n".join(compiled[f"odd_{name}.ts"])
-
-
-ENTITY_USAGE = """
-async function entities() {
-  const graph = await tools.read_graph();
-  const done = await tools.delete_entities({ entities: graph.entities.filter((e) => e.observations.length === 0) });
-  const ok: boolean = done.success;
-  await tools.rename({ nodes: graph.entities });
-  void ok;
-}
-"""
 
 
 def test_objects_written_out_alike_compile(compiled: dict[str, list[str]]) -> None:
