@@ -517,6 +517,15 @@ class Walker(abc.ABC):
     def declaration(self, name: str, body: Rendered) -> str:
         """The declaration of a named type."""
 
+    # Whether every object type is a named type of its own (a Python class): then one
+    # written out alike elsewhere in the block is that one (see _object).
+    names_objects = False
+
+    def written_out(self, members: list[Member], extra: Rendered | None, hint: str) -> str:
+        """An object as written, for its key (see :meth:`_key_of_object`): as :meth:`object`
+        writes it, unless that declares something (a language that names every object)."""
+        return self.object(members, extra, 0, hint).text
+
     def named(self, doc: Document, pointer: str, name: str) -> Rendered:
         """The body of the named type ``name`` (a language that declares objects as classes
         names the class ``name``)."""
@@ -693,23 +702,29 @@ class Walker(abc.ABC):
 
     def _object(self, schema: dict[str, Any], doc: Document, level: int, hint: str) -> Rendered:
         namer = self.namer
-        if (namer.repeated is None and namer.met is None) or (
+        if not (self.names_objects or namer.repeated is not None or namer.met is not None) or (
             schema is doc.root and doc.inline_root
         ):
             members, extra = self.members(schema, doc, level)
             return self.object(members, extra, level, hint)
         # An object written out alike in several places of the block (a server's zod schema
-        # of an entity, inlined into each tool's input and result) is one named type,
-        # declared where it was first met, in a language that otherwise writes objects where
-        # they are. Alike: under one name (less its tool's prefix), and written out the same,
-        # every object in it too (an `additionalProperties: false` that changes nothing
-        # written changes nothing).
+        # of an entity, inlined into each tool's input and result) is one type: alike, under
+        # one name (less its tool's prefix) and written out the same, every object in it too
+        # (an `additionalProperties: false` that changes nothing written changes nothing).
         key = self._key_of_object(schema, doc, hint)
         if self._keying:
             return Rendered(key)  # in its holder's key, an object is its own key
         if namer.met is not None:
             namer.met[key] = namer.met.get(key, 0) + 1
         name = namer.declared.get(key)
+        if name is None and self.names_objects:
+            # A language that names every object: the first of its key is the one.
+            members, extra = self.members(schema, doc, level)
+            rendered = self.object(members, extra, level, hint)
+            namer.declared[key] = rendered.text
+            return rendered
+        # One that writes objects where they are names those written out in several places,
+        # where each was first met (see Dialect.names_repeated_objects).
         if name is None and namer.repeated is not None and key in namer.repeated:
             members, extra = self.members(schema, doc, 0)
             body = self.object(members, extra, 0, hint)
@@ -732,7 +747,7 @@ class Walker(abc.ABC):
             keying, self._keying = self._keying, True
             try:
                 members, extra = self.members(schema, doc, 0)
-                text = self.object(members, extra, 0, hint).text
+                text = self.written_out(members, extra, hint)
             finally:
                 self._keying = keying
             digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

@@ -152,6 +152,8 @@ class StubRenderer(Walker):
     become ``TypedDict`` classes, collected in :attr:`classes`. ``check`` writes the type
     check's spelling (private aliases)."""
 
+    names_objects = True
+
     def __init__(self, namer: Namer, *, comments: bool, check: bool = False) -> None:
         super().__init__(namer, comments=comments)
         self.check = check
@@ -159,8 +161,6 @@ class StubRenderer(Walker):
         self.never = Rendered(self.n("Never"))
         self.null = Rendered("None")
         self.classes: deque[str] = deque()
-        # The prefix of the tool's type names (see object).
-        self.prefix = ""
 
     def value_text(self, value: Any) -> str:
         return python_literal(value)
@@ -206,25 +206,16 @@ class StubRenderer(Walker):
         if not members:
             value = self.never if extra is CLOSED else (extra or self.unknown)
             return Rendered(f"{self.n('dict')}[{self.n('str')}, {value.text}]")
-        # A class like one the block declared already, under the same name but for its
-        # tool's prefix (an MCP server's `entities` items in four tools' schemas), is that
-        # one: its members' types name the classes met in them, shared the same way.
-        local = hint.removeprefix(f"{self.prefix}_") if self.prefix else hint
-        key = (
-            "\x00class "
-            + orjson.dumps(
-                [
-                    local,
-                    [[m.key, m.type.text, m.required, m.comment] for m in members],
-                    None if extra is None else extra.text,
-                ]
-            ).decode()
-        )
-        shared = self.namer.declared.get(key)
-        if shared is not None:
-            return Rendered(shared)
-        name = self.namer.declared[key] = self.typed_dict(self.namer.fresh(hint), members, extra)
-        return Rendered(name)
+        return Rendered(self.typed_dict(self.namer.fresh(hint), members, extra))
+
+    def written_out(self, members: list[Member], extra: Rendered | None, hint: str) -> str:
+        # What the class would hold, without declaring it (object() declares one).
+        return orjson.dumps(
+            [
+                [[m.key, m.type.text, m.required, m.comment] for m in members],
+                None if extra is None else extra.text,
+            ]
+        ).decode()
 
     def typed_dict(self, name: str, members: list[Member], extra: Rendered | None) -> str:
         """Declare the ``TypedDict`` ``name`` (in :attr:`classes`) and return its name."""
@@ -369,7 +360,6 @@ def declare_tool(
     are ``Any``, whatever ``results`` says); ``results=False`` declares every result ``Any``.
     """
     renderer = StubRenderer(namer, comments=comments and not check, check=check)
-    renderer.prefix = type_prefix(tool.name)
     any_ = renderer.unknown.text
     if not is_python_name(tool.name) or tool.name.startswith("_"):
         # `tools.class(...)` is not Python, and a script may not write an attribute that
