@@ -14,19 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from engine import Config, ConfigError, Limits, parse_size
 from engine._limits import LIMIT_NAMES, MAX_LIMIT
+from tests._fuzz import derandomized
 
-FUZZ = settings(
-    max_examples=200,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+FUZZ = derandomized(200, HealthCheck.function_scoped_fixture)
 # A message names the value cut short, so a huge input never makes a huge message.
 MAX_MESSAGE = 600
 

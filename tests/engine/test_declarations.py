@@ -416,7 +416,7 @@ def shop_tools() -> list[Tool]:
     @tool
     def get_order(order_id: str) -> Order:
         """Get an order."""
-        raise NotImplementedError
+        return Order(items=[Item(name=order_id, qty=1)], ship_to=Address(street="s", city="c"))
 
     @tool
     def post_comment(comment: Comment) -> Comment:

@@ -3,10 +3,7 @@ tools have (definitions of one name in several tools, alike or not, recursive or
 objects written out alike in several places; properties named as keywords), and whatever the
 budget, a block in either language is the same bytes every time, declares each of its named
 types once, and names no type it does not declare (one declared on a try that the budget
-then dropped, say).
-
-Examples are derandomized (the same every run) so the suite stays deterministic; hypothesis
-still shrinks any failure to its smallest input.
+then dropped, say). Derandomized (tests._fuzz).
 """
 
 from __future__ import annotations
@@ -14,20 +11,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from engine._tools import Tool
 from engine.languages.javascript._declarations import declare_tools
 from engine.languages.python import PYTHON
+from tests._fuzz import derandomized
 
-FUZZ = settings(
-    max_examples=150,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+FUZZ = derandomized(150)
 
 TOOL_NAMES = ("alpha", "beta_tool", "gamma", "delta")
 DEFINITIONS = ("Item", "User", "Node")

@@ -11,20 +11,15 @@ import re
 from collections.abc import Callable
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from engine import CodeModeError, ScriptTooLarge, normalize
 from engine._source import MAX_CODE_BYTES
+from tests._fuzz import derandomized
 
 # Derandomized: the same examples on every run, so a failure is never one run's bad luck.
-FUZZ = settings(
-    max_examples=200,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+FUZZ = derandomized(200)
 
 # Pieces that mean something to the normalizer, mixed with arbitrary text (lone surrogates,
 # NULs and every line break JavaScript counts included).

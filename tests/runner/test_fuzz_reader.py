@@ -12,23 +12,18 @@ import asyncio
 import json
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from runner import TEXT_BOUNDS, ProcessStats, RunError, Step
 from runner import _conversation as conv
 from sandbox import protocol
 from sandbox.protocol import Clock, FileInfo, Limits, Record, Script
+from tests._fuzz import derandomized
 
 # Derandomized, so the suite gives the same verdict on every run; no example database, so a
 # run leaves no files behind.
-FUZZ = settings(
-    max_examples=200,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+FUZZ = derandomized(200)
 
 SCRIPT = Script(
     id="fuzz",
