@@ -301,11 +301,11 @@ class MemoryStore(LogStore):
         self._scripts[script_id].updated_ms = self._now_ms()
 
     def _driven(self, script_id: str) -> None:
-        """Touched by its owner's write of its calls: a paused script is active again."""
-        self._touch(script_id)
+        """Its owner wrote its calls: a paused script is active again (and touched)."""
         script = self._scripts[script_id]
         if script.status == r.PAUSED:
             script.status = r.ACTIVE
+            self._touch(script_id)
 
 
 def _use(script: r.ScriptRecord, usage: r.StepUsage | None) -> None:

@@ -69,7 +69,9 @@ class ScriptRecord:
     tenant and key continues the first script (a key is unique within its tenant; another
     tenant's start with it makes a script of its own). ``tools`` is the fingerprint of the
     tool set it started with (tool name to a digest of its input schema). ``ready`` says the
-    script waits for no one and any host may claim it and step it.
+    script waits for no one and any host may claim it and step it. ``updated_ms`` is when
+    its status, its hold or one of its waiting calls last changed (the ready scripts are
+    claimed oldest first); its owner's writes of calls, results and step counts leave it.
     """
 
     id: str

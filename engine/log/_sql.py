@@ -186,25 +186,49 @@ def _fence(lease: r.Lease) -> Tx:
     return bool(held)
 
 
-def _fence_touch(lease: r.Lease, now: int, usage: r.StepUsage | None = None) -> Tx:
-    """:func:`_fence`, and the script's ``updated_ms`` (with ``usage``, its step counts) set
-    to ``now``, in one statement (see :func:`_fenced_update`): every call's transactions
-    make it. Returns whether the script is held."""
+def _fence_driven(lease: r.Lease, now: int, usage: r.StepUsage | None = None) -> Tx:
+    """:func:`_fence`, and what an owner's write of its calls changes in the script: with
+    ``usage``, its step counts; a paused script is driven on (active again, ``updated_ms``
+    set to ``now``). Returns whether the script is held.
+
+    Only what changes is written. Most calls' writes find the script active, and a row
+    written is a page of the log to write, with one more for each index on a column set
+    (``scripts_updated``, on status and ``updated_ms``): settling a call only reads it."""
+    fenced = " WHERE id = ? AND lease_owner IS NOT NULL AND lease_token = ?"
     if usage is None:
-        return (yield from _fenced_update(lease, "updated_ms = ?" + _DRIVEN, (now,)))
-    return (
-        yield from _fenced_update(
-            lease,
-            "updated_ms = ?, steps = ?, total_compute_ms = ?, total_file_bytes = ?" + _DRIVEN,
-            (now, usage.steps, usage.total_compute_ms, usage.total_file_bytes),
+        row = yield Q(
+            "SELECT held, status FROM scripts" + fenced,
+            (lease.script_id, lease.token),
+            "one",
+            "update",
         )
-    )
-
-
-# A paused script whose owner writes its calls is driven on: active (`scripts` listed it
-# paused while its approved call ran); its next pause says paused again. Taking its lease
-# alone does not: a host that takes it and leaves it (a tool it lacks) writes nothing.
-_DRIVEN = f", status = CASE WHEN status = '{r.PAUSED}' THEN '{r.ACTIVE}' ELSE status END"
+    else:
+        row = yield Q(
+            "UPDATE scripts SET steps = ?, total_compute_ms = ?, total_file_bytes = ?"
+            + fenced
+            + " RETURNING held, status",
+            (
+                usage.steps,
+                usage.total_compute_ms,
+                usage.total_file_bytes,
+                lease.script_id,
+                lease.token,
+            ),
+            "one",
+        )
+    if row is None:
+        yield from _fence(lease)  # raises: no such script, or the lease was lost
+        raise AssertionError("the fence let through a write the lease did not")
+    held, status = row
+    if status == r.PAUSED:
+        # `scripts` listed it paused while its approved call ran: its owner's write of its
+        # calls drives it on, and its next pause says paused again. (Taking its lease alone
+        # does not: a host that takes it and leaves it, lacking a tool, writes nothing.)
+        yield Q(
+            "UPDATE scripts SET status = ?, updated_ms = ? WHERE id = ?",
+            (r.ACTIVE, now, lease.script_id),
+        )
+    return bool(held)
 
 
 def _fenced_update(lease: r.Lease, sets: str, params: Sequence[Any]) -> Tx:
@@ -273,7 +297,7 @@ def add_calls(
     claim: bool,
     now: int,
 ) -> Tx:
-    held = yield from _fence_touch(lease, now, usage)
+    held = yield from _fence_driven(lease, now, usage)
     # The calls' indexes run from 0 without a gap: the next is one past the last (an index
     # lookup, where a count reads every call of the script).
     (count,) = yield Q(
@@ -300,7 +324,7 @@ def add_calls(
 
 
 def decide(lease: r.Lease, decisions: Sequence[r.Decision], claim: bool, now: int) -> Tx:
-    held = yield from _fence_touch(lease, now)
+    held = yield from _fence_driven(lease, now)
     yield from _states(lease.script_id, [d.index for d in decisions], (r.PROPOSED,))
     # A held script's calls are decided but not claimed: no call goes out while it is held.
     claiming = claim and not held
@@ -335,7 +359,7 @@ def decide(lease: r.Lease, decisions: Sequence[r.Decision], claim: bool, now: in
 
 
 def claim(lease: r.Lease, indexes: Sequence[int], now: int) -> Tx:
-    held = yield from _fence_touch(lease, now)
+    held = yield from _fence_driven(lease, now)
     claimed: list[int] = []
     if not held:  # no call goes out while the script is held
         states = yield from _states(lease.script_id, indexes, None)
@@ -351,7 +375,7 @@ def claim(lease: r.Lease, indexes: Sequence[int], now: int) -> Tx:
 
 
 def settle(lease: r.Lease, settlements: Sequence[r.Settlement], now: int) -> Tx:
-    yield from _fence_touch(lease, now)
+    yield from _fence_driven(lease, now)
     rows_of = [
         (s.state, rows.dump(s.result), s.result_bytes, s.error, now, lease.script_id, s.index)
         for s in settlements
@@ -374,7 +398,7 @@ _SETTLE = (
 
 
 def reopen(lease: r.Lease, indexes: Sequence[int], now: int) -> Tx:
-    yield from _fence_touch(lease, now)
+    yield from _fence_driven(lease, now)
     for index in indexes:
         entry = yield from _call(lease.script_id, index, (r.RUNNING,))
         if entry.token is not None and entry.token >= lease.token:
