@@ -297,9 +297,16 @@ class CodeMode(StepLoop):
         The same bytes for the same tools, so a cached prompt prefix holds.
         """
         # Kept while the declared tools stay the same: a tool an MCP server adds mid-session
-        # is deferred (found with tool_search), and the prompt's cached prefix holds.
+        # is deferred (found with tool_search), and the prompt's cached prefix holds. All a
+        # declaration is made of is compared: a tool whose result alone changed is declared
+        # again (and an MCP client told).
         declared = [
-            (t.name, t.description, orjson.dumps(t.input_schema, option=orjson.OPT_SORT_KEYS))
+            (
+                t.name,
+                t.description,
+                orjson.dumps(t.input_schema, option=orjson.OPT_SORT_KEYS),
+                orjson.dumps(t.output_schema, option=orjson.OPT_SORT_KEYS),
+            )
             for t in self.tools
             if not t.deferred
         ]

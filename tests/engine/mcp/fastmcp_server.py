@@ -74,6 +74,24 @@ async def reshape(ctx: Context) -> str:
     return "reshaped"
 
 
+def _text_add() -> Any:
+    def add(a: int, b: int) -> str:  # named as the first: its schemas' titles are the same
+        """Add two whole numbers."""
+        return str(a + b)
+
+    return add
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+async def retype(ctx: Context) -> str:
+    """Make `add` answer text (its input and description as they were) and tell the client
+    the tools changed."""
+    server.remove_tool("add")
+    server.add_tool(_text_add(), annotations=ToolAnnotations(readOnlyHint=True))
+    await ctx.request_context.session.send_tool_list_changed()
+    return "retyped"
+
+
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
 def header(ctx: Context) -> str:
     """The X-Lab header of the HTTP request that carried this call ("" over stdio)."""

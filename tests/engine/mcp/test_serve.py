@@ -355,6 +355,33 @@ async def test_a_changed_declaration_is_announced_to_the_client(
 
 
 @TRANSPORTS
+async def test_a_changed_result_type_is_declared_and_announced(
+    transport: str, tmp_path: Path
+) -> None:
+    """A tool whose output schema alone changed (its input and description as they were) is
+    declared again with its new result, and the client told."""
+    config = _config(tmp_path, "lab")
+    changed = asyncio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    async with serve(transport, tmp_path, config, on_message=on_message) as session:
+        before = (await session.list_tools()).tools[0].description or ""
+        assert returned(await run(session, "return await tools.lab__retype({});")) == {
+            "result": "retyped"
+        }
+        async with asyncio.timeout(TIMEOUT):
+            await changed.wait()
+        after = (await session.list_tools()).tools[0].description or ""
+        assert "Promise<Lab__add_AddOutput>" in before and "Promise<Lab__add_AddOutput>" in after
+        assert "type Lab__add_AddOutput = { result: number };" in before
+        # Only that declaration changed.
+        assert after.replace("result: string };", "result: number };", 1) == before
+
+
+@TRANSPORTS
 async def test_an_upstream_killed_mid_call(transport: str, tmp_path: Path) -> None:
     config = _config(tmp_path, "lab")
     async with serve(transport, tmp_path, config) as session:
