@@ -491,6 +491,11 @@ async def check_step_pause_end(make: StoreFactory) -> None:
         await store.claim(taken, [])
         got = await store.get_script(other.id)
         assert got.status == r.ACTIVE, f"a paused script driven on is {got.status}, not active"
+        # So too by a step's calls written with what the step used.
+        await store.pause(taken)
+        await store.add_calls(taken, [], usage=r.StepUsage(3, 1.5, 0))
+        got = await store.get_script(other.id)
+        assert (got.status, got.steps) == (r.ACTIVE, 3), "a step's calls drive a paused script"
         assert [s.id for s in await store.scripts(r.FINISHED)] == [record.id]
         assert await store.scripts(r.PAUSED) == []
         # An end with no usage of its own keeps what the steps recorded.
