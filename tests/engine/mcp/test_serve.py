@@ -330,10 +330,9 @@ async def test_list_changed_mid_session(transport: str, tmp_path: Path) -> None:
         assert after == before  # byte-identical: the new tool is deferred
 
 
-@TRANSPORTS
-async def test_a_changed_declaration_is_announced_to_the_client(
-    transport: str, tmp_path: Path
-) -> None:
+async def _declared_around(transport: str, tmp_path: Path, tool: str) -> tuple[str, str]:
+    """The served run_code's description before and after a script calls the lab's
+    ``tool``, which changes the lab's tools: after, once the client was told they changed."""
     config = _config(tmp_path, "lab")
     changed = asyncio.Event()
 
@@ -343,15 +342,21 @@ async def test_a_changed_declaration_is_announced_to_the_client(
 
     async with serve(transport, tmp_path, config, on_message=on_message) as session:
         before = (await session.list_tools()).tools[0].description or ""
-        assert "Add two whole numbers." in before
-        assert returned(await run(session, "return await tools.lab__reshape({});")) == {
-            "result": "reshaped"
-        }
+        done = await run(session, f"return await tools.lab__{tool}({{}});")
+        assert returned(done) == {"result": f"{tool}d"}, text(done)
         async with asyncio.timeout(TIMEOUT):
             await changed.wait()
-        after = (await session.list_tools()).tools[0].description or ""
-        assert "Add two whole numbers (reshaped)." in after
-        assert after.replace(" (reshaped)", "") == before  # only that declaration changed
+        return before, (await session.list_tools()).tools[0].description or ""
+
+
+@TRANSPORTS
+async def test_a_changed_declaration_is_announced_to_the_client(
+    transport: str, tmp_path: Path
+) -> None:
+    before, after = await _declared_around(transport, tmp_path, "reshape")
+    assert "Add two whole numbers." in before
+    assert "Add two whole numbers (reshaped)." in after
+    assert after.replace(" (reshaped)", "") == before  # only that declaration changed
 
 
 @TRANSPORTS
@@ -360,25 +365,11 @@ async def test_a_changed_result_type_is_declared_and_announced(
 ) -> None:
     """A tool whose output schema alone changed (its input and description as they were) is
     declared again with its new result, and the client told."""
-    config = _config(tmp_path, "lab")
-    changed = asyncio.Event()
-
-    async def on_message(message: Any) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            changed.set()
-
-    async with serve(transport, tmp_path, config, on_message=on_message) as session:
-        before = (await session.list_tools()).tools[0].description or ""
-        assert returned(await run(session, "return await tools.lab__retype({});")) == {
-            "result": "retyped"
-        }
-        async with asyncio.timeout(TIMEOUT):
-            await changed.wait()
-        after = (await session.list_tools()).tools[0].description or ""
-        assert "Promise<Lab__add_AddOutput>" in before and "Promise<Lab__add_AddOutput>" in after
-        assert "type Lab__add_AddOutput = { result: number };" in before
-        # Only that declaration changed.
-        assert after.replace("result: string };", "result: number };", 1) == before
+    before, after = await _declared_around(transport, tmp_path, "retype")
+    assert "Promise<Lab__add_AddOutput>" in before and "Promise<Lab__add_AddOutput>" in after
+    assert "type Lab__add_AddOutput = { result: number };" in before
+    # Only that declaration changed.
+    assert after.replace("result: string };", "result: number };", 1) == before
 
 
 @TRANSPORTS
