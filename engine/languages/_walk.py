@@ -471,7 +471,10 @@ class Walker(abc.ABC):
         # Declarations of objects named where they were met (see _object), not yet drained.
         self.written: deque[str] = deque()
         self._keying = False  # writing an object out for its key (see _key_of_object)
-        self._object_keys: dict[tuple[int, int, str], str] = {}
+        # (id(doc), id(schema), hint) -> (doc, schema, key): the doc and schema kept, so
+        # that neither id is another's while this walker lives (a tool's input document
+        # is let go before its result's is made).
+        self._object_keys: dict[tuple[int, int, str], tuple[Document, Any, str]] = {}
         # The named type being declared, to spot a type that is, directly, itself.
         self._declaring: tuple[Document, str] | None = None
 
@@ -742,17 +745,18 @@ class Walker(abc.ABC):
         would take less its tool's prefix, and a digest of it as written, each object in it
         by its own key (so that each is written once for the keys, however deep)."""
         made = (id(doc), id(schema), hint)
-        key = self._object_keys.get(made)
-        if key is None:
-            keying, self._keying = self._keying, True
-            try:
-                members, extra = self.members(schema, doc, 0)
-                text = self.written_out(members, extra, hint)
-            finally:
-                self._keying = keying
-            digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-            key = f"\x00object {hint.removeprefix(f'{doc.prefix}_')}:{digest}"
-            self._object_keys[made] = key
+        known = self._object_keys.get(made)
+        if known is not None:
+            return known[2]
+        keying, self._keying = self._keying, True
+        try:
+            members, extra = self.members(schema, doc, 0)
+            text = self.written_out(members, extra, hint)
+        finally:
+            self._keying = keying
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        key = f"\x00object {hint.removeprefix(f'{doc.prefix}_')}:{digest}"
+        self._object_keys[made] = (doc, schema, key)
         return key
 
     def value_text(self, value: Any) -> str:
