@@ -94,6 +94,9 @@ class ForkedChild:
     # Its /proc files, opened while it waited for a script, so surely its (see
     # runner._live.ProcFiles); closed with it.
     proc: ProcFiles | None = None
+    # Its CPU (ms) once it said ready and waits for its script, read by the pool then, off a
+    # step's clock (see WarmPool.refill); None: read when the script is sent.
+    cpu_ready: float | None = None
     # Handed to a background reap after its step returned at `ran`.
     detached: bool = False
 

@@ -440,9 +440,12 @@ class ProcessRunner(ScriptRunner):
         # The step is charged the CPU its process used from the script on, not what it used
         # before: forking, locking itself down, and in the pool, touching its pages while it
         # waited (about 6 ms, which a trivial script was charged); an exec'd one, starting
-        # Python and warming up (hundreds of ms). Its pid is surely its: it is not reaped.
+        # Python and warming up (hundreds of ms). Its pid is surely its: it is not reaped. A
+        # pool child's was read as it waited (ForkedChild.cpu_ready).
         if isinstance(child, ForkedChild):
-            before = child.proc.cpu_ms() if child.proc is not None else None
+            before = child.cpu_ready
+            if before is None and child.proc is not None:
+                before = child.proc.cpu_ms()
         else:
             before = cpu_ms_of(child.pid)
         # A host that works while the script runs leaves it its CPU (runner._cpu).
@@ -459,7 +462,9 @@ class ProcessRunner(ScriptRunner):
             )
         finally:
             if away is not None:
-                away.release()
+                # Once the step has returned: the process has nothing to run until it is
+                # sent results, if ever (a syscall off the way to the step's return).
+                asyncio.get_running_loop().call_soon(away.release)
         keep = live and ready.version >= protocol.LIVE_VERSION
         return await self._segment_step(
             child,
