@@ -11,8 +11,8 @@ the other. (A host that waits loses by the move: a trivial step 1.74 -> 1.83 ms.
 
 So a caller that works beside a step says so (:data:`HOST_BUSY`, set in the step's
 context), and that step's process may run on any CPU but the one the host is on when it
-sends the script, until ``ran`` arrives (on the event loop's next turn) or
-:data:`AWAY_AT_MOST` has passed. With one CPU
+sends the script, until :data:`AWAY_AT_MOST` has passed or, if it then waits for its calls'
+results, ``ran`` has arrived (on the event loop's next turn). With one CPU
 allowed, or when the kernel refuses (a host that may not set another process's affinity),
 nothing changes.
 """

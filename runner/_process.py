@@ -450,6 +450,7 @@ class ProcessRunner(ScriptRunner):
             before = cpu_ms_of(child.pid)
         # A host that works while the script runs leaves it its CPU (runner._cpu).
         away = AwayFromHost(child) if isinstance(child, ForkedChild) and HOST_BUSY.get() else None
+        outcome: conv.Outcome | None = None
         try:
             outcome = await conv.segment(
                 child.reader,
@@ -461,9 +462,11 @@ class ProcessRunner(ScriptRunner):
                 len(script.records),
             )
         finally:
-            if away is not None:
-                # Once the step has returned: the process has nothing to run until it is
-                # sent results, if ever (a syscall off the way to the step's return).
+            # A process that waits for results is let back on every CPU once the step has
+            # returned (it has nothing to run until then); one whose run is over, by the
+            # timer, if it is still there: syscalls off the way to the step's return.
+            ended = outcome is not None and (outcome.ran is None or outcome.ran.outcome != "calls")
+            if away is not None and not ended:
                 asyncio.get_running_loop().call_soon(away.release)
         keep = live and ready.version >= protocol.LIVE_VERSION
         return await self._segment_step(
