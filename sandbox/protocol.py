@@ -233,6 +233,10 @@ def results_bound(limits: Limits) -> int:
     return 2 * limits.step_arguments + 2 * limits.results + RAN_OVERHEAD
 
 
+# The integers orjson writes: 64-bit, signed or unsigned.
+_I64, _U64 = -(1 << 63), (1 << 64) - 1
+
+
 def data_problem(value: Any) -> str | None:
     """What stops ``value`` from crossing the pipe, or None when it can.
 
@@ -240,6 +244,11 @@ def data_problem(value: Any) -> str | None:
     arrays. The depth is checked by orjson itself, at its speed: wrapped in enough lists that
     one level past ``MAX_DEPTH`` is one past what orjson writes.
     """
+    kind = type(value)
+    if value is None or kind is bool or kind is float or (kind is int and _I64 <= value <= _U64):
+        # Nests nothing, and orjson writes it (a float that is no JSON number as null): the
+        # most common value of all (`return 1`), answered without the wrapping's walk.
+        return None
     outer, inner = _wrapping()
     inner.append(value)
     try:

@@ -9,6 +9,7 @@ import math
 import random
 import struct
 from collections.abc import Iterator
+from enum import IntEnum
 from typing import Any
 
 import orjson
@@ -245,3 +246,38 @@ def test_a_data_check_weighs_the_data_alone(bounded: None, monkeypatch: pytest.M
     monkeypatch.setattr(orjson, "dumps", refuse)
     assert "nests deeper" in (protocol.data_problem(heavy_deep) or "")
     assert protocol.data_problem(["é" * (LONG_TEXT // 4 + 1)]) is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        False,
+        0,
+        -1,
+        2**63,
+        2**64 - 1,
+        -(2**63),
+        2**64,
+        -(2**63) - 1,
+        1.5,
+        math.nan,
+        -math.inf,
+        IntEnum("N", "ONE").ONE,
+        "x",
+        [1],
+        {"a": 1},
+    ],
+)
+def test_a_scalar_is_judged_as_orjson_writes_it(value: object) -> None:
+    """data_problem answers numbers, truth values and null without orjson's walk, and as
+    orjson would: an integer past 64 bits cannot cross, a float orjson writes as null can."""
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        written = False
+    else:
+        written = True
+    problem = protocol.data_problem(value)
+    assert (problem is None) == written, (value, problem)
