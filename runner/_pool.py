@@ -166,14 +166,18 @@ class WarmPool:
     def _want_later(self) -> None:
         """Refill once the runner is quiet (a refill already wanted keeps its time).
 
-        The refill task is woken when the quiet may first have come (a step just ended), not
-        now: woken now, it ran on the way to the step's return, only to find it must wait (a
-        trivial run_code 1.9 and 2.8% longer, interleaved in one process)."""
+        The refill task is woken when the quiet may first have come (a step just ended) or
+        at the latest time, whichever is sooner, not now: woken now, it ran on the way to the
+        step's return, only to find it must wait (a trivial run_code 1.9 and 2.8% longer,
+        interleaved in one process)."""
         if self._wanted is None or self._wanted.is_set() or self._later is not None:
             return
         assert self._loop is not None
         self._later = self._loop.call_later(
-            self.quiet.quiet, self._wanted_later, self._wanted, self.quiet.due()
+            min(self.quiet.quiet, self.quiet.latest),
+            self._wanted_later,
+            self._wanted,
+            self.quiet.due(),
         )
 
     def _wanted_later(self, wanted: asyncio.Event, due: float) -> None:
@@ -288,9 +292,6 @@ class WarmPool:
     async def aclose(self) -> None:
         """Stop refilling and let every idle child go."""
         self._closed = True
-        if self._later is not None:
-            self._later.cancel()
-            self._later = None
         if self._loop is not None and self._loop is not asyncio.get_running_loop():
             # Made on another loop (closed, say: a host's asyncio.run per request): its task
             # and children cannot be awaited here. Each child is killed (the zygote reaps).
@@ -301,6 +302,9 @@ class WarmPool:
                 child.close()
             self.idle.clear()
             return
+        if self._later is not None:  # (another loop's would find the pool closed)
+            self._later.cancel()
+            self._later = None
         if self._task is not None:
             await cancel_and_wait(self._task)
         children, self.idle = list(self.idle), deque()

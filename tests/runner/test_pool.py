@@ -105,6 +105,18 @@ async def test_a_refill_that_waits_comes_by_its_latest_time() -> None:
             await step.live.close()
 
 
+async def test_a_refill_after_a_step_comes_by_its_latest_time_however_long_the_quiet() -> None:
+    """A step's end wants a refill once the runner is quiet; a quiet longer than the latest
+    time does not hold it back past that time (the refill is woken at the sooner of the two,
+    not when the step ends)."""
+    async with ProcessRunner(mode="pool", pool_size=2) as runner:
+        pool = await filled(runner, quiet=3600.0, latest=0.3)
+        spawned = pool.spawned
+        assert (await runner.run(script("return 2"))).value == 2
+        await until(lambda: len(pool.idle) == 2, "the pool to refill by its latest time")
+        assert pool.spawned == spawned + 1
+
+
 async def test_an_empty_pool_refills_at_once_while_a_step_runs() -> None:
     """A pool left empty refills at once: its next step would fork on demand."""
     async with ProcessRunner(mode="pool", pool_size=1) as runner:
