@@ -194,18 +194,17 @@ def _fence_driven(lease: r.Lease, now: int, usage: r.StepUsage | None = None) ->
     Only what changes is written. Most calls' writes find the script active, and a row
     written is a page of the log to write, with one more for each index on a column set
     (``scripts_updated``, on status and ``updated_ms``): settling a call only reads it."""
-    fenced = " WHERE id = ? AND lease_owner IS NOT NULL AND lease_token = ?"
     if usage is None:
-        row = yield Q(
-            "SELECT held, status FROM scripts" + fenced,
+        q = Q(
+            "SELECT held, status FROM scripts" + _HELD_BY,
             (lease.script_id, lease.token),
             "one",
             "update",
         )
     else:
-        row = yield Q(
+        q = Q(
             "UPDATE scripts SET steps = ?, total_compute_ms = ?, total_file_bytes = ?"
-            + fenced
+            + _HELD_BY
             + " RETURNING held, status",
             (
                 usage.steps,
@@ -216,10 +215,7 @@ def _fence_driven(lease: r.Lease, now: int, usage: r.StepUsage | None = None) ->
             ),
             "one",
         )
-    if row is None:
-        yield from _fence(lease)  # raises: no such script, or the lease was lost
-        raise AssertionError("the fence let through a write the lease did not")
-    held, status = row
+    held, status = yield from _fenced_row(lease, q)
     if status == r.PAUSED:
         # `scripts` listed it paused while its approved call ran: its owner's write of its
         # calls drives it on, and its next pause says paused again. (Taking its lease alone
@@ -236,16 +232,30 @@ def _fenced_update(lease: r.Lease, sets: str, params: Sequence[Any]) -> Tx:
     script: :func:`_fence` and the write in one statement, which locks the row as the
     fence's read does (a statement fewer). Where the lease no longer holds, nothing is
     written and the fence's read says why. Returns whether the script is held."""
-    row = yield Q(
-        f"UPDATE scripts SET {sets} WHERE id = ? AND lease_owner IS NOT NULL"
-        " AND lease_token = ? RETURNING held",
-        (*params, lease.script_id, lease.token),
-        "one",
+    (held,) = yield from _fenced_row(
+        lease,
+        Q(
+            f"UPDATE scripts SET {sets}" + _HELD_BY + " RETURNING held",
+            (*params, lease.script_id, lease.token),
+            "one",
+        ),
     )
+    return bool(held)
+
+
+# Where a statement of the owner's meets the script's row only while its lease holds it (the
+# script's id and the lease's token, its last parameters).
+_HELD_BY = " WHERE id = ? AND lease_owner IS NOT NULL AND lease_token = ?"
+
+
+def _fenced_row(lease: r.Lease, q: Q) -> Tx:
+    """The row ``q`` (a statement ending in :data:`_HELD_BY`, and its ``RETURNING``) gives;
+    where it gives none, the fence's read says why (no such script, or the lease was lost)."""
+    row = yield q
     if row is None:
-        yield from _fence(lease)  # raises: no such script, or the lease was lost
+        yield from _fence(lease)  # raises
         raise AssertionError("the fence let through a write the lease did not")
-    return bool(row[0])
+    return row
 
 
 def _call(script_id: str, index: int, states: tuple[str, ...]) -> Tx:
