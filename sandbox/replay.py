@@ -189,6 +189,16 @@ class Replay(abc.ABC):
         self.tool_names = [name for name in script.tools if name != RUN_CODE]
         self._cpu0 = cpu_ms()
 
+    def tool_named(self, name: str) -> str | None:
+        """The script's tool that an undefined ``name`` stands for, or ``None``: a name that
+        is one (a model writes ``get_price(...)`` for ``tools.get_price(...)``), or that is
+        one but for case and underscores (``getPrice``). Nothing looser: a script's own
+        misspelt variable is not a tool's."""
+        if name in self.tool_names:
+            return name
+        bare = _bare(name)
+        return next((t for t in self.tool_names if _bare(t) == bare), None)
+
     def release(self) -> None:
         """Drop what the run holds of its language's engine, once it is over or let go. Its
         engine refers back to the run (the host functions), so without this both wait for
@@ -563,6 +573,10 @@ def _finished(payload: str) -> Ran:
         value_text=json_text[:half] + cut + json_text[-half:],
         value_bytes=size,
     )
+
+
+def _bare(name: str) -> str:
+    return name.replace("_", "").lower()
 
 
 class _NotData(Exception):

@@ -1617,6 +1617,32 @@ def test_a_builtin_a_script_lacks_says_what_it_has_instead(code: str, said: str)
     )
 
 
+@pytest.mark.parametrize(
+    ("code", "undefined", "tool"),
+    [
+        ('return get_user(login="a")', "get_user", "get_user"),
+        ('return await getUser(login="a")', "getUser", "get_user"),
+        ("return await ListPrs()", "ListPrs", "list_prs"),
+    ],
+)
+def test_a_tool_called_by_its_bare_name_says_to_call_it_through_tools(
+    code: str, undefined: str, tool: str
+) -> None:
+    """``get_user(...)`` for ``tools.get_user(...)``: the NameError says how the tool is
+    called (a name that is one but for case and underscores too); a name near a tool's but
+    not one, or a caught one, keeps Python's message."""
+    error = failed(code)
+    assert error.name == "NameError"
+    assert error.message == (
+        f"name {undefined!r} is not defined; the host's tool {tool} is called through "
+        f"`tools`: `await tools.{tool}(...)`"
+    ), error
+    assert failed("return get_usr()").message == "name 'get_usr' is not defined"
+    assert value("try:\n    get_user()\nexcept NameError as e:\n    return str(e)") == (
+        "name 'get_user' is not defined"
+    )
+
+
 @pytest.mark.parametrize("module", ["asyncio", "json", "math"])
 def test_a_module_used_without_its_import_says_to_import_it(module: str) -> None:
     """`await asyncio.gather(...)` with no `import asyncio`: the NameError ends as CPython

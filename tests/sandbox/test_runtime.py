@@ -1429,6 +1429,34 @@ def test_a_global_of_node_or_a_browser_says_what_a_script_has_instead(code: str,
     assert [x.line for x in ran.error.lines] == [1]
 
 
+@pytest.mark.parametrize(
+    ("code", "undefined", "tool"),
+    [
+        ('return get_user({ login: "a" });', "get_user", "get_user"),
+        ('return await getUser({ login: "a" });', "getUser", "get_user"),
+        ("return ListPrs({});", "ListPrs", "list_prs"),
+    ],
+)
+def test_a_tool_called_by_its_bare_name_says_to_call_it_through_tools(
+    code: str, undefined: str, tool: str
+) -> None:
+    """A model writes ``get_user(...)`` for ``tools.get_user(...)``: QuickJS's "get_user is
+    not defined" says how the tool is called (a name that is one but for case and
+    underscores too); a name near a tool's but not one, or one the script caught, is left as
+    QuickJS says it."""
+    ran = run(code)
+    assert ran.outcome == "failed" and ran.error is not None
+    assert ran.error.message == (
+        f"{undefined} is not defined; the host's tool {tool} is called through `tools`: "
+        f"`await tools.{tool}({{...}})`"
+    ), ran.error
+    assert [x.line for x in ran.error.lines] == [1]
+    near = run("return get_usr({});")
+    assert near.error is not None and near.error.message == "get_usr is not defined"
+    caught = run("try { get_user({}); } catch (e) { return e.message; }")
+    assert caught.value == "get_user is not defined"
+
+
 FORGOT = 'tools.echo(...) gives a promise, not its result: write "await tools.echo(...)"'
 
 
