@@ -4198,6 +4198,8 @@ class Run(Replay):
             )
         elif type(missing) is str and missing in _WITHHELD:
             message += _WITHHELD[missing]
+        elif type(missing) is str and missing in _JAVASCRIPT_NAMES:
+            message += _JAVASCRIPT_NAMES[missing]
         elif missing == "asyncio" and (ran := self._asyncio_run_at(lines)) is not None:
             # `asyncio.run(main())` with no import, a program's ending: imported, it would
             # fail next (see the asyncio module's run), so both are said at once.
@@ -4307,6 +4309,16 @@ _WITHHELD = {
         "(`import sys`)",
     ),
     **dict.fromkeys(("eval", "exec", "compile"), _NO_CODE),
+}
+
+# JavaScript's names a model writes in Python: "name 'console' is not defined" says what
+# Python has.
+_JAVASCRIPT_NAMES = {
+    "console": "; console.log is JavaScript's: a Python script prints with print(...)",
+    **dict.fromkeys(
+        ("true", "false", "null", "undefined"),
+        "; Python writes True, False and None (JavaScript's true, false, null)",
+    ),
 }
 
 

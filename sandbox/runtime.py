@@ -183,6 +183,9 @@ _HOST_GLOBALS = {
             "global",
             "window",
             "document",
+            "alert",
+            "prompt",
+            "confirm",
             "navigator",
             "localStorage",
             "AbortController",
@@ -200,6 +203,14 @@ _HOST_GLOBALS = {
             "Worker",
         ),
         _NOT_NODE,
+    ),
+}
+# Python's names a model writes in JavaScript: "print is not defined" says what JavaScript has.
+_PYTHON_NAMES = {
+    "print": "; print is Python's: a JavaScript script prints with console.log(...)",
+    **dict.fromkeys(
+        ("True", "False", "None"),
+        "; JavaScript writes true, false and null (Python's True, False, None)",
     ),
 }
 _NOT_DEFINED = re.compile(r"([A-Za-z_$][\w$]*) is not defined")
@@ -653,7 +664,7 @@ class Run(Replay):
                     f"`await tools.{tool}({{...}})`"
                 )
             else:
-                message += _HOST_GLOBALS.get(undefined[1], "")
+                message += _HOST_GLOBALS.get(undefined[1]) or _PYTHON_NAMES.get(undefined[1], "")
         return Ran(
             outcome="failed",
             error=ScriptError(

@@ -1618,6 +1618,28 @@ def test_a_builtin_a_script_lacks_says_what_it_has_instead(code: str, said: str)
 
 
 @pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        ('console.log("hi")', "name 'console' is not defined; console.log is JavaScript's: a "
+         "Python script prints with print(...)"),
+        ("return true", "name 'true' is not defined; Python writes True, False and None "
+         "(JavaScript's true, false, null)"),
+        ("x = 1\nif x == null:\n    return 1", "name 'null' is not defined; Python writes True"),
+    ],
+)  # fmt: skip
+def test_javascript_s_names_in_a_python_script_say_what_python_has(code: str, said: str) -> None:
+    """A model that writes JavaScript in a Python script (console.log, true, null) is told
+    what Python has; it was told only that the name is not defined. A caught one is the
+    script's, with Python's message."""
+    error = failed(code)
+    assert error.name == "NameError"
+    assert error.message.startswith(said), error
+    assert value("try:\n    return true\nexcept NameError as e:\n    return str(e)") == (
+        "name 'true' is not defined"
+    )
+
+
+@pytest.mark.parametrize(
     ("code", "undefined", "tool"),
     [
         ('return get_user(login="a")', "get_user", "get_user"),

@@ -1414,6 +1414,7 @@ def test_imports_and_exports_say_a_script_has_no_modules(code: str) -> None:
         ("setTimeout(() => 1, 10);", "a script has no timers"),
         ("return process.env.HOME;", "neither Node.js nor a browser"),
         ("return window.location;", "neither Node.js nor a browser"),
+        ('alert("done");', "neither Node.js nor a browser"),
         ("return new AbortController();", "(and structuredClone, crypto.randomUUID"),
         ("return new WeakRef({});", "garbage collection is not observable"),
     ],
@@ -1426,6 +1427,28 @@ def test_a_global_of_node_or_a_browser_says_what_a_script_has_instead(code: str,
     assert ran.error.name == "ReferenceError"
     assert ran.error.message.startswith(code.split("(")[0].split(".")[0].split(" ")[-1])
     assert " is not defined; " in ran.error.message and said in ran.error.message, ran.error
+    assert [x.line for x in ran.error.lines] == [1]
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        ('print("hi");', "print is not defined; print is Python's: a JavaScript script prints "
+         "with console.log(...)"),
+        ("return True;", "True is not defined; JavaScript writes true, false and null (Python's "
+         "True, False, None)"),
+        ("if (x === None) return 1;", "None is not defined; JavaScript writes true, false"),
+    ],
+)  # fmt: skip
+def test_python_s_names_in_a_javascript_script_say_what_javascript_has(
+    code: str, said: str
+) -> None:
+    """A model that writes Python in a JavaScript script (print, True, None) is told what
+    JavaScript has; it was told only that the name is not defined."""
+    ran = run("const x = 1; " + code)
+    assert ran.outcome == "failed" and ran.error is not None
+    assert ran.error.name == "ReferenceError"
+    assert ran.error.message.startswith(said), ran.error
     assert [x.line for x in ran.error.lines] == [1]
 
 
