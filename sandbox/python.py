@@ -3316,7 +3316,12 @@ class Run(Replay):
             # __import__ to call it itself).
             return sys.modules[name]  # type: ignore[return-value]
         if module is None:
-            why = _NOT_HERE.get(name.partition(".")[0] if type(name) is str else "", "")
+            head = name.partition(".")[0] if type(name) is str else ""
+            if head in _GIVEN:
+                raise ImportError(
+                    f"module {name} is not available in scripts{_GIVEN[head]}", name=name
+                )
+            why = _NOT_HERE.get(head, "")
             raise ImportError(
                 f"module {name} is not available in scripts{why}; these are: {', '.join(ALLOWED)}",
                 name=name,
@@ -4293,6 +4298,18 @@ _NOT_HERE = {
         "datetime.timezone(datetime.timedelta(hours=-5))"
     ),
 }  # fmt: skip
+
+# What a model imports that every script has without an import: `from tools import x`.
+_GIVEN = {
+    "tools": (
+        ": `tools` is a name every script has, with no import: call a tool as "
+        "`await tools.name(key=value)`"
+    ),
+    "files": (
+        ": `files` is a name every script has, with no import: `files.list()` lists the "
+        "files it was given, `await files.text(id)` reads one"
+    ),
+}
 
 # The builtins a script does not have that a model reaches for: an uncaught NameError for one
 # says what the script has instead.

@@ -1597,6 +1597,25 @@ def test_an_import_of_the_network_or_the_system_says_what_a_script_has(
 @pytest.mark.parametrize(
     ("code", "said"),
     [
+        ("from tools import get_user", "`tools` is a name every script has, with no import: "
+         "call a tool as `await tools.name(key=value)`"),
+        ("import tools", "`tools` is a name every script has, with no import"),
+        ("import files", "`files` is a name every script has, with no import: `files.list()`"),
+    ],
+)  # fmt: skip
+def test_an_import_of_tools_or_files_says_they_are_there_already(code: str, said: str) -> None:
+    """``from tools import get_user``: the ImportError says ``tools`` is there in every script,
+    and how a tool is called, not which modules a script may import."""
+    error = failed(code + "\nreturn 1")
+    assert error.name == "ImportError"
+    module = code.split()[1]
+    assert error.message.startswith(f"module {module} is not available in scripts: {said}")
+    assert "these are" not in error.message
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
         ('import json\nreturn json.load(open("data.json"))', "a script has no file system"),
         ("name = input()", "a script takes no input"),
         ("exit(0)", "or as a program does, with `sys.exit(status)`"),
