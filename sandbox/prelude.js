@@ -1039,6 +1039,13 @@
   }
   function finished(value) {
     if (value === undefined) { host.done("u"); return; }
+    if (typeof value === "function" || typeof value === "symbol") {
+      // JSON.stringify gives nothing for one: the run would end as if it returned nothing.
+      host.fail("TypeError", "the returned value is not JSON data: it is " + (typeof value === "function"
+        ? "a function, which JSON drops; call it (`return f()`), or return the data it makes"
+        : "a Symbol, which JSON drops; return its description"), "");
+      return;
+    }
     const half = VALUE_HALF;
     if (typeof value === "string" && value.length > 2 * half) {
       // A huge string is cut here: turning it into JSON first could exhaust memory.

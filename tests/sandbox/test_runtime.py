@@ -930,6 +930,14 @@ def test_returning_a_bigint_fails_naming_json():
             "let v = 1;\nfor (let i = 0; i < 100000; i++) v = [v];\nreturn v;",
             "it nests deeper than 128 levels of objects and arrays",
         ),
+        # JSON gives nothing for these: the run ended as if the script returned nothing.
+        (
+            "const total = () => 3;\nreturn total;",
+            "it is a function, which JSON drops; call it (`return f()`), or return the data it "
+            "makes",
+        ),
+        ("return async function f() {};", "it is a function, which JSON drops"),
+        ('return Symbol("s");', "it is a Symbol, which JSON drops; return its description"),
     ],
 )
 def test_a_returned_map_or_set_fails_instead_of_reading_as_empty(code: str, said: str) -> None:
@@ -950,6 +958,9 @@ def test_a_returned_map_or_set_fails_instead_of_reading_as_empty(code: str, said
     assert value(code) == [{"x": 1}, {}]
     code = 'Map.prototype.toJSON = function () { return [...this]; };\nreturn new Map([["a", 1]]);'
     assert value(code) == [["a", 1]]
+    # A function inside data is left out, as JSON has it; returning nothing stays nothing.
+    assert value("return { a: 1, f() { return 2; } };") == {"a": 1}
+    assert run("return;").outcome == "finished"
 
 
 def test_lone_surrogates_in_returned_values_do_not_crash():
