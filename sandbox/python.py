@@ -4197,10 +4197,8 @@ class Run(Replay):
             elif isinstance(found := self.modules.get(module), Module):
                 near = closest_names(imported, list(found._names))
                 message += f"; did you mean {', '.join(near)}?" if near else ""
-        elif type(missing) is str and (tool := self.tool_named(missing)) is not None:
-            message += f"; the host's tool {tool} is called through `tools`: " + (
-                f"`await tools.{tool}(...)`"
-            )
+        elif type(missing) is str and (hint := self.tool_hint(missing, "...")):
+            message += hint
         elif type(missing) is str and missing in _WITHHELD:
             message += _WITHHELD[missing]
         elif type(missing) is str and missing in _JAVASCRIPT_NAMES:

@@ -189,15 +189,23 @@ class Replay(abc.ABC):
         self.tool_names = [name for name in script.tools if name != RUN_CODE]
         self._cpu0 = cpu_ms()
 
-    def tool_named(self, name: str) -> str | None:
-        """The script's tool that an undefined ``name`` stands for, or ``None``: a name that
-        is one (a model writes ``get_price(...)`` for ``tools.get_price(...)``), or that is
-        one but for case and underscores (``getPrice``). Nothing looser: a script's own
+    def tool_hint(self, name: str, arguments: str) -> str:
+        """What the error for an undefined ``name`` goes on to say when it stands for one of
+        the script's tools (a model writes ``get_price(...)`` for ``tools.get_price(...)``),
+        the call written with ``arguments``; else "". A name stands for a tool that it is, or
+        that it is but for case and underscores (``getPrice``): nothing looser, a script's own
         misspelt variable is not a tool's."""
-        if name in self.tool_names:
-            return name
         bare = _bare(name)
-        return next((t for t in self.tool_names if _bare(t) == bare), None)
+        tool = (
+            name
+            if name in self.tool_names
+            else next((t for t in self.tool_names if _bare(t) == bare), None)
+        )
+        if tool is None:
+            return ""
+        return (
+            f"; the host's tool {tool} is called through `tools`: `await tools.{tool}({arguments})`"
+        )
 
     def release(self) -> None:
         """Drop what the run holds of its language's engine, once it is over or let go. Its

@@ -658,13 +658,11 @@ class Run(Replay):
         elif name == "SyntaxError" and lines and self._await_outside_async(lines[0].line):
             message += _AWAIT_OUTSIDE_ASYNC
         elif name == "ReferenceError" and (undefined := _NOT_DEFINED.fullmatch(message)):
-            tool = self.tool_named(undefined[1])
-            if tool is not None:
-                message += f"; the host's tool {tool} is called through `tools`: " + (
-                    f"`await tools.{tool}({{...}})`"
-                )
-            else:
-                message += _HOST_GLOBALS.get(undefined[1]) or _PYTHON_NAMES.get(undefined[1], "")
+            message += (
+                self.tool_hint(undefined[1], "{...}")
+                or _HOST_GLOBALS.get(undefined[1])
+                or _PYTHON_NAMES.get(undefined[1], "")
+            )
         return Ran(
             outcome="failed",
             error=ScriptError(
