@@ -4201,8 +4201,6 @@ class Run(Replay):
             message += hint
         elif type(missing) is str and missing in _WITHHELD:
             message += _WITHHELD[missing]
-        elif type(missing) is str and missing in _JAVASCRIPT_NAMES:
-            message += _JAVASCRIPT_NAMES[missing]
         elif missing == "asyncio" and (ran := self._asyncio_run_at(lines)) is not None:
             # `asyncio.run(main())` with no import, a program's ending: imported, it would
             # fail next (see the asyncio module's run), so both are said at once.
@@ -4309,8 +4307,8 @@ _GIVEN = {
     ),
 }
 
-# The builtins a script does not have that a model reaches for: an uncaught NameError for one
-# says what the script has instead.
+# The builtins a script does not have that a model reaches for, and JavaScript's names a model
+# writes in Python: an uncaught NameError for one says what the script has instead.
 _NO_CODE = "; a script cannot run code it makes: write the code in the script"
 _WITHHELD = {
     "open": (
@@ -4324,11 +4322,6 @@ _WITHHELD = {
         "(`import sys`)",
     ),
     **dict.fromkeys(("eval", "exec", "compile"), _NO_CODE),
-}
-
-# JavaScript's names a model writes in Python: "name 'console' is not defined" says what
-# Python has.
-_JAVASCRIPT_NAMES = {
     "console": "; console.log is JavaScript's: a Python script prints with print(...)",
     **dict.fromkeys(
         ("true", "false", "null", "undefined"),

@@ -196,11 +196,9 @@ class Replay(abc.ABC):
         that it is but for case and underscores (``getPrice``): nothing looser, a script's own
         misspelt variable is not a tool's."""
         bare = _bare(name)
-        tool = (
-            name
-            if name in self.tool_names
-            else next((t for t in self.tool_names if _bare(t) == bare), None)
-        )
+        tool = next((t for t in self.tool_names if _bare(t) == bare), None)
+        if name in self.tool_names:
+            tool = name  # before another whose bare form is the same (get_user, getUser)
         if tool is None:
             return ""
         return (

@@ -155,8 +155,9 @@ _NO_MODULES = (
     "; a script is the body of an async function and has no modules to import or export: "
     "reach the host through `tools` (await tools.name({...}))"
 )
-# The globals of Node.js and of browsers a model reaches for, none of which a script has: an
-# uncaught "X is not defined" for one of them says what the script has instead.
+# The globals of Node.js and of browsers a model reaches for, none of which a script has, and
+# Python's names it writes in JavaScript: an uncaught "X is not defined" for one of them says
+# what the script has instead.
 _NO_NETWORK = (
     "; a script has no network: reach the host through `tools` (await tools.name({...})); "
     'find them with await tools.tool_search({ query: "..." })'
@@ -204,9 +205,7 @@ _HOST_GLOBALS = {
         ),
         _NOT_NODE,
     ),
-}
-# Python's names a model writes in JavaScript: "print is not defined" says what JavaScript has.
-_PYTHON_NAMES = {
+    # Python's, which a model writes in JavaScript: what JavaScript has instead.
     "print": "; print is Python's: a JavaScript script prints with console.log(...)",
     **dict.fromkeys(
         ("True", "False", "None"),
@@ -658,11 +657,7 @@ class Run(Replay):
         elif name == "SyntaxError" and lines and self._await_outside_async(lines[0].line):
             message += _AWAIT_OUTSIDE_ASYNC
         elif name == "ReferenceError" and (undefined := _NOT_DEFINED.fullmatch(message)):
-            message += (
-                self.tool_hint(undefined[1], "{...}")
-                or _HOST_GLOBALS.get(undefined[1])
-                or _PYTHON_NAMES.get(undefined[1], "")
-            )
+            message += self.tool_hint(undefined[1], "{...}") or _HOST_GLOBALS.get(undefined[1], "")
         return Ran(
             outcome="failed",
             error=ScriptError(
