@@ -80,7 +80,7 @@
   // as ECMA-402's format and compare are (so `list.map(nf.format)` works).
   function boundGetter(proto, name, optionsOf, make) {
     const bound = new WeakMap();
-    defineProperty(proto, name, {
+    defineProperty(proto, name, { __proto__: null,
       configurable: true,
       get() {
         const o = optionsOf(this, name);
@@ -98,9 +98,9 @@
   // enumerable), and its toStringTag.
   function methodsOf(C, tag, methods) {
     for (const k of objectKeys(methods)) {
-      defineProperty(C.prototype, k, { value: methods[k], writable: true, configurable: true });
+      defineProperty(C.prototype, k, { __proto__: null, value: methods[k], writable: true, configurable: true });
     }
-    defineProperty(C.prototype, Symbol.toStringTag, { value: tag, configurable: true });
+    defineProperty(C.prototype, Symbol.toStringTag, { __proto__: null, value: tag, configurable: true });
   }
   // What an Intl object was made with (in `made`), or a TypeError for anything else.
   function receiver(made, self, tag, method) {
@@ -1116,7 +1116,7 @@
     return list.filter((tag) => SUPPORTED.test(tag.split("-u-")[0])).map(() => LOCALE).slice(0, 1);
   };
   for (const C of [NumberFormat, DateTimeFormat, Collator, PluralRules, ListFormat, RelativeTimeFormat]) {
-    defineProperty(C, "supportedLocalesOf", { value: supportedLocalesOf, writable: true, configurable: true });
+    defineProperty(C, "supportedLocalesOf", { __proto__: null, value: supportedLocalesOf, writable: true, configurable: true });
   }
   const Intl = {};
   const made = {
@@ -1126,12 +1126,12 @@
     },
   };
   for (const name of objectKeys(made)) {
-    defineProperty(Intl, name, { value: made[name], writable: true, configurable: true });
+    defineProperty(Intl, name, { __proto__: null, value: made[name], writable: true, configurable: true });
   }
-  defineProperty(Intl, Symbol.toStringTag, { value: "Intl", configurable: true });
+  defineProperty(Intl, Symbol.toStringTag, { __proto__: null, value: "Intl", configurable: true });
   // What a script names of the rest of Intl says what it has instead.
   for (const name of ["DisplayNames", "Segmenter", "Locale", "DurationFormat"]) {
-    defineProperty(Intl, name, {
+    defineProperty(Intl, name, { __proto__: null,
       configurable: true, writable: true,
       value: function () {
         throw new NativeTypeError(

@@ -18,10 +18,10 @@
   const compile = (name) => indirectEval("\n".repeat(lineOf()) + source(name));
   const intl = () => (made.intl ??= compile("intl")());
   const url = () => (made.url ??= compile("url")(web));
-  const data = (value) => ({ value, writable: true, configurable: true });
+  const data = (value) => ({ __proto__: null, value, writable: true, configurable: true });
   // A global that is made when first read (a script that assigns it keeps what it assigned).
   function lazyGlobal(name, make) {
-    defineProperty(globalThis, name, {
+    defineProperty(globalThis, name, { __proto__: null,
       configurable: true,
       get() {
         const value = make();
@@ -44,7 +44,7 @@
   ];
   for (const [proto, name, key, length] of stands) {
     const f = { [name](...args) { return apply(intl().methods[key], this, args); } }[name];
-    defineProperty(f, "length", { value: length });
+    defineProperty(f, "length", { __proto__: null, value: length });
     defineProperty(proto, name, data(f));
   }
   // Case mapping is the language's own for English; another locale (Turkish's dotted i) is
@@ -58,7 +58,7 @@
         return apply(native, this, []);
       },
     }[name];
-    defineProperty(f, "length", { value: 0 });
+    defineProperty(f, "length", { __proto__: null, value: 0 });
     defineProperty(String.prototype, name, data(f));
   }
   return () => { intl(); url(); };

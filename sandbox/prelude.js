@@ -53,7 +53,7 @@
   // a hook; `captureStackTrace` goes too (it is the other way to ask for frames).
   Error.prepareStackTrace = undefined;
   for (const key of ["prepareStackTrace", "captureStackTrace"]) {
-    defineProperty(NativeError, key, { value: undefined, writable: false, enumerable: false, configurable: false });
+    defineProperty(NativeError, key, { __proto__: null, value: undefined, writable: false, enumerable: false, configurable: false });
   }
   // An error's frames as QuickJS wrote them where it was made (no "Name: message" line),
   // which the engine reads to name the script's lines: not what a script set `e.stack` to
@@ -115,21 +115,21 @@
     return date;
   }
   // Not a subclass of the real Date: Object.getPrototypeOf(Date) would hand out its clock.
-  defineProperty(FixedDate, "prototype", { value: RealDate.prototype });
-  defineProperty(FixedDate, "name", { value: "Date" });
-  defineProperty(FixedDate, "length", { value: 7 });
+  defineProperty(FixedDate, "prototype", { __proto__: null, value: RealDate.prototype });
+  defineProperty(FixedDate, "name", { __proto__: null, value: "Date" });
+  defineProperty(FixedDate, "length", { __proto__: null, value: 7 });
   const realParse = RealDate.parse, realUTC = RealDate.UTC;
   const fixedStatics = {
     parse(text) { return apply(realParse, undefined, ["" + toPrimitive(text, "string")]); },
     UTC(...args) { return apply(realUTC, undefined, dateArgs(args.length < 2 ? [args[0], 0] : args)); },
   };
-  defineProperty(fixedStatics.UTC, "length", { value: 7 });
+  defineProperty(fixedStatics.UTC, "length", { __proto__: null, value: 7 });
   for (const key of ["parse", "UTC"]) {
-    defineProperty(FixedDate, key, { value: fixedStatics[key], writable: true, configurable: true });
+    defineProperty(FixedDate, key, { __proto__: null, value: fixedStatics[key], writable: true, configurable: true });
   }
-  defineProperty(FixedDate, "now", { value: () => NOW, writable: true, configurable: true });
-  defineProperty(RealDate, "now", { value: () => NOW, writable: true, configurable: true });
-  defineProperty(RealDate.prototype, "constructor", { value: FixedDate, writable: true, configurable: true });
+  defineProperty(FixedDate, "now", { __proto__: null, value: () => NOW, writable: true, configurable: true });
+  defineProperty(RealDate, "now", { __proto__: null, value: () => NOW, writable: true, configurable: true });
+  defineProperty(RealDate.prototype, "constructor", { __proto__: null, value: FixedDate, writable: true, configurable: true });
   globalThis.Date = FixedDate;
 
   // sfc32, seeded in `begin` from the record's seed: the same sequence on every run.
@@ -145,7 +145,7 @@
     c = (c + t) | 0;
     return (t >>> 0) / 4294967296;
   };
-  defineProperty(Math, "random", { value: nextRandom, writable: true, configurable: true });
+  defineProperty(Math, "random", { __proto__: null, value: nextRandom, writable: true, configurable: true });
   web(nextRandom, text); // crypto's values come from the same generator (sandbox/web.js)
   // Garbage-collection timing must not reach the script: it differs between runs.
   delete globalThis.WeakRef;
@@ -351,9 +351,9 @@
   // (<input>:301191:66)` named no line of it), its top level as `at <input>:L:C`, the
   // columns of its first line as it wrote them. What a script sets it to, it reads back.
   const setStacks = new NativeWeakMap();
-  defineProperty(setStacks, "get", { value: weakMapGet });
-  defineProperty(setStacks, "set", { value: weakMapSet });
-  defineProperty(setStacks, "has", { value: weakMapHas });
+  defineProperty(setStacks, "get", { __proto__: null, value: weakMapGet });
+  defineProperty(setStacks, "set", { __proto__: null, value: weakMapSet });
+  defineProperty(setStacks, "has", { __proto__: null, value: weakMapHas });
   const frameParts = /^(\s*at )(?:(\S[^(]*) \()?<input>:(\d{1,9}):(\d{1,9})\)?$/;
   function scriptFrames(frames) {
     const lines = apply(stringSplit, frames, ["\n"]);
@@ -373,7 +373,7 @@
     }
     return out;
   }
-  defineProperty(NativeError.prototype, "stack", {
+  defineProperty(NativeError.prototype, "stack", { __proto__: null,
     get() {
       if (setStacks.has(this)) return setStacks.get(this);
       const frames = apply(nativeStack, this, []);
@@ -552,7 +552,7 @@
   // returned [{}, {}] as if the tools had answered nothing.
   const PROMISE_NOT_DATA = "a promise, not data: await it for its value (for an array of " +
     "promises, await Promise.all(...))";
-  defineProperty(NativePromise.prototype, "toJSON", {
+  defineProperty(NativePromise.prototype, "toJSON", { __proto__: null,
     value: function toJSON(key) {
       throw new NativeTypeError((key === "" || key === undefined ? "it is " : "at key " +
         JSON.stringify("" + key) + " it holds ") + PROMISE_NOT_DATA);
@@ -572,7 +572,7 @@
       return apply(JSON.parse, undefined, arguments.length > 1 ? [text, reviver] : [text]);
     },
   }.parse;
-  defineProperty(globalThis.JSON, "parse", { value: scriptParse, writable: true, configurable: true });
+  defineProperty(globalThis.JSON, "parse", { __proto__: null, value: scriptParse, writable: true, configurable: true });
 
   // ---- tools: a call answered from the log settles; a new call never settles this run. ----
   const never = () => new NativePromise(() => {});
@@ -640,9 +640,9 @@
   const callRecords = new NativeWeakMap();
   // Its methods as its own properties, so that a script's change to WeakMap.prototype
   // does not reach it (called as methods: Reflect.apply cost a call 3 us more).
-  defineProperty(callRecords, "get", { value: weakMapGet });
-  defineProperty(callRecords, "set", { value: weakMapSet });
-  defineProperty(callRecords, "has", { value: weakMapHas });
+  defineProperty(callRecords, "get", { __proto__: null, value: weakMapGet });
+  defineProperty(callRecords, "set", { __proto__: null, value: weakMapSet });
+  defineProperty(callRecords, "has", { __proto__: null, value: weakMapHas });
   const shownCall = (name) => "tools." + name + "(...)";
   function forgotten(promise) {
     const call = callRecords.get(promise);
@@ -698,8 +698,8 @@
   // would fill the heap); those past it are only counted (and counted off when handled).
   const UNHANDLED_KEPT = 100, UNHANDLED_SHOWN = 10;
   const unhandled = new NativeMap();
-  defineProperty(unhandled, "set", { value: mapSet });
-  defineProperty(unhandled, "delete", { value: mapDelete });
+  defineProperty(unhandled, "set", { __proto__: null, value: mapSet });
+  defineProperty(unhandled, "delete", { __proto__: null, value: mapDelete });
   let unhandledMore = 0; // rejected with no handler once the map was full
   function rejection(reason, handled) {
     if (handled) {
@@ -759,7 +759,7 @@
     // The proxy's target inherits from Promise.prototype, so that it stays on the promise's
     // prototype chain (`p instanceof Promise`).
     const promises = create(NativePromise.prototype);
-    const unknown = new NativeProxy(promises, { get(target, key, receiver) {
+    const unknown = new NativeProxy(promises, { __proto__: null, get(target, key, receiver) {
       if (typeof key === "symbol" || key in target) return reflectGet(target, key, receiver);
       throw new NativeTypeError(forgotten(receiver));
     } });
@@ -767,10 +767,10 @@
     // A promise's own members, here, so that their lookups (each `then` of Promise.all and
     // of an await's chain) never reach the proxy's trap.
     for (const key of ["then", "catch", "finally"]) {
-      defineProperty(proto, key, { value: NativePromise.prototype[key], writable: true, enumerable: false, configurable: true });
+      defineProperty(proto, key, { __proto__: null, value: NativePromise.prototype[key], writable: true, enumerable: false, configurable: true });
     }
-    const misuse = { get() { throw new NativeTypeError(forgotten(this)); }, enumerable: false };
-    defineProperty(proto, "constructor", { get() {
+    const misuse = { __proto__: null, get() { throw new NativeTypeError(forgotten(this)); }, enumerable: false };
+    defineProperty(proto, "constructor", { __proto__: null, get() {
       const call = callRecords.get(this);
       if (call !== undefined) call.taken = true;
       return NativePromise;
@@ -787,7 +787,7 @@
   // a symbol (so `Object.keys` and `for...in` still see none) whose getter says the await
   // is missing.
   const spreadKey = Symbol("missing await");
-  const spreadMisuse = { get() { throw new NativeTypeError(forgotten(this)); }, enumerable: true };
+  const spreadMisuse = { __proto__: null, get() { throw new NativeTypeError(forgotten(this)); }, enumerable: true };
   function called(name, promise) {
     setPrototypeOf(promise, CallPromise || (CallPromise = callPromise()));
     defineProperty(promise, spreadKey, spreadMisuse);
@@ -862,6 +862,7 @@
         // the tool is named (it was "not a function"). A function's own members, `then`
         // (await looks it up) and symbols are as they are.
         f = new NativeProxy(f, {
+          __proto__: null,
           get(target, prop, receiver) {
             if (typeof prop !== "string" || prop === "then" || prop in target) {
               return apply(reflectGet, undefined, [target, prop, receiver]);
@@ -886,6 +887,7 @@
     toString: () => "[tools: " + toolList().join(", ") + "]",
   });
   globalThis.tools = new NativeProxy({ __proto__: null }, {
+    __proto__: null,
     get(_, prop) {
       if (prop === toPrimitiveKey) return shownAs.toString;
       if (typeof prop !== "string" || prop === "then") return undefined;
@@ -895,7 +897,7 @@
     has: (_, prop) => toolNames.has(prop),
     ownKeys: () => [...toolNames].sort(),
     getOwnPropertyDescriptor: (_, prop) => toolNames.has(prop)
-      ? { value: callerFor(prop), enumerable: true, configurable: true, writable: false }
+      ? { __proto__: null, value: callerFor(prop), enumerable: true, configurable: true, writable: false }
       : undefined,
     set() { throw new NativeTypeError("tools is read-only"); },
     defineProperty() { throw new NativeTypeError("tools is read-only"); },

@@ -602,8 +602,8 @@
     const e = new NativeTypeError(
       `Invalid URL: ${JSON.stringify(input)}` + (base === undefined ? "" : ` (against the base ${JSON.stringify(base)})`) +
       "; a URL needs a scheme (https://...) unless a base URL is given: new URL(path, base)");
-    defineProperty(e, "code", { value: "ERR_INVALID_URL", writable: true, configurable: true });
-    defineProperty(e, "input", { value: input, writable: true, configurable: true });
+    defineProperty(e, "code", { __proto__: null, value: "ERR_INVALID_URL", writable: true, configurable: true });
+    defineProperty(e, "input", { __proto__: null, value: input, writable: true, configurable: true });
     return e;
   }
   function parseWithBase(input, base) {
@@ -735,13 +735,12 @@
     return url.scheme + "://" + url.host + (url.port === null ? "" : ":" + url.port);
   }
   for (const name of ["href", "origin", "protocol", "username", "password", "host", "hostname", "port", "pathname", "search", "searchParams", "hash"]) {
-    const d = Object.getOwnPropertyDescriptor(URL.prototype, name);
-    d.enumerable = true;
-    defineProperty(URL.prototype, name, d);
+    const { get, set } = Object.getOwnPropertyDescriptor(URL.prototype, name);
+    defineProperty(URL.prototype, name, { __proto__: null, get, set, enumerable: true, configurable: true });
   }
   // What Node.js has as well, for a file's path: a script has no file system to name.
   for (const name of ["createObjectURL", "revokeObjectURL"]) {
-    defineProperty(URL, name, {
+    defineProperty(URL, name, { __proto__: null,
       writable: true, configurable: true,
       value() { throw new NativeTypeError(`URL.${name} is not available in a script: it has no Blob`); },
     });

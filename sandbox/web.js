@@ -33,7 +33,7 @@
   // An error of the kind a browser's DOMException gives (its `name` says which).
   function domError(name, message) {
     const e = new NativeError(message);
-    defineProperty(e, "name", { value: name, writable: true, configurable: true });
+    defineProperty(e, "name", { __proto__: null, value: name, writable: true, configurable: true });
     return e;
   }
   const INTEGER_ARRAYS = ["Int8Array", "Uint8Array", "Uint8ClampedArray", "Int16Array", "Uint16Array",
@@ -154,8 +154,8 @@
         const name = "" + v.name;
         const Kind = ERRORS[name] || NativeError;
         const out = remember(v, new Kind(v.message === undefined ? "" : "" + v.message));
-        if (name !== out.name) defineProperty(out, "name", { value: name, writable: true, configurable: true });
-        if (v.cause !== undefined) defineProperty(out, "cause", { value: clone(v.cause), writable: true, configurable: true });
+        if (name !== out.name) defineProperty(out, "name", { __proto__: null, value: name, writable: true, configurable: true });
+        if (v.cause !== undefined) defineProperty(out, "cause", { __proto__: null, value: clone(v.cause), writable: true, configurable: true });
         return out;
       }
       return plain(v);
@@ -391,7 +391,7 @@
   const made = { crypto, structuredClone, TextEncoder, TextDecoder, URLSearchParams };
   // As Node.js has them: writable, configurable, not enumerable.
   for (const name of objectKeys(made)) {
-    defineProperty(globalThis, name, { value: made[name], writable: true, configurable: true });
+    defineProperty(globalThis, name, { __proto__: null, value: made[name], writable: true, configurable: true });
   }
   const setRun = (nextRandom, text) => { run = { nextRandom, text }; };
   // What sandbox/url.js takes from here: its searchParams, and the text helpers it shares.

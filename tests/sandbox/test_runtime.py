@@ -1837,6 +1837,28 @@ def test_a_script_that_replaces_maps_methods_keeps_its_unhandled_lines() -> None
     assert ran.printed == "line 4: " + UNHANDLED.format("Error: kept") + "\n"
 
 
+@pytest.mark.parametrize("how", ["replay", "live"])
+@pytest.mark.parametrize("key", ["get", "set", "value", "writable", "enumerable", "configurable"])
+def test_a_script_that_puts_descriptor_keys_on_object_prototype_still_calls(
+    how: str, key: str
+) -> None:
+    """A key of a property descriptor put on ``Object.prototype`` (``get``, ``value``, ...)
+    changes none of the prelude's own descriptors: a call still gives its result (it failed
+    with "Getter must be a function" after the tool ran), and what is made on first use
+    (``URL``, ``Intl``, a call's promise) is made as before."""
+    code = (
+        f"Object.prototype[{key!r}] = 1;\n"
+        "const n = await tools.list_prs({});\n"
+        "const u = new URL('https://a.example/p?q=1');\n"
+        "const f = new Intl.NumberFormat('en-US').format(1234.5);\n"
+        "console.log(u.href, u.searchParams.get('q'), f);\n"
+        "return n;"
+    )
+    ran = _js_to_the_end(code, live=how == "live")
+    assert ran.outcome == "finished" and ran.value == 1, ran.error
+    assert ran.printed == "https://a.example/p?q=1 1 1,234.5\n"
+
+
 @pytest.mark.parametrize(
     ("reason", "shown"),
     [
