@@ -23,7 +23,14 @@ from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
 from engine._search import ToolIndex
 from engine._skills import Skill, find_skill, skill_answer
 from engine._tool_threads import Ticket, ToolThreads
-from engine._tools import SAID_ON_PURPOSE, Tool, ToolCallError, ToolContext, described
+from engine._tools import (
+    SAID_ON_PURPOSE,
+    Tool,
+    ToolCallError,
+    ToolContext,
+    described,
+    unsendable,
+)
 from engine._worker import Decision, Worker, ask
 from runner import bounded
 from sandbox.names import closest_names
@@ -185,15 +192,7 @@ class CallSettling(Emitting):
         except (TypeError, orjson.JSONEncodeError) as e:
             # Data the script could never be sent (an integer past 64 bits, a lone surrogate,
             # nesting past what the encoder takes): that call's error, which it can catch.
-            await self._settle_failed(
-                drive,
-                _failed(
-                    entry,
-                    f"tools.{entry.name} returned a result that cannot be sent to the script "
-                    f"({e}); the tool must return JSON data (integers within 64 bits, text "
-                    "without lone surrogates)",
-                ),
-            )
+            await self._settle_failed(drive, _failed(entry, unsendable(entry.name, e)))
             return
         if size > self.limits_for(record.tenant).results:
             # Over the budget on its own: keep its size, not its bytes; the script ends on
@@ -238,6 +237,7 @@ class CallSettling(Emitting):
             threads=self._tool_threads,
             default_timeout=self.call_timeout,
             ticket=ticket,
+            room=self.limits_for(record.tenant).results,
         )
 
     def _given(self, language: str, entry: log.CallEntry) -> Any:

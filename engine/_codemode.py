@@ -70,7 +70,14 @@ from engine._skills import Skill, check_skills, skills_listing
 from engine._source import OtherLanguage, ScriptTooLarge, normalize
 from engine._steps import StepLoop, discard_early
 from engine._tool_threads import TOOL_THREADS, ToolThreads
-from engine._tools import Tool, ToolCallError, described, tool_fingerprint, unique_tools
+from engine._tools import (
+    Tool,
+    ToolCallError,
+    described,
+    tool_fingerprint,
+    unique_tools,
+    unsendable,
+)
 from engine._worker import Worker, proposed_worker
 from engine.adapters import Format, tool_definition
 from engine.languages import Language, check_language, dialect
@@ -977,15 +984,18 @@ class CodeMode(StepLoop):
             return
         entry = await self._waiting(script_id, call_id)
         tool = self._by_name.get(entry.name)
+        room = self.limits_for((await self.store.get_script(script_id)).tenant).results
         try:
-            data = await tool.checked(result) if tool is not None else result
+            data = await tool.checked(result, room) if tool is not None else result
             size = len(orjson.dumps(data))
         except (ToolCallError, TypeError, orjson.JSONEncodeError) as e:
-            message = error_text(e.message if isinstance(e, ToolCallError) else str(e))
+            message = error_text(
+                e.message if isinstance(e, ToolCallError) else unsendable(entry.name, e)
+            )
             await self.store.answer(script_id, call_id, expect, log.FAILED, error=message)
             await self._answered("call.failed", script_id, call_id, entry, error=message)
             return
-        if size > self.limits_for((await self.store.get_script(script_id)).tenant).results:
+        if size > room:
             # Over the budget on its own, as a host tool's result may be (engine._calls):
             # its size is kept, not its bytes, and the script ends on the results limit.
             data = None

@@ -47,6 +47,7 @@ from engine._schema import (
     validation_problems,
 )
 from engine._tool_threads import Ticket, ToolThreads, shared_threads, timed_out
+from sandbox.protocol import size_text
 
 T = TypeVar("T")
 
@@ -339,6 +340,7 @@ class Tool:
         threads: ToolThreads | None = None,
         default_timeout: float | None = None,
         ticket: Ticket | None = None,
+        room: int | None = None,
     ) -> Any:
         """Run one call: check the arguments, run the handler, return its result as JSON data.
 
@@ -346,13 +348,15 @@ class Tool:
         tools invoked outside an engine), admitted fairly by ``ctx.tenant`` and
         ``ctx.script_id``, under ``ticket`` if given (whose ``state`` then says whether its
         thread began). The call is bounded by the tool's ``timeout``, else by
-        ``default_timeout``.
+        ``default_timeout``, which the result's conversion counts against too. ``room`` is the
+        most bytes of JSON a result may take (the script's ``results`` budget): one that holds
+        more items than that fails before it is converted (see :meth:`checked`).
 
         Raises :class:`ToolCallError` with a message for the model when the arguments do not
         fit the input schema (naming the path and what was expected), when the handler raises
         (its message) or passes its timeout (saying whether it may still take effect), when
-        the tool has no handler here, and when the result is not JSON data or does not fit the
-        output schema.
+        the tool has no handler here, and when the result is not JSON data, is past ``room``
+        or does not fit the output schema.
         """
         if not isinstance(arguments, Mapping):
             raise self._error(f"tools.{self.name} takes an object, not {a_json_type(arguments)}")
@@ -370,21 +374,23 @@ class Tool:
         if self._context_param:
             kwargs[self._context_param] = ctx
         timeout = self.timeout if self.timeout is not None else default_timeout
-        result = await self._run(kwargs, ctx, threads or shared_threads(), timeout, ticket)
-        return result.data if isinstance(result, _Checked) else await self.checked(result)
+        return await self._run(kwargs, ctx, threads or shared_threads(), timeout, ticket, room)
 
-    async def checked(self, result: Any) -> Any:
+    async def checked(self, result: Any, room: int | None = None) -> Any:
         """``result`` as JSON data, checked against the output schema; raises
         :class:`ToolCallError` saying what is wrong, as :meth:`invoke` does.
 
         A result of more than ``INLINE_RESULT_ITEMS`` items is converted in a thread: that is
         Python work in proportion to its size (300,000 small objects: about 2.5 s), which on
         the event loop would hold every other script's calls and leases (a sync handler's
-        result is converted in the tool thread that ran it).
+        result is converted in the tool thread that ran it). Its items are counted first, up
+        to half of ``room`` (each takes two bytes of JSON at least): the conversion copies an
+        object for every place it stands, so a result small in memory can be without bound as
+        JSON (an object holding one other twice, forty deep: 2**40 copies).
         """
         if holds_at_most(result, INLINE_RESULT_ITEMS):
             return self._check_result(result)
-        return await asyncio.to_thread(self._check_result, result)
+        return await asyncio.to_thread(self._check_result, result, room)
 
     def with_required_nulls(self, arguments: Any) -> Any:
         """``arguments`` with null for each required property they leave out that the input
@@ -413,11 +419,13 @@ class Tool:
         threads: ToolThreads,
         timeout: float | None,
         given: Ticket | None = None,
+        room: int | None = None,
     ) -> Any:
         handler = self.handler
         assert handler is not None
         ticket: Ticket | None = None
         in_thread = False  # the handler runs in a tool thread now, not on the event loop
+        returned: list[bool] = []  # once the handler returned: its result is being converted
         scope = asyncio.timeout(timeout)
         try:
             async with scope:
@@ -430,18 +438,36 @@ class Tool:
                     # dropped.
                     ticket = given or Ticket(ctx.tenant, ctx.script_id)
                     in_thread = True
-                    result = await threads.call(ticket, self._run_and_check, {"args": kwargs})
+                    result = await threads.call(
+                        ticket,
+                        self._run_and_check,
+                        {"args": kwargs, "room": room, "returned": returned},
+                    )
                     in_thread = False
+                if isinstance(result, _Checked):
+                    return result.data
                 if inspect.isawaitable(result):  # a sync function that returned a coroutine
                     result = await result
-            return result
+                returned.append(True)
+                return await self.checked(result, room)
         except TimeoutError as e:
             if scope.expired():
+                if returned:
+                    raise self._error(
+                        f"tools.{self.name} timed out after {timeout or 0.0:g} s converting "
+                        "its result to JSON data: its handler had returned, so the call took "
+                        "effect, but its result is lost; have the tool return less"
+                    ) from None
                 raise self._error(timed_out(self.name, timeout or 0.0, ticket, threads)) from None
             raise self._error(_call_message(e)) from e
         except ToolCallError as e:
             raise self._error(e.message) from e
         except Exception as e:
+            stop = e.__cause__
+            if isinstance(e, RuntimeError) and isinstance(stop, StopIteration):
+                # A coroutine that raised StopIteration: Python made it "coroutine raised
+                # StopIteration", which said neither which tool nor why.
+                raise self._error(self._stopped(stop)) from e
             raise self._error(_call_message(e)) from e
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -457,7 +483,7 @@ class Tool:
                 raise
             raise self._error(f"tools.{self.name} failed: {described(e)}") from e
 
-    def _run_and_check(self, args: dict[str, Any]) -> Any:
+    def _run_and_check(self, args: dict[str, Any], room: int | None, returned: list[bool]) -> Any:
         # In the tool thread: the handler, then its result converted and checked there too.
         # That is Python work in proportion to the result's size (two million small objects:
         # 11 s), which on the event loop would hold every other script's calls and leases.
@@ -466,15 +492,29 @@ class Tool:
             result = self.handler(**args)
         except StopIteration as e:
             # asyncio cannot set a StopIteration on the future the thread answers through:
-            # the call waited for ever (a `next(...)` that found nothing). As a coroutine's.
-            said = f" ({e})" if str(e) else ""
-            raise ToolCallError(
-                f"tools.{self.name} failed: its handler raised StopIteration{said} (a next() "
-                "that found nothing?)"
-            ) from None
-        return result if inspect.isawaitable(result) else _Checked(self._check_result(result))
+            # the call waited for ever (a `next(...)` that found nothing).
+            raise ToolCallError(self._stopped(e)) from None
+        if inspect.isawaitable(result):
+            return result
+        returned.append(True)
+        return _Checked(self._check_result(result, room))
 
-    def _check_result(self, result: Any) -> Any:
+    def _stopped(self, e: StopIteration) -> str:
+        said = f" ({e})" if str(e) else ""
+        return (
+            f"tools.{self.name} failed: its handler raised StopIteration{said} (a next() that "
+            "found nothing?)"
+        )
+
+    def _check_result(self, result: Any, room: int | None = None) -> Any:
+        # Every item takes two bytes of JSON at least (itself and a comma or a bracket).
+        if room is not None and not holds_at_most(result, room // 2):
+            raise self._error(
+                f"tools.{self.name} returned more than {room // 2:,} items, which take more than "
+                f"the {size_text(room)} of results a script may read (an object "
+                "that stands in several places counts in each); have the tool return less "
+                "(a page, a summary)"
+            )
         data: Any = _MISSING
         if self._result_adapter is not None:
             try:
@@ -513,6 +553,15 @@ class Tool:
 
 
 _MISSING = object()
+
+
+def unsendable(name: str, error: Exception) -> str:
+    """What the script reads when ``tools.<name>``'s result, JSON data to Python, is not to
+    JSON's encoder: ``error`` is orjson's."""
+    return (
+        f"tools.{name} returned a result that cannot be sent to the script ({error}); the tool "
+        "must return JSON data (integers within 64 bits, text without lone surrogates)"
+    )
 
 
 @dataclass(frozen=True)

@@ -193,7 +193,7 @@ def size_text(n: int) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
             return f"{n / scale:,.1f} {unit}".replace(".0 ", " ")
-    return f"{n:,} bytes"
+    return f"{n:,} byte{'' if n == 1 else 's'}"
 
 
 def sizes_over(n: int, limit: int) -> tuple[str, str]:

@@ -7,6 +7,7 @@ import dataclasses
 import inspect
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,6 +106,29 @@ async def test_client_result_that_breaks_the_output_schema(inproc: InProcessRunn
     await code_mode.client_result(paused.script_id, paused.waiting[0]["call_id"], "many")
     result = await code_mode.resume(paused.script_id)
     assert "does not match its output schema" in result.value
+
+
+async def test_a_client_result_json_cannot_carry_names_the_tool(inproc: InProcessRunner) -> None:
+    """An integer past 64 bits from the client fails the call as a host tool's result does,
+    naming the tool and what a result must be (the script read "Integer exceeds 64-bit
+    range" alone)."""
+
+    @tool(client=True)
+    def count_files() -> Any:
+        """How many files the user has."""
+        ...
+
+    code_mode = CodeMode([count_files], runner=inproc)
+    paused = await code_mode.run_code(
+        "try { return await tools.count_files({}) } catch (e) { return e.message }"
+    )
+    await code_mode.client_result(paused.script_id, paused.waiting[0]["call_id"], {"n": 2**70})
+    result = await code_mode.resume(paused.script_id)
+    assert result.value == (
+        "tools.count_files returned a result that cannot be sent to the script (Integer "
+        "exceeds 64-bit range); the tool must return JSON data (integers within 64 bits, text "
+        "without lone surrogates)"
+    )
 
 
 def test_mcp_tool_with_an_empty_input_schema_takes_any_object() -> None:

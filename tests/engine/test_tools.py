@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 import pytest
 from pydantic import BaseModel, Field, field_serializer
 
-from engine import CodeMode
+from engine import CodeMode, Limits
 from engine._functions import parse_docstring, tool
 from engine._naming import sanitize_name, unique_names
 from engine._schema import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, holds_at_most
@@ -502,6 +502,97 @@ def test_timeout_fails_the_call_catchably() -> None:
     assert call_error(Tool("slow_sync", handler=slow_sync, timeout=0.1), {}) == (
         "tools.slow_sync timed out after 0.1 s while its handler ran; a handler cannot be "
         "stopped, so the call may or may not take effect; check before calling it again"
+    )
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_result_small_in_memory_but_huge_as_json_fails_at_once(kind: str) -> None:
+    """An object holding one other twice, forty deep: a few objects in memory, 2**40 copies
+    as JSON. The conversion copied it for every place it stood, past the call's timeout and
+    the results budget, without bound (a host's memory went to 8 GB, and a sync handler's
+    thread converted on after aclose). Its items are counted first, up to what the script's
+    results budget could hold: the call fails at once, catchably, saying so."""
+
+    def deep() -> dict[str, Any]:
+        d: dict[str, Any] = {"k": "v"}
+        for _ in range(40):
+            d = {"a": d, "b": d}
+        return d
+
+    async def adag() -> dict[str, Any]:
+        return deep()
+
+    dag = Tool("dag", handler=adag if kind == "async" else deep)
+    engine = CodeMode(
+        [dag],
+        runner=InProcessRunner(),
+        type_check="off",
+        call_timeout=60,
+        limits=Limits(results=64 * 1024),
+    )
+    try:
+        code = "try { return await tools.dag() } catch (e) { return e.message }"
+        result = await asyncio.wait_for(engine.run_code(code), 30)
+        assert result.value == (
+            "tools.dag returned more than 32,768 items, which take more than the 64 KiB of "
+            "results a script may read (an object that stands in several places counts in "
+            "each); have the tool return less (a page, a summary)"
+        )
+    finally:
+        await engine.aclose()
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_result_whose_conversion_passes_the_timeout_says_the_call_took_effect(
+    kind: str,
+) -> None:
+    """The call's timeout bounds its result's conversion too (an async handler's was not
+    bounded at all), and a call that timed out there says its handler returned: it took
+    effect (a sync one's said its handler still ran)."""
+    release = threading.Event()
+
+    class Slow(BaseModel):
+        n: int
+
+        @field_serializer("n")
+        def slowly(self, n: int) -> int:
+            release.wait(20)  # the conversion, in a thread, waits until the test has seen
+            return n
+
+    # More items than are converted on the event loop: the conversion runs in a thread.
+    many = [Slow(n=1), *range(2_500)]
+
+    def sync_handler() -> list[Any]:
+        return many
+
+    async def async_handler() -> list[Any]:
+        return many
+
+    t = Tool("slow", handler=async_handler if kind == "async" else sync_handler, timeout=0.5)
+    engine = CodeMode([t], runner=InProcessRunner(), type_check="off")
+    try:
+        code = "try { return await tools.slow() } catch (e) { return e.message }"
+        result = await asyncio.wait_for(engine.run_code(code), 20)
+    finally:
+        release.set()
+        await engine.aclose()
+    assert result.value == (
+        "tools.slow timed out after 0.5 s converting its result to JSON data: its handler had "
+        "returned, so the call took effect, but its result is lost; have the tool return less"
+    )
+
+
+async def test_an_async_handler_raising_stop_iteration_says_so_as_a_sync_one() -> None:
+    """Python turns a coroutine's StopIteration into "coroutine raised StopIteration", which
+    named neither the tool nor the likely cause: it reads as a sync handler's does."""
+
+    async def find(id: int) -> dict[str, int]:
+        return next(u for u in [{"id": 1}] if u["id"] == id)
+
+    with pytest.raises(ToolCallError) as info:
+        await tool(find).invoke({"id": 2}, CTX)
+    assert str(info.value) == (
+        "tools.find failed: its handler raised StopIteration (a next() that found nothing?)"
     )
 
 
