@@ -106,14 +106,17 @@ class SqliteStore(SqlStore):
         try:
             db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30)
             (mode,) = db.execute("PRAGMA journal_mode=WAL").fetchone()
-        except sqlite3.Error as e:
-            hint = ""
-            if isinstance(e, sqlite3.DatabaseError) and "not a database" in str(e):
-                hint = (
-                    "; if it is no codemode log, give data_dir a directory of its own; if it "
-                    "is one, it is damaged: restore it from a backup"
-                )
-            raise ConfigError(f"cannot open the session log {self.path}: {e}{hint}") from None
+        except sqlite3.DatabaseError as e:
+            if e.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+                # A file whose first pages are not SQLite's: as damage found later, but it may
+                # be some other program's file too.
+                raise _damaged(
+                    self.path,
+                    e,
+                    "if it is no codemode log, give data_dir a directory of its own; if it is "
+                    "one, ",
+                ) from None
+            raise ConfigError(f"cannot open the session log {self.path}: {e}") from None
         if str(mode).lower() != "wal":
             # Without it, a commit on the loop's connection would sync there, and readers
             # would wait for writers: the store's design rests on WAL.
@@ -222,12 +225,7 @@ class SqliteStore(SqlStore):
         except (sqlite3.DatabaseError, orjson.JSONDecodeError, rows.BadRow) as e:
             # "database disk image is malformed", or a row whose JSON is not JSON (changed
             # by hand, or by another program writing the file).
-            raise StoreUnavailable(
-                f"the session log {self.path} is damaged ({e}): check it with sqlite3 "
-                f"{self.path} 'PRAGMA integrity_check', and restore it from a backup (or "
-                "'.recover' what it can into a new file)",
-                permanent=True,
-            ) from None
+            raise _damaged(self.path, e) from None
         except OSError as e:  # the log's fsync failed: the write may not be on the disk
             raise StoreUnavailable(
                 f"the session log {self.path} could not be synced to the disk ({e}); check "
@@ -353,6 +351,16 @@ class SqliteStore(SqlStore):
 
         await asyncio.get_running_loop().run_in_executor(self._thread, close)
         self._thread.shutdown(wait=True)
+
+
+def _damaged(path: Path, error: Exception, first: str = "") -> StoreUnavailable:
+    """The log at ``path`` is damaged (``error`` says how), for good: what to do about it."""
+    return StoreUnavailable(
+        f"the session log {path} is damaged ({error}): {first}check it with sqlite3 {path} "
+        "'PRAGMA integrity_check', and restore it from a backup (or '.recover' what it can "
+        "into a new file)",
+        permanent=True,
+    )
 
 
 def _closed_error() -> StoreUnavailable:

@@ -3,6 +3,7 @@ when the host makes it (not at the first run), naming the problem and the fix.""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import sqlite3
@@ -22,6 +23,7 @@ from engine import (
     RunnerConfig,
     Skill,
     SqliteStore,
+    StoreUnavailable,
     Tool,
     ToolDefinitionError,
     build_runner,
@@ -393,16 +395,31 @@ def test_search_from_the_host_fails_as_the_scripts_call_would() -> None:
 
 
 def test_sqlite_store_at_a_path_it_cannot_use(tmp_path: Path) -> None:
-    """SqliteStore (whose path is a directory) under a file, on a file, or over a log file
-    that is not SQLite: ConfigError naming it."""
+    """SqliteStore (whose path is a directory) under a file or on a file: ConfigError naming
+    it. Over a log file that is not SQLite, or one cut short: the log is damaged, for good,
+    as damage found later is (a log cut short was "cannot open ...: malformed", without what
+    to do)."""
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigError, match="cannot make the data directory"):
         SqliteStore(tmp_path / "file" / "log")
     with pytest.raises(ConfigError, match="is a file: give a directory"):
         SqliteStore(tmp_path / "file")
     (tmp_path / "data").mkdir()
-    (tmp_path / "data" / SqliteStore.FILE_NAME).write_bytes(b"plain text, not a database" * 100)
-    with pytest.raises(ConfigError, match=r"cannot open the session log.*restore it from a backup"):
+    log_file = tmp_path / "data" / SqliteStore.FILE_NAME
+    log_file.write_bytes(b"plain text, not a database" * 100)
+    with pytest.raises(StoreUnavailable, match=r"is damaged .*no codemode log") as caught:
+        SqliteStore(tmp_path / "data")
+    assert caught.value.permanent and "restore it from a backup" in str(caught.value)
+    log_file.unlink()
+    asyncio.run(SqliteStore(tmp_path / "data").aclose())  # a log with its tables, on the disk
+    db = sqlite3.connect(log_file)  # and pages enough that the schema's are cut off
+    with db:
+        db.execute("CREATE TABLE filler (b)")
+        db.executemany("INSERT INTO filler VALUES (randomblob(4000))", [()] * 99)
+    db.close()  # the last connection: its write-ahead log is checkpointed into the file
+    with log_file.open("r+b") as f:
+        f.truncate(8192)
+    with pytest.raises(StoreUnavailable, match=r"is damaged \(database disk image is malformed\)"):
         SqliteStore(tmp_path / "data")
 
 
