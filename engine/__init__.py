@@ -14,6 +14,7 @@ print(result.text)
 from engine._codemode import CodeMode, RunResult
 from engine._config import Config, RunnerConfig, build_runner
 from engine._errors import (
+    CallAbandoned,
     CallNotWaiting,
     CodeModeError,
     ConfigError,
@@ -53,6 +54,7 @@ __all__ = [
     "TEXT_BUDGET",
     "Attachment",
     "BlobStore",
+    "CallAbandoned",
     "CallEntry",
     "CallNotWaiting",
     "CodeMode",

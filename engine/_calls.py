@@ -16,7 +16,8 @@ from typing import Any
 import orjson
 
 from engine import log
-from engine._drive import CallAbandoned, Drive
+from engine._drive import Drive
+from engine._errors import CallAbandoned
 from engine._events import Emitting
 from engine._limits import Limits
 from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH

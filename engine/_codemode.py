@@ -34,9 +34,10 @@ from engine._config import (
     check_parts,
     data_directory,
 )
-from engine._drive import CallAbandoned, Drive, dead_local_owner, new_owner
+from engine._drive import Drive, dead_local_owner, new_owner
 from engine._ending import Ending
 from engine._errors import (
+    CallAbandoned,
     CallNotWaiting,
     CodeModeError,
     ConfigError,

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
 from engine import log
-from engine._errors import CodeModeError
+from engine._errors import CallAbandoned, CodeModeError
 from engine._tool_threads import Ticket
 from runner._tasks import cancel_and_wait
 from sandbox import protocol
@@ -29,11 +29,6 @@ from sandbox import protocol
 logger = logging.getLogger("codemode")
 
 T = TypeVar("T")
-
-
-class CallAbandoned(CodeModeError):
-    """The engine closed while one of the drive's calls ran: the drive ends, and the call is
-    left in the log as running, for the next host to settle."""
 
 
 def new_owner() -> str:

@@ -69,6 +69,12 @@ class ToolCallError(CodeModeError):
         self.tool = tool
 
 
+class CallAbandoned(CodeModeError):
+    """The engine closed (``aclose``) while one of a script's calls ran: the drive ends, and
+    the call is left in the log as running, for the next host that resumes the script to
+    settle (as after a crash)."""
+
+
 class ToolsMissing(CodeModeError):
     """A script calls tools this host does not have; it is left as it was, to be resumed on a
     host that has them."""

@@ -8,7 +8,7 @@ import engine.log
 import runner
 
 ENGINE = {
-    "Attachment", "BlobStore", "CallEntry", "CallNotWaiting", "CodeMode", "CodeModeError",
+    "Attachment", "BlobStore", "CallAbandoned", "CallEntry", "CallNotWaiting", "CodeMode", "CodeModeError",
     "Config", "ConfigError", "Event", "FilesMissing", "LANGUAGES", "Language", "LeaseLost", "Limits", "LogStore", "MemoryStore", "PROPOSED",
     "PostgresStore", "PythonTypeChecker", "RunResult", "RunnerConfig", "ScriptNotFound", "ScriptRecord",
     "ScriptTooLarge", "Skill", "SqliteStore", "StepUnavailable", "StoreUnavailable",
