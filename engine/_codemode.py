@@ -499,8 +499,10 @@ class CodeMode(StepLoop):
                 if started.lease is not None:
                     with contextlib.suppress(CodeModeError):
                         await self.store.release(started.lease)
+                began = started.record.language
+                differs = "with other code" if began == language else f"in {began}, not {language}"
                 raise ConfigError(
-                    f"key {key!r} names script {started.record.id}, started with other code: "
+                    f"key {key!r} names script {started.record.id}, started {differs}: "
                     "a key is one run_code call's (the model's tool-use id, unique in the "
                     "tenant); give this call its own key, or none"
                 )

@@ -180,7 +180,8 @@ def _from_function(
     idempotent: bool,
 ) -> Tool:
     tool_name = name or getattr(fn, "__name__", "") or ""
-    label = f"tool {tool_name!r}"
+    # A partial has no name of its own: the function it binds names it in messages.
+    label = f"tool {tool_name or getattr(getattr(fn, 'func', None), '__name__', '')!r}"
     if not callable(fn):
         raise ToolDefinitionError(f"@tool decorates a function, not {fn!r}")
     if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):

@@ -27,6 +27,9 @@ _SIZE_UNITS = {
     "g": GiB,
     "gb": GiB,
     "gib": GiB,
+    "t": 1024 * GiB,
+    "tb": 1024 * GiB,
+    "tib": 1024 * GiB,
 }
 # ASCII digits only: int() and float() would also take other scripts' digits.
 _SIZE_WORD = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", re.ASCII)

@@ -41,6 +41,7 @@ from engine._codemode import CodeMode
 from engine._errors import CallNotWaiting, CodeModeError, ConfigError
 from engine._events import Event
 from engine._result import RunResult
+from engine._schema import a_json_type
 from engine._tools import Tool
 from engine.mcp._stdio import MAX_MESSAGE, well_formed_json
 from sandbox.protocol import size_text
@@ -63,6 +64,8 @@ def _argument(
     others = sorted(str(k) for k in arguments if k != key)
     if not isinstance(value, str) or not (value or empty) or others:
         extra = f"; leave out {', '.join(repr(k)[:80] for k in others)}" if others else ""
+        if key in arguments and not isinstance(value, str):
+            extra = f"; {key} must be a string, not {a_json_type(value)}" + extra
         raise CodeModeError(f'{tool} takes only {{"{key}": "{example}"}}{extra}')
     return value
 

@@ -77,6 +77,8 @@ def test_defaults_are_one_table() -> None:
         ("1.5g", int(1.5 * GiB)),
         ("100", 100),
         ("64kb", 64 * KiB),
+        ("1tb", 1024 * GiB),  # it was "not a size", where "1024gb" was one
+        ("2 TiB", 2048 * GiB),
     ],
 )
 def test_sizes_take_bytes_or_words(raw: object, expected: int) -> None:

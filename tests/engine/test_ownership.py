@@ -247,6 +247,8 @@ async def test_a_key_names_a_script_within_its_tenant(make_store: Callable[[], L
         # the model the other script's answer.
         with pytest.raises(ConfigError, match="started with other code"):
             await host.run_code("return 0", tenant="B", key="k1")
+        with pytest.raises(ConfigError, match="started in javascript, not python"):
+            await host.run_code("return 'B own script'", tenant="B", key="k1", language="python")
 
         paused = await host.run_code(SCRIPT, tenant="A", key="k2")
         assert paused.status == "paused", paused.text

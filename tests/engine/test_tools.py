@@ -384,7 +384,8 @@ def test_callable_objects_are_tools_and_partials_are_refused() -> None:
         """Transfer."""
         return account
 
-    with pytest.raises(ToolDefinitionError, match=r"a functools\.partial is not a tool"):
+    # Named by the function it binds (it has no name of its own: "tool ''").
+    with pytest.raises(ToolDefinitionError, match=r"^tool 'transfer': a functools\.partial is not"):
         tool(functools.partial(transfer, account="ada"))
 
 

@@ -478,6 +478,10 @@ async def test_arguments_the_tools_do_not_take_are_refused_by_name(tmp_path: Pat
         extra = await session.call_tool("run_code", {"code": "return 1", "timeout": 5})
         assert extra.is_error, text(extra)
         assert text(extra) == 'run_code takes only {"code": "<the script>"}; leave out \'timeout\''
+        number = await session.call_tool("run_code", {"code": 5})
+        assert text(number) == (
+            'run_code takes only {"code": "<the script>"}; code must be a string, not an integer'
+        )
         missing = await session.call_tool("run_code", {"script": "return 1"})
         assert missing.is_error and "leave out 'script'" in text(missing)
         assert not (await session.call_tool("run_code", {"code": ""})).is_error
