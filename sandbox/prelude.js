@@ -34,6 +34,7 @@
   const NativeSyntaxError = SyntaxError, NativeInternalError = InternalError;
   const NativeMap = Map, NativeSet = Set, NativeProxy = Proxy, NativePromise = Promise;
   const NativeWeakMap = WeakMap, NativeWeakSet = WeakSet, NativeRegExp = RegExp;
+  const NativeBoolean = Boolean, NativeString = String;
   const NativeArrayBuffer = ArrayBuffer, isView = ArrayBuffer.isView;
   const NativeAggregateError = AggregateError, hasOwn = Object.hasOwn;
   const { get: weakMapGet, set: weakMapSet, has: weakMapHas } = WeakMap.prototype;
@@ -387,7 +388,16 @@
     configurable: stackAccessor.configurable,
   });
   // One of console.log's arguments: an error is followed by its line.
-  const logged = (value) => (value instanceof NativeError ? text(value) + madeAt(value) : text(value));
+  // Whether to print an error's line after it: `instanceof` reads the prototype, which a
+  // revoked Proxy throws for (printing it threw, and failed the script).
+  const isError = (value) => {
+    try {
+      return value instanceof NativeError;
+    } catch (_) {
+      return false;
+    }
+  };
+  const logged = (value) => (isError(value) ? text(value) + madeAt(value) : text(value));
   function formatted(args) {
     const first = args[0];
     if (typeof first !== "string" || args.length < 2 || !apply(stringIncludes, first, ["%"])) {
@@ -416,7 +426,7 @@
   const label = (l) => (l === undefined ? "default" : "" + l);
   globalThis.console = freeze({
     log: print, info: print, warn: print, error: print, debug: print, trace: print,
-    dir: (value) => emit(described(value) + (value instanceof NativeError ? madeAt(value) : "")),
+    dir: (value) => emit(described(value) + (isError(value) ? madeAt(value) : "")),
     dirxml: print,
     table: (data, columns) => emit(table(data, columns)),
     group: (...labels) => { if (labels.length) print(...labels); indent += "  "; },
@@ -1106,6 +1116,10 @@
     if (typeof value !== "object" || value === null || isArray(value)) return value;
     const proto = getPrototypeOf(value);
     if (proto === ObjectProto || proto === null) return value;
+    // `new Number(3)`, `new Boolean(false)`, `new String("a")`: JSON gives the value they box.
+    if (value instanceof NativeNumber || value instanceof NativeBoolean || value instanceof NativeString) {
+      return value;
+    }
     let kind;
     if (value instanceof NativeMap) {
       kind = "a Map, which JSON turns into {}; return Object.fromEntries(map), or [...map] for its entries";

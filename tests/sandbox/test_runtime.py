@@ -696,10 +696,16 @@ def test_console_survives_lone_surrogates_and_unprintable_values():
     code = r"""
 console.log("a\ud800b", "\udc00");
 console.log({ toJSON() { throw new Error("nope"); } });
+const { proxy, revoke } = Proxy.revocable({}, {});
+revoke();
+console.log(proxy);
+console.dir(proxy);
 return "ok";"""
     ran = run(code)
     assert ran.outcome == "finished", ran.error
-    assert ran.printed == "a\ufffdb \ufffd\n[unprintable: Error: nope]\n"
+    # A revoked Proxy, whose prototype cannot be read: printing it failed the script.
+    revoked = "[unprintable: TypeError: revoked proxy]\n"
+    assert ran.printed == "a\ufffdb \ufffd\n[unprintable: Error: nope]\n" + revoked * 2
     assert roundtrip(ran).printed == ran.printed
 
 
@@ -960,6 +966,10 @@ def test_a_returned_map_or_set_fails_instead_of_reading_as_empty(code: str, said
     assert value(code) == [["a", 1]]
     # A function inside data is left out, as JSON has it; returning nothing stays nothing.
     assert value("return { a: 1, f() { return 2; } };") == {"a": 1}
+    # A boxed number, truth value or text is the value it boxes, as JSON has it (a Number
+    # and a Boolean failed as objects "which JSON turns into {}").
+    code = "return { n: new Number(3), b: new Boolean(false), s: new String('a') };"
+    assert value(code) == {"n": 3, "b": False, "s": "a"}
     assert run("return;").outcome == "finished"
 
 
