@@ -32,14 +32,15 @@ class _Value(ctypes.Structure):
 
 
 class _Hook(ctypes.Structure):
-    """The tracker's opaque pointer: the prelude's function, and whether any promise was
-    rejected with no handler (the host then asks the prelude for its lines)."""
+    """The tracker's opaque pointer: the prelude's function, whether any promise was rejected
+    with no handler (the host then asks the prelude for its lines), and whether one was with
+    null (what QuickJS throws when the heap cannot hold even its out-of-memory error)."""
 
-    _fields_ = [("function", _Value), ("rejected", ctypes.c_int)]
+    _fields_ = [("function", _Value), ("rejected", ctypes.c_int), ("null", ctypes.c_int)]
 
 
-# The same in every QuickJS: an int32 payload; an object (a pointer to it).
-_JS_TAG_INT, _JS_TAG_OBJECT = 0, -1
+# The same in every QuickJS: an int32 payload; null; an object (a pointer to it).
+_JS_TAG_INT, _JS_TAG_NULL, _JS_TAG_OBJECT = 0, 2, -1
 # A pointer's size: the offsets below are those of a 64-bit build.
 _WORD = ctypes.sizeof(ctypes.c_void_p)
 _HEAD = 2 * _WORD  # PyObject_HEAD: the reference count and the type
@@ -94,6 +95,8 @@ def _track(
     hook = _Hook.from_address(opaque)
     if not handled:
         hook.rejected = 1
+        if reason.tag == _JS_TAG_NULL:
+            hook.null = 1
     # An exception already pending is the engine's to deliver: nothing runs over it.
     if _lib.JS_HasException(ctx):
         return
@@ -132,6 +135,11 @@ class Watch:
         """Whether a promise was rejected with no handler since the watch began."""
         return bool(self._hook.rejected)
 
+    @property
+    def rejected_with_null(self) -> bool:
+        """Whether a promise was rejected with null, and no handler, since the watch began."""
+        return bool(self._hook.null)
+
 
 def watch(ctx: _quickjs.Context, function: Any) -> Watch | None:
     """Call ``function`` (a ``_quickjs.Object`` of ``ctx``'s) on every rejection in ``ctx``,
@@ -151,6 +159,6 @@ def watch(ctx: _quickjs.Context, function: Any) -> Watch | None:
     value = _Value.from_address(id(function) + _OBJECT_VALUE_AT)
     if value.tag != _JS_TAG_OBJECT or not value.u:
         return None
-    hook = _Hook(_Value(value.u, value.tag), 0)
+    hook = _Hook(_Value(value.u, value.tag), 0, 0)
     _lib.JS_SetHostPromiseRejectionTracker(runtime, _tracker, ctypes.addressof(hook))
     return Watch(ctx, function, hook, runtime)

@@ -497,6 +497,23 @@ class Run(Replay):
             error = ScriptError(name="SyntaxError", message=_cut(e.message, 1000), lines=lines)
             self._end(Ran(outcome="failed", error=error))
 
+    def _conclude(self) -> Ran:
+        if not self.new_calls and self._heap_ran_out():
+            # The heap ran out in a job, whose promise took the null QuickJS throws then: the
+            # script caught it, or left it unhandled and waited on (a StuckError), or went on.
+            # The run fails on the memory limit, as one whose ending is that null does.
+            return self._finish(self._failed("Error", "", "", True))
+        return super()._conclude()
+
+    def _heap_ran_out(self) -> bool:
+        """Whether a promise was rejected with a null that the script does not write."""
+        watch = self._watch
+        return (
+            watch is not None
+            and watch.rejected_with_null
+            and not _THROWS_NULL.search(self.script.code)
+        )
+
     def _concluded(self, kind: str, payload: Any) -> Ran:
         rejected = self._watch is not None and self._watch.rejected
         if (self.position or rejected) and (
@@ -674,7 +691,9 @@ class Run(Replay):
         name, sep, message = first.partition(": ")
         if not sep:
             name, message = "Error", first
-        ran = self._failed(name, message, rest)
+        # A job that threw null outside any promise: the heap could not hold even the error
+        # (the promise of the job's reaction could not be made), as _failed reads a null.
+        ran = self._failed(name, message, rest, first == "null" and not rest.strip())
         if name == "SyntaxError" and not ran.error.lines:  # type: ignore[union-attr]
             ran.error.lines = self._lines(first)  # type: ignore[union-attr]
         return self._finish(ran)

@@ -2005,6 +2005,27 @@ def test_a_run_that_fills_the_heap_reports_no_unhandled_lines() -> None:
     assert ran.printed == ""
 
 
+@pytest.mark.parametrize("how", ["replay", "live"])
+@pytest.mark.parametrize(
+    "code",
+    [
+        # Nothing handles the rejection, and the script waits on: it ended "stuck".
+        "const f = () => Promise.resolve().then(f);\nf();\nawait new Promise(() => {});",
+        # The script catches it, then goes on to a call and its end: it finished.
+        "let n = 0;\nconst f = () => { n++; return Promise.resolve().then(f); };\n"
+        "const p = f().catch((e) => console.log('caught', e));\n"
+        "await tools.list_prs({});\nawait p;\nreturn n;",
+    ],
+)
+def test_a_heap_filled_in_a_promise_job_is_the_memory_limit(code: str, how: str) -> None:
+    """A promise chain that fills the heap runs out in a job, whose promise QuickJS rejects
+    with null: the run is the memory limit met, as a run whose ending is that null (it was a
+    StuckError, or a script that printed "caught null" and finished), live and replayed."""
+    ran = _js_to_the_end(code, live=how == "live")
+    assert_limit(ran, "memory")
+    assert ran.error is not None and ran.error.name == "LimitError"
+
+
 def test_a_context_without_the_tracker_still_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """A binding laid out otherwise gets no tracker (watch gives None): runs go on as they
     did before it, without the lines."""
