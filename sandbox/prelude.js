@@ -564,8 +564,10 @@
     "promises, await Promise.all(...))";
   defineProperty(NativePromise.prototype, "toJSON", { __proto__: null,
     value: function toJSON(key) {
-      throw new NativeTypeError((key === "" || key === undefined ? "it is " : "at key " +
+      const error = new NativeTypeError((key === "" || key === undefined ? "it is " : "at key " +
         JSON.stringify("" + key) + " it holds ") + PROMISE_NOT_DATA);
+      refused = error; // a returned value's failure says it (see finished)
+      throw error;
     },
     writable: true, enumerable: false, configurable: true,
   });
@@ -1070,14 +1072,18 @@
       // The replacer refuses what JSON would make {} or a bag of indexes of without a word.
       json = JSON.stringify(value, opaqueRefused);
     } catch (e) {
-      if (outOfMemory(e)) {
+      if (e !== null && outOfMemory(e)) {
         host.fail("InternalError", "out of memory", "");
+        return;
+      }
+      // A null is the heap's, or the script's own `throw null` in a toJSON: failed() says
+      // which it is to the host, which reads the script's text (runtime.py's _failed).
+      const why = e === refused ? e.message : e === null ? undefined : notJSON(e, value);
+      if (why === undefined) {
+        // The script's own code threw as its value was read (a getter, a toJSON, a Proxy's
+        // trap): its error, at its line, as the same value given to a tool throws there.
+        failed(e);
       } else {
-        const why = e === refused ? e.message
-          : e instanceof NativeRangeError && apply(stringIncludes, "" + e.message, ["stack"])
-            ? "it nests deeper than " + MAX_DEPTH + " levels of objects and arrays, the most " +
-              "data may nest to cross between the sandbox and the host (MAX_DEPTH); flatten it"
-            : notJSON(e, value);
         host.fail("TypeError", wellFormed("the returned value is not JSON data: " + why), "");
       }
       return;
@@ -1090,12 +1096,22 @@
     }
     host.done(json === undefined ? "u" : wellFormed("j" + json));
   }
-  // Why JSON.stringify threw: a TypeError's message alone (the line says TypeError already),
-  // a cycle with where it closes.
+  // Why JSON.stringify itself threw (a cycle, with where it closes; nesting past its stack),
+  // or undefined: it was not JSON.stringify, but code of the script's it ran.
   function notJSON(e, value) {
-    if (!(e instanceof NativeTypeError)) return errorText(e);
-    const message = "" + e.message;
-    if (message !== "circular reference") return message;
+    let message;
+    try {
+      if (!(e instanceof NativeTypeError || e instanceof NativeRangeError)) return undefined;
+      message = "" + e.message;
+    } catch (_) {
+      return undefined; // a revoked Proxy's, or a message that cannot be read
+    }
+    if (e instanceof NativeRangeError) {
+      if (!apply(stringIncludes, message, ["stack"])) return undefined;
+      return "it nests deeper than " + MAX_DEPTH + " levels of objects and arrays, the most " +
+        "data may nest to cross between the sandbox and the host (MAX_DEPTH); flatten it";
+    }
+    if (message !== "circular reference") return undefined;
     const at = cycleAt(value);
     return (at === null ? "it holds" : at + " refers back to") + " an object that holds it (a " +
       "cycle, which JSON cannot carry); return a copy without that reference";

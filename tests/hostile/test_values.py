@@ -118,19 +118,33 @@ def test_odd_returned_values(run: Any, name: str) -> None:
 
 
 FAILING_VALUES = {
-    "a BigInt": "return 1n",
-    "a getter that throws": "return { get a() { throw new Error('g'); } }",
-    "a Proxy that throws": "return new Proxy({}, { ownKeys() { throw new Error('p'); } })",
-    "toJSON that throws": "return { toJSON() { throw new Error('t'); } }",
+    "a BigInt": ("return 1n", "TypeError", "the returned value is not JSON data: it is a BigInt"),
+    # The script's own code that throws as the value is read fails the run with its error,
+    # at its line (it was "TypeError: the returned value is not JSON data: g", no line).
+    "a getter that throws": (
+        "return { get a() { throw new RangeError('g'); } }",
+        "RangeError",
+        "g",
+    ),
+    "a Proxy that throws": (
+        "return new Proxy({}, { ownKeys() { throw new Error('p'); } })",
+        "Error",
+        "p",
+    ),
+    "toJSON that throws": ("return { toJSON() { throw new Error('t'); } }", "Error", "t"),
+    "toJSON that throws null": ("return { toJSON() { throw null; } }", "Uncaught", "null"),
 }
 
 
 @pytest.mark.parametrize("name", sorted(FAILING_VALUES))
 def test_values_that_are_not_data_fail_the_run_by_name(run: Any, name: str) -> None:
-    ran = run(FAILING_VALUES[name])
+    code, error, message = FAILING_VALUES[name]
+    ran = run(code)
     assert ran.outcome == "failed"
-    assert ran.error.name == "TypeError"
-    assert ran.error.message.startswith("the returned value is not JSON data")
+    assert (ran.error.name, ran.error.message[: len(message)]) == (error, message)
+    assert ran.limit is None
+    if error != "TypeError":
+        assert [line.line for line in ran.error.lines] == ([] if error == "Uncaught" else [1])
     assert_crossed(ran)
 
 
