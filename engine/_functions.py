@@ -86,11 +86,20 @@ class _Arguments:
         except ValidationError as e:
             first = e.errors(include_url=False)[:3]
             text = "; ".join(
-                f"at {'.'.join(str(p) for p in err['loc']) or '(the top level)'}: {err['msg']}"
+                f"at {'.'.join(str(p) for p in err['loc']) or '(the top level)'}: {_said(err)}"
                 for err in first
             )
             raise ToolCallError(f"tools.{tool}: invalid arguments: {text}", tool=tool) from None
         return {param: getattr(instance, field) for field, param in self.fields}
+
+
+def _said(error: Any) -> str:
+    """A pydantic error's message, in the script's terms where pydantic's mislead: a number
+    past 64 bits was "Unable to parse input string as an integer" (the script passed no
+    string)."""
+    if error["type"] == "int_parsing_size" and isinstance(error.get("input"), float):
+        return f"expected an integer within 64 bits, got {error['input']:g}"
+    return str(error["msg"])
 
 
 _GOOGLE_HEADER = re.compile(

@@ -597,6 +597,21 @@ async def test_an_async_handler_raising_stop_iteration_says_so_as_a_sync_one() -
     )
 
 
+def test_a_number_past_64_bits_for_an_integer_says_so() -> None:
+    """A script's 1e21 for an ``int`` read "Unable to parse input string as an integer,
+    exceeded maximum size": the script passed a number, not a string."""
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    assert call_error(add, {"a": 1e21, "b": 1}) == (
+        "tools.add: invalid arguments: at a: expected an integer within 64 bits, got 1e+21"
+    )
+    assert call(add, {"a": 2**64, "b": 1}) == 2**64 + 1  # an integer of Python's, as given
+
+
 def test_a_handlers_own_timeout_error_is_not_reported_as_ours() -> None:
     """TimeoutError raised by the handler (a network timeout) keeps its own message."""
 
