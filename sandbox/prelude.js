@@ -1206,6 +1206,11 @@
     } catch (e) {
       if (e !== 0) { // the body does not parse (a SyntaxError; or out of memory or stack)
         if (mayStrip && e instanceof NativeSyntaxError) return undefined;
+        if (e instanceof NativeRangeError) {
+          // The parser's stack ran out: "Maximum call stack size exceeded" named no line.
+          throw new NativeSyntaxError("the script nests too deeply to parse (parentheses, " +
+            "brackets, braces or operators inside one another, thousands deep); flatten it");
+        }
         throw e;
       }
     }

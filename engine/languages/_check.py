@@ -149,14 +149,16 @@ class Ran:
 def timed_out(timeout: float) -> str:
     return (
         f"the type check did not finish within {timeout:g} s, the most it may take; simplify "
-        f"the script's types (or leave them out), or {_TURN_OFF}"
+        f"the script's types (or leave them out) and flatten what it nests thousands deep, or "
+        f"{_TURN_OFF}"
     )
 
 
 def out_of_cpu(timeout: float) -> str:
     return (
         f"the type check used more than {timeout:g} s of CPU, the most it may use; simplify "
-        f"the script's types (or leave them out), or {_TURN_OFF}"
+        f"the script's types (or leave them out) and flatten what it nests thousands deep, or "
+        f"{_TURN_OFF}"
     )
 
 

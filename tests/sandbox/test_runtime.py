@@ -1080,6 +1080,23 @@ def test_syntax_error_reports_its_line():
     assert ran.error.lines[0].text == "const c = ;"
 
 
+@pytest.mark.parametrize("pair", ["()", "[]"])
+def test_source_nested_past_the_parsers_stack_says_so(pair: str) -> None:
+    """A script whose brackets nest a hundred thousand deep failed with "RangeError: Maximum
+    call stack size exceeded", which said neither that it was the parse nor what to do."""
+    ran = run("return " + pair[0] * 100_000 + "1" + pair[1] * 100_000)
+    assert ran.outcome == "failed" and ran.error is not None
+    assert (ran.error.name, ran.error.message) == (
+        "SyntaxError",
+        "the script nests too deeply to parse (parentheses, brackets, braces or operators "
+        "inside one another, thousands deep); flatten it",
+    )
+    # A recursion that runs out of stack is the script's RangeError, at its line, as before.
+    ran = run("function f() { return f(); }\nreturn f();")
+    assert ran.error is not None and ran.error.name == "RangeError"
+    assert [line.line for line in ran.error.lines][:1] == [1]
+
+
 def test_nested_function_error_reports_the_lines_of_its_stack():
     """An error deep in the script's functions reports each of its frames, innermost first."""
     code = """\
