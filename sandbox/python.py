@@ -2866,15 +2866,17 @@ def _plain(value: Any, root: str, path: tuple[str | int, ...], depth: int, walk:
         walk.weight += text_weight(value)
         return value
     # By the type, never isinstance: an object's __class__ may be a script's property.
+    # The value itself, as json.dumps reads it: int() and float() call a subclass's own
+    # __int__ and __float__, which could say another number than the one compared and shown.
     if issubclass(kind, int):  # True and False are above
-        number = int(value)
+        number = int.__int__(value)
         if not _INT_MIN <= number <= _INT_MAX:
             raise _NotPlain(
                 f"{_where(root, path)} is an integer too large for JSON data; pass it as a string"
             )
         return number
     if issubclass(kind, float):
-        real = float(value)
+        real = float.__float__(value)
         if math.isnan(real) or math.isinf(real):
             raise _NotPlain(f"{_where(root, path)} is {real}, which JSON cannot carry")
         return real

@@ -228,6 +228,17 @@ def test_tuples_and_numeric_keys_become_json() -> None:
     }
 
 
+def test_a_number_of_a_subclass_is_sent_as_its_value() -> None:
+    """An int or float subclass is the number it holds, as json.dumps writes it and ==
+    compares it: its own __int__ or __float__ said another (I(5) was sent as 999)."""
+    code = (
+        "class I(int):\n    def __int__(self):\n        return 999\n"
+        "class F(float):\n    def __float__(self):\n        return 9.5\n"
+        "await tools.echo(i=I(5), f=F(1.5))"
+    )
+    assert run(code).calls[0].arguments == {"i": 5, "f": 1.5}
+
+
 def test_unknown_tool_names_the_closest() -> None:
     name, message = caught("await tools.get_usr(id=1)")
     assert name == "AttributeError"
