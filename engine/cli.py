@@ -344,6 +344,14 @@ async def _engine(
     namespace: dict[str, Any] = {}
     if args.tools is not None:  # read before any server starts: a mistake here starts none
         tools, namespace = load_tools(args.tools)
+        if needs_runner and tools and all(t.handler is None and not t.client for t in tools):
+            # Definitions alone: every call would fail for good in the log ("run by no
+            # handler on this host"), a resumed script's included.
+            raise ConfigError(
+                f"{args.tools} holds tool definitions without handlers, enough for `describe` "
+                "and `search` but not to run calls: give a .py file of tools, or the MCP "
+                "servers as [codemode.mcpServers.NAME] tables in codemode.toml"
+            )
     servers = await _mcp_servers(args, config)
     if servers is None and args.tools is None:
         raise ConfigError(

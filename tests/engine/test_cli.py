@@ -137,6 +137,10 @@ def test_mcp_json_tools_describe(tmp_path: Path) -> None:
     proc = codemode("describe", "--tools", str(tools))
     assert proc.returncode == 0, proc.stderr
     assert "get_weather(input: { city: string })" in proc.stdout
+    # Not enough to run calls: refused before the script starts (each call failed for good,
+    # "run by no handler on this host", a resumed script's too).
+    ran = codemode("run", "-", "--tools", str(tools), stdin="return 1")
+    one_clear_line(ran, "holds tool definitions without handlers", "give a .py file of tools")
 
 
 def test_paused_script_resumes_through_the_cli(tmp_path: Path) -> None:
