@@ -556,8 +556,9 @@ _MISSING = object()
 
 
 def unsendable(name: str, error: Exception) -> str:
-    """What the script reads when ``tools.<name>``'s result, JSON data to Python, is not to
-    JSON's encoder: ``error`` is orjson's."""
+    """What the script reads when a result of ``tools.<name>`` that is JSON data to Python is
+    refused by JSON's encoder (``error``, orjson's: an integer past 64 bits, a lone
+    surrogate)."""
     return (
         f"tools.{name} returned a result that cannot be sent to the script ({error}); the tool "
         "must return JSON data (integers within 64 bits, text without lone surrogates)"
