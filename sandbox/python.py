@@ -264,6 +264,20 @@ def _private_name(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
+def _unmarked_plain(bases: tuple[Any, ...]) -> bool:
+    """Whether a class statement's ``bases`` (``Generic[T]`` as the class it stands for) are
+    all plain (``_PLAIN_BASES``, built-in exceptions), none of them a class of the script's
+    already."""
+    try:
+        classes = types.resolve_bases(bases)
+    except Exception:
+        return False  # the class statement itself says what is wrong with them
+    return all(
+        isinstance(c, type) and (id(c) in _PLAIN_BASES or id(c) in _BUILTIN_EXCEPTIONS)
+        for c in classes
+    )
+
+
 class _ScriptBase:
     """Of every class a class statement of a script makes (through its run's ScriptObject,
     see _Identities): the mark that an object's attributes are the script's own."""
@@ -278,6 +292,14 @@ _BUILTIN_EXCEPTIONS = frozenset(
     id(value)
     for value in vars(builtins).values()
     if isinstance(value, type) and issubclass(value, BaseException)
+)
+# Bases whose instances hold no attribute with one underscore but what a script puts there:
+# a class a script's class statement makes on them is its own (see _scripts_own): it gets
+# the mark (see _Identities), so its objects' repr and hash are the same on every run too.
+_PLAIN_BASES = frozenset(
+    id(c)
+    for c in (object, abc.ABC, typing.Generic, dict, list, set, frozenset, tuple, str, int)
+    + (float, bytes)
 )
 
 
@@ -298,11 +320,16 @@ def _scripts_own(obj: Any) -> bool:
     known = _OWN_CLASSES.get(id(kind))
     if known is not None:
         return known[1]
+    mro = _MRO.__get__(kind)
+    # A plain base counts only under a class of the script's: a str of its own is no object
+    # of the script's classes.
+    marked = any(c is _ScriptBase for c in mro)
     own = all(
         c is object
         or id(c) in _BUILTIN_EXCEPTIONS
+        or (marked and id(c) in _PLAIN_BASES)
         or any(k is _ScriptBase for k in _MRO.__get__(c))
-        for c in _MRO.__get__(kind)
+        for c in mro
     )
     _OWN_CLASSES[id(kind)] = (kind, own)
     return own
@@ -1784,10 +1811,14 @@ class _Identities:
             return number(obj)
 
         def build_class(func: Any, name: Any, *bases: Any, **kwargs: Any) -> Any:
-            if (
-                not bases or (len(bases) == 1 and bases[0] is object)
-            ) and "metaclass" not in kwargs:
-                bases = (self._base or self._make_base(),)
+            if "metaclass" not in kwargs:
+                if not bases or (len(bases) == 1 and bases[0] is object):
+                    bases = (self._base or self._make_base(),)
+                elif _unmarked_plain(bases):
+                    # `class Repo(ABC)`, `class ApiError(Exception)`, `class Cache(Generic[T])`:
+                    # the mark last, so the bases' own repr and hash come first (an
+                    # exception's repr, a dict's refusal to be hashed).
+                    bases = (*bases, self._base or self._make_base())
             return builtins.__build_class__(func, name, *bases, **kwargs)
 
         id.__qualname__ = "id"

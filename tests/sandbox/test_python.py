@@ -2080,6 +2080,63 @@ return [a._v, a._log, Acc._made, type(a)._made, getattr(b, "_x"), hasattr(b, "_p
     assert "not available in scripts" in failed("class A:\n    pass\nreturn A().__dict__").message
 
 
+def test_a_class_on_a_plain_base_is_the_scripts_own() -> None:
+    """`class Repo(ABC)`, `class ApiError(Exception)`, `class Cache(Generic[T])`, a dict
+    subclass: how models write a repository, an error, a cache. Their `self._x` was refused
+    ("only on objects of the script's own classes": only a class with no base was), and
+    their objects hashed by address, so a loop over a set of them made its calls in another
+    order on a replay (a DivergenceError). Each base keeps its own repr and hash."""
+    code = """
+from abc import ABC, abstractmethod
+from typing import Generic, TypeVar
+T = TypeVar("T")
+class Repo(ABC):
+    def __init__(self, name):
+        self._name = name
+    @abstractmethod
+    def get(self): ...
+class Orders(Repo):
+    def get(self):
+        return self._name
+class ApiError(Exception):
+    def __init__(self, code):
+        super().__init__(f"code {code}")
+        self._code = code
+class Cache(Generic[T]):
+    def __init__(self):
+        self._d = {}
+class Bag(dict):
+    def __init__(self):
+        super().__init__(a=1)
+        self._n = 2
+try:
+    raise ApiError(5)
+except ApiError as e:
+    error = [e._code, repr(e)]
+bag = Bag()
+try:
+    hash(bag)
+except TypeError as e:
+    unhashable = str(e)
+jobs = {Orders(f"o{i}") for i in range(6)}
+return [Orders("x").get(), error, Cache[int]()._d, bag._n, unhashable, repr(Orders("y")),
+        [j.get() for j in jobs]]
+"""
+    first = value(code)
+    assert first[:6] == [
+        "x",
+        [5, "ApiError('code 5')"],
+        {},
+        2,
+        "unhashable type: 'Bag'",
+        "<script.Orders object at 0x7>",
+    ]
+    assert value(code) == first  # the set's order too: the same on every run
+    # A module's class stays no base of the script's own: its underscores are its own.
+    error = failed("import random\nclass R(random.Random):\n    pass\nreturn R(1)._inner")
+    assert "only on objects of the script's own classes" in error.message
+
+
 # ---- traceback: the error being handled, as CPython writes it, the script's frames only ----
 
 _TRACEBACK_CASES = """\
