@@ -297,9 +297,7 @@ _BUILTIN_EXCEPTIONS = frozenset(
 # a class a script's class statement makes on them is its own (see _scripts_own): it gets
 # the mark (see _Identities), so its objects' repr and hash are the same on every run too.
 _PLAIN_BASES = frozenset(
-    id(c)
-    for c in (object, abc.ABC, typing.Generic, dict, list, set, frozenset, tuple, str, int)
-    + (float, bytes)
+    map(id, [object, abc.ABC, typing.Generic, dict, list, set, frozenset, tuple, str, int, float])
 )
 
 
