@@ -2959,10 +2959,23 @@ def _plain(value: Any, root: str, path: tuple[str | int, ...], depth: int, walk:
         hint = " (pass str(value) or float(value))"
     elif kind is types.CoroutineType:
         hint = " (await it for its value; for a list of them, await asyncio.gather(*them))"
+    elif issubclass(kind, enum.Enum):
+        hint = " (pass value.value, or value.name)"
+    elif dataclasses.is_dataclass(kind):
+        hint = " (pass dataclasses.asdict(value))"
+    elif issubclass(kind, bytes | bytearray):
+        hint = " (pass value.decode(), or base64.b64encode(value).decode())"
+    elif issubclass(kind, types.SimpleNamespace):
+        hint = " (pass a dict)"
+    name = _type_name(value)
     raise _NotPlain(
-        f"{_where(root, path)} is {_a(_type_name(value))}{hint}; data must be plain "
-        "(dict, list, tuple, str, int, float, bool, None)"
+        f"{_where(root, path)} is {name if name in _MASS_NOUNS else _a(name)}{hint}; data "
+        "must be plain (dict, list, tuple, str, int, float, bool, None)"
     )
+
+
+# Types named without an article: "is bytes", not "is a bytes".
+_MASS_NOUNS = frozenset({"bytes", "bytearray"})
 
 
 def _a(name: str) -> str:
@@ -4225,6 +4238,8 @@ class Run(Replay):
             if (module, imported) in _NEWER:
                 newer = _NEWER[module, imported]
                 message += f": it is new in Python {newer}, and scripts are Python 3.11"
+            elif (module, imported) in _LEFT_OUT:
+                message += _LEFT_OUT[module, imported]
             elif isinstance(found := self.modules.get(module), Module):
                 near = closest_names(imported, list(found._names))
                 message += f"; did you mean {', '.join(near)}?" if near else ""
@@ -4309,11 +4324,15 @@ _NOT_HERE = {
     ),
     **dict.fromkeys(
         (
-            "os", "pathlib", "shutil", "subprocess", "glob", "tempfile", "signal",
-            "multiprocessing", "threading", "sqlite3",
+            "os", "pathlib", "shutil", "subprocess", "glob", "tempfile", "signal", "sqlite3",
         ),
         ": a script has no file system, environment or processes; it reads the files it was "
         "given with `await files.text(id)` (`files.list()` lists them)",
+    ),
+    **dict.fromkeys(
+        ("threading", "multiprocessing", "concurrent", "queue"),
+        ": a script has no threads or processes; it runs calls at once with asyncio "
+        "(`await asyncio.gather(*(tools.name(...) for ...))`, asyncio.Queue, asyncio.TaskGroup)",
     ),
     "secrets": (
         ": a script is replayed, so its randomness is drawn from its seed and is no secret "
@@ -4347,6 +4366,10 @@ _WITHHELD = {
         "`await files.text(id)` or the streams (`files.list()` lists them)"
     ),
     "input": "; a script takes no input: it reaches the host through `tools`",
+    "vars": (
+        "; a script reads an object's attributes by name (`obj.x`, `getattr(obj, name)`), "
+        "and a dataclass's as a dict with dataclasses.asdict(obj)"
+    ),
     **dict.fromkeys(
         ("exit", "quit"),
         "; a script ends with `return value`, or as a program does, with `sys.exit(status)` "
@@ -4371,6 +4394,17 @@ _NEWER = {
     ("math", "sumprod"): "3.12",
     ("statistics", "kde"): "3.13",
     ("copy", "replace"): "3.13",
+}
+
+
+# Names of allowed modules that scripts do not have, on purpose, and what to write instead.
+_LEFT_OUT = {
+    **dict.fromkeys(
+        (("functools", "singledispatch"), ("functools", "singledispatchmethod")),
+        ": it is left out of scripts (it reads annotations as code); choose by type with "
+        "isinstance, or a dict of functions by type",
+    ),
+    ("enum", "global_enum"): ": it is left out of scripts (it writes into a module)",
 }
 
 

@@ -788,6 +788,31 @@ def test_returning_what_is_not_data_fails_naming_the_type() -> None:
     error = failed("return {1, 2}")
     assert error.name == "TypeError"
     assert "the returned value is a set" in error.message
+    # What to pass instead, for the kinds a model returns most.
+    for code, said in [
+        (
+            "from dataclasses import dataclass\n@dataclass\nclass D:\n    x: int\nreturn [D(1)]",
+            "[0] in the returned value is a D (pass dataclasses.asdict(value))",
+        ),
+        (
+            "import enum\nclass Status(enum.Enum):\n    A = 1\nreturn Status.A",
+            "the returned value is a Status (pass value.value, or value.name)",
+        ),
+        ("return b'x'", "the returned value is bytes (pass value.decode(), or base64"),
+    ]:
+        assert failed(code).message.startswith(said), code
+
+
+def test_what_scripts_have_not_says_what_they_have_instead() -> None:
+    """vars() and functools.singledispatch are left out: the error says what to write."""
+    assert failed("return vars()").message.startswith(
+        "name 'vars' is not defined; a script reads an object's attributes by name"
+    )
+    assert failed("from functools import singledispatch").message == (
+        "cannot import name 'singledispatch' from 'functools': it is left out of scripts (it "
+        "reads annotations as code); choose by type with isinstance, or a dict of functions "
+        "by type"
+    )
 
 
 def test_lone_surrogates_do_not_crash() -> None:
@@ -1591,8 +1616,13 @@ def test_format_however_it_is_named_still_formats() -> None:
         ("import numpy", ""),
         ("import secrets", ": a script is replayed, so its randomness is drawn from its seed"),
         ("from zoneinfo import ZoneInfo", ": a script has no time zone database; its clock is"),
+        # Threads and pools: asyncio, not "it reads the files it was given".
+        ("import threading", ": a script has no threads or processes; it runs calls at once "
+         "with asyncio"),
+        ("from concurrent.futures import ThreadPoolExecutor", ": a script has no threads"),
+        ("import queue", ": a script has no threads or processes"),
     ],
-)
+)  # fmt: skip
 def test_an_import_of_the_network_or_the_system_says_what_a_script_has(
     code: str, said: str
 ) -> None:
