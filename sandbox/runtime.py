@@ -162,7 +162,10 @@ _NO_NETWORK = (
     "; a script has no network: reach the host through `tools` (await tools.name({...})); "
     'find them with await tools.tool_search({ query: "..." })'
 )
-_NO_TIMERS = "; a script has no timers: it cannot wait for time to pass"
+_NO_TIMERS = (
+    "; a script has no timers: it cannot wait for time to pass (its clock is fixed), so a "
+    "retry needs no wait: call the tool again at once, a few times at most"
+)
 _NOT_NODE = (
     "; a script runs in a bare JavaScript engine, neither Node.js nor a browser: it has the "
     "language's built-ins, `tools`, `files` and `console.log` (and structuredClone, "
