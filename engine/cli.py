@@ -45,7 +45,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -790,16 +790,26 @@ async def _resume_with(args: argparse.Namespace, listeners: list[Listener]) -> R
             await engine.check_tools(args.script_id)
             await _check_answers(engine, args)
         for call_id in args.approve:
-            await engine.approve(args.script_id, call_id)
+            await _answered_once(engine.approve(args.script_id, call_id))
         for call_id in args.reject:
-            await engine.reject(args.script_id, call_id, args.message)
+            await _answered_once(engine.reject(args.script_id, call_id, args.message))
         return await engine.resume(args.script_id)
+
+
+async def _answered_once(answer: Awaitable[None]) -> None:
+    """Record an answer ``resume`` was given. The call waited for it when _check_answers
+    looked: if another host or person answered it since, that is said on stderr and the
+    script is resumed all the same, as the command asked, with the answer that stands."""
+    try:
+        await answer
+    except CallNotWaiting as e:
+        sys.stderr.write(f"codemode: {e}; resuming with that answer\n")
 
 
 async def _check_answers(engine: CodeMode, args: argparse.Namespace) -> None:
     """Refuse, before any is recorded, answers that could not all be: a call named twice
     (``--approve A --reject A``) or one that waits for no approval. Another host may still
-    answer one first; that answer's CallNotWaiting says so."""
+    answer one first (see _answered_once)."""
     named = [*args.approve, *args.reject]
     twice = sorted({c for c in named if named.count(c) > 1})
     if twice:

@@ -43,10 +43,10 @@ def own_call(entry: r.CallEntry) -> str:
 
 
 def not_waiting(script_id: str, call_id: str, state: str, expect: str) -> str:
-    said = (
-        f"call {call_id} of script {script_id} is {state.replace('_', ' ')}, "
-        f"not {expect.replace('_', ' ')}"
-    )
+    now = "has failed" if state == r.FAILED else f"is {state.replace('_', ' ')}"
+    said = f"call {call_id} of script {script_id} {now}, not {expect.replace('_', ' ')}"
+    if state in r.SETTLED:
+        said += " (answered already, by another host or person)"
     if state == r.APPROVED and expect == r.AWAITING_APPROVAL:
         # Approved twice, or one that never needed it: listed in `waiting` ("turn"), it
         # waits for its step's calls that do to be answered.

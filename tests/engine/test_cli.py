@@ -1060,3 +1060,23 @@ def test_show_tells_a_lease_that_ran_out_from_one_let_go(tmp_path: Path) -> None
     assert shown.returncode == 0, shown.stderr
     assert "(lease token 1, ran out at " in shown.stdout, shown.stdout
     assert ": its host stopped or stalled)" in shown.stdout
+
+
+def test_an_answer_another_gave_first_is_said_and_the_resume_goes_on(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`resume --approve C` whose call another host or person answered after the command
+    checked it (two operators at once): the loser exited 2 and did not resume the script; it
+    says so on stderr and resumes, with the answer that stands."""
+    from engine import CallNotWaiting
+    from engine.cli import _answered_once
+    from engine.log._rules import not_waiting
+
+    async def lost() -> None:
+        raise CallNotWaiting(not_waiting("s1", "c1", "failed", "awaiting_approval"))
+
+    asyncio.run(_answered_once(lost()))
+    assert capsys.readouterr().err == (
+        "codemode: call c1 of script s1 has failed, not awaiting approval (answered already, "
+        "by another host or person); resuming with that answer\n"
+    )
