@@ -747,7 +747,10 @@ class CodeMode(StepLoop):
                             await stop.wait()
                 left[lease.script_id] = time.monotonic() + WORKER_LEFT_FOR
                 continue
-            logger.info("worker drove script=%s status=%s", lease.script_id, result.status)
+            if result.status == "elsewhere" and stop.is_set():
+                logger.info("worker left script=%s for another host (stopping)", lease.script_id)
+            else:
+                logger.info("worker drove script=%s status=%s", lease.script_id, result.status)
 
     async def _take_from_dead_host(self, skip: Collection[str] = ()) -> log.Lease | None:
         """The lease of an active script, not held and not in ``skip``, whose host was a

@@ -212,7 +212,8 @@ class Drive:
             self.lease = await self.store.renew(self.lease, self._ttl_ms)
         except log.LeaseLost:
             logger.warning(
-                "script lease lost script=%s owner=%s: another host took it over",
+                "script lease lost script=%s this_owner=%s: another host took the script "
+                "over; this host leaves it",
                 self.lease.script_id,
                 self.lease.owner,
             )

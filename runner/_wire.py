@@ -351,7 +351,7 @@ def decode(line: bytes, expect: tuple[str, ...]) -> Any:
 
 def decode_body(kind: str, body: Any, expect: tuple[str, ...]) -> Any:
     if kind not in expect:
-        raise WireError(f"a {kind!r} message where {' or '.join(expect)} was expected")
+        raise WireError(f"{a_kind(kind)} message where {' or '.join(expect)} was expected")
     if kind == "bytes":
         if not isinstance(body, int) or isinstance(body, bool) or body < 0:
             raise WireError(f"a malformed 'bytes' message: {body!r} is not a byte count")
@@ -365,7 +365,9 @@ def decode_body(kind: str, body: Any, expect: tuple[str, ...]) -> Any:
             raise WireError("a malformed 'script' message: its body is not an object")
         tenant = body.pop("tenant", "default")
         if not isinstance(tenant, str) or not 0 < len(tenant) <= 200:
-            raise WireError("a malformed 'script' message: tenant must be a string of 1 to 200")
+            raise WireError(
+                "a malformed 'script' message: tenant must be a string of 1 to 200 characters"
+            )
         live = body.pop("live", False)
         if not isinstance(live, bool):
             raise WireError("a malformed 'script' message: live must be true or false")
@@ -624,3 +626,8 @@ class Channel:
 
 def _over(size: int, bound: int) -> str:
     return f"a line over the bound of {bound:,} bytes (at least {size:,})"
+
+
+def a_kind(kind: str) -> str:
+    """``a 'script'``, ``an 'end'``: a message's kind with its article."""
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind!r}"

@@ -233,6 +233,12 @@ async def test_an_unknown_request(service: RunnerService) -> None:
     answer = await client.receive()
     assert answer["error"]["error"] == "a 'shell' message where script or load was expected"
     assert await client.closed()
+    client = await RawClient.connect(service.address)
+    await client.hello()
+    await client.send_json({"end": {}})
+    answer = await client.receive()
+    assert answer["error"]["error"] == "an 'end' message where script or load was expected"
+    assert await client.closed()
 
 
 async def test_a_client_that_vanishes_mid_step_has_its_process_killed() -> None:
