@@ -666,7 +666,7 @@ class RunnerService:
                         continue
                     if kind != "script":
                         raise wire.WireError(
-                            f"{wire.a_kind(kind)} message where script or load was expected"
+                            f"{protocol.a_kind(kind)} message where script or load was expected"
                         )
                     if self.draining:
                         await self._fail(conn, "the runner service is draining", "draining")

@@ -351,7 +351,7 @@ def decode(line: bytes, expect: tuple[str, ...]) -> Any:
 
 def decode_body(kind: str, body: Any, expect: tuple[str, ...]) -> Any:
     if kind not in expect:
-        raise WireError(f"{a_kind(kind)} message where {' or '.join(expect)} was expected")
+        raise WireError(f"{protocol.a_kind(kind)} message where {' or '.join(expect)} was expected")
     if kind == "bytes":
         if not isinstance(body, int) or isinstance(body, bool) or body < 0:
             raise WireError(f"a malformed 'bytes' message: {body!r} is not a byte count")
@@ -626,8 +626,3 @@ class Channel:
 
 def _over(size: int, bound: int) -> str:
     return f"a line over the bound of {bound:,} bytes (at least {size:,})"
-
-
-def a_kind(kind: str) -> str:
-    """``a 'script'``, ``an 'end'``: a message's kind with its article."""
-    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind!r}"

@@ -188,6 +188,11 @@ def calls_over(limit: int) -> str:
     )
 
 
+def a_kind(kind: str) -> str:
+    """``a 'script'``, ``an 'end'``: a message's kind with its article, for messages."""
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind!r}"
+
+
 def size_text(n: int) -> str:
     """A byte count as people read it: ``3 MiB``, ``1.5 KiB``, ``812 bytes``."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -620,7 +625,7 @@ def _decode_script(line: bytes) -> Script:
             raise ProtocolError(f"a malformed 'script' message: {first['ctx']['error']}") from None
         others = [str(x["loc"][0]) for x in e.errors() if x["type"] == "extra_forbidden"]
         if len(others) == 1 and loc == ["script"] and first["type"] == "missing":
-            raise ProtocolError(f"a {others[0]!r} message where script was expected") from None
+            raise ProtocolError(f"{a_kind(others[0])} message where script was expected") from None
         raise ProtocolError(
             f"a line that is not a one-key message envelope: {_preview(line)}"
         ) from None
@@ -635,7 +640,7 @@ def decode(line: bytes, expect: tuple[str, ...]) -> Any:
         return _decode_script(line)
     kind, body = envelope(line)
     if kind not in expect:
-        raise ProtocolError(f"a {kind!r} message where {' or '.join(expect)} was expected")
+        raise ProtocolError(f"{a_kind(kind)} message where {' or '.join(expect)} was expected")
     try:
         return _KINDS[kind].model_validate(body)
     except ValidationError as e:
