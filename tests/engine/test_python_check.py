@@ -108,6 +108,34 @@ async def test_no_matching_form_names_the_keywords(checker: PythonTypeChecker) -
     (problem,) = checked.problems
     assert problem.message.startswith("tools.calendar__list_events takes (")
     assert "time_max: str" in problem.message and "_str" not in problem.message
+    # Which keyword is unknown, and which are missing (it said "the call does not match").
+    assert problem.message.endswith(
+        "; it takes no tmie_max (did you mean time_max?); time_max is missing"
+    )
+    checked = await checker.check(
+        'await tools.calendar__create_event(summary="s")', check_stubs(CORPUS)
+    )
+    (problem,) = checked.problems
+    assert problem.message.endswith("; start and end are missing"), problem.message
+
+
+async def test_a_call_in_the_checks_own_terms_reads_in_the_scripts(
+    checker: PythonTypeChecker,
+) -> None:
+    """A positional value says to give keywords, and a wrong dict names its keys as the
+    tool's arguments: both named the check's own mapping type (`Github__list_prs_Input`),
+    which no declaration the model read has (a wrong dict's first line said only that)."""
+    stubs = check_stubs(CORPUS)
+    checked = await checker.check('await tools.github__list_prs("o/r")', stubs)
+    (problem,) = checked.problems
+    assert problem.message.startswith("tools.github__list_prs takes keyword arguments (repo: ")
+    assert problem.message.endswith("as tools.github__list_prs(repo=...), or one dict of them"), (
+        problem.message
+    )
+    checked = await checker.check('await tools.github__list_prs({"rep": "o/r"})', stubs)
+    messages = [p.message for p in checked.problems]
+    assert messages and all("_Input" not in m for m in messages), messages
+    assert any("tools.github__list_prs's arguments" in m for m in messages), messages
 
 
 async def test_a_call_used_without_await_says_to_await_it(checker: PythonTypeChecker) -> None:

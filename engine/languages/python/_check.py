@@ -24,6 +24,7 @@ read a host module and show its contents to the model in an error.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import signal
@@ -45,6 +46,7 @@ from engine.languages._check import (
     timed_out,
 )
 from engine.languages.python._stubs import SCRIPT_ERROR_STUBS, SCRIPT_ERRORS
+from sandbox.names import closest_names
 
 CHECKER_ENV = "CODEMODE_TY"
 
@@ -198,13 +200,28 @@ def _problems(output: str, code: str, declarations: str) -> list[TypeProblem]:
         for file, row, column, code, _ in found
         if file == "untyped"
     }
-    return [
-        TypeProblem(p.line, p.column, p.code, _explained(str(p.message), declarations))
+    kept = [
+        p
         for p in typed
         if (p.line, p.column, p.code) not in untyped
         and 1 <= p.line <= script_lines
         and not _widened(str(p.message), lines[p.line - 1][max(p.column - 1, 0) :])
     ]
+    calls = _tool_calls(code) if kept else {}
+    inputs = {typed: tool for tool, typed in _INPUT_FORM.findall(declarations)}
+    explained = [
+        TypeProblem(
+            p.line,
+            p.column,
+            p.code,
+            _explained(str(p.message), declarations, inputs, _call_at(calls, p.line, p.column)),
+        )
+        for p in kept
+    ]
+    # A dict written in the call whose keys are wrong: ty says which, and before that that
+    # the dict is not the tool's arguments, which says nothing more.
+    said = {p.line for p in explained if not _DICT_ARGUMENT.search(str(p.message))}
+    return [p for p in explained if p.line not in said or not _DICT_ARGUMENT.search(str(p.message))]
 
 
 # ty types a value a script builds before the call by its kind, not its value: a dict made
@@ -241,21 +258,128 @@ def _widened(message: str, argument: str) -> bool:
     return "Literal[" in expected and _PLAIN.fullmatch(found) is not None
 
 
-def _explained(message: str, declarations: str) -> str:
-    """A message about no matching overload (a tool takes keywords or one mapping), with the
-    keywords the tool takes; one about a tool call's coroutine used as its result (a
-    forgotten await), with what to write."""
+# The check's form of a tool that takes one mapping: `async def x(self, input: X_Input, /)`.
+_INPUT_FORM = re.compile(r"async def (\w+)\(self, input: (\w+), /\)")
+# ty's line for an argument that is not a tool's mapping of arguments.
+_ARGUMENT_TO = re.compile(
+    r"^Argument to bound method `Tools\.(\w+)` is incorrect: Expected `(\w+)`"
+)
+_DICT_ARGUMENT = re.compile(r"^Argument to bound method `Tools\.\w+` is incorrect: .*found `dict\[")
+
+
+def _explained(
+    message: str, declarations: str, inputs: dict[str, str], call: ast.Call | None
+) -> str:
+    """ty's ``message`` in the script's terms: one about no matching overload (a tool takes
+    keywords or one mapping) with the keywords the tool takes and which of the call's are
+    unknown or missing; a positional argument that is no mapping as the keywords to give;
+    the check's mapping types (``Send_email_Input``, which no declaration the model read
+    names) as the arguments of their tools; a tool call's coroutine used as its result (a
+    forgotten await) with what to write."""
     if _COROUTINE in message:
         return message + "; did you forget to `await` the call?"
-    match = _NO_OVERLOAD.search(message)
-    if not match:
-        return message
-    name = match.group(1)
+    match = _NO_OVERLOAD.search(message) or _ARGUMENT_TO.search(message)
+    keywords = _keywords(match.group(1), declarations) if match else None
+    if match and keywords is not None:
+        name = match.group(1)
+        shown = keywords.replace("_NotRequired", "NotRequired")
+        shown = re.sub(r"\b_(str|int|float|bool|list|dict|Any|Literal|Never)\b", r"\1", shown)
+        if match.re is _NO_OVERLOAD:
+            wrong = _mismatch(name, keywords, call)
+            return f"tools.{name} takes ({shown}); {wrong or 'the call does not match'}"
+        written = call.args[0] if call is not None and call.args else None
+        if (
+            match.group(2) in inputs
+            and written is not None
+            and not isinstance(written, ast.Dict | ast.Name | ast.Call | ast.Subscript)
+        ):
+            first = _top_level_split(keywords)[0].split(":", 1)[0].strip()
+            return (
+                f"tools.{name} takes keyword arguments ({shown}), as "
+                f"tools.{name}({first}=...), or one dict of them"
+            )
+    for typed, tool in inputs.items():
+        if typed in message:
+            arguments = f"tools.{tool}'s arguments"
+            message = message.replace(f"TypedDict `{typed}` constructor", arguments)
+            message = message.replace(f"TypedDict `{typed}`", arguments)
+            message = message.replace(f"`{typed}`", arguments)
+    return message
+
+
+def _keywords(name: str, declarations: str) -> str | None:
+    """The keywords tool ``name`` takes, as its check declaration writes them."""
     for line in declarations.splitlines():
         signature = line.strip()
         if signature.startswith(f"async def {name}(self, *, "):
-            keywords = signature[len(f"async def {name}(self, *, ") : signature.rindex(") ->")]
-            shown = keywords.replace("_NotRequired", "NotRequired")
-            shown = re.sub(r"\b_(str|int|float|bool|list|dict|Any|Literal|Never)\b", r"\1", shown)
-            return f"tools.{name} takes ({shown}); the call does not match"
-    return message
+            return signature[len(f"async def {name}(self, *, ") : signature.rindex(") ->")]
+    return None
+
+
+def _mismatch(name: str, keywords: str, call: ast.Call | None) -> str | None:
+    """Which of ``call``'s keywords tool ``name`` does not take, and which it takes that the
+    call leaves out; None when the call cannot say (``**opts``) or names the right ones
+    (then a value is of another type, as ty's own lines say)."""
+    if call is None or any(k.arg is None for k in call.keywords):
+        return None
+    if call.args:
+        return f"give keyword arguments, as tools.{name}(key=value), or one dict of them"
+    params = [p.strip() for p in _top_level_split(keywords)]
+    names = [p.split(":", 1)[0].strip() for p in params if p and not p.startswith(("*", "/"))]
+    required = [
+        p.split(":", 1)[0].strip()
+        for p in params
+        if p and not p.startswith(("*", "/")) and not p.endswith("= ...")
+    ]
+    given = [k.arg for k in call.keywords if k.arg is not None]
+    said = []
+    for unknown in (k for k in given if k not in names):
+        near = closest_names(unknown, names)
+        said.append(f"it takes no {unknown}" + (f" (did you mean {near[0]}?)" if near else ""))
+    missing = [k for k in required if k not in given]
+    if missing:
+        listed = ", ".join(missing[:-1]) + " and " + missing[-1] if len(missing) > 1 else missing[0]
+        said.append(f"{listed} {'is' if len(missing) == 1 else 'are'} missing")
+    return "; ".join(said) or None
+
+
+def _top_level_split(text: str) -> list[str]:
+    """``text`` split at its commas outside brackets (``a: dict[str, int], b: int``)."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _tool_calls(code: str) -> dict[int, list[ast.Call]]:
+    """The script's calls of ``tools.<name>(...)``, by line; none when it does not parse
+    (the run says why)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {}
+    calls: dict[int, list[ast.Call]] = {}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "tools"
+        ):
+            calls.setdefault(node.lineno, []).append(node)
+    return calls
+
+
+def _call_at(calls: dict[int, list[ast.Call]], line: int, column: int) -> ast.Call | None:
+    """The call ty's problem at ``line``, ``column`` (its 0-based column in the script, plus
+    one) is about: the last one on the line that starts at or before it."""
+    here = sorted(calls.get(line, []), key=lambda c: c.col_offset)
+    before = [c for c in here if c.col_offset <= column - 1]
+    return before[-1] if before else (here[0] if here else None)
