@@ -589,17 +589,54 @@ class _Workbook:
         self.date_styles = self._date_styles()
 
     def _xml(self, name: str) -> ElementTree.Element:
-        info = self.zip.getinfo(name)
-        if info.file_size > MAX_XLSX_XML:
-            raise FileError(f"the workbook part {name} is over {_size(MAX_XLSX_XML)} unpacked")
+        """A small part of the workbook (its list of sheets, its styles), parsed whole."""
+        self._checked(name)
         return ElementTree.fromstring(self.zip.read(name))
+
+    def _checked(self, name: str) -> None:
+        if self.zip.getinfo(name).file_size > MAX_XLSX_XML:
+            raise FileError(f"the workbook part {name} is over {_size(MAX_XLSX_XML)} unpacked")
+
+    def _elements(self, name: str, keep: str) -> Iterator[ElementTree.Element]:
+        """Each ``keep`` element (a ``row``, an ``si``) of part ``name`` as it ends, whole; the
+        rest of the part is let go as it is read. A part parsed whole held an object for each
+        of its elements: a sheet of 120 KB zipped, sixty million bytes of empty cells, ran a
+        run's process out of memory, each time at another place."""
+        self._checked(name)
+        tag = f"{{{_NS['m']}}}{keep}"
+        cell = f"{{{_NS['m']}}}c"
+        open_elements: list[ElementTree.Element] = []
+        cells = 0
+        with self.zip.open(name) as stream:
+            for event, element in ElementTree.iterparse(stream, events=("start", "end")):
+                if event == "start":
+                    open_elements.append(element)
+                    if element.tag == tag:
+                        cells = 0
+                    continue
+                open_elements.pop()
+                inside = any(e.tag == tag for e in open_elements)
+                if inside:
+                    if element.tag == cell:
+                        cells += 1
+                        if cells > MAX_XLSX_COLUMNS:
+                            raise FileError(
+                                f"a row of {name} has more than {MAX_XLSX_COLUMNS:,} cells, past "
+                                "the last column, XFD"
+                            )
+                    continue  # part of the kept element, which ends later
+                if element.tag == tag:
+                    yield element
+                element.clear()
+                if open_elements:
+                    open_elements[-1].remove(element)
 
     def _shared_strings(self) -> list[str]:
         try:
-            root = self._xml("xl/sharedStrings.xml")
+            found = self._elements("xl/sharedStrings.xml", "si")
+            return ["".join(t.text or "" for t in si.iter(f"{{{_NS['m']}}}t")) for si in found]
         except KeyError:
             return []
-        return ["".join(t.text or "" for t in si.iter(f"{{{_NS['m']}}}t")) for si in root]
 
     def _date_styles(self) -> set[int]:
         try:
@@ -632,11 +669,11 @@ class _Workbook:
                 raise FileError(f"no sheet {sheet!r}; the sheets are {names}")
             path = found[0]
         try:
-            root = self._xml(path)
+            self._checked(path)
         except KeyError:
             raise FileError(f"the workbook lists a sheet part {path} it does not hold") from None
         expected = 1
-        for row in root.iterfind("m:sheetData/m:row", _NS):
+        for row in self._elements(path, "row"):
             number = int(row.get("r", expected))
             if number > MAX_XLSX_ROWS:
                 raise FileError(f"row {number:,} is past the last row, {MAX_XLSX_ROWS:,}")

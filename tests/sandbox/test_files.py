@@ -14,7 +14,7 @@ import pytest
 
 from sandbox import files as files_module
 from sandbox.files import FileError, _Columns
-from sandbox.protocol import REMEDIES, Clock, FileInfo, Limits, Ran, Script
+from sandbox.protocol import REMEDIES, Clock, FileInfo, Limits, MiB, Ran, Script
 from sandbox.runtime import run_in_process
 
 SALES = b"region,amount\nnorth,10\nsouth,5\nnorth,7\n"
@@ -352,6 +352,46 @@ def test_a_malformed_workbook_throws_an_error_the_script_can_catch(data: bytes) 
     assert ran.value[1] != "rows ok"
     for message in ran.value:
         assert message == "sheets ok" or "odd.xlsx" in message, message
+
+
+def _count_rows(data: bytes, memory: int) -> Any:
+    info = FileInfo(id="big.xlsx", mime="application/octet-stream", size=len(data))
+    code = """
+    let n = 0, last;
+    try { for await (const r of files.xlsx("big.xlsx", { header: false })) { n++; last = r } }
+    catch (e) { return [n, e.name, e.message] }
+    return [n, last];
+    """
+    script = Script(
+        id="big",
+        code=code,
+        files=[info],
+        clock=Clock(now_ms=0, seed=1),
+        limits=Limits(memory=memory, file_bytes=64 * MiB),
+    )
+    return run_in_process(script, lambda _f, offset, length: data[offset : offset + length])
+
+
+def test_a_sheet_is_read_as_it_streams_in_a_bounded_heap() -> None:
+    """A sheet part was parsed whole, an object for each element: 120 KB zipped, sixty
+    million bytes of empty cells, ran the run's process out of memory at a place that
+    changed from run to run (a memory limit, 'Python call failed', live and replay apart).
+    Rows are read as they end and let go; a row of more cells than a sheet has columns is
+    refused as it grows."""
+    rows = "".join(f'<row r="{i}"><c r="A{i}"><v>{i}</v></c></row>' for i in range(1, 100_001))
+    data = _workbook(rows)
+    ran = _count_rows(data, 16 * MiB)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == [100_000, [100_000]]
+    wide = _workbook('<row r="1">' + "<c/>" * 2_000_000 + "</row>")
+    ran = _count_rows(wide, 16 * MiB)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == [
+        0,
+        "Error",
+        "big.xlsx: a row of xl/worksheets/sheet1.xml has more than 16,384 cells, past the "
+        "last column, XFD",
+    ]
 
 
 @pytest.mark.parametrize(
