@@ -4,8 +4,9 @@ An MCP tool answers with a ``CallToolResult``: ``content`` blocks (text, mostly)
 ``structuredContent``, and ``isError``. The spec says a call "returns the tool's result,
 parsed when it is JSON", so the script gets the structured content when there is some, else
 the text, parsed when it is JSON; ``isError`` makes the call fail with the text. A result
-with images or audio gives the script its content blocks in order (``{type: "image", data,
-mimeType}`` and the text blocks beside them), which it can return to show them. The SDK's
+with any other block (an image, audio, a resource link, an embedded resource) gives the
+script its content blocks in order (``{type: "image", data, mimeType}`` and the text blocks
+beside them), which it can return to show them. The SDK's
 ``CallToolResult`` objects are read as the dicts they stand for.
 """
 
@@ -37,13 +38,12 @@ def unwrap(result: Any) -> Any:
             raise ToolCallError(text or "the tool reported an error")
         if result.get("structuredContent") is not None:
             return result["structuredContent"]
-        others = [
-            b for b in result["content"] if isinstance(b, Mapping) and b.get("type") != "text"
-        ]
-        if any(b.get("type") in MEDIA_TYPES for b in others):
+        if any(
+            isinstance(b, Mapping) and b.get("type") != "text" for b in result["content"]
+        ):
+            # Images, audio, resource links, embedded resources: the blocks in order, the
+            # text ones among them (the text alone left a link's or a resource's data out).
             return [dict(b) for b in result["content"] if isinstance(b, Mapping)]
-        if others and not texts:
-            return list(others)
         return _parsed(text)
     if isinstance(result, str):
         return _parsed(result)

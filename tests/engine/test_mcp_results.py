@@ -23,6 +23,26 @@ from tests.engine.conftest import InProcessRunner
         ("42", 42),
         ("{not json", "{not json"),
         ({"already": "data"}, {"already": "data"}),
+        # A resource link or an embedded resource beside text: every block, in order (the
+        # script got the text alone, the link and the resource's data left out).
+        (
+            {
+                "content": [
+                    {"type": "text", "text": "Here is the file:"},
+                    {"type": "resource", "resource": {"uri": "file:///a.txt", "text": "DATA"}},
+                    {"type": "resource_link", "uri": "file:///r.pdf", "name": "r"},
+                ]
+            },
+            [
+                {"type": "text", "text": "Here is the file:"},
+                {"type": "resource", "resource": {"uri": "file:///a.txt", "text": "DATA"}},
+                {"type": "resource_link", "uri": "file:///r.pdf", "name": "r"},
+            ],
+        ),
+        (
+            {"content": [{"type": "resource_link", "uri": "file:///r.pdf", "name": "r"}]},
+            [{"type": "resource_link", "uri": "file:///r.pdf", "name": "r"}],
+        ),
     ],
 )
 def test_unwrap(result: Any, seen: Any) -> None:
