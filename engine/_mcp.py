@@ -38,9 +38,7 @@ def unwrap(result: Any) -> Any:
             raise ToolCallError(text or "the tool reported an error")
         if result.get("structuredContent") is not None:
             return result["structuredContent"]
-        if any(
-            isinstance(b, Mapping) and b.get("type") != "text" for b in result["content"]
-        ):
+        if any(isinstance(b, Mapping) and b.get("type") != "text" for b in result["content"]):
             # Images, audio, resource links, embedded resources: the blocks in order, the
             # text ones among them (the text alone left a link's or a resource's data out).
             return [dict(b) for b in result["content"] if isinstance(b, Mapping)]
