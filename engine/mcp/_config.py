@@ -18,9 +18,9 @@ other clients ignore:
   tool whose server says nothing about its effects;
 - ``tools``: per tool, ``{"approval": bool, "readOnly": bool, "idempotent": bool,
   "timeout": seconds, "deferred": bool}``, over what the server's annotations say;
-- ``timeout`` (seconds a call may take), ``initTimeout`` (seconds the server has to answer
-  ``initialize``, default 30), ``deferred`` (declare its tools only through ``tool_search``),
-  ``disabled``.
+- ``timeout`` (seconds a call may take; default 300, or the engine's ``call_timeout`` when
+  sooner), ``initTimeout`` (seconds the server has to answer ``initialize``, default 30),
+  ``deferred`` (declare its tools only through ``tool_search``), ``disabled``.
 
 Each server is checked on its own: a bad entry is one :class:`ServerProblem` naming it, and the
 other servers are still usable.
@@ -63,6 +63,10 @@ _SERVER_KEYS = {
 }
 _TOOL_KEYS = {"approval", "readOnly", "idempotent", "timeout", "deferred"}
 DEFAULT_INIT_TIMEOUT = 30.0
+# Seconds a call of a server's tool waits for its answer when neither the tool nor the server
+# says ("timeout"), nor the engine (call_timeout) bounds it sooner: a server that never
+# answers held its script for ever.
+DEFAULT_CALL_TIMEOUT = 300.0
 MAX_SECONDS = 7 * 24 * 3600.0
 
 

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from engine._errors import ConfigError, ToolDefinitionError
 from engine._tools import Tool
+from engine.mcp import _config
 from engine.mcp._config import (
     ServerProblem,
     ServerSpec,
@@ -244,7 +245,8 @@ class McpServers:
         wait = RECONNECT_WAIT if timeout is None else min(RECONNECT_WAIT, timeout / 2)
 
         async def call(**arguments: Any) -> Any:
-            return await upstream.call(original, arguments, wait=wait)
+            within = None if timeout is not None else _config.DEFAULT_CALL_TIMEOUT
+            return await upstream.call(original, arguments, wait=wait, within=within)
 
         call.__name__ = f"{spec.name}__{original}"
         tool = Tool.from_mcp(

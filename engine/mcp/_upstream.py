@@ -286,6 +286,7 @@ class Upstream:
         *,
         again: bool = True,
         wait: float = RECONNECT_WAIT,
+        within: float | None = None,
     ) -> Any:
         """Call ``tool`` on the server; its ``CallToolResult`` (unwrapped by the caller).
 
@@ -293,7 +294,8 @@ class Upstream:
         connection ends during the call, or when it answers with a protocol error. A server
         over HTTP that no longer knows its session (it restarted) refused the call before
         running it: the session is made anew and the call sent once more (``again``). A
-        server that is reconnecting is waited for ``wait`` seconds at most.
+        server that is reconnecting is waited for ``wait`` seconds at most; one that does not
+        answer within ``within`` seconds (None: no bound here) fails the call, saying so.
         """
         from mcp.shared.exceptions import MCPError
 
@@ -313,7 +315,17 @@ class Upstream:
         if lost.is_set() or session is None:
             raise ToolCallError(f"the MCP server {self.name!r} is reconnecting; try again")
         try:
-            result = await _first_of(session.call_tool(tool, arguments), lost)
+            async with asyncio.timeout(within):
+                result = await _first_of(session.call_tool(tool, arguments), lost)
+        except TimeoutError:
+            if within is None:
+                raise
+            raise ToolCallError(
+                f"the MCP server {self.name!r} did not answer the call of {tool!r} within "
+                f"{within:g} s, the most a call to an MCP server waits unless its config says "
+                '("timeout"), so it may or may not have taken effect; check before calling it '
+                "again"
+            ) from None
         except _Lost:
             raise self._lost_during(tool) from None
         except MCPError as e:
@@ -334,7 +346,7 @@ class Upstream:
                         f"the MCP server {self.name!r} lost its session and is not connected "
                         "again yet; the call was not run: try it again later"
                     ) from None
-                return await self.call(tool, arguments, again=False, wait=wait)
+                return await self.call(tool, arguments, again=False, wait=wait, within=within)
             raise ToolCallError(_refusal(self.name, str(e.message))) from None
         except (ValueError, RuntimeError) as e:
             # The SDK's checks of the answer (a pydantic ValidationError for a result that

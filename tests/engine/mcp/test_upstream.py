@@ -733,3 +733,28 @@ async def test_a_call_to_a_server_that_cannot_reconnect_says_it_was_not_sent(
         assert "so the call was not sent" in result.value and "timed out" not in result.value
     finally:
         await engine.aclose()
+
+
+async def test_a_call_no_timeout_bounds_is_bounded_by_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that never answers a call, with no "timeout" in its config and no
+    call_timeout in the engine: the call waited for ever, and its script with it. It fails
+    at the default bound (here made short), saying so; a timeout the config sets stands."""
+    from engine.mcp import _config
+
+    monkeypatch.setattr(_config, "DEFAULT_CALL_TIMEOUT", 1.0)
+    servers = await McpServers.start(_lab(tmp_path))
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        async with asyncio.timeout(60):
+            result = await engine.run_code(
+                "try { await tools.lab__hang({}); } catch (e) { return e.message; }"
+            )
+        assert result.value == (
+            "the MCP server 'lab' did not answer the call of 'hang' within 1 s, the most a "
+            'call to an MCP server waits unless its config says ("timeout"), so it may or may '
+            "not have taken effect; check before calling it again"
+        ), result.text
+    finally:
+        await engine.aclose()
