@@ -85,6 +85,9 @@ class CodeModeServer:
         self._sessions: weakref.WeakSet[Any] = weakref.WeakSet()
         self._description = engine.definition()["description"]
         self._progress: dict[str, _Progress] = {}
+        # Scripts whose approval the client was asked for and could not give (its error):
+        # their result says to ask again, not that the client cannot be asked.
+        self._ask_failed: dict[str, str] = {}
         engine.add_listener(self._on_event)
         if engine._mcp is not None:
             engine._mcp.subscribe(self._tools_changed)
@@ -235,6 +238,7 @@ class CodeModeServer:
                 )
             except Exception as e:
                 logger.warning("elicitation failed, the script stays paused: %s", e)
+                self._ask_failed[result.script_id] = str(e) or type(e).__name__
                 return False
             approved = answer.action == "accept" and (answer.content or {}).get("approve") is True
             try:
@@ -347,8 +351,14 @@ class CodeModeServer:
     def _how_to_continue(self, result: RunResult) -> str:
         approvals = [w for w in result.waiting if w.get("reason") == "approval"]
         lines = [f"\nScript id: {result.script_id}"]
+        failed = self._ask_failed.pop(result.script_id, None)
         if not approvals:
             lines.append(f"Call {CONTINUE} with this script id to go on.")
+        elif failed is not None:
+            lines.append(
+                f"It waits for a person's approval; asking them through the client failed "
+                f"({failed[:300]}). Call {CONTINUE} with this script id to ask again."
+            )
         elif self.log_flags is None:
             # No process but this one holds the log, and this one has no way to ask.
             ask = (

@@ -267,6 +267,30 @@ async def test_an_approval_answered_through_elicitation(transport: str, tmp_path
     assert (tmp_path / "wiped-alpha").exists() and not (tmp_path / "wiped-beta").exists()
 
 
+async def test_an_elicitation_that_fails_says_to_ask_again(tmp_path: Path) -> None:
+    """A client that can be asked, whose asking failed (its own error): the paused result
+    said the client could not be asked and to restart the server; it says the asking failed
+    and that continue_script asks again, which then does."""
+    config = _config(tmp_path, "lab")
+    tries: list[str] = []
+
+    async def elicit(ctx: Any, params: types.ElicitRequestParams) -> Any:
+        tries.append(params.message)
+        if len(tries) == 1:
+            return types.ErrorData(code=-1, message="the user's window crashed")
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    async with serve("stdio", tmp_path, config, elicit=elicit, data_dir=False) as session:
+        paused = await run(session, 'return await tools.lab__wipe({ target: "eps" });')
+        body = text(paused)
+        assert "asking them through the client failed (the user's window crashed)" in body, body
+        assert "its session log in memory" not in body, body
+        script_id = body.split("Script id: ", 1)[1].split()[0]
+        done = await session.call_tool("continue_script", {"script_id": script_id})
+        assert returned(done) == {"result": "wiped eps"}, text(done)
+    assert len(tries) == 2
+
+
 @TRANSPORTS
 async def test_an_approval_answered_through_a_paused_result(transport: str, tmp_path: Path) -> None:
     """The paused result's `codemode approve` command, run as printed from another directory,
