@@ -304,10 +304,7 @@ class Tool:
                 f'MCP tool {name!r}: its "inputSchema" is {a_json_type(input_schema)}; MCP '
                 "requires an object schema"
             )
-        if "type" not in input_schema:
-            # Real servers send {} (or properties without a type) for "takes any object". MCP
-            # arguments are always an object, so that is what the tool is declared to take.
-            input_schema = {"type": "object", **input_schema}
+        input_schema = typed_input(input_schema)
         description = definition.get("description") or ""
         if not isinstance(description, str):
             raise ToolDefinitionError(f'MCP tool {name!r}: "description" must be a string')
@@ -553,6 +550,13 @@ class Tool:
 
 
 _MISSING = object()
+
+
+def typed_input(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An MCP tool's input schema, an object's when it names no type: real servers send {}
+    (or properties without a type) for "takes any object", and MCP arguments are always an
+    object, so that is what the tool is declared to take."""
+    return schema if "type" in schema else {"type": "object", **schema}
 
 
 def unsendable(name: str, error: Exception) -> str:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from engine._tools import typed_input
+
 # What one refused tool's reason quotes of the checks' errors.
 SHOWN_ERRORS = 3
 
@@ -57,16 +59,25 @@ class ToolListings:
         if version is None or not isinstance(tools, list) or not _fields_valid(result, version):
             return item
         kept: list[Any] = []
-        for index, tool in enumerate(tools):
+        changed = False
+        for index, listed in enumerate(tools):
+            tool = _typed_input(listed)
+            changed = changed or tool is not listed
             why = _refusal(result, version, tool)
-            if why is None:
-                kept.append(tool)
-            else:
+            if why is not None:
                 self.refused.append(
                     f"{_which(index, tool)} is left out, its definition does not follow MCP "
                     f"({why}); the server's other tools serve"
                 )
-        if len(kept) == len(tools):
+            elif _as_task_only(tool):
+                self.refused.append(
+                    f"{_which(index, tool)} is left out: it may only be called as a task "
+                    '(execution.taskSupport "required"), which codemode does not do; the '
+                    "server's other tools serve"
+                )
+            else:
+                kept.append(tool)
+        if len(kept) == len(tools) and not changed:
             return item
         answer = message.model_copy(update={"result": {**result, "tools": kept}})
         return SessionMessage(message=answer, metadata=item.metadata)
@@ -106,6 +117,23 @@ def _fields_valid(result: dict[str, Any], version: str) -> bool:
     except Exception:
         return False
     return True
+
+
+def _typed_input(tool: Any) -> Any:
+    """``tool`` with an input schema that names no type (``{}``, which servers publish, or
+    properties alone) made an object's, as ``Tool.from_mcp`` reads one (``typed_input``): MCP
+    asks for ``type: "object"``, and the listing's check left such a tool out."""
+    if not isinstance(tool, dict):
+        return tool
+    schema = tool.get("inputSchema")
+    if isinstance(schema, dict) and "type" not in schema:
+        return {**tool, "inputSchema": typed_input(schema)}
+    return tool
+
+
+def _as_task_only(tool: dict[str, Any]) -> bool:
+    execution = tool.get("execution")
+    return isinstance(execution, dict) and execution.get("taskSupport") == "required"
 
 
 def _refusal(result: dict[str, Any], version: str, tool: Any) -> str | None:

@@ -589,16 +589,30 @@ async def test_a_tool_that_breaks_mcp_is_left_out_and_named_while_the_rest_serve
         [
             {"name": "text", "inputSchema": {"type": "string"}},
             {"name": "later", "inputSchema": {"type": "object"}, "annotations": read_only},
+            # {} is what servers publish for "takes any object", as Tool.from_mcp reads it
+            # (it was left out: "inputSchema.type: Field required").
+            {"name": "any", "inputSchema": {}, "annotations": read_only},
+            # Only to be called as a task, which codemode does not do: each call failed.
+            {
+                "name": "task",
+                "inputSchema": {"type": "object"},
+                "execution": {"taskSupport": "required"},
+            },
         ],
     ]
     servers = await McpServers.start(_raw(tmp_path, pages, "--pages"))
     engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
     try:
         assert servers.servers == ["raw"], servers.problems
-        assert [t.name for t in engine.tools] == ["raw__fine", "raw__later"]
+        assert [t.name for t in engine.tools] == ["raw__fine", "raw__later", "raw__any"]
         problems = [str(p) for p in servers.problems]
-        assert len(problems) == 3, problems
-        no_schema, number, text = problems
+        assert len(problems) == 4, problems
+        no_schema, number, text, task = problems
+        assert task == (
+            "MCP server 'raw': tool 'task' (tools[3] of its listing) is left out: it may only "
+            'be called as a task (execution.taskSupport "required"), which codemode does not '
+            "do; the server's other tools serve"
+        )
         assert no_schema.startswith("MCP server 'raw': tool 'no_schema' (tools[1] of its listing)")
         assert "inputSchema: Field required" in no_schema, no_schema
         assert number.startswith("MCP server 'raw': the tool at tools[2] of its listing")
@@ -607,11 +621,13 @@ async def test_a_tool_that_breaks_mcp_is_left_out_and_named_while_the_rest_serve
         assert "inputSchema.type: Input should be 'object'" in text, text
         assert all("the server's other tools serve" in p for p in problems), problems
         result = await engine.run_code(
-            "return [await tools.raw__fine({a: 1}), await tools.raw__later({})]"
+            "return [await tools.raw__fine({a: 1}), await tools.raw__later({}),"
+            " await tools.raw__any({b: 2})]"
         )
         assert result.value == [
             {"called": "fine", "arguments": {"a": 1}},
             {"called": "later", "arguments": {}},
+            {"called": "any", "arguments": {"b": 2}},
         ], result.text
     finally:
         await engine.aclose()
