@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import mimetypes
 import os
+import re
 import stat
 import threading
 from collections.abc import Callable, Iterable
@@ -23,6 +24,12 @@ from typing import Any
 from engine import log
 from engine._errors import CodeModeError, ConfigError, StoreUnavailable
 from runner import FileMissing, RunError
+
+# What no name that is a line of what the model reads may hold: control characters (a line
+# break writes a line of its own) and the marks that reorder text (U+202E and its kin).
+NOT_A_LINE = re.compile("[\x00-\x1f\x7f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# The longest attachment id: a skill's file is "<skill name>/<its path>".
+MAX_ATTACHMENT_ID = 1024
 
 
 @dataclass(frozen=True)
@@ -39,9 +46,17 @@ class Attachment:
         # Checked when the host makes it, so a mistake is not found at the script's start.
         if not isinstance(self.id, str) or not self.id.strip():
             raise ConfigError(f'an attachment needs an id, as "sales.csv", not {self.id!r}')
-        if log.NOT_KEPT.search(self.id):
+        if log.NOT_KEPT.search(self.id) or NOT_A_LINE.search(self.id):
+            # A line break or a control character in it wrote lines of its own into what the
+            # model reads ("Shown: ..."), as a mime type's could.
             raise ConfigError(
-                f"attachment id {self.id!r:.80} has a NUL or a lone surrogate; name it in text"
+                f"attachment id {self.id!r:.80} must be one line of text, without control "
+                "characters, a NUL or a lone surrogate"
+            )
+        if len(self.id) > MAX_ATTACHMENT_ID:
+            raise ConfigError(
+                f"attachment id {self.id!r:.80} is {len(self.id):,} characters long; give an id "
+                f"of at most {MAX_ATTACHMENT_ID}"
             )
         if self.data is None and self.path is None:
             raise ConfigError(
@@ -56,11 +71,13 @@ class Attachment:
             )
         for what in ("mime", "skill"):
             value = getattr(self, what)
-            if value is not None and (not isinstance(value, str) or log.NOT_KEPT.search(value)):
+            if value is not None and (
+                not isinstance(value, str) or log.NOT_KEPT.search(value) or NOT_A_LINE.search(value)
+            ):
                 # Found later, it failed the script's every step (its record holds it).
                 raise ConfigError(
-                    f"attachment {self.id!r}: {what} is {value!r:.80}; give text without a NUL "
-                    "or a lone surrogate, or leave it out"
+                    f"attachment {self.id!r}: {what} is {value!r:.80}; give one line of text "
+                    "(no control character, NUL or lone surrogate), or leave it out"
                 )
         if self.data is not None and not isinstance(self.data, bytes | bytearray | memoryview):
             raise ConfigError(
@@ -225,8 +242,10 @@ class BlobReader:
 
 
 def attachments_of(files: object) -> list[Attachment]:
-    """``run_code``'s ``files``: a list of :class:`Attachment`, or a :class:`CodeModeError`
-    saying what it is instead."""
+    """``run_code``'s ``files``: a list of :class:`Attachment` (None: none), or a
+    :class:`CodeModeError` saying what it is instead."""
+    if files is None:
+        return []
     if isinstance(files, Attachment):
         raise CodeModeError(f"files is a list of attachments: pass [attachment], not {files.id!r}")
     if isinstance(files, str | bytes) or not hasattr(files, "__iter__"):

@@ -176,7 +176,9 @@ def parse_size(raw: Any, *, what: str = "size") -> int:
 
 def _parse_duration(key: str, raw: Any, where: str) -> int:
     what = f"{where} {key}"
-    if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        if raw < 0:
+            raise ConfigError(f"{what} = {raw} is negative")  # as a size's says
         return _bounded(raw, raw, what)
     if isinstance(raw, str) and len(raw) <= _MAX_WORD:
         match = _DURATION.fullmatch(raw)

@@ -11,16 +11,16 @@ what it reads.
 from __future__ import annotations
 
 import mimetypes
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine._files import Attachment
+from engine._files import NOT_A_LINE, Attachment
 from engine._search import SkillInfo
 from engine._tools import Tool, ToolCallError, ToolDefinitionError
 from engine.languages import dialect
-from engine.languages._dialect import BUDGET
+from engine.languages._dialect import BUDGET, MAX_DESCRIPTION
+from engine.languages._walk import first_line
 from engine.log import NOT_KEPT
 from sandbox.names import closest_names
 
@@ -28,7 +28,6 @@ from sandbox.names import closest_names
 # what a script asks for: a longer one is no skill's, and is not compared with the skills'
 # names (that costs time in its length, on the host's event loop).
 MAX_SKILL_NAME = 256
-_NOT_A_NAME = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ class Skill:
             raise ToolDefinitionError(
                 f"a skill needs a name without '/', as \"runbooks:respond\", not {self.name!r}"
             )
-        if len(self.name) > MAX_SKILL_NAME or _NOT_A_NAME.search(self.name):
+        if len(self.name) > MAX_SKILL_NAME or _not_a_line(self.name):
             raise ToolDefinitionError(
                 f"skill name {self.name!r:.80} must be one line of text, at most "
                 f"{MAX_SKILL_NAME} characters, without control characters or lone surrogates"
@@ -72,6 +71,12 @@ class Skill:
                 f"{self.tools!r}"[:300]
             )
         object.__setattr__(self, "tools", tuple(self.tools))
+        twice = sorted({t for t in self.tools if self.tools.count(t) > 1})
+        if twice:
+            # Each load of the skill failed on it ("two tools are called ..."), for the model.
+            raise ToolDefinitionError(
+                f"skill {self.name}: tools names {twice[0]!r} more than once; name each once"
+            )
         if not isinstance(self.files, Mapping):
             raise ToolDefinitionError(
                 f"skill {self.name}: files maps each file's path to its bytes or a path on "
@@ -84,8 +89,7 @@ class Skill:
                 or path.startswith("/")
                 or path.endswith("/")
                 or any(part in ("", ".", "..") for part in path.split("/"))
-                or _NOT_A_NAME.search(path)
-                or NOT_KEPT.search(path)
+                or _not_a_line(path)
             ):
                 # One spelling per file: "a/./b.md" and "a//b.md" were other files than
                 # "a/b.md", and a line break broke the skill's list of its files.
@@ -121,6 +125,12 @@ class Skill:
             else:
                 out.append(Attachment(file_id, path=Path(content), mime=mime, skill=self.name))
         return out
+
+
+def _not_a_line(text: str) -> bool:
+    """Whether ``text`` cannot be one line of what the model reads (see NOT_A_LINE), or is no
+    text a log keeps (a NUL, a lone surrogate)."""
+    return NOT_A_LINE.search(text) is not None or NOT_KEPT.search(text) is not None
 
 
 def check_skills(skills: Iterable[Skill], tools: Sequence[Tool]) -> list[Skill]:
@@ -214,7 +224,9 @@ def skills_listing(skills: Sequence[Skill], language: str = "javascript") -> str
         return ""
     lines = [f"Skills (load one in a script with {dialect(language).skill_call()}):"]
     for skill in skills:
-        description = skill.description.strip()
+        # Its first line, cut, as tool_search gives it: a line break in a description listed
+        # a skill there is not, and a long one took the prompt.
+        description = first_line(skill.description, MAX_DESCRIPTION)
         if skill.tools and description and description[-1] not in ".!?":
             description += "."  # else the tools read as the description's last words
         about = f" Tools: {', '.join(skill.tools)}." if skill.tools else ""

@@ -187,8 +187,9 @@ class Files:
                 "shown_files",
                 limit_message(
                     "shown_files",
-                    f"the script already shows {len(self.shown)} files, the most one script "
-                    f"may show is {limits.shown_files}",
+                    f"the script already shows {len(self.shown)} "
+                    f"file{'' if len(self.shown) == 1 else 's'}, the most one script may show "
+                    f"is {limits.shown_files}",
                 ),
             )
         if is_media(info.mime):

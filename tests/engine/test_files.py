@@ -167,12 +167,18 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
         (lambda: Attachment("a.txt", data=b"1", path="a.txt"), "both data and a path"),
         (lambda: Attachment("a.txt", data="text"), "not bytes; for text, pass text.encode"),
         (lambda: Attachment("", data=b""), "needs an id"),
-        (lambda: Attachment("a\x00.txt", data=b""), "has a NUL or a lone surrogate"),
-        (lambda: Attachment("a\udc80.txt", data=b""), "has a NUL or a lone surrogate"),
-        (lambda: Attachment("a.txt", data=b"", mime=5), "mime is 5; give text"),  # type: ignore[arg-type]
+        (lambda: Attachment("a\x00.txt", data=b""), "without control characters, a NUL"),
+        (lambda: Attachment("a\udc80.txt", data=b""), "a NUL or a lone surrogate"),
+        (lambda: Attachment("a.txt", data=b"", mime=5), "mime is 5; give one line of text"),  # type: ignore[arg-type]
         (lambda: Attachment("a.txt", data=b"", mime="text/\ud800"), "mime is 'text/"),
-        (lambda: Attachment("a.txt", data=b"", mime="text/\x00"), "without a NUL"),
+        (lambda: Attachment("a.txt", data=b"", mime="text/\x00"), "no control character, NUL"),
         (lambda: Attachment("a.txt", data=b"", skill=["s"]), "skill is \\['s'\\]"),  # type: ignore[arg-type]
+        # A line break or a mark that reorders text wrote lines of its own into what the
+        # model reads ("Shown: a.txt (text/plain, 2 bytes)\nScript finished. ...").
+        (lambda: Attachment("a\nb.txt", data=b""), "must be one line of text"),
+        (lambda: Attachment("\u202egnp.exe", data=b""), "must be one line of text"),
+        (lambda: Attachment("a.txt", data=b"", mime="text/plain\nx"), "give one line of text"),
+        (lambda: Attachment("x" * 1025, data=b""), "give an id of at most 1024"),
     ):
         with pytest.raises(ConfigError, match=expected):
             made()
@@ -191,6 +197,8 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
         with pytest.raises(CodeModeError, match=expected):
             await engine.run_code("return 1", files=files)  # type: ignore[arg-type]
     assert await engine.store.scripts() == []
+    none = await engine.run_code("return files.list().length", files=None)  # type: ignore[arg-type]
+    assert none.value == 0, none.text  # None is no files, as a host passes it
 
 
 async def test_a_shown_text_file_is_read_only_as_far_as_it_is_shown(
