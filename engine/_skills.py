@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine._files import NOT_A_LINE, Attachment
+from engine._files import MAX_ATTACHMENT_ID, NOT_A_LINE, Attachment
 from engine._search import SkillInfo
 from engine._tools import Tool, ToolCallError, ToolDefinitionError
 from engine.languages import dialect
@@ -97,6 +97,12 @@ class Skill:
                     f"skill {self.name}: file path {path!r} must be relative, inside the skill, "
                     'its parts joined by single "/" (no empty, "." or ".." part), and text '
                     "(no control character, NUL or lone surrogate)"
+                )
+            if len(self.name) + 1 + len(path) > MAX_ATTACHMENT_ID:
+                # Its id in the script ("<skill>/<path>") is an attachment's.
+                raise ToolDefinitionError(
+                    f"skill {self.name}: file path {path[:80]!r}... is too long: with the "
+                    f"skill's name it must come to at most {MAX_ATTACHMENT_ID} characters"
                 )
             if not isinstance(content, bytes | str | Path):
                 raise ToolDefinitionError(

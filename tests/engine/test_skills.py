@@ -122,6 +122,7 @@ async def test_skill_added_later_keeps_the_description(inproc: InProcessRunner) 
         ({"name": "rtl\u202egnp"}, "must be one line of text"),
         # Each load failed for the model: "two tools are called get_user".
         ({"name": "ok", "tools": ("t", "t")}, "names 't' more than once"),
+        ({"name": "ok", "files": {"a" * 1100: b""}}, "at most 1024 characters"),
         ({"name": "x" * 257}, "at most 256 characters"),
         ({"name": "ok", "instructions": "do \ud800 this"}, "instructions has a NUL or a lone"),
         ({"name": "ok", "description": "d\udfff"}, "description has a NUL or a lone"),
