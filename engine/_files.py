@@ -79,6 +79,9 @@ class Attachment:
                     f"attachment {self.id!r}: {what} is {value!r:.80}; give one line of text "
                     "(no control character, NUL or lone surrogate), or leave it out"
                 )
+        if self.mime is not None:
+            # A MIME type's type and subtype have no case: IMAGE/PNG is an image.
+            object.__setattr__(self, "mime", self.mime.lower())
         if self.data is not None and not isinstance(self.data, bytes | bytearray | memoryview):
             raise ConfigError(
                 f"attachment {self.id!r}: data is {type(self.data).__name__}, not bytes; for "

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from engine._ending import Ending
+from sandbox.protocol import is_media
 
 # The model is told this bound, so the session sets it, not the limits table.
 TEXT_BUDGET = 24 * 1024
@@ -107,13 +108,6 @@ def cut(text: str, budget: int = TEXT_BUDGET) -> str:
 _EARLIER_CUT = re.compile(r"\[\.\.\. ([0-9][^\]\n]{0,60}) cut \.\.\.\]")
 
 
-_MEDIA_PREFIXES = ("image/", "audio/", "video/")
-
-
-def is_media(mime: str) -> bool:
-    return mime.startswith(_MEDIA_PREFIXES) or mime == "application/pdf"
-
-
 def render_shown(
     files: list[dict[str, Any]],
     read: Callable[[dict[str, Any], int], bytes | None],
@@ -158,6 +152,15 @@ def render_shown(
                 parts.append(_gone(name, mime, size))
                 continue
             text = raw.decode("utf-8", "replace")
+            if _binary(raw, text):
+                # Its bytes as text put control characters and replacement marks in front
+                # of the model (a terminal's escapes, NULs): named, not shown.
+                parts.append(
+                    f"Shown: {name} ({mime}, {size:,} bytes) was left out: it is not text "
+                    "(binary data, and not an image, audio, video or PDF)"
+                )
+                continue
+            text = _CONTROL.sub("\ufffd", text)
             encoded = text.encode()
             if len(encoded) > room or len(raw) < size:
                 kept = encoded[:room].decode("utf-8", "ignore")
@@ -167,6 +170,20 @@ def render_shown(
             parts.append(f"Shown: {name} ({mime}, {size:,} bytes)\n{text}")
         shown.append(meta)
     return ("\n" + "\n".join(parts) if parts else ""), shown, media
+
+
+# Control characters but tab and line ends: not text a model should read.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _binary(raw: bytes, text: str) -> bool:
+    """Whether a file's first bytes (``raw``, ``text`` decoded) are binary data, not text: a
+    NUL, or three in ten characters control characters or no UTF-8 (random bytes: about six
+    in ten; a log with a terminal's colours: one in twenty)."""
+    if b"\x00" in raw:
+        return True
+    odd = len(_CONTROL.findall(text)) + text.count("\ufffd")
+    return odd * 10 > len(text) * 3
 
 
 def _gone(name: str, mime: str, size: int) -> str:

@@ -31,6 +31,7 @@ from sandbox.protocol import (
     FileInfo,
     Limits,
     data_problem,
+    is_media,
     limit_message,
     size_text,
     sizes_over,
@@ -40,13 +41,6 @@ CHUNK = 256 * 1024
 BATCH_BYTES = 64 * 1024
 BATCH_ITEMS = 512
 MAX_XLSX_XML = 64 * 1024 * 1024  # bytes of one uncompressed sheet part; a zip bomb stops here
-
-MEDIA_PREFIXES = ("image/", "audio/", "video/")
-MEDIA_TYPES = ("application/pdf",)
-
-
-def is_media(mime: str) -> bool:
-    return mime.startswith(MEDIA_PREFIXES) or mime in MEDIA_TYPES
 
 
 class FileError(Exception):

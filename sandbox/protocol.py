@@ -188,6 +188,18 @@ def calls_over(limit: int) -> str:
     )
 
 
+MEDIA_PREFIXES = ("image/", "audio/", "video/")
+MEDIA_TYPES = ("application/pdf",)
+
+
+def is_media(mime: str) -> bool:
+    """Whether a file of MIME type ``mime`` is shown to the model as media (an image, audio,
+    video, a PDF), not as text; MIME types are compared as the RFC has them, without case
+    (``IMAGE/PNG`` was shown as text)."""
+    mime = mime.lower()
+    return mime.startswith(MEDIA_PREFIXES) or mime in MEDIA_TYPES
+
+
 def a_kind(kind: str) -> str:
     """``a 'script'``, ``an 'end'``: a message's kind with its article, for messages."""
     return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind!r}"

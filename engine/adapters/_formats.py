@@ -30,7 +30,7 @@ from typing import Any, Literal, Protocol, get_args
 
 from engine._errors import CodeModeError
 from engine._mcp import MEDIA_TYPES
-from engine._render import is_media
+from sandbox.protocol import is_media
 
 
 class RunResult(Protocol):

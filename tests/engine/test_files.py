@@ -233,6 +233,34 @@ async def test_a_shown_text_file_is_read_only_as_far_as_it_is_shown(
     assert reads and all(length <= 1000 + 4 and not on_loop for length, on_loop in reads)
 
 
+async def test_a_shown_binary_file_is_named_not_spelled_out(inproc: InProcessRunner) -> None:
+    """A file that is neither text nor media, shown: its bytes went in front of the model as
+    text, NULs and a terminal's escapes with them. It is named and left out; a text file's
+    stray control character is a replacement mark; a MIME type in capitals is the type it
+    names (IMAGE/PNG was shown as text)."""
+    png = base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    )
+    engine = CodeMode([], runner=inproc)
+    result = await engine.run_code(
+        "files.show('b.bin'); files.show('log.txt'); files.show('d.png'); return 1",
+        files=[
+            Attachment("b.bin", data=bytes(range(256))),
+            Attachment("log.txt", data=b"ok \x1b[31mred\x1b[0m\n"),
+            Attachment("d.png", data=png, mime="IMAGE/PNG"),
+        ],
+    )
+    assert result.status == "finished", result.text
+    assert "\x00" not in result.text and "\x1b" not in result.text, result.text
+    assert (
+        "Shown: b.bin (application/octet-stream, 256 bytes) was left out: it is not text "
+        "(binary data, and not an image, audio, video or PDF)"
+    ) in result.text
+    assert "Shown: log.txt (text/plain, 16 bytes)\nok \ufffd[31mred\ufffd[0m" in result.text
+    assert "Shown: d.png (image/png, 70 bytes), attached." in result.text
+    assert [m["type"] for m in result.media] == ["image"]
+
+
 async def test_a_postgres_blob_store_whose_connection_is_cut_goes_on(postgres: str) -> None:
     """The server ends the blob store's connection (a restart, a proxy): the next read or
     write makes it again and goes on, whether it is a step's read, storing an attachment or
