@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from engine._ending import Ending
+from engine.languages._walk import CONTROL
 from sandbox.protocol import is_media
 
 # The model is told this bound, so the session sets it, not the limits table.
@@ -160,7 +161,7 @@ def render_shown(
                     "(binary data, and not an image, audio, video or PDF)"
                 )
                 continue
-            text = _CONTROL.sub("\ufffd", text)
+            text = CONTROL.sub("\ufffd", text)
             encoded = text.encode()
             if len(encoded) > room or len(raw) < size:
                 kept = encoded[:room].decode("utf-8", "ignore")
@@ -172,17 +173,13 @@ def render_shown(
     return ("\n" + "\n".join(parts) if parts else ""), shown, media
 
 
-# Control characters but tab and line ends: not text a model should read.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
 def _binary(raw: bytes, text: str) -> bool:
     """Whether a file's first bytes (``raw``, ``text`` decoded) are binary data, not text: a
     NUL, or three in ten characters control characters or no UTF-8 (random bytes: about six
     in ten; a log with a terminal's colours: one in twenty)."""
     if b"\x00" in raw:
         return True
-    odd = len(_CONTROL.findall(text)) + text.count("\ufffd")
+    odd = len(CONTROL.findall(text)) + text.count("\ufffd")
     return odd * 10 > len(text) * 3
 
 

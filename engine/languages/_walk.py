@@ -138,12 +138,12 @@ def pascal(segment: str) -> str:
 
 # Control characters other than tab and line ends: a NUL is not allowed in Python source, and
 # none of them is text a model should read.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def printable(text: str) -> str:
     """``text`` with its control characters (but tab and line ends) as spaces."""
-    return _CONTROL.sub(" ", text)
+    return CONTROL.sub(" ", text)
 
 
 def one_line(text: str) -> str:
