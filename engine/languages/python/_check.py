@@ -333,7 +333,8 @@ def _mismatch(name: str, keywords: str, call: ast.Call | None) -> str | None:
     ]
     given = [k.arg for k in call.keywords if k.arg is not None]
     said = []
-    for unknown in (k for k in given if k not in names):
+    open_ended = any(p.startswith("**") for p in params)  # it takes other keywords too
+    for unknown in (k for k in given if k not in names and not open_ended):
         near = closest_names(unknown, names)
         said.append(f"it takes no {unknown}" + (f" (did you mean {near[0]}?)" if near else ""))
     missing = [k for k in required if k not in given]
