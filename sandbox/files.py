@@ -91,7 +91,8 @@ class Files:
 
     def info(self, file_id: Any) -> FileInfo:
         if not isinstance(file_id, str):
-            raise FileError(f'a file id is a string, as in files.stat("data.csv"), not {file_id!r}')
+            given = "nothing" if file_id is None else f"{file_id!r:.80}"  # JS undefined is None
+            raise FileError(f'a file id is a string, as in files.stat("data.csv"), not {given}')
         info = self.infos.get(file_id)
         if info is None:
             near = closest_names(file_id, self.order)
@@ -275,16 +276,23 @@ class Files:
             delimiter = options.get("delimiter", ",")
             if not isinstance(header, bool):
                 raise FileError("files.csv: header is true or false")
-            if not isinstance(delimiter, str) or len(delimiter) != 1:
-                raise FileError('files.csv: delimiter is one character, as ";" or "\\t"')
+            if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in '"\r\n':
+                # A quote or a line end as the delimiter gave rows of garbage.
+                raise FileError(
+                    "files.csv: delimiter is one character other than a quote or a line end, "
+                    'as ";" or "\\t"'
+                )
             return _csv(info.id, _csv_lines(self.pieces(info.id)), header, delimiter)
         if kind == "chunks":
             size = options.get("size", 64 * 1024)
             offset = options.get("offset", 0)
-            for name, value in (("size", size), ("offset", offset)):
-                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                    raise FileError(f"files.chunks: {name} is a number of bytes, 0 or more")
-            return _chunks(self, info, max(1, int(size)), int(offset))
+            for name, value, least in (("size", size, 1), ("offset", offset, 0)):
+                if not _whole(value) or value < least:
+                    # A size of 0 read 1-byte chunks, and 1.5 was 1, in silence.
+                    raise FileError(
+                        f"files.chunks: {name} is a whole number of bytes, {least} or more"
+                    )
+            return _chunks(self, info, int(size), int(offset))
         if kind == "xlsx":
             header = options.get("header", True)
             if not isinstance(header, bool):
@@ -324,9 +332,17 @@ def _count(options: dict[str, Any], key: str, kind: str) -> int | None:
     value = options.get(key)
     if value is None:
         return None if key == "limit" else 0
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise FileError(f"files.{kind}: {key} is a count of records, 0 or more")
+    if not _whole(value) or value < 0:
+        raise FileError(f"files.{kind}: {key} is a whole count of records, 0 or more")
     return int(value)
+
+
+def _whole(value: Any) -> bool:
+    """A whole number, as a script writes one (JavaScript's 2 may come as 2.0): 2.5 was
+    read as 2 in silence."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
 
 
 def _window(records: Iterator[Any], skip: int | None, limit: int | None) -> Iterator[Any]:

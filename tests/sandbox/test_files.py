@@ -167,6 +167,14 @@ def test_csv_options() -> None:
         ('files.lines("notes.md", { limt: 1 })', "files.lines has no option 'limt' (did you mean"),
         ('files.chunks("big.txt", { header: false })', "files.chunks has no option 'header'"),
         ('files.xlsx("book.xlsx", { sheets: "Stock" })', "(did you mean 'sheet'?)"),
+        # Values that were taken in silence: a size of 0 read 1-byte chunks, 2.5 was 2, and a
+        # quote or a line end as the delimiter gave rows of garbage.
+        ('files.chunks("big.txt", { size: 0 })', "size is a whole number of bytes, 1 or more"),
+        ('files.chunks("big.txt", { size: 1.5 })', "size is a whole number of bytes"),
+        ('files.lines("notes.md", { offset: 2.5 })', "offset is a whole count of records"),
+        ('files.csv("semi.csv", { delimiter: "\\n" })', "other than a quote or a line end"),
+        ('files.csv("semi.csv", { delimiter: \'"\' })', "other than a quote or a line end"),
+        ("files.lines(undefined)", 'as in files.stat("data.csv"), not nothing'),
     ],
 )
 def test_a_stream_option_it_does_not_have_is_refused(call: str, message: str) -> None:
