@@ -91,8 +91,9 @@ class Files:
 
     def info(self, file_id: Any) -> FileInfo:
         if not isinstance(file_id, str):
-            given = "nothing" if file_id is None else f"{file_id!r:.80}"  # JS undefined is None
-            raise FileError(f'a file id is a string, as in files.stat("data.csv"), not {given}')
+            # JavaScript's undefined comes as None, which its script never wrote.
+            given = "; none was given" if file_id is None else f", not {file_id!r:.80}"
+            raise FileError(f'a file id is a string, as in files.stat("data.csv"){given}')
         info = self.infos.get(file_id)
         if info is None:
             near = closest_names(file_id, self.order)

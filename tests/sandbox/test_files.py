@@ -174,7 +174,7 @@ def test_csv_options() -> None:
         ('files.lines("notes.md", { offset: 2.5 })', "offset is a whole count of records"),
         ('files.csv("semi.csv", { delimiter: "\\n" })', "other than a quote or a line end"),
         ('files.csv("semi.csv", { delimiter: \'"\' })', "other than a quote or a line end"),
-        ("files.lines(undefined)", 'as in files.stat("data.csv"), not nothing'),
+        ("files.lines(undefined)", 'as in files.stat("data.csv"); none was given'),
     ],
 )
 def test_a_stream_option_it_does_not_have_is_refused(call: str, message: str) -> None:
