@@ -79,6 +79,8 @@ class Upstream:
         self.broken: str | None = None
         # Why the last message from the server that could not be read was not.
         self.unreadable: str | None = None
+        # The request a connection waits for the server to answer while it is made.
+        self._step: str | None = None
 
     async def start(self) -> str | None:
         """Connect and list the tools; ``None``, or the one-line problem that stopped it."""
@@ -116,7 +118,7 @@ class Upstream:
                 await self._connect_once()
                 delay = 0.5
             except Exception as e:
-                problem = _describe(e, self.spec, self.broken, self.unreadable)
+                problem = _describe(e, self.spec, self.broken, self.unreadable, self._step)
                 if not self._first.done():
                     self._first.set_result(problem)
                     return
@@ -135,6 +137,7 @@ class Upstream:
         import anyio
         from mcp import ClientSession
 
+        self._step = None
         async with contextlib.AsyncExitStack() as stack:
             read, write = await stack.enter_async_context(self._transport())
             # A stream of our own between the transport and the session, so the end of the
@@ -161,8 +164,11 @@ class Upstream:
                 ClientSession(receive, listings.outgoing(write), message_handler=self._on_message)
             )
             async with asyncio.timeout(self.spec.init_timeout):
+                self._step = "initialize"
                 await _first_of(session.initialize(), lost)
+                self._step = "tools/list"
                 definitions, refused = await _first_of(self._list(session), lost)
+                self._step = None
             self._session = session
             self._stale = False
             self._on_tools(self, definitions, refused)
@@ -560,10 +566,13 @@ def _describe(
     spec: ServerSpec,
     broken: str | None = None,
     unreadable: str | None = None,
+    step: str | None = None,
 ) -> str:
     """One line for a server that could not be started or did not answer: ``broken`` says
     why the transport ended the connection, ``unreadable`` why a message it sent was not
-    read (the SDK drops it, so the answer it held never comes)."""
+    read (the SDK drops it, so the answer it held never comes), ``step`` the request it was
+    answering (``initialize``, ``tools/list``) if it had begun to."""
+    from mcp.shared.exceptions import MCPError
     from pydantic import ValidationError
 
     if isinstance(error, TimeoutError):
@@ -602,7 +611,13 @@ def _describe(
     if isinstance(error, BaseExceptionGroup):
         leaves = exception_leaves(error)
         if leaves:
-            return _describe(leaves[0], spec, broken, unreadable)
+            return _describe(leaves[0], spec, broken, unreadable, step)
+    if isinstance(error, MCPError) and step is not None:
+        # It connected, and refused the request: "cannot connect" sent one to the network.
+        return (
+            f"answered {step} with an error ({spec.where()}): {str(error.message)[:300]}; "
+            "fix what it says (its setup, its credentials) or leave it out of the config"
+        )
     text = str(error).strip().splitlines()
     first = text[0] if text else type(error).__name__
     return f"cannot connect ({spec.where()}): {type(error).__name__}: {first[:300]}"

@@ -5,6 +5,7 @@
     python raw_server.py TOOLS.json --endless  # the file's text, with a nextCursor, forever
     python raw_server.py TOOLS.json --banner   # two lines of text first, as a log to stdout
     python raw_server.py TOOLS.json --stubborn # ignores SIGTERM and outlives its stdin
+    python raw_server.py TOOLS.json --refuse-list  # tools/list answered with an error
 
 It answers ``initialize``; ``tools/list`` with the text of TOOLS.json as its ``tools``, sent
 as it is (an invalid definition, nesting too deep to parse), or a page of PAGES.json (the
@@ -61,6 +62,9 @@ for line in sys.stdin:
         send(head + f'"result": {json.dumps(answer)}}}')
     elif message.get("method") == "tools/list":
         if hang_listings:
+            continue
+        if MODE == "--refuse-list":
+            send(head + '"error": {"code": -32000, "message": "license expired, run foo login"}}')
             continue
         if spamming:
             send('{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}')

@@ -441,9 +441,10 @@ def _raw(tmp: Path, tools: object, *args: str, **settings: object) -> dict[str, 
     return {"mcpServers": {"raw": {"command": sys.executable, "args": command, **settings}}}
 
 
-async def _raw_problem(tmp: Path, tools: str, **settings: object) -> str:
-    """The one problem of a hand-written server whose tools/list answer holds ``tools``."""
-    servers = await McpServers.start(_raw(tmp, tools, **settings))
+async def _raw_problem(tmp: Path, tools: str, *args: str, **settings: object) -> str:
+    """The one problem of a hand-written server whose tools/list answer holds ``tools``
+    (``args``: its mode)."""
+    servers = await McpServers.start(_raw(tmp, tools, *args, **settings))
     try:
         assert servers.servers == [] and len(servers.problems) == 1, servers.problems
         return str(servers.problems[0])
@@ -774,3 +775,15 @@ async def test_a_call_no_timeout_bounds_is_bounded_by_the_default(
         ), result.text
     finally:
         await engine.aclose()
+
+
+async def test_a_server_that_refuses_its_listing_is_named_for_it(tmp_path: Path) -> None:
+    """A server that connects, then answers tools/list with an error (expired credentials):
+    the problem said "cannot connect", which sent its owner to the network; it says which
+    request the server refused and what it said."""
+    problem = await _raw_problem(tmp_path, "[]", "--refuse-list")
+    assert problem.startswith("MCP server 'raw': answered tools/list with an error ("), problem
+    assert problem.endswith(
+        "): license expired, run foo login; fix what it says (its setup, its credentials) or "
+        "leave it out of the config"
+    ), problem
