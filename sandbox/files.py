@@ -118,13 +118,17 @@ class Files:
             if start >= 0 and start + length <= len(ahead[2]):
                 return ahead[2][start : start + length]
         if self.bytes_read + length > self.limits.file_bytes:
-            total, bound = sizes_over(self.bytes_read + length, self.limits.file_bytes)
+            # What the script asked for, in its terms: the piece read at once (256 KiB of a
+            # stream) was said as if it were the total.
+            # (In bytes when the file and the limit would read the same: "2 KiB, past 2 KiB".)
+            size, bound = sizes_over(info.size, self.limits.file_bytes)
             raise FileLimit(
                 "file_bytes",
                 limit_message(
                     "file_bytes",
-                    f"this run's reads of files would come to {total}, over the {bound} one run "
-                    "may read",
+                    f"reading {info.id} ({size}) from byte {offset:,} would take this run past "
+                    f"the {bound} of files one run may read ({size_text(self.bytes_read)} read "
+                    "so far)",
                 ),
             )
         want = min(max(length, CHUNK), info.size - offset, self.limits.file_bytes - self.bytes_read)

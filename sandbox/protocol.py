@@ -156,7 +156,7 @@ REMEDIES = {
     "total_compute_ms": (
         "do less work in all (ask tools for less; a replayed run repeats the work before each call)"
     ),
-    "file_bytes": "read less (files.chunks with an offset, a stream with { limit })",
+    "file_bytes": "read less (files.chunks from an offset, or a stream with a limit)",
     "total_file_bytes": (
         "read less (a run replayed after a pause reads its files again, as far as it goes)"
     ),

@@ -109,6 +109,13 @@ async def test_file_bytes_limit_through_the_engine(inproc: InProcessRunner) -> N
         "return await files.text('sales.csv')", files=[Attachment("sales.csv", data=SALES)]
     )
     assert result.limit == "file_bytes" and "file_bytes limit met" in result.text
+    # The file and where it was read from, not the size of the piece read at once; advice
+    # in no one language's syntax (a Python script read "a stream with { limit }").
+    assert (
+        f"file_bytes limit met: reading sales.csv ({len(SALES)} bytes) from byte 0 would take "
+        "this run past the 10 bytes of files one run may read (0 bytes read so far); read "
+        "less (files.chunks from an offset, or a stream with a limit)"
+    ) in result.text, result.text
 
 
 async def test_files_through_the_confined_process() -> None:
@@ -472,7 +479,10 @@ async def test_a_limit_met_by_a_byte_says_so_in_bytes(inproc: InProcessRunner) -
     attached = [Attachment("d.txt", data=b"x" * 2049)]
     result = await engine.run_code("return (await files.text('d.txt')).length", files=attached)
     assert result.limit == "file_bytes", result.text
-    assert "would come to 2,049 bytes, over the 2,048 bytes one run may read" in result.text
+    assert (
+        "reading d.txt (2,049 bytes) from byte 0 would take this run past the 2,048 bytes of "
+        "files one run may read"
+    ) in result.text
     engine = CodeMode([], runner=inproc, limits=Limits(total_file_bytes=2048))
     result = await engine.run_code("return (await files.text('d.txt')).length", files=attached)
     assert result.limit == "total_file_bytes", result.text
