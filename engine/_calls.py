@@ -89,9 +89,9 @@ class CallSettling(Emitting):
             lasting = self._with_effects(drive.calls[i].name for i in ready)
             claimed += await drive.claim(ready, lasting=lasting)
         if len(claimed) == 1:  # a sequential script's every call: no task of its own
-            await self._run_call(drive, drive.calls[claimed[0]])
+            await self._run_call(drive, drive.calls[claimed[0]], limits)
         elif claimed:
-            await asyncio.gather(*(self._run_call(drive, drive.calls[i]) for i in claimed))
+            await asyncio.gather(*(self._run_call(drive, drive.calls[i], limits) for i in claimed))
 
     async def _recover(self, drive: Drive) -> None:
         """Settle the calls a previous owner was running when it died (they carry an older
@@ -156,14 +156,16 @@ class CallSettling(Emitting):
             reason = "client" if entry.state == log.AWAITING_CLIENT else "approval"
             self._emit_call("call.waiting", tenant, entry, reason=reason)
 
-    async def _run_call(self, drive: Drive, entry: log.CallEntry) -> None:
+    async def _run_call(self, drive: Drive, entry: log.CallEntry, limits: Limits) -> None:
         record = drive.record
         self._emit_call("call.running", record.tenant, entry)
         tool = self._by_name.get(entry.name)
         # A sync handler's place in the tool threads, which says whether its thread began.
         ticket = Ticket(record.tenant, record.id) if tool is not None and tool.in_thread else None
         await self._record_outcome(
-            drive, entry, drive.run_handler(entry, self._invoke(record, entry, ticket), ticket)
+            drive,
+            entry,
+            drive.run_handler(entry, self._invoke(record, entry, limits.results, ticket), ticket),
         )
 
     async def _record_outcome(
@@ -208,8 +210,14 @@ class CallSettling(Emitting):
         self._emit_call("call.failed", drive.record.tenant, entry, error=failed.error)
 
     async def _invoke(
-        self, record: log.ScriptRecord, entry: log.CallEntry, ticket: Ticket | None = None
+        self,
+        record: log.ScriptRecord,
+        entry: log.CallEntry,
+        room: int,
+        ticket: Ticket | None = None,
     ) -> Any:
+        """Run the call ``entry``: a built-in tool's answer, or the host's tool's result as
+        JSON data of at most ``room`` bytes (the script's ``results`` budget)."""
         if entry.name == TOOL_SEARCH:
             # The index checks the query and the limit (ToolCallError, as the script sees it).
             query = entry.arguments.get("query")
@@ -238,7 +246,7 @@ class CallSettling(Emitting):
             threads=self._tool_threads,
             default_timeout=self.call_timeout,
             ticket=ticket,
-            room=self.limits_for(record.tenant).results,
+            room=room,
         )
 
     def _given(self, language: str, entry: log.CallEntry) -> Any:
