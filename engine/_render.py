@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from engine._ending import Ending
+from engine.adapters._formats import named_media
 from engine.languages._walk import CONTROL
 from sandbox.protocol import is_media
 
@@ -55,6 +56,13 @@ def render_finished(ending: Ending) -> str:
     value = render_value(ending)
     if value is not None:
         parts += ["Returned:", value]
+        if ending.value_text is None and len("\n".join(parts).encode()) > TEXT_BUDGET:
+            # Image or audio blocks returned are named in the text, not spelled out, by the
+            # adapters (which attach them); the cut below would leave part of their base64
+            # here, which nothing could name then: named before the cut instead.
+            named = named_media(ending.value)
+            if named is not None:
+                parts[-1] = orjson.dumps(named).decode()
     return _text(parts)
 
 

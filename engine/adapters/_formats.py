@@ -152,8 +152,26 @@ def _with_returned(result: RunResult) -> tuple[str, list[dict[str, Any]]]:
         )
         # The data as the value's JSON spells it (quoted: base64 needs no escapes), so only
         # the value's own string is replaced, never a stretch of other text that matches.
-        text = text.replace(f'"{block["data"]}"', f'"<{block["mimeType"]}, {size:,} bytes, below>"')
+        # A text too long for its budget names them already (engine._render).
+        text = text.replace(f'"{block["data"]}"', f'"{media_name(block, size)}"')
     return text, returned
+
+
+def media_name(block: dict[str, Any], size: int) -> str:
+    """What the text says in place of a returned image or audio block's base64."""
+    return f"<{block['mimeType']}, {size:,} bytes, below>"
+
+
+def named_media(value: Any) -> Any:
+    """``value`` with the data of each image or audio block it returned (see
+    :func:`_with_returned`) as its name, or ``None`` when it returned none."""
+    found = _returned_media(value)
+    if not found:
+        return None
+    names = {id(block): media_name(block, size) for block, size in found}
+    if isinstance(value, dict):
+        return {**value, "data": names[id(value)]}
+    return [{**b, "data": names[id(b)]} if id(b) in names else b for b in value]
 
 
 def _returned_media(value: Any) -> list[tuple[dict[str, Any], int]]:

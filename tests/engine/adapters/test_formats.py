@@ -190,6 +190,24 @@ async def test_every_api_carries_the_images_a_script_returns(engine: CodeMode) -
     assert len(result.to_mcp()["content"]) == 2  # the text/html one stays text
 
 
+async def test_a_returned_image_past_the_text_budget_is_named_not_cut(engine: CodeMode) -> None:
+    """An image too large for the text's 24 KiB (20 KB: 27 KB of base64) was named by no
+    API's text: the cut had left 24 KiB of its base64 there, which no longer matched, so
+    the model read that beside the image. The text names it before the cut, in every API."""
+    data = base64.b64encode(bytes(range(256)) * 80).decode()
+    result = await engine.run_code(
+        f'console.log("made it"); return {{type: "image", data: "{data}", mimeType: "image/png"}};'
+    )
+    assert result.status == "finished", result.text
+    assert "made it" in result.text and data[:100] not in result.text
+    named = "<image/png, 20,480 bytes, below>"
+    assert named in result.text and len(result.text) < 300
+    text, image = result.to_anthropic("toolu_01")["content"]
+    assert named in text["text"] and image["source"]["data"] == data
+    assert result.content[1] == {"type": "image", "data": data, "mimeType": "image/png"}
+    assert result.value["data"] == data  # the value is the script's own
+
+
 async def test_returned_blocks_that_are_not_base64_are_not_media(engine: CodeMode) -> None:
     """A returned block whose data is empty, or not base64, is no image: it stays text, and
     the text is left whole (its data once replaced every match in the text: "" put a note
