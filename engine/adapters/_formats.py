@@ -105,7 +105,7 @@ def result_for(result: RunResult, format: Format, call_id: str | None = None) ->
             f"a {format} tool result needs the id of the model's call to run_code "
             f"(got {call_id!r}); keep it from the model's turn, even across a pause"
         )
-    text, returned = _with_returned(result)
+    text, returned = with_returned(result)
     media = list(zip(_media_names(result), result.media, strict=True))
     media += [(f"returned {b['type']} {i}", b) for i, b in enumerate(returned, 1)]
     text, media = _not_attached(text, media, format)
@@ -137,11 +137,11 @@ def mcp_content(result: RunResult) -> list[dict[str, Any]]:
     """``result`` as MCP content blocks: its text, each media file it showed, then each
     image or audio block it returned; the text names those returned blocks instead of
     spelling out their bytes."""
-    text, returned = _with_returned(result)
+    text, returned = with_returned(result)
     return [{"type": "text", "text": text}, *result.media, *returned]
 
 
-def _with_returned(result: RunResult) -> tuple[str, list[dict[str, Any]]]:
+def with_returned(result: RunResult) -> tuple[str, list[dict[str, Any]]]:
     """``result``'s text, each image or audio block it returned named in it instead of
     spelled out, and those blocks (for every API: the model sees them as it sees files the
     script showed)."""
@@ -164,7 +164,7 @@ def media_name(block: dict[str, Any], size: int) -> str:
 
 def named_media(value: Any) -> Any:
     """``value`` with the data of each image or audio block it returned (see
-    :func:`_with_returned`) as its name, or ``None`` when it returned none."""
+    :func:`with_returned`) as its name, or ``None`` when it returned none."""
     found = _returned_media(value)
     if not found:
         return None

@@ -14,7 +14,8 @@ A script that waits for a person is pydantic-ai's own approval request: the run 
 ``metadata[tool_call_id]`` says what the script waits on (``script_id``, ``waiting``: each
 ``{call_id, name, arguments, reason}``). Answer as pydantic-ai does, with
 ``DeferredToolResults(approvals={tool_call_id: True})``: the tool approves what the script
-waits on and runs it on. ``await toolset.answer(requests, approve=False, message=...)``
+waited on when the person was asked (never a call it asks for after those, which is a new
+request) and runs it on. ``await toolset.answer(requests, approve=False, message=...)``
 refuses them instead (the script sees an error it can handle, and the model sees the script's
 result, not a bare denial); an approval given elsewhere (``codemode approve``, another host)
 counts too. A bare denial (``approvals={tool_call_id: False}`` or ``ToolDenied(message)``)
@@ -25,8 +26,8 @@ it, and drives the script to its end in the log; the model sees pydantic-ai's de
 the script's result. ``run_code`` is idempotent on the model's tool-call id, so the answer
 may come in another process, on the same log, much later.
 
-The tool returns the result's text; the files the script showed come with it as
-pydantic-ai's ``BinaryContent``, so the model sees them in the tool's result.
+The tool returns the result's text; the files the script showed and the images it returned
+come with it as pydantic-ai's ``BinaryContent``, so the model sees them in the tool's result.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import Any
 try:
     from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
     from pydantic_ai import Tool as AgentTool
+    from pydantic_ai._function_schema import takes_ctx as takes_run_context
     from pydantic_ai.exceptions import ApprovalRequired
     from pydantic_ai.messages import BinaryContent, ToolReturnPart
     from pydantic_ai.toolsets import FunctionToolset
@@ -48,10 +50,12 @@ except ImportError as e:  # the extra is not installed: say which one installs i
     ) from None
 
 from engine._codemode import CodeMode
-from engine._errors import CallNotWaiting, ToolDefinitionError
+from engine._errors import CallNotWaiting, ConfigError, ToolDefinitionError
 from engine._functions import tool as engine_tool
 from engine._result import RunResult
 from engine._tools import Tool
+from engine.adapters._formats import with_returned
+from engine.log import AWAITING_APPROVAL
 
 RUN_CODE = "run_code"
 
@@ -68,11 +72,7 @@ def engine_tools(tools: Sequence[AgentTool[Any] | Callable[..., Any] | Tool]) ->
             found.append(t)
         elif isinstance(t, AgentTool):
             if t.takes_ctx:
-                raise ToolDefinitionError(
-                    f"tool {t.name!r} takes pydantic-ai's RunContext, which a script's call "
-                    "cannot give it; take engine.ToolContext instead (CodeMode(context=...) "
-                    "reaches it as ctx.host)"
-                )
+                raise _takes_run_context(t.name)
             for option in ("prepare", "args_validator"):
                 if getattr(t, option, None) is not None:
                     # Silently dropped, a tool meant for some runs only, or a check the host
@@ -94,8 +94,17 @@ def engine_tools(tools: Sequence[AgentTool[Any] | Callable[..., Any] | Tool]) ->
             )
             found.append(make(t.function))
         else:
+            if callable(t) and takes_run_context(t):  # as an agent's @agent.tool takes it
+                raise _takes_run_context(getattr(t, "__name__", repr(t)))
             found.append(engine_tool(t))
     return found
+
+
+def _takes_run_context(name: str) -> ToolDefinitionError:
+    return ToolDefinitionError(
+        f"tool {name!r} takes pydantic-ai's RunContext, which a script's call cannot give "
+        "it; take engine.ToolContext instead (CodeMode(context=...) reaches it as ctx.host)"
+    )
 
 
 class CodeModeToolset(FunctionToolset[Any]):
@@ -109,6 +118,13 @@ class CodeModeToolset(FunctionToolset[Any]):
         engine: CodeMode | None = None,
         **engine_options: Any,
     ) -> None:
+        if engine is not None and (tools or engine_options):
+            given = ", ".join([*(["tools"] if tools else []), *engine_options])
+            raise ConfigError(
+                f"CodeModeToolset takes an engine or the tools and options to make one, not "
+                f"both: {given} would be ignored beside engine=...; give them to that "
+                "CodeMode, or leave engine out"
+            )
         tools = engine.tools if engine is not None else engine_tools(tools)
         client = [t.name for t in tools if t.client]
         if client:
@@ -132,6 +148,9 @@ class CodeModeToolset(FunctionToolset[Any]):
         # The run_code calls whose bare denial this toolset has delivered (or found nothing
         # to deliver to), so each is looked up in the log once.
         self._denials_seen: set[str] = set()
+        # For each run_code call whose script this toolset asked a person about, the calls
+        # it named: an approval of that run_code call approves those, never a later one.
+        self._asked: dict[str, set[str]] = {}
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, Any]:
         # Called before each model request, with the messages so far: where a bare denial,
@@ -170,20 +189,50 @@ class CodeModeToolset(FunctionToolset[Any]):
             result = await self.engine.resume(result.script_id)
 
     async def _run_code(self, ctx: RunContext[Any], code: str) -> str | list[Any]:
+        seen = await self._seen(ctx) if ctx.tool_call_approved else set()
         result = await self.engine.run_code(code, key=ctx.tool_call_id)
-        if ctx.tool_call_approved and result.status == "paused":
-            # A person approved the run_code call: approve what its script waits on (a call
-            # answered meanwhile, here or elsewhere, is left as it is), and run it on.
+        if seen and result.status == "paused":
+            # A person approved the run_code call: approve what they saw its script wait on
+            # (a call answered meanwhile, here or elsewhere, is left as it is), and run it
+            # on. Never a call it asks for after those: nobody has seen that one yet.
+            approved = False
             for call in result.waiting:
-                if call["reason"] == "approval":
+                if call["reason"] == "approval" and call["call_id"] in seen:
                     with contextlib.suppress(CallNotWaiting):
                         await self.engine.approve(result.script_id, call["call_id"])
-            result = await self.engine.resume(result.script_id)
+                        approved = True
+            if approved:
+                result = await self.engine.resume(result.script_id)
+        key = ctx.tool_call_id or ""  # pydantic-ai gives every tool call an id
+        self._asked.pop(key, None)
         if result.status == "paused" and any(w["reason"] == "approval" for w in result.waiting):
+            self._asked[key] = {w["call_id"] for w in result.waiting}
             raise ApprovalRequired(metadata=_waiting(result))
-        if result.media:  # what the script showed, in the tool's result as pydantic-ai's own
-            return [result.text, *(_binary(block) for block in result.media)]
-        return result.text
+        text, returned = with_returned(result)
+        media = [*result.media, *returned]
+        if media:  # shown files and returned images, in the tool's result as pydantic-ai's own
+            return [text, *(_binary(block) for block in media)]
+        return text
+
+    async def _seen(self, ctx: RunContext[Any]) -> set[str]:
+        """The calls of the approved run_code call's script that the person saw waiting:
+        those its request named (``DeferredToolResults.metadata``, as :meth:`answer` and
+        a host that passes the request's metadata back give it), or that this toolset
+        asked about; in another process without the metadata, those waiting in the log
+        before the script is driven on (nothing drives it while it waits for this)."""
+        meta = ctx.tool_call_metadata
+        if isinstance(meta, dict) and isinstance(meta.get("waiting"), list):
+            return {w["call_id"] for w in meta["waiting"] if isinstance(w, dict) and "call_id" in w}
+        asked = self._asked.get(ctx.tool_call_id or "")
+        if asked is not None:
+            return asked
+        if not ctx.tool_call_id:
+            return set()
+        record = await self.engine.store.script_by_key("default", ctx.tool_call_id)
+        if record is None:
+            return set()
+        calls = await self.engine.store.calls(record.id)
+        return {c.call_id for c in calls if c.state == AWAITING_APPROVAL}
 
     async def answer(
         self, requests: DeferredToolRequests, *, approve: bool, message: str = ""
@@ -191,6 +240,7 @@ class CodeModeToolset(FunctionToolset[Any]):
         """Approve, or refuse with ``message``, every call the paused scripts wait on; the
         results to pass to the next run (``agent.run(..., deferred_tool_results=...)``)."""
         approvals: dict[str, Any] = {}
+        metadata: dict[str, dict[str, Any]] = {}
         for part in requests.approvals:
             if part.tool_name != RUN_CODE:
                 continue
@@ -204,7 +254,8 @@ class CodeModeToolset(FunctionToolset[Any]):
                     else:
                         await self.engine.reject(meta["script_id"], call["call_id"], message)
             approvals[part.tool_call_id] = True  # run_code runs on, and tells the model
-        return DeferredToolResults(approvals=approvals)
+            metadata[part.tool_call_id] = meta  # what was answered: run_code approves no more
+        return DeferredToolResults(approvals=approvals, metadata=metadata)
 
     async def aclose(self) -> None:
         await self.engine.aclose()

@@ -272,3 +272,132 @@ async def test_what_a_script_shows_reaches_the_model_as_binary_content() -> None
     assert text.startswith("Script finished.")
     assert isinstance(image, BinaryContent)
     assert (image.data, image.media_type) == (PNG, "image/png")
+
+
+async def test_a_returned_image_reaches_the_model_as_binary_content() -> None:
+    """An image block the script returns (an MCP tool's, passed on) is the model's image, as
+    in every other API, and the text names it; it reached the model as base64 text."""
+    import base64
+
+    from pydantic_ai.messages import BinaryContent
+
+    from tests.engine.adapters.test_formats import PNG
+
+    seen: list[Any] = []
+    data = base64.b64encode(PNG).decode()
+
+    def returns_image(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [
+            p for m in messages for p in getattr(m, "parts", []) if isinstance(p, ToolReturnPart)
+        ]
+        if not returns:
+            code = f'return {{type: "image", data: "{data}", mimeType: "image/png"}}'
+            return ModelResponse(parts=[ToolCallPart("run_code", {"code": code}, tool_call_id="c")])
+        seen.append(returns[-1].content)
+        return ModelResponse(parts=[TextPart("ok")])
+
+    toolset = CodeModeToolset([list_prs], runner=InProcessRunner(), type_check="off")
+    try:
+        await Agent(FunctionModel(returns_image), toolsets=[toolset]).run("Chart it.")
+    finally:
+        await toolset.aclose()
+    ((text, image),) = seen
+    assert "<image/png, 70 bytes, below>" in text and data not in text
+    assert isinstance(image, BinaryContent)
+    assert (image.data, image.media_type) == (PNG, "image/png")
+
+
+REPOS = """
+try { return await tools.delete_repo({ name: "staging" }); }
+catch (e) { return await tools.delete_repo({ name: "production" }); }
+"""
+TWO_REPOS = """
+await tools.delete_repo({ name: "staging" });
+return await tools.delete_repo({ name: "production" });
+"""
+deleted: list[str] = []
+
+
+def delete_repo(name: str) -> str:
+    """Delete a repository."""
+    deleted.append(name)
+    return "deleted"
+
+
+def _one_call(code: str) -> Agent[None, Any]:
+    def calls(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if any(isinstance(p, ToolReturnPart) for p in messages[-1].parts):
+            return ModelResponse(parts=[TextPart("Done.")])
+        return ModelResponse(parts=[ToolCallPart("run_code", {"code": code}, tool_call_id="c1")])
+
+    return Agent(FunctionModel(calls), output_type=[str, DeferredToolRequests])
+
+
+@pytest.mark.parametrize("how", ["refuse", "approve", "bare", "bare, new process"])
+async def test_an_approval_approves_only_the_calls_the_person_saw(tmp_path: Path, how: str) -> None:
+    """Approving a run_code call approved whatever its script waited on once driven on: a
+    refusal by answer() was followed by the script's next call, never shown to anyone, run
+    unasked (production deleted), and an approval of one call approved the next one too.
+    Each call the script asks for after those the person saw is asked about anew."""
+    deleted.clear()
+
+    def toolset() -> CodeModeToolset:
+        tools = [Tool(delete_repo, requires_approval=True)]
+        return CodeModeToolset(tools, data_dir=tmp_path, runner=InProcessRunner(), type_check="off")
+
+    first = toolset()
+    agent = _one_call(REPOS if how == "refuse" else TWO_REPOS)
+    try:
+        run = await agent.run("Clean up.", toolsets=[first])
+        requests = run.output
+        assert isinstance(requests, DeferredToolRequests)
+        if how in ("refuse", "approve"):
+            results = await first.answer(requests, approve=how == "approve", message="refused")
+        else:
+            results = DeferredToolResults(approvals={"c1": True})
+        second = toolset() if how.endswith("new process") else first
+        try:
+            run = await agent.run(
+                message_history=run.all_messages(),
+                deferred_tool_results=results,
+                toolsets=[second],
+            )
+            again = run.output
+            assert isinstance(again, DeferredToolRequests), again
+            (waiting,) = again.metadata["c1"]["waiting"]
+            assert waiting["arguments"] == {"name": "production"}
+            assert deleted == ([] if how == "refuse" else ["staging"])
+            run = await agent.run(
+                message_history=run.all_messages(),
+                deferred_tool_results=DeferredToolResults(approvals={"c1": True}),
+                toolsets=[second],
+            )
+            assert run.output == "Done."
+        finally:
+            if second is not first:
+                await second.aclose()
+    finally:
+        await first.aclose()
+    assert deleted == (["production"] if how == "refuse" else ["staging", "production"])
+
+
+def test_a_plain_function_that_takes_run_context_is_refused() -> None:
+    def needs_ctx(ctx: RunContext[None], x: int) -> int:
+        """Needs the run context."""
+        return x
+
+    with pytest.raises(ToolDefinitionError, match="takes pydantic-ai's RunContext"):
+        CodeModeToolset([needs_ctx], type_check="off")
+
+
+async def test_tools_or_options_beside_an_engine_are_refused() -> None:
+    from engine import CodeMode, ConfigError
+
+    engine = CodeMode([engine_tools([list_prs])[0]], runner=InProcessRunner(), type_check="off")
+    try:
+        with pytest.raises(ConfigError, match="tools would be ignored"):
+            CodeModeToolset([comment], engine=engine)
+        with pytest.raises(ConfigError, match="data_dir would be ignored"):
+            CodeModeToolset(engine=engine, data_dir="x")
+    finally:
+        await engine.aclose()
