@@ -940,19 +940,19 @@ class CodeMode(StepLoop):
         have, as :meth:`resume` would refuse it; ask before answering a call that this host
         then means to drive on (``codemode resume --approve``), so a refusal records nothing.
         """
-        self._check_process()
+        self._check_open()
         check_ids(script_id)
         self._refuse_missing(script_id, await self.store.calls(script_id))
 
     async def hold(self, script_id: str) -> None:
         """Interrupt: no step of the script runs and no call it asks for goes out."""
-        self._check_process()
+        self._check_open()
         check_ids(script_id)
         await self.store.set_held(script_id, True)
 
     async def release(self, script_id: str) -> None:
         """End a hold; call :meth:`resume` to continue (or let a worker do it)."""
-        self._check_process()
+        self._check_open()
         check_ids(script_id)
         await self.store.set_held(script_id, False)
 
@@ -960,7 +960,7 @@ class CodeMode(StepLoop):
         """A person approved the call: it runs when the script resumes. An approval that
         lands twice, or on two hosts at once, takes effect once (the second is
         :class:`CallNotWaiting`)."""
-        self._check_process()
+        self._check_open()
         check_ids(script_id, call_id)
         await self.store.answer(
             script_id, call_id, log.AWAITING_APPROVAL, log.APPROVED, note="approved"
@@ -969,7 +969,7 @@ class CodeMode(StepLoop):
 
     async def reject(self, script_id: str, call_id: str, message: str = "") -> None:
         """A person refused the call: the script sees an error with this message."""
-        self._check_process()
+        self._check_open()
         check_ids(script_id, call_id)
         entry = await self._waiting(script_id, call_id)
         error = error_text(message or f"a person refused tools.{entry.name}")
@@ -980,7 +980,7 @@ class CodeMode(StepLoop):
         self, script_id: str, call_id: str, result: Any = None, *, error: str | None = None
     ) -> None:
         """The client ran a client tool: its result, or the error it failed with."""
-        self._check_process()
+        self._check_open()
         check_ids(script_id, call_id)
         expect = log.AWAITING_CLIENT
         if error is not None:

@@ -21,6 +21,7 @@ from engine import (
     Limits,
     MemoryStore,
     RunResult,
+    SqliteStore,
     StepUnavailable,
     Tool,
     ToolContext,
@@ -301,6 +302,34 @@ async def test_a_closed_engine_refuses_at_once() -> None:
     ):
         with pytest.raises(CodeModeError, match=r"this engine is closed \(aclose\)"):
             await asyncio.wait_for(started(), 30)
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_an_answer_to_a_closed_engine_is_refused(tmp_path: Path, store: str) -> None:
+    """An approval, refusal, client result, hold or release given to a closed engine is
+    refused as the closed engine's (on the memory store an approval was taken and lost
+    without a word; on SQLite it read as StoreUnavailable, which a host retries)."""
+
+    @tool(needs_approval=True)
+    def send(to: str) -> str:
+        """Send."""
+        return "sent"
+
+    log_store = MemoryStore() if store == "memory" else SqliteStore(tmp_path)
+    engine = CodeMode([send], runner=InProcessRunner(), store=log_store, type_check="off")
+    paused = await engine.run_code('return await tools.send({ to: "a" })')
+    call_id = paused.waiting[0]["call_id"]
+    await engine.aclose()
+    for answer in (
+        lambda: engine.approve(paused.script_id, call_id),
+        lambda: engine.reject(paused.script_id, call_id, "no"),
+        lambda: engine.client_result(paused.script_id, call_id, 1),
+        lambda: engine.hold(paused.script_id),
+        lambda: engine.release(paused.script_id),
+        lambda: engine.check_tools(paused.script_id),
+    ):
+        with pytest.raises(CodeModeError, match=r"this engine is closed \(aclose\)"):
+            await answer()
 
 
 async def test_async_with_closes_the_engine_even_on_an_error() -> None:
