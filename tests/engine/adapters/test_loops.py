@@ -205,6 +205,8 @@ async def test_a_paused_script_in_the_chat_loop(api: str, tmp_path: Path) -> Non
     finally:
         await engine.aclose()
     assert len(sent) == 2
+    for message in conversation:  # what the host keeps is what it would send next
+        conforms(message_type, message)
     for request in sent:
         for tool in request["tools"]:
             conforms(tool_type, tool)
