@@ -408,7 +408,7 @@ def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:
                 raise ConfigError(f"{at} {key} must be a non-empty string")
         if "tls" in options and not isinstance(options["tls"], bool):
             raise ConfigError(f"{at} tls must be true or false")
-        for key in ("connect_timeout", "cooldown"):
+        for key in ("connect_timeout", "cooldown", "silence"):
             if key in options and not _seconds(options[key]):
                 raise ConfigError(f"{at} {key} must be seconds, over 0")
     else:

@@ -245,7 +245,8 @@ class WarmPool:
                 return
             except (TimeoutError, OSError, RunError, ValueError) as e:
                 await self._drop(child)
-                raise RunError(f"a pool child did not become ready: {e}") from e
+                why = str(e) or f"{type(e).__name__} (it did not answer in time)"
+                raise RunError(f"a pool child did not become ready: {why}") from e
             except BaseException:
                 await self._drop(child)
                 raise

@@ -100,8 +100,9 @@ class _Down(Exception):
 
 
 class _Refused(_Down):
-    """This client's configuration does not fit the service: it refused the token, or its
-    TLS certificate does not verify against the client's CA and server name. Waiting will
+    """This client's configuration does not fit the service: it refused the token, they
+    share no wire version, or its TLS certificate does not verify against the client's CA
+    and server name. Waiting will
     not change that, so a step that meets only these fails at once."""
 
 
@@ -313,7 +314,9 @@ class RemoteRunner(ScriptRunner):
                 silence=float(options.get("silence", SILENCE)),
             )
         except (OSError, ssl.SSLError) as e:
-            raise ValueError(f"[codemode.runner] ca_file {ca}: cannot load it: {e}") from e
+            raise ValueError(
+                f"[codemode.runner] ca_file {ca if ca is None else root / ca}: cannot load it: {e}"
+            ) from e
 
     @property
     def addresses(self) -> list[str]:
@@ -566,10 +569,15 @@ class RemoteRunner(ScriptRunner):
             conn.abort()
             if "token" in message.error:
                 raise _Refused(f"it refused the connection: {message.error}; check the token")
+            if "wire version" in message.error:  # one side must be upgraded: no wait will do
+                raise _Refused(f"it refused the connection: {message.error}")
             raise _Down(f"it refused the connection: {message.error}")
         if not wire.WIRE_OLDEST <= message.version <= self.wire_version:
             conn.abort()
-            raise _Down(f"it chose wire version {message.version}, which this client lacks")
+            raise _Refused(
+                f"it chose wire version {message.version}, which this client lacks (it speaks "
+                f"{wire.WIRE_OLDEST} to {self.wire_version}); upgrade the older side"
+            )
         remote.slots = message.slots
         remote.others = max(0, message.busy + message.waiting - (remote.inflight - 1))
         # A service that stops reading what this client sends (a script, results, a file's

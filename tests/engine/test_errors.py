@@ -315,6 +315,16 @@ def test_bad_slots_variable_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -
         ('[codemode]\ndata_dir = ""\n', "data_dir"),
         ("[codemode.runner]\nslots = 100000\n", "slots"),
         ('[codemode.runner]\nkind = "remote"\naddresses = ["h:1"]\ntoken_file = 5\n', "token_file"),
+        # silence was left to the runner: 0 was refused without the file's name, and inf
+        # taken, which turned off the check for a service gone silent.
+        *(
+            (
+                f'[codemode.runner]\nkind = "remote"\naddresses = ["h:1"]\ntoken = "t"\n'
+                f"silence = {value}\n",
+                r"\[codemode.runner\] silence must be seconds, over 0",
+            )
+            for value in ("0", "inf", '"5"')
+        ),
     ],
 )
 def test_config_values_out_of_range(tmp_path: Path, text: str, named: str) -> None:

@@ -361,3 +361,27 @@ async def test_children_wait_at_a_low_priority_and_run_at_the_normal_one() -> No
         assert psutil.Process(waiting.pid).nice() == base
         step = await running
         assert step.limit is not None and step.limit.name == "compute_ms"
+
+
+async def test_a_child_that_does_not_get_ready_in_time_is_named_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A child that says nothing within spawn_timeout fails the refill with a reason (the
+    warning read "a pool child did not become ready: ", a TimeoutError's text being
+    empty)."""
+    from runner import _pool
+    from runner._base import RunError
+
+    async def silent(*args: Any, **kwargs: Any) -> Any:
+        raise TimeoutError
+
+    async with ProcessRunner(mode="pool", pool_size=1) as runner:
+        pool = runner.pool
+        assert pool is not None
+        await runner.run(script("return 1"))
+        await until(lambda: len(pool.idle) == 1, "the pool to fill")
+        monkeypatch.setattr(_pool.conv, "await_ready", silent)
+        while pool.idle:  # so refill forks one
+            await pool._drop(pool.idle.popleft())
+        with pytest.raises(RunError, match=r"did not become ready: TimeoutError \(it did not"):
+            await pool.refill()

@@ -197,6 +197,26 @@ async def test_a_version_the_service_does_not_speak(service: RunnerService) -> N
     assert welcome["version"] == 1 and "heartbeat" not in welcome and "live_wait" not in welcome
 
 
+async def test_a_client_with_no_wire_version_in_common_fails_at_once(
+    service: RunnerService,
+) -> None:
+    """A client that shares no wire version with the service fails the step at once, as a
+    permanent error (it was retried until queue_timeout: five minutes, then "resume it
+    later", which no wait mends)."""
+
+    class Older(RemoteRunner):
+        wire_version = 0
+
+    remote = Older([service.address], TOKEN)
+    try:
+        with pytest.raises(RunError, match="no wire version in common") as caught:
+            await asyncio.wait_for(remote.run(script("return 1")), 30)
+        assert caught.value.permanent
+    finally:
+        await remote.aclose()
+    await still_serves(service)
+
+
 async def test_a_script_version_the_service_does_not_take(service: RunnerService) -> None:
     """A script of another version is answered unfit; the connection stays usable."""
     client = await RawClient.connect(service.address)
