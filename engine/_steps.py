@@ -37,6 +37,10 @@ from sandbox.protocol import Call, sizes_over
 
 logger = logging.getLogger("codemode")
 
+# A step that no runner takes is tried every retry_delay up to queue_timeout; the log says so
+# at the first requeue, then once in this many seconds.
+REQUEUED_EVERY = 60.0
+
 
 class StepLoop(CallSettling):
     """The loop behind ``run_code`` and ``resume``: steps, checks, records, endings."""
@@ -246,6 +250,7 @@ class StepLoop(CallSettling):
             BlobReader(self.blobs, record.files, self._skill_files.forget) if record.files else None
         )
         queued = time.monotonic()
+        said_at = 0.0  # the wait at which the next "requeued" warning is due
         while True:
             started = time.monotonic()
             try:
@@ -275,7 +280,16 @@ class StepLoop(CallSettling):
                         f"trying (queue_timeout {self.queue_timeout:g} s; the last try: {e}); "
                         "resume it later"
                     ) from e
-                logger.warning("script step requeued script=%s: %s", record.id, e)
+                if waited >= said_at:  # once, then once a minute: not a line per try
+                    logger.warning(
+                        "script step requeued script=%s (for %.0f s so far, up to queue_timeout "
+                        "%g s): %s",
+                        record.id,
+                        waited,
+                        self.queue_timeout,
+                        e,
+                    )
+                    said_at = waited + REQUEUED_EVERY
                 await asyncio.sleep(self.retry_delay)
 
     # ---- live steps (see engine._live) ----

@@ -374,8 +374,9 @@ class RemoteRunner(ScriptRunner):
         for remote in self._remotes:
             if remote.down_until > now:
                 left = remote.down_until - now
+                # The cause first: it is what the host acts on (out of rotation: the wait).
                 reasons.append(
-                    f"{remote.address} is out of rotation for {left:.1f} s more ({remote.why})"
+                    f"{remote.address}: {remote.why} (out of rotation for {left:.1f} s more)"
                 )
             else:
                 usable.append(remote)
@@ -530,7 +531,9 @@ class RemoteRunner(ScriptRunner):
                 f"the TLS handshake failed ({e}); check tls, ca and the certificate"
             ) from None
         except OSError as e:
-            raise _Down(f"could not connect: {e.strerror or e}") from None
+            raise _Down(
+                f"could not connect: {e.strerror or e} (is the runner service running there?)"
+            ) from None
         conn = wire.Channel(reader, writer)
         wire.keepalive(writer)
         try:

@@ -761,6 +761,21 @@ async def test_run_errors_requeue_the_step_until_a_runner_takes_it() -> None:
     assert runner.tries == 3
 
 
+async def test_a_requeued_step_is_logged_once_not_at_every_try(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A step no runner takes is logged at its first requeue and then once a minute, not
+    at every retry_delay (an unreachable service wrote a hundred such lines in five
+    minutes)."""
+    runner = _Refusing(failures=30)
+    engine = CodeMode([], runner=runner, retry_delay=0.001, queue_timeout=30)
+    with caplog.at_level(logging.WARNING, logger="codemode"):
+        assert (await engine.run_code("return 3")).value == 3
+    assert runner.tries == 31
+    (line,) = [r.getMessage() for r in caplog.records if "requeued" in r.getMessage()]
+    assert "up to queue_timeout 30 s): busy right now" in line
+
+
 async def test_queue_timeout_and_permanent_refusals_raise_step_unavailable() -> None:
     """Past the queue timeout, or when waiting cannot help, the host gets StepUnavailable and
     the script stays in the log, resumable."""
