@@ -118,6 +118,19 @@ WORKER_LEFT_MAX = 500
 _CHECK_OFF_SAID: set[str] = set()
 
 
+class _Flight:
+    """A start or resume this host runs now (see ``CodeMode._once``): its task, how many
+    other deliveries of it wait for its result, and whether the caller that runs it left
+    (``orphaned``: it goes on for those that wait)."""
+
+    __slots__ = ("orphaned", "task", "waiting")
+
+    def __init__(self, task: asyncio.Task[RunResult]) -> None:
+        self.task = task
+        self.waiting = 0
+        self.orphaned = False
+
+
 class CodeMode(StepLoop):
     """Code mode for one agent: its tools, its runner, its session log and its limits.
 
@@ -263,7 +276,7 @@ class CodeMode(StepLoop):
         self._check_ms: dict[str, float] = {}  # what each new script's check cost, until logged
         # The starts (by tenant and key) and resumes (by script id) this host runs now (see
         # _once).
-        self._in_flight: dict[tuple[str, ...], asyncio.Future[RunResult]] = {}
+        self._in_flight: dict[tuple[str, ...], _Flight] = {}
         self._driving: set[Drive] = set()  # the drives under way, whose leases aclose() gives up
         # Each script this host drives now, by id: done when that drive ends.
         self._drives_of: dict[str, asyncio.Future[None]] = {}
@@ -667,28 +680,50 @@ class CodeMode(StepLoop):
         connections out of the one that drives the script.
         """
         while (other := self._in_flight.get(what)) is not None:
+            other.waiting += 1
             try:
-                result = await asyncio.shield(other)
+                result = await asyncio.shield(other.task)
             except asyncio.CancelledError:
-                if not other.cancelled():
-                    raise  # this caller was cancelled
-                continue  # that run failed: this one runs (or waits for another)
+                if not other.task.cancelled():
+                    # This caller was cancelled. The last one waiting on a run whose own
+                    # caller left takes it down with it, as that caller's cancel would have.
+                    if other.orphaned and other.waiting == 1 and not other.task.done():
+                        other.task.cancel()
+                    raise
+                continue  # that run was cancelled: this one runs (or waits for another)
+            except Exception:
+                continue  # that run failed: this one runs, and sees the failure if it recurs
+            finally:
+                other.waiting -= 1
             if not final or result.status in log.ENDED:
                 return result, True
             # Paused: an answer may have landed since that run looked, so this caller runs
             # again, after any other that got in first (each waits for the one before).
-        mine: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
-        self._in_flight[what] = mine
-        try:
-            result = await run()
-        except BaseException:
-            mine.cancel()  # its waiters run it themselves, and see this failure if it recurs
-            raise
-        finally:
-            if self._in_flight.get(what) is mine:
+        flight = _Flight(asyncio.ensure_future(run()))
+        self._in_flight[what] = flight
+
+        def landed(task: asyncio.Task[RunResult]) -> None:
+            if self._in_flight.get(what) is flight:
                 del self._in_flight[what]
-        mine.set_result(result)
-        return result, False
+            if not task.cancelled():
+                task.exception()  # its callers see it; not "never retrieved"
+
+        flight.task.add_done_callback(landed)
+        try:
+            return await asyncio.shield(flight.task), False
+        except asyncio.CancelledError:
+            if flight.task.done():
+                raise
+            if flight.waiting:
+                # Another delivery of the same start or resume waits for this run (a retry
+                # of a request whose client left): it goes on for that one, not interrupted.
+                flight.orphaned = True
+                raise
+            flight.task.cancel()
+            await asyncio.wait([flight.task])  # as the run unwinds from its cancel
+            if flight.task.cancelled():
+                raise
+            return flight.task.result(), False  # it ended, or raised, despite the cancel
 
     async def work(self, *, stop: asyncio.Event | None = None) -> None:
         """Drive scripts that wait for no one (an answer landed, or their host died), one at

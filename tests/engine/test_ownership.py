@@ -1614,6 +1614,58 @@ async def test_a_replayed_start_waits_for_the_cancelled_one_to_record_its_call(
     assert charges.done == [5]
 
 
+async def test_a_retry_waiting_on_a_start_keeps_it_going_when_that_start_is_cancelled(
+    tmp_path: Path,
+) -> None:
+    """A keyed start delivered again while the first runs waits for it; the first's client
+    then leaves (its run_code cancelled): the run goes on for the retry, which gets the
+    call's result, the call run once (the cancel interrupted the async call, and the retry
+    got "tools.charge was interrupted"). With no one waiting, a cancel still interrupts."""
+    started, finish, ran = asyncio.Event(), asyncio.Event(), []
+
+    @tool
+    async def charge(cents: int) -> str:
+        """Charge."""
+        started.set()
+        await finish.wait()
+        ran.append(cents)
+        return f"charged {cents}"
+
+    engine = CodeMode([charge], runner=InProcessRunner(), data_dir=tmp_path, type_check="off")
+    code = "return await tools.charge({ cents: 5 })"
+    try:
+        first = asyncio.create_task(engine.run_code(code, key="toolu_1"))
+        await started.wait()
+        again = asyncio.create_task(engine.run_code(code, key="toolu_1"))
+        await asyncio.sleep(0.05)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        await asyncio.sleep(0.05)
+        assert not again.done()
+        finish.set()
+        result = await asyncio.wait_for(again, 30)
+        assert (result.status, result.value) == ("finished", "charged 5"), result.text
+        assert ran == [5]
+
+        # Alone, a cancelled start interrupts its call, as before.
+        started.clear()
+        finish.clear()
+        alone = asyncio.create_task(engine.run_code(code, key="toolu_2"))
+        await started.wait()
+        alone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await alone
+        finish.set()
+        (record,) = [r for r in await engine.store.scripts() if r.key == "toolu_2"]
+        later = await engine.resume(record.id)
+        assert later.status == "failed" and "interrupted" in later.text, later.text
+        assert ran == [5]
+    finally:
+        finish.set()
+        await engine.aclose()
+
+
 async def test_a_cancelled_call_whose_thread_had_not_begun_runs_on_resume(tmp_path: Path) -> None:
     """Cancelled while one sync call runs in the only tool thread and another waits for it:
     the one that runs is recorded when it ends; the one that waited never begins (a cancel
