@@ -92,6 +92,9 @@ class StoreConfig:
     # data_dir, in memory when not.
     kind: str | None = None
     dsn: str | None = None
+    # The environment variable that holds the DSN, read when the store is built (a
+    # --data-dir that puts the log in SQLite needs it set no more).
+    dsn_env: str | None = None
     schema: str = "codemode"
     max_connections: int = 20
     lease_ms: int = DEFAULT_LEASE_MS
@@ -101,16 +104,28 @@ class StoreConfig:
         """Whether :meth:`build`'s log outlives the process (so a script can be resumed)."""
         return self.kind == "postgres" or (self.kind != "memory" and data_dir is not None)
 
+    def resolved_dsn(self) -> str:
+        """The PostgreSQL connection string: ``dsn``, or what ``dsn_env`` holds now."""
+        if self.dsn is not None:
+            return self.dsn
+        env = self.dsn_env or ""
+        dsn = os.environ.get(env)
+        if not dsn:
+            raise ConfigError(
+                f"{self.where} dsn_env = {env!r}, but ${env} is not set: export the "
+                "PostgreSQL connection string in it"
+            )
+        return dsn
+
     def build(self, data_dir: Path | None) -> LogStore:
         """The store: PostgreSQL, in memory, or SQLite under ``data_dir`` (in memory without
         one when no kind was given). :class:`ConfigError` for ``kind = "sqlite"`` without a
         ``data_dir``: a host that asked for a log on disk is not given one that dies with it.
         """
         if self.kind == "postgres":
-            assert self.dsn is not None
             try:
                 return PostgresStore(
-                    self.dsn, schema=self.schema, max_connections=self.max_connections
+                    self.resolved_dsn(), schema=self.schema, max_connections=self.max_connections
                 )
             except ConfigError as e:  # a schema name it refuses, say: where it was set
                 raise ConfigError(f"{self.where}: {e}") from None
@@ -147,6 +162,10 @@ class Config:
         names (its lease kept), as a flag beats a config file; unchanged for ``None``."""
         if data_dir is None:
             return self
+        if not str(data_dir).strip():  # "$DIR" unset: not the current directory
+            raise ConfigError(
+                "--data-dir is empty (an unset variable?): give the directory of the log"
+            )
         return replace(self, data_dir=Path(data_dir), store=replace(self.store, kind="sqlite"))
 
     def engine_options(self, *, runner: bool = True) -> dict[str, Any]:
@@ -176,7 +195,7 @@ class Config:
         path = Path(path)
         raw = read_config(path)
         try:
-            text = raw.decode("utf-8")
+            text = raw.decode("utf-8-sig")  # an editor's byte-order mark is no TOML
         except UnicodeDecodeError:
             raise ConfigError(f"{path} is not UTF-8 text") from None
         try:
@@ -363,20 +382,16 @@ def _store(table: Any, where: str) -> StoreConfig:
                 raise ConfigError(
                     f"{where}: [codemode.store] dsn_env names an environment variable"
                 )
-            dsn = os.environ.get(env)
-            if not dsn:
-                raise ConfigError(
-                    f"{where}: [codemode.store] dsn_env = {env!r}, but ${env} is not set: "
-                    "export the PostgreSQL connection string in it"
-                )
-        if not isinstance(dsn, str) or not dsn:
+        elif not isinstance(dsn, str) or not dsn:
             raise ConfigError(
                 f'{where}: [codemode.store] kind = "postgres" needs dsn (a connection string '
                 'such as "postgresql://user@host/db") or dsn_env naming a variable that holds one'
             )
     elif dsn is not None or env is not None:
         raise ConfigError(f'{where}: [codemode.store] dsn is for kind = "postgres" only')
-    return StoreConfig(kind, dsn, schema, max_connections, lease_ms, f"{where}: [codemode.store]")
+    return StoreConfig(
+        kind, dsn, env, schema, max_connections, lease_ms, f"{where}: [codemode.store]"
+    )
 
 
 def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:
@@ -479,7 +494,9 @@ def build_runner(config: RunnerConfig) -> ScriptRunner:
 
         return ProcessRunner(**options)
     except ValueError as e:
-        raise ConfigError(str(e)) from None
+        said = str(e)
+        named = said if said.startswith("[codemode.runner]") else f"[codemode.runner] {said}"
+        raise ConfigError(named) from None
 
 
 def check_engine_options(

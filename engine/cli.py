@@ -344,13 +344,14 @@ async def _engine(
     namespace: dict[str, Any] = {}
     if args.tools is not None:  # read before any server starts: a mistake here starts none
         tools, namespace = load_tools(args.tools)
-        if needs_runner and tools and all(t.handler is None and not t.client for t in tools):
+        if needs_runner and all(t.handler is None and not t.client for t in tools):
             # Definitions alone: every call would fail for good in the log ("run by no
             # handler on this host"), a resumed script's included.
+            held = "tool definitions without handlers" if tools else "no tools at all"
             raise ConfigError(
-                f"{args.tools} holds tool definitions without handlers, enough for `describe` "
-                "and `search` but not to run calls: give a .py file of tools, or the MCP "
-                "servers as [codemode.mcpServers.NAME] tables in codemode.toml"
+                f"{args.tools} holds {held}, enough for `describe` and `search` but not to "
+                "run calls: give a .py file of tools, or the MCP servers as "
+                "[codemode.mcpServers.NAME] tables in codemode.toml"
             )
     servers = await _mcp_servers(args, config)
     if servers is None and args.tools is None:
@@ -449,7 +450,7 @@ def _postgres_log_there(config: Config, command: str) -> None:
         return
     store = config.store
     try:
-        with psycopg.connect(str(store.dsn), autocommit=True, connect_timeout=10) as conn:
+        with psycopg.connect(store.resolved_dsn(), autocommit=True, connect_timeout=10) as conn:
             found = conn.execute(
                 "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
                 "AND table_name = 'scripts'",
@@ -860,6 +861,15 @@ def _print_search(args: argparse.Namespace, engine: CodeMode) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` (default: the process's arguments); the exit code."""
+    if sys.stderr is None:  # started with descriptor 2 closed: what it says goes nowhere
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the process's life
+    if sys.stdout is None:  # descriptor 1 closed: nowhere for the result (or a script's id)
+        print(
+            "codemode: stdout is closed (started with >&-): there is nowhere to write what "
+            "the command answers; run it with stdout open (>/dev/null to drop it)",
+            file=sys.stderr,
+        )
+        return OUTPUT_FAILED
     try:
         code = _main(argv)
         sys.stdout.flush()  # here, so a reader that left is met inside this try

@@ -1080,3 +1080,65 @@ def test_an_answer_another_gave_first_is_said_and_the_resume_goes_on(
         "codemode: call c1 of script s1 has failed, not awaiting approval (answered already, "
         "by another host or person); resuming with that answer\n"
     )
+
+
+def test_closed_output_descriptors(tmp_path: Path) -> None:
+    """Started with stderr closed, a run still runs (what it says goes nowhere; it died at
+    once with exit 1, "the script failed", saying nothing); with stdout closed it refuses
+    before it starts anything (it ran, crashed with a traceback, and left a script in the
+    log that never ran)."""
+    (tmp_path / "s.js").write_text("return 1")
+    data = tmp_path / "data"
+
+    def shell(redirect: str) -> subprocess.CompletedProcess[str]:
+        command = (
+            f"{sys.executable} -m engine.cli run {tmp_path / 's.js'} --tools "
+            f"examples/tracker_tools.py --data-dir {data} {redirect}"
+        )
+        return subprocess.run(
+            ["sh", "-c", command], capture_output=True, text=True, cwd=ROOT, timeout=120
+        )
+
+    quiet = shell("2>&-")
+    assert quiet.returncode == 0 and "Returned:\n1" in quiet.stdout, quiet
+    blind = shell(">&-")
+    one_clear_line(blind, "stdout is closed", ">/dev/null to drop it", code=os.EX_IOERR)
+    listed = codemode("scripts", "--data-dir", str(data))
+    assert listed.stdout.count("finished") == 1 and "active" not in listed.stdout, listed
+
+
+def test_empty_values_and_files_that_would_mislead(tmp_path: Path) -> None:
+    """--data-dir "" (an unset variable) is refused, not the current directory; an empty
+    JSON tools file is refused for run as one without handlers is; a config saved with a
+    byte-order mark is read; --data-dir beats a PostgreSQL store whose dsn_env is unset; a
+    runner option the runner refuses is named under its table."""
+    empty = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "run", "-", "--tools",
+         str(ROOT / "examples" / "tracker_tools.py"), "--data-dir", ""],
+        capture_output=True, text=True, input="return 1", cwd=tmp_path, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    one_clear_line(empty, "--data-dir is empty")
+    assert not (tmp_path / "codemode.sqlite3").exists()
+    none = tmp_path / "none.json"
+    none.write_text("[]")
+    one_clear_line(codemode("run", "-", "--tools", str(none), stdin="return 1"), "no tools at all")
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b"\xef\xbb\xbf[codemode]\nqueue_timeout = 9\n")
+    ran = codemode("run", "-", "--tools", "examples/tracker_tools.py", "--config", str(bom),
+                   stdin="return 1")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    pg = tmp_path / "pg.toml"
+    pg.write_text('[codemode.store]\nkind = "postgres"\ndsn_env = "CODEMODE_NO_SUCH_DSN"\n')
+    data = tmp_path / "data"
+    ran = codemode("run", "-", "--tools", "examples/tracker_tools.py", "--config", str(pg),
+                   "--data-dir", str(data), stdin="return 2")  # fmt: skip
+    assert ran.returncode == 0 and "Returned:\n2" in ran.stdout, ran.stderr
+    unset = codemode("run", "-", "--tools", "examples/tracker_tools.py", "--config", str(pg),
+                     stdin="return 2")  # fmt: skip
+    one_clear_line(unset, "dsn_env = 'CODEMODE_NO_SUCH_DSN'", "is not set")
+    small = tmp_path / "small.toml"
+    small.write_text('[codemode.runner]\ndata_limit = "1kb"\n')
+    ran = codemode("run", "-", "--tools", "examples/tracker_tools.py", "--config", str(small),
+                   stdin="return 1")  # fmt: skip
+    one_clear_line(ran, "[codemode.runner] data_limit is 1,024 bytes")

@@ -63,7 +63,6 @@ def test_postgres_store_from_the_environment(
     [
         ('kind = "mysql"', 'kind = \'mysql\'; use "sqlite", "postgres" or "memory"'),
         ('kind = "postgres"', "needs dsn"),
-        ('kind = "postgres"\ndsn_env = "CODEMODE_UNSET_DSN"', "$CODEMODE_UNSET_DSN is not set"),
         ('kind = "postgres"\ndsn = "x"\ndsn_env = "Y"', "dsn or dsn_env, not both"),
         ('dsn = "postgresql://x"', 'is for kind = "postgres" only'),
         ("lease_ms = 5", "lease_ms must be whole milliseconds, 100 to 604,800,000"),
@@ -78,6 +77,19 @@ def test_bad_store_table_is_refused(tmp_path: Path, table: str, named: str) -> N
     with pytest.raises(ConfigError) as caught:
         _config(tmp_path, f"[codemode.store]\n{table}\n")
     assert named in str(caught.value) and "[codemode.store]" in str(caught.value)
+
+
+def test_an_unset_dsn_env_is_named_when_the_store_is_made(tmp_path: Path) -> None:
+    """dsn_env is read when the store is made, not when the file is: a --data-dir that puts
+    the log in SQLite does not need it set (it was refused before the flag was applied)."""
+    config = _config(
+        tmp_path, '[codemode.store]\nkind = "postgres"\ndsn_env = "CODEMODE_UNSET_DSN"\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        config.store.build(None)
+    assert "$CODEMODE_UNSET_DSN is not set" in str(caught.value)
+    assert "[codemode.store]" in str(caught.value)
+    assert config.with_data_dir(tmp_path / "data").store.kind == "sqlite"
 
 
 def test_a_bad_schema_name_says_where_it_was_set(tmp_path: Path) -> None:
