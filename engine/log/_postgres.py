@@ -591,7 +591,15 @@ def _schema(schema: str) -> Generator[tuple[str, tuple[Any, ...]], Any, None]:
 # gives (no such database or user, a wrong password, no pg_hba.conf entry) stands.
 _NOT_YET = ("starting up", "shutting down", "recovery mode", "too many clients", "slots are")
 # Refusals libpq makes itself, with no word from the server to say they stand: they do.
-_CLIENT_REFUSALS = ("fe_sendauth", "password is required", "invalid connection option")
+_CLIENT_REFUSALS = (
+    "fe_sendauth",
+    "password is required",
+    "invalid connection option",
+    # libpq's word for an option's value it cannot take (`sslmode=bogus`, `port=abc`).
+    "invalid integer value",
+    "invalid port number",
+    'value: "',  # invalid sslmode value: "bogus" (and gssencmode, target_session_attrs...)
+)
 
 
 async def _prepare(psycopg: Any, dsn: str, schema: str, timeout: float) -> None:

@@ -346,6 +346,10 @@ def _changed(dsn: str, **changes: str) -> str:
         ("no database", 'database "codemode_no_such_db" does not exist'),
         ("no user", 'role "codemode_no_such_user" does not exist'),
         ("not a dsn", 'missing "=" after "not" in connection info string'),
+        # libpq's refusals of an option's value: taken for a server down, tried until the
+        # timeout, then "try again once the server runs" (exit 75, which supervisors retry).
+        ("bad sslmode", 'invalid sslmode value: "bogus"'),
+        ("bad port", 'invalid integer value "abc" for connection option "port"'),
     ],
 )
 async def test_postgres_mistake_in_the_dsn_says_what_the_server_said(
@@ -358,6 +362,10 @@ async def test_postgres_mistake_in_the_dsn_says_what_the_server_said(
         dsn = _changed(postgres, dbname="codemode_no_such_db")
     elif mistake == "no user":
         dsn = _changed(postgres, user="codemode_no_such_user")
+    elif mistake == "bad sslmode":
+        dsn = _changed(postgres) + " sslmode=bogus"
+    elif mistake == "bad port":
+        dsn = _changed(postgres) + " port=abc"
     else:
         dsn = "not a dsn at all"
     store = PostgresStore(dsn, connect_timeout=30)
