@@ -40,6 +40,8 @@ logger = logging.getLogger("codemode")
 # A step that no runner takes is tried every retry_delay up to queue_timeout; the log says so
 # at the first requeue, then once in this many seconds.
 REQUEUED_EVERY = 60.0
+# Less of queue_timeout than this left, a step no runner took is given up, not tried again.
+MIN_RETRY = 0.01
 
 
 class StepLoop(CallSettling):
@@ -266,15 +268,17 @@ class StepLoop(CallSettling):
                         "the log: resume it"
                     ) from e
                 waited = time.monotonic() - queued
-                if e.permanent or waited + self.retry_delay > self.queue_timeout:
+                left = self.queue_timeout - waited
+                if e.permanent or left < MIN_RETRY:
                     if e.permanent:
                         raise StepUnavailable(
                             f"no runner can take a step of script {record.id}: {e}; fix that, "
                             "then resume the script",
                             permanent=True,
                         ) from e
-                    # Given up before the next try would pass queue_timeout: the time said
-                    # is the time tried, beside the bound.
+                    # Given up at queue_timeout, its last try made there (a bound under
+                    # retry_delay gets one more try, not none): the time said is the time
+                    # tried, beside the bound.
                     raise StepUnavailable(
                         f"no runner took a step of script {record.id} in {waited:.1f} s of "
                         f"trying (queue_timeout {self.queue_timeout:g} s; the last try: {e}); "
@@ -290,7 +294,7 @@ class StepLoop(CallSettling):
                         e,
                     )
                     said_at = waited + REQUEUED_EVERY
-                await asyncio.sleep(self.retry_delay)
+                await asyncio.sleep(min(self.retry_delay, left))
 
     # ---- live steps (see engine._live) ----
 

@@ -776,6 +776,20 @@ async def test_a_requeued_step_is_logged_once_not_at_every_try(
     assert "up to queue_timeout 30 s): busy right now" in line
 
 
+async def test_a_queue_timeout_under_the_retry_delay_still_tries_again() -> None:
+    """A step refused once, with queue_timeout shorter than retry_delay, is tried again at
+    queue_timeout (it was given up at once: "in 0.0 s of trying")."""
+    runner = _Refusing(failures=1)
+    engine = CodeMode([], runner=runner, retry_delay=3, queue_timeout=0.2)
+    assert (await engine.run_code("return 3")).value == 3
+    assert runner.tries == 2
+    never = _Refusing(failures=10**6)
+    engine = CodeMode([], runner=never, retry_delay=3, queue_timeout=0.2)
+    with pytest.raises(StepUnavailable, match=r"in 0\.2 s of trying \(queue_timeout 0.2 s"):
+        await engine.run_code("return 4")
+    assert never.tries == 2
+
+
 async def test_queue_timeout_and_permanent_refusals_raise_step_unavailable() -> None:
     """Past the queue timeout, or when waiting cannot help, the host gets StepUnavailable and
     the script stays in the log, resumable."""
