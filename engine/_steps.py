@@ -268,8 +268,8 @@ class StepLoop(CallSettling):
                         "the log: resume it"
                     ) from e
                 waited = time.monotonic() - queued
-                left = self.queue_timeout - waited
-                if e.permanent or left < MIN_RETRY:
+                time_left = self.queue_timeout - waited
+                if e.permanent or time_left < MIN_RETRY:
                     if e.permanent:
                         raise StepUnavailable(
                             f"no runner can take a step of script {record.id}: {e}; fix that, "
@@ -294,7 +294,7 @@ class StepLoop(CallSettling):
                         e,
                     )
                     said_at = waited + REQUEUED_EVERY
-                await asyncio.sleep(min(self.retry_delay, left))
+                await asyncio.sleep(min(self.retry_delay, time_left))
 
     # ---- live steps (see engine._live) ----
 
