@@ -18,6 +18,7 @@ import orjson
 
 from engine._errors import ConfigError, ToolDefinitionError
 from engine._functions import as_tools
+from engine._stopping import Stopped
 from engine._tools import Tool, load_mcp_tools
 
 
@@ -56,8 +57,8 @@ def load_tools(path: str | Path) -> tuple[list[Tool], dict[str, Any]]:
     except SyntaxError as e:
         where = f"{path}, line {e.lineno}" if e.lineno else str(path)
         raise ConfigError(f"{where}: syntax error: {e.msg}; fix the tools file") from None
-    except KeyboardInterrupt:
-        raise  # the user's Ctrl-C while the file loads: the command is interrupted
+    except (KeyboardInterrupt, Stopped):
+        raise  # the user's Ctrl-C (or SIGTERM) while the file loads: the command stops
     except BaseException as e:
         # The host's own code failed while loading (a BaseException of its own, a
         # CancelledError or a GeneratorExit included: running the file awaits nothing, so

@@ -68,7 +68,14 @@ from engine._loading import load_tools
 from engine._progress import EventLines, ProgressLine
 from engine._search import MAX_LIMIT, MAX_QUERY, ToolIndex
 from engine._source import MAX_CODE_BYTES
-from engine._stopping import INTERRUPT_GRACE, INTERRUPTED, TERMINATED, give_up
+from engine._stopping import (
+    INTERRUPT_GRACE,
+    INTERRUPTED,
+    TERMINATED,
+    Stopped,
+    give_up,
+    stoppable_inputs,
+)
 from engine._tools import Tool
 from engine.adapters import FORMATS
 from engine.languages import LANGUAGES
@@ -128,6 +135,10 @@ def _interruptible(command: Coroutine[Any, Any, int]) -> int:
         loop.add_signal_handler(signal.SIGTERM, on_sigterm)
         try:
             return await command
+        except Stopped as e:  # while it read what it was given: nothing started to end
+            if e.code == TERMINATED:
+                print("codemode: terminated (SIGTERM)", file=sys.stderr)
+            return e.code
         except asyncio.CancelledError:
             if terminated:
                 print("codemode: terminated (SIGTERM)", file=sys.stderr)
@@ -320,7 +331,8 @@ def _config_path(args: argparse.Namespace) -> str | None:
 
 def _config(args: argparse.Namespace) -> Config:
     path = _config_path(args)
-    config = Config.load(path) if path is not None else Config()
+    with stoppable_inputs():  # a FIFO given as the config blocks its read
+        config = Config.load(path) if path is not None else Config()
     return config.with_data_dir(getattr(args, "data_dir", None))
 
 
@@ -343,7 +355,8 @@ async def _engine(
     tools: list[Tool] = []
     namespace: dict[str, Any] = {}
     if args.tools is not None:  # read before any server starts: a mistake here starts none
-        tools, namespace = load_tools(args.tools)
+        with stoppable_inputs():  # its import may wait (for a server, a lock, input)
+            tools, namespace = load_tools(args.tools)
         if needs_runner and all(t.handler is None and not t.client for t in tools):
             # Definitions alone: every call would fail for good in the log ("run by no
             # handler on this host"), a resumed script's included.
@@ -697,13 +710,8 @@ def _print_result(
 
 async def _run(args: argparse.Namespace) -> int:
     try:
-        if args.script == "-":
-            if sys.stdin is None:  # started with fd 0 closed
-                raise CodeModeError("the script is - but stdin is closed: give it a file or pipe")
-            raw = sys.stdin.buffer.read(MAX_CODE_BYTES + 1)
-        else:
-            with open(args.script, "rb") as f:
-                raw = f.read(MAX_CODE_BYTES + 1)  # bounded: a path such as /dev/zero never ends
+        with stoppable_inputs():
+            raw = _read_script(args)
         if len(raw) > MAX_CODE_BYTES:
             raise CodeModeError(
                 f"the script {args.script} is over {MAX_CODE_BYTES:,} bytes, the most a script "
@@ -720,6 +728,16 @@ async def _run(args: argparse.Namespace) -> int:
     async with _watching(args) as listeners:
         result, kept = await _run_with(args, code, config, listeners)
     return _print_result(result, args.json, kept=kept, config=config)
+
+
+def _read_script(args: argparse.Namespace) -> bytes:
+    """The script's bytes, up to one past the most a script may be."""
+    if args.script == "-":
+        if sys.stdin is None:  # started with fd 0 closed
+            raise CodeModeError("the script is - but stdin is closed: give it a file or pipe")
+        return sys.stdin.buffer.read(MAX_CODE_BYTES + 1)
+    with open(args.script, "rb") as f:
+        return f.read(MAX_CODE_BYTES + 1)  # bounded: a path such as /dev/zero never ends
 
 
 async def _run_with(

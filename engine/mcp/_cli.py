@@ -30,7 +30,15 @@ from engine._codemode import CodeMode
 from engine._config import Config, build_runner
 from engine._errors import CodeModeError, ConfigError, ToolDefinitionError
 from engine._loading import load_tools
-from engine._stopping import INTERRUPT_GRACE, INTERRUPTED, TERMINATED, end_children, give_up
+from engine._stopping import (
+    INTERRUPT_GRACE,
+    INTERRUPTED,
+    TERMINATED,
+    Stopped,
+    end_children,
+    give_up,
+    stoppable_inputs,
+)
 from engine._tools import Tool
 from engine.log import LogStore, MemoryStore, SqliteStore
 from engine.mcp._config import ServerProblem, ServerSpec, load_servers_file, parse_servers
@@ -99,11 +107,12 @@ def main(argv: list[str]) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    config, toml, specs, problems = _read_configs(args)
-    host_tools: list[Tool] = []
-    namespace: dict[str, object] = {}
-    if args.tools:
-        host_tools, namespace = load_tools(args.tools)
+    with stoppable_inputs():  # a read or an import that waits ends at SIGTERM or Ctrl-C
+        config, toml, specs, problems = _read_configs(args)
+        host_tools: list[Tool] = []
+        namespace: dict[str, object] = {}
+        if args.tools:
+            host_tools, namespace = load_tools(args.tools)
     servers = await start_servers(specs, problems=problems, only=args.server)
     if not servers.servers and not host_tools:
         await servers.aclose()
@@ -179,6 +188,8 @@ async def _until_signal(serving: Coroutine[Any, Any, int]) -> int:
     loop.add_signal_handler(signal.SIGINT, stop, INTERRUPTED)
     try:
         return await task
+    except Stopped:  # while it read its configs and tools: nothing started yet
+        return 0
     except asyncio.CancelledError:
         if not task.cancelled():
             raise

@@ -1142,3 +1142,43 @@ def test_empty_values_and_files_that_would_mislead(tmp_path: Path) -> None:
     ran = codemode("run", "-", "--tools", "examples/tracker_tools.py", "--config", str(small),
                    stdin="return 1")  # fmt: skip
     one_clear_line(ran, "[codemode.runner] data_limit is 1,024 bytes")
+
+
+@pytest.mark.parametrize(
+    ("command", "signum", "code"),
+    [
+        ("run", signal.SIGTERM, 143),
+        ("run", signal.SIGINT, 130),
+        ("mcp serve", signal.SIGTERM, 0),
+    ],
+)
+def test_a_signal_stops_a_command_blocked_on_its_inputs(
+    tmp_path: Path, command: str, signum: int, code: int
+) -> None:
+    """SIGTERM or Ctrl-C while the command waits on what it was given (here a tools file
+    whose import waits) ends it at once; only SIGKILL ended it (the event loop's handlers
+    wait for the loop, which the import held), and Ctrl-C took the 10 s grace."""
+    started = tmp_path / "importing"
+    tools = tmp_path / "slow_tools.py"
+    tools.write_text(
+        f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(600)\n"
+    )
+    (tmp_path / "s.js").write_text("return 1")
+    args = [str(tmp_path / "s.js")] if command == "run" else []
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", *command.split(), *args, "--tools", str(tools)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=5)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and "without finishing the cleanup" not in err, err
