@@ -579,7 +579,11 @@ def test_config_with_relative_token_file_outside_the_working_directory(tmp_path:
         capture_output=True, text=True, input="return 1", cwd=tmp_path, timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
-    line = one_clear_line(proc, "no runner took a step", "resume it later", code=75)
+    # The one try left before queue_timeout is logged first, then the step is given up.
+    assert proc.returncode == 75 and "Traceback" not in proc.stderr, proc.stderr
+    requeued, line = proc.stderr.strip().splitlines()
+    assert "script step requeued" in requeued and "could not connect" in requeued, requeued
+    assert "no runner took a step" in line and "resume it later" in line, line
     assert "token" not in line
 
 
