@@ -16,10 +16,11 @@ class RunResult:
 
     ``text`` is what the model sees; ``content`` the same as MCP content blocks. A paused
     result names what it waits for in ``waiting`` (each ``{call_id, name, arguments,
-    reason}``, reason ``approval``, ``client`` or ``held``, or ``turn`` for a call that needs
-    no answer and waits for its step's calls that do: the calls of one step go out together);
-    resume it with
-    :meth:`CodeMode.resume` once they are answered. ``elsewhere``: another host drives the
+    reason}``, reason ``approval`` or ``client``, or ``turn`` for a call that needs no answer
+    and waits for its step's calls that do: the calls of one step go out together); resume it
+    with :meth:`CodeMode.resume` once they are answered. A script on hold
+    (:meth:`CodeMode.hold`) pauses waiting on no call (``waiting`` is empty; its text says it
+    is held) until :meth:`CodeMode.release`. ``elsewhere``: another host drives the
     script now; its outcome is in the session log when it ends (``resume(id, wait=...)``
     waits for it).
     """
