@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,7 +43,7 @@ try:
     from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
     from pydantic_ai import Tool as AgentTool
     from pydantic_ai._function_schema import takes_ctx as takes_run_context
-    from pydantic_ai.exceptions import ApprovalRequired
+    from pydantic_ai.exceptions import ApprovalRequired, CallDeferred
     from pydantic_ai.messages import BinaryContent, ToolReturnPart
     from pydantic_ai.toolsets import FunctionToolset
 except ImportError as e:  # the extra is not installed: say which one installs it
@@ -50,7 +52,7 @@ except ImportError as e:  # the extra is not installed: say which one installs i
     ) from None
 
 from engine._codemode import CodeMode
-from engine._errors import CallNotWaiting, ConfigError, ToolDefinitionError
+from engine._errors import CallNotWaiting, ConfigError, ToolCallError, ToolDefinitionError
 from engine._functions import tool as engine_tool
 from engine._result import RunResult
 from engine._tools import Tool
@@ -92,12 +94,52 @@ def engine_tools(tools: Sequence[AgentTool[Any] | Callable[..., Any] | Tool]) ->
                 timeout=getattr(t, "timeout", None),
                 deferred=bool(getattr(t, "defer_loading", False)),
             )
-            found.append(make(t.function))
+            found.append(_deferral_refused(make(t.function)))
         else:
             if callable(t) and takes_run_context(t):  # as an agent's @agent.tool takes it
                 raise _takes_run_context(getattr(t, "__name__", repr(t)))
-            found.append(engine_tool(t))
+            found.append(_deferral_refused(engine_tool(t)))
     return found
+
+
+def _deferral_refused(made: Tool) -> Tool:
+    """``made``, whose handler's ``ApprovalRequired`` or ``CallDeferred`` (pydantic-ai's way
+    for a tool to ask for a person, or to be answered later) fails the call with what to do
+    instead: no script's call can be deferred from inside the tool (the script read
+    "Error: ApprovalRequired", and the host's log a traceback)."""
+    handler = made.handler
+    if handler is None:
+        return made
+
+    def refused(e: BaseException) -> ToolCallError:
+        return ToolCallError(
+            f"tools.{made.name} raised pydantic-ai's {type(e).__name__}, which code mode "
+            "cannot honour from inside a call; the host must declare the tool "
+            "Tool(..., requires_approval=True) to have a person approve its calls",
+            tool=made.name,
+        )
+
+    if inspect.iscoroutinefunction(handler):
+
+        @functools.wraps(handler)
+        async def deferring_async(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await handler(*args, **kwargs)
+            except (ApprovalRequired, CallDeferred) as e:
+                raise refused(e) from None
+
+        made.handler = deferring_async
+    else:
+
+        @functools.wraps(handler)
+        def deferring(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return handler(*args, **kwargs)
+            except (ApprovalRequired, CallDeferred) as e:
+                raise refused(e) from None
+
+        made.handler = deferring
+    return made
 
 
 def _takes_run_context(name: str) -> ToolDefinitionError:

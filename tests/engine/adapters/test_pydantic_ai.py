@@ -401,3 +401,47 @@ async def test_tools_or_options_beside_an_engine_are_refused() -> None:
             CodeModeToolset(engine=engine, data_dir="x")
     finally:
         await engine.aclose()
+
+
+async def test_a_tool_that_defers_itself_fails_its_call_saying_what_to_do() -> None:
+    """pydantic-ai's ApprovalRequired or CallDeferred raised inside a tool (its way to ask
+    for a person, or to answer later) fails the script's call with what to do instead; the
+    script read "Error: ApprovalRequired", and the host's log got a traceback."""
+    from pydantic_ai.exceptions import ApprovalRequired as Required
+    from pydantic_ai.exceptions import CallDeferred
+
+    def wire(amount: int) -> str:
+        """Wire money."""
+        raise Required
+
+    async def later(x: int) -> str:
+        """Answer later."""
+        raise CallDeferred
+
+    seen: list[Any] = []
+    code = """
+    const out = [];
+    for (const call of [() => tools.wire({ amount: 5 }), () => tools.later({ x: 1 })]) {
+      try { await call(); } catch (e) { out.push(e.message); }
+    }
+    return out;
+    """
+
+    def calls(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [
+            p for m in messages for p in getattr(m, "parts", []) if isinstance(p, ToolReturnPart)
+        ]
+        if not returns:
+            return ModelResponse(parts=[ToolCallPart("run_code", {"code": code}, tool_call_id="d")])
+        seen.append(returns[-1].content)
+        return ModelResponse(parts=[TextPart("ok")])
+
+    toolset = CodeModeToolset([wire, Tool(later)], runner=InProcessRunner(), type_check="off")
+    try:
+        await Agent(FunctionModel(calls), toolsets=[toolset]).run("Go.")
+    finally:
+        await toolset.aclose()
+    (text,) = seen
+    assert "tools.wire raised pydantic-ai's ApprovalRequired" in text, text
+    assert "tools.later raised pydantic-ai's CallDeferred" in text, text
+    assert "requires_approval=True" in text
