@@ -7,17 +7,18 @@ Part of :class:`engine.CodeMode` (a base class of it); the step loop (``_steps``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import traceback
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import orjson
 
 from engine import log
 from engine._drive import Drive
-from engine._errors import CallAbandoned
+from engine._errors import CallAbandoned, StoreUnavailable
 from engine._events import Emitting
 from engine._limits import Limits
 from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
@@ -201,13 +202,36 @@ class CallSettling(Emitting):
             # Over the budget on its own: keep its size, not its bytes; the script ends on
             # the results limit before its next run.
             result = None
-        await drive.settle(log.Settlement(entry.index, log.DONE, result, size))
+        async with self._result_kept(entry):
+            await drive.settle(log.Settlement(entry.index, log.DONE, result, size))
         self._emit_call("call.done", record.tenant, entry, stats={"result_bytes": size})
 
     async def _settle_failed(self, drive: Drive, failed: log.Settlement) -> None:
-        await drive.settle(failed)
         entry = drive.calls[failed.index]
+        async with self._result_kept(entry):
+            await drive.settle(failed)
         self._emit_call("call.failed", drive.record.tenant, entry, error=failed.error)
+
+    @contextlib.asynccontextmanager
+    async def _result_kept(self, entry: log.CallEntry) -> AsyncIterator[None]:
+        """A call's outcome written to the log; if the log cannot take it (a full disk), the
+        error says the call ran and its outcome is lost: "nothing written is lost" alone
+        sent a host to resume a script that then failed on an interrupted call."""
+        try:
+            yield
+        except StoreUnavailable as e:
+            tool = self._by_name.get(entry.name)
+            again = tool is not None and (tool.read_only or tool.idempotent)
+            after = (
+                "it runs again when the script resumes (its tool may run again)"
+                if again
+                else "it may have taken effect, so the resumed script finds it interrupted"
+            )
+            raise StoreUnavailable(
+                f"tools.{entry.name} (call {entry.call_id}) ran, but the log could not take "
+                f"its outcome: {e}; {after}",
+                permanent=e.permanent,
+            ) from e
 
     async def _invoke(
         self,

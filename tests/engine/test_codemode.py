@@ -23,6 +23,7 @@ from engine import (
     RunResult,
     SqliteStore,
     StepUnavailable,
+    StoreUnavailable,
     Tool,
     ToolContext,
     ToolDefinitionError,
@@ -330,6 +331,36 @@ async def test_an_answer_to_a_closed_engine_is_refused(tmp_path: Path, store: st
     ):
         with pytest.raises(CodeModeError, match=r"this engine is closed \(aclose\)"):
             await answer()
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+async def test_an_outcome_the_log_cannot_take_says_the_call_ran(read_only: bool) -> None:
+    """A call that ran, whose result the log could not take (a full disk), is named in the
+    error, with what the resume will do: the message said "nothing written is lost: resume
+    the script once it can", and the resume then failed the script on the interrupted call."""
+
+    class FullDisk(MemoryStore):
+        async def settle(self, lease: Any, settlements: Any) -> None:
+            raise StoreUnavailable(
+                "the session log could not be written (database or disk is full); nothing "
+                "written is lost: resume the script once it can"
+            )
+
+    @tool(read_only=read_only)
+    def send(to: str) -> str:
+        """Send."""
+        return "sent"
+
+    engine = CodeMode([send], runner=InProcessRunner(), store=FullDisk(), type_check="off")
+    try:
+        with pytest.raises(StoreUnavailable) as caught:
+            await engine.run_code('return await tools.send({ to: "a" })')
+    finally:
+        await engine.aclose()
+    said = str(caught.value)
+    assert said.startswith("tools.send (call ") and "ran, but the log could not take" in said
+    assert "disk is full" in said
+    assert ("runs again" if read_only else "finds it interrupted") in said, said
 
 
 async def test_async_with_closes_the_engine_even_on_an_error() -> None:
