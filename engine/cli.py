@@ -5,6 +5,7 @@
     codemode scripts [--status STATUS] [--data-dir DIR | --config codemode.toml]
     codemode show SCRIPT_ID [--data-dir DIR | --config codemode.toml]
     codemode approve SCRIPT_ID CALL_ID / reject SCRIPT_ID CALL_ID [--message TEXT]
+    codemode hold SCRIPT_ID / release SCRIPT_ID
     codemode worker --tools TOOLS --config codemode.toml
     codemode describe --tools TOOLS [--language L] [--json [--format anthropic|openai_chat|...]]
     codemode search QUERY --tools TOOLS [--language L] [--limit N] [--json]
@@ -285,6 +286,14 @@ def _parser() -> argparse.ArgumentParser:
         if verb == "reject":
             answer.add_argument("--message", default="", help="the reason the script sees")
         common(answer)
+
+    for verb, what in (
+        ("hold", "interrupt a script: no step runs and no call goes out until it is released"),
+        ("release", "end a script's hold (resume it, or let a worker drive it on)"),
+    ):
+        held = commands.add_parser(verb, help=what)
+        held.add_argument("script_id")
+        common(held)
 
     worker = commands.add_parser(
         "worker", help="drive scripts that wait for no one (after an approval lands anywhere)"
@@ -631,6 +640,24 @@ async def _answer(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _hold(args: argparse.Namespace) -> int:
+    store = _store(args, _needs_log(args, args.command))
+    engine = CodeMode([], runner=_NoRunner(), store=store)
+    try:
+        await engine.store.get_script(args.script_id)  # an unknown id is named, not held
+        if args.command == "hold":
+            await engine.hold(args.script_id)
+        else:
+            await engine.release(args.script_id)
+    finally:
+        await engine.aclose()
+    if args.command == "hold":
+        print(f"held script {args.script_id}: no step runs until it is released (codemode release)")
+    else:
+        print(f"released script {args.script_id}: resume it (or a worker drives it on)")
+    return 0
+
+
 async def _worker(args: argparse.Namespace) -> int:
     _needs_log(args, "worker", made=False)  # a worker may start before any host
     async with _engine(args, needs_runner=True) as engine:
@@ -950,6 +977,8 @@ def _main(argv: list[str] | None) -> int:
             return _interruptible(_show(args))
         if args.command in ("approve", "reject"):
             return _interruptible(_answer(args))
+        if args.command in ("hold", "release"):
+            return _interruptible(_hold(args))
         if args.command == "worker":
             return _interruptible(_worker(args))
         if args.command == "describe":

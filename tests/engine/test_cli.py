@@ -1186,3 +1186,26 @@ def test_a_signal_stops_a_command_blocked_on_its_inputs(
         proc.wait()
     assert proc.returncode == code, err
     assert "Traceback" not in err and "without finishing the cleanup" not in err, err
+
+
+def test_hold_and_release_from_the_cli(tmp_path: Path) -> None:
+    """A held script is released from the CLI (a resume said it was held until released,
+    and no command released it); an unknown script is named."""
+    data = str(tmp_path / "data")
+    script = "return await tools.github__comment({ number: 12, body: 'ping' })"
+    first = codemode("run", "-", "--tools", "examples/tracker_tools.py", "--data-dir", data,
+                     "--json", stdin=script)  # fmt: skip
+    assert first.returncode == 3, first.stderr
+    paused = json.loads(first.stdout.splitlines()[-1])
+    script_id, call_id = paused["script_id"], paused["waiting"][0]["call_id"]
+    held = codemode("hold", script_id, "--data-dir", data)
+    assert held.returncode == 0 and "held script" in held.stdout, held.stderr
+    resumed = codemode("resume", script_id, "--tools", "examples/tracker_tools.py",
+                       "--data-dir", data, "--approve", call_id)  # fmt: skip
+    assert resumed.returncode == 3 and "held:" in resumed.stdout, resumed
+    released = codemode("release", script_id, "--data-dir", data)
+    assert released.returncode == 0 and "released script" in released.stdout, released.stderr
+    done = codemode("resume", script_id, "--tools", "examples/tracker_tools.py",
+                    "--data-dir", data)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    one_clear_line(codemode("hold", "nope", "--data-dir", data), "no script 'nope'")
