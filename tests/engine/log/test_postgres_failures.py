@@ -187,7 +187,9 @@ def test_cli_run_whose_log_goes_away_exits_75_with_one_error(
     assert "Traceback" not in proc.stderr, proc.stderr
     assert "error connecting" not in proc.stderr and "discarding" not in proc.stderr, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("codemode: the PostgreSQL session log at") and "resume" in last
+    # The call ran, and its result is what the log could not take: the error says so.
+    assert last.startswith("codemode: tools.halt (call ") and "ran, but the log" in last, last
+    assert "the PostgreSQL session log at" in last and "resume" in last, last
 
 
 async def test_a_worker_outlives_its_log_going_away(server: PostgresServer) -> None:
