@@ -112,6 +112,7 @@ class WarmPool:
         # now, taking its children with it) makes the runner fork another (_NeverRead).
         self.last_take = self.clock()
         self.target = self.size
+        self.server.check()  # a zygote that died just now: its children are not handed out
         child = None
         while self.idle:
             candidate = self.idle.popleft()
