@@ -626,35 +626,27 @@ async def _show(args: argparse.Namespace) -> int:
 
 
 async def _answer(args: argparse.Namespace) -> int:
+    """approve, reject, hold or release: an answer recorded in the log, no step run."""
     store = _store(args, _needs_log(args, args.command))
     engine = CodeMode([], runner=_NoRunner(), store=store)
     try:
         if args.command == "approve":
             await engine.approve(args.script_id, args.call_id)
-        else:
+        elif args.command == "reject":
             await engine.reject(args.script_id, args.call_id, args.message)
-    finally:
-        await engine.aclose()
-    done = {"approve": "approved", "reject": "rejected"}.get(args.command, args.command)
-    print(f"{done} call {args.call_id} of script {args.script_id}")
-    return 0
-
-
-async def _hold(args: argparse.Namespace) -> int:
-    store = _store(args, _needs_log(args, args.command))
-    engine = CodeMode([], runner=_NoRunner(), store=store)
-    try:
-        await engine.store.get_script(args.script_id)  # an unknown id is named, not held
-        if args.command == "hold":
-            await engine.hold(args.script_id)
         else:
-            await engine.release(args.script_id)
+            await engine.store.get_script(args.script_id)  # an unknown id is named, not held
+            held = engine.hold if args.command == "hold" else engine.release
+            await held(args.script_id)
     finally:
         await engine.aclose()
     if args.command == "hold":
         print(f"held script {args.script_id}: no step runs until it is released (codemode release)")
-    else:
+    elif args.command == "release":
         print(f"released script {args.script_id}: resume it (or a worker drives it on)")
+    else:
+        done = {"approve": "approved", "reject": "rejected"}[args.command]
+        print(f"{done} call {args.call_id} of script {args.script_id}")
     return 0
 
 
@@ -975,10 +967,8 @@ def _main(argv: list[str] | None) -> int:
             return _interruptible(_scripts(args))
         if args.command == "show":
             return _interruptible(_show(args))
-        if args.command in ("approve", "reject"):
+        if args.command in ("approve", "reject", "hold", "release"):
             return _interruptible(_answer(args))
-        if args.command in ("hold", "release"):
-            return _interruptible(_hold(args))
         if args.command == "worker":
             return _interruptible(_worker(args))
         if args.command == "describe":
