@@ -7,11 +7,10 @@ Part of :class:`engine.CodeMode` (a base class of it); the step loop (``_steps``
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import orjson
@@ -202,36 +201,36 @@ class CallSettling(Emitting):
             # Over the budget on its own: keep its size, not its bytes; the script ends on
             # the results limit before its next run.
             result = None
-        async with self._result_kept(entry):
+        try:
             await drive.settle(log.Settlement(entry.index, log.DONE, result, size))
+        except StoreUnavailable as e:
+            raise self._outcome_lost(entry, e) from e
         self._emit_call("call.done", record.tenant, entry, stats={"result_bytes": size})
 
     async def _settle_failed(self, drive: Drive, failed: log.Settlement) -> None:
         entry = drive.calls[failed.index]
-        async with self._result_kept(entry):
+        try:
             await drive.settle(failed)
+        except StoreUnavailable as e:
+            raise self._outcome_lost(entry, e) from e
         self._emit_call("call.failed", drive.record.tenant, entry, error=failed.error)
 
-    @contextlib.asynccontextmanager
-    async def _result_kept(self, entry: log.CallEntry) -> AsyncIterator[None]:
-        """A call's outcome written to the log; if the log cannot take it (a full disk), the
-        error says the call ran and its outcome is lost: "nothing written is lost" alone
-        sent a host to resume a script that then failed on an interrupted call."""
-        try:
-            yield
-        except StoreUnavailable as e:
-            tool = self._by_name.get(entry.name)
-            again = tool is not None and (tool.read_only or tool.idempotent)
-            after = (
-                "it runs again when the script resumes (its tool may run again)"
-                if again
-                else "it may have taken effect, so the resumed script finds it interrupted"
-            )
-            raise StoreUnavailable(
-                f"tools.{entry.name} (call {entry.call_id}) ran, but the log could not take "
-                f"its outcome: {e}; {after}",
-                permanent=e.permanent,
-            ) from e
+    def _outcome_lost(self, entry: log.CallEntry, error: StoreUnavailable) -> StoreUnavailable:
+        """The log could not take the outcome of ``entry``, which ran (a full disk): said so,
+        with what the resume does with it ("nothing written is lost" alone sent a host to
+        resume a script that then failed on an interrupted call)."""
+        tool = self._by_name.get(entry.name)
+        again = tool is not None and (tool.read_only or tool.idempotent)
+        after = (
+            "it runs again when the script resumes (its tool may run again)"
+            if again
+            else "it may have taken effect, so the resumed script finds it interrupted"
+        )
+        return StoreUnavailable(
+            f"tools.{entry.name} (call {entry.call_id}) ran, but the log could not take its "
+            f"outcome: {error}; {after}",
+            permanent=error.permanent,
+        )
 
     async def _invoke(
         self,

@@ -56,7 +56,12 @@ def render_finished(ending: Ending) -> str:
     value = render_value(ending)
     if value is not None:
         parts += ["Returned:", value]
-        if ending.value_text is None and len("\n".join(parts).encode()) > TEXT_BUDGET:
+        whole = "\n".join(parts)  # at most 4 bytes a character: most texts pass unencoded
+        if (
+            ending.value_text is None
+            and len(whole) * 4 > TEXT_BUDGET
+            and len(whole.encode()) > TEXT_BUDGET
+        ):
             # Image or audio blocks returned are named in the text, not spelled out, by the
             # adapters (which attach them); the cut below would leave part of their base64
             # here, which nothing could name then: named before the cut instead.

@@ -227,7 +227,9 @@ class ForkServer:
         self.popen: subprocess.Popen[bytes] | None = None
         self.zygote_pid: int | None = None
         self._sock: socket.socket | None = None
-        self._zygote_fd: int | None = None  # the zygote's pidfd: readable once it exited
+        # The zygote's pidfd, readable once it exited, and a poller watching it (check()).
+        self._zygote_fd: int | None = None
+        self._zygote_poll: Any = None
         self._hello: asyncio.Future[int] | None = None
         self._pending: dict[int, asyncio.Future[_Spawned]] = {}
         self._exits: dict[int, asyncio.Future[ExitReport | None]] = {}
@@ -294,6 +296,8 @@ class ForkServer:
         loop.add_reader(ours.fileno(), self._on_readable)
         with contextlib.suppress(OSError):  # a kernel without pidfds: see check()
             self._zygote_fd = os.pidfd_open(self.popen.pid)
+            self._zygote_poll = select.poll()
+            self._zygote_poll.register(self._zygote_fd, select.POLLIN)
         try:
             async with asyncio.timeout(self.spawn_timeout):
                 self.zygote_pid = await asyncio.shield(self._hello)
@@ -347,18 +351,15 @@ class ForkServer:
         (it died a moment ago), read it now: its children, orphans, are then known for dead
         (their exits resolve to None) and none takes a step. One taken in that moment ran
         the script and failed it: "the fork server ended while this step ran"."""
-        fd = self._zygote_fd
-        if fd is None or self._sock is None:
+        if self._zygote_poll is None or self._sock is None:
             return
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        if poller.poll(0):
+        if self._zygote_poll.poll(0):  # one system call a step
             self._on_readable()
 
     def _on_dead(self, *, loop_gone: bool = False, why: str = "") -> None:
         """The control socket closed: fail what waits, kill orphans, schedule the reap.
         ``why``: what the zygote did, said to what waits (else that it ended)."""
-        zygote_fd, self._zygote_fd = self._zygote_fd, None
+        zygote_fd, self._zygote_fd, self._zygote_poll = self._zygote_fd, None, None
         if zygote_fd is not None:
             os.close(zygote_fd)
         sock, self._sock = self._sock, None
