@@ -13,8 +13,11 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
-_RUN = re.compile(r"[A-Za-z0-9]+")
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+# A run of letters and digits of any script; within it, Han and kana (written without spaces
+# between words), whose every two characters are taken as a word.
+_ANY_RUN = re.compile(r"[^\W_]+")
+_UNSPACED = re.compile(r"([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+)")
 
 # Words too common in tool descriptions to tell tools apart.
 _STOPWORDS_TEXT = """
@@ -31,9 +34,18 @@ def split_words(text: str) -> list[str]:
     and digits; a run that mixes letters and digits is also kept whole, so ``2fa`` gives
     2fa, 2, fa and a query for "2fa" meets it.
     """
-    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    # Accents dropped (café meets cafe); the letters of other scripts kept: a tool described
+    # in Russian or Japanese was found by no word of its description.
+    plain = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
     words: list[str] = []
-    for run in _RUN.findall(ascii_text):
+    for run in _ANY_RUN.findall(plain):
+        if not run.isascii():
+            for i, part in enumerate(_UNSPACED.split(run.lower())):
+                if i % 2 == 0:
+                    words.extend([part] if part else [])
+                else:
+                    words.extend(part[j : j + 2] for j in range(max(len(part) - 1, 1)))
+            continue
         parts = [w.lower() for w in _WORD.findall(run)]
         if len(parts) > 1 and any(p.isdigit() for p in parts):
             words.append(run.lower())

@@ -220,3 +220,19 @@ def test_queries_are_bounded() -> None:
 def test_answers_are_deterministic() -> None:
     """The same query over the same tools gives the same bytes, index rebuilt or not."""
     assert INDEX.search("list issues") == ToolIndex(load_corpus(), SKILLS).search("list issues")
+
+
+def test_tools_described_in_other_scripts_are_found_by_their_words() -> None:
+    """A description in Cyrillic, Greek or Japanese is searched as a Latin one: by its words,
+    and for Han and kana, which put no space between words, by two characters at a time."""
+    index = ToolIndex(
+        [
+            *CORPUS,
+            Tool("sozdat_zadachu", description="Создать задачу в трекере."),
+            Tool("zapasy", description="在庫を一覧表示する。"),
+            Tool("kairos", description="Πρόγνωση καιρού για μια πόλη."),  # noqa: RUF001
+        ]
+    )
+    assert declared(index.search("создать задачу"))[0] == "sozdat_zadachu"
+    assert declared(index.search("在庫"))[0] == "zapasy"
+    assert declared(index.search("καιρου"))[0] == "kairos"  # accents dropped, as in Latin
