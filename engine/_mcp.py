@@ -23,8 +23,10 @@ from pydantic import BaseModel
 from engine._errors import ToolCallError
 
 
-def unwrap(result: Any) -> Any:
-    """The value a script sees for an MCP handler's result (see the module docstring)."""
+def unwrap(result: Any, *, tool: str | None = None, server: str | None = None) -> Any:
+    """The value a script sees for an MCP handler's result (see the module docstring).
+    ``tool`` and ``server`` (its name there, and the server's) name an error that says
+    nothing itself."""
     if isinstance(result, BaseModel):  # the SDK's CallToolResult, or any content model
         result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
     if isinstance(result, Mapping) and isinstance(result.get("content"), list):
@@ -35,7 +37,7 @@ def unwrap(result: Any) -> Any:
         ]
         text = "\n".join(t for t in texts if isinstance(t, str))
         if result.get("isError"):
-            raise ToolCallError(text or "the tool reported an error")
+            raise ToolCallError(text or _unexplained(tool, server))
         if result.get("structuredContent") is not None:
             return result["structuredContent"]
         if any(isinstance(b, Mapping) and b.get("type") != "text" for b in result["content"]):
@@ -49,6 +51,19 @@ def unwrap(result: Any) -> Any:
 
 
 MEDIA_TYPES = ("image", "audio")
+
+
+def _unexplained(tool: str | None, server: str | None) -> str:
+    """The error of a result with ``isError`` and no text: who answered so, since the
+    script's message is all its author has to go on."""
+    if tool is None:
+        return "the tool reported an error and gave no text saying what it was"
+    if server is None:
+        return f"the MCP tool {tool!r} reported an error and gave no text saying what it was"
+    return (
+        f"the MCP server {server!r} answered the call of {tool!r} with an error and no text "
+        "saying what it was; its own log may say more"
+    )
 
 
 def _parsed(text: str) -> Any:
@@ -73,13 +88,17 @@ def _numeric(text: str) -> bool:
     return bool(text) and text[0] in "-0123456789"
 
 
-def wrap_handler(handler: Callable[..., Any]) -> Callable[..., Any]:
-    """``handler`` with its results unwrapped; the same signature, sync or async."""
+def wrap_handler(
+    handler: Callable[..., Any], *, tool: str | None = None, server: str | None = None
+) -> Callable[..., Any]:
+    """``handler`` with its results unwrapped (``tool`` and ``server`` as :func:`unwrap`
+    takes them); the same signature, sync or async."""
+    named = functools.partial(unwrap, tool=tool, server=server)
     if inspect.iscoroutinefunction(handler):
 
         @functools.wraps(handler)
         async def async_unwrapped(*args: Any, **kwargs: Any) -> Any:
-            return unwrap(await handler(*args, **kwargs))
+            return named(await handler(*args, **kwargs))
 
         return async_unwrapped
 
@@ -87,11 +106,11 @@ def wrap_handler(handler: Callable[..., Any]) -> Callable[..., Any]:
     def unwrapped(*args: Any, **kwargs: Any) -> Any:
         result = handler(*args, **kwargs)
         if inspect.isawaitable(result):
-            return _await_unwrap(result)
-        return unwrap(result)
+            return _await_unwrap(result, named)
+        return named(result)
 
     return unwrapped
 
 
-async def _await_unwrap(awaitable: Any) -> Any:
-    return unwrap(await awaitable)
+async def _await_unwrap(awaitable: Any, named: Callable[[Any], Any]) -> Any:
+    return named(await awaitable)

@@ -313,7 +313,7 @@ class Tool:
             raise ToolDefinitionError(f'MCP tool {name!r}: "annotations" must be an object')
         if handler is not None and callable(handler):
             # MCP answers are CallToolResults or text: the script gets them parsed.
-            handler = wrap_handler(handler)
+            handler = wrap_handler(handler, tool=name, server=source)
         return cls(
             name,
             description=description,

@@ -78,6 +78,8 @@ for line in sys.stdin:
         answer: dict[str, object] = {"content": [{"type": "text", "text": text}]}
         if params.get("name") == "badresult":
             answer = {"content": "not a list"}
+        if params.get("name") == "mute":  # an error that says nothing
+            answer = {"content": [], "isError": True}
         if params.get("name") == "surrogate":  # a lone surrogate, escaped as json.dumps does
             answer = {"content": [{"type": "text", "text": "caf\udce9"}]}
         if params.get("name") == "refuse":  # an error whose message is a whole report

@@ -501,6 +501,26 @@ async def test_a_result_that_breaks_mcp_and_a_listing_never_answered(tmp_path: P
         await engine.aclose()
 
 
+async def test_an_error_with_no_text_names_the_server_and_the_tool(tmp_path: Path) -> None:
+    """A result with isError and no text block fails the call naming who answered so (it
+    read "the tool reported an error", which sent the script's author nowhere)."""
+    tools = [
+        {"name": "mute", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
+    ]
+    servers = await McpServers.start(_raw(tmp_path, tools))
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        result = await engine.run_code(
+            "try { await tools.raw__mute({}) } catch (e) { return e.message }"
+        )
+        assert result.value == (
+            "the MCP server 'raw' answered the call of 'mute' with an error and no text "
+            "saying what it was; its own log may say more"
+        ), result.text
+    finally:
+        await engine.aclose()
+
+
 async def test_a_server_that_says_its_tools_changed_again_and_again_holds_no_call(
     tmp_path: Path,
 ) -> None:
