@@ -16,6 +16,7 @@ import csv
 import io
 import json
 import re
+import unicodedata
 import zipfile
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -96,10 +97,20 @@ class Files:
             raise FileError(f'a file id is a string, as in files.stat("data.csv"){given}')
         info = self.infos.get(file_id)
         if info is None:
+            info = self._spelled_otherwise(file_id)
+        if info is None:
             near = closest_names(file_id, self.order)
             hint = f" (did you mean {', '.join(map(repr, near))}?)" if near else ""
             raise FileError(f"no file {file_id!r}{hint}; files.list() lists the files")
         return info
+
+    def _spelled_otherwise(self, file_id: str) -> FileInfo | None:
+        """The one file whose id is ``file_id`` in another Unicode normalization, or None:
+        a name from macOS writes é as e and an accent mark, which a model writes as one
+        character (and the files are the record's, so every run resolves it alike)."""
+        wanted = unicodedata.normalize("NFC", file_id)
+        same = [i for i in self.order if unicodedata.normalize("NFC", i) == wanted]
+        return self.infos[same[0]] if len(same) == 1 else None
 
     def read(self, file_id: str, offset: int, length: int) -> bytes:
         """Bytes of a file, counted against ``file_bytes``; ``b""`` at the end.
@@ -113,7 +124,7 @@ class Files:
         if length == 0:
             return b""
         ahead = self._ahead
-        if ahead is not None and ahead[0] == file_id:
+        if ahead is not None and ahead[0] == info.id:
             start = offset - ahead[1]
             if start >= 0 and start + length <= len(ahead[2]):
                 return ahead[2][start : start + length]
@@ -132,10 +143,10 @@ class Files:
                 ),
             )
         want = min(max(length, CHUNK), info.size - offset, self.limits.file_bytes - self.bytes_read)
-        data = self._fetch(file_id, offset, want)
+        data = self._fetch(info.id, offset, want)
         self.bytes_read += len(data)
         if len(data) > length:
-            self._ahead = (file_id, offset, data)
+            self._ahead = (info.id, offset, data)
             return data[:length]
         return data
 

@@ -598,3 +598,29 @@ async def test_a_long_json_line_reaches_the_script_in_the_confined_process(langu
             await engine.aclose()
     assert result.status == "finished", result.text
     assert result.value == [[big, [1, 2.5, None]], {"b": "é"}]
+
+
+async def test_a_file_named_in_another_unicode_normalization_is_found(
+    inproc: InProcessRunner,
+) -> None:
+    """An id from macOS writes é as e and an accent mark; the script writes it as one
+    character and reads the file, in every run. It read 'no file 'é.txt' (did you mean
+    'é.txt'?)', two names that look the same."""
+    decomposed = "re\u0301sume\u0301.txt"
+
+    @tool
+    def ping() -> str:
+        """A call, so the script runs again from its log."""
+        return "pong"
+
+    engine = CodeMode([ping], runner=inproc)
+    code = """
+    const before = await files.text("r\u00e9sum\u00e9.txt");
+    await tools.ping();
+    files.show("r\u00e9sum\u00e9.txt");
+    return [before, await files.text("r\u00e9sum\u00e9.txt"), files.stat("r\u00e9sum\u00e9.txt").id];
+    """
+    result = await engine.run_code(code, files=[Attachment(decomposed, data=b"cv")])
+    assert result.status == "finished", result.text
+    assert result.value == ["cv", "cv", decomposed]
+    assert f"Shown: {decomposed} (text/plain, 2 bytes)\ncv" in result.text
