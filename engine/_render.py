@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from engine._ending import Ending
-from engine.adapters._formats import named_media
+from engine.adapters._formats import checked_media_type, named_media
 from engine.languages._walk import CONTROL
 from sandbox.protocol import is_media
 
@@ -134,7 +134,8 @@ def render_shown(
     Returns the text to append to the result, what was shown, and MCP content blocks for the
     media. Text beyond ``text_budget`` bytes in all is cut; media beyond ``media_budget`` is
     left out with a note (the sandbox already refused it; this is the engine's own check),
-    and so is a file ``read`` finds gone (it returns ``None``). ``read(file, n)`` gives the
+    and so is a file ``read`` finds gone (it returns ``None``) and media whose bytes are not
+    of its type (``checked_media_type``). ``read(file, n)`` gives the
     file's first ``n`` bytes: of a text file, only what the budget can show is read.
     """
     parts: list[str] = []
@@ -154,6 +155,16 @@ def render_shown(
             if raw is None:
                 parts.append(_gone(name, mime, size))
                 continue
+            sent = checked_media_type(mime, raw)
+            if sent is None:
+                what = "it is empty" if not raw else f"its bytes are not {mime}"
+                parts.append(
+                    f"Shown: {name} ({mime}, {size:,} bytes) was left out: {what} (a model API "
+                    "refuses a request that holds it)"
+                )
+                continue
+            mime = sent
+            meta["mime"] = mime
             media_left -= size
             data = base64.b64encode(raw).decode()
             media.append(_media_block(name, mime, data))

@@ -56,6 +56,28 @@ _ANTHROPIC_IMAGES = frozenset({"image/jpeg", "image/png", "image/gif", "image/we
 _OPENAI_IMAGES = _ANTHROPIC_IMAGES
 _OPENAI_AUDIO = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/mpeg": "mp3", "audio/mp3": "mp3"}
 _PDF = "application/pdf"
+# The first bytes of each type whose bytes the APIs check: an image sent as one of these whose
+# bytes were not (a text file named .png, or a JPEG) failed the whole request ("Could not
+# process image"), and the conversation with it.
+_SIGNATURES = {
+    "image/png": re.compile(rb"\x89PNG\r\n\x1a\n"),
+    "image/jpeg": re.compile(rb"\xff\xd8\xff"),
+    "image/gif": re.compile(rb"GIF8[79]a"),
+    "image/webp": re.compile(rb"RIFF....WEBP", re.DOTALL),
+    _PDF: re.compile(rb"%PDF-"),
+}
+
+
+def checked_media_type(mime: str, data: bytes) -> str | None:
+    """The type to send media ``data`` declared as ``mime`` under: ``mime`` when the APIs
+    take it at its word or its bytes are of it, the type its bytes are of when that is
+    another the APIs check (a JPEG named .png), and None when they are of none."""
+    if mime not in _SIGNATURES:
+        return mime
+    for kind in (mime, *_SIGNATURES):
+        if _SIGNATURES[kind].match(data):
+            return kind
+    return None
 
 
 def check_format(format: str) -> Format:
@@ -146,20 +168,18 @@ def with_returned(result: RunResult) -> tuple[str, list[dict[str, Any]]]:
     spelled out, and those blocks (for every API: the model sees them as it sees files the
     script showed)."""
     text, returned = result.text, []
-    for block, size in _returned_media(result.value):
-        returned.append(
-            {"type": block["type"], "data": block["data"], "mimeType": block["mimeType"]}
-        )
+    for block, size, mime in _returned_media(result.value):
+        returned.append({"type": block["type"], "data": block["data"], "mimeType": mime})
         # The data as the value's JSON spells it (quoted: base64 needs no escapes), so only
         # the value's own string is replaced, never a stretch of other text that matches.
         # A text too long for its budget names them already (engine._render).
-        text = text.replace(f'"{block["data"]}"', f'"{media_name(block, size)}"')
+        text = text.replace(f'"{block["data"]}"', f'"{media_name(mime, size)}"')
     return text, returned
 
 
-def media_name(block: dict[str, Any], size: int) -> str:
+def media_name(mime: str, size: int) -> str:
     """What the text says in place of a returned image or audio block's base64."""
-    return f"<{block['mimeType']}, {size:,} bytes, below>"
+    return f"<{mime}, {size:,} bytes, below>"
 
 
 def named_media(value: Any) -> Any:
@@ -168,15 +188,16 @@ def named_media(value: Any) -> Any:
     found = _returned_media(value)
     if not found:
         return None
-    names = {id(block): media_name(block, size) for block, size in found}
+    names = {id(block): media_name(mime, size) for block, size, mime in found}
     if isinstance(value, dict):
         return {**value, "data": names[id(value)]}
     return [{**b, "data": names[id(b)]} if id(b) in names else b for b in value]
 
 
-def _returned_media(value: Any) -> list[tuple[dict[str, Any], int]]:
-    """The image and audio blocks the script returned, each with its size in bytes: those
-    whose data is base64 of some bytes (anything else is not media, and stays text)."""
+def _returned_media(value: Any) -> list[tuple[dict[str, Any], int, str]]:
+    """The image and audio blocks the script returned, each with its size in bytes and the
+    type to send it under: those whose data is base64 of some bytes of that type (see
+    :func:`checked_media_type`; anything else is not media, and stays text)."""
     blocks = value if isinstance(value, list) else [value]
     found = []
     for b in blocks:
@@ -190,10 +211,12 @@ def _returned_media(value: Any) -> list[tuple[dict[str, Any], int]]:
         ):
             continue
         try:
-            size = len(binascii.a2b_base64(b["data"], strict_mode=True))
+            data = binascii.a2b_base64(b["data"], strict_mode=True)
         except (binascii.Error, ValueError):
             continue
-        found.append((b, size))
+        mime = checked_media_type(b["mimeType"], data)
+        if mime is not None:
+            found.append((b, len(data), mime))
     return found
 
 

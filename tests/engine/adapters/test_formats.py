@@ -194,7 +194,7 @@ async def test_a_returned_image_past_the_text_budget_is_named_not_cut(engine: Co
     """An image too large for the text's 24 KiB (20 KB: 27 KB of base64) was named by no
     API's text: the cut had left 24 KiB of its base64 there, which no longer matched, so
     the model read that beside the image. The text names it before the cut, in every API."""
-    data = base64.b64encode(bytes(range(256)) * 80).decode()
+    data = base64.b64encode((PNG[:8] + bytes(range(256)) * 80)[:20480]).decode()
     result = await engine.run_code(
         f'console.log("made it"); return {{type: "image", data: "{data}", mimeType: "image/png"}};'
     )
@@ -287,3 +287,40 @@ def test_describe_prints_each_format(fmt: str) -> None:
         assert mcp.types.Tool.model_validate(definition).name == "run_code"
     else:
         conforms(sdk_type, definition)
+
+
+async def test_media_whose_bytes_are_not_of_their_type_is_not_sent_as_it(
+    engine: CodeMode,
+) -> None:
+    """A file named .png that is no PNG went to the API as an image, which refused the whole
+    request ("Could not process image"), and the conversation with it: it is left out,
+    saying why. A JPEG named .png goes as the JPEG it is; a returned block whose bytes are
+    no PNG stays text, as any block that is not media."""
+    jpeg = b"\xff\xd8\xff\xe0" + bytes(60)
+    files = [
+        Attachment("fake.png", data=b"not a picture"),
+        Attachment("empty.pdf", data=b""),
+        Attachment("photo.png", data=jpeg),
+        Attachment("chart.png", data=PNG),
+    ]
+    bogus = base64.b64encode(b"hello").decode()
+    result = await engine.run_code(
+        "for (const f of files.list()) files.show(f.id);"
+        f'return {{type: "image", data: "{bogus}", mimeType: "image/png"}};',
+        files=files,
+    )
+    assert result.status == "finished", result.text
+    assert (
+        "Shown: fake.png (image/png, 13 bytes) was left out: its bytes are not image/png (a "
+        "model API refuses a request that holds it)" in result.text
+    )
+    assert "Shown: empty.pdf (application/pdf, 0 bytes) was left out: it is empty" in result.text
+    assert "Shown: photo.png (image/jpeg, 64 bytes), attached." in result.text
+    assert [(m["mimeType"], base64.b64decode(m["data"])) for m in result.media] == [
+        ("image/jpeg", jpeg),
+        ("image/png", PNG),
+    ]
+    assert [s["id"] for s in result.shown] == ["photo.png", "chart.png"]
+    content = result.to_anthropic("toolu_01")["content"]
+    assert [b["source"]["media_type"] for b in content[1:]] == ["image/jpeg", "image/png"]
+    assert bogus in content[0]["text"] and len(result.to_mcp()["content"]) == 3
