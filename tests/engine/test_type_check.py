@@ -560,3 +560,20 @@ async def test_a_tool_named_new_is_a_method_not_a_construct_signature(
     assert result.value == {"a": "x"}
     wrong = await engine.run_code("return await tools.new({ a: 1 });")
     assert "TypeCheckError" in wrong.text, wrong.text
+
+
+@pytest.mark.parametrize(
+    ("before", "line"), [("const a = 1;\r", 3), ("const a = 'x\u2028y';\n", 4)]
+)
+async def test_a_wrong_call_after_a_line_ended_other_than_by_lf_is_refused(
+    compiler: str, inproc: InProcessRunner, before: str, line: int
+) -> None:
+    """The compiler ends a line at a lone CR and at U+2028 (here in a string) too: a wrong
+    call on a line it numbers past the script's count of LFs was dropped, so the call before
+    it ran and the wrong one failed at run time."""
+    calls: list[tuple[str, Any]] = []
+    code = before + FIRST + 'return await tools.get_reviews({ number: "15" });'
+    result = await engine_for(calls, inproc).run_code(code)
+    assert result.status == "failed" and "TypeCheckError" in result.text, result.text
+    assert f"at line {line}: return await tools.get_reviews" in result.text, result.text
+    assert calls == [] and inproc.steps == []

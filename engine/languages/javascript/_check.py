@@ -52,6 +52,7 @@ from engine.languages._check import (
 )
 from engine.languages._walk import Namer
 from engine.languages.javascript._declarations import builtin_member, declare_tool
+from sandbox.replay import source_lines
 
 COMPILER_ENV = "CODEMODE_TSC"
 
@@ -188,7 +189,9 @@ class TypeChecker(BoundedChecker):
             output, failure = await self._compile(folder)
         checked = Checked(failure=failure)
         if failure is None:
-            checked.problems = _problems(output, code.count("\n") + 1)
+            # Lines as the compiler numbers them, which ends one at a lone CR and at U+2028
+            # too: counted by LF, a wrong call after such a line was dropped as past the end.
+            checked.problems = _problems(output, len(source_lines(code, self.language)))
         return checked
 
     async def _compile(self, folder: Path) -> tuple[str, str | None]:
