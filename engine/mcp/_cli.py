@@ -211,6 +211,20 @@ def _read_configs(
     config = Config()
     specs: list[ServerSpec] = []
     problems: list[ServerProblem] = []
+    # Where each server came from, by its name: a name given twice names both places (a
+    # codemode.toml in the current directory is read without being named).
+    origins: dict[str, str] = {}
+
+    def add(found: list[ServerSpec], origin: str) -> None:
+        for spec in found:
+            if spec.name in origins:
+                raise ConfigError(
+                    f"two MCP servers are named {spec.name!r}: one in {origins[spec.name]}, one "
+                    f"in {origin}; rename one (an --upstream is named as NAME=COMMAND)"
+                )
+            origins[spec.name] = origin
+            specs.append(spec)
+
     tomls = [p for p in args.config if Path(p).suffix == ".toml"]
     if len(tomls) > 1:
         raise ConfigError(f"give one codemode.toml, not {len(tomls)}")
@@ -218,7 +232,8 @@ def _read_configs(
         tomls = ["codemode.toml"]
     if tomls:
         config = Config.load(tomls[0])
-        specs, problems = toml_servers(config, tomls[0])
+        found, problems = toml_servers(config, tomls[0])
+        add(found, tomls[0])
     for path in args.config:
         suffix = Path(path).suffix
         if suffix == ".toml":
@@ -226,17 +241,10 @@ def _read_configs(
         if suffix != ".json":
             raise ConfigError(f"--config {path}: give an mcpServers .json file or a codemode.toml")
         found, bad = load_servers_file(path)
-        specs += found
+        add(found, path)
         problems += bad
     for text in args.upstream:
-        specs.append(_upstream(text))
-    seen: set[str] = set()
-    for spec in specs:
-        if spec.name in seen:
-            raise ConfigError(
-                f"two MCP servers are named {spec.name!r}; name one with --upstream NAME=COMMAND"
-            )
-        seen.add(spec.name)
+        add([_upstream(text)], "an --upstream")
     return config, tomls[0] if tomls else None, specs, problems
 
 

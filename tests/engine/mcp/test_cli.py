@@ -510,6 +510,20 @@ def test_mcp_serve_says_what_it_serves(tmp_path: Path) -> None:
     assert proc.stderr.splitlines()[0] == "codemode: serving MCP on stdio over 1 tool of tools.py"
 
 
+def test_mcp_serve_names_where_two_servers_of_one_name_come_from(tmp_path: Path) -> None:
+    """A server of codemode.toml (read from the current directory unasked) and one of
+    --config with the same name: the refusal names both places (it said to name one with
+    --upstream, which neither was)."""
+    (tmp_path / "codemode.toml").write_text('[codemode.mcpServers.lab]\ncommand = "lab"\n')
+    (tmp_path / "mcp.json").write_text('{"mcpServers": {"lab": {"command": "lab"}}}')
+    proc = codemode(tmp_path, "mcp", "serve", "--config", "mcp.json", stdin="")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        "codemode: two MCP servers are named 'lab': one in codemode.toml, one in mcp.json; "
+        "rename one (an --upstream is named as NAME=COMMAND)\n"
+    )
+
+
 def test_mcp_serve_over_http_where_it_cannot_listen_says_so(tmp_path: Path) -> None:
     """A port in use, a host that does not resolve: one line and exit 2, not a traceback;
     and [::1]:PORT is taken as the URL form it prints."""
