@@ -698,8 +698,10 @@ class Walker(abc.ABC):
                 # unknown, it would not fit the index signature of a TypeScript object).
                 return [replace(m, type=value) for m in members], value
             return members, self.unknown
-        if (isinstance(extra, dict) and extra) or patterns:
+        if extra is True or isinstance(extra, dict) or patterns:
             # A declared property must fit the other keys' type, so it can only say unknown.
+            # Other keys allowed in so many words (`true`, `{}`: pydantic's extra="allow",
+            # zod's passthrough) are declared, or the check refused a call that passed one.
             return members, self.unknown
         return members, None
 

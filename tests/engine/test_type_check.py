@@ -577,3 +577,31 @@ async def test_a_wrong_call_after_a_line_ended_other_than_by_lf_is_refused(
     assert result.status == "failed" and "TypeCheckError" in result.text, result.text
     assert f"at line {line}: return await tools.get_reviews" in result.text, result.text
     assert calls == [] and inproc.steps == []
+
+
+@pytest.mark.parametrize("extra", [True, {}])
+async def test_a_tool_that_allows_other_keys_in_so_many_words_takes_them(
+    compiler: str, inproc: InProcessRunner, extra: Any
+) -> None:
+    """`additionalProperties: true` (pydantic's extra="allow", zod's passthrough) beside
+    declared properties: a call passing another key is not refused (it was declared as the
+    properties alone, and the compiler refused the key as unknown), a wrong property still is."""
+    if typescript.BUNDLE is None:
+        require("sandbox/typescript.bundle.js is missing: run `make install` to build it")
+
+    def echo(**arguments: Any) -> Any:
+        return arguments
+
+    schema = {
+        "type": "object",
+        "properties": {"title": {"type": "string"}},
+        "required": ["title"],
+        "additionalProperties": extra,
+    }
+    engine = CodeMode([Tool("create", input_schema=schema, handler=echo)], runner=inproc)
+    assert "[key: string]: unknown" in engine.definition()["description"]
+    result = await engine.run_code('return await tools.create({ title: "t", priority: 2 });')
+    assert result.status == "finished", result.text
+    assert result.value == {"title": "t", "priority": 2}
+    wrong = await engine.run_code("return await tools.create({ title: 1 });")
+    assert "TypeCheckError" in wrong.text, wrong.text
