@@ -951,7 +951,8 @@ class CodeMode(StepLoop):
         if not files or not drive.calls:
             return
         try:
-            gone = set(await asyncio.to_thread(self.blobs.missing, [f["blob"] for f in files]))
+            recorded = {f["blob"]: f["size"] for f in files}
+            gone = set(await asyncio.to_thread(self.blobs.missing, recorded))
         except OSError as e:
             raise StoreUnavailable(
                 f"the file store failed ({e}); script {drive.record.id} is left as it was: "
@@ -964,9 +965,9 @@ class CodeMode(StepLoop):
             shown = ", ".join(repr(n) for n in names[:10])
             more = f" and {len(names) - 10} more" if len(names) > 10 else ""
             raise FilesMissing(
-                f"script {drive.record.id} reads files whose bytes are gone from the file "
-                f"store: {shown}{more}; no call was run and the script is left as it was: "
-                "put the blobs back in the store (they are named by their SHA-256) and "
+                f"script {drive.record.id} reads files whose bytes the file store lost or "
+                f"changed in size: {shown}{more}; no call was run and the script is left as it "
+                "was: put the blobs back in the store (they are named by their SHA-256) and "
                 "resume it, or start it again"
             )
 

@@ -16,7 +16,7 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,7 +157,9 @@ class BlobStore:
                 self._memory[digest] = data
             return digest
         path = self._path(digest)
-        if not path.exists():
+        if not _has_size(path, len(data)):
+            # Written again when cut short too (a crash before the data reached the disk):
+            # kept, it failed every script given these bytes ("not the N recorded").
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_bytes(data)
@@ -186,20 +188,35 @@ class BlobStore:
         except FileNotFoundError:
             raise FileMissing("its bytes are gone from the store") from None
 
-    def missing(self, digests: Iterable[str]) -> list[str]:
-        """Those of ``digests`` the store no longer has, each once. Raises ``OSError`` when
-        the store fails. A subclass answers with :meth:`read` unless it overrides this."""
+    def missing(self, blobs: Mapping[str, int]) -> list[str]:
+        """Those of ``blobs`` (each digest with the size recorded of it) the store no longer
+        has whole: gone, or of another size. Raises ``OSError`` when the store fails. A
+        subclass answers with :meth:`read` unless it overrides this."""
         gone = []
-        for digest in dict.fromkeys(digests):
+        for digest, size in blobs.items():
             if self.directory is not None:
-                if not self._path(digest).is_file():
+                if not _has_size(self._path(digest), size):
                     gone.append(digest)
                 continue
             try:
-                self.read(digest, 0, 0)
+                # The last recorded byte and one past it: a blob cut short has no last byte,
+                # one grown has a byte past it.
+                tail = self.read(digest, max(size - 1, 0), 2)
             except FileMissing:
                 gone.append(digest)
+                continue
+            if len(tail) != min(size, 1):
+                gone.append(digest)
         return gone
+
+
+def _has_size(path: Path, size: int) -> bool:
+    """Whether ``path`` is a file of ``size`` bytes."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size == size
 
 
 class BlobReader:

@@ -14,7 +14,7 @@ import hashlib
 import re
 import time
 import urllib.parse
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 import orjson
@@ -437,11 +437,14 @@ class PostgresBlobStore(BlobStore):
             raise FileMissing("its bytes are gone from the store")
         return bytes(row[0])
 
-    def missing(self, digests: Iterable[str]) -> list[str]:
-        wanted = list(dict.fromkeys(digests))
-        rows = self._one("SELECT digest FROM blobs WHERE digest = ANY(%s)", (wanted,), every=True)
-        found = {row[0] for row in rows}
-        return [d for d in wanted if d not in found]
+    def missing(self, blobs: Mapping[str, int]) -> list[str]:
+        rows = self._one(
+            "SELECT digest, octet_length(data) FROM blobs WHERE digest = ANY(%s)",
+            (list(blobs),),
+            every=True,
+        )
+        found = {row[0]: row[1] for row in rows}
+        return [d for d, size in blobs.items() if found.get(d) != size]
 
 
 class _Uncommitted(Exception):

@@ -359,11 +359,15 @@ async def test_files_of_a_sqlite_log_outlast_a_restart(tmp_path: Path) -> None:
         await restarted.aclose()
 
 
-async def test_a_resume_whose_files_the_store_lost_runs_no_call(tmp_path: Path) -> None:
-    """The blobs of a paused script's files are gone when it is resumed: the resume raises
-    FilesMissing naming them, before the approved call runs (it ran, and the replay, reading
-    an error where its first run read the bytes, failed as a divergence blamed on the
-    script); with the blobs back, the resume goes on and the call runs once."""
+@pytest.mark.parametrize("damage", ["removed", "cut short"])
+async def test_a_resume_whose_files_the_store_lost_runs_no_call(
+    tmp_path: Path, damage: str
+) -> None:
+    """The blobs of a paused script's files are gone (or cut short) when it is resumed: the
+    resume raises FilesMissing naming them, before the approved call runs (it ran, and the
+    replay, reading an error where its first run read the bytes, failed as a divergence
+    blamed on the script, or failed the script when the blob was cut short); with the blobs
+    back, the resume goes on and the call runs once."""
     from engine import FilesMissing, SqliteStore
 
     paid: list[int] = []
@@ -383,11 +387,14 @@ async def test_a_resume_whose_files_the_store_lost_runs_no_call(tmp_path: Path) 
     paused = await _paused_with_a_file(pay, code, tmp_path)
     (blob,) = [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]
     kept = blob.read_bytes()
-    blob.unlink()
+    if damage == "removed":
+        blob.unlink()
+    else:
+        blob.write_bytes(kept[:-1])
     restarted = CodeMode([pay], runner=InProcessRunner(), store=SqliteStore(tmp_path))
     try:
         await restarted.approve(paused.script_id, paused.waiting[0]["call_id"])
-        with pytest.raises(FilesMissing, match=r"bytes are gone from the file store: 'a\.txt'"):
+        with pytest.raises(FilesMissing, match=r"the file store lost or changed in size: 'a\.txt'"):
             await restarted.resume(paused.script_id)
         assert paid == []
         assert (await restarted.store.get_script(paused.script_id)).status == "paused"
@@ -448,12 +455,32 @@ async def test_a_skill_file_the_store_lost_is_stored_again(tmp_path: Path) -> No
         await engine.aclose()
 
 
+async def test_a_blob_cut_short_is_written_again_by_the_next_script_given_its_bytes(
+    inproc: InProcessRunner, tmp_path: Path
+) -> None:
+    """A blob file cut short (a crash before its bytes reached the disk) was kept as it was,
+    its name being right: every later script given those bytes read "a.txt is gone". The
+    next script given them writes it again."""
+    engine = CodeMode([], runner=inproc, data_dir=tmp_path)
+    code = "return await files.text('a.txt')"
+    files = [Attachment("a.txt", data=b"hello")]
+    try:
+        assert (await engine.run_code(code, files=files)).value == "hello"
+        (blob,) = [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]
+        blob.write_bytes(b"hel")
+        result = await engine.run_code(code, files=files)
+        assert result.status == "finished" and result.value == "hello", result.text
+    finally:
+        await engine.aclose()
+
+
 @pytest.mark.parametrize("kind", ["memory", "directory", "postgres"])
 def test_a_blob_store_says_which_blobs_it_lost(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """BlobStore.missing: the digests asked for that the store does not have, each once,
-    in the order asked (PostgreSQL's in one query). Needs PostgreSQL for "postgres"."""
+    """BlobStore.missing: the digests asked for that the store does not have whole (gone,
+    or of another size than recorded), in the order asked (PostgreSQL's in one query).
+    Needs PostgreSQL for "postgres"."""
     import uuid
 
     from engine import PostgresStore
@@ -466,8 +493,11 @@ def test_a_blob_store_says_which_blobs_it_lost(
     try:
         kept = blobs.put(b"kept")
         gone = "0" * 64
-        assert blobs.missing([gone, kept, gone, "f" * 64]) == [gone, "f" * 64]
-        assert blobs.missing([]) == []
+        empty = blobs.put(b"")
+        asked = {gone: 4, kept: 4, empty: 0, "f" * 64: 0}
+        assert blobs.missing(asked) == [gone, "f" * 64]
+        assert blobs.missing({kept: 3, empty: 1}) == [kept, empty]
+        assert blobs.missing({}) == []
     finally:
         blobs.close()
 
