@@ -444,7 +444,7 @@ def is_plain_object(schema: Any) -> bool:
         return False
     if any(k in schema for k in ("$ref", "const", "anyOf", "oneOf", "allOf")):
         return False
-    if schema.get("nullable") is True or isinstance(schema.get("enum"), list):
+    if isinstance(schema.get("enum"), list):
         return False
     if "type" in schema:
         return schema["type"] == "object"
@@ -629,10 +629,9 @@ class Walker(abc.ABC):
                 )
         for branch in _typed_branches(schema.get("allOf")):
             parts.append(self.render(branch, doc, level, hint=hint, direct=direct))
-        result = self.intersection(parts) if parts else self.unknown
-        if schema.get("nullable") is True:
-            result = self.union([result, self.null])
-        return result
+        # OpenAPI's `nullable: true` is no JSON Schema keyword: the tool's validator refuses
+        # null there, so the type does not offer it (a model that passed it failed the call).
+        return self.intersection(parts) if parts else self.unknown
 
     def _typed(
         self, kind: Any, schema: dict[str, Any], doc: Document, level: int, hint: str

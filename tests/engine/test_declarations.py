@@ -175,7 +175,7 @@ async function usage() {
   await tools.stripe__create_customer({ metadata: { plan: "pro" }, address: { country: "NO" } });
   await tools.stripe__create_refund({ charge: "ch_1" });
   const priority = await tools.jira__create_issue({
-    project_key: "OPS", summary: "s", issue_type: "Bug", priority: null,
+    project_key: "OPS", summary: "s", issue_type: "Bug", priority: "High",
     description: {
       type: "doc",
       content: [{ type: "paragraph", content: [{ type: "text", text: "t" }] }],
@@ -215,7 +215,7 @@ async function wrong() {
   // @ts-expect-error no such tool
   await tools.github__delete_repo({});
   const issue = { project_key: "P", summary: "s", issue_type: "Bug" as const };
-  // @ts-expect-error priority is one of five, or null
+  // @ts-expect-error priority is one of five
   await tools.jira__create_issue({ ...issue, priority: "Urgent" });
   // @ts-expect-error no block has this type
   await tools.slack__post_message({ channel: "c", text: "t", blocks: [{ type: "video" }] });
@@ -711,6 +711,21 @@ def test_a_propertys_bounds_are_in_its_comment() -> None:
     assert "/** 1 to 10. */" in block
     assert "/** At most 5 items. */" in block
     assert "/** The ratio. More than 0. */" in block
+
+
+def test_openapis_nullable_is_not_declared_as_taking_null() -> None:
+    """`nullable: true` is OpenAPI's, no JSON Schema keyword, so the tool's validator refuses
+    null there: the declaration does not offer it (it said `string | null`, and a model that
+    passed null failed the call)."""
+    schema = {
+        "type": "object",
+        "properties": {"note": {"type": "string", "nullable": True}},
+        "required": ["note"],
+    }
+    t = Tool.from_mcp({"name": "annotate", "inputSchema": schema})
+    assert not jsonschema_rs.validator_for(t.input_schema).is_valid({"note": None})
+    block, _ = declare_tools([t])
+    assert "annotate(input: { note: string }): Promise<unknown>;" in block
 
 
 def test_recursive_schemas_stay_finite() -> None:
