@@ -44,6 +44,7 @@ from engine._result import RunResult
 from engine._schema import a_json_type
 from engine._tools import Tool
 from engine.mcp._stdio import MAX_MESSAGE, well_formed_json
+from engine.mcp._upstream import summary
 from sandbox.protocol import size_text
 
 logger = logging.getLogger("codemode.mcp")
@@ -237,8 +238,13 @@ class CodeModeServer:
                     related_request_id=ctx.request_id,
                 )
             except Exception as e:
-                logger.warning("elicitation failed, the script stays paused: %s", e)
-                self._ask_failed[result.script_id] = str(e) or type(e).__name__
+                # One line: a client's answer that is no elicitation result was pydantic's
+                # whole report, links included, in the log and in the model's result.
+                why = summary(e)
+                if type(e).__name__ == "ValidationError":
+                    why = f"its answer does not follow MCP: {why}"
+                logger.warning("elicitation failed, the script stays paused: %s", why)
+                self._ask_failed[result.script_id] = why
                 return False
             approved = answer.action == "accept" and (answer.content or {}).get("approve") is True
             try:

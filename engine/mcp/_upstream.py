@@ -362,7 +362,7 @@ class Upstream:
                 raise self._lost_during(tool) from None
             raise ToolCallError(
                 f"the MCP server {self.name!r} answered the call of {tool!r} with a result "
-                f"that is not valid MCP ({_summary(e)}); the server's maintainer must fix it"
+                f"that is not valid MCP ({summary(e)}); the server's maintainer must fix it"
             ) from None
         await self.tools_current()
         return result
@@ -410,8 +410,8 @@ def _refusal(name: str, message: str) -> str:
     return f"the MCP server {name!r} refused the call: {lines[0][:500]}"
 
 
-def _summary(error: BaseException) -> str:
-    """What was wrong with a result, in one short line: a pydantic error's first problem
+def summary(error: BaseException) -> str:
+    """What was wrong with an answer, in one short line: a pydantic error's first problem
     (where and what, without its links), or the first line of the SDK's message."""
     errors = getattr(error, "errors", None)
     if type(error).__name__ == "ValidationError" and callable(errors):

@@ -375,15 +375,23 @@ def _signalled(
     return process
 
 
-def _call_run_code(process: subprocess.Popen[bytes], code: str) -> None:
-    """Start an MCP session with ``process`` (``codemode mcp serve`` on stdio) by hand and
-    call run_code with ``code``, not waiting for its result; stdin stays open."""
+def _send(process: subprocess.Popen[bytes], message: dict[str, Any]) -> None:
+    """Write one JSON-RPC message to ``process``'s stdin."""
+    assert process.stdin is not None
+    process.stdin.write(orjson.dumps({"jsonrpc": "2.0", **message}) + b"\n")
+    process.stdin.flush()
+
+
+def _call_run_code(
+    process: subprocess.Popen[bytes], code: str, capabilities: dict[str, Any] | None = None
+) -> None:
+    """Start an MCP session with ``process`` (``codemode mcp serve`` on stdio) by hand, as a
+    client with ``capabilities``, and call run_code with ``code``, not waiting for its
+    result; stdin stays open."""
     assert process.stdin is not None and process.stdout is not None
 
     def send(message: dict[str, Any]) -> None:
-        assert process.stdin is not None
-        process.stdin.write(orjson.dumps({"jsonrpc": "2.0", **message}) + b"\n")
-        process.stdin.flush()
+        _send(process, message)
 
     send(
         {
@@ -391,7 +399,7 @@ def _call_run_code(process: subprocess.Popen[bytes], code: str) -> None:
             "method": "initialize",
             "params": {
                 "protocolVersion": "2025-06-18",
-                "capabilities": {},
+                "capabilities": capabilities or {},
                 "clientInfo": {"name": "test", "version": "0"},
             },
         }
@@ -436,6 +444,48 @@ def test_mcp_serve_on_stdio_stops_quietly_when_its_client_goes_mid_call(tmp_path
     assert process.returncode == 0, err
     assert "Traceback" not in err and "the MCP client went away" in err, err
     assert left_running(tmp_path) == []
+
+
+def test_mcp_serve_says_in_one_line_that_a_clients_elicitation_answer_is_not_mcp(
+    tmp_path: Path,
+) -> None:
+    """A client that answers the approval it is asked with what is no elicitation result:
+    the paused result (and the log) say so in one line, where they held pydantic's whole
+    report, links included."""
+    (tmp_path / "codemode.toml").write_text(
+        f"[codemode.mcpServers.lab]\ncommand = {json.dumps(sys.executable)}\n"
+        f"args = [{json.dumps(str(LAB))}, {json.dumps(str(tmp_path))}]\n"
+    )
+    process = subprocess.Popen(
+        _command("mcp", "serve"),
+        cwd=tmp_path,
+        env=_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stdin is not None
+    try:
+        _call_run_code(process, 'await tools.lab__wipe({ target: "x" })', {"elicitation": {}})
+        asked = orjson.loads(process.stdout.readline())
+        assert asked["method"] == "elicitation/create", asked
+        _send(process, {"id": asked["id"], "result": {"approve": True}})
+        answer = orjson.loads(process.stdout.readline())
+        process.stdin.close()
+        process.wait(timeout=TIMEOUT)
+        assert process.stderr is not None
+        err = process.stderr.read().decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+    body = answer["result"]["content"][0]["text"]
+    assert (
+        "asking them through the client failed (its answer does not follow MCP: action: "
+        "Field required). Call continue_script with this script id to ask again." in body
+    ), body
+    assert "pydantic" not in body and "pydantic" not in err, err
+    assert not (tmp_path / "wiped-x").exists()
 
 
 def test_mcp_serve_ends_a_session_whose_client_sends_a_message_too_large(
