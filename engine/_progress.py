@@ -83,19 +83,22 @@ class ProgressLine:
 class EventLines:
     """Each event as one JSON line on ``stream``, flushed, so a reader sees it at once. A
     write that fails (a full disk) stops the lines, keeping the error in ``failed`` for the
-    command to report once, rather than one traceback an event."""
+    command to report once, rather than one traceback an event; a reader that left (a pipe
+    closed: ``head -1``, as it meant to) stops them, and the command goes on."""
 
     def __init__(self, stream: IO[bytes]) -> None:
         self.stream = stream
         self.failed: OSError | None = None
+        self.left = False
 
     def __call__(self, event: Event) -> None:
-        if self.failed is not None:
+        if self.failed is not None or self.left:
             return
         try:
             self.stream.write(orjson.dumps(event.to_dict()) + b"\n")
             self.stream.flush()
         except BrokenPipeError:
-            raise
+            # Raised, it never reached the command: each event logged its traceback.
+            self.left = True
         except OSError as e:
             self.failed = e

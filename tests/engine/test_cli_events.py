@@ -69,6 +69,54 @@ def test_events_to_a_file_that_cannot_be_written(tmp_path: Path) -> None:
     assert "cannot write the events to" in proc.stderr
 
 
+WAITING_TOOLS = """
+import time
+from pathlib import Path
+from engine import tool
+
+@tool
+def wait() -> str:
+    \"\"\"Returns once the events' reader has left.\"\"\"
+    while not Path(__file__).with_name("left").exists():
+        time.sleep(0.01)
+    return "ok"
+
+TOOLS = [wait]
+"""
+
+
+def test_events_to_a_pipe_whose_reader_left(tmp_path: Path) -> None:
+    """--events to a pipe whose reader reads a line and leaves: the lines stop, and the run
+    goes on to its result. A traceback was logged at each event after ("an on_event
+    listener failed ... BrokenPipeError")."""
+    tools = tmp_path / "waiting_tools.py"
+    tools.write_text(WAITING_TOOLS)
+    fifo = tmp_path / "events"
+    os.mkfifo(fifo)
+    read: list[bytes] = []
+
+    def read_a_line_and_leave() -> None:
+        with open(fifo, "rb") as reader:
+            read.append(reader.readline())
+        (tmp_path / "left").touch()
+
+    reader = threading.Thread(target=read_a_line_and_leave)
+    reader.start()
+    try:
+        proc = codemode(
+            "run", "-", "--tools", str(tools), "--events", str(fifo),
+            stdin="return await tools.wait()",
+        )  # fmt: skip
+    finally:
+        (tmp_path / "left").touch()  # the tool ends, whatever happened
+        if reader.is_alive():  # the command never opened the pipe: let the reader open it
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join()
+    assert json.loads(read[0])["kind"] == "started"
+    assert (proc.returncode, proc.stdout) == (0, "Script finished.\nReturned:\nok\n")
+    assert proc.stderr == ""
+
+
 def test_live_line_on_a_terminal() -> None:
     """With stderr on a terminal, `run` keeps one line up to date (steps, calls, time) and
     clears it before the result; stdout is the result alone."""
