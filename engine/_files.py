@@ -162,8 +162,13 @@ class BlobStore:
             # kept, it failed every script given these bytes ("not the N recorded").
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+            try:
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
+            except OSError:
+                # Else the part written stays (a full disk): one more file at each failure.
+                tmp.unlink(missing_ok=True)
+                raise
         return digest
 
     def _path(self, digest: str) -> Path:

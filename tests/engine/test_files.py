@@ -654,3 +654,28 @@ async def test_a_file_named_in_another_unicode_normalization_is_found(
     assert result.status == "finished", result.text
     assert result.value == ["cv", "cv", decomposed]
     assert f"Shown: {decomposed} (text/plain, 2 bytes)\ncv" in result.text
+
+
+def test_a_blob_whose_write_fails_leaves_no_part_behind(tmp_path: Path) -> None:
+    """A blob write that fails (here past RLIMIT_FSIZE, as on a full disk) raises OSError and
+    leaves no file: its part was left as a .tmp file, one more at each failure."""
+    import subprocess
+    import sys
+
+    program = f"""
+import resource, signal
+from engine._files import BlobStore
+blobs = BlobStore({str(tmp_path / "blobs")!r})
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+try:
+    blobs.put(b"x" * 5000)
+except OSError as e:
+    print(e.strerror)
+"""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, cwd=root, timeout=60
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "File too large\n", "")
+    assert [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()] == []
