@@ -118,6 +118,16 @@ WRONG = [
         "Did you forget to use 'await'?",
     ),
     (
+        # TS1064, an error of the script's own that tsc numbers as it numbers syntax errors: the
+        # check took the script for one that does not parse, and checked none of its calls.
+        "a wrong call beside an async function typed without its Promise",
+        "async function count(): number {\n  return 1;\n}\n"
+        + FIRST
+        + 'return await tools.get_reviews({ number: "15" });',
+        5,
+        "Type 'string' is not assignable to type 'number'.",
+    ),
+    (
         "a typed script with a wrong call",
         "interface PR { number: number }\n"
         + 'const prs: PR[] = await tools.list_prs({ repo: "acme/api" });\n'
