@@ -534,8 +534,15 @@ def _csv_rows(file_id: str, reader: Any) -> Iterator[list[str]]:
         except StopIteration:
             return
         except csv.Error as e:
+            why = str(e)
+            if why.startswith("field larger than field limit"):
+                # Python's own words, with a bound the script can neither see nor change.
+                why = (
+                    f"a field is over the {_size(csv.field_size_limit())} a CSV field may have "
+                    "(an unclosed quote?); read the file with files.lines or files.chunks"
+                )
             raise FileError(
-                f"{file_id} line {reader.line_num} cannot be read as CSV: {e}"
+                f"{file_id} line {reader.line_num} cannot be read as CSV: {why}"
             ) from None
         yield row
 
