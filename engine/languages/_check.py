@@ -30,7 +30,8 @@ OUTPUT_BYTES = 1 * MiB
 # At most these many problems are shown to the model; the rest are counted.
 SHOWN_PROBLEMS = 8
 
-_TURN_OFF = 'turn the check off with type_check = "off"'
+# Said to the model, which cannot change the host's settings: the host may.
+_TURN_OFF = 'the host may turn the check off with type_check = "off"'
 
 
 class CompilerMissing(CodeModeError):

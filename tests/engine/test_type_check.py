@@ -469,6 +469,8 @@ async def test_every_way_the_compiler_reports_running_out_of_memory(
     fake.chmod(0o755)
     checked = await TypeChecker(fake, memory=300 * 1024 * 1024).check("return 1", "")
     assert checked.failure is not None and "more than 300 MiB of memory" in checked.failure
+    # The model reads it, and cannot turn the check off itself.
+    assert checked.failure.endswith(', or the host may turn the check off with type_check = "off"')
 
 
 @pytest.mark.parametrize(
