@@ -200,14 +200,16 @@ PEER_TEXT_BOUND = 2000
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def _peer_text(text: str) -> str:
+def peer_text(text: str) -> str:
+    """``text`` from a peer as this side shows it: bounded to about PEER_TEXT_BOUND
+    characters (head and tail), its control characters as escapes."""
     if len(text) > PEER_TEXT_BOUND:
         half = PEER_TEXT_BOUND // 2
         text = f"{text[:half]}[... {len(text) - 2 * half:,} characters cut ...]{text[-half:]}"
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-PeerText = Annotated[str, AfterValidator(_peer_text)]
+PeerText = Annotated[str, AfterValidator(peer_text)]
 
 
 class _Model(BaseModel):

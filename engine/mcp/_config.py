@@ -40,6 +40,7 @@ import orjson
 from engine._config import read_config, refuse_unknown
 from engine._errors import ConfigError
 from engine._schema import a_json_type
+from runner._wire import peer_text
 
 Approval = Literal["annotations", "always", "never"]
 Unannotated = Literal["approve", "run"]
@@ -145,7 +146,10 @@ class ServerProblem:
     message: str
 
     def __str__(self) -> str:
-        return f"MCP server {self.server!r}: {self.message}"
+        # What the server said is in it, and it is printed to a terminal and logged: its
+        # control characters (escapes that clear the screen, a line end forging a line) show
+        # as escapes.
+        return f"MCP server {self.server!r}: {peer_text(self.message)}"
 
 
 def load_servers_file(path: str | Path) -> tuple[list[ServerSpec], list[ServerProblem]]:

@@ -28,6 +28,7 @@ from engine.mcp._config import ServerSpec
 from engine.mcp._listing import ToolListings, path_text
 from engine.mcp._stdio import MAX_MESSAGE, stdio_transport
 from runner._tasks import cancel_and_wait, wait_ended
+from runner._wire import peer_text
 from sandbox.protocol import size_text
 
 logger = logging.getLogger("codemode.mcp")
@@ -118,7 +119,10 @@ class Upstream:
                 await self._connect_once()
                 delay = 0.5
             except Exception as e:
-                problem = _describe(e, self.spec, self.broken, self.unreadable, self._step)
+                # What the server said is in it, and it is logged: see ServerProblem.
+                problem = peer_text(
+                    _describe(e, self.spec, self.broken, self.unreadable, self._step)
+                )
                 if not self._first.done():
                     self._first.set_result(problem)
                     return
@@ -272,7 +276,11 @@ class Upstream:
                 )
                 return
             except Exception as e:
-                logger.warning("MCP server %r: listing its changed tools failed: %s", self.name, e)
+                logger.warning(
+                    "MCP server %r: listing its changed tools failed: %s",
+                    self.name,
+                    peer_text(str(e)),
+                )
                 return
             self._on_tools(self, definitions, refused)
 

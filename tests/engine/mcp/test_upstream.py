@@ -521,6 +521,24 @@ async def test_an_error_with_no_text_names_the_server_and_the_tool(tmp_path: Pat
         await engine.aclose()
 
 
+async def test_a_problem_shows_the_servers_control_characters_escaped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What a server says is in its problem lines, which are printed to a terminal and
+    logged: a property name that clears the screen and a carriage return that overwrites
+    the line with a line of its own reached both as they were."""
+    schema = {"type": "object", "properties": {"a\u001b[2J\rall fine": {"type": "bogus"}}}
+    caplog.set_level(logging.WARNING, logger="codemode.mcp")
+    servers = await McpServers.start(_raw(tmp_path, [{"name": "x", "inputSchema": schema}]))
+    try:
+        [problem] = [str(p) for p in servers.problems]
+    finally:
+        await servers.aclose()
+    assert "properties.a\\x1b[2J\\x0dall fine.type" in problem, problem
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert problem in logged and "\x1b" not in logged and "\r" not in logged, logged
+
+
 async def test_a_server_that_says_its_tools_changed_again_and_again_holds_no_call(
     tmp_path: Path,
 ) -> None:
