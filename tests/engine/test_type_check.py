@@ -243,6 +243,19 @@ FREE = [
         [2, [{"user": "ann"}], [{"user": "ann"}]],
     ),
     (
+        # A dictionary's keys are not in its type: the compiler said a key the tool requires
+        # was missing from it ("Property 'repo' is missing in type 'Record<string, any>'").
+        "arguments built in a dictionary",
+        "const params: Record<string, any> = {};\nparams.repo = 'acme/api';\n"
+        + "const a = await tools.list_prs(params);\n"
+        + "const b = await tools.list_prs(Object.fromEntries([['repo', 'acme/api']]));\n"
+        + "const one: { [key: string]: unknown } = { number: 15 };\n"
+        + "const all: Record<string, any> = { number: 15, labels: [] };\n"
+        + "await tools.label_pr(all);\n"
+        + "return [a.length + b.length, await tools.get_reviews(one)];",
+        [4, [{"user": "ann"}]],
+    ),
+    (
         "an error of the script's own that does not involve a tool is left to the run",
         "const o: { a: number } = { a: 1 };\n// @ts-expect-error nothing wrong here\n"
         + "const n: number = 'x' as any;\nreturn o.a;",

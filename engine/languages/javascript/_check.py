@@ -270,11 +270,21 @@ _LITERAL = re.compile(r'^(?:"(?:[^"\\]|\\.)*"|-?[0-9][0-9.e+-]*|true|false)$')
 _UNKNOWN = re.compile(r"^(?:Type|Argument of type) 'unknown(?:\[\])*' is not assignable to ")
 
 
+# A dictionary's keys are not in its type (`const params: Record<string, any> = { repo }`,
+# then `params.state = ...`; `Object.fromEntries(...)`), so the compiler says a key the tool
+# requires is missing from it, where it may well be: left to the tool's own check too.
+_DICTIONARY = r"(?:Record<string, [^']+>|\{ \[\w+: string\]: [^']+\})"
+_KEYS_UNKNOWN = re.compile(
+    rf"^(?:Property '[^']+' is missing in type '{_DICTIONARY}' but required in type "
+    rf"|Type '{_DICTIONARY}' is missing the following properties from type )"
+)
+
+
 def _widened(reason: str) -> bool:
     """Whether ``reason`` (a diagnostic's innermost line) is about a value the compiler
     cannot know: a kind where literals are declared (the script's value may well be one of
-    them), or ``unknown``."""
-    if _UNKNOWN.match(reason):
+    them), ``unknown``, or a dictionary's keys."""
+    if _UNKNOWN.match(reason) or _KEYS_UNKNOWN.match(reason):
         return True
     match = _WIDENED.match(reason)
     return match is not None and all(_LITERAL.match(m) for m in match[1].split(" | "))
