@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,31 +109,34 @@ def _tool_entry(tool: Tool) -> _Entry:
 
 
 class _Ranking:
-    """BM25 over a fixed set of entries."""
+    """BM25 over a fixed set of entries, each term's entries listed with it: a query costs
+    the entries its terms are in, not every entry for every term (a script's 500-word query
+    over 5,000 tools held the host's event loop 0.1 s a search, and a script may search
+    many times at once)."""
 
     def __init__(self, entries: list[_Entry]) -> None:
         self.entries = entries
         count = len(entries)
-        self.average = sum(e.length for e in entries) / count if count else 1.0
-        frequency: Counter[str] = Counter()
+        average = sum(e.length for e in entries) / count if count else 1.0
+        # Each term's entries, in the entries' order, each with its weight and length norm.
+        self.postings: dict[str, list[tuple[str, float, float]]] = {}
         for entry in entries:
-            frequency.update(entry.weights.keys())
+            norm = K1 * (1 - B + B * entry.length / (average or 1.0))
+            for term, tf in entry.weights.items():
+                self.postings.setdefault(term, []).append((entry.key, tf, norm))
         self.idf = {
-            term: math.log(1 + (count - df + 0.5) / (df + 0.5)) for term, df in frequency.items()
+            term: math.log(1 + (count - len(found) + 0.5) / (len(found) + 0.5))
+            for term, found in self.postings.items()
         }
 
     def scores(self, query_terms: Sequence[str]) -> dict[str, float]:
         result: dict[str, float] = {}
-        unique = list(dict.fromkeys(query_terms))
-        for entry in self.entries:
-            score = 0.0
-            norm = K1 * (1 - B + B * entry.length / (self.average or 1.0))
-            for term in unique:
-                tf = entry.weights.get(term)
-                if tf:
-                    score += self.idf[term] * tf * (K1 + 1) / (tf + norm)
-            if score > 0:
-                result[entry.key] = score
+        for term in dict.fromkeys(query_terms):
+            idf = self.idf.get(term, 0.0)
+            for key, tf, norm in self.postings.get(term, ()):
+                # Summed in the query's order of terms for each entry, as ever: the same
+                # floats, so the same ranking and ties.
+                result[key] = result.get(key, 0.0) + idf * tf * (K1 + 1) / (tf + norm)
         return result
 
 
