@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import sys
 from collections.abc import Awaitable, Callable
@@ -614,8 +615,18 @@ def _describe(
         if spec.cwd is not None and not Path(spec.cwd).is_dir():
             return f'cannot start {spec.command!r}: its "cwd" {str(spec.cwd)!r} is no directory'
         return f'cannot start {spec.command!r}: no such command; check "command" and PATH'
-    if isinstance(error, PermissionError) and spec.command is not None:
-        return f"cannot start {spec.command!r}: permission denied"
+    if isinstance(error, OSError) and spec.command is not None and step is None:
+        # Its process could not be made: "cannot connect" sent one to the network.
+        if Path(spec.command).is_dir():
+            return f"cannot start {spec.command!r}: it is a directory, not a program"
+        if isinstance(error, PermissionError):
+            return f"cannot start {spec.command!r}: permission denied"
+        if error.errno == errno.ENOEXEC:
+            return (
+                f"cannot start {spec.command!r}: it is no program this system runs; give a "
+                'script a "#!" line, or its interpreter as "command" and the script in "args"'
+            )
+        return f"cannot start {spec.command!r}: {error.strerror or error}"
     if isinstance(error, BaseExceptionGroup):
         leaves = exception_leaves(error)
         if leaves:

@@ -756,6 +756,26 @@ def test_a_cwd_that_is_no_directory_is_named_not_the_command() -> None:
     assert "no such command" in said
 
 
+async def test_a_command_that_cannot_be_run_says_why_it_cannot_start(tmp_path: Path) -> None:
+    """A script with no "#!" line, a directory: each is named as a command that cannot start
+    and why (the first read "cannot connect ... OSError: [Errno 8] Exec format error")."""
+    script = tmp_path / "server.sh"
+    script.write_text("echo hi\n")
+    script.chmod(0o755)
+    servers = await McpServers.start(
+        {"mcpServers": {"s": {"command": str(script)}, "d": {"command": str(tmp_path)}}}
+    )
+    try:
+        said = {p.server: p.message for p in servers.problems}
+    finally:
+        await servers.aclose()
+    assert said == {
+        "s": f"cannot start {str(script)!r}: it is no program this system runs; give a script "
+        'a "#!" line, or its interpreter as "command" and the script in "args"',
+        "d": f"cannot start {str(tmp_path)!r}: it is a directory, not a program",
+    }
+
+
 async def test_a_call_to_a_server_that_cannot_reconnect_says_it_was_not_sent(
     tmp_path: Path,
 ) -> None:
