@@ -56,7 +56,7 @@ _ANTHROPIC_IMAGES = frozenset({"image/jpeg", "image/png", "image/gif", "image/we
 _OPENAI_IMAGES = _ANTHROPIC_IMAGES
 _OPENAI_AUDIO = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/mpeg": "mp3", "audio/mp3": "mp3"}
 _PDF = "application/pdf"
-# The first bytes of each type whose bytes the APIs check: an image sent as one of these whose
+# The first bytes of each type whose bytes the APIs check: media sent as one of these whose
 # bytes were not (a text file named .png, or a JPEG) failed the whole request ("Could not
 # process image"), and the conversation with it.
 _SIGNATURES = {
@@ -65,6 +65,9 @@ _SIGNATURES = {
     "image/gif": re.compile(rb"GIF8[79]a"),
     "image/webp": re.compile(rb"RIFF....WEBP", re.DOTALL),
     _PDF: re.compile(rb"%PDF-"),
+    # Chat Completions' audio: a WAV file, an MP3 (its ID3 tag, or a frame's sync bits).
+    **dict.fromkeys(("audio/wav", "audio/x-wav"), re.compile(rb"RIFF....WAVE", re.DOTALL)),
+    **dict.fromkeys(("audio/mpeg", "audio/mp3"), re.compile(rb"ID3|\xff[\xe0-\xff]")),
 }
 
 

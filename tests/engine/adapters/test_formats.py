@@ -294,14 +294,14 @@ async def test_media_whose_bytes_are_not_of_their_type_is_not_sent_as_it(
 ) -> None:
     """A file named .png that is no PNG went to the API as an image, which refused the whole
     request ("Could not process image"), and the conversation with it: it is left out,
-    saying why. A JPEG named .png goes as the JPEG it is; a returned block whose bytes are
-    no PNG stays text, as any block that is not media."""
+    saying why. A JPEG named .png goes as the JPEG it is (an MP3 named .wav as an MP3); a
+    returned block whose bytes are no PNG stays text, as any block that is not media."""
     jpeg = b"\xff\xd8\xff\xe0" + bytes(60)
     files = [
         Attachment("fake.png", data=b"not a picture"),
         Attachment("empty.pdf", data=b""),
+        Attachment("beep.wav", data=b"ID3 an MP3"),
         Attachment("photo.png", data=jpeg),
-        Attachment("chart.png", data=PNG),
     ]
     bogus = base64.b64encode(b"hello").decode()
     result = await engine.run_code(
@@ -315,12 +315,13 @@ async def test_media_whose_bytes_are_not_of_their_type_is_not_sent_as_it(
         "model API refuses a request that holds it)" in result.text
     )
     assert "Shown: empty.pdf (application/pdf, 0 bytes) was left out: it is empty" in result.text
+    assert "Shown: beep.wav (audio/mpeg, 10 bytes), attached." in result.text
     assert "Shown: photo.png (image/jpeg, 64 bytes), attached." in result.text
     assert [(m["mimeType"], base64.b64decode(m["data"])) for m in result.media] == [
+        ("audio/mpeg", b"ID3 an MP3"),
         ("image/jpeg", jpeg),
-        ("image/png", PNG),
     ]
-    assert [s["id"] for s in result.shown] == ["photo.png", "chart.png"]
+    assert [s["id"] for s in result.shown] == ["beep.wav", "photo.png"]
     content = result.to_anthropic("toolu_01")["content"]
-    assert [b["source"]["media_type"] for b in content[1:]] == ["image/jpeg", "image/png"]
+    assert [b["source"]["media_type"] for b in content[1:]] == ["image/jpeg"]  # no MP3 there
     assert bogus in content[0]["text"] and len(result.to_mcp()["content"]) == 3
