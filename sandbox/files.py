@@ -204,14 +204,16 @@ class Files:
                 ),
             )
         if is_media(info.mime):
-            if self.shown_media + info.size > limits.shown_media:
+            total = self.shown_media + info.size
+            if total > limits.shown_media:
+                # In bytes when they would read the same ("2 MiB ... over 2 MiB").
+                over, bound = sizes_over(total, limits.shown_media)
                 raise FileLimitError(
                     "shown_media",
                     limit_message(
                         "shown_media",
-                        f"showing {info.id} ({_size(info.size)}) would put "
-                        f"{_size(self.shown_media + info.size)} of media in front of the "
-                        f"model, over {_size(limits.shown_media)}",
+                        f"showing {info.id} ({over if total == info.size else _size(info.size)})"
+                        f" would put {over} of media in front of the model, over {bound}",
                     ),
                 )
             self.shown_media += info.size

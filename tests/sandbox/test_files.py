@@ -534,6 +534,18 @@ def test_shown_media_limit() -> None:
     assert "shown_media limit met" in message and message.endswith(REMEDIES["shown_media"])
 
 
+def test_shown_media_a_byte_over_says_so_in_bytes() -> None:
+    """Media a byte over shown_media says so in bytes: a file of 2 MiB and a byte read
+    'would put 2 MiB of media in front of the model, over 2 MiB'."""
+    size = len(BLOBS["chart.png"])
+    code = "try { files.show('chart.png') } catch (e) { return e.message }"
+    message = value(code, shown_media=size - 1)
+    assert (
+        f"showing chart.png ({size:,} bytes) would put {size:,} bytes of media in front of the "
+        f"model, over {size - 1:,} bytes" in message
+    ), message
+
+
 def test_file_bytes_limit_ends_the_run() -> None:
     """file_bytes: reading more than the limit in one run ends it, even inside try/catch."""
     code = "try { await files.text('big.txt') } catch (e) { return 'swallowed' }"
