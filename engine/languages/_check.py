@@ -233,4 +233,9 @@ async def run_bounded(
         process.kill()
         await process.wait()
         return None
+    except BaseException:
+        # Cancelled (the host let the script go): a checker left with nobody reading its
+        # output blocks on the full pipe for good, so it ends with the check.
+        process.kill()
+        raise
     return Ran(b"".join(chunks).decode("utf-8", "replace"), status, cut)

@@ -7,7 +7,11 @@ before the wrong one), and the runner's step count that it never ran.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import signal
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -630,3 +634,38 @@ async def test_a_tool_that_allows_other_keys_in_so_many_words_takes_them(
     assert result.value == {"title": "t", "priority": 2}
     wrong = await engine.run_code("return await tools.create({ title: 1 });")
     assert "TypeCheckError" in wrong.text, wrong.text
+
+
+def _running(marker: str) -> list[int]:
+    """The processes of this user whose command line holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "cmdline").read_bytes().decode():
+                found.append(int(entry.name))
+        except OSError:
+            pass  # ended meanwhile
+    return found
+
+
+async def test_a_cancelled_check_ends_its_checker(tmp_path: Path) -> None:
+    """A check cancelled while the checker runs (the host let the script go) ends the
+    checker: left with nobody reading its output, one that wrote much blocked on the pipe
+    for as long as the host lived."""
+    fake = tmp_path / "tsc"
+    fake.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(3600)\n")
+    fake.chmod(0o755)
+    check = asyncio.create_task(TypeChecker(fake, timeout=3600).check("return 1", ""))
+    while not _running(str(fake)):  # until it runs
+        assert not check.done(), check.result()
+        await asyncio.sleep(0.05)
+    check.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await check
+    try:
+        async with asyncio.timeout(30):  # killed, and reaped
+            while _running(str(fake)):
+                await asyncio.sleep(0.05)
+    finally:
+        for pid in _running(str(fake)):  # the test failed: leave nothing behind
+            os.kill(pid, signal.SIGKILL)
