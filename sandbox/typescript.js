@@ -46,6 +46,20 @@ function blockEnd(code, open) {
   return code.length;
 }
 
+// What ends a line of a script, as sandbox/replay.py's source_lines counts lines (the
+// engine shows line n of that count): Sucrase's own positions count line feeds only, so in a
+// script whose lines end with a lone CR every error was on line 1.
+const LINE_BREAK = /\r\n|[\r\n\u2028\u2029]/g;
+
+// The line and column (from 1) of `index` in `code`.
+function position(code, index) {
+  const before = code.slice(0, index);
+  const breaks = Array.from(before.matchAll(LINE_BREAK));
+  const last = breaks.length ? breaks[breaks.length - 1] : null;
+  const start = last ? last.index + last[0].length : 0;
+  return { line: breaks.length + 1, column: index - start + 1 };
+}
+
 // The first value namespace Sucrase removed from `code` (giving `out`), or null.
 function removedNamespace(code, out) {
   const ambient = Array.from(code.matchAll(AMBIENT), (m) => [
@@ -71,17 +85,20 @@ globalThis.__cm_typescript = function strip(code) {
       return JSON.stringify({
         error: "TypeScript " + namespace[1] + " declarations are not supported in a script; " +
           "use an object (const N = { ... }) instead",
-        line: code.slice(0, namespace.index).split("\n").length,
+        line: position(code, namespace.index).line,
       });
     }
     return JSON.stringify({ code: out });
   } catch (e) {
     // Out of stack or memory (QuickJS throws null when it cannot even make the error).
     if (e === null || e instanceof RangeError || e instanceof InternalError) throw e;
-    const loc = e && e.loc;
-    return JSON.stringify({
-      error: String(e && e.message !== undefined ? e.message : e),
-      line: loc && typeof loc.line === "number" ? loc.line : 0,
-    });
+    let message = String(e && e.message !== undefined ? e.message : e);
+    if (e && typeof e.pos === "number") {
+      // Sucrase ends its message with where it stopped, as it counts lines: said again here.
+      const at = position(code, e.pos);
+      message = message.replace(/ \(\d+:\d+\)$/, "") + " (" + at.line + ":" + at.column + ")";
+      return JSON.stringify({ error: message, line: at.line });
+    }
+    return JSON.stringify({ error: message, line: 0 });
   }
 };

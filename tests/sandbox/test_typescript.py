@@ -251,6 +251,20 @@ def test_syntax_error_in_a_typed_script_names_its_line() -> None:
     assert [(x.line, x.text) for x in ran.error.lines] == [(3, "const c: = ;")]
 
 
+@pytest.mark.parametrize("lf", ["\r", "\u2028"])
+def test_a_stripping_error_names_the_line_the_script_counts(lf: str) -> None:
+    """Lines that end with a lone CR (or U+2028): the parser's error and a refused namespace
+    name the line they are on, as every other error does (Sucrase counts line feeds only, so
+    each was on line 1)."""
+    ran = run(f"const a: number = 1;{lf}const b: string = 'x';{lf}const c: = ;{lf}return a;")
+    assert ran.error is not None and ran.error.name == "SyntaxError"
+    assert ran.error.message.endswith("(3:10)"), ran.error.message
+    assert [(x.line, x.text) for x in ran.error.lines] == [(3, "const c: = ;")]
+    ran = run(f"const a: number = 1;{lf}namespace N {{ export const x = 1; }}{lf}return N.x;")
+    assert ran.error is not None and "namespace declarations" in ran.error.message
+    assert [x.line for x in ran.error.lines] == [2]
+
+
 def test_value_namespace_is_refused_with_what_to_do() -> None:
     """A namespace would be dropped silently by the stripper: it is refused instead."""
     ran = run("const x = 1;\nnamespace N {\n  export const a = 1;\n}\nreturn N.a;")
