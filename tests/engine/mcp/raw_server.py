@@ -78,6 +78,9 @@ for line in sys.stdin:
         answer: dict[str, object] = {"content": [{"type": "text", "text": text}]}
         if params.get("name") == "badresult":
             answer = {"content": "not a list"}
+        if params.get("name") == "blocks":
+            count = (params.get("arguments") or {}).get("n", 1)
+            answer = {"content": [{"type": "text", "text": "x"}] * count}
         if params.get("name") == "mute":  # an error that says nothing
             answer = {"content": [], "isError": True}
         if params.get("name") == "surrogate":  # a lone surrogate, escaped as json.dumps does

@@ -539,6 +539,31 @@ async def test_a_problem_shows_the_servers_control_characters_escaped(
     assert problem in logged and "\x1b" not in logged and "\r" not in logged, logged
 
 
+async def test_a_result_of_too_many_blocks_fails_its_call_saying_so(tmp_path: Path) -> None:
+    """A result of more content blocks than code mode reads fails its call naming the server
+    and the count, before the SDK makes a model of each block (two million one-letter blocks,
+    54 MiB, took 35 s of the event loop and 3.8 GB); one at the bound is read."""
+    from engine.mcp._upstream import MAX_BLOCKS
+
+    tools = [
+        {"name": "blocks", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
+    ]
+    servers = await McpServers.start(_raw(tmp_path, tools))
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        code = "try { return (await tools.raw__blocks({ n: %d })).length } catch (e) { return e.message }"
+        over = await engine.run_code(code % (MAX_BLOCKS + 1))
+        assert over.value == (
+            f"the MCP server 'raw' answered a call with {MAX_BLOCKS + 1:,} content blocks, more "
+            f"than the {MAX_BLOCKS:,} code mode reads; ask it for less (filter, page, select "
+            "fields)"
+        ), over.text
+        at = await engine.run_code(code % MAX_BLOCKS)
+        assert at.value == 2 * MAX_BLOCKS - 1, at.text  # the texts, joined by line ends
+    finally:
+        await engine.aclose()
+
+
 async def test_a_server_that_says_its_tools_changed_again_and_again_holds_no_call(
     tmp_path: Path,
 ) -> None:
