@@ -260,6 +260,17 @@ FREE = [
         [4, [{"user": "ann"}]],
     ),
     (
+        # A tool only reads an array it is given: a mutable array type refused these ("The
+        # type 'readonly [...]' is 'readonly' and cannot be assigned to the mutable type").
+        "readonly arrays passed as arguments",
+        "const labels = [{ name: 'bug' }, { name: 'ui' }] as const;\n"
+        + "const frozen: readonly { name: string }[] = Object.freeze([{ name: 'bug' }]);\n"
+        + "await tools.label_pr({ number: 15, labels });\n"
+        + "await tools.label_pr({ number: 15, labels: [...labels, ...frozen] });\n"
+        + "return await tools.label_pr({ number: 15, labels: frozen } as const);",
+        "ok",
+    ),
+    (
         "an error of the script's own that does not involve a tool is left to the run",
         "const o: { a: number } = { a: 1 };\n// @ts-expect-error nothing wrong here\n"
         + "const n: number = 'x' as any;\nreturn o.a;",

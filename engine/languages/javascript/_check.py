@@ -14,9 +14,10 @@ script's own typing and is left to the run; an error found only against the decl
 about a call to a tool, and fails the script. Results are declared ``any`` in the check
 (``unknown`` in what the model reads, to tell it to look), so a script may use them freely.
 A script the compiler cannot parse is not refused here either: the run reports its syntax
-error as the model expects. Inputs are declared exactly as the model read them in
-``run_code`` (``_declarations``), for every tool, deferred ones included, with ``tool_search``
-and ``skill``; ``files`` and ``console`` are ``any``.
+error as the model expects. Inputs are declared as the model read them in ``run_code``
+(``_declarations``), but for arrays, ``readonly`` (a tool only reads them, so a script may
+pass one ``as const``), for every tool, deferred ones included, with ``tool_search`` and
+``skill``; ``files`` and ``console`` are ``any``.
 
 The compiler is TypeScript 7's native ``tsc`` (npm ``typescript@7``, one ~24 MB binary). It
 runs as a subprocess of the host with no environment, under rlimits (data segment, CPU, no

@@ -63,7 +63,7 @@ PROTOTYPE_MEMBERS = frozenset(
 class Renderer(Walker):
     """Renders the schemas of one tool in TypeScript (see :class:`Walker`). ``checking``:
     for the type check's declarations, where a member named as an inherited one also takes
-    what it inherits (see ``PROTOTYPE_MEMBERS``)."""
+    what it inherits (see ``PROTOTYPE_MEMBERS``) and arrays are ``readonly``."""
 
     checking = False
 
@@ -88,13 +88,19 @@ class Renderer(Walker):
         return _UNKNOWN
 
     def array(self, item: Rendered) -> Rendered:
-        return Rendered(f"{_wrap(item, ATOM)}[]")
+        return self._readonly(f"{_wrap(item, ATOM)}[]")
 
     def tuple_type(self, elements: list[tuple[Rendered, bool]], rest: Rendered | None) -> Rendered:
         texts = [f"{t.text}?" if optional else t.text for t, optional in elements]
         if rest is not None:
             texts.append(f"...{_wrap(rest, ATOM)}[]")
-        return Rendered(f"[{', '.join(texts)}]")
+        return self._readonly(f"[{', '.join(texts)}]")
+
+    def _readonly(self, text: str) -> Rendered:
+        # A tool only reads the arrays a script passes, so the check takes a readonly one too
+        # (`[...] as const`, `readonly T[]`, `Object.freeze([...])`): a mutable array type
+        # refused it. `readonly` binds as `&` does, so an array of it needs parentheses.
+        return Rendered(f"readonly {text}", INTERSECTION) if self.checking else Rendered(text)
 
     def object(
         self, members: list[Member], extra: Rendered | None, level: int, hint: str
