@@ -18,7 +18,7 @@ import orjson
 from engine._ending import Ending
 from engine.adapters._formats import checked_media_type, named_media
 from engine.languages._walk import CONTROL
-from sandbox.protocol import is_media
+from sandbox.protocol import is_media, text_encoding
 
 # The model is told this bound, so the session sets it, not the limits table.
 TEXT_BUDGET = 24 * 1024
@@ -176,8 +176,8 @@ def render_shown(
             if raw is None:
                 parts.append(_gone(name, mime, size))
                 continue
-            text = raw.decode("utf-8", "replace")
-            if _binary(raw, text):
+            text = raw.decode(text_encoding(raw), "replace")
+            if _binary(text):
                 # Its bytes as text put control characters and replacement marks in front
                 # of the model (a terminal's escapes, NULs): named, not shown.
                 parts.append(
@@ -197,11 +197,11 @@ def render_shown(
     return ("\n" + "\n".join(parts) if parts else ""), shown, media
 
 
-def _binary(raw: bytes, text: str) -> bool:
-    """Whether a file's first bytes (``raw``, ``text`` decoded) are binary data, not text: a
-    NUL, or three in ten characters control characters or no UTF-8 (random bytes: about six
-    in ten; a log with a terminal's colours: one in twenty)."""
-    if b"\x00" in raw:
+def _binary(text: str) -> bool:
+    """Whether a file's first bytes (``text``, decoded) are binary data, not text: a NUL, or
+    three in ten characters control characters or not of the encoding (random bytes: about
+    six in ten; a log with a terminal's colours: one in twenty)."""
+    if "\x00" in text:
         return True
     odd = len(CONTROL.findall(text)) + text.count("\ufffd")
     return odd * 10 > len(text) * 3

@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import csv
 import io
+import itertools
 import json
 import re
 import unicodedata
@@ -36,6 +37,7 @@ from sandbox.protocol import (
     limit_message,
     size_text,
     sizes_over,
+    text_encoding,
 )
 
 CHUNK = 256 * 1024
@@ -186,7 +188,8 @@ class Files:
                 "(an eighth of memory); read it in pieces with files.lines, files.chunks or "
                 "files.csv"
             )
-        return self.whole(info.id).decode("utf-8", "replace")
+        data = self.whole(info.id)
+        return data.decode(text_encoding(data), "replace")
 
     def show(self, file_id: Any) -> None:
         info = self.info(file_id)
@@ -374,13 +377,16 @@ def _window(records: Iterator[Any], skip: int | None, limit: int | None) -> Iter
 
 def _lines(pieces: Iterator[bytes]) -> Iterator[str]:
     """The lines of a file, without their ends (``\\n`` or ``\\r\\n``), as text lines and
-    JSON lines have them (a CR alone is no line end: JSON may hold it as white space)."""
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    JSON lines have them (a CR alone is no line end: JSON may hold it as white space), in
+    the encoding its first piece says (``text_encoding``)."""
+    decoder: codecs.IncrementalDecoder | None = None
     # The line under way, in pieces: joined once it ends, so a long line costs its length
     # (joining each piece onto it, and splitting it again, cost its length squared).
     held: list[str] = []
     first = True
     for piece in pieces:
+        if decoder is None:
+            decoder = codecs.getincrementaldecoder(text_encoding(piece))("replace")
         text = decoder.decode(piece)
         if first:
             text = text.removeprefix("\ufeff")
@@ -393,7 +399,7 @@ def _lines(pieces: Iterator[bytes]) -> Iterator[str]:
         held = [lines.pop()]
         for line in lines:
             yield line.removesuffix("\r")
-    rest = "".join(held) + decoder.decode(b"", final=True)
+    rest = "".join(held) + (decoder.decode(b"", final=True) if decoder is not None else "")
     if rest:
         yield rest.removesuffix("\r")
 
@@ -401,10 +407,14 @@ def _lines(pieces: Iterator[bytes]) -> Iterator[str]:
 def _csv_lines(pieces: Iterator[bytes]) -> Iterator[str]:
     """The lines of a CSV file with their ends, each end ``\\n``, ``\\r\\n`` or a CR alone
     (as Excel's "CSV (Macintosh)" writes them): what Python's CSV reader takes, as from a
-    file opened with ``newline=""``, which is how this reads it."""
-    return io.TextIOWrapper(
-        io.BufferedReader(_PieceStream(pieces), CHUNK),
-        encoding="utf-8-sig",  # a byte-order mark at the start is no part of the first name
+    file opened with ``newline=""``, which is how this reads it; in the encoding its first
+    piece says (``text_encoding``)."""
+    first = next(pieces, b"")
+    encoding = text_encoding(first)
+    yield from io.TextIOWrapper(
+        io.BufferedReader(_PieceStream(itertools.chain([first], pieces)), CHUNK),
+        # A byte-order mark at the start is no part of the first name.
+        encoding="utf-8-sig" if encoding == "utf-8" else encoding,
         errors="replace",
         newline="",
     )
@@ -516,12 +526,18 @@ class _Columns:
 
 
 def _chunks(files: Files, info: FileInfo, size: int, offset: int) -> Iterator[str]:
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    decoder: codecs.IncrementalDecoder | None = None
     position = offset
     while position < info.size:
         data = files.read(info.id, position, size)
         if not data:
             break
+        if decoder is None:
+            # The encoding its first bytes say. From past them, they are read only for data
+            # with a NUL: UTF-16 has one in every other byte of Latin text, UTF-8 text none.
+            head = data if offset == 0 or b"\x00" not in data else files.read(info.id, 0, 2)
+            encoding = text_encoding(head, at_start=offset == 0)
+            decoder = codecs.getincrementaldecoder(encoding)("replace")
         position += len(data)
         text = decoder.decode(data, final=position >= info.size)
         if text:

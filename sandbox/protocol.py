@@ -41,6 +41,7 @@ import-light: pydantic, orjson and the standard library only.
 
 from __future__ import annotations
 
+import codecs
 import threading
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
@@ -190,6 +191,19 @@ def calls_over(limit: int) -> str:
 
 MEDIA_PREFIXES = ("image/", "audio/", "video/")
 MEDIA_TYPES = ("application/pdf",)
+
+
+def text_encoding(head: bytes, *, at_start: bool = True) -> str:
+    """The codec of a file's text, from its first bytes (``head``, two or more): UTF-16 when
+    they are UTF-16's byte-order mark (Excel's "Unicode Text", Windows PowerShell's
+    redirections, which read as UTF-8 were garbage with a NUL between letters), else UTF-8.
+    ``utf-16`` takes the mark as its byte order; a decoder that starts past the mark
+    (``at_start=False``) is told the byte order instead."""
+    if not head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "utf-8"
+    if at_start:
+        return "utf-16"
+    return "utf-16-le" if head.startswith(codecs.BOM_UTF16_LE) else "utf-16-be"
 
 
 def is_media(mime: str) -> bool:

@@ -679,3 +679,33 @@ except OSError as e:
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, "File too large\n", "")
     assert [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()] == []
+
+
+async def test_a_utf16_file_is_read_as_its_text(inproc: InProcessRunner) -> None:
+    """A file in UTF-16 with its byte-order mark (Excel's "Unicode Text", Windows
+    PowerShell's redirections) is read and shown as its text, in either byte order: it was
+    read as UTF-8, garbage with a NUL between letters, in silence, and shown as binary."""
+    text = "name\tcity\nJosé\tMünchen\n"
+    files = [
+        Attachment("export.txt", data=b"\xff\xfe" + text.encode("utf-16-le")),
+        Attachment("export.tsv", data=b"\xfe\xff" + text.encode("utf-16-be")),
+    ]
+    code = """
+    const lines = [], rows = [], chunks = [], later = [];
+    for await (const l of files.lines("export.txt")) lines.push(l);
+    for await (const r of files.csv("export.tsv", { delimiter: "\\t" })) rows.push(r);
+    for await (const c of files.chunks("export.tsv", { size: 6 })) chunks.push(c);
+    for await (const c of files.chunks("export.txt", { offset: 12 })) later.push(c);
+    files.show("export.txt");
+    return [await files.text("export.tsv"), lines, rows, chunks.join(""), later.join("")];
+    """
+    result = await CodeMode([], runner=inproc).run_code(code, files=files)
+    assert result.status == "finished", result.text
+    assert result.value == [
+        text,
+        ["name\tcity", "José\tMünchen"],
+        [{"name": "José", "city": "München"}],
+        text,
+        text[5:],
+    ]
+    assert f"Shown: export.txt (text/plain, {2 + 2 * len(text)} bytes)\n{text}" in result.text
