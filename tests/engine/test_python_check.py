@@ -61,6 +61,18 @@ async def test_wrong_calls_are_refused_with_the_scripts_lines(checker: PythonTyp
     assert {"invalid-argument-type", "missing-typed-dict-key"} <= codes
 
 
+@pytest.mark.parametrize("lf", ["\r", "\r\n"])
+async def test_lines_ended_by_a_carriage_return_are_checked(
+    checker: PythonTypeChecker, lf: str
+) -> None:
+    """Python ends a line at a lone CR too: the check indented only the lines after a LF, so
+    ty read a script of such lines as a syntax error and passed every wrong call in it."""
+    code = lf.join(
+        ["a = 1", 'b = await tools.github__list_prs(repo="o/r")', "await tools.nope(x=1)"]
+    )
+    assert [line for line, _ in await _problems(checker, code)] == [3]
+
+
 async def test_a_call_with_one_mapping_is_checked_too(checker: PythonTypeChecker) -> None:
     """``tools.x({"key": value})`` is checked against the same input type."""
     good = 'return await tools.github__list_prs({"repo": "o/r", "state": "open"})'

@@ -47,6 +47,7 @@ from engine.languages._check import (
 )
 from engine.languages.python._stubs import SCRIPT_ERROR_STUBS, SCRIPT_ERRORS
 from sandbox.names import closest_names
+from sandbox.replay import source_lines
 
 CHECKER_ENV = "CODEMODE_TY"
 
@@ -116,7 +117,8 @@ class PythonTypeChecker(BoundedChecker):
         return find_checker()
 
     async def _check(self, code: str, declarations: str) -> Checked:
-        body = "".join(f" {line}\n" for line in code.split("\n"))
+        # Each line as Python counts lines (a lone CR ends one too), so each is indented.
+        body = "".join(f" {line}\n" for line in source_lines(code, self.language))
         with tempfile.TemporaryDirectory(prefix="codemode-check-") as directory:
             folder = Path(directory)
             isolate(folder)
@@ -185,7 +187,7 @@ _COROUTINE = "`CoroutineType["
 
 
 def _problems(output: str, code: str, declarations: str) -> list[TypeProblem]:
-    lines = code.split("\n")
+    lines = source_lines(code, "python")  # as the checked file has them (see _check)
     script_lines = len(lines)
     found = [m.groups() for m in map(_DIAGNOSTIC.match, output.splitlines()) if m]
     typed = [
