@@ -794,3 +794,5 @@ def warm_up() -> None:
         ElementTree.fromstring(z.read("x.xml"))
     _EPOCH + timedelta(days=1.5)
     datetime(2020, 1, 1).isoformat(timespec="seconds")
+    for encoding in ("utf-16", "utf-16-le", "utf-16-be"):  # what text_encoding may name
+        codecs.getincrementaldecoder(encoding)

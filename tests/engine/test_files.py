@@ -681,10 +681,13 @@ except OSError as e:
     assert [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()] == []
 
 
-async def test_a_utf16_file_is_read_as_its_text(inproc: InProcessRunner) -> None:
+async def test_a_utf16_file_is_read_as_its_text_in_the_confined_process() -> None:
     """A file in UTF-16 with its byte-order mark (Excel's "Unicode Text", Windows
     PowerShell's redirections) is read and shown as its text, in either byte order: it was
-    read as UTF-8, garbage with a NUL between letters, in silence, and shown as binary."""
+    read as UTF-8, garbage with a NUL between letters, in silence, and shown as binary. (The
+    codecs are loaded before lockdown: after it, there is no loading them.)"""
+    from runner import ProcessRunner
+
     text = "name\tcity\nJosé\tMünchen\n"
     files = [
         Attachment("export.txt", data=b"\xff\xfe" + text.encode("utf-16-le")),
@@ -699,7 +702,12 @@ async def test_a_utf16_file_is_read_as_its_text(inproc: InProcessRunner) -> None
     files.show("export.txt");
     return [await files.text("export.tsv"), lines, rows, chunks.join(""), later.join("")];
     """
-    result = await CodeMode([], runner=inproc).run_code(code, files=files)
+    async with ProcessRunner() as runner:
+        engine = CodeMode([], runner=runner)
+        try:
+            result = await engine.run_code(code, files=files)
+        finally:
+            await engine.aclose()
     assert result.status == "finished", result.text
     assert result.value == [
         text,
