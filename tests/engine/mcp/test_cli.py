@@ -351,6 +351,22 @@ def _signalled(
     """Run ``command`` (``codemode mcp serve`` on stdio, its stdin held open all along),
     call run_code with ``code`` when given, and once ``when`` exists send ``signum``; the
     process, ended (the signal's grace is 10 s; killed only past TIMEOUT)."""
+    with _serving(command, cwd) as process:
+        if code is not None:
+            _call_run_code(process, code)
+        deadline = time.monotonic() + TIMEOUT
+        while not when.exists():
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        process.send_signal(signum)
+        process.wait(timeout=TIMEOUT)
+    return process
+
+
+@contextlib.contextmanager
+def _serving(command: list[str], cwd: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``command`` run from ``cwd`` with its three pipes; killed on the way out if it still
+    runs."""
     process = subprocess.Popen(
         command,
         cwd=cwd,
@@ -360,19 +376,11 @@ def _signalled(
         stderr=subprocess.PIPE,
     )
     try:
-        if code is not None:
-            _call_run_code(process, code)
-        deadline = time.monotonic() + TIMEOUT
-        while not when.exists():
-            assert process.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        process.send_signal(signum)
-        process.wait(timeout=TIMEOUT)
+        yield process
     finally:
         if process.poll() is None:
             process.kill()
-        process.communicate()
-    return process
+        process.wait()
 
 
 def _send(process: subprocess.Popen[bytes], message: dict[str, Any]) -> None:
@@ -420,16 +428,8 @@ def test_mcp_serve_on_stdio_stops_quietly_when_its_client_goes_mid_call(tmp_path
     answer a broken pipe, and `codemode mcp serve` printed the SDK's task group traceback and
     exited 1: it says the client went away and exits 0, ending what it started."""
     _toml(tmp_path)
-    process = subprocess.Popen(
-        _command("mcp", "serve"),
-        cwd=tmp_path,
-        env=_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert process.stdin is not None and process.stdout is not None
-    try:
+    with _serving(_command("mcp", "serve"), tmp_path) as process:
+        assert process.stdin is not None and process.stdout is not None
         _call_run_code(process, "await tools.lab__hang({})")
         _wait_for(tmp_path / "hang.pid", process)
         process.stdout.close()
@@ -437,10 +437,6 @@ def test_mcp_serve_on_stdio_stops_quietly_when_its_client_goes_mid_call(tmp_path
         process.wait(timeout=TIMEOUT)
         assert process.stderr is not None
         err = process.stderr.read().decode()
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
     assert process.returncode == 0, err
     assert "Traceback" not in err and "the MCP client went away" in err, err
     assert left_running(tmp_path) == []
@@ -456,16 +452,8 @@ def test_mcp_serve_says_in_one_line_that_a_clients_elicitation_answer_is_not_mcp
         f"[codemode.mcpServers.lab]\ncommand = {json.dumps(sys.executable)}\n"
         f"args = [{json.dumps(str(LAB))}, {json.dumps(str(tmp_path))}]\n"
     )
-    process = subprocess.Popen(
-        _command("mcp", "serve"),
-        cwd=tmp_path,
-        env=_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert process.stdout is not None and process.stdin is not None
-    try:
+    with _serving(_command("mcp", "serve"), tmp_path) as process:
+        assert process.stdout is not None and process.stdin is not None
         _call_run_code(process, 'await tools.lab__wipe({ target: "x" })', {"elicitation": {}})
         asked = orjson.loads(process.stdout.readline())
         assert asked["method"] == "elicitation/create", asked
@@ -475,10 +463,6 @@ def test_mcp_serve_says_in_one_line_that_a_clients_elicitation_answer_is_not_mcp
         process.wait(timeout=TIMEOUT)
         assert process.stderr is not None
         err = process.stderr.read().decode()
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
     body = answer["result"]["content"][0]["text"]
     assert (
         "asking them through the client failed (its answer does not follow MCP: action: "
