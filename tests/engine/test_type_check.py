@@ -271,6 +271,15 @@ FREE = [
         "ok",
     ),
     (
+        # Type arguments are stripped before the run: the check said "Expected 0 type
+        # arguments, but got 1".
+        "a call that names its result's type",
+        "interface Review { user: string }\n"
+        + "const r = await tools.get_reviews<Review[]>({ number: 15 });\n"
+        + "return r[0].user;",
+        "ann",
+    ),
+    (
         "an error of the script's own that does not involve a tool is left to the run",
         "const o: { a: number } = { a: 1 };\n// @ts-expect-error nothing wrong here\n"
         + "const n: number = 'x' as any;\nreturn o.a;",
@@ -381,10 +390,11 @@ async def test_missing_compiler_turns_the_check_off_and_says_so_once(
 
 
 def test_declarations_for_the_check_are_the_models_inputs_with_any_results() -> None:
-    """Inputs as the model reads them, results `any`, every tool plus the builtins."""
+    """Inputs as the model reads them, results `any` unless a call names them, every tool
+    plus the builtins."""
     text = check_declarations(counting_tools([]))
     assert text.startswith("export interface Tools {\n")
-    assert "get_reviews(input: { number: number }): Promise<any>;" in text
+    assert "get_reviews<Result = any>(input: { number: number }): Promise<Result>;" in text
     assert "tool_search(input: { query: string; limit?: number }): Promise<any>;" in text
     assert "skill(input: { name: string }): Promise<any>;" in text
 
@@ -561,7 +571,7 @@ TAKES_ANYTHING = {
 @pytest.mark.parametrize("schema", list(TAKES_ANYTHING.values()), ids=list(TAKES_ANYTHING))
 def test_a_union_with_a_branch_that_takes_anything_declares_unknown(schema: Any) -> None:
     t = Tool("f", input_schema={"type": "object", "properties": {"x": schema}, "required": ["x"]})
-    assert "f(input: { x: unknown }): Promise<any>;" in check_declarations([t])
+    assert "f<Result = any>(input: { x: unknown }): Promise<Result>;" in check_declarations([t])
 
 
 async def test_an_optional_any_parameter_takes_any_value(

@@ -52,7 +52,7 @@ from engine.languages._check import (
     timed_out,
 )
 from engine.languages._walk import Namer
-from engine.languages.javascript._declarations import builtin_member, declare_tool
+from engine.languages.javascript._declarations import CHECK_RESULT, builtin_member, declare_tool
 from sandbox.replay import source_lines
 
 COMPILER_ENV = "CODEMODE_TSC"
@@ -108,7 +108,7 @@ _AWAIT_HINT = "Did you forget to use 'await'?"
 def check_declarations(tools: Sequence[Tool]) -> str:
     """The module the check reads: ``export interface Tools`` declaring every tool as the
     model reads it (inputs), with results ``any``, and the builtins."""
-    namer = Namer({"Tools"})
+    namer = Namer({"Tools", CHECK_RESULT})
     members: list[str] = []
     types: list[str] = []
     for tool in tools:

@@ -82,6 +82,11 @@ def _comment(tool: Tool, full: bool) -> str:
     return f"{INDENT}/**\n{body}{INDENT} */\n"
 
 
+# The type parameter of each tool's result in the type check's declarations, a name no type
+# of theirs takes (see check_declarations).
+CHECK_RESULT = "Result"
+
+
 def declare_tool(
     tool: Tool, namer: Namer, *, comments: bool, full: bool, results: bool = True
 ) -> tuple[str, str]:
@@ -89,7 +94,8 @@ def declare_tool(
 
     New type names are taken from ``namer``; pass a copy when the declaration may be
     dropped. ``results=False`` declares every result ``any`` (the type check's choice: a
-    script may use a result freely, see engine.languages.javascript).
+    script may use a result freely, see engine.languages.javascript), and lets a call name
+    it (``tools.list_prs<PR[]>({ ... })``, which runs: the type argument is stripped).
     """
     renderer = Renderer(namer, comments=comments)
     renderer.checking = not results  # the type check's declarations (see Renderer)
@@ -99,7 +105,7 @@ def declare_tool(
         Document(tool.input_schema, prefix, f"{prefix}_Input", inline_root=True),
         1,
     ).text
-    result_type = "unknown" if results else "any"
+    result_type = "unknown" if results else CHECK_RESULT
     if results and tool.output_schema is not None:
         result_type = renderer.result(result_document(tool.output_schema, prefix)).text
     # A tool with no required input may be called as tools.x(): the sandbox sends {}.
@@ -107,6 +113,8 @@ def declare_tool(
     optional = "?" if not required and tool.input_schema.get("type") == "object" else ""
     # In a type, `new(...)` is a construct signature: a method named `new` is quoted.
     name = literal(tool.name) if tool.name == "new" else tool.name
+    if not results:
+        name += f"<{CHECK_RESULT} = any>"
     member = (
         f"{_comment(tool, full)}{INDENT}{name}(input{optional}: {input_type}): "
         f"Promise<{result_type}>;\n"
