@@ -59,14 +59,22 @@ class StripError(Exception):
 
 
 # `f<T>(x)` and f<T>`x`: a call with type arguments, which is also valid JavaScript (two
-# comparisons) with another meaning. Bounded, so a hostile script cannot make it backtrack.
-_GENERIC_CALL = re.compile(r"[\w$\])]\s*<[\w$\s,.|\[\]<>'\"?:]{1,160}?>\s*[(`]")
+# comparisons) with another meaning, object types and intersections too (`reduce<{ total:
+# number, n: number }>(...)` ran as comparisons with an object literal: "number is not
+# defined"); not `&&`, which plain comparisons have. Bounded, so a hostile script cannot make
+# it backtrack.
+_GENERIC_CALL = re.compile(r"[\w$\])]\s*<[\w$\s,.|\[\]<>'\"?:{};&]{1,160}?>\s*[(`]")
 
 
 def wanted(code: str) -> bool:
     """True when the script must be stripped before it is compiled as JavaScript: it has
     something shaped like a call with type arguments (see above)."""
-    return _GENERIC_CALL.search(code) is not None
+    start = 0
+    while (match := _GENERIC_CALL.search(code, start)) is not None:
+        if "&&" not in match[0]:
+            return True
+        start = match.start() + 1  # a call may begin inside what was not one
+    return False
 
 
 class Stripper:

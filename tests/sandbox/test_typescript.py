@@ -340,6 +340,11 @@ def test_plain_javascript_is_not_stripped(monkeypatch: pytest.MonkeyPatch) -> No
         "const id = (x) => x;\nreturn id<Number>(5);",
         "const id = (x) => x;\nreturn id<Array<Number>>(5);",
         "const tag = (s) => s[0];\nreturn tag<String>`5`;",
+        # An object type is an object literal in JavaScript: these ran as comparisons, and
+        # failed with "ReferenceError: number is not defined".
+        "return [2, 3].reduce<{ total: number, n: number }>((a, x) => a + x, 0);",
+        "const id = (x) => x;\nreturn id<Array<{ n: number }>>(5);",
+        "const id = (x) => x;\nreturn id<{ n: number } & { m: string }>(5);",
     ],
 )
 def test_call_with_type_arguments_means_what_typescript_says(code: str) -> None:
