@@ -432,12 +432,17 @@ def _session_gone(error: Any) -> bool:
     return message in _SESSION_GONE and code in _SESSION_GONE_CODES
 
 
+# How the SDK's HTTP client begins the error it makes of an answer, or of an event, that is
+# no JSON-RPC message (the server refused nothing).
+_UNPARSED = ("Failed to parse JSON response", "Failed to parse SSE message")
+
+
 def _refusal(name: str, message: str) -> str:
     """One line for a call the server answered with an error. Over HTTP the SDK's message
-    for an answer it cannot parse is a whole pydantic report, links included: its problem
-    line is kept, without the report's header and links."""
+    for an answer (or an event of a stream) it cannot parse is a whole pydantic report,
+    links included: its problem line is kept, without the report's header and links."""
     lines = message.strip().splitlines() or ["(no message)"]
-    if lines[0].startswith("Failed to parse JSON response"):
+    if lines[0].startswith(_UNPARSED):
         problem = next((x.strip() for x in lines[1:] if x.strip()), "")
         problem = problem.split(" [type=")[0][:300]
         why = f" ({problem})" if problem else ""

@@ -4,8 +4,8 @@
     python fastmcp_server.py DIR --http    # over streamable HTTP; prints its URL first
     python fastmcp_server.py DIR --http --port N   # on port N (a restart on the same URL)
     python fastmcp_server.py DIR --http --json     # each answer one JSON body, not an event
-    python fastmcp_server.py DIR --http --broken   # a call of ``http_error``, ``not_json`` or
-        ``rpc_error`` gets a broken HTTP answer (see BROKEN) instead of the tool's
+    python fastmcp_server.py DIR --http --broken   # a call of a tool named in BROKEN
+        (``http_error``, ``not_json``, ...) gets that broken HTTP answer instead of the tool's
 
 ``DIR`` is where ``hang`` writes its process id, so a test can kill this server mid-call.
 While ``DIR/mute`` exists, the server starts and never answers (it writes ``DIR/muted``).
@@ -123,6 +123,7 @@ def big(mib: int) -> str:
 BROKEN = {
     "http_error": (500, "text/plain", b"internal oops\nat handler.py:12"),
     "not_json": (200, "application/json", b"{not json"),
+    "not_json_event": (200, "text/event-stream", b"event: message\ndata: {not json\n\n"),
     "rpc_error": (
         500,
         "application/json",

@@ -331,10 +331,12 @@ async def test_an_http_error_answer_says_its_status_and_a_broken_one_what_is_wro
     """An HTTP error answer to a call says its status and the first line of its body (the
     SDK said only "Server returned an error response"), a JSON-RPC error in it is the
     server's message, and an answer that is no JSON says so in one line (it was a pydantic
-    report, and the SDK logged a traceback of its own code)."""
+    report, and the SDK logged a traceback of its own code), as does an event of a stream
+    (it read "refused the call: Failed to parse SSE message: 1 validation error for ...")."""
     async with _lab_over_http(tmp_path, "--broken") as engine:
         said = {}
-        for name in ("http_error", "not_json", "rpc_error", "detail_error", "huge_error"):
+        names = ("http_error", "not_json", "not_json_event", "rpc_error", "detail_error")
+        for name in (*names, "huge_error"):
             code = f"try {{ await tools.lab__{name}({{}}); }} catch (e) {{ return e.message; }}"
             result = await asyncio.wait_for(engine.run_code(code), 60)
             assert result.status == "finished", result.text
@@ -346,6 +348,8 @@ async def test_an_http_error_answer_says_its_status_and_a_broken_one_what_is_wro
             "Error: internal oops",
             "not_json": "the MCP server 'lab' answered the call with no JSON-RPC message "
             "(Invalid JSON: key must be a string at line 1 column 2)",
+            "not_json_event": "the MCP server 'lab' answered the call with no JSON-RPC "
+            "message (Invalid JSON: key must be a string at line 1 column 2)",
             "rpc_error": "the MCP server 'lab' refused the call: rate limited",
             "detail_error": "the MCP server 'lab' refused the call: HTTP 503 Service "
             'Unavailable: {"detail": "upstream down"}',
