@@ -91,7 +91,8 @@ def cores() -> int:
 
 class BoundedChecker(abc.ABC):
     """Checks scripts with one checker binary at ``path`` (default: :meth:`find`), within
-    ``timeout`` seconds (wall and CPU) and ``memory`` bytes of checker heap per check.
+    ``timeout`` seconds (wall and CPU) and ``memory`` bytes of checker heap per check; raises
+    :class:`CompilerMissing` when ``path`` is not an executable file.
 
     One checker per core runs at a time: a burst of starts (a hundred scripts at once) would
     otherwise fork a hundred checkers that starve the host's event loop and each other past
@@ -110,6 +111,13 @@ class BoundedChecker(abc.ABC):
     ) -> None:
         self.memory = parse_size(memory, what=f"{type(self).__name__}(memory=...)")
         self.path = Path(path) if path is not None else self.find()
+        if not (self.path.is_file() and os.access(self.path, os.X_OK)):
+            # Found at the first check, it failed every script, telling the model to write
+            # them more simply.
+            raise CompilerMissing(
+                f"{type(self).__name__}({str(self.path)!r}) is not an executable file; give "
+                "the checker's path, or none to find the installed one"
+            )
         self.timeout = timeout
         self._turns = asyncio.Semaphore(cores())
 

@@ -544,7 +544,7 @@ def test_byte_size_options_take_the_words_the_config_takes() -> None:
     assert runner.data_limit == config.runner.options["data_limit"] == 3 * 1024**3 // 2
     with pytest.raises(ValueError, match="data_limit = 'huge' is not a size"):
         ProcessRunner(mode="exec", data_limit="huge")
-    assert TypeChecker("/nonexistent/tsgo", memory="256mb").memory == 256 * 1024**2
+    assert TypeChecker("/bin/true", memory="256mb").memory == 256 * 1024**2
     with pytest.raises(ConfigError, match=r"TypeChecker\(memory=...\) = 'lots' is not a size"):
         TypeChecker("/nonexistent/tsgo", memory="lots")
 

@@ -537,6 +537,14 @@ async def test_a_compiler_that_faults_at_its_bound_met_the_memory_bound(
     assert checked.failure is not None and "more than 300 MiB of memory" in checked.failure
 
 
+@pytest.mark.parametrize("path", ["/nonexistent/tsc", "/tmp", "/etc/passwd"])
+def test_a_checker_that_is_not_an_executable_file_is_refused_at_once(path: str) -> None:
+    """The host's mistake is the host's error when it makes the checker: found at the first
+    check, it failed every script, telling the model to write it more simply."""
+    with pytest.raises(CompilerMissing, match=r"is not an executable file; give the checker"):
+        TypeChecker(path)
+
+
 async def test_a_broken_compiler_never_passes_a_script() -> None:
     """A compiler that fails without reporting errors the way tsc does fails the check: a
     broken install must not read as a clean script."""
