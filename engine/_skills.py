@@ -22,7 +22,7 @@ from engine.languages import dialect
 from engine.languages._dialect import BUDGET, MAX_DESCRIPTION
 from engine.languages._walk import first_line
 from engine.log import NOT_KEPT
-from sandbox.names import closest_names
+from sandbox.names import closest_names, spelled_otherwise
 
 # The longest skill name. A name is a line of the skills' listing, a file id's prefix, and
 # what a script asks for: a longer one is no skill's, and is not compared with the skills'
@@ -202,13 +202,16 @@ def skill_answer(
 
 
 def find_skill(skills: Sequence[Skill], name: object) -> Skill:
-    """The skill called ``name``; a :class:`ToolCallError` naming the closest skills if none."""
+    """The skill called ``name`` (in either Unicode normalization); a :class:`ToolCallError`
+    naming the closest skills if none."""
     if not isinstance(name, str):
         raise ToolCallError('tools.skill takes { name: "skill name" }')
-    for skill in skills:
-        if skill.name == name:
-            return skill
     names = [s.name for s in skills]
+    if len(name) <= MAX_SKILL_NAME:
+        # A name from a macOS folder has é as e and an accent mark; a model writes one.
+        found = name if name in names else spelled_otherwise(name, names)
+        if found is not None:
+            return skills[names.index(found)]
     if not names:
         raise ToolCallError("tools.skill: this agent has no skills")
     if len(name) > MAX_SKILL_NAME:

@@ -17,7 +17,6 @@ import io
 import itertools
 import json
 import re
-import unicodedata
 import zipfile
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
@@ -28,7 +27,7 @@ import orjson
 
 from sandbox import jsontext
 from sandbox.jsontext import LONG_TEXT, finite, no_constant
-from sandbox.names import closest_names
+from sandbox.names import closest_names, spelled_otherwise
 from sandbox.protocol import (
     FileInfo,
     Limits,
@@ -98,21 +97,14 @@ class Files:
             given = "; none was given" if file_id is None else f", not {file_id!r:.80}"
             raise FileError(f'a file id is a string, as in files.stat("data.csv"){given}')
         info = self.infos.get(file_id)
-        if info is None:
-            info = self._spelled_otherwise(file_id)
+        same = spelled_otherwise(file_id, self.order) if info is None else None
+        if same is not None:  # of the record's files: every run finds the same
+            info = self.infos[same]
         if info is None:
             near = closest_names(file_id, self.order)
             hint = f" (did you mean {', '.join(map(repr, near))}?)" if near else ""
             raise FileError(f"no file {file_id!r}{hint}; files.list() lists the files")
         return info
-
-    def _spelled_otherwise(self, file_id: str) -> FileInfo | None:
-        """The one file whose id is ``file_id`` in another Unicode normalization, or None:
-        a name from macOS writes é as e and an accent mark, which a model writes as one
-        character (and the files are the record's, so every run resolves it alike)."""
-        wanted = unicodedata.normalize("NFC", file_id)
-        same = [i for i in self.order if unicodedata.normalize("NFC", i) == wanted]
-        return self.infos[same[0]] if len(same) == 1 else None
 
     def read(self, file_id: str, offset: int, length: int) -> bytes:
         """Bytes of a file, counted against ``file_bytes``; ``b""`` at the end.

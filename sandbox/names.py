@@ -88,6 +88,15 @@ def terms(text: str, *, numbers: bool = True) -> list[str]:
     ]
 
 
+def spelled_otherwise(name: str, names: Iterable[str]) -> str | None:
+    """The one of ``names`` that is ``name`` in another Unicode normalization, or None: a
+    name from macOS writes é as e and an accent mark, which a model writes as one character
+    (and was told "no file 'é.txt' (did you mean 'é.txt'?)")."""
+    wanted = unicodedata.normalize("NFC", name)
+    same = [n for n in names if unicodedata.normalize("NFC", n) == wanted]
+    return same[0] if len(same) == 1 else None
+
+
 def closest_names(name: str, names: Iterable[str], n: int = 3) -> list[str]:
     """Up to ``n`` of ``names`` closest to ``name``, best first, for "no tool named ..." errors.
 

@@ -68,6 +68,18 @@ async def test_unknown_skill_names_the_closest(inproc: InProcessRunner) -> None:
     assert "runbooks:respond" in result.value
 
 
+async def test_a_skill_named_in_another_unicode_normalization_is_loaded(
+    inproc: InProcessRunner,
+) -> None:
+    """A skill named from a macOS folder has é as e and an accent mark; a script that writes
+    it as one character loads it. It read "no skill 'résumé'; the closest are résumé"."""
+    skill = Skill("re\u0301sume\u0301", "Write a résumé.", "Keep it to a page.")
+    engine = CodeMode([], runner=inproc, skills=[skill])
+    result = await engine.run_code("return await tools.skill({ name: 'r\u00e9sum\u00e9' })")
+    assert result.status == "finished", result.text
+    assert "Keep it to a page." in result.value
+
+
 async def test_search_finds_skills_and_listing_names_tools(inproc: InProcessRunner) -> None:
     """tool_search finds skills with how to load them; the prompt lists each skill's tools."""
     engine = CodeMode([page_oncall, open_incident], runner=inproc, skills=[RESPOND])
