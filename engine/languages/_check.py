@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import math
 import os
 import time
@@ -243,7 +244,9 @@ async def run_bounded(
         return None
     except BaseException:
         # Cancelled (the host let the script go): a checker left with nobody reading its
-        # output blocks on the full pipe for good, so it ends with the check.
-        process.kill()
+        # output blocks on the full pipe for good, so it ends with the check (unless it
+        # already has).
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
         raise
     return Ran(b"".join(chunks).decode("utf-8", "replace"), status, cut)
