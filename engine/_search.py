@@ -115,7 +115,6 @@ class _Ranking:
     many times at once)."""
 
     def __init__(self, entries: list[_Entry]) -> None:
-        self.entries = entries
         count = len(entries)
         average = sum(e.length for e in entries) / count if count else 1.0
         # Each term's entries, in the entries' order, each with its weight and length norm.

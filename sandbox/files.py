@@ -525,9 +525,12 @@ def _chunks(files: Files, info: FileInfo, size: int, offset: int) -> Iterator[st
         if not data:
             break
         if decoder is None:
-            # The encoding its first bytes say. From past them, they are read only for data
-            # with a NUL: UTF-16 has one in every other byte of Latin text, UTF-8 text none.
-            head = data if offset == 0 or b"\x00" not in data else files.read(info.id, 0, 2)
+            # The encoding its first two bytes say: read again when the first chunk is
+            # shorter (from the read ahead), and from past them only for data with a NUL
+            # (UTF-16 has one in every other byte of Latin text, UTF-8 text none).
+            head = data
+            if (offset == 0 and len(data) < 2) or (offset > 0 and b"\x00" in data):
+                head = files.read(info.id, 0, 2)
             encoding = text_encoding(head, at_start=offset == 0)
             decoder = codecs.getincrementaldecoder(encoding)("replace")
         position += len(data)

@@ -697,7 +697,7 @@ async def test_a_utf16_file_is_read_as_its_text_in_the_confined_process() -> Non
     const lines = [], rows = [], chunks = [], later = [];
     for await (const l of files.lines("export.txt")) lines.push(l);
     for await (const r of files.csv("export.tsv", { delimiter: "\\t" })) rows.push(r);
-    for await (const c of files.chunks("export.tsv", { size: 6 })) chunks.push(c);
+    for await (const c of files.chunks("export.tsv", { size: 1 })) chunks.push(c);
     for await (const c of files.chunks("export.txt", { offset: 12 })) later.push(c);
     files.show("export.txt");
     return [await files.text("export.tsv"), lines, rows, chunks.join(""), later.join("")];
