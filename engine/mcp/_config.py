@@ -152,6 +152,20 @@ class ServerProblem:
         return f"MCP server {self.server!r}: {peer_text(self.message)}"
 
 
+# The name code mode gives itself as an MCP server (`codemode mcp serve`) and as a client.
+SERVER_NAME = "codemode"
+
+
+def codemode_version() -> str:
+    """This package's version, as it names itself to MCP servers and clients."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("codemode")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
 def load_servers_file(path: str | Path) -> tuple[list[ServerSpec], list[ServerProblem]]:
     """The servers of an ``mcpServers`` JSON file. A file that cannot be read or parsed
     raises :class:`ConfigError`; a bad server entry is a problem, and the rest load."""

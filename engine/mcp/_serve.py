@@ -43,6 +43,7 @@ from engine._events import Event
 from engine._result import RunResult
 from engine._schema import a_json_type
 from engine._tools import Tool
+from engine.mcp._config import SERVER_NAME, codemode_version
 from engine.mcp._stdio import MAX_MESSAGE, well_formed_json
 from engine.mcp._upstream import summary
 from sandbox.protocol import size_text
@@ -53,7 +54,6 @@ CONTINUE = "continue_script"
 # Seconds requests in flight have to end when the HTTP server stops; a script cut short is
 # in the session log, where continue_script (or `codemode resume`) takes it up.
 STOP_GRACE = 2
-SERVER_NAME = "codemode"
 
 
 def _argument(
@@ -101,7 +101,7 @@ class CodeModeServer:
 
         return Server(
             SERVER_NAME,
-            version=_version(),
+            version=codemode_version(),
             instructions=(
                 "Write a script for run_code that calls the tools declared in its description; "
                 "only what the script prints and returns comes back."
@@ -534,12 +534,3 @@ def _notifications() -> Any:
 def _quiet(task: Any) -> None:
     if not task.cancelled() and task.exception() is not None:
         logger.info("could not tell a client its tools changed: %s", task.exception())
-
-
-def _version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("codemode")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"

@@ -25,7 +25,7 @@ import orjson
 
 from engine._errors import ToolCallError
 from engine._tools import exception_leaves
-from engine.mcp._config import ServerSpec
+from engine.mcp._config import SERVER_NAME, ServerSpec, codemode_version
 from engine.mcp._listing import ToolListings, path_text
 from engine.mcp._stdio import MAX_MESSAGE, stdio_transport
 from runner._tasks import cancel_and_wait, wait_ended
@@ -145,6 +145,7 @@ class Upstream:
     async def _connect_once(self) -> None:
         import anyio
         from mcp import ClientSession
+        from mcp_types import Implementation
 
         self._step = None
         async with contextlib.AsyncExitStack() as stack:
@@ -170,7 +171,13 @@ class Upstream:
             pump_task = asyncio.create_task(pump())
             stack.push_async_callback(cancel_and_wait, pump_task)
             session = await stack.enter_async_context(
-                ClientSession(receive, listings.outgoing(write), message_handler=self._on_message)
+                ClientSession(
+                    receive,
+                    listings.outgoing(write),
+                    message_handler=self._on_message,
+                    # The server's logs name its client: the SDK's default is "mcp" 0.1.0.
+                    client_info=Implementation(name=SERVER_NAME, version=codemode_version()),
+                )
             )
             async with asyncio.timeout(self.spec.init_timeout):
                 self._step = "initialize"

@@ -99,6 +99,13 @@ def header(ctx: Context) -> str:
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def client(ctx: Context) -> str:
+    """The name and version the client gave in its initialize request."""
+    params = ctx.request_context.session.client_params
+    return f"{params.client_info.name} {params.client_info.version}" if params else ""
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
 async def hang() -> str:
     """Never answers: writes this server's pid to DIR/hang.pid and waits."""
     (DIR / "hang.pid.tmp").write_text(str(os.getpid()))

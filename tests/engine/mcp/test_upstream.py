@@ -110,6 +110,20 @@ async def test_a_lost_server_is_named_without_its_arguments(tmp_path: Path) -> N
         await engine.aclose()
 
 
+async def test_a_server_is_told_its_client_is_codemode(tmp_path: Path) -> None:
+    """The client a server's logs name is code mode and its version (the SDK's default
+    named it "mcp" 0.1.0)."""
+    from engine.mcp._config import codemode_version
+
+    servers = await McpServers.start(_lab(tmp_path))
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        result = await engine.run_code("return await tools.lab__client({})")
+        assert result.value == {"result": f"codemode {codemode_version()}"}, result.text
+    finally:
+        await engine.aclose()
+
+
 async def test_annotations_set_approval_and_read_only(tmp_path: Path) -> None:
     servers = await McpServers.start(_lab(tmp_path))
     engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
