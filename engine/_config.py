@@ -236,7 +236,9 @@ class Config:
             raise ConfigError(f"{where}: [codemode] queue_timeout must be seconds, over 0")
         type_check = section.get("type_check", "on")
         if type_check not in ("on", "off"):
-            raise ConfigError(f'{where}: [codemode] type_check = {type_check!r}; use "on" or "off"')
+            raise ConfigError(
+                f'{where}: [codemode] type_check = {_shown(type_check)}; use "on" or "off"'
+            )
         language = check_language(
             section.get("language", "javascript"), where=f"{where}: [codemode] language"
         )

@@ -79,6 +79,14 @@ def test_bad_store_table_is_refused(tmp_path: Path, table: str, named: str) -> N
     assert named in str(caught.value) and "[codemode.store]" in str(caught.value)
 
 
+def test_a_long_bad_type_check_is_quoted_cut_short(tmp_path: Path) -> None:
+    """A wrong value is quoted up to a bound, as every other key's (a long one was quoted
+    whole, a screenful for a pasted block)."""
+    with pytest.raises(ConfigError) as caught:
+        _config(tmp_path, f'[codemode]\ntype_check = "{"x" * 5000}"\n')
+    assert "type_check = 'xxx" in str(caught.value) and len(str(caught.value)) < 300
+
+
 def test_an_unset_dsn_env_is_named_when_the_store_is_made(tmp_path: Path) -> None:
     """dsn_env is read when the store is made, not when the file is: a --data-dir that puts
     the log in SQLite does not need it set (it was refused before the flag was applied)."""
