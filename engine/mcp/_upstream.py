@@ -677,6 +677,13 @@ def _describe(
         )
     text = str(error).strip().splitlines()
     first = text[0] if text else type(error).__name__
+    if isinstance(error, RuntimeError) and step is not None:
+        # The SDK's refusal of an answer it cannot go on from (a protocol version it does
+        # not speak): the server answered, so "cannot connect" sent one to the network.
+        return (
+            f"answered {step} in a way code mode cannot use ({spec.where()}): {first[:300]}; "
+            "update the server or leave it out of the config"
+        )
     return f"cannot connect ({spec.where()}): {type(error).__name__}: {first[:300]}"
 
 

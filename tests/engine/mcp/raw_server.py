@@ -6,6 +6,7 @@
     python raw_server.py TOOLS.json --banner   # two lines of text first, as a log to stdout
     python raw_server.py TOOLS.json --stubborn # ignores SIGTERM and outlives its stdin
     python raw_server.py TOOLS.json --refuse-list  # tools/list answered with an error
+    python raw_server.py TOOLS.json --old-protocol # initialize answered with version 1999-01-01
 
 It answers ``initialize``; ``tools/list`` with the text of TOOLS.json as its ``tools``, sent
 as it is (an invalid definition, nesting too deep to parse), or a page of PAGES.json (the
@@ -55,7 +56,9 @@ for line in sys.stdin:
     params = message.get("params") or {}
     if message.get("method") == "initialize":
         answer = {
-            "protocolVersion": params["protocolVersion"],
+            "protocolVersion": "1999-01-01"
+            if MODE == "--old-protocol"
+            else params["protocolVersion"],
             "capabilities": {"tools": {}},
             "serverInfo": {"name": "raw", "version": "0"},
         }

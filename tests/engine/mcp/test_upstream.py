@@ -751,6 +751,20 @@ async def test_a_server_that_writes_text_to_stdout_is_named_in_one_line(
     assert "'Starting server v1.0 ...'" in message and "its logs go to stderr" in message
 
 
+async def test_a_server_of_a_protocol_version_the_sdk_does_not_speak_is_named(
+    tmp_path: Path,
+) -> None:
+    """A server that answers initialize with a protocol version the SDK does not speak: the
+    problem says it answered, and what with (it read "cannot connect ... RuntimeError",
+    which sent its owner to the network)."""
+    problem = await _raw_problem(tmp_path, "[]", "--old-protocol")
+    assert problem == (
+        f"MCP server 'raw': answered initialize in a way code mode cannot use ({sys.executable} "
+        "...): Unsupported protocol version from the server: 1999-01-01; update the server or "
+        "leave it out of the config"
+    ), problem
+
+
 async def test_an_answer_that_cannot_be_read_is_named_at_the_timeout(tmp_path: Path) -> None:
     """An answer the SDK cannot parse (nested past its limit) is dropped, so the server
     seems not to answer: the problem says what could not be read, not only that it was
