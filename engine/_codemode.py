@@ -208,6 +208,7 @@ class CodeMode(StepLoop):
             blobs=blobs,
             clock=clock,
             tool_threads=tool_threads,
+            mcp=mcp,
         )
         self._own_tools = as_tools(tools)
         for own in self._own_tools:

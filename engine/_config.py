@@ -540,16 +540,18 @@ def check_parts(
     blobs: Any,
     clock: Any,
     tool_threads: Any,
+    mcp: Any,
 ) -> None:
     """:class:`ConfigError` for a ``CodeMode`` part of the wrong kind, naming it, before
     anything is made: each was a TypeError or AttributeError from deep inside, some only
     at the first ``run_code`` or at ``aclose``."""
     from engine._files import BlobStore
+    from engine._tools import Tool
     from engine.log import LogStore
 
     for name, value in (("tools", tools), ("skills", skills)):
         # One tool, or a name, where the list belongs: as_tools says what to pass.
-        one_tool = name == "tools" and (callable(value) or isinstance(value, str | bytes))
+        one_tool = name == "tools" and (callable(value) or isinstance(value, Tool | str | bytes))
         if not isinstance(value, Iterable) and not one_tool:
             raise ConfigError(f"{name} is a list, not {_shown(value)}")
     if runner is not None and not (
@@ -568,6 +570,12 @@ def check_parts(
         raise ConfigError(f"blobs is {_shown(blobs)}; give a BlobStore, or leave it out")
     if not callable(clock):
         raise ConfigError(f"clock is {_shown(clock)}; give a function answering seconds")
+    if mcp is not None and not all(
+        callable(getattr(mcp, method, None)) for method in ("subscribe", "aclose")
+    ):
+        raise ConfigError(
+            f"mcp is {_shown(mcp)}; give McpServers (await McpServers.start(...)), or leave it out"
+        )
     if isinstance(tool_threads, bool) or not isinstance(tool_threads, int) or tool_threads < 1:
         raise ConfigError(
             f"tool_threads = {_shown(tool_threads)} must be a whole number, 1 or more"

@@ -1216,6 +1216,7 @@ def test_one_engine_serves_one_event_loop_after_another(tmp_path: Path) -> None:
         ({"tool_threads": 0}, "tool_threads = 0 must be a whole number"),
         ({"tool_threads": True}, "tool_threads = True must be a whole number"),
         ({"tools": None}, "tools is a list, not None"),
+        ({"mcp": 5}, "mcp is 5; give McpServers"),
         ({"skills": 5}, "skills is a list, not 5"),
         ({"on_event": 5}, "on_event takes a function of one Event, or a list"),
         ({"runner": 5}, "runner is 5; give a ScriptRunner"),
@@ -1229,6 +1230,12 @@ def test_a_part_of_the_wrong_kind_is_refused_naming_it(given: dict[str, Any], sa
     aclose: a ConfigError naming the option, before anything is made."""
     with pytest.raises(ConfigError, match=re.escape(said)):
         CodeMode(**given)
+
+
+def test_one_tool_where_the_list_belongs_says_to_pass_a_list() -> None:
+    """A @tool-made Tool alone (not callable) read 'tools is a list, not Tool('t')'."""
+    with pytest.raises(ToolDefinitionError, match=re.escape("pass [t], not t")):
+        CodeMode(Tool("t"))  # type: ignore[arg-type]
 
 
 async def test_an_on_start_that_is_no_plain_function_is_refused_before_the_start(
