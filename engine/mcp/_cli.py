@@ -293,7 +293,11 @@ async def start_servers(
 def _upstream(text: str) -> ServerSpec:
     name = None
     head, sep, rest = text.partition("=")
-    if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", head) and rest.strip():
+    if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", head):
+        if not rest.strip():  # it was taken for a command named "a=", which no PATH has
+            raise ConfigError(
+                f"--upstream {text!r}: give the command after the name, as NAME=COMMAND"
+            )
         name, text = head, rest
     try:
         words = shlex.split(text)

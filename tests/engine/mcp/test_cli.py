@@ -558,6 +558,16 @@ def test_mcp_serve_names_where_two_servers_of_one_name_come_from(tmp_path: Path)
     )
 
 
+def test_mcp_serve_refuses_an_upstream_name_without_a_command(tmp_path: Path) -> None:
+    """`--upstream memory=` (the command left out): it said it could not start the command
+    'memory=', as if the whole text were one."""
+    proc = codemode(tmp_path, "mcp", "serve", "--upstream", "memory=", stdin="")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        "codemode: --upstream 'memory=': give the command after the name, as NAME=COMMAND\n"
+    )
+
+
 def test_mcp_serve_over_http_where_it_cannot_listen_says_so(tmp_path: Path) -> None:
     """A port in use, a host that does not resolve: one line and exit 2, not a traceback;
     and [::1]:PORT is taken as the URL form it prints."""
