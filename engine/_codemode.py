@@ -1009,7 +1009,9 @@ class CodeMode(StepLoop):
         self._check_open()
         check_ids(script_id, call_id)
         entry = await self._waiting(script_id, call_id)
-        error = error_text(message or f"a person refused tools.{entry.name}")
+        # As client_result's error: any message is its text (5 failed in len() with TypeError).
+        said = "" if message is None else str(message)
+        error = error_text(said or f"a person refused tools.{entry.name}")
         await self.store.answer(script_id, call_id, log.AWAITING_APPROVAL, log.FAILED, error=error)
         await self._answered("call.failed", script_id, call_id, entry, error=error)
 

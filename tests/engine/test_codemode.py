@@ -250,6 +250,23 @@ async def test_rejection_is_an_error_the_script_sees(inproc: InProcessRunner) ->
     assert result.value == "too loud"
 
 
+async def test_a_rejection_whose_message_is_no_string_is_its_text(inproc: InProcessRunner) -> None:
+    """reject(..., message=404) raised TypeError from inside (len() of an int); the script
+    reads the message's text, as a client_result's error is."""
+
+    @tool(needs_approval=True)
+    def post(text: str) -> str:
+        """Post a message."""
+        return "ok"
+
+    engine = CodeMode([post], runner=inproc)
+    result = await engine.run_code(
+        "try { await tools.post({ text: 'hi' }) } catch (e) { return e.message }"
+    )
+    await engine.reject(result.script_id, result.waiting[0]["call_id"], 404)  # type: ignore[arg-type]
+    assert (await engine.resume(result.script_id)).value == "404"
+
+
 async def test_client_tool_waits_for_the_client(inproc: InProcessRunner) -> None:
     """A client tool pauses the script until the client sends its result."""
     pick = Tool(
