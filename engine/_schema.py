@@ -350,14 +350,11 @@ def holds_at_most(value: Any, items: int) -> bool:
                 children = v
             elif v is None or kind is str or kind is int or kind is float or kind is bool:
                 continue
-            elif isinstance(v, dict):
-                children = v.values()
-            elif isinstance(v, list | tuple):
-                children = v
-            elif hasattr(v, "__dict__") and not isinstance(v, type):
-                children = vars(v).values()
             else:
-                continue
+                inner = _contents(v)
+                if inner is None:
+                    continue
+                children = inner.values() if isinstance(inner, dict) else inner
             items -= len(children)
             if items < 0:
                 return False
@@ -365,6 +362,60 @@ def holds_at_most(value: Any, items: int) -> bool:
     except Exception:
         return False
     return True
+
+
+def cycle_at(value: Any, items: int) -> list[str | int] | None:
+    """The path in ``value`` of a member that is a container holding it (``["self"]`` for
+    ``d["self"] = d``), looked for among the first ``items`` items of the walk
+    :func:`holds_at_most` counts; None when there is none there (or the walk raises)."""
+    top = _contents(value)
+    if top is None:
+        return None
+    holding = {id(value)}  # the containers from the top down to the one walked
+    path: list[str | int] = []
+    stack = [(id(value), _entries(top))]
+    try:
+        while stack:
+            owner, entries = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                stack.pop()
+                holding.discard(owner)
+                if path:
+                    path.pop()
+                continue
+            items -= 1
+            if items < 0:
+                return None
+            key, child = entry
+            if id(child) in holding:
+                return [*path, key]
+            inner = _contents(child)
+            if inner is not None:
+                holding.add(id(child))
+                path.append(key)
+                stack.append((id(child), _entries(inner)))
+    except Exception:
+        return None
+    return None
+
+
+def _contents(value: Any) -> dict[Any, Any] | list[Any] | tuple[Any, ...] | None:
+    """What ``value`` holds as :func:`holds_at_most` counts it: a dict, a list or a tuple
+    (an object's attributes as its dict), or None for a value that holds nothing."""
+    if isinstance(value, dict | list | tuple):
+        return value
+    if hasattr(value, "__dict__") and not isinstance(value, type):
+        attributes = vars(value)
+        return attributes if isinstance(attributes, dict) else None
+    return None
+
+
+def _entries(inner: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> Iterator[tuple[Any, Any]]:
+    # Each member with its key in a path: a dict's key as text, a sequence's index.
+    if isinstance(inner, dict):
+        return ((k if isinstance(k, str | int) else str(k), v) for k, v in inner.items())
+    return enumerate(inner)
 
 
 def _convert(value: Any, path: list[str | int], depth: int) -> Any:

@@ -42,12 +42,13 @@ from engine._schema import (
     a_json_type,
     check_schema,
     compile_schema,
+    cycle_at,
     holds_at_most,
     to_json_data,
     validation_problems,
 )
 from engine._tool_threads import Ticket, ToolThreads, shared_threads, timed_out
-from sandbox.protocol import size_text
+from sandbox.protocol import data_path, size_text
 
 T = TypeVar("T")
 
@@ -506,6 +507,14 @@ class Tool:
     def _check_result(self, result: Any, room: int | None = None) -> Any:
         # Every item takes two bytes of JSON at least (itself and a comma or a bracket).
         if room is not None and not holds_at_most(result, room // 2):
+            cycle = cycle_at(result, room // 2)
+            if cycle is not None:
+                # Counted, a cycle is endless: it read as too many items, not as what it is.
+                raise self._error(
+                    f"tools.{self.name} returned a cycle at {data_path(cycle)}: it refers back "
+                    "to an object that holds it, which JSON cannot carry; have the tool return "
+                    "a copy without that reference"
+                )
             raise self._error(
                 f"tools.{self.name} returned more than {room // 2:,} items, which take more than "
                 f"the {size_text(room)} of results a script may read (an object "

@@ -544,6 +544,38 @@ async def test_a_result_small_in_memory_but_huge_as_json_fails_at_once(kind: str
 
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_result_that_holds_itself_says_where_the_cycle_closes(kind: str) -> None:
+    """A result whose member refers back to an object holding it counted as endless, and
+    its call read "returned more than 32,768 items ... (an object that stands in several
+    places counts in each)": the call names the cycle and where it closes."""
+
+    def tree() -> dict[str, Any]:
+        top: dict[str, Any] = {"name": "root", "items": [{"id": 1}, {"id": 2}]}
+        top["items"][1]["parent"] = top
+        return top
+
+    async def atree() -> dict[str, Any]:
+        return tree()
+
+    engine = CodeMode(
+        [Tool("tree", handler=atree if kind == "async" else tree)],
+        runner=InProcessRunner(),
+        type_check="off",
+        limits=Limits(results=64 * 1024),
+    )
+    try:
+        code = "try { return await tools.tree() } catch (e) { return e.message }"
+        result = await asyncio.wait_for(engine.run_code(code), 30)
+        assert result.value == (
+            "tools.tree returned a cycle at items[1].parent: it refers back to an object that "
+            "holds it, which JSON cannot carry; have the tool return a copy without that "
+            "reference"
+        )
+    finally:
+        await engine.aclose()
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
 async def test_a_result_whose_conversion_passes_the_timeout_says_the_call_took_effect(
     kind: str,
 ) -> None:
