@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
@@ -285,6 +286,8 @@ class CodeMode(StepLoop):
         self._hearing: set[asyncio.Task[None]] = set()
         self._closed = False  # aclose() began
         self._pid = os.getpid()  # the process it was made in (see _check_open)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop it serves (_check_loop)
+        self._loop_lock = threading.Lock()
         self.lease_ms = lease_ms
         self.poll_interval = poll_interval
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
@@ -1083,6 +1086,22 @@ class CodeMode(StepLoop):
                 "this engine is closed (aclose); make a new CodeMode on the same log to go on"
             )
         self._check_process()
+        self._check_loop()
+
+    def _check_loop(self) -> None:
+        """:class:`ConfigError` on an event loop while another still runs that the engine
+        served last. Its runner's processes, its log's connections and its tasks belong to
+        one loop at a time (one after another is fine: a host's asyncio.run per request);
+        used from two threads' loops at once, a run raised "Event loop is closed" or hung."""
+        loop = asyncio.get_running_loop()
+        with self._loop_lock:  # two threads' first calls at once: one of them is refused
+            served = self._loop
+            if served is not None and served is not loop and served.is_running():
+                raise ConfigError(
+                    "this engine is in use on another thread's event loop; a CodeMode serves "
+                    "one event loop at a time: make one for each thread that runs a loop"
+                )
+            self._loop = loop
 
     def _check_process(self) -> None:
         """:class:`ConfigError` in a process forked after the engine was made."""

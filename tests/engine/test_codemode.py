@@ -1227,6 +1227,24 @@ def test_one_engine_serves_one_event_loop_after_another(tmp_path: Path) -> None:
     assert left == [], left
 
 
+async def test_an_engine_in_use_on_a_loop_refuses_another_threads_loop(
+    inproc: InProcessRunner,
+) -> None:
+    """One engine driven from two threads' event loops at once: a run raised "Event loop is
+    closed" deep in the warm pool, or hung, while the other went on. The second loop is
+    refused, saying to make an engine per thread, and the first goes on serving."""
+    engine = CodeMode([], runner=inproc)
+    assert (await engine.run_code("return 1")).value == 1
+
+    def elsewhere() -> None:
+        asyncio.run(engine.run_code("return 2"))
+
+    with pytest.raises(ConfigError, match="in use on another thread's event loop"):
+        await asyncio.to_thread(elsewhere)
+    assert (await engine.run_code("return 3")).value == 3
+    await engine.aclose()
+
+
 @pytest.mark.parametrize(
     ("given", "said"),
     [
