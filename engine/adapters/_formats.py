@@ -127,7 +127,7 @@ def result_for(result: RunResult, format: Format, call_id: str | None = None) ->
         return {"content": mcp_content(result), "isError": result.status == "failed"}
     if not isinstance(call_id, str) or not call_id:
         raise CodeModeError(
-            f"a {format} tool result needs the id of the model's call to run_code "
+            f"a tool result for {_TAKES[format][1]} needs the id of the model's call to run_code "
             f"(got {call_id!r}); keep it from the model's turn, even across a pause"
         )
     text, returned = with_returned(result)

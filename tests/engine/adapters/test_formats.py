@@ -234,8 +234,10 @@ async def test_failed_and_text_only_results(engine: CodeMode) -> None:
     ]
     conforms(ResponseInputItemParam, failed.to_openai_responses("c"))
     assert failed.to_mcp()["isError"] is True
-    for fmt in FORMATS[:3]:
-        with pytest.raises(CodeModeError, match="needs the id of the model's call"):
+    # Each API by its name ('a anthropic tool result' read the format's key, after 'a').
+    apis = ["the Anthropic API", "Chat Completions", "the Responses API"]
+    for fmt, api in zip(FORMATS[:3], apis, strict=True):
+        with pytest.raises(CodeModeError, match=f"^a tool result for {api} needs the id of the"):
             getattr(failed, f"to_{fmt}")("")
 
 
