@@ -187,8 +187,9 @@ class Tool:
                 label, "output schema", output_schema, must_be_object=False
             )
             self.output_schema = copy.deepcopy(dict(output_schema))
-        if timeout is not None and not (
-            isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0
+        if timeout is not None and (
+            isinstance(timeout, bool)  # True is 1 to Python: a flag's value, not seconds
+            or not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0)
         ):
             raise ToolDefinitionError(
                 f"{label}: timeout must be a positive number of seconds or None, not {timeout!r}"

@@ -1231,8 +1231,9 @@ def test_load_mcp_tools_from_a_list_or_a_tools_list_result() -> None:
 
 
 def test_bad_flags_are_refused() -> None:
-    """A timeout must be a positive number of seconds; a description must be text."""
-    for timeout in (0, -1, math.inf, "5"):
+    """A timeout must be a positive number of seconds (True, which is 1 to Python, was one
+    second); a description must be text."""
+    for timeout in (0, -1, math.inf, "5", True):
         with pytest.raises(ToolDefinitionError, match="timeout"):
             Tool("t", timeout=timeout)  # type: ignore[arg-type]
     with pytest.raises(ToolDefinitionError, match="non-empty name"):
