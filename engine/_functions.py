@@ -285,9 +285,9 @@ def _from_function(
         )
     except Exception as e:
         raise ToolDefinitionError(
-            f"{label}: its parameters have no JSON Schema ({type(e).__name__}: "
-            f"{str(e).splitlines()[0] if str(e) else ''}); use JSON-friendly types such as "
-            "str, int, float, bool, list, dict, Literal, enums, dataclasses or pydantic models"
+            f"{label}: its parameters have no JSON Schema ({_why(e)}); use JSON-friendly types "
+            "such as str, int, float, bool, list, dict, Literal, enums, dataclasses or pydantic "
+            "models"
         ) from None
     schema.setdefault("properties", {})
     output_schema, adapter = _result_schema(label, hints.get("return", inspect.Signature.empty))
@@ -311,6 +311,18 @@ def _from_function(
     return result
 
 
+def _why(e: Exception) -> str:
+    """Why pydantic made no schema: its error's type and first sentence ("Please use
+    `typing_extensions.TypedDict` instead of `typing.TypedDict` on Python < 3.12."), which
+    the type's name alone did not say. The sentences after it advise on pydantic's own
+    settings (`arbitrary_types_allowed`), which are not the tool's to set."""
+    lines = str(e).strip().splitlines()
+    if not lines:
+        return type(e).__name__
+    first, stop, _ = lines[0].partition(". ")
+    return f"{type(e).__name__}: {first}{stop.strip()}"
+
+
 def _result_schema(
     label: str, annotation: Any
 ) -> tuple[dict[str, Any] | None, TypeAdapter[Any] | None]:
@@ -322,7 +334,7 @@ def _result_schema(
     except Exception as e:
         raise ToolDefinitionError(
             f"{label}: its return annotation {annotation!r} has no JSON Schema "
-            f"({type(e).__name__}); return JSON-friendly types, or annotate it Any"
+            f"({_why(e)}); return JSON-friendly types, or annotate it Any"
         ) from None
     title = schema.get("title")
     schema = _drop_titles(schema)

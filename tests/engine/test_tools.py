@@ -411,6 +411,20 @@ def test_functions_that_cannot_be_tools_are_refused(source: str, message: str) -
     assert "'f'" in str(info.value)
 
 
+@pytest.mark.parametrize("source", ["def f(x: Opaque) -> int: ...", "def f(x: int) -> Opaque: ..."])
+def test_a_type_with_no_schema_is_named_with_pydantics_reason(source: str) -> None:
+    """A return annotation's refusal said only "(PydanticSchemaGenerationError)" (a
+    typing.TypedDict's too, where pydantic says to use typing_extensions'); both say
+    pydantic's first sentence, not its advice on settings that are not the tool's."""
+    namespace: dict[str, Any] = {}
+    exec(f"class Opaque: ...\n{source}", namespace)
+    with pytest.raises(ToolDefinitionError) as info:
+        tool(namespace["f"])
+    said = str(info.value)
+    assert "(PydanticSchemaGenerationError: Unable to generate pydantic-core schema for" in said
+    assert "arbitrary_types_allowed" not in said
+
+
 # --- invoke ---------------------------------------------------------------------------------
 
 
