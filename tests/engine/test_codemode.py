@@ -233,8 +233,13 @@ async def test_approval_pauses_then_resumes(inproc: InProcessRunner) -> None:
     assert posted == ["hi"]
 
 
-async def test_rejection_is_an_error_the_script_sees(inproc: InProcessRunner) -> None:
-    """A person's refusal reaches the script as an Error with the refusal's message."""
+@pytest.mark.parametrize(("message", "seen"), [("too loud", "too loud"), (404, "404")])
+async def test_rejection_is_an_error_the_script_sees(
+    inproc: InProcessRunner, message: Any, seen: str
+) -> None:
+    """A person's refusal reaches the script as an Error with the refusal's message; a
+    message that is no string is its text, as a client_result's error is (404 raised
+    TypeError from inside: len() of an int)."""
 
     @tool(needs_approval=True)
     def post(text: str) -> str:
@@ -245,26 +250,9 @@ async def test_rejection_is_an_error_the_script_sees(inproc: InProcessRunner) ->
     result = await engine.run_code(
         "try { await tools.post({ text: 'hi' }) } catch (e) { return e.message }"
     )
-    await engine.reject(result.script_id, result.waiting[0]["call_id"], "too loud")
+    await engine.reject(result.script_id, result.waiting[0]["call_id"], message)
     result = await engine.resume(result.script_id)
-    assert result.value == "too loud"
-
-
-async def test_a_rejection_whose_message_is_no_string_is_its_text(inproc: InProcessRunner) -> None:
-    """reject(..., message=404) raised TypeError from inside (len() of an int); the script
-    reads the message's text, as a client_result's error is."""
-
-    @tool(needs_approval=True)
-    def post(text: str) -> str:
-        """Post a message."""
-        return "ok"
-
-    engine = CodeMode([post], runner=inproc)
-    result = await engine.run_code(
-        "try { await tools.post({ text: 'hi' }) } catch (e) { return e.message }"
-    )
-    await engine.reject(result.script_id, result.waiting[0]["call_id"], 404)  # type: ignore[arg-type]
-    assert (await engine.resume(result.script_id)).value == "404"
+    assert result.value == seen
 
 
 async def test_client_tool_waits_for_the_client(inproc: InProcessRunner) -> None:

@@ -538,21 +538,26 @@ async def test_a_result_small_in_memory_but_huge_as_json_fails_at_once(kind: str
         return deep()
 
     dag = Tool("dag", handler=adag if kind == "async" else deep)
+    assert await _what_a_call_reads(dag) == (
+        "tools.dag returned more than 32,768 items, which take more than the 64 KiB of "
+        "results a script may read (an object that stands in several places counts in "
+        "each); have the tool return less (a page, a summary)"
+    )
+
+
+async def _what_a_call_reads(one: Tool) -> Any:
+    """What a script reads of its call to ``one``: the result, or the error's message (with
+    64 KiB of results to read)."""
     engine = CodeMode(
-        [dag],
+        [one],
         runner=InProcessRunner(),
         type_check="off",
         call_timeout=60,
         limits=Limits(results=64 * 1024),
     )
     try:
-        code = "try { return await tools.dag() } catch (e) { return e.message }"
-        result = await asyncio.wait_for(engine.run_code(code), 30)
-        assert result.value == (
-            "tools.dag returned more than 32,768 items, which take more than the 64 KiB of "
-            "results a script may read (an object that stands in several places counts in "
-            "each); have the tool return less (a page, a summary)"
-        )
+        code = f"try {{ return await tools.{one.name}() }} catch (e) {{ return e.message }}"
+        return (await asyncio.wait_for(engine.run_code(code), 30)).value
     finally:
         await engine.aclose()
 
@@ -571,22 +576,10 @@ async def test_a_result_that_holds_itself_says_where_the_cycle_closes(kind: str)
     async def atree() -> dict[str, Any]:
         return tree()
 
-    engine = CodeMode(
-        [Tool("tree", handler=atree if kind == "async" else tree)],
-        runner=InProcessRunner(),
-        type_check="off",
-        limits=Limits(results=64 * 1024),
+    assert await _what_a_call_reads(Tool("tree", handler=atree if kind == "async" else tree)) == (
+        "tools.tree returned a cycle at items[1].parent: it refers back to an object that "
+        "holds it, which JSON cannot carry; have the tool return a copy without that reference"
     )
-    try:
-        code = "try { return await tools.tree() } catch (e) { return e.message }"
-        result = await asyncio.wait_for(engine.run_code(code), 30)
-        assert result.value == (
-            "tools.tree returned a cycle at items[1].parent: it refers back to an object that "
-            "holds it, which JSON cannot carry; have the tool return a copy without that "
-            "reference"
-        )
-    finally:
-        await engine.aclose()
 
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
