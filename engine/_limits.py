@@ -8,6 +8,7 @@ go to the sandbox with each script; totals over all of a script's runs are the e
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
@@ -113,6 +114,13 @@ def limits_option(value: Any) -> LimitsOption:
         return Limits()
     if value is Limits:
         raise ConfigError("limits is the Limits class; pass Limits() or Limits(calls=200, ...)")
+    if inspect.iscoroutinefunction(value):
+        # Asked at each step, where its coroutine was never awaited: a step failed saying
+        # it "gave coroutine".
+        raise ConfigError(
+            f"limits {value!r:.80} is an async function; give a plain function from tenant "
+            "to Limits"
+        )
     if isinstance(value, Limits) or callable(value):
         return value
     raise ConfigError(

@@ -202,6 +202,17 @@ def test_limits_option_that_is_not_limits() -> None:
         CodeMode([add], runner=InProcessRunner(), limits=Limits)  # type: ignore[arg-type]
 
 
+def test_an_async_limits_function_is_refused_when_the_engine_is_made() -> None:
+    """Its coroutine was never awaited: each run_code failed saying the function "gave
+    coroutine", and Python warned of a coroutine never awaited."""
+
+    async def limits(tenant: str) -> Limits:
+        return Limits()
+
+    with pytest.raises(ConfigError, match="is an async function; give a plain function"):
+        CodeMode([add], runner=InProcessRunner(), limits=limits)  # type: ignore[arg-type]
+
+
 async def test_limits_function_failing_leaves_no_script() -> None:
     """A limits function that gives no Limits fails run_code before the script is recorded:
     no "active" script is left behind that could never run."""
