@@ -64,8 +64,12 @@ class ToolCallError(CodeModeError):
     """
 
     def __init__(self, message: str, *, tool: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
+        # A handler's own raise may give any value (ToolCallError(404), a dict): its text is
+        # the message. Kept as given, an int failed the call in len() with a TypeError of
+        # the engine's, and a dict ended run_code with one.
+        text = "" if message is None else str(message)
+        super().__init__(text)
+        self.message = text
         self.tool = tool
 
 

@@ -460,7 +460,7 @@ class Tool:
                 raise self._error(timed_out(self.name, timeout or 0.0, ticket, threads)) from None
             raise self._error(_call_message(e)) from e
         except ToolCallError as e:
-            raise self._error(e.message) from e
+            raise self._error(e.message or f"tools.{self.name} failed") from e
         except Exception as e:
             stop = e.__cause__
             if isinstance(e, RuntimeError) and isinstance(stop, StopIteration):

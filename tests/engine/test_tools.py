@@ -734,6 +734,35 @@ def test_handler_errors_become_call_errors() -> None:
     assert call_error(Tool("c", handler=explicit), {}) == "quota exceeded, try tomorrow"
 
 
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (404, "404"),
+        ({"code": 7}, "{'code': 7}"),
+        ("", "tools.refuse failed"),
+        (None, "tools.refuse failed"),
+    ],
+)
+async def test_a_tool_call_error_of_any_value_fails_its_call_with_its_text(
+    given: Any, said: str
+) -> None:
+    """ToolCallError(404) failed its call with the engine's "TypeError: object of type
+    'int' has no len()", a dict ended run_code with a TypeError, and an empty message gave
+    the model nothing to read."""
+
+    def refuse() -> None:
+        raise ToolCallError(given)
+
+    engine = CodeMode([Tool("refuse", handler=refuse)], runner=InProcessRunner())
+    try:
+        result = await engine.run_code(
+            "try { await tools.refuse() } catch (e) { return e.message }"
+        )
+        assert result.value == said, result.text
+    finally:
+        await engine.aclose()
+
+
 class _UnprintableError(Exception):
     def __str__(self) -> str:
         raise RuntimeError("__str__ broke")
