@@ -348,6 +348,7 @@ class CodeMode(StepLoop):
         """The error for a model that called a tool directly: code mode is all or nothing,
         so every tool but ``run_code`` (and the others of ``served``, the tools the host
         offers the model) is reached from a script."""
+        name = str(name)  # what a provider's call named (None raised AttributeError)
         if name in self._by_name or name in BUILTIN_TOOLS:
             call = f"{name}(...)" if self.language == "python" else f"{name}({{ ... }})"
             return (
@@ -363,8 +364,9 @@ class CodeMode(StepLoop):
             if len(served) == 1
             else f"the tools are {', '.join(served[:-1])} and {served[-1]}"
         )
+        # The model's text: a name of 10,000 characters was said back whole.
         return (
-            f"there is no tool {name!r}{hint}; {offered}, and scripts reach the others as "
+            f"there is no tool {name!r:.80}{hint}; {offered}, and scripts reach the others as "
             "tools.<name>"
         )
 

@@ -854,6 +854,10 @@ def test_direct_calls_are_refused_with_a_pointer_to_run_code() -> None:
     assert "call it from run_code" in message and "tools.github__list_prs(" in message
     near = engine.direct_call_error("github__list_pr")
     assert "(the closest are tools.github__list_prs" in near and "which a script calls" in near
+    # The name is the model's: said back within bounds, whatever it is (a name of 10,000
+    # characters came back whole; None raised AttributeError).
+    assert len(engine.direct_call_error("x" * 10_000)) < 300
+    assert engine.direct_call_error(None).startswith("there is no tool 'None'")  # type: ignore[arg-type]
 
 
 # ---- every way a script ends is a result: bad handler results, lying runners --------------
