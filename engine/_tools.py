@@ -21,6 +21,7 @@ import asyncio
 import copy
 import hashlib
 import inspect
+import io
 import math
 import re
 import typing
@@ -385,9 +386,10 @@ class Tool:
         result is converted in the tool thread that ran it). Its items are counted first, up
         to half of ``room`` (each takes two bytes of JSON at least): the conversion copies an
         object for every place it stands, so a result small in memory can be without bound as
-        JSON (an object holding one other twice, forty deep: 2**40 copies).
+        JSON (an object holding one other twice, forty deep: 2**40 copies). A generator (any
+        iterator) is read in the thread too, up to ``room``: its length is unknown until read.
         """
-        if holds_at_most(result, INLINE_RESULT_ITEMS):
+        if not _streamed(result) and holds_at_most(result, INLINE_RESULT_ITEMS):
             return self._check_result(result)
         return await asyncio.to_thread(self._check_result, result, room)
 
@@ -506,6 +508,8 @@ class Tool:
         )
 
     def _check_result(self, result: Any, room: int | None = None) -> Any:
+        if _streamed(result):
+            result = self._read_out(result, room)
         # Every item takes two bytes of JSON at least (itself and a comma or a bracket).
         if room is not None and not holds_at_most(result, room // 2):
             cycle = cycle_at(result, room // 2)
@@ -552,6 +556,24 @@ class Tool:
                 )
         return data
 
+    def _read_out(self, items: Iterator[Any], room: int | None) -> list[Any]:
+        # A generator's items, read up to what the script may read: each takes two bytes of
+        # JSON at least, and a string its length. Read whole, an endless one (a `while True:
+        # yield`, itertools.count()) took the host's memory until it died, past the call's
+        # timeout (on the event loop, for an async handler's, holding every other script).
+        read: list[Any] = []
+        size = 0
+        for item in items:
+            read.append(item)
+            size += 2 + (len(item) if isinstance(item, str) else 0)
+            if room is not None and size > room:
+                raise self._error(
+                    f"tools.{self.name} returned a generator that yields more than the "
+                    f"{size_text(room)} of results a script may read; have the tool yield "
+                    "less (a page, a summary)"
+                )
+        return read
+
     def _error(self, message: str) -> ToolCallError:
         if len(message) > MAX_ERROR_MESSAGE:
             half = MAX_ERROR_MESSAGE // 2
@@ -560,6 +582,13 @@ class Tool:
 
 
 _MISSING = object()
+
+
+def _streamed(result: Any) -> bool:
+    """True for a result that is an iterator (a generator, ``map(...)``), which JSON reads as
+    the list of its items; not for a file, which a tool returns by mistake (it is refused as
+    not JSON data)."""
+    return isinstance(result, Iterator) and not isinstance(result, io.IOBase)
 
 
 def typed_input(schema: Mapping[str, Any]) -> Mapping[str, Any]:

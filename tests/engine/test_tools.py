@@ -12,6 +12,7 @@ import math
 import re
 import threading
 import time
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 import pytest
@@ -543,6 +544,33 @@ async def test_a_result_small_in_memory_but_huge_as_json_fails_at_once(kind: str
         "results a script may read (an object that stands in several places counts in "
         "each); have the tool return less (a page, a summary)"
     )
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_generator_is_read_only_as_far_as_the_results_budget(kind: str) -> None:
+    """A generator result was read whole before anything was counted: an endless one took
+    the host's memory past the call's timeout until the process died (an async handler's on
+    the event loop). It is read until what it yielded passes the results budget."""
+    yielded = 0
+
+    def rows() -> Iterator[str]:
+        nonlocal yielded
+        for _ in range(200_000):
+            yielded += 1
+            yield "x" * 100
+
+    async def arows() -> Iterator[str]:
+        return rows()
+
+    def sync_rows() -> Iterator[str]:
+        return rows()
+
+    said = await _what_a_call_reads(Tool("rows", handler=arows if kind == "async" else sync_rows))
+    assert said == (
+        "tools.rows returned a generator that yields more than the 64 KiB of results a script "
+        "may read; have the tool yield less (a page, a summary)"
+    )
+    assert yielded == 64 * 1024 // 102 + 1
 
 
 async def _what_a_call_reads(one: Tool) -> Any:
