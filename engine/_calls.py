@@ -59,10 +59,12 @@ class CallSettling(Emitting):
         claimed: list[int] = []
         proposed = [c for c in drive.open_calls() if c.state == log.PROPOSED]
         if proposed:
-            answers = await ask(
-                self.worker,
-                record.id,
-                [(c.call_id, c.name, self._given(record.language, c)) for c in proposed],
+            answers = await drive.asking(
+                ask(
+                    self.worker,
+                    record.id,
+                    [(c.call_id, c.name, self._given(record.language, c)) for c in proposed],
+                )
             )
             decisions = [self._decision(c, answers[c.call_id]) for c in proposed]
             # When no call waits for a person, the approved calls' receipts go in the same

@@ -441,6 +441,28 @@ class Drive:
             if entry.index not in self.unheard:
                 self._handlers.discard(task)
 
+    async def asking(self, question: Awaitable[T]) -> T:
+        """Await ``question``, the host's worker asked about the calls this drive stopped on;
+        :class:`CodeModeError` when :meth:`abandon` cancelled it (the engine closed: the
+        calls stay proposed in the log, for the next host to ask about). An async worker
+        that never answered held ``run_code`` past ``aclose`` for ever."""
+        task = asyncio.ensure_future(question)
+        if self._abandoned:
+            task.cancel()
+        self._handlers.add(task)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not self._abandoned or (current is not None and current.cancelling()):
+                raise  # the drive itself is cancelled
+            raise CodeModeError(
+                f"the engine closed while the host's worker decided on script "
+                f"{self.record.id}'s calls; it waits in the log: resume it"
+            ) from None
+        finally:
+            self._handlers.discard(task)
+
     def forget_handler(self, task: asyncio.Task[Any]) -> None:
         """An unheard handler, recorded (or given up on): :meth:`abandon` no longer stops it."""
         self._handlers.discard(task)

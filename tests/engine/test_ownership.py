@@ -22,6 +22,7 @@ import orjson
 import pytest
 
 from engine import (
+    PROPOSED,
     CallNotWaiting,
     CodeMode,
     CodeModeError,
@@ -1486,6 +1487,38 @@ async def test_an_engine_closed_while_it_drives_a_script_lets_it_go(tmp_path: Pa
         await second.aclose()
     # Taken over at once: the call that was running may or may not have taken effect.
     assert result.status == "failed" and "interrupted" in result.text, result.text
+
+
+async def test_an_engine_closed_while_its_worker_decides_ends_the_run(tmp_path: Path) -> None:
+    """aclose() while an async worker has not answered: run_code waited for ever (the
+    worker was not cancelled, as a running call's handler is). It ends on a CodeModeError,
+    the calls proposed in the log, and a new engine whose worker answers runs them."""
+    asked = asyncio.Event()
+
+    async def undecided(trigger: dict[str, Any]) -> str:
+        asked.set()
+        await asyncio.Event().wait()  # a person who never answers
+        return PROPOSED
+
+    @tool
+    def charge(cents: int) -> str:
+        """Charge (an effect)."""
+        return "charged"
+
+    first = CodeMode([charge], runner=InProcessRunner(), data_dir=tmp_path, worker=undecided)
+    ids: list[str] = []
+    run = asyncio.create_task(
+        first.run_code("return await tools.charge({ cents: 5 })", on_start=ids.append)
+    )
+    await asked.wait()
+    await first.aclose()
+    with pytest.raises(CodeModeError, match="closed while the host's worker decided"):
+        await run
+    second = CodeMode([charge], runner=InProcessRunner(), data_dir=tmp_path)
+    try:
+        assert (await second.resume(ids[0])).value == "charged"
+    finally:
+        await second.aclose()
 
 
 class _Charges:
