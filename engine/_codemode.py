@@ -1028,7 +1028,8 @@ class CodeMode(StepLoop):
         check_ids(script_id, call_id)
         expect = log.AWAITING_CLIENT
         if error is not None:
-            message = error_text(str(error))
+            # An empty error gave the script an Error with no message at all.
+            message = error_text(str(error) or "the client failed this call, saying nothing")
             await self.store.answer(script_id, call_id, expect, log.FAILED, error=message)
             await self._answered("call.failed", script_id, call_id, error=message)
             return

@@ -1141,6 +1141,17 @@ async def test_a_clients_bad_answer_is_that_calls_error(
     assert call.state == "failed"
 
 
+async def test_a_clients_empty_error_says_the_client_failed(inproc: InProcessRunner) -> None:
+    """client_result(..., error="") gave the script an Error with no message at all."""
+    pick = Tool("pick_file", description="Pick.", input_schema={"type": "object"}, client=True)
+    engine = CodeMode([pick], runner=inproc)
+    code = "try { return await tools.pick_file() } catch (e) { return e.message }"
+    paused = await engine.run_code(code)
+    await engine.client_result(paused.script_id, paused.waiting[0]["call_id"], error="")
+    done = await engine.resume(paused.script_id)
+    assert done.value == "the client failed this call, saying nothing"
+
+
 @pytest.mark.parametrize(("depth", "ok"), [(MAX_DEPTH, True), (MAX_DEPTH + 1, False)])
 async def test_handler_results_nest_within_the_wires_one_bound(
     inproc: InProcessRunner, depth: int, ok: bool
