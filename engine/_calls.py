@@ -32,7 +32,7 @@ from engine._tools import (
     described,
     unsendable,
 )
-from engine._worker import Decision, Worker, ask
+from engine._worker import Decision, Worker, ask, proposed_worker
 from runner import bounded
 from sandbox.names import closest_names
 
@@ -59,13 +59,13 @@ class CallSettling(Emitting):
         claimed: list[int] = []
         proposed = [c for c in drive.open_calls() if c.state == log.PROPOSED]
         if proposed:
-            answers = await drive.asking(
-                ask(
-                    self.worker,
-                    record.id,
-                    [(c.call_id, c.name, self._given(record.language, c)) for c in proposed],
-                )
+            question = ask(
+                self.worker,
+                record.id,
+                [(c.call_id, c.name, self._given(record.language, c)) for c in proposed],
             )
+            # The default worker answers at once: no task of its own on every step's path.
+            answers = await (question if self.worker is proposed_worker else drive.asking(question))
             decisions = [self._decision(c, answers[c.call_id]) for c in proposed]
             # When no call waits for a person, the approved calls' receipts go in the same
             # write as the decisions.
