@@ -681,11 +681,21 @@ def _syntax_hint(message: str) -> str:
     fails may be newer syntax (3.12's f-strings and ``type X = ...``, ``def f[T]``)."""
     if sys.version_info >= (3, 12):
         return ""
-    if message.startswith("f-string"):
+    # Only these say what 3.12 allows: the f-string's own quote inside its braces ends it
+    # early (an unmatched bracket, no '}'), or a backslash, '#' or deep nesting there. The
+    # others (a bad conversion, an empty expression) are errors in any Python.
+    if message.startswith(("f-string: unmatched", "f-string: expecting '}'")):
         return (
             f"; scripts are Python {_VERSION}, where what is inside an f-string's braces "
             "cannot use the f-string's own quote: write f'{d[\"key\"]}' or take the value "
             "out first"
+        )
+    if message.startswith(
+        ("f-string expression part cannot include", "f-string: expressions nested too deeply")
+    ):
+        return (
+            f"; scripts are Python {_VERSION}, which does not allow it (3.12 does): take the "
+            "value out of the f-string first"
         )
     if message.startswith("invalid syntax"):
         return f" (scripts are Python {_VERSION})"

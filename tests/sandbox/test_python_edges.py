@@ -313,3 +313,23 @@ def test_newer_syntax_names_the_python_that_reads_the_script() -> None:
 def test_a_line_is_the_line_python_counts(lf: str) -> None:
     error = failed(f"t = 2{lf}u = 3\nraise ValueError('x')\nv = 'not this one'")
     assert [(x.line, x.text) for x in error.lines] == [(3, "raise ValueError('x')")]
+
+
+@pytest.mark.parametrize(
+    ("code", "hint"),
+    [
+        ('return f"{x!z}"', ""),
+        ('return f"{}"', ""),
+        ('return f"{=x}"', ""),
+        ("return f\"{'\\\\n'.join(['a'])}\"", "which does not allow it (3.12 does)"),
+        ('return f"{1 # one}"', "which does not allow it (3.12 does)"),
+    ],
+)
+def test_only_an_f_string_error_newer_python_allows_names_the_python(code: str, hint: str) -> None:
+    """A bad conversion or an empty expression is an error in any Python: it was told that
+    3.11 cannot use the f-string's quote in its braces, which it had not done."""
+    error = failed(code)
+    assert error.name == "SyntaxError", error
+    assert "own quote" not in error.message, error.message
+    assert ("scripts are Python 3.11" in error.message) == bool(hint), error.message
+    assert hint in error.message
