@@ -4274,6 +4274,11 @@ class Run(Replay):
                 "await it (`await fetch(x)`), or several at once with "
                 "`await asyncio.gather(*coroutines)`"
             )
+        elif type(error) is ValueError and message.endswith(_INT_DIGITS):
+            message = message.removesuffix(_INT_DIGITS) + (
+                "; a script cannot raise the limit (its sys has no set_int_max_str_digits): "
+                "keep such a number as text, or write it with hex(value)"
+            )
         elif type(error) is UnboundLocalError:
             local = _UNBOUND.search(message)
             if local is not None and _assigned_at_top(self.script.code, local[1]):
@@ -4442,6 +4447,8 @@ def _warning_line(line: int, category: str, message: str) -> str:
 
 
 _UNBOUND = re.compile(r"^cannot access local variable '(\w+)'")
+# CPython's advice on an int of over 4,300 digits names what a script's sys has not.
+_INT_DIGITS = "; use sys.set_int_max_str_digits() to increase the limit"
 
 
 def _assigned_at_top(code: str, name: str) -> bool:

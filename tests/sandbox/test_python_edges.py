@@ -333,3 +333,16 @@ def test_only_an_f_string_error_newer_python_allows_names_the_python(code: str, 
     assert "own quote" not in error.message, error.message
     assert ("scripts are Python 3.11" in error.message) == bool(hint), error.message
     assert hint in error.message
+
+
+@pytest.mark.parametrize("code", ["return str(10 ** 5000)", 'return int("9" * 5000)'])
+def test_an_int_too_long_for_text_says_a_script_cannot_raise_the_bound(code: str) -> None:
+    """CPython's advice, sys.set_int_max_str_digits(), named what a script's sys has not."""
+    error = failed(code)
+    assert error.name == "ValueError", error
+    assert "use sys.set_int_max_str_digits()" not in error.message, error.message
+    assert error.message.startswith("Exceeds the limit (4300 digits)"), error.message
+    assert error.message.endswith(
+        "; a script cannot raise the limit (its sys has no set_int_max_str_digits): keep such "
+        "a number as text, or write it with hex(value)"
+    ), error.message
