@@ -4279,6 +4279,14 @@ class Run(Replay):
                 "; a script cannot raise the limit (its sys has no set_int_max_str_digits): "
                 "keep such a number as text, or write it with hex(value)"
             )
+        elif type(error) is TypeError and message == "'async_generator' object is not iterable":
+            # `sum(await tools.price(sku=s) for s in skus)`: in an async function, a
+            # generator expression that awaits is an async generator, which no builtin reads.
+            message += (
+                "; an async generator is read with `async for`, and a generator expression "
+                "that awaits is one: write a list, `sum([await f(x) for x in xs])`, or gather "
+                "the calls with `await asyncio.gather(*(f(x) for x in xs))`"
+            )
         elif type(error) is UnboundLocalError:
             local = _UNBOUND.search(message)
             if local is not None and _assigned_at_top(self.script.code, local[1]):

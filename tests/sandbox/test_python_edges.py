@@ -346,3 +346,16 @@ def test_an_int_too_long_for_text_says_a_script_cannot_raise_the_bound(code: str
         "; a script cannot raise the limit (its sys has no set_int_max_str_digits): keep such "
         "a number as text, or write it with hex(value)"
     ), error.message
+
+
+@pytest.mark.parametrize("read", ["sum", "list", "max"])
+def test_a_generator_expression_that_awaits_read_as_an_iterable_says_what_to_write(
+    read: str,
+) -> None:
+    """In the script's async function such an expression is an async generator: CPython
+    said only "'async_generator' object is not iterable"."""
+    error = failed(f"return {read}(await tools.echo(x=i) for i in range(3))")
+    assert error.name == "TypeError", error
+    assert error.message.startswith("'async_generator' object is not iterable; "), error
+    assert "`sum([await f(x) for x in xs])`" in error.message
+    assert "`await asyncio.gather(*(f(x) for x in xs))`" in error.message
