@@ -4287,6 +4287,22 @@ class Run(Replay):
                 "that awaits is one: write a list, `sum([await f(x) for x in xs])`, or gather "
                 "the calls with `await asyncio.gather(*(f(x) for x in xs))`"
             )
+        elif (
+            type(error) is RuntimeError
+            and message.endswith(" raised StopIteration")
+            and type(cause := _CAUSE.__get__(error)) is StopIteration
+        ):
+            # `next(o for o in orders if ...)` with no match: PEP 479 turns the StopIteration
+            # into this where the coroutine or generator ends, so its own lines are outside
+            # the script (none at all for the script's body); the cause's are where it was.
+            message += (
+                ": an iterator had nothing left, as next() of an empty one raises: give next() "
+                "a default, `next(it, None)`, and test for it"
+            )
+            inner = _script_lines(cause)
+            # A generator's frame is in both, as the innermost of the RuntimeError's.
+            shared = bool(lines and inner and lines[0] == inner[-1])
+            lines = inner + lines[shared:]
         elif type(error) is UnboundLocalError:
             local = _UNBOUND.search(message)
             if local is not None and _assigned_at_top(self.script.code, local[1]):

@@ -359,3 +359,23 @@ def test_a_generator_expression_that_awaits_read_as_an_iterable_says_what_to_wri
     assert error.message.startswith("'async_generator' object is not iterable; "), error
     assert "`sum([await f(x) for x in xs])`" in error.message
     assert "`await asyncio.gather(*(f(x) for x in xs))`" in error.message
+
+
+@pytest.mark.parametrize(
+    ("code", "lines"),
+    [
+        ('orders = [{"id": 1}]\nfirst = next(o for o in orders if o["id"] == 9)', [2]),
+        ("def first():\n    return next(iter([]))\nx = 1\nfirst()", [2, 4]),
+        ("def gen():\n    yield next(iter([]))\nfor x in gen():\n    pass", [2, 3]),
+    ],
+)
+def test_next_of_an_empty_iterator_names_its_line_and_the_default(
+    code: str, lines: list[int]
+) -> None:
+    """PEP 479 makes it a RuntimeError where the script's body ends: the run's error named
+    no line of the script, and nothing of next()."""
+    error = failed(code)
+    assert error.name == "RuntimeError", error
+    assert "raised StopIteration: an iterator had nothing left" in error.message, error
+    assert "`next(it, None)`" in error.message
+    assert [x.line for x in error.lines] == lines
