@@ -597,6 +597,7 @@ def compile_script(code: str) -> tuple[types.CodeType, list[int], tuple[int, str
     if "match" in code:  # a walk of the whole tree, for scripts that can have one
         _MatchRewriter().visit(tree)
     _check_globals(tree)
+    _unevaluated_signatures(tree)
     flags = _future_flags(tree)
     guards = [node.lineno for node in tree.body if _is_main_guard(node)]
     bare = None
@@ -740,6 +741,26 @@ class _MatchRewriter(ast.NodeTransformer):
 _NO_ARGUMENTS = ast.arguments(
     posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
 )
+
+
+def _unevaluated_signatures(tree: ast.Module) -> None:
+    """Make each function's annotations of its arguments and result their text, as under
+    ``from __future__ import annotations``, so that ``def`` never evaluates them: a model
+    annotates its helpers with the declarations' types (``u: Get_user_User``), which the
+    type check knows and a script has not (a NameError where ``def`` ran). Nothing a script
+    has reads them (``typing.get_type_hints`` and ``singledispatch`` are left out). A class
+    body's annotations, which ``dataclasses`` reads, are left as they are."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        a = node.args
+        for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
+            if arg is not None and arg.annotation is not None:
+                arg.annotation = ast.copy_location(
+                    ast.Constant(ast.unparse(arg.annotation)), arg.annotation
+                )
+        if node.returns is not None:
+            node.returns = ast.copy_location(ast.Constant(ast.unparse(node.returns)), node.returns)
 
 
 def _future_flags(tree: ast.Module) -> int:

@@ -379,3 +379,20 @@ def test_next_of_an_empty_iterator_names_its_line_and_the_default(
     assert "raised StopIteration: an iterator had nothing left" in error.message, error
     assert "`next(it, None)`" in error.message
     assert [x.line for x in error.lines] == lines
+
+
+def test_a_functions_annotations_may_name_types_only_the_declarations_have() -> None:
+    """A model annotates its helpers with the stubs' TypedDicts, which the type check knows:
+    `def` evaluated them, a NameError at the line of the def."""
+    code = (
+        "async def one(i: int, *more: Get_user_User, k: Nope = 1, **kw: X) -> Get_user_User:\n"
+        "    return {'id': i}\n"
+        "class Names:\n"
+        "    def of(self, u: Get_user_User) -> list[Get_user_User]:\n"
+        "        return [u]\n"
+        "return Names().of(await one(2))"
+    )
+    assert value(code) == [{"id": 2}]
+    # A class body's are evaluated, as dataclasses reads them.
+    error = failed("class Row:\n    user: Get_user_User")
+    assert (error.name, [x.line for x in error.lines]) == ("NameError", [2, 1])
