@@ -599,6 +599,9 @@ def compile_script(code: str) -> tuple[types.CodeType, list[int], tuple[int, str
     _check_globals(tree)
     _unevaluated_signatures(tree)
     flags = _future_flags(tree)
+    if flags & _ANNOTATIONS:
+        flags &= ~_ANNOTATIONS
+        _unevaluated_class_annotations(tree)
     guards = [node.lineno for node in tree.body if _is_main_guard(node)]
     bare = None
     if tree.body and isinstance(final := tree.body[-1], ast.Expr):
@@ -756,11 +759,50 @@ def _unevaluated_signatures(tree: ast.Module) -> None:
         a = node.args
         for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
             if arg is not None and arg.annotation is not None:
-                arg.annotation = ast.copy_location(
-                    ast.Constant(ast.unparse(arg.annotation)), arg.annotation
-                )
+                arg.annotation = _as_text(arg.annotation)
         if node.returns is not None:
-            node.returns = ast.copy_location(ast.Constant(ast.unparse(node.returns)), node.returns)
+            node.returns = _as_text(node.returns)
+
+
+_ANNOTATIONS = __future__.annotations.compiler_flag
+# What dataclasses reads from a field's annotation (an object: it finds it in a string only
+# in the module's globals, and a script's imports are its function's names).
+_DATACLASS_MARKS = frozenset({"ClassVar", "InitVar", "KW_ONLY"})
+
+
+def _unevaluated_class_annotations(tree: ast.Module) -> None:
+    """``from __future__ import annotations`` for a class body's annotations, done here:
+    each is its text but for a ``ClassVar``, ``InitVar`` or ``KW_ONLY`` one (as
+    ``typing.ClassVar[int]``), which stays the object dataclasses tests for. Made text by
+    the compiler, a dataclass's ``ClassVar`` field became a field, and ``_: KW_ONLY`` one
+    too."""
+
+    def head(annotation: ast.expr) -> str | None:
+        while isinstance(annotation, ast.Subscript):
+            annotation = annotation.value
+        if isinstance(annotation, ast.Attribute):
+            return annotation.attr
+        return annotation.id if isinstance(annotation, ast.Name) else None
+
+    def body(statements: list[ast.stmt]) -> None:
+        for statement in statements:
+            if isinstance(statement, ast.AnnAssign):
+                if head(statement.annotation) not in _DATACLASS_MARKS:
+                    statement.annotation = _as_text(statement.annotation)
+            elif not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+                    for inner in getattr(statement, field, ()):
+                        body(inner.body if not isinstance(inner, ast.stmt) else [inner])
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            body(node.body)
+
+
+def _as_text(annotation: ast.expr) -> ast.expr:
+    """``annotation`` as the text the compiler makes of it under ``from __future__ import
+    annotations``."""
+    return ast.copy_location(ast.Constant(ast.unparse(annotation)), annotation)
 
 
 def _future_flags(tree: ast.Module) -> int:

@@ -396,3 +396,30 @@ def test_a_functions_annotations_may_name_types_only_the_declarations_have() -> 
     # A class body's are evaluated, as dataclasses reads them.
     error = failed("class Row:\n    user: Get_user_User")
     assert (error.name, [x.line for x in error.lines]) == ("NameError", [2, 1])
+
+
+def test_a_dataclass_under_future_annotations_reads_class_var_kw_only_and_init_var() -> None:
+    """With `from __future__ import annotations`, dataclasses finds ClassVar in an
+    annotation's text only in the module's globals, and a script's imports are its
+    function's names: `count: ClassVar[int] = 0` became a field, and `_: KW_ONLY` then
+    failed ("non-default argument '_' follows default argument")."""
+    code = (
+        "from __future__ import annotations\n"
+        "import dataclasses, typing\n"
+        "from dataclasses import dataclass, field, KW_ONLY, InitVar\n"
+        "from typing import ClassVar, Optional\n"
+        "@dataclass\n"
+        "class Node:\n"
+        "    name: str\n"
+        "    parent: Optional[Node] = None\n"
+        "    count: ClassVar[int] = 0\n"
+        "    kind: typing.ClassVar[str] = 'node'\n"
+        "    _: KW_ONLY\n"
+        "    depth: int = 2\n"
+        "    seed: InitVar[int] = 3\n"
+        "    def __post_init__(self, seed: int) -> None:\n"
+        "        self.seeded = seed\n"
+        "n = Node('a', depth=5, seed=9)\n"
+        "return [[f.name for f in dataclasses.fields(Node)], n.seeded, Node.count]"
+    )
+    assert value(code) == [["name", "parent", "depth"], 9, 0]
