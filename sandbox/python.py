@@ -429,6 +429,7 @@ class _Opaque(metaclass=_Sealed):
 
 
 _TYPE_NAME = type.__dict__["__name__"]
+_TYPE_MODULE = type.__dict__["__module__"]
 _TRACEBACK = BaseException.__dict__["__traceback__"]
 _ARGS = BaseException.__dict__["args"]
 # What C code says with a MemoryError when an allocation failed (CPython's compression
@@ -4286,6 +4287,11 @@ class Run(Replay):
                 limit=LimitMet(name="memory", message=message),
             )
         name = _type_name(error)
+        module = _TYPE_MODULE.__get__(type(error))
+        if name in ("error", "Error") and type(module) is str and module not in (_MAIN, "builtins"):
+            # A module's `error` says nothing alone ("error: unterminated character set"):
+            # named as CPython's traceback names it, `re.error`.
+            name = f"{module.lstrip('_')}.{name}"
         message = _message(error)
         if issubclass(type(error), BaseExceptionGroup):
             # A TaskGroup's: its own text only counts the errors ("(2 sub-exceptions)").

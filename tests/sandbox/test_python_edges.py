@@ -423,3 +423,17 @@ def test_a_dataclass_under_future_annotations_reads_class_var_kw_only_and_init_v
         "return [[f.name for f in dataclasses.fields(Node)], n.seeded, Node.count]"
     )
     assert value(code) == [["name", "parent", "depth"], 9, 0]
+
+
+@pytest.mark.parametrize(
+    ("code", "name"),
+    [
+        ('import re\nre.compile("[")', "re.error"),
+        ('import struct\nstruct.unpack("I", b"x")', "struct.error"),
+        ("import csv, io\nlist(csv.reader(io.StringIO('a,\"b'), strict=True))", "csv.Error"),
+        ("class error(Exception): pass\nraise error('own')", "error"),
+    ],
+)
+def test_a_modules_error_class_is_named_with_its_module(code: str, name: str) -> None:
+    """The run's error read "error: unterminated character set at position 0"."""
+    assert failed(code).name == name
