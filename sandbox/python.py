@@ -4419,8 +4419,9 @@ class Run(Replay):
         return lines
 
 
-# The modules a model reaches for the network or the system with: an import of one says what
-# a script has instead (before the list of the modules it may import).
+# The modules a model reaches for the network or the system with, and others it imports out
+# of habit: an import of one says what a script has instead (before the list of the modules
+# it may import).
 _NOT_HERE = {
     **dict.fromkeys(
         (
@@ -4450,6 +4451,11 @@ _NOT_HERE = {
     "zoneinfo": (
         ": a script has no time zone database; its clock is UTC, and a fixed offset is "
         "datetime.timezone(datetime.timedelta(hours=-5))"
+    ),
+    # The declarations' TypedDict and NotRequired, which models import from here.
+    "typing_extensions": (
+        ": scripts are Python 3.11, whose typing has what it adds up to 3.11 (TypedDict, "
+        "NotRequired, Required, Self, Literal...): import them from typing"
     ),
 }  # fmt: skip
 

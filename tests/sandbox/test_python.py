@@ -1616,6 +1616,10 @@ def test_format_however_it_is_named_still_formats() -> None:
         ("import numpy", ""),
         ("import secrets", ": a script is replayed, so its randomness is drawn from its seed"),
         ("from zoneinfo import ZoneInfo", ": a script has no time zone database; its clock is"),
+        # The declarations' TypedDict and NotRequired: 3.11's typing has them.
+        ("from typing_extensions import TypedDict", ": scripts are Python 3.11, whose typing "
+         "has what it adds up to 3.11 (TypedDict, NotRequired, Required, Self, Literal...): "
+         "import them from typing"),
         # Threads and pools: asyncio, not "it reads the files it was given".
         ("import threading", ": a script has no threads or processes; it runs calls at once "
          "with asyncio"),
