@@ -111,6 +111,32 @@ async def test_arguments_built_before_the_call_are_left_to_the_tool(
     assert {line for line, _ in await _problems(checker, built)} == {8, 9, 10}
 
 
+async def test_a_dict_built_before_the_call_in_a_list_written_there_is_left_to_the_tool(
+    checker: PythonTypeChecker,
+) -> None:
+    """`edits=[edit]`, `edit` a dict built before the call: ty typed the list
+    `list[Filesystem__edit_file_Edits | dict[str, str]]` and the check refused it, as the
+    README says it does not. A wrong dict written in such a list is still refused, by the
+    key ty names."""
+    code = "\n".join(
+        [
+            'edit = {"oldText": "a", "newText": "b"}',  # 1
+            'await tools.filesystem__edit_file(path="p", edits=[edit])',  # 2
+            'await tools.filesystem__edit_file(path="p", edits=[edit, {"oldTxt": "a"}])',  # 3
+            'await tools.filesystem__edit_file(path="p", edits=[{"oldText": "a", "newText": 1}])',
+            'await tools.filesystem__edit_file(path="p", edits=["a"])',  # 5
+        ]
+    )
+    # Where ty says which key is wrong, the list's own mismatch is not said too.
+    assert await _problems(checker, code) == [
+        (3, "missing-typed-dict-key"),
+        (3, "missing-typed-dict-key"),
+        (3, "unknown-typed-dict-constructor-key"),
+        (4, "invalid-argument-type"),  # "Invalid argument to key "newText" ..."
+        (5, "invalid-argument-type"),
+    ]
+
+
 async def test_no_matching_form_names_the_keywords(checker: PythonTypeChecker) -> None:
     """A call that matches neither form (an unknown keyword) says which keywords the tool
     takes, in the types the model read."""

@@ -240,6 +240,11 @@ _PLAIN = re.compile(r"(?:list\[)*(?:str|int|float|bool|LiteralString)\]*")
 # An argument ty places at its keyword (`start={...}`) or its value, written in the call.
 _WRITTEN = re.compile(r"\s*(?:\w+\s*=\s*)?(?:[{\[]|dict\()")
 _DECLARED_TYPE = re.compile(r"\b(?!Literal\b|None\b|Any\b|NotRequired\b)[A-Z]\w*")
+# A list written in the call (`edits=[edit]`) that ty types with a dict among its items'
+# kinds: a dict built before the call, as above, or one written there, which ty checks key by
+# key on its own.
+_WRITTEN_LIST = re.compile(r"\s*(?:\w+\s*=\s*)?\[")
+_LISTED_DICT = re.compile(r"list\[(?:.* \| )?dict\[")
 
 
 def _widened(message: str, argument: str) -> bool:
@@ -249,6 +254,13 @@ def _widened(message: str, argument: str) -> bool:
     if match is not None and argument.startswith("**"):
         # `tools.x(**opts)`: ty matches the type of every value of the dict against every
         # keyword the tool takes, whichever the dict has.
+        return True
+    if (
+        match is not None
+        and _WRITTEN_LIST.match(argument)
+        and _LISTED_DICT.match(match[2])
+        and _DECLARED_TYPE.search(match[1]) is not None
+    ):
         return True
     if match is None or _WRITTEN.match(argument):
         return False  # written in the call (ty types a dict for a union of TypedDicts so)
