@@ -111,12 +111,13 @@ async def test_arguments_built_before_the_call_are_left_to_the_tool(
     assert {line for line, _ in await _problems(checker, built)} == {8, 9, 10}
 
 
-async def test_a_dict_built_before_the_call_in_a_list_written_there_is_left_to_the_tool(
+async def test_a_dict_built_before_the_call_in_a_list_or_a_union_is_left_to_the_tool(
     checker: PythonTypeChecker,
 ) -> None:
     """`edits=[edit]`, `edit` a dict built before the call: ty typed the list
     `list[Filesystem__edit_file_Edits | dict[str, str]]` and the check refused it, as the
-    README says it does not. A wrong dict written in such a list is still refused, by the
+    README says it does not; so were `edits + [...]` and a variable given a dict in an `if`
+    (`None | dict[str, str]`). A wrong dict written in such a list is still refused, by the
     key ty names."""
     code = "\n".join(
         [
@@ -125,6 +126,11 @@ async def test_a_dict_built_before_the_call_in_a_list_written_there_is_left_to_t
             'await tools.filesystem__edit_file(path="p", edits=[edit, {"oldTxt": "a"}])',  # 3
             'await tools.filesystem__edit_file(path="p", edits=[{"oldText": "a", "newText": 1}])',
             'await tools.filesystem__edit_file(path="p", edits=["a"])',  # 5
+            'await tools.filesystem__edit_file(path="p", edits=[edit] + [{"oldText": "c", '
+            '"newText": "d"}])',  # 6: list[X | dict[str, str]]
+            "start = None",  # 7
+            'if edit:\n    start = {"dateTime": "x"}',  # 8, 9: start is None | dict[str, str]
+            'await tools.calendar__create_event(summary="s", start=start, end=start)',  # 10
         ]
     )
     # Where ty says which key is wrong, the list's own mismatch is not said too.

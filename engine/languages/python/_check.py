@@ -235,7 +235,9 @@ def _problems(output: str, code: str, declarations: str) -> list[TypeProblem]:
 # literal written in the call is still checked here (ty names each wrong, missing or unknown
 # key there on its own).
 _ARGUMENT = re.compile(r"is incorrect: Expected `(.+)`, found `(.+)`$")
-_BUILT = re.compile(r"(?:list\[)*dict\[.*")
+# A dict built before the call, alone, in a list or one of a union (`None | dict[str, str]`
+# for a variable given a dict in an `if`; `list[X | dict[str, str]]` for `xs + [x]`).
+_BUILT = re.compile(r"(?:list\[)*(?:.* \| )?dict\[.*")
 _PLAIN = re.compile(r"(?:list\[)*(?:str|int|float|bool|LiteralString)\]*")
 # An argument ty places at its keyword (`start={...}`) or its value, written in the call.
 _WRITTEN = re.compile(r"\s*(?:\w+\s*=\s*)?(?:[{\[]|dict\()")
@@ -244,7 +246,6 @@ _DECLARED_TYPE = re.compile(r"\b(?!Literal\b|None\b|Any\b|NotRequired\b)[A-Z]\w*
 # kinds: a dict built before the call, as above, or one written there, which ty checks key by
 # key on its own.
 _WRITTEN_LIST = re.compile(r"\s*(?:\w+\s*=\s*)?\[")
-_LISTED_DICT = re.compile(r"list\[(?:.* \| )?dict\[")
 
 
 def _widened(message: str, argument: str) -> bool:
@@ -258,7 +259,7 @@ def _widened(message: str, argument: str) -> bool:
     if (
         match is not None
         and _WRITTEN_LIST.match(argument)
-        and _LISTED_DICT.match(match[2])
+        and _BUILT.fullmatch(match[2])
         and _DECLARED_TYPE.search(match[1]) is not None
     ):
         return True
