@@ -89,7 +89,7 @@ import warnings
 import weakref
 import zlib
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any, NoReturn, cast
 
 import orjson
@@ -3109,6 +3109,39 @@ class _Sink(_Opaque):
 
     def isatty(self) -> bool:
         return False
+
+    # What a program's habits read or call on sys.stdout, `sys.stdout.reconfigure(encoding=
+    # "utf-8")` before it prints other than ASCII: the printed text is text, UTF-8 already.
+    encoding = "utf-8"
+    errors = "strict"
+
+    def reconfigure(
+        self,
+        *,
+        encoding: str | None = None,
+        errors: str | None = None,
+        newline: str | None = None,
+        line_buffering: bool | None = None,
+        write_through: bool | None = None,
+    ) -> None:
+        """Nothing to set: any text is printed as it is."""
+
+    def writable(self) -> bool:
+        return True
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> NoReturn:
+        # Only for a name it has not: CPython's text named the class, `_Sink`.
+        raise AttributeError(
+            f"the printed text (sys.stdout, sys.stderr) has no attribute {name!r} in scripts: "
+            "it takes text, and has write, writelines, flush, isatty, writable, reconfigure, "
+            "encoding and errors",
+            name=name,
+            obj=self,
+        )
 
 
 def _well_formed(text: str) -> str:

@@ -437,3 +437,21 @@ def test_a_dataclass_under_future_annotations_reads_class_var_kw_only_and_init_v
 def test_a_modules_error_class_is_named_with_its_module(code: str, name: str) -> None:
     """The run's error read "error: unterminated character set at position 0"."""
     assert failed(code).name == name
+
+
+def test_the_printed_text_takes_what_a_program_does_to_sys_stdout() -> None:
+    """`sys.stdout.reconfigure(encoding="utf-8")`, a habit before printing other than ASCII,
+    failed: "'_Sink' object has no attribute 'reconfigure'", a class the script never saw."""
+    ran = run(
+        "import sys\n"
+        'sys.stdout.reconfigure(encoding="utf-8", errors="replace")\n'
+        'sys.stderr.writelines(["é\\n", "b\\n"])\n'
+        "return [sys.stdout.encoding, sys.stdout.writable()]"
+    )
+    assert (ran.outcome, ran.value, ran.printed) == ("finished", ["utf-8", True], "é\nb\n"), ran
+    error = failed("import sys\nsys.stdout.buffer.write(b'x')")
+    assert error.name == "AttributeError" and "_Sink" not in error.message, error
+    assert error.message.startswith(
+        "the printed text (sys.stdout, sys.stderr) has no attribute 'buffer' in scripts: it "
+        "takes text, and has write, writelines"
+    ), error
