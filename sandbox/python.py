@@ -677,8 +677,8 @@ def _calls_own(tree: ast.Module, value: ast.expr) -> str | None:
 
 
 _VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
-# `asyncio.run(main())` on a line, and the function it runs.
-_ASYNCIO_RUN = re.compile(r"\basyncio\.run\(\s*(?:([A-Za-z_]\w{0,99})\s*\()?")
+# `asyncio.run(main())` on a line, and the function it runs (`tools.name` too).
+_ASYNCIO_RUN = re.compile(r"\basyncio\.run\(\s*(?:([A-Za-z_][\w.]{0,99})\s*\()?")
 
 
 def _syntax_hint(message: str) -> str:
@@ -3954,14 +3954,15 @@ class Run(Replay):
         def run(main: Any, *, debug: Any = None) -> NoReturn:
             # A model writes a program (`asyncio.run(main())`) where a script is already the
             # body of an async function: CPython's words inside a loop, and what to write.
-            shown = "main"
+            shown = "main(...)"
             if type(main) is types.CoroutineType:
-                shown = main.__qualname__[:100]
+                shown = f"{main.__qualname__[:100]}(...)"
                 main.close()  # this error says it all: not also "never awaited"
+            elif isinstance(main, _Future):
+                shown = main._shown()  # `asyncio.run(tools.name(...))`: not `main(...)`
             raise RuntimeError(
                 "asyncio.run() cannot be called from a running event loop: a script is the "
-                "body of an async function already: in its place, write "
-                f"`return await {shown}(...)`"
+                f"body of an async function already: in its place, write `return await {shown}`"
             )
 
         return Module(

@@ -1835,6 +1835,14 @@ def test_asyncio_run_without_its_import_says_both_at_once() -> None:
     assert gather.message == "name 'asyncio' is not defined. Did you forget to import 'asyncio'?"
 
 
+@pytest.mark.parametrize("imported", ["import asyncio\n", ""])
+def test_asyncio_run_of_a_tool_call_says_to_await_the_call(imported: str) -> None:
+    """`asyncio.run(tools.echo(x=1))` was told to write `return await main(...)`, a function
+    the script does not have."""
+    error = failed(f"{imported}asyncio.run(tools.echo(x=1))", [rec("echo", {"x": 1}, result=1)])
+    assert error.message.endswith("in its place, write `return await tools.echo(...)`"), error
+
+
 def test_a_main_guard_says_its_block_never_runs() -> None:
     """A model writes a program: `if __name__ == "__main__": asyncio.run(main())`. The
     block never runs in a script, which finished with nothing printed and nothing returned;
