@@ -3309,6 +3309,17 @@ class Files(_Opaque):
     def xlsx(self, id: Any, **options: Any) -> _Stream:
         return _Stream(self._run, "xlsx", id, options)
 
+    def __getattr__(self, name: str) -> NoReturn:
+        # Only for a name it has not (`files.read(id)`, a guess): CPython's text named the
+        # class, `'Files' object`, and nothing it has.
+        has = [n for n in Files.__dict__ if not n.startswith("_")]
+        raise AttributeError(
+            f"files has no attribute {name!r} in scripts; it has {', '.join(has)} "
+            "(`await files.text(id)` reads a whole file)",
+            name=name,
+            obj=self,
+        )
+
 
 class Run(Replay):
     """One run of one Python script. Create, then call :meth:`execute` once."""

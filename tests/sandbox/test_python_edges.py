@@ -455,3 +455,14 @@ def test_the_printed_text_takes_what_a_program_does_to_sys_stdout() -> None:
         "the printed text (sys.stdout, sys.stderr) has no attribute 'buffer' in scripts: it "
         "takes text, and has write, writelines"
     ), error
+
+
+def test_a_name_files_has_not_says_what_it_has() -> None:
+    """`files.read(id)`, a guess, read "'Files' object has no attribute 'read'"."""
+    error = failed('files.read("f1")')
+    assert (error.name, error.message) == (
+        "AttributeError",
+        "files has no attribute 'read' in scripts; it has list, stat, text, show, sheets, "
+        "lines, jsonl, csv, chunks, xlsx (`await files.text(id)` reads a whole file)",
+    )
+    assert value("return hasattr(files, 'read'), hasattr(files, 'text')") == [False, True]
