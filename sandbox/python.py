@@ -3053,8 +3053,10 @@ _MASS_NOUNS = frozenset({"bytes", "bytearray"})
 
 
 def _a(name: str) -> str:
-    """``a set``, ``an Order``: a class's name with its article."""
-    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+    """``a set``, ``an Order``, ``a UUID``: a class's name with its article (a capital U
+    before another capital is said "you")."""
+    vowel = name[:1].lower() in "aeiou" and not (name[:1] == "U" and name[1:2].isupper())
+    return f"{'an' if vowel else 'a'} {name}"
 
 
 def _where(root: str, path: tuple[str | int, ...]) -> str:

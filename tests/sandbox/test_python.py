@@ -799,6 +799,9 @@ def test_returning_what_is_not_data_fails_naming_the_type() -> None:
             "the returned value is a Status (pass value.value, or value.name)",
         ),
         ("return b'x'", "the returned value is bytes (pass value.decode(), or base64"),
+        # Said "you": it read "is an UUID".
+        ("import uuid\nreturn uuid.uuid4()", "the returned value is a UUID;"),
+        ("import ipaddress\nreturn ipaddress.ip_address('::1')", "the returned value is an IPv6"),
     ]:
         assert failed(code).message.startswith(said), code
 
