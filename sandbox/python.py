@@ -3265,6 +3265,27 @@ class _Stream(_Opaque):
     async def __aexit__(self, *exc: object) -> None:
         self.close()
 
+    # A stream read as a list, a file or a call's result (`for row in files.csv(id)`):
+    # CPython's text named the class, "'_Stream' object is not iterable", and not `async`.
+    def _misread(self, how: str) -> TypeError:
+        shown = f"files.{self._kind}(...)"
+        return TypeError(
+            f"{shown} is a stream, {how}: write `async for row in {shown}:` (or `[row async "
+            f"for row in {shown}]`); `await files.text(id)` reads a whole file"
+        )
+
+    def __iter__(self) -> NoReturn:
+        raise self._misread("read with `async for`, not `for`")
+
+    def __enter__(self) -> NoReturn:
+        raise self._misread("opened with `async with`, not `with`")
+
+    def __exit__(self, *exc: object) -> None:
+        """Never reached (``__enter__`` raises); ``with`` needs both to say why."""
+
+    def __await__(self) -> NoReturn:
+        raise self._misread("read item by item, not awaited")
+
     def __del__(self) -> None:
         with contextlib.suppress(BaseException):  # never raise from a finalizer
             self.close()

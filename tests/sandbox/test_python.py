@@ -1026,6 +1026,27 @@ def test_files_api() -> None:
     assert ran.shown == ["d.csv"]
 
 
+@pytest.mark.parametrize(
+    ("code", "how"),
+    [
+        ("for row in files.csv('d.csv'):\n    pass", "read with `async for`, not `for`"),
+        ("rows = list(files.lines('d.csv'))", "read with `async for`, not `for`"),
+        ("with files.csv('d.csv') as rows:\n    pass", "opened with `async with`, not `with`"),
+        ("rows = await files.csv('d.csv')", "read item by item, not awaited"),
+    ],
+)
+def test_a_stream_read_as_a_list_says_to_use_async_for(code: str, how: str) -> None:
+    """CPython's text named the sandbox's class: "'_Stream' object is not iterable"."""
+    error = failed(code, files=FILES, fetch=_fetch)
+    kind = "lines" if "lines" in code else "csv"
+    assert (error.name, error.message) == (
+        "TypeError",
+        f"files.{kind}(...) is a stream, {how}: write `async for row in files.{kind}(...):` "
+        f"(or `[row async for row in files.{kind}(...)]`); `await files.text(id)` reads a "
+        "whole file",
+    )
+
+
 def test_a_stream_left_early_frees_its_slot() -> None:
     code = (
         "n = 0\n"
