@@ -4407,9 +4407,9 @@ class Run(Replay):
         elif type(error) in (TypeError, AttributeError) and "'coroutine' object" in message:
             # `[fetch(i) for i in ids]` used as results: Python's text names no await.
             message += (
-                "; calling an async function of the script gives a coroutine, not its result: "
-                "await it (`await fetch(x)`), or several at once with "
-                "`await asyncio.gather(*coroutines)`"
+                "; calling an async function (the script's, or files.text and files.sheets) "
+                "gives a coroutine, not its result: await it (`await fetch(x)`, `await "
+                "files.text(id)`), or several at once with `await asyncio.gather(*coroutines)`"
             )
         elif type(error) is ValueError and message.endswith(_INT_DIGITS):
             message = message.removesuffix(_INT_DIGITS) + (

@@ -2095,11 +2095,21 @@ def test_a_coroutine_used_as_a_result_says_to_await_it(use: str, said: str) -> N
     # written into whichever run of this process is going on then.
     collect_runs_garbage()
     assert error.message == (
-        f"{said}; calling an async function of the script gives a coroutine, not its result: "
-        "await it (`await fetch(x)`), or several at once with "
-        "`await asyncio.gather(*coroutines)`"
+        f"{said}; calling an async function (the script's, or files.text and files.sheets) "
+        "gives a coroutine, not its result: await it (`await fetch(x)`, `await "
+        "files.text(id)`), or several at once with `await asyncio.gather(*coroutines)`"
     )
     assert [x.line for x in error.lines][-1] == 4
+
+
+def test_files_text_not_awaited_says_to_await_it_not_that_the_script_made_it() -> None:
+    """It said "calling an async function of the script", which files.text is not."""
+    error = failed("t = files.text('d.csv')\nreturn t.upper()", files=FILES, fetch=_fetch)
+    assert error.message.startswith(
+        "'coroutine' object has no attribute 'upper'; calling an async function (the "
+        "script's, or files.text and files.sheets) gives a coroutine"
+    ), error
+    assert "`await files.text(id)`" in error.message
 
 
 def test_the_scripts_own_objects_have_attributes_with_one_underscore() -> None:
