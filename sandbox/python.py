@@ -1249,8 +1249,11 @@ class Module(_Opaque):
                 hint = f"; it has {', '.join(sorted(self._names))}"
             if type(key) is str and key in self._hints:
                 hint = self._hints[key]
+            elif (self._name, key) in _LEFT_OUT:  # as `from functools import ...` says it
+                hint = _LEFT_OUT[self._name, key]
+            where = "" if hint.startswith(": it is left out of scripts") else " in scripts"
             raise AttributeError(
-                f"module {self._name!r} has no attribute {key!r} in scripts{hint}"
+                f"module {self._name!r} has no attribute {key!r}{where}{hint}"
             ) from None
 
     def __setattr__(self, key: str, value: Any) -> NoReturn:

@@ -816,6 +816,12 @@ def test_what_scripts_have_not_says_what_they_have_instead() -> None:
         "reads annotations as code); choose by type with isinstance, or a dict of functions "
         "by type"
     )
+    # Reached as the module's attribute, it said only "has no attribute ... in scripts".
+    assert failed("import functools\nfunctools.singledispatchmethod").message == (
+        "module 'functools' has no attribute 'singledispatchmethod': it is left out of scripts "
+        "(it reads annotations as code); choose by type with isinstance, or a dict of "
+        "functions by type"
+    )
 
 
 def test_lone_surrogates_do_not_crash() -> None:
