@@ -4367,7 +4367,9 @@ class Run(Replay):
         if issubclass(type(error), BaseExceptionGroup):
             # A TaskGroup's: its own text only counts the errors ("(2 sub-exceptions)").
             leaves, count = _leaves(cast(BaseExceptionGroup[BaseException], error), _GROUP_SHOWN)
-            shown = [f"{_type_name(e)}: {_message(e)}" for e in leaves]
+            # `assert x` in a task: its name alone, as an uncaught error with no text is said.
+            said = [(_type_name(e), _message(e)) for e in leaves]
+            shown = [f"{name}: {text}" if text else name for name, text in said]
             more = count - len(shown)
             message += ": " + "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
             lines = [n for leaf in leaves for n in _script_lines(leaf)] + lines

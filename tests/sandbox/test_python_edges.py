@@ -466,3 +466,14 @@ def test_a_name_files_has_not_says_what_it_has() -> None:
         "lines, jsonl, csv, chunks, xlsx (`await files.text(id)` reads a whole file)",
     )
     assert value("return hasattr(files, 'read'), hasattr(files, 'text')") == [False, True]
+
+
+def test_an_error_with_no_text_in_a_group_is_its_name_alone() -> None:
+    """`assert ok` in a TaskGroup's task read "AssertionError: " in the run's error."""
+    error = failed(
+        "import asyncio\nasync def check():\n    assert False\n"
+        "async with asyncio.TaskGroup() as tg:\n    tg.create_task(check())"
+    )
+    assert error.message == ("unhandled errors in a TaskGroup (1 sub-exception): AssertionError"), (
+        error
+    )
