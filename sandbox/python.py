@@ -4416,6 +4416,9 @@ class Run(Replay):
                 "gives a coroutine, not its result: await it (`await fetch(x)`, `await "
                 "files.text(id)`), or several at once with `await asyncio.gather(*coroutines)`"
             )
+        elif type(error) is decimal.InvalidOperation and message == _NOT_A_DECIMAL:
+            # `Decimal(row["price"])` of "N/A" or "" from a tool: C decimal's text is a class.
+            message = "Decimal(...) was given text that is not a number (ConversionSyntax)"
         elif type(error) is ValueError and message.endswith(_INT_DIGITS):
             message = message.removesuffix(_INT_DIGITS) + (
                 "; a script cannot raise the limit (its sys has no set_int_max_str_digits): "
@@ -4621,6 +4624,7 @@ def _warning_line(line: int, category: str, message: str) -> str:
 _UNBOUND = re.compile(r"^cannot access local variable '(\w+)'")
 # CPython's advice on an int of over 4,300 digits names what a script's sys has not.
 _INT_DIGITS = "; use sys.set_int_max_str_digits() to increase the limit"
+_NOT_A_DECIMAL = "[<class 'decimal.ConversionSyntax'>]"
 
 
 def _assigned_at_top(code: str, name: str) -> bool:

@@ -477,3 +477,14 @@ def test_an_error_with_no_text_in_a_group_is_its_name_alone() -> None:
     assert error.message == ("unhandled errors in a TaskGroup (1 sub-exception): AssertionError"), (
         error
     )
+
+
+def test_decimal_of_text_that_is_no_number_says_so() -> None:
+    """`Decimal("N/A")`, a price a tool gave as text: the run's error read
+    "InvalidOperation: [<class 'decimal.ConversionSyntax'>]"."""
+    error = failed('from decimal import Decimal\nprice = "N/A"\ntotal = Decimal(price) * 2')
+    assert (error.name, error.message, [x.line for x in error.lines]) == (
+        "InvalidOperation",
+        "Decimal(...) was given text that is not a number (ConversionSyntax)",
+        [3],
+    )
