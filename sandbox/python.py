@@ -598,7 +598,8 @@ def compile_script(code: str) -> tuple[types.CodeType, list[int], tuple[int, str
     if "match" in code:  # a walk of the whole tree, for scripts that can have one
         _MatchRewriter().visit(tree)
     _check_globals(tree)
-    _unevaluated_signatures(tree)
+    if "def" in code:  # a walk of the whole tree, for scripts that define a function
+        _unevaluated_signatures(tree)
     flags = _future_flags(tree)
     if flags & _ANNOTATIONS:
         flags &= ~_ANNOTATIONS
