@@ -28,6 +28,8 @@ MiB = 1024 * 1024
 TIMEOUT_S = 5.0
 MEMORY_BYTES = 512 * MiB
 OUTPUT_BYTES = 1 * MiB
+# How long a cancelled check waits for its killed checker to be reaped.
+REAP_WAIT = 5.0
 # At most these many problems are shown to the model; the rest are counted.
 SHOWN_PROBLEMS = 8
 
@@ -245,8 +247,12 @@ async def run_bounded(
     except BaseException:
         # Cancelled (the host let the script go): a checker left with nobody reading its
         # output blocks on the full pipe for good, so it ends with the check (unless it
-        # already has).
+        # already has), and is reaped on this loop: left, its transport outlived a loop that
+        # closed next ("Event loop is closed" when it was collected).
         with contextlib.suppress(ProcessLookupError):
             process.kill()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(REAP_WAIT):
+                await process.wait()
         raise
     return Ran(b"".join(chunks).decode("utf-8", "replace"), status, cut)

@@ -8,10 +8,12 @@ before the wrong one), and the runner's step count that it never ran.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,6 +22,7 @@ from pydantic import BaseModel
 
 from engine import CodeMode, Tool, tool
 from engine._source import MAX_CODE_BYTES
+from engine.languages._check import run_bounded
 from engine.languages.javascript import (
     SHOWN_PROBLEMS,
     Checked,
@@ -675,6 +678,38 @@ def _running(marker: str) -> list[int]:
         except OSError:
             pass  # ended meanwhile
     return found
+
+
+def test_a_cancelled_check_reaps_its_checker_on_its_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cancelled check waits for its killed checker to end: left, the process's transport
+    outlived a loop that closed next, and said "Event loop is closed" when collected."""
+    fake = tmp_path / "tsc"
+    fake.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(3600)\n")
+    fake.chmod(0o755)
+    unraisable: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: unraisable.append(u.exc_value))
+
+    async def cancel_one() -> None:
+        check = asyncio.create_task(
+            run_bounded([str(fake)], tmp_path, timeout=3600, memory=1 << 30)
+        )
+        while not _running(str(fake)):
+            await asyncio.sleep(0.05)
+        check.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await check
+
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        asyncio.run(cancel_one())
+        for _ in range(600):  # until the child watcher has seen it end
+            if not _running(str(fake)):
+                break
+            time.sleep(0.05)
+        gc.collect()
+    assert not _running(str(fake))
+    assert unraisable == [] and "is closed" not in caplog.text
 
 
 async def test_a_cancelled_check_ends_its_checker(tmp_path: Path) -> None:
