@@ -188,6 +188,11 @@ def _from_function(
     read_only: bool,
     idempotent: bool,
 ) -> Tool:
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        # Not truthiness: name="" would quietly fall back to the function's own name.
+        raise ToolDefinitionError(
+            f"@tool: name is a non-empty string (or left out for the function's name), not {name!r}"
+        )
     tool_name = name or getattr(fn, "__name__", "") or ""
     # A partial has no name of its own: the function it binds names it in messages.
     label = f"tool {tool_name or getattr(getattr(fn, 'func', None), '__name__', '')!r}"

@@ -365,6 +365,18 @@ class _Lookup:
         return f"{self.table[key]} for {ctx.tenant}"
 
 
+@pytest.mark.parametrize("name", ["", "  ", 3])
+def test_a_given_name_that_is_no_name_is_refused(name: object) -> None:
+    """name="" was taken as no name given: the tool was quietly named after the function."""
+
+    def lookup(key: int) -> str:
+        """Look a key up."""
+        return str(key)
+
+    with pytest.raises(ToolDefinitionError, match=r"^@tool: name is a non-empty string"):
+        tool(name=name)(lookup)  # type: ignore[arg-type]
+
+
 def test_callable_objects_are_tools_and_partials_are_refused() -> None:
     """A callable object is typed by its __call__ (it was refused as "annotations cannot be
     resolved ... define the types at module level"), under the name given. A
