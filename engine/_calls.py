@@ -168,13 +168,17 @@ class CallSettling(Emitting):
             drive,
             entry,
             drive.run_handler(entry, self._invoke(record, entry, limits.results, ticket), ticket),
+            limits.results,
         )
 
     async def _record_outcome(
-        self, drive: Drive, entry: log.CallEntry, handled: Awaitable[Any]
+        self, drive: Drive, entry: log.CallEntry, handled: Awaitable[Any], room: int | None
     ) -> None:
         """Await ``handled``, the handler of ``entry``, and record how the call ended: its
-        result, or the error the script sees."""
+        result, or the error the script sees. A result over ``room`` bytes (the script's
+        ``results`` budget; None: no budget known) is kept as its size alone. The budget is
+        given, not asked of the limits function again: that is the host's code, and a call
+        that ran must be recorded even if it now raises."""
         record = drive.record
         try:
             result = await handled
@@ -199,7 +203,7 @@ class CallSettling(Emitting):
             # nesting past what the encoder takes): that call's error, which it can catch.
             await self._settle_failed(drive, _failed(entry, unsendable(entry.name, e)))
             return
-        if size > self.limits_for(record.tenant).results:
+        if room is not None and size > room:
             # Over the budget on its own: keep its size, not its bytes; the script ends on
             # the results limit before its next run.
             result = None

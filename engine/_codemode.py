@@ -877,9 +877,12 @@ class CodeMode(StepLoop):
         crash. The calls whose threads had not begun are approved again, to run when the
         script is resumed: they never ran."""
         try:
+            room: int | None = None  # unknown: the results are kept whole, not lost
+            with contextlib.suppress(Exception):
+                room = self.limits_for(drive.record.tenant).results
             for index, task in list(drive.unheard.items()):
                 try:
-                    await self._record_outcome(drive, drive.calls[index], task)
+                    await self._record_outcome(drive, drive.calls[index], task, room)
                 except (asyncio.CancelledError, CallAbandoned):
                     break  # the engine closes
                 except Exception:  # the log did not answer: the call stays running there

@@ -130,8 +130,14 @@ def limits_option(value: Any) -> LimitsOption:
 
 
 def limits_for(option: LimitsOption, tenant: str) -> Limits:
-    """The limits for ``tenant``; :class:`ConfigError` when a function gives no Limits."""
-    limits = option(tenant) if callable(option) else option
+    """The limits for ``tenant``; :class:`ConfigError` when a function gives no Limits. What
+    a function raises goes on as it is (a host may retry its own errors), with a note that
+    names the limits function and the tenant."""
+    try:
+        limits = option(tenant) if callable(option) else option
+    except Exception as e:
+        e.add_note(f"raised by the engine's limits function, for tenant {tenant!r}")
+        raise
     if not isinstance(limits, Limits):
         raise ConfigError(
             f"the limits function gave {type(limits).__name__} for tenant {tenant!r}, "

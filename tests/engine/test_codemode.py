@@ -542,6 +542,40 @@ async def test_limits_per_tenant(inproc: InProcessRunner) -> None:
     assert small.limit == "calls"
 
 
+async def test_a_limits_function_that_raises_after_a_call_ran_loses_no_result(
+    inproc: InProcessRunner, tmp_path: Path
+) -> None:
+    """The limits function is the host's code (a quota looked up in its database, say). One
+    that began to raise while a call ran made the engine lose that call's result: it was
+    asked again for the results budget before the result was written, so the call stayed
+    running in the log and a resume would find it interrupted. Now the result is written
+    and the script goes on. Its error at the next start reaches the host as it is, with a
+    note naming the limits function and the tenant."""
+    down = False
+    ran: list[int] = []
+
+    @tool
+    def charge(amount: int) -> str:
+        """Charge the card."""
+        nonlocal down
+        ran.append(amount)
+        down = True  # the quota database goes away while the call runs
+        return f"charged {amount}"
+
+    def limits(tenant: str) -> Limits:
+        if down:
+            raise ConnectionError("quota database unreachable")
+        return Limits()
+
+    engine = CodeMode([charge], runner=inproc, store=SqliteStore(tmp_path), limits=limits)
+    result = await engine.run_code("return await tools.charge({ amount: 5 })")
+    assert (result.status, result.value, ran) == ("finished", "charged 5", [5])
+    with pytest.raises(ConnectionError, match="quota database unreachable") as raised:
+        await engine.run_code("return 1", tenant="acme")
+    assert raised.value.__notes__ == ["raised by the engine's limits function, for tenant 'acme'"]
+    await engine.aclose()
+
+
 async def test_fenced_and_function_scripts(inproc: InProcessRunner) -> None:
     """Models write a bare body, a Markdown fence or an async function; all run."""
     engine = CodeMode([], runner=inproc)
