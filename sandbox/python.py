@@ -1944,7 +1944,14 @@ def _clock_modules(now_ms: int, seed: int) -> dict[str, Module]:
         return float(calendar.timegm(tuple(t)))
 
     def sleep(secs: float) -> None:
-        """The clock stands still in a script; sleeping waits for nothing."""
+        """The clock stands still in a script; sleeping waits for nothing. The argument is
+        checked as CPython checks it: a wrong one is the script's mistake all the same."""
+        if not isinstance(secs, int | float):
+            raise TypeError(f"'{type(secs).__name__}' object cannot be interpreted as an integer")
+        if secs != secs:
+            raise ValueError("Invalid value NaN (not a number)")
+        if secs < 0:
+            raise ValueError("sleep length must be non-negative")
 
     time_names: dict[str, Any] = {
         "time": lambda: now,
@@ -3887,6 +3894,7 @@ class Run(Replay):
             )
 
         def sleep(delay: float = 0, result: Any = None) -> _Yield:
+            delay <= 0  # noqa: B015 -- CPython's own check: a str delay is a TypeError
             return _Yield(result)
 
         def task_group() -> _TaskGroup:

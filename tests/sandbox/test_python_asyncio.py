@@ -340,6 +340,27 @@ return [errors, len(pending)]
     ).message == ("Invalid return_when value: x")
 
 
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        ("time.sleep('1')", "'str' object cannot be interpreted as an integer"),
+        ("time.sleep(-1)", "sleep length must be non-negative"),
+        ("time.sleep(float('nan'))", "Invalid value NaN (not a number)"),
+        ("await asyncio.sleep('1')", "'<=' not supported between instances of 'str' and 'int'"),
+    ],
+)
+def test_a_sleep_of_a_wrong_length_fails_as_in_python(call: str, message: str) -> None:
+    """Sleeping waits for nothing in a script, but a wrong length was taken silently: the
+    script's mistake went unseen until it ran where time passes."""
+    assert failed(f"import asyncio, time\n{call}").message == message
+    assert (
+        end(
+            "import asyncio, time\ntime.sleep(0.5)\ntime.sleep(True)\nawait asyncio.sleep(-1)\nreturn 1"
+        ).value
+        == 1
+    )
+
+
 def test_timeouts_never_fire_and_shield_keeps_a_call_from_its_cancellation() -> None:
     """No time passes in a script (its clock is fixed, time.sleep returns at once), so
     wait_for and asyncio.timeout wait for what they are given."""
