@@ -117,10 +117,12 @@ class StoreConfig:
             )
         return dsn
 
-    def build(self, data_dir: Path | None) -> LogStore:
+    def build(self, data_dir: Path | None, *, read_only: bool = False) -> LogStore:
         """The store: PostgreSQL, in memory, or SQLite under ``data_dir`` (in memory without
         one when no kind was given). :class:`ConfigError` for ``kind = "sqlite"`` without a
         ``data_dir``: a host that asked for a log on disk is not given one that dies with it.
+        ``read_only``: a SQLite log that is there, to be read by a process that may not write
+        it (see :class:`SqliteStore`).
         """
         if self.kind == "postgres":
             try:
@@ -131,6 +133,8 @@ class StoreConfig:
                 raise ConfigError(f"{self.where}: {e}") from None
         if self.kind == "memory":
             return MemoryStore()
+        if data_dir is not None and read_only:
+            return SqliteStore(data_dir, read_only=True)
         if data_dir is not None:
             return SqliteStore(data_directory(data_dir))
         if self.kind == "sqlite":

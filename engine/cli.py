@@ -345,10 +345,6 @@ def _config(args: argparse.Namespace) -> Config:
     return config.with_data_dir(getattr(args, "data_dir", None))
 
 
-def _store(args: argparse.Namespace, config: Config) -> LogStore:
-    return config.store.build(config.data_dir)
-
-
 @contextlib.asynccontextmanager
 async def _engine(
     args: argparse.Namespace,
@@ -462,6 +458,12 @@ def _needs_log(args: argparse.Namespace, command: str, *, made: bool = True) -> 
     return config
 
 
+def _reader(config: Config) -> LogStore:
+    """The log of a command that only reads it (scripts, show): a SQLite log this process
+    may not write (another account's, a read-only mount) is read all the same."""
+    return config.store.build(config.data_dir, read_only=True)
+
+
 def _postgres_log_there(config: Config, command: str) -> None:
     """Raise ConfigError when the server answers and has no log in the configured schema (a
     mistyped ``schema``): opening the store would make an empty one there. A server that
@@ -498,7 +500,7 @@ def _keep_the_log(config: Config) -> str:
 
 
 async def _scripts(args: argparse.Namespace) -> int:
-    store = _store(args, _needs_log(args, "scripts"))
+    store = _reader(_needs_log(args, "scripts"))
     try:
         found = await store.scripts(args.status, limit=args.limit + 1)
     finally:
@@ -556,7 +558,7 @@ def _shown(text: object) -> str:
 
 
 async def _show(args: argparse.Namespace) -> int:
-    store = _store(args, _needs_log(args, "show"))
+    store = _reader(_needs_log(args, "show"))
     check_ids(args.script_id)
     try:
         record = await store.get_script(args.script_id)
@@ -627,7 +629,8 @@ async def _show(args: argparse.Namespace) -> int:
 
 async def _answer(args: argparse.Namespace) -> int:
     """approve, reject, hold or release: an answer recorded in the log, no step run."""
-    store = _store(args, _needs_log(args, args.command))
+    config = _needs_log(args, args.command)
+    store = config.store.build(config.data_dir)
     engine = CodeMode([], runner=_NoRunner(), store=store)
     try:
         if args.command == "approve":

@@ -42,6 +42,8 @@ from engine.log._sqlbase import SqlStore
 logger = logging.getLogger("codemode")
 
 SCHEMA_VERSION = 3
+# The oldest schema read as this one without an upgrade: 2 differs by its keys' index alone.
+OLDEST_READ = 2
 
 # Every this many writes on the loop, one goes to the thread instead, whose connection
 # checkpoints the write-ahead log when it has grown (the loop's connection never does).
@@ -56,24 +58,35 @@ class SqliteStore(SqlStore):
     """The log in ``<directory>/codemode.sqlite3`` (WAL, synchronous commits).
 
     ``directory`` is made if missing. ``clock`` gives the store's time in seconds, by which
-    leases expire (every host on the machine shares it).
+    leases expire (every host on the machine shares it). ``read_only``: a log that is there,
+    opened to be read by a process that may not write it or its directory (a person
+    inspecting another account's log); nothing is made, upgraded or written, and a write
+    raises the read-only :class:`StoreUnavailable`.
     """
 
     FILE_NAME = "codemode.sqlite3"
     local = True
 
-    def __init__(self, directory: str | Path, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        directory: str | Path,
+        clock: Callable[[], float] = time.time,
+        *,
+        read_only: bool = False,
+    ) -> None:
         directory = Path(directory)
         if directory.exists() and not directory.is_dir():
             raise ConfigError(
                 f"the data directory {directory} is a file: give a directory for the session "
                 "log (it is made if missing)"
             )
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ConfigError(f"cannot make the data directory {directory}: {e}") from None
+        if not read_only:
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ConfigError(f"cannot make the data directory {directory}: {e}") from None
         self.path = directory / self.FILE_NAME
+        self._read_only = read_only
         self._clock = clock
         self._closed = False
         # A thread of its own, for the syncs, the checkpoints and the transactions that must
@@ -82,7 +95,7 @@ class SqliteStore(SqlStore):
         self._db: sqlite3.Connection | None = None
         self._syncing = False  # the connection's synchronous setting: FULL (True) or NORMAL
         try:
-            self._thread.submit(self._open).result()
+            self._thread.submit(self._open_to_read if read_only else self._open).result()
             self._fast = self._open_fast()
         except BaseException:
             self._thread.shutdown(wait=True)
@@ -141,10 +154,7 @@ class SqliteStore(SqlStore):
         try:
             (version,) = db.execute("PRAGMA user_version").fetchone()
             if version > SCHEMA_VERSION:
-                raise ConfigError(
-                    f"the session log {self.path} was written by a newer codemode (schema "
-                    f"{version}; this one reads up to {SCHEMA_VERSION}): upgrade codemode"
-                )
+                raise _newer(self.path, version)
             if version < SCHEMA_VERSION:
                 try:
                     _migrate(db, version)
@@ -164,14 +174,57 @@ class SqliteStore(SqlStore):
         db.execute("COMMIT")
         self._db = db
 
+    def _open_to_read(self) -> None:
+        """Open the log to read it only (see the class): a log whose writers have it open
+        shares their write-ahead log; one closed cleanly, in a directory this process may not
+        write (where the WAL's shared memory cannot be made), is read as the file holds it."""
+        try:
+            db = self._connect(check_same_thread=True)
+            (version,) = db.execute("PRAGMA user_version").fetchone()
+        except sqlite3.DatabaseError as e:
+            raise ConfigError(f"cannot open the session log {self.path}: {e}") from None
+        if not OLDEST_READ <= version <= SCHEMA_VERSION:
+            db.close()
+            if version > SCHEMA_VERSION:
+                raise _newer(self.path, version)
+            raise ConfigError(
+                f"the session log {self.path} is of an older codemode (schema {version}), "
+                "which only a host that may write it upgrades: run one there (resume, "
+                "worker) once, then read it"
+            )
+        self._db = db
+
+    def _connect(self, *, check_same_thread: bool) -> sqlite3.Connection:
+        """A connection to the log: read-only ones by URI (see :meth:`_open_to_read`)."""
+        if not self._read_only:
+            return sqlite3.connect(
+                str(self.path), isolation_level=None, timeout=0, check_same_thread=False
+            )
+        uri = f"{self.path.absolute().as_uri()}?mode=ro"
+        db = sqlite3.connect(
+            uri, uri=True, isolation_level=None, check_same_thread=check_same_thread
+        )
+        try:
+            # The WAL's shared memory is opened (or found impossible to make) at a first read.
+            db.execute("PRAGMA user_version").fetchone()
+            return db
+        except sqlite3.OperationalError as e:
+            db.close()
+            if e.sqlite_errorcode != sqlite3.SQLITE_READONLY_DIRECTORY:
+                raise
+        return sqlite3.connect(
+            f"{uri}&immutable=1",
+            uri=True,
+            isolation_level=None,
+            check_same_thread=check_same_thread,
+        )
+
     def _open_fast(self) -> sqlite3.Connection:
         """The connection for transactions on the event loop: never waits for a lock (busy
         timeout 0), never checkpoints, never syncs (NORMAL in WAL mode syncs nothing at a
         commit). Used from whichever thread runs the loop, one transaction at a time."""
         try:
-            db = sqlite3.connect(
-                str(self.path), isolation_level=None, timeout=0, check_same_thread=False
-            )
+            db = self._connect(check_same_thread=False)
         except sqlite3.Error as e:
             raise ConfigError(f"cannot open the session log {self.path}: {e}") from None
         db.execute("PRAGMA busy_timeout=0")
@@ -360,6 +413,13 @@ def _damaged(path: Path, error: Exception, first: str = "") -> StoreUnavailable:
         "'PRAGMA integrity_check', and restore it from a backup (or '.recover' what it can "
         "into a new file)",
         permanent=True,
+    )
+
+
+def _newer(path: Path, version: int) -> ConfigError:
+    return ConfigError(
+        f"the session log {path} was written by a newer codemode (schema {version}; this one "
+        f"reads up to {SCHEMA_VERSION}): upgrade codemode"
     )
 
 

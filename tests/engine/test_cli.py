@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -914,13 +915,52 @@ def test_a_read_only_log_is_a_mistake_to_fix_not_a_wait(tmp_path: Path) -> None:
     tools = ["--tools", "examples/tracker_tools.py", "--data-dir", str(data)]
     assert codemode("run", "examples/stale_prs.js", *tools).returncode == 0
     (data / "codemode.sqlite3").chmod(0o444)
-    command = [sys.executable, "-m", "engine.cli", "run", "examples/stale_prs.js", *tools]
+    proc = _without_write_access("run", "examples/stale_prs.js", *tools)
+    one_clear_line(proc, "is read-only for this process", "make the file and its directory")
+
+
+def _without_write_access(*args: str) -> subprocess.CompletedProcess[str]:
+    """``codemode ARGS`` under the files' own modes. Run as root, the command drops the
+    capabilities that let root read and write any file (setpriv, util-linux)."""
+    command = [sys.executable, "-m", "engine.cli", *args]
     if os.geteuid() == 0:
         if shutil.which("setpriv") is None:
             require("setpriv (util-linux), to run a command as root without its override")
         command = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *command]
-    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
-    one_clear_line(proc, "is read-only for this process", "make the file and its directory")
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def _chmod_tree(root: Path, directories: int, files: int) -> None:
+    for path in [root, *root.rglob("*")]:
+        path.chmod(directories if path.is_dir() else files)
+
+
+@pytest.mark.parametrize("host", ["closed", "open"])
+def test_scripts_and_show_read_a_log_they_may_not_write(tmp_path: Path, host: str) -> None:
+    """`scripts` and `show` of a log in a directory this process may not write (another
+    account's production log, a read-only mount) print it, and change nothing there: each
+    was "data_dir ... is not writable by this process", exit 2. A log its host has open is
+    read with what its write-ahead log holds (a step not yet checkpointed)."""
+    data = tmp_path / "data"
+    proc = codemode("run", "examples/stale_prs.js", *TRACKER, "--data-dir", str(data))
+    assert proc.returncode == 0, proc.stderr
+    script_id = proc.stderr.split()[-1]
+    with contextlib.ExitStack() as stack:
+        if host == "open":  # its host wrote a step the log file has not taken in yet
+            db = stack.enter_context(contextlib.closing(sqlite3.connect(data / "codemode.sqlite3")))
+            db.execute("PRAGMA wal_autocheckpoint = 0")
+            db.execute("UPDATE scripts SET steps = 41")
+            db.commit()
+        before = sorted(p.name for p in data.rglob("*"))
+        _chmod_tree(data, 0o555, 0o444)
+        stack.callback(_chmod_tree, data, 0o755, 0o644)  # so tmp_path can be removed
+        listed = _without_write_access("scripts", "--data-dir", str(data))
+        shown = _without_write_access("show", script_id, "--data-dir", str(data))
+        assert sorted(p.name for p in data.rglob("*")) == before
+    steps = "steps 41" if host == "open" else "steps 3"
+    assert listed.returncode == 0 and shown.returncode == 0, (listed.stderr, shown.stderr)
+    assert script_id in listed.stdout and steps in listed.stdout, listed.stdout
+    assert "finished" in shown.stdout and "tools.github__list_prs" in shown.stdout
 
 
 @pytest.mark.parametrize("where", ["stdout", "events"])
