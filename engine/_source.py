@@ -39,6 +39,9 @@ _HEAD = re.compile(
 _TAIL = re.compile(r"\}\s*+\)?+\s*+(?:\(\s*+\)\s*+)?+;?+\s*+\Z")
 # The line breaks JavaScript counts (QuickJS too: a lone CR, LS and PS start a line).
 _BREAK = re.compile("\r\n|[\r\n\u2028\u2029]")
+# A hashbang line (`#!/usr/bin/env node`), which Node.js takes at the start of a file and a
+# function body cannot hold: what follows the blanks before it, to the line's end.
+_HASHBANG = re.compile("#![^\r\n\u2028\u2029]*+")
 
 
 class ScriptTooLarge(CodeModeError):
@@ -81,6 +84,12 @@ def normalize(code: str, language: str = "javascript") -> str:
         if found is not None:
             start, end = found
             code = _breaks(code[:start], code[start : start + 1]) + code[start:end]
+    if language == "javascript":
+        # Its line stays, empty, so the lines after it keep their numbers.
+        blanks = len(code) - len(code.lstrip())
+        hashbang = _HASHBANG.match(code, blanks)
+        if hashbang is not None:
+            code = code[:blanks] + code[hashbang.end() :]
     return code
 
 

@@ -603,6 +603,20 @@ async def test_fenced_and_function_scripts(inproc: InProcessRunner) -> None:
         assert (await engine.run_code(arrow)).value == value, arrow
 
 
+async def test_a_hashbang_line_is_taken_as_node_js_takes_it(inproc: InProcessRunner) -> None:
+    """A script that begins as a Node.js file does (`#!/usr/bin/env node`) runs, its lines
+    numbered as written (it failed with a SyntaxError read as Python: "the script reads as
+    Python, and run_code runs JavaScript here")."""
+    engine = CodeMode([], runner=inproc)
+    assert (await engine.run_code("#!/usr/bin/env node\nreturn 1")).value == 1
+    fenced = await engine.run_code("```js\n#!/usr/bin/env node\nconst a = 1;\nnull.x;\n```")
+    assert "at line 4: null.x;" in fenced.text and "Python" not in fenced.text, fenced.text
+    # Only at the start, as Node.js has it: elsewhere it is no comment.
+    later = await engine.run_code("const a = 1;\n#!/usr/bin/env node\nreturn a")
+    assert later.error is not None and later.error["name"] == "SyntaxError", later.text
+    await engine.aclose()
+
+
 async def test_a_fence_of_another_language_is_named(inproc: InProcessRunner) -> None:
     """A ```python fence sent where scripts are JavaScript (or a ```ts one to Python) ran as
     the other language and failed on its first line ("not a function"): it fails saying which
