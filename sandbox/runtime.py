@@ -275,6 +275,30 @@ _AWAIT_OUTSIDE_ASYNC = (
 )
 
 
+# A const the script gives another value, which QuickJS reports as "'total' is read-only"
+# at the line of the statement after the assignment (`total = 0;` then `return total;` named
+# the return): its declaration, and an assignment to it (`=`, `+=`, `++`; not `o.total =`).
+_READ_ONLY = re.compile(r"'([A-Za-z_$][\w$]*)' is read-only")
+_CONST_AGAIN = (
+    "; it is declared with const, so it cannot be given another value: declare it with let"
+)
+
+
+def _const_declared(name: str) -> re.Pattern[str]:
+    """`const name` (or `name` in a const's destructuring, up to its `=`)."""
+    quoted = re.escape(name)
+    return re.compile(rf"\bconst\s*+(?:[\[{{][^=;]{{0,300}}?(?<![\w$.]))?{quoted}(?![\w$])")
+
+
+def _assigned(name: str) -> re.Pattern[str]:
+    """An assignment to the variable ``name``: `name = `, `name += `, `name++`, `--name`."""
+    quoted = re.escape(name)
+    return re.compile(
+        rf"(?<![\w$.]){quoted}\s*+(?:(?:\*\*|<<|>>>?|&&|\|\||\?\?|[-+*/%&|^])?=(?![=>])|\+\+|--)"
+        rf"|(?:\+\+|--)\s*+{quoted}(?![\w$])"
+    )
+
+
 class Run(Replay):
     """One run of one JavaScript script. Create, then call :meth:`execute` once."""
 
@@ -678,6 +702,11 @@ class Run(Replay):
             message += _AWAIT_OUTSIDE_ASYNC
         elif name == "ReferenceError" and (undefined := _NOT_DEFINED.fullmatch(message)):
             message += self.tool_hint(undefined[1], "{...}") or _HOST_GLOBALS.get(undefined[1], "")
+        elif name == "TypeError" and (read_only := _READ_ONLY.fullmatch(message)):
+            assigned = self._const_assigned(read_only[1], lines)
+            if assigned is not None:
+                message += _CONST_AGAIN
+                lines[:1] = [assigned]
         return Ran(
             outcome="failed",
             error=ScriptError(
@@ -700,6 +729,24 @@ class Run(Replay):
         if name == "SyntaxError" and not ran.error.lines:  # type: ignore[union-attr]
             ran.error.lines = self._lines(first)  # type: ignore[union-attr]
         return self._finish(ran)
+
+    def _const_assigned(self, name: str, lines: list[ErrorLine]) -> ErrorLine | None:
+        """The line of the script that gives its const ``name`` another value, for an error
+        that says ``name`` is read-only at ``lines`` (None: ``name`` is no const of the
+        script, a property's, as a frozen object's). Where QuickJS's line has no such
+        assignment (it names the statement after it), the first after the declaration."""
+        code = self.javascript
+        declared = _const_declared(name).search(code)
+        if declared is None:
+            return None
+        assignment = _assigned(name)
+        if lines and assignment.search(self.script_lines[lines[0].line - 1]):
+            return lines[0]
+        found = assignment.search(code, declared.end())
+        if found is None:
+            return None
+        number = len(source_lines(code[: found.start()], "javascript"))
+        return ErrorLine(line=number, text=self.script_lines[number - 1][:300])
 
     def _await_outside_async(self, line: int) -> bool:
         """Whether the script's SyntaxError at ``line`` is an ``await`` where it cannot be:

@@ -1130,6 +1130,48 @@ def test_error_after_a_recorded_call_reports_its_line():
     assert [x.line for x in ran.error.lines] == [3]
 
 
+@pytest.mark.parametrize(
+    ("code", "lines"),
+    [
+        # QuickJS named the statement after the assignment: `return a`, `return n`.
+        ("const a = 1;\na = 2;\nreturn a;", [(2, "a = 2;")]),
+        (
+            "const n = 1;\nfunction bump() {\n  n++;\n  return n;\n}\nreturn bump();",
+            [(3, "  n++;"), (6, "return bump();")],
+        ),
+        (
+            "const { data } = { data: 1 };\nif (data) {\n  data = 3;\n  data;\n}",
+            [(3, "  data = 3;")],
+        ),
+        # Named right already: kept.
+        ("const t = 0;\nfor (const x of [1]) {\n  t += x;\n}", [(3, "  t += x;")]),
+        ("for (const i = 0; i < 3; i++) {\n  i;\n}", [(1, "for (const i = 0; i < 3; i++) {")]),
+    ],
+)
+def test_a_const_given_another_value_names_its_line_and_says_let(
+    code: str, lines: list[tuple[int, str]]
+) -> None:
+    """A const the script assigns to fails at the assignment's line, saying to declare it with
+    let (it named the line of the statement after the assignment, and said only "'a' is
+    read-only")."""
+    ran = run(code)
+    assert ran.error is not None and ran.error.name == "TypeError", ran
+    assert ran.error.message.endswith("is read-only" + runtime._CONST_AGAIN), ran.error
+    assert [(x.line, x.text) for x in ran.error.lines] == lines
+
+
+def test_a_read_only_property_is_no_const() -> None:
+    """A frozen object's property, read-only too, is said as QuickJS says it, at its line,
+    a const of the same name or not."""
+    code = (
+        "const a = 0;\nconst o = Object.freeze({ a: 1 });\n"
+        "class A { set() { o.a = 2; } }\nnew A().set();\nreturn a;"
+    )
+    ran = run(code)
+    assert ran.error is not None and ran.error.message == "'a' is read-only", ran.error
+    assert [x.line for x in ran.error.lines] == [3, 4]
+
+
 # ---------------------------------------------------------------------------------------------
 # Limits
 # ---------------------------------------------------------------------------------------------
