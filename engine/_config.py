@@ -75,6 +75,8 @@ MAX_LIVE = 65536
 # A codemode.toml is a few hundred bytes; one past this is not a config.
 MAX_CONFIG_BYTES = 1024 * 1024
 MAX_SECONDS = 7 * 24 * 3600.0
+# What a time in seconds may be (see _seconds), as the messages say it.
+_SECONDS = f"seconds, over 0 and at most {MAX_SECONDS:,.0f} (a week)"
 
 
 @dataclass(frozen=True)
@@ -237,7 +239,9 @@ class Config:
             raise ConfigError(f"{where}: [codemode] data_dir must be a path string")
         queue_timeout = section.get("queue_timeout", 300.0)
         if not _seconds(queue_timeout):
-            raise ConfigError(f"{where}: [codemode] queue_timeout must be seconds, over 0")
+            raise ConfigError(
+                f"{where}: [codemode] queue_timeout = {_shown(queue_timeout)} must be {_SECONDS}"
+            )
         type_check = section.get("type_check", "on")
         if type_check not in ("on", "off"):
             raise ConfigError(
@@ -341,7 +345,7 @@ def check_live_options(*, live: Any, live_wait: Any, live_max: Any, live_memory:
         raise ConfigError(f"live = {_shown(live)} must be true or false")
     if not _seconds(live_wait):
         raise ConfigError(
-            f"live_wait = {_shown(live_wait)} must be seconds, over 0 (default "
+            f"live_wait = {_shown(live_wait)} must be {_SECONDS} (default "
             f"{DEFAULT_LIVE_WAIT:g}): how long a live process waits for its calls' results"
         )
     if live_max is not None and (
@@ -431,7 +435,7 @@ def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:
             raise ConfigError(f"{at} tls must be true or false")
         for key in ("connect_timeout", "cooldown", "silence"):
             if key in options and not _seconds(options[key]):
-                raise ConfigError(f"{at} {key} must be seconds, over 0")
+                raise ConfigError(f"{at} {key} must be {_SECONDS}")
     else:
         refuse_unknown(options, _LOCAL_OPTIONS, f'{at} kind = "local"')
         mode = options.get("mode", "pool")
@@ -443,7 +447,7 @@ def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:
         ):
             raise ConfigError(f"{at} slots must be a whole number, 1 to {MAX_SLOTS}")
         if "script_wait" in options and not _seconds(options["script_wait"]):
-            raise ConfigError(f"{at} script_wait must be seconds, over 0")
+            raise ConfigError(f"{at} script_wait must be {_SECONDS}")
         if "data_limit" in options:
             options["data_limit"] = parse_size(options["data_limit"], what=f"{at} data_limit")
     return RunnerConfig(kind=kind, options=options, base=base)
@@ -522,7 +526,7 @@ def check_engine_options(
             f"lease_ms = {_shown(lease_ms)} must be {_LEASE_RANGE} (default {DEFAULT_LEASE_MS:,})"
         )
     if not _seconds(poll_interval):
-        raise ConfigError(f"poll_interval = {_shown(poll_interval)} must be seconds, over 0")
+        raise ConfigError(f"poll_interval = {_shown(poll_interval)} must be {_SECONDS}")
     if worker is not None and not callable(worker):
         raise ConfigError(
             f"worker is {type(worker).__name__}; give a function that takes the calls trigger "
@@ -530,9 +534,9 @@ def check_engine_options(
         )
     for name, value in (("queue_timeout", queue_timeout), ("retry_delay", retry_delay)):
         if not _seconds(value):
-            raise ConfigError(f"{name} = {_shown(value)} must be seconds, over 0")
+            raise ConfigError(f"{name} = {_shown(value)} must be {_SECONDS}")
     if call_timeout is not None and not _seconds(call_timeout):
-        raise ConfigError(f"call_timeout = {_shown(call_timeout)} must be seconds over 0, or None")
+        raise ConfigError(f"call_timeout = {_shown(call_timeout)} must be {_SECONDS}, or None")
 
 
 def check_parts(

@@ -323,6 +323,15 @@ def test_bad_slots_variable_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -
     [
         ("[codemode]\nqueue_timeout = nan\n", "queue_timeout"),
         ("[codemode]\nqueue_timeout = inf\n", "queue_timeout"),
+        # Past the week a time may be: it was told "must be seconds, over 0", which it was.
+        *(
+            (text, r"must be seconds, over 0 and at most 604,800 \(a week\)")
+            for text in (
+                "[codemode]\nqueue_timeout = 1e12\n",
+                "[codemode]\nlive_wait = 604801\n",
+                "[codemode.runner]\nscript_wait = 604801\n",
+            )
+        ),
         ('[codemode]\ndata_dir = ""\n', "data_dir"),
         ("[codemode.runner]\nslots = 100000\n", "slots"),
         ('[codemode.runner]\nkind = "remote"\naddresses = ["h:1"]\ntoken_file = 5\n', "token_file"),
