@@ -638,13 +638,23 @@ async def _answer(args: argparse.Namespace) -> int:
         elif args.command == "reject":
             await engine.reject(args.script_id, args.call_id, args.message)
         else:
-            await engine.store.get_script(args.script_id)  # an unknown id is named, not held
+            # An unknown id is named, not held; an ended script is never stepped again.
+            record = await engine.store.get_script(args.script_id)
+            if args.command == "hold" and record.status in log.ENDED:
+                raise CodeModeError(
+                    f"script {args.script_id} has {record.status}: no step of it runs again, "
+                    "so there is nothing to hold"
+                )
             held = engine.hold if args.command == "hold" else engine.release
             await held(args.script_id)
     finally:
         await engine.aclose()
     if args.command == "hold":
         print(f"held script {args.script_id}: no step runs until it is released (codemode release)")
+    elif args.command == "release" and not record.held:
+        print(f"script {args.script_id} was not held; nothing changed")
+    elif args.command == "release" and record.status in log.ENDED:
+        print(f"released script {args.script_id} (it has {record.status}: nothing to resume)")
     elif args.command == "release":
         print(f"released script {args.script_id}: resume it (or a worker drives it on)")
     else:

@@ -1249,3 +1249,22 @@ def test_hold_and_release_from_the_cli(tmp_path: Path) -> None:
                     "--data-dir", data)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     one_clear_line(codemode("hold", "nope", "--data-dir", data), "no script 'nope'")
+
+
+def test_hold_of_an_ended_script_and_release_of_one_not_held_say_so(tmp_path: Path) -> None:
+    """`hold` of a script that has finished is an error saying it runs no more (it said
+    "held script ...: no step runs until it is released"), and `release` of a script that
+    is not held says nothing changed (it said "released script ...: resume it")."""
+    data = str(tmp_path / "data")
+    run = codemode("run", "-", *TRACKER, "--data-dir", data, "--json", stdin="return 1")
+    assert run.returncode == 0, run.stderr
+    script_id = json.loads(run.stdout.splitlines()[-1])["script_id"]
+    released = codemode("release", script_id, "--data-dir", data)
+    assert released.returncode == 0, released.stderr
+    assert released.stdout == f"script {script_id} was not held; nothing changed\n"
+    one_clear_line(
+        codemode("hold", script_id, "--data-dir", data),
+        f"script {script_id} has finished: no step of it runs again",
+    )
+    listed = codemode("scripts", "--data-dir", data)
+    assert "held" not in listed.stdout, listed.stdout
