@@ -95,6 +95,23 @@
   function timeOf(v) { // a Date's time value, or undefined for anything else (runs no script code)
     try { return apply(dateGetTime, v, []); } catch (_) { return undefined; }
   }
+  // What JSON turns into {} or an object of indexes, told apart without running script
+  // code: each getter throws for (or, a typed array's name, gives undefined to) any other.
+  const getter = (proto, key) => getOwnPropertyDescriptor(proto, key).get;
+  const typedArrayName = getter(getPrototypeOf(Uint8Array.prototype), Symbol.toStringTag);
+  const bufferLength = getter(ArrayBuffer.prototype, "byteLength");
+  const viewLength = getter(DataView.prototype, "byteLength");
+  const regExpSource = getter(RegExp.prototype, "source"), regExpFlags = getter(RegExp.prototype, "flags");
+  const got = (get, v) => { try { return apply(get, v, []); } catch (_) { return undefined; } };
+  const isPrototypeOf = Object.prototype.isPrototypeOf;
+  const IteratorProto = getPrototypeOf(getPrototypeOf([][Symbol.iterator]()));
+  const AsyncIteratorProto = getPrototypeOf(getPrototypeOf(getPrototypeOf((async function* () {})())));
+  // "async" for an async generator, "sync" for any other iterator (a generator's, keys(),
+  // matchAll()), undefined for anything else.
+  function iteratorKind(v) {
+    if (apply(isPrototypeOf, AsyncIteratorProto, [v])) return "async";
+    return apply(isPrototypeOf, IteratorProto, [v]) ? "sync" : undefined;
+  }
   function dateArgs(args) {
     if (args.length === 0) return [NOW];
     if (args.length === 1) {
@@ -195,14 +212,25 @@
     if (value instanceof NativeError) return errorShown(value, depth, ancestors, budget);
     const time = timeOf(value); // a real Date, read without running any script code
     if (time !== undefined) return time !== time ? "Invalid Date" : JSON.stringify(apply(dateToISOString, value, []));
+    // As Node.js shows them, where JSON writes {} or an object of indexes.
+    const source = got(regExpSource, value);
+    if (source !== undefined) return "/" + source + "/" + got(regExpFlags, value);
+    const bytes = got(bufferLength, value);
+    if (bytes !== undefined) return "ArrayBuffer { byteLength: " + bytes + " }";
+    const viewed = got(viewLength, value);
+    if (viewed !== undefined) return "DataView { byteLength: " + viewed + " }";
+    if (value instanceof NativeWeakMap || value instanceof NativeWeakSet) {
+      return (value instanceof NativeWeakMap ? "WeakMap" : "WeakSet") + " { <items unknown> }";
+    }
     if (depth > 8) return isArray(value) ? "[Array]" : "[Object]";
     ancestors.push(value);
     try {
-      if (isArray(value)) {
+      const typed = apply(typedArrayName, value, []);
+      if (isArray(value) || typed !== undefined) {
         const n = value.length;
         // A hole shows as nothing, as Array.prototype.join has it ("[1,,3]").
-        return "[" + listed(n, (i) => (i in value ? describe(value[i], depth + 1, ancestors, budget) : ""),
-          budget, "items").join(",") + "]";
+        return (typed === undefined ? "" : typed + "(" + n + ") ") + "[" + listed(n, (i) =>
+          (i in value ? describe(value[i], depth + 1, ancestors, budget) : ""), budget, "items").join(",") + "]";
       }
       if (value instanceof NativeMap) {
         const entries = [...value];
@@ -217,6 +245,10 @@
       }
       if (typeof value.toJSON === "function") return describe(value.toJSON(), depth + 1, ancestors, budget);
       const ks = objectKeys(value);
+      const iterating = ks.length === 0 ? iteratorKind(value) : undefined;
+      if (iterating !== undefined) {
+        return "Object [" + (iterating === "async" ? "AsyncGenerator" : "" + value[Symbol.toStringTag]) + "] {}";
+      }
       const parts = [];
       for (let i = 0; i < ks.length; i++) {
         if (budget.left <= 0) {
@@ -1147,6 +1179,12 @@
       kind = "binary data, which JSON turns into an object of indexes or {}; return Array.from(bytes)";
     } else if (value instanceof NativeRegExp) {
       kind = "a RegExp, which JSON turns into {}; return regexp.source, or String(regexp)";
+    } else if (objectKeys(value).length === 0 && iteratorKind(value) === "async") {
+      kind = "an async generator, which JSON turns into {}; collect its values into an array " +
+        "(`for await (const x of gen) items.push(x)`) and return that";
+    } else if (objectKeys(value).length === 0 && iteratorKind(value) === "sync") {
+      kind = "an iterator (a generator's, or of keys(), values(), entries(), matchAll()), which " +
+        "JSON turns into {}; return [...iterator]";
     } else if (value instanceof NativeWeakMap || value instanceof NativeWeakSet || objectKeys(value).length === 0) {
       const name = "" + ((proto && proto.constructor && proto.constructor.name) || "object of no class");
       kind = (apply(stringIncludes, "AEIOUaeiou", [name[0]]) ? "an " : "a ") + name +

@@ -634,6 +634,33 @@ throw new Error("sync failed", { cause: inner });"""
     assert unreadable.error is not None and unreadable.error.message == "bad"
 
 
+def test_console_shows_what_json_would_make_empty_as_node_does() -> None:
+    """A RegExp, binary data, an iterator and a weak collection print as Node.js shows them,
+    where JSON writes {} or an object of indexes (`console.log(/\\d+/g)` printed `{}`, and a
+    TextEncoder's bytes `{"0":104,"1":105}`)."""
+    code = r"""
+function* g() {}
+async function* ag() {}
+console.log(/\d+/g, new RegExp("a/b", "u"));
+console.log(new TextEncoder().encode("hi"), new BigInt64Array([5n]), new Float64Array(1));
+console.log(new ArrayBuffer(4), new DataView(new ArrayBuffer(2)), new WeakMap(), new WeakSet());
+console.log(g(), [1].values(), new Map().keys(), "ab".matchAll(/a/g), ag());
+console.log({ re: /x/i, it: g() });
+console.log(Object.assign(g(), { n: 1 }), { lastIndex: 0, source: "x" });
+"""
+    assert run(code).printed == (
+        "/\\d+/g /a\\/b/u\n"
+        "Uint8Array(2) [104,105] BigInt64Array(1) [5n] Float64Array(1) [0]\n"
+        "ArrayBuffer { byteLength: 4 } DataView { byteLength: 2 } WeakMap { <items unknown> } "
+        "WeakSet { <items unknown> }\n"
+        "Object [Generator] {} Object [Array Iterator] {} Object [Map Iterator] {} "
+        "Object [RegExp String Iterator] {} Object [AsyncGenerator] {}\n"
+        '{"re":/x/i,"it":Object [Generator] {}}\n'
+        # with keys of its own, an object is its keys; an object is no RegExp for its names
+        '{"n":1} {"lastIndex":0,"source":"x"}\n'
+    )
+
+
 def test_a_printed_error_is_followed_by_the_line_it_was_made_at() -> None:
     """An error printed as an argument of its own (a `catch` that logs and goes on, a pattern
     models write) is followed by the script's line it was made at, where Node.js prints its
@@ -931,7 +958,18 @@ def test_returning_a_bigint_fails_naming_json():
         ("return { b: new Uint8Array([1, 2]) };", 'at key "b" it holds binary data'),
         ("return new ArrayBuffer(2);", "it is binary data"),
         ("class Empty {}\nreturn { e: new Empty() };", 'at key "e" it holds an Empty, which'),
-        ("return { it: [1].values() };", 'at key "it" it holds an Iterator, which'),
+        (
+            "return { it: [1].values() };",
+            'at key "it" it holds an iterator (a generator\'s, or of keys(), values(), entries(), '
+            "matchAll()), which JSON turns into {}; return [...iterator]",
+        ),
+        # A generator read "an object of no class ...; return the plain data it holds".
+        ("function* ids() { yield 1; }\nreturn ids();", "it is an iterator (a generator's"),
+        (
+            "async function* pages() { yield 1; }\nreturn { pages: pages() };",
+            'at key "pages" it holds an async generator, which JSON turns into {}; collect its '
+            "values into an array (`for await (const x of gen) items.push(x)`) and return that",
+        ),
         (
             "let v = 1;\nfor (let i = 0; i < 100000; i++) v = [v];\nreturn v;",
             "it nests deeper than 128 levels of objects and arrays",
