@@ -64,10 +64,31 @@
   function framesOf(e) {
     try {
       const frames = apply(nativeStack, e, []);
-      return typeof frames === "string" ? frames : "";
+      return typeof frames === "string" ? ownFrames(frames) : "";
     } catch (_) {
       return ""; // an object that only inherits from Error has none
     }
+  }
+  // Text the script parses as it runs (JSON.parse, eval) is named "<input>" too, as the
+  // script is: its lines are no lines of the script (`JSON.parse("{bad")` on line 3 named
+  // line 1 first, and `e.stack` read `at <input>:1:2`). Its frames go: eval'd code's
+  // (`at <eval> (<input>:3:1)`) and the place a parse failed, a frame of no function's
+  // (`at <input>:1:2`) with a frame of the script's after it (the script's own parse
+  // failing, in `compile`, has none: no line of it is counted yet).
+  const evalFrame = /^\s*at <eval> \(/, parsedAt = /^\s*at <input>:\d/;
+  const scriptFrame = /^\s*at \S[^(]* \(<input>:(\d{1,9}):/;
+  function ownFrames(frames) {
+    const lines = apply(stringSplit, frames, ["\n"]);
+    let out = "", ran = false; // whether a frame of the script's comes after this one
+    for (let i = lines.length - 1; i >= 0; i--) {
+      const line = lines[i];
+      if (apply(regExpExec, evalFrame, [line]) !== null) continue;
+      if (ran && apply(regExpExec, parsedAt, [line]) !== null) continue;
+      const m = apply(regExpExec, scriptFrame, [line]);
+      if (m !== null && +m[1] <= scriptLines()) ran = true;
+      out = i === lines.length - 1 ? line : line + "\n" + out;
+    }
+    return out;
   }
 
   // ---- Determinism: the clock and randomness come from the script record. ----
@@ -411,7 +432,7 @@
       if (setStacks.has(this)) return setStacks.get(this);
       const frames = apply(nativeStack, this, []);
       if (typeof frames !== "string" || !scriptLines()) return frames;
-      return errorText(this) + scriptFrames(frames);
+      return errorText(this) + scriptFrames(ownFrames(frames));
     },
     set(value) {
       setStacks.set(this, value);

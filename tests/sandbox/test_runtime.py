@@ -1169,6 +1169,39 @@ def test_error_after_a_recorded_call_reports_its_line():
 
 
 @pytest.mark.parametrize(
+    ("code", "lines", "frames"),
+    [
+        ('const a = 1;\nconst b = 2;\nJSON.parse("{bad");', [3], ["at <input>:3"]),
+        (
+            "const a = 1;\nfunction f(t) {\n  return JSON.parse(t);\n}\nf('[1,\\n,]');",
+            [3, 5],
+            ["at f (<input>:3", "at <input>:5"],
+        ),
+        ('const a = 1;\nconst b = 2;\neval("let x = ;");', [3], ["at <input>:3"]),
+        ('const a = 1;\nconst b = 2;\neval("\\n\\nnull.x");', [3], ["at <input>:3"]),
+        (
+            "const a = 1;\nawait null;\nawait Promise.resolve('{').then((t) => JSON.parse(t));",
+            [3],
+            None,
+        ),
+    ],
+)
+def test_text_parsed_as_the_script_runs_names_no_line_of_it(
+    code: str, lines: list[int], frames: list[str] | None
+) -> None:
+    """A JSON.parse or eval that fails names the script's lines that ran it, not the line of
+    the text it parsed (`JSON.parse("{bad")` on line 3 named line 1 first, `e.stack` read `at
+    <input>:1:2`, and eval'd code's line 3 was named as the script's line 3)."""
+    ran = run(code)
+    assert ran.error is not None, ran
+    assert [x.line for x in ran.error.lines] == lines, ran.error
+    if frames is not None:  # `e.stack`'s frames, the script's lines as numbered there
+        read = run(f"try {{ {code}\n}} catch (e) {{ return e.stack; }}")
+        shown = [line.strip() for line in read.value.splitlines()[1:] if "<input>" in line]
+        assert [re.sub(r":\d+\)?$", "", frame) for frame in shown] == frames, read.value
+
+
+@pytest.mark.parametrize(
     ("code", "lines"),
     [
         # QuickJS named the statement after the assignment: `return a`, `return n`.
