@@ -236,7 +236,10 @@ class Config:
         runner = _runner(section.get("runner", {}), where, base)
         data_dir = section.get("data_dir")
         if data_dir is not None and not _a_path(data_dir):
-            raise ConfigError(f"{where}: [codemode] data_dir must be a path string")
+            raise ConfigError(
+                f"{where}: [codemode] data_dir = {_shown(data_dir)} must be the path of a "
+                "directory (a non-empty string)"
+            )
         queue_timeout = section.get("queue_timeout", 300.0)
         if not _seconds(queue_timeout):
             raise ConfigError(

@@ -331,6 +331,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _config_path(args: argparse.Namespace) -> str | None:
+    if args.config is not None and not args.config.strip():  # "$CONFIG" unset: not ./
+        raise ConfigError("--config is empty (an unset variable?): give the codemode.toml to read")
     if args.config:
         return str(args.config)
     if Path("codemode.toml").is_file():

@@ -1164,6 +1164,14 @@ def test_empty_values_and_files_that_would_mislead(tmp_path: Path) -> None:
     )  # fmt: skip
     one_clear_line(empty, "--data-dir is empty")
     assert not (tmp_path / "codemode.sqlite3").exists()
+    # --config "" read ./codemode.toml if there was one, and no config if not, unsaid.
+    one_clear_line(codemode("describe", *TRACKER, "--config", ""), "--config is empty")
+    blank = tmp_path / "blank.toml"
+    blank.write_text('[codemode]\ndata_dir = ""\n')
+    one_clear_line(
+        codemode("scripts", "--config", str(blank)),
+        "data_dir = '' must be the path of a directory (a non-empty string)",
+    )
     none = tmp_path / "none.json"
     none.write_text("[]")
     one_clear_line(codemode("run", "-", "--tools", str(none), stdin="return 1"), "no tools at all")
