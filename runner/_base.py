@@ -68,6 +68,15 @@ class RunError(Exception):
         self.permanent = permanent
 
 
+def closed_runner(what: str = "this runner") -> RunError:
+    """The error of a step asked of a runner after its ``aclose()``: permanent, since a closed
+    runner takes no step again (an engine's ``aclose()`` closes the runner it was given)."""
+    return RunError(
+        f"{what} is closed (an engine's aclose() closes its runner: give each engine its own)",
+        permanent=True,
+    )
+
+
 class FileMissing(Exception):
     """A file a script asked for is gone; the script sees an error naming it."""
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from runner import _conversation as conv
-from runner._base import SANDBOX_ARGS, SANDBOX_ENV, ProcessStats, RunError
+from runner._base import SANDBOX_ARGS, SANDBOX_ENV, ProcessStats, RunError, closed_runner
 from runner._pipes import PipeFeed, PipeWriter, pipe_reader
 from sandbox import protocol
 
@@ -263,7 +263,7 @@ class ForkServer:
             if self._sock is not None:
                 return
             if self._closed:
-                raise RunError("this runner is closed")
+                raise closed_runner()
             await self._start(loop)
 
     async def _start(self, loop: asyncio.AbstractEventLoop) -> None:

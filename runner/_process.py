@@ -37,6 +37,7 @@ from runner._base import (
     RunError,
     ScriptRunner,
     Step,
+    closed_runner,
 )
 from runner._cpu import HOST_BUSY, AwayFromHost
 from runner._forkserver import ForkedChild, ForkServer
@@ -307,7 +308,7 @@ class ProcessRunner(ScriptRunner):
         """As :meth:`ScriptRunner.run`. A live step (``Step.live``) keeps its forked process,
         which holds no slot while it waits (pool and fork modes; exec mode keeps none)."""
         if self._closed:
-            raise RunError("this runner is closed")
+            raise closed_runner()
         async with self.slots.hold(tenant) as use:
             if self.mode == "exec":
                 step = await self._run_exec(script, files)

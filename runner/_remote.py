@@ -49,7 +49,15 @@ from typing import Any
 
 from runner import _conversation as conv
 from runner import _wire as wire
-from runner._base import FileReader, LiveRun, ProcessStats, RunError, ScriptRunner, Step
+from runner._base import (
+    FileReader,
+    LiveRun,
+    ProcessStats,
+    RunError,
+    ScriptRunner,
+    Step,
+    closed_runner,
+)
 from runner._live import mismatch
 from sandbox import protocol
 from sandbox.protocol import Script
@@ -367,7 +375,7 @@ class RemoteRunner(ScriptRunner):
         that stops on calls may leave its process waiting there (``Step.live`` is then a
         :class:`RemoteLive`, which holds the step's connection)."""
         if self._closed:
-            raise RunError("this remote runner is closed")
+            raise closed_runner("this remote runner")
         now = self.clock()
         reasons: list[str] = []
         usable: list[_Remote] = []

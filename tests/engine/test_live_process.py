@@ -11,7 +11,7 @@ from typing import Any
 import psutil
 import pytest
 
-from engine import CodeMode, CodeModeError, tool
+from engine import CodeMode, CodeModeError, StepUnavailable, tool
 from engine._live import LiveRuns
 from runner import LiveRun, ProcessRunner
 
@@ -210,6 +210,24 @@ async def test_aclose_ends_the_steps_under_way_and_those_waiting_for_a_slot() ->
     for run in (first, second):
         with pytest.raises(CodeModeError, match="closed"):
             await asyncio.wait_for(run, 30)
+
+
+async def test_a_closed_runner_fails_the_step_at_once_saying_so(tmp_path: Path) -> None:
+    """An engine given a runner another engine's aclose() closed: run_code fails at once,
+    saying the runner is closed and why. It was retried as a runner that is busy, every
+    retry_delay for queue_timeout (five minutes by default), and then said to resume later."""
+    runner = ProcessRunner(mode="pool")
+    first = CodeMode([inc], runner=runner, data_dir=tmp_path, type_check="off")
+    assert (await first.run_code("return 1")).value == 1
+    await first.aclose()
+    second = CodeMode([inc], runner=runner, data_dir=tmp_path, type_check="off", queue_timeout=1)
+    try:
+        with pytest.raises(StepUnavailable) as raised:
+            await second.run_code("return 2")
+    finally:
+        await second.aclose()
+    assert raised.value.permanent
+    assert "this runner is closed (an engine's aclose() closes its runner" in str(raised.value)
 
 
 async def test_a_python_finalizer_the_collector_runs_makes_no_call(tmp_path: Path) -> None:
