@@ -299,6 +299,14 @@ def _assigned(name: str) -> re.Pattern[str]:
     )
 
 
+# What QuickJS reports with no line: a regex literal it cannot compile (each is tried, at
+# most _REGEX_TRIES of them: a regex-like stretch of a line is a literal, or a division, whose
+# "regex" compiles) and a private name no class declares.
+_REGEX_LITERAL = re.compile(r"/(?![*/])(?:[^/\\\[\n]|\\.|\[(?:[^\]\\\n]|\\.)*+\])++/[A-Za-z]*+")
+_REGEX_TRIES = 500
+_UNDECLARED_PRIVATE = re.compile(r"undefined private field '(#[\w$]+)'")
+
+
 class Run(Replay):
     """One run of one JavaScript script. Create, then call :meth:`execute` once."""
 
@@ -692,6 +700,8 @@ class Run(Replay):
             name, message = "LimitError", self._memory_message()
             limit = LimitMet(name="memory", message=message)
         lines = self._lines(stack)
+        if name == "SyntaxError" and not lines:
+            lines = self._unplaced(message)
         if (name == "SyntaxError" and lines and _MODULE_LINE.match(lines[0].text)) or (
             name == "ReferenceError" and message.startswith("could not load module")
         ):
@@ -730,6 +740,31 @@ class Run(Replay):
             ran.error.lines = self._lines(first)  # type: ignore[union-attr]
         return self._finish(ran)
 
+    def _unplaced(self, message: str) -> list[ErrorLine]:
+        """The line of a SyntaxError QuickJS gives no position for: a regex literal that is
+        no regex (`/(abc/`: "expecting ')'"), found as the first literal on the script's lines
+        that fails so; a private name no class declares (`this.#y`), as its first use."""
+        private = _UNDECLARED_PRIVATE.fullmatch(message)
+        found = re.compile(re.escape(private[1]) + r"(?![\w$])") if private else None
+        ctx: Any = None
+        tried = 0
+        for number, text in enumerate(source_lines(self.javascript, "javascript"), 1):
+            if found is not None:
+                if found.search(text):
+                    return [ErrorLine(line=number, text=self.script_lines[number - 1][:300])]
+                continue
+            for literal in _REGEX_LITERAL.finditer(text):
+                tried += 1
+                if tried > _REGEX_TRIES:
+                    return []
+                ctx = ctx or self._parser()
+                try:
+                    ctx.eval(literal[0])
+                except _quickjs.JSException as e:
+                    if str(e).partition("\n")[0] == "SyntaxError: " + message:
+                        return [ErrorLine(line=number, text=self.script_lines[number - 1][:300])]
+        return []
+
     def _const_assigned(self, name: str, lines: list[ErrorLine]) -> ErrorLine | None:
         """The line of the script that gives its const ``name`` another value, for an error
         that says ``name`` is read-only at ``lines`` (None: ``name`` is no const of the
@@ -751,8 +786,7 @@ class Run(Replay):
     def _await_outside_async(self, line: int) -> bool:
         """Whether the script's SyntaxError at ``line`` is an ``await`` where it cannot be:
         the script does not parse (not a SyntaxError its code threw, as JSON.parse's), and it
-        does once that line's awaits are blanked. Each parse is in a context of its own, as
-        ``compile`` in prelude.js parses it."""
+        does once that line's awaits are blanked. Each parse is in a context of its own."""
         lines = source_lines(self.javascript, "javascript")
         if not 1 <= line <= len(lines) or not _AWAIT.search(lines[line - 1]):
             return False
@@ -762,14 +796,20 @@ class Run(Replay):
 
     def _parses(self, body: str) -> bool:
         """Whether ``body`` parses as the body of an async function."""
-        ctx = _quickjs.Context()
-        ctx.set_memory_limit(self.limits.memory)
-        ctx.set_max_stack_size(JS_STACK_BYTES)
+        ctx = self._parser()
         try:
             ctx.eval("throw 0; async function f() {" + body + "\n}")
         except _quickjs.JSException as e:
             return not str(e).startswith("SyntaxError")
         return True
+
+    def _parser(self) -> Any:
+        """A context of its own to parse the script's text in, as ``compile`` in prelude.js
+        parses it, under the script's memory and stack limits."""
+        ctx = _quickjs.Context()
+        ctx.set_memory_limit(self.limits.memory)
+        ctx.set_max_stack_size(JS_STACK_BYTES)
+        return ctx
 
     def _lines(self, stack: str) -> list[ErrorLine]:
         """The script's own lines named in a stack, numbered as the model wrote them."""

@@ -1135,6 +1135,33 @@ def test_source_nested_past_the_parsers_stack_says_so(pair: str) -> None:
     assert [line.line for line in ran.error.lines][:1] == [1]
 
 
+@pytest.mark.parametrize(
+    ("code", "message", "line"),
+    [
+        ("const a = 1;\nconst b = 2;\nreturn /(abc/.test(a);", "expecting ')'", 3),
+        (
+            "const half = 4 / 2 / 1;\nconst re = /[a-z]+/g;\nconst bad = /[z-a]/;",
+            "invalid class range",
+            3,
+        ),
+        ("const a = 1;\nreturn /a/gg;", "invalid regular expression flags", 2),
+        (
+            "class A {\n  #x = 1;\n  get() { return this.#y; }\n}\nreturn new A().get();",
+            "undefined private field '#y'",
+            3,
+        ),
+    ],
+)
+def test_a_syntax_error_quickjs_places_nowhere_names_its_line(
+    code: str, message: str, line: int
+) -> None:
+    """A regex literal that is no regex, or a private name no class declares, names its line
+    (QuickJS gives these SyntaxErrors no position: they named no line at all)."""
+    ran = run(code)
+    assert ran.error is not None and (ran.error.name, ran.error.message) == ("SyntaxError", message)
+    assert [x.line for x in ran.error.lines] == [line], ran.error
+
+
 def test_nested_function_error_reports_the_lines_of_its_stack():
     """An error deep in the script's functions reports each of its frames, innermost first."""
     code = """\
