@@ -127,6 +127,7 @@
   const isPrototypeOf = Object.prototype.isPrototypeOf;
   const IteratorProto = getPrototypeOf(getPrototypeOf([][Symbol.iterator]()));
   const AsyncIteratorProto = getPrototypeOf(getPrototypeOf(getPrototypeOf((async function* () {})())));
+  const withArticle = (name) => (apply(stringIncludes, "AEIOUaeiou", [name[0]]) ? "an " : "a ") + name;
   // "async" for an async generator, "sync" for any other iterator (a generator's, keys(),
   // matchAll()), undefined for anything else.
   function iteratorKind(v) {
@@ -559,43 +560,61 @@
   // `plain` checks a value and returns a copy of it made of plain data only (objects without a
   // prototype, arrays without one), read once. JSON.stringify of the copy runs no script code
   // (no toJSON, getter or proxy trap), so what is sent is exactly what was checked.
-  function plain(value, path, seen = setPrototypeOf([], null), depth = 0) {
+  // Its refusals are made where the copy stopped, which may be more frames deep than a stack
+  // keeps (quickjs-ng keeps 10): the refusal thrown is made again at the top, so its stack
+  // holds the script's line that made the call (an argument nested past MAX_DEPTH named none).
+  let refusal; // the refusal made last
+  const refuse = (message) => (refusal = new NativeTypeError(message));
+  function plain(value, path) {
+    try {
+      return plainCopy(value, path, setPrototypeOf([], null), 0);
+    } catch (e) {
+      if (e !== refusal || refusal === undefined) throw e; // a getter's or a trap's of the script's
+      refusal = undefined;
+      throw new NativeTypeError(e.message);
+    }
+  }
+  function plainCopy(value, path, seen, depth) {
     switch (typeof value) {
       case "string": case "boolean": return value;
       case "number":
-        if (!isFinite(value)) throw new NativeTypeError(path + " is " + value + ", which JSON cannot carry");
+        if (!isFinite(value)) throw refuse(path + " is " + value + ", which JSON cannot carry");
         return value;
-      case "undefined": throw new NativeTypeError(path + " is undefined; leave the key out instead");
-      case "bigint": throw new NativeTypeError(path + " is a BigInt; pass a number or a string");
-      case "function": throw new NativeTypeError(path + " is a function; arguments must be plain data");
-      case "symbol": throw new NativeTypeError(path + " is a symbol; arguments must be plain data");
+      case "undefined": throw refuse(path + " is undefined; leave the key out instead");
+      case "bigint": throw refuse(path + " is a BigInt; pass a number or a string");
+      case "function": throw refuse(path + " is a function; arguments must be plain data");
+      case "symbol": throw refuse(path + " is a symbol; arguments must be plain data");
     }
     if (value === null) return null;
     for (let i = 0; i < depth; i++) {
-      if (seen[i] === value) throw new NativeTypeError(path + " refers to itself; arguments must be a tree of plain data");
+      if (seen[i] === value) throw refuse(path + " refers to itself; arguments must be a tree of plain data");
     }
     if (depth >= MAX_DEPTH) {
-      throw new NativeTypeError(path + " nests deeper than " + MAX_DEPTH + " levels of objects and arrays, " +
+      throw refuse(path + " nests deeper than " + MAX_DEPTH + " levels of objects and arrays, " +
         "the most data passed to a tool may nest (MAX_DEPTH); flatten it");
     }
-    if (callRecords.has(value)) throw new NativeTypeError(path + " is not data: " + forgotten(value));
-    if (value instanceof NativePromise) throw new NativeTypeError(path + " is " + PROMISE_NOT_DATA);
+    if (callRecords.has(value)) throw refuse(path + " is not data: " + forgotten(value));
+    if (value instanceof NativePromise) throw refuse(path + " is " + PROMISE_NOT_DATA);
     const proto = getPrototypeOf(value);
     const array = isArray(value);
     if (!array && proto !== ObjectProto && proto !== null) {
-      const name = (proto && proto.constructor && proto.constructor.name) || "non-plain object";
+      const name = "" + ((proto && proto.constructor && proto.constructor.name) || "non-plain object");
+      const iterating = objectKeys(value).length === 0 ? iteratorKind(value) : undefined;
       const kind = timeOf(value) !== undefined ? "a Date (pass date.toISOString())"
         : name === "URL" ? "a URL (pass url.href)"
         : value instanceof NativeMap ? "a Map (pass Object.fromEntries(map))"
-        : value instanceof NativeSet ? "a Set (pass [...set])" : "a " + name;
-      throw new NativeTypeError(path + " is " + kind + "; arguments must be plain data");
+        : value instanceof NativeSet ? "a Set (pass [...set])"
+        : iterating === "sync" ? "an iterator (pass [...iterator])"
+        : iterating === "async" ? "an async generator (collect its values into an array, and pass that)"
+        : withArticle(name);
+      throw refuse(path + " is " + kind + "; arguments must be plain data");
     }
     seen[depth] = value;
     let copy;
     if (array) {
       const length = value.length;
       copy = setPrototypeOf([], null);
-      for (let i = 0; i < length; i++) copy[i] = plain(value[i], path + "[" + i + "]", seen, depth + 1);
+      for (let i = 0; i < length; i++) copy[i] = plainCopy(value[i], path + "[" + i + "]", seen, depth + 1);
     } else {
       copy = { __proto__: null };
       const ks = objectKeys(value);
@@ -603,7 +622,7 @@
         const key = ks[i];
         const v = value[key];
         if (v === undefined) continue; // JSON leaves it out, as the model meant
-        copy[key] = plain(v, path + "." + key, seen, depth + 1);
+        copy[key] = plainCopy(v, path + "." + key, seen, depth + 1);
       }
     }
     seen[depth] = undefined;
@@ -1208,8 +1227,7 @@
         "JSON turns into {}; return [...iterator]";
     } else if (value instanceof NativeWeakMap || value instanceof NativeWeakSet || objectKeys(value).length === 0) {
       const name = "" + ((proto && proto.constructor && proto.constructor.name) || "object of no class");
-      kind = (apply(stringIncludes, "AEIOUaeiou", [name[0]]) ? "an " : "a ") + name +
-        ", which JSON turns into {}; return the plain data it holds";
+      kind = withArticle(name) + ", which JSON turns into {}; return the plain data it holds";
     } else {
       return value; // an object of a class of the script's, with its fields
     }

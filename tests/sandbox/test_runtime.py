@@ -297,6 +297,11 @@ def test_tools_named_like_object_methods_are_still_tools():
         ("{ big: 10n }", "the argument.big", "BigInt"),
         ("{ xs: [1, undefined, 3] }", "the argument.xs[1]", "undefined"),
         ("{ s: Symbol('x') }", "the argument.s", "symbol"),
+        # A generator read "a non-plain object", an iterator "a Iterator", an error "a Error".
+        ("{ it: (function* () {})() }", "the argument.it", "is an iterator (pass [...iterator])"),
+        ("{ it: [1].values() }", "the argument.it", "is an iterator (pass [...iterator])"),
+        ("{ it: (async function* () {})() }", "the argument.it", "is an async generator (collect"),
+        ("{ e: new Error('x') }", "the argument.e", "is an Error;"),
     ],
 )
 def test_non_plain_data_throws_a_type_error_naming_the_path(expression, path, what):
@@ -305,6 +310,27 @@ def test_non_plain_data_throws_a_type_error_naming_the_path(expression, path, wh
     assert name == "TypeError"
     assert message.startswith(path + " ")
     assert what in message
+
+
+@pytest.mark.parametrize(
+    "nested",
+    [
+        "let v = {};\nfor (let i = 0; i < 200; i++) v = { a: v };",
+        "const v = { a: { b: { c: { d: { e: { f: { g: { h: { i: { when: new Date(0) } } } } } } } } } };",
+    ],
+)
+def test_a_refused_argument_deep_in_the_data_names_the_calls_line(nested: str) -> None:
+    """A call refused for a value deep in its arguments fails at the script's line that made
+    it (the refusal was made more frames deep than a stack keeps, and named no line)."""
+    ran = run(f"{nested}\nconst a = 1;\nawait tools.echo({{ value: v }});")
+    assert ran.error is not None and ran.error.name == "TypeError", ran
+    assert [x.line for x in ran.error.lines] == [nested.count("\n") + 3], ran.error
+    # A getter of the script's that throws inside them is its own error, at its own line.
+    ran = run(
+        "const v = { a: { get b() { throw new RangeError('mine'); } } };\nawait tools.echo(v);"
+    )
+    assert ran.error is not None and (ran.error.name, ran.error.message) == ("RangeError", "mine")
+    assert [x.line for x in ran.error.lines] == [1, 2]
 
 
 def test_bad_argument_does_not_make_the_call():
