@@ -912,7 +912,43 @@ def _print_search(args: argparse.Namespace, engine: CodeMode) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command ``argv`` (default: the process's arguments); the exit code."""
+    """Run the command ``argv`` (default: the process's arguments); the exit code. As the
+    program (no ``argv``), the process exits then even if a thread the host's code started
+    has not ended (see :func:`_leave_host_threads`)."""
+    code = _command(argv)
+    if argv is None:
+        _leave_host_threads(code)
+    return code
+
+
+def _leave_host_threads(code: int) -> None:
+    """Exit with ``code`` if a thread that is no daemon (a tools file's own, say) has not
+    ended :data:`INTERRUPT_GRACE` seconds after the command did: the interpreter would wait
+    for it for ever, the result printed and the command never ending. Ctrl-C meanwhile
+    exits at once."""
+    waited = [t for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
+    deadline = time.monotonic() + INTERRUPT_GRACE
+    try:
+        for thread in waited:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    except KeyboardInterrupt:
+        code = INTERRUPTED
+    left = [t.name for t in waited if t.is_alive()]
+    if left:
+        print(
+            f"codemode: the thread {left[0]!r} that the tools' code started has not ended "
+            f"{INTERRUPT_GRACE:g} s after the command; exiting without it (make it a daemon "
+            "thread, or end it)",
+            file=sys.stderr,
+        )
+    if left or code == INTERRUPTED:
+        with contextlib.suppress(OSError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _command(argv: list[str] | None) -> int:
     if sys.stderr is None:  # started with descriptor 2 closed: what it says goes nowhere
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the process's life
     if sys.stdout is None:  # descriptor 1 closed: nowhere for the result (or a script's id)

@@ -1040,6 +1040,26 @@ def test_ctrl_c_ends_a_run_whose_cleanup_cannot_finish(
     assert alive == []
 
 
+def test_a_tools_thread_that_never_ends_does_not_keep_the_command(tmp_path: Path) -> None:
+    """A tools file that starts a thread of its own that never ends (no daemon: a client
+    library's, say): the command prints its result and exits, saying on stderr which thread
+    it left, after the grace a cleanup has. The interpreter waited for the thread for ever,
+    the result printed and the command never ending."""
+    tools = tmp_path / "tools.py"
+    tools.write_text(
+        "import threading\n"
+        "from engine import tool\n"
+        "threading.Thread(target=threading.Event().wait, name='poller').start()\n"
+        "@tool\n"
+        "def add(a: int, b: int) -> int:\n"
+        '    """Add."""\n'
+        "    return a + b\n"
+    )
+    ran = codemode("run", "-", "--tools", str(tools), stdin="return await tools.add({a: 1, b: 2})")
+    assert ran.stdout == "Script finished.\nReturned:\n3\n", ran.stdout
+    one_clear_line(ran, "the thread 'poller'", "has not ended 10 s after the command", code=0)
+
+
 def test_a_script_file_names_its_language_whatever_the_config_says(tmp_path: Path) -> None:
     """With language = "python" in codemode.toml, a .js or .ts file is JavaScript (it was run
     as Python, failing with an invalid syntax), as a .py file is Python."""
