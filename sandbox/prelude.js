@@ -1245,9 +1245,11 @@
     let name = "Error", message = "", stack = "";
     try {
       if (error instanceof NativeError) {
+        // First: it runs no code of the script's, and a getter of its name or message may
+        // throw (the error that cannot be read named no line).
+        stack = framesOf(error);
         name = "" + toPrimitive(error.name, "string");
         message = "" + toPrimitive(error.message, "string");
-        stack = framesOf(error);
         // What it wraps says what went wrong first (`throw new Error("sync failed", { cause })`).
         try {
           message += errorMore(error, 0, [], { left: PRINTED_BOUND });

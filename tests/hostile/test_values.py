@@ -148,6 +148,19 @@ def test_values_that_are_not_data_fail_the_run_by_name(run: Any, name: str) -> N
     assert_crossed(ran)
 
 
+@pytest.mark.parametrize(
+    "getter",
+    ["get message() { throw new Error('g'); }", "get name() { throw new Error('g'); }"],
+)
+def test_a_thrown_error_that_cannot_be_read_names_its_line(run: Any, getter: str) -> None:
+    """An error whose name or message throws as it is read is said so, at the line that threw
+    it (it named no line)."""
+    ran = run(f"class Odd extends Error {{ {getter} }}\nconst a = 1;\nthrow new Odd();")
+    assert ran.outcome == "failed"
+    assert ran.error.message == "an error that cannot be read: Error: g", ran.error
+    assert [line.line for line in ran.error.lines] == [1, 3]
+
+
 ARGUMENTS = {
     "NaN": ("{ a: NaN }", "the argument.a is NaN"),
     "Infinity": ("{ a: [Infinity] }", "the argument.a[0] is Infinity"),
