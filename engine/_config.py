@@ -593,6 +593,27 @@ def check_parts(
         )
 
 
+def not_a_directory(path: Path) -> ConfigError:
+    """The error for a ``data_dir`` that is a file: the session log itself, given in place of
+    its directory, is told to give that directory."""
+    hint = ""
+    try:
+        with path.open("rb") as f:
+            if f.read(16) == b"SQLite format 3\0":
+                hint = (
+                    f"; it is the session log itself: give its directory, {path.parent}"
+                    if path.name == SqliteStore.FILE_NAME
+                    else f"; if it is a session log, move it into a directory as "
+                    f"<dir>/{SqliteStore.FILE_NAME} and give that directory"
+                )
+    except OSError:
+        pass
+    return ConfigError(
+        f"data_dir {path} is a file, not a directory; give a directory (the session log "
+        f"is kept in it as {SqliteStore.FILE_NAME}){hint}"
+    )
+
+
 def data_directory(data_dir: str | Path) -> Path:
     """``data_dir`` made ready to hold the session log and blobs; :class:`ConfigError` naming
     the path and the fix when it is a file, cannot be made, or cannot be written."""
@@ -611,20 +632,7 @@ def data_directory(data_dir: str | Path) -> Path:
             "process may use"
         ) from None
     if exists and not path.is_dir():
-        hint = ""
-        try:
-            with path.open("rb") as f:
-                if f.read(16) == b"SQLite format 3\0":
-                    hint = (
-                        f"; if it is a session log, move it into a directory as "
-                        f"<dir>/{SqliteStore.FILE_NAME} and give that directory"
-                    )
-        except OSError:
-            pass
-        raise ConfigError(
-            f"data_dir {path} is a file, not a directory; give a directory (the session log "
-            f"is kept in it as {SqliteStore.FILE_NAME}){hint}"
-        )
+        raise not_a_directory(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -55,7 +55,7 @@ import orjson
 
 from engine import log
 from engine._codemode import CodeMode, RunResult, check_ids
-from engine._config import Config
+from engine._config import Config, not_a_directory
 from engine._errors import (
     CallNotWaiting,
     CodeModeError,
@@ -441,6 +441,8 @@ def _needs_log(args: argparse.Namespace, command: str, *, made: bool = True) -> 
     if made and config.store.kind != "postgres" and config.data_dir is not None:
         path = Path(config.data_dir) / SqliteStore.FILE_NAME
         try:
+            if Path(config.data_dir).is_file():
+                raise not_a_directory(Path(config.data_dir))
             there = path.is_file()
         except OSError as e:  # a directory it may not search, a name too long
             raise ConfigError(

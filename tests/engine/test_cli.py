@@ -919,6 +919,27 @@ def test_a_read_only_log_is_a_mistake_to_fix_not_a_wait(tmp_path: Path) -> None:
     one_clear_line(proc, "is read-only for this process", "make the file and its directory")
 
 
+def test_the_log_file_given_as_data_dir_is_told_to_give_its_directory(tmp_path: Path) -> None:
+    """`scripts --data-dir DIR/codemode.sqlite3` (the log, not its directory) says to give
+    DIR, as `run` does; a data_dir that is some other file says it is a file. Both said
+    "there is no session log in ...", which the first one is."""
+    data = tmp_path / "data"
+    proc = codemode("run", "examples/stale_prs.js", *TRACKER, "--data-dir", str(data))
+    assert proc.returncode == 0, proc.stderr
+    log_file = str(data / "codemode.sqlite3")
+    for command in ("scripts", "run"):
+        one_clear_line(
+            codemode(command, "examples/stale_prs.js", *TRACKER, "--data-dir", log_file)
+            if command == "run"
+            else codemode(command, "--data-dir", log_file),
+            f"is a file, not a directory; give a directory (the session log is kept in it "
+            f"as codemode.sqlite3); it is the session log itself: give its directory, {data}",
+        )
+    other = tmp_path / "notes.txt"
+    other.write_text("notes")
+    one_clear_line(codemode("show", "s1", "--data-dir", str(other)), "is a file, not a directory")
+
+
 def _without_write_access(*args: str) -> subprocess.CompletedProcess[str]:
     """``codemode ARGS`` under the files' own modes. Run as root, the command drops the
     capabilities that let root read and write any file (setpriv, util-linux)."""
