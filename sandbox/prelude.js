@@ -127,7 +127,10 @@
   const isPrototypeOf = Object.prototype.isPrototypeOf;
   const IteratorProto = getPrototypeOf(getPrototypeOf([][Symbol.iterator]()));
   const AsyncIteratorProto = getPrototypeOf(getPrototypeOf(getPrototypeOf((async function* () {})())));
-  const withArticle = (name) => (apply(stringIncludes, "AEIOUaeiou", [name[0]]) ? "an " : "a ") + name;
+  // "an Error", "a Map"; "a URL", "a User", "an Update": a U read "you" takes "a".
+  const readYou = /^[Uu](?:[A-Z]|ni|int|s[aeiu]|ti)/;
+  const withArticle = (name) => (apply(stringIncludes, "AEIOUaeiou", [name[0]]) &&
+    apply(regExpExec, readYou, [name]) === null ? "an " : "a ") + name;
   // "async" for an async generator, "sync" for any other iterator (a generator's, keys(),
   // matchAll()), undefined for anything else.
   function iteratorKind(v) {
@@ -243,6 +246,11 @@
     if (viewed !== undefined) return "DataView { byteLength: " + viewed + " }";
     if (value instanceof NativeWeakMap || value instanceof NativeWeakSet) {
       return (value instanceof NativeWeakMap ? "WeakMap" : "WeakSet") + " { <items unknown> }";
+    }
+    const pairs = web.pairsOf(value);
+    if (pairs !== undefined) {
+      return "URLSearchParams {" + listed(pairs.length, (i) => JSON.stringify(pairs[i][0]) + " => " +
+        JSON.stringify(pairs[i][1]), budget, "entries").join(", ") + "}";
     }
     if (depth > 8) return isArray(value) ? "[Array]" : "[Object]";
     ancestors.push(value);
@@ -604,6 +612,7 @@
         : name === "URL" ? "a URL (pass url.href)"
         : value instanceof NativeMap ? "a Map (pass Object.fromEntries(map))"
         : value instanceof NativeSet ? "a Set (pass [...set])"
+        : web.pairsOf(value) !== undefined ? "a URLSearchParams (pass Object.fromEntries(params), or String(params))"
         : iterating === "sync" ? "an iterator (pass [...iterator])"
         : iterating === "async" ? "an async generator (collect its values into an array, and pass that)"
         : withArticle(name);
@@ -1219,6 +1228,9 @@
       kind = "binary data, which JSON turns into an object of indexes or {}; return Array.from(bytes)";
     } else if (value instanceof NativeRegExp) {
       kind = "a RegExp, which JSON turns into {}; return regexp.source, or String(regexp)";
+    } else if (web.pairsOf(value) !== undefined) {
+      kind = "a URLSearchParams, which JSON turns into {}; return Object.fromEntries(params), or " +
+        "String(params) for its query";
     } else if (objectKeys(value).length === 0 && iteratorKind(value) === "async") {
       kind = "an async generator, which JSON turns into {}; collect its values into an array " +
         "(`for await (const x of gen) items.push(x)`) and return that";

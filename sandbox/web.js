@@ -297,7 +297,7 @@
   }
   // A URL's searchParams (sandbox/url.js): made with the URL's query, and the URL told of
   // every change, as the URL Standard links them.
-  let linkParams, replaceParams;
+  let linkParams, replaceParams, pairsOf;
   class URLSearchParams {
     #list = [];
     #changed = undefined; // the URL's, for a URL's searchParams
@@ -309,6 +309,8 @@
         return params;
       };
       replaceParams = (params, query) => { params.#list = parseQuery(query); };
+      // Its [name, value] pairs, or undefined for any other value (runs no script code).
+      pairsOf = (v) => (typeof v === "object" && v !== null && #list in v ? v.#list : undefined);
     }
     #update() { if (this.#changed !== undefined) this.#changed(this.#serialize()); }
     #serialize() {
@@ -396,5 +398,7 @@
   const setRun = (nextRandom, text) => { run = { nextRandom, text }; };
   // What sandbox/url.js takes from here: its searchParams, and the text helpers it shares.
   setRun.url = freeze({ makeParams: linkParams, replaceParams, usv, isHex });
+  // What sandbox/prelude.js takes: how a URLSearchParams shows, as a value and as no data.
+  setRun.pairsOf = pairsOf;
   return setRun;
 })()

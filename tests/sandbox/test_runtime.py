@@ -302,6 +302,11 @@ def test_tools_named_like_object_methods_are_still_tools():
         ("{ it: [1].values() }", "the argument.it", "is an iterator (pass [...iterator])"),
         ("{ it: (async function* () {})() }", "the argument.it", "is an async generator (collect"),
         ("{ e: new Error('x') }", "the argument.e", "is an Error;"),
+        (
+            "{ q: new URLSearchParams('a=1') }",
+            "the argument.q",
+            "is a URLSearchParams (pass Object.fromEntries(params), or String(params))",
+        ),
     ],
 )
 def test_non_plain_data_throws_a_type_error_naming_the_path(expression, path, what):
@@ -673,6 +678,7 @@ console.log(new ArrayBuffer(4), new DataView(new ArrayBuffer(2)), new WeakMap(),
 console.log(g(), [1].values(), new Map().keys(), "ab".matchAll(/a/g), ag());
 console.log({ re: /x/i, it: g() });
 console.log(Object.assign(g(), { n: 1 }), { lastIndex: 0, source: "x" });
+console.log(new URL("https://a.example/?q=1&q=2").searchParams, { p: new URLSearchParams() });
 """
     assert run(code).printed == (
         "/\\d+/g /a\\/b/u\n"
@@ -684,6 +690,7 @@ console.log(Object.assign(g(), { n: 1 }), { lastIndex: 0, source: "x" });
         '{"re":/x/i,"it":Object [Generator] {}}\n'
         # with keys of its own, an object is its keys; an object is no RegExp for its names
         '{"n":1} {"lastIndex":0,"source":"x"}\n'
+        'URLSearchParams {"q" => "1", "q" => "2"} {"p":URLSearchParams {}}\n'
     )
 
 
@@ -984,6 +991,14 @@ def test_returning_a_bigint_fails_naming_json():
         ("return { b: new Uint8Array([1, 2]) };", 'at key "b" it holds binary data'),
         ("return new ArrayBuffer(2);", "it is binary data"),
         ("class Empty {}\nreturn { e: new Empty() };", 'at key "e" it holds an Empty, which'),
+        (
+            "return new URL('https://a.example/?q=1').searchParams;",
+            "it is a URLSearchParams, which JSON turns into {}; return Object.fromEntries(params), "
+            "or String(params) for its query",
+        ),
+        # "an URLSearchParams", "an User" before; "an Update" stays
+        ("class User {}\nreturn [new User()];", 'at key "0" it holds a User, which'),
+        ("class Update {}\nreturn [new Update()];", 'at key "0" it holds an Update, which'),
         (
             "return { it: [1].values() };",
             'at key "it" it holds an iterator (a generator\'s, or of keys(), values(), entries(), '
