@@ -645,10 +645,7 @@
     "promises, await Promise.all(...))";
   defineProperty(NativePromise.prototype, "toJSON", { __proto__: null,
     value: function toJSON(key) {
-      const error = new NativeTypeError((key === "" || key === undefined ? "it is " : "at key " +
-        JSON.stringify("" + key) + " it holds ") + PROMISE_NOT_DATA);
-      refused = error; // a returned value's failure says it (see finished)
-      throw error;
+      throw notData(key, PROMISE_NOT_DATA); // a returned value's failure says it (see finished)
     },
     writable: true, enumerable: false, configurable: true,
   });
@@ -1201,14 +1198,21 @@
   // a RegExp, an iterator, an object of a class with no fields of its own) or into an object
   // of indexes (a typed array). Plain objects and arrays, the most of any value, pass first.
   let refused; // the error it threw last
+  // The error that says the value at `key` ("" or undefined: the value itself) is `kind`.
+  function notData(key, kind) {
+    refused = new NativeTypeError((key === "" || key === undefined ? "it is " : "at key " +
+      JSON.stringify("" + key) + " it holds ") + kind);
+    return refused;
+  }
   function opaqueRefused(key, value) {
     if (typeof value === "bigint") {
       // JSON.stringify's own error named neither where nor the fix.
-      const error = new NativeTypeError((key === "" ? "it is " : "at key " + JSON.stringify(key) +
-        " it holds ") + "a BigInt, which JSON cannot carry; return String(n), or Number(n) " +
-        "if it fits");
-      refused = error;
-      throw error;
+      throw notData(key, "a BigInt, which JSON cannot carry; return String(n), or Number(n) if it fits");
+    }
+    if (typeof value === "number" && !isFinite(value)) {
+      // JSON writes null for it: `{ avg: total / 0 }` read as if there were no value.
+      throw notData(key, value + ", which JSON writes as null; return null where there is no " +
+        "number, or check the arithmetic that made it");
     }
     if (typeof value !== "object" || value === null || isArray(value)) return value;
     const proto = getPrototypeOf(value);
@@ -1243,10 +1247,7 @@
     } else {
       return value; // an object of a class of the script's, with its fields
     }
-    const error = new NativeTypeError((key === "" ? "it is " : "at key " + JSON.stringify(key) +
-      " it holds ") + kind);
-    refused = error;
-    throw error;
+    throw notData(key, kind);
   }
   function failed(error) {
     const parts = errorParts(error);

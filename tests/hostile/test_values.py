@@ -133,6 +133,12 @@ FAILING_VALUES = {
     ),
     "toJSON that throws": ("return { toJSON() { throw new Error('t'); } }", "Error", "t"),
     "toJSON that throws null": ("return { toJSON() { throw null; } }", "Uncaught", "null"),
+    # JSON writes null for it: the model read null as the answer.
+    "NaN": (
+        "return { avg: [0 / 0] }",
+        "TypeError",
+        'the returned value is not JSON data: at key "0"',
+    ),
 }
 
 

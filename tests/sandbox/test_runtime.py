@@ -996,6 +996,14 @@ def test_returning_a_bigint_fails_naming_json():
             "it is a URLSearchParams, which JSON turns into {}; return Object.fromEntries(params), "
             "or String(params) for its query",
         ),
+        # JSON writes null for these: the model read null, as if there were no value.
+        (
+            "const total = 10;\nreturn { avg: total / 0, n: [NaN] };",
+            'at key "avg" it holds Infinity, which JSON writes as null; return null where there '
+            "is no number, or check the arithmetic that made it",
+        ),
+        ("return [1, 0 / 0];", 'at key "1" it holds NaN, which JSON writes as null'),
+        ("return NaN;", "it is NaN, which JSON writes as null"),
         # "an URLSearchParams", "an User" before; "an Update" stays
         ("class User {}\nreturn [new User()];", 'at key "0" it holds a User, which'),
         ("class Update {}\nreturn [new Update()];", 'at key "0" it holds an Update, which'),
