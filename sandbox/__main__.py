@@ -457,26 +457,40 @@ def _run_one(
         )
     del line
     live = script.version >= protocol.LIVE_VERSION
-    if script.language == "python":
+    limits = script.limits
+    python = script.language == "python"
+
+    def heap_for(line_bytes: int) -> tuple[int | None, int]:
+        """The process heap's data limit and room for a run whose lines (its script's, and
+        the results lines of a live run) came to ``line_bytes``, as tighten() takes them."""
+        if python:
+            limit = _python_data_limit(limits.memory, line_bytes, data_limit)
+            return limit, 0 if limit is not None else _line_room(line_bytes, data_limit)
+        return data_limit, _line_room(line_bytes, data_limit)
+
+    if python:
         # The script's heap is the process's, bounded close to its `memory`: heavy JSON goes
         # through the standard library (see jsontext). A JavaScript heap is QuickJS's own,
         # and the process's keeps room for orjson beside it.
         jsontext.bound_heap()
-        limit = _python_data_limit(script.limits.memory, size, data_limit)
-        room = 0 if limit is not None else _line_room(size, data_limit)
     else:
-        limit, room = data_limit, _line_room(size, data_limit)
         # orjson's buffer for data (about nine times its weight for small items) must fit
         # beside QuickJS's heap: past a sixteenth of that room, the standard library writes.
-        heap = data_limit or protocol.process_heap(script.limits.memory)
-        jsontext.bound_heap(max(jsontext.LONG_TEXT, (heap - script.limits.memory) // 16))
-    limits = script.limits
+        heap = data_limit or protocol.process_heap(limits.memory)
+        jsontext.bound_heap(max(jsontext.LONG_TEXT, (heap - limits.memory) // 16))
+    limit, room = heap_for(size)
+    data = lockdown.heap_limit(limits.memory, limit, room)
+    # The room a live run's results lines may need, within the process's hard limit: a
+    # subverted process can take no more.
+    most = protocol.run_results_bound(limits)
+    live_room = lockdown.heap_limit(limits.memory, *heap_for(size + most)) - data
     lockdown.tighten(
         compute_ms=limits.segment_ms(runtime.cpu_ms() - start_cpu),
         memory=limits.memory,
         data_limit=limit,
         room=room,
         live=live,
+        live_room=live_room,
     )
     channel = channel_type(linger=live)
     # Descriptor 1 is the protocol's, written with os.write: what a script's code prints
@@ -491,7 +505,13 @@ def _run_one(
     ran = run.execute()
     while live and ran.outcome == "calls":
         _write(protocol.encode(ran))
-        records = _read_results(script.limits)
+        # The results line is read, and its records held, as a replay's script line holds
+        # them: outside the script's `memory` (a Python script's results counted against it
+        # live, and not when replayed).
+        lockdown.set_heap(None)
+        records, read = _read_results(script.limits)
+        size += read
+        lockdown.set_heap(limits.memory, *heap_for(size))
         if records is None:
             run.end_memory(
                 "the results of the script's calls do not fit in the sandbox process's heap "
@@ -504,11 +524,13 @@ def _run_one(
     channel.end(ran)
 
 
-def _read_results(limits: protocol.Limits) -> list[protocol.Record] | None:
-    """The records of a ``results`` line, or None when they do not fit in the heap; exits at
-    ``end``, at EOF and on anything else."""
+def _read_results(limits: protocol.Limits) -> tuple[list[protocol.Record] | None, int]:
+    """The records of a ``results`` line, or None when they do not fit in the heap, and the
+    line's length; exits at ``end``, at EOF and on anything else."""
+    read = 0
     try:
         line = sys.stdin.buffer.readline(protocol.results_bound(limits) + 1)
+        read = len(line)
         if not line:
             os._exit(0)  # the runner let the live run go
         if not line.endswith(b"\n"):
@@ -517,10 +539,10 @@ def _read_results(limits: protocol.Limits) -> list[protocol.Record] | None:
     except protocol.ProtocolError as e:
         _protocol_exit(str(e))
     except MemoryError:
-        return None  # the run's memory limit: the caller ends it so
+        return None, read  # the run's memory limit: the caller ends it so
     if records is None:
         os._exit(0)
-    return records
+    return records, read
 
 
 def _protocol_exit(why: str) -> NoReturn:

@@ -199,6 +199,7 @@ def tighten(
     data_limit: int | None = None,
     room: int = 0,
     live: bool = False,
+    live_room: int = 0,
 ) -> None:
     """Lower the limits to one script's, after it was read (so under seccomp).
 
@@ -207,7 +208,9 @@ def tighten(
     :data:`protocol.PROCESS_CPU_SECONDS` at most, and :func:`rearm` moves the soft one on with
     each segment); ``RLIMIT_DATA`` becomes
     ``data_limit`` or ``protocol.process_heap(memory)``, plus ``room`` (what the step
-    carries: its call log). Limits are only ever lowered. Then ``ITIMER_PROF`` is armed for
+    carries: its call log; ``live``: its hard limit is ``live_room`` more, what the run's
+    results lines may need, which :func:`set_heap` gives them as they come). Limits are only
+    ever lowered. Then ``ITIMER_PROF`` is armed for
     ``compute_ms`` of CPU (less the tick the kernel rounds it up by): its ``SIGPROF``, left at
     the default action, ends the process when the allowance is spent. Call it from the main
     thread. Raises :class:`LockdownError`.
@@ -217,9 +220,23 @@ def tighten(
     seconds = math.ceil(compute_ms / 1000)
     hard = protocol.PROCESS_CPU_SECONDS + 1 if live else seconds + 2
     _lower("RLIMIT_CPU", resource.RLIMIT_CPU, seconds + 1, hard)
-    data = _data_limit(memory, data_limit) + room
-    _lower("RLIMIT_DATA", resource.RLIMIT_DATA, data, data)
+    data = heap_limit(memory, data_limit, room)
+    _lower("RLIMIT_DATA", resource.RLIMIT_DATA, data, data + live_room if live else data)
     _arm(compute_ms)
+
+
+def set_heap(memory: int | None, data_limit: int | None = None, room: int = 0) -> None:
+    """A live process's ``RLIMIT_DATA`` set again, within the hard limit :func:`tighten` set:
+    as tighten sets it for ``memory``, ``data_limit`` and ``room``, or (``memory`` None) up
+    to that hard limit. Raises :class:`LockdownError`."""
+    try:
+        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        soft = hard if memory is None else heap_limit(memory, data_limit, room)
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+    except (OSError, ValueError) as e:
+        raise LockdownError("set_heap", f"cannot set RLIMIT_DATA: {e}") from e
 
 
 def rehearse() -> None:
@@ -391,13 +408,16 @@ def _clear_environment() -> None:
 # --- 3. rlimits ----------------------------------------------------------------------------
 
 
-def _data_limit(memory: int, data_limit: int | None) -> int:
-    return data_limit if data_limit is not None else protocol.process_heap(memory)
+def heap_limit(memory: int, data_limit: int | None, room: int = 0) -> int:
+    """The process heap (``RLIMIT_DATA``) for a JS heap of ``memory``: ``data_limit`` or
+    ``protocol.process_heap(memory)``, plus ``room``."""
+    base = data_limit if data_limit is not None else protocol.process_heap(memory)
+    return base + room
 
 
 def _set_rlimits(*, memory: int, data_limit: int | None, cpu_seconds: int, room: int) -> None:
     """Set every limit; as root this also fixes the hard limits the process keeps."""
-    data = _data_limit(memory, data_limit) + room
+    data = heap_limit(memory, data_limit, room)
     limits = (
         # CPU backstop; tighten() lowers it to the script's allowance.
         ("RLIMIT_CPU", resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 1),

@@ -264,6 +264,13 @@ def results_bound(limits: Limits) -> int:
     return 2 * limits.step_arguments + 2 * limits.results + RAN_OVERHEAD
 
 
+def run_results_bound(limits: Limits) -> int:
+    """The most the ``results`` lines of one live run come to together, as far as its limits
+    say: every call's arguments and result (escaped twice over at worst, as in
+    :func:`results_bound`), and a KiB a call for the rest of its record."""
+    return 2 * limits.arguments + 2 * limits.results + limits.calls * KiB
+
+
 # The integers orjson writes: 64-bit, signed or unsigned.
 _I64, _U64 = -(1 << 63), (1 << 64) - 1
 

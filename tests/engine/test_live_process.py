@@ -11,7 +11,7 @@ from typing import Any
 import psutil
 import pytest
 
-from engine import CodeMode, CodeModeError, StepUnavailable, tool
+from engine import CodeMode, CodeModeError, Limits, StepUnavailable, tool
 from engine._live import LiveRuns
 from runner import LiveRun, ProcessRunner
 
@@ -228,6 +228,39 @@ async def test_a_closed_runner_fails_the_step_at_once_saying_so(tmp_path: Path) 
         await second.aclose()
     assert raised.value.permanent
     assert "this runner is closed (an engine's aclose() closes its runner" in str(raised.value)
+
+
+async def test_a_python_scripts_results_count_outside_its_memory_live_as_replayed(
+    tmp_path: Path,
+) -> None:
+    """A Python script with 4 MiB of memory reads a 7 MB result after its first call: live,
+    as replayed (where the result comes in the script line, outside ``memory``), it finishes.
+    Its live run failed on the memory limit: the results line had no room of its own."""
+
+    @tool
+    def text(n: int) -> str:
+        """Text of n bytes."""
+        return "x" * n
+
+    code = "await tools.inc(n=1)\ns = await tools.text(n=7_000_000)\nreturn len(s)"
+    outcomes = []
+    for live in (True, False):
+        engine = CodeMode(
+            [inc, text],
+            runner=ProcessRunner(mode="pool"),
+            data_dir=tmp_path / str(live),
+            type_check="off",
+            language="python",
+            limits=Limits(memory="4mb"),
+            live=live,
+        )
+        try:
+            result = await engine.run_code(code)
+            outcomes.append((result.status, result.value, result.text))
+            assert engine._live.resumed == (2 if live else 0)
+        finally:
+            await engine.aclose()
+    assert outcomes[0] == outcomes[1] == ("finished", 7_000_000, outcomes[1][2])
 
 
 async def test_a_python_finalizer_the_collector_runs_makes_no_call(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from runner import _process as process_module
 from runner._pool import NICE, WarmPool
 from runner._process import POOL_MEMORY
 from sandbox import protocol
+from sandbox.__main__ import LINE_ROOM_FACTOR
 from tests._needs import require
 from tests.runner.support import (
     EVENT_TIMEOUT,
@@ -292,7 +293,12 @@ async def test_a_script_over_the_pool_heap_gets_a_child_forked_for_it() -> None:
         await until(busy_child, "the script's child to be tightened")
         pid = busy_child()
         assert pid is not None
-        assert limits_of(pid)["Max data size"] == (str(2 * memory),) * 2
+        soft, hard = limits_of(pid)["Max data size"]
+        assert soft == str(2 * memory)
+        # A live run's hard limit leaves room for the results lines it may still read (as a
+        # replay's script line has), and no more: a subverted process can take only that.
+        most = protocol.run_results_bound(protocol.Limits(memory=memory))
+        assert 2 * memory < int(hard) <= 2 * memory + LINE_ROOM_FACTOR * most
         assert waiting in runner.pool.idle  # the pool child was left for a script it fits
         step = await running
         assert step.limit is not None and step.limit.name == "compute_ms"
