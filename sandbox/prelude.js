@@ -22,7 +22,7 @@
   const { create, defineProperty, freeze, getPrototypeOf, setPrototypeOf, keys: objectKeys } = Object;
   const isArray = Array.isArray;
   const isFinite = Number.isFinite, objectIs = Object.is;
-  const ObjectProto = Object.prototype;
+  const ObjectProto = Object.prototype, ArrayProto = Array.prototype;
   const globalEval = globalThis.eval;
   const fnToString = Function.prototype.toString;
   const promiseThen = Promise.prototype.then;
@@ -237,25 +237,15 @@
     if (value instanceof NativeError) return errorShown(value, depth, ancestors, budget);
     const time = timeOf(value); // a real Date, read without running any script code
     if (time !== undefined) return time !== time ? "Invalid Date" : JSON.stringify(apply(dateToISOString, value, []));
-    // As Node.js shows them, where JSON writes {} or an object of indexes.
-    const source = got(regExpSource, value);
-    if (source !== undefined) return "/" + source + "/" + got(regExpFlags, value);
-    const bytes = got(bufferLength, value);
-    if (bytes !== undefined) return "ArrayBuffer { byteLength: " + bytes + " }";
-    const viewed = got(viewLength, value);
-    if (viewed !== undefined) return "DataView { byteLength: " + viewed + " }";
-    if (value instanceof NativeWeakMap || value instanceof NativeWeakSet) {
-      return (value instanceof NativeWeakMap ? "WeakMap" : "WeakSet") + " { <items unknown> }";
-    }
-    const pairs = web.pairsOf(value);
-    if (pairs !== undefined) {
-      return "URLSearchParams {" + listed(pairs.length, (i) => JSON.stringify(pairs[i][0]) + " => " +
-        JSON.stringify(pairs[i][1]), budget, "entries").join(", ") + "}";
-    }
+    // Plain objects and arrays, the most of any value, are none of the kinds below.
+    const proto = getPrototypeOf(value);
+    const plainKind = proto === ObjectProto || proto === ArrayProto || proto === null;
+    const shown = plainKind ? undefined : shownAsNode(value, budget);
+    if (shown !== undefined) return shown;
     if (depth > 8) return isArray(value) ? "[Array]" : "[Object]";
     ancestors.push(value);
     try {
-      const typed = apply(typedArrayName, value, []);
+      const typed = plainKind ? undefined : apply(typedArrayName, value, []);
       if (isArray(value) || typed !== undefined) {
         const n = value.length;
         // A hole shows as nothing, as Array.prototype.join has it ("[1,,3]").
@@ -275,7 +265,7 @@
       }
       if (typeof value.toJSON === "function") return describe(value.toJSON(), depth + 1, ancestors, budget);
       const ks = objectKeys(value);
-      const iterating = ks.length === 0 ? iteratorKind(value) : undefined;
+      const iterating = ks.length === 0 && !plainKind ? iteratorKind(value) : undefined;
       if (iterating !== undefined) {
         return "Object [" + (iterating === "async" ? "AsyncGenerator" : "" + value[Symbol.toStringTag]) + "] {}";
       }
@@ -296,6 +286,22 @@
     } finally {
       ancestors.pop();
     }
+  }
+  // A value JSON writes as {} (or an object of indexes) as Node.js shows it, or undefined.
+  function shownAsNode(value, budget) {
+    const source = got(regExpSource, value);
+    if (source !== undefined) return "/" + source + "/" + got(regExpFlags, value);
+    const bytes = got(bufferLength, value);
+    if (bytes !== undefined) return "ArrayBuffer { byteLength: " + bytes + " }";
+    const viewed = got(viewLength, value);
+    if (viewed !== undefined) return "DataView { byteLength: " + viewed + " }";
+    if (value instanceof NativeWeakMap || value instanceof NativeWeakSet) {
+      return (value instanceof NativeWeakMap ? "WeakMap" : "WeakSet") + " { <items unknown> }";
+    }
+    const pairs = web.pairsOf(value);
+    if (pairs === undefined) return undefined;
+    return "URLSearchParams {" + listed(pairs.length, (i) => JSON.stringify(pairs[i][0]) + " => " +
+      JSON.stringify(pairs[i][1]), budget, "entries").join(", ") + "}";
   }
   // An error as Node.js shows it, less its stack: its cause and an AggregateError's errors
   // after it (`Error: outer { [cause]: Error: inner }`); they were left out, and with them
