@@ -152,14 +152,20 @@ _INSIDE = {
 
 
 def _balanced(body: str) -> bool:
-    """True when the body's braces pair up (so the outer braces were the function's).
+    """True when the body's braces pair up (so the outer braces were the function's)."""
+    return _unclosed(body) == []
+
+
+def _unclosed(body: str) -> list[int] | None:
+    """Where each ``{`` of the body that no ``}`` closes is; ``None`` when a ``}`` closes
+    none.
 
     Braces in strings, template literals and comments do not count; a quote or ``/*`` that
     is never closed is plain text. A scan that finds no close is remembered: every opener of
     the same kind up to where it stopped finds none either (each of them is escaped, or
     inside that comment), so no stretch of the text is scanned twice for the same close.
     """
-    depth = 0
+    opened: list[int] = []
     n = len(body)
     open_until: dict[str, int] = {}  # opener -> an opener before here finds no close
     mark = _MARKS.search(body)
@@ -184,13 +190,13 @@ def _balanced(body: str) -> bool:
                 continue
             open_until[opener] = stop
         if ch == "{":
-            depth += 1
+            opened.append(i)
         elif ch == "}":
-            depth -= 1
-            if depth < 0:
-                return False
+            if not opened:
+                return None
+            opened.pop()
         mark = _MARKS.search(body, i + 1)
-    return depth == 0
+    return opened
 
 
 # A regex literal from its opening slash: a class ([...]) may hold a slash, an escape any
@@ -235,6 +241,22 @@ def _parses_as_python(code: str) -> bool:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True
+
+
+def unclosed_hint(code: str, language: str) -> str:
+    """For a JavaScript script that failed with a SyntaxError: when a ``{`` of it is never
+    closed, which line opened it (the parser names the end of the text, or a line before it,
+    and says only "Unexpected token"; a script cut short ends so), else ""."""
+    if language != "javascript":
+        return ""
+    opened = _unclosed(code)
+    if not opened:
+        return ""
+    line = len(_BREAK.findall(code, 0, opened[-1])) + 1
+    return (
+        f"; the `{{` on line {line} is never closed: close it with `}}`, or, if the script was "
+        "cut short, write the rest of it"
+    )
 
 
 def other_language_hint(code: str, language: str) -> str:

@@ -29,7 +29,7 @@ from engine._limits import LIMIT_NAMES, Limits, config_hint
 from engine._live import LiveRuns, live_key
 from engine._naming import BUILTIN_TOOLS
 from engine._result import RunResult
-from engine._source import other_language_hint
+from engine._source import other_language_hint, unclosed_hint
 from engine.languages import check_language
 from runner import HOST_BUSY, FileMissing, RunError, ScriptRunner, Step, bounded
 from sandbox import protocol
@@ -107,7 +107,8 @@ class StepLoop(CallSettling):
             ending = Ending.of_step(step)
             error = ending.error
             if error is not None and error.name == "SyntaxError":
-                hint = other_language_hint(drive.record.code, drive.record.language)
+                code, language = drive.record.code, drive.record.language
+                hint = other_language_hint(code, language) or unclosed_hint(code, language)
                 if hint:
                     said = error.model_copy(update={"message": error.message + hint})
                     ending = dataclasses.replace(ending, error=said)

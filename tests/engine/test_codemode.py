@@ -1482,6 +1482,32 @@ async def test_a_script_in_the_other_language_says_so(
         assert hint in result.text and "run_code runs" in result.text, result.text
 
 
+@pytest.mark.parametrize(
+    ("code", "line"),
+    [
+        # Cut short, as a model's output may be: "Unexpected token (3:14)".
+        ("const rows = [];\nfor (const x of [1, 2]) {\n  rows.push(x);", 2),
+        ("const add = (a, b) => { return a + b;\nreturn add(1, 2);", 1),
+        ("const xs = [1];\nxs.forEach((x) => {\n  if (x) {\n    console.log(x);\n  }\n);", 2),
+    ],
+)
+async def test_a_block_never_closed_names_the_line_that_opened_it(
+    inproc: InProcessRunner, code: str, line: int
+) -> None:
+    """A script whose `{` is never closed fails saying which line opened it (the parser named
+    the end of the text, or a line before it, and said "Unexpected token", 'expected ";"')."""
+    engine = CodeMode([], runner=inproc)
+    result = await engine.run_code(code)
+    await engine.aclose()
+    assert result.error is not None and result.error["name"] == "SyntaxError", result.text
+    assert f"; the `{{` on line {line} is never closed: close it with `}}`" in result.text
+    # One that closes all its blocks and is wrong otherwise gets no such words.
+    engine = CodeMode([], runner=inproc)
+    result = await engine.run_code("const a = { b: 1 };\nconst c = (a;")
+    await engine.aclose()
+    assert result.error is not None and "never closed" not in result.text, result.text
+
+
 async def test_a_script_s_seed_is_drawn_from_63_bits(inproc: InProcessRunner) -> None:
     """Math.random, crypto.randomUUID and uuid.uuid4 follow the seed: drawn from 32 bits, two
     of some 77,000 scripts shared one at even odds, and every id they made. Sixteen seeds all
