@@ -165,8 +165,16 @@
       for (const k of objectKeys(v)) out[k] = clone(v[k]);
       return out;
     }
-    return clone(value);
+    try {
+      return clone(value);
+    } catch (e) {
+      // The stack ran out deep in the copy, more frames deep than a stack keeps: made again
+      // here, the error names the script's line that cloned (it named none).
+      if (!(e instanceof NativeRangeError) || e.message !== OVERFLOW) throw e;
+      throw new NativeRangeError(OVERFLOW + ": structuredClone of a value nested too deeply; flatten it");
+    }
   }
+  const OVERFLOW = "Maximum call stack size exceeded";
 
   // TextEncoder and TextDecoder: UTF-8, as every browser's.
   class TextEncoder {

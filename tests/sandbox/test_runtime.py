@@ -2569,6 +2569,17 @@ def test_structured_clone_as_browsers_have_it() -> None:
     ]  # fmt: skip
 
 
+def test_structured_clone_of_a_value_nested_too_deeply_names_the_line() -> None:
+    """A value nested past what the stack holds fails structuredClone at the script's line
+    that cloned it (the RangeError was made deeper than a stack keeps, and named no line)."""
+    ran = run("let v = {};\nfor (let i = 0; i < 100000; i++) v = { a: v };\nstructuredClone(v);")
+    assert ran.error is not None and ran.error.name == "RangeError", ran
+    assert ran.error.message == (
+        "Maximum call stack size exceeded: structuredClone of a value nested too deeply; flatten it"
+    )
+    assert [x.line for x in ran.error.lines] == [3]
+
+
 def test_text_encoder_and_decoder_are_utf_8() -> None:
     code = """
         const bytes = new TextEncoder().encode("aé€😀");
