@@ -517,6 +517,7 @@
   // console.table's text, laid out as Node.js's: a row per entry of `data` (an array, an
   // object, a Map or a Set), a column per key of the entries that are objects ("Values" for the
   // others), only `columns` when given. A value that is none of those prints as console.log's.
+  const TABLE_CELLS = 250000;
   function table(data, columns) {
     if (data === null || typeof data !== "object") return text(data);
     const budget = { left: PRINTED_BOUND };
@@ -539,7 +540,9 @@
     const keys = [], seen = new NativeSet(), body = [];
     let values = false, left = 0;
     for (let r = 0; r < rows.length; r++) {
-      if (budget.left <= 0) {
+      // Each row holds a cell for every column, filled or not: rows of keys of their own
+      // (5,000 rows, a key each) made a grid of 25 million cells, past the heap.
+      if (budget.left <= 0 || r * keys.length > TABLE_CELLS) {
         left = rows.length - r;
         break;
       }

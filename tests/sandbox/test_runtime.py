@@ -2705,6 +2705,15 @@ def test_console_log_formats_its_first_string_as_node_does() -> None:
     ]
 
 
+def test_a_table_of_rows_with_keys_of_their_own_stays_in_bounds() -> None:
+    """console.table of rows whose keys differ (a column each) prints the rows whose grid of
+    cells fits, then how many more there were (5,000 such rows failed the script on the
+    memory limit: a cell for every row and column, 25 million of them)."""
+    ran = run("console.table(Array.from({ length: 5000 }, (_, i) => ({ ['k' + i]: i })));")
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed.endswith(" more rows\n") and "│ k0 │ k1 │" in ran.printed
+
+
 def test_the_rest_of_console_prints_as_node_lays_it_out() -> None:
     """console.table, group, count, assert, dir and time: a model's script that calls one
     failed with "not a function" (after any calls it had made); each prints what Node.js
