@@ -300,11 +300,36 @@ def _assigned(name: str) -> re.Pattern[str]:
 
 
 # What QuickJS reports with no line: a regex literal it cannot compile (each is tried, at
-# most _REGEX_TRIES of them: a regex-like stretch of a line is a literal, or a division, whose
-# "regex" compiles) and a private name no class declares.
+# most _LITERAL_TRIES of them: a regex-like stretch of a line is a literal, or a division,
+# whose "regex" compiles) and a private name no class declares.
 _REGEX_LITERAL = re.compile(r"/(?![*/])(?:[^/\\\[\n]|\\.|\[(?:[^\]\\\n]|\\.)*+\])++/[A-Za-z]*+")
-_REGEX_TRIES = 500
+_LITERAL_TRIES = 500
+# A `throw` of a string, a template or a number, for a thrown value that is no Error (which
+# has no stack): `throw "no such user"`, `throw \`failed: ${why}\``.
+_THROWN_LITERAL = re.compile(
+    r"""\bthrow\s++("(?:[^"\\\n]|\\.)*+"|'(?:[^'\\\n]|\\.)*+'|`(?:[^`\\]|\\.)*+`|-?[\d.][\w.]*+)"""
+)
+_TEMPLATE_HOLE = re.compile(r"\$\{[^{}`]*+\}")
+_REJECTS = re.compile(r"\breject\b")
 _UNDECLARED_PRIVATE = re.compile(r"undefined private field '(#[\w$]+)'")
+
+
+def _fills(parts: list[str], text: str) -> bool:
+    """Whether ``text`` is ``parts`` with anything between each two (a template's text
+    between its holes, as written: escapes left as they are), found left to right."""
+    if len(parts) == 1:
+        return text == parts[0]
+    first, *middle, last = parts
+    end = len(text) - len(last)
+    if not (text.startswith(first) and text.endswith(last) and len(first) <= end):
+        return False
+    at = len(first)
+    for part in middle:
+        found = text.find(part, at, end)
+        if found < 0:
+            return False
+        at = found + len(part)
+    return True
 
 
 class Run(Replay):
@@ -702,6 +727,8 @@ class Run(Replay):
         lines = self._lines(stack)
         if name == "SyntaxError" and not lines:
             lines = self._unplaced(message)
+        elif name == "Uncaught" and not lines:
+            lines = self._thrown_at(message)
         if (name == "SyntaxError" and lines and _MODULE_LINE.match(lines[0].text)) or (
             name == "ReferenceError" and message.startswith("could not load module")
         ):
@@ -751,19 +778,49 @@ class Run(Replay):
         for number, text in enumerate(source_lines(self.javascript, "javascript"), 1):
             if found is not None:
                 if found.search(text):
-                    return [ErrorLine(line=number, text=self.script_lines[number - 1][:300])]
+                    return [self._line(number)]
                 continue
             for literal in _REGEX_LITERAL.finditer(text):
                 tried += 1
-                if tried > _REGEX_TRIES:
+                if tried > _LITERAL_TRIES:
                     return []
                 ctx = ctx or self._parser()
                 try:
                     ctx.eval(literal[0])
                 except _quickjs.JSException as e:
                     if str(e).partition("\n")[0] == "SyntaxError: " + message:
-                        return [ErrorLine(line=number, text=self.script_lines[number - 1][:300])]
+                        return [self._line(number)]
         return []
+
+    def _thrown_at(self, shown: str) -> list[ErrorLine]:
+        """The line of the script's `throw` of the text or number it failed with, ``shown``
+        (a value that is no Error has no stack, and named no line): the one `throw` of a
+        literal that gives that value, else none."""
+        found: set[int] = set()
+        ctx: Any = None
+        code = self.javascript
+        shown = "" if shown == '""' else shown  # an empty text is said so
+        if _REJECTS.search(code):
+            return []  # the value may be a promise's, rejected with it
+        for tried, thrown in enumerate(_THROWN_LITERAL.finditer(code)):
+            if len(found) > 1 or tried >= _LITERAL_TRIES:
+                return []
+            literal = thrown[1]
+            if literal.startswith("`"):
+                if not _fills(_TEMPLATE_HOLE.split(literal[1:-1]), shown):
+                    continue
+            else:
+                ctx = ctx or self._parser()
+                try:
+                    if ctx.eval(f"String({literal})") != shown:
+                        continue
+                except _quickjs.JSException:
+                    continue
+            found.add(len(source_lines(code[: thrown.start()], "javascript")))
+        if len(found) != 1:
+            return []
+        number = found.pop()
+        return [self._line(number)]
 
     def _const_assigned(self, name: str, lines: list[ErrorLine]) -> ErrorLine | None:
         """The line of the script that gives its const ``name`` another value, for an error
@@ -781,7 +838,7 @@ class Run(Replay):
         if found is None:
             return None
         number = len(source_lines(code[: found.start()], "javascript"))
-        return ErrorLine(line=number, text=self.script_lines[number - 1][:300])
+        return self._line(number)
 
     def _await_outside_async(self, line: int) -> bool:
         """Whether the script's SyntaxError at ``line`` is an ``await`` where it cannot be:
@@ -811,13 +868,17 @@ class Run(Replay):
         ctx.set_max_stack_size(JS_STACK_BYTES)
         return ctx
 
+    def _line(self, number: int) -> ErrorLine:
+        """The script's line ``number`` (from 1), as an error names it."""
+        return ErrorLine(line=number, text=self.script_lines[number - 1][:300])
+
     def _lines(self, stack: str) -> list[ErrorLine]:
         """The script's own lines named in a stack, numbered as the model wrote them."""
         lines: list[ErrorLine] = []
         for match in _FRAME.finditer(stack):
             number = int(match.group(1))  # the wrapper's first line is the script's
             if 1 <= number <= len(self.script_lines) and all(x.line != number for x in lines):
-                lines.append(ErrorLine(line=number, text=self.script_lines[number - 1][:300]))
+                lines.append(self._line(number))
             if len(lines) >= 8:
                 break
         return lines

@@ -1211,6 +1211,27 @@ def test_a_syntax_error_quickjs_places_nowhere_names_its_line(
     assert [x.line for x in ran.error.lines] == [line], ran.error
 
 
+@pytest.mark.parametrize(
+    ("code", "line"),
+    [
+        ('const a = 1;\nthrow "no such user";', 2),
+        ("const id = 7;\nconst a = 1;\nif (id) {\n  throw `no user ${id}: ${a}`;\n}", 4),
+        ("const a = 1;\nif (a) throw '';", 2),
+        ("const a = 1;\nthrow 404;", 2),
+        # Not told apart, or not thrown by a throw of the script's: no line.
+        ('function f() { throw "same"; }\nfunction g() { throw "same"; }\ng();', None),
+        ('const a = 1;\nawait Promise.reject("x");\nthrow "x";', None),
+        ("const a = 1;\nthrow { code: 5 };", None),
+    ],
+)
+def test_a_thrown_text_or_number_names_the_throw_of_it(code: str, line: int | None) -> None:
+    """A value that is no Error carries no stack: the one `throw` of the script's that gives
+    that text or number names its line (it named none)."""
+    ran = run(code)
+    assert ran.error is not None and ran.error.name == "Uncaught", ran
+    assert [x.line for x in ran.error.lines] == ([] if line is None else [line]), ran.error
+
+
 def test_nested_function_error_reports_the_lines_of_its_stack():
     """An error deep in the script's functions reports each of its frames, innermost first."""
     code = """\
