@@ -77,7 +77,7 @@ from engine._stopping import (
     give_up,
     stoppable_inputs,
 )
-from engine._tools import Tool
+from engine._tools import Tool, described
 from engine.adapters import FORMATS
 from engine.languages import LANGUAGES
 from engine.log import LogStore, ScriptRecord, SqliteStore
@@ -562,8 +562,8 @@ def _shown(text: object) -> str:
 
 
 async def _show(args: argparse.Namespace) -> int:
+    check_ids(args.script_id)  # before the store opens: nothing to close
     store = _reader(_needs_log(args, "show"))
-    check_ids(args.script_id)
     try:
         record = await store.get_script(args.script_id)
         calls = await store.calls(args.script_id)
@@ -924,30 +924,35 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _leave_host_threads(code: int) -> None:
-    """Exit with ``code`` if a thread that is no daemon (a tools file's own, say) has not
-    ended :data:`INTERRUPT_GRACE` seconds after the command did: the interpreter would wait
-    for it for ever, the result printed and the command never ending. Ctrl-C meanwhile
-    exits at once."""
-    waited = [t for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
-    deadline = time.monotonic() + INTERRUPT_GRACE
-    try:
-        for thread in waited:
-            thread.join(max(0.0, deadline - time.monotonic()))
-    except KeyboardInterrupt:
-        code = INTERRUPTED
-    left = [t.name for t in waited if t.is_alive()]
-    if left:
+    """Arm the exit with ``code`` for when the process has not ended :data:`INTERRUPT_GRACE`
+    seconds after the command did: the interpreter waits for every thread that is no daemon
+    (a tools file's own, say) and runs the atexit functions, for ever for a thread that
+    never ends. Ctrl-C meanwhile exits at once."""
+
+    def leave() -> None:
+        left = [
+            t.name for t in threading.enumerate() if not (t.daemon or t is threading.main_thread())
+        ]
+        held, fix = (
+            (f"the thread {left[0]!r} that the tools' code started", "make it a daemon thread")
+            if left
+            else ("an atexit function of the tools' code", "make it return")
+        )
         print(
-            f"codemode: the thread {left[0]!r} that the tools' code started has not ended "
-            f"{INTERRUPT_GRACE:g} s after the command; exiting without it (make it a daemon "
-            "thread, or end it)",
+            f"codemode: {held} has not ended {INTERRUPT_GRACE:g} s after the command; "
+            f"exiting without it ({fix}, or end it)",
             file=sys.stderr,
         )
-    if left or code == INTERRUPTED:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
+
+    timer = threading.Timer(INTERRUPT_GRACE, leave)
+    timer.daemon = True
+    timer.start()
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, lambda *_: os._exit(INTERRUPTED))
 
 
 def _command(argv: list[str] | None) -> int:
@@ -1003,6 +1008,28 @@ def _stdout_to_devnull() -> None:
     os.close(devnull)
 
 
+class _OneLine(logging.Formatter):
+    """The engine's warnings as the command's other messages: ``codemode: ...``, one line,
+    an exception's traceback (the host's worker that raised, say) left to ``-v``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f" ({described(record.exc_info[1])}; -v shows the traceback)"
+        return f"codemode: {' '.join(text.splitlines())}"
+
+
+def _warnings_in_one_line() -> None:
+    """Write the engine's warnings (logger ``codemode``) to stderr by :class:`_OneLine`;
+    without a handler, Python's last resort wrote them bare, with whole tracebacks."""
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(_OneLine())
+    engine_log = logging.getLogger("codemode")
+    engine_log.addHandler(handler)
+    engine_log.propagate = False
+
+
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     if getattr(args, "verbose", False):
@@ -1011,6 +1038,8 @@ def _main(argv: list[str] | None) -> int:
         # psycopg warns at every reconnect attempt of its pool (several lines a second while
         # a database is down); the store's own error names the database and what to do.
         logging.getLogger("psycopg").setLevel(logging.ERROR)
+        if args.command not in ("runner", "mcp"):  # services, which set their own logging
+            _warnings_in_one_line()
     try:
         if args.command == "run":
             return _interruptible(_run(args))

@@ -940,6 +940,33 @@ def test_the_log_file_given_as_data_dir_is_told_to_give_its_directory(tmp_path: 
     one_clear_line(codemode("show", "s1", "--data-dir", str(other)), "is a file, not a directory")
 
 
+def test_a_worker_that_raises_is_one_line_on_stderr(tmp_path: Path) -> None:
+    """A tools file's WORKER that raises: the script fails saying so, and stderr has one
+    line, the engine's warning with the error, as the command's other messages (it had the
+    warning bare and the worker's whole traceback); -v shows the traceback."""
+    tools = tmp_path / "tools.py"
+    tools.write_text(
+        "from engine import tool\n"
+        "@tool\n"
+        "def add(a: int, b: int) -> int:\n"
+        '    """Add."""\n'
+        "    return a + b\n"
+        "async def WORKER(trigger):\n"
+        "    raise RuntimeError('the policy service is down')\n"
+    )
+    script = "return await tools.add({a: 1, b: 2})"
+    ran = codemode("run", "-", "--tools", str(tools), stdin=script)
+    assert "the host's worker failed on these calls" in ran.stdout, ran.stdout
+    one_clear_line(
+        ran,
+        "codemode: the host's worker failed; the calls it was asked about are refused "
+        "(RuntimeError: the policy service is down; -v shows the traceback)",
+        code=1,
+    )
+    verbose = codemode("run", "-", "--tools", str(tools), "-v", stdin=script)
+    assert "Traceback" in verbose.stderr, verbose.stderr
+
+
 def _without_write_access(*args: str) -> subprocess.CompletedProcess[str]:
     """``codemode ARGS`` under the files' own modes. Run as root, the command drops the
     capabilities that let root read and write any file (setpriv, util-linux)."""
@@ -1061,16 +1088,28 @@ def test_ctrl_c_ends_a_run_whose_cleanup_cannot_finish(
     assert alive == []
 
 
-def test_a_tools_thread_that_never_ends_does_not_keep_the_command(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("start", "said"),
+    [
+        ("threading.Thread(target=threading.Event().wait, name='poller').start()",
+         "the thread 'poller' that the tools' code started has not ended 10 s after"),
+        ("atexit.register(threading.Event().wait)",
+         "an atexit function of the tools' code has not ended 10 s after"),
+    ],
+    ids=["thread", "atexit"],
+)  # fmt: skip
+def test_a_tools_thread_that_never_ends_does_not_keep_the_command(
+    tmp_path: Path, start: str, said: str
+) -> None:
     """A tools file that starts a thread of its own that never ends (no daemon: a client
-    library's, say): the command prints its result and exits, saying on stderr which thread
-    it left, after the grace a cleanup has. The interpreter waited for the thread for ever,
-    the result printed and the command never ending."""
+    library's, say), or registers an atexit function that never returns: the command prints
+    its result and exits, saying on stderr what it left, after the grace a cleanup has. The
+    interpreter waited for it for ever, the result printed and the command never ending."""
     tools = tmp_path / "tools.py"
     tools.write_text(
-        "import threading\n"
+        "import atexit, threading\n"
         "from engine import tool\n"
-        "threading.Thread(target=threading.Event().wait, name='poller').start()\n"
+        f"{start}\n"
         "@tool\n"
         "def add(a: int, b: int) -> int:\n"
         '    """Add."""\n'
@@ -1078,7 +1117,7 @@ def test_a_tools_thread_that_never_ends_does_not_keep_the_command(tmp_path: Path
     )
     ran = codemode("run", "-", "--tools", str(tools), stdin="return await tools.add({a: 1, b: 2})")
     assert ran.stdout == "Script finished.\nReturned:\n3\n", ran.stdout
-    one_clear_line(ran, "the thread 'poller'", "has not ended 10 s after the command", code=0)
+    one_clear_line(ran, said, code=0)
 
 
 def test_a_script_file_names_its_language_whatever_the_config_says(tmp_path: Path) -> None:
