@@ -598,10 +598,21 @@
     if (s === undefined) throw new NativeTypeError(`Value of "this" must be of type URL (reading ${what})`);
     return s;
   }
+  // What a URL that does not parse lacks: a scheme, or (one with a scheme, which "needs a
+  // scheme" misled) a host and port it can hold; or what its base lacks.
+  const SCHEMED = /^[\x00-\x20]*[A-Za-z][A-Za-z0-9+.-]*:/;
   function invalid(input, base) {
     const e = new NativeTypeError(
       `Invalid URL: ${JSON.stringify(input)}` + (base === undefined ? "" : ` (against the base ${JSON.stringify(base)})`) +
-      "; a URL needs a scheme (https://...) unless a base URL is given: new URL(path, base)");
+      (SCHEMED.test(input)
+        ? "; its host or port is not one a URL can hold (a space or a character a host cannot " +
+          "have, a bracket left open, a port past 65535): encode such text (encodeURIComponent)"
+        : base === undefined
+          ? "; a URL needs a scheme (https://...) unless a base URL is given: new URL(path, base)"
+          : SCHEMED.test(base)
+            ? "; the base is no URL to resolve against (its host or port is not valid, or it " +
+              "takes no path, as a mailto: URL does)"
+            : "; the base needs a scheme (https://...)"));
     defineProperty(e, "code", { __proto__: null, value: "ERR_INVALID_URL", writable: true, configurable: true });
     defineProperty(e, "input", { __proto__: null, value: input, writable: true, configurable: true });
     return e;

@@ -121,6 +121,24 @@ def test_an_invalid_url_says_what_a_url_needs() -> None:
     assert [x.line for x in ran.error.lines] == [2]
 
 
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        # It has a scheme: "a URL needs a scheme (https://...)" misled.
+        ('new URL("https://exa mple.com/x")', "; its host or port is not one a URL can hold"),
+        ('new URL("http://[::1/")', "; its host or port is not one a URL can hold"),
+        ('new URL("/x", "example.com")', "; the base needs a scheme (https://...)"),
+        ('new URL("x", "mailto:a@b.example")', "; the base is no URL to resolve against"),
+        ('new URL("/x")', "; a URL needs a scheme (https://...) unless a base URL is given"),
+    ],
+)
+def test_an_invalid_url_says_what_it_lacks(code: str, said: str) -> None:
+    ran = run(code)
+    assert ran.error is not None and ran.error.message.startswith("Invalid URL: "), ran
+    assert said in ran.error.message, ran.error.message
+    assert ran.error.message.count("; ") == 1
+
+
 def test_a_url_as_an_argument_says_to_pass_its_href() -> None:
     ran = run('await tools.echo({ u: new URL("https://h/") });', tools=["echo"])
     assert ran.outcome == "failed" and ran.error is not None
