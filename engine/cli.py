@@ -816,8 +816,10 @@ async def _watching(args: argparse.Namespace) -> AsyncIterator[list[Listener]]:
             else:
                 try:
                     # Unbuffered: each line is flushed anyway, and a write that failed
-                    # leaves nothing for the close to fail on again.
-                    stream = stack.enter_context(open(args.events, "ab", buffering=0))  # noqa: SIM115
+                    # leaves nothing for the close to fail on again. A FIFO's open waits
+                    # for its reader.
+                    with stoppable_inputs():
+                        stream = stack.enter_context(open(args.events, "ab", buffering=0))  # noqa: SIM115
                 except OSError as e:
                     raise CodeModeError(
                         f"cannot write the events to {args.events}: {e.strerror or e}"

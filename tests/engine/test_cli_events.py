@@ -6,13 +6,18 @@ import io
 import json
 import os
 import pty
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
+
+import pytest
 
 from engine import Event
 from engine._progress import ProgressLine
+from tests.engine.conftest import cli_taking_ctrl_c
 from tests.engine.test_cli import ROOT, codemode
 
 
@@ -115,6 +120,37 @@ def test_events_to_a_pipe_whose_reader_left(tmp_path: Path) -> None:
     assert json.loads(read[0])["kind"] == "started"
     assert (proc.returncode, proc.stdout) == (0, "Script finished.\nReturned:\nok\n")
     assert proc.stderr == ""
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_stops_a_run_whose_events_fifo_has_no_reader(
+    tmp_path: Path, signum: int, code: int
+) -> None:
+    """--events to a FIFO no one reads: opening it waits for a reader, and SIGTERM (or
+    Ctrl-C) ends the command at once, as while it reads what it was given. SIGTERM never
+    ended it (the event loop's handler waited for the open), only SIGKILL did."""
+    fifo = tmp_path / "events"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen(
+        cli_taking_ctrl_c("run", "examples/stale_prs.js", "--tools", "examples/tracker_tools.py",
+                          "--events", str(fifo)),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+    )  # fmt: skip
+    try:
+        wchan = Path(f"/proc/{proc.pid}/wchan")
+        deadline = time.monotonic() + 60
+        # The kernel's wait in a FIFO's open for the other end.
+        while wchan.read_text() != "wait_for_partner":
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)  # a backstop: it ends at once
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and "without finishing the cleanup" not in err, err
 
 
 def test_live_line_on_a_terminal() -> None:
