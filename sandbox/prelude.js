@@ -61,9 +61,16 @@
   // (see `stack` below), so a script cannot name lines it never ran.
   const stackAccessor = getOwnPropertyDescriptor(NativeError.prototype, "stack");
   const nativeStack = stackAccessor.get;
+  // A DOMException (atob's, one the script makes) holds its frames as a value of its own,
+  // made where it was: the accessor gives none for it (such an error named no line).
+  const NativeDOMException = DOMException;
   function framesOf(e) {
     try {
-      const frames = apply(nativeStack, e, []);
+      let frames = apply(nativeStack, e, []);
+      if (frames === undefined && e instanceof NativeDOMException) {
+        const own = getOwnPropertyDescriptor(e, "stack");
+        frames = own && own.value;
+      }
       return typeof frames === "string" ? ownFrames(frames) : "";
     } catch (_) {
       return ""; // an object that only inherits from Error has none

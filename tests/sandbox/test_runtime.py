@@ -1232,6 +1232,24 @@ def test_a_thrown_text_or_number_names_the_throw_of_it(code: str, line: int | No
     assert [x.line for x in ran.error.lines] == ([] if line is None else [line]), ran.error
 
 
+@pytest.mark.parametrize(
+    ("code", "name"),
+    [
+        ('const a = 1;\natob("@@@");', "InvalidCharacterError"),
+        ('const a = 1;\nthrow new DOMException("stopped", "AbortError");', "AbortError"),
+    ],
+)
+def test_a_dom_exception_names_its_line(code: str, name: str) -> None:
+    """A DOMException, atob's or the script's own, names the line it was made at (it keeps
+    its frames as a value of its own, which the stack accessor does not give: it named no
+    line), and printed, is followed by it."""
+    ran = run(code)
+    assert ran.error is not None and ran.error.name == name, ran
+    assert [x.line for x in ran.error.lines] == [2]
+    printed = run(f"try {{\n{code}\n}} catch (e) {{ console.log(e); }}").printed
+    assert printed.endswith("\n    at line 3\n"), printed
+
+
 def test_nested_function_error_reports_the_lines_of_its_stack():
     """An error deep in the script's functions reports each of its frames, innermost first."""
     code = """\
