@@ -55,7 +55,7 @@ import orjson
 
 from engine import log
 from engine._codemode import CodeMode, RunResult, check_ids
-from engine._config import Config, not_a_directory
+from engine._config import Config, StoreConfig, not_a_directory
 from engine._errors import (
     CallNotWaiting,
     CodeModeError,
@@ -382,6 +382,8 @@ async def _engine(
     try:
         if servers is not None and not servers.servers and not tools:
             raise ConfigError("no tools: no MCP server could be used and no --tools file was given")
+        if not needs_runner:  # describe, search: no script runs, so no log is opened or made
+            config = dataclasses.replace(config, data_dir=None, store=StoreConfig("memory"))
         options = config.engine_options(runner=needs_runner)
         options["language"] = _language(args, config)
         if not needs_runner:

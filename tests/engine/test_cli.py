@@ -967,6 +967,17 @@ def test_a_worker_that_raises_is_one_line_on_stderr(tmp_path: Path) -> None:
     assert "Traceback" in verbose.stderr, verbose.stderr
 
 
+def test_describe_and_search_make_no_log(tmp_path: Path) -> None:
+    """`describe` and `search` run no script: a --data-dir (or a config's data_dir) given to
+    them makes no session log there (each made the directory and an empty log)."""
+    data = tmp_path / "data"
+    described = codemode("describe", *TRACKER, "--data-dir", str(data))
+    assert described.returncode == 0 and "tools." in described.stdout, described.stderr
+    found = codemode("search", "pull requests", *TRACKER, "--data-dir", str(data))
+    assert found.returncode == 0 and "github__list_prs" in found.stdout, found.stderr
+    assert not data.exists()
+
+
 def _without_write_access(*args: str) -> subprocess.CompletedProcess[str]:
     """``codemode ARGS`` under the files' own modes. Run as root, the command drops the
     capabilities that let root read and write any file (setpriv, util-linux)."""
