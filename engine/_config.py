@@ -49,6 +49,7 @@ from engine.languages import Language, check_language
 from engine.log import DEFAULT_LEASE_MS, LogStore, MemoryStore, PostgresStore, SqliteStore
 from runner import ScriptRunner
 from runner._remote import OPTIONS as REMOTE_OPTIONS
+from runner._wire import parse_address
 
 _TOP_KEYS = {
     "data_dir",
@@ -422,9 +423,14 @@ def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:
         if (
             not isinstance(addresses, list)
             or not addresses
-            or not all(isinstance(a, str) and ":" in a for a in addresses)
+            or not all(isinstance(a, str) for a in addresses)
         ):
             raise ConfigError(f'{at} kind = "remote" needs addresses = ["host:port", ...]')
+        for address in addresses:
+            try:
+                parse_address(address)
+            except ValueError as e:  # ["nohost"] was told it had no addresses
+                raise ConfigError(f"{at} {e}") from None
         if not any(k in options for k in ("token", "token_file", "token_env")):
             raise ConfigError(
                 f'{at} kind = "remote" needs token_file (or token_env) naming the shared token'

@@ -333,6 +333,11 @@ def test_bad_slots_variable_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -
             )
         ),
         ('[codemode]\ndata_dir = ""\n', "data_dir"),
+        # An address with no port was told it needed addresses = [...], which it had.
+        (
+            '[codemode.runner]\nkind = "remote"\naddresses = ["nohost"]\ntoken = "t"\n',
+            r"\[codemode.runner\] runner address 'nohost' is not HOST:PORT",
+        ),
         ("[codemode.runner]\nslots = 100000\n", "slots"),
         ('[codemode.runner]\nkind = "remote"\naddresses = ["h:1"]\ntoken_file = 5\n', "token_file"),
         # silence was left to the runner: 0 was refused without the file's name, and inf
