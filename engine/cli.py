@@ -799,8 +799,9 @@ async def _run_with(
         if kept:
             raise
         raise StepUnavailable(
-            f"{e}; this run kept its log in memory, so run it again (to be able to resume "
-            f"it, {_keep_the_log(config)})",
+            # Its advice ends "resume it later" (or "then resume the script"): not this one.
+            f"{e}, but this run kept its log in memory, so it cannot be resumed: run it again "
+            f"(to be able to resume it, {_keep_the_log(config)})",
             permanent=e.permanent,
         ) from None
     return result, kept

@@ -978,6 +978,25 @@ def test_describe_and_search_make_no_log(tmp_path: Path) -> None:
     assert not data.exists()
 
 
+def test_a_step_no_runner_took_in_a_run_without_a_log_says_to_run_it_again(
+    tmp_path: Path,
+) -> None:
+    """No runner took the step (a runner service that is not there) and the log was in
+    memory: the one error line says the script cannot be resumed and to run it again (it
+    said "resume it later; this run kept its log in memory, so run it again")."""
+    config = tmp_path / "codemode.toml"
+    config.write_text(
+        '[codemode]\nqueue_timeout = 0.5\n[codemode.runner]\nkind = "remote"\n'
+        'addresses = ["127.0.0.1:1"]\ntoken = "t"\nconnect_timeout = 0.2\n'
+    )
+    ran = codemode("run", "-", *TRACKER, "--config", str(config), stdin="return 1")
+    assert ran.returncode == 75, ran.stderr
+    said = ran.stderr.strip().splitlines()[-1]
+    assert said.startswith("codemode: no runner took a step of script"), said
+    assert "resume it later, but this run kept its log in memory, so it cannot be resumed: " in said
+    assert "run it again (to be able to resume it, pass --data-dir DIR" in said
+
+
 def _without_write_access(*args: str) -> subprocess.CompletedProcess[str]:
     """``codemode ARGS`` under the files' own modes. Run as root, the command drops the
     capabilities that let root read and write any file (setpriv, util-linux)."""
