@@ -516,15 +516,16 @@ async def _scripts(args: argparse.Namespace) -> int:
     if args.json:
         for record in found:
             sys.stdout.write(orjson.dumps(_script_json(record)).decode() + "\n")
-        return 0
-    if not found:
-        print("no scripts" + (f" {args.status}" if args.status else ""))
-    for record in found:
-        print(
-            f"{record.id}  {record.status:<8}  {_when(record.created_ms)}  steps {record.steps}"
-            f"  tenant {_shown(record.tenant)}" + ("  held" if record.held else "")
-        )
-    if more:
+    else:
+        if not found:
+            print("no scripts" + (f" {args.status}" if args.status else ""))
+        for record in found:
+            print(
+                f"{record.id}  {record.status:<8}  {_when(record.created_ms)}  steps "
+                f"{record.steps}  tenant {_shown(record.tenant)}"
+                + ("  held" if record.held else "")
+            )
+    if more:  # with --json too: its lines alone would not say they stop short
         print(
             f"codemode: the first {args.limit:,} scripts, oldest first; there are more: "
             "raise --limit, or filter with --status",

@@ -867,6 +867,10 @@ def test_scripts_says_when_it_listed_as_many_as_its_limit(tmp_path: Path) -> Non
     assert listed.returncode == 0 and listed.stdout.count("\n") == 2
     assert "there are more: raise --limit, or filter with --status" in listed.stderr
     assert codemode("scripts", "--limit", "3", *data).stderr == ""
+    # With --json too: its lines alone stopped short without a word.
+    lines = codemode("scripts", "--limit", "2", "--json", *data)
+    assert lines.returncode == 0 and len(lines.stdout.splitlines()) == 2, lines
+    assert "there are more: raise --limit" in lines.stderr, lines.stderr
 
 
 @pytest.mark.parametrize("limit", ["0", "-5", "99999999999999999999", "ten"])
