@@ -218,6 +218,35 @@ async def test_postgres_upgrades_a_schema_2_log_to_keys_per_tenant(postgres: str
     )
 
 
+async def test_sqlite_read_only_reads_a_log_as_it_is(tmp_path: Path) -> None:
+    """``read_only``: a log of schema 2 is read, not upgraded, and nothing is written (a write
+    is the read-only StoreUnavailable); one older than 2, or newer than this codemode, is
+    refused, as no upgrade can be made by reading."""
+    db = sqlite3.connect(tmp_path / SqliteStore.FILE_NAME)
+    db.executescript(SCHEMA_2.format(**SQLITE_TYPES))
+    db.execute(KEYED_SCRIPT.format(empty="?"), (orjson.dumps([]),))
+    db.execute("PRAGMA user_version = 2")
+    db.commit()
+    db.close()
+    before = (tmp_path / SqliteStore.FILE_NAME).read_bytes()
+    store = SqliteStore(tmp_path, read_only=True)
+    try:
+        (record,) = await store.scripts()
+        with pytest.raises(StoreUnavailable, match="is read-only for this process") as raised:
+            await store.set_held(record.id, True)
+        assert raised.value.permanent
+    finally:
+        await store.aclose()
+    assert (tmp_path / SqliteStore.FILE_NAME).read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [SqliteStore.FILE_NAME]
+    for version, said in ((1, r"older codemode \(schema 1\)"), (99, "newer codemode")):
+        db = sqlite3.connect(tmp_path / SqliteStore.FILE_NAME)
+        db.execute(f"PRAGMA user_version = {version}")
+        db.close()
+        with pytest.raises(ConfigError, match=said):
+            SqliteStore(tmp_path, read_only=True)
+
+
 async def test_sqlite_refuses_a_newer_log(tmp_path: Path) -> None:
     db = sqlite3.connect(tmp_path / SqliteStore.FILE_NAME)
     db.execute("PRAGMA user_version = 99")
