@@ -145,16 +145,21 @@ async def _keys_are_per_tenant(store: LogStore) -> None:
     ]
 
 
-async def test_sqlite_upgrades_a_schema_2_log_to_keys_per_tenant(tmp_path: Path) -> None:
-    """A log of schema 2 (a key unique in the whole log) opens as schema 3: its keyed script
-    is found by its tenant's start, another tenant's start with the key makes its own, and
-    the old index is gone."""
-    db = sqlite3.connect(tmp_path / SqliteStore.FILE_NAME)
+def _sqlite_schema_2_log(directory: Path) -> None:
+    """A SQLite log of schema 2 in ``directory``, holding one keyed script."""
+    db = sqlite3.connect(directory / SqliteStore.FILE_NAME)
     db.executescript(SCHEMA_2.format(**SQLITE_TYPES))
     db.execute(KEYED_SCRIPT.format(empty="?"), (orjson.dumps([]),))
     db.execute("PRAGMA user_version = 2")
     db.commit()
     db.close()
+
+
+async def test_sqlite_upgrades_a_schema_2_log_to_keys_per_tenant(tmp_path: Path) -> None:
+    """A log of schema 2 (a key unique in the whole log) opens as schema 3: its keyed script
+    is found by its tenant's start, another tenant's start with the key makes its own, and
+    the old index is gone."""
+    _sqlite_schema_2_log(tmp_path)
 
     store = SqliteStore(tmp_path)
     try:
@@ -222,12 +227,7 @@ async def test_sqlite_read_only_reads_a_log_as_it_is(tmp_path: Path) -> None:
     """``read_only``: a log of schema 2 is read, not upgraded, and nothing is written (a write
     is the read-only StoreUnavailable); one older than 2, or newer than this codemode, is
     refused, as no upgrade can be made by reading."""
-    db = sqlite3.connect(tmp_path / SqliteStore.FILE_NAME)
-    db.executescript(SCHEMA_2.format(**SQLITE_TYPES))
-    db.execute(KEYED_SCRIPT.format(empty="?"), (orjson.dumps([]),))
-    db.execute("PRAGMA user_version = 2")
-    db.commit()
-    db.close()
+    _sqlite_schema_2_log(tmp_path)
     before = (tmp_path / SqliteStore.FILE_NAME).read_bytes()
     store = SqliteStore(tmp_path, read_only=True)
     try:
