@@ -69,7 +69,7 @@
       let frames = apply(nativeStack, e, []);
       if (frames === undefined && e instanceof NativeDOMException) {
         const own = getOwnPropertyDescriptor(e, "stack");
-        frames = own && own.value;
+        frames = domFrames.get(e) ?? (own && own.value);
       }
       return typeof frames === "string" ? ownFrames(frames) : "";
     } catch (_) {
@@ -462,6 +462,33 @@
     enumerable: stackAccessor.enumerable,
     configurable: stackAccessor.configurable,
   });
+  // A DOMException keeps the frames QuickJS wrote as a value of its own, the engine's too and
+  // no "Name: message" line (`at begin (<input>:1851:17)`): atob's and btoa's are given the
+  // stack a script reads of any error, and their frames are kept here for the engine (see
+  // framesOf). One the script makes itself keeps QuickJS's: the constructor stays as it is.
+  const domFrames = new NativeWeakMap();
+  defineProperty(domFrames, "get", { __proto__: null, value: weakMapGet });
+  defineProperty(domFrames, "set", { __proto__: null, value: weakMapSet });
+  function tidied(e) {
+    const own = getOwnPropertyDescriptor(e, "stack");
+    if (own && typeof own.value === "string" && own.configurable) {
+      domFrames.set(e, own.value);
+      defineProperty(e, "stack", { __proto__: null, value: errorText(e) + scriptFrames(ownFrames(own.value)),
+        writable: true, enumerable: own.enumerable, configurable: true });
+    }
+    return e;
+  }
+  for (const name of ["atob", "btoa"]) {
+    const native = globalThis[name];
+    const wrapped = { [name](data) { // the parameter gives it the native's length, 1
+      try {
+        return apply(native, undefined, arguments);
+      } catch (e) {
+        throw e instanceof NativeDOMException ? tidied(e) : e;
+      }
+    } }[name];
+    defineProperty(globalThis, name, { __proto__: null, value: wrapped, writable: true, enumerable: false, configurable: true });
+  }
   // One of console.log's arguments: an error is followed by its line.
   // Whether to print an error's line after it: `instanceof` reads the prototype, which a
   // revoked Proxy throws for (printing it threw, and failed the script).

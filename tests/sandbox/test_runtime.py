@@ -1250,6 +1250,17 @@ def test_a_dom_exception_names_its_line(code: str, name: str) -> None:
     assert printed.endswith("\n    at line 3\n"), printed
 
 
+def test_atobs_error_stack_reads_as_any_errors() -> None:
+    """atob's and btoa's DOMException reads `e.stack` as any error's: "Name: message", then
+    the script's frames (it was QuickJS's frames alone, the engine's among them: `at
+    __cm_main (<input>:2:7)`, `at begin (<input>:1851:17)`)."""
+    for call in ('atob("@@@")', 'btoa("€")'):
+        stack = value(f"const a = 1;\ntry {{ {call}; }} catch (e) {{ return e.stack; }}")
+        assert stack.startswith("InvalidCharacterError: "), stack
+        assert stack.endswith("\n    at <input>:2:7"), stack
+        assert "__cm_main" not in stack and "begin" not in stack, stack
+
+
 def test_nested_function_error_reports_the_lines_of_its_stack():
     """An error deep in the script's functions reports each of its frames, innermost first."""
     code = """\
