@@ -838,6 +838,11 @@ async def _watching(args: argparse.Namespace) -> AsyncIterator[list[Listener]]:
 
 
 async def _resume(args: argparse.Namespace) -> int:
+    if args.message and not args.reject:  # it would go nowhere, unsaid
+        raise CodeModeError(
+            "resume: --message is the reason given with --reject; add --reject CALL_ID, or "
+            "leave --message out"
+        )
     _needs_log(args, "resume")
     async with _watching(args) as listeners:
         result = await _resume_with(args, listeners)

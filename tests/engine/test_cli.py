@@ -777,6 +777,11 @@ def test_log_commands_with_bad_input(tmp_path: Path) -> None:
     one_clear_line(codemode("show", "\udcff", *data), "no script '\\udcff'")
     one_clear_line(codemode("approve", "\udcff", "c", *data), "no script '\\udcff'")
     one_clear_line(codemode("resume", "\udcff", *tools, *data), "no script '\\udcff'")
+    # A reason with no rejection to give it went nowhere, unsaid.
+    one_clear_line(
+        codemode("resume", "abc", *tools, *data, "--approve", "c", "--message", "ok"),
+        "--message is the reason given with --reject",
+    )
 
 
 def test_show_and_scripts_print_what_the_log_holds_as_text(tmp_path: Path) -> None:
