@@ -25,7 +25,12 @@
       configurable: true,
       get() {
         const value = make();
-        defineProperty(globalThis, name, data(value));
+        try {
+          defineProperty(globalThis, name, data(value));
+        } catch (_) {
+          // globalThis frozen by the script ("property is not configurable" failed its first
+          // `new URL`): the stand-in stays, and each read gives the value made once.
+        }
         return value;
       },
       set(value) { defineProperty(globalThis, name, data(value)); },

@@ -168,6 +168,18 @@ def test_odd_receivers_and_what_a_script_assigns() -> None:
     ]
 
 
+@pytest.mark.parametrize("how", ["freeze", "seal", "preventExtensions"])
+def test_a_script_that_froze_global_this_still_has_url_and_intl(how: str) -> None:
+    """URL and Intl, made when a run first names them, are there for a script that froze
+    globalThis first (their first use failed: "TypeError: property is not configurable")."""
+    got = value(
+        f"Object.{how}(globalThis);\n"
+        'const u = new URL("https://h.example/p?q=1");\n'
+        'return [u.searchParams.get("q"), URL === URL, new Intl.NumberFormat("en-US").format(1234.5)];'
+    )
+    assert got == ["1", True, "1,234.5"]
+
+
 def test_text_a_script_controls_takes_time_in_its_length() -> None:
     """Runs of spaces, zeros and digits that a regular expression would take in the square of
     their length (seconds for 20,000 characters) parse in linear time; a host label that is
