@@ -362,7 +362,9 @@ class Drive:
             if not done.done():
                 batch, self._pending = self._pending, []
                 try:
-                    await self.store.settle(self.lease, [s for group, _ in batch for s in group])
+                    held = await self.store.settle(
+                        self.lease, [s for group, _ in batch for s in group]
+                    )
                 except asyncio.CancelledError:
                     self._pending[:0] = batch  # not written: the next committer takes them
                     raise
@@ -370,6 +372,8 @@ class Drive:
                     for _, future in batch:
                         future.set_exception(e)
                 else:
+                    if held:  # a hold landed while the calls ran: the loop runs no next step
+                        self.record.held = True
                     for group, future in batch:
                         for s in group:
                             self._running.discard(s.index)

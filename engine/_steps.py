@@ -79,7 +79,8 @@ class StepLoop(CallSettling):
             limits = self.limits_for(record.tenant)
             if drive.open_calls():
                 await self._settle_calls(drive, limits)
-                if drive.record.held:  # a claim found the script held: no call went out
+                # Held: as a claim found it (no call went out) or the settle of the calls that ran.
+                if drive.record.held:
                     return await self._paused(drive, [], held=True)
                 unsettled = drive.open_calls()
                 if unsettled:

@@ -207,9 +207,9 @@ class MemoryStore(LogStore):
             self._driven(lease.script_id)
             return claimed
 
-    async def settle(self, lease: r.Lease, settlements: Sequence[r.Settlement]) -> None:
+    async def settle(self, lease: r.Lease, settlements: Sequence[r.Settlement]) -> bool:
         with self._lock:
-            self._fenced(lease)
+            held = self._fenced(lease).held
             log, now_ms = self._calls[lease.script_id], self._now_ms()
             entries = [_at(log, s.index, lease.script_id, {r.RUNNING}) for s in settlements]
             for entry, settlement in zip(entries, settlements, strict=True):
@@ -220,6 +220,7 @@ class MemoryStore(LogStore):
                 entry.error = settlement.error
                 entry.ended_ms = now_ms
             self._driven(lease.script_id)
+            return held
 
     async def reopen(self, lease: r.Lease, indexes: Sequence[int]) -> None:
         with self._lock:

@@ -385,7 +385,8 @@ def claim(lease: r.Lease, indexes: Sequence[int], now: int) -> Tx:
 
 
 def settle(lease: r.Lease, settlements: Sequence[r.Settlement], now: int) -> Tx:
-    yield from _fence_driven(lease, now)
+    """Returns whether the script is held (the fence reads it anyway)."""
+    held = yield from _fence_driven(lease, now)
     rows_of = [
         (s.state, rows.dump(s.result), s.result_bytes, s.error, now, lease.script_id, s.index)
         for s in settlements
@@ -395,10 +396,11 @@ def settle(lease: r.Lease, settlements: Sequence[r.Settlement], now: int) -> Tx:
         # statement fewer); if it changed nothing, the check below says why.
         changed = yield Q(_SETTLE + " AND state = ?", (*rows_of[0], r.RUNNING), "count")
         if changed == 1:
-            return
+            return held
     yield from _states(lease.script_id, [s.index for s in settlements], (r.RUNNING,))
     if rows_of:
         yield Q(_SETTLE, rows_of, "many")
+    return held
 
 
 _SETTLE = (

@@ -106,10 +106,13 @@ class SqlStore(LogStore):
     ) -> list[int]:
         return await self._tx(lambda now: sql.claim(lease, indexes, now), write=True, sync=lasting)
 
-    async def settle(self, lease: r.Lease, settlements: Sequence[r.Settlement]) -> None:
+    async def settle(self, lease: r.Lease, settlements: Sequence[r.Settlement]) -> bool:
         for settlement in settlements:
             rules.check_settlement(settlement)
-        await self._tx(lambda now: sql.settle(lease, settlements, now), write=True, sync=False)
+        held: bool = await self._tx(
+            lambda now: sql.settle(lease, settlements, now), write=True, sync=False
+        )
+        return held
 
     async def reopen(self, lease: r.Lease, indexes: Sequence[int]) -> None:
         await self._tx(lambda now: sql.reopen(lease, indexes, now), write=True, sync=False)

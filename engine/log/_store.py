@@ -171,9 +171,12 @@ class LogStore(abc.ABC):
         only, or idempotent), whose receipt a power cut may lose. A store may sync anyway."""
 
     @abc.abstractmethod
-    async def settle(self, lease: Lease, settlements: Sequence[Settlement]) -> None:
+    async def settle(self, lease: Lease, settlements: Sequence[Settlement]) -> bool:
         """Record how running calls ended. A call claimed under an older token (its owner
-        died while it ran) may be settled too. :class:`CallConflict` if one is not running."""
+        died while it ran) may be settled too. :class:`CallConflict` if one is not running.
+        Returns whether the script is held, as the write's fence found it: the owner then
+        runs no step after these calls (a store that cannot say returns False, and a hold
+        that landed while the calls ran stops the script at its next claim instead)."""
 
     @abc.abstractmethod
     async def reopen(self, lease: Lease, indexes: Sequence[int]) -> None:

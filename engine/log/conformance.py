@@ -380,7 +380,8 @@ async def check_claims(make: StoreFactory) -> None:
 
 async def check_no_claim_while_held(make: StoreFactory) -> None:
     """No call goes out while the script is held: a claim (alone or with the decisions)
-    moves nothing, the decisions still stand, and once released the calls are claimed."""
+    moves nothing, the decisions still stand, and once released the calls are claimed. A
+    settle says whether the script is held."""
     store = make()
     try:
         script_id, lease = await _with_calls(store, 3, r.PROPOSED)
@@ -398,6 +399,11 @@ async def check_no_claim_while_held(make: StoreFactory) -> None:
         assert (await store.calls(script_id, 3))[0].state == r.APPROVED
         await store.set_held(script_id, False)
         assert await store.claim(lease, [0, 1, 3]) == [0, 1, 3], "released, the calls go out"
+        # A hold that lands while calls run is told by the write of their results.
+        assert await store.settle(lease, [r.Settlement(0, r.DONE, 1, 1)]) is False
+        await store.set_held(script_id, True)
+        held = await store.settle(lease, [r.Settlement(1, r.DONE, 2, 1)])
+        assert held is True, f"settle of a held script's calls returned {held!r}, not True"
     finally:
         await _close(store)
 

@@ -414,6 +414,38 @@ async def test_hold_stops_steps_until_release(inproc: InProcessRunner) -> None:
     assert done.value == 1 and ran == [1]
 
 
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+@pytest.mark.parametrize("live", [True, False])
+async def test_a_hold_that_lands_while_a_call_runs_stops_the_script_after_it(
+    inproc: InProcessRunner, tmp_path: Path, store: str, live: bool
+) -> None:
+    """A hold that landed while a call ran let the next step run all the same: it could
+    finish the script, held ("no step runs"). The write of the call's result finds the hold
+    (its fence reads the script's row anyway): the call's result is kept, no step runs after
+    it, and the script pauses held until released."""
+    ran: list[int] = []
+    engine: CodeMode
+
+    @tool
+    async def charge(amount: int, ctx: ToolContext) -> str:
+        """Charge the card."""
+        ran.append(amount)
+        await engine.hold(ctx.script_id)  # a person holds the script while the call runs
+        return f"charged {amount}"
+
+    log_store = MemoryStore() if store == "memory" else SqliteStore(tmp_path)
+    engine = CodeMode([charge], runner=inproc, store=log_store, live=live)
+    code = "const r = await tools.charge({ amount: 5 });\nreturn r;"
+    steps_before = len(inproc.steps)
+    held = await engine.run_code(code)
+    assert (held.status, ran) == ("paused", [5]), held.text
+    assert "held" in held.text and len(inproc.steps) == steps_before + 1
+    await engine.release(held.script_id)
+    done = await engine.resume(held.script_id)
+    assert (done.status, done.value, ran) == ("finished", "charged 5", [5])
+    await engine.aclose()
+
+
 async def test_tool_context_reaches_the_handler(inproc: InProcessRunner) -> None:
     """The host's context is given to a handler that asks for it, never by the model."""
 
