@@ -345,7 +345,7 @@ async def test_an_outcome_the_log_cannot_take_says_the_call_ran(read_only: bool)
     the script once it can", and the resume then failed the script on the interrupted call."""
 
     class FullDisk(MemoryStore):
-        async def settle(self, lease: Any, settlements: Any) -> None:
+        async def settle(self, lease: Any, settlements: Any) -> bool:
             raise StoreUnavailable(
                 "the session log could not be written (database or disk is full); nothing "
                 "written is lost: resume the script once it can"

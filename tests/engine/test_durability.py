@@ -331,9 +331,9 @@ async def test_calls_that_end_together_are_written_together(tmp_path: Path) -> N
     writes: list[int] = []
 
     class Counting(SqliteStore):
-        async def settle(self, lease: Lease, settlements: Any) -> None:
+        async def settle(self, lease: Lease, settlements: Any) -> bool:
             writes.append(len(settlements))
-            await super().settle(lease, settlements)
+            return await super().settle(lease, settlements)
 
     @tool
     async def echo(i: int) -> int:
