@@ -211,11 +211,15 @@ _REGEX_KEYWORDS = re.compile(
 
 
 def _starts_regex(body: str, i: int) -> bool:
-    """Whether the slash at ``i`` opens a regex literal, judged by what comes before it."""
-    before = body[:i].rstrip()
-    if not before or before[-1] in _BEFORE_REGEX:
+    """Whether the slash at ``i`` opens a regex literal, judged by what comes before it.
+    Looks back over the blanks before it only (a copy of the text before each slash made a
+    script of 120,000 divisions cost half a second of the host's CPU)."""
+    j = i - 1
+    while j >= 0 and body[j].isspace():
+        j -= 1
+    if j < 0 or body[j] in _BEFORE_REGEX:
         return True
-    return _REGEX_KEYWORDS.search(before[-12:]) is not None
+    return _REGEX_KEYWORDS.search(body[max(0, j - 11) : j + 1]) is not None
 
 
 def _close(body: str, i: int, opener: str) -> tuple[int | None, int]:
