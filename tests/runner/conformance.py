@@ -465,16 +465,21 @@ def check_cleanup(h: Harness, steps: int) -> None:
 
     with asyncio.Runner() as loop:
         loop.run(go())
-    # Processes killed at the end are reaped, and their pipes closed, a moment later: wait
-    # (a bounded while) for that, then hold the runner to nothing left.
+    _assert_nothing_left(before, children_before)
+
+
+def _assert_nothing_left(fds_before: dict[int, str], children_before: set[int]) -> None:
+    """No fd, zombie or child process more than before a runner ran and closed. Processes
+    killed at the end are reaped, and their pipes closed, a moment later: wait (a bounded
+    while) for that, then hold the runner to nothing left."""
     import gc
     import time
 
     settle = time.monotonic() + 10
-    while (open_fds() != before or zombies()) and time.monotonic() < settle:
+    while (open_fds() != fds_before or zombies()) and time.monotonic() < settle:
         gc.collect()
         time.sleep(0.05)
-    assert open_fds() == before
+    assert open_fds() == fds_before
     assert zombies() == []
     left = [
         p
@@ -730,14 +735,7 @@ def check_live_cleanup(h: Harness) -> None:
 
     with asyncio.Runner() as loop:
         loop.run(go())
-    assert open_fds() == before
-    assert zombies() == []
-    left = [
-        p
-        for p in psutil.Process().children(recursive=True)
-        if p.pid not in children_before and p.ppid() not in children_before
-    ]
-    assert left == [], f"processes left after close: {left}"
+    _assert_nothing_left(before, children_before)
 
 
 # ---- lying processes (the stand-in sandbox speaks the protocol but not the truth) -----------
