@@ -21,6 +21,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, PydanticUserError, TypeAdapter
 from pydantic_core import PydanticSerializationError
 
+from engine._errors import CodeModeError
 from sandbox.protocol import MAX_DEPTH, data_path
 
 KiB = 1024
@@ -79,6 +80,23 @@ def json_type(value: Any) -> str:
 def a_json_type(value: Any) -> str:
     """The JSON type of ``value`` with its article: ``an array``, ``a string``."""
     return _a(json_type(value))
+
+
+def only_argument(
+    arguments: dict[str, Any], tool: str, key: str, example: str, *, empty: bool = False
+) -> str:
+    """The one argument the engine's own ``tool`` (``run_code``, ``continue_script``) takes, a
+    string (non-empty unless ``empty``), from the model's ``arguments``; else a
+    :class:`CodeModeError` that says what it takes. Any other argument is refused, not
+    ignored: a model that passed one (a timeout, a language) expects it to act."""
+    value = arguments.get(key)
+    others = sorted(str(k) for k in arguments if k != key)
+    if not isinstance(value, str) or not (value or empty) or others:
+        extra = f"; leave out {', '.join(repr(k)[:80] for k in others)}" if others else ""
+        if key in arguments and not isinstance(value, str):
+            extra = f"; {key} must be a string, not {a_json_type(value)}" + extra
+        raise CodeModeError(f'{tool} takes only {{"{key}": "{example}"}}{extra}')
+    return value
 
 
 def _depth(value: Any) -> int:

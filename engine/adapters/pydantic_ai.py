@@ -43,7 +43,7 @@ try:
     from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
     from pydantic_ai import Tool as AgentTool
     from pydantic_ai._function_schema import takes_ctx as takes_run_context
-    from pydantic_ai.exceptions import ApprovalRequired, CallDeferred
+    from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry
     from pydantic_ai.messages import BinaryContent, ToolReturnPart
     from pydantic_ai.toolsets import FunctionToolset
 except ImportError as e:  # the extra is not installed: say which one installs it
@@ -52,9 +52,16 @@ except ImportError as e:  # the extra is not installed: say which one installs i
     ) from None
 
 from engine._codemode import CodeMode
-from engine._errors import CallNotWaiting, ConfigError, ToolCallError, ToolDefinitionError
+from engine._errors import (
+    CallNotWaiting,
+    CodeModeError,
+    ConfigError,
+    ToolCallError,
+    ToolDefinitionError,
+)
 from engine._functions import tool as engine_tool
 from engine._result import RunResult
+from engine._schema import only_argument
 from engine._tools import Tool
 from engine.adapters._formats import with_returned
 from engine.log import AWAITING_APPROVAL
@@ -230,7 +237,13 @@ class CodeModeToolset(FunctionToolset[Any]):
                     await self.engine.reject(result.script_id, call["call_id"], message)
             result = await self.engine.resume(result.script_id)
 
-    async def _run_code(self, ctx: RunContext[Any], code: str) -> str | list[Any]:
+    async def _run_code(self, ctx: RunContext[Any], **arguments: Any) -> str | list[Any]:
+        # pydantic-ai checks no arguments against a schema it was given: a call without
+        # code, or with another argument, raised a TypeError out of the agent's run.
+        try:
+            code = only_argument(arguments, RUN_CODE, "code", "<the script>", empty=True)
+        except CodeModeError as e:
+            raise ModelRetry(str(e)) from None
         seen = await self._seen(ctx) if ctx.tool_call_approved else set()
         result = await self.engine.run_code(code, key=ctx.tool_call_id)
         if seen and result.status == "paused":

@@ -41,7 +41,7 @@ from engine._codemode import CodeMode
 from engine._errors import CallNotWaiting, CodeModeError, ConfigError
 from engine._events import Event
 from engine._result import RunResult
-from engine._schema import a_json_type
+from engine._schema import only_argument
 from engine._tools import Tool
 from engine.mcp._config import SERVER_NAME, codemode_version
 from engine.mcp._stdio import MAX_MESSAGE, well_formed_json
@@ -54,21 +54,6 @@ CONTINUE = "continue_script"
 # Seconds requests in flight have to end when the HTTP server stops; a script cut short is
 # in the session log, where continue_script (or `codemode resume`) takes it up.
 STOP_GRACE = 2
-
-
-def _argument(
-    arguments: dict[str, Any], tool: str, key: str, example: str, *, empty: bool = False
-) -> str:
-    """The one argument ``tool`` takes, a string (non-empty unless ``empty``). Any other is
-    refused, not ignored: a model that passed one (a timeout, a language) expects it to act."""
-    value = arguments.get(key)
-    others = sorted(str(k) for k in arguments if k != key)
-    if not isinstance(value, str) or not (value or empty) or others:
-        extra = f"; leave out {', '.join(repr(k)[:80] for k in others)}" if others else ""
-        if key in arguments and not isinstance(value, str):
-            extra = f"; {key} must be a string, not {a_json_type(value)}" + extra
-        raise CodeModeError(f'{tool} takes only {{"{key}": "{example}"}}{extra}')
-    return value
 
 
 class CodeModeServer:
@@ -161,10 +146,10 @@ class CodeModeServer:
 
         try:
             if name == "run_code":
-                code = _argument(arguments, name, "code", "<the script>", empty=True)
+                code = only_argument(arguments, name, "code", "<the script>", empty=True)
                 result = await engine.run_code(code, on_start=started)
             elif name == CONTINUE:
-                script_id = _argument(arguments, name, "script_id", "<id>")
+                script_id = only_argument(arguments, name, "script_id", "<id>")
                 started(script_id)
                 result = await engine.resume(script_id)
             else:

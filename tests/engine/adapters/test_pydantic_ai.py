@@ -3,6 +3,7 @@ script that waits for a person as pydantic-ai's own approval request."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -445,3 +446,34 @@ async def test_a_tool_that_defers_itself_fails_its_call_saying_what_to_do() -> N
     assert "tools.wire raised pydantic-ai's ApprovalRequired" in text, text
     assert "tools.later raised pydantic-ai's CallDeferred" in text, text
     assert "requires_approval=True" in text
+
+
+async def test_run_code_arguments_the_schema_refuses_are_the_models_to_retry() -> None:
+    """A run_code call without code, or with another argument, is a retry prompt the model
+    reads, saying what run_code takes (pydantic-ai checks no arguments against the schema it
+    was given: a TypeError came out of the agent's run)."""
+    asked: Iterator[dict[str, Any]] = iter(
+        [{}, {"code": "return 1", "timeout": 5}, {"code": 5}, {"code": "return 7"}]
+    )
+    retries: list[str] = []
+
+    def calls(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1].parts[-1]
+        if isinstance(last, ToolReturnPart) and last.outcome == "retried":
+            retries.append(str(last.content))
+        elif isinstance(last, ToolReturnPart):
+            return ModelResponse(parts=[TextPart(str(last.content))])
+        return ModelResponse(parts=[ToolCallPart("run_code", next(asked), tool_call_id="r")])
+
+    toolset = CodeModeToolset([list_prs], runner=InProcessRunner(), type_check="off")
+    agent = Agent(FunctionModel(calls), toolsets=[toolset], retries=3)
+    try:
+        run = await agent.run("Go.")
+    finally:
+        await toolset.aclose()
+    assert run.output == "Script finished.\nReturned:\n7"
+    assert retries == [
+        'run_code takes only {"code": "<the script>"}',
+        'run_code takes only {"code": "<the script>"}; leave out \'timeout\'',
+        'run_code takes only {"code": "<the script>"}; code must be a string, not an integer',
+    ]
