@@ -35,6 +35,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import functools
+import hashlib
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -51,7 +52,7 @@ except ImportError as e:  # the extra is not installed: say which one installs i
         f"engine.adapters.pydantic_ai needs pydantic-ai ({e}): pip install 'codemode[pydantic-ai]'"
     ) from None
 
-from engine._codemode import CodeMode
+from engine._codemode import CodeMode, _keepable
 from engine._errors import (
     CallNotWaiting,
     CodeModeError,
@@ -222,7 +223,7 @@ class CodeModeToolset(FunctionToolset[Any]):
                     self._denials_seen.add(part.tool_call_id)
 
     async def _deny(self, tool_call_id: str, message: str) -> None:
-        record = await self.engine.store.script_by_key("default", tool_call_id)
+        record = await self.engine.store.script_by_key("default", _key(tool_call_id))
         if record is None:
             return  # never started: nothing waits
         result = await self.engine.resume(record.id)
@@ -245,7 +246,9 @@ class CodeModeToolset(FunctionToolset[Any]):
         except CodeModeError as e:
             raise ModelRetry(str(e)) from None
         seen = await self._seen(ctx) if ctx.tool_call_approved else set()
-        result = await self.engine.run_code(code, key=ctx.tool_call_id)
+        result = await self.engine.run_code(
+            code, key=_key(ctx.tool_call_id) if ctx.tool_call_id else None
+        )
         if seen and result.status == "paused":
             # A person approved the run_code call: approve what they saw its script wait on
             # (a call answered meanwhile, here or elsewhere, is left as it is), and run it
@@ -283,7 +286,7 @@ class CodeModeToolset(FunctionToolset[Any]):
             return asked
         if not ctx.tool_call_id:
             return set()
-        record = await self.engine.store.script_by_key("default", ctx.tool_call_id)
+        record = await self.engine.store.script_by_key("default", _key(ctx.tool_call_id))
         if record is None:
             return set()
         calls = await self.engine.store.calls(record.id)
@@ -314,6 +317,16 @@ class CodeModeToolset(FunctionToolset[Any]):
 
     async def aclose(self) -> None:
         await self.engine.aclose()
+
+
+def _key(tool_call_id: str) -> str:
+    """The session log's key for the run_code call ``tool_call_id``: the id itself, or a
+    digest of an id no log can keep (the model's, or its provider's, to choose: longer than
+    a key may be, a NUL, a lone surrogate), so that call too is idempotent (its CodeModeError
+    ended the agent's run)."""
+    if _keepable(tool_call_id):
+        return tool_call_id
+    return "sha256:" + hashlib.sha256(tool_call_id.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _binary(block: dict[str, Any]) -> BinaryContent:

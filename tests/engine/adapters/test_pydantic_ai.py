@@ -325,11 +325,11 @@ def delete_repo(name: str) -> str:
     return "deleted"
 
 
-def _one_call(code: str) -> Agent[None, Any]:
+def _one_call(code: str, call_id: str = "c1") -> Agent[None, Any]:
     def calls(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if any(isinstance(p, ToolReturnPart) for p in messages[-1].parts):
             return ModelResponse(parts=[TextPart("Done.")])
-        return ModelResponse(parts=[ToolCallPart("run_code", {"code": code}, tool_call_id="c1")])
+        return ModelResponse(parts=[ToolCallPart("run_code", {"code": code}, tool_call_id=call_id)])
 
     return Agent(FunctionModel(calls), output_type=[str, DeferredToolRequests])
 
@@ -477,3 +477,39 @@ async def test_run_code_arguments_the_schema_refuses_are_the_models_to_retry() -
         'run_code takes only {"code": "<the script>"}; leave out \'timeout\'',
         'run_code takes only {"code": "<the script>"}; code must be a string, not an integer',
     ]
+
+
+@pytest.mark.parametrize("call_id", ["call_" + "7" * 400, "call\x00nul"])
+async def test_a_tool_call_id_no_log_keeps_is_a_run_code_calls_key_all_the_same(
+    tmp_path: Path, call_id: str
+) -> None:
+    """A run_code call whose id no session log can keep (the model's provider's to choose:
+    longer than a key, a NUL) runs, waits and is approved in a new process as any other (its
+    CodeModeError, "key = ... must be a string of 1 to 256 characters", ended the run)."""
+    deleted.clear()
+
+    def toolset() -> CodeModeToolset:
+        tools = [Tool(delete_repo, requires_approval=True)]
+        return CodeModeToolset(tools, data_dir=tmp_path, runner=InProcessRunner(), type_check="off")
+
+    agent = _one_call('return await tools.delete_repo({ name: "staging" });', call_id)
+    first = toolset()
+    try:
+        run = await agent.run("Clean up.", toolsets=[first])
+    finally:
+        await first.aclose()
+    requests = run.output
+    assert isinstance(requests, DeferredToolRequests), requests
+    assert [p.tool_call_id for p in requests.approvals] == [call_id]
+    # A new process, without the request's metadata: it finds the script by the call's key.
+    second = toolset()
+    try:
+        run = await agent.run(
+            message_history=run.all_messages(),
+            deferred_tool_results=DeferredToolResults(approvals={call_id: True}),
+            toolsets=[second],
+        )
+    finally:
+        await second.aclose()
+    assert run.output == "Done."
+    assert deleted == ["staging"]
