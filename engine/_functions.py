@@ -350,13 +350,22 @@ def _result_schema(
     return schema, adapter
 
 
+def check_tool_list(tools: object, *one: type) -> None:
+    """Raise :class:`ToolDefinitionError` for one tool passed where a list of tools belongs:
+    a :class:`Tool`, a function, a name, or an instance of ``one`` (a framework's tool)."""
+    if isinstance(tools, (Tool, str, bytes, *one)) or (
+        callable(tools) and not isinstance(tools, type)
+    ):
+        named = isinstance(tools, (Tool, *one))
+        what = getattr(tools, "name" if named else "__name__", tools)
+        raise ToolDefinitionError(f"tools is a list of tools; pass [{what}], not {what}")
+
+
 def as_tools(tools: Iterable[Tool | Callable[..., Any]]) -> list[Tool]:
     """The engine's tools from what a host passes: each a :class:`Tool`, or a plain typed
     function, made a tool as ``@tool`` makes one. Raises :class:`ToolDefinitionError` for
     anything else, or for one tool passed where a list belongs."""
-    if isinstance(tools, Tool | str | bytes) or (callable(tools) and not isinstance(tools, type)):
-        what = tools.name if isinstance(tools, Tool) else getattr(tools, "__name__", tools)
-        raise ToolDefinitionError(f"tools is a list of tools; pass [{what}], not {what}")
+    check_tool_list(tools)
     result = []
     for item in tools:
         if isinstance(item, Tool):

@@ -60,6 +60,7 @@ from engine._errors import (
     ToolCallError,
     ToolDefinitionError,
 )
+from engine._functions import as_tools, check_tool_list
 from engine._functions import tool as engine_tool
 from engine._result import RunResult
 from engine._schema import only_argument
@@ -76,6 +77,7 @@ def engine_tools(tools: Sequence[AgentTool[Any] | Callable[..., Any] | Tool]) ->
     ``name``, ``description``, ``requires_approval`` (``needs_approval``), ``timeout`` and
     ``defer_loading`` (``deferred``) carry over; one with a ``prepare`` or ``args_validator``
     function, which no script's call could honour, is refused."""
+    check_tool_list(tools, AgentTool)
     found: list[Tool] = []
     for t in tools:
         if isinstance(t, Tool):
@@ -106,7 +108,8 @@ def engine_tools(tools: Sequence[AgentTool[Any] | Callable[..., Any] | Tool]) ->
         else:
             if callable(t) and takes_run_context(t):  # as an agent's @agent.tool takes it
                 raise _takes_run_context(getattr(t, "__name__", repr(t)))
-            found.append(_deferral_refused(engine_tool(t)))
+            # as_tools names what is no tool (None, a class): @tool took None as its options.
+            found.append(_deferral_refused(*as_tools([t])))
     return found
 
 

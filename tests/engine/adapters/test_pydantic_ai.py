@@ -513,3 +513,22 @@ async def test_a_tool_call_id_no_log_keeps_is_a_run_code_calls_key_all_the_same(
         await second.aclose()
     assert run.output == "Done."
     assert deleted == ["staging"]
+
+
+@pytest.mark.parametrize(
+    ("tools", "said"),
+    [
+        (list_prs, "tools is a list of tools; pass [list_prs], not list_prs"),
+        (Tool(list_prs, name="prs"), "tools is a list of tools; pass [prs], not prs"),
+        ("list_prs", "tools is a list of tools; pass [list_prs], not list_prs"),
+        ([None], "None is not a tool: give a function (typed, with a docstring) or a Tool"),
+        ([list_prs, 3], "3 is not a tool: give a function (typed, with a docstring) or a Tool"),
+    ],
+)
+def test_tools_that_are_no_list_of_tools_are_named_as_codemodes_are(tools: Any, said: str) -> None:
+    """One tool where the list belongs, or an item that is no tool, is refused as CodeMode
+    refuses it (a TypeError, 'function' object is not iterable; "@tool decorates a function,
+    not 'l'"; an AttributeError, 'function' object has no attribute 'handler')."""
+    with pytest.raises(ToolDefinitionError) as raised:
+        CodeModeToolset(tools, type_check="off")
+    assert str(raised.value) == said
