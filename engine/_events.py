@@ -100,6 +100,12 @@ def listeners_option(on_event: Listener | Sequence[Listener] | None) -> tuple[Li
     for fn in found:
         if not callable(fn):
             raise ConfigError(f"on_event takes functions of one Event, not {fn!r:.80}")
+        if isinstance(fn, type):
+            # Taken, each event made one (Tracing(event)) and failed, each a logged traceback.
+            raise ConfigError(
+                f"on_event listener {fn.__name__} is a class; give an instance of it, "
+                f"{fn.__name__}(...), or a function of one Event"
+            )
         # A function, or an object whose __call__ is one.
         if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
             # Called and never awaited, it would do nothing, with only a RuntimeWarning.

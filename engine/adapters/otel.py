@@ -30,6 +30,7 @@ except ImportError as e:  # the extra is not installed: say which one installs i
         f"engine.adapters.otel needs OpenTelemetry ({e}): pip install 'codemode[otel]'"
     ) from None
 
+from engine._errors import ConfigError
 from engine._events import Event
 
 
@@ -41,6 +42,16 @@ class Tracing:
     """An ``on_event`` listener that turns the engine's events into spans."""
 
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
+        """Spans from ``tracer_provider`` (an OpenTelemetry ``TracerProvider``), or from the
+        global one when it is None."""
+        if tracer_provider is not None and not callable(
+            getattr(tracer_provider, "get_tracer", None)
+        ):
+            raise ConfigError(
+                f"tracer_provider is {tracer_provider!r:.80}; give an OpenTelemetry "
+                "TracerProvider (opentelemetry.sdk.trace.TracerProvider), or leave it out "
+                "for the global one"
+            )
         self._tracer = trace.get_tracer("codemode", tracer_provider=tracer_provider)
         self._scripts: dict[str, Span] = {}
         self._calls: dict[tuple[str, str], Span] = {}

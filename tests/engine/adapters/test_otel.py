@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -269,3 +271,28 @@ def test_an_adapter_without_its_extra_names_the_extra(
     monkeypatch.delitem(sys.modules, f"engine.adapters.{adapter}", raising=False)
     with pytest.raises(ImportError, match=rf"pip install 'codemode\[{extra}\]'"):
         importlib.import_module(f"engine.adapters.{adapter}")
+
+
+def test_a_tracer_provider_of_the_wrong_kind_is_refused_when_given() -> None:
+    """Tracing given no tracer provider (a name) says what to give (an AttributeError, 'str'
+    object has no attribute 'get_tracer')."""
+    from engine import ConfigError
+
+    with pytest.raises(ConfigError) as raised:
+        Tracing("my-service")  # type: ignore[arg-type]
+    assert str(raised.value) == (
+        "tracer_provider is 'my-service'; give an OpenTelemetry TracerProvider "
+        "(opentelemetry.sdk.trace.TracerProvider), or leave it out for the global one"
+    )
+
+
+def test_the_class_given_as_a_listener_is_refused_when_given() -> None:
+    """on_event=Tracing (not Tracing()) made a Tracing of each event, and each failed, a
+    logged traceback an event; it is refused saying to give an instance."""
+    from engine import ConfigError
+
+    said = "on_event listener Tracing is a class; give an instance of it, Tracing(...), or"
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        CodeMode(on_event=Tracing)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        CodeMode().add_listener(Tracing)  # type: ignore[arg-type]
