@@ -92,6 +92,7 @@ from engine.languages.javascript import (
 )
 from engine.languages.python import PythonTypeChecker, check_stubs
 from runner import ScriptRunner, Step
+from runner._tasks import cancel_and_wait
 from sandbox import protocol
 from sandbox.names import closest_names
 from sandbox.replay import source_lines
@@ -746,13 +747,25 @@ class CodeMode(StepLoop):
             now = time.monotonic()
             for script_id in [s for s, until in left.items() if until <= now]:
                 del left[script_id]
+            # Raced against the stop: a log that does not answer makes the claim wait out
+            # its connect timeout, and a worker told to stop then has nothing to finish.
+            claiming = asyncio.ensure_future(self._claim_ready(left))
+            stopped = asyncio.ensure_future(stop.wait())
             try:
-                lease = await self.store.claim_ready(new_owner(), self.lease_ms, tuple(left))
-                if lease is None and self.store.local:
-                    lease = await self._take_from_dead_host(left)
-                drive = (
-                    None if lease is None else await Drive.resume(self.store, lease, self.lease_ms)
-                )
+                await asyncio.wait({claiming, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            finally:  # this worker cancelled too
+                stopped.cancel()
+                if not claiming.done():
+                    await cancel_and_wait(claiming)
+            if stop.is_set():
+                if claiming.cancelled() or isinstance(claiming.exception(), StoreUnavailable):
+                    break
+                taken = claiming.result()
+                if taken is not None:  # claimed as the stop came: left for another host
+                    await taken.close()
+                break
+            try:
+                drive = claiming.result()
             except StoreUnavailable as e:
                 if e.permanent:
                     raise
@@ -792,6 +805,14 @@ class CodeMode(StepLoop):
                 logger.info("worker left script=%s for another host (stopping)", lease.script_id)
             else:
                 logger.info("worker drove script=%s status=%s", lease.script_id, result.status)
+
+    async def _claim_ready(self, skip: Collection[str]) -> Drive | None:
+        """The drive of a script that waits for no one and is not in ``skip`` (its lease
+        taken), or ``None`` if there is none."""
+        lease = await self.store.claim_ready(new_owner(), self.lease_ms, tuple(skip))
+        if lease is None and self.store.local:
+            lease = await self._take_from_dead_host(skip)
+        return None if lease is None else await Drive.resume(self.store, lease, self.lease_ms)
 
     async def _take_from_dead_host(self, skip: Collection[str] = ()) -> log.Lease | None:
         """The lease of an active script, not held and not in ``skip``, whose host was a

@@ -258,6 +258,36 @@ async def test_a_worker_outlives_its_log_going_away(server: PostgresServer) -> N
         await host.aclose()
 
 
+async def test_a_worker_told_to_stop_while_its_log_is_down_stops_at_once(
+    server: PostgresServer,
+) -> None:
+    """A worker stopped (`codemode worker`'s SIGTERM) while its look for work waits for a
+    PostgreSQL server that is down ends then, not once the connect timeout runs out (before,
+    it waited for it, up to 10 s by default, and warned it would try again as it ended)."""
+    server.halt()
+    worker = CodeMode(
+        [],
+        runner=InProcessRunner(),
+        store=PostgresStore(server.dsn, schema=f"t_{uuid.uuid4().hex[:16]}", connect_timeout=120),
+        type_check="off",
+    )
+    stop = asyncio.Event()
+    working = asyncio.ensure_future(worker.work(stop=stop))
+    try:
+        await asyncio.sleep(0.5)  # not a margin: the look must be under way, whenever it is
+        assert not working.done(), working
+        stop.set()
+        # Far less than the connect timeout: a bound on a hang, not a measure of time.
+        done, _ = await asyncio.wait({working}, timeout=60)
+        assert working in done
+        assert working.result() is None
+    finally:
+        stop.set()
+        await asyncio.to_thread(server.resume)
+        await asyncio.wait_for(asyncio.gather(working, return_exceptions=True), 150)
+        await worker.aclose()
+
+
 class _CutAtCommit:
     """A TCP proxy to the server that, once armed, cuts the next write transaction's
     connection at its COMMIT (the store's reads say ``READ ONLY``): ``after`` the server
