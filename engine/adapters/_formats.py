@@ -130,10 +130,7 @@ def result_for(result: RunResult, format: Format, call_id: str | None = None) ->
             f"a tool result for {_TAKES[format][1]} needs the id of the model's call to run_code "
             f"(got {call_id!r}); keep it from the model's turn, even across a pause"
         )
-    text, returned = with_returned(result)
-    media = list(zip(_media_names(result), result.media, strict=True))
-    media += [(f"returned {b['type']} {i}", b) for i, b in enumerate(returned, 1)]
-    text, media = _not_attached(text, media, format)
+    text, media = attachable(result, format)
     if format == "anthropic":
         blocks = [{"type": "text", "text": text}]
         for name, block in media:
@@ -156,6 +153,24 @@ def result_for(result: RunResult, format: Format, call_id: str | None = None) ->
     output: list[dict[str, Any]] = [{"type": "input_text", "text": text}]
     output += [_responses_part(name, block) for name, block in media]
     return {"type": "function_call_output", "call_id": call_id, "output": output}
+
+
+def attachable(result: RunResult, api: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """``result``'s text and its media, each named (the shown files', then the image and
+    audio blocks it returned, see :func:`with_returned`), less the shown files ``api`` (a
+    format, or ``"pydantic_ai"``) cannot take, which the text says are not attached."""
+    text, returned = with_returned(result)
+    media = list(zip(_media_names(result), result.media, strict=True))
+    media += [(f"returned {b['type']} {i}", b) for i, b in enumerate(returned, 1)]
+    return _not_attached(text, media, api)
+
+
+def not_taken(name: str, block: dict[str, Any], api: str) -> str | None:
+    """The line saying media ``name`` is not attached when ``api`` cannot take ``block`` (a
+    block the script returned: no ``Shown:`` line of the text names it), else None."""
+    mime = media_data(block)[0]
+    takes, said = _TAKES[api]
+    return None if mime in takes else _left_out(name, mime, said)
 
 
 def mcp_content(result: RunResult) -> list[dict[str, Any]]:
@@ -231,7 +246,7 @@ def _media_names(result: RunResult) -> list[str]:
     return names
 
 
-def _data(block: dict[str, Any]) -> tuple[str, str]:
+def media_data(block: dict[str, Any]) -> tuple[str, str]:
     """A media block's MIME type and base64 data."""
     if block["type"] == "resource":
         return block["resource"]["mimeType"], block["resource"]["blob"]
@@ -247,11 +262,15 @@ _TAKES = {
     "anthropic": (_ANTHROPIC_IMAGES | {_PDF}, "the Anthropic API"),
     "openai_chat": (_OPENAI_IMAGES | set(_OPENAI_AUDIO) | {_PDF}, "Chat Completions"),
     "openai_responses": (_OPENAI_IMAGES | {_PDF}, "the Responses API"),
+    # What every API pydantic-ai maps a tool's BinaryContent to takes: another type failed
+    # the agent's next model request (NotImplementedError: "Unsupported binary content type
+    # in Anthropic tool returns: audio/wav"), and every request of that conversation after.
+    "pydantic_ai": (_ANTHROPIC_IMAGES | {_PDF}, "the pydantic-ai toolset"),
 }
 
 
 def _not_attached(
-    text: str, media: list[tuple[str, dict[str, Any]]], format: Format
+    text: str, media: list[tuple[str, dict[str, Any]]], format: str
 ) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     """``text`` and ``media`` less each file ``format`` cannot take whose ``Shown: ...,
     attached.`` line the text has: that line says it is not attached, and why (it said
@@ -260,7 +279,7 @@ def _not_attached(
     takes, api = _TAKES[format]
     kept = []
     for name, block in media:
-        mime = _data(block)[0]
+        mime = media_data(block)[0]
         if mime not in takes:
             line = re.compile(
                 rf"^(Shown: {re.escape(name)} \({re.escape(mime)}, [\d,]+ bytes\)), attached\.$",
@@ -276,7 +295,7 @@ def _not_attached(
 
 
 def _anthropic_block(name: str, block: dict[str, Any]) -> dict[str, Any]:
-    mime, data = _data(block)
+    mime, data = media_data(block)
     if mime in _ANTHROPIC_IMAGES:
         return {"type": "image", "source": {"type": "base64", "media_type": mime, "data": data}}
     if mime == _PDF:
@@ -289,7 +308,7 @@ def _anthropic_block(name: str, block: dict[str, Any]) -> dict[str, Any]:
 
 
 def _chat_part(name: str, block: dict[str, Any]) -> dict[str, Any]:
-    mime, data = _data(block)
+    mime, data = media_data(block)
     if mime in _OPENAI_IMAGES:
         return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
     if mime in _OPENAI_AUDIO:
@@ -303,7 +322,7 @@ def _chat_part(name: str, block: dict[str, Any]) -> dict[str, Any]:
 
 
 def _responses_part(name: str, block: dict[str, Any]) -> dict[str, Any]:
-    mime, data = _data(block)
+    mime, data = media_data(block)
     if mime in _OPENAI_IMAGES:
         return {"type": "input_image", "image_url": f"data:{mime};base64,{data}"}
     if mime == _PDF:

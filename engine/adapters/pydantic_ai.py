@@ -27,7 +27,9 @@ the script's result. ``run_code`` is idempotent on the model's tool-call id, so 
 may come in another process, on the same log, much later.
 
 The tool returns the result's text; the files the script showed and the images it returned
-come with it as pydantic-ai's ``BinaryContent``, so the model sees them in the tool's result.
+come with it as pydantic-ai's ``BinaryContent``, so the model sees them in the tool's result:
+images and PDFs, which every model pydantic-ai runs takes in a tool result (the text says
+another, audio or video, was not attached).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ from engine._functions import tool as engine_tool
 from engine._result import RunResult
 from engine._schema import only_argument
 from engine._tools import Tool
-from engine.adapters._formats import with_returned
+from engine.adapters._formats import attachable, media_data, not_taken
 from engine.log import AWAITING_APPROVAL
 
 RUN_CODE = "run_code"
@@ -269,10 +271,9 @@ class CodeModeToolset(FunctionToolset[Any]):
         if result.status == "paused" and any(w["reason"] == "approval" for w in result.waiting):
             self._asked[key] = {w["call_id"] for w in result.waiting}
             raise ApprovalRequired(metadata=_waiting(result))
-        text, returned = with_returned(result)
-        media = [*result.media, *returned]
+        text, media = attachable(result, "pydantic_ai")
         if media:  # shown files and returned images, in the tool's result as pydantic-ai's own
-            return [text, *(_binary(block) for block in media)]
+            return [text, *(not_taken(*m, "pydantic_ai") or _binary(m[1]) for m in media)]
         return text
 
     async def _seen(self, ctx: RunContext[Any]) -> set[str]:
@@ -334,10 +335,7 @@ def _key(tool_call_id: str) -> str:
 
 def _binary(block: dict[str, Any]) -> BinaryContent:
     """An MCP media block of the result as pydantic-ai's content."""
-    if block["type"] == "resource":
-        mime, data = block["resource"]["mimeType"], block["resource"]["blob"]
-    else:
-        mime, data = block["mimeType"], block["data"]
+    mime, data = media_data(block)
     return BinaryContent(data=base64.b64decode(data), media_type=mime)
 
 

@@ -532,3 +532,60 @@ def test_tools_that_are_no_list_of_tools_are_named_as_codemodes_are(tools: Any, 
     with pytest.raises(ToolDefinitionError) as raised:
         CodeModeToolset(tools, type_check="off")
     assert str(raised.value) == said
+
+
+async def test_media_no_model_takes_in_a_tool_result_is_named_not_attached() -> None:
+    """A shown audio or video file, or a returned audio block, stays out of the tool's
+    result, and its text says so; the images stay in. As BinaryContent they failed the
+    agent's next request to Anthropic's models ("Unsupported binary content type in
+    Anthropic tool returns: audio/wav"), and every request of that conversation after."""
+    import base64
+
+    from pydantic_ai.messages import BinaryContent
+    from pydantic_ai.models import ModelRequestParameters
+    from pydantic_ai.models.anthropic import AnthropicModel
+    from pydantic_ai.providers.anthropic import AnthropicProvider
+
+    from engine import Skill
+    from tests.engine.adapters.test_formats import PNG
+
+    wav = b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(20)
+    code = (
+        'files.show("media/a.wav"); files.show("media/c.png"); files.show("media/v.mp4");\n'
+        f'return {{type: "audio", data: "{base64.b64encode(wav).decode()}", mimeType: "audio/wav"}}'
+    )
+    history: list[ModelMessage] = []
+
+    def shows(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("run_code", {"code": code}, tool_call_id="m")])
+        history.extend(messages)
+        return ModelResponse(parts=[TextPart("ok")])
+
+    files = {"a.wav": wav, "c.png": PNG, "v.mp4": b"\x00\x00\x00\x18ftypmp42"}
+    skill = Skill("media", "Media.", "Show them.", files=files)
+    toolset = CodeModeToolset(
+        [list_prs], skills=[skill], runner=InProcessRunner(), type_check="off"
+    )
+    try:
+        await Agent(FunctionModel(shows), toolsets=[toolset]).run("Show them.")
+    finally:
+        await toolset.aclose()
+    (part,) = history[-1].parts
+    assert isinstance(part, ToolReturnPart)
+    content: Any = part.content
+    text, image, returned = content
+    assert "Shown: media/c.png (image/png, 70 bytes), attached." in text
+    for name, mime, size in (("a.wav", "audio/x-wav", 36), ("v.mp4", "video/mp4", 12)):
+        assert (
+            f"Shown: media/{name} ({mime}, {size} bytes), not attached: the pydantic-ai "
+            f"toolset takes no {mime} in a tool result." in text
+        ), text
+    assert isinstance(image, BinaryContent) and image.media_type == "image/png"
+    assert returned == (
+        "returned audio 1 (audio/wav) is not attached: the pydantic-ai toolset takes no "
+        "audio/wav in a tool result."
+    )
+    # What the agent's next request to Anthropic would send (mapped offline, sent nowhere).
+    model = AnthropicModel("claude-sonnet-4-0", provider=AnthropicProvider(api_key="unused"))
+    await model._map_message(history, ModelRequestParameters(), {})
