@@ -301,6 +301,14 @@ class CodeModeToolset(FunctionToolset[Any]):
     ) -> DeferredToolResults:
         """Approve, or refuse with ``message``, every call the paused scripts wait on; the
         results to pass to the next run (``agent.run(..., deferred_tool_results=...)``)."""
+        if not isinstance(requests, DeferredToolRequests):
+            raise ConfigError(
+                f"answer takes the DeferredToolRequests a run ended with (run.output when the "
+                f"run waits for a person), not {requests!r:.80}"
+            )
+        if not isinstance(approve, bool):
+            # "no" from a form, or any other text, would approve every call the scripts wait on.
+            raise ConfigError(f"approve is True or False, not {approve!r:.80}")
         approvals: dict[str, Any] = {}
         metadata: dict[str, dict[str, Any]] = {}
         for part in requests.approvals:
