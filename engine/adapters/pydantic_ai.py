@@ -46,7 +46,7 @@ try:
     from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
     from pydantic_ai import Tool as AgentTool
     from pydantic_ai._function_schema import takes_ctx as takes_run_context
-    from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry
+    from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed
     from pydantic_ai.messages import BinaryContent, ToolReturnPart
     from pydantic_ai.toolsets import FunctionToolset
 except ImportError as e:  # the extra is not installed: say which one installs it
@@ -106,25 +106,30 @@ def engine_tools(tools: Sequence[AgentTool[Any] | Callable[..., Any] | Tool]) ->
                 timeout=getattr(t, "timeout", None),
                 deferred=bool(getattr(t, "defer_loading", False)),
             )
-            found.append(_deferral_refused(make(t.function)))
+            found.append(_pydantic_ai_errors(make(t.function)))
         else:
             if callable(t) and takes_run_context(t):  # as an agent's @agent.tool takes it
                 raise _takes_run_context(getattr(t, "__name__", repr(t)))
             # as_tools names what is no tool (None, a class): @tool took None as its options.
-            found.append(_deferral_refused(*as_tools([t])))
+            found.append(_pydantic_ai_errors(*as_tools([t])))
     return found
 
 
-def _deferral_refused(made: Tool) -> Tool:
-    """``made``, whose handler's ``ApprovalRequired`` or ``CallDeferred`` (pydantic-ai's way
-    for a tool to ask for a person, or to be answered later) fails the call with what to do
+def _pydantic_ai_errors(made: Tool) -> Tool:
+    """``made``, whose handler's pydantic-ai exceptions fail the call as the engine's
+    :class:`ToolCallError`: ``ModelRetry`` or ``ToolFailed`` (pydantic-ai's way for a tool
+    to tell the model what went wrong) with its message, which the script sees (it did, and
+    the host's log got a traceback of an unexpected error); ``ApprovalRequired`` or
+    ``CallDeferred`` (its way to ask for a person, or to be answered later) with what to do
     instead: no script's call can be deferred from inside the tool (the script read
     "Error: ApprovalRequired", and the host's log a traceback)."""
     handler = made.handler
     if handler is None:
         return made
 
-    def refused(e: BaseException) -> ToolCallError:
+    def failed(e: BaseException) -> ToolCallError:
+        if isinstance(e, ModelRetry | ToolFailed):
+            return ToolCallError(e.message, tool=made.name)
         return ToolCallError(
             f"tools.{made.name} raised pydantic-ai's {type(e).__name__}, which code mode "
             "cannot honour from inside a call; the host must declare the tool "
@@ -138,8 +143,8 @@ def _deferral_refused(made: Tool) -> Tool:
         async def deferring_async(*args: Any, **kwargs: Any) -> Any:
             try:
                 return await handler(*args, **kwargs)
-            except (ApprovalRequired, CallDeferred) as e:
-                raise refused(e) from None
+            except _RAISED as e:
+                raise failed(e) from None
 
         made.handler = deferring_async
     else:
@@ -148,11 +153,14 @@ def _deferral_refused(made: Tool) -> Tool:
         def deferring(*args: Any, **kwargs: Any) -> Any:
             try:
                 return handler(*args, **kwargs)
-            except (ApprovalRequired, CallDeferred) as e:
-                raise refused(e) from None
+            except _RAISED as e:
+                raise failed(e) from None
 
         made.handler = deferring
     return made
+
+
+_RAISED = (ApprovalRequired, CallDeferred, ModelRetry, ToolFailed)
 
 
 def _takes_run_context(name: str) -> ToolDefinitionError:

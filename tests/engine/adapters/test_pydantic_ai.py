@@ -611,3 +611,49 @@ async def test_answer_takes_the_requests_and_a_bool_only(tmp_path: Path) -> None
         await toolset.aclose()
     assert run.output == "The script said: Script finished.\nReturned:\nnot posted: no"
     assert posted == []
+
+
+async def test_a_tools_model_retry_or_tool_failed_is_its_calls_error_said_on_purpose(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """ModelRetry or ToolFailed raised in a tool (pydantic-ai's way to tell the model what
+    went wrong) is the call's error, its message for the script, said on purpose as a
+    ToolCallError is: the host's log got a warning and a traceback for each."""
+    import logging
+
+    from pydantic_ai.exceptions import ModelRetry, ToolFailed
+
+    def find(name: str) -> int:
+        """Find a user."""
+        raise ModelRetry(f"no user {name!r}; give the full name")
+
+    async def ban(name: str) -> int:
+        """Ban a user."""
+        raise ToolFailed("admins cannot be banned")
+
+    seen: list[Any] = []
+    code = """
+    const out = [];
+    for (const call of [() => tools.find({ name: "bo" }), () => tools.ban({ name: "root" })]) {
+      try { await call(); } catch (e) { out.push(e.message); }
+    }
+    return out;
+    """
+
+    def calls(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1].parts[-1]
+        if isinstance(last, ToolReturnPart):
+            seen.append(last.content)
+            return ModelResponse(parts=[TextPart("ok")])
+        return ModelResponse(parts=[ToolCallPart("run_code", {"code": code}, tool_call_id="f")])
+
+    toolset = CodeModeToolset([find, Tool(ban)], runner=InProcessRunner(), type_check="off")
+    caplog.set_level(logging.INFO, logger="codemode")
+    try:
+        await Agent(FunctionModel(calls), toolsets=[toolset]).run("Go.")
+    finally:
+        await toolset.aclose()
+    assert seen == [
+        'Script finished.\nReturned:\n["no user \'bo\'; give the full name","admins cannot be banned"]'
+    ]
+    assert "tool call raised" not in caplog.text
