@@ -108,10 +108,19 @@ async def test_an_approval_through_pydantic_ai_in_a_new_process(tmp_path: Path) 
 
 
 async def test_a_refusal_reaches_the_script(tmp_path: Path) -> None:
+    """answer(approve=False) refuses; answer given no bool (approve="no", which approved
+    every call the scripts waited on: any text is true), or not the run's requests (its str
+    output: an AttributeError), is refused saying what to give, and answers nothing."""
+    from engine import ConfigError
+
     posted.clear()
     requests, history = await _first_run(tmp_path)
     toolset = _toolset(tmp_path)
     try:
+        with pytest.raises(ConfigError, match=r"^approve is True or False, not 'no'$"):
+            await toolset.answer(requests, approve="no")  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="answer takes the DeferredToolRequests a run"):
+            await toolset.answer("Done.", approve=True)  # type: ignore[arg-type]
         results = await toolset.answer(requests, approve=False, message="not on Fridays")
         run = await _agent(toolset).run(message_history=history, deferred_tool_results=results)
     finally:
@@ -589,28 +598,6 @@ async def test_media_no_model_takes_in_a_tool_result_is_named_not_attached() -> 
     # What the agent's next request to Anthropic would send (mapped offline, sent nowhere).
     model = AnthropicModel("claude-sonnet-4-0", provider=AnthropicProvider(api_key="unused"))
     await model._map_message(history, ModelRequestParameters(), {})
-
-
-async def test_answer_takes_the_requests_and_a_bool_only(tmp_path: Path) -> None:
-    """answer(approve="no") approved every call the scripts waited on (any text is true),
-    and answer given the run's str output raised an AttributeError; both are refused,
-    saying what to give, and nothing is answered."""
-    from engine import ConfigError
-
-    posted.clear()
-    requests, history = await _first_run(tmp_path)
-    toolset = _toolset(tmp_path)
-    try:
-        with pytest.raises(ConfigError, match=r"^approve is True or False, not 'no'$"):
-            await toolset.answer(requests, approve="no")  # type: ignore[arg-type]
-        with pytest.raises(ConfigError, match="answer takes the DeferredToolRequests a run"):
-            await toolset.answer("Done.", approve=True)  # type: ignore[arg-type]
-        results = await toolset.answer(requests, approve=False, message="no")
-        run = await _agent(toolset).run(message_history=history, deferred_tool_results=results)
-    finally:
-        await toolset.aclose()
-    assert run.output == "The script said: Script finished.\nReturned:\nnot posted: no"
-    assert posted == []
 
 
 async def test_a_tools_model_retry_or_tool_failed_is_its_calls_error_said_on_purpose(
