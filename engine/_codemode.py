@@ -133,6 +133,11 @@ class _Flight:
         self.orphaned = False
 
 
+def _unreachable(e: StoreUnavailable) -> None:
+    """Say that :meth:`CodeMode.work` could not reach the session log and goes on."""
+    logger.warning("worker could not reach the session log, trying again: %s", e)
+
+
 class CodeMode(StepLoop):
     """Code mode for one agent: its tools, its runner, its session log and its limits.
 
@@ -771,7 +776,7 @@ class CodeMode(StepLoop):
                     raise
                 # A database restart or outage: what waits in the log waits on, and the
                 # worker goes on looking once it answers (a service dying here would not).
-                logger.warning("worker could not reach the session log, trying again: %s", e)
+                _unreachable(e)
                 drive = None
             if drive is None:
                 with contextlib.suppress(TimeoutError):
@@ -786,6 +791,11 @@ class CodeMode(StepLoop):
             try:
                 result = await self._drive_owned(drive)
             except CodeModeError as e:  # this script cannot go on here; others can
+                if isinstance(e, StoreUnavailable) and not e.permanent:
+                    # The log failed, not this host: the script is looked at as any other
+                    # once it answers (its lease, kept, runs out on its own).
+                    _unreachable(e)
+                    continue
                 logger.warning(
                     "worker left script=%s (looked at again in %g s): %s",
                     lease.script_id,

@@ -11,6 +11,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -286,6 +287,84 @@ async def test_a_worker_told_to_stop_while_its_log_is_down_stops_at_once(
         await asyncio.to_thread(server.resume)
         await asyncio.wait_for(asyncio.gather(working, return_exceptions=True), 150)
         await worker.aclose()
+
+
+async def test_a_worker_whose_log_goes_away_mid_drive_takes_the_script_up_again(
+    server: PostgresServer,
+) -> None:
+    """The server goes away while a worker's call runs, for longer than the connect timeout:
+    the worker says it could not reach the log and, once it is back, drives that script on
+    as any other (its call settled as interrupted, never run again). (Before, it took the
+    outage for a script it could not drive: 'worker left script=... (looked at again in 60
+    s)', and passed it over for a minute after the log was back.)"""
+    effects: list[int] = []
+    halted = threading.Event()
+
+    @tool(needs_approval=True)
+    def pay(cents: int) -> str:
+        """Pay, after a person approves; the server goes down as it does."""
+        effects.append(cents)
+        server.halt("immediate")
+        halted.set()
+        return "paid"
+
+    loop = asyncio.get_running_loop()
+    said: list[str] = []
+    heard = asyncio.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.getMessage()
+            if message.startswith(("worker could not reach", "worker left script")):
+                said.append(message)
+                loop.call_soon_threadsafe(heard.set)
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    host = CodeMode(
+        [pay],
+        runner=InProcessRunner(),
+        store=PostgresStore(server.dsn, schema=schema),
+        type_check="off",
+    )
+    worker = CodeMode(
+        [pay],
+        runner=InProcessRunner(),
+        store=PostgresStore(server.dsn, schema=schema, connect_timeout=1),
+        poll_interval=0.05,
+        lease_ms=1000,
+        type_check="off",
+    )
+    seen = Seen()
+    logging.getLogger("codemode").addHandler(seen)
+    stop = asyncio.Event()
+    working: asyncio.Future[None] | None = None
+    try:
+        paused = await host.run_code("return await tools.pay({ cents: 5 });")
+        assert paused.status == "paused", paused.text
+        await host.approve(paused.script_id, paused.waiting[0]["call_id"])
+        working = asyncio.ensure_future(worker.work(stop=stop))
+        try:
+            await heard.wait()
+        finally:
+            await asyncio.to_thread(halted.wait)
+            await asyncio.to_thread(server.resume)
+        assert said[0].startswith("worker could not reach the session log"), said
+        for _ in range(2400):  # until the worker drove it (at most 2 minutes)
+            record = await host.store.get_script(paused.script_id)
+            if record.status in ("finished", "failed") or working.done():
+                break
+            await asyncio.sleep(0.05)
+        assert record.status == "failed", record
+        assert record.outcome is not None and "interrupted" in record.outcome["text"]
+        assert effects == [5]
+        assert not any(m.startswith("worker left script") for m in said), said
+    finally:
+        stop.set()
+        logging.getLogger("codemode").removeHandler(seen)
+        if working is not None:
+            await asyncio.wait_for(asyncio.gather(working, return_exceptions=True), 60)
+        await worker.aclose()
+        await host.aclose()
 
 
 class _CutAtCommit:
