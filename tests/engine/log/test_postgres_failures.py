@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from engine import CodeMode, StoreUnavailable, tool
+from engine import CodeMode, StoreUnavailable, Tool, tool
 from engine.log import DONE, PostgresStore
 from tests._needs import require
 from tests.engine.conftest import InProcessRunner
@@ -193,6 +193,29 @@ def test_cli_run_whose_log_goes_away_exits_75_with_one_error(
     assert "the PostgreSQL session log at" in last and "resume" in last, last
 
 
+def _host_and_worker(
+    server: PostgresServer, pay: Tool, **worker_options: Any
+) -> tuple[CodeMode, CodeMode]:
+    """A host and a worker on one log of the server's, the worker's store giving up on a
+    server that is down after 1 s, its look for work every 50 ms."""
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    host = CodeMode(
+        [pay],
+        runner=InProcessRunner(),
+        store=PostgresStore(server.dsn, schema=schema),
+        type_check="off",
+    )
+    worker = CodeMode(
+        [pay],
+        runner=InProcessRunner(),
+        store=PostgresStore(server.dsn, schema=schema, connect_timeout=1),
+        poll_interval=0.05,
+        type_check="off",
+        **worker_options,
+    )
+    return host, worker
+
+
 async def test_a_worker_outlives_its_log_going_away(server: PostgresServer) -> None:
     """`engine.work()` (what `codemode worker` runs) keeps going while its PostgreSQL log is
     down, saying so in a warning each time it cannot reach it, and drives scripts again once
@@ -215,20 +238,7 @@ async def test_a_worker_outlives_its_log_going_away(server: PostgresServer) -> N
             if "worker could not reach the session log" in record.getMessage():
                 loop.call_soon_threadsafe(missed.set)
 
-    schema = f"t_{uuid.uuid4().hex[:16]}"
-    host = CodeMode(
-        [pay],
-        runner=InProcessRunner(),
-        store=PostgresStore(server.dsn, schema=schema),
-        type_check="off",
-    )
-    worker = CodeMode(
-        [pay],
-        runner=InProcessRunner(),
-        store=PostgresStore(server.dsn, schema=schema, connect_timeout=1),
-        poll_interval=0.05,
-        type_check="off",
-    )
+    host, worker = _host_and_worker(server, pay)
     seen = Seen()
     logging.getLogger("codemode").addHandler(seen)
     stop = asyncio.Event()
@@ -319,21 +329,7 @@ async def test_a_worker_whose_log_goes_away_mid_drive_takes_the_script_up_again(
                 said.append(message)
                 loop.call_soon_threadsafe(heard.set)
 
-    schema = f"t_{uuid.uuid4().hex[:16]}"
-    host = CodeMode(
-        [pay],
-        runner=InProcessRunner(),
-        store=PostgresStore(server.dsn, schema=schema),
-        type_check="off",
-    )
-    worker = CodeMode(
-        [pay],
-        runner=InProcessRunner(),
-        store=PostgresStore(server.dsn, schema=schema, connect_timeout=1),
-        poll_interval=0.05,
-        lease_ms=1000,
-        type_check="off",
-    )
+    host, worker = _host_and_worker(server, pay, lease_ms=1000)
     seen = Seen()
     logging.getLogger("codemode").addHandler(seen)
     stop = asyncio.Event()
