@@ -656,7 +656,9 @@ async def _answer(args: argparse.Namespace) -> int:
             await held(args.script_id)
     finally:
         await engine.aclose()
-    if args.command == "hold":
+    if args.command == "hold" and record.held:
+        print(f"script {args.script_id} was held already; nothing changed")
+    elif args.command == "hold":
         print(f"held script {args.script_id}: no step runs until it is released (codemode release)")
     elif args.command == "release" and not record.held:
         print(f"script {args.script_id} was not held; nothing changed")

@@ -1367,6 +1367,11 @@ def test_hold_and_release_from_the_cli(tmp_path: Path) -> None:
     script_id, call_id = paused["script_id"], paused["waiting"][0]["call_id"]
     held = codemode("hold", script_id, "--data-dir", data)
     assert held.returncode == 0 and "held script" in held.stdout, held.stderr
+    # Held twice, it says nothing changed, as a release of one not held does (it said
+    # "held script ...: no step runs until it is released" again).
+    again = codemode("hold", script_id, "--data-dir", data)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == f"script {script_id} was held already; nothing changed\n"
     resumed = codemode("resume", script_id, "--tools", "examples/tracker_tools.py",
                        "--data-dir", data, "--approve", call_id)  # fmt: skip
     assert resumed.returncode == 3 and "held:" in resumed.stdout, resumed
