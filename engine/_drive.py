@@ -54,6 +54,9 @@ def pid_place(pid: int) -> str | None:
     return f"{boot}.{namespace:x}" if boot else None
 
 
+_PID_MAX = 1 << 22  # Linux's pid_max can be set no higher
+
+
 def dead_local_owner(store: log.LogStore, lease: log.Lease | None) -> str | None:
     """The lease's owner if it is a process of this machine that is gone, on a store whose
     hosts all share this machine (so a restarted host resumes at once instead of waiting
@@ -65,7 +68,11 @@ def dead_local_owner(store: log.LogStore, lease: log.Lease | None) -> str | None
     name, _, place = lease.owner.partition("@")
     host, _, rest = name.partition(":")
     pid = rest.partition(":")[0]
-    if place != pid_place(os.getpid()) or host != socket.gethostname() or not pid.isdigit():
+    if place != pid_place(os.getpid()) or host != socket.gethostname():
+        return None
+    # A pid Linux can give (1 to 2**22), in ASCII digits: an owner edited by hand in the log
+    # (pid 0 names the process group, an enormous one raised OverflowError) is waited out.
+    if not (pid.isascii() and pid.isdigit() and 0 < int(pid) <= _PID_MAX):
         return None
     if int(pid) == os.getpid():
         return None

@@ -238,6 +238,10 @@ def test_a_host_of_another_pid_namespace_is_never_taken_for_dead() -> None:
         f"{host}:{gone.pid}:ab@{here.split('.')[0]}.1",  # another namespace, same boot
         f"{host}:{gone.pid}:ab@000000000000.{here.split('.')[1]}",  # another boot
         f"{host}:{gone.pid}:ab",  # no place
+        # Edited by hand in the log: the process group, past any pid, digits of no ASCII.
+        f"{host}:0:ab@{here}",
+        f"{host}:{10**30}:ab@{here}",
+        f"{host}:\u0663:ab@{here}",
     ):
         assert dead_local_owner(store, Lease("s", owner, 1, 0)) is None, owner
     # This host, alive and driving, seen from a host in a PID namespace of its own (where
