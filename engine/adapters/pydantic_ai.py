@@ -68,7 +68,7 @@ from engine._result import RunResult
 from engine._schema import only_argument
 from engine._tools import Tool
 from engine.adapters._formats import attachable, media_data, not_taken
-from engine.log import AWAITING_APPROVAL
+from engine.log import AWAITING_APPROVAL, ENDED, ScriptRecord
 
 RUN_CODE = "run_code"
 
@@ -232,11 +232,24 @@ class CodeModeToolset(FunctionToolset[Any]):
                     and part.outcome == "denied"
                     and part.tool_call_id not in self._denials_seen
                 ):
-                    await self._deny(part.tool_call_id, str(part.content))
+                    conversation = getattr(message, "conversation_id", None)
+                    await self._deny(part.tool_call_id, conversation, str(part.content))
                     self._denials_seen.add(part.tool_call_id)
 
-    async def _deny(self, tool_call_id: str, message: str) -> None:
-        record = await self.engine.store.script_by_key("default", _key(tool_call_id))
+    async def _script(self, tool_call_id: str, conversation: str | None) -> ScriptRecord | None:
+        """The script the run_code call ``tool_call_id`` of ``conversation`` started, if any:
+        under its key, or one still to finish under the call's id alone (as keys were made
+        before they were scoped by conversation: a script waiting for its approval then)."""
+        store = self.engine.store
+        record = await store.script_by_key("default", _key(tool_call_id, conversation))
+        if record is None and conversation:
+            before = await store.script_by_key("default", _key(tool_call_id, None))
+            if before is not None and before.status not in ENDED:
+                return before
+        return record
+
+    async def _deny(self, tool_call_id: str, conversation: str | None, message: str) -> None:
+        record = await self._script(tool_call_id, conversation)
         if record is None:
             return  # never started: nothing waits
         result = await self.engine.resume(record.id)
@@ -259,9 +272,13 @@ class CodeModeToolset(FunctionToolset[Any]):
         except CodeModeError as e:
             raise ModelRetry(str(e)) from None
         seen = await self._seen(ctx) if ctx.tool_call_approved else set()
-        result = await self.engine.run_code(
-            code, key=_key(ctx.tool_call_id) if ctx.tool_call_id else None
-        )
+        key = None
+        if ctx.tool_call_id:
+            started = await self._script(ctx.tool_call_id, ctx.conversation_id)
+            key = (
+                started.key if started is not None else _key(ctx.tool_call_id, ctx.conversation_id)
+            )
+        result = await self.engine.run_code(code, key=key)
         if seen and result.status == "paused":
             # A person approved the run_code call: approve what they saw its script wait on
             # (a call answered meanwhile, here or elsewhere, is left as it is), and run it
@@ -298,7 +315,7 @@ class CodeModeToolset(FunctionToolset[Any]):
             return asked
         if not ctx.tool_call_id:
             return set()
-        record = await self.engine.store.script_by_key("default", _key(ctx.tool_call_id))
+        record = await self._script(ctx.tool_call_id, ctx.conversation_id)
         if record is None:
             return set()
         calls = await self.engine.store.calls(record.id)
@@ -339,14 +356,18 @@ class CodeModeToolset(FunctionToolset[Any]):
         await self.engine.aclose()
 
 
-def _key(tool_call_id: str) -> str:
-    """The session log's key for the run_code call ``tool_call_id``: the id itself, or a
-    digest of an id no log can keep (the model's, or its provider's, to choose: longer than
-    a key may be, a NUL, a lone surrogate), so that call too is idempotent (its CodeModeError
-    ended the agent's run)."""
-    if _keepable(tool_call_id):
-        return tool_call_id
-    return "sha256:" + hashlib.sha256(tool_call_id.encode("utf-8", "surrogatepass")).hexdigest()
+def _key(tool_call_id: str, conversation: str | None) -> str:
+    """The session log's key for the run_code call ``tool_call_id`` of ``conversation``
+    (pydantic-ai's id of it, which a run given the history keeps): the two, as the ids are
+    the model's or its provider's to choose, and some number them per turn (``call_0``) or
+    give every call of a tool one id (pydantic-ai's TestModel): by the id alone, a later
+    conversation's run_code was taken for the first one's, its old result given for the same
+    code. A key no log can keep (too long, a NUL, a lone surrogate) is its digest, so that
+    call too is idempotent (its CodeModeError ended the agent's run)."""
+    raw = f"{conversation}/{tool_call_id}" if conversation else tool_call_id
+    if _keepable(raw):
+        return raw
+    return "sha256:" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _binary(block: dict[str, Any]) -> BinaryContent:

@@ -644,3 +644,66 @@ async def test_a_tools_model_retry_or_tool_failed_is_its_calls_error_said_on_pur
         'Script finished.\nReturned:\n["no user \'bo\'; give the full name","admins cannot be banned"]'
     ]
     assert "tool call raised" not in caplog.text
+
+
+async def test_a_call_id_a_later_conversation_uses_again_starts_a_script_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """Call ids are the model's or its provider's to choose, and some number them per turn
+    (call_0): keyed by the id alone, a later conversation's run_code with the same id and
+    code was given the first one's old result, without running. A run given the history
+    continues its conversation, and finds its script."""
+    counted: list[int] = []
+
+    def count() -> int:
+        """Count one more."""
+        counted.append(len(counted) + 1)
+        return len(counted)
+
+    agent = _one_call("return await tools.count();", "call_0")
+    toolset = CodeModeToolset([count], data_dir=tmp_path, runner=InProcessRunner())
+    try:
+        first = await agent.run("Count.", toolsets=[toolset])
+        second = await agent.run("Count again, a new conversation.", toolsets=[toolset])
+        returned = [
+            str(p.content)
+            for run in (first, second)
+            for m in run.all_messages()
+            for p in getattr(m, "parts", [])
+            if isinstance(p, ToolReturnPart)
+        ]
+        assert counted == [1, 2]
+        assert returned[0].endswith("Returned:\n1") and returned[1].endswith("Returned:\n2")
+        assert await toolset.engine.store.script_by_key("default", "call_0") is None
+    finally:
+        await toolset.aclose()
+
+
+async def test_a_script_waiting_under_its_call_id_alone_is_approved_all_the_same(
+    tmp_path: Path,
+) -> None:
+    """A script started before keys were scoped by conversation (its key the call's id
+    alone) and waiting for its approval is found by the approved call, and runs on once:
+    started anew under the new key, it would have asked again for what it had asked."""
+    deleted.clear()
+    tools = [Tool(delete_repo, requires_approval=True)]
+    code = 'return await tools.delete_repo({ name: "staging" });'
+    toolset = CodeModeToolset(tools, data_dir=tmp_path, runner=InProcessRunner())
+    try:
+        waiting = await toolset.engine.run_code(code, key="c1")  # as the toolset keyed it
+        assert waiting.status == "paused"
+        agent = _one_call(code, "c1")
+        run = await agent.run("Clean up.", toolsets=[toolset])
+        requests = run.output
+        assert isinstance(requests, DeferredToolRequests), requests
+        run = await agent.run(
+            message_history=run.all_messages(),
+            deferred_tool_results=await toolset.answer(requests, approve=True),
+            toolsets=[toolset],
+        )
+        assert run.output == "Done."
+        assert deleted == ["staging"]
+        scripts = await toolset.engine.store.scripts()
+        assert [s.key for s in scripts] == ["c1"]
+    finally:
+        await toolset.aclose()
