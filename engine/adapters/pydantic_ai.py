@@ -236,17 +236,22 @@ class CodeModeToolset(FunctionToolset[Any]):
                     await self._deny(part.tool_call_id, conversation, str(part.content))
                     self._denials_seen.add(part.tool_call_id)
 
-    async def _script(self, tool_call_id: str, conversation: str | None) -> ScriptRecord | None:
-        """The script the run_code call ``tool_call_id`` of ``conversation`` started, if any:
-        under its key, or one still to finish under the call's id alone (as keys were made
-        before they were scoped by conversation: a script waiting for its approval then)."""
-        store = self.engine.store
-        record = await store.script_by_key("default", _key(tool_call_id, conversation))
-        if record is None and conversation:
-            before = await store.script_by_key("default", _key(tool_call_id, None))
+    async def _key_of(self, tool_call_id: str, conversation: str | None) -> str:
+        """The session log's key for the run_code call ``tool_call_id`` of ``conversation``
+        (see :func:`_key`), or the call's id alone when a script keyed so, as keys were made
+        before they were scoped by conversation, is still to finish (one waiting for its
+        approval then). One read of the log, for that script alone."""
+        if conversation:
+            bare = _key(tool_call_id, None)
+            before = await self.engine.store.script_by_key("default", bare)
             if before is not None and before.status not in ENDED:
-                return before
-        return record
+                return bare
+        return _key(tool_call_id, conversation)
+
+    async def _script(self, tool_call_id: str, conversation: str | None) -> ScriptRecord | None:
+        """The script the run_code call ``tool_call_id`` of ``conversation`` started, if any."""
+        key = await self._key_of(tool_call_id, conversation)
+        return await self.engine.store.script_by_key("default", key)
 
     async def _deny(self, tool_call_id: str, conversation: str | None, message: str) -> None:
         record = await self._script(tool_call_id, conversation)
@@ -274,10 +279,7 @@ class CodeModeToolset(FunctionToolset[Any]):
         seen = await self._seen(ctx) if ctx.tool_call_approved else set()
         key = None
         if ctx.tool_call_id:
-            started = await self._script(ctx.tool_call_id, ctx.conversation_id)
-            key = (
-                started.key if started is not None else _key(ctx.tool_call_id, ctx.conversation_id)
-            )
+            key = await self._key_of(ctx.tool_call_id, ctx.conversation_id)
         result = await self.engine.run_code(code, key=key)
         if seen and result.status == "paused":
             # A person approved the run_code call: approve what they saw its script wait on
