@@ -85,6 +85,8 @@ class RunnerConfig:
     kind: str = "local"
     options: dict[str, Any] = field(default_factory=dict)
     base: Path | None = None  # the config file's folder: relative paths are read from it
+    # The config file, which the runner's own errors name (a token file it cannot read).
+    where: str = field(default="runner options", compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -459,7 +461,7 @@ def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:
             raise ConfigError(f"{at} script_wait must be {_SECONDS}")
         if "data_limit" in options:
             options["data_limit"] = parse_size(options["data_limit"], what=f"{at} data_limit")
-    return RunnerConfig(kind=kind, options=options, base=base)
+    return RunnerConfig(kind=kind, options=options, base=base, where=where)
 
 
 def _a_path(value: Any) -> bool:
@@ -501,21 +503,25 @@ def build_runner(config: RunnerConfig) -> ScriptRunner:
     ``CODEMODE_SANDBOX_SLOTS``) comes back as a :class:`ConfigError`, so a host catches one
     error family.
     """
-    where = "runner options" if config.base is None else str(config.base)
-    checked = _runner({"kind": config.kind, **config.options}, where, config.base)
+    checked = _runner({"kind": config.kind, **config.options}, config.where, config.base)
     options = dict(checked.options)
+    at = f"{config.where}: [codemode.runner]"
     try:
         if config.kind == "remote":
             from runner import RemoteRunner
 
-            return RemoteRunner.from_options(options, base=config.base)
+            return RemoteRunner.from_options(options, base=config.base, where=at)
         from runner import ProcessRunner
 
         return ProcessRunner(**options)
     except ValueError as e:
         said = str(e)
-        named = said if said.startswith("[codemode.runner]") else f"[codemode.runner] {said}"
-        raise ConfigError(named) from None
+        if said.startswith(at):
+            raise ConfigError(said) from None
+        # One that starts with a key of the table is about the file ("data_limit is 1,024
+        # bytes"); any other, about the process (CODEMODE_SANDBOX_SLOTS), is not the file's.
+        named = at if said.split(" ", 1)[0] in options else "[codemode.runner]"
+        raise ConfigError(f"{named} {said}") from None
 
 
 def check_engine_options(

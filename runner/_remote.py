@@ -268,6 +268,7 @@ class RemoteRunner(ScriptRunner):
         *,
         base: str | os.PathLike[str] | None = None,
         environ: Mapping[str, str] | None = None,
+        where: str = "[codemode.runner]",
     ) -> RemoteRunner:
         """A RemoteRunner from a ``[codemode.runner]`` table with ``kind = "remote"``.
 
@@ -276,16 +277,16 @@ class RemoteRunner(ScriptRunner):
         ``token_env`` (``CODEMODE_RUNNER_TOKEN`` by default); ``tls`` (bool), ``ca_file`` (PEM,
         turns TLS on), ``server_name`` (the name the certificates must carry),
         ``connect_timeout``, ``cooldown`` and ``silence`` (seconds). Raises ``ValueError``
-        naming the key at fault.
+        naming the key at fault after ``where`` (the table, and its file if it has one).
         """
         unknown = sorted(set(options) - OPTIONS)
         if unknown:
             raise ValueError(
-                f"[codemode.runner] has unknown key(s) {', '.join(unknown)}; "
+                f"{where} has unknown key(s) {', '.join(unknown)}; "
                 f"a remote runner takes {', '.join(sorted(OPTIONS))}"
             )
         if options.get("kind", "remote") != "remote":
-            raise ValueError(f"[codemode.runner] kind = {options['kind']!r} is not a remote runner")
+            raise ValueError(f"{where} kind = {options['kind']!r} is not a remote runner")
         addresses = options.get("addresses")
         if (
             not isinstance(addresses, list)
@@ -293,21 +294,24 @@ class RemoteRunner(ScriptRunner):
             or not all(isinstance(a, str) for a in addresses)
         ):
             raise ValueError(
-                '[codemode.runner] addresses must be a list of "HOST:PORT" strings, '
+                f'{where} addresses must be a list of "HOST:PORT" strings, '
                 'for example addresses = ["10.0.0.5:7300"]'
             )
         root = Path(base) if base is not None else Path.cwd()
         env = os.environ if environ is None else environ
         inline = options.get("token")
-        if options.get("token_file") is None and isinstance(inline, str) and inline:
+        token_file = options.get("token_file")
+        if token_file is None and isinstance(inline, str) and inline:
             token = inline
         else:
+            # Its errors name the key that led to the file or the variable.
+            keys = [k for k in ("token_file", "token_env") if options.get(k) is not None]
             token = read_token(
-                options.get("token_file"),
+                token_file,
                 env_name=options.get("token_env", TOKEN_ENV),
                 base=root,
                 environ=env,
-                where="[codemode.runner]",
+                where=" ".join([where, *keys[:1]]),
             )
         ca = options.get("ca_file")
         try:
@@ -323,7 +327,7 @@ class RemoteRunner(ScriptRunner):
             )
         except (OSError, ssl.SSLError) as e:
             raise ValueError(
-                f"[codemode.runner] ca_file {ca if ca is None else root / ca}: cannot load it: {e}"
+                f"{where} ca_file {ca if ca is None else root / ca}: cannot load it: {e}"
             ) from e
 
     @property

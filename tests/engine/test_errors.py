@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -309,6 +310,37 @@ def test_build_runner_errors_are_config_errors(config: RunnerConfig, named: str)
     """What the runner below refuses (its ValueErrors) reaches the host as a ConfigError."""
     with pytest.raises(ConfigError, match=named):
         build_runner(config)
+
+
+_REMOTE = '[codemode.runner]\nkind = "remote"\naddresses = ["127.0.0.1:9"]\n'
+
+
+@pytest.mark.parametrize(
+    ("table", "named"),
+    [
+        (_REMOTE + 'token_file = "missing.token"', "token_file: cannot read the token file"),
+        (_REMOTE + 'token_file = "empty.token"', "token_file: the token file .* is empty"),
+        (_REMOTE + 'token_env = "CODEMODE_NO_SUCH_TOKEN"', r"token_env: no token: .*NO_SUCH"),
+        (_REMOTE + 'token = "t"\nca_file = "empty.token"', "ca_file .* cannot load it"),
+        ('[codemode.runner]\ndata_limit = "1kb"', "data_limit is 1,024 bytes"),
+    ],
+    ids=["token_file missing", "token_file empty", "token_env unset", "ca_file", "data_limit"],
+)
+def test_runner_errors_name_the_config_file_and_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: str, named: str
+) -> None:
+    """What the runner refuses when it is built from a file (a token file it cannot read) is
+    said as the file's other errors are: the file, the table, the key (they said
+    "[codemode.runner]: cannot read the token file ...", naming neither)."""
+    monkeypatch.delenv("CODEMODE_NO_SUCH_TOKEN", raising=False)
+    (tmp_path / "empty.token").write_text("")
+    path = tmp_path / "codemode.toml"
+    path.write_text(table + "\n")
+    config = Config.load(path)
+    with pytest.raises(ConfigError) as caught:
+        build_runner(config.runner)
+    assert str(caught.value).startswith(f"{path}: [codemode.runner] "), caught.value
+    assert re.search(named, str(caught.value)), caught.value
 
 
 def test_bad_slots_variable_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
