@@ -3024,9 +3024,9 @@ def _plain(value: Any, root: str, path: tuple[str | int, ...], depth: int, walk:
                         )
                     if name in out:
                         raise _NotPlain(
-                            f"{_where(root, path)} has two keys that are both {name!r} as JSON "
-                            "data's keys, which are strings (an int key becomes its text); "
-                            "keep one"
+                            f"{_where(root, path)} has the keys {_colliding(value, name, key)}, "
+                            f"both {name!r} as JSON data's keys, which are strings (a number key "
+                            "becomes its text); keep one"
                         )
                     out[name] = _plain(item, root, (*path, name), depth + 1, walk)
                 return out
@@ -3057,6 +3057,25 @@ def _plain(value: Any, root: str, path: tuple[str | int, ...], depth: int, walk:
         f"{_where(root, path)} is {name if name in _MASS_NOUNS else _a(name)}{hint}; data "
         "must be plain (dict, list, tuple, str, int, float, bool, None)"
     )
+
+
+def _colliding(value: dict[Any, Any], name: str, key: Any) -> str:
+    """``1 and '1'``: the key of ``value`` met before ``key`` that JSON also names ``name``,
+    and ``key``, as the script wrote them (by the value's type, never the script's repr)."""
+
+    def shown(key: Any) -> tuple[str, str]:  # (its JSON name, as written)
+        if issubclass(type(key), str):
+            return str.__str__(key), str.__repr__(key)
+        number = int.__int__(key) if issubclass(type(key), int) else float.__float__(key)
+        return str(number), repr(number)
+
+    written = shown(key)[1]
+    try:
+        # The keys before the first of the two were data (each checked as it was met).
+        earlier = next(b for a, b in map(shown, dict.__iter__(value)) if a == name)
+    except (TypeError, ValueError, StopIteration):  # a dict whose items() are not its keys
+        return f"{written} twice"
+    return f"{earlier} and {written}"
 
 
 # Types named without an article: "is bytes", not "is a bytes".

@@ -267,13 +267,19 @@ def test_a_large_exception_group_counts_every_error() -> None:
 
 
 def test_two_keys_that_are_one_in_json_are_refused() -> None:
+    """Both keys are named as the script wrote them, the earlier first."""
     assert caught("await tools.echo(value={1: 'int key', '1': 'str key'})") == [
         "TypeError",
-        "value in the argument has two keys that are both '1' as JSON data's keys, which are "
-        "strings (an int key becomes its text); keep one",
+        "value in the argument has the keys 1 and '1', both '1' as JSON data's keys, which are "
+        "strings (a number key becomes its text); keep one",
     ]
-    error = failed("return {2.5: 1, '2.5': 2}")
-    assert "two keys that are both '2.5'" in error.message
+    error = failed("return {'x': [{'a': 0, 2.5: 1, '2.5': 2}]}")
+    assert "x[0] in the returned value has the keys 2.5 and '2.5', both '2.5'" in error.message
+    # A str subclass's own repr is not what names it.
+    error = failed(
+        "class K(str):\n    def __repr__(self):\n        return 'spoof'\nreturn {K('7'): 1, 7: 2}"
+    )
+    assert "has the keys '7' and 7, both '7'" in error.message
 
 
 def test_gather_of_one_awaitable_twice_runs_it_once() -> None:
