@@ -4444,6 +4444,9 @@ class Run(Replay):
                 "gives a coroutine, not its result: await it (`await fetch(x)`, `await "
                 "files.text(id)`), or several at once with `await asyncio.gather(*coroutines)`"
             )
+        elif type(error) is KeyError and (keys := _keys_had(error, self.script_lines)):
+            # `r["nmae"]` of a tool's result: its keys, so the model need not guess them.
+            message += keys
         elif type(error) is decimal.InvalidOperation and message == _NOT_A_DECIMAL:
             # `Decimal(row["price"])` of "N/A" or "" from a tool: C decimal's text is a class.
             message = "Decimal(...) was given text that is not a number (ConversionSyntax)"
@@ -4813,6 +4816,66 @@ def _leaves(group: BaseExceptionGroup[BaseException], keep: int) -> tuple[list[B
             if len(found) < keep:
                 found.append(error)
     return found, count
+
+
+_KEYS_SHOWN = 10  # of a dict a KeyError's message lists the keys of
+
+
+def _keys_had(error: BaseException, lines: list[str]) -> str:
+    """``; the dict has 3 keys: 'id', 'name', 'tags'`` (the first few, a close one first),
+    for a KeyError the script's subscript of a dict raised (``r["nmae"]``, ``r["a"][i]["b"]``);
+    "" for any other. The dict is found again from the subscript's text and the frame's
+    names, reading plain dicts and lists only: no code of the script's runs."""
+    tb = _TRACEBACK.__get__(error)
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or tb.tb_frame.f_code.co_filename != FILENAME or tb.tb_lasti < 0:
+        return ""  # raised in code that is not the script's (a library's)
+    frame = tb.tb_frame
+    where = next(itertools.islice(frame.f_code.co_positions(), tb.tb_lasti // 2, None), None)
+    if where is None or None in where or where[0] != where[1] or not 1 <= where[0] <= len(lines):
+        return ""
+    line, _, start, end = where
+    try:
+        node = ast.parse(lines[line - 1].encode()[start:end].decode(), mode="eval").body
+    except (SyntaxError, ValueError):  # a span that is no expression of its own
+        return ""
+    if not isinstance(node, ast.Subscript):
+        return ""
+    held = _read_plainly(node.value, frame.f_locals)
+    if type(held) is not dict:
+        return ""
+    keys = list(itertools.islice(dict.__iter__(held), 1000))
+    if not all(type(k) in (str, int) for k in keys):
+        return ""  # a key's repr could be the script's
+    if not keys:
+        return "; the dict is empty"
+    shown = keys[:_KEYS_SHOWN]
+    more = len(held) - len(shown)
+    said = ", ".join(_cut(repr(k), 60) for k in shown) + (f" and {more:,} more" if more else "")
+    count = f"{len(held):,} key" + ("s" if len(held) > 1 else "")
+    missing = _ARGS.__get__(error)
+    near = []
+    if len(missing) == 1 and type(missing[0]) is str:
+        near = closest_names(missing[0], [k for k in keys if type(k) is str], n=1)
+    return f"; the dict has {count}: {said}" + (f"; did you mean {near[0]!r}?" if near else "")
+
+
+def _read_plainly(node: ast.expr, names: dict[str, Any]) -> Any:
+    """What ``node`` (a name, or subscripts of one by a constant or a name) holds in
+    ``names``, going through plain dicts and lists only; None when it is anything else."""
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    if not isinstance(node, ast.Subscript):
+        return None
+    held = _read_plainly(node.value, names)
+    index = node.slice
+    key = index.value if isinstance(index, ast.Constant) else _read_plainly(index, names)
+    if type(held) is dict and type(key) in (str, int):
+        return dict.get(held, key)
+    if type(held) is list and type(key) is int and -len(held) <= key < len(held):
+        return list.__getitem__(held, key)
+    return None
 
 
 def _script_lines(error: BaseException) -> list[int]:

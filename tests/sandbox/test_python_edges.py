@@ -266,6 +266,45 @@ def test_a_large_exception_group_counts_every_error() -> None:
     assert failed(nested).message.endswith("; and 399 more")
 
 
+ORDER = rec("echo", {"n": 1}, result={"id": 7, "name": "Ada", "lines": [{"sku": "a", "qty": 2}]})
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            "return r['nmae']",
+            "'nmae'; the dict has 3 keys: 'id', 'name', 'lines'; did you mean 'name'?",
+        ),
+        ("i = 0\nreturn r['lines'][i]['price']", "'price'; the dict has 2 keys: 'sku', 'qty'"),
+        ("def total(o):\n    return o['total']\nreturn total(r)", "'total'; the dict has 3 keys"),
+        ("return [x['n'] for x in r['lines']]", "'n'; the dict has 2 keys: 'sku', 'qty'"),
+        ("d = {}\nreturn d['x']", "'x'; the dict is empty"),
+        ("d = {str(i): i for i in range(40)}\nreturn d['x']", "'8', '9' and 30 more"),
+    ],
+)
+def test_a_key_a_dict_has_not_is_said_with_the_keys_it_has(code: str, said: str) -> None:
+    """A KeyError of a tool's result (any dict the script subscripts) that ends the run says
+    which keys the dict has, so the model need not guess them."""
+    error = failed("r = await tools.echo(n=1)\n" + code, [ORDER])
+    assert error.name == "KeyError"
+    assert said in error.message
+
+
+def test_a_key_error_the_script_catches_is_pythons() -> None:
+    """Only the run's own failure says more: e, e.args and str(e) are CPython's, and a
+    KeyError not raised by a subscript of a plain dict (a library's, a class's) is as it was."""
+    assert value(
+        "r = await tools.echo(n=1)\ntry:\n    r['nope']\nexcept KeyError as e:\n"
+        "    return [repr(e), e.args, str(e)]",
+        [ORDER],
+    ) == ["KeyError('nope')", ["nope"], "'nope'"]
+    library = "r = await tools.echo(n=1)\nimport operator\nreturn operator.itemgetter('x')(r)"
+    assert failed(library, [ORDER]).message == "'x'"
+    own = "class M(dict):\n    def __repr__(self):\n        raise ValueError\nreturn M(a=1)['b']"
+    assert failed(own).message == "'b'"
+
+
 def test_two_keys_that_are_one_in_json_are_refused() -> None:
     """Both keys are named as the script wrote them, the earlier first."""
     assert caught("await tools.echo(value={1: 'int key', '1': 'str key'})") == [
