@@ -22,6 +22,7 @@ import copy
 import hashlib
 import inspect
 import io
+import logging
 import math
 import re
 import typing
@@ -52,6 +53,7 @@ from engine._tool_threads import Ticket, ToolThreads, shared_threads, timed_out
 from sandbox.protocol import data_path, size_text
 
 T = TypeVar("T")
+logger = logging.getLogger("codemode")
 
 # A handler's error message longer than this reaches the model cut in the middle.
 MAX_ERROR_MESSAGE = 8 * 1024
@@ -230,7 +232,11 @@ class Tool:
     def in_thread(self) -> bool:
         """Whether the handler runs in a tool thread (a sync function), which nothing can
         stop once it began: cancelling the call only stops waiting for it."""
-        return self.handler is not None and not inspect.iscoroutinefunction(self.handler)
+        handler = self.handler
+        if handler is None or inspect.iscoroutinefunction(handler):
+            return False
+        # An object's async __call__ (@tool takes callable objects) is an async handler too.
+        return not inspect.iscoroutinefunction(type(handler).__call__)
 
     def renamed(self, name: str) -> Tool:
         """A copy of this tool that the script calls by ``name`` (already a valid name)."""
@@ -431,7 +437,7 @@ class Tool:
         try:
             async with scope:
                 if not self.in_thread:
-                    result = await _stoppable(handler(**kwargs))
+                    result = await _stoppable(handler(**kwargs), self.name)
                 else:
                     # A sync handler runs in a tool thread, so it cannot stall the event loop
                     # nor, however slow, starve other scripts' calls (see engine._tool_threads).
@@ -448,7 +454,8 @@ class Tool:
                 if isinstance(result, _Checked):
                     return result.data
                 if inspect.isawaitable(result):  # a sync function that returned a coroutine
-                    result = await result
+                    ticket = None  # which runs on the event loop: stopped as an async handler
+                    result = await _stoppable(result, self.name)
                 returned.append(True)
                 return await self.checked(result, room)
         except TimeoutError as e:
@@ -813,20 +820,58 @@ def tool_fingerprint(tools: Iterable[Tool]) -> dict[str, str]:
     }
 
 
-async def _stoppable(handler: Awaitable[Any]) -> Any:
-    """Await an async handler as a task of its own: cancelled (its timeout, its drive's
-    end), the call stops waiting at once and the handler is asked to stop. One that catches
-    the cancellation runs on unawaited, as a sync handler's thread does, and what it returns
-    is dropped (it held its call to the end, and its late result counted as an answer)."""
+# A handler cancelled (at its timeout, or as its drive ends) that still runs this many
+# seconds later caught the cancellation: the host's log is told.
+STOP_GRACE = 5.0
+
+
+async def _stoppable(handler: Awaitable[Any], name: str) -> Any:
+    """Await an async handler (of ``tools.<name>``) as a task of its own: cancelled (its
+    timeout, its drive's end), the call stops waiting at once and the handler is asked to
+    stop. One that catches the cancellation runs on unawaited, as a sync handler's thread
+    does, and what it returns is dropped (it held its call to the end, and its late result
+    counted as an answer); the host's log says so once, when it ends so or is still running
+    :data:`STOP_GRACE` seconds later. Nothing waits for it (``aclose`` neither)."""
     task = asyncio.ensure_future(handler)
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
-        task.cancel()
-        task.add_done_callback(_forget)
+        if not task.done():
+            task.cancel()
+            _Abandoned(task, name)
+        elif not task.cancelled():
+            task.exception()  # retrieved: it ended just as its call was given up
         raise
 
 
-def _forget(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()  # retrieved: an abandoned handler's end is nobody's to report
+class _Abandoned:
+    """A cancelled handler's task, watched until it ends or has had :data:`STOP_GRACE`."""
+
+    def __init__(self, task: asyncio.Future[Any], name: str) -> None:
+        self.name = name
+        self.said = False
+        self.timer = asyncio.get_running_loop().call_later(STOP_GRACE, self.still, task)
+        task.add_done_callback(self.ended)
+
+    def still(self, task: asyncio.Future[Any]) -> None:
+        if not task.done():
+            self.say(f"still runs {STOP_GRACE:g} s after its call was given up and cancelled it")
+
+    def ended(self, task: asyncio.Future[Any]) -> None:
+        self.timer.cancel()
+        if task.cancelled():
+            return
+        # Retrieved, so asyncio does not log it again: nobody awaits it any more.
+        raised = task.exception()
+        ended = "raised" if raised is not None else "returned"
+        self.say(f"went on after its call was given up and cancelled it, and {ended}")
+
+    def say(self, what: str) -> None:
+        if not self.said:
+            self.said = True
+            logger.warning(
+                "tools.%s: its handler %s (it catches asyncio.CancelledError); nothing waits "
+                "for it, and what it does is not the call's result; let CancelledError through",
+                self.name,
+                what,
+            )

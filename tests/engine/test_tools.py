@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import enum
@@ -19,6 +20,7 @@ import pytest
 from pydantic import BaseModel, Field, field_serializer
 
 from engine import CodeMode, Limits
+from engine import _tools as engine_tools
 from engine._functions import parse_docstring, tool
 from engine._naming import sanitize_name, unique_names
 from engine._schema import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, holds_at_most
@@ -1519,6 +1521,101 @@ async def test_an_async_handler_that_ignores_its_timeout_is_left_at_it() -> None
         assert result.value.startswith("tools.stubborn timed out after 0.3 s"), result.value
     finally:
         await engine.aclose()
+
+
+class _Swallower:
+    """A handler that catches every cancellation and goes on until the test lets it end;
+    ``calls`` counts how many times it ran."""
+
+    def __init__(self) -> None:
+        self.let_go = asyncio.Event()
+        self.calls = 0
+
+    async def __call__(self) -> str:
+        self.calls += 1
+        while not self.let_go.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.let_go.wait()
+        return "late"
+
+
+@pytest.mark.parametrize("kind", ["async def", "async __call__", "returns a coroutine"])
+async def test_a_handler_that_swallows_its_cancellation_is_left_to_itself(
+    kind: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handler that catches CancelledError and goes on: the call ends at its timeout with
+    the usual error, the host's log says once which tool's handler runs on, and aclose does
+    not wait for it. An object's async __call__, or a coroutine a sync function returned, was
+    awaited without a task of its own: run_code waited for it for ever, and so did aclose."""
+    monkeypatch.setattr(engine_tools, "STOP_GRACE", 0.05)
+    swallower = _Swallower()
+
+    async def as_function() -> str:
+        return await swallower()
+
+    handler: Any = {
+        "async def": as_function,
+        "async __call__": swallower,
+        "returns a coroutine": lambda: swallower(),
+    }[kind]
+    engine = CodeMode(
+        [Tool("stubborn", handler=handler, timeout=0.2)], runner=InProcessRunner(), type_check="off"
+    )
+    code = "try { return await tools.stubborn() } catch (e) { return e.message }"
+    try:
+        with caplog.at_level(logging.WARNING, logger="codemode"):
+            # The bound only keeps a hang from holding the suite: no timing is asserted.
+            result = await asyncio.wait_for(engine.run_code(code), 30)
+            assert result.value == (
+                "tools.stubborn timed out after 0.2 s and was stopped, so it may or may not "
+                "have taken effect; check before calling it again"
+            )
+            await asyncio.wait_for(engine.aclose(), 30)
+            for _ in range(600):
+                if any("tools.stubborn" in r.getMessage() for r in caplog.records):
+                    break
+                await asyncio.sleep(0.05)
+            swallower.let_go.set()
+            await asyncio.sleep(0.1)  # its end, which says nothing more
+        said = [r.getMessage() for r in caplog.records if "tools.stubborn" in r.getMessage()]
+        assert said == [
+            "tools.stubborn: its handler still runs 0.05 s after its call was given up and "
+            "cancelled it (it catches asyncio.CancelledError); nothing waits for it, and what "
+            "it does is not the call's result; let CancelledError through"
+        ]
+        assert swallower.calls == 1
+    finally:
+        swallower.let_go.set()
+        await engine.aclose()
+
+
+async def test_a_handler_that_ends_as_its_call_is_given_up_is_not_said_to_run_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A handler that honours the cancellation, or catches it and returns at once: only the
+    second is logged, as one that went on."""
+
+    async def honours() -> None:
+        await asyncio.sleep(30)
+
+    async def returns() -> str:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            return "late"
+        return "on time"
+
+    with caplog.at_level(logging.WARNING, logger="codemode"):
+        for handler in (honours, returns):
+            t = Tool(handler.__name__, handler=handler, timeout=0.1)
+            with pytest.raises(ToolCallError, match=r"timed out after 0\.1 s and was stopped"):
+                await t.invoke({}, CTX)
+        await asyncio.sleep(0.1)  # the handlers' ends
+    assert [r.getMessage() for r in caplog.records] == [
+        "tools.returns: its handler went on after its call was given up and cancelled it, and "
+        "returned (it catches asyncio.CancelledError); nothing waits for it, and what it does "
+        "is not the call's result; let CancelledError through"
+    ]
 
 
 def test_an_mcp_tool_whose_input_schema_is_null_is_refused() -> None:
