@@ -9,9 +9,9 @@ script from the log as if live steps did not exist.
 
 Only the host that holds a script's lease keeps a live run for it (entries are keyed by the
 drive, and the drive drops its entry when it ends, pauses or loses the lease). Live runs have
-a budget of their own, a count and the memory their processes hold, and the least recently
-kept one is closed when a new one does not fit; one that waits for results longer than
-``live_wait`` is closed too.
+a budget of their own, a count and the memory their processes hold: a run that does not fit
+is closed and the runs kept stay (see :meth:`LiveRuns.keep`); one that waits for results
+longer than ``live_wait`` is closed too.
 """
 
 from __future__ import annotations
@@ -58,12 +58,12 @@ class LiveRuns:
     """The live runs one engine keeps, one per drive of a script at most.
 
     ``wait``: seconds a run may wait for its results before it is closed; ``max_count`` and
-    ``max_memory``: the budget the least recently kept runs are closed to stay within. A run
+    ``max_memory``: the budget the kept runs stay within. A run
     counts its :attr:`~runner.LiveRun.memory_bytes` (resident, quick to know) until those of
     the kept runs pass ``max_memory``; then its :meth:`~runner.LiveRun.private_bytes` (what
     ending it gives back, without the pages it shares with the fork server: a tenth of its
-    resident size for a small script), measured once per run, and only the runs still past
-    the budget then are closed. Closing happens in the
+    resident size for a small script), measured once per run, and a run that still does not
+    fit then is not kept. Closing happens in the
     background (a step never waits for another script's process to end); :meth:`drain`
     waits for it, :meth:`aclose` closes everything.
     """
@@ -94,7 +94,13 @@ class LiveRuns:
         self, key: tuple[str, str], run: LiveRun, first: int, calls: Sequence[protocol.Call]
     ) -> None:
         """Keep ``run``, which waits for the records of ``calls``, to be logged from index
-        ``first``; closes what it replaces and what no longer fits the budget."""
+        ``first``; closes what it replaces. A run the budget has no room for is closed, not
+        kept (``evicted`` counts it; its script's next step replays): the runs kept stay
+        until their results come, ``wait`` passes or their drive drops them. Evicting the
+        least recently kept instead closes, when more scripts step in turn than the budget
+        holds, every run before its results come (each of N + 1 scripts over a budget of N
+        evicts the one whose turn is next): every step replays, and each costs a process
+        started and ended for nothing."""
         self.drop(key)
         try:
             memory = max(0, int(run.memory_bytes))
@@ -106,14 +112,14 @@ class LiveRuns:
         timer = loop.call_later(self.wait, self._expire, key, run)
         self._kept[key] = _Kept(run, first, [(c.name, c.arguments) for c in calls], memory, timer)
         self._memory += memory
-        self.kept += 1
         # Past the memory budget by resident sizes: count what each run really costs.
         self._memory = count_private(self._kept.values(), self._memory, self.max_memory)
-        while self._kept and (len(self._kept) > self.max_count or self._memory > self.max_memory):
-            old_key = next(iter(self._kept))
-            logger.info("live run evicted for room script=%s", old_key[0])
+        if len(self._kept) > self.max_count or self._memory > self.max_memory:
+            logger.info("live run not kept, the live budget is full script=%s", key[0])
             self.evicted += 1
-            self.drop(old_key)
+            self.drop(key)
+            return
+        self.kept += 1
 
     def take(self, key: tuple[str, str], records: Sequence[protocol.Record]) -> LiveRun | None:
         """The run kept for ``key`` if it waits for exactly the records past its first in

@@ -350,10 +350,10 @@ async def test_results_later_than_live_wait_replay() -> None:
     assert all(run.closed for run in runner.lives)
 
 
-async def test_live_runs_past_the_budget_are_evicted_least_recent_first() -> None:
-    """``live_max=1`` and two scripts whose first calls wait for each other: when the
-    second keeps its run, the first's is evicted (closed), and that script replays; both
-    finish with the right value."""
+async def test_a_live_run_past_the_budget_is_not_kept_and_its_script_replays() -> None:
+    """``live_max=1`` and two scripts whose first calls wait for each other: the first
+    keeps its run, the second's does not fit and is closed (the first's stays), and that
+    script replays; both finish with the right value."""
     barrier = asyncio.Barrier(2)
 
     @tool
@@ -370,9 +370,47 @@ async def test_live_runs_past_the_budget_are_evicted_least_recent_first() -> Non
     )
     await engine.aclose()
     assert (one.value, two.value) == (2, 3)
-    # Two starts, one live segment, one replay after the eviction.
-    assert engine._live.evicted == 1 and engine._live.resumed == 1
+    # Two starts, one live segment, one replay of the run not kept.
+    assert engine._live.kept == 1 and engine._live.evicted == 1 and engine._live.resumed == 1
     assert len(runner.steps) == 3 and runner.segments == 1
+    assert all(run.closed for run in runner.lives)
+
+
+async def test_scripts_stepping_in_turn_past_the_budget_keep_its_runs_live() -> None:
+    """Six scripts take their steps in turn (each call returns once the script before it
+    was kept again) with room for four live runs: four scripts go on live to their end
+    and two replay every step, and no run kept is closed before its results come. Evicting
+    the least recently kept would close, at each step, the run whose turn is next: none
+    would go on live but the last four."""
+    room, count, calls = 4, 6, 5
+    turn = 0
+    changed = asyncio.Condition()
+
+    @tool
+    async def next_turn(s: int, i: int) -> int:
+        """Return once the script before this one in the turn has called again."""
+        nonlocal turn
+        async with changed:
+            turn += 1
+            changed.notify_all()
+            await changed.wait_for(lambda: turn >= min((i + 1) * count + s, count * calls))
+        return i
+
+    runner = InProcessRunner()
+    engine = CodeMode([next_turn], runner=runner, type_check="off", live_max=room)
+    code = "let n = 0; for (let i = 0; i < CALLS; i++) n += await tools.next_turn({ s: S, i }); return n"
+    results = await asyncio.gather(
+        *(
+            engine.run_code(code.replace("CALLS", str(calls)).replace("S", str(s)))
+            for s in range(count)
+        )
+    )
+    await engine.aclose()
+    assert [r.value for r in results] == [sum(range(calls))] * count
+    live = engine._live
+    assert live.kept == live.resumed == room * calls
+    assert live.evicted == (count - room) * calls and live.expired == live.mismatched == 0
+    assert runner.segments == room * calls and len(runner.steps) == count + (count - room) * calls
     assert all(run.closed for run in runner.lives)
 
 
@@ -558,8 +596,8 @@ def test_the_default_budget_is_sized_for_the_machine() -> None:
 async def test_the_live_budget_counts_what_runs_cost_and_still_evicts() -> None:
     """With a memory budget of one run's resident size, several runs are kept (each costs
     its private memory, a fifth of its resident size here: the rest it shares with the fork
-    server), and the least recently kept are still evicted once what they cost passes it.
-    Counted by resident size, only one would be kept."""
+    server), and those past what they cost are still not kept. Counted by resident size,
+    only one would be kept."""
     from tests._needs import require
     from tests.runner.support import script as runner_script
 
@@ -578,7 +616,7 @@ async def test_the_live_budget_counts_what_runs_cost_and_still_evicts() -> None:
         assert live.evicted >= 1  # the budget still binds
         assert 3 <= len(live) < 8
         assert live.memory <= live.max_memory
-        await live.drain()  # the evicted are closed
+        await live.drain()  # those not kept are closed
         kept = [run for run in runs if run is not None and run.memory_bytes > 0]
         assert len(kept) == len(live)
         assert sum(run.private_bytes() for run in kept) <= live.max_memory

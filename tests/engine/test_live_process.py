@@ -98,9 +98,9 @@ async def test_a_live_run_goes_on_in_one_process(tmp_path: Path) -> None:
 
 
 async def test_no_live_process_is_left_after_evictions_or_aclose(tmp_path: Path) -> None:
-    """Four scripts whose first calls wait for each other, with room for two live runs: two
-    are evicted and their processes end at once; the two kept are ended by ``aclose``
-    while their calls still run; no process of the runner is left."""
+    """Four scripts whose first calls wait for each other, with room for two live runs: the
+    two that do not fit are not kept and their processes end at once; the two kept are
+    ended by ``aclose`` while their calls still run; no process of the runner is left."""
     before = _running_now()
     barrier = asyncio.Barrier(5)
 
@@ -131,8 +131,8 @@ async def test_no_live_process_is_left_after_evictions_or_aclose(tmp_path: Path)
     try:
         await barrier.wait()
         await recording.drain()
-        assert recording.kept == 4 and recording.evicted == 2 and len(recording) == 2
-        evicted, kept = recording.pids[:2], recording.pids[2:]
+        assert recording.kept == 2 and recording.evicted == 2 and len(recording) == 2
+        kept, evicted = recording.pids[:2], recording.pids[2:]
         assert await _gone(evicted) == []
         assert all(psutil.pid_exists(pid) for pid in kept)
         assert runner.live_runs == 2
