@@ -489,6 +489,47 @@
     } }[name];
     defineProperty(globalThis, name, { __proto__: null, value: wrapped, writable: true, enumerable: false, configurable: true });
   }
+  // An array's toString and toLocaleString make text of each item, of an array by calling them
+  // again, through frames of their own: one nested thousands deep, or one that holds itself,
+  // ran out of stack more frames deep than an error keeps (64), and its RangeError named no
+  // line of the script (`String(rows)`, `${rows}`, `rows.join()`). Wrapped, the outermost
+  // call makes it again, where its frames reach the script's line; an overflow that names a
+  // line already (an item's own toString recursing) stays as it is.
+  let textDepth = 0; // 1 while the outermost runs: the calls inside it go straight to the native
+  function madeText(native, array, args) {
+    textDepth = 1;
+    try {
+      return apply(native, array, args);
+    } catch (e) {
+      if (overflowed(e)) {
+        throw new NativeRangeError(web.OVERFLOW + ": an array made into text (by String, join " +
+          "or a template) holds itself or is nested too deeply; flatten it, or remove the cycle");
+      }
+      throw e;
+    } finally {
+      textDepth = 0;
+    }
+  }
+  const overflowed = (e) => {
+    try {
+      return e instanceof NativeRangeError && e.message === web.OVERFLOW && madeAt(e) === "";
+    } catch (_) {
+      return false; // a revoked Proxy thrown
+    }
+  };
+  const { toString: arrayToString, toLocaleString: arrayToLocaleString } = ArrayProto;
+  const noArguments = freeze([]);
+  const textMakers = {
+    toString() {
+      return textDepth ? apply(arrayToString, this, noArguments) : madeText(arrayToString, this, noArguments);
+    },
+    toLocaleString() { // lazy.js's stand-in
+      return textDepth ? apply(arrayToLocaleString, this, arguments) : madeText(arrayToLocaleString, this, arguments);
+    },
+  };
+  for (const name of ["toString", "toLocaleString"]) {
+    defineProperty(ArrayProto, name, { __proto__: null, value: textMakers[name], writable: true, enumerable: false, configurable: true });
+  }
   // One of console.log's arguments: an error is followed by its line.
   // Whether to print an error's line after it: `instanceof` reads the prototype, which a
   // revoked Proxy throws for (printing it threw, and failed the script).

@@ -406,7 +406,9 @@
   const setRun = (nextRandom, text) => { run = { nextRandom, text }; };
   // What sandbox/url.js takes from here: its searchParams, and the text helpers it shares.
   setRun.url = freeze({ makeParams: linkParams, replaceParams, usv, isHex });
-  // What sandbox/prelude.js takes: how a URLSearchParams shows, as a value and as no data.
+  // What sandbox/prelude.js takes: how a URLSearchParams shows, as a value and as no data;
+  // the message of QuickJS's RangeError when the stack runs out.
   setRun.pairsOf = pairsOf;
+  setRun.OVERFLOW = OVERFLOW;
   return setRun;
 })()

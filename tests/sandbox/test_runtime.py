@@ -2630,6 +2630,44 @@ def test_structured_clone_of_a_value_nested_too_deeply_names_the_line() -> None:
     assert [x.line for x in ran.error.lines] == [3]
 
 
+@pytest.mark.parametrize(
+    "made",
+    [
+        "String(v)",
+        "`${v}`",
+        "v.join()",
+        "v + ''",
+        "[1, 2].join(v)",
+        "[v, 1].sort()",
+        "v.toLocaleString()",
+        "(v.push(v), String(v))",
+    ],
+)
+def test_text_of_an_array_nested_too_deeply_names_the_line(made: str) -> None:
+    """An array made into text that is nested past what the stack holds, or holds itself, fails
+    at the script's line that made the text (the RangeError was made deeper than a stack keeps,
+    among the built-in's own frames, and named no line)."""
+    ran = run(f"let v = [];\nfor (let i = 0; i < 100000; i++) v = [v];\nconst s = {made};")
+    assert ran.error is not None and ran.error.name == "RangeError", ran
+    assert ran.error.message == (
+        "Maximum call stack size exceeded: an array made into text (by String, join or a "
+        "template) holds itself or is nested too deeply; flatten it, or remove the cycle"
+    )
+    assert [x.line for x in ran.error.lines] == [3]
+
+
+def test_an_items_own_runaway_to_string_keeps_its_error() -> None:
+    """An overflow in an item's own toString names that function's line, as before, and
+    arrays made into text still read as the engine's own."""
+    code = "const o = { toString() { return String([this]); } };\nreturn String([o]);"
+    ran = run(code)
+    assert ran.error is not None and ran.error.message == "Maximum call stack size exceeded"
+    assert [x.line for x in ran.error.lines] == [1]
+    code = "return [String([1, [2, 3]]), `${[]}`, [[1], 2].join('-'), [1.5].toLocaleString()]"
+    assert value(code) == ["1,2,3", "", "1-2", "1.5"]
+    assert caught("Array.prototype.toString.call(null);")[0] == "TypeError"
+
+
 def test_text_encoder_and_decoder_are_utf_8() -> None:
     code = """
         const bytes = new TextEncoder().encode("aé€😀");
