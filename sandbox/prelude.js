@@ -430,22 +430,30 @@
   defineProperty(setStacks, "get", { __proto__: null, value: weakMapGet });
   defineProperty(setStacks, "set", { __proto__: null, value: weakMapSet });
   defineProperty(setStacks, "has", { __proto__: null, value: weakMapHas });
+  // A built-in's frame (`at map (native)`) is kept only when a frame of the script's called it:
+  // one the engine called (`at apply (native)` under atob's wrapper) is the engine's.
   const frameParts = /^(\s*at )(?:(\S[^(]*) \()?<input>:(\d{1,9}):(\d{1,9})\)?$/;
   function scriptFrames(frames) {
     const lines = apply(stringSplit, frames, ["\n"]);
-    let out = "";
+    let out = "", builtIns = ""; // the built-ins' frames since the last of a function's
     for (let i = 0; i < lines.length; i++) {
       let line = lines[i];
       if (!line) continue;
       const m = apply(regExpExec, frameParts, [line]);
-      if (m !== null) {
-        const number = +m[3];
-        if (number > scriptLines()) continue; // the engine's
-        const column = number === 1 && +m[4] > FIRST_LINE_SHIFT ? +m[4] - FIRST_LINE_SHIFT : +m[4];
-        const where = "<input>:" + number + ":" + column;
-        line = m[1] + (m[2] === undefined || m[2] === MAIN ? where : m[2] + " (" + where + ")");
+      if (m === null) {
+        builtIns += "\n" + line;
+        continue;
       }
-      out += "\n" + line;
+      const number = +m[3];
+      if (number > scriptLines()) { // the engine's
+        builtIns = "";
+        continue;
+      }
+      const column = number === 1 && +m[4] > FIRST_LINE_SHIFT ? +m[4] - FIRST_LINE_SHIFT : +m[4];
+      const where = "<input>:" + number + ":" + column;
+      line = m[1] + (m[2] === undefined || m[2] === MAIN ? where : m[2] + " (" + where + ")");
+      out += builtIns + "\n" + line;
+      builtIns = "";
     }
     return out;
   }
@@ -463,9 +471,10 @@
     configurable: stackAccessor.configurable,
   });
   // A DOMException keeps the frames QuickJS wrote as a value of its own, the engine's too and
-  // no "Name: message" line (`at begin (<input>:1851:17)`): atob's and btoa's are given the
-  // stack a script reads of any error, and their frames are kept here for the engine (see
-  // framesOf). One the script makes itself keeps QuickJS's: the constructor stays as it is.
+  // no "Name: message" line (`at begin (<input>:1851:17)`): atob's and btoa's, and each one
+  // the script makes (`new DOMException("stopped", "AbortError")`, of a class extending it
+  // too), are given the stack a script reads of any error, and their frames are kept here for
+  // the engine (see framesOf).
   const domFrames = new NativeWeakMap();
   defineProperty(domFrames, "get", { __proto__: null, value: weakMapGet });
   defineProperty(domFrames, "set", { __proto__: null, value: weakMapSet });
@@ -489,6 +498,15 @@
     } }[name];
     defineProperty(globalThis, name, { __proto__: null, value: wrapped, writable: true, enumerable: false, configurable: true });
   }
+  // The constructor is the native behind a Proxy that tidies what it makes: `instanceof`,
+  // its statics, its name and `e.constructor` read as the native's.
+  const DOMExceptionMaker = new NativeProxy(NativeDOMException, { __proto__: null,
+    construct(target, args, newTarget) {
+      return tidied(construct(target, args, newTarget === DOMExceptionMaker ? target : newTarget));
+    },
+  });
+  defineProperty(globalThis, "DOMException", { __proto__: null, value: DOMExceptionMaker, writable: true, enumerable: false, configurable: true });
+  defineProperty(NativeDOMException.prototype, "constructor", { __proto__: null, value: DOMExceptionMaker, writable: true, enumerable: false, configurable: true });
   // An array's toString and toLocaleString make text of each item, of an array by calling them
   // again, through frames of their own: one nested thousands deep, or one that holds itself,
   // ran out of stack more frames deep than an error keeps (64), and its RangeError named no

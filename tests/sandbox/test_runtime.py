@@ -1261,6 +1261,29 @@ def test_atobs_error_stack_reads_as_any_errors() -> None:
         assert "__cm_main" not in stack and "begin" not in stack, stack
 
 
+def test_a_dom_exception_the_script_makes_reads_e_stack_as_any_errors() -> None:
+    """A DOMException the script makes (`new DOMException(...)`, or of a class extending it)
+    reads `e.stack` as any error's, "Name: message" then the script's frames (it read QuickJS's
+    frames alone, the engine's among them: `at begin (<input>:301887:17)`); the built-ins the
+    engine called are not in a stack either (atob's read `at apply (native)`). The constructor
+    still reads as the native one."""
+    code = """\
+class Stop extends DOMException { constructor(m) { super(m, "DataError"); } }
+function abort() { return new DOMException("stopped", "AbortError"); }
+let bad; try { atob("@@@"); } catch (e) { bad = e; }
+const made = [abort(), new Stop("no")];
+return [...made.map((e) => e.stack), bad.stack, made[0] instanceof DOMException,
+  bad instanceof DOMException, bad.constructor === DOMException, made[1] instanceof Stop,
+  DOMException.name, DOMException.ABORT_ERR, made[0].code];"""
+    assert value(code) == [
+        "AbortError: stopped\n    at abort (<input>:2:31)\n    at <input>:4:15",
+        "DataError: no\n    at Stop (<input>:1:59)\n    at <input>:4:28",
+        "InvalidCharacterError: The string to be decoded is not correctly encoded\n"
+        "    at <input>:3:16",
+        True, True, True, True, "DOMException", 20, 20,
+    ]  # fmt: skip
+
+
 def test_nested_function_error_reports_the_lines_of_its_stack():
     """An error deep in the script's functions reports each of its frames, innermost first."""
     code = """\
