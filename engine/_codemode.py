@@ -1006,7 +1006,7 @@ class CodeMode(StepLoop):
             more = f" and {len(names) - 10} more" if len(names) > 10 else ""
             raise FilesMissing(
                 f"script {drive.record.id} reads files whose bytes the file store lost or "
-                f"changed in size: {shown}{more}; no call was run and the script is left as it "
+                f"changed: {shown}{more}; no call was run and the script is left as it "
                 "was: put the blobs back in the store (they are named by their SHA-256) and "
                 "resume it, or start it again"
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import mimetypes
 import os
 import re
@@ -127,8 +128,19 @@ class Attachment:
         return guessed or "application/octet-stream"
 
 
+# How many blob files a BlobStore remembers the stat of (see BlobStore._holds); one it
+# forgot is hashed again when next read.
+_STATS_KEPT = 4096
+
+
 class BlobStore:
     """Immutable blobs by SHA-256: in memory, or as files under a directory.
+
+    A blob file read is checked to hold the bytes its name is the digest of: hashed when
+    this store first reads it, then known by its ``stat`` (device, inode, size, modification
+    and change times), as git knows a checked-out file; one changed since (on disk, by
+    anyone) is hashed again, and read as gone if its bytes are not the recorded ones. (An
+    edit within one tick of the file system's clock of the hash would go unseen.)
 
     Hosts that share a log on several machines share its blobs too: a subclass keeps them
     elsewhere by overriding :meth:`put` and :meth:`read` (``PostgresStore.blob_store()``
@@ -139,6 +151,8 @@ class BlobStore:
         self.directory = Path(directory) if directory is not None else None
         self._memory: dict[str, bytes] = {}
         self._lock = threading.Lock()
+        # Each blob file found to hold its digest's bytes: its stat then.
+        self._stats: dict[str, tuple[int, ...]] = {}
         if self.directory is not None:
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
@@ -157,9 +171,9 @@ class BlobStore:
                 self._memory[digest] = data
             return digest
         path = self._path(digest)
-        if not _has_size(path, len(data)):
-            # Written again when cut short too (a crash before the data reached the disk):
-            # kept, it failed every script given these bytes ("not the N recorded").
+        if not self._holds(path, digest):
+            # Written again when cut short or changed too (a crash before the data reached
+            # the disk): kept, it failed every script given these bytes.
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             try:
@@ -169,7 +183,38 @@ class BlobStore:
                 # Else the part written stays (a full disk): one more file at each failure.
                 tmp.unlink(missing_ok=True)
                 raise
+            self._holds(path, digest, written=True)
         return digest
+
+    def _holds(self, path: Path, digest: str, *, written: bool = False) -> bool:
+        """Whether the file at ``path`` holds the bytes ``digest`` names (``written``: it
+        was just written with them, so only its stat is kept)."""
+        try:
+            with open(path, "rb") as f:
+                return self._whole(f, digest, written=written)
+        except FileNotFoundError:
+            return False
+
+    def _whole(self, f: io.BufferedReader, digest: str, *, written: bool = False) -> bool:
+        """Whether the open blob file ``f`` holds the bytes ``digest`` names: its stat is
+        the one it had when they were last found there, else its bytes are hashed (and its
+        stat, taken first, kept when they are the digest's: a change during the hash
+        changes it). Leaves ``f``'s position anywhere."""
+        info = os.fstat(f.fileno())
+        seen = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        with self._lock:
+            if self._stats.get(digest) == seen:
+                return True
+        if not stat.S_ISREG(info.st_mode):
+            return False
+        if not written and hashlib.file_digest(f, "sha256").hexdigest() != digest:
+            return False
+        with self._lock:
+            self._stats.pop(digest, None)
+            if len(self._stats) >= _STATS_KEPT:
+                del self._stats[next(iter(self._stats))]
+            self._stats[digest] = seen
+        return True
 
     def _path(self, digest: str) -> Path:
         assert self.directory is not None
@@ -188,6 +233,11 @@ class BlobStore:
             return data[offset : offset + length]
         try:
             with open(self._path(digest), "rb") as f:
+                if not self._whole(f, digest):
+                    raise FileMissing(
+                        "its bytes in the store changed since they were recorded (its blob "
+                        "file was written over)"
+                    )
                 f.seek(offset)
                 return f.read(length)
         except FileNotFoundError:
@@ -195,12 +245,14 @@ class BlobStore:
 
     def missing(self, blobs: Mapping[str, int]) -> list[str]:
         """Those of ``blobs`` (each digest with the size recorded of it) the store no longer
-        has whole: gone, or of another size. Raises ``OSError`` when the store fails. A
-        subclass answers with :meth:`read` unless it overrides this."""
+        has whole: gone, of another size or (files under a directory) other bytes. Raises
+        ``OSError`` when the store fails. A subclass answers with :meth:`read` unless it
+        overrides this."""
         gone = []
         for digest, size in blobs.items():
             if self.directory is not None:
-                if not _has_size(self._path(digest), size):
+                path = self._path(digest)
+                if not _has_size(path, size) or not self._holds(path, digest):
                     gone.append(digest)
                 continue
             try:

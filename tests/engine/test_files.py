@@ -359,15 +359,16 @@ async def test_files_of_a_sqlite_log_outlast_a_restart(tmp_path: Path) -> None:
         await restarted.aclose()
 
 
-@pytest.mark.parametrize("damage", ["removed", "cut short"])
+@pytest.mark.parametrize("damage", ["removed", "cut short", "written over"])
 async def test_a_resume_whose_files_the_store_lost_runs_no_call(
     tmp_path: Path, damage: str
 ) -> None:
-    """The blobs of a paused script's files are gone (or cut short) when it is resumed: the
-    resume raises FilesMissing naming them, before the approved call runs (it ran, and the
-    replay, reading an error where its first run read the bytes, failed as a divergence
-    blamed on the script, or failed the script when the blob was cut short); with the blobs
-    back, the resume goes on and the call runs once."""
+    """The blobs of a paused script's files are gone (or cut short, or written over with
+    as many other bytes) when it is resumed: the resume raises FilesMissing naming them,
+    before the approved call runs (it ran, and the replay, reading an error or other bytes
+    where its first run read the recorded ones, failed as a divergence blamed on the script,
+    or failed the script when the blob was cut short); with the blobs back, the resume goes
+    on and the call runs once."""
     from engine import FilesMissing, SqliteStore
 
     paid: list[int] = []
@@ -389,12 +390,14 @@ async def test_a_resume_whose_files_the_store_lost_runs_no_call(
     kept = blob.read_bytes()
     if damage == "removed":
         blob.unlink()
-    else:
+    elif damage == "cut short":
         blob.write_bytes(kept[:-1])
+    else:
+        blob.write_bytes(kept.upper())
     restarted = CodeMode([pay], runner=InProcessRunner(), store=SqliteStore(tmp_path))
     try:
         await restarted.approve(paused.script_id, paused.waiting[0]["call_id"])
-        with pytest.raises(FilesMissing, match=r"the file store lost or changed in size: 'a\.txt'"):
+        with pytest.raises(FilesMissing, match=r"the file store lost or changed: 'a\.txt'"):
             await restarted.resume(paused.script_id)
         assert paid == []
         assert (await restarted.store.get_script(paused.script_id)).status == "paused"
@@ -431,6 +434,42 @@ async def test_a_blob_the_store_changed_in_size_is_gone_to_the_script(
     )
 
 
+@pytest.mark.parametrize("live", [True, False], ids=["live", "replayed"])
+async def test_a_blob_file_written_over_between_steps_is_gone_to_the_script(
+    inproc: InProcessRunner, tmp_path: Path, live: bool
+) -> None:
+    """A blob file written over with as many other bytes while the script's call ran (by
+    anyone: here the tool itself) is read as a file gone, naming it: the next step read the
+    new bytes, as if the script had been given them (a replay read "HELLO" where the run
+    that made the calls read "hello")."""
+
+    @tool
+    def overwrite() -> int:
+        """Write over every blob file."""
+        blobs = [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]
+        for blob in blobs:
+            blob.write_bytes(blob.read_bytes().upper())
+        return len(blobs)
+
+    code = """
+    const read = async () => { try { return await files.text("a.txt") } catch (e) { return e.message } };
+    const first = await read();
+    await tools.overwrite();
+    return [first, await read()];
+    """
+    engine = CodeMode([overwrite], runner=inproc, data_dir=tmp_path, live=live)
+    try:
+        result = await engine.run_code(code, files=[Attachment("a.txt", data=b"hello")])
+    finally:
+        await engine.aclose()
+    gone = (
+        "a.txt is gone: its bytes in the store changed since they were recorded (its blob file "
+        "was written over)"
+    )
+    # Replayed, the first read is made again too; live, the process has its bytes already.
+    assert result.value == ["hello" if live else gone, gone], result.text
+
+
 async def test_a_skill_file_the_store_lost_is_stored_again(tmp_path: Path) -> None:
     """An engine keeps the records of its skills' files stored before; a blob the store
     lost since is stored again at the next run_code (the files stayed unreadable until the
@@ -455,19 +494,21 @@ async def test_a_skill_file_the_store_lost_is_stored_again(tmp_path: Path) -> No
         await engine.aclose()
 
 
+@pytest.mark.parametrize("damage", ["cut short", "written over"])
 async def test_a_blob_cut_short_is_written_again_by_the_next_script_given_its_bytes(
-    inproc: InProcessRunner, tmp_path: Path
+    inproc: InProcessRunner, tmp_path: Path, damage: str
 ) -> None:
-    """A blob file cut short (a crash before its bytes reached the disk) was kept as it was,
-    its name being right: every later script given those bytes read "a.txt is gone". The
-    next script given them writes it again."""
+    """A blob file cut short (a crash before its bytes reached the disk), or written over
+    with as many other bytes, was kept as it was, its name being right: every later script
+    given those bytes read "a.txt is gone" (or, written over, the other bytes). The next
+    script given them writes it again."""
     engine = CodeMode([], runner=inproc, data_dir=tmp_path)
     code = "return await files.text('a.txt')"
     files = [Attachment("a.txt", data=b"hello")]
     try:
         assert (await engine.run_code(code, files=files)).value == "hello"
         (blob,) = [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]
-        blob.write_bytes(b"hel")
+        blob.write_bytes(b"hel" if damage == "cut short" else b"HELLO")
         result = await engine.run_code(code, files=files)
         assert result.status == "finished" and result.value == "hello", result.text
     finally:
