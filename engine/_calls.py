@@ -77,7 +77,9 @@ class CallSettling(Emitting):
                 d.state == log.APPROVED and self._repeatable(drive.calls[d.index].name)
                 for d in decisions
             )
-            claimed = await drive.decide(decisions, claim=not waits, lasting=lasting)
+            # A step with a call of a sequential tool claims each turn's calls as it comes.
+            claim = not waits and not (len(proposed) > 1 and self._in_turns(drive, decisions))
+            claimed = await drive.decide(decisions, claim=claim, lasting=lasting)
             for c in proposed:
                 self._emit_decided(record.tenant, drive.calls[c.index])
         # When a call needs approval, it asks a person first, and the rest wait.
@@ -85,15 +87,53 @@ class CallSettling(Emitting):
         if any(c.state == log.AWAITING_APPROVAL for c in open_calls):
             return
         ready = [c.index for c in open_calls if c.state == log.APPROVED]
+        if len(ready) > 1 and self._in_turns(drive, ready):
+            await self._run_in_turns(drive, ready, limits)
+            return
         if ready:
             # The receipts, in one transaction, before any of them runs: a call runs only if
             # it was claimed, so a crash, or another host, can never run it twice.
             lasting = self._with_effects(drive.calls[i].name for i in ready)
             claimed += await drive.claim(ready, lasting=lasting)
+        await self._run_calls(drive, claimed, limits)
+
+    async def _run_calls(self, drive: Drive, claimed: list[int], limits: Limits) -> None:
+        """Run the calls ``claimed`` (indexes) together."""
         if len(claimed) == 1:  # a sequential script's every call: no task of its own
             await self._run_call(drive, drive.calls[claimed[0]], limits)
         elif claimed:
             await asyncio.gather(*(self._run_call(drive, drive.calls[i], limits) for i in claimed))
+
+    def _sequential(self, drive: Drive, index: int) -> bool:
+        tool = self._by_name.get(drive.calls[index].name)
+        return tool is not None and tool.sequential
+
+    def _in_turns(self, drive: Drive, calls: Iterable[int | log.Decision]) -> bool:
+        """Whether any of these calls (indexes, or decisions on them) is of a sequential tool."""
+        return any(self._sequential(drive, c if isinstance(c, int) else c.index) for c in calls)
+
+    async def _run_in_turns(self, drive: Drive, ready: list[int], limits: Limits) -> None:
+        """Run the approved calls ``ready``, some of sequential tools, as pydantic-ai runs
+        such a batch: in the order the script made them, each call of a sequential tool
+        alone, and the calls between two such together. Each turn's calls are claimed as it
+        begins, so a call still waiting its turn when the host stops runs later (it was not
+        running), and a hold that lands meanwhile keeps it from running."""
+        turn: list[int] = []
+        turns: list[list[int]] = []
+        for index in sorted(ready):
+            if self._sequential(drive, index):
+                turns += [turn, [index]] if turn else [[index]]
+                turn = []
+            else:
+                turn.append(index)
+        if turn:
+            turns.append(turn)
+        for turn in turns:
+            lasting = self._with_effects(drive.calls[i].name for i in turn)
+            claimed = await drive.claim(turn, lasting=lasting)
+            await self._run_calls(drive, claimed, limits)
+            if len(claimed) < len(turn):
+                return  # held: the calls left run once it is released
 
     async def _recover(self, drive: Drive) -> None:
         """Settle the calls a previous owner was running when it died (they carry an older

@@ -187,6 +187,7 @@ def _from_function(
     timeout: float | None,
     read_only: bool,
     idempotent: bool,
+    sequential: bool,
 ) -> Tool:
     if name is not None and (not isinstance(name, str) or not name.strip()):
         # Not truthiness: name="" would quietly fall back to the function's own name.
@@ -309,6 +310,7 @@ def _from_function(
         timeout=timeout,
         read_only=read_only,
         idempotent=idempotent,
+        sequential=sequential,
     )
     result._arguments = _Arguments(model, tuple(mapping))
     result._result_adapter = adapter
@@ -394,6 +396,7 @@ def tool(
     timeout: float | None = None,
     read_only: bool = False,
     idempotent: bool = False,
+    sequential: bool = False,
 ) -> Callable[[F], Tool]: ...
 
 
@@ -409,6 +412,7 @@ def tool(
     timeout: float | None = None,
     read_only: bool = False,
     idempotent: bool = False,
+    sequential: bool = False,
 ) -> Tool | Callable[[F], Tool]:
     """Make a :class:`Tool` of a typed function (sync or async), or of a callable object
     (typed by its ``__call__``, named with ``name=``); bare or with options. A
@@ -440,6 +444,7 @@ def tool(
             timeout=timeout,
             read_only=read_only,
             idempotent=idempotent,
+            sequential=sequential,
         )
 
     return build(fn) if fn is not None else build

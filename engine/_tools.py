@@ -105,6 +105,11 @@ class Tool:
     simply runs again; any other call that was running when its host died may or may not have
     taken effect, so it is never run again: the script sees it as interrupted.
 
+    ``sequential``: no call of it runs while another call of the same script runs, as
+    pydantic-ai's ``sequential=True``: of the calls a script made together (a
+    ``Promise.all``), those made before it end first, and those made after it start once it
+    ended; the calls between two such run together.
+
     Raises :class:`ToolDefinitionError` for a schema that is not a usable JSON Schema, an input
     schema that is not an object, or a bad flag.
     """
@@ -126,6 +131,7 @@ class Tool:
         "original_name",
         "output_schema",
         "read_only",
+        "sequential",
         "source",
         "timeout",
     )
@@ -145,6 +151,7 @@ class Tool:
         source: str | None = None,
         read_only: bool = False,
         idempotent: bool = False,
+        sequential: bool = False,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ToolDefinitionError(f"a tool needs a non-empty name, not {name!r}")
@@ -159,6 +166,7 @@ class Tool:
             "deferred": deferred,
             "read_only": read_only,
             "idempotent": idempotent,
+            "sequential": sequential,
         }
         for flag, given in flags.items():
             # Not truthiness: read_only="false" would let a call with effects run again.
@@ -202,6 +210,11 @@ class Tool:
                 f"{label}: a client tool is run by the client, so it takes no handler; "
                 "drop the handler or client=True"
             )
+        if client and sequential:
+            raise ToolDefinitionError(
+                f"{label}: a client tool is run by the client, which the engine cannot keep "
+                "from running it beside other calls; drop sequential=True or client=True"
+            )
         if handler is not None and not callable(handler):
             raise ToolDefinitionError(f"{label}: its handler {handler!r} is not callable")
         self.handler = handler
@@ -210,6 +223,7 @@ class Tool:
         self.deferred = bool(deferred)
         self.read_only = bool(read_only)
         self.idempotent = bool(idempotent) or self.read_only
+        self.sequential = sequential
         self.timeout = float(timeout) if timeout is not None else None
         # Set by @tool (engine._functions): how arguments become the function's parameters,
         # and how its result is dumped through its return annotation.
@@ -264,6 +278,7 @@ class Tool:
                 ("deferred", self.deferred),
                 ("read_only", self.read_only),
                 ("idempotent", self.idempotent and not self.read_only),
+                ("sequential", self.sequential),
             )
             if on
         ]
@@ -285,6 +300,7 @@ class Tool:
         client: bool = False,
         deferred: bool = False,
         timeout: float | None = None,
+        sequential: bool = False,
     ) -> Tool:
         """A tool from an MCP tool definition: ``name``, ``description``, ``inputSchema`` and
         optionally ``outputSchema`` and ``annotations``, of which ``readOnlyHint`` and
@@ -336,6 +352,7 @@ class Tool:
             source=source,
             read_only=hints.get("readOnlyHint") is True,
             idempotent=hints.get("idempotentHint") is True,
+            sequential=sequential,
         )
 
     async def invoke(

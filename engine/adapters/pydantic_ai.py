@@ -76,9 +76,9 @@ RUN_CODE = "run_code"
 def engine_tools(tools: Sequence[AgentTool[Any] | Callable[..., Any] | Tool]) -> list[Tool]:
     """The engine's tools for pydantic-ai tools and plain functions (same names, schemas and
     descriptions, from the functions' signatures and docstrings). A ``Tool``'s own
-    ``name``, ``description``, ``requires_approval`` (``needs_approval``), ``timeout`` and
-    ``defer_loading`` (``deferred``) carry over; one with a ``prepare`` or ``args_validator``
-    function, which no script's call could honour, is refused."""
+    ``name``, ``description``, ``requires_approval`` (``needs_approval``), ``timeout``,
+    ``sequential`` and ``defer_loading`` (``deferred``) carry over; one with a ``prepare``
+    or ``args_validator`` function, which no script's call could honour, is refused."""
     check_tool_list(tools, AgentTool)
     found: list[Tool] = []
     for t in tools:
@@ -105,6 +105,8 @@ def engine_tools(tools: Sequence[AgentTool[Any] | Callable[..., Any] | Tool]) ->
                 needs_approval=bool(t.requires_approval),
                 timeout=getattr(t, "timeout", None),
                 deferred=bool(getattr(t, "defer_loading", False)),
+                # Its calls must not overlap others: a script's Promise.all ran them at once.
+                sequential=bool(getattr(t, "sequential", False)),
             )
             found.append(_pydantic_ai_errors(make(t.function)))
         else:

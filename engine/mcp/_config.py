@@ -17,7 +17,8 @@ other clients ignore:
 - ``unannotated``: ``"approve"`` (default) or ``"run"``: what ``"annotations"`` does with a
   tool whose server says nothing about its effects;
 - ``tools``: per tool, ``{"approval": bool, "readOnly": bool, "idempotent": bool,
-  "timeout": seconds, "deferred": bool}``, over what the server's annotations say;
+  "timeout": seconds, "deferred": bool, "sequential": bool}``, over what the server's
+  annotations say;
 - ``timeout`` (seconds a call may take; default 300, or the engine's ``call_timeout`` when
   sooner), ``initTimeout`` (seconds the server has to answer ``initialize``, default 30),
   ``deferred`` (declare its tools only through ``tool_search``), ``disabled``.
@@ -62,7 +63,7 @@ _SERVER_KEYS = {
     "deferred",
     "disabled",
 }
-_TOOL_KEYS = {"approval", "readOnly", "idempotent", "timeout", "deferred"}
+_TOOL_KEYS = {"approval", "readOnly", "idempotent", "timeout", "deferred", "sequential"}
 DEFAULT_INIT_TIMEOUT = 30.0
 # Seconds a call of a server's tool waits for its answer when neither the tool nor the server
 # says ("timeout"), nor the engine (call_timeout) bounds it sooner: a server that never
@@ -80,6 +81,7 @@ class ToolSettings:
     idempotent: bool | None = None
     timeout: float | None = None
     deferred: bool | None = None
+    sequential: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -273,6 +275,7 @@ def _tool_settings(name: Any, entry: Any) -> ToolSettings:
         ("readOnly", "read_only"),
         ("idempotent", "idempotent"),
         ("deferred", "deferred"),
+        ("sequential", "sequential"),
     ):
         value = entry.get(key)
         if value is not None and not isinstance(value, bool):

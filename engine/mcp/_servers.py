@@ -256,5 +256,6 @@ class McpServers:
             needs_approval=spec.needs_approval(original, hints),
             deferred=deferred,
             timeout=timeout,
+            sequential=bool(settings.sequential),
         )
         return tool

@@ -1655,7 +1655,7 @@ def test_a_schema_holding_nan_or_nesting_past_the_bound_says_so() -> None:
 
 
 @pytest.mark.parametrize(
-    "flag", ["needs_approval", "client", "deferred", "read_only", "idempotent"]
+    "flag", ["needs_approval", "client", "deferred", "read_only", "idempotent", "sequential"]
 )
 def test_a_tools_flags_are_true_or_false(flag: str) -> None:
     """A flag given as anything but a bool is refused, not taken for its truth: read_only=
@@ -1664,6 +1664,131 @@ def test_a_tools_flags_are_true_or_false(flag: str) -> None:
         Tool("t", **{flag: "false"})
     with pytest.raises(ToolDefinitionError, match=f"{flag} is True or False, not 1"):
         Tool("t", **{flag: 1})
+
+
+class InFlight:
+    """Tools that note when each call starts and ends, as the tools themselves see it."""
+
+    def __init__(self) -> None:
+        self.running: set[int] = set()
+        self.seen: list[tuple[str, int, frozenset[int]]] = []  # (start|end, n, running then)
+
+    async def __call__(self, n: int) -> int:
+        self.seen.append(("start", n, frozenset(self.running)))
+        self.running.add(n)
+        for _ in range(3):  # a turn of the loop for every other call that runs beside it
+            await asyncio.sleep(0)
+        self.running.discard(n)
+        self.seen.append(("end", n, frozenset(self.running)))
+        return n
+
+    def tools(self) -> list[Tool]:
+        schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+        return [
+            Tool("read", input_schema=schema, handler=self),
+            Tool("write", input_schema=schema, handler=self, sequential=True),
+        ]
+
+
+# Calls 3 and 6 are the sequential tool's.
+TOGETHER = """
+const calls = [["read", 1], ["read", 2], ["write", 3], ["read", 4], ["read", 5], ["write", 6]];
+return await Promise.all(calls.map(([name, n]) => tools[name]({ n })));
+"""
+TURNS = [
+    {
+        ("start", 1, frozenset()),
+        ("start", 2, frozenset({1})),
+        ("end", 1, frozenset({2})),
+        ("end", 2, frozenset()),
+    },
+    {("start", 3, frozenset()), ("end", 3, frozenset())},
+    {
+        ("start", 4, frozenset()),
+        ("start", 5, frozenset({4})),
+        ("end", 4, frozenset({5})),
+        ("end", 5, frozenset()),
+    },
+    {("start", 6, frozenset()), ("end", 6, frozenset())},
+]
+
+
+def in_turns(seen: list[tuple[str, int, frozenset[int]]]) -> list[set[Any]]:
+    """What the tools saw, cut where no call ran."""
+    turns: list[set[Any]] = [set()]
+    for event in seen:
+        turns[-1].add(event)
+        if event[0] == "end" and not event[2]:
+            turns.append(set())
+    return turns[:-1]
+
+
+@pytest.mark.parametrize("live", [True, False], ids=["live", "replay"])
+async def test_a_sequential_tools_call_runs_alone(tmp_path: Any, live: bool) -> None:
+    """A call of a sequential tool runs while no other call of its script runs: of calls
+    made together (Promise.all), those before it end first and those after it start once it
+    ended, while the others still run together, as pydantic-ai runs a batch with a
+    sequential tool (all ran at once: the flag did not exist, and pydantic-ai's was
+    dropped)."""
+    flight = InFlight()
+    runner = InProcessRunner()
+    engine = CodeMode(flight.tools(), runner=runner, data_dir=tmp_path, live=live, type_check="off")
+    try:
+        result = await engine.run_code(TOGETHER)
+    finally:
+        await engine.aclose()
+    assert (result.status, result.value) == ("finished", [1, 2, 3, 4, 5, 6])
+    assert in_turns(flight.seen) == TURNS
+    assert (runner.segments > 0) == live
+
+
+async def test_a_call_waiting_its_turn_when_the_host_stops_runs_on_the_next(
+    tmp_path: Any,
+) -> None:
+    """A call whose turn had not come when its host stopped never ran, so the next host
+    runs it, where a call that was running is found interrupted (claimed with it, it would
+    be found interrupted too: "may or may not have taken effect")."""
+    began = asyncio.Event()
+
+    async def stop_here(n: int) -> int:
+        began.set()
+        await asyncio.sleep(3600)  # the host stops meanwhile
+        return n
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    before, after = InFlight(), InFlight()
+    first = CodeMode(
+        [Tool("read", input_schema=schema, handler=stop_here), before.tools()[1]],
+        runner=InProcessRunner(),
+        data_dir=tmp_path,
+        type_check="off",
+    )
+    code = """
+    const calls = await Promise.allSettled([tools.read({ n: 1 }), tools.write({ n: 2 })]);
+    return calls.map((c) => c.value ?? c.reason.message.split(":")[0]);
+    """
+    running = asyncio.ensure_future(first.run_code(code, key="k"))
+    await began.wait()
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
+    await first.aclose()
+    second = CodeMode(after.tools(), runner=InProcessRunner(), data_dir=tmp_path, type_check="off")
+    try:
+        result = await second.run_code(code, key="k")
+    finally:
+        await second.aclose()
+    assert result.value == ["tools.read was interrupted", 2], result.text
+    assert before.seen == []
+    assert [(e, n) for e, n, _ in after.seen] == [("start", 2), ("end", 2)]
+
+
+def test_a_client_tool_cannot_be_sequential() -> None:
+    """The client runs a client tool's calls, when it will: no flag of the engine's orders
+    them."""
+    with pytest.raises(ToolDefinitionError, match="drop sequential=True or client=True"):
+        Tool("pick", client=True, sequential=True)
+    assert repr(Tool("w", handler=lambda: 1, sequential=True)) == "Tool('w', sequential=True)"
 
 
 def test_mcp_tools_refuse_a_bad_source_or_handlers() -> None:

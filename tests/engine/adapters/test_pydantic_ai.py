@@ -206,18 +206,25 @@ def test_a_tool_that_takes_run_context_is_refused() -> None:
 
 
 def test_a_tools_own_options_carry_over() -> None:
-    """A pydantic-ai Tool's description, timeout and defer_loading are the engine tool's
-    (the description was the docstring's, whatever the Tool said); prepare and
-    args_validator, which no script's call would run, are refused rather than dropped."""
+    """A pydantic-ai Tool's description, timeout, defer_loading and sequential are the
+    engine tool's (the description was the docstring's, whatever the Tool said; sequential
+    was dropped); prepare and args_validator, which no script's call would run, are refused
+    rather than dropped."""
     made = engine_tools(
         [
-            Tool(comment, description="Post to the team.", timeout=7, defer_loading=True),
+            Tool(
+                comment,
+                description="Post to the team.",
+                timeout=7,
+                defer_loading=True,
+                sequential=True,
+            ),
             Tool(list_prs),
         ]
     )
-    assert [(t.description, t.timeout, t.deferred) for t in made] == [
-        ("Post to the team.", 7.0, True),
-        ("List the open pull requests of a repository.", None, False),
+    assert [(t.description, t.timeout, t.deferred, t.sequential) for t in made] == [
+        ("Post to the team.", 7.0, True, True),
+        ("List the open pull requests of a repository.", None, False, False),
     ]
 
     async def only_admins(ctx: RunContext[None], definition: Any) -> Any:
@@ -707,3 +714,42 @@ async def test_a_script_waiting_under_its_call_id_alone_is_approved_all_the_same
         assert [s.key for s in scripts] == ["c1"]
     finally:
         await toolset.aclose()
+
+
+async def test_a_sequential_tools_calls_run_alone(tmp_path: Path) -> None:
+    """A Tool(..., sequential=True) runs while no other call of the script runs, as
+    pydantic-ai runs it beside the model's other calls: a script's Promise.all ran its
+    calls at once (the flag was dropped)."""
+    from tests.engine.test_tools import TOGETHER, TURNS, InFlight, in_turns
+
+    flight = InFlight()
+
+    async def read(n: int) -> int:
+        """Read."""
+        return await flight(n)
+
+    async def write(n: int) -> int:
+        """Write."""
+        return await flight(n)
+
+    returned: list[Any] = []
+
+    def calls(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1].parts[-1]
+        if isinstance(last, ToolReturnPart):
+            returned.append(last.content)
+            return ModelResponse(parts=[TextPart("ok")])
+        return ModelResponse(parts=[ToolCallPart("run_code", {"code": TOGETHER}, tool_call_id="s")])
+
+    toolset = CodeModeToolset(
+        [read, Tool(write, sequential=True)],
+        data_dir=tmp_path,
+        runner=InProcessRunner(),
+        type_check="off",
+    )
+    try:
+        await Agent(FunctionModel(calls), toolsets=[toolset]).run("Go.")
+    finally:
+        await toolset.aclose()
+    assert returned == ["Script finished.\nReturned:\n[1,2,3,4,5,6]"]
+    assert in_turns(flight.seen) == TURNS

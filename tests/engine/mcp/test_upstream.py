@@ -138,7 +138,10 @@ async def test_annotations_set_approval_and_read_only(tmp_path: Path) -> None:
         _lab(
             tmp_path,
             approval="always",
-            tools={"wipe": {"approval": False}, "grow": {"readOnly": True}},
+            tools={
+                "wipe": {"approval": False, "sequential": True},
+                "grow": {"readOnly": True},
+            },
         )
     )
     try:
@@ -146,6 +149,8 @@ async def test_annotations_set_approval_and_read_only(tmp_path: Path) -> None:
         assert by_name["lab__add"].needs_approval  # "always", per server
         assert not by_name["lab__wipe"].needs_approval  # per tool
         assert by_name["lab__grow"].read_only
+        # Its calls run alone (the key was refused as unknown).
+        assert by_name["lab__wipe"].sequential and not by_name["lab__grow"].sequential
     finally:
         await overridden.aclose()
     # "readOnly": false on a tool the server hints read-only: a tool with effects, which a
