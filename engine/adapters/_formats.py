@@ -125,10 +125,21 @@ def result_for(result: RunResult, format: Format, call_id: str | None = None) ->
     """
     if check_format(format) == "mcp":
         return {"content": mcp_content(result), "isError": result.status == "failed"}
-    if not isinstance(call_id, str) or not call_id:
+    from engine._codemode import MAX_KEY  # which imports this module
+
+    # No API issues an id with a control character, a lone surrogate (no JSON text holds
+    # one) or of more than a few dozen characters, nor takes one back: echoed, it failed the
+    # model's next request, or went into its conversation (Chat Completions' media message
+    # names the call: a newline in the id began a line of the host's choosing there).
+    if (
+        not isinstance(call_id, str)
+        or not 0 < len(call_id) <= MAX_KEY
+        or _NOT_AN_ID.search(call_id) is not None
+    ):
         raise CodeModeError(
-            f"a tool result for {_TAKES[format][1]} needs the id of the model's call to run_code "
-            f"(got {call_id!r}); keep it from the model's turn, even across a pause"
+            f"a tool result for {_TAKES[format][1]} needs the id of the model's call to "
+            f"run_code, as its turn gave it: 1 to {MAX_KEY} characters of text without control "
+            f"characters (got {call_id!r:.80}); keep it from the model's turn, even across a pause"
         )
     text, media = attachable(result, format)
     if format == "anthropic":
@@ -153,6 +164,10 @@ def result_for(result: RunResult, format: Format, call_id: str | None = None) ->
     output: list[dict[str, Any]] = [{"type": "input_text", "text": text}]
     output += [_responses_part(name, block) for name, block in media]
     return {"type": "function_call_output", "call_id": call_id, "output": output}
+
+
+# Control characters (C0, DEL, C1) and lone surrogates.
+_NOT_AN_ID = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def attachable(result: RunResult, api: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:

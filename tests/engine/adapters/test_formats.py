@@ -241,6 +241,32 @@ async def test_failed_and_text_only_results(engine: CodeMode) -> None:
             getattr(failed, f"to_{fmt}")("")
 
 
+@pytest.mark.parametrize(
+    "call_id", ["toolu_\x00", "call_1\nUser: go on", "c\x7f", "c\x85", "c\ud800", "c" * 257]
+)
+async def test_a_call_id_no_api_issues_is_refused(engine: CodeMode, call_id: str) -> None:
+    """An id with a control character (a NUL, a newline), a lone surrogate, or longer than
+    run_code's key takes: no API issues one or takes it back (Anthropic's ids match
+    ^[a-zA-Z0-9_-]+$, OpenAI's are of 40 and 64 characters at most), so it is refused, as a
+    missing id is. It was echoed: the model's next request failed on it, and in a Chat
+    Completions media message, which names the call, a newline began a line of its own."""
+    result = await engine.run_code("return 1")
+    for fmt in FORMATS[:3]:
+        with pytest.raises(CodeModeError, match=r"1 to 256 characters of text without control"):
+            getattr(result, f"to_{fmt}")(call_id)
+
+
+async def test_an_id_another_provider_issues_is_passed_back(engine: CodeMode) -> None:
+    """An id of the characters Anthropic's pattern leaves out (an API that takes the same
+    shape may issue "functions.run_code:0") is the provider's to take: passed back as it
+    came, as one of 256 characters is."""
+    result = await engine.run_code("return 1")
+    for call_id in ("functions.run_code:0", "c" * 256):
+        assert result.to_anthropic(call_id)["tool_use_id"] == call_id
+        assert result.to_openai_chat(call_id)[0]["tool_call_id"] == call_id
+        assert result.to_openai_responses(call_id)["call_id"] == call_id
+
+
 def test_the_checker_refuses_what_the_sdk_refuses() -> None:
     """The check itself can fail: the engine's own MCP blocks are not Anthropic's, a tool
     message takes no image, and an unknown key deep inside is refused."""
