@@ -350,6 +350,20 @@ def _one_call(code: str, call_id: str = "c1") -> Agent[None, Any]:
     return Agent(FunctionModel(calls), output_type=[str, DeferredToolRequests])
 
 
+def _runs_once(code: str, seen: list[Any]) -> FunctionModel:
+    """A model that calls run_code with ``code`` once, notes in ``seen`` what it returned,
+    and answers "ok"."""
+
+    def calls(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1].parts[-1]
+        if isinstance(last, ToolReturnPart):
+            seen.append(last.content)
+            return ModelResponse(parts=[TextPart("ok")])
+        return ModelResponse(parts=[ToolCallPart("run_code", {"code": code}, tool_call_id="f")])
+
+    return FunctionModel(calls)
+
+
 @pytest.mark.parametrize("how", ["refuse", "approve", "bare", "bare, new process"])
 async def test_an_approval_approves_only_the_calls_the_person_saw(tmp_path: Path, how: str) -> None:
     """Approving a run_code call approved whatever its script waited on once driven on: a
@@ -634,17 +648,10 @@ async def test_a_tools_model_retry_or_tool_failed_is_its_calls_error_said_on_pur
     return out;
     """
 
-    def calls(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        last = messages[-1].parts[-1]
-        if isinstance(last, ToolReturnPart):
-            seen.append(last.content)
-            return ModelResponse(parts=[TextPart("ok")])
-        return ModelResponse(parts=[ToolCallPart("run_code", {"code": code}, tool_call_id="f")])
-
     toolset = CodeModeToolset([find, Tool(ban)], runner=InProcessRunner(), type_check="off")
     caplog.set_level(logging.INFO, logger="codemode")
     try:
-        await Agent(FunctionModel(calls), toolsets=[toolset]).run("Go.")
+        await Agent(_runs_once(code, seen), toolsets=[toolset]).run("Go.")
     finally:
         await toolset.aclose()
     assert seen == [
@@ -733,14 +740,6 @@ async def test_a_sequential_tools_calls_run_alone(tmp_path: Path) -> None:
         return await flight(n)
 
     returned: list[Any] = []
-
-    def calls(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        last = messages[-1].parts[-1]
-        if isinstance(last, ToolReturnPart):
-            returned.append(last.content)
-            return ModelResponse(parts=[TextPart("ok")])
-        return ModelResponse(parts=[ToolCallPart("run_code", {"code": TOGETHER}, tool_call_id="s")])
-
     toolset = CodeModeToolset(
         [read, Tool(write, sequential=True)],
         data_dir=tmp_path,
@@ -748,7 +747,7 @@ async def test_a_sequential_tools_calls_run_alone(tmp_path: Path) -> None:
         type_check="off",
     )
     try:
-        await Agent(FunctionModel(calls), toolsets=[toolset]).run("Go.")
+        await Agent(_runs_once(TOGETHER, returned), toolsets=[toolset]).run("Go.")
     finally:
         await toolset.aclose()
     assert returned == ["Script finished.\nReturned:\n[1,2,3,4,5,6]"]
