@@ -1783,6 +1783,33 @@ async def test_a_call_waiting_its_turn_when_the_host_stops_runs_on_the_next(
     assert [(e, n) for e, n, _ in after.seen] == [("start", 2), ("end", 2)]
 
 
+async def test_a_hold_that_lands_before_a_sequential_calls_turn_keeps_it_in(
+    tmp_path: Any,
+) -> None:
+    """A hold that lands while the calls before a sequential tool's run: its call does not
+    go out (it waits its turn, so it had not), and runs once the script is released."""
+    flight = InFlight()
+
+    async def read_and_hold(n: int, ctx: ToolContext[None]) -> int:
+        await engine.hold(ctx.script_id)
+        return await flight(n)
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    tools = [Tool("read", input_schema=schema, handler=read_and_hold), flight.tools()[1]]
+    engine = CodeMode(tools, runner=InProcessRunner(), data_dir=tmp_path, type_check="off")
+    code = "return await Promise.all([tools.read({ n: 1 }), tools.write({ n: 2 })])"
+    try:
+        paused = await engine.run_code(code)
+        assert paused.status == "paused" and "held" in paused.text, paused.text
+        assert [(e, n) for e, n, _ in flight.seen] == [("start", 1), ("end", 1)]
+        await engine.release(paused.script_id)
+        result = await engine.resume(paused.script_id)
+    finally:
+        await engine.aclose()
+    assert result.value == [1, 2], result.text
+    assert [(e, n) for e, n, _ in flight.seen][2:] == [("start", 2), ("end", 2)]
+
+
 def test_a_client_tool_cannot_be_sequential() -> None:
     """The client runs a client tool's calls, when it will: no flag of the engine's orders
     them."""
