@@ -108,7 +108,8 @@ class Tool:
     ``sequential``: no call of it runs while another call of the same script runs, as
     pydantic-ai's ``sequential=True``: of the calls a script made together (a
     ``Promise.all``), those made before it end first, and those made after it start once it
-    ended; the calls between two such run together.
+    ended; the calls between two such run together. A call given up at its timeout, whose
+    handler runs on, counts no more.
 
     Raises :class:`ToolDefinitionError` for a schema that is not a usable JSON Schema, an input
     schema that is not an object, or a bad flag.
