@@ -873,7 +873,10 @@ class _Abandoned:
 
     def still(self, task: asyncio.Future[Any]) -> None:
         if not task.done():
-            self.say(f"still runs {STOP_GRACE:g} s after its call was given up and cancelled it")
+            self.say(
+                f"still runs {STOP_GRACE:g} s after its call was given up and cancelled it",
+                "it catches asyncio.CancelledError, or cleans up slowly",
+            )
 
     def ended(self, task: asyncio.Future[Any]) -> None:
         self.timer.cancel()
@@ -882,14 +885,18 @@ class _Abandoned:
         # Retrieved, so asyncio does not log it again: nobody awaits it any more.
         raised = task.exception()
         ended = "raised" if raised is not None else "returned"
-        self.say(f"went on after its call was given up and cancelled it, and {ended}")
+        self.say(
+            f"went on after its call was given up and cancelled it, and {ended}",
+            "it catches asyncio.CancelledError",
+        )
 
-    def say(self, what: str) -> None:
+    def say(self, what: str, why: str) -> None:
         if not self.said:
             self.said = True
             logger.warning(
-                "tools.%s: its handler %s (it catches asyncio.CancelledError); nothing waits "
-                "for it, and what it does is not the call's result; let CancelledError through",
+                "tools.%s: its handler %s (%s); nothing waits for it, and what it does is not "
+                "the call's result; let CancelledError through",
                 self.name,
                 what,
+                why,
             )
