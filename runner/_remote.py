@@ -916,7 +916,7 @@ def read_token(
     environ: Mapping[str, str] | None = None,
     where: str = "the runner",
 ) -> str:
-    """The shared token: the first line of ``token_file`` if given, else ``$env_name``.
+    """The shared token: the one line of ``token_file`` if given, else ``$env_name``.
 
     Raises ``ValueError`` naming where it looked and how to make a token.
     """
@@ -944,6 +944,12 @@ def read_token(
             ) from None
         if not token:
             raise ValueError(f"{where}: the token file {path} is empty; {remedy}")
+        if len(lines := token.splitlines()) > 1:
+            # Another file named by mistake (a config, a key) was its whole text as the token.
+            raise ValueError(
+                f"{where}: the token file {path} has {len(lines):,} lines; it holds one line, "
+                f"the token: {remedy}"
+            )
         return token
     env = os.environ if environ is None else environ
     token = env.get(env_name, "").strip()

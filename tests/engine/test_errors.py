@@ -320,11 +320,20 @@ _REMOTE = '[codemode.runner]\nkind = "remote"\naddresses = ["127.0.0.1:9"]\n'
     [
         (_REMOTE + 'token_file = "missing.token"', "token_file: cannot read the token file"),
         (_REMOTE + 'token_file = "empty.token"', "token_file: the token file .* is empty"),
+        # Another file named by mistake: its whole text was the token.
+        (_REMOTE + 'token_file = "codemode.toml"', "token_file: the token file .* has 4 lines"),
         (_REMOTE + 'token_env = "CODEMODE_NO_SUCH_TOKEN"', r"token_env: no token: .*NO_SUCH"),
         (_REMOTE + 'token = "t"\nca_file = "empty.token"', "ca_file .* cannot load it"),
         ('[codemode.runner]\ndata_limit = "1kb"', "data_limit is 1,024 bytes"),
     ],
-    ids=["token_file missing", "token_file empty", "token_env unset", "ca_file", "data_limit"],
+    ids=[
+        "token_file missing",
+        "token_file empty",
+        "token_file of lines",
+        "token_env unset",
+        "ca_file",
+        "data_limit",
+    ],
 )
 def test_runner_errors_name_the_config_file_and_the_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: str, named: str
