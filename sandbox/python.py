@@ -3268,7 +3268,9 @@ class _Stream(_Opaque):
         try:
             if self._handle is None and not self._done:
                 self._handle = run._file_op(
-                    "open", {"kind": self._kind, "id": self._id, "options": self._options}
+                    "open",
+                    {"kind": self._kind, "id": self._id, "options": self._options},
+                    call=self._kind,
                 )
             while self._index >= len(self._buffer):
                 if self._done:
@@ -3497,8 +3499,12 @@ class Run(Replay):
             else:
                 future._reject(ToolError(answer[1], name))
 
-    def _file_op(self, op: str, args: dict[str, Any], quiet: bool = False) -> Any:
-        answer = self._file(op, _json(args, "the argument"))
+    def _file_op(
+        self, op: str, args: dict[str, Any], quiet: bool = False, call: str | None = None
+    ) -> Any:
+        """The core's answer to files ``op``; a TypeError for arguments that are not data
+        names the ``files`` method the script called (``call``, else ``op``)."""
+        answer = self._file(op, _json(args, f"files.{call or op}(...)"))
         tag, rest = answer[:1], answer[1:]
         if tag == "r":
             # A long answer (a file's text, a long line) by the standard library: see jsontext.

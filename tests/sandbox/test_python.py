@@ -1066,6 +1066,23 @@ def test_a_stream_left_early_frees_its_slot() -> None:
     assert value(code, files=FILES, fetch=_fetch, streams=2) == 10
 
 
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        ("files.stat({'d.csv'})", "id in files.stat(...) is a set (pass a list)"),
+        ("await files.text(float('inf'))", "id in files.text(...) is inf, which JSON cannot"),
+        (
+            "[r async for r in files.lines('d.csv', limit=10**30)]",
+            "options.limit in files.lines(...) is an integer too large for JSON data",
+        ),
+    ],
+)
+def test_files_given_what_is_not_data_names_the_files_method(code: str, said: str) -> None:
+    """It said "id in the argument", as of a tool's argument, where no tool was called."""
+    name, message = caught(code, files=FILES, fetch=_fetch)
+    assert name == "TypeError" and message.startswith(said), message
+
+
 def test_a_missing_file_is_a_catchable_error_naming_the_closest() -> None:
     name, message = caught("files.stat('d.cvs')", files=FILES, fetch=_fetch)
     assert name == "FileError"
