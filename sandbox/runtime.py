@@ -314,6 +314,151 @@ _REJECTS = re.compile(r"\breject\b")
 _UNDECLARED_PRIVATE = re.compile(r"undefined private field '(#[\w$]+)'")
 
 
+# QuickJS's "not a function" names no callee, and its column is the last place the failing
+# call's code was compiled from: the callee's name (`o.fetch(1)` at `fetch`) when its arguments
+# compile to no place of their own, else one in them (`o.a(g(1))` at `g`, `x.map(y => y)` at
+# `y`). So the callee is named from the line's text only where one call of it can hold that
+# column, and only a name or a chain of them (`tools.crm.find`); a line that may go on a call
+# begun above it, or holds a template or regex literal, names none.
+# QuickJS says "not a function" too when it calls what a script made in place of a language
+# protocol's function (an iterator's `next`, `Symbol.toPrimitive`, `Symbol.hasInstance`, a
+# Proxy's trap), at a place of whatever code came before (a loop's `next` at the end of its
+# body: `for (const x of items) total.add(x)` at `add`): in a script that makes one, the
+# failing call is not told.
+_PROTOCOL_OF_ITS_OWN = re.compile(
+    r"\bSymbol\s*(?:\.\s*(?:iterator|asyncIterator|toPrimitive|hasInstance)\b|\[)|\bProxy\b"
+)
+_FIRST_FRAME = re.compile(r"<input>:(\d{1,9}):(\d{1,9})\)?\s*$")
+# What prelude.js's `compile` puts before the body on its first line (its BEFORE_BODY), whose
+# columns QuickJS counts there.
+_FIRST_LINE_COLUMNS = len("throw 0; async function __cm_main() {") - 1
+# A longer line (a minified script's) is not read for it: a failure costs little to report.
+_CALLEE_LINE_BOUND = 2000
+# A line after one ending so begins a statement (not one inside a call's arguments, as after
+# `o.a({` or `o.a(1,`): a block's `{` follows `)`, `=>`, `else`, `try`, `finally` or `do`.
+_BEGINS_STATEMENT = re.compile(r"(?:[;}]|(?:\)|=>|\b(?:else|try|finally|do))\s*\{)$")
+# Where a function written in a line begins (its code is compiled apart).
+_FUNCTION_BEGINS = re.compile(r"=>|(?<![\w$])function(?![\w$])")
+# Words whose parenthesis opens no call (`if (`, `function f(`); `new X(` calls no function.
+_NO_CALL_WORDS = frozenset(
+    (
+        "if", "for", "while", "switch", "catch", "return", "typeof", "await", "function", "void",
+        "delete", "throw", "case", "in", "of", "yield", "else", "do", "instanceof", "async",
+    )
+)  # fmt: skip
+
+
+def _name_start(text: str, end: int) -> int:
+    """Where the name that ends at ``end`` of ``text`` begins (``end`` if none does)."""
+    start = end
+    while start and (text[start - 1].isalnum() or text[start - 1] in "_$"):
+        start -= 1
+    return end if start < end and text[start].isdigit() else start
+
+
+def _blanks_from(text: str, end: int) -> int:
+    """Where the blanks before ``end`` of ``text`` begin."""
+    return len(text[:end].rstrip())
+
+
+def _divides(text: str, at: int) -> bool:
+    """Whether the slash at ``at`` of ``text`` divides (after a name, a number, `)` or `]`),
+    else it opens a regex literal."""
+    end = _blanks_from(text, at)
+    return end > 0 and (text[end - 1].isalnum() or text[end - 1] in "_$)]")
+
+
+def _call_opened(text: str, at: int) -> tuple[int, str | None] | None:
+    """What the parenthesis at ``at`` of ``text`` opens: a call, as where its column can be
+    from (its callee's last name; the line's start for a callee of another kind, `f()(`,
+    `o[k](`) and its callee if a name or a chain of them, else None; None for no call."""
+    end = _blanks_from(text, at)
+    if text.endswith("?.", 0, end):
+        end = _blanks_from(text, end - 2)
+    anchor = chain = _name_start(text, end)
+    if anchor == end:
+        return (0, None) if text[end - 1 : end] in (")", "]") else None
+    while True:  # back over each `object.` before the name
+        dot = _blanks_from(text, chain)
+        if text.endswith("?.", 0, dot):
+            dot -= 2
+        elif text.endswith(".", 0, dot) and not text.endswith("...", 0, dot):
+            dot -= 1
+        else:
+            break
+        name_end = _blanks_from(text, dot)
+        chain = _name_start(text, name_end)
+        if chain == name_end:
+            return anchor, None  # a member of what is no name: `f().g(`, `a[0].g(`
+    word_end = _blanks_from(text, chain)
+    word = text[_name_start(text, word_end) : word_end]
+    if word == "function" or (chain == anchor and text[anchor:end] in _NO_CALL_WORDS):
+        return None
+    return anchor, None if word == "new" else "".join(text[chain:end].split())
+
+
+def _callee(lines: list[str], number: int, column: int) -> str | None:
+    """The callee of the call on line ``number`` (from 1) of ``lines`` that QuickJS said is
+    "not a function" at ``column`` (its: UTF-8 bytes, from 1), when the line says it for sure
+    (see _FIRST_FRAME); else None."""
+    text = lines[number - 1]
+    above = (x.partition("//")[0].strip() for x in reversed(lines[: number - 1]))
+    if len(text) > _CALLEE_LINE_BOUND or not _BEGINS_STATEMENT.search(
+        next(filter(None, above), ";")
+    ):
+        return None  # the line may go on a call begun above it
+    at = len(text.encode()[: max(column - 1, 0)].decode("utf-8", "ignore"))
+    calls: list[tuple[int, int, int, str | None]] = []  # where its column can be from, its ( )
+    bodies: list[tuple[int, int]] = []  # where each function written in the line is
+    # Each bracket open: itself, where, the call it opens; and, by the same index, where a
+    # function written in it begins (-1: none yet).
+    opened: list[tuple[str, int, tuple[int, str | None] | None]] = []
+    function_at: list[int] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c in "'\"":
+            i += 1
+            while i < len(text) and text[i] != c:
+                i += 2 if text[i] == "\\" else 1
+        elif c == "`" or text.startswith("/*", i):
+            return None
+        elif text.startswith("//", i):
+            break
+        elif c == "/" and not _divides(text, i):
+            return None  # a regex literal
+        elif c in "([{":
+            opened.append((c, i, _call_opened(text, i) if c == "(" else None))
+            function_at.append(-1)
+        elif c in ")]}":
+            if not opened or opened[-1][0] != "([{"[")]}".index(c)]:
+                return None  # it closes what a line above opened
+            _, opens, call = opened.pop()
+            if (begins := function_at.pop()) >= 0:
+                bodies.append((begins, i))
+            if call is not None:
+                calls.append((call[0], opens, i, call[1]))
+        elif function_at and function_at[-1] < 0 and _FUNCTION_BEGINS.match(text, i):
+            function_at[-1] = i
+        elif c == "," and function_at and function_at[-1] >= 0:
+            bodies.append((function_at[-1], i))  # an arrow's body ends at the next argument
+            function_at[-1] = -1
+        i += 1
+    for (_, opens, call), begins in zip(opened, function_at, strict=True):
+        if begins >= 0:
+            bodies.append((begins, len(text)))
+        if call is not None:
+            calls.append((call[0], opens, len(text), call[1]))
+    # A call whose arguments hold a function the column is in (`p.then((x) => x.go())` at
+    # `go`) is not the one: the function's code is compiled apart, its places its own.
+    holding = [
+        callee
+        for begins, opens, ends, callee in calls
+        if begins <= at <= ends and not any(opens < b < at <= e for b, e in bodies)
+    ]
+    return holding[0] if len(holding) == 1 else None
+
+
 def _fills(parts: list[str], text: str) -> bool:
     """Whether ``text`` is ``parts`` with anything between each two (a template's text
     between its holes, as written: escapes left as they are), found left to right."""
@@ -739,6 +884,10 @@ class Run(Replay):
             message += _AWAIT_OUTSIDE_ASYNC
         elif name == "ReferenceError" and (undefined := _NOT_DEFINED.fullmatch(message)):
             message += self.tool_hint(undefined[1], "{...}") or _HOST_GLOBALS.get(undefined[1], "")
+        elif name == "TypeError" and message == "not a function":
+            callee = self._not_a_function(stack)
+            if callee is not None:
+                message = f"{callee} is not a function"
         elif name == "TypeError" and (read_only := _READ_ONLY.fullmatch(message)):
             assigned = self._const_assigned(read_only[1], lines)
             if assigned is not None:
@@ -766,6 +915,20 @@ class Run(Replay):
         if name == "SyntaxError" and not ran.error.lines:  # type: ignore[union-attr]
             ran.error.lines = self._lines(first)  # type: ignore[union-attr]
         return self._finish(ran)
+
+    def _not_a_function(self, stack: str) -> str | None:
+        """The callee of the script's call that QuickJS said is "not a function", read at the
+        place its innermost frame names, when that is a line of the script (see _callee)."""
+        found = _FIRST_FRAME.search(stack.lstrip("\n").partition("\n")[0])
+        if found is None or _PROTOCOL_OF_ITS_OWN.search(self.javascript):
+            return None
+        number, column = int(found[1]), int(found[2])
+        lines = source_lines(self.javascript, "javascript")
+        if not 1 <= number <= min(len(lines), len(self.script_lines)):
+            return None
+        if number == 1:
+            column -= _FIRST_LINE_COLUMNS
+        return _callee(lines, number, column)
 
     def _unplaced(self, message: str) -> list[ErrorLine]:
         """The line of a SyntaxError QuickJS gives no position for: a regex literal that is

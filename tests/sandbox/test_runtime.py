@@ -1392,6 +1392,47 @@ def test_a_read_only_property_is_no_const() -> None:
     assert [x.line for x in ran.error.lines] == [3, 4]
 
 
+@pytest.mark.parametrize(
+    ("code", "callee"),
+    [
+        ("const o = {};\no.fetch(1);", "o.fetch"),
+        ("const o = {}; o.fetch(1);", "o.fetch"),  # the first line's columns, as QuickJS counts
+        ("const x = 5;\nconst r = x.map((y) => y * 2);", "x.map"),
+        ("let total = 3;\ntotal(1);", "total"),
+        ("const a = { b: {} };\nawait a.b.c({ q: 1 });", "a.b.c"),
+        ("const o = { list: 'abc' };\nconst z = o.list.map(f => f).filter(Boolean);", "o.list.map"),
+        ("const o = {};\nconst n = o.a({ k: o }, 'a(b').length;", "o.a"),
+        ("const o = { f: 1 };\nconst z = o.f?.(1);", "o.f"),
+        ("const o = {}; const n = 4;\nconst z = o.half(n / 2, '(');", "o.half"),
+        ("const é = {};\nconst n = 'é'; é.run(n);", "é.run"),
+        ("const o = {}; // o.z(\nif (o) o.y();", "o.y"),
+        ("function f(o) {\n  return o.go(1);\n}\nf({});", "o.go"),
+        ("const p = Promise.resolve(1);\nawait p.then((x) => x.y());", "x.y"),
+        ("const o: any = {};\nconst n: number = 1; o.fetch<string>(n);", "o.fetch"),
+        # Not told for sure: the column is in a call's arguments, where another call begins;
+        # the callee is no name; the line goes on a call begun above; a protocol's function
+        # of the script's own.
+        ("const o = {}; const g = (x) => x;\nconst z = o.a(g(1));", None),
+        ("const o = {};\nconst z = o['k'](1);", None),
+        ("const h = () => 1;\nh()(2);", None),
+        ("const o = {}; const g = (x) => x;\nconst z = o.a(\n  g(1));", None),
+        ("const o = {};\nconst z = `${o.bar()}`;", None),
+        ("const o = {};\nconst z = o.bar(/\\(/);", None),
+        ("const o = { [Symbol.toPrimitive]: 5 };\nconst f = (x) => x;\nf(o + 1);", None),
+        ("const o = { [Symbol.iterator]: () => ({ next: 5 }) };\nfor (const x of o) o.f(x);", None),
+        ("const a = 1;\n[1].map(5);", None),
+    ],
+)
+def test_a_call_of_what_is_not_a_function_names_the_callee(code: str, callee: str | None) -> None:
+    """QuickJS's "not a function" names the callee, as Node.js does (`o.fetch is not a
+    function`), read at the column of the script's line where the error was made, when that
+    line says which call it was for sure; else QuickJS's words stand. (It named none.)"""
+    ran = run(code)
+    assert ran.error is not None and ran.error.name == "TypeError", ran
+    expected = "not a function" if callee is None else f"{callee} is not a function"
+    assert ran.error.message == expected, ran.error
+
+
 # ---------------------------------------------------------------------------------------------
 # Limits
 # ---------------------------------------------------------------------------------------------
