@@ -275,6 +275,15 @@ _AWAIT_OUTSIDE_ASYNC = (
 )
 
 
+# QuickJS's words for an object that gives no primitive value (`"total: " + counts` of an
+# Object.create(null), which has no toString), where Node.js's say what failed.
+_NO_PRIMITIVE = (
+    "cannot convert object to primitive value: it has no toString or valueOf that gives one "
+    "(an object made with Object.create(null)?); make text of it with JSON.stringify, or read "
+    "its fields"
+)
+
+
 # A const the script gives another value, which QuickJS reports as "'total' is read-only"
 # at the line of the statement after the assignment (`total = 0;` then `return total;` named
 # the return): its declaration, and an assignment to it (`=`, `+=`, `++`; not `o.total =`).
@@ -884,6 +893,8 @@ class Run(Replay):
             message += _AWAIT_OUTSIDE_ASYNC
         elif name == "ReferenceError" and (undefined := _NOT_DEFINED.fullmatch(message)):
             message += self.tool_hint(undefined[1], "{...}") or _HOST_GLOBALS.get(undefined[1], "")
+        elif name == "TypeError" and message == "toPrimitive":
+            message = _NO_PRIMITIVE
         elif name == "TypeError" and message == "not a function":
             callee = self._not_a_function(stack)
             if callee is not None:

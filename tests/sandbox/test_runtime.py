@@ -1433,6 +1433,17 @@ def test_a_call_of_what_is_not_a_function_names_the_callee(code: str, callee: st
     assert ran.error.message == expected, ran.error
 
 
+@pytest.mark.parametrize("made", ["'counts: ' + d", "`${d}`", "String(d)", "d * 2"])
+def test_an_object_of_no_primitive_value_says_so(made: str) -> None:
+    """An object with no toString or valueOf (Object.create(null)'s) made into text or a number
+    says what failed and what to write, where QuickJS says "toPrimitive" alone."""
+    ran = run(f"const d = Object.create(null);\nd.a = 1;\nconst s = {made};")
+    assert ran.error is not None and ran.error.name == "TypeError", ran
+    assert ran.error.message.startswith("cannot convert object to primitive value: "), ran.error
+    assert "JSON.stringify" in ran.error.message
+    assert [x.line for x in ran.error.lines] == [3]
+
+
 # ---------------------------------------------------------------------------------------------
 # Limits
 # ---------------------------------------------------------------------------------------------
