@@ -431,6 +431,8 @@ class _Opaque(metaclass=_Sealed):
 _TYPE_NAME = type.__dict__["__name__"]
 _TYPE_MODULE = type.__dict__["__module__"]
 _TRACEBACK = BaseException.__dict__["__traceback__"]
+_ATTRIBUTE_OBJ = AttributeError.__dict__["obj"]
+_ATTRIBUTE_NAME = AttributeError.__dict__["name"]
 _ARGS = BaseException.__dict__["args"]
 # What C code says with a MemoryError when an allocation failed (CPython's compression
 # modules: zlib, gzip), as the interpreter says nothing: the heap's limit, not the script's
@@ -4453,6 +4455,14 @@ class Run(Replay):
         elif type(error) is KeyError and (keys := _keys_had(error, self.script_lines)):
             # `r["nmae"]` of a tool's result: its keys, so the model need not guess them.
             message += keys
+        elif (
+            type(error) is AttributeError
+            and type(held := _ATTRIBUTE_OBJ.__get__(error)) is dict
+            and type(key := _ATTRIBUTE_NAME.__get__(error)) is str
+            and key in held
+        ):
+            # `r.name` of a tool's result, as JavaScript reads it.
+            message += f"; {key!r} is a key of the dict: read it as d[{key!r}], not d.{key}"
         elif type(error) is decimal.InvalidOperation and message == _NOT_A_DECIMAL:
             # `Decimal(row["price"])` of "N/A" or "" from a tool: C decimal's text is a class.
             message = "Decimal(...) was given text that is not a number (ConversionSyntax)"

@@ -291,6 +291,18 @@ def test_a_key_a_dict_has_not_is_said_with_the_keys_it_has(code: str, said: str)
     assert said in error.message
 
 
+def test_a_key_read_as_an_attribute_says_to_read_it_by_key() -> None:
+    """`r.name` of a tool's result, as JavaScript reads it: CPython's text said only that
+    the dict has no such attribute."""
+    error = failed("r = await tools.echo(n=1)\nreturn r.name", [ORDER])
+    assert (error.name, error.message) == (
+        "AttributeError",
+        "'dict' object has no attribute 'name'; 'name' is a key of the dict: read it as "
+        "d['name'], not d.name",
+    )
+    assert failed("return {'a': 1}.b").message == "'dict' object has no attribute 'b'"
+
+
 def test_a_key_error_the_script_catches_is_pythons() -> None:
     """Only the run's own failure says more: e, e.args and str(e) are CPython's, and a
     KeyError not raised by a subscript of a plain dict (a library's, a class's) is as it was."""
