@@ -275,13 +275,20 @@ _AWAIT_OUTSIDE_ASYNC = (
 )
 
 
-# QuickJS's words for an object that gives no primitive value (`"total: " + counts` of an
-# Object.create(null), which has no toString), where Node.js's say what failed.
-_NO_PRIMITIVE = (
-    "cannot convert object to primitive value: it has no toString or valueOf that gives one "
-    "(an object made with Object.create(null)?); make text of it with JSON.stringify, or read "
-    "its fields"
-)
+# QuickJS's bare words for what Node.js says in full, with what to write instead: an object
+# that gives no primitive value (`"total: " + counts` of an Object.create(null), which has no
+# toString); reduce of an empty array given no first value (a filter that kept nothing).
+_SAID_IN_FULL = {
+    ("TypeError", "toPrimitive"): (
+        "cannot convert object to primitive value: it has no toString or valueOf that gives "
+        "one (an object made with Object.create(null)?); make text of it with JSON.stringify, "
+        "or read its fields"
+    ),
+    ("TypeError", "empty array"): (
+        "reduce of an empty array with no initial value; give reduce one as its second "
+        "argument, as `items.reduce((sum, x) => sum + x, 0)`"
+    ),
+}
 
 
 # A const the script gives another value, which QuickJS reports as "'total' is read-only"
@@ -893,8 +900,8 @@ class Run(Replay):
             message += _AWAIT_OUTSIDE_ASYNC
         elif name == "ReferenceError" and (undefined := _NOT_DEFINED.fullmatch(message)):
             message += self.tool_hint(undefined[1], "{...}") or _HOST_GLOBALS.get(undefined[1], "")
-        elif name == "TypeError" and message == "toPrimitive":
-            message = _NO_PRIMITIVE
+        elif (name, message) in _SAID_IN_FULL:
+            message = _SAID_IN_FULL[name, message]
         elif name == "TypeError" and message == "not a function":
             callee = self._not_a_function(stack)
             if callee is not None:

@@ -1444,6 +1444,19 @@ def test_an_object_of_no_primitive_value_says_so(made: str) -> None:
     assert [x.line for x in ran.error.lines] == [3]
 
 
+@pytest.mark.parametrize("items", ["[]", "new Float64Array(0)"])
+def test_reduce_of_an_empty_array_says_to_give_an_initial_value(items: str) -> None:
+    """reduce of an empty array with no initial value (a filter that kept nothing) says so and
+    what to write, where QuickJS says "empty array" alone."""
+    ran = run(f"const items = {items};\nreturn items.reduceRight((a, b) => a + b);")
+    assert ran.error is not None and ran.error.name == "TypeError", ran
+    assert ran.error.message == (
+        "reduce of an empty array with no initial value; give reduce one as its second "
+        "argument, as `items.reduce((sum, x) => sum + x, 0)`"
+    )
+    assert [x.line for x in ran.error.lines] == [2]
+
+
 # ---------------------------------------------------------------------------------------------
 # Limits
 # ---------------------------------------------------------------------------------------------
