@@ -128,19 +128,21 @@ class Attachment:
         return guessed or "application/octet-stream"
 
 
-# How many blob files a BlobStore remembers the stat of (see BlobStore._holds); one it
+# How many blobs a BlobStore remembers the version of (see BlobStore.unchanged); one it
 # forgot is hashed again when next read.
-_STATS_KEPT = 4096
+_VERSIONS_KEPT = 4096
+# What a script reads of a file whose blob changed (FileMissing's text).
+WRITTEN_OVER = "its bytes in the store were written over since they were recorded"
 
 
 class BlobStore:
     """Immutable blobs by SHA-256: in memory, or as files under a directory.
 
-    A blob file read is checked to hold the bytes its name is the digest of: hashed when
-    this store first reads it, then known by its ``stat`` (device, inode, size, modification
-    and change times), as git knows a checked-out file; one changed since (on disk, by
-    anyone) is hashed again, and read as gone if its bytes are not the recorded ones. (An
-    edit within one tick of the file system's clock of the hash would go unseen.)
+    A blob read is checked to hold the bytes its name is the digest of: hashed when this
+    store first reads it, then known by a version of it (a file's ``stat``: device, inode,
+    size, modification and change times), as git knows a checked-out file; one changed since
+    (by anyone) is hashed again, and read as gone if its bytes are not the recorded ones.
+    (A file's edit within one tick of the file system's clock of the hash would go unseen.)
 
     Hosts that share a log on several machines share its blobs too: a subclass keeps them
     elsewhere by overriding :meth:`put` and :meth:`read` (``PostgresStore.blob_store()``
@@ -151,8 +153,8 @@ class BlobStore:
         self.directory = Path(directory) if directory is not None else None
         self._memory: dict[str, bytes] = {}
         self._lock = threading.Lock()
-        # Each blob file found to hold its digest's bytes: its stat then.
-        self._stats: dict[str, tuple[int, ...]] = {}
+        # Each blob found to hold its digest's bytes: its version then (see unchanged).
+        self._versions: dict[str, object] = {}
         if self.directory is not None:
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
@@ -196,24 +198,32 @@ class BlobStore:
             return False
 
     def _whole(self, f: io.BufferedReader, digest: str, *, written: bool = False) -> bool:
-        """Whether the open blob file ``f`` holds the bytes ``digest`` names: its stat is
-        the one it had when they were last found there, else its bytes are hashed (and its
-        stat, taken first, kept when they are the digest's: a change during the hash
-        changes it). Leaves ``f``'s position anywhere."""
+        """Whether the open blob file ``f`` holds the bytes ``digest`` names (see
+        :meth:`unchanged`; its version is its stat). Leaves ``f``'s position anywhere."""
         info = os.fstat(f.fileno())
-        seen = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-        with self._lock:
-            if self._stats.get(digest) == seen:
-                return True
         if not stat.S_ISREG(info.st_mode):
             return False
-        if not written and hashlib.file_digest(f, "sha256").hexdigest() != digest:
+        seen = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        return self.unchanged(
+            digest, seen, lambda: written or hashlib.file_digest(f, "sha256").hexdigest() == digest
+        )
+
+    def unchanged(self, digest: str, version: object, hashed: Callable[[], bool]) -> bool:
+        """Whether a blob whose ``version`` (anything that changes when its bytes do: a
+        file's stat, a row's transaction id) is ``version`` now holds the bytes ``digest``
+        names: its version is the one it had when they were last found there, else
+        ``hashed()`` says so (and the version, taken before the hash, is kept: a change
+        during it changes the version)."""
+        with self._lock:
+            if self._versions.get(digest) == version:
+                return True
+        if not hashed():
             return False
         with self._lock:
-            self._stats.pop(digest, None)
-            if len(self._stats) >= _STATS_KEPT:
-                del self._stats[next(iter(self._stats))]
-            self._stats[digest] = seen
+            self._versions.pop(digest, None)
+            if len(self._versions) >= _VERSIONS_KEPT:
+                del self._versions[next(iter(self._versions))]
+            self._versions[digest] = version
         return True
 
     def _path(self, digest: str) -> Path:
@@ -234,10 +244,7 @@ class BlobStore:
         try:
             with open(self._path(digest), "rb") as f:
                 if not self._whole(f, digest):
-                    raise FileMissing(
-                        "its bytes in the store changed since they were recorded (its blob "
-                        "file was written over)"
-                    )
+                    raise FileMissing(WRITTEN_OVER)
                 f.seek(offset)
                 return f.read(length)
         except FileNotFoundError:

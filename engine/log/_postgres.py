@@ -10,6 +10,7 @@ Tables live in their own schema (``codemode`` unless told), out of the way of th
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import re
 import time
@@ -20,7 +21,7 @@ from typing import Any
 import orjson
 
 from engine._errors import ConfigError, StoreUnavailable
-from engine._files import BlobStore
+from engine._files import WRITTEN_OVER, BlobStore
 from engine.log import _rows as rows
 from engine.log import _schema as tables
 from engine.log import _sql as sql
@@ -422,29 +423,54 @@ class PostgresBlobStore(BlobStore):
 
     def put(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
+        # A row written over since (other bytes under the name) is written again, as a
+        # file is (BlobStore.put).
         self._one(
-            "INSERT INTO blobs (digest, data) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            "INSERT INTO blobs (digest, data) VALUES (%s, %s) ON CONFLICT (digest) DO UPDATE "
+            "SET data = EXCLUDED.data WHERE blobs.data IS DISTINCT FROM EXCLUDED.data",
             (digest, data),
         )
         return digest
 
     def read(self, digest: str, offset: int, length: int) -> bytes:
+        # A row's version is the transaction that wrote it (xmin), which an UPDATE changes.
         row = self._one(
-            "SELECT substring(data FROM %s FOR %s) FROM blobs WHERE digest = %s",
+            "SELECT substring(data FROM %s FOR %s), xmin::text FROM blobs WHERE digest = %s",
             (offset + 1, length, digest),
         )
         if row is None:
             raise FileMissing("its bytes are gone from the store")
+        if not self.unchanged(digest, row[1], lambda: self._hashed(digest, row[1])):
+            raise FileMissing(WRITTEN_OVER)
         return bytes(row[0])
+
+    def _hashed(self, digest: str, version: str) -> bool:
+        """Whether the row of ``digest``, still at ``version``, holds the bytes it names
+        (hashed here: PostgreSQL 10 has no sha256())."""
+        row = self._one("SELECT data, xmin::text FROM blobs WHERE digest = %s", (digest,))
+        return (
+            row is not None and row[1] == version and hashlib.sha256(row[0]).hexdigest() == digest
+        )
 
     def missing(self, blobs: Mapping[str, int]) -> list[str]:
         rows = self._one(
-            "SELECT digest, octet_length(data) FROM blobs WHERE digest = ANY(%s)",
+            "SELECT digest, octet_length(data), xmin::text FROM blobs WHERE digest = ANY(%s)",
             (list(blobs),),
             every=True,
         )
-        found = {row[0]: row[1] for row in rows}
-        return [d for d, size in blobs.items() if found.get(d) != size]
+        found: dict[str, tuple[int, str]] = {row[0]: (row[1], row[2]) for row in rows}
+        gone = []
+        for digest, size in blobs.items():
+            had = found.get(digest)
+            if (
+                had is None
+                or had[0] != size
+                or not self.unchanged(
+                    digest, had[1], functools.partial(self._hashed, digest, had[1])
+                )
+            ):
+                gone.append(digest)
+        return gone
 
 
 class _Uncommitted(Exception):

@@ -10,6 +10,7 @@ import pytest
 
 from engine import CodeMode, Limits, tool
 from engine._files import Attachment, BlobStore
+from runner import FileMissing
 from tests.engine.conftest import InProcessRunner
 
 SALES = b"region,amount\nnorth,10\nsouth,5\nnorth,7\n"
@@ -462,10 +463,7 @@ async def test_a_blob_file_written_over_between_steps_is_gone_to_the_script(
         result = await engine.run_code(code, files=[Attachment("a.txt", data=b"hello")])
     finally:
         await engine.aclose()
-    gone = (
-        "a.txt is gone: its bytes in the store changed since they were recorded (its blob file "
-        "was written over)"
-    )
+    gone = "a.txt is gone: its bytes in the store were written over since they were recorded"
     # Replayed, the first read is made again too; live, the process has its bytes already.
     assert result.value == ["hello" if live else gone, gone], result.text
 
@@ -520,8 +518,8 @@ def test_a_blob_store_says_which_blobs_it_lost(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """BlobStore.missing: the digests asked for that the store does not have whole (gone,
-    or of another size than recorded), in the order asked (PostgreSQL's in one query).
-    Needs PostgreSQL for "postgres"."""
+    of another size than recorded, or, on disk or in PostgreSQL, written over), in the
+    order asked (PostgreSQL's in one query). Needs PostgreSQL for "postgres"."""
     import uuid
 
     from engine import PostgresStore
@@ -539,6 +537,18 @@ def test_a_blob_store_says_which_blobs_it_lost(
         assert blobs.missing(asked) == [gone, "f" * 64]
         assert blobs.missing({kept: 3, empty: 1}) == [kept, empty]
         assert blobs.missing({}) == []
+        if kind != "memory":
+            # Written over with as many other bytes: missing, and read as gone.
+            assert blobs.read(kept, 0, 4) == b"kept"
+            if kind == "directory":
+                (tmp_path / kept[:2] / kept).write_bytes(b"KEPT")
+            else:
+                blobs._one("UPDATE blobs SET data = %s WHERE digest = %s", (b"KEPT", kept))  # type: ignore[attr-defined]
+            assert blobs.missing({kept: 4}) == [kept]
+            with pytest.raises(FileMissing, match="written over since they were recorded"):
+                blobs.read(kept, 0, 4)
+            assert blobs.put(b"kept") == kept  # written again, whole
+            assert blobs.missing({kept: 4}) == [] and blobs.read(kept, 0, 4) == b"kept"
     finally:
         blobs.close()
 
