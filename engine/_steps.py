@@ -90,8 +90,9 @@ class StepLoop(CallSettling):
                 return await self._end(drive, dataclasses.replace(over, printed=printed))
             step = await self._step(drive, limits)
             if step.outcome == "failed" and not step.printed:
-                # A process a limit stopped (its CPU, its deadline) reported nothing: what
-                # the steps before printed stands, the script's output up to its last call.
+                # A process a limit ended (its deadline, its CPU where the run could not
+                # stop itself: see sandbox.replay.CpuStop) reported nothing: what the steps
+                # before printed stands, the script's output up to its last call.
                 step.printed = printed
             printed = step.printed
             ending = self._over_budget(drive.record, step, limits)
@@ -340,22 +341,20 @@ class StepLoop(CallSettling):
             )
         # The runner ends a run at what is left of the total (`compute_left_ms`), and names
         # it; a runner without it (script version 2) lets the run end a segment later.
-        ended = step.limit is not None and step.limit.name == "total_compute_ms"
-        over = record.total_compute_ms > limits.total_compute_ms
-        if over and (ended or step.outcome == "calls"):
-            return Ending.limit_met(
-                "total_compute_ms",
-                f"the script's runs have used {record.total_compute_ms:,.0f} ms of CPU in all, "
-                f"and one script may use {limits.total_compute_ms:,} ms",
-            )
-        if ended:
-            # The runner's timer ends the run at what was left; what the process is charged,
-            # read apart, can come out a little under it ("1,498 ms of 1,500" read as a
-            # limit not met).
+        if step.limit is not None and step.limit.name == "total_compute_ms":
+            # The run was stopped at what was left: what the process is charged, read apart,
+            # comes out a little under or over it ("1,498 ms of 1,500" read as a limit not
+            # met), so the ending does not say it (the same, live or replayed).
             return Ending.limit_met(
                 "total_compute_ms",
                 f"the script's runs have used all the {limits.total_compute_ms:,} ms of CPU "
                 "one script may use",
+            )
+        if record.total_compute_ms > limits.total_compute_ms and step.outcome == "calls":
+            return Ending.limit_met(
+                "total_compute_ms",
+                f"the script's runs have used {record.total_compute_ms:,.0f} ms of CPU in all, "
+                f"and one script may use {limits.total_compute_ms:,} ms",
             )
         return None
 

@@ -427,6 +427,7 @@ _SIGNAL_NAMES: dict[int, str] = {
     signal.SIGFPE: "SIGFPE",
     signal.SIGKILL: "SIGKILL",
     signal.SIGPROF: "SIGPROF",
+    signal.SIGVTALRM: "SIGVTALRM",
     signal.SIGXCPU: "SIGXCPU",
 }
 
@@ -495,26 +496,12 @@ def step_from(
         return Step.from_ran(outcome.ran, process)
     if outcome.over_reading is not None:
         return Step.failure("LimitError", outcome.over_reading, limit="file_bytes", process=process)
-    # Version 2 has compute_ms per segment of a run (see Deadline.for_step).
-    where = (
-        "in one segment of its run (up to its first calls, or since the results of its last)"
-        if script.version >= protocol.LIVE_VERSION
-        else "in one run"
-    )
-    compute = protocol.limit_message(
-        "compute_ms", f"the script used its {limits.compute_ms:,} ms of CPU {where}"
-    )
-    if term_signal in (signal.SIGPROF, signal.SIGXCPU) or (
+    if term_signal in (signal.SIGPROF, signal.SIGVTALRM, signal.SIGXCPU) or (
         term_signal == signal.SIGKILL and process.cpu_ms >= limits.compute_ms
     ):
-        if _total_ended(limits, run_cpu_ms, segment_used_ms):
-            total = protocol.limit_message(
-                "total_compute_ms",
-                "the script's runs used all the CPU one script may use in all (this run "
-                f"had {limits.compute_left_ms:,} ms of it left)",
-            )
-            return Step.failure("LimitError", total, limit="total_compute_ms", process=process)
-        return Step.failure("LimitError", compute, limit="compute_ms", process=process)
+        total = _total_ended(limits, run_cpu_ms, segment_used_ms)
+        name, message = protocol.cpu_spent(limits, script.version, total)
+        return Step.failure("LimitError", message, limit=name, process=process)
     if outcome.timed_out:
         message = protocol.limit_message(
             "compute_ms",

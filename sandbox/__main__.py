@@ -26,7 +26,7 @@ from typing import Literal, NoReturn
 
 import orjson
 
-from sandbox import files, jsontext, lockdown, pages, protocol, runtime
+from sandbox import files, jsontext, lockdown, pages, protocol, replay, runtime
 
 # The process heap holds, besides what the script's limits allow, the script line it reads
 # and the call log parsed from it: at most this many bytes per byte of the line (a string
@@ -484,8 +484,22 @@ def _run_one(
     # subverted process can take no more.
     most = protocol.run_results_bound(limits)
     live_room = lockdown.heap_limit(limits.memory, *heap_for(size + most)) - data
+    stop = replay.CPU_STOP
+    if python:
+        from sandbox.python import FILENAME
+
+        stop.script_file = FILENAME
+    stop.again = lockdown.stop_soon
+    lockdown.stop_softly(stop.signalled)
+
+    def allowance() -> int:
+        """The CPU the segment that begins may use (see ``Limits.segment_ms``)."""
+        ms = limits.segment_ms(runtime.cpu_ms() - start_cpu)
+        stop.total, stop.pending = ms < limits.compute_ms, False
+        return ms
+
     lockdown.tighten(
-        compute_ms=limits.segment_ms(runtime.cpu_ms() - start_cpu),
+        compute_ms=allowance(),
         memory=limits.memory,
         data_limit=limit,
         room=room,
@@ -501,8 +515,10 @@ def _run_one(
         # A segment begins where recorded results settle, in a replay of the steps before as
         # at a live resume: each has `compute_ms` of its own, as the live run had, within
         # what is left of the script's total (`compute_left_ms`) for the whole run.
-        run.on_segment = lambda: lockdown.rearm(limits.segment_ms(runtime.cpu_ms() - start_cpu))
+        run.on_segment = lambda: lockdown.rearm(allowance())
+    stop.run = run
     ran = run.execute()
+    stop.run = None  # waiting for results, or ending: no segment runs
     while live and ran.outcome == "calls":
         _write(protocol.encode(ran))
         # The results line is read, and its records held, as a replay's script line holds
@@ -517,10 +533,12 @@ def _run_one(
                 "the results of the script's calls do not fit in the sandbox process's heap "
                 "beside it"
             )
+        stop.run = run
         try:
             ran = run.resume(records)
         except runtime.ResumeError as e:
             _protocol_exit(f"the results do not answer the calls: {e}")
+        stop.run = None
     channel.end(ran)
 
 

@@ -69,7 +69,8 @@ import resource
 import signal
 import stat
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from types import FrameType
 
 # Imported at module import on purpose: importing pyseccomp runs ldconfig to find
 # libseccomp, which must happen while the process can still start programs and open files.
@@ -212,8 +213,8 @@ def tighten(
     results lines may need, which :func:`set_heap` gives them as they come). Limits are only
     ever lowered. Then ``ITIMER_PROF`` is armed for
     ``compute_ms`` of CPU (less the tick the kernel rounds it up by): its ``SIGPROF``, left at
-    the default action, ends the process when the allowance is spent. Call it from the main
-    thread. Raises :class:`LockdownError`.
+    the default action, ends the process when the allowance is spent, or calls the handler
+    :func:`stop_softly` set. Call it from the main thread. Raises :class:`LockdownError`.
     """
     if compute_ms < 1:
         raise LockdownError("tighten", f"compute_ms must be at least 1, not {compute_ms}")
@@ -248,6 +249,7 @@ def rehearse() -> None:
     tighten(compute_ms=_NEVER_MS, memory=protocol.Limits().memory, data_limit=_NO_LIMIT, live=True)
     try:
         signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
     except (OSError, ValueError) as e:
         raise LockdownError("rehearse", f"cannot disarm the CPU timer: {e}") from e
 
@@ -275,14 +277,51 @@ def rearm(compute_ms: int) -> None:
     _arm(compute_ms)
 
 
+# Once a segment's CPU allowance is spent, the user CPU a process whose SIGPROF has a handler
+# (see stop_softly) gets to end its run itself before SIGVTALRM ends it.
+HARD_STOP_MS = 50
+
+# The SIGPROF handler stop_softly set (None: SIGPROF ends the process).
+_soft_stop: Callable[[int, FrameType | None], object] | None = None
+
+
+def stop_softly(handler: Callable[[int, FrameType | None], object]) -> None:
+    """From the next :func:`tighten` or :func:`rearm` on, a spent CPU allowance calls
+    ``handler`` (SIGPROF's, a Python signal handler) rather than ending the process, so the
+    run can end itself and say what it printed; ``ITIMER_VIRTUAL`` then ends the process
+    (SIGVTALRM, at its default action) :data:`HARD_STOP_MS` of user CPU later. A Python
+    handler runs between bytecodes only: a process stuck in one call into C code (a sort, a
+    regular expression) meets that hard stop, and so does one whose handler does not end it.
+    :func:`stop_soon` calls the handler again shortly."""
+    global _soft_stop
+    _soft_stop = handler
+
+
+def stop_soon() -> None:
+    """SIGPROF again after a millisecond of CPU: the handler :func:`stop_softly` set found
+    no point to end the run at (the sandbox's own code ran, in the middle of its work).
+    Raises :class:`LockdownError`."""
+    try:
+        signal.setitimer(signal.ITIMER_PROF, 0.001)
+    except (OSError, ValueError) as e:
+        raise LockdownError("arm", f"cannot arm the CPU timer: {e}") from e
+
+
 def _arm(compute_ms: int) -> None:
     seconds = compute_ms / 1000
+    soft = _soft_stop
     try:
         # A parent may have left these ignored (an ignored disposition survives exec) or
         # blocked; either would turn the CPU limit off.
-        for sig in (signal.SIGPROF, signal.SIGXCPU):
+        signal.signal(signal.SIGPROF, signal.SIG_DFL if soft is None else soft)
+        for sig in (signal.SIGXCPU, signal.SIGVTALRM):
             signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGPROF, signal.SIGXCPU})
+        signal.pthread_sigmask(
+            signal.SIG_UNBLOCK, {signal.SIGPROF, signal.SIGXCPU, signal.SIGVTALRM}
+        )
+        # User CPU only, which never runs ahead of ITIMER_PROF's user and system CPU.
+        hard = seconds + HARD_STOP_MS / 1000 if soft is not None else 0
+        signal.setitimer(signal.ITIMER_VIRTUAL, hard)
         signal.setitimer(signal.ITIMER_PROF, seconds)
         # The kernel rounds a CPU timer up by a tick (4 ms at 250 Hz): armed again that much
         # early, it fires at the allowance, not a tick past it (compute_ms = 100, 20 runs: the
@@ -600,7 +639,8 @@ _ALLOW = (
     "munmap",
     "mremap",  # cannot add PROT_EXEC
     "madvise",  # malloc trims with MADV_DONTNEED
-    # Signals: Python installs handlers and masks; SIGPROF ends the process.
+    # Signals: Python installs handlers and masks; SIGPROF, SIGVTALRM and SIGXCPU stop the
+    # process's CPU (see tighten and stop_softly).
     "rt_sigaction",
     "rt_sigprocmask",
     "rt_sigreturn",
@@ -615,7 +655,7 @@ _ALLOW = (
     "getegid",
     "getresuid",
     "getresgid",
-    # CPU accounting and the CPU allowance (ITIMER_PROF, set by tighten()).
+    # CPU accounting and the CPU allowance (ITIMER_PROF and ITIMER_VIRTUAL, set by tighten()).
     "getrusage",
     "getitimer",
     "setitimer",

@@ -177,6 +177,26 @@ def limit_message(name: str, detail: str) -> str:
     return f"{name} limit met: {detail}; {REMEDIES[name]}"
 
 
+def cpu_spent(limits: Limits, version: int, total: bool) -> tuple[str, str]:
+    """The limit a run whose CPU timer went off met, and its message: ``total_compute_ms``
+    when the timer was armed for what was left of it (``total``), else ``compute_ms``, per
+    segment of a run from :data:`LIVE_VERSION` on. Said by the process of a run it stopped,
+    and by the runner of a process the timer ended."""
+    if total:
+        detail = (
+            "the script's runs used all the CPU one script may use in all (this run had "
+            f"{limits.compute_left_ms or 0:,} ms of it left)"
+        )
+        return "total_compute_ms", limit_message("total_compute_ms", detail)
+    where = (
+        "in one segment of its run (up to its first calls, or since the results of its last)"
+        if version >= LIVE_VERSION
+        else "in one run"
+    )
+    detail = f"the script used its {limits.compute_ms:,} ms of CPU {where}"
+    return "compute_ms", limit_message("compute_ms", detail)
+
+
 def calls_over(limit: int) -> str:
     """What the ``calls`` limit met says: the call that met it was asked for and refused, not
     made, so it is named as the first call past ``limit``."""

@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring
+from types import FrameType
 from typing import Any, ClassVar, NoReturn, Protocol
 
 import orjson
@@ -58,6 +59,7 @@ from sandbox.protocol import (
     Stats,
     calls_over,
     canonical_json,
+    cpu_spent,
     data_problem,
     limit_message,
     size_text,
@@ -381,6 +383,13 @@ class Replay(abc.ABC):
         says what did not fit (the results a live run was resumed with)."""
         self._end_limit("memory", detail)
 
+    def end_cpu_spent(self, total: bool) -> NoReturn:
+        """End the run where it runs, its CPU timer gone off (see lockdown.stop_softly): on
+        ``total_compute_ms`` when the timer was armed for what was left of it (``total``),
+        else on ``compute_ms``; what it printed and showed up to here goes with the ending,
+        as with any other limit."""
+        self._end_limit_message(*cpu_spent(self.limits, self.script.version, total))
+
     def _end_failed(self, name: str, message: str) -> NoReturn:
         self._end(Ran(outcome="failed", error=ScriptError(name=name, message=message)))
 
@@ -583,6 +592,48 @@ def _finished(payload: str) -> Ran:
 
 def _bare(name: str) -> str:
     return name.replace("_", "").lower()
+
+
+class CpuStop:
+    """Ends a run where it runs when its segment's CPU timer goes off (the SIGPROF handler
+    lockdown.stop_softly sets), so that the ending says what it printed and showed up to
+    there, live or replayed alike (a process the timer ended said nothing, and what it
+    printed since its last calls was lost).
+
+    The handler runs between two bytecodes of whatever Python code runs then. Where that is
+    the script's own code (a Python script's file), it ends the run at once; elsewhere (the
+    sandbox's own code, in the middle of its work) the stop is ``pending``: :meth:`poll`
+    ends the run at the next point it is called at (QuickJS's interrupt poll, see
+    sandbox/runtime.py), and ``again`` has the handler called again a moment later.
+    Between segments (``run`` None) a timer that goes off does nothing: the next segment
+    arms its own.
+    """
+
+    def __init__(self) -> None:
+        self.run: Replay | None = None
+        self.script_file: str | None = None
+        self.total = False  # the timer is armed for what is left of total_compute_ms
+        self.pending = False
+        self.again: Callable[[], None] = lambda: None
+
+    def signalled(self, signum: int, frame: FrameType | None) -> None:
+        run = self.run
+        if run is None or run.ended:
+            return
+        if frame is not None and frame.f_code.co_filename == self.script_file:
+            run.end_cpu_spent(self.total)
+        self.pending = True
+        self.again()
+
+    def poll(self) -> None:
+        """A point where the run may end: end it if a stop is pending."""
+        run = self.run
+        if self.pending and run is not None and not run.ended:
+            run.end_cpu_spent(self.total)
+
+
+# The process's: it runs one script.
+CPU_STOP = CpuStop()
 
 
 class _NotData(Exception):

@@ -11,7 +11,9 @@ script's language (:func:`new_run`) and runs a script in this process
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import re
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -37,6 +39,7 @@ from sandbox.protocol import (
     well_formed,
 )
 from sandbox.replay import (
+    CPU_STOP,
     Channel,
     Replay,
     ResumeError,
@@ -86,6 +89,54 @@ _HOST_FUNCTIONS = (
     "changed",
     "limit",
 )
+
+
+def _interrupt_poll() -> Callable[[Any], None]:
+    """What makes a context call :data:`CPU_STOP`'s ``poll`` every 10,000 or so of QuickJS's
+    operations (its interrupt handler): a script's loop that never leaves JavaScript runs
+    Python code there, where the CPU timer's signal handler runs and the run can end
+    (replay.CpuStop). About a microsecond in every 0.2 ms of JavaScript.
+
+    The binding exposes no interrupt handler but its time limit's, which refuses every call
+    into Python, so the handler is set through the QuickJS the binding exports, on the
+    runtime its ``Context`` object holds after the object's head (the runtime, then the
+    context: checked against ``JS_GetRuntime`` of the context before use). A binding laid
+    out otherwise gets no poll: a CPU timer that goes off in JavaScript then finds no point
+    to end the run at, and the process is ended (lockdown.stop_softly). Made at import,
+    before lockdown: a callback needs memory it may execute."""
+    try:
+        quickjs = ctypes.CDLL(_quickjs.__file__)
+        get_runtime = quickjs.JS_GetRuntime
+        set_handler = quickjs.JS_SetInterruptHandler
+    except (OSError, AttributeError):
+        return lambda ctx: None
+    get_runtime.restype = ctypes.c_void_p
+    get_runtime.argtypes = [ctypes.c_void_p]
+    set_handler.restype = None
+    set_handler.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    handler = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+
+    def poll(runtime: int | None, opaque: int | None) -> int:
+        CPU_STOP.poll()
+        return 0
+
+    callback = handler(poll)
+    head = object.__basicsize__
+    pointer = ctypes.sizeof(ctypes.c_void_p)
+
+    def watch(ctx: Any) -> None:
+        if type(ctx).__basicsize__ < head + 2 * pointer:
+            return
+        runtime = ctypes.c_void_p.from_address(id(ctx) + head).value
+        context = ctypes.c_void_p.from_address(id(ctx) + head + pointer).value
+        if runtime and context and get_runtime(context) == runtime:
+            set_handler(runtime, ctypes.cast(callback, ctypes.c_void_p), None)
+
+    watch.callback = callback  # type: ignore[attr-defined]  # alive as long as the poll
+    return watch
+
+
+_watch_cpu = _interrupt_poll()
 
 
 # Evaluated on a context where nothing has run: takes the host functions off the global
@@ -634,6 +685,7 @@ class Run(Replay):
             self._heap_walk = prepared.heap_walk
         else:
             ctx = _quickjs.Context()
+            _watch_cpu(ctx)
             for name, fn in self._host_functions().items():
                 ctx.add_callable("__cm_" + name, fn)
             ctx.add_callable("__cm_source", _lazy_source)
@@ -1075,6 +1127,7 @@ class Prepared:
 
     def __init__(self) -> None:
         self.ctx = _quickjs.Context()
+        _watch_cpu(self.ctx)
         self._functions: dict[str, Any] | None = None
         for name in _HOST_FUNCTIONS:
             self.ctx.add_callable("__cm_" + name, self._dispatch(name))

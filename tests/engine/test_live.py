@@ -69,6 +69,7 @@ async def _outcome(
     mode: str,
     runner: ScriptRunner | None = None,
     language: str = "javascript",
+    limits: Limits = LIMITS,
 ) -> tuple[bytes, Any, LiveRuns]:
     """The outcome of ``code`` run to its end in ``mode`` (approving every call that asks),
     through ``runner`` (a new in-process runner by default)."""
@@ -77,7 +78,7 @@ async def _outcome(
         TOOLS,
         runner=runner,
         store=MemoryStore(),
-        limits=LIMITS,
+        limits=limits,
         live=mode != "replay",
         type_check="off",
         clock=lambda: NOW,
@@ -133,6 +134,47 @@ async def test_live_replay_and_evicted_runs_give_the_same_outcome(
             f"{name}: {mode} differs from live:\n{outcomes[mode][:2000]!r}\n"
             f"{outcomes['live'][:2000]!r}"
         )
+
+
+# The corpus's case that no in-process run can end (nothing bounds its CPU there): a script
+# that prints, calls, prints again and spins until a CPU limit stops it.
+STOPPED = {
+    "javascript": (
+        'console.log("before"); await tools.echo({ n: 1 }); console.log("after"); for (;;) {}'
+    ),
+    "python": 'print("before")\nawait tools.echo(n=1)\nprint("after")\nwhile True:\n    pass',
+}
+
+
+@pytest.mark.parametrize("limit", ["compute_ms", "total_compute_ms"])
+@pytest.mark.parametrize("language", sorted(STOPPED))
+async def test_a_run_its_cpu_limit_stops_gives_the_same_outcome_live_replayed_and_evicted(
+    language: str, limit: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """:data:`STOPPED` in real confined processes, stopped by a segment's ``compute_ms`` or
+    by ``total_compute_ms``: live, by replay and live with evictions, the same outcome byte
+    for byte, which says what the script printed up to where it was stopped (what it
+    printed since its call was lost with the process the CPU timer ended)."""
+    monkeypatch.setattr(secrets, "randbits", lambda bits: SEED % (1 << bits))
+    if limit == "compute_ms":
+        limits = Limits(compute_ms=300)
+    else:
+        limits = Limits(compute_ms=5000, total_compute_ms=300)
+    outcomes: dict[str, bytes] = {}
+    evicted = 0
+    for mode in MODES:
+        runner = ProcessRunner(mode="pool")  # the engine's aclose closes it
+        name = f"stopped/{language}/{limit}"
+        outcome, _, live = await _outcome(name, STOPPED[language], mode, runner, language, limits)
+        outcomes[mode] = outcome
+        evicted += live.evicted if mode.startswith("evict") else 0
+        if mode == "live":
+            assert live.resumed == 1
+    data = orjson.loads(outcomes["live"])
+    assert data["limit"] == limit and data["text"].endswith("\nPrinted:\nbefore\nafter"), data
+    assert evicted > 0  # the seeds evict the live run in one mode at least
+    for mode in MODES[1:]:
+        assert outcomes[mode] == outcomes["live"], f"{mode}: {outcomes[mode]!r}"
 
 
 # What differs between the two languages' runs of one case, by design: each language's own

@@ -595,6 +595,16 @@ def _busy_loop(ctx: Ctx) -> Any:
     _busy()
 
 
+@attack("busy_loop_soft_stop_ignored")
+def _busy_loop_soft_stop_ignored(ctx: Ctx) -> Any:
+    """Spin after tighten(compute_ms=200) with a soft stop whose handler never ends the run
+    (as one that finds no point to: a run stuck in C code): ITIMER_VIRTUAL's SIGVTALRM must
+    end the process HARD_STOP_MS later."""
+    lockdown.stop_softly(lambda signum, frame: None)
+    lockdown.tighten(compute_ms=200, memory=64 * MiB)
+    _busy()
+
+
 def _ignore_sigprof() -> None:
     signal.signal(signal.SIGPROF, signal.SIG_IGN)
 

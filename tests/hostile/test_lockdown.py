@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from sandbox import protocol
+from sandbox import lockdown, protocol
 
 from .conftest import NOBODY, Outcome, Zygote, needs_root, proc_limits, proc_status, run_fresh
 
@@ -263,6 +263,16 @@ def test_cpu_timer_kills_busy_loop(zygote: Zygote) -> None:
     assert out.signal == signal.SIGPROF, out
     assert out.cpu_ms is not None
     assert 200 - SLACK_MS <= out.cpu_ms < 200 + STARTUP_CPU_MS, out.cpu_ms
+
+
+def test_cpu_timer_ends_a_busy_loop_its_soft_stop_did_not_end(zygote: Zygote) -> None:
+    """A busy loop whose SIGPROF handler (lockdown.stop_softly) does not end it ends with
+    SIGVTALRM once it has used HARD_STOP_MS more of CPU."""
+    out = zygote.run("busy_loop_soft_stop_ignored")
+    assert out.signal == signal.SIGVTALRM, out
+    assert out.cpu_ms is not None
+    hard = 200 + lockdown.HARD_STOP_MS
+    assert hard - SLACK_MS <= out.cpu_ms < hard + STARTUP_CPU_MS, out.cpu_ms
 
 
 def test_cpu_timer_with_sigprof_ignored(zygote: Zygote) -> None:
