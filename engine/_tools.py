@@ -118,13 +118,14 @@ class Tool:
     __slots__ = (
         "_arguments",
         "_context_param",
+        "_handler",
+        "_in_thread",
         "_input_validator",
         "_output_validator",
         "_result_adapter",
         "client",
         "deferred",
         "description",
-        "handler",
         "idempotent",
         "input_schema",
         "name",
@@ -244,14 +245,25 @@ class Tool:
         return self.description.split("\n", 1)[0].strip()
 
     @property
+    def handler(self) -> Callable[..., Any] | None:
+        return self._handler
+
+    @handler.setter
+    def handler(self, handler: Callable[..., Any] | None) -> None:
+        self._handler = handler
+        # Known once, not at each call: an object's async __call__ (@tool takes callable
+        # objects) is an async handler too.
+        self._in_thread = not (
+            handler is None
+            or inspect.iscoroutinefunction(handler)
+            or inspect.iscoroutinefunction(type(handler).__call__)
+        )
+
+    @property
     def in_thread(self) -> bool:
         """Whether the handler runs in a tool thread (a sync function), which nothing can
         stop once it began: cancelling the call only stops waiting for it."""
-        handler = self.handler
-        if handler is None or inspect.iscoroutinefunction(handler):
-            return False
-        # An object's async __call__ (@tool takes callable objects) is an async handler too.
-        return not inspect.iscoroutinefunction(type(handler).__call__)
+        return self._in_thread
 
     def renamed(self, name: str) -> Tool:
         """A copy of this tool that the script calls by ``name`` (already a valid name)."""
