@@ -97,6 +97,16 @@ def spelled_otherwise(name: str, names: Iterable[str]) -> str | None:
     return same[0] if len(same) == 1 else None
 
 
+def no_such_tool(name: str, names: Iterable[str], said: str | None = None) -> str:
+    """What a Python script is told of ``tools.<name>`` when ``names`` has no such tool
+    (``said``, else that it does not exist): the closest tools, and how to find one."""
+    message = said or f"tools.{name} does not exist"
+    near = closest_names(name, names)
+    if near:
+        message += "; the closest tools are " + ", ".join(f"tools.{n}" for n in near)
+    return message + '. Find tools with await tools.tool_search(query="...").'
+
+
 def closest_names(name: str, names: Iterable[str], n: int = 3) -> list[str]:
     """Up to ``n`` of ``names`` closest to ``name``, best first, for "no tool named ..." errors.
 

@@ -97,7 +97,7 @@ import orjson
 from sandbox import jsontext
 from sandbox.files import Fetch
 from sandbox.jsontext import ITEM_WEIGHT, text_weight
-from sandbox.names import closest_names
+from sandbox.names import closest_names, no_such_tool
 from sandbox.protocol import (
     ERROR_MESSAGE_BOUND,
     ERROR_NAME_BOUND,
@@ -3422,16 +3422,10 @@ class Run(Replay):
     # ---- what the script calls ----
 
     def _unknown_tool(self, name: str) -> str:
+        said = None
         if name == "run_code":
-            message = (
-                "tools.run_code cannot be called from a script: a script is already running code"
-            )
-        else:
-            message = f"tools.{name} does not exist"
-        near = closest_names(name, self.tool_names)
-        if near:
-            message += "; the closest tools are " + ", ".join(f"tools.{n}" for n in near)
-        return message + '. Find tools with await tools.tool_search(query="...").'
+            said = "tools.run_code cannot be called from a script: a script is already running code"
+        return no_such_tool(name, self.tool_names, said)
 
     def _tool_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Future:
         if _collecting_on == _thread.get_ident():

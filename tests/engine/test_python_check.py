@@ -61,6 +61,23 @@ async def test_wrong_calls_are_refused_with_the_scripts_lines(checker: PythonTyp
     assert {"invalid-argument-type", "missing-typed-dict-key"} <= codes
 
 
+async def test_a_tool_that_does_not_exist_is_said_as_the_run_says_it(
+    checker: PythonTypeChecker,
+) -> None:
+    """With the closest tools and how to find one (ty's text, "Object of type `Tools` has no
+    attribute `github__list_pr`", named no tool there is)."""
+    code = "await tools.github__list_pr(repo='o/r')\nawait tools.zzz()"
+    checked = await checker.check(code, check_stubs(CORPUS))
+    said = [str(p.message) for p in checked.problems]
+    assert said[0].startswith(
+        "tools.github__list_pr does not exist; the closest tools are tools.github__list_prs"
+    ), said
+    assert said[1:] == [
+        'tools.zzz does not exist. Find tools with await tools.tool_search(query="...").'
+    ]
+    assert said[0].endswith('. Find tools with await tools.tool_search(query="...").')
+
+
 @pytest.mark.parametrize("lf", ["\r", "\r\n"])
 async def test_lines_ended_by_a_carriage_return_are_checked(
     checker: PythonTypeChecker, lf: str

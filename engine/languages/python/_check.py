@@ -46,7 +46,7 @@ from engine.languages._check import (
     timed_out,
 )
 from engine.languages.python._stubs import SCRIPT_ERROR_STUBS, SCRIPT_ERRORS
-from sandbox.names import closest_names
+from sandbox.names import closest_names, no_such_tool
 from sandbox.replay import source_lines
 
 CHECKER_ENV = "CODEMODE_TY"
@@ -70,6 +70,8 @@ _OUT_OF_MEMORY = (
 # One thread: a check reads four small files, and one check per core runs at a time.
 CHECKER_SETTINGS = {"TY_MAX_PARALLELISM": "1"}
 _NO_OVERLOAD = re.compile(r"No overload of bound method `Tools\.(\w+)` matches arguments")
+_NO_TOOL = re.compile(r"Object of type `Tools` has no attribute `(\w+)`")
+_DECLARED_TOOL = re.compile(r"async def (\w+)\(\s*self\b")
 
 
 def find_checker() -> Path:
@@ -293,6 +295,9 @@ def _explained(
     forgotten await) with what to write."""
     if _COROUTINE in message:
         return message + "; did you forget to `await` the call?"
+    if (unknown := _NO_TOOL.fullmatch(message)) is not None:
+        # As the run would say it: ty's text named no tool there is.
+        return no_such_tool(unknown[1], _DECLARED_TOOL.findall(declarations))
     match = _NO_OVERLOAD.search(message) or _ARGUMENT_TO.search(message)
     keywords = _keywords(match.group(1), declarations) if match else None
     if match and keywords is not None:
