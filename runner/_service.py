@@ -251,8 +251,8 @@ class RunnerService:
     Live steps (wire version 3): a step that stops on calls may keep its process, waiting on
     the client's connection for the results, at most ``live_wait`` seconds. Waiting
     processes hold no slot; at most ``live_max`` of them, holding at most ``live_memory``
-    bytes, wait at once (defaults sized for the machine), and the least recently kept one is
-    ended for a new one. A process counts its resident memory until those of the waiting
+    bytes, wait at once (defaults sized for the machine), and a new one that does not fit is
+    ended (those waiting stay). A process counts its resident memory until those of the waiting
     ones pass ``live_memory``, then what ending it gives back (its private memory, measured
     once: see :meth:`runner.LiveRun.private_bytes`). ``live_max=0`` keeps none. A client
     that goes away ends its process.
@@ -869,7 +869,7 @@ class RunnerService:
         going_on = False
         try:
             await asyncio.wait({reading, ending}, return_when=asyncio.FIRST_COMPLETED)
-            if not reading.done():
+            if held.ended.is_set():  # its results may have come too: it is out of the budget
                 return await self._end_held(conn, held, held.why)
             try:
                 line = reading.result()
@@ -962,17 +962,16 @@ class RunnerService:
             self.slots.release(use)
 
     def _keep(self, held: _Held) -> None:
-        """Count ``held`` in the live budget; end the least recently kept ones past it."""
+        """Count ``held`` in the live budget, or end it when the budget has no room for it:
+        the processes kept stay until their results come (ending the least recently kept
+        for it thrashes, as engine._live.LiveRuns.keep says)."""
         self._held[held] = None
         self._held_memory += held.memory
         # Past the memory budget by resident sizes: count what each process really costs.
         self._held_memory = count_private(self._held, self._held_memory, self.live_memory)
-        for old in list(self._held):
-            if len(self._held) <= self.live_max and self._held_memory <= self.live_memory:
-                break
-            if old is not held and not old.ended.is_set():
-                old.end("it was ended for room (the runner service's live budget is full)")
-                self._unkeep(old)
+        if len(self._held) > self.live_max or self._held_memory > self.live_memory:
+            held.end("it was ended for room (the runner service's live budget is full)")
+            self._unkeep(held)
 
     async def _end_run(self, run: LiveRun) -> None:
         """End a live process. Cancelling the caller (the service closing its connections)

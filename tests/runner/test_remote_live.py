@@ -127,9 +127,9 @@ async def test_older_services_and_clients_get_replay_steps() -> None:
 
 
 async def test_the_service_ends_a_process_past_its_live_wait_or_budget() -> None:
-    """A process that waits past the service's live wait, or is the least recently kept when
-    the service's live budget is full, is ended by the service; its client's resume says why
-    and raises RunError (the engine then replays)."""
+    """A process that waits past the service's live wait, or does not fit when the service's
+    live budget is full (the one waiting stays), is ended by the service; its client's
+    resume says why and raises RunError (the engine then replays)."""
     local = ProcessRunner(mode="fork")
     async with services(local, live_max=1, live_wait=2.0) as [service]:
         remote = RemoteRunner([service.address], TOKEN)
@@ -137,14 +137,13 @@ async def test_the_service_ends_a_process_past_its_live_wait_or_budget() -> None
         pid = _waiting_pids(service)[0]
         second = await remote.run(script(THREE, tools=TOOLS, id="b"), live=True)
         assert first.live is not None and second.live is not None
-        await until(lambda: _gone(pid), "the evicted process to end")
         with pytest.raises(RunError, match="ended for room"):
-            await first.live.resume(_answers(first))
+            await second.live.resume(_answers(second))
         assert service.live_runs == 1 and service.live_ended == 1
-        pid = _waiting_pids(service)[0]
+        assert _waiting_pids(service) == [pid]
         await until(lambda: _gone(pid), "the process to end after the live wait", 20)
         with pytest.raises(RunError, match="no results came within 2 s"):
-            await second.live.resume(_answers(second))
+            await first.live.resume(_answers(first))
         assert remote.out_of_rotation() == {}, "a service that ended a process is healthy"
         assert service.live_runs == 0 and local.live_runs == 0
         await remote.aclose()
@@ -153,7 +152,7 @@ async def test_the_service_ends_a_process_past_its_live_wait_or_budget() -> None
 async def test_the_services_live_budget_counts_what_processes_cost() -> None:
     """With a live_memory of one process's resident size, the service keeps several waiting
     (each costs its private memory; the rest it shares with the fork server), and still ends
-    the least recently kept once what they cost passes it. By resident size it kept one."""
+    those that do not fit once what they cost passes it. By resident size it kept one."""
     if os.geteuid() != 0:
         require("root: only a runner with CAP_SYS_PTRACE may read a sandbox's smaps_rollup")
     code = "const s = 'x'.repeat(4 << 20); await tools.t({ n: s.length }); return 1"
