@@ -4446,9 +4446,19 @@ class Run(Replay):
                 "gives a coroutine, not its result: await it (`await fetch(x)`, `await "
                 "files.text(id)`), or several at once with `await asyncio.gather(*coroutines)`"
             )
-        elif type(error) is KeyError and (keys := _keys_had(error, self.script_lines)):
+        elif (
+            type(error) is KeyError and type(held := _subscripted(error, self.script_lines)) is dict
+        ):
             # `r["nmae"]` of a tool's result: its keys, so the model need not guess them.
-            message += keys
+            message += _keys_had(held, error)
+        elif (
+            type(error) is IndexError
+            and type(held := _subscripted(error, self.script_lines)) is list
+        ):
+            # `rows[9]` of a tool's result: how many there are.
+            count = len(held)
+            plural = "" if count == 1 else "s"
+            message += f"; the list has {count:,} item{plural}" if count else "; the list is empty"
         elif (
             type(error) is AttributeError
             and type(held := _ATTRIBUTE_OBJ.__get__(error)) is dict
@@ -4831,33 +4841,33 @@ def _leaves(group: BaseExceptionGroup[BaseException], keep: int) -> tuple[list[B
 _KEYS_SHOWN = 10  # of a dict a KeyError's message lists the keys of
 
 
-def _keys_had(error: BaseException, lines: list[str]) -> str:
-    """``; the dict has 3 keys: 'id', 'name', 'tags'`` (the first few, a close one first),
-    for a KeyError the script's subscript of a dict raised (``r["nmae"]``, ``r["a"][i]["b"]``);
-    "" for any other. The dict is found again from the subscript's text and the frame's
-    names, reading plain dicts and lists only: no code of the script's runs."""
+def _subscripted(error: BaseException, lines: list[str]) -> Any:
+    """The dict or list whose subscript in the script raised ``error`` (``r["nmae"]``,
+    ``r["a"][i]["b"]``, ``rows[9]``), or None. It is found again from the subscript's text
+    and the frame's names, reading plain dicts and lists only: no code of the script's runs."""
     tb = _TRACEBACK.__get__(error)
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     if tb is None or tb.tb_frame.f_code.co_filename != FILENAME or tb.tb_lasti < 0:
-        return ""  # raised in code that is not the script's (a library's)
+        return None  # raised in code that is not the script's (a library's)
     frame = tb.tb_frame
     where = next(itertools.islice(frame.f_code.co_positions(), tb.tb_lasti // 2, None), None)
     if where is None or None in where or where[0] != where[1] or not 1 <= where[0] <= len(lines):
-        return ""
+        return None
     line, _, start, end = where
     try:
         node = ast.parse(lines[line - 1].encode()[start:end].decode(), mode="eval").body
     except (SyntaxError, ValueError):  # a span that is no expression of its own
-        return ""
-    if not isinstance(node, ast.Subscript):
-        return ""
-    held = _read_plainly(node.value, frame.f_locals)
-    if type(held) is not dict:
-        return ""
+        return None
+    return _read_plainly(node.value, frame.f_locals) if isinstance(node, ast.Subscript) else None
+
+
+def _keys_had(held: dict[Any, Any], error: BaseException) -> str:
+    """``; the dict has 3 keys: 'id', 'name', 'tags'`` (the first few) and the closest to
+    the key ``error`` is of; "" for a dict with keys the script's repr could say."""
     keys = list(itertools.islice(dict.__iter__(held), 1000))
     if not all(type(k) in (str, int) for k in keys):
-        return ""  # a key's repr could be the script's
+        return ""
     if not keys:
         return "; the dict is empty"
     shown = keys[:_KEYS_SHOWN]

@@ -281,13 +281,17 @@ ORDER = rec("echo", {"n": 1}, result={"id": 7, "name": "Ada", "lines": [{"sku": 
         ("return [x['n'] for x in r['lines']]", "'n'; the dict has 2 keys: 'sku', 'qty'"),
         ("d = {}\nreturn d['x']", "'x'; the dict is empty"),
         ("d = {str(i): i for i in range(40)}\nreturn d['x']", "'8', '9' and 30 more"),
+        # An item past a list's end: how many it has.
+        ("return r['lines'][1]", "list index out of range; the list has 1 item"),
+        ("r['lines'].clear()\nreturn r['lines'][0]['sku']", "out of range; the list is empty"),
     ],
 )
 def test_a_key_a_dict_has_not_is_said_with_the_keys_it_has(code: str, said: str) -> None:
     """A KeyError of a tool's result (any dict the script subscripts) that ends the run says
-    which keys the dict has, so the model need not guess them."""
+    which keys the dict has, so the model need not guess them; an IndexError, how many items
+    the list has."""
     error = failed("r = await tools.echo(n=1)\n" + code, [ORDER])
-    assert error.name == "KeyError"
+    assert error.name == ("IndexError" if "list" in said else "KeyError")
     assert said in error.message
 
 
