@@ -1130,7 +1130,7 @@
   }
   defineProperty(Intl, Symbol.toStringTag, { __proto__: null, value: "Intl", configurable: true });
   // What a script names of the rest of Intl says what it has instead.
-  for (const name of ["DisplayNames", "Segmenter", "Locale", "DurationFormat"]) {
+  for (const name of ["DisplayNames", "Segmenter", "Locale", "DurationFormat", "supportedValuesOf"]) {
     defineProperty(Intl, name, { __proto__: null,
       configurable: true, writable: true,
       value: function () {

@@ -145,6 +145,11 @@ def test_the_time_is_the_scripts_fixed_clock() -> None:
         ),
         ("new Intl.DisplayNames();", "TypeError", "it has Intl.NumberFormat, DateTimeFormat"),
         (
+            'Intl.supportedValuesOf("currency");',
+            "TypeError",
+            "Intl.supportedValuesOf is not available in a script (it has",
+        ),
+        (
             '(5).toLocaleString("en-US", { style: "unit", unit: "meter" });',
             "RangeError",
             "add the unit's name yourself",
