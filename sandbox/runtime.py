@@ -229,7 +229,18 @@ _HOST_GLOBALS = {
     **dict.fromkeys(("WeakRef", "FinalizationRegistry"), _NO_GC),
     **dict.fromkeys(("require", "module", "exports", "__dirname", "__filename"), _NO_MODULES),
     **dict.fromkeys(
-        ("setTimeout", "setInterval", "setImmediate", "clearTimeout", "clearInterval"), _NO_TIMERS
+        (
+            "setTimeout",
+            "setInterval",
+            "setImmediate",
+            "clearTimeout",
+            "clearInterval",
+            "clearImmediate",
+            "requestAnimationFrame",
+            "cancelAnimationFrame",
+            "requestIdleCallback",
+        ),
+        _NO_TIMERS,
     ),
     **dict.fromkeys(
         (
@@ -243,6 +254,8 @@ _HOST_GLOBALS = {
             "confirm",
             "navigator",
             "localStorage",
+            "sessionStorage",
+            "indexedDB",
             "AbortController",
             "AbortSignal",
             "Blob",
@@ -254,8 +267,13 @@ _HOST_GLOBALS = {
             "DOMException",
             "Event",
             "EventTarget",
+            "CustomEvent",
             "MessageChannel",
+            "BroadcastChannel",
             "Worker",
+            "ReadableStream",
+            "WritableStream",
+            "TransformStream",
         ),
         _NOT_NODE,
     ),
