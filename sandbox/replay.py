@@ -596,9 +596,9 @@ def _bare(name: str) -> str:
 
 class CpuStop:
     """Ends a run where it runs when its segment's CPU timer goes off (the SIGPROF handler
-    lockdown.stop_softly sets), so that the ending says what it printed and showed up to
-    there, live or replayed alike (a process the timer ended said nothing, and what it
-    printed since its last calls was lost).
+    lockdown.stop_softly sets), so that its ``ran`` says what it printed up to there (and
+    the files it showed), live or replayed alike (a process the timer ended said nothing,
+    and what it printed since its last calls was lost).
 
     The handler runs between two bytecodes of whatever Python code runs then. Where that is
     the script's own code (a Python script's file), it ends the run at once; elsewhere (the
