@@ -91,7 +91,7 @@ from engine.languages.javascript import (
     check_declarations,
 )
 from engine.languages.python import PythonTypeChecker, check_stubs
-from runner import ScriptRunner, Step
+from runner import MAX_TENANT, ScriptRunner, Step
 from runner._tasks import cancel_and_wait
 from sandbox import protocol
 from sandbox.names import closest_names
@@ -439,9 +439,11 @@ class CodeMode(StepLoop):
             return RunResult(script_id, "failed", text, error={"name": "ScriptError"})
         # Checked before anything is recorded: a log keeps neither a tenant that is no name
         # nor text with a lone surrogate (the store's own error said neither).
-        _check_name("tenant", tenant, "the name of the user or organization it runs for")
+        _check_name(
+            "tenant", tenant, MAX_TENANT, "the name of the user or organization it runs for"
+        )
         if key is not None:
-            _check_name("key", key, "the model's tool-use id")
+            _check_name("key", key, MAX_KEY, "the model's tool-use id")
         # The host's limits are checked before the script is recorded, so a bad limits
         # function leaves no script behind that could never run.
         self.limits_for(tenant)
@@ -1186,14 +1188,14 @@ class NotText(ValueError):
     """A script that is not Unicode text: no log could keep it."""
 
 
-def _check_name(what: str, value: object, example: str) -> None:
-    """Raise :class:`CodeModeError` unless ``value`` is a string of 1 to ``MAX_KEY``
+def _check_name(what: str, value: object, most: int, example: str) -> None:
+    """Raise :class:`CodeModeError` unless ``value`` is a string of 1 to ``most``
     characters that every log can keep (no lone surrogate, no NUL)."""
     if not (
-        isinstance(value, str) and 0 < len(value) <= MAX_KEY and log.NOT_KEPT.search(value) is None
+        isinstance(value, str) and 0 < len(value) <= most and log.NOT_KEPT.search(value) is None
     ):
         raise CodeModeError(
-            f"{what} = {value!r:.80} must be a string of 1 to {MAX_KEY} characters of Unicode "
+            f"{what} = {value!r:.80} must be a string of 1 to {most} characters of Unicode "
             f"text without NUL, such as {example}"
         )
 

@@ -3,6 +3,7 @@
 from collections.abc import Sequence
 
 from runner._base import (
+    MAX_TENANT,
     TEXT_BOUNDS,
     FileMissing,
     FileReader,
@@ -34,6 +35,7 @@ def serve(argv: Sequence[str] | None = None) -> int:
 
 __all__ = [
     "HOST_BUSY",
+    "MAX_TENANT",
     "TEXT_BOUNDS",
     "FileMissing",
     "FileReader",

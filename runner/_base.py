@@ -33,6 +33,11 @@ SANDBOX_ARGS = ("-s", "-P", "-m", "sandbox")
 # process, as its replays must (no secret: any process may know it).
 SANDBOX_ENV = {"PYTHONHASHSEED": "0"}
 
+# The longest tenant name (in characters) a step is run for: what ``CodeMode.run_code`` takes
+# and what a runner service takes on the wire, one bound, so no service refuses a step the
+# engine accepted.
+MAX_TENANT = 256
+
 # The longest string of each kind a step may carry from the process (in characters). A
 # process is not trusted: whatever it says is cut to these before anything stores, logs or
 # returns it (see :func:`bounded`). The sandbox itself keeps within them.

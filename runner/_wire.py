@@ -87,7 +87,7 @@ from typing import Annotated, Any
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-from runner._base import Step
+from runner._base import MAX_TENANT, Step
 from sandbox import protocol
 
 WIRE_VERSION = 3
@@ -366,9 +366,10 @@ def decode_body(kind: str, body: Any, expect: tuple[str, ...]) -> Any:
         if not isinstance(body, dict):
             raise WireError("a malformed 'script' message: its body is not an object")
         tenant = body.pop("tenant", "default")
-        if not isinstance(tenant, str) or not 0 < len(tenant) <= 200:
+        if not isinstance(tenant, str) or not 0 < len(tenant) <= MAX_TENANT:
             raise WireError(
-                "a malformed 'script' message: tenant must be a string of 1 to 200 characters"
+                "a malformed 'script' message: tenant must be a string of 1 to "
+                f"{MAX_TENANT} characters"
             )
         live = body.pop("live", False)
         if not isinstance(live, bool):

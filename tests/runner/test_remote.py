@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import CodeMode, StepUnavailable
-from runner import FileMissing, ProcessRunner, RemoteRunner, RunError, Step
+from engine import CodeMode, CodeModeError, StepUnavailable
+from runner import MAX_TENANT, FileMissing, ProcessRunner, RemoteRunner, RunError, Step
 from runner import _wire as wire
 from runner._service import RunnerService
 from sandbox.protocol import Call, FileInfo, Limits, Ran, Record, Script
@@ -99,6 +99,28 @@ async def test_file_reads_are_answered_by_the_engine() -> None:
         step = await remote.run(script("files", files=attached), files, tenant="acme")
     assert step.value == ["regio", "n,amount\n", "the file 'gone.txt' was deleted", "acme"]
     assert files.reads == [("sales.csv", 0, 5), ("sales.csv", 5, 9), ("gone.txt", 0, 10)]
+
+
+async def test_a_service_takes_every_tenant_the_engine_takes() -> None:
+    """A tenant as long as run_code takes reaches the service's runner whole (the wire took
+    200 characters of the engine's 256: every step of such a tenant was refused, and its
+    service put out of rotation, until the queue timed out); one longer is the engine's
+    CodeModeError, before any step."""
+    tenants: list[str] = []
+
+    async def noting(s: Script, files: object, tenant: str) -> Step:
+        tenants.append(tenant)
+        return Step(outcome="finished", value=1)
+
+    longest = "t" * MAX_TENANT
+    async with services(FakeRunner(noting)) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        async with CodeMode([], runner=remote, queue_timeout=1) as engine:
+            result = await engine.run_code("return 1", tenant=longest)
+            assert result.status == "finished", result.text
+            with pytest.raises(CodeModeError, match=f"1 to {MAX_TENANT} characters"):
+                await engine.run_code("return 1", tenant=longest + "t")
+    assert tenants == [longest]
 
 
 async def test_a_file_not_attached_is_missing_without_asking_the_engine() -> None:
