@@ -96,5 +96,6 @@ bench: install
 bench-quick: install
 	$(PY) -m bench --quick
 
+# Not $(TS_BUNDLE): it is committed, and a lean install (make demo's, no npm) cannot rebuild it.
 clean:
-	rm -rf $(VENV) node_modules $(TS_BUNDLE) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache

@@ -51,6 +51,35 @@ def test_the_committed_bundle_is_the_build_of_its_source(tmp_path: Path) -> None
     assert "sucrase 3.35.1 (MIT)" in licenses
 
 
+def test_make_clean_keeps_the_committed_bundle() -> None:
+    """`make clean` removes what `make` builds and installs, never a file git tracks: the
+    bundle is committed, and a lean install (`make demo`'s, with no npm) cannot build it
+    again (clean deleted it, and every typed script then failed)."""
+    if not (ROOT / ".git").exists():
+        require("a git checkout, to tell which files are committed")
+    dry = subprocess.run(
+        ["make", "-n", "-s", "--no-print-directory", "-C", str(ROOT), "clean"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    removed = [
+        word
+        for line in dry.splitlines()
+        if line.startswith("rm ")
+        for word in line.split()[1:]
+        if not word.startswith("-")
+    ]
+    assert removed, f"make clean removes nothing: {dry!r}"
+    tracked = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "--", *removed],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert tracked == [], f"make clean deletes committed files: {tracked}"
+
+
 def run(code: str, records: Any = (), prepared: bool = False, **limits: int) -> Ran:
     return run_in_process(
         script(code, records, **limits), prepared=Prepared() if prepared else None
