@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
@@ -138,10 +139,15 @@ class Emitting:
         if not self._listeners:
             return
         event = Event(kind, script_id, time.time(), **fields)
+        # Emitted while the engine handles an exception (a tool's that failed its call): a
+        # listener's own error is not "during handling of" that one in the host's log.
+        handling = sys.exc_info()[1]
         for listener in self._listeners:
             try:
                 returned = listener(event)
-            except Exception:  # the host's listener must not stop the script
+            except Exception as e:  # the host's listener must not stop the script
+                if handling is not None and e.__context__ is handling:
+                    e.__context__ = None
                 logger.exception("an on_event listener failed on %s of script %s", kind, script_id)
                 continue
             if inspect.isawaitable(returned):  # an async listener the option check missed

@@ -178,6 +178,26 @@ async def test_a_listener_that_raises_is_logged_and_the_script_goes_on(caplog) -
     assert "an on_event listener failed on started" in caplog.text
 
 
+async def test_a_listener_that_raises_on_a_failed_call_logs_its_own_error_alone(caplog) -> None:
+    """A listener that fails on ``call.failed`` (emitted while the engine handles the tool's
+    exception) is logged with its own traceback: the tool's error was chained to it as
+    "during handling of the above exception", blaming the tool in the host's log."""
+
+    def bad(event: Event) -> None:
+        if event.kind == "call.failed":
+            raise RuntimeError("listener bug")
+
+    engine = CodeMode([boom], runner=InProcessRunner(), type_check="off", on_event=bad)
+    with caplog.at_level(logging.ERROR, logger="codemode"):
+        result = await engine.run_code("try { await tools.boom({}) } catch (e) { return 1 }")
+    await engine.aclose()
+    assert result.value == 1
+    failed = [r for r in caplog.records if "listener failed on call.failed" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_text is not None
+    assert "listener bug" in failed[0].exc_text
+    assert "During handling" not in failed[0].exc_text
+
+
 def test_on_event_must_be_callables() -> None:
     from engine import ConfigError
 
