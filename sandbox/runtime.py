@@ -346,8 +346,23 @@ _AWAIT_OUTSIDE_ASYNC = (
 
 # QuickJS's bare words for what Node.js says in full, with what to write instead: an object
 # that gives no primitive value (`"total: " + counts` of an Object.create(null), which has no
-# toString); reduce of an empty array given no first value (a filter that kept nothing).
+# toString); reduce of an empty array given no first value (a filter that kept nothing); a
+# loop over what is no array (a tool's result that holds one: `for (const x of result)`), or
+# over nothing (`for (const x of result.rows)`, a field it does not have).
 _SAID_IN_FULL = {
+    ("TypeError", "value is not iterable"): (
+        "value is not iterable: for...of, spread (`...x`) and `const [a, b] = x` take an array, "
+        "a string, a Map or a Set, not a plain object; loop over Object.entries(x) or "
+        "Object.values(x), or over the array it holds (`x.items`)"
+    ),
+    **{
+        ("TypeError", f"cannot read property 'Symbol.iterator' of {nothing}"): (
+            f"{nothing} is not iterable: for...of, spread (`...x`) or `const [a, b] = x` of a "
+            f"value that is {nothing} (a field the data does not have?); print the value to "
+            "see what it holds"
+        )
+        for nothing in ("undefined", "null")
+    },
     ("TypeError", "toPrimitive"): (
         "cannot convert object to primitive value: it has no toString or valueOf that gives "
         "one (an object made with Object.create(null)?); make text of it with JSON.stringify, "

@@ -1444,6 +1444,27 @@ def test_an_object_of_no_primitive_value_says_so(made: str) -> None:
     assert [x.line for x in ran.error.lines] == [3]
 
 
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        ("for (const x of r) console.log(x);", "value is not iterable: for...of, spread"),
+        ("const all = [...r];", "value is not iterable: for...of, spread"),
+        ("const m = new Map(r);", "value is not iterable: for...of, spread"),
+        ("for (const x of r.rows) console.log(x);", "undefined is not iterable: for...of,"),
+        ("for (const x of r.none ?? null) f(x);", "null is not iterable: for...of,"),
+    ],
+)
+def test_a_loop_over_what_is_no_array_says_what_to_loop_over(code: str, said: str) -> None:
+    """A loop, spread or destructuring of a tool's result that is an object, or of a field it
+    does not have, says what iteration takes and what to write, where QuickJS says "value is
+    not iterable" or "cannot read property 'Symbol.iterator' of undefined"."""
+    code = "const r = await tools.echo({});\nconst f = (x) => x;\n" + code
+    ran = run(code, [rec("echo", {}, result={"items": [1]})])
+    assert ran.error is not None and ran.error.name == "TypeError", ran
+    assert ran.error.message.startswith(said), ran.error
+    assert [x.line for x in ran.error.lines] == [3]
+
+
 @pytest.mark.parametrize("items", ["[]", "new Float64Array(0)"])
 def test_reduce_of_an_empty_array_says_to_give_an_initial_value(items: str) -> None:
     """reduce of an empty array with no initial value (a filter that kept nothing) says so and
