@@ -125,7 +125,10 @@ except Exception as e:
     gone = str(e)
 return {"a": a, "big": len(big), "tail": big[-4:], "gone": gone}""",
     },
-    "compute": {"javascript": "for (;;) {}", "python": "while True:\n    pass"},
+    "compute": {
+        "javascript": "console.log('spun'); for (;;) {}",
+        "python": "print('spun')\nwhile True:\n    pass",
+    },
     "memory": {
         "javascript": "const a = []; for (;;) a.push(new Array(100000).fill(7));",
         "python": "a = []\nwhile True:\n    a.append([7] * 100000)",
@@ -248,17 +251,21 @@ def check_file_reads(h: Harness, language: str = "javascript") -> None:
 
 
 def check_compute_limit(h: Harness, language: str = "javascript") -> None:
+    """compute_ms stops a run that spins, which fails with what it printed before."""
     step = h.step(case("compute", language, limits={"compute_ms": 300}))
     assert_limit(step, "compute_ms")
+    assert step.printed == "spun\n", repr(step.printed)
     assert_healthy(h, language)
 
 
 def check_total_compute_limit(h: Harness, language: str = "javascript") -> None:
     """What is left of the script's total_compute_ms (version 3's compute_left_ms) ends a
-    run that compute_ms would let go on, and the step names that limit."""
+    run that compute_ms would let go on, and the step names that limit (and says what the
+    run printed)."""
     limits = {"compute_ms": 2000, "compute_left_ms": 300}
     step = h.step(case("compute", language, limits=limits))
     assert_limit(step, "total_compute_ms")
+    assert step.printed == "spun\n", repr(step.printed)
     assert step.process is None or step.process.cpu_ms < 1000, step.process
     assert_healthy(h, language)
 
