@@ -65,7 +65,7 @@ from engine._live import (
     live_key,
     takes_live,
 )
-from engine._naming import BUILTIN_NAMES, BUILTIN_TOOLS
+from engine._naming import BUILTIN_NAMES, BUILTIN_TOOLS, MAX_KEY
 from engine._result import RunResult
 from engine._search import ToolIndex
 from engine._skills import Skill, check_skills, skills_listing
@@ -107,9 +107,6 @@ CHECK_NOTE = (
     "to a tool that does not exist, or with a missing or wrong argument, fails the script "
     "before any call is made, with the line to fix."
 )
-
-# The longest key that names a start (a model's tool-use id is a few dozen characters).
-MAX_KEY = 256
 
 # A worker that could not drive a script (it lacks a tool the script called) passes it over
 # for this many seconds, and over at most this many scripts at once.

@@ -20,6 +20,10 @@ from sandbox.protocol import RUN_CODE
 # declaration, and some providers cap tool names at 64 characters.
 MAX_NAME = 64
 
+# The longest key that names a start (a model's tool-use id is a few dozen characters), and
+# so the longest call id the API formats take back.
+MAX_KEY = 256
+
 # The tools the engine answers itself, which a script calls like a host's tools.
 TOOL_SEARCH = "tool_search"
 SKILL = "skill"

@@ -26,7 +26,7 @@ LOG = {
 }  # fmt: skip
 
 RUNNER = {
-    "FileMissing", "FileReader", "HOST_BUSY", "LiveRun", "ProcessRunner", "ProcessStats", "RemoteRunner",
+    "FileMissing", "FileReader", "HOST_BUSY", "LiveRun", "MAX_TENANT", "ProcessRunner", "ProcessStats", "RemoteRunner",
     "RunError",
     "RunnerService", "ScriptRunner", "Slots", "Step", "TEXT_BOUNDS", "bounded",
     "default_live_count", "default_live_memory", "default_slot_count", "count_private", "serve",

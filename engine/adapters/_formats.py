@@ -30,6 +30,7 @@ from typing import Any, Literal, Protocol, get_args
 
 from engine._errors import CodeModeError
 from engine._mcp import MEDIA_TYPES
+from engine._naming import MAX_KEY
 from sandbox.protocol import is_media
 
 
@@ -125,8 +126,6 @@ def result_for(result: RunResult, format: Format, call_id: str | None = None) ->
     """
     if check_format(format) == "mcp":
         return {"content": mcp_content(result), "isError": result.status == "failed"}
-    from engine._codemode import MAX_KEY  # which imports this module
-
     # No API issues an id with a control character, a lone surrogate (no JSON text holds
     # one) or of more than a few dozen characters, nor takes one back: echoed, it failed the
     # model's next request, or went into its conversation (Chat Completions' media message
