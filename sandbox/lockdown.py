@@ -249,7 +249,7 @@ def rehearse() -> None:
     tighten(compute_ms=_NEVER_MS, memory=protocol.Limits().memory, data_limit=_NO_LIMIT, live=True)
     try:
         signal.setitimer(signal.ITIMER_PROF, 0)
-        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        _set_hard_stop(0)
     except (OSError, ValueError) as e:
         raise LockdownError("rehearse", f"cannot disarm the CPU timer: {e}") from e
 
@@ -277,9 +277,64 @@ def rearm(compute_ms: int) -> None:
     _arm(compute_ms)
 
 
-# Once a segment's CPU allowance is spent, the user CPU a process whose SIGPROF has a handler
-# (see stop_softly) gets to end its run itself before SIGVTALRM ends it.
-HARD_STOP_MS = 50
+# Once a segment's CPU allowance is spent, the CPU a process whose SIGPROF has a handler (see
+# stop_softly) gets at most to end its run itself before SIGVTALRM ends it: with the tick the
+# kernel checks CPU timers at and the process's exit, a limit overshot by under 10% and 50 ms.
+HARD_STOP_MS = 40
+
+
+def hard_stop_ms(compute_ms: int) -> int:
+    """The CPU a process whose soft stop (:func:`stop_softly`) has not ended it gets past
+    ``compute_ms`` before SIGVTALRM ends it: 2.5% of it, :data:`HARD_STOP_MS` at most (the
+    kernel fires either timer up to a tick late: a run of 100 ms or less may meet the hard
+    stop on the soft one's tick, its output lost, as a process SIGPROF ended)."""
+    return min(HARD_STOP_MS, compute_ms // 40)
+
+
+class _TimeSpec(ctypes.Structure):
+    _fields_ = (("sec", ctypes.c_long), ("nsec", ctypes.c_long))
+
+
+class _ITimerSpec(ctypes.Structure):
+    _fields_ = (("interval", _TimeSpec), ("value", _TimeSpec))
+
+
+class _SigEvent(ctypes.Structure):
+    # Linux's struct sigevent: the value, the signal, how to notify, and a union (64 bytes).
+    _fields_ = (
+        ("value", ctypes.c_void_p),
+        ("signo", ctypes.c_int),
+        ("notify", ctypes.c_int),
+        ("rest", ctypes.c_byte * 48),
+    )
+
+
+_CLOCK_PROCESS_CPUTIME_ID = 2
+_SIGEV_SIGNAL = 0
+# The hard stop's timer and the process it was made in (a fork's child has none of its
+# parent's timers).
+_hard_timer: tuple[int, ctypes.c_void_p] | None = None
+
+
+def _set_hard_stop(seconds: float) -> None:
+    """End the process with SIGVTALRM once it has used ``seconds`` more of user and system
+    CPU (0: never). ITIMER_VIRTUAL counts user CPU alone: a loop of allocations, mostly the
+    kernel's page faults and mappings, ran 650 ms of CPU past a compute_ms of 100 under it.
+    Raises OSError."""
+    global _hard_timer
+    if _hard_timer is None or _hard_timer[0] != os.getpid():
+        if not seconds:
+            return
+        event = _SigEvent(signo=signal.SIGVTALRM, notify=_SIGEV_SIGNAL)
+        timer = ctypes.c_void_p()
+        if _libc.timer_create(_CLOCK_PROCESS_CPUTIME_ID, ctypes.byref(event), ctypes.byref(timer)):
+            raise OSError(ctypes.get_errno(), f"timer_create: {os.strerror(ctypes.get_errno())}")
+        _hard_timer = (os.getpid(), timer)
+    whole = int(seconds)
+    spec = _ITimerSpec(value=_TimeSpec(whole, round((seconds - whole) * 1e9)))
+    if _libc.timer_settime(_hard_timer[1], 0, ctypes.byref(spec), None):
+        raise OSError(ctypes.get_errno(), f"timer_settime: {os.strerror(ctypes.get_errno())}")
+
 
 # The SIGPROF handler stop_softly set (None: SIGPROF ends the process).
 _soft_stop: Callable[[int, FrameType | None], object] | None = None
@@ -288,11 +343,13 @@ _soft_stop: Callable[[int, FrameType | None], object] | None = None
 def stop_softly(handler: Callable[[int, FrameType | None], object]) -> None:
     """From the next :func:`tighten` or :func:`rearm` on, a spent CPU allowance calls
     ``handler`` (SIGPROF's, a Python signal handler) rather than ending the process, so the
-    run can end itself and say what it printed; ``ITIMER_VIRTUAL`` then ends the process
-    (SIGVTALRM, at its default action) :data:`HARD_STOP_MS` of user CPU later. A Python
-    handler runs between bytecodes only: a process stuck in one call into C code (a sort, a
-    regular expression) meets that hard stop, and so does one whose handler does not end it.
-    :func:`stop_soon` calls the handler again shortly."""
+    run can end itself and say what it printed; a CPU timer of the process's own
+    (``timer_create``, user and system CPU as ``ITIMER_PROF`` counts) then ends it with
+    SIGVTALRM, at its default action, :func:`hard_stop_ms` of CPU later. A Python handler
+    runs between bytecodes only: a process stuck in one call into C code (a sort, a regular
+    expression, a loop of allocations that is mostly the kernel's time) meets that hard
+    stop, and so does one whose handler does not end it. :func:`stop_soon` calls the
+    handler again shortly."""
     global _soft_stop
     _soft_stop = handler
 
@@ -319,9 +376,7 @@ def _arm(compute_ms: int) -> None:
         signal.pthread_sigmask(
             signal.SIG_UNBLOCK, {signal.SIGPROF, signal.SIGXCPU, signal.SIGVTALRM}
         )
-        # User CPU only, which never runs ahead of ITIMER_PROF's user and system CPU.
-        hard = seconds + HARD_STOP_MS / 1000 if soft is not None else 0
-        signal.setitimer(signal.ITIMER_VIRTUAL, hard)
+        _set_hard_stop(seconds + hard_stop_ms(compute_ms) / 1000 if soft is not None else 0)
         signal.setitimer(signal.ITIMER_PROF, seconds)
         # The kernel rounds a CPU timer up by a tick (4 ms at 250 Hz): armed again that much
         # early, it fires at the allowance, not a tick past it (compute_ms = 100, 20 runs: the
@@ -655,10 +710,13 @@ _ALLOW = (
     "getegid",
     "getresuid",
     "getresgid",
-    # CPU accounting and the CPU allowance (ITIMER_PROF and ITIMER_VIRTUAL, set by tighten()).
+    # CPU accounting and the CPU allowance (ITIMER_PROF, and the hard stop's CPU timer behind
+    # a soft stop, set by tighten()).
     "getrusage",
     "getitimer",
     "setitimer",
+    "timer_create",
+    "timer_settime",
     # Own limits; the kernel refuses to raise a hard limit without privilege.
     "getrlimit",
     "setrlimit",

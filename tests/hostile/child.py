@@ -598,11 +598,23 @@ def _busy_loop(ctx: Ctx) -> Any:
 @attack("busy_loop_soft_stop_ignored")
 def _busy_loop_soft_stop_ignored(ctx: Ctx) -> Any:
     """Spin after tighten(compute_ms=200) with a soft stop whose handler never ends the run
-    (as one that finds no point to: a run stuck in C code): ITIMER_VIRTUAL's SIGVTALRM must
-    end the process HARD_STOP_MS later."""
+    (as one that finds no point to: a run stuck in C code): the hard stop's SIGVTALRM must
+    end the process hard_stop_ms(200) later."""
     lockdown.stop_softly(lambda signum, frame: None)
     lockdown.tighten(compute_ms=200, memory=64 * MiB)
     _busy()
+
+
+@attack("kernel_loop_soft_stop_ignored")
+def _kernel_loop_soft_stop_ignored(ctx: Ctx) -> Any:
+    """As busy_loop_soft_stop_ignored, in a loop that is nearly all the kernel's CPU (each
+    string, past malloc's largest mmap threshold, faults in fresh pages): the hard stop
+    must count system CPU too (a timer of user CPU alone left the process to RLIMIT_CPU's
+    SIGXCPU, 2 s on)."""
+    lockdown.stop_softly(lambda signum, frame: None)
+    lockdown.tighten(compute_ms=200, memory=64 * MiB)
+    while True:
+        b"x" * (40 * MiB)
 
 
 def _ignore_sigprof() -> None:
