@@ -747,7 +747,8 @@
     "promises, await Promise.all(...))";
   defineProperty(NativePromise.prototype, "toJSON", { __proto__: null,
     value: function toJSON(key) {
-      throw notData(key, PROMISE_NOT_DATA); // a returned value's failure says it (see finished)
+      // A returned value's failure says it (see finished).
+      throw notData(key, PROMISE_NOT_DATA, undefined, this);
     },
     writable: true, enumerable: false, configurable: true,
   });
@@ -1196,16 +1197,16 @@
       host.fail("InternalError", "out of memory", "");
     }
   };
-  // Where the returned value refers back to an object that holds it, as `value.a.b[0]`: JSON's
-  // "circular reference" said neither where nor what to do. Walked on the failure's path only,
-  // at most CYCLE_WALK objects and MAX_DEPTH deep; null when not found so.
+  // Where in the returned value, as `value.a.b[0]`, the first object that `hit` takes is
+  // (`hit(v, holding)`, `holding` the objects from the top down to v's own), or null when not
+  // found within CYCLE_WALK objects and MAX_DEPTH deep. Walked on a failure's path only.
   const CYCLE_WALK = 100000;
-  function cycleAt(root) {
+  function pathWhere(root, hit) {
     const path = setPrototypeOf([], null); // no script change to Array.prototype reaches it
     let budget = CYCLE_WALK;
     function walk(v, where) {
       if (typeof v !== "object" || v === null) return null;
-      for (let i = 0; i < path.length; i++) if (path[i] === v) return where;
+      if (hit(v, path)) return where;
       if (--budget < 0 || path.length >= MAX_DEPTH) return null;
       path[path.length] = v;
       if (isArray(v)) {
@@ -1216,9 +1217,7 @@
       } else {
         const ks = objectKeys(v);
         for (let i = 0; i < ks.length; i++) {
-          const k = ks[i];
-          const step = /^[A-Za-z_$][\w$]*$/.test(k) ? "." + k : "[" + JSON.stringify(k) + "]";
-          const found = walk(v[k], where + step);
+          const found = walk(v[ks[i]], where + keyStep(ks[i]));
           if (found !== null) return found;
         }
       }
@@ -1230,6 +1229,15 @@
     } catch (_) {
       return null; // a getter that throws, a proxy: the plain message stands
     }
+  }
+  const keyStep = (k) => /^[A-Za-z_$][\w$]*$/.test(k) ? "." + k : "[" + JSON.stringify(k) + "]";
+  // Where the returned value refers back to an object that holds it: JSON's "circular
+  // reference" said neither where nor what to do.
+  function cycleAt(root) {
+    return pathWhere(root, (v, holding) => {
+      for (let i = 0; i < holding.length; i++) if (holding[i] === v) return true;
+      return false;
+    });
   }
   function finished(value) {
     if (value === undefined) { host.done("u"); return; }
@@ -1258,7 +1266,7 @@
       }
       // A null is the heap's, or the script's own `throw null` in a toJSON: failed() says
       // which it is to the host, which reads the script's text (runtime.py's _failed).
-      const why = e === refused ? e.message : e === null ? undefined : notJSON(e, value);
+      const why = e === refused ? refusedWhere(value) : e === null ? undefined : notJSON(e, value);
       if (why === undefined) {
         // The script's own code threw as its value was read (a getter, a toJSON, a Proxy's
         // trap): its error, at its line, as the same value given to a tool throws there.
@@ -1300,21 +1308,40 @@
   // a RegExp, an iterator, an object of a class with no fields of its own) or into an object
   // of indexes (a typed array). Plain objects and arrays, the most of any value, pass first.
   let refused; // the error it threw last
-  // The error that says the value at `key` ("" or undefined: the value itself) is `kind`.
-  function notData(key, kind) {
+  let refusedAt; // (key, kind, holder, value) of that error, for refusedWhere
+  // The error that says the value at `key` ("" or undefined: the value itself) of `holder`
+  // (undefined: not known, but the value is `value`) is `kind`.
+  function notData(key, kind, holder, value) {
     refused = new NativeTypeError((key === "" || key === undefined ? "it is " : "at key " +
       JSON.stringify("" + key) + " it holds ") + kind);
+    refusedAt = [key, kind, holder, value];
     return refused;
+  }
+  // The refusal of the returned value `root`, naming where in it the value refused is, as
+  // `value.a[2] is NaN` (the replacer is told only its key); found again on the failure's
+  // path only, so a value that is fine costs nothing more. A value of a toJSON's making is
+  // not in `root`: its key alone names it.
+  function refusedWhere(root) {
+    const [key, kind, holder, value] = refusedAt;
+    let where = null;
+    if (holder !== undefined) {
+      where = pathWhere(root, (v) => v === holder);
+      if (where !== null) where += isArray(holder) ? "[" + key + "]" : keyStep("" + key);
+    } else if (typeof value === "object" && value !== null) {
+      where = pathWhere(root, (v) => v === value);
+    }
+    return where === null ? refused.message : where + " is " + kind;
   }
   function opaqueRefused(key, value) {
     if (typeof value === "bigint") {
       // JSON.stringify's own error named neither where nor the fix.
-      throw notData(key, "a BigInt, which JSON cannot carry; return String(n), or Number(n) if it fits");
+      throw notData(key, "a BigInt, which JSON cannot carry; return String(n), or Number(n) if it fits",
+        this);
     }
     if (typeof value === "number" && !isFinite(value)) {
       // JSON writes null for it: `{ avg: total / 0 }` read as if there were no value.
       throw notData(key, value + ", which JSON writes as null; return null where there is no " +
-        "number, or check the arithmetic that made it");
+        "number, or check the arithmetic that made it", this);
     }
     if (typeof value !== "object" || value === null || isArray(value)) return value;
     const proto = getPrototypeOf(value);
@@ -1349,7 +1376,7 @@
     } else {
       return value; // an object of a class of the script's, with its fields
     }
-    throw notData(key, kind);
+    throw notData(key, kind, this);
   }
   function failed(error) {
     const parts = errorParts(error);

@@ -137,7 +137,7 @@ FAILING_VALUES = {
     "NaN": (
         "return { avg: [0 / 0] }",
         "TypeError",
-        'the returned value is not JSON data: at key "0"',
+        "the returned value is not JSON data: value.avg[0] is NaN",
     ),
 }
 

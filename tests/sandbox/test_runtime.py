@@ -975,22 +975,22 @@ def test_returning_a_bigint_fails_naming_json():
         ("return new Map();", "it is a Map, which JSON turns into {}"),
         (
             "return { ok: {}, counts: [1, new Set([2])] };",
-            'at key "1" it holds a Set, which JSON turns into {}; return [...set]',
+            "value.counts[1] is a Set, which JSON turns into {}; return [...set]",
         ),
         (
             "try { null.x; } catch (e) { e.tool = 't'; return { error: e }; }",
-            'at key "error" it holds an Error, which JSON turns into {} (its message is lost); '
+            "value.error is an Error, which JSON turns into {} (its message is lost); "
             "return error.message, or String(error)",
         ),
-        ("return [/a+/];", 'at key "0" it holds a RegExp, which JSON turns into {}'),
+        ("return [/a+/];", "value[0] is a RegExp, which JSON turns into {}"),
         (
             "return { total: 10n };",
-            'at key "total" it holds a BigInt, which JSON cannot carry; return String(n), or '
+            "value.total is a BigInt, which JSON cannot carry; return String(n), or "
             "Number(n) if it fits",
         ),
-        ("return { b: new Uint8Array([1, 2]) };", 'at key "b" it holds binary data'),
+        ("return { b: new Uint8Array([1, 2]) };", "value.b is binary data"),
         ("return new ArrayBuffer(2);", "it is binary data"),
-        ("class Empty {}\nreturn { e: new Empty() };", 'at key "e" it holds an Empty, which'),
+        ("class Empty {}\nreturn { e: new Empty() };", "value.e is an Empty, which"),
         (
             "return new URL('https://a.example/?q=1').searchParams;",
             "it is a URLSearchParams, which JSON turns into {}; return Object.fromEntries(params), "
@@ -999,24 +999,24 @@ def test_returning_a_bigint_fails_naming_json():
         # JSON writes null for these: the model read null, as if there were no value.
         (
             "const total = 10;\nreturn { avg: total / 0, n: [NaN] };",
-            'at key "avg" it holds Infinity, which JSON writes as null; return null where there '
+            "value.avg is Infinity, which JSON writes as null; return null where there "
             "is no number, or check the arithmetic that made it",
         ),
-        ("return [1, 0 / 0];", 'at key "1" it holds NaN, which JSON writes as null'),
+        ("return [1, 0 / 0];", "value[1] is NaN, which JSON writes as null"),
         ("return NaN;", "it is NaN, which JSON writes as null"),
         # "an URLSearchParams", "an User" before; "an Update" stays
-        ("class User {}\nreturn [new User()];", 'at key "0" it holds a User, which'),
-        ("class Update {}\nreturn [new Update()];", 'at key "0" it holds an Update, which'),
+        ("class User {}\nreturn [new User()];", "value[0] is a User, which"),
+        ("class Update {}\nreturn [new Update()];", "value[0] is an Update, which"),
         (
             "return { it: [1].values() };",
-            'at key "it" it holds an iterator (a generator\'s, or of keys(), values(), entries(), '
+            "value.it is an iterator (a generator's, or of keys(), values(), entries(), "
             "matchAll()), which JSON turns into {}; return [...iterator]",
         ),
         # A generator read "an object of no class ...; return the plain data it holds".
         ("function* ids() { yield 1; }\nreturn ids();", "it is an iterator (a generator's"),
         (
             "async function* pages() { yield 1; }\nreturn { pages: pages() };",
-            'at key "pages" it holds an async generator, which JSON turns into {}; collect its '
+            "value.pages is an async generator, which JSON turns into {}; collect its "
             "values into an array (`for await (const x of gen) items.push(x)`) and return that",
         ),
         (
@@ -1058,6 +1058,28 @@ def test_a_returned_map_or_set_fails_instead_of_reading_as_empty(code: str, said
     code = "return { n: new Number(3), b: new Boolean(false), s: new String('a') };"
     assert value(code) == {"n": 3, "b": False, "s": "a"}
     assert run("return;").outcome == "finished"
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        ("return { a: [1, 2, NaN] };", "value.a[2] is NaN, which JSON writes as null"),
+        ("return { x: { 'b c': [10n] } };", 'value.x["b c"][0] is a BigInt'),
+        ("return [[0, [1 / 0]]];", "value[0][1][0] is Infinity"),
+        ("return { '': NaN };", 'value[""] is NaN'),
+        # An object met twice is named where JSON meets it first.
+        ("const o = {};\nreturn { a: [o, o, { z: new Set() }] };", "value.a[2].z is a Set"),
+        ("return { p: [Promise.resolve(1)] };", "value.p[0] is a promise, not data"),
+        # A toJSON's own data is not in the returned value: its key alone names it.
+        ("return { d: { toJSON() { return { s: NaN }; } } };", 'at key "s" it holds NaN'),
+    ],
+)
+def test_a_returned_value_that_is_not_data_is_named_by_its_whole_path(code: str, said: str) -> None:
+    """What JSON cannot carry inside the returned value is named by its path from the top, as
+    a cycle and a tool's argument are (it said `at key "2"` alone, which of many)."""
+    ran = run(code)
+    assert ran.outcome == "failed" and ran.error is not None and ran.error.name == "TypeError"
+    assert ran.error.message.startswith("the returned value is not JSON data: " + said)
 
 
 def test_lone_surrogates_in_returned_values_do_not_crash():
@@ -2569,9 +2591,7 @@ def test_a_promise_that_is_no_calls_is_not_data_either() -> None:
     )
     ran = run(code, records)
     assert ran.outcome == "failed" and ran.error is not None
-    assert (
-        ran.error.message == f'the returned value is not JSON data: at key "0" it holds {NOT_DATA}'
-    )
+    assert ran.error.message == f"the returned value is not JSON data: value[0] is {NOT_DATA}"
 
     assert (
         ran.printed
