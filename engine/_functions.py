@@ -28,6 +28,8 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema
 
+from engine._argument_keys import Check as KeyCheck
+from engine._argument_keys import key_check
 from engine._schema import json_adapter
 from engine._tools import (
     Tool,
@@ -79,8 +81,16 @@ class _Arguments:
 
     model: type[BaseModel]
     fields: tuple[tuple[str, str], ...]  # (field name, parameter name)
+    # Where keys that pydantic would make one are looked for, for the few tools whose
+    # parameters hold dicts with keys other than text (none for the rest: nothing is walked).
+    keys: KeyCheck | None = None
 
     def bind(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        if self.keys is not None:
+            # {"1": .., "01": ..} for a dict[int, str]: pydantic keeps the last, silently.
+            made_one = self.keys(arguments, [])
+            if made_one is not None:
+                raise ToolCallError(f"tools.{tool}: invalid arguments: {made_one}", tool=tool)
         try:
             instance = self.model.model_validate(arguments)
         except ValidationError as e:
@@ -312,7 +322,7 @@ def _from_function(
         idempotent=idempotent,
         sequential=sequential,
     )
-    result._arguments = _Arguments(model, tuple(mapping))
+    result._arguments = _Arguments(model, tuple(mapping), key_check(model.__pydantic_core_schema__))
     result._result_adapter = adapter
     result._context_param = context_param
     return result

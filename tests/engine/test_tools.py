@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, field_serializer
 
 from engine import CodeMode, Limits
 from engine import _tools as engine_tools
-from engine._functions import parse_docstring, tool
+from engine._functions import _Arguments, parse_docstring, tool
 from engine._naming import sanitize_name, unique_names
 from engine._schema import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, holds_at_most
 from engine._tools import (
@@ -499,6 +499,92 @@ def test_invalid_arguments_name_the_path_and_what_was_expected() -> None:
     )
     assert 'unexpected property "extra"' in call_error(t, {"customer": "c", "extra": 1})
     assert call_error(t, [1, 2]) == "tools.create_order takes an object, not an array"
+
+
+class _Labelled(BaseModel):
+    labels: dict[int, str]
+    parts: list[_Labelled] = []
+
+
+class _Named(BaseModel):
+    plain: dict[str, str]
+    parts: list[_Named] = []
+
+
+def test_keys_that_pydantic_would_make_one_fail_the_call_naming_them() -> None:
+    """JSON keys are text: a `dict[int, str]` given "1", "01" and "1.0" validated to one key,
+    1, holding the last value alone, without a word. The call fails naming where and which
+    keys; a tool whose dicts keep their keys as sent gets no check at all."""
+    seen: list[Any] = []
+
+    @tool
+    def keyed(labels: dict[int, str], flags: dict[bool, int] | None = None) -> int:
+        """Keyed."""
+        seen.append(labels)
+        return len(labels)
+
+    @tool
+    def nested(item: _Labelled, rows: tuple[dict[float, str], ...] = ()) -> str:
+        """Nested."""
+        return "ok"
+
+    given = {"labels": {"1": "a", "01": "b", "1.0": "c"}}
+    assert call_error(keyed, given) == (
+        'tools.keyed: invalid arguments: at labels: the keys "1", "01" and "1.0" are all the '
+        "key 1 to the tool; send one of them"
+    )
+    assert call_error(keyed, {"labels": {}, "flags": {"true": 1, "on": 2}}) == (
+        'tools.keyed: invalid arguments: at flags: the keys "true" and "on" are both the key '
+        "true to the tool; send one of them"
+    )
+    item = {"labels": {"2": "x"}, "parts": [{"labels": {"3": "a", "03": "b"}}]}
+    assert call_error(nested, {"item": item}) == (
+        'tools.nested: invalid arguments: at item.parts.0.labels: the keys "3" and "03" are '
+        "both the key 3 to the tool; send one of them"
+    )
+    assert "at rows.1: the keys" in call_error(
+        nested, {"item": {"labels": {}}, "rows": [{"1": "a"}, {"1": "a", "1e0": "b"}]}
+    )
+    assert seen == []
+    # Keys that stay apart pass as ever, and a key that is no number is pydantic's to refuse.
+    assert call(keyed, {"labels": {"1": "a", "2": "b", "-1": "c"}}) == 3
+    assert seen == [{1: "a", 2: "b", -1: "c"}]
+    assert "at labels.x" in call_error(keyed, {"labels": {"x": "a", "1": "b"}})
+
+    @tool
+    def plain(named: _Named, data: dict[str, Any], rows: list[dict]) -> str:
+        """Plain."""
+        return "ok"
+
+    assert isinstance(plain._arguments, _Arguments) and plain._arguments.keys is None
+    assert isinstance(keyed._arguments, _Arguments) and keyed._arguments.keys is not None
+    assert call(plain, {"named": {"plain": {"1": "a", "01": "b"}}, "data": {}, "rows": []}) == "ok"
+
+
+async def test_keys_made_one_fail_the_call_in_either_language() -> None:
+    """Sent from a script, as JavaScript writes the keys and as Python does (its int key 1
+    goes as "1", beside "01")."""
+
+    @tool
+    def keyed(labels: dict[int, str]) -> str:
+        """Keyed."""
+        return repr(labels)
+
+    engine = CodeMode([keyed], runner=InProcessRunner(), type_check="off")
+    try:
+        scripts: tuple[tuple[Literal["javascript", "python"], str], ...] = (
+            ("javascript", 'return await tools.keyed({ labels: { "1": "a", "01": "b" } })'),
+            ("python", 'return await tools.keyed(labels={1: "a", "01": "b"})'),
+        )
+        for language, code in scripts:
+            result = await engine.run_code(code, language=language)
+            assert result.error is not None, result.value
+            assert result.error["message"] == (
+                'tools.keyed: invalid arguments: at labels: the keys "1" and "01" are both the '
+                "key 1 to the tool; send one of them"
+            )
+    finally:
+        await engine.aclose()
 
 
 def test_invalid_argument_messages_stay_short_for_huge_values() -> None:

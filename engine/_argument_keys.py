@@ -1,0 +1,318 @@
+"""Keys of a tool's arguments that pydantic would make one: a ``dict[int, str]`` parameter
+given the JSON keys ``"1"``, ``"01"`` and ``"1.0"`` validates to ``{1: ...}`` holding the last
+value alone, without a word. :func:`key_check` finds, once, where a tool's parameters hold
+dicts whose keys validate into something other than the text sent; the check it returns walks
+only those places of a call's arguments, and tools with none of them get no check at all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic_core import CoreConfig, SchemaValidator, ValidationError
+
+# (arguments at this place, their path from the top) -> a message, or None: keys stay apart.
+Check = Callable[[Any, list[str | int]], str | None]
+
+# Schemas that hold the one schema their value is checked by first.
+_WRAPPERS = ("nullable", "default", "function-after", "function-before", "function-wrap")
+_ITEMS = ("list", "set", "frozenset", "generator", "deque")
+
+
+def key_check(schema: Mapping[str, Any]) -> Check | None:
+    """The check of the arguments a pydantic core ``schema`` (an arguments model's) validates,
+    or None when no dict in it has keys that validate into other than the text sent."""
+    definitions: dict[str, Any] = {}
+    if schema.get("type") == "definitions":
+        definitions = {d["ref"]: d for d in schema["definitions"]}
+    if not _reaches_keys(schema, None, definitions, set()):
+        return None  # most tools: no check is made at their calls
+    return _Compiler(definitions).compile(schema, None)
+
+
+def _reaches_keys(
+    schema: Any, config: CoreConfig | None, definitions: dict[str, Any], seen: set[str]
+) -> bool:
+    """Whether ``schema`` holds, or refers to one that holds, a dict whose keys are not kept
+    as sent (a model that holds itself through a list of itself checks nothing for that)."""
+    if isinstance(schema, list):
+        return any(_reaches_keys(item, config, definitions, seen) for item in schema)
+    if not isinstance(schema, dict):
+        return False
+    config = schema.get("config", config)
+    keys = schema.get("keys_schema", {"type": "any"})
+    if schema.get("type") == "dict" and not _as_sent(keys, config):
+        return True
+    ref = schema.get("schema_ref") if schema.get("type") == "definition-ref" else None
+    if isinstance(ref, str):
+        if ref in seen:
+            return False
+        seen.add(ref)
+        return _reaches_keys(definitions.get(ref), config, definitions, seen)
+    return any(
+        _reaches_keys(value, config, definitions, seen)
+        for key, value in schema.items()
+        if key not in ("metadata", "serialization")
+    )
+
+
+class _Compiler:
+    def __init__(self, definitions: dict[str, Any]) -> None:
+        self.definitions = definitions
+        # A referred schema's check, found once; a placeholder while it is being compiled
+        # (a model that holds itself), filled in when done.
+        self.done: dict[str, Check | None] = {}
+        self.compiling: dict[str, list[Check | None]] = {}
+
+    def compile(self, schema: Mapping[str, Any], config: CoreConfig | None) -> Check | None:
+        kind = schema.get("type")
+        config = schema.get("config", config)
+        if kind == "definitions":
+            return self.compile(schema["schema"], config)
+        if kind == "definition-ref":
+            return self.referred(schema["schema_ref"], config)
+        if "ref" in schema:
+            return self.referred(schema["ref"], config, schema)
+        return self.compile_here(schema, config)
+
+    def referred(
+        self, ref: str, config: CoreConfig | None, schema: Mapping[str, Any] | None = None
+    ) -> Check | None:
+        if ref in self.done:
+            return self.done[ref]
+        if ref in self.compiling:
+            # A schema that holds itself: its check, once it is made. Had the holder no
+            # check but this, it needs none (nothing below it is checked).
+            pending = self.compiling[ref]
+            return lambda value, path: pending[0](value, path) if pending[0] else None
+        cell: list[Check | None] = [None]
+        self.compiling[ref] = cell
+        target = schema if schema is not None else self.definitions.get(ref)
+        if target is not None:
+            cell[0] = self.compile_here(target, target.get("config", config))
+        del self.compiling[ref]
+        self.done[ref] = cell[0]
+        return cell[0]
+
+    def compile_here(self, schema: Mapping[str, Any], config: CoreConfig | None) -> Check | None:
+        kind = schema.get("type")
+        if kind in _WRAPPERS or kind in ("model", "dataclass"):
+            return self.compile(schema["schema"], config) if "schema" in schema else None
+        if kind == "json-or-python":
+            return self.compile(schema["python_schema"], config)
+        if kind == "lax-or-strict":
+            return self.compile(schema["lax_schema"], config)
+        if kind == "chain":
+            return self.compile(schema["steps"][0], config)
+        if kind in ("union", "tagged-union"):
+            choices = schema["choices"]
+            branches = choices.values() if isinstance(choices, dict) else choices
+            checks = [
+                c
+                for c in (
+                    self.compile(b[0] if isinstance(b, tuple) else b, config) for b in branches
+                )
+                if c is not None
+            ]
+            return _first(checks) if checks else None
+        if kind in _ITEMS:
+            inner = (
+                self.compile(schema["items_schema"], config) if "items_schema" in schema else None
+            )
+            return None if inner is None else _items(inner)
+        if kind == "tuple":
+            positions = [self.compile(s, config) for s in schema.get("items_schema", [])]
+            if not any(positions):
+                return None
+            return _tuple(positions, schema.get("variadic_item_index"))
+        if kind == "dict":
+            keys = schema.get("keys_schema", {"type": "any"})
+            values = schema.get("values_schema")
+            value_check = self.compile(values, config) if values is not None else None
+            validator = None if _as_sent(keys, config) else self.validator(keys, config)
+            if validator is None and value_check is None:
+                return None
+            return _dict(validator, value_check)
+        if kind in ("model-fields", "typed-dict"):
+            fields = schema["fields"].items()
+            named = [
+                (_input_names(name, f), self.compile(f["schema"], config)) for name, f in fields
+            ]
+            return _fields(named)
+        if kind == "dataclass-args":
+            named = [
+                (_input_names(f["name"], f), self.compile(f["schema"], config))
+                for f in schema["fields"]
+            ]
+            return _fields(named)
+        return None
+
+    def validator(self, keys: Mapping[str, Any], config: CoreConfig | None) -> SchemaValidator:
+        # With the definitions a key's type may refer to, and the config of the model that
+        # holds it (a strict model's keys are checked strictly, as pydantic checks them).
+        schema: Any = keys
+        if self.definitions:
+            schema = {
+                "type": "definitions",
+                "schema": keys,
+                "definitions": list(self.definitions.values()),
+            }
+        return SchemaValidator(schema, config)
+
+
+def _as_sent(keys: Mapping[str, Any], config: CoreConfig | None) -> bool:
+    """Whether keys of this schema stay the text sent: any key, or text with no change made
+    to it (a str's to_lower or strip_whitespace, its model's, a validator's function, may
+    make two one)."""
+    plain = {k: v for k, v in keys.items() if k not in ("metadata", "ref", "serialization")}
+    if plain == {"type": "any"}:
+        return True
+    changed = config is not None and any(
+        config.get(k) for k in ("str_to_lower", "str_to_upper", "str_strip_whitespace")
+    )
+    return plain == {"type": "str"} and not changed
+
+
+def _input_names(name: str, field: Mapping[str, Any]) -> tuple[str, ...]:
+    """The keys a field may be given by: its alias (or each of its choices of one key), and
+    its own name."""
+    alias = field.get("validation_alias")
+    names: list[str] = []
+    if isinstance(alias, str):
+        names.append(alias)
+    elif isinstance(alias, list):
+        for choice in alias:
+            if isinstance(choice, list) and len(choice) == 1 and isinstance(choice[0], str):
+                names.append(choice[0])
+    if name not in names:
+        names.append(name)
+    return tuple(names)
+
+
+def _first(checks: list[Check]) -> Check:
+    # A union's branches: the first that finds keys made one says so.
+    if len(checks) == 1:
+        return checks[0]
+
+    def check(value: Any, path: list[str | int]) -> str | None:
+        for c in checks:
+            found = c(value, path)
+            if found is not None:
+                return found
+        return None
+
+    return check
+
+
+def _items(inner: Check) -> Check:
+    def check(value: Any, path: list[str | int]) -> str | None:
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                found = inner(item, [*path, i])
+                if found is not None:
+                    return found
+        return None
+
+    return check
+
+
+def _tuple(positions: list[Check | None], variadic: int | None) -> Check:
+    # pydantic's tuple: a schema for each position, of which the one at `variadic` (if any)
+    # takes as many items as there are beyond the others.
+    def check(value: Any, path: list[str | int]) -> str | None:
+        if not isinstance(value, list):
+            return None
+        after = 0 if variadic is None else len(positions) - variadic - 1
+        for i, item in enumerate(value):
+            if variadic is None or i < variadic:
+                at = i
+            elif i >= len(value) - after:
+                at = len(positions) - (len(value) - i)
+            else:
+                at = variadic
+            c = positions[at] if 0 <= at < len(positions) else None
+            found = c(item, [*path, i]) if c is not None else None
+            if found is not None:
+                return found
+        return None
+
+    return check
+
+
+def _fields(named: list[tuple[tuple[str, ...], Check | None]]) -> Check | None:
+    checked = [(names, c) for names, c in named if c is not None]
+    if not checked:
+        return None
+
+    def check(value: Any, path: list[str | int]) -> str | None:
+        if isinstance(value, dict):
+            for names, c in checked:
+                for name in names:
+                    if name in value:
+                        found = c(value[name], [*path, name])
+                        if found is not None:
+                            return found
+        return None
+
+    return check
+
+
+def _dict(validator: SchemaValidator | None, values: Check | None) -> Check:
+    def check(value: Any, path: list[str | int]) -> str | None:
+        if not isinstance(value, dict):
+            return None
+        if validator is not None and len(value) > 1:
+            found = _made_one(validator, value, path)
+            if found is not None:
+                return found
+        if values is not None:
+            for key, item in value.items():
+                found = values(item, [*path, key])
+                if found is not None:
+                    return found
+        return None
+
+    return check
+
+
+def _made_one(
+    validator: SchemaValidator, value: dict[str, Any], path: list[str | int]
+) -> str | None:
+    """The message for the first keys of ``value`` that ``validator`` makes one key, if any."""
+    sent: dict[Any, list[str]] = {}
+    for key in value:
+        try:
+            made = validator.validate_python(key)
+        except (ValidationError, TypeError):
+            continue  # pydantic's own validation says what is wrong with it
+        try:
+            sent.setdefault(made, []).append(key)
+        except TypeError:  # an unhashable key pydantic would refuse too
+            continue
+    for made, keys in sent.items():
+        if len(keys) > 1:
+            shown = [json.dumps(k, ensure_ascii=False) for k in keys[:5]]
+            more = f" and {len(keys) - 5:,} more" if len(keys) > 5 else ""
+            listed = (
+                f"{', '.join(shown)}{more}" if more else f"{', '.join(shown[:-1])} and {shown[-1]}"
+            )
+            return (
+                f"{_where(path)}the keys {listed} are {'both' if len(keys) == 2 else 'all'} the "
+                f"key {_shown(made)} to the tool; send one of them"
+            )
+    return None
+
+
+def _where(path: list[str | int]) -> str:
+    return f"at {'.'.join(str(p) for p in path)}: " if path else ""
+
+
+def _shown(key: Any) -> str:
+    """A key as the tool takes it: a number as Python writes it, text and true as JSON does."""
+    if isinstance(key, str):
+        return json.dumps(str(key), ensure_ascii=False)
+    if isinstance(key, bool) or key is None:
+        return json.dumps(key)
+    return repr(key) if type(key) in (int, float) else str(key)
