@@ -77,4 +77,5 @@ class Ending:
             error=error,
             limit=step.limit.name if step.limit else None,
             printed=step.printed,
+            shown=list(step.shown),
         )

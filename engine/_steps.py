@@ -542,8 +542,11 @@ class StepLoop(CallSettling):
                 ending.limit,
                 config_hint(ending.limit),
             )
+        # A failed script's files come after its error and printed text, as a finished one's
+        # do after its value: what it showed before it failed (a chart, a table) is what the
+        # model needs to see to mend it.
+        shown_text, shown, media = await self._shown(record, ending)
         if ending.status == "finished":
-            shown_text, shown, media = await self._shown(record, ending)
             result = RunResult(
                 record.id,
                 "finished",
@@ -559,10 +562,12 @@ class StepLoop(CallSettling):
             result = RunResult(
                 record.id,
                 "failed",
-                render.render_failed(ending),
+                render.render_failed(ending) + shown_text,
                 error=ending.error.model_dump() if ending.error else None,
                 limit=ending.limit,
                 steps=record.steps,
+                shown=shown,
+                media=media,
             )
             status = log.SCRIPT_FAILED
         # An outcome must last unless the script called no tool with effects: a power cut

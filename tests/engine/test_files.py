@@ -46,6 +46,40 @@ async def test_script_reads_attachments_and_shows_them(inproc: InProcessRunner) 
     assert base64.b64decode(image["data"]) == png
 
 
+@pytest.mark.parametrize("language", ["javascript", "python"])
+async def test_a_failed_script_shows_the_files_it_showed(
+    inproc: InProcessRunner, language: str
+) -> None:
+    """The spec's result: "A script that throws gives Script failed., the error ... then what
+    it printed. Then comes each file the script showed." A failed script's files came not at
+    all, the chart it showed before it failed among them."""
+    png = b"\x89PNG\r\n\x1a\n" + b"\0" * 100
+    engine = CodeMode([], runner=inproc)
+    code = {
+        "javascript": "files.show('notes.md'); files.show('chart.png'); "
+        "console.log('drawn'); throw new Error('no data for Q4')",
+        "python": "files.show('notes.md')\nfiles.show('chart.png')\nprint('drawn')\n"
+        "raise ValueError('no data for Q4')",
+    }[language]
+    result = await engine.run_code(
+        code,
+        files=[
+            Attachment("notes.md", data=b"# Q3\nall good\n"),
+            Attachment("chart.png", data=png),
+        ],
+        language=language,  # type: ignore[arg-type]
+    )
+    await engine.aclose()
+    assert result.status == "failed", result.text
+    assert "no data for Q4" in result.text
+    printed = result.text.index("Printed:\ndrawn")
+    assert result.text.index("Shown: notes.md (text/markdown, 14 bytes)\n# Q3\nall good") > printed
+    assert "Shown: chart.png (image/png" in result.text
+    assert [f["id"] for f in result.shown] == ["notes.md", "chart.png"]
+    image = result.content[1]
+    assert image["type"] == "image" and base64.b64decode(image["data"]) == png
+
+
 async def test_every_run_reads_the_recorded_bytes(inproc: InProcessRunner, tmp_path: Path) -> None:
     """Files are recorded when the script starts: a later run reads the same bytes even if
     the attachment's file changed on disk."""
