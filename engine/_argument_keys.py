@@ -3,6 +3,8 @@ given the JSON keys ``"1"``, ``"01"`` and ``"1.0"`` validates to ``{1: ...}`` ho
 value alone, without a word. :func:`key_check` finds, once, where a tool's parameters hold
 dicts whose keys validate into something other than the text sent; the check it returns walks
 only those places of a call's arguments, and tools with none of them get no check at all.
+:func:`keys_made_text` tells, once, whether a tool's results go through a dump that may make
+keys that are not text into text (``{1: "a", "1": "b"}`` dumped as ``{"1": "b"}``).
 """
 
 from __future__ import annotations
@@ -24,35 +26,68 @@ _ITEMS = ("list", "set", "frozenset", "generator", "deque")
 def key_check(schema: Mapping[str, Any]) -> Check | None:
     """The check of the arguments a pydantic core ``schema`` (an arguments model's) validates,
     or None when no dict in it has keys that validate into other than the text sent."""
-    definitions: dict[str, Any] = {}
-    if schema.get("type") == "definitions":
-        definitions = {d["ref"]: d for d in schema["definitions"]}
-    if not _reaches_keys(schema, None, definitions, set()):
+    definitions = _definitions(schema)
+    if not _reaches(schema, _keys_validated, None, definitions, set()):
         return None  # most tools: no check is made at their calls
     return _Compiler(definitions).compile(schema, None)
 
 
-def _reaches_keys(
-    schema: Any, config: CoreConfig | None, definitions: dict[str, Any], seen: set[str]
+def keys_made_text(schema: Mapping[str, Any]) -> bool:
+    """Whether pydantic, dumping a value as a core ``schema`` (a return annotation's) has it
+    in JSON mode, may make a key that is not text into text: a dict whose keys are not text,
+    a value of any type (whose dicts' keys pydantic infers), or a serializer of the type's own
+    (whose value it infers)."""
+    return _reaches(schema, _keys_inferred, None, _definitions(schema), set())
+
+
+def _definitions(schema: Mapping[str, Any]) -> dict[str, Any]:
+    if schema.get("type") == "definitions":
+        return {d["ref"]: d for d in schema["definitions"]}
+    return {}
+
+
+def _keys_validated(schema: Mapping[str, Any], config: CoreConfig | None) -> bool:
+    # A dict whose keys pydantic validates into other than the text sent.
+    return schema.get("type") == "dict" and not _as_sent(
+        schema.get("keys_schema", {"type": "any"}), config
+    )
+
+
+def _keys_inferred(schema: Mapping[str, Any], config: CoreConfig | None) -> bool:
+    # A place whose dumped keys may be made text (see keys_made_text).
+    serialization = schema.get("serialization")
+    if isinstance(serialization, dict) and serialization.get("type") != "format":
+        return True
+    if schema.get("type") == "any":
+        return True
+    keys = schema.get("keys_schema", {"type": "any"})
+    return schema.get("type") == "dict" and keys.get("type") != "str"
+
+
+def _reaches(
+    schema: Any,
+    hit: Callable[[Mapping[str, Any], CoreConfig | None], bool],
+    config: CoreConfig | None,
+    definitions: dict[str, Any],
+    seen: set[str],
 ) -> bool:
-    """Whether ``schema`` holds, or refers to one that holds, a dict whose keys are not kept
-    as sent (a model that holds itself through a list of itself checks nothing for that)."""
+    """Whether ``schema`` holds, or refers to one that holds, a schema that ``hit`` takes (a
+    model that holds itself through a list of itself is looked through once)."""
     if isinstance(schema, list):
-        return any(_reaches_keys(item, config, definitions, seen) for item in schema)
+        return any(_reaches(item, hit, config, definitions, seen) for item in schema)
     if not isinstance(schema, dict):
         return False
     config = schema.get("config", config)
-    keys = schema.get("keys_schema", {"type": "any"})
-    if schema.get("type") == "dict" and not _as_sent(keys, config):
+    if hit(schema, config):
         return True
     ref = schema.get("schema_ref") if schema.get("type") == "definition-ref" else None
     if isinstance(ref, str):
         if ref in seen:
             return False
         seen.add(ref)
-        return _reaches_keys(definitions.get(ref), config, definitions, seen)
+        return _reaches(definitions.get(ref), hit, config, definitions, seen)
     return any(
-        _reaches_keys(value, config, definitions, seen)
+        _reaches(value, hit, config, definitions, seen)
         for key, value in schema.items()
         if key not in ("metadata", "serialization")
     )

@@ -29,7 +29,7 @@ from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema
 
 from engine._argument_keys import Check as KeyCheck
-from engine._argument_keys import key_check
+from engine._argument_keys import key_check, keys_made_text
 from engine._schema import json_adapter
 from engine._tools import (
     Tool,
@@ -324,6 +324,7 @@ def _from_function(
     )
     result._arguments = _Arguments(model, tuple(mapping), key_check(model.__pydantic_core_schema__))
     result._result_adapter = adapter
+    result._keys_made_text = adapter is not None and keys_made_text(adapter.core_schema)
     result._context_param = context_param
     return result
 

@@ -19,8 +19,9 @@ from typing import Any
 import jsonschema_rs
 import orjson
 from pydantic import BaseModel, ConfigDict, PydanticUserError, TypeAdapter
-from pydantic_core import PydanticSerializationError
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
+from engine._argument_keys import keys_made_text
 from engine._errors import CodeModeError
 from sandbox.protocol import MAX_DEPTH, data_path
 
@@ -418,6 +419,100 @@ def cycle_at(value: Any, items: int) -> list[str | int] | None:
     return None
 
 
+def check_keys_apart(value: Any, path: list[str | int] | None = None) -> None:
+    """:class:`NotJSONData` naming the first dict in ``value`` (a tool's result, pydantic
+    models and dataclasses looked into; at ``path``) with keys that pydantic's JSON dump makes
+    one key, ``1`` and ``"1"`` both ``"1"`` (the dump keeps the last, without a word).
+
+    Whether any key is not text is told by orjson, which refuses one (its C walk takes about
+    a hundredth of the dump's time); only then is ``value`` walked, to find which keys."""
+    try:
+        orjson.dumps(value, default=_opened)
+        return
+    except (orjson.JSONEncodeError, TypeError, RecursionError):
+        pass  # a key that is not text, or something else orjson refuses: walked to tell
+    made = keys_made_one(value)
+    if made is not None:
+        at, keys, text = made
+        shown = [repr(k) for k in keys]
+        raise NotJSONData(
+            _where(
+                [*(path or []), *at],
+                f"an object with the keys {', '.join(shown[:-1])} and {shown[-1]}",
+            ),
+            f"; {'both' if len(keys) == 2 else 'all'} are {text!r} as JSON's keys, which are "
+            "strings: return one of them",
+        )
+
+
+def _opened(value: Any) -> Any:
+    # What orjson walks on into for a value it has no form for: a model's fields; nothing
+    # of anything else (its keys, if any, are not pydantic's to make text).
+    if isinstance(value, BaseModel):
+        return {**vars(value), **(value.__pydantic_extra__ or {})}
+    return None
+
+
+def keys_made_one(value: Any) -> tuple[list[str | int], list[Any], str] | None:
+    """The first dict in ``value`` with keys that pydantic's JSON dump makes one key (``1``
+    and ``"1"``, both ``"1"``): its path (as the dump names it), the keys, and that text.
+    Walked on the failure's path only (see :func:`check_keys_apart`); each container once,
+    no deeper than ``MAX_DATA_DEPTH``."""
+    seen: set[int] = set()
+    stack: list[tuple[Any, list[str | int]]] = [(value, [])]
+    try:
+        while stack:
+            v, path = stack.pop()
+            if id(v) in seen or len(path) > MAX_DATA_DEPTH:
+                continue
+            entries: Any
+            if isinstance(v, dict):
+                seen.add(id(v))
+                made = _made_one(v)
+                if made is not None:
+                    return path, *made
+                entries = [(k if isinstance(k, str) else _key_text(k), x) for k, x in v.items()]
+            elif isinstance(v, list | tuple):
+                seen.add(id(v))
+                entries = enumerate(v)
+            elif isinstance(v, BaseModel):
+                seen.add(id(v))
+                fields = type(v).model_fields
+                entries = [
+                    (f.serialization_alias or f.alias or name, getattr(v, name))
+                    for name, f in fields.items()
+                ] + list((v.__pydantic_extra__ or {}).items())
+            elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+                seen.add(id(v))
+                entries = [(f.name, getattr(v, f.name)) for f in dataclasses.fields(v)]
+            else:
+                continue
+            # Reversed: the first entry is walked first, as the dump meets it.
+            stack.extend((x, [*path, k]) for k, x in reversed(list(entries)))
+    except Exception:
+        return None  # a value that says odd things of itself: the dump's own checks stand
+    return None
+
+
+def _made_one(d: dict[Any, Any]) -> tuple[list[Any], str] | None:
+    # The keys of `d` that are one text as JSON data, with that text.
+    if all(isinstance(k, str) for k in d):
+        return None
+    texts: dict[str, list[Any]] = {}
+    for k in d:
+        texts.setdefault(str.__str__(k) if isinstance(k, str) else _key_text(k), []).append(k)
+    for text, keys in texts.items():
+        if len(keys) > 1:
+            return keys, text
+    return None
+
+
+def _key_text(key: Any) -> str:
+    """A key as pydantic's JSON dump makes it text (1 -> "1", a date -> its ISO text)."""
+    made = to_jsonable_python({key: None})
+    return str(next(iter(made))) if isinstance(made, dict) and made else repr(key)
+
+
 def _contents(value: Any) -> dict[Any, Any] | list[Any] | tuple[Any, ...] | None:
     """What ``value`` holds as :func:`holds_at_most` counts it: a dict, a list or a tuple
     (an object's attributes as its dict), or None for a value that holds nothing."""
@@ -495,6 +590,8 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
             raise NotJSONData(_where(path, f"the number {value}"), "; JSON has no NaN or infinity")
         return float(value)
     if isinstance(value, BaseModel):
+        if _model_keys_made_text(type(value)):
+            check_keys_apart(value, path)  # {1: "a", "1": "b"} would dump as {"1": "b"}
         try:
             dumped = _model_adapter(type(value)).dump_python(value, mode="json", by_alias=True)
         except (PydanticSerializationError, ValueError, TypeError) as e:
@@ -560,3 +657,8 @@ def json_adapter(annotation: Any) -> TypeAdapter[Any]:
 @functools.lru_cache(maxsize=256)
 def _model_adapter(model: type[BaseModel]) -> TypeAdapter[Any]:
     return json_adapter(model)
+
+
+@functools.lru_cache(maxsize=256)
+def _model_keys_made_text(model: type[BaseModel]) -> bool:
+    return keys_made_text(_model_adapter(model).core_schema)

@@ -42,6 +42,7 @@ from engine._schema import (
     NotJSONData,
     SchemaProblem,
     a_json_type,
+    check_keys_apart,
     check_schema,
     compile_schema,
     cycle_at,
@@ -121,6 +122,7 @@ class Tool:
         "_handler",
         "_in_thread",
         "_input_validator",
+        "_keys_made_text",
         "_output_validator",
         "_result_adapter",
         "client",
@@ -231,6 +233,8 @@ class Tool:
         # and how its result is dumped through its return annotation.
         self._arguments: ArgumentBinder | None = None
         self._result_adapter: TypeAdapter[Any] | None = None
+        # Whether that dump may make a key that is not text into text (see keys_made_text).
+        self._keys_made_text = False
         self._context_param = _context_parameter(label, handler) if handler else None
         properties = self.input_schema.get("properties")
         if isinstance(properties, dict) and self._context_param in properties:
@@ -572,6 +576,8 @@ class Tool:
             except (PydanticSerializationError, ValueError, TypeError):
                 data = _MISSING  # the generic conversion below says what is wrong
         try:
+            if self._keys_made_text and data is not _MISSING:
+                check_keys_apart(result)  # {1: "a", "1": "b"} dumped as {"1": "b"}
             data = to_json_data(result if data is _MISSING else data)
         except NotJSONData as e:
             raise self._error(

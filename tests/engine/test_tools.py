@@ -587,6 +587,70 @@ async def test_keys_made_one_fail_the_call_in_either_language() -> None:
         await engine.aclose()
 
 
+class _Record(BaseModel):
+    data: dict[str, Any]
+
+
+def test_a_result_whose_keys_the_dump_makes_one_fails_the_call_naming_them() -> None:
+    """pydantic's JSON dump makes a key that is not text its text: {1: "a", "1": "b"} from a
+    tool annotated `-> dict` reached the script as {"1": "b"}, without a word. The call
+    fails naming where and which keys; keys that stay apart pass as ever."""
+    returned: dict[str, Any] = {}
+
+    @tool
+    def bare() -> dict:
+        """Bare."""
+        return returned["value"]
+
+    @tool
+    def typed() -> dict[str, Any]:
+        """Typed."""
+        return returned["value"]
+
+    @tool
+    def record() -> _Record:
+        """A model."""
+        return returned["value"]
+
+    @tool
+    def unannotated():
+        """No annotation."""
+        return returned["value"]
+
+    returned["value"] = {1: "a", "1": "b"}
+    assert call_error(bare, {}) == (
+        "tools.bare returned an object with the keys 1 and '1', which is not JSON data; both "
+        "are '1' as JSON's keys, which are strings: return one of them"
+    )
+    returned["value"] = {"x": [{"ok": 1}, {datetime.date(2025, 1, 2): 1, "2025-01-02": 2}]}
+    assert call_error(typed, {}) == (
+        "tools.typed returned an object with the keys datetime.date(2025, 1, 2) and "
+        "'2025-01-02' at x[1], which is not JSON data; both are '2025-01-02' as JSON's keys, "
+        "which are strings: return one of them"
+    )
+    # A model's field the tool set after it was made (or model_construct's), with or without
+    # the annotation that dumps it.
+    made = _Record(data={})
+    made.data = {"n": [{2: "a", "2": "b", 2.5: "c"}]}
+    returned["value"] = made
+    for t in (record, unannotated):
+        said = call_error(t, {})
+        assert "returned an object with the keys 2 and '2' at data.n[0]" in said, said
+    # Keys that stay apart are made text, as before.
+    returned["value"] = {1: "a", 2: {3: "b"}}
+    assert call(bare, {}) == {"1": "a", "2": {"3": "b"}}
+    # Only a dump that may make keys text is looked at.
+    assert bare._keys_made_text and typed._keys_made_text and record._keys_made_text
+    assert not tool(lambda: {"a": 1})._keys_made_text
+
+    @tool
+    def plain() -> list[Address]:
+        """Plain."""
+        return []
+
+    assert not plain._keys_made_text
+
+
 def test_invalid_argument_messages_stay_short_for_huge_values() -> None:
     """The model's own huge value is not echoed back in the message."""
     t = Tool(
