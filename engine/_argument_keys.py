@@ -29,7 +29,17 @@ def key_check(schema: Mapping[str, Any]) -> Check | None:
     definitions = _definitions(schema)
     if not _reaches(schema, _keys_validated, None, definitions, set()):
         return None  # most tools: no check is made at their calls
-    return _Compiler(definitions).compile(schema, None)
+    # A schema that holds itself (a model with a list of itself) meets its own check before
+    # it is made: first taken to have none, then, if it turns out to have one, made again
+    # with a stand-in that calls it.
+    checked: set[str] = set()
+    while True:
+        compiler = _Compiler(definitions, checked)
+        check = compiler.compile(schema, None)
+        wrong = {ref for ref in compiler.assumed if compiler.done.get(ref) is not None}
+        if wrong <= checked:
+            return check
+        checked |= wrong
 
 
 def keys_made_text(schema: Mapping[str, Any]) -> bool:
@@ -94,12 +104,12 @@ def _reaches(
 
 
 class _Compiler:
-    def __init__(self, definitions: dict[str, Any]) -> None:
+    def __init__(self, definitions: dict[str, Any], checked: set[str]) -> None:
         self.definitions = definitions
-        # A referred schema's check, found once; a placeholder while it is being compiled
-        # (a model that holds itself), filled in when done.
-        self.done: dict[str, Check | None] = {}
+        self.checked = checked  # the schemas that hold themselves and have a check
+        self.done: dict[str, Check | None] = {}  # a referred schema's check, made once
         self.compiling: dict[str, list[Check | None]] = {}
+        self.assumed: set[str] = set()  # those met while made, taken to have no check
 
     def compile(self, schema: Mapping[str, Any], config: CoreConfig | None) -> Check | None:
         kind = schema.get("type")
@@ -118,8 +128,9 @@ class _Compiler:
         if ref in self.done:
             return self.done[ref]
         if ref in self.compiling:
-            # A schema that holds itself: its check, once it is made. Had the holder no
-            # check but this, it needs none (nothing below it is checked).
+            if ref not in self.checked:
+                self.assumed.add(ref)
+                return None
             pending = self.compiling[ref]
             return lambda value, path: pending[0](value, path) if pending[0] else None
         cell: list[Check | None] = [None]
@@ -143,14 +154,16 @@ class _Compiler:
             return self.compile(schema["steps"][0], config)
         if kind in ("union", "tagged-union"):
             choices = schema["choices"]
-            branches = choices.values() if isinstance(choices, dict) else choices
-            checks = [
-                c
-                for c in (
-                    self.compile(b[0] if isinstance(b, tuple) else b, config) for b in branches
-                )
-                if c is not None
+            branches = [
+                b[0] if isinstance(b, tuple) else b
+                for b in (choices.values() if isinstance(choices, dict) else choices)
             ]
+            compiled = [(self.compile(b, config), b) for b in branches]
+            if any(c is None and _takes_objects(b) for c, b in compiled):
+                # pydantic may pick the branch that keeps the keys apart (a dict[str, str]
+                # beside a dict[int, str]): keys made one by another are no sure thing.
+                return None
+            checks = [c for c, _ in compiled if c is not None]
             return _first(checks) if checks else None
         if kind in _ITEMS:
             inner = (
@@ -208,6 +221,39 @@ def _as_sent(keys: Mapping[str, Any], config: CoreConfig | None) -> bool:
         config.get(k) for k in ("str_to_lower", "str_to_upper", "str_strip_whitespace")
     )
     return plain == {"type": "str"} and not changed
+
+
+# Schemas of values that are never a JSON object: a union's branch of one of these cannot be
+# the one pydantic picks for an object.
+_NO_OBJECTS = frozenset(
+    {
+        "none",
+        "bool",
+        "int",
+        "float",
+        "decimal",
+        "str",
+        "bytes",
+        "date",
+        "time",
+        "datetime",
+        "timedelta",
+        "literal",
+        "enum",
+        "uuid",
+        "url",
+        "multi-host-url",
+        "complex",
+        *_ITEMS,
+        "tuple",
+    }
+)
+
+
+def _takes_objects(schema: Mapping[str, Any]) -> bool:
+    if schema.get("type") in _WRAPPERS and "schema" in schema:
+        return _takes_objects(schema["schema"])
+    return schema.get("type") not in _NO_OBJECTS
 
 
 def _input_names(name: str, field: Mapping[str, Any]) -> tuple[str, ...]:
