@@ -280,15 +280,19 @@ def rearm(compute_ms: int) -> None:
 # Once a segment's CPU allowance is spent, the CPU a process whose SIGPROF has a handler (see
 # stop_softly) gets at most to end its run itself before SIGVTALRM ends it: with the tick the
 # kernel checks CPU timers at and the process's exit, a limit overshot by under 10% and 50 ms.
-HARD_STOP_MS = 40
+HARD_STOP_MS = 30
+# The least of it a soft stop is given: the kernel fires either timer on a tick (4 ms at
+# 250 Hz), and ITIMER_PROF armed a tick early (see _arm) may still fire one late.
+_SOFT_LEAST_MS = 10
 
 
 def hard_stop_ms(compute_ms: int) -> int:
     """The CPU a process whose soft stop (:func:`stop_softly`) has not ended it gets past
-    ``compute_ms`` before SIGVTALRM ends it: 2.5% of it, :data:`HARD_STOP_MS` at most (the
-    kernel fires either timer up to a tick late: a run of 100 ms or less may meet the hard
-    stop on the soft one's tick, its output lost, as a process SIGPROF ended)."""
-    return min(HARD_STOP_MS, compute_ms // 40)
+    ``compute_ms`` before SIGVTALRM ends it: 5% of it, :data:`HARD_STOP_MS` at most; 0 for
+    a ``compute_ms`` under 200 ms, which has no room for both within its 10%: no soft stop
+    then, SIGPROF ends the process at ``compute_ms``, its output lost."""
+    ms = min(HARD_STOP_MS, compute_ms // 20)
+    return ms if ms >= _SOFT_LEAST_MS else 0
 
 
 class _TimeSpec(ctypes.Structure):
@@ -309,7 +313,10 @@ class _SigEvent(ctypes.Structure):
     )
 
 
-_CLOCK_PROCESS_CPUTIME_ID = 2
+# This process's user and system CPU as ITIMER_PROF counts it, sampled at the tick: Linux's
+# (~pid << 3) | CPUCLOCK_PROF, pid 0 (CLOCK_PROCESS_CPUTIME_ID, the exact run time, ran ahead
+# of it under load, and a hard stop 15 ms past the soft one beat it in one run of five).
+_CLOCK_PROCESS_PROF = -8
 _SIGEV_SIGNAL = 0
 # The hard stop's timer and the process it was made in (a fork's child has none of its
 # parent's timers).
@@ -327,7 +334,7 @@ def _set_hard_stop(seconds: float) -> None:
             return
         event = _SigEvent(signo=signal.SIGVTALRM, notify=_SIGEV_SIGNAL)
         timer = ctypes.c_void_p()
-        if _libc.timer_create(_CLOCK_PROCESS_CPUTIME_ID, ctypes.byref(event), ctypes.byref(timer)):
+        if _libc.timer_create(_CLOCK_PROCESS_PROF, ctypes.byref(event), ctypes.byref(timer)):
             raise OSError(ctypes.get_errno(), f"timer_create: {os.strerror(ctypes.get_errno())}")
         _hard_timer = (os.getpid(), timer)
     whole = int(seconds)
@@ -345,7 +352,8 @@ def stop_softly(handler: Callable[[int, FrameType | None], object]) -> None:
     ``handler`` (SIGPROF's, a Python signal handler) rather than ending the process, so the
     run can end itself and say what it printed; a CPU timer of the process's own
     (``timer_create``, user and system CPU as ``ITIMER_PROF`` counts) then ends it with
-    SIGVTALRM, at its default action, :func:`hard_stop_ms` of CPU later. A Python handler
+    SIGVTALRM, at its default action, :func:`hard_stop_ms` of CPU later (an allowance with
+    no room for that is ended by SIGPROF as without a handler). A Python handler
     runs between bytecodes only: a process stuck in one call into C code (a sort, a regular
     expression, a loop of allocations that is mostly the kernel's time) meets that hard
     stop, and so does one whose handler does not end it. :func:`stop_soon` calls the
@@ -366,7 +374,8 @@ def stop_soon() -> None:
 
 def _arm(compute_ms: int) -> None:
     seconds = compute_ms / 1000
-    soft = _soft_stop
+    hard_ms = hard_stop_ms(compute_ms)
+    soft = _soft_stop if hard_ms else None
     try:
         # A parent may have left these ignored (an ignored disposition survives exec) or
         # blocked; either would turn the CPU limit off.
@@ -376,7 +385,7 @@ def _arm(compute_ms: int) -> None:
         signal.pthread_sigmask(
             signal.SIG_UNBLOCK, {signal.SIGPROF, signal.SIGXCPU, signal.SIGVTALRM}
         )
-        _set_hard_stop(seconds + hard_stop_ms(compute_ms) / 1000 if soft is not None else 0)
+        _set_hard_stop(seconds + hard_ms / 1000 if soft is not None else 0)
         signal.setitimer(signal.ITIMER_PROF, seconds)
         # The kernel rounds a CPU timer up by a tick (4 ms at 250 Hz): armed again that much
         # early, it fires at the allowance, not a tick past it (compute_ms = 100, 20 runs: the

@@ -605,6 +605,15 @@ def _busy_loop_soft_stop_ignored(ctx: Ctx) -> Any:
     _busy()
 
 
+@attack("busy_loop_soft_stop_no_room")
+def _busy_loop_soft_stop_no_room(ctx: Ctx) -> Any:
+    """As busy_loop_soft_stop_ignored under compute_ms=100, which has no room for a soft
+    stop within its 10%: SIGPROF must end the process at its allowance."""
+    lockdown.stop_softly(lambda signum, frame: None)
+    lockdown.tighten(compute_ms=100, memory=64 * MiB)
+    _busy()
+
+
 @attack("kernel_loop_soft_stop_ignored")
 def _kernel_loop_soft_stop_ignored(ctx: Ctx) -> Any:
     """As busy_loop_soft_stop_ignored, in a loop that is nearly all the kernel's CPU (each

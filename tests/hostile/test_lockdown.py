@@ -277,6 +277,15 @@ def test_cpu_timer_ends_a_loop_its_soft_stop_did_not_end(zygote: Zygote, attack:
     assert hard - SLACK_MS <= out.cpu_ms < hard + STARTUP_CPU_MS, out.cpu_ms
 
 
+def test_cpu_timer_of_a_small_allowance_has_no_soft_stop(zygote: Zygote) -> None:
+    """compute_ms=100 has no room for a soft stop and its hard stop within 10% of it:
+    SIGPROF ends the process at the allowance, as with no handler (its output lost)."""
+    out = zygote.run("busy_loop_soft_stop_no_room")
+    assert out.signal == signal.SIGPROF, out
+    assert out.cpu_ms is not None
+    assert 100 - SLACK_MS <= out.cpu_ms < 100 + STARTUP_CPU_MS, out.cpu_ms
+
+
 def test_cpu_timer_with_sigprof_ignored(zygote: Zygote) -> None:
     """SIGPROF ignored before lockdown (as an inherited disposition would be): tighten puts
     back the default action, so the busy loop still ends with SIGPROF."""
