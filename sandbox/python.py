@@ -3018,7 +3018,15 @@ def _plain(value: Any, root: str, path: tuple[str | int, ...], depth: int, walk:
                         name = str.__str__(key)
                         walk.weight += ITEM_WEIGHT + text_weight(name)
                     elif issubclass(type(key), int | float) and type(key) is not bool:
-                        name = str(_plain(key, root, path, depth, walk))
+                        try:
+                            name = str(_plain(key, root, path, depth, walk))
+                        except _NotPlain:
+                            # Not "<path> is nan": the dict at path is data, its key is not.
+                            raise _NotPlain(
+                                f"{_where(root, path)} has a key that is {_unkeyable(key)}; "
+                                "a number key becomes JSON text only when finite (an int: "
+                                "within 64 bits); make it a string"
+                            ) from None
                     else:
                         raise _NotPlain(
                             f"{_where(root, path)} has a key of type {_type_name(key)}; "
@@ -3059,6 +3067,14 @@ def _plain(value: Any, root: str, path: tuple[str | int, ...], depth: int, walk:
         f"{_where(root, path)} is {name if name in _MASS_NOUNS else _a(name)}{hint}; data "
         "must be plain (dict, list, tuple, str, int, float, bool, None)"
     )
+
+
+def _unkeyable(key: int | float) -> str:
+    """What a number key JSON cannot carry is, by its type (never the script's repr; a huge
+    integer's digits may be thousands)."""
+    if issubclass(type(key), int):
+        return "an integer past 64 bits"
+    return str(float.__float__(key))
 
 
 def _colliding(value: dict[Any, Any], name: str, key: Any) -> str:

@@ -190,6 +190,13 @@ def test_keyword_and_dict_forms_make_the_same_call_and_none_is_left_out() -> Non
         ("tools.echo(a=float('nan'))", "a in the argument is nan"),
         ("tools.echo(a={'xs': [1, {2}]})", "a.xs[1] in the argument is a set (pass a list)"),
         ("tools.echo(a={(1,): 2})", "a in the argument has a key of type tuple"),
+        # The key is named, not the dict ("a in the argument is nan", of a dict).
+        (
+            "tools.echo(a={'b': {float('nan'): 1}})",
+            "a.b in the argument has a key that is nan; a number key becomes JSON text only "
+            "when finite (an int: within 64 bits); make it a string",
+        ),
+        ("tools.echo(a={2**70: 1})", "a in the argument has a key that is an integer past 64"),
         ("tools.echo(a=2**70)", "integer too large"),
         ("x = []\nx.append(x)\ntools.echo(a=x)", "refers to itself"),
         ("import datetime\ntools.echo(a=datetime.date.today())", "isoformat"),
