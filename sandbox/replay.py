@@ -27,8 +27,10 @@ made by the language from data it checked; answers go back as tagged strings (se
 from __future__ import annotations
 
 import abc
+import os
 import re
 import resource
+import sys
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -601,12 +603,13 @@ class CpuStop:
     and what it printed since its last calls was lost).
 
     The handler runs between two bytecodes of whatever Python code runs then. Where that is
-    the script's own code (a Python script's file), it ends the run at once; elsewhere (the
-    sandbox's own code, in the middle of its work) the stop is ``pending``: :meth:`poll`
-    ends the run at the next point it is called at (QuickJS's interrupt poll, see
-    sandbox/runtime.py), and ``again`` has the handler called again a moment later.
-    Between segments (``run`` None) a timer that goes off does nothing: the next segment
-    arms its own.
+    the script's own code (a Python script's file), or library code the script called with
+    none of the sandbox's own between (``difflib``, ``pprint``), it ends the run at once;
+    elsewhere (the sandbox's own code, in the middle of its work) the stop is ``pending``:
+    :meth:`poll` ends the run at the next point it is called at (QuickJS's interrupt poll,
+    see sandbox/runtime.py, or the next line of a Python script's own, traced from then on),
+    and ``again`` has the handler called again a moment later. Between segments (``run``
+    None) a timer that goes off does nothing: the next segment arms its own.
     """
 
     def __init__(self) -> None:
@@ -620,10 +623,46 @@ class CpuStop:
         run = self.run
         if run is None or run.ended:
             return
-        if frame is not None and frame.f_code.co_filename == self.script_file:
+        if self._in_script(frame):
             run.end_cpu_spent(self.total)
         self.pending = True
+        if self.script_file is not None:
+            self._trace_script(frame)
         self.again()
+
+    def _trace_script(self, frame: FrameType | None) -> None:
+        """Have the next line of the Python script's own code end the run: a script that
+        prints on is in the sandbox's code most of the time, where the handler called
+        again a moment later lands as often as not (its output lost to the hard stop)."""
+
+        def line(frame: FrameType, event: str, arg: object) -> Any:
+            if not self.pending:  # a new segment began: no more tracing
+                sys.settrace(None)
+                return None
+            self.poll()
+            return line
+
+        def call(frame: FrameType, event: str, arg: object) -> Any:
+            return line(frame, event, arg) if frame.f_code.co_filename == self.script_file else None
+
+        while frame is not None:
+            if frame.f_code.co_filename == self.script_file:
+                frame.f_trace = line
+            frame = frame.f_back
+        sys.settrace(call)
+
+    def _in_script(self, frame: FrameType | None) -> bool:
+        """Whether ``frame`` runs for the script with none of the sandbox's code under it
+        before the script's own (a script busy in a library's Python code: its run ended by
+        the hard stop, output lost)."""
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if name == self.script_file:
+                return True
+            if name.startswith(_SANDBOX_DIR):
+                return False
+            frame = frame.f_back
+        return False
 
     def poll(self) -> None:
         """A point where the run may end: end it if a stop is pending."""
@@ -634,6 +673,8 @@ class CpuStop:
 
 # The process's: it runs one script.
 CPU_STOP = CpuStop()
+# Where the sandbox's own modules are, as their code objects name them.
+_SANDBOX_DIR = os.path.dirname(__file__) + os.sep
 
 
 class _NotData(Exception):

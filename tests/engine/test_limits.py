@@ -334,6 +334,31 @@ async def test_compute_ms_stops_a_run_that_prints_on_with_what_it_printed(
     assert lines[:3] == ["0", "1", "2"] and lines[-1].isdigit(), result.text[-300:]
 
 
+# Python scripts that spend their time where a CPU stop does not land on a line of their own:
+# in a library's Python code (difflib's), and in the sandbox's printing (print's, pprint's).
+_BUSY_ELSEWHERE = {
+    "library": "import difflib\nprint(0)\nwhile True:\n"
+    "    list(difflib.ndiff([str(i) for i in range(3000)], [str(-i) for i in range(3000)]))",
+    "printing": _PRINTS_ON["python"],
+    "library_printing": "import pprint\nprint(0)\nwhile True:\n    pprint.pprint(list(range(50)))",
+}
+
+
+@pytest.mark.parametrize("case", sorted(_BUSY_ELSEWHERE))
+async def test_compute_ms_stops_a_python_run_busy_outside_its_lines_with_what_it_printed(
+    process_runner: ProcessRunner, case: str
+) -> None:
+    """A Python script busy in a library's code, or in the sandbox's printing, is stopped
+    with what it printed, each time: the stop ends the run in library code the script
+    called, or at the script's next line (it met the hard stop, its output lost, in one
+    run of two to five)."""
+    engine = CodeMode([], runner=process_runner, limits=Limits(compute_ms=300))
+    for _ in range(3):
+        result = await engine.run_code(_BUSY_ELSEWHERE[case], language="python")
+        _assert_limit(result, "compute_ms")
+        assert "\nPrinted:\n0" in result.text, result.text[-300:]
+
+
 async def test_python_results_past_the_heap_meet_memory_live_as_replayed(
     process_runner: ProcessRunner,
 ) -> None:
