@@ -27,6 +27,7 @@ made by the language from data it checked; answers go back as tagged strings (se
 from __future__ import annotations
 
 import abc
+import gc
 import os
 import re
 import resource
@@ -624,7 +625,7 @@ class CpuStop:
         if run is None or run.ended:
             return
         if self._in_script(frame):
-            run.end_cpu_spent(self.total)
+            self._end(run)
         self.pending = True
         if self.script_file is not None:
             self._trace_script(frame)
@@ -668,7 +669,14 @@ class CpuStop:
         """A point where the run may end: end it if a stop is pending."""
         run = self.run
         if self.pending and run is not None and not run.ended:
-            run.end_cpu_spent(self.total)
+            self._end(run)
+
+    def _end(self, run: Replay) -> NoReturn:
+        # The ending allocates, and a collection then would call the script's __del__
+        # methods, whose loop no stop could end any more (the run has ended): the process
+        # ends with it, so it collects nothing more.
+        gc.disable()
+        run.end_cpu_spent(self.total)
 
 
 # The process's: it runs one script.
