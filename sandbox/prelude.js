@@ -673,38 +673,73 @@
   // Its refusals are made where the copy stopped, which may be more frames deep than a stack
   // keeps (quickjs-ng keeps 10): the refusal thrown is made again at the top, so its stack
   // holds the script's line that made the call (an argument nested past MAX_DEPTH named none).
+  // The value refused is named by its path from `root` ("the argument"), found again from the
+  // objects the copy was in (`seen`) once it stopped: a value that is fine builds no path.
   let refusal; // the refusal made last
-  const refuse = (message) => (refusal = new NativeTypeError(message));
-  function plain(value, path) {
+  let root; // what `plain` checks, as its refusals name it
+  const refuse = (seen, depth, value, message) =>
+    (refusal = new NativeTypeError(pathIn(seen, depth, value) + message));
+  function plain(value, name) {
+    const outer = root; // a getter of the value's may pass data of its own
+    root = name;
     try {
-      return plainCopy(value, path, setPrototypeOf([], null), 0);
+      return plainCopy(value, setPrototypeOf([], null), 0);
     } catch (e) {
       if (e !== refusal || refusal === undefined) throw e; // a getter's or a trap's of the script's
       refusal = undefined;
       throw new NativeTypeError(e.message);
+    } finally {
+      root = outer;
     }
   }
-  function plainCopy(value, path, seen, depth) {
+  // `root` and the steps from it to `value`, whose containers are seen[0] to seen[depth - 1]:
+  // each step is the first member of its container that is the next (the one the copy met
+  // first, as it stopped there); a getter or a trap that says otherwise ends the path there.
+  function pathIn(seen, depth, value) {
+    let at = root;
+    try {
+      for (let d = 0; d < depth; d++) {
+        const holder = seen[d], member = d + 1 < depth ? seen[d + 1] : value;
+        let step;
+        if (isArray(holder)) {
+          for (let i = 0; i < holder.length && step === undefined; i++) {
+            if (objectIs(holder[i], member)) step = "[" + i + "]";
+          }
+        } else {
+          const ks = objectKeys(holder);
+          for (let i = 0; i < ks.length && step === undefined; i++) {
+            if (objectIs(holder[ks[i]], member)) step = keyStep(ks[i]);
+          }
+        }
+        if (step === undefined) break;
+        at += step;
+      }
+    } catch (_) {
+      // as far as it was found
+    }
+    return at;
+  }
+  function plainCopy(value, seen, depth) {
     switch (typeof value) {
       case "string": case "boolean": return value;
       case "number":
-        if (!isFinite(value)) throw refuse(path + " is " + value + ", which JSON cannot carry");
+        if (!isFinite(value)) throw refuse(seen, depth, value, " is " + value + ", which JSON cannot carry");
         return value;
-      case "undefined": throw refuse(path + " is undefined; leave the key out instead");
-      case "bigint": throw refuse(path + " is a BigInt; pass a number or a string");
-      case "function": throw refuse(path + " is a function; arguments must be plain data");
-      case "symbol": throw refuse(path + " is a symbol; arguments must be plain data");
+      case "undefined": throw refuse(seen, depth, value, " is undefined; leave the key out instead");
+      case "bigint": throw refuse(seen, depth, value, " is a BigInt; pass a number or a string");
+      case "function": throw refuse(seen, depth, value, " is a function; arguments must be plain data");
+      case "symbol": throw refuse(seen, depth, value, " is a symbol; arguments must be plain data");
     }
     if (value === null) return null;
     for (let i = 0; i < depth; i++) {
-      if (seen[i] === value) throw refuse(path + " refers to itself; arguments must be a tree of plain data");
+      if (seen[i] === value) throw refuse(seen, depth, value, " refers to itself; arguments must be a tree of plain data");
     }
     if (depth >= MAX_DEPTH) {
-      throw refuse(path + " nests deeper than " + MAX_DEPTH + " levels of objects and arrays, " +
+      throw refuse(seen, depth, value, " nests deeper than " + MAX_DEPTH + " levels of objects and arrays, " +
         "the most data passed to a tool may nest (MAX_DEPTH); flatten it");
     }
-    if (callRecords.has(value)) throw refuse(path + " is not data: " + forgotten(value));
-    if (value instanceof NativePromise) throw refuse(path + " is " + PROMISE_NOT_DATA);
+    if (callRecords.has(value)) throw refuse(seen, depth, value, " is not data: " + forgotten(value));
+    if (value instanceof NativePromise) throw refuse(seen, depth, value, " is " + PROMISE_NOT_DATA);
     const proto = getPrototypeOf(value);
     const array = isArray(value);
     if (!array && proto !== ObjectProto && proto !== null) {
@@ -718,14 +753,14 @@
         : iterating === "sync" ? "an iterator (pass [...iterator])"
         : iterating === "async" ? "an async generator (collect its values into an array, and pass that)"
         : withArticle(name);
-      throw refuse(path + " is " + kind + "; arguments must be plain data");
+      throw refuse(seen, depth, value, " is " + kind + "; arguments must be plain data");
     }
     seen[depth] = value;
     let copy;
     if (array) {
       const length = value.length;
       copy = setPrototypeOf([], null);
-      for (let i = 0; i < length; i++) copy[i] = plainCopy(value[i], path + "[" + i + "]", seen, depth + 1);
+      for (let i = 0; i < length; i++) copy[i] = plainCopy(value[i], seen, depth + 1);
     } else {
       copy = { __proto__: null };
       const ks = objectKeys(value);
@@ -733,7 +768,7 @@
         const key = ks[i];
         const v = value[key];
         if (v === undefined) continue; // JSON leaves it out, as the model meant
-        copy[key] = plainCopy(v, path + "." + key, seen, depth + 1);
+        copy[key] = plainCopy(v, seen, depth + 1);
       }
     }
     seen[depth] = undefined;

@@ -307,6 +307,11 @@ def test_tools_named_like_object_methods_are_still_tools():
             "the argument.q",
             "is a URLSearchParams (pass Object.fromEntries(params), or String(params))",
         ),
+        # A key that is no name is quoted, as a cycle's path has it ("the argument.b c").
+        ("{ 'b c': [NaN] }", 'the argument["b c"][0]', "NaN"),
+        ("{ a: { '0': [1, 2n] } }", 'the argument.a["0"][1]', "BigInt"),
+        # An object met twice is named where it is met first.
+        ("(() => { const s = new Set(); return { a: [1, s, s] }; })()", "the argument.a[1]", "Set"),
     ],
 )
 def test_non_plain_data_throws_a_type_error_naming_the_path(expression, path, what):
