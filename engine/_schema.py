@@ -590,15 +590,17 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
             raise NotJSONData(_where(path, f"the number {value}"), "; JSON has no NaN or infinity")
         return float(value)
     if isinstance(value, BaseModel):
-        if _model_keys_made_text(type(value)):
-            check_keys_apart(value, path)  # {1: "a", "1": "b"} would dump as {"1": "b"}
         try:
+            if _model_keys_made_text(type(value)):
+                check_keys_apart(value, path)  # {1: "a", "1": "b"} would dump as {"1": "b"}
             dumped = _model_adapter(type(value)).dump_python(value, mode="json", by_alias=True)
-        except (PydanticSerializationError, ValueError, TypeError) as e:
-            # A field of a type pydantic cannot dump (an arbitrary type, a failing serializer).
+        except (PydanticSerializationError, PydanticUserError, ValueError, TypeError) as e:
+            # A field of a type pydantic cannot dump (an arbitrary type, a failing serializer),
+            # or a model whose types are not all defined (pydantic's text says what to do).
+            fix = "" if isinstance(e, PydanticUserError) else "; give its fields JSON types"
             raise NotJSONData(
                 _where(path, f"{_a(type(value).__name__)} that pydantic cannot dump"),
-                f" ({_first_line(str(e))[:200]}); give its fields JSON types",
+                f" ({_first_line(str(e))[:200]}){fix}",
             ) from None
         return _convert(dumped, path, depth + 1)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -1169,6 +1169,22 @@ def test_results_that_are_not_json_data_fail_the_call(value: Any, message: str) 
     assert call_error(Tool("bad", handler=lambda: value), {}).startswith(message)
 
 
+def test_a_model_whose_types_are_not_all_defined_fails_its_call_naming_it() -> None:
+    """pydantic cannot dump a model that refers to a type never defined: the call fails as
+    other results pydantic cannot dump do (the script read pydantic's bare text, two lines,
+    without the tool's name)."""
+
+    class Pending(BaseModel):
+        later: Later  # type: ignore[name-defined]  # noqa: F821
+
+    said = call_error(Tool("bad", handler=lambda: Pending.model_construct(later=1)), {})
+    assert said.startswith(
+        "tools.bad returned a Pending that pydantic cannot dump, which is not JSON data "
+        "(`TypeAdapter[" + repr(Pending) + "]` is not fully defined"
+    ), said
+    assert "\n" not in said and "give its fields JSON types" not in said
+
+
 def test_a_cyclic_result_fails_instead_of_recursing_forever() -> None:
     """A list that contains itself is refused with a message, not a RecursionError."""
     cyclic: list[Any] = []
