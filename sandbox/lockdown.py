@@ -343,6 +343,8 @@ def _set_hard_stop(seconds: float) -> None:
         raise OSError(ctypes.get_errno(), f"timer_settime: {os.strerror(ctypes.get_errno())}")
 
 
+# How often a soft stop's SIGPROF comes once the allowance is spent (a tick, in effect).
+_AGAIN_S = 0.001
 # The SIGPROF handler stop_softly set (None: SIGPROF ends the process).
 _soft_stop: Callable[[int, FrameType | None], object] | None = None
 
@@ -363,11 +365,11 @@ def stop_softly(handler: Callable[[int, FrameType | None], object]) -> None:
 
 
 def stop_soon() -> None:
-    """SIGPROF again after a millisecond of CPU: the handler :func:`stop_softly` set found
-    no point to end the run at (the sandbox's own code ran, in the middle of its work).
-    Raises :class:`LockdownError`."""
+    """SIGPROF again after a millisecond of CPU, and each millisecond on: the handler
+    :func:`stop_softly` set found no point to end the run at (the sandbox's own code ran,
+    in the middle of its work). Raises :class:`LockdownError`."""
     try:
-        signal.setitimer(signal.ITIMER_PROF, 0.001)
+        signal.setitimer(signal.ITIMER_PROF, _AGAIN_S, _AGAIN_S)
     except (OSError, ValueError) as e:
         raise LockdownError("arm", f"cannot arm the CPU timer: {e}") from e
 
@@ -386,14 +388,18 @@ def _arm(compute_ms: int) -> None:
             signal.SIG_UNBLOCK, {signal.SIGPROF, signal.SIGXCPU, signal.SIGVTALRM}
         )
         _set_hard_stop(seconds + hard_ms / 1000 if soft is not None else 0)
-        signal.setitimer(signal.ITIMER_PROF, seconds)
+        # A soft stop's SIGPROF comes again each millisecond: a handler that cannot run
+        # (Python raises RecursionError calling it in a script at its recursion bound) is
+        # called again once the script has unwound a frame, not left to the hard stop.
+        again = _AGAIN_S if soft is not None else 0
+        signal.setitimer(signal.ITIMER_PROF, seconds, again)
         # The kernel rounds a CPU timer up by a tick (4 ms at 250 Hz): armed again that much
         # early, it fires at the allowance, not a tick past it (compute_ms = 100, 20 runs: the
         # CPU charged, which includes the ended process's exit, was 104 to 110 ms, median
         # 106.5; now 98 to 108, median 103).
         early = signal.getitimer(signal.ITIMER_PROF)[0] - seconds
         if early > 0:
-            signal.setitimer(signal.ITIMER_PROF, max(seconds - early, seconds / 2))
+            signal.setitimer(signal.ITIMER_PROF, max(seconds - early, seconds / 2), again)
         armed = signal.getitimer(signal.ITIMER_PROF)[0] > 0
     except (OSError, ValueError, OverflowError) as e:
         raise LockdownError("arm", f"cannot arm the CPU timer for {compute_ms} ms: {e}") from e

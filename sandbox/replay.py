@@ -624,12 +624,19 @@ class CpuStop:
         run = self.run
         if run is None or run.ended:
             return
-        if self._in_script(frame):
-            self._end(run)
-        self.pending = True
-        if self.script_file is not None:
-            self._trace_script(frame)
-        self.again()
+        # A script at its recursion bound (recursing in an `except RecursionError:`) would
+        # leave the ending no frames: it gets some while the handler runs.
+        bound = sys.getrecursionlimit()
+        sys.setrecursionlimit(bound + _ENDING_FRAMES)
+        try:
+            if self._in_script(frame):
+                self._end(run)
+            self.pending = True
+            if self.script_file is not None:
+                self._trace_script(frame)
+            self.again()
+        finally:
+            sys.setrecursionlimit(bound)
 
     def _trace_script(self, frame: FrameType | None) -> None:
         """Have the next line of the Python script's own code end the run: a script that
@@ -681,6 +688,8 @@ class CpuStop:
 
 # The process's: it runs one script.
 CPU_STOP = CpuStop()
+# Frames a stop's ending may take past the script's recursion bound.
+_ENDING_FRAMES = 100
 # Where the sandbox's own modules are, as their code objects name them.
 _SANDBOX_DIR = os.path.dirname(__file__) + os.sep
 

@@ -336,8 +336,11 @@ async def test_compute_ms_stops_a_run_that_prints_on_with_what_it_printed(
 
 # Python scripts that spend their time where a CPU stop does not land on a line of their own:
 # in a library's Python code (difflib's), and in the sandbox's printing (print's, pprint's);
-# and one whose garbage loops when it is collected, as the stop's ending allocates.
+# one whose garbage loops when it is collected, as the stop's ending allocates; and one that
+# loops at its recursion bound, where Python cannot call a signal handler.
 _BUSY_ELSEWHERE = {
+    "recursion_bound": "print(0)\ndef f(n):\n    try:\n        f(n + 1)\n"
+    "    except BaseException:\n        while True:\n            pass\nf(0)",
     "garbage": "print(0)\nclass C:\n    def __del__(self):\n        while True:\n            pass\n"
     "for i in range(10):\n    c = C()\n    c.me = c\ndel c\nwhile True:\n    pass",
     "library": "import difflib\nprint(0)\nwhile True:\n"
@@ -354,8 +357,9 @@ async def test_compute_ms_stops_a_python_run_busy_outside_its_lines_with_what_it
     """A Python script busy in a library's code, or in the sandbox's printing, is stopped
     with what it printed, each time: the stop ends the run in library code the script
     called, or at the script's next line (it met the hard stop, its output lost, in one
-    run of two to five); and its ending collects no garbage (a __del__ that loops ran in it,
-    until the hard stop, in two runs of three)."""
+    run of two to five); its ending collects no garbage (a __del__ that loops ran in it,
+    until the hard stop, in two runs of three); and at its recursion bound the stop comes
+    again once it has unwound a frame (it came once, and the hard stop ended the run)."""
     engine = CodeMode([], runner=process_runner, limits=Limits(compute_ms=300))
     for _ in range(3):
         result = await engine.run_code(_BUSY_ELSEWHERE[case], language="python")
