@@ -152,6 +152,10 @@ class _Compiler:
             return self.compile(schema["lax_schema"], config)
         if kind == "chain":
             return self.compile(schema["steps"][0], config)
+        if kind == "tagged-union" and isinstance(schema.get("discriminator"), str):
+            # The tag names the one branch pydantic takes.
+            by_tag = {tag: self.compile(b, config) for tag, b in schema["choices"].items()}
+            return _tagged(schema["discriminator"], by_tag) if any(by_tag.values()) else None
         if kind in ("union", "tagged-union"):
             choices = schema["choices"]
             branches = [
@@ -283,6 +287,19 @@ def _first(checks: list[Check]) -> Check:
             if found is not None:
                 return found
         return None
+
+    return check
+
+
+def _tagged(field: str, by_tag: dict[Any, Check | None]) -> Check:
+    def check(value: Any, path: list[str | int]) -> str | None:
+        if not isinstance(value, dict):
+            return None
+        try:
+            branch = by_tag.get(value.get(field))
+        except TypeError:  # a tag that is no key (a list): pydantic refuses it
+            return None
+        return branch(value, path) if branch is not None else None
 
     return check
 

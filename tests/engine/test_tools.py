@@ -511,6 +511,16 @@ class _Named(BaseModel):
     parts: list[_Named] = []
 
 
+class _ByNumber(BaseModel):
+    kind: Literal["number"]
+    labels: dict[int, str]
+
+
+class _ByName(BaseModel):
+    kind: Literal["name"]
+    labels: dict[str, str]
+
+
 def test_keys_that_pydantic_would_make_one_fail_the_call_naming_them() -> None:
     """JSON keys are text: a `dict[int, str]` given "1", "01" and "1.0" validated to one key,
     1, holding the last value alone, without a word. The call fails naming where and which
@@ -563,9 +573,21 @@ def test_keys_that_pydantic_would_make_one_fail_the_call_naming_them() -> None:
         return "ok"
 
     assert isinstance(plain._arguments, _Arguments) and plain._arguments.keys is None
+
+    # Of a union with a tag, the branch the tag names is the one checked.
+    @tool
+    def tagged(item: Annotated[_ByNumber | _ByName, Field(discriminator="kind")]) -> str:
+        """Tagged."""
+        return "ok"
+
+    pair = {"1": "a", "01": "b"}
+    assert call(tagged, {"item": {"kind": "name", "labels": pair}}) == "ok"
+    assert call_error(tagged, {"item": {"kind": "number", "labels": pair}}) == (
+        'tools.tagged: invalid arguments: at item.labels: the keys "1" and "01" are both the '
+        "key 1 to the tool; send one of them"
+    )
     assert isinstance(keyed._arguments, _Arguments) and keyed._arguments.keys is not None
     # Of a union, pydantic may pick the dict that keeps the keys apart: no check is made.
-    pair = {"1": "a", "01": "b"}
     arguments: dict[str, Any] = {"named": {"plain": pair}, "data": {}, "rows": [], "either": pair}
     assert call(plain, arguments) == "ok"
     assert seen[-1] == pair
