@@ -489,7 +489,6 @@ def _run_one(
         from sandbox.python import FILENAME
 
         stop.script_file = FILENAME
-    stop.again = lockdown.stop_soon
     lockdown.stop_softly(stop.signalled)
 
     def allowance() -> int:

@@ -358,20 +358,10 @@ def stop_softly(handler: Callable[[int, FrameType | None], object]) -> None:
     no room for that is ended by SIGPROF as without a handler). A Python handler
     runs between bytecodes only: a process stuck in one call into C code (a sort, a regular
     expression, a loop of allocations that is mostly the kernel's time) meets that hard
-    stop, and so does one whose handler does not end it. :func:`stop_soon` calls the
-    handler again shortly."""
+    stop, and so does one whose handler does not end it. Once the allowance is spent, SIGPROF
+    comes again each millisecond of CPU until the process ends (or the next allowance)."""
     global _soft_stop
     _soft_stop = handler
-
-
-def stop_soon() -> None:
-    """SIGPROF again after a millisecond of CPU, and each millisecond on: the handler
-    :func:`stop_softly` set found no point to end the run at (the sandbox's own code ran,
-    in the middle of its work). Raises :class:`LockdownError`."""
-    try:
-        signal.setitimer(signal.ITIMER_PROF, _AGAIN_S, _AGAIN_S)
-    except (OSError, ValueError) as e:
-        raise LockdownError("arm", f"cannot arm the CPU timer: {e}") from e
 
 
 def _arm(compute_ms: int) -> None:

@@ -609,7 +609,7 @@ class CpuStop:
     elsewhere (the sandbox's own code, in the middle of its work) the stop is ``pending``:
     :meth:`poll` ends the run at the next point it is called at (QuickJS's interrupt poll,
     see sandbox/runtime.py, or the next line of a Python script's own, traced from then on),
-    and ``again`` has the handler called again a moment later. Between segments (``run``
+    and the timer calls the handler again each millisecond. Between segments (``run``
     None) a timer that goes off does nothing: the next segment arms its own.
     """
 
@@ -618,7 +618,6 @@ class CpuStop:
         self.script_file: str | None = None
         self.total = False  # the timer is armed for what is left of total_compute_ms
         self.pending = False
-        self.again: Callable[[], None] = lambda: None
 
     def signalled(self, signum: int, frame: FrameType | None) -> None:
         run = self.run
@@ -631,17 +630,16 @@ class CpuStop:
         try:
             if self._in_script(frame):
                 self._end(run)
-            self.pending = True
-            if self.script_file is not None:
+            if not self.pending and self.script_file is not None:
                 self._trace_script(frame)
-            self.again()
+            self.pending = True
         finally:
             sys.setrecursionlimit(bound)
 
     def _trace_script(self, frame: FrameType | None) -> None:
         """Have the next line of the Python script's own code end the run: a script that
-        prints on is in the sandbox's code most of the time, where the handler called
-        again a moment later lands as often as not (its output lost to the hard stop)."""
+        prints on is in the sandbox's code most of the time, where the handler, called
+        again each millisecond, lands as often as not (its output lost to the hard stop)."""
 
         def line(frame: FrameType, event: str, arg: object) -> Any:
             if not self.pending:  # a new segment began: no more tracing
