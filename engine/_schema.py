@@ -560,6 +560,8 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
                     _where(path, f"an object with the {type(key).__name__} key {key!r}")
                 )
             else:
+                if type(key) is not str:  # a StrEnum's member: its text, as such a value
+                    key = str.__str__(key)  # (JSON's encoder refuses an enum key)
                 result[key] = _convert(item, [*path, key], depth + 1)
         return result
     if kind is list and depth < MAX_DATA_DEPTH:
@@ -613,6 +615,8 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
                 raise NotJSONData(
                     _where(path, f"an object with the {type(key).__name__} key {key!r}")
                 )
+            if type(key) is not str:
+                key = str.__str__(key)
             result[key] = _convert(item, [*path, key], depth + 1)
         return result
     if isinstance(value, list | tuple):

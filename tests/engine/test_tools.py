@@ -114,6 +114,10 @@ class Level(enum.IntEnum):
     HIGH = 3
 
 
+class Status(enum.StrEnum):
+    OPEN = "open"
+
+
 @dataclasses.dataclass
 class Point:
     x: float
@@ -1123,6 +1127,11 @@ def test_results_are_converted_to_json_data() -> None:
     result = call(Tool("e", handler=lambda: {"color": Color.RED, "n": Level.HIGH}), {})
     assert result == {"color": "red", "n": 3}
     assert type(result["color"]) is str and type(result["n"]) is int
+    # A str enum's member as a key is its text, as it is as a value (JSON's encoder refused
+    # it: "Dict key must be str").
+    result = call(Tool("k", handler=lambda: {Status.OPEN: [1], "x": {Status.OPEN: 2}}), {})
+    assert result == {"open": [1], "x": {"open": 2}}
+    assert [type(k) for k in (*result, *result["x"])] == [str, str, str]
 
 
 def test_models_with_aliases_go_out_as_their_schemas_say() -> None:
