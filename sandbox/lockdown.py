@@ -213,8 +213,9 @@ def tighten(
     results lines may need, which :func:`set_heap` gives them as they come). Limits are only
     ever lowered. Then ``ITIMER_PROF`` is armed for
     ``compute_ms`` of CPU (less the tick the kernel rounds it up by): its ``SIGPROF``, left at
-    the default action, ends the process when the allowance is spent, or calls the handler
-    :func:`stop_softly` set. Call it from the main thread. Raises :class:`LockdownError`.
+    the default action, ends the process when the allowance is spent (or the timers of a
+    soft stop are, see :func:`stop_softly`). Call it from the main thread. Raises
+    :class:`LockdownError`.
     """
     if compute_ms < 1:
         raise LockdownError("tighten", f"compute_ms must be at least 1, not {compute_ms}")
@@ -249,7 +250,8 @@ def rehearse() -> None:
     tighten(compute_ms=_NEVER_MS, memory=protocol.Limits().memory, data_limit=_NO_LIMIT, live=True)
     try:
         signal.setitimer(signal.ITIMER_PROF, 0)
-        _set_hard_stop(0)
+        for signo in (signal.SIGPROF, signal.SIGVTALRM):
+            _set_timer(signo, 0)
     except (OSError, ValueError) as e:
         raise LockdownError("rehearse", f"cannot disarm the CPU timer: {e}") from e
 
@@ -281,8 +283,8 @@ def rearm(compute_ms: int) -> None:
 # stop_softly) gets at most to end its run itself before SIGVTALRM ends it: with the tick the
 # kernel checks CPU timers at and the process's exit, a limit overshot by under 10% and 50 ms.
 HARD_STOP_MS = 30
-# The least of it a soft stop is given: the kernel fires either timer on a tick (4 ms at
-# 250 Hz), and ITIMER_PROF armed a tick early (see _arm) may still fire one late.
+# The least of it a soft stop is given: the kernel fires a CPU timer on a tick (4 ms at
+# 250 Hz), up to a tick late.
 _SOFT_LEAST_MS = 10
 
 
@@ -313,33 +315,35 @@ class _SigEvent(ctypes.Structure):
     )
 
 
-# This process's user and system CPU as ITIMER_PROF counts it, sampled at the tick: Linux's
-# (~pid << 3) | CPUCLOCK_PROF, pid 0 (CLOCK_PROCESS_CPUTIME_ID, the exact run time, ran ahead
-# of it under load, and a hard stop 15 ms past the soft one beat it in one run of five).
-_CLOCK_PROCESS_PROF = -8
+# The CPU a process has run, exactly, as wait4 charges it: ITIMER_PROF's clock, sampled at the
+# tick, lagged it in a process that waits often (a loop of file reads: 330 to 380 ms charged
+# under a 300 ms timer).
+_CLOCK_PROCESS_CPUTIME_ID = 2
 _SIGEV_SIGNAL = 0
-# The hard stop's timer and the process it was made in (a fork's child has none of its
-# parent's timers).
-_hard_timer: tuple[int, ctypes.c_void_p] | None = None
+# The soft stop's timers, by their signal, each with the process it was made in (a fork's
+# child has none of its parent's timers).
+_timers: dict[int, tuple[int, ctypes.c_void_p]] = {}
 
 
-def _set_hard_stop(seconds: float) -> None:
-    """End the process with SIGVTALRM once it has used ``seconds`` more of user and system
-    CPU (0: never). ITIMER_VIRTUAL counts user CPU alone: a loop of allocations, mostly the
-    kernel's page faults and mappings, ran 650 ms of CPU past a compute_ms of 100 under it.
-    Raises OSError."""
-    global _hard_timer
-    if _hard_timer is None or _hard_timer[0] != os.getpid():
+def _set_timer(signo: int, seconds: float, interval: float = 0) -> None:
+    """Send ``signo`` once this process has run ``seconds`` more of CPU (0: never), and each
+    ``interval`` on. Raises OSError."""
+    made = _timers.get(signo)
+    if made is None or made[0] != os.getpid():
         if not seconds:
             return
-        event = _SigEvent(signo=signal.SIGVTALRM, notify=_SIGEV_SIGNAL)
+        event = _SigEvent(signo=signo, notify=_SIGEV_SIGNAL)
         timer = ctypes.c_void_p()
-        if _libc.timer_create(_CLOCK_PROCESS_PROF, ctypes.byref(event), ctypes.byref(timer)):
+        if _libc.timer_create(_CLOCK_PROCESS_CPUTIME_ID, ctypes.byref(event), ctypes.byref(timer)):
             raise OSError(ctypes.get_errno(), f"timer_create: {os.strerror(ctypes.get_errno())}")
-        _hard_timer = (os.getpid(), timer)
-    whole = int(seconds)
-    spec = _ITimerSpec(value=_TimeSpec(whole, round((seconds - whole) * 1e9)))
-    if _libc.timer_settime(_hard_timer[1], 0, ctypes.byref(spec), None):
+        made = _timers[signo] = (os.getpid(), timer)
+
+    def spec(at: float) -> _TimeSpec:
+        whole = int(at)
+        return _TimeSpec(whole, round((at - whole) * 1e9))
+
+    both = _ITimerSpec(interval=spec(interval), value=spec(seconds))
+    if _libc.timer_settime(made[1], 0, ctypes.byref(both), None):
         raise OSError(ctypes.get_errno(), f"timer_settime: {os.strerror(ctypes.get_errno())}")
 
 
@@ -352,10 +356,10 @@ _soft_stop: Callable[[int, FrameType | None], object] | None = None
 def stop_softly(handler: Callable[[int, FrameType | None], object]) -> None:
     """From the next :func:`tighten` or :func:`rearm` on, a spent CPU allowance calls
     ``handler`` (SIGPROF's, a Python signal handler) rather than ending the process, so the
-    run can end itself and say what it printed; a CPU timer of the process's own
-    (``timer_create``, user and system CPU as ``ITIMER_PROF`` counts) then ends it with
-    SIGVTALRM, at its default action, :func:`hard_stop_ms` of CPU later (an allowance with
-    no room for that is ended by SIGPROF as without a handler). A Python handler
+    run can end itself and say what it printed; another then ends it with SIGVTALRM, at its
+    default action, :func:`hard_stop_ms` of CPU later (both ``timer_create`` timers on the
+    CPU the process is charged, user and system; an allowance with no room for that is
+    ended by ITIMER_PROF's SIGPROF as without a handler). A Python handler
     runs between bytecodes only: a process stuck in one call into C code (a sort, a regular
     expression, a loop of allocations that is mostly the kernel's time) meets that hard
     stop, and so does one whose handler does not end it. Once the allowance is spent, SIGPROF
@@ -377,19 +381,25 @@ def _arm(compute_ms: int) -> None:
         signal.pthread_sigmask(
             signal.SIG_UNBLOCK, {signal.SIGPROF, signal.SIGXCPU, signal.SIGVTALRM}
         )
-        _set_hard_stop(seconds + hard_ms / 1000 if soft is not None else 0)
-        # A soft stop's SIGPROF comes again each millisecond: a handler that cannot run
-        # (Python raises RecursionError calling it in a script at its recursion bound) is
-        # called again once the script has unwound a frame, not left to the hard stop.
-        again = _AGAIN_S if soft is not None else 0
-        signal.setitimer(signal.ITIMER_PROF, seconds, again)
+        if soft is not None:
+            # On the clock the process is charged by: SIGPROF at the allowance, and each
+            # millisecond on (a handler that cannot run, as Python cannot call it in a script
+            # at its recursion bound, is called again once the script has unwound a frame);
+            # SIGVTALRM a little later ends the process.
+            signal.setitimer(signal.ITIMER_PROF, 0)
+            _set_timer(signal.SIGPROF, seconds, _AGAIN_S)
+            _set_timer(signal.SIGVTALRM, seconds + hard_ms / 1000)
+            return
+        for signo in (signal.SIGPROF, signal.SIGVTALRM):
+            _set_timer(signo, 0)
+        signal.setitimer(signal.ITIMER_PROF, seconds)
         # The kernel rounds a CPU timer up by a tick (4 ms at 250 Hz): armed again that much
         # early, it fires at the allowance, not a tick past it (compute_ms = 100, 20 runs: the
         # CPU charged, which includes the ended process's exit, was 104 to 110 ms, median
         # 106.5; now 98 to 108, median 103).
         early = signal.getitimer(signal.ITIMER_PROF)[0] - seconds
         if early > 0:
-            signal.setitimer(signal.ITIMER_PROF, max(seconds - early, seconds / 2), again)
+            signal.setitimer(signal.ITIMER_PROF, max(seconds - early, seconds / 2))
         armed = signal.getitimer(signal.ITIMER_PROF)[0] > 0
     except (OSError, ValueError, OverflowError) as e:
         raise LockdownError("arm", f"cannot arm the CPU timer for {compute_ms} ms: {e}") from e
@@ -715,8 +725,8 @@ _ALLOW = (
     "getegid",
     "getresuid",
     "getresgid",
-    # CPU accounting and the CPU allowance (ITIMER_PROF, and the hard stop's CPU timer behind
-    # a soft stop, set by tighten()).
+    # CPU accounting and the CPU allowance (ITIMER_PROF, or a soft stop's two CPU timers, set
+    # by tighten()).
     "getrusage",
     "getitimer",
     "setitimer",

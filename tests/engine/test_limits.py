@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine import CodeMode, Config, ConfigError, Limits, MemoryStore, parse_size, tool
+from engine._files import Attachment
 from runner import ProcessRunner
 from sandbox import protocol
 from sandbox.protocol import REMEDIES, GiB, KiB, MiB
@@ -365,6 +366,27 @@ async def test_compute_ms_stops_a_python_run_busy_outside_its_lines_with_what_it
         result = await engine.run_code(_BUSY_ELSEWHERE[case], language="python")
         _assert_limit(result, "compute_ms")
         assert "\nPrinted:\n0" in result.text, result.text[-300:]
+
+
+_READS_ON = {
+    "javascript": "for (;;) await files.text('a.txt')",
+    "python": "while True:\n    await files.text('a.txt')",
+}
+
+
+@pytest.mark.parametrize("language", sorted(_READS_ON))
+async def test_compute_ms_holds_for_a_run_that_waits_often(
+    process_runner: ProcessRunner, language: str
+) -> None:
+    """A run that reads a file over and over (waiting for each answer) is charged no more
+    than 10% past compute_ms: its CPU timer counts the CPU it is charged (ITIMER_PROF's,
+    sampled at the tick, lagged it: 330 to 380 ms charged under a 300 ms timer)."""
+    engine = CodeMode([], runner=process_runner, store=MemoryStore(), limits=Limits(compute_ms=300))
+    files = [Attachment("a.txt", data=b"x" * 1000)]
+    result = await engine.run_code(_READS_ON[language], language=language, files=files)  # type: ignore[arg-type]
+    _assert_limit(result, "compute_ms")
+    record = await engine.store.get_script(result.script_id)
+    assert record.total_compute_ms <= 330, record.total_compute_ms
 
 
 async def test_python_results_past_the_heap_meet_memory_live_as_replayed(
