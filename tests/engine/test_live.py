@@ -157,9 +157,9 @@ async def test_a_run_its_cpu_limit_stops_gives_the_same_outcome_live_replayed_an
     printed since its call was lost with the process the CPU timer ended)."""
     monkeypatch.setattr(secrets, "randbits", lambda bits: SEED % (1 << bits))
     if limit == "compute_ms":
-        limits = Limits(compute_ms=300)
+        limits = Limits(compute_ms=500)  # a hard stop 40 ms behind its soft one
     else:
-        limits = Limits(compute_ms=5000, total_compute_ms=300)
+        limits = Limits(compute_ms=5000, total_compute_ms=500)
     outcomes: dict[str, bytes] = {}
     evicted = 0
     for mode in MODES:
