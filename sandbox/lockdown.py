@@ -276,7 +276,7 @@ def rearm(compute_ms: int) -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
     except (OSError, ValueError) as e:
         raise LockdownError("rearm", f"cannot move the CPU backstop on: {e}") from e
-    _arm(compute_ms)
+    _arm(compute_ms, first=False)
 
 
 # Once a segment's CPU allowance is spent, the CPU a process whose SIGPROF has a handler (see
@@ -327,30 +327,32 @@ class _SigEvent(ctypes.Structure):
 # under a 300 ms timer).
 _CLOCK_PROCESS_CPUTIME_ID = 2
 _SIGEV_SIGNAL = 0
-# The soft stop's timers, by their signal, each with the process it was made in (a fork's
-# child has none of its parent's timers).
-_timers: dict[int, tuple[int, ctypes.c_void_p]] = {}
+# The soft stop's timers, by their signal: this process's (a fork's child has none of its
+# parent's timers, so it forgets theirs; a replay sets them at every recorded step, where
+# asking the process's id each time was a system call more through the filter).
+_timers: dict[int, ctypes.c_void_p] = {}
+os.register_at_fork(after_in_child=_timers.clear)
+
+
+def _timespec(seconds: float) -> _TimeSpec:
+    whole = int(seconds)
+    return _TimeSpec(whole, round((seconds - whole) * 1e9))
 
 
 def _set_timer(signo: int, seconds: float, interval: float = 0) -> None:
     """Send ``signo`` once this process has run ``seconds`` more of CPU (0: never), and each
     ``interval`` on. Raises OSError."""
-    made = _timers.get(signo)
-    if made is None or made[0] != os.getpid():
+    timer = _timers.get(signo)
+    if timer is None:
         if not seconds:
             return
         event = _SigEvent(signo=signo, notify=_SIGEV_SIGNAL)
         timer = ctypes.c_void_p()
         if _libc.timer_create(_CLOCK_PROCESS_CPUTIME_ID, ctypes.byref(event), ctypes.byref(timer)):
             raise OSError(ctypes.get_errno(), f"timer_create: {os.strerror(ctypes.get_errno())}")
-        made = _timers[signo] = (os.getpid(), timer)
-
-    def spec(at: float) -> _TimeSpec:
-        whole = int(at)
-        return _TimeSpec(whole, round((at - whole) * 1e9))
-
-    both = _ITimerSpec(interval=spec(interval), value=spec(seconds))
-    if _libc.timer_settime(made[1], 0, ctypes.byref(both), None):
+        _timers[signo] = timer
+    both = _ITimerSpec(interval=_timespec(interval), value=_timespec(seconds))
+    if _libc.timer_settime(timer, 0, ctypes.byref(both), None):
         raise OSError(ctypes.get_errno(), f"timer_settime: {os.strerror(ctypes.get_errno())}")
 
 
@@ -375,19 +377,34 @@ def stop_softly(handler: Callable[[int, FrameType | None], object]) -> None:
     _soft_stop = handler
 
 
-def _arm(compute_ms: int) -> None:
+# What _arm last set SIGPROF's action to in this process (see _arm's ``first``).
+_prof_action: object = None
+
+
+def _arm(compute_ms: int, *, first: bool = True) -> None:
+    """Arm the CPU timers for ``compute_ms``; ``first``: the process's first arming since
+    it was given the script, which also sets what the signals do; a segment after it
+    (:func:`rearm`) sets SIGPROF's action again only if it changes (a segment with no room
+    for a soft stop): a replay re-arms at every recorded step, and each signal's action
+    set is a system call through the filter and an enum's conversion (about 3 us: the
+    three of them made a thousand recorded calls 5 ms slower to replay)."""
+    global _prof_action
     seconds = compute_ms / 1000
     hard_ms = hard_stop_ms(compute_ms)
     soft = _soft_stop if hard_ms else None
+    action = signal.SIG_DFL if soft is None else soft
     try:
         # A parent may have left these ignored (an ignored disposition survives exec) or
         # blocked; either would turn the CPU limit off.
-        signal.signal(signal.SIGPROF, signal.SIG_DFL if soft is None else soft)
-        for sig in (signal.SIGXCPU, signal.SIGVTALRM):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(
-            signal.SIG_UNBLOCK, {signal.SIGPROF, signal.SIGXCPU, signal.SIGVTALRM}
-        )
+        if first or action is not _prof_action:
+            signal.signal(signal.SIGPROF, action)
+            _prof_action = action
+        if first:
+            for sig in (signal.SIGXCPU, signal.SIGVTALRM):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(
+                signal.SIG_UNBLOCK, {signal.SIGPROF, signal.SIGXCPU, signal.SIGVTALRM}
+            )
         if soft is not None:
             # On the clock the process is charged by: SIGPROF at the allowance, and each
             # millisecond on (a handler that cannot run, as Python cannot call it in a script
