@@ -302,10 +302,18 @@ class SqliteStore(SqlStore):
     async def _sync(self, loop: asyncio.AbstractEventLoop) -> None:
         """Make every commit so far durable (an ``fsync`` of the write-ahead log): by Linux
         AIO when the log is open and no sync on the thread may be changing it, else on the
-        thread (:meth:`_sync_log`)."""
+        thread (:meth:`_sync_log`).
+
+        The log opened at the first sync stays the log until :meth:`aclose`, so it is not
+        checked again before each sync: this store's connections hold a shared lock on the
+        database file while they are open (WAL mode), and SQLite deletes the log only when
+        its last connection closes, under an exclusive one. (An ``fstat`` of it before each
+        sync cost more than the call: a query of its times makes the next write set them
+        finely, so the ``fsync`` commits the file system's journal too, 0.05 to 0.08 ms a
+        sync on ext4.)"""
         wal = self._wal
         aio = None
-        if wal is not None and not self._thread_syncs and os.fstat(wal).st_nlink:
+        if wal is not None and not self._thread_syncs:
             aio = self._aio_for(loop)
         if wal is not None and aio is not None:
             try:
@@ -355,13 +363,10 @@ class SqliteStore(SqlStore):
     def _sync_log(self) -> None:
         """Make every commit so far durable: ``fsync`` the write-ahead log (on the store's
         thread). Frames a checkpoint already moved out of it are in the database file, which
-        the checkpoint synced; a log deleted since (the last connection to the database
-        closed, checkpointing it) is opened again. A log opened here may be new, so its
-        directory is synced too, once per opening: a file's data lasts, but its name lasts
-        only with its directory's (SQLite's FULL does the same for a log it creates)."""
-        if self._wal is not None and os.fstat(self._wal).st_nlink == 0:
-            os.close(self._wal)
-            self._wal = None
+        the checkpoint synced. The log is opened at the first sync and kept (see
+        :meth:`_sync`); it may be new, so its directory is synced too, once: a file's data
+        lasts, but its name lasts only with its directory's (SQLite's FULL does the same for
+        a log it creates)."""
         if self._wal is not None:
             os.fsync(self._wal)
             return
