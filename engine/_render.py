@@ -220,3 +220,32 @@ def _media_block(name: str, mime: str, data: str) -> dict[str, Any]:
         "type": "resource",
         "resource": {"uri": f"attachment:{name}", "mimeType": mime, "blob": data},
     }
+
+
+# What the log holds came from scripts, models, tools and the host's callers: shown to a
+# person (the CLI) or written in a log line, a control character (a terminal's escape
+# sequence, a line break that would forge a row or a log line) is written as its escape.
+# Tabs stay.
+ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)] if c != 0x09}
+# Line and paragraph separators, and the marks and overrides that reorder what a terminal
+# shows (code reviewed before an approval read in another order than it runs: Trojan
+# Source, CVE-2021-42574).
+ESCAPES.update(
+    {
+        c: f"\\u{c:04x}"
+        for c in (
+            0x2028,
+            0x2029,
+            0x061C,
+            0x200E,
+            0x200F,
+            *range(0x202A, 0x202F),
+            *range(0x2066, 0x206A),
+        )
+    }
+)
+
+
+def escaped(text: str) -> str:
+    """``text`` with its control characters as escapes (see :data:`ESCAPES`)."""
+    return text.translate(ESCAPES)

@@ -380,7 +380,7 @@ class StepLoop(CallSettling):
                 "script step used over half its allowance script=%s tenant=%s heap_bytes=%d "
                 "of memory=%d, cpu_ms=%.1f of compute_ms=%d in each of %d segments",
                 record.id,
-                record.tenant,
+                render.escaped(record.tenant),
                 heap,
                 limits.memory,
                 cpu_ms,
@@ -409,7 +409,8 @@ class StepLoop(CallSettling):
         logger.info(
             "script step script=%s tenant=%s step=%d outcome=%s results_bytes=%d wait_ms=%.1f "
             "run_ms=%.1f heap_bytes=%d cpu_ms=%.1f check_ms=%.1f limit=%s live=%d",
-            *fields.values(),
+            # The tenant is the host's caller's text: a line break in it would forge a line.
+            *({**fields, "tenant": render.escaped(record.tenant)}.values()),
             extra=fields,
         )
         stats = {k: fields[k] for k in list(fields)[3:10]} | {
@@ -538,7 +539,7 @@ class StepLoop(CallSettling):
                 "script ended on a limit script=%s tenant=%s limit=%s; if scripts should have "
                 "more, raise %s",
                 record.id,
-                record.tenant,
+                render.escaped(record.tenant),
                 ending.limit,
                 config_hint(ending.limit),
             )

@@ -67,6 +67,7 @@ from engine._errors import (
 from engine._events import Listener
 from engine._loading import load_tools
 from engine._progress import EventLines, ProgressLine
+from engine._render import ESCAPES, escaped
 from engine._search import MAX_LIMIT, MAX_QUERY, ToolIndex
 from engine._source import MAX_CODE_BYTES
 from engine._stopping import (
@@ -534,34 +535,13 @@ async def _scripts(args: argparse.Namespace) -> int:
     return 0
 
 
-# What the log holds came from scripts, models and tools: shown to a person, a control
-# character (a terminal's escape sequence, a line break that would forge a row) is written
-# as its escape. Tabs stay.
-_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)] if c != 0x09}
-# Line and paragraph separators, and the marks and overrides that reorder what a terminal
-# shows (code reviewed before an approval read in another order than it runs: Trojan
-# Source, CVE-2021-42574).
-_CONTROL.update(
-    {
-        c: f"\\u{c:04x}"
-        for c in (
-            0x2028,
-            0x2029,
-            0x061C,
-            0x200E,
-            0x200F,
-            *range(0x202A, 0x202F),
-            *range(0x2066, 0x206A),
-        )
-    }
-)
 # The script's own output, printed to a terminal: its line breaks and tabs are its layout.
-_TERMINAL = {c: e for c, e in _CONTROL.items() if c != 0x0A}
+_TERMINAL = {c: e for c, e in ESCAPES.items() if c != 0x0A}
 
 
 def _shown(text: object) -> str:
-    """``text`` for a terminal: control characters as escapes (see ``_CONTROL``)."""
-    return str(text).translate(_CONTROL)
+    """``text`` for a terminal: control characters as escapes (see ``ESCAPES``)."""
+    return escaped(str(text))
 
 
 async def _show(args: argparse.Namespace) -> int:

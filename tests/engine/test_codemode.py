@@ -819,6 +819,28 @@ async def test_each_step_logs_a_script_step_line(
     assert warnings and "over half" in warnings[0].getMessage()
 
 
+async def test_a_tenant_s_line_breaks_forge_no_log_line(
+    inproc: InProcessRunner, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tenant is the host's caller's text: its control characters are escapes in the log's
+    lines (one line per step, as for any tenant), and as given in the record's fields and
+    the events (a JSON log writes them as it escapes anything)."""
+    tenant = "acme\nscript step script=forged tenant=root\x1b[2J"
+    engine = CodeMode([], runner=inproc, limits=Limits(compute_ms=10))
+    with caplog.at_level(logging.INFO, logger="codemode"):
+        await engine.run_code(
+            "let x = 0; for (let i = 0; i < 3e6; i++) x += i; return x", tenant=tenant
+        )
+    logged = [r for r in caplog.records if r.name == "codemode"]
+    said = [r.getMessage() for r in logged if "tenant=" in r.getMessage()]
+    assert len(said) == 2, said  # the step, and its warning: over half its allowance
+    for message in said:
+        assert "\n" not in message and "\x1b" not in message
+        assert "tenant=acme\\x0ascript step script=forged tenant=root\\x1b[2J" in message
+    step = next(r for r in logged if r.getMessage().startswith("script step script="))
+    assert step.tenant == tenant  # type: ignore[attr-defined]
+
+
 async def test_huge_result_is_not_stored_and_ends_the_script(inproc: InProcessRunner) -> None:
     """A result over the results budget on its own is not kept in the log; the script ends
     on the results limit."""
