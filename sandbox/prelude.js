@@ -97,6 +97,31 @@
     }
     return out;
   }
+  // The script's frames where it runs now, as framesOf gives them: the CPU stop calls this
+  // from QuickJS's interrupt poll, the script's frames under it (see CpuStop in
+  // sandbox/replay.py), to name its lines. QuickJS keeps a frame's place at its calls (and
+  // what may throw) alone, so the frame the poll came in names its last call, not where it
+  // runs (a loop of `x++` after an `await` named the await's line): it is left out unless
+  // native; its callers' places are where they called. No script code may run here: the
+  // error is the prelude's own, made HERE_FRAMES deep whatever the script set
+  // Error.stackTraceLimit to (QuickJS converts an object set there, by its valueOf, at each
+  // error), then set back.
+  const HERE_FRAMES = 10; // this function's, the polled one's and eight lines' (as named)
+  const traceLimit = getOwnPropertyDescriptor(NativeError, "stackTraceLimit");
+  function here() {
+    const limit = apply(traceLimit.get, NativeError, []);
+    apply(traceLimit.set, NativeError, [HERE_FRAMES]);
+    let frames;
+    try {
+      frames = apply(stringSplit, apply(nativeStack, new NativeError(""), []), ["\n"]);
+    } finally {
+      apply(traceLimit.set, NativeError, [limit]);
+    }
+    let out = "";
+    const native = frames.length > 1 && apply(stringIncludes, frames[1], ["(native)"]);
+    for (let i = native ? 1 : 2; i < frames.length; i++) out += frames[i] + "\n";
+    return ownFrames(out);
+  }
 
   // ---- Determinism: the clock and randomness come from the script record. ----
   const isObject = (v) => (typeof v === "object" && v !== null) || typeof v === "function";
@@ -1485,7 +1510,7 @@
   // nothing and gives "unparsed" (the host strips its TypeScript types and calls again).
   let promise; // the script's, which settle reads
   let begun = false;
-  return { __proto__: null, begin, rejection };
+  return { __proto__: null, begin, rejection, here };
   function begin(config, code, mayStrip) {
     if (begun) throw new NativeError("a context runs one script");
     let main, problem, broken = false;

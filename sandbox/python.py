@@ -4552,6 +4552,15 @@ class Run(Replay):
         lines.reverse()
         return self._line_list(lines)
 
+    def stop_lines(self, frame: types.FrameType | None) -> list[ErrorLine]:
+        # Down the frames the stop came in, the script's own only (not a library's it called).
+        lines: list[int] = []
+        while frame is not None:
+            if frame.f_code.co_filename == FILENAME:
+                lines.append(frame.f_lineno)
+            frame = frame.f_back
+        return self._line_list(lines)
+
     def _line_list(self, numbers: list[int]) -> list[ErrorLine]:
         lines: list[ErrorLine] = []
         for number in numbers:

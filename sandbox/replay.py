@@ -386,12 +386,20 @@ class Replay(abc.ABC):
         says what did not fit (the results a live run was resumed with)."""
         self._end_limit("memory", detail)
 
-    def end_cpu_spent(self, total: bool) -> NoReturn:
+    def end_cpu_spent(self, total: bool, lines: list[ErrorLine]) -> NoReturn:
         """End the run where it runs, its CPU timer gone off (see lockdown.stop_softly): on
         ``total_compute_ms`` when the timer was armed for what was left of it (``total``),
-        else on ``compute_ms``; what it printed and showed up to here goes with the ending,
-        as with any other limit."""
-        self._end_limit_message(*cpu_spent(self.limits, self.script.version, total))
+        else on ``compute_ms``, at the script's ``lines`` (innermost first, see
+        :meth:`stop_lines`); what it printed and showed up to here goes with the ending, as
+        with any other limit."""
+        self._end_limit_message(*cpu_spent(self.limits, self.script.version, total), lines)
+
+    def stop_lines(self, frame: FrameType | None) -> list[ErrorLine]:
+        """The script's lines (innermost first) where its CPU timer stopped it, read without
+        running any of its code; ``frame`` is the Python frame the stop came in. May raise
+        (the heap at its limit): the stop then names none. A language that cannot say names
+        none."""
+        return []
 
     def _end_failed(self, name: str, message: str) -> NoReturn:
         self._end(Ran(outcome="failed", error=ScriptError(name=name, message=message)))
@@ -618,10 +626,13 @@ class CpuStop:
         self.script_file: str | None = None
         self.total = False  # the timer is armed for what is left of total_compute_ms
         self.pending = False
+        # The stop's ending is under way: the timer, and QuickJS's interrupt poll, may come
+        # again while it reads the script's lines, and must not end the run in it again.
+        self.ending = False
 
     def signalled(self, signum: int, frame: FrameType | None) -> None:
         run = self.run
-        if run is None or run.ended:
+        if run is None or run.ended or self.ending:
             return
         # A script at its recursion bound (recursing in an `except RecursionError:`) would
         # leave the ending no frames: it gets some while the handler runs.
@@ -629,7 +640,7 @@ class CpuStop:
         sys.setrecursionlimit(bound + _ENDING_FRAMES)
         try:
             if self._in_script(frame):
-                self._end(run)
+                self._end(run, frame)
             if not self.pending and self.script_file is not None:
                 self._trace_script(frame)
             self.pending = True
@@ -645,7 +656,7 @@ class CpuStop:
             if not self.pending:  # a new segment began: no more tracing
                 sys.settrace(None)
                 return None
-            self.poll()
+            self.poll(frame)
             return line
 
         def call(frame: FrameType, event: str, arg: object) -> Any:
@@ -670,18 +681,27 @@ class CpuStop:
             frame = frame.f_back
         return False
 
-    def poll(self) -> None:
-        """A point where the run may end: end it if a stop is pending."""
+    def poll(self, frame: FrameType | None = None) -> None:
+        """A point where the run may end: end it if a stop is pending (``frame``: the
+        script's Python frame there, if any)."""
         run = self.run
-        if self.pending and run is not None and not run.ended:
-            self._end(run)
+        if self.pending and not self.ending and run is not None and not run.ended:
+            self._end(run, frame)
 
-    def _end(self, run: Replay) -> NoReturn:
+    def _end(self, run: Replay, frame: FrameType | None) -> NoReturn:
         # The ending allocates, and a collection then would call the script's __del__
         # methods, whose loop no stop could end any more (the run has ended): the process
         # ends with it, so it collects nothing more.
         gc.disable()
-        run.end_cpu_spent(self.total)
+        self.ending = True
+        try:
+            try:
+                lines = run.stop_lines(frame)
+            except Exception:  # no lines rather than no ending
+                lines = []
+            run.end_cpu_spent(self.total, lines)
+        finally:
+            self.ending = False
 
 
 # The process's: it runs one script.

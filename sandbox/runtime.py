@@ -15,6 +15,7 @@ import ctypes
 import re
 from collections.abc import Callable
 from importlib import resources
+from types import FrameType
 from typing import Any
 
 import _quickjs
@@ -163,9 +164,10 @@ def _boot(eager: bool) -> str:
         # the global JSON.parse: the config is read with the engine's own).
         + "  const parseConfig = JSON.parse;\n"
         + f"  const world = ({PRELUDE})(host, web);\n"
-        # `start(null)` gives the function the rejection tracker calls (sandbox/rejections.py).
+        # `start(null, name)` gives the world's function `name`: `rejection`, which the
+        # rejection tracker calls (sandbox/rejections.py), or `here`, the CPU stop's frames.
         "  return (config, code, mayStrip) => {\n"
-        "    if (config === null) return world.rejection;\n"
+        "    if (config === null) return world[code];\n"
         "    script = code;\n"
         "    return world.begin(parseConfig(config), code, mayStrip);\n"
         "  };\n"
@@ -598,6 +600,7 @@ class Run(Replay):
         # the count); see heap_bytes.
         self._heap_walk: tuple[float, float, int] | None = None
         self._watch: rejections.Watch | None = None
+        self._here: Any = None  # the prelude's `here`, which stop_lines calls
         # The returned value changed after the return, by code that waited on calls not yet
         # answered then: how many, the first as shown, and its stack (see keepReturned in
         # prelude.js).
@@ -607,7 +610,7 @@ class Run(Replay):
         super().release()
         # A context of its own goes at once; a prepared one is its maker's. (The watch holds
         # the context: it goes first, and unsets the tracker while the context is there.)
-        self._watch = None
+        self._watch = self._here = None
         self.ctx = self.prepared = None
 
     def heap_bytes(self) -> int:
@@ -713,7 +716,7 @@ class Run(Replay):
         prepared = self.prepared
         if prepared is not None and prepared.take(self):
             ctx, start = prepared.ctx, prepared.start
-            self._watch = prepared.watch
+            self._watch, self._here = prepared.watch, prepared.here
             # The count its maker took (see Prepared.count_heap) stands for the first one.
             self._heap_walk = prepared.heap_walk
         else:
@@ -725,7 +728,8 @@ class Run(Replay):
             # The prelude's lines come after the script's last, so a frame in it is never read
             # as a line of the script.
             start = ctx.eval("\n" * (len(self.script_lines) + 2) + _BOOT)
-            self._watch = rejections.watch(ctx, start(None))
+            self._watch = rejections.watch(ctx, start(None, "rejection"))
+            self._here = start(None, "here")
         self.ctx = ctx
         ctx.set_memory_limit(self.limits.memory)
         ctx.set_max_stack_size(JS_STACK_BYTES)
@@ -1138,6 +1142,10 @@ class Run(Replay):
         """The script's line ``number`` (from 1), as an error names it."""
         return ErrorLine(line=number, text=self.script_lines[number - 1][:300])
 
+    def stop_lines(self, frame: FrameType | None) -> list[ErrorLine]:
+        # Called from QuickJS's interrupt poll: the prelude's `here` reads the frames under it.
+        return self._lines(self._here()) if self._here is not None else []
+
     def _lines(self, stack: str) -> list[ErrorLine]:
         """The script's own lines named in a stack, numbered as the model wrote them."""
         lines: list[ErrorLine] = []
@@ -1166,7 +1174,8 @@ class Prepared:
             self.ctx.add_callable("__cm_" + name, self._dispatch(name))
         self.ctx.add_callable("__cm_source", _lazy_source)
         self.start = self.ctx.eval("\n" * PRELUDE_LINE + _BOOT_EAGER)
-        self.watch = rejections.watch(self.ctx, self.start(None))
+        self.watch = rejections.watch(self.ctx, self.start(None, "rejection"))
+        self.here = self.start(None, "here")
         self.stripper = typescript.Stripper.compiled()
         self.heap_walk: tuple[float, float, int] | None = None
 

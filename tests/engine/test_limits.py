@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import CodeMode, Config, ConfigError, Limits, MemoryStore, parse_size, tool
+from engine import CodeMode, Config, ConfigError, Limits, MemoryStore, RunResult, parse_size, tool
 from engine._files import Attachment
 from runner import ProcessRunner
 from sandbox import protocol
@@ -290,6 +290,93 @@ async def test_compute_ms_keeps_what_the_run_printed(
     result = await engine.run_code(_PRINTS_AND_SPINS[language], language=language)  # type: ignore[arg-type]
     _assert_limit(result, "compute_ms")
     assert result.text.endswith("\nPrinted:\nbefore\nafter"), result.text
+
+
+# Scripts a CPU stop ends in a loop on line 3, in a function called from line 5, with the
+# lines its error names, innermost first: a Python script's own loop (a line of its own, so
+# the line is the same wherever in the loop the timer goes off), one busy in its printing
+# (ended at its next line, traced) and one in library code it called; a JavaScript script's
+# caller only (QuickJS keeps a frame's place at its calls alone), but for code it evaluated
+# or a native function it called (a regular expression that backtracks); and a JavaScript
+# loop at the top level after a call names none (it named the call's line, where the frame
+# last was).
+_SPINS_AT = {
+    "python_own": ("python", "print(0)\ndef spin():\n    while True: pass\n\nspin()", [3, 5]),
+    "python_printing": (
+        "python",
+        "print(0)\ndef spin():\n    while True: print(1, end='')\n\nspin()",
+        [3, 5],
+    ),
+    "python_library": (
+        "python",
+        "import difflib; print(0)\ndef spin():\n    while True: list(difflib.ndiff(['a'] * 3000, ['b'] * 3000))"
+        "\n\nspin()",
+        [3, 5],
+    ),
+    "javascript_called": (
+        "javascript",
+        "console.log(0);\nfunction spin() {\n  for (;;) {}\n}\nspin();",
+        [5],
+    ),
+    "javascript_eval": (
+        "javascript",
+        'console.log(0);\nfunction spin() {\n  eval("for (;;) {}");\n}\nspin();',
+        [3, 5],
+    ),
+    "javascript_native": (
+        "javascript",
+        "console.log(0);\nfunction spin(s) {\n  return /(a|aa)+b/.test(s);\n}\nspin('a'.repeat(60));",
+        [3, 5],
+    ),
+    "javascript_top_level": (
+        "javascript",
+        "console.log(0);\nawait tools.echo();\nlet x = 0;\nfor (;;) {\n  x++;\n}",
+        [],
+    ),
+}
+
+
+def _lines_named(result: RunResult) -> list[int]:
+    assert result.error is not None, result.text
+    return [line["line"] for line in result.error["lines"]]
+
+
+@pytest.mark.parametrize("case", sorted(_SPINS_AT))
+async def test_compute_ms_names_the_lines_it_stopped_the_run_in(
+    process_runner: ProcessRunner, case: str
+) -> None:
+    """A run compute_ms stops names the script's lines it was stopped in, innermost first,
+    as other errors do (it named none: a model could not tell which loop spun)."""
+    language, code, lines = _SPINS_AT[case]
+    engine = CodeMode([echo], runner=process_runner, limits=Limits(compute_ms=SOFT_MS))
+    result = await engine.run_code(code, language=language)  # type: ignore[arg-type]
+    _assert_limit(result, "compute_ms")
+    assert _lines_named(result) == lines, result.text
+    assert "\nPrinted:\n0" in result.text, result.text[-300:]
+
+
+# What a JavaScript script sets that the stop's naming of its lines must not heed: an Error
+# of its own (whose code would run at the stop), no frames in a stack, a stack bound whose
+# conversion runs its code.
+_STACK_SET = {
+    "replaced_error": "globalThis.Error = function () { console.log('ran'); return {}; };",
+    "no_frames": "Error.stackTraceLimit = 0;",
+    "converted_bound": "Error.stackTraceLimit = { valueOf() { console.log('ran'); return 3; } };",
+}
+
+
+@pytest.mark.parametrize("case", sorted(_STACK_SET))
+async def test_compute_ms_names_a_javascript_run_s_lines_whatever_it_set_error_to(
+    process_runner: ProcessRunner, case: str
+) -> None:
+    """A JavaScript script that replaced Error, or set Error.stackTraceLimit, is stopped
+    with what it printed and its lines named, and none of its code runs at the stop."""
+    code = f"console.log(0);\n{_STACK_SET[case]}\nfunction spin() {{\n  for (;;) {{}}\n}}\nspin();"
+    engine = CodeMode([], runner=process_runner, limits=Limits(compute_ms=SOFT_MS))
+    result = await engine.run_code(code)
+    _assert_limit(result, "compute_ms")
+    assert _lines_named(result) == [6], result.text
+    assert result.text.endswith("\nPrinted:\n0"), result.text[-300:]
 
 
 @pytest.mark.parametrize("live", [True, False], ids=["live", "replay"])

@@ -137,12 +137,14 @@ async def test_live_replay_and_evicted_runs_give_the_same_outcome(
 
 
 # The corpus's case that no in-process run can end (nothing bounds its CPU there): a script
-# that prints, calls, prints again and spins until a CPU limit stops it.
+# that prints, calls, prints again and spins until a CPU limit stops it. The spin is on a
+# line of its own: the stop names the line it lands on, which in a loop over two lines
+# would be either.
 STOPPED = {
     "javascript": (
         'console.log("before"); await tools.echo({ n: 1 }); console.log("after"); for (;;) {}'
     ),
-    "python": 'print("before")\nawait tools.echo(n=1)\nprint("after")\nwhile True:\n    pass',
+    "python": 'print("before")\nawait tools.echo(n=1)\nprint("after")\nwhile True: pass',
 }
 
 
