@@ -172,17 +172,48 @@ def _takes_run_context(name: str) -> ToolDefinitionError:
     )
 
 
+def _refuse_toolset_options(options: dict[str, Any]) -> None:
+    """:class:`ConfigError` naming those of ``options`` that are pydantic-ai's options for a
+    toolset's own tools and not :class:`CodeMode`'s (which ``CodeMode`` would refuse as an
+    unknown keyword, saying nothing of why)."""
+    toolset = set(inspect.signature(FunctionToolset.__init__).parameters)
+    theirs = sorted(k for k in options if k in toolset and k not in _ENGINE_OPTIONS)
+    if theirs:
+        raise ConfigError(
+            f"CodeModeToolset does not take pydantic-ai's toolset option "
+            f"{', '.join(f'{k}=' for k in theirs)}: its one tool is run_code, and the agent's "
+            "tools run in scripts (a Tool's own requires_approval, timeout and sequential "
+            "carry over); of the toolset's options it takes id, max_retries, sequential and "
+            "metadata, and the engine's (data_dir, limits, call_timeout, ...)"
+        )
+
+
+_ENGINE_OPTIONS = frozenset(inspect.signature(CodeMode.__init__).parameters)
+
+
 class CodeModeToolset(FunctionToolset[Any]):
     """One ``run_code`` tool over ``tools``; ``engine_options`` go to :class:`CodeMode`
-    (``data_dir``, ``store``, ``limits``, ``runner``, ...), or pass ``engine``."""
+    (``data_dir``, ``store``, ``limits``, ``runner``, ...), or pass ``engine``.
+
+    Of pydantic-ai's own toolset options, those that concern the one tool it gives go to
+    its ``FunctionToolset``: ``id`` (a durable agent's toolsets need one), ``max_retries``
+    (for the ``run_code`` arguments a model must send again), ``sequential`` (``run_code``
+    runs alone, not beside the agent's other tool calls) and ``metadata``. Its others, about
+    the tools it would run itself, are refused by name: the agent's tools run in scripts,
+    with their own options (a ``Tool``'s carry over)."""
 
     def __init__(
         self,
         tools: Sequence[AgentTool[Any] | Callable[..., Any] | Tool] = (),
         *,
         engine: CodeMode | None = None,
+        id: str | None = None,
+        max_retries: int | None = None,
+        sequential: bool = False,
+        metadata: dict[str, Any] | None = None,
         **engine_options: Any,
     ) -> None:
+        _refuse_toolset_options(engine_options)
         if engine is not None and (tools or engine_options):
             given = ", ".join([*(["tools"] if tools else []), *engine_options])
             raise ConfigError(
@@ -209,7 +240,9 @@ class CodeModeToolset(FunctionToolset[Any]):
             json_schema=definition["input_schema"],
             takes_ctx=True,
         )
-        super().__init__([run_code])
+        super().__init__(
+            [run_code], id=id, max_retries=max_retries, sequential=sequential, metadata=metadata
+        )
         # The run_code calls whose bare denial this toolset has delivered (or found nothing
         # to deliver to), so each is looked up in the log once.
         self._denials_seen: set[str] = set()

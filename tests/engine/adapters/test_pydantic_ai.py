@@ -434,6 +434,44 @@ async def test_tools_or_options_beside_an_engine_are_refused() -> None:
         await engine.aclose()
 
 
+async def test_the_toolsets_own_options_reach_run_code() -> None:
+    """pydantic-ai's toolset options about its one tool go to it (a durable agent's
+    toolsets need an id); those about the tools it would run itself are refused by name,
+    with what it takes instead (CodeMode refused them as unknown keywords)."""
+    from engine import ConfigError
+
+    seen: list[Any] = []
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.extend(info.function_tools)
+        return ModelResponse(parts=[TextPart("done")])
+
+    toolset = CodeModeToolset(
+        [list_prs],
+        runner=InProcessRunner(),
+        type_check="off",
+        id="codemode",
+        sequential=True,
+        max_retries=3,
+        metadata={"team": "a"},
+    )
+    try:
+        assert toolset.id == "codemode"
+        await Agent(FunctionModel(answer), toolsets=[toolset]).run("Hi.")
+        (run_code,) = seen
+        assert run_code.name == "run_code" and run_code.sequential is True
+        assert run_code.metadata == {"team": "a"}
+        assert toolset.max_retries == 3
+    finally:
+        await toolset.aclose()
+    for options, named in (
+        ({"timeout": 3.0}, "timeout="),
+        ({"strict": True, "requires_approval": True}, "requires_approval=, strict="),
+    ):
+        with pytest.raises(ConfigError, match=f"toolset option {named}: its one tool is run_code"):
+            CodeModeToolset([list_prs], runner=InProcessRunner(), **options)
+
+
 async def test_a_tool_that_defers_itself_fails_its_call_saying_what_to_do() -> None:
     """pydantic-ai's ApprovalRequired or CallDeferred raised inside a tool (its way to ask
     for a person, or to answer later) fails the script's call with what to do instead; the
