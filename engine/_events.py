@@ -27,12 +27,14 @@ loop, in order, for every script this engine drives or answers:
 ==================  ===========================================================
 
 A listener must be quick (it runs on the event loop, between the engine's own steps) and
-must not raise: one that does is logged and the script goes on. ``Event.to_dict()`` is the
-event as JSON data (what ``codemode run --events FILE`` writes, one line each).
+must not raise: one that does is logged (each failure once, by the line that raised it) and
+the script goes on. ``Event.to_dict()`` is the event as JSON data (what ``codemode run
+--events FILE`` writes, one line each).
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import sys
@@ -134,6 +136,8 @@ class Emitting:
     """What the engine's parts call to tell the listeners: ``self._emit(kind, ...)``."""
 
     _listeners: tuple[Listener, ...] = ()
+    # Each listener's failures logged so far, by where they were raised (made at the first).
+    _listener_failures: set[tuple[int, type, str, int]] | None = None
 
     def _emit(self, kind: EventKind, script_id: str, **fields: Any) -> None:
         if not self._listeners:
@@ -145,10 +149,19 @@ class Emitting:
         for listener in self._listeners:
             try:
                 returned = listener(event)
-            except Exception as e:  # the host's listener must not stop the script
+            # The host's listener must not stop the script. A CancelledError raised in it (it
+            # read a cancelled task's result) is its own: a cancellation of the drive comes at
+            # an await, never inside a plain call; it ended the run_code.
+            except (Exception, asyncio.CancelledError) as e:
                 if handling is not None and e.__context__ is handling:
                     e.__context__ = None
-                logger.exception("an on_event listener failed on %s of script %s", kind, script_id)
+                if self._first_failure(listener, e):
+                    logger.exception(
+                        "an on_event listener failed on %s of script %s (logged once: the same "
+                        "failure again is not)",
+                        kind,
+                        script_id,
+                    )
                 continue
             if inspect.isawaitable(returned):  # an async listener the option check missed
                 if inspect.iscoroutine(returned):
@@ -159,6 +172,21 @@ class Emitting:
                     kind,
                     script_id,
                 )
+
+    def _first_failure(self, listener: Listener, error: BaseException) -> bool:
+        """Whether ``listener`` failed so for the first time: one that fails at each event
+        (a bug on one line) logged a traceback an event, ten a step."""
+        tb = error.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        where = (tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb is not None else ("", 0)
+        key = (id(listener), type(error), *where)
+        if self._listener_failures is None:
+            self._listener_failures = set()
+        if key in self._listener_failures:
+            return False
+        self._listener_failures.add(key)
+        return True
 
     def _emit_call(self, kind: EventKind, tenant: str | None, entry: Any, **fields: Any) -> None:
         """A call's event; ``entry``: its ``engine.log.CallEntry``."""

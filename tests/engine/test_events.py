@@ -3,6 +3,7 @@ failure and an approval; and the `script step` log record's structured fields.""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -176,6 +177,49 @@ async def test_a_listener_that_raises_is_logged_and_the_script_goes_on(caplog) -
     assert result.value == 40
     assert seen[0] == "started" and seen[-1] == "ended"
     assert "an on_event listener failed on started" in caplog.text
+
+
+async def test_a_listener_that_fails_at_each_event_is_logged_once(caplog) -> None:
+    """A listener with a bug on one line fails at every event: that is one traceback in the
+    host's log, not one an event (ten a step); a failure on another line is logged too."""
+
+    def bad(event: Event) -> None:
+        if event.kind == "ended":
+            raise KeyError("ended")  # another line, another failure
+        raise RuntimeError("listener bug")
+
+    engine = CodeMode([fetch], runner=InProcessRunner(), type_check="off", on_event=bad)
+    with caplog.at_level(logging.ERROR, logger="codemode"):
+        for n in (1, 2):
+            result = await engine.run_code(f"return await tools.fetch({{ n: {n} }})")
+            assert result.value == n * 10
+    await engine.aclose()
+    failed = [r for r in caplog.records if "an on_event listener failed" in r.getMessage()]
+    assert [r.getMessage().split(" of script")[0] for r in failed] == [
+        "an on_event listener failed on started",
+        "an on_event listener failed on ended",
+    ]
+    assert "RuntimeError: listener bug" in (failed[0].exc_text or "")
+    assert "KeyError: 'ended'" in (failed[1].exc_text or "")
+
+
+async def test_a_listener_that_raises_cancelled_error_does_not_end_the_run(caplog) -> None:
+    """A listener that reads a cancelled task's result raises CancelledError (no Exception):
+    it is the listener's failure, logged, and the script goes on (run_code raised it, the
+    script left undriven)."""
+    cancelled = asyncio.get_running_loop().create_future()
+    cancelled.cancel()
+
+    def bad(event: Event) -> None:
+        cancelled.result()
+
+    engine = CodeMode([fetch], runner=InProcessRunner(), type_check="off", on_event=bad)
+    with caplog.at_level(logging.ERROR, logger="codemode"):
+        result = await engine.run_code("return await tools.fetch({ n: 4 })")
+    await engine.aclose()
+    assert result.status == "finished" and result.value == 40
+    assert "an on_event listener failed on started" in caplog.text
+    assert "CancelledError" in caplog.text
 
 
 async def test_a_listener_that_raises_on_a_failed_call_logs_its_own_error_alone(caplog) -> None:
