@@ -4,7 +4,9 @@ The ranking is BM25 over a few weighted fields of each tool: the words of its na
 source prefix, split on ``_``, camelCase and digits) count three times, its parameters'
 names one and a half, its description and its parameters' descriptions once. Words are
 lowercased and lightly stemmed (``listing prs`` meets ``list_prs``). A query that names a tool
-exactly ranks that tool first. Ties break by name, so the answer is stable.
+exactly ranks that tool first, by a name of more than one word (``post_message``; a name of
+one plain word, ``search``, is a word like the query's others). Ties break by name, so the
+answer is stable.
 
 The answer is text for the model: the declarations of the best matches, each with its whole
 description, within 12 KiB (the first is always declared), then the other matches by name,
@@ -25,7 +27,7 @@ from engine._tools import Tool
 from engine.languages import dialect
 from engine.languages._dialect import BUDGET, MAX_DESCRIPTION
 from engine.languages._walk import first_line
-from sandbox.names import terms
+from sandbox.names import split_words, terms
 
 MAX_QUERY = 1000
 MAX_LIMIT = 50
@@ -177,8 +179,14 @@ class ToolIndex:
         """The tools that match ``query``, best first (ties by name)."""
         scores = self._tools.scores(terms(query))
         for word in _words(query):
-            for tool in self._named(word):
-                scores[tool.name] = scores.get(tool.name, 0.0) + EXACT_BONUS
+            named = self._named(word)
+            # A name of one plain word ("search", "delete": notion__search, redis__delete)
+            # is a word of the query as much as a name: its name's weight ranks the tool, and
+            # a bonus put it over the tool the query is about ("search the web",
+            # "delete a warehouse"). A query of names alone is an exact query (find).
+            if named and len(split_words(word)) > 1:
+                for tool in named:
+                    scores[tool.name] = scores.get(tool.name, 0.0) + EXACT_BONUS
         ordered = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
         return [self._by_name[name] for name, _ in ordered]
 

@@ -90,6 +90,31 @@ def test_a_search_for_a_tools_name_finds_its_declaration_first() -> None:
     assert declared(answer)[0] == "stripe__list_charges"
 
 
+def test_a_name_of_one_plain_word_is_a_word_of_the_query() -> None:
+    """A tool named by one plain word ("search", "delete") is not named by that word in a
+    sentence: "search the web" found notion__search first (an exact name's bonus), and
+    "delete a warehouse" redis__delete; a name of more words still ranks its tool first."""
+    index = ToolIndex(
+        [
+            Tool("notion__search", description="Search pages in the Notion workspace."),
+            Tool("confluence__search", description="Search Confluence pages."),
+            Tool("web__web_search", description="Search the web."),
+            Tool("redis__delete", description="Delete keys."),
+            Tool("erp__delete_warehouse", description="Delete a warehouse."),
+            Tool("kubernetes__get_logs", description="A pod's logs."),
+            Tool("docker__container_logs", description="A container's logs."),
+        ]
+    )
+
+    def first(query: str) -> str:
+        return index.rank(query)[0].name
+
+    assert first("search the web") == "web__web_search"
+    assert first("delete a warehouse") == "erp__delete_warehouse"
+    assert first("container logs with get_logs") == "kubernetes__get_logs"
+    assert first("search") == "confluence__search"  # two tools: ranked, by name at a tie
+
+
 def test_answer_has_header_declarations_others_and_skills() -> None:
     """Header, a block with whole descriptions, the other matches by name, then skills."""
     answer = INDEX.search("send message slack", limit=2)
