@@ -68,7 +68,7 @@ from engine._live import (
 from engine._naming import BUILTIN_NAMES, BUILTIN_TOOLS, MAX_KEY
 from engine._result import RunResult
 from engine._search import ToolIndex
-from engine._skills import Skill, check_skills, skills_listing
+from engine._skills import Skill, check_skills, named_as, skills_listing
 from engine._source import OtherLanguage, ScriptTooLarge, normalize
 from engine._steps import StepLoop, discard_early
 from engine._tool_threads import TOOL_THREADS, ToolThreads
@@ -380,7 +380,7 @@ class CodeMode(StepLoop):
     def add_skill(self, skill: Skill) -> str:
         """Add a skill while the session runs; returns the text that lists it for the model
         (tell it after what it has read, so the cached prefix holds)."""
-        if any(s.name == skill.name for s in self.skills):
+        if named_as(skill.name, [s.name for s in self.skills]) is not None:
             raise CodeModeError(f"a skill called {skill.name!r} is already loaded")
         self.skills.extend(check_skills([skill], self.tools))
         self._index = ToolIndex(self.tools, [s.info() for s in self.skills])

@@ -156,9 +156,12 @@ def check_skills(skills: Iterable[Skill], tools: Sequence[Tool]) -> list[Skill]:
     for skill in skills:
         if not isinstance(skill, Skill):
             raise ToolDefinitionError(f"skills holds {type(skill).__name__}, not a Skill")
-        if any(s.name == skill.name for s in result):
+        same = named_as(skill.name, [s.name for s in result])
+        if same is not None:
             raise ToolDefinitionError(
-                f"two skills are named {skill.name!r}; give each skill its own name"
+                f"two skills are named {skill.name!r}"
+                + ("" if same == skill.name else " (one in another Unicode normalization)")
+                + "; give each skill its own name"
             )
         for name in skill.tools:
             if name not in known:
@@ -201,6 +204,13 @@ def skill_answer(
     return "\n".join(parts)
 
 
+def named_as(name: str, names: Sequence[str]) -> str | None:
+    """The one of the skills' ``names`` that ``name`` is, in either Unicode normalization
+    (a name from a macOS folder has é as e and an accent mark; a model writes one), or None.
+    So no two skills' names are one name: each is one skill's."""
+    return name if name in names else spelled_otherwise(name, names)
+
+
 def find_skill(skills: Sequence[Skill], name: object) -> Skill:
     """The skill called ``name`` (in either Unicode normalization); a :class:`ToolCallError`
     naming the closest skills if none."""
@@ -208,8 +218,7 @@ def find_skill(skills: Sequence[Skill], name: object) -> Skill:
         raise ToolCallError('tools.skill takes { name: "skill name" }')
     names = [s.name for s in skills]
     if len(name) <= MAX_SKILL_NAME:
-        # A name from a macOS folder has é as e and an accent mark; a model writes one.
-        found = name if name in names else spelled_otherwise(name, names)
+        found = named_as(name, names)
         if found is not None:
             return skills[names.index(found)]
     if not names:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +195,19 @@ def test_two_skills_of_one_name_are_refused() -> None:
     engine = CodeMode([page_oncall, open_incident], runner=InProcessRunner(), skills=[RESPOND])
     with pytest.raises(CodeModeError, match="already loaded"):
         engine.add_skill(RESPOND)
+
+
+def test_two_skills_of_one_name_in_either_normalization_are_refused() -> None:
+    """A script finds a skill by its name in either Unicode normalization, so "café" as one
+    character and as e and an accent are one name: two such skills were both taken, shown
+    alike to the model, and a load of either found the first."""
+    nfc, nfd = unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café")
+    with pytest.raises(ToolDefinitionError, match="another Unicode normalization"):
+        CodeMode(runner=InProcessRunner(), skills=[Skill(nfc, "a", "1"), Skill(nfd, "b", "2")])
+    engine = CodeMode(runner=InProcessRunner(), skills=[Skill(nfc, "a", "1")])
+    with pytest.raises(CodeModeError, match="already loaded"):
+        engine.add_skill(Skill(nfd, "b", "2"))
+    assert [s.name for s in engine.skills] == [nfc]
 
 
 async def test_skill_files_are_stored_once_until_they_change(
