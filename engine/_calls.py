@@ -293,7 +293,7 @@ class CallSettling(Emitting):
             limit = entry.arguments.get("limit", 8)
             return self._index.search(query, limit=limit, language=record.language)
         if entry.name == SKILL:
-            skill = find_skill(self.skills, entry.arguments.get("name"))
+            skill = find_skill(self.skills, entry.arguments.get("name"), record.language)
             return skill_answer(skill, self.tools, language=record.language)
         tool = self._by_name.get(entry.name)
         if tool is None:

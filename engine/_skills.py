@@ -211,11 +211,13 @@ def named_as(name: str, names: Sequence[str]) -> str | None:
     return name if name in names else spelled_otherwise(name, names)
 
 
-def find_skill(skills: Sequence[Skill], name: object) -> Skill:
+def find_skill(skills: Sequence[Skill], name: object, language: str = "javascript") -> Skill:
     """The skill called ``name`` (in either Unicode normalization); a :class:`ToolCallError`
-    naming the closest skills if none."""
+    naming the closest skills if none, or saying how a script in ``language`` names one."""
     if not isinstance(name, str):
-        raise ToolCallError('tools.skill takes { name: "skill name" }')
+        # A Python script was told to write { name: ... } too.
+        call = dialect(language).skill_call("skill name")
+        raise ToolCallError(f"tools.skill takes a skill's name as text, as {call}")
     names = [s.name for s in skills]
     if len(name) <= MAX_SKILL_NAME:
         found = named_as(name, names)

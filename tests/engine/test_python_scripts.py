@@ -74,6 +74,30 @@ async def test_tool_search_and_skill_answer_in_the_scripts_language(
     await engine.aclose()
 
 
+async def test_a_skill_asked_for_by_no_name_is_told_in_the_scripts_language(
+    inproc: InProcessRunner,
+) -> None:
+    """tools.skill given a name that is no text says how to write one in the script's own
+    language (a Python script was told { name: "skill name" }, JavaScript's)."""
+    skill = Skill("sums", "Adding", "Add things up.", tools=("add",))
+    engine = CodeMode([add], runner=inproc, skills=[skill], language="python")
+    # A name the type check cannot see the type of (json.loads gives Any).
+    code = (
+        "import json\ntry:\n    await tools.skill(name=json.loads('5'))\n"
+        "except ToolError as e:\n    return str(e)"
+    )
+    result = await engine.run_code(code)
+    assert result.value == (
+        'tools.skill takes a skill\'s name as text, as await tools.skill(name="skill name")'
+    ), result.text
+    js = await engine.run_code(
+        "try { await tools.skill({ name: JSON.parse('5') }) } catch (e) { return e.message }",
+        language="javascript",
+    )
+    assert js.value.endswith('as await tools.skill({ name: "skill name" })'), js.text
+    await engine.aclose()
+
+
 async def test_a_script_catches_a_failed_call_as_tool_error(inproc: InProcessRunner) -> None:
     """The README's and the model's promise: a failed call raises ToolError, which the
     script names in ``except``: a refused argument (type check off) and a tool that raised
