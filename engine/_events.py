@@ -39,7 +39,7 @@ import inspect
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
@@ -95,7 +95,11 @@ def listeners_option(on_event: Listener | Sequence[Listener] | None) -> tuple[Li
 
     if on_event is None:
         return ()
-    if not callable(on_event) and not isinstance(on_event, Iterable):
+    if not callable(on_event) and (
+        # Text and a mapping are iterable, but no list of functions: 'print' was refused
+        # as "not 'p'", {"log": fn} as "not 'log'".
+        not isinstance(on_event, Iterable) or isinstance(on_event, str | bytes | Mapping)
+    ):
         raise ConfigError(
             f"on_event takes a function of one Event, or a list, not {on_event!r:.80}"
         )

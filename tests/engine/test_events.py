@@ -247,6 +247,12 @@ def test_on_event_must_be_callables() -> None:
 
     with pytest.raises(ConfigError, match="on_event takes functions"):
         CodeMode(on_event=["not a function"])  # type: ignore[list-item]
+    # Text and a mapping are no list of functions: each is named whole (it said "not 'p'"
+    # of on_event="print", and "not 'log'" of {"log": print}).
+    with pytest.raises(ConfigError, match=r"a function of one Event, or a list, not 'print'$"):
+        CodeMode(on_event="print")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"or a list, not \{'log': <built-in function print>"):
+        CodeMode(on_event={"log": print})  # type: ignore[arg-type]
 
 
 def test_a_listener_that_takes_no_event_is_refused_when_given() -> None:
