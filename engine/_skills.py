@@ -198,6 +198,11 @@ def skill_answer(
                 + ", ".join(left)
                 + "; find them with tools.tool_search."
             )
+    gone = [n for n in skill.tools if n not in by_name]
+    if gone:
+        # An MCP server's tools changed since the skill was checked: its instructions name
+        # them still, and the model, told nothing, called a tool that does not exist.
+        parts += ["", f"Not among the tools now (their server dropped them): {', '.join(gone)}."]
     if skill.files:
         parts += ["", "Its files (read them with files.text, files.lines, ...):"]
         parts += [f"- {skill.name}/{path}" for path in sorted(skill.files)]

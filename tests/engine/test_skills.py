@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from engine import CodeMode, CodeModeError, ToolDefinitionError, tool
-from engine._skills import Skill
+from engine._skills import Skill, skill_answer
 from tests.engine.conftest import InProcessRunner
 
 
@@ -188,6 +188,15 @@ async def test_a_huge_skill_name_is_refused_without_comparing_it(
         "try { await tools.skill({ name: 'runbooks:respnd' }) } catch (e) { return e.message }"
     )
     assert "the closest are runbooks:respond" in near.value and compared == [15]
+
+
+def test_a_skills_tool_its_server_dropped_is_said_to_be_gone() -> None:
+    """A skill is checked against the tools when given; an MCP server may drop one of its
+    tools later. Its answer names the tool gone (it left the declaration out unsaid, and the
+    model called a tool that does not exist, as the instructions say)."""
+    answer = skill_answer(RESPOND, [page_oncall])
+    assert "page_oncall(input:" in answer and "open_incident(input:" not in answer
+    assert "Not among the tools now (their server dropped them): open_incident." in answer
 
 
 def test_two_skills_of_one_name_are_refused() -> None:
