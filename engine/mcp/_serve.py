@@ -35,6 +35,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import anyio
 import orjson
 
 from engine._codemode import CodeMode
@@ -295,8 +296,7 @@ class CodeModeServer:
 
         import uvicorn
 
-        server = self.server()
-        app = server.streamable_http_app(streamable_http_path=path, host=host)
+        app = self.http_app(host, path)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -330,6 +330,12 @@ class CodeModeServer:
             raise
         finally:
             sock.close()
+
+    def http_app(self, host: str, path: str = "/mcp") -> Any:
+        """The ASGI app that serves this server over streamable HTTP at ``path``, to clients
+        that name ``host`` (the SDK's guard against DNS rebinding)."""
+        app = self.server().streamable_http_app(streamable_http_path=path, host=host)
+        return _answering_once(app)
 
     def content_of(self, result: RunResult) -> dict[str, Any]:
         """The ``CallToolResult`` (as a dict) for a script's result: ``RunResult.to_mcp()``,
@@ -391,6 +397,50 @@ def _web_server() -> Any:
             yield
 
     return Web
+
+
+def _answering_once(app: Any) -> Any:
+    """``app`` (the SDK's), but for a second answer to one HTTP request. The SDK answers a
+    notification 202, then hands it to its session; when the session ended meanwhile (a
+    client that leaves mid-request sends its notifications/cancelled beside the DELETE that
+    ends its session) it answers again and raises, and uvicorn printed two tracebacks of the
+    SDK's code (modelcontextprotocol/python-sdk#2741). Such a message has no one to go to:
+    it is dropped, in one line of the log."""
+
+    async def answered_once(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        answered = False
+
+        async def sending(message: Any) -> None:
+            nonlocal answered
+            if answered:
+                return  # the SDK's second answer, which uvicorn refuses
+            answered = message["type"] == "http.response.body" and not message.get("more_body")
+            await send(message)
+
+        try:
+            await app(scope, receive, sending)
+        except anyio.ClosedResourceError:
+            if not answered:
+                raise
+            logger.info("a message came for an MCP session that had ended; it is dropped")
+
+    return answered_once
+
+
+class _EndedSession(logging.Filter):
+    """The SDK logs a message its ended session could not take with a traceback of its own
+    code; :func:`_answering_once` says it in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        ended = isinstance(error, anyio.ClosedResourceError)
+        return not (ended and record.msg == "Error handling POST request")
+
+
+logging.getLogger("mcp.server.streamable_http").addFilter(_EndedSession())
 
 
 class _Progress:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import queue
 import shlex
@@ -655,3 +656,126 @@ async def test_an_upstream_that_ignores_its_end_is_ended_when_the_client_leaves(
     left = stubs()
     _gone, alive = psutil.wait_procs(left, timeout=10)
     assert not alive, [p.cmdline() for p in alive]
+
+
+async def _asgi(
+    app: Any,
+    method: str,
+    body: dict[str, Any] | None,
+    session: str | None = None,
+    *,
+    answering: Any = None,
+) -> list[dict[str, Any]]:
+    """The ASGI messages ``app`` sends for one HTTP request, served in this process as uvicorn
+    serves it; ``answering`` is awaited while the answer's last part is being sent."""
+    data = json.dumps(body).encode() if body is not None else b""
+    headers = [
+        (b"host", b"127.0.0.1:8000"),
+        (b"accept", b"application/json, text/event-stream"),
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(data)).encode()),
+    ]
+    if session is not None:
+        headers += [(b"mcp-session-id", session.encode()), (b"mcp-protocol-version", b"2025-06-18")]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "root_path": "",
+        "query_string": b"",
+        "headers": headers,
+        "server": ("127.0.0.1", 8000),
+        "client": ("127.0.0.1", 50000),
+    }
+    parts = [{"type": "http.request", "body": data, "more_body": False}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if parts:
+            return parts.pop()
+        await asyncio.Event().wait()  # the client stays until the answer ends
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        ended = message["type"] == "http.response.body" and not message.get("more_body")
+        if ended and answering is not None:
+            await answering()
+
+    await app(scope, receive, send)
+    return sent
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: Any) -> AsyncIterator[None]:
+    """``app`` started and, on the way out, stopped, as uvicorn does (ASGI's lifespan)."""
+    inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    running = asyncio.ensure_future(app({"type": "lifespan"}, inbox.get, outbox.put))
+    await inbox.put({"type": "lifespan.startup"})
+    assert (await outbox.get())["type"] == "lifespan.startup.complete"
+    try:
+        yield
+    finally:
+        await inbox.put({"type": "lifespan.shutdown"})
+        assert (await outbox.get())["type"] == "lifespan.shutdown.complete"
+        await running
+
+
+async def test_a_notification_that_comes_as_its_session_ends_is_answered_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client that leaves mid-request sends notifications/cancelled beside the DELETE that
+    ends its session. The SDK answers the notification 202, then finds its session ended and
+    answered again, which uvicorn refused: two tracebacks of the SDK's code on stderr at
+    such a client's leaving. The message is dropped, answered once, and nothing is logged as
+    an error."""
+    from engine import CodeMode
+    from engine.mcp._serve import CodeModeServer
+    from tests.engine.conftest import InProcessRunner
+
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    engine = CodeMode([add], runner=InProcessRunner())
+    app = CodeModeServer(engine).http_app("127.0.0.1")
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
+    try:
+        async with _lifespan(app):
+            opened = await _asgi(app, "POST", initialize)
+            session = dict(opened[0]["headers"])[b"mcp-session-id"].decode()
+            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            await _asgi(app, "POST", initialized, session)
+            deleted: list[dict[str, Any]] = []
+
+            async def leave() -> None:
+                deleted.extend(await _asgi(app, "DELETE", None, session))
+
+            cancelled = {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": 2, "reason": "the client left"},
+            }
+            with caplog.at_level(logging.INFO):
+                sent = await _asgi(app, "POST", cancelled, session, answering=leave)
+    finally:
+        await engine.aclose()
+    assert deleted[0]["status"] == 200
+    starts = [m["status"] for m in sent if m["type"] == "http.response.start"]
+    assert starts == [202]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert "a message came for an MCP session that had ended" in caplog.text
