@@ -140,8 +140,8 @@ class Emitting:
     """What the engine's parts call to tell the listeners: ``self._emit(kind, ...)``."""
 
     _listeners: tuple[Listener, ...] = ()
-    # Each listener's failures logged so far, by where they were raised (made at the first).
-    _listener_failures: set[tuple[int, type, str, int]] | None = None
+    # Each listener's failures logged so far (made at the first): see _first_failure.
+    _listener_failures: set[tuple[Any, ...]] | None = None
 
     def _emit(self, kind: EventKind, script_id: str, **fields: Any) -> None:
         if not self._listeners:
@@ -159,7 +159,7 @@ class Emitting:
             except (Exception, asyncio.CancelledError) as e:
                 if handling is not None and e.__context__ is handling:
                     e.__context__ = None
-                if self._first_failure(listener, e):
+                if self._first_failure(listener, type(e), *_raised_at(e)):
                     logger.exception(
                         "an on_event listener failed on %s of script %s (logged once: the same "
                         "failure again is not)",
@@ -167,24 +167,23 @@ class Emitting:
                         script_id,
                     )
                 continue
-            if inspect.isawaitable(returned):  # an async listener the option check missed
+            # An async listener the option check missed (a lambda that calls an async
+            # function, asyncio.Queue.put).
+            if inspect.isawaitable(returned):
                 if inspect.iscoroutine(returned):
                     returned.close()
-                logger.error(
-                    "an on_event listener returned an awaitable on %s of script %s, which "
-                    "nothing awaits: give a plain function",
-                    kind,
-                    script_id,
-                )
+                if self._first_failure(listener, "awaitable"):
+                    logger.error(
+                        "an on_event listener returned an awaitable on %s of script %s, which "
+                        "nothing awaits: give a plain function (logged once)",
+                        kind,
+                        script_id,
+                    )
 
-    def _first_failure(self, listener: Listener, error: BaseException) -> bool:
-        """Whether ``listener`` failed so for the first time: one that fails at each event
-        (a bug on one line) logged a traceback an event, ten a step."""
-        tb = error.__traceback__
-        while tb is not None and tb.tb_next is not None:
-            tb = tb.tb_next
-        where = (tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb is not None else ("", 0)
-        key = (id(listener), type(error), *where)
+    def _first_failure(self, listener: Listener, *how: Any) -> bool:
+        """Whether ``listener`` failed so (``how``) for the first time: one that fails at
+        each event (a bug on one line) logged a traceback an event, ten a step."""
+        key = (id(listener), *how)
         if self._listener_failures is None:
             self._listener_failures = set()
         if key in self._listener_failures:
@@ -203,3 +202,11 @@ class Emitting:
                 tool=entry.name,
                 **fields,
             )
+
+
+def _raised_at(error: BaseException) -> tuple[str, int]:
+    """The file and line that raised ``error`` (its traceback's innermost frame)."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return (tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb is not None else ("", 0)

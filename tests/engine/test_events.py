@@ -302,6 +302,8 @@ async def test_an_async_listener_is_refused_not_silently_dropped(caplog) -> None
     await engine.aclose()
     assert result.value == 1 and seen == []
     assert "an on_event listener returned an awaitable on started" in caplog.text
+    # Once, not at each of the run's three events.
+    assert caplog.text.count("returned an awaitable") == 1
 
 
 async def test_script_step_fields_are_on_the_log_record(caplog) -> None:
