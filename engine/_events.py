@@ -28,7 +28,8 @@ loop, in order, for every script this engine drives or answers:
 
 A listener must be quick (it runs on the event loop, between the engine's own steps) and
 must not raise: one that does is logged (each failure once, by the line that raised it) and
-the script goes on. ``Event.to_dict()`` is the event as JSON data (what ``codemode run
+the script goes on; listeners that take over ``SLOW_LISTENERS`` seconds on an event are
+logged once. ``Event.to_dict()`` is the event as JSON data (what ``codemode run
 --events FILE`` writes, one line each).
 """
 
@@ -88,6 +89,9 @@ class Event:
 
 Listener = Callable[[Event], None]
 
+# Seconds the listeners may take on one event before the log says they hold the loop.
+SLOW_LISTENERS = 0.2
+
 
 def listeners_option(on_event: Listener | Sequence[Listener] | None) -> tuple[Listener, ...]:
     """``CodeMode(on_event=...)`` as a tuple of listeners, checked when the host gives it."""
@@ -140,7 +144,7 @@ class Emitting:
     """What the engine's parts call to tell the listeners: ``self._emit(kind, ...)``."""
 
     _listeners: tuple[Listener, ...] = ()
-    # Each listener's failures logged so far (made at the first): see _first_failure.
+    # The listeners' failures logged so far (made at the first): see _first_time.
     _listener_failures: set[tuple[Any, ...]] | None = None
 
     def _emit(self, kind: EventKind, script_id: str, **fields: Any) -> None:
@@ -159,7 +163,7 @@ class Emitting:
             except (Exception, asyncio.CancelledError) as e:
                 if handling is not None and e.__context__ is handling:
                     e.__context__ = None
-                if self._first_failure(listener, type(e), *_raised_at(e)):
+                if self._first_time(id(listener), type(e), *_raised_at(e)):
                     logger.exception(
                         "an on_event listener failed on %s of script %s (logged once: the same "
                         "failure again is not)",
@@ -172,18 +176,30 @@ class Emitting:
             if inspect.isawaitable(returned):
                 if inspect.iscoroutine(returned):
                     returned.close()
-                if self._first_failure(listener, "awaitable"):
+                if self._first_time(id(listener), "awaitable"):
                     logger.error(
                         "an on_event listener returned an awaitable on %s of script %s, which "
                         "nothing awaits: give a plain function (logged once)",
                         kind,
                         script_id,
                     )
+        # One clock read an event: a listener that holds the loop stalls every script of the
+        # engine, its calls and its leases, with nothing in the log to say why.
+        took = time.time() - event.time
+        if took > SLOW_LISTENERS and self._first_time("slow"):
+            logger.warning(
+                "the on_event listeners took %.1f s on %s of script %s, holding the event loop "
+                "(every script of this engine waits meanwhile): a listener must be quick; put "
+                "the event on a queue or hand it to a thread (logged once)",
+                took,
+                kind,
+                script_id,
+            )
 
-    def _first_failure(self, listener: Listener, *how: Any) -> bool:
-        """Whether ``listener`` failed so (``how``) for the first time: one that fails at
-        each event (a bug on one line) logged a traceback an event, ten a step."""
-        key = (id(listener), *how)
+    def _first_time(self, *key: Any) -> bool:
+        """Whether the listeners went wrong so (``key``: a listener's and how) for the first
+        time: one that fails at each event (a bug on one line) logged a traceback an event,
+        ten a step."""
         if self._listener_failures is None:
             self._listener_failures = set()
         if key in self._listener_failures:

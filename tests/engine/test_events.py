@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import orjson
 import pytest
 
 from engine import CodeMode, Event, ToolCallError, tool
+from engine._events import SLOW_LISTENERS
 from tests.engine.conftest import InProcessRunner
 
 SCRIPT = """
@@ -201,6 +203,25 @@ async def test_a_listener_that_fails_at_each_event_is_logged_once(caplog) -> Non
     ]
     assert "RuntimeError: listener bug" in (failed[0].exc_text or "")
     assert "KeyError: 'ended'" in (failed[1].exc_text or "")
+
+
+async def test_a_slow_listener_is_said_to_hold_the_loop_once(caplog) -> None:
+    """A listener that takes long holds the event loop, and every script of the engine with
+    it: the log says so, once, naming what it took (nothing said why all stalled)."""
+
+    def slow(event: Event) -> None:
+        if event.kind == "step":
+            time.sleep(SLOW_LISTENERS + 0.05)
+
+    engine = CodeMode([fetch], runner=InProcessRunner(), type_check="off", on_event=slow)
+    with caplog.at_level(logging.WARNING, logger="codemode"):
+        result = await engine.run_code("return await tools.fetch({ n: 4 })")  # two steps
+    await engine.aclose()
+    assert result.value == 40
+    slow_lines = [r.getMessage() for r in caplog.records if "listeners took" in r.getMessage()]
+    assert len(slow_lines) == 1, slow_lines
+    assert slow_lines[0].startswith("the on_event listeners took 0.")
+    assert "on step of script" in slow_lines[0]
 
 
 async def test_a_listener_that_raises_cancelled_error_does_not_end_the_run(caplog) -> None:
