@@ -16,6 +16,7 @@ import contextlib
 import math
 import os
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,10 +98,10 @@ class BoundedChecker(abc.ABC):
     ``timeout`` seconds (wall and CPU) and ``memory`` bytes of checker heap per check; raises
     :class:`CompilerMissing` when ``path`` is not an executable file.
 
-    One checker per core runs at a time: a burst of starts (a hundred scripts at once) would
-    otherwise fork a hundred checkers that starve the host's event loop and each other past
-    their timeout. A check's time bound starts when its turn comes. A language's checker
-    writes :meth:`find` and :meth:`_check`.
+    One checker per core runs at a time on each event loop: a burst of starts (a hundred
+    scripts at once) would otherwise fork a hundred checkers that starve the host's event
+    loop and each other past their timeout. A check's time bound starts when its turn
+    comes. A language's checker writes :meth:`find` and :meth:`_check`.
     """
 
     language: str
@@ -122,7 +123,10 @@ class BoundedChecker(abc.ABC):
                 "the checker's path, or none to find the installed one"
             )
         self.timeout = timeout
-        self._turns = asyncio.Semaphore(cores())
+        # A semaphore belongs to the loop it first made a check wait on, and an engine
+        # serves one asyncio.run after another: one shared by all loops failed the second
+        # run's burst of checks ("... is bound to a different event loop").
+        self._turns = weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]()
 
     @staticmethod
     @abc.abstractmethod
@@ -137,7 +141,11 @@ class BoundedChecker(abc.ABC):
 
         Never raises for anything in ``code``: a check that cannot finish is a ``failure``.
         """
-        async with self._turns:
+        loop = asyncio.get_running_loop()
+        turns = self._turns.get(loop)
+        if turns is None:
+            turns = self._turns[loop] = asyncio.Semaphore(cores())
+        async with turns:
             started = time.monotonic()
             checked = await self._check(code, declarations)
             checked.ms = (time.monotonic() - started) * 1000

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from engine import CodeMode, Tool, tool
 from engine._source import MAX_CODE_BYTES
-from engine.languages._check import run_bounded
+from engine.languages._check import cores, run_bounded
 from engine.languages.javascript import (
     SHOWN_PROBLEMS,
     Checked,
@@ -733,3 +733,20 @@ async def test_a_cancelled_check_ends_its_checker(tmp_path: Path) -> None:
     finally:
         for pid in _running(str(fake)):  # the test failed: leave nothing behind
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_checker_serves_one_event_loop_after_another(compiler: str) -> None:
+    """A burst of checks on one ``asyncio.run``, then on the next: the second burst's checks
+    that waited for a turn failed with "... is bound to a different event loop" (the turns
+    were a semaphore of the first loop's)."""
+    checker = TypeChecker(compiler)
+    declarations = check_declarations(counting_tools([]))
+
+    async def burst() -> list[Checked]:
+        code = "return await tools.get_reviews({ number: 15 });"
+        # More checks than turns, so some wait for one.
+        checks = [checker.check(code, declarations) for _ in range(cores() + 2)]
+        return await asyncio.gather(*checks)
+
+    for _ in range(2):
+        assert all(checked.ok for checked in asyncio.run(burst()))
