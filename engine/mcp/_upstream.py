@@ -379,6 +379,13 @@ class Upstream:
         except MCPError as e:
             if lost.is_set():
                 raise self._lost_during(tool) from None
+            cut = _cut_off(e) if self.spec.url is not None else None
+            if cut is not None:
+                # The call was sent, and the server went away before its result (it ended
+                # mid-call): as when an answer of JSON is cut, the connection is made anew.
+                self.broken = cut
+                lost.set()
+                raise self._lost_during(tool) from None
             if again and self.spec.url is not None and _session_gone(e):
                 logger.warning(
                     "MCP server %r no longer knows its session (it restarted?); reconnecting",
@@ -433,10 +440,33 @@ def _session_gone(error: Any) -> bool:
     """Whether an HTTP server's error is the one of a session it does not know: that exact
     text and code, never a tool's own error that happens to speak of sessions (the call
     is sent again, which a call that ran must never be)."""
+    code, message = _code_and_message(error)
+    return message.rstrip(".").lower() in _SESSION_GONE and code in _SESSION_GONE_CODES
+
+
+# What the SDK's HTTP client makes the error of a call whose stream of events ended, or
+# could not be read, before the result came (CONNECTION_CLOSED, its code): the call was
+# sent, and may have run.
+_CUT_OFF = ("SSE stream ended without a response", "SSE stream failed")
+_CUT_OFF_CODE = -32000
+
+
+def _cut_off(error: Any) -> str | None:
+    """Why an HTTP server's answer to a call was cut off (see :data:`_CUT_OFF`), in a few
+    words; None for any other error (the server's own, which it may give that code too)."""
+    code, message = _code_and_message(error)
+    if code != _CUT_OFF_CODE or not message.startswith(_CUT_OFF):
+        return None
+    if message.startswith(_CUT_OFF[0]):
+        return "its answer's stream of events ended before the result"
+    return f"its answer's stream of events could not be read: {message.split(': ', 1)[-1][:300]}"
+
+
+def _code_and_message(error: Any) -> tuple[Any, str]:
+    """An MCP error's code and its message, stripped."""
     data = getattr(error, "error", None)
     code = getattr(data, "code", getattr(error, "code", None))
-    message = str(getattr(error, "message", "") or "").strip().rstrip(".").lower()
-    return message in _SESSION_GONE and code in _SESSION_GONE_CODES
+    return code, str(getattr(error, "message", "") or "").strip()
 
 
 # How the SDK's HTTP client begins the error it makes of an answer, or of an event, that is

@@ -273,6 +273,25 @@ async def test_an_http_servers_answers_are_held_to_the_bound_of_a_message(
             assert "it sent an answer over 64 MiB" in over.text, over.text
 
 
+@pytest.mark.parametrize("answers", ["events", "json"])
+async def test_an_http_server_that_ends_mid_call_is_named_as_one_that_went_away(
+    tmp_path: Path, answers: str
+) -> None:
+    """A server over HTTP that ends mid-call failed the call as one it "refused" when it
+    answered with events ("refused the call: SSE stream ended without a response"), which a
+    model takes for a call that did not run: it may have, as with an answer of JSON, and
+    the server is reconnected as then."""
+    flags = ["--json"] if answers == "json" else []
+    async with _lab_over_http(tmp_path, *flags) as engine:
+        code = "try { await tools.lab__crash({}); } catch (e) { return e.message; }"
+        result = await asyncio.wait_for(engine.run_code(code), 60)
+        assert result.status == "finished", result.text
+        message = result.value
+        assert message.startswith("the MCP server 'lab' (http://127.0.0.1:"), message
+        assert "closed its connection during the call of 'crash'" in message, message
+        assert "may or may not have taken effect; the server is being restarted" in message
+
+
 async def _relaying_proxy(seen: list[str]) -> asyncio.Server:
     """A forward proxy for plain HTTP on loopback: each request (its target in absolute
     form, as a client sends one to a proxy) is sent on to its server in origin form on a
@@ -392,6 +411,19 @@ def test_only_an_unknown_sessions_error_sends_a_call_again() -> None:
     assert _session_gone(MCPError(-32600, "Session terminated"))
     assert not _session_gone(MCPError(-32000, "Session not found"))
     assert not _session_gone(MCPError(-32600, "the user's session was not found in the CRM"))
+
+
+def test_only_the_clients_own_error_of_a_cut_answer_says_the_call_may_have_run() -> None:
+    """A server's own error of the code the SDK gives a cut answer (CONNECTION_CLOSED is
+    JSON-RPC's first server error code, which servers use) is the server's refusal."""
+    from mcp.shared.exceptions import MCPError
+
+    from engine.mcp._upstream import _cut_off
+
+    assert _cut_off(MCPError(-32000, "SSE stream ended without a response")) is not None
+    assert _cut_off(MCPError(-32000, "SSE stream failed: the event is too long")) is not None
+    assert _cut_off(MCPError(-32000, "rate limited")) is None
+    assert _cut_off(MCPError(-32603, "SSE stream ended without a response")) is None
 
 
 async def test_an_http_server_that_restarted_gets_a_new_session(tmp_path: Path) -> None:
