@@ -9,7 +9,7 @@
 // aliases, `declare`, generics in calls and definitions, `enum` and `const enum`, access
 // modifiers and parameter properties, `abstract`, `implements`, type-only imports. Left out:
 // value namespaces (`namespace N { ... }`, which Sucrase drops silently: refused once it has),
-// decorators, `import`/`export` of values (a script has no modules), JSX.
+// decorators, `import`/`export` of values (a script has no modules), JSX (refused, saying so).
 import { transform } from "sucrase";
 
 const OPTIONS = Object.freeze({
@@ -76,6 +76,32 @@ function removedNamespace(code, out) {
   return null;
 }
 
+// A script that is not TypeScript but parses as TSX has JSX in it (TSX only adds JSX, and
+// takes `<T>x` casts away): Sucrase's own error for it named a regular expression or a
+// token ("Unterminated regular expression", 'expected ">"'). Every element ends with `</`
+// or `/>`, so a script without either pays no second parse. The line is the first
+// element's, found as the first call of a pragma no script writes (lines are kept).
+const JSX_PRAGMA = "__cm_jsx";
+const JSX_OPTIONS = Object.freeze({
+  ...OPTIONS,
+  transforms: ["typescript", "jsx"],
+  production: true,
+  jsxPragma: JSX_PRAGMA,
+  jsxFragmentPragma: JSX_PRAGMA,
+});
+function jsxLine(code) {
+  if (!code.includes("</") && !code.includes("/>")) return 0;
+  let out;
+  try {
+    out = transform(code, JSX_OPTIONS).code;
+  } catch (e) {
+    if (e === null || e instanceof RangeError || e instanceof InternalError) throw e;
+    return 0;
+  }
+  const at = out.indexOf(JSX_PRAGMA + "(");
+  return at < 0 ? 0 : position(out, at).line;
+}
+
 // The answer is JSON text: {"code"} or {"error", "line"}; strings only cross to Python.
 globalThis.__cm_typescript = function strip(code) {
   try {
@@ -93,6 +119,14 @@ globalThis.__cm_typescript = function strip(code) {
     // Out of stack or memory (QuickJS throws null when it cannot even make the error).
     if (e === null || e instanceof RangeError || e instanceof InternalError) throw e;
     let message = String(e && e.message !== undefined ? e.message : e);
+    const jsx = jsxLine(code);
+    if (jsx) {
+      return JSON.stringify({
+        error: "JSX is not supported in a script: build markup as text with a template " +
+          "string (`<li>${name}</li>`), or return the data itself",
+        line: jsx,
+      });
+    }
     if (e && typeof e.pos === "number") {
       // Sucrase ends its message with where it stopped, as it counts lines: said again here.
       const at = position(code, e.pos);

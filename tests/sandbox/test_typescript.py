@@ -294,6 +294,36 @@ def test_a_stripping_error_names_the_line_the_script_counts(lf: str) -> None:
     assert [x.line for x in ran.error.lines] == [2]
 
 
+@pytest.mark.parametrize(
+    ("code", "line"),
+    [
+        ("const x = <div>hi</div>;\nreturn x;", 1),
+        ('const n: number = 1;\nreturn <p className="a">{n}</p>;', 2),
+        ("const el = <Chart\n  data={[1]}\n/>;\nreturn el;", 1),
+        (
+            "const items = [1];\nreturn (\n  <ul>\n    {items.map((i) => <li>{i}</li>)}\n  </ul>\n);",
+            3,
+        ),
+        ("return <>fragment</>;", 1),
+    ],
+)
+def test_jsx_is_refused_saying_what_to_write(code: str, line: int) -> None:
+    """JSX fails at its first element's line saying it is not supported and what to write
+    (Sucrase's error said "Unterminated regular expression (1:20)" or 'expected ">"')."""
+    ran = run(code)
+    assert ran.error is not None and ran.error.name == "SyntaxError", ran.error
+    assert ran.error.message.startswith("JSX is not supported in a script: build markup as text")
+    assert [x.line for x in ran.error.lines] == [line]
+
+
+def test_a_syntax_error_beside_what_looks_like_jsx_is_the_parsers() -> None:
+    """A script with no JSX (a generic arrow function, a comparison with a closing tag's
+    shape) that does not parse fails with the parser's own error."""
+    ran = run("const f = <T,>(x: T) => x;\nconst c: = f(1) </ 2;\nreturn c;")
+    assert ran.error is not None and ran.error.name == "SyntaxError"
+    assert "JSX" not in ran.error.message and [x.line for x in ran.error.lines] == [2]
+
+
 def test_value_namespace_is_refused_with_what_to_do() -> None:
     """A namespace would be dropped silently by the stripper: it is refused instead."""
     ran = run("const x = 1;\nnamespace N {\n  export const a = 1;\n}\nreturn N.a;")
