@@ -334,6 +334,12 @@ def _parser() -> argparse.ArgumentParser:
 def _config_path(args: argparse.Namespace) -> str | None:
     if args.config is not None and not args.config.strip():  # "$CONFIG" unset: not ./
         raise ConfigError("--config is empty (an unset variable?): give the codemode.toml to read")
+    if Path(str(args.config)).suffix.lower() == ".json":  # as `codemode mcp serve` takes one
+        raise ConfigError(
+            f"--config {args.config}: give a codemode.toml; an mcpServers .json file is for "
+            "`codemode mcp serve --config`, and the other commands start the servers of "
+            "[codemode.mcpServers.NAME] tables in codemode.toml"
+        )
     if args.config:
         return str(args.config)
     if Path("codemode.toml").is_file():

@@ -232,6 +232,20 @@ def test_without_tools_or_servers_the_command_says_what_to_give(tmp_path: Path) 
     assert "--tools FILE" in proc.stderr and "[codemode.mcpServers.NAME]" in proc.stderr
 
 
+def test_an_mcp_servers_json_file_as_the_config_says_where_it_goes(tmp_path: Path) -> None:
+    """`codemode mcp serve --config mcp.json` reads an mcpServers file; the other commands'
+    --config is a codemode.toml, and such a file given to one said "is not valid TOML:
+    Invalid statement (at line 1, column 1)"."""
+    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {"lab": {"command": "x"}}}))
+    proc = codemode(tmp_path, "run", "-", "--config", "mcp.json", stdin="return 1")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "codemode: --config mcp.json: give a codemode.toml; an mcpServers .json file is for "
+        "`codemode mcp serve --config`, and the other commands start the servers of "
+        "[codemode.mcpServers.NAME] tables in codemode.toml"
+    ]
+
+
 def test_the_approve_flags_reach_the_servers_log_from_anywhere(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
