@@ -29,13 +29,11 @@ _FENCE = "```"
 # Every quantifier is possessive (`*+`): adjacent `\s*` that could give back what they took
 # made the engine try every split of a run of spaces (minutes on a few KiB). The tail has
 # one `}`, so it can only match at the text's last one.
-# A TypeScript return type (`async (): Promise<number[]> => {`) may follow the empty
-# parameters, as long as it has no braces, `=` or `;`.
-_RETURNS = r"(?:\s*+:[^{}=;]*+)?+"
-_HEAD = re.compile(
-    r"\s*+\(?+\s*+(?:async\s++function\s*+[\w$]*+\s*+\(\s*+\)" + _RETURNS + r"|"
-    r"async\s*+\(\s*+\)" + _RETURNS + r"\s*+=>)\s*+\{"
-)
+# A TypeScript return type (`async (): Promise<{ n: number }[]> => {`) may follow the empty
+# parameters: see _return_type.
+_HEAD = re.compile(r"\s*+\(?+\s*+(?:(async\s++function\s*+[\w$]*+\s*+\(\s*+\))|async\s*+\(\s*+\))")
+_ARROW_BODY = re.compile(r"\s*+=>\s*+\{")
+_BODY = re.compile(r"\s*+\{")
 _TAIL = re.compile(r"\}\s*+\)?+\s*+(?:\(\s*+\)\s*+)?+;?+\s*+\Z")
 # The line breaks JavaScript counts (QuickJS too: a lone CR, LS and PS start a line).
 _BREAK = re.compile("\r\n|[\r\n\u2028\u2029]")
@@ -133,12 +131,55 @@ def _function(code: str, _: frozenset[str]) -> tuple[int, int] | None:
     the whole of ``code`` (maybe in parentheses, maybe called) starts and ends; ``None`` when
     ``code`` is not one such function."""
     head = _HEAD.match(code)
+    if head is None:
+        return None
+    arrow = head[1] is None
+    returns = _return_type(code, head.end(), arrow)
+    body = None if returns is None else (_ARROW_BODY if arrow else _BODY).match(code, returns)
     tail = _TAIL.search(code)
-    if head is None or tail is None or tail.start() < head.end():
+    if body is None or tail is None or tail.start() < body.end():
         return None
-    if not _balanced(code[head.end() : tail.start()]):
+    if not _balanced(code[body.end() : tail.start()]):
         return None
-    return head.end(), tail.start()
+    return body.end(), tail.start()
+
+
+_COLON = re.compile(r"\s*+:")
+_TYPE_MARKS = re.compile(r"=>|[\"'`<>()\[\]{}=;]")
+
+
+def _return_type(code: str, i: int, arrow: bool) -> int | None:
+    """Where the TypeScript return type that may follow a function's parameters at ``i``
+    ends: at ``i`` when there is none; at the ``=>`` of an arrow function or the ``{`` of a
+    function's body that no bracket of the type holds; None when the text is no type. Its
+    brackets count (`Promise<{ n: number }>` has braces, which a pattern that excluded them
+    missed: the function was run as an expression, never called, and the script finished
+    with nothing), and quotes are skipped (a literal type `"{"`); one scan, linear."""
+    colon = _COLON.match(code, i)
+    if colon is None:
+        return i
+    depth = 0
+    mark = _TYPE_MARKS.search(code, colon.end())
+    while mark is not None:
+        token, at = mark[0], mark.start()
+        if depth == 0 and (token == "=>" if arrow else token == "{"):
+            return at
+        if token in "\"'`":
+            end, _ = _close(code, at, token)
+            if end is None:
+                return None
+            mark = _TYPE_MARKS.search(code, end)
+            continue
+        if token in "<([{":
+            depth += 1
+        elif token in ">)]}":
+            depth -= 1
+            if depth < 0:
+                return None
+        elif token in ("=", ";"):
+            return None  # an arrow's `=>` is matched first: these end no type
+        mark = _TYPE_MARKS.search(code, mark.end())
+    return None
 
 
 # What the brace count stops at; and the inside of each kind of quote, escapes included (a

@@ -127,6 +127,15 @@ def test_a_whole_function_gives_its_body(wrapper: tuple[str, str], inner: str) -
         ("async () => { return a / b; } }", "async () => { return a / b; } }"),
         ("return 1", "return 1"),
         ("```js\nreturn 1", "```js\nreturn 1"),
+        # TypeScript return types with brackets of their own (they were no shape: the
+        # function was an expression the script never called, and it finished with nothing).
+        ("async (): Promise<{ n: number }> => {\nreturn 1}", "\nreturn 1"),
+        ("async (): Promise<{ a: { b: 1 }[] }[]>=>{x}", " " * 41 + "x"),
+        ("async function f(): Promise<(x: number) => void> {x}", " " * 50 + "x"),
+        ('async (): Promise<"}" | "=>"> => {x}', " " * 34 + "x"),
+        ("async (): Promise<{ n: number }> {x}", "async (): Promise<{ n: number }> {x}"),
+        ("async (): Promise<number>> => {x}", "async (): Promise<number>> => {x}"),
+        ("async (): T = 1 => {x}", "async (): T = 1 => {x}"),
     ],
 )
 def test_known_shapes(code: str, body: str) -> None:
@@ -153,11 +162,14 @@ def test_known_shapes(code: str, body: str) -> None:
         lambda n: "async () => {" + "{" * n + "}",
         lambda n: "```\n" + "``` x" * (n // 5),
         lambda n: "async () => {" + ("}" + " " * 1000) * (n // 1001) + "x",
+        lambda n: "async (): " + "<{[(" * (n // 4) + "=> {}",
+        lambda n: "async (): " + '"' * n + "=> {}",
+        lambda n: "async function f(): " + "'\\" * (n // 2),
     ],
     ids=[
         "fence-spaces", "tail-spaces", "lead-spaces", "paren-spaces", "open-comments",
         "escaped-backticks", "escaped-quotes", "mixed-quotes", "unclosed-lines", "open-braces",
-        "fence-ticks", "brace-runs",
+        "fence-ticks", "brace-runs", "open-type-brackets", "type-quotes", "open-type-quote",
     ],
 )  # fmt: skip
 def test_adversarial_text_at_the_bound_is_linear(build: Callable[[int], str]) -> None:
