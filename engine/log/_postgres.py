@@ -50,6 +50,20 @@ _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 IDLE_IN_TRANSACTION_S = 10
 
 
+def _session(schema: str) -> str:
+    """What every connection of the store sets first: the log's schema, the bound on a
+    stalled host's transaction, and no statement_timeout or lock_timeout, whatever the role
+    or database sets. A write that waits for another host's row lock (which that bound
+    ends), or sends a large result, is not canceled midway: a canceled write was a
+    StoreUnavailable that lost a call's result (the call stayed running, and was settled
+    as interrupted)."""
+    return (
+        f'SET search_path TO "{schema}"; '
+        f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'; "
+        "SET statement_timeout = 0; SET lock_timeout = 0"
+    )
+
+
 def _driver() -> tuple[Any, Any]:
     """psycopg and its pool, or :class:`ConfigError` naming the extra that installs them."""
     try:
@@ -172,10 +186,7 @@ class PostgresStore(SqlStore):
         schema = self.schema
 
         async def configure(conn: Any) -> None:
-            await conn.execute(
-                f'SET search_path TO "{schema}"; '
-                f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'"
-            )
+            await conn.execute(_session(schema))
 
         return AsyncConnectionPool(
             self.dsn,
@@ -376,7 +387,7 @@ class PostgresBlobStore(BlobStore):
             except psycopg.Error as e:
                 raise self._failed(e) from None
             try:
-                conn.execute(f'SET search_path TO "{self._store.schema}"')
+                conn.execute(_session(self._store.schema))
                 _create_sync(conn, self._store.schema)  # a script's files come before its row
             except BaseException as e:
                 conn.close()  # not kept: a newer schema, the server gone again
@@ -639,7 +650,7 @@ async def _prepare(psycopg: Any, dsn: str, schema: str, timeout: float) -> None:
     one that refuses them for good, or a dsn that does not parse, fails at once."""
     conn, _ = await _connect(psycopg, dsn, timeout)
     try:
-        await conn.execute(f'SET search_path TO "{schema}"')
+        await conn.execute(_session(schema))
         async with conn.transaction():
             await _create(conn, schema)
     finally:

@@ -369,6 +369,44 @@ def _changed(dsn: str, **changes: str) -> str:
     return make_conninfo(**{**conninfo_to_dict(dsn), **changes})
 
 
+@pytest.mark.parametrize("setting", ["lock_timeout", "statement_timeout"])
+async def test_postgres_timeouts_the_role_sets_cancel_no_write_of_the_log(
+    postgres: str, setting: str
+) -> None:
+    """A statement_timeout or lock_timeout the role or database sets (here in the dsn's
+    options, as a role's would be) does not cancel a write of the log waiting for another
+    host's row lock: it waits, and goes through. (Before, the write failed at once as
+    'the PostgreSQL session log ... did not answer (canceling statement due to lock
+    timeout)', a call's result with it, and a statement_timeout that short failed the log's
+    open as 'check [codemode.store] dsn'.)"""
+    import psycopg
+
+    schema, name = f"t_{uuid.uuid4().hex[:16]}", f"codemode-{uuid.uuid4().hex[:16]}"
+    store = PostgresStore(
+        _changed(postgres, options=f"-c {setting}=1", application_name=name), schema=schema
+    )
+    record = ScriptRecord(id="s1", code="1", tenant="t", now_ms=0, seed=0, created_ms=0)
+    waiting = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND " + (
+        "wait_event_type = 'Lock'"
+    )
+    try:
+        await store.start(record, "host-a", 30_000)
+        async with await psycopg.AsyncConnection.connect(postgres) as other:
+            # Another host's transaction holds the script's row.
+            await other.execute(f"SELECT 1 FROM \"{schema}\".scripts WHERE id = 's1' FOR UPDATE")
+            holding = asyncio.ensure_future(store.set_held("s1", True))
+            async with await psycopg.AsyncConnection.connect(postgres, autocommit=True) as look:
+                while not holding.done():  # until the write waits for the lock
+                    if (await (await look.execute(waiting, (name,))).fetchone())[0]:
+                        break
+                    await asyncio.sleep(0.01)
+            await other.commit()
+        await holding
+        assert (await store.get_script("s1")).held
+    finally:
+        await store.aclose()
+
+
 @pytest.mark.parametrize(
     ("mistake", "said"),
     [
