@@ -149,12 +149,34 @@ def _parsed(line: bytes, types: Any, session_message: Any) -> Any:
         return session_message(adapter.validate_json(line, by_name=False))
     except ValueError as e:
         mended = well_formed_json(line)
-        if mended is None:
-            return e
-        try:
-            return session_message(adapter.validate_json(mended, by_name=False))
-        except ValueError:
-            return e
+        if mended is not None:
+            with contextlib.suppress(ValueError):
+                return session_message(adapter.validate_json(mended, by_name=False))
+        return _unread_answer(line, e, types, session_message) or e
+
+
+# How the SDK's HTTP client begins the error it makes of an answer, or of an event, that is
+# no JSON-RPC message it can read.
+UNPARSED = ("Failed to parse JSON response", "Failed to parse SSE message")
+
+
+def _unread_answer(line: bytes, error: ValueError, types: Any, session_message: Any) -> Any:
+    """The error of the request ``line`` answers, when the SDK cannot read that answer (it
+    nests past its parser's bound, or is not shaped as MCP says), as the SDK's HTTP client
+    makes it of such an answer: the SDK drops a line it cannot read, and the request waited
+    out its timeout. None when the line answers no request (no JSON object with a numeric
+    ``id`` and a ``result`` or an ``error``)."""
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict) or "method" in value or not {"result", "error"} & set(value):
+        return None
+    request = value.get("id")
+    if not isinstance(request, int) or isinstance(request, bool):
+        return None
+    data = types.ErrorData(code=types.PARSE_ERROR, message=f"{UNPARSED[0]}: {error}")
+    return session_message(types.JSONRPCError(jsonrpc="2.0", id=request, error=data))
 
 
 # An escaped surrogate (or a backslash and text that looks like one: the parse tells).

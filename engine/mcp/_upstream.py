@@ -27,7 +27,7 @@ from engine._errors import ToolCallError
 from engine._tools import exception_leaves
 from engine.mcp._config import SERVER_NAME, ServerSpec, codemode_version
 from engine.mcp._listing import ToolListings, path_text
-from engine.mcp._stdio import MAX_MESSAGE, stdio_transport
+from engine.mcp._stdio import MAX_MESSAGE, UNPARSED, stdio_transport
 from runner._tasks import cancel_and_wait, wait_ended
 from runner._wire import peer_text
 from sandbox.protocol import size_text
@@ -469,22 +469,26 @@ def _code_and_message(error: Any) -> tuple[Any, str]:
     return code, str(getattr(error, "message", "") or "").strip()
 
 
-# How the SDK's HTTP client begins the error it makes of an answer, or of an event, that is
-# no JSON-RPC message (the server refused nothing).
-_UNPARSED = ("Failed to parse JSON response", "Failed to parse SSE message")
-
-
 def _refusal(name: str, message: str) -> str:
-    """One line for a call the server answered with an error. Over HTTP the SDK's message
-    for an answer (or an event of a stream) it cannot parse is a whole pydantic report,
-    links included: its problem line is kept, without the report's header and links."""
-    lines = message.strip().splitlines() or ["(no message)"]
-    if lines[0].startswith(_UNPARSED):
-        problem = next((x.strip() for x in lines[1:] if x.strip()), "")
-        problem = problem.split(" [type=")[0][:300]
+    """One line for a call the server answered with an error, or with an answer the SDK
+    cannot read (see :func:`_unparsed`: the server refused nothing)."""
+    problem = _unparsed(message)
+    if problem is not None:
         why = f" ({problem})" if problem else ""
         return f"the MCP server {name!r} answered the call with no JSON-RPC message{why}"
+    lines = message.strip().splitlines() or ["(no message)"]
     return f"the MCP server {name!r} refused the call: {lines[0][:500]}"
+
+
+def _unparsed(message: str) -> str | None:
+    """What is wrong with an answer the SDK could not read (an error that begins as
+    ``UNPARSED``), or None for another error. The SDK's message is a whole pydantic report,
+    links included: its problem line is kept, without the report's header and links."""
+    lines = message.strip().splitlines()
+    if not lines or not lines[0].startswith(UNPARSED):
+        return None
+    problem = next((x.strip() for x in lines[1:] if x.strip()), "")
+    return problem.split(" [type=")[0][:300]
 
 
 def summary(error: BaseException) -> str:
@@ -700,6 +704,12 @@ def _describe(
         if leaves:
             return _describe(leaves[0], spec, broken, unreadable, step)
     if isinstance(error, MCPError) and step is not None:
+        problem = _unparsed(str(error.message))
+        if problem is not None:
+            return (
+                f"its answer to {step} is not MCP ({spec.where()}): "
+                f"{problem or 'it cannot be read'}; fix the server or leave it out of the config"
+            )
         # It connected, and refused the request: "cannot connect" sent one to the network.
         return (
             f"answered {step} with an error ({spec.where()}): {str(error.message)[:300]}; "

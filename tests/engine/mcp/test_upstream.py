@@ -802,14 +802,30 @@ async def test_a_server_of_a_protocol_version_the_sdk_does_not_speak_is_named(
     ), problem
 
 
-async def test_an_answer_that_cannot_be_read_is_named_at_the_timeout(tmp_path: Path) -> None:
-    """An answer the SDK cannot parse (nested past its limit) is dropped, so the server
-    seems not to answer: the problem says what could not be read, not only that it was
-    silent."""
+async def test_an_answer_that_cannot_be_read_is_named_at_once(tmp_path: Path) -> None:
+    """An answer the SDK cannot parse (nested past its parser's bound) is dropped by the
+    SDK, so the server seemed not to answer: the listing waited out initTimeout, and a call
+    its timeout, then said it "timed out ... may or may not have taken effect". The request
+    it answers fails at once, saying what could not be read, as over HTTP."""
     deep = '{"type": "object", "properties": {"x": ' * 300 + "{}" + "}}" * 300
     tools = f'[{{"name": "deep", "inputSchema": {deep}}}]'
-    problem = await _raw_problem(tmp_path, tools, initTimeout=10)
-    assert "a message it sent is not MCP" in problem and "recursion limit" in problem, problem
+    problem = await _raw_problem(tmp_path, tools, initTimeout=30)
+    assert "its answer to tools/list is not MCP" in problem, problem
+    assert "recursion limit exceeded" in problem and "fix the server" in problem, problem
+    listed = [
+        {"name": "deep", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
+    ]
+    servers = await McpServers.start(_raw(tmp_path, listed, timeout=30))
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        code = "try { return await tools.raw__deep({}); } catch (e) { return e.message; }"
+        result = await asyncio.wait_for(engine.run_code(code), 60)
+    finally:
+        await engine.aclose()
+    assert result.value.startswith(
+        "the MCP server 'raw' answered the call with no JSON-RPC message (Invalid JSON: "
+        "recursion limit exceeded"
+    ), result.text
 
 
 async def test_closing_does_not_wait_for_a_server_being_restarted(tmp_path: Path) -> None:
