@@ -34,7 +34,6 @@ Unknown keys and bad values are refused with a :class:`ConfigError` naming them.
 
 from __future__ import annotations
 
-import math
 import os
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -43,7 +42,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from engine._errors import ConfigError
-from engine._limits import Limits, parse_size
+from engine._limits import MAX_SECONDS, Limits, parse_size
+from engine._limits import SECONDS as _SECONDS
+from engine._limits import is_seconds as _seconds
 from engine._live import DEFAULT_LIVE_WAIT
 from engine.languages import Language, check_language
 from engine.log import DEFAULT_LEASE_MS, LogStore, MemoryStore, PostgresStore, SqliteStore
@@ -75,9 +76,6 @@ MAX_SLOTS = 4096
 MAX_LIVE = 65536
 # A codemode.toml is a few hundred bytes; one past this is not a config.
 MAX_CONFIG_BYTES = 1024 * 1024
-MAX_SECONDS = 7 * 24 * 3600.0
-# What a time in seconds may be (see _seconds), as the messages say it.
-_SECONDS = f"seconds, over 0 and at most {MAX_SECONDS:,.0f} (a week)"
 
 
 @dataclass(frozen=True)
@@ -478,15 +476,6 @@ def _a_lease(value: Any) -> bool:
         isinstance(value, int)
         and not isinstance(value, bool)
         and 100 <= value <= int(MAX_SECONDS * 1000)
-    )
-
-
-def _seconds(value: Any) -> bool:
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and 0 < value <= MAX_SECONDS
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
@@ -29,6 +30,22 @@ _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*", re.ASCII)
 
 # The defaults are stated once, in the protocol, which the sandbox can import.
 _DEFAULTS = protocol.DEFAULT_LIMITS
+
+# The longest time in seconds a setting may be: past it a value is a typo, and an unbounded
+# one (1e300 seconds) would overflow the timers it sets.
+MAX_SECONDS = 7 * 24 * 3600.0
+# What a time in seconds may be (see is_seconds), as the messages say it.
+SECONDS = f"seconds, over 0 and at most {MAX_SECONDS:,.0f} (a week)"
+
+
+def is_seconds(value: Any) -> bool:
+    """Whether ``value`` is a time in seconds a setting may be (see :data:`SECONDS`)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 < value <= MAX_SECONDS
+    )
 
 
 @dataclass(frozen=True)

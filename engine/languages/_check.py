@@ -20,8 +20,8 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine._errors import CodeModeError
-from engine._limits import parse_size
+from engine._errors import CodeModeError, ConfigError
+from engine._limits import SECONDS, is_seconds, parse_size
 
 MiB = 1024 * 1024
 
@@ -114,6 +114,12 @@ class BoundedChecker(abc.ABC):
         memory: int | str = MEMORY_BYTES,
     ) -> None:
         self.memory = parse_size(memory, what=f"{type(self).__name__}(memory=...)")
+        if not is_seconds(timeout):
+            # Found at the first check, it failed every script (a traceback for NaN or "5",
+            # the model told to simplify its script for 0).
+            raise ConfigError(
+                f"{type(self).__name__}(timeout=...) = {timeout!r:.80} must be {SECONDS}"
+            )
         self.path = Path(path) if path is not None else self.find()
         if not (self.path.is_file() and os.access(self.path, os.X_OK)):
             # Found at the first check, it failed every script, telling the model to write

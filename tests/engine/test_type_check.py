@@ -20,7 +20,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel
 
-from engine import CodeMode, Tool, tool
+from engine import CodeMode, ConfigError, Tool, tool
 from engine._source import MAX_CODE_BYTES
 from engine.languages._check import cores, run_bounded
 from engine.languages.javascript import (
@@ -32,6 +32,7 @@ from engine.languages.javascript import (
     check_declarations,
     find_compiler,
 )
+from engine.languages.python import PythonTypeChecker
 from sandbox import typescript
 from tests._needs import require
 from tests.engine.conftest import InProcessRunner
@@ -546,6 +547,18 @@ def test_a_checker_that_is_not_an_executable_file_is_refused_at_once(path: str) 
     check, it failed every script, telling the model to write it more simply."""
     with pytest.raises(CompilerMissing, match=r"is not an executable file; give the checker"):
         TypeChecker(path)
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf"), "5", True, 1e300])
+@pytest.mark.parametrize("checker", [TypeChecker, PythonTypeChecker])
+def test_a_checker_with_a_timeout_that_is_no_time_is_refused_at_once(
+    checker: type[TypeChecker | PythonTypeChecker], timeout: Any
+) -> None:
+    """The host's mistake is the host's error when it makes the checker: found at the first
+    check, it failed every script, with a traceback (nan, "5", inf) or telling the model to
+    simplify its script (0)."""
+    with pytest.raises(ConfigError, match=r"\(timeout=\.\.\.\) = .* must be seconds, over 0"):
+        checker("/bin/true", timeout=timeout)
 
 
 async def test_a_broken_compiler_never_passes_a_script() -> None:
