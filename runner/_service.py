@@ -53,6 +53,7 @@ from runner._live import (
     takes_live,
 )
 from runner._slots import Slots, default_slot_count
+from runner._tasks import cancel_and_wait
 from sandbox import protocol
 from sandbox.protocol import Script
 
@@ -750,9 +751,11 @@ class RunnerService:
             await asyncio.wait({watcher, working}, return_when=asyncio.FIRST_COMPLETED)
             if not working.done():
                 # The client went away or broke the protocol: abandon the step; cancelling
-                # the local run kills its process. A client that broke it is told why (one
-                # that left hears nothing), after the beats stop: no beat may follow.
-                working.cancel()
+                # the local run kills its process. Once, and waited for: cancelled again as
+                # it reaps (below), the run left the process's pipes open. A client that
+                # broke it is told why (one that left hears nothing), after the beats stop:
+                # no beat may follow.
+                await cancel_and_wait(working)
                 for task in beats:
                     task.cancel()
                 await asyncio.gather(*beats, return_exceptions=True)

@@ -7,13 +7,15 @@ client still gets its step run, so one bad peer cannot take the service down.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator
 
 import orjson
 import pytest
 
-from runner import RemoteRunner, RunError, Step
+from runner import ProcessRunner, RemoteRunner, RunError, Step
+from runner import _wire as wire
 from runner._service import RunnerService
 from sandbox import protocol
 from sandbox.protocol import FileInfo, Script
@@ -27,6 +29,7 @@ from .remote_support import (
     script,
     services,
 )
+from .support import until
 
 
 @pytest.fixture
@@ -281,6 +284,39 @@ async def test_a_client_that_vanishes_mid_step_has_its_process_killed() -> None:
         assert service.slots.in_use == 0
         step = await RemoteRunner([service.address], TOKEN).run(script("return 6 * 7"))
         assert step.value == 42
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_a_step_its_client_abandons_closes_its_process_fds() -> None:
+    """The local run of a step whose client leaves is cancelled once and ends its process to
+    the end, its pipes and pidfd closed (cancelled again as the step was dropped, its reap
+    was cut short: each abandoned step left seven fds open on the service, for good)."""
+    local = ProcessRunner(mode="fork", slots=1)
+    async with services(local, slots=1) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        await remote.run(script("return 1"))  # the fork server is up, the connection kept
+        await until(lambda: not (local.ending or local._reaping), "the first step's reap")
+        before = _open_fds()
+        assert local.server is not None and local.server.popen is not None
+        server = local.server.popen.pid
+
+        def scripts() -> list[int]:  # the sandbox processes, not the fork server
+            return [p.pid for p in sandbox_children() if p.pid != server]
+
+        for _ in range(3):
+            client = await RawClient.connect(service.address)
+            await client.hello(version=wire.WIRE_VERSION)  # with beats
+            await client.send_json(script_message(script("while (true) {}")))
+            await until(scripts, "the step's process")
+            client.close()
+            await until(lambda: not service.slots.in_use, "the step to be abandoned")
+        await until(lambda: _open_fds() <= before, "the abandoned steps' fds to close")
+        assert not scripts()
+        assert (await remote.run(script("return 6 * 7"))).value == 42
+        await remote.aclose()
 
 
 async def test_a_client_that_talks_out_of_turn_mid_step_is_dropped() -> None:
