@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import math
 import os
+import signal
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -33,6 +34,10 @@ OUTPUT_BYTES = 1 * MiB
 REAP_WAIT = 5.0
 # At most these many problems are shown to the model; the rest are counted.
 SHOWN_PROBLEMS = 8
+
+# A checker the kernel's fault ended, with no error reported: it met its data rlimit where a
+# failed allocation could not be reported (Go under load; ty at its start), the memory bound.
+FAULTED = frozenset({-signal.SIGSEGV, -signal.SIGBUS})
 
 # Said to the model, which cannot change the host's settings: the host may.
 _TURN_OFF = 'the host may turn the check off with type_check = "off"'

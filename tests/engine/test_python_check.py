@@ -389,6 +389,35 @@ async def test_a_check_past_its_memory_bound_fails_the_script(checker: PythonTyp
     assert checked.failure is not None and "20 MiB of memory" in checked.failure
 
 
+@pytest.mark.parametrize("mib", [8, 32])
+async def test_every_way_ty_meets_a_small_memory_bound_names_it(
+    checker: PythonTypeChecker, mib: int
+) -> None:
+    """ty at a data rlimit too small to start in ends in more ways than one (a fault with no
+    word at 8 MiB, a panic that its typeshed cannot be read, "not enough memory", at 32);
+    each is the memory bound (they read "the type checker failed on this script (status
+    -11)" and "(thread 'main' (9903) panicked at crates/ty_module_resolver/...)", telling the
+    model to write the script more simply)."""
+    small = PythonTypeChecker(checker.path, memory=mib * 1024 * 1024)
+    checked = await small.check("return 1", check_stubs(CORPUS))
+    assert checked.failure is not None and f"{mib} MiB of memory" in checked.failure
+
+
+async def test_a_panic_is_said_by_its_message_not_where_in_ty_it_was(tmp_path: Path) -> None:
+    """A ty that panics: the model reads what went wrong, not the place in ty's source."""
+    broken = tmp_path / "broken-ty"
+    broken.write_text(
+        "#!/bin/sh\ncat >&2 <<'EOF'\n\nthread 'main' (9903) panicked at crates/ty/src/lib.rs:17:14:\n"
+        "index out of bounds: the len is 3 but the index is 7\n"
+        "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\nEOF\n"
+        "exit 101\n"
+    )
+    broken.chmod(0o755)
+    checked = await PythonTypeChecker(broken).check("return 1", check_stubs([]))
+    assert checked.failure is not None and "crates/" not in checked.failure
+    assert "(index out of bounds: the len is 3 but the index is 7)" in checked.failure
+
+
 async def test_an_optional_any_parameter_takes_any_value(
     checker: PythonTypeChecker, inproc: InProcessRunner
 ) -> None:

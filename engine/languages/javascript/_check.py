@@ -39,6 +39,7 @@ from pathlib import Path
 
 from engine._tools import Tool
 from engine.languages._check import (
+    FAULTED,
     MEMORY_BYTES,
     TIMEOUT_S,
     BoundedChecker,
@@ -210,9 +211,7 @@ class TypeChecker(BoundedChecker):
         # Not every failed allocation gets reported: under load the runtime sometimes faults
         # at its data rlimit instead (the kernel's SIGSEGV or SIGBUS, or its own report of
         # one), 2 runs in 4 of the type bomb while the machine was busy.
-        faulted = status in (-signal.SIGSEGV, -signal.SIGBUS) or (
-            status != 0 and any(sign in head for sign in _FAULTS)
-        )
+        faulted = status in FAULTED or (status != 0 and any(sign in head for sign in _FAULTS))
         if faulted and not _ANY_DIAGNOSTIC.search(output):
             return output, out_of_memory(self.memory)
         if ran.cut or status == 0 or (status in (1, 2) and _ANY_DIAGNOSTIC.search(output)):

@@ -33,6 +33,7 @@ import tempfile
 from pathlib import Path
 
 from engine.languages._check import (
+    FAULTED,
     MEMORY_BYTES,
     TIMEOUT_S,
     BoundedChecker,
@@ -59,14 +60,19 @@ _OFFSET = 2  # header lines before the script's first
 _DIAGNOSTIC = re.compile(r"^(typed|untyped)\.py:(\d+):(\d+): error\[([\w-]+)\] (.*)$")
 _ANY_DIAGNOSTIC = re.compile(r"^\S+:\d+:\d+: (error|warning|info)\[", re.MULTILINE)
 # Rust's report of a failed allocation, or of a thread it could not make room for (the data
-# rlimit counts thread stacks).
+# rlimit counts thread stacks); ty's own when it cannot read its typeshed ("Allocation error :
+# not enough memory").
 _OUT_OF_MEMORY = (
     "memory allocation of",
     "out of memory",
+    "not enough memory",
     "cannot allocate memory",
     "threadpoolbuilderror",
     "failed to spawn thread",
 )
+# Where in ty's source a panic was, and how to see more of it: nothing a model can use (the
+# panic's message is the line after).
+_NOT_SAID = re.compile(r"thread '[^']*' (?:\(\d+\) )?panicked at |note: run with `RUST_BACKTRACE")
 # One thread: a check reads four small files, and one check per core runs at a time.
 CHECKER_SETTINGS = {"TY_MAX_PARALLELISM": "1"}
 _NO_OVERLOAD = re.compile(r"No overload of bound method `Tools\.(\w+)` matches arguments")
@@ -146,9 +152,15 @@ class PythonTypeChecker(BoundedChecker):
             return output, out_of_memory(self.memory)
         if ran.cut or status == 0 or (status == 1 and _ANY_DIAGNOSTIC.search(output)):
             return output, None  # clean, or errors were reported
+        if status in FAULTED and not _ANY_DIAGNOSTIC.search(output):
+            return output, out_of_memory(self.memory)
         if status in (-signal.SIGXCPU, -signal.SIGKILL):
             return output, out_of_cpu(self.timeout)
-        lines = [line for line in output.splitlines() if line.strip() and "WARN" not in line]
+        lines = [
+            line
+            for line in output.splitlines()
+            if line.strip() and "WARN" not in line and not _NOT_SAID.match(line)
+        ]
         return output, crashed(lines[0].strip()[:300] if lines else f"status {status}")
 
 
