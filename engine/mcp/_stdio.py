@@ -175,6 +175,13 @@ def _unread_answer(line: bytes, error: ValueError, types: Any, session_message: 
     request = value.get("id")
     if not isinstance(request, int) or isinstance(request, bool):
         return None
+    # What is wrong with it as the answer it is (a check as any message names each kind's
+    # first problem: "JSONRPCRequest.method: Field required"); else the parser's bound.
+    kind = types.JSONRPCError if "error" in value else types.JSONRPCResponse
+    try:
+        kind.model_validate(value, by_name=False)
+    except ValueError as e:
+        error = e
     data = types.ErrorData(code=types.PARSE_ERROR, message=f"{UNPARSED[0]}: {error}")
     return session_message(types.JSONRPCError(jsonrpc="2.0", id=request, error=data))
 

@@ -487,7 +487,12 @@ def _unparsed(message: str) -> str | None:
     lines = message.strip().splitlines()
     if not lines or not lines[0].startswith(UNPARSED):
         return None
-    problem = next((x.strip() for x in lines[1:] if x.strip()), "")
+    rest = [x for x in lines[1:] if x.strip()]
+    if not rest:
+        return ""
+    problem = rest[0].strip()
+    if not rest[0].startswith(" ") and len(rest) > 1 and rest[1].startswith(" "):
+        problem = f"{problem}: {rest[1].strip()}"  # the place, then what is wrong there
     return problem.split(" [type=")[0][:300]
 
 

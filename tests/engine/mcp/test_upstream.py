@@ -813,19 +813,30 @@ async def test_an_answer_that_cannot_be_read_is_named_at_once(tmp_path: Path) ->
     assert "its answer to tools/list is not MCP" in problem, problem
     assert "recursion limit exceeded" in problem and "fix the server" in problem, problem
     listed = [
-        {"name": "deep", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
+        {"name": name, "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
+        for name in ("deep", "scalar")
     ]
     servers = await McpServers.start(_raw(tmp_path, listed, timeout=30))
     engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    said = {}
     try:
-        code = "try { return await tools.raw__deep({}); } catch (e) { return e.message; }"
-        result = await asyncio.wait_for(engine.run_code(code), 60)
+        for name in ("deep", "scalar"):
+            code = (
+                f"try {{ return await tools.raw__{name}({{}}); }} catch (e) {{ return e.message; }}"
+            )
+            said[name] = (await asyncio.wait_for(engine.run_code(code), 60)).value
     finally:
         await engine.aclose()
-    assert result.value.startswith(
+    assert said["deep"].startswith(
         "the MCP server 'raw' answered the call with no JSON-RPC message (Invalid JSON: "
         "recursion limit exceeded"
-    ), result.text
+    ), said
+    # What is wrong with it as an answer, not the first problem of a union of four kinds
+    # ("JSONRPCRequest.method", a place without what is wrong there).
+    assert said["scalar"] == (
+        "the MCP server 'raw' answered the call with no JSON-RPC message (result: Input "
+        "should be a valid dictionary)"
+    ), said
 
 
 async def test_closing_does_not_wait_for_a_server_being_restarted(tmp_path: Path) -> None:
