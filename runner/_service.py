@@ -378,9 +378,12 @@ class RunnerService:
         self._welcomed = 0
         self.accepted = 0  # connections accepted, for tests and metrics
         self.crowded_out = 0  # connections dropped mid-handshake to make room for a newer one
+        # Steps in flight, and live processes waiting on their connections: a drain waits
+        # until none is left (a waiting process's end is told its client, `ended`, first).
         self._steps = 0
-        self._no_steps = asyncio.Event()
-        self._no_steps.set()
+        self._live_waits = 0
+        self._no_work = asyncio.Event()
+        self._no_work.set()
         self._closed = asyncio.Event()
         self.host = ""
         self.port = 0
@@ -437,10 +440,14 @@ class RunnerService:
         self.draining = True
         if self._server is not None:
             self._server.close()
-        log.info("draining: %d step(s) in flight", self._steps)
+        log.info(
+            "draining: %d step(s) in flight, %d live process(es) waiting",
+            self._steps,
+            len(self._held),
+        )
         for held in list(self._held):
             held.end("the runner service is draining")
-        await self._no_steps.wait()
+        await self._no_work.wait()
         await self._cancel_connections()
         await self._close_runner()
         self._closed.set()
@@ -739,7 +746,7 @@ class RunnerService:
         script or records held while they waited for a slot and ran: given back before the
         answer goes out (and by the caller, however the step ends)."""
         self._steps += 1
-        self._no_steps.clear()
+        self._no_work.clear()
         watcher = asyncio.create_task(files.watch())
         working = asyncio.create_task(work)
         beats = []
@@ -786,8 +793,15 @@ class RunnerService:
                     self._unkeep(held)
                     await self._end_run(held.run)
             self._steps -= 1
-            if self._steps == 0:
-                self._no_steps.set()
+            self._work_done()
+
+    def _live_wait_over(self) -> None:
+        self._live_waits -= 1
+        self._work_done()
+
+    def _work_done(self) -> None:
+        if self._steps == 0 and self._live_waits == 0:
+            self._no_work.set()
 
     async def _beat(self, conn: wire.Channel) -> None:
         """Send a beat every ``heartbeat`` seconds until cancelled or the connection breaks.
@@ -870,6 +884,8 @@ class RunnerService:
         )
         ending = asyncio.create_task(held.ended.wait())
         going_on = False
+        self._live_waits += 1
+        self._no_work.clear()
         try:
             await asyncio.wait({reading, ending}, return_when=asyncio.FIRST_COMPLETED)
             if held.ended.is_set():  # its results may have come too: it is out of the budget
@@ -920,6 +936,7 @@ class RunnerService:
             self._unkeep(held)
             if not going_on:
                 hold.release()  # the results line was given up
+                self._live_wait_over()  # its client was told; the drain waits on its end
                 await self._end_run(held.run)
         # The records the line made are held while they wait for a slot and go to the
         # process: the line's share of the budget is given back once the segment is answered.
@@ -929,6 +946,7 @@ class RunnerService:
             )
         finally:
             hold.release()
+            self._live_wait_over()  # the segment counted as a step from its start
 
     async def _end_held(self, conn: wire.Channel, held: _Held, why: str) -> tuple[bool, None]:
         """End a waiting process the client did not end, and tell the client why."""

@@ -190,6 +190,27 @@ asyncio.run(main())
 """
 
 
+async def test_a_draining_service_tells_a_waiting_process_client_why_it_ended() -> None:
+    """A service that drains while a live process waits ends it and says so (``ended``)
+    before it closes the connection: the client's resume names the drain, and the service,
+    which answered, is not counted as failed (its connection closed unsaid, and the client
+    took it for one gone mid-step)."""
+    local = ProcessRunner(mode="fork")
+    async with services(local) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        step = await remote.run(script(THREE, tools=TOOLS), live=True)
+        [pid] = _waiting_pids(service)
+        assert step.live is not None
+        await asyncio.wait_for(service.drain(), 30)
+        assert _gone(pid) and local.live_runs == 0
+        with pytest.raises(
+            RunError, match="ended the live process: the runner service is draining"
+        ):
+            await step.live.resume(_answers(step))
+        assert remote.status()[service.address]["failures"] == 0
+        await remote.aclose()
+
+
 async def test_a_client_that_vanishes_makes_the_service_end_its_process() -> None:
     """A client process killed while its live process waits on the service: the service sees
     the connection drop and ends the process; nothing of it is left."""
