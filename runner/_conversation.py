@@ -340,10 +340,9 @@ def check_ran(ran: Ran, script: Script, known: int | None = None) -> str | None:
     Tool names, counts and sizes are checked against the script's own tools and limits.
     """
     limits = script.limits
-    for name in _STATS:
-        value = getattr(ran.stats, name)
-        if not 0 <= value < math.inf:  # NaN fails it too
-            return f"the process reported stats.{name} = {value}, which is no measure"
+    problem = no_measure("stats", ran.stats, _STATS)
+    if problem is not None:
+        return f"the process reported {problem}"
     if ran.printed_bytes < 0 or len(ran.printed) > PRINTED_BOUND:
         return (
             f"the process reported {len(ran.printed):,} characters of printed text "
@@ -407,6 +406,16 @@ def check_ran(ran: Ran, script: Script, known: int | None = None) -> str | None:
             f"the process reported calls with {total:,} bytes of arguments together, over "
             f"step_arguments = {limits.step_arguments:,}"
         )
+    return None
+
+
+def no_measure(owner: str, measures: object, names: tuple[str, ...]) -> str | None:
+    """``"<owner>.<name> = <value>, which is no measure"`` for the first of ``names`` whose
+    value in ``measures`` is negative or not finite; ``None`` when each is a measure."""
+    for name in names:
+        value = getattr(measures, name)
+        if not 0 <= value < math.inf:  # NaN fails it too
+            return f"{owner}.{name} = {value}, which is no measure"
     return None
 
 

@@ -75,6 +75,8 @@ KEEP_IDLE = 4
 # Seconds without a word from a service mid-step (it sends a beat every second) before the
 # client counts it as gone and runs the step elsewhere.
 SILENCE = 5.0
+# What a service says it measured of a step's process; file_bytes is what this client served.
+_MEASURES = ("wall_ms", "cpu_ms", "max_rss_bytes", "wait_ms")
 # The keys of a [codemode.runner] table a remote runner takes.
 OPTIONS = frozenset(
     {
@@ -675,6 +677,12 @@ class RemoteRunner(ScriptRunner):
                 problem = conv.check_ran(message, script, known)
                 if problem is not None:
                     raise _Down(f"it sent a step no run of this script can end with: {problem}")
+                # The engine takes the step's wait and CPU from these (a wait_ms of inf
+                # reached its step event, and failed a tracer's span).
+                if message.process is not None:
+                    problem = conv.no_measure("process", message.process, _MEASURES)
+                    if problem is not None:
+                        raise _Down(f"it broke the protocol: its step says {problem}")
                 # The bytes this client served are what the step read, whatever it says.
                 if message.process is None:
                     message.process = ProcessStats()

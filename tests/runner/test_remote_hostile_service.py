@@ -210,3 +210,35 @@ async def test_a_service_of_script_version_2_is_sent_the_step_as_version_2() -> 
     sent = orjson.loads(lines[0])["script"]
     assert sent["version"] == 2
     assert sent["limits"] == {"compute_ms": 100}
+
+
+@pytest.mark.parametrize(
+    ("measure", "said"),
+    [
+        ('"wait_ms": "inf"', "process.wait_ms = inf"),
+        ('"wall_ms": "nan"', "process.wall_ms = nan"),
+        ('"cpu_ms": -1', "process.cpu_ms = -1.0"),
+        ('"max_rss_bytes": -1', "process.max_rss_bytes = -1"),
+    ],
+)
+async def test_a_step_whose_process_measures_are_none_is_the_services_fault(
+    measure: str, said: str
+) -> None:
+    """A step whose process stats hold a measure that is none (negative, NaN, infinite: JSON
+    has no such number, pydantic reads "inf" as one) breaks the protocol, as a ran's stats
+    that are none do: the engine took its wait_ms as it came, and an infinite one failed its
+    step event's span."""
+    line = b'{"step": {"outcome": "finished", "value": 1, "process": {%s}}}\n' % measure.encode()
+
+    async def say(conn: wire.Channel) -> None:
+        await conn.send(line)
+        await conn.line(wire.SMALL_LINE, idle=5, timeout=5)
+
+    async with hostile(say) as address:
+        remote = RemoteRunner([address], TOKEN)
+        try:
+            with pytest.raises(RunError) as failed:
+                await asyncio.wait_for(remote.run(script("x")), 30)
+        finally:
+            await remote.aclose()
+    assert f"it broke the protocol: its step says {said}, which is no measure" in str(failed.value)
