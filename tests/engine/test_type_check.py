@@ -324,6 +324,36 @@ async def test_a_property_named_as_an_inherited_member_is_checked_as_itself(
     assert wrong.status == "failed" and "TypeCheckError" in wrong.text, wrong.text
 
 
+ZONES = Tool(
+    "schedule",
+    description="Schedule a meeting.",
+    input_schema={
+        "type": "object",
+        "properties": {"zone": {"enum": [f"zone_{i}" for i in range(30)]}},
+        "required": ["zone"],
+    },
+    handler=lambda zone: zone,
+)
+
+
+async def test_a_value_kept_in_a_variable_is_left_to_the_tool_however_long_the_enum(
+    compiler: str, inproc: InProcessRunner
+) -> None:
+    """A string kept in a variable where a tool takes one of 30 literals: the compiler writes
+    the union cut short ('"zone_21" | ... 14 more ... | "zone_9"'), and the script was
+    refused as if the union held something else than literals; a wrong literal written in
+    the call still is."""
+    if typescript.BUNDLE is None:
+        require("sandbox/typescript.bundle.js is missing: run `make install` to build it")
+    engine = CodeMode([ZONES], runner=inproc, type_check="on")
+    kept = "const prefs = { zone: 'zone_3' };\nreturn await tools.schedule({ zone: prefs.zone });"
+    result = await engine.run_code(kept)
+    assert result.status == "finished" and result.value == "zone_3", result.text
+    wrong = await engine.run_code("return await tools.schedule({ zone: 'zone_99' });")
+    assert wrong.status == "failed" and "TypeCheckError" in wrong.text, wrong.text
+    assert "... 14 more ..." in wrong.text
+
+
 async def test_syntax_error_is_left_to_the_run(compiler: str, inproc: InProcessRunner) -> None:
     """A script the compiler cannot parse is not refused by the check: the run reports it
     with its line, as for any script."""
