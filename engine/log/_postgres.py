@@ -112,6 +112,7 @@ class PostgresStore(SqlStore):
         self._opening = asyncio.Lock()
         self._closed = False
         self._retired: set[asyncio.Task[None]] = set()  # pools an outage left, closing
+        self._served = 0  # transactions the server served, their connections given back
 
     def where(self) -> str:
         """The database as people read it (``host:port/dbname``), without any password."""
@@ -267,16 +268,17 @@ class PostgresStore(SqlStore):
         began = asyncio.get_running_loop().time()
         try:
             try:
-                return await self._attempt(pool, make, write)
+                return await self._queued(pool, make, write)
             except (_Uncommitted, PoolTimeout) as e:
                 # The connection was lost before the transaction's COMMIT was sent, so none
                 # of it took effect: the server restarted (or cut it) since it last served;
-                # or no connection came (the server is down, or every one is busy; or the
-                # pool was replaced, and closed, while this waited in it). Once it takes
-                # connections again, the transaction runs once more, on a new one.
+                # or no connection came (the server is down, or every one is busy and none
+                # was served meanwhile; or the pool was replaced, and closed, while this
+                # waited in it). Once it takes connections again, the transaction runs once
+                # more, on a new one.
                 left = began + self._timeout - asyncio.get_running_loop().time()
                 pool = await self._back(pool, timed_out=isinstance(e, PoolTimeout), within=left)
-                return await self._attempt(pool, make, write)
+                return await self._queued(pool, make, write)
         except (
             psycopg.errors.UndefinedTable,
             psycopg.errors.UndefinedColumn,
@@ -311,6 +313,25 @@ class PostgresStore(SqlStore):
                 f"({_first_line(cause or e)}); nothing written is lost: resume the script "
                 "once it is back"
             ) from None
+
+    async def _queued(self, pool: Any, make: Callable[[int], sql.Tx], write: bool) -> Any:
+        """:meth:`_attempt`, waiting in the pool's queue for as long as it moves: a wait for
+        a connection that outlasts the connect timeout while other transactions were served
+        (and gave theirs back) is a pool busy with many scripts, not a server gone, and
+        waits on (it was StoreUnavailable, a call's result lost with it). Raises
+        ``PoolTimeout`` once no transaction was served for the whole timeout."""
+        from psycopg_pool import PoolTimeout
+
+        while True:
+            served = self._served
+            try:
+                value = await self._attempt(pool, make, write)
+            except PoolTimeout:
+                if self._served == served or pool is not self._pool:
+                    raise
+                continue
+            self._served += 1  # only a transaction the server served: a failing one is no sign
+            return value
 
     async def _attempt(self, pool: Any, make: Callable[[int], sql.Tx], write: bool) -> Any:
         """:func:`_attempt`, and when its connection was lost at COMMIT, the outcome the
