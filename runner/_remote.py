@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import ssl
 import time
 import weakref
@@ -543,6 +544,13 @@ class RemoteRunner(ScriptRunner):
                 ) from None
             raise _Down(
                 f"the TLS handshake failed ({e}); check tls, ca and the certificate"
+            ) from None
+        except socket.gaierror as e:
+            # No such host is no service that is down: say which name to check. Still
+            # retried: a name may resolve once its service is up (a pod's, in a cluster).
+            raise _Down(
+                f"could not find the host {remote.host!r}: {e.strerror or e}; check the "
+                "address's host name"
             ) from None
         except OSError as e:
             raise _Down(

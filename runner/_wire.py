@@ -410,6 +410,15 @@ def parse_address(address: str) -> tuple[str, int]:
             f"runner address {address!r} is not HOST:PORT (for example 10.0.0.5:7300, "
             "or [::1]:7300 for IPv6)"
         )
+    try:
+        # As connecting and listening encode it: a name they refuse raised UnicodeError
+        # there, a traceback at the first step.
+        host.encode("idna")
+    except UnicodeError:
+        raise ValueError(
+            f"runner address {address!r} has no host name: {host!r} has an empty part or "
+            "one over 63 characters (for example runner1.example.com:7300)"
+        ) from None
     return host, int(port)
 
 

@@ -218,6 +218,18 @@ async def test_no_service_can_take_the_step() -> None:
             await remote.run(script("x"))
 
 
+async def test_a_host_name_that_does_not_resolve_is_named() -> None:
+    """An address whose host name has no address (a typo; .invalid never resolves) says
+    which name to check, not to see whether a service runs at a place there is none."""
+    remote = RemoteRunner(["nosuchhost.invalid:7300"], TOKEN)
+    with pytest.raises(RunError) as caught:
+        await remote.run(script("x"))
+    message = str(caught.value)
+    assert "nosuchhost.invalid:7300: could not find the host 'nosuchhost.invalid': " in message
+    assert "check the address's host name" in message
+    assert "is the runner service running there" not in message
+
+
 async def test_a_refused_token_everywhere_is_permanent() -> None:
     """When every service refuses the token, waiting cannot help: the RunError says so
     (permanent), so the engine stops at once; one service still up keeps it transient."""
@@ -434,6 +446,11 @@ def test_from_options(tmp_path: Path) -> None:
         RemoteRunner.from_options({"addresses": "h:1"}, environ={"CODEMODE_RUNNER_TOKEN": "a"})
     with pytest.raises(ValueError, match="is not HOST:PORT"):
         RemoteRunner.from_options({"addresses": ["h"]}, environ={"CODEMODE_RUNNER_TOKEN": "a"})
+    # Host names that connecting refuses (an empty part, one past 63 characters) were
+    # taken, and failed the first step with a UnicodeError's traceback.
+    for host in ("runner..example.com", "x" * 64 + ".example.com"):
+        with pytest.raises(ValueError, match=f"runner address '{host}:7300' has no host name"):
+            RemoteRunner.from_options({"addresses": [f"{host}:7300"], "token": "a"}, environ={})
     inline = RemoteRunner.from_options({"addresses": ["h:1"], "token": "abc"}, environ={})
     assert inline._token == "abc"
     with pytest.raises(ValueError, match="unknown key"):
