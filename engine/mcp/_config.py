@@ -30,6 +30,7 @@ other servers are still usable.
 from __future__ import annotations
 
 import math
+import re
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -112,7 +113,10 @@ class ServerSpec:
         given as ``--api-key sk-...`` or ``?api_key=...`` stays in the config)."""
         if self.command is not None:
             return f"{self.command} ..." if self.args else self.command
-        parts = urllib.parse.urlsplit(str(self.url))
+        try:
+            parts = urllib.parse.urlsplit(str(self.url))
+        except ValueError:  # a ServerSpec made in code (a config's URL is checked)
+            return "a URL that cannot be read"
         host = parts.hostname or ""
         if ":" in host:
             host = f"[{host}]"
@@ -228,17 +232,17 @@ def _server(name: str, entry: Any, base: Path | None) -> ServerSpec | None:
             raise ConfigError(f'"command" must be a non-empty string, not {command!r}')
         kwargs["command"] = command
         kwargs["args"] = tuple(_strings(entry.get("args", []), '"args"'))
-        kwargs["env"] = _string_map(entry.get("env", {}), '"env"')
+        kwargs["env"] = _environment(entry.get("env", {}))
         cwd = entry.get("cwd")
         if cwd is not None:
             if not isinstance(cwd, str):
                 raise ConfigError(f'"cwd" must be a string, not {a_json_type(cwd)}')
             kwargs["cwd"] = str(base / cwd) if base is not None else cwd
+        for what, text in (('"command"', command), ('"cwd"', cwd or "")):
+            _no_nul(text, what)
     else:
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ConfigError(f'"url" must be an http:// or https:// URL, not {url!r}')
-        kwargs["url"] = url
-        kwargs["headers"] = _string_map(entry.get("headers", {}), '"headers"')
+        kwargs["url"] = _url(url)
+        kwargs["headers"] = _headers(entry.get("headers", {}))
     approval = entry.get("approval", "annotations")
     if approval not in ("annotations", "always", "never"):
         raise ConfigError(f'"approval" is "annotations", "always" or "never", not {approval!r}')
@@ -287,7 +291,63 @@ def _tool_settings(name: Any, entry: Any) -> ToolSettings:
 def _strings(value: Any, what: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{what} must be a list of strings")
+    for text in value:
+        _no_nul(text, what)
     return list(value)
+
+
+def _no_nul(text: str, what: str) -> None:
+    """A command's text holds no NUL, which no command line or environment can carry (the
+    server could not start: 'cannot connect ...: ValueError: embedded null byte')."""
+    if "\0" in text:
+        raise ConfigError(f"{what} holds a NUL character, which no command line can; remove it")
+
+
+def _environment(value: Any) -> dict[str, str]:
+    env = _string_map(value, '"env"')
+    for name, text in env.items():
+        if not name or "=" in name:
+            raise ConfigError(f'"env" > {name!r} is no environment variable\'s name')
+        _no_nul(name + text, f'"env" > {name!r}')
+    return env
+
+
+def _url(url: Any) -> str:
+    """``url``, checked as a server's URL can be reached (one that cannot be read failed
+    the start as a server 'closed before it connected')."""
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ConfigError(f'"url" must be an http:// or https:// URL, not {url!r}')
+    try:
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # a port that is no number raises
+    except ValueError as e:
+        raise ConfigError(f'"url" {url!r} cannot be read as a URL ({e})') from None
+    if not parts.hostname:
+        raise ConfigError(f'"url" {url!r} names no host')
+    return url
+
+
+# What HTTP lets a header's name be (RFC 9110's token), and its value hold: visible ASCII,
+# and spaces or tabs between them.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE = re.compile(r"([\x21-\x7e]([\x20\x09]*[\x21-\x7e])*)?")
+
+
+def _headers(value: Any) -> dict[str, str]:
+    """The headers, each one HTTP can carry: the SDK's client refused one at the start in
+    an error that showed its value, often a credential (a token read from a file keeps its
+    line break), in the server's problem line and the log."""
+    headers = _string_map(value, '"headers"')
+    for name, text in headers.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise ConfigError(f'"headers" > {name!r} is no HTTP header name')
+        if not _HEADER_VALUE.fullmatch(text):
+            raise ConfigError(
+                f'"headers" > {name!r}: its value (not shown) holds what no HTTP header may: a '
+                "line break, a character that is not ASCII, or a space at its start or end; "
+                "remove it"
+            )
+    return headers
 
 
 def _string_map(value: Any, what: str) -> dict[str, str]:

@@ -77,6 +77,45 @@ def test_where_a_server_is_names_no_secret_of_its_config() -> None:
     }
 
 
+def test_what_no_command_line_or_http_request_can_carry_is_a_config_problem() -> None:
+    """A header's value HTTP cannot carry (a token read from a file keeps its line break)
+    failed the start with the SDK's error, which showed the value: the credential was in the
+    problem line and the log. A URL that cannot be read failed the start as a server that
+    "closed before it connected", and a NUL in a command's text as "cannot connect ...:
+    ValueError: embedded null byte". Each is a problem of the config, naming the key."""
+    specs, problems = parse_servers(
+        {
+            "mcpServers": {
+                "token": {"url": "https://h/mcp", "headers": {"Authorization": "Bearer sk-1\n"}},
+                "accent": {"url": "https://h/mcp", "headers": {"X-Key": "sk-\u00e9"}},
+                "name": {"url": "https://h/mcp", "headers": {"X Key": "v"}},
+                "v6": {"url": "http://[::1/mcp"},
+                "port": {"url": "http://h:http/mcp"},
+                "nohost": {"url": "http:///mcp"},
+                "arg": {"command": "svc", "args": ["a\0b"]},
+                "env": {"command": "svc", "env": {"A=B": "v"}},
+                "fine": {"url": "https://h:8443/mcp", "headers": {"Authorization": "Bearer a b"}},
+            }
+        }
+    )
+    assert [s.name for s in specs] == ["fine"]
+    said = {p.server: p.message for p in problems}
+    assert "sk-" not in str(problems), problems
+    assert said["token"].startswith(
+        "\"headers\" > 'Authorization': its value (not shown) holds what no HTTP header may: a "
+        "line break"
+    ), said
+    assert said["accent"] == said["token"].replace("'Authorization'", "'X-Key'"), said
+    assert said["name"].startswith("\"headers\" > 'X Key' is no HTTP header name"), said
+    assert said["v6"].startswith(
+        "\"url\" 'http://[::1/mcp' cannot be read as a URL (Invalid IPv6 URL)"
+    ), said
+    assert said["port"].startswith("\"url\" 'http://h:http/mcp' cannot be read as a URL"), said
+    assert said["nohost"].startswith("\"url\" 'http:///mcp' names no host"), said
+    assert said["arg"].startswith('"args" holds a NUL character'), said
+    assert said["env"].startswith("\"env\" > 'A=B' is no environment variable's name"), said
+
+
 async def test_a_lost_server_is_named_without_its_arguments(tmp_path: Path) -> None:
     """A server that dies during a call: the script's error names it, not its command line
     (which may hold a key)."""
