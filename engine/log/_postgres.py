@@ -594,17 +594,25 @@ def _schema(schema: str) -> Generator[tuple[str, tuple[Any, ...]], Any, None]:
     run the same steps)."""
 
     def version() -> Generator[tuple[str, tuple[Any, ...]], Any, int | None]:
-        found = yield ("SELECT to_regclass(%s)", (f'"{schema}".schema_version',))
-        if found[0] is None:
+        # codemode's schema_version has one column, an integer, beside a scripts table.
+        found = yield (
+            "SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL, "
+            "(SELECT string_agg(attname || ' ' || format_type(atttypid, NULL), ', ' "
+            "ORDER BY attnum) FROM pg_attribute WHERE attrelid = to_regclass(%s) "
+            "AND attnum > 0 AND NOT attisdropped)",
+            (f'"{schema}".schema_version', f'"{schema}".scripts', f'"{schema}".schema_version'),
+        )
+        if not found[0]:
             return None
-        row = yield ("SELECT max(version) FROM schema_version", ())
-        if row[0] is not None and (isinstance(row[0], bool) or not isinstance(row[0], int)):
-            # Another application's table of that name (a text column, say).
+        if not found[1] or found[2] != "version integer":
+            # Another application's table of that name, whose rows an upgrade would write
+            # over (or whose version would read as a newer codemode's).
             raise ConfigError(
                 f"the schema {schema!r} has a schema_version table codemode did not make (its "
-                f"version is {row[0]!r:.40}): does another application use it? Give "
-                "[codemode.store] schema one of its own"
+                f"columns: {found[2]!s:.80}{'' if found[1] else '; no scripts table'}): does "
+                "another application use it? Give [codemode.store] schema one of its own"
             )
+        row = yield ("SELECT max(version) FROM schema_version", ())
         return row[0]
 
     # A log already made is left alone: even `CREATE INDEX IF NOT EXISTS` locks its table

@@ -754,6 +754,25 @@ async def test_a_nul_in_a_calls_error_is_kept_as_every_store_keeps_text(
             ],
             "has a schema_version table codemode did not make",
         ),
+        # An integer version of another application's: it was taken for codemode's, an old
+        # one upgraded (its rows set to 3, codemode's tables made beside its own), a newer
+        # one said as 'written by a newer codemode (schema 7 ...): upgrade codemode'.
+        (
+            [
+                "CREATE TABLE schema_version (version INTEGER, applied TEXT)",
+                "INSERT INTO schema_version VALUES (1, 'a'), (2, 'b')",
+            ],
+            "has a schema_version table codemode did not make (its columns: version integer, "
+            "applied text; no scripts table)",
+        ),
+        (
+            [
+                "CREATE TABLE schema_version (version INTEGER NOT NULL)",
+                "INSERT INTO schema_version VALUES (7)",
+            ],
+            "has a schema_version table codemode did not make (its columns: version integer; "
+            "no scripts table)",
+        ),
     ],
 )
 async def test_postgres_schema_of_another_application_is_said_so_when_opened(
@@ -761,15 +780,20 @@ async def test_postgres_schema_of_another_application_is_said_so_when_opened(
 ) -> None:
     """Opening a log in a schema whose tables another application made: the message says
     so and to give codemode a schema of its own (it said to check a dsn that works, or was a
-    raw TypeError comparing a text version). Needs PostgreSQL."""
+    raw TypeError comparing a text version), and the schema is left as it was. Needs
+    PostgreSQL."""
     import psycopg
 
     schema = f"other_{uuid.uuid4().hex[:12]}"
+    rows = "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1"
     with psycopg.connect(postgres, autocommit=True) as db:
         db.execute(f'CREATE SCHEMA "{schema}"')
         db.execute(f'SET search_path TO "{schema}"')
         for statement in statements:
             db.execute(statement)
+        tables = db.execute(rows, (schema,)).fetchall()
+        mine = ("schema_version",) in tables
+        versions = db.execute("SELECT * FROM schema_version").fetchall() if mine else None
     store = PostgresStore(postgres, schema=schema)
     try:
         with pytest.raises(ConfigError, match=re.escape(said)) as caught:
@@ -777,3 +801,7 @@ async def test_postgres_schema_of_another_application_is_said_so_when_opened(
         assert "schema one of its own" in str(caught.value)
     finally:
         await store.aclose()
+    with psycopg.connect(postgres, autocommit=True) as db:
+        assert db.execute(rows, (schema,)).fetchall() == tables
+        if versions is not None:
+            assert db.execute(f'SELECT * FROM "{schema}".schema_version').fetchall() == versions
