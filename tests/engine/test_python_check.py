@@ -128,6 +128,28 @@ async def test_arguments_built_before_the_call_are_left_to_the_tool(
     assert {line for line, _ in await _problems(checker, built)} == {8, 9, 10}
 
 
+async def test_a_value_made_before_the_call_under_a_key_written_in_it_is_left_to_the_tool(
+    checker: PythonTypeChecker,
+) -> None:
+    """The same values under a key of a dict written in the call (one dict of arguments, or a
+    nested one): ty says "Invalid argument to key ... value of type `str`" there, and the
+    script was refused where the same value as a keyword was not. What is written in the dict
+    is still checked, and a plain wrong type refused."""
+    code = "\n".join(
+        [
+            'state = "OPEN".lower()',  # 1
+            'await tools.github__list_prs({"repo": "o/r", "state": state})',  # 2
+            'start = {"dateTime": "x"}',  # 3
+            'await tools.calendar__create_event({"summary": "s", "start": start, "end": start})',
+            'await tools.github__list_prs({"repo": "o/r", "state": "opened"})',  # 5
+            'await tools.github__list_prs({"repo": "o/r", "per_page": state})',  # 6
+            'await tools.calendar__create_event({"summary": "s", "start": {"dateTme": "x"}, '
+            '"end": start})',  # 7
+        ]
+    )
+    assert {line for line, _ in await _problems(checker, code)} == {5, 6, 7}
+
+
 async def test_a_dict_built_before_the_call_in_a_list_or_a_union_is_left_to_the_tool(
     checker: PythonTypeChecker,
 ) -> None:

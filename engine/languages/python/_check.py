@@ -216,13 +216,15 @@ def _problems(output: str, code: str, declarations: str) -> list[TypeProblem]:
         for file, row, column, code, _ in found
         if file == "untyped"
     }
-    kept = [
-        p
-        for p in typed
-        if (p.line, p.column, p.code) not in untyped
-        and 1 <= p.line <= script_lines
-        and not _widened(str(p.message), lines[p.line - 1][max(p.column - 1, 0) :])
-    ]
+    kept: list[TypeProblem] = []
+    keyed: set[int] = set()  # lines where a key's value is left to the tool
+    for p in typed:
+        if (p.line, p.column, p.code) in untyped or not 1 <= p.line <= script_lines:
+            continue
+        if not _widened(str(p.message), lines[p.line - 1][max(p.column - 1, 0) :]):
+            kept.append(p)
+        elif _KEY_ARGUMENT.search(str(p.message)):
+            keyed.add(p.line)
     calls = _tool_calls(code) if kept else {}
     inputs = {typed: tool for tool, typed in _INPUT_FORM.findall(declarations)}
     explained = [
@@ -235,8 +237,9 @@ def _problems(output: str, code: str, declarations: str) -> list[TypeProblem]:
         for p in kept
     ]
     # A dict written in the call whose keys are wrong: ty says which, and before that that
-    # the dict is not the tool's arguments, which says nothing more.
-    said = {p.line for p in explained if not _DICT_ARGUMENT.search(str(p.message))}
+    # the dict is not the tool's arguments, which says nothing more; nor does it of one whose
+    # wrong keys' values are left to the tool (see _widened).
+    said = {p.line for p in explained if not _DICT_ARGUMENT.search(str(p.message))} | keyed
     return [p for p in explained if p.line not in said or not _DICT_ARGUMENT.search(str(p.message))]
 
 
@@ -249,6 +252,11 @@ def _problems(output: str, code: str, declarations: str) -> list[TypeProblem]:
 # literal written in the call is still checked here (ty names each wrong, missing or unknown
 # key there on its own).
 _ARGUMENT = re.compile(r"is incorrect: Expected `(.+)`, found `(.+)`$")
+# The same of a key's value in a dict written in the call (`{"state": state}`, `opts={...}`),
+# which ty places at the value: the expected type, then the value's.
+_KEY_ARGUMENT = re.compile(
+    r"^Invalid argument to key .* with declared type `([^`]+)` on [^:]*: value of type `([^`]+)`$"
+)
 # A dict built before the call, alone, in a list or one of a union (`None | dict[str, str]`
 # for a variable given a dict in an `if`; `list[X | dict[str, str]]` for `xs + [x]`).
 _BUILT = re.compile(r"(?:list\[)*(?:.* \| )?dict\[.*")
@@ -265,7 +273,7 @@ _WRITTEN_LIST = re.compile(r"\s*(?:\w+\s*=\s*)?\[")
 def _widened(message: str, argument: str) -> bool:
     """Whether ``message`` is about an argument ty knows only by its kind (see above);
     ``argument`` is the script's text from where ty places it."""
-    match = _ARGUMENT.search(message)
+    match = _ARGUMENT.search(message) or _KEY_ARGUMENT.search(message)
     if match is not None and argument.startswith("**"):
         # `tools.x(**opts)`: ty matches the type of every value of the dict against every
         # keyword the tool takes, whichever the dict has.
