@@ -354,6 +354,29 @@ async def test_a_value_kept_in_a_variable_is_left_to_the_tool_however_long_the_e
     assert "... 14 more ..." in wrong.text
 
 
+@tool
+def nearby(point: tuple[float, float]) -> list[float]:
+    """Places near a point."""
+    return list(point)
+
+
+async def test_an_array_kept_in_a_variable_is_left_to_the_tool_where_it_takes_a_tuple(
+    compiler: str, inproc: InProcessRunner
+) -> None:
+    """The compiler types an array in a variable by its kind (`number[]`) and said it "may
+    have fewer" elements than the tool's tuple, refusing a script that would run; a tuple of
+    the wrong length or types written in the call is still refused."""
+    if typescript.BUNDLE is None:
+        require("sandbox/typescript.bundle.js is missing: run `make install` to build it")
+    engine = CodeMode([nearby], runner=inproc, type_check="on")
+    kept = "const point = [48.85, 2.35];\nreturn await tools.nearby({ point });"
+    result = await engine.run_code(kept)
+    assert result.status == "finished" and result.value == [48.85, 2.35], result.text
+    for wrong in ("[1]", "[1, 'x']"):
+        refused = await engine.run_code(f"return await tools.nearby({{ point: {wrong} }});")
+        assert refused.status == "failed" and "TypeCheckError" in refused.text, refused.text
+
+
 async def test_syntax_error_is_left_to_the_run(compiler: str, inproc: InProcessRunner) -> None:
     """A script the compiler cannot parse is not refused by the check: the run reports it
     with its line, as for any script."""

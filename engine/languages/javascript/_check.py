@@ -285,11 +285,18 @@ _KEYS_UNKNOWN = re.compile(
 )
 
 
+# Nor is an array's length in its type (`const point = [48.85, 2.35]` is a `number[]`), so
+# the compiler says it may be too short where a tool takes a tuple (a point, a range of
+# dates), where it may well be long enough. A tuple of the wrong length is still refused
+# ("Source has 1 element(s) but target requires 2").
+_LENGTH_UNKNOWN = re.compile(r"^Target requires \d+ element\(s\) but source may have fewer\.$")
+
+
 def _widened(reason: str) -> bool:
     """Whether ``reason`` (a diagnostic's innermost line) is about a value the compiler
     cannot know: a kind where literals are declared (the script's value may well be one of
-    them), ``unknown``, or a dictionary's keys."""
-    if _UNKNOWN.match(reason) or _KEYS_UNKNOWN.match(reason):
+    them), ``unknown``, a dictionary's keys, or an array's length."""
+    if _UNKNOWN.match(reason) or _KEYS_UNKNOWN.match(reason) or _LENGTH_UNKNOWN.match(reason):
         return True
     match = _WIDENED.match(reason)
     return match is not None and all(_LITERAL.match(m) for m in match[1].split(" | "))
