@@ -157,6 +157,19 @@ class PostgresServer:
         connections."""
         self._pg_ctl("-o", self._options, "start")
 
+    def standby(self, hot: bool) -> None:
+        """Stop the server and start it again as a standby of no primary (it waits for WAL
+        for ever): ``hot``, it takes connections but no writes; not, it refuses them ('not
+        accepting connections') until :meth:`promote`, as a failover's target does."""
+        assert self._dir is not None, "start() it first"
+        self.halt()
+        (self._dir / "data" / "standby.signal").touch()
+        self._pg_ctl("-o", f"{self._options} -c hot_standby={'on' if hot else 'off'}", "start")
+
+    def promote(self) -> None:
+        """Make a :meth:`standby` the primary; returns once it takes writes."""
+        self._pg_ctl("promote")
+
     def halt_command(self, mode: str = "fast") -> list[str]:
         """The command line that does :meth:`halt`, for another process to run."""
         return self._command(*self._pg_ctl_args("-m", mode, "stop"))

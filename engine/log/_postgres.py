@@ -136,6 +136,8 @@ class PostgresStore(SqlStore):
                 await pool.open(wait=True, timeout=self._timeout)
             except (psycopg.Error, TimeoutError, OSError) as e:
                 await pool.close()
+                if isinstance(e, psycopg.errors.ReadOnlySqlTransaction):
+                    raise self._takes_no_writes(e) from None
                 if isinstance(e, TimeoutError | OSError) or (
                     type(e) is psycopg.OperationalError and not _for_good(e)
                 ):
@@ -179,6 +181,19 @@ class PostgresStore(SqlStore):
         return (
             f"cannot use the PostgreSQL session log at {self.where()}: {said}; check "
             "[codemode.store] dsn and that the server runs"
+        )
+
+    def _takes_no_writes(self, error: BaseException) -> StoreUnavailable:
+        """The server refused a write of the log because it takes none as things are: a
+        standby (a failover under way, or a dsn that names a replica), or a server or user
+        read-only by default. Not the log's damage: once the dsn reaches a primary, the
+        script resumes."""
+        return StoreUnavailable(
+            f"the PostgreSQL server of the session log at {self.where()} takes no writes "
+            f"({_without_secrets(_first_line(error), self.dsn)}): it is a standby, or "
+            "read-only; point [codemode.store] dsn at the primary (of several hosts, "
+            "target_session_attrs=read-write picks it); nothing written is lost: try again "
+            "(resume the script) once it takes writes"
         )
 
     def _new_pool(self) -> Any:
@@ -279,6 +294,8 @@ class PostgresStore(SqlStore):
                 left = began + self._timeout - asyncio.get_running_loop().time()
                 pool = await self._back(pool, timed_out=isinstance(e, PoolTimeout), within=left)
                 return await self._queued(pool, make, write)
+        except psycopg.errors.ReadOnlySqlTransaction as e:
+            raise self._takes_no_writes(e) from None
         except (
             psycopg.errors.UndefinedTable,
             psycopg.errors.UndefinedColumn,
@@ -658,7 +675,15 @@ def _schema(schema: str) -> Generator[tuple[str, tuple[Any, ...]], Any, None]:
 
 # What a server says when it may take the connection a little later; any other refusal it
 # gives (no such database or user, a wrong password, no pg_hba.conf entry) stands.
-_NOT_YET = ("starting up", "shutting down", "recovery mode", "too many clients", "slots are")
+_NOT_YET = (
+    "starting up",
+    "shutting down",
+    "recovery mode",
+    # A standby: not consistent yet, or with hot_standby off, until it is promoted.
+    "accepting connections",
+    "too many clients",
+    "slots are",
+)
 # Refusals libpq makes itself, with no word from the server to say they stand: they do.
 _CLIENT_REFUSALS = (
     "fe_sendauth",

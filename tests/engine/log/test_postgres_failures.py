@@ -6,6 +6,7 @@ session's shared one, nor a server named by ``CODEMODE_TEST_DSN``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -139,6 +140,40 @@ async def test_a_log_whose_server_is_down_when_it_opens_is_store_unavailable(
             await store.aclose()
     finally:
         server.resume()
+
+
+async def test_a_standby_is_waited_for_and_one_that_takes_no_writes_says_so(
+    server: PostgresServer,
+) -> None:
+    """A failover: the log's server is a standby for a while, then promoted. While it
+    refuses connections ('not accepting connections': hot_standby off), a host opening the
+    log waits for it as for a server starting up (it was a ConfigError at once, 'check
+    [codemode.store] dsn', the CLI's exit 2). While it takes connections but no writes (a
+    hot standby), a write is a StoreUnavailable that says so and may be tried again (it was
+    the permanent 'not as codemode made it ... restore the log'). Promoted, it takes the
+    same store's writes."""
+    store = PostgresStore(server.dsn, schema=f"t_{uuid.uuid4().hex[:16]}", connect_timeout=120)
+    try:
+        await asyncio.to_thread(server.standby, False)
+        opening = asyncio.ensure_future(store.start(_record("s1"), "host-a", 30_000))
+        await asyncio.sleep(0.5)  # not a margin: the open must be under way, whenever it is
+        assert not opening.done(), opening
+        await asyncio.to_thread(server.promote)
+        assert (await opening).created
+
+        await asyncio.to_thread(server.standby, True)
+        with pytest.raises(StoreUnavailable, match="takes no writes") as caught:
+            await store.set_held("s1", True)
+        assert not caught.value.permanent
+        assert "point [codemode.store] dsn at the primary" in str(caught.value)
+        assert not (await store.get_script("s1")).held  # reads go on
+        await asyncio.to_thread(server.promote)
+        await store.set_held("s1", True)
+        assert (await store.get_script("s1")).held
+    finally:
+        with contextlib.suppress(PostgresUnavailable):  # a primary already, unless it failed
+            await asyncio.to_thread(server.promote)
+        await store.aclose()
 
 
 HALTING_TOOLS = """
