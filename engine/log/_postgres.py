@@ -682,6 +682,8 @@ _NOT_YET = (
     # A standby: not consistent yet, or with hot_standby off, until it is promoted.
     "accepting connections",
     "too many clients",
+    # The role's or the database's CONNECTION LIMIT, reached by other sessions.
+    "too many connections",
     "slots are",
 )
 # Refusals libpq makes itself, with no word from the server to say they stand: they do.

@@ -176,6 +176,34 @@ async def test_a_standby_is_waited_for_and_one_that_takes_no_writes_says_so(
         await store.aclose()
 
 
+async def test_a_role_at_its_connection_limit_is_waited_for(server: PostgresServer) -> None:
+    """The log's role is at its CONNECTION LIMIT (other sessions of its hold every one): a
+    host opening the log waits for one to end, as for a server full of clients (it was a
+    ConfigError at once, 'too many connections for role ...; check [codemode.store] dsn',
+    the CLI's exit 2)."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    role = f"r_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server.dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 2")
+        admin.execute(f"GRANT CREATE ON DATABASE postgres TO {role}")
+    dsn = make_conninfo(**{**conninfo_to_dict(server.dsn), "user": role})
+    others = [await psycopg.AsyncConnection.connect(dsn) for _ in range(2)]
+    store = PostgresStore(dsn, schema=f"t_{uuid.uuid4().hex[:16]}", connect_timeout=120)
+    try:
+        opening = asyncio.ensure_future(store.scripts())
+        await asyncio.sleep(0.5)  # not a margin: the open must be under way, whenever it is
+        assert not opening.done(), opening
+        for other in others:
+            await other.close()
+        assert await opening == []
+    finally:
+        for other in others:
+            await other.close()
+        await store.aclose()
+
+
 HALTING_TOOLS = """
 import json, os, subprocess
 from engine import tool
