@@ -97,14 +97,23 @@ def spelled_otherwise(name: str, names: Iterable[str]) -> str | None:
     return same[0] if len(same) == 1 else None
 
 
-def no_such_tool(name: str, names: Iterable[str], said: str | None = None) -> str:
-    """What a Python script is told of ``tools.<name>`` when ``names`` has no such tool
-    (``said``, else that it does not exist): the closest tools, and how to find one."""
+# How a script finds tools, in each language (prelude.js says the JavaScript one itself).
+_FIND_TOOLS = {
+    "python": 'await tools.tool_search(query="...")',
+    "javascript": 'await tools.tool_search({ query: "..." })',
+}
+
+
+def no_such_tool(
+    name: str, names: Iterable[str], said: str | None = None, *, language: str = "python"
+) -> str:
+    """What a script in ``language`` is told of ``tools.<name>`` when ``names`` has no such
+    tool (``said``, else that it does not exist): the closest tools, and how to find one."""
     message = said or f"tools.{name} does not exist"
     near = closest_names(name, names)
     if near:
         message += "; the closest tools are " + ", ".join(f"tools.{n}" for n in near)
-    return message + '. Find tools with await tools.tool_search(query="...").'
+    return f"{message}. Find tools with {_FIND_TOOLS[language]}."
 
 
 def closest_names(name: str, names: Iterable[str], n: int = 3) -> list[str]:

@@ -82,10 +82,19 @@ FIRST = 'const prs = await tools.list_prs({ repo: "acme/api" });\n'
 
 WRONG = [
     (
+        # Said as the run says it (tsc said "Property 'get_review' does not exist on type
+        # 'Tools'. Did you mean 'get_reviews'?", and of a name near none of them no more).
         "a tool that does not exist",
         FIRST + "const r = await tools.get_review({ number: 1 });\nreturn r;",
         2,
-        "Property 'get_review' does not exist on type 'Tools'. Did you mean 'get_reviews'?",
+        "tools.get_review does not exist; the closest tools are tools.get_reviews. Find tools "
+        'with await tools.tool_search({ query: "..." }).',
+    ),
+    (
+        "a tool near none of them",
+        FIRST + "await tools.send_email({ to: 'a' });",
+        2,
+        'tools.send_email does not exist. Find tools with await tools.tool_search({ query: "..." }).',
     ),
     (
         "a missing required argument",

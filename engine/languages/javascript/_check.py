@@ -54,6 +54,7 @@ from engine.languages._check import (
 )
 from engine.languages._walk import Namer
 from engine.languages.javascript._declarations import CHECK_RESULT, builtin_member, declare_tool
+from sandbox.names import no_such_tool
 from sandbox.replay import source_lines
 
 COMPILER_ENV = "CODEMODE_TSC"
@@ -101,6 +102,13 @@ _OUT_OF_MEMORY = ("out of memory", "cannot allocate memory", "failed to create n
 _FAULTS = ("SIGSEGV: segmentation violation", "SIGBUS: bus error")
 _ANY_DIAGNOSTIC = re.compile(r"^\S+\(\d+,\d+\): error TS\d+: ", re.MULTILINE)
 _DIAGNOSTIC = re.compile(r"^(typed|untyped)\.ts\((\d+),(\d+)\): error TS(\d+): (.*)$")
+# A call of a tool the declarations have not, in tsc's words (with its one guess or none),
+# said as the run says it, with the closest tools and how to find one; and the tools the
+# check's declarations declare, each a member of `Tools` (see check_declarations).
+_NO_TOOL = re.compile(
+    r"Property '([^']+)' does not exist on type 'Tools'\.(?: Did you mean '[^']+'\?)?"
+)
+_DECLARED_TOOL = re.compile(r'^  "?([\w$]+)"?(?:<Result = any>)?\(', re.MULTILINE)
 # A tool call's promise used as its result (a forgotten await), in tsc's words.
 _PROMISE = "'Promise<"
 _AWAIT_HINT = "Did you forget to use 'await'?"
@@ -193,7 +201,8 @@ class TypeChecker(BoundedChecker):
         if failure is None:
             # Lines as the compiler numbers them, which ends one at a lone CR and at U+2028
             # too: counted by LF, a wrong call after such a line was dropped as past the end.
-            checked.problems = _problems(output, len(source_lines(code, self.language)))
+            tools = _DECLARED_TOOL.findall(declarations)
+            checked.problems = _problems(output, len(source_lines(code, self.language)), tools)
         return checked
 
     async def _compile(self, folder: Path) -> tuple[str, str | None]:
@@ -221,7 +230,7 @@ class TypeChecker(BoundedChecker):
         return output, crashed(first)
 
 
-def _problems(output: str, script_lines: int) -> list[TypeProblem]:
+def _problems(output: str, script_lines: int, tools: list[str]) -> list[TypeProblem]:
     # `file(line,col): error TSn: message`, then the message's details indented below it.
     found: list[tuple[str, int, int, int, list[str]]] = []
     for line in output.splitlines():
@@ -231,6 +240,8 @@ def _problems(output: str, script_lines: int) -> list[TypeProblem]:
             if _PROMISE in message and _AWAIT_HINT not in message:
                 # tsc says so in related information, which its plain output leaves out.
                 message += " " + _AWAIT_HINT
+            elif unknown := _NO_TOOL.fullmatch(message):
+                message = no_such_tool(unknown[1], tools, language="javascript")
             found.append((file, int(row) - 1, int(column), int(code), [message]))
         elif found and line.startswith("  "):
             found[-1][4].append(line.strip())
