@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import errno
 import logging
 import sys
@@ -111,6 +112,7 @@ class Upstream:
     # ---- the connection ----
 
     async def _run(self) -> None:
+        _SERVING.set(self.name)  # this task's own context: the SDK's lines name the server
         try:
             await self._connecting()
         finally:
@@ -630,21 +632,40 @@ def _bounding(httpx2: Any, broke: Callable[[str], None]) -> Callable[[Any], Awai
     return bound
 
 
+# The upstream whose connection the running task serves: set in each upstream's own task,
+# whose tasks (the SDK's, for that connection) inherit it.
+_SERVING: contextvars.ContextVar[str | None] = contextvars.ContextVar("serving", default=None)
+
+
 class _OneLine(logging.Filter):
-    """The SDK logs an answer it cannot parse with a traceback of its own code; the call's
-    error already says what was wrong: one line, the exception's first."""
+    """The SDK's client logs what a server sent that it cannot read (an answer, a
+    notification) with a traceback of its own code, and names no server: one line, what was
+    wrong (:func:`summary`), its control characters escaped as in the other lines about what
+    a server sent, and the server named first when this task serves one (what a call's
+    request meets runs in the caller's task). ``known_only``: only then (the SDK's session
+    logs as "client", a name other code may log under too)."""
+
+    def __init__(self, *, known_only: bool = False) -> None:
+        super().__init__()
+        self._known_only = known_only
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and record.exc_info[1] is not None:
-            lines = str(record.exc_info[1]).strip().splitlines()
-            record.msg = f"{record.getMessage()}: {lines[0] if lines else ''}"
-            record.args = None
-            record.exc_info = None
-            record.exc_text = None
+        server = _SERVING.get()
+        error = record.exc_info[1] if record.exc_info else None
+        if server is None and (self._known_only or error is None):
+            return True
+        text = record.getMessage()
+        if error is not None:
+            text = f"{text}: {peer_text(summary(error))}"
+        record.msg = text if server is None else f"MCP server {server!r}: {text}"
+        record.args = None
+        record.exc_info = None
+        record.exc_text = None
         return True
 
 
 logging.getLogger("mcp.client.streamable_http").addFilter(_OneLine())
+logging.getLogger("client").addFilter(_OneLine(known_only=True))
 
 
 def _describe(

@@ -11,8 +11,8 @@
 It answers ``initialize``; ``tools/list`` with the text of TOOLS.json as its ``tools``, sent
 as it is (an invalid definition, nesting too deep to parse), or a page of PAGES.json (the
 next page's cursor is its index); ``tools/call`` with the name and arguments it got, as JSON
-text, but for eight tools: ``badresult`` is answered with ``content`` that is not a list,
-``refuse`` with an error whose message has three lines, ``surrogate`` with a text holding a lone surrogate, ``deep`` with structured content nested 300 deep, ``scalar`` with a result of 5, ``spam`` is answered and from then
+text, but for nine tools: ``badresult`` is answered with ``content`` that is not a list,
+``refuse`` with an error whose message has three lines, ``surrogate`` with a text holding a lone surrogate, ``deep`` with structured content nested 300 deep, ``scalar`` with a result of 5, ``noisy`` after a log notification that breaks MCP, ``spam`` is answered and from then
 on every listing is slow and says first that the tools changed again,
 ``change`` is answered, then announced as changed (``list_changed``), and no ``tools/list``
 after that is answered, and ``crash`` starts a process that holds the server's stdout
@@ -86,6 +86,9 @@ for line in sys.stdin:
             answer = {"content": [{"type": "text", "text": "x"}] * count}
         if params.get("name") == "mute":  # an error that says nothing
             answer = {"content": [], "isError": True}
+        if params.get("name") == "noisy":  # a log notification that breaks MCP, first
+            note = {"level": "loud", "data": "hello"}
+            send(json.dumps({"jsonrpc": "2.0", "method": "notifications/message", "params": note}))
         if params.get("name") == "scalar":  # a result that is no object
             answer = 5  # type: ignore[assignment]
         if params.get("name") == "deep":  # structured content nested past the SDK's parser

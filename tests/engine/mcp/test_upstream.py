@@ -878,6 +878,33 @@ async def test_an_answer_that_cannot_be_read_is_named_at_once(tmp_path: Path) ->
     ), said
 
 
+async def test_a_notification_that_breaks_mcp_is_one_line_naming_the_server(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The SDK logs a notification it cannot read with a traceback of its own code, and
+    names no server: it is one line, naming the server and what is wrong."""
+    listed = [
+        {"name": "noisy", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
+    ]
+    servers = await McpServers.start(_raw(tmp_path, listed))
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        with caplog.at_level(logging.WARNING):
+            result = await asyncio.wait_for(
+                engine.run_code("return await tools.raw__noisy({})"), 60
+            )
+    finally:
+        await engine.aclose()
+    assert result.value == {"called": "noisy", "arguments": {}}, result.text
+    lines = [r.getMessage() for r in caplog.records if "notification" in r.getMessage()]
+    assert lines == [
+        "MCP server 'raw': Failed to validate notification: notifications/message: "
+        "params.level: Input should be 'alert', 'critical', 'debug', 'emergency', 'error', "
+        "'info', 'notice' or 'warning'"
+    ], lines
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
 async def test_closing_does_not_wait_for_a_server_being_restarted(tmp_path: Path) -> None:
     """A server that dropped is restarted; closing meanwhile ends the restart at once, not
     when its initTimeout (an hour here) has passed, and leaves nothing running."""
