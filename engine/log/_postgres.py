@@ -323,6 +323,10 @@ class PostgresStore(SqlStore):
                 permanent=True,
             ) from None
         except (PoolTimeout, psycopg.OperationalError, _Uncommitted, _CommitUnknown) as e:
+            if type(e) is psycopg.OperationalError and _for_good(e):
+                # Connecting again, the server refused this host for good (its password
+                # changed, its role may no longer log in): no wait mends it, as at the open.
+                raise StoreUnavailable(self._open_failed(psycopg, e), permanent=True) from None
             # Translated once, here: the engine sees the log's own error family.
             cause = e.__cause__ if isinstance(e, _Uncommitted | _CommitUnknown) else e
             raise StoreUnavailable(

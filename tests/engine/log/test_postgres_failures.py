@@ -204,6 +204,39 @@ async def test_a_role_at_its_connection_limit_is_waited_for(server: PostgresServ
         await store.aclose()
 
 
+async def test_a_host_the_server_refuses_for_good_mid_script_is_told_to_fix_its_dsn(
+    server: PostgresServer,
+) -> None:
+    """The server refuses the host's connection for good once the script is under way (its
+    role may no longer log in, its password changed): the next write is a permanent
+    StoreUnavailable naming the refusal and the dsn to fix, as at the open (the CLI's exit
+    2). It read 'did not answer (... FATAL: role ... is not permitted to log in); nothing
+    written is lost: resume the script once it is back', to be retried for ever."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    role = f"r_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server.dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f"GRANT CREATE ON DATABASE postgres TO {role}")
+    dsn = make_conninfo(**{**conninfo_to_dict(server.dsn), "user": role})
+    store = PostgresStore(dsn, schema=f"t_{uuid.uuid4().hex[:16]}")
+    try:
+        assert (await store.start(_record("s1"), "host-a", 30_000)).created
+        with psycopg.connect(server.dsn, autocommit=True) as admin:
+            admin.execute(f"ALTER ROLE {role} NOLOGIN")
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                (role,),
+            )
+        with pytest.raises(StoreUnavailable, match="is not permitted to log in") as caught:
+            await store.set_held("s1", True)
+        assert caught.value.permanent
+        assert "check [codemode.store] dsn" in str(caught.value)
+    finally:
+        await store.aclose()
+
+
 HALTING_TOOLS = """
 import json, os, subprocess
 from engine import tool
