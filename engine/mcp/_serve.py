@@ -184,15 +184,17 @@ class CodeModeServer:
             progress.tell(f"tools.{event.tool} {what}")
 
     def _can_elicit(self, session: Any) -> bool:
+        """Whether approvals are asked of ``session``'s client: it declared elicitation in
+        form mode, or in no mode named (which MCP reads as form mode). A client of URL mode
+        alone is sent no form, which MCP forbids (it refused each one, and the result said to
+        ask again, for ever)."""
         if not self.elicitation:
             return False
-        import mcp_types as types
-
-        capability = types.ClientCapabilities(elicitation=types.ElicitationCapability())
-        try:
-            return bool(session.check_client_capability(capability))
-        except Exception:
+        capabilities = getattr(session, "client_capabilities", None)
+        elicitation = getattr(capabilities, "elicitation", None)
+        if elicitation is None:
             return False
+        return elicitation.form is not None or elicitation.url is None
 
     async def _ask(self, session: Any, ctx: Any, result: RunResult) -> bool:
         """Ask a person, through the client, about each call waiting for approval; True when

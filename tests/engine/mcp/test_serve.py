@@ -621,6 +621,65 @@ def test_a_request_with_a_lone_surrogate_is_answered(tmp_path: Path) -> None:
             process.wait()
 
 
+async def test_a_client_of_url_elicitation_alone_is_sent_no_form(tmp_path: Path) -> None:
+    """A client that declares elicitation in URL mode alone was sent a form, which MCP
+    forbids; it refused it, and the result said to call continue_script to ask again, which
+    asked again, for ever. Its result says how a person approves the call instead."""
+    (tmp_path / "tools.py").write_text(
+        "from engine import tool\n\n"
+        "@tool(needs_approval=True)\n"
+        "def wipe(target: str) -> str:\n    'Wipe.'\n    return 'wiped ' + target\n\n"
+        "TOOLS = [wipe]\n"
+    )
+    process = await asyncio.create_subprocess_exec(
+        str(CODEMODE),
+        *("mcp", "serve", "--tools", "tools.py", "--data-dir", "data"),
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert process.stdin is not None and process.stdout is not None
+
+    def send(message: dict[str, Any]) -> None:
+        assert process.stdin is not None
+        process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+
+    asked: list[str] = []
+    try:
+        init = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"elicitation": {"url": {}}},
+            "clientInfo": {"name": "raw", "version": "0"},
+        }
+        send({"id": 1, "method": "initialize", "params": init})
+        send({"method": "notifications/initialized"})
+        code = "return await tools.wipe({ target: 'a' });"
+        send(
+            {
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "run_code", "arguments": {"code": code}},
+            }
+        )
+        async with asyncio.timeout(TIMEOUT):
+            while True:
+                message = json.loads(await process.stdout.readline())
+                if "method" in message and "id" in message:  # a request of the server's
+                    asked.append(message["method"])
+                    send({"id": message["id"], "error": {"code": -32602, "message": "no form"}})
+                elif message.get("id") == 2:
+                    break
+    finally:
+        process.stdin.close()
+        async with asyncio.timeout(TIMEOUT):
+            await process.wait()
+    assert asked == []
+    body = message["result"]["content"][0]["text"]
+    assert body.startswith("Script paused."), body
+    assert "`codemode approve " in body and "--data-dir " in body, body
+
+
 async def test_an_upstream_that_ignores_its_end_is_ended_when_the_client_leaves(
     tmp_path: Path,
 ) -> None:
