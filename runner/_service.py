@@ -758,10 +758,10 @@ class RunnerService:
             await asyncio.wait({watcher, working}, return_when=asyncio.FIRST_COMPLETED)
             if not working.done():
                 # The client went away or broke the protocol: abandon the step; cancelling
-                # the local run kills its process. Once, and waited for: cancelled again as
-                # it reaps (below), the run left the process's pipes open. A client that
-                # broke it is told why (one that left hears nothing), after the beats stop:
-                # no beat may follow.
+                # the local run kills its process (waited for, as it is not gathered: a
+                # gather the service's close cancels would cancel it again, see below). A
+                # client that broke it is told why (one that left hears nothing), after the
+                # beats stop: no beat may follow.
                 await cancel_and_wait(working)
                 for task in beats:
                     task.cancel()
@@ -783,7 +783,10 @@ class RunnerService:
             return keep, handed
         finally:
             for task in tasks:
-                task.cancel()
+                # Once: a local run cancelled again while it ends (as it reaps its
+                # process) leaves the process's pipes open.
+                if not task.cancelling():
+                    task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             # A live process nobody waits on any more (the answer did not go out, the client
             # left meanwhile, the connection is done): it ends here.

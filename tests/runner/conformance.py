@@ -497,6 +497,48 @@ def _assert_nothing_left(fds_before: dict[int, str], children_before: set[int]) 
     assert left == [], f"processes left after close: {left}"
 
 
+class _Stuck:
+    """A file store whose reads never answer; ``asked`` is set at the first (the step runs)."""
+
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+
+    async def read(self, file_id: str, offset: int, length: int) -> bytes:
+        self.asked.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+def check_cancelled_cleanup(h: Harness) -> None:
+    """Steps cancelled while they run (the engine gave them up; for a remote runner, its
+    connection to the service dropped), then the runner's close: nothing is left (no fd,
+    zombie or child). A runner service cancelled such a step's run a second time as it
+    reaped its process, and its pipes stayed open."""
+    before = open_fds()
+    children_before = {p.pid for p in psutil.Process().children(recursive=True)}
+    infos = [FileInfo(id="f.txt", mime="text/plain", size=3)]
+    code = script('return await files.text("f.txt")').model_copy(update={"files": infos})
+
+    async def go() -> None:
+        runner = h.factory()
+        async with runner:
+            for k in range(3):
+                reader = _Stuck()
+                step = code.model_copy(update={"id": f"cc{k}"})
+                running = asyncio.create_task(runner.run(step, reader))
+                asked = asyncio.create_task(reader.asked.wait())
+                await asyncio.wait({running, asked}, return_when=asyncio.FIRST_COMPLETED)
+                assert not running.done(), running.result()
+                running.cancel()
+                await asyncio.wait({running})
+                asked.cancel()
+            _assert_numbered(0, await runner.run(_numbered(0)))
+
+    with asyncio.Runner() as loop:
+        loop.run(go())
+    _assert_nothing_left(before, children_before)
+
+
 # ---- live steps --------------------------------------------------------------------------
 
 # Scripts whose printed text, calls or value depend on when calls settle (see

@@ -78,6 +78,10 @@ def test_live_cleanup(runner: Harness) -> None:
     c.check_live_cleanup(runner)
 
 
+def test_cancelled_cleanup(runner: Harness) -> None:
+    c.check_cancelled_cleanup(runner)
+
+
 def test_cleanup(runner: Harness) -> None:
     # Exec mode costs about 300 ms a step here: 20 steps show the same thing in 6 s.
     c.check_cleanup(runner, 1000 if runner.kind in FAST_RUNNERS else 20)

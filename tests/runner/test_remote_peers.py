@@ -319,6 +319,44 @@ async def test_a_step_its_client_abandons_closes_its_process_fds() -> None:
         await remote.aclose()
 
 
+async def test_closing_the_service_as_it_abandons_a_step_lets_the_run_end() -> None:
+    """The service closing while it abandons a step (its client left; the local run is
+    ending its process) does not cancel the run again: its end goes on to the end (it was
+    cut short, and the process's pipes were left open)."""
+    ending, gate = asyncio.Event(), asyncio.Event()
+    ended: list[str] = []
+    fake = FakeRunner()
+
+    async def run(s: Script, files: object, tenant: str) -> object:
+        try:
+            await asyncio.Event().wait()
+        finally:  # as a process runner's kill and reap
+            ending.set()
+            await gate.wait()
+            ended.append(s.id)
+        raise AssertionError("unreachable")
+
+    fake.handler = run  # type: ignore[assignment]
+    service = RunnerService(TOKEN, runner=fake)
+    await service.start("127.0.0.1", 0)
+    try:
+        client = await RawClient.connect(service.address)
+        await client.hello(version=wire.WIRE_VERSION)
+        await client.send_json(script_message(script("x")))
+        await until(lambda: fake.running, "the step to run")
+        client.close()
+        await until(ending.is_set, "the step to be abandoned")
+        closing = asyncio.create_task(service.aclose())
+        for _ in range(20):  # the close's cancellations land (turns of the loop, not time)
+            await asyncio.sleep(0)
+        gate.set()
+        await asyncio.wait_for(closing, 10)
+        assert ended == ["s"]
+    finally:
+        gate.set()
+        await service.aclose()
+
+
 async def test_a_client_that_talks_out_of_turn_mid_step_is_dropped() -> None:
     """Data the service did not ask for during a step ends the step and the connection, and
     the client is told why (it heard only the end of the stream)."""
