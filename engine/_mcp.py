@@ -66,17 +66,28 @@ def _unexplained(tool: str | None, server: str | None) -> str:
     )
 
 
+# JavaScript's numbers hold an integer exactly up to 2^53 either way.
+_EXACT = 2**53
+
+
 def _parsed(text: str) -> Any:
+    """``text`` parsed when it is JSON, but for a bare integer that a number would round (an
+    id the tool sent as text: the script read another one, and was told to have the tool
+    return such numbers as strings, which it had)."""
     stripped = text.strip()
-    if (
-        stripped[:1] in ("{", "[", '"')
-        or stripped in ("true", "false", "null")
-        or _numeric(stripped)
-    ):
+    if stripped[:1] in ("{", "[", '"') or stripped in ("true", "false", "null"):
         try:
             return orjson.loads(stripped)
         except orjson.JSONDecodeError:
             return text
+    if _numeric(stripped):
+        try:
+            number = orjson.loads(stripped)
+        except orjson.JSONDecodeError:
+            return text
+        if stripped.lstrip("-").isdigit() and not -_EXACT <= number <= _EXACT:
+            return text
+        return number
     return text
 
 

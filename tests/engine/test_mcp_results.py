@@ -21,6 +21,15 @@ from tests.engine.conftest import InProcessRunner
         ({"content": [{"type": "text", "text": "x"}], "structuredContent": {"b": 2}}, {"b": 2}),
         ("[1, 2, 3]", [1, 2, 3]),
         ("42", 42),
+        ("-9007199254740992", -(2**53)),
+        ("1.5e3", 1500.0),
+        # A bare integer a number would round (an id sent as text) stays the text it was:
+        # the script read 1152921504606847000, or 1.2345678901234568e+29 for the second.
+        ("1152921504606846977", "1152921504606846977"),
+        (" 123456789012345678901234567890\n", " 123456789012345678901234567890\n"),
+        ({"content": [{"type": "text", "text": "-9007199254740993"}]}, "-9007199254740993"),
+        # In JSON, a number still (the run warns that the script reads it rounded).
+        ('{"id": 1152921504606846977}', {"id": 1152921504606846977}),
         ("{not json", "{not json"),
         ({"already": "data"}, {"already": "data"}),
         # A resource link or an embedded resource beside text: every block, in order (the
