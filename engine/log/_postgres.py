@@ -81,10 +81,11 @@ class PostgresStore(SqlStore):
     """The log in the PostgreSQL database at ``dsn`` (a libpq connection string or URL).
 
     ``schema`` names the schema its tables live in (made if missing); ``max_connections``
-    bounds the pool. The pool opens on first use, in the event loop that uses it; close it with
-    :meth:`aclose`. A database that cannot be reached is a :class:`~engine.ConfigError` that
-    names it; so is a host without psycopg (the ``codemode[postgres]`` extra), when the store
-    is made.
+    bounds the pool. The pool opens on first use, in the event loop that uses it (a store used
+    in another loop, as of asyncio.run after asyncio.run, lets the last one's go and opens
+    one there); close it with :meth:`aclose`. A database that cannot be reached is a
+    :class:`~engine.ConfigError` that names it; so is a host without psycopg (the
+    ``codemode[postgres]`` extra), when the store is made.
     """
 
     def __init__(
@@ -109,6 +110,7 @@ class PostgresStore(SqlStore):
         self._max = max_connections
         self._timeout = connect_timeout
         self._pool: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the pool's and the lock's
         self._opening = asyncio.Lock()
         self._closed = False
         self._retired: set[asyncio.Task[None]] = set()  # pools an outage left, closing
@@ -151,8 +153,22 @@ class PostgresStore(SqlStore):
             except BaseException:
                 await pool.close()
                 raise
-            self._pool = pool
+            self._pool, self._loop = pool, asyncio.get_running_loop()
             return pool
+
+    def _moved_to(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Take the store into ``loop``, another event loop than its pool's (a host that
+        calls asyncio.run for each request). The pool's workers ended with the loop that
+        opened it, so it would neither replace a connection a server restart cut nor grow
+        (each transaction then waited out the connect timeout: StoreUnavailable), and its
+        close could not run: it is let go, its idle connections closed, and this loop opens
+        a pool of its own."""
+        old, self._pool, self._loop = self._pool, None, loop
+        self._opening = asyncio.Lock()  # an asyncio lock is its first waiter's loop's
+        self._retired = set()  # closing in the loop that ended, or cancelled with it
+        if old is not None:
+            for conn in list(old._pool):  # psycopg_pool's idle connections
+                conn.pgconn.finish()
 
     def _open_failed(self, psycopg: Any, error: BaseException) -> str:
         """Why the log could not be opened, and the fix: the server's answer names what is
@@ -262,11 +278,14 @@ class PostgresStore(SqlStore):
                 "the session log was closed (aclose) while this used it; nothing written is "
                 "lost: open it again and resume the script"
             )
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._moved_to(loop)
         pool = self._pool or await self._open()
         # A caller cancelled mid-transaction leaves it to end on its own (as if its host had
         # died after sending it): the driver is never interrupted between a statement and
         # its answer, which could leave the connection out of the pool for good.
-        running = asyncio.ensure_future(self._transaction(pool, make, write))
+        running = loop.create_task(self._transaction(pool, make, write))
         try:
             return await asyncio.shield(running)
         except asyncio.CancelledError:
@@ -398,6 +417,9 @@ class PostgresStore(SqlStore):
 
     async def aclose(self) -> None:
         self._closed = True
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._moved_to(loop)
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()

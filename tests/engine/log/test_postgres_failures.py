@@ -91,6 +91,20 @@ async def test_a_server_restart_during_a_call_loses_no_result(
         await engine.aclose()
 
 
+def test_a_store_serves_one_event_loop_after_another(server: PostgresServer) -> None:
+    """A host that calls asyncio.run for each request, one store for all: after a server
+    restart the next loop's writes go through, and the store closes in a loop of its own.
+    (The pool's workers had ended with the first loop, so the connections the restart cut
+    were never replaced: the write waited out the connect timeout and was StoreUnavailable
+    'couldn't get a connection', and aclose raised 'Event loop is closed'.)"""
+    store = _store(server)
+    assert asyncio.run(store.start(_record("s1"), "host-a", 30_000)).created
+    server.restart("fast")  # every connection of the first loop's pool is cut
+    asyncio.run(store.set_held("s1", True))
+    assert asyncio.run(store.get_script("s1")).held
+    asyncio.run(store.aclose())
+
+
 async def test_a_log_opened_while_its_server_is_down_waits_for_it(server: PostgresServer) -> None:
     """A host that opens the log while the server does not take connections yet (down,
     starting up) waits for it, up to the connect timeout, rather than failing at once."""
