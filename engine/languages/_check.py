@@ -18,7 +18,8 @@ import os
 import signal
 import time
 import weakref
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from engine._errors import CodeModeError, ConfigError
@@ -89,6 +90,17 @@ class Checked:
             lines.append(f"  ... and {more} more")
         lines.append("Fix the calls and run the script again.")
         return "\n".join(lines)
+
+
+def shown_explained(
+    problems: list[TypeProblem], explain: Callable[[TypeProblem], str]
+) -> list[TypeProblem]:
+    """``problems``, the message of each the model is shown (the first
+    :data:`SHOWN_PROBLEMS`) as ``explain`` says it. The rest are only counted, and explaining
+    one may cost a scan of every tool (the closest names to one that does not exist): a
+    script of thousands of such calls held the host's event loop for minutes."""
+    shown = [replace(p, message=explain(p)) for p in problems[:SHOWN_PROBLEMS]]
+    return shown + problems[SHOWN_PROBLEMS:]
 
 
 def cores() -> int:

@@ -50,6 +50,7 @@ from engine.languages._check import (
     out_of_cpu,
     out_of_memory,
     run_bounded,
+    shown_explained,
     timed_out,
 )
 from engine.languages._walk import Namer
@@ -240,8 +241,6 @@ def _problems(output: str, script_lines: int, tools: list[str]) -> list[TypeProb
             if _PROMISE in message and _AWAIT_HINT not in message:
                 # tsc says so in related information, which its plain output leaves out.
                 message += " " + _AWAIT_HINT
-            elif unknown := _NO_TOOL.fullmatch(message):
-                message = no_such_tool(unknown[1], tools, language="javascript")
             found.append((file, int(row) - 1, int(column), int(code), [message]))
         elif found and line.startswith("  "):
             found[-1][4].append(line.strip())
@@ -257,11 +256,18 @@ def _problems(output: str, script_lines: int, tools: list[str]) -> list[TypeProb
     if not any(code >= 2000 for _, _, _, code, _ in found):
         return []
     untyped = {(row, column, code) for file, row, column, code, _ in found if file == "untyped"}
-    return [
+    kept = [
         p
         for p in typed
         if (p.line, p.column, p.code) not in untyped and 1 <= p.line <= script_lines
     ]
+    return shown_explained(kept, lambda p: _explained(str(p.message), tools))
+
+
+def _explained(message: str, tools: list[str]) -> str:
+    """tsc's ``message`` as the run says it, for a tool that does not exist."""
+    unknown = _NO_TOOL.fullmatch(message)
+    return message if unknown is None else no_such_tool(unknown[1], tools, language="javascript")
 
 
 # The compiler types a value a script keeps in a variable by its kind, not its value

@@ -44,6 +44,7 @@ from engine.languages._check import (
     out_of_cpu,
     out_of_memory,
     run_bounded,
+    shown_explained,
     timed_out,
 )
 from engine.languages.python._stubs import SCRIPT_ERROR_STUBS, SCRIPT_ERRORS
@@ -225,22 +226,19 @@ def _problems(output: str, code: str, declarations: str) -> list[TypeProblem]:
             kept.append(p)
         elif _KEY_ARGUMENT.search(str(p.message)):
             keyed.add(p.line)
-    calls = _tool_calls(code) if kept else {}
-    inputs = {typed: tool for tool, typed in _INPUT_FORM.findall(declarations)}
-    explained = [
-        TypeProblem(
-            p.line,
-            p.column,
-            p.code,
-            _explained(str(p.message), declarations, inputs, _call_at(calls, p.line, p.column)),
-        )
-        for p in kept
-    ]
     # A dict written in the call whose keys are wrong: ty says which, and before that that
     # the dict is not the tool's arguments, which says nothing more; nor does it of one whose
     # wrong keys' values are left to the tool (see _widened).
-    said = {p.line for p in explained if not _DICT_ARGUMENT.search(str(p.message))} | keyed
-    return [p for p in explained if p.line not in said or not _DICT_ARGUMENT.search(str(p.message))]
+    said = {p.line for p in kept if not _DICT_ARGUMENT.search(str(p.message))} | keyed
+    kept = [p for p in kept if p.line not in said or not _DICT_ARGUMENT.search(str(p.message))]
+    calls = _tool_calls(code) if kept else {}
+    inputs = {typed: tool for tool, typed in _INPUT_FORM.findall(declarations)}
+    return shown_explained(
+        kept,
+        lambda p: _explained(
+            str(p.message), declarations, inputs, _call_at(calls, p.line, p.column)
+        ),
+    )
 
 
 # ty types a value a script builds before the call by its kind, not its value: a dict made
