@@ -196,13 +196,8 @@ async def test_a_role_at_its_connection_limit_is_waited_for(server: PostgresServ
     ConfigError at once, 'too many connections for role ...; check [codemode.store] dsn',
     the CLI's exit 2)."""
     import psycopg
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    role = f"r_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server.dsn, autocommit=True) as admin:
-        admin.execute(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 2")
-        admin.execute(f"GRANT CREATE ON DATABASE postgres TO {role}")
-    dsn = make_conninfo(**{**conninfo_to_dict(server.dsn), "user": role})
+    _, dsn = _new_role(server, "CONNECTION LIMIT 2")
     others = [await psycopg.AsyncConnection.connect(dsn) for _ in range(2)]
     store = PostgresStore(dsn, schema=f"t_{uuid.uuid4().hex[:16]}", connect_timeout=120)
     try:
@@ -227,13 +222,8 @@ async def test_a_host_the_server_refuses_for_good_mid_script_is_told_to_fix_its_
     2). It read 'did not answer (... FATAL: role ... is not permitted to log in); nothing
     written is lost: resume the script once it is back', to be retried for ever."""
     import psycopg
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    role = f"r_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server.dsn, autocommit=True) as admin:
-        admin.execute(f"CREATE ROLE {role} LOGIN")
-        admin.execute(f"GRANT CREATE ON DATABASE postgres TO {role}")
-    dsn = make_conninfo(**{**conninfo_to_dict(server.dsn), "user": role})
+    role, dsn = _new_role(server)
     store = PostgresStore(dsn, schema=f"t_{uuid.uuid4().hex[:16]}")
     try:
         assert (await store.start(_record("s1"), "host-a", 30_000)).created
@@ -657,6 +647,19 @@ async def test_attachments_after_a_server_restart(server: PostgresServer) -> Non
         assert (await engine.run_code(script, files=files)).value == 7000
     finally:
         await engine.aclose()
+
+
+def _new_role(server: PostgresServer, options: str = "") -> tuple[str, str]:
+    """A new role of the server's (``options``: ``CREATE ROLE``'s) that may make a log's
+    schema, and a dsn that logs in as it."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    role = f"r_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server.dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN {options}")
+        admin.execute(f"GRANT CREATE ON DATABASE postgres TO {role}")
+    return role, make_conninfo(**{**conninfo_to_dict(server.dsn), "user": role})
 
 
 def _record(script_id: str) -> Any:
