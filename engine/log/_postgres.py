@@ -22,6 +22,7 @@ import orjson
 
 from engine._errors import ConfigError, StoreUnavailable
 from engine._files import WRITTEN_OVER, BlobStore
+from engine._limits import SECONDS, is_seconds
 from engine.log import _rows as rows
 from engine.log import _schema as tables
 from engine.log import _sql as sql
@@ -102,8 +103,21 @@ class PostgresStore(SqlStore):
                 "(letters, digits, _; at most 63; not starting with pg_, which PostgreSQL "
                 "keeps for itself): choose one such as 'codemode'"
             )
-        if max_connections < 1:
-            raise ConfigError(f"max_connections must be at least 1, not {max_connections}")
+        if (
+            isinstance(max_connections, bool)
+            or not isinstance(max_connections, int)
+            or max_connections < 1
+        ):
+            raise ConfigError(
+                f"max_connections = {max_connections!r:.80} must be a whole number, 1 or more"
+            )
+        if not is_seconds(connect_timeout):
+            # It was taken, and failed at first use: 0 as 'pool initialization incomplete
+            # after 0 sec; check [codemode.store] dsn', NaN or text as a raw ValueError.
+            raise ConfigError(
+                f"connect_timeout = {connect_timeout!r:.80} must be {SECONDS}: how long a "
+                "host waits for the server to take a connection"
+            )
         _driver()  # a host without the extra is told when it makes the store, not at first use
         self.dsn = dsn
         self.schema = schema

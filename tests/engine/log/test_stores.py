@@ -330,6 +330,27 @@ def test_postgres_schema_name_is_checked() -> None:
         PostgresStore("postgresql://x", schema="pg_codemode")
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("connect_timeout", 0),
+        ("connect_timeout", -1),
+        ("connect_timeout", float("nan")),
+        ("connect_timeout", "5"),
+        ("max_connections", "5"),
+        ("max_connections", 2.5),
+        ("max_connections", 0),
+    ],
+)
+def test_postgres_options_are_checked_when_the_store_is_made(option: str, value: Any) -> None:
+    """A connect timeout or pool size PostgresStore cannot use is refused when it is made,
+    naming it. (They were taken: a connect_timeout of 0 failed the first use as 'pool
+    initialization incomplete after 0 sec; check [codemode.store] dsn and that the server
+    runs', NaN and text as a raw ValueError or TypeError, as did a max_connections of text.)"""
+    with pytest.raises(ConfigError, match=rf"^{option} = .* must be "):
+        PostgresStore("postgresql://x", **{option: value})
+
+
 @pytest.mark.parametrize("module", ["psycopg", "psycopg_pool"])
 def test_postgres_without_the_extra_is_refused_when_made(
     monkeypatch: pytest.MonkeyPatch, module: str
