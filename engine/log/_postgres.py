@@ -97,7 +97,18 @@ class PostgresStore(SqlStore):
         max_connections: int = 20,
         connect_timeout: float = 10.0,
     ) -> None:
-        if not _IDENTIFIER.fullmatch(schema) or schema.startswith("pg_"):
+        if not isinstance(dsn, str):
+            # None from a variable of the environment that is not set, say: it failed at
+            # first use as a raw "'NoneType' object has no attribute 'encode'".
+            raise ConfigError(
+                f"the PostgreSQL dsn = {dsn!r:.80} is not text: give a libpq connection "
+                "string or URL, such as 'postgresql://user@host/dbname'"
+            )
+        if (
+            not isinstance(schema, str)
+            or not _IDENTIFIER.fullmatch(schema)
+            or schema.startswith("pg_")
+        ):
             raise ConfigError(
                 f"the PostgreSQL schema name {schema!r} is not a plain lower-case identifier "
                 "(letters, digits, _; at most 63; not starting with pg_, which PostgreSQL "

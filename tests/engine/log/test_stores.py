@@ -325,9 +325,20 @@ async def test_postgres_unreachable_is_one_clear_error() -> None:
 def test_postgres_schema_name_is_checked() -> None:
     with pytest.raises(ConfigError, match="plain lower-case identifier"):
         PostgresStore("postgresql://x", schema='x"; DROP TABLE scripts; --')
+    with pytest.raises(ConfigError, match="plain lower-case identifier"):
+        PostgresStore("postgresql://x", schema=None)  # type: ignore[arg-type]
     # PostgreSQL refuses to make it ("unacceptable schema name"): said when the store is made.
     with pytest.raises(ConfigError, match="not starting with pg_"):
         PostgresStore("postgresql://x", schema="pg_codemode")
+
+
+@pytest.mark.parametrize("dsn", [None, b"host=db.internal"])
+def test_postgres_dsn_that_is_no_text_is_refused_when_the_store_is_made(dsn: Any) -> None:
+    """A dsn of None (a variable of the environment not set: os.environ.get) or bytes is
+    refused when the store is made, with what to give. (It failed the first use, with
+    "'NoneType' object has no attribute 'encode'".)"""
+    with pytest.raises(ConfigError, match=r"dsn = .* is not text: give a libpq connection"):
+        PostgresStore(dsn)
 
 
 @pytest.mark.parametrize(
