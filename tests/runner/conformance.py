@@ -497,18 +497,6 @@ def _assert_nothing_left(fds_before: dict[int, str], children_before: set[int]) 
     assert left == [], f"processes left after close: {left}"
 
 
-class _Stuck:
-    """A file store whose reads never answer; ``asked`` is set at the first (the step runs)."""
-
-    def __init__(self) -> None:
-        self.asked = asyncio.Event()
-
-    async def read(self, file_id: str, offset: int, length: int) -> bytes:
-        self.asked.set()
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
-
-
 def check_cancelled_cleanup(h: Harness) -> None:
     """Steps cancelled while they run (the engine gave them up; for a remote runner, its
     connection to the service dropped), then the runner's close: nothing is left (no fd,
@@ -523,15 +511,14 @@ def check_cancelled_cleanup(h: Harness) -> None:
         runner = h.factory()
         async with runner:
             for k in range(3):
-                reader = _Stuck()
+                reader = _Served(3, delay=3600)  # a read never answered: the step runs
                 step = code.model_copy(update={"id": f"cc{k}"})
                 running = asyncio.create_task(runner.run(step, reader))
-                asked = asyncio.create_task(reader.asked.wait())
-                await asyncio.wait({running, asked}, return_when=asyncio.FIRST_COMPLETED)
-                assert not running.done(), running.result()
+                while not reader.reads:
+                    assert not running.done(), running.result()
+                    await asyncio.sleep(0.01)
                 running.cancel()
                 await asyncio.wait({running})
-                asked.cancel()
             _assert_numbered(0, await runner.run(_numbered(0)))
 
     with asyncio.Runner() as loop:

@@ -155,17 +155,11 @@ async def test_a_peer_that_is_no_runner_service_fails_the_step_for_good(
         assert "check the address and port" in str(raised.value)
 
 
-@pytest.mark.parametrize("kind", ["busy", "error", "ended"])
-async def test_what_a_service_says_of_an_error_is_bounded_and_escaped(kind: str) -> None:
-    """A service's error text reaches the step's RunError and the engine's log lines: 60,000
-    characters of it, and a terminal's escape and a line break, came through whole."""
-    text = "x" * 60_000 + "\x1b[31m\nforged"
-    body: dict[str, object] = {"error": text}
-    if kind == "busy":
-        body.update(slots=1, busy=1)
+async def _failed(answer: bytes) -> RunError:
+    """The RunError of a step sent to a service that answers it with ``answer`` alone."""
 
     async def say(conn: wire.Channel) -> None:
-        await conn.send(orjson.dumps({kind: body}) + b"\n")
+        await conn.send(answer)
         await conn.line(wire.SMALL_LINE, idle=5, timeout=5)
 
     async with hostile(say) as address:
@@ -175,7 +169,19 @@ async def test_what_a_service_says_of_an_error_is_bounded_and_escaped(kind: str)
                 await asyncio.wait_for(remote.run(script("x")), 30)
         finally:
             await remote.aclose()
-    message = str(failed.value)
+    return failed.value
+
+
+@pytest.mark.parametrize("kind", ["busy", "error", "ended"])
+async def test_what_a_service_says_of_an_error_is_bounded_and_escaped(kind: str) -> None:
+    """A service's error text reaches the step's RunError and the engine's log lines: 60,000
+    characters of it, and a terminal's escape and a line break, came through whole."""
+    text = "x" * 60_000 + "\x1b[31m\nforged"
+    body: dict[str, object] = {"error": text}
+    if kind == "busy":
+        body.update(slots=1, busy=1)
+
+    message = str(await _failed(orjson.dumps({kind: body}) + b"\n"))
     assert len(message) < wire.PEER_TEXT_BOUND + 1000, len(message)
     assert "\\x1b[31m\\x0aforged" in message and "\n" not in message
 
@@ -229,16 +235,5 @@ async def test_a_step_whose_process_measures_are_none_is_the_services_fault(
     that are none do: the engine took its wait_ms as it came, and an infinite one failed its
     step event's span."""
     line = b'{"step": {"outcome": "finished", "value": 1, "process": {%s}}}\n' % measure.encode()
-
-    async def say(conn: wire.Channel) -> None:
-        await conn.send(line)
-        await conn.line(wire.SMALL_LINE, idle=5, timeout=5)
-
-    async with hostile(say) as address:
-        remote = RemoteRunner([address], TOKEN)
-        try:
-            with pytest.raises(RunError) as failed:
-                await asyncio.wait_for(remote.run(script("x")), 30)
-        finally:
-            await remote.aclose()
-    assert f"it broke the protocol: its step says {said}, which is no measure" in str(failed.value)
+    failed = await _failed(line)
+    assert f"it broke the protocol: its step says {said}, which is no measure" in str(failed)
