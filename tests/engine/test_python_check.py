@@ -315,6 +315,34 @@ async def test_only_the_problems_shown_are_explained(
     assert looked_up == [f"nope_{i}" for i in range(SHOWN_PROBLEMS)]
 
 
+async def test_a_script_that_begins_with_future_imports_is_checked(
+    checker: PythonTypeChecker,
+) -> None:
+    """Models begin files with `from __future__ import annotations`, which the run takes as a
+    module does: in the check's function it was a syntax error, and such a script was not
+    checked at all (its wrong call failed at the tool, after the calls before it ran)."""
+    code = "\n".join(
+        [
+            '"""Open pull requests."""',  # 1
+            "from __future__ import annotations",  # 2
+            "from __future__ import (",  # 3
+            "    division,",  # 4
+            ")",  # 5
+            "prs = await tools.github__list_prs(repo=12)",  # 6
+            "return prs",
+        ]
+    )
+    assert {line for line, _ in await _problems(checker, code)} == {6}
+
+
+async def test_a_script_the_run_cannot_parse_is_left_to_it(checker: PythonTypeChecker) -> None:
+    """A script indented as a whole is a syntax error to the run ("unexpected indent"),
+    which the check's own indent hid from ty: it refused the wrong call, and the model,
+    having fixed it, then met the syntax error."""
+    code = "    prs = await tools.github__list_prs(repo=12)\n    return prs"
+    assert await _problems(checker, code) == []
+
+
 async def test_a_check_past_its_time_bound_fails_the_script(tmp_path: Path) -> None:
     """A checker that does not finish in time is killed; the script does not run, and the
     message says how to turn the check off."""

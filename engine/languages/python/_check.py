@@ -127,7 +127,11 @@ class PythonTypeChecker(BoundedChecker):
 
     async def _check(self, code: str, declarations: str) -> Checked:
         # Each line as Python counts lines (a lone CR ends one too), so each is indented.
-        body = "".join(f" {line}\n" for line in source_lines(code, self.language))
+        futures = _leading_futures(code)
+        body = "".join(
+            " pass\n" if n in futures else f" {line}\n"
+            for n, line in enumerate(source_lines(code, self.language), 1)
+        )
         with tempfile.TemporaryDirectory(prefix="codemode-check-") as directory:
             folder = Path(directory)
             isolate(folder)
@@ -163,6 +167,27 @@ class PythonTypeChecker(BoundedChecker):
             if line.strip() and "WARN" not in line and not _NOT_SAID.match(line)
         ]
         return output, crashed(lines[0].strip()[:300] if lines else f"status {status}")
+
+
+def _leading_futures(code: str) -> set[int]:
+    """The lines of the script's leading ``from __future__ import ...`` statements (after
+    its docstring, if any), which the run takes out of its body as a module's
+    (``sandbox.python._future_flags``): in the check's function they are a syntax error,
+    and a script that began with one, as models begin files, was not checked at all. Each
+    such line is a ``pass`` there."""
+    if "__future__" not in code:
+        return set()
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()  # the run says why
+    start = 0 if ast.get_docstring(tree, clean=False) is None else 1
+    lines: set[int] = set()
+    for node in tree.body[start:]:
+        if not (isinstance(node, ast.ImportFrom) and node.module == "__future__") or node.level:
+            break
+        lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return lines
 
 
 def isolate(folder: Path) -> None:
@@ -232,6 +257,10 @@ def _problems(output: str, code: str, declarations: str) -> list[TypeProblem]:
     said = {p.line for p in kept if not _DICT_ARGUMENT.search(str(p.message))} | keyed
     kept = [p for p in kept if p.line not in said or not _DICT_ARGUMENT.search(str(p.message))]
     calls = _tool_calls(code) if kept else {}
+    if calls is None:
+        # Not Python as the run parses it (a script indented as a whole, which the check's
+        # own indent hid from ty): the run says why, before any call.
+        return []
     inputs = {typed: tool for tool, typed in _INPUT_FORM.findall(declarations)}
     return shown_explained(
         kept,
@@ -397,13 +426,13 @@ def _top_level_split(text: str) -> list[str]:
     return parts
 
 
-def _tool_calls(code: str) -> dict[int, list[ast.Call]]:
-    """The script's calls of ``tools.<name>(...)``, by line; none when it does not parse
-    (the run says why)."""
+def _tool_calls(code: str) -> dict[int, list[ast.Call]] | None:
+    """The script's calls of ``tools.<name>(...)``, by line; None when it does not parse
+    as the run parses it (``sandbox.python.compile_script``)."""
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return {}
+        return None
     calls: dict[int, list[ast.Call]] = {}
     for node in ast.walk(tree):
         if (
