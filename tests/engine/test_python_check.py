@@ -578,6 +578,19 @@ async def test_tools_whose_names_a_script_cannot_write_are_called_with_getattr(
         await engine.aclose()
 
 
+async def test_a_tool_reached_by_getattr_alone_is_said_so_when_written_as_an_attribute(
+    checker: PythonTypeChecker,
+) -> None:
+    """`tools._2fa_verify(...)`, which the run refuses (an attribute that starts with an
+    underscore): the check said "tools._2fa_verify does not exist", of a tool that does."""
+    tools = [Tool("2fa_verify", input_schema={"type": "object", "properties": {}})]
+    checked = await checker.check("return await tools._2fa_verify()", check_stubs(tools))
+    assert [p.message for p in checked.problems] == [
+        "tools._2fa_verify cannot be written as an attribute (a script reads none whose name "
+        'starts with an underscore): call it as await getattr(tools, "_2fa_verify")(...)'
+    ]
+
+
 async def test_none_for_a_required_argument_that_takes_null_is_null(
     checker: PythonTypeChecker, inproc: InProcessRunner
 ) -> None:

@@ -79,6 +79,10 @@ CHECKER_SETTINGS = {"TY_MAX_PARALLELISM": "1"}
 _NO_OVERLOAD = re.compile(r"No overload of bound method `Tools\.(\w+)` matches arguments")
 _NO_TOOL = re.compile(r"Object of type `Tools` has no attribute `(\w+)`")
 _DECLARED_TOOL = re.compile(r"async def (\w+)\(\s*self\b")
+# A tool a script reaches with getattr alone, as the stubs' note on it says.
+_REACHED_BY_GETATTR = re.compile(
+    r'# tools "([^"]+)": call it as (await getattr\(tools, "[^"]+"\)\(\.\.\.\))'
+)
 
 
 def find_checker() -> Path:
@@ -343,8 +347,16 @@ def _explained(
     if _COROUTINE in message:
         return message + "; did you forget to `await` the call?"
     if (unknown := _NO_TOOL.fullmatch(message)) is not None:
+        name = unknown[1]
+        reached = dict(_REACHED_BY_GETATTR.findall(declarations))
+        if name in reached:
+            # One the stubs declare by a note (it was said not to exist).
+            return (
+                f"tools.{name} cannot be written as an attribute (a script reads none whose "
+                f"name starts with an underscore): call it as {reached[name]}"
+            )
         # As the run would say it: ty's text named no tool there is.
-        return no_such_tool(unknown[1], _DECLARED_TOOL.findall(declarations))
+        return no_such_tool(name, _DECLARED_TOOL.findall(declarations))
     match = _NO_OVERLOAD.search(message) or _ARGUMENT_TO.search(message)
     keywords = _keywords(match.group(1), declarations) if match else None
     if match and keywords is not None:

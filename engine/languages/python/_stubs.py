@@ -364,8 +364,7 @@ def declare_tool(
     if not is_python_name(tool.name) or tool.name.startswith("_"):
         # `tools.class(...)` is not Python, and a script may not write an attribute that
         # starts with `_` (`tools._2fa_verify`, `tools.__init__`): it calls them with getattr.
-        if check:
-            return "", ""
+        # (The check reads the note too, to say so of `tools._2fa_verify(...)`.)
         note = (
             f'{INDENT}# tools "{tool.name}": call it as await getattr(tools, "{tool.name}")(...)\n'
         )
