@@ -725,7 +725,9 @@ class RunnerService:
 
     async def _fail(self, conn: wire.Channel, why: str, cause: str) -> None:
         if cause == "protocol":
-            log.warning("%s: %s", conn.peer, why)
+            # It may name what the client sent (a key of its script's): escaped, as in the
+            # client's answer, so no line break of the client's writes a line of the log.
+            log.warning("%s: %s", conn.peer, wire.peer_text(why))
         with contextlib.suppress(wire.PeerGone, TimeoutError):
             line = wire.encode(wire.Failure(error=why, cause=cause))
             async with asyncio.timeout(1.0):

@@ -249,6 +249,26 @@ async def test_a_malformed_script(service: RunnerService) -> None:
     assert await client.closed()
 
 
+async def test_what_a_client_puts_in_a_protocol_error_cannot_forge_a_log_line(
+    service: RunnerService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A key of a malformed script is named in the service's log line with its control
+    characters escaped, as in the client's answer (a key holding a line break wrote a
+    line of the client's choosing into the service's log)."""
+    client = await RawClient.connect(service.address)
+    await client.hello()
+    forged = "\n2026-12-06 12:00:00,000 WARNING codemode.runner.service: forged"
+    message = script_message(script("x"))
+    message["script"][forged] = 1  # type: ignore[index]
+    await client.send_json(message)
+    answer = await client.receive()
+    assert "\\x0a2026-12-06" in answer["error"]["error"]
+    assert await client.closed()
+    [logged] = [r.getMessage() for r in caplog.records if "malformed 'script'" in r.getMessage()]
+    assert "\n" not in logged and "\\x0a2026-12-06" in logged
+    await still_serves(service)
+
+
 async def test_an_unknown_request(service: RunnerService) -> None:
     client = await RawClient.connect(service.address)
     await client.hello()
