@@ -13,13 +13,14 @@ import pytest
 from engine import CodeMode, ConfigError, PythonTypeChecker, Tool, tool
 from engine._config import Config
 from engine.languages import check_language
-from engine.languages._check import SHOWN_PROBLEMS, CompilerMissing
+from engine.languages._check import CompilerMissing
 from engine.languages.python import _check as python_check
 from engine.languages.python import check_stubs, find_checker
 from engine.languages.python._check import CHECKER_ENV
 from tests._needs import require
 from tests.engine.conftest import InProcessRunner
 from tests.engine.corpus import load_corpus
+from tests.engine.test_type_check import assert_only_the_shown_explained, looked_up
 
 CORPUS = load_corpus()
 
@@ -300,19 +301,10 @@ async def test_only_the_problems_shown_are_explained(
     """A script of many calls of tools that do not exist: each shown is said as the run says
     it, and only those are looked up among the tools (each looked every tool over, on the
     host's event loop)."""
-    looked_up: list[str] = []
-    real = python_check.no_such_tool
-
-    def counted(name: str, *args: Any, **kwargs: Any) -> str:
-        looked_up.append(name)
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(python_check, "no_such_tool", counted)
+    names = looked_up(monkeypatch, python_check)
     code = "".join(f"await tools.nope_{i}()\n" for i in range(40))
     checked = await checker.check(code, check_stubs(CORPUS))
-    assert len(checked.problems) == 40
-    assert checked.problems[0].message.startswith("tools.nope_0 does not exist")
-    assert looked_up == [f"nope_{i}" for i in range(SHOWN_PROBLEMS)]
+    assert_only_the_shown_explained(checked, names)
 
 
 async def test_a_script_that_begins_with_future_imports_is_checked(

@@ -643,25 +643,38 @@ async def test_flood_of_errors_is_read_up_to_its_bound(compiler: str) -> None:
     assert "more" in message
 
 
+def looked_up(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[str]:
+    """The names ``module``'s ``no_such_tool`` is asked about from now on (it answers as
+    ever)."""
+    names: list[str] = []
+    real = module.no_such_tool
+
+    def counted(name: str, *args: Any, **kwargs: Any) -> str:
+        names.append(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(module, "no_such_tool", counted)
+    return names
+
+
+def assert_only_the_shown_explained(checked: Checked, names: list[str]) -> None:
+    """40 calls of tools ``nope_0``... that do not exist: each is a problem, and only those
+    shown were looked up among the tools."""
+    assert len(checked.problems) == 40
+    assert checked.problems[0].message.startswith("tools.nope_0 does not exist")
+    assert names == [f"nope_{i}" for i in range(SHOWN_PROBLEMS)]
+
+
 async def test_only_the_problems_shown_are_explained(
     compiler: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A script of many calls of tools that do not exist: each shown is said as the run says
     it, and only those are looked up among the tools (each looked every tool over, on the
     host's event loop: 1,000 such calls among 300 tools held it for 52 s)."""
-    looked_up: list[str] = []
-    real = _check.no_such_tool
-
-    def counted(name: str, *args: Any, **kwargs: Any) -> str:
-        looked_up.append(name)
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(_check, "no_such_tool", counted)
+    names = looked_up(monkeypatch, _check)
     code = "".join(f"tools.nope_{i}({{}});\n" for i in range(40))
     checked = await TypeChecker(compiler).check(code, check_declarations(counting_tools([])))
-    assert len(checked.problems) == 40
-    assert checked.problems[0].message.startswith("tools.nope_0 does not exist")
-    assert looked_up == [f"nope_{i}" for i in range(SHOWN_PROBLEMS)]
+    assert_only_the_shown_explained(checked, names)
 
 
 # ---- a union with a branch that takes anything takes anything ----
