@@ -680,6 +680,42 @@ async def test_a_client_of_url_elicitation_alone_is_sent_no_form(tmp_path: Path)
     assert "`codemode approve " in body and "--data-dir " in body, body
 
 
+def test_what_a_tools_file_prints_as_it_is_imported_goes_to_stderr(tmp_path: Path) -> None:
+    """Over stdio, stdout is the client's: a tools file that printed as it was imported
+    wrote a line there that is no MCP message, the first the client read."""
+    (tmp_path / "tools.py").write_text(
+        "import sys\n"
+        "print('loading my tools')\n"
+        "sys.stdout.write('and more\\n')\n\n"
+        "def add(a: int, b: int) -> int:\n    'Add.'\n    return a + b\n\n"
+        "TOOLS = [add]\n"
+    )
+    init = {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    }
+    process = subprocess.Popen(
+        [str(CODEMODE), "mcp", "serve", "--tools", "tools.py"],
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(
+            json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}) + "\n"
+        )
+        process.stdin.flush()
+        first = process.stdout.readline()  # the answer to initialize, once it serves
+    finally:
+        _, stderr = process.communicate(timeout=TIMEOUT)  # closes stdin: the server ends
+    assert json.loads(first)["id"] == 1, first
+    assert "loading my tools\nand more\n" in stderr, stderr
+
+
 async def test_an_upstream_that_ignores_its_end_is_ended_when_the_client_leaves(
     tmp_path: Path,
 ) -> None:
