@@ -587,8 +587,8 @@ class RemoteRunner(ScriptRunner):
             # another protocol's greeting): the address is wrong, which waiting will not mend.
             conn.abort()
             raise _Refused(
-                f"it is not a codemode runner service: it answered the hello with {e}; check "
-                "the address and port"
+                "it is not a codemode runner service: it answered the hello with "
+                f"{wire.peer_text(str(e))}; check the address and port"
             ) from None
         if isinstance(message, wire.Refused):
             conn.abort()
@@ -664,7 +664,8 @@ class RemoteRunner(ScriptRunner):
                 why = f"the connection broke before the step ended: {e}"
                 raise (_Down(why) if heard else _Stale(why)) from None
             except wire.WireError as e:
-                raise _Down(f"it broke the protocol: {e}") from None
+                # What it sent is named in it (its keys): escaped, as its own errors are.
+                raise _Down(f"it broke the protocol: {wire.peer_text(str(e))}") from None
             if isinstance(message, wire.Ended):
                 if resuming and not heard:
                     raise _Ended(message.error)
@@ -684,6 +685,7 @@ class RemoteRunner(ScriptRunner):
                 # service's runner did, so a step that fails it is the service's lie.
                 problem = conv.check_ran(message, script, known)
                 if problem is not None:
+                    problem = wire.peer_text(problem)  # it may name a call it made up
                     raise _Down(f"it sent a step no run of this script can end with: {problem}")
                 # The engine takes the step's wait and CPU from these (a wait_ms of inf
                 # reached its step event, and failed a tracer's span).

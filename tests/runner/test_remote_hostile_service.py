@@ -237,3 +237,20 @@ async def test_a_step_whose_process_measures_are_none_is_the_services_fault(
     line = b'{"step": {"outcome": "finished", "value": 1, "process": {%s}}}\n' % measure.encode()
     failed = await _failed(line)
     assert f"it broke the protocol: its step says {said}, which is no measure" in str(failed)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"step": {"outcome": "finished", "value": 1, "\nforged": 1}},
+        {"read": {"file": "f", "offset": 0, "len": 1, "\nforged": 1}},
+        {"step": {"outcome": "calls", "calls": [{"name": "\nforged", "arguments": {}}]}},
+    ],
+    ids=["a step's key", "a read's key", "a call's name"],
+)
+async def test_what_a_service_puts_in_a_broken_answer_is_escaped(answer: object) -> None:
+    """A malformed answer's keys, and a made-up call's name, reach the step's RunError
+    (and the engine's log lines) with their control characters escaped, as a service's own
+    error text does (a line break in one wrote a line into the engine's log)."""
+    message = str(await _failed(orjson.dumps(answer) + b"\n"))
+    assert "\\x0aforged" in message and "\n" not in message
