@@ -147,6 +147,31 @@ def returned(result: types.CallToolResult) -> Any:
         return rest  # a string is shown as itself
 
 
+def _initialize(
+    capabilities: dict[str, Any] | None = None, version: str = "2025-06-18"
+) -> dict[str, Any]:
+    """The initialize request (id 1) of a client written by hand."""
+    params = {
+        "protocolVersion": version,
+        "capabilities": capabilities or {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    }
+    return {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}
+
+
+def _serve_raw(tmp: Path, *, stderr: int) -> subprocess.Popen[str]:
+    """`codemode mcp serve --tools tools.py` run in ``tmp`` for a client written by hand:
+    its stdin and stdout are pipes of text."""
+    return subprocess.Popen(
+        [str(CODEMODE), "mcp", "serve", "--tools", "tools.py"],
+        cwd=tmp,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+    )
+
+
 TRANSPORTS = pytest.mark.parametrize("transport", ["stdio", "http"])
 
 
@@ -571,28 +596,13 @@ def test_a_request_with_a_lone_surrogate_is_answered(tmp_path: Path) -> None:
         return json.dumps({"jsonrpc": "2.0", "id": n, "method": method, "params": params})
 
     lines = [
-        request(
-            1,
-            "initialize",
-            {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "0"},
-            },
-        ),
+        json.dumps(_initialize()),
         json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
         request(2, "tools/call", {"name": "run_code", "arguments": {"code": "return 'caf\udce9'"}}),
         request(3, "tools/call", {"name": "run_code", "arguments": {"code": "return 1 + 2"}}),
     ]
     assert "\\udce9" in lines[2]  # as json.dumps writes it
-    process = subprocess.Popen(
-        [str(CODEMODE), "mcp", "serve", "--tools", "tools.py"],
-        cwd=tmp_path,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    process = _serve_raw(tmp_path, stderr=subprocess.DEVNULL)
     assert process.stdin is not None and process.stdout is not None
     read: queue.Queue[str] = queue.Queue()
     out = process.stdout
@@ -647,12 +657,7 @@ async def test_a_client_of_url_elicitation_alone_is_sent_no_form(tmp_path: Path)
 
     asked: list[str] = []
     try:
-        init = {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {"elicitation": {"url": {}}},
-            "clientInfo": {"name": "raw", "version": "0"},
-        }
-        send({"id": 1, "method": "initialize", "params": init})
+        send(_initialize({"elicitation": {"url": {}}}, "2025-11-25"))
         send({"method": "notifications/initialized"})
         code = "return await tools.wipe({ target: 'a' });"
         send(
@@ -690,24 +695,10 @@ def test_what_a_tools_file_prints_as_it_is_imported_goes_to_stderr(tmp_path: Pat
         "def add(a: int, b: int) -> int:\n    'Add.'\n    return a + b\n\n"
         "TOOLS = [add]\n"
     )
-    init = {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    }
-    process = subprocess.Popen(
-        [str(CODEMODE), "mcp", "serve", "--tools", "tools.py"],
-        cwd=tmp_path,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = _serve_raw(tmp_path, stderr=subprocess.PIPE)
     assert process.stdin is not None and process.stdout is not None
     try:
-        process.stdin.write(
-            json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}) + "\n"
-        )
+        process.stdin.write(json.dumps(_initialize()) + "\n")
         process.stdin.flush()
         first = process.stdout.readline()  # the answer to initialize, once it serves
     finally:
@@ -839,19 +830,9 @@ async def test_a_notification_that_comes_as_its_session_ends_is_answered_once(
 
     engine = CodeMode([add], runner=InProcessRunner())
     app = CodeModeServer(engine).http_app("127.0.0.1")
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "test", "version": "0"},
-        },
-    }
     try:
         async with _lifespan(app):
-            opened = await _asgi(app, "POST", initialize)
+            opened = await _asgi(app, "POST", _initialize())
             session = dict(opened[0]["headers"])[b"mcp-session-id"].decode()
             initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
             await _asgi(app, "POST", initialized, session)
