@@ -326,18 +326,24 @@ class PostgresStore(SqlStore):
         # down took twice the timeout to be said so, and each later transaction again).
         began = asyncio.get_running_loop().time()
         try:
-            try:
-                return await self._queued(pool, make, write)
-            except (_Uncommitted, PoolTimeout) as e:
-                # The connection was lost before the transaction's COMMIT was sent, so none
-                # of it took effect: the server restarted (or cut it) since it last served;
-                # or no connection came (the server is down, or every one is busy and none
-                # was served meanwhile; or the pool was replaced, and closed, while this
-                # waited in it). Once it takes connections again, the transaction runs once
-                # more, on a new one.
-                left = began + self._timeout - asyncio.get_running_loop().time()
-                pool = await self._back(pool, timed_out=isinstance(e, PoolTimeout), within=left)
-                return await self._queued(pool, make, write)
+            again = False
+            while True:
+                try:
+                    return await self._queued(pool, make, write)
+                except (_Uncommitted, PoolTimeout) as e:
+                    # The connection was lost before the transaction's COMMIT was sent, so
+                    # none of it took effect: the server restarted (or cut it) since it last
+                    # served; or no connection came (the server is down, or every one is
+                    # busy and none was served meanwhile; or the pool was replaced, and
+                    # closed, while this waited in it). Once it takes connections again, the
+                    # transaction runs once more, on a new one; and again while the connect
+                    # timeout lasts (a server restarted twice, connections cut again and
+                    # again: it gave up at the second cut).
+                    left = began + self._timeout - asyncio.get_running_loop().time()
+                    if again and left <= 0:
+                        raise
+                    again = True
+                    pool = await self._back(pool, timed_out=isinstance(e, PoolTimeout), within=left)
         except psycopg.errors.ReadOnlySqlTransaction as e:
             raise self._takes_no_writes(e) from None
         except (
@@ -401,8 +407,8 @@ class PostgresStore(SqlStore):
     async def _attempt(self, pool: Any, make: Callable[[int], sql.Tx], write: bool) -> Any:
         """:func:`_attempt`, and when its connection was lost at COMMIT, the outcome the
         server gives the transaction's id once it answers again: committed, its value;
-        rolled back, one more attempt (nothing of it took effect). Raises
-        :class:`_CommitUnknown` when the server cannot say."""
+        rolled back, :class:`_Uncommitted` (nothing of it took effect, so it may run
+        again). Raises :class:`_CommitUnknown` when the server cannot say."""
         from psycopg_pool import PoolClosed
 
         try:
@@ -419,7 +425,8 @@ class PostgresStore(SqlStore):
             if status == "committed":
                 return unknown.value
             if status == "aborted":
-                return await _attempt(pool, make, write)
+                # Nothing of it took effect: it runs again as a cut before its COMMIT does.
+                raise _Uncommitted() from unknown.__cause__
             raise
 
     async def _status_of(self, pool: Any, xid: int) -> str | None:
