@@ -453,6 +453,10 @@ _CUT_OFF = ("SSE stream ended without a response", "SSE stream failed")
 _CUT_OFF_CODE = -32000
 
 
+# JSON-RPC's code for a method the server does not have.
+_METHOD_NOT_FOUND = -32601
+
+
 def _cut_off(error: Any) -> str | None:
     """Why an HTTP server's answer to a call was cut off (see :data:`_CUT_OFF`), in a few
     words; None for any other error (the server's own, which it may give that code too)."""
@@ -735,6 +739,13 @@ def _describe(
             return (
                 f"its answer to {step} is not MCP ({spec.where()}): "
                 f"{problem or 'it cannot be read'}; fix the server or leave it out of the config"
+            )
+        code, message = _code_and_message(error)
+        if step == "tools/list" and code == _METHOD_NOT_FOUND:
+            # A server of resources or prompts alone: nothing to fix in its setup.
+            return (
+                f"offers no tools ({spec.where()}): it has no tools/list ({message[:300]}), "
+                "and code mode uses an MCP server's tools alone; leave it out of the config"
             )
         # It connected, and refused the request: "cannot connect" sent one to the network.
         return (

@@ -6,6 +6,7 @@
     python raw_server.py TOOLS.json --banner   # two lines of text first, as a log to stdout
     python raw_server.py TOOLS.json --stubborn # ignores SIGTERM and outlives its stdin
     python raw_server.py TOOLS.json --refuse-list  # tools/list answered with an error
+    python raw_server.py TOOLS.json --no-tools     # tools/list answered as a method it has not
     python raw_server.py TOOLS.json --old-protocol # initialize answered with version 1999-01-01
 
 It answers ``initialize``; ``tools/list`` with the text of TOOLS.json as its ``tools``, sent
@@ -65,6 +66,9 @@ for line in sys.stdin:
         send(head + f'"result": {json.dumps(answer)}}}')
     elif message.get("method") == "tools/list":
         if hang_listings:
+            continue
+        if MODE == "--no-tools":  # a server of resources or prompts alone
+            send(head + '"error": {"code": -32601, "message": "Method not found"}}')
             continue
         if MODE == "--refuse-list":
             send(head + '"error": {"code": -32000, "message": "license expired, run foo login"}}')

@@ -1032,3 +1032,11 @@ async def test_a_server_that_refuses_its_listing_is_named_for_it(tmp_path: Path)
         "): license expired, run foo login; fix what it says (its setup, its credentials) or "
         "leave it out of the config"
     ), problem
+    # One without tools/list (of resources or prompts alone) has nothing to fix: it said to
+    # fix "its setup, its credentials".
+    none = await _raw_problem(tmp_path, "[]", "--no-tools")
+    assert none.startswith("MCP server 'raw': offers no tools ("), none
+    assert none.endswith(
+        "): it has no tools/list (Method not found), and code mode uses an MCP server's tools "
+        "alone; leave it out of the config"
+    ), none
