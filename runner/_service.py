@@ -454,6 +454,13 @@ class RunnerService:
 
     async def aclose(self) -> None:
         """Stop now: abandon the steps in flight (their processes are killed) and close."""
+        if self._steps or self._held:
+            log.warning(
+                "closing: %d step(s) in flight and %d live process(es) waiting abandoned; "
+                "their clients run them elsewhere",
+                self._steps,
+                len(self._held),
+            )
         self.draining = True
         if self._server is not None:
             self._server.close()

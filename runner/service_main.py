@@ -357,6 +357,9 @@ async def _serve(service: RunnerService, host: str, port: int) -> None:
             )
             stopping.append(asyncio.create_task(service.drain()))
         else:
+            logging.getLogger("codemode.runner.service").warning(
+                "%s again: stopping now", signal.Signals(signum).name
+            )
             stopping.append(asyncio.create_task(service.aclose()))
 
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -147,6 +147,33 @@ async def test_drains_on_sigterm(token_file: Path) -> None:
         assert "SIGTERM: draining" in (await process.stderr.read()).decode()
 
 
+async def test_a_second_sigterm_stops_it_at_once_and_says_so(token_file: Path) -> None:
+    """A second SIGTERM during a drain abandons the steps in flight, and the log says so
+    (it said only that it drained, and a step never ended was never named as abandoned)."""
+    async with serving("--token-file", str(token_file), "--slots", "2") as (process, address):
+        remote = RemoteRunner([address], TOKEN)
+        step = asyncio.create_task(remote.run(script("for (;;) {}")))
+        for _ in range(1500):
+            load = (await remote.loads())[address]
+            if not isinstance(load, str) and load.busy == 1:
+                break
+            await asyncio.sleep(0.02)
+        process.send_signal(signal.SIGTERM)
+        for _ in range(1500):  # until it stops listening: it drains
+            if isinstance((await remote.loads())[address], str):
+                break
+            await asyncio.sleep(0.02)
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 30) == 0
+        with pytest.raises(RunError, match="it closed the connection before the step ended"):
+            await asyncio.wait_for(step, 30)
+        assert process.stderr is not None
+        err = (await process.stderr.read()).decode()
+        assert "SIGTERM: draining" in err
+        assert "SIGTERM again: stopping now" in err, err
+        assert "closing: 1 step(s) in flight and 0 live process(es) waiting abandoned" in err
+
+
 async def test_serves_over_tls(tmp_path: Path) -> None:
     """--cert and --key: clients that check the certificate run steps, others get nowhere."""
     pair = self_signed(tmp_path)
