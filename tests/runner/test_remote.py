@@ -221,7 +221,8 @@ async def test_no_service_can_take_the_step() -> None:
 async def test_a_host_name_that_does_not_resolve_is_named() -> None:
     """An address whose host name has no address (a typo; .invalid never resolves) says
     which name to check, not to see whether a service runs at a place there is none."""
-    remote = RemoteRunner(["nosuchhost.invalid:7300"], TOKEN)
+    # A resolver that cannot be reached fails too (EAI_AGAIN), only later: wait for it.
+    remote = RemoteRunner(["nosuchhost.invalid:7300"], TOKEN, connect_timeout=60)
     with pytest.raises(RunError) as caught:
         await remote.run(script("x"))
     message = str(caught.value)
