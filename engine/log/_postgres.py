@@ -377,6 +377,14 @@ class PostgresStore(SqlStore):
                 # Connecting again, the server refused this host for good (its password
                 # changed, its role may no longer log in): no wait mends it, as at the open.
                 raise StoreUnavailable(self._open_failed(psycopg, e), permanent=True) from None
+            if getattr(e, "sqlstate", None) is not None:
+                # An error the server answered on a connection that stands (a statement an
+                # operator canceled, a full disk): the server did answer, and said this.
+                raise StoreUnavailable(
+                    f"the PostgreSQL server of the session log at {self.where()} failed a "
+                    f"transaction of it ({_first_line(e)}); nothing written is lost: resume "
+                    "the script (once what the server says is mended)"
+                ) from None
             # Translated once, here: the engine sees the log's own error family.
             cause = e.__cause__ if isinstance(e, _Uncommitted | _CommitUnknown) else e
             raise StoreUnavailable(

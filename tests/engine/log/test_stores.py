@@ -411,30 +411,57 @@ async def test_postgres_timeouts_the_role_sets_cancel_no_write_of_the_log(
     'the PostgreSQL session log ... did not answer (canceling statement due to lock
     timeout)', a call's result with it, and a statement_timeout that short failed the log's
     open as 'check [codemode.store] dsn'.)"""
-    import psycopg
-
     schema, name = f"t_{uuid.uuid4().hex[:16]}", f"codemode-{uuid.uuid4().hex[:16]}"
     store = PostgresStore(
         _changed(postgres, options=f"-c {setting}=1", application_name=name), schema=schema
     )
+    try:
+        await _held_behind_a_row_lock(postgres, store, name)
+        assert (await store.get_script("s1")).held
+    finally:
+        await store.aclose()
+
+
+async def _held_behind_a_row_lock(
+    postgres: str, store: PostgresStore, name: str, meanwhile: str | None = None
+) -> None:
+    """Start script s1 in ``store`` (whose sessions' application_name is ``name``) and hold
+    it while another host's transaction holds its row: once the write waits for the lock,
+    run the SQL ``meanwhile`` (``%s``: the name), then let the row go."""
+    import psycopg
+
     record = ScriptRecord(id="s1", code="1", tenant="t", now_ms=0, seed=0, created_ms=0)
     waiting = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND " + (
         "wait_event_type = 'Lock'"
     )
+    await store.start(record, "host-a", 30_000)
+    async with await psycopg.AsyncConnection.connect(postgres) as other:
+        await other.execute(f"SELECT 1 FROM \"{store.schema}\".scripts WHERE id = 's1' FOR UPDATE")
+        holding = asyncio.ensure_future(store.set_held("s1", True))
+        async with await psycopg.AsyncConnection.connect(postgres, autocommit=True) as look:
+            while not holding.done():  # until the write waits for the lock
+                if (await (await look.execute(waiting, (name,))).fetchone())[0]:
+                    if meanwhile is not None:
+                        await look.execute(meanwhile, (name,))
+                    break
+                await asyncio.sleep(0.01)
+        await other.commit()
+    await holding
+
+
+async def test_postgres_a_write_the_server_fails_says_what_it_said(postgres: str) -> None:
+    """A write the server answers with an error (here an operator's pg_cancel_backend of
+    it) is StoreUnavailable saying the server failed it, with its words. (It said the log
+    'did not answer (canceling statement due to user request)', which it had.)"""
+    schema, name = f"t_{uuid.uuid4().hex[:16]}", f"codemode-{uuid.uuid4().hex[:16]}"
+    store = PostgresStore(_changed(postgres, application_name=name), schema=schema)
+    cancel = "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = %s"
     try:
-        await store.start(record, "host-a", 30_000)
-        async with await psycopg.AsyncConnection.connect(postgres) as other:
-            # Another host's transaction holds the script's row.
-            await other.execute(f"SELECT 1 FROM \"{schema}\".scripts WHERE id = 's1' FOR UPDATE")
-            holding = asyncio.ensure_future(store.set_held("s1", True))
-            async with await psycopg.AsyncConnection.connect(postgres, autocommit=True) as look:
-                while not holding.done():  # until the write waits for the lock
-                    if (await (await look.execute(waiting, (name,))).fetchone())[0]:
-                        break
-                    await asyncio.sleep(0.01)
-            await other.commit()
-        await holding
-        assert (await store.get_script("s1")).held
+        with pytest.raises(StoreUnavailable) as caught:
+            await _held_behind_a_row_lock(postgres, store, name, cancel)
+        said = str(caught.value)
+        assert "failed a transaction of it (canceling statement due to user request)" in said
+        assert "did not answer" not in said and not caught.value.permanent
     finally:
         await store.aclose()
 
