@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import re
@@ -154,6 +155,9 @@ async def _serve(args: argparse.Namespace) -> int:
     try:
         if args.http:
             host, port = _address(args.http)
+            exposed = _exposure(host)
+            if exposed is not None:
+                print(f"codemode: warning: {exposed}", file=sys.stderr)
 
             def ready(url: str) -> None:
                 print(f"codemode: serving MCP at {url} over {names}", file=sys.stderr)
@@ -341,6 +345,24 @@ def _name_of(words: list[str]) -> str:
     base = re.sub(r"^(mcp[-_]server[-_]|server[-_]|mcp[-_])", "", base)
     base = re.sub(r"[-_]mcp$", "", base)
     return re.sub(r"[^A-Za-z0-9_]+", "_", base).strip("_") or "server"
+
+
+def _exposure(host: str) -> str | None:
+    """The warning for serving at ``host`` when other machines may reach it (not loopback):
+    the server asks no client who it is, and a client answers the approvals of its own
+    scripts' calls."""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: only localhost is known to stay on this machine
+        loopback = host.lower() == "localhost"
+    if loopback:
+        return None
+    return (
+        f"--http {host}: other machines may reach this address, and the server asks no one "
+        "who they are: whoever reaches it runs scripts with these tools and approves their "
+        "calls through elicitation; serve on 127.0.0.1 (for others, behind a proxy that "
+        "authenticates them)"
+    )
 
 
 def _address(text: str) -> tuple[str, int]:

@@ -328,6 +328,20 @@ def test_mcp_serve_over_http_stops_quietly_at_sigterm(tmp_path: Path) -> None:
     assert left_running(tmp_path) == []
 
 
+def test_mcp_serve_over_http_where_others_reach_it_warns_that_it_asks_no_one() -> None:
+    """The server authenticates no client, and a client approves its own scripts' calls
+    through elicitation: on an address other machines reach, anyone who reaches it runs the
+    tools (it said nothing)."""
+    from engine.mcp._cli import _exposure
+
+    for host in ("127.0.0.1", "127.0.0.2", "::1", "localhost", "LOCALHOST"):
+        assert _exposure(host) is None, host
+    for host in ("0.0.0.0", "::", "192.168.1.5", "example.com"):
+        said = _exposure(host)
+        assert said is not None and said.startswith(f"--http {host}: other machines"), said
+        assert "serve on 127.0.0.1" in said, said
+
+
 def test_mcp_serve_ends_at_sigterm_with_a_tool_that_never_returns(tmp_path: Path) -> None:
     """A sync tool of --tools that never returns keeps its thread, which the exit once
     waited for: SIGTERM ends `codemode mcp serve` as its stop (exit 0: the thread is a
