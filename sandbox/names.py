@@ -116,6 +116,16 @@ def no_such_tool(
     return f"{message}. Find tools with {_FIND_TOOLS[language]}."
 
 
+def unwritable_tool(name: str) -> str:
+    """What a Python script is told of ``tools.<name>`` written as an attribute, for a tool
+    whose name starts with an underscore (``_2fa_verify``), which a script reads through
+    getattr alone: the type check and the run say the same."""
+    return (
+        f"tools.{name} cannot be written as an attribute (a script reads none whose name "
+        f'starts with an underscore): call it as await getattr(tools, "{name}")(...)'
+    )
+
+
 def closest_names(name: str, names: Iterable[str], n: int = 3) -> list[str]:
     """Up to ``n`` of ``names`` closest to ``name``, best first, for "no tool named ..." errors.
 

@@ -97,7 +97,7 @@ import orjson
 from sandbox import jsontext
 from sandbox.files import Fetch
 from sandbox.jsontext import ITEM_WEIGHT, text_weight
-from sandbox.names import closest_names, no_such_tool
+from sandbox.names import closest_names, no_such_tool, unwritable_tool
 from sandbox.protocol import (
     ERROR_MESSAGE_BOUND,
     ERROR_NAME_BOUND,
@@ -1128,6 +1128,8 @@ class _Private(_Opaque):
     def __init__(self, obj: Any, name: str) -> None:
         why = _refused_attribute(name, obj)
         if why is not None:
+            if type(obj) is Tools and name in obj._run.tool_set:
+                why = unwritable_tool(name)  # `tools._2fa_verify`: meant as the tool
             raise AttributeError(why)
         self._obj = obj
         self._name = name

@@ -18,6 +18,7 @@ import orjson
 import pytest
 
 from sandbox import protocol, runtime
+from sandbox.names import unwritable_tool
 from sandbox.protocol import Clock, FileInfo, Limits, Ran, Record, Script
 from tests._garbage import collect_runs_garbage
 from tests.sandbox.conftest import NOW_MS, SEED, TOOLS, KiB, MiB, rec
@@ -461,6 +462,18 @@ def test_a_call_not_awaited_prints_what_to_write() -> None:
         '<getattr(tools, "class")(...) gives an awaitable, not its result: '
         'write "await getattr(tools, "class")(...)">',
     ]
+
+
+@pytest.mark.parametrize(
+    "code", ['return await tools._2fa_verify(code="1")', "check = tools._2fa_verify\nreturn 1"]
+)
+def test_a_tool_written_as_an_attribute_it_cannot_be_says_how_to_call_it(code: str) -> None:
+    """With the type check off, `tools._2fa_verify(...)` (a tool whose name starts with an
+    underscore) read the run's word on the script's own attributes, "attributes whose names
+    start with an underscore are available in scripts only on objects of the script's own
+    classes", not the check's hint to call it with getattr."""
+    error = failed(code, tools=(*TOOLS, "_2fa_verify"))
+    assert (error.name, error.message) == ("AttributeError", unwritable_tool("_2fa_verify"))
 
 
 def test_tasks_and_gather_not_awaited_say_so_too() -> None:

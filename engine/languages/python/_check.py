@@ -48,7 +48,7 @@ from engine.languages._check import (
     timed_out,
 )
 from engine.languages.python._stubs import SCRIPT_ERROR_STUBS, SCRIPT_ERRORS
-from sandbox.names import closest_names, no_such_tool
+from sandbox.names import closest_names, no_such_tool, unwritable_tool
 from sandbox.replay import source_lines
 
 CHECKER_ENV = "CODEMODE_TY"
@@ -80,9 +80,7 @@ _NO_OVERLOAD = re.compile(r"No overload of bound method `Tools\.(\w+)` matches a
 _NO_TOOL = re.compile(r"Object of type `Tools` has no attribute `(\w+)`")
 _DECLARED_TOOL = re.compile(r"async def (\w+)\(\s*self\b")
 # A tool a script reaches with getattr alone, as the stubs' note on it says.
-_REACHED_BY_GETATTR = re.compile(
-    r'# tools "([^"]+)": call it as (await getattr\(tools, "[^"]+"\)\(\.\.\.\))'
-)
+_REACHED_BY_GETATTR = re.compile(r'# tools "([^"]+)": call it as await getattr\(tools, ')
 
 
 def find_checker() -> Path:
@@ -348,13 +346,9 @@ def _explained(
         return message + "; did you forget to `await` the call?"
     if (unknown := _NO_TOOL.fullmatch(message)) is not None:
         name = unknown[1]
-        reached = dict(_REACHED_BY_GETATTR.findall(declarations))
-        if name in reached:
+        if name in _REACHED_BY_GETATTR.findall(declarations):
             # One the stubs declare by a note (it was said not to exist).
-            return (
-                f"tools.{name} cannot be written as an attribute (a script reads none whose "
-                f"name starts with an underscore): call it as {reached[name]}"
-            )
+            return unwritable_tool(name)
         # As the run would say it: ty's text named no tool there is.
         return no_such_tool(name, _DECLARED_TOOL.findall(declarations))
     match = _NO_OVERLOAD.search(message) or _ARGUMENT_TO.search(message)
