@@ -155,11 +155,11 @@ async def _serve(args: argparse.Namespace) -> int:
     try:
         if args.http:
             host, port = _address(args.http)
-            exposed = _exposure(host)
-            if exposed is not None:
-                print(f"codemode: warning: {exposed}", file=sys.stderr)
 
             def ready(url: str) -> None:
+                exposed = _exposure(host)  # once it listens: an address that is none says so
+                if exposed is not None:
+                    print(f"codemode: warning: {exposed}", file=sys.stderr)
                 print(f"codemode: serving MCP at {url} over {names}", file=sys.stderr)
                 sys.stderr.flush()
 
