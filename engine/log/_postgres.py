@@ -686,9 +686,19 @@ def _schema(schema: str) -> Generator[tuple[str, tuple[Any, ...]], Any, None]:
             "SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL, "
             "(SELECT string_agg(attname || ' ' || format_type(atttypid, NULL), ', ' "
             "ORDER BY attnum) FROM pg_attribute WHERE attrelid = to_regclass(%s) "
-            "AND attnum > 0 AND NOT attisdropped)",
+            "AND attnum > 0 AND NOT attisdropped), current_setting('server_encoding'), "
+            "current_database()",
             (f'"{schema}".schema_version', f'"{schema}".scripts', f'"{schema}".schema_version'),
         )
+        if found[3] != "UTF8":
+            # Its text columns keep what the database's encoding can: in LATIN1 or
+            # SQL_ASCII a script, a tenant or an error with an emoji failed its write with
+            # a raw UnicodeEncodeError from the driver.
+            raise ConfigError(
+                f"the PostgreSQL database {found[4]!r} is encoded in {found[3]}, which cannot "
+                "keep every script and message: the session log needs a UTF8 database; give "
+                "[codemode.store] dsn one made with ENCODING 'UTF8'"
+            )
         if not found[0]:
             return None
         if not found[1] or found[2] != "version integer":

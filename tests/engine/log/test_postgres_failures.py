@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from engine import CodeMode, StoreUnavailable, Tool, tool
+from engine import CodeMode, ConfigError, StoreUnavailable, Tool, tool
 from engine.log import DONE, PostgresStore
 from tests._needs import require
 from tests.engine.conftest import InProcessRunner
@@ -237,6 +237,30 @@ async def test_a_host_the_server_refuses_for_good_mid_script_is_told_to_fix_its_
             await store.set_held("s1", True)
         assert caught.value.permanent
         assert "check [codemode.store] dsn" in str(caught.value)
+    finally:
+        await store.aclose()
+
+
+async def test_a_database_not_in_utf8_is_refused_when_the_log_opens(
+    server: PostgresServer,
+) -> None:
+    """A database encoded in LATIN1 cannot keep a script or an error with an emoji in it:
+    the log refuses it when it opens, saying why and what to give (it opened, and the first
+    such script's start was a raw UnicodeEncodeError from the driver, a traceback from
+    `codemode run`)."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = f"latin1_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server.dsn, autocommit=True) as admin:
+        admin.execute(
+            f"CREATE DATABASE {name} ENCODING 'LATIN1' TEMPLATE template0 "
+            "LC_COLLATE 'C' LC_CTYPE 'C'"
+        )
+    store = PostgresStore(make_conninfo(**{**conninfo_to_dict(server.dsn), "dbname": name}))
+    try:
+        with pytest.raises(ConfigError, match=rf"database '{name}' is encoded in LATIN1.*UTF8"):
+            await store.scripts()
     finally:
         await store.aclose()
 
