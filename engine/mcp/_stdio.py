@@ -136,7 +136,7 @@ async def stdio_transport(
 def _parsed(line: bytes, types: Any, session_message: Any) -> Any:
     """The message of one line, or the error saying why it is not one (the session logs it).
     A lone surrogate escaped in a string (``"\\ud800"``, which Python's and JavaScript's
-    JSON writers make of a lone surrogate) is read as U+FFFD.
+    JSON writers make of a lone surrogate), and bytes that are no UTF-8, are read as U+FFFD.
 
     The line is parsed to Python values, then checked as a message: the check of the JSON
     itself (a union of four message types) took five times the time and the memory (a
@@ -148,11 +148,14 @@ def _parsed(line: bytes, types: Any, session_message: Any) -> Any:
     try:
         return session_message(adapter.validate_json(line, by_name=False))
     except ValueError as e:
-        mended = well_formed_json(line)
-        if mended is not None:
-            with contextlib.suppress(ValueError):
-                return session_message(adapter.validate_json(mended, by_name=False))
-        return _unread_answer(line, e, types, session_message) or e
+        # Bytes that are no UTF-8 (a file's Latin-1 text, sent as it is) read as U+FFFD, as
+        # a lone surrogate is: the line was dropped, and the call waited out its timeout.
+        readable = line.decode("utf-8", "replace").encode()
+        for mended in (readable if readable != line else None, well_formed_json(readable)):
+            if mended is not None:
+                with contextlib.suppress(ValueError):
+                    return session_message(adapter.validate_json(mended, by_name=False))
+        return _unread_answer(readable, e, types, session_message) or e
 
 
 # How the SDK's HTTP client begins the error it makes of an answer, or of an event, that is

@@ -12,8 +12,8 @@
 It answers ``initialize``; ``tools/list`` with the text of TOOLS.json as its ``tools``, sent
 as it is (an invalid definition, nesting too deep to parse), or a page of PAGES.json (the
 next page's cursor is its index); ``tools/call`` with the name and arguments it got, as JSON
-text, but for nine tools: ``badresult`` is answered with ``content`` that is not a list,
-``refuse`` with an error whose message has three lines, ``surrogate`` with a text holding a lone surrogate, ``deep`` with structured content nested 300 deep, ``scalar`` with a result of 5, ``noisy`` after a log notification that breaks MCP, ``spam`` is answered and from then
+text, but for ten tools: ``badresult`` is answered with ``content`` that is not a list,
+``refuse`` with an error whose message has three lines, ``surrogate`` with a text holding a lone surrogate, ``deep`` with structured content nested 300 deep, ``scalar`` with a result of 5, ``noisy`` after a log notification that breaks MCP, ``latin`` with a text's byte that is no UTF-8, ``spam`` is answered and from then
 on every listing is slow and says first that the tools changed again,
 ``change`` is answered, then announced as changed (``list_changed``), and no ``tools/list``
 after that is answered, and ``crash`` starts a process that holds the server's stdout
@@ -105,6 +105,12 @@ for line in sys.stdin:
         if params.get("name") == "refuse":  # an error whose message is a whole report
             report = "cannot do it:\n  1 validation error\n  see https://errors.example/v2"
             send(head + f'"error": {{"code": -32000, "message": {json.dumps(report)}}}}}')
+            continue
+        if params.get("name") == "latin":  # text in Latin-1, its bytes sent as they are
+            sys.stdout.flush()
+            body = b'"result": {"content": [{"type": "text", "text": "caf\xe9"}]}}\n'
+            sys.stdout.buffer.write(head.encode() + body)
+            sys.stdout.buffer.flush()
             continue
         if params.get("name") == "crash":
             subprocess.Popen(["sleep", "3600"])  # inherits stdout, and holds it open

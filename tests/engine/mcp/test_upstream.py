@@ -905,6 +905,22 @@ async def test_a_notification_that_breaks_mcp_is_one_line_naming_the_server(
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
 
 
+async def test_an_answer_with_bytes_that_are_no_utf8_is_read(tmp_path: Path) -> None:
+    """An answer whose text holds a byte that is no UTF-8 (a file's Latin-1 text, sent as it
+    is) reads it as U+FFFD, as a lone surrogate is read: the line was dropped, and the call
+    waited out its timeout, then said it may or may not have taken effect."""
+    listed = [
+        {"name": "latin", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
+    ]
+    servers = await McpServers.start(_raw(tmp_path, listed, timeout=30))
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        result = await asyncio.wait_for(engine.run_code("return await tools.raw__latin({})"), 60)
+    finally:
+        await engine.aclose()
+    assert result.value == "caf\ufffd", result.text
+
+
 async def test_closing_does_not_wait_for_a_server_being_restarted(tmp_path: Path) -> None:
     """A server that dropped is restarted; closing meanwhile ends the restart at once, not
     when its initTimeout (an hour here) has passed, and leaves nothing running."""
