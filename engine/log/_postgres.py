@@ -60,12 +60,14 @@ def _session(schema: str) -> str:
     as interrupted). Writes run at read committed, which the log's row locks are written
     for, whatever isolation the role or database makes the default: at serializable, a
     write that waited for a row another host changed failed, as did writes that met in the
-    scripts table (46 of 200 scripts at once)."""
+    scripts table (46 of 200 scripts at once). Text goes both ways in UTF8, whatever
+    client_encoding the role sets (in LATIN1, a script with an emoji failed its write with
+    a raw UnicodeEncodeError from the driver)."""
     return (
         f'SET search_path TO "{schema}"; '
         f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'; "
         "SET statement_timeout = 0; SET lock_timeout = 0; "
-        "SET default_transaction_isolation = 'read committed'"
+        "SET default_transaction_isolation = 'read committed'; SET client_encoding = 'UTF8'"
     )
 
 

@@ -422,6 +422,21 @@ async def test_postgres_timeouts_the_role_sets_cancel_no_write_of_the_log(
         await store.aclose()
 
 
+async def test_postgres_client_encoding_the_role_sets_is_not_the_logs(postgres: str) -> None:
+    """client_encoding = LATIN1 on the role or database (here in the dsn's options, as a
+    role's would be): the log keeps a script with an emoji all the same. (Its start failed
+    with a raw UnicodeEncodeError from the driver, a traceback from `codemode run`.)"""
+    dsn = _changed(postgres, options="-c client_encoding=LATIN1")
+    store = PostgresStore(dsn, schema=f"t_{uuid.uuid4().hex[:16]}")
+    code = "return '\U0001f600 caf\u00e9'"
+    record = ScriptRecord(id="s1", code=code, tenant="\u00e9", now_ms=0, seed=0, created_ms=0)
+    try:
+        assert (await store.start(record, "host-a", 30_000)).created
+        assert (await store.get_script("s1")).code == code
+    finally:
+        await store.aclose()
+
+
 async def _held_behind_a_row_lock(
     postgres: str,
     store: PostgresStore,
