@@ -119,6 +119,7 @@ from sandbox.replay import (
     _NotData,
     assigned_ending,
     bare_ending,
+    never_called,
     unawaited,
     warning_line,
 )
@@ -833,6 +834,24 @@ def _future_flags(tree: ast.Module) -> int:
         end += 1
     del body[start:end]
     return flags
+
+
+def _defines_only(node: ast.stmt) -> bool:
+    """Whether the top-level statement ``node`` runs none of the script's work: a function or
+    class defined, an import, a docstring, a value given a name without a call."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return True
+    if isinstance(node, ast.Import | ast.ImportFrom | ast.Pass):
+        return True
+    if isinstance(node, ast.Expr | ast.Assign | ast.AnnAssign):
+        return not any(isinstance(n, ast.Call | ast.Await) for n in ast.walk(node))
+    return False
+
+
+_MAIN_GUARD_NEVER_RUNS = (
+    'the block of `if __name__ == "__main__":` never runs: a script is the body of an async '
+    "function, not a program, so call what it calls directly (as `return await main()`)"
+)
 
 
 def _is_main_guard(node: ast.stmt) -> bool:
@@ -4308,23 +4327,49 @@ class Run(Replay):
         if kind == "error" and _exited(payload):
             kind, payload = "value", None  # sys.exit(0): a program that ends well returns
         ran = self._value(payload) if kind == "value" else self._error(payload)
+        # A script that did nothing at all: did it only define functions?
+        nothing = kind == "value" and payload is None and not self.position
+        if nothing and not self.printed.total_bytes and (never := self._never_called()):
+            return self._finish(Ran(outcome="failed", error=never))
         if ran.limit is None or ran.limit.name != "memory":
             for line in self.main_guards:
                 # A program's entry point, which the model meant to run: say it did not.
-                self.printed.write(
-                    _warning_line(
-                        line,
-                        "RuntimeWarning",
-                        'the block of `if __name__ == "__main__":` never runs: a script is the '
-                        "body of an async function, not a program, so call what it calls "
-                        "directly (as `return await main()`)",
-                    )
-                )
+                self.printed.write(_warning_line(line, "RuntimeWarning", _MAIN_GUARD_NEVER_RUNS))
             if kind == "value" and payload is None and self.bare_ending is not None:
                 line, warning = self.bare_ending
                 self.printed.write(_warning_line(line, "RuntimeWarning", _well_formed(warning)))
             self._unretrieved()
         return self._finish(ran)
+
+    def _never_called(self) -> ScriptError | None:
+        """Why a script that returned nothing, made no call and printed nothing failed when
+        it only defines functions and calls none, so none of its code ran (its work in an
+        ``async def main(args):`` never called), else None: each of its statements defines a
+        function or a class, imports, or gives a name a value made without a call, and the
+        last function's name is read nowhere outside it."""
+        tree = ast.parse(self.script.code, filename=FILENAME)
+        functions = [n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+        guards = [n.lineno for n in tree.body if _is_main_guard(n)]
+        if not functions or not all(_defines_only(n) or _is_main_guard(n) for n in tree.body):
+            return None
+        if guards:  # its block was to call them
+            return ScriptError(
+                name="RuntimeError", message=_MAIN_GUARD_NEVER_RUNS, lines=self._line_list(guards)
+            )
+        last = functions[-1]
+        inside = {id(n) for n in ast.walk(last)}
+        if any(
+            isinstance(n, ast.Name) and n.id == last.name and id(n) not in inside
+            for n in ast.walk(tree)
+        ):
+            return None  # handed on somewhere: not the case here
+        parameters = last.args
+        arguments = "..." if parameters.posonlyargs or parameters.args or parameters.vararg else ""
+        awaited = "await " if isinstance(last, ast.AsyncFunctionDef) else ""
+        message = never_called(last.name, f"return {awaited}{last.name}({arguments})")
+        return ScriptError(
+            name="RuntimeError", message=message, lines=self._line_list([last.lineno])
+        )
 
     def _unretrieved(self) -> None:
         """A printed line for each call, task or gather that failed with nothing to take its

@@ -813,6 +813,26 @@ def assigned_ending(name: str) -> str:
     )
 
 
+def never_called(name: str | None, call: str) -> str:
+    """What a script is told that only defines functions and calls none, so none of its code
+    ran (a model's habit: its work wrapped in ``async function main(args) {...}``, or the
+    script one ``async (input) => {...}``). ``name``: the last function's, None for one
+    written alone; ``call``: how the script would call it (``return await main()``)."""
+    body = (
+        "write its body as the script itself (a script is already the body of an async "
+        "function: await works at its top level)"
+    )
+    if name is None:
+        return (
+            f"the script is a function that is never called, so none of its code ran: {body}, "
+            "giving any parameters it takes their values there"
+        )
+    return (
+        f"the script defines `{name}` and never calls it, so none of its code ran: {body}, or "
+        f"end the script with `{call}`"
+    )
+
+
 def bare_ending(shown: str, fix: str | None = None) -> str:
     """What a warning says of a script that returned nothing and whose last statement is the
     bare expression ``shown`` (``result``, ``data.items``, ``main()``): a notebook's or a

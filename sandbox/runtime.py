@@ -52,6 +52,7 @@ from sandbox.replay import (
     assigned_ending,
     bare_ending,
     cpu_ms,
+    never_called,
     source_lines,
     unawaited,
     warning_line,
@@ -335,6 +336,21 @@ _RETURNS_VALUE = re.compile(r"\breturn\s*[^\s;}]")
 _DECLARED = re.compile(r"(?:const|let|var)\s+([A-Za-z_$][\w$]*)\s*(?::[^=]{1,80})?=(?!=)")
 _STATEMENT_AFTER = re.compile(r";\s*[^\s/]")
 _FUNCTION_VALUE = re.compile(r"\s*(?:async\b\s*)?(?:function\b|\(|[A-Za-z_$][\w$]*\s*=>)")
+
+# A line at the left margin that begins a function's definition (see _never_called):
+# `async function main(args) {`, `const main = async (input) => {`, or a function written
+# alone, `async (input) => {` (TypeScript's `async <T,>() => {`); group 1 or 2 is its name.
+_DEFINES_FUNCTION = re.compile(
+    r"(?:async\s+)?function\b\s*\*?\s*([A-Za-z_$][\w$]*)?"
+    r"|(?:const|let|var)\s+([A-Za-z_$][\w$]*)\s*(?::[^=]{1,80})?=\s*(?:async\b\s*)?"
+    r"(?:function\b|<[^=]*>\s*\(|\([^()]*\)\s*(?::[^=]*)?=>|[A-Za-z_$][\w$]*\s*=>)"
+    r"|(?:const|let|var)\s+([A-Za-z_$][\w$]*)\s*(?::[^=]{1,80})?=\s*async\s*\("
+    r"|async\s*(?:<|\(|[A-Za-z_$][\w$]*\s*=>)|\([^()]*\)\s*(?::[^=]*)?=>"
+)
+# A line at the left margin that runs nothing: a value made without a call (`const LIMIT =
+# 10;`), a TypeScript type.
+_DEFINES_DATA = re.compile(r"(?:const|let|var)\s+[^(]*$|(?:type|interface)\s+[A-Za-z_$]")
+_PARAMETERS = re.compile(r"\(\s*[^\s)]")
 
 # `await` in a function that is not async, which QuickJS reports as "expecting ';'" or
 # "Unexpected identifier": told by the script parsing once that line's awaits are blanked.
@@ -840,19 +856,25 @@ class Run(Replay):
             except _quickjs.JSException:
                 if self.ended:
                     raise _Ended from None
+        never_called = None
         if kind == "value":
             try:
                 ran = _finished(payload)
             except _NotData as e:
                 message = f"the returned value {e}; return plainer data"
                 ran = Ran(outcome="failed", error=ScriptError(name="TypeError", message=message))
+            # A script that did nothing at all: did it only define functions?
+            if payload == "u" and not self.position and not self.printed.total_bytes:
+                never_called = self._never_called()
+                if never_called is not None:
+                    ran = Ran(outcome="failed", error=never_called)
         else:
             ran = self._failed(*payload)
         if ran.limit is None or ran.limit.name != "memory":
             foreach = self._warn_async_foreach()
             if not foreach and ran.outcome == "finished":
                 self._warn_changed_after_return()
-            if kind == "value" and payload == "u":
+            if kind == "value" and payload == "u" and never_called is None:
                 self._warn_bare_ending()
         return self._finish(ran)
 
@@ -894,6 +916,44 @@ class Run(Replay):
             line, name = declared
             if self._parses("\n".join([*lines, f"return {name};"])):
                 self.printed.write(warning_line(line, "Warning", assigned_ending(name)))
+
+    def _never_called(self) -> ScriptError | None:
+        """Why a script that returned nothing, made no call and printed nothing failed when
+        it only defines functions and calls none, so none of its code ran (its work in an
+        ``async function main(args) {...}`` never called, or the script one ``async (input)
+        => {...}``), else None. Read from the text: each statement at the left margin
+        defines a function or data, and the last function's name is written nowhere outside
+        it (a heuristic that errs toward None)."""
+        lines = source_lines(self.javascript, "javascript")
+        starts = [
+            number
+            for number, text in enumerate(lines, 1)
+            if text[:1].strip() and text[:1] not in ")]}" and not text.startswith(("//", "/*", "*"))
+        ]
+        last = None
+        for at, number in enumerate(starts):
+            found = _DEFINES_FUNCTION.match(lines[number - 1])
+            if found is not None:
+                last = at, found
+            elif _DEFINES_DATA.match(lines[number - 1]) is None:
+                return None
+        if last is None:
+            return None
+        at, found = last
+        number = starts[at]
+        name = found[1] or found[2] or found[3]
+        call = ""
+        if name is not None:
+            end = starts[at + 1] - 1 if at + 1 < len(starts) else len(lines)
+            outside = "\n".join(lines[: number - 1] + lines[end:])
+            if re.search(rf"(?<![\w$]){re.escape(name)}(?![\w$])", outside):
+                return None  # called or handed on somewhere: not the case here
+            arguments = "..." if _PARAMETERS.search(lines[number - 1]) else ""
+            awaited = "await " if re.search(r"\basync\b", found[0]) else ""
+            call = f"return {awaited}{name}({arguments})"
+        return ScriptError(
+            name="Error", message=never_called(name, call), lines=[self._line(number)]
+        )
 
     @staticmethod
     def _declared_last(lines: list[str], number: int) -> tuple[int, str] | None:

@@ -1935,6 +1935,69 @@ def test_a_main_guard_says_its_block_never_runs() -> None:
     assert run("await tools.echo(x=1)\nif __name__ == '__main__':\n    pass").printed == ""
 
 
+NEVER_CALLED = (
+    "the script defines `{0}` and never calls it, so none of its code ran: write its body as "
+    "the script itself (a script is already the body of an async function: await works at its "
+    "top level), or end the script with `{1}`"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "message"),
+    [
+        (
+            "async def main():\n    return await tools.echo(x=1)",
+            1,
+            NEVER_CALLED.format("main", "return await main()"),
+        ),
+        ("def main(x):\n    return x\n", 1, NEVER_CALLED.format("main", "return main(...)")),
+        (
+            '"""Stale PRs."""\nimport json\nLIMIT = 5\nclass A:\n    pass\n'
+            "async def helper():\n    return 1\n@staticmethod\nasync def main(*, n=LIMIT):\n"
+            "    return await helper()",
+            9,
+            NEVER_CALLED.format("main", "return await main()"),
+        ),
+        (
+            "async def main():\n    print(await tools.echo(x=1))\n\nif __name__ == '__main__':\n"
+            "    import asyncio\n    asyncio.run(main())",
+            4,
+            'the block of `if __name__ == "__main__":` never runs: a script is the body of an '
+            "async function, not a program, so call what it calls directly (as `return await "
+            "main()`)",
+        ),
+    ],
+)
+def test_a_script_that_only_defines_functions_fails_saying_to_run_their_body(
+    code: str, line: int, message: str
+) -> None:
+    """A model wraps its work in `async def main():` and never calls it (or calls it in an
+    `if __name__ == "__main__":` block, which never runs): none of it ran, and the script
+    finished with nothing (with the block, a warning after nothing), as if it had worked. It
+    fails at the function's (the block's) line, saying what to write."""
+    error = failed(code)
+    assert (error.name, error.message) == ("RuntimeError", message)
+    assert [x.line for x in error.lines] == [line]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "def f():\n    return 1\nreturn f()",
+        "async def main():\n    print(1)\nawait main()",
+        "def f():\n    pass\nprint(1)",  # printed: something ran
+        "def go():\n    return 1\nx = go()",  # called at the top
+        "def f():\n    pass\ng = f",  # handed on
+        "x = 1",
+        "",
+    ],
+)
+def test_a_script_that_calls_its_functions_or_runs_code_is_not_said_to_define_only(
+    code: str,
+) -> None:
+    assert run(code).outcome == "finished"
+
+
 def test_global_of_a_top_level_name_says_to_use_nonlocal() -> None:
     """A script's top-level names are its function's locals: `global` in a function inside
     it names another variable, so it is refused before the script runs, saying what to

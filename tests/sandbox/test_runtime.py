@@ -2375,8 +2375,7 @@ ASSIGNED = (
         ),
         ("const a = 1;\nconsole.log(a);", "1\n"),  # another statement after it
         ("for (const x of [1]) {\n  const y = x;\n}", ""),  # not at the top
-        ("const main = async () => {\n  return 1;\n};", ""),  # a function is no answer
-        ("const f = function () {};", ""),
+        ("function f() {}\nconst main = f;", "line 2: " + ASSIGNED.format("main") + "\n"),
         ("const x = 1;\nreturn;", ""),
     ],
 )
@@ -2386,6 +2385,88 @@ def test_a_script_that_ends_giving_a_name_a_value_gets_a_line(code: str, printed
     ran = run(code)
     assert ran.outcome == "finished" and ran.value is None, ran.error
     assert ran.printed == printed
+
+
+NEVER_CALLED = (
+    "the script defines `{0}` and never calls it, so none of its code ran: write its body as "
+    "the script itself (a script is already the body of an async function: await works at its "
+    "top level), or end the script with `{1}`"
+)
+A_FUNCTION_ALONE = (
+    "the script is a function that is never called, so none of its code ran: write its body "
+    "as the script itself (a script is already the body of an async function: await works at "
+    "its top level), giving any parameters it takes their values there"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "line", "message"),
+    [
+        (
+            "async function main(args) {\n  return await tools.echo({});\n}",
+            1,
+            NEVER_CALLED.format("main", "return await main(...)"),
+        ),
+        (
+            "const LIMIT = 5;\nconst main = async () => {\n  return LIMIT;\n};",
+            2,
+            NEVER_CALLED.format("main", "return await main()"),
+        ),
+        ("const f = function () {};", 1, NEVER_CALLED.format("f", "return f()")),
+        (
+            "function helper(x) {\n  return x;\n}\n\nfunction go(n) {\n  return go(n);\n}\n",
+            5,
+            NEVER_CALLED.format("go", "return go(...)"),
+        ),
+        ("async (input) => {\n  await tools.echo(input);\n}", 1, A_FUNCTION_ALONE),
+        ("async <T,>() => {\n  return 1;\n}", 1, A_FUNCTION_ALONE),  # TypeScript
+        (
+            "type In = { id: number };\nasync ({ id }: In) => {\n  return id;\n}\n// end",
+            2,
+            A_FUNCTION_ALONE,
+        ),
+    ],
+)
+def test_a_script_that_only_defines_functions_fails_saying_to_run_their_body(
+    code: str, line: int, message: str
+) -> None:
+    """A model wraps its work in a function it never calls (`async function main(args)
+    {...}`, the script one `async (input) => {...}`): none of it ran, and the script
+    finished with nothing, as if it had worked. It fails, at the function's line, saying to
+    write the body as the script or to call it."""
+    ran = run(code)
+    assert ran.outcome == "failed" and ran.error is not None, ran
+    assert (ran.error.name, ran.error.message) == ("Error", message)
+    assert [x.line for x in ran.error.lines] == [line]
+    assert ran.printed == ""
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "function f() { return 1 }\nreturn f();",
+        "async function main() {\n  console.log(1);\n}\nawait main();",
+        "function f() {}\nconsole.log(1);",  # printed: something ran
+        "const go = () => 1;\nconst x = go();",  # called at the top
+        "function f() {}\nconst g = f;",  # handed on
+        "const limit = (1 + 2);\nconst x = limit;",  # no function
+        "(async () => {\n  console.log(1);\n})();",
+        "",
+        "// nothing",
+    ],
+)
+def test_a_script_that_calls_its_functions_or_runs_code_is_not_said_to_define_only(
+    code: str,
+) -> None:
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+
+
+def test_a_function_that_made_calls_is_not_said_never_called() -> None:
+    """A call answered from the log is code that ran, whatever the text looks like."""
+    code = "const r = {\n  a: await tools.echo({}),\n};\nfunction f() {}"
+    ran = run(code, [rec("echo", {}, result=1)])
+    assert ran.outcome == "finished", ran.error
 
 
 @pytest.mark.parametrize("how", ["replay", "live", "version 1"])
