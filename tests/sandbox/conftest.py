@@ -25,6 +25,15 @@ KiB = protocol.KiB
 MiB = protocol.MiB
 
 
+# What a script that only defines functions and calls none is told (of `main`, and how to
+# call it), in either language.
+NEVER_CALLED = (
+    "the script defines `{0}` and never calls it, so none of its code ran: write its body as "
+    "the script itself (a script is already the body of an async function: await works at its "
+    "top level), or end the script with `{1}`"
+)
+
+
 def rec(name: str, arguments: dict[str, Any] | None = None, **answer: Any) -> Record:
     """One answered call: ``rec("echo", {"a": 1}, result=...)`` or ``..., error="msg"``."""
     return Record(name=name, arguments=arguments or {}, **answer)

@@ -21,7 +21,7 @@ from sandbox import protocol, runtime
 from sandbox.names import unwritable_tool
 from sandbox.protocol import Clock, FileInfo, Limits, Ran, Record, Script
 from tests._garbage import collect_runs_garbage
-from tests.sandbox.conftest import NOW_MS, SEED, TOOLS, KiB, MiB, rec
+from tests.sandbox.conftest import NEVER_CALLED, NOW_MS, SEED, TOOLS, KiB, MiB, rec
 
 
 def pyscript(
@@ -1933,13 +1933,6 @@ def test_a_main_guard_says_its_block_never_runs() -> None:
     )
     assert ran.printed == f"line 3: {said}\nline 5: {said}\n"
     assert run("await tools.echo(x=1)\nif __name__ == '__main__':\n    pass").printed == ""
-
-
-NEVER_CALLED = (
-    "the script defines `{0}` and never calls it, so none of its code ran: write its body as "
-    "the script itself (a script is already the body of an async function: await works at its "
-    "top level), or end the script with `{1}`"
-)
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from sandbox.names import closest_names
 from sandbox.protocol import PRINTED_HEAD, PRINTED_TAIL, VALUE_BOUND, Ran
 from tests.sandbox.conftest import (
     DAY_MS,
+    NEVER_CALLED,
     NOW_MS,
     SEED,
     KiB,
@@ -2387,11 +2388,6 @@ def test_a_script_that_ends_giving_a_name_a_value_gets_a_line(code: str, printed
     assert ran.printed == printed
 
 
-NEVER_CALLED = (
-    "the script defines `{0}` and never calls it, so none of its code ran: write its body as "
-    "the script itself (a script is already the body of an async function: await works at its "
-    "top level), or end the script with `{1}`"
-)
 A_FUNCTION_ALONE = (
     "the script is a function that is never called, so none of its code ran: write its body "
     "as the script itself (a script is already the body of an async function: await works at "
