@@ -615,8 +615,15 @@ def compile_script(code: str) -> tuple[types.CodeType, list[int], tuple[int, str
         if isinstance(value, ast.Name | ast.Attribute | ast.Subscript) or called is not None:
             text = ast.get_source_segment(code, value)
             if text is not None and "\n" not in text and len(text) <= 120:
-                # A coroutine function's call not awaited is returned awaited.
+                # A coroutine function's call not awaited is returned awaited; a function of
+                # the script's named alone (`main`) is returned called.
                 fix = "await " + text if called == "async" else text
+                named = value.id if isinstance(value, ast.Name) else None
+                for node in tree.body:
+                    defines = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                    if defines and node.name == named:  # type: ignore[attr-defined]
+                        awaited = "await " if isinstance(node, ast.AsyncFunctionDef) else ""
+                        fix = f"{awaited}{text}()"
                 bare = (final.lineno, bare_ending(text, fix))
     elif tree.body and (name := _assigned(tree.body[-1])) is not None:
         bare = (tree.body[-1].lineno, assigned_ending(name))

@@ -351,6 +351,7 @@ _DEFINES_FUNCTION = re.compile(
 # 10;`), a TypeScript type.
 _DEFINES_DATA = re.compile(r"(?:const|let|var)\s+[^(]*$|(?:type|interface)\s+[A-Za-z_$]")
 _PARAMETERS = re.compile(r"\(\s*[^\s)]")
+_ASYNC = re.compile(r"\basync\b")
 
 # `await` in a function that is not async, which QuickJS reports as "expecting ';'" or
 # "Unexpected identifier": told by the script parsing once that line's awaits are blanked.
@@ -895,8 +896,13 @@ class Run(Replay):
         if not number:
             return
         bare = _BARE_ENDING.fullmatch(lines[number - 1])
+        fix = None
         if bare is not None and bare[1] not in _NOT_BARE:
             shown = bare[1]
+            function = self._declared_function(shown)
+            if function is not None:  # `main`: the answer is what it gives, not the function
+                awaited = "await " if _ASYNC.search(function[0]) else ""
+                fix = f"{awaited}{shown}()"
         elif (
             (call := _CALL_ENDING.fullmatch(lines[number - 1]))
             and ".then(" not in call[1]  # `main().then(console.log)` hands the value on
@@ -909,7 +915,7 @@ class Run(Replay):
             patched = list(lines)
             patched[number - 1] = f"return ({shown});"
             if self._parses("\n".join(patched)):
-                self.printed.write(warning_line(number, "Warning", bare_ending(shown)))
+                self.printed.write(warning_line(number, "Warning", bare_ending(shown, fix)))
                 return
         declared = self._declared_last(lines, number)
         if declared is not None:
@@ -949,7 +955,7 @@ class Run(Replay):
             if re.search(rf"(?<![\w$]){re.escape(name)}(?![\w$])", outside):
                 return None  # called or handed on somewhere: not the case here
             arguments = "..." if _PARAMETERS.search(lines[number - 1]) else ""
-            awaited = "await " if re.search(r"\basync\b", found[0]) else ""
+            awaited = "await " if _ASYNC.search(found[0]) else ""
             call = f"return {awaited}{name}({arguments})"
         return ScriptError(
             name="Error", message=never_called(name, call), lines=[self._line(number)]
@@ -989,11 +995,19 @@ class Run(Replay):
             rf"{assigned}(?:async\s*)?(?:\([^()]*\)|[A-Za-z_$][\w$]*)\s*=>\s*[^\s{{]", code
         ):
             return True
-        declared = re.search(
-            rf"\bfunction\s*\*?\s*{quoted}\s*\(|{assigned}(?:async\b|function\b|\(|[A-Za-z_$][\w$]*\s*=>)",
-            code,
+        return self._declared_function(name) is not None and _RETURNS_VALUE.search(code) is not None
+
+    def _declared_function(self, name: str) -> re.Match[str] | None:
+        """Where the script declares ``name`` as a function (``async function name(``,
+        ``const name = async () =>``), read from the text; it holds ``async`` when the
+        function is async."""
+        quoted = re.escape(name)
+        return re.search(
+            rf"(?<![\w$])(?:async\s+)?function\s*\*?\s*{quoted}\s*\("
+            rf"|(?<![\w$])(?:const|let|var)\s+{quoted}\s*=\s*"
+            r"(?:async\b|function\b|\(|[A-Za-z_$][\w$]*\s*=>)",
+            self.javascript,
         )
-        return declared is not None and _RETURNS_VALUE.search(code) is not None
 
     def _warn_async_foreach(self) -> bool:
         """A line after the printed text for each ``forEach(async ...)`` of the script;

@@ -2352,6 +2352,24 @@ def test_a_script_that_does_not_end_on_a_bare_name_gets_none(code: str) -> None:
     assert ran.printed == "" or ran.printed == "1\n", ran.printed
 
 
+@pytest.mark.parametrize(
+    ("code", "fix"),
+    [
+        ("async function main() {\n  return 1;\n}\nmain;", "await main()"),
+        ("const main = async () => {\n  return 1;\n};\nmain", "await main()"),
+        ("function f() {\n  return 1;\n}\nf", "f()"),
+    ],
+)
+def test_a_function_named_last_is_said_to_be_returned_called(code: str, fix: str) -> None:
+    """`main` alone as the last line: the line said `return main`, which returns the
+    function, which is no data (a second failure before the answer)."""
+    ran = run(code)
+    assert ran.outcome == "finished" and ran.value is None, ran.error
+    name = fix.removeprefix("await ").removesuffix("()")
+    said = BARE.format(name).replace(f"`return {name}`", f"`return {fix}`")
+    assert ran.printed == f"line 4: {said}\n"
+
+
 ASSIGNED = (
     "Warning: the script ends giving `{0}` a value, which goes nowhere: a script's result is "
     "what it returns, so end it with `return {0}`"
