@@ -1863,25 +1863,6 @@ def test_a_coroutine_function_called_last_unawaited_is_said_to_be_returned_await
     )
 
 
-@pytest.mark.parametrize(
-    ("code", "fix"),
-    [
-        ("async def main():\n    return 1\nmain", "await main()"),
-        ("def f():\n    return 1\nf", "f()"),
-    ],
-)
-def test_a_function_named_last_is_said_to_be_returned_called(code: str, fix: str) -> None:
-    """`main` alone as the last line: the line said `return main`, which returns the
-    function, which is no data (a second failure before the answer)."""
-    ran = run(code)
-    assert ran.outcome == "finished" and ran.value is None, ran.error
-    name = fix.removeprefix("await ").removesuffix("()")
-    assert (
-        ran.printed
-        == "line 3: " + BARE.format(name).replace(f"`return {name}`", f"`return {fix}`") + "\n"
-    )
-
-
 def test_asyncio_run_says_to_await_instead() -> None:
     """A model writes a program: `asyncio.run(main())`. It failed with "module 'asyncio' has
     no attribute 'run' in scripts"; now with CPython's words inside a loop and what to

@@ -16,6 +16,7 @@ import pytest
 from sandbox import protocol, runtime
 from sandbox.names import closest_names
 from sandbox.protocol import PRINTED_HEAD, PRINTED_TAIL, VALUE_BOUND, Ran
+from sandbox.replay import bare_ending
 from tests.sandbox.conftest import (
     DAY_MS,
     NEVER_CALLED,
@@ -29,6 +30,7 @@ from tests.sandbox.conftest import (
     script,
     value,
 )
+from tests.sandbox.test_python import run as python_run
 
 
 def roundtrip(ran: Ran) -> Ran:
@@ -2353,21 +2355,23 @@ def test_a_script_that_does_not_end_on_a_bare_name_gets_none(code: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("code", "fix"),
+    ("code", "fix", "said"),
     [
-        ("async function main() {\n  return 1;\n}\nmain;", "await main()"),
-        ("const main = async () => {\n  return 1;\n};\nmain", "await main()"),
-        ("function f() {\n  return 1;\n}\nf", "f()"),
+        ("async function main() {\n  return 1;\n}\nmain;", "await main()", "Warning"),
+        ("const main = async () => {\n  return 1;\n};\nmain", "await main()", "Warning"),
+        ("function main() {\n  return 1;\n}\nmain", "main()", "Warning"),
+        ("async def main():\n    return 1\n\nmain", "await main()", "RuntimeWarning"),  # Python
     ],
 )
-def test_a_function_named_last_is_said_to_be_returned_called(code: str, fix: str) -> None:
+def test_a_function_named_last_is_said_to_be_returned_called(
+    code: str, fix: str, said: str
+) -> None:
     """`main` alone as the last line: the line said `return main`, which returns the
     function, which is no data (a second failure before the answer)."""
-    ran = run(code)
+    ran = python_run(code) if said == "RuntimeWarning" else run(code)
     assert ran.outcome == "finished" and ran.value is None, ran.error
-    name = fix.removeprefix("await ").removesuffix("()")
-    said = BARE.format(name).replace(f"`return {name}`", f"`return {fix}`")
-    assert ran.printed == f"line 4: {said}\n"
+    assert ran.printed == f"line 4: {said}: {bare_ending('main', fix)}\n"
+    assert ran.printed.endswith(f"so write `return {fix}`\n")
 
 
 ASSIGNED = (
