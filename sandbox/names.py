@@ -9,6 +9,7 @@ search takes its words from here too. Standard library only: it is imported befo
 from __future__ import annotations
 
 import difflib
+import keyword
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -116,13 +117,22 @@ def no_such_tool(
     return f"{message}. Find tools with {_FIND_TOOLS[language]}."
 
 
-def unwritable_tool(name: str) -> str:
-    """What a Python script is told of ``tools.<name>`` written as an attribute, for a tool
-    whose name starts with an underscore (``_2fa_verify``), which a script reads through
-    getattr alone: the type check and the run say the same."""
+def unwritable_tool(name: str, written: str | None = None) -> str:
+    """What a Python script is told of ``tools.<written>`` (``written``: ``name`` unless
+    given) written as an attribute, for the tool ``name``, which a script reads through
+    getattr alone: its name starts with an underscore (``_2fa_verify``) or is a keyword
+    (``class``), or it was written starting with a digit (``tools.2fa_verify`` of the tool
+    ``_2fa_verify``). The type check and the run say the same."""
+    written = written or name
+    if written[:1].isdigit():
+        why = "a name cannot start with a digit"
+    elif keyword.iskeyword(written):
+        why = f"`{written}` is a keyword of Python"
+    else:
+        why = "a script reads none whose name starts with an underscore"
     return (
-        f"tools.{name} cannot be written as an attribute (a script reads none whose name "
-        f'starts with an underscore): call it as await getattr(tools, "{name}")(...)'
+        f"tools.{written} cannot be written as an attribute ({why}): call it as "
+        f'await getattr(tools, "{name}")(...)'
     )
 
 

@@ -855,6 +855,8 @@ def _defines_only(node: ast.stmt) -> bool:
     return False
 
 
+# A tool written as an attribute on a line (`tools.class`, `tools.2fa_verify`).
+_TOOL_ATTRIBUTE = re.compile(r"\btools\s*\.\s*(\w+)")
 _MAIN_GUARD_NEVER_RUNS = (
     'the block of `if __name__ == "__main__":` never runs: a script is the body of an async '
     "function, not a program, so call what it calls directly (as `return await main()`)"
@@ -4143,6 +4145,8 @@ class Run(Replay):
             if line and e.offset and e.offset > 0:
                 message += f" (column {e.offset})"  # the script's own: it is parsed as written
             message += _syntax_hint(message)
+            if lines:
+                message = self._unwritable_tool(lines[0].text) or message
             return self._finish(
                 Ran(
                     outcome="failed",
@@ -4347,6 +4351,17 @@ class Run(Replay):
                 self.printed.write(_warning_line(line, "RuntimeWarning", _well_formed(warning)))
             self._unretrieved()
         return self._finish(ran)
+
+    def _unwritable_tool(self, text: str) -> str | None:
+        """What to say of the line ``text``, which does not parse, when it writes a tool as
+        an attribute that Python cannot read (``tools.class``, a keyword; ``tools.2fa_verify``
+        of the tool ``_2fa_verify``), else None: Python's own words were "invalid syntax"."""
+        for written in _TOOL_ATTRIBUTE.findall(text):
+            if keyword.iskeyword(written) and written in self.tool_set:
+                return unwritable_tool(written)
+            if written[:1].isdigit() and "_" + written in self.tool_set:
+                return unwritable_tool("_" + written, written)
+        return None
 
     def _never_called(self) -> ScriptError | None:
         """Why a script that returned nothing, made no call and printed nothing failed when

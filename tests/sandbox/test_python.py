@@ -476,6 +476,34 @@ def test_a_tool_written_as_an_attribute_it_cannot_be_says_how_to_call_it(code: s
     assert (error.name, error.message) == ("AttributeError", unwritable_tool("_2fa_verify"))
 
 
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            'x = 1\nreturn await tools.class(a="x")',
+            "tools.class cannot be written as an attribute (`class` is a keyword of Python): "
+            'call it as await getattr(tools, "class")(...)',
+        ),
+        (
+            'return await tools.2fa_verify(code="1")',
+            "tools.2fa_verify cannot be written as an attribute (a name cannot start with a "
+            'digit): call it as await getattr(tools, "_2fa_verify")(...)',
+        ),
+    ],
+)
+def test_a_tool_written_as_an_attribute_python_cannot_read_says_how_to_call_it(
+    code: str, said: str
+) -> None:
+    """`tools.class(...)` of a tool named `class` failed with "invalid syntax (column 20)
+    (scripts are Python 3.11)", as if a newer Python would take it; `tools.2fa_verify(...)`
+    with "invalid decimal literal", of a tool the script may call as `_2fa_verify`."""
+    error = failed(code, tools=(*TOOLS, "class", "_2fa_verify"))
+    assert (error.name, error.message) == ("SyntaxError", said)
+    assert error.lines[0].line == code.count("\n") + 1
+    # A name no tool has keeps Python's words.
+    assert failed("return tools.class").message.startswith("invalid syntax")
+
+
 def test_tasks_and_gather_not_awaited_say_so_too() -> None:
     code = (
         "import asyncio\n"
