@@ -4369,6 +4369,8 @@ class Run(Replay):
         ``async def main(args):`` never called), else None: each of its statements defines a
         function or a class, imports, or gives a name a value made without a call, and the
         last function's name is read nowhere outside it."""
+        if "def" not in self.script.code:
+            return None
         tree = ast.parse(self.script.code, filename=FILENAME)
         functions = [n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
         guards = [n.lineno for n in tree.body if _is_main_guard(n)]

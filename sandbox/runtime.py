@@ -930,6 +930,8 @@ class Run(Replay):
         => {...}``), else None. Read from the text: each statement at the left margin
         defines a function or data, and the last function's name is written nowhere outside
         it (a heuristic that errs toward None)."""
+        if "function" not in self.javascript and "=>" not in self.javascript:
+            return None
         lines = source_lines(self.javascript, "javascript")
         starts = [
             number
