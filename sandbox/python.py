@@ -3084,6 +3084,9 @@ def _plain(value: Any, root: str, path: tuple[str | int, ...], depth: int, walk:
         hint = " (pass str(value) or float(value))"
     elif kind is types.CoroutineType:
         hint = " (await it for its value; for a list of them, await asyncio.gather(*them))"
+    elif kind is types.FunctionType:  # `return main`, meant as `return await main()`
+        awaited = "call and await" if inspect.iscoroutinefunction(value) else "call"
+        hint = f" ({awaited} it for the data it makes)"
     elif issubclass(kind, enum.Enum):
         hint = " (pass value.value, or value.name)"
     elif dataclasses.is_dataclass(kind):

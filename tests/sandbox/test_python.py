@@ -229,6 +229,22 @@ def test_arguments_that_are_not_data_raise_a_type_error(call: str, needle: str) 
     assert kept.value == ["int", "TypeError"]
 
 
+@pytest.mark.parametrize(
+    ("code", "hint"),
+    [
+        ("async def main():\n    return 1\nreturn main", "call and await it"),
+        ("def f():\n    return 1\nreturn f", "call it"),
+    ],
+)
+def test_a_function_returned_says_to_call_it(code: str, hint: str) -> None:
+    """`return main` for `return await main()`: it said "the returned value is a function;
+    data must be plain (...)", not what to do (a JavaScript script's says to call it)."""
+    assert failed(code).message == (
+        f"the returned value is a function ({hint} for the data it makes); data must be plain "
+        "(dict, list, tuple, str, int, float, bool, None); return plainer data"
+    )
+
+
 def test_tuples_and_numeric_keys_become_json() -> None:
     assert run("await tools.echo(a=(1, 2), b={1: 'x'})").calls[0].arguments == {
         "a": [1, 2],
