@@ -339,7 +339,7 @@ _FUNCTION_VALUE = re.compile(r"\s*(?:async\b\s*)?(?:function\b|\(|[A-Za-z_$][\w$
 
 # A line at the left margin that begins a function's definition (see _never_called):
 # `async function main(args) {`, `const main = async (input) => {`, or a function written
-# alone, `async (input) => {` (TypeScript's `async <T,>() => {`); group 1 or 2 is its name.
+# alone, `async (input) => {` (TypeScript's `async <T,>() => {`); group 1, 2 or 3 is its name.
 _DEFINES_FUNCTION = re.compile(
     r"(?:async\s+)?function\b\s*\*?\s*([A-Za-z_$][\w$]*)?"
     r"|(?:const|let|var)\s+([A-Za-z_$][\w$]*)\s*(?::[^=]{1,80})?=\s*(?:async\b\s*)?"
