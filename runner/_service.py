@@ -673,6 +673,13 @@ class RunnerService:
                 # every other connection's heartbeats and steps waited (a client took the
                 # service for gone). On a thread the loop still runs between its turns.
                 parse = _off_loop if len(line) > OFF_LOOP_LINE else _on_loop
+                try:  # what decoding it takes: 0.05 s for 30 MB, so counted as it is parsed
+                    hold.reserve(len(line), await parse(wire.decoding_cost, line))
+                except wire.OverBudget as e:  # read whole: the connection is in step
+                    hold.release()
+                    self._line_refused(conn, e)
+                    await conn.send(self._busy(self._over_budget(e)))
+                    continue
                 try:
                     kind, body = await parse(wire.envelope, line)
                     del line
@@ -715,8 +722,7 @@ class RunnerService:
     async def _skip_line(self, conn: wire.Channel, bound: int, e: wire.OverBudget) -> bool:
         """Read to the end of a line the budget had no room for, holding none of it, so the
         connection stays in step. False: the connection was dropped meanwhile."""
-        self.lines_refused += 1
-        log.warning("%s: a line was dropped: %s", conn.peer, e)
+        self._line_refused(conn, e)
         try:
             await conn.skip_line(bound, self.line_timeout)
         except TimeoutError:
@@ -726,6 +732,10 @@ class RunnerService:
             await self._fail(conn, f"dropped: {e}", "protocol")
             return False
         return True
+
+    def _line_refused(self, conn: wire.Channel, e: wire.OverBudget) -> None:
+        self.lines_refused += 1
+        log.warning("%s: a line was dropped: %s", conn.peer, e)
 
     def _offers_live(self, version: int) -> bool:
         return version >= wire.LIVE_WIRE_VERSION and self.live_max > 0 and takes_live(self.runner)
@@ -932,6 +942,13 @@ class RunnerService:
             if line is None:
                 log.info("%s: live step %s ended: the client left", conn.peer, held.script.id)
                 return False, None
+            try:
+                hold.reserve(len(line), wire.decoding_cost(line))
+            except wire.OverBudget as e:  # as one past the budget as it is read (above)
+                self._line_refused(conn, e)
+                why = f"the live process cannot go on: {self._over_budget(e)}"
+                await self._fail(conn, why, "live")
+                return True, None
             try:
                 records = protocol.decode_resume(line)
             except protocol.ProtocolError as e:

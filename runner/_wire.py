@@ -157,6 +157,18 @@ class LineBudget:
         return LineHold(self)
 
 
+def decoding_cost(line: bytes) -> int:
+    """What decoding ``line`` takes beyond its bytes, in bytes of a :class:`LineBudget`
+    (whose default share of memory allows for about three times a line's bytes): each JSON
+    value a Python object in a list's or a dict's slot (some 64 bytes: a small text, a
+    number), each object a dict and often a model (some 320). Two counts at memory speed.
+
+    Measured: 300,000 records of 39 bytes each took 23 times their line's bytes to decode,
+    300,000 texts of 4 bytes 18 times; a line of 14 million tiny records, 525 MiB, took
+    11.2 GB, past any budget counted by the line's bytes alone."""
+    return (line.count(b",") * 64 + line.count(b"{") * 320) // 3
+
+
 class LineHold:
     """One line's share of a :class:`LineBudget`."""
 
@@ -181,6 +193,22 @@ class LineHold:
             budget.taken += more
             self.held += more
         return grant
+
+    def reserve(self, have: int, extra: int) -> None:
+        """Hold ``extra`` bytes beyond the ``have`` the line holds (what decoding it takes
+        beyond its bytes: :func:`decoding_cost`), all of them or none: raises
+        :class:`OverBudget` when the budget has no room for them."""
+        budget = self.budget
+        if have + extra > budget.free + self.held + budget.left:
+            raise OverBudget(
+                f"decoding the line's {have:,} bytes takes about {extra:,} more, while the "
+                f"service's other connections hold {budget.taken - self.held:,} of its line "
+                f"budget of {budget.total:,} bytes"
+            )
+        more = have + extra - budget.free - self.held
+        if more > 0:
+            budget.taken += more
+            self.held += more
 
     def release(self) -> None:
         """Give back what the line held; it may be called again (it gives back nothing)."""

@@ -274,6 +274,53 @@ async def test_a_live_steps_results_past_the_budget_end_the_process_and_the_clie
         await remote.aclose()
 
 
+def tiny_records(count: int) -> list[Record]:
+    """Records of a few bytes each, which take far more to decode than their bytes."""
+    return [Record(name="t", arguments={}, result=i % 10) for i in range(count)]
+
+
+async def test_a_line_that_takes_past_the_budget_to_decode_is_refused_busy() -> None:
+    """A line is charged what decoding it takes, not its bytes alone: one of many tiny
+    records (some 800 bytes each to decode, in a line of 40) is answered busy naming what
+    decoding it takes and the budget, its connection in step; a line of as many bytes of
+    text is taken. (A service took such lines whole: one of 14 million records took 11 GB.)"""
+    async with services(FakeRunner(), line_memory=BUDGET) as [service]:
+        many = script("return 1", id="many", records=tiny_records(10_000))
+        line = orjson.dumps({"script": {**many.model_dump(exclude_unset=True), "tenant": "t"}})
+        assert len(line) < 600 * KiB  # a line of text this long is taken (below)
+        client = await welcomed(service.address)
+        await client.send(line + b"\n")
+        answer = await client.receive()
+        assert "busy" in answer, answer
+        why = answer["busy"]["error"]
+        assert "decoding the line's" in why and "line budget of 1,048,576 bytes" in why, why
+        assert "--line-memory" in why
+        assert service.lines_refused == 1 and service.line_bytes == 0
+
+        await client.send(script_line("// " + "a" * len(line), id="text"))
+        assert (await client.receive())["step"]["value"] == {"runner": "fake", "id": "text"}
+        assert service.line_bytes == 0
+        client.close()
+
+
+async def test_a_live_results_line_that_takes_past_the_budget_to_decode_ends_the_process() -> None:
+    """A live step's results line of many tiny values is charged what decoding it takes:
+    past the budget, the process is ended and the client told it cannot go on (the engine
+    replays from its log), and nothing of the line stays held."""
+    local = _LiveRunner()
+    async with services(local, line_memory=BUDGET) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        t = script("await tools.t({}); return 1", tools=["t"], id="live")
+        step = await remote.run(t, live=True)
+        assert step.live is not None
+        with pytest.raises(RunError, match=r"cannot go on.*decoding the line's"):
+            await step.live.resume([Record(name="t", arguments={}, result=[{"a": 1}] * 20_000)])
+        await until(lambda: local.made[0].closed, "the live process to be ended")
+        assert service.live_runs == 0 and service.lines_refused == 1
+        await until(lambda: service.line_bytes == 0, "the line's share")
+        await remote.aclose()
+
+
 async def test_the_serve_command_takes_line_memory(tmp_path: Path) -> None:
     """``--line-memory`` takes a size word, and bounds the lines (and max_line) it takes;
     ``--live-memory`` takes one too."""
