@@ -117,13 +117,19 @@ def no_such_tool(
     return f"{message}. Find tools with {_FIND_TOOLS[language]}."
 
 
-def unwritable_tool(name: str, written: str | None = None) -> str:
-    """What a Python script is told of ``tools.<written>`` (``written``: ``name`` unless
-    given) written as an attribute, for the tool ``name``, which a script reads through
-    getattr alone: its name starts with an underscore (``_2fa_verify``) or is a keyword
-    (``class``), or it was written starting with a digit (``tools.2fa_verify`` of the tool
-    ``_2fa_verify``). The type check and the run say the same."""
+def unwritable_tool(name: str, written: str | None = None, *, language: str = "python") -> str:
+    """What a script is told of ``tools.<written>`` (``written``: ``name`` unless given)
+    written as an attribute, for the tool ``name``: in Python, which a script reads through
+    getattr alone, its name starts with an underscore (``_2fa_verify``) or is a keyword
+    (``class``); in either language, it was written starting with a digit
+    (``tools.2fa_verify`` of the tool ``_2fa_verify``). The type check and the run say the
+    same."""
     written = written or name
+    if language == "javascript":
+        return (
+            f"tools.{written} cannot be written as an attribute (a name cannot start with a "
+            f"digit): the tool is tools.{name}, called as await tools.{name}({{ ... }})"
+        )
     if written[:1].isdigit():
         why = "a name cannot start with a digit"
     elif keyword.iskeyword(written):

@@ -23,6 +23,7 @@ import orjson
 
 from sandbox import rejections, typescript
 from sandbox.files import Fetch
+from sandbox.names import unwritable_tool
 from sandbox.protocol import (
     ERROR_MESSAGE_BOUND,
     ERROR_NAME_BOUND,
@@ -352,6 +353,8 @@ _DEFINES_FUNCTION = re.compile(
 _DEFINES_DATA = re.compile(r"(?:const|let|var)\s+[^(]*$|(?:type|interface)\s+[A-Za-z_$]")
 _PARAMETERS = re.compile(r"\(\s*[^\s)]")
 _ASYNC = re.compile(r"\basync\b")
+# A tool written as an attribute that starts with a digit (`tools.2fa_verify`).
+_DIGIT_TOOL = re.compile(r"\btools\s*\.\s*(\d[\w$]*)")
 
 # `await` in a function that is not async, which QuickJS reports as "expecting ';'" or
 # "Unexpected identifier": told by the script parsing once that line's awaits are blanked.
@@ -821,7 +824,12 @@ class Run(Replay):
             return stripper.strip(code, memory=self.limits.memory, stack=STRIP_STACK_BYTES)
         except typescript.StripError as e:
             lines = self._lines(f"<input>:{e.line}") if e.line else []
-            error = ScriptError(name="SyntaxError", message=_cut(e.message, 1000), lines=lines)
+            message = _cut(e.message, 1000)
+            for written in _DIGIT_TOOL.findall(lines[0].text if lines else ""):
+                if "_" + written in self.script.tools:  # `tools.2fa_verify`: its name here
+                    message = unwritable_tool("_" + written, written, language="javascript")
+                    break
+            error = ScriptError(name="SyntaxError", message=message, lines=lines)
             self._end(Ran(outcome="failed", error=error))
 
     def _conclude(self) -> Ran:

@@ -2410,6 +2410,28 @@ def test_a_script_that_ends_giving_a_name_a_value_gets_a_line(code: str, printed
     assert ran.printed == printed
 
 
+@pytest.mark.parametrize(
+    "code",
+    [
+        'return await tools.2fa_verify({ code: "1" });',
+        'const n: number = 1;\nreturn await tools.2fa_verify({ code: "1" });',  # TypeScript
+    ],
+)
+def test_a_tool_written_from_a_digit_says_its_name(code: str) -> None:
+    """`tools.2fa_verify(...)` (the MCP tool "2fa_verify", named `_2fa_verify` here) failed
+    with the parser's `Unexpected token, expected ";" (1:19)`."""
+    ran = run(code, tools=["_2fa_verify"])
+    assert ran.outcome == "failed" and ran.error is not None, ran
+    assert (ran.error.name, ran.error.message) == (
+        "SyntaxError",
+        "tools.2fa_verify cannot be written as an attribute (a name cannot start with a digit): "
+        "the tool is tools._2fa_verify, called as await tools._2fa_verify({ ... })",
+    )
+    assert [x.line for x in ran.error.lines] == [code.count("\n") + 1]
+    # One no tool is named so keeps the parser's words.
+    assert run("return tools.2fa;").error.message.startswith("Unexpected token")  # type: ignore[union-attr]
+
+
 A_FUNCTION_ALONE = (
     "the script is a function that is never called, so none of its code ran: write its body "
     "as the script itself (a script is already the body of an async function: await works at "
