@@ -923,9 +923,12 @@ async def test_a_queue_timeout_under_the_retry_delay_still_tries_again() -> None
     assert runner.tries == 2
     never = _Refusing(failures=10**6)
     engine = CodeMode([], runner=never, retry_delay=3, queue_timeout=0.2)
-    with pytest.raises(StepUnavailable, match=r"in 0\.2 s of trying \(queue_timeout 0.2 s"):
+    with pytest.raises(StepUnavailable, match=r"of trying \(queue_timeout 0.2 s") as caught:
         await engine.run_code("return 4")
     assert never.tries == 2
+    # Tried again at queue_timeout, not given up at once; a loaded machine may wake later.
+    waited = re.search(r"in (\d+\.\d) s of trying", str(caught.value))
+    assert waited is not None and float(waited.group(1)) >= 0.2, caught.value
 
 
 async def test_queue_timeout_and_permanent_refusals_raise_step_unavailable() -> None:
