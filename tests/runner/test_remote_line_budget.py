@@ -244,6 +244,17 @@ class _LiveRunner(ScriptRunner):
         return Step(outcome="calls", calls=[Call(name="t", arguments={})], live=self.made[-1])
 
 
+LIVE_SCRIPT = script("await tools.t({}); return 1", tools=["t"], id="live")
+
+
+async def live_step(service: RunnerService) -> tuple[RemoteRunner, LiveRun]:
+    """A RemoteRunner of ``service``, and the live run of a step of :data:`LIVE_SCRIPT`."""
+    remote = RemoteRunner([service.address], TOKEN)
+    step = await remote.run(LIVE_SCRIPT, live=True)
+    assert step.live is not None
+    return remote, step.live
+
+
 async def test_a_live_steps_results_past_the_budget_end_the_process_and_the_client_replays() -> (
     None
 ):
@@ -252,21 +263,19 @@ async def test_a_live_steps_results_past_the_budget_end_the_process_and_the_clie
     from its log); the connection takes requests again. With room, results go through."""
     local = _LiveRunner()
     async with services(local, line_memory=BUDGET) as [service]:
-        remote = RemoteRunner([service.address], TOKEN)
-        t = script("await tools.t({}); return 1", tools=["t"], id="live")
-        step = await remote.run(t, live=True)
-        assert step.live is not None and service.live_runs == 1
+        remote, live = await live_step(service)
+        assert service.live_runs == 1
         first = script_line("// " + "a" * (800 * KiB), id="first")
         a = await holding(service, first[:-100], 700 * KiB)
         big = [Record(name="t", arguments={}, result="r" * (600 * KiB))]
         with pytest.raises(RunError, match=r"cannot go on.*line budget of 1,048,576"):
-            await step.live.resume(big)
+            await live.resume(big)
         await until(lambda: local.made[0].closed, "the live process to be ended")
         assert service.live_runs == 0 and service.line_bytes > 0
         a.close()
         await until(lambda: service.line_bytes == 0, "the dropped line's share")
 
-        again = await remote.run(t, live=True)
+        again = await remote.run(LIVE_SCRIPT, live=True)
         assert again.live is not None
         done = await again.live.resume(big)
         assert done.value == 600 * KiB
@@ -309,12 +318,9 @@ async def test_a_live_results_line_that_takes_past_the_budget_to_decode_ends_the
     replays from its log), and nothing of the line stays held."""
     local = _LiveRunner()
     async with services(local, line_memory=BUDGET) as [service]:
-        remote = RemoteRunner([service.address], TOKEN)
-        t = script("await tools.t({}); return 1", tools=["t"], id="live")
-        step = await remote.run(t, live=True)
-        assert step.live is not None
+        remote, live = await live_step(service)
         with pytest.raises(RunError, match=r"cannot go on.*decoding the line's"):
-            await step.live.resume([Record(name="t", arguments={}, result=[{"a": 1}] * 20_000)])
+            await live.resume([Record(name="t", arguments={}, result=[{"a": 1}] * 20_000)])
         await until(lambda: local.made[0].closed, "the live process to be ended")
         assert service.live_runs == 0 and service.lines_refused == 1
         await until(lambda: service.line_bytes == 0, "the line's share")
@@ -340,15 +346,12 @@ async def test_a_live_steps_results_past_max_line_are_not_sent() -> None:
     client ends the live run instead, says why, and the service takes the next step."""
     local = _LiveRunner()
     async with services(local, line_memory=BUDGET) as [service]:
-        remote = RemoteRunner([service.address], TOKEN)
-        t = script("await tools.t({}); return 1", tools=["t"], id="live")
-        step = await remote.run(t, live=True)
-        assert step.live is not None
+        remote, live = await live_step(service)
         over = [Record(name="t", arguments={}, result="r" * (BUDGET + 100 * KiB))]
         with pytest.raises(RunError, match=r"over the 1,114,112 the runner service .* takes"):
-            await step.live.resume(over)
+            await live.resume(over)
         await until(lambda: local.made[0].closed, "the live process to be ended")
-        again = await remote.run(t, live=True)  # in rotation: not "out of rotation"
+        again = await remote.run(LIVE_SCRIPT, live=True)  # in rotation: not "out of rotation"
         assert again.live is not None
         assert (await again.live.resume([Record(name="t", arguments={}, result="x")])).value == 1
         await remote.aclose()
