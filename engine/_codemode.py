@@ -130,9 +130,39 @@ class _Flight:
         self.orphaned = False
 
 
-def _unreachable(e: StoreUnavailable) -> None:
-    """Say that :meth:`CodeMode.work` could not reach the session log and goes on."""
-    logger.warning("worker could not reach the session log, trying again: %s", e)
+# While the session log cannot be reached, a worker says so again this often (seconds).
+UNREACHABLE_EVERY = 60.0
+
+
+class _Outage:
+    """What :meth:`CodeMode.work` says while it cannot reach the session log: a warning when
+    that begins, another each :data:`UNREACHABLE_EVERY` seconds it lasts (it looks again at
+    each ``poll_interval``: a line a second), and a line when the log answers again."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.said_at = 0.0
+
+    def failed(self, e: StoreUnavailable) -> None:
+        now = time.monotonic()
+        if self.since is None:
+            self.since = self.said_at = now
+            logger.warning("worker could not reach the session log, trying again: %s", e)
+        elif now - self.said_at >= UNREACHABLE_EVERY:
+            self.said_at = now
+            logger.warning(
+                "worker still cannot reach the session log after %.0f s, trying again: %s",
+                now - self.since,
+                e,
+            )
+
+    def answered(self) -> None:
+        if self.since is not None:
+            logger.warning(
+                "worker reached the session log again after %.0f s",
+                time.monotonic() - self.since,
+            )
+            self.since = None
 
 
 class CodeMode(StepLoop):
@@ -747,6 +777,7 @@ class CodeMode(StepLoop):
         # Scripts this worker could not drive (a tool it lacks), passed over until a time:
         # taken again at once, the oldest of them would be all it ever looked at.
         left: dict[str, float] = {}
+        outage = _Outage()
         while not stop.is_set():
             now = time.monotonic()
             for script_id in [s for s, until in left.items() if until <= now]:
@@ -775,8 +806,10 @@ class CodeMode(StepLoop):
                     raise
                 # A database restart or outage: what waits in the log waits on, and the
                 # worker goes on looking once it answers (a service dying here would not).
-                _unreachable(e)
+                outage.failed(e)
                 drive = None
+            else:
+                outage.answered()
             if drive is None:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.poll_interval):
@@ -793,7 +826,7 @@ class CodeMode(StepLoop):
                 if isinstance(e, StoreUnavailable) and not e.permanent:
                     # The log failed, not this host: the script is looked at as any other
                     # once it answers (its lease, kept, runs out on its own).
-                    _unreachable(e)
+                    outage.failed(e)
                     continue
                 logger.warning(
                     "worker left script=%s (looked at again in %g s): %s",

@@ -28,8 +28,10 @@ from engine import (
     CodeModeError,
     ConfigError,
     LogStore,
+    MemoryStore,
     RunResult,
     ScriptRecord,
+    StoreUnavailable,
     ToolsMissing,
     tool,
 )
@@ -1725,3 +1727,49 @@ async def test_a_cancelled_call_whose_thread_had_not_begun_runs_on_resume(tmp_pa
         await engine.aclose()
     assert (result.status, result.value) == ("finished", ["charged 1", "charged 2"]), result.text
     assert sorted(charges.done) == [1, 2]
+
+
+class _DownStore(MemoryStore):
+    """A memory log whose claims fail as a database down does while ``down`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+        self.claims_failed = 0
+
+    async def claim_ready(self, *args: Any, **kwargs: Any) -> Lease | None:
+        if self.down:
+            self.claims_failed += 1
+            raise StoreUnavailable("the session log did not answer (down for this test)")
+        return await super().claim_ready(*args, **kwargs)
+
+
+async def test_a_worker_says_once_that_it_cannot_reach_the_log_and_once_that_it_can(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker that looks for work every poll_interval while its log is down warns when
+    the outage begins, not at each look (a line a second), and says when the log answers
+    again."""
+    store = _DownStore()
+    worker = CodeMode([], runner=InProcessRunner(), store=store, poll_interval=0.01)
+    stop = asyncio.Event()
+    work = asyncio.create_task(worker.work(stop=stop))
+    try:
+        for _ in range(500):
+            if store.claims_failed >= 20:
+                break
+            await asyncio.sleep(0.01)
+        assert store.claims_failed >= 20
+        store.down = False
+        for _ in range(500):
+            if any("reached the session log" in r.getMessage() for r in caplog.records):
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        stop.set()
+        await work
+        await worker.aclose()
+    said = [r.getMessage() for r in caplog.records if "session log" in r.getMessage()]
+    assert said[0].startswith("worker could not reach the session log, trying again: ")
+    assert re.fullmatch(r"worker reached the session log again after \d+ s", said[1]), said
+    assert len(said) == 2, said
