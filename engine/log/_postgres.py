@@ -62,12 +62,19 @@ def _session(schema: str) -> str:
     write that waited for a row another host changed failed, as did writes that met in the
     scripts table (46 of 200 scripts at once). Text goes both ways in UTF8, whatever
     client_encoding the role sets (in LATIN1, a script with an emoji failed its write with
-    a raw UnicodeEncodeError from the driver)."""
+    a raw UnicodeEncodeError from the driver). No idle_session_timeout either (the server
+    cut the pool's connections between a script's steps, and the next write reconnected)
+    nor transaction_timeout (which cancels a write waiting for a row lock, as lock_timeout
+    did)."""
     return (
         f'SET search_path TO "{schema}"; '
         f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'; "
         "SET statement_timeout = 0; SET lock_timeout = 0; "
-        "SET default_transaction_isolation = 'read committed'; SET client_encoding = 'UTF8'"
+        "SET default_transaction_isolation = 'read committed'; SET client_encoding = 'UTF8'; "
+        # Settings of later servers than the oldest the log takes (idle_session_timeout:
+        # PostgreSQL 14, transaction_timeout: 17), set where the server has them.
+        "SELECT set_config(name, '0', false) FROM pg_settings "
+        "WHERE name IN ('idle_session_timeout', 'transaction_timeout')"
     )
 
 

@@ -422,6 +422,28 @@ async def test_postgres_timeouts_the_role_sets_cancel_no_write_of_the_log(
         await store.aclose()
 
 
+async def test_postgres_idle_session_timeout_the_role_sets_loses_no_write(postgres: str) -> None:
+    """idle_session_timeout on the role or database (here in the dsn's options, as a role's
+    would be): the server would end each of the pool's connections once it had idled that
+    long, between a script's steps, and the log's next write would meet a connection cut
+    under it. The log's sessions take none of it: the write after an idle second goes
+    through on the connection the pool kept."""
+    dsn = _changed(postgres, options="-c idle_session_timeout=200")
+    store = PostgresStore(dsn, schema=f"t_{uuid.uuid4().hex[:16]}")
+    record = ScriptRecord(id="s1", code="return 1", tenant="", now_ms=0, seed=0, created_ms=0)
+    try:
+        assert (await store.start(record, "host-a", 30_000)).created
+        pool = store._pool
+        await asyncio.sleep(1.0)
+        assert (await store.get_script("s1")).code == "return 1"
+        assert store._pool is pool  # no reconnection was needed
+        async with pool.connection() as conn:
+            cur = await conn.execute("SHOW idle_session_timeout")
+            assert (await cur.fetchone())[0] == "0"
+    finally:
+        await store.aclose()
+
+
 async def test_postgres_client_encoding_the_role_sets_is_not_the_logs(postgres: str) -> None:
     """client_encoding = LATIN1 on the role or database (here in the dsn's options, as a
     role's would be): the log keeps a script with an emoji all the same. (Its start failed
