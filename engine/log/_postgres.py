@@ -205,7 +205,9 @@ class PostgresStore(SqlStore):
         self._opening = asyncio.Lock()  # an asyncio lock is its first waiter's loop's
         self._retired = set()  # closing in the loop that ended, or cancelled with it
         if old is not None:
-            for conn in list(old._pool):  # psycopg_pool's idle connections
+            # psycopg_pool's idle connections: private, so a release that renames it
+            # leaves them to the server to close rather than failing the move.
+            for conn in list(getattr(old, "_pool", ())):
                 conn.pgconn.finish()
 
     def _open_failed(self, psycopg: Any, error: BaseException) -> str:
