@@ -67,6 +67,7 @@ from engine._live import (
 )
 from engine._naming import BUILTIN_NAMES, BUILTIN_TOOLS, MAX_KEY
 from engine._result import RunResult
+from engine._schema import script_argument
 from engine._search import ToolIndex
 from engine._skills import Skill, check_skills, named_as, skills_listing
 from engine._source import OtherLanguage, ScriptTooLarge, normalize
@@ -492,6 +493,28 @@ class CodeMode(StepLoop):
         if on_start is not None and joined:
             on_start(result.script_id)
         return result
+
+    async def call_tool(self, name: str, arguments: Any, **options: Any) -> RunResult:
+        """Answer the model's call of a tool as its turn gave it: the tool's ``name``, and
+        ``arguments`` as data (Anthropic's ``input``) or as JSON text (OpenAI's
+        ``arguments``). A call of ``run_code`` with its one argument is
+        ``run_code(code, **options)`` (``key``, ``wait``, ``tenant``, ...); any other call (a
+        tool called directly, no ``code``, an argument run_code does not take, text that is
+        no JSON) starts no script and has a ``failed`` result whose text tells the model
+        what to send instead."""
+        self._check_open()
+        try:
+            if name != protocol.RUN_CODE:
+                raise CodeModeError(self.direct_call_error(name))
+            code = script_argument(arguments)
+        except CodeModeError as e:
+            # The model's mistake, for the model to mend: the host's loop answers it as any
+            # result (a KeyError or JSONDecodeError of the loop ended the conversation).
+            said = str(e)
+            return RunResult(
+                self._new_id(), "failed", said, error={"name": "CodeModeError", "message": said}
+            )
+        return await self.run_code(code, **options)
 
     async def _start(
         self,

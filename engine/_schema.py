@@ -23,7 +23,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from engine._argument_keys import keys_made_text
 from engine._errors import CodeModeError
-from sandbox.protocol import MAX_DEPTH, data_path
+from sandbox.protocol import MAX_DEPTH, RUN_CODE, data_path
 
 KiB = 1024
 
@@ -83,21 +83,36 @@ def a_json_type(value: Any) -> str:
     return _a(json_type(value))
 
 
-def only_argument(
-    arguments: dict[str, Any], tool: str, key: str, example: str, *, empty: bool = False
-) -> str:
+def only_argument(arguments: Any, tool: str, key: str, example: str, *, empty: bool = False) -> str:
     """The one argument the engine's own ``tool`` (``run_code``, ``continue_script``) takes, a
-    string (non-empty unless ``empty``), from the model's ``arguments``; else a
-    :class:`CodeModeError` that says what it takes. Any other argument is refused, not
-    ignored: a model that passed one (a timeout, a language) expects it to act."""
+    string (non-empty unless ``empty``), from the model's ``arguments`` (an object, or its
+    JSON text as OpenAI's APIs give it); else a :class:`CodeModeError` that says what it
+    takes. Any other argument is refused, not ignored: a model that passed one (a timeout, a
+    language) expects it to act."""
+    takes = f'{tool} takes only {{"{key}": "{example}"}}'
+    if isinstance(arguments, str):
+        try:
+            arguments = orjson.loads(arguments)
+        except orjson.JSONDecodeError as e:
+            raise CodeModeError(f"{takes}; its arguments were no JSON ({e})") from None
+    if not isinstance(arguments, dict):
+        raise CodeModeError(
+            f"{takes}; its arguments must be an object, not {a_json_type(arguments)}"
+        )
     value = arguments.get(key)
     others = sorted(str(k) for k in arguments if k != key)
     if not isinstance(value, str) or not (value or empty) or others:
         extra = f"; leave out {', '.join(repr(k)[:80] for k in others)}" if others else ""
         if key in arguments and not isinstance(value, str):
             extra = f"; {key} must be a string, not {a_json_type(value)}" + extra
-        raise CodeModeError(f'{tool} takes only {{"{key}": "{example}"}}{extra}')
+        raise CodeModeError(takes + extra)
     return value
+
+
+def script_argument(arguments: Any) -> str:
+    """The script of the model's call to ``run_code``, from its ``arguments`` (see
+    :func:`only_argument`); an empty one is a script too, one that does nothing."""
+    return only_argument(arguments, RUN_CODE, "code", "<the script>", empty=True)
 
 
 def _depth(value: Any) -> int:

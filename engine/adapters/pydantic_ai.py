@@ -65,7 +65,7 @@ from engine._errors import (
 from engine._functions import as_tools, check_tool_list
 from engine._functions import tool as engine_tool
 from engine._result import RunResult
-from engine._schema import only_argument
+from engine._schema import script_argument
 from engine._tools import Tool
 from engine.adapters._formats import attachable, media_data, not_taken
 from engine.log import AWAITING_APPROVAL, ENDED, ScriptRecord
@@ -308,7 +308,7 @@ class CodeModeToolset(FunctionToolset[Any]):
         # pydantic-ai checks no arguments against a schema it was given: a call without
         # code, or with another argument, raised a TypeError out of the agent's run.
         try:
-            code = only_argument(arguments, RUN_CODE, "code", "<the script>", empty=True)
+            code = script_argument(arguments)
         except CodeModeError as e:
             raise ModelRetry(str(e)) from None
         seen = await self._seen(ctx) if ctx.tool_call_approved else set()

@@ -42,7 +42,7 @@ from engine._codemode import CodeMode
 from engine._errors import CallNotWaiting, CodeModeError, ConfigError
 from engine._events import Event
 from engine._result import RunResult
-from engine._schema import only_argument
+from engine._schema import only_argument, script_argument
 from engine._tools import Tool
 from engine.mcp._config import SERVER_NAME, codemode_version
 from engine.mcp._stdio import MAX_MESSAGE, well_formed_json
@@ -147,7 +147,7 @@ class CodeModeServer:
 
         try:
             if name == "run_code":
-                code = only_argument(arguments, name, "code", "<the script>", empty=True)
+                code = script_argument(arguments)
                 result = await engine.run_code(code, on_start=started)
             elif name == CONTINUE:
                 script_id = only_argument(arguments, name, "script_id", "<id>")

@@ -27,7 +27,10 @@ async def advance(client: Any, engine: CodeMode, messages: list[dict[str, Any]])
         uses = [b for b in messages[-1]["content"] if b["type"] == "tool_use"]
         if not uses:
             return True
-        results = [await engine.run_code(u["input"]["code"], key=u["id"], wait=WAIT) for u in uses]
+        # A call run_code cannot take (no code, another tool) is answered, for the model.
+        results = [
+            await engine.call_tool(u["name"], u["input"], key=u["id"], wait=WAIT) for u in uses
+        ]
         if any(r.status in ("paused", "elsewhere") for r in results):
             return False
         answers = [r.to_anthropic(u["id"]) for u, r in zip(uses, results)]

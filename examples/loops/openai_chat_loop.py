@@ -1,7 +1,6 @@
 """Code mode in an OpenAI Chat Completions loop, with pauses (see anthropic_loop.py: the same
 loop; the tool-call ids of a paused turn wait in `messages`)."""
 
-import json
 from typing import Any
 
 from engine import CodeMode
@@ -23,8 +22,12 @@ async def advance(client: Any, engine: CodeMode, messages: list[dict[str, Any]])
         calls = messages[-1].get("tool_calls") or []
         if not calls:
             return True
-        codes = [json.loads(c["function"]["arguments"])["code"] for c in calls]
-        results = [await engine.run_code(s, key=c["id"], wait=WAIT) for s, c in zip(codes, calls)]
+        results = [
+            await engine.call_tool(
+                c["function"]["name"], c["function"]["arguments"], key=c["id"], wait=WAIT
+            )
+            for c in calls
+        ]
         if any(r.status in ("paused", "elsewhere") for r in results):
             return False
         # Every tool message first, then the media (a tool message takes text only).

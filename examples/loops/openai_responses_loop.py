@@ -1,7 +1,6 @@
 """Code mode in an OpenAI Responses loop, with pauses (see anthropic_loop.py: the same loop;
 a paused turn's function calls wait in `items`, unanswered)."""
 
-import json
 from typing import Any
 
 from engine import CodeMode
@@ -22,9 +21,9 @@ async def advance(client: Any, engine: CodeMode, items: list[dict[str, Any]]) ->
             )
             items += [o.to_dict() for o in reply.output]
             continue
-        codes = [json.loads(c["arguments"])["code"] for c in calls]
         results = [
-            await engine.run_code(s, key=c["call_id"], wait=WAIT) for s, c in zip(codes, calls)
+            await engine.call_tool(c["name"], c["arguments"], key=c["call_id"], wait=WAIT)
+            for c in calls
         ]
         if any(r.status in ("paused", "elsewhere") for r in results):
             return False

@@ -45,7 +45,11 @@ def _example(name: str) -> Any:
     return module
 
 
-def _anthropic_turns() -> list[dict[str, Any]]:
+# A model call: its id, the tool it names and its arguments (data, or JSON text).
+Call = tuple[str, str, Any]
+
+
+def _anthropic_turns(calls: list[Call] | None = None) -> list[dict[str, Any]]:
     usage = {"input_tokens": 10, "output_tokens": 20}
     head = {
         "type": "message",
@@ -61,7 +65,10 @@ def _anthropic_turns() -> list[dict[str, Any]]:
             "stop_reason": "tool_use",
             "content": [
                 {"type": "text", "text": "I'll ping the oldest PR."},
-                {"type": "tool_use", "id": "toolu_01", "name": "run_code", "input": {"code": CODE}},
+                *(
+                    {"type": "tool_use", "id": i, "name": name, "input": arguments}
+                    for i, name, arguments in calls or [("toolu_01", "run_code", {"code": CODE})]
+                ),
             ],
         },
         {
@@ -73,7 +80,7 @@ def _anthropic_turns() -> list[dict[str, Any]]:
     ]
 
 
-def _chat_turns() -> list[dict[str, Any]]:
+def _chat_turns(calls: list[Call] | None = None) -> list[dict[str, Any]]:
     def turn(message: dict[str, Any], reason: str) -> dict[str, Any]:
         return {
             "id": "chatcmpl-1",
@@ -86,23 +93,21 @@ def _chat_turns() -> list[dict[str, Any]]:
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
         }
 
-    call = {
-        "id": "call_01",
-        "type": "function",
-        "function": {"name": "run_code", "arguments": ARGS},
-    }
-    first = {
+    first: dict[str, Any] = {
         "role": "assistant",
         "content": None,
         "refusal": None,
         "annotations": [],
-        "tool_calls": [call],
+        "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": name, "arguments": _text(arguments)}}
+            for i, name, arguments in calls or [("call_01", "run_code", ARGS)]
+        ],
     }
     last = {"role": "assistant", "content": "Done.", "refusal": None, "annotations": []}
     return [turn(first, "tool_calls"), turn(last, "stop")]
 
 
-def _responses_turns() -> list[dict[str, Any]]:
+def _responses_turns(calls: list[Call] | None = None) -> list[dict[str, Any]]:
     def turn(output: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "id": "resp_1",
@@ -116,14 +121,17 @@ def _responses_turns() -> list[dict[str, Any]]:
             "tools": [],
         }
 
-    call = {
-        "type": "function_call",
-        "id": "fc_1",
-        "call_id": "call_01",
-        "name": "run_code",
-        "arguments": ARGS,
-        "status": "completed",
-    }
+    made = [
+        {
+            "type": "function_call",
+            "id": f"fc_{n}",
+            "call_id": i,
+            "name": name,
+            "arguments": _text(arguments),
+            "status": "completed",
+        }
+        for n, (i, name, arguments) in enumerate(calls or [("call_01", "run_code", ARGS)])
+    ]
     text = {
         "type": "message",
         "id": "msg_1",
@@ -131,7 +139,12 @@ def _responses_turns() -> list[dict[str, Any]]:
         "status": "completed",
         "content": [{"type": "output_text", "text": "Done.", "annotations": []}],
     }
-    return [turn([call]), turn([text])]
+    return [turn(made), turn([text])]
+
+
+def _text(arguments: Any) -> str:
+    """A call's arguments as the OpenAI APIs give them: JSON text (or text that is none)."""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
 def _client(api: str, turns: list[dict[str, Any]], sent: list[dict[str, Any]]) -> Any:
@@ -220,3 +233,67 @@ async def test_a_paused_script_in_the_chat_loop(api: str, tmp_path: Path) -> Non
     shown = json.loads(codemode("show", script["id"], "--json", "--data-dir", str(data)).stdout)
     assert [c["state"] for c in shown["calls"]] == ["done", "done"]
     assert shown["script"]["status"] == "finished"
+
+
+@pytest.mark.parametrize("api", list(APIS))
+async def test_a_call_run_code_cannot_take_is_answered_for_the_model(
+    api: str, tmp_path: Path
+) -> None:
+    """A turn's calls without code, of another tool, with an argument too many or (in
+    OpenAI's text) no JSON: each is answered under its id, saying what to send, and the
+    loop goes on with the model; the call beside them runs."""
+    module_name, turns, field, message_type, _ = APIS[api]
+    calls: list[Call] = [
+        ("c_none", "run_code", {}),
+        ("c_direct", "github__list_prs", {"repo": "acme/api"}),
+        ("c_extra", "run_code", {"code": "return 1", "timeout": 5}),
+        ("c_good", "run_code", {"code": "return 6 * 7"}),
+    ]
+    if api != "anthropic":  # Anthropic's input is an object; OpenAI's arguments are text
+        calls.append(("c_cut", "run_code", '{"code": "return'))
+    sent: list[dict[str, Any]] = []
+    client = _client(api, turns(calls), sent)
+    conversation: list[dict[str, Any]] = [{"role": "user", "content": "Go."}]
+    engine = _engine(tmp_path / "data")
+    try:
+        assert await _example(module_name).advance(client, engine, conversation) is True
+    finally:
+        await engine.aclose()
+    assert len(sent) == 2
+    for message in sent[1][field]:
+        conforms(message_type, message)
+    answers = _answers(api, sent[1][field])
+    assert answers == {
+        "c_none": 'run_code takes only {"code": "<the script>"}',
+        "c_direct": "github__list_prs is not called directly: call it from run_code, in a "
+        "script such as `return await tools.github__list_prs({ ... })`",
+        "c_extra": 'run_code takes only {"code": "<the script>"}; leave out \'timeout\'',
+        "c_good": "Script finished.\nReturned:\n42",
+        **(
+            {}
+            if api == "anthropic"
+            else {
+                "c_cut": 'run_code takes only {"code": "<the script>"}; its arguments were '
+                "no JSON (unexpected end of data: line 1 column 17 (char 16))"
+            }
+        ),
+    }
+
+
+def _answers(api: str, items: list[dict[str, Any]]) -> dict[str, str]:
+    """The text of each tool result among the items of a request, by the call's id."""
+    if api == "anthropic":
+        return {
+            b["tool_use_id"]: b["content"][0]["text"]
+            for m in items
+            if isinstance(m["content"], list)
+            for b in m["content"]
+            if b["type"] == "tool_result"
+        }
+    if api == "openai_chat":
+        return {m["tool_call_id"]: m["content"] for m in items if m["role"] == "tool"}
+    return {
+        i["call_id"]: i["output"][0]["text"]
+        for i in items
+        if i.get("type") == "function_call_output"
+    }
