@@ -952,6 +952,42 @@ def _dataclass_exec(source: str, globals: Any = None, locals: Any = None) -> Non
 dataclasses.exec = _dataclass_exec  # type: ignore[attr-defined]  # its global shadows the builtin
 
 
+# What dataclasses reads by a name of its own: every other name it reads is a field's.
+_DATACLASS_READS = frozenset({"__dataclass_fields__", "__dataclass_params__", "__set_name__"})
+
+
+def _dataclass_attribute(obj: Any, name: Any) -> Any:
+    """``name`` as the exact text a field's name holds, when a script's code may use that
+    attribute of ``obj``; else raises ``TypeError`` saying why."""
+    name = _exact(name)
+    if isinstance(name, str) and name not in _DATACLASS_READS:
+        why = _refused_attribute(name, obj)
+        if why is not None and _scripts_code_on_stack():
+            raise TypeError(f"a dataclass of a script cannot use {why}")
+    return name
+
+
+def _dataclass_getattr(obj: Any, name: Any, *default: Any) -> Any:
+    """``getattr`` as ``dataclasses`` sees it. It reads a class's and an object's fields by
+    their names (a default, ``asdict``, ``astuple``, ``replace``, a copy), which a script
+    chooses freely (``type("X", (), {"__annotations__": {"__getattribute__": int}})``, or a
+    field's ``name`` set afterwards): read so, ``object.__getattribute__`` itself reached
+    every attribute of everything. A script's field names pass its own getattr's check."""
+    return getattr(obj, _dataclass_attribute(obj, name), *default)
+
+
+def _dataclass_setstate(self: Any, state: Any) -> None:
+    """A frozen dataclass with slots as a copy restores it, each field by its name checked
+    as ``_dataclass_getattr`` checks it (a field renamed ``__class__`` changed the class)."""
+    for field, value in zip(dataclasses.fields(self), state, strict=False):
+        object.__setattr__(self, _dataclass_attribute(self, field.name), value)
+
+
+# Their globals shadow the builtin and the function dataclasses gives such a class.
+dataclasses.getattr = _dataclass_getattr  # type: ignore[attr-defined]
+dataclasses._dataclass_setstate = _dataclass_setstate  # type: ignore[attr-defined]
+
+
 # ---- safe replacements ----
 
 

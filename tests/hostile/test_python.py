@@ -136,6 +136,14 @@ _LIAR = (
     "class S(str):\n    def startswith(self, *a):\n        return False\n"
     "    def __str__(self):\n        return 'real'\n"
 )
+_DUNDER_FIELD = (
+    "import dataclasses\nZ = dataclasses.dataclass("
+    "type('Z', (), {'__annotations__': {'__getattribute__': int}})"
+)
+_RENAMED = (
+    "import dataclasses\n@dataclasses.dataclass\nclass A:\n    x: int\n"
+    "dataclasses.fields(A)[0].name = '__getattribute__'\na = A(1)\n"
+)
 AT_RUN_TIME = {
     # One underscore is checked when it runs: the script's own objects have such attributes.
     "private attribute": "import random\nrandom._inst",
@@ -224,6 +232,33 @@ AT_RUN_TIME = {
     "operator.attrgetter(S('_run'))(tools)",
     "methodcaller by a str whose str() lies": f"{_LIAR}import operator\n"
     "operator.methodcaller(S('__reduce_ex__'), 2)(tools)",
+    # dataclasses reads fields by their names, which a script chooses: object.__getattribute__
+    # read so reached every attribute of everything (a function's __globals__, then os).
+    "a dataclass field's default by a dunder name": (
+        f"{_DUNDER_FIELD}, init=False, repr=False, eq=False)\n"
+        "dataclasses.fields(Z)[0].default(getattr, '__globals__')"
+    ),
+    "asdict of a class whose metaclass has a dunder field": (
+        f"{_DUNDER_FIELD.replace('(), ', '(type,), ')}, init=False, repr=False, eq=False)\n"
+        "dataclasses.asdict(Z('C', (), {}))['__getattribute__'](getattr, '__globals__')"
+    ),
+    "asdict of a field renamed": (
+        f"{_RENAMED}dataclasses.asdict(a)['__getattribute__']('__class__')"
+    ),
+    "astuple of a field renamed": f"{_RENAMED}dataclasses.astuple(a)[0]('__class__')",
+    "replace of a field renamed": (
+        "import dataclasses\n@dataclasses.dataclass(init=False)\nclass B:\n    x: int\n"
+        "    def __init__(self, **kw):\n        self.kw = kw\n"
+        "dataclasses.fields(B)[0].name = '__getattribute__'\n"
+        "dataclasses.replace(B()).kw['__getattribute__']('__class__')"
+    ),
+    "a copy of a frozen slotted dataclass by a field renamed": (
+        "import copy, dataclasses\n@dataclasses.dataclass(frozen=True, slots=True)\n"
+        "class P:\n    x: int\n@dataclasses.dataclass(frozen=True, slots=True)\nclass Q:\n"
+        "    x: int\ndataclasses.fields(P)[0].name = '__class__'\np = P(1)\n"
+        "class R:\n    def __reduce_ex__(self, proto):\n        return (lambda: p, (), [Q])\n"
+        "copy.copy(R())\nif type(p) is Q:\n    raise RuntimeError('escaped')"
+    ),
     # register() would evaluate a runtime string annotation through typing.get_type_hints.
     "singledispatch evaluates text": (
         "import functools\nevil = '().__class__'\n@functools.singledispatch\ndef f(x):\n"
@@ -294,10 +329,9 @@ def test_dataclasses_of_every_kind_still_work(run: Run) -> None:
         "        _x: int = 0\n"
         "        _items: list = dataclasses.field(default_factory=list)\n"
         "    out.append([repr(P(_x=1)), P(_x=1) == P(_x=1), P(_x=2)._x])\n"
-        "N = dataclasses.make_dataclass('N', [('_y', int)])\n"
         "try:\n"
-        "    N(1)\n"
-        "except AttributeError as e:\n"
+        "    dataclasses.make_dataclass('N', [('_y', int)])\n"
+        "except TypeError as e:\n"
         "    out.append(str(e))\n"
         "return out"
     )
@@ -309,7 +343,7 @@ def test_dataclasses_of_every_kind_still_work(run: Run) -> None:
     assert out[8:15] == [["P(_x=1, _items=[])", True, 2]] * 7
     refused = out[15]
     assert len(out) == 16 and refused.startswith(
-        "the attribute '_y': attributes whose names start with"
+        "a dataclass of a script cannot use the attribute '_y': attributes whose names start with"
     )
 
 
