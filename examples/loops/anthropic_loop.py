@@ -1,7 +1,7 @@
 """Code mode in an Anthropic Messages loop, with pauses.
 
-`advance` runs the conversation on until the model answers in text (True) or a script waits
-for a person (False). The tool-use ids of a paused turn wait in `messages` itself: call
+`advance` runs the conversation on until a model turn calls no tool (True: its answer, or a
+reply cut short) or a script waits for a person (False). The tool-use ids of a paused turn wait in `messages` itself: call
 `advance` again once the person answered (`codemode approve ...`, from any process on the
 same log), and `run_code(..., key=tool_use_id)` picks the same script up where it stopped.
 `messages` is JSON data, so a host may keep it anywhere between the two calls.

@@ -20,6 +20,10 @@ async def advance(client: Any, engine: CodeMode, items: list[dict[str, Any]]) ->
                 model=MODEL, tools=[engine.definition("openai_responses")], input=items
             )
             items += [o.to_dict() for o in reply.output]
+            # No call: the model is done, said it something or not (a reply cut short can
+            # hold its reasoning alone, or nothing: asked again, it was asked forever).
+            if not any(o.type == "function_call" for o in reply.output):
+                return True
             continue
         results = [
             await engine.call_tool(c["name"], c["arguments"], key=c["call_id"], wait=WAIT)

@@ -297,3 +297,27 @@ def _answers(api: str, items: list[dict[str, Any]]) -> dict[str, str]:
         for i in items
         if i.get("type") == "function_call_output"
     }
+
+
+async def test_a_responses_reply_cut_short_ends_the_loop(tmp_path: Path) -> None:
+    """A reply that holds the model's reasoning alone (cut short at max_output_tokens) ends
+    the turn, as one that calls no tool does: the loop asked the model again, without end."""
+    (text_turn,) = _responses_turns()[1:]
+    cut = {
+        **text_turn,
+        "status": "incomplete",
+        "incomplete_details": {"reason": "max_output_tokens"},
+        "output": [{"type": "reasoning", "id": "rs_1", "summary": []}],
+    }
+    sent: list[dict[str, Any]] = []
+    client = _client("openai_responses", [cut, text_turn], sent)
+    items: list[dict[str, Any]] = [{"role": "user", "content": "Think hard."}]
+    engine = _engine(tmp_path / "data")
+    try:
+        assert await _example("openai_responses_loop").advance(client, engine, items) is True
+    finally:
+        await engine.aclose()
+    assert len(sent) == 1
+    assert items[-1] == {"type": "reasoning", "id": "rs_1", "summary": []}
+    for item in items:
+        conforms(ResponseInputItemParam, item)
