@@ -1047,6 +1047,11 @@ def _safe_delattr(obj: Any, name: str) -> None:
     builtins.delattr(obj, name)
 
 
+# copy restores slots by name with setattr: the state a script's __reduce_ex__ gives, onto
+# any object its function returns (a task's private state: the scheduler then failed).
+copy.setattr = _safe_setattr  # type: ignore[attr-defined]  # its global shadows the builtin
+
+
 class _SafeFormatter(string.Formatter):
     """``str.format`` whose fields refuse the attributes scripts may not use."""
 

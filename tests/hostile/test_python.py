@@ -144,6 +144,11 @@ _RENAMED = (
     "import dataclasses\n@dataclasses.dataclass\nclass A:\n    x: int\n"
     "dataclasses.fields(A)[0].name = '__getattribute__'\na = A(1)\n"
 )
+_COPY_ONTO_TASK = (
+    "import copy, asyncio\nasync def f():\n    await asyncio.sleep(0)\n    return 1\n"
+    "t = asyncio.create_task(f())\nclass R:\n    def __reduce_ex__(self, proto):\n"
+    "        return (lambda: t, (), (None, {state}))\ncopy.copy(R())\nreturn await t"
+)
 AT_RUN_TIME = {
     # One underscore is checked when it runs: the script's own objects have such attributes.
     "private attribute": "import random\nrandom._inst",
@@ -259,6 +264,10 @@ AT_RUN_TIME = {
         "class R:\n    def __reduce_ex__(self, proto):\n        return (lambda: p, (), [Q])\n"
         "copy.copy(R())\nif type(p) is Q:\n    raise RuntimeError('escaped')"
     ),
+    # copy sets the slots its state names on whatever object the script's function returns:
+    # a task's private state (the scheduler then failed, and the sandbox process with it).
+    "copy writes a task's waiters": _COPY_ONTO_TASK.format(state="{'_callbacks': 5}"),
+    "copy settles a task": _COPY_ONTO_TASK.format(state="{'_done': True, '_value': 9}"),
     # register() would evaluate a runtime string annotation through typing.get_type_hints.
     "singledispatch evaluates text": (
         "import functools\nevil = '().__class__'\n@functools.singledispatch\ndef f(x):\n"
