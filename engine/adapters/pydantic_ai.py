@@ -66,6 +66,7 @@ from engine._functions import as_tools, check_tool_list
 from engine._functions import tool as engine_tool
 from engine._result import RunResult
 from engine._schema import script_argument
+from engine._source import normalize
 from engine._tools import Tool
 from engine.adapters._formats import attachable, media_data, not_taken
 from engine.log import AWAITING_APPROVAL, ENDED, ScriptRecord
@@ -315,7 +316,20 @@ class CodeModeToolset(FunctionToolset[Any]):
         key = None
         if ctx.tool_call_id:
             key = await self._key_of(ctx.tool_call_id, ctx.conversation_id)
-        result = await self.engine.run_code(code, key=key)
+        try:
+            result = await self.engine.run_code(code, key=key)
+        except ConfigError:
+            # An approval that changed the code (ToolApproved(override_args=...)) met the
+            # engine's refusal of a key that names another script, which told the host to
+            # give this call its own key: it gave none.
+            if ctx.tool_call_approved and (record := await self._other_code(key, code)):
+                raise ConfigError(
+                    f"the approval of run_code call {ctx.tool_call_id!r:.80} changed its code "
+                    "(ToolApproved(override_args=...)), which code mode cannot do: its script "
+                    f"{record.id} waits with the code the model wrote; approve it as it is, "
+                    "or deny it (False, ToolDenied) for the model to write another"
+                ) from None
+            raise
         if seen and result.status == "paused":
             # A person approved the run_code call: approve what they saw its script wait on
             # (a call answered meanwhile, here or elsewhere, is left as it is), and run it
@@ -337,6 +351,13 @@ class CodeModeToolset(FunctionToolset[Any]):
         if media:  # shown files and returned images, in the tool's result as pydantic-ai's own
             return [text, *(not_taken(*m, "pydantic_ai") or _binary(m[1]) for m in media)]
         return text
+
+    async def _other_code(self, key: str | None, code: str) -> ScriptRecord | None:
+        """The script ``key`` names when it was started with other code than ``code``."""
+        record = None if key is None else await self.engine.store.script_by_key("default", key)
+        if record is None or record.code == normalize(code, record.language):
+            return None
+        return record
 
     async def _seen(self, ctx: RunContext[Any]) -> set[str]:
         """The calls of the approved run_code call's script that the person saw waiting:

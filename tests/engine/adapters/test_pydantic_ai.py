@@ -107,6 +107,41 @@ async def test_an_approval_through_pydantic_ai_in_a_new_process(tmp_path: Path) 
     assert posted == [(12, "ping")]
 
 
+async def test_an_approval_that_changes_the_code_is_refused_saying_so(tmp_path: Path) -> None:
+    """ToolApproved(override_args=...) with other code: refused, naming the approval and
+    what to do (it raised the engine's refusal of a key the host never gave, 'give this call
+    its own key'); the script waits as it was, and an approval as it is runs it."""
+    from pydantic_ai import ToolApproved
+
+    from engine import ConfigError
+
+    posted.clear()
+    _requests, history = await _first_run(tmp_path)
+    edited = ToolApproved(override_args={"code": 'return "edited"'})
+    toolset = _toolset(tmp_path)
+    try:
+        with pytest.raises(ConfigError) as refused:
+            await _agent(toolset).run(
+                message_history=history,
+                deferred_tool_results=DeferredToolResults(approvals={"call_1": edited}),
+            )
+        (script,) = await toolset.engine.store.scripts()
+        assert str(refused.value) == (
+            "the approval of run_code call 'call_1' changed its code "
+            "(ToolApproved(override_args=...)), which code mode cannot do: its script "
+            f"{script.id} waits with the code the model wrote; approve it as it is, or deny "
+            "it (False, ToolDenied) for the model to write another"
+        )
+        run = await _agent(toolset).run(
+            message_history=history,
+            deferred_tool_results=DeferredToolResults(approvals={"call_1": True}),
+        )
+    finally:
+        await toolset.aclose()
+    assert run.output == "The script said: Script finished.\nReturned:\nposted on #12"
+    assert posted == [(12, "ping")]
+
+
 async def test_a_refusal_reaches_the_script(tmp_path: Path) -> None:
     """answer(approve=False) refuses; answer given no bool (approve="no", which approved
     every call the scripts waited on: any text is true), or not the run's requests (its str
