@@ -246,7 +246,8 @@ def _returned_media(value: Any) -> list[tuple[dict[str, Any], int, str]]:
             data = binascii.a2b_base64(b["data"], strict_mode=True)
         except (binascii.Error, ValueError):
             continue
-        mime = checked_media_type(b["mimeType"], data)
+        # MIME types are case-insensitive: image/PNG is a PNG, which the APIs take as image/png.
+        mime = checked_media_type(b["mimeType"].lower(), data)
         if mime is not None:
             found.append((b, len(data), mime))
     return found

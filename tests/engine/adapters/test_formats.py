@@ -190,6 +190,26 @@ async def test_every_api_carries_the_images_a_script_returns(engine: CodeMode) -
     assert len(result.to_mcp()["content"]) == 2  # the text/html one stays text
 
 
+async def test_a_returned_image_of_a_type_in_capitals_is_the_image_it_is(
+    engine: CodeMode,
+) -> None:
+    """An image returned as image/PNG (MIME types are case-insensitive) reaches every API as
+    image/png (each said it took no image/PNG and left it out)."""
+    data = base64.b64encode(PNG).decode()
+    result = await engine.run_code(
+        f'return {{type: "image", data: "{data}", mimeType: "image/PNG"}}'
+    )
+    assert result.status == "finished", result.text
+    text, image = result.to_anthropic("toolu_01")["content"]
+    assert image["source"] == {"type": "base64", "media_type": "image/png", "data": data}
+    assert "<image/png, 70 bytes, below>" in text["text"]
+    chat = result.to_openai_chat("call_01")[1]["content"][1]
+    assert chat["image_url"]["url"] == f"data:image/png;base64,{data}"
+    responses = result.to_openai_responses("call_01")["output"][1]
+    assert responses["image_url"] == f"data:image/png;base64,{data}"
+    assert result.content[1] == {"type": "image", "data": data, "mimeType": "image/png"}
+
+
 async def test_a_returned_image_past_the_text_budget_is_named_not_cut(engine: CodeMode) -> None:
     """An image too large for the text's 24 KiB (20 KB: 27 KB of base64) was named by no
     API's text: the cut had left 24 KiB of its base64 there, which no longer matched, so
