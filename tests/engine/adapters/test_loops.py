@@ -321,3 +321,23 @@ async def test_a_responses_reply_cut_short_ends_the_loop(tmp_path: Path) -> None
     assert items[-1] == {"type": "reasoning", "id": "rs_1", "summary": []}
     for item in items:
         conforms(ResponseInputItemParam, item)
+
+
+async def test_an_anthropic_reply_of_no_content_is_not_kept(tmp_path: Path) -> None:
+    """A reply with no content (end_turn, the model had nothing to add after its results)
+    ends the turn and stays out of the conversation: the API refuses an empty message
+    anywhere but last, so kept, it failed every request of the conversation after it."""
+    first, done = _anthropic_turns([("toolu_01", "run_code", {"code": "return 6 * 7"})])
+    sent: list[dict[str, Any]] = []
+    client = _client("anthropic", [first, {**done, "content": []}, done], sent)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Go."}]
+    advance = _example("anthropic_loop").advance
+    engine = _engine(tmp_path / "data")
+    try:
+        assert await advance(client, engine, messages) is True
+        assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+        messages.append({"role": "user", "content": "And?"})
+        assert await advance(client, engine, messages) is True
+    finally:
+        await engine.aclose()
+    assert all(m["content"] for m in sent[-1]["messages"]), sent[-1]["messages"]
