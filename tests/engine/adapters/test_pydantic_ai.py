@@ -89,6 +89,14 @@ async def _first_run(data: Path) -> tuple[DeferredToolRequests, list[ModelMessag
     return requests, run.all_messages()
 
 
+async def _answered(toolset: CodeModeToolset, history: list[ModelMessage], answer: Any) -> Any:
+    """The agent's run on from ``history`` with ``answer`` to its request for call_1."""
+    return await _agent(toolset).run(
+        message_history=history,
+        deferred_tool_results=DeferredToolResults(approvals={"call_1": answer}),
+    )
+
+
 async def test_an_approval_through_pydantic_ai_in_a_new_process(tmp_path: Path) -> None:
     posted.clear()
     _requests, history = await _first_run(tmp_path)
@@ -97,10 +105,7 @@ async def test_an_approval_through_pydantic_ai_in_a_new_process(tmp_path: Path) 
     # pydantic-ai users do.
     toolset = _toolset(tmp_path)
     try:
-        run = await _agent(toolset).run(
-            message_history=history,
-            deferred_tool_results=DeferredToolResults(approvals={"call_1": True}),
-        )
+        run = await _answered(toolset, history, True)
     finally:
         await toolset.aclose()
     assert run.output == "The script said: Script finished.\nReturned:\nposted on #12"
@@ -121,10 +126,7 @@ async def test_an_approval_that_changes_the_code_is_refused_saying_so(tmp_path: 
     toolset = _toolset(tmp_path)
     try:
         with pytest.raises(ConfigError) as refused:
-            await _agent(toolset).run(
-                message_history=history,
-                deferred_tool_results=DeferredToolResults(approvals={"call_1": edited}),
-            )
+            await _answered(toolset, history, edited)
         (script,) = await toolset.engine.store.scripts()
         assert str(refused.value) == (
             "the approval of run_code call 'call_1' changed its code "
@@ -132,10 +134,7 @@ async def test_an_approval_that_changes_the_code_is_refused_saying_so(tmp_path: 
             f"{script.id} waits with the code the model wrote; approve it as it is, or deny "
             "it (False, ToolDenied) for the model to write another"
         )
-        run = await _agent(toolset).run(
-            message_history=history,
-            deferred_tool_results=DeferredToolResults(approvals={"call_1": True}),
-        )
+        run = await _answered(toolset, history, True)
     finally:
         await toolset.aclose()
     assert run.output == "The script said: Script finished.\nReturned:\nposted on #12"
@@ -178,10 +177,7 @@ async def test_a_bare_denial_reaches_the_script(
     _requests, history = await _first_run(tmp_path)
     toolset = _toolset(tmp_path)
     try:
-        run = await _agent(toolset).run(
-            message_history=history,
-            deferred_tool_results=DeferredToolResults(approvals={"call_1": denial}),
-        )
+        run = await _answered(toolset, history, denial)
         assert run.output == f"The script said: {seen}"
         (record,) = await toolset.engine.store.scripts()
         assert record.status == "finished" and record.outcome is not None, record
