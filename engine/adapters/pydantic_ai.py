@@ -54,7 +54,7 @@ except ImportError as e:  # the extra is not installed: say which one installs i
         f"engine.adapters.pydantic_ai needs pydantic-ai ({e}): pip install 'codemode[pydantic-ai]'"
     ) from None
 
-from engine._codemode import CodeMode, _keepable
+from engine._codemode import CodeMode, _check_wait, _keepable
 from engine._errors import (
     CallNotWaiting,
     CodeModeError,
@@ -72,6 +72,9 @@ from engine.adapters._formats import attachable, media_data, not_taken
 from engine.log import AWAITING_APPROVAL, ENDED, ScriptRecord
 
 RUN_CODE = "run_code"
+# How long a run_code call waits, by default, for its script's outcome while another host
+# drives it (a worker that took it after an approval), as the README's chat loops do.
+WAIT = 300.0
 
 
 def engine_tools(tools: Sequence[AgentTool[Any] | Callable[..., Any] | Tool]) -> list[Tool]:
@@ -201,7 +204,11 @@ class CodeModeToolset(FunctionToolset[Any]):
     (for the ``run_code`` arguments a model must send again), ``sequential`` (``run_code``
     runs alone, not beside the agent's other tool calls) and ``metadata``. Its others, about
     the tools it would run itself, are refused by name: the agent's tools run in scripts,
-    with their own options (a ``Tool``'s carry over)."""
+    with their own options (a ``Tool``'s carry over).
+
+    ``wait`` (seconds) is how long a ``run_code`` call waits for the outcome of its script
+    while another host drives it (a ``codemode worker`` that took it after an approval);
+    only one driven still then is answered as running elsewhere."""
 
     def __init__(
         self,
@@ -212,9 +219,12 @@ class CodeModeToolset(FunctionToolset[Any]):
         max_retries: int | None = None,
         sequential: bool = False,
         metadata: dict[str, Any] | None = None,
+        wait: float = WAIT,
         **engine_options: Any,
     ) -> None:
         _refuse_toolset_options(engine_options)
+        _check_wait(wait)
+        self.wait = wait
         if engine is not None and (tools or engine_options):
             given = ", ".join([*(["tools"] if tools else []), *engine_options])
             raise ConfigError(
@@ -317,7 +327,7 @@ class CodeModeToolset(FunctionToolset[Any]):
         if ctx.tool_call_id:
             key = await self._key_of(ctx.tool_call_id, ctx.conversation_id)
         try:
-            result = await self.engine.run_code(code, key=key)
+            result = await self.engine.run_code(code, key=key, wait=self.wait)
         except ConfigError:
             # An approval that changed the code (ToolApproved(override_args=...)) met the
             # engine's refusal of a key that names another script, which told the host to
@@ -341,7 +351,7 @@ class CodeModeToolset(FunctionToolset[Any]):
                         await self.engine.approve(result.script_id, call["call_id"])
                         approved = True
             if approved:
-                result = await self.engine.resume(result.script_id)
+                result = await self.engine.resume(result.script_id, wait=self.wait)
         key = ctx.tool_call_id or ""  # pydantic-ai gives every tool call an id
         self._asked.pop(key, None)
         if result.status == "paused" and any(w["reason"] == "approval" for w in result.waiting):

@@ -112,6 +112,49 @@ async def test_an_approval_through_pydantic_ai_in_a_new_process(tmp_path: Path) 
     assert posted == [(12, "ping")]
 
 
+async def test_a_script_a_worker_drives_after_the_approval_is_waited_for(tmp_path: Path) -> None:
+    """Approved elsewhere, the script is driven on by a worker when the agent's run resumes:
+    its run_code waits for the worker's outcome, which the model sees (it was told 'Script
+    is running on another host', and the comment's answer never reached it)."""
+    import asyncio
+
+    from engine import CodeMode, CodeModeError
+
+    with pytest.raises(CodeModeError, match="must be a number of seconds"):
+        CodeModeToolset([list_prs], wait=-1)
+    posted.clear()
+    requests, history = await _first_run(tmp_path)
+    meta = requests.metadata["call_1"]
+    running, gate = asyncio.Event(), asyncio.Event()
+
+    async def held(number: int, body: str) -> str:
+        """Comment on a pull request."""
+        running.set()
+        await gate.wait()
+        return comment(number, body)
+
+    tools = engine_tools([list_prs, Tool(held, name="comment", requires_approval=True)])
+    worker = CodeMode(tools, runner=InProcessRunner(), data_dir=tmp_path, type_check="off")
+    toolset = _toolset(tmp_path)
+    try:
+        await worker.approve(meta["script_id"], meta["waiting"][0]["call_id"])
+        driving = asyncio.create_task(worker.resume(meta["script_id"]))
+        await running.wait()  # the worker holds the script, inside the comment
+        resumed = asyncio.create_task(_answered(toolset, history, True))
+        # Without waiting, the run's run_code is answered "elsewhere" by now; waiting, it
+        # waits on the worker until its call returns.
+        await asyncio.wait({resumed}, timeout=0.5)
+        gate.set()
+        run = await resumed
+        assert (await driving).status == "finished"
+    finally:
+        gate.set()
+        await toolset.aclose()
+        await worker.aclose()
+    assert run.output == "The script said: Script finished.\nReturned:\nposted on #12"
+    assert posted == [(12, "ping")]
+
+
 async def test_an_approval_that_changes_the_code_is_refused_saying_so(tmp_path: Path) -> None:
     """ToolApproved(override_args=...) with other code: refused, naming the approval and
     what to do (it raised the engine's refusal of a key the host never gave, 'give this call
