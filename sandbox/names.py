@@ -160,9 +160,16 @@ def closest_names(name: str, names: Iterable[str], n: int = 3) -> list[str]:
         if low == lowered:
             scored.append((2.0, candidate))
             continue
-        spelling = difflib.SequenceMatcher(None, lowered, low, autojunk=False).ratio()
         have = set(terms(candidate))
         overlap = len(wanted & have) / len(wanted | have) if wanted and have else 0.0
+        # The spelling counts only from this on. ratio() costs the product of the lengths:
+        # for a name of 16,000 characters (a model's, a client's) over 500 tools, 5 s of the
+        # event loop; its bounds from the lengths, then the letters, rule such names out.
+        floor = overlap + 0.1 if overlap else 0.6
+        matcher = difflib.SequenceMatcher(None, lowered, low, autojunk=False)
+        spelling = 0.0
+        if matcher.real_quick_ratio() >= floor and matcher.quick_ratio() >= floor:
+            spelling = matcher.ratio()
         score = max(spelling, overlap + 0.1 if overlap else 0.0)
         if spelling >= 0.6 or overlap > 0:
             scored.append((score, candidate))

@@ -1474,6 +1474,32 @@ def test_closest_names() -> None:
     assert len(closest_names("get", [f"get_{i}" for i in range(10)], n=3)) == 3
 
 
+def test_a_name_far_longer_than_any_tools_is_not_spelt_against_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A name of thousands of characters (a model's direct call, an MCP client's) finds no
+    near names without the spelling's comparison with each tool, which costs the product of
+    the lengths: 16,000 characters over 500 tools held the event loop 5 s. The names a
+    comparison could find are found as before."""
+    import difflib
+
+    compared: list[str] = []
+    ratio = difflib.SequenceMatcher.ratio
+
+    def counted(self: difflib.SequenceMatcher[str]) -> float:
+        compared.append(self.b)
+        return ratio(self)
+
+    monkeypatch.setattr(difflib.SequenceMatcher, "ratio", counted)
+    names = [f"server{i}__do_thing_number_{i}" for i in range(500)]
+    engine = CodeMode([], runner=InProcessRunner(), type_check="off")
+    said = engine.direct_call_error("ab_" * 5_000)
+    assert said.startswith("there is no tool 'ab_ab_") and "closest" not in said
+    assert closest_names("ab_" * 5_000, names) == [] and compared == []
+    assert closest_names("server7__do_thing_numbr_7", names)[0] == "server7__do_thing_number_7"
+    assert "server7__do_thing_number_7" in compared
+
+
 # --- MCP -----------------------------------------------------------------------------------
 
 
