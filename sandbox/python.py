@@ -692,11 +692,34 @@ _VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 _ASYNCIO_RUN = re.compile(r"\basyncio\.run\(\s*(?:([A-Za-z_][\w.]{0,99})\s*\()?")
 
 
-def _syntax_hint(message: str) -> str:
-    """What to add to a SyntaxError's text: the Python that reads the script, when what
-    fails may be newer syntax (3.12's f-strings and ``type X = ...``, ``def f[T]``)."""
+# 3.12's type parameters and type statement at a line's start, and how 3.11 writes each.
+_TYPE_PARAMETERS = (
+    (
+        re.compile(r"\s*(?:async\s+)?def\s+\w+\s*\["),
+        'def f[T]: write T = TypeVar("T") (from typing) before the function, and def f(x: T)',
+    ),
+    (
+        re.compile(r"\s*class\s+\w+\s*\["),
+        'class C[T]: write T = TypeVar("T") (from typing) before the class, and class '
+        "C(Generic[T])",
+    ),
+    (
+        re.compile(r"\s*type\s+\w+\s*[\[=]"),
+        "type statement: write the alias as an assignment, X = list[int]",
+    ),
+)
+
+
+def _syntax_hint(message: str, text: str) -> str:
+    """What to add to a SyntaxError's text at line ``text``: the Python that reads the
+    script, when what fails may be newer syntax (3.12's f-strings and ``type X = ...``,
+    ``def f[T]``), and how that Python writes it."""
     if sys.version_info >= (3, 12):
         return ""
+    if message.startswith(("invalid syntax", "expected '('")):
+        for pattern, instead in _TYPE_PARAMETERS:
+            if pattern.match(text):
+                return f" (scripts are Python {_VERSION}, which has no {instead})"
     # Only these say what 3.12 allows: the f-string's own quote inside its braces ends it
     # early (an unmatched bracket, no '}'), or a backslash, '#' or deep nesting there. The
     # others (a bad conversion, an empty expression) are errors in any Python.
@@ -4188,7 +4211,7 @@ class Run(Replay):
             message = _cut(str(e.msg), 1000)
             if line and e.offset and e.offset > 0:
                 message += f" (column {e.offset})"  # the script's own: it is parsed as written
-            message += _syntax_hint(message)
+            message += _syntax_hint(message, lines[0].text if lines else "")
             if lines:
                 message = self._unwritable_tool(lines[0].text) or message
             return self._finish(

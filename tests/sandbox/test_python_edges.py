@@ -366,8 +366,41 @@ def test_newer_syntax_names_the_python_that_reads_the_script() -> None:
     error = failed('d = {"key": 1}\nreturn f"{d["key"]}"')
     assert error.name == "SyntaxError" and "scripts are Python 3.11" in error.message
     assert "f'{d[\"key\"]}'" in error.message
-    assert failed("type Point = tuple[int, int]").message.endswith("(scripts are Python 3.11)")
     assert "Python 3." not in failed("return (1").message
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            "def first[T](items: list[T]) -> T:\n    return items[0]",
+            "expected '(' (column 10) (scripts are Python 3.11, which has no def f[T]: write "
+            'T = TypeVar("T") (from typing) before the function, and def f(x: T))',
+        ),
+        (
+            "x = 1\nasync def first[T](items): pass",
+            "expected '(' (column 16) (scripts are Python 3.11, which has no def f[T]:",
+        ),
+        (
+            "class Box[T]:\n    pass",
+            "invalid syntax (column 10) (scripts are Python 3.11, which has no class C[T]: "
+            'write T = TypeVar("T") (from typing) before the class, and class C(Generic[T]))',
+        ),
+        (
+            "type Point = tuple[int, int]",
+            "invalid syntax (column 6) (scripts are Python 3.11, which has no type statement: "
+            "write the alias as an assignment, X = list[int])",
+        ),
+    ],
+)
+def test_type_parameters_say_how_the_python_that_reads_the_script_writes_them(
+    code: str, said: str
+) -> None:
+    """3.12's generics and type statement are a SyntaxError in 3.11: `def f[T]` said only
+    "expected '('", as if a parenthesis were missing, and none said what to write."""
+    error = failed(code)
+    assert error.name == "SyntaxError", error
+    assert error.message.startswith(said), error.message
 
 
 @pytest.mark.parametrize("lf", ["\r", "\r\n"])
