@@ -254,11 +254,13 @@ class CodeModeToolset(FunctionToolset[Any]):
         super().__init__(
             [run_code], id=id, max_retries=max_retries, sequential=sequential, metadata=metadata
         )
-        # The run_code calls whose bare denial this toolset has delivered (or found nothing
-        # to deliver to), so each is looked up in the log once.
+        # The run_code calls (by conversation and call id, see _key) whose bare denial this
+        # toolset has delivered (or found nothing to deliver to), so each is looked up in
+        # the log once.
         self._denials_seen: set[str] = set()
-        # For each run_code call whose script this toolset asked a person about, the calls
-        # it named: an approval of that run_code call approves those, never a later one.
+        # For each run_code call (by its key in the log) whose script this toolset asked a
+        # person about, the calls it named: an approval of that run_code call approves
+        # those, never a later one.
         self._asked: dict[str, set[str]] = {}
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, Any]:
@@ -272,15 +274,20 @@ class CodeModeToolset(FunctionToolset[Any]):
         docstring)."""
         for message in ctx.messages:
             for part in getattr(message, "parts", ()):
-                if (
+                if not (
                     isinstance(part, ToolReturnPart)
                     and part.tool_name == RUN_CODE
                     and part.outcome == "denied"
-                    and part.tool_call_id not in self._denials_seen
                 ):
-                    conversation = getattr(message, "conversation_id", None)
+                    continue
+                conversation = getattr(message, "conversation_id", None)
+                # By the conversation's key: by the call's id alone, a denial of another
+                # conversation's call of that id (a provider's call_0) was taken for this
+                # one's, and this script waited in the log for good.
+                seen = _key(part.tool_call_id, conversation)
+                if seen not in self._denials_seen:
                     await self._deny(part.tool_call_id, conversation, str(part.content))
-                    self._denials_seen.add(part.tool_call_id)
+                    self._denials_seen.add(seen)
 
     async def _key_of(self, tool_call_id: str, conversation: str | None) -> str:
         """The session log's key for the run_code call ``tool_call_id`` of ``conversation``
@@ -322,10 +329,10 @@ class CodeModeToolset(FunctionToolset[Any]):
             code = script_argument(arguments)
         except CodeModeError as e:
             raise ModelRetry(str(e)) from None
-        seen = await self._seen(ctx) if ctx.tool_call_approved else set()
         key = None
         if ctx.tool_call_id:
             key = await self._key_of(ctx.tool_call_id, ctx.conversation_id)
+        seen = await self._seen(ctx, key) if ctx.tool_call_approved else set()
         try:
             result = await self.engine.run_code(code, key=key, wait=self.wait)
         except ConfigError:
@@ -352,10 +359,12 @@ class CodeModeToolset(FunctionToolset[Any]):
                         approved = True
             if approved:
                 result = await self.engine.resume(result.script_id, wait=self.wait)
-        key = ctx.tool_call_id or ""  # pydantic-ai gives every tool call an id
-        self._asked.pop(key, None)
+        # By the log's key, which is the conversation's: another conversation's call of the
+        # same id (a provider's call_0) took this one's, and its approval was asked again.
+        asked = key or ""
+        self._asked.pop(asked, None)
         if result.status == "paused" and any(w["reason"] == "approval" for w in result.waiting):
-            self._asked[key] = {w["call_id"] for w in result.waiting}
+            self._asked[asked] = {w["call_id"] for w in result.waiting}
             raise ApprovalRequired(metadata=_waiting(result))
         text, media = attachable(result, "pydantic_ai")
         if media:  # shown files and returned images, in the tool's result as pydantic-ai's own
@@ -369,8 +378,9 @@ class CodeModeToolset(FunctionToolset[Any]):
             return None
         return record
 
-    async def _seen(self, ctx: RunContext[Any]) -> set[str]:
-        """The calls of the approved run_code call's script that the person saw waiting:
+    async def _seen(self, ctx: RunContext[Any], key: str | None) -> set[str]:
+        """The calls of the approved run_code call's script (``key`` in the log) that the
+        person saw waiting:
         those its request named (``DeferredToolResults.metadata``, as :meth:`answer` and
         a host that passes the request's metadata back give it), or that this toolset
         asked about; in another process without the metadata, those waiting in the log
@@ -378,12 +388,12 @@ class CodeModeToolset(FunctionToolset[Any]):
         meta = ctx.tool_call_metadata
         if isinstance(meta, dict) and isinstance(meta.get("waiting"), list):
             return {w["call_id"] for w in meta["waiting"] if isinstance(w, dict) and "call_id" in w}
-        asked = self._asked.get(ctx.tool_call_id or "")
+        asked = self._asked.get(key or "")
         if asked is not None:
             return asked
-        if not ctx.tool_call_id:
+        if key is None:
             return set()
-        record = await self._script(ctx.tool_call_id, ctx.conversation_id)
+        record = await self.engine.store.script_by_key("default", key)
         if record is None:
             return set()
         calls = await self.engine.store.calls(record.id)

@@ -184,6 +184,33 @@ async def test_an_approval_that_changes_the_code_is_refused_saying_so(tmp_path: 
     assert posted == [(12, "ping")]
 
 
+async def test_two_conversations_calls_of_one_id_are_each_answered_as_their_own(
+    tmp_path: Path,
+) -> None:
+    """Conversations of one toolset whose model numbers its calls alike (call_1 in each): an
+    approval without the request's metadata approves its own script's call (the next
+    conversation's request had taken its place: the person was asked again), and a bare
+    denial refuses its own script's (taken for an earlier conversation's, delivered already,
+    it left its script waiting in the log for good)."""
+    posted.clear()
+    toolset = _toolset(tmp_path)
+    agent = _agent(toolset)
+    try:
+        first = await agent.run("Ping the first open PR.")
+        second = await agent.run("Ping it again.")
+        approved = await _answered(toolset, first.all_messages(), True)
+        denied = await _answered(toolset, second.all_messages(), False)
+        third = await agent.run("And once more.")
+        await _answered(toolset, third.all_messages(), False)
+        statuses = [r.status for r in await toolset.engine.store.scripts()]
+    finally:
+        await toolset.aclose()
+    assert approved.output == "The script said: Script finished.\nReturned:\nposted on #12"
+    assert denied.output == "The script said: The tool call was denied."
+    assert posted == [(12, "ping")]
+    assert statuses == ["finished"] * 3
+
+
 async def test_a_refusal_reaches_the_script(tmp_path: Path) -> None:
     """answer(approve=False) refuses; answer given no bool (approve="no", which approved
     every call the scripts waited on: any text is true), or not the run's requests (its str
