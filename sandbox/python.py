@@ -2165,6 +2165,10 @@ def _clock_modules(now_ms: int, seed: int) -> dict[str, Module]:
 # ---- the scheduler ----
 
 
+class _Exited(BaseException):
+    """From the scheduler to its loop: a task's ``sys.exit()`` ended the program."""
+
+
 class _Future(_Opaque):
     """A value the script awaits: a tool call's result, a task's, gather's.
 
@@ -3519,6 +3523,7 @@ class Run(Replay):
         self.bare_ending: tuple[int, str] | None = None
         self.modules: dict[str, Module] = {}
         self.main: Task | None = None
+        self.exited = False  # a task other than main ended the program (see _exit)
         self.main_code: types.CodeType | None = None
         # The script's module (its globals), in sys.modules while it runs: dataclasses looks
         # a class's module up there (for a string annotation).
@@ -4182,6 +4187,8 @@ class Run(Replay):
             raise
         except BaseException as e:  # the script's own error, SystemExit included
             task._reject(e)
+            if issubclass(type(e), SystemExit | KeyboardInterrupt) and task is not self.main:
+                self._exit(task)
             return
         finally:
             self.current = None
@@ -4271,13 +4278,24 @@ class Run(Replay):
         self.ready.append(self.main)
         return self._drive()
 
+    def _exit(self, task: Task) -> NoReturn:
+        """End the run on ``task``'s ``sys.exit()`` (or KeyboardInterrupt), which asyncio
+        lets out of its loop: the program ends there, its error taken (no line says nothing
+        awaited it), and no task runs again, in this segment or a live run's next."""
+        self.exited = True
+        error = task._retrieve()
+        self.outcome = ("error", error)
+        for future in [f for f in self.failures if f._error is error]:
+            del self.failures[future]  # a gather of it failed with it: the same ending
+        raise _Exited
+
     def _drive(self) -> Ran:
         # The script's code may also run once its queue is empty: a returned dict subclass's
         # items(), an error's __str__, a dropped task's `finally`. So all of it, the ending
         # made of its value included, runs inside the fence.
         with self._fenced():
             try:
-                while True:
+                while not self.exited:
                     ready = self.ready
                     while ready and not self.ended:
                         self._step(ready.popleft())
@@ -4285,6 +4303,8 @@ class Run(Replay):
                         raise _Ended
                     if not self._settle_recorded():
                         break
+            except _Exited:
+                pass
             except (MemoryError, _Ended):
                 self._let_go()
                 raise

@@ -1025,6 +1025,24 @@ def test_sys_exit_ends_the_script_as_a_program_ends() -> None:
         assert failed(code).name == "SystemExit"
 
 
+@pytest.mark.parametrize("made", ["asyncio.create_task(f(1))", "asyncio.gather(f(0), f(1))"])
+def test_sys_exit_in_a_task_ends_the_script(made: str) -> None:
+    """asyncio lets a task's SystemExit out of its loop, so the program ends there, whether
+    or not anything awaits the task (the script went on, returned, and said only that the
+    task failed and nothing awaited it); a status of 0 finishes it."""
+    code = (
+        "import asyncio, sys\n"
+        "async def f(n):\n    if n:\n        print('exiting')\n        sys.exit(STATUS)\n"
+        f"t = {made}\nawait asyncio.sleep(0)\nprint('went on')\nreturn 'went on'"
+    )
+    ran = run(code.replace("STATUS", "2"))
+    error = ran.error
+    assert ran.outcome == "failed" and ran.printed == "exiting\n" and error is not None, ran
+    assert (error.name, error.message, [x.line for x in error.lines]) == ("SystemExit", "2", [5])
+    ran = run(code.replace("STATUS", "0"))
+    assert (ran.outcome, ran.printed, ran.returned) == ("finished", "exiting\n", False), ran
+
+
 # ---- determinism ----
 
 
@@ -1207,6 +1225,16 @@ CORPUS = {
         "return 'done'"
     ),
     "random": "import random\na = random.random()\nawait tools.echo(a=a)\nreturn [a, random.random()]",
+    # A task's exit ends the run where it comes, with a call made before it still to make.
+    "task_exits": (
+        "import asyncio, sys\n"
+        "async def f():\n    r = await tools.echo(n=1)\n    print('f', r['echo'])\n"
+        "    sys.exit(3)\n"
+        "async def g():\n    for n in range(3):\n        await tools.echo(n=10 + n)\n"
+        "        print('g', n)\n"
+        "t, u = asyncio.create_task(f()), asyncio.create_task(g())\n"
+        "await tools.echo(n=2)\nprint('main')\nawait tools.echo(n=3)\nreturn 'never'"
+    ),
 }
 
 
