@@ -866,7 +866,16 @@ class CodeMode(StepLoop):
                             await stop.wait()
                 left[lease.script_id] = time.monotonic() + WORKER_LEFT_FOR
                 continue
-            if result.status == "elsewhere" and stop.is_set():
+            if drive.lost:
+                # Its lease ran out before this host renewed it (a host stalled, a log that
+                # did not answer): what it returns is the other host's doing, not its own.
+                logger.warning(
+                    "worker lost script=%s to another host, which took it over once this "
+                    "host's lease ran out; status there: %s",
+                    lease.script_id,
+                    result.status,
+                )
+            elif result.status == "elsewhere" and stop.is_set():
                 logger.info("worker left script=%s for another host (stopping)", lease.script_id)
             else:
                 logger.info("worker drove script=%s status=%s", lease.script_id, result.status)
@@ -906,6 +915,7 @@ class CodeMode(StepLoop):
             await self._check_files(drive)
             result = await self._drive(drive)
         except log.LeaseLost:
+            drive.lost = True
             result = None
         except BaseException as e:  # cancelled too (a caller's timeout): the drive stops here
             error = error_text(described(e))

@@ -162,6 +162,9 @@ class Drive:
         # host to drive on (a worker that was told to stop).
         self.leave: asyncio.Event | None = None
         self._abandoned = False
+        # Set: a write was refused because another host took the script over, so the
+        # result this host returns is that host's (see CodeMode._drive_owned).
+        self.lost = False
 
     @classmethod
     async def take(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -563,6 +564,60 @@ async def test_a_worker_passes_over_a_script_it_cannot_drive(
     finally:
         await full.aclose()
         await worker.aclose()
+
+
+async def test_a_worker_that_lost_its_script_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    """A worker whose lease ran out while its call ran (the host stalled) and whose script
+    another host then ended says it lost the script to that host, not that it drove it to
+    that end: two workers' logs must not both claim one script's outcome."""
+    caplog.set_level(logging.INFO, "codemode")
+    now = [1000.0]
+    store = MemoryStore(clock=lambda: now[0])  # the lease runs out when the test says
+    effects: list[int] = []
+    gate, running = asyncio.Event(), asyncio.Event()
+
+    @tool(needs_approval=True)
+    async def pay(cents: int) -> str:
+        """Pay, after a person approves."""
+        effects.append(cents)
+        running.set()
+        await gate.wait()
+        return "paid"
+
+    (price,) = [t for t in _pay_tools([]) if t.name == "price"]
+    worker = CodeMode([pay, price], runner=InProcessRunner(), store=store)
+    other = CodeMode([pay, price], runner=InProcessRunner(), store=store)
+    stop = asyncio.Event()
+    work = None
+    try:
+        paused = await other.run_code(SCRIPT)
+        await other.approve(paused.script_id, paused.waiting[0]["call_id"])
+        work = asyncio.create_task(worker.work(stop=stop))
+        await running.wait()
+        now[0] += 3600  # the worker stalled past its lease: the other host takes over
+        taken = await other.resume(paused.script_id)
+        assert taken.status == "failed" and "interrupted" in taken.text
+        gate.set()  # the worker wakes: its write is refused
+        for _ in range(500):
+            if any(
+                paused.script_id in r.getMessage()
+                for r in caplog.records
+                if "worker" in r.getMessage()
+            ):
+                break
+            await asyncio.sleep(0.01)
+        said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("worker")]
+        assert said == [
+            f"worker lost script={paused.script_id} to another host, which took it over once "
+            "this host's lease ran out; status there: failed"
+        ]
+        assert effects == [30], "the call ran once"
+    finally:
+        stop.set()
+        if work is not None:
+            await work
+        await worker.aclose()
+        await other.aclose()
 
 
 async def test_each_script_records_the_tools_it_started_with() -> None:
