@@ -606,12 +606,14 @@ class CodeMode(StepLoop):
                     return await self._elsewhere_or_ended(started.record.id)
                 self._emit("resumed", taken.record.id, tenant=tenant, steps=taken.record.steps)
                 return await self._drive_owned(taken)
-            if not started.created and started.record.status not in log.ENDED:
-                # The key named a script already in the log: it goes on. (One that ended
-                # only gives its outcome again, as resume() does: no events.)
-                self._emit("resumed", started.record.id, tenant=tenant, steps=started.record.steps)
             new = started.record if started.created else None
             drive = await Drive.resume(self.store, started.lease, self.lease_ms, new)
+            if not started.created and started.record.status not in log.ENDED:
+                # The key named a script already in the log: it goes on. (One that ended
+                # only gives its outcome again, as resume() does: no events.) Told once its
+                # drive is made, which reads the log: a read that failed or was cancelled
+                # left listeners a script resumed and never left (a span open for good).
+                self._emit("resumed", started.record.id, tenant=tenant, steps=started.record.steps)
             if started.created:
                 if checked is None and early is None:
                     # The key's script was in the log when looked up, and is not now (a log

@@ -182,6 +182,52 @@ async def test_a_drive_that_raises_ends_its_span(exporter) -> None:
     ]
 
 
+async def test_a_keyed_start_whose_log_read_fails_leaves_no_span_open(exporter) -> None:
+    """The chat loop's run_code of a paused script again (same key) while the log fails to
+    give its calls: no drive began, so the listeners hear nothing (they heard ``resumed`` and
+    never ``left``: its span stayed open, unexported); the next one is a whole drive."""
+    from engine import Event, MemoryStore, StoreUnavailable
+
+    class Failing(MemoryStore):
+        down = False
+
+        async def calls(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if self.down:
+                raise StoreUnavailable("the session log did not answer (down for this test)")
+            return await super().calls(*args, **kwargs)
+
+    @tool(needs_approval=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        return "paid"
+
+    spans_out, provider = exporter
+    store, tracing = Failing(), Tracing(provider)
+    events: list[Event] = []
+    engine = CodeMode(
+        [pay],
+        runner=InProcessRunner(),
+        store=store,
+        type_check="off",
+        on_event=[tracing, events.append],
+    )
+    code = "return await tools.pay({ amount: 3 })"
+    try:
+        paused = await engine.run_code(code, key="toolu_01")
+        store.down = True
+        with pytest.raises(StoreUnavailable):
+            await engine.run_code(code, key="toolu_01")
+        assert [e.kind for e in events][-1] == "paused" and tracing._scripts == {}
+        store.down = False
+        await engine.approve(paused.script_id, paused.waiting[0]["call_id"])
+        done = await engine.run_code(code, key="toolu_01")
+    finally:
+        await engine.aclose()
+    assert done.status == "finished" and tracing._scripts == {}
+    drives = [s for s in spans_out.get_finished_spans() if s.name == "codemode.script"]
+    assert [s.attributes["codemode.status"] for s in drives] == ["paused", "finished"]
+
+
 async def test_a_call_that_outlives_its_drive_ends_with_its_drive(exporter, tmp_path) -> None:
     """The engine closed while a call ran: the drive left, and the call never reported an
     end. Its span ends with the drive's, as an error, instead of staying open (unexported,
