@@ -972,7 +972,18 @@ def _dataclass_exec(source: str, globals: Any = None, locals: Any = None) -> Non
     exec(compile(tree, "<dataclass>", "exec"), scope, locals)
 
 
-dataclasses.exec = _dataclass_exec  # type: ignore[attr-defined]  # its global shadows the builtin
+# What this module gives a module's own code in place of a builtin (its global shadows the
+# builtin), by the module's name: never one of the names a script reads of it (_public).
+_SHADOWS: set[tuple[str, str]] = set()
+
+
+def _shadow(module: types.ModuleType, name: str, value: Any) -> None:
+    """Give ``module``'s code ``value`` where it calls the builtin ``name``."""
+    setattr(module, name, value)
+    _SHADOWS.add((module.__name__, name))
+
+
+_shadow(dataclasses, "exec", _dataclass_exec)
 
 
 # What dataclasses reads by a name of its own: every other name it reads is a field's.
@@ -1006,8 +1017,8 @@ def _dataclass_setstate(self: Any, state: Any) -> None:
         object.__setattr__(self, _dataclass_attribute(self, field.name), value)
 
 
-# Their globals shadow the builtin and the function dataclasses gives such a class.
-dataclasses.getattr = _dataclass_getattr  # type: ignore[attr-defined]
+_shadow(dataclasses, "getattr", _dataclass_getattr)
+# The function dataclasses gives such a class, by its global.
 dataclasses._dataclass_setstate = _dataclass_setstate  # type: ignore[attr-defined]
 
 
@@ -1072,7 +1083,7 @@ def _safe_delattr(obj: Any, name: str) -> None:
 
 # copy restores slots by name with setattr: the state a script's __reduce_ex__ gives, onto
 # any object its function returns (a task's private state: the scheduler then failed).
-copy.setattr = _safe_setattr  # type: ignore[attr-defined]  # its global shadows the builtin
+_shadow(copy, "setattr", _safe_setattr)
 
 
 class _SafeFormatter(string.Formatter):
@@ -1367,10 +1378,12 @@ class Module(_Opaque):
 
 
 def _public(module: types.ModuleType, drop: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A module's public names, without the modules it holds and without ``drop``."""
+    """A module's public names, without the modules it holds, the builtins this module
+    shadows in it (``dataclasses.exec`` ran checked code that read ``type.__setattr__``)
+    and ``drop``."""
     names = {}
     for key in dir(module):
-        if key.startswith("_") or key in drop:
+        if key.startswith("_") or key in drop or (module.__name__, key) in _SHADOWS:
             continue
         value = getattr(module, key)
         if isinstance(value, types.ModuleType):
@@ -1781,8 +1794,11 @@ def _static_modules() -> dict[str, Module]:
     tools = _public(functools, ("singledispatch", "singledispatchmethod"))
     tools.update(update_wrapper=_update_wrapper, wraps=_wraps)
     modules["functools"] = Module("functools", tools)
-    # global_enum writes an enum's members into the module its class names: any module's.
-    modules["enum"] = Module("enum", _public(enum, ("global_enum",)))
+    # global_enum writes an enum's members into the module its class names: any module's;
+    # pickle_by_enum_name gives the builtin getattr (for pickle to call).
+    modules["enum"] = Module(
+        "enum", _public(enum, ("global_enum", "pickle_by_enum_name", "pickle_by_global_name"))
+    )
     # UserString's format runs str's own on its text, whose fields read any attribute.
     containers = {**_public(collections), "UserString": _UserString}
     # The abstract classes typed code names (Iterable, Mapping, Sequence); `import
@@ -4829,6 +4845,10 @@ _LEFT_OUT = {
         "isinstance, or a dict of functions by type",
     ),
     ("enum", "global_enum"): ": it is left out of scripts (it writes into a module)",
+    **dict.fromkeys(
+        (("enum", "pickle_by_enum_name"), ("enum", "pickle_by_global_name")),
+        ": it is left out of scripts (it is for pickle, which scripts have not)",
+    ),
 }
 
 

@@ -268,6 +268,19 @@ AT_RUN_TIME = {
     # a task's private state (the scheduler then failed, and the sandbox process with it).
     "copy writes a task's waiters": _COPY_ONTO_TASK.format(state="{'_callbacks': 5}"),
     "copy settles a task": _COPY_ONTO_TASK.format(state="{'_done': True, '_value': 9}"),
+    # What the sandbox gives a module's code in place of a builtin was the module's name too:
+    # dataclasses' exec ran checked code, which may read __setattr__ (type's, then anything).
+    "dataclasses' exec": (
+        "import dataclasses\nd = {}\ndataclasses.exec('f = type.__setattr__', None, d)\n"
+        "d['f'](type(tools), '__repr__', lambda self: 'mine')"
+    ),
+    "dataclasses' getattr": "import dataclasses\ndataclasses.getattr",
+    "copy's setattr": "import copy\ncopy.setattr",
+    # enum's helper for pickle gives the builtin getattr itself.
+    "enum's pickle_by_enum_name": (
+        "import enum\nclass O:\n    pass\no = O()\no._name_ = 'x'\n"
+        "g = enum.pickle_by_enum_name(o, 2)[0]\ng(g, '__self__')"
+    ),
     # register() would evaluate a runtime string annotation through typing.get_type_hints.
     "singledispatch evaluates text": (
         "import functools\nevil = '().__class__'\n@functools.singledispatch\ndef f(x):\n"
