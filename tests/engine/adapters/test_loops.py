@@ -1,7 +1,8 @@
 """The README's chat loops (examples/loops/), one per model API, through a pause: the model
 calls run_code, the script waits for approval, the host keeps only the conversation, a person
 approves in another process (`codemode approve`), a new engine on the same log advances the
-conversation, and the tool result goes back under the model's own call id.
+conversation, and the tool result goes back under the model's own call id. Then the turns a
+model gets wrong or cuts short: each is answered, or ends the turn, and the loop goes on.
 
 The SDK clients are the real ones; only the network is replaced (httpx.MockTransport serves
 fixed model turns), and every request they send is checked against the SDK's own types.
