@@ -210,12 +210,43 @@ async def segment(
     # the wait for the host's store counts too, so one that never answers meets it like a
     # process that never does.
     try:
-        async with asyncio.timeout(max(deadline.remaining(), 0)):
-            outcome = await _exchange(reader, write, script, server, deadline, opening, known)
+        async with asyncio.timeout(None) as scope:
+            expiry = _Expiry(scope, deadline)
+            try:
+                outcome = await _exchange(reader, write, script, server, deadline, opening, known)
+            finally:
+                expiry.handle.cancel()
     except TimeoutError:
         outcome = Outcome(timed_out=True)
     outcome.file_bytes = server.served - before
     return outcome
+
+
+# A deadline whose timer runs this many seconds late was met while the host itself did not
+# run (stopped, its virtual machine paused, its laptop asleep), not while it watched.
+STALLED_S = 1.0
+
+
+class _Expiry:
+    """Ends a segment's timeout ``scope`` once ``deadline`` passes. A timer that runs more
+    than :data:`STALLED_S` late found the host stopped while its process ran on: the time
+    was not the process's, so its deadline starts again (its CPU timer bounds it still), and
+    a ``ran`` it wrote meanwhile is read, not taken for a run past its deadline."""
+
+    __slots__ = ("deadline", "handle", "scope")
+
+    def __init__(self, scope: asyncio.Timeout, deadline: Deadline) -> None:
+        self.scope, self.deadline = scope, deadline
+        loop = asyncio.get_running_loop()
+        self.handle = loop.call_later(max(deadline.remaining(), 0), self._due)
+
+    def _due(self) -> None:
+        loop = asyncio.get_running_loop()
+        if -self.deadline.remaining() > STALLED_S:
+            self.deadline.at = self.deadline.clock() + self.deadline.allowance
+            self.handle = loop.call_later(self.deadline.allowance, self._due)
+        else:
+            self.scope.reschedule(loop.time())
 
 
 async def _exchange(
