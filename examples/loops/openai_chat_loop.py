@@ -16,9 +16,9 @@ async def advance(client: Any, engine: CodeMode, messages: list[dict[str, Any]])
                 model=MODEL, tools=[engine.definition("openai_chat")], messages=messages
             )
             message = reply.choices[0].message
-            messages.append(
-                message.model_dump(include={"role", "content", "tool_calls"}, exclude_none=True)
-            )
+            # A refusal comes as `refusal`, its content null: kept, as the model's answer.
+            kept = {"role", "content", "refusal", "tool_calls"}
+            messages.append(message.model_dump(include=kept, exclude_none=True))
         calls = messages[-1].get("tool_calls") or []
         if not calls:
             return True

@@ -342,3 +342,23 @@ async def test_an_anthropic_reply_of_no_content_is_not_kept(tmp_path: Path) -> N
     finally:
         await engine.aclose()
     assert all(m["content"] for m in sent[-1]["messages"]), sent[-1]["messages"]
+
+
+async def test_a_chat_refusal_is_kept_as_the_models_answer(tmp_path: Path) -> None:
+    """A refusal (its content null, its text in `refusal`) is the turn's answer, kept in the
+    conversation as the API's own message type takes it (the loop kept the message's role
+    alone: the model's answer was lost)."""
+    (done,) = _chat_turns()[1:]
+    said = "I can't help with that."
+    message = {**done["choices"][0]["message"], "content": None, "refusal": said}
+    refused = {**done, "choices": [{**done["choices"][0], "message": message}]}
+    sent: list[dict[str, Any]] = []
+    client = _client("openai_chat", [refused], sent)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Do the bad thing."}]
+    engine = _engine(tmp_path / "data")
+    try:
+        assert await _example("openai_chat_loop").advance(client, engine, messages) is True
+    finally:
+        await engine.aclose()
+    assert messages[-1] == {"role": "assistant", "refusal": said}
+    conforms(ChatCompletionMessageParam, messages[-1])
