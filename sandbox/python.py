@@ -1686,6 +1686,26 @@ _shlex_split.__module__ = "shlex"
 _shlex_split.__doc__ = shlex.split.__doc__
 
 
+def _warn(message: Any, category: Any = None, stacklevel: Any = 1, source: Any = None) -> None:
+    # The stack ends at the script's top level, as a program's at its module: a stacklevel
+    # past it is past the stack (CPython's "sys", line 1), not a frame of the sandbox's,
+    # whose file and line a live run and its replay do not share.
+    level = operator.index(stacklevel)
+    frame: types.FrameType | None = sys._getframe(1)
+    depth = above = 0  # the script's outermost frame, counted from the caller as 1
+    while frame is not None:
+        above += 1
+        if frame.f_code.co_filename == FILENAME:
+            depth = above
+        frame = frame.f_back
+    warnings.warn(message, category, max(level, 1) + 1 if level <= depth else above + 2, source)
+
+
+_warn.__name__ = _warn.__qualname__ = "warn"
+_warn.__module__ = "warnings"
+_warn.__doc__ = warnings.warn.__doc__
+
+
 def _static_modules() -> dict[str, Module]:
     """The allowed modules that hold nothing of one run (built once, at import)."""
     plain = {
@@ -1774,7 +1794,6 @@ def _static_modules() -> dict[str, Module]:
         {
             **_listed(
                 warnings,
-                "warn",
                 "simplefilter",
                 "filterwarnings",
                 "resetwarnings",
@@ -1782,6 +1801,7 @@ def _static_modules() -> dict[str, Module]:
                 "WarningMessage",
             ),
             "catch_warnings": _CatchWarnings,
+            "warn": _warn,
         },
     )
     # typing evaluates strings as code (get_type_hints, ForwardRef).

@@ -1225,6 +1225,13 @@ CORPUS = {
         "return 'done'"
     ),
     "random": "import random\na = random.random()\nawait tools.echo(a=a)\nreturn [a, random.random()]",
+    # A warning past the script's frames (see test_a_warning_past_the_scripts_frames_...).
+    "warning_past_the_stack": (
+        "import warnings\nawait tools.echo(n=1)\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    for level in range(1, 9):\n        warnings.warn('x', stacklevel=level)\n"
+        "return [[w.filename, w.lineno] for w in seen]"
+    ),
     # A task's exit ends the run where it comes, with a call made before it still to make.
     "task_exits": (
         "import asyncio, sys\n"
@@ -1710,6 +1717,26 @@ def test_warnings_print_without_the_sandboxs_files() -> None:
     # Nothing is kept from the run before (re's own cache of patterns aside).
     again = run(code.replace("[[a]", "[[b]"))
     assert again.printed == ran.printed
+
+
+def test_a_warning_past_the_scripts_frames_names_none_of_the_sandboxs() -> None:
+    """The stack ends at the script's top level, as a program's ends at its module: a
+    warning's stacklevel past it is past the stack (CPython's file "sys", line 1), where it
+    named the sandbox's files and lines, which differ between a live run and its replay."""
+    code = (
+        "import warnings\ndef helper():\n    warnings.warn('deep', stacklevel=2)\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        "    for level in (0, 1, 2, 3, 40):\n        warnings.warn('x', stacklevel=level)\n"
+        "    helper()\n"
+        "warnings.warn('past', stacklevel=2)\nhelper()\n"
+        "return [[w.filename, w.lineno, str(w.message)] for w in seen]"
+    )
+    ran = run(code)
+    assert ran.value == [["<script>", 7, "x"]] * 2 + [["sys", 1, "x"]] * 3 + [
+        ["<script>", 8, "deep"]
+    ], ran.error
+    assert ran.printed == "UserWarning: past\nline 10: UserWarning: deep\n"
 
 
 def test_a_finalizers_error_that_cannot_be_read_is_one_line() -> None:
