@@ -243,7 +243,7 @@ async def test_a_call_run_code_cannot_take_is_answered_for_the_model(
     """A turn's calls without code, of another tool, with an argument too many or (in
     OpenAI's text) no JSON: each is answered under its id, saying what to send, and the
     loop goes on with the model; the call beside them runs."""
-    module_name, turns, field, message_type, _ = APIS[api]
+    _, turns, field, message_type, _ = APIS[api]
     calls: list[Call] = [
         ("c_none", "run_code", {}),
         ("c_direct", "github__list_prs", {"repo": "acme/api"}),
@@ -252,14 +252,8 @@ async def test_a_call_run_code_cannot_take_is_answered_for_the_model(
     ]
     if api != "anthropic":  # Anthropic's input is an object; OpenAI's arguments are text
         calls.append(("c_cut", "run_code", '{"code": "return'))
-    sent: list[dict[str, Any]] = []
-    client = _client(api, turns(calls), sent)
     conversation: list[dict[str, Any]] = [{"role": "user", "content": "Go."}]
-    engine = _engine(tmp_path / "data")
-    try:
-        assert await _example(module_name).advance(client, engine, conversation) is True
-    finally:
-        await engine.aclose()
+    sent = await _advanced(api, turns(calls), conversation, tmp_path)
     assert len(sent) == 2
     for message in sent[1][field]:
         conforms(message_type, message)
@@ -279,6 +273,21 @@ async def test_a_call_run_code_cannot_take_is_answered_for_the_model(
             }
         ),
     }
+
+
+async def _advanced(
+    api: str, turns: list[dict[str, Any]], conversation: list[dict[str, Any]], data: Path
+) -> list[dict[str, Any]]:
+    """Advance ``conversation`` with ``api``'s loop, the model's turns ``turns``, to the
+    model's answer (a new engine on the log in ``data``); the requests the loop sent."""
+    sent: list[dict[str, Any]] = []
+    engine = _engine(data / "data")
+    try:
+        advance = _example(APIS[api][0]).advance
+        assert await advance(_client(api, turns, sent), engine, conversation) is True
+    finally:
+        await engine.aclose()
+    return sent
 
 
 def _answers(api: str, items: list[dict[str, Any]]) -> dict[str, str]:
@@ -310,14 +319,8 @@ async def test_a_responses_reply_cut_short_ends_the_loop(tmp_path: Path) -> None
         "incomplete_details": {"reason": "max_output_tokens"},
         "output": [{"type": "reasoning", "id": "rs_1", "summary": []}],
     }
-    sent: list[dict[str, Any]] = []
-    client = _client("openai_responses", [cut, text_turn], sent)
     items: list[dict[str, Any]] = [{"role": "user", "content": "Think hard."}]
-    engine = _engine(tmp_path / "data")
-    try:
-        assert await _example("openai_responses_loop").advance(client, engine, items) is True
-    finally:
-        await engine.aclose()
+    sent = await _advanced("openai_responses", [cut, text_turn], items, tmp_path)
     assert len(sent) == 1
     assert items[-1] == {"type": "reasoning", "id": "rs_1", "summary": []}
     for item in items:
@@ -329,19 +332,12 @@ async def test_an_anthropic_reply_of_no_content_is_not_kept(tmp_path: Path) -> N
     ends the turn and stays out of the conversation: the API refuses an empty message
     anywhere but last, so kept, it failed every request of the conversation after it."""
     first, done = _anthropic_turns([("toolu_01", "run_code", {"code": "return 6 * 7"})])
-    sent: list[dict[str, Any]] = []
-    client = _client("anthropic", [first, {**done, "content": []}, done], sent)
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Go."}]
-    advance = _example("anthropic_loop").advance
-    engine = _engine(tmp_path / "data")
-    try:
-        assert await advance(client, engine, messages) is True
-        assert [m["role"] for m in messages] == ["user", "assistant", "user"]
-        messages.append({"role": "user", "content": "And?"})
-        assert await advance(client, engine, messages) is True
-    finally:
-        await engine.aclose()
-    assert all(m["content"] for m in sent[-1]["messages"]), sent[-1]["messages"]
+    await _advanced("anthropic", [first, {**done, "content": []}], messages, tmp_path)
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    messages.append({"role": "user", "content": "And?"})
+    (sent,) = await _advanced("anthropic", [done], messages, tmp_path)
+    assert all(m["content"] for m in sent["messages"]), sent["messages"]
 
 
 async def test_a_chat_refusal_is_kept_as_the_models_answer(tmp_path: Path) -> None:
@@ -352,13 +348,7 @@ async def test_a_chat_refusal_is_kept_as_the_models_answer(tmp_path: Path) -> No
     said = "I can't help with that."
     message = {**done["choices"][0]["message"], "content": None, "refusal": said}
     refused = {**done, "choices": [{**done["choices"][0], "message": message}]}
-    sent: list[dict[str, Any]] = []
-    client = _client("openai_chat", [refused], sent)
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Do the bad thing."}]
-    engine = _engine(tmp_path / "data")
-    try:
-        assert await _example("openai_chat_loop").advance(client, engine, messages) is True
-    finally:
-        await engine.aclose()
+    await _advanced("openai_chat", [refused], messages, tmp_path)
     assert messages[-1] == {"role": "assistant", "refusal": said}
     conforms(ChatCompletionMessageParam, messages[-1])
