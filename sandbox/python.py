@@ -1081,9 +1081,18 @@ def _safe_delattr(obj: Any, name: str) -> None:
     builtins.delattr(obj, name)
 
 
-# copy restores slots by name with setattr: the state a script's __reduce_ex__ gives, onto
-# any object its function returns (a task's private state: the scheduler then failed).
-_shadow(copy, "setattr", _safe_setattr)
+def _copy_setattr(obj: Any, name: str, value: Any) -> None:
+    """``setattr`` as ``copy`` sees it: it restores slots by name, the state a script's
+    ``__reduce_ex__`` gives, onto any object its function returns (a task's private state:
+    the scheduler then failed). Checked as the script's own when a script's code copies; a
+    host that ran a script in its own process copies its objects as before."""
+    if _scripts_code_on_stack():
+        _safe_setattr(obj, name, value)
+    else:
+        builtins.setattr(obj, name, value)
+
+
+_shadow(copy, "setattr", _copy_setattr)
 
 
 class _SafeFormatter(string.Formatter):

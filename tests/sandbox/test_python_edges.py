@@ -582,3 +582,24 @@ def test_decimal_of_text_that_is_no_number_says_so() -> None:
         "Decimal(...) was given text that is not a number (ConversionSyntax)",
         [3],
     )
+
+
+def test_the_hosts_own_copies_keep_their_private_attributes() -> None:
+    """What the sandbox gives copy's code in place of setattr (a script's check of the names
+    a state sets) checks only a script's copies: a host that ran a Python script in its own
+    process (an in-process runner, a test) copies its objects as before. (Its Tool.renamed,
+    a copy of an object with underscore slots, failed 'attributes whose names start with an
+    underscore ... ' after such a run.)"""
+    import copy
+
+    assert value("import copy\nreturn copy.copy([1])") == [1]  # sandbox.python is loaded
+
+    class Slotted:
+        __slots__ = ("__mangled", "_private")
+
+        def __init__(self) -> None:
+            self._private = 1
+            self.__mangled = 2
+
+    clone = copy.copy(Slotted())
+    assert clone._private == 1 and clone._Slotted__mangled == 2  # type: ignore[attr-defined]
