@@ -2395,9 +2395,11 @@ def _not_a_value(self: _Future, *args: Any) -> NoReturn:
 
 # What a script does with a result and never with an awaitable. Not __call__ (callable()
 # would be true) nor __next__ (an Iterator to collections.abc), so nothing that probes an
-# object sees it as more than it is; `__aiter__` is here for `async for x in tools.list()`.
+# object sees it as more than it is; `__aiter__` is here for `async for x in tools.list()`,
+# the context managers' for `async with tools.session() as s`.
 _RESULT_ONLY = (
-    "__bool__", "__len__", "__iter__", "__aiter__", "__contains__", "__getitem__",
+    "__bool__", "__len__", "__iter__", "__aiter__", "__enter__", "__exit__", "__aenter__",
+    "__aexit__", "__contains__", "__getitem__",
     "__setitem__", "__delitem__", "__lt__", "__le__", "__gt__", "__ge__", "__neg__",
     "__pos__", "__abs__", "__invert__", "__int__", "__float__", "__complex__", "__index__",
     "__round__", "__trunc__", "__floor__", "__ceil__",

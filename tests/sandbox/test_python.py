@@ -424,6 +424,11 @@ NOT_AWAITED = 'tools.echo(...) gives an awaitable, not its result: write "await 
         "import json\nclass E(json.JSONEncoder):\n    pass\njson.dumps(r, cls=E)",
         "import json\njson.loads(r)",
         "async def f():\n    async for x in r:\n        pass\nawait f()",
+        # A session a tool's result would be ('_Call' object does not support the
+        # asynchronous context manager protocol).
+        "async with r as session:\n    pass",
+        "with r as session:\n    pass",
+        "import contextlib\nwith contextlib.ExitStack() as stack:\n    stack.enter_context(r)",
     ],
 )
 def test_a_call_used_as_its_result_is_a_type_error_naming_the_fix(use: str) -> None:
