@@ -210,12 +210,8 @@ async def segment(
     # the wait for the host's store counts too, so one that never answers meets it like a
     # process that never does.
     try:
-        async with asyncio.timeout(None) as scope:
-            expiry = _Expiry(scope, deadline)
-            try:
-                outcome = await _exchange(reader, write, script, server, deadline, opening, known)
-            finally:
-                expiry.handle.cancel()
+        async with Within(deadline):
+            outcome = await _exchange(reader, write, script, server, deadline, opening, known)
     except TimeoutError:
         outcome = Outcome(timed_out=True)
     outcome.file_bytes = server.served - before
@@ -227,18 +223,28 @@ async def segment(
 STALLED_S = 1.0
 
 
-class _Expiry:
-    """Ends a segment's timeout ``scope`` once ``deadline`` passes. A timer that runs more
-    than :data:`STALLED_S` late found the host stopped while its process ran on: the time
-    was not the process's, so its deadline starts again (its CPU timer bounds it still), and
-    a ``ran`` it wrote meanwhile is read, not taken for a run past its deadline."""
+class Within:
+    """``async with Within(deadline):`` raises ``TimeoutError`` out of its body once
+    ``deadline`` passes, as ``asyncio.timeout`` does. A timer that runs more than
+    :data:`STALLED_S` late found the host stopped while the process it waits for ran on: the
+    time was not the process's, so the deadline starts again (what bounds the process's CPU
+    bounds it still), and what it wrote meanwhile is read, not taken for a run past its
+    deadline."""
 
     __slots__ = ("deadline", "handle", "scope")
 
-    def __init__(self, scope: asyncio.Timeout, deadline: Deadline) -> None:
-        self.scope, self.deadline = scope, deadline
+    def __init__(self, deadline: Deadline) -> None:
+        self.deadline = deadline
+        self.scope = asyncio.timeout(None)
+
+    async def __aenter__(self) -> None:
+        await self.scope.__aenter__()
         loop = asyncio.get_running_loop()
-        self.handle = loop.call_later(max(deadline.remaining(), 0), self._due)
+        self.handle = loop.call_later(max(self.deadline.remaining(), 0), self._due)
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.handle.cancel()
+        await self.scope.__aexit__(*exc)  # the expiry's CancelledError as TimeoutError
 
     def _due(self) -> None:
         loop = asyncio.get_running_loop()

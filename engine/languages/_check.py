@@ -24,6 +24,7 @@ from pathlib import Path
 
 from engine._errors import CodeModeError, ConfigError
 from engine._limits import SECONDS, is_seconds, parse_size
+from runner._conversation import Deadline, Within
 
 MiB = 1024 * 1024
 
@@ -267,9 +268,11 @@ async def run_bounded(
             size += len(chunk)
 
     try:
-        async with asyncio.timeout(timeout):
+        # Not asyncio.timeout: a host stopped while the checker ran on (SIGSTOP, a paused
+        # virtual machine) would fail the script's start for good, its types blamed.
+        async with Within(Deadline.seconds(timeout)):
             await read()
-        async with asyncio.timeout(timeout):
+        async with Within(Deadline.seconds(timeout)):
             status = await process.wait()
     except TimeoutError:
         process.kill()

@@ -33,6 +33,7 @@ from engine.languages.javascript import (
     find_compiler,
 )
 from engine.languages.python import PythonTypeChecker
+from runner._conversation import STALLED_S
 from sandbox import typescript
 from tests._needs import require
 from tests.engine.conftest import InProcessRunner
@@ -842,6 +843,33 @@ async def test_a_cancelled_check_ends_its_checker(tmp_path: Path) -> None:
     finally:
         for pid in _running(str(fake)):  # the test failed: leave nothing behind
             os.kill(pid, signal.SIGKILL)
+
+
+async def test_a_host_stalled_while_its_checker_runs_reads_the_checkers_answer(
+    tmp_path: Path,
+) -> None:
+    """The host stops (as under SIGSTOP: its event loop does not run) past the check's
+    timeout while the checker finishes: once it runs again it reads the checker's answer
+    (the check was 'did not finish within 5 s', and the script failed for good, told to
+    simplify its types)."""
+    started, go = tmp_path / "started", tmp_path / "go"
+    fake = tmp_path / "tsc"
+    # Its first 128 KiB, twice what a pipe holds, are written once the check reads them:
+    # the check's time runs by then.
+    fake.write_text(
+        f"#!{sys.executable}\nimport os, sys\nsys.stdout.write('.' * 131072 + '\\n')\n"
+        f"sys.stdout.flush()\nopen({str(started)!r}, 'w').close()\n"
+        f"while not os.path.exists({str(go)!r}):\n    pass\nprint('checked')\n"
+    )
+    fake.chmod(0o755)
+    timeout = 5.0
+    check = asyncio.create_task(run_bounded([str(fake)], tmp_path, timeout=timeout, memory=1 << 30))
+    while not started.exists():
+        await asyncio.sleep(0.01)
+    go.touch()
+    time.sleep(timeout + 2 * STALLED_S)  # the host stalls; the checker answers meanwhile
+    ran = await check
+    assert ran is not None and ran.status == 0 and ran.output.endswith("\nchecked\n")
 
 
 def test_a_checker_serves_one_event_loop_after_another(compiler: str) -> None:
