@@ -3366,6 +3366,17 @@ class _ToolFunction(_Opaque):
     def __repr__(self) -> str:
         return f"<tool {self._name}>"
 
+    def __getattr__(self, name: str) -> str:
+        # Named as a function is (a script logs which tool it calls by its __name__), and
+        # only called: no other attribute, said without the sandbox's class.
+        if name in ("__name__", "__qualname__"):
+            return self._name
+        called = _call_form(self._name)
+        raise AttributeError(
+            f"{called.removesuffix('(...)')} has no attribute {name!r}: a tool is called, as "
+            f"`await {called}`"
+        )
+
     def __await__(self) -> NoReturn:
         raise TypeError(
             f"tools.{self._name} is the tool, not a call of it: write "

@@ -362,6 +362,23 @@ def test_awaiting_a_tool_without_calling_it_says_so() -> None:
     )
 
 
+def test_a_tool_is_named_as_a_function_is_and_has_no_other_attribute() -> None:
+    """A script that logs which tool it calls reads its __name__ (functools.wraps too); any
+    other attribute says a tool is called (both said "'_ToolFunction' object has no
+    attribute", naming the sandbox's class)."""
+    code = (
+        "import functools\n@functools.wraps(tools.echo)\nasync def logged(**kw):\n"
+        "    return await tools.echo(**kw)\n"
+        "return [tools.echo.__name__, tools.echo.__qualname__, logged.__name__]"
+    )
+    assert value(code) == ["echo", "echo", "echo"]
+    error = failed("return tools.echo.description")
+    assert (error.name, error.message) == (
+        "AttributeError",
+        "tools.echo has no attribute 'description': a tool is called, as `await tools.echo(...)`",
+    )
+
+
 def test_newer_syntax_names_the_python_that_reads_the_script() -> None:
     error = failed('d = {"key": 1}\nreturn f"{d["key"]}"')
     assert error.name == "SyntaxError" and "scripts are Python 3.11" in error.message
