@@ -1631,6 +1631,14 @@ class _ScriptLogger(logging.Logger):
         if found == 0 and record.levelno >= _LAST_RESORT.level:
             _LAST_RESORT.handle(record)
 
+    # Logger's __reduce__ gives logging.getLogger, the process's own tree's (a copy of the
+    # run's root was the process's): a copy of a logger is the logger, as getLogger gives.
+    def __copy__(self) -> _ScriptLogger:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> _ScriptLogger:
+        return self
+
 
 class _ScriptRoot(_ScriptLogger, logging.RootLogger):
     pass

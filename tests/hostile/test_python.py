@@ -430,6 +430,18 @@ def test_logging_reaches_no_file_no_frame_and_nothing_of_the_process(run: Run) -
     assert ran.printed.count("--- Logging error ---") == 2
 
 
+def test_a_copy_of_a_logger_is_the_runs_logger(run: Run) -> None:
+    """Logger's __reduce__ gives logging.getLogger, the process's: copy.copy of the run's
+    root gave the process's root logger (the host's, in this process) and its handlers."""
+    code = (
+        "import copy, logging\nroot, named = logging.getLogger(), logging.getLogger('a')\n"
+        "return [copy.copy(root) is root, copy.deepcopy([root])[0] is root,\n"
+        "        copy.copy(named) is named, copy.deepcopy(named) is named]"
+    )
+    ran = run(code)
+    assert ran.value == [True] * 4, ran.error
+
+
 def test_a_redirect_or_warning_filter_left_set_ends_with_the_run(run: Run) -> None:
     """A script that leaves sys.stdout redirected and warnings made errors, then fails: the
     next run prints and warns as every run does."""
