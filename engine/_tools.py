@@ -51,6 +51,7 @@ from engine._schema import (
     validation_problems,
 )
 from engine._tool_threads import Ticket, ToolThreads, shared_threads, timed_out
+from runner._conversation import Deadline, Within
 from sandbox.protocol import data_path, size_text
 
 T = TypeVar("T")
@@ -467,7 +468,9 @@ class Tool:
         ticket: Ticket | None = None
         in_thread = False  # the handler runs in a tool thread now, not on the event loop
         returned: list[bool] = []  # once the handler returned: its result is being converted
-        scope = asyncio.timeout(timeout)
+        # A host stopped meanwhile (SIGSTOP, a paused virtual machine) stopped the handler
+        # too: the stall is not charged to the call (see Within).
+        scope = asyncio.timeout(None) if timeout is None else Within(Deadline.seconds(timeout))
         try:
             async with scope:
                 if not self.in_thread:

@@ -33,6 +33,7 @@ from engine._tools import (
     load_mcp_tools,
     unique_tools,
 )
+from runner._conversation import STALLED_S
 from sandbox.names import closest_names, split_words, stem
 from tests.engine.conftest import InProcessRunner
 
@@ -719,6 +720,28 @@ def test_timeout_fails_the_call_catchably() -> None:
         "tools.slow_sync timed out after 0.1 s while its handler ran; a handler cannot be "
         "stopped, so the call may or may not take effect; check before calling it again"
     )
+
+
+async def test_a_host_stalled_while_a_call_runs_takes_its_result() -> None:
+    """The host stops (its event loop does not run, as under SIGSTOP) past a call's timeout
+    while the handler's thread finishes: once the host runs again the call's result is taken
+    (the call failed, its effect done and its result lost: 'timed out after 2 s converting
+    its result to JSON data ... have the tool return less', or, stopped sooner, 'while its
+    handler ran')."""
+    loop = asyncio.get_running_loop()
+    timeout = 2.0
+    began = threading.Event()
+
+    def stall() -> None:
+        began.set()
+        time.sleep(timeout + 2 * STALLED_S)
+
+    def effect() -> str:
+        loop.call_soon_threadsafe(stall)
+        began.wait()  # the host stalls now: the handler ends meanwhile
+        return "done"
+
+    assert await Tool("effect", handler=effect, timeout=timeout).invoke({}, CTX) == "done"
 
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
