@@ -871,11 +871,12 @@ class CodeMode(StepLoop):
             if drive.lost:
                 # Its lease ran out before this host renewed it (a host stalled, a log that
                 # did not answer): what it returns is the other host's doing, not its own.
+                there = "" if result.status == "elsewhere" else f"; status there: {result.status}"
                 logger.warning(
                     "worker lost script=%s to another host, which took it over once this "
-                    "host's lease ran out; status there: %s",
+                    "host's lease ran out%s",
                     lease.script_id,
-                    result.status,
+                    there,
                 )
             elif result.status == "elsewhere" and stop.is_set():
                 logger.info("worker left script=%s for another host (stopping)", lease.script_id)

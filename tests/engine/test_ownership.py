@@ -566,15 +566,20 @@ async def test_a_worker_passes_over_a_script_it_cannot_drive(
         await worker.aclose()
 
 
-async def test_a_worker_that_lost_its_script_says_so(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("ended", [True, False], ids=["ended-there", "driven-there"])
+async def test_a_worker_that_lost_its_script_says_so(
+    caplog: pytest.LogCaptureFixture, ended: bool
+) -> None:
     """A worker whose lease ran out while its call ran (the host stalled) and whose script
-    another host then ended says it lost the script to that host, not that it drove it to
-    that end: two workers' logs must not both claim one script's outcome."""
+    another host took over says it lost the script to that host (and how it ended there, if
+    it did), not that it drove it to that end: two workers' logs must not both claim one
+    script's outcome."""
     caplog.set_level(logging.INFO, "codemode")
     now = [1000.0]
     store = MemoryStore(clock=lambda: now[0])  # the lease runs out when the test says
     effects: list[int] = []
     gate, running = asyncio.Event(), asyncio.Event()
+    holding, let_go = asyncio.Event(), asyncio.Event()
 
     @tool(needs_approval=True)
     async def pay(cents: int) -> str:
@@ -584,38 +589,56 @@ async def test_a_worker_that_lost_its_script_says_so(caplog: pytest.LogCaptureFi
         await gate.wait()
         return "paid"
 
+    @tool
+    async def hold_on() -> str:
+        """Wait until the test lets go."""
+        holding.set()
+        await let_go.wait()
+        return "held"
+
+    code = (
+        SCRIPT
+        if ended
+        else "let paid;\ntry { paid = await tools.pay({ cents: 30 }); }\n"
+        'catch (e) { paid = "interrupted"; }\nreturn [paid, await tools.hold_on({})];'
+    )
     (price,) = [t for t in _pay_tools([]) if t.name == "price"]
-    worker = CodeMode([pay, price], runner=InProcessRunner(), store=store)
-    other = CodeMode([pay, price], runner=InProcessRunner(), store=store)
+    worker = CodeMode([pay, hold_on, price], runner=InProcessRunner(), store=store)
+    other = CodeMode([pay, hold_on, price], runner=InProcessRunner(), store=store)
     stop = asyncio.Event()
-    work = None
+    work = taken = None
     try:
-        paused = await other.run_code(SCRIPT)
+        paused = await other.run_code(code)
         await other.approve(paused.script_id, paused.waiting[0]["call_id"])
         work = asyncio.create_task(worker.work(stop=stop))
         await running.wait()
         now[0] += 3600  # the worker stalled past its lease: the other host takes over
-        taken = await other.resume(paused.script_id)
-        assert taken.status == "failed" and "interrupted" in taken.text
+        taken = asyncio.create_task(other.resume(paused.script_id))
+        if ended:
+            assert (await taken).status == "failed" and "interrupted" in (await taken).text
+        else:
+            await holding.wait()  # the other host drives it on
         gate.set()  # the worker wakes: its write is refused
         for _ in range(500):
-            if any(
-                paused.script_id in r.getMessage()
-                for r in caplog.records
-                if "worker" in r.getMessage()
-            ):
+            if any(r.getMessage().startswith("worker") for r in caplog.records):
                 break
             await asyncio.sleep(0.01)
         said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("worker")]
-        assert said == [
+        lost = (
             f"worker lost script={paused.script_id} to another host, which took it over once "
-            "this host's lease ran out; status there: failed"
-        ]
+            "this host's lease ran out"
+        )
+        assert said == [lost + "; status there: failed" if ended else lost]
         assert effects == [30], "the call ran once"
+        let_go.set()
+        assert (await taken).status == ("failed" if ended else "finished")
     finally:
         stop.set()
+        let_go.set()
         if work is not None:
             await work
+        if taken is not None:
+            await taken
         await worker.aclose()
         await other.aclose()
 
