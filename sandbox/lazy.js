@@ -14,8 +14,11 @@
   const { defineProperty } = Object;
   const { apply } = Reflect;
   const indirectEval = eval;
+  // Taken now: a script that replaced String.prototype.repeat before its first Intl or URL
+  // had its own text compiled in front of the file's, and was handed what the file is given.
+  const { repeat } = String.prototype;
   const made = { __proto__: null };
-  const compile = (name) => indirectEval("\n".repeat(lineOf()) + source(name));
+  const compile = (name) => indirectEval(apply(repeat, "\n", [lineOf()]) + source(name));
   const intl = () => (made.intl ??= compile("intl")());
   const url = () => (made.url ??= compile("url")(web));
   const data = (value) => ({ __proto__: null, value, writable: true, configurable: true });

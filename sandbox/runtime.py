@@ -158,8 +158,10 @@ def _boot(eager: bool) -> str:
         # What lazy.js compiles goes past the script's lines (before any script: past any's),
         # counted only if it compiles: a run's start does not pay for it.
         "  let script;\n"
+        # Counted with the built-ins as they are here, not as the script left them.
+        "  const { apply } = Reflect, { split } = String.prototype;\n"
         "  const lazyLine = () =>\n"
-        f"    script === undefined ? {PRELUDE_LINE} : script.split('\\n').length + 8;\n"
+        f"    script === undefined ? {PRELUDE_LINE} : apply(split, script, ['\\n']).length + 8;\n"
         f"  const lazy = ({LAZY.strip()})(lazySource, lazyLine, web.url);\n"
         + ("  lazy();\n" if eager else "")
         # The prelude's world is made here, before any script exists (the prelude replaces

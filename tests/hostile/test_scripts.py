@@ -193,3 +193,30 @@ return kinds;
     ran = run(code)
     assert ran.outcome == "finished", ran.error
     assert ran.value == ["string"] * 4
+
+
+def test_built_ins_replaced_before_first_intl_or_url_do_not_reach_their_compile(run: Any) -> None:
+    """What compiles Intl and URL on first use (a run on a context no fork server prepared)
+    takes String.prototype.repeat and split as they were before the script: a script that
+    replaced them gets no text of its own compiled with the files, and nothing they are
+    given."""
+    code = """
+// Text of its own in front of each file's, where the files' lines are pushed down past it.
+const repeat = String.prototype.repeat;
+String.prototype.repeat = function (...args) {
+  return this == "\\n" && args[0] > 10
+    ? "(function (f) { return function (w) { globalThis.got ??= w; return f(w); }; })\\n"
+    : repeat.apply(this, args);
+};
+// The script's own text, split to count its lines, would be a billion lines long.
+const split = String.prototype.split;
+String.prototype.split = function (...args) {
+  return this.includes("a billion lines") ? { length: 2 ** 30 } : split.apply(this, args);
+};
+const href = new URL("https://a.example/x?q=1").href;
+const n = (1234.5).toLocaleString();
+return [typeof globalThis.got, href, n];
+"""
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == ["undefined", "https://a.example/x?q=1", "1,234.5"]
