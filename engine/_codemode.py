@@ -134,6 +134,11 @@ class _Flight:
 # While the session log cannot be reached, a worker says so again this often (seconds).
 UNREACHABLE_EVERY = 60.0
 
+# How long a host that answers a model (pydantic-ai's toolset, `codemode mcp serve`) waits, by
+# default, for the outcome of a script another host drives (a worker that took it after an
+# approval), as the README's chat loops do: seconds.
+ELSEWHERE_WAIT = 300.0
+
 
 class _Outage:
     """What :meth:`CodeMode.work` says while it cannot reach the session log: a warning when

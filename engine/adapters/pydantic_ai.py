@@ -54,7 +54,7 @@ except ImportError as e:  # the extra is not installed: say which one installs i
         f"engine.adapters.pydantic_ai needs pydantic-ai ({e}): pip install 'codemode[pydantic-ai]'"
     ) from None
 
-from engine._codemode import CodeMode, _check_wait, _keepable
+from engine._codemode import ELSEWHERE_WAIT, CodeMode, _check_wait, _keepable
 from engine._errors import (
     CallNotWaiting,
     CodeModeError,
@@ -72,9 +72,6 @@ from engine.adapters._formats import attachable, media_data, not_taken
 from engine.log import AWAITING_APPROVAL, ENDED, ScriptRecord
 
 RUN_CODE = "run_code"
-# How long a run_code call waits, by default, for its script's outcome while another host
-# drives it (a worker that took it after an approval), as the README's chat loops do.
-WAIT = 300.0
 
 
 def engine_tools(tools: Sequence[AgentTool[Any] | Callable[..., Any] | Tool]) -> list[Tool]:
@@ -219,7 +216,7 @@ class CodeModeToolset(FunctionToolset[Any]):
         max_retries: int | None = None,
         sequential: bool = False,
         metadata: dict[str, Any] | None = None,
-        wait: float = WAIT,
+        wait: float = ELSEWHERE_WAIT,
         **engine_options: Any,
     ) -> None:
         _refuse_toolset_options(engine_options)

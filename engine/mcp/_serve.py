@@ -11,7 +11,9 @@ A call that needs approval is asked through MCP elicitation when the client supp
 (accept with ``approve: true`` runs it; anything else refuses it, and the script sees the
 refusal); otherwise the result says the script is paused and how a person answers
 (``codemode approve`` with the flags that reach this server's log, or, when the log is in
-memory, that no one can and what to change), after which ``continue_script`` goes on.
+memory, that no one can and what to change), after which ``continue_script`` goes on. A
+script another host drives then (a ``codemode worker`` that took it once the answer landed)
+is waited for, and its outcome is the answer.
 Each step of a script, and each call that returns, fails or waits, sends a progress
 notification (from the engine's events) when the client asked for progress. Files the script
 shows and media it returns (an MCP tool's image, say) reach the client as MCP image or audio
@@ -31,6 +33,7 @@ import logging
 import os
 import stat
 import sys
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -38,7 +41,7 @@ from typing import Any
 import anyio
 import orjson
 
-from engine._codemode import CodeMode
+from engine._codemode import ELSEWHERE_WAIT, CodeMode
 from engine._errors import CallNotWaiting, CodeModeError, ConfigError
 from engine._events import Event
 from engine._result import RunResult
@@ -55,6 +58,10 @@ CONTINUE = "continue_script"
 # Seconds requests in flight have to end when the HTTP server stops; a script cut short is
 # in the session log, where continue_script (or `codemode resume`) takes it up.
 STOP_GRACE = 2
+# While a request waits for the outcome of a script another host drives, it says so this
+# often (seconds): a client that ends a request which shows no progress for a while (the
+# TypeScript SDK's 60 s, with resetTimeoutOnProgress) keeps it.
+ELSEWHERE_TELL = 10.0
 
 
 class CodeModeServer:
@@ -104,8 +111,9 @@ class CodeModeServer:
                 "name": CONTINUE,
                 "description": (
                     "Continue a script that paused (it waited for a person's approval, or this "
-                    "server restarted), by the script id its result gave. Returns what "
-                    "run_code would: the script's result, or where it paused again."
+                    "server restarted) or that ran on another host, by the script id its "
+                    "result gave. Returns what run_code would: the script's result, or where "
+                    "it paused again."
                 ),
                 "inputSchema": {
                     "type": "object",
@@ -152,18 +160,30 @@ class CodeModeServer:
             elif name == CONTINUE:
                 script_id = only_argument(arguments, name, "script_id", "<id>")
                 started(script_id)
-                result = await engine.resume(script_id)
+                result = await self._resume(script_id, progress)
             else:
                 raise CodeModeError(engine.direct_call_error(name, ("run_code", CONTINUE)))
             while result.status == "paused" and self._can_elicit(session):
                 if not await self._ask(session, ctx, result):
                     break
-                result = await engine.resume(result.script_id)
+                result = await self._resume(result.script_id, progress)
         finally:
             for script_id in ids:
                 if self._progress.get(script_id) is progress:
                     del self._progress[script_id]
             await progress.close()  # every notification is sent before the result
+        return result
+
+    async def _resume(self, script_id: str, progress: _Progress) -> RunResult:
+        """``engine.resume(script_id)``, but a script another host drives (a ``codemode
+        worker`` that took it once its approval landed) is waited for, up to
+        :data:`ELSEWHERE_WAIT` seconds, and its outcome is the result (the client was
+        answered ``elsewhere`` at once, its result out of the model's reach)."""
+        result = await self.engine.resume(script_id)
+        deadline = time.monotonic() + ELSEWHERE_WAIT
+        while result.status == "elsewhere" and (left := deadline - time.monotonic()) > 0:
+            progress.tell("the script runs on another host; waiting for its outcome")
+            result = await self.engine.resume(script_id, wait=min(ELSEWHERE_TELL, left))
         return result
 
     def _on_event(self, event: Event) -> None:
@@ -345,6 +365,11 @@ class CodeModeServer:
         answer = result.to_mcp()
         if result.status == "paused":
             answer["content"][0]["text"] += self._how_to_continue(result)
+        elif result.status == "elsewhere":
+            answer["content"][0]["text"] += (
+                f"\nScript id: {result.script_id}\nCall {CONTINUE} with this script id for "
+                "its result."
+            )
         return answer
 
     def _how_to_continue(self, result: RunResult) -> str:

@@ -855,3 +855,132 @@ async def test_a_notification_that_comes_as_its_session_ends_is_answered_once(
     assert starts == [202]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
     assert "a message came for an MCP session that had ended" in caplog.text
+
+
+_GATED = (
+    "from engine import tool\n\n"
+    "@tool(needs_approval=True)\n"
+    "async def gated(word: str) -> str:\n    'Shout a word.'\n    return word.upper()\n\n"
+    "TOOLS = [gated]\n"
+)
+
+
+@pytest.mark.parametrize("elicitation", [False, True])
+async def test_a_script_a_worker_drives_after_its_approval_is_waited_for(
+    elicitation: bool, tmp_path: Path
+) -> None:
+    """Approved elsewhere, the script is driven on by another host on the log (a worker)
+    when continue_script (or the resume after the client's approval) comes: the request
+    waits for that host's outcome, saying so as progress, and answers it (it answered at
+    once 'Script is running on another host ... its result is in the session log', which
+    the model cannot read)."""
+    from engine import CodeMode, tool
+    from tests.engine.conftest import InProcessRunner
+
+    (tmp_path / "tools.py").write_text(_GATED)
+    running, gate, waited = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    @tool(needs_approval=True)
+    async def gated(word: str) -> str:
+        """Shout a word."""
+        running.set()
+        await gate.wait()
+        return word.upper()
+
+    worker = CodeMode([gated], runner=InProcessRunner(), data_dir=tmp_path / "data")
+    driving: list[asyncio.Task[Any]] = []
+
+    async def hand_over() -> str:
+        """Approve the paused script's call and have the worker take it, inside the call."""
+        (paused,) = await worker.store.scripts(status="paused")
+        (call,) = await worker.store.calls(paused.id)
+        await worker.approve(paused.id, call.call_id)
+        driving.append(asyncio.create_task(worker.resume(paused.id)))
+        await running.wait()
+        return paused.id
+
+    async def elicit(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        await hand_over()
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    async def report(value: float, total: float | None, message: str | None) -> None:
+        if "another host" in (message or ""):
+            waited.set()
+
+    params = StdioServerParameters(
+        command=str(CODEMODE),
+        args=["mcp", "serve", "--tools", "tools.py", "--data-dir", "data"],
+        cwd=str(tmp_path),
+    )
+    kwargs: dict[str, Any] = {"elicitation_callback": elicit} if elicitation else {}
+    code = "return await tools.gated({ word: 'hi' });"
+    try:
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write, **kwargs) as session,
+        ):
+            await session.initialize()
+            if elicitation:
+                request = session.call_tool("run_code", {"code": code}, progress_callback=report)
+            else:
+                paused = await session.call_tool("run_code", {"code": code})
+                assert "Script paused." in text(paused), text(paused)
+                script_id = await hand_over()
+                request = session.call_tool(
+                    "continue_script", {"script_id": script_id}, progress_callback=report
+                )
+            answer = asyncio.create_task(request)
+            async with asyncio.timeout(TIMEOUT):
+                await asyncio.wait(
+                    {answer, asyncio.create_task(waited.wait())},
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            gate.set()  # the worker's call returns, and the script ends there
+            async with asyncio.timeout(TIMEOUT):
+                done = await answer
+            assert (await driving[0]).status == "finished"
+    finally:
+        gate.set()
+        await worker.aclose()
+    assert text(done) == "Script finished.\nReturned:\nHI", text(done)
+    assert waited.is_set()
+
+
+async def test_a_script_still_driven_elsewhere_says_to_continue_it(tmp_path: Path) -> None:
+    """Past the wait, the answer for a script another host drives says how the model gets its
+    result (it said the result is in the session log, which the model cannot read, and to
+    resume, a call this server has not)."""
+    from engine import CodeMode, tool
+    from engine.mcp._serve import CodeModeServer
+    from tests.engine.conftest import InProcessRunner
+
+    running, gate = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def gated(word: str) -> str:
+        """Shout a word."""
+        running.set()
+        await gate.wait()
+        return word.upper()
+
+    worker = CodeMode([gated], runner=InProcessRunner(), data_dir=tmp_path)
+    here = CodeMode([gated], runner=InProcessRunner(), data_dir=tmp_path)
+    ids: list[str] = []
+    driving = asyncio.create_task(
+        worker.run_code("return await tools.gated({ word: 'hi' });", on_start=ids.append)
+    )
+    try:
+        await running.wait()
+        elsewhere = await here.resume(ids[0])
+        answer = CodeModeServer(here).content_of(elsewhere)
+    finally:
+        gate.set()
+        await driving
+        await here.aclose()
+        await worker.aclose()
+    body = answer["content"][0]["text"]
+    assert elsewhere.status == "elsewhere"
+    assert body.startswith("Script is running on another host"), body
+    assert body.endswith(
+        f"\nScript id: {ids[0]}\nCall continue_script with this script id for its result."
+    ), body
