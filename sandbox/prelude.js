@@ -38,14 +38,25 @@
   const NativeArrayBuffer = ArrayBuffer, isView = ArrayBuffer.isView;
   const NativeAggregateError = AggregateError, hasOwn = Object.hasOwn;
   const { get: weakMapGet, set: weakMapSet, has: weakMapHas } = WeakMap.prototype;
-  const { set: mapSet, delete: mapDelete, forEach: mapForEach, clear: mapClear } = Map.prototype;
+  const { get: mapGet, set: mapSet, delete: mapDelete, forEach: mapForEach, clear: mapClear } = Map.prototype;
+  const { has: setHas, add: setAdd } = Set.prototype;
   const mapSize = getOwnPropertyDescriptor(Map.prototype, "size").get;
   // Taken before the script runs, so a script that replaces JSON does not change what the
   // host is sent (the host checks everything anyway).
   const JSON = freeze({ stringify: globalThis.JSON.stringify, parse: globalThis.JSON.parse });
   // What one script's record sets (see `begin`): nothing reads them before it.
   let MAX_DEPTH = 0, PRINTED_BOUND = 0, VALUE_HALF = 0, NOW = 0;
-  let toolNames = new NativeSet();
+  // `methods` as `target`'s own properties, so that a script's change to the prototype they
+  // come from does not reach the private object they are called on (as methods: Reflect.apply
+  // cost a call 3 us more).
+  const ownMethods = (target, methods) => {
+    for (const key of objectKeys(methods)) defineProperty(target, key, { __proto__: null, value: methods[key] });
+    return target;
+  };
+  // The script's tools (see `begin`): a replaced Set.prototype.has, or its iterator, was
+  // handed this set, and a script that added a name to it called a tool the host never gave.
+  const toolNames = ownMethods(new NativeSet(), { has: setHas, add: setAdd });
+  let toolArray = []; // the same names, as the record lists them
 
   // ---- The stack is not the script's to inspect. ----
   // quickjs-ng hands `Error.prepareStackTrace` the call sites of every frame, native ones
@@ -608,7 +619,7 @@
     return out;
   }
   const print = (...args) => { emit(formatted(args)); };
-  const counts = new NativeMap();
+  const counts = ownMethods(new NativeMap(), { get: mapGet, set: mapSet, delete: mapDelete });
   const label = (l) => (l === undefined ? "default" : "" + l);
   globalThis.console = freeze({
     log: print, info: print, warn: print, error: print, debug: print, trace: print,
@@ -1099,7 +1110,7 @@
       default: return called(name, never()); // "p": a new call, or "x": the run has ended
     }
   }
-  const callers = new Map();
+  const callers = ownMethods(new NativeMap(), { get: mapGet, set: mapSet });
   const callerFor = (name) => {
     let f = callers.get(name);
     if (!f) {
@@ -1134,7 +1145,12 @@
   };
   // What `tools` itself shows as, where no tool takes the name: `console.log(tools)` and
   // `JSON.stringify(tools)` the names of the tools, `${tools}` a line of them.
-  const toolList = () => [...toolNames].sort();
+  const arraySort = ArrayProto.sort;
+  const toolList = () => {
+    const names = [];
+    for (let i = 0; i < toolArray.length; i++) names[i] = toolArray[i];
+    return apply(arraySort, names, []);
+  };
   const shownAs = freeze({
     toJSON: () => toolList(),
     toString: () => "[tools: " + toolList().join(", ") + "]",
@@ -1148,7 +1164,7 @@
       return callerFor(prop);
     },
     has: (_, prop) => toolNames.has(prop),
-    ownKeys: () => [...toolNames].sort(),
+    ownKeys: toolList,
     getOwnPropertyDescriptor: (_, prop) => toolNames.has(prop)
       ? { __proto__: null, value: callerFor(prop), enumerable: true, configurable: true, writable: false }
       : undefined,
@@ -1525,7 +1541,8 @@
     MAX_DEPTH = config.max_depth;
     scriptCode = code;
     scriptLineCount = -1;
-    toolNames = new NativeSet(config.tools);
+    toolArray = config.tools;
+    for (let i = 0; i < toolArray.length; i++) toolNames.add(toolArray[i]);
     NOW = config.now_ms;
     a = config.seed_lo >>> 0; b = config.seed_hi >>> 0; c = 0x9e3779b9; d = 1;
     for (let i = 0; i < 12; i++) nextRandom();

@@ -220,3 +220,24 @@ return [typeof globalThis.got, href, n];
     ran = run(code)
     assert ran.outcome == "finished", ran.error
     assert ran.value == ["undefined", "https://a.example/x?q=1", "1,234.5"]
+
+
+def test_the_tools_names_are_out_of_the_scripts_reach(run: Any) -> None:
+    """The set of the script's tools is read through methods of its own: a script that
+    replaces Set.prototype.has, or the set iterator that would hand it the set (to add a name
+    of its own), calls no tool the host did not give it."""
+    code = """
+let held = "nothing";
+const iterate = Set.prototype[Symbol.iterator];
+Set.prototype[Symbol.iterator] = function () { held = this; return iterate.call(this); };
+Set.prototype.has = function () { return true; };
+const shown = [String(tools), JSON.stringify(tools), Object.keys(tools)];
+let error;
+try { await tools.nosuch({}); } catch (e) { error = e.message; }
+return [held, shown, error];
+"""
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value[0] == "nothing"
+    assert ran.value[2].startswith("tools.nosuch does not exist")
+    assert ran.calls == []
