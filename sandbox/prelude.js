@@ -1327,8 +1327,10 @@
     const half = VALUE_HALF;
     if (typeof value === "string" && value.length > 2 * half) {
       // A huge string is cut here: turning it into JSON first could exhaust memory.
-      host.done(wellFormed("c" + JSON.stringify([value.slice(0, half),
-        value.slice(-half), value.length])));
+      // Sliced by the prelude's own slice: a script's String.prototype.slice gave the host
+      // a head and a tail that were no text, and the sandbox process failed reading them.
+      host.done(wellFormed("c" + JSON.stringify([apply(stringSlice, value, [0, half]),
+        apply(stringSlice, value, [-half]), value.length])));
       return;
     }
     let json;

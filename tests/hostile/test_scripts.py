@@ -222,6 +222,15 @@ return [typeof globalThis.got, href, n];
     assert ran.value == ["undefined", "https://a.example/x?q=1", "1,234.5"]
 
 
+def test_a_huge_string_returned_is_cut_by_the_sandboxs_own_slice(run: Any) -> None:
+    """A string past the value's bound is cut by the prelude's own String.prototype.slice:
+    one the script replaced gave the host a head and a tail that were no text (the sandbox
+    process failed reading them, a SandboxCrash)."""
+    ran = run('String.prototype.slice = function () { return 7; };\nreturn "x".repeat(1 << 20);')
+    assert ran.outcome == "finished", ran.error
+    assert ran.value_text.startswith("xxx")
+
+
 def test_the_tools_names_are_out_of_the_scripts_reach(run: Any) -> None:
     """The set of the script's tools is read through methods of its own: a script that
     replaces Set.prototype.has, or the set iterator that would hand it the set (to add a name
