@@ -81,13 +81,13 @@ import contextlib
 import dataclasses
 import re
 import socket
-import time
 from typing import Annotated, Any
 
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from runner._base import MAX_TENANT, Step
+from runner._conversation import Deadline, Within
 from sandbox import protocol
 
 WIRE_VERSION = 3
@@ -494,14 +494,13 @@ class Channel:
             return f"{peer[0]}:{peer[1]}"
         return str(peer)
 
-    async def _fill(self, until: float | None, size: int = _CHUNK) -> None:
+    async def _fill(self, until: Deadline | None, size: int = _CHUNK) -> None:
         """Read up to ``size`` more bytes into the buffer. Raises TimeoutError past ``until``,
         PeerGone on a break."""
-        timeout = None if until is None else until - time.monotonic()
-        if timeout is not None and timeout <= 0:
-            raise TimeoutError
         try:
-            async with asyncio.timeout(timeout):
+            # Within, not asyncio.timeout: this host stopped meanwhile (SIGSTOP, a paused
+            # virtual machine) is no silence of the peer's, whose bytes wait to be read.
+            async with asyncio.timeout(None) if until is None else Within(until):
                 chunk = await self.reader.read(size)
         except TimeoutError:  # an OSError too, but not a broken connection
             raise
@@ -528,7 +527,7 @@ class Channel:
         ``bound`` or cut short, :class:`OverBudget`, :class:`PeerGone` when the connection
         broke.
         """
-        until = None if idle is None else time.monotonic() + idle
+        until = _within(idle)
         while not self._buffer:
             if self._eof:
                 return None
@@ -536,7 +535,7 @@ class Channel:
             await self._fill(
                 until, _CHUNK if hold is None else min(_BUDGETED_CHUNK, hold.budget.free)
             )
-        until = None if timeout is None else time.monotonic() + timeout
+        until = _within(timeout)
         while True:
             at = self._buffer.find(b"\n", self._scanned)
             if at >= 0:
@@ -564,7 +563,7 @@ class Channel:
     async def skip_line(self, bound: int, timeout: float | None) -> None:
         """Discard the rest of a line :meth:`line` left part read (:class:`OverBudget`), up to
         and with its newline, holding none of it. Raises as :meth:`line` does."""
-        until = None if timeout is None else time.monotonic() + timeout
+        until = _within(timeout)
         skipped = 0
         while True:
             at = self._buffer.find(b"\n")
@@ -588,7 +587,7 @@ class Channel:
 
     async def exactly(self, n: int, timeout: float | None) -> bytes:
         """Exactly ``n`` raw bytes. Raises TimeoutError, PeerGone, or WireError if cut short."""
-        until = None if timeout is None else time.monotonic() + timeout
+        until = _within(timeout)
         while len(self._buffer) < n:
             if self._eof:
                 raise WireError(
@@ -610,14 +609,15 @@ class Channel:
         peer took none of what waits to be sent for ``stall`` seconds (it stopped reading)."""
         try:
             self.writer.write(data)
-            if self.stall is None:
+            transport = self.writer.transport
+            # Nothing left waiting to be sent: drain has nothing to wait for, nor a timer.
+            if self.stall is None or not transport.get_write_buffer_size():
                 await self.writer.drain()
                 return
-            transport = self.writer.transport
             while True:
                 waiting = transport.get_write_buffer_size()
                 try:
-                    async with asyncio.timeout(self.stall):
+                    async with Within(Deadline.seconds(self.stall)):
                         await self.writer.drain()
                     return
                 except TimeoutError:
@@ -639,7 +639,7 @@ class Channel:
         if self.writer.is_closing():
             return
         if linger > 0 and not self._eof:
-            until = time.monotonic() + linger
+            until = Deadline.seconds(linger)
             with contextlib.suppress(Exception):
                 if self.writer.can_write_eof():
                     self.writer.write_eof()
@@ -662,6 +662,10 @@ class Channel:
         transport = self.writer.transport
         if not transport.is_closing():
             transport.abort()
+
+
+def _within(seconds: float | None) -> Deadline | None:
+    return None if seconds is None else Deadline.seconds(seconds)
 
 
 def _over(size: int, bound: int) -> str:

@@ -1,27 +1,36 @@
 """A host that stops while its step's process runs on (SIGSTOP, a paused virtual machine, a
 laptop asleep) reads, once it runs again, the ``ran`` the process wrote meanwhile: the
-process is not charged the host's stall as a run past its wall-clock deadline."""
+process is not charged the host's stall as a run past its wall-clock deadline, nor a runner
+service as a silence of its own."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
+from typing import Any
 
-from runner import ProcessRunner
+import pytest
+
+from runner import ProcessRunner, RemoteRunner, Step
 from runner._conversation import STALLED_S, wall_seconds
 from sandbox.protocol import FileInfo
+from tests.runner.remote_support import TOKEN, service_process, warmed
 from tests.runner.support import script
 
 
 class _Stall:
-    """A FileReader that answers, then stops the host's event loop for ``seconds`` while the
-    process goes on with the bytes, as a host stopped by SIGSTOP would be."""
+    """A FileReader that answers, then, at its first read, stops the host's event loop for
+    ``seconds`` while the process goes on with the bytes, as a host stopped by SIGSTOP
+    would be."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
 
     async def read(self, file_id: str, offset: int, length: int) -> bytes:
-        asyncio.get_running_loop().call_soon(time.sleep, self.seconds)
+        if self.seconds:  # at the first read only
+            asyncio.get_running_loop().call_soon(time.sleep, self.seconds)
+            self.seconds = 0
         return b"hi"[offset : offset + length]
 
 
@@ -37,3 +46,39 @@ async def test_a_host_stalled_past_a_steps_deadline_reads_the_ran_written_meanwh
         step = await runner.run(s, _Stall(wall_seconds(100) + 2 * STALLED_S))
     assert step.outcome == "finished", step.error
     assert step.value == "hi"
+
+
+async def _remote_step(tmp_path: Path, stall: float, **options: Any) -> tuple[Step, dict[str, Any]]:
+    """A step on a runner service in a process of its own (beating every 0.1 s), through a
+    RemoteRunner of ``options`` whose host stalls ``stall`` seconds right after it answers
+    the step's first read; the step and the runner's status of the service after it."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    # Two reads: the second's request waits for the client when it runs again.
+    code = "return (await files.text('f.txt')) + (await files.text('g.txt'))"
+    attached = [FileInfo(id=name, mime="text/plain", size=2) for name in ("f.txt", "g.txt")]
+    # The step's deadline (7 s) outlasts the stall: the service waits for the second read.
+    s = script(code, compute_ms=2000).model_copy(update={"files": attached})
+    beat = ("--heartbeat", "0.1", "--slot-wait", "0.1")
+    async with service_process(token_file, *beat) as (_, address):
+        await warmed(address)
+        remote = RemoteRunner([address], TOKEN, connect_timeout=30.0, **options)
+        try:
+            step = await remote.run(s, _Stall(stall))
+        finally:
+            await remote.aclose()
+    return step, remote.status()[address]
+
+
+@pytest.mark.timeout(120)
+async def test_a_host_stalled_past_a_services_silence_reads_the_step_it_sent_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """The engine's host stalls past ``silence`` right after it answers the step's read, while
+    the runner service beats and finishes the step: the client reads the step, and the
+    service stays in rotation (the client said it 'went silent for 1 s in the middle of a
+    step ... it is stopped or cut off', took it out of rotation and put the step back)."""
+    step, status = await _remote_step(tmp_path, 1.0 + 2 * STALLED_S, silence=1.0)
+    assert step.outcome == "finished", step.error
+    assert step.value == "hihi"
+    assert status["failures"] == 0, status
