@@ -1112,7 +1112,7 @@ class CodeMode(StepLoop):
         self._check_open()
         check_ids(script_id, call_id)
         await self.store.answer(
-            script_id, call_id, log.AWAITING_APPROVAL, log.APPROVED, note="approved"
+            script_id, call_id, log.AWAITING_APPROVAL, log.APPROVED, note=log.APPROVED_NOTE
         )
         await self._answered("call.approved", script_id, call_id)
 
@@ -1124,7 +1124,14 @@ class CodeMode(StepLoop):
         # As client_result's error: any message is its text (5 failed in len() with TypeError).
         said = "" if message is None else str(message)
         error = error_text(said or f"a person refused tools.{entry.name}")
-        await self.store.answer(script_id, call_id, log.AWAITING_APPROVAL, log.FAILED, error=error)
+        await self.store.answer(
+            script_id,
+            call_id,
+            log.AWAITING_APPROVAL,
+            log.FAILED,
+            error=error,
+            note=log.REFUSED_NOTE,
+        )
         await self._answered("call.failed", script_id, call_id, entry, error=error)
 
     async def client_result(

@@ -868,14 +868,12 @@ async def _check_answers(engine: CodeMode, args: argparse.Namespace) -> None:
     twice = sorted({c for c in named if named.count(c) > 1})
     if twice:
         raise CallNotWaiting(f"call {twice[0]!r} is given more than one answer; give each call one")
-    states = {entry.call_id: entry.state for entry in await engine.store.calls(args.script_id)}
+    calls = {entry.call_id: entry for entry in await engine.store.calls(args.script_id)}
     for call_id in named:
-        if call_id not in states:
+        if call_id not in calls:
             raise CallNotWaiting.no_call(args.script_id, call_id)
-        if states[call_id] != log.AWAITING_APPROVAL:
-            raise CallNotWaiting(
-                not_waiting(args.script_id, call_id, states[call_id], log.AWAITING_APPROVAL)
-            )
+        if calls[call_id].state != log.AWAITING_APPROVAL:
+            raise CallNotWaiting(not_waiting(calls[call_id], log.AWAITING_APPROVAL))
 
 
 async def _describe(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ from engine.log._postgres import PostgresStore
 from engine.log._records import (
     ACTIVE,
     APPROVED,
+    APPROVED_NOTE,
     AWAITING_APPROVAL,
     AWAITING_CLIENT,
     DONE,
@@ -14,6 +15,7 @@ from engine.log._records import (
     FINISHED,
     PAUSED,
     PROPOSED,
+    REFUSED_NOTE,
     RUNNING,
     SCRIPT_FAILED,
     SEED_BITS,
@@ -34,6 +36,7 @@ from engine.log._store import DEFAULT_LEASE_MS, LogStore, Started
 __all__ = [
     "ACTIVE",
     "APPROVED",
+    "APPROVED_NOTE",
     "AWAITING_APPROVAL",
     "AWAITING_CLIENT",
     "DEFAULT_LEASE_MS",
@@ -44,6 +47,7 @@ __all__ = [
     "NOT_KEPT",
     "PAUSED",
     "PROPOSED",
+    "REFUSED_NOTE",
     "RUNNING",
     "SCRIPT_FAILED",
     "SEED_BITS",

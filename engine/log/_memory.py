@@ -281,9 +281,7 @@ class MemoryStore(LogStore):
             for entry in self._calls[script_id]:
                 if entry.call_id == call_id:
                     if entry.state != expect:
-                        raise CallNotWaiting(
-                            rules.not_waiting(script_id, call_id, entry.state, expect)
-                        )
+                        raise CallNotWaiting(rules.not_waiting(entry, expect))
                     entry.state, entry.note = state, note
                     if state in r.SETTLED:
                         entry.result = _data(result)

@@ -21,6 +21,12 @@ DONE = "done"
 FAILED = "failed"
 SETTLED = frozenset({DONE, FAILED})
 CALL_STATES = frozenset({PROPOSED, AWAITING_APPROVAL, APPROVED, AWAITING_CLIENT, RUNNING}) | SETTLED
+# The notes of a call a person answered (CodeMode.approve, reject), which tell it, once it ran
+# or failed, from a call that never waited for an answer.
+APPROVED_NOTE = "approved"
+REFUSED_NOTE = "refused by a person"
+ANSWERED_NOTES = frozenset({APPROVED_NOTE, REFUSED_NOTE})
+
 # What the owner's worker may decide for a proposed call.
 DECIDED = frozenset({AWAITING_APPROVAL, APPROVED, AWAITING_CLIENT, FAILED})
 

@@ -42,16 +42,29 @@ def own_call(entry: r.CallEntry) -> str:
     )
 
 
-def not_waiting(script_id: str, call_id: str, state: str, expect: str) -> str:
+def not_waiting(entry: r.CallEntry, expect: str) -> str:
+    """Why ``entry`` cannot take an answer meant for a call in state ``expect``, from what
+    the call is now."""
+    state = entry.state
     now = "has failed" if state == r.FAILED else f"is {state.replace('_', ' ')}"
-    said = f"call {call_id} of script {script_id} {now}, not {expect.replace('_', ' ')}"
-    if state in r.SETTLED:
-        said += " (answered already, by another host or person)"
-    if state == r.APPROVED and expect == r.AWAITING_APPROVAL:
-        # Approved twice, or one that never needed it: listed in `waiting` ("turn"), it
-        # waits for its step's calls that do to be answered.
-        said += " (approved already, or it needs no approval: it runs when the script resumes)"
-    return said
+    said = f"call {entry.call_id} of script {entry.script_id} {now}, not {expect.replace('_', ' ')}"
+    if expect != r.AWAITING_APPROVAL:
+        return said + (" (answered already, by another host or person)" if entry.settled else "")
+    # A person's answer is in the call's note: a call without one never waited for a person
+    # (it said "answered already, by another host or person" of one that simply ran).
+    if entry.note in r.ANSWERED_NOTES:
+        done = {r.APPROVED: ": it runs when the script resumes", r.RUNNING: ": it runs now"}
+        answer = "refused" if entry.note == r.REFUSED_NOTE else "approved"
+        return said + f" ({answer} already, by another host or person{done.get(state, '')})"
+    why = {
+        r.PROPOSED: "its host has yet to decide whether it needs approval",
+        r.APPROVED: "it needs no approval: it runs when the script resumes",
+        r.AWAITING_CLIENT: "it needs no approval: it waits for the client's result",
+        r.RUNNING: "it needs no approval: it runs now",
+        r.DONE: "it needed no approval: it ran",
+        r.FAILED: "it waits for no answer: it ran and failed, or was refused",
+    }
+    return said + f" ({why[state]})" if state in why else said
 
 
 def check_decision(decision: r.Decision) -> None:

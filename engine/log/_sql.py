@@ -468,7 +468,7 @@ def answer(
         raise CallNotWaiting.no_call(script_id, call_id)
     entry = rows.call_from_row(row)
     if entry.state != expect:
-        raise CallNotWaiting(rules.not_waiting(script_id, call_id, entry.state, expect))
+        raise CallNotWaiting(rules.not_waiting(entry, expect))
     settled = state in r.SETTLED
     yield Q(
         "UPDATE calls SET state = ?, note = ?, result = ?, result_bytes = ?, error = ?,"

@@ -644,6 +644,35 @@ def test_paused_without_a_data_dir_says_it_cannot_be_resumed() -> None:
     assert "cannot be resumed" in proc.stderr and "--data-dir" in proc.stderr
 
 
+def test_an_answer_to_a_call_that_waits_for_none_says_what_the_call_is(tmp_path: Path) -> None:
+    """`approve` (or `reject`) of a call that needed no approval and ran says so (it said the
+    call was "answered already, by another host or person", which no one did); of one a
+    person refused, that it was refused."""
+    data = str(tmp_path / "data")
+    script = (
+        "await tools.github__get_reviews({ number: 12 });\n"
+        "return await tools.github__comment({ number: 12, body: 'ping' });"
+    )
+    tools = ["--tools", "examples/tracker_tools.py", "--data-dir", data]
+    paused = json.loads(codemode("run", "-", *tools, "--json", stdin=script).stdout.split("\n")[1])
+    script_id = paused["script_id"]
+    calls = json.loads(codemode("show", script_id, "--data-dir", data, "--json").stdout)["calls"]
+    ran, waits = (c["call_id"] for c in calls)
+    for command in ("approve", "reject"):
+        answer = codemode(command, script_id, ran, "--data-dir", data)
+        assert answer.returncode == 2, answer.stderr
+        assert answer.stderr == (
+            f"codemode: call {ran} of script {script_id} is done, not awaiting approval (it "
+            "needed no approval: it ran)\n"
+        )
+    assert codemode("reject", script_id, waits, "--data-dir", data).returncode == 0
+    again = codemode("approve", script_id, waits, "--data-dir", data)
+    assert again.returncode == 2
+    assert again.stderr.endswith(
+        "has failed, not awaiting approval (refused already, by another host or person)\n"
+    ), again.stderr
+
+
 def _worker(tools: list[str]) -> subprocess.Popen[str]:
     """`codemode worker` with these options, its stderr kept."""
     return subprocess.Popen(
@@ -681,7 +710,7 @@ def test_scripts_show_approve_and_a_worker(tmp_path: Path) -> None:
     )
     again = codemode("approve", paused["script_id"], call_id, "--data-dir", data)
     assert again.returncode == 2 and "is approved, not awaiting approval" in again.stderr
-    assert "approved already, or it needs no approval" in again.stderr
+    assert "(approved already, by another host or person: it runs when" in again.stderr
 
     worker = _worker(tools)
     try:
@@ -1233,14 +1262,17 @@ def test_an_answer_another_gave_first_is_said_and_the_resume_goes_on(
     says so on stderr and resumes, with the answer that stands."""
     from engine import CallNotWaiting
     from engine.cli import _answered_once
+    from engine.log import FAILED, REFUSED_NOTE, CallEntry
     from engine.log._rules import not_waiting
 
+    refused = CallEntry("s1", 0, "c1", "wipe", {}, 2, FAILED, note=REFUSED_NOTE)
+
     async def lost() -> None:
-        raise CallNotWaiting(not_waiting("s1", "c1", "failed", "awaiting_approval"))
+        raise CallNotWaiting(not_waiting(refused, "awaiting_approval"))
 
     asyncio.run(_answered_once(lost()))
     assert capsys.readouterr().err == (
-        "codemode: call c1 of script s1 has failed, not awaiting approval (answered already, "
+        "codemode: call c1 of script s1 has failed, not awaiting approval (refused already, "
         "by another host or person); resuming with that answer\n"
     )
 
