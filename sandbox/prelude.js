@@ -26,7 +26,7 @@
   const globalEval = globalThis.eval;
   const fnToString = Function.prototype.toString;
   const promiseThen = Promise.prototype.then;
-  const toPrimitiveKey = Symbol.toPrimitive;
+  const toPrimitiveKey = Symbol.toPrimitive, symbolToString = Symbol.prototype.toString;
   const { toWellFormed, replaceAll, includes: stringIncludes, split: stringSplit } = String.prototype;
   const RealDate = Date;
   const dateGetTime = RealDate.prototype.getTime, dateToISOString = RealDate.prototype.toISOString;
@@ -270,7 +270,9 @@
       case "bigint": return value + "n";
       case "boolean": return value ? "true" : "false";
       case "undefined": return "undefined";
-      case "symbol": return value.toString();
+      // The engine's own: a script's Symbol.prototype.toString gave what is no text, and a
+      // thrown symbol's error could not be made (the script failed as stuck, waiting).
+      case "symbol": return apply(symbolToString, value, []);
       case "function": return "[Function" + (value.name ? " " + value.name : "") + "]";
     }
     if (value === null) return "null";

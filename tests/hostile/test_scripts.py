@@ -250,3 +250,18 @@ return [held, shown, error];
     assert ran.value[0] == "nothing"
     assert ran.value[2].startswith("tools.nosuch does not exist")
     assert ran.calls == []
+
+
+def test_a_symbol_shows_as_itself_whatever_its_prototype_says(run: Any) -> None:
+    """A symbol is shown by the engine's own Symbol.prototype.toString: one the script
+    replaced, giving what is no text, left a thrown symbol with no error the host could read
+    (the script failed as stuck, waiting on nothing), and console.log of one threw."""
+    code = """
+Symbol.prototype.toString = function () { return { toString() { throw 1; } }; };
+try { console.log(Symbol("shown")); } catch (_) {}
+throw Symbol("thrown");
+"""
+    ran = run(code)
+    assert ran.outcome == "failed"
+    assert (ran.error.name, ran.error.message) == ("Uncaught", "Symbol(thrown)")
+    assert ran.printed == "Symbol(shown)\n"
