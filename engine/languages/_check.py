@@ -252,6 +252,19 @@ async def run_bounded(
         start_new_session=True,
     )
     assert process.stdout is not None
+    # Killed through a pidfd, not Process.kill: that reaps a checker which has ended
+    # (Popen.poll), and asyncio's child watcher, finding it gone, reports 255 for it
+    # ("Unknown child process pid N, will report returncode 255").
+    try:
+        pidfd: int | None = os.pidfd_open(process.pid)
+    except ProcessLookupError:  # ended and reaped already: nothing to kill
+        pidfd = None
+
+    def kill() -> None:
+        if pidfd is not None and process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+
     chunks: list[bytes] = []
     size = 0
     cut = False
@@ -262,7 +275,7 @@ async def run_bounded(
         while chunk := await process.stdout.read(64 * 1024):
             if size + len(chunk) > OUTPUT_BYTES:
                 cut = True  # enough to report; the rest is more of the same
-                process.kill()
+                kill()
                 break
             chunks.append(chunk)
             size += len(chunk)
@@ -275,7 +288,7 @@ async def run_bounded(
         async with Within(Deadline.seconds(timeout)):
             status = await process.wait()
     except TimeoutError:
-        process.kill()
+        kill()
         await process.wait()
         return None
     except BaseException:
@@ -283,10 +296,12 @@ async def run_bounded(
         # output blocks on the full pipe for good, so it ends with the check (unless it
         # already has), and is reaped on this loop: left, its transport outlived a loop that
         # closed next ("Event loop is closed" when it was collected).
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
+        kill()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(REAP_WAIT):
                 await process.wait()
         raise
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
     return Ran(b"".join(chunks).decode("utf-8", "replace"), status, cut)
