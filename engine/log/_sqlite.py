@@ -118,6 +118,7 @@ class SqliteStore(SqlStore):
     def _open(self) -> None:
         try:
             db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30)
+            _check_ours(db, self.path)  # before WAL mode, which another program's file keeps
             (mode,) = db.execute("PRAGMA journal_mode=WAL").fetchone()
         except sqlite3.DatabaseError as e:
             if e.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
@@ -184,6 +185,7 @@ class SqliteStore(SqlStore):
         except sqlite3.DatabaseError as e:
             raise ConfigError(f"cannot open the session log {self.path}: {e}") from None
         if not OLDEST_READ <= version <= SCHEMA_VERSION:
+            _check_ours(db, self.path)
             db.close()
             if version > SCHEMA_VERSION:
                 raise _newer(self.path, version)
@@ -419,6 +421,29 @@ def _damaged(path: Path, error: Exception, first: str = "") -> StoreUnavailable:
         "into a new file)",
         permanent=True,
     )
+
+
+# The tables any codemode made in its log, in each release (schema_version before 2).
+OUR_TABLES = frozenset({"scripts", "calls", "schema_version"})
+
+
+def _check_ours(db: sqlite3.Connection, path: Path) -> None:
+    """Refuse, and close, a file of a schema older than the oldest read (0: a new file, or
+    another program's database) that holds tables no codemode made: the log's tables were
+    added to another program's database, or it was called a log of an older codemode, to
+    upgrade. A file of a schema read as it is, codemode's, is not looked at."""
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    if version >= OLDEST_READ:
+        return
+    names = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    theirs = sorted(n for n in names if n not in OUR_TABLES and not n.startswith("sqlite_"))
+    if theirs:
+        db.close()
+        raise ConfigError(
+            f"the session log {path} holds tables codemode did not make ({', '.join(theirs[:5])}"
+            f"{', ...' if len(theirs) > 5 else ''}): if it is no codemode log, give data_dir a "
+            "directory of its own"
+        )
 
 
 def _newer(path: Path, version: int) -> ConfigError:

@@ -280,6 +280,28 @@ def test_sqlite_refuses_a_file_with_tables_of_another_application(
     db.close()
 
 
+@pytest.mark.parametrize("read_only", [False, True])
+def test_sqlite_refuses_another_applications_database(tmp_path: Path, read_only: bool) -> None:
+    """A SQLite file of another program's, whose tables are none of codemode's names: opened,
+    codemode's tables were made beside the program's own; read (`codemode scripts`), it was
+    'of an older codemode (schema 0) ...: run one there (resume, worker) once', which did
+    that. It is refused as no log of codemode's, the file left as it was."""
+    path = tmp_path / SqliteStore.FILE_NAME
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE notes (body TEXT)")
+    db.execute("INSERT INTO notes VALUES ('mine')")
+    db.commit()
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(
+        ConfigError,
+        match=r"holds tables codemode did not make \(notes\): if it is no codemode log, give "
+        "data_dir a directory of its own",
+    ):
+        SqliteStore(tmp_path, read_only=read_only)
+    assert path.read_bytes() == before
+
+
 def test_sqlite_data_dir_that_is_a_file(tmp_path: Path) -> None:
     path = tmp_path / "sess.v1"
     path.write_text("not a directory")
