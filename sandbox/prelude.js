@@ -404,6 +404,7 @@
   // no argument left stays as written, and the arguments left over follow, space-separated.
   const NativeNumber = Number, nativeParseInt = parseInt, nativeParseFloat = parseFloat;
   const stringSlice = String.prototype.slice;
+  const CYCLE_MESSAGE = "circular reference"; // JSON.stringify's TypeError for a cycle
   const numberText = (n) => (objectIs(n, -0) ? "-0" : "" + n);
   function specified(kind, value) {
     const type = typeof value;
@@ -427,7 +428,11 @@
           const json = JSON.stringify(value);
           return json === undefined ? "undefined" : json;
         } catch (e) {
-          return outOfMemory(e) ? "[out of memory]" : "[Circular]";
+          if (outOfMemory(e)) return "[out of memory]";
+          // A cycle alone is [Circular]; any other error (a BigInt's, a toJSON's own) is
+          // thrown, as util.format throws it (each was printed as [Circular]).
+          if (e instanceof NativeTypeError && e.message === CYCLE_MESSAGE) return "[Circular]";
+          throw e;
         }
       case "c": return "";
       default: return described(value); // o, O
@@ -1379,7 +1384,7 @@
       return "it nests deeper than " + MAX_DEPTH + " levels of objects and arrays, the most " +
         "data may nest to cross between the sandbox and the host (MAX_DEPTH); flatten it";
     }
-    if (message !== "circular reference") return undefined;
+    if (message !== CYCLE_MESSAGE) return undefined;
     const at = cycleAt(value);
     return (at === null ? "it holds" : at + " refers back to") + " an object that holds it (a " +
       "cycle, which JSON cannot carry); return a copy without that reference";

@@ -3052,6 +3052,15 @@ def test_console_log_formats_its_first_string_as_node_does() -> None:
     ]
 
 
+def test_console_logs_j_says_circular_of_a_cycle_alone() -> None:
+    """%j of a value JSON.stringify refuses for another reason (a BigInt, a toJSON that
+    throws) throws that error, as util.format does: each printed [Circular], a cycle the
+    value did not hold."""
+    code = 'try { console.log("%%j", %s); } catch (e) { return [e.name, e.message]; }'
+    assert value(code % "{ n: 1n }") == ["TypeError", "BigInt are forbidden in JSON.stringify"]
+    assert value(code % '{ toJSON() { throw new RangeError("mine"); } }') == ["RangeError", "mine"]
+
+
 def test_a_table_of_rows_with_keys_of_their_own_stays_in_bounds() -> None:
     """console.table of rows whose keys differ (a column each) prints the rows whose grid of
     cells fits, then how many more there were (5,000 such rows failed the script on the
