@@ -632,34 +632,46 @@ class RemoteRunner(ScriptRunner):
         ``resuming``: it is a live run's next segment; ``known``: the records the run holds).
         Its ``live`` is the service's :class:`~runner._wire.LiveOffer` when its process
         waits. Raises _Skip/_Down/_Ended/RunError."""
+        wait = conv.Deadline.for_step(script).allowance + welcome.slot_wait + self.step_margin
+        # One scope for the whole wait. Neither a beat nor a read moves it: the service's own
+        # deadline for the step counts its reads, so a service that asks for reads without
+        # end cannot hold the step. Within: this host stopped meanwhile (SIGSTOP, a paused
+        # virtual machine) is no step of the service's that took too long.
+        try:
+            async with conv.Within(conv.Deadline.seconds(wait)):
+                return await self._exchange(conn, welcome, script, server, asks, known, resuming)
+        except TimeoutError:
+            raise _Down(f"it did not finish the step within {wait:g} s") from None
+
+    async def _exchange(
+        self,
+        conn: wire.Channel,
+        welcome: wire.Welcome,
+        script: Script,
+        server: conv.FileServer,
+        asks: bool,
+        known: int,
+        resuming: bool,
+    ) -> Step:
+        """:meth:`_converse` within its wait."""
         before = server.served
         bound = wire.step_bound(script)
-        wait = conv.Deadline.for_step(script).allowance + welcome.slot_wait + self.step_margin
         # A service that beats must not go quiet for long; one that does not (version 1) is
         # given the whole wait.
         silence = self._silence(welcome)
         heard = False  # the service has said something about this step
-        # Neither a beat nor a read moves it: the service's own deadline for the step counts
-        # its reads, so a service that asks for reads without end cannot hold the step.
-        until = time.monotonic() + wait
         while True:
-            left = until - time.monotonic()
-            idle = left if silence is None else min(left, silence)
             try:
-                if left <= 0:
-                    raise TimeoutError
-                line = await conn.line(bound, idle=idle, timeout=left)
+                line = await conn.line(bound, idle=silence)
                 if line is None:
                     why = "it closed the connection before the step ended"
                     raise _Down(why) if heard else _Stale(why)
                 message = wire.decode(line, ("step", "read", "busy", "error", "beat", "ended"))
-            except TimeoutError:
-                if idle < left:
-                    raise _Down(
-                        f"it went silent for {idle:g} s in the middle of a step (it sends a "
-                        f"heartbeat every {welcome.heartbeat:g} s): it is stopped or cut off"
-                    ) from None
-                raise _Down(f"it did not finish the step within {wait:g} s") from None
+            except TimeoutError:  # only a service that beats is given an idle bound
+                raise _Down(
+                    f"it went silent for {silence:g} s in the middle of a step (it sends a "
+                    f"heartbeat every {welcome.heartbeat:g} s): it is stopped or cut off"
+                ) from None
             except wire.PeerGone as e:
                 why = f"the connection broke before the step ended: {e}"
                 raise (_Down(why) if heard else _Stale(why)) from None

@@ -48,17 +48,17 @@ async def test_a_host_stalled_past_a_steps_deadline_reads_the_ran_written_meanwh
     assert step.value == "hi"
 
 
-async def _remote_step(tmp_path: Path, stall: float, **options: Any) -> tuple[Step, dict[str, Any]]:
-    """A step on a runner service in a process of its own (beating every 0.1 s), through a
-    RemoteRunner of ``options`` whose host stalls ``stall`` seconds right after it answers
-    the step's first read; the step and the runner's status of the service after it."""
+async def _remote_step(
+    tmp_path: Path, code: str, stall: float, **options: Any
+) -> tuple[Step, dict[str, Any]]:
+    """A step of ``code`` (1 s of CPU, with files f.txt and g.txt of "hi") on a runner service
+    in a process of its own (beating every 0.1 s), through a RemoteRunner of ``options`` whose
+    host stalls ``stall`` seconds right after it answers the step's first read; the step and
+    the runner's status of the service after it."""
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
-    # Two reads: the second's request waits for the client when it runs again.
-    code = "return (await files.text('f.txt')) + (await files.text('g.txt'))"
     attached = [FileInfo(id=name, mime="text/plain", size=2) for name in ("f.txt", "g.txt")]
-    # The step's deadline (7 s) outlasts the stall: the service waits for the second read.
-    s = script(code, compute_ms=2000).model_copy(update={"files": attached})
+    s = script(code, compute_ms=1000).model_copy(update={"files": attached})
     beat = ("--heartbeat", "0.1", "--slot-wait", "0.1")
     async with service_process(token_file, *beat) as (_, address):
         await warmed(address)
@@ -78,7 +78,30 @@ async def test_a_host_stalled_past_a_services_silence_reads_the_step_it_sent_mea
     the runner service beats and finishes the step: the client reads the step, and the
     service stays in rotation (the client said it 'went silent for 1 s in the middle of a
     step ... it is stopped or cut off', took it out of rotation and put the step back)."""
-    step, status = await _remote_step(tmp_path, 1.0 + 2 * STALLED_S, silence=1.0)
+    # Two reads: the second's request waits for the client when it runs again, and the
+    # step's deadline (4 s) outlasts the stall.
+    code = "return (await files.text('f.txt')) + (await files.text('g.txt'))"
+    step, status = await _remote_step(tmp_path, code, 1.0 + 2 * STALLED_S, silence=1.0)
     assert step.outcome == "finished", step.error
     assert step.value == "hihi"
+    assert status["failures"] == 0, status
+
+
+@pytest.mark.timeout(120)
+async def test_a_host_stalled_past_a_steps_whole_wait_reads_the_step_sent_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """The stall outlasts the whole wait for the step's answer (its deadline, the service's
+    slot wait and ``step_margin``) while the step computes on, beating, and ends: the client
+    reads the step, and the service stays in rotation (it said the service 'did not finish
+    the step within 4.2 s', took it out of rotation and put the step back)."""
+    # A third of a second of CPU here, within the step's 1 s: the service beats meanwhile.
+    code = "const t = await files.text('f.txt'); let x = 0\n"
+    code += "for (let i = 0; i < 1e7; i++) x += i\nreturn t"
+    wait = wall_seconds(1000) + 0.1 + 0.1
+    step, status = await _remote_step(
+        tmp_path, code, wait + 2 * STALLED_S, silence=30.0, step_margin=0.1
+    )
+    assert step.outcome == "finished", step.error
+    assert step.value == "hi"
     assert status["failures"] == 0, status
