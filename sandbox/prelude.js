@@ -1162,6 +1162,7 @@
     toJSON: () => toolList(),
     toString: () => "[tools: " + toolList().join(", ") + "]",
   });
+  const readOnly = () => { throw new NativeTypeError("tools is read-only"); };
   globalThis.tools = new NativeProxy({ __proto__: null }, {
     __proto__: null,
     get(_, prop) {
@@ -1175,9 +1176,11 @@
     getOwnPropertyDescriptor: (_, prop) => toolNames.has(prop)
       ? { __proto__: null, value: callerFor(prop), enumerable: true, configurable: true, writable: false }
       : undefined,
-    set() { throw new NativeTypeError("tools is read-only"); },
-    defineProperty() { throw new NativeTypeError("tools is read-only"); },
-    deleteProperty() { throw new NativeTypeError("tools is read-only"); },
+    // Object.freeze, preventExtensions and setPrototypeOf too: each went through to the
+    // target, and tools, no longer extensible, failed each Object.keys with the engine's
+    // "proxy: property not present in target were returned by non extensible proxy".
+    set: readOnly, defineProperty: readOnly, deleteProperty: readOnly,
+    preventExtensions: readOnly, setPrototypeOf: readOnly,
   });
 
   // ---- files: read through the runner; decoded on the Python side, in batches. ----

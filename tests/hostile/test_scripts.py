@@ -265,3 +265,21 @@ throw Symbol("thrown");
     assert ran.outcome == "failed"
     assert (ran.error.name, ran.error.message) == ("Uncaught", "Symbol(thrown)")
     assert ran.printed == "Symbol(shown)\n"
+
+
+def test_tools_cannot_be_frozen_or_given_a_prototype(run: Any) -> None:
+    """Object.freeze, seal, preventExtensions and setPrototypeOf of tools say it is
+    read-only, as assigning to it does, and it stays as it was: each went through to the
+    object behind it, and every Object.keys(tools) after one failed with the engine's
+    "proxy: property not present in target were returned by non extensible proxy"."""
+    code = """
+const said = [];
+for (const change of [Object.freeze, Object.seal, Object.preventExtensions,
+  (o) => Object.setPrototypeOf(o, { x: 1 })]) {
+  try { change(tools); } catch (e) { said.push(e.message); }
+}
+return [said, Object.keys(tools), Object.isExtensible(tools), Object.getPrototypeOf(tools)];
+"""
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == [["tools is read-only"] * 4, ["echo"], True, None]
