@@ -46,7 +46,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -173,9 +173,32 @@ def _version() -> str:
 class _Parser(argparse.ArgumentParser):
     """argparse, but a mistake is one line naming it and where help is, exit code 2."""
 
+    # The parsers of the commands, by name (the top parser's).
+    commands: Mapping[str, argparse.ArgumentParser]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = {}
+
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """argparse's, but an option the command does not take is named by the command's
+        parser, whose help lists the options it takes (argparse's top parser named it, and
+        pointed at `codemode --help`, which lists the commands)."""
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            by = self.commands.get(getattr(parsed, "command", None) or "", self)
+            by.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
+
+
+# What --json prints for approve, reject, hold and release.
+ANSWER_JSON = (
+    'print what was done as a JSON line: {"command", "script_id", "call_id" (approve, '
+    'reject), "changed" (false: held, or released, already)}'
+)
 
 # `scripts --limit`: no listing a person reads comes near it, and the store's LIMIT takes it.
 MAX_LISTED = 1_000_000
@@ -217,8 +240,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"codemode {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    parser.commands = commands.choices
 
-    def common(p: argparse.ArgumentParser) -> None:
+    def common(
+        p: argparse.ArgumentParser, *, json: str | None = "print the whole result as JSON"
+    ) -> None:
+        """The options every command takes; ``json``: what --json prints (None: no --json,
+        for a command that prints no result)."""
         p.add_argument(
             "--tools",
             help="a .py file of tools or a .json file of MCP tools (the commands that run or "
@@ -230,7 +258,8 @@ def _parser() -> argparse.ArgumentParser:
             help="the directory of the session log (default: codemode.toml's store; run keeps "
             "it in memory without one, and the commands on the log need one)",
         )
-        p.add_argument("--json", action="store_true", help="print the whole result as JSON")
+        if json is not None:
+            p.add_argument("--json", action="store_true", help=json)
         p.add_argument("-v", "--verbose", action="store_true", help="log each script step")
 
     def language(p: argparse.ArgumentParser) -> None:
@@ -286,7 +315,7 @@ def _parser() -> argparse.ArgumentParser:
         answer.add_argument("call_id")
         if verb == "reject":
             answer.add_argument("--message", default="", help="the reason the script sees")
-        common(answer)
+        common(answer, json=ANSWER_JSON)
 
     for verb, what in (
         ("hold", "interrupt a script: no step runs and no call goes out until it is released"),
@@ -294,12 +323,12 @@ def _parser() -> argparse.ArgumentParser:
     ):
         held = commands.add_parser(verb, help=what)
         held.add_argument("script_id")
-        common(held)
+        common(held, json=ANSWER_JSON)
 
     worker = commands.add_parser(
         "worker", help="drive scripts that wait for no one (after an approval lands anywhere)"
     )
-    common(worker)
+    common(worker, json=None)
 
     describe = commands.add_parser("describe", help="print the run_code tool definition")
     describe.add_argument(
@@ -642,7 +671,9 @@ async def _answer(args: argparse.Namespace) -> int:
             await held(args.script_id)
     finally:
         await engine.aclose()
-    if args.command == "hold" and record.held:
+    if args.json:
+        _print_answer(args, None if args.command in ("approve", "reject") else record)
+    elif args.command == "hold" and record.held:
         print(f"script {args.script_id} was held already; nothing changed")
     elif args.command == "hold":
         print(f"held script {args.script_id}: no step runs until it is released (codemode release)")
@@ -656,6 +687,17 @@ async def _answer(args: argparse.Namespace) -> int:
         done = {"approve": "approved", "reject": "rejected"}[args.command]
         print(f"{done} call {args.call_id} of script {args.script_id}")
     return 0
+
+
+def _print_answer(args: argparse.Namespace, record: ScriptRecord | None) -> None:
+    """What approve, reject, hold or release did, as the JSON line of :data:`ANSWER_JSON`."""
+    said: dict[str, Any] = {"command": args.command, "script_id": args.script_id}
+    if record is None:
+        said["call_id"] = args.call_id
+        said["changed"] = True  # a call that waits for no answer is an error (exit 2)
+    else:
+        said["changed"] = record.held != (args.command == "hold")
+    sys.stdout.write(orjson.dumps(said).decode() + "\n")
 
 
 async def _worker(args: argparse.Namespace) -> int:

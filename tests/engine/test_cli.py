@@ -673,6 +673,44 @@ def test_an_answer_to_a_call_that_waits_for_none_says_what_the_call_is(tmp_path:
     ), again.stderr
 
 
+def test_json_of_an_answer_and_options_a_command_does_not_take(tmp_path: Path) -> None:
+    """approve, reject, hold and release print what they did as JSON with --json (they took
+    --json, 'print the whole result as JSON', and printed their line of text); worker, which
+    prints no result, takes no --json (it took it, and did nothing with it); an option a
+    command does not take names the command's help (it named `codemode --help`)."""
+    data = str(tmp_path / "data")
+    script = "return await tools.github__comment({ number: 12, body: 'ping' })"
+    first = codemode("run", "-", "--tools", "examples/tracker_tools.py", "--data-dir", data,
+                     "--json", stdin=script)  # fmt: skip
+    paused = json.loads(first.stdout.splitlines()[-1])
+    script_id, call_id = paused["script_id"], paused["waiting"][0]["call_id"]
+    said = [
+        json.loads(codemode(*command, "--data-dir", data, "--json").stdout)
+        for command in (
+            ("hold", script_id),
+            ("hold", script_id),
+            ("release", script_id),
+            ("approve", script_id, call_id),
+        )
+    ]
+    assert said == [
+        {"command": "hold", "script_id": script_id, "changed": True},
+        {"command": "hold", "script_id": script_id, "changed": False},
+        {"command": "release", "script_id": script_id, "changed": True},
+        {"command": "approve", "script_id": script_id, "call_id": call_id, "changed": True},
+    ]
+    for command, *args, unknown in (
+        ("worker", "--data-dir", data, "--json"),
+        ("reject", script_id, call_id, "--data-dir", data, "--bogus"),
+    ):
+        refused = codemode(command, *args, unknown)
+        assert refused.returncode == 2
+        assert refused.stderr == (
+            f"codemode {command}: unrecognized arguments: {unknown} (see codemode {command} "
+            "--help)\n"
+        )
+
+
 def _worker(tools: list[str]) -> subprocess.Popen[str]:
     """`codemode worker` with these options, its stderr kept."""
     return subprocess.Popen(
