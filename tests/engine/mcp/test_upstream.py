@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import sys
+import time
 import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +22,7 @@ import mcp_types as types
 from engine import CodeMode
 from engine._mcp import unwrap
 from engine.mcp import McpServers, parse_servers
+from runner._conversation import STALLED_S
 from tests.engine.conftest import InProcessRunner
 
 LAB = Path(__file__).parent / "fastmcp_server.py"
@@ -1036,6 +1038,23 @@ async def test_a_call_no_timeout_bounds_is_bounded_by_the_default(
         ), result.text
     finally:
         await engine.aclose()
+
+
+async def test_a_host_stalled_past_a_calls_default_bound_takes_its_answer(
+    tmp_path: Path,
+) -> None:
+    """The host stops (its event loop does not run, as under SIGSTOP) past the default bound
+    of a call to an MCP server as it makes the call: once it runs again, the call takes the
+    server's answer (it failed at once, 'the MCP server 'lab' did not answer the call of
+    'add' within 1 s ... so it may or may not have taken effect')."""
+    servers = await McpServers.start(_lab(tmp_path))
+    try:
+        upstream = servers._upstreams["lab"]
+        asyncio.get_running_loop().call_soon(time.sleep, 1.0 + 2 * STALLED_S)
+        result = await upstream.call("add", {"a": 1, "b": 2}, within=1.0)
+        assert unwrap(result) == {"result": 3}
+    finally:
+        await servers.aclose()
 
 
 async def test_a_server_that_refuses_its_listing_is_named_for_it(tmp_path: Path) -> None:
