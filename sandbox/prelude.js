@@ -167,6 +167,14 @@
   const viewLength = getter(DataView.prototype, "byteLength");
   const regExpSource = getter(RegExp.prototype, "source"), regExpFlags = getter(RegExp.prototype, "flags");
   const got = (get, v) => { try { return apply(get, v, []); } catch (_) { return undefined; } };
+  const setSize = getter(Set.prototype, "size");
+  // Whether an object of no prototype holds a built-in's data (a Date, a Map, a Set, a
+  // RegExp, binary data, whose prototype was set to null): JSON and the copy for a tool read
+  // keys alone, and made {} of it (of a typed array, an object of indexes) without a word.
+  // Asked of objects of no prototype only; of those with keys, only whether it is a typed array.
+  const heldData = (v) => apply(typedArrayName, v, []) !== undefined || (objectKeys(v).length === 0 &&
+    (timeOf(v) !== undefined || got(mapSize, v) !== undefined || got(setSize, v) !== undefined ||
+    got(regExpSource, v) !== undefined || got(bufferLength, v) !== undefined || got(viewLength, v) !== undefined));
   const isPrototypeOf = Object.prototype.isPrototypeOf;
   const IteratorProto = getPrototypeOf(getPrototypeOf([][Symbol.iterator]()));
   const AsyncIteratorProto = getPrototypeOf(getPrototypeOf(getPrototypeOf((async function* () {})())));
@@ -785,7 +793,7 @@
     if (value instanceof NativePromise) throw refuse(seen, depth, value, " is " + PROMISE_NOT_DATA);
     const proto = getPrototypeOf(value);
     const array = isArray(value);
-    if (!array && proto !== ObjectProto && proto !== null) {
+    if (!array && proto !== ObjectProto && (proto !== null || heldData(value))) {
       const name = "" + ((proto && proto.constructor && proto.constructor.name) || "non-plain object");
       const iterating = objectKeys(value).length === 0 ? iteratorKind(value) : undefined;
       const kind = timeOf(value) !== undefined ? "a Date (pass date.toISOString())"
@@ -1433,7 +1441,7 @@
     }
     if (typeof value !== "object" || value === null || isArray(value)) return value;
     const proto = getPrototypeOf(value);
-    if (proto === ObjectProto || proto === null) return value;
+    if (proto === ObjectProto || (proto === null && !heldData(value))) return value;
     // `new Number(3)`, `new Boolean(false)`, `new String("a")`: JSON gives the value they box.
     if (value instanceof NativeNumber || value instanceof NativeBoolean || value instanceof NativeString) {
       return value;

@@ -133,6 +133,17 @@ FAILING_VALUES = {
     ),
     "toJSON that throws": ("return { toJSON() { throw new Error('t'); } }", "Error", "t"),
     "toJSON that throws null": ("return { toJSON() { throw null; } }", "Uncaught", "null"),
+    # A built-in's data whose prototype was set to null: JSON wrote {} (or indexes) of it.
+    "a Date of no prototype": (
+        "return [Object.setPrototypeOf(new Date(0), null)]",
+        "TypeError",
+        "the returned value is not JSON data: value[0] is an object of no class",
+    ),
+    "bytes of no prototype": (
+        "return { b: Object.setPrototypeOf(new Uint8Array(2), null) }",
+        "TypeError",
+        "the returned value is not JSON data: value.b is binary data",
+    ),
     # JSON writes null for it: the model read null as the answer.
     "NaN": (
         "return { avg: [0 / 0] }",
@@ -175,6 +186,15 @@ ARGUMENTS = {
     "a getter that throws": ("{ get a() { throw new Error('g'); } }", "g"),
     "a Proxy that throws": ("new Proxy({}, { ownKeys() { throw new Error('p'); } })", "p"),
     "a cycle": ("(() => { const o = {}; o.o = o; return o; })()", "refers to itself"),
+    # Copied by its keys, it was sent as {}.
+    "a Date of no prototype": (
+        "{ d: Object.setPrototypeOf(new Date(0), null) }",
+        "the argument.d is a Date",
+    ),
+    "a Map of no prototype": (
+        "{ m: Object.setPrototypeOf(new Map([[1, 2]]), null) }",
+        "the argument.m is a non-plain object",
+    ),
 }
 
 
