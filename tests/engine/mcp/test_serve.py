@@ -984,3 +984,31 @@ async def test_a_script_still_driven_elsewhere_says_to_continue_it(tmp_path: Pat
     assert body.endswith(
         f"\nScript id: {ids[0]}\nCall continue_script with this script id for its result."
     ), body
+
+
+async def test_a_held_script_says_a_person_releases_it(tmp_path: Path) -> None:
+    """A script a person held answers continue_script with the `codemode release` that ends
+    the hold (it said to call continue_script to go on, which answered the hold again, for
+    as long as the model kept calling it)."""
+    (tmp_path / "tools.py").write_text(_GATED)
+    params = StdioServerParameters(
+        command=str(CODEMODE),
+        args=["mcp", "serve", "--tools", "tools.py", "--data-dir", "data"],
+        cwd=str(tmp_path),
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        code = "return await tools.gated({ word: 'hi' });"
+        paused = text(await session.call_tool("run_code", {"code": code}))
+        script_id = paused.split("Script id: ", 1)[1].split()[0]
+        _cli("hold", script_id, "--data-dir", str(tmp_path / "data"))
+        held = text(await session.call_tool("continue_script", {"script_id": script_id}))
+        assert held.endswith(
+            f"\nScript id: {script_id}\nIt is held: no step of it runs until a person releases "
+            f"it, outside this conversation: `codemode release {script_id} --data-dir "
+            f"{tmp_path / 'data'}`. Once they have, call continue_script with this script id to "
+            "go on."
+        ), held
+        _cli("release", script_id, "--data-dir", str(tmp_path / "data"))
+        again = text(await session.call_tool("continue_script", {"script_id": script_id}))
+        assert "It is held" not in again and "`codemode approve " in again, again
