@@ -633,108 +633,102 @@ class RemoteRunner(ScriptRunner):
         Its ``live`` is the service's :class:`~runner._wire.LiveOffer` when its process
         waits. Raises _Skip/_Down/_Ended/RunError."""
         wait = conv.Deadline.for_step(script).allowance + welcome.slot_wait + self.step_margin
-        # One scope for the whole wait. Neither a beat nor a read moves it: the service's own
-        # deadline for the step counts its reads, so a service that asks for reads without
-        # end cannot hold the step. Within: this host stopped meanwhile (SIGSTOP, a paused
-        # virtual machine) is no step of the service's that took too long.
-        try:
-            async with conv.Within(conv.Deadline.seconds(wait)):
-                return await self._exchange(conn, welcome, script, server, asks, known, resuming)
-        except TimeoutError:
-            raise _Down(f"it did not finish the step within {wait:g} s") from None
-
-    async def _exchange(
-        self,
-        conn: wire.Channel,
-        welcome: wire.Welcome,
-        script: Script,
-        server: conv.FileServer,
-        asks: bool,
-        known: int,
-        resuming: bool,
-    ) -> Step:
-        """:meth:`_converse` within its wait."""
         before = server.served
         bound = wire.step_bound(script)
         # A service that beats must not go quiet for long; one that does not (version 1) is
         # given the whole wait.
         silence = self._silence(welcome)
         heard = False  # the service has said something about this step
-        while True:
-            try:
-                line = await conn.line(bound, idle=silence)
-                if line is None:
-                    why = "it closed the connection before the step ended"
-                    raise _Down(why) if heard else _Stale(why)
-                message = wire.decode(line, ("step", "read", "busy", "error", "beat", "ended"))
-            except TimeoutError:  # only a service that beats is given an idle bound
-                raise _Down(
-                    f"it went silent for {silence:g} s in the middle of a step (it sends a "
-                    f"heartbeat every {welcome.heartbeat:g} s): it is stopped or cut off"
-                ) from None
-            except wire.PeerGone as e:
-                why = f"the connection broke before the step ended: {e}"
-                raise (_Down(why) if heard else _Stale(why)) from None
-            except wire.WireError as e:
-                # What it sent is named in it (its keys): escaped, as its own errors are.
-                raise _Down(f"it broke the protocol: {wire.peer_text(str(e))}") from None
-            if isinstance(message, wire.Ended):
-                if resuming and not heard:
-                    raise _Ended(message.error)
-                if not heard:  # left from a live run this connection carried
-                    raise _Stale(f"it had ended a live process on it ({message.error})")
-                raise _Down("it sent 'ended' in the middle of a step")
-            heard = True
-            if isinstance(message, wire.Beat):
-                continue
-            if isinstance(message, Step):
-                if message.live is not None and not (asks and message.outcome == "calls"):
-                    raise _Down(
-                        "it broke the protocol: it kept a live process for a step that cannot "
-                        "have one"
-                    )
-                # What a local runner checks of its process's report, checked again: a
-                # service's runner did, so a step that fails it is the service's lie.
-                problem = conv.check_ran(message, script, known)
-                if problem is not None:
-                    problem = wire.peer_text(problem)  # it may name a call it made up
-                    raise _Down(f"it sent a step no run of this script can end with: {problem}")
-                # The engine takes the step's wait and CPU from these (a wait_ms of inf
-                # reached its step event, and failed a tracer's span).
-                if message.process is not None:
-                    problem = conv.no_measure("process", message.process, _MEASURES)
-                    if problem is not None:
-                        raise _Down(f"it broke the protocol: its step says {problem}")
-                # The bytes this client served are what the step read, whatever it says.
-                if message.process is None:
-                    message.process = ProcessStats()
-                message.process.file_bytes = server.served - before
-                return message.bounded()
-            if isinstance(message, wire.Busy):
-                raise _Skip(f"busy: {message.error} ({message.busy} of {message.slots} slots)")
-            if isinstance(message, wire.Failure):
-                if message.cause == "unfit":
-                    raise _Skip(message.error)
-                if message.cause == "live" and resuming:
-                    raise _Ended(message.error, keeps=True)
-                raise _Down(message.error)
-            # A file read: answered from the engine's reader exactly as for a local sandbox.
-            # A store failure raises RunError out of run(): the step goes back to the queue.
-            try:
-                # A store that never answers cannot hold the step: by the time a read has
-                # waited a whole step's wall time, the service has passed the step's deadline
-                # and its answer (the step) is on its way.
-                async with asyncio.timeout(conv.wall_seconds(script.limits.compute_ms)):
-                    answer = await server.answer(message)
-            except TimeoutError:
-                continue
-            except (protocol.ProtocolError, conv.OverReading) as e:
-                # The service's own runner stops a process that asks this; refuse it here too.
-                answer = conv.missing(str(e))
-            try:
-                await conn.send(answer)
-            except wire.PeerGone as e:
-                raise _Down(f"the connection broke during a read: {e}") from None
+        # One scope for the whole wait. Neither a beat nor a read moves it: the service's own
+        # deadline for the step counts its reads, so a service that asks for reads without
+        # end cannot hold the step. Within: this host stopped meanwhile (SIGSTOP, a paused
+        # virtual machine) is no step of the service's that took too long.
+        try:
+            async with conv.Within(conv.Deadline.seconds(wait)):
+                while True:
+                    try:
+                        line = await conn.line(bound, idle=silence)
+                        if line is None:
+                            why = "it closed the connection before the step ended"
+                            raise _Down(why) if heard else _Stale(why)
+                        message = wire.decode(
+                            line, ("step", "read", "busy", "error", "beat", "ended")
+                        )
+                    except TimeoutError:  # only a service that beats is given an idle bound
+                        raise _Down(
+                            f"it went silent for {silence:g} s in the middle of a step (it sends a "
+                            f"heartbeat every {welcome.heartbeat:g} s): it is stopped or cut off"
+                        ) from None
+                    except wire.PeerGone as e:
+                        why = f"the connection broke before the step ended: {e}"
+                        raise (_Down(why) if heard else _Stale(why)) from None
+                    except wire.WireError as e:
+                        # What it sent is named in it (its keys): escaped, as its own errors are.
+                        raise _Down(f"it broke the protocol: {wire.peer_text(str(e))}") from None
+                    if isinstance(message, wire.Ended):
+                        if resuming and not heard:
+                            raise _Ended(message.error)
+                        if not heard:  # left from a live run this connection carried
+                            raise _Stale(f"it had ended a live process on it ({message.error})")
+                        raise _Down("it sent 'ended' in the middle of a step")
+                    heard = True
+                    if isinstance(message, wire.Beat):
+                        continue
+                    if isinstance(message, Step):
+                        if message.live is not None and not (asks and message.outcome == "calls"):
+                            raise _Down(
+                                "it broke the protocol: it kept a live process for a step that "
+                                "cannot have one"
+                            )
+                        # What a local runner checks of its process's report, checked again: a
+                        # service's runner did, so a step that fails it is the service's lie.
+                        problem = conv.check_ran(message, script, known)
+                        if problem is not None:
+                            problem = wire.peer_text(problem)  # it may name a call it made up
+                            raise _Down(
+                                f"it sent a step no run of this script can end with: {problem}"
+                            )
+                        # The engine takes the step's wait and CPU from these (a wait_ms of inf
+                        # reached its step event, and failed a tracer's span).
+                        if message.process is not None:
+                            problem = conv.no_measure("process", message.process, _MEASURES)
+                            if problem is not None:
+                                raise _Down(f"it broke the protocol: its step says {problem}")
+                        # The bytes this client served are what the step read, whatever it says.
+                        if message.process is None:
+                            message.process = ProcessStats()
+                        message.process.file_bytes = server.served - before
+                        return message.bounded()
+                    if isinstance(message, wire.Busy):
+                        raise _Skip(
+                            f"busy: {message.error} ({message.busy} of {message.slots} slots)"
+                        )
+                    if isinstance(message, wire.Failure):
+                        if message.cause == "unfit":
+                            raise _Skip(message.error)
+                        if message.cause == "live" and resuming:
+                            raise _Ended(message.error, keeps=True)
+                        raise _Down(message.error)
+                    # A file read: answered from the engine's reader exactly as for a local sandbox.
+                    # A store failure raises RunError out of run(): the step goes back to the queue.
+                    try:
+                        # A store that never answers cannot hold the step: by the time a read
+                        # has waited a whole step's wall time, the service has passed the
+                        # step's deadline and its answer (the step) is on its way.
+                        async with asyncio.timeout(conv.wall_seconds(script.limits.compute_ms)):
+                            answer = await server.answer(message)
+                    except TimeoutError:
+                        continue
+                    except (protocol.ProtocolError, conv.OverReading) as e:
+                        # The service's own runner stops a process that asks this; refuse it
+                        # here too.
+                        answer = conv.missing(str(e))
+                    try:
+                        await conn.send(answer)
+                    except wire.PeerGone as e:
+                        raise _Down(f"the connection broke during a read: {e}") from None
+        except TimeoutError:
+            raise _Down(f"it did not finish the step within {wait:g} s") from None
 
     async def loads(self) -> dict[str, wire.Load | str]:
         """Each service's load, or why it could not say: a health check."""
