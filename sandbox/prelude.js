@@ -39,7 +39,7 @@
   const NativeAggregateError = AggregateError, hasOwn = Object.hasOwn;
   const { get: weakMapGet, set: weakMapSet, has: weakMapHas } = WeakMap.prototype;
   const { get: mapGet, set: mapSet, delete: mapDelete, forEach: mapForEach, clear: mapClear } = Map.prototype;
-  const { has: setHas, add: setAdd } = Set.prototype;
+  const { has: setHas, add: setAdd, forEach: setForEach } = Set.prototype;
   const mapSize = getOwnPropertyDescriptor(Map.prototype, "size").get;
   // Taken before the script runs, so a script that replaces JSON does not change what the
   // host is sent (the host checks everything anyway).
@@ -168,6 +168,19 @@
   const regExpSource = getter(RegExp.prototype, "source"), regExpFlags = getter(RegExp.prototype, "flags");
   const got = (get, v) => { try { return apply(get, v, []); } catch (_) { return undefined; } };
   const setSize = getter(Set.prototype, "size");
+  // A Map's entries ([key, value] each) and a Set's items, as they are held, as Node.js shows
+  // them: not what a script's iterator gives (one that never ended filled the heap in
+  // console.log, which printed "[unprintable: Error]").
+  function entriesOf(map) {
+    const out = setPrototypeOf([], null);
+    apply(mapForEach, map, [(v, k) => { out[out.length] = [k, v]; }]);
+    return out;
+  }
+  function itemsOf(set) {
+    const out = setPrototypeOf([], null);
+    apply(setForEach, set, [(v) => { out[out.length] = v; }]);
+    return out;
+  }
   // Whether an object of no prototype holds a built-in's data (a Date, a Map, a Set, a
   // RegExp, binary data, whose prototype was set to null): JSON and the copy for a tool read
   // keys alone, and made {} of it (of a typed array, an object of indexes) without a word.
@@ -306,14 +319,14 @@
           (i in value ? describe(value[i], depth + 1, ancestors, budget) : ""), budget, "items").join(",") + "]";
       }
       if (value instanceof NativeMap) {
-        const entries = [...value];
-        return "Map(" + JSON.stringify(value.size) + ") {" + listed(entries.length, (i) =>
+        const entries = entriesOf(value);
+        return "Map(" + apply(mapSize, value, []) + ") {" + listed(entries.length, (i) =>
           describe(entries[i][0], depth + 1, ancestors, budget) + " => " +
           describe(entries[i][1], depth + 1, ancestors, budget), budget, "entries").join(", ") + "}";
       }
       if (value instanceof NativeSet) {
-        const items = [...value];
-        return "Set(" + value.size + ") {" + listed(items.length, (i) =>
+        const items = itemsOf(value);
+        return "Set(" + apply(setSize, value, []) + ") {" + listed(items.length, (i) =>
           describe(items[i], depth + 1, ancestors, budget), budget, "items").join(", ") + "}";
       }
       if (typeof value.toJSON === "function") return describe(value.toJSON(), depth + 1, ancestors, budget);
@@ -671,12 +684,12 @@
     let head = "(index)", rows = [];
     if (data instanceof NativeMap) {
       head = "(iteration index)";
-      let i = 0;
-      for (const [k, v] of data) rows.push(["" + i++, v, k]);
+      const entries = entriesOf(data);
+      for (let i = 0; i < entries.length; i++) rows.push(["" + i, entries[i][1], entries[i][0]]);
     } else if (data instanceof NativeSet) {
       head = "(iteration index)";
-      let i = 0;
-      for (const v of data) rows.push(["" + i++, v]);
+      const items = itemsOf(data);
+      for (let i = 0; i < items.length; i++) rows.push(["" + i, items[i]]);
     } else {
       for (const k of objectKeys(data)) rows.push([k, data[k]]);
     }

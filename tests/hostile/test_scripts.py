@@ -283,3 +283,21 @@ return [said, Object.keys(tools), Object.isExtensible(tools), Object.getPrototyp
     ran = run(code)
     assert ran.outcome == "finished", ran.error
     assert ran.value == [["tools is read-only"] * 4, ["echo"], True, None]
+
+
+def test_a_map_or_set_prints_as_it_holds_whatever_its_iterator_says(run: Any) -> None:
+    """console.log and console.table show a Map's entries and a Set's items as they are held,
+    as Node.js does, not what a script's iterator or size getter gives: an iterator that
+    never ended filled the heap, and the line printed "[unprintable: Error]"."""
+    code = """
+const m = new Map([["a", 1]]), s = new Set([2]);
+Map.prototype[Symbol.iterator] = function* () { for (;;) yield ["b", 2]; };
+Set.prototype[Symbol.iterator] = function* () { yield "lie"; };
+Object.defineProperty(Map.prototype, "size", { get() { return 99; } });
+console.log(m, s);
+console.table(s);
+"""
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed.splitlines()[0] == 'Map(1) {"a" => 1} Set(1) {2}'
+    assert "│ 0                 │ 2      │" in ran.printed
