@@ -517,7 +517,9 @@ class RemoteRunner(ScriptRunner):
         """Open a connection and shake hands. Raises :class:`_Down` naming what failed."""
         timeout = self.connect_timeout
         try:
-            async with asyncio.timeout(timeout):
+            # Within: this host stopped meanwhile (SIGSTOP, a paused virtual machine) is no
+            # service that could not be reached.
+            async with conv.Within(conv.Deadline.seconds(timeout)):
                 reader, writer = await asyncio.open_connection(
                     remote.host,
                     remote.port,

@@ -105,3 +105,24 @@ async def test_a_host_stalled_past_a_steps_whole_wait_reads_the_step_sent_meanwh
     assert step.outcome == "finished", step.error
     assert step.value == "hi"
     assert status["failures"] == 0, status
+
+
+@pytest.mark.timeout(120)
+async def test_a_host_stalled_as_it_connects_to_a_service_takes_the_connection(
+    tmp_path: Path,
+) -> None:
+    """The engine's host stalls past ``connect_timeout`` as it opens a connection to a runner
+    service: once it runs again it takes the connection and the step runs there (it said
+    the service 'could not connect within 1 s' and took it out of rotation)."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    async with service_process(token_file) as (_, address):
+        await warmed(address)
+        remote = RemoteRunner([address], TOKEN, connect_timeout=1.0)
+        try:
+            asyncio.get_running_loop().call_soon(time.sleep, 1.0 + 2 * STALLED_S)
+            step = await remote.run(script("return 1"))
+        finally:
+            await remote.aclose()
+    assert step.value == 1, step.error
+    assert remote.status()[address]["failures"] == 0
