@@ -1358,10 +1358,12 @@
     const half = VALUE_HALF;
     if (typeof value === "string" && value.length > 2 * half) {
       // A huge string is cut here: turning it into JSON first could exhaust memory.
-      // Sliced by the prelude's own slice: a script's String.prototype.slice gave the host
-      // a head and a tail that were no text, and the sandbox process failed reading them.
-      host.done(wellFormed("c" + JSON.stringify([apply(stringSlice, value, [0, half]),
-        apply(stringSlice, value, [-half]), value.length])));
+      // Sliced by the prelude's own slice, in an array of no prototype: a script's
+      // String.prototype.slice, or a toJSON on Array.prototype or Object.prototype, gave the
+      // host what was no [head, tail, length], and the sandbox process failed reading it.
+      const cut = setPrototypeOf([apply(stringSlice, value, [0, half]), apply(stringSlice, value, [-half]),
+        value.length], null);
+      host.done(wellFormed("c" + JSON.stringify(cut)));
       return;
     }
     let json;

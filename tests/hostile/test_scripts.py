@@ -222,11 +222,20 @@ return [typeof globalThis.got, href, n];
     assert ran.value == ["undefined", "https://a.example/x?q=1", "1,234.5"]
 
 
-def test_a_huge_string_returned_is_cut_by_the_sandboxs_own_slice(run: Any) -> None:
-    """A string past the value's bound is cut by the prelude's own String.prototype.slice:
-    one the script replaced gave the host a head and a tail that were no text (the sandbox
-    process failed reading them, a SandboxCrash)."""
-    ran = run('String.prototype.slice = function () { return 7; };\nreturn "x".repeat(1 << 20);')
+@pytest.mark.parametrize(
+    "change",
+    [
+        "String.prototype.slice = function () { return 7; };",
+        "Array.prototype.toJSON = function () { return 5; };",
+        'Object.prototype.toJSON = function () { return "s"; };',
+    ],
+)
+def test_a_huge_string_returned_is_cut_by_the_sandboxs_own_slice(run: Any, change: str) -> None:
+    """A string past the value's bound is cut by the prelude's own String.prototype.slice,
+    its parts in an array of no prototype: a slice the script replaced, or a toJSON it put on
+    Array.prototype or Object.prototype, gave the host what was no [head, tail, length] (the
+    sandbox process failed reading it, a SandboxCrash)."""
+    ran = run(change + '\nreturn "x".repeat(1 << 20);')
     assert ran.outcome == "finished", ran.error
     assert ran.value_text.startswith("xxx")
 
