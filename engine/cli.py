@@ -138,12 +138,11 @@ def _interruptible(command: Coroutine[Any, Any, int]) -> int:
         try:
             return await command
         except Stopped as e:  # while it read what it was given: nothing started to end
-            if e.code == TERMINATED:
-                print("codemode: terminated (SIGTERM)", file=sys.stderr)
+            print(_STOPPED_BY[e.code], file=sys.stderr)
             return e.code
         except asyncio.CancelledError:
             if terminated:
-                print("codemode: terminated (SIGTERM)", file=sys.stderr)
+                print(_STOPPED_BY[TERMINATED], file=sys.stderr)
                 return TERMINATED
             raise
 
@@ -161,6 +160,13 @@ def _interruptible(command: Coroutine[Any, Any, int]) -> int:
             file=sys.stderr,
         )
         return MISTAKE
+
+
+# What the command says when a signal ended it, by its exit code.
+_STOPPED_BY = {
+    INTERRUPTED: "codemode: interrupted (Ctrl-C)",
+    TERMINATED: "codemode: terminated (SIGTERM)",
+}
 
 
 def _version() -> str:
@@ -705,6 +711,7 @@ async def _worker(args: argparse.Namespace) -> int:
     async with _engine(args, needs_runner=True) as engine:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        signalled: list[int] = []
 
         def stopping(code: int) -> None:
             # The first signal: the script being driven is left at its next step (its
@@ -712,6 +719,7 @@ async def _worker(args: argparse.Namespace) -> int:
             # INTERRUPT_GRACE seconds later, or a second signal, stops at once.
             if stop.is_set():
                 give_up(code)
+            signalled.append(code)
             stop.set()
             timer = threading.Timer(INTERRUPT_GRACE, give_up, (code,))
             timer.daemon = True
@@ -721,6 +729,8 @@ async def _worker(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signal.SIGTERM, stopping, TERMINATED)
         print("codemode: worker driving ready scripts; stop it with Ctrl-C", file=sys.stderr)
         await engine.work(stop=stop)
+    if signalled:  # it stopped without a word
+        print(f"{_STOPPED_BY[signalled[0]]}; the worker stopped", file=sys.stderr)
     return 0
 
 
@@ -1114,6 +1124,8 @@ def _main(argv: list[str] | None) -> int:
         print(f"codemode: {e}", file=sys.stderr)
         return MISTAKE
     except KeyboardInterrupt:
+        # As SIGTERM is said: a Ctrl-C that ended the command said nothing of it.
+        print(_STOPPED_BY[INTERRUPTED], file=sys.stderr)
         return INTERRUPTED
 
 

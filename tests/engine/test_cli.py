@@ -813,6 +813,7 @@ def test_a_worker_told_to_stop_leaves_its_script_at_the_next_step(tmp_path: Path
         worker.send_signal(signal.SIGTERM)
         _, err = worker.communicate(timeout=30)
     assert worker.returncode == 0, err
+    assert err.endswith("codemode: terminated (SIGTERM); the worker stopped\n"), err
     assert time.monotonic() - signalled < 5
     shown = json.loads(codemode("show", paused["script_id"], "--data-dir", data, "--json").stdout)
     # Left for the next worker: no lease on it, not ended.
@@ -1190,6 +1191,42 @@ def test_ctrl_c_ends_a_run_whose_cleanup_cannot_finish(
             process.communicate()
     assert process.returncode == code, err
     assert "Traceback" not in err, err
+    _, alive = psutil.wait_procs(started, timeout=30)
+    assert alive == []
+
+
+def test_ctrl_c_during_a_run_says_so(tmp_path: Path) -> None:
+    """Ctrl-C while a run's async tool runs: the command ends what it started and exits 130,
+    saying it was interrupted, as SIGTERM is said (it exited without a word)."""
+    tools = tmp_path / "tools.py"
+    tools.write_text(
+        "import asyncio\nfrom pathlib import Path\nfrom engine import tool\n\n"
+        "@tool\nasync def wait(n: int) -> int:\n    'Wait.'\n"
+        "    Path(__file__).with_name('waiting').write_text('1')\n"
+        "    await asyncio.Event().wait()\n    return n\n"
+    )
+    script = tmp_path / "script.js"
+    script.write_text("return await tools.wait({ n: 1 })")
+    data = str(tmp_path / "data")
+    process = subprocess.Popen(
+        cli_taking_ctrl_c("run", str(script), "--tools", str(tools), "--data-dir", data),
+        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "waiting").exists():
+            assert process.poll() is None and time.monotonic() < deadline, process.poll()
+            time.sleep(0.05)
+        started = psutil.Process(process.pid).children(recursive=True)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)  # a backstop
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert (process.returncode, out) == (130, ""), err
+    assert err.endswith("\ncodemode: interrupted (Ctrl-C)\n"), err
     _, alive = psutil.wait_procs(started, timeout=30)
     assert alive == []
 
