@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from runner import ProcessRunner, RemoteRunner, Step
+from runner import ProcessRunner, RemoteRunner
 from runner._conversation import STALLED_S, wall_seconds
 from sandbox.protocol import FileInfo
 from tests.runner.remote_support import TOKEN, service_process, warmed
@@ -48,13 +48,11 @@ async def test_a_host_stalled_past_a_steps_deadline_reads_the_ran_written_meanwh
     assert step.value == "hi"
 
 
-async def _remote_step(
-    tmp_path: Path, code: str, stall: float, **options: Any
-) -> tuple[Step, dict[str, Any]]:
+async def _remote_step(tmp_path: Path, code: str, stall: float, value: str, **options: Any) -> None:
     """A step of ``code`` (1 s of CPU, with files f.txt and g.txt of "hi") on a runner service
     in a process of its own (beating every 0.1 s), through a RemoteRunner of ``options`` whose
-    host stalls ``stall`` seconds right after it answers the step's first read; the step and
-    the runner's status of the service after it."""
+    host stalls ``stall`` seconds right after it answers the step's first read, finishes
+    with ``value``, the service left in rotation."""
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
     attached = [FileInfo(id=name, mime="text/plain", size=2) for name in ("f.txt", "g.txt")]
@@ -67,7 +65,9 @@ async def _remote_step(
             step = await remote.run(s, _Stall(stall))
         finally:
             await remote.aclose()
-    return step, remote.status()[address]
+    assert step.outcome == "finished", step.error
+    assert step.value == value
+    assert remote.status()[address]["failures"] == 0, remote.status()
 
 
 @pytest.mark.timeout(120)
@@ -81,10 +81,7 @@ async def test_a_host_stalled_past_a_services_silence_reads_the_step_it_sent_mea
     # Two reads: the second's request waits for the client when it runs again, and the
     # step's deadline (4 s) outlasts the stall.
     code = "return (await files.text('f.txt')) + (await files.text('g.txt'))"
-    step, status = await _remote_step(tmp_path, code, 1.0 + 2 * STALLED_S, silence=1.0)
-    assert step.outcome == "finished", step.error
-    assert step.value == "hihi"
-    assert status["failures"] == 0, status
+    await _remote_step(tmp_path, code, 1.0 + 2 * STALLED_S, "hihi", silence=1.0)
 
 
 @pytest.mark.timeout(120)
@@ -99,12 +96,7 @@ async def test_a_host_stalled_past_a_steps_whole_wait_reads_the_step_sent_meanwh
     code = "const t = await files.text('f.txt'); let x = 0\n"
     code += "for (let i = 0; i < 1e7; i++) x += i\nreturn t"
     wait = wall_seconds(1000) + 0.1 + 0.1
-    step, status = await _remote_step(
-        tmp_path, code, wait + 2 * STALLED_S, silence=30.0, step_margin=0.1
-    )
-    assert step.outcome == "finished", step.error
-    assert step.value == "hi"
-    assert status["failures"] == 0, status
+    await _remote_step(tmp_path, code, wait + 2 * STALLED_S, "hi", silence=30.0, step_margin=0.1)
 
 
 @pytest.mark.timeout(120)
