@@ -1165,12 +1165,23 @@ def test_ctrl_c_ends_a_run_whose_cleanup_cannot_finish(
     process exits, 130 (143), ending what it started, though the tool's thread never
     returns (a daemon thread: the interpreter does not wait for it at exit); it used to wait
     for the thread for good (and SIGTERM killed it on the spot, its cleanup not run)."""
+    returncode, _, err = _signalled_mid_call(tmp_path, STUCK_TOOLS, "stuck", signum)
+    assert returncode == code, err
+    assert "Traceback" not in err, err
+
+
+def _signalled_mid_call(
+    tmp_path: Path, tools_text: str, tool: str, signum: int, *extra: str
+) -> tuple[int, str, str]:
+    """`codemode run` of a script that calls the tools file's ``tool`` (``n: 1``), sent
+    ``signum`` once the tool wrote ``tmp_path/<tool>``: its exit code, stdout and stderr,
+    once no process it started is left."""
     tools = tmp_path / "tools.py"
-    tools.write_text(STUCK_TOOLS)
+    tools.write_text(tools_text)
     script = tmp_path / "script.js"
-    script.write_text("return await tools.stuck({ n: 1 })")
+    script.write_text(f"return await tools.{tool}({{ n: 1 }})")
     process = subprocess.Popen(
-        cli_taking_ctrl_c("run", str(script), "--tools", str(tools)),
+        cli_taking_ctrl_c("run", str(script), "--tools", str(tools), *extra),
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -1179,56 +1190,36 @@ def test_ctrl_c_ends_a_run_whose_cleanup_cannot_finish(
     )
     try:
         deadline = time.monotonic() + 60
-        while not (tmp_path / "stuck").exists():
+        while not (tmp_path / tool).exists():
             assert process.poll() is None and time.monotonic() < deadline, process.poll()
             time.sleep(0.05)
         started = psutil.Process(process.pid).children(recursive=True)
         process.send_signal(signum)
-        _, err = process.communicate(timeout=120)  # a backstop: the grace is 10 s
+        out, err = process.communicate(timeout=120)  # a backstop: the grace is 10 s
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate()
-    assert process.returncode == code, err
-    assert "Traceback" not in err, err
     _, alive = psutil.wait_procs(started, timeout=30)
     assert alive == []
+    return process.returncode, out, err
 
 
 def test_ctrl_c_during_a_run_says_so(tmp_path: Path) -> None:
     """Ctrl-C while a run's async tool runs: the command ends what it started and exits 130,
     saying it was interrupted, as SIGTERM is said (it exited without a word)."""
-    tools = tmp_path / "tools.py"
-    tools.write_text(
+    tools = (
         "import asyncio\nfrom pathlib import Path\nfrom engine import tool\n\n"
         "@tool\nasync def wait(n: int) -> int:\n    'Wait.'\n"
-        "    Path(__file__).with_name('waiting').write_text('1')\n"
+        "    Path(__file__).with_name('wait').write_text('1')\n"
         "    await asyncio.Event().wait()\n    return n\n"
     )
-    script = tmp_path / "script.js"
-    script.write_text("return await tools.wait({ n: 1 })")
     data = str(tmp_path / "data")
-    process = subprocess.Popen(
-        cli_taking_ctrl_c("run", str(script), "--tools", str(tools), "--data-dir", data),
-        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "waiting").exists():
-            assert process.poll() is None and time.monotonic() < deadline, process.poll()
-            time.sleep(0.05)
-        started = psutil.Process(process.pid).children(recursive=True)
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=120)  # a backstop
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-    assert (process.returncode, out) == (130, ""), err
+    returncode, out, err = _signalled_mid_call(
+        tmp_path, tools, "wait", signal.SIGINT, "--data-dir", data
+    )
+    assert (returncode, out) == (130, ""), err
     assert err.endswith("\ncodemode: interrupted (Ctrl-C)\n"), err
-    _, alive = psutil.wait_procs(started, timeout=30)
-    assert alive == []
 
 
 @pytest.mark.parametrize(
