@@ -490,10 +490,7 @@
   // the script's own only (the engine's are numbered past its last line: `get
   // (<input>:301191:66)` named no line of it), its top level as `at <input>:L:C`, the
   // columns of its first line as it wrote them. What a script sets it to, it reads back.
-  const setStacks = new NativeWeakMap();
-  defineProperty(setStacks, "get", { __proto__: null, value: weakMapGet });
-  defineProperty(setStacks, "set", { __proto__: null, value: weakMapSet });
-  defineProperty(setStacks, "has", { __proto__: null, value: weakMapHas });
+  const setStacks = ownMethods(new NativeWeakMap(), { get: weakMapGet, set: weakMapSet, has: weakMapHas });
   // A built-in's frame (`at map (native)`) is kept only when a frame of the script's called it:
   // one the engine called (`at apply (native)` under atob's wrapper) is the engine's.
   const frameParts = /^(\s*at )(?:(\S[^(]*) \()?<input>:(\d{1,9}):(\d{1,9})\)?$/;
@@ -539,9 +536,7 @@
   // the script makes (`new DOMException("stopped", "AbortError")`, of a class extending it
   // too), are given the stack a script reads of any error, and their frames are kept here for
   // the engine (see framesOf).
-  const domFrames = new NativeWeakMap();
-  defineProperty(domFrames, "get", { __proto__: null, value: weakMapGet });
-  defineProperty(domFrames, "set", { __proto__: null, value: weakMapSet });
+  const domFrames = ownMethods(new NativeWeakMap(), { get: weakMapGet, set: weakMapSet });
   function tidied(e) {
     const own = getOwnPropertyDescriptor(e, "stack");
     if (own && typeof own.value === "string" && own.configurable) {
@@ -929,12 +924,7 @@
   // promise's outcome. Whatever does (await, then, catch, finally, Promise.all and its kind)
   // reads the promise's `constructor` first, so the prototype's getter of it marks the call
   // taken; there is no other way to see an await of a native promise.
-  const callRecords = new NativeWeakMap();
-  // Its methods as its own properties, so that a script's change to WeakMap.prototype
-  // does not reach it (called as methods: Reflect.apply cost a call 3 us more).
-  defineProperty(callRecords, "get", { __proto__: null, value: weakMapGet });
-  defineProperty(callRecords, "set", { __proto__: null, value: weakMapSet });
-  defineProperty(callRecords, "has", { __proto__: null, value: weakMapHas });
+  const callRecords = ownMethods(new NativeWeakMap(), { get: weakMapGet, set: weakMapSet, has: weakMapHas });
   const shownCall = (name) => "tools." + name + "(...)";
   function forgotten(promise) {
     const call = callRecords.get(promise);
@@ -989,9 +979,7 @@
   // the same jobs. At most UNHANDLED_KEPT are kept, each with its reason (a loop of them
   // would fill the heap); those past it are only counted (and counted off when handled).
   const UNHANDLED_KEPT = 100, UNHANDLED_SHOWN = 10;
-  const unhandled = new NativeMap();
-  defineProperty(unhandled, "set", { __proto__: null, value: mapSet });
-  defineProperty(unhandled, "delete", { __proto__: null, value: mapDelete });
+  const unhandled = ownMethods(new NativeMap(), { set: mapSet, delete: mapDelete });
   let unhandledMore = 0; // rejected with no handler once the map was full
   function rejection(reason, handled) {
     if (handled) {
