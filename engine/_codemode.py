@@ -971,6 +971,9 @@ class CodeMode(StepLoop):
             script_id = drive.record.id
             if self._drives_of.get(script_id) is ended:
                 del self._drives_of[script_id]
+            # A drive cancelled (or failed) before its first step was logged: the check's
+            # cost goes with it, not kept for as long as the host runs.
+            self._check_ms.pop(script_id, None)
             ended.set_result(None)
 
     async def _hear_out(self, drive: Drive, ended: asyncio.Future[None]) -> None:
