@@ -79,6 +79,25 @@ class InProcessRunner(ScriptRunner):
         return Step.from_ran(ran, segment.stats)
 
 
+class EnteredRunner(InProcessRunner):
+    """An :class:`InProcessRunner` that says when a step begins (``entered``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+
+    async def run(
+        self,
+        script: Script,
+        files: FileReader | None = None,
+        *,
+        tenant: str = "default",
+        live: bool = False,
+    ) -> Step:
+        self.entered.set()
+        return await super().run(script, files, tenant=tenant, live=live)
+
+
 class _Segment:
     """What one step or live segment measures: the CPU of its thread, the bytes it served."""
 

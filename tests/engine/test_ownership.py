@@ -40,7 +40,7 @@ from engine._drive import Drive
 from engine.log import Lease
 from runner import HOST_BUSY
 from tests._needs import require
-from tests.engine.conftest import InProcessRunner
+from tests.engine.conftest import EnteredRunner, InProcessRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -278,25 +278,13 @@ async def test_a_key_names_a_script_within_its_tenant(make_store: Callable[[], L
         await other.aclose()
 
 
-class _Entered(InProcessRunner):
-    """Says when a step begins."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.entered = asyncio.Event()
-
-    async def run(self, script, files=None, *, tenant="default", live=False):  # type: ignore[no-untyped-def]
-        self.entered.set()
-        return await super().run(script, files, tenant=tenant, live=live)
-
-
 async def test_an_unchecked_first_step_runs_while_the_start_is_written(
     make_store: Callable[[], LogStore],
 ) -> None:
     """Without the type check, a new script's first step is under way before its start is
     in the log (the store's start here waits for it: run one after the other, they would
     never end); the script is recorded, stepped once and finished as ever."""
-    runner = _Entered()
+    runner = EnteredRunner()
     store = make_store()
     start = store.start
 

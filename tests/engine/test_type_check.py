@@ -37,7 +37,7 @@ from engine.languages.python import PythonTypeChecker
 from runner._conversation import STALLED_S
 from sandbox import typescript
 from tests._needs import require
-from tests.engine.conftest import InProcessRunner
+from tests.engine.conftest import EnteredRunner, InProcessRunner
 
 
 @pytest.fixture(scope="module")
@@ -411,28 +411,16 @@ async def test_check_cost_goes_in_the_script_step_line(
     assert first > 0 and "check_ms=0.0" in lines[1]
 
 
-class _Started(InProcessRunner):
-    """An in-process runner that says when a step begins."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.began = asyncio.Event()
-
-    async def run(self, *args: Any, **kwargs: Any) -> Any:
-        self.began.set()
-        return await super().run(*args, **kwargs)
-
-
 async def test_a_script_cancelled_in_its_first_step_leaves_no_check_cost(compiler: str) -> None:
     """What a check cost is kept only until the script's first step is logged, or its drive
     ends: a host whose run_codes were cancelled in their first step (a caller's timeout)
     kept one entry for each, for as long as it ran."""
-    runner = _Started()
+    runner = EnteredRunner()
     engine = engine_for([], runner)
     for _ in range(3):
-        runner.began.clear()
+        runner.entered.clear()
         run = asyncio.create_task(engine.run_code(FIRST + "return prs.length;"))
-        await runner.began.wait()
+        await runner.entered.wait()
         run.cancel()
         with pytest.raises(asyncio.CancelledError):
             await run
