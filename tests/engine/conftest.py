@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,16 +87,9 @@ class EnteredRunner(InProcessRunner):
         super().__init__()
         self.entered = asyncio.Event()
 
-    async def run(
-        self,
-        script: Script,
-        files: FileReader | None = None,
-        *,
-        tenant: str = "default",
-        live: bool = False,
-    ) -> Step:
+    async def run(self, *args: Any, **kwargs: Any) -> Step:
         self.entered.set()
-        return await super().run(script, files, tenant=tenant, live=live)
+        return await super().run(*args, **kwargs)
 
 
 class _Segment:
