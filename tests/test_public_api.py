@@ -18,11 +18,11 @@ ENGINE = {
 }  # fmt: skip
 
 LOG = {
-    "ACTIVE", "APPROVED", "AWAITING_APPROVAL", "AWAITING_CLIENT", "CallConflict", "CallEntry",
-    "DEFAULT_LEASE_MS", "DONE", "Decision", "ENDED", "FAILED", "FINISHED", "Lease", "LeaseLost",
-    "LogStore", "MemoryStore", "NOT_KEPT", "PAUSED", "PROPOSED", "PostgresStore", "RUNNING",
-    "SCRIPT_FAILED", "SEED_BITS", "SETTLED", "ScriptRecord", "Settlement", "SqliteStore", "Started",
-    "StepUsage",
+    "ACTIVE", "APPROVED", "APPROVED_NOTE", "AWAITING_APPROVAL", "AWAITING_CLIENT", "CallConflict",
+    "CallEntry", "DEFAULT_LEASE_MS", "DONE", "Decision", "ENDED", "FAILED", "FINISHED", "Lease",
+    "LeaseLost", "LogStore", "MemoryStore", "NOT_KEPT", "PAUSED", "PROPOSED", "PostgresStore",
+    "REFUSED_NOTE", "RUNNING", "SCRIPT_FAILED", "SEED_BITS", "SETTLED", "ScriptRecord",
+    "Settlement", "SqliteStore", "Started", "StepUsage",
 }  # fmt: skip
 
 RUNNER = {
