@@ -51,7 +51,7 @@ from engine._schema import (
     validation_problems,
 )
 from engine._tool_threads import Ticket, ToolThreads, shared_threads, timed_out
-from runner._conversation import Deadline, Within
+from runner._conversation import within
 from sandbox.protocol import data_path, size_text
 
 T = TypeVar("T")
@@ -470,7 +470,7 @@ class Tool:
         returned: list[bool] = []  # once the handler returned: its result is being converted
         # A host stopped meanwhile (SIGSTOP, a paused virtual machine) stopped the handler
         # too: the stall is not charged to the call (see Within).
-        scope = asyncio.timeout(None) if timeout is None else Within(Deadline.seconds(timeout))
+        scope = within(timeout)
         try:
             async with scope:
                 if not self.in_thread:

@@ -248,6 +248,12 @@ class Within(asyncio.Timeout):  # type: ignore[misc]
             super()._on_timeout()  # type: ignore[misc]
 
 
+def within(seconds: float | None) -> asyncio.Timeout:
+    """``async with within(seconds):``, a :class:`Within` of a deadline ``seconds`` from
+    now; ``None``: no bound, as ``asyncio.timeout(None)``."""
+    return asyncio.timeout(None) if seconds is None else Within(Deadline.seconds(seconds))
+
+
 async def _exchange(
     reader: LineReader,
     write: Callable[[bytes], Awaitable[None]],

@@ -519,7 +519,7 @@ class RemoteRunner(ScriptRunner):
         try:
             # Within: this host stopped meanwhile (SIGSTOP, a paused virtual machine) is no
             # service that could not be reached.
-            async with conv.Within(conv.Deadline.seconds(timeout)):
+            async with conv.within(timeout):
                 reader, writer = await asyncio.open_connection(
                     remote.host,
                     remote.port,
@@ -646,7 +646,7 @@ class RemoteRunner(ScriptRunner):
         # end cannot hold the step. Within: this host stopped meanwhile (SIGSTOP, a paused
         # virtual machine) is no step of the service's that took too long.
         try:
-            async with conv.Within(conv.Deadline.seconds(wait)):
+            async with conv.within(wait):
                 while True:
                     try:
                         line = await conn.line(bound, idle=silence)

@@ -87,7 +87,7 @@ import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from runner._base import MAX_TENANT, Step
-from runner._conversation import Deadline, Within
+from runner._conversation import Deadline, Within, within
 from sandbox import protocol
 
 WIRE_VERSION = 3
@@ -617,7 +617,7 @@ class Channel:
             while True:
                 waiting = transport.get_write_buffer_size()
                 try:
-                    async with Within(Deadline.seconds(self.stall)):
+                    async with within(self.stall):
                         await self.writer.drain()
                     return
                 except TimeoutError:

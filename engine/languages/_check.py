@@ -24,7 +24,7 @@ from pathlib import Path
 
 from engine._errors import CodeModeError, ConfigError
 from engine._limits import SECONDS, is_seconds, parse_size
-from runner._conversation import Deadline, Within
+from runner._conversation import within
 
 MiB = 1024 * 1024
 
@@ -283,9 +283,9 @@ async def run_bounded(
     try:
         # Not asyncio.timeout: a host stopped while the checker ran on (SIGSTOP, a paused
         # virtual machine) would fail the script's start for good, its types blamed.
-        async with Within(Deadline.seconds(timeout)):
+        async with within(timeout):
             await read()
-        async with Within(Deadline.seconds(timeout)):
+        async with within(timeout):
             status = await process.wait()
     except TimeoutError:
         kill()

@@ -29,7 +29,7 @@ from engine._tools import exception_leaves
 from engine.mcp._config import SERVER_NAME, ServerSpec, codemode_version
 from engine.mcp._listing import ToolListings, path_text
 from engine.mcp._stdio import MAX_MESSAGE, UNPARSED, stdio_transport
-from runner._conversation import Deadline, Within
+from runner._conversation import within as stall_bound
 from runner._tasks import cancel_and_wait, wait_ended
 from runner._wire import peer_text
 from sandbox.protocol import size_text
@@ -367,7 +367,7 @@ class Upstream:
             raise ToolCallError(f"the MCP server {self.name!r} is reconnecting; try again")
         # Within: a host stopped meanwhile (SIGSTOP, a paused virtual machine) is no call the
         # server did not answer; its answer, come meanwhile, is the call's.
-        bound = asyncio.timeout(None) if within is None else Within(Deadline.seconds(within))
+        bound = stall_bound(within)
         try:
             async with bound:
                 result = await _first_of(session.call_tool(tool, arguments), lost)
