@@ -240,8 +240,8 @@ class Files:
                 "streams",
                 limit_message(
                     "streams",
-                    f"{len(self.streams)} files are open at once, the most one script may have "
-                    f"is {self.limits.streams}",
+                    f"the script has {_files(len(self.streams))} open, the most one script may "
+                    "have open at once",
                 ),
             )
         if not isinstance(options, dict):
@@ -339,6 +339,10 @@ def _check_options(kind: str, options: dict[str, Any]) -> None:
                 f"files.{kind} has no option {str(key)[:80]!r}{hint}; its options are "
                 f"{', '.join(known)}"
             )
+
+
+def _files(n: int) -> str:
+    return f"{n:,} file" if n == 1 else f"{n:,} files"
 
 
 def _count(options: dict[str, Any], key: str, kind: str) -> int | None:

@@ -261,6 +261,9 @@ def test_streams_limit_throws_at_the_call() -> None:
     """
     message = value(code, streams=2)
     assert "streams limit met" in message and message.endswith(REMEDIES["streams"])
+    assert "the script has 2 files open, the most one script may have open at once" in message
+    one = value(code, streams=1)
+    assert "the script has 1 file open, the most one script may have open at once" in one
 
 
 def test_xlsx_rows_and_sheets() -> None:
