@@ -710,10 +710,18 @@ _TYPE_PARAMETERS = (
 )
 
 
+# A template string's prefix (t, with r in either order and case) before its quote, as a
+# word of its own: `t"..."`, `rt'...'`, not `print"` nor a name that ends in t.
+_TEMPLATE_STRING = re.compile(r"""(?<![\w'"])(?:[tT][rR]?|[rR][tT])["']""")
+# `except A, B:` with no `as`: its star and its types.
+_BARE_EXCEPT = re.compile(r"\s*except(\*?)\s*([\w.]+(?:\s*,\s*[\w.]+)+)\s*:")
+
+
 def _syntax_hint(message: str, text: str) -> str:
     """What to add to a SyntaxError's text at line ``text``: the Python that reads the
-    script, when what fails may be newer syntax (3.12's f-strings and ``type X = ...``,
-    ``def f[T]``), and how that Python writes it."""
+    script, when what fails is syntax a newer Python takes (3.12's f-strings, ``type X =
+    ...`` and ``def f[T]``, 3.14's ``except A, B:`` and ``t"..."``), and how that Python
+    writes it; "" for an error in any Python."""
     if sys.version_info >= (3, 12):
         return ""
     if message.startswith(("invalid syntax", "expected '('")):
@@ -736,8 +744,22 @@ def _syntax_hint(message: str, text: str) -> str:
             f"; scripts are Python {_VERSION}, which does not allow it (3.12 does): take the "
             "value out of the f-string first"
         )
-    if message.startswith("invalid syntax"):
-        return f" (scripts are Python {_VERSION})"
+    # What 3.14 takes: `except A, B:` (PEP 758) and template strings, t"..." (PEP 750).
+    # Any other "invalid syntax" is one in every Python, and naming the version there sent
+    # the reader looking for a newer feature the code does not use.
+    if message.startswith("multiple exception types must be parenthesized"):
+        bare = _BARE_EXCEPT.match(text)
+        if bare is None:  # with `as`, which 3.14 refuses too
+            return ""
+        return (
+            f"; scripts are Python {_VERSION}, which does not allow it (3.14 does): write "
+            f"except{bare[1]} ({bare[2]}):"
+        )
+    if message.startswith("invalid syntax") and _TEMPLATE_STRING.search(text):
+        return (
+            f' (scripts are Python {_VERSION}, which has no template strings, t"..." (3.14 '
+            'has): write an f-string, f"...")'
+        )
     return ""
 
 

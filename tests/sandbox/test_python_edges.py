@@ -420,6 +420,43 @@ def test_type_parameters_say_how_the_python_that_reads_the_script_writes_them(
     assert error.message.startswith(said), error.message
 
 
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        ("x = = 1", "invalid syntax (column 5)"),
+        ("def f(:\n    pass", "invalid syntax (column 7)"),
+        ("return tools.class", "invalid syntax (column 14)"),
+        ("total = 0\nfor x in [1, 2]\n    total += x", "expected ':' (column 16)"),
+        # `as` with two types unparenthesized is an error in 3.14 too.
+        (
+            "try:\n    pass\nexcept ValueError, KeyError as e:\n    pass",
+            "multiple exception types must be parenthesized (column 8)",
+        ),
+        (
+            "try:\n    pass\nexcept ValueError, KeyError:\n    pass",
+            "multiple exception types must be parenthesized (column 8); scripts are Python "
+            "3.11, which does not allow it (3.14 does): write except (ValueError, KeyError):",
+        ),
+        (
+            "x = 1\nreturn t'hi {x}'",
+            "invalid syntax (column 9) (scripts are Python 3.11, which has no template "
+            'strings, t"..." (3.14 has): write an f-string, f"...")',
+        ),
+        (
+            'return Rt"a"',
+            "invalid syntax (column 10) (scripts are Python 3.11, which has no template "
+            'strings, t"..." (3.14 has): write an f-string, f"...")',
+        ),
+    ],
+)
+def test_only_syntax_a_newer_python_takes_names_the_python(code: str, said: str) -> None:
+    """Every "invalid syntax" ended "(scripts are Python 3.11)", also where no Python takes
+    the code (`x = = 1`), sending the reader after a newer feature the code did not use; 3.14's
+    `except A, B:` and t-strings, which a newer Python takes, said nothing of it."""
+    error = failed(code)
+    assert (error.name, error.message) == ("SyntaxError", said)
+
+
 @pytest.mark.parametrize("lf", ["\r", "\r\n"])
 def test_a_line_is_the_line_python_counts(lf: str) -> None:
     error = failed(f"t = 2{lf}u = 3\nraise ValueError('x')\nv = 'not this one'")
