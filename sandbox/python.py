@@ -1549,13 +1549,20 @@ class _ScriptHandling:
                     f'Call stack:\n  File "{FILENAME}", line {record.lineno}, in '
                     f"{record.funcName}\n    {lines[record.lineno - 1].strip()[:300]}\n"
                 )
-            sys.stderr.write(
-                f"--- Logging error ---\n{_exception_line(error)}{where}"
-                f"Message: {repr(record.msg)[:300]}\nArguments: {repr(record.args)[:300]}\n"
-            )
+            sys.stderr.write(f"--- Logging error ---\n{_exception_line(error)}{where}")
+            try:
+                said = f"Message: {repr(record.msg)[:300]}\nArguments: {repr(record.args)[:300]}\n"
+            except (MemoryError, _Ended):
+                raise
+            except Exception:
+                # As CPython's: a message or argument that has no repr (the script's own
+                # __repr__ that fails, an int past the digits Python writes). The line above
+                # is said all the same: the record was lost without a word.
+                said = "Unable to print the message and arguments - possible type mismatch?\n"
+            sys.stderr.write(said)
         except (MemoryError, _Ended):
             raise
-        except Exception:  # a script's repr that fails: nothing more to say
+        except Exception:  # a script's stderr that fails: nothing more to say
             pass
 
 
@@ -4475,7 +4482,7 @@ class Run(Replay):
         traceback): one warning line at the script's line that raised it, once a run, without
         the sandbox's frames or an object's address (which differ from run to run). The
         script's own code it reads (a ``__str__``, a ``__qualname__``) may raise too: then the
-        line says so, as an error that cannot be read."""
+        line says so, as a message that could not be made."""
         error = unraisable.exc_value
         try:
             name = getattr(unraisable.object, "__qualname__", None)
@@ -4587,12 +4594,7 @@ class Run(Replay):
             # code), and one the script made anew with __init__ (it has no error).
             if future not in failures or error is None:
                 continue
-            try:
-                message = str(error)
-            except (MemoryError, _Ended):
-                raise
-            except BaseException as e:  # the script's own __str__
-                message = f"an error that cannot be read: {_type_name(e)}"
+            message = _message(error)  # may run the script's own __str__
             if type(future) is not _Call:  # a call's error is the tool's message
                 message = f"{_type_name(error)}: {message}"
             shown = future._shown()
@@ -4732,11 +4734,6 @@ class Run(Replay):
         elif type(error) is decimal.InvalidOperation and message == _NOT_A_DECIMAL:
             # `Decimal(row["price"])` of "N/A" or "" from a tool: C decimal's text is a class.
             message = "Decimal(...) was given text that is not a number (ConversionSyntax)"
-        elif type(error) is ValueError and message.endswith(_INT_DIGITS):
-            message = message.removesuffix(_INT_DIGITS) + (
-                "; a script cannot raise the limit (its sys has no set_int_max_str_digits): "
-                "keep such a number as text, or write it with hex(value)"
-            )
         elif type(error) is TypeError and message == "'async_generator' object is not iterable":
             # `sum(await tools.price(sku=s) for s in skus)`: in an async function, a
             # generator expression that awaits is an async generator, which no builtin reads.
@@ -5085,13 +5082,37 @@ def _exception_line(error: BaseException) -> str:
 
 
 def _message(error: BaseException) -> str:
-    """``str(error)``; the script's own ``__str__`` may fail."""
+    """``str(error)``; when that raises (the script's own ``__str__``, or an argument that
+    has no text, as an int past the digits Python writes), why the text could not be made."""
     try:
-        return str(error)
+        text = str(error)
     except (MemoryError, _Ended):
         raise
     except BaseException as e:
-        return f"an error that cannot be read: {_type_name(e)}"
+        return _unreadable(e)
+    if type(error) is ValueError and text.endswith(_INT_DIGITS):
+        # CPython's advice names what a script's sys has not.
+        text = text.removesuffix(_INT_DIGITS) + (
+            "; a script cannot raise the limit (its sys has no set_int_max_str_digits): keep "
+            "such a number as text, or write it with hex(value)"
+        )
+    return text
+
+
+def _unreadable(failure: BaseException) -> str:
+    """What an error's message says when ``str()`` of it raised ``failure``, read without
+    running the script's code (its args, not its ``__str__``)."""
+    args = _ARGS.__get__(failure)
+    said = args[0] if len(args) == 1 and type(args[0]) is str else ""
+    if type(failure) is ValueError and said.endswith(_INT_DIGITS):
+        return (
+            "its message could not be made: it holds an integer of more than "
+            f"{sys.get_int_max_str_digits():,} digits, which Python does not write as text; "
+            "give the error a shorter message (the number's digit count, or hex(value))"
+        )
+    said = said.partition("\n")[0][:200]  # a clause in one line
+    why = f"{_type_name(failure)}: {said}" if said else _type_name(failure)
+    return f"its message could not be made: str() of it raised {why}"
 
 
 def _leaves(group: BaseExceptionGroup[BaseException], keep: int) -> tuple[list[BaseException], int]:

@@ -158,7 +158,7 @@ def test_uncaught_tool_error_fails_with_its_message_and_line() -> None:
         (
             "class E(Exception):\n    def __str__(self):\n        raise TypeError()\n"
             "raise ValueError('outer') from E()",
-            "outer (caused by E: an error that cannot be read: TypeError)",
+            "outer (caused by E: its message could not be made: str() of it raised TypeError)",
         ),
         ("raise ValueError('plain')", "plain"),
     ],
@@ -742,7 +742,7 @@ def test_a_line_about_a_failure_bounds_it_and_survives_the_scripts_own_str() -> 
         + "x" * 300
         + " [...]",
         "line 7: RuntimeWarning: asyncio.create_task(f(...)) failed and nothing awaited it: "
-        "Odd: an error that cannot be read: ValueError",
+        "Odd: its message could not be made: str() of it raised ValueError: no",
     ]
 
 
@@ -1756,8 +1756,8 @@ def test_a_finalizers_error_that_cannot_be_read_is_one_line() -> None:
     ran = run(code)
     assert ran.outcome == "finished", ran.error
     assert ran.printed == (
-        "line 6: Warning: an exception in C.__del__ was ignored: E: an error that cannot be "
-        "read: ValueError\nafter\n"
+        "line 6: Warning: an exception in C.__del__ was ignored: E: its message could not be "
+        "made: str() of it raised ValueError: no\nafter\n"
     )
     assert run(code).printed == ran.printed
 

@@ -496,6 +496,56 @@ def test_an_int_too_long_for_text_says_a_script_cannot_raise_the_bound(code: str
     ), error.message
 
 
+_NO_TEXT = (
+    "its message could not be made: it holds an integer of more than 4,300 digits, which "
+    "Python does not write as text; give the error a shorter message (the number's digit "
+    "count, or hex(value))"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        ("raise ValueError(10**5000)", ("ValueError", _NO_TEXT)),
+        ("raise KeyError(10**5000)", ("KeyError", _NO_TEXT)),
+        (
+            "class Bad:\n    def __str__(self):\n        raise RuntimeError('nope')\n"
+            "raise ValueError(Bad())",
+            (
+                "ValueError",
+                "its message could not be made: str() of it raised RuntimeError: nope",
+            ),
+        ),
+        (
+            "try:\n    raise ValueError(10**5000)\nexcept ValueError:\n    raise TypeError('x')",
+            ("TypeError", f"x (raised while handling ValueError: {_NO_TEXT})"),
+        ),
+    ],
+)
+def test_an_error_whose_text_cannot_be_made_says_what_it_is_and_why(
+    code: str, said: tuple[str, str]
+) -> None:
+    """`raise ValueError(10**5000)` said "ValueError: an error that cannot be read:
+    ValueError", the second name being that of str()'s own failure, and nothing of why."""
+    error = failed(code)
+    assert (error.name, error.message) == said
+
+
+def test_a_log_record_with_no_text_is_said_not_lost() -> None:
+    """`logging.warning(10**5000)` printed nothing at all (the fallback's repr of the int
+    failed too, and that was swallowed); CPython says a logging error and goes on."""
+    printed = run("import logging\nlogging.warning(10**5000)\nprint('after')").printed
+    assert printed == (
+        "--- Logging error ---\n"
+        "ValueError: Exceeds the limit (4300 digits) for integer string conversion; a script "
+        "cannot raise the limit (its sys has no set_int_max_str_digits): keep such a number "
+        "as text, or write it with hex(value)\n"
+        'Call stack:\n  File "<script>", line 2, in <module>\n    logging.warning(10**5000)\n'
+        "Unable to print the message and arguments - possible type mismatch?\n"
+        "after\n"
+    )
+
+
 @pytest.mark.parametrize("read", ["sum", "list", "max"])
 def test_a_generator_expression_that_awaits_read_as_an_iterable_says_what_to_write(
     read: str,
