@@ -6,10 +6,10 @@
 // Another locale or time zone is a RangeError that says what to do instead, never output in a
 // locale the script did not ask for.
 //
-// Compiled when a run first uses it (the boot installs stand-ins that load it: parsing it takes
-// a few milliseconds, which a run that never formats should not pay), and by a fork server
-// before it forks, so that no child pays for it. Returns Intl and the built-ins' methods, which
-// the stand-ins call. It runs with the script's rights only, as the engine's built-ins do.
+// Compiled with the boot, before any script (sandbox/lazy.js), so that what it takes of the
+// built-ins is the engine's own; a fork server compiles it before it forks, so that no child
+// pays for it. Returns Intl and the built-ins' methods, which lazy.js installs. It runs with
+// the script's rights only, as the engine's built-ins do.
 (function () {
   "use strict";
   const { defineProperty, keys: objectKeys } = Object;

@@ -72,7 +72,7 @@ __all__ = [
 
 PRELUDE = resources.files("sandbox").joinpath("prelude.js").read_text(encoding="utf-8")
 WEB = resources.files("sandbox").joinpath("web.js").read_text(encoding="utf-8")
-# Compiled when a run first uses them (sandbox/lazy.js), by name.
+# Compiled with the boot, before any script (sandbox/lazy.js), by name.
 LAZY = resources.files("sandbox").joinpath("lazy.js").read_text(encoding="utf-8")
 LAZY_SOURCES = {
     name: resources.files("sandbox").joinpath(f"{name}.js").read_text(encoding="utf-8")
@@ -142,52 +142,41 @@ def _interrupt_poll() -> Callable[[Any], None]:
 _watch_cpu = _interrupt_poll()
 
 
-# Evaluated on a context where nothing has run: takes the host functions off the global
-# object, makes the prelude's world and gives `start(config_json, code)`, which sets what the
-# script's record sets and runs the script.
-# With `eager`, what lazy.js stands in for is compiled at once (a fork server's context, before
-# it forks); otherwise when the run first uses it.
-def _boot(eager: bool) -> str:
-    return (
-        "(function () {\n"
-        "  const host = {" + ", ".join(f"{name}: __cm_{name}" for name in _HOST_FUNCTIONS) + "};\n"
-        "  for (const k of Object.keys(host)) delete globalThis['__cm_' + k];\n"
-        "  const lazySource = __cm_source;\n"
-        "  delete globalThis.__cm_source;\n"
-        f"  const web = {WEB.strip()};\n"
-        # What lazy.js compiles goes past the script's lines (before any script: past any's),
-        # counted only if it compiles: a run's start does not pay for it.
-        "  let script;\n"
-        # Counted with the built-ins as they are here, not as the script left them.
-        "  const { apply } = Reflect, { split } = String.prototype;\n"
-        "  const lazyLine = () =>\n"
-        f"    script === undefined ? {PRELUDE_LINE} : apply(split, script, ['\\n']).length + 8;\n"
-        f"  const lazy = ({LAZY.strip()})(lazySource, lazyLine, web.url);\n"
-        + ("  lazy();\n" if eager else "")
-        # The prelude's world is made here, before any script exists (the prelude replaces
-        # the global JSON.parse: the config is read with the engine's own).
-        + "  const parseConfig = JSON.parse;\n"
-        + f"  const world = ({PRELUDE})(host, web);\n"
-        # `start(null, name)` gives the world's function `name`: `rejection`, which the
-        # rejection tracker calls (sandbox/rejections.py), or `here`, the CPU stop's frames.
-        "  return (config, code, mayStrip) => {\n"
-        "    if (config === null) return world[code];\n"
-        "    script = code;\n"
-        "    return world.begin(parseConfig(config), code, mayStrip);\n"
-        "  };\n"
-        "})()"
-    )
+# Evaluated on a context where nothing has run: a function of the line lazy.js's files are to
+# start at (past the script's last), which takes the host functions off the global object,
+# makes the prelude's world and gives `start(config_json, code)`, which sets what the script's
+# record sets and runs the script.
+# What lazy.js installs (Intl, URL) is compiled here too, before any script, in every mode:
+# compiled at a run's first use, its files' own set-up ran after the script's code and took
+# the built-ins the script had replaced, so an exec'd process (whose context is its own) and
+# a pool's child (whose context the fork server prepared) gave a script different answers.
+_BOOT = (
+    "(function (lazyLine) {\n"
+    "  const host = {" + ", ".join(f"{name}: __cm_{name}" for name in _HOST_FUNCTIONS) + "};\n"
+    "  for (const k of Object.keys(host)) delete globalThis['__cm_' + k];\n"
+    "  const lazySource = __cm_source;\n"
+    "  delete globalThis.__cm_source;\n"
+    f"  const web = {WEB.strip()};\n"
+    f"  ({LAZY.strip()})(lazySource, lazyLine, web.url);\n"
+    # The prelude's world is made here, before any script exists (the prelude replaces
+    # the global JSON.parse: the config is read with the engine's own).
+    "  const parseConfig = JSON.parse;\n"
+    f"  const world = ({PRELUDE})(host, web);\n"
+    # `start(null, name)` gives the world's function `name`: `rejection`, which the
+    # rejection tracker calls (sandbox/rejections.py), or `here`, the CPU stop's frames.
+    "  return (config, code, mayStrip) => {\n"
+    "    if (config === null) return world[code];\n"
+    "    return world.begin(parseConfig(config), code, mayStrip);\n"
+    "  };\n"
+    "})"
+)
 
 
 def _lazy_source(name: str) -> str:
-    """The text of what lazy.js stands in for (``intl``, ``url``), which its stand-ins ask
-    for when a run first uses it: the text crosses into the context only then (as a literal
-    in the boot, every run would parse it)."""
+    """The text of a file lazy.js compiles (``intl``, ``url``), which it asks for as the boot
+    runs (not a literal in the boot's text, which would have to be escaped)."""
     return LAZY_SOURCES[name]
 
-
-_BOOT = _boot(eager=False)
-_BOOT_EAGER = _boot(eager=True)
 
 # A live run's heap is counted again once it has used this many times the last count's CPU.
 HEAP_WALK_SHARE = 20
@@ -749,7 +738,8 @@ class Run(Replay):
             ctx.add_callable("__cm_source", _lazy_source)
             # The prelude's lines come after the script's last, so a frame in it is never read
             # as a line of the script.
-            start = ctx.eval("\n" * (len(self.script_lines) + 2) + _BOOT)
+            line = len(self.script_lines) + 2
+            start = ctx.eval("\n" * line + _BOOT)(line)
             self._watch = rejections.watch(ctx, start(None, "rejection"))
             self._here = start(None, "here")
         self.ctx = ctx
@@ -1259,7 +1249,7 @@ class Prepared:
         for name in _HOST_FUNCTIONS:
             self.ctx.add_callable("__cm_" + name, self._dispatch(name))
         self.ctx.add_callable("__cm_source", _lazy_source)
-        self.start = self.ctx.eval("\n" * PRELUDE_LINE + _BOOT_EAGER)
+        self.start = self.ctx.eval("\n" * PRELUDE_LINE + _BOOT)(PRELUDE_LINE)
         self.watch = rejections.watch(self.ctx, self.start(None, "rejection"))
         self.here = self.start(None, "here")
         self.stripper = typescript.Stripper.compiled()

@@ -7,7 +7,7 @@
 // NFC, the ideographic full stops, Punycode for a label that is not ASCII); a host that needs
 // more of UTS #46's mapping tables than that may differ from Node.js's.
 //
-// Compiled when a script first names URL (sandbox/lazy.js). `web` links it to the
+// Compiled with the boot, before any script (sandbox/lazy.js). `web` links it to the
 // URLSearchParams of sandbox/web.js (`web.makeParams(query, onChange)` makes one whose changes
 // call onChange(serialized); `web.replaceParams(searchParams, query)` sets its list) and gives
 // the text helpers the two share (`usv`, `isHex`).

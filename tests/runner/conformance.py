@@ -300,6 +300,32 @@ def check_null_thrown(h: Harness) -> None:
     assert_healthy(h, "javascript")
 
 
+# A script that replaces built-ins that intl.js and url.js take, then asks Intl and URL.
+REPLACES_BUILTINS = """\
+Object.keys = () => [];
+Reflect.apply = () => "replaced";
+globalThis.WeakMap = class { get() { return 1; } set() { return this; } };
+Set.prototype.add = function () { return this; };
+globalThis.Symbol = {};
+return [
+  new Intl.NumberFormat("en-US", { style: "currency", currency: "EUR" }).format(1234.5),
+  new Date(0).toLocaleDateString("en-US", { weekday: "long", month: "long" }),
+  Object.prototype.toString.call(Intl),
+  new URL("http://a.b/c?q=1 2").href,
+];
+"""
+
+
+def check_replaced_builtins(h: Harness) -> None:
+    """Intl and URL answer as the engine's own for a JavaScript script that replaced the
+    built-ins they take before its first use of them, in a process of its own as in one a
+    fork server prepared (an exec'd process compiled them at that first use, with the
+    script's: `new Intl.NumberFormat()` threw 'not a function')."""
+    step = h.step(script(REPLACES_BUILTINS))
+    assert step.outcome == "finished", step.error
+    assert step.value == ["€1,234.50", "January Thursday", "[object Intl]", "http://a.b/c?q=1%202"]
+
+
 def check_calls_limit(h: Harness, language: str = "javascript") -> None:
     step = h.step(case("calls", language, limits={"calls": 3}))
     assert_limit(step, "calls")

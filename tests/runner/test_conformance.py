@@ -66,6 +66,10 @@ def test_null_thrown(runner: Harness) -> None:
     c.check_null_thrown(runner)
 
 
+def test_replaced_builtins(runner: Harness) -> None:
+    c.check_replaced_builtins(runner)
+
+
 def test_concurrency(runner: Harness) -> None:
     c.check_concurrency(runner)
 

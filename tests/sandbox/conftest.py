@@ -87,12 +87,12 @@ def caught(code: str, records: Iterable[Record] = (), **kwargs: Any) -> tuple[st
 
 
 def booted(source: Any = None) -> Any:
-    """A QuickJS context after the boot and before any script: lazy.js's stand-ins installed
-    (Intl, URL, toLocaleString, localeCompare), each file asked of ``source`` (by default the
-    runtime's) on first use."""
+    """A QuickJS context after the boot and before any script: what lazy.js installs (Intl,
+    URL, toLocaleString, localeCompare) compiled from the files ``source`` gives (by default
+    the runtime's)."""
     ctx = _quickjs.Context()
     for name in runtime._HOST_FUNCTIONS:
         ctx.add_callable("__cm_" + name, lambda *args: None)
     ctx.add_callable("__cm_source", source or runtime._lazy_source)
-    ctx.eval(runtime._BOOT)
+    ctx.eval(runtime._BOOT)(0)
     return ctx

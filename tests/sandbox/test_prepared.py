@@ -117,3 +117,58 @@ def test_a_body_that_does_not_parse_begins_nothing() -> None:
     spent.start(config, "return (", False)  # fails as the script's SyntaxError
     with pytest.raises(Exception, match="a context runs one script"):
         spent.start(config, "return 1", True)
+
+
+# Built-ins a script replaces before its first Intl or URL (each line runs first, on its own).
+REPLACED = {
+    "Object.keys": "Object.keys = () => [];",
+    "Object.defineProperty": "Object.defineProperty = (o) => o;",
+    "Reflect.apply": "Reflect.apply = () => 'replaced';",
+    "String.prototype.normalize": "String.prototype.normalize = function () { return 'x'; };",
+    "String.prototype.toLowerCase": "String.prototype.toLowerCase = () => 'x';",
+    "String.prototype.split": "String.prototype.split = () => [];",
+    "String.prototype.repeat": "String.prototype.repeat = () => 'x';",
+    "WeakMap": "globalThis.WeakMap = class { get() { return 1; } set() { return this; } };",
+    "Set.prototype.add": "Set.prototype.add = function () { return this; };",
+    "Map.prototype.set": "Map.prototype.set = function () { return this; };",
+    "array iterator": "Array.prototype[Symbol.iterator] = function* () {};",
+    "TextEncoder": "globalThis.TextEncoder = class { encode() { return new Uint8Array(0); } };",
+    "Symbol": "globalThis.Symbol = {};",
+    "Number": "globalThis.Number = () => 7;",
+    "String": "globalThis.String = () => 'x';",
+}
+# What the script then asks of Intl and URL, each answer or what it threw.
+USES = """
+const answers = [];
+for (const use of [
+  () => new Intl.NumberFormat("en-US", { style: "currency", currency: "EUR" }).format(1234.5),
+  () => (1234.5).toLocaleString(),
+  () => new Date(0).toLocaleDateString("en-US", { weekday: "long", month: "long" }),
+  () => ["b", "a", "B"].sort(new Intl.Collator().compare).join(),
+  () => "a".localeCompare("b"),
+  () => Object.prototype.toString.call(Intl),
+  () => new Intl.PluralRules().select(1),
+  () => new Intl.ListFormat().format(["a", "b", "c"]),
+  () => new Intl.RelativeTimeFormat().format(-1, "day"),
+  () => new URL("HTTP://Ex.com/a b/../c?q=1 2#f").href,
+  () => new URL("http://a/b?x=1").searchParams.get("x"),
+  () => URL.canParse("nope"),
+]) {
+  try { answers.push(use()); } catch (e) { answers.push("threw " + e.name + ": " + e.message); }
+}
+return answers;
+"""
+
+
+@pytest.mark.parametrize("name", sorted(REPLACED))
+def test_a_replaced_builtin_is_not_taken_by_intl_or_url(name: str) -> None:
+    """A script that replaces a built-in before its first Intl or URL gets the same answers in
+    a context of its own (an exec'd process's) as on a prepared one (a pool's child's): the
+    two compile intl.js and url.js before the script, with the engine's own built-ins.
+    Compiled at first use, the context of its own had them take the script's (Object.keys
+    replaced: `new Intl.NumberFormat()` threw 'not a function'; Set.prototype.add replaced:
+    a URL's query kept its space)."""
+    script = Script(id="p", code=REPLACED[name] + USES, clock=Clock(now_ms=0, seed=9))
+    fresh = run_in_process(script)
+    prepared = run_in_process(script, prepared=Prepared())
+    assert prepared.model_dump(exclude={"stats"}) == fresh.model_dump(exclude={"stats"})
