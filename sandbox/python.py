@@ -2406,6 +2406,13 @@ class _Future(_Opaque):
             )
         raise TypeError(self._misuse())
 
+    def __copy__(self) -> NoReturn:
+        # `copy.deepcopy(tools.name(...))`: the result was meant, as in a comparison.
+        raise TypeError(self._misuse())
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        raise TypeError(self._misuse())
+
     def __eq__(self, other: object) -> bool:
         # Futures compare by identity (`t in tasks`); comparing one with a value is a bug.
         if issubclass(type(other), _Future):
@@ -2456,6 +2463,14 @@ class _Call(_Future):
 
     def _shown(self) -> str:
         return _call_form(self._what)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # `r.status = "done"` of a call not awaited, as a dict's or object's: said as reading
+        # its attributes is (the sandbox's own are its slots, with an underscore).
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:
+            raise TypeError(self._misuse())
 
 
 def _call_form(name: str) -> str:
@@ -2555,6 +2570,9 @@ class _Yield(_Opaque):
     def __await__(self) -> Any:
         yield None
         return self._result
+
+    def __repr__(self) -> str:
+        return "<coroutine object sleep>"
 
 
 async def _await(awaitable: Any) -> Any:
@@ -2914,6 +2932,9 @@ class _Timeout(_Opaque):
     def expired(self) -> bool:
         return False
 
+    def __repr__(self) -> str:
+        return "<Timeout [active]>"
+
     async def __aenter__(self) -> _Timeout:
         return self
 
@@ -2936,6 +2957,9 @@ class _AsCompleted(_Opaque):
 
     def __next__(self) -> _Future:
         return next(self._slots)
+
+    def __repr__(self) -> str:
+        return "<generator object as_completed>"
 
     def __aiter__(self) -> NoReturn:
         raise TypeError(
@@ -3236,6 +3260,8 @@ def _plain(value: Any, root: str, path: tuple[str | int, ...], depth: int, walk:
         hint = " (pass str(value) or float(value))"
     elif kind is types.CoroutineType:
         hint = " (await it for its value; for a list of them, await asyncio.gather(*them))"
+    elif kind is _ToolFunction:  # `return tools.name`, meant as a call's result
+        hint = f" (call and await it for the data it gives: `await {_call_form(value._name)}`)"
     elif kind is types.FunctionType:  # `return main`, meant as `return await main()`
         awaited = "call and await" if inspect.iscoroutinefunction(value) else "call"
         hint = f" ({awaited} it for the data it makes)"
@@ -3415,9 +3441,10 @@ class _ToolFunction(_Opaque):
         )
 
     def __await__(self) -> NoReturn:
+        called = _call_form(self._name)
         raise TypeError(
-            f"tools.{self._name} is the tool, not a call of it: write "
-            f"`await tools.{self._name}(...)` with its arguments"
+            f"{called.removesuffix('(...)')} is the tool, not a call of it: write "
+            f"`await {called}` with its arguments"
         )
 
 
@@ -3454,6 +3481,14 @@ class Tools(_Opaque):
 
     def __repr__(self) -> str:
         return "<tools>"
+
+    def __getitem__(self, name: Any) -> NoReturn:
+        # `tools[name](...)`, as a dict of functions: CPython said "'Tools' object is not
+        # subscriptable".
+        raise TypeError(
+            "tools is not a dict: a tool is an attribute, `await tools.name(...)`; for a name "
+            "held in a variable, write `await getattr(tools, name)(...)`"
+        )
 
 
 class _Stream(_Opaque):
@@ -4240,6 +4275,8 @@ class Run(Replay):
                 main.close()  # this error says it all: not also "never awaited"
             elif isinstance(main, _Future):
                 shown = main._shown()  # `asyncio.run(tools.name(...))`: not `main(...)`
+            elif type(main) is types.FunctionType and type(name := main.__qualname__) is str:
+                shown = f"{name[:100]}(...)"  # `asyncio.run(main)`, the function uncalled
             raise RuntimeError(
                 "asyncio.run() cannot be called from a running event loop: a script is the "
                 f"body of an async function already: in its place, write `return await {shown}`"
@@ -4710,6 +4747,13 @@ class Run(Replay):
                 "gives a coroutine, not its result: await it (`await fetch(x)`, `await "
                 "files.text(id)`), or several at once with `await asyncio.gather(*coroutines)`"
             )
+        elif type(error) is TypeError and _FUTURE_NAMED.search(message):
+            # A call not awaited where CPython's own check met it (`tools.name(...)()`,
+            # `", ".join([tools.name(...)])`): its text names the type, not the fix.
+            message += (
+                "; a tool call, tools.name(...), gives a Future to await, not its result: "
+                "write `await tools.name(...)` and use what it gives"
+            )
         elif (
             type(error) is KeyError and type(held := _subscripted(error, self.script_lines)) is dict
         ):
@@ -4947,6 +4991,8 @@ def _warning_line(line: int, category: str, message: str) -> str:
 _UNBOUND = re.compile(r"^cannot access local variable '(\w+)'")
 # CPython's advice on an int of over 4,300 digits names what a script's sys has not.
 _INT_DIGITS = "; use sys.set_int_max_str_digits() to increase the limit"
+# CPython's TypeError naming a Future (a call not awaited, see _Call) as its operand's type.
+_FUTURE_NAMED = re.compile(r"'Future' object|\bFuture found|\bnot Future\b|\(not \"Future\"\)")
 _NOT_A_DECIMAL = "[<class 'decimal.ConversionSyntax'>]"
 
 
@@ -5255,6 +5301,53 @@ _MADE_ON_IMPORT: dict[str, Callable[[Run], Module]] = {
     "traceback": Run._traceback,
     "logging": Run._logging,
 }
+
+
+def _entered_without_async(self: Any, *exc: Any) -> NoReturn:
+    """``with`` of what is entered with ``async with`` (CPython: "'Lock' object does not
+    support the context manager protocol", and nothing of ``async with``)."""
+    what, how = _ASYNC_ONLY[type(self)]
+    raise TypeError(f"{what} is entered with `async with`, not `with`: write `async with {how}:`")
+
+
+# What a script enters with `async with` only, as it writes it, and the `async with` to write.
+_ASYNC_ONLY: dict[type, tuple[str, str]] = {
+    Lock: ("asyncio.Lock()", "lock"),
+    Semaphore: ("asyncio.Semaphore()", "semaphore"),
+    BoundedSemaphore: ("asyncio.BoundedSemaphore()", "semaphore"),
+    _Timeout: ("asyncio.timeout(...)", "asyncio.timeout(...)"),
+    _TaskGroup: ("asyncio.TaskGroup()", "asyncio.TaskGroup() as tg"),
+}
+for _kind in _ASYNC_ONLY:
+    _kind.__enter__ = _kind.__exit__ = _entered_without_async  # type: ignore[attr-defined]
+
+# The names scripts see of the sandbox's classes, in reprs, type(x) and CPython's own
+# messages ("'Future' object is not callable", "expected str instance, Future found"): they
+# said '_Call', '_TaskGroup', <class 'sandbox.python.Tools'>. asyncio's names for what stands
+# for asyncio's; the builtins' for what a script has as builtins, as CPython names them.
+for _kind, _name, _module in (
+    (_Future, "Future", "asyncio"),
+    (_Call, "Future", "asyncio"),
+    (_Gather, "Future", "asyncio"),
+    (Task, "Task", "asyncio"),
+    (_TaskGroup, "TaskGroup", "asyncio"),
+    (_Timeout, "Timeout", "asyncio"),
+    (_Yield, "coroutine", "builtins"),
+    (_AsCompleted, "generator", "builtins"),
+    (_ToolFunction, "tool", "builtins"),
+    (_Stream, "stream", "builtins"),
+    (Module, "module", "builtins"),
+    (_Sink, "TextIOWrapper", "io"),
+    (_Sealed, "type", "builtins"),
+):
+    _named(_kind, _name, _module)
+for _kind in (
+    Semaphore, BoundedSemaphore, Lock, Event, Queue, PriorityQueue, LifoQueue,
+    CancelledError, InvalidStateError, QueueEmpty, QueueFull,
+):  # fmt: skip
+    _kind.__module__ = "asyncio"
+for _kind in (Tools, Files, ToolError, LimitError, FileError):
+    _kind.__module__ = "builtins"
 
 # Every class of the sandbox is made: from here on, _Opaque has no new subclass.
 _SEALED = True

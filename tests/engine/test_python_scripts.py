@@ -163,6 +163,42 @@ async def test_a_forgotten_await_is_named_in_what_the_model_reads(
     )
 
 
+async def test_a_misuse_reads_the_same_live_and_replayed_and_names_no_sandbox_class() -> None:
+    """What the model reads of a script that printed asyncio's objects and misused a lock,
+    after a call: the same live and replayed, in the script's words (it printed
+    <sandbox.python._Timeout object at 0x...>, an address that differs from run to run, and
+    <class 'sandbox.python._ToolFunction'>; the misuse said "'Lock' object does not support
+    the context manager protocol", nothing of `async with`)."""
+    code = (
+        "import asyncio\n"
+        "n = await tools.add(a=1, b=2)\n"
+        "print(n, asyncio.timeout(1), type(tools.add), asyncio.sleep(0))\n"
+        "with asyncio.Lock():\n"
+        "    pass\n"
+    )
+    texts = []
+    for live in (True, False):
+        engine = CodeMode(
+            [add], runner=InProcessRunner(), type_check="off", language="python", live=live
+        )
+        try:
+            texts.append((await engine.run_code(code)).text)
+        finally:
+            await engine.aclose()
+    assert (
+        texts
+        == [
+            "Script failed.\n"
+            "TypeError: asyncio.Lock() is entered with `async with`, not `with`: write `async with "
+            "lock:`\n"
+            "  at line 4: with asyncio.Lock():\n"
+            "Printed:\n"
+            "3 <Timeout [active]> <class 'tool'> <coroutine object sleep>"
+        ]
+        * 2
+    )
+
+
 @pytest.mark.parametrize("live", [True, False])
 async def test_confined_processes_run_python_live_and_by_replay(live: bool) -> None:
     """The process runner's warm pool runs a Python script of parallel and sequential calls
@@ -251,9 +287,9 @@ async def test_the_example_in_both_languages_gives_the_same_result(
         results[language] = (result.value, result.text, [(c.name, c.arguments) for c in calls])
     await engine.aclose()
     assert results["python"] == results["javascript"]
-    value, text, calls = results["python"]
+    value, text, made = results["python"]
     assert [pr["number"] for pr in value] == [15, 12]  # the tracker's two stale PRs
-    assert "2 stale PRs" in text and len(calls) == 3
+    assert "2 stale PRs" in text and len(made) == 3
     try:
         checker = PythonTypeChecker()
     except CompilerMissing as e:

@@ -707,3 +707,135 @@ def test_the_hosts_own_copies_keep_their_private_attributes() -> None:
 
     clone = copy.copy(Slotted())
     assert clone._private == 1 and clone._Slotted__mangled == 2  # type: ignore[attr-defined]
+
+
+_NOT_AWAITED = 'tools.echo(...) gives an awaitable, not its result: write "await tools.echo(...)"'
+_A_FUTURE = (
+    "; a tool call, tools.name(...), gives a Future to await, not its result: write "
+    "`await tools.name(...)` and use what it gives"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            "return tools.echo(a=1)()",
+            ("TypeError", f"'Future' object is not callable{_A_FUTURE}"),
+        ),
+        (
+            "return ', '.join([tools.echo(a=1)])",
+            ("TypeError", f"sequence item 0: expected str instance, Future found{_A_FUTURE}"),
+        ),
+        ("r = tools.echo(a=1)\nr.status = 'done'", ("TypeError", _NOT_AWAITED)),
+        ("import copy\nreturn copy.deepcopy(tools.echo(a=1))", ("TypeError", _NOT_AWAITED)),
+        (
+            "return tools['echo']",
+            (
+                "TypeError",
+                "tools is not a dict: a tool is an attribute, `await tools.name(...)`; for a "
+                "name held in a variable, write `await getattr(tools, name)(...)`",
+            ),
+        ),
+        (
+            "return tools.echo",
+            (
+                "TypeError",
+                "the returned value is a tool (call and await it for the data it gives: `await "
+                "tools.echo(...)`); data must be plain (dict, list, tuple, str, int, float, "
+                "bool, None); return plainer data",
+            ),
+        ),
+        (
+            "import asyncio\nwith asyncio.Lock():\n    pass",
+            (
+                "TypeError",
+                "asyncio.Lock() is entered with `async with`, not `with`: write `async with lock:`",
+            ),
+        ),
+        (
+            "import asyncio\nwith asyncio.Semaphore(2):\n    pass",
+            (
+                "TypeError",
+                "asyncio.Semaphore() is entered with `async with`, not `with`: write `async "
+                "with semaphore:`",
+            ),
+        ),
+        (
+            "import asyncio\nwith asyncio.timeout(5):\n    pass",
+            (
+                "TypeError",
+                "asyncio.timeout(...) is entered with `async with`, not `with`: write `async "
+                "with asyncio.timeout(...):`",
+            ),
+        ),
+        (
+            "import asyncio\nwith asyncio.TaskGroup() as tg:\n    tg.create_task(tools.echo(a=1))",
+            (
+                "TypeError",
+                "asyncio.TaskGroup() is entered with `async with`, not `with`: write `async "
+                "with asyncio.TaskGroup() as tg:`",
+            ),
+        ),
+        (
+            "import asyncio, contextlib\nwith contextlib.ExitStack() as stack:\n"
+            "    stack.enter_context(asyncio.Lock())",
+            (
+                "TypeError",
+                "asyncio.Lock() is entered with `async with`, not `with`: write `async with lock:`",
+            ),
+        ),
+        (
+            "import asyncio\nasync def f():\n    return 1\nreturn asyncio.run(f)",
+            (
+                "RuntimeError",
+                "asyncio.run() cannot be called from a running event loop: a script is the "
+                "body of an async function already: in its place, write `return await f(...)`",
+            ),
+        ),
+    ],
+)
+def test_a_misuse_is_said_in_the_scripts_words(code: str, said: tuple[str, str]) -> None:
+    """Misuses a model makes were said with the sandbox's classes ("'_Call' object is not
+    callable", "'_Timeout' object does not support the context manager protocol", "the
+    returned value is a _ToolFunction", "'Tools' object is not subscriptable", "_Call
+    objects cannot be copied") or with no word of the fix (`with asyncio.Lock()`), and
+    `asyncio.run(f)` told the script to write `return await main(...)`."""
+    error = failed(code, [rec("echo", {"a": 1}, result=1)])
+    assert (error.name, error.message) == said
+
+
+def test_what_a_script_prints_of_the_sandboxs_objects_names_no_sandbox_class() -> None:
+    """type() of a call, of tools, of a tool, of asyncio's objects and of sys.stdout was
+    <class 'sandbox.python._Call'> and the like, and asyncio.timeout() and asyncio.sleep()
+    printed an address (which differs from run to run, so live and replayed text differed)."""
+    code = (
+        "import asyncio, sys\n"
+        "async def f():\n    return 1\n"
+        "call = tools.echo(a=1)\n"
+        "try:\n    await tools.echo(a=2)\nexcept ToolError as e:\n    error = e\n"
+        "shown = [call, tools, tools.echo, asyncio.timeout(1), asyncio.TaskGroup(), files,\n"
+        "         asyncio.Lock(), asyncio, sys.stdout, error, asyncio.create_task(f())]\n"
+        "out = [str(type(x)) for x in shown] + [str(type(type(tools)))]\n"
+        "out += [repr(asyncio.timeout(1)), repr(asyncio.sleep(0)), repr(asyncio.as_completed([call]))]\n"
+        "await call\n"
+        "return out"
+    )
+    records = [rec("echo", {"a": 1}, result=1), rec("echo", {"a": 2}, error="no")]
+    assert value(code, records) == [
+        "<class 'asyncio.Future'>",
+        "<class 'Tools'>",
+        "<class 'tool'>",
+        "<class 'asyncio.Timeout'>",
+        "<class 'asyncio.TaskGroup'>",
+        "<class 'Files'>",
+        "<class 'asyncio.Lock'>",
+        "<class 'module'>",
+        "<class 'io.TextIOWrapper'>",
+        "<class 'ToolError'>",
+        "<class 'asyncio.Task'>",
+        "<class 'type'>",
+        "<Timeout [active]>",
+        "<coroutine object sleep>",
+        "<generator object as_completed>",
+    ]
