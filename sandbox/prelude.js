@@ -947,6 +947,10 @@
   // into it, with no Promise.all), which the model, given the value as it was, should hear
   // of (`returnedLater`). The same in a live run and a replay: both settle calls only when
   // the job queue is empty.
+  // Only plain data is kept (see readsAsData): the value is read again once the calls have
+  // answered, and a value whose reading runs the script's code (a getter, a toJSON) could
+  // read otherwise without any code changing it (`get at() { return Math.random() }` had the
+  // line say the late code changed it, and the getter ran once more after the return).
   let returned;
   function keepReturned(value, json) {
     let count = 0, first;
@@ -954,7 +958,7 @@
       const call = callRecords.get(pending[i].promise);
       if (call !== undefined && call.taken && count++ === 0) first = pending[i];
     }
-    if (count) returned = { __proto__: null, value, json, count, first };
+    if (count && readsAsData(value)) returned = { __proto__: null, value, json, count, first };
   }
   function returnedLater() {
     const kept = returned;
@@ -962,7 +966,8 @@
     if (kept === undefined) return;
     let json;
     try {
-      json = JSON.stringify(kept.value);
+      // A value that is no longer plain data was changed (a getter or a toJSON put in it).
+      json = readsAsData(kept.value) ? JSON.stringify(kept.value) : undefined;
     } catch (_) {
       return; // no line rather than a guess (the heap may be full)
     }
@@ -970,6 +975,29 @@
       host.changed("" + kept.count, wellFormed(shownCall(kept.first.name)),
         wellFormed(framesOf(kept.first.error)));
     }
+  }
+  // Whether JSON.stringify reads `root` without running any code of the script's: plain
+  // objects and arrays (no holes) of data properties, no toJSON of their own or on their
+  // prototypes, down to primitives. Read by property descriptors: no getter runs here.
+  function readsAsData(root) {
+    if (hasOwn(ObjectProto, "toJSON") || hasOwn(ArrayProto, "toJSON")) return false;
+    const todo = setPrototypeOf([root], null);
+    while (todo.length) {
+      const value = todo[todo.length - 1];
+      todo.length--;
+      if (typeof value !== "object" || value === null) continue;
+      const proto = getPrototypeOf(value);
+      if (proto !== ObjectProto && proto !== ArrayProto && proto !== null) return false;
+      const keys = objectKeys(value);
+      if (isArray(value) && keys.length !== value.length) return false; // a hole reads its prototype
+      for (let i = 0; i < keys.length; i++) {
+        if (keys[i] === "toJSON") return false;
+        const own = getOwnPropertyDescriptor(value, keys[i]);
+        if (own === undefined || !hasOwn(own, "value")) return false; // an accessor
+        todo[todo.length] = own.value;
+      }
+    }
+    return true;
   }
   // Promises rejected with nothing to handle them (`main();` of an async main that threw):
   // QuickJS's rejection tracker (sandbox/rejections.py) calls `rejection` with the promise as

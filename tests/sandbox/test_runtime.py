@@ -3210,3 +3210,39 @@ def test_a_result_with_an_integer_past_2_53_says_the_script_reads_it_rounded() -
     exact = [rec("echo", {}, result={"id": 2**53, "s": str(big), "f": 1.5e300})]
     ran = run("return String((await tools.echo({})).id);", exact)
     assert ran.value == str(2**53) and ran.printed == ""
+
+
+@pytest.mark.parametrize(
+    "returned",
+    [
+        # A getter that answers otherwise at each read, and says when it is read.
+        "let reads = 0;\nconst out = { get reads() { console.log('read'); return ++reads; } };",
+        # A toJSON that does.
+        "const out = [{ toJSON() { return Math.random(); } }];",
+        "Object.prototype.toJSON = function () { return Math.random(); };\nconst out = {};",
+    ],
+)
+def test_no_changed_line_for_a_value_that_reads_otherwise_each_time(returned: str) -> None:
+    """A returned value whose reading runs the script's code is read once, at the return:
+    not again once the calls have answered, where a getter that answered otherwise had the
+    line say that code waiting on the call changed the value (and printed 'read' twice)."""
+    code = returned + "\ntools.list_prs({}).then(() => {});\nreturn out;"
+    for live in (False, True):
+        ran = _js_to_the_end(code, live=live)
+        assert ran.outcome == "finished", ran.error
+        assert ran.printed == ("read\n" if "read" in returned else ""), ran.printed
+
+
+def test_a_changed_line_for_a_getter_put_in_the_value_after_the_return() -> None:
+    """A value that was plain data at the return and is not once the calls have answered
+    was changed by the code that waited on them: the line says so."""
+    code = (
+        "const out = {};\n"
+        "tools.list_prs({}).then(() => { Object.defineProperty(out, 'n', "
+        "{ get: () => 1, enumerable: true }); });\nreturn out;"
+    )
+    for live in (False, True):
+        ran = _js_to_the_end(code, live=live)
+        assert ran.outcome == "finished" and ran.value == {}, ran.error
+        one = runtime.changed_after_return(1, "tools.list_prs(...)")
+        assert ran.printed == f"line 2: Warning: {one}\n"
