@@ -76,8 +76,12 @@ _size = size_text
 class Files:
     """The files of one run, and the budgets that bound reading and showing them."""
 
-    def __init__(self, infos: list[FileInfo], limits: Limits, fetch: Fetch) -> None:
+    def __init__(
+        self, infos: list[FileInfo], limits: Limits, fetch: Fetch, language: str = "javascript"
+    ) -> None:
         self.infos = {f.id: f for f in infos}
+        # The script's language, whose syntax a message about what it passed is written in.
+        self.language = language
         self.order = [f.id for f in infos]
         self.limits = limits
         self._fetch = fetch
@@ -91,11 +95,11 @@ class Files:
 
     # ---- reading bytes ----
 
-    def info(self, file_id: Any) -> FileInfo:
+    def info(self, file_id: Any, use: str = "stat") -> FileInfo:
+        """The file ``file_id`` names, for ``files.<use>``; a FileError, in the script's
+        language, for anything else."""
         if not isinstance(file_id, str):
-            # JavaScript's undefined comes as None, which its script never wrote.
-            given = "; none was given" if file_id is None else f", not {file_id!r:.80}"
-            raise FileError(f'a file id is a string, as in files.stat("data.csv"){given}')
+            raise FileError(self._not_an_id(file_id, use))
         info = self.infos.get(file_id)
         same = spelled_otherwise(file_id, self.order) if info is None else None
         if same is not None:  # of the record's files: every run finds the same
@@ -105,6 +109,24 @@ class Files:
             hint = f" (did you mean {', '.join(map(repr, near))}?)" if near else ""
             raise FileError(f"no file {file_id!r}{hint}; files.list() lists the files")
         return info
+
+    def _not_an_id(self, given: Any, use: str) -> str:
+        """What is wrong with ``given``, which is no file id, written as the script's language
+        writes it (a JavaScript script was shown a Python dict, {'id': 'data.csv', ...})."""
+        python = self.language == "python"
+        head = f'a file id is a string, as in files.{use}("data.csv")'
+        if isinstance(given, dict) and isinstance(given.get("id"), str):
+            # An entry of files.list(), given whole.
+            entry = 'files.list()[0]["id"]' if python else "files.list()[0].id"
+            return f"{head}, not an entry of files.list(): give its id, as files.{use}({entry})"
+        if given is None:
+            # JavaScript's undefined and null both come as None.
+            return f"{head}; {'None' if python else 'none'} was given"
+        try:
+            shown = repr(given) if python else orjson.dumps(given).decode()
+        except TypeError:  # no JSON: not what a JavaScript script's arguments arrive as
+            shown = type(given).__name__
+        return f"{head}, not {shown[:80]}"
 
     def read(self, file_id: str, offset: int, length: int) -> bytes:
         """Bytes of a file, counted against ``file_bytes``; ``b""`` at the end.
@@ -162,7 +184,7 @@ class Files:
         return [self._public(self.infos[i]) for i in self.order]
 
     def stat(self, file_id: Any) -> dict[str, Any]:
-        return self._public(self.info(file_id))
+        return self._public(self.info(file_id, "stat"))
 
     @staticmethod
     def _public(info: FileInfo) -> dict[str, Any]:
@@ -172,7 +194,7 @@ class Files:
         return out
 
     def text(self, file_id: Any) -> str:
-        info = self.info(file_id)
+        info = self.info(file_id, "text")
         bound = self.limits.memory // 8
         if info.size > bound:
             raise FileError(
@@ -184,7 +206,7 @@ class Files:
         return data.decode(text_encoding(data), "replace")
 
     def show(self, file_id: Any) -> None:
-        info = self.info(file_id)
+        info = self.info(file_id, "show")
         if info.id in self.shown:
             return
         limits = self.limits
@@ -227,14 +249,14 @@ class Files:
         self.shown.append(info.id)
 
     def sheets(self, file_id: Any) -> list[str]:
-        info = self.info(file_id)
+        info = self.info(file_id, "sheets")
         book = _workbook(info.id, self.whole(info.id))
         return [name for name, _ in book.sheets]
 
     # ---- streams ----
 
     def open(self, kind: str, file_id: Any, options: dict[str, Any]) -> int:
-        info = self.info(file_id)
+        info = self.info(file_id, kind)
         if len(self.streams) >= self.limits.streams:
             raise FileLimitError(
                 "streams",

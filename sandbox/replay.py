@@ -158,7 +158,7 @@ class Replay(abc.ABC):
     def __init__(self, script: Script, channel: Channel, fetch: Fetch | None = None) -> None:
         self.script = script
         self.limits: Limits = script.limits
-        self.files = Files(script.files, script.limits, fetch or _no_fetch)
+        self.files = Files(script.files, script.limits, fetch or _no_fetch, script.language)
         self.channel = channel
         # A copy: a live run adds the records it is resumed with.
         self.records: list[Record] = list(script.records)

@@ -7,7 +7,7 @@ import io
 import re
 import zipfile
 from datetime import date, datetime
-from typing import Any
+from typing import Any, Literal
 
 import openpyxl
 import pytest
@@ -174,7 +174,7 @@ def test_csv_options() -> None:
         ('files.lines("notes.md", { offset: 2.5 })', "offset is a whole count of records"),
         ('files.csv("semi.csv", { delimiter: "\\n" })', "other than a quote or a line end"),
         ('files.csv("semi.csv", { delimiter: \'"\' })', "other than a quote or a line end"),
-        ("files.lines(undefined)", 'as in files.stat("data.csv"); none was given'),
+        ("files.lines(undefined)", 'as in files.lines("data.csv"); none was given'),
     ],
 )
 def test_a_stream_option_it_does_not_have_is_refused(call: str, message: str) -> None:
@@ -183,6 +183,43 @@ def test_a_stream_option_it_does_not_have_is_refused(call: str, message: str) ->
     ran = run(f"for await (const r of {call}) {{}}")
     assert ran.outcome == "failed" and ran.error is not None
     assert message in ran.error.message
+
+
+@pytest.mark.parametrize(
+    ("language", "call", "message"),
+    [
+        (
+            "javascript",
+            "await files.text(files.list()[0])",
+            'as in files.text("data.csv"), not an entry of files.list(): give its id, as '
+            "files.text(files.list()[0].id)",
+        ),
+        ("javascript", "files.stat({ id: 3, ok: true, no: null })", '{"id":3,"ok":true,"no":null}'),
+        ("javascript", "files.show(false)", 'as in files.show("data.csv"), not false'),
+        (
+            "python",
+            "await files.text(files.list()[0])",
+            'files.text(files.list()[0]["id"])',
+        ),
+        ("python", "files.stat({'id': 3, 'ok': True})", "not {'id': 3, 'ok': True}"),
+        ("python", "files.stat(None)", "; None was given"),
+    ],
+)
+def test_what_is_no_file_id_is_written_in_the_scripts_language(
+    language: Literal["javascript", "python"], call: str, message: str
+) -> None:
+    """A file id that is not a string is named as the script's language writes it, and an
+    entry of files.list() given whole is told to give its id: a JavaScript script was shown
+    {'id': 'sales.csv', 'mime': 'text/csv', 'size': 38}, a Python dict."""
+    infos = [FileInfo(id="sales.csv", mime="text/csv", size=len(SALES))]
+    code = f"return {call}"
+    script = Script(
+        id="f", language=language, code=code, files=infos, clock=Clock(now_ms=0, seed=1)
+    )
+    ran = run_in_process(script, lambda _f, offset, length: SALES[offset : offset + length])
+    assert ran.outcome == "failed" and ran.error is not None
+    assert message in ran.error.message
+    assert "'mime'" not in ran.error.message
 
 
 def test_a_file_limit_met_and_not_caught_ends_the_run_on_it() -> None:
