@@ -363,10 +363,13 @@ _AWAIT_OUTSIDE_ASYNC = (
 # loop over what is no array (a tool's result that holds one: `for (const x of result)`), or
 # over nothing (`for (const x of result.rows)`, a field it does not have).
 _SAID_IN_FULL = {
+    # Said of any value with no iterator (a number, a function, a promise), not only of an
+    # object: `for (const f of files.list)` was told it was given "a plain object".
     ("TypeError", "value is not iterable"): (
         "value is not iterable: for...of, spread (`...x`) and `const [a, b] = x` take an array, "
-        "a string, a Map or a Set, not a plain object; loop over Object.entries(x) or "
-        "Object.values(x), or over the array it holds (`x.items`)"
+        "a string, a Map or a Set, not a plain object, a number or a function; for an object, "
+        "loop over Object.entries(x) or Object.values(x), or over the array it holds "
+        "(`x.items`); for a function, over what it gives (`f()`)"
     ),
     **{
         ("TypeError", f"cannot read property 'Symbol.iterator' of {nothing}"): (

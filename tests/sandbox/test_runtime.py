@@ -1495,6 +1495,19 @@ def test_a_loop_over_what_is_no_array_says_what_to_loop_over(code: str, said: st
     assert [x.line for x in ran.error.lines] == [3]
 
 
+def test_a_loop_over_a_function_or_a_number_is_not_told_it_is_an_object() -> None:
+    """QuickJS says "value is not iterable" of any value with no iterator: the line says what
+    iteration takes without calling a function or a number a plain object, and names the
+    fix for a function that gives the array (`for (const f of files.list)`)."""
+    for code in ("for (const f of files.list) f;", "const [a] = 5;"):
+        ran = run(code)
+        assert ran.error is not None and ran.error.name == "TypeError", ran
+        message = ran.error.message
+        assert message.startswith("value is not iterable: "), message
+        assert "not a plain object, a number or a function" in message, message
+        assert "for a function, over what it gives (`f()`)" in message, message
+
+
 @pytest.mark.parametrize("items", ["[]", "new Float64Array(0)"])
 def test_reduce_of_an_empty_array_says_to_give_an_initial_value(items: str) -> None:
     """reduce of an empty array with no initial value (a filter that kept nothing) says so and
