@@ -4665,6 +4665,30 @@ class Run(Replay):
             )
             return Ran(outcome="failed", error=ScriptError(name="TypeError", message=message))
 
+    def _near_name(self, error: BaseException, missing: str) -> str | None:
+        """The name CPython's traceback suggests for ``missing`` (not defined), if one is
+        close: among the locals of the script's frames the error went through (the innermost
+        first), then its top-level names, then its builtins (only their names are read)."""
+        frames = []
+        tb = _TRACEBACK.__get__(error)
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == FILENAME:
+                frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        scope = self.module.__dict__
+        held = scope.get("__builtins__")
+        # As CPython looks: the frame's names, then the globals, then the builtins (here the
+        # script's frames are its functions' and its body's, whose names are its globals).
+        for names in (
+            *(list(frame.f_locals) for frame in reversed(frames)),
+            list(scope),
+            list(held) if type(held) is dict else [],
+        ):
+            shown = [n for n in names if type(n) is str and n.isidentifier() and n[:2] != "__"]
+            if (near := _suggestion(missing, shown)) is not None:
+                return near
+        return None
+
     def _asyncio_run_at(self, lines: list[int]) -> str | None:
         """The function an ``asyncio.run(f(...))`` on the innermost of ``lines`` runs (``main``
         when not named), or None when that line runs none."""
@@ -4740,6 +4764,17 @@ class Run(Replay):
         elif type(missing) is str and missing in ALLOWED:
             # `await asyncio.gather(...)` with no import: CPython 3.12 says as much.
             message += f". Did you forget to import '{missing}'?"
+        elif type(missing) is str and (meant := self._near_name(error, missing)) is not None:
+            # `return reslt`: CPython's traceback says so; the text of the error does not.
+            message += f". Did you mean: {meant!r}?"
+        elif (
+            type(error) is AttributeError
+            and type(_ATTRIBUTE_OBJ.__get__(error)) in _PLAIN_TYPES
+            and type(key := _ATTRIBUTE_NAME.__get__(error)) is str
+            and (meant := _near_attribute(type(_ATTRIBUTE_OBJ.__get__(error)), key)) is not None
+        ):
+            # `text.uper()`, `d.itms()`: as CPython's traceback says it.
+            message += f". Did you mean: {meant!r}?"
         elif type(error) in (TypeError, AttributeError) and "'coroutine' object" in message:
             # `[fetch(i) for i in ids]` used as results: Python's text names no await.
             message += (
@@ -4813,7 +4848,7 @@ class Run(Replay):
                     f"`nonlocal {local[1]}` there (not `global`)"
                 )
         if limit is None:
-            message += _chained(error)
+            message += _chained(error) + "".join(f"\n{note}" for note in _notes(error))
         return Ran(
             outcome="failed",
             error=ScriptError(
@@ -5122,9 +5157,94 @@ def _repeated(count: int) -> str:
 
 
 def _exception_line(error: BaseException) -> str:
-    """The last line traceback writes of an error: its type and message, as CPython's."""
+    """The last lines traceback writes of an error: its type and message, and its notes, as
+    CPython's."""
     text = _message(error)
-    return f"{_type_name(error)}: {text}\n" if text else f"{_type_name(error)}\n"
+    line = f"{_type_name(error)}: {text}\n" if text else f"{_type_name(error)}\n"
+    return line + "".join(f"{note}\n" for note in _notes(error))
+
+
+_EXCEPTION_DICT = BaseException.__dict__["__dict__"]
+_NOTES_SHOWN = 10
+
+
+def _notes(error: BaseException) -> list[str]:
+    """The notes ``error.add_note()`` gave it (the first few; text only, read without running
+    the script's code), which CPython's traceback writes after its message."""
+    held = _EXCEPTION_DICT.__get__(error).get("__notes__")
+    if type(held) is not list:
+        return []
+    return [_cut(note, 1000) for note in held[:_NOTES_SHOWN] if type(note) is str]
+
+
+# The types whose attributes a "Did you mean" of a misspelt one is looked for in (their names
+# are the type's, fixed: dir() runs no code of the script's).
+_PLAIN_TYPES = frozenset(
+    {str, bytes, bytearray, list, dict, tuple, set, frozenset, int, float, complex, bool}
+)
+# CPython's bounds for a "Did you mean" (Python/suggestions.c): the most names looked among,
+# the longest name compared, and the cost of a letter moved (of a change of its case: 1).
+_NEAR_CANDIDATES = 750
+_NEAR_LENGTH = 40
+_MOVE_COST = 2
+
+
+def _near_attribute(kind: type, name: str) -> str | None:
+    """The public attribute of ``kind`` closest to ``name``, if one is close."""
+    return _suggestion(name, [a for a in dir(kind) if not a.startswith("_")])
+
+
+def _suggestion(wrong: str, names: list[str]) -> str | None:
+    """The name CPython's traceback suggests for ``wrong`` among ``names`` ("Did you mean:
+    'result'?"), by its rule: the fewest edits, within a bound that grows with the lengths.
+    None when there is none, or too many names to look among, as CPython."""
+    if len(names) > _NEAR_CANDIDATES or len(wrong) > _NEAR_LENGTH:
+        return None
+    best, found = len(wrong), None
+    for name in names:
+        if name == wrong:
+            continue
+        bound = min((len(name) + len(wrong) + 3) * _MOVE_COST // 6, best - 1)
+        distance = _edits(wrong, name, bound)
+        if distance <= bound and (found is None or distance < best):
+            best, found = distance, name
+    return found
+
+
+def _edits(a: str, b: str, bound: int) -> int:
+    """The cost of editing ``a`` into ``b`` (a letter moved 2, a letter's case 1), or more
+    than ``bound`` once it is sure to be: CPython's levenshtein_distance."""
+    if a == b:
+        return 0
+    start = 0
+    while start < min(len(a), len(b)) and a[start] == b[start]:
+        start += 1
+    a, b = a[start:], b[start:]
+    while a and b and a[-1] == b[-1]:
+        a, b = a[:-1], b[:-1]
+    if not a or not b:
+        return _MOVE_COST * (len(a) + len(b))
+    if len(a) > _NEAR_LENGTH or len(b) > _NEAR_LENGTH:
+        return bound + 1
+    if len(b) < len(a):
+        a, b = b, a
+    if (len(b) - len(a)) * _MOVE_COST > bound:
+        return bound + 1
+    row = list(range(_MOVE_COST, _MOVE_COST * (len(a) + 1), _MOVE_COST))
+    result = 0
+    for b_index, b_char in enumerate(b):
+        distance = result = b_index * _MOVE_COST
+        lowest = sys.maxsize
+        for index, a_char in enumerate(a):
+            change = 0 if a_char == b_char else 1 if a_char.lower() == b_char.lower() else 2
+            substitute = distance + change
+            distance = row[index]
+            result = min(min(result, distance) + _MOVE_COST, substitute)
+            row[index] = result
+            lowest = min(lowest, result)
+        if lowest > bound:
+            return bound + 1
+    return result
 
 
 def _message(error: BaseException) -> str:

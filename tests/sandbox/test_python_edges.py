@@ -839,3 +839,53 @@ def test_what_a_script_prints_of_the_sandboxs_objects_names_no_sandbox_class() -
         "<coroutine object sleep>",
         "<generator object as_completed>",
     ]
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            "result = await tools.echo(a=1)\nreturn reslt",
+            ("NameError", "name 'reslt' is not defined. Did you mean: 'result'?"),
+        ),
+        (
+            "return tool.echo(a=1)",
+            ("NameError", "name 'tool' is not defined. Did you mean: 'tools'?"),
+        ),
+        (
+            "items = [1]\ndef first():\n    return itmes[0]\nreturn first()",
+            ("NameError", "name 'itmes' is not defined. Did you mean: 'items'?"),
+        ),
+        (
+            "def count():\n    total_count = 1\n    return total_cont\nreturn count()",
+            ("NameError", "name 'total_cont' is not defined. Did you mean: 'total_count'?"),
+        ),
+        ("prnt('x')", ("NameError", "name 'prnt' is not defined. Did you mean: 'print'?")),
+        (
+            "return 'abc'.uper()",
+            ("AttributeError", "'str' object has no attribute 'uper'. Did you mean: 'upper'?"),
+        ),
+        # None where CPython's rule finds none too.
+        ("return missing", ("NameError", "name 'missing' is not defined")),
+        ("return lenght([1])", ("NameError", "name 'lenght' is not defined")),
+        ("rows = []\nrows.add(1)", ("AttributeError", "'list' object has no attribute 'add'")),
+    ],
+)
+def test_a_misspelt_name_gets_cpythons_did_you_mean(code: str, said: tuple[str, str]) -> None:
+    """CPython's traceback says "Did you mean: 'result'?" of a misspelt name or attribute;
+    the error's text alone, which is what a script's failure said, does not."""
+    error = failed(code, [rec("echo", {"a": 1}, result=1)])
+    assert (error.name, error.message) == said
+
+
+def test_an_errors_notes_follow_its_message_as_cpythons_traceback_writes_them() -> None:
+    """The notes e.add_note() gave an error were left out of the failure and of the
+    script's own traceback.print_exc()."""
+    raising = (
+        "e = ValueError('bad')\ne.add_note('while reading row 3')\ne.add_note('of rows.csv')\n"
+    )
+    error = failed(raising + "raise e")
+    assert (error.name, error.message) == ("ValueError", "bad\nwhile reading row 3\nof rows.csv")
+    body = "\n".join("    " + line for line in (raising + "raise e").splitlines())
+    printed = run(f"import traceback\ntry:\n{body}\nexcept ValueError:\n    traceback.print_exc()")
+    assert printed.printed.endswith("ValueError: bad\nwhile reading row 3\nof rows.csv\n")
