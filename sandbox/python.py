@@ -744,6 +744,21 @@ def _syntax_hint(message: str, text: str) -> str:
             f"; scripts are Python {_VERSION}, which does not allow it (3.12 does): take the "
             "value out of the f-string first"
         )
+    # What holds in any Python, said in a script's terms: its top level is the body of an
+    # async function, so `import *` is refused there and `await` in a `def` is no top
+    # level's.
+    if message.startswith("import * only allowed at module level"):
+        return (
+            ": a script is the body of an async function, where Python refuses it: import the "
+            "names the script uses, `from math import sqrt, pi`, or the module, `import math`"
+        )
+    if message.startswith(
+        ("'await' outside async function", "asynchronous comprehension outside of an")
+    ):
+        return (
+            "; the function it is in is not async (a plain `def`, or a lambda): make it an "
+            "`async def`, and `await` its calls (`await f(...)`)"
+        )
     # What 3.14 takes: `except A, B:` (PEP 758) and template strings, t"..." (PEP 750).
     # Any other "invalid syntax" is one in every Python, and naming the version there sent
     # the reader looking for a newer feature the code does not use.
@@ -4775,8 +4790,11 @@ class Run(Replay):
         ):
             # `text.uper()`, `d.itms()`: as CPython's traceback says it.
             message += f". Did you mean: {meant!r}?"
-        elif type(error) in (TypeError, AttributeError) and "'coroutine' object" in message:
-            # `[fetch(i) for i in ids]` used as results: Python's text names no await.
+        elif (type(error) is AttributeError and "'coroutine' object" in message) or (
+            type(error) is TypeError and _COROUTINE_NAMED.search(message)
+        ):
+            # `[fetch(i) for i in ids]` used as results (`sum(...)` of them, `x + 1`):
+            # Python's text names no await.
             message += (
                 "; calling an async function (the script's, or files.text and files.sheets) "
                 "gives a coroutine, not its result: await it (`await fetch(x)`, `await "
@@ -5026,8 +5044,12 @@ def _warning_line(line: int, category: str, message: str) -> str:
 _UNBOUND = re.compile(r"^cannot access local variable '(\w+)'")
 # CPython's advice on an int of over 4,300 digits names what a script's sys has not.
 _INT_DIGITS = "; use sys.set_int_max_str_digits() to increase the limit"
-# CPython's TypeError naming a Future (a call not awaited, see _Call) as its operand's type.
-_FUTURE_NAMED = re.compile(r"'Future' object|\bFuture found|\bnot Future\b|\(not \"Future\"\)")
+# CPython's TypeError naming a type as its operand's, the ways its messages do ("'X' object is
+# not callable", "for +: 'int' and 'X'", "expected str instance, X found", "not X").
+_NAMED_AS_OPERAND = r"'{0}'|\b{0} found|\bnot {0}\b|\(not \"{0}\"\)"
+# A Future (a call not awaited, see _Call) so named.
+_FUTURE_NAMED = re.compile(_NAMED_AS_OPERAND.format("Future"))
+_COROUTINE_NAMED = re.compile(_NAMED_AS_OPERAND.format("coroutine"))
 _NOT_A_DECIMAL = "[<class 'decimal.ConversionSyntax'>]"
 
 

@@ -889,3 +889,54 @@ def test_an_errors_notes_follow_its_message_as_cpythons_traceback_writes_them() 
     body = "\n".join("    " + line for line in (raising + "raise e").splitlines())
     printed = run(f"import traceback\ntry:\n{body}\nexcept ValueError:\n    traceback.print_exc()")
     assert printed.printed.endswith("ValueError: bad\nwhile reading row 3\nof rows.csv\n")
+
+
+_NOT_ASYNC = (
+    "; the function it is in is not async (a plain `def`, or a lambda): make it an `async "
+    "def`, and `await` its calls (`await f(...)`)"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            "def total():\n    return await tools.echo(a=1)\nreturn total()",
+            f"'await' outside async function (column 12){_NOT_ASYNC}",
+        ),
+        (
+            "def all_of():\n    return [await tools.echo(a=i) for i in range(2)]\nreturn all_of()",
+            f"asynchronous comprehension outside of an asynchronous function (column 12){_NOT_ASYNC}",
+        ),
+        (
+            "from math import *\nreturn sqrt(4)",
+            "import * only allowed at module level (column 18): a script is the body of an "
+            "async function, where Python refuses it: import the names the script uses, `from "
+            "math import sqrt, pi`, or the module, `import math`",
+        ),
+    ],
+)
+def test_syntax_python_refuses_in_a_function_says_what_the_script_writes(
+    code: str, said: str
+) -> None:
+    """`from math import *` at a script's top level said "only allowed at module level",
+    of what its author wrote at the top level; `await` in a plain `def` said nothing of
+    `async def`."""
+    error = failed(code)
+    assert (error.name, error.message) == ("SyntaxError", said)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "async def f():\n    return 1\nx = f()\nreturn x + 1",
+        "async def f():\n    return 1\nreturn sum([f(), f()])",
+    ],
+)
+def test_a_coroutine_used_in_arithmetic_says_to_await_it(code: str) -> None:
+    """ "unsupported operand type(s) for +: 'coroutine' and 'int'" said nothing of await, as
+    "'coroutine' object ..." errors do."""
+    error = failed(code)
+    assert error.name == "TypeError", error
+    assert error.message.startswith("unsupported operand type(s) for +: "), error.message
+    assert error.message.endswith("or several at once with `await asyncio.gather(*coroutines)`")
