@@ -4800,6 +4800,20 @@ class Run(Replay):
                 "gives a coroutine, not its result: await it (`await fetch(x)`, `await "
                 "files.text(id)`), or several at once with `await asyncio.gather(*coroutines)`"
             )
+        elif type(error) is TypeError and (awaited := _NOT_AWAITABLE.fullmatch(message)):
+            # `await x` of what a call already gave, `await asyncio.sleep` uncalled: CPython
+            # names the type, not what is awaited.
+            if awaited[1] in ("function", "builtin_function_or_method", "method"):
+                message += "; a function is called, and what it gives awaited: `await f(...)`"
+            elif awaited[1] == "Tools":
+                message += "; tools holds the tools: await a call of one, `await tools.name(...)`"
+            elif (entered := _ASYNC_ONLY_NAMED.get(awaited[1])) is not None:
+                message += f"; {entered[0]} is not awaited but entered: `async with {entered[1]}:`"
+            else:
+                message += (
+                    "; await takes a tool call, a task or a coroutine, once: what an await "
+                    "gave is the result itself (`x = await tools.name(...)`, then use x)"
+                )
         elif type(error) is TypeError and _FUTURE_NAMED.search(message):
             # A call not awaited where CPython's own check met it (`tools.name(...)()`,
             # `", ".join([tools.name(...)])`): its text names the type, not the fix.
@@ -5047,6 +5061,8 @@ _INT_DIGITS = "; use sys.set_int_max_str_digits() to increase the limit"
 # CPython's TypeError naming a type as its operand's, the ways its messages do ("'X' object is
 # not callable", "for +: 'int' and 'X'", "expected str instance, X found", "not X").
 _NAMED_AS_OPERAND = r"'{0}'|\b{0} found|\bnot {0}\b|\(not \"{0}\"\)"
+# CPython's refusal of `await x` of what is not awaitable; the type's name.
+_NOT_AWAITABLE = re.compile(r"object (\w+) can't be used in 'await' expression")
 # A Future (a call not awaited, see _Call) so named.
 _FUTURE_NAMED = re.compile(_NAMED_AS_OPERAND.format("Future"))
 _COROUTINE_NAMED = re.compile(_NAMED_AS_OPERAND.format("coroutine"))
@@ -5490,6 +5506,8 @@ for _kind in (
     _kind.__module__ = "asyncio"
 for _kind in (Tools, Files, ToolError, LimitError, FileError):
     _kind.__module__ = "builtins"
+# _ASYNC_ONLY by the names CPython's messages give the classes.
+_ASYNC_ONLY_NAMED = {_TYPE_NAME.__get__(kind): entered for kind, entered in _ASYNC_ONLY.items()}
 
 # Every class of the sandbox is made: from here on, _Opaque has no new subclass.
 _SEALED = True

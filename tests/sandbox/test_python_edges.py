@@ -940,3 +940,36 @@ def test_a_coroutine_used_in_arithmetic_says_to_await_it(code: str) -> None:
     assert error.name == "TypeError", error
     assert error.message.startswith("unsupported operand type(s) for +: "), error.message
     assert error.message.endswith("or several at once with `await asyncio.gather(*coroutines)`")
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            "x = await tools.echo(a=1)\nreturn await x",
+            "object int can't be used in 'await' expression; await takes a tool call, a task "
+            "or a coroutine, once: what an await gave is the result itself (`x = await "
+            "tools.name(...)`, then use x)",
+        ),
+        (
+            "import asyncio\nawait asyncio.sleep",
+            "object function can't be used in 'await' expression; a function is called, and "
+            "what it gives awaited: `await f(...)`",
+        ),
+        (
+            "await tools",
+            "object Tools can't be used in 'await' expression; tools holds the tools: await a "
+            "call of one, `await tools.name(...)`",
+        ),
+        (
+            "import asyncio\nawait asyncio.Lock()",
+            "object Lock can't be used in 'await' expression; asyncio.Lock() is not awaited "
+            "but entered: `async with lock:`",
+        ),
+    ],
+)
+def test_await_of_what_is_not_awaited_says_what_to_write(code: str, said: str) -> None:
+    """`await x` of a result, of a function uncalled, of tools or of a lock said only
+    CPython's "object int can't be used in 'await' expression"."""
+    error = failed(code, [rec("echo", {"a": 1}, result=1)])
+    assert (error.name, error.message) == ("TypeError", said)
