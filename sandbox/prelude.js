@@ -297,7 +297,7 @@
       case "function": return "[Function" + (value.name ? " " + value.name : "") + "]";
     }
     if (value === null) return "null";
-    if (callRecords.has(value)) return "Promise { " + forgotten(value) + " }";
+    if (forgottenAwait(value)) return "Promise { " + forgotten(value) + " }";
     if (value instanceof NativePromise) return "Promise { <await it for its value> }";
     if (ancestors.includes(value)) return "[Circular]";
     if (value instanceof NativeError) return errorShown(value, depth, ancestors, budget);
@@ -797,7 +797,7 @@
       throw refuse(seen, depth, value, " nests deeper than " + MAX_DEPTH + " levels of objects and arrays, " +
         "the most data passed to a tool may nest (MAX_DEPTH); flatten it");
     }
-    if (callRecords.has(value)) throw refuse(seen, depth, value, " is not data: " + forgotten(value));
+    if (forgottenAwait(value)) throw refuse(seen, depth, value, " is not data: " + forgotten(value));
     if (value instanceof NativePromise) throw refuse(seen, depth, value, " is " + PROMISE_NOT_DATA);
     const proto = getPrototypeOf(value);
     const array = isArray(value);
@@ -851,6 +851,8 @@
   // 'object'" (it parsed "[object Object]") becomes what to do instead.
   const scriptParse = {
     parse(text, reviver) {
+      // A call's promise (a forgotten await) is no tool's result: it says what to write.
+      if (forgottenAwait(text)) throw new NativeTypeError(forgotten(text));
       if (typeof text === "object" && text !== null && !(text instanceof String)) {
         throw new NativeSyntaxError("JSON.parse takes text, and it was given " +
           (isArray(text) ? "an array" : "an object") + ": a tool's result is already data, " +
@@ -925,10 +927,14 @@
   // reads the promise's `constructor` first, so the prototype's getter of it marks the call
   // taken; there is no other way to see an await of a native promise.
   const callRecords = ownMethods(new NativeWeakMap(), { get: weakMapGet, set: weakMapSet, has: weakMapHas });
+  // The promises of files.text and files.sheets, which are made so too (see fileRead), with
+  // how each was called.
+  const fileReads = ownMethods(new NativeWeakMap(), { get: weakMapGet, set: weakMapSet, has: weakMapHas });
+  const forgottenAwait = (value) => callRecords.has(value) || fileReads.has(value);
   const shownCall = (name) => "tools." + name + "(...)";
   function forgotten(promise) {
     const call = callRecords.get(promise);
-    const shown = call === undefined ? "a tool call" : shownCall(call.name);
+    const shown = call !== undefined ? shownCall(call.name) : fileReads.get(promise) ?? "a tool call";
     return shown + " gives a promise, not its result: write \"await " + shown + "\"";
   }
   // The calls that failed, in the order they failed. Those nothing took when the script
@@ -1113,6 +1119,23 @@
   // A call whose arguments are wrong is not made, and its promise rejects with why, as an
   // async function's own check of them would: `Promise.allSettled` and `.catch` take it (it
   // was thrown at the call, and failed the whole batch). Running out of heap still throws.
+  // files.text and files.sheets give a promise, as a call does, and theirs says the await is
+  // missing as a call's does (without it, `text.split` was "not a function", and
+  // JSON.parse(text) said a tool's result is already data). It settles as the async
+  // function's it was: with what the read gives, or rejected with why it failed.
+  function fileRead(op, id) {
+    const promise = new NativePromise((resolve, reject) => {
+      try {
+        resolve(fileOp(op, { id }));
+      } catch (e) {
+        reject(e);
+      }
+    });
+    setPrototypeOf(promise, CallPromise || (CallPromise = callPromise()));
+    defineProperty(promise, spreadKey, spreadMisuse);
+    fileReads.set(promise, "files." + op + "(...)");
+    return promise;
+  }
   function refusedCall(name, error) {
     if (error === null || error instanceof NativeInternalError) throw error;
     const promise = called(name, NativePromise.reject(error));
@@ -1245,6 +1268,7 @@
         buffer = [];
       };
       const iterator = {
+        __proto__: StreamProto,
         next() {
           try {
             if (!opened) {
@@ -1270,15 +1294,29 @@
         },
         [Symbol.asyncIterator]() { return this; },
       };
+      // Read as if it were an array of rows (`for ... of` without await, `rows.length`,
+      // returned): it says how it is read, where it was "value is not iterable", undefined
+      // or {}.
+      const misuse = { __proto__: null, get() { throw new NativeTypeError(streamMisused(kind)); } };
+      for (const key of STREAM_MISUSES) defineProperty(iterator, key, misuse);
+      streamKinds.set(iterator, kind);
       return iterator;
     };
   }
+  const STREAM_MISUSES = ["length", "map", "filter", "forEach", "slice", Symbol.iterator];
+  // What a stream inherits from (for the returned value's check, see opaqueRefused), and the
+  // function that made each.
+  const StreamProto = create(ObjectProto);
+  const streamKinds = ownMethods(new NativeWeakMap(), { get: weakMapGet, set: weakMapSet });
+  const streamMisused = (kind) => "files." + kind + "(...) gives its " + (kind === "chunks" ? "chunks" :
+    kind === "lines" ? "lines" : "rows") + " one at a time, not an array: read them with `for await (const " +
+    "x of files." + kind + "(...))` (collect what you keep in that loop)";
   globalThis.files = freeze({
     list: () => fileOp("list", {}),
     stat: (id) => fileOp("stat", { id }),
-    text: async (id) => fileOp("text", { id }),
+    text: (id) => fileRead("text", id),
     show: (id) => { fileOp("show", { id }); },
-    sheets: async (id) => fileOp("sheets", { id }),
+    sheets: (id) => fileRead("sheets", id),
     lines: stream("lines"),
     jsonl: stream("jsonl"),
     csv: stream("csv"),
@@ -1488,6 +1526,8 @@
       kind = "binary data, which JSON turns into an object of indexes or {}; return Array.from(bytes)";
     } else if (value instanceof NativeRegExp) {
       kind = "a RegExp, which JSON turns into {}; return regexp.source, or String(regexp)";
+    } else if (proto === StreamProto && streamKinds.get(value) !== undefined) {
+      kind = "a stream, which JSON turns into {}: " + streamMisused(streamKinds.get(value));
     } else if (web.pairsOf(value) !== undefined) {
       kind = "a URLSearchParams, which JSON turns into {}; return Object.fromEntries(params), or " +
         "String(params) for its query";

@@ -616,3 +616,59 @@ def test_bad_stream_options(bad: str) -> None:
     """Stream options are an object of counts; anything else throws at the call."""
     code = f"try {{ for await (const r of {bad}) {{}} }} catch (e) {{ return e.message }}"
     assert "files.csv" in value(code)
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        "text.split('\\n')",
+        "text.length",
+        "JSON.parse(text)",
+        "[...text]",
+        "JSON.stringify({ text })",
+    ],
+)
+def test_files_text_without_await_says_the_await_is_missing(use: str) -> None:
+    """files.text gives a promise, as a tool call does, and one used as the text it gives
+    says the await is missing, as a call's does: `text.split` was 'not a function',
+    `text.length` undefined, and JSON.parse(text) said a tool's result is already data."""
+    ran = run(f"const text = files.text('sales.csv');\nreturn {use};")
+    assert ran.outcome == "failed" and ran.error is not None, ran
+    assert ran.error.name == "TypeError", ran.error
+    assert 'files.text(...) gives a promise, not its result: write "await files.text(...)"' in (
+        ran.error.message
+    )
+    assert "tool's result" not in ran.error.message
+    shown = run("console.log(files.sheets('book.xlsx'));\nreturn 1")
+    assert shown.printed == (
+        'Promise { files.sheets(...) gives a promise, not its result: write "await '
+        'files.sheets(...)" }\n'
+    )
+
+
+def test_files_text_awaited_reads_and_fails_as_before() -> None:
+    assert value("return (await Promise.all([files.text('sales.csv')]))[0].length") == len(SALES)
+    assert value("return files.text('sales.csv').then((t) => t.length)") == len(SALES)
+    caught = "try { await files.text('nope.csv'); } catch (e) { return e.message }"
+    assert value(caught).startswith("no file 'nope.csv'")
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "const rows = files.csv('sales.csv');\nfor (const r of rows) {}",
+        "const rows = await files.csv('sales.csv');\nreturn rows.length;",
+        "const rows = await files.csv('sales.csv');\nreturn rows.map((r) => r.region);",
+        "const rows = await files.csv('sales.csv');\nreturn rows;",
+    ],
+)
+def test_a_stream_read_as_an_array_says_how_it_is_read(code: str) -> None:
+    """A stream used as an array of its rows (no `for await`; returned) says how it is read:
+    it was 'value is not iterable', undefined, 'not a function', or {} returned in silence."""
+    ran = run(code)
+    assert ran.outcome == "failed" and ran.error is not None, ran
+    assert ran.error.name == "TypeError", ran.error
+    assert (
+        "files.csv(...) gives its rows one at a time, not an array: read them with "
+        "`for await (const x of files.csv(...))`" in ran.error.message
+    ), ran.error

@@ -2817,6 +2817,19 @@ def test_json_parse_of_a_result_says_it_is_data_already(result: Any, kind: str) 
     assert parsed == [[1], {"a": 20}, 3, "parse", 2]
 
 
+def test_json_parse_of_a_call_not_awaited_says_the_await_is_missing() -> None:
+    """JSON.parse of a call's promise (a forgotten await) said a tool's result is already
+    data: it says the await is missing, as the promise's other misuses do."""
+    code = "const r = tools.echo({});\nreturn JSON.parse(r);"
+    ran = run(code, [rec("echo", {}, result="[1]")])
+    assert ran.outcome == "failed" and ran.error is not None
+    assert (ran.error.name, ran.error.message) == (
+        "TypeError",
+        'tools.echo(...) gives a promise, not its result: write "await tools.echo(...)"',
+    )
+    assert [x.line for x in ran.error.lines] == [2]
+
+
 def test_other_undefined_names_and_caught_errors_keep_the_engines_message() -> None:
     """Only the globals a model reaches for get a hint, and only in the failure the model
     reads: a script's own typo, and an error the script catches, say what QuickJS said."""
