@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import abc
 import gc
+import keyword
 import os
 import re
 import resource
@@ -439,8 +440,9 @@ class Replay(abc.ABC):
         )
 
     def _end_divergence(self, number: int, record: Record, name: str, arguments: Any) -> NoReturn:
-        recorded = _call_text(record.name, record.arguments)
-        made = _call_text(name, arguments)
+        language = self.script.language
+        recorded = _call_text(record.name, record.arguments, language)
+        made = _call_text(name, arguments, language)
         self._end_failed(
             "DivergenceError",
             f"call {number} differs from the log: the script's earlier run made {recorded}, "
@@ -844,8 +846,19 @@ def bare_ending(shown: str, fix: str | None = None) -> str:
     )
 
 
-def _call_text(name: str, arguments: Any) -> str:
-    text = canonical_json(arguments).decode()
+def _call_text(name: str, arguments: Any, language: str = "javascript") -> str:
+    """The call as a script in ``language`` writes it: JavaScript's object of arguments
+    (`tools.echo({"a":1})`), Python's keywords (`tools.echo(a=1)`, a Python script was shown
+    JavaScript's form, `{"on":false}` for on=False), keys in canonical order."""
+    if language == "python" and isinstance(arguments, dict):
+        # A key that is no name is passed as **{...} (`**{"a-b": 1}`).
+        named = lambda k: k.isidentifier() and not keyword.iskeyword(k)  # noqa: E731
+        items = sorted(arguments.items())
+        rest = {k: v for k, v in items if not named(k)}
+        parts = [f"{k}={v!r}" for k, v in items if named(k)] + ([f"**{rest!r}"] if rest else [])
+        text = ", ".join(parts)
+    else:
+        text = canonical_json(arguments).decode()
     if len(text) > 200:
         text = text[:200] + "..."
     return f"tools.{name}({text})"

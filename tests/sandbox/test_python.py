@@ -278,8 +278,19 @@ def test_divergence_names_both_calls_and_cannot_be_caught() -> None:
     code = "try:\n    await tools.echo(a=2)\nexcept BaseException:\n    return 'caught'"
     error = failed(code, [rec("echo", {"a": 1}, result=1)])
     assert error.name == "DivergenceError"
-    assert 'tools.echo({"a":1})' in error.message and 'tools.echo({"a":2})' in error.message
+    assert "tools.echo(a=1)" in error.message and "tools.echo(a=2)" in error.message
     assert "the clock (time, datetime) and random" in error.message
+
+
+def test_divergence_writes_the_calls_as_python_does() -> None:
+    """The calls a divergence names are written as a Python script writes them (keywords, its
+    True and None; a key that is no name in **{...}), not as JavaScript's object of
+    arguments: a Python script was shown tools.echo({"on":false,"x":null})."""
+    code = "return await tools.echo(on=True, items=[1.5, 'a'], **{'a-b': 3, 'class': 2})"
+    error = failed(code, [rec("echo", {"on": False, "x": None}, result=1)])
+    assert error.name == "DivergenceError"
+    assert "earlier run made tools.echo(on=False, x=None), this run made " in error.message
+    assert "tools.echo(items=[1.5, 'a'], on=True, **{'a-b': 3, 'class': 2})" in error.message
 
 
 def test_unanswered_call_stops_the_run_and_later_code_does_not_run() -> None:
