@@ -70,6 +70,13 @@ class _ProcessChannel:
 
 def _warm_up() -> None:
     """Exercise every code path a run takes, so nothing loads lazily after lockdown."""
+    with runtime.warming_up():
+        _warm_up_runs()
+    global _BASE_DATA
+    _BASE_DATA = _vm_data()
+
+
+def _warm_up_runs() -> None:
     script = protocol.Script(
         id="warm-up",
         code="console.log('x', {a: [1]}); const r = await tools.t({a: 1});"
@@ -119,8 +126,6 @@ def _warm_up() -> None:
     runtime.run_in_process(with_files, lambda _f, offset, length: data[offset : offset + length])
     if "python" in _LANGUAGES:
         _warm_up_python(data)
-    global _BASE_DATA
-    _BASE_DATA = _vm_data()
 
 
 def _warm_up_python(data: bytes) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from sandbox import __main__ as sandbox_main
 from sandbox.protocol import Clock, FileInfo, Record, Script
-from sandbox.runtime import Prepared, run_in_process
+from sandbox.runtime import Prepared, run_in_process, warming_up
 
 CASES = {
     "value": ("return { a: [1, 'x'], d: new Date().toISOString(), r: Math.random() }", []),
@@ -172,3 +173,18 @@ def test_a_replaced_builtin_is_not_taken_by_intl_or_url(name: str) -> None:
     fresh = run_in_process(script)
     prepared = run_in_process(script, prepared=Prepared())
     assert prepared.model_dump(exclude={"stats"}) == fresh.model_dump(exclude={"stats"})
+
+
+def test_a_warm_up_run_is_booted_without_intl_and_url_and_no_run_after_it() -> None:
+    """A sandbox process's warm-up runs (scripts of ours, which use neither) boot without
+    Intl and URL, so an exec'd process compiles them once, for its script's run; every run
+    after the warm-up, or after one that failed, has them."""
+    script = Script(id="w", code="return [typeof Intl, typeof URL]", clock=Clock(now_ms=0, seed=1))
+    with warming_up():
+        assert run_in_process(script).value == ["undefined", "undefined"]
+    assert run_in_process(script).value == ["object", "function"]
+    with pytest.raises(RuntimeError), warming_up():
+        raise RuntimeError
+    assert run_in_process(script).value == ["object", "function"]
+    sandbox_main._warm_up()
+    assert run_in_process(script).value == ["object", "function"]
