@@ -106,15 +106,51 @@ _FIND_TOOLS = {
 
 
 def no_such_tool(
-    name: str, names: Iterable[str], said: str | None = None, *, language: str = "python"
+    name: str,
+    names: Iterable[str],
+    said: str | None = None,
+    *,
+    language: str = "python",
+    line: str = "",
 ) -> str:
     """What a script in ``language`` is told of ``tools.<name>`` when ``names`` has no such
-    tool (``said``, else that it does not exist): the closest tools, and how to find one."""
+    tool (``said``, else that it does not exist): the closest tools, and how to find one.
+    ``line``, the script's line that names it, may show the name cut at a hyphen."""
+    names = list(names)
+    hyphened = _hyphened_tool(name, names, line, language)
+    if hyphened is not None:
+        return hyphened
     message = said or f"tools.{name} does not exist"
     near = closest_names(name, names)
     if near:
         message += "; the closest tools are " + ", ".join(f"tools.{n}" for n in near)
     return f"{message}. Find tools with {_FIND_TOOLS[language]}."
+
+
+def _hyphened_tool(name: str, names: list[str], line: str, language: str) -> str | None:
+    """What to say of ``tools.get-user(...)`` on ``line`` (a tool's name as an MCP server
+    spells it), which the language reads as ``tools.get`` minus ``user(...)``, when the tool
+    is there with ``_`` for each ``-``, or as written; else None."""
+    found = re.search(rf"\btools\s*\.\s*{re.escape(name)}((?:-[A-Za-z_]\w*)+)", line)
+    if found is None:
+        return None
+    written = name + found[1]
+    joined = written.replace("-", "_")
+    arguments = "{ ... }" if language == "javascript" else "..."
+    if joined in names:
+        called = f"tools.{joined}({arguments})"
+    elif written in names:
+        called = (
+            f'tools["{written}"]({arguments})'
+            if language == "javascript"
+            else f'getattr(tools, "{written}")(...)'
+        )
+    else:
+        return None
+    return (
+        f"tools.{written} reads as tools.{name} minus {found[1][1:].replace('-', ' minus ')} "
+        f"(a name cannot have a '-'): the tool is called as await {called}"
+    )
 
 
 def unwritable_tool(name: str, written: str | None = None, *, language: str = "python") -> str:

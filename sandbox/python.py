@@ -3688,7 +3688,9 @@ class Run(Replay):
         said = None
         if name == "run_code":
             said = "tools.run_code cannot be called from a script: a script is already running code"
-        return no_such_tool(name, self.tool_names, said)
+        line = _script_line()
+        text = self.script_lines[line - 1] if 1 <= line <= len(self.script_lines) else ""
+        return no_such_tool(name, self.tool_names, said, line=text)
 
     def _tool_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Future:
         if _collecting_on == _thread.get_ident():

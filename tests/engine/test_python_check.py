@@ -583,6 +583,20 @@ async def test_a_tool_reached_by_getattr_alone_is_said_so_when_written_as_an_att
     ]
 
 
+async def test_a_tool_written_with_a_hyphen_is_said_as_the_run_says_it(
+    checker: PythonTypeChecker,
+) -> None:
+    """`tools.get-user(...)`, a tool's name as an MCP server spells it, which Python reads as
+    `tools.get - user(...)`: the check said "tools.get does not exist", of a tool that is
+    there as tools.get_user."""
+    tools = [Tool("get_user", input_schema={"type": "object", "properties": {}})]
+    checked = await checker.check("return await tools.get-user()", check_stubs(tools))
+    assert [p.message for p in checked.problems] == [
+        "tools.get-user reads as tools.get minus user (a name cannot have a '-'): the tool "
+        "is called as await tools.get_user(...)"
+    ]
+
+
 async def test_none_for_a_required_argument_that_takes_null_is_null(
     checker: PythonTypeChecker, inproc: InProcessRunner
 ) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sandbox.conftest import rec
+from tests.sandbox.conftest import TOOLS, rec
 from tests.sandbox.test_python import caught, failed, run, value
 
 REFUSED = "attributes whose names start with an underscore are not available in scripts"
@@ -973,3 +973,41 @@ def test_await_of_what_is_not_awaited_says_what_to_write(code: str, said: str) -
     CPython's "object int can't be used in 'await' expression"."""
     error = failed(code, [rec("echo", {"a": 1}, result=1)])
     assert (error.name, error.message) == ("TypeError", said)
+
+
+@pytest.mark.parametrize(
+    ("code", "tool", "said"),
+    [
+        (
+            "return await tools.get-user(id=1)",
+            "get_user",
+            "tools.get-user reads as tools.get minus user (a name cannot have a '-'): the tool "
+            "is called as await tools.get_user(...)",
+        ),
+        (
+            "return await tools.list-open-issues()",
+            "list_open_issues",
+            "tools.list-open-issues reads as tools.list minus open minus issues (a name cannot "
+            "have a '-'): the tool is called as await tools.list_open_issues(...)",
+        ),
+        (
+            "return await tools.fetch-page(n=1)",
+            "fetch-page",
+            "tools.fetch-page reads as tools.fetch minus page (a name cannot have a '-'): the "
+            'tool is called as await getattr(tools, "fetch-page")(...)',
+        ),
+        # No such tool either way: as any unknown tool.
+        (
+            "return await tools.get-thing(id=1)",
+            "get_user",
+            'tools.get does not exist. Find tools with await tools.tool_search(query="...").',
+        ),
+    ],
+)
+def test_a_tool_written_with_a_hyphen_says_how_python_calls_it(
+    code: str, tool: str, said: str
+) -> None:
+    """`tools.get-user(...)` (the name an MCP server gives the tool) failed with "tools.get
+    does not exist", of a tool the script may call as tools.get_user."""
+    error = failed(code, tools=(*TOOLS, tool))
+    assert (error.name, error.message) == ("AttributeError", said)

@@ -267,7 +267,11 @@ def _problems(output: str, code: str, declarations: str) -> list[TypeProblem]:
     return shown_explained(
         kept,
         lambda p: _explained(
-            str(p.message), declarations, inputs, _call_at(calls, p.line, p.column)
+            str(p.message),
+            declarations,
+            inputs,
+            _call_at(calls, p.line, p.column),
+            lines[p.line - 1],
         ),
     )
 
@@ -334,14 +338,18 @@ _DICT_ARGUMENT = re.compile(r"^Argument to bound method `Tools\.\w+` is incorrec
 
 
 def _explained(
-    message: str, declarations: str, inputs: dict[str, str], call: ast.Call | None
+    message: str,
+    declarations: str,
+    inputs: dict[str, str],
+    call: ast.Call | None,
+    line: str,
 ) -> str:
     """ty's ``message`` in the script's terms: one about no matching overload (a tool takes
     keywords or one mapping) with the keywords the tool takes and which of the call's are
     unknown or missing; a positional argument that is no mapping as the keywords to give;
     the check's mapping types (``Send_email_Input``, which no declaration the model read
     names) as the arguments of their tools; a tool call's coroutine used as its result (a
-    forgotten await) with what to write."""
+    forgotten await) with what to write. ``line`` is the script's line the message is of."""
     if _COROUTINE in message:
         return message + "; did you forget to `await` the call?"
     if (unknown := _NO_TOOL.fullmatch(message)) is not None:
@@ -350,7 +358,7 @@ def _explained(
             # One the stubs declare by a note (it was said not to exist).
             return unwritable_tool(name)
         # As the run would say it: ty's text named no tool there is.
-        return no_such_tool(name, _DECLARED_TOOL.findall(declarations))
+        return no_such_tool(name, _DECLARED_TOOL.findall(declarations), line=line)
     match = _NO_OVERLOAD.search(message) or _ARGUMENT_TO.search(message)
     keywords = _keywords(match.group(1), declarations) if match else None
     if match and keywords is not None:
