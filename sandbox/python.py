@@ -4786,6 +4786,13 @@ class Run(Replay):
             message += f". Did you mean: {meant!r}?"
         elif (
             type(error) is AttributeError
+            and type(key := _ATTRIBUTE_NAME.__get__(error)) is str
+            and (python := _javascripts(_ATTRIBUTE_OBJ.__get__(error), key)) is not None
+        ):
+            # `rows.length`, `e.message`: a model that writes both languages.
+            message += f"; that is JavaScript's: Python writes {python}"
+        elif (
+            type(error) is AttributeError
             and type(_ATTRIBUTE_OBJ.__get__(error)) in _PLAIN_TYPES
             and type(key := _ATTRIBUTE_NAME.__get__(error)) is str
             and (meant := _near_attribute(type(_ATTRIBUTE_OBJ.__get__(error)), key)) is not None
@@ -5227,6 +5234,30 @@ _PLAIN_TYPES = frozenset(
 _NEAR_CANDIDATES = 750
 _NEAR_LENGTH = 40
 _MOVE_COST = 2
+
+
+# JavaScript's names of what Python's plain types do, and how Python writes each.
+_JAVASCRIPT_ATTRIBUTES = {
+    "length": "len(x)",
+    "push": "x.append(item)",
+    "forEach": "a loop, `for item in x:`",
+    "includes": "`item in x`",
+    "indexOf": "x.index(item) (for text, x.find(part))",
+    "toUpperCase": "x.upper()",
+    "toLowerCase": "x.lower()",
+    "trim": "x.strip()",
+    "toString": "str(x)",
+    "map": "[f(item) for item in x]",
+    "filter": "[item for item in x if ...]",
+}
+
+
+def _javascripts(obj: Any, name: str) -> str | None:
+    """How Python writes what ``obj.name`` is in JavaScript (``rows.length``, ``e.message``),
+    for a plain value or an error; else None."""
+    if name == "message" and issubclass(type(obj), BaseException):
+        return "str(e) for an error's message"
+    return _JAVASCRIPT_ATTRIBUTES.get(name) if type(obj) in _PLAIN_TYPES else None
 
 
 def _near_attribute(kind: type, name: str) -> str | None:

@@ -1011,3 +1011,36 @@ def test_a_tool_written_with_a_hyphen_says_how_python_calls_it(
     does not exist", of a tool the script may call as tools.get_user."""
     error = failed(code, tools=(*TOOLS, tool))
     assert (error.name, error.message) == ("AttributeError", said)
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            "rows = [1, 2]\nreturn rows.length",
+            "'list' object has no attribute 'length'; that is JavaScript's: Python writes len(x)",
+        ),
+        (
+            "rows = []\nrows.push(1)",
+            "'list' object has no attribute 'push'; that is JavaScript's: Python writes "
+            "x.append(item)",
+        ),
+        (
+            "return 'abc'.toUpperCase()",
+            "'str' object has no attribute 'toUpperCase'; that is JavaScript's: Python writes "
+            "x.upper()",
+        ),
+        (
+            "try:\n    await tools.echo(a=1)\nexcept ToolError as e:\n    return e.message",
+            "'ToolError' object has no attribute 'message'; that is JavaScript's: Python "
+            "writes str(e) for an error's message (raised while handling ToolError: nope)",
+        ),
+        # A class of the script's own keeps Python's words.
+        ("class A:\n    pass\nreturn A().length", "'A' object has no attribute 'length'"),
+    ],
+)
+def test_javascripts_names_of_what_python_writes_otherwise_say_how(code: str, said: str) -> None:
+    """A model that writes both languages reaches for `rows.length` and `e.message`: Python
+    said only that the list or the error has no such attribute."""
+    error = failed(code, [rec("echo", {"a": 1}, error="nope")])
+    assert (error.name, error.message) == ("AttributeError", said)
