@@ -717,6 +717,21 @@ _TEMPLATE_STRING = re.compile(r"""(?<![\w'"])(?:[tT][rR]?|[rR][tT])["']""")
 _BARE_EXCEPT = re.compile(r"\s*except(\*?)\s*([\w.]+(?:\s*,\s*[\w.]+)+)\s*:")
 
 
+# JavaScript's operators Python has not, in a line: how each is found, written, and Python's.
+_JAVASCRIPT_OPERATORS = tuple(
+    (re.compile(pattern).search, javascript, python)
+    for pattern, javascript, python in (
+        (r"\w\s*\+\+", "x++", "x += 1"),
+        (r"\w\s*--\s*(?:$|[;)])", "x--", "x -= 1"),
+        (r"&&", "&&", "and"),
+        (r"\|\|", "||", "or"),
+        (r"===", "===", "=="),
+        (r"!==", "!==", "!="),
+        (r"(?:^|[\s(])!(?=[\w(])", "!x", "not x"),
+    )
+)
+
+
 def _syntax_hint(message: str, text: str) -> str:
     """What to add to a SyntaxError's text at line ``text``: the Python that reads the
     script, when what fails is syntax a newer Python takes (3.12's f-strings, ``type X =
@@ -759,6 +774,12 @@ def _syntax_hint(message: str, text: str) -> str:
             "; the function it is in is not async (a plain `def`, or a lambda): make it an "
             "`async def`, and `await` its calls (`await f(...)`)"
         )
+    if message.startswith("invalid syntax") and (
+        used := [f"`{py}` for `{js}`" for found, js, py in _JAVASCRIPT_OPERATORS if found(text)]
+    ):
+        # `x++`, `a && b`, `!done`: a line of Python with JavaScript's operators (a whole
+        # script in JavaScript is said so by the engine, which knows both).
+        return f"; Python writes {', '.join(used)}"
     # What 3.14 takes: `except A, B:` (PEP 758) and template strings, t"..." (PEP 750).
     # Any other "invalid syntax" is one in every Python, and naming the version there sent
     # the reader looking for a newer feature the code does not use.
@@ -5009,6 +5030,16 @@ _WITHHELD = {
     **dict.fromkeys(
         ("true", "false", "null", "undefined"),
         "; Python writes True, False and None (JavaScript's true, false, null)",
+    ),
+    "JSON": (
+        "; JSON is JavaScript's: a Python script writes `import json`, then json.dumps(value) "
+        "and json.loads(text)"
+    ),
+    "Math": "; Math is JavaScript's: a Python script writes `import math` (math.floor(x)), and "
+    "max(), min(), abs() and round() are builtins",
+    "Promise": (
+        "; Promise is JavaScript's: a Python script awaits calls at once with `import "
+        "asyncio`, then `await asyncio.gather(*calls)`"
     ),
 }
 

@@ -1044,3 +1044,47 @@ def test_javascripts_names_of_what_python_writes_otherwise_say_how(code: str, sa
     said only that the list or the error has no such attribute."""
     error = failed(code, [rec("echo", {"a": 1}, error="nope")])
     assert (error.name, error.message) == ("AttributeError", said)
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            "n = 1\nn++",
+            ("SyntaxError", "invalid syntax (column 4); Python writes `x += 1` for `x++`"),
+        ),
+        (
+            "a = b = True\nif a && b:\n    pass",
+            ("SyntaxError", "invalid syntax (column 7); Python writes `and` for `&&`"),
+        ),
+        (
+            "done = False\nif !done:\n    pass",
+            ("SyntaxError", "invalid syntax (column 4); Python writes `not x` for `!x`"),
+        ),
+        (
+            "return JSON.stringify({})",
+            (
+                "NameError",
+                "name 'JSON' is not defined; JSON is JavaScript's: a Python script writes "
+                "`import json`, then json.dumps(value) and json.loads(text)",
+            ),
+        ),
+        (
+            "return await Promise.all([tools.echo(a=1)])",
+            (
+                "NameError",
+                "name 'Promise' is not defined; Promise is JavaScript's: a Python script awaits "
+                "calls at once with `import asyncio`, then `await asyncio.gather(*calls)`",
+            ),
+        ),
+        # An error in any language keeps Python's words alone.
+        ("x = = 1", ("SyntaxError", "invalid syntax (column 5)")),
+    ],
+)
+def test_javascripts_operators_and_globals_in_python_say_what_python_writes(
+    code: str, said: tuple[str, str]
+) -> None:
+    """`n++`, `a && b`, `!done`, JSON and Promise in a Python script said "invalid syntax"
+    and "name 'JSON' is not defined", nothing of what Python writes."""
+    error = failed(code)
+    assert (error.name, error.message) == said
