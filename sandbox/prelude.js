@@ -33,6 +33,12 @@
   const NativeError = Error, NativeTypeError = TypeError, NativeRangeError = RangeError;
   const NativeSyntaxError = SyntaxError, NativeInternalError = InternalError;
   const NativeMap = Map, NativeSet = Set, NativeProxy = Proxy, NativePromise = Promise;
+  // A settled promise of the engine's own (a script that replaced Promise.resolve had its
+  // function make what a stream's next gave: "iterator must return an object").
+  const { resolve: promiseResolve, reject: promiseReject } = NativePromise;
+  const resolvedWith = (value) => apply(promiseResolve, NativePromise, [value]);
+  const rejectedWith = (error) => apply(promiseReject, NativePromise, [error]);
+  const asyncIteratorKey = Symbol.asyncIterator;
   const NativeWeakMap = WeakMap, NativeWeakSet = WeakSet, NativeRegExp = RegExp;
   const NativeBoolean = Boolean, NativeString = String;
   const NativeArrayBuffer = ArrayBuffer, isView = ArrayBuffer.isView;
@@ -1065,8 +1071,11 @@
         " failed unawaited at once)", "");
     }
   }
-  // Made at a run's first call (about 10 us), not at its start: a run without calls pays none.
-  let CallPromise;
+  // Made with the world, before any script (a fork server's, before it forks; about 10 us of
+  // a run's own context): made at a run's first call, it took Promise.prototype's then, the
+  // array iterator and Symbol as the script had left them (a script that replaced
+  // Array.prototype[Symbol.iterator] failed its first call with its own error).
+  const CallPromise = callPromise();
   function callPromise() {
     // Below the members named here, any other name a promise has not (`r.items`, `n.toFixed`,
     // `const { a } = r`) says the await is missing too, where it read as undefined.
@@ -1103,7 +1112,7 @@
   const spreadKey = Symbol("missing await");
   const spreadMisuse = { __proto__: null, get() { throw new NativeTypeError(forgotten(this)); }, enumerable: true };
   function called(name, promise) {
-    setPrototypeOf(promise, CallPromise || (CallPromise = callPromise()));
+    setPrototypeOf(promise, CallPromise);
     defineProperty(promise, spreadKey, spreadMisuse);
     callRecords.set(promise, { __proto__: null, name, taken: false, message: "", stack: "" });
     return promise;
@@ -1131,14 +1140,14 @@
         reject(e);
       }
     });
-    setPrototypeOf(promise, CallPromise || (CallPromise = callPromise()));
+    setPrototypeOf(promise, CallPromise);
     defineProperty(promise, spreadKey, spreadMisuse);
     fileReads.set(promise, "files." + op + "(...)");
     return promise;
   }
   function refusedCall(name, error) {
     if (error === null || error instanceof NativeInternalError) throw error;
-    const promise = called(name, NativePromise.reject(error));
+    const promise = called(name, rejectedWith(error));
     failing(promise, error);
     return promise;
   }
@@ -1160,11 +1169,11 @@
     const tag = answer.charCodeAt(0);
     const rest = answer.slice(1);
     switch (tag) {
-      case 114: return called(name, NativePromise.resolve(JSON.parse(rest))); // "r": a recorded result
+      case 114: return called(name, resolvedWith(JSON.parse(rest))); // "r": a recorded result
       case 101: { // "e": a recorded error
         const err = new NativeError(rest);
         err.tool = name;
-        const promise = called(name, NativePromise.reject(err));
+        const promise = called(name, rejectedWith(err));
         failing(promise, err);
         return promise;
       }
@@ -1276,29 +1285,29 @@
               handle = fileOp("open", { kind, id, options: given });
             }
             while (index >= buffer.length) {
-              if (done) return NativePromise.resolve({ value: undefined, done: true });
+              if (done) return resolvedWith({ value: undefined, done: true });
               const batch = fileOp("next", { handle });
               buffer = batch.items;
               index = 0;
               done = batch.done;
             }
-            return NativePromise.resolve({ value: buffer[index++], done: false });
+            return resolvedWith({ value: buffer[index++], done: false });
           } catch (e) {
             done = true;
-            return NativePromise.reject(e);
+            return rejectedWith(e);
           }
         },
         return(value) {
           close();
-          return NativePromise.resolve({ value, done: true });
+          return resolvedWith({ value, done: true });
         },
-        [Symbol.asyncIterator]() { return this; },
+        [asyncIteratorKey]() { return this; },
       };
       // Read as if it were an array of rows (`for ... of` without await, `rows.length`,
       // returned): it says how it is read, where it was "value is not iterable", undefined
       // or {}.
       const misuse = { __proto__: null, get() { throw new NativeTypeError(streamMisused(kind)); } };
-      for (const key of STREAM_MISUSES) defineProperty(iterator, key, misuse);
+      for (let i = 0; i < STREAM_MISUSES.length; i++) defineProperty(iterator, STREAM_MISUSES[i], misuse);
       streamKinds.set(iterator, kind);
       return iterator;
     };

@@ -3272,3 +3272,38 @@ def test_a_changed_line_for_a_getter_put_in_the_value_after_the_return() -> None
         assert ran.outcome == "finished" and ran.value == {}, ran.error
         one = runtime.changed_after_return(1, "tools.list_prs(...)")
         assert ran.printed == f"line 2: Warning: {one}\n"
+
+
+@pytest.mark.parametrize(
+    "replaced",
+    [
+        "Array.prototype[Symbol.iterator] = function () { throw new Error('mine'); };",
+        "Promise.resolve = () => 7;\nPromise.reject = () => 7;",
+        "globalThis.Symbol = {};",
+    ],
+)
+@pytest.mark.parametrize("version", [1, protocol.VERSION])
+def test_calls_and_streams_take_no_builtin_the_script_replaced(replaced: str, version: int) -> None:
+    """A tool call's promise and a stream of files are made with the engine's own built-ins,
+    whatever the script replaced before: the first call made its promise's prototype with the
+    script's array iterator (and failed with its error), and a stream's next settled with
+    its Promise.resolve ('iterator must return an object') and was found by its
+    Symbol.asyncIterator."""
+    code = (
+        replaced + "\nconst r = await tools.echo({ a: 1 });\nconst lines = [];\n"
+        "for await (const l of files.lines('f.txt')) lines.push(l);\nreturn [r, lines];"
+    )
+    made = protocol.Script(
+        id="b",
+        code=code,
+        tools=["echo"],
+        records=[rec("echo", {"a": 1}, result={"ok": True})],
+        files=[protocol.FileInfo(id="f.txt", mime="text/plain", size=4)],
+        clock=protocol.Clock(now_ms=0, seed=1),
+        version=version,
+    )
+    ran = runtime.run_in_process(
+        made, lambda _f, offset, length: b"a\nb\n"[offset : offset + length]
+    )
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == [{"ok": True}, ["a", "b"]]
