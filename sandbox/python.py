@@ -3608,6 +3608,12 @@ class _Stream(_Opaque):
             self.close()
 
 
+_FILES_NOT_A_LIST = (
+    "files is not a list of the files: `files.list()` lists them (id, mime, size), and `await "
+    "files.text(id)` reads one"
+)
+
+
 class Files(_Opaque):
     """``files``: the JavaScript API with Python names (see the README's Python section)."""
 
@@ -3648,6 +3654,29 @@ class Files(_Opaque):
 
     def xlsx(self, id: Any, **options: Any) -> _Stream:
         return _Stream(self._run, "xlsx", id, options)
+
+    # `files["a.csv"]`, `for f in files`, `len(files)`: CPython's text named the class, which
+    # no script sees (`'Files' object is not subscriptable`), and nothing of files.list().
+    def __getitem__(self, key: Any) -> NoReturn:
+        raise TypeError(_FILES_NOT_A_LIST)
+
+    def __iter__(self) -> NoReturn:
+        raise TypeError(_FILES_NOT_A_LIST)
+
+    def __len__(self) -> NoReturn:
+        raise TypeError(_FILES_NOT_A_LIST)
+
+    def __bool__(self) -> bool:
+        return True  # not len()'s refusal: `if files:` is true, as of any object
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):  # its own slot, set as it is made
+            object.__setattr__(self, name, value)
+        else:
+            raise AttributeError("files is read-only")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError("files is read-only")
 
     def __getattr__(self, name: str) -> NoReturn:
         # Only for a name it has not (`files.read(id)`, a guess): CPython's text named the

@@ -1088,3 +1088,27 @@ def test_javascripts_operators_and_globals_in_python_say_what_python_writes(
     and "name 'JSON' is not defined", nothing of what Python writes."""
     error = failed(code)
     assert (error.name, error.message) == said
+
+
+_FILES_NOT_A_LIST = (
+    "files is not a list of the files: `files.list()` lists them (id, mime, size), and `await "
+    "files.text(id)` reads one"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        ("return files['a.csv']", ("TypeError", _FILES_NOT_A_LIST)),
+        ("for f in files:\n    pass", ("TypeError", _FILES_NOT_A_LIST)),
+        ("return len(files)", ("TypeError", _FILES_NOT_A_LIST)),
+        ("files.cache = {}", ("AttributeError", "files is read-only")),
+    ],
+)
+def test_files_used_as_a_list_says_how_to_list_them(code: str, said: tuple[str, str]) -> None:
+    """`files["a.csv"]`, `for f in files`, `len(files)` said "'Files' object is not
+    subscriptable" (iterable, has no len()), a class no script sees; a write, that 'Files'
+    has no such attribute."""
+    error = failed(code)
+    assert (error.name, error.message) == said
+    assert value("return bool(files)") is True
