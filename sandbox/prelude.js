@@ -28,6 +28,12 @@
   const promiseThen = Promise.prototype.then;
   const toPrimitiveKey = Symbol.toPrimitive, symbolToString = Symbol.prototype.toString;
   const { toWellFormed, replaceAll, includes: stringIncludes, split: stringSplit } = String.prototype;
+  // A host's answer, read as the prelude's own: its tag (the first character's code) and the
+  // rest (a script that replaced charCodeAt had a tool call fail with "cannot read property
+  // 'resolve' of undefined", and files.list() say "the run has ended").
+  const { charCodeAt: stringCharCodeAt, slice: answerSlice } = String.prototype;
+  const tagOf = (answer) => apply(stringCharCodeAt, answer, [0]);
+  const restOf = (answer) => apply(answerSlice, answer, [1]);
   const RealDate = Date;
   const dateGetTime = RealDate.prototype.getTime, dateToISOString = RealDate.prototype.toISOString;
   const NativeError = Error, NativeTypeError = TypeError, NativeRangeError = RangeError;
@@ -1122,7 +1128,9 @@
     let message = name === "run_code"
       ? "tools.run_code cannot be called from a script: a script is already running code"
       : "tools." + name + " does not exist";
-    if (near.length) message += "; the closest tools are " + near.map((n) => "tools." + n).join(", ");
+    for (let i = 0; i < near.length; i++) {
+      message += (i ? ", " : "; the closest tools are ") + "tools." + near[i];
+    }
     return new NativeError(message + ". Find tools with await tools.tool_search({ query: \"...\" }).");
   }
   // A call whose arguments are wrong is not made, and its promise rejects with why, as an
@@ -1166,8 +1174,8 @@
       return refusedCall(name, e);
     }
     const answer = host.call(wellFormed(name), wellFormed(json));
-    const tag = answer.charCodeAt(0);
-    const rest = answer.slice(1);
+    const tag = tagOf(answer);
+    const rest = restOf(answer);
     switch (tag) {
       case 114: return called(name, resolvedWith(JSON.parse(rest))); // "r": a recorded result
       case 101: { // "e": a recorded error
@@ -1255,9 +1263,9 @@
   // ---- files: read through the runner; decoded on the Python side, in batches. ----
   function fileOp(op, args) {
     const answer = host.file(op, wellFormed(JSON.stringify(plain(args, "the argument"))));
-    const tag = answer.charCodeAt(0);
-    if (tag === 114) return JSON.parse(answer.slice(1)); // "r"
-    if (tag === 116) throw new NativeError(answer.slice(1)); // "t": a bad use, or a file that is gone
+    const tag = tagOf(answer);
+    if (tag === 114) return JSON.parse(restOf(answer)); // "r"
+    if (tag === 116) throw new NativeError(restOf(answer)); // "t": a bad use, or a file that is gone
     throw new NativeError("the run has ended"); // "x": in a real process, it has already exited
   }
   function options(name, opts) {

@@ -3307,3 +3307,40 @@ def test_calls_and_streams_take_no_builtin_the_script_replaced(replaced: str, ve
     )
     assert ran.outcome == "finished", ran.error
     assert ran.value == [{"ok": True}, ["a", "b"]]
+
+
+@pytest.mark.parametrize(
+    "replaced",
+    [
+        "String.prototype.charCodeAt = () => 114;",
+        "String.prototype.charCodeAt = () => 0;",
+        "String.prototype.slice = () => '[\"forged\"]';",
+        "Array.prototype.map = () => ['forged'];\nArray.prototype.join = () => 'forged';",
+    ],
+)
+def test_the_hosts_answers_are_read_with_the_engines_own_methods(replaced: str) -> None:
+    """A call's answer, a file's and the closest tools' names are read with the prelude's
+    copies of the string and array methods: a script that replaced charCodeAt had a call fail
+    with "cannot read property 'resolve' of undefined" and files.list() say "the run has
+    ended"; one that replaced slice read files.list() as what its slice gave."""
+    code = (
+        replaced + "\nconst r = await tools.echo({ a: 1 });\n"
+        "let missing = '';\ntry { await tools.ech({}); } catch (e) { missing = e.message; }\n"
+        "return [r, files.list()[0].id, missing];"
+    )
+    made = protocol.Script(
+        id="a",
+        code=code,
+        tools=["echo"],
+        records=[rec("echo", {"a": 1}, result={"ok": True})],
+        files=[protocol.FileInfo(id="f.txt", mime="text/plain", size=4)],
+        clock=protocol.Clock(now_ms=0, seed=1),
+    )
+    ran = runtime.run_in_process(made)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == [
+        {"ok": True},
+        "f.txt",
+        "tools.ech does not exist; the closest tools are tools.echo. Find tools with await "
+        'tools.tool_search({ query: "..." }).',
+    ]
