@@ -3518,6 +3518,23 @@ class Tools(_Opaque):
     def __repr__(self) -> str:
         return "<tools>"
 
+    # `for t in tools`, `len(tools)`, `"x" in tools`: CPython said "'Tools' object is not
+    # iterable", nothing of how a script lists its tools.
+    def __iter__(self) -> NoReturn:
+        raise TypeError(
+            "tools is not a list: dir(tools) names the tools a script may call, and `await "
+            'tools.tool_search(query="...")` finds them by what they do'
+        )
+
+    def __len__(self) -> NoReturn:
+        self.__iter__()
+
+    def __contains__(self, name: Any) -> NoReturn:
+        self.__iter__()  # (`in` would say its own words of a refused __iter__)
+
+    def __bool__(self) -> bool:
+        return True  # not len()'s refusal: `if tools:` is true, as of any object
+
     def __getitem__(self, name: Any) -> NoReturn:
         # `tools[name](...)`, as a dict of functions: CPython said "'Tools' object is not
         # subscriptable".
@@ -3665,6 +3682,9 @@ class Files(_Opaque):
 
     def __len__(self) -> NoReturn:
         raise TypeError(_FILES_NOT_A_LIST)
+
+    def __contains__(self, key: Any) -> NoReturn:
+        raise TypeError(_FILES_NOT_A_LIST)  # (`in` would say its own words of __iter__'s)
 
     def __bool__(self) -> bool:
         return True  # not len()'s refusal: `if files:` is true, as of any object

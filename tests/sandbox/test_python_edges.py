@@ -1102,6 +1102,7 @@ _FILES_NOT_A_LIST = (
         ("return files['a.csv']", ("TypeError", _FILES_NOT_A_LIST)),
         ("for f in files:\n    pass", ("TypeError", _FILES_NOT_A_LIST)),
         ("return len(files)", ("TypeError", _FILES_NOT_A_LIST)),
+        ("return 'a.csv' in files", ("TypeError", _FILES_NOT_A_LIST)),
         ("files.cache = {}", ("AttributeError", "files is read-only")),
     ],
 )
@@ -1112,3 +1113,18 @@ def test_files_used_as_a_list_says_how_to_list_them(code: str, said: tuple[str, 
     error = failed(code)
     assert (error.name, error.message) == said
     assert value("return bool(files)") is True
+
+
+@pytest.mark.parametrize(
+    "code", ["for t in tools:\n    pass", "return len(tools)", "return 'echo' in tools"]
+)
+def test_tools_used_as_a_list_says_how_to_list_them(code: str) -> None:
+    """`for t in tools`, `len(tools)`, `"echo" in tools` said "'Tools' object is not
+    iterable" (has no len()), nothing of how a script lists its tools."""
+    error = failed(code)
+    assert (error.name, error.message) == (
+        "TypeError",
+        "tools is not a list: dir(tools) names the tools a script may call, and `await "
+        'tools.tool_search(query="...")` finds them by what they do',
+    )
+    assert value("return [bool(tools), 'echo' in dir(tools)]") == [True, True]
