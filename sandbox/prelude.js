@@ -36,6 +36,7 @@
   const restOf = (answer) => apply(answerSlice, answer, [1]);
   const RealDate = Date;
   const dateGetTime = RealDate.prototype.getTime, dateToISOString = RealDate.prototype.toISOString;
+  const dateToString = RealDate.prototype.toString;
   const NativeError = Error, NativeTypeError = TypeError, NativeRangeError = RangeError;
   const NativeSyntaxError = SyntaxError, NativeInternalError = InternalError;
   const NativeMap = Map, NativeSet = Set, NativeProxy = Proxy, NativePromise = Promise;
@@ -44,7 +45,7 @@
   const { resolve: promiseResolve, reject: promiseReject } = NativePromise;
   const resolvedWith = (value) => apply(promiseResolve, NativePromise, [value]);
   const rejectedWith = (error) => apply(promiseReject, NativePromise, [error]);
-  const asyncIteratorKey = Symbol.asyncIterator;
+  const asyncIteratorKey = Symbol.asyncIterator, toStringTagKey = Symbol.toStringTag;
   const NativeWeakMap = WeakMap, NativeWeakSet = WeakSet, NativeRegExp = RegExp;
   const NativeBoolean = Boolean, NativeString = String;
   const NativeArrayBuffer = ArrayBuffer, isView = ArrayBuffer.isView;
@@ -213,18 +214,33 @@
     if (apply(isPrototypeOf, AsyncIteratorProto, [v])) return "async";
     return apply(isPrototypeOf, IteratorProto, [v]) ? "sync" : undefined;
   }
+  // Lists of the prelude's own, of no prototype (neither a script's push nor a setter it put
+  // on Array.prototype reaches them), added to and joined with no method a script can
+  // replace: one that replaced Array.prototype.push had console.log print {} for any object,
+  // and new Date(2026, 0, 1) read the wrong date.
+  const listOf = () => setPrototypeOf([], null);
+  const put = (list, item) => { list[list.length] = item; };
+  function joined(list, separator) {
+    let out = "";
+    for (let i = 0; i < list.length; i++) out += (i ? separator : "") + list[i];
+    return out;
+  }
+  function holds(list, item) {
+    for (let i = 0; i < list.length; i++) if (list[i] === item) return true;
+    return false;
+  }
   function dateArgs(args) {
     if (args.length === 0) return [NOW];
     if (args.length === 1) {
       const t = isObject(args[0]) ? timeOf(args[0]) : undefined;
       return [t !== undefined ? t : toPrimitive(args[0], "default")];
     }
-    const numbers = [];
-    for (let i = 0; i < args.length && i < 7; i++) numbers.push(+args[i]);
+    const numbers = listOf();
+    for (let i = 0; i < args.length && i < 7; i++) put(numbers, +args[i]);
     return numbers;
   }
   function FixedDate(...args) {
-    if (new.target === undefined) return new RealDate(NOW).toString();
+    if (new.target === undefined) return apply(dateToString, new RealDate(NOW), []);
     const date = construct(RealDate, dateArgs(args));
     if (new.target !== FixedDate) {
       // A subclass: its prototype, read here rather than by the real constructor.
@@ -283,18 +299,19 @@
     if (budget.left === before) budget.left -= s.length; // a leaf: its items did not count
     return s;
   }
-  // The items of a container, each by `item(i)`, until the budget is spent.
-  function listed(count, item, budget, what) {
-    const parts = [];
+  // The items of a container, each by `item(i)`, until the budget is spent, joined by
+  // `separator`.
+  function listed(count, item, budget, what, separator) {
+    const parts = listOf();
     for (let i = 0; i < count; i++) {
       if (budget.left <= 0) {
-        parts.push("... " + (count - i) + " more " + what);
+        put(parts, "... " + (count - i) + " more " + what);
         break;
       }
-      parts.push(item(i));
+      put(parts, item(i));
       budget.left -= 1; // its separator
     }
-    return parts;
+    return joined(parts, separator);
   }
   function describeOne(value, depth, ancestors, budget) {
     switch (typeof value) {
@@ -311,7 +328,7 @@
     if (value === null) return "null";
     if (forgottenAwait(value)) return "Promise { " + forgotten(value) + " }";
     if (value instanceof NativePromise) return "Promise { <await it for its value> }";
-    if (ancestors.includes(value)) return "[Circular]";
+    if (holds(ancestors, value)) return "[Circular]";
     if (value instanceof NativeError) return errorShown(value, depth, ancestors, budget);
     const time = timeOf(value); // a real Date, read without running any script code
     if (time !== undefined) return time !== time ? "Invalid Date" : JSON.stringify(apply(dateToISOString, value, []));
@@ -321,36 +338,36 @@
     const shown = plainKind ? undefined : shownAsNode(value, budget);
     if (shown !== undefined) return shown;
     if (depth > 8) return isArray(value) ? "[Array]" : "[Object]";
-    ancestors.push(value);
+    put(ancestors, value);
     try {
       const typed = plainKind ? undefined : apply(typedArrayName, value, []);
       if (isArray(value) || typed !== undefined) {
         const n = value.length;
         // A hole shows as nothing, as Array.prototype.join has it ("[1,,3]").
         return (typed === undefined ? "" : typed + "(" + n + ") ") + "[" + listed(n, (i) =>
-          (i in value ? describe(value[i], depth + 1, ancestors, budget) : ""), budget, "items").join(",") + "]";
+          (i in value ? describe(value[i], depth + 1, ancestors, budget) : ""), budget, "items", ",") + "]";
       }
       if (value instanceof NativeMap) {
         const entries = entriesOf(value);
         return "Map(" + apply(mapSize, value, []) + ") {" + listed(entries.length, (i) =>
           describe(entries[i][0], depth + 1, ancestors, budget) + " => " +
-          describe(entries[i][1], depth + 1, ancestors, budget), budget, "entries").join(", ") + "}";
+          describe(entries[i][1], depth + 1, ancestors, budget), budget, "entries", ", ") + "}";
       }
       if (value instanceof NativeSet) {
         const items = itemsOf(value);
         return "Set(" + apply(setSize, value, []) + ") {" + listed(items.length, (i) =>
-          describe(items[i], depth + 1, ancestors, budget), budget, "items").join(", ") + "}";
+          describe(items[i], depth + 1, ancestors, budget), budget, "items", ", ") + "}";
       }
       if (typeof value.toJSON === "function") return describe(value.toJSON(), depth + 1, ancestors, budget);
       const ks = objectKeys(value);
       const iterating = ks.length === 0 && !plainKind ? iteratorKind(value) : undefined;
       if (iterating !== undefined) {
-        return "Object [" + (iterating === "async" ? "AsyncGenerator" : "" + value[Symbol.toStringTag]) + "] {}";
+        return "Object [" + (iterating === "async" ? "AsyncGenerator" : "" + value[toStringTagKey]) + "] {}";
       }
-      const parts = [];
+      const parts = listOf();
       for (let i = 0; i < ks.length; i++) {
         if (budget.left <= 0) {
-          parts.push("... " + (ks.length - i) + " more keys");
+          put(parts, "... " + (ks.length - i) + " more keys");
           break;
         }
         // A key whose value is undefined, a function or a symbol is shown, as Node.js shows
@@ -358,11 +375,11 @@
         const v = value[ks[i]];
         const key = JSON.stringify(ks[i]);
         budget.left -= key.length + 1;
-        parts.push(key + ":" + describe(v, depth + 1, ancestors, budget));
+        put(parts, key + ":" + describe(v, depth + 1, ancestors, budget));
       }
-      return "{" + parts.join(",") + "}";
+      return "{" + joined(parts, ",") + "}";
     } finally {
-      ancestors.pop();
+      ancestors.length--;
     }
   }
   // A value JSON writes as {} (or an object of indexes) as Node.js shows it, or undefined.
@@ -379,7 +396,7 @@
     const pairs = web.pairsOf(value);
     if (pairs === undefined) return undefined;
     return "URLSearchParams {" + listed(pairs.length, (i) => JSON.stringify(pairs[i][0]) + " => " +
-      JSON.stringify(pairs[i][1]), budget, "entries").join(", ") + "}";
+      JSON.stringify(pairs[i][1]), budget, "entries", ", ") + "}";
   }
   // An error as Node.js shows it, less its stack: its cause and an AggregateError's errors
   // after it (`Error: outer { [cause]: Error: inner }`); they were left out, and with them
@@ -389,17 +406,17 @@
   }
   function errorMore(e, depth, ancestors, budget) {
     if (depth > 8) return "";
-    const more = [];
-    ancestors.push(e);
+    const more = listOf();
+    put(ancestors, e);
     try {
-      if (hasOwn(e, "cause")) more.push("[cause]: " + describe(e.cause, depth + 1, ancestors, budget));
+      if (hasOwn(e, "cause")) put(more, "[cause]: " + describe(e.cause, depth + 1, ancestors, budget));
       if (e instanceof NativeAggregateError && isArray(e.errors)) {
-        more.push("[errors]: " + describe(e.errors, depth + 1, ancestors, budget));
+        put(more, "[errors]: " + describe(e.errors, depth + 1, ancestors, budget));
       }
     } finally {
-      ancestors.pop();
+      ancestors.length--;
     }
-    return more.length ? " { " + more.join(", ") + " }" : "";
+    return more.length ? " { " + joined(more, ", ") + " }" : "";
   }
   function errorText(e) {
     try {
@@ -417,7 +434,7 @@
   }
   function described(value) {
     try {
-      return describe(value, 0, [], { left: PRINTED_BOUND });
+      return describe(value, 0, listOf(), { left: PRINTED_BOUND });
     } catch (e) {
       return "[unprintable: " + errorText(e) + "]";
     }
@@ -633,7 +650,9 @@
   function formatted(args) {
     const first = args[0];
     if (typeof first !== "string" || args.length < 2 || !apply(stringIncludes, first, ["%"])) {
-      return args.map(logged).join(" ");
+      let out = "";
+      for (let i = 0; i < args.length; i++) out += (i ? " " : "") + logged(args[i]);
+      return out;
     }
     let out = "", next = 1, from = 0;
     for (let i = 0; i < first.length - 1; i++) {
@@ -686,7 +705,7 @@
     if (data === null || typeof data !== "object") return text(data);
     const budget = { left: PRINTED_BOUND };
     const cell = (v) => {
-      try { return describe(v, 1, [], budget); } catch (e) { return "[unprintable: " + errorText(e) + "]"; }
+      try { return describe(v, 1, listOf(), budget); } catch (e) { return "[unprintable: " + errorText(e) + "]"; }
     };
     let head = "(index)", rows = [];
     if (data instanceof NativeMap) {

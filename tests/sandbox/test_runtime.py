@@ -3344,3 +3344,36 @@ def test_the_hosts_answers_are_read_with_the_engines_own_methods(replaced: str) 
         "tools.ech does not exist; the closest tools are tools.echo. Find tools with await "
         'tools.tool_search({ query: "..." }).',
     ]
+
+
+@pytest.mark.parametrize(
+    "replaced",
+    [
+        "Array.prototype.push = () => 0;\nArray.prototype.join = () => 'J';\n"
+        "Array.prototype.includes = () => true;\nArray.prototype.map = () => [];\n"
+        "Array.prototype.pop = () => 0;",
+        "Object.defineProperty(Array.prototype, '0', "
+        "{ set() { throw new Error('setter'); }, configurable: true });",
+        "Date.prototype.toString = () => 'forged';",
+    ],
+)
+def test_console_log_and_date_take_no_array_method_the_script_replaced(replaced: str) -> None:
+    """console.log and Date gather their parts in lists of the prelude's own: a script that
+    replaced Array.prototype.push had console.log print 'J' for all it was given, and
+    `new Date(2026, 0, 2)` read the machine's clock (its parts were never gathered), which
+    no replay gives again; one that put a setter on Array.prototype had every value print
+    '[unprintable: Error: setter]'; Date() gave what a replaced toString gave."""
+    code = (
+        replaced + "\nconsole.log({ a: [1, { b: 2 }] }, new Map([[1, 2]]), new Set([3]), "
+        "new Error('x', { cause: new Error('y') }), 'two');\n"
+        # Text, not an array: QuickJS's own JSON.stringify sets indexes of arrays of its own,
+        # so a setter on Array.prototype fails any array returned.
+        "return new Date(2026, 0, 2).toISOString() + ' | ' + Date();"
+    )
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == "2026-01-02T00:00:00.000Z | Thu Jan 01 2026 00:00:00 GMT+0000"
+    assert ran.printed.startswith(
+        '{"a":[1,{"b":2}]} Map(1) {1 => 2} Set(1) {3} Error: x { [cause]: Error: y }\n'
+    ), ran.printed
+    assert ran.printed.endswith(" two\n"), ran.printed
