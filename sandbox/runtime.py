@@ -144,9 +144,9 @@ _watch_cpu = _interrupt_poll()
 
 
 # Evaluated on a context where nothing has run: a function of the line lazy.js's files are to
-# start at (past the script's last), which takes the host functions off the global object,
-# makes the prelude's world and gives `start(config_json, code)`, which sets what the script's
-# record sets and runs the script.
+# start at (past the script's last; null: none, see warming_up), which takes the host
+# functions off the global object, makes the prelude's world and gives
+# `start(config_json, code)`, which sets what the script's record sets and runs the script.
 # What lazy.js installs (Intl, URL) is compiled here too, before any script, in every mode:
 # compiled at a run's first use, its files' own set-up ran after the script's code and took
 # the built-ins the script had replaced, so an exec'd process (whose context is its own) and
