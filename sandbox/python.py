@@ -4906,6 +4906,24 @@ class Run(Replay):
             # `r["nmae"]` of a tool's result: its keys, so the model need not guess them.
             message += _keys_had(held, error)
         elif (
+            type(error) is TypeError
+            and (unsubscripted := _NOT_SUBSCRIPTABLE.fullmatch(message)) is not None
+            and (failing := _failed_subscript(error, self.script_lines)) is not None
+            and not isinstance(failing[0].value, ast.Constant)
+            and 0 < len(written := failing[2]) <= 80
+            and "\n" not in written
+        ):
+            # `r["name"]` of what is no dict (None, a number, a tool's text) in a line of
+            # several subscripts: which one it was, as CPython's carets show it.
+            if unsubscripted[1] is not None:  # "'NoneType' object is not subscriptable"
+                kind = unsubscripted[1]
+                message += f"; {written} is {'None' if kind == 'NoneType' else _a(kind)}"
+            else:  # "string indices must be integers, not 'str'"
+                message += (
+                    f"; {written} is text, not a dict or a list: if it holds JSON, read it "
+                    f"with json.loads({written})"
+                )
+        elif (
             type(error) is IndexError
             and type(held := _subscripted(error, self.script_lines)) is list
         ):
@@ -5458,6 +5476,23 @@ def _subscripted(error: BaseException, lines: list[str]) -> Any:
     """The dict or list whose subscript in the script raised ``error`` (``r["nmae"]``,
     ``r["a"][i]["b"]``, ``rows[9]``), or None. It is found again from the subscript's text
     and the frame's names, reading plain dicts and lists only: no code of the script's runs."""
+    found = _failed_subscript(error, lines)
+    return None if found is None else _read_plainly(found[0].value, found[1])
+
+
+# CPython's TypeError of a subscript of what takes none (its type's name), or of text by a
+# key (a tool's JSON text read as a dict).
+_NOT_SUBSCRIPTABLE = re.compile(
+    r"'(\w+)' object is not subscriptable|string indices must be integers, not 'str'"
+)
+
+
+def _failed_subscript(
+    error: BaseException, lines: list[str]
+) -> tuple[ast.Subscript, dict[str, Any], str] | None:
+    """The subscript of the script's (as parsed from its text) whose evaluation raised
+    ``error``, its frame's local names and the script's text of what it subscripts; None
+    when ``error`` was raised elsewhere."""
     tb = _TRACEBACK.__get__(error)
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
@@ -5468,11 +5503,14 @@ def _subscripted(error: BaseException, lines: list[str]) -> Any:
     if where is None or None in where or where[0] != where[1] or not 1 <= where[0] <= len(lines):
         return None
     line, _, start, end = where
+    text = lines[line - 1].encode()[start:end].decode()
     try:
-        node = ast.parse(lines[line - 1].encode()[start:end].decode(), mode="eval").body
+        node = ast.parse(text, mode="eval").body
     except (SyntaxError, ValueError):  # a span that is no expression of its own
         return None
-    return _read_plainly(node.value, frame.f_locals) if isinstance(node, ast.Subscript) else None
+    if not isinstance(node, ast.Subscript):
+        return None
+    return node, frame.f_locals, ast.get_source_segment(text, node.value) or ""
 
 
 def _keys_had(held: dict[Any, Any], error: BaseException) -> str:

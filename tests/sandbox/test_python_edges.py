@@ -1128,3 +1128,30 @@ def test_tools_used_as_a_list_says_how_to_list_them(code: str) -> None:
         'tools.tool_search(query="...")` finds them by what they do',
     )
     assert value("return [bool(tools), 'echo' in dir(tools)]") == [True, True]
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            'data = {"user": None}\nreturn data["user"]["name"]',
+            "'NoneType' object is not subscriptable; data[\"user\"] is None",
+        ),
+        (
+            "r = await tools.echo(a=1)\nreturn r['x']",
+            "'int' object is not subscriptable; r is an int",
+        ),
+        (
+            "r = await tools.get_user(id=1)\nreturn r['name']",
+            "string indices must be integers, not 'str'; r is text, not a dict or a list: if "
+            "it holds JSON, read it with json.loads(r)",
+        ),
+    ],
+)
+def test_a_subscript_of_what_takes_none_names_what_was_subscripted(code: str, said: str) -> None:
+    """`data["user"]["name"]` said "'NoneType' object is not subscriptable", not which of the
+    line's subscripts met None (CPython's traceback points at it); a tool's JSON text read
+    as a dict said "string indices must be integers", nothing of json.loads."""
+    echo, user = rec("echo", {"a": 1}, result=1), rec("get_user", {"id": 1}, result='{"a": 1}')
+    error = failed(code, [echo if "echo" in code else user])
+    assert (error.name, error.message) == ("TypeError", said)
