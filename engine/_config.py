@@ -17,6 +17,7 @@
     [codemode.store]                # the session log (default: SQLite in data_dir, else memory)
     kind = "postgres"               # "sqlite" (needs data_dir), "postgres" or "memory"
     dsn_env = "CODEMODE_DSN"        # postgres: the connection string, from the environment
+    answer_timeout = 30             # postgres: seconds to wait for the server's answers
     lease_ms = 30000                # how long a host owns a script without renewing
 
     [codemode.mcpServers.memory]    # an upstream MCP server (the mcpServers JSON keys)
@@ -48,6 +49,7 @@ from engine._limits import is_seconds as _seconds
 from engine._live import DEFAULT_LIVE_WAIT
 from engine.languages import Language, check_language
 from engine.log import DEFAULT_LEASE_MS, LogStore, MemoryStore, PostgresStore, SqliteStore
+from engine.log._postgres import DEFAULT_ANSWER_TIMEOUT
 from runner import ScriptRunner
 from runner._remote import OPTIONS as REMOTE_OPTIONS
 from runner._wire import parse_address
@@ -66,7 +68,7 @@ _TOP_KEYS = {
     "live_max",
     "live_memory",
 }
-_STORE_KEYS = {"kind", "dsn", "dsn_env", "schema", "max_connections", "lease_ms"}
+_STORE_KEYS = {"kind", "dsn", "dsn_env", "schema", "max_connections", "lease_ms", "answer_timeout"}
 # Local runner options, and what a RemoteRunner takes (it owns that list).
 _LOCAL_OPTIONS = {"mode", "slots", "script_wait", "data_limit"}
 _RUNNER_KEYS = {"kind"} | _LOCAL_OPTIONS | set(REMOTE_OPTIONS)
@@ -101,6 +103,8 @@ class StoreConfig:
     schema: str = "codemode"
     max_connections: int = 20
     lease_ms: int = DEFAULT_LEASE_MS
+    # PostgreSQL: how long a store use waits for the server's answers (see PostgresStore).
+    answer_timeout: float = DEFAULT_ANSWER_TIMEOUT
     where: str = field(default="[codemode.store]", compare=False, repr=False)
 
     def lasting(self, data_dir: Path | str | None) -> bool:
@@ -130,7 +134,10 @@ class StoreConfig:
         if self.kind == "postgres":
             try:
                 return PostgresStore(
-                    self.resolved_dsn(), schema=self.schema, max_connections=self.max_connections
+                    self.resolved_dsn(),
+                    schema=self.schema,
+                    max_connections=self.max_connections,
+                    answer_timeout=self.answer_timeout,
                 )
             except ConfigError as e:  # a schema name it refuses, say: where it was set
                 raise ConfigError(f"{self.where}: {e}") from None
@@ -386,6 +393,12 @@ def _store(table: Any, where: str) -> StoreConfig:
     schema = table.get("schema", "codemode")
     if not isinstance(schema, str):
         raise ConfigError(f"{where}: [codemode.store] schema must be a string")
+    answer_timeout = table.get("answer_timeout", DEFAULT_ANSWER_TIMEOUT)
+    if not _seconds(answer_timeout):
+        raise ConfigError(
+            f"{where}: [codemode.store] answer_timeout must be {_SECONDS}: how long a host "
+            "waits for the PostgreSQL server to answer before it gives up on it"
+        )
     dsn = table.get("dsn")
     env = table.get("dsn_env")
     if kind == "postgres":
@@ -404,7 +417,14 @@ def _store(table: Any, where: str) -> StoreConfig:
     elif dsn is not None or env is not None:
         raise ConfigError(f'{where}: [codemode.store] dsn is for kind = "postgres" only')
     return StoreConfig(
-        kind, dsn, env, schema, max_connections, lease_ms, f"{where}: [codemode.store]"
+        kind,
+        dsn,
+        env,
+        schema,
+        max_connections,
+        lease_ms,
+        answer_timeout,
+        f"{where}: [codemode.store]",
     )
 
 

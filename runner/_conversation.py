@@ -70,6 +70,15 @@ class Deadline:
     def remaining(self) -> float:
         return self.at - self.clock()
 
+    def restarted(self) -> bool:
+        """Whether this deadline, met now, was met while the host itself did not run (now
+        is more than :data:`STALLED_S` past it: its timer ran that late): the time was not
+        the waited-for's, so the deadline starts again, a whole allowance from now."""
+        if -self.remaining() > STALLED_S:
+            self.at = self.clock() + self.allowance
+            return True
+        return False
+
 
 @dataclass
 class Outcome:
@@ -241,8 +250,7 @@ class Within(asyncio.Timeout):  # type: ignore[misc]
         super().__init__(asyncio.get_running_loop().time() + max(deadline.remaining(), 0))
 
     def _on_timeout(self) -> None:  # asyncio.Timeout's, run by its timer
-        if -self.deadline.remaining() > STALLED_S:
-            self.deadline.at = self.deadline.clock() + self.deadline.allowance
+        if self.deadline.restarted():
             self.reschedule(asyncio.get_running_loop().time() + self.deadline.allowance)
         else:
             super()._on_timeout()  # type: ignore[misc]

@@ -170,6 +170,11 @@ class PostgresServer:
         """Make a :meth:`standby` the primary; returns once it takes writes."""
         self._pg_ctl("promote")
 
+    def pid(self) -> int:
+        """The process id of the server's postmaster (the first line of postmaster.pid)."""
+        assert self._dir is not None, "start() it first"
+        return int((self._dir / "data" / "postmaster.pid").read_text().split()[0])
+
     def halt_command(self, mode: str = "fast") -> list[str]:
         """The command line that does :meth:`halt`, for another process to run."""
         return self._command(*self._pg_ctl_args("-m", mode, "stop"))

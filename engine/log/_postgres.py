@@ -10,9 +10,12 @@ Tables live in their own schema (``codemode`` unless told), out of the way of th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import re
+import socket
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Generator, Mapping
@@ -28,6 +31,7 @@ from engine.log import _schema as tables
 from engine.log import _sql as sql
 from engine.log._sqlbase import SqlStore
 from runner import FileMissing
+from runner._conversation import Deadline
 
 SCHEMA_VERSION = 3
 
@@ -49,6 +53,10 @@ _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 # its row locks for a host that stalled mid-transaction (stopped, paused, cut off), and the
 # server ends its session, so the script's next host is not locked out past its lease.
 IDLE_IN_TRANSACTION_S = 10
+# How long a host waits for the server's answers in one transaction before it takes the
+# server for stalled: well past IDLE_IN_TRANSACTION_S, which a write may wait out for a row
+# lock, and past any transaction of the log a server that answers takes.
+DEFAULT_ANSWER_TIMEOUT = 30.0
 
 
 def _session(schema: str) -> str:
@@ -95,11 +103,23 @@ class PostgresStore(SqlStore):
     """The log in the PostgreSQL database at ``dsn`` (a libpq connection string or URL).
 
     ``schema`` names the schema its tables live in (made if missing); ``max_connections``
-    bounds the pool. The pool opens on first use, in the event loop that uses it (a store used
-    in another loop, as of asyncio.run after asyncio.run, lets the last one's go and opens
-    one there); close it with :meth:`aclose`. A database that cannot be reached is a
+    bounds the pool. The pool opens on first use, in the event loop that uses it (a store
+    used in another loop, as of asyncio.run after asyncio.run, lets the last one's go and
+    opens one there); close it with :meth:`aclose`. A database that cannot be reached is a
     :class:`~engine.ConfigError` that names it; so is a host without psycopg (the
     ``codemode[postgres]`` extra), when the store is made.
+
+    ``connect_timeout`` (seconds) bounds each wait for a connection, the server's or the
+    pool's. ``answer_timeout`` (seconds; ``answer_timeout`` in codemode.toml's
+    ``[codemode.store]``) bounds each transaction's wait for the server once it has a
+    connection, from its first statement to its COMMIT's answer: a server that takes
+    connections and answers none (a server process stopped, a network cut that sends no
+    reset) fails the store's use with :class:`~engine.StoreUnavailable` after that long,
+    which says so, rather than hanging it for good. The connection is dropped, and so are
+    the pool's others made before it; the transaction is not run again (it may or may not
+    take effect once the server runs on, as with any lost connection). Keep it well above
+    ``IDLE_IN_TRANSACTION_S``, which a write may wait out for a row another host locked and
+    stalled on.
     """
 
     def __init__(
@@ -109,6 +129,7 @@ class PostgresStore(SqlStore):
         schema: str = "codemode",
         max_connections: int = 20,
         connect_timeout: float = 10.0,
+        answer_timeout: float = DEFAULT_ANSWER_TIMEOUT,
     ) -> None:
         if not isinstance(dsn, str):
             # None from a variable of the environment that is not set, say: it failed at
@@ -142,11 +163,17 @@ class PostgresStore(SqlStore):
                 f"connect_timeout = {connect_timeout!r:.80} must be {SECONDS}: how long a "
                 "host waits for the server to take a connection"
             )
+        if not is_seconds(answer_timeout):
+            raise ConfigError(
+                f"answer_timeout = {answer_timeout!r:.80} must be {SECONDS}: how long a host "
+                "waits for the server to answer before it drops the connection"
+            )
         _driver()  # a host without the extra is told when it makes the store, not at first use
         self.dsn = dsn
         self.schema = schema
         self._max = max_connections
         self._timeout = connect_timeout
+        self._answer = answer_timeout
         self._pool: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the pool's and the lock's
         self._opening = asyncio.Lock()
@@ -172,13 +199,20 @@ class PostgresStore(SqlStore):
             psycopg, _ = _driver()
             pool = self._new_pool()
             try:
-                await _prepare(psycopg, self.dsn, self.schema, self._timeout)
+                await _prepare(psycopg, self.dsn, self.schema, self._timeout, self._answer)
                 await pool.open(wait=True, timeout=self._timeout)
+            except _NoAnswer as e:
+                await pool.close()
+                raise self._no_answer(e) from None
             except (psycopg.Error, TimeoutError, OSError) as e:
                 await pool.close()
                 if isinstance(e, psycopg.errors.ReadOnlySqlTransaction):
                     raise self._takes_no_writes(e) from None
-                if isinstance(e, TimeoutError | OSError) or (
+                # psycopg's ConnectionTimeout (an OperationalError, where psycopg has it):
+                # the kernel took the connection and the server never answered (a stopped
+                # postmaster). It was a ConfigError, 'check [codemode.store] dsn'.
+                timed_out = getattr(psycopg.errors, "ConnectionTimeout", TimeoutError)
+                if isinstance(e, TimeoutError | OSError | timed_out) or (
                     type(e) is psycopg.OperationalError and not _for_good(e)
                 ):
                     # Down, or not answering: the log may come back (the CLI's exit 75).
@@ -239,6 +273,16 @@ class PostgresStore(SqlStore):
             "[codemode.store] dsn and that the server runs"
         )
 
+    def _no_answer(self, error: _NoAnswer) -> StoreUnavailable:
+        """The server took the connection and then answered nothing for ``answer_timeout``
+        (:class:`_NoAnswer`)."""
+        return StoreUnavailable(
+            f"the PostgreSQL server of the session log at {self.where()} did not answer "
+            f"within {error.seconds:g} s (answer_timeout), and its connection was dropped; "
+            "nothing written is lost: check the server (a stopped or overloaded server "
+            "process, a network cut), then resume the script"
+        )
+
     def _takes_no_writes(self, error: BaseException) -> StoreUnavailable:
         """The server refused a write of the log because it takes none as things are: a
         standby (a failover under way, or a dsn that names a replica), or a server or user
@@ -255,10 +299,11 @@ class PostgresStore(SqlStore):
     def _new_pool(self) -> Any:
         """A pool of connections to the log, not open yet."""
         _, AsyncConnectionPool = _driver()
-        schema = self.schema
+        schema, answer = self.schema, self._answer
 
         async def configure(conn: Any) -> None:
-            await conn.execute(_session(schema))
+            with _Watch(conn, answer):
+                await conn.execute(_session(schema))
 
         return AsyncConnectionPool(
             self.dsn,
@@ -296,7 +341,7 @@ class PostgresStore(SqlStore):
             await conn.close()
             backing_off = timed_out and pool.get_stats().get("pool_size", 0) < self._max
             if not down and not backing_off:
-                await pool.check()
+                await _drop_idle(pool)
                 return pool
             fresh = self._new_pool()
             try:
@@ -361,6 +406,14 @@ class PostgresStore(SqlStore):
                     pool = await self._back(pool, timed_out=isinstance(e, PoolTimeout), within=left)
         except psycopg.errors.ReadOnlySqlTransaction as e:
             raise self._takes_no_writes(e) from None
+        except _NoAnswer as e:
+            # Not run again on another connection: the stalled session may hold the rows
+            # it needs (and a read that went through would only move the wait to the next
+            # write). The pool's other connections, idle since before, may be to stalled
+            # sessions too (a network cut takes them all): none is handed out again.
+            if self._pool is not None:
+                await _drop_idle(self._pool, after_stall=True)
+            raise self._no_answer(e) from None
         except (
             psycopg.errors.UndefinedTable,
             psycopg.errors.UndefinedColumn,
@@ -435,7 +488,7 @@ class PostgresStore(SqlStore):
         from psycopg_pool import PoolClosed
 
         try:
-            return await _attempt(pool, make, write)
+            return await _attempt(pool, make, write, self._answer)
         except PoolClosed:
             if pool is self._pool or self._closed:
                 raise
@@ -460,7 +513,8 @@ class PostgresStore(SqlStore):
         deadline = time.monotonic() + self._timeout
         while True:
             async with pool.connection() as conn:
-                row = await (await conn.execute(_XACT_STATUS, (xid,))).fetchone()
+                with _Watch(conn, self._answer):
+                    row = await (await conn.execute(_XACT_STATUS, (xid,))).fetchone()
             status = row[0] if row else None
             if status != "in progress" or time.monotonic() >= deadline:
                 return None if status == "in progress" else status
@@ -506,17 +560,23 @@ class PostgresBlobStore(BlobStore):
             except psycopg.Error as e:
                 raise self._failed(e) from None
             try:
-                conn.execute(_session(self._store.schema))
-                _create_sync(conn, self._store.schema)  # a script's files come before its row
+                with _Watch(conn, self._store._answer):
+                    conn.execute(_session(self._store.schema))
+                    _create_sync(conn, self._store.schema)  # a script's files come first
             except BaseException as e:
                 conn.close()  # not kept: a newer schema, the server gone again
-                if isinstance(e, psycopg.Error):
+                if isinstance(e, psycopg.Error | _NoAnswer):
                     raise self._failed(e) from None
                 raise
             self._conn = conn
         return self._conn
 
     def _failed(self, error: BaseException) -> OSError:
+        if isinstance(error, _NoAnswer):
+            return OSError(
+                f"the PostgreSQL blob store at {self._store.where()} did not answer within "
+                f"{error.seconds:g} s (answer_timeout), and its connection was dropped"
+            )
         return OSError(
             f"the PostgreSQL blob store at {self._store.where()} failed ({_first_line(error)})"
         )
@@ -539,15 +599,16 @@ class PostgresBlobStore(BlobStore):
             for again in (False, True):
                 conn = self._connection()
                 try:
-                    cursor = conn.execute(statement, params)
-                    if not cursor.description:
-                        return None
-                    return cursor.fetchall() if every else cursor.fetchone()
+                    with _Watch(conn, self._store._answer):
+                        cursor = conn.execute(statement, params)
+                        if not cursor.description:
+                            return None
+                        return cursor.fetchall() if every else cursor.fetchone()
                 except psycopg.OperationalError as e:
                     if again or not conn.closed:
                         raise self._failed(e) from None
                     self._conn = None
-                except psycopg.Error as e:
+                except (psycopg.Error, _NoAnswer) as e:
                     raise self._failed(e) from None
         raise AssertionError("unreachable")
 
@@ -619,8 +680,91 @@ class _CommitUnknown(Exception):
         self.value = value  # what the transaction returns, if it committed
 
 
-async def _attempt(pool: Any, make: Callable[[int], sql.Tx], write: bool) -> Any:
-    """Run the transaction ``make(now_ms)`` once, on a connection of ``pool``; raises
+class _NoAnswer(Exception):
+    """The server did not answer on a connection within ``seconds``: the connection was
+    dropped, and whatever the transaction sent may or may not take effect once the server
+    runs again (a write whose COMMIT it had read commits then)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.seconds = seconds
+
+
+def _cut(conn: Any) -> None:
+    """Shut down ``conn``'s socket, as a network that resets it would: every wait of the
+    driver on it ends at once with a lost connection, which the pool then drops. Not
+    closed: the driver owns the descriptor, and one closed under its wait would leave that
+    wait for ever (or, its number reused, watch another connection)."""
+    with contextlib.suppress(Exception):  # closed already: nothing waits on it
+        fd = conn.pgconn.socket  # psycopg.OperationalError once the connection is closed
+        sock = socket.socket(fileno=fd)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.detach()
+
+
+class _Watch:
+    """``with _Watch(conn, seconds):`` bounds the block's wait for the server on ``conn``:
+    past ``seconds`` the connection is cut (:func:`_cut`), which ends the driver's wait on
+    it at once with a lost connection, and the block's error is :class:`_NoAnswer`.
+
+    Not a cancellation (``asyncio.timeout``, ``within``): psycopg answers one mid-statement
+    by asking the server to cancel it and waiting up to 10 s more for the server that does
+    not answer. Nor a task of its own for the talk, to time from outside: that cost each
+    transaction 35 us of CPU. The timer is the event loop's, or with no loop in this thread
+    (the blob store's blocking calls) a thread's; one that runs late because the host itself
+    was stopped waits again (the stall rule, :meth:`~runner._conversation.Deadline.restarted`).
+    """
+
+    __slots__ = ("_deadline", "_done", "_loop", "_timer", "conn", "cut")
+
+    def __init__(self, conn: Any, seconds: float) -> None:
+        self.conn = conn
+        self.cut = False
+        self._done = False
+        self._deadline = Deadline.seconds(seconds)
+        self._timer: asyncio.TimerHandle | threading.Timer | None = None
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+
+    def _arm(self, seconds: float) -> None:
+        if self._loop is not None:
+            self._timer = self._loop.call_later(seconds, self._fire)
+        else:
+            timer = threading.Timer(seconds, self._fire)
+            timer.daemon = True
+            timer.start()
+            self._timer = timer
+
+    def _fire(self) -> None:
+        if self._done:
+            return  # a thread's timer that ran as the block ended
+        if self._deadline.restarted():
+            self._arm(self._deadline.allowance)
+            return
+        self.cut = True
+        _cut(self.conn)
+
+    def __enter__(self) -> _Watch:
+        self._arm(self._deadline.allowance)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: object
+    ) -> None:
+        self._done = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.cut and isinstance(error, Exception):
+            raise _NoAnswer(self._deadline.allowance) from error
+
+
+async def _attempt(pool: Any, make: Callable[[int], sql.Tx], write: bool, seconds: float) -> Any:
+    """Run the transaction ``make(now_ms)`` once, on a connection of ``pool``, waiting at
+    most ``seconds`` for the server's answers (:class:`_NoAnswer`); raises
     :class:`_Uncommitted` if its connection was lost before its COMMIT was sent, and
     :class:`_CommitUnknown` if a write's was lost after (a read's value is returned: every
     answer it needed had come, and it changed nothing)."""
@@ -635,26 +779,26 @@ async def _attempt(pool: Any, make: Callable[[int], sql.Tx], write: bool) -> Any
         # waits for the next that it does: BEGIN goes with the query of the time, and the
         # last writes with COMMIT. A transaction holds its connection, and its row locks,
         # across every round trip, and each costs a turn of a loop that may be busy.
-        async with (
-            pool.connection() as conn,
-            conn.pipeline() as pipeline,
-            conn.transaction(),
-        ):
-            if write:
-                now, xid = await (await conn.execute(_NOW_AND_XID)).fetchone()
-            else:
-                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                now = (await (await conn.execute(_NOW)).fetchone())[0]
-            tx = make(now)
-            answer: Any = None
-            while True:
-                try:
-                    q = tx.send(answer)
-                except StopIteration as stop:
-                    committing = True  # from here on, the COMMIT may reach the server
-                    value = stop.value
-                    return value
-                answer = await _execute(conn, pipeline, q)
+        async with pool.connection() as conn:
+            with _Watch(conn, seconds):
+                async with conn.pipeline() as pipeline, conn.transaction():
+                    if write:
+                        now, xid = await (await conn.execute(_NOW_AND_XID)).fetchone()
+                    else:
+                        await conn.execute(
+                            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+                        )
+                        now = (await (await conn.execute(_NOW)).fetchone())[0]
+                    tx = make(now)
+                    answer: Any = None
+                    while True:
+                        try:
+                            q = tx.send(answer)
+                        except StopIteration as stop:
+                            committing = True  # from here on, the COMMIT may reach the server
+                            value = stop.value
+                            return value
+                        answer = await _execute(conn, pipeline, q)
     except psycopg.Error as e:
         # Only a lost connection: an error the server answered (a full disk, a deadlock)
         # is the store's to report, not to try again. (A session the server ended, for
@@ -789,17 +933,19 @@ _CLIENT_REFUSALS = (
 )
 
 
-async def _prepare(psycopg: Any, dsn: str, schema: str, timeout: float) -> None:
+async def _prepare(psycopg: Any, dsn: str, schema: str, timeout: float, answer: float) -> None:
     """Connect once, directly, and make (or check) the log's tables. Not through the pool:
     it retries every failure until its timeout and then says only that it timed out, so a
     mistake in the dsn would cost the whole timeout and hide its reason. A server that
     refuses connections for now (down, starting up, full) is tried again until ``timeout``;
-    one that refuses them for good, or a dsn that does not parse, fails at once."""
+    one that refuses them for good, or a dsn that does not parse, fails at once. One that
+    does not answer within ``answer`` seconds once connected is :class:`_NoAnswer`."""
     conn, _ = await _connect(psycopg, dsn, timeout)
     try:
-        await conn.execute(_session(schema))
-        async with conn.transaction():
-            await _create(conn, schema)
+        with _Watch(conn, answer):
+            await conn.execute(_session(schema))
+            async with conn.transaction():
+                await _create(conn, schema)
     finally:
         await conn.close()
 
@@ -858,6 +1004,22 @@ def _create_sync(conn: Any, schema: str) -> None:
                 return
             cursor = conn.execute(statement, params)
             row = cursor.fetchone() if cursor.description else None
+
+
+async def _drop_idle(pool: Any, *, after_stall: bool = False) -> None:
+    """Drop ``pool``'s connections made until now, for new ones: a server that cut one (a
+    restart) cut the others too; one whose session stalled (``after_stall``) may have left
+    the others' stalled as well (a network cut takes them all). Idle ones are closed now,
+    ones in use when they come back. Not checked one by one (psycopg_pool's ``check()``):
+    a check of a stalled session waits for it, as would every transaction behind it.
+    psycopg_pool before 3.3 has no ``drain()``: there, after a lost connection, the idle
+    ones are checked as before, and after a stall they are left (each is dropped once a
+    transaction waits out ``answer_timeout`` on it)."""
+    drain = getattr(pool, "drain", None)
+    if drain is not None:
+        await drain()
+    elif not after_stall:
+        await pool.check()
 
 
 def _forget(task: asyncio.Future[Any]) -> None:

@@ -70,6 +70,8 @@ def test_postgres_store_from_the_environment(
         # OverflowError (SQLite) or NumericValueOutOfRange (PostgreSQL) traceback at start.
         ("lease_ms = 9223372036854775807", "lease_ms must be whole milliseconds, 100 to"),
         ("max_connections = 0", "max_connections must be a whole number"),
+        ("answer_timeout = 0", "answer_timeout must be seconds, over 0"),
+        ('answer_timeout = "30"', "answer_timeout must be seconds, over 0"),
         ("colour = 1", "unknown key(s) 'colour'"),
     ],
 )
@@ -85,6 +87,16 @@ def test_a_long_bad_type_check_is_quoted_cut_short(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         _config(tmp_path, f'[codemode]\ntype_check = "{"x" * 5000}"\n')
     assert "type_check = 'xxx" in str(caught.value) and len(str(caught.value)) < 300
+
+
+def test_postgres_answer_timeout_reaches_the_store(tmp_path: Path) -> None:
+    """[codemode.store] answer_timeout is the PostgreSQL store's bound on a wait for the
+    server's answers (30 s when not given)."""
+    table = '[codemode.store]\nkind = "postgres"\ndsn = "postgresql://x"\n'
+    default = _config(tmp_path, table).store.build(None)
+    given = _config(tmp_path, table + "answer_timeout = 2.5\n").store.build(None)
+    assert isinstance(default, PostgresStore) and isinstance(given, PostgresStore)
+    assert (default._answer, given._answer) == (30.0, 2.5)
 
 
 def test_an_unset_dsn_env_is_named_when_the_store_is_made(tmp_path: Path) -> None:

@@ -1,0 +1,310 @@
+"""The PostgreSQL log when its server takes connections but stops answering (a backend
+stopped, a network cut that sends no reset): here its sessions are stopped with SIGSTOP (the
+tests run as root, as the server's user may be another), and always continued after. Each
+store use then fails with StoreUnavailable once ``answer_timeout`` ran out, the connection
+it waited on dropped, and the script resumes once the server answers again. The module runs
+a throwaway server of its own, whose postmaster one test stops too."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from engine import CodeMode, StoreUnavailable, tool
+from engine.log import DONE, FAILED, RUNNING, PostgresStore
+from engine.log._postgres import DEFAULT_ANSWER_TIMEOUT
+from tests._needs import require
+from tests.engine.conftest import InProcessRunner
+from tests.postgres_server import PostgresServer, PostgresUnavailable
+
+# A hang is what these tests catch: each wait is bounded far past any answer_timeout here.
+HANG_S = 120
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of this module's own, whose processes its tests stop."""
+    server = PostgresServer()
+    try:
+        server.start()
+    except PostgresUnavailable as e:
+        require(f"PostgreSQL is unavailable: {e}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def _stopped(pids: list[int]) -> Iterator[list[int]]:
+    """The processes ``pids`` stopped (SIGSTOP) for the block, continued whatever it does."""
+    stopped: list[int] = []
+    try:
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+        yield stopped
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+
+
+def _sessions(server: PostgresServer, name: str) -> list[int]:
+    """The server's processes of the sessions a store opened (their application_name)."""
+    import psycopg
+
+    with psycopg.connect(server.dsn, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (name,)
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+class _Stalling(PostgresStore):
+    """A PostgreSQL store whose server stops answering as its method ``at`` begins (the
+    first time), or at :meth:`stall`: each of its sessions' processes is stopped, and stays
+    so until :meth:`go_on`. Its sessions carry an application_name of their own to be found
+    by. Its answer_timeout is 1 s while they are stopped, and the default otherwise (a
+    server on a loaded machine may take a second to answer)."""
+
+    def __init__(self, server: PostgresServer, schema: str, at: str = "") -> None:
+        self.name = f"stall_{uuid.uuid4().hex[:12]}"
+        super().__init__(f"{server.dsn} application_name={self.name}", schema=schema)
+        self.server = server
+        self.at = at
+        self.frozen: list[int] = []
+        self._stack = contextlib.ExitStack()
+
+    def stall(self) -> None:
+        """Stop the store's sessions' processes."""
+        self.frozen = self._stack.enter_context(_stopped(_sessions(self.server, self.name)))
+        assert self.frozen, "the store had no session to stop"
+        self._answer = 1.0
+
+    def _stall(self, method: str) -> None:
+        if method == self.at and not self.frozen:
+            self.stall()
+
+    def go_on(self) -> None:
+        """Continue the stopped sessions."""
+        self._stack.close()
+        self._answer = DEFAULT_ANSWER_TIMEOUT
+
+    async def get_script(self, script_id: str) -> Any:
+        self._stall("get_script")
+        return await super().get_script(script_id)
+
+    async def add_calls(self, *args: Any, **kwargs: Any) -> Any:
+        self._stall("add_calls")
+        return await super().add_calls(*args, **kwargs)
+
+    async def settle(self, *args: Any, **kwargs: Any) -> Any:
+        self._stall("settle")
+        return await super().settle(*args, **kwargs)
+
+
+def _engine(store: PostgresStore, ran: list[int], *, idempotent: bool = False) -> CodeMode:
+    @tool(idempotent=idempotent)
+    def bump(n: int) -> int:
+        """Add 100 (an effect: not read-only)."""
+        ran.append(n)
+        return n + 100
+
+    # The lease a host keeps when its log does not answer runs out in 3 s here.
+    return CodeMode([bump], runner=InProcessRunner(), store=store, type_check="off", lease_ms=3000)
+
+
+SCRIPT = "const a = await tools.bump({ n: 1 });\nreturn await tools.bump({ n: a });"
+
+
+async def _nothing_waits_on(store: _Stalling) -> None:
+    """No transaction of ``store`` is under way, and its pool holds no connection to a
+    stopped session (the one that waited was dropped), and nothing waits in it."""
+    ours = [
+        t
+        for t in asyncio.all_tasks()
+        if t.get_coro().__qualname__.startswith("PostgresStore.")  # type: ignore[union-attr]
+    ]
+    assert ours == [], ours
+    pool = store._pool
+    assert pool is not None
+    stats = pool.get_stats()
+    assert stats.get("requests_waiting", 0) == 0, stats
+    # psycopg_pool's idle connections (private): their server processes, as libpq knows them.
+    idle = [conn.info.backend_pid for conn in pool._pool]
+    assert not set(idle) & set(store.frozen), (idle, store.frozen)
+    # The connection that waited came back broken, and was dropped.
+    assert stats.get("returns_bad", 0) >= 1, stats
+
+
+async def _stalled_run(store: _Stalling, engine: CodeMode) -> StoreUnavailable:
+    """run_code of SCRIPT, which the stalled server ends with StoreUnavailable."""
+    with pytest.raises(StoreUnavailable) as caught:
+        await asyncio.wait_for(engine.run_code(SCRIPT), HANG_S)
+    assert store.frozen, "the store's server was never stopped"
+    said = str(caught.value)
+    assert "did not answer within 1 s (answer_timeout)" in said, said
+    assert "nothing written is lost" in said and "resume the script" in said, said
+    assert not caught.value.permanent
+    await _nothing_waits_on(store)
+    return caught.value
+
+
+async def _only_script(store: PostgresStore) -> str:
+    (record,) = await store.scripts()
+    return record.id
+
+
+@pytest.mark.parametrize("at", ["get_script", "add_calls"])
+async def test_a_server_that_stops_answering_before_a_call_runs(
+    server: PostgresServer, at: str
+) -> None:
+    """The server stops answering as a script's record is read (``get_script``), or as the
+    receipt of its first call is written (``add_calls``): run_code fails with
+    StoreUnavailable within the answer timeout (it waited for ever), the call never ran;
+    once the server answers again, the resumed script runs each call once and finishes."""
+    ran: list[int] = []
+    store = _Stalling(server, f"t_{uuid.uuid4().hex[:16]}", at)
+    engine = _engine(store, ran)
+    try:
+        try:
+            await _stalled_run(store, engine)
+            assert ran == []
+        finally:
+            store.go_on()
+        result = await asyncio.wait_for(
+            engine.resume(await _only_script(store), wait=HANG_S), HANG_S
+        )
+        assert result.status == "finished", result.text
+        assert "201" in result.text
+        assert ran == [1, 101]
+    finally:
+        store.go_on()
+        await engine.aclose()
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+async def test_a_server_that_stops_answering_as_a_result_is_written(
+    server: PostgresServer, idempotent: bool
+) -> None:
+    """The server stops answering as a call's result is written: run_code fails with
+    StoreUnavailable saying the call ran and what its resume does with it. The resumed
+    script finds a call with effects interrupted (it may have taken effect), never runs it
+    again, and fails saying so; a call of an idempotent tool runs again, and it finishes."""
+    ran: list[int] = []
+    store = _Stalling(server, f"t_{uuid.uuid4().hex[:16]}", "settle")
+    engine = _engine(store, ran, idempotent=idempotent)
+    try:
+        try:
+            error = await _stalled_run(store, engine)
+            assert str(error).startswith("tools.bump (call "), error
+            after = "runs again" if idempotent else "the resumed script finds it interrupted"
+            assert after in str(error), error
+            assert ran == [1]
+        finally:
+            store.go_on()
+        script_id = await _only_script(store)
+        calls = await store.calls(script_id)
+        assert [c.state for c in calls] == [RUNNING]  # the result never reached the log
+        result = await asyncio.wait_for(engine.resume(script_id, wait=HANG_S), HANG_S)
+        if idempotent:
+            assert result.status == "finished", result.text
+            assert ran == [1, 1, 101]
+            assert [c.state for c in await store.calls(script_id)] == [DONE, DONE]
+        else:
+            assert result.status == "failed", result.text
+            assert "tools.bump was interrupted" in result.text, result.text
+            assert ran == [1]
+            assert [c.state for c in await store.calls(script_id)] == [FAILED]
+    finally:
+        store.go_on()
+        await engine.aclose()
+
+
+async def test_a_server_that_takes_no_connection_is_store_unavailable(
+    server: PostgresServer,
+) -> None:
+    """The server's postmaster stops (the kernel accepts a connection, which is never
+    answered) while a host that has not connected yet approves a paused script's call: the
+    approval fails with StoreUnavailable within the connect timeout, and once the server
+    answers, the approved script finishes, its call run once."""
+    paid: list[int] = []
+
+    @tool(needs_approval=True)
+    def pay(cents: int) -> str:
+        """Pay, after a person approves."""
+        paid.append(cents)
+        return "paid"
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    host = CodeMode(
+        [pay],
+        runner=InProcessRunner(),
+        store=PostgresStore(server.dsn, schema=schema),
+        type_check="off",
+    )
+    later = CodeMode(
+        [pay],
+        runner=InProcessRunner(),
+        store=PostgresStore(server.dsn, schema=schema, connect_timeout=1),
+        type_check="off",
+    )
+    try:
+        paused = await host.run_code("return await tools.pay({ cents: 5 });")
+        assert paused.status == "paused", paused.text
+        call_id = paused.waiting[0]["call_id"]
+        with _stopped([server.pid()]):
+            with pytest.raises(StoreUnavailable) as caught:
+                await asyncio.wait_for(later.approve(paused.script_id, call_id), HANG_S)
+            said = str(caught.value)
+            assert "cannot reach the PostgreSQL session log" in said, said
+            assert "try again once the server runs" in said, said
+        await asyncio.wait_for(later.approve(paused.script_id, call_id), HANG_S)
+        result = await asyncio.wait_for(later.resume(paused.script_id), HANG_S)
+        assert result.status == "finished", result.text
+        assert paid == [5]
+        assert [c.state for c in await later.store.calls(paused.script_id)] == [DONE]
+    finally:
+        await later.aclose()
+        await host.aclose()
+
+
+async def test_a_server_that_stops_answering_as_attachments_are_stored(
+    server: PostgresServer,
+) -> None:
+    """The server stops answering the blob store's own connection (and the log's) as a
+    script's attachment is stored: run_code fails with StoreUnavailable saying so, no
+    script started (the thread that stored it waited for ever); once the server answers,
+    the same run goes through."""
+    from engine import Attachment
+
+    store = _Stalling(server, f"t_{uuid.uuid4().hex[:16]}")
+    engine = CodeMode([], runner=InProcessRunner(), store=store, type_check="off")
+    script = "return (await files.text('a.txt')).length"
+    try:
+        files = [Attachment("a.txt", data=b"x" * 5000, mime="text/plain")]
+        assert (await engine.run_code(script, files=files)).value == 5000
+        files = [Attachment("a.txt", data=b"y" * 7000, mime="text/plain")]
+        try:
+            store.stall()
+            assert len(store.frozen) >= 2  # the pool's connection and the blob store's
+            with pytest.raises(StoreUnavailable) as caught:
+                await asyncio.wait_for(engine.run_code(script, files=files), HANG_S)
+            said = str(caught.value)
+            assert "failed storing attachment 'a.txt'" in said, said
+            assert "did not answer within 1 s (answer_timeout)" in said, said
+            assert "no script was started" in said, said
+        finally:
+            store.go_on()
+        assert len(await store.scripts()) == 1
+        assert (await engine.run_code(script, files=files)).value == 7000
+    finally:
+        store.go_on()
+        await engine.aclose()
