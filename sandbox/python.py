@@ -4924,6 +4924,15 @@ class Run(Replay):
                     f"with json.loads({written})"
                 )
         elif (
+            type(error) is AttributeError
+            and message.startswith("'NoneType' object has no attribute ")
+            and (failing := _failed_subscript(error, self.script_lines, ast.Attribute))
+            and 0 < len(written := failing[2]) <= 80
+            and "\n" not in written
+        ):
+            # `user.get("name")` where a line has several attributes: which met None.
+            message += f"; {written} is None"
+        elif (
             type(error) is IndexError
             and type(held := _subscripted(error, self.script_lines)) is list
         ):
@@ -5488,11 +5497,13 @@ _NOT_SUBSCRIPTABLE = re.compile(
 
 
 def _failed_subscript(
-    error: BaseException, lines: list[str]
-) -> tuple[ast.Subscript, dict[str, Any], str] | None:
-    """The subscript of the script's (as parsed from its text) whose evaluation raised
-    ``error``, its frame's local names and the script's text of what it subscripts; None
-    when ``error`` was raised elsewhere."""
+    error: BaseException,
+    lines: list[str],
+    kind: type[ast.Subscript | ast.Attribute] = ast.Subscript,
+) -> tuple[Any, dict[str, Any], str] | None:
+    """The subscript (or attribute, of ``kind``) of the script's, as parsed from its text,
+    whose evaluation raised ``error``, its frame's local names and the script's text of what
+    it subscripts; None when ``error`` was raised elsewhere."""
     tb = _TRACEBACK.__get__(error)
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
@@ -5508,7 +5519,7 @@ def _failed_subscript(
         node = ast.parse(text, mode="eval").body
     except (SyntaxError, ValueError):  # a span that is no expression of its own
         return None
-    if not isinstance(node, ast.Subscript):
+    if not isinstance(node, kind):
         return None
     return node, frame.f_locals, ast.get_source_segment(text, node.value) or ""
 

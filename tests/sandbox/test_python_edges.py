@@ -1155,3 +1155,23 @@ def test_a_subscript_of_what_takes_none_names_what_was_subscripted(code: str, sa
     echo, user = rec("echo", {"a": 1}, result=1), rec("get_user", {"id": 1}, result='{"a": 1}')
     error = failed(code, [echo if "echo" in code else user])
     assert (error.name, error.message) == ("TypeError", said)
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            'd = {}\nreturn d.get("user").get("name")',
+            "'NoneType' object has no attribute 'get'; d.get(\"user\") is None",
+        ),
+        (
+            'r = {"a": None}\nreturn r["a"].upper()',
+            "'NoneType' object has no attribute 'upper'; r[\"a\"] is None",
+        ),
+    ],
+)
+def test_an_attribute_of_none_names_what_was_none(code: str, said: str) -> None:
+    """`d.get("user").get("name")` said "'NoneType' object has no attribute 'get'", not which
+    of the line's values was None (CPython's traceback points at it)."""
+    error = failed(code)
+    assert (error.name, error.message) == ("AttributeError", said)
