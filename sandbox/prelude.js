@@ -682,7 +682,7 @@
     table: (data, columns) => emit(table(data, columns)),
     group: (...labels) => { if (labels.length) print(...labels); indent += "  "; },
     groupCollapsed: (...labels) => { if (labels.length) print(...labels); indent += "  "; },
-    groupEnd: () => { indent = indent.slice(0, -2); },
+    groupEnd: () => { indent = apply(stringSlice, indent, [0, -2]); },
     count: (l) => {
       const key = label(l), n = (counts.get(key) || 0) + 1;
       counts.set(key, n);
@@ -1256,7 +1256,7 @@
   };
   const shownAs = freeze({
     toJSON: () => toolList(),
-    toString: () => "[tools: " + toolList().join(", ") + "]",
+    toString: () => "[tools: " + joined(toolList(), ", ") + "]",
   });
   const readOnly = () => { throw new NativeTypeError("tools is read-only"); };
   globalThis.tools = new NativeProxy({ __proto__: null }, {
@@ -1427,7 +1427,8 @@
       return null; // a getter that throws, a proxy: the plain message stands
     }
   }
-  const keyStep = (k) => /^[A-Za-z_$][\w$]*$/.test(k) ? "." + k : "[" + JSON.stringify(k) + "]";
+  const NAME_KEY = /^[A-Za-z_$][\w$]*$/;
+  const keyStep = (k) => apply(regExpExec, NAME_KEY, [k]) !== null ? "." + k : "[" + JSON.stringify(k) + "]";
   // Where the returned value refers back to an object that holds it: JSON's "circular
   // reference" said neither where nor what to do.
   function cycleAt(root) {

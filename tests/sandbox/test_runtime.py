@@ -22,6 +22,7 @@ from tests.sandbox.conftest import (
     NEVER_CALLED,
     NOW_MS,
     SEED,
+    TOOLS,
     KiB,
     MiB,
     caught,
@@ -3377,3 +3378,20 @@ def test_console_log_and_date_take_no_array_method_the_script_replaced(replaced:
         '{"a":[1,{"b":2}]} Map(1) {1 => 2} Set(1) {3} Error: x { [cause]: Error: y }\n'
     ), ran.printed
     assert ran.printed.endswith(" two\n"), ran.printed
+
+
+def test_groups_tools_text_and_where_a_value_fails_take_no_method_the_script_replaced() -> None:
+    """console.groupEnd, `${tools}` and the path a returned value's failure names use the
+    prelude's own methods: a script's String.prototype.slice printed its text in front of
+    the next line, its Array.prototype.join named the tools, and its RegExp.prototype.test
+    wrote value.a as value["a"]."""
+    group = run(
+        "String.prototype.slice = () => 'X';\nconsole.group('g');\nconsole.log('in');\n"
+        "console.groupEnd();\nconsole.log('out');"
+    )
+    assert group.printed == "g\n  in\nout\n", group.printed
+    assert value("Array.prototype.join = () => 'J';\nreturn `${tools}`") == (
+        "[tools: " + ", ".join(sorted(TOOLS)) + "]"
+    )
+    ran = run("RegExp.prototype.test = () => false;\nreturn { a: { b: [1, NaN] } };")
+    assert ran.error is not None and "value.a.b[1] is NaN" in ran.error.message, ran.error
