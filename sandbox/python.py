@@ -585,18 +585,24 @@ def _check_other(node: Any) -> None:
         _check_name(node, node.name)
 
 
-def compile_script(code: str) -> tuple[types.CodeType, list[int], tuple[int, str] | None]:
+def compile_script(
+    code: str,
+) -> tuple[types.CodeType, list[int], tuple[int, str] | None, list[tuple[int, str]]]:
     """The script's code as the body of ``async def``, checked; lines are the script's own.
     With it, the lines of its top-level ``if __name__ == "__main__":`` blocks, which never
     run (a script is no program run as ``__main__``), and the line and text of its last
     statement when that is a bare name, attribute or subscript (``result``: a notebook's
     answer, whose value in a script goes nowhere), a call of a function of the script's that
     returns a value (``await main()``: a program's) or an assignment of one name (``summary =
-    {...}``): its line and what its warning says, else None.
+    {...}``): its line and what its warning says, else None. Last, the SyntaxWarnings its
+    compiling gave (``if x is 1:``), each its line and text, which CPython prints before a
+    program runs.
 
     Raises SyntaxError (with ``lineno``) or :class:`Refused`.
     """
-    tree = ast.parse(code, filename=FILENAME, mode="exec")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always", SyntaxWarning)
+        tree = ast.parse(code, filename=FILENAME, mode="exec")
     check(tree, rewrite=True)
     if "match" in code:  # a walk of the whole tree, for scripts that can have one
         _MatchRewriter().visit(tree)
@@ -644,13 +650,20 @@ def compile_script(code: str) -> tuple[types.CodeType, list[int], tuple[int, str
         end_col_offset=0,
     )
     module = ast.Module(body=[main], type_ignores=[])
-    compiled = compile(module, FILENAME, "exec", flags=flags, dont_inherit=True)
+    with warnings.catch_warnings(record=True) as more:
+        warnings.simplefilter("always", SyntaxWarning)
+        compiled = compile(module, FILENAME, "exec", flags=flags, dont_inherit=True)
+    syntax = [
+        (w.lineno, str(w.message))
+        for w in [*said, *more]
+        if issubclass(w.category, SyntaxWarning) and w.filename == FILENAME
+    ]
     for const in compiled.co_consts:
         if isinstance(const, types.CodeType) and const.co_flags & 0x200:  # CO_ASYNC_GENERATOR
             line = next((n.lineno for n in ast.walk(tree) if isinstance(n, ast.Yield)), 1)
             raise SyntaxError("'yield' at the top level of a script", (FILENAME, line, 0, ""))
     top = compiled.replace(co_consts=tuple(_top_level(c) for c in compiled.co_consts))
-    return top, guards, bare
+    return top, guards, bare, syntax
 
 
 def _assigned(statement: ast.stmt) -> str | None:
@@ -3736,6 +3749,9 @@ class Run(Replay):
         self.main_guards: list[int] = []
         # The line of its last statement and its warning, if that leaves a value (compile_script).
         self.bare_ending: tuple[int, str] | None = None
+        # What compiling it warned of, each its line and text (compile_script), printed as
+        # the run begins (its first segment's, live), as CPython prints them.
+        self.syntax_warnings: list[tuple[int, str]] = []
         self.modules: dict[str, Module] = {}
         self.main: Task | None = None
         self.exited = False  # a task other than main ended the program (see _exit)
@@ -4430,7 +4446,9 @@ class Run(Replay):
     def _execute(self) -> Ran:
         script = self.script
         try:
-            code, self.main_guards, self.bare_ending = compile_script(script.code)
+            code, self.main_guards, self.bare_ending, self.syntax_warnings = compile_script(
+                script.code
+            )
         except SyntaxError as e:
             line = e.lineno or 0
             lines = self._line_list([line]) if line else []
@@ -4513,6 +4531,9 @@ class Run(Replay):
         # items(), an error's __str__, a dropped task's `finally`. So all of it, the ending
         # made of its value included, runs inside the fence.
         with self._fenced():
+            for line, text in self.syntax_warnings:
+                self._warn_once(line, "SyntaxWarning", text)
+            self.syntax_warnings = []
             try:
                 while not self.exited:
                     ready = self.ready

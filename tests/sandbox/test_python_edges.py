@@ -1175,3 +1175,20 @@ def test_an_attribute_of_none_names_what_was_none(code: str, said: str) -> None:
     of the line's values was None (CPython's traceback points at it)."""
     error = failed(code)
     assert (error.name, error.message) == ("AttributeError", said)
+
+
+def test_what_compiling_warns_of_is_printed_as_the_run_begins() -> None:
+    """`if status is "done":` and `assert (x, "why")` compiled with SyntaxWarnings, which
+    CPython prints before a program runs and which went nowhere: the first is a bug a
+    model should see (it compares identity, not text)."""
+    code = (
+        'status = await tools.echo(a=1)\nif status is "failed":\n    print("failed")\n'
+        'assert (status, "never fails")\nprint("end")'
+    )
+    ran = run(code, [rec("echo", {"a": 1}, result="done")])
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed == (
+        'line 2: SyntaxWarning: "is" with a literal. Did you mean "=="?\n'
+        "line 4: SyntaxWarning: assertion is always true, perhaps remove parentheses?\n"
+        "end\n"
+    )
