@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import uuid
@@ -308,3 +309,67 @@ async def test_a_server_that_stops_answering_as_attachments_are_stored(
     finally:
         store.go_on()
         await engine.aclose()
+
+
+async def test_a_worker_whose_sessions_stop_answering_goes_on(server: PostgresServer) -> None:
+    """The sessions of a worker's log stop answering while it looks for work: its look
+    fails within the answer timeout (it waited for ever, and the worker with it), it warns
+    that it could not reach the log, and it goes on on new connections, driving a script
+    approved meanwhile to its end, its call run once, while the old sessions are still
+    stopped."""
+    paid: list[int] = []
+
+    @tool(needs_approval=True)
+    def pay(cents: int) -> str:
+        """Pay, after a person approves."""
+        paid.append(cents)
+        return "paid"
+
+    loop = asyncio.get_running_loop()
+    missed = asyncio.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "worker could not reach the session log" in record.getMessage():
+                loop.call_soon_threadsafe(missed.set)
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    host = CodeMode(
+        [pay],
+        runner=InProcessRunner(),
+        store=PostgresStore(server.dsn, schema=schema),
+        type_check="off",
+    )
+    store = _Stalling(server, schema)
+    worker = CodeMode(
+        [pay], runner=InProcessRunner(), store=store, poll_interval=0.05, type_check="off"
+    )
+    seen = Seen()
+    logging.getLogger("codemode").addHandler(seen)
+    stop = asyncio.Event()
+    working = asyncio.ensure_future(worker.work(stop=stop))
+    try:
+        paused = await host.run_code("return await tools.pay({ cents: 5 });")
+        assert paused.status == "paused", paused.text
+        await store.get_script(paused.script_id)  # the worker's log is open
+        store.stall()
+        noticed = asyncio.ensure_future(missed.wait())
+        done, _ = await asyncio.wait(
+            {working, noticed}, timeout=HANG_S, return_when=asyncio.FIRST_COMPLETED
+        )
+        assert noticed in done and not working.done(), working
+        await host.approve(paused.script_id, paused.waiting[0]["call_id"])
+        for _ in range(2400):  # until the worker drove it (at most 2 minutes)
+            record = await host.store.get_script(paused.script_id)
+            if record.status in ("finished", "failed") or working.done():
+                break
+            await asyncio.sleep(0.05)
+        assert not working.done(), working
+        assert record.status == "finished" and paid == [5]
+    finally:
+        store.go_on()
+        stop.set()
+        logging.getLogger("codemode").removeHandler(seen)
+        await asyncio.wait_for(asyncio.gather(working, return_exceptions=True), HANG_S)
+        await worker.aclose()
+        await host.aclose()
