@@ -3918,6 +3918,11 @@ class Run(Replay):
                 "asyncio.sleep(...)" if kind is _Yield else f"{_type_name(awaitable)[:100]}(...)"
             )
             awaitable = _await(awaitable)
+        elif kind is types.FunctionType and type(name := awaitable.__qualname__) is str:
+            # `asyncio.create_task(fetch)`: the coroutine function uncalled.
+            raise TypeError(
+                f"{refusal}, not function: call it, and pass what it gives ({name[:100]}(...))"
+            )
         else:
             raise TypeError(f"{refusal}, not {_type_name(awaitable)}")
         task = Task(

@@ -1192,3 +1192,25 @@ def test_what_compiling_warns_of_is_printed_as_the_run_begins() -> None:
         "line 4: SyntaxWarning: assertion is always true, perhaps remove parentheses?\n"
         "end\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            "import asyncio\nasync def fetch():\n    return 1\nasyncio.create_task(fetch)",
+            "asyncio.create_task takes a coroutine or a tool call, as "
+            "asyncio.create_task(tools.name(...)), not function: call it, and pass what it "
+            "gives (fetch(...))",
+        ),
+        (
+            "import asyncio\nasync def fetch():\n    return 1\nawait asyncio.gather(fetch, fetch)",
+            "a script awaits coroutines and tool calls, not function: call it, and pass what "
+            "it gives (fetch(...))",
+        ),
+    ],
+)
+def test_a_coroutine_function_given_uncalled_says_to_call_it(code: str, said: str) -> None:
+    """`asyncio.create_task(fetch)` said only "... not function"."""
+    error = failed(code)
+    assert (error.name, error.message) == ("TypeError", said)
