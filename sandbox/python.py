@@ -2088,6 +2088,16 @@ class _Identities:
         self._last = 0
         self._base: type | None = None
 
+    def unaddressed(self, found: re.Match[str]) -> str:
+        """An address CPython's repr wrote (`` at 0x7f3a...>``, ``found``) as its object's
+        number if it has one (the script asked for its id(); a numbered object's entry goes
+        when it dies, so one found is the object there now), else left out (``<map
+        object>``): never the address, which differs from run to run, nor a number given
+        here, which another object's reuse of the address, at a point that may differ from
+        run to run, would make wrong."""
+        known = self._numbers.get(int(found[2], 16))
+        return f"{found[1]}>" if known is None else f"{found[1]} at {known[1]:#x}>"
+
     def number(self, obj: object) -> int:
         key = builtins.id(obj)
         known = self._numbers.get(key)
@@ -3395,6 +3405,12 @@ def _depth() -> int:
     return depth
 
 
+# An address as CPython's default reprs write it, at the end of `<...>` (`<map object at
+# 0x7f3a...>`, `<generator object <genexpr> at 0x...>`): not one of the run's numbers,
+# which are small, nor a text's own words.
+_ADDRESS = re.compile(r"(<(?:[^<>\n]|<[^<>\n]*>){1,300}?) at 0x([0-9a-f]{6,16})>")
+
+
 class _Sink(_Opaque):
     """``sys.stdout`` and ``sys.stderr`` while a script runs: text goes to its printed text.
 
@@ -3411,6 +3427,10 @@ class _Sink(_Opaque):
             raise TypeError(f"write() argument must be str, not {_type_name(text)}")
         run = self._run
         if not run.ended:
+            if " at 0x" in text:
+                # `print(map(f, xs))`, `print(fetch)`: an address differs from run to run, so
+                # a live run and a replay printed other text.
+                text = _ADDRESS.sub(run.identities.unaddressed, text)
             run.printed.write(_well_formed(text))
         return len(text)
 
@@ -3760,6 +3780,9 @@ class Run(Replay):
         # a class's module up there (for a string annotation).
         self.module = types.ModuleType(_MAIN)
         self.sink = _Sink(self)
+        # The numbers that stand for addresses in the script (id(), its objects' reprs, the
+        # addresses CPython's reprs write in its printed text).
+        self.identities = _Identities()
         # What the script set that holds for its whole run, as it left it when a live segment
         # ended (None before): sys.stdout and sys.stderr (contextlib.redirect_stdout), and
         # warnings' filters and show functions (its simplefilter, catch_warnings).
@@ -4496,7 +4519,7 @@ class Run(Replay):
         self.modules["asyncio"] = self._asyncio()
         builtins_ = dict(_BUILTINS)
         builtins_["__import__"] = self._import
-        builtins_.update(_Identities().builtins())
+        builtins_.update(self.identities.builtins())
         scope = self.module.__dict__
         scope.update(
             {
