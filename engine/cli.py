@@ -520,14 +520,28 @@ def _postgres_log_there(config: Config, command: str) -> None:
         import psycopg
     except ImportError:  # the store says what to install
         return
+    from engine.log._postgres import _NoAnswer, _Watch
+
     store = config.store
+    where = "the server"
     try:
         with psycopg.connect(store.resolved_dsn(), autocommit=True, connect_timeout=10) as conn:
-            found = conn.execute(
-                "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
-                "AND table_name = 'scripts'",
-                (store.schema,),
-            ).fetchone()
+            where = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
+            # A server that takes the connection and then answers nothing (a stopped
+            # server process) would hold the command for good.
+            with _Watch(conn, store.answer_timeout):
+                found = conn.execute(
+                    "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
+                    "AND table_name = 'scripts'",
+                    (store.schema,),
+                ).fetchone()
+    except _NoAnswer as e:
+        raise StoreUnavailable(
+            f"{command}: the PostgreSQL server of the session log at {where} did not answer "
+            f"within {e.seconds:g} s (answer_timeout in {store.where}); nothing written is "
+            "lost: check the server (a stopped or overloaded server process, a network cut), "
+            "then run the command again"
+        ) from None
     except (psycopg.Error, OSError):
         return
     if found is None:

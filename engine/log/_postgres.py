@@ -412,7 +412,7 @@ class PostgresStore(SqlStore):
             # write). The pool's other connections, idle since before, may be to stalled
             # sessions too (a network cut takes them all): none is handed out again.
             if self._pool is not None:
-                await _drop_idle(self._pool, after_stall=True)
+                await _drop_idle(self._pool)
             raise self._no_answer(e) from None
         except (
             psycopg.errors.UndefinedTable,
@@ -1006,20 +1006,13 @@ def _create_sync(conn: Any, schema: str) -> None:
             row = cursor.fetchone() if cursor.description else None
 
 
-async def _drop_idle(pool: Any, *, after_stall: bool = False) -> None:
+async def _drop_idle(pool: Any) -> None:
     """Drop ``pool``'s connections made until now, for new ones: a server that cut one (a
-    restart) cut the others too; one whose session stalled (``after_stall``) may have left
-    the others' stalled as well (a network cut takes them all). Idle ones are closed now,
+    restart) cut the others too; one whose session stalled may have left the others'
+    stalled as well (a network cut takes them all). Idle ones are closed now,
     ones in use when they come back. Not checked one by one (psycopg_pool's ``check()``):
-    a check of a stalled session waits for it, as would every transaction behind it.
-    psycopg_pool before 3.3 has no ``drain()``: there, after a lost connection, the idle
-    ones are checked as before, and after a stall they are left (each is dropped once a
-    transaction waits out ``answer_timeout`` on it)."""
-    drain = getattr(pool, "drain", None)
-    if drain is not None:
-        await drain()
-    elif not after_stall:
-        await pool.check()
+    a check of a stalled session waits for it, as would every transaction behind it."""
+    await pool.drain()
 
 
 def _forget(task: asyncio.Future[Any]) -> None:

@@ -373,3 +373,42 @@ async def test_a_worker_whose_sessions_stop_answering_goes_on(server: PostgresSe
         await asyncio.wait_for(asyncio.gather(working, return_exceptions=True), HANG_S)
         await worker.aclose()
         await host.aclose()
+
+
+def test_the_cli_schema_check_is_bounded_too(
+    server: PostgresServer, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI's look for a log in the configured schema (before a command opens the store)
+    meets a server whose session stops answering once connected: StoreUnavailable within
+    answer_timeout, which says so (it waited on its query for good)."""
+    import psycopg
+
+    from engine import Config
+    from engine.cli import _postgres_log_there
+
+    config_file = tmp_path / "codemode.toml"
+    config_file.write_text(
+        f'[codemode.store]\nkind = "postgres"\ndsn = "{server.dsn}"\nanswer_timeout = 1\n'
+    )
+    config = Config.load(config_file)
+    connect = psycopg.connect
+    stopped: list[int] = []
+
+    def stalling(*args: Any, **kwargs: Any) -> Any:
+        conn = connect(*args, **kwargs)
+        os.kill(conn.info.backend_pid, signal.SIGSTOP)
+        stopped.append(conn.info.backend_pid)
+        return conn
+
+    monkeypatch.setattr(psycopg, "connect", stalling)
+    try:
+        with pytest.raises(StoreUnavailable) as caught:
+            _postgres_log_there(config, "scripts")
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+    assert stopped, "the check never connected"
+    said = str(caught.value)
+    assert "scripts: the PostgreSQL server of the session log at " in said, said
+    assert "did not answer within 1 s (answer_timeout in" in said, said
+    assert "then run the command again" in said, said
