@@ -92,8 +92,7 @@ from engine.languages.javascript import (
     check_declarations,
 )
 from engine.languages.python import PythonTypeChecker, check_stubs
-from runner import MAX_TENANT, ScriptRunner, Step
-from runner._tasks import cancel_and_wait
+from runner import MAX_TENANT, ScriptRunner, Step, cancel_and_wait
 from sandbox import protocol
 from sandbox.names import closest_names
 from sandbox.replay import source_lines

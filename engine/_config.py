@@ -50,9 +50,7 @@ from engine._live import DEFAULT_LIVE_WAIT
 from engine.languages import Language, check_language
 from engine.log import DEFAULT_LEASE_MS, LogStore, MemoryStore, PostgresStore, SqliteStore
 from engine.log._postgres import DEFAULT_ANSWER_TIMEOUT
-from runner import ScriptRunner
-from runner._remote import OPTIONS as REMOTE_OPTIONS
-from runner._wire import parse_address
+from runner import REMOTE_OPTIONS, ScriptRunner, parse_address
 
 _TOP_KEYS = {
     "data_dir",

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from engine import log
 from engine._errors import CallAbandoned, CodeModeError
 from engine._tool_threads import Ticket
-from runner._tasks import cancel_and_wait
+from runner import cancel_and_wait
 from sandbox import protocol
 
 logger = logging.getLogger("codemode")

@@ -17,7 +17,7 @@ from fractions import Fraction
 from typing import Any
 
 from engine._errors import ConfigError
-from runner import _sizes as sizes
+from runner import sizes
 from sandbox import protocol
 from sandbox.protocol import MiB
 
@@ -194,7 +194,7 @@ def _parse_limit(key: str, raw: Any, where: str) -> int:
 
 def parse_size(raw: Any, *, what: str = "size") -> int:
     """Bytes from an int or a word such as ``"4mb"``, ``"512 KiB"``, ``"1.5g"``
-    (:func:`runner._sizes.parse_size`).
+    (:func:`runner.sizes.parse_size`).
 
     Raises :class:`ConfigError` for anything else, a negative number, or more than
     :data:`MAX_LIMIT` bytes.

@@ -12,7 +12,7 @@ from typing import IO
 import orjson
 
 from engine._events import Event
-from runner._tasks import cancel_and_wait
+from runner import cancel_and_wait
 
 
 class ProgressLine:

@@ -51,7 +51,7 @@ from engine._schema import (
     validation_problems,
 )
 from engine._tool_threads import Ticket, ToolThreads, shared_threads, timed_out
-from runner._conversation import within
+from runner import within
 from sandbox.protocol import data_path, size_text
 
 T = TypeVar("T")

@@ -14,12 +14,16 @@ from runner._base import (
     Step,
     bounded,
 )
+from runner._conversation import Deadline, within
 from runner._cpu import HOST_BUSY
 from runner._live import count_private, default_live_count, default_live_memory, takes_live
 from runner._process import ProcessRunner
+from runner._remote import OPTIONS as REMOTE_OPTIONS
 from runner._remote import RemoteRunner
 from runner._service import RunnerService
 from runner._slots import Slots, default_slot_count
+from runner._tasks import cancel_and_wait, wait_ended
+from runner._wire import parse_address, peer_text
 
 
 def serve(argv: Sequence[str] | None = None) -> int:
@@ -36,7 +40,9 @@ def serve(argv: Sequence[str] | None = None) -> int:
 __all__ = [
     "HOST_BUSY",
     "MAX_TENANT",
+    "REMOTE_OPTIONS",
     "TEXT_BOUNDS",
+    "Deadline",
     "FileMissing",
     "FileReader",
     "LiveRun",
@@ -49,10 +55,15 @@ __all__ = [
     "Slots",
     "Step",
     "bounded",
+    "cancel_and_wait",
     "count_private",
     "default_live_count",
     "default_live_memory",
     "default_slot_count",
+    "parse_address",
+    "peer_text",
     "serve",
     "takes_live",
+    "wait_ended",
+    "within",
 ]

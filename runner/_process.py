@@ -45,8 +45,8 @@ from runner._live import ProcessLive, close_all, measure_at_ran
 from runner._pool import DEFAULT_IDLE_AFTER, WarmPool
 from runner._procfs import ProcFiles, cpu_ms_of
 from runner._quiet import QUIET, Quiet
-from runner._sizes import parse_size
 from runner._slots import DEFAULT_SCRIPT_WAIT, Slots, default_slot_count
+from runner.sizes import parse_size
 from sandbox import protocol
 from sandbox.protocol import Script
 

@@ -36,8 +36,8 @@ from runner._service import (
     SLOT_WAIT,
     RunnerService,
 )
-from runner._sizes import parse_size
 from runner._slots import default_slot_count
+from runner.sizes import parse_size
 
 if TYPE_CHECKING:
     from runner._process import ProcessRunner

@@ -78,3 +78,17 @@ def test_packages_import_in_one_direction() -> None:
         below = PACKAGES[PACKAGES.index(package) :]
         wrong = {t for t in targets if t.split(".")[0] not in below}
         assert not wrong, f"{module} imports {sorted(wrong)}"
+
+
+def test_a_package_takes_another_s_public_names_only() -> None:
+    """A module imports another package's names from that package (its ``__init__``, which
+    pins them), never from its private modules: engine took the stall rule, task endings and
+    address parsing from runner._conversation, runner._tasks and runner._wire."""
+    for module, targets in import_graph().items():
+        package = module.split(".")[0]
+        private = {
+            t
+            for t in targets
+            if t.split(".")[0] != package and any(p.startswith("_") for p in t.split(".")[1:])
+        }
+        assert not private, f"{module} imports {sorted(private)}"

@@ -31,6 +31,10 @@ RUNNER = {
     "RunnerService", "ScriptRunner", "Slots", "Step", "TEXT_BOUNDS", "bounded",
     "default_live_count", "default_live_memory", "default_slot_count", "count_private", "serve",
     "takes_live",
+    # What the engine shares of the runner's: the stall rule's deadline and timeout, task
+    # endings, and the remote runner's options, addresses and peers' text.
+    "Deadline", "within", "cancel_and_wait", "wait_ended", "REMOTE_OPTIONS", "parse_address",
+    "peer_text",
 }  # fmt: skip
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from engine._errors import CodeModeError, ConfigError
 from engine._limits import SECONDS, is_seconds, parse_size
-from runner._conversation import within
+from runner import within
 
 MiB = 1024 * 1024
 

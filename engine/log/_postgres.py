@@ -30,8 +30,7 @@ from engine.log import _rows as rows
 from engine.log import _schema as tables
 from engine.log import _sql as sql
 from engine.log._sqlbase import SqlStore
-from runner import FileMissing
-from runner._conversation import Deadline
+from runner import Deadline, FileMissing
 
 SCHEMA_VERSION = 3
 

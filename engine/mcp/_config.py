@@ -42,7 +42,7 @@ import orjson
 from engine._config import read_config, refuse_unknown
 from engine._errors import ConfigError
 from engine._schema import a_json_type
-from runner._wire import peer_text
+from runner import peer_text
 
 Approval = Literal["annotations", "always", "never"]
 Unannotated = Literal["approve", "run"]

@@ -29,9 +29,8 @@ from engine._tools import exception_leaves
 from engine.mcp._config import SERVER_NAME, ServerSpec, codemode_version
 from engine.mcp._listing import ToolListings, path_text
 from engine.mcp._stdio import MAX_MESSAGE, UNPARSED, stdio_transport
-from runner._conversation import within as stall_bound
-from runner._tasks import cancel_and_wait, wait_ended
-from runner._wire import peer_text
+from runner import cancel_and_wait, peer_text, wait_ended
+from runner import within as stall_bound
 from sandbox.protocol import size_text
 
 logger = logging.getLogger("codemode.mcp")
