@@ -2079,14 +2079,46 @@ class _Identities:
 
     A number is given up when its object dies (its address may then be another's); an object
     that takes no weak reference is kept to the run's end, so its number stays its own.
+
+    The addresses CPython's own reprs write (``str(map(f, xs))``, a function's, ``object()``'s)
+    cannot be numbered where they are made, so they are taken out of the text that leaves the
+    run (:meth:`text`, :meth:`data`): printed text, a call's arguments, the returned value, the
+    error. Not those the run was given (:meth:`given`): a tool's result, a file, the script;
+    the run reads its calls' results for them (``read_given``) only when a text it sends
+    holds an address, so a call whose arguments hold none costs one search of their text.
     """
 
-    __slots__ = ("_base", "_last", "_numbers")
+    __slots__ = ("_base", "_given", "_last", "_numbers", "read_given")
 
     def __init__(self) -> None:
         self._numbers: dict[int, tuple[Any, int]] = {}
         self._last = 0
         self._base: type | None = None
+        # The addresses in what the run was given, which are the same on every run: a log a
+        # tool returned, which the script passes on, keeps them.
+        self._given: set[int] = set()
+        # Called before a text that holds an address is changed: gives what the run has been
+        # given since it was last called (the results of its calls).
+        self.read_given: Callable[[], None] = lambda: None
+
+    def given(self, text: str) -> None:
+        """``text`` came from outside the run (a tool's answer, a file, the script): the
+        addresses in it are its data, left in the text the run sends on."""
+        if _addressed(text):
+            self._given.update(int(found, 16) for found in _ADDRESS_END.findall(text))
+
+    def given_data(self, data: Any) -> None:
+        """:meth:`given` for each string and key of JSON ``data`` (a call's result)."""
+        kind = type(data)
+        if kind is str:
+            self.given(data)
+        elif kind is list:
+            for item in data:
+                self.given_data(item)
+        elif kind is dict:
+            for key, item in data.items():
+                self.given(key)
+                self.given_data(item)
 
     def unaddressed(self, found: re.Match[str]) -> str:
         """An address CPython's repr wrote (`` at 0x7f3a...>``, ``found``) as its object's
@@ -2094,9 +2126,41 @@ class _Identities:
         when it dies, so one found is the object there now), else left out (``<map
         object>``): never the address, which differs from run to run, nor a number given
         here, which another object's reuse of the address, at a point that may differ from
-        run to run, would make wrong."""
-        known = self._numbers.get(int(found[2], 16))
-        return f"{found[1]}>" if known is None else f"{found[1]} at {known[1]:#x}>"
+        run to run, would make wrong. One the run was given stays as it is."""
+        address = int(found[3], 16)
+        if address in self._given:
+            return found[0]
+        known = self._numbers.get(address)
+        return f"{found[1]}>" if known is None else f"{found[1]}{found[2]}{known[1]:#x}>"
+
+    def text(self, text: str) -> str:
+        """``text`` with the run's addresses taken out (see :meth:`unaddressed`)."""
+        if not _addressed(text):
+            return text
+        self.read_given()
+        return _ADDRESS.sub(self.unaddressed, text)
+
+    def data(self, data: Any, root: str) -> Any:
+        """JSON ``data`` (dicts, lists, strings, ...) with the run's addresses taken out of its
+        strings and keys; raises TypeError when two keys of a dict would become one (keys that
+        differ only in the addresses, ``{str(m): ... for m in maps}``), which would lose data
+        the script meant to pass."""
+        kind = type(data)
+        if kind is str:
+            return self.text(data)
+        if kind is list:
+            return [self.data(item, root) for item in data]
+        if kind is not dict:
+            return data
+        out = {self.text(key): self.data(item, root) for key, item in data.items()}
+        if len(out) < len(data):
+            raise TypeError(
+                f"{root} has keys that differ only in an object's address ('<... at 0x...>', "
+                "as str() of a function or a map writes it), which differs from run to run and "
+                "is left out of what a script sends, so they would be one key: key the data by "
+                "something of the script's own (a name, a number)"
+            )
+        return out
 
     def number(self, obj: object) -> int:
         key = builtins.id(obj)
@@ -3406,9 +3470,19 @@ def _depth() -> int:
 
 
 # An address as CPython's default reprs write it, at the end of `<...>` (`<map object at
-# 0x7f3a...>`, `<generator object <genexpr> at 0x...>`): not one of the run's numbers,
-# which are small, nor a text's own words.
-_ADDRESS = re.compile(r"(<(?:[^<>\n]|<[^<>\n]*>){1,300}?) at 0x([0-9a-f]{6,16})>")
+# 0x7f3a...>`, `<generator object <genexpr> at 0x...>`, hashlib's `<sha256 _hashlib.HASH
+# object @ 0x...>`): not one of the run's numbers, which are small, nor a text's own words.
+_ADDRESS = re.compile(r"(<(?:[^<>\n]|<[^<>\n]*>){1,300}?)( at | @ )0x([0-9a-f]{6,16})>")
+# The end of every address _ADDRESS finds, in a string or in the JSON text that holds it (no
+# character of it is escaped there): the addresses a text the run was given holds, loosely.
+_ADDRESS_END = re.compile(r"(?: at | @ )0x([0-9a-f]{6,16})>")
+
+
+def _addressed(text: str) -> bool:
+    """Whether ``text`` (or the strings of the JSON text ``text``) may hold an address as
+    CPython writes one (see _ADDRESS): a text that holds none costs one search for three
+    characters."""
+    return " 0x" in text and _ADDRESS_END.search(text) is not None
 
 
 class _Sink(_Opaque):
@@ -3427,11 +3501,9 @@ class _Sink(_Opaque):
             raise TypeError(f"write() argument must be str, not {_type_name(text)}")
         run = self._run
         if not run.ended:
-            if " at 0x" in text:
-                # `print(map(f, xs))`, `print(fetch)`: an address differs from run to run, so
-                # a live run and a replay printed other text.
-                text = _ADDRESS.sub(run.identities.unaddressed, text)
-            run.printed.write(_well_formed(text))
+            # `print(map(f, xs))`, `print(fetch)`: an address differs from run to run, so a
+            # live run and a replay printed other text.
+            run.printed.write(_well_formed(run.identities.text(text)))
         return len(text)
 
     def flush(self) -> None:
@@ -3781,8 +3853,10 @@ class Run(Replay):
         self.module = types.ModuleType(_MAIN)
         self.sink = _Sink(self)
         # The numbers that stand for addresses in the script (id(), its objects' reprs, the
-        # addresses CPython's reprs write in its printed text).
+        # addresses CPython's reprs write in the text it prints, sends, returns or fails with).
         self.identities = _Identities()
+        self.identities.read_given = self._read_given
+        self.given_upto = 0  # the records whose results _read_given has read
         # What the script set that holds for its whole run, as it left it when a live segment
         # ended (None before): sys.stdout and sys.stderr (contextlib.redirect_stdout), and
         # warnings' filters and show functions (its simplefilter, catch_warnings).
@@ -3830,6 +3904,10 @@ class Run(Replay):
             # A top-level None is an argument left out (JavaScript's undefined).
             arguments = {k: v for k, v in given.items() if v is not None}
             text = _json(arguments, "the argument")
+            if _addressed(text):
+                # `tools.echo(text=str(obj))`: CPython wrote the object's address, which
+                # differs from run to run, so a replay made another call than the log's.
+                text = _json(self.identities.data(jsontext.loads(text), "the argument"), "")
         except TypeError as e:
             refused = _Call(name, self.failures, _script_line(), next(self.numbers))
             refused._reject(e)
@@ -3856,6 +3934,19 @@ class Run(Replay):
         # "p": a new call, which never settles in this run.
         return future
 
+    def _read_given(self) -> None:
+        """The addresses in the results and errors of the calls made so far, each read once
+        (see _Identities.given). A replay may read a result the script has not seen yet,
+        which a live run reads later: no text of the script's holds an address in it before
+        it has seen it, but by the chance that one of its own objects is there."""
+        upto = min(self.position, len(self.records))
+        for record in self.records[self.given_upto : upto]:
+            if record.error is not None:
+                self.identities.given(record.error)
+            else:
+                self.identities.given_data(record.result)
+        self.given_upto = max(self.given_upto, upto)
+
     def _settle(self, answers_json: str) -> None:
         answers = jsontext.loads(answers_json)
         count = len(answers)
@@ -3877,6 +3968,7 @@ class Run(Replay):
         answer = self._file(op, _json(args, f"files.{call or op}(...)"))
         tag, rest = answer[:1], answer[1:]
         if tag == "r":
+            self.identities.given(rest)
             # A long answer (a file's text, a long line) by the standard library: see jsontext.
             return jsontext.loads(rest)
         if quiet:
@@ -4473,6 +4565,7 @@ class Run(Replay):
 
     def _execute(self) -> Ran:
         script = self.script
+        self.identities.given(script.code)
         try:
             code, self.main_guards, self.bare_ending, self.syntax_warnings = compile_script(
                 script.code
@@ -4767,7 +4860,7 @@ class Run(Replay):
             # code), and one the script made anew with __init__ (it has no error).
             if future not in failures or error is None:
                 continue
-            message = _message(error)  # may run the script's own __str__
+            message = self.identities.text(_message(error))  # may run the script's __str__
             if type(future) is not _Call:  # a call's error is the tool's message
                 message = f"{_type_name(error)}: {message}"
             shown = future._shown()
@@ -4777,17 +4870,30 @@ class Run(Replay):
                 _warning_line(future._line, "RuntimeWarning", unawaited(shown, message))
             )
 
+    def _finish(self, ran: Ran) -> Ran:
+        error = ran.error
+        if error is not None:
+            # `raise ValueError(f"no {obj}")`: the error says no address, which differs from
+            # run to run.
+            error.message = self.identities.text(error.message)
+        return super()._finish(ran)
+
     def _value(self, value: Any) -> Ran:
         if value is None:
             return _finished("u")
         if issubclass(type(value), str):
-            value = str.__str__(value)  # the text itself, whatever a subclass's len() says
+            # The text itself, whatever a subclass's len() says; `return str(obj)` writes
+            # no address, which differs from run to run.
+            value = self.identities.text(str.__str__(value))
         if type(value) is str and len(value) > VALUE_BOUND:
             half = VALUE_BOUND // 2
             text = _well_formed(value)
             return _finished("c" + jsontext.dumps([text[:half], text[-half:], len(text)]).decode())
         try:
             text = _json(value, "the returned value")
+            if _addressed(text):
+                data = self.identities.data(jsontext.loads(text), "the returned value")
+                text = _json(data, "")
             return _finished("j" + text)
         except (MemoryError, _Ended):
             raise

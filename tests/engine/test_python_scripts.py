@@ -404,3 +404,45 @@ async def test_a_long_result_under_a_small_memory_limit_is_read_or_is_the_limit(
     assert read.value == 300_000
     assert over.status == "failed" and "SandboxCrash" not in over.text, over.text
     assert "memory limit met" in over.text
+
+
+@pytest.mark.parametrize("live", [True, False])
+async def test_a_call_given_an_objects_text_finishes_after_its_approval(live: bool) -> None:
+    """A Python script that passes `str(obj)` to a tool that needs approval: CPython wrote
+    the object's address into the call, the run after the approval (a new process) wrote
+    another, and the script failed with a DivergenceError ("call 1 differs from the log").
+    The address is left out of the call, so the approved call is the logged one, it runs
+    once, and the script finishes the same live and by replay."""
+    posted: list[str] = []
+
+    @tool(needs_approval=True)
+    def post(text: str) -> str:
+        """Post a note."""
+        posted.append(text)
+        return f"posted {text}"
+
+    code = (
+        "def fetch():\n    pass\n"
+        "note = await tools.post(text=f'{fetch} {map(str, [1])!r} {object()}')\n"
+        "print(note)\n"
+        "return [note, str(fetch)]"
+    )
+    runner = ProcessRunner(mode="pool", slots=1)
+    engine = CodeMode([post], runner=runner, type_check="off", language="python", live=live)
+    try:
+        paused = await engine.run_code(code)
+        assert paused.status == "paused", paused.text
+        assert paused.waiting[0]["arguments"] == {
+            "text": "<function fetch> <map object> <object object>"
+        }
+        await engine.approve(paused.script_id, paused.waiting[0]["call_id"])
+        done = await engine.resume(paused.script_id)
+    finally:
+        await engine.aclose()
+    assert done.status == "finished", done.text
+    assert posted == ["<function fetch> <map object> <object object>"]
+    assert done.value == [
+        "posted <function fetch> <map object> <object object>",
+        "<function fetch>",
+    ]
+    assert "Printed:\nposted <function fetch> <map object> <object object>" in done.text
