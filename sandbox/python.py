@@ -2683,16 +2683,29 @@ def _script_line() -> int:
 
 
 class _Yield(_Opaque):
-    """``asyncio.sleep``: let every other ready task run once, then go on."""
+    """``asyncio.sleep``: let every other ready task run once, then go on. One never awaited
+    (nor made a task) warns as it goes, as a coroutine does."""
 
-    __slots__ = ("_result",)
+    __slots__ = ("_result", "_taken")
 
     def __init__(self, result: Any) -> None:
         self._result = result
+        self._taken = False
 
     def __await__(self) -> Any:
+        self._taken = True
         yield None
         return self._result
+
+    def __del__(self) -> None:
+        if not self._taken:
+            # `asyncio.sleep(1)` for `await asyncio.sleep(1)` waited for nothing, and said
+            # nothing of it: CPython's words, at the script's line that dropped it.
+            warnings.warn("coroutine 'sleep' was never awaited", RuntimeWarning, stacklevel=2)
+
+    # Under warnings.simplefilter("error"), what the warning is said to have been raised in
+    # ("an exception in sleep was ignored"), as a coroutine's name is: not _Yield.__del__.
+    __del__.__qualname__ = "sleep"
 
     def __repr__(self) -> str:
         return "<coroutine object sleep>"
@@ -4029,9 +4042,10 @@ class Run(Replay):
         if kind is types.CoroutineType:
             shown = f"{awaitable.__qualname__[:100]}(...)"
         elif hasattr(kind, "__await__"):  # asyncio.sleep, a script's own awaitable
-            shown = (
-                "asyncio.sleep(...)" if kind is _Yield else f"{_type_name(awaitable)[:100]}(...)"
-            )
+            shown = f"{_type_name(awaitable)[:100]}(...)"
+            if kind is _Yield:
+                shown = "asyncio.sleep(...)"
+                awaitable._taken = True  # a task that never runs does not warn of it either
             awaitable = _await(awaitable)
         elif kind is types.FunctionType and type(name := awaitable.__qualname__) is str:
             # `asyncio.create_task(fetch)`: the coroutine function uncalled.
@@ -4457,6 +4471,10 @@ class Run(Replay):
             # No time passes in a script: the timeout never fires (see _Timeout).
             return await self._task(fut, "asyncio.wait_for takes a coroutine or a tool call")
 
+        # What a coroutine of theirs never awaited is called: asyncio's names, not the sandbox's
+        # ('Run._asyncio.<locals>.wait_for').
+        wait.__qualname__, wait_for.__qualname__ = "wait", "wait_for"
+
         def shield(awaitable: Any) -> _Future:
             inner = self._task(awaitable, "asyncio.shield takes a coroutine or a tool call")
             if inner._done:
@@ -4498,6 +4516,9 @@ class Run(Replay):
                 main.close()  # this error says it all: not also "never awaited"
             elif isinstance(main, _Future):
                 shown = main._shown()  # `asyncio.run(tools.name(...))`: not `main(...)`
+            elif type(main) is _Yield:
+                shown = "asyncio.sleep(...)"
+                main._taken = True
             elif type(main) is types.FunctionType and type(name := main.__qualname__) is str:
                 shown = f"{name[:100]}(...)"  # `asyncio.run(main)`, the function uncalled
             raise RuntimeError(

@@ -193,7 +193,9 @@ async def test_a_misuse_reads_the_same_live_and_replayed_and_names_no_sandbox_cl
             "lock:`\n"
             "  at line 4: with asyncio.Lock():\n"
             "Printed:\n"
-            "3 <Timeout [active]> <class 'tool'> <coroutine object sleep>"
+            "3 <Timeout [active]> <class 'tool'> <coroutine object sleep>\n"
+            # As CPython warns of it: the sleep is printed, never awaited.
+            "line 3: RuntimeWarning: coroutine 'sleep' was never awaited"
         ]
         * 2
     )

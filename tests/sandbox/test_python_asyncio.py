@@ -580,3 +580,30 @@ def test_a_queue_of_no_size_says_what_it_takes() -> None:
     assert failed("import asyncio\nq = asyncio.Queue()\nq.task_done()").message == (
         "task_done() called too many times"
     )
+
+
+def test_a_sleep_never_awaited_warns_as_a_coroutine_does() -> None:
+    """`asyncio.sleep(1)` written for `await asyncio.sleep(1)` said nothing, where CPython
+    warns "coroutine 'sleep' was never awaited" (as the sandbox says of the script's own
+    coroutines); asyncio.wait_for and asyncio.wait never awaited were named
+    'Run._asyncio.<locals>.wait_for'. One made a task, gathered or awaited warns of nothing."""
+    code = (
+        "import asyncio\n"
+        "asyncio.sleep(1)\n"
+        "asyncio.wait_for(asyncio.sleep(1), 1)\n"
+        "asyncio.wait([asyncio.sleep(1)])\n"
+        "asyncio.create_task(asyncio.sleep(1))\n"
+        "await asyncio.gather(asyncio.sleep(0))\n"
+        "s = asyncio.sleep(0)\n"
+        "await s\n"
+        "return 1"
+    )
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed == (
+        "line 2: RuntimeWarning: coroutine 'sleep' was never awaited\n"
+        "line 3: RuntimeWarning: coroutine 'wait_for' was never awaited\n"
+        "line 3: RuntimeWarning: coroutine 'sleep' was never awaited\n"
+        "line 4: RuntimeWarning: coroutine 'wait' was never awaited\n"
+        "line 4: RuntimeWarning: coroutine 'sleep' was never awaited\n"
+    )
