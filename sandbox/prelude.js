@@ -1046,15 +1046,21 @@
   const UNHANDLED_KEPT = 100, UNHANDLED_SHOWN = 10;
   const unhandled = ownMethods(new NativeMap(), { set: mapSet, delete: mapDelete });
   let unhandledMore = 0; // rejected with no handler once the map was full
+  // Answers 1 for a promise rejected, with no handler, by QuickJS's out-of-memory error: the
+  // tracker notes that the heap ran out in a job (as it does of a null, what QuickJS throws
+  // when it cannot make even that error), and the run ends on the memory limit.
   function rejection(reason, handled) {
     if (handled) {
       // QuickJS says "handled" only of a promise it said was not: one kept, or one counted.
       if (!unhandled.delete(this) && !callRecords.has(this) && unhandledMore > 0) unhandledMore--;
-    } else if (apply(mapSize, unhandled, []) < UNHANDLED_KEPT) {
+      return 0;
+    }
+    if (apply(mapSize, unhandled, []) < UNHANDLED_KEPT) {
       unhandled.set(this, reason); // a call's too: a recorded failure is rejected before `called`
     } else if (!callRecords.has(this)) {
       unhandledMore++;
     }
+    return outOfMemory(reason) ? 1 : 0;
   }
   let untakenShown = 0; // how many of failedCalls untaken() has looked at
   let warned = 0; // lines untaken() printed in this run: at most UNHANDLED_SHOWN in all

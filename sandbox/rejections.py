@@ -34,7 +34,8 @@ class _Value(ctypes.Structure):
 class _Hook(ctypes.Structure):
     """The tracker's opaque pointer: the prelude's function, whether any promise was rejected
     with no handler (the host then asks the prelude for its lines), and whether one was with
-    null (what QuickJS throws when the heap cannot hold even its out-of-memory error)."""
+    null (what QuickJS throws when the heap cannot hold even its out-of-memory error) or with
+    that error (the prelude's function answers 1): the heap ran out in a job."""
 
     _fields_ = [("function", _Value), ("rejected", ctypes.c_int), ("null", ctypes.c_int)]
 
@@ -104,6 +105,8 @@ def _track(
     answer = _lib.JS_Call(ctx, hook.function, promise, 2, argv)
     if _lib.JS_HasException(ctx):  # the heap full: a line less, and the run goes on
         _lib.JS_FreeValue(ctx, _lib.JS_GetException(ctx))
+    elif not handled and answer.tag == _JS_TAG_INT and answer.u == 1:
+        hook.null = 1  # rejected by QuickJS's out-of-memory error (see `rejection`)
     _lib.JS_FreeValue(ctx, answer)
 
 
@@ -137,7 +140,8 @@ class Watch:
 
     @property
     def rejected_with_null(self) -> bool:
-        """Whether a promise was rejected with null, and no handler, since the watch began."""
+        """Whether a promise was rejected with null or QuickJS's out-of-memory error, and no
+        handler, since the watch began: the heap ran out in a job."""
         return bool(self._hook.null)
 
 

@@ -2543,12 +2543,19 @@ def test_a_run_that_fills_the_heap_reports_no_unhandled_lines() -> None:
 @pytest.mark.parametrize(
     "code",
     [
+        # Each step keeps what it made, so the heap fills whatever QuickJS's collector does
+        # (a bare chain, `const f = () => Promise.resolve().then(f)`, leaves garbage the
+        # collector may keep up with for good: whether it filled the heap, or ran until the
+        # CPU limit, was up to where the collector's threshold fell).
         # Nothing handles the rejection, and the script waits on: it ended "stuck".
-        "const f = () => Promise.resolve().then(f);\nf();\nawait new Promise(() => {});",
+        "const kept = [];\n"
+        "const f = () => { kept.push(new Array(64).fill(0)); return Promise.resolve().then(f); };\n"
+        "f();\nawait new Promise(() => {});",
         # The script catches it, then goes on to a call and its end: it finished.
-        "let n = 0;\nconst f = () => { n++; return Promise.resolve().then(f); };\n"
+        "const kept = [];\n"
+        "const f = () => { kept.push(new Array(64).fill(0)); return Promise.resolve().then(f); };\n"
         "const p = f().catch((e) => console.log('caught', e));\n"
-        "await tools.list_prs({});\nawait p;\nreturn n;",
+        "await tools.list_prs({});\nawait p;\nreturn kept.length;",
     ],
 )
 def test_a_heap_filled_in_a_promise_job_is_the_memory_limit(code: str, how: str) -> None:
@@ -2558,6 +2565,19 @@ def test_a_heap_filled_in_a_promise_job_is_the_memory_limit(code: str, how: str)
     ran = _js_to_the_end(code, live=how == "live")
     assert_limit(ran, "memory")
     assert ran.error is not None and ran.error.name == "LimitError"
+
+
+@pytest.mark.parametrize("how", ["replay", "live"])
+def test_a_job_rejected_by_quickjs_out_of_memory_error_is_the_memory_limit(how: str) -> None:
+    """The heap that runs out in a job rejects its promise with QuickJS's InternalError "out
+    of memory" when the heap still holds that error (null when not): that is the memory limit
+    too (it was a StuckError, in about one fresh process in two of the chain above). The
+    error made here stands for it; an Error with those words is the script's own."""
+    code = "Promise.reject(new InternalError('out of memory'));\nawait new Promise(() => {});"
+    ran = _js_to_the_end(code, live=how == "live")
+    assert_limit(ran, "memory")
+    own = _js_to_the_end(code.replace("InternalError", "Error"), live=how == "live")
+    assert own.error is not None and own.error.name == "StuckError", own
 
 
 def test_a_context_without_the_tracker_still_runs(monkeypatch: pytest.MonkeyPatch) -> None:
