@@ -469,8 +469,11 @@ class Tool:
         in_thread = False  # the handler runs in a tool thread now, not on the event loop
         returned: list[bool] = []  # once the handler returned: its result is being converted
         # A host stopped meanwhile (SIGSTOP, a paused virtual machine) stopped the handler
-        # too: the stall is not charged to the call (see Within).
-        scope = within(timeout)
+        # too: the stall is not charged to a call in a tool thread (see Within). A handler on
+        # the event loop is timed by the loop's clock alone: one that blocks the loop (a
+        # blocking library, CPU work between awaits) runs its timer late as a stopped host
+        # does, and Within would start its deadline again each time, for ever.
+        scope = within(timeout) if self.in_thread else asyncio.timeout(timeout)
         try:
             async with scope:
                 if not self.in_thread:

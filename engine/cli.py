@@ -520,7 +520,7 @@ def _postgres_log_there(config: Config, command: str) -> None:
         import psycopg
     except ImportError:  # the store says what to install
         return
-    from engine.log._postgres import _NoAnswer, _Watch
+    from engine.log._postgres import _NoAnswer, _Watch, no_answer
 
     store = config.store
     where = "the server"
@@ -528,20 +528,17 @@ def _postgres_log_there(config: Config, command: str) -> None:
         with psycopg.connect(store.resolved_dsn(), autocommit=True, connect_timeout=10) as conn:
             where = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
             # A server that takes the connection and then answers nothing (a stopped
-            # server process) would hold the command for good.
-            with _Watch(conn, store.answer_timeout):
+            # server process) would hold the command for good. The query blocks the
+            # command's event loop: the watch's timer is a thread's.
+            with _Watch(conn, store.answer_timeout, blocking=True):
                 found = conn.execute(
                     "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
                     "AND table_name = 'scripts'",
                     (store.schema,),
                 ).fetchone()
     except _NoAnswer as e:
-        raise StoreUnavailable(
-            f"{command}: the PostgreSQL server of the session log at {where} did not answer "
-            f"within {e.seconds:g} s (answer_timeout in {store.where}); nothing written is "
-            "lost: check the server (a stopped or overloaded server process, a network cut), "
-            "then run the command again"
-        ) from None
+        said = no_answer(where, e.seconds, f"run the command again ({store.where})")
+        raise StoreUnavailable(f"{command}: {said}") from None
     except (psycopg.Error, OSError):
         return
     if found is None:

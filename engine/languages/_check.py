@@ -259,10 +259,16 @@ async def run_bounded(
         pidfd: int | None = os.pidfd_open(process.pid)
     except ProcessLookupError:  # ended and reaped already: nothing to kill
         pidfd = None
+    except OSError:  # a kernel without pidfds, or a seccomp profile that refuses them
+        pidfd = -1
 
     def kill() -> None:
-        if pidfd is not None and process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
+        if process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            if pidfd == -1:
+                process.kill()  # by its pid, as before pidfds
+            elif pidfd is not None:
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
 
     chunks: list[bytes] = []
@@ -302,6 +308,6 @@ async def run_bounded(
                 await process.wait()
         raise
     finally:
-        if pidfd is not None:
+        if pidfd is not None and pidfd >= 0:
             os.close(pidfd)
     return Ran(b"".join(chunks).decode("utf-8", "replace"), status, cut)

@@ -275,12 +275,7 @@ class PostgresStore(SqlStore):
     def _no_answer(self, error: _NoAnswer) -> StoreUnavailable:
         """The server took the connection and then answered nothing for ``answer_timeout``
         (:class:`_NoAnswer`)."""
-        return StoreUnavailable(
-            f"the PostgreSQL server of the session log at {self.where()} did not answer "
-            f"within {error.seconds:g} s (answer_timeout), and its connection was dropped; "
-            "nothing written is lost: check the server (a stopped or overloaded server "
-            "process, a network cut), then resume the script"
-        )
+        return no_answer(self.where(), error.seconds, "resume the script")
 
     def _takes_no_writes(self, error: BaseException) -> StoreUnavailable:
         """The server refused a write of the log because it takes none as things are: a
@@ -679,6 +674,17 @@ class _CommitUnknown(Exception):
         self.value = value  # what the transaction returns, if it committed
 
 
+def no_answer(where: str, seconds: float, then: str) -> StoreUnavailable:
+    """The error of a server at ``where`` that took a connection and then answered nothing
+    for ``seconds`` (``answer_timeout``); ``then``: what to do once it answers."""
+    return StoreUnavailable(
+        f"the PostgreSQL server of the session log at {where} did not answer within "
+        f"{seconds:g} s (answer_timeout), and its connection was dropped; nothing written is "
+        f"lost: check the server (a stopped or overloaded server process, a network cut), "
+        f"then {then}"
+    )
+
+
 class _NoAnswer(Exception):
     """The server did not answer on a connection within ``seconds``: the connection was
     dropped, and whatever the transaction sent may or may not take effect once the server
@@ -718,16 +724,16 @@ class _Watch:
 
     __slots__ = ("_deadline", "_done", "_loop", "_timer", "conn", "cut")
 
-    def __init__(self, conn: Any, seconds: float) -> None:
+    def __init__(self, conn: Any, seconds: float, *, blocking: bool = False) -> None:
         self.conn = conn
         self.cut = False
         self._done = False
         self._deadline = Deadline.seconds(seconds)
         self._timer: asyncio.TimerHandle | threading.Timer | None = None
-        try:
-            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            self._loop = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if not blocking:  # ``blocking``: the block holds this thread's loop, if it has one
+            with contextlib.suppress(RuntimeError):
+                self._loop = asyncio.get_running_loop()
 
     def _arm(self, seconds: float) -> None:
         if self._loop is not None:

@@ -744,6 +744,22 @@ async def test_a_host_stalled_while_a_call_runs_takes_its_result() -> None:
     assert await Tool("effect", handler=effect, timeout=timeout).invoke({}, CTX) == "done"
 
 
+async def test_an_async_handler_that_blocks_the_loop_still_times_out() -> None:
+    """An async handler that blocks the event loop between its awaits (a blocking library),
+    each time for longer than a stalled host's bound, meets its timeout: the loop's timers run
+    late then as a stopped host's do, and the stall rule started its deadline again at each
+    (it ran to its end, past any timeout)."""
+
+    async def blocking() -> str:
+        for _ in range(3):
+            time.sleep(STALLED_S + 0.6)
+            await asyncio.sleep(0)
+        return "done"
+
+    with pytest.raises(ToolCallError, match="timed out"):
+        await Tool("blocking", handler=blocking, timeout=0.5).invoke({}, CTX)
+
+
 @pytest.mark.parametrize("kind", ["async", "sync"])
 async def test_a_result_small_in_memory_but_huge_as_json_fails_at_once(kind: str) -> None:
     """An object holding one other twice, forty deep: a few objects in memory, 2**40 copies

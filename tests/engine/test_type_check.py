@@ -922,3 +922,22 @@ def test_a_checker_serves_one_event_loop_after_another(compiler: str) -> None:
 
     for _ in range(2):
         assert all(checked.ok for checked in asyncio.run(burst()))
+
+
+async def test_a_checker_past_its_timeout_is_killed_without_pidfds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel without pidfds (ENOSYS), or a seccomp profile that refuses them (EPERM): the
+    check past its timeout kills its checker by pid and says it gave no answer (None). It
+    raised OSError from os.pidfd_open, the checker left running and unreaped."""
+    import errno
+
+    def refused(pid: int, flags: int = 0) -> int:
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", refused)
+    fake = tmp_path / "tsc"
+    fake.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(3600)\n")
+    fake.chmod(0o755)
+    assert await run_bounded([str(fake)], tmp_path, timeout=0.5, memory=1 << 30) is None
+    assert not _running(str(fake))
