@@ -1060,7 +1060,7 @@
     } else if (!callRecords.has(this)) {
       unhandledMore++;
     }
-    return outOfMemory(reason) ? 1 : 0;
+    return reason !== null && outOfMemory(reason) ? 1 : 0; // a null: the tracker's to weigh
   }
   let untakenShown = 0; // how many of failedCalls untaken() has looked at
   let warned = 0; // lines untaken() printed in this run: at most UNHANDLED_SHOWN in all

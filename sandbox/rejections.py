@@ -33,11 +33,16 @@ class _Value(ctypes.Structure):
 
 class _Hook(ctypes.Structure):
     """The tracker's opaque pointer: the prelude's function, whether any promise was rejected
-    with no handler (the host then asks the prelude for its lines), and whether one was with
-    null (what QuickJS throws when the heap cannot hold even its out-of-memory error) or with
-    that error (the prelude's function answers 1): the heap ran out in a job."""
+    with no handler (the host then asks the prelude for its lines), whether one was with null
+    (what QuickJS throws when the heap cannot hold even its out-of-memory error), and whether
+    one was with that error (the prelude's function answers 1)."""
 
-    _fields_ = [("function", _Value), ("rejected", ctypes.c_int), ("null", ctypes.c_int)]
+    _fields_ = [
+        ("function", _Value),
+        ("rejected", ctypes.c_int),
+        ("null", ctypes.c_int),
+        ("out_of_memory", ctypes.c_int),
+    ]
 
 
 # The same in every QuickJS: an int32 payload; null; an object (a pointer to it).
@@ -106,7 +111,7 @@ def _track(
     if _lib.JS_HasException(ctx):  # the heap full: a line less, and the run goes on
         _lib.JS_FreeValue(ctx, _lib.JS_GetException(ctx))
     elif not handled and answer.tag == _JS_TAG_INT and answer.u == 1:
-        hook.null = 1  # rejected by QuickJS's out-of-memory error (see `rejection`)
+        hook.out_of_memory = 1  # QuickJS's out-of-memory error (see `rejection`)
     _lib.JS_FreeValue(ctx, answer)
 
 
@@ -140,9 +145,14 @@ class Watch:
 
     @property
     def rejected_with_null(self) -> bool:
-        """Whether a promise was rejected with null or QuickJS's out-of-memory error, and no
-        handler, since the watch began: the heap ran out in a job."""
+        """Whether a promise was rejected with null, and no handler, since the watch began."""
         return bool(self._hook.null)
+
+    @property
+    def rejected_out_of_memory(self) -> bool:
+        """Whether a promise was rejected with QuickJS's out-of-memory error, and no handler,
+        since the watch began."""
+        return bool(self._hook.out_of_memory)
 
 
 def watch(ctx: _quickjs.Context, function: Any) -> Watch | None:
@@ -163,6 +173,6 @@ def watch(ctx: _quickjs.Context, function: Any) -> Watch | None:
     value = _Value.from_address(id(function) + _OBJECT_VALUE_AT)
     if value.tag != _JS_TAG_OBJECT or not value.u:
         return None
-    hook = _Hook(_Value(value.u, value.tag), 0, 0)
+    hook = _Hook(_Value(value.u, value.tag), 0, 0, 0)
     _lib.JS_SetHostPromiseRejectionTracker(runtime, _tracker, ctypes.addressof(hook))
     return Watch(ctx, function, hook, runtime)

@@ -852,16 +852,16 @@ class Run(Replay):
             # The heap ran out in a job, whose promise took the null QuickJS throws then: the
             # script caught it, or left it unhandled and waited on (a StuckError), or went on.
             # The run fails on the memory limit, as one whose ending is that null does.
-            return self._finish(self._failed("Error", "", "", True))
+            return self._finish(self._failed("InternalError", "out of memory", ""))
         return super()._conclude()
 
     def _heap_ran_out(self) -> bool:
-        """Whether a promise was rejected with a null that the script does not write."""
+        """Whether a promise was rejected with QuickJS's out-of-memory error, or with a null
+        that the script does not write."""
         watch = self._watch
-        return (
-            watch is not None
-            and watch.rejected_with_null
-            and not _THROWS_NULL.search(self.script.code)
+        return watch is not None and (
+            watch.rejected_out_of_memory
+            or (watch.rejected_with_null and not _THROWS_NULL.search(self.script.code))
         )
 
     def _concluded(self, kind: str, payload: Any) -> Ran:
