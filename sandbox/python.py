@@ -4930,13 +4930,15 @@ class Run(Replay):
 
     def _near_name(self, error: BaseException, missing: str) -> str | None:
         """The name CPython's traceback suggests for ``missing`` (not defined), if one is
-        close: among the locals of the script's frames the error went through (the innermost
-        first), then its top-level names, then its builtins (only their names are read)."""
-        frames = []
+        close: among the locals of the innermost script frame the error went through, then
+        the script's top-level names (its body's frame, the outermost), then its builtins
+        (only their names are read). Not the frames between: the failing line cannot see
+        its callers' locals."""
+        frames: list[types.FrameType] = []  # the outermost, the innermost
         tb = _TRACEBACK.__get__(error)
         while tb is not None:
             if tb.tb_frame.f_code.co_filename == FILENAME:
-                frames.append(tb.tb_frame)
+                frames = [*frames[:1], tb.tb_frame]
             tb = tb.tb_next
         scope = self.module.__dict__
         held = scope.get("__builtins__")
@@ -5550,7 +5552,8 @@ def _near_attribute(kind: type, name: str) -> str | None:
 
 def _suggestion(wrong: str, names: list[str]) -> str | None:
     """The name CPython's traceback suggests for ``wrong`` among ``names`` ("Did you mean:
-    'result'?"), by its rule: the fewest edits, within a bound that grows with the lengths.
+    'result'?"), by its rule (3.11's traceback module's, which traceback.print_exc() uses):
+    the fewest edits, within a bound that grows with the lengths.
     None when there is none, or too many names to look among, as CPython."""
     if len(names) > _NEAR_CANDIDATES or len(wrong) > _NEAR_LENGTH:
         return None

@@ -867,6 +867,11 @@ def test_what_a_script_prints_of_the_sandboxs_objects_names_no_sandbox_class() -
         ),
         # None where CPython's rule finds none too.
         ("return missing", ("NameError", "name 'missing' is not defined")),
+        # A caller's local is not in scope where the name failed: CPython offers none.
+        (
+            "def f():\n    abcd = 1\n    return g()\ndef g():\n    return abce\nreturn f()",
+            ("NameError", "name 'abce' is not defined"),
+        ),
         ("return lenght([1])", ("NameError", "name 'lenght' is not defined")),
         ("rows = []\nrows.add(1)", ("AttributeError", "'list' object has no attribute 'add'")),
     ],
