@@ -596,6 +596,17 @@ def _shown(text: object) -> str:
     return escaped(str(text))
 
 
+# How much of a call's arguments `show` prints, in characters of their JSON.
+SHOWN_ARGUMENTS = 400
+
+
+def _cut(text: str, most: int) -> str:
+    """``text``, or its first ``most`` characters and what was left out."""
+    if len(text) <= most:
+        return text
+    return f"{text[:most]}... ({len(text) - most:,} more characters; show --json prints them)"
+
+
 async def _show(args: argparse.Namespace) -> int:
     check_ids(args.script_id)  # before the store opens: nothing to close
     store = _reader(_needs_log(args, "show"))
@@ -653,6 +664,9 @@ async def _show(args: argparse.Namespace) -> int:
             f"  #{c.index + 1} {_shown(c.call_id)}  tools.{_shown(c.name)}  {c.state}  "
             f"({sizes}){times}"
         )
+        # What the call was asked to do: the one thing a person deciding on an approval
+        # must see, so every call shows it (cut short; show --json prints it whole).
+        print(f"      args: {_shown(_cut(orjson.dumps(c.arguments).decode(), SHOWN_ARGUMENTS))}")
         for label, text in (("note", c.note), ("error", c.error), ("owner", c.owner)):
             if text:
                 head, *rest = str(text).split("\n")

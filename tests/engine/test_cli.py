@@ -738,6 +738,8 @@ def test_scripts_show_approve_and_a_worker(tmp_path: Path) -> None:
     shown = codemode("show", paused["script_id"], "--data-dir", data)
     assert shown.returncode == 0, shown.stderr
     assert "awaiting_approval" in shown.stdout and "tools.github__comment" in shown.stdout
+    # What the person is asked to approve.
+    assert '      args: {"number":12,"body":"ping"}\n' in shown.stdout
     call_id = paused["waiting"][0]["call_id"]
     approved = codemode("approve", paused["script_id"], call_id, "--data-dir", data)
     assert approved.returncode == 0, approved.stderr
@@ -882,6 +884,27 @@ def test_show_and_scripts_print_what_the_log_holds_as_text(tmp_path: Path) -> No
     assert "\n     1  // a\\x0cform feed \\u202e}\\u2066\n     2  throw new Error(" in shown.stdout
     assert "\\x1b]0;title\\x07 here" in shown.stdout
     assert "at line 2" in shown.stdout
+
+
+def test_show_prints_each_calls_arguments_cut_short_and_escaped(tmp_path: Path) -> None:
+    """`show` prints what each call was asked (a person deciding on an approval reads it
+    there): its JSON on one line, cut at 400 characters with what was left out, a
+    terminal's escapes and bidi controls shown as escapes."""
+    data = ["--data-dir", str(tmp_path / "data")]
+    script = 'await tools.github__comment({ number: 12, body: "\u202e\x1b[2J" + "x".repeat(1000) })'
+    first = codemode("run", "-", *TRACKER, *data, "--json", stdin=script)
+    assert first.returncode == 3, first.stderr
+    script_id = json.loads(first.stdout.splitlines()[0])["script_id"]
+    shown = codemode("show", script_id, *data)
+    assert shown.returncode == 0, shown.stderr
+    (line,) = [x for x in shown.stdout.splitlines() if x.startswith("      args: ")]
+    assert line.startswith('      args: {"number":12,"body":"\\u202e\\u001b[2Jxxx')
+    assert "\x1b" not in shown.stdout and "\u202e" not in shown.stdout
+    # 400 characters of the JSON, then what was left: the rest of its 1,033 (the bidi
+    # control is one character of it, shown as six).
+    rest = "... (633 more characters; show --json prints them)"
+    assert line.endswith("x" + rest), line
+    assert len(line) == len("      args: ") + 400 + 5 + len(rest)
 
 
 TRACKER = ("--tools", "examples/tracker_tools.py")
