@@ -700,7 +700,6 @@ def _calls_own(tree: ast.Module, value: ast.expr) -> str | None:
     return None
 
 
-_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 # `asyncio.run(main())` on a line, and the function it runs (`tools.name` too).
 _ASYNCIO_RUN = re.compile(r"\basyncio\.run\(\s*(?:([A-Za-z_][\w.]{0,99})\s*\()?")
 
@@ -745,31 +744,35 @@ _JAVASCRIPT_OPERATORS = tuple(
 )
 
 
-def _syntax_hint(message: str, text: str) -> str:
-    """What to add to a SyntaxError's text at line ``text``: the Python that reads the
-    script, when what fails is syntax a newer Python takes (3.12's f-strings, ``type X =
-    ...`` and ``def f[T]``, 3.14's ``except A, B:`` and ``t"..."``), and how that Python
-    writes it; "" for an error in any Python."""
-    if sys.version_info >= (3, 12):
-        return ""
-    if message.startswith(("invalid syntax", "expected '('")):
+def _syntax_hint(
+    message: str, text: str, version: tuple[int, int] = (sys.version_info[0], sys.version_info[1])
+) -> str:
+    """What to add to a SyntaxError's text at line ``text`` in a script run by Python
+    ``version`` (this one's): the Python that reads the script, when what fails is syntax a
+    newer Python takes (3.12's f-strings, ``type X = ...`` and ``def f[T]``, 3.14's ``except
+    A, B:`` and ``t"..."``), and how that Python writes it; what the script's terms make of
+    an error in any Python; else ""."""
+    # Only the hints of a newer Python's syntax depend on the version: the others hold in
+    # every one (a host on 3.12 lost them all when this returned early there).
+    release = f"{version[0]}.{version[1]}"
+    if version < (3, 12) and message.startswith(("invalid syntax", "expected '('")):
         for pattern, instead in _TYPE_PARAMETERS:
             if pattern.match(text):
-                return f" (scripts are Python {_VERSION}, which has no {instead})"
+                return f" (scripts are Python {release}, which has no {instead})"
     # Only these say what 3.12 allows: the f-string's own quote inside its braces ends it
     # early (an unmatched bracket, no '}'), or a backslash, '#' or deep nesting there. The
     # others (a bad conversion, an empty expression) are errors in any Python.
-    if message.startswith(("f-string: unmatched", "f-string: expecting '}'")):
+    if version < (3, 12) and message.startswith(("f-string: unmatched", "f-string: expecting '}'")):
         return (
-            f"; scripts are Python {_VERSION}, where what is inside an f-string's braces "
+            f"; scripts are Python {release}, where what is inside an f-string's braces "
             "cannot use the f-string's own quote: write f'{d[\"key\"]}' or take the value "
             "out first"
         )
-    if message.startswith(
+    if version < (3, 12) and message.startswith(
         ("f-string expression part cannot include", "f-string: expressions nested too deeply")
     ):
         return (
-            f"; scripts are Python {_VERSION}, which does not allow it (3.12 does): take the "
+            f"; scripts are Python {release}, which does not allow it (3.12 does): take the "
             "value out of the f-string first"
         )
     # What holds in any Python, said in a script's terms: its top level is the body of an
@@ -796,17 +799,17 @@ def _syntax_hint(message: str, text: str) -> str:
     # What 3.14 takes: `except A, B:` (PEP 758) and template strings, t"..." (PEP 750).
     # Any other "invalid syntax" is one in every Python, and naming the version there sent
     # the reader looking for a newer feature the code does not use.
-    if message.startswith("multiple exception types must be parenthesized"):
+    if version < (3, 14) and message.startswith("multiple exception types must be parenthesized"):
         bare = _BARE_EXCEPT.match(text)
         if bare is None:  # with `as`, which 3.14 refuses too
             return ""
         return (
-            f"; scripts are Python {_VERSION}, which does not allow it (3.14 does): write "
+            f"; scripts are Python {release}, which does not allow it (3.14 does): write "
             f"except{bare[1]} ({bare[2]}):"
         )
-    if message.startswith("invalid syntax") and _TEMPLATE_STRING.search(text):
+    if version < (3, 14) and message.startswith("invalid syntax") and _TEMPLATE_STRING.search(text):
         return (
-            f' (scripts are Python {_VERSION}, which has no template strings, t"..." (3.14 '
+            f' (scripts are Python {release}, which has no template strings, t"..." (3.14 '
             'has): write an f-string, f"...")'
         )
     return ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from sandbox.python import _syntax_hint
 from tests.sandbox.conftest import TOOLS, rec
 from tests.sandbox.test_python import caught, failed, run, value
 
@@ -455,6 +456,57 @@ def test_only_syntax_a_newer_python_takes_names_the_python(code: str, said: str)
     `except A, B:` and t-strings, which a newer Python takes, said nothing of it."""
     error = failed(code)
     assert (error.name, error.message) == ("SyntaxError", said)
+
+
+@pytest.mark.parametrize(
+    ("version", "message", "text", "hint"),
+    [
+        # What holds in every Python, which a host on 3.12 or 3.13 lost (the hint returned
+        # early there).
+        (
+            (3, 12),
+            "import * only allowed at module level",
+            "from math import *",
+            ": a script is the body of an async function, where Python refuses it",
+        ),
+        (
+            (3, 13),
+            "'await' outside async function",
+            "    await tools.echo(a=1)",
+            "; the function it is in is not async",
+        ),
+        ((3, 12), "invalid syntax", "if a && b:", "; Python writes `and` for `&&`"),
+        # 3.14's syntax, which 3.12 and 3.13 refuse as 3.11 does, in their own names.
+        (
+            (3, 13),
+            "multiple exception types must be parenthesized",
+            "except ValueError, KeyError:",
+            "; scripts are Python 3.13, which does not allow it (3.14 does): write "
+            "except (ValueError, KeyError):",
+        ),
+        (
+            (3, 12),
+            "invalid syntax",
+            "return t'hi {x}'",
+            ' (scripts are Python 3.12, which has no template strings, t"..." (3.14 has): '
+            'write an f-string, f"...")',
+        ),
+        # 3.12's own syntax is no error there, so nothing names it; 3.14's neither in 3.14.
+        ((3, 12), "invalid syntax", "class Box[T]:", ""),
+        ((3, 13), "f-string: unmatched '['", 'return f"{d["key"]}"', ""),
+        ((3, 14), "invalid syntax", "return t'hi {x}'", ""),
+        ((3, 11), "invalid syntax", "class Box[T]:", " (scripts are Python 3.11, which has no"),
+    ],
+)
+def test_the_hints_that_hold_in_every_python_hold_on_a_newer_host(
+    version: tuple[int, int], message: str, text: str, hint: str
+) -> None:
+    """_syntax_hint returned "" for any error on Python 3.12 and later, so a host on 3.12 or
+    3.13 lost what holds in every version (`import *`, `await` in a plain def, JavaScript's
+    operators) and 3.14's syntax, which they refuse too. Only the hints of what the host's
+    own Python takes depend on its version. (CI runs 3.11: the version is given.)"""
+    said = _syntax_hint(message, text, version)
+    assert said.startswith(hint) and bool(said) == bool(hint), said
 
 
 @pytest.mark.parametrize("lf", ["\r", "\r\n"])
