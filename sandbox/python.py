@@ -3857,9 +3857,6 @@ class Run(Replay):
         self.main_guards: list[int] = []
         # The line of its last statement and its warning, if that leaves a value (compile_script).
         self.bare_ending: tuple[int, str] | None = None
-        # What compiling it warned of, each its line and text (compile_script), printed as
-        # the run begins (its first segment's, live), as CPython prints them.
-        self.syntax_warnings: list[tuple[int, str]] = []
         self.modules: dict[str, Module] = {}
         self.main: Task | None = None
         self.exited = False  # a task other than main ended the program (see _exit)
@@ -4591,9 +4588,7 @@ class Run(Replay):
         script = self.script
         self.identities.given(script.code)
         try:
-            code, self.main_guards, self.bare_ending, self.syntax_warnings = compile_script(
-                script.code
-            )
+            code, self.main_guards, self.bare_ending, syntax_warnings = compile_script(script.code)
         except SyntaxError as e:
             line = e.lineno or 0
             lines = self._line_list([line]) if line else []
@@ -4652,6 +4647,10 @@ class Run(Replay):
                 _MATCH: _MatchClass,
             }
         )
+        # What compiling warned of, printed as the run begins (CPython prints it before a
+        # program runs): here, once a run, not in each of a live run's segments.
+        for line, text in syntax_warnings:
+            self._warn_once(line, "SyntaxWarning", text)
         exec(code, scope)
         main = scope.pop(_MAIN)
         self.main_code = main.__code__  # the script's top level (logging names it <module>)
@@ -4676,9 +4675,6 @@ class Run(Replay):
         # items(), an error's __str__, a dropped task's `finally`. So all of it, the ending
         # made of its value included, runs inside the fence.
         with self._fenced():
-            for line, text in self.syntax_warnings:
-                self._warn_once(line, "SyntaxWarning", text)
-            self.syntax_warnings = []
             try:
                 while not self.exited:
                     ready = self.ready
