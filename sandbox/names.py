@@ -127,6 +127,21 @@ def no_such_tool(
     return f"{message}. Find tools with {_FIND_TOOLS[language]}."
 
 
+def hyphened_reference(undefined: str, names: Iterable[str], line: str) -> str | None:
+    """What a JavaScript script is told when ``undefined`` is not defined on ``line`` because
+    the line writes a tool's name with a hyphen, as an MCP server spells it
+    (``tools.get-price({ ... })`` reads as ``tools.get - price(...)``, and ``price`` is what
+    JavaScript finds undefined), and the tool is there with ``_`` for each ``-`` or as
+    written; else None (the error says what JavaScript says)."""
+    found = re.search(
+        rf"\btools\s*\.\s*([A-Za-z_$][\w$]*)(?:-[A-Za-z_$][\w$]*)*-{re.escape(undefined)}(?![\w$])",
+        line,
+    )
+    if found is None:
+        return None
+    return _hyphened_tool(found[1], list(names), line, "javascript")
+
+
 def _hyphened_tool(name: str, names: list[str], line: str, language: str) -> str | None:
     """What to say of ``tools.get-user(...)`` on ``line`` (a tool's name as an MCP server
     spells it), which the language reads as ``tools.get`` minus ``user(...)``, when the tool

@@ -23,7 +23,7 @@ import orjson
 
 from sandbox import rejections, typescript
 from sandbox.files import Fetch
-from sandbox.names import unwritable_tool
+from sandbox.names import hyphened_reference, unwritable_tool
 from sandbox.protocol import (
     ERROR_MESSAGE_BOUND,
     ERROR_NAME_BOUND,
@@ -1087,7 +1087,14 @@ class Run(Replay):
         elif name == "SyntaxError" and lines and self._await_outside_async(lines[0].line):
             message += _AWAIT_OUTSIDE_ASYNC
         elif name == "ReferenceError" and (undefined := _NOT_DEFINED.fullmatch(message)):
-            message += self.tool_hint(undefined[1], "{...}") or _HOST_GLOBALS.get(undefined[1], "")
+            # `tools.get-price({...})` is `tools.get - price(...)`: "price is not defined".
+            hyphened = lines and hyphened_reference(undefined[1], self.tool_names, lines[0].text)
+            if hyphened:
+                message = hyphened
+            else:
+                message += self.tool_hint(undefined[1], "{...}") or _HOST_GLOBALS.get(
+                    undefined[1], ""
+                )
         elif (name, message) in _SAID_IN_FULL:
             message = _SAID_IN_FULL[name, message]
         elif name == "TypeError" and message == "not a function":

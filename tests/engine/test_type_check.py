@@ -941,3 +941,22 @@ async def test_a_checker_past_its_timeout_is_killed_without_pidfds(
     fake.chmod(0o755)
     assert await run_bounded([str(fake)], tmp_path, timeout=0.5, memory=1 << 30) is None
     assert not _running(str(fake))
+
+
+async def test_a_tool_written_with_a_hyphen_is_said_as_the_run_says_it(compiler: str) -> None:
+    """`tools.get-price({...})`, a tool's name as an MCP server spells it, which JavaScript
+    reads as `tools.get - price(...)`: the check said "tools.get does not exist", of a tool
+    that is there (the hyphen's words were reached by Python scripts alone)."""
+    price = Tool(
+        "get_price", input_schema={"type": "object", "properties": {"id": {"type": "number"}}}
+    )
+    checked = await TypeChecker(compiler).check(
+        "const p = await tools.get-price({ id: 1 });\nreturn p;", check_declarations([price])
+    )
+    assert [(p.line, p.message) for p in checked.problems] == [
+        (
+            1,
+            "tools.get-price reads as tools.get minus price (a name cannot have a '-'): the "
+            "tool is called as await tools.get_price({ ... })",
+        )
+    ]

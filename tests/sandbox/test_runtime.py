@@ -1917,6 +1917,37 @@ def test_a_tool_called_by_its_bare_name_says_to_call_it_through_tools(
     assert caught.value == "get_user is not defined"
 
 
+@pytest.mark.parametrize(
+    ("code", "tools", "called"),
+    [
+        (
+            "const p = await tools.get-price({ id: 1 });\nreturn p;",
+            ("get_price", "echo"),
+            "tools.get-price reads as tools.get minus price (a name cannot have a '-'): the "
+            "tool is called as await tools.get_price({ ... })",
+        ),
+        (
+            "return await tools.get-user-profile({ id: 1 });",
+            ("get-user-profile", "echo"),
+            "tools.get-user-profile reads as tools.get minus user minus profile (a name cannot "
+            "have a '-'): the tool is called as await tools[\"get-user-profile\"]({ ... })",
+        ),
+    ],
+)
+def test_a_tool_written_with_a_hyphen_says_how_it_is_called(
+    code: str, tools: tuple[str, ...], called: str
+) -> None:
+    """`tools.get-price({...})`, a tool as an MCP server spells it, is `tools.get - price(...)`
+    in JavaScript: the run said only "price is not defined" (names.py's hyphen message was
+    reached by Python scripts alone); a name with no such tool keeps QuickJS's words."""
+    ran = run(code, tools=tools)
+    assert ran.outcome == "failed" and ran.error is not None
+    assert (ran.error.name, ran.error.message) == ("ReferenceError", called)
+    assert [x.line for x in ran.error.lines] == [1]
+    other = run("return await tools.get-price({ id: 1 });", tools=("echo",))
+    assert other.error is not None and other.error.message == "price is not defined"
+
+
 FORGOT = 'tools.echo(...) gives a promise, not its result: write "await tools.echo(...)"'
 
 

@@ -203,7 +203,7 @@ class TypeChecker(BoundedChecker):
             # Lines as the compiler numbers them, which ends one at a lone CR and at U+2028
             # too: counted by LF, a wrong call after such a line was dropped as past the end.
             tools = _DECLARED_TOOL.findall(declarations)
-            checked.problems = _problems(output, len(source_lines(code, self.language)), tools)
+            checked.problems = _problems(output, source_lines(code, self.language), tools)
         return checked
 
     async def _compile(self, folder: Path) -> tuple[str, str | None]:
@@ -231,7 +231,7 @@ class TypeChecker(BoundedChecker):
         return output, crashed(first)
 
 
-def _problems(output: str, script_lines: int, tools: list[str]) -> list[TypeProblem]:
+def _problems(output: str, script_lines: list[str], tools: list[str]) -> list[TypeProblem]:
     # `file(line,col): error TSn: message`, then the message's details indented below it.
     found: list[tuple[str, int, int, int, list[str]]] = []
     for line in output.splitlines():
@@ -259,15 +259,20 @@ def _problems(output: str, script_lines: int, tools: list[str]) -> list[TypeProb
     kept = [
         p
         for p in typed
-        if (p.line, p.column, p.code) not in untyped and 1 <= p.line <= script_lines
+        if (p.line, p.column, p.code) not in untyped and 1 <= p.line <= len(script_lines)
     ]
-    return shown_explained(kept, lambda p: _explained(str(p.message), tools))
+    return shown_explained(
+        kept, lambda p: _explained(str(p.message), tools, script_lines[p.line - 1])
+    )
 
 
-def _explained(message: str, tools: list[str]) -> str:
-    """tsc's ``message`` as the run says it, for a tool that does not exist."""
+def _explained(message: str, tools: list[str], line: str) -> str:
+    """tsc's ``message`` as the run says it, for a tool that does not exist (written on the
+    script's ``line``: ``tools.get-price({...})`` is ``tools.get - price(...)``)."""
     unknown = _NO_TOOL.fullmatch(message)
-    return message if unknown is None else no_such_tool(unknown[1], tools, language="javascript")
+    if unknown is None:
+        return message
+    return no_such_tool(unknown[1], tools, language="javascript", line=line)
 
 
 # The compiler types a value a script keeps in a variable by its kind, not its value
