@@ -110,6 +110,11 @@ class Files:
             raise FileError(f"no file {file_id!r}{hint}; files.list() lists the files")
         return info
 
+    def _booleans(self) -> str:
+        """The two booleans as the script's language writes them (a Python script was told
+        `header is true or false`, which are no names of its)."""
+        return "True or False" if self.language == "python" else "true or false"
+
     def _not_an_id(self, given: Any, use: str) -> str:
         """What is wrong with ``given``, which is no file id, written as the script's language
         writes it (a JavaScript script was shown a Python dict, {'id': 'data.csv', ...})."""
@@ -310,7 +315,7 @@ class Files:
             header = options.get("header", True)
             delimiter = options.get("delimiter", ",")
             if not isinstance(header, bool):
-                raise FileError("files.csv: header is true or false")
+                raise FileError(f"files.csv: header is {self._booleans()}")
             if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in '"\r\n':
                 # A quote or a line end as the delimiter gave rows of garbage.
                 raise FileError(
@@ -331,7 +336,7 @@ class Files:
         if kind == "xlsx":
             header = options.get("header", True)
             if not isinstance(header, bool):
-                raise FileError("files.xlsx: header is true or false")
+                raise FileError(f"files.xlsx: header is {self._booleans()}")
             sheet = options.get("sheet")
             book = _workbook(info.id, self.whole(info.id))
             return _rows(_parsed(info.id, book.rows(sheet)), header)

@@ -672,3 +672,43 @@ def test_a_stream_read_as_an_array_says_how_it_is_read(code: str) -> None:
         "files.csv(...) gives its rows one at a time, not an array: read them with "
         "`for await (const x of files.csv(...))`" in ran.error.message
     ), ran.error
+
+
+@pytest.mark.parametrize(
+    ("language", "code", "booleans"),
+    [
+        (
+            "javascript",
+            'for await (const row of files.csv("sales.csv", { header: 1 })) {}',
+            "true or false",
+        ),
+        (
+            "javascript",
+            'for await (const row of files.xlsx("book.xlsx", { header: "no" })) {}',
+            "true or false",
+        ),
+        ("python", "async for row in files.csv('sales.csv', header=1):\n    pass", "True or False"),
+        (
+            "python",
+            "async for row in files.xlsx('book.xlsx', header='no'):\n    pass",
+            "True or False",
+        ),
+    ],
+)
+def test_a_header_that_is_no_boolean_is_told_in_the_scripts_spelling(
+    language: Literal["javascript", "python"], code: str, booleans: str
+) -> None:
+    """files.csv's and files.xlsx's `header` is a boolean, which the message spells as the
+    script's language does: a Python script was told `header is true or false`, names it
+    has not (its are True and False)."""
+    infos = [FileInfo(id=k, mime=MIME[k.rsplit(".", 1)[1]], size=len(BLOBS[k])) for k in BLOBS]
+    script = Script(
+        id="f", language=language, code=code, files=infos, clock=Clock(now_ms=0, seed=1)
+    )
+
+    def fetch(file_id: str, offset: int, length: int) -> bytes:
+        return BLOBS[file_id][offset : offset + length]
+
+    ran = run_in_process(script, fetch)
+    assert ran.outcome == "failed" and ran.error is not None
+    assert ran.error.message.endswith(f"header is {booleans}"), ran.error.message
