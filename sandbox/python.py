@@ -2124,17 +2124,16 @@ class _Identities:
                 self.given_data(item)
 
     def unaddressed(self, found: re.Match[str]) -> str:
-        """An address CPython's repr wrote (`` at 0x7f3a...>``, ``found``) as its object's
-        number if it has one (the script asked for its id(); a numbered object's entry goes
-        when it dies, so one found is the object there now), else left out (``<map
-        object>``): never the address, which differs from run to run, nor a number given
-        here, which another object's reuse of the address, at a point that may differ from
-        run to run, would make wrong. One the run was given stays as it is."""
-        address = int(found[3], 16)
-        if address in self._given:
+        """An address CPython's repr wrote (`` at 0x7f3a...>``, ``found``) left out (``<map
+        object>``): never the address, which differs from run to run, nor the number id()
+        gives the object there now. The text may be older than that object: another that
+        had the address wrote it and died, and the address was reused (``s = str(f); del
+        f``, then ``id(g)`` of a function made in its place gave ``s`` g's number), which
+        nothing here can tell, and whether it is reused differs from run to run. One the run
+        was given stays as it is."""
+        if int(found[3], 16) in self._given:
             return found[0]
-        known = self._numbers.get(address)
-        return f"{found[1]}>" if known is None else f"{found[1]}{found[2]}{known[1]:#x}>"
+        return f"{found[1]}>"
 
     def text(self, text: str) -> str:
         """``text`` with the run's addresses taken out (see :meth:`unaddressed`)."""

@@ -1276,7 +1276,7 @@ def test_a_coroutine_function_given_uncalled_says_to_call_it(code: str, said: st
 def test_printed_reprs_write_no_address() -> None:
     """`print(map(f, xs))`, `print(fetch)`: CPython's repr writes the object's address, which
     differs from run to run, so a live run and a replay printed other text. It is left out,
-    or is the object's number when the script asked for its id() (the same number)."""
+    also when the script asked for the object's id() (see the next test)."""
     code = (
         "def f():\n    pass\n"
         "print(f, object(), map(str, [1]), (x for x in []))\n"
@@ -1288,9 +1288,25 @@ def test_printed_reprs_write_no_address() -> None:
     assert ran.outcome == "finished", ran.error
     assert ran.printed == (
         "<function f> <object object> <map object> <generator object <genexpr>>\n"
-        "1 <function f at 0x1> [<function f at 0x1>] <function f at 0x1>\n"
+        "1 <function f> [<function f>] <function f>\n"
         "a text of its own, at 0x7f3a12345678>\n"
     )
+
+
+@pytest.mark.parametrize("numbered", ["n = id(a)\n", ""])
+def test_a_repr_made_before_its_address_was_reused_names_no_other_object(numbered: str) -> None:
+    """A text CPython's repr wrote of a function that then died, its address reused by
+    another function the script asked the id() of, was written with that other's number:
+    `s = str(a)`, `del a`, `b = mk()`, `id(b)` printed s as `<function mk.<locals>.f at
+    0x1>`, b's number (or 0x2 beside a's own 0x1), and whether the address is reused
+    differs from run to run. No number is written for an address CPython wrote."""
+    code = (
+        "def mk():\n    def f():\n        pass\n    return f\n"
+        f"a = mk()\n{numbered}s = str(a)\ndel a\nb = mk()\nm = id(b)\nprint(s, b)"
+    )
+    ran = run(code)
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed == "<function mk.<locals>.f> <function mk.<locals>.f>\n"
 
 
 # What a script sends, by each way it writes an object's text with CPython's own reprs.
