@@ -322,6 +322,10 @@ class CodeMode(StepLoop):
         self._drives_of: dict[str, asyncio.Future[None]] = {}
         # Drives cancelled while sync handlers ran, recording them once they end (_hear_out).
         self._hearing: set[asyncio.Task[None]] = set()
+        # The leases of drives that ended as the log stopped answering, by script: kept then
+        # (a release would wait the log's timeout again for nothing), given up once it
+        # answers (_give_back), not left to run out while a resume calls this host elsewhere.
+        self._kept: dict[str, log.Lease] = {}
         self._closed = False  # aclose() began
         self._pid = os.getpid()  # the process it was made in (see _check_open)
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop it serves (_check_loop)
@@ -603,6 +607,7 @@ class CodeMode(StepLoop):
                 # Another host holds the script the key names. One of this machine that died
                 # gives it up at once, as resume() takes it: a host restarted after a crash
                 # that replays the model's call goes on with the script.
+                await self._give_back(started.record.id)
                 taken = await Drive.take(self.store, started.record.id, owner, self.lease_ms)
                 if taken is None:
                     if wait > 0 or started.record.id in self._drives_of:  # or this host's
@@ -723,6 +728,7 @@ class CodeMode(StepLoop):
             record = await self.store.get_script(script_id)
             if record.status in log.ENDED and record.outcome is not None:
                 return RunResult.from_dict(record.outcome)
+            await self._give_back(script_id)
             drive = await Drive.take(self.store, script_id, new_owner(), self.lease_ms)
             if drive is not None:
                 self._emit("resumed", script_id, tenant=drive.record.tenant, steps=record.steps)
@@ -915,6 +921,7 @@ class CodeMode(StepLoop):
         """Drive a script whose lease this host holds; the lease is given up at the end."""
         record = drive.record
         self._driving.add(drive)
+        kept = False  # the lease is kept: the log did not answer
         ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._drives_of[record.id] = ended
         try:
@@ -931,6 +938,7 @@ class CodeMode(StepLoop):
                 # The log did not answer: giving the lease up would wait its timeout again
                 # for nothing (the lease runs out on its own, as a dead host's does).
                 drive.keep_lease()
+                kept = True
             raise
         finally:
             if (drive.unheard or drive.unbegun) and not self._closed:
@@ -943,6 +951,11 @@ class CodeMode(StepLoop):
                 hearing.add_done_callback(self._hearing.discard)
             else:
                 await self._let_go(drive, ended)
+                if kept and not drive.lost:
+                    # Let go: nothing of this drive writes under the lease any more.
+                    self._kept[record.id] = drive.lease
+        if self._kept:
+            await self._give_back()  # the log answered this drive: it takes releases again
         if result is None:
             self._emit("left", record.id, tenant=record.tenant, status="elsewhere")
             return await self._elsewhere_or_ended(drive.record.id)
@@ -955,6 +968,27 @@ class CodeMode(StepLoop):
                 if not record.held:
                     return await self._resume(drive.record.id, 0.0)
         return result
+
+    async def _give_back(self, script_id: str | None = None) -> None:
+        """Give up the leases this host kept when the log stopped answering (``_kept``):
+        ``script_id``'s, which a failure to do so raises (the log still does not answer, as
+        the take of the script that follows would say), or with None every one, as far as
+        the log answers (a failure leaves the rest to the next call). Safe at any time: a
+        drive's lease is kept only once nothing of the drive writes under it, and a release
+        is fenced by its token, so it never frees a lease another host has taken since."""
+        ids = [script_id] if script_id is not None else list(self._kept)
+        for each in ids:
+            lease = self._kept.get(each)
+            if lease is None:
+                continue
+            try:
+                await self.store.release(lease)
+            except CodeModeError:
+                if script_id is not None:
+                    raise
+                return
+            if self._kept.get(each) is lease:
+                del self._kept[each]
 
     async def _let_go(self, drive: Drive, ended: asyncio.Future[None]) -> None:
         """The end of a drive: its live run and early step dropped, its lease given up, and

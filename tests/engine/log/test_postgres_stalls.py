@@ -111,7 +111,9 @@ class _Stalling(PostgresStore):
         return await super().settle(*args, **kwargs)
 
 
-def _engine(store: PostgresStore, ran: list[int], *, idempotent: bool = False) -> CodeMode:
+def _engine(
+    store: PostgresStore, ran: list[int], *, idempotent: bool = False, lease_ms: int = 3000
+) -> CodeMode:
     @tool(idempotent=idempotent)
     def bump(n: int) -> int:
         """Add 100 (an effect: not read-only)."""
@@ -119,7 +121,9 @@ def _engine(store: PostgresStore, ran: list[int], *, idempotent: bool = False) -
         return n + 100
 
     # The lease a host keeps when its log does not answer runs out in 3 s here.
-    return CodeMode([bump], runner=InProcessRunner(), store=store, type_check="off", lease_ms=3000)
+    return CodeMode(
+        [bump], runner=InProcessRunner(), store=store, type_check="off", lease_ms=lease_ms
+    )
 
 
 SCRIPT = "const a = await tools.bump({ n: 1 });\nreturn await tools.bump({ n: a });"
@@ -226,6 +230,45 @@ async def test_a_server_that_stops_answering_as_a_result_is_written(
             assert [c.state for c in await store.calls(script_id)] == [FAILED]
     finally:
         store.go_on()
+        await engine.aclose()
+
+
+async def test_the_lease_kept_through_a_stall_is_given_up_once_the_server_answers(
+    server: PostgresServer,
+) -> None:
+    """A host whose server stopped answering as it wrote a call's receipt keeps the
+    script's lease (a release would wait again), but gives it up once the server answers:
+    a resume there right away drives the script on (it said "running on another host" for
+    the whole lease, 30 s); and a script another host resumes right after this host's next
+    drive went through (in which it gave its kept leases up) is that host's at once."""
+    ran: list[int] = []
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    store = _Stalling(server, schema, "add_calls")
+    engine = _engine(store, ran, lease_ms=30_000)
+    other = _engine(PostgresStore(server.dsn, schema=schema), ran, lease_ms=30_000)
+    try:
+        try:
+            await _stalled_run(store, engine)
+        finally:
+            store.go_on()
+        first = await _only_script(store)
+        result = await asyncio.wait_for(engine.resume(first), HANG_S)
+        assert result.status == "finished", result.text
+        assert ran == [1, 101]
+        # Again, for a script another host resumes.
+        store.at, store.frozen = "add_calls", []
+        try:
+            await _stalled_run(store, engine)
+        finally:
+            store.go_on()
+        (second,) = {r.id for r in await store.scripts()} - {first}
+        assert (await engine.run_code("return 7")).value == 7  # the log answers this host
+        result = await asyncio.wait_for(other.resume(second), HANG_S)
+        assert result.status == "finished", result.text
+        assert ran == [1, 101, 1, 101]
+    finally:
+        store.go_on()
+        await other.aclose()
         await engine.aclose()
 
 
