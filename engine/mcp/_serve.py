@@ -82,8 +82,6 @@ class CodeModeServer:
         # Scripts whose approval the client was asked for and could not give (its error):
         # their result says to ask again, not that the client cannot be asked.
         self._ask_failed: dict[str, str] = {}
-        # Scripts whose paused result was a hold's: a person releases them, not continue_script.
-        self._held: set[str] = set()
         engine.add_listener(self._on_event)
         if engine._mcp is not None:
             engine._mcp.subscribe(self._tools_changed)
@@ -169,10 +167,6 @@ class CodeModeServer:
                 if not await self._ask(session, ctx, result):
                     break
                 result = await self._resume(result.script_id, progress)
-            if result.status == "paused":
-                with contextlib.suppress(CodeModeError):  # unread, the answer says less
-                    if (await engine.store.get_script(result.script_id)).held:
-                        self._held.add(result.script_id)
         finally:
             for script_id in ids:
                 if self._progress.get(script_id) is progress:
@@ -382,8 +376,9 @@ class CodeModeServer:
         approvals = [w for w in result.waiting if w.get("reason") == "approval"]
         lines = [f"\nScript id: {result.script_id}"]
         failed = self._ask_failed.pop(result.script_id, None)
-        held = result.script_id in self._held
-        self._held.discard(result.script_id)
+        # A hold's pause waits on no call (RunResult says so). Not read again from the log:
+        # a hold that landed since a pause for approval said both that and the hold.
+        held = not result.waiting
         if held:
             # continue_script answers "held" again until then (a model called it for ever).
             flags = self.log_flags

@@ -1012,3 +1012,49 @@ async def test_a_held_script_says_a_person_releases_it(tmp_path: Path) -> None:
         _cli("release", script_id, "--data-dir", str(tmp_path / "data"))
         again = text(await session.call_tool("continue_script", {"script_id": script_id}))
         assert "It is held" not in again and "`codemode approve " in again, again
+
+
+async def test_a_hold_that_lands_after_a_pause_for_approval_says_one_thing(
+    tmp_path: Path,
+) -> None:
+    """A person holds the script just as it pauses for an approval (before its answer is
+    sent): the answer is the pause's, which says to approve the call, not that and the hold
+    too (the server read the script again for the hold, and told the model both)."""
+    from mcp import Client
+
+    from engine import CodeMode, tool
+    from engine.mcp._serve import CodeModeServer
+    from tests.engine.conftest import InProcessRunner
+
+    @tool(needs_approval=True)
+    async def gated(word: str) -> str:
+        """Shout a word."""
+        return word.upper()
+
+    data = tmp_path / "data"
+    engine = CodeMode([gated], runner=InProcessRunner(), data_dir=data)
+    held: list[str] = []
+
+    def hold_at_pause(event: Any) -> None:
+        # In the loop that drives the script, so the hold is in the log before the pause's
+        # result reaches the server's answer.
+        if event.kind == "paused" and not held:
+            _cli("hold", event.script_id, "--data-dir", str(data))
+            held.append(event.script_id)
+
+    engine.add_listener(hold_at_pause)
+    server = CodeModeServer(engine, log_flags=f"--data-dir {data}")
+    try:
+        async with Client(server.server()) as client:
+            code = "return await tools.gated({ word: 'hi' });"
+            body = text(await client.call_tool("run_code", {"code": code}))
+            assert held, "the script never paused"
+            assert (await engine.store.get_script(held[0])).held
+            assert "It is held" not in body, body
+            assert f"`codemode approve {held[0]} " in body, body
+            # Paused on its hold, it says so, and to release it.
+            again = text(await client.call_tool("continue_script", {"script_id": held[0]}))
+            assert "It is held" in again and f"`codemode release {held[0]} " in again, again
+            assert "`codemode approve " not in again, again
+    finally:
+        await engine.aclose()
