@@ -3461,14 +3461,26 @@ def _where(root: str, path: tuple[str | int, ...]) -> str:
     return f"{data_path(path)} in {root}" if path else root
 
 
-def _json(value: Any, root: str) -> str:
-    """JSON text of plain data (lone surrogates replaced, as in JavaScript); raises TypeError."""
+def _json(value: Any, root: str, identities: _Identities | None = None) -> str:
+    """JSON text of plain data (lone surrogates replaced, as in JavaScript); raises TypeError.
+    With ``identities``, the addresses CPython's reprs wrote in its strings are taken out
+    (:meth:`_Identities.data`): the plain data is walked again only when the text holds one,
+    never the script's values nor the text decoded."""
     walk = _Walk()
     try:
         data = _plain(value, root, (), 0, walk)
     except _NotPlain as e:
         raise TypeError(str(e)) from None
-    if not jsontext.over(walk.weight):  # orjson's buffer fits: see jsontext
+    text = _dumps(data, walk.weight)
+    if identities is not None and _addressed(text):
+        # Taking addresses out only shortens strings: the weight still bounds the text.
+        text = _dumps(identities.data(data, root), walk.weight)
+    return text
+
+
+def _dumps(data: Any, weight: int) -> str:
+    """JSON text of ``data`` made by _plain, of that weight."""
+    if not jsontext.over(weight):  # orjson's buffer fits: see jsontext
         try:
             return orjson.dumps(data).decode()
         except orjson.JSONEncodeError:  # a lone surrogate in a string
@@ -3915,11 +3927,9 @@ class Run(Replay):
                 given = kwargs
             # A top-level None is an argument left out (JavaScript's undefined).
             arguments = {k: v for k, v in given.items() if v is not None}
-            text = _json(arguments, "the argument")
-            if _addressed(text):
-                # `tools.echo(text=str(obj))`: CPython wrote the object's address, which
-                # differs from run to run, so a replay made another call than the log's.
-                text = _json(self.identities.data(jsontext.loads(text), "the argument"), "")
+            # `tools.echo(text=str(obj))`: CPython wrote the object's address, which differs
+            # from run to run, so a replay made another call than the log's.
+            text = _json(arguments, "the argument", self.identities)
         except TypeError as e:
             refused = _Call(name, self.failures, _script_line(), next(self.numbers))
             refused._reject(e)
@@ -4909,11 +4919,7 @@ class Run(Replay):
             text = _well_formed(value)
             return _finished("c" + jsontext.dumps([text[:half], text[-half:], len(text)]).decode())
         try:
-            text = _json(value, "the returned value")
-            if _addressed(text):
-                data = self.identities.data(jsontext.loads(text), "the returned value")
-                text = _json(data, "")
-            return _finished("j" + text)
+            return _finished("j" + _json(value, "the returned value", self.identities))
         except (MemoryError, _Ended):
             raise
         except BaseException as e:
