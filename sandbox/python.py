@@ -5070,6 +5070,14 @@ class Run(Replay):
                 message += "; tools holds the tools: await a call of one, `await tools.name(...)`"
             elif (entered := _ASYNC_ONLY_NAMED.get(awaited[1])) is not None:
                 message += f"; {entered[0]} is not awaited but entered: `async with {entered[1]}:`"
+            elif awaited[1] in _SEVERAL:
+                # `await [tools.a(...), tools.b(...)]`: JavaScript's Promise.all, written bare
+                # (or a gather's list of results awaited again).
+                message += (
+                    f"; await takes one tool call, task or coroutine, not a {awaited[1]}: await "
+                    "several at once with `await asyncio.gather(*calls)` (`import asyncio`), "
+                    "whose result, the list of theirs, is not awaited again"
+                )
             else:
                 message += (
                     "; await takes a tool call, a task or a coroutine, once: what an await "
@@ -5271,9 +5279,18 @@ _NO_CODE = "; a script cannot run code it makes: write the code in the script"
 _WITHHELD = {
     "open": (
         "; a script has no file system: read the files it was given with "
-        "`await files.text(id)` or the streams (`files.list()` lists them)"
+        "`await files.text(id)` or the streams (`files.list()` lists them), and hand text "
+        "back by returning it or printing it"
     ),
     "input": "; a script takes no input: it reaches the host through `tools`",
+    "breakpoint": (
+        "; a script runs unattended, with no debugger: print the values to look at "
+        "(`print(x)`), which the run's output shows"
+    ),
+    "help": (
+        "; a script has no help(): find tools and what they take with "
+        '`await tools.tool_search(query="...")`, and print what a value has with print(dir(x))'
+    ),
     "vars": (
         "; a script reads an object's attributes by name (`obj.x`, `getattr(obj, name)`), "
         "and a dataclass's as a dict with dataclasses.asdict(obj)"
@@ -5361,6 +5378,8 @@ _INT_DIGITS = "; use sys.set_int_max_str_digits() to increase the limit"
 _NAMED_AS_OPERAND = r"'{0}'|\b{0} found|\bnot {0}\b|\(not \"{0}\"\)"
 # CPython's refusal of `await x` of what is not awaitable; the type's name.
 _NOT_AWAITABLE = re.compile(r"object (\w+) can't be used in 'await' expression")
+# What holds several awaitables, which a script awaits as if it were one.
+_SEVERAL = frozenset(("list", "tuple", "generator", "map", "set", "dict"))
 # A Future (a call not awaited, see _Call) so named.
 _FUTURE_NAMED = re.compile(_NAMED_AS_OPERAND.format("Future"))
 _COROUTINE_NAMED = re.compile(_NAMED_AS_OPERAND.format("coroutine"))

@@ -1033,6 +1033,63 @@ def test_await_of_what_is_not_awaited_says_what_to_write(code: str, said: str) -
 
 
 @pytest.mark.parametrize(
+    ("code", "kind"),
+    [
+        ("rs = await [tools.echo(a=1), tools.echo(a=2)]\nreturn rs", "list"),
+        ("rs = await (tools.echo(a=1), tools.echo(a=2))\nreturn rs", "tuple"),
+        ("rs = await (tools.echo(a=i) for i in [1, 2])\nreturn rs", "generator"),
+        ("rs = await map(lambda i: tools.echo(a=i), [1, 2])\nreturn rs", "map"),
+        (
+            "import asyncio\nrs = await asyncio.gather(tools.echo(a=1), tools.echo(a=2))\n"
+            "return await rs",
+            "list",
+        ),
+    ],
+)
+def test_await_of_several_calls_says_to_gather_them(code: str, kind: str) -> None:
+    """`await [tools.a(...), tools.b(...)]`, JavaScript's Promise.all written bare, was told
+    "await takes a tool call, a task or a coroutine, once: what an await gave is the result
+    itself", which says nothing of how to await several."""
+    records = [rec("echo", {"a": 1}, result=1), rec("echo", {"a": 2}, result=2)]
+    error = failed(code, records)
+    assert (error.name, error.message) == (
+        "TypeError",
+        f"object {kind} can't be used in 'await' expression; await takes one tool call, task or "
+        f"coroutine, not a {kind}: await several at once with `await asyncio.gather(*calls)` "
+        "(`import asyncio`), whose result, the list of theirs, is not awaited again",
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            "x = 1\nbreakpoint()",
+            "name 'breakpoint' is not defined; a script runs unattended, with no debugger: print "
+            "the values to look at (`print(x)`), which the run's output shows",
+        ),
+        (
+            "help(tools.echo)",
+            "name 'help' is not defined; a script has no help(): find tools and what they take "
+            'with `await tools.tool_search(query="...")`, and print what a value has with '
+            "print(dir(x))",
+        ),
+        (
+            "with open('out.txt', 'w') as f:\n    f.write('done')",
+            "name 'open' is not defined; a script has no file system: read the files it was "
+            "given with `await files.text(id)` or the streams (`files.list()` lists them), and "
+            "hand text back by returning it or printing it",
+        ),
+    ],
+)
+def test_a_program_habit_with_no_place_in_a_script_says_what_to_do(code: str, said: str) -> None:
+    """breakpoint() and help() said only "name ... is not defined"; open() of a file to
+    write said how to read the given files, not how a script hands text back."""
+    error = failed(code)
+    assert (error.name, error.message) == ("NameError", said)
+
+
+@pytest.mark.parametrize(
     ("code", "tool", "said"),
     [
         (
