@@ -5045,6 +5045,19 @@ class Run(Replay):
             message += f"; that is JavaScript's: Python writes {python}"
         elif (
             type(error) is AttributeError
+            and type(held := _ATTRIBUTE_OBJ.__get__(error)) in (dict, list)
+            and type(key := _ATTRIBUTE_NAME.__get__(error)) is str
+            and key in _RESPONSE_ATTRIBUTES
+            and key not in held
+        ):
+            # `r.json()`, `r.status_code` of a tool's result, as of an HTTP library's response
+            # (`r.data` of a dict that has the key "data" is said below).
+            message += (
+                "; a tool's result is data already (the dict or list the tool gave), not an HTTP "
+                "response: use it as it is, as r['key'] or r[0]"
+            )
+        elif (
+            type(error) is AttributeError
             and type(_ATTRIBUTE_OBJ.__get__(error)) in _PLAIN_TYPES
             and type(key := _ATTRIBUTE_NAME.__get__(error)) is str
             and (meant := _near_attribute(type(_ATTRIBUTE_OBJ.__get__(error)), key)) is not None
@@ -5141,6 +5154,12 @@ class Run(Replay):
         elif type(error) is decimal.InvalidOperation and message == _NOT_A_DECIMAL:
             # `Decimal(row["price"])` of "N/A" or "" from a tool: C decimal's text is a class.
             message = "Decimal(...) was given text that is not a number (ConversionSyntax)"
+        elif type(error) is TypeError and (data := _ASYNC_FOR_DATA.fullmatch(message)):
+            # `async for r in await tools.list_prs(...)`: the result is a list, read at once.
+            message += (
+                f"; a {data[1]} is data already, not an async iterator: loop over it with a "
+                "plain `for x in ...`"
+            )
         elif type(error) is TypeError and message == "'async_generator' object is not iterable":
             # `sum(await tools.price(sku=s) for s in skus)`: in an async function, a
             # generator expression that awaits is an async generator, which no builtin reads.
@@ -5378,6 +5397,14 @@ _INT_DIGITS = "; use sys.set_int_max_str_digits() to increase the limit"
 _NAMED_AS_OPERAND = r"'{0}'|\b{0} found|\bnot {0}\b|\(not \"{0}\"\)"
 # CPython's refusal of `await x` of what is not awaitable; the type's name.
 _NOT_AWAITABLE = re.compile(r"object (\w+) can't be used in 'await' expression")
+# What an HTTP library's response has, which a model reads on a tool's result.
+_RESPONSE_ATTRIBUTES = frozenset(
+    ("json", "text", "content", "status_code", "raise_for_status", "ok", "body", "data")
+)
+# `async for` of plain data, and its type.
+_ASYNC_FOR_DATA = re.compile(
+    r"'async for' requires an object with __aiter__ method, got (list|dict|tuple|str|set)"
+)
 # What holds several awaitables, which a script awaits as if it were one.
 _SEVERAL = frozenset(("list", "tuple", "generator", "map", "set", "dict"))
 # A Future (a call not awaited, see _Call) so named.

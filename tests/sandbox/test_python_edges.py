@@ -1089,6 +1089,53 @@ def test_a_program_habit_with_no_place_in_a_script_says_what_to_do(code: str, sa
     assert (error.name, error.message) == ("NameError", said)
 
 
+_DATA = (
+    "; a tool's result is data already (the dict or list the tool gave), not an HTTP "
+    "response: use it as it is, as r['key'] or r[0]"
+)
+
+
+@pytest.mark.parametrize(
+    ("read", "result", "said"),
+    [
+        ("r.json()", {"x": 1}, f"'dict' object has no attribute 'json'{_DATA}"),
+        ("r.status_code == 200", {"x": 1}, f"'dict' object has no attribute 'status_code'{_DATA}"),
+        ("r.text", [1], f"'list' object has no attribute 'text'{_DATA}"),
+        # A key of the dict is said to be one (a tool's result may hold "data").
+        (
+            "r.data",
+            {"data": 1},
+            "'dict' object has no attribute 'data'; 'data' is a key of the dict: read it as "
+            "d['data'], not d.data",
+        ),
+    ],
+)
+def test_a_result_read_as_an_http_response_says_it_is_data(
+    read: str, result: object, said: str
+) -> None:
+    """`r.json()` of a tool's result, an HTTP library's habit, said only "'dict' object has
+    no attribute 'json'"."""
+    error = failed(
+        f"r = await tools.echo(a=1)\nreturn {read}", [rec("echo", {"a": 1}, result=result)]
+    )
+    assert (error.name, error.message) == ("AttributeError", said)
+
+
+@pytest.mark.parametrize(("result", "kind"), [({"x": 1}, "dict"), ([1, 2], "list")])
+def test_async_for_of_a_result_says_to_loop_with_for(result: object, kind: str) -> None:
+    """`async for pr in await tools.list_prs(...)`: CPython's "'async for' requires an object
+    with __aiter__ method, got list" said nothing of the plain `for` that reads it."""
+    error = failed(
+        "async for x in await tools.echo(a=1):\n    print(x)",
+        [rec("echo", {"a": 1}, result=result)],
+    )
+    assert (error.name, error.message) == (
+        "TypeError",
+        f"'async for' requires an object with __aiter__ method, got {kind}; a {kind} is data "
+        "already, not an async iterator: loop over it with a plain `for x in ...`",
+    )
+
+
 @pytest.mark.parametrize(
     ("code", "tool", "said"),
     [
