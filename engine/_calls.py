@@ -316,6 +316,7 @@ class CallSettling(Emitting):
             default_timeout=self.call_timeout,
             ticket=ticket,
             room=room,
+            language=record.language,
         )
 
     def _given(self, language: str, entry: log.CallEntry) -> Any:

@@ -50,13 +50,22 @@ class NotJSONData(Exception):
     """A value that is not JSON data.
 
     ``what`` describes the value and where it sits (``a set at items[2]``), ``hint`` says what
-    to return instead (empty, or starting with ``"; "``).
+    to return instead (empty, or starting with ``"; "``). ``javascript`` is ``what`` as a
+    JavaScript script reads it, where that spells a value otherwise (``the number NaN``, not
+    Python's ``nan``); see :meth:`what_in`.
     """
 
-    def __init__(self, what: str, hint: str = "") -> None:
+    def __init__(self, what: str, hint: str = "", *, javascript: str | None = None) -> None:
         super().__init__(f"{what}, which is not JSON data{hint}")
         self.what = what
         self.hint = hint
+        self.javascript = javascript
+
+    def what_in(self, language: str) -> str:
+        """``what`` as a script in ``language`` writes it."""
+        if language == "javascript" and self.javascript is not None:
+            return self.javascript
+        return self.what
 
 
 def json_type(value: Any) -> str:
@@ -604,7 +613,11 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
         return str.__str__(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise NotJSONData(_where(path, f"the number {value}"), "; JSON has no NaN or infinity")
+            raise NotJSONData(
+                _where(path, f"the number {value}"),
+                "; JSON has no NaN or infinity",
+                javascript=_where(path, f"the number {_JAVASCRIPT_NUMBERS[repr(value)]}"),
+            )
         return float(value)
     if isinstance(value, BaseModel):
         try:
@@ -637,6 +650,11 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
     if isinstance(value, list | tuple):
         return [_convert(item, [*path, i], depth + 1) for i, item in enumerate(value)]
     raise NotJSONData(_where(path, _a(type(value).__name__)), _hint(value))
+
+
+# Python's text of a number JSON has not, and JavaScript's: a JavaScript script was told a
+# tool "returned the number nan", which no JavaScript writes.
+_JAVASCRIPT_NUMBERS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
 def _where(path: list[str | int], what: str) -> str:

@@ -382,6 +382,7 @@ class Tool:
         default_timeout: float | None = None,
         ticket: Ticket | None = None,
         room: int | None = None,
+        language: str = "python",
     ) -> Any:
         """Run one call: check the arguments, run the handler, return its result as JSON data.
 
@@ -397,7 +398,8 @@ class Tool:
         fit the input schema (naming the path and what was expected), when the handler raises
         (its message) or passes its timeout (saying whether it may still take effect), when
         the tool has no handler here, and when the result is not JSON data, is past ``room``
-        or does not fit the output schema.
+        or does not fit the output schema. A message that names a value writes it as a script in
+        ``language`` (the calling script's; a host's own call reads Python's) does.
         """
         if not isinstance(arguments, Mapping):
             raise self._error(f"tools.{self.name} takes an object, not {a_json_type(arguments)}")
@@ -415,9 +417,11 @@ class Tool:
         if self._context_param:
             kwargs[self._context_param] = ctx
         timeout = self.timeout if self.timeout is not None else default_timeout
-        return await self._run(kwargs, ctx, threads or shared_threads(), timeout, ticket, room)
+        return await self._run(
+            kwargs, ctx, threads or shared_threads(), timeout, ticket, room, language
+        )
 
-    async def checked(self, result: Any, room: int | None = None) -> Any:
+    async def checked(self, result: Any, room: int | None = None, language: str = "python") -> Any:
         """``result`` as JSON data, checked against the output schema; raises
         :class:`ToolCallError` saying what is wrong, as :meth:`invoke` does.
 
@@ -429,10 +433,11 @@ class Tool:
         object for every place it stands, so a result small in memory can be without bound as
         JSON (an object holding one other twice, forty deep: 2**40 copies). A generator (any
         iterator) is read in the thread too, up to ``room``: its length is unknown until read.
+        ``language`` is as :meth:`invoke`'s.
         """
         if not _streamed(result) and holds_at_most(result, INLINE_RESULT_ITEMS):
-            return self._check_result(result)
-        return await asyncio.to_thread(self._check_result, result, room)
+            return self._check_result(result, None, language)
+        return await asyncio.to_thread(self._check_result, result, room, language)
 
     def with_required_nulls(self, arguments: Any) -> Any:
         """``arguments`` with null for each required property they leave out that the input
@@ -462,6 +467,7 @@ class Tool:
         timeout: float | None,
         given: Ticket | None = None,
         room: int | None = None,
+        language: str = "python",
     ) -> Any:
         handler = self.handler
         assert handler is not None
@@ -488,7 +494,7 @@ class Tool:
                     result = await threads.call(
                         ticket,
                         self._run_and_check,
-                        {"args": kwargs, "room": room, "returned": returned},
+                        {"args": kwargs, "room": room, "returned": returned, "language": language},
                     )
                     in_thread = False
                 if isinstance(result, _Checked):
@@ -497,7 +503,7 @@ class Tool:
                     ticket = None  # which runs on the event loop: stopped as an async handler
                     result = await _stoppable(result, self.name)
                 returned.append(True)
-                return await self.checked(result, room)
+                return await self.checked(result, room, language)
         except TimeoutError as e:
             if scope.expired():
                 if returned:
@@ -531,7 +537,9 @@ class Tool:
                 raise
             raise self._error(f"tools.{self.name} failed: {described(e)}") from e
 
-    def _run_and_check(self, args: dict[str, Any], room: int | None, returned: list[bool]) -> Any:
+    def _run_and_check(
+        self, args: dict[str, Any], room: int | None, returned: list[bool], language: str
+    ) -> Any:
         # In the tool thread: the handler, then its result converted and checked there too.
         # That is Python work in proportion to the result's size (two million small objects:
         # 11 s), which on the event loop would hold every other script's calls and leases.
@@ -545,7 +553,7 @@ class Tool:
         if inspect.isawaitable(result):
             return result
         returned.append(True)
-        return _Checked(self._check_result(result, room))
+        return _Checked(self._check_result(result, room, language))
 
     def _stopped(self, e: StopIteration) -> str:
         said = f" ({e})" if str(e) else ""
@@ -554,7 +562,7 @@ class Tool:
             "found nothing?)"
         )
 
-    def _check_result(self, result: Any, room: int | None = None) -> Any:
+    def _check_result(self, result: Any, room: int | None = None, language: str = "python") -> Any:
         if _streamed(result):
             result = self._read_out(result, room)
         # Every item takes two bytes of JSON at least (itself and a comma or a bracket).
@@ -587,7 +595,7 @@ class Tool:
             data = to_json_data(result if data is _MISSING else data)
         except NotJSONData as e:
             raise self._error(
-                f"tools.{self.name} returned {e.what}, which is not JSON data{e.hint}"
+                f"tools.{self.name} returned {e.what_in(language)}, which is not JSON data{e.hint}"
             ) from None
         if self._output_validator is not None:
             try:

@@ -1727,7 +1727,11 @@ async def test_nan_and_infinity_in_a_typed_result_are_refused_not_nulled() -> No
 
     engine = CodeMode([ratios, listed, model], runner=InProcessRunner(), type_check="off")
     try:
-        for name, said in (("ratios", "inf at summer"), ("listed", "nan at [1]"), ("model", "nan")):
+        for name, said in (
+            ("ratios", "Infinity at summer"),
+            ("listed", "NaN at [1]"),
+            ("model", "NaN"),
+        ):
             code = f"try {{ return await tools.{name}() }} catch (e) {{ return e.message }}"
             result = await engine.run_code(code)
             assert f"tools.{name} returned the number {said}" in result.value, result.value
@@ -2100,3 +2104,50 @@ def test_mcp_tools_refuse_a_bad_source_or_handlers() -> None:
         load_mcp_tools(tools, source="")
     with pytest.raises(ToolDefinitionError, match=r"handlers maps .* \(a dict\), not an array"):
         load_mcp_tools(tools, handlers=[print])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("language", "code", "numbers"),
+    [
+        (
+            "javascript",
+            "for (const name of ['nan', 'inf', 'ninf']) {\n"
+            "  try { await tools[name]({}); } catch (e) { console.log(e.message); }\n"
+            "}",
+            ("NaN", "Infinity at x[1]", "-Infinity at x"),
+        ),
+        (
+            "python",
+            "for name in ['nan', 'inf', 'ninf']:\n"
+            "    try:\n"
+            "        await getattr(tools, name)()\n"
+            "    except ToolError as e:\n"
+            "        print(e)",
+            ("nan", "inf at x[1]", "-inf at x"),
+        ),
+    ],
+)
+async def test_a_number_json_has_not_is_written_as_the_scripts_language_writes_it(
+    inproc: InProcessRunner, language: str, code: str, numbers: tuple[str, ...]
+) -> None:
+    """A tool's result that holds NaN or an infinity is refused naming the number as the
+    calling script writes it: a JavaScript script was told "tools.nan returned the number
+    nan", Python's spelling, which JavaScript has not (its are NaN and Infinity)."""
+    tools = [
+        Tool("nan", handler=lambda: math.nan),
+        Tool("inf", handler=lambda: {"x": [1, math.inf]}),
+        Tool("ninf", handler=lambda: {"x": -math.inf}),
+    ]
+    engine = CodeMode(tools, runner=inproc, type_check="off")
+    try:
+        result = await engine.run_code(code, language=language)  # type: ignore[arg-type]
+    finally:
+        await engine.aclose()
+    lines = [
+        f"tools.{name} returned the number {number}, which is not JSON data; JSON has no NaN "
+        "or infinity"
+        for name, number in zip(("nan", "inf", "ninf"), numbers, strict=True)
+    ]
+    assert result.status == "finished", result.text
+    for line in lines:
+        assert line in result.text, result.text
