@@ -4958,6 +4958,27 @@ class Run(Replay):
                 return near
         return None
 
+    def _in_class_annotation(self, error: BaseException, missing: str) -> bool:
+        """Whether ``missing`` (not defined) is in the annotation of the line a class body
+        failed on (``user: Get_user_User``), the innermost of the script's frames."""
+        tb, frame = _TRACEBACK.__get__(error), None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == FILENAME:
+                frame = tb.tb_frame
+            tb = tb.tb_next
+        # A class body's code has no fast locals (a function's has: CO_OPTIMIZED).
+        if frame is None or frame.f_code.co_flags & inspect.CO_OPTIMIZED:
+            return False
+        line = frame.f_lineno
+        if not 1 <= line <= len(self.script_lines):
+            return False
+        annotated = _ANNOTATED.match(self.script_lines[line - 1])
+        return (
+            annotated is not None
+            and not keyword.iskeyword(annotated[1])
+            and re.search(rf"\b{re.escape(missing)}\b", annotated[2]) is not None
+        )
+
     def _asyncio_run_at(self, lines: list[int]) -> str | None:
         """The function an ``asyncio.run(f(...))`` on the innermost of ``lines`` runs (``main``
         when not named), or None when that line runs none."""
@@ -5036,6 +5057,15 @@ class Run(Replay):
         elif type(missing) is str and (meant := self._near_name(error, missing)) is not None:
             # `return reslt`: CPython's traceback says so; the text of the error does not.
             message += f". Did you mean: {meant!r}?"
+        elif type(missing) is str and self._in_class_annotation(error, missing):
+            # `user: Get_user_User` in a dataclass: a type of the declarations, which the
+            # type check knows and the run has not (a function's annotations are not run).
+            message += (
+                "; a class body's annotations are evaluated when the class is made "
+                "(dataclasses reads them): write `from __future__ import annotations` as the "
+                "script's first line, which keeps them as text, or annotate with a type the "
+                "script has (dict, Any)"
+            )
         elif (
             type(error) is AttributeError
             and type(key := _ATTRIBUTE_NAME.__get__(error)) is str
@@ -5405,6 +5435,8 @@ _RESPONSE_ATTRIBUTES = frozenset(
 _ASYNC_FOR_DATA = re.compile(
     r"'async for' requires an object with __aiter__ method, got (list|dict|tuple|str|set)"
 )
+# A line that annotates a name (`user: Get_user_User = None`): the name, and the annotation.
+_ANNOTATED = re.compile(r"\s*([A-Za-z_]\w*)\s*:(?!=)([^=#]*)")
 # What holds several awaitables, which a script awaits as if it were one.
 _SEVERAL = frozenset(("list", "tuple", "generator", "map", "set", "dict"))
 # A Future (a call not awaited, see _Call) so named.

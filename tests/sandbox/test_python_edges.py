@@ -648,6 +648,43 @@ def test_a_functions_annotations_may_name_types_only_the_declarations_have() -> 
     assert (error.name, [x.line for x in error.lines]) == ("NameError", [2, 1])
 
 
+_CLASS_ANNOTATION = (
+    "; a class body's annotations are evaluated when the class is made (dataclasses reads "
+    "them): write `from __future__ import annotations` as the script's first line, which keeps "
+    "them as text, or annotate with a type the script has (dict, Any)"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "hint"),
+    [
+        (
+            "from dataclasses import dataclass\n@dataclass\nclass Row:\n    user: Get_user_User\n"
+            "    n: int = 0",
+            _CLASS_ANNOTATION,
+        ),
+        (
+            "from typing import TypedDict\nclass Row(TypedDict):\n    users: list[Get_user_User]",
+            _CLASS_ANNOTATION,
+        ),
+        # Not an annotation: a class attribute's value, a dict's key in a function.
+        ("class Row:\n    user = Get_user_User()", ""),
+        ("def f(a):\n    return {\n        a: Get_user_User\n    }\nf(1)", ""),
+    ],
+)
+def test_a_class_annotation_the_script_has_not_says_how_to_keep_it_as_text(
+    code: str, hint: str
+) -> None:
+    """A dataclass's field annotated with a declarations' type (`user: Get_user_User`), which
+    the type check knows and the run has not, said only "name 'Get_user_User' is not
+    defined" (a function's annotations are kept as text; a class body's are evaluated)."""
+    error = failed(code)
+    assert (error.name, error.message) == (
+        "NameError",
+        f"name 'Get_user_User' is not defined{hint}",
+    )
+
+
 def test_a_dataclass_under_future_annotations_reads_class_var_kw_only_and_init_var() -> None:
     """With `from __future__ import annotations`, dataclasses finds ClassVar in an
     annotation's text only in the module's globals, and a script's imports are its
