@@ -326,6 +326,7 @@ class CodeMode(StepLoop):
         # (a release would wait the log's timeout again for nothing), given up once it
         # answers (_give_back), not left to run out while a resume calls this host elsewhere.
         self._kept: dict[str, log.Lease] = {}
+        self._giving_back: asyncio.Task[None] | None = None
         self._closed = False  # aclose() began
         self._pid = os.getpid()  # the process it was made in (see _check_open)
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop it serves (_check_loop)
@@ -954,8 +955,11 @@ class CodeMode(StepLoop):
                 if kept and not drive.lost:
                     # Let go: nothing of this drive writes under the lease any more.
                     self._kept[record.id] = drive.lease
-        if self._kept:
-            await self._give_back()  # the log answered this drive: it takes releases again
+        if self._kept and self._giving_back is None and not self._closed:
+            # The log answered this drive: it takes releases again. In the background, not
+            # to make this caller wait on a lease's row that a stalled session still locks.
+            self._giving_back = asyncio.create_task(self._give_back(), name="kept leases")
+            self._giving_back.add_done_callback(self._given_back)
         if result is None:
             self._emit("left", record.id, tenant=record.tenant, status="elsewhere")
             return await self._elsewhere_or_ended(drive.record.id)
@@ -989,6 +993,12 @@ class CodeMode(StepLoop):
                 return
             if self._kept.get(each) is lease:
                 del self._kept[each]
+
+    def _given_back(self, task: asyncio.Task[None]) -> None:
+        if self._giving_back is task:
+            self._giving_back = None
+        if not task.cancelled():
+            task.exception()  # a failure leaves the leases kept, to the next drive
 
     async def _let_go(self, drive: Drive, ended: asyncio.Future[None]) -> None:
         """The end of a drive: its live run and early step dropped, its lease given up, and
@@ -1289,6 +1299,8 @@ class CodeMode(StepLoop):
             drive.abandon()  # its running calls end now, not when their handlers would
         await asyncio.gather(*self._hearing, return_exceptions=True)
         await asyncio.gather(*(drive.close() for drive in list(self._driving)))
+        if self._giving_back is not None:
+            await cancel_and_wait(self._giving_back)
         if self._mcp is not None:
             await self._mcp.aclose()
         await self._live.aclose()  # before the runner: its processes are the runner's
