@@ -13,6 +13,10 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import heapq
+import itertools
+import logging
+import os
 import re
 import socket
 import threading
@@ -31,6 +35,8 @@ from engine.log import _schema as tables
 from engine.log import _sql as sql
 from engine.log._sqlbase import SqlStore
 from runner import Deadline, FileMissing
+
+logger = logging.getLogger("codemode")
 
 SCHEMA_VERSION = 3
 
@@ -709,6 +715,84 @@ def _cut(conn: Any) -> None:
             sock.detach()
 
 
+class _Watcher:
+    """One thread that fires the deadlines of the watches made without an event loop
+    (:class:`_Watch` of the blob store's blocking calls, the CLI's check): a thread's timer
+    for each started a thread per statement, 0.13 ms for each chunk of a file a script
+    reads. The thread starts with the first deadline and ends once none was set for
+    :attr:`IDLE_S`, so a host that stops using the store has nothing left running."""
+
+    IDLE_S = 5.0
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        # [when (monotonic), order, what to call or None once cancelled]: a heap of them.
+        self._due: list[list[Any]] = []
+        self._order = itertools.count()
+        self._cancelled = 0
+        self._thread: threading.Thread | None = None
+        self._pid = 0  # the process the thread runs in: a forked child has none
+
+    def arm(self, seconds: float, fire: Callable[[], None]) -> list[Any]:
+        """Call ``fire`` on the watching thread in ``seconds``, unless :meth:`cancel`
+        takes back the entry returned first."""
+        entry = [time.monotonic() + seconds, next(self._order), fire]
+        with self._cond:
+            heapq.heappush(self._due, entry)
+            if self._thread is None or self._pid != os.getpid():
+                self._thread = threading.Thread(
+                    target=self._run, name="codemode-postgres-watch", daemon=True
+                )
+                self._pid = os.getpid()
+                self._thread.start()
+            elif self._due[0] is entry:
+                self._cond.notify()
+        return entry
+
+    def cancel(self, entry: list[Any]) -> None:
+        with self._cond:
+            if entry[2] is None:
+                return  # fired, or cancelled already
+            entry[2] = None
+            self._cancelled += 1
+            # Cancelled entries wait in the heap until their time: thousands of statements
+            # within one answer timeout are swept out once they are most of it.
+            if self._cancelled > 64 and 2 * self._cancelled > len(self._due):
+                self._due = [e for e in self._due if e[2] is not None]
+                heapq.heapify(self._due)
+                self._cancelled = 0
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                while self._due and self._due[0][2] is None:
+                    heapq.heappop(self._due)
+                    self._cancelled -= 1
+                if not self._due:
+                    self._cond.wait(self.IDLE_S)
+                    if not self._due:
+                        self._thread = None
+                        return
+                    continue
+                entry = self._due[0]
+                left = entry[0] - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                heapq.heappop(self._due)
+                fire, entry[2] = entry[2], None
+                self._cond.release()
+                try:
+                    fire()
+                except Exception:  # a watch's failure must not stop the others'
+                    logger.warning("a PostgreSQL answer watch failed", exc_info=True)
+                finally:
+                    self._cond.acquire()
+
+
+_WATCHER = _Watcher()
+
+
 class _Watch:
     """``with _Watch(conn, seconds):`` bounds the block's wait for the server on ``conn``:
     past ``seconds`` the connection is cut (:func:`_cut`), which ends the driver's wait on
@@ -718,7 +802,8 @@ class _Watch:
     by asking the server to cancel it and waiting up to 10 s more for the server that does
     not answer. Nor a task of its own for the talk, to time from outside: that cost each
     transaction 35 us of CPU. The timer is the event loop's, or with no loop in this thread
-    (the blob store's blocking calls) a thread's; one that runs late because the host itself
+    (the blob store's blocking calls) the one watching thread's (:class:`_Watcher`); one
+    that runs late because the host itself
     was stopped waits again (the stall rule, :meth:`~runner._conversation.Deadline.restarted`).
     """
 
@@ -729,7 +814,7 @@ class _Watch:
         self.cut = False
         self._done = False
         self._deadline = Deadline.seconds(seconds)
-        self._timer: asyncio.TimerHandle | threading.Timer | None = None
+        self._timer: asyncio.TimerHandle | list[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         if not blocking:  # ``blocking``: the block holds this thread's loop, if it has one
             with contextlib.suppress(RuntimeError):
@@ -739,10 +824,7 @@ class _Watch:
         if self._loop is not None:
             self._timer = self._loop.call_later(seconds, self._fire)
         else:
-            timer = threading.Timer(seconds, self._fire)
-            timer.daemon = True
-            timer.start()
-            self._timer = timer
+            self._timer = _WATCHER.arm(seconds, self._fire)
 
     def _fire(self) -> None:
         if self._done:
@@ -761,7 +843,9 @@ class _Watch:
         self, kind: type[BaseException] | None, error: BaseException | None, tb: object
     ) -> None:
         self._done = True
-        if self._timer is not None:
+        if isinstance(self._timer, list):
+            _WATCHER.cancel(self._timer)
+        elif self._timer is not None:
             self._timer.cancel()
         if self.cut and isinstance(error, Exception):
             raise _NoAnswer(self._deadline.allowance) from error

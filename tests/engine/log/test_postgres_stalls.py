@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import signal
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -240,7 +241,8 @@ async def test_the_lease_kept_through_a_stall_is_given_up_once_the_server_answer
     script's lease (a release would wait again), but gives it up once the server answers:
     a resume there right away drives the script on (it said "running on another host" for
     the whole lease, 30 s); and a script another host resumes right after this host's next
-    drive went through (in which it gave its kept leases up) is that host's at once."""
+    drive went through (after which it gives its kept leases up) is that host's at once
+    then."""
     ran: list[int] = []
     schema = f"t_{uuid.uuid4().hex[:16]}"
     store = _Stalling(server, schema, "add_calls")
@@ -263,6 +265,12 @@ async def test_the_lease_kept_through_a_stall_is_given_up_once_the_server_answer
             store.go_on()
         (second,) = {r.id for r in await store.scripts()} - {first}
         assert (await engine.run_code("return 7")).value == 7  # the log answers this host
+        for _ in range(1200):  # until this host gave the lease up (at most a minute)
+            lease = (await other.store.get_script(second)).lease
+            if lease is None or lease.expires_ms == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert lease is not None and lease.expires_ms == 0, lease  # given up, not run out
         result = await asyncio.wait_for(other.resume(second), HANG_S)
         assert result.status == "finished", result.text
         assert ran == [1, 101, 1, 101]
@@ -458,3 +466,48 @@ def test_the_cli_schema_check_is_bounded_too(
     assert "scripts: the PostgreSQL server of the session log at " in said, said
     assert "did not answer within 1 s (answer_timeout)" in said, said
     assert "then run the command again (" in said and "[codemode.store])" in said, said
+
+
+def test_blob_reads_are_watched_by_one_thread_and_a_stopped_server_still_fails_them(
+    server: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The blob store's statements (one per chunk of a file a script reads) are bounded by
+    answer_timeout as blocking calls, by one watching thread (a thread's timer was started
+    for each, 0.13 ms a chunk): a read of a file in 200 chunks starts at most one thread,
+    a read on a stopped server session still fails within the answer timeout saying so,
+    the next read goes on on a new connection, and the watching thread ends once idle."""
+    store = _Stalling(server, f"t_{uuid.uuid4().hex[:16]}")
+    blobs = store.blob_store()
+    started: list[str] = []
+    start = threading.Thread.start
+    here = threading.get_ident()
+
+    def counted(thread: threading.Thread) -> None:
+        if threading.get_ident() == here:  # by the blob store's calls, not the test runner's
+            started.append(thread.name)
+        start(thread)
+
+    try:
+        data = bytes(range(256)) * 800
+        digest = blobs.put(data)
+        monkeypatch.setattr(threading.Thread, "start", counted)
+        read = b"".join(blobs.read(digest, at, 1024) for at in range(0, len(data), 1024))
+        assert read == data
+        assert len(started) <= 1, started
+        try:
+            store.stall()
+            with pytest.raises(OSError) as caught:
+                blobs.read(digest, 0, 10)
+        finally:
+            store.go_on()
+        said = str(caught.value)
+        assert "blob store at " in said and "did not answer within 1 s (answer_timeout)" in said
+        assert blobs.read(digest, 5, 3) == data[5:8]
+        assert len(started) <= 2, started  # once more at most, had it ended meanwhile
+    finally:
+        store.go_on()
+        blobs.close()
+    watching = [t for t in threading.enumerate() if t.name in started]
+    for thread in watching:  # it ends on its own once no statement is watched for a while
+        thread.join(HANG_S)
+        assert not thread.is_alive(), thread
