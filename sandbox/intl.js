@@ -1133,11 +1133,11 @@
   for (const name of ["DisplayNames", "Segmenter", "Locale", "DurationFormat", "supportedValuesOf"]) {
     defineProperty(Intl, name, { __proto__: null,
       configurable: true, writable: true,
-      value: function () {
+      value: { [name]: function () { // named as the built-in it stands for
         throw new NativeTypeError(
           `Intl.${name} is not available in a script (it has Intl.NumberFormat, DateTimeFormat, ` +
           "Collator, PluralRules, ListFormat and RelativeTimeFormat, for en-US in UTC): build that text yourself");
-      },
+      } }[name],
     });
   }
 

@@ -53,6 +53,7 @@
   const { get: weakMapGet, set: weakMapSet, has: weakMapHas } = WeakMap.prototype;
   const { get: mapGet, set: mapSet, delete: mapDelete, forEach: mapForEach, clear: mapClear } = Map.prototype;
   const { has: setHas, add: setAdd, forEach: setForEach } = Set.prototype;
+  const { has: weakSetHas, add: weakSetAdd } = WeakSet.prototype;
   const mapSize = getOwnPropertyDescriptor(Map.prototype, "size").get;
   // Taken before the script runs, so a script that replaces JSON does not change what the
   // host is sent (the host checks everything anyway).
@@ -66,6 +67,22 @@
     for (const key of objectKeys(methods)) defineProperty(target, key, { __proto__: null, value: methods[key] });
     return target;
   };
+  // Lists of the prelude's own (every list it makes is one of these, made and filled here), of
+  // no prototype (neither a script's push nor a setter it put on Array.prototype reaches
+  // them), added to and joined with no method a script can replace: one that replaced
+  // Array.prototype.push had console.log print {} for any object, and new Date(2026, 0, 1)
+  // read the wrong date.
+  const listOf = () => setPrototypeOf([], null);
+  const put = (list, item) => { list[list.length] = item; };
+  function joined(list, separator) {
+    let out = "";
+    for (let i = 0; i < list.length; i++) out += (i ? separator : "") + list[i];
+    return out;
+  }
+  function holds(list, item) {
+    for (let i = 0; i < list.length; i++) if (list[i] === item) return true;
+    return false;
+  }
   // The script's tools (see `begin`): a replaced Set.prototype.has, or its iterator, was
   // handed this set, and a script that added a name to it called a tool the host never gave.
   const toolNames = ownMethods(new NativeSet(), { has: setHas, add: setAdd });
@@ -178,20 +195,33 @@
   const typedArrayName = getter(getPrototypeOf(Uint8Array.prototype), Symbol.toStringTag);
   const bufferLength = getter(ArrayBuffer.prototype, "byteLength");
   const viewLength = getter(DataView.prototype, "byteLength");
-  const regExpSource = getter(RegExp.prototype, "source"), regExpFlags = getter(RegExp.prototype, "flags");
+  const regExpSource = getter(RegExp.prototype, "source");
+  // A RegExp's flags, read from the RegExp itself: `flags` reads them through its prototype,
+  // which one of no prototype has not (`/x/g` printed `/x/`), or the script's getters.
+  const FLAG_GETTERS = listOf();
+  for (const [key, flag] of [["hasIndices", "d"], ["global", "g"], ["ignoreCase", "i"], ["multiline", "m"],
+    ["dotAll", "s"], ["unicode", "u"], ["unicodeSets", "v"], ["sticky", "y"]]) {
+    put(FLAG_GETTERS, [getter(RegExp.prototype, key), flag]);
+  }
+  function regExpFlags() {
+    let flags = "";
+    for (let i = 0; i < FLAG_GETTERS.length; i++) if (apply(FLAG_GETTERS[i][0], this, [])) flags += FLAG_GETTERS[i][1];
+    return flags;
+  }
+  const typedArrayLength = getter(getPrototypeOf(Uint8Array.prototype), "length");
   const got = (get, v) => { try { return apply(get, v, []); } catch (_) { return undefined; } };
   const setSize = getter(Set.prototype, "size");
   // A Map's entries ([key, value] each) and a Set's items, as they are held, as Node.js shows
   // them: not what a script's iterator gives (one that never ended filled the heap in
   // console.log, which printed "[unprintable: Error]").
   function entriesOf(map) {
-    const out = setPrototypeOf([], null);
-    apply(mapForEach, map, [(v, k) => { out[out.length] = [k, v]; }]);
+    const out = listOf();
+    apply(mapForEach, map, [(v, k) => { put(out, [k, v]); }]);
     return out;
   }
   function itemsOf(set) {
-    const out = setPrototypeOf([], null);
-    apply(setForEach, set, [(v) => { out[out.length] = v; }]);
+    const out = listOf();
+    apply(setForEach, set, [(v) => { put(out, v); }]);
     return out;
   }
   // Whether an object of no prototype holds a built-in's data (a Date, a Map, a Set, a
@@ -201,6 +231,20 @@
   const heldData = (v) => apply(typedArrayName, v, []) !== undefined || (objectKeys(v).length === 0 &&
     (timeOf(v) !== undefined || got(mapSize, v) !== undefined || got(setSize, v) !== undefined ||
     got(regExpSource, v) !== undefined || got(bufferLength, v) !== undefined || got(viewLength, v) !== undefined));
+  // The built-in whose data an object of no prototype holds ("Map", "Set", "RegExp",
+  // "Date", "ArrayBuffer", "DataView", a typed array's name), or undefined: `instanceof` and
+  // the constructor's name say nothing of it, and it was printed {}, or named "an object of
+  // no class". Asked of objects of no prototype only (each miss makes an error).
+  function brandOf(v) {
+    if (got(mapSize, v) !== undefined) return "Map";
+    if (got(setSize, v) !== undefined) return "Set";
+    if (got(regExpSource, v) !== undefined) return "RegExp";
+    if (timeOf(v) !== undefined) return "Date";
+    const typed = apply(typedArrayName, v, []);
+    if (typed !== undefined) return typed;
+    if (got(bufferLength, v) !== undefined) return "ArrayBuffer";
+    return got(viewLength, v) !== undefined ? "DataView" : undefined;
+  }
   const isPrototypeOf = Object.prototype.isPrototypeOf;
   const IteratorProto = getPrototypeOf(getPrototypeOf([][Symbol.iterator]()));
   const AsyncIteratorProto = getPrototypeOf(getPrototypeOf(getPrototypeOf((async function* () {})())));
@@ -213,21 +257,6 @@
   function iteratorKind(v) {
     if (apply(isPrototypeOf, AsyncIteratorProto, [v])) return "async";
     return apply(isPrototypeOf, IteratorProto, [v]) ? "sync" : undefined;
-  }
-  // Lists of the prelude's own, of no prototype (neither a script's push nor a setter it put
-  // on Array.prototype reaches them), added to and joined with no method a script can
-  // replace: one that replaced Array.prototype.push had console.log print {} for any object,
-  // and new Date(2026, 0, 1) read the wrong date.
-  const listOf = () => setPrototypeOf([], null);
-  const put = (list, item) => { list[list.length] = item; };
-  function joined(list, separator) {
-    let out = "";
-    for (let i = 0; i < list.length; i++) out += (i ? separator : "") + list[i];
-    return out;
-  }
-  function holds(list, item) {
-    for (let i = 0; i < list.length; i++) if (list[i] === item) return true;
-    return false;
   }
   function dateArgs(args) {
     if (args.length === 0) return [NOW];
@@ -262,8 +291,9 @@
   for (const key of ["parse", "UTC"]) {
     defineProperty(FixedDate, key, { __proto__: null, value: fixedStatics[key], writable: true, configurable: true });
   }
-  defineProperty(FixedDate, "now", { __proto__: null, value: () => NOW, writable: true, configurable: true });
-  defineProperty(RealDate, "now", { __proto__: null, value: () => NOW, writable: true, configurable: true });
+  const now = { now: () => NOW }.now; // named as the built-in it stands for, as each below
+  defineProperty(FixedDate, "now", { __proto__: null, value: now, writable: true, configurable: true });
+  defineProperty(RealDate, "now", { __proto__: null, value: now, writable: true, configurable: true });
   defineProperty(RealDate.prototype, "constructor", { __proto__: null, value: FixedDate, writable: true, configurable: true });
   globalThis.Date = FixedDate;
 
@@ -280,6 +310,7 @@
     c = (c + t) | 0;
     return (t >>> 0) / 4294967296;
   };
+  defineProperty(nextRandom, "name", { __proto__: null, value: "random" });
   defineProperty(Math, "random", { __proto__: null, value: nextRandom, writable: true, configurable: true });
   web(nextRandom, text); // crypto's values come from the same generator (sandbox/web.js)
   // Garbage-collection timing must not reach the script: it differs between runs.
@@ -335,27 +366,30 @@
     // Plain objects and arrays, the most of any value, are none of the kinds below.
     const proto = getPrototypeOf(value);
     const plainKind = proto === ObjectProto || proto === ArrayProto || proto === null;
-    const shown = plainKind ? undefined : shownAsNode(value, budget);
+    // A built-in's data with its prototype set to null is named as Node.js names it:
+    // `[Map(1): null prototype] {...}`, `[RegExp: null prototype] /x/`.
+    const bare = proto === null && !isArray(value) && heldData(value) ? brandOf(value) : undefined;
+    const shown = plainKind && bare === undefined ? undefined : shownAsNode(value, budget, bare);
     if (shown !== undefined) return shown;
     if (depth > 8) return isArray(value) ? "[Array]" : "[Object]";
     put(ancestors, value);
     try {
-      const typed = plainKind ? undefined : apply(typedArrayName, value, []);
+      const typed = plainKind && bare === undefined ? undefined : apply(typedArrayName, value, []);
       if (isArray(value) || typed !== undefined) {
-        const n = value.length;
+        const n = typed === undefined ? value.length : apply(typedArrayLength, value, []);
         // A hole shows as nothing, as Array.prototype.join has it ("[1,,3]").
-        return (typed === undefined ? "" : typed + "(" + n + ") ") + "[" + listed(n, (i) =>
+        return (typed === undefined ? "" : nullNamed(typed + "(" + n + ")", bare) + " ") + "[" + listed(n, (i) =>
           (i in value ? describe(value[i], depth + 1, ancestors, budget) : ""), budget, "items", ",") + "]";
       }
-      if (value instanceof NativeMap) {
+      if (value instanceof NativeMap || bare === "Map") {
         const entries = entriesOf(value);
-        return "Map(" + apply(mapSize, value, []) + ") {" + listed(entries.length, (i) =>
+        return nullNamed("Map(" + apply(mapSize, value, []) + ")", bare) + " {" + listed(entries.length, (i) =>
           describe(entries[i][0], depth + 1, ancestors, budget) + " => " +
           describe(entries[i][1], depth + 1, ancestors, budget), budget, "entries", ", ") + "}";
       }
-      if (value instanceof NativeSet) {
+      if (value instanceof NativeSet || bare === "Set") {
         const items = itemsOf(value);
-        return "Set(" + apply(setSize, value, []) + ") {" + listed(items.length, (i) =>
+        return nullNamed("Set(" + apply(setSize, value, []) + ")", bare) + " {" + listed(items.length, (i) =>
           describe(items[i], depth + 1, ancestors, budget), budget, "items", ", ") + "}";
       }
       if (typeof value.toJSON === "function") return describe(value.toJSON(), depth + 1, ancestors, budget);
@@ -383,13 +417,17 @@
     }
   }
   // A value JSON writes as {} (or an object of indexes) as Node.js shows it, or undefined.
-  function shownAsNode(value, budget) {
+  // `bare`: the built-in's name (brandOf) when the value's prototype is null.
+  const nullNamed = (name, bare) => (bare === undefined ? name : "[" + name + ": null prototype]");
+  function shownAsNode(value, budget, bare) {
     const source = got(regExpSource, value);
-    if (source !== undefined) return "/" + source + "/" + got(regExpFlags, value);
+    if (source !== undefined) {
+      return (bare === undefined ? "" : nullNamed("RegExp", bare) + " ") + "/" + source + "/" + got(regExpFlags, value);
+    }
     const bytes = got(bufferLength, value);
-    if (bytes !== undefined) return "ArrayBuffer { byteLength: " + bytes + " }";
+    if (bytes !== undefined) return nullNamed("ArrayBuffer", bare) + " { byteLength: " + bytes + " }";
     const viewed = got(viewLength, value);
-    if (viewed !== undefined) return "DataView { byteLength: " + viewed + " }";
+    if (viewed !== undefined) return nullNamed("DataView", bare) + " { byteLength: " + viewed + " }";
     if (value instanceof NativeWeakMap || value instanceof NativeWeakSet) {
       return (value instanceof NativeWeakMap ? "WeakMap" : "WeakSet") + " { <items unknown> }";
     }
@@ -673,12 +711,15 @@
     return out;
   }
   const print = (...args) => { emit(formatted(args)); };
+  // console.log, info, ...: print, each named as Node.js names it.
+  const printer = (name) => ({ [name]: (...args) => { emit(formatted(args)); } })[name];
   const counts = ownMethods(new NativeMap(), { get: mapGet, set: mapSet, delete: mapDelete });
   const label = (l) => (l === undefined ? "default" : "" + l);
   globalThis.console = freeze({
-    log: print, info: print, warn: print, error: print, debug: print, trace: print,
+    log: printer("log"), info: printer("info"), warn: printer("warn"), error: printer("error"),
+    debug: printer("debug"), trace: printer("trace"),
     dir: (value) => emit(described(value) + (isError(value) ? madeAt(value) : "")),
-    dirxml: print,
+    dirxml: printer("dirxml"),
     table: (data, columns) => emit(table(data, columns)),
     group: (...labels) => { if (labels.length) print(...labels); indent += "  "; },
     groupCollapsed: (...labels) => { if (labels.length) print(...labels); indent += "  "; },
@@ -701,26 +742,47 @@
   // object, a Map or a Set), a column per key of the entries that are objects ("Values" for the
   // others), only `columns` when given. A value that is none of those prints as console.log's.
   const TABLE_CELLS = 250000;
+  // It is laid out with the prelude's own lists, strings and brand checks: with the script's
+  // (its push, map, join, repeat, Math.max, a Map's `instanceof`), a script that replaced
+  // Array.prototype.push printed a table of no rows.
+  const stringRepeat = String.prototype.repeat;
+  const spaced = (text, width) => text + apply(stringRepeat, " ", [width - codePoints(text)]);
+  // How many characters `text` shows as: a surrogate pair is one, as `[...text].length` has it.
+  function codePoints(text) {
+    let n = text.length;
+    for (let i = 0; i + 1 < text.length; i++) {
+      const c = apply(stringCharCodeAt, text, [i]);
+      if (c >= 0xd800 && c <= 0xdbff) {
+        const next = apply(stringCharCodeAt, text, [i + 1]);
+        if (next >= 0xdc00 && next <= 0xdfff) { n--; i++; }
+      }
+    }
+    return n;
+  }
   function table(data, columns) {
     if (data === null || typeof data !== "object") return text(data);
-    const budget = { left: PRINTED_BOUND };
+    const budget = { __proto__: null, left: PRINTED_BOUND };
     const cell = (v) => {
       try { return describe(v, 1, listOf(), budget); } catch (e) { return "[unprintable: " + errorText(e) + "]"; }
     };
-    let head = "(index)", rows = [];
-    if (data instanceof NativeMap) {
+    const keyed = got(mapSize, data) !== undefined;
+    let head = "(index)";
+    const rows = listOf(); // [index, value, key] each
+    if (keyed) {
       head = "(iteration index)";
       const entries = entriesOf(data);
-      for (let i = 0; i < entries.length; i++) rows.push(["" + i, entries[i][1], entries[i][0]]);
-    } else if (data instanceof NativeSet) {
+      for (let i = 0; i < entries.length; i++) put(rows, ["" + i, entries[i][1], entries[i][0]]);
+    } else if (got(setSize, data) !== undefined) {
       head = "(iteration index)";
       const items = itemsOf(data);
-      for (let i = 0; i < items.length; i++) rows.push(["" + i, items[i]]);
+      for (let i = 0; i < items.length; i++) put(rows, ["" + i, items[i]]);
     } else {
-      for (const k of objectKeys(data)) rows.push([k, data[k]]);
+      const ks = objectKeys(data);
+      for (let i = 0; i < ks.length; i++) put(rows, [ks[i], data[ks[i]]]);
     }
-    const keyed = data instanceof NativeMap;
-    const keys = [], seen = new NativeSet(), body = [];
+    const wanted = listOf(); // the columns asked for, as given
+    if (isArray(columns)) for (let i = 0; i < columns.length; i++) put(wanted, columns[i]);
+    const keys = listOf(), seen = { __proto__: null }, body = listOf();
     let values = false, left = 0;
     for (let r = 0; r < rows.length; r++) {
       // Each row holds a cell for every column, filled or not: rows of keys of their own
@@ -729,31 +791,65 @@
         left = rows.length - r;
         break;
       }
-      const [index, v, key] = rows[r];
-      const line = { index, cells: new NativeMap() };
-      if (keyed) line.key = cell(key);
-      if (v !== null && typeof v === "object" && !(v instanceof NativeMap) && !(v instanceof NativeSet)) {
-        for (const k of objectKeys(v)) {
-          if (columns !== undefined && !(isArray(columns) && columns.includes(k))) continue;
-          if (!seen.has(k)) { seen.add(k); keys.push(k); }
-          line.cells.set(k, cell(v[k]));
+      const index = rows[r][0], v = rows[r][1];
+      const line = { __proto__: null, index, key: "", value: "", cells: { __proto__: null } };
+      if (keyed) line.key = cell(rows[r][2]);
+      if (v !== null && typeof v === "object" && got(mapSize, v) === undefined && got(setSize, v) === undefined) {
+        const ks = objectKeys(v);
+        for (let i = 0; i < ks.length; i++) {
+          const k = ks[i];
+          if (columns !== undefined && !(isArray(columns) && holds(wanted, k))) continue;
+          if (!hasOwn(seen, k)) { seen[k] = true; put(keys, k); }
+          line.cells[k] = cell(v[k]);
         }
       } else if (columns === undefined) {
         values = true;
         line.value = cell(v);
       }
-      body.push(line);
+      put(body, line);
     }
-    const order = isArray(columns) ? columns.map((c) => "" + c).filter((c) => seen.has(c)) : keys;
-    const names = [head, ...(keyed ? ["Key"] : []), ...order, ...(values ? ["Values"] : [])];
-    const grid = body.map((line) => [line.index, ...(keyed ? [line.key] : []),
-      ...order.map((k) => line.cells.get(k) ?? ""), ...(values ? [line.value ?? ""] : [])]);
-    const width = names.map((n, c) => grid.reduce((w, row) => Math.max(w, [...row[c]].length), [...n].length) + 2);
-    const rule = (l, m, r) => l + width.map((w) => "─".repeat(w)).join(m) + r;
-    const row = (cells) => "│" + cells.map((v, c) => " " + v + " ".repeat(width[c] - 1 - [...v].length)).join("│") + "│";
-    const out = [rule("┌", "┬", "┐"), row(names), rule("├", "┼", "┤"), ...grid.map(row), rule("└", "┴", "┘")];
-    if (left) out.push("... " + left + " more rows");
-    return out.join("\n");
+    let order = keys;
+    if (isArray(columns)) {
+      order = listOf();
+      for (let i = 0; i < wanted.length; i++) if (hasOwn(seen, "" + wanted[i])) put(order, "" + wanted[i]);
+    }
+    const names = listOf();
+    put(names, head);
+    if (keyed) put(names, "Key");
+    for (let i = 0; i < order.length; i++) put(names, order[i]);
+    if (values) put(names, "Values");
+    const grid = listOf();
+    for (let r = 0; r < body.length; r++) {
+      const line = body[r], cells = listOf();
+      put(cells, line.index);
+      if (keyed) put(cells, line.key);
+      for (let i = 0; i < order.length; i++) put(cells, hasOwn(line.cells, order[i]) ? line.cells[order[i]] : "");
+      if (values) put(cells, line.value);
+      put(grid, cells);
+    }
+    const width = listOf();
+    for (let c = 0; c < names.length; c++) {
+      let w = codePoints(names[c]);
+      for (let r = 0; r < grid.length; r++) {
+        const n = codePoints(grid[r][c]);
+        if (n > w) w = n;
+      }
+      put(width, w + 2);
+    }
+    const rule = (l, m, r) => {
+      let out = l;
+      for (let c = 0; c < width.length; c++) out += (c ? m : "") + apply(stringRepeat, "─", [width[c]]);
+      return out + r;
+    };
+    const row = (cells) => {
+      let out = "│";
+      for (let c = 0; c < cells.length; c++) out += " " + spaced(cells[c], width[c] - 1) + "│";
+      return out;
+    };
+    let out = rule("┌", "┬", "┐") + "\n" + row(names) + "\n" + rule("├", "┼", "┤");
+    for (let r = 0; r < grid.length; r++) out += "\n" + row(grid[r]);
+    out += "\n" + rule("└", "┴", "┘");
+    return left ? out + "\n... " + left + " more rows" : out;
   }
 
   // ---- Arguments must be plain data: what crosses to the host is JSON. ----
@@ -773,7 +869,7 @@
     const outer = root; // a getter of the value's may pass data of its own
     root = name;
     try {
-      return plainCopy(value, setPrototypeOf([], null), 0);
+      return plainCopy(value, listOf(), 0);
     } catch (e) {
       if (e !== refusal || refusal === undefined) throw e; // a getter's or a trap's of the script's
       refusal = undefined;
@@ -833,12 +929,13 @@
     const proto = getPrototypeOf(value);
     const array = isArray(value);
     if (!array && proto !== ObjectProto && (proto !== null || heldData(value))) {
-      const name = "" + ((proto && proto.constructor && proto.constructor.name) || "non-plain object");
+      const bare = proto === null ? brandOf(value) : undefined;
+      const name = "" + ((proto && proto.constructor && proto.constructor.name) || bare || "non-plain object");
       const iterating = objectKeys(value).length === 0 ? iteratorKind(value) : undefined;
       const kind = timeOf(value) !== undefined ? "a Date (pass date.toISOString())"
         : name === "URL" ? "a URL (pass url.href)"
-        : value instanceof NativeMap ? "a Map (pass Object.fromEntries(map))"
-        : value instanceof NativeSet ? "a Set (pass [...set])"
+        : value instanceof NativeMap || bare === "Map" ? "a Map (pass Object.fromEntries(map))"
+        : value instanceof NativeSet || bare === "Set" ? "a Set (pass [...set])"
         : web.pairsOf(value) !== undefined ? "a URLSearchParams (pass Object.fromEntries(params), or String(params))"
         : iterating === "sync" ? "an iterator (pass [...iterator])"
         : iterating === "async" ? "an async generator (collect its values into an array, and pass that)"
@@ -849,7 +946,7 @@
     let copy;
     if (array) {
       const length = value.length;
-      copy = setPrototypeOf([], null);
+      copy = listOf();
       for (let i = 0; i < length; i++) copy[i] = plainCopy(value[i], seen, depth + 1);
     } else {
       copy = { __proto__: null };
@@ -900,12 +997,12 @@
   // runtime.py): in call order, each with its resolvers and the Error it rejects with, made
   // at the call so that its stack names the script's line. The array has no prototype, so
   // no script change to Array.prototype reaches it.
-  let pending = setPrototypeOf([], null);
+  let pending = listOf();
   function defer(name) {
     const entry = { __proto__: null, name, error: new NativeError(""), resolve: null, reject: null,
       promise: null };
     entry.promise = new NativePromise((resolve, reject) => { entry.resolve = resolve; entry.reject = reject; });
-    pending[pending.length] = entry;
+    put(pending, entry);
     return entry.promise;
   }
   // The host settles the first `answers.length` deferred calls, in call order: each answer
@@ -932,7 +1029,7 @@
     const answers = JSON.parse(json);
     const count = answers.length;
     const settled = pending;
-    pending = setPrototypeOf([], null);
+    pending = listOf();
     for (let i = count; i < settled.length; i++) pending[i - count] = settled[i];
     for (let i = 0; i < count; i++) {
       const entry = settled[i], answer = answers[i];
@@ -970,13 +1067,13 @@
   }
   // The calls that failed, in the order they failed. Those nothing took when the script
   // ends are printed lines, as Python's "failed and nothing awaited it" (see `untaken`).
-  const failedCalls = setPrototypeOf([], null);
+  const failedCalls = listOf();
   function failing(promise, error) {
     const call = callRecords.get(promise);
     if (call === undefined) return;
     call.message = error.message;
     call.stack = framesOf(error);
-    failedCalls[failedCalls.length] = call;
+    put(failedCalls, call);
   }
   // The returned value, kept with its JSON when the script returned while calls its code
   // waits on (awaited, chained: taken) had not answered, with how many and the first: that
@@ -1018,7 +1115,8 @@
   // prototypes, down to primitives. Read by property descriptors: no getter runs here.
   function readsAsData(root) {
     if (hasOwn(ObjectProto, "toJSON") || hasOwn(ArrayProto, "toJSON")) return false;
-    const todo = setPrototypeOf([root], null);
+    const todo = listOf();
+    put(todo, root);
     while (todo.length) {
       const value = todo[todo.length - 1];
       todo.length--;
@@ -1031,7 +1129,7 @@
         if (keys[i] === "toJSON") return false;
         const own = getOwnPropertyDescriptor(value, keys[i]);
         if (own === undefined || !hasOwn(own, "value")) return false; // an accessor
-        todo[todo.length] = own.value;
+        put(todo, own.value);
       }
     }
     return true;
@@ -1065,20 +1163,20 @@
   let untakenShown = 0; // how many of failedCalls untaken() has looked at
   let warned = 0; // lines untaken() printed in this run: at most UNHANDLED_SHOWN in all
   function untaken() {
-    const lines = setPrototypeOf([], null);
+    const lines = listOf();
     for (; untakenShown < failedCalls.length; untakenShown++) {
       const call = failedCalls[untakenShown];
-      if (!call.taken) lines[lines.length] = [shownCall(call.name), call.message, call.stack];
+      if (!call.taken) put(lines, [shownCall(call.name), call.message, call.stack]);
     }
-    const reasons = setPrototypeOf([], null);
+    const reasons = listOf();
     apply(mapForEach, unhandled, [(reason, promise) => {
-      if (!callRecords.has(promise)) reasons[reasons.length] = reason;
+      if (!callRecords.has(promise)) put(reasons, reason);
     }]);
     apply(mapClear, unhandled, []);
     for (let i = 0; i < reasons.length; i++) {
       const parts = errorParts(reasons[i]), name = parts.name, message = parts.message;
-      lines[lines.length] = ["an async function or promise",
-        name === "Uncaught" ? message : message ? name + ": " + message : name, parts.stack];
+      put(lines, ["an async function or promise",
+        name === "Uncaught" ? message : message ? name + ": " + message : name, parts.stack]);
     }
     // Calls that failed unawaited and promises rejected with nothing to handle them share
     // the lines: at most UNHANDLED_SHOWN in a run, the last saying how many more (900
@@ -1142,11 +1240,16 @@
   // is missing.
   const spreadKey = Symbol("missing await");
   const spreadMisuse = { __proto__: null, get() { throw new NativeTypeError(forgotten(this)); }, enumerable: true };
-  function called(name, promise) {
+  // `promise` made one whose misuse says the await is missing (see CallPromise), kept in
+  // `records` (callRecords, fileReads) with what it is.
+  function awaitable(promise, records, record) {
     setPrototypeOf(promise, CallPromise);
     defineProperty(promise, spreadKey, spreadMisuse);
-    callRecords.set(promise, { __proto__: null, name, taken: false, message: "", stack: "" });
+    records.set(promise, record);
     return promise;
+  }
+  function called(name, promise) {
+    return awaitable(promise, callRecords, { __proto__: null, name, taken: false, message: "", stack: "" });
   }
   function noSuchTool(name) {
     const near = JSON.parse(host.closest(wellFormed(name)));
@@ -1173,10 +1276,7 @@
         reject(e);
       }
     });
-    setPrototypeOf(promise, CallPromise);
-    defineProperty(promise, spreadKey, spreadMisuse);
-    fileReads.set(promise, "files." + op + "(...)");
-    return promise;
+    return awaitable(promise, fileReads, "files." + op + "(...)");
   }
   function refusedCall(name, error) {
     if (error === null || error instanceof NativeInternalError) throw error;
@@ -1223,13 +1323,13 @@
   const callerFor = (name) => {
     let f = callers.get(name);
     if (!f) {
-      f = { [name]: function (args) {
+      f = native({ [name]: function (args) {
         if (arguments.length > 1) {
           return refusedCall(name, new NativeTypeError("tools." + name + " takes one object of " +
             "arguments, as tools." + name + "({ ... }); it was given " + arguments.length + " arguments"));
         }
         return callTool(name, args);
-      } }[name];
+      } }[name]);
       if (!toolNames.has(name)) {
         // `tools.github.list_prs(...)`: a member of a name that is no tool says so, and how
         // the tool is named (it was "not a function"). A function's own members, `then`
@@ -1255,10 +1355,12 @@
   // What `tools` itself shows as, where no tool takes the name: `console.log(tools)` and
   // `JSON.stringify(tools)` the names of the tools, `${tools}` a line of them.
   const arraySort = ArrayProto.sort;
+  // A list of the prelude's own: a setter a script put on Array.prototype[0] took the first
+  // name (`Object.keys(tools)` failed with "proxy: duplicate property"), or all of them.
   const toolList = () => {
-    const names = [];
-    for (let i = 0; i < toolArray.length; i++) names[i] = toolArray[i];
-    return apply(arraySort, names, []);
+    const names = listOf();
+    for (let i = 0; i < toolArray.length; i++) put(names, toolArray[i]);
+    return setPrototypeOf(apply(arraySort, names, []), ArrayProto); // filled: an array as any
   };
   const shownAs = freeze({
     toJSON: () => toolList(),
@@ -1301,7 +1403,7 @@
     return plain(opts, "the options");
   }
   function stream(kind) {
-    return function (id, opts) {
+    return { [kind]: function (id, opts) {
       const given = options(kind, opts);
       let handle = 0, buffer = [], index = 0, done = false, opened = false;
       const close = () => {
@@ -1339,11 +1441,14 @@
       // Read as if it were an array of rows (`for ... of` without await, `rows.length`,
       // returned): it says how it is read, where it was "value is not iterable", undefined
       // or {}.
-      const misuse = { __proto__: null, get() { throw new NativeTypeError(streamMisused(kind)); } };
+      native(iterator.next);
+      native(iterator.return);
+      native(iterator[asyncIteratorKey]);
+      const misuse = { __proto__: null, get: native(() => { throw new NativeTypeError(streamMisused(kind)); }) };
       for (let i = 0; i < STREAM_MISUSES.length; i++) defineProperty(iterator, STREAM_MISUSES[i], misuse);
       streamKinds.set(iterator, kind);
       return iterator;
-    };
+    } }[kind];
   }
   const STREAM_MISUSES = ["length", "map", "filter", "forEach", "slice", Symbol.iterator];
   // What a stream inherits from (for the returned value's check, see opaqueRefused), and the
@@ -1405,13 +1510,13 @@
   // found within CYCLE_WALK objects and MAX_DEPTH deep. Walked on a failure's path only.
   const CYCLE_WALK = 100000;
   function pathWhere(root, hit) {
-    const path = setPrototypeOf([], null); // no script change to Array.prototype reaches it
+    const path = listOf(); // no script change to Array.prototype reaches it
     let budget = CYCLE_WALK;
     function walk(v, where) {
       if (typeof v !== "object" || v === null) return null;
       if (hit(v, path)) return where;
       if (--budget < 0 || path.length >= MAX_DEPTH) return null;
-      path[path.length] = v;
+      put(path, v);
       if (isArray(v)) {
         for (let i = 0; i < v.length; i++) {
           const found = walk(v[i], where + "[" + i + "]");
@@ -1559,15 +1664,18 @@
       return value;
     }
     let kind;
-    if (value instanceof NativeMap) {
+    const bare = proto === null ? brandOf(value) : undefined;
+    if (value instanceof NativeMap || bare === "Map") {
       kind = "a Map, which JSON turns into {}; return Object.fromEntries(map), or [...map] for its entries";
-    } else if (value instanceof NativeSet) {
+    } else if (value instanceof NativeSet || bare === "Set") {
       kind = "a Set, which JSON turns into {}; return [...set]";
+    } else if (bare === "Date") {
+      kind = "a Date, which JSON turns into {}; return its text, Date.prototype.toISOString.call(date)";
     } else if (value instanceof NativeError) {
       kind = "an Error, which JSON turns into {} (its message is lost); return error.message, or String(error)";
-    } else if (isView(value) || value instanceof NativeArrayBuffer) {
+    } else if (isView(value) || value instanceof NativeArrayBuffer || bare === "ArrayBuffer") {
       kind = "binary data, which JSON turns into an object of indexes or {}; return Array.from(bytes)";
-    } else if (value instanceof NativeRegExp) {
+    } else if (value instanceof NativeRegExp || bare === "RegExp") {
       kind = "a RegExp, which JSON turns into {}; return regexp.source, or String(regexp)";
     } else if (proto === StreamProto && streamKinds.get(value) !== undefined) {
       kind = "a stream, which JSON turns into {}: " + streamMisused(streamKinds.get(value));
@@ -1604,7 +1712,7 @@
         message = "" + toPrimitive(error.message, "string");
         // What it wraps says what went wrong first (`throw new Error("sync failed", { cause })`).
         try {
-          message += errorMore(error, 0, [], { left: PRINTED_BOUND });
+          message += errorMore(error, 0, listOf(), { left: PRINTED_BOUND });
         } catch (_) {
           // a cause that cannot be read leaves the error as it is
         }
@@ -1655,6 +1763,55 @@
     return main;
   }
 
+  // ---- What the engine made reads as built-in, as a host's built-ins do. ----
+  // `String(console.log)` and `tools.x.toString()` gave the prelude's source (what it keeps
+  // and calls, how it checks), and a script that tells the engine's functions from its own by
+  // `[native code]` took console.log for one of its own. Every function the boot made (the
+  // prelude's, web.js's and lazy.js's files'), found from the global object before any script
+  // exists, and those made later for a script (`native`), read as QuickJS writes its own:
+  // `function log() {\n    [native code]\n}`. Function.prototype.toString is replaced, in
+  // the same place and with the same name and length; the script's own functions read as ever.
+  const nativeMade = ownMethods(new NativeWeakSet(), { has: weakSetHas, add: weakSetAdd });
+  const native = (f) => { nativeMade.add(f); return f; };
+  const builtInText = {
+    toString() {
+      if (!nativeMade.has(this)) return apply(fnToString, this, []);
+      const own = getOwnPropertyDescriptor(this, "name"); // no getter of the script's runs
+      return "function " + (own && typeof own.value === "string" ? own.value : "") + "() {\n    [native code]\n}";
+    },
+  }.toString;
+  defineProperty(Function.prototype, "toString", { __proto__: null, value: builtInText, writable: true, enumerable: false, configurable: true });
+  const { ownKeys } = Reflect;
+  // Every function reachable from `root` through properties (values, getters, setters) and
+  // prototypes: called before any script exists, when all there is is the engine's.
+  function allNative(root) {
+    const seen = ownMethods(new NativeWeakSet(), { has: weakSetHas, add: weakSetAdd });
+    const todo = listOf();
+    put(todo, root);
+    while (todo.length) {
+      const v = todo[todo.length - 1];
+      todo.length--;
+      if (!isObject(v) || seen.has(v)) continue;
+      seen.add(v);
+      if (typeof v === "function") nativeMade.add(v);
+      put(todo, getPrototypeOf(v));
+      const keys = ownKeys(v);
+      for (let i = 0; i < keys.length; i++) {
+        const own = getOwnPropertyDescriptor(v, keys[i]);
+        if (own === undefined) continue;
+        if (hasOwn(own, "value")) {
+          put(todo, own.value);
+        } else {
+          put(todo, own.get);
+          put(todo, own.set);
+        }
+      }
+    }
+  }
+  allNative(globalThis);
+  allNative(CallPromise);
+  native(spreadMisuse.get);
+
   // ---- One script: its record's settings, then its body. Once per context. ----
   // `begin(config, code, mayStrip)`: with `mayStrip`, a body that does not parse begins
   // nothing and gives "unparsed" (the host strips its TypeScript types and calls again).
@@ -1681,7 +1838,8 @@
     a = config.seed_lo >>> 0; b = config.seed_hi >>> 0; c = 0x9e3779b9; d = 1;
     for (let i = 0; i < 12; i++) nextRandom();
     // The engine's own `performance` reads the machine's clock; replace it whole.
-    globalThis.performance = freeze({ now: () => 0, timeOrigin: NOW });
+    const moment = { now: () => 0 }.now;
+    globalThis.performance = freeze({ now: native(moment), timeOrigin: NOW });
     PRINTED_BOUND = config.printed_bound / 2;
     VALUE_HALF = config.value_bound >> 1;
     if (broken) {

@@ -753,7 +753,7 @@
   for (const name of ["createObjectURL", "revokeObjectURL"]) {
     defineProperty(URL, name, { __proto__: null,
       writable: true, configurable: true,
-      value() { throw new NativeTypeError(`URL.${name} is not available in a script: it has no Blob`); },
+      value: { [name]() { throw new NativeTypeError(`URL.${name} is not available in a script: it has no Blob`); } }[name],
     });
   }
   return URL;

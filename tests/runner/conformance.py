@@ -326,6 +326,27 @@ def check_replaced_builtins(h: Harness) -> None:
     assert step.value == ["€1,234.50", "January Thursday", "[object Intl]", "http://a.b/c?q=1%202"]
 
 
+# What the boot made reads as native, and lists the prelude fills take no setter of the
+# script's: both made with the world, in a fork server before it forks or in a process's own.
+NATIVE_TEXT = """\
+Object.defineProperty(Array.prototype, 0, { set(v) {}, get() { return "trap"; } });
+Array.prototype.push = function () { return 0; };
+console.table([{ a: 1 }]);
+return [String(console.log), String(tools.t), String(URL), Object.keys(tools), String(() => 1)];
+"""
+
+
+def check_native_text(h: Harness) -> None:
+    """The engine's functions read as QuickJS's own built-ins (`String(console.log)` gave the
+    prelude's source), the script's as written; Object.keys(tools) and console.table take no
+    setter or method the script put on Array.prototype, in every mode."""
+    step = h.step(script(NATIVE_TEXT))
+    assert step.outcome == "finished", step.error
+    native = "() {\n    [native code]\n}"
+    assert step.value == [f"function {n}{native}" for n in ("log", "t", "URL")] + [["t"], "() => 1"]
+    assert "│ 0       │ 1 │" in step.printed
+
+
 def check_calls_limit(h: Harness, language: str = "javascript") -> None:
     step = h.step(case("calls", language, limits={"calls": 3}))
     assert_limit(step, "calls")

@@ -70,6 +70,10 @@ def test_replaced_builtins(runner: Harness) -> None:
     c.check_replaced_builtins(runner)
 
 
+def test_native_text(runner: Harness) -> None:
+    c.check_native_text(runner)
+
+
 def test_concurrency(runner: Harness) -> None:
     c.check_concurrency(runner)
 

@@ -1,0 +1,207 @@
+"""The JavaScript prelude (sandbox/prelude.js) against a script that changes the built-ins it
+could use, and how it names what it made: its tools, console.table, values of no prototype,
+and the text of its functions. Run in this process (see test_runtime.py for the rest)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.sandbox.conftest import TOOLS, rec, run, value
+
+NAMES = sorted(TOOLS)
+
+# Setters a script puts where a list's items go, on Array.prototype and Object.prototype.
+TRAPPED_INDEXES = """\
+for (const proto of [Array.prototype, Object.prototype]) {
+  for (const i of [0, 1, 2]) {
+    Object.defineProperty(proto, i, { set(v) {}, get() { return "trap"; }, configurable: true });
+  }
+}
+"""
+
+
+def test_the_tool_names_are_the_records_whatever_setters_the_script_put_on_indexes() -> None:
+    """The list of tool names is the prelude's own: a setter a script put on
+    Array.prototype[0] took the first name, and Object.keys(tools) failed with "proxy:
+    duplicate property"."""
+    got = value(
+        TRAPPED_INDEXES
+        + "return [Object.keys(tools), Reflect.ownKeys(tools), JSON.parse(JSON.stringify(tools)),"
+        + " `${tools}`, tools.toJSON().length];"
+    )
+    assert got == [NAMES, NAMES, NAMES, f"[tools: {', '.join(NAMES)}]", len(NAMES)]
+
+
+# The data is made before the script replaces anything (the Map constructor iterates with the
+# script's iterator), then laid out.
+TABLE_DATA = """\
+const rows = [{ a: 1, b: "x" }, { a: 22, c: true }, 5], map = new Map([["k", 1]]);
+const some = [{ a: 1, b: 2 }, 3], columns = ["a"];
+"""
+TABLE_CODE = """\
+console.table(rows);
+console.table(map);
+console.table(some, columns);
+"""
+
+# What the script replaces that laying out a table could use.
+REPLACED_FOR_TABLE = """\
+Array.prototype.push = function () { return 0; };
+Array.prototype.map = function () { return []; };
+Array.prototype.filter = function () { return []; };
+Array.prototype.reduce = function () { return 0; };
+Array.prototype.join = function () { return "joined"; };
+Array.prototype.includes = function () { return false; };
+Array.prototype[Symbol.iterator] = function* () {};
+String.prototype.repeat = function () { return "repeated"; };
+String.prototype[Symbol.iterator] = function* () {};
+Set.prototype.has = function () { return true; };
+Map.prototype.get = function () { return "got"; };
+Map[Symbol.hasInstance] = () => true;
+Math.max = () => 0;
+Object.prototype.value = "inherited";
+Object.prototype.key = "inherited";
+"""
+
+
+def test_console_table_lays_out_the_same_table_whatever_the_script_replaced() -> None:
+    """console.table takes no method a script can replace: with the script's push, a script
+    that replaced Array.prototype.push printed a table of no rows."""
+    plain = run(TABLE_DATA + TABLE_CODE)
+    assert plain.outcome == "finished", plain.error
+    assert "│ 1       │ 22 │     │ true │        │" in plain.printed
+    for hostile in (REPLACED_FOR_TABLE, TRAPPED_INDEXES):
+        ran = run(TABLE_DATA + hostile + TABLE_CODE)
+        assert ran.outcome == "finished", ran.error
+        assert ran.printed == plain.printed
+
+
+def test_built_ins_of_no_prototype_print_as_node_names_them() -> None:
+    """A Map, a Set, a RegExp (its flags too) or a typed array whose prototype the script set
+    to null prints as Node.js prints it, with the built-in named: each printed {}."""
+    ran = run(
+        """
+        const bare = (v) => Object.setPrototypeOf(v, null);
+        console.log(bare(new Map([["a", 1]])));
+        console.log(bare(new Set([1, 2])));
+        console.log(bare(/x+/gi));
+        console.log(bare(new Uint8Array(2)));
+        console.log([bare(new Map())], new Map([[1, 2]]), /y/m);
+        console.table(bare(new Map([["k", 1]])));
+        """
+    )
+    assert ran.outcome == "finished", ran.error
+    lines = ran.printed.splitlines()
+    assert lines[:5] == [
+        '[Map(1): null prototype] {"a" => 1}',
+        "[Set(2): null prototype] {1, 2}",
+        "[RegExp: null prototype] /x+/gi",
+        "[Uint8Array(2): null prototype] [0,0]",
+        "[[Map(0): null prototype] {}] Map(1) {1 => 2} /y/m",
+    ]
+    assert '│ 0                 │ "k" │ 1      │' in lines
+
+
+@pytest.mark.parametrize(
+    ("made", "returned", "passed"),
+    [
+        ('new Map([["a", 1]])', "value.x is a Map, which JSON turns into {}", "is a Map (pass"),
+        ("new Set([1])", "value.x is a Set, which JSON turns into {}", "is a Set (pass"),
+        ("/x/", "value.x is a RegExp, which JSON turns into {}", "is a RegExp;"),
+        ("new Date(0)", "value.x is a Date, which JSON turns into {}", "is a Date (pass"),
+        ("new ArrayBuffer(2)", "value.x is binary data", "is an ArrayBuffer;"),
+    ],
+)
+def test_built_ins_of_no_prototype_are_named_when_refused(
+    made: str, returned: str, passed: str
+) -> None:
+    """A built-in of no prototype, returned or passed to a tool, is refused naming what it
+    is: it was "an object of no class" returned, "a non-plain object" passed."""
+    code = f"const x = Object.setPrototypeOf({made}, null);\n"
+    assert value(
+        code + "try { await tools.echo({ x }); } catch (e) { return e.message; }"
+    ).startswith(f"the argument.x {passed}")
+    ran = run(code + "return { x };")
+    assert ran.outcome == "failed" and ran.error is not None
+    assert ran.error.message.startswith(f"the returned value is not JSON data: {returned}")
+
+
+NATIVE = "() {\n    [native code]\n}"
+
+
+def test_the_engines_functions_read_as_native_and_the_scripts_as_written() -> None:
+    """What the engine made (console, tools, files, the fixed Date and Math.random, JSON.parse,
+    structuredClone, URL, Intl, a getter of Error.prototype's) reads as QuickJS writes its
+    own built-ins, named as Node.js names them: `String(console.log)` gave the prelude's
+    source. The script's own functions read as it wrote them, and Function.prototype.toString
+    itself reads as native."""
+    got = value(
+        """
+        function mine(a) { return a; }
+        const text = Function.prototype.toString;
+        const stack = Object.getOwnPropertyDescriptor(Error.prototype, "stack").get;
+        return [
+          String(console.log), console.error.toString(), String(console.table), String(tools.echo),
+          text.call(tools.no_such_tool), String(files.list), String(files.csv),
+          String(files.csv("x.csv").next), String(Date), String(Date.now), String(Math.random),
+          String(performance.now), String(JSON.parse), String(structuredClone), String(URL),
+          String(Intl.NumberFormat), String(Intl.Segmenter), String(stack), String(text),
+          String(Math.max), String(mine), String((x) => x * 2), String(class A { m() {} }),
+          text.name, text.length,
+        ];
+        """
+    )
+    names = [
+        "log",
+        "error",
+        "table",
+        "echo",
+        "no_such_tool",
+        "list",
+        "csv",
+        "next",
+        "Date",
+        "now",
+        "random",
+        "now",
+        "parse",
+        "structuredClone",
+        "URL",
+        "NumberFormat",
+        "Segmenter",
+        "get",
+        "toString",
+        "max",
+    ]
+    assert got[: len(names)] == [f"function {name}{NATIVE}" for name in names]
+    assert got[len(names) :] == [
+        "function mine(a) { return a; }",
+        "(x) => x * 2",
+        "class A { m() {} }",
+        "toString",
+        0,
+    ]
+
+
+def test_the_text_of_a_call_promises_members_is_native_too() -> None:
+    """A call's promise has members of the engine's (the getter that marks it awaited, the
+    one that says the await is missing): they read as native, not as the prelude's source."""
+    got = value(
+        """
+        const p = tools.echo({});
+        const proto = Object.getPrototypeOf(p);
+        const spread = Object.getOwnPropertySymbols(p).map((k) => Object.getOwnPropertyDescriptor(p, k).get);
+        return [Object.getOwnPropertyDescriptor(proto, "constructor").get, ...spread]
+          .map((f) => String(f).endsWith("[native code]\\n}"));
+        """,
+        [rec("echo", {}, result=1)],
+    )
+    assert got == [True, True]
+
+
+def test_a_function_toString_that_is_not_given_a_function_throws_as_the_native() -> None:
+    """Function.prototype.toString of what is no function throws a TypeError, as before."""
+    got = value(
+        "try { Function.prototype.toString.call({}); } catch (e) { return [e.name, e.message]; }"
+    )
+    assert got == ["TypeError", "not a function"]
