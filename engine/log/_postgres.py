@@ -763,6 +763,14 @@ class _Watcher:
                 self._cancelled = 0
 
     def _run(self) -> None:
+        try:
+            self._watch()
+        finally:  # ended for good, or by an error: the next deadline starts a thread anew
+            with self._cond:
+                if self._thread is threading.current_thread():
+                    self._thread = None
+
+    def _watch(self) -> None:
         with self._cond:
             while True:
                 while self._due and self._due[0][2] is None:
@@ -771,7 +779,7 @@ class _Watcher:
                 if not self._due:
                     self._cond.wait(self.IDLE_S)
                     if not self._due:
-                        self._thread = None
+                        self._thread = None  # under the lock: the next arm() starts one
                         return
                     continue
                 entry = self._due[0]
