@@ -1195,9 +1195,10 @@ class CodeMode(StepLoop):
             return
         entry = await self._waiting(script_id, call_id)
         tool = self._by_name.get(entry.name)
-        room = self.limits_for((await self.store.get_script(script_id)).tenant).results
+        record = await self.store.get_script(script_id)
+        room = self.limits_for(record.tenant).results
         try:
-            data = await tool.checked(result, room) if tool is not None else result
+            data = await tool.checked(result, room, record.language) if tool is not None else result
             size = len(orjson.dumps(data))
         except (ToolCallError, TypeError, orjson.JSONEncodeError) as e:
             message = error_text(

@@ -293,6 +293,37 @@ async def test_a_client_result_over_the_results_limit_is_not_kept(
     assert done.status == "failed" and done.limit == "results", done.text
 
 
+@pytest.mark.parametrize(
+    ("language", "code", "number"),
+    [
+        ("javascript", "try { await tools.measure() } catch (e) { return e.message }", "NaN"),
+        (
+            "python",
+            "try:\n    await tools.measure()\nexcept ToolError as e:\n    return str(e)",
+            "nan",
+        ),
+    ],
+)
+async def test_a_client_result_that_is_no_json_names_the_number_as_the_script_writes_it(
+    inproc: InProcessRunner, tmp_path: Any, language: str, code: str, number: str
+) -> None:
+    """A client's answer that holds NaN is refused naming it as the calling script writes
+    it, as a host tool's is: a JavaScript script read Python's "nan"."""
+    measure = Tool(
+        "measure",
+        description="Measure on the client.",
+        input_schema={"type": "object", "properties": {}},
+        client=True,
+    )
+    engine = CodeMode([measure], runner=inproc, data_dir=tmp_path, type_check="off")
+    paused = await engine.run_code(code, language=language)  # type: ignore[arg-type]
+    await engine.client_result(paused.script_id, paused.waiting[0]["call_id"], float("nan"))
+    done = await engine.resume(paused.script_id)
+    await engine.aclose()
+    assert done.status == "finished", done.text
+    assert done.value.startswith(f"tools.measure returned the number {number}, which is not JSON")
+
+
 async def test_a_closed_engine_refuses_at_once() -> None:
     """run_code, resume and work on an engine after aclose() raise a CodeModeError at once.
     (With a process runner, a step asked the closed runner again every retry_delay until
