@@ -67,6 +67,13 @@
     for (const key of objectKeys(methods)) defineProperty(target, key, { __proto__: null, value: methods[key] });
     return target;
   };
+  // `value instanceof Kind`, for a built-in `Kind`, as the engine's own: `instanceof` asks
+  // Kind[Symbol.hasInstance] first, which a script may define on the constructor itself (the
+  // prelude's Map is the script's), and a Map or an Error then printed {}. A built-in's
+  // `prototype` is fixed.
+  const protoOf = ObjectProto.isPrototypeOf;
+  const isA = (value, Kind) => ((typeof value === "object" && value !== null) || typeof value === "function") &&
+    apply(protoOf, Kind.prototype, [value]);
   // Lists of the prelude's own (every list it makes is one of these, made and filled here), of
   // no prototype (neither a script's push nor a setter it put on Array.prototype reaches
   // them), added to and joined with no method a script can replace: one that replaced
@@ -108,7 +115,7 @@
   function framesOf(e) {
     try {
       let frames = apply(nativeStack, e, []);
-      if (frames === undefined && e instanceof NativeDOMException) {
+      if (frames === undefined && isA(e, NativeDOMException)) {
         const own = getOwnPropertyDescriptor(e, "stack");
         frames = domFrames.get(e) ?? (own && own.value);
       }
@@ -358,9 +365,9 @@
     }
     if (value === null) return "null";
     if (forgottenAwait(value)) return "Promise { " + forgotten(value) + " }";
-    if (value instanceof NativePromise) return "Promise { <await it for its value> }";
+    if (isA(value, NativePromise)) return "Promise { <await it for its value> }";
     if (holds(ancestors, value)) return "[Circular]";
-    if (value instanceof NativeError) return errorShown(value, depth, ancestors, budget);
+    if (isA(value, NativeError)) return errorShown(value, depth, ancestors, budget);
     const time = timeOf(value); // a real Date, read without running any script code
     if (time !== undefined) return time !== time ? "Invalid Date" : JSON.stringify(apply(dateToISOString, value, []));
     // Plain objects and arrays, the most of any value, are none of the kinds below.
@@ -381,13 +388,13 @@
         return (typed === undefined ? "" : nullNamed(typed + "(" + n + ")", bare) + " ") + "[" + listed(n, (i) =>
           (i in value ? describe(value[i], depth + 1, ancestors, budget) : ""), budget, "items", ",") + "]";
       }
-      if (value instanceof NativeMap || bare === "Map") {
+      if (isA(value, NativeMap) || bare === "Map") {
         const entries = entriesOf(value);
         return nullNamed("Map(" + apply(mapSize, value, []) + ")", bare) + " {" + listed(entries.length, (i) =>
           describe(entries[i][0], depth + 1, ancestors, budget) + " => " +
           describe(entries[i][1], depth + 1, ancestors, budget), budget, "entries", ", ") + "}";
       }
-      if (value instanceof NativeSet || bare === "Set") {
+      if (isA(value, NativeSet) || bare === "Set") {
         const items = itemsOf(value);
         return nullNamed("Set(" + apply(setSize, value, []) + ")", bare) + " {" + listed(items.length, (i) =>
           describe(items[i], depth + 1, ancestors, budget), budget, "items", ", ") + "}";
@@ -428,8 +435,8 @@
     if (bytes !== undefined) return nullNamed("ArrayBuffer", bare) + " { byteLength: " + bytes + " }";
     const viewed = got(viewLength, value);
     if (viewed !== undefined) return nullNamed("DataView", bare) + " { byteLength: " + viewed + " }";
-    if (value instanceof NativeWeakMap || value instanceof NativeWeakSet) {
-      return (value instanceof NativeWeakMap ? "WeakMap" : "WeakSet") + " { <items unknown> }";
+    if (isA(value, NativeWeakMap) || isA(value, NativeWeakSet)) {
+      return (isA(value, NativeWeakMap) ? "WeakMap" : "WeakSet") + " { <items unknown> }";
     }
     const pairs = web.pairsOf(value);
     if (pairs === undefined) return undefined;
@@ -448,7 +455,7 @@
     put(ancestors, e);
     try {
       if (hasOwn(e, "cause")) put(more, "[cause]: " + describe(e.cause, depth + 1, ancestors, budget));
-      if (e instanceof NativeAggregateError && isArray(e.errors)) {
+      if (isA(e, NativeAggregateError) && isArray(e.errors)) {
         put(more, "[errors]: " + describe(e.errors, depth + 1, ancestors, budget));
       }
     } finally {
@@ -519,7 +526,7 @@
           if (outOfMemory(e)) return "[out of memory]";
           // A cycle alone is [Circular]; any other error (a BigInt's, a toJSON's own) is
           // thrown, as util.format throws it (each was printed as [Circular]).
-          if (e instanceof NativeTypeError && e.message === CYCLE_MESSAGE) return "[Circular]";
+          if (isA(e, NativeTypeError) && e.message === CYCLE_MESSAGE) return "[Circular]";
           throw e;
         }
       case "c": return "";
@@ -619,7 +626,7 @@
       try {
         return apply(native, undefined, arguments);
       } catch (e) {
-        throw e instanceof NativeDOMException ? tidied(e) : e;
+        throw isA(e, NativeDOMException) ? tidied(e) : e;
       }
     } }[name];
     defineProperty(globalThis, name, { __proto__: null, value: wrapped, writable: true, enumerable: false, configurable: true });
@@ -656,7 +663,7 @@
   }
   const overflowed = (e) => {
     try {
-      return e instanceof NativeRangeError && e.message === web.OVERFLOW && madeAt(e) === "";
+      return isA(e, NativeRangeError) && e.message === web.OVERFLOW && madeAt(e) === "";
     } catch (_) {
       return false; // a revoked Proxy thrown
     }
@@ -679,7 +686,7 @@
   // revoked Proxy throws for (printing it threw, and failed the script).
   const isError = (value) => {
     try {
-      return value instanceof NativeError;
+      return isA(value, NativeError);
     } catch (_) {
       return false;
     }
@@ -925,7 +932,7 @@
         "the most data passed to a tool may nest (MAX_DEPTH); flatten it");
     }
     if (forgottenAwait(value)) throw refuse(seen, depth, value, " is not data: " + forgotten(value));
-    if (value instanceof NativePromise) throw refuse(seen, depth, value, " is " + PROMISE_NOT_DATA);
+    if (isA(value, NativePromise)) throw refuse(seen, depth, value, " is " + PROMISE_NOT_DATA);
     const proto = getPrototypeOf(value);
     const array = isArray(value);
     if (!array && proto !== ObjectProto && (proto !== null || heldData(value))) {
@@ -934,8 +941,8 @@
       const iterating = objectKeys(value).length === 0 ? iteratorKind(value) : undefined;
       const kind = timeOf(value) !== undefined ? "a Date (pass date.toISOString())"
         : name === "URL" ? "a URL (pass url.href)"
-        : value instanceof NativeMap || bare === "Map" ? "a Map (pass Object.fromEntries(map))"
-        : value instanceof NativeSet || bare === "Set" ? "a Set (pass [...set])"
+        : isA(value, NativeMap) || bare === "Map" ? "a Map (pass Object.fromEntries(map))"
+        : isA(value, NativeSet) || bare === "Set" ? "a Set (pass [...set])"
         : web.pairsOf(value) !== undefined ? "a URLSearchParams (pass Object.fromEntries(params), or String(params))"
         : iterating === "sync" ? "an iterator (pass [...iterator])"
         : iterating === "async" ? "an async generator (collect its values into an array, and pass that)"
@@ -981,7 +988,7 @@
     parse(text, reviver) {
       // A call's promise (a forgotten await) is no tool's result: it says what to write.
       if (forgottenAwait(text)) throw new NativeTypeError(forgotten(text));
-      if (typeof text === "object" && text !== null && !(text instanceof String)) {
+      if (typeof text === "object" && text !== null && !isA(text, NativeString)) {
         throw new NativeSyntaxError("JSON.parse takes text, and it was given " +
           (isArray(text) ? "an array" : "an object") + ": a tool's result is already data, " +
           "so use it as it is (JSON.stringify makes text of it)");
@@ -1279,7 +1286,7 @@
     return awaitable(promise, fileReads, "files." + op + "(...)");
   }
   function refusedCall(name, error) {
-    if (error === null || error instanceof NativeInternalError) throw error;
+    if (error === null || isA(error, NativeInternalError)) throw error;
     const promise = called(name, rejectedWith(error));
     failing(promise, error);
     return promise;
@@ -1479,7 +1486,7 @@
   function outOfMemory(e) {
     if (e === null) return true;
     try {
-      return e instanceof NativeInternalError && e.message === "out of memory";
+      return isA(e, NativeInternalError) && e.message === "out of memory";
     } catch (_) {
       return false; // a message that cannot be read is not the engine's
     }
@@ -1602,12 +1609,12 @@
   function notJSON(e, value) {
     let message;
     try {
-      if (!(e instanceof NativeTypeError || e instanceof NativeRangeError)) return undefined;
+      if (!(isA(e, NativeTypeError) || isA(e, NativeRangeError))) return undefined;
       message = "" + e.message;
     } catch (_) {
       return undefined; // a revoked Proxy's, or a message that cannot be read
     }
-    if (e instanceof NativeRangeError) {
+    if (isA(e, NativeRangeError)) {
       if (!apply(stringIncludes, message, ["stack"])) return undefined;
       return "it nests deeper than " + MAX_DEPTH + " levels of objects and arrays, the most " +
         "data may nest to cross between the sandbox and the host (MAX_DEPTH); flatten it";
@@ -1660,22 +1667,22 @@
     const proto = getPrototypeOf(value);
     if (proto === ObjectProto || (proto === null && !heldData(value))) return value;
     // `new Number(3)`, `new Boolean(false)`, `new String("a")`: JSON gives the value they box.
-    if (value instanceof NativeNumber || value instanceof NativeBoolean || value instanceof NativeString) {
+    if (isA(value, NativeNumber) || isA(value, NativeBoolean) || isA(value, NativeString)) {
       return value;
     }
     let kind;
     const bare = proto === null ? brandOf(value) : undefined;
-    if (value instanceof NativeMap || bare === "Map") {
+    if (isA(value, NativeMap) || bare === "Map") {
       kind = "a Map, which JSON turns into {}; return Object.fromEntries(map), or [...map] for its entries";
-    } else if (value instanceof NativeSet || bare === "Set") {
+    } else if (isA(value, NativeSet) || bare === "Set") {
       kind = "a Set, which JSON turns into {}; return [...set]";
     } else if (bare === "Date") {
       kind = "a Date, which JSON turns into {}; return its text, Date.prototype.toISOString.call(date)";
-    } else if (value instanceof NativeError) {
+    } else if (isA(value, NativeError)) {
       kind = "an Error, which JSON turns into {} (its message is lost); return error.message, or String(error)";
-    } else if (isView(value) || value instanceof NativeArrayBuffer || bare === "ArrayBuffer") {
+    } else if (isView(value) || isA(value, NativeArrayBuffer) || bare === "ArrayBuffer") {
       kind = "binary data, which JSON turns into an object of indexes or {}; return Array.from(bytes)";
-    } else if (value instanceof NativeRegExp || bare === "RegExp") {
+    } else if (isA(value, NativeRegExp) || bare === "RegExp") {
       kind = "a RegExp, which JSON turns into {}; return regexp.source, or String(regexp)";
     } else if (proto === StreamProto && streamKinds.get(value) !== undefined) {
       kind = "a stream, which JSON turns into {}: " + streamMisused(streamKinds.get(value));
@@ -1688,7 +1695,7 @@
     } else if (objectKeys(value).length === 0 && iteratorKind(value) === "sync") {
       kind = "an iterator (a generator's, or of keys(), values(), entries(), matchAll()), which " +
         "JSON turns into {}; return [...iterator]";
-    } else if (value instanceof NativeWeakMap || value instanceof NativeWeakSet || objectKeys(value).length === 0) {
+    } else if (isA(value, NativeWeakMap) || isA(value, NativeWeakSet) || objectKeys(value).length === 0) {
       const name = "" + ((proto && proto.constructor && proto.constructor.name) || "object of no class");
       kind = withArticle(name) + ", which JSON turns into {}; return the plain data it holds";
     } else {
@@ -1704,7 +1711,7 @@
   function errorParts(error) {
     let name = "Error", message = "", stack = "";
     try {
-      if (error instanceof NativeError) {
+      if (isA(error, NativeError)) {
         // First: it runs no code of the script's, and a getter of its name or message may
         // throw (the error that cannot be read named no line).
         stack = framesOf(error);
@@ -1744,8 +1751,8 @@
       apply(globalEval, undefined, [BEFORE_BODY + body + "\n}"]);
     } catch (e) {
       if (e !== 0) { // the body does not parse (a SyntaxError; or out of memory or stack)
-        if (mayStrip && e instanceof NativeSyntaxError) return undefined;
-        if (e instanceof NativeRangeError) {
+        if (mayStrip && isA(e, NativeSyntaxError)) return undefined;
+        if (isA(e, NativeRangeError)) {
           // The parser's stack ran out: "Maximum call stack size exceeded" named no line.
           throw new NativeSyntaxError("the script nests too deeply to parse (parentheses, " +
             "brackets, braces or operators inside one another, thousands deep); flatten it");

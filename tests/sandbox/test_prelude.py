@@ -205,3 +205,31 @@ def test_a_function_toString_that_is_not_given_a_function_throws_as_the_native()
         "try { Function.prototype.toString.call({}); } catch (e) { return [e.name, e.message]; }"
     )
     assert got == ["TypeError", "not a function"]
+
+
+HAS_NO_INSTANCES = """\
+for (const Kind of [Map, Set, Error, TypeError, Promise, WeakMap, Number]) {
+  Object.defineProperty(Kind, Symbol.hasInstance, { value: () => false });
+}
+"""
+
+
+def test_a_built_ins_own_has_instance_does_not_change_what_the_engine_sees() -> None:
+    """The prelude tells a Map, an Error or a promise by its prototype, not by `instanceof`,
+    which asks the constructor's Symbol.hasInstance, the script's to define (the prelude's
+    Map is the script's): a Map and an Error printed {}. The script's own `instanceof` reads
+    what it defined."""
+    code = """\
+console.log(new Map([[1, 2]]), new Set([3]), new Error("boom"), new WeakMap(), Promise.resolve(1));
+let refused;
+try { await tools.echo({ m: new Map() }); } catch (e) { refused = e.message; }
+console.log(refused, new Map() instanceof Map);
+throw new TypeError("bad");
+"""
+    plain = run("\n" * HAS_NO_INSTANCES.count("\n") + code)  # on the same lines
+    assert plain.printed.startswith("Map(1) {1 => 2} Set(1) {3} Error: boom\n    at line 4 WeakMap")
+    ran = run(HAS_NO_INSTANCES + code)
+    assert ran.outcome == "failed" and ran.error is not None
+    assert (ran.error.name, ran.error.message) == ("TypeError", "bad")
+    assert ran.printed == plain.printed.replace(" true\n", " false\n")
+    assert "the argument.m is a Map (pass Object.fromEntries(map))" in ran.printed
