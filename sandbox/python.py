@@ -4961,11 +4961,7 @@ class Run(Replay):
     def _in_class_annotation(self, error: BaseException, missing: str) -> bool:
         """Whether ``missing`` (not defined) is in the annotation of the line a class body
         failed on (``user: Get_user_User``), the innermost of the script's frames."""
-        tb, frame = _TRACEBACK.__get__(error), None
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename == FILENAME:
-                frame = tb.tb_frame
-            tb = tb.tb_next
+        frame = _innermost(error)
         # A class body's code has no fast locals (a function's has: CO_OPTIMIZED).
         if frame is None or frame.f_code.co_flags & inspect.CO_OPTIMIZED:
             return False
@@ -4978,6 +4974,19 @@ class Run(Replay):
             and not keyword.iskeyword(annotated[1])
             and re.search(rf"\b{re.escape(missing)}\b", annotated[2]) is not None
         )
+
+    def _joined_future(self, error: BaseException) -> _Future | None:
+        """The call not awaited that the failing line gave str.join (``", ".join(names)``
+        where ``names = tools.list_names()``), whose own words str.join replaces with "can
+        only join an iterable"; else None."""
+        frame = _innermost(error)
+        if frame is None or not 1 <= frame.f_lineno <= len(self.script_lines):
+            return None
+        found = _JOIN_OF_NAME.search(self.script_lines[frame.f_lineno - 1])
+        if found is None:
+            return None
+        held = frame.f_locals.get(found[1])
+        return held if issubclass(type(held), _Future) else None
 
     def _asyncio_run_at(self, lines: list[int]) -> str | None:
         """The function an ``asyncio.run(f(...))`` on the innermost of ``lines`` runs (``main``
@@ -5126,6 +5135,12 @@ class Run(Replay):
                     "; await takes a tool call, a task or a coroutine, once: what an await "
                     "gave is the result itself (`x = await tools.name(...)`, then use x)"
                 )
+        elif (
+            type(error) is TypeError
+            and message == "can only join an iterable"
+            and (joined := self._joined_future(error)) is not None
+        ):
+            message = joined._misuse()
         elif type(error) is TypeError and _FUTURE_NAMED.search(message):
             # A call not awaited where CPython's own check met it (`tools.name(...)()`,
             # `", ".join([tools.name(...)])`): its text names the type, not the fix.
@@ -5435,6 +5450,8 @@ _RESPONSE_ATTRIBUTES = frozenset(
 _ASYNC_FOR_DATA = re.compile(
     r"'async for' requires an object with __aiter__ method, got (list|dict|tuple|str|set)"
 )
+# str.join of a name (`", ".join(names)`): the name.
+_JOIN_OF_NAME = re.compile(r"\.join\(\s*([A-Za-z_]\w*)\s*\)")
 # A line that annotates a name (`user: Get_user_User = None`): the name, and the annotation.
 _ANNOTATED = re.compile(r"\s*([A-Za-z_]\w*)\s*:(?!=)([^=#]*)")
 # What holds several awaitables, which a script awaits as if it were one.
@@ -5443,6 +5460,16 @@ _SEVERAL = frozenset(("list", "tuple", "generator", "map", "set", "dict"))
 _FUTURE_NAMED = re.compile(_NAMED_AS_OPERAND.format("Future"))
 _COROUTINE_NAMED = re.compile(_NAMED_AS_OPERAND.format("coroutine"))
 _NOT_A_DECIMAL = "[<class 'decimal.ConversionSyntax'>]"
+
+
+def _innermost(error: BaseException) -> types.FrameType | None:
+    """The innermost of the script's frames ``error`` went through, if any."""
+    tb, frame = _TRACEBACK.__get__(error), None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == FILENAME:
+            frame = tb.tb_frame
+        tb = tb.tb_next
+    return frame
 
 
 def _assigned_at_top(code: str, name: str) -> bool:

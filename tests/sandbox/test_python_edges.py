@@ -1158,6 +1158,25 @@ def test_a_result_read_as_an_http_response_says_it_is_data(
     assert (error.name, error.message) == ("AttributeError", said)
 
 
+@pytest.mark.parametrize(
+    "code",
+    [
+        "names = tools.echo(a=1)\nreturn ', '.join(names)",
+        "def show(names):\n    return ', '.join(names)\nreturn show(tools.echo(a=1))",
+    ],
+)
+def test_a_call_not_awaited_given_to_join_says_to_await_it(code: str) -> None:
+    """`", ".join(names)` of a call not awaited said "can only join an iterable": str.join
+    puts that in place of what the call's Future says when it is iterated."""
+    error = failed(code, [rec("echo", {"a": 1}, result=["a", "b"])])
+    assert (error.name, error.message) == (
+        "TypeError",
+        'tools.echo(...) gives an awaitable, not its result: write "await tools.echo(...)"',
+    )
+    # What is no call is said as CPython says it.
+    assert failed("names = 5\nreturn ', '.join(names)").message == "can only join an iterable"
+
+
 @pytest.mark.parametrize(("result", "kind"), [({"x": 1}, "dict"), ([1, 2], "list")])
 def test_async_for_of_a_result_says_to_loop_with_for(result: object, kind: str) -> None:
     """`async for pr in await tools.list_prs(...)`: CPython's "'async for' requires an object
