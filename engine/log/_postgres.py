@@ -359,10 +359,7 @@ class PostgresStore(SqlStore):
         # Every write syncs, whatever ``sync`` says: the hosts of a PostgreSQL log live on
         # other machines than the server, and would outlive what a server crash lost.
         if self._closed:
-            raise StoreUnavailable(
-                "the session log was closed (aclose) while this used it; nothing written is "
-                "lost: open it again and resume the script"
-            )
+            raise _closed()
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._moved_to(loop)
@@ -379,7 +376,7 @@ class PostgresStore(SqlStore):
 
     async def _transaction(self, pool: Any, make: Callable[[int], sql.Tx], write: bool) -> Any:
         import psycopg
-        from psycopg_pool import PoolTimeout
+        from psycopg_pool import PoolClosed, PoolTimeout
 
         # One connect timeout for the transaction: the wait for a connection of the pool and
         # the server's coming back share it (waited one after the other, a server that went
@@ -441,6 +438,10 @@ class PostgresStore(SqlStore):
                 permanent=True,
             ) from None
         except (PoolTimeout, psycopg.OperationalError, _Uncommitted, _CommitUnknown) as e:
+            if isinstance(e, PoolClosed) and self._closed:
+                # It waited for a connection as this host closed the store: the server did
+                # not fail to answer (it said so, and to wait for the server to come back).
+                raise _closed() from None
             if type(e) is psycopg.OperationalError and _for_good(e):
                 # Connecting again, the server refused this host for good (its password
                 # changed, its role may no longer log in): no wait mends it, as at the open.
@@ -678,6 +679,14 @@ class _CommitUnknown(Exception):
         super().__init__(xid)
         self.xid = xid
         self.value = value  # what the transaction returns, if it committed
+
+
+def _closed() -> StoreUnavailable:
+    """The error of a transaction of a store that was closed (``aclose``) first."""
+    return StoreUnavailable(
+        "the session log was closed (aclose) while this used it; nothing written is "
+        "lost: open it again and resume the script"
+    )
 
 
 def no_answer(where: str, seconds: float, then: str) -> StoreUnavailable:

@@ -719,3 +719,37 @@ def _record(script_id: str) -> Any:
     from engine import ScriptRecord
 
     return ScriptRecord(id=script_id, code="1", tenant="t", now_ms=0, seed=0, created_ms=0)
+
+
+async def test_a_transaction_waiting_for_a_connection_as_the_store_closes(
+    server: PostgresServer,
+) -> None:
+    """A transaction that waits for a connection of the pool while this host closes the
+    store says the store was closed (it said the server did not answer, and to resume once
+    it is back, though the server answered all along)."""
+    store = PostgresStore(server.dsn, schema=f"t_{uuid.uuid4().hex[:16]}", max_connections=1)
+    await store.scripts()
+    holding, done = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:  # the pool's one connection, in use
+        async with store._pool.connection():
+            holding.set()
+            await done.wait()
+
+    held = asyncio.create_task(hold())
+    try:
+        await holding.wait()
+        waiting = asyncio.create_task(store.scripts())
+        while not store._pool.get_stats().get("requests_waiting"):  # it waits in the pool
+            await asyncio.sleep(0.01)
+        closing = asyncio.create_task(store.aclose())
+        with pytest.raises(StoreUnavailable) as caught:
+            await asyncio.wait_for(waiting, 60)
+        said = str(caught.value)
+        assert said.startswith("the session log was closed (aclose) while this used it"), said
+        done.set()  # the pool's close waits for the connection in use
+        await asyncio.wait_for(closing, 60)
+    finally:
+        done.set()
+        await held
+        await store.aclose()
