@@ -1044,7 +1044,7 @@
         entry.resolve(answer[1]);
       } else {
         entry.error.message = answer[1];
-        entry.error.tool = entry.name;
+        namesTool(entry.error, entry.name);
         failing(entry.promise, entry.error);
         entry.reject(entry.error);
       }
@@ -1285,6 +1285,12 @@
     });
     return awaitable(promise, fileReads, "files." + op + "(...)");
   }
+  // A failed call's error names its tool (`e.tool`), as its own property: assigned, it went
+  // through a setter a script put on Object.prototype or Error.prototype, which took it (or
+  // threw, and the host's settling of the call failed with the script's error).
+  const namesTool = (error, name) => {
+    defineProperty(error, "tool", { __proto__: null, value: name, writable: true, enumerable: true, configurable: true });
+  };
   function refusedCall(name, error) {
     if (error === null || isA(error, NativeInternalError)) throw error;
     const promise = called(name, rejectedWith(error));
@@ -1312,7 +1318,7 @@
       case 114: return called(name, resolvedWith(JSON.parse(rest))); // "r": a recorded result
       case 101: { // "e": a recorded error
         const err = new NativeError(rest);
-        err.tool = name;
+        namesTool(err, name);
         const promise = called(name, rejectedWith(err));
         failing(promise, err);
         return promise;

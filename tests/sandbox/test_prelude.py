@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sandbox.conftest import TOOLS, rec, run, value
+from sandbox import runtime
+from tests.sandbox.conftest import TOOLS, rec, run, script, value
 
 NAMES = sorted(TOOLS)
 
@@ -233,3 +234,29 @@ throw new TypeError("bad");
     assert (ran.error.name, ran.error.message) == ("TypeError", "bad")
     assert ran.printed == plain.printed.replace(" true\n", " false\n")
     assert "the argument.m is a Map (pass Object.fromEntries(map))" in ran.printed
+
+
+TOOL_SETTER = """\
+Object.defineProperty(Object.prototype, "tool", {
+  set(v) { throw new Error("the script's setter"); }, get() { return "the script's"; },
+});
+let said;
+try { await tools.echo({}); } catch (e) { said = [e.message, e.tool, Object.keys(e)]; }
+return said;
+"""
+
+
+def test_a_failed_calls_tool_is_its_errors_own_whatever_setter_the_script_put() -> None:
+    """A failed call's error names its tool as its own property, in a replay and in a live
+    run: assigned, it went through the setter a script put on Object.prototype, which threw
+    there (the run failed with the setter's error, at no line of the call's)."""
+    expected = ["it broke", "echo", ["tool"]]
+    assert value(TOOL_SETTER, [rec("echo", {}, error="it broke")]) == expected
+    live = runtime.LiveInProcess(script(TOOL_SETTER))
+    try:
+        assert live.start().outcome == "calls"
+        ran = live.resume([rec("echo", {}, error="it broke")])
+    finally:
+        live.close()
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == expected
