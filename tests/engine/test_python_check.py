@@ -670,3 +670,22 @@ async def test_approvers_see_the_null_a_required_nullable_argument_gets(
         assert (done.status, done.value, got) == ("finished", "None", [None]), done.text
     finally:
         await engine.aclose()
+
+
+async def test_join_of_a_call_not_awaited_says_what_join_takes(
+    checker: PythonTypeChecker,
+) -> None:
+    """`", ".join(names)` of a call not awaited: ty's concise line, "No overload of bound
+    method `str.join` matches arguments", names no type, so nothing said why (the run says
+    the await is missing)."""
+    tools = [Tool("get_user", input_schema={"type": "object", "properties": {}})]
+    code = "names = tools.get_user()\nreturn ', '.join(names)"
+    checked = await checker.check(code, check_stubs(tools))
+    assert [(p.line, p.message) for p in checked.problems] == [
+        (
+            2,
+            "No overload of bound method `str.join` matches arguments; join takes strings: "
+            "await a call for its result first (`await tools.name(...)`), and make other "
+            "values text (`', '.join(map(str, xs))`)",
+        )
+    ]

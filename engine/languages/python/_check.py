@@ -226,6 +226,8 @@ def checker_argv(checker: Path, *files: str) -> list[str]:
 
 # What ty calls the value of a call not awaited (the stubs' tools are async methods).
 _COROUTINE = "`CoroutineType["
+# What ty says of str.join given no iterable of strings (a coroutine among them).
+_JOIN_MISMATCH = "No overload of bound method `str.join` matches arguments"
 
 
 def _problems(output: str, code: str, declarations: str) -> list[TypeProblem]:
@@ -352,6 +354,14 @@ def _explained(
     forgotten await) with what to write. ``line`` is the script's line the message is of."""
     if _COROUTINE in message:
         return message + "; did you forget to `await` the call?"
+    if message == _JOIN_MISMATCH:
+        # ty's concise line names no type: a call not awaited (`names = tools.x()`, then
+        # `", ".join(names)`) or a result that holds no strings. Only the declarations'
+        # types make this one (the untyped check's same problem is left out).
+        return (
+            f"{message}; join takes strings: await a call for its result first (`await "
+            "tools.name(...)`), and make other values text (`', '.join(map(str, xs))`)"
+        )
     if (unknown := _NO_TOOL.fullmatch(message)) is not None:
         name = unknown[1]
         if name in _REACHED_BY_GETATTR.findall(declarations):
