@@ -77,7 +77,10 @@
   }
 
   // A getter that gives its object's function, made once and bound to the object's options,
-  // as ECMA-402's format and compare are (so `list.map(nf.format)` works).
+  // as ECMA-402's format and compare are (so `list.map(nf.format)` works). It is a bound
+  // function of no name, as a built-in's is: its text reads as native (`String(nf.format)`
+  // gave this file's source).
+  const { bind } = Function.prototype;
   function boundGetter(proto, name, optionsOf, make) {
     const bound = new WeakMap();
     defineProperty(proto, name, { __proto__: null,
@@ -86,7 +89,8 @@
         const o = optionsOf(this, name);
         let f = bound.get(this);
         if (f === undefined) {
-          f = make(o);
+          f = apply(bind, make(o), [undefined]);
+          defineProperty(f, "name", { __proto__: null, value: "" });
           bound.set(this, f);
         }
         return f;

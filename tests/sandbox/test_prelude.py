@@ -260,3 +260,18 @@ def test_a_failed_calls_tool_is_its_errors_own_whatever_setter_the_script_put() 
         live.close()
     assert ran.outcome == "finished", ran.error
     assert ran.value == expected
+
+
+def test_intls_bound_functions_read_as_native() -> None:
+    """Intl's format and compare, made for each object, are bound functions of no name, as
+    a built-in's are: `String(new Intl.NumberFormat().format)` gave intl.js's source."""
+    got = value(
+        """
+        const nf = new Intl.NumberFormat(), compare = new Intl.Collator().compare;
+        const format = new Intl.DateTimeFormat().format;
+        return [String(nf.format), String(compare), String(format), nf.format.name,
+          nf.format.length, compare.length, [1234, 5].map(nf.format), ["b", "a"].sort(compare),
+          nf.format === nf.format];
+        """
+    )
+    assert got == [f"function {NATIVE}"] * 3 + ["", 1, 2, ["1,234", "5"], ["a", "b"], True]
