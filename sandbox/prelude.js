@@ -717,19 +717,31 @@
     for (; next < args.length; next++) out += " " + logged(args[next]);
     return out;
   }
-  const print = (...args) => { emit(formatted(args)); };
-  // console.log, info, ...: print, each named as Node.js names it.
+  // console.log, info, ...: each named as Node.js names it.
   const printer = (name) => ({ [name]: (...args) => { emit(formatted(args)); } })[name];
+  // What `first` and then each of `args` print as, one line, as console.log prints them: a
+  // list of the prelude's own (a spread took the script's Array.prototype[Symbol.iterator],
+  // and console.group("G") printed what it gave).
+  const printAfter = (first, args, from) => {
+    const all = listOf();
+    put(all, first);
+    for (let i = from; i < args.length; i++) put(all, args[i]);
+    emit(formatted(all));
+  };
   const counts = ownMethods(new NativeMap(), { get: mapGet, set: mapSet, delete: mapDelete });
   const label = (l) => (l === undefined ? "default" : "" + l);
+  const group = (labels) => {
+    if (labels.length) printAfter(labels[0], labels, 1);
+    indent += "  ";
+  };
   globalThis.console = freeze({
     log: printer("log"), info: printer("info"), warn: printer("warn"), error: printer("error"),
     debug: printer("debug"), trace: printer("trace"),
     dir: (value) => emit(described(value) + (isError(value) ? madeAt(value) : "")),
     dirxml: printer("dirxml"),
     table: (data, columns) => emit(table(data, columns)),
-    group: (...labels) => { if (labels.length) print(...labels); indent += "  "; },
-    groupCollapsed: (...labels) => { if (labels.length) print(...labels); indent += "  "; },
+    group: (...labels) => { group(labels); },
+    groupCollapsed: (...labels) => { group(labels); },
     groupEnd: () => { indent = apply(stringSlice, indent, [0, -2]); },
     count: (l) => {
       const key = label(l), n = (counts.get(key) || 0) + 1;
@@ -739,11 +751,13 @@
     countReset: (l) => { counts.delete(label(l)); },
     assert: (ok, ...args) => {
       if (ok) return;
-      if (typeof args[0] === "string") args[0] = "Assertion failed: " + args[0]; // as Node.js's
-      print(...(args.length ? (typeof args[0] === "string" ? args : ["Assertion failed:", ...args]) : ["Assertion failed"]));
+      // As Node.js's: a message in front of a text, a line of its own in front of a value.
+      if (!args.length) emit("Assertion failed");
+      else if (typeof args[0] === "string") printAfter("Assertion failed: " + args[0], args, 1);
+      else printAfter("Assertion failed:", args, 0);
     },
     // The script's clock is fixed (Date.now and performance.now never move): no time passes.
-    time: () => {}, timeEnd: (l) => emit(label(l) + ": 0ms"), timeLog: (l, ...args) => print(label(l) + ": 0ms", ...args),
+    time: () => {}, timeEnd: (l) => emit(label(l) + ": 0ms"), timeLog: (l, ...args) => printAfter(label(l) + ": 0ms", args, 0),
   });
   // console.table's text, laid out as Node.js's: a row per entry of `data` (an array, an
   // object, a Map or a Set), a column per key of the entries that are objects ("Values" for the

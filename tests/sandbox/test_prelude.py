@@ -275,3 +275,34 @@ def test_intls_bound_functions_read_as_native() -> None:
         """
     )
     assert got == [f"function {NATIVE}"] * 3 + ["", 1, 2, ["1,234", "5"], ["a", "b"], True]
+
+
+CONSOLE_CODE = """\
+console.group("G", 1);
+console.log("in");
+console.groupCollapsed();
+console.log("deeper");
+console.groupEnd();
+console.groupEnd();
+console.assert(false, "nope", 3);
+console.assert(false, { a: 1 }, 2);
+console.assert(false);
+console.assert(false, "%s!", "x");
+console.timeLog("t", "x");
+"""
+
+
+def test_console_prints_its_arguments_whatever_iterator_the_script_put_on_arrays() -> None:
+    """console.group, assert and timeLog print their arguments from a list of the prelude's
+    own: they spread them, with the script's Array.prototype[Symbol.iterator], and printed
+    what that gave."""
+    plain = run(CONSOLE_CODE)
+    assert plain.outcome == "finished", plain.error
+    assert plain.printed == (
+        'G 1\n  in\n    deeper\nAssertion failed: nope 3\nAssertion failed: {"a":1} 2\n'
+        "Assertion failed\nAssertion failed: x!\nt: 0ms x\n"
+    )
+    hostile = 'Array.prototype[Symbol.iterator] = function* () { yield "the script\'s"; };\n'
+    ran = run(hostile + CONSOLE_CODE)
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed == plain.printed
