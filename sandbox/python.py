@@ -3297,7 +3297,12 @@ _ASYNCIO_ABSENT: dict[str, str] = {
 
 
 class _NotPlain(Exception):
-    pass
+    """What is not data, and where: ``line`` is the script's line that made it, when known
+    (a call not awaited: where it was called)."""
+
+    def __init__(self, message: str, line: int = 0) -> None:
+        super().__init__(message)
+        self.line = line
 
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
@@ -3388,7 +3393,7 @@ def _plain(value: Any, root: str, path: tuple[str | int, ...], depth: int, walk:
         finally:
             walk.parents.pop()
     if issubclass(kind, _Future):
-        raise _NotPlain(f"{_where(root, path)} is not data: {value._misuse()}")
+        raise _NotPlain(f"{_where(root, path)} is not data: {value._misuse()}", value._line)
     hint = ""
     if issubclass(kind, _datetime.date | _datetime.time):
         hint = " (pass value.isoformat())"
@@ -3461,8 +3466,11 @@ def _where(root: str, path: tuple[str | int, ...]) -> str:
     return f"{data_path(path)} in {root}" if path else root
 
 
-def _json(value: Any, root: str, identities: _Identities | None = None) -> str:
-    """JSON text of plain data (lone surrogates replaced, as in JavaScript); raises TypeError.
+def _json(
+    value: Any, root: str, identities: _Identities | None = None, at: list[int] | None = None
+) -> str:
+    """JSON text of plain data (lone surrogates replaced, as in JavaScript); raises TypeError,
+    and puts in ``at``, when given, the script's line that made what is not data, if known.
     With ``identities``, the addresses CPython's reprs wrote in its strings are taken out
     (:meth:`_Identities.data`): the plain data is walked again only when the text holds one,
     never the script's values nor the text decoded."""
@@ -3470,6 +3478,8 @@ def _json(value: Any, root: str, identities: _Identities | None = None) -> str:
     try:
         data = _plain(value, root, (), 0, walk)
     except _NotPlain as e:
+        if at is not None and e.line:
+            at.append(e.line)
         raise TypeError(str(e)) from None
     text = _dumps(data, walk.weight)
     if identities is not None and _addressed(text):
@@ -4918,19 +4928,26 @@ class Run(Replay):
             half = VALUE_BOUND // 2
             text = _well_formed(value)
             return _finished("c" + jsontext.dumps([text[:half], text[-half:], len(text)]).decode())
+        at: list[int] = []
         try:
-            return _finished("j" + _json(value, "the returned value", self.identities))
+            return _finished("j" + _json(value, "the returned value", self.identities, at))
         except (MemoryError, _Ended):
             raise
         except BaseException as e:
             if not isinstance(e, TypeError | _NotData) or _script_lines(e):
                 return self._error(e)  # the value's own code raised (a dict's items())
-            message = (
-                f"{e}; return plainer data"
-                if isinstance(e, TypeError)
-                else (f"the returned value {e}; return plainer data")
+            if at:
+                # `a, b = await tools.x(...), tools.y(...)`: a call not awaited, whose
+                # misuse says what to write, at the line that called it.
+                message = str(e)
+            elif isinstance(e, TypeError):
+                message = f"{e}; return plainer data"
+            else:
+                message = f"the returned value {e}; return plainer data"
+            return Ran(
+                outcome="failed",
+                error=ScriptError(name="TypeError", message=message, lines=self._line_list(at)),
             )
-            return Ran(outcome="failed", error=ScriptError(name="TypeError", message=message))
 
     def _near_name(self, error: BaseException, missing: str) -> str | None:
         """The name CPython's traceback suggests for ``missing`` (not defined), if one is

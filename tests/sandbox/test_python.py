@@ -595,7 +595,7 @@ def test_futures_still_compare_hash_and_stay_closed() -> None:
     [
         (
             "return {'p': [tools.echo(a=1)]}",
-            f"p[0] in the returned value is not data: {NOT_AWAITED}; return plainer data",
+            f"p[0] in the returned value is not data: {NOT_AWAITED}",
         ),
         (
             "await tools.search(q=tools.echo(a=1))",

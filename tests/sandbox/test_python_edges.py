@@ -1159,6 +1159,29 @@ def test_a_result_read_as_an_http_response_says_it_is_data(
 
 
 @pytest.mark.parametrize(
+    ("code", "where", "line"),
+    [
+        ("a, b = await tools.echo(a=1), tools.echo(a=2)\nreturn a, b", "[1] in ", 1),
+        ("pending = tools.echo(a=1)\nx = 2\nreturn {'rows': [x, pending]}", "rows[1] in ", 1),
+    ],
+)
+def test_a_call_not_awaited_in_the_returned_value_names_its_line(
+    code: str, where: str, line: int
+) -> None:
+    """`a, b = await tools.x(...), tools.y(...)` (the await binds to the first call only),
+    then `return a, b`: the error named no line and ended "...: write \"await
+    tools.echo(...)\"; return plainer data", as if the data were too rich."""
+    records = [rec("echo", {"a": 1}, result=1), rec("echo", {"a": 2}, result=2)]
+    error = failed(code, records)
+    assert (error.name, error.message) == (
+        "TypeError",
+        f"{where}the returned value is not data: tools.echo(...) gives an awaitable, not its "
+        'result: write "await tools.echo(...)"',
+    )
+    assert [x.line for x in error.lines] == [line]
+
+
+@pytest.mark.parametrize(
     "code",
     [
         "names = tools.echo(a=1)\nreturn ', '.join(names)",
