@@ -175,6 +175,7 @@
   const isObject = (v) => (typeof v === "object" && v !== null) || typeof v === "function";
   // ToPrimitive, done here: the real Date constructor is only ever given primitives, so no
   // script code (valueOf, toString, Symbol.toPrimitive) runs with it on the stack.
+  const STRING_FIRST = freeze(["toString", "valueOf"]), NUMBER_FIRST = freeze(["valueOf", "toString"]);
   function toPrimitive(v, hint) {
     if (!isObject(v)) return v;
     const exotic = v[toPrimitiveKey];
@@ -184,8 +185,11 @@
       if (isObject(p)) throw new NativeTypeError("cannot convert object to primitive value");
       return p;
     }
-    for (const name of hint === "string" ? ["toString", "valueOf"] : ["valueOf", "toString"]) {
-      const method = v[name];
+    // The names' order by index: a for...of took the script's Array.prototype[Symbol.iterator]
+    // (new Date(value) said "cannot convert object to primitive value" of a value with both).
+    const order = hint === "string" ? STRING_FIRST : NUMBER_FIRST;
+    for (let i = 0; i < order.length; i++) {
+      const method = v[order[i]];
       if (typeof method === "function") {
         const p = apply(method, v, []);
         if (!isObject(p)) return p;
@@ -1662,7 +1666,7 @@
   // path only, so a value that is fine costs nothing more. A value of a toJSON's making is
   // not in `root`: its key alone names it.
   function refusedWhere(root) {
-    const [key, kind, holder, value] = refusedAt;
+    const key = refusedAt[0], kind = refusedAt[1], holder = refusedAt[2], value = refusedAt[3];
     let where = null;
     if (holder !== undefined) {
       where = pathWhere(root, (v) => v === holder);

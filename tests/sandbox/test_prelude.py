@@ -306,3 +306,20 @@ def test_console_prints_its_arguments_whatever_iterator_the_script_put_on_arrays
     ran = run(hostile + CONSOLE_CODE)
     assert ran.outcome == "finished", ran.error
     assert ran.printed == plain.printed
+
+
+def test_what_reads_a_list_by_index_takes_no_iterator_of_the_scripts() -> None:
+    """A value converted for the fixed Date, and the returned value's refusal, read the
+    prelude's lists by index: a for...of and a destructuring took the script's
+    Array.prototype[Symbol.iterator] (new Date(value) said "cannot convert object to
+    primitive value" of a value with a valueOf)."""
+    hijack = 'Array.prototype[Symbol.iterator] = function* () { yield "the script\'s"; };\n'
+    when = "const when = { valueOf() { return 86400000; }, toString() { return 'x'; } };\n"
+    assert value(when + hijack + "return new Date(when).toISOString();") == (
+        "1970-01-02T00:00:00.000Z"
+    )
+    ran = run("const m = new Map();\n" + hijack + "return { m };")
+    assert ran.outcome == "failed" and ran.error is not None
+    assert ran.error.message.startswith(
+        "the returned value is not JSON data: value.m is a Map, which JSON turns into {}"
+    )
