@@ -740,6 +740,7 @@ _JAVASCRIPT_OPERATORS = tuple(
         (r"===", "===", "=="),
         (r"!==", "!==", "!="),
         (r"(?:^|[\s(])!(?=[\w(])", "!x", "not x"),
+        (r"(?:\w|\))\s*=>", "x => ...", "lambda x: ..."),
     )
 )
 
@@ -789,6 +790,11 @@ def _syntax_hint(
         return (
             "; the function it is in is not async (a plain `def`, or a lambda): make it an "
             "`async def`, and `await` its calls (`await f(...)`)"
+        )
+    if message.startswith("'break', 'continue' and 'return' cannot appear in an except* block"):
+        return (
+            "; keep what the block found in a name (`failed = True`), and return or leave "
+            "the loop after the try"
         )
     if message.startswith("invalid syntax") and (
         used := [f"`{py}` for `{js}`" for found, js, py in _JAVASCRIPT_OPERATORS if found(text)]
@@ -4992,6 +4998,14 @@ class Run(Replay):
             and re.search(rf"\b{re.escape(missing)}\b", annotated[2]) is not None
         )
 
+    def _unquoted_key(self, lines: list[int], missing: str) -> bool:
+        """Whether the innermost of ``lines`` writes ``missing`` as a dict's key unquoted,
+        as JavaScript writes an object's (``{query: "x"}``, ``..., limit: 5}``)."""
+        if not lines or not 1 <= lines[0] <= len(self.script_lines):
+            return False
+        key = rf"[{{,]\s*{re.escape(missing)}\s*:(?!=)"
+        return re.search(key, self.script_lines[lines[0] - 1]) is not None
+
     def _joined_future(self, error: BaseException) -> _Future | None:
         """The call not awaited that the failing line gave str.join (``", ".join(names)``
         where ``names = tools.list_names()``), whose own words str.join replaces with "can
@@ -5080,6 +5094,12 @@ class Run(Replay):
         elif type(missing) is str and missing in ALLOWED:
             # `await asyncio.gather(...)` with no import: CPython 3.12 says as much.
             message += f". Did you forget to import '{missing}'?"
+        elif type(missing) is str and self._unquoted_key(lines, missing):
+            # `tools.search({query: "x"})`: JavaScript's object, whose keys need no quotes.
+            message += (
+                f"; a dict's keys are quoted in Python, {{'{missing}': ...}} (or a tool is "
+                f"given keywords, tools.name({missing}=...))"
+            )
         elif type(missing) is str and (meant := self._near_name(error, missing)) is not None:
             # `return reslt`: CPython's traceback says so; the text of the error does not.
             message += f". Did you mean: {meant!r}?"

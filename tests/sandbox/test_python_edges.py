@@ -1330,6 +1330,47 @@ def test_javascripts_operators_and_globals_in_python_say_what_python_writes(
     assert (error.name, error.message) == said
 
 
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            "xs = [1, 2]\nreturn list(map(x => x * 2, xs))",
+            (
+                "SyntaxError",
+                "invalid syntax (column 20); Python writes `lambda x: ...` for `x => ...`",
+            ),
+        ),
+        (
+            'return await tools.search({query: "open", limit: 5})',
+            (
+                "NameError",
+                "name 'query' is not defined; a dict's keys are quoted in Python, {'query': ...} "
+                "(or a tool is given keywords, tools.name(query=...))",
+            ),
+        ),
+        (
+            "try:\n    await tools.echo(a=1)\nexcept* ValueError:\n    return 1",
+            (
+                "SyntaxError",
+                "'break', 'continue' and 'return' cannot appear in an except* block (column 12); "
+                "keep what the block found in a name (`failed = True`), and return or leave the "
+                "loop after the try",
+            ),
+        ),
+        # A name that is a value, not a key, keeps Python's words.
+        ("return {'a': b}", ("NameError", "name 'b' is not defined")),
+    ],
+)
+def test_an_arrow_an_unquoted_key_and_a_return_in_except_star_say_what_to_write(
+    code: str, said: tuple[str, str]
+) -> None:
+    """`x => x * 2` said "invalid syntax"; `tools.search({query: "open"})`, JavaScript's
+    object, said "name 'query' is not defined"; `return` in an `except*` block said only
+    that it cannot be there."""
+    error = failed(code)
+    assert (error.name, error.message) == said
+
+
 _FILES_NOT_A_LIST = (
     "files is not a list of the files: `files.list()` lists them (id, mime, size), and `await "
     "files.text(id)` reads one"
