@@ -2095,6 +2095,10 @@ class _Identities:
     error. Not those the run was given (:meth:`given`): a tool's result, a file, the script;
     the run reads its calls' results for them (``read_given``) only when a text it sends
     holds an address, so a call whose arguments hold none costs one search of their text.
+
+    What a script derives from such a text before it leaves (``str(m).split(" at ")[1]``),
+    and the identity hash of an object not its own (``hash(len)``, the order of a set of
+    functions), still differ from run to run: nothing here can find them.
     """
 
     __slots__ = ("_base", "_given", "_last", "_numbers", "read_given")
@@ -3892,8 +3896,9 @@ class Run(Replay):
         # a class's module up there (for a string annotation).
         self.module = types.ModuleType(_MAIN)
         self.sink = _Sink(self)
-        # The numbers that stand for addresses in the script (id(), its objects' reprs, the
-        # addresses CPython's reprs write in the text it prints, sends, returns or fails with).
+        # The numbers that stand for addresses in the script (id(), its objects' reprs), and
+        # the addresses CPython's reprs write, taken out of the text it prints, sends,
+        # returns or fails with.
         self.identities = _Identities()
         self.identities.read_given = self._read_given
         self.given_upto = 0  # the records whose results _read_given has read
