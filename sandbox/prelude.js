@@ -1841,6 +1841,7 @@
   }
   allNative(globalThis);
   allNative(CallPromise);
+  allNative(shownAs); // what `tools` shows as: the walk does not open a Proxy's handler
   native(spreadMisuse.get);
 
   // ---- One script: its record's settings, then its body. Once per context. ----

@@ -147,7 +147,9 @@ def test_the_engines_functions_read_as_native_and_the_scripts_as_written() -> No
           String(files.csv("x.csv").next), String(Date), String(Date.now), String(Math.random),
           String(performance.now), String(JSON.parse), String(structuredClone), String(URL),
           String(Intl.NumberFormat), String(Intl.Segmenter), String(stack), String(text),
-          String(Math.max), String(mine), String((x) => x * 2), String(class A { m() {} }),
+          String(Math.max), String(tools.toString), String(tools.toJSON),
+          String(tools[Symbol.toPrimitive]), String(mine), String((x) => x * 2),
+          String(class A { m() {} }),
           text.name, text.length,
         ];
         """
@@ -173,6 +175,9 @@ def test_the_engines_functions_read_as_native_and_the_scripts_as_written() -> No
         "get",
         "toString",
         "max",
+        "toString",
+        "toJSON",
+        "toString",
     ]
     assert got[: len(names)] == [f"function {name}{NATIVE}" for name in names]
     assert got[len(names) :] == [
