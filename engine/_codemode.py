@@ -133,6 +133,11 @@ class _Flight:
 # While the session log cannot be reached, a worker says so again this often (seconds).
 UNREACHABLE_EVERY = 60.0
 
+# A lease kept while the log did not answer is given up once it does (CodeMode._keep): tried
+# after this pause, which doubles after each try up to the most (or a quarter of the lease).
+KEPT_RETRY_FIRST_S = 0.5
+KEPT_RETRY_MOST_S = 5.0
+
 # How long a host that answers a model (pydantic-ai's toolset, `codemode mcp serve`) waits, by
 # default, for the outcome of a script another host drives (a worker that took it after an
 # approval), as the README's chat loops do: seconds.
@@ -324,9 +329,11 @@ class CodeMode(StepLoop):
         self._hearing: set[asyncio.Task[None]] = set()
         # The leases of drives that ended as the log stopped answering, by script: kept then
         # (a release would wait the log's timeout again for nothing), given up once it
-        # answers (_give_back), not left to run out while a resume calls this host elsewhere.
-        self._kept: dict[str, log.Lease] = {}
-        self._giving_back: asyncio.Task[None] | None = None
+        # answers (_give_back_kept), not left to run out while a resume calls this host
+        # elsewhere. Each with the time (monotonic) by which it surely ran out.
+        self._kept: dict[str, tuple[log.Lease, float]] = {}
+        self._giving_back: asyncio.Task[None] | None = None  # _give_back_kept
+        self._log_answered = asyncio.Event()  # wakes _give_back_kept to try at once
         self._closed = False  # aclose() began
         self._pid = os.getpid()  # the process it was made in (see _check_open)
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop it serves (_check_loop)
@@ -922,7 +929,6 @@ class CodeMode(StepLoop):
         """Drive a script whose lease this host holds; the lease is given up at the end."""
         record = drive.record
         self._driving.add(drive)
-        kept = False  # the lease is kept: the log did not answer
         ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._drives_of[record.id] = ended
         try:
@@ -936,10 +942,9 @@ class CodeMode(StepLoop):
             error = error_text(described(e))
             self._emit("left", record.id, tenant=record.tenant, error=error)
             if isinstance(e, StoreUnavailable):
-                # The log did not answer: giving the lease up would wait its timeout again
-                # for nothing (the lease runs out on its own, as a dead host's does).
+                # The log did not answer: giving the lease up now would wait its timeout
+                # again for nothing; it is given up once the log answers (_keep).
                 drive.keep_lease()
-                kept = True
             raise
         finally:
             if (drive.unheard or drive.unbegun) and not self._closed:
@@ -952,14 +957,11 @@ class CodeMode(StepLoop):
                 hearing.add_done_callback(self._hearing.discard)
             else:
                 await self._let_go(drive, ended)
-                if kept and not drive.lost:
-                    # Let go: nothing of this drive writes under the lease any more.
-                    self._kept[record.id] = drive.lease
-        if self._kept and self._giving_back is None and not self._closed:
+        if self._kept:
             # The log answered this drive: it takes releases again. In the background, not
             # to make this caller wait on a lease's row that a stalled session still locks.
-            self._giving_back = asyncio.create_task(self._give_back(), name="kept leases")
-            self._giving_back.add_done_callback(self._given_back)
+            self._log_answered.set()
+            self._start_giving_back()
         if result is None:
             self._emit("left", record.id, tenant=record.tenant, status="elsewhere")
             return await self._elsewhere_or_ended(drive.record.id)
@@ -982,23 +984,62 @@ class CodeMode(StepLoop):
         is fenced by its token, so it never frees a lease another host has taken since."""
         ids = [script_id] if script_id is not None else list(self._kept)
         for each in ids:
-            lease = self._kept.get(each)
-            if lease is None:
+            kept = self._kept.get(each)
+            if kept is None:
+                continue
+            if kept[1] <= time.monotonic():
+                del self._kept[each]  # it ran out: nobody needs it given up
                 continue
             try:
-                await self.store.release(lease)
+                await self.store.release(kept[0])
             except CodeModeError:
                 if script_id is not None:
                     raise
                 return
-            if self._kept.get(each) is lease:
+            if self._kept.get(each) is kept:
                 del self._kept[each]
+
+    def _keep(self, drive: Drive) -> None:
+        """Keep aside the lease of a drive that ended with it possibly still held in the log
+        (the log did not answer), to be given up by :meth:`_give_back_kept`. Called only once
+        nothing of the drive writes under it; a lost lease is another host's, left alone."""
+        if drive.lost or self._closed:
+            return
+        lease = drive.lease
+        # The lease was last renewed (or taken) at most lease_ms before now.
+        self._kept[lease.script_id] = (lease, time.monotonic() + self.lease_ms / 1000)
+        self._log_answered.clear()  # it did not answer this drive
+        self._start_giving_back()
+
+    def _start_giving_back(self) -> None:
+        if self._giving_back is None and self._kept and not self._closed:
+            self._giving_back = asyncio.create_task(self._give_back_kept(), name="kept leases")
+            self._giving_back.add_done_callback(self._given_back)
+
+    async def _give_back_kept(self) -> None:
+        """Give the kept leases up on their own, whether or not this host does anything more
+        (an idle host would hold its scripts from every other host for the lease): tried
+        after a pause that doubles up to KEPT_RETRY_MOST_S, and at once when a drive finds
+        the log answering; ends once none is kept (each is dropped when it has run out, so
+        this ends within lease_ms of the last), and with :meth:`aclose`, which cancels it."""
+        pause = KEPT_RETRY_FIRST_S  # not at once: the log has just failed
+        most = min(KEPT_RETRY_MOST_S, max(self.lease_ms / 4000, KEPT_RETRY_FIRST_S))
+        while self._kept:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(pause):
+                    await self._log_answered.wait()
+            self._log_answered.clear()  # a drive that ends from here on sets it again
+            pause = min(pause * 2, most)
+            await self._give_back()
 
     def _given_back(self, task: asyncio.Task[None]) -> None:
         if self._giving_back is task:
             self._giving_back = None
-        if not task.cancelled():
-            task.exception()  # a failure leaves the leases kept, to the next drive
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning(
+                "the leases kept while the log did not answer are left to run out",
+                exc_info=task.exception(),
+            )
 
     async def _let_go(self, drive: Drive, ended: asyncio.Future[None]) -> None:
         """The end of a drive: its live run and early step dropped, its lease given up, and
@@ -1010,6 +1051,9 @@ class CodeMode(StepLoop):
                 await discard_early(early)
             await drive.close()
             self._driving.discard(drive)
+            if drive.kept:
+                # Let go: nothing of this drive writes under the lease any more.
+                self._keep(drive)
         finally:  # cancelled in the cleanup too: who waits for this drive goes on
             script_id = drive.record.id
             if self._drives_of.get(script_id) is ended:
@@ -1069,6 +1113,8 @@ class CodeMode(StepLoop):
                 await again.reopen(indexes)
             finally:
                 await again.close()
+                if again.kept:
+                    self._keep(again)
         except Exception:
             logger.warning(
                 "calls a cancelled drive never began were not approved again script=%s",

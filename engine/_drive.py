@@ -11,7 +11,6 @@ client results, holds), which the loop reads again before it decides anything on
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
@@ -165,6 +164,10 @@ class Drive:
         # Set: a write was refused because another host took the script over, so the
         # result this host returns is that host's (see CodeMode._drive_owned).
         self.lost = False
+        # Set: the lease may still hold the script in the log after :meth:`close`, kept there
+        # (:meth:`keep_lease`) or its release failed (the log did not answer); the engine
+        # gives it up once the log answers (see CodeMode._keep).
+        self.kept = False
 
     @classmethod
     async def take(
@@ -493,9 +496,11 @@ class Drive:
     def keep_lease(self) -> None:
         """Leave the lease as it is at :meth:`close` (the store is not answering)."""
         self._released = True
+        self.kept = True
 
     async def close(self) -> None:
-        """Stop renewing and give the lease up (a lost lease is left as it is). A renewal
+        """Stop renewing and give the lease up (a lost lease is left as it is; one whose
+        release fails is :attr:`kept`, for the engine to give up later). A renewal
         under way is given the lease's time to end; one still not done then (a store that
         hangs) is cancelled."""
         self._stopping = True
@@ -509,5 +514,7 @@ class Drive:
                 await cancel_and_wait(renewal)
         if not self._released:
             self._released = True
-            with contextlib.suppress(Exception):
+            try:
                 await self.store.release(self.lease)
+            except Exception:
+                self.kept = True

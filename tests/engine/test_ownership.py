@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -1839,3 +1840,63 @@ async def test_a_worker_says_once_that_it_cannot_reach_the_log_and_once_that_it_
     assert said[0].startswith("worker could not reach the session log, trying again: ")
     assert re.fullmatch(r"worker reached the session log again after \d+ s", said[1]), said
     assert len(said) == 2, said
+
+
+async def test_a_host_idle_after_its_sqlite_log_was_locked_gives_its_kept_lease_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process holds the SQLite log's write lock past the busy timeout as a call's
+    result is written: run_code fails with StoreUnavailable, and the host keeps the lease
+    (the log did not answer). Once the lock is let go, the host gives the lease up though it
+    does nothing more, and another host's resume drives the script on (it said "running on
+    another host" for the whole lease)."""
+    from engine import SqliteStore
+    from engine.log import _sqlite
+
+    monkeypatch.setattr(_sqlite, "OPEN_BUSY_MS", 300)  # the wait for a lock, made short
+    data = tmp_path / "log"
+    locks: list[sqlite3.Connection] = []
+
+    @tool(idempotent=True)
+    def bump(n: int) -> int:
+        """Add 100; the first time, take the log's write lock as another process would."""
+        if not locks:
+            lock = sqlite3.connect(
+                str(data / SqliteStore.FILE_NAME), isolation_level=None, check_same_thread=False
+            )
+            lock.execute("BEGIN IMMEDIATE")
+            locks.append(lock)
+        return n + 100
+
+    # A lease far longer than the test: it is given up, never left to run out.
+    def host() -> CodeMode:
+        return CodeMode(
+            [bump],
+            runner=InProcessRunner(),
+            store=SqliteStore(data),
+            type_check="off",
+            lease_ms=600_000,
+        )
+
+    engine, other = host(), host()
+    try:
+        try:
+            with pytest.raises(StoreUnavailable, match="database is locked"):
+                await engine.run_code("return await tools.bump({ n: 1 });")
+        finally:
+            for lock in locks:
+                lock.execute("ROLLBACK")
+                lock.close()
+        (record,) = await other.store.scripts()
+        for _ in range(1200):  # until the host gave the lease up (at most a minute)
+            lease = (await other.store.get_script(record.id)).lease
+            if lease is None or lease.expires_ms == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert lease is not None and lease.expires_ms == 0, lease  # given up, not run out
+        result = await asyncio.wait_for(other.resume(record.id), 60)
+        assert result.status == "finished", result.text
+        assert result.value == 101
+    finally:
+        await other.aclose()
+        await engine.aclose()

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from engine import CodeMode, StoreUnavailable, tool
-from engine.log import DONE, FAILED, RUNNING, PostgresStore
+from engine.log import DONE, FAILED, RUNNING, LogStore, PostgresStore
 from engine.log._postgres import DEFAULT_ANSWER_TIMEOUT
 from tests._needs import require
 from tests.engine.conftest import InProcessRunner
@@ -76,9 +76,9 @@ class _Stalling(PostgresStore):
     by. Its answer_timeout is 1 s while they are stopped, and the default otherwise (a
     server on a loaded machine may take a second to answer)."""
 
-    def __init__(self, server: PostgresServer, schema: str, at: str = "") -> None:
+    def __init__(self, server: PostgresServer, schema: str, at: str = "", **options: Any) -> None:
         self.name = f"stall_{uuid.uuid4().hex[:12]}"
-        super().__init__(f"{server.dsn} application_name={self.name}", schema=schema)
+        super().__init__(f"{server.dsn} application_name={self.name}", schema=schema, **options)
         self.server = server
         self.at = at
         self.frozen: list[int] = []
@@ -275,6 +275,104 @@ async def test_the_lease_kept_through_a_stall_is_given_up_once_the_server_answer
         assert result.status == "finished", result.text
         assert ran == [1, 101, 1, 101]
     finally:
+        store.go_on()
+        await other.aclose()
+        await engine.aclose()
+
+
+async def _given_up(store: LogStore, script_id: str) -> None:
+    """Wait (at most a minute) until the script's lease is given up in the log: its expiry
+    set to 0 by a release, not a lease that ran out."""
+    lease = None
+    for _ in range(1200):
+        lease = (await store.get_script(script_id)).lease
+        if lease is not None and lease.expires_ms == 0:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the lease of script {script_id} was never given up: {lease}")
+
+
+async def test_a_host_idle_after_a_stall_gives_its_kept_lease_up(server: PostgresServer) -> None:
+    """A host whose server stopped answering as it wrote a call's receipt keeps the
+    script's lease, and gives it up once the server answers though it does nothing more:
+    another host resumes the script then and drives it to its end (an idle host held it,
+    and another host's resume said "running on another host", for the whole lease)."""
+    ran: list[int] = []
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    store = _Stalling(server, schema, "add_calls")
+    # A lease far longer than the test: it is given up, never left to run out.
+    engine = _engine(store, ran, lease_ms=600_000)
+    other = _engine(PostgresStore(server.dsn, schema=schema), ran, lease_ms=600_000)
+    try:
+        try:
+            await _stalled_run(store, engine)
+        finally:
+            store.go_on()
+        script_id = await _only_script(store)
+        await _given_up(other.store, script_id)
+        result = await asyncio.wait_for(other.resume(script_id), HANG_S)
+        assert result.status == "finished", result.text
+        assert ran == [1, 101]
+    finally:
+        store.go_on()
+        await other.aclose()
+        await engine.aclose()
+
+
+async def test_a_drive_heard_out_through_a_stall_gives_its_lease_up(
+    server: PostgresServer,
+) -> None:
+    """run_code cancelled while a sync tool's thread runs, as the server stops answering:
+    the drive is heard out (its call's result waited for), the result cannot be written
+    (nor a new connection made: the postmaster is stopped too), and the lease is given up once the server answers, though the host does nothing more:
+    another host resumes the script then and runs the call again (its tool is idempotent);
+    the lease was kept, and the resume said "running on another host", for the lease."""
+    started = threading.Event()
+    go = threading.Event()
+
+    @tool(idempotent=True)
+    def slow(n: int) -> int:
+        """Add 1, once let go."""
+        started.set()
+        go.wait(HANG_S)
+        return n + 1
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    store = _Stalling(server, schema, connect_timeout=1)
+    engine = CodeMode(
+        [slow], runner=InProcessRunner(), store=store, type_check="off", lease_ms=600_000
+    )
+    other = CodeMode(
+        [slow],
+        runner=InProcessRunner(),
+        store=PostgresStore(server.dsn, schema=schema),
+        type_check="off",
+        lease_ms=600_000,
+    )
+    try:
+        run = asyncio.create_task(engine.run_code("return await tools.slow({ n: 1 });"))
+        assert await asyncio.to_thread(started.wait, HANG_S)
+        script_id = await _only_script(store)
+        try:
+            store.stall()
+            with _stopped([server.pid()]):
+                run.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await run
+                go.set()  # the call ends; its result is not written (the server is stopped)
+                hearing = list(engine._hearing)
+                assert hearing, "the cancelled drive was not heard out"
+                await asyncio.wait_for(asyncio.gather(*hearing), HANG_S)
+        finally:
+            go.set()
+            store.go_on()
+        assert [c.state for c in await other.store.calls(script_id)] == [RUNNING]
+        await _given_up(other.store, script_id)
+        result = await asyncio.wait_for(other.resume(script_id), HANG_S)
+        assert result.status == "finished", result.text
+        assert result.value == 2
+    finally:
+        go.set()
         store.go_on()
         await other.aclose()
         await engine.aclose()
