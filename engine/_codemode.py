@@ -616,7 +616,9 @@ class CodeMode(StepLoop):
                 # gives it up at once, as resume() takes it: a host restarted after a crash
                 # that replays the model's call goes on with the script.
                 await self._give_back(started.record.id)
-                taken = await Drive.take(self.store, started.record.id, owner, self.lease_ms)
+                taken = await Drive.take(
+                    self.store, started.record.id, owner, self.lease_ms, self._keep
+                )
                 if taken is None:
                     if wait > 0 or started.record.id in self._drives_of:  # or this host's
                         return await self._resume(started.record.id, wait)
@@ -737,7 +739,7 @@ class CodeMode(StepLoop):
             if record.status in log.ENDED and record.outcome is not None:
                 return RunResult.from_dict(record.outcome)
             await self._give_back(script_id)
-            drive = await Drive.take(self.store, script_id, new_owner(), self.lease_ms)
+            drive = await Drive.take(self.store, script_id, new_owner(), self.lease_ms, self._keep)
             if drive is not None:
                 self._emit("resumed", script_id, tenant=drive.record.tenant, steps=record.steps)
                 return await self._drive_owned(drive)
@@ -907,7 +909,9 @@ class CodeMode(StepLoop):
         lease = await self.store.claim_ready(new_owner(), self.lease_ms, tuple(skip))
         if lease is None and self.store.local:
             lease = await self._take_from_dead_host(skip)
-        return None if lease is None else await Drive.resume(self.store, lease, self.lease_ms)
+        if lease is None:
+            return None
+        return await Drive.resume(self.store, lease, self.lease_ms, kept=self._keep)
 
     async def _take_from_dead_host(self, skip: Collection[str] = ()) -> log.Lease | None:
         """The lease of an active script, not held and not in ``skip``, whose host was a
@@ -999,13 +1003,12 @@ class CodeMode(StepLoop):
             if self._kept.get(each) is kept:
                 del self._kept[each]
 
-    def _keep(self, drive: Drive) -> None:
-        """Keep aside the lease of a drive that ended with it possibly still held in the log
-        (the log did not answer), to be given up by :meth:`_give_back_kept`. Called only once
-        nothing of the drive writes under it; a lost lease is another host's, left alone."""
-        if drive.lost or self._closed:
+    def _keep(self, lease: log.Lease) -> None:
+        """Keep aside a lease possibly still held in the log (its release failed, or was
+        not tried: the log did not answer), to be given up by :meth:`_give_back_kept`.
+        Called only once nothing of its drive writes under it."""
+        if self._closed:
             return
-        lease = drive.lease
         # The lease was last renewed (or taken) at most lease_ms before now.
         self._kept[lease.script_id] = (lease, time.monotonic() + self.lease_ms / 1000)
         self._log_answered.clear()  # it did not answer this drive
@@ -1051,9 +1054,9 @@ class CodeMode(StepLoop):
                 await discard_early(early)
             await drive.close()
             self._driving.discard(drive)
-            if drive.kept:
+            if drive.kept and not drive.lost:  # a lost lease is another host's
                 # Let go: nothing of this drive writes under the lease any more.
-                self._keep(drive)
+                self._keep(drive.lease)
         finally:  # cancelled in the cleanup too: who waits for this drive goes on
             script_id = drive.record.id
             if self._drives_of.get(script_id) is ended:
@@ -1106,15 +1109,17 @@ class CodeMode(StepLoop):
         interrupted, as after a crash, and so does a log that does not answer."""
         try:
             await drive.close()
-            again = await Drive.take(self.store, drive.record.id, new_owner(), self.lease_ms)
+            again = await Drive.take(
+                self.store, drive.record.id, new_owner(), self.lease_ms, self._keep
+            )
             if again is None:
                 return
             try:
                 await again.reopen(indexes)
             finally:
                 await again.close()
-                if again.kept:
-                    self._keep(again)
+                if again.kept and not again.lost:
+                    self._keep(again.lease)
         except Exception:
             logger.warning(
                 "calls a cancelled drive never began were not approved again script=%s",

@@ -16,7 +16,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from engine import log
@@ -171,9 +171,15 @@ class Drive:
 
     @classmethod
     async def take(
-        cls, store: log.LogStore, script_id: str, owner: str, ttl_ms: int
+        cls,
+        store: log.LogStore,
+        script_id: str,
+        owner: str,
+        ttl_ms: int,
+        kept: Callable[[log.Lease], None] | None = None,
     ) -> Drive | None:
-        """Take the script's lease and read it, or ``None`` if another host holds it."""
+        """Take the script's lease and read it, or ``None`` if another host holds it;
+        ``kept`` as for :meth:`resume`."""
         lease = await store.acquire(script_id, owner, ttl_ms)
         if lease is None:
             dead = dead_local_owner(store, (await store.get_script(script_id)).lease)
@@ -181,7 +187,7 @@ class Drive:
                 lease = await store.acquire(script_id, owner, ttl_ms, take_from=dead)
         if lease is None:
             return None
-        return await cls.resume(store, lease, ttl_ms)
+        return await cls.resume(store, lease, ttl_ms, kept=kept)
 
     @classmethod
     async def resume(
@@ -190,16 +196,24 @@ class Drive:
         lease: log.Lease,
         ttl_ms: int,
         record: log.ScriptRecord | None = None,
+        kept: Callable[[log.Lease], None] | None = None,
     ) -> Drive:
         """Drive a script whose lease this host already took; ``record``: a script just
-        started, as the store returned it (it has no calls yet), so nothing is read again."""
+        started, as the store returned it (it has no calls yet), so nothing is read again.
+        A failed read gives the lease up; if that fails too (the log stopped answering),
+        ``kept`` is given the lease, to give up later, and the read's error is raised."""
         try:
             if record is not None:
                 return cls(store, lease, record, [], ttl_ms)
             record = await store.get_script(lease.script_id)
             calls = await store.calls(lease.script_id)
         except BaseException:
-            await store.release(lease)
+            try:
+                await store.release(lease)
+            except Exception:
+                if kept is None:
+                    raise
+                kept(lease)
             raise
         return cls(store, lease, record, calls, ttl_ms)
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from engine import CodeMode, StoreUnavailable, tool
-from engine.log import DONE, FAILED, RUNNING, LogStore, PostgresStore
+from engine.log import DONE, FAILED, RUNNING, Lease, LogStore, PostgresStore
 from engine.log._postgres import DEFAULT_ANSWER_TIMEOUT
 from tests._needs import require
 from tests.engine.conftest import InProcessRunner
@@ -82,12 +82,15 @@ class _Stalling(PostgresStore):
         self.server = server
         self.at = at
         self.frozen: list[int] = []
+        self.whole = False  # the postmaster stopped too: no new connection is made
         self._stack = contextlib.ExitStack()
 
     def stall(self) -> None:
-        """Stop the store's sessions' processes."""
+        """Stop the store's sessions' processes (and the postmaster if ``whole``)."""
         self.frozen = self._stack.enter_context(_stopped(_sessions(self.server, self.name)))
         assert self.frozen, "the store had no session to stop"
+        if self.whole:
+            self._stack.enter_context(_stopped([self.server.pid()]))
         self._answer = 1.0
 
     def _stall(self, method: str) -> None:
@@ -102,6 +105,10 @@ class _Stalling(PostgresStore):
     async def get_script(self, script_id: str) -> Any:
         self._stall("get_script")
         return await super().get_script(script_id)
+
+    async def calls(self, *args: Any, **kwargs: Any) -> Any:
+        self._stall("calls")
+        return await super().calls(*args, **kwargs)
 
     async def add_calls(self, *args: Any, **kwargs: Any) -> Any:
         self._stall("add_calls")
@@ -280,14 +287,14 @@ async def test_the_lease_kept_through_a_stall_is_given_up_once_the_server_answer
         await engine.aclose()
 
 
-async def _given_up(store: LogStore, script_id: str) -> None:
+async def _given_up(store: LogStore, script_id: str) -> Lease:
     """Wait (at most a minute) until the script's lease is given up in the log: its expiry
-    set to 0 by a release, not a lease that ran out."""
+    set to 0 by a release, not a lease that ran out. The lease given up."""
     lease = None
     for _ in range(1200):
         lease = (await store.get_script(script_id)).lease
         if lease is not None and lease.expires_ms == 0:
-            return
+            return lease
         await asyncio.sleep(0.05)
     raise AssertionError(f"the lease of script {script_id} was never given up: {lease}")
 
@@ -310,6 +317,43 @@ async def test_a_host_idle_after_a_stall_gives_its_kept_lease_up(server: Postgre
             store.go_on()
         script_id = await _only_script(store)
         await _given_up(other.store, script_id)
+        result = await asyncio.wait_for(other.resume(script_id), HANG_S)
+        assert result.status == "finished", result.text
+        assert ran == [1, 101]
+    finally:
+        store.go_on()
+        await other.aclose()
+        await engine.aclose()
+
+
+async def test_a_resume_that_took_the_lease_as_the_server_stopped_gives_it_up(
+    server: PostgresServer,
+) -> None:
+    """A resume takes the script's lease, and the server stops answering (the postmaster
+    too) as it reads the script's calls: the resume fails with StoreUnavailable, and the
+    lease, whose release failed too, is given up once the server answers though the host
+    does nothing more: another host's resume then drives the script to its end (it was
+    held, and that resume said "running on another host", for the whole lease)."""
+    ran: list[int] = []
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    store = _Stalling(server, schema, "add_calls", connect_timeout=1)
+    engine = _engine(store, ran, lease_ms=600_000)
+    other = _engine(PostgresStore(server.dsn, schema=schema), ran, lease_ms=600_000)
+    try:
+        try:
+            await _stalled_run(store, engine)  # a script left active, its lease kept
+        finally:
+            store.go_on()
+        script_id = await _only_script(store)
+        await _given_up(other.store, script_id)
+        store.at, store.frozen, store.whole = "calls", [], True
+        try:
+            with pytest.raises(StoreUnavailable):
+                await asyncio.wait_for(engine.resume(script_id), HANG_S)
+            assert store.frozen, "the store's server was never stopped"
+        finally:
+            store.go_on()
+        assert (await _given_up(other.store, script_id)).token == 2  # the resume's
         result = await asyncio.wait_for(other.resume(script_id), HANG_S)
         assert result.status == "finished", result.text
         assert ran == [1, 101]
