@@ -1900,3 +1900,49 @@ async def test_a_host_idle_after_its_sqlite_log_was_locked_gives_its_kept_lease_
     finally:
         await other.aclose()
         await engine.aclose()
+
+
+async def test_a_host_closed_while_its_sqlite_log_is_locked_leaves_no_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host that keeps a lease while another process holds the SQLite log's write lock,
+    and is closed before the lock is let go, leaves no task trying to give the lease up
+    (aclose ends it); the lease runs out in the log as a stopped host's does."""
+    from engine import SqliteStore
+    from engine.log import _sqlite
+
+    monkeypatch.setattr(_sqlite, "OPEN_BUSY_MS", 300)  # the wait for a lock, made short
+    data = tmp_path / "log"
+    locks: list[sqlite3.Connection] = []
+
+    @tool
+    def bump(n: int) -> int:
+        """Add 100, then take the log's write lock as another process would."""
+        lock = sqlite3.connect(
+            str(data / SqliteStore.FILE_NAME), isolation_level=None, check_same_thread=False
+        )
+        lock.execute("BEGIN IMMEDIATE")
+        locks.append(lock)
+        return n + 100
+
+    def giving_back() -> list[asyncio.Task[Any]]:
+        return [t for t in asyncio.all_tasks() if t.get_name() == "kept leases"]
+
+    engine = CodeMode([bump], runner=InProcessRunner(), store=SqliteStore(data), type_check="off")
+    try:
+        with pytest.raises(StoreUnavailable, match="database is locked"):
+            await engine.run_code("return await tools.bump({ n: 1 });")
+        assert giving_back()  # the lease kept, to be given up
+        await engine.aclose()
+        assert giving_back() == []
+    finally:
+        for lock in locks:
+            lock.execute("ROLLBACK")
+            lock.close()
+        await engine.aclose()
+    store = SqliteStore(data)
+    try:
+        (record,) = await store.scripts()
+        assert record.lease is not None and record.lease.expires_ms > 0  # kept, not freed
+    finally:
+        await store.aclose()
