@@ -125,7 +125,8 @@ class Files:
             entry = 'files.list()[0]["id"]' if python else "files.list()[0].id"
             return f"{head}, not an entry of files.list(): give its id, as files.{use}({entry})"
         if given is None:
-            # JavaScript's undefined and null both come as None.
+            # JavaScript's undefined and null both come as None: the prelude names them first
+            # (fileOp), so this is a Python script's None.
             return f"{head}; {'None' if python else 'none'} was given"
         try:
             shown = repr(given) if python else orjson.dumps(given).decode()

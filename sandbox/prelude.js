@@ -373,7 +373,12 @@
     if (holds(ancestors, value)) return "[Circular]";
     if (isA(value, NativeError)) return errorShown(value, depth, ancestors, budget);
     const time = timeOf(value); // a real Date, read without running any script code
-    if (time !== undefined) return time !== time ? "Invalid Date" : JSON.stringify(apply(dateToISOString, value, []));
+    if (time !== undefined) {
+      const text = time !== time ? "Invalid Date" : apply(dateToISOString, value, []);
+      // One whose prototype was set to null as Node.js shows it (it was its bare ISO string).
+      if (getPrototypeOf(value) === null) return "[Date: null prototype] " + text;
+      return time !== time ? text : JSON.stringify(text);
+    }
     // Plain objects and arrays, the most of any value, are none of the kinds below.
     const proto = getPrototypeOf(value);
     const plainKind = proto === ObjectProto || proto === ArrayProto || proto === null;
@@ -1420,6 +1425,13 @@
 
   // ---- files: read through the runner; decoded on the Python side, in batches. ----
   function fileOp(op, args) {
+    // Named here, as the script wrote it: the host reads null and undefined alike (None), and
+    // told a script that passed null "none was given".
+    const id = hasOwn(args, "id") ? args.id : "";
+    if (id === null || id === undefined) {
+      throw new NativeError('a file id is a string, as in files.' + (op === "open" ? args.kind : op) +
+        '("data.csv"); ' + id + " was given");
+    }
     const answer = host.file(op, wellFormed(JSON.stringify(plain(args, "the argument"))));
     const tag = tagOf(answer);
     if (tag === 114) return JSON.parse(restOf(answer)); // "r"

@@ -174,7 +174,8 @@ def test_csv_options() -> None:
         ('files.lines("notes.md", { offset: 2.5 })', "offset is a whole count of records"),
         ('files.csv("semi.csv", { delimiter: "\\n" })', "other than a quote or a line end"),
         ('files.csv("semi.csv", { delimiter: \'"\' })', "other than a quote or a line end"),
-        ("files.lines(undefined)", 'as in files.lines("data.csv"); none was given'),
+        ("files.lines(undefined)", 'as in files.lines("data.csv"); undefined was given'),
+        ("files.csv(null)", 'as in files.csv("data.csv"); null was given'),
     ],
 )
 def test_a_stream_option_it_does_not_have_is_refused(call: str, message: str) -> None:
@@ -196,6 +197,9 @@ def test_a_stream_option_it_does_not_have_is_refused(call: str, message: str) ->
         ),
         ("javascript", "files.stat({ id: 3, ok: true, no: null })", '{"id":3,"ok":true,"no":null}'),
         ("javascript", "files.show(false)", 'as in files.show("data.csv"), not false'),
+        # Both were "none was given", which is no value of JavaScript's.
+        ("javascript", "files.stat(null)", 'as in files.stat("data.csv"); null was given'),
+        ("javascript", "files.text(undefined)", 'files.text("data.csv"); undefined was given'),
         (
             "python",
             "await files.text(files.list()[0])",

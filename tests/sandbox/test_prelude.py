@@ -103,6 +103,23 @@ def test_built_ins_of_no_prototype_print_as_node_names_them() -> None:
     assert '│ 0                 │ "k" │ 1      │' in lines
 
 
+def test_a_date_of_no_prototype_prints_as_node_names_it() -> None:
+    """A Date whose prototype the script set to null prints as Node.js prints it, named: it
+    printed its bare ISO string, as if it were text."""
+    ran = run(
+        """
+        const bare = (v) => Object.setPrototypeOf(v, null);
+        console.log(bare(new Date(0)));
+        console.log({ d: bare(new Date(NaN)) }, new Date(0));
+        """
+    )
+    assert ran.outcome == "finished", ran.error
+    assert ran.printed.splitlines() == [
+        "[Date: null prototype] 1970-01-01T00:00:00.000Z",
+        '{"d":[Date: null prototype] Invalid Date} "1970-01-01T00:00:00.000Z"',
+    ]
+
+
 @pytest.mark.parametrize(
     ("made", "returned", "passed"),
     [
