@@ -590,8 +590,7 @@ class CodeMode(StepLoop):
                 # (a provider that numbers its tool-use ids per turn) would hand the model
                 # the other script's answer.
                 if started.lease is not None:
-                    with contextlib.suppress(CodeModeError):
-                        await self.store.release(started.lease)
+                    await self._release_or_keep(started.lease)
                 began = started.record.language
                 differs = "with other code" if began == language else f"in {began}, not {language}"
                 raise ConfigError(
@@ -606,8 +605,7 @@ class CodeMode(StepLoop):
                     # The host's own callback failed: the script waits in the log, free for
                     # a resume or the key's next start (not held for the lease's length).
                     if started.lease is not None:
-                        with contextlib.suppress(CodeModeError):
-                            await self.store.release(started.lease)
+                        await self._release_or_keep(started.lease)
                     raise
             if started.created:
                 self._emit("started", record.id, tenant=tenant)
@@ -1002,6 +1000,14 @@ class CodeMode(StepLoop):
                 return
             if self._kept.get(each) is kept:
                 del self._kept[each]
+
+    async def _release_or_keep(self, lease: log.Lease) -> None:
+        """Give up a lease nothing writes under; kept aside (:meth:`_keep`) if the log does
+        not answer."""
+        try:
+            await self.store.release(lease)
+        except CodeModeError:
+            self._keep(lease)
 
     def _keep(self, lease: log.Lease) -> None:
         """Keep aside a lease possibly still held in the log (its release failed, or was

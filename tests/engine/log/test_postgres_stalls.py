@@ -363,6 +363,44 @@ async def test_a_resume_that_took_the_lease_as_the_server_stopped_gives_it_up(
         await engine.aclose()
 
 
+async def test_a_start_whose_on_start_fails_as_the_server_stops_gives_its_lease_up(
+    server: PostgresServer,
+) -> None:
+    """run_code's on_start callback fails just as the server stops answering (the
+    postmaster too): the start gives the script's lease up so that it waits free in the log,
+    and when that release fails, the lease is given up once the server answers though the
+    host does nothing more: another host's resume then drives the script (it was held, and
+    that resume said "running on another host", for the whole lease)."""
+    ran: list[int] = []
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    store = _Stalling(server, schema, connect_timeout=1)
+    store.whole = True
+    engine = _engine(store, ran, lease_ms=600_000)
+    other = _engine(PostgresStore(server.dsn, schema=schema), ran, lease_ms=600_000)
+    started: list[str] = []
+
+    def on_start(script_id: str) -> None:
+        started.append(script_id)
+        store.stall()
+        raise RuntimeError("the host's callback failed")
+
+    try:
+        try:
+            with pytest.raises(RuntimeError, match="callback failed"):
+                await asyncio.wait_for(engine.run_code(SCRIPT, on_start=on_start), HANG_S)
+        finally:
+            store.go_on()
+        (script_id,) = started
+        assert (await _given_up(other.store, script_id)).token == 1  # the start's
+        result = await asyncio.wait_for(other.resume(script_id), HANG_S)
+        assert result.status == "finished", result.text
+        assert ran == [1, 101]
+    finally:
+        store.go_on()
+        await other.aclose()
+        await engine.aclose()
+
+
 async def test_a_drive_heard_out_through_a_stall_gives_its_lease_up(
     server: PostgresServer,
 ) -> None:
