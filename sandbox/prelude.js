@@ -79,17 +79,8 @@
   // them), added to and joined with no method a script can replace: one that replaced
   // Array.prototype.push had console.log print {} for any object, and new Date(2026, 0, 1)
   // read the wrong date.
-  const listOf = () => setPrototypeOf([], null);
-  const put = (list, item) => { list[list.length] = item; };
-  function joined(list, separator) {
-    let out = "";
-    for (let i = 0; i < list.length; i++) out += (i ? separator : "") + list[i];
-    return out;
-  }
-  function holds(list, item) {
-    for (let i = 0; i < list.length; i++) if (list[i] === item) return true;
-    return false;
-  }
+  // Made in sandbox/web.js, evaluated first, whose built-ins use them too.
+  const { listOf, put, joined, holds } = web.own;
   // The script's tools (see `begin`): a replaced Set.prototype.has, or its iterator, was
   // handed this set, and a script that added a name to it called a tool the host never gave.
   const toolNames = ownMethods(new NativeSet(), { has: setHas, add: setAdd });

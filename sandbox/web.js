@@ -21,6 +21,37 @@
   const { toWellFormed } = String.prototype;
   const stringify = JSON.stringify;
   let run = { nextRandom: () => 0, text: (v) => "" + v };
+  // Lists of the engine's own, which sandbox/prelude.js takes too (`own`): of no prototype (no
+  // push, iterator or index setter a script puts on Array.prototype reaches them), added to
+  // and read by index only. A script that replaced Array.prototype[Symbol.iterator] had
+  // structuredClone({ a: [1] }) give {"evil":undefined}, and one that replaced push had
+  // TextEncoder encode nothing.
+  const setPrototypeOf = Object.setPrototypeOf;
+  const listOf = () => setPrototypeOf([], null);
+  const put = (list, item) => { list[list.length] = item; };
+  function joined(list, separator) {
+    let out = "";
+    for (let i = 0; i < list.length; i++) out += (i ? separator : "") + list[i];
+    return out;
+  }
+  function holds(list, item) {
+    for (let i = 0; i < list.length; i++) if (list[i] === item) return true;
+    return false;
+  }
+  // A value set as the key's own, as a native built-in sets it: assigned, a key "__proto__"
+  // set the copy's prototype, and a setter the script put on Object.prototype or
+  // Array.prototype took the value.
+  const own = (target, key, value) => {
+    defineProperty(target, key, { __proto__: null, value, writable: true, enumerable: true, configurable: true });
+  };
+  const ownPut = (array, item) => own(array, array.length, item);
+  const { slice: stringSlice, indexOf: stringIndexOf, trim: stringTrim,
+    toLowerCase: stringToLowerCase } = String.prototype;
+  const { sort: arraySort } = Array.prototype;
+  const typedLength = getOwnPropertyDescriptor(getPrototypeOf(Uint8Array.prototype), "length").get;
+  const { set: typedSet, subarray: typedSubarray } = getPrototypeOf(Uint8Array.prototype);
+  const isPrototypeOf = Object.prototype.isPrototypeOf;
+  const isA = (v, Kind) => apply(isPrototypeOf, Kind.prototype, [v]);
   function timeOf(v) { // a Date's time value, or undefined for anything else (runs no script code)
     try { return apply(dateGetTime, v, []); } catch (_) { return undefined; }
   }
@@ -29,7 +60,9 @@
   const isView = ArrayBuffer.isView;
   const { fromCharCode, fromCodePoint } = String;
   const { charCodeAt, codePointAt } = String.prototype;
-  const hex = (n) => (n < 16 ? "0" : "") + n.toString(16);
+  // A byte's two hex digits (Number.prototype.toString is the script's).
+  const hex = (n) => "0123456789abcdef"[n >> 4] + "0123456789abcdef"[n & 15];
+  const HEX = (n) => "0123456789ABCDEF"[n >> 4] + "0123456789ABCDEF"[n & 15];
   // An error of the kind a browser's DOMException gives (its `name` says which).
   function domError(name, message) {
     const e = new NativeError(message);
@@ -40,11 +73,11 @@
     "Int32Array", "Uint32Array", "BigInt64Array", "BigUint64Array"];
   const DataViewProto = DataView.prototype;
   const typedArrayTag = getOwnPropertyDescriptor(getPrototypeOf(NativeUint8Array.prototype), toStringTagKey).get;
-  const viewParts = (view) => { // [buffer, offset, length] of a typed array or DataView
+  const viewParts = (view) => { // the buffer, offset, length and tag of a typed array or DataView
     const tag = apply(typedArrayTag, view, []);
     const proto = tag === undefined ? DataViewProto : getPrototypeOf(NativeUint8Array.prototype);
     const part = (key) => apply(getOwnPropertyDescriptor(proto, key).get, view, []);
-    return [part("buffer"), part("byteOffset"), part("byteLength"), tag];
+    return { __proto__: null, buffer: part("buffer"), offset: part("byteOffset"), length: part("byteLength"), tag };
   };
   const crypto = freeze({
     randomUUID() {
@@ -58,10 +91,10 @@
       return s;
     },
     getRandomValues(array) {
-      if (!isView(array) || !INTEGER_ARRAYS.includes(apply(typedArrayTag, array, []))) {
+      if (!isView(array) || !holds(INTEGER_ARRAYS, apply(typedArrayTag, array, []))) {
         throw domError("TypeMismatchError", "getRandomValues takes an integer typed array (a Uint8Array, say)");
       }
-      const [buffer, offset, length] = viewParts(array);
+      const { buffer, offset, length } = viewParts(array);
       if (length > 65536) {
         throw domError("QuotaExceededError", "getRandomValues fills at most 65536 bytes at a time, not " + length);
       }
@@ -84,11 +117,13 @@
   const { forEach: setForEach } = Set.prototype;
   const { slice: bufferSlice } = ArrayBuffer.prototype;
   const { get: nativeMapGet, set: nativeMapSet, has: nativeMapHas } = Map.prototype;
+  const { add: nativeSetAdd } = Set.prototype;
   const NativeRegExp = RegExp, NativeWeakSet = WeakSet, NativeDataView = DataView;
   const TYPED_ARRAYS = { __proto__: null, Float32Array: Float32Array, Float64Array: Float64Array };
   for (const name of INTEGER_ARRAYS) TYPED_ARRAYS[name] = globalThis[name];
   const branded = (getter, v) => { try { apply(getter, v, []); return true; } catch (_) { return false; } };
-  const boxed = [Boolean, Number, String, BigInt].map((Box) => Box.prototype.valueOf);
+  const boxed = listOf();
+  for (const Box of [Boolean, Number, String, BigInt]) put(boxed, Box.prototype.valueOf);
   const ERRORS = { __proto__: null };
   for (const name of ["Error", "EvalError", "RangeError", "ReferenceError", "SyntaxError", "TypeError", "URIError"]) ERRORS[name] = globalThis[name];
   function uncloneable(v) {
@@ -106,7 +141,8 @@
       if (apply(nativeMapHas, memory, [v])) return apply(nativeMapGet, memory, [v]);
       if (isArray(v)) {
         const out = remember(v, new NativeArray(v.length));
-        for (const k of objectKeys(v)) out[k] = clone(v[k]);
+        const ks = objectKeys(v);
+        for (let i = 0; i < ks.length; i++) own(out, ks[i], clone(v[ks[i]]));
         return out;
       }
       // Most of what a script clones is plain objects: the checks below each throw for one,
@@ -122,35 +158,35 @@
       }
       if (branded(mapSize, v)) {
         const out = remember(v, new NativeMap());
-        const entries = [];
-        apply(mapForEach, v, [(x, k) => { entries.push([k, x]); }]);
-        for (const [k, x] of entries) apply(nativeMapSet, out, [clone(k), clone(x)]);
+        const keys = listOf(), values = listOf();
+        apply(mapForEach, v, [(x, k) => { put(keys, k); put(values, x); }]);
+        for (let i = 0; i < keys.length; i++) apply(nativeMapSet, out, [clone(keys[i]), clone(values[i])]);
         return out;
       }
       if (branded(setSize, v)) {
         const out = remember(v, new NativeSet());
-        const items = [];
-        apply(setForEach, v, [(x) => { items.push(x); }]);
-        for (const x of items) out.add(clone(x));
+        const items = listOf();
+        apply(setForEach, v, [(x) => { put(items, x); }]);
+        for (let i = 0; i < items.length; i++) apply(nativeSetAdd, out, [clone(items[i])]);
         return out;
       }
       if (branded(bufferLength, v)) return remember(v, apply(bufferSlice, v, [0]));
       if (isView(v)) {
-        const [buffer, offset, length, tag] = viewParts(v);
+        const { buffer, offset, length, tag } = viewParts(v);
         const copy = clone(buffer);
         if (tag === undefined) return remember(v, new NativeDataView(copy, offset, length));
         const Kind = TYPED_ARRAYS[tag];
         return remember(v, construct(Kind, [copy, offset, length / Kind.BYTES_PER_ELEMENT]));
       }
-      for (const valueOf of boxed) {
+      for (let i = 0; i < boxed.length; i++) {
         let inner, ok = true;
-        try { inner = apply(valueOf, v, []); } catch (_) { ok = false; }
+        try { inner = apply(boxed[i], v, []); } catch (_) { ok = false; }
         if (ok) return remember(v, NativeObject(inner));
       }
-      if (v instanceof NativePromise || v instanceof NativeWeakMap || v instanceof NativeWeakSet) {
+      if (isA(v, NativePromise) || isA(v, NativeWeakMap) || isA(v, NativeWeakSet)) {
         throw uncloneable(v);
       }
-      if (v instanceof NativeError) {
+      if (isA(v, NativeError)) {
         const name = "" + v.name;
         const Kind = ERRORS[name] || NativeError;
         const out = remember(v, new Kind(v.message === undefined ? "" : "" + v.message));
@@ -162,7 +198,8 @@
     }
     function plain(v) {
       const out = remember(v, {});
-      for (const k of objectKeys(v)) out[k] = clone(v[k]);
+      const ks = objectKeys(v);
+      for (let i = 0; i < ks.length; i++) own(out, ks[i], clone(v[ks[i]]));
       return out;
     }
     try {
@@ -177,24 +214,30 @@
   const OVERFLOW = "Maximum call stack size exceeded";
 
   // TextEncoder and TextDecoder: UTF-8, as every browser's.
-  class TextEncoder {
-    get encoding() { return "utf-8"; }
-    encode(input = "") {
+  // The engine's own encoder and decoder, which its other parts call (a script's
+  // TextEncoder.prototype.encode, or TextDecoder's decode, is not theirs).
+  function utf8(input) {
       const s = apply(toWellFormed, "" + input, []);
-      const out = [];
+      const out = listOf();
       for (let i = 0; i < s.length; i++) {
         const c = apply(codePointAt, s, [i]);
         if (c > 0xffff) i++;
-        if (c < 0x80) out.push(c);
-        else if (c < 0x800) out.push(0xc0 | (c >> 6), 0x80 | (c & 63));
-        else if (c < 0x10000) out.push(0xe0 | (c >> 12), 0x80 | ((c >> 6) & 63), 0x80 | (c & 63));
-        else out.push(0xf0 | (c >> 18), 0x80 | ((c >> 12) & 63), 0x80 | ((c >> 6) & 63), 0x80 | (c & 63));
+        if (c < 0x80) put(out, c);
+        else if (c < 0x800) { put(out, 0xc0 | (c >> 6)); put(out, 0x80 | (c & 63)); }
+        else if (c < 0x10000) { put(out, 0xe0 | (c >> 12)); put(out, 0x80 | ((c >> 6) & 63)); put(out, 0x80 | (c & 63)); }
+        else {
+          put(out, 0xf0 | (c >> 18)); put(out, 0x80 | ((c >> 12) & 63));
+          put(out, 0x80 | ((c >> 6) & 63)); put(out, 0x80 | (c & 63));
+        }
       }
-      return new NativeUint8Array(out);
-    }
+      return new NativeUint8Array(out); // of no prototype, so read by index, not iterated
+  }
+  class TextEncoder {
+    get encoding() { return "utf-8"; }
+    encode(input = "") { return utf8(input); }
     encodeInto(input, destination) {
-      const bytes = this.encode(input);
-      const [buffer, offset, length, tag] = isView(destination) ? viewParts(destination) : [];
+      const bytes = utf8(input);
+      const { buffer, offset, length, tag } = isView(destination) ? viewParts(destination) : { __proto__: null };
       if (tag !== "Uint8Array") throw new NativeTypeError("encodeInto writes into a Uint8Array");
       // Whole characters only: stop before one that does not fit.
       let written = 0, read = 0;
@@ -207,14 +250,14 @@
         read += c > 0xffff ? 2 : 1;
         if (c > 0xffff) i++;
       }
-      new NativeUint8Array(buffer, offset, length).set(bytes.subarray(0, written));
+      apply(typedSet, new NativeUint8Array(buffer, offset, length), [apply(typedSubarray, bytes, [0, written])]);
       return { read, written };
     }
   }
   class TextDecoder {
     #fatal; #ignoreBOM;
     constructor(label = "utf-8", options = {}) {
-      const name = ("" + label).trim().toLowerCase();
+      const name = apply(stringToLowerCase, apply(stringTrim, "" + label, []), []);
       if (name !== "utf-8" && name !== "utf8" && name !== "unicode-1-1-utf-8") {
         throw new NativeRangeError("TextDecoder decodes UTF-8 only in a script, not " + stringify("" + label));
       }
@@ -224,16 +267,18 @@
     get encoding() { return "utf-8"; }
     get fatal() { return this.#fatal; }
     get ignoreBOM() { return this.#ignoreBOM; }
-    decode(input = new NativeUint8Array(0)) {
+    decode(input = new NativeUint8Array(0)) { return decodeUtf8(input, this.#fatal, this.#ignoreBOM); }
+  }
+  function decodeUtf8(input, fatal, ignoreBOM) {
       let bytes;
       if (branded(bufferLength, input)) bytes = new NativeUint8Array(input);
-      else if (isView(input)) { const [b, o, n] = viewParts(input); bytes = new NativeUint8Array(b, o, n); }
+      else if (isView(input)) { const { buffer, offset, length } = viewParts(input); bytes = new NativeUint8Array(buffer, offset, length); }
       else throw new NativeTypeError("decode takes an ArrayBuffer, a typed array or a DataView");
       let out = "", i = 0;
-      const n = bytes.length;
-      if (!this.#ignoreBOM && n >= 3 && bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf) i = 3;
+      const n = apply(typedLength, bytes, []);
+      if (!ignoreBOM && n >= 3 && bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf) i = 3;
       const bad = () => {
-        if (this.#fatal) throw new NativeTypeError("The encoded data was not valid UTF-8");
+        if (fatal) throw new NativeTypeError("The encoded data was not valid UTF-8");
         out += "\uFFFD";
       };
       while (i < n) {
@@ -257,49 +302,52 @@
         i = j;
       }
       return out;
-    }
   }
   // URLSearchParams: a query string (application/x-www-form-urlencoded), as the URL spec's.
   const usv = (x) => apply(toWellFormed, "" + x, []);
-  const encoder = new TextEncoder();
   function formEncode(text) {
-    const bytes = encoder.encode(text);
+    const bytes = utf8(text);
     let out = "";
-    for (let i = 0; i < bytes.length; i++) {
+    for (let i = 0, n = apply(typedLength, bytes, []); i < n; i++) {
       const b = bytes[i];
       if (b === 0x20) out += "+";
       else if ((b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5a) || (b >= 0x61 && b <= 0x7a) ||
                b === 0x2a || b === 0x2d || b === 0x2e || b === 0x5f) out += fromCharCode(b);
-      else out += "%" + hex(b).toUpperCase();
+      else out += "%" + HEX(b);
     }
     return out;
   }
   const isHex = (c) => (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66);
   function formDecode(text) {
-    const bytes = [];
+    const bytes = listOf();
     for (let i = 0; i < text.length; i++) {
       const c = apply(charCodeAt, text, [i]);
-      if (c === 0x2b) bytes.push(0x20);
+      if (c === 0x2b) put(bytes, 0x20);
       else if (c === 0x25 && i + 2 < text.length + 0 && isHex(apply(charCodeAt, text, [i + 1])) &&
                isHex(apply(charCodeAt, text, [i + 2]))) {
-        bytes.push(NativeParseInt(text[i + 1] + text[i + 2], 16));
+        put(bytes, NativeParseInt(text[i + 1] + text[i + 2], 16));
         i += 2;
-      } else if (c < 0x80) bytes.push(c);
+      } else if (c < 0x80) put(bytes, c);
       else {
         const point = apply(codePointAt, text, [i]);
-        const encoded = encoder.encode(fromCodePoint(point));
-        for (let k = 0; k < encoded.length; k++) bytes.push(encoded[k]);
+        const encoded = utf8(fromCodePoint(point));
+        for (let k = 0, n = apply(typedLength, encoded, []); k < n; k++) put(bytes, encoded[k]);
         if (point > 0xffff) i++;
       }
     }
-    return new TextDecoder("utf-8", { ignoreBOM: true }).decode(new NativeUint8Array(bytes));
+    return decodeUtf8(new NativeUint8Array(bytes), false, true);
   }
   function parseQuery(query) { // application/x-www-form-urlencoded: [name, value] pairs
-    const list = [];
-    for (const part of query.split("&")) {
+    const list = listOf();
+    for (let start = 0; start <= query.length;) {
+      let end = apply(stringIndexOf, query, ["&", start]);
+      if (end < 0) end = query.length;
+      const part = apply(stringSlice, query, [start, end]);
+      start = end + 1;
       if (part === "") continue;
-      const eq = part.indexOf("=");
-      list.push(eq < 0 ? [formDecode(part), ""] : [formDecode(part.slice(0, eq)), formDecode(part.slice(eq + 1))]);
+      const eq = apply(stringIndexOf, part, ["="]);
+      put(list, eq < 0 ? [formDecode(part), ""]
+        : [formDecode(apply(stringSlice, part, [0, eq])), formDecode(apply(stringSlice, part, [eq + 1]))]);
     }
     return list;
   }
@@ -307,7 +355,7 @@
   // every change, as the URL Standard links them.
   let linkParams, replaceParams, pairsOf;
   class URLSearchParams {
-    #list = [];
+    #list = listOf();
     #changed = undefined; // the URL's, for a URL's searchParams
     static {
       linkParams = (query, changed) => {
@@ -323,7 +371,8 @@
     #update() { if (this.#changed !== undefined) this.#changed(this.#serialize()); }
     #serialize() {
       let out = "";
-      for (const [n, v] of this.#list) out += (out ? "&" : "") + formEncode(n) + "=" + formEncode(v);
+      const list = this.#list;
+      for (let i = 0; i < list.length; i++) out += (out ? "&" : "") + formEncode(list[i][0]) + "=" + formEncode(list[i][1]);
       return out;
     }
     constructor(init = "") {
@@ -331,60 +380,68 @@
         for (const pair of init) {
           const items = apply(arrayFrom, NativeArray, [pair]);
           if (items.length !== 2) throw new NativeTypeError("each pair of a URLSearchParams' init must be [name, value]");
-          this.#list.push([usv(items[0]), usv(items[1])]);
+          put(this.#list, [usv(items[0]), usv(items[1])]);
         }
       } else if ((typeof init === "object" && init !== null) || typeof init === "function") {
-        for (const key of objectKeys(init)) this.#list.push([usv(key), usv(init[key])]);
+        const ks = objectKeys(init);
+        for (let i = 0; i < ks.length; i++) put(this.#list, [usv(ks[i]), usv(init[ks[i]])]);
       } else {
         let query = usv(init);
-        if (query[0] === "?") query = query.slice(1);
+        if (query[0] === "?") query = apply(stringSlice, query, [1]);
         this.#list = parseQuery(query);
       }
     }
     get size() { return this.#list.length; }
     append(name, value) {
-      this.#list.push([usv(name), usv(value)]);
+      put(this.#list, [usv(name), usv(value)]);
       this.#update();
     }
     delete(name, value) {
       name = usv(name);
       const only = value === undefined ? undefined : usv(value);
-      this.#list = this.#list.filter(([n, v]) => !(n === name && (only === undefined || v === only)));
+      const kept = listOf(), list = this.#list;
+      for (let i = 0; i < list.length; i++) {
+        if (!(list[i][0] === name && (only === undefined || list[i][1] === only))) put(kept, list[i]);
+      }
+      this.#list = kept;
       this.#update();
     }
     get(name) {
       name = usv(name);
-      for (const [n, v] of this.#list) if (n === name) return v;
+      const list = this.#list;
+      for (let i = 0; i < list.length; i++) if (list[i][0] === name) return list[i][1];
       return null;
     }
     getAll(name) {
       name = usv(name);
-      const out = [];
-      for (const [n, v] of this.#list) if (n === name) out.push(v);
+      const out = [], list = this.#list;
+      for (let i = 0; i < list.length; i++) if (list[i][0] === name) ownPut(out, list[i][1]);
       return out;
     }
     has(name, value) {
       name = usv(name);
       const only = value === undefined ? undefined : usv(value);
-      for (const [n, v] of this.#list) if (n === name && (only === undefined || v === only)) return true;
+      const list = this.#list;
+      for (let i = 0; i < list.length; i++) {
+        if (list[i][0] === name && (only === undefined || list[i][1] === only)) return true;
+      }
       return false;
     }
     set(name, value) {
       name = usv(name);
       value = usv(value);
       let found = false;
-      this.#list = this.#list.filter((pair) => {
-        if (pair[0] !== name) return true;
-        if (found) return false;
-        found = true;
-        pair[1] = value;
-        return true;
-      });
-      if (!found) this.#list.push([name, value]);
+      const kept = listOf(), list = this.#list;
+      for (let i = 0; i < list.length; i++) {
+        if (list[i][0] !== name) put(kept, list[i]);
+        else if (!found) { found = true; put(kept, [name, value]); }
+      }
+      if (!found) put(kept, [name, value]);
+      this.#list = kept;
       this.#update();
     }
     sort() { // stable, by code units
-      this.#list.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+      apply(arraySort, this.#list, [(x, y) => (x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0)]);
       this.#update();
     }
     toString() { return this.#serialize(); }
@@ -404,6 +461,8 @@
     defineProperty(globalThis, name, { __proto__: null, value: made[name], writable: true, configurable: true });
   }
   const setRun = (nextRandom, text) => { run = { nextRandom, text }; };
+  // The engine's own lists, which sandbox/prelude.js uses too.
+  setRun.own = freeze({ listOf, put, joined, holds });
   // What sandbox/url.js takes from here: its searchParams, and the text helpers it shares.
   setRun.url = freeze({ makeParams: linkParams, replaceParams, usv, isHex });
   // What sandbox/prelude.js takes: how a URLSearchParams shows, as a value and as no data;

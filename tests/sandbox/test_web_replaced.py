@@ -1,0 +1,91 @@
+"""The web built-ins of sandbox/web.js (structuredClone, TextEncoder, TextDecoder,
+URLSearchParams, crypto) give a script the same answer whatever it replaced on the built-in
+prototypes, as a native built-in does, in a context of its own (an exec'd process's) and on a
+prepared one (a pool's child's)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandbox.protocol import Clock, Script
+from sandbox.runtime import Prepared, run_in_process
+
+# Each use's inputs are made before the script replaces anything (new Map([...]) itself
+# iterates its argument with the script's iterator); the loop that prints them reads by index.
+USES = r"""
+const value = { a: [1, { b: 2 }, , 4], m: new Map([[1, [2]]]), s: new Set(["x"]), d: new Date(0),
+  r: /x/g, e: new TypeError("t"), u: new Uint8Array([1, 2]) };
+const bytes = new Uint8Array([104, 195, 169, 0xff, 226, 130, 172]);
+const target = new Uint8Array(4);
+const proto = JSON.parse('{"__proto__": {"x": 1}, "a": 1}');
+const uses = [
+  () => structuredClone(value),
+  () => Object.getPrototypeOf(structuredClone(proto)) === Object.prototype,
+  () => new TextEncoder().encode("hé€😀"),
+  () => new TextEncoder().encodeInto("hé€", target),
+  () => new TextDecoder().decode(bytes),
+  () => new TextDecoder(" UTF-8 ").encoding,
+  () => new URLSearchParams("a=1&b=2+3&c=%41%zz&d=é").toString(),
+  () => new URLSearchParams({ x: 1, y: "a b" }).toString(),
+  () => { const p = new URLSearchParams("b=2&a=1&b=3"); p.sort(); p.delete("a"); p.set("b", "9");
+    p.append("c", "&"); return [p.toString(), p.getAll("b"), p.has("c"), p.size, p.get("c")]; },
+  () => crypto.randomUUID(),
+];
+"""
+LOOP = r"""
+for (let i = 0; i < uses.length; i++) {
+  try { console.log(i, uses[i]()); } catch (e) { console.log(i, "threw", e.name, e.message); }
+}
+"""
+REPLACED = {
+    "array iterator": "Array.prototype[Symbol.iterator] = function* () { yield 'evil'; };",
+    "array push": "Array.prototype.push = function () { return 0; };",
+    "array methods": "for (const k of ['map', 'filter', 'slice', 'join', 'sort', 'indexOf', "
+    "'includes', 'concat', 'splice', 'forEach', 'at']) Array.prototype[k] = () => 'evil';",
+    "index setters": "Object.defineProperty(Array.prototype, '0', { set(v) {}, get() { return 9; }, "
+    "configurable: true }); Object.defineProperty(Object.prototype, 'a', { set(v) {}, "
+    "configurable: true });",
+    "string methods": "for (const k of ['split', 'slice', 'indexOf', 'trim', 'toLowerCase', "
+    "'toUpperCase']) String.prototype[k] = () => 'evil';",
+    "map and set": "Map.prototype.set = Set.prototype.add = function () { return this; };",
+    "number toString": "Number.prototype.toString = () => 'evil';",
+    "typed arrays": "const TA = Object.getPrototypeOf(Uint8Array.prototype); TA.set = () => {}; "
+    "TA.subarray = () => new Uint8Array(0); Object.defineProperty(TA, 'length', "
+    "{ get() { return 0; }, configurable: true });",
+    "instanceof": "Object.defineProperty(Error, Symbol.hasInstance, { value: () => false });",
+    "encoder methods": "TextEncoder.prototype.encode = () => new Uint8Array(0); "
+    "TextDecoder.prototype.decode = () => 'evil';",
+}
+
+# The uses that call what the script replaced itself, as a script's own call of it does.
+CALLS_REPLACED = {"encoder methods": {2, 4}}
+
+
+def printed(code: str, prepared: bool) -> str:
+    script = Script(id="w", code=code, clock=Clock(now_ms=0, seed=9))
+    ran = run_in_process(script, prepared=Prepared() if prepared else None)
+    assert ran.outcome == "finished", ran.error
+    return ran.printed
+
+
+def test_the_uses_answer_as_node_does() -> None:
+    """What the corpus compares against is right in itself: a key "__proto__" is the copy's
+    own (it set the copy's prototype), and the rest as Node.js gives it."""
+    lines = printed(USES + LOOP, False).splitlines()
+    assert lines[1] == "1 true"
+    assert lines[4] == "4 hé\ufffd€"
+    assert lines[8] == '8 ["b=9&c=%26",["9"],true,2,"&"]'
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["own context", "prepared"])
+@pytest.mark.parametrize("name", sorted(REPLACED))
+def test_a_replaced_builtin_does_not_change_the_web_builtins(name: str, prepared: bool) -> None:
+    """Each answer is the one given with nothing replaced: they took the script's methods
+    (Array.prototype[Symbol.iterator] replaced: structuredClone({ a: [1] }) gave
+    {"evil":undefined}; push replaced: TextEncoder encoded nothing)."""
+    got = printed(USES + REPLACED[name] + LOOP, prepared).splitlines()
+    want = printed(USES + LOOP, prepared).splitlines()
+    own = CALLS_REPLACED.get(name, set())
+    assert [x for i, x in enumerate(got) if i not in own] == [
+        x for i, x in enumerate(want) if i not in own
+    ]
