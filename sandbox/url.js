@@ -18,9 +18,9 @@
   const { fromCharCode } = String;
   const { normalize } = String.prototype;
   const { apply } = Reflect;
-  const NativeTextEncoder = TextEncoder, NativeTextDecoder = TextDecoder;
-
-  const { usv, isHex } = web;
+  // web.js's own UTF-8 encoder and decoder: a TextEncoder's encode is the script's to
+  // replace, and one that did had every URL with a character past ASCII refused.
+  const { usv, isHex, utf8, decodeUtf8 } = web;
   const SPECIAL = { "ftp": 21, "file": null, "http": 80, "https": 443, "ws": 80, "wss": 443 };
   const isSpecialScheme = (s) => Object.prototype.hasOwnProperty.call(SPECIAL, s);
   const defaultPort = (s) => (isSpecialScheme(s) ? SPECIAL[s] : null);
@@ -40,13 +40,13 @@
     path: (c) => inC0(c) || PATH.has(c),
     userinfo: (c) => inC0(c) || USERINFO.has(c),
   };
-  const encoder = new NativeTextEncoder();
   const hex2 = (b) => "%" + (b < 16 ? "0" : "") + b.toString(16).toUpperCase();
   function encodeCodePoint(ch, inSet) {
     const c = ch.codePointAt(0);
     if (!inSet(c)) return ch;
     let out = "";
-    for (const b of encoder.encode(ch)) out += hex2(b);
+    const bytes = utf8(ch);
+    for (let i = 0; i < bytes.length; i++) out += hex2(bytes[i]);
     return out;
   }
   function encodeString(s, inSet) {
@@ -55,7 +55,7 @@
     return out;
   }
   function percentDecode(s) { // to bytes
-    const bytes = encoder.encode(s);
+    const bytes = utf8(s);
     const out = [];
     for (let i = 0; i < bytes.length; i++) {
       const b = bytes[i];
@@ -66,7 +66,6 @@
     }
     return new Uint8Array(out);
   }
-  const decoder = new NativeTextDecoder();
 
   // ---- hosts ---------------------------------------------------------------------------------
   const FORBIDDEN_HOST = new Set([0x00, 0x09, 0x0a, 0x0d, 0x20, 0x23, 0x2f, 0x3a, 0x3c, 0x3e, 0x3f, 0x40, 0x5b, 0x5c, 0x5d, 0x5e, 0x7c]);
@@ -275,7 +274,7 @@
       for (const ch of input) if (forbiddenHost(ch.codePointAt(0))) return FAILURE;
       return encodeString(input, sets.c0);
     }
-    const domain = decoder.decode(percentDecode(input));
+    const domain = decodeUtf8(percentDecode(input), false, false);
     const ascii = domainToASCII(domain);
     if (ascii === FAILURE) return FAILURE;
     for (const ch of ascii) if (forbiddenDomain(ch.codePointAt(0))) return FAILURE;

@@ -89,3 +89,16 @@ def test_a_replaced_builtin_does_not_change_the_web_builtins(name: str, prepared
     assert [x for i, x in enumerate(got) if i not in own] == [
         x for i, x in enumerate(want) if i not in own
     ]
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["own context", "prepared"])
+def test_url_does_not_take_a_replaced_text_encoder(prepared: bool) -> None:
+    """URL encodes and decodes with web.js's own UTF-8: it called TextEncoder's encode, which
+    the script may replace, and a script that had done so had every URL with a character past
+    ASCII refused as 'Invalid URL'."""
+    uses = 'console.log(new URL("http://a/é?q=é#é").href, new URL("http://%41b.com/").host)'
+    replaced = (
+        "TextEncoder.prototype.encode = () => new Uint8Array(0);"
+        "TextDecoder.prototype.decode = () => 'x';"
+    )
+    assert printed(replaced + uses, prepared) == "http://a/%C3%A9?q=%C3%A9#%C3%A9 ab.com\n"
