@@ -14,15 +14,44 @@
 (function (web) {
   "use strict";
   const { defineProperty } = Object;
-  const NativeTypeError = TypeError;
+  const NativeTypeError = TypeError, NativeUint8Array = Uint8Array, NativeWeakMap = WeakMap;
+  const NativeParseInt = parseInt, floor = Math.floor, stringify = JSON.stringify;
   const { fromCharCode } = String;
-  const { normalize } = String.prototype;
+  const { normalize, toLowerCase, codePointAt, charCodeAt, slice } = String.prototype;
+  const { test } = RegExp.prototype;
+  const hasOwn = Object.prototype.hasOwnProperty, setHas = Set.prototype.has;
+  const { get: weakGet, set: weakSet } = WeakMap.prototype;
   const { apply } = Reflect;
   // web.js's own UTF-8 encoder and decoder: a TextEncoder's encode is the script's to
-  // replace, and one that did had every URL with a character past ASCII refused.
-  const { usv, isHex, utf8, decodeUtf8 } = web;
+  // replace, and one that did had every URL with a character past ASCII refused. The lists
+  // (listOf, put) and hex digits are web.js's too: what a script can replace on the built-in
+  // prototypes (an array's push and iterator, a number's toString, a string's toLowerCase, a
+  // typed array's length) it changes for itself, not for the URLs it parses.
+  const { usv, isHex, utf8, decodeUtf8, HEX, listOf, put, typedLength } = web;
+  const lower = (s) => apply(toLowerCase, s, []);
+  const sliced = (s, start, end) => apply(slice, s, [start, end]);
+  const codeOf = (ch) => apply(codePointAt, ch, [0]);
+  const matches = (re, s) => apply(test, re, [s]);
+  const has = (set, c) => apply(setHas, set, [c]);
+  // The characters of `s` by code point, as a list of the engine's own (a spread or for...of
+  // takes the script's String.prototype[Symbol.iterator]).
+  function chars(s) {
+    const out = listOf();
+    for (let i = 0; i < s.length;) {
+      const c = apply(codePointAt, s, [i]);
+      const n = c > 0xffff ? 2 : 1;
+      put(out, sliced(s, i, i + n));
+      i += n;
+    }
+    return out;
+  }
+  function copied(list) {
+    const out = listOf();
+    for (let i = 0; i < list.length; i++) put(out, list[i]);
+    return out;
+  }
   const SPECIAL = { "ftp": 21, "file": null, "http": 80, "https": 443, "ws": 80, "wss": 443 };
-  const isSpecialScheme = (s) => Object.prototype.hasOwnProperty.call(SPECIAL, s);
+  const isSpecialScheme = (s) => apply(hasOwn, SPECIAL, [s]);
   const defaultPort = (s) => (isSpecialScheme(s) ? SPECIAL[s] : null);
 
   // ---- percent-encoding --------------------------------------------------------------------
@@ -34,91 +63,103 @@
   const USERINFO = new Set([...PATH, 0x2f, 0x3a, 0x3b, 0x3d, 0x40, 0x5b, 0x5c, 0x5d, 0x7c]);
   const sets = {
     c0: inC0,
-    fragment: (c) => inC0(c) || FRAGMENT.has(c),
-    query: (c) => inC0(c) || QUERY.has(c),
-    specialQuery: (c) => inC0(c) || QUERY.has(c) || c === 0x27,
-    path: (c) => inC0(c) || PATH.has(c),
-    userinfo: (c) => inC0(c) || USERINFO.has(c),
+    fragment: (c) => inC0(c) || has(FRAGMENT, c),
+    query: (c) => inC0(c) || has(QUERY, c),
+    specialQuery: (c) => inC0(c) || has(QUERY, c) || c === 0x27,
+    path: (c) => inC0(c) || has(PATH, c),
+    userinfo: (c) => inC0(c) || has(USERINFO, c),
   };
-  const hex2 = (b) => "%" + (b < 16 ? "0" : "") + b.toString(16).toUpperCase();
   function encodeCodePoint(ch, inSet) {
-    const c = ch.codePointAt(0);
+    const c = codeOf(ch);
     if (!inSet(c)) return ch;
     let out = "";
     const bytes = utf8(ch);
-    for (let i = 0; i < bytes.length; i++) out += hex2(bytes[i]);
+    for (let i = 0, n = apply(typedLength, bytes, []); i < n; i++) out += "%" + HEX(bytes[i]);
     return out;
   }
   function encodeString(s, inSet) {
     let out = "";
-    for (const ch of s) out += encodeCodePoint(ch, inSet);
+    const cs = chars(s);
+    for (let i = 0; i < cs.length; i++) out += encodeCodePoint(cs[i], inSet);
     return out;
   }
   function percentDecode(s) { // to bytes
     const bytes = utf8(s);
-    const out = [];
-    for (let i = 0; i < bytes.length; i++) {
+    const out = listOf();
+    for (let i = 0, n = apply(typedLength, bytes, []); i < n; i++) {
       const b = bytes[i];
-      if (b === 0x25 && i + 2 < bytes.length && isHex(bytes[i + 1]) && isHex(bytes[i + 2])) {
-        out.push(parseInt(fromCharCode(bytes[i + 1], bytes[i + 2]), 16));
+      if (b === 0x25 && i + 2 < n && isHex(bytes[i + 1]) && isHex(bytes[i + 2])) {
+        put(out, NativeParseInt(fromCharCode(bytes[i + 1], bytes[i + 2]), 16));
         i += 2;
-      } else out.push(b);
+      } else put(out, b);
     }
-    return new Uint8Array(out);
+    const decoded = new NativeUint8Array(out.length);
+    for (let i = 0; i < out.length; i++) decoded[i] = out[i];
+    return decoded;
   }
 
   // ---- hosts ---------------------------------------------------------------------------------
   const FORBIDDEN_HOST = new Set([0x00, 0x09, 0x0a, 0x0d, 0x20, 0x23, 0x2f, 0x3a, 0x3c, 0x3e, 0x3f, 0x40, 0x5b, 0x5c, 0x5d, 0x5e, 0x7c]);
-  const forbiddenHost = (c) => FORBIDDEN_HOST.has(c);
+  const forbiddenHost = (c) => has(FORBIDDEN_HOST, c);
   const forbiddenDomain = (c) => forbiddenHost(c) || c <= 0x1f || c === 0x25 || c === 0x7f;
   const FAILURE = null;
 
   function ipv4Number(s) { // [number, validation error] or FAILURE
     if (s === "") return FAILURE;
     let radix = 10;
-    if (s.length >= 2 && (s.startsWith("0x") || s.startsWith("0X"))) { s = s.slice(2); radix = 16; }
-    else if (s.length >= 2 && s[0] === "0") { s = s.slice(1); radix = 8; }
+    if (s.length >= 2 && s[0] === "0" && (s[1] === "x" || s[1] === "X")) { s = sliced(s, 2); radix = 16; }
+    else if (s.length >= 2 && s[0] === "0") { s = sliced(s, 1); radix = 8; }
     if (s === "") return 0;
     const valid = radix === 10 ? /^[0-9]+$/ : radix === 16 ? /^[0-9a-fA-F]+$/ : /^[0-7]+$/;
-    if (!valid.test(s)) return FAILURE;
-    return parseInt(s, radix);
+    if (!matches(valid, s)) return FAILURE;
+    return NativeParseInt(s, radix);
+  }
+  function splitDots(s) { // s.split(".") as a list of the engine's own
+    const parts = listOf();
+    let start = 0;
+    for (let i = 0; i <= s.length; i++) {
+      if (i === s.length || s[i] === ".") { put(parts, sliced(s, start, i)); start = i + 1; }
+    }
+    return parts;
   }
   function endsInNumber(s) {
-    const parts = s.split(".");
+    const parts = splitDots(s);
     if (parts[parts.length - 1] === "") {
       if (parts.length === 1) return false;
-      parts.pop();
+      parts.length--;
     }
     const last = parts[parts.length - 1];
-    if (last !== "" && /^[0-9]+$/.test(last)) return true;
+    if (last !== "" && matches(/^[0-9]+$/, last)) return true;
     return ipv4Number(last) !== FAILURE;
   }
   function parseIPv4(s) {
-    const parts = s.split(".");
-    if (parts[parts.length - 1] === "" && parts.length > 1) parts.pop();
+    const parts = splitDots(s);
+    if (parts[parts.length - 1] === "" && parts.length > 1) parts.length--;
     if (parts.length > 4) return FAILURE;
-    const numbers = [];
-    for (const p of parts) {
-      const n = ipv4Number(p);
+    const numbers = listOf();
+    for (let i = 0; i < parts.length; i++) {
+      const n = ipv4Number(parts[i]);
       if (n === FAILURE) return FAILURE;
-      numbers.push(n);
+      put(numbers, n);
     }
     for (let i = 0; i < numbers.length - 1; i++) if (numbers[i] > 255) return FAILURE;
     const last = numbers[numbers.length - 1];
     if (last >= 256 ** (5 - numbers.length)) return FAILURE;
     let ipv4 = last;
     for (let i = 0; i < numbers.length - 1; i++) ipv4 += numbers[i] * 256 ** (3 - i);
-    const out = [];
+    let out = "";
     for (let i = 0; i < 4; i++) {
-      out.unshift(String(ipv4 % 256));
-      ipv4 = Math.floor(ipv4 / 256);
+      out = (i ? "." : "") + out;
+      out = "" + (ipv4 % 256) + out;
+      ipv4 = floor(ipv4 / 256);
     }
-    return out.join(".");
+    return out;
   }
   function parseIPv6(input) {
-    const address = [0, 0, 0, 0, 0, 0, 0, 0];
+    const address = listOf();
+    for (let i = 0; i < 8; i++) put(address, 0);
     let piece = 0, compress = null, p = 0;
-    const cs = [...input].map((ch) => ch.codePointAt(0));
+    const cs = codePoints(input);
     const at = (i) => cs[i];
     const isDigit = (c) => c >= 0x30 && c <= 0x39;
     if (at(p) === 0x3a) {
@@ -136,7 +177,7 @@
       }
       let value = 0, length = 0;
       while (length < 4 && at(p) !== undefined && isHex(at(p))) {
-        value = value * 0x10 + parseInt(fromCharCode(at(p)), 16);
+        value = value * 0x10 + NativeParseInt(fromCharCode(at(p)), 16);
         p++;
         length++;
       }
@@ -202,34 +243,48 @@
         ignore0 = true;
         continue;
       }
-      out += address[i].toString(16);
+      out += hex16(address[i]);
       if (i !== 7) out += ":";
     }
     return "[" + out + "]";
   }
 
+  // A piece of an IPv6 address in hex, without leading zeros (as Number's toString(16), which
+  // is the script's).
+  function hex16(n) {
+    let out = "";
+    do { out = "0123456789abcdef"[n & 15] + out; n >>= 4; } while (n);
+    return out;
+  }
+  function codePoints(s) {
+    const cs = chars(s);
+    for (let i = 0; i < cs.length; i++) cs[i] = codeOf(cs[i]);
+    return cs;
+  }
+
   // RFC 3492's Punycode, for a label that is not ASCII.
   function punycode(label) {
-    const input = [...label].map((ch) => ch.codePointAt(0));
+    const input = codePoints(label);
     let n = 128, delta = 0, bias = 72, out = "";
-    for (const c of input) if (c < 128) out += fromCharCode(c);
+    for (let i = 0; i < input.length; i++) if (input[i] < 128) out += fromCharCode(input[i]);
     const basic = out.length;
     let h = basic;
     if (basic) out += "-";
     const digit = (d) => fromCharCode(d + 22 + 75 * (d < 26));
     const adapt = (d, count, first) => {
-      d = first ? Math.floor(d / 700) : d >> 1;
-      d += Math.floor(d / count);
+      d = first ? floor(d / 700) : d >> 1;
+      d += floor(d / count);
       let k = 0;
-      while (d > 455) { d = Math.floor(d / 35); k += 36; }
-      return k + Math.floor((36 * d) / (d + 38));
+      while (d > 455) { d = floor(d / 35); k += 36; }
+      return k + floor((36 * d) / (d + 38));
     };
     while (h < input.length) {
       let m = Infinity;
-      for (const c of input) if (c >= n && c < m) m = c;
+      for (let i = 0; i < input.length; i++) if (input[i] >= n && input[i] < m) m = input[i];
       delta += (m - n) * (h + 1);
       n = m;
-      for (const c of input) {
+      for (let i = 0; i < input.length; i++) {
+        const c = input[i];
         if (c < n) delta++;
         if (c === n) {
           let q = delta;
@@ -237,7 +292,7 @@
             const t = k <= bias ? 1 : k >= bias + 26 ? 26 : k - bias;
             if (q < t) break;
             out += digit(t + ((q - t) % (36 - t)));
-            q = Math.floor((q - t) / (36 - t));
+            q = floor((q - t) / (36 - t));
           }
           out += digit(q);
           bias = adapt(delta, h + 1, h === basic);
@@ -253,31 +308,42 @@
   const MAX_LABEL = 1000;
   function domainToASCII(domain) {
     let mapped = domain;
-    if (/[^\x00-\x7f]/.test(domain)) {
+    if (matches(/[^\x00-\x7f]/, domain)) {
       // UTS #46's mapping for what host names mostly hold: the full stops, lower case, NFC.
-      mapped = apply(normalize, domain.replace(/[\u3002\uff0e\uff61]/g, ".").toLowerCase(), ["NFC"]);
-      const labels = mapped.split(".");
+      let stopped = "";
+      for (let i = 0; i < domain.length; i++) {
+        const c = apply(charCodeAt, domain, [i]);
+        stopped += c === 0x3002 || c === 0xff0e || c === 0xff61 ? "." : domain[i];
+      }
+      mapped = apply(normalize, lower(stopped), ["NFC"]);
+      const labels = splitDots(mapped);
       // Punycode takes time in the square of a label's length: a label longer than any name
       // could use (DNS takes 63 octets) is refused, not encoded for seconds.
-      if (labels.some((l) => l.length > MAX_LABEL)) return FAILURE;
-      mapped = labels.map((l) => (/[^\x00-\x7f]/.test(l) ? "xn--" + punycode(l) : l)).join(".");
-    } else mapped = domain.toLowerCase();
+      for (let i = 0; i < labels.length; i++) if (labels[i].length > MAX_LABEL) return FAILURE;
+      mapped = "";
+      for (let i = 0; i < labels.length; i++) {
+        const l = labels[i];
+        mapped += (i ? "." : "") + (matches(/[^\x00-\x7f]/, l) ? "xn--" + punycode(l) : l);
+      }
+    } else mapped = lower(domain);
     if (mapped === "") return FAILURE;
     return mapped;
   }
   function parseHost(input, opaque) {
     if (input[0] === "[") {
       if (input[input.length - 1] !== "]") return FAILURE;
-      return parseIPv6(input.slice(1, -1));
+      return parseIPv6(sliced(input, 1, input.length - 1));
     }
     if (opaque) {
-      for (const ch of input) if (forbiddenHost(ch.codePointAt(0))) return FAILURE;
+      const cs = codePoints(input);
+      for (let i = 0; i < cs.length; i++) if (forbiddenHost(cs[i])) return FAILURE;
       return encodeString(input, sets.c0);
     }
     const domain = decodeUtf8(percentDecode(input), false, false);
     const ascii = domainToASCII(domain);
     if (ascii === FAILURE) return FAILURE;
-    for (const ch of ascii) if (forbiddenDomain(ch.codePointAt(0))) return FAILURE;
+    const cs = codePoints(ascii);
+    for (let i = 0; i < cs.length; i++) if (forbiddenDomain(cs[i])) return FAILURE;
     if (endsInNumber(ascii)) return parseIPv4(ascii);
     return ascii;
   }
@@ -287,26 +353,26 @@
   // run's length in QuickJS).
   function trimmed(s, drop, endOnly = false) {
     let start = 0, end = s.length;
-    if (!endOnly) while (start < end && drop(s.charCodeAt(start))) start++;
-    while (end > start && drop(s.charCodeAt(end - 1))) end--;
-    return s.slice(start, end);
+    if (!endOnly) while (start < end && drop(apply(charCodeAt, s, [start]))) start++;
+    while (end > start && drop(apply(charCodeAt, s, [end - 1]))) end--;
+    return sliced(s, start, end);
   }
 
   // ---- the basic URL parser -----------------------------------------------------------------
-  const isAlpha = (c) => c !== undefined && /^[A-Za-z]$/.test(c);
+  const isAlpha = (c) => c !== undefined && matches(/^[A-Za-z]$/, c);
   const isDriveLetter = (s, normalized) => s.length === 2 && isAlpha(s[0]) && (s[1] === ":" || (!normalized && s[1] === "|"));
   const startsWithDriveLetter = (cps, i) => cps.length - i >= 2 && isDriveLetter(cps[i] + cps[i + 1], false) &&
-    (cps.length - i === 2 || "/\\?#".includes(cps[i + 2]));
-  const record = () => ({ scheme: "", username: "", password: "", host: null, port: null, path: [], query: null, fragment: null });
+    (cps.length - i === 2 || cps[i + 2] === "/" || cps[i + 2] === "\\" || cps[i + 2] === "?" || cps[i + 2] === "#");
+  const record = () => ({ scheme: "", username: "", password: "", host: null, port: null, path: listOf(), query: null, fragment: null });
   const opaquePath = (url) => typeof url.path === "string";
   const credentials = (url) => url.username !== "" || url.password !== "";
   function shorten(url) {
     const path = url.path;
     if (url.scheme === "file" && path.length === 1 && isDriveLetter(path[0], true)) return;
-    path.pop();
+    if (path.length) path.length--;
   }
-  const SINGLE_DOT = (s) => s === "." || s.toLowerCase() === "%2e";
-  const DOUBLE_DOT = (s) => ["..", ".%2e", "%2e.", "%2e%2e"].includes(s.toLowerCase());
+  const SINGLE_DOT = (s) => s === "." || lower(s) === "%2e";
+  const DOUBLE_DOT = (s) => { s = lower(s); return s === ".." || s === ".%2e" || s === "%2e." || s === "%2e%2e"; };
 
   // States, by name.
   const S = {
@@ -322,22 +388,24 @@
       url = record();
       input = trimmed(input, (c) => c <= 0x20);
     }
-    input = input.replace(/[\t\n\r]/g, "");
+    let kept = "";
+    for (let i = 0; i < input.length; i++) if (input[i] !== "\t" && input[i] !== "\n" && input[i] !== "\r") kept += input[i];
+    input = kept;
     let state = override || S.schemeStart;
     let buffer = "", atSign = false, brackets = false, passwordToken = false;
-    const cps = [...input];
+    const cps = chars(input);
     const special = () => isSpecialScheme(url.scheme);
     for (let p = 0; ; p++) {
       const c = cps[p]; // undefined: the end
       const EOF = c === undefined;
       switch (state) {
         case S.schemeStart:
-          if (isAlpha(c)) { buffer += c.toLowerCase(); state = S.scheme; }
+          if (isAlpha(c)) { buffer += lower(c); state = S.scheme; }
           else if (!override) { state = S.noScheme; p--; }
           else return FAILURE;
           break;
         case S.scheme:
-          if (!EOF && /^[A-Za-z0-9+\-.]$/.test(c)) buffer += c.toLowerCase();
+          if (!EOF && matches(/^[A-Za-z0-9+\-.]$/, c)) buffer += lower(c);
           else if (c === ":") {
             if (override) {
               if (isSpecialScheme(url.scheme) !== isSpecialScheme(buffer)) return url;
@@ -385,7 +453,7 @@
             url.password = base.password;
             url.host = base.host;
             url.port = base.port;
-            url.path = [...base.path];
+            url.path = copied(base.path);
             url.query = base.query;
             if (c === "?") { url.query = ""; state = S.query; }
             else if (c === "#") { url.fragment = ""; state = S.fragment; }
@@ -416,7 +484,9 @@
           if (c === "@") {
             if (atSign) buffer = "%40" + buffer;
             atSign = true;
-            for (const ch of buffer) {
+            const cs = chars(buffer);
+            for (let i = 0; i < cs.length; i++) {
+              const ch = cs[i];
               if (ch === ":" && !passwordToken) { passwordToken = true; continue; }
               const encoded = encodeCodePoint(ch, sets.userinfo);
               if (passwordToken) url.password += encoded;
@@ -425,7 +495,7 @@
             buffer = "";
           } else if (EOF || c === "/" || c === "?" || c === "#" || (special() && c === "\\")) {
             if (atSign && buffer === "") return FAILURE;
-            p -= [...buffer].length + 1;
+            p -= chars(buffer).length + 1;
             buffer = "";
             state = S.host;
           } else buffer += c;
@@ -458,10 +528,10 @@
           }
           break;
         case S.port:
-          if (!EOF && /^[0-9]$/.test(c)) buffer += c;
+          if (!EOF && matches(/^[0-9]$/, c)) buffer += c;
           else if (EOF || c === "/" || c === "?" || c === "#" || (special() && c === "\\") || override) {
             if (buffer !== "") {
-              const port = parseInt(buffer, 10);
+              const port = NativeParseInt(buffer, 10);
               if (port > 65535) return FAILURE;
               url.port = port === defaultPort(url.scheme) ? null : port;
               buffer = "";
@@ -477,14 +547,14 @@
           if (c === "/" || c === "\\") state = S.fileSlash;
           else if (base && base.scheme === "file") {
             url.host = base.host;
-            url.path = [...base.path];
+            url.path = copied(base.path);
             url.query = base.query;
             if (c === "?") { url.query = ""; state = S.query; }
             else if (c === "#") { url.fragment = ""; state = S.fragment; }
             else if (!EOF) {
               url.query = null;
               if (!startsWithDriveLetter(cps, p)) shorten(url);
-              else url.path = [];
+              else url.path = listOf();
               state = S.path;
               p--;
             }
@@ -495,7 +565,7 @@
           else {
             if (base && base.scheme === "file") {
               url.host = base.host;
-              if (!startsWithDriveLetter(cps, p) && base.path.length && isDriveLetter(base.path[0], true)) url.path.push(base.path[0]);
+              if (!startsWithDriveLetter(cps, p) && base.path.length && isDriveLetter(base.path[0], true)) put(url.path, base.path[0]);
             }
             state = S.path;
             p--;
@@ -527,7 +597,7 @@
           } else if (!override && c === "?") { url.query = ""; state = S.query; }
           else if (!override && c === "#") { url.fragment = ""; state = S.fragment; }
           else if (!EOF) { state = S.path; if (c !== "/") p--; }
-          else if (override && url.host === null) url.path.push("");
+          else if (override && url.host === null) put(url.path, "");
           break;
         case S.path:
           if (EOF || c === "/" || (special() && c === "\\") || (!override && (c === "?" || c === "#"))) {
@@ -537,11 +607,11 @@
               // path ("sc://h/.." is "sc://h"), as Node.js's parser has it.
               const had = url.path.length;
               shorten(url);
-              if (!slash && (special() || had > 0)) url.path.push("");
-            } else if (SINGLE_DOT(buffer) && !slash) url.path.push("");
+              if (!slash && (special() || had > 0)) put(url.path, "");
+            } else if (SINGLE_DOT(buffer) && !slash) put(url.path, "");
             else if (!SINGLE_DOT(buffer)) {
               if (url.scheme === "file" && url.path.length === 0 && isDriveLetter(buffer, false)) buffer = buffer[0] + ":";
-              url.path.push(buffer);
+              put(url.path, buffer);
             }
             buffer = "";
             if (c === "?") { url.query = ""; state = S.query; }
@@ -570,7 +640,10 @@
   }
 
   function serializePath(url) {
-    return opaquePath(url) ? url.path : url.path.map((s) => "/" + s).join("");
+    if (opaquePath(url)) return url.path;
+    let out = "";
+    for (let i = 0; i < url.path.length; i++) out += "/" + url.path[i];
+    return out;
   }
   function serialize(url, excludeFragment) {
     let out = url.scheme + ":";
@@ -591,9 +664,9 @@
   }
 
   // ---- the URL class ------------------------------------------------------------------------
-  const records = new WeakMap(); // URL -> { url: record, searchParams }
+  const records = new NativeWeakMap(); // URL -> { url: record, searchParams }
   function state(self, what) {
-    const s = records.get(self);
+    const s = apply(weakGet, records, [self]);
     if (s === undefined) throw new NativeTypeError(`Value of "this" must be of type URL (reading ${what})`);
     return s;
   }
@@ -602,13 +675,13 @@
   const SCHEMED = /^[\x00-\x20]*[A-Za-z][A-Za-z0-9+.-]*:/;
   function invalid(input, base) {
     const e = new NativeTypeError(
-      `Invalid URL: ${JSON.stringify(input)}` + (base === undefined ? "" : ` (against the base ${JSON.stringify(base)})`) +
-      (SCHEMED.test(input)
+      `Invalid URL: ${stringify(input)}` + (base === undefined ? "" : ` (against the base ${stringify(base)})`) +
+      (matches(SCHEMED, input)
         ? "; its host or port is not one a URL can hold (a space or a character a host cannot " +
           "have, a bracket left open, a port past 65535): encode such text (encodeURIComponent)"
         : base === undefined
           ? "; a URL needs a scheme (https://...) unless a base URL is given: new URL(path, base)"
-          : SCHEMED.test(base)
+          : matches(SCHEMED, base)
             ? "; the base is no URL to resolve against (its host or port is not valid, or it " +
               "takes no path, as a mailto: URL does)"
             : "; the base needs a scheme (https://...)"));
@@ -640,7 +713,7 @@
       if (parsed === FAILURE) throw invalid(usv(url), base === undefined ? undefined : usv(base));
       const s = { url: parsed, searchParams: undefined };
       s.searchParams = web.makeParams(parsed.query ?? "", (serialized) => paramsChanged(s, serialized));
-      records.set(this, s);
+      apply(weakSet, records, [this, s]);
     }
     static canParse(url, base) { return parseWithBase(url, base) !== FAILURE; }
     static parse(url, base) {
@@ -705,7 +778,7 @@
     set pathname(value) {
       const s = state(this, "pathname");
       if (opaquePath(s.url)) return;
-      s.url.path = [];
+      s.url.path = listOf();
       parse(usv(value), undefined, s.url, S.pathStart);
     }
     get search() { const { url } = state(this, "search"); return url.query === null || url.query === "" ? "" : "?" + url.query; }
@@ -718,7 +791,7 @@
         if (opaquePath(s.url)) stripTrailingSpaces(s.url);
         return;
       }
-      const input = value[0] === "?" ? value.slice(1) : value;
+      const input = value[0] === "?" ? sliced(value, 1) : value;
       s.url.query = "";
       parse(input, undefined, s.url, S.query);
       web.replaceParams(s.searchParams, input);
@@ -734,14 +807,15 @@
         return;
       }
       s.url.fragment = "";
-      parse(value[0] === "#" ? value.slice(1) : value, undefined, s.url, S.fragment);
+      parse(value[0] === "#" ? sliced(value, 1) : value, undefined, s.url, S.fragment);
     }
     toString() { return serialize(state(this, "toString").url); }
     toJSON() { return serialize(state(this, "toJSON").url); }
     get [Symbol.toStringTag]() { return "URL"; }
   }
   function originOf(url) {
-    if (!["http", "https", "ws", "wss", "ftp"].includes(url.scheme)) return "null";
+    const scheme = url.scheme;
+    if (scheme !== "http" && scheme !== "https" && scheme !== "ws" && scheme !== "wss" && scheme !== "ftp") return "null";
     return url.scheme + "://" + url.host + (url.port === null ? "" : ":" + url.port);
   }
   for (const name of ["href", "origin", "protocol", "username", "password", "host", "hostname", "port", "pathname", "search", "searchParams", "hash"]) {

@@ -464,7 +464,7 @@
   // The engine's own lists, which sandbox/prelude.js uses too.
   setRun.own = freeze({ listOf, put, joined, holds });
   // What sandbox/url.js takes from here: its searchParams, and the text helpers it shares.
-  setRun.url = freeze({ makeParams: linkParams, replaceParams, usv, isHex, utf8, decodeUtf8 });
+  setRun.url = freeze({ makeParams: linkParams, replaceParams, usv, isHex, utf8, decodeUtf8, HEX, listOf, put, typedLength });
   // What sandbox/prelude.js takes: how a URLSearchParams shows, as a value and as no data;
   // the message of QuickJS's RangeError when the stack runs out.
   setRun.pairsOf = pairsOf;

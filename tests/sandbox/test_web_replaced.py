@@ -1,7 +1,7 @@
 """The web built-ins of sandbox/web.js (structuredClone, TextEncoder, TextDecoder,
-URLSearchParams, crypto) give a script the same answer whatever it replaced on the built-in
-prototypes, as a native built-in does, in a context of its own (an exec'd process's) and on a
-prepared one (a pool's child's)."""
+URLSearchParams, crypto) and URL (sandbox/url.js) give a script the same answer whatever it
+replaced on the built-in prototypes, as a native built-in does, in a context of its own (an
+exec'd process's) and on a prepared one (a pool's child's)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,13 @@ const uses = [
   () => { const p = new URLSearchParams("b=2&a=1&b=3"); p.sort(); p.delete("a"); p.set("b", "9");
     p.append("c", "&"); return [p.toString(), p.getAll("b"), p.has("c"), p.size, p.get("c")]; },
   () => crypto.randomUUID(),
+  () => new URL("http://a/é?q=é#é").href,
+  () => [new URL("http://%41b.com/").host, new URL("HTTP://A.com/x/../y/./z").href],
+  () => [new URL("http://0x7f.1/").host, new URL("http://[::1:0:0:2]:8080/").host,
+    new URL("https://bücher.example/").hostname, new URL("http://u:p@a.com/").origin],
+  () => { const u = new URL("file:///C:/a/b"); u.pathname = "/x y"; u.search = "?q=1"; u.hash = "h";
+    return [u.href, new URL("../c", "http://a/b/d").href, u.searchParams.get("q"), URL.canParse("nope")]; },
+  () => new URL("nope"),
 ];
 """
 LOOP = r"""
@@ -52,6 +59,11 @@ REPLACED = {
     "typed arrays": "const TA = Object.getPrototypeOf(Uint8Array.prototype); TA.set = () => {}; "
     "TA.subarray = () => new Uint8Array(0); Object.defineProperty(TA, 'length', "
     "{ get() { return 0; }, configurable: true });",
+    "globals and other methods": "globalThis.parseInt = () => 0x7a; Math.floor = () => 0; "
+    "RegExp.prototype.test = () => false; Set.prototype.has = () => true; "
+    "WeakMap.prototype.get = WeakMap.prototype.set = () => undefined; "
+    "String.prototype.codePointAt = String.prototype.charCodeAt = () => 0; "
+    "String.prototype[Symbol.iterator] = function* () { yield 'evil'; };",
     "instanceof": "Object.defineProperty(Error, Symbol.hasInstance, { value: () => false });",
     "encoder methods": "TextEncoder.prototype.encode = () => new Uint8Array(0); "
     "TextDecoder.prototype.decode = () => 'evil';",
@@ -75,6 +87,10 @@ def test_the_uses_answer_as_node_does() -> None:
     assert lines[1] == "1 true"
     assert lines[4] == "4 hé\ufffd€"
     assert lines[8] == '8 ["b=9&c=%26",["9"],true,2,"&"]'
+    assert lines[10] == "10 http://a/%C3%A9?q=%C3%A9#%C3%A9"
+    assert lines[11] == '11 ["ab.com","http://a.com/y/z"]'
+    assert lines[12] == '12 ["127.0.0.1","[::1:0:0:2]:8080","xn--bcher-kva.example","http://a.com"]'
+    assert lines[13] == '13 ["file:///x%20y?q=1#h","http://a/c","1",false]'
 
 
 @pytest.mark.parametrize("prepared", [False, True], ids=["own context", "prepared"])
@@ -82,7 +98,8 @@ def test_the_uses_answer_as_node_does() -> None:
 def test_a_replaced_builtin_does_not_change_the_web_builtins(name: str, prepared: bool) -> None:
     """Each answer is the one given with nothing replaced: they took the script's methods
     (Array.prototype[Symbol.iterator] replaced: structuredClone({ a: [1] }) gave
-    {"evil":undefined}; push replaced: TextEncoder encoded nothing)."""
+    {"evil":undefined}; push replaced: TextEncoder encoded nothing; Number.prototype.toString
+    replaced: new URL("http://a/é").href was http://a/%EVIL%EVIL)."""
     got = printed(USES + REPLACED[name] + LOOP, prepared).splitlines()
     want = printed(USES + LOOP, prepared).splitlines()
     own = CALLS_REPLACED.get(name, set())
