@@ -126,8 +126,8 @@ class Files:
             return f"{head}, not an entry of files.list(): give its id, as files.{use}({entry})"
         if given is None:
             # JavaScript's undefined and null both come as None: the prelude names them first
-            # (fileOp), so this is a Python script's None.
-            return f"{head}; {'None' if python else 'none'} was given"
+            # (fileOp), so this is a Python script's None, named as Python writes it.
+            return f"{head}; None was given"
         try:
             shown = repr(given) if python else orjson.dumps(given).decode()
         except TypeError:  # no JSON: not what a JavaScript script's arguments arrive as
