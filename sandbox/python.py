@@ -745,16 +745,19 @@ _JAVASCRIPT_OPERATORS = tuple(
 )
 
 
-def _syntax_hint(
-    message: str, text: str, version: tuple[int, int] = (sys.version_info[0], sys.version_info[1])
-) -> str:
+# The Python that runs scripts, as its messages name it (a module global, so tests set it).
+_VERSION = sys.version_info[:2]
+
+
+def _syntax_hint(message: str, text: str) -> str:
     """What to add to a SyntaxError's text at line ``text`` in a script run by Python
-    ``version`` (this one's): the Python that reads the script, when what fails is syntax a
+    ``_VERSION`` (this one's): the Python that reads the script, when what fails is syntax a
     newer Python takes (3.12's f-strings, ``type X = ...`` and ``def f[T]``, 3.14's ``except
     A, B:`` and ``t"..."``), and how that Python writes it; what the script's terms make of
     an error in any Python; else ""."""
     # Only the hints of a newer Python's syntax depend on the version: the others hold in
     # every one (a host on 3.12 lost them all when this returned early there).
+    version = _VERSION
     release = f"{version[0]}.{version[1]}"
     if version < (3, 12) and message.startswith(("invalid syntax", "expected '('")):
         for pattern, instead in _TYPE_PARAMETERS:
@@ -2554,6 +2557,38 @@ class _Future(_Opaque):
             return NotImplemented
         raise TypeError(self._misuse())
 
+    def __iter__(self) -> _Unawaited:
+        # Not the TypeError itself: str.join, list(), zip() and the like put their own words
+        # ("can only join an iterable") in place of one that iter() raises, and pass one that
+        # the iterator's __next__ raises through.
+        return _Unawaited(self)
+
+
+class _Unawaited(_Opaque):
+    """What iterating a future gives (``for x in tools.list()``, ``", ".join(names)``): an
+    iterator whose first ``next`` raises the future's TypeError, which names the await."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self, future: _Future) -> None:
+        _made_once(self, "_future")
+        if not issubclass(type(future), _Future):
+            raise TypeError(f"{_type_name(self)} takes an awaitable")
+        self._future = future
+
+    def __iter__(self) -> _Unawaited:
+        return self
+
+    def __next__(self) -> NoReturn:
+        raise TypeError(self._future._misuse())
+
+    def __repr__(self) -> str:
+        return f"<{self._future._misuse()}>"
+
+    def __hash__(self) -> int:
+        # Its future's, the same on every run (an identity hash is an address).
+        return hash(self._future)
+
 
 _HASHED = 1 << 60
 
@@ -2574,10 +2609,11 @@ def _not_a_value(self: _Future, *args: Any) -> NoReturn:
 
 # What a script does with a result and never with an awaitable. Not __call__ (callable()
 # would be true) nor __next__ (an Iterator to collections.abc), so nothing that probes an
-# object sees it as more than it is; `__aiter__` is here for `async for x in tools.list()`,
-# the context managers' for `async with tools.session() as s`.
+# object sees it as more than it is (__iter__ is the future's own: see _Unawaited);
+# `__aiter__` is here for `async for x in tools.list()`, the context managers' for
+# `async with tools.session() as s`.
 _RESULT_ONLY = (
-    "__bool__", "__len__", "__iter__", "__aiter__", "__enter__", "__exit__", "__aenter__",
+    "__bool__", "__len__", "__aiter__", "__enter__", "__exit__", "__aenter__",
     "__aexit__", "__contains__", "__getitem__",
     "__setitem__", "__delitem__", "__lt__", "__le__", "__gt__", "__ge__", "__neg__",
     "__pos__", "__abs__", "__invert__", "__int__", "__float__", "__complex__", "__index__",
@@ -4047,7 +4083,7 @@ class Run(Replay):
                 raise ImportError(
                     f"module {name} is not available in scripts{_GIVEN[head]}", name=name
                 )
-            why = _NOT_HERE.get(head, "")
+            why = _NOT_HERE.get(head, "").format(release=f"{_VERSION[0]}.{_VERSION[1]}")
             raise ImportError(
                 f"module {name} is not available in scripts{why}; these are: {', '.join(ALLOWED)}",
                 name=name,
@@ -4960,26 +4996,22 @@ class Run(Replay):
                 error=ScriptError(name="TypeError", message=message, lines=self._line_list(at)),
             )
 
-    def _near_name(self, error: BaseException, missing: str) -> str | None:
+    def _near_name(self, error: BaseException, missing: str, builtins: bool = True) -> str | None:
         """The name CPython's traceback suggests for ``missing`` (not defined), if one is
         close: among the locals of the innermost script frame the error went through, then
         the script's top-level names (its body's frame, the outermost), then its builtins
-        (only their names are read). Not the frames between: the failing line cannot see
-        its callers' locals."""
-        frames: list[types.FrameType] = []  # the outermost, the innermost
-        tb = _TRACEBACK.__get__(error)
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename == FILENAME:
-                frames = [*frames[:1], tb.tb_frame]
-            tb = tb.tb_next
+        (only their names are read; not when ``builtins`` is false). Not the frames between:
+        the failing line cannot see its callers' locals."""
+        frames = _script_frames(error)
+        frames = [frames[-1], frames[0]] if len(frames) > 1 else frames  # innermost first
         scope = self.module.__dict__
         held = scope.get("__builtins__")
         # As CPython looks: the frame's names, then the globals, then the builtins (here the
         # script's frames are its functions' and its body's, whose names are its globals).
         for names in (
-            *(list(frame.f_locals) for frame in reversed(frames)),
+            *(list(frame.f_locals) for frame in frames),
             list(scope),
-            list(held) if type(held) is dict else [],
+            list(held) if builtins and type(held) is dict else [],
         ):
             shown = [n for n in names if type(n) is str and n.isidentifier() and n[:2] != "__"]
             if (near := _suggestion(missing, shown)) is not None:
@@ -5008,21 +5040,9 @@ class Run(Replay):
         as JavaScript writes an object's (``{query: "x"}``, ``..., limit: 5}``)."""
         if not lines or not 1 <= lines[0] <= len(self.script_lines):
             return False
-        key = rf"[{{,]\s*{re.escape(missing)}\s*:(?!=)"
+        # At the line's start too: a JavaScript object written over several lines.
+        key = rf"(?:^|[{{,])\s*{re.escape(missing)}\s*:(?!=)"
         return re.search(key, self.script_lines[lines[0] - 1]) is not None
-
-    def _joined_future(self, error: BaseException) -> _Future | None:
-        """The call not awaited that the failing line gave str.join (``", ".join(names)``
-        where ``names = tools.list_names()``), whose own words str.join replaces with "can
-        only join an iterable"; else None."""
-        frame = _innermost(error)
-        if frame is None or not 1 <= frame.f_lineno <= len(self.script_lines):
-            return None
-        found = _JOIN_OF_NAME.search(self.script_lines[frame.f_lineno - 1])
-        if found is None:
-            return None
-        held = frame.f_locals.get(found[1])
-        return held if issubclass(type(held), _Future) else None
 
     def _asyncio_run_at(self, lines: list[int]) -> str | None:
         """The function an ``asyncio.run(f(...))`` on the innermost of ``lines`` runs (``main``
@@ -5079,7 +5099,10 @@ class Run(Replay):
             message = f"cannot import name {imported!r} from {module!r}"
             if (module, imported) in _NEWER:
                 newer = _NEWER[module, imported]
-                message += f": it is new in Python {newer}, and scripts are Python 3.11"
+                message += (
+                    f": it is new in Python {newer}, and scripts are Python "
+                    f"{_VERSION[0]}.{_VERSION[1]}"
+                )
             elif (module, imported) in _LEFT_OUT:
                 message += _LEFT_OUT[module, imported]
             elif isinstance(found := self.modules.get(module), Module):
@@ -5099,14 +5122,21 @@ class Run(Replay):
         elif type(missing) is str and missing in ALLOWED:
             # `await asyncio.gather(...)` with no import: CPython 3.12 says as much.
             message += f". Did you forget to import '{missing}'?"
+        elif (
+            type(missing) is str
+            and (meant := self._near_name(error, missing, builtins=False)) is not None
+        ):
+            # `return reslt`: CPython's traceback says so; the text of the error does not.
+            message += f". Did you mean: {meant!r}?"
         elif type(missing) is str and self._unquoted_key(lines, missing):
-            # `tools.search({query: "x"})`: JavaScript's object, whose keys need no quotes.
+            # `tools.search({query: "x"})`: JavaScript's object, whose keys need no quotes. A
+            # name close to one of the script's is a typo first (`{user_ud: 1}`), one close to
+            # a builtin is not (`{limit: 5}` is no `list`).
             message += (
                 f"; a dict's keys are quoted in Python, {{'{missing}': ...}} (or a tool is "
                 f"given keywords, tools.name({missing}=...))"
             )
         elif type(missing) is str and (meant := self._near_name(error, missing)) is not None:
-            # `return reslt`: CPython's traceback says so; the text of the error does not.
             message += f". Did you mean: {meant!r}?"
         elif type(missing) is str and self._in_class_annotation(error, missing):
             # `user: Get_user_User` in a dataclass: a type of the declarations, which the
@@ -5129,7 +5159,8 @@ class Run(Replay):
             and type(held := _ATTRIBUTE_OBJ.__get__(error)) in (dict, list)
             and type(key := _ATTRIBUTE_NAME.__get__(error)) is str
             and key in _RESPONSE_ATTRIBUTES
-            and key not in held
+            # Only a dict's keys are looked in: `in` of a list runs its items' __eq__.
+            and (type(held) is list or key not in held)
         ):
             # `r.json()`, `r.status_code` of a tool's result, as of an HTTP library's response
             # (`r.data` of a dict that has the key "data" is said below).
@@ -5177,12 +5208,6 @@ class Run(Replay):
                     "; await takes a tool call, a task or a coroutine, once: what an await "
                     "gave is the result itself (`x = await tools.name(...)`, then use x)"
                 )
-        elif (
-            type(error) is TypeError
-            and message == "can only join an iterable"
-            and (joined := self._joined_future(error)) is not None
-        ):
-            message = joined._misuse()
         elif type(error) is TypeError and _FUTURE_NAMED.search(message):
             # A call not awaited where CPython's own check met it (`tools.name(...)()`,
             # `", ".join([tools.name(...)])`): its text names the type, not the fix.
@@ -5329,7 +5354,7 @@ class Run(Replay):
 
 # The modules a model reaches for the network or the system with, and others it imports out
 # of habit: an import of one says what a script has instead (before the list of the modules
-# it may import).
+# it may import). Each is formatted with the scripts' Python as {release}.
 _NOT_HERE = {
     **dict.fromkeys(
         (
@@ -5362,8 +5387,8 @@ _NOT_HERE = {
     ),
     # The declarations' TypedDict and NotRequired, which models import from here.
     "typing_extensions": (
-        ": scripts are Python 3.11, whose typing has what it adds up to 3.11 (TypedDict, "
-        "NotRequired, Required, Self, Literal...): import them from typing"
+        ": scripts are Python {release}, whose typing has what it adds up to {release} "
+        "(TypedDict, NotRequired, Required, Self, Literal...): import them from typing"
     ),
 }  # fmt: skip
 
@@ -5492,8 +5517,6 @@ _RESPONSE_ATTRIBUTES = frozenset(
 _ASYNC_FOR_DATA = re.compile(
     r"'async for' requires an object with __aiter__ method, got (list|dict|tuple|str|set)"
 )
-# str.join of a name (`", ".join(names)`): the name.
-_JOIN_OF_NAME = re.compile(r"\.join\(\s*([A-Za-z_]\w*)\s*\)")
 # A line that annotates a name (`user: Get_user_User = None`): the name, and the annotation.
 _ANNOTATED = re.compile(r"\s*([A-Za-z_]\w*)\s*:(?!=)([^=#]*)")
 # What holds several awaitables, which a script awaits as if it were one.
@@ -5504,14 +5527,20 @@ _COROUTINE_NAMED = re.compile(_NAMED_AS_OPERAND.format("coroutine"))
 _NOT_A_DECIMAL = "[<class 'decimal.ConversionSyntax'>]"
 
 
-def _innermost(error: BaseException) -> types.FrameType | None:
-    """The innermost of the script's frames ``error`` went through, if any."""
-    tb, frame = _TRACEBACK.__get__(error), None
+def _script_frames(error: BaseException) -> list[types.FrameType]:
+    """The script's frames ``error`` went through, the outermost first."""
+    tb, frames = _TRACEBACK.__get__(error), []
     while tb is not None:
         if tb.tb_frame.f_code.co_filename == FILENAME:
-            frame = tb.tb_frame
+            frames.append(tb.tb_frame)
         tb = tb.tb_next
-    return frame
+    return frames
+
+
+def _innermost(error: BaseException) -> types.FrameType | None:
+    """The innermost of the script's frames ``error`` went through, if any."""
+    frames = _script_frames(error)
+    return frames[-1] if frames else None
 
 
 def _assigned_at_top(code: str, name: str) -> bool:

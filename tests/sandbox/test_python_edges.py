@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from sandbox import python
 from sandbox.python import _syntax_hint
 from tests.sandbox.conftest import TOOLS, rec
 from tests.sandbox.test_python import caught, failed, run, value
@@ -499,13 +500,14 @@ def test_only_syntax_a_newer_python_takes_names_the_python(code: str, said: str)
     ],
 )
 def test_the_hints_that_hold_in_every_python_hold_on_a_newer_host(
-    version: tuple[int, int], message: str, text: str, hint: str
+    version: tuple[int, int], message: str, text: str, hint: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """_syntax_hint returned "" for any error on Python 3.12 and later, so a host on 3.12 or
     3.13 lost what holds in every version (`import *`, `await` in a plain def, JavaScript's
     operators) and 3.14's syntax, which they refuse too. Only the hints of what the host's
-    own Python takes depend on its version. (CI runs 3.11: the version is given.)"""
-    said = _syntax_hint(message, text, version)
+    own Python takes depend on its version. (CI runs 3.11: the version is set.)"""
+    monkeypatch.setattr(python, "_VERSION", version)
+    said = _syntax_hint(message, text)
     assert said.startswith(hint) and bool(said) == bool(hint), said
 
 
@@ -1158,6 +1160,38 @@ def test_a_result_read_as_an_http_response_says_it_is_data(
     assert (error.name, error.message) == ("AttributeError", said)
 
 
+def test_a_list_read_as_an_http_response_runs_none_of_its_items_code() -> None:
+    """The hint looked for the attribute's name in the list too (`key not in held`), which
+    ran each item's __eq__: a printing one printed once an item."""
+    ran = run(
+        "class E:\n    def __eq__(self, other):\n        print('eq ran')\n        return False\n"
+        "r = [E()] * 3\nreturn r.json()"
+    )
+    assert ran.error is not None and ran.error.message == (
+        f"'list' object has no attribute 'json'{_DATA}"
+    )
+    assert not ran.printed, ran.printed
+
+
+@pytest.mark.parametrize(
+    ("code", "result", "said"),
+    [
+        ("from copy import replace", "", ": it is new in Python 3.13, and scripts are Python 3.12"),
+        ("from typing_extensions import TypedDict", "module typing_extensions is not available",
+         ": scripts are Python 3.12, whose typing has what it adds up to 3.12 ("),
+    ],
+)  # fmt: skip
+def test_an_import_names_the_python_that_runs_the_script(
+    code: str, result: str, said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An import new in a later Python and one of typing_extensions said "scripts are Python
+    3.11" whatever Python ran them (only the syntax's hints named the running one)."""
+    monkeypatch.setattr(python, "_VERSION", (3, 12))
+    error = failed(code)
+    assert error.name == "ImportError" and result in error.message
+    assert said in error.message and "3.11" not in error.message, error.message
+
+
 @pytest.mark.parametrize(
     ("code", "where", "line"),
     [
@@ -1186,11 +1220,29 @@ def test_a_call_not_awaited_in_the_returned_value_names_its_line(
     [
         "names = tools.echo(a=1)\nreturn ', '.join(names)",
         "def show(names):\n    return ', '.join(names)\nreturn show(tools.echo(a=1))",
+        # The line was searched for `.join(<name>)`: none of these were found.
+        "return ', '.join(tools.echo(a=1))",
+        "class C:\n    pass\nc = C()\nc.names = tools.echo(a=1)\nreturn ', '.join(c.names)",
+        "xs = ['q']\nnames = tools.echo(a=1)\nreturn ', '.join(xs) + ', '.join(names)",
+        # Every other way of iterating says the same.
+        "names = tools.echo(a=1)\nfor n in names:\n    pass",
+        "names = tools.echo(a=1)\na, b = names",
+        "names = tools.echo(a=1)\nreturn [*names]",
+        "names = tools.echo(a=1)\nreturn [n for n in names]",
+        *(
+            f"names = tools.echo(a=1)\nreturn {call}"
+            for call in (
+                "list(names)", "sorted(names)", "set(names)", "dict(names)",
+                "list(zip(names, [1]))",
+            )
+        ),
     ],
-)
+)  # fmt: skip
 def test_a_call_not_awaited_given_to_join_says_to_await_it(code: str) -> None:
     """`", ".join(names)` of a call not awaited said "can only join an iterable": str.join
-    puts that in place of what the call's Future says when it is iterated."""
+    puts that in place of what the call's Future says when it is iterated (a TypeError of
+    iter()'s; one of the iterator's next() it passes through). The line was searched for
+    `.join(name)`, which missed a call joined as it is made, an attribute, a second join."""
     error = failed(code, [rec("echo", {"a": 1}, result=["a", "b"])])
     assert (error.name, error.message) == (
         "TypeError",
@@ -1198,6 +1250,26 @@ def test_a_call_not_awaited_given_to_join_says_to_await_it(code: str) -> None:
     )
     # What is no call is said as CPython says it.
     assert failed("names = 5\nreturn ', '.join(names)").message == "can only join an iterable"
+
+
+def test_the_iterator_of_a_call_not_awaited_is_sealed_as_the_call_is() -> None:
+    """What iterating a call not awaited gives is the sandbox's: its class read-only and not
+    to be subclassed, its future out of reach, and made by no script."""
+    made = "names = tools.echo(a=1)\nit = iter(names)\n"
+    records = [rec("echo", {"a": 1}, result=["a"])]
+    misuse = 'tools.echo(...) gives an awaitable, not its result: write "await tools.echo(...)"'
+    assert value(made + "return repr(it)", records) == f"<{misuse}>"
+    assert caught(made + "next(it)", records) == ["TypeError", misuse]
+    for code, said in [
+        ("type(it).x = 1", "_Unawaited is read-only in scripts"),
+        ("class D(type(it)):\n    pass", "_Unawaited cannot be subclassed"),
+        ("type(it)(5)", "_Unawaited takes an awaitable"),
+        ("it.__init__(names)", "_Unawaited objects cannot be made again"),
+        ("import copy\ncopy.copy(it)", "_Unawaited objects cannot be copied"),
+    ]:
+        assert caught(made + code, records)[1] == said, code
+    assert REFUSED[:40] in failed(made + "return it._future", records).message
+    assert REFUSED in failed(made + "return type(it).__next__.__globals__", records).message
 
 
 @pytest.mark.parametrize(("result", "kind"), [({"x": 1}, "dict"), ([1, 2], "list")])
@@ -1359,6 +1431,29 @@ def test_javascripts_operators_and_globals_in_python_say_what_python_writes(
         ),
         # A name that is a value, not a key, keeps Python's words.
         ("return {'a': b}", ("NameError", "name 'b' is not defined")),
+        # An object written over several lines: its keys start the lines.
+        (
+            'return await tools.search({\n    query: "open",\n    limit: 5,\n})',
+            (
+                "NameError",
+                "name 'query' is not defined; a dict's keys are quoted in Python, {'query': ...} "
+                "(or a tool is given keywords, tools.name(query=...))",
+            ),
+        ),
+        # A name close to one the script has is a typo, as CPython's traceback says.
+        (
+            "user_id = 5\nreturn {user_ud: 1}",
+            ("NameError", "name 'user_ud' is not defined. Did you mean: 'user_id'?"),
+        ),
+        # A key close to a builtin is still a key (`limit` is no `list`).
+        (
+            "return {limit: 5}",
+            (
+                "NameError",
+                "name 'limit' is not defined; a dict's keys are quoted in Python, {'limit': ...} "
+                "(or a tool is given keywords, tools.name(limit=...))",
+            ),
+        ),
     ],
 )
 def test_an_arrow_an_unquoted_key_and_a_return_in_except_star_say_what_to_write(
