@@ -117,9 +117,11 @@ def no_such_tool(
     tool (``said``, else that it does not exist): the closest tools, and how to find one.
     ``line``, the script's line that names it, may show the name cut at a hyphen."""
     names = list(names)
-    hyphened = _hyphened_tool(name, names, line, language)
-    if hyphened is not None:
-        return hyphened
+    # Each `tools.<name>-...` the line writes, the first that names a tool saying it.
+    for found in re.finditer(rf"\btools\s*\.\s*({re.escape(name)}(?:-[A-Za-z_]\w*)+)", line):
+        hyphened = _hyphened_tool(found[1], names, language)
+        if hyphened is not None:
+            return hyphened
     message = said or f"tools.{name} does not exist"
     near = closest_names(name, names)
     if near:
@@ -134,22 +136,22 @@ def hyphened_reference(undefined: str, names: Iterable[str], line: str) -> str |
     JavaScript finds undefined), and the tool is there with ``_`` for each ``-`` or as
     written; else None (the error says what JavaScript says)."""
     found = re.search(
-        rf"\btools\s*\.\s*([A-Za-z_$][\w$]*)(?:-[A-Za-z_$][\w$]*)*-{re.escape(undefined)}(?![\w$])",
+        rf"\btools\s*\.\s*([A-Za-z_$][\w$]*(?:-[A-Za-z_$][\w$]*)*-{re.escape(undefined)}(?![\w$])"
+        r"(?:-[A-Za-z_$][\w$]*)*)",
         line,
     )
     if found is None:
         return None
-    return _hyphened_tool(found[1], list(names), line, "javascript")
+    # The name matched, not the line's first `tools.<same start>-...`: `tools.get-x` earlier
+    # on the line named tools.get_x for "price is not defined", or lost the hint.
+    return _hyphened_tool(found[1], list(names), "javascript")
 
 
-def _hyphened_tool(name: str, names: list[str], line: str, language: str) -> str | None:
-    """What to say of ``tools.get-user(...)`` on ``line`` (a tool's name as an MCP server
-    spells it), which the language reads as ``tools.get`` minus ``user(...)``, when the tool
-    is there with ``_`` for each ``-``, or as written; else None."""
-    found = re.search(rf"\btools\s*\.\s*{re.escape(name)}((?:-[A-Za-z_]\w*)+)", line)
-    if found is None:
-        return None
-    written = name + found[1]
+def _hyphened_tool(written: str, names: list[str], language: str) -> str | None:
+    """What to say of ``tools.<written>(...)``, ``written`` a tool's name as an MCP server
+    spells it (``get-user``), which the language reads as ``tools.get`` minus ``user(...)``,
+    when the tool is there with ``_`` for each ``-``, or as written; else None."""
+    name, _, rest = written.partition("-")
     joined = written.replace("-", "_")
     arguments = "{ ... }" if language == "javascript" else "..."
     if joined in names:
@@ -163,7 +165,7 @@ def _hyphened_tool(name: str, names: list[str], line: str, language: str) -> str
     else:
         return None
     return (
-        f"tools.{written} reads as tools.{name} minus {found[1][1:].replace('-', ' minus ')} "
+        f"tools.{written} reads as tools.{name} minus {rest.replace('-', ' minus ')} "
         f"(a name cannot have a '-'): the tool is called as await {called}"
     )
 

@@ -1932,6 +1932,17 @@ def test_a_tool_called_by_its_bare_name_says_to_call_it_through_tools(
             "tools.get-user-profile reads as tools.get minus user minus profile (a name cannot "
             "have a '-'): the tool is called as await tools[\"get-user-profile\"]({ ... })",
         ),
+        # The name found undefined is the one said, not the line's first tools.get-...: it
+        # named tools.get_x, or (no tool get_x) lost the hint.
+        *(
+            (
+                "const x = 1; return [tools.get-x, await tools.get-price({ id: 1 })];",
+                tools,
+                "tools.get-price reads as tools.get minus price (a name cannot have a '-'): "
+                "the tool is called as await tools.get_price({ ... })",
+            )
+            for tools in [("get_x", "get_price"), ("get_price",)]
+        ),
     ],
 )
 def test_a_tool_written_with_a_hyphen_says_how_it_is_called(
