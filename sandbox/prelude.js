@@ -67,20 +67,17 @@
     for (const key of objectKeys(methods)) defineProperty(target, key, { __proto__: null, value: methods[key] });
     return target;
   };
-  // `value instanceof Kind`, for a built-in `Kind`, as the engine's own: `instanceof` asks
-  // Kind[Symbol.hasInstance] first, which a script may define on the constructor itself (the
-  // prelude's Map is the script's), and a Map or an Error then printed {}. A built-in's
-  // `prototype` is fixed.
-  const protoOf = ObjectProto.isPrototypeOf;
-  const isA = (value, Kind) => ((typeof value === "object" && value !== null) || typeof value === "function") &&
-    apply(protoOf, Kind.prototype, [value]);
   // Lists of the prelude's own (every list it makes is one of these, made and filled here), of
   // no prototype (neither a script's push nor a setter it put on Array.prototype reaches
   // them), added to and joined with no method a script can replace: one that replaced
   // Array.prototype.push had console.log print {} for any object, and new Date(2026, 0, 1)
   // read the wrong date.
-  // Made in sandbox/web.js, evaluated first, whose built-ins use them too.
-  const { listOf, put, joined, holds } = web.own;
+  // Made in sandbox/web.js, evaluated first, whose built-ins use them too. With them, `isA`:
+  // `value instanceof Kind`, for a built-in `Kind`, as the engine's own (`instanceof` asks
+  // Kind[Symbol.hasInstance] first, which a script may define on the constructor itself, and
+  // a Map or an Error then printed {}); and a typed array's length, read with the built-in
+  // getter.
+  const { listOf, put, joined, holds, isA, typedLength } = web.own;
   // The script's tools (see `begin`): a replaced Set.prototype.has, or its iterator, was
   // handed this set, and a script that added a name to it called a tool the host never gave.
   const toolNames = ownMethods(new NativeSet(), { has: setHas, add: setAdd });
@@ -210,7 +207,6 @@
     for (let i = 0; i < FLAG_GETTERS.length; i++) if (apply(FLAG_GETTERS[i][0], this, [])) flags += FLAG_GETTERS[i][1];
     return flags;
   }
-  const typedArrayLength = getter(getPrototypeOf(Uint8Array.prototype), "length");
   const got = (get, v) => { try { return apply(get, v, []); } catch (_) { return undefined; } };
   const setSize = getter(Set.prototype, "size");
   // A Map's entries ([key, value] each) and a Set's items, as they are held, as Node.js shows
@@ -226,13 +222,6 @@
     apply(setForEach, set, [(v) => { put(out, v); }]);
     return out;
   }
-  // Whether an object of no prototype holds a built-in's data (a Date, a Map, a Set, a
-  // RegExp, binary data, whose prototype was set to null): JSON and the copy for a tool read
-  // keys alone, and made {} of it (of a typed array, an object of indexes) without a word.
-  // Asked of objects of no prototype only; of those with keys, only whether it is a typed array.
-  const heldData = (v) => apply(typedArrayName, v, []) !== undefined || (objectKeys(v).length === 0 &&
-    (timeOf(v) !== undefined || got(mapSize, v) !== undefined || got(setSize, v) !== undefined ||
-    got(regExpSource, v) !== undefined || got(bufferLength, v) !== undefined || got(viewLength, v) !== undefined));
   // The built-in whose data an object of no prototype holds ("Map", "Set", "RegExp",
   // "Date", "ArrayBuffer", "DataView", a typed array's name), or undefined: `instanceof` and
   // the constructor's name say nothing of it, and it was printed {}, or named "an object of
@@ -246,6 +235,15 @@
     if (typed !== undefined) return typed;
     if (got(bufferLength, v) !== undefined) return "ArrayBuffer";
     return got(viewLength, v) !== undefined ? "DataView" : undefined;
+  }
+  // brandOf an object of no prototype that holds a built-in's data (a Date, a Map, a Set, a
+  // RegExp, binary data, whose prototype was set to null), else undefined: JSON and the copy
+  // for a tool read keys alone, and made {} of it (of a typed array, an object of indexes)
+  // without a word. Of an object with keys, only a typed array's name.
+  function heldBrand(v) {
+    const typed = apply(typedArrayName, v, []);
+    if (typed !== undefined) return typed;
+    return objectKeys(v).length === 0 ? brandOf(v) : undefined;
   }
   const isPrototypeOf = Object.prototype.isPrototypeOf;
   const IteratorProto = getPrototypeOf(getPrototypeOf([][Symbol.iterator]()));
@@ -375,7 +373,7 @@
     const plainKind = proto === ObjectProto || proto === ArrayProto || proto === null;
     // A built-in's data with its prototype set to null is named as Node.js names it:
     // `[Map(1): null prototype] {...}`, `[RegExp: null prototype] /x/`.
-    const bare = proto === null && !isArray(value) && heldData(value) ? brandOf(value) : undefined;
+    const bare = proto === null && !isArray(value) ? heldBrand(value) : undefined;
     const shown = plainKind && bare === undefined ? undefined : shownAsNode(value, budget, bare);
     if (shown !== undefined) return shown;
     if (depth > 8) return isArray(value) ? "[Array]" : "[Object]";
@@ -383,7 +381,7 @@
     try {
       const typed = plainKind && bare === undefined ? undefined : apply(typedArrayName, value, []);
       if (isArray(value) || typed !== undefined) {
-        const n = typed === undefined ? value.length : apply(typedArrayLength, value, []);
+        const n = typed === undefined ? value.length : apply(typedLength, value, []);
         // A hole shows as nothing, as Array.prototype.join has it ("[1,,3]").
         return (typed === undefined ? "" : nullNamed(typed + "(" + n + ")", bare) + " ") + "[" + listed(n, (i) =>
           (i in value ? describe(value[i], depth + 1, ancestors, budget) : ""), budget, "items", ",") + "]";
@@ -949,8 +947,8 @@
     if (isA(value, NativePromise)) throw refuse(seen, depth, value, " is " + PROMISE_NOT_DATA);
     const proto = getPrototypeOf(value);
     const array = isArray(value);
-    if (!array && proto !== ObjectProto && (proto !== null || heldData(value))) {
-      const bare = proto === null ? brandOf(value) : undefined;
+    const bare = !array && proto === null ? heldBrand(value) : undefined;
+    if (!array && proto !== ObjectProto && (proto !== null || bare !== undefined)) {
       const name = "" + ((proto && proto.constructor && proto.constructor.name) || bare || "non-plain object");
       const iterating = objectKeys(value).length === 0 ? iteratorKind(value) : undefined;
       const kind = timeOf(value) !== undefined ? "a Date (pass date.toISOString())"
@@ -1692,13 +1690,13 @@
     }
     if (typeof value !== "object" || value === null || isArray(value)) return value;
     const proto = getPrototypeOf(value);
-    if (proto === ObjectProto || (proto === null && !heldData(value))) return value;
+    const bare = proto === null ? heldBrand(value) : undefined;
+    if (proto === ObjectProto || (proto === null && bare === undefined)) return value;
     // `new Number(3)`, `new Boolean(false)`, `new String("a")`: JSON gives the value they box.
     if (isA(value, NativeNumber) || isA(value, NativeBoolean) || isA(value, NativeString)) {
       return value;
     }
     let kind;
-    const bare = proto === null ? brandOf(value) : undefined;
     if (isA(value, NativeMap) || bare === "Map") {
       kind = "a Map, which JSON turns into {}; return Object.fromEntries(map), or [...map] for its entries";
     } else if (isA(value, NativeSet) || bare === "Set") {

@@ -461,8 +461,9 @@
     defineProperty(globalThis, name, { __proto__: null, value: made[name], writable: true, configurable: true });
   }
   const setRun = (nextRandom, text) => { run = { nextRandom, text }; };
-  // The engine's own lists, which sandbox/prelude.js uses too.
-  setRun.own = freeze({ listOf, put, joined, holds });
+  // The engine's own lists, its instanceof and a typed array's length, which sandbox/prelude.js
+  // uses too.
+  setRun.own = freeze({ listOf, put, joined, holds, isA, typedLength });
   // What sandbox/url.js takes from here: its searchParams, and the text helpers it shares.
   setRun.url = freeze({ makeParams: linkParams, replaceParams, usv, isHex, utf8, decodeUtf8, HEX, listOf, put, typedLength });
   // What sandbox/prelude.js takes: how a URLSearchParams shows, as a value and as no data;
