@@ -35,7 +35,7 @@ from engine._config import (
     check_parts,
     data_directory,
 )
-from engine._drive import Drive, dead_local_owner, new_owner
+from engine._drive import Drive, dead_local_owner, new_owner, release_or_keep
 from engine._ending import Ending
 from engine._errors import (
     CallAbandoned,
@@ -333,7 +333,9 @@ class CodeMode(StepLoop):
         # elsewhere. Each with the time (monotonic) by which it surely ran out.
         self._kept: dict[str, tuple[log.Lease, float]] = {}
         self._giving_back: asyncio.Task[None] | None = None  # _give_back_kept
-        self._log_answered = asyncio.Event()  # wakes _give_back_kept to try at once
+        # Wakes _give_back_kept to try at once; made with each such task, on its loop (one
+        # made here would be bound to the first loop, and asyncio.run per request is fine).
+        self._log_answered = asyncio.Event()
         self._closed = False  # aclose() began
         self._pid = os.getpid()  # the process it was made in (see _check_open)
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop it serves (_check_loop)
@@ -590,7 +592,7 @@ class CodeMode(StepLoop):
                 # (a provider that numbers its tool-use ids per turn) would hand the model
                 # the other script's answer.
                 if started.lease is not None:
-                    await self._release_or_keep(started.lease)
+                    await release_or_keep(self.store, started.lease, self._keep)
                 began = started.record.language
                 differs = "with other code" if began == language else f"in {began}, not {language}"
                 raise ConfigError(
@@ -605,7 +607,7 @@ class CodeMode(StepLoop):
                     # The host's own callback failed: the script waits in the log, free for
                     # a resume or the key's next start (not held for the lease's length).
                     if started.lease is not None:
-                        await self._release_or_keep(started.lease)
+                        await release_or_keep(self.store, started.lease, self._keep)
                     raise
             if started.created:
                 self._emit("started", record.id, tenant=tenant)
@@ -624,7 +626,9 @@ class CodeMode(StepLoop):
                 self._emit("resumed", taken.record.id, tenant=tenant, steps=taken.record.steps)
                 return await self._drive_owned(taken)
             new = started.record if started.created else None
-            drive = await Drive.resume(self.store, started.lease, self.lease_ms, new)
+            drive = await Drive.resume(
+                self.store, started.lease, self.lease_ms, new, kept=self._keep
+            )
             if not started.created and started.record.status not in log.ENDED:
                 # The key named a script already in the log: it goes on. (One that ended
                 # only gives its outcome again, as resume() does: no events.) Told once its
@@ -959,7 +963,7 @@ class CodeMode(StepLoop):
                 hearing.add_done_callback(self._hearing.discard)
             else:
                 await self._let_go(drive, ended)
-        if self._kept:
+        if self._kept and not drive.kept:
             # The log answered this drive: it takes releases again. In the background, not
             # to make this caller wait on a lease's row that a stalled session still locks.
             self._log_answered.set()
@@ -1001,14 +1005,6 @@ class CodeMode(StepLoop):
             if self._kept.get(each) is kept:
                 del self._kept[each]
 
-    async def _release_or_keep(self, lease: log.Lease) -> None:
-        """Give up a lease nothing writes under; kept aside (:meth:`_keep`) if the log does
-        not answer."""
-        try:
-            await self.store.release(lease)
-        except CodeModeError:
-            self._keep(lease)
-
     def _keep(self, lease: log.Lease) -> None:
         """Keep aside a lease possibly still held in the log (its release failed, or was
         not tried: the log did not answer), to be given up by :meth:`_give_back_kept`.
@@ -1021,7 +1017,16 @@ class CodeMode(StepLoop):
         self._start_giving_back()
 
     def _start_giving_back(self) -> None:
-        if self._giving_back is None and self._kept and not self._closed:
+        # A task that ended (its done callback, which forgets it, runs a loop turn later) or
+        # that is another loop's (asyncio.run per request) gives back nothing more.
+        task = self._giving_back
+        if (task is None or task.done() or task.get_loop() is not asyncio.get_running_loop()) and (
+            self._kept and not self._closed
+        ):
+            answered = self._log_answered.is_set()
+            self._log_answered = asyncio.Event()
+            if answered:
+                self._log_answered.set()
             self._giving_back = asyncio.create_task(self._give_back_kept(), name="kept leases")
             self._giving_back.add_done_callback(self._given_back)
 
@@ -1058,11 +1063,8 @@ class CodeMode(StepLoop):
             if drive.early is not None:
                 early, drive.early = drive.early, None
                 await discard_early(early)
-            await drive.close()
+            await drive.close()  # a lease it leaves held is kept (_keep): nothing writes under it
             self._driving.discard(drive)
-            if drive.kept and not drive.lost:  # a lost lease is another host's
-                # Let go: nothing of this drive writes under the lease any more.
-                self._keep(drive.lease)
         finally:  # cancelled in the cleanup too: who waits for this drive goes on
             script_id = drive.record.id
             if self._drives_of.get(script_id) is ended:
@@ -1124,8 +1126,6 @@ class CodeMode(StepLoop):
                 await again.reopen(indexes)
             finally:
                 await again.close()
-                if again.kept and not again.lost:
-                    self._keep(again.lease)
         except Exception:
             logger.warning(
                 "calls a cancelled drive never began were not approved again script=%s",

@@ -98,6 +98,20 @@ def _exited(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
 
 
+async def release_or_keep(
+    store: log.LogStore, lease: log.Lease, kept: Callable[[log.Lease], None] | None
+) -> None:
+    """Give up ``lease``, which nothing writes under any more; if the release fails (the
+    log did not answer), ``kept`` is given the lease to give up later, or without one the
+    release's error is raised."""
+    try:
+        await store.release(lease)
+    except Exception:
+        if kept is None:
+            raise
+        kept(lease)
+
+
 class Drive:
     """The script ``record`` under ``lease``: renews the lease in the background until
     :meth:`close`, and keeps ``calls`` as written. Every write raises
@@ -110,6 +124,7 @@ class Drive:
         record: log.ScriptRecord,
         calls: list[log.CallEntry],
         ttl_ms: int,
+        kept: Callable[[log.Lease], None] | None = None,
     ) -> None:
         self.store = store
         self.lease = lease
@@ -168,6 +183,8 @@ class Drive:
         # (:meth:`keep_lease`) or its release failed (the log did not answer); the engine
         # gives it up once the log answers (see CodeMode._keep).
         self.kept = False
+        # Given the lease by :meth:`close` when it is kept (and not lost), once.
+        self._kept_to = kept
 
     @classmethod
     async def take(
@@ -201,21 +218,17 @@ class Drive:
         """Drive a script whose lease this host already took; ``record``: a script just
         started, as the store returned it (it has no calls yet), so nothing is read again.
         A failed read gives the lease up; if that fails too (the log stopped answering),
-        ``kept`` is given the lease, to give up later, and the read's error is raised."""
+        ``kept`` is given the lease, to give up later, and the read's error is raised.
+        ``kept`` is the drive's too: :meth:`close` gives it a lease it leaves held."""
         try:
             if record is not None:
-                return cls(store, lease, record, [], ttl_ms)
+                return cls(store, lease, record, [], ttl_ms, kept)
             record = await store.get_script(lease.script_id)
             calls = await store.calls(lease.script_id)
         except BaseException:
-            try:
-                await store.release(lease)
-            except Exception:
-                if kept is None:
-                    raise
-                kept(lease)
+            await release_or_keep(store, lease, kept)
             raise
-        return cls(store, lease, record, calls, ttl_ms)
+        return cls(store, lease, record, calls, ttl_ms, kept)
 
     def _schedule_renewal(self) -> None:
         # Renew at a third of the lease, so two missed renewals still leave time.
@@ -514,7 +527,9 @@ class Drive:
 
     async def close(self) -> None:
         """Stop renewing and give the lease up (a lost lease is left as it is; one whose
-        release fails is :attr:`kept`, for the engine to give up later). A renewal
+        release fails, or that :meth:`keep_lease` left, is :attr:`kept` and handed to the
+        ``kept`` callback of :meth:`take` or :meth:`resume`, once, unless it was lost: the
+        caller lets go of everything that writes under the lease before). A renewal
         under way is given the lease's time to end; one still not done then (a store that
         hangs) is cancelled."""
         self._stopping = True
@@ -530,5 +545,8 @@ class Drive:
             self._released = True
             try:
                 await self.store.release(self.lease)
-            except Exception:
+            except Exception:  # the log did not answer: the lease may hold the script still
                 self.kept = True
+        if self.kept and not self.lost and self._kept_to is not None:
+            kept_to, self._kept_to = self._kept_to, None
+            kept_to(self.lease)

@@ -1,0 +1,173 @@
+"""A lease this host may still hold when the log stops answering (its release failed) is
+kept aside and given up once the log answers, whatever gave the lease up (a keyed start, a
+refused script, a drive), on one event loop after another, and not tried again at once
+against a log that has just failed."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from engine import CodeMode, MemoryStore, StoreUnavailable, _codemode, log, tool
+from tests.engine.conftest import InProcessRunner
+
+LONG_MS = 600_000  # a lease far longer than any test: given up, never left to run out
+SCRIPT = "return await tools.pay({ n: 1 });"
+
+
+@tool(needs_approval=True)
+def pay(n: int) -> int:
+    """Pay ``n``."""
+    return n
+
+
+class FailingStore(MemoryStore):
+    """A log in memory whose chosen methods fail as a log that does not answer does, while
+    ``down`` names them; counts the releases tried."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down: set[str] = set()
+        self.releases = 0
+
+    def _answer(self, what: str) -> None:
+        if what in self.down:
+            raise StoreUnavailable(f"{what}: the log did not answer")
+
+    async def calls(self, script_id: str, start: int = 0) -> list[log.CallEntry]:
+        self._answer("calls")
+        return await super().calls(script_id, start)
+
+    async def release(self, lease: log.Lease) -> None:
+        self.releases += 1
+        self._answer("release")
+        await super().release(lease)
+
+    async def end(self, lease: log.Lease, *args: Any, **kwargs: Any) -> None:
+        self._answer("end")
+        await super().end(lease, *args, **kwargs)
+
+
+def engine_on(store: MemoryStore, **options: Any) -> CodeMode:
+    options.setdefault("type_check", "off")
+    return CodeMode([pay], runner=InProcessRunner(), store=store, lease_ms=LONG_MS, **options)
+
+
+async def given_up(store: MemoryStore, script_id: str) -> log.Lease:
+    """The script's lease once the host gave it up (at most a minute)."""
+    for _ in range(1200):
+        lease = (await store.get_script(script_id)).lease
+        if lease is not None and lease.expires_ms == 0:
+            return lease
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the lease is still held: {lease}")
+
+
+async def test_a_keyed_start_of_a_script_in_the_log_keeps_the_lease_its_read_left() -> None:
+    """run_code with the key of a paused script takes its lease and reads it; the read fails
+    and so does the release (the log stopped answering): the lease is given up once the log
+    answers, not held for the whole lease."""
+    store = FailingStore()
+    engine = engine_on(store)
+    try:
+        first = await engine.run_code(SCRIPT, key="k1")
+        assert first.status == "paused", first.text
+        store.down = {"calls", "release"}
+        with pytest.raises(StoreUnavailable, match="calls: the log did not answer"):
+            await engine.run_code(SCRIPT, key="k1")
+        store.down = set()
+        assert (await given_up(store, first.script_id)).token == 2  # the keyed start's
+    finally:
+        await engine.aclose()
+
+
+async def test_a_refused_script_whose_end_and_release_fail_gives_its_lease_up() -> None:
+    """A script the type check refuses ends as the log stops answering: its end fails, then
+    its release. The lease is given up once the log answers (a close outside a drive kept
+    none aside: the script stayed held for the whole lease)."""
+    store = FailingStore()
+    engine = engine_on(store, type_check="on")
+    try:
+        store.down = {"end", "release"}
+        with pytest.raises(StoreUnavailable, match="end: the log did not answer"):
+            await engine.run_code('return await tools.pay({ n: "one" });')
+        store.down = set()
+        (record,) = await store.scripts()
+        assert (await given_up(store, record.id)).token == 1
+    finally:
+        await engine.aclose()
+
+
+async def test_a_lease_kept_as_the_giving_back_task_ends_is_given_up() -> None:
+    """A lease kept in the loop turn between the end of the task that gave the kept leases
+    up and its done callback gets a task of its own (it saw a task, ended, and started none:
+    the lease was held for the whole lease)."""
+    store = FailingStore()
+    engine = engine_on(store)
+    try:
+        a = await engine.run_code(SCRIPT)
+        b = await engine.run_code("return await tools.pay({ n: 2 });")
+        lease_a = await store.acquire(a.script_id, "host-x", LONG_MS)
+        lease_b = await store.acquire(b.script_id, "host-y", LONG_MS)
+        assert lease_a is not None and lease_b is not None
+        release = store.release
+
+        async def release_then_keep(lease: log.Lease) -> None:
+            await release(lease)
+            if lease.script_id == a.script_id:
+                # A drive whose release failed keeps its lease in the same loop turn as the
+                # task ends, ahead of the task's done callback.
+                asyncio.get_running_loop().call_soon(engine._keep, lease_b)
+
+        store.release = release_then_keep  # type: ignore[method-assign]
+        engine._keep(lease_a)
+        assert (await given_up(store, a.script_id)).token == lease_a.token
+        assert (await given_up(store, b.script_id)).token == lease_b.token
+    finally:
+        await engine.aclose()
+
+
+def test_kept_leases_are_given_up_on_one_event_loop_after_another() -> None:
+    """One engine, one asyncio.run after another (a host's per request): a drive's lease
+    kept on the second loop is given up too (the wake-up was bound to the first loop, and
+    the task that gives leases up died on the second)."""
+    store = FailingStore()
+    engine = engine_on(store)
+
+    async def drive_and_wait() -> None:
+        store.down, store.releases = {"release"}, 0
+        result = await engine.run_code(SCRIPT)
+        assert result.status == "paused", result.text
+        while store.releases < 2:  # the drive's, then a try of the kept lease's, fail
+            await asyncio.sleep(0.05)
+        store.down = set()
+        await given_up(store, result.script_id)
+
+    try:
+        asyncio.run(drive_and_wait())
+        asyncio.run(drive_and_wait())
+    finally:
+        asyncio.run(engine.aclose())
+
+
+async def test_a_drive_whose_release_failed_does_not_wake_the_giving_back_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A drive whose own release fails keeps its lease, and the kept leases are tried again
+    only after the pause, not at once against the log that has just failed."""
+    monkeypatch.setattr(_codemode, "KEPT_RETRY_FIRST_S", 3600.0)  # no try but a wake-up
+    store = FailingStore()
+    engine = engine_on(store)
+    try:
+        store.down = {"release"}
+        result = await engine.run_code(SCRIPT)
+        assert result.status == "paused", result.text
+        assert store.releases == 1
+        await asyncio.sleep(0.5)  # a wake-up would have tried by now, many times over
+        assert store.releases == 1, "the kept lease was tried again at once"
+        lease = (await store.get_script(result.script_id)).lease
+        assert lease is not None and lease.expires_ms != 0  # still kept, not given up
+    finally:
+        await engine.aclose()
