@@ -734,13 +734,19 @@ class _Watcher:
     IDLE_S = 5.0
 
     def __init__(self) -> None:
+        self._order = itertools.count()
+        self._reset()
+
+    def _reset(self) -> None:
+        """Nothing armed and no thread: as made, and in a forked child (see below), which
+        has no thread, whose lock the parent's thread may have held at the fork, and whose
+        armed deadlines are the parent's statements' (fired there, one would cut the
+        parent's connection through the descriptor the child inherited)."""
         self._cond = threading.Condition()
         # [when (monotonic), order, what to call or None once cancelled]: a heap of them.
         self._due: list[list[Any]] = []
-        self._order = itertools.count()
         self._cancelled = 0
         self._thread: threading.Thread | None = None
-        self._pid = 0  # the process the thread runs in: a forked child has none
 
     def arm(self, seconds: float, fire: Callable[[], None]) -> list[Any]:
         """Call ``fire`` on the watching thread in ``seconds``, unless :meth:`cancel`
@@ -748,11 +754,10 @@ class _Watcher:
         entry = [time.monotonic() + seconds, next(self._order), fire]
         with self._cond:
             heapq.heappush(self._due, entry)
-            if self._thread is None or self._pid != os.getpid():
+            if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="codemode-postgres-watch", daemon=True
                 )
-                self._pid = os.getpid()
                 self._thread.start()
             elif self._due[0] is entry:
                 self._cond.notify()
@@ -808,6 +813,7 @@ class _Watcher:
 
 
 _WATCHER = _Watcher()
+os.register_at_fork(after_in_child=_WATCHER._reset)
 
 
 class _Watch:
