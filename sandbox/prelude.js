@@ -1814,35 +1814,41 @@
   }.toString;
   defineProperty(Function.prototype, "toString", { __proto__: null, value: builtInText, writable: true, enumerable: false, configurable: true });
   const { ownKeys } = Reflect;
-  // Every function reachable from `root` through properties (values, getters, setters) and
-  // prototypes: called before any script exists, when all there is is the engine's.
-  function allNative(root) {
+  const { getOwnPropertyDescriptors } = Object;
+  // Every function reachable from `roots` through properties (values, getters, setters) and
+  // prototypes, in one pass (what the roots share is walked once): called before any script
+  // exists, when all there is is the engine's. Run by every context that boots (an exec'd
+  // run's, an in-process run's): it reads each object's descriptors in one call, and none of
+  // one whose only keys are length and name (most functions), which hold no object.
+  function allNative(roots) {
     const seen = ownMethods(new NativeWeakSet(), { has: weakSetHas, add: weakSetAdd });
     const todo = listOf();
-    put(todo, root);
+    for (let i = 0; i < roots.length; i++) put(todo, roots[i]);
     while (todo.length) {
       const v = todo[todo.length - 1];
       todo.length--;
-      if (!isObject(v) || seen.has(v)) continue;
+      if (seen.has(v)) continue;
       seen.add(v);
       if (typeof v === "function") nativeMade.add(v);
-      put(todo, getPrototypeOf(v));
+      const proto = getPrototypeOf(v);
+      if (proto !== null) put(todo, proto);
       const keys = ownKeys(v);
+      if (keys.length === 2 && keys[0] === "length" && keys[1] === "name") continue;
+      const descriptors = getOwnPropertyDescriptors(v);
       for (let i = 0; i < keys.length; i++) {
-        const own = getOwnPropertyDescriptor(v, keys[i]);
+        const own = descriptors[keys[i]];
         if (own === undefined) continue;
-        if (hasOwn(own, "value")) {
-          put(todo, own.value);
-        } else {
-          put(todo, own.get);
-          put(todo, own.set);
-        }
+        // A data descriptor's get and set, and an accessor's value, are undefined (nothing
+        // is on Object.prototype to read before a script runs).
+        const { value, get, set } = own;
+        if (isObject(value)) put(todo, value);
+        if (get !== undefined) put(todo, get);
+        if (set !== undefined) put(todo, set);
       }
     }
   }
-  allNative(globalThis);
-  allNative(CallPromise);
-  allNative(shownAs); // what `tools` shows as: the walk does not open a Proxy's handler
+  // What `tools` shows as (shownAs) too: the walk does not open a Proxy's handler.
+  allNative([globalThis, CallPromise, shownAs]);
   native(spreadMisuse.get);
 
   // ---- One script: its record's settings, then its body. Once per context. ----

@@ -206,6 +206,36 @@ def test_the_engines_functions_read_as_native_and_the_scripts_as_written() -> No
     ]
 
 
+def test_every_function_the_boot_made_reads_as_native() -> None:
+    """Every function reachable from the global object, from what tools shows as and from a
+    call's promise before the script made any (through values, getters, setters and
+    prototypes; the prelude's, web.js's, lazy.js's and QuickJS's) reads as native: the boot's
+    walk of them is one pass over the three, and it marks them all."""
+    got = value(
+        """
+        const p = tools.echo({});
+        const roots = [globalThis, Object.getPrototypeOf(p), tools.toString, tools.toJSON,
+          tools[Symbol.toPrimitive], URL, Intl, structuredClone, TextEncoder, crypto];
+        const seen = new Set(), todo = [...roots], written = [];
+        let functions = 0;
+        while (todo.length) {
+          const v = todo.pop();
+          if (v === null || (typeof v !== "object" && typeof v !== "function") || seen.has(v)) continue;
+          seen.add(v);
+          if (typeof v === "function") {
+            functions++;
+            if (!String(v).endsWith("[native code]\\n}")) written.push(String(v).slice(0, 40));
+          }
+          todo.push(Object.getPrototypeOf(v));
+          for (const d of Object.values(Object.getOwnPropertyDescriptors(v))) todo.push(d.value, d.get, d.set);
+        }
+        return [functions > 500, written];
+        """,
+        [rec("echo", {}, result=1)],
+    )
+    assert got == [True, []]
+
+
 def test_the_text_of_a_call_promises_members_is_native_too() -> None:
     """A call's promise has members of the engine's (the getter that marks it awaited, the
     one that says the await is missing): they read as native, not as the prelude's source."""
