@@ -765,7 +765,7 @@
       if (opaquePath(s.url)) return;
       parse(usv(value), undefined, s.url, S.hostname);
     }
-    get port() { const { url } = state(this, "port"); return url.port === null ? "" : String(url.port); }
+    get port() { const { url } = state(this, "port"); return url.port === null ? "" : "" + url.port; }
     set port(value) {
       const s = state(this, "port");
       const url = s.url;

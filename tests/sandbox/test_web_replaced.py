@@ -33,7 +33,7 @@ const uses = [
   () => new URL("http://a/é?q=é#é").href,
   () => [new URL("http://%41b.com/").host, new URL("HTTP://A.com/x/../y/./z").href],
   () => [new URL("http://0x7f.1/").host, new URL("http://[::1:0:0:2]:8080/").host,
-    new URL("https://bücher.example/").hostname, new URL("http://u:p@a.com/").origin],
+    new URL("https://bücher.example/").hostname, new URL("http://u:p@a.com/").origin, new URL("http://a:81/").port],
   () => { const u = new URL("file:///C:/a/b"); u.pathname = "/x y"; u.search = "?q=1"; u.hash = "h";
     return [u.href, new URL("../c", "http://a/b/d").href, u.searchParams.get("q"), URL.canParse("nope")]; },
   () => new URL("nope"),
@@ -63,7 +63,8 @@ REPLACED = {
     "RegExp.prototype.test = () => false; Set.prototype.has = () => true; "
     "WeakMap.prototype.get = WeakMap.prototype.set = () => undefined; "
     "String.prototype.codePointAt = String.prototype.charCodeAt = () => 0; "
-    "String.prototype[Symbol.iterator] = function* () { yield 'evil'; };",
+    "String.prototype[Symbol.iterator] = function* () { yield 'evil'; }; "
+    "globalThis.String = () => 'evil';",
     "instanceof": "Object.defineProperty(Error, Symbol.hasInstance, { value: () => false });",
     "encoder methods": "TextEncoder.prototype.encode = () => new Uint8Array(0); "
     "TextDecoder.prototype.decode = () => 'evil';",
@@ -89,7 +90,10 @@ def test_the_uses_answer_as_node_does() -> None:
     assert lines[8] == '8 ["b=9&c=%26",["9"],true,2,"&"]'
     assert lines[10] == "10 http://a/%C3%A9?q=%C3%A9#%C3%A9"
     assert lines[11] == '11 ["ab.com","http://a.com/y/z"]'
-    assert lines[12] == '12 ["127.0.0.1","[::1:0:0:2]:8080","xn--bcher-kva.example","http://a.com"]'
+    assert (
+        lines[12]
+        == '12 ["127.0.0.1","[::1:0:0:2]:8080","xn--bcher-kva.example","http://a.com","81"]'
+    )
     assert lines[13] == '13 ["file:///x%20y?q=1#h","http://a/c","1",false]'
 
 
