@@ -18,7 +18,8 @@
   const NativeParseInt = parseInt, floor = Math.floor, stringify = JSON.stringify;
   const { fromCharCode } = String;
   const { normalize, toLowerCase, codePointAt, charCodeAt, slice } = String.prototype;
-  const { test } = RegExp.prototype;
+  // exec, not test: test looks up the script's RegExp.prototype.exec at every call.
+  const { exec: regExpExec } = RegExp.prototype;
   const hasOwn = Object.prototype.hasOwnProperty, setHas = Set.prototype.has;
   const { get: weakGet, set: weakSet } = WeakMap.prototype;
   const { apply } = Reflect;
@@ -31,7 +32,7 @@
   const lower = (s) => apply(toLowerCase, s, []);
   const sliced = (s, start, end) => apply(slice, s, [start, end]);
   const codeOf = (ch) => apply(codePointAt, ch, [0]);
-  const matches = (re, s) => apply(test, re, [s]);
+  const matches = (re, s) => apply(regExpExec, re, [s]) !== null;
   const has = (set, c) => apply(setHas, set, [c]);
   // The characters of `s` by code point, as a list of the engine's own (a spread or for...of
   // takes the script's String.prototype[Symbol.iterator]).
@@ -93,9 +94,7 @@
         i += 2;
       } else put(out, b);
     }
-    const decoded = new NativeUint8Array(out.length);
-    for (let i = 0; i < out.length; i++) decoded[i] = out[i];
-    return decoded;
+    return new NativeUint8Array(out); // a list of no prototype: no iterator is looked up
   }
 
   // ---- hosts ---------------------------------------------------------------------------------
@@ -330,7 +329,7 @@
     return mapped;
   }
   function parseHost(input, opaque) {
-    if (input[0] === "[") {
+    if (input !== "" && input[0] === "[") { // ""[0] would read Object.prototype[0]
       if (input[input.length - 1] !== "]") return FAILURE;
       return parseIPv6(sliced(input, 1, input.length - 1));
     }

@@ -37,6 +37,7 @@ const uses = [
   () => { const u = new URL("file:///C:/a/b"); u.pathname = "/x y"; u.search = "?q=1"; u.hash = "h";
     return [u.href, new URL("../c", "http://a/b/d").href, u.searchParams.get("q"), URL.canParse("nope")]; },
   () => new URL("nope"),
+  () => [new URL("sc://").href, new URL("//", "foo://h/a/b").href],
 ];
 """
 LOOP = r"""
@@ -65,6 +66,8 @@ REPLACED = {
     "String.prototype.codePointAt = String.prototype.charCodeAt = () => 0; "
     "String.prototype[Symbol.iterator] = function* () { yield 'evil'; }; "
     "globalThis.String = () => 'evil';",
+    "regexp exec": "RegExp.prototype.exec = () => null;",
+    "object index": "Object.prototype[0] = '[';",
     "instanceof": "Object.defineProperty(Error, Symbol.hasInstance, { value: () => false });",
     "encoder methods": "TextEncoder.prototype.encode = () => new Uint8Array(0); "
     "TextDecoder.prototype.decode = () => 'evil';",
@@ -95,6 +98,7 @@ def test_the_uses_answer_as_node_does() -> None:
         == '12 ["127.0.0.1","[::1:0:0:2]:8080","xn--bcher-kva.example","http://a.com","81"]'
     )
     assert lines[13] == '13 ["file:///x%20y?q=1#h","http://a/c","1",false]'
+    assert lines[15] == '15 ["sc://","foo://"]'
 
 
 @pytest.mark.parametrize("prepared", [False, True], ids=["own context", "prepared"])
