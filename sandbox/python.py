@@ -5008,9 +5008,11 @@ class Run(Replay):
         held = scope.get("__builtins__")
         # As CPython looks: the frame's names, then the globals, then the builtins (here the
         # script's frames are its functions' and its body's, whose names are its globals).
+        # Without the builtins, none of the names every script is given either: `{tool: 1}`
+        # is JavaScript's object, not a typo of `tools`.
         for names in (
             *(list(frame.f_locals) for frame in frames),
-            list(scope),
+            [n for n in scope if builtins or n not in _GIVEN_NAMES],
             list(held) if builtins and type(held) is dict else [],
         ):
             shown = [n for n in names if type(n) is str and n.isidentifier() and n[:2] != "__"]
@@ -5501,6 +5503,8 @@ def _warning_line(line: int, category: str, message: str) -> str:
     return _well_formed(warning_line(line, category, message))
 
 
+# The names every script is given besides the builtins (see Run's scope).
+_GIVEN_NAMES = frozenset({"tools", "files", "ToolError", "LimitError", "FileError"})
 _UNBOUND = re.compile(r"^cannot access local variable '(\w+)'")
 # CPython's advice on an int of over 4,300 digits names what a script's sys has not.
 _INT_DIGITS = "; use sys.set_int_max_str_digits() to increase the limit"
@@ -6006,6 +6010,7 @@ for _kind in _ASYNC_ONLY:
 # for asyncio's; the builtins' for what a script has as builtins, as CPython names them.
 for _kind, _name, _module in (
     (_Future, "Future", "asyncio"),
+    (_Unawaited, "FutureIter", "_asyncio"),  # as CPython names a Future's iterator
     (_Call, "Future", "asyncio"),
     (_Gather, "Future", "asyncio"),
     (Task, "Task", "asyncio"),

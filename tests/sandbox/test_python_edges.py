@@ -1261,13 +1261,16 @@ def test_the_iterator_of_a_call_not_awaited_is_sealed_as_the_call_is() -> None:
     assert value(made + "return repr(it)", records) == f"<{misuse}>"
     assert caught(made + "next(it)", records) == ["TypeError", misuse]
     for code, said in [
-        ("type(it).x = 1", "_Unawaited is read-only in scripts"),
-        ("class D(type(it)):\n    pass", "_Unawaited cannot be subclassed"),
-        ("type(it)(5)", "_Unawaited takes an awaitable"),
-        ("it.__init__(names)", "_Unawaited objects cannot be made again"),
-        ("import copy\ncopy.copy(it)", "_Unawaited objects cannot be copied"),
+        ("type(it).x = 1", "FutureIter is read-only in scripts"),
+        ("class D(type(it)):\n    pass", "FutureIter cannot be subclassed"),
+        ("type(it)(5)", "FutureIter takes an awaitable"),
+        ("it.__init__(names)", "FutureIter objects cannot be made again"),
+        ("import copy\ncopy.copy(it)", "FutureIter objects cannot be copied"),
     ]:
         assert caught(made + code, records)[1] == said, code
+    # Named as CPython names a Future's iterator, not the sandbox's class.
+    assert value(made + "return repr(type(it))", records) == "<class '_asyncio.FutureIter'>"
+    assert "a FutureIter" in failed(made + "return it", records).message
     assert REFUSED[:40] in failed(made + "return it._future", records).message
     assert REFUSED in failed(made + "return type(it).__next__.__globals__", records).message
 
@@ -1452,6 +1455,23 @@ def test_javascripts_operators_and_globals_in_python_say_what_python_writes(
                 "NameError",
                 "name 'limit' is not defined; a dict's keys are quoted in Python, {'limit': ...} "
                 "(or a tool is given keywords, tools.name(limit=...))",
+            ),
+        ),
+        # So is one close to a name every script is given (`tool` is no `tools`).
+        (
+            "return await tools.echo({tool: 'x'})",
+            (
+                "NameError",
+                "name 'tool' is not defined; a dict's keys are quoted in Python, {'tool': ...} "
+                "(or a tool is given keywords, tools.name(tool=...))",
+            ),
+        ),
+        (
+            "return {file: 'a.txt'}",
+            (
+                "NameError",
+                "name 'file' is not defined; a dict's keys are quoted in Python, {'file': ...} "
+                "(or a tool is given keywords, tools.name(file=...))",
             ),
         ),
     ],
