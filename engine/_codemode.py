@@ -617,7 +617,7 @@ class CodeMode(StepLoop):
                 # that replays the model's call goes on with the script.
                 await self._give_back(started.record.id)
                 taken = await Drive.take(
-                    self.store, started.record.id, owner, self.lease_ms, self._keep
+                    self.store, started.record.id, owner, self.lease_ms, kept=self._keep
                 )
                 if taken is None:
                     if wait > 0 or started.record.id in self._drives_of:  # or this host's
@@ -741,7 +741,9 @@ class CodeMode(StepLoop):
             if record.status in log.ENDED and record.outcome is not None:
                 return RunResult.from_dict(record.outcome)
             await self._give_back(script_id)
-            drive = await Drive.take(self.store, script_id, new_owner(), self.lease_ms, self._keep)
+            drive = await Drive.take(
+                self.store, script_id, new_owner(), self.lease_ms, kept=self._keep
+            )
             if drive is not None:
                 self._emit("resumed", script_id, tenant=drive.record.tenant, steps=record.steps)
                 return await self._drive_owned(drive)
@@ -966,8 +968,10 @@ class CodeMode(StepLoop):
         if self._kept and not drive.kept:
             # The log answered this drive: it takes releases again. In the background, not
             # to make this caller wait on a lease's row that a stalled session still locks.
-            self._log_answered.set()
+            # The task first: one of a loop that ended (asyncio.run per request) is replaced,
+            # with an Event of this loop's, which an Event of the old one's would not be.
             self._start_giving_back()
+            self._log_answered.set()
         if result is None:
             self._emit("left", record.id, tenant=record.tenant, status="elsewhere")
             return await self._elsewhere_or_ended(drive.record.id)
@@ -1023,10 +1027,7 @@ class CodeMode(StepLoop):
         if (task is None or task.done() or task.get_loop() is not asyncio.get_running_loop()) and (
             self._kept and not self._closed
         ):
-            answered = self._log_answered.is_set()
-            self._log_answered = asyncio.Event()
-            if answered:
-                self._log_answered.set()
+            self._log_answered = asyncio.Event()  # of this loop, unset: _drive_owned sets it
             self._giving_back = asyncio.create_task(self._give_back_kept(), name="kept leases")
             self._giving_back.add_done_callback(self._given_back)
 
@@ -1118,7 +1119,7 @@ class CodeMode(StepLoop):
         try:
             await drive.close()
             again = await Drive.take(
-                self.store, drive.record.id, new_owner(), self.lease_ms, self._keep
+                self.store, drive.record.id, new_owner(), self.lease_ms, kept=self._keep
             )
             if again is None:
                 return
@@ -1357,8 +1358,9 @@ class CodeMode(StepLoop):
             drive.abandon()  # its running calls end now, not when their handlers would
         await asyncio.gather(*self._hearing, return_exceptions=True)
         await asyncio.gather(*(drive.close() for drive in list(self._driving)))
-        if self._giving_back is not None:
-            await cancel_and_wait(self._giving_back)
+        giving_back, self._giving_back = self._giving_back, None
+        if giving_back is not None and giving_back.get_loop() is asyncio.get_running_loop():
+            await cancel_and_wait(giving_back)  # one of a loop that ended has ended with it
         if self._mcp is not None:
             await self._mcp.aclose()
         await self._live.aclose()  # before the runner: its processes are the runner's

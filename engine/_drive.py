@@ -99,17 +99,17 @@ def _exited(pid: int) -> bool:
 
 
 async def release_or_keep(
-    store: log.LogStore, lease: log.Lease, kept: Callable[[log.Lease], None] | None
+    store: log.LogStore, lease: log.Lease, kept: Callable[[log.Lease], None]
 ) -> None:
-    """Give up ``lease``, which nothing writes under any more; if the release fails (the
-    log did not answer), ``kept`` is given the lease to give up later, or without one the
-    release's error is raised."""
+    """Give up ``lease``, which nothing writes under any more; if the release does not end
+    (the log did not answer, or the wait was cancelled), ``kept`` is given the lease to give
+    up later. Only the log's own failure (:class:`CodeModeError`) goes no further."""
     try:
         await store.release(lease)
-    except Exception:
-        if kept is None:
-            raise
+    except BaseException as e:
         kept(lease)
+        if not isinstance(e, CodeModeError):
+            raise
 
 
 class Drive:
@@ -124,7 +124,8 @@ class Drive:
         record: log.ScriptRecord,
         calls: list[log.CallEntry],
         ttl_ms: int,
-        kept: Callable[[log.Lease], None] | None = None,
+        *,
+        kept: Callable[[log.Lease], None],
     ) -> None:
         self.store = store
         self.lease = lease
@@ -184,7 +185,7 @@ class Drive:
         # gives it up once the log answers (see CodeMode._keep).
         self.kept = False
         # Given the lease by :meth:`close` when it is kept (and not lost), once.
-        self._kept_to = kept
+        self._kept_to: Callable[[log.Lease], None] | None = kept
 
     @classmethod
     async def take(
@@ -193,7 +194,8 @@ class Drive:
         script_id: str,
         owner: str,
         ttl_ms: int,
-        kept: Callable[[log.Lease], None] | None = None,
+        *,
+        kept: Callable[[log.Lease], None],
     ) -> Drive | None:
         """Take the script's lease and read it, or ``None`` if another host holds it;
         ``kept`` as for :meth:`resume`."""
@@ -213,7 +215,8 @@ class Drive:
         lease: log.Lease,
         ttl_ms: int,
         record: log.ScriptRecord | None = None,
-        kept: Callable[[log.Lease], None] | None = None,
+        *,
+        kept: Callable[[log.Lease], None],
     ) -> Drive:
         """Drive a script whose lease this host already took; ``record``: a script just
         started, as the store returned it (it has no calls yet), so nothing is read again.
@@ -222,13 +225,13 @@ class Drive:
         ``kept`` is the drive's too: :meth:`close` gives it a lease it leaves held."""
         try:
             if record is not None:
-                return cls(store, lease, record, [], ttl_ms, kept)
+                return cls(store, lease, record, [], ttl_ms, kept=kept)
             record = await store.get_script(lease.script_id)
             calls = await store.calls(lease.script_id)
         except BaseException:
             await release_or_keep(store, lease, kept)
             raise
-        return cls(store, lease, record, calls, ttl_ms, kept)
+        return cls(store, lease, record, calls, ttl_ms, kept=kept)
 
     def _schedule_renewal(self) -> None:
         # Renew at a third of the lease, so two missed renewals still leave time.
@@ -536,17 +539,25 @@ class Drive:
         if self._next_renewal is not None:
             self._next_renewal.cancel()
             self._next_renewal = None
-        renewal = self._renewal
-        if renewal is not None:
-            done, _ = await asyncio.wait({renewal}, timeout=self._ttl_ms / 1000)
-            if not done:
-                await cancel_and_wait(renewal)
-        if not self._released:
-            self._released = True
-            try:
+        try:
+            renewal = self._renewal
+            if renewal is not None:
+                done, _ = await asyncio.wait({renewal}, timeout=self._ttl_ms / 1000)
+                if not done:
+                    await cancel_and_wait(renewal)
+            if not self._released:
+                self._released = True
                 await self.store.release(self.lease)
-            except Exception:  # the log did not answer: the lease may hold the script still
-                self.kept = True
+        except BaseException as e:
+            # Not answered, or cancelled before the release ended: the lease may hold the
+            # script still (given up later: a release is fenced by its token).
+            self._released = self.kept = True
+            self._hand_kept()
+            if not isinstance(e, Exception):
+                raise
+        self._hand_kept()
+
+    def _hand_kept(self) -> None:
         if self.kept and not self.lost and self._kept_to is not None:
             kept_to, self._kept_to = self._kept_to, None
             kept_to(self.lease)

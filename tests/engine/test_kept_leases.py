@@ -171,3 +171,73 @@ async def test_a_drive_whose_release_failed_does_not_wake_the_giving_back_at_onc
         assert lease is not None and lease.expires_ms != 0  # still kept, not given up
     finally:
         await engine.aclose()
+
+
+@tool
+async def slow(n: int) -> int:
+    """Answer ``n`` in a minute."""
+    await asyncio.sleep(60)
+    return n
+
+
+def test_a_request_whose_loop_ended_as_the_log_failed_leaves_the_next_one_working() -> None:
+    """One engine, asyncio.run per request: a request's loop ends with a drive under way as
+    the log stops answering, so the drive's lease is kept and the task that gives it up is
+    made on that loop as it ends. The next request's run_code finished in the log and then
+    raised 'Event loop is closed' (its wake-up of the old loop's task), and aclose raised the
+    same, closing nothing after it."""
+    store = FailingStore()
+    engine = CodeMode([slow], runner=InProcessRunner(), store=store, lease_ms=LONG_MS)
+    first: list[str] = []
+
+    async def request() -> None:
+        run = asyncio.create_task(engine.run_code("return await tools.slow({ n: 1 });"))
+        while not first:
+            first.extend(s.id for s in await store.scripts())
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # the call runs
+        store.down = {"release"}
+        assert not run.done()  # asyncio.run cancels it as the loop ends
+
+    async def next_request() -> str:
+        result = await engine.run_code("return 1;")
+        await given_up(store, first[0])  # on this loop
+        return result.status
+
+    asyncio.run(request())
+    store.down = set()
+    try:
+        assert asyncio.run(next_request()) == "finished"
+    finally:
+        asyncio.run(engine.aclose())
+    assert engine._giving_back is None
+
+
+async def test_a_release_the_caller_cancelled_keeps_the_lease() -> None:
+    """The caller cancels run_code (its timeout) while the drive's release waits on a log
+    that does not answer: the lease was neither given up nor kept, so it held the script for
+    the whole lease; it is kept, and given up once the log answers."""
+
+    class Stalling(FailingStore):
+        stalled: asyncio.Event | None = None
+
+        async def release(self, lease: log.Lease) -> None:
+            if self.stalled is not None:
+                self.stalled.set()
+                await asyncio.sleep(3600)
+            await super().release(lease)
+
+    store = Stalling()
+    engine = engine_on(store)
+    try:
+        store.stalled = stalled = asyncio.Event()
+        run = asyncio.create_task(engine.run_code(SCRIPT))
+        await stalled.wait()  # the drive paused for approval, and gives its lease up
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        store.stalled = None
+        (record,) = await store.scripts()
+        await given_up(store, record.id)
+    finally:
+        await engine.aclose()

@@ -1305,13 +1305,17 @@ async def test_randomized_trial_three_hosts_on_postgres(
         await store.aclose()
 
 
+def _never(lease: Lease) -> None:
+    raise AssertionError(f"the lease of {lease.script_id} was kept: its release failed")
+
+
 async def _drive_of(store: LogStore, script_id: str) -> tuple[Drive, Lease]:
     """A new script ``script_id`` started in ``store`` by ``host:1:a`` with a 300 ms lease,
     and the drive of it."""
     record = ScriptRecord(id=script_id, code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
     started = await store.start(record, "host:1:a", 300)
     assert started.lease is not None
-    return await Drive.resume(store, started.lease, 300, started.record), started.lease
+    return await Drive.resume(store, started.lease, 300, started.record, kept=_never), started.lease
 
 
 async def test_a_renewal_that_loses_its_cancellation_still_lets_the_lease_go() -> None:
