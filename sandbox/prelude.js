@@ -223,27 +223,22 @@
     return out;
   }
   // The built-in whose data an object of no prototype holds ("Map", "Set", "RegExp",
-  // "Date", "ArrayBuffer", "DataView", a typed array's name), or undefined: `instanceof` and
-  // the constructor's name say nothing of it, and it was printed {}, or named "an object of
-  // no class". Asked of objects of no prototype only (each miss makes an error).
-  function brandOf(v) {
+  // "Date", "ArrayBuffer", "DataView", a typed array's name; its prototype set to null), or
+  // undefined: `instanceof` and the constructor's name say nothing of it, and it was printed
+  // {}, or named "an object of no class", and JSON and the copy for a tool read keys alone
+  // and made {} of it (of a typed array, an object of indexes) without a word. Of an object
+  // with keys, only a typed array's name. Asked of objects of no prototype only (each miss
+  // makes an error).
+  function heldBrand(v) {
+    const typed = apply(typedArrayName, v, []);
+    if (typed !== undefined) return typed;
+    if (objectKeys(v).length !== 0) return undefined;
     if (got(mapSize, v) !== undefined) return "Map";
     if (got(setSize, v) !== undefined) return "Set";
     if (got(regExpSource, v) !== undefined) return "RegExp";
     if (timeOf(v) !== undefined) return "Date";
-    const typed = apply(typedArrayName, v, []);
-    if (typed !== undefined) return typed;
     if (got(bufferLength, v) !== undefined) return "ArrayBuffer";
     return got(viewLength, v) !== undefined ? "DataView" : undefined;
-  }
-  // brandOf an object of no prototype that holds a built-in's data (a Date, a Map, a Set, a
-  // RegExp, binary data, whose prototype was set to null), else undefined: JSON and the copy
-  // for a tool read keys alone, and made {} of it (of a typed array, an object of indexes)
-  // without a word. Of an object with keys, only a typed array's name.
-  function heldBrand(v) {
-    const typed = apply(typedArrayName, v, []);
-    if (typed !== undefined) return typed;
-    return objectKeys(v).length === 0 ? brandOf(v) : undefined;
   }
   const isPrototypeOf = Object.prototype.isPrototypeOf;
   const IteratorProto = getPrototypeOf(getPrototypeOf([][Symbol.iterator]()));
@@ -422,7 +417,7 @@
     }
   }
   // A value JSON writes as {} (or an object of indexes) as Node.js shows it, or undefined.
-  // `bare`: the built-in's name (brandOf) when the value's prototype is null.
+  // `bare`: the built-in's name (heldBrand) when the value's prototype is null.
   const nullNamed = (name, bare) => (bare === undefined ? name : "[" + name + ": null prototype]");
   function shownAsNode(value, budget, bare) {
     const source = got(regExpSource, value);
