@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from engine.log import LogStore, MemoryStore, PostgresStore, SqliteStore
+from engine.log import Lease, LogStore, MemoryStore, PostgresStore, SqliteStore
 from runner import FileMissing, FileReader, LiveRun, ProcessStats, RunError, ScriptRunner, Step
 from sandbox.files import FileError
 from sandbox.protocol import Ran, Record, Script
@@ -35,6 +35,18 @@ def cli_taking_ctrl_c(*args: str) -> list[str]:
     """``python -m engine.cli ARGS``, as a command Ctrl-C (SIGINT) reaches however the test
     suite was started."""
     return [sys.executable, "-c", _CTRL_C_TAKEN, *args]
+
+
+async def given_up(store: LogStore, script_id: str) -> Lease:
+    """Wait (at most a minute) until the script's lease is given up in the log: its expiry
+    set to 0 by a release, not a lease that ran out. The lease given up."""
+    lease = None
+    for _ in range(1200):
+        lease = (await store.get_script(script_id)).lease
+        if lease is not None and lease.expires_ms == 0:
+            return lease
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the lease of script {script_id} was never given up: {lease}")
 
 
 class InProcessRunner(ScriptRunner):

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from engine import CodeMode, MemoryStore, StoreUnavailable, _codemode, log, tool
-from tests.engine.conftest import InProcessRunner
+from tests.engine.conftest import InProcessRunner, given_up
 
 LONG_MS = 600_000  # a lease far longer than any test: given up, never left to run out
 SCRIPT = "return await tools.pay({ n: 1 });"
@@ -53,16 +53,6 @@ class FailingStore(MemoryStore):
 def engine_on(store: MemoryStore, **options: Any) -> CodeMode:
     options.setdefault("type_check", "off")
     return CodeMode([pay], runner=InProcessRunner(), store=store, lease_ms=LONG_MS, **options)
-
-
-async def given_up(store: MemoryStore, script_id: str) -> log.Lease:
-    """The script's lease once the host gave it up (at most a minute)."""
-    for _ in range(1200):
-        lease = (await store.get_script(script_id)).lease
-        if lease is not None and lease.expires_ms == 0:
-            return lease
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"the lease is still held: {lease}")
 
 
 async def test_a_keyed_start_of_a_script_in_the_log_keeps_the_lease_its_read_left() -> None:

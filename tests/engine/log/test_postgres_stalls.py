@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from engine import CodeMode, StoreUnavailable, tool
-from engine.log import DONE, FAILED, RUNNING, Lease, LogStore, PostgresStore
+from engine.log import DONE, FAILED, RUNNING, PostgresStore
 from engine.log._postgres import DEFAULT_ANSWER_TIMEOUT
 from tests._needs import require
-from tests.engine.conftest import InProcessRunner
+from tests.engine.conftest import InProcessRunner, given_up
 from tests.postgres_server import PostgresServer, PostgresUnavailable
 
 # A hang is what these tests catch: each wait is bounded far past any answer_timeout here.
@@ -287,18 +287,6 @@ async def test_the_lease_kept_through_a_stall_is_given_up_once_the_server_answer
         await engine.aclose()
 
 
-async def _given_up(store: LogStore, script_id: str) -> Lease:
-    """Wait (at most a minute) until the script's lease is given up in the log: its expiry
-    set to 0 by a release, not a lease that ran out. The lease given up."""
-    lease = None
-    for _ in range(1200):
-        lease = (await store.get_script(script_id)).lease
-        if lease is not None and lease.expires_ms == 0:
-            return lease
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"the lease of script {script_id} was never given up: {lease}")
-
-
 async def test_a_host_idle_after_a_stall_gives_its_kept_lease_up(server: PostgresServer) -> None:
     """A host whose server stopped answering as it wrote a call's receipt keeps the
     script's lease, and gives it up once the server answers though it does nothing more:
@@ -316,7 +304,7 @@ async def test_a_host_idle_after_a_stall_gives_its_kept_lease_up(server: Postgre
         finally:
             store.go_on()
         script_id = await _only_script(store)
-        await _given_up(other.store, script_id)
+        await given_up(other.store, script_id)
         result = await asyncio.wait_for(other.resume(script_id), HANG_S)
         assert result.status == "finished", result.text
         assert ran == [1, 101]
@@ -345,7 +333,7 @@ async def test_a_resume_that_took_the_lease_as_the_server_stopped_gives_it_up(
         finally:
             store.go_on()
         script_id = await _only_script(store)
-        await _given_up(other.store, script_id)
+        await given_up(other.store, script_id)
         store.at, store.frozen, store.whole = "calls", [], True
         try:
             with pytest.raises(StoreUnavailable):
@@ -353,7 +341,7 @@ async def test_a_resume_that_took_the_lease_as_the_server_stopped_gives_it_up(
             assert store.frozen, "the store's server was never stopped"
         finally:
             store.go_on()
-        assert (await _given_up(other.store, script_id)).token == 2  # the resume's
+        assert (await given_up(other.store, script_id)).token == 2  # the resume's
         result = await asyncio.wait_for(other.resume(script_id), HANG_S)
         assert result.status == "finished", result.text
         assert ran == [1, 101]
@@ -391,7 +379,7 @@ async def test_a_start_whose_on_start_fails_as_the_server_stops_gives_its_lease_
         finally:
             store.go_on()
         (script_id,) = started
-        assert (await _given_up(other.store, script_id)).token == 1  # the start's
+        assert (await given_up(other.store, script_id)).token == 1  # the start's
         result = await asyncio.wait_for(other.resume(script_id), HANG_S)
         assert result.status == "finished", result.text
         assert ran == [1, 101]
@@ -449,7 +437,7 @@ async def test_a_drive_heard_out_through_a_stall_gives_its_lease_up(
             go.set()
             store.go_on()
         assert [c.state for c in await other.store.calls(script_id)] == [RUNNING]
-        await _given_up(other.store, script_id)
+        await given_up(other.store, script_id)
         result = await asyncio.wait_for(other.resume(script_id), HANG_S)
         assert result.status == "finished", result.text
         assert result.value == 2
