@@ -5,6 +5,7 @@ out while its thread runs on says it may still take effect and stops taking othe
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -272,3 +273,46 @@ async def test_a_host_exits_after_aclose_though_a_sync_tool_never_returns() -> N
         raise AssertionError("the host did not exit after aclose()") from None
     assert process.returncode == 0, err.decode()
     assert "timed out" in out.decode(), out.decode()
+
+
+_REQUEST: contextvars.ContextVar[str] = contextvars.ContextVar("request", default="none")
+
+
+async def test_a_sync_call_sees_its_callers_context_and_raises_what_its_handler_did() -> None:
+    """A sync handler runs in a copy of its caller's context, as under ``asyncio.to_thread``
+    (a host's request id, a tracing span), and what it raises, or returns after its caller
+    gave up, reaches the right place: the caller, or nobody."""
+    threads = ToolThreads(2)
+
+    def seen() -> str:
+        return _REQUEST.get()
+
+    def fails() -> None:
+        raise LookupError("no such row")
+
+    def stops() -> None:
+        raise StopIteration  # which an asyncio future cannot carry
+
+    async def as_request(name: str) -> str:
+        _REQUEST.set(name)
+        return await threads.call(Ticket("t", name), seen, {})
+
+    assert await asyncio.gather(as_request("a"), as_request("b")) == ["a", "b"]
+    with pytest.raises(LookupError, match="no such row"):
+        await threads.call(Ticket("t", "s"), fails, {})
+    async with asyncio.timeout(BOUND):  # it waited for ever once
+        with pytest.raises(RuntimeError, match="StopIteration"):
+            await threads.call(Ticket("t", "s"), stops, {})
+    # Given up on while it runs, its late result goes nowhere, and its room comes back.
+    release = threading.Event()
+    ticket = Ticket("t", "s")
+    late = asyncio.ensure_future(threads.call(ticket, release.wait, {"timeout": BOUND}))
+    await until(lambda: ticket.state == "running", "the call to begin")
+    late.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await late
+    assert ticket.state == "running" and threads.by_script["s"] == 1
+    release.set()
+    await until(lambda: ticket.state == "done", "the thread to end")
+    assert threads.running == threads.stuck == 0 and not threads.by_script
+    threads.close()
