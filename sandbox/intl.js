@@ -12,13 +12,88 @@
 // the script's rights only, as the engine's built-ins do.
 (function () {
   "use strict";
-  const { defineProperty, keys: objectKeys } = Object;
-  const NativeRangeError = RangeError, NativeTypeError = TypeError;
-  const NativeString = String, NativeNumber = Number, NativeDate = Date, NativeBigInt = BigInt;
-  const isArray = Array.isArray;
-  const { normalize, codePointAt } = String.prototype;
+  // What this file uses of the built-ins is taken here, as it loads, and called with apply: a
+  // script that replaces a built-in's method, iterator or static (Array.prototype's iterator,
+  // a string's split, Math.floor, a WeakMap's get) changes it for itself, not for Intl, as a
+  // native Intl is not changed. (Array.prototype[Symbol.iterator] replaced, (1234.5)
+  // .toLocaleString() gave "" and new Intl.NumberFormat("en-US") threw "Incorrect locale
+  // information provided".) Hence: no for...of, spread or array destructuring at run time (they
+  // take the script's iterators), objects of no prototype for what is the file's own (a setter
+  // or getter the script puts on Object.prototype reaches no option), lists of no prototype
+  // (listOf) read by index, arrays a script is given made with own properties (ownArray), and
+  // no template literal with a substitution (QuickJS joins one with String.prototype.concat,
+  // looked up at run time): text is joined with +.
+  const { defineProperty, keys: objectKeys, setPrototypeOf } = Object;
+  const NativeObject = Object, NativeRangeError = RangeError, NativeTypeError = TypeError;
+  const NativeString = String, NativeNumber = Number, NativeDate = Date;
+  const isArray = Array.isArray, isFinite = Number.isFinite, isInteger = Number.isInteger;
+  const parseInteger = Number.parseInt, { fromCharCode } = String, stringify = JSON.stringify;
+  const { floor, abs, trunc, min: least, max: most } = Math;
   const { apply } = Reflect;
-  const { getTime } = Date.prototype;
+  const hasOwn = Object.prototype.hasOwnProperty;
+  const numberValueOf = Number.prototype.valueOf, bigIntValueOf = BigInt.prototype.valueOf;
+  const { normalize, codePointAt, charCodeAt, slice, indexOf, trim, toUpperCase, toLowerCase, repeat } =
+    String.prototype;
+  const { exec } = RegExp.prototype;
+  const { getTime, getUTCFullYear, getUTCMonth, getUTCDate, getUTCDay, getUTCHours, getUTCMinutes,
+    getUTCSeconds, getUTCMilliseconds } = Date.prototype;
+  const { get: weakGet, set: weakSet } = WeakMap.prototype;
+  const { get: mapGet } = Map.prototype;
+  const { sort } = Array.prototype;
+  const sliced = (s, start, end) => apply(slice, s, [start, end]);
+  const codeAt = (s, i) => apply(charCodeAt, s, [i]);
+  const repeated = (s, n) => apply(repeat, s, [n]);
+  const upper = (s) => apply(toUpperCase, s, []);
+  const lower = (s) => apply(toLowerCase, s, []);
+  const trimmed = (s) => apply(trim, s, []);
+  const indexIn = (s, part, from) => apply(indexOf, s, [part, from]);
+  // exec, not test or search: those look up the script's RegExp.prototype.exec at each call.
+  const matches = (re, s) => apply(exec, re, [s]) !== null;
+  const searched = (re, s) => { const m = apply(exec, re, [s]); return m === null ? -1 : m.index; };
+  const weakOf = (map, key) => apply(weakGet, map, [key]);
+  const setWeak = (map, key, value) => { apply(weakSet, map, [key, value]); };
+  const listOf = () => setPrototypeOf([], null);
+  const put = (list, item) => { list[list.length] = item; };
+  function holds(list, item) {
+    for (let i = 0; i < list.length; i++) if (list[i] === item) return true;
+    return false;
+  }
+  function joined(list, separator) {
+    let out = "";
+    for (let i = 0; i < list.length; i++) out += (i ? separator : "") + list[i];
+    return out;
+  }
+  // An array for a script, of a list's items: its own properties, which no index setter on
+  // Array.prototype takes.
+  function ownArray(list) {
+    const out = [];
+    for (let i = 0; i < list.length; i++) {
+      defineProperty(out, i, { __proto__: null, value: list[i], writable: true, enumerable: true, configurable: true });
+    }
+    return out;
+  }
+  // A copy of one of the file's objects for a script (resolvedOptions), of an ordinary
+  // prototype, its properties its own.
+  function ownCopy(o, names) {
+    const out = {};
+    for (let i = 0; i < names.length; i++) {
+      const value = o[names[i]];
+      if (value !== undefined) {
+        defineProperty(out, names[i], { __proto__: null, value, writable: true, enumerable: true, configurable: true });
+      }
+    }
+    return out;
+  }
+  // The code points of a string (a spread or for...of takes the script's string iterator).
+  function codePoints(s) {
+    const out = listOf();
+    for (let i = 0; i < s.length;) {
+      const n = apply(codePointAt, s, [i]) > 0xffff ? 2 : 1;
+      put(out, sliced(s, i, i + n));
+      i += n;
+    }
+    return out;
+  }
 
   // ---- locales ------------------------------------------------------------------------------
   const LOCALE = "en-US";
@@ -30,25 +105,32 @@
     if (locales === null) throw new NativeTypeError("Cannot convert undefined or null to object");
     if (typeof locales !== "string" && !isArray(locales)) return []; // an object: no tags
     const list = typeof locales === "string" ? [locales] : locales;
-    const out = [];
-    for (const tag of list) {
+    const out = listOf();
+    // By index, as ECMA-402's CanonicalizeLocaleList reads a list (not with its iterator).
+    for (let i = 0, n = list.length; i < n; i++) {
+      const tag = list[i];
       if (typeof tag !== "string" && (typeof tag !== "object" || tag === null)) {
         throw new NativeTypeError("Language ID should be string or object.");
       }
       const text = NativeString(tag);
-      if (!WELL_FORMED.test(text)) throw new NativeRangeError("Incorrect locale information provided");
-      out.push(text);
+      if (!matches(WELL_FORMED, text)) throw new NativeRangeError("Incorrect locale information provided");
+      put(out, text);
     }
     return out;
   }
   // The locale to format for: en-US, for no locale or a list that holds en or en-US (the
   // first of the list that is, as a browser picks); any other is refused.
+  // en or en-US, with any Unicode extension ("en-US-u-nu-latn").
+  const supported = (tag) => {
+    const u = indexIn(tag, "-u-", 0);
+    return matches(SUPPORTED, u < 0 ? tag : sliced(tag, 0, u));
+  };
   function pickLocale(locales, what) {
     const list = requested(locales);
     if (list.length === 0) return LOCALE;
-    for (const tag of list) if (SUPPORTED.test(tag.split("-u-")[0])) return LOCALE;
+    for (let i = 0; i < list.length; i++) if (supported(list[i])) return LOCALE;
     throw new NativeRangeError(
-      `${what}: a script has the en-US locale only (no locale data for ${JSON.stringify(list[0])}): ` +
+      what + ": a script has the en-US locale only (no locale data for " + stringify(list[0]) + "): " +
       "format for en-US (pass no locale or 'en-US'), or build the text yourself");
   }
 
@@ -56,15 +138,15 @@
   function optionsObject(options) {
     if (options === undefined) return { __proto__: null };
     if (options === null) throw new NativeTypeError("Cannot convert undefined or null to object");
-    return Object(options);
+    return NativeObject(options);
   }
   function getOption(options, name, values, fallback, kind) {
     let value = options[name];
     if (value === undefined) return fallback;
     if (kind === "boolean") return !!value;
     value = NativeString(value);
-    if (values !== undefined && !values.includes(value)) {
-      throw new NativeRangeError(`Value ${value} out of range for ${kind} options property ${name}`);
+    if (values !== undefined && !holds(values, value)) {
+      throw new NativeRangeError("Value " + value + " out of range for " + kind + " options property " + name);
     }
     return value;
   }
@@ -72,8 +154,8 @@
     const value = options[name];
     if (value === undefined) return fallback;
     const n = NativeNumber(value);
-    if (!(n >= min && n <= max)) throw new NativeRangeError(`${name} value is out of range.`);
-    return Math.floor(n);
+    if (!(n >= min && n <= max)) throw new NativeRangeError(name + " value is out of range.");
+    return floor(n);
   }
 
   // A getter that gives its object's function, made once and bound to the object's options,
@@ -87,11 +169,11 @@
       configurable: true,
       get() {
         const o = optionsOf(this, name);
-        let f = bound.get(this);
+        let f = weakOf(bound, this);
         if (f === undefined) {
           f = apply(bind, make(o), [undefined]);
           defineProperty(f, "name", { __proto__: null, value: "" });
-          bound.set(this, f);
+          setWeak(bound, this, f);
         }
         return f;
       },
@@ -108,8 +190,8 @@
   }
   // What an Intl object was made with (in `made`), or a TypeError for anything else.
   function receiver(made, self, tag, method) {
-    const o = made.get(self);
-    if (o === undefined) throw new NativeTypeError(`Method ${tag}.prototype.${method} called on incompatible receiver`);
+    const o = weakOf(made, self);
+    if (o === undefined) throw new NativeTypeError("Method " + tag + ".prototype." + method + " called on incompatible receiver");
     return o;
   }
 
@@ -118,41 +200,41 @@
   // it tries each run of zeros to its end).
   function withoutTrailingZeros(digits) {
     let end = digits.length;
-    while (end > 0 && digits.charCodeAt(end - 1) === 48) end--;
-    return digits.slice(0, end);
+    while (end > 0 && codeAt(digits, end - 1) === 48) end--;
+    return sliced(digits, 0, end);
   }
   // A finite non-negative value as { digits, point }: value = 0.digits * 10^point, digits
   // without leading or trailing zeros ("" for zero). From the shortest text that reads back as
   // the double, as ICU formats a double (so 1.005 rounds to 1.01, not to toFixed's 1.00).
   function decimalOf(text) {
     let mantissa = text, exponent = 0;
-    const e = text.search(/e/i);
+    const e = searched(/e/i, text);
     if (e >= 0) {
-      mantissa = text.slice(0, e);
-      exponent = NativeNumber(text.slice(e + 1));
+      mantissa = sliced(text, 0, e);
+      exponent = NativeNumber(sliced(text, e + 1));
     }
-    let dot = mantissa.indexOf(".");
+    let dot = indexIn(mantissa, ".", 0);
     if (dot < 0) dot = mantissa.length;
-    let digits = mantissa.slice(0, dot) + mantissa.slice(dot + 1);
+    let digits = sliced(mantissa, 0, dot) + sliced(mantissa, dot + 1);
     let point = dot + exponent;
-    const lead = digits.search(/[^0]/);
-    if (lead < 0) return { digits: "", point: 0 };
-    digits = digits.slice(lead);
+    const lead = searched(/[^0]/, digits);
+    if (lead < 0) return { __proto__: null, digits: "", point: 0 };
+    digits = sliced(digits, lead);
     point -= lead;
     digits = withoutTrailingZeros(digits);
-    return { digits, point };
+    return { __proto__: null, digits, point };
   }
   // Round ``d`` to keep digits up to position ``at`` (counted from the point: 2 keeps
   // hundredths, -1 tens) with rounding ``mode``, ``negative`` telling the sign.
   function roundAt(d, at, mode, negative) {
     const keep = d.point + at; // how many of d.digits stay
     if (keep >= d.digits.length) return d;
-    let kept = keep > 0 ? d.digits.slice(0, keep) : "";
-    const rest = keep >= 0 ? d.digits.slice(keep) : "0".repeat(-keep) + d.digits;
+    let kept = keep > 0 ? sliced(d.digits, 0, keep) : "";
+    const rest = keep >= 0 ? sliced(d.digits, keep) : repeated("0", -keep) + d.digits;
     // rest is non-empty and has a non-zero digit: compare it with one half
-    const first = rest.charCodeAt(0) - 48;
+    const first = codeAt(rest, 0) - 48;
     const half = first > 5 || (first === 5 && rest.length > 1) ? 1 : first === 5 ? 0 : -1;
-    const lastOdd = kept.length > 0 && (kept.charCodeAt(kept.length - 1) - 48) % 2 === 1;
+    const lastOdd = kept.length > 0 && (codeAt(kept, kept.length - 1) - 48) % 2 === 1;
     let up;
     switch (mode) {
       case "ceil": up = !negative; break;
@@ -171,33 +253,32 @@
       point = -at;
     }
     if (up) {
-      // add one at the last kept position
-      const chars = kept.split("");
-      let i = chars.length - 1;
-      while (i >= 0 && chars[i] === "9") chars[i--] = "0";
-      if (i >= 0) chars[i] = NativeString.fromCharCode(chars[i].charCodeAt(0) + 1);
+      // add one at the last kept position: the nines before it become zeros
+      let i = kept.length - 1;
+      while (i >= 0 && codeAt(kept, i) === 57) i--;
+      const zeros = repeated("0", kept.length - 1 - i);
+      if (i >= 0) kept = sliced(kept, 0, i) + fromCharCode(codeAt(kept, i) + 1) + zeros;
       else {
-        chars.unshift("1");
+        kept = "1" + zeros;
         point += 1;
       }
-      kept = chars.join("");
       if (keep <= 0) point = -at + 1, kept = "1";
     }
-    const lead = kept.search(/[^0]/);
-    if (lead < 0) return { digits: "", point: 0 };
-    return { digits: withoutTrailingZeros(kept.slice(lead)), point: point - lead };
+    const lead = searched(/[^0]/, kept);
+    if (lead < 0) return { __proto__: null, digits: "", point: 0 };
+    return { __proto__: null, digits: withoutTrailingZeros(sliced(kept, lead)), point: point - lead };
   }
   function magnitude(d) { // the exponent of the leading digit (0 for 1..9, -1 for 0.1..)
     return d.digits === "" ? 0 : d.point - 1;
   }
   // The rounded value and how many fraction digits to show at least.
   function roundFraction(d, min, max, mode, negative) {
-    return { d: roundAt(d, max, mode, negative), minFraction: min };
+    return { __proto__: null, d: roundAt(d, max, mode, negative), minFraction: min };
   }
   function roundSignificant(d, min, max, mode, negative) {
     const r = roundAt(d, max - d.point, mode, negative);
     const point = r.digits === "" ? 1 : r.point;
-    return { d: r, minFraction: Math.max(0, min - point) };
+    return { __proto__: null, d: r, minFraction: most(0, min - point) };
   }
   function rounded(d, o, negative) {
     const fraction = () => roundFraction(d, o.minimumFractionDigits, o.maximumFractionDigits, o.roundingMode, negative);
@@ -217,31 +298,33 @@
     let integer, fraction;
     if (d.point <= 0) {
       integer = "";
-      fraction = "0".repeat(-d.point) + d.digits;
+      fraction = repeated("0", -d.point) + d.digits;
     } else if (d.point >= d.digits.length) {
-      integer = d.digits + "0".repeat(d.point - d.digits.length);
+      integer = d.digits + repeated("0", d.point - d.digits.length);
       fraction = "";
     } else {
-      integer = d.digits.slice(0, d.point);
-      fraction = d.digits.slice(d.point);
+      integer = sliced(d.digits, 0, d.point);
+      fraction = sliced(d.digits, d.point);
     }
-    if (fraction.length < minFraction) fraction += "0".repeat(minFraction - fraction.length);
-    if (integer.length < minInteger) integer = "0".repeat(minInteger - integer.length) + integer;
-    return { integer, fraction };
+    if (fraction.length < minFraction) fraction += repeated("0", minFraction - fraction.length);
+    if (integer.length < minInteger) integer = repeated("0", minInteger - integer.length) + integer;
+    return { __proto__: null, integer, fraction };
   }
   function grouped(integer, grouping) {
-    if (grouping === false || integer.length <= 3) return [integer];
-    if (grouping === "min2" && integer.length <= 4) return [integer];
-    const out = [];
+    const out = listOf();
+    if (grouping === false || integer.length <= 3 || (grouping === "min2" && integer.length <= 4)) {
+      put(out, integer);
+      return out;
+    }
     let head = integer.length % 3 || 3;
-    out.push(integer.slice(0, head));
-    for (; head < integer.length; head += 3) out.push(integer.slice(head, head + 3));
+    put(out, sliced(integer, 0, head));
+    for (; head < integer.length; head += 3) put(out, sliced(integer, head, head + 3));
     return out;
   }
 
   // ---- currencies -----------------------------------------------------------------------------
   // en-US's symbols (CLDR): a currency not here shows its code and a no-break space.
-  const SYMBOLS = {
+  const SYMBOLS = { __proto__: null,
     USD: ["$", "$"], EUR: ["€", "€"], GBP: ["£", "£"], JPY: ["¥", "¥"], CNY: ["CN¥", "¥"],
     INR: ["₹", "₹"], CAD: ["CA$", "$"], AUD: ["A$", "$"], NZD: ["NZ$", "$"], HKD: ["HK$", "$"],
     MXN: ["MX$", "$"], BRL: ["R$", "R$"], KRW: ["₩", "₩"], ILS: ["₪", "₪"], TWD: ["NT$", "$"],
@@ -253,14 +336,14 @@
     EGP: ["EGP", "E£"], HUF: ["HUF", "Ft"], CZK: ["CZK", "Kč"], IDR: ["IDR", "Rp"], MYR: ["MYR", "RM"],
   };
   // ISO 4217 minor units where they are not 2 (CLDR's, as ICU uses them).
-  const DIGITS = {
+  const DIGITS = { __proto__: null,
     BHD: 3, IQD: 0, JOD: 3, KWD: 3, LYD: 3, OMR: 3, TND: 3, JPY: 0, KRW: 0, VND: 0, CLP: 0,
     ISK: 0, UGX: 0, XAF: 0, XOF: 0, XPF: 0, PYG: 0, RWF: 0, KMF: 0, GNF: 0, DJF: 0, BIF: 0,
     VUV: 0, CLF: 4, UYW: 4, ALL: 0, AMD: 2, IRR: 0, LAK: 0, LBP: 0, MGA: 0, MMK: 0, RSD: 0,
     SLE: 2, SLL: 0, SOS: 0, STD: 0, SYP: 0, YER: 0, COP: 2, IDR: 2, TWD: 2, HUF: 2, PKR: 2,
   };
   // Names for currencyDisplay "name": [one, other].
-  const NAMES = {
+  const NAMES = { __proto__: null,
     USD: ["US dollar", "US dollars"], EUR: ["euro", "euros"], GBP: ["British pound", "British pounds"],
     JPY: ["Japanese yen", "Japanese yen"], CNY: ["Chinese yuan", "Chinese yuan"],
     INR: ["Indian rupee", "Indian rupees"], CAD: ["Canadian dollar", "Canadian dollars"],
@@ -277,21 +360,22 @@
   // ---- Intl.NumberFormat ----------------------------------------------------------------------
   const numberOptions = new WeakMap();
   const STYLES = ["decimal", "percent", "currency", "unit"];
+  const GROUPINGS = ["min2", "auto", "always"];
   const ROUNDING_MODES = ["ceil", "floor", "expand", "trunc", "halfCeil", "halfFloor", "halfExpand", "halfTrunc", "halfEven"];
   function resolveNumber(locales, options) {
     const locale = pickLocale(locales, "Intl.NumberFormat");
     options = optionsObject(options);
-    const o = { locale, numberingSystem: "latn" };
+    const o = { __proto__: null, locale, numberingSystem: "latn" };
     const numbering = options.numberingSystem;
     if (numbering !== undefined && NativeString(numbering) !== "latn") {
-      throw new NativeRangeError(`numberingSystem ${NativeString(numbering)}: a script has latn (0-9) digits only`);
+      throw new NativeRangeError("numberingSystem " + NativeString(numbering) + ": a script has latn (0-9) digits only");
     }
     o.style = getOption(options, "style", STYLES, "decimal", "Intl.NumberFormat");
     let currency = options.currency;
     if (currency !== undefined) {
       currency = NativeString(currency);
-      if (!/^[a-z]{3}$/i.test(currency)) throw new NativeRangeError(`Invalid currency code : ${currency}`);
-      currency = currency.toUpperCase();
+      if (!matches(/^[a-z]{3}$/i, currency)) throw new NativeRangeError("Invalid currency code : " + currency);
+      currency = upper(currency);
     }
     const currencyDisplay = getOption(options, "currencyDisplay", ["code", "symbol", "narrowSymbol", "name"], "symbol", "Intl.NumberFormat");
     const currencySign = getOption(options, "currencySign", ["standard", "accounting"], "standard", "Intl.NumberFormat");
@@ -304,7 +388,7 @@
       if (currency === undefined) throw new NativeTypeError("Currency code is required with currency style.");
       if (currencyDisplay === "name" && NAMES[currency] === undefined) {
         throw new NativeRangeError(
-          `Intl.NumberFormat: no name for the currency ${currency} here (names for ${objectKeys(NAMES).join(", ")}): ` +
+          "Intl.NumberFormat: no name for the currency " + currency + " here (names for " + joined(objectKeys(NAMES), ", ") + "): " +
           "use currencyDisplay 'code' or 'symbol'");
       }
       o.currency = currency;
@@ -346,8 +430,8 @@
       if (hasFd) {
         let min = getNumberOption(options, "minimumFractionDigits", 0, 100, undefined);
         let max = getNumberOption(options, "maximumFractionDigits", 0, 100, undefined);
-        if (min === undefined) min = Math.min(mnfdDefault, max);
-        else if (max === undefined) max = Math.max(mxfdDefault, min);
+        if (min === undefined) min = least(mnfdDefault, max);
+        else if (max === undefined) max = most(mxfdDefault, min);
         else if (min > max) throw new NativeRangeError("maximumFractionDigits value is out of range.");
         o.minimumFractionDigits = min;
         o.maximumFractionDigits = max;
@@ -375,8 +459,8 @@
     else if (grouping === false || grouping === null || grouping === 0 || grouping === "") grouping = false;
     else {
       grouping = NativeString(grouping);
-      if (!["min2", "auto", "always"].includes(grouping)) {
-        throw new NativeRangeError(`Value ${grouping} out of range for Intl.NumberFormat options property useGrouping`);
+      if (!holds(GROUPINGS, grouping)) {
+        throw new NativeRangeError("Value " + grouping + " out of range for Intl.NumberFormat options property useGrouping");
       }
     }
     o.useGrouping = grouping;
@@ -400,8 +484,7 @@
       negative = x < 0n;
       d = decimalOf(NativeString(negative ? -x : x));
     } else if (typeof x === "string" && exactDecimal(x) !== undefined) {
-      const t = x.trim();
-      negative = t[0] === "-";
+      negative = codeAt(trimmed(x), 0) === 45; // "-"
       d = exactDecimal(x);
     } else {
       const n = NativeNumber(x);
@@ -410,18 +493,18 @@
       else if (n === Infinity || n === -Infinity) special = "infinity";
       else d = decimalOf(NativeString(negative ? -n : n));
     }
-    const parts = [];
+    const parts = listOf();
     let exponent = 0, compact = 0, minFraction = 0;
     if (special === undefined) {
-      if (o.style === "percent" && d.digits !== "") d = { digits: d.digits, point: d.point + 2 };
+      if (o.style === "percent" && d.digits !== "") d = { __proto__: null, digits: d.digits, point: d.point + 2 };
       if (o.notation !== "standard") {
         // The exponent to show (or, compact, the power of a thousand to name), taken again
         // from the rounded value when rounding carries it over (999,999 is 1M, not 1000K).
         const exponentFor = (m) =>
           o.notation === "scientific" ? m
-            : o.notation === "engineering" ? Math.floor(m / 3) * 3
-              : m < 3 ? 0 : Math.min(Math.floor(m / 3), 4) * 3;
-        const scaled = (e) => rounded({ digits: d.digits, point: d.digits === "" ? 0 : d.point - e }, o, negative);
+            : o.notation === "engineering" ? floor(m / 3) * 3
+              : m < 3 ? 0 : least(floor(m / 3), 4) * 3;
+        const scaled = (e) => rounded({ __proto__: null, digits: d.digits, point: d.digits === "" ? 0 : d.point - e }, o, negative);
         let e = exponentFor(magnitude(d));
         let r = scaled(e);
         const carried = exponentFor(r.d.digits === "" ? e : magnitude(r.d) + e);
@@ -459,56 +542,59 @@
         if (symbols === undefined) { currency = o.currency; spaced = true; }
         else {
           currency = o.currencyDisplay === "narrowSymbol" && symbols.length > 1 ? symbols[1] : symbols[0];
-          spaced = /[A-Za-z]$/.test(currency);
+          spaced = matches(/[A-Za-z]$/, currency);
         }
       }
     }
-    if (accounting) parts.push({ type: "literal", value: "(" });
-    else if (sign) parts.push({ type: sign === "-" ? "minusSign" : "plusSign", value: sign });
+    if (accounting) put(parts, { type: "literal", value: "(" });
+    else if (sign) put(parts, { type: sign === "-" ? "minusSign" : "plusSign", value: sign });
     if (currency) {
-      parts.push({ type: "currency", value: currency });
-      if (spaced && special === undefined) parts.push({ type: "literal", value: "\u00a0" }); // by a digit only
+      put(parts, { type: "currency", value: currency });
+      if (spaced && special === undefined) put(parts, { type: "literal", value: "\u00a0" }); // by a digit only
     }
     let pluralOne = false;
-    if (special === "nan") parts.push({ type: "nan", value: "NaN" });
-    else if (special === "infinity") parts.push({ type: "infinity", value: "∞" });
+    if (special === "nan") put(parts, { type: "nan", value: "NaN" });
+    else if (special === "infinity") put(parts, { type: "infinity", value: "∞" });
     else {
       const { integer, fraction } = split(d, minFraction, o.minimumIntegerDigits);
       let shownFraction = fraction;
-      if (o.trailingZeroDisplay === "stripIfInteger" && /^0*$/.test(fraction)) shownFraction = "";
+      if (o.trailingZeroDisplay === "stripIfInteger" && matches(/^0*$/, fraction)) shownFraction = "";
       // en-US groups a compact number from five digits on unless told "always".
       const grouping = o.notation === "compact" && o.useGrouping === "auto" ? "min2" : o.useGrouping;
       const groups = grouped(integer === "" ? "0" : integer, grouping);
-      groups.forEach((g, i) => {
-        if (i) parts.push({ type: "group", value: "," });
-        parts.push({ type: "integer", value: g });
-      });
+      for (let i = 0; i < groups.length; i++) {
+        if (i) put(parts, { type: "group", value: "," });
+        put(parts, { type: "integer", value: groups[i] });
+      }
       if (shownFraction) {
-        parts.push({ type: "decimal", value: "." });
-        parts.push({ type: "fraction", value: shownFraction });
+        put(parts, { type: "decimal", value: "." });
+        put(parts, { type: "fraction", value: shownFraction });
       }
       // CLDR's "one" in English: the integer 1, no fraction shown, no exponent or suffix.
-      pluralOne = /^0*1$/.test(integer) && shownFraction === "" && o.notation !== "scientific" &&
+      pluralOne = matches(/^0*1$/, integer) && shownFraction === "" && o.notation !== "scientific" &&
         o.notation !== "engineering" && !compact;
       if (o.notation === "scientific" || o.notation === "engineering") {
-        parts.push({ type: "exponentSeparator", value: "E" });
-        if (exponent < 0) parts.push({ type: "exponentMinusSign", value: "-" });
-        parts.push({ type: "exponentInteger", value: NativeString(Math.abs(exponent)) });
+        put(parts, { type: "exponentSeparator", value: "E" });
+        if (exponent < 0) put(parts, { type: "exponentMinusSign", value: "-" });
+        put(parts, { type: "exponentInteger", value: NativeString(abs(exponent)) });
       }
       if (compact) {
         // With a currency's symbol or code, the compact form is the short one.
         const long = o.compactDisplay === "long" && (o.style !== "currency" || o.currencyDisplay === "name");
         const word = (long ? COMPACT_LONG : COMPACT_SHORT)[compact];
-        if (word[0] === " ") parts.push({ type: "literal", value: " " }, { type: "compact", value: word.slice(1) });
-        else parts.push({ type: "compact", value: word });
+        if (codeAt(word, 0) === 32) { // " "
+          put(parts, { type: "literal", value: " " });
+          put(parts, { type: "compact", value: sliced(word, 1) });
+        } else put(parts, { type: "compact", value: word });
       }
     }
-    if (o.style === "percent") parts.push({ type: "percentSign", value: "%" });
+    if (o.style === "percent") put(parts, { type: "percentSign", value: "%" });
     if (o.style === "currency" && o.currencyDisplay === "name") {
       const names = NAMES[o.currency];
-      parts.push({ type: "literal", value: " " }, { type: "currency", value: pluralOne ? names[0] : names[1] });
+      put(parts, { type: "literal", value: " " });
+      put(parts, { type: "currency", value: pluralOne ? names[0] : names[1] });
     }
-    if (accounting) parts.push({ type: "literal", value: ")" });
+    if (accounting) put(parts, { type: "literal", value: ")" });
     return parts;
   }
   // A decimal string's exact value (ECMA-402 formats "12345678901234567890.5" without going
@@ -517,11 +603,12 @@
   function exactDecimal(x) {
     // (one way to match any text: a regular expression that could split a run of digits
     // two ways takes time in the square of its length to refuse one)
-    if (!/^\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?\s*$/i.test(x)) return undefined;
-    const d = decimalOf(x.trim().replace(/^[+-]/, ""));
+    if (!matches(/^\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?\s*$/i, x)) return undefined;
+    const t = trimmed(x), c = codeAt(t, 0);
+    const d = decimalOf(c === 43 || c === 45 ? sliced(t, 1) : t); // without its + or -
     return d.digits !== "" && (d.point > 400 || d.point < -400) ? undefined : d;
   }
-  const join = (parts) => { let s = ""; for (const p of parts) s += p.value; return s; };
+  const join = (parts) => { let s = ""; for (let i = 0; i < parts.length; i++) s += parts[i].value; return s; };
 
   function formatNumber(o, x) {
     return join(numberParts(o, x));
@@ -537,26 +624,20 @@
     return NativeNumber(x);
   }
 
+  const NUMBER_RESOLVED = ["locale", "numberingSystem", "style", "currency", "currencyDisplay", "currencySign",
+    "minimumIntegerDigits", "minimumFractionDigits", "maximumFractionDigits",
+    "minimumSignificantDigits", "maximumSignificantDigits", "useGrouping", "notation",
+    "compactDisplay", "signDisplay", "roundingMode", "roundingIncrement", "trailingZeroDisplay",
+    "roundingPriority"];
   function NumberFormat(locales, options) {
     if (!new.target) return new NumberFormat(locales, options);
-    numberOptions.set(this, resolveNumber(locales, options));
+    setWeak(numberOptions, this, resolveNumber(locales, options));
   }
   const numberThis = (self, method) => receiver(numberOptions, self, "Intl.NumberFormat", method);
   boundGetter(NumberFormat.prototype, "format", numberThis, (o) => (x) => formatNumber(o, toNumeric(x)));
   const numberMethods = {
-    formatToParts(x) { return numberParts(numberThis(this, "formatToParts"), toNumeric(x)); },
-    resolvedOptions() {
-      const o = numberThis(this, "resolvedOptions");
-      const out = {};
-      for (const k of ["locale", "numberingSystem", "style", "currency", "currencyDisplay", "currencySign",
-        "minimumIntegerDigits", "minimumFractionDigits", "maximumFractionDigits",
-        "minimumSignificantDigits", "maximumSignificantDigits", "useGrouping", "notation",
-        "compactDisplay", "signDisplay", "roundingMode", "roundingIncrement", "trailingZeroDisplay",
-        "roundingPriority"]) {
-        if (o[k] !== undefined) out[k] = o[k];
-      }
-      return out;
-    },
+    formatToParts(x) { return ownArray(numberParts(numberThis(this, "formatToParts"), toNumeric(x))); },
+    resolvedOptions() { return ownCopy(numberThis(this, "resolvedOptions"), NUMBER_RESOLVED); },
   };
   methodsOf(NumberFormat, "Intl.NumberFormat", numberMethods);
 
@@ -593,13 +674,13 @@
   const LETTER_BASE = rank; // a letter's primary: LETTER_BASE + 2 * (its index in a..z) (+1: after it)
   const OTHER_BASE = LETTER_BASE + 60; // other scripts: OTHER_BASE + the lowercase's code point
   const secondaryOf = new Map();
-  MARKS.split(" ").forEach((h, i) => secondaryOf.set(NativeNumber.parseInt(h, 16), COMMON + 1 + i));
+  MARKS.split(" ").forEach((h, i) => secondaryOf.set(parseInteger(h, 16), COMMON + 1 + i));
   const STROKE = secondaryOf.get(0x338);
   const UNKNOWN_MARK = COMMON + 200;
-  const letter = (c, after = 0) => LETTER_BASE + 2 * (c.charCodeAt(0) - 97) + after;
+  const letter = (c, after = 0) => LETTER_BASE + 2 * (codeAt(c, 0) - 97) + after;
   // Latin letters NFD does not take apart: [their letters, a secondary that sets them apart
   // (0: none), primary offset (1: a letter of its own after the first)].
-  const SPECIAL = {
+  const SPECIAL = { __proto__: null,
     "æ": ["ae", STROKE], "œ": ["oe", STROKE], "ß": ["ss", STROKE], "ð": ["d", STROKE],
     "đ": ["d", STROKE], "ø": ["o", STROKE], "ł": ["l", STROKE], "ŀ": ["l", STROKE],
     "ħ": ["h", STROKE], "ſ": ["s", STROKE], "ĳ": ["ij", 0], "ı": ["i", 0, 1], "ĸ": ["q", 0, 1],
@@ -609,37 +690,39 @@
   const MARK = /\p{M}/u;
   const LOWER_LATIN = /[a-z]/;
   function elements(text, numeric) {
-    const out = []; // flat: primary, secondary, tertiary, variable (1: punctuation or space)
-    const push = (p, s, t, v) => { out.push(p, s, t, v); };
-    const chars = [...apply(normalize, NativeString(text), ["NFD"])];
+    const out = listOf(); // flat: primary, secondary, tertiary, variable (1: punctuation or space)
+    const push = (p, s, t, v) => { put(out, p); put(out, s); put(out, t); put(out, v); };
+    const chars = codePoints(apply(normalize, NativeString(text), ["NFD"]));
     for (let i = 0; i < chars.length; i++) {
       const c = chars[i];
       const cp = apply(codePointAt, c, [0]);
-      if (IGNORABLE.test(c)) continue;
-      if (MARK.test(c)) { push(0, secondaryOf.get(cp) ?? UNKNOWN_MARK, COMMON, 0); continue; }
+      if (matches(IGNORABLE, c)) continue;
+      if (matches(MARK, c)) { push(0, apply(mapGet, secondaryOf, [cp]) ?? UNKNOWN_MARK, COMMON, 0); continue; }
       if (numeric && cp >= 48 && cp <= 57) {
         let j = i;
         while (j < chars.length && chars[j] >= "0" && chars[j] <= "9") j++;
-        const digits = chars.slice(i, j).join("").replace(/^0+(?=\d)/, "");
+        // the number's digits, without its leading zeros (but one)
+        let k = i;
+        while (k < j - 1 && chars[k] === "0") k++;
         // One element that sorts as a digit, then the number's length and digits (compared
         // only against another number's).
         push(DIGIT_BASE, COMMON, COMMON, 0);
-        push(digits.length, 0, 0, 0);
-        for (const d of digits) push(d.charCodeAt(0) - 47, 0, 0, 0);
+        push(j - k, 0, 0, 0);
+        for (; k < j; k++) push(codeAt(chars[k], 0) - 47, 0, 0, 0);
         i = j - 1;
         continue;
       }
-      const lower = c.toLowerCase();
-      const tertiary = lower !== c ? UPPER : COMMON;
-      if (LOWER_LATIN.test(lower) && lower.length === 1) { push(letter(lower), COMMON, tertiary, 0); continue; }
-      const special = SPECIAL[lower];
+      const small = lower(c);
+      const tertiary = small !== c ? UPPER : COMMON;
+      if (matches(LOWER_LATIN, small) && small.length === 1) { push(letter(small), COMMON, tertiary, 0); continue; }
+      const special = SPECIAL[small];
       if (special !== undefined) {
-        const [base, secondary, after = 0] = special;
+        const base = special[0], secondary = special[1], after = special[2] ?? 0;
         for (let k = 0; k < base.length; k++) push(letter(base[k], after), COMMON, tertiary, 0);
         if (secondary) push(0, secondary, COMMON, 0);
         continue;
       }
-      const known = primaryOf.get(c);
+      const known = apply(mapGet, primaryOf, [c]);
       if (known !== undefined) { push(known[0], known[1], known[2], known[0] <= LAST_VARIABLE ? 1 : 0); continue; }
       const compatible = apply(normalize, c, ["NFKD"]);
       if (compatible !== c) { // ¹, ª, ™, fullwidth letters: what they stand for, a tertiary apart
@@ -647,7 +730,7 @@
         for (let k = 0; k < parts.length; k += 4) push(parts[k], parts[k + 1], parts[k + 2] + 2, parts[k + 3]);
         continue;
       }
-      push(OTHER_BASE + apply(codePointAt, lower, [0]), COMMON, tertiary, 0);
+      push(OTHER_BASE + apply(codePointAt, small, [0]), COMMON, tertiary, 0);
     }
     return out;
   }
@@ -671,24 +754,28 @@
   // The case level of sensitivity "case": the primaries' case, accents ignored.
   function compareCase(a, b, skipVariable, caseFirst) {
     const cases = (e) => {
-      const out = [];
-      for (let i = 0; i < e.length; i += 4) if (e[i] !== 0 && !(skipVariable && e[i + 3])) out.push(0, 0, e[i + 2], 0);
+      const out = listOf();
+      for (let i = 0; i < e.length; i += 4) {
+        if (e[i] !== 0 && !(skipVariable && e[i + 3])) { put(out, 0); put(out, 0); put(out, e[i + 2]); put(out, 0); }
+      }
       return out;
     };
     return compareLevel(cases(a), cases(b), 2, false, caseFirst);
   }
   const collatorOptions = new WeakMap();
+  const COLLATIONS = ["default", "standard"];
+  const COLLATOR_RESOLVED = ["locale", "usage", "sensitivity", "ignorePunctuation", "collation", "numeric", "caseFirst"];
   function resolveCollator(locales, options) {
     const locale = pickLocale(locales, "Intl.Collator");
     options = optionsObject(options);
-    const o = { locale };
+    const o = { __proto__: null, locale };
     o.usage = getOption(options, "usage", ["sort", "search"], "sort", "Intl.Collator");
     o.sensitivity = getOption(options, "sensitivity", ["base", "accent", "case", "variant"], "variant", "Intl.Collator");
     o.ignorePunctuation = getOption(options, "ignorePunctuation", undefined, false, "boolean");
     o.collation = "default";
     const collation = options.collation;
-    if (collation !== undefined && !["default", "standard"].includes(NativeString(collation))) {
-      throw new NativeRangeError(`Intl.Collator: a script has the default collation only, not ${NativeString(collation)}`);
+    if (collation !== undefined && !holds(COLLATIONS, NativeString(collation))) {
+      throw new NativeRangeError("Intl.Collator: a script has the default collation only, not " + NativeString(collation));
     }
     o.numeric = getOption(options, "numeric", undefined, false, "boolean");
     o.caseFirst = getOption(options, "caseFirst", ["upper", "lower", "false"], "false", "Intl.Collator");
@@ -706,12 +793,12 @@
   }
   function Collator(locales, options) {
     if (!new.target) return new Collator(locales, options);
-    collatorOptions.set(this, resolveCollator(locales, options));
+    setWeak(collatorOptions, this, resolveCollator(locales, options));
   }
   const collatorThis = (self, method) => receiver(collatorOptions, self, "Intl.Collator", method);
   boundGetter(Collator.prototype, "compare", collatorThis, (o) => (x, y) => collate(o, NativeString(x), NativeString(y)));
   methodsOf(Collator, "Intl.Collator", {
-    resolvedOptions() { return { ...collatorThis(this, "resolvedOptions") }; },
+    resolvedOptions() { return ownCopy(collatorThis(this, "resolvedOptions"), COLLATOR_RESOLVED); },
   });
 
   // ---- Intl.DateTimeFormat -----------------------------------------------------------------
@@ -724,32 +811,37 @@
   const TIME_FIELDS = ["dayPeriod", "hour", "minute", "second", "fractionalSecondDigits"];
   const dateOptions = new WeakMap();
   const STYLE_VALUES = ["full", "long", "medium", "short"];
+  const CALENDARS = ["gregory", "iso8601"];
+  const FIELDS = ["weekday", "era", "year", "month", "day", "dayPeriod", "hour", "minute", "second",
+    "fractionalSecondDigits", "timeZoneName"];
+  const DATE_RESOLVED = ["locale", "calendar", "numberingSystem", "timeZone", "hourCycle", "hour12", ...FIELDS,
+    "dateStyle", "timeStyle"];
   function resolveDate(locales, options, required, defaults) {
     const locale = pickLocale(locales, "Intl.DateTimeFormat");
     options = optionsObject(options);
-    const o = { locale, calendar: "gregory", numberingSystem: "latn" };
+    const o = { __proto__: null, locale, calendar: "gregory", numberingSystem: "latn" };
     const calendar = options.calendar;
-    if (calendar !== undefined && !["gregory", "iso8601"].includes(NativeString(calendar))) {
-      throw new NativeRangeError(`Intl.DateTimeFormat: a script has the gregorian calendar only, not ${NativeString(calendar)}`);
+    if (calendar !== undefined && !holds(CALENDARS, NativeString(calendar))) {
+      throw new NativeRangeError("Intl.DateTimeFormat: a script has the gregorian calendar only, not " + NativeString(calendar));
     }
     const numbering = options.numberingSystem;
     if (numbering !== undefined && NativeString(numbering) !== "latn") {
-      throw new NativeRangeError(`numberingSystem ${NativeString(numbering)}: a script has latn (0-9) digits only`);
+      throw new NativeRangeError("numberingSystem " + NativeString(numbering) + ": a script has latn (0-9) digits only");
     }
     const hour12 = options.hour12 === undefined ? undefined : !!options.hour12;
     let hourCycle = getOption(options, "hourCycle", ["h11", "h12", "h23", "h24"], undefined, "Intl.DateTimeFormat");
     let timeZone = options.timeZone;
     if (timeZone !== undefined) {
       timeZone = NativeString(timeZone);
-      if (!UTC_NAMES.test(timeZone)) {
+      if (!matches(UTC_NAMES, timeZone)) {
         throw new NativeRangeError(
-          `Intl.DateTimeFormat: a script runs in UTC and has no time zone data (timeZone ${JSON.stringify(timeZone)}): ` +
+          "Intl.DateTimeFormat: a script runs in UTC and has no time zone data (timeZone " + stringify(timeZone) + "): " +
           "format in UTC (timeZone 'UTC' or none), or shift the time yourself by the zone's offset " +
           "(new Date(t + offsetHours * 3600000)) and say which zone it is");
       }
     }
     o.timeZone = "UTC";
-    const fields = {
+    const fields = { __proto__: null,
       weekday: getOption(options, "weekday", ["narrow", "short", "long"], undefined, "Intl.DateTimeFormat"),
       era: getOption(options, "era", ["narrow", "short", "long"], undefined, "Intl.DateTimeFormat"),
       year: getOption(options, "year", ["2-digit", "numeric"], undefined, "Intl.DateTimeFormat"),
@@ -767,8 +859,9 @@
     const dateStyle = getOption(options, "dateStyle", STYLE_VALUES, undefined, "Intl.DateTimeFormat");
     const timeStyle = getOption(options, "timeStyle", STYLE_VALUES, undefined, "Intl.DateTimeFormat");
     if (dateStyle !== undefined || timeStyle !== undefined) {
-      for (const k of objectKeys(fields)) {
-        if (fields[k] !== undefined) throw new NativeTypeError(`Can't set option ${k} when ${dateStyle !== undefined ? "dateStyle" : "timeStyle"} is used`);
+      for (let i = 0; i < FIELDS.length; i++) {
+        const k = FIELDS[i];
+        if (fields[k] !== undefined) throw new NativeTypeError("Can't set option " + k + " when " + (dateStyle !== undefined ? "dateStyle" : "timeStyle") + " is used");
       }
       if (required === "date" && timeStyle !== undefined) throw new NativeTypeError("Invalid option : timeStyle");
       if (required === "time" && dateStyle !== undefined) throw new NativeTypeError("Invalid option : dateStyle");
@@ -777,10 +870,10 @@
     } else {
       let needDefaults = true;
       if (required === "date" || required === "any") {
-        for (const k of DATE_FIELDS) if (fields[k] !== undefined) needDefaults = false;
+        for (let i = 0; i < DATE_FIELDS.length; i++) if (fields[DATE_FIELDS[i]] !== undefined) needDefaults = false;
       }
       if (required === "time" || required === "any") {
-        for (const k of TIME_FIELDS) if (fields[k] !== undefined) needDefaults = false;
+        for (let i = 0; i < TIME_FIELDS.length; i++) if (fields[TIME_FIELDS[i]] !== undefined) needDefaults = false;
       }
       if (needDefaults && (defaults === "date" || defaults === "all")) {
         fields.year = fields.month = fields.day = "numeric";
@@ -797,17 +890,16 @@
       o.hourCycle = hourCycle;
       o.hour12 = hourCycle === "h11" || hourCycle === "h12";
     }
-    for (const k of ["weekday", "era", "year", "month", "day", "dayPeriod", "hour", "minute", "second", "fractionalSecondDigits", "timeZoneName"]) {
-      if (fields[k] !== undefined) o[k] = fields[k];
-    }
+    for (let i = 0; i < FIELDS.length; i++) if (fields[FIELDS[i]] !== undefined) o[FIELDS[i]] = fields[FIELDS[i]];
     return o;
   }
   const pad2 = (n) => (n < 10 ? "0" : "") + n;
   function fieldsOf(t) {
     const d = new NativeDate(t);
-    return {
-      year: d.getUTCFullYear(), month: d.getUTCMonth(), day: d.getUTCDate(), weekday: d.getUTCDay(),
-      hour: d.getUTCHours(), minute: d.getUTCMinutes(), second: d.getUTCSeconds(), ms: d.getUTCMilliseconds(),
+    const read = (get) => apply(get, d, []);
+    return { __proto__: null,
+      year: read(getUTCFullYear), month: read(getUTCMonth), day: read(getUTCDate), weekday: read(getUTCDay),
+      hour: read(getUTCHours), minute: read(getUTCMinutes), second: read(getUTCSeconds), ms: read(getUTCMilliseconds),
     };
   }
   function dayPeriodOf(hour, minute, second, width) {
@@ -820,17 +912,18 @@
   // The parts of time t as formatToParts gives them.
   function dateParts(o, t) {
     const f = fieldsOf(t);
-    const parts = [];
+    const parts = listOf();
     const lit = (value) => {
       const last = parts[parts.length - 1];
       if (last !== undefined && last.type === "literal") last.value += value;
-      else parts.push({ type: "literal", value });
+      else put(parts, { type: "literal", value });
     };
-    const part = (type, value) => parts.push({ type, value: NativeString(value) });
+    const part = (type, value) => put(parts, { type, value: NativeString(value) });
     const eraYear = f.year <= 0 ? 1 - f.year : f.year;
     const yearText = (style) => style === "2-digit" ? pad2(eraYear % 100) : NativeString(eraYear);
-    const textMonth = (style) => style === "long" ? MONTHS[f.month] : style === "short" ? MONTHS[f.month].slice(0, 3) : MONTHS[f.month][0];
-    const textWeekday = (style) => style === "long" ? WEEKDAYS[f.weekday] : style === "short" ? WEEKDAYS[f.weekday].slice(0, 3) : WEEKDAYS[f.weekday][0];
+    const shortened = (name, style) => style === "long" ? name : sliced(name, 0, style === "short" ? 3 : 1);
+    const textMonth = (style) => shortened(MONTHS[f.month], style);
+    const textWeekday = (style) => shortened(WEEKDAYS[f.weekday], style);
     let { weekday, era, year, month, day, hour, minute, second, fractionalSecondDigits, timeZoneName, dayPeriod } = o;
     let joiner = ", ";
     if (o.dateStyle !== undefined) {
@@ -911,7 +1004,7 @@
       }
       if (fractionalSecondDigits !== undefined) {
         if (second !== undefined) lit(".");
-        const ms = NativeString(f.ms + 1000).slice(1, 1 + fractionalSecondDigits);
+        const ms = sliced(NativeString(f.ms + 1000), 1, 1 + fractionalSecondDigits);
         part("fractionalSecond", ms);
       }
       if (hour !== undefined && (cycle === "h11" || cycle === "h12")) {
@@ -932,9 +1025,11 @@
     return parts;
   }
   function timeValue(x) {
+    // (the engine's Date.now, looked up at the call: the prelude sets it to the run's clock
+    // after this file loads, and a script cannot reach it, its Date being the prelude's)
     const t = x === undefined ? NativeDate.now() : NativeNumber(typeof x === "object" && x !== null ? apply(getTime, x, []) : x);
-    if (!(NativeNumber.isFinite(t) && Math.abs(t) <= 8.64e15)) throw new NativeRangeError("Invalid time value");
-    return Math.trunc(t) + 0;
+    if (!(isFinite(t) && abs(t) <= 8.64e15)) throw new NativeRangeError("Invalid time value");
+    return trunc(t) + 0;
   }
   function dateValue(x) { // what format takes: a Date, a number, or nothing (now)
     if (x === undefined) return timeValue(undefined);
@@ -947,13 +1042,13 @@
   }
   function DateTimeFormat(locales, options) {
     if (!new.target) return new DateTimeFormat(locales, options);
-    dateOptions.set(this, resolveDate(locales, options, "any", "date"));
+    setWeak(dateOptions, this, resolveDate(locales, options, "any", "date"));
   }
   const dateThis = (self, method) => receiver(dateOptions, self, "Intl.DateTimeFormat", method);
   boundGetter(DateTimeFormat.prototype, "format", dateThis, (o) => (x) => join(dateParts(o, dateValue(x))));
   const dateMethods = {
-    formatToParts(x) { return dateParts(dateThis(this, "formatToParts"), dateValue(x)); },
-    resolvedOptions() { return { ...dateThis(this, "resolvedOptions") }; },
+    formatToParts(x) { return ownArray(dateParts(dateThis(this, "formatToParts"), dateValue(x))); },
+    resolvedOptions() { return ownCopy(dateThis(this, "resolvedOptions"), DATE_RESOLVED); },
   };
   methodsOf(DateTimeFormat, "Intl.DateTimeFormat", dateMethods);
   function formatDate(x, locales, options, required, defaults) {
@@ -969,12 +1064,13 @@
     "minimumSignificantDigits", "maximumSignificantDigits", "roundingPriority", "roundingIncrement",
     "roundingMode", "trailingZeroDisplay"];
   const pluralOptions = new WeakMap();
+  const PLURAL_RESOLVED = ["locale", "type"];
   function pluralOf(o, x) {
     const shown = formatNumber(o.digits, NativeNumber(x));
-    if (o.type === "cardinal") return /^-?0*1$/.test(shown) ? "one" : "other";
-    // An ordinal goes by the number shown, "101.0" as 101.
-    const value = NativeNumber(shown.replace("-", ""));
-    if (!NativeNumber.isInteger(value)) return "other";
+    if (o.type === "cardinal") return matches(/^-?0*1$/, shown) ? "one" : "other";
+    // An ordinal goes by the number shown (without its sign), "101.0" as 101.
+    const value = NativeNumber(codeAt(shown, 0) === 45 ? sliced(shown, 1) : shown);
+    if (!isInteger(value)) return "other";
     const n = value % 100;
     if (n % 10 === 1 && n !== 11) return "one";
     if (n % 10 === 2 && n !== 12) return "two";
@@ -986,9 +1082,12 @@
     const locale = pickLocale(locales, "Intl.PluralRules");
     options = optionsObject(options);
     const type = getOption(options, "type", ["cardinal", "ordinal"], "cardinal", "Intl.PluralRules");
-    const digitOptions = { useGrouping: false };
-    for (const k of DIGIT_OPTIONS) if (options[k] !== undefined) digitOptions[k] = options[k];
-    pluralOptions.set(this, { locale, type, digits: resolveNumber(locale, digitOptions) });
+    const digitOptions = { __proto__: null, useGrouping: false };
+    for (let i = 0; i < DIGIT_OPTIONS.length; i++) {
+      const k = DIGIT_OPTIONS[i];
+      if (options[k] !== undefined) digitOptions[k] = options[k];
+    }
+    setWeak(pluralOptions, this, { __proto__: null, locale, type, digits: resolveNumber(locale, digitOptions) });
   }
   const pluralThis = (self, method) => receiver(pluralOptions, self, "Intl.PluralRules", method);
   const pluralMethods = {
@@ -1001,62 +1100,69 @@
     },
     resolvedOptions() {
       const o = pluralThis(this, "resolvedOptions");
-      const out = { locale: o.locale, type: o.type };
-      for (const k of DIGIT_OPTIONS) if (o.digits[k] !== undefined) out[k] = o.digits[k];
-      out.pluralCategories = o.type === "cardinal" ? ["one", "other"] : ["few", "one", "two", "other"];
+      const out = ownCopy(o, PLURAL_RESOLVED);
+      const digits = ownCopy(o.digits, DIGIT_OPTIONS);
+      const names = objectKeys(digits);
+      for (let i = 0; i < names.length; i++) {
+        defineProperty(out, names[i], { __proto__: null, value: digits[names[i]], writable: true, enumerable: true, configurable: true });
+      }
+      const categories = o.type === "cardinal" ? ["one", "other"] : ["few", "one", "two", "other"];
+      defineProperty(out, "pluralCategories", { __proto__: null, value: categories, writable: true, enumerable: true, configurable: true });
       return out;
     },
   };
   methodsOf(PluralRules, "Intl.PluralRules", pluralMethods);
 
   // ListFormat's glue: [between two, between the first ones, before the last of three or more].
-  const LIST_GLUE = {
+  const LIST_GLUE = { __proto__: null,
     conjunction: { long: [" and ", ", ", ", and "], short: [" & ", ", ", ", & "], narrow: [", ", ", ", ", "] },
     disjunction: { long: [" or ", ", ", ", or "], short: [" or ", ", ", ", or "], narrow: [" or ", ", ", ", or "] },
     unit: { long: [", ", ", ", ", "], short: [", ", ", ", ", "], narrow: [" ", " ", " "] },
   };
   const listOptions = new WeakMap();
+  const LIST_RESOLVED = ["locale", "type", "style"];
   function ListFormat(locales, options) {
     if (!new.target) throw new NativeTypeError("Constructor Intl.ListFormat requires 'new'");
     const locale = pickLocale(locales, "Intl.ListFormat");
     options = optionsObject(options);
     const type = getOption(options, "type", ["conjunction", "disjunction", "unit"], "conjunction", "Intl.ListFormat");
     const style = getOption(options, "style", ["long", "short", "narrow"], "long", "Intl.ListFormat");
-    listOptions.set(this, { locale, type, style });
+    setWeak(listOptions, this, { __proto__: null, locale, type, style });
   }
   function listParts(self, list, method) {
     const o = receiver(listOptions, self, "Intl.ListFormat", method);
-    const items = [];
+    const items = listOf();
     if (list !== undefined) {
+      // with the list's own iterator, as ECMA-402's StringListFromIterable (and Node.js) read it
       for (const item of list) {
-        if (typeof item !== "string") throw new NativeTypeError(`Iterable yielded ${NativeString(item)} which is not a string`);
-        items.push(item);
+        if (typeof item !== "string") throw new NativeTypeError("Iterable yielded " + NativeString(item) + " which is not a string");
+        put(items, item);
       }
     }
-    const [pair, middle, end] = LIST_GLUE[o.type][o.style];
-    const parts = [];
-    items.forEach((item, i) => {
-      if (i) parts.push({ type: "literal", value: items.length === 2 ? pair : i === items.length - 1 ? end : middle });
-      parts.push({ type: "element", value: item });
-    });
+    const glue = LIST_GLUE[o.type][o.style];
+    const parts = listOf();
+    for (let i = 0; i < items.length; i++) {
+      if (i) put(parts, { type: "literal", value: items.length === 2 ? glue[0] : i === items.length - 1 ? glue[2] : glue[1] });
+      put(parts, { type: "element", value: items[i] });
+    }
     return parts;
   }
   const listMethods = {
     format(list) { return join(listParts(this, list, "format")); },
-    formatToParts(list) { return listParts(this, list, "formatToParts"); },
-    resolvedOptions() { return { ...receiver(listOptions, this, "Intl.ListFormat", "resolvedOptions") }; },
+    formatToParts(list) { return ownArray(listParts(this, list, "formatToParts")); },
+    resolvedOptions() { return ownCopy(receiver(listOptions, this, "Intl.ListFormat", "resolvedOptions"), LIST_RESOLVED); },
   };
   methodsOf(ListFormat, "Intl.ListFormat", listMethods);
 
   // RelativeTimeFormat's units: [long one, long other, short one, short other, narrow suffix].
-  const TIME_UNITS = {
+  const TIME_UNITS = { __proto__: null,
     second: ["second", "seconds", "sec.", "sec.", "s"], minute: ["minute", "minutes", "min.", "min.", "m"],
     hour: ["hour", "hours", "hr.", "hr.", "h"], day: ["day", "days", "day", "days", "d"],
     week: ["week", "weeks", "wk.", "wk.", "w"], month: ["month", "months", "mo.", "mo.", "mo"],
     quarter: ["quarter", "quarters", "qtr.", "qtrs.", "q"], year: ["year", "years", "yr.", "yr.", "y"],
   };
   // numeric "auto": the words for -1, 0 and 1 of a unit ([long, short and narrow]).
-  const TIME_WORDS = {
+  const TIME_WORDS = { __proto__: null,
     second: { 0: ["now", "now", "now"] },
     minute: { 0: ["this minute", "this minute", "this minute"] },
     hour: { 0: ["this hour", "this hour", "this hour"] },
@@ -1070,6 +1176,7 @@
     };
   }
   const relativeOptions = new WeakMap();
+  const RELATIVE_RESOLVED = ["locale", "style", "numeric", "numberingSystem"];
   let relativeNumber; // the numbers' format: en-US's default
   function RelativeTimeFormat(locales, options) {
     if (!new.target) throw new NativeTypeError("Constructor Intl.RelativeTimeFormat requires 'new'");
@@ -1077,47 +1184,56 @@
     options = optionsObject(options);
     const style = getOption(options, "style", ["long", "short", "narrow"], "long", "Intl.RelativeTimeFormat");
     const numeric = getOption(options, "numeric", ["always", "auto"], "always", "Intl.RelativeTimeFormat");
-    relativeOptions.set(this, { locale, style, numeric, numberingSystem: "latn" });
+    setWeak(relativeOptions, this, { __proto__: null, locale, style, numeric, numberingSystem: "latn" });
   }
   function relativeParts(self, value, unit, method) {
     const o = receiver(relativeOptions, self, "Intl.RelativeTimeFormat", method);
     const x = NativeNumber(value);
     unit = NativeString(unit);
-    const singular = unit.endsWith("s") && TIME_UNITS[unit.slice(0, -1)] !== undefined ? unit.slice(0, -1) : unit;
+    const stem = sliced(unit, 0, -1); // "days": "day"
+    const singular = codeAt(unit, unit.length - 1) === 115 && TIME_UNITS[stem] !== undefined ? stem : unit;
     const names = TIME_UNITS[singular];
-    if (names === undefined || !Object.prototype.hasOwnProperty.call(TIME_UNITS, singular)) {
-      throw new NativeRangeError(`Invalid unit argument for Intl.RelativeTimeFormat.prototype.${method}() '${unit}'`);
+    if (names === undefined || !apply(hasOwn, TIME_UNITS, [singular])) {
+      throw new NativeRangeError("Invalid unit argument for Intl.RelativeTimeFormat.prototype." + method + "() '" + unit + "'");
     }
-    if (!NativeNumber.isFinite(x)) throw new NativeRangeError(`Value need to be finite number for Intl.RelativeTimeFormat.prototype.${method}()`);
+    if (!isFinite(x)) throw new NativeRangeError("Value need to be finite number for Intl.RelativeTimeFormat.prototype." + method + "()");
     const width = o.style === "long" ? 0 : o.style === "short" ? 1 : 2;
     const past = x < 0 || (x === 0 && 1 / x < 0);
     relativeNumber ??= resolveNumber(undefined, undefined);
-    const shown = numberParts(relativeNumber, past ? -x : x).map((p) => ({ ...p, unit: singular }));
+    const shown = numberParts(relativeNumber, past ? -x : x);
+    for (let i = 0; i < shown.length; i++) shown[i] = { type: shown[i].type, value: shown[i].value, unit: singular };
     const text = join(shown);
     if (o.numeric === "auto") { // by the number shown: 0.0001 days is "today"
       const words = TIME_WORDS[singular][text === "0" ? 0 : text === "1" ? (past ? -1 : 1) : "none"];
-      if (words !== undefined) return [{ type: "literal", value: words[width] }];
+      if (words !== undefined) {
+        const only = listOf();
+        put(only, { type: "literal", value: words[width] });
+        return only;
+      }
     }
     const one = text === "1";
     const name = width === 2 ? names[4] : names[width * 2 + (one ? 0 : 1)];
-    const parts = [];
-    if (!past) parts.push({ type: "literal", value: "in " });
-    parts.push(...shown);
+    const parts = listOf();
+    if (!past) put(parts, { type: "literal", value: "in " });
+    for (let i = 0; i < shown.length; i++) put(parts, shown[i]);
     const after = (width === 2 ? "" : " ") + name + (past ? " ago" : "");
-    parts.push({ type: "literal", value: after });
+    put(parts, { type: "literal", value: after });
     return parts;
   }
   const relativeMethods = {
     format(value, unit) { return join(relativeParts(this, value, unit, "format")); },
-    formatToParts(value, unit) { return relativeParts(this, value, unit, "formatToParts"); },
-    resolvedOptions() { return { ...receiver(relativeOptions, this, "Intl.RelativeTimeFormat", "resolvedOptions") }; },
+    formatToParts(value, unit) { return ownArray(relativeParts(this, value, unit, "formatToParts")); },
+    resolvedOptions() {
+      return ownCopy(receiver(relativeOptions, this, "Intl.RelativeTimeFormat", "resolvedOptions"), RELATIVE_RESOLVED);
+    },
   };
   methodsOf(RelativeTimeFormat, "Intl.RelativeTimeFormat", relativeMethods);
 
   // ---- the globals ---------------------------------------------------------------------------
   const supportedLocalesOf = (locales) => {
-    const list = requested(locales);
-    return list.filter((tag) => SUPPORTED.test(tag.split("-u-")[0])).map(() => LOCALE).slice(0, 1);
+    const list = requested(locales), out = listOf();
+    for (let i = 0; i < list.length && out.length === 0; i++) if (supported(list[i])) put(out, LOCALE);
+    return ownArray(out);
   };
   for (const C of [NumberFormat, DateTimeFormat, Collator, PluralRules, ListFormat, RelativeTimeFormat]) {
     defineProperty(C, "supportedLocalesOf", { __proto__: null, value: supportedLocalesOf, writable: true, configurable: true });
@@ -1126,7 +1242,12 @@
   const made = {
     NumberFormat, DateTimeFormat, Collator, PluralRules, ListFormat, RelativeTimeFormat,
     getCanonicalLocales(locales) {
-      return requested(locales).map((tag) => (SUPPORTED.test(tag) ? (tag.length === 2 ? "en" : LOCALE) : tag));
+      const list = requested(locales), out = listOf();
+      for (let i = 0; i < list.length; i++) {
+        const tag = list[i];
+        put(out, matches(SUPPORTED, tag) ? (tag.length === 2 ? "en" : LOCALE) : tag);
+      }
+      return ownArray(out);
     },
   };
   for (const name of objectKeys(made)) {
@@ -1139,7 +1260,7 @@
       configurable: true, writable: true,
       value: { [name]: function () { // named as the built-in it stands for
         throw new NativeTypeError(
-          `Intl.${name} is not available in a script (it has Intl.NumberFormat, DateTimeFormat, ` +
+          "Intl." + name + " is not available in a script (it has Intl.NumberFormat, DateTimeFormat, " +
           "Collator, PluralRules, ListFormat and RelativeTimeFormat, for en-US in UTC): build that text yourself");
       } }[name],
     });
@@ -1148,13 +1269,13 @@
   // The built-ins that format or compare for a locale, as ECMA-402 defines them.
   const thisNumber = (v, method) => {
     if (typeof v === "number") return v;
-    try { return apply(NativeNumber.prototype.valueOf, v, []); } catch (_) {
-      throw new NativeTypeError(`Number.prototype.${method} requires that 'this' be a Number`);
+    try { return apply(numberValueOf, v, []); } catch (_) {
+      throw new NativeTypeError("Number.prototype." + method + " requires that 'this' be a Number");
     }
   };
   const thisBigInt = (v) => {
     if (typeof v === "bigint") return v;
-    try { return apply(NativeBigInt.prototype.valueOf, v, []); } catch (_) {
+    try { return apply(bigIntValueOf, v, []); } catch (_) {
       throw new NativeTypeError("BigInt.prototype.toLocaleString requires that 'this' be a BigInt");
     }
   };
@@ -1186,7 +1307,7 @@
     },
     locale(locales, what) { pickLocale(locales, what); }, // refuses what is not en-US
     array(locales, options) {
-      const list = Object(this);
+      const list = NativeObject(this);
       const n = list.length >>> 0;
       let out = "";
       for (let i = 0; i < n; i++) {

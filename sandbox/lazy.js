@@ -16,6 +16,7 @@
   "use strict";
   const { defineProperty } = Object;
   const { apply } = Reflect;
+  const NativeTypeError = TypeError;
   const indirectEval = eval;
   const { repeat } = String.prototype;
   const compile = (name) => indirectEval(apply(repeat, "\n", [line]) + source(name));
@@ -43,7 +44,7 @@
   for (const [name, native] of [["toLocaleUpperCase", toUpperCase], ["toLocaleLowerCase", toLowerCase]]) {
     const f = {
       [name](locales) {
-        if (this === undefined || this === null) throw new TypeError(`String.prototype.${name} called on null or undefined`);
+        if (this === undefined || this === null) throw new NativeTypeError("String.prototype." + name + " called on null or undefined");
         if (locales !== undefined) intl.methods.locale(locales, "String.prototype." + name);
         return apply(native, this, []);
       },
