@@ -29,6 +29,9 @@
   // prototypes (an array's push and iterator, a number's toString, a string's toLowerCase, a
   // typed array's length) it changes for itself, not for the URLs it parses.
   const { usv, isHex, utf8, decodeUtf8, HEX, listOf, put, typedLength } = web;
+  // Messages are joined with +, not a template literal: QuickJS joins a template's parts with
+  // String.prototype.concat, looked up at run time (a script that replaced it had every
+  // 'Invalid URL' message read as its concat's answer).
   const lower = (s) => apply(toLowerCase, s, []);
   const sliced = (s, start, end) => apply(slice, s, [start, end]);
   const codeOf = (ch) => apply(codePointAt, ch, [0]);
@@ -666,7 +669,7 @@
   const records = new NativeWeakMap(); // URL -> { url: record, searchParams }
   function state(self, what) {
     const s = apply(weakGet, records, [self]);
-    if (s === undefined) throw new NativeTypeError(`Value of "this" must be of type URL (reading ${what})`);
+    if (s === undefined) throw new NativeTypeError('Value of "this" must be of type URL (reading ' + what + ")");
     return s;
   }
   // What a URL that does not parse lacks: a scheme, or (one with a scheme, which "needs a
@@ -674,7 +677,7 @@
   const SCHEMED = /^[\x00-\x20]*[A-Za-z][A-Za-z0-9+.-]*:/;
   function invalid(input, base) {
     const e = new NativeTypeError(
-      `Invalid URL: ${stringify(input)}` + (base === undefined ? "" : ` (against the base ${stringify(base)})`) +
+      "Invalid URL: " + stringify(input) + (base === undefined ? "" : " (against the base " + stringify(base) + ")") +
       (matches(SCHEMED, input)
         ? "; its host or port is not one a URL can hold (a space or a character a host cannot " +
           "have, a bracket left open, a port past 65535): encode such text (encodeURIComponent)"
@@ -825,7 +828,7 @@
   for (const name of ["createObjectURL", "revokeObjectURL"]) {
     defineProperty(URL, name, { __proto__: null,
       writable: true, configurable: true,
-      value: { [name]() { throw new NativeTypeError(`URL.${name} is not available in a script: it has no Blob`); } }[name],
+      value: { [name]() { throw new NativeTypeError("URL." + name + " is not available in a script: it has no Blob"); } }[name],
     });
   }
   return URL;

@@ -67,6 +67,7 @@ REPLACED = {
     "String.prototype[Symbol.iterator] = function* () { yield 'evil'; }; "
     "globalThis.String = () => 'evil';",
     "regexp exec": "RegExp.prototype.exec = () => null;",
+    "string concat": "String.prototype.concat = () => 'evil';",
     "object index": "Object.prototype[0] = '[';",
     "instanceof": "Object.defineProperty(Error, Symbol.hasInstance, { value: () => false });",
     "encoder methods": "TextEncoder.prototype.encode = () => new Uint8Array(0); "
