@@ -35,7 +35,15 @@ from engine._config import (
     check_parts,
     data_directory,
 )
-from engine._drive import Drive, dead_local_owner, new_owner, release_or_keep
+from engine._drive import (
+    LOST_TAKE,
+    Drive,
+    acquire_or_keep,
+    dead_local_owner,
+    new_owner,
+    release_or_keep,
+    taken_or_kept,
+)
 from engine._ending import Ending
 from engine._errors import (
     CallAbandoned,
@@ -581,7 +589,15 @@ class CodeMode(StepLoop):
             if early is not None:
                 await asyncio.sleep(0)  # the step goes as far as its first wait, then the write
             owner = new_owner()
-            started = await self.store.start(record, owner, self.lease_ms)
+            starting = self.store.start(record, owner, self.lease_ms)
+            # A keyed start is the one a caller retries (the model's call given again), and
+            # would find held by the lease a cancelled start took; an unkeyed retry starts
+            # another script, and a trivial run_code need not pay for the task.
+            started = await (
+                taken_or_kept(starting, lambda started: started.lease, self._keep)
+                if key is not None
+                else starting
+            )
             if early is not None and (not started.created or started.lease is None):
                 await discard_early(early)  # the key names a script begun before: it goes on
                 early = None
@@ -910,7 +926,11 @@ class CodeMode(StepLoop):
     async def _claim_ready(self, skip: Collection[str]) -> Drive | None:
         """The drive of a script that waits for no one and is not in ``skip`` (its lease
         taken), or ``None`` if there is none."""
-        lease = await self.store.claim_ready(new_owner(), self.lease_ms, tuple(skip))
+        lease = await taken_or_kept(
+            self.store.claim_ready(new_owner(), self.lease_ms, tuple(skip)),
+            lambda lease: lease,
+            self._keep,
+        )
         if lease is None and self.store.local:
             lease = await self._take_from_dead_host(skip)
         if lease is None:
@@ -926,8 +946,8 @@ class CodeMode(StepLoop):
                 continue
             dead = dead_local_owner(self.store, record.lease)
             if dead is not None:
-                lease = await self.store.acquire(
-                    record.id, new_owner(), self.lease_ms, take_from=dead
+                lease = await acquire_or_keep(
+                    self.store, record.id, new_owner(), self.lease_ms, self._keep, take_from=dead
                 )
                 if lease is not None:
                     return lease
@@ -1001,13 +1021,27 @@ class CodeMode(StepLoop):
                 del self._kept[each]  # it ran out: nobody needs it given up
                 continue
             try:
-                await self.store.release(kept[0])
+                lease: log.Lease | None = kept[0]
+                if kept[0].token == LOST_TAKE:
+                    lease = await self._taken(kept[0])
+                if lease is not None:
+                    await self.store.release(lease)
             except CodeModeError:
                 if script_id is not None:
                     raise
                 return
             if self._kept.get(each) is kept:
                 del self._kept[each]
+
+    async def _taken(self, lost: log.Lease) -> log.Lease | None:
+        """The lease ``lost.owner`` holds on its script, whose take's answer was lost (token
+        :data:`LOST_TAKE`), or None if the take did not go through (or the script is not
+        there: a start that failed)."""
+        try:
+            held = (await self.store.get_script(lost.script_id)).lease
+        except ScriptNotFound:
+            return None
+        return held if held is not None and held.owner == lost.owner else None
 
     def _keep(self, lease: log.Lease) -> None:
         """Keep aside a lease possibly still held in the log (its release failed, or was

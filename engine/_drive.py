@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from engine import log
-from engine._errors import CallAbandoned, CodeModeError
+from engine._errors import CallAbandoned, CodeModeError, StoreUnavailable
 from engine._tool_threads import Ticket
 from runner import cancel_and_wait
 from sandbox import protocol
@@ -96,6 +96,63 @@ def _exited(pid: int) -> bool:
     # "pid (comm) state ...": the name may hold anything, parentheses too; the state follows
     # the last one.
     return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
+
+
+# The token of a lease whose take's answer was lost (the log failed as it answered): whether
+# the take went through is read from the log, by the owner, when the lease is given up.
+LOST_TAKE = 0
+
+
+async def taken_or_kept(
+    taking: Awaitable[T],
+    lease_of: Callable[[T], log.Lease | None],
+    kept: Callable[[log.Lease], None],
+) -> T:
+    """Await ``taking``, a write that takes a lease (``lease_of`` finds it in the answer),
+    without losing the lease with the answer: cancelled while the log still works on it (a
+    caller's timeout while another host holds the log's write lock), the write goes on, and
+    a lease it takes all the same is handed to ``kept``, to give up. Left to run out, it held
+    the script from every host, this one too, for the lease's length."""
+    task = asyncio.ensure_future(taking)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(functools.partial(_keep_taken, lease_of, kept))
+        raise
+
+
+def _keep_taken(
+    lease_of: Callable[[Any], log.Lease | None],
+    kept: Callable[[log.Lease], None],
+    task: asyncio.Future[Any],
+) -> None:
+    if task.cancelled() or task.exception() is not None:
+        return  # nothing taken (a lost answer was the caller's to see, and it left)
+    lease = lease_of(task.result())
+    if lease is not None:
+        kept(lease)
+
+
+async def acquire_or_keep(
+    store: log.LogStore,
+    script_id: str,
+    owner: str,
+    ttl_ms: int,
+    kept: Callable[[log.Lease], None],
+    *,
+    take_from: str | None = None,
+) -> log.Lease | None:
+    """``store.acquire``, whose lease is not lost with its answer (see :func:`taken_or_kept`);
+    one whose answer the log lost (:class:`StoreUnavailable`: it may have gone through) is
+    handed to ``kept`` too, with the token :data:`LOST_TAKE`, looked up by owner when it is
+    given up."""
+    try:
+        return await taken_or_kept(
+            store.acquire(script_id, owner, ttl_ms, take_from=take_from), lambda lease: lease, kept
+        )
+    except StoreUnavailable:
+        kept(log.Lease(script_id, owner, LOST_TAKE, 0))
+        raise
 
 
 async def release_or_keep(
@@ -199,11 +256,11 @@ class Drive:
     ) -> Drive | None:
         """Take the script's lease and read it, or ``None`` if another host holds it;
         ``kept`` as for :meth:`resume`."""
-        lease = await store.acquire(script_id, owner, ttl_ms)
+        lease = await acquire_or_keep(store, script_id, owner, ttl_ms, kept)
         if lease is None:
             dead = dead_local_owner(store, (await store.get_script(script_id)).lease)
             if dead is not None:
-                lease = await store.acquire(script_id, owner, ttl_ms, take_from=dead)
+                lease = await acquire_or_keep(store, script_id, owner, ttl_ms, kept, take_from=dead)
         if lease is None:
             return None
         return await cls.resume(store, lease, ttl_ms, kept=kept)

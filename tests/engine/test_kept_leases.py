@@ -6,11 +6,13 @@ against a log that has just failed."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from engine import CodeMode, MemoryStore, StoreUnavailable, _codemode, log, tool
+from engine import CodeMode, MemoryStore, SqliteStore, StoreUnavailable, _codemode, log, tool
 from tests.engine.conftest import InProcessRunner, given_up
 
 LONG_MS = 600_000  # a lease far longer than any test: given up, never left to run out
@@ -229,5 +231,120 @@ async def test_a_release_the_caller_cancelled_keeps_the_lease() -> None:
         store.stalled = None
         (record,) = await store.scripts()
         await given_up(store, record.id)
+    finally:
+        await engine.aclose()
+
+
+class WriteLocked:
+    """Another host's connection holding the SQLite log's write lock (``BEGIN IMMEDIATE``)
+    while in the ``with``: the store's writes then wait on its thread for it."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self.db = sqlite3.connect(store.path, isolation_level=None)
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, *exc: object) -> None:
+        self.db.execute("COMMIT")
+        self.db.close()
+
+
+async def held_by_another(store: log.LogStore, script_id: str, than: str | None) -> log.Lease:
+    """Wait (at most a minute) until the script is held under an owner other than ``than``."""
+    for _ in range(1200):
+        lease = (await store.get_script(script_id)).lease
+        if lease is not None and lease.expires_ms > 0 and lease.owner != than:
+            return lease
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"script {script_id} was never taken")
+
+
+async def test_a_take_the_caller_cancelled_while_the_log_was_locked_gives_its_lease_up(
+    tmp_path: Path,
+) -> None:
+    """A resume, and a keyed start of a script in the log, cancelled (the caller's timeout)
+    while another host held the SQLite log's write lock: their take went through once the
+    lock was let go, under an owner nobody had any more, and held the script from every host
+    (this one too: the next resume was "elsewhere") for the whole lease. The lease is given
+    up, and the next resume and keyed start drive the script."""
+
+    class Taking(SqliteStore):
+        taking: asyncio.Event | None = None  # set as a take begins
+
+        async def acquire(self, *args: Any, **kwargs: Any) -> Any:
+            if self.taking is not None:
+                self.taking.set()
+            return await super().acquire(*args, **kwargs)
+
+        async def start(self, *args: Any, **kwargs: Any) -> Any:
+            if self.taking is not None:
+                self.taking.set()
+            return await super().start(*args, **kwargs)
+
+    store = Taking(tmp_path)
+    engine = CodeMode([pay], runner=InProcessRunner(), store=store, lease_ms=LONG_MS)
+    try:
+        first = await engine.run_code(SCRIPT, key="k1")
+        assert first.status == "paused", first.text
+        before = (await store.get_script(first.script_id)).lease
+        assert before is not None
+        for again in (
+            lambda: engine.resume(first.script_id),
+            lambda: engine.run_code(SCRIPT, key="k1"),
+        ):
+            with WriteLocked(store):
+                store.taking = taking = asyncio.Event()
+                caller = asyncio.create_task(again())
+                await taking.wait()
+                for _ in range(3):  # to the store's thread, which waits for the lock
+                    await asyncio.sleep(0)
+                store.taking = None
+                caller.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await caller
+            taken = await held_by_another(store, first.script_id, before.owner)
+            assert (await given_up(store, first.script_id)).token == taken.token
+            resumed = await again()
+            assert resumed.status == "paused", resumed.text  # driven here, not elsewhere
+            before = (await store.get_script(first.script_id)).lease
+            assert before is not None
+    finally:
+        await engine.aclose()
+
+
+async def test_a_take_whose_answer_was_lost_is_given_up_if_it_went_through() -> None:
+    """The log takes the lease and fails as it answers (its connection lost with the
+    commit's reply): the host does not know it holds the script. It looks the lease up by
+    its owner once the log answers, and gives it up; a take that did not go through leaves
+    the lease another host holds alone."""
+
+    class LostAnswer(FailingStore):
+        async def acquire(self, script_id: str, owner: str, *args: Any, **kw: Any) -> Any:
+            lease = await super().acquire(script_id, owner, *args, **kw)
+            self._answer("acquire")
+            return lease
+
+    store = LostAnswer()
+    engine = engine_on(store)
+    try:
+        first = await engine.run_code(SCRIPT)
+        store.down = {"acquire"}
+        with pytest.raises(StoreUnavailable, match="acquire: the log did not answer"):
+            await engine.resume(first.script_id)
+        store.down = set()
+        assert (await given_up(store, first.script_id)).token == 2
+        assert (await engine.resume(first.script_id)).status == "paused"
+        # Taken by another host meanwhile: this host's lost take did not go through, and
+        # the other host's lease stays.
+        other = await store.acquire(first.script_id, "other-host", LONG_MS)
+        assert other is not None
+        store.down = {"acquire"}
+        with pytest.raises(StoreUnavailable):
+            await engine.resume(first.script_id)
+        store.down = set()
+        await engine._give_back()
+        assert (await store.get_script(first.script_id)).lease == other
+        assert not engine._kept
     finally:
         await engine.aclose()
