@@ -431,6 +431,14 @@
     if (isA(value, NativeWeakMap) || isA(value, NativeWeakSet)) {
       return (isA(value, NativeWeakMap) ? "WeakMap" : "WeakSet") + " { <items unknown> }";
     }
+    // What a URLSearchParams' iterator has yet to give, as Node.js shows it
+    // (`URLSearchParams Iterator {["a","1"], ["b","2"]}`), not "Object [URLSearchParams Iterator] {}".
+    const left = web.iterated(value);
+    if (left !== undefined) {
+      return "URLSearchParams Iterator {" + listed(left.length, (i) => (typeof left[i] === "string"
+        ? JSON.stringify(left[i]) : "[" + JSON.stringify(left[i][0]) + "," + JSON.stringify(left[i][1]) + "]"),
+      budget, "items", ", ") + "}";
+    }
     const pairs = web.pairsOf(value);
     if (pairs === undefined) return undefined;
     return "URLSearchParams {" + listed(pairs.length, (i) => JSON.stringify(pairs[i][0]) + " => " +

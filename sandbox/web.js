@@ -353,7 +353,51 @@
   }
   // A URL's searchParams (sandbox/url.js): made with the URL's query, and the URL told of
   // every change, as the URL Standard links them.
-  let linkParams, replaceParams, pairsOf;
+  let linkParams, replaceParams, pairsOf, iterated;
+  // What entries, keys, values and [Symbol.iterator] give, as Node.js has it: an object of
+  // one prototype, "URLSearchParams Iterator" (inheriting %IteratorPrototype%), whose next
+  // reads the params' list as it is then, by index. A generator's next is
+  // %GeneratorPrototype%.next, which a script can replace; new URLSearchParams(params) went
+  // through it.
+  const IteratorProto = getPrototypeOf(getPrototypeOf(apply(NativeArray.prototype[iteratorKey], [], [])));
+  class ParamsIterator {
+    #params;
+    #kind; // 0: [name, value]; 1: name; 2: value
+    #index = 0;
+    constructor(params, kind) {
+      this.#params = params;
+      this.#kind = kind;
+    }
+    static {
+      // The pairs an iterator has yet to give (runs no script code), or undefined for any
+      // other value: sandbox/prelude.js shows them.
+      iterated = (v) => {
+        if (typeof v !== "object" || v === null || !(#params in v)) return undefined;
+        const list = pairsOf(v.#params), out = listOf();
+        for (let i = v.#index; i < list.length; i++) {
+          put(out, v.#kind === 0 ? [list[i][0], list[i][1]] : list[i][v.#kind - 1]);
+        }
+        return out;
+      };
+    }
+    next() {
+      if (typeof this !== "object" || this === null || !(#params in this)) {
+        throw new NativeTypeError('Value of "this" must be of type URLSearchParamsIterator');
+      }
+      const list = pairsOf(this.#params);
+      if (this.#index >= list.length) return { value: undefined, done: true };
+      const pair = list[this.#index++];
+      return { value: this.#kind === 0 ? [pair[0], pair[1]] : pair[this.#kind - 1], done: false };
+    }
+  }
+  {
+    const proto = ParamsIterator.prototype;
+    setPrototypeOf(proto, IteratorProto);
+    // As Node.js's: next enumerable, no constructor of its own to reach the class by.
+    defineProperty(proto, "next", { __proto__: null, enumerable: true });
+    delete proto.constructor;
+    defineProperty(proto, toStringTagKey, { __proto__: null, value: "URLSearchParams Iterator", configurable: true });
+  }
   class URLSearchParams {
     #list = listOf();
     #changed = undefined; // the URL's, for a URL's searchParams
@@ -376,7 +420,13 @@
       return out;
     }
     constructor(init = "") {
-      if (typeof init === "object" && init !== null && typeof init[iteratorKey] === "function") {
+      const method = typeof init === "object" && init !== null ? init[iteratorKey] : undefined;
+      if (method !== undefined && method === this[iteratorKey] && #list in init) {
+        // Another URLSearchParams, iterated as it would be: its pairs copied (Node.js's
+        // shortcut), not through what a script can change of the iterator on the way.
+        const list = init.#list;
+        for (let i = 0; i < list.length; i++) put(this.#list, [list[i][0], list[i][1]]);
+      } else if (typeof method === "function") {
         for (const pair of init) {
           const items = apply(arrayFrom, NativeArray, [pair]);
           if (items.length !== 2) throw new NativeTypeError("each pair of a URLSearchParams' init must be [name, value]");
@@ -448,10 +498,11 @@
     forEach(callback, thisArg) {
       for (let i = 0; i < this.#list.length; i++) apply(callback, thisArg, [this.#list[i][1], this.#list[i][0], this]);
     }
-    *entries() { for (let i = 0; i < this.#list.length; i++) yield [this.#list[i][0], this.#list[i][1]]; }
-    *keys() { for (let i = 0; i < this.#list.length; i++) yield this.#list[i][0]; }
-    *values() { for (let i = 0; i < this.#list.length; i++) yield this.#list[i][1]; }
-    [iteratorKey]() { return this.entries(); }
+    entries() { return new ParamsIterator(this.#holder(), 0); }
+    keys() { return new ParamsIterator(this.#holder(), 1); }
+    values() { return new ParamsIterator(this.#holder(), 2); }
+    [iteratorKey]() { return new ParamsIterator(this.#holder(), 0); }
+    #holder() { return this; } // (a TypeError for another receiver, as a private field's read)
     get [toStringTagKey]() { return "URLSearchParams"; }
   }
 
@@ -469,6 +520,7 @@
   // What sandbox/prelude.js takes: how a URLSearchParams shows, as a value and as no data;
   // the message of QuickJS's RangeError when the stack runs out.
   setRun.pairsOf = pairsOf;
+  setRun.iterated = iterated;
   setRun.OVERFLOW = OVERFLOW;
   return setRun;
 })()

@@ -38,6 +38,9 @@ const uses = [
     return [u.href, new URL("../c", "http://a/b/d").href, u.searchParams.get("q"), URL.canParse("nope")]; },
   () => new URL("nope"),
   () => [new URL("sc://").href, new URL("//", "foo://h/a/b").href],
+  () => { const p = new URLSearchParams("a=1&b=2"), it = p.entries(); it.next();
+    return [new URLSearchParams(p).toString(), new URL("http://h/?" + p).searchParams.toString(),
+      it.next().value, p.keys().next().value, p.values().next().value, it.next().done]; },
 ];
 """
 LOOP = r"""
@@ -68,6 +71,9 @@ REPLACED = {
     "globalThis.String = () => 'evil';",
     "regexp exec": "RegExp.prototype.exec = () => null;",
     "string concat": "String.prototype.concat = () => 'evil';",
+    "iterator protocols": "Object.getPrototypeOf(function* () {}).prototype.next = () => ({ done: true }); "
+    "Object.getPrototypeOf([][Symbol.iterator]()).next = () => ({ done: true }); "
+    "URLSearchParams.prototype[Symbol.iterator] = function* () { yield ['evil', 'x']; };",
     "object index": "Object.prototype[0] = '[';",
     "instanceof": "Object.defineProperty(Error, Symbol.hasInstance, { value: () => false });",
     "encoder methods": "TextEncoder.prototype.encode = () => new Uint8Array(0); "
@@ -100,6 +106,7 @@ def test_the_uses_answer_as_node_does() -> None:
     )
     assert lines[13] == '13 ["file:///x%20y?q=1#h","http://a/c","1",false]'
     assert lines[15] == '15 ["sc://","foo://"]'
+    assert lines[16] == '16 ["a=1&b=2","a=1&b=2",["b","2"],"a","1",true]'
 
 
 @pytest.mark.parametrize("prepared", [False, True], ids=["own context", "prepared"])
@@ -128,3 +135,28 @@ def test_url_does_not_take_a_replaced_text_encoder(prepared: bool) -> None:
         "TextDecoder.prototype.decode = () => 'x';"
     )
     assert printed(replaced + uses, prepared) == "http://a/%C3%A9?q=%C3%A9#%C3%A9 ab.com\n"
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["own context", "prepared"])
+def test_a_params_iterator_is_nodes(prepared: bool) -> None:
+    """A URLSearchParams' entries, keys, values and iterator are "URLSearchParams Iterator"s, as
+    in Node.js, shown with what they have yet to give, and read the list as it is when next is
+    called; they were generators (shown as "Object [Generator] {}"), whose next a script could
+    replace for new URLSearchParams(params) too."""
+    code = r"""
+    const p = new URLSearchParams("a=1&b=2"), it = p.entries(), keys = p.keys();
+    it.next();
+    p.append("c", "&");
+    console.log(p.entries(), keys, p.values(), it, String(p[Symbol.iterator]()));
+    const proto = Object.getPrototypeOf(it);
+    console.log(Object.keys(proto), proto === Object.getPrototypeOf(p.values()),
+      Object.getPrototypeOf(proto) === Object.getPrototypeOf(Object.getPrototypeOf([].values())));
+    try { proto.next.call({}); } catch (e) { console.log(e.name, e.message); }
+    """
+    assert printed(code, prepared).splitlines() == [
+        'URLSearchParams Iterator {["a","1"], ["b","2"], ["c","&"]} URLSearchParams Iterator '
+        '{"a", "b", "c"} URLSearchParams Iterator {"1", "2", "&"} URLSearchParams Iterator '
+        '{["b","2"], ["c","&"]} [object URLSearchParams Iterator]',
+        '["next"] true true',
+        'TypeError Value of "this" must be of type URLSearchParamsIterator',
+    ]
