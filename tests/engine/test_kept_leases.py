@@ -348,3 +348,33 @@ async def test_a_take_whose_answer_was_lost_is_given_up_if_it_went_through() -> 
         assert not engine._kept
     finally:
         await engine.aclose()
+
+
+async def test_a_script_a_stopping_worker_claimed_is_given_up_once_the_log_answers() -> None:
+    """A worker claims a ready script just as it is told to stop, and leaves it for another
+    host; the release fails (the log stopped answering): the lease is kept, and given up
+    once the log answers, not held for the whole lease."""
+
+    class StopOnClaim(FailingStore):
+        stop = asyncio.Event()
+
+        async def claim_ready(self, *args: Any, **kwargs: Any) -> Any:
+            lease = await super().claim_ready(*args, **kwargs)
+            if lease is not None:
+                self.down = {"release"}
+                self.stop.set()
+            return lease
+
+    store = StopOnClaim()
+    engine = engine_on(store)
+    try:
+        first = await engine.run_code(SCRIPT)
+        await engine.approve(first.script_id, first.waiting[0]["call_id"])
+        await engine.work(stop=store.stop)
+        taken = await store.get_script(first.script_id)
+        assert taken.status == "paused" and taken.lease is not None and taken.lease.token == 2
+        assert taken.lease.expires_ms > 0 and store.releases >= 1  # tried, and kept
+        store.down = set()
+        assert (await given_up(store, first.script_id)).token == 2
+    finally:
+        await engine.aclose()
