@@ -1318,5 +1318,14 @@
       return out;
     },
   };
-  return { Intl, methods };
+  // The kind of Intl object a value is ("NumberFormat"), or undefined for any other value
+  // (runs no script code): sandbox/prelude.js shows one as Node.js does.
+  const BRANDS = [[numberOptions, "NumberFormat"], [dateOptions, "DateTimeFormat"], [collatorOptions, "Collator"],
+    [pluralOptions, "PluralRules"], [listOptions, "ListFormat"], [relativeOptions, "RelativeTimeFormat"]];
+  function brandOf(v) {
+    if ((typeof v !== "object" && typeof v !== "function") || v === null) return undefined;
+    for (let i = 0; i < BRANDS.length; i++) if (weakOf(BRANDS[i][0], v) !== undefined) return BRANDS[i][1];
+    return undefined;
+  }
+  return { Intl, methods, brandOf };
 })

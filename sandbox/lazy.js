@@ -11,7 +11,8 @@
 // `source(name)` gives a file's text ("intl", "url"); `line` the line its frames are to
 // start at, past the script's last, so that no error in it is read as the script's (QuickJS
 // names every evaluated text's frames <input>:line); `web` is what url.js takes from web.js
-// (its URLSearchParams, and text helpers).
+// (its URLSearchParams, and text helpers). Returns the kind of Intl object a value is
+// (intl.js's brandOf), for the prelude's console.log.
 (function (source, line, web) {
   "use strict";
   const { defineProperty } = Object;
@@ -52,4 +53,5 @@
     defineProperty(f, "length", { __proto__: null, value: 0 });
     defineProperty(String.prototype, name, data(f));
   }
+  return intl.brandOf;
 })

@@ -14,7 +14,9 @@
 // that frame's function. Besides, the replacements never give a real built-in a script's
 // object: the real Date only ever gets primitives, converted here, and what goes to the host
 // is a checked copy of plain data that JSON.stringify writes without running script code.
-(function (host, web) {
+// `web` is what sandbox/web.js gives; `intlBrand` (sandbox/lazy.js's) names the kind of an
+// Intl object, for console.log (undefined in a context booted without Intl).
+(function (host, web, intlBrand) {
   "use strict";
 
   // ---- The engine's own built-ins, copied before any script text exists. ----
@@ -433,6 +435,10 @@
     }
     // What a URLSearchParams' iterator has yet to give, as Node.js shows it
     // (`URLSearchParams Iterator {["a","1"], ["b","2"]}`), not "Object [URLSearchParams Iterator] {}".
+    // An Intl object as Node.js shows it (`NumberFormat [Intl.NumberFormat] {}`), not {}
+    // (intlBrand: undefined in a context booted without Intl).
+    const intl = intlBrand === undefined ? undefined : intlBrand(value);
+    if (intl !== undefined && objectKeys(value).length === 0) return intl + " [Intl." + intl + "] {}";
     const left = web.iterated(value);
     if (left !== undefined) {
       return "URLSearchParams Iterator {" + listed(left.length, (i) => (typeof left[i] === "string"

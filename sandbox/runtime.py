@@ -158,11 +158,12 @@ _BOOT = (
     "  const lazySource = __cm_source;\n"
     "  delete globalThis.__cm_source;\n"
     f"  const web = {WEB.strip()};\n"
-    f"  if (lazyLine !== null) ({LAZY.strip()})(lazySource, lazyLine, web.url);\n"
+    "  const intlBrand = lazyLine === null ? undefined\n"
+    f"    : ({LAZY.strip()})(lazySource, lazyLine, web.url);\n"
     # The prelude's world is made here, before any script exists (the prelude replaces
     # the global JSON.parse: the config is read with the engine's own).
     "  const parseConfig = JSON.parse;\n"
-    f"  const world = ({PRELUDE})(host, web);\n"
+    f"  const world = ({PRELUDE})(host, web, intlBrand);\n"
     # `start(null, name)` gives the world's function `name`: `rejection`, which the
     # rejection tracker calls (sandbox/rejections.py), or `here`, the CPU stop's frames.
     "  return (config, code, mayStrip) => {\n"

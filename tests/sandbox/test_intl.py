@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from sandbox import runtime
+from sandbox.protocol import Clock, Script
 from tests.sandbox.conftest import booted, run, value
 
 CASES = json.loads(Path(__file__).with_name("intl_cases.json").read_text("utf-8"))
@@ -265,3 +266,32 @@ def test_sizes_a_script_controls() -> None:
         102,
         -1,
     ]
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["own context", "prepared"])
+def test_console_log_shows_an_intl_object_as_node_does(prepared: bool) -> None:
+    """console.log of an Intl object names it as Node.js does (it printed {}); one a script
+    put keys on shows them, and a context booted without Intl (a sandbox process's warm-up)
+    still prints objects."""
+    code = (
+        "const n = new Intl.NumberFormat();"
+        "console.log(n, [new Intl.Collator()], { a: new Intl.PluralRules() }, new Intl.DateTimeFormat(),"
+        " new Intl.ListFormat(), new Intl.RelativeTimeFormat());"
+        "n.x = 1; console.log(n, {});"
+    )
+    script = Script(id="l", code=code, clock=Clock(now_ms=0, seed=9))
+    ran = runtime.run_in_process(script, prepared=runtime.Prepared() if prepared else None)
+    assert ran.printed == (
+        "NumberFormat [Intl.NumberFormat] {} [Collator [Intl.Collator] {}] "
+        '{"a":PluralRules [Intl.PluralRules] {}} DateTimeFormat [Intl.DateTimeFormat] {} '
+        "ListFormat [Intl.ListFormat] {} RelativeTimeFormat [Intl.RelativeTimeFormat] {}\n"
+        '{"x":1} {}\n'
+    )
+    with runtime.warming_up():
+        bare = runtime.run_in_process(
+            Script(
+                id="w", code="console.log({ a: [1] }, typeof Intl)", clock=Clock(now_ms=0, seed=9)
+            ),
+            prepared=None,
+        )
+    assert bare.printed == '{"a":[1]} undefined\n'
