@@ -353,51 +353,38 @@
   }
   // A URL's searchParams (sandbox/url.js): made with the URL's query, and the URL told of
   // every change, as the URL Standard links them.
-  let linkParams, replaceParams, pairsOf, iterated;
+  let linkParams, replaceParams, pairsOf, listIn, iterated;
   // What entries, keys, values and [Symbol.iterator] give, as Node.js has it: an object of
   // one prototype, "URLSearchParams Iterator" (inheriting %IteratorPrototype%), whose next
-  // reads the params' list as it is then, by index. A generator's next is
-  // %GeneratorPrototype%.next, which a script can replace; new URLSearchParams(params) went
-  // through it.
+  // reads the params' list as it is then, by index. It is a generator (QuickJS resumes one
+  // twice as fast as it calls a next of ours) of that prototype, whose next is
+  // %GeneratorPrototype%.next as it was at boot: a script may replace that one, and
+  // new URLSearchParams(params) and a script's for...of went through what it put there.
   const IteratorProto = getPrototypeOf(getPrototypeOf(apply(NativeArray.prototype[iteratorKey], [], [])));
-  class ParamsIterator {
-    #params;
-    #kind; // 0: [name, value]; 1: name; 2: value
-    #index = 0;
-    constructor(params, kind) {
-      this.#params = params;
-      this.#kind = kind;
-    }
-    static {
-      // The pairs an iterator has yet to give (runs no script code), or undefined for any
-      // other value: sandbox/prelude.js shows them.
-      iterated = (v) => {
-        if (typeof v !== "object" || v === null || !(#params in v)) return undefined;
-        const list = pairsOf(v.#params), out = listOf();
-        for (let i = v.#index; i < list.length; i++) {
-          put(out, v.#kind === 0 ? [list[i][0], list[i][1]] : list[i][v.#kind - 1]);
-        }
-        return out;
-      };
-    }
-    next() {
-      if (typeof this !== "object" || this === null || !(#params in this)) {
-        throw new NativeTypeError('Value of "this" must be of type URLSearchParamsIterator');
-      }
-      const list = pairsOf(this.#params);
-      if (this.#index >= list.length) return { value: undefined, done: true };
-      const pair = list[this.#index++];
-      return { value: this.#kind === 0 ? [pair[0], pair[1]] : pair[this.#kind - 1], done: false };
-    }
+  const ParamsIteratorProto = { __proto__: IteratorProto };
+  defineProperty(ParamsIteratorProto, "next", { __proto__: null,
+    value: getPrototypeOf(function* () {}).prototype.next, writable: true, enumerable: true, configurable: true });
+  defineProperty(ParamsIteratorProto, toStringTagKey, { __proto__: null, value: "URLSearchParams Iterator", configurable: true });
+  const { get: weakGet, set: weakSet } = NativeWeakMap.prototype;
+  const walks = new NativeWeakMap(); // an iterator -> its { params, kind (0: pairs, 1: names, 2: values), index }
+  let walk; // (in URLSearchParams, to read its list)
+  const { bind, call } = Function.prototype;
+  const remember = apply(bind, call, [weakSet]); // (walks, it, state): no list made per call
+  function paramsIterator(params, kind) {
+    const state = { __proto__: null, params, kind, index: 0 };
+    const it = walk(state); // of ParamsIteratorProto, walk's prototype
+    remember(walks, it, state);
+    return it;
   }
-  {
-    const proto = ParamsIterator.prototype;
-    setPrototypeOf(proto, IteratorProto);
-    // As Node.js's: next enumerable, no constructor of its own to reach the class by.
-    defineProperty(proto, "next", { __proto__: null, enumerable: true });
-    delete proto.constructor;
-    defineProperty(proto, toStringTagKey, { __proto__: null, value: "URLSearchParams Iterator", configurable: true });
-  }
+  // What an iterator has yet to give (runs no script code), or undefined for any other value:
+  // sandbox/prelude.js shows it.
+  iterated = (v) => {
+    const state = apply(weakGet, walks, [v]);
+    if (state === undefined) return undefined;
+    const list = listIn(state.params), out = listOf();
+    for (let i = state.index; i < list.length; i++) put(out, state.kind === 0 ? [list[i][0], list[i][1]] : list[i][state.kind - 1]);
+    return out;
+  };
   class URLSearchParams {
     #list = listOf();
     #changed = undefined; // the URL's, for a URL's searchParams
@@ -411,6 +398,17 @@
       replaceParams = (params, query) => { params.#list = parseQuery(query); };
       // Its [name, value] pairs, or undefined for any other value (runs no script code).
       pairsOf = (v) => (typeof v === "object" && v !== null && #list in v ? v.#list : undefined);
+      listIn = (params) => params.#list; // (a URLSearchParams')
+      walk = function* (state) {
+        const params = state.params, kind = state.kind;
+        for (;;) {
+          const list = params.#list, i = state.index;
+          if (i >= list.length) return;
+          state.index = i + 1;
+          yield kind === 0 ? [list[i][0], list[i][1]] : list[i][kind - 1];
+        }
+      };
+      defineProperty(walk, "prototype", { __proto__: null, value: ParamsIteratorProto });
     }
     #update() { if (this.#changed !== undefined) this.#changed(this.#serialize()); }
     #serialize() {
@@ -498,11 +496,11 @@
     forEach(callback, thisArg) {
       for (let i = 0; i < this.#list.length; i++) apply(callback, thisArg, [this.#list[i][1], this.#list[i][0], this]);
     }
-    entries() { return new ParamsIterator(this.#holder(), 0); }
-    keys() { return new ParamsIterator(this.#holder(), 1); }
-    values() { return new ParamsIterator(this.#holder(), 2); }
-    [iteratorKey]() { return new ParamsIterator(this.#holder(), 0); }
-    #holder() { return this; } // (a TypeError for another receiver, as a private field's read)
+    // (this.#list: a TypeError for another receiver)
+    entries() { this.#list; return paramsIterator(this, 0); }
+    keys() { this.#list; return paramsIterator(this, 1); }
+    values() { this.#list; return paramsIterator(this, 2); }
+    [iteratorKey]() { this.#list; return paramsIterator(this, 0); }
     get [toStringTagKey]() { return "URLSearchParams"; }
   }
 
