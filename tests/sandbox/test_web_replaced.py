@@ -71,6 +71,9 @@ REPLACED = {
     "globalThis.String = () => 'evil';",
     "regexp exec": "RegExp.prototype.exec = () => null;",
     "string concat": "String.prototype.concat = () => 'evil';",
+    "function methods": "Function.prototype.call = Function.prototype.apply = Function.prototype.bind = "
+    "() => 'evil'; Reflect.apply = () => 'evil'; Object.keys = () => ['evil']; "
+    "Object.defineProperty = () => {}; JSON.stringify = () => 'evil'; Math.max = Math.min = () => 7;",
     "iterator protocols": "Object.getPrototypeOf(function* () {}).prototype.next = () => ({ done: true }); "
     "Object.getPrototypeOf([][Symbol.iterator]()).next = () => ({ done: true }); "
     "URLSearchParams.prototype[Symbol.iterator] = function* () { yield ['evil', 'x']; };",
