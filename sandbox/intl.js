@@ -39,7 +39,6 @@
     getUTCSeconds, getUTCMilliseconds } = Date.prototype;
   const { get: weakGet, set: weakSet } = WeakMap.prototype;
   const { get: mapGet } = Map.prototype;
-  const { sort } = Array.prototype;
   // uncurry(f)(self, ...args) calls f on self: Function.prototype.call bound to f, as Reflect
   // .apply does it but without a list of arguments made at each call (a third faster).
   const { bind, call } = Function.prototype;

@@ -295,3 +295,22 @@ def test_console_log_shows_an_intl_object_as_node_does(prepared: bool) -> None:
             prepared=None,
         )
     assert bare.printed == '{"a":[1]} undefined\n'
+
+
+def test_resolved_options_in_nodes_order() -> None:
+    """A DateTimeFormat's resolvedOptions lists hourCycle and hour12 before dateStyle and
+    timeStyle, as Node.js does (they came after)."""
+    got = value(
+        'return Object.keys(new Intl.DateTimeFormat("en-US", { dateStyle: "short", timeStyle: "short" })'
+        ".resolvedOptions())"
+    )
+    assert got == [
+        "locale",
+        "calendar",
+        "numberingSystem",
+        "timeZone",
+        "hourCycle",
+        "hour12",
+        "dateStyle",
+        "timeStyle",
+    ]
