@@ -403,7 +403,10 @@
         const params = state.params, kind = state.kind;
         for (;;) {
           const list = params.#list, i = state.index;
-          if (i >= list.length) return;
+          if (i >= list.length) { // done for good, as a generator is: nothing left to show either
+            state.index = Infinity;
+            return;
+          }
           state.index = i + 1;
           yield kind === 0 ? [list[i][0], list[i][1]] : list[i][kind - 1];
         }

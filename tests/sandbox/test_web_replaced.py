@@ -158,6 +158,9 @@ def test_a_params_iterator_is_nodes(prepared: bool) -> None:
     try { proto.next.call({}); } catch (e) { console.log(e.name); }
     Object.getPrototypeOf(function* () {}).prototype.next = () => ({ done: true });
     for (const [k, v] of p) console.log(k, v);
+    keys.next(); keys.next(); keys.next(); keys.next();
+    p.append("d", "4");
+    console.log(keys, keys.next().done);
     """
     assert printed(code, prepared).splitlines() == [
         'URLSearchParams Iterator {["a","1"], ["b","2"], ["c","&"]} URLSearchParams Iterator '
@@ -168,4 +171,5 @@ def test_a_params_iterator_is_nodes(prepared: bool) -> None:
         "a 1",
         "b 2",
         "c &",
+        "URLSearchParams Iterator {} true",
     ]
