@@ -748,11 +748,16 @@
     }
   }
   // The case level of sensitivity "case": the primaries' case, accents ignored.
+  // Only upper or not counts there: a compatibility character is the case of what it stands
+  // for (its tertiary two past it: "ａ" is lower, "Ⓐ" upper), and a space or punctuation has
+  // none (a no-break space's tertiary is UPPER's number; "a\u00a0b" was after "a b", and
+  // "ａ" after "A", where ICU has them equal and before).
+  const caseOf = (tertiary, variable) => (!variable && (tertiary === UPPER || tertiary === UPPER + 2) ? UPPER : COMMON);
   function compareCase(a, b, skipVariable, caseFirst) {
     const cases = (e) => {
       const out = listOf();
       for (let i = 0; i < e.length; i += 4) {
-        if (e[i] !== 0 && !(skipVariable && e[i + 3])) { put(out, 0); put(out, 0); put(out, e[i + 2]); put(out, 0); }
+        if (e[i] !== 0 && !(skipVariable && e[i + 3])) { put(out, 0); put(out, 0); put(out, caseOf(e[i + 2], e[i + 3])); put(out, 0); }
       }
       return out;
     };

@@ -314,3 +314,23 @@ def test_resolved_options_in_nodes_order() -> None:
         "dateStyle",
         "timeStyle",
     ]
+
+
+def test_the_case_level_is_upper_or_not() -> None:
+    """sensitivity "case" compares only whether a letter is upper case, as ICU does: a
+    fullwidth or circled letter is the case of the letter it stands for, and a no-break space
+    has none (a fullwidth "a" came after "A", and "a\\u00a0b" after "a b"). Node.js's answers."""
+    got = value(
+        r"""
+        const pairs = [["\uff41", "A"], ["\uff21", "a"], ["\uff41", "a"], ["\uff21", "A"], ["\uff41", "\uff21"], ["a b", "a\u00a0b"],
+          ["ﬁ", "fi"], ["ª", "a"], ["ª", "A"], ["²", "2"], ["Ⓐ", "a"], ["ⓐ", "A"], ["a\uff22", "Ab"]];
+        const out = [];
+        for (const caseFirst of ["false", "upper"]) {
+          const c = new Intl.Collator("en", { sensitivity: "case", caseFirst });
+          for (const [a, b] of pairs) out.push(c.compare(a, b));
+        }
+        return out;
+        """
+    )
+    assert got[:13] == [-1, 1, 0, 0, -1, 0, 0, 0, -1, 0, 1, -1, -1]
+    assert got[13:] == [1, -1, 0, 0, 1, 0, 0, 0, 1, 0, -1, 1, 1]
