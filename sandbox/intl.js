@@ -663,7 +663,7 @@
     rank++;
   }
   const DIGIT_BASE = rank;
-  for (const c of DIGIT_CHARS) primaryOf.set(c, [rank++, COMMON]);
+  for (const c of DIGIT_CHARS) primaryOf.set(c, [rank++, COMMON, COMMON]);
   const LETTER_BASE = rank; // a letter's primary: LETTER_BASE + 2 * (its index in a..z) (+1: after it)
   const OTHER_BASE = LETTER_BASE + 60; // other scripts: OTHER_BASE + the lowercase's code point
   const secondaryOf = new Map();
@@ -672,11 +672,13 @@
   const UNKNOWN_MARK = COMMON + 200;
   const letter = (c, after = 0) => LETTER_BASE + 2 * (codeAt(c, 0) - 97) + after;
   // Latin letters NFD does not take apart: [their letters, a secondary that sets them apart
-  // (0: none), primary offset (1: a letter of its own after the first)].
+  // (0: none), primary offset (1: a letter of its own after the first)]. Every entry here and
+  // in primaryOf has all three items: a missing one is read through Array.prototype, which a
+  // script can give an index ("1".localeCompare("１") was NaN-weighted, then 1 both ways).
   const SPECIAL = { __proto__: null,
-    "æ": ["ae", STROKE], "œ": ["oe", STROKE], "ß": ["ss", STROKE], "ð": ["d", STROKE],
-    "đ": ["d", STROKE], "ø": ["o", STROKE], "ł": ["l", STROKE], "ŀ": ["l", STROKE],
-    "ħ": ["h", STROKE], "ſ": ["s", STROKE], "ĳ": ["ij", 0], "ı": ["i", 0, 1], "ĸ": ["q", 0, 1],
+    "æ": ["ae", STROKE, 0], "œ": ["oe", STROKE, 0], "ß": ["ss", STROKE, 0], "ð": ["d", STROKE, 0],
+    "đ": ["d", STROKE, 0], "ø": ["o", STROKE, 0], "ł": ["l", STROKE, 0], "ŀ": ["l", STROKE, 0],
+    "ħ": ["h", STROKE, 0], "ſ": ["s", STROKE, 0], "ĳ": ["ij", 0, 0], "ı": ["i", 0, 1], "ĸ": ["q", 0, 1],
     "ŋ": ["n", 0, 1], "ŧ": ["t", 0, 1], "ƒ": ["f", 0, 1], "þ": ["z", 0, 1],
   };
   // (checked by code point, not with a regular expression: a string's collation elements are
@@ -713,7 +715,7 @@
       if (small.length === 1 && first >= 97 && first <= 122) { push(letter(small), COMMON, tertiary, 0); continue; } // a..z
       const special = SPECIAL[small];
       if (special !== undefined) {
-        const base = special[0], secondary = special[1], after = special[2] ?? 0;
+        const base = special[0], secondary = special[1], after = special[2];
         for (let k = 0; k < base.length; k++) push(letter(base[k], after), COMMON, tertiary, 0);
         if (secondary) push(0, secondary, COMMON, 0);
         continue;
@@ -1162,15 +1164,17 @@
     week: ["week", "weeks", "wk.", "wk.", "w"], month: ["month", "months", "mo.", "mo.", "mo"],
     quarter: ["quarter", "quarters", "qtr.", "qtrs.", "q"], year: ["year", "years", "yr.", "yr.", "y"],
   };
-  // numeric "auto": the words for -1, 0 and 1 of a unit ([long, short and narrow]).
+  // numeric "auto": the words for -1, 0 and 1 of a unit ([long, short and narrow]). Each table
+  // of no prototype: a key it lacks ("none", 1 for a second) is not looked up on the script's
+  // Object.prototype.
   const TIME_WORDS = { __proto__: null,
-    second: { 0: ["now", "now", "now"] },
-    minute: { 0: ["this minute", "this minute", "this minute"] },
-    hour: { 0: ["this hour", "this hour", "this hour"] },
-    day: { "-1": ["yesterday", "yesterday", "yesterday"], 0: ["today", "today", "today"], 1: ["tomorrow", "tomorrow", "tomorrow"] },
+    second: { __proto__: null, 0: ["now", "now", "now"] },
+    minute: { __proto__: null, 0: ["this minute", "this minute", "this minute"] },
+    hour: { __proto__: null, 0: ["this hour", "this hour", "this hour"] },
+    day: { __proto__: null, "-1": ["yesterday", "yesterday", "yesterday"], 0: ["today", "today", "today"], 1: ["tomorrow", "tomorrow", "tomorrow"] },
   };
   for (const [unit, long, short] of [["week", "week", "wk."], ["month", "month", "mo."], ["quarter", "quarter", "qtr."], ["year", "year", "yr."]]) {
-    TIME_WORDS[unit] = {
+    TIME_WORDS[unit] = { __proto__: null,
       "-1": ["last " + long, "last " + short, "last " + short],
       0: ["this " + long, "this " + short, "this " + short],
       1: ["next " + long, "next " + short, "next " + short],

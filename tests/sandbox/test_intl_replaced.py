@@ -66,6 +66,9 @@ const uses = [
   () => Intl.Segmenter(),
   () => [Object.prototype.toString.call(new Intl.NumberFormat()), String(Intl), typeof new Intl.Collator().compare],
   () => String.prototype.toLocaleUpperCase.call(null),
+  () => [new Intl.RelativeTimeFormat("en", { numeric: "auto" }).format(5, "day"), new Intl.RelativeTimeFormat("en", { numeric: "auto" }).format(1, "second"),
+    new Intl.RelativeTimeFormat("en", { numeric: "auto" }).format(-1, "second"), new Intl.RelativeTimeFormat("en", { numeric: "auto" }).format(2, "hours"),
+    new Intl.Collator("en").compare("1", "\uff11"), new Intl.Collator("en").compare("\uff11", "1"), "\u00e6".localeCompare("af"), "ae".localeCompare("\u00e6")],
 ];
 """
 LOOP = r"""
@@ -117,6 +120,11 @@ REPLACED = {
     "Object.getPrototypeOf(function* () {}).prototype.next = () => ({ done: true });",
     "date methods": "for (const k of Object.getOwnPropertyNames(Date.prototype)) if (k !== 'constructor') "
     "Date.prototype[k] = () => 1;",
+    # What a lookup in one of intl.js's tables finds when the table lacks the key (a word
+    # table's "none", 1 or -1; an entry's third item).
+    "inherited indexes": "Object.prototype.none = ['evil', 'evil', 'evil']; "
+    "Object.prototype[1] = Object.prototype[-1] = Object.prototype[0] = ['evil1', 'evil', 'evil']; "
+    "Array.prototype[2] = 500;",
     "errors": "globalThis.RangeError = globalThis.TypeError = function () { return { name: 'evil', message: 'evil' }; };",
 }
 
@@ -155,6 +163,7 @@ def test_the_uses_answer_as_node_does() -> None:
     assert lines[16] == '16 ["a, b, and c","a or b","1 2 3"]'
     assert lines[18] == '18 ["3 days ago","tomorrow","in 1,234.5 qtrs.","last yr."]'
     assert lines[22] == '22 ["1,234.5,1/1/1970, 12:00:00 AM,,x","TITLE","àb"]'
+    assert lines[30] == '30 ["in 5 days","in 1 second","1 second ago","in 2 hours",-1,1,-1,-1]'
 
 
 @pytest.mark.parametrize("prepared", [False, True], ids=["own context", "prepared"])
