@@ -8,9 +8,10 @@
 //
 // Compiled with the boot, before any script (sandbox/lazy.js), so that what it takes of the
 // built-ins is the engine's own; a fork server compiles it before it forks, so that no child
-// pays for it. Returns Intl and the built-ins' methods, which lazy.js installs. It runs with
-// the script's rights only, as the engine's built-ins do.
-(function () {
+// pays for it. `web` is what it takes from sandbox/web.js (its lists and text helpers).
+// Returns Intl and the built-ins' methods, which lazy.js installs. It runs with the script's
+// rights only, as the engine's built-ins do.
+(function (web) {
   "use strict";
   // What this file uses of the built-ins is taken here, as it loads, and called with apply: a
   // script that replaces a built-in's method, iterator or static (Array.prototype's iterator,
@@ -23,7 +24,7 @@
   // (listOf) read by index, arrays a script is given made with own properties (ownArray), and
   // no template literal with a substitution (QuickJS joins one with String.prototype.concat,
   // looked up at run time): text is joined with +.
-  const { defineProperty, keys: objectKeys, setPrototypeOf } = Object;
+  const { defineProperty, keys: objectKeys } = Object;
   const NativeObject = Object, NativeRangeError = RangeError, NativeTypeError = TypeError;
   const NativeString = String, NativeNumber = Number, NativeDate = Date;
   const isArray = Array.isArray, isFinite = Number.isFinite, isInteger = Number.isInteger;
@@ -51,24 +52,15 @@
   const matches = (re, s) => execOf(re, s) !== null;
   const searched = (re, s) => { const m = execOf(re, s); return m === null ? -1 : m.index; };
   const weakOf = uncurry(weakGet), setWeak = uncurry(weakSet), mapGetOf = uncurry(mapGet);
-  const listOf = () => setPrototypeOf([], null);
-  const put = (list, item) => { list[list.length] = item; };
-  function holds(list, item) {
-    for (let i = 0; i < list.length; i++) if (list[i] === item) return true;
-    return false;
-  }
-  function joined(list, separator) {
-    let out = "";
-    for (let i = 0; i < list.length; i++) out += (i ? separator : "") + list[i];
-    return out;
-  }
+  // web.js's (sandbox/web.js, evaluated first): lists of no prototype, added to and read by
+  // index; a string's characters by code point (codePoints: a spread or for...of takes the
+  // script's string iterator); and an item set as an array's own.
+  const { listOf, put, holds, joined, chars: codePoints, ownPut } = web;
   // An array for a script, of a list's items: its own properties, which no index setter on
   // Array.prototype takes.
   function ownArray(list) {
     const out = [];
-    for (let i = 0; i < list.length; i++) {
-      defineProperty(out, i, { __proto__: null, value: list[i], writable: true, enumerable: true, configurable: true });
-    }
+    for (let i = 0; i < list.length; i++) ownPut(out, list[i]);
     return out;
   }
   // A copy of one of the file's objects for a script (resolvedOptions), of an ordinary
@@ -77,16 +69,6 @@
     const picked = { __proto__: null };
     for (let i = 0; i < names.length; i++) if (o[names[i]] !== undefined) picked[names[i]] = o[names[i]];
     return { ...picked }; // (a spread defines its properties: no setter of Object.prototype runs)
-  }
-  // The code points of a string (a spread or for...of takes the script's string iterator).
-  function codePoints(s) {
-    const out = listOf();
-    for (let i = 0; i < s.length;) {
-      const n = codePointOf(s, i) > 0xffff ? 2 : 1;
-      put(out, sliced(s, i, i + n));
-      i += n;
-    }
-    return out;
   }
 
   // ---- locales ------------------------------------------------------------------------------

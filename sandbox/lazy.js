@@ -10,8 +10,9 @@
 //
 // `source(name)` gives a file's text ("intl", "url"); `line` the line its frames are to
 // start at, past the script's last, so that no error in it is read as the script's (QuickJS
-// names every evaluated text's frames <input>:line); `web` is what url.js takes from web.js
-// (its URLSearchParams, and text helpers). Returns the kind of Intl object a value is
+// names every evaluated text's frames <input>:line); `web` is what web.js hands out: url.js
+// takes web.url (its URLSearchParams, and text helpers), intl.js web.intl (lists and text
+// helpers). Returns the kind of Intl object a value is
 // (intl.js's brandOf), for the prelude's console.log.
 (function (source, line, web) {
   "use strict";
@@ -21,10 +22,10 @@
   const indirectEval = eval;
   const { repeat } = String.prototype;
   const compile = (name) => indirectEval(apply(repeat, "\n", [line]) + source(name));
-  const intl = compile("intl")();
+  const intl = compile("intl")(web.intl);
   const data = (value) => ({ __proto__: null, value, writable: true, configurable: true });
   defineProperty(globalThis, "Intl", data(intl.Intl));
-  defineProperty(globalThis, "URL", data(compile("url")(web)));
+  defineProperty(globalThis, "URL", data(compile("url")(web.url)));
   const stands = [
     [Number.prototype, "toLocaleString", "number", 0],
     [BigInt.prototype, "toLocaleString", "bigint", 0],

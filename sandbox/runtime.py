@@ -159,7 +159,7 @@ _BOOT = (
     "  delete globalThis.__cm_source;\n"
     f"  const web = {WEB.strip()};\n"
     "  const intlBrand = lazyLine === null ? undefined\n"
-    f"    : ({LAZY.strip()})(lazySource, lazyLine, web.url);\n"
+    f"    : ({LAZY.strip()})(lazySource, lazyLine, web);\n"
     # The prelude's world is made here, before any script exists (the prelude replaces
     # the global JSON.parse: the config is read with the engine's own).
     "  const parseConfig = JSON.parse;\n"

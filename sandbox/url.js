@@ -28,7 +28,8 @@
   // (listOf, put) and hex digits are web.js's too: what a script can replace on the built-in
   // prototypes (an array's push and iterator, a number's toString, a string's toLowerCase, a
   // typed array's length) it changes for itself, not for the URLs it parses.
-  const { usv, isHex, utf8, decodeUtf8, HEX, listOf, put, typedLength } = web;
+  // (chars: a string's characters by code point, as a list of the engine's own)
+  const { usv, isHex, utf8, decodeUtf8, HEX, listOf, put, typedLength, chars } = web;
   // Messages are joined with +, not a template literal: QuickJS joins a template's parts with
   // String.prototype.concat, looked up at run time (a script that replaced it had every
   // 'Invalid URL' message read as its concat's answer).
@@ -37,18 +38,6 @@
   const codeOf = (ch) => apply(codePointAt, ch, [0]);
   const matches = (re, s) => apply(regExpExec, re, [s]) !== null;
   const has = (set, c) => apply(setHas, set, [c]);
-  // The characters of `s` by code point, as a list of the engine's own (a spread or for...of
-  // takes the script's String.prototype[Symbol.iterator]).
-  function chars(s) {
-    const out = listOf();
-    for (let i = 0; i < s.length;) {
-      const c = apply(codePointAt, s, [i]);
-      const n = c > 0xffff ? 2 : 1;
-      put(out, sliced(s, i, i + n));
-      i += n;
-    }
-    return out;
-  }
   function copied(list) {
     const out = listOf();
     for (let i = 0; i < list.length; i++) put(out, list[i]);

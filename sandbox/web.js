@@ -60,6 +60,21 @@
   const isView = ArrayBuffer.isView;
   const { fromCharCode, fromCodePoint } = String;
   const { charCodeAt, codePointAt } = String.prototype;
+  // The characters of `s` by code point, as a list of the engine's own (a spread or for...of
+  // takes the script's String.prototype[Symbol.iterator]); url.js and intl.js take it. Its
+  // methods are called through Function.prototype.call bound to each: no list of arguments is
+  // made per character, as Reflect.apply needs.
+  const uncurry = apply(Function.prototype.bind, Function.prototype.bind, [Function.prototype.call]);
+  const codePointOf = uncurry(codePointAt), sliceOf = uncurry(stringSlice);
+  function chars(s) {
+    const out = listOf();
+    for (let i = 0; i < s.length;) {
+      const n = codePointOf(s, i) > 0xffff ? 2 : 1;
+      put(out, sliceOf(s, i, i + n));
+      i += n;
+    }
+    return out;
+  }
   // A byte's two hex digits (Number.prototype.toString is the script's).
   const hex = (n) => "0123456789abcdef"[n >> 4] + "0123456789abcdef"[n & 15];
   const HEX = (n) => "0123456789ABCDEF"[n >> 4] + "0123456789ABCDEF"[n & 15];
@@ -517,7 +532,10 @@
   // uses too.
   setRun.own = freeze({ listOf, put, joined, holds, isA, typedLength });
   // What sandbox/url.js takes from here: its searchParams, and the text helpers it shares.
-  setRun.url = freeze({ makeParams: linkParams, replaceParams, usv, isHex, utf8, decodeUtf8, HEX, listOf, put, typedLength });
+  setRun.url = freeze({ makeParams: linkParams, replaceParams, usv, isHex, utf8, decodeUtf8, HEX, listOf, put, typedLength, chars });
+  // What sandbox/intl.js takes: the lists, a string's characters, and an index set as an
+  // array's own.
+  setRun.intl = freeze({ listOf, put, holds, joined, chars, ownPut });
   // What sandbox/prelude.js takes: how a URLSearchParams shows, as a value and as no data;
   // the message of QuickJS's RangeError when the stack runs out.
   setRun.pairsOf = pairsOf;
