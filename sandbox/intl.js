@@ -54,8 +54,8 @@
   const weakOf = uncurry(weakGet), setWeak = uncurry(weakSet), mapGetOf = uncurry(mapGet);
   // web.js's (sandbox/web.js, evaluated first): lists of no prototype, added to and read by
   // index; a string's characters by code point (codePoints: a spread or for...of takes the
-  // script's string iterator); and an item set as an array's own.
-  const { listOf, put, holds, joined, chars: codePoints, ownPut } = web;
+  // script's string iterator); an item set as an array's own; ToPrimitive.
+  const { listOf, put, holds, joined, chars: codePoints, ownPut, toPrimitive } = web;
   // An array for a script, of a list's items: its own properties, which no index setter on
   // Array.prototype takes.
   function ownArray(list) {
@@ -588,15 +588,12 @@
   function formatNumber(o, x) {
     return join(numberParts(o, x));
   }
-  function toNumeric(x) { // what format takes: a BigInt, a decimal string or a number
-    if (typeof x === "bigint") return x;
-    if (typeof x === "string") return x;
-    if (typeof x === "object" && x !== null) {
-      const p = x.valueOf();
-      if (typeof p === "bigint") return p;
-      return NativeNumber(x);
-    }
-    return NativeNumber(x);
+  // What format takes, as ECMA-402's ToIntlMathematicalValue: one ToPrimitive, hint "number"
+  // (an object's valueOf ran twice, and a Symbol.toPrimitive's BigInt was made a number), then
+  // a BigInt or a decimal string as is, anything else a number.
+  function toNumeric(x) {
+    const p = (typeof x === "object" && x !== null) || typeof x === "function" ? toPrimitive(x, "number") : x;
+    return typeof p === "bigint" || typeof p === "string" ? p : NativeNumber(p);
   }
 
   const NUMBER_RESOLVED = ["locale", "numberingSystem", "style", "currency", "currencyDisplay", "currencySign",

@@ -77,9 +77,9 @@
   // Made in sandbox/web.js, evaluated first, whose built-ins use them too. With them, `isA`:
   // `value instanceof Kind`, for a built-in `Kind`, as the engine's own (`instanceof` asks
   // Kind[Symbol.hasInstance] first, which a script may define on the constructor itself, and
-  // a Map or an Error then printed {}); and a typed array's length, read with the built-in
-  // getter.
-  const { listOf, put, joined, holds, isA, typedLength } = web.own;
+  // a Map or an Error then printed {}); a typed array's length, read with the built-in
+  // getter; and ToPrimitive (intl.js's too).
+  const { listOf, put, joined, holds, isA, typedLength, toPrimitive } = web.own;
   // The script's tools (see `begin`): a replaced Set.prototype.has, or its iterator, was
   // handed this set, and a script that added a name to it called a tool the host never gave.
   const toolNames = ownMethods(new NativeSet(), { has: setHas, add: setAdd });
@@ -163,30 +163,9 @@
 
   // ---- Determinism: the clock and randomness come from the script record. ----
   const isObject = (v) => (typeof v === "object" && v !== null) || typeof v === "function";
-  // ToPrimitive, done here: the real Date constructor is only ever given primitives, so no
-  // script code (valueOf, toString, Symbol.toPrimitive) runs with it on the stack.
-  const STRING_FIRST = freeze(["toString", "valueOf"]), NUMBER_FIRST = freeze(["valueOf", "toString"]);
-  function toPrimitive(v, hint) {
-    if (!isObject(v)) return v;
-    const exotic = v[toPrimitiveKey];
-    if (exotic !== undefined && exotic !== null) {
-      if (typeof exotic !== "function") throw new NativeTypeError("Symbol.toPrimitive is not a function");
-      const p = apply(exotic, v, [hint]);
-      if (isObject(p)) throw new NativeTypeError("cannot convert object to primitive value");
-      return p;
-    }
-    // The names' order by index: a for...of took the script's Array.prototype[Symbol.iterator]
-    // (new Date(value) said "cannot convert object to primitive value" of a value with both).
-    const order = hint === "string" ? STRING_FIRST : NUMBER_FIRST;
-    for (let i = 0; i < order.length; i++) {
-      const method = v[order[i]];
-      if (typeof method === "function") {
-        const p = apply(method, v, []);
-        if (!isObject(p)) return p;
-      }
-    }
-    throw new NativeTypeError("cannot convert object to primitive value");
-  }
+  // ToPrimitive is web.js's (taken above): the real Date constructor is only ever given
+  // primitives, so no script code (valueOf, toString, Symbol.toPrimitive) runs with it on the
+  // stack.
   function timeOf(v) { // a Date's time value, or undefined for anything else (runs no script code)
     try { return apply(dateGetTime, v, []); } catch (_) { return undefined; }
   }

@@ -75,6 +75,35 @@
     }
     return out;
   }
+  // ToPrimitive (hint "string", "number" or "default"), by the engine's own: the prelude's
+  // Date and errors and intl.js's format take it. The two methods are named here, not read
+  // from a list with for...of (which took the script's Array.prototype[Symbol.iterator]: new
+  // Date(value) said "cannot convert object to primitive value" of a value with both).
+  const isObject = (v) => (typeof v === "object" && v !== null) || typeof v === "function";
+  const toPrimitiveKey = Symbol.toPrimitive;
+  const invoke = uncurry(Function.prototype.call); // invoke(f, self, ...args): f's call, as taken here
+  function toPrimitive(v, hint) {
+    if (!isObject(v)) return v;
+    const exotic = v[toPrimitiveKey];
+    if (exotic !== undefined && exotic !== null) {
+      if (typeof exotic !== "function") throw new NativeTypeError("Symbol.toPrimitive is not a function");
+      const p = invoke(exotic, v, hint);
+      if (isObject(p)) throw new NativeTypeError("cannot convert object to primitive value");
+      return p;
+    }
+    const text = hint === "string";
+    let method = v[text ? "toString" : "valueOf"];
+    if (typeof method === "function") {
+      const p = invoke(method, v);
+      if (!isObject(p)) return p;
+    }
+    method = v[text ? "valueOf" : "toString"];
+    if (typeof method === "function") {
+      const p = invoke(method, v);
+      if (!isObject(p)) return p;
+    }
+    throw new NativeTypeError("cannot convert object to primitive value");
+  }
   // A byte's two hex digits (Number.prototype.toString is the script's).
   const hex = (n) => "0123456789abcdef"[n >> 4] + "0123456789abcdef"[n & 15];
   const HEX = (n) => "0123456789ABCDEF"[n >> 4] + "0123456789ABCDEF"[n & 15];
@@ -528,14 +557,14 @@
     defineProperty(globalThis, name, { __proto__: null, value: made[name], writable: true, configurable: true });
   }
   const setRun = (nextRandom, text) => { run = { nextRandom, text }; };
-  // The engine's own lists, its instanceof and a typed array's length, which sandbox/prelude.js
-  // uses too.
-  setRun.own = freeze({ listOf, put, joined, holds, isA, typedLength });
+  // The engine's own lists, its instanceof, a typed array's length and ToPrimitive, which
+  // sandbox/prelude.js uses too.
+  setRun.own = freeze({ listOf, put, joined, holds, isA, typedLength, toPrimitive });
   // What sandbox/url.js takes from here: its searchParams, and the text helpers it shares.
   setRun.url = freeze({ makeParams: linkParams, replaceParams, usv, isHex, utf8, decodeUtf8, HEX, listOf, put, typedLength, chars });
-  // What sandbox/intl.js takes: the lists, a string's characters, and an index set as an
-  // array's own.
-  setRun.intl = freeze({ listOf, put, holds, joined, chars, ownPut });
+  // What sandbox/intl.js takes: the lists, a string's characters, an index set as an array's
+  // own, and ToPrimitive.
+  setRun.intl = freeze({ listOf, put, holds, joined, chars, ownPut, toPrimitive });
   // What sandbox/prelude.js takes: how a URLSearchParams shows, as a value and as no data;
   // the message of QuickJS's RangeError when the stack runs out.
   setRun.pairsOf = pairsOf;

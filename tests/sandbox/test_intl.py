@@ -334,3 +334,31 @@ def test_the_case_level_is_upper_or_not() -> None:
     )
     assert got[:13] == [-1, 1, 0, 0, -1, 0, 0, 0, -1, 0, 1, -1, -1]
     assert got[13:] == [1, -1, 0, 0, 1, 0, 0, 0, 1, 0, -1, 1, 1]
+
+
+def test_format_converts_an_object_once_as_node_does() -> None:
+    """NumberFormat's format takes an object's primitive once, hint "number", and a BigInt or
+    a string it gives as is, as Node.js does: valueOf ran twice, a Symbol.toPrimitive's
+    BigInt lost its last digits, and an object of no prototype threw "not a function"."""
+    got = value(
+        r"""
+        const nf = new Intl.NumberFormat();
+        let n = 0;
+        const out = [nf.format({ valueOf() { n++; return 5; } }), n];
+        const hints = [];
+        out.push(nf.format({ [Symbol.toPrimitive](hint) { hints.push(hint); return 12345678901234567891n; } }), hints);
+        out.push(nf.format({ valueOf() { return "12345678901234567891.5"; }, toString() { return "9"; } }));
+        out.push(nf.formatToParts({ valueOf() { return 7n; } }).map((p) => p.value).join(""));
+        try { nf.format(Object.create(null)); } catch (e) { out.push(e.name + ": " + e.message.toLowerCase()); }
+        return out;
+        """
+    )
+    assert got == [
+        "5",
+        1,
+        "12,345,678,901,234,567,891",
+        ["number"],
+        "12,345,678,901,234,567,891.5",
+        "7",
+        "TypeError: cannot convert object to primitive value",
+    ]
