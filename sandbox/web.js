@@ -397,7 +397,7 @@
   }
   // A URL's searchParams (sandbox/url.js): made with the URL's query, and the URL told of
   // every change, as the URL Standard links them.
-  let linkParams, replaceParams, pairsOf, listIn, iterated;
+  let linkParams, replaceParams, pairsOf, iterated;
   // What entries, keys, values and [Symbol.iterator] give, as Node.js has it: an object of
   // one prototype, "URLSearchParams Iterator" (inheriting %IteratorPrototype%), whose next
   // reads the params' list as it is then, by index. It is a generator (QuickJS resumes one
@@ -421,12 +421,12 @@
     return it;
   }
   // What an iterator has yet to give (runs no script code), or undefined for any other value:
-  // sandbox/prelude.js shows it.
+  // sandbox/prelude.js shows it (and keeps it from the script: a pair needs no copy).
   iterated = (v) => {
     const state = apply(weakGet, walks, [v]);
     if (state === undefined) return undefined;
-    const list = listIn(state.params), out = listOf();
-    for (let i = state.index; i < list.length; i++) put(out, state.kind === 0 ? [list[i][0], list[i][1]] : list[i][state.kind - 1]);
+    const list = pairsOf(state.params), kind = state.kind, out = listOf();
+    for (let i = state.index; i < list.length; i++) put(out, kind === 0 ? list[i] : list[i][kind - 1]);
     return out;
   };
   class URLSearchParams {
@@ -442,7 +442,6 @@
       replaceParams = (params, query) => { params.#list = parseQuery(query); };
       // Its [name, value] pairs, or undefined for any other value (runs no script code).
       pairsOf = (v) => (typeof v === "object" && v !== null && #list in v ? v.#list : undefined);
-      listIn = (params) => params.#list; // (a URLSearchParams')
       walk = function* (state) {
         const params = state.params, kind = state.kind;
         for (;;) {
