@@ -1046,7 +1046,6 @@
     "minimumSignificantDigits", "maximumSignificantDigits", "roundingPriority", "roundingIncrement",
     "roundingMode", "trailingZeroDisplay"];
   const pluralOptions = new WeakMap();
-  const PLURAL_RESOLVED = ["locale", "type"];
   function pluralOf(o, x) {
     const shown = formatNumber(o.digits, NativeNumber(x));
     if (o.type === "cardinal") return matches(/^-?0*1$/, shown) ? "one" : "other";
@@ -1080,17 +1079,15 @@
       if (NativeNumber(x) !== NativeNumber(x) || NativeNumber(y) !== NativeNumber(y)) throw new NativeRangeError("Invalid number");
       return "other"; // English's plural ranges all end in "other"
     },
-    resolvedOptions() {
-      const o = pluralThis(this, "resolvedOptions");
-      const out = ownCopy(o, PLURAL_RESOLVED);
-      const digits = ownCopy(o.digits, DIGIT_OPTIONS);
-      const names = objectKeys(digits);
-      for (let i = 0; i < names.length; i++) {
-        defineProperty(out, names[i], { __proto__: null, value: digits[names[i]], writable: true, enumerable: true, configurable: true });
+    resolvedOptions() { // locale, type, the digit options set, pluralCategories: Node.js's order
+      const o = pluralThis(this, "resolvedOptions"), digits = o.digits;
+      const picked = { __proto__: null, locale: o.locale, type: o.type };
+      for (let i = 0; i < DIGIT_OPTIONS.length; i++) {
+        const k = DIGIT_OPTIONS[i];
+        if (digits[k] !== undefined) picked[k] = digits[k];
       }
-      const categories = o.type === "cardinal" ? ["one", "other"] : ["few", "one", "two", "other"];
-      defineProperty(out, "pluralCategories", { __proto__: null, value: categories, writable: true, enumerable: true, configurable: true });
-      return out;
+      picked.pluralCategories = o.type === "cardinal" ? ["one", "other"] : ["few", "one", "two", "other"];
+      return { ...picked }; // (as ownCopy: a spread defines, no setter of Object.prototype runs)
     },
   };
   methodsOf(PluralRules, "Intl.PluralRules", pluralMethods);

@@ -362,3 +362,25 @@ def test_format_converts_an_object_once_as_node_does() -> None:
         "7",
         "TypeError: cannot convert object to primitive value",
     ]
+
+
+def test_plural_rules_resolved_options_in_order() -> None:
+    """PluralRules' resolvedOptions: locale, type, the digit options, then pluralCategories, as
+    Node.js 20 lists them (it has no rounding options there; they come before the categories
+    here), an object of Object.prototype whose properties are its own."""
+    got = value(
+        """
+        const o = new Intl.PluralRules("en-US", { type: "ordinal", minimumSignificantDigits: 2 }).resolvedOptions();
+        return [Object.getPrototypeOf(o) === Object.prototype, Object.keys(o), o.pluralCategories,
+          Object.keys(new Intl.PluralRules().resolvedOptions())];
+        """
+    )
+    last = ["roundingPriority", "roundingIncrement", "roundingMode", "trailingZeroDisplay"]
+    last += ["pluralCategories"]
+    first = ["locale", "type", "minimumIntegerDigits"]
+    assert got == [
+        True,
+        [*first, "minimumSignificantDigits", "maximumSignificantDigits", *last],
+        ["few", "one", "two", "other"],
+        [*first, "minimumFractionDigits", "maximumFractionDigits", *last],
+    ]
