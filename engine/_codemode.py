@@ -335,11 +335,13 @@ class CodeMode(StepLoop):
         self._drives_of: dict[str, asyncio.Future[None]] = {}
         # Drives cancelled while sync handlers ran, recording them once they end (_hear_out).
         self._hearing: set[asyncio.Task[None]] = set()
-        # The leases of drives that ended as the log stopped answering, by script: kept then
-        # (a release would wait the log's timeout again for nothing), given up once it
-        # answers (_give_back_kept), not left to run out while a resume calls this host
-        # elsewhere. Each with the time (monotonic) by which it surely ran out.
-        self._kept: dict[str, tuple[log.Lease, float]] = {}
+        # The leases of drives that ended as the log stopped answering, and of takes whose
+        # answer was lost, by script and owner (one drive's kept lease and a later take's
+        # lost one are both kept): kept then (a release would wait the log's timeout again
+        # for nothing), given up once it answers (_give_back_kept), not left to run out while
+        # a resume calls this host elsewhere. Each with the time (monotonic) by which it
+        # surely ran out.
+        self._kept: dict[tuple[str, str], tuple[log.Lease, float]] = {}
         self._giving_back: asyncio.Task[None] | None = None  # _give_back_kept
         # Wakes _give_back_kept to try at once; made with each such task, on its loop (one
         # made here would be bound to the first loop, and asyncio.run per request is fine).
@@ -594,7 +596,9 @@ class CodeMode(StepLoop):
             # would find held by the lease a cancelled start took; an unkeyed retry starts
             # another script, and a trivial run_code need not pay for the task.
             started = await (
-                taken_or_kept(starting, lambda started: started.lease, self._keep)
+                taken_or_kept(
+                    starting, lambda started: started.lease, self._keep, lost=(record.id, owner)
+                )
                 if key is not None
                 else starting
             )
@@ -1011,32 +1015,39 @@ class CodeMode(StepLoop):
         the take of the script that follows would say), or with None every one, as far as
         the log answers (a failure leaves the rest to the next call). Safe at any time: a
         drive's lease is kept only once nothing of the drive writes under it, and a release
-        is fenced by its token, so it never frees a lease another host has taken since."""
-        ids = [script_id] if script_id is not None else list(self._kept)
-        for each in ids:
-            kept = self._kept.get(each)
+        is fenced by its token, so it never frees a lease another host has taken since.
+
+        A take whose answer was lost (token :data:`LOST_TAKE`) is looked up by its owner: a
+        lease found is given up; none found, it is looked up again at the next call until
+        it has run out, since the log may still be committing it (a server that had not
+        finished the transaction when the answer was given up)."""
+        keys = [k for k in self._kept if script_id is None or k[0] == script_id]
+        for key in keys:
+            kept = self._kept.get(key)
             if kept is None:
                 continue
             if kept[1] <= time.monotonic():
-                del self._kept[each]  # it ran out: nobody needs it given up
+                del self._kept[key]  # it ran out: nobody needs it given up
                 continue
             try:
-                lease: log.Lease | None = kept[0]
-                if kept[0].token == LOST_TAKE:
-                    lease = await self._taken(kept[0])
-                if lease is not None:
-                    await self.store.release(lease)
+                lease = kept[0]
+                if lease.token == LOST_TAKE:
+                    found = await self._taken(lease)
+                    if found is None:
+                        continue
+                    lease = found
+                await self.store.release(lease)
             except CodeModeError:
                 if script_id is not None:
                     raise
                 return
-            if self._kept.get(each) is kept:
-                del self._kept[each]
+            if self._kept.get(key) is kept:
+                del self._kept[key]
 
     async def _taken(self, lost: log.Lease) -> log.Lease | None:
         """The lease ``lost.owner`` holds on its script, whose take's answer was lost (token
-        :data:`LOST_TAKE`), or None if the take did not go through (or the script is not
-        there: a start that failed)."""
+        :data:`LOST_TAKE`), or None if the log has none (yet, or the take did not go
+        through, or a start did not make the script)."""
         try:
             held = (await self.store.get_script(lost.script_id)).lease
         except ScriptNotFound:
@@ -1045,12 +1056,12 @@ class CodeMode(StepLoop):
 
     def _keep(self, lease: log.Lease) -> None:
         """Keep aside a lease possibly still held in the log (its release failed, or was
-        not tried: the log did not answer), to be given up by :meth:`_give_back_kept`.
-        Called only once nothing of its drive writes under it."""
+        not tried: the log did not answer; or its take's answer was lost), to be given up by
+        :meth:`_give_back_kept`. Called only once nothing of its drive writes under it."""
         if self._closed:
             return
         # The lease was last renewed (or taken) at most lease_ms before now.
-        self._kept[lease.script_id] = (lease, time.monotonic() + self.lease_ms / 1000)
+        self._kept[lease.script_id, lease.owner] = (lease, time.monotonic() + self.lease_ms / 1000)
         self._log_answered.clear()  # it did not answer this drive
         self._start_giving_back()
 

@@ -107,17 +107,36 @@ async def taken_or_kept(
     taking: Awaitable[T],
     lease_of: Callable[[T], log.Lease | None],
     kept: Callable[[log.Lease], None],
+    *,
+    lost: tuple[str, str] | None = None,
 ) -> T:
     """Await ``taking``, a write that takes a lease (``lease_of`` finds it in the answer),
     without losing the lease with the answer: cancelled while the log still works on it (a
     caller's timeout while another host holds the log's write lock), the write goes on, and
     a lease it takes all the same is handed to ``kept``, to give up. Left to run out, it held
-    the script from every host, this one too, for the lease's length."""
+    the script from every host, this one too, for the lease's length.
+
+    ``lost``: the script and owner of the take, if known. A take that fails as the log
+    answers (:class:`StoreUnavailable`: it may have gone through) is then handed to
+    ``kept`` as a lease of token :data:`LOST_TAKE`, looked up by its owner when it is given
+    up, whether or not the caller still waits."""
+    if lost is not None:
+        taking = _keep_lost(taking, lost, kept)
     task = asyncio.ensure_future(taking)
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
         task.add_done_callback(functools.partial(_keep_taken, lease_of, kept))
+        raise
+
+
+async def _keep_lost(
+    taking: Awaitable[T], lost: tuple[str, str], kept: Callable[[log.Lease], None]
+) -> T:
+    try:
+        return await taking
+    except StoreUnavailable:
+        kept(log.Lease(*lost, LOST_TAKE, 0))
         raise
 
 
@@ -127,7 +146,7 @@ def _keep_taken(
     task: asyncio.Future[Any],
 ) -> None:
     if task.cancelled() or task.exception() is not None:
-        return  # nothing taken (a lost answer was the caller's to see, and it left)
+        return  # nothing taken, or kept as lost (_keep_lost)
     lease = lease_of(task.result())
     if lease is not None:
         kept(lease)
@@ -142,17 +161,14 @@ async def acquire_or_keep(
     *,
     take_from: str | None = None,
 ) -> log.Lease | None:
-    """``store.acquire``, whose lease is not lost with its answer (see :func:`taken_or_kept`);
-    one whose answer the log lost (:class:`StoreUnavailable`: it may have gone through) is
-    handed to ``kept`` too, with the token :data:`LOST_TAKE`, looked up by owner when it is
-    given up."""
-    try:
-        return await taken_or_kept(
-            store.acquire(script_id, owner, ttl_ms, take_from=take_from), lambda lease: lease, kept
-        )
-    except StoreUnavailable:
-        kept(log.Lease(script_id, owner, LOST_TAKE, 0))
-        raise
+    """``store.acquire`` through :func:`taken_or_kept`: its lease is not lost with its
+    answer, whether the caller left or the log lost it."""
+    return await taken_or_kept(
+        store.acquire(script_id, owner, ttl_ms, take_from=take_from),
+        lambda lease: lease,
+        kept,
+        lost=(script_id, owner),
+    )
 
 
 async def release_or_keep(

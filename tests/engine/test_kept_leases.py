@@ -12,7 +12,16 @@ from typing import Any
 
 import pytest
 
-from engine import CodeMode, MemoryStore, SqliteStore, StoreUnavailable, _codemode, log, tool
+from engine import (
+    CodeMode,
+    MemoryStore,
+    SqliteStore,
+    StoreUnavailable,
+    _codemode,
+    _drive,
+    log,
+    tool,
+)
 from tests.engine.conftest import InProcessRunner, given_up
 
 LONG_MS = 600_000  # a lease far longer than any test: given up, never left to run out
@@ -313,18 +322,46 @@ async def test_a_take_the_caller_cancelled_while_the_log_was_locked_gives_its_le
         await engine.aclose()
 
 
+class LostAnswer(FailingStore):
+    """A log that takes the lease, or makes the script, and fails as it answers (its
+    connection lost with the commit's reply) while ``down`` names the method; with ``gate``
+    set, a take first waits for it; with ``landing``, the next take fails at once and commits
+    only when ``landing`` is set (a server still committing when the answer was given up)."""
+
+    gate: asyncio.Event | None = None
+    at_gate = asyncio.Event()  # a take waits at the gate
+    landing: asyncio.Event | None = None
+    landed: asyncio.Future[None] | None = None  # the late commit
+
+    async def acquire(self, script_id: str, owner: str, *args: Any, **kw: Any) -> Any:
+        if self.gate is not None:
+            self.at_gate.set()
+            await self.gate.wait()
+        if self.landing is not None:
+            landing = self.landing
+            self.landing = None
+
+            async def land() -> None:
+                await landing.wait()
+                await super(LostAnswer, self).acquire(script_id, owner, *args, **kw)
+
+            self.landed = asyncio.ensure_future(land())
+            raise StoreUnavailable("acquire: the log did not answer (still committing)")
+        lease = await super().acquire(script_id, owner, *args, **kw)
+        self._answer("acquire")
+        return lease
+
+    async def start(self, *args: Any, **kwargs: Any) -> Any:
+        started = await super().start(*args, **kwargs)
+        self._answer("start")
+        return started
+
+
 async def test_a_take_whose_answer_was_lost_is_given_up_if_it_went_through() -> None:
     """The log takes the lease and fails as it answers (its connection lost with the
     commit's reply): the host does not know it holds the script. It looks the lease up by
     its owner once the log answers, and gives it up; a take that did not go through leaves
     the lease another host holds alone."""
-
-    class LostAnswer(FailingStore):
-        async def acquire(self, script_id: str, owner: str, *args: Any, **kw: Any) -> Any:
-            lease = await super().acquire(script_id, owner, *args, **kw)
-            self._answer("acquire")
-            return lease
-
     store = LostAnswer()
     engine = engine_on(store)
     try:
@@ -345,7 +382,62 @@ async def test_a_take_whose_answer_was_lost_is_given_up_if_it_went_through() -> 
         store.down = set()
         await engine._give_back()
         assert (await store.get_script(first.script_id)).lease == other
-        assert not engine._kept
+    finally:
+        await engine.aclose()
+
+
+async def test_a_lost_take_is_given_up_whether_the_caller_waited_and_whenever_it_lands() -> None:
+    """A take whose answer is lost is given up too when its caller had left (cancelled
+    while the take waited), when it is a keyed start (the call a host retries), and when
+    the log commits it only after the host first looked for it."""
+    store = LostAnswer()
+    engine = engine_on(store)
+    try:
+        first = await engine.run_code(SCRIPT)
+        # The caller leaves while the take waits; the take lands, and its answer is lost.
+        store.gate, store.down = asyncio.Event(), {"acquire"}
+        caller = asyncio.create_task(engine.resume(first.script_id))
+        await store.at_gate.wait()
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        store.gate.set()
+        taken = await held_by_another(store, first.script_id, None)
+        store.down, store.gate = set(), None
+        assert (await given_up(store, first.script_id)).token == taken.token
+        # A keyed start that made its script, its answer lost: the retry drives it.
+        store.down = {"start"}
+        with pytest.raises(StoreUnavailable, match="start: the log did not answer"):
+            await engine.run_code(SCRIPT, key="k9")
+        store.down = set()
+        assert (await engine.run_code(SCRIPT, key="k9")).status == "paused"
+        # The take commits after the host first looked it up and found nothing.
+        store.landing = landing = asyncio.Event()
+        with pytest.raises(StoreUnavailable, match="still committing"):
+            await engine.resume(first.script_id)
+        await engine._give_back()  # nothing held yet: looked up again later
+        landing.set()
+        taken = await held_by_another(store, first.script_id, None)
+        assert (await given_up(store, first.script_id)).token == taken.token
+        assert (await engine.resume(first.script_id)).status == "paused"
+    finally:
+        await engine.aclose()
+
+
+async def test_a_drives_kept_lease_and_a_later_lost_take_of_its_script_are_both_given_up() -> None:
+    """A drive's lease kept as the log stopped answering, then a take of the same script
+    whose answer was lost: the second no longer replaces the first, which was then never
+    given up."""
+    store = LostAnswer()
+    engine = engine_on(store)
+    try:
+        first = await engine.run_code(SCRIPT)
+        held = await store.acquire(first.script_id, "drive-1", LONG_MS)
+        assert held is not None
+        engine._keep(held)
+        engine._keep(log.Lease(first.script_id, "take-2", _drive.LOST_TAKE, 0))
+        assert (await given_up(store, first.script_id)).token == held.token
+        assert (await engine.resume(first.script_id)).status == "paused"
     finally:
         await engine.aclose()
 
