@@ -88,8 +88,9 @@ class _Work:
             self.state = "done"
         try:
             self.loop.call_soon_threadsafe(self._end, value, failed)
-        except RuntimeError:  # the loop is closed: nobody waits for the answer any more
-            self._end(value, failed)
+        except RuntimeError:  # the loop is closed: nobody can take the answer any more
+            for ended in self.ended:
+                ended()
 
     def _end(self, value: Any, failed: bool) -> None:
         answer = self.answer

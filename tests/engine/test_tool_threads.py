@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -31,7 +32,12 @@ class OwnThreadRunner(ScriptRunner):
         self.pool = ThreadPoolExecutor(2, thread_name_prefix="test-runner")
 
     async def run(
-        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+        self,
+        script: Script,
+        files: FileReader | None = None,
+        *,
+        tenant: str = "default",
+        live: bool = False,
     ) -> Step:
         loop = asyncio.get_running_loop()
         return Step.from_ran(await loop.run_in_executor(self.pool, run_in_process, script))
@@ -315,4 +321,28 @@ async def test_a_sync_call_sees_its_callers_context_and_raises_what_its_handler_
     release.set()
     await until(lambda: ticket.state == "done", "the thread to end")
     assert threads.running == threads.stuck == 0 and not threads.by_script
+    threads.close()
+
+
+def test_a_call_whose_loop_was_closed_under_it_leaves_its_thread_working() -> None:
+    """A loop closed by hand while a sync call runs (no asyncio.run to cancel it first):
+    the thread that ends the call cannot answer it, and goes on waiting for work (it died,
+    answering a future of the closed loop)."""
+    threads = ToolThreads(1, spare=0)
+    release = threading.Event()
+    loop = asyncio.new_event_loop()
+    ticket = Ticket("t", "s")
+    call = loop.create_task(threads.call(ticket, release.wait, {"timeout": BOUND}))
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert ticket.state == "running" and not call.done()
+    loop.close()
+    executor = threads._executor
+    assert executor is not None
+    (thread,) = executor._threads
+    release.set()
+    for _ in range(BOUND * 100):  # until the thread is back waiting for work
+        if executor._idle._value:
+            break
+        time.sleep(0.01)
+    assert executor._idle._value == 1 and thread.is_alive()
     threads.close()
