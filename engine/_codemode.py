@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import math
@@ -340,8 +341,9 @@ class CodeMode(StepLoop):
         # lost one are both kept): kept then (a release would wait the log's timeout again
         # for nothing), given up once it answers (_give_back_kept), not left to run out while
         # a resume calls this host elsewhere. Each with the time (monotonic) by which it
-        # surely ran out.
-        self._kept: dict[tuple[str, str], tuple[log.Lease, float]] = {}
+        # surely ran out, and for a keyed start's lost take the tenant and key it was
+        # looked up by (the key may name a script begun before, not the one it made).
+        self._kept: dict[tuple[str, str], tuple[log.Lease, float, tuple[str, str] | None]] = {}
         self._giving_back: asyncio.Task[None] | None = None  # _give_back_kept
         # Wakes _give_back_kept to try at once; made with each such task, on its loop (one
         # made here would be bound to the first loop, and asyncio.run per request is fine).
@@ -597,7 +599,10 @@ class CodeMode(StepLoop):
             # another script, and a trivial run_code need not pay for the task.
             started = await (
                 taken_or_kept(
-                    starting, lambda started: started.lease, self._keep, lost=(record.id, owner)
+                    starting,
+                    lambda started: started.lease,
+                    functools.partial(self._keep, by_key=(tenant, key)),
+                    lost=(record.id, owner),
                 )
                 if key is not None
                 else starting
@@ -1021,7 +1026,12 @@ class CodeMode(StepLoop):
         lease found is given up; none found, it is looked up again at the next call until
         it has run out, since the log may still be committing it (a server that had not
         finished the transaction when the answer was given up)."""
-        keys = [k for k in self._kept if script_id is None or k[0] == script_id]
+        # A keyed start's lost take may be of the script its key names: any script's.
+        keys = [
+            k
+            for k, kept in self._kept.items()
+            if script_id is None or k[0] == script_id or kept[2] is not None
+        ]
         for key in keys:
             kept = self._kept.get(key)
             if kept is None:
@@ -1032,7 +1042,7 @@ class CodeMode(StepLoop):
             try:
                 lease = kept[0]
                 if lease.token == LOST_TAKE:
-                    found = await self._taken(lease)
+                    found = await self._taken(lease, kept[2])
                     if found is None:
                         continue
                     lease = found
@@ -1044,24 +1054,31 @@ class CodeMode(StepLoop):
             if self._kept.get(key) is kept:
                 del self._kept[key]
 
-    async def _taken(self, lost: log.Lease) -> log.Lease | None:
+    async def _taken(self, lost: log.Lease, by_key: tuple[str, str] | None) -> log.Lease | None:
         """The lease ``lost.owner`` holds on its script, whose take's answer was lost (token
         :data:`LOST_TAKE`), or None if the log has none (yet, or the take did not go
-        through, or a start did not make the script)."""
+        through, or a start made no script). A keyed start's (``by_key``: its tenant and
+        key) took the script its key names, which is another than the one it would have
+        made if the key named one already."""
         try:
-            held = (await self.store.get_script(lost.script_id)).lease
+            record: log.ScriptRecord | None = await self.store.get_script(lost.script_id)
         except ScriptNotFound:
-            return None
+            record = None if by_key is None else await self.store.script_by_key(*by_key)
+        held = None if record is None else record.lease
         return held if held is not None and held.owner == lost.owner else None
 
-    def _keep(self, lease: log.Lease) -> None:
+    def _keep(self, lease: log.Lease, *, by_key: tuple[str, str] | None = None) -> None:
         """Keep aside a lease possibly still held in the log (its release failed, or was
         not tried: the log did not answer; or its take's answer was lost), to be given up by
         :meth:`_give_back_kept`. Called only once nothing of its drive writes under it."""
         if self._closed:
             return
         # The lease was last renewed (or taken) at most lease_ms before now.
-        self._kept[lease.script_id, lease.owner] = (lease, time.monotonic() + self.lease_ms / 1000)
+        self._kept[lease.script_id, lease.owner] = (
+            lease,
+            time.monotonic() + self.lease_ms / 1000,
+            by_key if lease.token == LOST_TAKE else None,
+        )
         self._log_answered.clear()  # it did not answer this drive
         self._start_giving_back()
 

@@ -411,6 +411,13 @@ async def test_a_lost_take_is_given_up_whether_the_caller_waited_and_whenever_it
             await engine.run_code(SCRIPT, key="k9")
         store.down = set()
         assert (await engine.run_code(SCRIPT, key="k9")).status == "paused"
+        # Again, now that the key names a script in the log: the take was of that script.
+        store.down = {"start"}
+        with pytest.raises(StoreUnavailable, match="start: the log did not answer"):
+            await engine.run_code(SCRIPT, key="k9")
+        store.down = set()
+        again = await engine.run_code(SCRIPT, key="k9")
+        assert again.status == "paused", again.text
         # The take commits after the host first looked it up and found nothing.
         store.landing = landing = asyncio.Event()
         with pytest.raises(StoreUnavailable, match="still committing"):
