@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import itertools
 import queue
 import threading
@@ -207,6 +208,10 @@ class ToolThreads:
         self._waiting: list[Ticket] = []
         self._order = itertools.count()
         self._executor: _DaemonExecutor | None = None
+        # The loop of the latest call: where a call whose own loop was closed under it (one
+        # asyncio.run per request) is released from its thread, so the counts change and a
+        # waiting call is admitted, and woken, on the loop the calls now wait on.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def waiting(self) -> int:
         return len(self._waiting)
@@ -218,7 +223,7 @@ class ToolThreads:
         runs leaves the thread running on (``ticket.state`` stays ``running``) and moves it to
         the spare threads.
         """
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         ticket.order = next(self._order)
         ticket.granted = loop.create_future()
         self._waiting.append(ticket)
@@ -284,6 +289,13 @@ class ToolThreads:
         work.ended.append(ended)
 
     def _release(self, ticket: Ticket, *, stuck: bool) -> None:
+        loop = self._loop
+        if loop is not None and not _running_on(loop):
+            try:  # from a tool thread whose call's loop was closed
+                loop.call_soon_threadsafe(functools.partial(self._release, ticket, stuck=stuck))
+                return
+            except RuntimeError:  # that loop is closed too: nobody waits on it
+                pass
         if stuck:
             self.stuck -= 1
         else:
@@ -314,6 +326,13 @@ class ToolThreads:
             self.by_script[best.script] += 1
             assert best.granted is not None
             best.granted.set_result(None)
+
+
+def _running_on(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
 
 
 _shared: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ToolThreads] = (

@@ -346,3 +346,36 @@ def test_a_call_whose_loop_was_closed_under_it_leaves_its_thread_working() -> No
         time.sleep(0.01)
     assert executor._idle._value == 1 and thread.is_alive()
     threads.close()
+
+
+def test_a_thread_freed_after_its_requests_loop_ended_admits_the_next_requests_call() -> None:
+    """One asyncio.run per request: a sync call that timed out runs on after its request's
+    loop closed; when its thread ends, the call waiting for that thread in the next request
+    is let in then (its release came from the thread, off any loop, and admitted the waiting
+    call without waking its loop: it waited out its own timeout with a thread free)."""
+    threads = ToolThreads(1, spare=0)
+    began, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        began.set()
+        release.wait(BOUND)
+
+    async def first() -> None:
+        call = asyncio.ensure_future(threads.call(Ticket("t", "s1"), hold, {}))
+        assert await asyncio.to_thread(began.wait, BOUND)
+        call.cancel()  # its timeout, while its thread runs
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+    async def second() -> str:
+        asyncio.get_running_loop().call_later(0.1, release.set)
+        return await asyncio.wait_for(threads.call(Ticket("t", "s2"), lambda: "ran", {}), BOUND)
+
+    try:
+        asyncio.run(first())
+        assert threads.running == 1  # the first call's thread runs on
+        assert asyncio.run(second()) == "ran"
+        assert threads.running == 0 and not threads.by_script
+    finally:
+        release.set()
+        threads.close()
