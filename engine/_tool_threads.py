@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import functools
 import itertools
 import queue
 import threading
@@ -210,8 +209,9 @@ class ToolThreads:
         self._executor: _DaemonExecutor | None = None
         # The loop of the latest call: where a call whose own loop was closed under it (one
         # asyncio.run per request) is released from its thread, so the counts change and a
-        # waiting call is admitted, and woken, on the loop the calls now wait on.
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # waiting call is admitted, and woken, on the loop the calls now wait on. Weakly: a
+        # shared pool is its loop's, which must not be kept alive by it (see shared_threads).
+        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
 
     def waiting(self) -> int:
         return len(self._waiting)
@@ -223,7 +223,9 @@ class ToolThreads:
         runs leaves the thread running on (``ticket.state`` stays ``running``) and moves it to
         the spare threads.
         """
-        loop = self._loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
+        if self._loop is None or self._loop() is not loop:
+            self._loop = weakref.ref(loop)
         ticket.order = next(self._order)
         ticket.granted = loop.create_future()
         self._waiting.append(ticket)
@@ -283,19 +285,20 @@ class ToolThreads:
             self._dispatch()
 
         def ended() -> None:
+            # From the tool thread when the call's loop was closed under it: on the loop the
+            # calls now wait on, if one runs (a loop not running may be closed before it
+            # would run this, and the thread then stayed counted as taken for good).
+            loop = None if self._loop is None else self._loop()
+            if loop is not None and loop.is_running() and not _running_on(loop):
+                with contextlib.suppress(RuntimeError):  # closed meanwhile: released here
+                    loop.call_soon_threadsafe(ended)
+                    return
             ticket.state = "done"
             self._release(ticket, stuck=stuck)
 
         work.ended.append(ended)
 
     def _release(self, ticket: Ticket, *, stuck: bool) -> None:
-        loop = self._loop
-        if loop is not None and not _running_on(loop):
-            try:  # from a tool thread whose call's loop was closed
-                loop.call_soon_threadsafe(functools.partial(self._release, ticket, stuck=stuck))
-                return
-            except RuntimeError:  # that loop is closed too: nobody waits on it
-                pass
         if stuck:
             self.stuck -= 1
         else:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 
 from engine import CodeMode, ConfigError, tool
-from engine._tool_threads import Ticket, ToolThreads
+from engine._tool_threads import Ticket, ToolThreads, shared_threads
 from runner import FileReader, ScriptRunner, Step
 from sandbox.protocol import Script
 from sandbox.runtime import run_in_process
@@ -375,6 +377,60 @@ def test_a_thread_freed_after_its_requests_loop_ended_admits_the_next_requests_c
         asyncio.run(first())
         assert threads.running == 1  # the first call's thread runs on
         assert asyncio.run(second()) == "ran"
+        assert threads.running == 0 and not threads.by_script
+    finally:
+        release.set()
+        threads.close()
+
+
+def test_a_shared_pool_and_its_loop_go_once_the_loop_ended() -> None:
+    """One asyncio.run per request, each with a call through the pool shared by tools
+    invoked outside an engine: each ended loop and its pool are freed (a pool that held
+    its loop strongly kept every request's loop alive, with its pool)."""
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def request() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        assert await shared_threads().call(Ticket("t", "s"), lambda: 1, {}) == 1
+
+    for _ in range(3):
+        asyncio.run(request())
+    gc.collect()
+    assert [r() for r in loops] == [None, None, None]
+
+
+def test_a_thread_freed_while_the_next_loop_is_idle_is_released_all_the_same() -> None:
+    """A call left running by a request whose loop closed ends while the next request's
+    loop, run by hand, is not running, and that loop is then closed: the thread is released
+    (handed to a loop that never ran again, it stayed counted as taken for good)."""
+    threads = ToolThreads(1, spare=0)
+    began, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        began.set()
+        release.wait(BOUND)
+
+    async def first() -> None:
+        call = asyncio.ensure_future(threads.call(Ticket("t", "s1"), hold, {}))
+        assert await asyncio.to_thread(began.wait, BOUND)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+    async def waits() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(threads.call(Ticket("t", "s2"), lambda: 1, {}), 0.05)
+
+    try:
+        asyncio.run(first())
+        idle = asyncio.new_event_loop()
+        idle.run_until_complete(waits())
+        release.set()
+        for _ in range(BOUND * 100):
+            if threads.running == 0:
+                break
+            time.sleep(0.01)
+        idle.close()
         assert threads.running == 0 and not threads.by_script
     finally:
         release.set()
