@@ -640,7 +640,7 @@ class CodeMode(StepLoop):
                 # Another host holds the script the key names. One of this machine that died
                 # gives it up at once, as resume() takes it: a host restarted after a crash
                 # that replays the model's call goes on with the script.
-                await self._give_back(started.record.id)
+                await self._give_back(started.record.id, _key_of(started.record))
                 taken = await Drive.take(
                     self.store, started.record.id, owner, self.lease_ms, kept=self._keep
                 )
@@ -765,7 +765,7 @@ class CodeMode(StepLoop):
             record = await self.store.get_script(script_id)
             if record.status in log.ENDED and record.outcome is not None:
                 return RunResult.from_dict(record.outcome)
-            await self._give_back(script_id)
+            await self._give_back(script_id, _key_of(record))
             drive = await Drive.take(
                 self.store, script_id, new_owner(), self.lease_ms, kept=self._keep
             )
@@ -1014,7 +1014,9 @@ class CodeMode(StepLoop):
                     return await self._resume(drive.record.id, 0.0)
         return result
 
-    async def _give_back(self, script_id: str | None = None) -> None:
+    async def _give_back(
+        self, script_id: str | None = None, by_key: tuple[str, str] | None = None
+    ) -> None:
         """Give up the leases this host kept when the log stopped answering (``_kept``):
         ``script_id``'s, which a failure to do so raises (the log still does not answer, as
         the take of the script that follows would say), or with None every one, as far as
@@ -1026,11 +1028,12 @@ class CodeMode(StepLoop):
         lease found is given up; none found, it is looked up again at the next call until
         it has run out, since the log may still be committing it (a server that had not
         finished the transaction when the answer was given up)."""
-        # A keyed start's lost take may be of the script its key names: any script's.
+        # A keyed start's lost take is of the script its key names (``by_key``: the tenant
+        # and key of ``script_id``), which may be another than the one it would have made.
         keys = [
             k
             for k, kept in self._kept.items()
-            if script_id is None or k[0] == script_id or kept[2] is not None
+            if script_id is None or k[0] == script_id or (by_key and kept[2] == by_key)
         ]
         for key in keys:
             kept = self._kept.get(key)
@@ -1060,10 +1063,13 @@ class CodeMode(StepLoop):
         through, or a start made no script). A keyed start's (``by_key``: its tenant and
         key) took the script its key names, which is another than the one it would have
         made if the key named one already."""
-        try:
-            record: log.ScriptRecord | None = await self.store.get_script(lost.script_id)
-        except ScriptNotFound:
-            record = None if by_key is None else await self.store.script_by_key(*by_key)
+        if by_key is not None:
+            record = await self.store.script_by_key(*by_key)
+        else:
+            try:
+                record = await self.store.get_script(lost.script_id)
+            except ScriptNotFound:
+                record = None
         held = None if record is None else record.lease
         return held if held is not None and held.owner == lost.owner else None
 
@@ -1456,6 +1462,11 @@ def check_ids(script_id: object, call_id: object = "") -> None:
         raise ScriptNotFound.of(script_id)
     if not _keepable(call_id, empty=True):
         raise CallNotWaiting.no_call(str(script_id), call_id)
+
+
+def _key_of(record: log.ScriptRecord) -> tuple[str, str] | None:
+    """The tenant and key a keyed start of ``record`` gave, or None for a script without."""
+    return None if record.key is None else (record.tenant, record.key)
 
 
 def _keepable(value: object, *, empty: bool = False) -> bool:

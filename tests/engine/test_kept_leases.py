@@ -477,3 +477,31 @@ async def test_a_script_a_stopping_worker_claimed_is_given_up_once_the_log_answe
         assert (await given_up(store, first.script_id)).token == 2
     finally:
         await engine.aclose()
+
+
+async def test_a_keyed_starts_lost_take_is_looked_up_only_for_its_key() -> None:
+    """A keyed start whose take did not go through, its answer lost, is looked up by its
+    key when a script of that key is resumed or started again, not at every resume of any
+    script (each read the log twice more, and the resume of another script failed while the
+    key's look-up did not answer)."""
+
+    class KeyDown(LostAnswer):
+        async def script_by_key(self, tenant: str, key: str) -> Any:
+            self._answer("script_by_key")
+            return await super().script_by_key(tenant, key)
+
+        async def start(self, *args: Any, **kwargs: Any) -> Any:
+            self._answer("start")  # before it writes anything: it did not go through
+            return await super(LostAnswer, self).start(*args, **kwargs)
+
+    store = KeyDown()
+    engine = engine_on(store)
+    try:
+        other = await engine.run_code(SCRIPT)
+        store.down = {"start"}
+        with pytest.raises(StoreUnavailable, match="start: the log did not answer"):
+            await engine.run_code(SCRIPT, key="k7")
+        store.down = {"script_by_key"}
+        assert (await engine.resume(other.script_id)).status == "paused"
+    finally:
+        await engine.aclose()
