@@ -312,10 +312,15 @@ async def test_a_sync_call_sees_its_callers_context_and_raises_what_its_handler_
         with pytest.raises(RuntimeError, match="StopIteration"):
             await threads.call(Ticket("t", "s"), stops, {})
     # Given up on while it runs, its late result goes nowhere, and its room comes back.
-    release = threading.Event()
+    began, release = threading.Event(), threading.Event()
     ticket = Ticket("t", "s")
-    late = asyncio.ensure_future(threads.call(ticket, release.wait, {"timeout": BOUND}))
-    await until(lambda: ticket.state == "running", "the call to begin")
+
+    def hold() -> None:
+        began.set()
+        release.wait(BOUND)
+
+    late = asyncio.ensure_future(threads.call(ticket, hold, {}))
+    assert await asyncio.to_thread(began.wait, BOUND)  # its thread began
     late.cancel()
     with pytest.raises(asyncio.CancelledError):
         await late
@@ -356,25 +361,14 @@ def test_a_thread_freed_after_its_requests_loop_ended_admits_the_next_requests_c
     is let in then (its release came from the thread, off any loop, and admitted the waiting
     call without waking its loop: it waited out its own timeout with a thread free)."""
     threads = ToolThreads(1, spare=0)
-    began, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        began.set()
-        release.wait(BOUND)
-
-    async def first() -> None:
-        call = asyncio.ensure_future(threads.call(Ticket("t", "s1"), hold, {}))
-        assert await asyncio.to_thread(began.wait, BOUND)
-        call.cancel()  # its timeout, while its thread runs
-        with pytest.raises(asyncio.CancelledError):
-            await call
+    release = threading.Event()
 
     async def second() -> str:
         asyncio.get_running_loop().call_later(0.1, release.set)
         return await asyncio.wait_for(threads.call(Ticket("t", "s2"), lambda: "ran", {}), BOUND)
 
     try:
-        asyncio.run(first())
+        asyncio.run(leave_running(threads, release))
         assert threads.running == 1  # the first call's thread runs on
         assert asyncio.run(second()) == "ran"
         assert threads.running == 0 and not threads.by_script
@@ -395,7 +389,11 @@ def test_a_shared_pool_and_its_loop_go_once_the_loop_ended() -> None:
 
     for _ in range(3):
         asyncio.run(request())
-    gc.collect()
+    for _ in range(BOUND * 100):  # a tool thread lets its last call go just after answering
+        gc.collect()
+        if all(r() is None for r in loops):
+            break
+        time.sleep(0.01)
     assert [r() for r in loops] == [None, None, None]
 
 
@@ -404,25 +402,14 @@ def test_a_thread_freed_while_the_next_loop_is_idle_is_released_all_the_same() -
     loop, run by hand, is not running, and that loop is then closed: the thread is released
     (handed to a loop that never ran again, it stayed counted as taken for good)."""
     threads = ToolThreads(1, spare=0)
-    began, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        began.set()
-        release.wait(BOUND)
-
-    async def first() -> None:
-        call = asyncio.ensure_future(threads.call(Ticket("t", "s1"), hold, {}))
-        assert await asyncio.to_thread(began.wait, BOUND)
-        call.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await call
+    release = threading.Event()
 
     async def waits() -> None:
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(threads.call(Ticket("t", "s2"), lambda: 1, {}), 0.05)
 
     try:
-        asyncio.run(first())
+        asyncio.run(leave_running(threads, release))
         idle = asyncio.new_event_loop()
         idle.run_until_complete(waits())
         release.set()
@@ -435,3 +422,19 @@ def test_a_thread_freed_while_the_next_loop_is_idle_is_released_all_the_same() -
     finally:
         release.set()
         threads.close()
+
+
+async def leave_running(threads: ToolThreads, release: threading.Event) -> None:
+    """Leave a call of ``threads`` running in its thread until ``release`` is set, given up
+    on by its caller (its timeout) once its thread began, as a request's loop ends."""
+    began = threading.Event()
+
+    def hold() -> None:
+        began.set()
+        release.wait(BOUND)
+
+    call = asyncio.ensure_future(threads.call(Ticket("t", "s1"), hold, {}))
+    assert await asyncio.to_thread(began.wait, BOUND)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
