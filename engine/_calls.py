@@ -348,6 +348,7 @@ def _log_raised(error: ToolCallError, entry: log.CallEntry, script_id: str) -> N
     if len(trace) > _TRACE_KEPT:  # a message of megabytes: its head and tail say enough
         half = _TRACE_KEPT // 2
         trace = f"{trace[:half]} [... {len(trace) - _TRACE_KEPT:,} characters ...] {trace[-half:]}"
+    trace = LONE_SURROGATE.sub("\ufffd", trace)
     logger.log(
         level,
         "tool call raised script=%s call=%s tool=%s: %s\n%s",
@@ -355,7 +356,10 @@ def _log_raised(error: ToolCallError, entry: log.CallEntry, script_id: str) -> N
         entry.call_id,
         entry.name,
         LONE_SURROGATE.sub("\ufffd", error.message),
-        LONE_SURROGATE.sub("\ufffd", trace),
+        trace,
+        # The trace is also the record's own, so a one-line handler (the CLI's) can leave it
+        # out of the line rather than fold it in.
+        extra={"trace": trace},
     )
 
 

@@ -1088,7 +1088,12 @@ class _OneLine(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         text = record.getMessage()
-        if record.exc_info and record.exc_info[1] is not None:
+        # A tool's traceback, written out in the message (engine/_calls.py): folded into
+        # one line it made a line of a thousand characters after the script's own output.
+        trace = getattr(record, "trace", None)
+        if isinstance(trace, str) and trace and text.endswith(trace):
+            text = f"{text[: -len(trace)].rstrip()} (-v shows the traceback)"
+        elif record.exc_info and record.exc_info[1] is not None:
             text += f" ({described(record.exc_info[1])}; -v shows the traceback)"
         return f"codemode: {' '.join(text.splitlines())}"
 

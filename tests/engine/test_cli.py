@@ -1067,6 +1067,30 @@ def test_a_worker_that_raises_is_one_line_on_stderr(tmp_path: Path) -> None:
     assert "Traceback" in verbose.stderr, verbose.stderr
 
 
+def test_a_tool_that_raises_is_one_line_on_stderr(tmp_path: Path) -> None:
+    """A tool whose handler raises (a bug): the script fails with its error, and stderr has
+    one line naming the call and the error; the traceback, which the engine's warning carries
+    for a host's log, was folded into that line (a thousand characters of frames joined by
+    spaces): -v shows it as it is."""
+    tools = tmp_path / "tools.py"
+    tools.write_text(
+        "from engine import tool\n"
+        "@tool\n"
+        "def lookup(user_id: int) -> str:\n"
+        '    """Look a user up."""\n'
+        "    return {1: 'ana'}[user_id]\n"
+    )
+    script = "return await tools.lookup({user_id: 2})"
+    ran = codemode("run", "-", "--tools", str(tools), stdin=script)
+    assert "Error: KeyError: 2" in ran.stdout, ran.stdout
+    line = one_clear_line(ran, "tool=lookup: KeyError: 2 (-v shows the traceback)", code=1)
+    assert line.startswith("codemode: tool call raised script="), line
+    assert line.endswith("(-v shows the traceback)"), line
+    verbose = codemode("run", "-", "--tools", str(tools), "-v", stdin=script)
+    assert "Traceback (most recent call last):\n" in verbose.stderr, verbose.stderr
+    assert "    return {1: 'ana'}[user_id]\n" in verbose.stderr, verbose.stderr
+
+
 def test_describe_and_search_make_no_log(tmp_path: Path) -> None:
     """`describe` and `search` run no script: a --data-dir (or a config's data_dir) given to
     them makes no session log there (each made the directory and an empty log)."""
