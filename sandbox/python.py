@@ -3527,6 +3527,13 @@ def _json(
         if at is not None and e.line:
             at.append(e.line)
         raise TypeError(str(e)) from None
+    except MemoryError:
+        # The copy made so far is held by the error's frames until this block ends; the
+        # memory limit's ending needs that room (a dict whose items() never ends filled it,
+        # and the run died reporting nothing).
+        data = _NO_OBJECT
+    if data is _NO_OBJECT:
+        raise MemoryError
     text = _dumps(data, walk.weight)
     if identities is not None and _addressed(text):
         # Taking addresses out only shortens strings: the weight still bounds the text.

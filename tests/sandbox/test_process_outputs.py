@@ -106,3 +106,22 @@ def test_an_unhandled_reason_whose_reading_loops_ends_on_compute_ms():
     result = step(script(code, compute_ms=300))
     assert result.outcome == "failed" and result.limit is not None, result.error
     assert result.limit.name == "compute_ms"
+
+
+def test_a_returned_dict_whose_items_never_end_meets_the_memory_limit():
+    """A Python script returns a dict subclass whose ``items()`` never ends: the copy made
+    of it as data fills the heap outside the script's code, and the run still reports its
+    memory limit (the partial copy, held by the error's frames, left no room to report it:
+    the process died without a ``ran``, a crash)."""
+    code = (
+        "import itertools\n"
+        "class D(dict):\n"
+        "    def items(self):\n"
+        "        return ((str(i), i) for i in itertools.count())\n"
+        "return D(a=1)"
+    )
+    s = script(code, memory=32 * MiB).model_copy(update={"language": "python"})
+    result = step(s)
+    assert result.outcome == "failed", result.value
+    assert result.limit is not None and result.limit.name == "memory", result.error
+    assert_well_formed(result)
