@@ -648,9 +648,15 @@ async def _show(args: argparse.Namespace) -> int:
         print(f"  owner {_shown(lease.owner)} (lease token {lease.token}, {until})")
     print(f"  tools {_shown(', '.join(sorted(record.tools))) or '(not recorded)'}")
     print("code:")
-    # Numbered as the engine numbers lines in its errors: by "\n" alone.
-    for number, line in enumerate(record.code.split("\n"), 1):
-        print(f"  {number:>4}  {_shown(line)}")
+    # Numbered as the engine numbers lines in its errors: by "\n" alone. A file's last line
+    # break starts no line, and a CRLF's "\r" is its line's end, not text (each was shown: an
+    # empty last line, and "\x0d" ending every line of a script written on Windows).
+    lines = record.code.split("\n")
+    if len(lines) > 1 and lines[-1] == "":
+        lines.pop()
+    for number, line in enumerate(lines, 1):
+        kept = _shown(line.removesuffix("\r"))
+        print(f"  {number:>4}  {kept}")
     print(f"calls: {len(calls)}")
     for c in calls:
         sizes = f"args {size_text(c.argument_bytes)}"
