@@ -3952,6 +3952,7 @@ class Run(Replay):
         self.warned: set[str] = set()
         self.reserve: bytearray | None = None
         self.settle = self._settle
+        self.letting_go = False  # its ending is being made: no task runs again (_let_go)
 
     # ---- what the script calls ----
 
@@ -4804,12 +4805,15 @@ class Run(Replay):
             ) = self.kept
         sys.modules[_MAIN] = self.module
         sys.setrecursionlimit(_depth() + RECURSION_LIMIT)
+        hooks = sys.get_asyncgen_hooks()
+        sys.set_asyncgen_hooks(firstiter=None, finalizer=self._close_dropped)
         self.reserve = bytearray(_RESERVE_BYTES)
         _fenced_run = self
         try:
             yield
         finally:
             _fenced_run = outer
+            sys.set_asyncgen_hooks(*hooks)
             self.kept = (
                 sys.stdout,
                 sys.stderr,
@@ -4826,6 +4830,24 @@ class Run(Replay):
             else:
                 sys.modules[_MAIN] = saved[3]
             self.reserve = None
+
+    def _close_dropped(self, agen: Any) -> None:
+        """An async generator the script dropped unfinished (``break`` in ``async for``) is
+        closed as asyncio's loop closes it: ``aclose()`` in a task of its own, so a
+        ``finally`` in it that awaits (a tool call) runs. CPython without a loop closed it in
+        place, where such an await is "async generator ignored GeneratorExit", printed as a
+        warning, its call made but never awaited.
+
+        Not closed at all (its ``finally`` does not run) when the garbage collector drops it
+        (a reference cycle), at a point that differs between a live run and a replay, nor
+        once the run's ending is being made or made: no code of the script runs there."""
+        if self.ended or self.letting_go or _collecting_on == _thread.get_ident():
+            return
+        name = getattr(agen, "__qualname__", None)
+        shown = f"{name[:100] if type(name) is str else 'an async generator'}.aclose()"
+        closer = _await(agen.aclose())
+        task = Task(closer, shown, self.failures, _script_line(), next(self.numbers), self.ready)
+        self.ready.append(task)
 
     def _warning(
         self, message: Any, category: Any, filename: str, lineno: int, *rest: Any, **more: Any
@@ -4868,6 +4890,7 @@ class Run(Replay):
 
         Only coroutines that never started are closed (closing one runs none of its code);
         the others go when nothing refers to them."""
+        self.letting_go = True
         self.reserve = None
         for task in self.ready:
             if inspect.getcoroutinestate(task._coro) == inspect.CORO_CREATED:

@@ -607,3 +607,40 @@ def test_a_sleep_never_awaited_warns_as_a_coroutine_does() -> None:
         "line 4: RuntimeWarning: coroutine 'wait' was never awaited\n"
         "line 4: RuntimeWarning: coroutine 'sleep' was never awaited\n"
     )
+
+
+# ---- async generators ----
+
+PAGES = """
+async def pages():
+    try:
+        for n in range(1, 4):
+            yield await tools.t(page=n)
+    finally:
+        print("closing")
+        await tools.t(close=True)
+for_first = None
+async for page in pages():
+    for_first = page["echo"]["page"]
+    break
+print("after the loop")
+return for_first
+"""
+
+
+def test_an_async_generator_left_by_break_is_closed_as_asyncio_closes_it() -> None:
+    """``break`` in ``async for`` drops the generator: it is closed in a task of its own, as
+    asyncio's loop closes it, so its ``finally`` may await a call, which is made and answered
+    (closed in place, the await was "async generator ignored GeneratorExit": a warning line,
+    the call made but never awaited). A failure there is a line, as a task's."""
+    assert calls_per_step(PAGES) == [[{"page": 1}], [{"close": True}]]
+    ran = end(PAGES)
+    assert ran.outcome == "finished" and ran.value == 1
+    assert ran.printed == "after the loop\nclosing\n"
+    failing = PAGES.replace("tools.t(close=True)", "tools.t(close=True, fail=True)")
+    ran = end(failing)
+    assert ran.outcome == "finished" and ran.value == 1
+    assert ran.printed == (
+        "after the loop\nclosing\nline 12: RuntimeWarning: pages.aclose() failed and nothing "
+        "awaited it: ToolError: t refused {'close': True, 'fail': True}\n"
+    )
