@@ -200,29 +200,45 @@ class CallSettling(Emitting):
 
     async def _run_call(self, drive: Drive, entry: log.CallEntry, limits: Limits) -> None:
         record = drive.record
-        self._emit_call("call.running", record.tenant, entry)
         tool = self._by_name.get(entry.name)
         # A sync handler's place in the tool threads, which says whether its thread began.
         ticket = Ticket(record.tenant, record.id) if tool is not None and tool.in_thread else None
+        # The call begins only while this host still holds the script (see may_begin): a
+        # sync one once its thread is granted, which may take long.
+        if ticket is not None:
+            ticket.begin = drive.may_begin
+        else:
+            await drive.may_begin()
+        self._emit_call("call.running", record.tenant, entry)
         await self._record_outcome(
             drive,
             entry,
             drive.run_handler(entry, self._invoke(record, entry, limits.results, ticket), ticket),
             limits.results,
+            ticket,
         )
 
     async def _record_outcome(
-        self, drive: Drive, entry: log.CallEntry, handled: Awaitable[Any], room: int | None
+        self,
+        drive: Drive,
+        entry: log.CallEntry,
+        handled: Awaitable[Any],
+        room: int | None,
+        ticket: Ticket | None = None,
     ) -> None:
         """Await ``handled``, the handler of ``entry``, and record how the call ended: its
         result, or the error the script sees. A result over ``room`` bytes (the script's
         ``results`` budget; None: no budget known) is kept as its size alone. The budget is
         given, not asked of the limits function again: that is the host's code, and a call
-        that ran must be recorded even if it now raises."""
+        that ran must be recorded even if it now raises. ``ticket``: a sync handler's, whose
+        ``refused`` says why the call never began (the lease lost, the log not answering):
+        that is raised, not recorded as the call's error."""
         record = drive.record
         try:
             result = await handled
         except ToolCallError as e:
+            if ticket is not None and ticket.refused is not None:
+                raise ticket.refused from None
             _log_raised(e, entry, record.id)
             await self._settle_failed(drive, _failed(entry, e.message))
             return

@@ -210,6 +210,9 @@ class Drive:
         self._stopping = False  # close() began: no renewal starts after it
         self._renewal: asyncio.Task[None] | None = None
         self._next_renewal: asyncio.TimerHandle | None = None
+        # When (loop time) the write that last gave the lease its expiry began, as far as
+        # this host can tell: a call begins only while the lease surely holds (may_begin).
+        self._confirmed = asyncio.get_running_loop().time()
         self._schedule_renewal()
         self._released = False
         self._usage: log.StepUsage | None = None  # a step's usage, until its next write
@@ -324,8 +327,10 @@ class Drive:
         # inside the store's await (Python 3.11's asyncio.wait_for returns a result that
         # arrives with it, as when psycopg's pool hands over a connection at that moment),
         # leaving a renewer that renews the lease of a drive that ended, forever.
+        started = asyncio.get_running_loop().time()
         try:
             self.lease = await self.store.renew(self.lease, self._ttl_ms)
+            self._confirmed = started
         except log.LeaseLost:
             logger.warning(
                 "script lease lost script=%s this_owner=%s: another host took the script "
@@ -342,6 +347,21 @@ class Drive:
             self._renewal = None
         if not self._stopping:
             self._schedule_renewal()
+
+    async def may_begin(self) -> None:
+        """Return if the lease still holds the script, so a call this drive claimed may
+        begin; :class:`~engine.log.LeaseLost` if another host took it over. A claim is no
+        licence for ever: a host stalled past its lease (stopped, its machine paused) while
+        a call waited for a tool thread woke up to run a call its successor had already
+        settled as interrupted, and the script had ended saying it may not have run. So the
+        lease is renewed first when its last renewal began half a lease ago or more (they
+        come every third of one): a look at the clock, as a rule, and no write."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._confirmed < self._ttl_ms / 2000:
+            return
+        started = loop.time()
+        self.lease = await self.store.renew(self.lease, self._ttl_ms)
+        self._confirmed = started
 
     def open_calls(self) -> list[log.CallEntry]:
         """The calls not settled yet, in order."""

@@ -36,7 +36,7 @@ import queue
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,7 +165,9 @@ class Ticket:
     """One sync call's place: ``waiting`` for a thread, ``running`` in one, or ``done``.
 
     A call that timed out while ``waiting`` never ran; one that timed out ``running`` runs on
-    and may yet take effect.
+    and may yet take effect. ``begin``, if given, is awaited once a thread is granted, before
+    the call goes to it: if it raises, the call never runs (it stays ``waiting``), and what
+    it raised is kept in ``refused`` (a handler's caller may wrap it as the call's error).
     """
 
     tenant: str
@@ -173,6 +175,8 @@ class Ticket:
     state: str = "waiting"
     order: int = 0
     granted: asyncio.Future[None] | None = field(default=None, repr=False)
+    begin: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
+    refused: Exception | None = field(default=None, repr=False)
 
 
 class ToolThreads:
@@ -239,6 +243,14 @@ class ToolThreads:
                 ticket.granted.cancel()
                 self._waiting.remove(ticket)
             raise  # the state stays "waiting": it never ran
+        if ticket.begin is not None:
+            try:
+                await ticket.begin()
+            except BaseException as e:
+                self._release(ticket, stuck=False)
+                if isinstance(e, Exception):
+                    ticket.refused = e
+                raise  # still "waiting": it never ran
         work = _Work(fn, kwargs, loop)
         try:
             if self._executor is None:

@@ -1,0 +1,153 @@
+"""A host that stalls (stopped, its machine paused) past its script's lease while its calls
+wait, then wakes up after another host took the script over: what it had claimed must not
+begin. Each test runs the hosts as processes and stops one with SIGSTOP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+from engine import RunResult, SqliteStore
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TOOLS = '''
+import os, time
+from engine import tool
+
+LEDGER = os.environ["LEDGER"]
+
+def _note(text):
+    fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (text + "\\n").encode())
+    finally:
+        os.close(fd)
+
+@tool
+def slow(n: int) -> int:
+    """Takes the host's one tool thread until the GO file is there."""
+    _note(f"slow {n}")
+    while not os.path.exists(os.environ["GO"]):
+        time.sleep(0.02)
+    return n
+
+@tool
+def charge(cents: int) -> str:
+    """Charge a card."""
+    _note(f"charge {cents}")
+    return "charged"
+'''
+
+HOST = """
+import asyncio, json, os, sys
+sys.path.insert(0, {root!r})
+from engine import CodeMode
+from engine._loading import load_tools
+from tests.engine.conftest import InProcessRunner
+
+async def main():
+    tools, _ = load_tools({tools!r})
+    # One tool thread: a second sync call waits for the first to end.
+    engine = CodeMode(tools, runner=InProcessRunner(), data_dir={data!r}, lease_ms=500,
+                      tool_threads=1)
+    if sys.argv[1] == "start":
+        result = await engine.run_code(sys.argv[2])
+    else:
+        result = await engine.resume(sys.argv[2], wait=30)
+    print(json.dumps(result.to_dict()), flush=True)
+    await engine.aclose()
+
+asyncio.run(main())
+"""
+
+SCRIPT = """
+const [n, paid] = await Promise.all([tools.slow({ n: 1 }), tools.charge({ cents: 30 })]);
+return { n, paid };
+"""
+
+
+def _host(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    tools = tmp_path / "tools.py"
+    tools.write_text(TOOLS)
+    program = HOST.format(root=str(ROOT), tools=str(tools), data=str(tmp_path / "data"))
+    env = {
+        **os.environ,
+        "LEDGER": str(tmp_path / "ledger"),
+        "GO": str(tmp_path / "go"),
+        "TMPDIR": str(tmp_path),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-c", program, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+def _result(proc: subprocess.Popen[str]) -> RunResult:
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    return RunResult.from_dict(orjson.loads(out.strip().splitlines()[-1]))
+
+
+def _ledger(tmp_path: Path) -> list[str]:
+    path = tmp_path / "ledger"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _wait_for(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not predicate():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.02)
+
+
+async def _the_script(data: Path) -> tuple[str, bool]:
+    """The one script's id, and whether its lease ran out by the log's clock."""
+    store = SqliteStore(data)
+    try:
+        (record,) = await store.scripts()
+        lease = record.lease
+        return record.id, lease is not None and lease.expires_ms < time.time() * 1000
+    finally:
+        await store.aclose()
+
+
+def test_a_call_waiting_for_a_thread_when_its_host_stalled_never_begins(tmp_path: Path) -> None:
+    """A host claims two calls; the first takes its one tool thread, the second waits for it.
+    The host is stopped past its lease, and another host takes the script over: both calls
+    are settled as interrupted (the script fails). The stalled host, continued, finishes its
+    first call, but the second, which the log says was interrupted, does not begin then: it
+    would have charged the card after the script had ended saying it may not have."""
+    stalled = _host(tmp_path, "start", SCRIPT)
+    try:
+        _wait_for(lambda: _ledger(tmp_path) == ["slow 1"], "the first call to take the thread")
+        stalled.send_signal(signal.SIGSTOP)
+        script_id = ""
+
+        def lapsed() -> bool:
+            nonlocal script_id
+            script_id, out = asyncio.run(_the_script(tmp_path / "data"))
+            return out
+
+        _wait_for(lapsed, "the stalled host's lease to run out")
+        successor = _result(_host(tmp_path, "resume", script_id))
+        assert successor.status == "failed", successor.text
+        assert "interrupted" in successor.text
+    finally:
+        stalled.send_signal(signal.SIGCONT)
+    (tmp_path / "go").write_text("")
+    late = _result(stalled)
+    assert late.to_dict() == successor.to_dict(), "the successor's outcome stands"
+    assert _ledger(tmp_path) == ["slow 1"], "the charge the log calls interrupted never ran"
