@@ -44,8 +44,10 @@ import logging
 import os
 import signal
 import sys
+import sysconfig
 import threading
 import time
+import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from importlib import metadata
 from pathlib import Path
@@ -105,6 +107,8 @@ def _interruptible(command: Coroutine[Any, Any, int]) -> int:
     hangs cannot keep the process: see :data:`INTERRUPT_GRACE`. Exits 130 after SIGINT and
     143 after SIGTERM, as a shell reports a process those signals ended."""
 
+    sigint = False
+
     async def guarded() -> int:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
@@ -128,6 +132,8 @@ def _interruptible(command: Coroutine[Any, Any, int]) -> int:
         if callable(cancel):
 
             def interrupted(signum: int, frame: Any) -> None:
+                nonlocal sigint
+                sigint = True
                 bounded(INTERRUPTED)
                 signal.signal(signal.SIGINT, lambda *_: give_up(INTERRUPTED))
                 cancel(signum, frame)
@@ -160,6 +166,30 @@ def _interruptible(command: Coroutine[Any, Any, int]) -> int:
             file=sys.stderr,
         )
         return MISTAKE
+    except KeyboardInterrupt as e:
+        if sigint or not _raised_by_host_code(e):
+            raise
+        # As SystemExit above: an async tool that raised it ended the loop, and the command
+        # said "interrupted (Ctrl-C)", exit 130, with no Ctrl-C pressed.
+        print(
+            "codemode: the host's code raised KeyboardInterrupt on the event loop (an async "
+            "tool that raises it), which ends the command; the log keeps what the script "
+            "did: make the tool raise an error instead, then resume the script",
+            file=sys.stderr,
+        )
+        return MISTAKE
+
+
+_STDLIB = Path(sysconfig.get_paths()["stdlib"]).resolve()
+
+
+def _raised_by_host_code(error: BaseException) -> bool:
+    """Whether ``error`` was raised in code outside Python's own library: a host's handler,
+    not Python's handler of a SIGINT that came before the command's own was in place."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if isinstance(error.__context__, asyncio.CancelledError) or not frames:
+        return False  # asyncio.run's answer to a SIGINT: it cancelled the command
+    return not Path(frames[-1].filename).resolve().is_relative_to(_STDLIB)
 
 
 # What the command says when a signal ended it, by its exit code.

@@ -375,6 +375,28 @@ def test_an_async_tool_that_calls_sys_exit_is_named(tmp_path: Path) -> None:
     assert shown.returncode == 0 and "leave" in shown.stdout
 
 
+def test_an_async_tool_that_raises_keyboard_interrupt_is_named(tmp_path: Path) -> None:
+    """An async tool that raises KeyboardInterrupt ends the command as sys.exit() does, but
+    no Ctrl-C was pressed: the command said "interrupted (Ctrl-C)" and exited 130. A line
+    says what ended it, exit code 2, and the script's call is in the log to resume."""
+    tools = tmp_path / "tools.py"
+    tools.write_text(
+        "from engine import tool\n\n@tool\nasync def stop() -> int:\n"
+        '    """Stop."""\n    raise KeyboardInterrupt\n'
+    )
+    data = str(tmp_path / "data")
+    proc = codemode(
+        "run", "-", "--tools", str(tools), "--data-dir", data, stdin="await tools.stop()"
+    )
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr and "Ctrl-C" not in proc.stderr, proc.stderr
+    said = proc.stderr.strip().splitlines()
+    assert said[0].startswith("codemode: script ") and len(said) == 2, said
+    assert "raised KeyboardInterrupt on the event loop" in said[1]
+    shown = codemode("show", said[0].split()[-1], "--data-dir", data)
+    assert shown.returncode == 0 and "tools.stop  running" in shown.stdout, shown.stdout
+
+
 def test_tools_file_imports_a_module_beside_it(tmp_path: Path) -> None:
     """A tools file can import a helper module next to it, as `python tools.py` could."""
     (tmp_path / "helpers.py").write_text("GREETING = 'hello'\n")
