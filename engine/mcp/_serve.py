@@ -62,6 +62,11 @@ STOP_GRACE = 2
 # often (seconds): a client that ends a request which shows no progress for a while (the
 # TypeScript SDK's 60 s, with resetTimeoutOnProgress) keeps it.
 ELSEWHERE_TELL = 10.0
+# Seconds a connection to the HTTP server has to send a whole request (head and body), from
+# when it opens or its last answer ends. uvicorn waits for a first request for ever, and for
+# the rest of one whose first byte came (its keep-alive timer stops at any byte): a client
+# that connects and says nothing, or a byte a minute, held a connection and its descriptor.
+REQUEST_WAIT = 30.0
 
 
 class CodeModeServer:
@@ -335,7 +340,11 @@ class CodeModeServer:
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         config = uvicorn.Config(
-            app, log_level="warning", lifespan="on", timeout_graceful_shutdown=STOP_GRACE
+            app,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=STOP_GRACE,
+            http=_prompt_requests(),
         )
         web = _web_server()(config)
         serving = asyncio.ensure_future(web.serve(sockets=[sock]))
@@ -439,6 +448,56 @@ def _web_server() -> Any:
     return Web
 
 
+def _prompt_requests() -> Any:
+    """uvicorn's HTTP/1.1 protocol (h11, named so that an installed httptools is not taken
+    instead), closing a connection whose client has not sent a whole request within
+    :data:`REQUEST_WAIT` seconds of its opening or of its last answer's end. A request the
+    server is answering (a script that runs, an event stream) is not timed: only the
+    client's own sending is."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class PromptRequests(H11Protocol):
+        _due: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._expect()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._expect()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._due is not None:
+                self._due.cancel()
+            super().connection_lost(exc)
+
+        def _expect(self) -> None:
+            if self._due is not None:
+                self._due.cancel()
+            if not self.transport.is_closing():
+                self._due = self.loop.call_later(REQUEST_WAIT, self._overdue)
+
+        def _overdue(self) -> None:
+            self._due = None
+            if self.transport.is_closing() or self.conn.their_state not in (
+                h11.IDLE,
+                h11.SEND_BODY,
+            ):
+                return  # the request came whole: the answer is the server's to give
+            logger.info(
+                "an HTTP client sent no whole request within %g s; its connection is closed",
+                REQUEST_WAIT,
+            )
+            if self.conn.our_state is h11.IDLE:
+                self.conn.send(h11.ConnectionClosed())
+            # Mid-body, the app reading it sees the client disconnect.
+            self.transport.close()
+
+    return PromptRequests
+
+
 def _answering_once(app: Any) -> Any:
     """``app`` (the SDK's), but for a second answer to one HTTP request. The SDK answers a
     notification 202, then hands it to its session; when the session ended meanwhile (a
@@ -472,12 +531,20 @@ def _answering_once(app: Any) -> Any:
 
 class _EndedSession(logging.Filter):
     """The SDK logs a message its ended session could not take with a traceback of its own
-    code; :func:`_answering_once` says it in one line."""
+    code; :func:`_answering_once` says it in one line. So it logs a request whose client left
+    mid-body, which this says in one line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        from starlette.requests import ClientDisconnect
+
         error = record.exc_info[1] if record.exc_info else None
-        ended = isinstance(error, anyio.ClosedResourceError)
-        return not (ended and record.msg == "Error handling POST request")
+        if record.msg != "Error handling POST request":
+            return True
+        if isinstance(error, ClientDisconnect):
+            # A client that left, or was cut off (REQUEST_WAIT), before its body was whole.
+            logger.info("an HTTP client left before its request was whole; it is dropped")
+            return False
+        return not isinstance(error, anyio.ClosedResourceError)
 
 
 logging.getLogger("mcp.server.streamable_http").addFilter(_EndedSession())

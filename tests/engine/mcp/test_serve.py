@@ -1058,3 +1058,75 @@ async def test_a_hold_that_lands_after_a_pause_for_approval_says_one_thing(
             assert "`codemode approve " not in again, again
     finally:
         await engine.aclose()
+
+
+async def test_an_http_client_that_sends_no_whole_request_is_cut_off(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """uvicorn waits for a connection's first request for ever, and for the rest of one whose
+    first byte came: a client that connected and said nothing, or half a request head, held
+    its connection (and a descriptor) for good; so did one that sent part of a body. Each is
+    closed once REQUEST_WAIT has passed, while a request the server takes longer than that to
+    answer is answered. The one cut off mid-body is a line of the log, not the SDK's error
+    and traceback."""
+    from engine import CodeMode, tool
+    from engine.mcp import _serve
+    from tests.engine.conftest import InProcessRunner
+
+    monkeypatch.setattr(_serve, "REQUEST_WAIT", 0.5)
+    caplog.set_level(logging.INFO)
+    where: list[tuple[str, int]] = []
+
+    async def cut_off(head: bytes) -> None:
+        """Connect, send ``head`` (a part of a request), and wait for the server to close."""
+        reader, writer = await asyncio.open_connection(*where[0])
+        writer.write(head)
+        await writer.drain()
+        try:
+            async with asyncio.timeout(TIMEOUT):
+                assert await reader.read() == b""  # no answer: the connection ends
+        finally:
+            writer.close()
+
+    @tool
+    async def slow(word: str) -> str:
+        """Answers once a silent client opened after this call began has been cut off (so
+        later than the wait for this call's own request)."""
+        await cut_off(b"")
+        return word
+
+    engine = CodeMode([slow], runner=InProcessRunner(), type_check="off")
+    server = _serve.CodeModeServer(engine)
+    ready = asyncio.Event()
+    urls: list[str] = []
+
+    def on_ready(url: str) -> None:
+        urls.append(url)
+        ready.set()
+
+    serving = asyncio.create_task(server.run_http("127.0.0.1", 0, on_ready=on_ready))
+    try:
+        await asyncio.wait_for(ready.wait(), TIMEOUT)
+        host, port = urls[0].split("//")[1].split("/")[0].split(":")
+        where.append((host, int(port)))
+        await cut_off(b"")
+        await cut_off(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        head = (
+            f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            "Accept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{"
+        )
+        await cut_off(head.encode())  # a body that never comes whole
+        async with (
+            streamable_http_client(urls[0]) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            answer = await run(session, "return await tools.slow({ word: 'late' });")
+            assert returned(answer) == "late", text(answer)
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+        assert "an HTTP client left before its request was whole" in caplog.text
+    finally:
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        await engine.aclose()
