@@ -1120,7 +1120,13 @@ def _stdout_to_devnull() -> None:
 
 class _OneLine(logging.Formatter):
     """The engine's warnings as the command's other messages: ``codemode: ...``, one line,
-    an exception's traceback (the host's worker that raised, say) left to ``-v``."""
+    an exception's traceback (the host's worker that raised, say) left to ``-v``. On a
+    terminal each clears the live line first (see :class:`ProgressLine`), which it was
+    written onto the end of."""
+
+    def __init__(self, *, terminal: bool) -> None:
+        super().__init__()
+        self.clear = "\r\x1b[K" if terminal else ""
 
     def format(self, record: logging.LogRecord) -> str:
         text = record.getMessage()
@@ -1131,7 +1137,7 @@ class _OneLine(logging.Formatter):
             text = f"{text[: -len(trace)].rstrip()} (-v shows the traceback)"
         elif record.exc_info and record.exc_info[1] is not None:
             text += f" ({described(record.exc_info[1])}; -v shows the traceback)"
-        return f"codemode: {' '.join(text.splitlines())}"
+        return f"{self.clear}codemode: {' '.join(text.splitlines())}"
 
 
 def _warnings_in_one_line() -> None:
@@ -1139,7 +1145,7 @@ def _warnings_in_one_line() -> None:
     without a handler, Python's last resort wrote them bare, with whole tracebacks."""
     handler = logging.StreamHandler()
     handler.setLevel(logging.WARNING)
-    handler.setFormatter(_OneLine())
+    handler.setFormatter(_OneLine(terminal=sys.stderr.isatty()))
     engine_log = logging.getLogger("codemode")
     engine_log.addHandler(handler)
     engine_log.propagate = False

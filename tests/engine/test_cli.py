@@ -982,6 +982,44 @@ def test_run_prints_to_a_terminal_what_the_script_printed_without_its_escapes(
     assert "A\x1b]0;pwned\x07B\tC\nD\u202e\n" in piped.stdout
 
 
+def test_a_warning_on_a_terminal_clears_the_live_line_first(tmp_path: Path) -> None:
+    """On a terminal, stderr's live line (steps, calls, time) is cleared before a warning of
+    the engine's is written (a tool that raised): the warning was written onto the end of
+    the live line, `codemode: 1 step, 1 call (1 running), 0.4 scodemode: tool call ...`."""
+    import pty
+
+    tools = tmp_path / "tools.py"
+    tools.write_text(
+        "from engine import tool\n"
+        "@tool\n"
+        "def lookup(user_id: int) -> str:\n"
+        '    """Look a user up."""\n'
+        "    return {1: 'ana'}[user_id]\n"
+    )
+    script = tmp_path / "s.js"
+    script.write_text("return await tools.lookup({user_id: 2})")
+    main, side = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "engine.cli", "run", str(script), "--tools", str(tools)],
+            stdout=subprocess.PIPE,
+            stderr=side,
+            cwd=ROOT,
+            timeout=120,
+        )
+        os.close(side)
+        err = b""
+        with contextlib.suppress(OSError):  # EIO once the terminal's other side is closed
+            while chunk := os.read(main, 65536):
+                err += chunk
+    finally:
+        os.close(main)
+    assert proc.returncode == 1, err
+    text = err.decode()
+    assert "codemode: 1 step" in text, text  # the live line was drawn
+    assert "\r\x1b[Kcodemode: tool call raised script=" in text, text
+
+
 def test_scripts_says_when_it_listed_as_many_as_its_limit(tmp_path: Path) -> None:
     """`scripts` lists the oldest first, up to --limit: at the limit, a line on stderr says
     there are more (the newest, a paused one waiting for approval, went unseen)."""
