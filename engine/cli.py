@@ -314,7 +314,12 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a script and print what the model would see")
     run.add_argument("script", help="the script file, or - for stdin")
-    run.add_argument("--tenant", default="default")
+    run.add_argument(
+        "--tenant",
+        default="default",
+        help="the tenant the script runs for: its tools see it as ctx.tenant, the limits are "
+        "asked for it, and scripts lists it (default: default)",
+    )
     common(run)
     language(run)
     events(run)

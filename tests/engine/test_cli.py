@@ -561,6 +561,17 @@ def test_script_that_is_not_utf8(tmp_path: Path) -> None:
     )
 
 
+def test_run_says_what_its_tenant_option_is() -> None:
+    """`run --help` says what --tenant does (it had no words: a user could not tell what it
+    changes)."""
+    proc = codemode("run", "--help", env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("  --tenant")]
+    assert line == "  --tenant TENANT       the tenant the script runs for: its tools see it as", (
+        line
+    )
+
+
 def test_unknown_option_and_missing_arguments() -> None:
     """argparse's own mistakes are one line too, with where help is."""
     one_clear_line(codemode("run"), "required", "codemode run --help")
