@@ -593,6 +593,7 @@ class CodeMode(StepLoop):
             if early is not None:
                 await asyncio.sleep(0)  # the step goes as far as its first wait, then the write
             owner = new_owner()
+            taken_at = asyncio.get_running_loop().time()  # the lease's, if the start takes one
             starting = self.store.start(record, owner, self.lease_ms)
             # A keyed start is the one a caller retries (the model's call given again), and
             # would find held by the lease a cancelled start took; an unkeyed retry starts
@@ -652,7 +653,7 @@ class CodeMode(StepLoop):
                 return await self._drive_owned(taken)
             new = started.record if started.created else None
             drive = await Drive.resume(
-                self.store, started.lease, self.lease_ms, new, kept=self._keep
+                self.store, started.lease, self.lease_ms, new, kept=self._keep, taken_at=taken_at
             )
             if not started.created and started.record.status not in log.ENDED:
                 # The key named a script already in the log: it goes on. (One that ended
@@ -935,16 +936,20 @@ class CodeMode(StepLoop):
     async def _claim_ready(self, skip: Collection[str]) -> Drive | None:
         """The drive of a script that waits for no one and is not in ``skip`` (its lease
         taken), or ``None`` if there is none."""
+        taken_at = asyncio.get_running_loop().time()
         lease = await taken_or_kept(
             self.store.claim_ready(new_owner(), self.lease_ms, tuple(skip)),
             lambda lease: lease,
             self._keep,
         )
         if lease is None and self.store.local:
+            taken_at = asyncio.get_running_loop().time()
             lease = await self._take_from_dead_host(skip)
         if lease is None:
             return None
-        return await Drive.resume(self.store, lease, self.lease_ms, kept=self._keep)
+        return await Drive.resume(
+            self.store, lease, self.lease_ms, kept=self._keep, taken_at=taken_at
+        )
 
     async def _take_from_dead_host(self, skip: Collection[str] = ()) -> log.Lease | None:
         """The lease of an active script, not held and not in ``skip``, whose host was a

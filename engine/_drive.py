@@ -199,6 +199,7 @@ class Drive:
         ttl_ms: int,
         *,
         kept: Callable[[log.Lease], None],
+        taken_at: float | None = None,
     ) -> None:
         self.store = store
         self.lease = lease
@@ -211,8 +212,10 @@ class Drive:
         self._renewal: asyncio.Task[None] | None = None
         self._next_renewal: asyncio.TimerHandle | None = None
         # When (loop time) the write that last gave the lease its expiry began, as far as
-        # this host can tell: a call begins only while the lease surely holds (may_begin).
-        self._confirmed = asyncio.get_running_loop().time()
+        # this host can tell (``taken_at``: the take's, if the caller knows it): a call
+        # begins only while the lease surely holds (see may_begin).
+        loop = asyncio.get_running_loop()
+        self._confirmed = loop.time() if taken_at is None else taken_at
         self._schedule_renewal()
         self._released = False
         self._usage: log.StepUsage | None = None  # a step's usage, until its next write
@@ -275,14 +278,17 @@ class Drive:
     ) -> Drive | None:
         """Take the script's lease and read it, or ``None`` if another host holds it;
         ``kept`` as for :meth:`resume`."""
+        loop = asyncio.get_running_loop()
+        taken_at = loop.time()
         lease = await acquire_or_keep(store, script_id, owner, ttl_ms, kept)
         if lease is None:
             dead = dead_local_owner(store, (await store.get_script(script_id)).lease)
             if dead is not None:
+                taken_at = loop.time()
                 lease = await acquire_or_keep(store, script_id, owner, ttl_ms, kept, take_from=dead)
         if lease is None:
             return None
-        return await cls.resume(store, lease, ttl_ms, kept=kept)
+        return await cls.resume(store, lease, ttl_ms, kept=kept, taken_at=taken_at)
 
     @classmethod
     async def resume(
@@ -293,21 +299,26 @@ class Drive:
         record: log.ScriptRecord | None = None,
         *,
         kept: Callable[[log.Lease], None],
+        taken_at: float | None = None,
     ) -> Drive:
         """Drive a script whose lease this host already took; ``record``: a script just
         started, as the store returned it (it has no calls yet), so nothing is read again.
         A failed read gives the lease up; if that fails too (the log stopped answering),
         ``kept`` is given the lease, to give up later, and the read's error is raised.
-        ``kept`` is the drive's too: :meth:`close` gives it a lease it leaves held."""
+        ``kept`` is the drive's too: :meth:`close` gives it a lease it leaves held.
+        ``taken_at``: the event loop's time when the write that took the lease began (by
+        default now: the lease is at least as old as this call)."""
+        if taken_at is None:
+            taken_at = asyncio.get_running_loop().time()
         try:
             if record is not None:
-                return cls(store, lease, record, [], ttl_ms, kept=kept)
+                return cls(store, lease, record, [], ttl_ms, kept=kept, taken_at=taken_at)
             record = await store.get_script(lease.script_id)
             calls = await store.calls(lease.script_id)
         except BaseException:
             await release_or_keep(store, lease, kept)
             raise
-        return cls(store, lease, record, calls, ttl_ms, kept=kept)
+        return cls(store, lease, record, calls, ttl_ms, kept=kept, taken_at=taken_at)
 
     def _schedule_renewal(self) -> None:
         # Renew at a third of the lease, so two missed renewals still leave time.

@@ -14,8 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import orjson
+import pytest
 
 from engine import RunResult, SqliteStore
+from engine._drive import Drive
+from engine.log import Lease, LeaseLost, MemoryStore, ScriptRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -151,3 +154,33 @@ def test_a_call_waiting_for_a_thread_when_its_host_stalled_never_begins(tmp_path
     late = _result(stalled)
     assert late.to_dict() == successor.to_dict(), "the successor's outcome stands"
     assert _ledger(tmp_path) == ["slow 1"], "the charge the log calls interrupted never ran"
+
+
+def _never(lease: Lease) -> None:
+    raise AssertionError(f"the lease of {lease.script_id} was kept")
+
+
+async def test_a_call_begins_only_while_the_lease_surely_holds() -> None:
+    """``Drive.may_begin`` measures the lease from when it was taken (``taken_at``), not from
+    when the drive was made: a take half a lease old or more is renewed before a call begins,
+    which finds the script another host's once that host took it over. One taken just now
+    asks the log nothing."""
+    now = [0.0]
+    store = MemoryStore(clock=lambda: now[0])
+    record = ScriptRecord(id="s1", code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
+    started = await store.start(record, "host:1:a", 1000)
+    assert started.lease is not None
+    loop = asyncio.get_running_loop()
+    fresh = await Drive.resume(store, started.lease, 1000, started.record, kept=_never)
+    old = await Drive.resume(
+        store, started.lease, 1000, started.record, kept=_never, taken_at=loop.time() - 0.6
+    )
+    try:
+        now[0] = 1.5  # the lease ran out by the log's clock, and another host took it over
+        assert await store.acquire("s1", "host:2:b", 1000) is not None
+        await fresh.may_begin()  # taken just now: the lease holds for this host's clock
+        with pytest.raises(LeaseLost):
+            await old.may_begin()
+    finally:
+        await fresh.close()
+        await old.close()
