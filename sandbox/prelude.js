@@ -189,6 +189,25 @@
     return flags;
   }
   const got = (get, v) => { try { return apply(get, v, []); } catch (_) { return undefined; } };
+  // A boxed primitive (`new Number(1)`, `Object("s")`) as Node.js shows it, `[Number: 1]`:
+  // it printed {}, and a String an object of its indexes. Told by its prototype, then by
+  // its kind's own valueOf, which throws for any other object (and runs no script code).
+  const BOXES = listOf();
+  for (const [Box, name] of [[Number, "Number"], [String, "String"], [Boolean, "Boolean"],
+    [BigInt, "BigInt"], [Symbol, "Symbol"]]) {
+    put(BOXES, [Box.prototype, Box.prototype.valueOf, name]);
+  }
+  function boxedPrimitive(value, proto) { // [the primitive, its kind's name], or undefined
+    for (let i = 0; i < BOXES.length; i++) {
+      if (proto !== BOXES[i][0]) continue;
+      try {
+        return [apply(BOXES[i][1], value, []), BOXES[i][2]];
+      } catch (_) {
+        return undefined; // an object of its own that inherits from Number.prototype
+      }
+    }
+    return undefined;
+  }
   const setSize = getter(Set.prototype, "size");
   // A Map's entries ([key, value] each) and a Set's items, as they are held, as Node.js shows
   // them: not what a script's iterator gives (one that never ended filled the heap in
@@ -347,6 +366,8 @@
     // Plain objects and arrays, the most of any value, are none of the kinds below.
     const proto = getPrototypeOf(value);
     const plainKind = proto === ObjectProto || proto === ArrayProto || proto === null;
+    const box = plainKind ? undefined : boxedPrimitive(value, proto);
+    if (box !== undefined) return "[" + box[1] + ": " + describeOne(box[0], depth, ancestors, budget) + "]";
     // A built-in's data with its prototype set to null is named as Node.js names it:
     // `[Map(1): null prototype] {...}`, `[RegExp: null prototype] /x/`.
     const bare = proto === null && !isArray(value) ? heldBrand(value) : undefined;

@@ -703,6 +703,26 @@ console.log(new URL("https://a.example/?q=1&q=2").searchParams, { p: new URLSear
     )
 
 
+def test_console_shows_a_boxed_primitive_as_node_does() -> None:
+    """A boxed primitive prints as Node.js shows it, its value in brackets: it printed {},
+    and a String the object of its indexes (`{"0":"a","1":"b"}`). Its kind's valueOf is the
+    engine's own, whatever the script put on the prototype; an object that only inherits
+    from Number.prototype is no number."""
+    code = (
+        "String.prototype.valueOf = () => 'forged';\n"
+        "console.log(new Number(1), new String('ab'), new Boolean(false), Object(5n), "
+        "Object(Symbol('s')), new Number(-0));\n"
+        "console.log([new Number(2)], { s: new String('x') }, Object.create(Number.prototype));\n"
+        "console.log('%s %d %j', new Number(3), new Number(4), new String('y'));"
+    )
+    assert run(code).printed == (
+        '[Number: 1] [String: "ab"] [Boolean: false] [BigInt: 5n] [Symbol: Symbol(s)] '
+        "[Number: -0]\n"
+        '[[Number: 2]] {"s":[String: "x"]} {}\n'
+        '[Number: 3] 4 "y"\n'
+    )
+
+
 def test_a_printed_error_is_followed_by_the_line_it_was_made_at() -> None:
     """An error printed as an argument of its own (a `catch` that logs and goes on, a pattern
     models write) is followed by the script's line it was made at, where Node.js prints its
