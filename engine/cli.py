@@ -683,15 +683,8 @@ async def _show(args: argparse.Namespace) -> int:
         print(f"  owner {_shown(lease.owner)} (lease token {lease.token}, {until})")
     print(f"  tools {_shown(', '.join(sorted(record.tools))) or '(not recorded)'}")
     print("code:")
-    # Numbered as the engine numbers lines in its errors: by "\n" alone. A file's last line
-    # break starts no line, and a CRLF's "\r" is its line's end, not text (each was shown: an
-    # empty last line, and "\x0d" ending every line of a script written on Windows).
-    lines = record.code.split("\n")
-    if len(lines) > 1 and lines[-1] == "":
-        lines.pop()
-    for number, line in enumerate(lines, 1):
-        kept = _shown(line.removesuffix("\r"))
-        print(f"  {number:>4}  {kept}")
+    for number, line in enumerate(_code_lines(record.code), 1):
+        print(f"  {number:>4}  {_shown(line)}")
     print(f"calls: {len(calls)}")
     for c in calls:
         sizes = f"args {size_text(c.argument_bytes)}"
@@ -803,8 +796,19 @@ async def _worker(args: argparse.Namespace) -> int:
 def _script_json(record: ScriptRecord) -> dict[str, Any]:
     data = dataclasses.asdict(record)
     data.pop("code")
-    data["code_lines"] = record.code.count("\n") + 1
+    data["code_lines"] = len(_code_lines(record.code))
     return data
+
+
+def _code_lines(code: str) -> list[str]:
+    """``code``'s lines as the engine's errors number them: by "\n" alone. A file's last
+    line break starts no line, and a CRLF's "\r" is its line's end, not text (each was
+    shown: an empty last line, and "\x0d" ending every line of a script written on
+    Windows)."""
+    lines = code.split("\n")
+    if len(lines) > 1 and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
 
 
 def _when(ms: int) -> str:
