@@ -40,6 +40,7 @@ from typing import Any
 
 import anyio
 import orjson
+from pydantic_core import from_json
 
 from engine._codemode import ELSEWHERE_WAIT, CodeMode
 from engine._errors import CallNotWaiting, CodeModeError, ConfigError
@@ -297,6 +298,8 @@ class CodeModeServer:
         try:
             with _stdin_lines() as stdin:
                 async with stdio_server(stdin=stdin) as (read, write):
+                    if stdin is not None:
+                        stdin.answer_with(write)
                     await server.run(
                         read, write, server.create_initialization_options(_notifications())
                     )
@@ -604,17 +607,41 @@ def _stdin_lines() -> Iterator[Any]:
 
 
 class _Lines:
-    """The lines of a non-blocking file descriptor, read on the event loop (not a thread)."""
+    """The lines of a non-blocking file descriptor, read on the event loop (not a thread).
+
+    A line the SDK would drop unanswered (it logs it at debug level), no JSON or a request
+    of the wrong shape, is answered here with a JSON-RPC error instead (:func:`_refusal`),
+    through the SDK's write stream (:meth:`answer_with`), and not handed on: a client
+    waited for its answer until its own timeout, told nothing."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._buffer = bytearray()
         self._ended = False
+        self._answers: Any = None
+        self._serving = asyncio.Event()
+
+    def answer_with(self, write: Any) -> None:
+        """Answer refused lines through ``write``, the stream of the SDK's stdout writer."""
+        self._answers = write
+        self._serving.set()
 
     def __aiter__(self) -> _Lines:
         return self
 
     async def __anext__(self) -> str:
+        from mcp.shared.message import SessionMessage
+
+        while True:
+            line = await self._line()
+            refusal = _refusal(line)
+            if refusal is None:
+                return line
+            await self._serving.wait()  # the SDK reads before its write stream is handed out
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                await self._answers.send(SessionMessage(refusal))
+
+    async def _line(self) -> str:
         searched = 0
         while True:
             end = self._buffer.find(b"\n", searched)
@@ -652,6 +679,74 @@ class _Lines:
                 await readable
             finally:
                 loop.remove_reader(self._fd)
+
+
+_JSON_KINDS = {
+    list: "a list (a batch, which MCP does not take)",
+    str: "a string",
+    bool: "true or false",
+    type(None): "null",
+}
+_REQUEST_SHAPE = (
+    '{"jsonrpc": "2.0", "id": a string or an integer, "method": a string, "params": an object}'
+)
+
+
+def _refusal(line: str) -> Any:
+    """The JSON-RPC error that answers a client's ``line`` the SDK cannot take or would
+    not answer, or None for a line it takes or one no answer is owed (blank, a notification
+    or a response of the wrong shape: JSON-RPC answers neither). A request's error carries
+    its id when the id is one (a string or an integer), else null."""
+    import mcp_types as types
+    from pydantic import ValidationError
+
+    if not line.strip():
+        return None
+    try:
+        taken = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValidationError:
+        pass
+    else:
+        # A request whose id is none (null, true, 1.5, an object) is taken as a notification,
+        # which is never answered: it is refused below.
+        if not isinstance(taken, types.JSONRPCNotification) or "id" not in from_json(line):
+            return None
+    try:
+        message = from_json(line)
+    except ValueError as e:
+        why = f"Parse error: the line is not JSON ({e}); send one JSON-RPC message a line"
+        return _error(types, None, types.PARSE_ERROR, why)
+    if not isinstance(message, dict):
+        what = _JSON_KINDS.get(type(message), "a number")
+        why = f"Invalid Request: a message is one JSON object, not {what}"
+        return _error(types, None, types.INVALID_REQUEST, why)
+    if "id" not in message or "method" not in message:
+        return None  # a notification or a response: nothing to answer
+    ident = message["id"]
+    if not isinstance(ident, str | int) or isinstance(ident, bool):
+        ident = None
+    try:
+        types.JSONRPCRequest.model_validate(message, by_name=False)
+        return None  # not expected: the SDK took it as a request
+    except ValidationError as e:
+        problems: dict[str, list[str]] = {}
+        for error in e.errors(include_url=False):
+            field = str(error["loc"][0]) if error["loc"] else "the request"
+            problems.setdefault(field, []).append(error["msg"])
+    said = "; ".join(
+        f"{field}: "
+        + " or ".join(m.removeprefix("Input should be ") if i else m for i, m in enumerate(msgs))
+        for field, msgs in problems.items()
+    )
+    why = f"Invalid Request: {said[:500]}; a request is {_REQUEST_SHAPE}"
+    return _error(types, ident, types.INVALID_REQUEST, why)
+
+
+def _error(types: Any, ident: str | int | None, code: int, message: str) -> Any:
+    logger.info("a client's line was refused: %s", message)
+    return types.JSONRPCError(
+        jsonrpc="2.0", id=ident, error=types.ErrorData(code=code, message=message)
+    )
 
 
 def _text(line: bytes) -> str:

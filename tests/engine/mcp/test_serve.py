@@ -1130,3 +1130,72 @@ async def test_an_http_client_that_sends_no_whole_request_is_cut_off(
         with contextlib.suppress(asyncio.CancelledError):
             await serving
         await engine.aclose()
+
+
+def test_a_malformed_line_over_stdio_is_answered_with_what_is_wrong(tmp_path: Path) -> None:
+    """The SDK drops a line that is no JSON, or no request of the right shape, at debug
+    level, and takes a request whose id is none (null, true, an object) as a notification:
+    none was answered, and the client waited until its own timeout, told nothing. Each now
+    gets a JSON-RPC error saying what is wrong (with the request's id when it has one), a
+    notification or response of the wrong shape still none, and the session goes on."""
+    (tmp_path / "tools.py").write_text(
+        "def add(a: int, b: int) -> int:\n    'Add.'\n    return a + b\n\nTOOLS = [add]\n"
+    )
+    lines = [
+        json.dumps(_initialize()),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        "this is not json",
+        '{"jsonrpc": "2.0", "id": 2, "method": "tools/list"',
+        "[1, 2]",
+        json.dumps({"jsonrpc": "2.0", "id": 3, "method": 7}),
+        json.dumps({"jsonrpc": "2.0", "id": "four", "method": "tools/list", "params": [1]}),
+        json.dumps({"id": 5, "method": "ping"}),
+        json.dumps({"jsonrpc": "2.0", "id": None, "method": "ping"}),
+        json.dumps({"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}),
+        json.dumps({"jsonrpc": "2.0", "method": 7}),  # a notification: nothing to answer
+        "",
+        json.dumps({"jsonrpc": "2.0", "id": 9, "method": "ping"}),
+    ]
+    process = _serve_raw(tmp_path, stderr=subprocess.DEVNULL)
+    assert process.stdin is not None and process.stdout is not None
+    read: queue.Queue[str] = queue.Queue()
+    out = process.stdout
+
+    def reader() -> None:
+        for line in out:
+            read.put(line)
+
+    threading.Thread(target=reader, daemon=True).start()
+    try:
+        process.stdin.write("\n".join(lines) + "\n")
+        process.stdin.flush()
+        answers = []
+        while True:
+            message = json.loads(read.get(timeout=TIMEOUT))
+            if message.get("id") == 9:
+                assert message["result"] == {}, message
+                break
+            if message.get("id") != 1:  # initialize's answer
+                answers.append(message)
+    finally:
+        process.stdin.close()
+        try:
+            process.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    shape = '; a request is {"jsonrpc": "2.0", "id": a string or an integer'
+    expected = [
+        (None, -32700, "Parse error: the line is not JSON (expected ident at line 1 column 2)"),
+        (None, -32700, "Parse error: the line is not JSON (EOF while parsing an object"),
+        (None, -32600, "Invalid Request: a message is one JSON object, not a list (a batch"),
+        (3, -32600, "Invalid Request: method: Input should be a valid string" + shape),
+        ("four", -32600, "Invalid Request: params: Input should be a valid dictionary" + shape),
+        (5, -32600, "Invalid Request: jsonrpc: Field required" + shape),
+        (None, -32600, "Invalid Request: id: Input should be a valid integer or a valid string"),
+        (None, -32600, "Invalid Request: id: Input should be a valid integer or a valid string"),
+    ]
+    assert len(answers) == len(expected), answers
+    for answer, (ident, code, start) in zip(answers, expected, strict=True):
+        assert answer["id"] == ident and answer["error"]["code"] == code, answer
+        assert answer["error"]["message"].startswith(start), answer
