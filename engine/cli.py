@@ -884,6 +884,12 @@ def _read_script(args: argparse.Namespace) -> bytes:
     if args.script == "-":
         if sys.stdin is None:  # started with fd 0 closed
             raise CodeModeError("the script is - but stdin is closed: give it a file or pipe")
+        if sys.stdin.isatty():  # else the command waits without a word, as if it hung
+            sys.stderr.write(
+                "codemode: reading the script from the terminal: type or paste it, then "
+                "Ctrl-D on a new line (or give a file: codemode run script.js)\n"
+            )
+            sys.stderr.flush()
         return sys.stdin.buffer.read(MAX_CODE_BYTES + 1)
     with open(args.script, "rb") as f:
         return f.read(MAX_CODE_BYTES + 1)  # bounded: a path such as /dev/zero never ends

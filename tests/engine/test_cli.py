@@ -1033,6 +1033,34 @@ def test_a_warning_on_a_terminal_clears_the_live_line_first(tmp_path: Path) -> N
     assert "\r\x1b[Kcodemode: tool call raised script=" in text, text
 
 
+def test_a_script_read_from_a_terminal_is_asked_for() -> None:
+    """`run -` with stdin a terminal says it reads the script from there and how to end it:
+    it waited without a word, as if it hung. Piped, stdin is read without one (the other
+    tests' `stdin=`)."""
+    import pty
+
+    main, side = pty.openpty()
+    try:
+        os.write(main, b"return 6 * 7\n\x04")  # the line, then Ctrl-D on a new line
+        proc = subprocess.run(
+            [sys.executable, "-m", "engine.cli", "run", "-", *TRACKER],
+            stdin=side,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+    finally:
+        os.close(side)
+        os.close(main)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "Script finished.\nReturned:\n42\n", proc.stdout
+    assert proc.stderr.startswith(
+        "codemode: reading the script from the terminal: type or paste it, then Ctrl-D on a "
+        "new line (or give a file: codemode run script.js)\n"
+    ), proc.stderr
+
+
 def test_scripts_says_when_it_listed_as_many_as_its_limit(tmp_path: Path) -> None:
     """`scripts` lists the oldest first, up to --limit: at the limit, a line on stderr says
     there are more (the newest, a paused one waiting for approval, went unseen)."""
