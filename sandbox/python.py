@@ -4845,8 +4845,12 @@ class Run(Replay):
             return
         name = getattr(agen, "__qualname__", None)
         shown = f"{name[:100] if type(name) is str else 'an async generator'}.aclose()"
+        line = _script_line()
+        frame = agen.ag_frame
+        if not line and frame is not None and frame.f_code.co_filename == FILENAME:
+            line = frame.f_lineno  # dropped as the script ended: where the generator waits
         closer = _await(agen.aclose())
-        task = Task(closer, shown, self.failures, _script_line(), next(self.numbers), self.ready)
+        task = Task(closer, shown, self.failures, line, next(self.numbers), self.ready)
         self.ready.append(task)
 
     def _warning(

@@ -644,3 +644,27 @@ def test_an_async_generator_left_by_break_is_closed_as_asyncio_closes_it() -> No
         "after the loop\nclosing\nline 12: RuntimeWarning: pages.aclose() failed and nothing "
         "awaited it: ToolError: t refused {'close': True, 'fail': True}\n"
     )
+
+
+def test_an_async_generator_left_unfinished_at_the_end_is_closed_naming_its_line() -> None:
+    """One the script still holds when it returns is closed as it ends, its ``finally``
+    run (a call there made and answered); a failure there names the line the generator
+    waits at, as no line of the script is running then."""
+    code = (
+        "async def g():\n"
+        "    try:\n"
+        "        yield 1\n"
+        "        yield 2\n"
+        "    finally:\n"
+        "        await tools.t(close=True)\n"
+        "        raise KeyError('cleanup')\n"
+        "it = g()\n"
+        "await anext(it)\n"
+        "return 'end'"
+    )
+    assert calls_per_step(code) == [[{"close": True}]]
+    ran = end(code)
+    assert ran.outcome == "finished" and ran.value == "end"
+    assert ran.printed == (
+        "line 3: RuntimeWarning: g.aclose() failed and nothing awaited it: KeyError: 'cleanup'\n"
+    )
