@@ -154,6 +154,31 @@ class StoreConfig:
         return MemoryStore()
 
 
+def _outside_codemode(data: Mapping[str, Any], unknown: list[str], where: str) -> str:
+    """What a config with keys or tables outside [codemode] is told: a setting written
+    above any table (``data_dir = ...`` with no ``[codemode]`` line) or a table of ours
+    written without its prefix (``[limits]``) is named with where it goes; they were all
+    called unknown tables, the keys too."""
+    keys = [k for k in unknown if not isinstance(data[k], Mapping)]
+    tables = [k for k in unknown if isinstance(data[k], Mapping)]
+    if keys:
+        shown = ", ".join(_shown(k) for k in keys[:5])
+        return (
+            f"{where}: {shown} {'is' if len(keys) == 1 else 'are'} outside any table; the "
+            "settings go under [codemode]: put a [codemode] line above them"
+        )
+    ours = [k for k in tables if k in _TOP_KEYS]
+    if ours:
+        return (
+            f"{where}: unknown table [{ours[0]}]; the settings go under [codemode]: write "
+            f"[codemode.{ours[0]}]"
+        )
+    return (
+        f"{where}: unknown table(s) {', '.join(_shown(k) for k in tables[:5])}; the settings "
+        "go under [codemode]"
+    )
+
+
 @dataclass(frozen=True)
 class Config:
     limits: Limits = field(default_factory=Limits)
@@ -227,10 +252,7 @@ class Config:
             raise ConfigError(f"{where}: a config is a table, not {type(data).__name__}")
         unknown_top = sorted(str(key) for key in set(data) - {"codemode"})
         if unknown_top:
-            raise ConfigError(
-                f"{where}: unknown table(s) {', '.join(_shown(k) for k in unknown_top[:5])}; "
-                "the settings go under [codemode]"
-            )
+            raise ConfigError(_outside_codemode(data, unknown_top, where))
         section = data.get("codemode", {})
         if not isinstance(section, dict):
             raise ConfigError(f"{where}: codemode must be a table")
