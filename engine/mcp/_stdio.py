@@ -171,22 +171,66 @@ def _unread_answer(line: bytes, error: ValueError, types: Any, session_message: 
     ``id`` and a ``result`` or an ``error``)."""
     try:
         value = json.loads(line)
-    except (ValueError, RecursionError):
+    except ValueError:
         return None
-    if not isinstance(value, dict) or "method" in value or not {"result", "error"} & set(value):
-        return None
-    request = value.get("id")
-    if not isinstance(request, int) or isinstance(request, bool):
-        return None
-    # What is wrong with it as the answer it is (a check as any message names each kind's
-    # first problem: "JSONRPCRequest.method: Field required"); else the parser's bound.
-    kind = types.JSONRPCError if "error" in value else types.JSONRPCResponse
-    try:
-        kind.model_validate(value, by_name=False)
-    except ValueError as e:
-        error = e
+    except RecursionError:
+        # Nested past Python's parser too (a thousand deep): its top level is read by hand,
+        # for the id; the SDK's parser's error says what is wrong.
+        members = _top_level(line)
+        if members is None or "method" in members or not {"result", "error"} & set(members):
+            return None
+        if not re.fullmatch(rb"-?[0-9]+", members.get("id", b"")):
+            return None
+        value = {"id": int(members["id"])}
+    else:
+        if not isinstance(value, dict) or "method" in value or not {"result", "error"} & set(value):
+            return None
+        if not isinstance(value.get("id"), int) or isinstance(value.get("id"), bool):
+            return None
+        # What is wrong with it as the answer it is (a check as any message names each kind's
+        # first problem: "JSONRPCRequest.method: Field required"); else the parser's bound.
+        kind = types.JSONRPCError if "error" in value else types.JSONRPCResponse
+        try:
+            kind.model_validate(value, by_name=False)
+        except ValueError as e:
+            error = e
     data = types.ErrorData(code=types.PARSE_ERROR, message=f"{UNPARSED[0]}: {error}")
-    return session_message(types.JSONRPCError(jsonrpc="2.0", id=request, error=data))
+    return session_message(types.JSONRPCError(jsonrpc="2.0", id=value["id"], error=data))
+
+
+# What reading a JSON text's top level by hand looks at: strings (skipped whole, escapes and
+# all), brackets, and the commas and colons between members.
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\],:]')
+
+
+def _top_level(text: bytes) -> dict[str, bytes] | None:
+    """The members of the JSON object ``text``, each key with its value's text (its first
+    64 bytes), read without parsing any nested value (which may nest past any parser's
+    bound); None when ``text`` is not one object. It checks no more than it reads: the text
+    is known to be JSON the parsers could not read for its nesting alone."""
+    members: dict[str, bytes] = {}
+    depth = 0
+    key: str | None = None
+    start = 0
+    for token in _TOKEN.finditer(text):
+        mark = token.group()
+        if depth == 1 and mark[:1] == b'"' and key is None:
+            key = mark[1:-1].decode("utf-8", "replace")
+        elif depth == 1 and mark == b":":
+            start = token.end()
+        elif depth == 1 and mark in (b",", b"}"):
+            if key is not None:
+                members[key] = text[start : token.start()].strip()[:64]
+                key = None
+            if mark == b"}":
+                return members if not text[token.end() :].strip() else None
+        elif mark in (b"{", b"["):
+            if depth == 0 and mark != b"{":
+                return None
+            depth += 1
+        elif mark in (b"}", b"]"):
+            depth -= 1
+    return None
 
 
 # An escaped surrogate (or a backslash and text that looks like one: the parse tells).

@@ -13,7 +13,7 @@ It answers ``initialize``; ``tools/list`` with the text of TOOLS.json as its ``t
 as it is (an invalid definition, nesting too deep to parse), or a page of PAGES.json (the
 next page's cursor is its index); ``tools/call`` with the name and arguments it got, as JSON
 text, but for ten tools: ``badresult`` is answered with ``content`` that is not a list,
-``refuse`` with an error whose message has three lines, ``surrogate`` with a text holding a lone surrogate, ``deep`` with structured content nested 300 deep, ``scalar`` with a result of 5, ``noisy`` after a log notification that breaks MCP, ``latin`` with a text's byte that is no UTF-8, ``spam`` is answered and from then
+``refuse`` with an error whose message has three lines, ``surrogate`` with a text holding a lone surrogate, ``deep`` with structured content nested 300 deep (``deeper``: 5,000), ``scalar`` with a result of 5, ``noisy`` after a log notification that breaks MCP, ``latin`` with a text's byte that is no UTF-8, ``spam`` is answered and from then
 on every listing is slow and says first that the tools changed again,
 ``change`` is answered, then announced as changed (``list_changed``), and no ``tools/list``
 after that is answered, and ``crash`` starts a process that holds the server's stdout
@@ -100,6 +100,10 @@ for line in sys.stdin:
             for _ in range(300):
                 nested = {"a": nested}
             answer = {"content": [{"type": "text", "text": "deep"}], "structuredContent": nested}
+        if params.get("name") == "deeper":  # nested past Python's own parser too
+            nested_text = '{"a": ' * 5000 + "{}" + "}" * 5000
+            send(head + f'"result": {{"content": [], "structuredContent": {nested_text}}}}}')
+            continue
         if params.get("name") == "surrogate":  # a lone surrogate, escaped as json.dumps does
             answer = {"content": [{"type": "text", "text": "caf\udce9"}]}
         if params.get("name") == "refuse":  # an error whose message is a whole report

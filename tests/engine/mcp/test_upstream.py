@@ -847,7 +847,9 @@ async def test_an_answer_that_cannot_be_read_is_named_at_once(tmp_path: Path) ->
     """An answer the SDK cannot parse (nested past its parser's bound) is dropped by the
     SDK, so the server seemed not to answer: the listing waited out initTimeout, and a call
     its timeout, then said it "timed out ... may or may not have taken effect". The request
-    it answers fails at once, saying what could not be read, as over HTTP."""
+    it answers fails at once, saying what could not be read, as over HTTP. So does one
+    nested past Python's own parser too (5,000 deep), whose id was not found: it waited out
+    the call's timeout."""
     deep = '{"type": "object", "properties": {"x": ' * 300 + "{}" + "}}" * 300
     tools = f'[{{"name": "deep", "inputSchema": {deep}}}]'
     problem = await _raw_problem(tmp_path, tools, initTimeout=30)
@@ -855,23 +857,24 @@ async def test_an_answer_that_cannot_be_read_is_named_at_once(tmp_path: Path) ->
     assert "recursion limit exceeded" in problem and "fix the server" in problem, problem
     listed = [
         {"name": name, "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
-        for name in ("deep", "scalar")
+        for name in ("deep", "deeper", "scalar")
     ]
     servers = await McpServers.start(_raw(tmp_path, listed, timeout=30))
     engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
     said = {}
     try:
-        for name in ("deep", "scalar"):
+        for name in ("deep", "deeper", "scalar"):
             code = (
                 f"try {{ return await tools.raw__{name}({{}}); }} catch (e) {{ return e.message; }}"
             )
             said[name] = (await asyncio.wait_for(engine.run_code(code), 60)).value
     finally:
         await engine.aclose()
-    assert said["deep"].startswith(
-        "the MCP server 'raw' answered the call with no JSON-RPC message (Invalid JSON: "
-        "recursion limit exceeded"
-    ), said
+    for name in ("deep", "deeper"):
+        assert said[name].startswith(
+            "the MCP server 'raw' answered the call with no JSON-RPC message (Invalid JSON: "
+            "recursion limit exceeded"
+        ), said
     # What is wrong with it as an answer, not the first problem of a union of four kinds
     # ("JSONRPCRequest.method", a place without what is wrong there).
     assert said["scalar"] == (
