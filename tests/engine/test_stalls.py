@@ -171,9 +171,11 @@ async def test_a_call_begins_only_while_the_lease_surely_holds() -> None:
     started = await store.start(record, "host:1:a", 1000)
     assert started.lease is not None
     loop = asyncio.get_running_loop()
-    fresh = await Drive.resume(store, started.lease, 1000, started.record, kept=_never)
+    # The drives' lease is a minute long to them (half of it: 30 s), so neither renews on its
+    # own during the test however slow the machine; the log's lease is one second.
+    fresh = await Drive.resume(store, started.lease, 60_000, started.record, kept=_never)
     old = await Drive.resume(
-        store, started.lease, 1000, started.record, kept=_never, taken_at=loop.time() - 0.6
+        store, started.lease, 60_000, started.record, kept=_never, taken_at=loop.time() - 31
     )
     try:
         now[0] = 1.5  # the lease ran out by the log's clock, and another host took it over
