@@ -48,7 +48,7 @@ import sysconfig
 import threading
 import time
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -436,6 +436,35 @@ async def _engine(
     of ``[codemode.mcpServers.NAME]`` in codemode.toml, started as ``codemode mcp serve``
     starts them. Closed on every way out (an error, Ctrl-C), which ends their processes."""
     config = config or _config(args)
+    with _host_prints_aside():
+        async with _engine_of(args, needs_runner, config, on_event) as engine:
+            yield engine
+
+
+@contextlib.contextmanager
+def _host_prints_aside() -> Iterator[None]:
+    """While it lasts, what the host's code prints (a tools file as it is imported, a tool's
+    debug line as it runs) goes to stderr: stdout is the command's result, and a tool's
+    print() landed among `run --json`'s JSON lines, or before `Script finished.` as if the
+    script had printed it. Python's sys.stdout only: the processes the command starts (the
+    sandboxes, MCP servers) are given pipes of their own."""
+    kept = sys.stdout
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
+        sys.stdout = kept
+
+
+@contextlib.asynccontextmanager
+async def _engine_of(
+    args: argparse.Namespace,
+    needs_runner: bool,
+    config: Config,
+    on_event: list[Listener] | None,
+) -> AsyncIterator[CodeMode]:
     tools: list[Tool] = []
     namespace: dict[str, Any] = {}
     if args.tools is not None:  # read before any server starts: a mistake here starts none
@@ -899,15 +928,16 @@ async def _run_with(
     args: argparse.Namespace, code: str, config: Config, listeners: list[Listener]
 ) -> tuple[RunResult, bool]:
     kept = config.store.lasting(config.data_dir)
+    out = sys.stdout  # the command's: while the engine is open, the host's prints are aside
 
     def started(script_id: str) -> None:
         # Before the first step, so a host that dies mid-script knows what to resume.
         if args.json:
-            sys.stdout.write(orjson.dumps({"script_id": script_id}).decode() + "\n")
+            out.write(orjson.dumps({"script_id": script_id}).decode() + "\n")
         elif kept:  # a log in memory dies with this run: its id would help no one
             clear = "\r\x1b[K" if sys.stderr.isatty() else ""  # the live line, if any
             sys.stderr.write(f"{clear}codemode: script {script_id}\n")
-        sys.stdout.flush()
+        out.flush()
 
     try:
         async with _engine(args, needs_runner=True, config=config, on_event=listeners) as engine:
@@ -1015,8 +1045,10 @@ async def _describe(args: argparse.Namespace) -> int:
 
 
 async def _search(args: argparse.Namespace) -> int:
+    out = sys.stdout  # the command's: while the engine is open, the host's prints are aside
     async with _engine(args, needs_runner=False) as engine:
-        return _print_search(args, engine)
+        with contextlib.redirect_stdout(out):
+            return _print_search(args, engine)
 
 
 def _print_search(args: argparse.Namespace, engine: CodeMode) -> int:

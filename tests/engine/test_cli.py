@@ -1209,6 +1209,36 @@ def test_a_tool_that_raises_is_one_line_on_stderr(tmp_path: Path) -> None:
     assert "    return {1: 'ana'}[user_id]\n" in verbose.stderr, verbose.stderr
 
 
+def test_what_the_tools_print_goes_to_stderr_not_among_the_result(tmp_path: Path) -> None:
+    """A tools file that prints as it is imported, and a tool that prints a debug line as it
+    runs: stdout holds the command's result alone (`run --json`'s two JSON lines, which the
+    prints landed among; `search --json`'s JSON), and the prints are on stderr."""
+    tools = tmp_path / "tools.py"
+    tools.write_text(
+        "from engine import tool\n"
+        "print('loading tools')\n"
+        "@tool\n"
+        "def double(x: int) -> int:\n"
+        '    """Double a number."""\n'
+        "    print('debug: double', x)\n"
+        "    return 2 * x\n"
+    )
+    script = "return await tools.double({x: 21})"
+    data = ["--data-dir", str(tmp_path / "data")]
+    ran = codemode("run", "-", "--tools", str(tools), *data, "--json", stdin=script)
+    assert ran.returncode == 0, ran.stderr
+    started, line = ran.stdout.splitlines()  # JSON lines, nothing else
+    assert json.loads(line)["value"] == 42
+    assert json.loads(started) == {"script_id": json.loads(line)["script_id"]}
+    assert "loading tools\n" in ran.stderr and "debug: double 21\n" in ran.stderr, ran.stderr
+    plain = codemode("run", "-", "--tools", str(tools), stdin=script)
+    assert plain.stdout == "Script finished.\nReturned:\n42\n", plain.stdout
+    found = codemode("search", "double", "--tools", str(tools), "--json")
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)["tools"] == ["double"]
+    assert found.stderr.startswith("loading tools\n"), found.stderr
+
+
 def test_describe_and_search_make_no_log(tmp_path: Path) -> None:
     """`describe` and `search` run no script: a --data-dir (or a config's data_dir) given to
     them makes no session log there (each made the directory and an empty log)."""
