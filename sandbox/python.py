@@ -2763,6 +2763,25 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
+@types.coroutine
+def _going_on(started: Any, waits_on: Any) -> Any:
+    """The rest of ``started``, an awaitable already begun that now waits on ``waits_on``,
+    as an awaitable: what the task sends or throws goes on to it."""
+    while True:
+        try:
+            sent = yield waits_on
+        except BaseException as e:
+            try:
+                waits_on = started.throw(e)
+            except StopIteration as done:
+                return done.value
+        else:
+            try:
+                waits_on = started.send(sent)
+            except StopIteration as done:
+                return done.value
+
+
 class ToolError(Exception, metaclass=_Sealed):
     """A tool call that failed: ``str(e)`` is the tool's message, ``e.tool`` its name."""
 
@@ -4833,24 +4852,37 @@ class Run(Replay):
 
     def _close_dropped(self, agen: Any) -> None:
         """An async generator the script dropped unfinished (``break`` in ``async for``) is
-        closed as asyncio's loop closes it: ``aclose()`` in a task of its own, so a
-        ``finally`` in it that awaits (a tool call) runs. CPython without a loop closed it in
-        place, where such an await is "async generator ignored GeneratorExit", printed as a
-        warning, its call made but never awaited.
+        closed where it was dropped, as CPython closes it without a loop, and when its
+        ``finally`` awaits (a tool call) the rest of its closing goes on in a task of its
+        own, as asyncio's loop runs ``aclose()``. Closed in place only, such an await was
+        "async generator ignored GeneratorExit", printed as a warning, its call made but
+        never awaited; closed in a task only, what it held (a file stream) stayed open
+        until the script next waited, and a loop that opened a stream in each generator
+        met the ``streams`` limit.
 
-        Not closed at all (its ``finally`` does not run) when the garbage collector drops it
-        (a reference cycle), at a point that differs between a live run and a replay, nor
-        once the run's ending is being made or made: no code of the script runs there."""
-        if self.ended or self.letting_go or _collecting_on == _thread.get_ident():
+        One the garbage collector drops (a reference cycle) is only closed in place, as
+        before: where the collector runs differs between a live run and a replay, and so
+        would a task's place in the queue. None is closed outside the run's fence (between
+        a live run's segments, after it) nor once its ending is being made: no code of the
+        script runs there."""
+        if _fenced_run is not self or self.ended or self.letting_go:
             return
+        closer = agen.aclose()
+        try:
+            waits_on = closer.send(None)  # what it raises, Python reports (_unraisable)
+        except StopIteration:
+            return
+        if _collecting_on == _thread.get_ident():
+            closer.close()
+            raise RuntimeError("async generator ignored GeneratorExit")  # CPython's words
         name = getattr(agen, "__qualname__", None)
         shown = f"{name[:100] if type(name) is str else 'an async generator'}.aclose()"
         line = _script_line()
         frame = agen.ag_frame
         if not line and frame is not None and frame.f_code.co_filename == FILENAME:
             line = frame.f_lineno  # dropped as the script ended: where the generator waits
-        closer = _await(agen.aclose())
-        task = Task(closer, shown, self.failures, line, next(self.numbers), self.ready)
+        going_on = _await(_going_on(closer, waits_on))
+        task = Task(going_on, shown, self.failures, line, next(self.numbers), self.ready)
         self.ready.append(task)
 
     def _warning(

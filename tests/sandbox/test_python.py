@@ -1164,6 +1164,29 @@ def test_a_stream_left_early_frees_its_slot() -> None:
     assert value(code, files=FILES, fetch=_fetch, streams=2) == 10
 
 
+def test_a_stream_in_an_async_generator_left_early_frees_its_slot() -> None:
+    """A generator of the script's own that reads a stream, left by ``break``, is closed
+    where it is dropped, and with it the stream: the next one opens (closed in a task of
+    its own only, each stream stayed open until the script next waited, and the third
+    loop met the ``streams`` limit)."""
+    code = (
+        "async def rows():\n"
+        "    async for line in files.lines('big.txt'):\n        yield line\n"
+        "n = 0\n"
+        "for _ in range(10):\n"
+        "    async for line in rows():\n        n += 1\n        break\n"
+        "return n"
+    )
+    # Past the first read's bytes, so that a stream left early is still open.
+    big = b"line\n" * 400_000
+    files = [FileInfo(id="big.txt", mime="text/plain", size=len(big))]
+
+    def fetch(_file: str, offset: int, length: int) -> bytes:
+        return big[offset : offset + length]
+
+    assert value(code, files=files, fetch=fetch, streams=2) == 10
+
+
 @pytest.mark.parametrize(
     ("code", "said"),
     [

@@ -628,28 +628,29 @@ return for_first
 """
 
 
-def test_an_async_generator_left_by_break_is_closed_as_asyncio_closes_it() -> None:
-    """``break`` in ``async for`` drops the generator: it is closed in a task of its own, as
-    asyncio's loop closes it, so its ``finally`` may await a call, which is made and answered
-    (closed in place, the await was "async generator ignored GeneratorExit": a warning line,
-    the call made but never awaited). A failure there is a line, as a task's."""
+def test_an_async_generator_left_by_break_is_closed_and_its_finally_may_await() -> None:
+    """``break`` in ``async for`` drops the generator: it is closed where it is dropped, and
+    when its ``finally`` awaits a call, the rest of its closing goes on in a task of its own,
+    as asyncio's loop runs it: the call is made and answered (closed in place only, the await
+    was "async generator ignored GeneratorExit": a warning line, the call made but never
+    awaited). A failure there is a line, as a task's."""
     assert calls_per_step(PAGES) == [[{"page": 1}], [{"close": True}]]
     ran = end(PAGES)
     assert ran.outcome == "finished" and ran.value == 1
-    assert ran.printed == "after the loop\nclosing\n"
+    assert ran.printed == "closing\nafter the loop\n"
     failing = PAGES.replace("tools.t(close=True)", "tools.t(close=True, fail=True)")
     ran = end(failing)
     assert ran.outcome == "finished" and ran.value == 1
     assert ran.printed == (
-        "after the loop\nclosing\nline 12: RuntimeWarning: pages.aclose() failed and nothing "
+        "closing\nafter the loop\nline 12: RuntimeWarning: pages.aclose() failed and nothing "
         "awaited it: ToolError: t refused {'close': True, 'fail': True}\n"
     )
 
 
 def test_an_async_generator_left_unfinished_at_the_end_is_closed_naming_its_line() -> None:
     """One the script still holds when it returns is closed as it ends, its ``finally``
-    run (a call there made and answered); a failure there names the line the generator
-    waits at, as no line of the script is running then."""
+    run (a call there made and answered); a failure there names the line its closing
+    waited at (the await in its ``finally``), as no line of the script is running then."""
     code = (
         "async def g():\n"
         "    try:\n"
@@ -666,5 +667,5 @@ def test_an_async_generator_left_unfinished_at_the_end_is_closed_naming_its_line
     ran = end(code)
     assert ran.outcome == "finished" and ran.value == "end"
     assert ran.printed == (
-        "line 3: RuntimeWarning: g.aclose() failed and nothing awaited it: KeyError: 'cleanup'\n"
+        "line 6: RuntimeWarning: g.aclose() failed and nothing awaited it: KeyError: 'cleanup'\n"
     )
