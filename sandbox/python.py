@@ -3520,10 +3520,15 @@ _MASS_NOUNS = frozenset({"bytes", "bytearray"})
 
 
 def _a(name: str) -> str:
-    """``a set``, ``an Order``, ``a UUID``: a class's name with its article (a capital U
-    before another capital is said "you")."""
-    vowel = name[:1].lower() in "aeiou" and not (name[:1] == "U" and name[1:2].isupper())
+    """``a set``, ``an Order``, ``a UUID``, ``a UserDict``: a class's name with its article
+    (see _READ_YOU)."""
+    vowel = name[:1].lower() in "aeiou" and _READ_YOU.match(name) is None
     return f"{'an' if vowel else 'a'} {name}"
+
+
+# A name whose U is read "you" (UUID, User, Unit, Usage; not Update, Umbrella), as the
+# JavaScript prelude's readYou has it: "is an UserDict" read wrong.
+_READ_YOU = re.compile(r"[Uu](?:[A-Z]|ni|int|s[aeiu]|ti)")
 
 
 def _where(root: str, path: tuple[str | int, ...]) -> str:

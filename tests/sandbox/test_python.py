@@ -881,6 +881,12 @@ def test_returning_what_is_not_data_fails_naming_the_type() -> None:
         ("return b'x'", "the returned value is bytes (pass value.decode(), or base64"),
         # Said "you": it read "is an UUID".
         ("import uuid\nreturn uuid.uuid4()", "the returned value is a UUID;"),
+        # And "is an UserDict"; a U read as in "up" keeps "an".
+        (
+            "from collections import UserDict\nreturn UserDict()",
+            "the returned value is a UserDict;",
+        ),
+        ("class Update:\n    pass\nreturn Update()", "the returned value is an Update;"),
         ("import ipaddress\nreturn ipaddress.ip_address('::1')", "the returned value is an IPv6"),
     ]:
         assert failed(code).message.startswith(said), code
