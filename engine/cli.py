@@ -42,6 +42,7 @@ import dataclasses
 import errno
 import logging
 import os
+import shlex
 import signal
 import sys
 import sysconfig
@@ -862,6 +863,29 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
+def _say_how_to_approve(args: argparse.Namespace, result: RunResult) -> None:
+    """After a script paused on approvals, the command that approves them and goes on, on
+    stderr: the result is what a model reads (what the script waits on), and a person at
+    this terminal was left to find in the README how to answer."""
+    calls = [w["call_id"] for w in result.waiting if w.get("reason") == "approval"]
+    if args.json or result.status != "paused" or not calls:
+        return
+    flags: list[str] = []
+    for call_id in calls:
+        flags += ["--approve", call_id]
+    if args.tools is not None:
+        flags += ["--tools", args.tools]
+    if args.config is not None:
+        flags += ["--config", args.config]
+    if args.data_dir is not None:
+        flags += ["--data-dir", args.data_dir]
+    command = shlex.join(["codemode", "resume", result.script_id, *flags])
+    sys.stderr.write(
+        f"codemode: to approve and go on: {command} (--reject CALL_ID --message TEXT refuses "
+        "one; codemode approve answers without going on)\n"
+    )
+
+
 def _print_result(
     result: RunResult, as_json: bool, *, kept: bool = True, config: Config | None = None
 ) -> int:
@@ -905,7 +929,10 @@ async def _run(args: argparse.Namespace) -> int:
     config = _config(args)
     async with _watching(args) as listeners:
         result, kept = await _run_with(args, code, config, listeners)
-    return _print_result(result, args.json, kept=kept, config=config)
+    exit_code = _print_result(result, args.json, kept=kept, config=config)
+    if kept:
+        _say_how_to_approve(args, result)
+    return exit_code
 
 
 def _read_script(args: argparse.Namespace) -> bytes:
@@ -992,7 +1019,9 @@ async def _resume(args: argparse.Namespace) -> int:
     _needs_log(args, "resume")
     async with _watching(args) as listeners:
         result = await _resume_with(args, listeners)
-    return _print_result(result, args.json)
+    exit_code = _print_result(result, args.json)
+    _say_how_to_approve(args, result)
+    return exit_code
 
 
 async def _resume_with(args: argparse.Namespace, listeners: list[Listener]) -> RunResult:

@@ -1239,6 +1239,27 @@ def test_what_the_tools_print_goes_to_stderr_not_among_the_result(tmp_path: Path
     assert found.stderr.startswith("loading tools\n"), found.stderr
 
 
+def test_a_paused_run_says_the_command_that_approves_and_goes_on(tmp_path: Path) -> None:
+    """A run that pauses on approvals says on stderr the command that approves them and
+    resumes the script (the result, a model's text, said what it waits on, not how a person
+    at the terminal answers): that command, run as said, finishes the script."""
+    import shlex
+
+    data = ["--data-dir", str(tmp_path / "data")]
+    script = 'return await tools.github__comment({ number: 12, body: "ping" })'
+    ran = codemode("run", "-", *TRACKER, *data, stdin=script)
+    assert ran.returncode == 3, ran.stderr
+    (said,) = [x for x in ran.stderr.splitlines() if "to approve and go on" in x]
+    command = shlex.split(said.split("to approve and go on: ", 1)[1].split(" (--reject", 1)[0])
+    assert command[:2] == ["codemode", "resume"] and "--approve" in command, command
+    resumed = codemode(*command[1:])
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.startswith("Script finished."), resumed.stdout
+    assert "to approve and go on" not in resumed.stderr
+    as_json = codemode("run", "-", *TRACKER, *data, "--json", stdin=script)
+    assert as_json.returncode == 3 and "to approve and go on" not in as_json.stderr
+
+
 def test_describe_and_search_make_no_log(tmp_path: Path) -> None:
     """`describe` and `search` run no script: a --data-dir (or a config's data_dir) given to
     them makes no session log there (each made the directory and an empty log)."""
