@@ -59,7 +59,9 @@ def not_waiting(entry: r.CallEntry, expect: str) -> str:
     why = {
         r.PROPOSED: "its host has yet to decide whether it needs approval",
         r.APPROVED: "it needs no approval: it runs when the script resumes",
-        r.AWAITING_CLIENT: "it needs no approval: it waits for the client's result",
+        # The CLI has no client: say who gives the result (approve and reject were tried).
+        r.AWAITING_CLIENT: "it needs no approval: it waits for the client's result, which the "
+        "host gives with engine.client_result(script_id, call_id, result) or error=...",
         r.RUNNING: "it needs no approval: it runs now",
         r.DONE: "it needed no approval: it ran",
         r.FAILED: "it waits for no answer: it ran and failed, or was refused",

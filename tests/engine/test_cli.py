@@ -706,6 +706,32 @@ def test_an_answer_to_a_call_that_waits_for_none_says_what_the_call_is(tmp_path:
     ), again.stderr
 
 
+def test_an_answer_to_a_client_call_says_who_gives_its_result(tmp_path: Path) -> None:
+    """`approve` (or `reject`) of a call waiting for the client's result (a client tool) says
+    the host gives that result, and how: the CLI has no way to, and it said only that the
+    call waits for the client."""
+    tools = tmp_path / "tools.py"
+    tools.write_text(
+        "from engine import tool\n"
+        "@tool(client=True)\n"
+        "def ask_user(question: str) -> str:\n"
+        '    """Ask the user."""\n'
+    )
+    data = ["--data-dir", str(tmp_path / "data")]
+    script = 'return await tools.ask_user({ question: "ok?" })'
+    ran = codemode("run", "-", "--tools", str(tools), *data, "--json", stdin=script)
+    assert ran.returncode == 3, ran.stderr
+    (waiting,) = json.loads(ran.stdout.splitlines()[1])["waiting"]
+    script_id, call_id = json.loads(ran.stdout.splitlines()[0])["script_id"], waiting["call_id"]
+    for command in ("approve", "reject"):
+        answer = codemode(command, script_id, call_id, *data)
+        one_clear_line(
+            answer,
+            f"call {call_id} of script {script_id} is awaiting client, not awaiting approval",
+            "which the host gives with engine.client_result(script_id, call_id, result)",
+        )
+
+
 def test_json_of_an_answer_and_options_a_command_does_not_take(tmp_path: Path) -> None:
     """approve, reject, hold and release print what they did as JSON with --json (they took
     --json, 'print the whole result as JSON', and printed their line of text); worker, which
