@@ -450,13 +450,53 @@ def _host_prints_aside() -> Iterator[None]:
     script had printed it. Python's sys.stdout only: the processes the command starts (the
     sandboxes, MCP servers) are given pipes of their own."""
     kept = sys.stdout
-    sys.stdout = sys.stderr
+    terminal = sys.stderr is not None and sys.stderr.isatty()
+    sys.stdout = _AfterTheLiveLine(sys.stderr) if terminal else sys.stderr
     try:
         yield
     finally:
-        with contextlib.suppress(OSError, ValueError):
-            sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):  # a line the host left without its break
+            if stream is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    stream.flush()
         sys.stdout = kept
+
+
+class _AfterTheLiveLine:
+    """The host's sys.stdout while a command runs with stderr a terminal: each line the
+    host's code prints clears stderr's live line (:class:`ProgressLine`) first, which a
+    tool's print() was written onto the end of. A line is written whole, in one write, so
+    the live line's redraw (on the event loop's thread) cannot fall inside it; text without
+    its line break waits for it, or for a flush. All else is stderr's own."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._pending = ""
+        self._mid_line = False  # a flush wrote part of a line: the rest follows, uncleared
+        self._lock = threading.Lock()  # tools print from their threads
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self._pending += text
+            if "\n" in self._pending:
+                lines, _, self._pending = self._pending.rpartition("\n")
+                self._emit(lines + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._pending:
+                self._emit(self._pending)
+                self._pending = ""
+                self._mid_line = True
+            self._stream.flush()
+
+    def _emit(self, text: str) -> None:
+        self._stream.write(text if self._mid_line else "\r\x1b[K" + text)
+        self._mid_line = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 @contextlib.asynccontextmanager

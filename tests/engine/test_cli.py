@@ -1023,8 +1023,9 @@ def test_run_prints_to_a_terminal_what_the_script_printed_without_its_escapes(
 
 def test_a_warning_on_a_terminal_clears_the_live_line_first(tmp_path: Path) -> None:
     """On a terminal, stderr's live line (steps, calls, time) is cleared before a warning of
-    the engine's is written (a tool that raised): the warning was written onto the end of
-    the live line, `codemode: 1 step, 1 call (1 running), 0.4 scodemode: tool call ...`."""
+    the engine's is written (a tool that raised), and before a line a tool prints (which
+    goes to stderr): each was written onto the end of the live line, `codemode: 1 step, 1
+    call (1 running), 0.4 scodemode: tool call ...`."""
     import pty
 
     tools = tmp_path / "tools.py"
@@ -1033,6 +1034,7 @@ def test_a_warning_on_a_terminal_clears_the_live_line_first(tmp_path: Path) -> N
         "@tool\n"
         "def lookup(user_id: int) -> str:\n"
         '    """Look a user up."""\n'
+        "    print('debug: looking up', user_id)\n"
         "    return {1: 'ana'}[user_id]\n"
     )
     script = tmp_path / "s.js"
@@ -1057,6 +1059,7 @@ def test_a_warning_on_a_terminal_clears_the_live_line_first(tmp_path: Path) -> N
     text = err.decode()
     assert "codemode: 1 step" in text, text  # the live line was drawn
     assert "\r\x1b[Kcodemode: tool call raised script=" in text, text
+    assert "\r\x1b[Kdebug: looking up 2\r\n" in text, text
 
 
 def test_a_script_read_from_a_terminal_is_asked_for() -> None:
