@@ -46,9 +46,13 @@ def load_tools(path: str | Path) -> tuple[list[Tool], dict[str, Any]]:
         raise ConfigError(
             f"{path}: a tools file is a .py file of tools or a .json file of MCP tools"
         )
-    # As `python tools.py` would, so the file can import modules that sit beside it.
+    # As `python tools.py` would, so the file can import modules that sit beside it: its
+    # folder first while it loads, then last, where a module there that a tool imports later
+    # is still found but does not stand in for a package the engine imports after it (a
+    # helper named mcp.py beside the tools hid the MCP SDK: the MCP servers failed to start).
     folder = str(path.absolute().parent)
-    if folder not in sys.path:
+    added = folder not in sys.path
+    if added:
         sys.path.insert(0, folder)
     try:
         namespace = runpy.run_path(str(path), run_name="codemode_tools")
@@ -67,6 +71,10 @@ def load_tools(path: str | Path) -> tuple[list[Tool], dict[str, Any]]:
             f"{path}{_line_in(e, path)}: loading the tools raised {type(e).__name__}: "
             f"{_first_line(e)}; fix it (run `python {path}` to see the traceback)"
         ) from None
+    finally:
+        if added and folder in sys.path:
+            sys.path.remove(folder)
+            sys.path.append(folder)
     declared = namespace.get("TOOLS")
     if declared is not None:
         if not isinstance(declared, list | tuple):

@@ -115,6 +115,41 @@ BOTH = (
 )
 
 
+def test_a_module_beside_the_tools_file_does_not_hide_the_mcp_sdk(tmp_path: Path) -> None:
+    """A helper module beside the tools file named as a package the engine imports after
+    loading them (mcp.py, the MCP SDK's name): the tools file's folder stood first on the
+    import path for the rest of the command, so the SDK was that file and the server
+    "closed before it connected", its tools gone. The file is still importable by the
+    tools (a sibling module they import, as `python tools.py` would)."""
+    if not MEMORY.exists():
+        require("Node and the npm MCP servers (run `make install`): no mcp-server-memory")
+    folder = tmp_path / "mine"  # not the working directory, which `python -m` puts first
+    folder.mkdir()
+    (folder / "mcp.py").write_text("NOTE = 'a helper of the host, not the MCP SDK'\n")
+    (folder / "helpers.py").write_text("GREETING = 'hello'\n")
+    (folder / "tools.py").write_text(
+        "from engine import tool\n"
+        "from helpers import GREETING\n"
+        "@tool\n"
+        "def greet() -> str:\n"
+        '    """Greet."""\n'
+        "    return GREETING\n"
+    )
+    (tmp_path / "codemode.toml").write_text(
+        f"""
+[codemode.mcpServers.memory]
+command = {json.dumps(str(MEMORY))}
+env = {{ MEMORY_FILE_PATH = {json.dumps(str(tmp_path / "memory.jsonl"))} }}
+"""
+    )
+    script = "return [await tools.greet(), await tools.memory__read_graph({})]"
+    proc = codemode(tmp_path, "run", "-", "--tools", "mine/tools.py", "--json", stdin=script)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["value"] == ["hello", {"entities": [], "relations": []}], result["text"]
+    assert left_running(tmp_path) == []
+
+
 def test_run_uses_the_configured_servers_and_ends_them(tmp_path: Path) -> None:
     """`codemode run` with no --tools calls tools of both servers; nothing is left running."""
     _toml(tmp_path)
@@ -209,7 +244,7 @@ def test_worker_serves_until_ctrl_c_and_ends_the_servers(tmp_path: Path) -> None
     )
     try:
         assert process.stderr is not None
-        seen = []  # the servers' own stderr comes first
+        seen: list[str] = []  # the servers' own stderr comes first
         while not seen or "worker driving ready scripts" not in seen[-1]:
             line = process.stderr.readline()
             assert line, "".join(seen)  # the worker ended before it served
@@ -312,7 +347,7 @@ def test_mcp_serve_over_http_stops_quietly_at_sigterm(tmp_path: Path) -> None:
     )
     assert process.stderr is not None
     try:
-        seen = []
+        seen: list[str] = []
         while not seen or "serving MCP at" not in seen[-1]:
             line = process.stderr.readline()
             assert line, "".join(seen)  # it ended before it served
