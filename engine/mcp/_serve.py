@@ -31,6 +31,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import resource
 import stat
 import sys
 import time
@@ -68,6 +69,10 @@ ELSEWHERE_TELL = 10.0
 # the rest of one whose first byte came (its keep-alive timer stops at any byte): a client
 # that connects and says nothing, or a byte a minute, held a connection and its descriptor.
 REQUEST_WAIT = 30.0
+# How often the HTTP server says it closes connections for want of open files (seconds).
+CROWDED_TELL = 10.0
+# Connections waiting to be accepted by the HTTP server, and accepted at a time.
+LISTEN_BACKLOG = 128
 
 
 class CodeModeServer:
@@ -332,7 +337,7 @@ class CodeModeServer:
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, port))
-            sock.listen(128)
+            sock.listen(LISTEN_BACKLOG)
         except OSError as e:  # in use, no such host, an address not of this machine
             sock.close()
             why = e.strerror or str(e)
@@ -347,7 +352,11 @@ class CodeModeServer:
             log_level="warning",
             lifespan="on",
             timeout_graceful_shutdown=STOP_GRACE,
-            http=_prompt_requests(),
+            http=_prompt_requests(connection_room()),
+            # asyncio accepts up to this many connections at a time, before any is made a
+            # protocol that could close one: uvicorn's 2,048 ran past the open-file limit in
+            # a burst, past connection_room's share.
+            backlog=LISTEN_BACKLOG,
         )
         web = _web_server()(config)
         serving = asyncio.ensure_future(web.serve(sockets=[sock]))
@@ -451,14 +460,32 @@ def _web_server() -> Any:
     return Web
 
 
-def _prompt_requests() -> Any:
+def connection_room() -> int | None:
+    """How many connections the HTTP server holds open at once: half the open-file limit
+    (``ulimit -n``), the rest being the engine's (its sandboxes' pipes, the session log,
+    upstream servers); None when the limit is infinite. Past the limit, accepting failed
+    with "too many open files", which asyncio logs and tries again at once (a million lines
+    in 20 s), and no client was served."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else soft // 2
+
+
+def _prompt_requests(room: int | None) -> Any:
     """uvicorn's HTTP/1.1 protocol (h11, named so that an installed httptools is not taken
     instead), closing a connection whose client has not sent a whole request within
     :data:`REQUEST_WAIT` seconds of its opening or of its last answer's end. A request the
     server is answering (a script that runs, an event stream) is not timed: only the
-    client's own sending is."""
+    client's own sending is.
+
+    Past ``room`` connections, those that have waited longest for a request are closed (the
+    newcomer itself when every other one has a request in hand), so clients that connect and
+    say nothing cannot lock out one that asks."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    # The connections waiting for a request, longest waiting first.
+    waiting: dict[Any, None] = {}
+    told = [-CROWDED_TELL]
 
     class PromptRequests(H11Protocol):
         _due: asyncio.TimerHandle | None = None
@@ -466,20 +493,44 @@ def _prompt_requests() -> Any:
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._expect()
+            if room is not None and len(self.connections) > room:
+                self._make_room()
+
+        def _make_room(self) -> None:
+            assert room is not None
+            excess = sum(not c.transport.is_closing() for c in self.connections) - room
+            for other in list(waiting):
+                if excess <= 0:
+                    break
+                if other.conn.their_state is h11.IDLE and not other.transport.is_closing():
+                    other._close()
+                    excess -= 1
+            now = time.monotonic()
+            if now - told[0] >= CROWDED_TELL:
+                told[0] = now
+                logger.warning(
+                    "%d HTTP connections are open, the most this server holds (half of "
+                    "ulimit -n): those waiting longest for a request are closed; raise the "
+                    "open-file limit if that many clients are expected",
+                    room,
+                )
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
             self._expect()
 
         def connection_lost(self, exc: Exception | None) -> None:
+            waiting.pop(self, None)
             if self._due is not None:
                 self._due.cancel()
             super().connection_lost(exc)
 
         def _expect(self) -> None:
+            waiting.pop(self, None)
             if self._due is not None:
                 self._due.cancel()
             if not self.transport.is_closing():
+                waiting[self] = None
                 self._due = self.loop.call_later(REQUEST_WAIT, self._overdue)
 
         def _overdue(self) -> None:
@@ -493,6 +544,10 @@ def _prompt_requests() -> Any:
                 "an HTTP client sent no whole request within %g s; its connection is closed",
                 REQUEST_WAIT,
             )
+            self._close()
+
+        def _close(self) -> None:
+            waiting.pop(self, None)
             if self.conn.our_state is h11.IDLE:
                 self.conn.send(h11.ConnectionClosed())
             # Mid-body, the app reading it sees the client disconnect.

@@ -1199,3 +1199,59 @@ def test_a_malformed_line_over_stdio_is_answered_with_what_is_wrong(tmp_path: Pa
     for answer, (ident, code, start) in zip(answers, expected, strict=True):
         assert answer["id"] == ident and answer["error"]["code"] == code, answer
         assert answer["error"]["message"].startswith(start), answer
+
+
+async def test_silent_http_clients_past_the_room_cannot_lock_out_one_that_asks(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past the open-file limit, accepting failed with "too many open files", which asyncio
+    logged and tried again at once (a million lines in 20 s), and no client was served:
+    1,100 silent connections to a server of ulimit -n 1,024 locked out every client. Past
+    its room (half the limit; 4 here), the server closes the connections that have waited
+    longest for a request, so a client that asks is served, and says so in a warning."""
+    from engine import CodeMode, tool
+    from engine.mcp import _serve
+    from tests.engine.conftest import InProcessRunner
+
+    monkeypatch.setattr(_serve, "connection_room", lambda: 4)
+    monkeypatch.setattr(_serve, "REQUEST_WAIT", 600.0)  # only the room closes one here
+    caplog.set_level(logging.INFO)
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    engine = CodeMode([add], runner=InProcessRunner(), type_check="off")
+    server = _serve.CodeModeServer(engine)
+    ready = asyncio.Event()
+    urls: list[str] = []
+
+    def on_ready(url: str) -> None:
+        urls.append(url)
+        ready.set()
+
+    serving = asyncio.create_task(server.run_http("127.0.0.1", 0, on_ready=on_ready))
+    silent = []
+    try:
+        await asyncio.wait_for(ready.wait(), TIMEOUT)
+        host, port = urls[0].split("//")[1].split("/")[0].split(":")
+        silent = [await asyncio.open_connection(host, int(port)) for _ in range(4)]
+        async with (
+            streamable_http_client(urls[0]) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            answer = await run(session, "return await tools.add({ a: 2, b: 3 });")
+            assert returned(answer) == 5, text(answer)
+        async with asyncio.timeout(TIMEOUT):
+            assert await silent[0][0].read() == b""  # the longest waiting: closed
+    finally:
+        for _, writer in silent:
+            writer.close()
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        await engine.aclose()
+    crowded = [r for r in caplog.records if "the most this server holds" in r.getMessage()]
+    assert crowded and all(r.levelno == logging.WARNING for r in crowded), caplog.text
