@@ -280,15 +280,20 @@ def _parser() -> argparse.ArgumentParser:
     parser.commands = commands.choices
 
     def common(
-        p: argparse.ArgumentParser, *, json: str | None = "print the whole result as JSON"
+        p: argparse.ArgumentParser,
+        *,
+        json: str | None = "print the whole result as JSON",
+        tools: bool = True,
     ) -> None:
         """The options every command takes; ``json``: what --json prints (None: no --json,
-        for a command that prints no result)."""
-        p.add_argument(
-            "--tools",
-            help="a .py file of tools or a .json file of MCP tools (the commands that run or "
-            "describe scripts need it unless codemode.toml has [codemode.mcpServers.NAME])",
-        )
+        for a command that prints no result); ``tools``: whether it takes --tools (the
+        commands on the log alone run no tool, and one they took would be ignored)."""
+        if tools:
+            p.add_argument(
+                "--tools",
+                help="a .py file of tools or a .json file of MCP tools (the commands that run "
+                "or describe scripts need it unless codemode.toml has [codemode.mcpServers.NAME])",
+            )
         p.add_argument("--config", help="a codemode.toml (default: ./codemode.toml if present)")
         p.add_argument(
             "--data-dir",
@@ -343,11 +348,11 @@ def _parser() -> argparse.ArgumentParser:
         default=100,
         help="at most this many, oldest first (default: %(default)s)",
     )
-    common(scripts)
+    common(scripts, tools=False)
 
     show = commands.add_parser("show", help="print one script: its code, calls and outcome")
     show.add_argument("script_id")
-    common(show)
+    common(show, tools=False)
 
     for verb, what in (("approve", "approve"), ("reject", "refuse")):
         answer = commands.add_parser(
@@ -357,7 +362,7 @@ def _parser() -> argparse.ArgumentParser:
         answer.add_argument("call_id")
         if verb == "reject":
             answer.add_argument("--message", default="", help="the reason the script sees")
-        common(answer, json=ANSWER_JSON)
+        common(answer, json=ANSWER_JSON, tools=False)
 
     for verb, what in (
         ("hold", "interrupt a script: no step runs and no call goes out until it is released"),
@@ -365,7 +370,7 @@ def _parser() -> argparse.ArgumentParser:
     ):
         held = commands.add_parser(verb, help=what)
         held.add_argument("script_id")
-        common(held, json=ANSWER_JSON)
+        common(held, json=ANSWER_JSON, tools=False)
 
     worker = commands.add_parser(
         "worker", help="drive scripts that wait for no one (after an approval lands anywhere)"
@@ -684,8 +689,9 @@ async def _scripts(args: argparse.Namespace) -> int:
                 + ("  held" if record.held else "")
             )
     if more:  # with --json too: its lines alone would not say they stop short
+        first = "script" if args.limit == 1 else f"{args.limit:,} scripts"
         print(
-            f"codemode: the first {args.limit:,} scripts, oldest first; there are more: "
+            f"codemode: the first {first}, oldest first; there are more: "
             "raise --limit, or filter with --status",
             file=sys.stderr,
         )

@@ -1114,6 +1114,46 @@ def test_scripts_says_when_it_listed_as_many_as_its_limit(tmp_path: Path) -> Non
     lines = codemode("scripts", "--limit", "2", "--json", *data)
     assert lines.returncode == 0 and len(lines.stdout.splitlines()) == 2, lines
     assert "there are more: raise --limit" in lines.stderr, lines.stderr
+    # One is one script ("the first 1 scripts" before).
+    one = codemode("scripts", "--limit", "1", *data)
+    assert one.returncode == 0 and one.stdout.count("\n") == 1, one
+    assert "codemode: the first script, oldest first; there are more" in one.stderr, one.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["scripts"],
+        ["show", "abc"],
+        ["approve", "abc", "call_1"],
+        ["reject", "abc", "call_1"],
+        ["hold", "abc"],
+        ["release", "abc"],
+    ],
+)
+def test_commands_on_the_log_take_no_tools(tmp_path: Path, command: list[str]) -> None:
+    """The commands that read or answer the log run no tool: --tools is refused by name (it
+    was taken and ignored, a file that is not there too), and they work without it."""
+    from engine import CodeMode, SqliteStore
+    from tests.engine.conftest import InProcessRunner
+
+    async def write() -> None:
+        engine = CodeMode([], runner=InProcessRunner(), store=SqliteStore(tmp_path / "data"))
+        try:
+            await engine.run_code("return 1")
+        finally:
+            await engine.aclose()
+
+    asyncio.run(write())
+    data = ["--data-dir", str(tmp_path / "data")]
+    refused = codemode(*command, *data, "--tools", "nosuch.py")
+    one_clear_line(refused, f"codemode {command[0]}", "unrecognized arguments: --tools nosuch.py")
+    # What they do needs no tools: scripts lists the log; the others name the unknown id.
+    without = codemode(*command, *data)
+    if command == ["scripts"]:
+        assert without.returncode == 0 and without.stdout.count("\n") == 1, without
+    else:
+        one_clear_line(without, "no script 'abc'")
 
 
 @pytest.mark.parametrize("limit", ["0", "-5", "99999999999999999999", "ten"])
