@@ -207,8 +207,8 @@ class CallSettling(Emitting):
         # sync one once its thread is granted, which may take long.
         if ticket is not None:
             ticket.begin = drive.may_begin
-        else:
-            await drive.may_begin()
+        elif (renewing := drive.may_begin()) is not None:
+            await renewing
         self._emit_call("call.running", record.tenant, entry)
         await self._record_outcome(
             drive,

@@ -41,6 +41,7 @@ from engine._drive import (
     Drive,
     acquire_or_keep,
     dead_local_owner,
+    lease_clock,
     new_owner,
     release_or_keep,
     taken_or_kept,
@@ -593,7 +594,7 @@ class CodeMode(StepLoop):
             if early is not None:
                 await asyncio.sleep(0)  # the step goes as far as its first wait, then the write
             owner = new_owner()
-            taken_at = asyncio.get_running_loop().time()  # the lease's, if the start takes one
+            taken_at = lease_clock()  # the lease's, if the start takes one
             starting = self.store.start(record, owner, self.lease_ms)
             # A keyed start is the one a caller retries (the model's call given again), and
             # would find held by the lease a cancelled start took; an unkeyed retry starts
@@ -936,14 +937,14 @@ class CodeMode(StepLoop):
     async def _claim_ready(self, skip: Collection[str]) -> Drive | None:
         """The drive of a script that waits for no one and is not in ``skip`` (its lease
         taken), or ``None`` if there is none."""
-        taken_at = asyncio.get_running_loop().time()
+        taken_at = lease_clock()
         lease = await taken_or_kept(
             self.store.claim_ready(new_owner(), self.lease_ms, tuple(skip)),
             lambda lease: lease,
             self._keep,
         )
         if lease is None and self.store.local:
-            taken_at = asyncio.get_running_loop().time()
+            taken_at = lease_clock()
             lease = await self._take_from_dead_host(skip)
         if lease is None:
             return None

@@ -15,6 +15,7 @@ import functools
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -26,6 +27,16 @@ from runner import cancel_and_wait
 from sandbox import protocol
 
 logger = logging.getLogger("codemode")
+
+
+def lease_clock() -> float:
+    """Seconds by the clock a lease's age is measured on here: one that counts time the
+    machine was suspended (a laptop asleep), as the log's expiry, a wall-clock time, does;
+    the event loop's monotonic clock does not."""
+    return time.clock_gettime(_LEASE_CLOCK)
+
+
+_LEASE_CLOCK = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
 
 T = TypeVar("T")
 
@@ -199,7 +210,7 @@ class Drive:
         ttl_ms: int,
         *,
         kept: Callable[[log.Lease], None],
-        taken_at: float | None = None,
+        taken_at: float,
     ) -> None:
         self.store = store
         self.lease = lease
@@ -211,11 +222,11 @@ class Drive:
         self._stopping = False  # close() began: no renewal starts after it
         self._renewal: asyncio.Task[None] | None = None
         self._next_renewal: asyncio.TimerHandle | None = None
-        # When (loop time) the write that last gave the lease its expiry began, as far as
-        # this host can tell (``taken_at``: the take's, if the caller knows it): a call
-        # begins only while the lease surely holds (see may_begin).
-        loop = asyncio.get_running_loop()
-        self._confirmed = loop.time() if taken_at is None else taken_at
+        # When (lease_clock) the write that last gave the lease its expiry began, as far as
+        # this host can tell (``taken_at``: the take's): a call begins only while the lease
+        # surely holds (see may_begin). A renewal's error, if the last one failed.
+        self._confirmed = taken_at
+        self._renew_error: Exception | None = None
         self._schedule_renewal()
         self._released = False
         self._usage: log.StepUsage | None = None  # a step's usage, until its next write
@@ -278,13 +289,12 @@ class Drive:
     ) -> Drive | None:
         """Take the script's lease and read it, or ``None`` if another host holds it;
         ``kept`` as for :meth:`resume`."""
-        loop = asyncio.get_running_loop()
-        taken_at = loop.time()
+        taken_at = lease_clock()
         lease = await acquire_or_keep(store, script_id, owner, ttl_ms, kept)
         if lease is None:
             dead = dead_local_owner(store, (await store.get_script(script_id)).lease)
             if dead is not None:
-                taken_at = loop.time()
+                taken_at = lease_clock()
                 lease = await acquire_or_keep(store, script_id, owner, ttl_ms, kept, take_from=dead)
         if lease is None:
             return None
@@ -299,17 +309,15 @@ class Drive:
         record: log.ScriptRecord | None = None,
         *,
         kept: Callable[[log.Lease], None],
-        taken_at: float | None = None,
+        taken_at: float,
     ) -> Drive:
         """Drive a script whose lease this host already took; ``record``: a script just
         started, as the store returned it (it has no calls yet), so nothing is read again.
         A failed read gives the lease up; if that fails too (the log stopped answering),
         ``kept`` is given the lease, to give up later, and the read's error is raised.
         ``kept`` is the drive's too: :meth:`close` gives it a lease it leaves held.
-        ``taken_at``: the event loop's time when the write that took the lease began (by
-        default now: the lease is at least as old as this call)."""
-        if taken_at is None:
-            taken_at = asyncio.get_running_loop().time()
+        ``taken_at``: :func:`lease_clock`'s time when the write that took the lease began
+        (taken before it: a lease counted older than it is only renews sooner)."""
         try:
             if record is not None:
                 return cls(store, lease, record, [], ttl_ms, kept=kept, taken_at=taken_at)
@@ -338,11 +346,12 @@ class Drive:
         # inside the store's await (Python 3.11's asyncio.wait_for returns a result that
         # arrives with it, as when psycopg's pool hands over a connection at that moment),
         # leaving a renewer that renews the lease of a drive that ended, forever.
-        started = asyncio.get_running_loop().time()
+        started = lease_clock()
         try:
             self.lease = await self.store.renew(self.lease, self._ttl_ms)
-            self._confirmed = started
-        except log.LeaseLost:
+            self._confirmed, self._renew_error = started, None
+        except log.LeaseLost as e:
+            self._renew_error = e
             logger.warning(
                 "script lease lost script=%s this_owner=%s: another host took the script "
                 "over; this host leaves it",
@@ -351,28 +360,51 @@ class Drive:
             )
             return
         except CodeModeError as e:  # the store did not answer: the next write will say so
+            self._renew_error = e
             logger.warning("script lease not renewed script=%s: %s", self.record.id, e)
-        except Exception:
+        except Exception as e:
+            self._renew_error = e
             logger.warning("script lease not renewed script=%s", self.record.id, exc_info=True)
         finally:
             self._renewal = None
         if not self._stopping:
             self._schedule_renewal()
 
-    async def may_begin(self) -> None:
-        """Return if the lease still holds the script, so a call this drive claimed may
-        begin; :class:`~engine.log.LeaseLost` if another host took it over. A claim is no
-        licence for ever: a host stalled past its lease (stopped, its machine paused) while
-        a call waited for a tool thread woke up to run a call its successor had already
-        settled as interrupted, and the script had ended saying it may not have run. So the
-        lease is renewed first when its last renewal began half a lease ago or more (they
-        come every third of one): a look at the clock, as a rule, and no write."""
-        loop = asyncio.get_running_loop()
-        if loop.time() - self._confirmed < self._ttl_ms / 2000:
-            return
-        started = loop.time()
-        self.lease = await self.store.renew(self.lease, self._ttl_ms)
-        self._confirmed = started
+    def may_begin(self) -> Awaitable[None] | None:
+        """``None`` if the lease surely still holds the script, so a call this drive claimed
+        may begin now; else an awaitable that returns once the lease was renewed, raising
+        :class:`~engine.log.LeaseLost` if another host took the script over (or the
+        renewal's error: the log did not answer). Raises :class:`~engine.log.LeaseLost` at
+        once when the drive has ended: a call left waiting for a thread after its drive
+        stopped never begins (nor does its renewal hold the script again).
+
+        A claim is no licence for ever: a host stalled past its lease (stopped, its machine
+        suspended) while a call waited for a tool thread woke up to run a call its successor
+        had already settled as interrupted. So once the last renewal began half a lease ago
+        or more (they come every third of one), the drive's own renewal runs first, one for
+        every call that asks then: as a rule a look at the clock, no write, no await."""
+        if self._stopping or self._released or self.lost:
+            raise log.LeaseLost(
+                f"script {self.record.id}: its drive on this host has ended, so a call it "
+                "claimed does not begin now; the script's next owner settles it"
+            )
+        if lease_clock() - self._confirmed < self._ttl_ms / 2000:
+            return None
+        return self._confirm()
+
+    async def _confirm(self) -> None:
+        if self._renewal is None:
+            if self._next_renewal is not None:
+                self._next_renewal.cancel()
+            self._start_renewal()
+        if self._renewal is not None:
+            # Shielded: a call given up on (its timeout) leaves the renewal to end as any.
+            await asyncio.shield(self._renewal)
+        if lease_clock() - self._confirmed >= self._ttl_ms / 2000:
+            raise self._renew_error or log.LeaseLost(
+                f"script {self.record.id}: its lease was not renewed, so a call it claimed "
+                "does not begin; the script's next owner settles it"
+            )
 
     def open_calls(self) -> list[log.CallEntry]:
         """The calls not settled yet, in order."""

@@ -165,9 +165,10 @@ class Ticket:
     """One sync call's place: ``waiting`` for a thread, ``running`` in one, or ``done``.
 
     A call that timed out while ``waiting`` never ran; one that timed out ``running`` runs on
-    and may yet take effect. ``begin``, if given, is awaited once a thread is granted, before
-    the call goes to it: if it raises, the call never runs (it stays ``waiting``), and what
-    it raised is kept in ``refused`` (a handler's caller may wrap it as the call's error).
+    and may yet take effect. ``begin``, if given, is called once a thread is granted, before
+    the call goes to it (and what it returns awaited, unless ``None``): if it raises, the
+    call never runs (it stays ``waiting``), and what it raised is kept in ``refused`` (a
+    handler's caller may wrap it as the call's error).
     """
 
     tenant: str
@@ -175,7 +176,7 @@ class Ticket:
     state: str = "waiting"
     order: int = 0
     granted: asyncio.Future[None] | None = field(default=None, repr=False)
-    begin: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
+    begin: Callable[[], Awaitable[None] | None] | None = field(default=None, repr=False)
     refused: Exception | None = field(default=None, repr=False)
 
 
@@ -245,7 +246,8 @@ class ToolThreads:
             raise  # the state stays "waiting": it never ran
         if ticket.begin is not None:
             try:
-                await ticket.begin()
+                if (beginning := ticket.begin()) is not None:
+                    await beginning
             except BaseException as e:
                 self._release(ticket, stuck=False)
                 if isinstance(e, Exception):

@@ -37,7 +37,7 @@ from engine import (
     ToolsMissing,
     tool,
 )
-from engine._drive import Drive
+from engine._drive import Drive, lease_clock
 from engine.log import Lease
 from runner import HOST_BUSY
 from tests._needs import require
@@ -1315,7 +1315,10 @@ async def _drive_of(store: LogStore, script_id: str) -> tuple[Drive, Lease]:
     record = ScriptRecord(id=script_id, code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
     started = await store.start(record, "host:1:a", 300)
     assert started.lease is not None
-    return await Drive.resume(store, started.lease, 300, started.record, kept=_never), started.lease
+    drive = await Drive.resume(
+        store, started.lease, 300, started.record, kept=_never, taken_at=lease_clock()
+    )
+    return drive, started.lease
 
 
 async def test_a_renewal_that_loses_its_cancellation_still_lets_the_lease_go() -> None:

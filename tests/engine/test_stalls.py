@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from engine import RunResult, SqliteStore
-from engine._drive import Drive
+from engine._drive import Drive, lease_clock
 from engine.log import Lease, LeaseLost, MemoryStore, ScriptRecord
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,7 +99,12 @@ def _host(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
 
 
 def _result(proc: subprocess.Popen[str]) -> RunResult:
-    out, err = proc.communicate(timeout=120)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
     assert proc.returncode == 0, err
     return RunResult.from_dict(orjson.loads(out.strip().splitlines()[-1]))
 
@@ -148,6 +153,11 @@ def test_a_call_waiting_for_a_thread_when_its_host_stalled_never_begins(tmp_path
         successor = _result(_host(tmp_path, "resume", script_id))
         assert successor.status == "failed", successor.text
         assert "interrupted" in successor.text
+    except BaseException:
+        # Not left behind: its slow call waits for the GO file, and it for that call.
+        stalled.kill()
+        stalled.communicate()
+        raise
     finally:
         stalled.send_signal(signal.SIGCONT)
     (tmp_path / "go").write_text("")
@@ -170,19 +180,71 @@ async def test_a_call_begins_only_while_the_lease_surely_holds() -> None:
     record = ScriptRecord(id="s1", code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
     started = await store.start(record, "host:1:a", 1000)
     assert started.lease is not None
-    loop = asyncio.get_running_loop()
     # The drives' lease is a minute long to them (half of it: 30 s), so neither renews on its
     # own during the test however slow the machine; the log's lease is one second.
-    fresh = await Drive.resume(store, started.lease, 60_000, started.record, kept=_never)
+    fresh = await Drive.resume(
+        store, started.lease, 60_000, started.record, kept=_never, taken_at=lease_clock()
+    )
     old = await Drive.resume(
-        store, started.lease, 60_000, started.record, kept=_never, taken_at=loop.time() - 31
+        store, started.lease, 60_000, started.record, kept=_never, taken_at=lease_clock() - 31
     )
     try:
         now[0] = 1.5  # the lease ran out by the log's clock, and another host took it over
         assert await store.acquire("s1", "host:2:b", 1000) is not None
-        await fresh.may_begin()  # taken just now: the lease holds for this host's clock
+        assert fresh.may_begin() is None  # taken just now: it holds for this host's clock
+        renewing = old.may_begin()
+        assert renewing is not None
         with pytest.raises(LeaseLost):
-            await old.may_begin()
+            await renewing
     finally:
         await fresh.close()
         await old.close()
+
+
+class _CountedRenewals(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.renewals = 0
+
+    async def renew(self, lease: Lease, ttl_ms: int) -> Lease:
+        self.renewals += 1
+        await asyncio.sleep(0.01)  # a write that takes a while: the calls meet in it
+        return await super().renew(lease, ttl_ms)
+
+
+async def test_calls_that_begin_together_share_one_renewal() -> None:
+    """Fifty calls granted threads at once, half a lease after the take: the drive renews
+    its lease once for them all (its own renewal, which close() waits for), not once each."""
+    store = _CountedRenewals()
+    record = ScriptRecord(id="s1", code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
+    started = await store.start(record, "host:1:a", 60_000)
+    assert started.lease is not None
+    drive = await Drive.resume(
+        store, started.lease, 60_000, started.record, kept=_never, taken_at=lease_clock() - 31
+    )
+    try:
+        waits = [drive.may_begin() for _ in range(50)]
+        assert all(w is not None for w in waits)
+        await asyncio.gather(*(w for w in waits if w is not None))
+        assert store.renewals == 1
+        assert drive.may_begin() is None  # renewed just now
+    finally:
+        await drive.close()
+
+
+async def test_a_call_left_waiting_after_its_drive_ended_never_begins() -> None:
+    """A drive that ended (a sibling call's failure ended it while this call still waited
+    for a thread) lets no call begin, and does not renew the lease it gave up: the script
+    stays free for the next host."""
+    store = _CountedRenewals()
+    record = ScriptRecord(id="s1", code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
+    started = await store.start(record, "host:1:a", 60_000)
+    assert started.lease is not None
+    drive = await Drive.resume(
+        store, started.lease, 60_000, started.record, kept=_never, taken_at=lease_clock() - 31
+    )
+    await drive.close()
+    with pytest.raises(LeaseLost, match="drive on this host has ended"):
+        drive.may_begin()
+    assert store.renewals == 0
+    assert await store.acquire("s1", "host:2:b", 60_000) is not None, "the script is free"
