@@ -701,7 +701,11 @@ class CodeMode(StepLoop):
         if declarations is None:
             make = check_stubs if language == "python" else check_declarations
             declarations = self._check_declarations[language] = make(self.tools)
-        return await checker.check(body, declarations)
+        checked = await checker.check(body, declarations)
+        if checked.broken is not None:
+            # The model is told only that the script is not at fault: the fix is the host's.
+            logger.warning("type check: %s", checked.broken)
+        return checked
 
     def _checker(self, language: Language) -> TypeChecker | PythonTypeChecker | None:
         """The type check of scripts in ``language`` (None when it is off), found once."""

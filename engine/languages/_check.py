@@ -71,6 +71,9 @@ class Checked:
     problems: list[TypeProblem] = field(default_factory=list)
     failure: str | None = None
     ms: float = 0.0
+    # For the host: the checker does not work (it failed on an empty script too), what it
+    # said and what to do; ``failure`` then tells the model the script is not at fault.
+    broken: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -123,6 +126,8 @@ class BoundedChecker(abc.ABC):
     """
 
     language: str
+    # What the host does about a checker that does not work (where to point it).
+    repair: str = "give the checker's path, or none to find the installed one"
 
     def __init__(
         self,
@@ -164,6 +169,8 @@ class BoundedChecker(abc.ABC):
         """Check the body ``code`` against the language's check ``declarations``.
 
         Never raises for anything in ``code``: a check that cannot finish is a ``failure``.
+        One that failed with no bound met is tried again on an empty script: failed there
+        too, the checker does not work (``broken``), whatever the script.
         """
         loop = asyncio.get_running_loop()
         turns = self._turns.get(loop)
@@ -172,6 +179,17 @@ class BoundedChecker(abc.ABC):
         async with turns:
             started = time.monotonic()
             checked = await self._check(code, declarations)
+            if isinstance(checked.failure, Crash):
+                # A checker that cannot start, or ends at once without its output, failed
+                # every script telling the model to write it more simply: the host's to fix.
+                tried = await self._check("", declarations)
+                if isinstance(tried.failure, Crash):
+                    checked.broken = (
+                        f"the type checker {self.path} does not work: it failed on an empty "
+                        f"{self.language} script too ({tried.failure.said}), so every script "
+                        f'is refused and none runs; {self.repair}, or set type_check = "off"'
+                    )
+                    checked.failure = BROKEN
             checked.ms = (time.monotonic() - started) * 1000
             return checked
 
@@ -213,12 +231,29 @@ def out_of_memory(memory: int) -> str:
     )
 
 
-def crashed(first: str) -> str:
-    return (
+class Crash(str):
+    """The failure of a checker that ended with no bound met and without its report (the
+    message the model reads); ``said`` is the checker's own first line, or its status."""
+
+    said: str
+
+
+def crashed(first: str) -> Crash:
+    failure = Crash(
         f"the type checker failed on this script ({first}), so it did not run: write it more "
         "simply (an expression nested very deep, a huge literal), or the host may set "
         'type_check = "off"'
     )
+    failure.said = first
+    return failure
+
+
+# Said to the model when the checker fails on every script: no rewrite of it can help.
+BROKEN = (
+    "the host's type checker is not working (it fails on every script, an empty one too), so "
+    "the script did not run and no call was made; this is no fault of the script, and "
+    "writing it again will not help: the host must repair its type check"
+)
 
 
 async def run_bounded(

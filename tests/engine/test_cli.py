@@ -115,6 +115,18 @@ def test_the_check_off_warning_only_where_scripts_run() -> None:
     assert ran.stderr.count("type check off") == 1 and "/nonexistent/tsc" in ran.stderr
 
 
+def test_a_broken_type_checker_is_the_hosts_to_fix() -> None:
+    """A checker that fails on every script (CODEMODE_TSC=/bin/false) told the model to write
+    its script more simply: the script still does not run, the model is told it is not at
+    fault, and stderr names the checker and what the host does about it."""
+    tools = ("--tools", "examples/tracker_tools.py")
+    ran = codemode("run", "-", *tools, stdin="return 1", env={"CODEMODE_TSC": "/bin/false"})
+    assert ran.returncode == 1 and "Script failed." in ran.stdout, ran
+    assert "more simply" not in ran.stdout and "no fault of the script" in ran.stdout, ran
+    said = [line for line in ran.stderr.splitlines() if "/bin/false" in line]
+    assert len(said) == 1 and "does not work" in said[0] and "CODEMODE_TSC" in said[0], ran
+
+
 def test_mcp_json_tools_describe(tmp_path: Path) -> None:
     """A JSON file of MCP-shaped definitions is enough to describe and search."""
     tools = tmp_path / "tools.json"

@@ -346,9 +346,14 @@ async def test_a_check_past_its_time_bound_fails_the_script(tmp_path: Path) -> N
     assert not checked.ok
 
 
+# A checker that crashes on the test's script alone: one that crashes on every script
+# (an empty one too) is broken, the host's to fix (test_type_check.py).
+ON_ITS_SCRIPT = "grep -q 'return 1' typed.py || exit 0\n"
+
+
 async def test_a_checker_that_crashes_fails_the_script(tmp_path: Path) -> None:
     broken = tmp_path / "broken-ty"
-    broken.write_text("#!/bin/sh\necho 'thread main panicked' >&2\nexit 101\n")
+    broken.write_text(f"#!/bin/sh\n{ON_ITS_SCRIPT}echo 'thread main panicked' >&2\nexit 101\n")
     broken.chmod(0o755)
     checked = await PythonTypeChecker(broken).check("return 1", check_stubs([]))
     assert checked.failure is not None and "panicked" in checked.failure
@@ -471,7 +476,8 @@ async def test_a_panic_is_said_by_its_message_not_where_in_ty_it_was(tmp_path: P
     """A ty that panics: the model reads what went wrong, not the place in ty's source."""
     broken = tmp_path / "broken-ty"
     broken.write_text(
-        "#!/bin/sh\ncat >&2 <<'EOF'\n\nthread 'main' (9903) panicked at crates/ty/src/lib.rs:17:14:\n"
+        f"#!/bin/sh\n{ON_ITS_SCRIPT}"
+        "cat >&2 <<'EOF'\n\nthread 'main' (9903) panicked at crates/ty/src/lib.rs:17:14:\n"
         "index out of bounds: the len is 3 but the index is 7\n"
         "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\nEOF\n"
         "exit 101\n"

@@ -646,7 +646,58 @@ async def test_a_broken_compiler_never_passes_a_script() -> None:
     """A compiler that fails without reporting errors the way tsc does fails the check: a
     broken install must not read as a clean script."""
     checked = await TypeChecker("/bin/false").check("return 1", check_declarations([]))
-    assert checked.failure is not None and "the type checker failed" in checked.failure
+    assert checked.failure is not None and checked.problems == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "exit 1",  # /bin/false: ends at once, no report
+        "echo 'panic: runtime error: invalid memory address' >&2; exit 2",  # crashes at once
+    ],
+)
+async def test_a_checker_that_fails_every_script_is_the_hosts_to_fix(
+    body: str, tmp_path: Path, inproc: InProcessRunner, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A checker that fails on any script (an empty one too) is broken: the model is told
+    the script is not at fault (it was told to write it more simply), and the host's log
+    names the checker and what to do. The script still does not run unchecked."""
+    fake = tmp_path / "tsc"
+    fake.write_text(f"#!/bin/sh\n{body}\n")
+    fake.chmod(0o755)
+    missing = tmp_path / "nostart"  # a checker whose interpreter is not there: never starts
+    missing.write_text("#!/nonexistent/interpreter\n")
+    missing.chmod(0o755)
+    for checker in (fake, missing):
+        checked = await TypeChecker(checker).check("return 1", check_declarations([]))
+        assert checked.failure is not None and "more simply" not in checked.failure
+        assert "no fault of the script" in checked.failure, checked.failure
+        assert checked.broken is not None and str(checker) in checked.broken
+        assert _check.COMPILER_ENV in checked.broken and 'type_check = "off"' in checked.broken
+    caplog.set_level(logging.WARNING, logger="codemode")
+    calls: list[tuple[str, Any]] = []
+    engine = engine_for(calls, inproc, type_check=TypeChecker(fake))
+    try:
+        result = await engine.run_code(FIRST + "return prs.length;")
+    finally:
+        await engine.aclose()
+    assert result.status == "failed" and "no fault of the script" in result.text, result.text
+    assert calls == []  # not run
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(str(fake) in m and "does not work" in m for m in said), said
+
+
+async def test_a_checker_that_fails_on_one_script_blames_that_script(tmp_path: Path) -> None:
+    """A checker that fails on one script only (one it cannot handle) is no broken checker:
+    the model is told to write that script more simply, as before, and the host is not."""
+    fake = tmp_path / "tsc"
+    fake.write_text("#!/bin/sh\ngrep -q very_deep typed.ts && exit 3\nexit 0\n")
+    fake.chmod(0o755)
+    checker = TypeChecker(fake)
+    failed = await checker.check("return very_deep", check_declarations([]))
+    assert failed.failure is not None and "write it more simply" in failed.failure
+    assert failed.broken is None
+    assert (await checker.check("return 1", check_declarations([]))).ok
 
 
 async def test_flood_of_errors_is_read_up_to_its_bound(compiler: str) -> None:

@@ -173,6 +173,10 @@ class TypeChecker(BoundedChecker):
     ``compiler`` is its path, default :func:`find_compiler`)."""
 
     language = "javascript"
+    repair = (
+        f"point {COMPILER_ENV} at TypeScript 7's native tsc (or unset it to use the one "
+        "`npm install typescript@7` installs)"
+    )
 
     def __init__(
         self,

@@ -113,6 +113,10 @@ class PythonTypeChecker(BoundedChecker):
     path, default :func:`find_checker`)."""
 
     language = "python"
+    repair = (
+        f"point {CHECKER_ENV} at ty (or unset it to use the one "
+        "`pip install 'codemode[python]'` installs)"
+    )
 
     def __init__(
         self,
