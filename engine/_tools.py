@@ -594,8 +594,18 @@ class Tool:
                 check_keys_apart(result)  # {1: "a", "1": "b"} dumped as {"1": "b"}
             data = to_json_data(result if data is _MISSING else data)
         except NotJSONData as e:
+            # What to return instead is for the tool's author, who reads the host's log; the
+            # script can only be told its call failed through no fault of its own.
+            logger.warning(
+                "tools.%s returned %s, which is not JSON data%s; the call failed",
+                self.name,
+                e.what,
+                e.hint,
+            )
             raise self._error(
-                f"tools.{self.name} returned {e.what_in(language)}, which is not JSON data{e.hint}"
+                f"tools.{self.name} returned {e.what_in(language)}, which is not JSON data, so "
+                "its result could not be passed on: a defect of the tool on the host's side, "
+                "not of the script"
             ) from None
         if self._output_validator is not None:
             try:

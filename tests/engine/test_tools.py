@@ -53,6 +53,21 @@ def call_error(t: Tool, arguments: Any) -> str:
     return str(info.value)
 
 
+# What the script reads of a result that is not JSON data, after what was returned: only its
+# author can fix it, and the host's log tells them how (warned).
+NOT_PASSED_ON = (
+    ", which is not JSON data, so its result could not be passed on: a defect of the tool on "
+    "the host's side, not of the script"
+)
+
+
+def warned(caplog: pytest.LogCaptureFixture) -> str:
+    """The host's last warning: what a tool's author reads."""
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert said, "no warning in the host's log"
+    return said[-1]
+
+
 def test_an_optional_parameters_error_is_the_one_of_the_shape_its_value_takes() -> None:
     """Every ``x: T | None`` is an ``anyOf``: a list given for ``list[int] | None`` is wrong
     where the list is wrong, not "an array that matches none of the allowed shapes"."""
@@ -628,7 +643,9 @@ class _Record(BaseModel):
     data: dict[str, Any]
 
 
-def test_a_result_whose_keys_the_dump_makes_one_fails_the_call_naming_them() -> None:
+def test_a_result_whose_keys_the_dump_makes_one_fails_the_call_naming_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """pydantic's JSON dump makes a key that is not text its text: {1: "a", "1": "b"} from a
     tool annotated `-> dict` reached the script as {"1": "b"}, without a word. The call
     fails naming where and which keys; keys that stay apart pass as ever."""
@@ -655,15 +672,21 @@ def test_a_result_whose_keys_the_dump_makes_one_fails_the_call_naming_them() -> 
         return returned["value"]
 
     returned["value"] = {1: "a", "1": "b"}
-    assert call_error(bare, {}) == (
-        "tools.bare returned an object with the keys 1 and '1', which is not JSON data; both "
-        "are '1' as JSON's keys, which are strings: return one of them"
+    said = "tools.bare returned an object with the keys 1 and '1'"
+    assert call_error(bare, {}) == said + NOT_PASSED_ON
+    assert warned(caplog) == (
+        f"{said}, which is not JSON data; both are '1' as JSON's keys, which are strings: "
+        "return one of them; the call failed"
     )
     returned["value"] = {"x": [{"ok": 1}, {datetime.date(2025, 1, 2): 1, "2025-01-02": 2}]}
-    assert call_error(typed, {}) == (
+    said = (
         "tools.typed returned an object with the keys datetime.date(2025, 1, 2) and "
-        "'2025-01-02' at x[1], which is not JSON data; both are '2025-01-02' as JSON's keys, "
-        "which are strings: return one of them"
+        "'2025-01-02' at x[1]"
+    )
+    assert call_error(typed, {}) == said + NOT_PASSED_ON
+    assert warned(caplog) == (
+        f"{said}, which is not JSON data; both are '2025-01-02' as JSON's keys, which are "
+        "strings: return one of them; the call failed"
     )
     # A model's field the tool set after it was made (or model_construct's), with or without
     # the annotation that dumps it.
@@ -1234,12 +1257,20 @@ def test_titles_are_dropped_from_schemas_but_not_from_values() -> None:
         ),
     ],
 )
-def test_results_that_are_not_json_data_fail_the_call(value: Any, message: str) -> None:
-    """A result that is not JSON data is the host's bug; the message says what was returned."""
-    assert call_error(Tool("bad", handler=lambda: value), {}).startswith(message)
+def test_results_that_are_not_json_data_fail_the_call(
+    value: Any, message: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A result that is not JSON data is the host's bug: the script is told what was returned
+    and that it is not at fault; what to return instead (value.isoformat(), a list) is for
+    the tool's author, in the host's log (the script was told to return an ISO string)."""
+    said = call_error(Tool("bad", handler=lambda: value), {})
+    assert said == message.partition(", which is not JSON")[0] + NOT_PASSED_ON
+    assert warned(caplog).startswith(message) and warned(caplog).endswith("; the call failed")
 
 
-def test_a_model_whose_types_are_not_all_defined_fails_its_call_naming_it() -> None:
+def test_a_model_whose_types_are_not_all_defined_fails_its_call_naming_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """pydantic cannot dump a model that refers to a type never defined: the call fails as
     other results pydantic cannot dump do (the script read pydantic's bare text, two lines,
     without the tool's name)."""
@@ -1248,11 +1279,13 @@ def test_a_model_whose_types_are_not_all_defined_fails_its_call_naming_it() -> N
         later: Later  # type: ignore[name-defined]  # noqa: F821
 
     said = call_error(Tool("bad", handler=lambda: Pending.model_construct(later=1)), {})
-    assert said.startswith(
+    assert said == "tools.bad returned a Pending that pydantic cannot dump" + NOT_PASSED_ON
+    told = warned(caplog)
+    assert told.startswith(
         "tools.bad returned a Pending that pydantic cannot dump, which is not JSON data "
         "(`TypeAdapter[" + repr(Pending) + "]` is not fully defined"
-    ), said
-    assert "\n" not in said and "give its fields JSON types" not in said
+    ), told
+    assert "\n" not in told and "give its fields JSON types" not in told
 
 
 def test_a_cyclic_result_fails_instead_of_recursing_forever() -> None:
@@ -1705,7 +1738,9 @@ class NanRatio(BaseModel):
     value: float
 
 
-async def test_nan_and_infinity_in_a_typed_result_are_refused_not_nulled() -> None:
+async def test_nan_and_infinity_in_a_typed_result_are_refused_not_nulled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A handler annotated to return a dict, a list or a model with a float field, that
     returns NaN or infinity: refused as not JSON data, as an unannotated one is (pydantic's
     dump wrote null, and the script read null for a number without a word)."""
@@ -1730,12 +1765,12 @@ async def test_nan_and_infinity_in_a_typed_result_are_refused_not_nulled() -> No
         for name, said in (
             ("ratios", "Infinity at summer"),
             ("listed", "NaN at [1]"),
-            ("model", "NaN"),
+            ("model", "NaN at value"),
         ):
             code = f"try {{ return await tools.{name}() }} catch (e) {{ return e.message }}"
             result = await engine.run_code(code)
-            assert f"tools.{name} returned the number {said}" in result.value, result.value
-            assert "JSON has no NaN or infinity" in result.value
+            assert result.value == f"tools.{name} returned the number {said}" + NOT_PASSED_ON
+            assert warned(caplog).endswith("JSON has no NaN or infinity; the call failed")
     finally:
         await engine.aclose()
 
@@ -2144,8 +2179,7 @@ async def test_a_number_json_has_not_is_written_as_the_scripts_language_writes_i
     finally:
         await engine.aclose()
     lines = [
-        f"tools.{name} returned the number {number}, which is not JSON data; JSON has no NaN "
-        "or infinity"
+        f"tools.{name} returned the number {number}{NOT_PASSED_ON}"
         for name, number in zip(("nan", "inf", "ninf"), numbers, strict=True)
     ]
     assert result.status == "finished", result.text
