@@ -367,7 +367,7 @@
     const proto = getPrototypeOf(value);
     const plainKind = proto === ObjectProto || proto === ArrayProto || proto === null;
     const box = plainKind ? undefined : boxedPrimitive(value, proto);
-    if (box !== undefined) return "[" + box[1] + ": " + describeOne(box[0], depth, ancestors, budget) + "]";
+    if (box !== undefined) return boxShown(value, box, depth, ancestors, budget);
     // A built-in's data with its prototype set to null is named as Node.js names it:
     // `[Map(1): null prototype] {...}`, `[RegExp: null prototype] /x/`.
     const bare = proto === null && !isArray(value) ? heldBrand(value) : undefined;
@@ -400,20 +400,43 @@
       if (iterating !== undefined) {
         return "Object [" + (iterating === "async" ? "AsyncGenerator" : "" + value[toStringTagKey]) + "] {}";
       }
-      const parts = listOf();
-      for (let i = 0; i < ks.length; i++) {
-        if (budget.left <= 0) {
-          put(parts, "... " + (ks.length - i) + " more keys");
-          break;
-        }
-        // A key whose value is undefined, a function or a symbol is shown, as Node.js shows
-        // it (JSON leaves it out): `{ mail: c.emial }` printed `{}`, hiding the typo.
-        const v = value[ks[i]];
-        const key = JSON.stringify(ks[i]);
-        budget.left -= key.length + 1;
-        put(parts, key + ":" + describe(v, depth + 1, ancestors, budget));
+      return keysShown(value, ks, 0, depth, ancestors, budget);
+    } finally {
+      ancestors.length--;
+    }
+  }
+  // `{"key":value,...}` of an object's keys `ks` from `from` on; its caller has put the
+  // object among `ancestors`.
+  function keysShown(value, ks, from, depth, ancestors, budget) {
+    const parts = listOf();
+    for (let i = from; i < ks.length; i++) {
+      if (budget.left <= 0) {
+        put(parts, "... " + (ks.length - i) + " more keys");
+        break;
       }
-      return "{" + joined(parts, ",") + "}";
+      // A key whose value is undefined, a function or a symbol is shown, as Node.js shows
+      // it (JSON leaves it out): `{ mail: c.emial }` printed `{}`, hiding the typo.
+      const v = value[ks[i]];
+      const key = JSON.stringify(ks[i]);
+      budget.left -= key.length + 1;
+      put(parts, key + ":" + describe(v, depth + 1, ancestors, budget));
+    }
+    return "{" + joined(parts, ",") + "}";
+  }
+  // A boxed primitive, `[Number: 1]`, with its own keys after it as Node.js shows them
+  // (`[Number: 1] {"note":"kept?"}`; they were left out). A String box's keys begin with
+  // its indexes, which are its text: they are skipped, and its keys are listed only when
+  // its text is within the budget (a 1e8-character one made 1e8 keys to skip).
+  function boxShown(value, box, depth, ancestors, budget) {
+    const shown = "[" + box[1] + ": " + describeOne(box[0], depth, ancestors, budget) + "]";
+    const from = typeof box[0] === "string" ? box[0].length : 0;
+    if (from > budget.left) return shown;
+    const ks = objectKeys(value);
+    if (ks.length <= from) return shown;
+    if (depth > 8) return shown + " [Object]";
+    put(ancestors, value);
+    try {
+      return shown + " " + keysShown(value, ks, from, depth, ancestors, budget);
     } finally {
       ancestors.length--;
     }

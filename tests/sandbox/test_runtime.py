@@ -723,6 +723,28 @@ def test_console_shows_a_boxed_primitive_as_node_does() -> None:
     )
 
 
+def test_console_shows_a_boxed_primitives_own_keys_after_it() -> None:
+    """A boxed primitive's own keys follow it, as an object's are printed (Node.js:
+    `[Number: 1] { note: 'kept?' }`): they were left out, `[Number: 1]`. A String box's
+    indexes, its text, are not among them; a cycle through the box is [Circular]; a String
+    box longer than a printed value's budget shows no keys (nor makes a key per character)."""
+    code = (
+        "const n = new Number(1); n.note = 'kept?'; n.self = n;\n"
+        "const s = new String('ab'); s[5] = 'five'; s.extra = [1, 2];\n"
+        "console.log(n, s, new Number(2));\n"
+        "console.log({ price: Object.assign(new Number(9.5), { currency: 'EUR' }) });"
+    )
+    assert run(code).printed == (
+        '[Number: 1] {"note":"kept?","self":[Circular]} [String: "ab"] {"5":"five","extra":[1,2]} '
+        "[Number: 2]\n"
+        '{"price":[Number: 9.5] {"currency":"EUR"}}\n'
+    )
+    printed = run(
+        "const big = new String('x'.repeat(1e7)); big.extra = 1; console.log(big);"
+    ).printed
+    assert printed.startswith('[String: "xxx') and "extra" not in printed
+
+
 def test_a_printed_error_is_followed_by_the_line_it_was_made_at() -> None:
     """An error printed as an argument of its own (a `catch` that logs and goes on, a pattern
     models write) is followed by the script's line it was made at, where Node.js prints its
