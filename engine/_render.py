@@ -49,7 +49,9 @@ def _reads_as_json(text: str) -> bool:
     return True
 
 
-def render_finished(ending: Ending) -> str:
+def render_finished(ending: Ending, left_out: list[dict[str, Any]]) -> str:
+    """The text of a finished script; ``left_out`` the returned media blocks not attached
+    (:func:`engine.adapters._formats.returned_left_out`), named so if named here."""
     parts = ["Script finished."]
     if ending.printed:
         parts += ["Printed:", ending.printed.rstrip("\n")]
@@ -65,7 +67,7 @@ def render_finished(ending: Ending) -> str:
             # Image or audio blocks returned are named in the text, not spelled out, by the
             # adapters (which attach them); the cut below would leave part of their base64
             # here, which nothing could name then: named before the cut instead.
-            named = named_media(ending.value)
+            named = named_media(ending.value, left_out)
             if named is not None:
                 parts[-1] = orjson.dumps(named).decode()
     return _text(parts)

@@ -23,6 +23,12 @@ class RunResult:
     is held) until :meth:`CodeMode.release`. ``elsewhere``: another host drives the
     script now; its outcome is in the session log when it ends (``resume(id, wait=...)``
     waits for it).
+
+    ``media`` are the media files the script showed, as MCP blocks; the image and audio
+    blocks it returned are in ``value``, and attached after them within what the limits
+    ``shown_files`` and ``shown_media`` leave: ``returned_left_out`` lists those that were
+    not (each ``{index, mimeType, bytes, limit}``, ``index`` counting the returned blocks
+    from 1), which every format's text names as left out.
     """
 
     script_id: str
@@ -36,12 +42,13 @@ class RunResult:
     steps: int = 0
     shown: list[dict[str, Any]] = field(default_factory=list)
     media: list[dict[str, Any]] = field(default_factory=list)
+    returned_left_out: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def content(self) -> list[dict[str, Any]]:
         """MCP content blocks: the text, then each media file the script showed, then each
-        image or audio block it returned (an MCP tool's, passed on); the text names those
-        instead of spelling out their bytes."""
+        image or audio block it returned (an MCP tool's, passed on) that is not left out;
+        the text names those instead of spelling out their bytes."""
         return mcp_content(self)
 
     def to_anthropic(self, tool_use_id: str) -> dict[str, Any]:

@@ -30,10 +30,11 @@ from engine._live import LiveRuns, live_key
 from engine._naming import BUILTIN_TOOLS
 from engine._result import RunResult
 from engine._source import other_language_hint, unclosed_hint
+from engine.adapters._formats import left_out_line, returned_left_out, returns_media
 from engine.languages import check_language
 from runner import HOST_BUSY, FileMissing, RunError, ScriptRunner, Step, bounded
 from sandbox import protocol
-from sandbox.protocol import Call, sizes_over
+from sandbox.protocol import Call, is_media, sizes_over
 
 logger = logging.getLogger("codemode")
 
@@ -548,15 +549,30 @@ class StepLoop(CallSettling):
         # model needs to see to mend it.
         shown_text, shown, media = await self._shown(record, ending)
         if ending.status == "finished":
+            value = ending.value if ending.value_text is None else ending.value_text
+            # The image and audio blocks returned are attached within what the files shown
+            # left of the same budgets (the API refuses a request of some 100 images, and
+            # every later one of the conversation with it): decided here, once, for every API.
+            left_out, left_out_text = [], ""
+            if returns_media(value):  # as most scripts do not: then the limits are not asked
+                limits = self.limits_for(record.tenant)
+                left_out = returned_left_out(
+                    value,
+                    limits.shown_files - len(shown),
+                    limits.shown_media - sum(s["size"] for s in shown if is_media(s["mime"])),
+                )
+                budgets = {"shown_files": limits.shown_files, "shown_media": limits.shown_media}
+                left_out_text = left_out_line(left_out, budgets)
             result = RunResult(
                 record.id,
                 "finished",
-                render.render_finished(ending) + shown_text,
-                value=ending.value if ending.value_text is None else ending.value_text,
+                render.render_finished(ending, left_out) + shown_text + left_out_text,
+                value=value,
                 returned=ending.returned,
                 steps=record.steps,
                 shown=shown,
                 media=media,
+                returned_left_out=left_out,
             )
             status = log.FINISHED
         else:

@@ -18,8 +18,10 @@ A media file an API cannot take is left out of that API's content, and the text'
 says so in place of "attached" (``Shown: logo.svg (image/svg+xml, 812 bytes), not attached:
 the Anthropic API takes no image/svg+xml in a tool result.``), so the model knows it was shown
 and not attached; one the text names no line for (a block the script returned) gets a line of
-its own. The tests check every shape against the
-official SDKs' types (``anthropic``, ``openai``, ``mcp``).
+its own. The blocks a script returned are attached within what the files it showed leave of
+the ``shown_files`` and ``shown_media`` budgets, as the engine decided when the script ended
+(``RunResult.returned_left_out``); the text names the others as left out. The tests check
+every shape against the official SDKs' types (``anthropic``, ``openai``, ``mcp``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import re
 from typing import Any, Literal, Protocol, get_args
 
 from engine._errors import CodeModeError
+from engine._limits import config_hint
 from engine._mcp import MEDIA_TYPES
 from engine._naming import MAX_KEY
 from sandbox.protocol import is_media
@@ -47,6 +50,8 @@ class RunResult(Protocol):
     def media(self) -> list[dict[str, Any]]: ...
     @property
     def value(self) -> Any: ...
+    @property
+    def returned_left_out(self) -> list[dict[str, Any]]: ...
 
 
 Format = Literal["anthropic", "openai_chat", "openai_responses", "mcp"]
@@ -173,9 +178,9 @@ def attachable(result: RunResult, api: str) -> tuple[str, list[tuple[str, dict[s
     """``result``'s text and its media, each named (the shown files', then the image and
     audio blocks it returned, see :func:`with_returned`), less the shown files ``api`` (a
     format, or ``"pydantic_ai"``) cannot take, which the text says are not attached."""
-    text, returned = with_returned(result)
+    text, returned = _with_returned(result)
     media = list(zip(_media_names(result), result.media, strict=True))
-    media += [(f"returned {b['type']} {i}", b) for i, b in enumerate(returned, 1)]
+    media += [(f"returned {b['type']} {i}", b) for i, b in returned]  # as the text counts them
     return _not_attached(text, media, api)
 
 
@@ -198,32 +203,104 @@ def mcp_content(result: RunResult) -> list[dict[str, Any]]:
 def with_returned(result: RunResult) -> tuple[str, list[dict[str, Any]]]:
     """``result``'s text, each image or audio block it returned named in it instead of
     spelled out, and those blocks (for every API: the model sees them as it sees files the
-    script showed)."""
+    script showed), less those the engine left out (``result.returned_left_out``, see
+    :func:`returned_left_out`), which the text names as left out."""
+    text, returned = _with_returned(result)
+    return text, [block for _, block in returned]
+
+
+def _with_returned(result: RunResult) -> tuple[str, list[tuple[int, dict[str, Any]]]]:
+    """:func:`with_returned`, each block with its place among those returned (from 1)."""
     text, returned = result.text, []
-    for block, size, mime in _returned_media(result.value):
-        returned.append({"type": block["type"], "data": block["data"], "mimeType": mime})
-        # The data as the value's JSON spells it (quoted: base64 needs no escapes), so only
-        # the value's own string is replaced, never a stretch of other text that matches.
-        # A text too long for its budget names them already (engine._render).
-        text = text.replace(f'"{block["data"]}"', f'"{media_name(mime, size)}"')
+    left_out = {b["index"]: b["limit"] for b in result.returned_left_out}
+    # The data as the value's JSON spells it (orjson's, engine._render; base64 needs no
+    # escapes), so only the block's own string is replaced, never other text that matches;
+    # one at a time, in order from the value on, since blocks of the same bytes may be named
+    # apart. A text too long for its budget names them already (engine._render).
+    at = max(text.rfind("\nReturned:\n"), 0)
+    for index, (block, size, mime) in enumerate(_returned_media(result.value), 1):
+        limit = left_out.get(index)
+        if limit is None:
+            blob = {"type": block["type"], "data": block["data"], "mimeType": mime}
+            returned.append((index, blob))
+        quoted = f'"data":"{block["data"]}"'
+        found = text.find(quoted, at)
+        if found >= 0:
+            name = f'"data":"{media_name(mime, size, limit)}"'
+            text = text[:found] + name + text[found + len(quoted) :]
+            at = found + len(name)
     return text, returned
 
 
-def media_name(mime: str, size: int) -> str:
-    """What the text says in place of a returned image or audio block's base64."""
-    return f"<{mime}, {size:,} bytes, below>"
+def media_name(mime: str, size: int, limit: str | None = None) -> str:
+    """What the text says in place of a returned image or audio block's base64: where it
+    is, or that it was left out, over ``limit``."""
+    where = "below" if limit is None else f"left out: over {limit}"
+    return f"<{mime}, {size:,} bytes, {where}>"
 
 
-def named_media(value: Any) -> Any:
+def named_media(value: Any, left_out: list[dict[str, Any]]) -> Any:
     """``value`` with the data of each image or audio block it returned (see
-    :func:`with_returned`) as its name, or ``None`` when it returned none."""
+    :func:`with_returned`) as its name, or ``None`` when it returned none; ``left_out`` as
+    :func:`returned_left_out` gave it."""
     found = _returned_media(value)
     if not found:
         return None
-    names = {id(block): media_name(mime, size) for block, size, mime in found}
+    limits = {b["index"]: b["limit"] for b in left_out}
+    names = {
+        id(block): media_name(mime, size, limits.get(index))
+        for index, (block, size, mime) in enumerate(found, 1)
+    }
     if isinstance(value, dict):
         return {**value, "data": names[id(value)]}
     return [{**b, "data": names[id(b)]} if id(b) in names else b for b in value]
+
+
+def returned_left_out(value: Any, files: int, media_bytes: int) -> list[dict[str, Any]]:
+    """The image and audio blocks of returned ``value`` not attached, given room for
+    ``files`` blocks and ``media_bytes`` bytes (what ``shown_files`` and ``shown_media``
+    leave after the files the script showed): each ``{index, mimeType, bytes, limit}``,
+    ``index`` its place among the blocks (from 1), ``limit`` the one it is over. In order,
+    as shown files are: one over the bytes left is left out, and a smaller one after it may
+    still fit. The engine decides this once, as a script ends, and every API keeps to it."""
+    left_out = []
+    for index, (_, size, mime) in enumerate(_returned_media(value), 1):
+        limit = "shown_files" if files <= 0 else "shown_media" if size > media_bytes else None
+        if limit is None:
+            files -= 1
+            media_bytes -= size
+        else:
+            left_out.append({"index": index, "mimeType": mime, "bytes": size, "limit": limit})
+    return left_out
+
+
+def returns_media(value: Any) -> bool:
+    """Whether returned ``value`` holds image or audio blocks (see :func:`with_returned`)."""
+    return bool(_returned_media(value))
+
+
+def left_out_line(left_out: list[dict[str, Any]], limits: dict[str, int]) -> str:
+    """The line of the text that says how many returned blocks were left out, over which
+    limit (its value in ``limits``), and what the script can do; empty when none was."""
+    if not left_out:
+        return ""
+    over: dict[str, int] = {}
+    for b in left_out:
+        over[b["limit"]] = over.get(b["limit"], 0) + 1
+    why = {
+        "shown_files": "{n:,} files shown and media blocks returned in all",
+        "shown_media": "{n:,} bytes of media shown and returned in all",
+    }
+    parts = [
+        f"{count:,} over {limit} ({why[limit].format(n=limits[limit])}; the host raises it "
+        f"as {config_hint(limit)})"
+        for limit, count in over.items()
+    ]
+    blocks = "block" if len(left_out) == 1 else "blocks"
+    return (
+        f"\nLeft out: {len(left_out):,} returned image or audio {blocks}, not attached: "
+        f"{' and '.join(parts)}; return fewer or smaller blocks, or show fewer files."
+    )
 
 
 def _returned_media(value: Any) -> list[tuple[dict[str, Any], int, str]]:

@@ -48,6 +48,12 @@ return total;
 const got = await Promise.all([1, 2, 3, 4, 5].map((n) => tools.echo({ n })));
 return got.map((g) => g.n * 2);
 """,
+    # Returned images past shown_files (4): which are attached is the outcome's, as the rest.
+    "returned_images_past_the_budget": """
+const { n } = await tools.echo({ n: 6 });
+const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+return Array.from({ length: n }, () => ({ type: "image", data: png, mimeType: "image/png" }));
+""",
     "parallel_then_sequential": """
 const first = await Promise.all([tools.echo({ a: 1 }), tools.add({ a: 2, b: 3 })]);
 const second = await tools.add({ a: first[1], b: 10 });

@@ -4,6 +4,7 @@ own types (anthropic, openai, mcp): a shape the SDK would not take fails here.""
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 import mcp.types
 import pytest
@@ -12,7 +13,7 @@ from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolPara
 from openai.types.responses import FunctionToolParam, ResponseInputItemParam
 from pydantic import ValidationError
 
-from engine import Attachment, CodeMode, CodeModeError, RunResult, tool
+from engine import Attachment, CodeMode, CodeModeError, Limits, RunResult, SqliteStore, tool
 from engine.adapters import FORMATS
 from tests.engine.adapters.sdk_types import conforms
 from tests.engine.conftest import InProcessRunner
@@ -373,3 +374,113 @@ async def test_media_whose_bytes_are_not_of_their_type_is_not_sent_as_it(
     content = result.to_anthropic("toolu_01")["content"]
     assert [b["source"]["media_type"] for b in content[1:]] == ["image/jpeg"]  # no MP3 there
     assert bogus in content[0]["text"] and len(result.to_mcp()["content"]) == 3
+
+
+def _images(count: int) -> str:
+    """A script returning ``count`` 1x1 PNG image blocks."""
+    data = base64.b64encode(PNG).decode()
+    return (
+        f"return Array.from({{length: {count}}}, "
+        f"() => ({{type: 'image', data: '{data}', mimeType: 'image/png'}}));"
+    )
+
+
+def _attached(result: RunResult) -> dict[str, int]:
+    """How many media each format attaches for ``result``."""
+    chat = result.to_openai_chat("call_01")
+    return {
+        "anthropic": len(result.to_anthropic("toolu_01")["content"]) - 1,
+        "openai_chat": len(chat[1]["content"]) - 1 if len(chat) > 1 else 0,
+        "openai_responses": len(result.to_openai_responses("call_01")["output"]) - 1,
+        "mcp": len(result.to_mcp()["content"]) - 1,
+    }
+
+
+async def test_returned_images_are_attached_within_the_shown_budgets(engine: CodeMode) -> None:
+    """A script returning 500 images put 500 images into every API's tool result (the
+    Anthropic API refuses a request of more than about 100, and every later request of the
+    conversation with it). They are attached within shown_files (4 by default) and
+    shown_media, counted with the files the script showed (first); the rest are named as
+    left out, saying which limit, in every API's text."""
+    result = await engine.run_code(_images(500))
+    assert result.status == "finished", result.text
+    assert _attached(result) == dict.fromkeys(FORMATS, 4)
+    assert [b["index"] for b in result.returned_left_out] == list(range(5, 501))
+    assert {b["limit"] for b in result.returned_left_out} == {"shown_files"}
+    block = result.to_anthropic("toolu_01")
+    conforms(ToolResultBlockParam, block)
+    text = block["content"][0]["text"]
+    assert (
+        "Left out: 496 returned image or audio blocks, not attached: 496 over shown_files (4"
+        in text
+    )
+    assert "[codemode.limits] shown_files" in text
+    assert text.count("<image/png, 70 bytes, below>") == 4
+    assert "<image/png, 70 bytes, left out: over shown_files>" in text
+    for message in result.to_openai_chat("call_01"):
+        conforms(ChatCompletionMessageParam, message)
+    conforms(ResponseInputItemParam, result.to_openai_responses("call_01"))
+    mcp.types.CallToolResult.model_validate(result.to_mcp())
+    assert result.to_mcp()["content"] == result.content
+
+    # Named one by one in order, the same bytes or not: 2 below, then 4 left out.
+    shown = await engine.run_code(
+        'files.show("chart.png"); files.show("report.pdf");' + _images(6), files=FILES
+    )
+    text = shown.to_anthropic("toolu_01")["content"][0]["text"]
+    assert _attached(shown)["anthropic"] == 4  # the 2 files, then 2 of the 6 blocks
+    assert [m["index"] for m in shown.returned_left_out] == [3, 4, 5, 6]
+    named = text[text.index("Returned:") :]
+    assert named.count("below") == 2 and named.count("left out: over shown_files") == 4
+    assert named.index("below") < named.index("left out")
+    assert named.rindex("below") < named.index("left out")
+
+
+async def test_returned_media_past_shown_media_are_left_out_saying_so() -> None:
+    """The bytes count too: with shown_media 100 bytes, one 70-byte PNG fits and the next
+    does not; a budget raised by the limits attaches them all."""
+    small = CodeMode(
+        [add],
+        runner=InProcessRunner(),
+        type_check="off",
+        limits=Limits(shown_files=1000, shown_media=100),
+    )
+    try:
+        result = await small.run_code(_images(3))
+        assert _attached(result) == dict.fromkeys(FORMATS, 1)
+        assert {b["limit"] for b in result.returned_left_out} == {"shown_media"}
+        text = result.to_mcp()["content"][0]["text"]
+        assert "2 over shown_media (100 bytes of media shown and returned in all" in text
+        assert "<image/png, 70 bytes, left out: over shown_media>" in text
+    finally:
+        await small.aclose()
+    raised = CodeMode(
+        [add], runner=InProcessRunner(), type_check="off", limits=Limits(shown_files=500)
+    )
+    try:
+        result = await raised.run_code(_images(500))
+        assert result.returned_left_out == [] and "Left out" not in result.text
+        assert _attached(result) == dict.fromkeys(FORMATS, 500)
+    finally:
+        await raised.aclose()
+
+
+async def test_returned_media_left_out_read_back_from_a_sqlite_log(tmp_path: Path) -> None:
+    """What was left out is the log's, as the rest of the outcome: a finished script resumed
+    from a SQLite log by another engine attaches the same blocks and says the same."""
+    first = CodeMode([add], runner=InProcessRunner(), store=SqliteStore(tmp_path), type_check="off")
+    try:
+        done = await first.run_code(_images(500))
+    finally:
+        await first.aclose()
+    again = CodeMode([add], runner=InProcessRunner(), store=SqliteStore(tmp_path), type_check="off")
+    try:
+        read = await again.resume(done.script_id)
+        record = await again.store.get_script(done.script_id)
+    finally:
+        await again.aclose()
+    assert read.to_dict() == done.to_dict()
+    assert read.to_anthropic("toolu_01") == done.to_anthropic("toolu_01")
+    assert _attached(read) == dict.fromkeys(FORMATS, 4)
+    assert record.outcome is not None
+    assert "Left out: 496 returned image or audio blocks" in record.outcome["text"]

@@ -425,6 +425,38 @@ async def test_a_returned_image_reaches_the_model_as_binary_content() -> None:
     assert (image.data, image.media_type) == (PNG, "image/png")
 
 
+async def test_returned_images_past_the_shown_budgets_are_left_out_for_pydantic_ai() -> None:
+    """500 images a script returns were 500 BinaryContent in the tool's result (a model API
+    refuses a request of some 100 images, and every later one of the conversation): as in
+    every API, 4 (shown_files) are attached and the text names the rest as left out."""
+    from pydantic_ai.messages import BinaryContent
+
+    from tests.engine.adapters.test_formats import _images
+
+    seen: list[Any] = []
+
+    def returns_images(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [
+            p for m in messages for p in getattr(m, "parts", []) if isinstance(p, ToolReturnPart)
+        ]
+        if not returns:
+            call = ToolCallPart("run_code", {"code": _images(500)}, tool_call_id="c")
+            return ModelResponse(parts=[call])
+        seen.append(returns[-1].content)
+        return ModelResponse(parts=[TextPart("ok")])
+
+    toolset = CodeModeToolset([list_prs], runner=InProcessRunner(), type_check="off")
+    try:
+        await Agent(FunctionModel(returns_images), toolsets=[toolset]).run("Chart it.")
+    finally:
+        await toolset.aclose()
+    ((text, *images),) = seen
+    assert len(images) == 4 and all(isinstance(i, BinaryContent) for i in images)
+    assert (
+        "Left out: 496 returned image or audio blocks, not attached: 496 over shown_files" in text
+    )
+
+
 REPOS = """
 try { return await tools.delete_repo({ name: "staging" }); }
 catch (e) { return await tools.delete_repo({ name: "production" }); }
