@@ -2759,6 +2759,12 @@ class _Yield(_Opaque):
         return "<coroutine object sleep>"
 
 
+def _closing_name(agen: Any) -> str:
+    """The name a task closing ``agen`` goes by (``g.aclose()``)."""
+    name = getattr(agen, "__qualname__", None)
+    return f"{name[:100] if type(name) is str else 'an async generator'}.aclose()"
+
+
 async def _await(awaitable: Any) -> Any:
     return await awaitable
 
@@ -3977,6 +3983,9 @@ class Run(Replay):
         self.reserve: bytearray | None = None
         self.settle = self._settle
         self.letting_go = False  # its ending is being made: no task runs again (_let_go)
+        # The script's async generators that have begun, in the order they began: those
+        # left unfinished when nothing else can run are closed then (_close_left).
+        self.generators: weakref.WeakKeyDictionary[Any, None] = weakref.WeakKeyDictionary()
 
     # ---- what the script calls ----
 
@@ -4780,7 +4789,7 @@ class Run(Replay):
                         self._step(ready.popleft())
                     if self.ended:
                         raise _Ended
-                    if not self._settle_recorded():
+                    if not self._settle_recorded() and not self._close_left():
                         break
             except _Exited:
                 pass
@@ -4830,7 +4839,7 @@ class Run(Replay):
         sys.modules[_MAIN] = self.module
         sys.setrecursionlimit(_depth() + RECURSION_LIMIT)
         hooks = sys.get_asyncgen_hooks()
-        sys.set_asyncgen_hooks(firstiter=None, finalizer=self._close_dropped)
+        sys.set_asyncgen_hooks(firstiter=self.generators.setdefault, finalizer=self._close_dropped)
         self.reserve = bytearray(_RESERVE_BYTES)
         _fenced_run = self
         try:
@@ -4854,6 +4863,36 @@ class Run(Replay):
             else:
                 sys.modules[_MAIN] = saved[3]
             self.reserve = None
+
+    def _close_left(self) -> bool:
+        """Once the script's main has ended (returned or failed) and nothing else can run
+        (no task ready, no call waiting for its result), begin closing its async generators
+        left unfinished, each by ``aclose()`` in a task, as ``asyncio.run`` does
+        (``shutdown_asyncgens``); True if any was. Only those it dropped were closed: one
+        main still held when it failed (its error's traceback keeps main's frame) never
+        was, and a tool call in its ``finally`` was never made.
+
+        What the garbage collector would drop is collected first, so that which are closed
+        here, and in which order, is the same in a live run and a replay."""
+        main = self.main
+        if main is None or not main._done or self.deferred or not self.generators:
+            return False
+        gc.collect()
+        closed = False
+        for agen in list(self.generators):
+            # One a task is in the middle of (awaiting in it) is that task's to finish.
+            if agen.ag_frame is None or agen.ag_running:
+                continue
+            del self.generators[agen]
+            frame = agen.ag_frame
+            line = frame.f_lineno if frame.f_code.co_filename == FILENAME else 0
+            shown = _closing_name(agen)
+            task = Task(
+                _await(agen.aclose()), shown, self.failures, line, next(self.numbers), self.ready
+            )
+            self.ready.append(task)
+            closed = True
+        return closed
 
     def _close_dropped(self, agen: Any) -> None:
         """An async generator the script dropped unfinished (``break`` in ``async for``) is
@@ -4880,8 +4919,7 @@ class Run(Replay):
         if _collecting_on == _thread.get_ident():
             closer.close()
             raise RuntimeError("async generator ignored GeneratorExit")  # CPython's words
-        name = getattr(agen, "__qualname__", None)
-        shown = f"{name[:100] if type(name) is str else 'an async generator'}.aclose()"
+        shown = _closing_name(agen)
         line = _script_line()
         frame = agen.ag_frame
         if not line and frame is not None and frame.f_code.co_filename == FILENAME:

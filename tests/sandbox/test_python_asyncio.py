@@ -669,3 +669,28 @@ def test_an_async_generator_left_unfinished_at_the_end_is_closed_naming_its_line
     assert ran.printed == (
         "line 6: RuntimeWarning: g.aclose() failed and nothing awaited it: KeyError: 'cleanup'\n"
     )
+
+
+def test_async_generators_left_unfinished_when_the_script_fails_are_closed() -> None:
+    """Those the script still holds when it fails are closed too, in the order they began,
+    as asyncio.run closes what is left (shutdown_asyncgens): their ``finally`` runs, a call
+    there made and answered, and the run fails with the script's error. They were closed
+    only when it returned (its error's traceback kept them), the calls never made."""
+    code = (
+        "async def g(n):\n"
+        "    try:\n"
+        "        yield n\n"
+        "    finally:\n"
+        "        await tools.t(release=n)\n"
+        "        print('released', n)\n"
+        "second = g(2)\n"
+        "first = g(1)\n"
+        "await anext(first)\n"
+        "await anext(second)\n"
+        "raise ValueError('main fails')"
+    )
+    assert calls_per_step(code) == [[{"release": 1}, {"release": 2}]]
+    ran = end(code)
+    assert ran.outcome == "failed" and ran.error is not None
+    assert (ran.error.name, ran.error.message) == ("ValueError", "main fails")
+    assert ran.printed == "released 1\nreleased 2\n"
