@@ -4917,8 +4917,16 @@ class Run(Replay):
         except StopIteration:
             return
         if _collecting_on == _thread.get_ident():
+            # Its warning names the line the generator waits at (_unraisable reads the
+            # traceback), the same live and replayed; where the collector ran is not.
+            frame = agen.ag_frame
             closer.close()
-            raise RuntimeError("async generator ignored GeneratorExit")  # CPython's words
+            error = RuntimeError("async generator ignored GeneratorExit")  # CPython's words
+            if frame is not None:
+                error.__traceback__ = types.TracebackType(
+                    None, frame, frame.f_lasti, frame.f_lineno
+                )
+            raise error
         shown = _closing_name(agen)
         line = _script_line()
         frame = agen.ag_frame

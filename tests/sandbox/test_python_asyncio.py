@@ -694,3 +694,34 @@ def test_async_generators_left_unfinished_when_the_script_fails_are_closed() -> 
     assert ran.outcome == "failed" and ran.error is not None
     assert (ran.error.name, ran.error.message) == ("ValueError", "main fails")
     assert ran.printed == "released 1\nreleased 2\n"
+
+
+def test_an_async_generator_the_collector_drops_is_closed_naming_its_line() -> None:
+    """One dropped in a reference cycle is closed where the garbage collector runs, in
+    place: an await in its ``finally`` is CPython's "ignored GeneratorExit", a warning that
+    names the line the generator waits at (where the collector ran differs between a live
+    run and a replay; the line was left out)."""
+    code = (
+        "import asyncio\n"
+        "class Box:\n"
+        "    pass\n"
+        "async def g():\n"
+        "    try:\n"
+        "        yield 1\n"
+        "    finally:\n"
+        "        print('finally start')\n"
+        "        await asyncio.sleep(0)\n"
+        "        print('finally end')\n"
+        "b = Box()\n"
+        "b.it = g()\n"
+        "b.me = b\n"
+        "await anext(b.it)\n"
+        "b = None\n"
+        "return 1"
+    )
+    ran = end(code)
+    assert ran.outcome == "finished" and ran.value == 1
+    assert ran.printed == (
+        "finally start\nline 9: Warning: an exception in g was ignored: RuntimeError: "
+        "async generator ignored GeneratorExit\n"
+    )
