@@ -174,14 +174,12 @@ def _unread_answer(line: bytes, error: ValueError, types: Any, session_message: 
     except ValueError:
         return None
     except RecursionError:
-        # Nested past Python's parser too (a thousand deep): its top level is read by hand,
-        # for the id; the SDK's parser's error says what is wrong.
-        members = _top_level(line)
-        if members is None or "method" in members or not {"result", "error"} & set(members):
+        # Nested past Python's parser too (a thousand deep): the id is looked for at the
+        # line's two ends alone; the SDK's parser's error says what is wrong.
+        request = deep_id(line, ("result", "error"), refused=("method",))
+        if request is None:
             return None
-        if not re.fullmatch(rb"-?[0-9]+", members.get("id", b"")):
-            return None
-        value = {"id": int(members["id"])}
+        value = {"id": request}
     else:
         if not isinstance(value, dict) or "method" in value or not {"result", "error"} & set(value):
             return None
@@ -198,39 +196,61 @@ def _unread_answer(line: bytes, error: ValueError, types: Any, session_message: 
     return session_message(types.JSONRPCError(jsonrpc="2.0", id=value["id"], error=data))
 
 
-# What reading a JSON text's top level by hand looks at: strings (skipped whole, escapes and
-# all), brackets, and the commas and colons between members.
-_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\],:]')
+# How far into each end of a line nested past the parsers its id is looked for (bytes).
+_ENDS = 4096
+# A JSON string, number or literal; possessive, so a failed match costs no backtracking.
+_SCALAR = rb'(?:"(?:[^"\\]|\\.)*+"|-?[0-9]++(?:\.[0-9]++)?+(?:[eE][-+]?+[0-9]++)?+|true|false|null)'
+_MEMBER = rb'\s*+"((?:[^"\\]|\\.)*+)"\s*+:\s*+'
+_INTEGER = rb"(-?(?:0|[1-9][0-9]*+))"
+_HEAD_MEMBER = re.compile(_MEMBER + _SCALAR + rb"\s*+,")
+_HEAD_ID = re.compile(rb'\s*+"id"\s*+:\s*+' + _INTEGER + rb"\s*+,")
+_NESTED = re.compile(_MEMBER + rb"[\[{]")
+# An id as the object's last member (where the TypeScript SDK writes it).
+_TAIL_ID = re.compile(rb',\s*+"id"\s*+:\s*+' + _INTEGER + rb"\s*+\}\s*+\Z")
 
 
-def _top_level(text: bytes) -> dict[str, bytes] | None:
-    """The members of the JSON object ``text``, each key with its value's text (its first
-    64 bytes), read without parsing any nested value (which may nest past any parser's
-    bound); None when ``text`` is not one object. It checks no more than it reads: the text
-    is known to be JSON the parsers could not read for its nesting alone."""
-    members: dict[str, bytes] = {}
-    depth = 0
-    key: str | None = None
-    start = 0
-    for token in _TOKEN.finditer(text):
-        mark = token.group()
-        if depth == 1 and mark[:1] == b'"' and key is None:
-            key = mark[1:-1].decode("utf-8", "replace")
-        elif depth == 1 and mark == b":":
-            start = token.end()
-        elif depth == 1 and mark in (b",", b"}"):
-            if key is not None:
-                members[key] = text[start : token.start()].strip()[:64]
-                key = None
-            if mark == b"}":
-                return members if not text[token.end() :].strip() else None
-        elif mark in (b"{", b"["):
-            if depth == 0 and mark != b"{":
-                return None
-            depth += 1
-        elif mark in (b"}", b"]"):
-            depth -= 1
-    return None
+def deep_id(text: bytes, nested: tuple[str, ...], refused: tuple[str, ...] = ()) -> int | None:
+    """The integer id of the JSON-RPC message ``text`` that nests past the parsers, read in
+    bounded time from its first and last :data:`_ENDS` bytes alone: an ``"id"`` among the
+    scalar members that open the object, or else its last member. None unless the first
+    value that nests is a member named in ``nested``, and no member before it is named in
+    ``refused``; None when neither end says the id exactly (a long one cut off is none).
+
+    The parsers stop where the text nests too deep, so all past that point is unchecked and
+    may be anything: reading the whole top level by hand (872f85f) took minutes on a tail
+    of escaped quotes, and on the event loop."""
+    head = text[:_ENDS]
+    opening = re.match(rb"\s*+\{", head)
+    if opening is None:
+        return None
+    position = opening.end()
+    keys: list[str] = []
+    request: int | None = None
+    while True:
+        if (found := _HEAD_ID.match(head, position)) is not None:
+            request = _exact(found.group(1))
+            keys.append("id")
+        elif (found := _HEAD_MEMBER.match(head, position)) is not None:
+            keys.append(found.group(1).decode("utf-8", "replace"))
+        else:
+            break
+        position = found.end()
+    first = _NESTED.match(head, position)
+    if first is None or first.group(1).decode("utf-8", "replace") not in nested:
+        return None
+    if set(keys) & set(refused) or ("id" in keys and request is None):
+        return None  # not the message looked for, or an id that is no integer or too long
+    if request is None and (tail := _TAIL_ID.search(text[-_ENDS:])) is not None:
+        request = _exact(tail.group(1))
+    return request
+
+
+def _exact(digits: bytes) -> int | None:
+    """``digits`` as an int, or None when Python will not convert that many."""
+    try:
+        return int(digits)
+    except ValueError:
+        return None
 
 
 # An escaped surrogate (or a backslash and text that looks like one: the parse tells).

@@ -883,6 +883,48 @@ async def test_an_answer_that_cannot_be_read_is_named_at_once(tmp_path: Path) ->
     ), said
 
 
+def _read_in_a_thread(line: bytes) -> object:
+    """``_parsed(line)`` in a thread, so a read that takes minutes fails the test, not
+    hangs it (the thread is a daemon, left to end on its own)."""
+    import threading
+
+    from mcp.shared.message import SessionMessage
+
+    from engine.mcp._stdio import _parsed
+
+    got: list[object] = []
+    reading = threading.Thread(
+        target=lambda: got.append(_parsed(line, types, SessionMessage)), daemon=True
+    )
+    reading.start()
+    reading.join(60)
+    assert got, "reading one line took over a minute"
+    return got[0]
+
+
+def test_the_id_of_an_answer_nested_past_every_parser_is_read_at_its_ends_alone() -> None:
+    """An answer nested past Python's parser too is looked for its id at its two ends: the
+    parse stops where it nests, so what follows is unchecked, and reading it by hand took
+    145 s on a tail of 80,000 escaped quotes in an unclosed string (the event loop frozen
+    meanwhile). An id is read exactly or not at all: a long one was cut to 64 digits, a
+    different id."""
+    deep = b"[" * 2000
+    hostile = b'{"jsonrpc":"2.0","id":1,"result":' + deep + b'"' + b'\\"' * 80_000
+    answer = _read_in_a_thread(hostile)
+    assert answer.message.id == 1, answer  # type: ignore[attr-defined]
+    assert "recursion limit exceeded" in answer.message.error.message  # type: ignore[attr-defined]
+    # The TypeScript SDK writes the id last.
+    long_id = int("7" * 80)
+    tail = b'{"jsonrpc":"2.0","result":' + deep + b"]" * 2000 + b', "id": %d}' % long_id
+    assert _read_in_a_thread(tail).message.id == long_id  # type: ignore[attr-defined]
+    for unknown in (
+        b'{"jsonrpc":"2.0","result":' + deep + b', "id": ' + b"1" * 5000 + b"}",  # too long
+        b'{"jsonrpc":"2.0","id":"1","result":' + deep,  # not an integer
+        b'{"jsonrpc":"2.0","method":"m","id":1,"params":' + deep,  # a request
+    ):
+        assert isinstance(_read_in_a_thread(unknown), ValueError), unknown[:40]
+
+
 async def test_a_notification_that_breaks_mcp_is_one_line_naming_the_server(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
