@@ -3982,7 +3982,6 @@ class Run(Replay):
         self.warned: set[str] = set()
         self.reserve: bytearray | None = None
         self.settle = self._settle
-        self.letting_go = False  # its ending is being made: no task runs again (_let_go)
         # The script's async generators that have begun, in the order they began: those
         # left unfinished when nothing else can run are closed then (_close_left).
         self.generators: weakref.WeakKeyDictionary[Any, None] = weakref.WeakKeyDictionary()
@@ -4909,7 +4908,9 @@ class Run(Replay):
         would a task's place in the queue. None is closed outside the run's fence (between
         a live run's segments, after it) nor once its ending is being made: no code of the
         script runs there."""
-        if _fenced_run is not self or self.ended or self.letting_go:
+        # Inside the fence, no reserve means _let_go has begun the ending (the fence sets
+        # it as it begins, and only _let_go drops it before the fence ends).
+        if _fenced_run is not self or self.ended or self.reserve is None:
             return
         closer = agen.aclose()
         try:
@@ -4977,8 +4978,7 @@ class Run(Replay):
 
         Only coroutines that never started are closed (closing one runs none of its code);
         the others go when nothing refers to them."""
-        self.letting_go = True
-        self.reserve = None
+        self.reserve = None  # also tells _close_dropped that no task runs again
         for task in self.ready:
             if inspect.getcoroutinestate(task._coro) == inspect.CORO_CREATED:
                 task._coro.close()

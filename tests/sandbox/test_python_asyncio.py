@@ -725,3 +725,30 @@ def test_an_async_generator_the_collector_drops_is_closed_naming_its_line() -> N
         "finally start\nline 9: Warning: an exception in g was ignored: RuntimeError: "
         "async generator ignored GeneratorExit\n"
     )
+
+
+def test_an_async_generator_dropped_as_the_ending_is_made_is_not_closed() -> None:
+    """One the script drops while its ending is made (a returned dict subclass's items(),
+    after the run has let its tasks go) is not closed: no task runs again, and a closing
+    begun there would run its ``finally`` (printing, a call made) with none to finish it."""
+    code = (
+        "async def g():\n"
+        "    try:\n"
+        "        yield 1\n"
+        "    finally:\n"
+        "        print('finally')\n"
+        "        await tools.t(release=1)\n"
+        "class D(dict):\n"
+        "    def items(self):\n"
+        "        it = g()\n"
+        "        try:\n"
+        "            it.asend(None).send(None)\n"
+        "        except StopIteration:\n"
+        "            pass\n"
+        "        return super().items()\n"
+        "return D(a=1)"
+    )
+    assert calls_per_step(code) == []
+    ran = end(code)
+    assert ran.outcome == "finished" and ran.value == {"a": 1}
+    assert ran.printed == ""
