@@ -79,7 +79,7 @@
   // Kind[Symbol.hasInstance] first, which a script may define on the constructor itself, and
   // a Map or an Error then printed {}); a typed array's length, read with the built-in
   // getter; and ToPrimitive (intl.js's too).
-  const { listOf, put, joined, holds, isA, typedLength, toPrimitive } = web.own;
+  const { listOf, put, joined, holds, isA, typedLength, toPrimitive, unboxed } = web.own;
   // The script's tools (see `begin`): a replaced Set.prototype.has, or its iterator, was
   // handed this set, and a script that added a name to it called a tool the host never gave.
   const toolNames = ownMethods(new NativeSet(), { has: setHas, add: setAdd });
@@ -189,24 +189,31 @@
     return flags;
   }
   const got = (get, v) => { try { return apply(get, v, []); } catch (_) { return undefined; } };
-  // A boxed primitive (`new Number(1)`, `Object("s")`) as Node.js shows it, `[Number: 1]`:
-  // it printed {}, and a String an object of its indexes. Told by its prototype, then by
-  // its kind's own valueOf, which throws for any other object (and runs no script code).
-  const BOXES = listOf();
-  for (const [Box, name] of [[Number, "Number"], [String, "String"], [Boolean, "Boolean"],
-    [BigInt, "BigInt"], [Symbol, "Symbol"]]) {
-    put(BOXES, [Box.prototype, Box.prototype.valueOf, name]);
-  }
+  // A boxed primitive (`new Number(1)`, `Object("s")`) as Node.js shows it, `[Number: 1]`,
+  // `[Number (Money): 5]` of a subclass's, `[Number (null prototype): 7]`: it printed {},
+  // and a String an object of its indexes. Told by its kind's own valueOf (web.js's
+  // `unboxed`), asked only of an object that inherits from a kind's prototype, or of one
+  // of no prototype and no keys (each miss makes an error, as heldBrand's).
+  const BOXES = { __proto__: null, number: Number.prototype, string: String.prototype,
+    boolean: Boolean.prototype, bigint: BigInt.prototype, symbol: Symbol.prototype };
+  const BOX_NAMES = { __proto__: null, number: "Number", string: "String", boolean: "Boolean",
+    bigint: "BigInt", symbol: "Symbol" };
+  const BOX_KINDS = listOf(); // the real ones, not what a script later names so
+  for (const Box of [Number, String, Boolean, BigInt, Symbol]) put(BOX_KINDS, Box);
+  const inheritsABox = (value) => {
+    for (let i = 0; i < BOX_KINDS.length; i++) if (isA(value, BOX_KINDS[i])) return true;
+    return false;
+  };
   function boxedPrimitive(value, proto) { // [the primitive, its kind's name], or undefined
-    for (let i = 0; i < BOXES.length; i++) {
-      if (proto !== BOXES[i][0]) continue;
-      try {
-        return [apply(BOXES[i][1], value, []), BOXES[i][2]];
-      } catch (_) {
-        return undefined; // an object of its own that inherits from Number.prototype
-      }
-    }
-    return undefined;
+    if (proto === null ? objectKeys(value).length !== 0 : !inheritsABox(value)) return undefined;
+    const inner = unboxed(value, BOXES);
+    if (inner === BOXES) return undefined; // an object of its own that inherits from Number.prototype
+    const kind = typeof inner, name = BOX_NAMES[kind];
+    if (proto === BOXES[kind]) return [inner, name];
+    if (proto === null) return [inner, name + " (null prototype)"];
+    let made;
+    try { made = proto.constructor.name; } catch (_) { made = undefined; }
+    return [inner, typeof made === "string" && made !== "" && made !== name ? name + " (" + made + ")" : name];
   }
   const setSize = getter(Set.prototype, "size");
   // A Map's entries ([key, value] each) and a Set's items, as they are held, as Node.js shows
@@ -366,7 +373,7 @@
     // Plain objects and arrays, the most of any value, are none of the kinds below.
     const proto = getPrototypeOf(value);
     const plainKind = proto === ObjectProto || proto === ArrayProto || proto === null;
-    const box = plainKind ? undefined : boxedPrimitive(value, proto);
+    const box = proto === ObjectProto || proto === ArrayProto ? undefined : boxedPrimitive(value, proto);
     if (box !== undefined) return boxShown(value, box, depth, ancestors, budget);
     // A built-in's data with its prototype set to null is named as Node.js names it:
     // `[Map(1): null prototype] {...}`, `[RegExp: null prototype] /x/`.

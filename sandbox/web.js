@@ -166,8 +166,17 @@
   const TYPED_ARRAYS = { __proto__: null, Float32Array: Float32Array, Float64Array: Float64Array };
   for (const name of INTEGER_ARRAYS) TYPED_ARRAYS[name] = globalThis[name];
   const branded = (getter, v) => { try { apply(getter, v, []); return true; } catch (_) { return false; } };
+  // A boxed primitive's kinds' own valueOf, each of which throws for any other object and
+  // runs no script code: `unboxed(v, none)` is the primitive `v` holds, or `none` for an
+  // object that boxes none. The prelude's console printing takes it too.
   const boxed = listOf();
-  for (const Box of [Boolean, Number, String, BigInt]) put(boxed, Box.prototype.valueOf);
+  for (const Box of [Boolean, Number, String, BigInt, Symbol]) put(boxed, Box.prototype.valueOf);
+  function unboxed(v, none) {
+    for (let i = 0; i < boxed.length; i++) {
+      try { return apply(boxed[i], v, []); } catch (_) { /* not of this kind */ }
+    }
+    return none;
+  }
   const ERRORS = { __proto__: null };
   for (const name of ["Error", "EvalError", "RangeError", "ReferenceError", "SyntaxError", "TypeError", "URIError"]) ERRORS[name] = globalThis[name];
   function uncloneable(v) {
@@ -222,10 +231,10 @@
         const Kind = TYPED_ARRAYS[tag];
         return remember(v, construct(Kind, [copy, offset, length / Kind.BYTES_PER_ELEMENT]));
       }
-      for (let i = 0; i < boxed.length; i++) {
-        let inner, ok = true;
-        try { inner = apply(boxed[i], v, []); } catch (_) { ok = false; }
-        if (ok) return remember(v, NativeObject(inner));
+      const inner = unboxed(v, unboxed);
+      if (inner !== unboxed) {
+        if (typeof inner === "symbol") throw uncloneable(v); // as a symbol is
+        return remember(v, NativeObject(inner));
       }
       if (isA(v, NativePromise) || isA(v, NativeWeakMap) || isA(v, NativeWeakSet)) {
         throw uncloneable(v);
@@ -556,9 +565,9 @@
     defineProperty(globalThis, name, { __proto__: null, value: made[name], writable: true, configurable: true });
   }
   const setRun = (nextRandom, text) => { run = { nextRandom, text }; };
-  // The engine's own lists, its instanceof, a typed array's length and ToPrimitive, which
-  // sandbox/prelude.js uses too.
-  setRun.own = freeze({ listOf, put, joined, holds, isA, typedLength, toPrimitive });
+  // The engine's own lists, its instanceof, a typed array's length, ToPrimitive and a boxed
+  // primitive's value, which sandbox/prelude.js uses too.
+  setRun.own = freeze({ listOf, put, joined, holds, isA, typedLength, toPrimitive, unboxed });
   // What sandbox/url.js takes from here: its searchParams, and the text helpers it shares.
   setRun.url = freeze({ makeParams: linkParams, replaceParams, usv, isHex, utf8, decodeUtf8, HEX, listOf, put, typedLength, chars });
   // What sandbox/intl.js takes: the lists, a string's characters, an index set as an array's

@@ -745,6 +745,28 @@ def test_console_shows_a_boxed_primitives_own_keys_after_it() -> None:
     assert printed.startswith('[String: "xxx') and "extra" not in printed
 
 
+def test_console_shows_a_subclass_or_bare_boxed_primitive_as_node_does() -> None:
+    """A boxed primitive of a subclass, or whose prototype is null, prints as Node.js shows
+    it, `[Number (Money): 5]`, `[Number (null prototype): 7]`: they printed {} (only a box
+    whose prototype was its kind's own was told), whatever the script later names Number.
+    structuredClone refuses a Symbol box, as the HTML spec has it (it was copied as {})."""
+    code = (
+        "class Money extends Number {}\n"
+        "const m = new Money(5); m.currency = 'EUR';\n"
+        "const bare = Object.setPrototypeOf(new Number(7), null);\n"
+        "Number = function () {};\n"
+        "console.log(m, bare, Object.setPrototypeOf(Object(Symbol('s')), null));\n"
+        "console.log(Object.create(Money.prototype), structuredClone(new Money(3)));\n"
+        "try { structuredClone(Object(Symbol('x'))); } catch (e) { console.log(e.name); }"
+    )
+    assert run(code).printed == (
+        '[Number (Money): 5] {"currency":"EUR"} [Number (null prototype): 7] '
+        "[Symbol (null prototype): Symbol(s)]\n"
+        "{} [Number: 3]\n"
+        "DataCloneError\n"
+    )
+
+
 def test_a_printed_error_is_followed_by_the_line_it_was_made_at() -> None:
     """An error printed as an argument of its own (a `catch` that logs and goes on, a pattern
     models write) is followed by the script's line it was made at, where Node.js prints its
