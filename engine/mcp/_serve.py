@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import itertools
 import logging
 import os
 import resource
@@ -499,10 +500,16 @@ def _prompt_requests(room: int | None) -> Any:
         def _make_room(self) -> None:
             assert room is not None
             excess = sum(not c.transport.is_closing() for c in self.connections) - room
-            for other in list(waiting):
+            # Those waiting on their client, silent or stopped mid-request (a flood of half
+            # bodies locked out every newcomer), longest waiting first; this newcomer last.
+            # Not silent ones first: a client's own connection, idle between its requests,
+            # was closed under it while older half bodies stayed. Never one whose request
+            # came whole: its answer is the server's to give.
+            others = (c for c in list(waiting) if c is not self and c._client_owes())
+            for other in itertools.chain(others, [self]):
                 if excess <= 0:
                     break
-                if other.conn.their_state is h11.IDLE and not other.transport.is_closing():
+                if not other.transport.is_closing():
                     other._close()
                     excess -= 1
             now = time.monotonic()
@@ -518,6 +525,14 @@ def _prompt_requests(room: int | None) -> Any:
         def on_response_complete(self) -> None:
             super().on_response_complete()
             self._expect()
+
+        def _client_owes(self) -> bool:
+            """Waiting for its client: for a request, or the rest of its head, or of its
+            body while no answer has begun."""
+            state = self.conn.their_state
+            return state is h11.IDLE or (
+                state is h11.SEND_BODY and self.conn.our_state is h11.SEND_RESPONSE
+            )
 
         def connection_lost(self, exc: Exception | None) -> None:
             waiting.pop(self, None)

@@ -1255,3 +1255,63 @@ async def test_silent_http_clients_past_the_room_cannot_lock_out_one_that_asks(
         await engine.aclose()
     crowded = [r for r in caplog.records if "the most this server holds" in r.getMessage()]
     assert crowded and all(r.levelno == logging.WARNING for r in crowded), caplog.text
+
+
+async def test_http_clients_stopped_mid_request_past_the_room_cannot_lock_out_one_that_asks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past its room, the server closed only connections that had sent no whole request
+    head: four that sent a head and one byte of body filled a room of four, and every
+    newcomer, a client that asked included, was the one closed. Those waiting on their
+    client mid-request are closed too, after silent ones, longest waiting first."""
+    from engine import CodeMode, tool
+    from engine.mcp import _serve
+    from tests.engine.conftest import InProcessRunner
+
+    monkeypatch.setattr(_serve, "connection_room", lambda: 4)
+    monkeypatch.setattr(_serve, "REQUEST_WAIT", 600.0)  # only the room closes one here
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    engine = CodeMode([add], runner=InProcessRunner(), type_check="off")
+    server = _serve.CodeModeServer(engine)
+    ready = asyncio.Event()
+    urls: list[str] = []
+
+    def on_ready(url: str) -> None:
+        urls.append(url)
+        ready.set()
+
+    serving = asyncio.create_task(server.run_http("127.0.0.1", 0, on_ready=on_ready))
+    halfway = []
+    try:
+        await asyncio.wait_for(ready.wait(), TIMEOUT)
+        host, port = urls[0].split("//")[1].split("/")[0].split(":")
+        head = (
+            f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            "Accept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{"
+        ).encode()
+        for _ in range(4):
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(head)
+            await writer.drain()
+            halfway.append((reader, writer))
+        async with (
+            streamable_http_client(urls[0]) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            answer = await run(session, "return await tools.add({ a: 2, b: 3 });")
+            assert returned(answer) == 5, text(answer)
+        async with asyncio.timeout(TIMEOUT):
+            assert await halfway[0][0].read() == b""  # the longest waiting: closed
+    finally:
+        for _, writer in halfway:
+            writer.close()
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        await engine.aclose()
