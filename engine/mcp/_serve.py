@@ -51,7 +51,7 @@ from engine._result import RunResult
 from engine._schema import only_argument, script_argument
 from engine._tools import Tool
 from engine.mcp._config import SERVER_NAME, codemode_version
-from engine.mcp._stdio import MAX_MESSAGE, well_formed_json
+from engine.mcp._stdio import MAX_MESSAGE, deep_id, well_formed_json
 from engine.mcp._upstream import summary
 from sandbox.protocol import size_text
 
@@ -757,6 +757,9 @@ _JSON_KINDS = {
     bool: "true or false",
     type(None): "null",
 }
+# How deep a client's message may nest (objects and arrays, its own object included): the
+# bound of the SDK's JSON parser (pydantic-core's).
+MAX_NESTING = 201
 _REQUEST_SHAPE = (
     '{"jsonrpc": "2.0", "id": a string or an integer, "method": a string, "params": an object}'
 )
@@ -784,8 +787,16 @@ def _refusal(line: str) -> Any:
     try:
         message = from_json(line)
     except ValueError as e:
-        why = f"Parse error: the line is not JSON ({e}); send one JSON-RPC message a line"
-        return _error(types, None, types.PARSE_ERROR, why)
+        if "recursion limit exceeded" not in str(e):
+            why = f"Parse error: the line is not JSON ({e}); send one JSON-RPC message a line"
+            return _error(types, None, types.PARSE_ERROR, why)
+        # JSON maybe, too deep to read: its id is looked for at its ends (the rest is unread).
+        why = (
+            "Parse error: the request nests deeper than this server reads (a message may nest "
+            f"{MAX_NESTING} objects and arrays deep, its own object included); send its "
+            "arguments less nested"
+        )
+        return _error(types, deep_id(line.encode(), ("params",)), types.PARSE_ERROR, why)
     if not isinstance(message, dict):
         what = _JSON_KINDS.get(type(message), "a number")
         why = f"Invalid Request: a message is one JSON object, not {what}"

@@ -1154,6 +1154,7 @@ def test_a_malformed_line_over_stdio_is_answered_with_what_is_wrong(tmp_path: Pa
         json.dumps({"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}),
         json.dumps({"jsonrpc": "2.0", "method": 7}),  # a notification: nothing to answer
         "",
+        _nested_call(300, 10),
         json.dumps({"jsonrpc": "2.0", "id": 9, "method": "ping"}),
     ]
     process = _serve_raw(tmp_path, stderr=subprocess.DEVNULL)
@@ -1194,11 +1195,40 @@ def test_a_malformed_line_over_stdio_is_answered_with_what_is_wrong(tmp_path: Pa
         (5, -32600, "Invalid Request: jsonrpc: Field required" + shape),
         (None, -32600, "Invalid Request: id: Input should be a valid integer or a valid string"),
         (None, -32600, "Invalid Request: id: Input should be a valid integer or a valid string"),
+        (10, -32700, "Parse error: the request nests deeper than this server reads (a message "),
     ]
     assert len(answers) == len(expected), answers
     for answer, (ident, code, start) in zip(answers, expected, strict=True):
         assert answer["id"] == ident and answer["error"]["code"] == code, answer
         assert answer["error"]["message"].startswith(start), answer
+
+
+def _nested_call(depth: int, ident: int) -> str:
+    """A tools/call request whose JSON nests ``depth`` objects deep in all."""
+    nested: dict[str, Any] = {}
+    for _ in range(depth - 4):  # the message, its params, their arguments, the innermost
+        nested = {"a": nested}
+    arguments = {"code": "return 1;", "n": nested}
+    params = {"name": "run_code", "arguments": arguments}
+    return json.dumps({"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": params})
+
+
+def test_a_request_nested_past_the_parser_is_answered_with_its_id_and_the_bound() -> None:
+    """A valid request merely nested deeper than the SDK's parser takes was answered as
+    "not JSON" with id null, so its client still waited out its own timeout. It is answered
+    with its id, whether the id comes first or last, saying how deep a message may nest:
+    as deep as MAX_NESTING says, and no deeper."""
+    from engine.mcp._serve import MAX_NESTING, _refusal
+
+    assert _refusal(_nested_call(MAX_NESTING, 4)) is None  # the SDK takes it
+    refused = _refusal(_nested_call(MAX_NESTING + 1, 4))
+    assert refused is not None and refused.id == 4, refused
+    assert f"a message may nest {MAX_NESTING} objects and arrays deep" in refused.error.message
+    last = json.loads(_nested_call(MAX_NESTING, 0))
+    del last["id"]
+    last["params"]["arguments"] = {"n": [last["params"]["arguments"]]}
+    refused = _refusal(json.dumps(last)[:-1] + ', "id": 77}')  # the id last, as TypeScript
+    assert refused is not None and refused.id == 77, refused
 
 
 async def test_silent_http_clients_past_the_room_cannot_lock_out_one_that_asks(
