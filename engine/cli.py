@@ -40,6 +40,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import functools
 import logging
 import os
 import shlex
@@ -52,11 +53,12 @@ import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import orjson
 
 from engine import log
+from engine._aside import output_aside
 from engine._codemode import CodeMode, RunResult, check_ids
 from engine._config import Config, StoreConfig, not_a_directory
 from engine._errors import (
@@ -437,34 +439,37 @@ async def _engine(
     needs_runner: bool,
     config: Config | None = None,
     on_event: list[Listener] | None = None,
-) -> AsyncIterator[CodeMode]:
+) -> AsyncIterator[tuple[CodeMode, TextIO]]:
     """The engine of a command: the ``--tools`` file's tools and those of the MCP servers
     of ``[codemode.mcpServers.NAME]`` in codemode.toml, started as ``codemode mcp serve``
-    starts them. Closed on every way out (an error, Ctrl-C), which ends their processes."""
+    starts them. Closed on every way out (an error, Ctrl-C), which ends their processes.
+    With it, the stream of the command's own output: while the engine is open, what is
+    written to stdout (sys.stdout, descriptor 1) goes to stderr."""
     config = config or _config(args)
-    with _host_prints_aside():
+    with _host_prints_aside() as out:
         async with _engine_of(args, needs_runner, config, on_event) as engine:
-            yield engine
+            yield engine, out
 
 
 @contextlib.contextmanager
-def _host_prints_aside() -> Iterator[None]:
+def _host_prints_aside() -> Iterator[TextIO]:
     """While it lasts, what the host's code prints (a tools file as it is imported, a tool's
-    debug line as it runs) goes to stderr: stdout is the command's result, and a tool's
-    print() landed among `run --json`'s JSON lines, or before `Script finished.` as if the
-    script had printed it. Python's sys.stdout only: the processes the command starts (the
-    sandboxes, MCP servers) are given pipes of their own."""
-    kept = sys.stdout
-    terminal = sys.stderr is not None and sys.stderr.isatty()
-    sys.stdout = _AfterTheLiveLine(sys.stderr) if terminal else sys.stderr
-    try:
-        yield
-    finally:
-        for stream in (sys.stdout, sys.stderr):  # a line the host left without its break
-            if stream is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    stream.flush()
-        sys.stdout = kept
+    debug line as it runs, a subprocess a tool runs) goes to stderr: stdout is the command's
+    result, and a tool's print() landed among `run --json`'s JSON lines, or before `Script
+    finished.` as if the script had printed it. Yields the stream of the command's own
+    output (see :func:`output_aside`)."""
+    with output_aside() as out:
+        kept = sys.stdout
+        terminal = sys.stderr is not None and sys.stderr.isatty()
+        sys.stdout = _AfterTheLiveLine(sys.stderr) if terminal else sys.stderr
+        try:
+            yield out
+        finally:
+            for stream in (sys.stdout, sys.stderr):  # a line the host left without its break
+                if stream is not None:
+                    with contextlib.suppress(OSError, ValueError):
+                        stream.flush()
+            sys.stdout = kept
 
 
 class _AfterTheLiveLine:
@@ -843,7 +848,7 @@ def _print_answer(args: argparse.Namespace, record: ScriptRecord | None) -> None
 
 async def _worker(args: argparse.Namespace) -> int:
     _needs_log(args, "worker", made=False)  # a worker may start before any host
-    async with _engine(args, needs_runner=True) as engine:
+    async with _engine(args, needs_runner=True) as (engine, _):
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         signalled: list[int] = []
@@ -1001,9 +1006,8 @@ async def _run_with(
     args: argparse.Namespace, code: str, config: Config, listeners: list[Listener]
 ) -> tuple[RunResult, bool]:
     kept = config.store.lasting(config.data_dir)
-    out = sys.stdout  # the command's: while the engine is open, the host's prints are aside
 
-    def started(script_id: str) -> None:
+    def started(out: TextIO, script_id: str) -> None:
         # Before the first step, so a host that dies mid-script knows what to resume.
         if args.json:
             out.write(orjson.dumps({"script_id": script_id}).decode() + "\n")
@@ -1013,8 +1017,10 @@ async def _run_with(
         out.flush()
 
     try:
-        async with _engine(args, needs_runner=True, config=config, on_event=listeners) as engine:
-            result = await engine.run_code(code, tenant=args.tenant, on_start=started)
+        engine_and_out = _engine(args, needs_runner=True, config=config, on_event=listeners)
+        async with engine_and_out as (engine, out):
+            on_start = functools.partial(started, out)
+            result = await engine.run_code(code, tenant=args.tenant, on_start=on_start)
     except StepUnavailable as e:
         if kept:
             raise
@@ -1071,7 +1077,7 @@ async def _resume(args: argparse.Namespace) -> int:
 
 
 async def _resume_with(args: argparse.Namespace, listeners: list[Listener]) -> RunResult:
-    async with _engine(args, needs_runner=True, on_event=listeners) as engine:
+    async with _engine(args, needs_runner=True, on_event=listeners) as (engine, _):
         if args.approve or args.reject:
             # Before any answer is recorded: a resume this host refuses changes nothing.
             await engine.check_tools(args.script_id)
@@ -1110,7 +1116,7 @@ async def _check_answers(engine: CodeMode, args: argparse.Namespace) -> None:
 
 
 async def _describe(args: argparse.Namespace) -> int:
-    async with _engine(args, needs_runner=False) as engine:
+    async with _engine(args, needs_runner=False) as (engine, _):
         definition = engine.definition(args.format)
     if args.json:
         _print_json(definition)
@@ -1120,8 +1126,7 @@ async def _describe(args: argparse.Namespace) -> int:
 
 
 async def _search(args: argparse.Namespace) -> int:
-    out = sys.stdout  # the command's: while the engine is open, the host's prints are aside
-    async with _engine(args, needs_runner=False) as engine:
+    async with _engine(args, needs_runner=False) as (engine, out):
         with contextlib.redirect_stdout(out):
             return _print_search(args, engine)
 

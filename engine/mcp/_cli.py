@@ -19,16 +19,16 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import os
 import re
 import shlex
 import signal
 import sys
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, NoReturn
 
+from engine._aside import output_aside
 from engine._codemode import CodeMode
 from engine._config import Config, build_runner
 from engine._errors import CodeModeError, ConfigError, ToolDefinitionError
@@ -110,7 +110,9 @@ def main(argv: list[str]) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    aside = _output_aside() if not args.http else contextlib.nullcontext()
+    # Over stdio, stdout is the MCP client's: a tools file that prints as it is imported
+    # wrote a line there that is no MCP message (the SDK diverts stdout so only as it serves).
+    aside = output_aside() if not args.http else contextlib.nullcontext()
     # A read or an import that waits ends at SIGTERM or Ctrl-C.
     with stoppable_inputs(), aside:
         config, toml, specs, problems = _read_configs(args)
@@ -170,23 +172,6 @@ async def _serve(args: argparse.Namespace) -> int:
     finally:
         await engine.aclose()
     return 0
-
-
-@contextlib.contextmanager
-def _output_aside() -> Iterator[None]:
-    """What is written to stdout meanwhile goes to stderr: over stdio, stdout is the MCP
-    client's, and a tools file that prints as it is imported wrote a line there that is no
-    MCP message, first of all (the SDK diverts stdout the same way only once it serves)."""
-    sys.stdout.flush()
-    wire = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError, ValueError):
-            sys.stdout.flush()  # what the import printed and Python holds, to stderr too
-        os.dup2(wire, 1)
-        os.close(wire)
 
 
 async def _until_signal(serving: Coroutine[Any, Any, int]) -> int:

@@ -1293,15 +1293,18 @@ def test_a_tool_that_raises_is_one_line_on_stderr(tmp_path: Path) -> None:
 def test_what_the_tools_print_goes_to_stderr_not_among_the_result(tmp_path: Path) -> None:
     """A tools file that prints as it is imported, and a tool that prints a debug line as it
     runs: stdout holds the command's result alone (`run --json`'s two JSON lines, which the
-    prints landed among; `search --json`'s JSON), and the prints are on stderr."""
+    prints landed among; `search --json`'s JSON), and the prints are on stderr. A subprocess
+    the tool runs writes to descriptor 1 itself, past Python's sys.stdout: aside too."""
     tools = tmp_path / "tools.py"
     tools.write_text(
+        "import subprocess\n"
         "from engine import tool\n"
         "print('loading tools')\n"
         "@tool\n"
         "def double(x: int) -> int:\n"
         '    """Double a number."""\n'
         "    print('debug: double', x)\n"
+        "    subprocess.run(['echo', 'from a subprocess'], check=True)\n"
         "    return 2 * x\n"
     )
     script = "return await tools.double({x: 21})"
@@ -1312,6 +1315,7 @@ def test_what_the_tools_print_goes_to_stderr_not_among_the_result(tmp_path: Path
     assert json.loads(line)["value"] == 42
     assert json.loads(started) == {"script_id": json.loads(line)["script_id"]}
     assert "loading tools\n" in ran.stderr and "debug: double 21\n" in ran.stderr, ran.stderr
+    assert "from a subprocess\n" in ran.stderr, ran.stderr
     plain = codemode("run", "-", "--tools", str(tools), stdin=script)
     assert plain.stdout == "Script finished.\nReturned:\n42\n", plain.stdout
     found = codemode("search", "double", "--tools", str(tools), "--json")
