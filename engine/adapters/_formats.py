@@ -30,6 +30,8 @@ import binascii
 import re
 from typing import Any, Literal, Protocol, get_args
 
+import orjson
+
 from engine._errors import CodeModeError
 from engine._limits import config_hint
 from engine._mcp import MEDIA_TYPES
@@ -215,21 +217,42 @@ def _with_returned(result: RunResult) -> tuple[str, list[tuple[int, dict[str, An
     left_out = {b["index"]: b["limit"] for b in result.returned_left_out}
     # The data as the value's JSON spells it (orjson's, engine._render; base64 needs no
     # escapes), so only the block's own string is replaced, never other text that matches;
-    # one at a time, in order from the value on, since blocks of the same bytes may be named
-    # apart. A text too long for its budget names them already (engine._render).
-    at = max(text.rfind("\nReturned:\n"), 0)
+    # one at a time, in order, since blocks of the same bytes may be named apart. Within the
+    # value's own span: a file shown after it may hold that JSON (or a "Returned:" line) too.
+    at, end = _value_span(text, result)
     for index, (block, size, mime) in enumerate(_returned_media(result.value), 1):
         limit = left_out.get(index)
         if limit is None:
             blob = {"type": block["type"], "data": block["data"], "mimeType": mime}
             returned.append((index, blob))
         quoted = f'"data":"{block["data"]}"'
-        found = text.find(quoted, at)
+        found = text.find(quoted, at, end)
         if found >= 0:
             name = f'"data":"{media_name(mime, size, limit)}"'
             text = text[:found] + name + text[found + len(quoted) :]
             at = found + len(name)
+            end += len(name) - len(quoted)
     return text, returned
+
+
+def _value_span(text: str, result: RunResult) -> tuple[int, int]:
+    """Where the returned value's JSON is in ``result``'s text, as engine._render wrote it
+    after ``Returned:``: the first such span (what the script printed comes before it; the
+    files it showed, after). The whole text when it is not there: a text cut in the middle,
+    one built by hand. Empty when the text names the blocks already (one too long for its
+    budget, see engine._render): nothing is left to name."""
+    try:
+        rendered = orjson.dumps(result.value).decode().replace("\x00", "\ufffd")  # as _render
+    except orjson.JSONEncodeError:  # a RunResult built by hand, of no JSON value
+        return 0, len(text)
+    found = text.find(f"\nReturned:\n{rendered}")
+    if found >= 0:
+        start = found + len("\nReturned:\n")
+        return start, start + len(rendered)
+    named = named_media(result.value, result.returned_left_out)
+    if named is not None and f"\nReturned:\n{orjson.dumps(named).decode()}" in text:
+        return 0, 0
+    return 0, len(text)
 
 
 def media_name(mime: str, size: int, limit: str | None = None) -> str:

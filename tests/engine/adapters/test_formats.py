@@ -436,6 +436,35 @@ async def test_returned_images_are_attached_within_the_shown_budgets(engine: Cod
     assert named.rindex("below") < named.index("left out")
 
 
+async def test_returned_blocks_are_named_in_the_value_not_in_a_file_shown_after_it(
+    engine: CodeMode,
+) -> None:
+    """The blocks were looked for from the text's last "Returned:" line, which a text file
+    the script showed (after the value) may hold: then the value's base64 was spelled out
+    in every API's text, and the blocks left out were not said to be. They are named in the
+    value alone; the file's text is left as it is."""
+    data = base64.b64encode(PNG).decode()
+    block = f'{{"type":"image","data":"{data}","mimeType":"image/png"}}'
+    notes = f"# an earlier run\nScript finished.\nReturned:\n[{block}]\n".encode()
+    result = await engine.run_code(
+        'files.show("notes.md");' + _images(6),
+        files=[Attachment("notes.md", data=notes, mime="text/markdown")],
+    )
+    assert result.status == "finished", result.text
+    assert [b["index"] for b in result.returned_left_out] == [4, 5, 6]  # the file counts
+    for text in (
+        result.to_anthropic("toolu_01")["content"][0]["text"],
+        result.to_openai_chat("call_01")[0]["content"],
+        result.to_openai_responses("call_01")["output"][0]["text"],
+        result.to_mcp()["content"][0]["text"],
+    ):
+        value, _, shown = text.partition("\nShown: notes.md")
+        assert data not in value, value
+        assert value.count("below") == 3 and value.count("left out: over shown_files") == 3
+        assert shown.count(data) == 1 and "below" not in shown, shown
+    assert _attached(result) == dict.fromkeys(FORMATS, 3)
+
+
 async def test_returned_media_past_shown_media_are_left_out_saying_so() -> None:
     """The bytes count too: with shown_media 100 bytes, one 70-byte PNG fits and the next
     does not; a budget raised by the limits attaches them all."""
