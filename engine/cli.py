@@ -477,12 +477,14 @@ class _AfterTheLiveLine:
     host's code prints clears stderr's live line (:class:`ProgressLine`) first, which a
     tool's print() was written onto the end of. A line is written whole, in one write, so
     the live line's redraw (on the event loop's thread) cannot fall inside it; text without
-    its line break waits for it, or for a flush. All else is stderr's own."""
+    its line break waits for it, or for a flush. The part of a line a flush wrote (a tool's
+    ``print("working...", end="", flush=True)``) is written again with the rest: the live
+    line's redraw in between erased it. All else is stderr's own."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
         self._pending = ""
-        self._mid_line = False  # a flush wrote part of a line: the rest follows, uncleared
+        self._flushed = ""  # of the line being written: what a flush wrote of it
         self._lock = threading.Lock()  # tools print from their threads
 
     def write(self, text: str) -> int:
@@ -496,14 +498,16 @@ class _AfterTheLiveLine:
     def flush(self) -> None:
         with self._lock:
             if self._pending:
+                flushed = self._flushed + self._pending
                 self._emit(self._pending)
+                # What a terminal shows of it: past a carriage return, the line was redrawn.
+                self._flushed = flushed.rpartition("\r")[2]
                 self._pending = ""
-                self._mid_line = True
             self._stream.flush()
 
     def _emit(self, text: str) -> None:
-        self._stream.write(text if self._mid_line else "\r\x1b[K" + text)
-        self._mid_line = False
+        self._stream.write("\r\x1b[K" + self._flushed + text)
+        self._flushed = ""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import pty
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 
 from engine import Event
 from engine._progress import ProgressLine
+from engine.cli import _AfterTheLiveLine
 from tests.engine.conftest import cli_taking_ctrl_c
 from tests.engine.test_cli import ROOT, codemode
 
@@ -195,6 +197,48 @@ def test_live_line_on_a_terminal() -> None:
     text = seen.decode()
     assert "codemode: 3 steps, 3 calls" in text, text
     assert text.endswith("\r\x1b[K"), text
+
+
+def _screen(written: str) -> list[str]:
+    """The lines a terminal shows for ``written``: a carriage return goes back to the
+    line's start, where what follows writes over it; ESC [K clears the line from there."""
+    lines, line, column = [], "", 0
+    for part in re.split(r"(\r|\n|\x1b\[K)", written):
+        if part == "\n":
+            lines.append(line)
+            line, column = "", 0
+        elif part == "\r":
+            column = 0
+        elif part == "\x1b[K":
+            line = line[:column]
+        else:
+            line = line[:column] + part + line[column + len(part) :]
+            column += len(part)
+    return [*lines, line]
+
+
+def test_a_tools_part_line_is_not_lost_under_the_live_line() -> None:
+    """A tool's progress written without its line break and flushed (print("working...",
+    end="", flush=True)) was erased by the live line's next redraw, and the rest of its line
+    (" done") was then written onto the end of the live line. The line is written whole
+    again with its rest, after the live line is cleared."""
+    stderr = io.StringIO()
+    tools_stdout = _AfterTheLiveLine(stderr)
+    live = ProgressLine(stderr)
+    live.draw()
+    print("working...", end="", flush=True, file=tools_stdout)
+    live.draw()  # the live line's tick, on the event loop's thread
+    print(" done", file=tools_stdout)
+    print("step", end="", flush=True, file=tools_stdout)
+    print(" 1\rstep 2", end="", flush=True, file=tools_stdout)  # its own redraw
+    live.draw()
+    print(" of 2", file=tools_stdout)
+    live.draw()
+    assert _screen(stderr.getvalue()) == [
+        "working... done",
+        "step 2 of 2",
+        "codemode: 0 steps, 0 calls, 0.0 s",
+    ], repr(stderr.getvalue())
 
 
 def test_progress_line_counts() -> None:
