@@ -154,25 +154,35 @@ class StoreConfig:
         return MemoryStore()
 
 
-def _outside_codemode(data: Mapping[str, Any], unknown: list[str], where: str) -> str:
+def _outside_codemode(data: Mapping[Any, Any], unknown: list[Any], where: str) -> str:
     """What a config with keys or tables outside [codemode] is told: a setting written
     above any table (``data_dir = ...`` with no ``[codemode]`` line) or a table of ours
     written without its prefix (``[limits]``) is named with where it goes; they were all
-    called unknown tables, the keys too."""
+    called unknown tables, the keys too. A file that has a [codemode] table already is told
+    to move them into it: a second ``[codemode]`` line is not TOML ("Cannot declare
+    ('codemode',) twice")."""
     keys = [k for k in unknown if not isinstance(data[k], Mapping)]
     tables = [k for k in unknown if isinstance(data[k], Mapping)]
+    has_codemode = isinstance(data.get("codemode"), Mapping)
     if keys:
         shown = ", ".join(_shown(k) for k in keys[:5])
+        where_to = (
+            f"move {'it' if len(keys) == 1 else 'them'} under the [codemode] table"
+            if has_codemode
+            else "put a [codemode] line above them"
+        )
         return (
             f"{where}: {shown} {'is' if len(keys) == 1 else 'are'} outside any table; the "
-            "settings go under [codemode]: put a [codemode] line above them"
+            f"settings go under [codemode]: {where_to}"
         )
     ours = [k for k in tables if k in _TOP_KEYS]
     if ours:
-        return (
-            f"{where}: unknown table [{ours[0]}]; the settings go under [codemode]: write "
-            f"[codemode.{ours[0]}]"
+        where_to = (
+            f"move its keys into [codemode.{ours[0]}]"
+            if has_codemode
+            else f"write [codemode.{ours[0]}]"
         )
+        return f"{where}: unknown table [{ours[0]}]; the settings go under [codemode]: {where_to}"
     return (
         f"{where}: unknown table(s) {', '.join(_shown(k) for k in tables[:5])}; the settings "
         "go under [codemode]"
@@ -250,7 +260,7 @@ class Config:
     ) -> Config:
         if not isinstance(data, Mapping):
             raise ConfigError(f"{where}: a config is a table, not {type(data).__name__}")
-        unknown_top = sorted(str(key) for key in set(data) - {"codemode"})
+        unknown_top = sorted(set(data) - {"codemode"}, key=str)  # of any type: named as they are
         if unknown_top:
             raise ConfigError(_outside_codemode(data, unknown_top, where))
         section = data.get("codemode", {})
