@@ -570,10 +570,10 @@ class Tool:
             cycle = cycle_at(result, room // 2)
             if cycle is not None:
                 # Counted, a cycle is endless: it read as too many items, not as what it is.
-                raise self._error(
-                    f"tools.{self.name} returned a cycle at {data_path(cycle)}: it refers back "
-                    "to an object that holds it, which JSON cannot carry; have the tool return "
-                    "a copy without that reference"
+                raise self._defect(
+                    f"returned a cycle at {data_path(cycle)}: it refers back to an object that "
+                    "holds it, which JSON cannot carry",
+                    "; have the tool return a copy without that reference",
                 )
             raise self._error(
                 f"tools.{self.name} returned more than {room // 2:,} items, which take more than "
@@ -594,34 +594,37 @@ class Tool:
                 check_keys_apart(result)  # {1: "a", "1": "b"} dumped as {"1": "b"}
             data = to_json_data(result if data is _MISSING else data)
         except NotJSONData as e:
-            # What to return instead is for the tool's author, who reads the host's log; the
-            # script can only be told its call failed through no fault of its own.
-            logger.warning(
-                "tools.%s returned %s, which is not JSON data%s; the call failed",
-                self.name,
-                e.what,
+            raise self._defect(
+                f"returned {e.what}, which is not JSON data",
                 e.hint,
-            )
-            raise self._error(
-                f"tools.{self.name} returned {e.what_in(language)}, which is not JSON data, so "
-                "its result could not be passed on: a defect of the tool on the host's side, "
-                "not of the script"
+                told=f"returned {e.what_in(language)}, which is not JSON data",
             ) from None
         if self._output_validator is not None:
             try:
                 problems = validation_problems(self._output_validator, data)
             except UnicodeEncodeError:  # the validator takes no lone surrogate, nor does JSON
-                raise self._error(
-                    f"tools.{self.name} returned a result that cannot be sent to the script "
-                    "(text with a lone surrogate); the tool must return JSON data (integers "
-                    "within 64 bits, text without lone surrogates)"
+                raise self._defect(
+                    "returned text with a lone surrogate, which JSON cannot carry",
+                    "; the tool must return JSON data (text without lone surrogates)",
                 ) from None
             if problems:
-                raise self._error(
-                    f"tools.{self.name} returned a result that does not match its output "
-                    f"schema: {problems}"
+                raise self._defect(
+                    f"returned a result that does not match its output schema: {problems}",
+                    "; have the tool return what its output schema says, or correct the schema",
                 )
         return data
+
+    def _defect(self, what: str, advice: str, *, told: str | None = None) -> ToolCallError:
+        """The error of a call whose result the tool's own defect keeps from the script:
+        ``what`` it returned and why it cannot pass (``told``, if given, as the script's
+        language names it). What to do about it (``advice``) is for the tool's author, who
+        reads the host's log, warned here; the script can only be told its call failed
+        through no fault of its own."""
+        logger.warning("tools.%s %s%s; the call failed", self.name, what, advice)
+        return self._error(
+            f"tools.{self.name} {told or what}, so its result could not be passed on: a defect "
+            "of the tool on the host's side, not of the script"
+        )
 
     def _read_out(self, items: Iterator[Any], room: int | None) -> list[Any]:
         # A generator's items, read up to what the script may read: each takes two bytes of

@@ -59,6 +59,8 @@ NOT_PASSED_ON = (
     ", which is not JSON data, so its result could not be passed on: a defect of the tool on "
     "the host's side, not of the script"
 )
+# The same, after a result's other defects (a cycle, one that breaks its output schema).
+PASSED_ON_NOT = NOT_PASSED_ON.removeprefix(", which is not JSON data")
 
 
 def warned(caplog: pytest.LogCaptureFixture) -> str:
@@ -853,10 +855,14 @@ async def _what_a_call_reads(one: Tool) -> Any:
 
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
-async def test_a_result_that_holds_itself_says_where_the_cycle_closes(kind: str) -> None:
+async def test_a_result_that_holds_itself_says_where_the_cycle_closes(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """A result whose member refers back to an object holding it counted as endless, and
     its call read "returned more than 32,768 items ... (an object that stands in several
-    places counts in each)": the call names the cycle and where it closes."""
+    places counts in each)": the call names the cycle and where it closes. What to do about
+    it is for the tool's author, in the host's log (the script was told to have the tool
+    return a copy, and the host nothing)."""
 
     def tree() -> dict[str, Any]:
         top: dict[str, Any] = {"name": "root", "items": [{"id": 1}, {"id": 2}]}
@@ -866,9 +872,15 @@ async def test_a_result_that_holds_itself_says_where_the_cycle_closes(kind: str)
     async def atree() -> dict[str, Any]:
         return tree()
 
-    assert await _what_a_call_reads(Tool("tree", handler=atree if kind == "async" else tree)) == (
+    said = (
         "tools.tree returned a cycle at items[1].parent: it refers back to an object that "
-        "holds it, which JSON cannot carry; have the tool return a copy without that reference"
+        "holds it, which JSON cannot carry"
+    )
+    assert await _what_a_call_reads(Tool("tree", handler=atree if kind == "async" else tree)) == (
+        said + PASSED_ON_NOT
+    )
+    assert warned(caplog) == (
+        f"{said}; have the tool return a copy without that reference; the call failed"
     )
 
 
@@ -1295,8 +1307,9 @@ def test_a_cyclic_result_fails_instead_of_recursing_forever() -> None:
     assert "nested deeper than" in call_error(Tool("cyc", handler=lambda: cyclic), {})
 
 
-def test_result_is_checked_against_the_output_schema() -> None:
-    """A result that does not fit the output schema fails the call, naming the tool."""
+def test_result_is_checked_against_the_output_schema(caplog: pytest.LogCaptureFixture) -> None:
+    """A result that does not fit the output schema fails the call, naming the tool; a
+    defect of the tool's, said so to the script and warned in the host's log."""
     t = Tool(
         "get_user",
         output_schema={
@@ -1306,9 +1319,28 @@ def test_result_is_checked_against_the_output_schema() -> None:
         },
         handler=lambda: {"id": "7"},
     )
-    assert call_error(t, {}) == (
+    said = (
         "tools.get_user returned a result that does not match its output schema: "
         "at id: expected integer, got string"
+    )
+    assert call_error(t, {}) == said + PASSED_ON_NOT
+    assert warned(caplog) == (
+        f"{said}; have the tool return what its output schema says, or correct the schema; "
+        "the call failed"
+    )
+
+
+def test_a_result_with_a_lone_surrogate_is_the_tools_defect(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Text with a lone surrogate (which JSON cannot carry) from a tool with an output
+    schema: the script was told the tool must return JSON data, advice for the tool's
+    author, and the host was told nothing."""
+    t = Tool("lone", handler=lambda: "a \ud800 b", output_schema={"type": "string"})
+    said = "tools.lone returned text with a lone surrogate, which JSON cannot carry"
+    assert call_error(t, {}) == said + PASSED_ON_NOT
+    assert warned(caplog) == (
+        f"{said}; the tool must return JSON data (text without lone surrogates); the call failed"
     )
 
 
