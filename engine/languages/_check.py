@@ -126,8 +126,11 @@ class BoundedChecker(abc.ABC):
     """
 
     language: str
-    # What the host does about a checker that does not work (where to point it).
-    repair: str = "give the checker's path, or none to find the installed one"
+    # The checker, as the host is told to give it.
+    program: str
+    # What the host does about a checker :meth:`find` found that does not work: where to
+    # point it (its environment variable, which only find() reads).
+    repair: str
 
     def __init__(
         self,
@@ -143,6 +146,7 @@ class BoundedChecker(abc.ABC):
             raise ConfigError(
                 f"{type(self).__name__}(timeout=...) = {timeout!r:.80} must be {SECONDS}"
             )
+        self.given = path is not None  # by the host, not found: its repair is the host's own
         self.path = Path(path) if path is not None else self.find()
         if not (self.path.is_file() and os.access(self.path, os.X_OK)):
             # Found at the first check, it failed every script, telling the model to write
@@ -184,10 +188,16 @@ class BoundedChecker(abc.ABC):
                 # every script telling the model to write it more simply: the host's to fix.
                 tried = await self._check("", declarations)
                 if isinstance(tried.failure, Crash):
+                    repair = (
+                        f"give {type(self).__name__} the path of {self.program} (or none, to "
+                        "find the installed one)"
+                        if self.given
+                        else self.repair
+                    )
                     checked.broken = (
                         f"the type checker {self.path} does not work: it failed on an empty "
                         f"{self.language} script too ({tried.failure.said}), so every script "
-                        f'is refused and none runs; {self.repair}, or set type_check = "off"'
+                        f'is refused and none runs; {repair}, or set type_check = "off"'
                     )
                     checked.failure = BROKEN
             checked.ms = (time.monotonic() - started) * 1000

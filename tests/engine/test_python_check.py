@@ -359,6 +359,25 @@ async def test_a_checker_that_crashes_fails_the_script(tmp_path: Path) -> None:
     assert checked.failure is not None and "panicked" in checked.failure
 
 
+async def test_a_broken_checker_is_repaired_where_it_was_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checker that fails on every script: the host that gave its path is told to give
+    another (it was told to set CODEMODE_TY, which only a checker found reads); one found
+    through CODEMODE_TY is told to point it elsewhere."""
+    broken = tmp_path / "broken-ty"
+    broken.write_text("#!/bin/sh\necho 'thread main panicked' >&2\nexit 101\n")
+    broken.chmod(0o755)
+    given = await PythonTypeChecker(broken).check("return 1", check_stubs([]))
+    assert given.broken is not None and str(broken) in given.broken
+    assert "give PythonTypeChecker the path of ty (or none" in given.broken, given.broken
+    assert CHECKER_ENV not in given.broken, given.broken
+    monkeypatch.setenv(CHECKER_ENV, str(broken))
+    found = await PythonTypeChecker().check("return 1", check_stubs([]))
+    assert found.broken is not None and f"point {CHECKER_ENV} at ty" in found.broken
+    assert "give PythonTypeChecker" not in found.broken, found.broken
+
+
 async def test_a_missing_checker_is_said_once_and_the_scripts_run(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -661,7 +661,10 @@ async def test_a_checker_that_fails_every_script_is_the_hosts_to_fix(
 ) -> None:
     """A checker that fails on any script (an empty one too) is broken: the model is told
     the script is not at fault (it was told to write it more simply), and the host's log
-    names the checker and what to do. The script still does not run unchecked."""
+    names the checker and what to do: give TypeChecker another path when the host gave this
+    one (it was told to set CODEMODE_TSC, which only a checker found reads), or point
+    CODEMODE_TSC elsewhere when that is where it was found. The script still does not run
+    unchecked."""
     fake = tmp_path / "tsc"
     fake.write_text(f"#!/bin/sh\n{body}\n")
     fake.chmod(0o755)
@@ -673,7 +676,15 @@ async def test_a_checker_that_fails_every_script_is_the_hosts_to_fix(
         assert checked.failure is not None and "more simply" not in checked.failure
         assert "no fault of the script" in checked.failure, checked.failure
         assert checked.broken is not None and str(checker) in checked.broken
-        assert _check.COMPILER_ENV in checked.broken and 'type_check = "off"' in checked.broken
+        assert "give TypeChecker the path of TypeScript 7's native tsc" in checked.broken
+        assert _check.COMPILER_ENV not in checked.broken, checked.broken
+        assert 'type_check = "off"' in checked.broken
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(_check.COMPILER_ENV, str(fake))
+        found = await TypeChecker().check("return 1", check_declarations([]))
+    assert found.broken is not None and str(fake) in found.broken
+    assert f"point {_check.COMPILER_ENV} at TypeScript 7's native tsc" in found.broken
+    assert "give TypeChecker" not in found.broken, found.broken
     caplog.set_level(logging.WARNING, logger="codemode")
     calls: list[tuple[str, Any]] = []
     engine = engine_for(calls, inproc, type_check=TypeChecker(fake))

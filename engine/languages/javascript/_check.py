@@ -173,6 +173,7 @@ class TypeChecker(BoundedChecker):
     ``compiler`` is its path, default :func:`find_compiler`)."""
 
     language = "javascript"
+    program = "TypeScript 7's native tsc"
     repair = (
         f"point {COMPILER_ENV} at TypeScript 7's native tsc (or unset it to use the one "
         "`npm install typescript@7` installs)"

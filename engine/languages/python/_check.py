@@ -113,6 +113,7 @@ class PythonTypeChecker(BoundedChecker):
     path, default :func:`find_checker`)."""
 
     language = "python"
+    program = "ty"
     repair = (
         f"point {CHECKER_ENV} at ty (or unset it to use the one "
         "`pip install 'codemode[python]'` installs)"
