@@ -20,6 +20,7 @@ from engine._drive import dead_local_owner, new_owner, pid_place
 from engine.log import Lease
 from tests._needs import require
 from tests.engine.conftest import InProcessRunner
+from tests.engine.host_processes import ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -126,24 +127,19 @@ def _host(tmp_path: Path, *args: str, stdin: str = "") -> dict:
     return orjson.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _ledger(tmp_path: Path) -> list[str]:
-    path = tmp_path / "ledger"
-    return path.read_text().splitlines() if path.exists() else []
-
-
 def test_approval_from_a_new_process_finishes_without_rerunning(tmp_path: Path) -> None:
     """Start a script whose third call needs approval, end the host, approve from a new
     process: the script finishes, and calls 1 and 2 did not run again."""
     paused = _host(tmp_path, "start", stdin=SCRIPT)
     assert paused["status"] == "paused"
-    assert _ledger(tmp_path) == ["fetch 1", "fetch 2"]
+    assert ledger(tmp_path) == ["fetch 1", "fetch 2"]
     (waiting,) = paused["waiting"]
     assert waiting["name"] == "pay" and waiting["reason"] == "approval"
 
     done = _host(tmp_path, "resume", paused["script_id"], waiting["call_id"])
     assert done["status"] == "finished", done["text"]
     assert done["value"] == {"a": 10, "b": 20, "receipt": "paid"}
-    assert _ledger(tmp_path) == ["fetch 1", "fetch 2", "pay 30"]
+    assert ledger(tmp_path) == ["fetch 1", "fetch 2", "pay 30"]
 
 
 def test_host_killed_mid_call_never_runs_that_call_twice(tmp_path: Path) -> None:
@@ -157,14 +153,14 @@ def test_host_killed_mid_call_never_runs_that_call_twice(tmp_path: Path) -> None
     """
     proc = _run_host(tmp_path, "start", stdin=script)
     assert proc.returncode == 9  # the tool took the host down
-    assert _ledger(tmp_path) == ["fetch 1", "crash 2"]
+    assert ledger(tmp_path) == ["fetch 1", "crash 2"]
     (record,) = asyncio.run(_scripts(tmp_path / "data"))
 
     done = _host(tmp_path, "resume", record.id, "-")
     assert done["status"] == "finished", done["text"]
     assert done["value"]["a"] == 10
     assert "interrupted" in done["value"]["note"]
-    assert _ledger(tmp_path) == ["fetch 1", "crash 2"]
+    assert ledger(tmp_path) == ["fetch 1", "crash 2"]
 
 
 def test_a_restarted_host_replaying_a_keyed_start_takes_its_script_over(tmp_path: Path) -> None:
@@ -183,7 +179,7 @@ def test_a_restarted_host_replaying_a_keyed_start_takes_its_script_over(tmp_path
     done = _host(tmp_path, "key", "toolu_7", stdin=script)
     assert done["status"] == "finished", done["text"]
     assert done["value"]["a"] == 10 and "interrupted" in done["value"]["note"]
-    assert _ledger(tmp_path) == ["fetch 1", "crash 2"]
+    assert ledger(tmp_path) == ["fetch 1", "crash 2"]
 
 
 def test_a_worker_takes_over_at_once_from_a_host_that_died(tmp_path: Path) -> None:
@@ -203,7 +199,7 @@ def test_a_worker_takes_over_at_once_from_a_host_that_died(tmp_path: Path) -> No
     done = _host(tmp_path, "work", record.id)
     assert done["status"] == "finished", done["text"]
     assert done["value"]["a"] == 10 and "interrupted" in done["value"]["note"]
-    assert _ledger(tmp_path) == ["fetch 1", "crash 2"]
+    assert ledger(tmp_path) == ["fetch 1", "crash 2"]
 
 
 def test_a_host_that_exited_unreaped_is_dead() -> None:

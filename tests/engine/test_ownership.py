@@ -42,6 +42,7 @@ from engine.log import Lease
 from runner import HOST_BUSY
 from tests._needs import require
 from tests.engine.conftest import EnteredRunner, InProcessRunner
+from tests.engine.host_processes import host_result, ledger, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -965,32 +966,14 @@ def _script(tmp_path: Path) -> str:
     return str(path)
 
 
-def _result(proc: subprocess.Popen[str]) -> RunResult:
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
-    return RunResult.from_dict(orjson.loads(out.strip().splitlines()[-1]))
-
-
-def _ledger(tmp_path: Path) -> list[str]:
-    path = tmp_path / "ledger"
-    return path.read_text().splitlines() if path.exists() else []
-
-
-def _wait_for(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 60
-    while not predicate():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.02)
-
-
 def test_host_processes_resuming_at_once_run_the_call_once(tmp_path: Path) -> None:
     """Four host processes get the approval and resume at once: the call runs once, and every
     host returns the one outcome or says another host drives the script."""
-    paused = _result(_host(tmp_path, "start", _script(tmp_path)))
+    paused = host_result(_host(tmp_path, "start", _script(tmp_path)))
     call_id = paused.waiting[0]["call_id"]
     hosts = [_host(tmp_path, "resume", paused.script_id, call_id) for _ in range(4)]
-    results = [_result(h) for h in hosts]
-    assert [line.split()[:2] for line in _ledger(tmp_path)] == [["pay", "30"]]
+    results = [host_result(h) for h in hosts]
+    assert [line.split()[:2] for line in ledger(tmp_path)] == [["pay", "30"]]
     finished = [r for r in results if r.status == "finished"]
     assert finished and all(r.status in ("finished", "elsewhere") for r in results)
     assert {orjson.dumps(r.to_dict()) for r in finished} == {orjson.dumps(finished[0].to_dict())}
@@ -1002,24 +985,24 @@ def test_a_host_stalled_past_its_lease_cannot_overwrite_its_successor(tmp_path: 
     the successor settles that call as interrupted and ends the script; the stalled host,
     continued, finishes its call (which ran once) but its writes are refused, and it returns
     the successor's outcome."""
-    paused = _result(_host(tmp_path, "start", _script(tmp_path)))
+    paused = host_result(_host(tmp_path, "start", _script(tmp_path)))
     go = tmp_path / "go"
     env = {"LEASE_MS": "400", "GO": str(go)}
     stalled = _host(tmp_path, "resume", paused.script_id, paused.waiting[0]["call_id"], env=env)
     try:
-        _wait_for(lambda: len(_ledger(tmp_path)) == 1, "the call to start")
+        wait_for(lambda: len(ledger(tmp_path)) == 1, "the call to start")
         stalled.send_signal(signal.SIGSTOP)
         time.sleep(0.8)  # past the stalled host's lease (400 ms)
-        successor = _result(_host(tmp_path, "resume", paused.script_id, "-", env=env))
+        successor = host_result(_host(tmp_path, "resume", paused.script_id, "-", env=env))
         assert successor.status == "failed", successor.text
         assert "interrupted" in successor.text
     finally:
         stalled.send_signal(signal.SIGCONT)
     go.write_text("")
-    late = _result(stalled)
+    late = host_result(stalled)
     assert late.to_dict() == successor.to_dict(), "the successor's outcome stands"
-    assert len(_ledger(tmp_path)) == 1, "the call ran once"
-    final = _result(_host(tmp_path, "resume", paused.script_id, "-"))
+    assert len(ledger(tmp_path)) == 1, "the call ran once"
+    final = host_result(_host(tmp_path, "resume", paused.script_id, "-"))
     assert final.to_dict() == successor.to_dict()
 
 

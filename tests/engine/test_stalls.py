@@ -10,15 +10,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-import orjson
 import pytest
 
-from engine import RunResult, SqliteStore
+from engine import SqliteStore
 from engine._drive import Drive, lease_clock
 from engine.log import Lease, LeaseLost, MemoryStore, ScriptRecord
+from tests.engine.host_processes import host_result, ledger, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,29 +97,6 @@ def _host(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def _result(proc: subprocess.Popen[str]) -> RunResult:
-    try:
-        out, err = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        raise
-    assert proc.returncode == 0, err
-    return RunResult.from_dict(orjson.loads(out.strip().splitlines()[-1]))
-
-
-def _ledger(tmp_path: Path) -> list[str]:
-    path = tmp_path / "ledger"
-    return path.read_text().splitlines() if path.exists() else []
-
-
-def _wait_for(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 60
-    while not predicate():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.02)
-
-
 async def _the_script(data: Path) -> tuple[str, bool]:
     """The one script's id, and whether its lease ran out by the log's clock."""
     store = SqliteStore(data)
@@ -140,7 +116,7 @@ def test_a_call_waiting_for_a_thread_when_its_host_stalled_never_begins(tmp_path
     would have charged the card after the script had ended saying it may not have."""
     stalled = _host(tmp_path, "start", SCRIPT)
     try:
-        _wait_for(lambda: _ledger(tmp_path) == ["slow 1"], "the first call to take the thread")
+        wait_for(lambda: ledger(tmp_path) == ["slow 1"], "the first call to take the thread")
         stalled.send_signal(signal.SIGSTOP)
         script_id = ""
 
@@ -149,8 +125,8 @@ def test_a_call_waiting_for_a_thread_when_its_host_stalled_never_begins(tmp_path
             script_id, out = asyncio.run(_the_script(tmp_path / "data"))
             return out
 
-        _wait_for(lapsed, "the stalled host's lease to run out")
-        successor = _result(_host(tmp_path, "resume", script_id))
+        wait_for(lapsed, "the stalled host's lease to run out")
+        successor = host_result(_host(tmp_path, "resume", script_id))
         assert successor.status == "failed", successor.text
         assert "interrupted" in successor.text
     except BaseException:
@@ -161,9 +137,9 @@ def test_a_call_waiting_for_a_thread_when_its_host_stalled_never_begins(tmp_path
     finally:
         stalled.send_signal(signal.SIGCONT)
     (tmp_path / "go").write_text("")
-    late = _result(stalled)
+    late = host_result(stalled)
     assert late.to_dict() == successor.to_dict(), "the successor's outcome stands"
-    assert _ledger(tmp_path) == ["slow 1"], "the charge the log calls interrupted never ran"
+    assert ledger(tmp_path) == ["slow 1"], "the charge the log calls interrupted never ran"
 
 
 def _never(lease: Lease) -> None:
@@ -212,9 +188,8 @@ class _CountedRenewals(MemoryStore):
         return await super().renew(lease, ttl_ms)
 
 
-async def test_calls_that_begin_together_share_one_renewal() -> None:
-    """Fifty calls granted threads at once, half a lease after the take: the drive renews
-    its lease once for them all (its own renewal, which close() waits for), not once each."""
+async def _taken_half_a_lease_ago() -> tuple[_CountedRenewals, Drive]:
+    """A drive of a new script whose (minute-long) lease was taken 31 s ago."""
     store = _CountedRenewals()
     record = ScriptRecord(id="s1", code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
     started = await store.start(record, "host:1:a", 60_000)
@@ -222,6 +197,13 @@ async def test_calls_that_begin_together_share_one_renewal() -> None:
     drive = await Drive.resume(
         store, started.lease, 60_000, started.record, kept=_never, taken_at=lease_clock() - 31
     )
+    return store, drive
+
+
+async def test_calls_that_begin_together_share_one_renewal() -> None:
+    """Fifty calls granted threads at once, half a lease after the take: the drive renews
+    its lease once for them all (its own renewal, which close() waits for), not once each."""
+    store, drive = await _taken_half_a_lease_ago()
     try:
         waits = [drive.may_begin() for _ in range(50)]
         assert all(w is not None for w in waits)
@@ -236,13 +218,7 @@ async def test_a_call_left_waiting_after_its_drive_ended_never_begins() -> None:
     """A drive that ended (a sibling call's failure ended it while this call still waited
     for a thread) lets no call begin, and does not renew the lease it gave up: the script
     stays free for the next host."""
-    store = _CountedRenewals()
-    record = ScriptRecord(id="s1", code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
-    started = await store.start(record, "host:1:a", 60_000)
-    assert started.lease is not None
-    drive = await Drive.resume(
-        store, started.lease, 60_000, started.record, kept=_never, taken_at=lease_clock() - 31
-    )
+    store, drive = await _taken_half_a_lease_ago()
     await drive.close()
     with pytest.raises(LeaseLost, match="drive on this host has ended"):
         drive.may_begin()
