@@ -333,6 +333,18 @@ class CodeModeServer:
         import uvicorn
 
         app = self.http_app(host, path)
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=STOP_GRACE,
+            http=_prompt_requests(connection_room()),
+            # asyncio accepts up to this many connections at a time, before any is made a
+            # protocol that could close one: uvicorn's 2,048 ran past the open-file limit in
+            # a burst, past connection_room's share.
+            backlog=LISTEN_BACKLOG,
+        )
+        _check_uvicorn(config)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -348,17 +360,6 @@ class CodeModeServer:
             ) from None
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
-        config = uvicorn.Config(
-            app,
-            log_level="warning",
-            lifespan="on",
-            timeout_graceful_shutdown=STOP_GRACE,
-            http=_prompt_requests(connection_room()),
-            # asyncio accepts up to this many connections at a time, before any is made a
-            # protocol that could close one: uvicorn's 2,048 ran past the open-file limit in
-            # a burst, past connection_room's share.
-            backlog=LISTEN_BACKLOG,
-        )
         web = _web_server()(config)
         serving = asyncio.ensure_future(web.serve(sockets=[sock]))
         if on_ready is not None:
@@ -469,6 +470,35 @@ def connection_room() -> int | None:
     in 20 s), and no client was served."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     return None if soft == resource.RLIM_INFINITY else soft // 2
+
+
+def _check_uvicorn(config: Any) -> None:
+    """Raise ConfigError, naming the installed uvicorn's version, when its h11 protocol lacks
+    what :func:`_prompt_requests` builds on (its own parts, not uvicorn's API: a uvicorn
+    without them would serve with no wait for a request and no room kept, or fail at the
+    first connection)."""
+    import uvicorn
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.server import ServerState
+
+    missing = [n for n in ("on_response_complete",) if not callable(getattr(H11Protocol, n, None))]
+    try:
+        probe = config.http(
+            config=config,
+            server_state=ServerState(),
+            app_state={},
+            _loop=asyncio.get_running_loop(),
+        )
+    except TypeError as e:
+        missing.append(f"the constructor it had ({e})")
+    else:
+        missing += [n for n in ("conn", "connections", "loop") if not hasattr(probe, n)]
+    if missing:
+        raise ConfigError(
+            "codemode mcp serve --http builds on the h11 protocol of uvicorn 0.55, and that of "
+            f"the uvicorn installed ({uvicorn.__version__}) lacks its {', '.join(missing)}: "
+            "install uvicorn 0.55 (pip install 'uvicorn==0.55.*')"
+        )
 
 
 def _prompt_requests(room: int | None) -> Any:

@@ -1345,3 +1345,95 @@ async def test_http_clients_stopped_mid_request_past_the_room_cannot_lock_out_on
         with contextlib.suppress(asyncio.CancelledError):
             await serving
         await engine.aclose()
+
+
+async def test_a_uvicorn_without_what_the_http_server_builds_on_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The HTTP server's waits and room build on parts of uvicorn's h11 protocol that are
+    not its API (on_response_complete; a connection's conn, connections, loop), and uvicorn
+    is not pinned: a uvicorn without them is refused at the start, naming its version."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    from engine import CodeMode
+    from engine._errors import ConfigError
+    from engine.mcp import _serve
+    from tests.engine.conftest import InProcessRunner
+
+    engine = CodeMode([], runner=InProcessRunner(), type_check="off")
+    server = _serve.CodeModeServer(engine)
+    built = H11Protocol.__init__
+
+    def without_loop(self: Any, *args: Any, **kwargs: Any) -> None:
+        built(self, *args, **kwargs)
+        del self.loop
+
+    try:
+        with monkeypatch.context() as patched:
+            patched.delattr(H11Protocol, "on_response_complete")
+            with pytest.raises(ConfigError, match=r"installed \(\d+\.\d+[^)]*\) lacks its on_resp"):
+                await server.run_http("127.0.0.1", 0)
+        with monkeypatch.context() as patched:
+            patched.setattr(H11Protocol, "__init__", without_loop)
+            with pytest.raises(ConfigError, match=r"lacks its loop: install uvicorn 0\.55"):
+                await server.run_http("127.0.0.1", 0)
+    finally:
+        await engine.aclose()
+
+
+async def test_half_a_head_after_an_answer_on_a_kept_connection_is_cut_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The wait for a request starts again when an answer ends (uvicorn's
+    on_response_complete): a client answered once, after longer than the wait, that then
+    sends half a request head on the same connection is cut off once REQUEST_WAIT has
+    passed. (An app that answers late stands in for a script that runs.)"""
+    from engine import CodeMode
+    from engine.mcp import _serve
+    from tests.engine.conftest import InProcessRunner
+
+    monkeypatch.setattr(_serve, "REQUEST_WAIT", 0.5)
+
+    async def late(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (message := await receive())["type"] != "lifespan.shutdown":
+                await send({"type": message["type"] + ".complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await asyncio.sleep(1.5)  # longer than the wait: only the server's own answering
+        headers = [(b"content-length", b"2")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    monkeypatch.setattr(_serve.CodeModeServer, "http_app", lambda self, host, path: late)
+    engine = CodeMode([], runner=InProcessRunner(), type_check="off")
+    server = _serve.CodeModeServer(engine)
+    ready = asyncio.Event()
+    urls: list[str] = []
+
+    def on_ready(url: str) -> None:
+        urls.append(url)
+        ready.set()
+
+    serving = asyncio.create_task(server.run_http("127.0.0.1", 0, on_ready=on_ready))
+    writer = None
+    try:
+        await asyncio.wait_for(ready.wait(), TIMEOUT)
+        host, port = urls[0].split("//")[1].split("/")[0].split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(f"GET /mcp HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+        await writer.drain()
+        async with asyncio.timeout(TIMEOUT):
+            answer = await reader.readuntil(b"\r\n\r\nok")
+        assert answer.startswith(b"HTTP/1.1 200 ") and b"close" not in answer.lower(), answer
+        writer.write(f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\n".encode())
+        await writer.drain()
+        async with asyncio.timeout(TIMEOUT):
+            assert await reader.read() == b""  # cut off, with no answer
+    finally:
+        if writer is not None:
+            writer.close()
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        await engine.aclose()
