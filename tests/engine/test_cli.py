@@ -1000,32 +1000,36 @@ def test_show_prints_each_calls_arguments_cut_short_and_escaped(tmp_path: Path) 
 TRACKER = ("--tools", "examples/tracker_tools.py")
 
 
+def _on_a_terminal(stream: str, *args: str) -> tuple[subprocess.CompletedProcess[bytes], bytes]:
+    """Run ``codemode ARGS`` with its ``stream`` ("stdout" or "stderr") a terminal (a pty),
+    the other piped: the process, and what it wrote to the terminal."""
+    import pty
+
+    main, side = pty.openpty()
+    try:
+        piped = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, stream: side}
+        proc = subprocess.run(
+            [sys.executable, "-m", "engine.cli", *args], **piped, cwd=ROOT, timeout=120
+        )
+        os.close(side)
+        written = b""
+        with contextlib.suppress(OSError):  # EIO once the terminal's other side is closed
+            while chunk := os.read(main, 65536):
+                written += chunk
+    finally:
+        os.close(main)
+    return proc, written
+
+
 def test_run_prints_to_a_terminal_what_the_script_printed_without_its_escapes(
     tmp_path: Path,
 ) -> None:
     """On a terminal, `run` prints the script's output with its control characters as
     escapes, its line breaks and tabs kept: a model's script set the window's title and
     cleared the screen. Piped, the text is as the script made it."""
-    import pty
-
     script = tmp_path / "esc.js"
     script.write_text('console.log("A\\x1b]0;pwned\\x07B\\tC\\nD\\u202e"); return 1')
-    main, side = pty.openpty()
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "engine.cli", "run", str(script), *TRACKER],
-            stdout=side,
-            stderr=subprocess.PIPE,
-            cwd=ROOT,
-            timeout=120,
-        )
-        os.close(side)
-        out = b""
-        with contextlib.suppress(OSError):  # EIO once the terminal's other side is closed
-            while chunk := os.read(main, 65536):
-                out += chunk
-    finally:
-        os.close(main)
+    proc, out = _on_a_terminal("stdout", "run", str(script), *TRACKER)
     assert proc.returncode == 0, proc.stderr
     text = out.decode().replace("\r\n", "\n")
     assert "Printed:\nA\\x1b]0;pwned\\x07B\tC\nD\\u202e\n" in text, text
@@ -1038,7 +1042,6 @@ def test_a_warning_on_a_terminal_clears_the_live_line_first(tmp_path: Path) -> N
     the engine's is written (a tool that raised), and before a line a tool prints (which
     goes to stderr): each was written onto the end of the live line, `codemode: 1 step, 1
     call (1 running), 0.4 scodemode: tool call ...`."""
-    import pty
 
     tools = tmp_path / "tools.py"
     tools.write_text(
@@ -1051,22 +1054,7 @@ def test_a_warning_on_a_terminal_clears_the_live_line_first(tmp_path: Path) -> N
     )
     script = tmp_path / "s.js"
     script.write_text("return await tools.lookup({user_id: 2})")
-    main, side = pty.openpty()
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "engine.cli", "run", str(script), "--tools", str(tools)],
-            stdout=subprocess.PIPE,
-            stderr=side,
-            cwd=ROOT,
-            timeout=120,
-        )
-        os.close(side)
-        err = b""
-        with contextlib.suppress(OSError):  # EIO once the terminal's other side is closed
-            while chunk := os.read(main, 65536):
-                err += chunk
-    finally:
-        os.close(main)
+    proc, err = _on_a_terminal("stderr", "run", str(script), "--tools", str(tools))
     assert proc.returncode == 1, err
     text = err.decode()
     assert "codemode: 1 step" in text, text  # the live line was drawn
