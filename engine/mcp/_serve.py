@@ -65,11 +65,16 @@ STOP_GRACE = 2
 # often (seconds): a client that ends a request which shows no progress for a while (the
 # TypeScript SDK's 60 s, with resetTimeoutOnProgress) keeps it.
 ELSEWHERE_TELL = 10.0
-# Seconds a connection to the HTTP server has to send a whole request (head and body), from
-# when it opens or its last answer ends. uvicorn waits for a first request for ever, and for
-# the rest of one whose first byte came (its keep-alive timer stops at any byte): a client
-# that connects and says nothing, or a byte a minute, held a connection and its descriptor.
+# Seconds a connection to the HTTP server has to send a whole request head, and its body
+# (see BODY_PROGRESS), from when it opens or its last answer ends. uvicorn waits for a first
+# request for ever, and for the rest of one whose first byte came (its keep-alive timer
+# stops at any byte): a client that connects and says nothing, or a byte a minute, held a
+# connection and its descriptor.
 REQUEST_WAIT = 30.0
+# During a request's body the wait starts again each time this many bytes of it came since
+# it last started: a slow client still sending a large body is not cut off, one that sends a
+# byte a minute is.
+BODY_PROGRESS = 64 * 1024
 # How often the HTTP server says it closes connections for want of open files (seconds).
 CROWDED_TELL = 10.0
 # Connections waiting to be accepted by the HTTP server, and accepted at a time.
@@ -504,9 +509,9 @@ def _check_uvicorn(config: Any) -> None:
 def _prompt_requests(room: int | None) -> Any:
     """uvicorn's HTTP/1.1 protocol (h11, named so that an installed httptools is not taken
     instead), closing a connection whose client has not sent a whole request within
-    :data:`REQUEST_WAIT` seconds of its opening or of its last answer's end. A request the
-    server is answering (a script that runs, an event stream) is not timed: only the
-    client's own sending is.
+    :data:`REQUEST_WAIT` seconds of its opening or of its last answer's end (or, mid-body,
+    of the last :data:`BODY_PROGRESS` bytes). A request the server is answering (a script
+    that runs, an event stream) is not timed: only the client's own sending is.
 
     Past ``room`` connections, those that have waited longest for a request are closed (the
     newcomer itself when every other one has a request in hand), so clients that connect and
@@ -520,6 +525,17 @@ def _prompt_requests(room: int | None) -> Any:
 
     class PromptRequests(H11Protocol):
         _due: asyncio.TimerHandle | None = None
+        _came = 0  # bytes received since the wait last started
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._came += len(data)
+            if (
+                self._came >= BODY_PROGRESS
+                and self._due is not None
+                and self.conn.their_state is h11.SEND_BODY
+            ):
+                self._expect()
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -571,6 +587,7 @@ def _prompt_requests(room: int | None) -> Any:
             super().connection_lost(exc)
 
         def _expect(self) -> None:
+            self._came = 0
             waiting.pop(self, None)
             if self._due is not None:
                 self._due.cancel()

@@ -1437,3 +1437,77 @@ async def test_half_a_head_after_an_answer_on_a_kept_connection_is_cut_off(
         with contextlib.suppress(asyncio.CancelledError):
             await serving
         await engine.aclose()
+
+
+async def test_a_large_body_still_coming_is_not_cut_off_and_a_trickle_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client had REQUEST_WAIT from its connection's start for its whole request, body
+    included: a slow one still sending a large body was cut off. Mid-body the wait starts
+    again at each BODY_PROGRESS bytes, so a body that keeps coming is answered, while one
+    of a few bytes at a time is still cut off."""
+    from engine import CodeMode
+    from engine.mcp import _serve
+    from tests.engine.conftest import InProcessRunner
+
+    monkeypatch.setattr(_serve, "REQUEST_WAIT", 3.0)
+    engine = CodeMode([], runner=InProcessRunner(), type_check="off")
+    server = _serve.CodeModeServer(engine)
+    ready = asyncio.Event()
+    urls: list[str] = []
+
+    def on_ready(url: str) -> None:
+        urls.append(url)
+        ready.set()
+
+    serving = asyncio.create_task(server.run_http("127.0.0.1", 0, on_ready=on_ready))
+    writers = []
+    try:
+        await asyncio.wait_for(ready.wait(), TIMEOUT)
+        host, port = urls[0].split("//")[1].split("/")[0].split(":")
+        pad = b" " * (4 * _serve.BODY_PROGRESS)
+        body = json.dumps(_initialize()).encode()[:-1] + pad + b"}"
+
+        def head(length: int) -> bytes:
+            return (
+                f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json"
+                "\r\nAccept: application/json, text/event-stream\r\n"
+                f"Content-Length: {length}\r\n\r\n"
+            ).encode()
+
+        trickle_reader, trickle = await asyncio.open_connection(host, int(port))
+        writers.append(trickle)
+        trickle.write(head(len(body)) + body[:10])
+
+        async def keep_trickling() -> None:
+            with contextlib.suppress(OSError):
+                for byte in body[10:]:
+                    trickle.write(bytes([byte]))
+                    await trickle.drain()
+                    await asyncio.sleep(0.05)
+
+        trickling = asyncio.create_task(keep_trickling())
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writers.append(writer)
+        writer.write(head(len(body)))
+        step = _serve.BODY_PROGRESS
+        for start in range(0, len(body), step):  # four seconds in all, past the wait
+            writer.write(body[start : start + step])
+            await writer.drain()
+            await asyncio.sleep(1.0)
+        async with asyncio.timeout(TIMEOUT):
+            answer = await reader.readuntil(b"\r\n\r\n")
+            try:
+                rest = await trickle_reader.read()
+            except ConnectionError:  # its writes met the closed connection first
+                rest = b""
+            assert rest == b"", rest  # cut off, with no answer
+        trickling.cancel()
+        assert answer.startswith(b"HTTP/1.1 200 "), answer  # initialized
+    finally:
+        for each in writers:
+            each.close()
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        await engine.aclose()
