@@ -1511,3 +1511,33 @@ async def test_a_large_body_still_coming_is_not_cut_off_and_a_trickle_is(
         with contextlib.suppress(asyncio.CancelledError):
             await serving
         await engine.aclose()
+
+
+def test_malformed_lines_from_a_file_on_stdin_are_answered(tmp_path: Path) -> None:
+    """With stdin a regular file (``codemode mcp serve < requests``), the SDK read it
+    itself and no line it drops was answered. They are, as from a pipe."""
+    (tmp_path / "tools.py").write_text(
+        "def add(a: int, b: int) -> int:\n    'Add.'\n    return a + b\n\nTOOLS = [add]\n"
+    )
+    lines = [
+        json.dumps(_initialize()),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        "this is not json",
+        json.dumps({"jsonrpc": "2.0", "id": None, "method": "ping"}),
+        json.dumps({"jsonrpc": "2.0", "method": 7}),  # a notification: nothing to answer
+        json.dumps({"jsonrpc": "2.0", "id": 3, "method": 7}),
+    ]
+    requests = tmp_path / "requests"
+    requests.write_text("\n".join(lines) + "\n")
+    with requests.open() as stdin:
+        done = subprocess.run(
+            [str(CODEMODE), "mcp", "serve", "--tools", "tools.py"],
+            cwd=tmp_path,
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    refused = [(a["id"], a["error"]["code"]) for a in answers if "error" in a]
+    assert refused == [(None, -32700), (None, -32600), (3, -32600)], done.stdout + done.stderr
