@@ -116,6 +116,37 @@ async def serve(
                 await process.wait()
 
 
+async def _http_served(engine: Any) -> tuple[asyncio.Task[None], str, str, int]:
+    """``engine`` served over HTTP on a free loopback port by a CodeModeServer, in a task:
+    the task, and the URL, host and port it serves at, once it does (stop it with
+    :func:`_stop_serving`)."""
+    from engine.mcp import _serve
+
+    server = _serve.CodeModeServer(engine)
+    ready = asyncio.Event()
+    urls: list[str] = []
+
+    def on_ready(url: str) -> None:
+        urls.append(url)
+        ready.set()
+
+    serving = asyncio.create_task(server.run_http("127.0.0.1", 0, on_ready=on_ready))
+    try:
+        await asyncio.wait_for(ready.wait(), TIMEOUT)
+    except BaseException:
+        await _stop_serving(serving, engine)
+        raise
+    host, port = urls[0].split("//")[1].split("/")[0].split(":")
+    return serving, urls[0], host, int(port)
+
+
+async def _stop_serving(serving: asyncio.Task[None], engine: Any) -> None:
+    serving.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await serving
+    await engine.aclose()
+
+
 async def _drain(stream: asyncio.StreamReader) -> None:
     while await stream.readline():
         pass
@@ -1096,18 +1127,8 @@ async def test_an_http_client_that_sends_no_whole_request_is_cut_off(
         return word
 
     engine = CodeMode([slow], runner=InProcessRunner(), type_check="off")
-    server = _serve.CodeModeServer(engine)
-    ready = asyncio.Event()
-    urls: list[str] = []
-
-    def on_ready(url: str) -> None:
-        urls.append(url)
-        ready.set()
-
-    serving = asyncio.create_task(server.run_http("127.0.0.1", 0, on_ready=on_ready))
+    serving, url, host, port = await _http_served(engine)
     try:
-        await asyncio.wait_for(ready.wait(), TIMEOUT)
-        host, port = urls[0].split("//")[1].split("/")[0].split(":")
         where.append((host, int(port)))
         await cut_off(b"")
         await cut_off(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
@@ -1117,7 +1138,7 @@ async def test_an_http_client_that_sends_no_whole_request_is_cut_off(
         )
         await cut_off(head.encode())  # a body that never comes whole
         async with (
-            streamable_http_client(urls[0]) as (read, write),
+            streamable_http_client(url) as (read, write),
             ClientSession(read, write) as session,
         ):
             await session.initialize()
@@ -1126,10 +1147,7 @@ async def test_an_http_client_that_sends_no_whole_request_is_cut_off(
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
         assert "an HTTP client left before its request was whole" in caplog.text
     finally:
-        serving.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await serving
-        await engine.aclose()
+        await _stop_serving(serving, engine)
 
 
 def test_a_malformed_line_over_stdio_is_answered_with_what_is_wrong(tmp_path: Path) -> None:
@@ -1253,22 +1271,12 @@ async def test_silent_http_clients_past_the_room_cannot_lock_out_one_that_asks(
         return a + b
 
     engine = CodeMode([add], runner=InProcessRunner(), type_check="off")
-    server = _serve.CodeModeServer(engine)
-    ready = asyncio.Event()
-    urls: list[str] = []
-
-    def on_ready(url: str) -> None:
-        urls.append(url)
-        ready.set()
-
-    serving = asyncio.create_task(server.run_http("127.0.0.1", 0, on_ready=on_ready))
+    serving, url, host, port = await _http_served(engine)
     silent = []
     try:
-        await asyncio.wait_for(ready.wait(), TIMEOUT)
-        host, port = urls[0].split("//")[1].split("/")[0].split(":")
         silent = [await asyncio.open_connection(host, int(port)) for _ in range(4)]
         async with (
-            streamable_http_client(urls[0]) as (read, write),
+            streamable_http_client(url) as (read, write),
             ClientSession(read, write) as session,
         ):
             await session.initialize()
@@ -1279,10 +1287,7 @@ async def test_silent_http_clients_past_the_room_cannot_lock_out_one_that_asks(
     finally:
         for _, writer in silent:
             writer.close()
-        serving.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await serving
-        await engine.aclose()
+        await _stop_serving(serving, engine)
     crowded = [r for r in caplog.records if "the most this server holds" in r.getMessage()]
     assert crowded and all(r.levelno == logging.WARNING for r in crowded), caplog.text
 
@@ -1307,19 +1312,9 @@ async def test_http_clients_stopped_mid_request_past_the_room_cannot_lock_out_on
         return a + b
 
     engine = CodeMode([add], runner=InProcessRunner(), type_check="off")
-    server = _serve.CodeModeServer(engine)
-    ready = asyncio.Event()
-    urls: list[str] = []
-
-    def on_ready(url: str) -> None:
-        urls.append(url)
-        ready.set()
-
-    serving = asyncio.create_task(server.run_http("127.0.0.1", 0, on_ready=on_ready))
+    serving, url, host, port = await _http_served(engine)
     halfway = []
     try:
-        await asyncio.wait_for(ready.wait(), TIMEOUT)
-        host, port = urls[0].split("//")[1].split("/")[0].split(":")
         head = (
             f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
             "Accept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{"
@@ -1330,7 +1325,7 @@ async def test_http_clients_stopped_mid_request_past_the_room_cannot_lock_out_on
             await writer.drain()
             halfway.append((reader, writer))
         async with (
-            streamable_http_client(urls[0]) as (read, write),
+            streamable_http_client(url) as (read, write),
             ClientSession(read, write) as session,
         ):
             await session.initialize()
@@ -1341,10 +1336,7 @@ async def test_http_clients_stopped_mid_request_past_the_room_cannot_lock_out_on
     finally:
         for _, writer in halfway:
             writer.close()
-        serving.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await serving
-        await engine.aclose()
+        await _stop_serving(serving, engine)
 
 
 async def test_a_uvicorn_without_what_the_http_server_builds_on_is_named(
@@ -1407,19 +1399,9 @@ async def test_half_a_head_after_an_answer_on_a_kept_connection_is_cut_off(
 
     monkeypatch.setattr(_serve.CodeModeServer, "http_app", lambda self, host, path: late)
     engine = CodeMode([], runner=InProcessRunner(), type_check="off")
-    server = _serve.CodeModeServer(engine)
-    ready = asyncio.Event()
-    urls: list[str] = []
-
-    def on_ready(url: str) -> None:
-        urls.append(url)
-        ready.set()
-
-    serving = asyncio.create_task(server.run_http("127.0.0.1", 0, on_ready=on_ready))
+    serving, _url, host, port = await _http_served(engine)
     writer = None
     try:
-        await asyncio.wait_for(ready.wait(), TIMEOUT)
-        host, port = urls[0].split("//")[1].split("/")[0].split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(f"GET /mcp HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
         await writer.drain()
@@ -1433,10 +1415,7 @@ async def test_half_a_head_after_an_answer_on_a_kept_connection_is_cut_off(
     finally:
         if writer is not None:
             writer.close()
-        serving.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await serving
-        await engine.aclose()
+        await _stop_serving(serving, engine)
 
 
 async def test_a_large_body_still_coming_is_not_cut_off_and_a_trickle_is(
@@ -1452,19 +1431,9 @@ async def test_a_large_body_still_coming_is_not_cut_off_and_a_trickle_is(
 
     monkeypatch.setattr(_serve, "REQUEST_WAIT", 3.0)
     engine = CodeMode([], runner=InProcessRunner(), type_check="off")
-    server = _serve.CodeModeServer(engine)
-    ready = asyncio.Event()
-    urls: list[str] = []
-
-    def on_ready(url: str) -> None:
-        urls.append(url)
-        ready.set()
-
-    serving = asyncio.create_task(server.run_http("127.0.0.1", 0, on_ready=on_ready))
+    serving, _url, host, port = await _http_served(engine)
     writers = []
     try:
-        await asyncio.wait_for(ready.wait(), TIMEOUT)
-        host, port = urls[0].split("//")[1].split("/")[0].split(":")
         pad = b" " * (4 * _serve.BODY_PROGRESS)
         body = json.dumps(_initialize()).encode()[:-1] + pad + b"}"
 
@@ -1507,10 +1476,7 @@ async def test_a_large_body_still_coming_is_not_cut_off_and_a_trickle_is(
     finally:
         for each in writers:
             each.close()
-        serving.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await serving
-        await engine.aclose()
+        await _stop_serving(serving, engine)
 
 
 def test_malformed_lines_from_a_file_on_stdin_are_answered(tmp_path: Path) -> None:
