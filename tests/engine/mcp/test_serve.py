@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +201,34 @@ def _serve_raw(tmp: Path, *, stderr: int) -> subprocess.Popen[str]:
         stderr=stderr,
         text=True,
     )
+
+
+@contextlib.contextmanager
+def _raw_exchange(tmp: Path, lines: list[str]) -> Iterator[Callable[[], Any]]:
+    """`codemode mcp serve` over stdio as a child (see :func:`_serve_raw`), sent ``lines``:
+    a function giving the next message it writes (``queue.Empty`` after TIMEOUT); the child
+    is ended (its stdin closed, killed if it lingers) on the way out."""
+    process = _serve_raw(tmp, stderr=subprocess.DEVNULL)
+    assert process.stdin is not None and process.stdout is not None
+    read: queue.Queue[str] = queue.Queue()
+    out = process.stdout
+
+    def reader() -> None:
+        for line in out:
+            read.put(line)
+
+    threading.Thread(target=reader, daemon=True).start()
+    try:
+        process.stdin.write("\n".join(lines) + "\n")
+        process.stdin.flush()
+        yield lambda: json.loads(read.get(timeout=TIMEOUT))
+    finally:
+        process.stdin.close()
+        try:
+            process.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 TRANSPORTS = pytest.mark.parametrize("transport", ["stdio", "http"])
@@ -633,33 +661,14 @@ def test_a_request_with_a_lone_surrogate_is_answered(tmp_path: Path) -> None:
         request(3, "tools/call", {"name": "run_code", "arguments": {"code": "return 1 + 2"}}),
     ]
     assert "\\udce9" in lines[2]  # as json.dumps writes it
-    process = _serve_raw(tmp_path, stderr=subprocess.DEVNULL)
-    assert process.stdin is not None and process.stdout is not None
-    read: queue.Queue[str] = queue.Queue()
-    out = process.stdout
-
-    def reader() -> None:
-        for line in out:
-            read.put(line)
-
-    threading.Thread(target=reader, daemon=True).start()
-    try:
-        process.stdin.write("\n".join(lines) + "\n")
-        process.stdin.flush()
+    with _raw_exchange(tmp_path, lines) as next_message:
         answers: dict[int, Any] = {}
         while len(answers) < 3:
-            message = json.loads(read.get(timeout=TIMEOUT))  # the line never answered: Empty
+            message = next_message()  # the line never answered: Empty
             if "id" in message:
                 answers[message["id"]] = message
         texts = [answers[n]["result"]["content"][0]["text"] for n in (2, 3)]
         assert texts == ["Script finished.\nReturned:\ncaf\ufffd", "Script finished.\nReturned:\n3"]
-    finally:
-        process.stdin.close()
-        try:
-            process.wait(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 async def test_a_client_of_url_elicitation_alone_is_sent_no_form(tmp_path: Path) -> None:
@@ -1175,34 +1184,15 @@ def test_a_malformed_line_over_stdio_is_answered_with_what_is_wrong(tmp_path: Pa
         _nested_call(300, 10),
         json.dumps({"jsonrpc": "2.0", "id": 9, "method": "ping"}),
     ]
-    process = _serve_raw(tmp_path, stderr=subprocess.DEVNULL)
-    assert process.stdin is not None and process.stdout is not None
-    read: queue.Queue[str] = queue.Queue()
-    out = process.stdout
-
-    def reader() -> None:
-        for line in out:
-            read.put(line)
-
-    threading.Thread(target=reader, daemon=True).start()
-    try:
-        process.stdin.write("\n".join(lines) + "\n")
-        process.stdin.flush()
+    with _raw_exchange(tmp_path, lines) as next_message:
         answers = []
         while True:
-            message = json.loads(read.get(timeout=TIMEOUT))
+            message = next_message()
             if message.get("id") == 9:
                 assert message["result"] == {}, message
                 break
             if message.get("id") != 1:  # initialize's answer
                 answers.append(message)
-    finally:
-        process.stdin.close()
-        try:
-            process.wait(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
     shape = '; a request is {"jsonrpc": "2.0", "id": a string or an integer'
     expected = [
         (None, -32700, "Parse error: the line is not JSON (expected ident at line 1 column 2)"),
