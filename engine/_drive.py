@@ -388,6 +388,8 @@ class Drive:
                 f"script {self.record.id}: its drive on this host has ended, so a call it "
                 "claimed does not begin now; the script's next owner settles it"
             )
+        if isinstance(self._renew_error, log.LeaseLost):
+            raise self._renew_error  # a renewal found the script another host's
         if lease_clock() - self._confirmed < self._ttl_ms / 2000:
             return None
         return self._confirm()

@@ -224,3 +224,25 @@ async def test_a_call_left_waiting_after_its_drive_ended_never_begins() -> None:
         drive.may_begin()
     assert store.renewals == 0
     assert await store.acquire("s1", "host:2:b", 60_000) is not None, "the script is free"
+
+
+async def test_a_call_does_not_begin_once_a_renewal_found_the_script_anothers() -> None:
+    """The drive's own renewal (at a third of the lease) found the script another host's:
+    a call that asks before half the lease has passed (when may_begin renews itself) did
+    begin, the drive knowing better. It is refused with that renewal's LeaseLost."""
+    now = [0.0]
+    store = MemoryStore(clock=lambda: now[0])
+    record = ScriptRecord(id="s1", code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
+    started = await store.start(record, "host:1:a", 1000)
+    assert started.lease is not None
+    drive = await Drive.resume(
+        store, started.lease, 60_000, started.record, kept=_never, taken_at=lease_clock()
+    )
+    try:
+        now[0] = 1.5  # the lease ran out by the log's clock, and another host took it over
+        assert await store.acquire("s1", "host:2:b", 1000) is not None
+        await drive._renew()  # what the renewal timer runs
+        with pytest.raises(LeaseLost):
+            drive.may_begin()
+    finally:
+        await drive.close()
