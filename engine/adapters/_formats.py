@@ -214,13 +214,16 @@ def with_returned(result: RunResult) -> tuple[str, list[dict[str, Any]]]:
 def _with_returned(result: RunResult) -> tuple[str, list[tuple[int, dict[str, Any]]]]:
     """:func:`with_returned`, each block with its place among those returned (from 1)."""
     text, returned = result.text, []
+    found_media = _returned_media(result.value)
+    if not found_media:  # most results: the value is not spelled out again to look
+        return text, returned
     left_out = {b["index"]: b["limit"] for b in result.returned_left_out}
     # The data as the value's JSON spells it (orjson's, engine._render; base64 needs no
     # escapes), so only the block's own string is replaced, never other text that matches;
     # one at a time, in order, since blocks of the same bytes may be named apart. Within the
     # value's own span: a file shown after it may hold that JSON (or a "Returned:" line) too.
     at, end = _value_span(text, result)
-    for index, (block, size, mime) in enumerate(_returned_media(result.value), 1):
+    for index, (block, size, mime) in enumerate(found_media, 1):
         limit = left_out.get(index)
         if limit is None:
             blob = {"type": block["type"], "data": block["data"], "mimeType": mime}

@@ -513,3 +513,20 @@ async def test_returned_media_left_out_read_back_from_a_sqlite_log(tmp_path: Pat
     assert _attached(read) == dict.fromkeys(FORMATS, 4)
     assert record.outcome is not None
     assert "Left out: 496 returned image or audio blocks" in record.outcome["text"]
+
+
+def test_a_value_with_no_media_is_not_spelled_out_again_to_look_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every result's conversion looked for where its value is in the text (the value's
+    whole JSON again, 14.5 ms for 5 MB) before seeing that it returned no image or audio
+    block: only a value that returned some is looked for."""
+    from engine.adapters import _formats
+
+    def spelled_out(text: str, result: RunResult) -> tuple[int, int]:
+        raise AssertionError("the value was spelled out again")
+
+    monkeypatch.setattr(_formats, "_value_span", spelled_out)
+    result = RunResult("s", "finished", "Script finished.\nReturned:\n[1]", value=[1])
+    text = "Script finished.\nReturned:\n[1]"
+    assert result.to_anthropic("t")["content"] == [{"type": "text", "text": text}]
