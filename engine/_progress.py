@@ -20,6 +20,10 @@ class ProgressLine:
     calls it made and how many run now, and the time since it started. ``run()`` redraws it
     every ``interval`` seconds so the time moves while a step or a call takes long."""
 
+    # How many times any live line was drawn or cleared in this process: a writer of other
+    # lines on the same terminal tells by it whether its own part line was drawn over.
+    drawn = 0
+
     def __init__(self, stream: IO[str], *, interval: float = 0.25) -> None:
         self.stream = stream
         self.interval = interval
@@ -54,12 +58,14 @@ class ProgressLine:
         return f"codemode: {steps}, {calls}, {elapsed:.1f} s"
 
     def draw(self) -> None:
+        ProgressLine.drawn += 1
         self.stream.write("\r\x1b[K" + self.text())
         self.stream.flush()
         self.shown = True
 
     def clear(self) -> None:
         if self.shown:
+            ProgressLine.drawn += 1
             self.stream.write("\r\x1b[K")
             self.stream.flush()
 

@@ -478,13 +478,16 @@ class _AfterTheLiveLine:
     tool's print() was written onto the end of. A line is written whole, in one write, so
     the live line's redraw (on the event loop's thread) cannot fall inside it; text without
     its line break waits for it, or for a flush. The part of a line a flush wrote (a tool's
-    ``print("working...", end="", flush=True)``) is written again with the rest: the live
-    line's redraw in between erased it. All else is stderr's own."""
+    ``print("working...", end="", flush=True)``) is written again with the rest if the live
+    line was drawn over it since (else the rest goes on after it: a tool printing a dot at a
+    time writes each once), and only its last row of the terminal (the rows above it stay
+    on the screen). All else is stderr's own."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
         self._pending = ""
-        self._flushed = ""  # of the line being written: what a flush wrote of it
+        self._flushed = ""  # of the line being written: what a flush wrote of its last row
+        self._seen = ProgressLine.drawn  # the live line's draws when this last wrote
         self._lock = threading.Lock()  # tools print from their threads
 
     def write(self, text: str) -> int:
@@ -500,14 +503,27 @@ class _AfterTheLiveLine:
             if self._pending:
                 flushed = self._flushed + self._pending
                 self._emit(self._pending)
-                # What a terminal shows of it: past a carriage return, the line was redrawn.
-                self._flushed = flushed.rpartition("\r")[2]
+                # What a terminal shows of it: past a carriage return, the line was redrawn;
+                # of a line longer than a row, the last row alone is the cursor's.
+                flushed = flushed.rpartition("\r")[2]
+                row = len(flushed) % self._columns() or min(len(flushed), self._columns())
+                self._flushed = flushed[len(flushed) - row :]
                 self._pending = ""
             self._stream.flush()
 
     def _emit(self, text: str) -> None:
-        self._stream.write("\r\x1b[K" + self._flushed + text)
+        if self._flushed and ProgressLine.drawn == self._seen:
+            self._stream.write(text)  # the part line is still there: the rest goes on
+        else:
+            self._stream.write("\r\x1b[K" + self._flushed + text)
         self._flushed = ""
+        self._seen = ProgressLine.drawn
+
+    def _columns(self) -> int:
+        try:
+            return max(os.get_terminal_size(self._stream.fileno()).columns, 1)
+        except (AttributeError, OSError, ValueError):  # not a terminal after all
+            return 80
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

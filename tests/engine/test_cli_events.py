@@ -241,6 +241,24 @@ def test_a_tools_part_line_is_not_lost_under_the_live_line() -> None:
     ], repr(stderr.getvalue())
 
 
+def test_a_tool_printing_a_dot_at_a_time_writes_each_dot_once() -> None:
+    """Each flush wrote the whole part line again (to mend one the live line drew over),
+    so a tool printing 10,000 dots one at a time wrote 50 MB to the terminal. The part line
+    is written again only when the live line was drawn over it since, and only its last
+    row (a wider one would leave its rows above on the screen twice)."""
+    stderr = io.StringIO()
+    tools_stdout = _AfterTheLiveLine(stderr)
+    for _ in range(10_000):
+        print(".", end="", flush=True, file=tools_stdout)
+    assert len(stderr.getvalue()) < 10_000 + 10, len(stderr.getvalue())
+    ProgressLine(stderr).draw()
+    before = len(stderr.getvalue())
+    print(" done", file=tools_stdout)
+    rewritten = stderr.getvalue()[before:]
+    # 10,000 is 125 rows of 80: the last row, whole, is the cursor's.
+    assert rewritten == "\r\x1b[K" + "." * 80 + " done\n", repr(rewritten)
+
+
 def test_progress_line_counts() -> None:
     stream = io.StringIO()
     line = ProgressLine(stream)
