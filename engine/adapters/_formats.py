@@ -213,7 +213,8 @@ def with_returned(result: RunResult) -> tuple[str, list[dict[str, Any]]]:
 
 def _with_returned(result: RunResult) -> tuple[str, list[tuple[int, dict[str, Any]]]]:
     """:func:`with_returned`, each block with its place among those returned (from 1)."""
-    text, returned = result.text, []
+    text = result.text
+    returned: list[tuple[int, dict[str, Any]]] = []
     found_media = _returned_media(result.value)
     if not found_media:  # most results: the value is not spelled out again to look
         return text, returned
