@@ -826,19 +826,6 @@ async def _answer_refused(lines: Any, sdk_read: Any, handed: Any, write: Any) ->
                 await write.send(SessionMessage(refusal))
 
 
-def _refusal(line: str) -> Any:
-    """The JSON-RPC error that answers a client's ``line`` the SDK cannot take or would
-    not answer, or None for a line it takes (see :func:`_unanswered`)."""
-    import mcp_types as types
-    from pydantic import ValidationError
-
-    try:
-        taken = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-    except ValidationError:
-        return _unanswered(line)
-    return _unanswered(line) if isinstance(taken, types.JSONRPCNotification) else None
-
-
 def _unanswered(line: str) -> Any:
     """The JSON-RPC error that answers a client's ``line`` the SDK cannot take or would
     not answer, or None for a line it takes or one no answer is owed (blank, a notification
@@ -861,7 +848,8 @@ def _unanswered(line: str) -> Any:
             f"{MAX_NESTING} objects and arrays deep, its own object included); send its "
             "arguments less nested"
         )
-        return _error(types, deep_id(line.encode(), ("params",)), types.PARSE_ERROR, why)
+        ident = deep_id(line.encode(), ("params",), strings=True)
+        return _error(types, ident, types.PARSE_ERROR, why)
     if not isinstance(message, dict):
         what = _JSON_KINDS.get(type(message), "a number")
         why = f"Invalid Request: a message is one JSON object, not {what}"

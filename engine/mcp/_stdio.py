@@ -201,20 +201,25 @@ _ENDS = 4096
 # A JSON string, number or literal; possessive, so a failed match costs no backtracking.
 _SCALAR = rb'(?:"(?:[^"\\]|\\.)*+"|-?[0-9]++(?:\.[0-9]++)?+(?:[eE][-+]?+[0-9]++)?+|true|false|null)'
 _MEMBER = rb'\s*+"((?:[^"\\]|\\.)*+)"\s*+:\s*+'
-_INTEGER = rb"(-?(?:0|[1-9][0-9]*+))"
+# An id: an integer, or a string (quotes and all).
+_ID = rb'(-?(?:0|[1-9][0-9]*+)|"(?:[^"\\]|\\.)*+")'
 _HEAD_MEMBER = re.compile(_MEMBER + _SCALAR + rb"\s*+,")
-_HEAD_ID = re.compile(rb'\s*+"id"\s*+:\s*+' + _INTEGER + rb"\s*+,")
+_HEAD_ID = re.compile(rb'\s*+"id"\s*+:\s*+' + _ID + rb"\s*+,")
 _NESTED = re.compile(_MEMBER + rb"[\[{]")
 # An id as the object's last member (where the TypeScript SDK writes it).
-_TAIL_ID = re.compile(rb',\s*+"id"\s*+:\s*+' + _INTEGER + rb"\s*+\}\s*+\Z")
+_TAIL_ID = re.compile(rb',\s*+"id"\s*+:\s*+' + _ID + rb"\s*+\}\s*+\Z")
 
 
-def deep_id(text: bytes, nested: tuple[str, ...], refused: tuple[str, ...] = ()) -> int | None:
-    """The integer id of the JSON-RPC message ``text`` that nests past the parsers, read in
-    bounded time from its first and last :data:`_ENDS` bytes alone: an ``"id"`` among the
-    scalar members that open the object, or else its last member. None unless the first
-    value that nests is a member named in ``nested``, and no member before it is named in
-    ``refused``; None when neither end says the id exactly (a long one cut off is none).
+def deep_id(
+    text: bytes, nested: tuple[str, ...], refused: tuple[str, ...] = (), *, strings: bool = False
+) -> int | str | None:
+    """The id of the JSON-RPC message ``text`` that nests past the parsers, read in bounded
+    time from its first and last :data:`_ENDS` bytes alone: an ``"id"`` among the scalar
+    members that open the object, or else its last member; an integer, or with ``strings``
+    a string too (a client's ids may be either; the answers a client reads carry its own
+    integer ids). None unless the first value that nests is a member named in ``nested``,
+    and no member before it is named in ``refused``; None when neither end says the id
+    exactly (a long one cut off is none).
 
     The parsers stop where the text nests too deep, so all past that point is unchecked and
     may be anything: reading the whole top level by hand (872f85f) took minutes on a tail
@@ -225,10 +230,10 @@ def deep_id(text: bytes, nested: tuple[str, ...], refused: tuple[str, ...] = ())
         return None
     position = opening.end()
     keys: list[str] = []
-    request: int | None = None
+    request: int | str | None = None
     while True:
         if (found := _HEAD_ID.match(head, position)) is not None:
-            request = _exact(found.group(1))
+            request = _exact(found.group(1), strings)
             keys.append("id")
         elif (found := _HEAD_MEMBER.match(head, position)) is not None:
             keys.append(found.group(1).decode("utf-8", "replace"))
@@ -239,17 +244,21 @@ def deep_id(text: bytes, nested: tuple[str, ...], refused: tuple[str, ...] = ())
     if first is None or first.group(1).decode("utf-8", "replace") not in nested:
         return None
     if set(keys) & set(refused) or ("id" in keys and request is None):
-        return None  # not the message looked for, or an id that is no integer or too long
+        return None  # not the message looked for, or an id not taken or too long
     if request is None and (tail := _TAIL_ID.search(text[-_ENDS:])) is not None:
-        request = _exact(tail.group(1))
+        request = _exact(tail.group(1), strings)
     return request
 
 
-def _exact(digits: bytes) -> int | None:
-    """``digits`` as an int, or None when Python will not convert that many."""
+def _exact(token: bytes, strings: bool) -> int | str | None:
+    """The id ``token`` spells (digits, or a quoted string when ``strings``), or None: a
+    string not taken, one that is no JSON string, or more digits than Python converts."""
     try:
-        return int(digits)
-    except ValueError:
+        if token[:1] == b'"':
+            value = json.loads(token) if strings else None
+            return value if isinstance(value, str) else None
+        return int(token)
+    except ValueError:  # json.JSONDecodeError too
         return None
 
 

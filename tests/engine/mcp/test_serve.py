@@ -1211,7 +1211,7 @@ def test_a_malformed_line_over_stdio_is_answered_with_what_is_wrong(tmp_path: Pa
         assert answer["error"]["message"].startswith(start), answer
 
 
-def _nested_call(depth: int, ident: int) -> str:
+def _nested_call(depth: int, ident: int | str) -> str:
     """A tools/call request whose JSON nests ``depth`` objects deep in all."""
     nested: dict[str, Any] = {}
     for _ in range(depth - 4):  # the message, its params, their arguments, the innermost
@@ -1224,19 +1224,21 @@ def _nested_call(depth: int, ident: int) -> str:
 def test_a_request_nested_past_the_parser_is_answered_with_its_id_and_the_bound() -> None:
     """A valid request merely nested deeper than the SDK's parser takes was answered as
     "not JSON" with id null, so its client still waited out its own timeout. It is answered
-    with its id, whether the id comes first or last, saying how deep a message may nest:
-    as deep as MAX_NESTING says, and no deeper."""
-    from engine.mcp._serve import MAX_NESTING, _refusal
+    with its id, an integer or a string, whether it comes first or last, saying how deep a
+    message may nest: as deep as MAX_NESTING says, and no deeper."""
+    from engine.mcp._serve import MAX_NESTING, _unanswered
 
-    assert _refusal(_nested_call(MAX_NESTING, 4)) is None  # the SDK takes it
-    refused = _refusal(_nested_call(MAX_NESTING + 1, 4))
-    assert refused is not None and refused.id == 4, refused
-    assert f"a message may nest {MAX_NESTING} objects and arrays deep" in refused.error.message
-    last = json.loads(_nested_call(MAX_NESTING, 0))
-    del last["id"]
-    last["params"]["arguments"] = {"n": [last["params"]["arguments"]]}
-    refused = _refusal(json.dumps(last)[:-1] + ', "id": 77}')  # the id last, as TypeScript
-    assert refused is not None and refused.id == 77, refused
+    types.jsonrpc_message_adapter.validate_json(_nested_call(MAX_NESTING, 4), by_name=False)
+    for ident in (4, "req-7", 'a "quoted" \u00e9 id'):
+        refused = _unanswered(_nested_call(MAX_NESTING + 1, ident))
+        assert refused is not None and refused.id == ident, refused
+        assert f"may nest {MAX_NESTING} objects and arrays deep" in refused.error.message
+        last = json.loads(_nested_call(MAX_NESTING, 0))
+        del last["id"]
+        last["params"]["arguments"] = {"n": [last["params"]["arguments"]]}
+        tail = f', "id": {json.dumps(ident)}}}'  # the id last, as TypeScript writes it
+        refused = _unanswered(json.dumps(last)[:-1] + tail)
+        assert refused is not None and refused.id == ident, refused
 
 
 async def test_silent_http_clients_past_the_room_cannot_lock_out_one_that_asks(
