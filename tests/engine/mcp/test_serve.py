@@ -1241,14 +1241,19 @@ def test_a_request_nested_past_the_parser_is_answered_with_its_id_and_the_bound(
         assert refused is not None and refused.id == ident, refused
 
 
-async def test_silent_http_clients_past_the_room_cannot_lock_out_one_that_asks(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("sent", ["nothing", "part of a body"])
+async def test_http_clients_past_the_room_cannot_lock_out_one_that_asks(
+    sent: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Past the open-file limit, accepting failed with "too many open files", which asyncio
     logged and tried again at once (a million lines in 20 s), and no client was served:
     1,100 silent connections to a server of ulimit -n 1,024 locked out every client. Past
     its room (half the limit; 4 here), the server closes the connections that have waited
-    longest for a request, so a client that asks is served, and says so in a warning."""
+    longest for a request, so a client that asks is served, and says so in a warning.
+    Past its room, the server also closed only connections that had sent no whole request
+    head: four that sent a head and one byte of body filled a room of four, and every
+    newcomer was the one closed. Those waiting on their client mid-request are closed too,
+    longest waiting first."""
     from engine import CodeMode, tool
     from engine.mcp import _serve
     from tests.engine.conftest import InProcessRunner
@@ -1264,58 +1269,18 @@ async def test_silent_http_clients_past_the_room_cannot_lock_out_one_that_asks(
 
     engine = CodeMode([add], runner=InProcessRunner(), type_check="off")
     serving, url, host, port = await _http_served(engine)
-    silent = []
-    try:
-        silent = [await asyncio.open_connection(host, int(port)) for _ in range(4)]
-        async with (
-            streamable_http_client(url) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
-            answer = await run(session, "return await tools.add({ a: 2, b: 3 });")
-            assert returned(answer) == 5, text(answer)
-        async with asyncio.timeout(TIMEOUT):
-            assert await silent[0][0].read() == b""  # the longest waiting: closed
-    finally:
-        for _, writer in silent:
-            writer.close()
-        await _stop_serving(serving, engine)
-    crowded = [r for r in caplog.records if "the most this server holds" in r.getMessage()]
-    assert crowded and all(r.levelno == logging.WARNING for r in crowded), caplog.text
-
-
-async def test_http_clients_stopped_mid_request_past_the_room_cannot_lock_out_one_that_asks(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Past its room, the server closed only connections that had sent no whole request
-    head: four that sent a head and one byte of body filled a room of four, and every
-    newcomer, a client that asked included, was the one closed. Those waiting on their
-    client mid-request are closed too, after silent ones, longest waiting first."""
-    from engine import CodeMode, tool
-    from engine.mcp import _serve
-    from tests.engine.conftest import InProcessRunner
-
-    monkeypatch.setattr(_serve, "connection_room", lambda: 4)
-    monkeypatch.setattr(_serve, "REQUEST_WAIT", 600.0)  # only the room closes one here
-
-    @tool
-    def add(a: int, b: int) -> int:
-        """Add."""
-        return a + b
-
-    engine = CodeMode([add], runner=InProcessRunner(), type_check="off")
-    serving, url, host, port = await _http_served(engine)
-    halfway = []
+    waiting = []
     try:
         head = (
             f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
             "Accept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{"
         ).encode()
         for _ in range(4):
-            reader, writer = await asyncio.open_connection(host, int(port))
-            writer.write(head)
-            await writer.drain()
-            halfway.append((reader, writer))
+            reader, writer = await asyncio.open_connection(host, port)
+            if sent != "nothing":
+                writer.write(head)
+                await writer.drain()
+            waiting.append((reader, writer))
         async with (
             streamable_http_client(url) as (read, write),
             ClientSession(read, write) as session,
@@ -1324,11 +1289,13 @@ async def test_http_clients_stopped_mid_request_past_the_room_cannot_lock_out_on
             answer = await run(session, "return await tools.add({ a: 2, b: 3 });")
             assert returned(answer) == 5, text(answer)
         async with asyncio.timeout(TIMEOUT):
-            assert await halfway[0][0].read() == b""  # the longest waiting: closed
+            assert await waiting[0][0].read() == b""  # the longest waiting: closed
     finally:
-        for _, writer in halfway:
+        for _, writer in waiting:
             writer.close()
         await _stop_serving(serving, engine)
+    crowded = [r for r in caplog.records if "the most this server holds" in r.getMessage()]
+    assert crowded and all(r.levelno == logging.WARNING for r in crowded), caplog.text
 
 
 async def test_a_uvicorn_without_what_the_http_server_builds_on_is_named(
