@@ -26,6 +26,24 @@ def host_result(proc: subprocess.Popen[str]) -> RunResult:
     return RunResult.from_dict(orjson.loads(out.strip().splitlines()[-1]))
 
 
+# The tools' side of the ledger, for the tools files these tests write: ``_note(text)``
+# appends one short line per effect and syncs it, so a host killed after it returned ran the
+# effect and one killed before it did not. Each host finds the file in ``$LEDGER``.
+NOTE_SOURCE = """
+import os
+
+LEDGER = os.environ["LEDGER"]
+
+def _note(text):
+    fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (text + "\\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+"""
+
+
 def ledger(tmp_path: Path) -> list[str]:
     """The lines the tools wrote to ``tmp_path/ledger``, one per effect."""
     path = tmp_path / "ledger"

@@ -364,49 +364,37 @@ def test_tools_file_that_raises_a_base_exception_or_an_unreadable_error(
     one_clear_line(proc, str(tools), "line 7", said)
 
 
-def test_an_async_tool_that_calls_sys_exit_is_named(tmp_path: Path) -> None:
-    """An async tool's sys.exit(4) ends the command (asyncio lets SystemExit end the loop),
-    but not silently with its 4 ("another host drives the script"): a line says what ended
-    it, exit code 2, and the script waits in the log, its call interrupted."""
+@pytest.mark.parametrize(
+    ("body", "said", "not_said"),
+    [
+        ("sys.exit(4)", "raised SystemExit(4) on the event loop", "another host"),
+        ("raise KeyboardInterrupt", "raised KeyboardInterrupt on the event loop", "Ctrl-C"),
+    ],
+    ids=["sys.exit", "KeyboardInterrupt"],
+)
+def test_an_async_tool_that_ends_the_event_loop_is_named(
+    tmp_path: Path, body: str, said: str, not_said: str
+) -> None:
+    """An async tool's sys.exit(4) or KeyboardInterrupt ends the command (asyncio lets them
+    end the loop), but not silently with its 4 ("another host drives the script"), nor as
+    "interrupted (Ctrl-C)" with 130 when no Ctrl-C was pressed: a line says what ended it,
+    exit code 2, and the script waits in the log, its call running there to resume."""
     tools = tmp_path / "tools.py"
     tools.write_text(
         "import sys\nfrom engine import tool\n\n@tool\nasync def leave(n: int) -> int:\n"
-        '    """Leave."""\n    sys.exit(n)\n'
+        f'    """Leave."""\n    {body}\n'
     )
     data = str(tmp_path / "data")
     proc = codemode(
         "run", "-", "--tools", str(tools), "--data-dir", data, stdin="await tools.leave({ n: 4 })"
     )
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    said = proc.stderr.strip().splitlines()
-    assert said[0].startswith("codemode: script ") and len(said) == 2
-    assert "raised SystemExit(4) on the event loop" in said[1]
-    script_id = said[0].split()[-1]
-    shown = codemode("show", script_id, "--data-dir", data)
-    assert shown.returncode == 0 and "leave" in shown.stdout
-
-
-def test_an_async_tool_that_raises_keyboard_interrupt_is_named(tmp_path: Path) -> None:
-    """An async tool that raises KeyboardInterrupt ends the command as sys.exit() does, but
-    no Ctrl-C was pressed: the command said "interrupted (Ctrl-C)" and exited 130. A line
-    says what ended it, exit code 2, and the script's call is in the log to resume."""
-    tools = tmp_path / "tools.py"
-    tools.write_text(
-        "from engine import tool\n\n@tool\nasync def stop() -> int:\n"
-        '    """Stop."""\n    raise KeyboardInterrupt\n'
-    )
-    data = str(tmp_path / "data")
-    proc = codemode(
-        "run", "-", "--tools", str(tools), "--data-dir", data, stdin="await tools.stop()"
-    )
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr and "Ctrl-C" not in proc.stderr, proc.stderr
-    said = proc.stderr.strip().splitlines()
-    assert said[0].startswith("codemode: script ") and len(said) == 2, said
-    assert "raised KeyboardInterrupt on the event loop" in said[1]
-    shown = codemode("show", said[0].split()[-1], "--data-dir", data)
-    assert shown.returncode == 0 and "tools.stop  running" in shown.stdout, shown.stdout
+    assert "Traceback" not in proc.stderr and not_said not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith("codemode: script ") and len(lines) == 2, lines
+    assert said in lines[1]
+    shown = codemode("show", lines[0].split()[-1], "--data-dir", data)
+    assert shown.returncode == 0 and "tools.leave  running" in shown.stdout, shown.stdout
 
 
 def test_tools_file_imports_a_module_beside_it(tmp_path: Path) -> None:

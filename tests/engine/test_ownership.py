@@ -42,7 +42,7 @@ from engine.log import Lease
 from runner import HOST_BUSY
 from tests._needs import require
 from tests.engine.conftest import EnteredRunner, InProcessRunner
-from tests.engine.host_processes import host_result, ledger, wait_for
+from tests.engine.host_processes import NOTE_SOURCE, host_result, ledger, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -879,17 +879,11 @@ async def test_a_burst_of_checked_starts_on_postgres_completes(postgres: str) ->
 
 # ---- host processes ----
 
-TOOLS = '''
+TOOLS = (
+    NOTE_SOURCE
+    + '''
 import os, time
 from engine import tool
-
-LEDGER = os.environ["LEDGER"]
-
-def _note(text):
-    with open(LEDGER, "a") as f:
-        f.write(text + "\\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 @tool(read_only=True)
 def price(sku: str) -> int:
@@ -905,6 +899,7 @@ def pay(cents: int) -> str:
         time.sleep(0.02)
     return "paid"
 '''
+)
 
 
 def _host_env(tmp_path: Path) -> dict[str, str]:
@@ -1008,40 +1003,30 @@ def test_a_host_stalled_past_its_lease_cannot_overwrite_its_successor(tmp_path: 
 
 # ---- a randomized trial: three host processes on one PostgreSQL log, killed at random ----
 
-TRIAL_TOOLS = '''
-import os
+TRIAL_TOOLS = (
+    NOTE_SOURCE
+    + '''
 from engine import tool
-
-LEDGER = os.environ["LEDGER"]
-
-def _effect(text):
-    # One short line per effect, appended and synced: a host killed after this line ran the
-    # effect; one killed before it did not.
-    fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (text + "\\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 @tool
 def reserve(order: int) -> str:
     """Reserve an order's stock."""
-    _effect(f"reserve {order}")
+    _note(f"reserve {order}")
     return "reserved"
 
 @tool
 def charge(order: int) -> str:
     """Charge an order."""
-    _effect(f"charge {order}")
+    _note(f"charge {order}")
     return "charged"
 
 @tool(needs_approval=True)
 def ship(order: int) -> str:
     """Ship an order, after a person approves."""
-    _effect(f"ship {order}")
+    _note(f"ship {order}")
     return "shipped"
 '''
+)
 
 # Reserve and charge go on live (with live steps on); ship waits for a person.
 TRIAL_SCRIPT = """

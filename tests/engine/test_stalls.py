@@ -17,22 +17,15 @@ import pytest
 from engine import SqliteStore
 from engine._drive import Drive, lease_clock
 from engine.log import Lease, LeaseLost, MemoryStore, ScriptRecord
-from tests.engine.host_processes import host_result, ledger, wait_for
+from tests.engine.host_processes import NOTE_SOURCE, host_result, ledger, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
-TOOLS = '''
+TOOLS = (
+    NOTE_SOURCE
+    + '''
 import os, time
 from engine import tool
-
-LEDGER = os.environ["LEDGER"]
-
-def _note(text):
-    fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (text + "\\n").encode())
-    finally:
-        os.close(fd)
 
 @tool
 def slow(n: int) -> int:
@@ -48,6 +41,7 @@ def charge(cents: int) -> str:
     _note(f"charge {cents}")
     return "charged"
 '''
+)
 
 HOST = """
 import asyncio, json, os, sys
