@@ -16,7 +16,7 @@ import pytest
 
 from engine import SqliteStore
 from engine._drive import Drive, lease_clock
-from engine.log import Lease, LeaseLost, MemoryStore, ScriptRecord
+from engine.log import Lease, LeaseLost, MemoryStore, ScriptRecord, Started
 from tests.engine.host_processes import NOTE_SOURCE, host_result, ledger, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,6 +140,28 @@ def _never(lease: Lease) -> None:
     raise AssertionError(f"the lease of {lease.script_id} was kept")
 
 
+async def _start(store: MemoryStore, ttl_ms: int) -> Started:
+    """A new script ``s1`` in ``store``, started by ``host:1:a`` with a lease of ``ttl_ms``."""
+    record = ScriptRecord(id="s1", code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
+    started = await store.start(record, "host:1:a", ttl_ms)
+    assert started.lease is not None
+    return started
+
+
+async def _drive(store: MemoryStore, started: Started, *, taken_ago: float = 0.0) -> Drive:
+    """The drive of ``started`` with a minute-long lease (to it), taken ``taken_ago`` seconds
+    ago by this host's lease clock."""
+    assert started.lease is not None
+    return await Drive.resume(
+        store,
+        started.lease,
+        60_000,
+        started.record,
+        kept=_never,
+        taken_at=lease_clock() - taken_ago,
+    )
+
+
 async def test_a_call_begins_only_while_the_lease_surely_holds() -> None:
     """``Drive.may_begin`` measures the lease from when it was taken (``taken_at``), not from
     when the drive was made: a take half a lease old or more is renewed before a call begins,
@@ -147,17 +169,11 @@ async def test_a_call_begins_only_while_the_lease_surely_holds() -> None:
     asks the log nothing."""
     now = [0.0]
     store = MemoryStore(clock=lambda: now[0])
-    record = ScriptRecord(id="s1", code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
-    started = await store.start(record, "host:1:a", 1000)
-    assert started.lease is not None
+    started = await _start(store, 1000)
     # The drives' lease is a minute long to them (half of it: 30 s), so neither renews on its
     # own during the test however slow the machine; the log's lease is one second.
-    fresh = await Drive.resume(
-        store, started.lease, 60_000, started.record, kept=_never, taken_at=lease_clock()
-    )
-    old = await Drive.resume(
-        store, started.lease, 60_000, started.record, kept=_never, taken_at=lease_clock() - 31
-    )
+    fresh = await _drive(store, started)
+    old = await _drive(store, started, taken_ago=31)
     try:
         now[0] = 1.5  # the lease ran out by the log's clock, and another host took it over
         assert await store.acquire("s1", "host:2:b", 1000) is not None
@@ -185,13 +201,7 @@ class _CountedRenewals(MemoryStore):
 async def _taken_half_a_lease_ago() -> tuple[_CountedRenewals, Drive]:
     """A drive of a new script whose (minute-long) lease was taken 31 s ago."""
     store = _CountedRenewals()
-    record = ScriptRecord(id="s1", code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
-    started = await store.start(record, "host:1:a", 60_000)
-    assert started.lease is not None
-    drive = await Drive.resume(
-        store, started.lease, 60_000, started.record, kept=_never, taken_at=lease_clock() - 31
-    )
-    return store, drive
+    return store, await _drive(store, await _start(store, 60_000), taken_ago=31)
 
 
 async def test_calls_that_begin_together_share_one_renewal() -> None:
@@ -226,12 +236,7 @@ async def test_a_call_does_not_begin_once_a_renewal_found_the_script_anothers() 
     begin, the drive knowing better. It is refused with that renewal's LeaseLost."""
     now = [0.0]
     store = MemoryStore(clock=lambda: now[0])
-    record = ScriptRecord(id="s1", code="return 1", tenant="t", now_ms=0, seed=1, created_ms=0)
-    started = await store.start(record, "host:1:a", 1000)
-    assert started.lease is not None
-    drive = await Drive.resume(
-        store, started.lease, 60_000, started.record, kept=_never, taken_at=lease_clock()
-    )
+    drive = await _drive(store, await _start(store, 1000))
     try:
         now[0] = 1.5  # the lease ran out by the log's clock, and another host took it over
         assert await store.acquire("s1", "host:2:b", 1000) is not None

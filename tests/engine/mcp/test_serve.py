@@ -178,6 +178,18 @@ def returned(result: types.CallToolResult) -> Any:
         return rest  # a string is shown as itself
 
 
+# A tools file of one tool, for the tests that speak the protocol by hand.
+ADD_TOOLS = "def add(a: int, b: int) -> int:\n    'Add.'\n    return a + b\n\nTOOLS = [add]\n"
+
+
+def _opening_lines() -> list[str]:
+    """The lines a hand-written client opens a session with: initialize, then initialized."""
+    return [
+        json.dumps(_initialize()),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    ]
+
+
 def _initialize(
     capabilities: dict[str, Any] | None = None, version: str = "2025-06-18"
 ) -> dict[str, Any]:
@@ -647,16 +659,13 @@ def test_a_request_with_a_lone_surrogate_is_answered(tmp_path: Path) -> None:
     """A client's JSON with a lone surrogate escaped in a string (json.dumps and
     JSON.stringify write one) gets an answer, the surrogate read as U+FFFD: the SDK's parser
     refused the line and the request was never answered."""
-    (tmp_path / "tools.py").write_text(
-        "def add(a: int, b: int) -> int:\n    'Add.'\n    return a + b\n\nTOOLS = [add]\n"
-    )
+    (tmp_path / "tools.py").write_text(ADD_TOOLS)
 
     def request(n: int, method: str, params: dict[str, object]) -> str:
         return json.dumps({"jsonrpc": "2.0", "id": n, "method": method, "params": params})
 
     lines = [
-        json.dumps(_initialize()),
-        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        *_opening_lines(),
         request(2, "tools/call", {"name": "run_code", "arguments": {"code": "return 'caf\udce9'"}}),
         request(3, "tools/call", {"name": "run_code", "arguments": {"code": "return 1 + 2"}}),
     ]
@@ -1165,12 +1174,9 @@ def test_a_malformed_line_over_stdio_is_answered_with_what_is_wrong(tmp_path: Pa
     none was answered, and the client waited until its own timeout, told nothing. Each now
     gets a JSON-RPC error saying what is wrong (with the request's id when it has one), a
     notification or response of the wrong shape still none, and the session goes on."""
-    (tmp_path / "tools.py").write_text(
-        "def add(a: int, b: int) -> int:\n    'Add.'\n    return a + b\n\nTOOLS = [add]\n"
-    )
+    (tmp_path / "tools.py").write_text(ADD_TOOLS)
     lines = [
-        json.dumps(_initialize()),
-        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        *_opening_lines(),
         "this is not json",
         '{"jsonrpc": "2.0", "id": 2, "method": "tools/list"',
         "[1, 2]",
@@ -1441,12 +1447,9 @@ async def test_a_large_body_still_coming_is_not_cut_off_and_a_trickle_is(
 def test_malformed_lines_from_a_file_on_stdin_are_answered(tmp_path: Path) -> None:
     """With stdin a regular file (``codemode mcp serve < requests``), the SDK read it
     itself and no line it drops was answered. They are, as from a pipe."""
-    (tmp_path / "tools.py").write_text(
-        "def add(a: int, b: int) -> int:\n    'Add.'\n    return a + b\n\nTOOLS = [add]\n"
-    )
+    (tmp_path / "tools.py").write_text(ADD_TOOLS)
     lines = [
-        json.dumps(_initialize()),
-        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        *_opening_lines(),
         "this is not json",
         json.dumps({"jsonrpc": "2.0", "id": None, "method": "ping"}),
         json.dumps({"jsonrpc": "2.0", "method": 7}),  # a notification: nothing to answer
