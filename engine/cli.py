@@ -93,6 +93,7 @@ from runner import FileReader, ScriptRunner, Step
 if TYPE_CHECKING:
     from engine.mcp import McpServers
 from sandbox.protocol import Script, size_text
+from sandbox.replay import source_lines
 
 # A script's status as the exit code of `run` and `resume` (the README's table says each).
 EXIT_CODES = {"finished": 0, "failed": 1, "paused": 3, "elsewhere": 4}
@@ -784,7 +785,7 @@ async def _show(args: argparse.Namespace) -> int:
         print(f"  owner {_shown(lease.owner)} (lease token {lease.token}, {until})")
     print(f"  tools {_shown(', '.join(sorted(record.tools))) or '(not recorded)'}")
     print("code:")
-    for number, line in enumerate(_code_lines(record.code), 1):
+    for number, line in enumerate(_code_lines(record), 1):
         print(f"  {number:>4}  {_shown(line)}")
     print(f"calls: {len(calls)}")
     for c in calls:
@@ -897,19 +898,18 @@ async def _worker(args: argparse.Namespace) -> int:
 def _script_json(record: ScriptRecord) -> dict[str, Any]:
     data = dataclasses.asdict(record)
     data.pop("code")
-    data["code_lines"] = len(_code_lines(record.code))
+    data["code_lines"] = len(_code_lines(record))
     return data
 
 
-def _code_lines(code: str) -> list[str]:
-    """``code``'s lines as the engine's errors number them: by "\n" alone. A file's last
-    line break starts no line, and a CRLF's "\r" is its line's end, not text (each was
-    shown: an empty last line, and "\x0d" ending every line of a script written on
-    Windows)."""
-    lines = code.split("\n")
+def _code_lines(record: ScriptRecord) -> list[str]:
+    """The script's lines as the engine's errors number them (``source_lines``: a CRLF or a
+    lone CR ends a line, and in JavaScript U+2028 and U+2029 too). A file's last line break
+    starts no line (an empty last line was shown past the file's end)."""
+    lines = source_lines(record.code, record.language)
     if len(lines) > 1 and lines[-1] == "":
         lines.pop()
-    return [line.removesuffix("\r") for line in lines]
+    return lines
 
 
 def _when(ms: int) -> str:

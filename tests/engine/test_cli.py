@@ -945,23 +945,27 @@ def test_show_and_scripts_print_what_the_log_holds_as_text(tmp_path: Path) -> No
     assert "at line 2" in shown.stdout
 
 
-def test_show_numbers_a_script_files_lines_as_its_editor_does(tmp_path: Path) -> None:
+def test_show_numbers_a_script_files_lines_as_its_errors_do(tmp_path: Path) -> None:
     """A script run from a file ends with a line break, and one written on Windows ends each
     line with CRLF: `show` numbers its lines as they are (it showed a last, empty line past
-    the file's end, and "\\x0d" ending every line), and `scripts --json` counts them so; a
-    carriage return inside a line is still shown as an escape."""
+    the file's end, and "\\x0d" ending every line), and `scripts --json` counts them so. A
+    lone carriage return ends a line too, as in the script's errors ("at line 4"): `show`
+    split lines by "\\n" alone, and its numbers named other lines than the errors'."""
     data = ["--data-dir", str(tmp_path / "data")]
     script = tmp_path / "script.js"
-    script.write_bytes(b"const a = `x\ry`;\r\n\r\nreturn a.length;\r\n")
+    script.write_bytes(b"const a = `x\ry`;\r\n\r\nreturn a.lengthh.x;\r\n")
     ran = codemode("run", str(script), *TRACKER, *data, "--json")
-    assert ran.returncode == 0, ran.stderr
+    assert ran.returncode == 1, ran.stderr
+    assert "at line 4" in json.loads(ran.stdout.splitlines()[-1])["text"], ran.stdout
     script_id = json.loads(ran.stdout.splitlines()[0])["script_id"]
     shown = codemode("show", script_id, *data)
     assert shown.returncode == 0, shown.stderr
     code = shown.stdout.split("code:\n", 1)[1].split("calls:", 1)[0]
-    assert code == "     1  const a = `x\\x0dy`;\n     2  \n     3  return a.length;\n", code
+    assert code == (
+        "     1  const a = `x\n     2  y`;\n     3  \n     4  return a.lengthh.x;\n"
+    ), code
     listed = codemode("scripts", *data, "--json")
-    assert json.loads(listed.stdout)["code_lines"] == 3, listed.stdout
+    assert json.loads(listed.stdout)["code_lines"] == 4, listed.stdout
 
 
 def test_show_prints_each_calls_arguments_cut_short_and_escaped(tmp_path: Path) -> None:
