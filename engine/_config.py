@@ -66,6 +66,8 @@ _TOP_KEYS = {
     "live_max",
     "live_memory",
 }
+# The settings that are tables of their own ([codemode.limits]); the rest take a value.
+_TABLE_KEYS = {"limits", "runner", "store", "mcpServers"}
 _STORE_KEYS = {"kind", "dsn", "dsn_env", "schema", "max_connections", "lease_ms", "answer_timeout"}
 # Local runner options, and what a RemoteRunner takes (it owns that list).
 _LOCAL_OPTIONS = {"mode", "slots", "script_wait", "data_limit"}
@@ -175,7 +177,13 @@ def _outside_codemode(data: Mapping[Any, Any], unknown: list[Any], where: str) -
             f"{where}: {shown} {'is' if len(keys) == 1 else 'are'} outside any table; the "
             f"settings go under [codemode]: {where_to}"
         )
-    ours = [k for k in tables if k in _TOP_KEYS]
+    settings = [k for k in tables if k in _TOP_KEYS and k not in _TABLE_KEYS]
+    if settings:
+        return (
+            f"{where}: unknown table [{settings[0]}]; {settings[0]} is a setting, not a "
+            f"table: write `{settings[0]} = ...` under [codemode]"
+        )
+    ours = [k for k in tables if k in _TABLE_KEYS]
     if ours:
         where_to = (
             f"move its keys into [codemode.{ours[0]}]"

@@ -42,6 +42,13 @@ from engine import Config, ConfigError
             "[codemode.limits]",
         ),
         ("[tool.codemode]\nx = 1\n", "unknown table(s) 'tool'; the settings go under [codemode]"),
+        # A setting written as a table was told to write [codemode.data_dir], which the
+        # config then refused ("must be the path of a directory").
+        (
+            '[data_dir]\npath = "x"\n',
+            "unknown table [data_dir]; data_dir is a setting, not a table: write "
+            "`data_dir = ...` under [codemode]",
+        ),
     ],
 )
 def test_settings_outside_codemode_are_told_where_they_go(
