@@ -257,7 +257,17 @@ class CallSettling(Emitting):
         except (TypeError, orjson.JSONEncodeError) as e:
             # Data the script could never be sent (an integer past 64 bits, a lone surrogate,
             # nesting past what the encoder takes): that call's error, which it can catch.
-            await self._settle_failed(drive, _failed(entry, unsendable(entry.name, e)))
+            tool = self._by_name.get(entry.name)
+            message = (
+                tool._defect(
+                    f"returned a result JSON cannot carry ({e})",
+                    "; the tool must return JSON data (integers within 64 bits, text without "
+                    "lone surrogates)",
+                ).message
+                if tool is not None
+                else unsendable(entry.name, e)
+            )
+            await self._settle_failed(drive, _failed(entry, message))
             return
         if room is not None and size > room:
             # Over the budget on its own: keep its size, not its bytes; the script ends on

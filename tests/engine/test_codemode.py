@@ -1047,7 +1047,8 @@ async def test_a_bad_handler_result_is_that_calls_error(
     assert result.value.startswith("caught: ")
     assert len(result.value) < 10_000
     if name == "huge":  # JSON's encoder refused it
-        assert "returned a result that cannot be sent to the script" in result.value
+        assert "returned a result JSON cannot carry" in result.value
+        assert "a defect of the tool on the host's side" in result.value
     if name == "lone":  # declared `-> str`, the output check took the surrogate
         assert "returned text with a lone surrogate, which JSON cannot carry" in result.value
     [call] = await engine.store.calls(result.script_id)
@@ -1057,12 +1058,19 @@ async def test_a_bad_handler_result_is_that_calls_error(
     assert again.value == result.value
 
 
-async def test_an_integer_past_64_bits_names_the_fix(inproc: InProcessRunner) -> None:
+async def test_an_integer_past_64_bits_names_the_fix_to_the_host(
+    inproc: InProcessRunner, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The fix is the tool author's: the host's log names it, and the script is told its
+    call failed through no fault of its own (it was given the author's advice, and the host
+    was told nothing)."""
     engine = CodeMode(_misbehaving_tools(), runner=inproc)
-    result = await engine.run_code("return await tools.huge({})")
+    with caplog.at_level(logging.WARNING, logger="codemode"):
+        result = await engine.run_code("return await tools.huge({})")
     assert result.status == "failed"
-    assert "tools.huge returned a result that cannot be sent" in result.text
-    assert "64 bits" in result.text
+    assert "tools.huge returned a result JSON cannot carry" in result.text
+    assert "not of the script" in result.text and "64 bits" not in result.text
+    assert any("64 bits" in r.getMessage() for r in caplog.records), caplog.records
 
 
 async def test_a_script_with_a_lone_surrogate_fails_with_a_script_error(

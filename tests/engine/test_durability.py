@@ -313,7 +313,7 @@ async def test_an_unencodable_result_is_recorded_not_left_running(tmp_path: Path
     result = await first.run_code(code)
     await first.aclose()
     assert result.status == "finished", result.text
-    assert "cannot be sent to the script" in result.value
+    assert "returned a result JSON cannot carry" in result.value
     store = SqliteStore(tmp_path)
     [call] = await store.calls(result.script_id)
     await store.aclose()
