@@ -961,9 +961,9 @@ def test_show_numbers_a_script_files_lines_as_its_errors_do(tmp_path: Path) -> N
     shown = codemode("show", script_id, *data)
     assert shown.returncode == 0, shown.stderr
     code = shown.stdout.split("code:\n", 1)[1].split("calls:", 1)[0]
-    assert code == (
-        "     1  const a = `x\n     2  y`;\n     3  \n     4  return a.lengthh.x;\n"
-    ), code
+    assert code == ("     1  const a = `x\n     2  y`;\n     3  \n     4  return a.lengthh.x;\n"), (
+        code
+    )
     listed = codemode("scripts", *data, "--json")
     assert json.loads(listed.stdout)["code_lines"] == 4, listed.stdout
 
