@@ -193,7 +193,8 @@
   // `[Number (Money): 5]` of a subclass's, `[Number (null prototype): 7]`: it printed {},
   // and a String an object of its indexes. Told by its kind's own valueOf (web.js's
   // `unboxed`), asked only of an object that inherits from a kind's prototype, or of one
-  // of no prototype and no keys (each miss makes an error, as heldBrand's).
+  // of no prototype whose keys `ks` are none or begin with a String's indexes (each miss
+  // makes an error, as heldBrand's).
   const BOXES = { __proto__: null, number: Number.prototype, string: String.prototype,
     boolean: Boolean.prototype, bigint: BigInt.prototype, symbol: Symbol.prototype };
   const BOX_NAMES = { __proto__: null, number: "Number", string: "String", boolean: "Boolean",
@@ -204,8 +205,8 @@
     for (let i = 0; i < BOX_KINDS.length; i++) if (isA(value, BOX_KINDS[i])) return true;
     return false;
   };
-  function boxedPrimitive(value, proto) { // [the primitive, its kind's name], or undefined
-    if (proto === null ? objectKeys(value).length !== 0 : !inheritsABox(value)) return undefined;
+  function boxedPrimitive(value, proto, ks) { // [the primitive, its kind's name], or undefined
+    if (proto === null ? ks.length !== 0 && ks[0] !== "0" : !inheritsABox(value)) return undefined;
     const inner = unboxed(value, BOXES);
     if (inner === BOXES) return undefined; // an object of its own that inherits from Number.prototype
     const kind = typeof inner, name = BOX_NAMES[kind];
@@ -235,11 +236,11 @@
   // {}, or named "an object of no class", and JSON and the copy for a tool read keys alone
   // and made {} of it (of a typed array, an object of indexes) without a word. Of an object
   // with keys, only a typed array's name. Asked of objects of no prototype only (each miss
-  // makes an error).
-  function heldBrand(v) {
+  // makes an error). `ks`: its keys, when the caller has them.
+  function heldBrand(v, ks) {
     const typed = apply(typedArrayName, v, []);
     if (typed !== undefined) return typed;
-    if (objectKeys(v).length !== 0) return undefined;
+    if ((ks === undefined ? objectKeys(v) : ks).length !== 0) return undefined;
     if (got(mapSize, v) !== undefined) return "Map";
     if (got(setSize, v) !== undefined) return "Set";
     if (got(regExpSource, v) !== undefined) return "RegExp";
@@ -373,11 +374,13 @@
     // Plain objects and arrays, the most of any value, are none of the kinds below.
     const proto = getPrototypeOf(value);
     const plainKind = proto === ObjectProto || proto === ArrayProto || proto === null;
-    const box = proto === ObjectProto || proto === ArrayProto ? undefined : boxedPrimitive(value, proto);
+    // Read once for the two checks of an object of no prototype (no script code runs between).
+    const nullKeys = proto === null ? objectKeys(value) : undefined;
+    const box = proto === ObjectProto || proto === ArrayProto ? undefined : boxedPrimitive(value, proto, nullKeys);
     if (box !== undefined) return boxShown(value, box, depth, ancestors, budget);
     // A built-in's data with its prototype set to null is named as Node.js names it:
     // `[Map(1): null prototype] {...}`, `[RegExp: null prototype] /x/`.
-    const bare = proto === null && !isArray(value) ? heldBrand(value) : undefined;
+    const bare = proto === null && !isArray(value) ? heldBrand(value, nullKeys) : undefined;
     const shown = plainKind && bare === undefined ? undefined : shownAsNode(value, budget, bare);
     if (shown !== undefined) return shown;
     if (depth > 8) return isArray(value) ? "[Array]" : "[Object]";

@@ -757,13 +757,17 @@ def test_console_shows_a_subclass_or_bare_boxed_primitive_as_node_does() -> None
         "Number = function () {};\n"
         "console.log(m, bare, Object.setPrototypeOf(Object(Symbol('s')), null));\n"
         "console.log(Object.create(Money.prototype), structuredClone(new Money(3)));\n"
-        "try { structuredClone(Object(Symbol('x'))); } catch (e) { console.log(e.name); }"
+        "try { structuredClone(Object(Symbol('x'))); } catch (e) { console.log(e.name); }\n"
+        # A String's indexes are keys: one of no prototype printed as an object of them.
+        "console.log(Object.setPrototypeOf(new String('ab'), null),"
+        " Object.assign(Object.create(null), { 0: 'a' }));"
     )
     assert run(code).printed == (
         '[Number (Money): 5] {"currency":"EUR"} [Number (null prototype): 7] '
         "[Symbol (null prototype): Symbol(s)]\n"
         "{} [Number: 3]\n"
         "DataCloneError\n"
+        '[String (null prototype): "ab"] {"0":"a"}\n'
     )
 
 
