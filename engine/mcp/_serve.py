@@ -578,10 +578,11 @@ def _prompt_requests(room: int | None) -> Any:
 
         def _client_owes(self) -> bool:
             """Waiting for its client: for a request, or the rest of its head, or of its
-            body while no answer has begun."""
+            body while no answer is being sent (none begun, or one given early: a 404 or
+            406 that did not read the body)."""
             state = self.conn.their_state
             return state is h11.IDLE or (
-                state is h11.SEND_BODY and self.conn.our_state is h11.SEND_RESPONSE
+                state is h11.SEND_BODY and self.conn.our_state is not h11.SEND_BODY
             )
 
         def connection_lost(self, exc: Exception | None) -> None:
@@ -601,11 +602,8 @@ def _prompt_requests(room: int | None) -> Any:
 
         def _overdue(self) -> None:
             self._due = None
-            if self.transport.is_closing() or self.conn.their_state not in (
-                h11.IDLE,
-                h11.SEND_BODY,
-            ):
-                return  # the request came whole: the answer is the server's to give
+            if self.transport.is_closing() or not self._client_owes():
+                return  # the request came whole, or is being answered: the server's turn
             logger.info(
                 "an HTTP client sent no whole request within %g s; its connection is closed",
                 REQUEST_WAIT,

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import queue
+import re
 import shlex
 import signal
 import subprocess
@@ -1247,7 +1248,7 @@ def test_a_request_nested_past_the_parser_is_answered_with_its_id_and_the_bound(
         assert refused is not None and refused.id == ident, refused
 
 
-@pytest.mark.parametrize("sent", ["nothing", "part of a body"])
+@pytest.mark.parametrize("sent", ["nothing", "part of a body", "part of a body answered early"])
 async def test_http_clients_past_the_room_cannot_lock_out_one_that_asks(
     sent: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -1259,7 +1260,9 @@ async def test_http_clients_past_the_room_cannot_lock_out_one_that_asks(
     Past its room, the server also closed only connections that had sent no whole request
     head: four that sent a head and one byte of body filled a room of four, and every
     newcomer was the one closed. Those waiting on their client mid-request are closed too,
-    longest waiting first."""
+    longest waiting first, also when the server answered before reading the body (a 404 for
+    another path, as a 406 or a host check's refusal do): they were kept, and the newcomer
+    closed again."""
     from engine import CodeMode, tool
     from engine.mcp import _serve
     from tests.engine.conftest import InProcessRunner
@@ -1277,8 +1280,9 @@ async def test_http_clients_past_the_room_cannot_lock_out_one_that_asks(
     serving, url, host, port = await _http_served(engine)
     waiting = []
     try:
+        path = "/elsewhere" if sent.endswith("answered early") else "/mcp"
         head = (
-            f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
             "Accept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{"
         ).encode()
         for _ in range(4):
@@ -1286,6 +1290,13 @@ async def test_http_clients_past_the_room_cannot_lock_out_one_that_asks(
             if sent != "nothing":
                 writer.write(head)
                 await writer.drain()
+            if path != "/mcp":
+                async with asyncio.timeout(TIMEOUT):  # answered without its body being read
+                    answer = await reader.readuntil(b"\r\n\r\n")
+                    assert answer.startswith(b"HTTP/1.1 404"), answer
+                    length = re.search(rb"content-length: (\d+)", answer, re.IGNORECASE)
+                    assert length is not None, answer
+                    await reader.readexactly(int(length.group(1)))
             waiting.append((reader, writer))
         async with (
             streamable_http_client(url) as (read, write),
