@@ -51,7 +51,7 @@ from engine._result import RunResult
 from engine._schema import only_argument, script_argument
 from engine._tools import Tool
 from engine.mcp._config import SERVER_NAME, codemode_version
-from engine.mcp._stdio import MAX_MESSAGE, deep_id, well_formed_json
+from engine.mcp._stdio import MAX_MESSAGE, deep_id, unread_answer, well_formed_json
 from engine.mcp._upstream import summary
 from sandbox.protocol import size_text
 
@@ -814,6 +814,17 @@ async def _answer_refused(lines: Any, sdk_read: Any, handed: Any, write: Any) ->
             line = lines.popleft()
             refusal = None
             if isinstance(item, Exception):
+                # An answer to the server's own request (an approval asked by elicitation)
+                # the SDK cannot read: that request fails with its error at once, as the
+                # SDK's client has it, instead of waiting for ever (it has no timeout).
+                failed = (
+                    unread_answer(line.encode(), item, types, SessionMessage)
+                    if isinstance(item, ValueError)
+                    else None
+                )
+                if failed is not None:
+                    await handed.send(failed)
+                    continue
                 refusal = _unanswered(line)
             elif isinstance(item.message, types.JSONRPCNotification) and "id" in from_json(line):
                 refusal = _unanswered(line)  # its id null, true, an object: read as none

@@ -155,7 +155,7 @@ def _parsed(line: bytes, types: Any, session_message: Any) -> Any:
             if mended is not None:
                 with contextlib.suppress(ValueError):
                     return session_message(adapter.validate_json(mended, by_name=False))
-        return _unread_answer(readable, e, types, session_message) or e
+        return unread_answer(readable, e, types, session_message) or e
 
 
 # How the SDK's HTTP client begins the error it makes of an answer, or of an event, that is
@@ -163,7 +163,7 @@ def _parsed(line: bytes, types: Any, session_message: Any) -> Any:
 UNPARSED = ("Failed to parse JSON response", "Failed to parse SSE message")
 
 
-def _unread_answer(line: bytes, error: ValueError, types: Any, session_message: Any) -> Any:
+def unread_answer(line: bytes, error: ValueError, types: Any, session_message: Any) -> Any:
     """The error of the request ``line`` answers, when the SDK cannot read that answer (it
     nests past its parser's bound, or is not shaped as MCP says), as the SDK's HTTP client
     makes it of such an answer: the SDK drops a line it cannot read, and the request waited

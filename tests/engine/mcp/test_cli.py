@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import shlex
 import signal
 import socket
@@ -532,6 +533,30 @@ def test_mcp_serve_says_in_one_line_that_a_clients_elicitation_answer_is_not_mcp
         "Field required). Call continue_script with this script id to ask again." in body
     ), body
     assert "pydantic" not in body and "pydantic" not in err, err
+    assert not (tmp_path / "wiped-x").exists()
+
+
+def test_mcp_serve_fails_an_approval_at_once_when_the_clients_answer_cannot_be_read(
+    tmp_path: Path,
+) -> None:
+    """A client's answer to the approval it is asked that the SDK cannot read (no object
+    where the result goes) was dropped at debug level: the request has no timeout, and the
+    script's run_code waited for ever. The approval fails at once, saying why."""
+    (tmp_path / "codemode.toml").write_text(
+        f"[codemode.mcpServers.lab]\ncommand = {json.dumps(sys.executable)}\n"
+        f"args = [{json.dumps(str(LAB))}, {json.dumps(str(tmp_path))}]\n"
+    )
+    with _serving(_command("mcp", "serve"), tmp_path) as process:
+        assert process.stdout is not None and process.stdin is not None
+        _call_run_code(process, 'await tools.lab__wipe({ target: "x" })', {"elicitation": {}})
+        asked = orjson.loads(process.stdout.readline())
+        assert asked["method"] == "elicitation/create", asked
+        _send(process, {"id": asked["id"], "result": 5})
+        ready, _, _ = select.select([process.stdout], [], [], TIMEOUT)
+        assert ready, "run_code was not answered: the client's answer was dropped"
+        answer = orjson.loads(process.stdout.readline())
+    body = answer["result"]["content"][0]["text"]
+    assert "asking them through the client failed" in body, body
     assert not (tmp_path / "wiped-x").exists()
 
 
