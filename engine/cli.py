@@ -944,12 +944,15 @@ def _say_how_to_approve(args: argparse.Namespace, result: RunResult) -> None:
     flags: list[str] = []
     for call_id in calls:
         flags += ["--approve", call_id]
-    if args.tools is not None:
-        flags += ["--tools", args.tools]
-    if args.config is not None:
-        flags += ["--config", args.config]
-    if args.data_dir is not None:
-        flags += ["--data-dir", args.data_dir]
+    # Absolute, as mcp serve's log flags are (engine.mcp._cli._log_flags): the person may
+    # answer from another directory, or another terminal.
+    for flag, path in (
+        ("--tools", args.tools),
+        ("--config", args.config),
+        ("--data-dir", args.data_dir),
+    ):
+        if path is not None:
+            flags += [flag, str(Path(path).absolute())]
     command = shlex.join(["codemode", "resume", result.script_id, *flags])
     sys.stderr.write(
         f"codemode: to approve and go on: {command} (--reject CALL_ID --message TEXT refuses "

@@ -25,14 +25,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def codemode(
-    *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None, cwd: Path = ROOT
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "engine.cli", *args],
         capture_output=True,
         text=True,
         input=stdin,
-        cwd=ROOT,
+        cwd=cwd,
         timeout=120,
         env=None if env is None else {**os.environ, **env},
     )
@@ -1307,17 +1307,18 @@ def test_what_the_tools_print_goes_to_stderr_not_among_the_result(tmp_path: Path
 def test_a_paused_run_says_the_command_that_approves_and_goes_on(tmp_path: Path) -> None:
     """A run that pauses on approvals says on stderr the command that approves them and
     resumes the script (the result, a model's text, said what it waits on, not how a person
-    at the terminal answers): that command, run as said, finishes the script."""
+    at the terminal answers): that command, run as said from another directory, finishes
+    the script (its paths are absolute: as given, relative, they named other files there)."""
     import shlex
 
-    data = ["--data-dir", str(tmp_path / "data")]
+    data = ["--data-dir", os.path.relpath(tmp_path / "data", ROOT)]
     script = 'return await tools.github__comment({ number: 12, body: "ping" })'
     ran = codemode("run", "-", *TRACKER, *data, stdin=script)
     assert ran.returncode == 3, ran.stderr
     (said,) = [x for x in ran.stderr.splitlines() if "to approve and go on" in x]
     command = shlex.split(said.split("to approve and go on: ", 1)[1].split(" (--reject", 1)[0])
     assert command[:2] == ["codemode", "resume"] and "--approve" in command, command
-    resumed = codemode(*command[1:])
+    resumed = codemode(*command[1:], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.startswith("Script finished."), resumed.stdout
     assert "to approve and go on" not in resumed.stderr
