@@ -57,6 +57,14 @@ class ProgressLine:
         steps = f"{self.steps} step{'s' if self.steps != 1 else ''}"
         return f"codemode: {steps}, {calls}, {elapsed:.1f} s"
 
+    @staticmethod
+    def clearing() -> str:
+        """The escape that clears the live line, for a writer of another line onto the same
+        terminal (a warning, the script's id): counted in :attr:`drawn`, since it clears a
+        tool's part line there too."""
+        ProgressLine.drawn += 1
+        return "\r\x1b[K"
+
     def draw(self) -> None:
         ProgressLine.drawn += 1
         self.stream.write("\r\x1b[K" + self.text())

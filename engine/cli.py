@@ -1035,7 +1035,7 @@ async def _run_with(
         if args.json:
             out.write(orjson.dumps({"script_id": script_id}).decode() + "\n")
         elif kept:  # a log in memory dies with this run: its id would help no one
-            clear = "\r\x1b[K" if sys.stderr.isatty() else ""  # the live line, if any
+            clear = ProgressLine.clearing() if sys.stderr.isatty() else ""  # the live line
             sys.stderr.write(f"{clear}codemode: script {script_id}\n")
         out.flush()
 
@@ -1276,7 +1276,7 @@ class _OneLine(logging.Formatter):
 
     def __init__(self, *, terminal: bool) -> None:
         super().__init__()
-        self.clear = "\r\x1b[K" if terminal else ""
+        self.terminal = terminal
 
     def format(self, record: logging.LogRecord) -> str:
         text = record.getMessage()
@@ -1287,7 +1287,8 @@ class _OneLine(logging.Formatter):
             text = f"{text[: -len(trace)].rstrip()} (-v shows the traceback)"
         elif record.exc_info and record.exc_info[1] is not None:
             text += f" ({described(record.exc_info[1])}; -v shows the traceback)"
-        return f"{self.clear}codemode: {' '.join(text.splitlines())}"
+        clear = ProgressLine.clearing() if self.terminal else ""
+        return f"{clear}codemode: {' '.join(text.splitlines())}"
 
 
 def _warnings_in_one_line() -> None:

@@ -1054,6 +1054,26 @@ def test_a_warning_on_a_terminal_clears_the_live_line_first(tmp_path: Path) -> N
     assert "\r\x1b[Kdebug: looking up 2\r\n" in text, text
 
 
+def test_a_warning_on_a_terminal_does_not_wipe_a_tools_part_line() -> None:
+    """A tool's part line (`print("working...", end="", flush=True)`), then a warning of the
+    engine's, which clears the terminal's line first: the rest of the tool's line is written
+    with its part again (it stood alone, "done", the part wiped by the warning's clear)."""
+    import io
+    import logging
+
+    from engine.cli import _AfterTheLiveLine, _OneLine
+
+    err = io.StringIO()
+    out = _AfterTheLiveLine(err)
+    warned = logging.makeLogRecord({"msg": "tool call raised", "levelno": logging.WARNING})
+    print("working...", end="", flush=True, file=out)
+    err.write(_OneLine(terminal=True).format(warned) + "\n")
+    print("done", file=out)
+    assert err.getvalue().endswith("codemode: tool call raised\n\r\x1b[Kworking...done\n"), (
+        err.getvalue()
+    )
+
+
 def test_a_script_read_from_a_terminal_is_asked_for() -> None:
     """`run -` with stdin a terminal says it reads the script from there and how to end it:
     it waited without a word, as if it hung. Piped, stdin is read without one (the other
