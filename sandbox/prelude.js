@@ -79,7 +79,7 @@
   // Kind[Symbol.hasInstance] first, which a script may define on the constructor itself, and
   // a Map or an Error then printed {}); a typed array's length, read with the built-in
   // getter; and ToPrimitive (intl.js's too).
-  const { listOf, put, joined, holds, isA, typedLength, toPrimitive, unboxed } = web.own;
+  const { listOf, put, joined, holds, isA, typedLength, toPrimitive, unboxed, boxKinds } = web.own;
   // The script's tools (see `begin`): a replaced Set.prototype.has, or its iterator, was
   // handed this set, and a script that added a name to it called a tool the host never gave.
   const toolNames = ownMethods(new NativeSet(), { has: setHas, add: setAdd });
@@ -195,14 +195,16 @@
   // `unboxed`), asked only of an object that inherits from a kind's prototype, or of one
   // of no prototype whose keys `ks` are none or begin with a String's indexes (each miss
   // makes an error, as heldBrand's).
-  const BOXES = { __proto__: null, number: Number.prototype, string: String.prototype,
-    boolean: Boolean.prototype, bigint: BigInt.prototype, symbol: Symbol.prototype };
-  const BOX_NAMES = { __proto__: null, number: "Number", string: "String", boolean: "Boolean",
-    bigint: "BigInt", symbol: "Symbol" };
-  const BOX_KINDS = listOf(); // the real ones, not what a script later names so
-  for (const Box of [Number, String, Boolean, BigInt, Symbol]) put(BOX_KINDS, Box);
+  // Of each kind (by the typeof of what it boxes, "bigint"): its prototype and its name. Read
+  // from web.js's kinds at boot, before any script code runs.
+  const BOXES = { __proto__: null }, BOX_NAMES = { __proto__: null };
+  for (let i = 0; i < boxKinds.length; i++) {
+    const Box = boxKinds[i], kind = Box.name.toLowerCase();
+    BOXES[kind] = Box.prototype;
+    BOX_NAMES[kind] = Box.name;
+  }
   const inheritsABox = (value) => {
-    for (let i = 0; i < BOX_KINDS.length; i++) if (isA(value, BOX_KINDS[i])) return true;
+    for (let i = 0; i < boxKinds.length; i++) if (isA(value, boxKinds[i])) return true;
     return false;
   };
   function boxedPrimitive(value, proto, ks) { // [the primitive, its kind's name], or undefined

@@ -169,8 +169,12 @@
   // A boxed primitive's kinds' own valueOf, each of which throws for any other object and
   // runs no script code: `unboxed(v, none)` is the primitive `v` holds, or `none` for an
   // object that boxes none. The prelude's console printing takes it too.
+  const boxKinds = listOf(); // the real ones, not what a script later names so
   const boxed = listOf();
-  for (const Box of [Boolean, Number, String, BigInt, Symbol]) put(boxed, Box.prototype.valueOf);
+  for (const Box of [Boolean, Number, String, BigInt, Symbol]) {
+    put(boxKinds, Box);
+    put(boxed, Box.prototype.valueOf);
+  }
   function unboxed(v, none) {
     for (let i = 0; i < boxed.length; i++) {
       try { return apply(boxed[i], v, []); } catch (_) { /* not of this kind */ }
@@ -567,7 +571,7 @@
   const setRun = (nextRandom, text) => { run = { nextRandom, text }; };
   // The engine's own lists, its instanceof, a typed array's length, ToPrimitive and a boxed
   // primitive's value, which sandbox/prelude.js uses too.
-  setRun.own = freeze({ listOf, put, joined, holds, isA, typedLength, toPrimitive, unboxed });
+  setRun.own = freeze({ listOf, put, joined, holds, isA, typedLength, toPrimitive, unboxed, boxKinds });
   // What sandbox/url.js takes from here: its searchParams, and the text helpers it shares.
   setRun.url = freeze({ makeParams: linkParams, replaceParams, usv, isHex, utf8, decodeUtf8, HEX, listOf, put, typedLength, chars });
   // What sandbox/intl.js takes: the lists, a string's characters, an index set as an array's
