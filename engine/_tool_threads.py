@@ -176,6 +176,7 @@ class Ticket:
     state: str = "waiting"
     order: int = 0
     granted: asyncio.Future[None] | None = field(default=None, repr=False)
+    admitted: bool = False  # a thread was granted (it may then wait for ``begin``)
     begin: Callable[[], Awaitable[None] | None] | None = field(default=None, repr=False)
     refused: Exception | None = field(default=None, repr=False)
 
@@ -244,6 +245,7 @@ class ToolThreads:
                 ticket.granted.cancel()
                 self._waiting.remove(ticket)
             raise  # the state stays "waiting": it never ran
+        ticket.admitted = True
         if ticket.begin is not None:
             try:
                 if (beginning := ticket.begin()) is not None:
@@ -378,6 +380,12 @@ def timed_out(
     so.
     """
     if ticket is not None and ticket.state == "waiting":
+        if ticket.admitted:  # a thread came, and then ``begin``: the log confirming the lease
+            return (
+                f"tools.{name} did not run: within {seconds:g} s the host's log did not "
+                "confirm that this host still drives the script (a thread was free); it can "
+                "be called again"
+            )
         if threads is not None and threads.by_script[ticket.script] >= threads.per_script:
             # The script's own share is what is full: its earlier calls hold it (a handler
             # that timed out runs on in its thread), and calling again waits the same way.

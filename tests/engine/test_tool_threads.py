@@ -94,6 +94,28 @@ async def test_one_scripts_slow_sync_calls_do_not_time_out_anothers_fast_tool() 
     await engine.aclose()
 
 
+async def test_a_call_timed_out_while_the_log_confirms_its_lease_says_so() -> None:
+    """A call granted a thread that then waits for its drive to confirm the lease (its
+    ``begin``: a renewal, the log slow) and passes its timeout there never ran: it was told
+    no tool thread came free and the host was busy, which sent its operator to the threads.
+    The thread is given back."""
+    from engine._tool_threads import timed_out
+
+    threads = ToolThreads(1)
+    ticket = Ticket("t", "s")
+    confirming: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    ticket.begin = lambda: confirming
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await threads.call(ticket, lambda: "ran", {})
+    said = timed_out("pay", 0.05, ticket, threads)
+    assert ticket.state == "waiting" and said.startswith("tools.pay did not run: "), said
+    assert "the host's log did not confirm" in said and "busy" not in said, said
+    other = Ticket("t", "s2")
+    async with asyncio.timeout(BOUND):
+        assert await threads.call(other, lambda: "ran", {}) == "ran"
+
+
 async def test_a_timed_out_sync_call_says_it_may_take_effect_and_frees_room() -> None:
     """A sync call past its timeout runs on in its thread: the script is told it may or may
     not take effect (as for an interrupted call). Its thread still counts against its own
