@@ -506,12 +506,26 @@ def test_mcp_serve_on_stdio_stops_quietly_when_its_client_goes_mid_call(tmp_path
     assert left_running(tmp_path) == []
 
 
+@pytest.mark.parametrize(
+    ("result", "said"),
+    [
+        (
+            {"approve": True},
+            "asking them through the client failed (its answer does not follow MCP: action: "
+            "Field required). Call continue_script with this script id to ask again.",
+        ),
+        (5, "asking them through the client failed ("),
+    ],
+    ids=["no elicitation result", "unreadable"],
+)
 def test_mcp_serve_says_in_one_line_that_a_clients_elicitation_answer_is_not_mcp(
-    tmp_path: Path,
+    tmp_path: Path, result: Any, said: str
 ) -> None:
     """A client that answers the approval it is asked with what is no elicitation result:
     the paused result (and the log) say so in one line, where they held pydantic's whole
-    report, links included."""
+    report, links included. An answer the SDK cannot read at all (no object where the
+    result goes) was dropped at debug level: the request has no timeout, and run_code
+    waited for ever; it fails at once too."""
     (tmp_path / "codemode.toml").write_text(
         f"[codemode.mcpServers.lab]\ncommand = {json.dumps(sys.executable)}\n"
         f"args = [{json.dumps(str(LAB))}, {json.dumps(str(tmp_path))}]\n"
@@ -521,42 +535,17 @@ def test_mcp_serve_says_in_one_line_that_a_clients_elicitation_answer_is_not_mcp
         _call_run_code(process, 'await tools.lab__wipe({ target: "x" })', {"elicitation": {}})
         asked = orjson.loads(process.stdout.readline())
         assert asked["method"] == "elicitation/create", asked
-        _send(process, {"id": asked["id"], "result": {"approve": True}})
+        _send(process, {"id": asked["id"], "result": result})
+        ready, _, _ = select.select([process.stdout], [], [], TIMEOUT)
+        assert ready, "run_code was not answered: the client's answer was dropped"
         answer = orjson.loads(process.stdout.readline())
         process.stdin.close()
         process.wait(timeout=TIMEOUT)
         assert process.stderr is not None
         err = process.stderr.read().decode()
     body = answer["result"]["content"][0]["text"]
-    assert (
-        "asking them through the client failed (its answer does not follow MCP: action: "
-        "Field required). Call continue_script with this script id to ask again." in body
-    ), body
+    assert said in body, body
     assert "pydantic" not in body and "pydantic" not in err, err
-    assert not (tmp_path / "wiped-x").exists()
-
-
-def test_mcp_serve_fails_an_approval_at_once_when_the_clients_answer_cannot_be_read(
-    tmp_path: Path,
-) -> None:
-    """A client's answer to the approval it is asked that the SDK cannot read (no object
-    where the result goes) was dropped at debug level: the request has no timeout, and the
-    script's run_code waited for ever. The approval fails at once, saying why."""
-    (tmp_path / "codemode.toml").write_text(
-        f"[codemode.mcpServers.lab]\ncommand = {json.dumps(sys.executable)}\n"
-        f"args = [{json.dumps(str(LAB))}, {json.dumps(str(tmp_path))}]\n"
-    )
-    with _serving(_command("mcp", "serve"), tmp_path) as process:
-        assert process.stdout is not None and process.stdin is not None
-        _call_run_code(process, 'await tools.lab__wipe({ target: "x" })', {"elicitation": {}})
-        asked = orjson.loads(process.stdout.readline())
-        assert asked["method"] == "elicitation/create", asked
-        _send(process, {"id": asked["id"], "result": 5})
-        ready, _, _ = select.select([process.stdout], [], [], TIMEOUT)
-        assert ready, "run_code was not answered: the client's answer was dropped"
-        answer = orjson.loads(process.stdout.readline())
-    body = answer["result"]["content"][0]["text"]
-    assert "asking them through the client failed" in body, body
     assert not (tmp_path / "wiped-x").exists()
 
 
