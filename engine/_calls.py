@@ -7,16 +7,17 @@ Part of :class:`engine.CodeMode` (a base class of it); the step loop (``_steps``
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import traceback
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import orjson
 
 from engine import log
-from engine._drive import Drive
+from engine._drive import Drive, NotClaimed
 from engine._errors import CallAbandoned, StoreUnavailable
 from engine._events import Emitting
 from engine._limits import Limits
@@ -77,8 +78,15 @@ class CallSettling(Emitting):
                 d.state == log.APPROVED and self._repeatable(drive.calls[d.index].name)
                 for d in decisions
             )
-            # A step with a call of a sequential tool claims each turn's calls as it comes.
-            claim = not waits and not (len(proposed) > 1 and self._in_turns(drive, decisions))
+            # A step with a call of a sequential tool claims each turn's calls as it comes,
+            # and one with a call that would wait for a tool thread claims it as it begins.
+            claim = (
+                not waits
+                and not (len(proposed) > 1 and self._in_turns(drive, decisions))
+                and not self._thread_waits(
+                    drive, [d.index for d in decisions if d.state == log.APPROVED]
+                )[1]
+            )
             claimed = await drive.decide(decisions, claim=claim, lasting=lasting)
             for c in proposed:
                 self._emit_decided(record.tenant, drive.calls[c.index])
@@ -90,19 +98,56 @@ class CallSettling(Emitting):
         if len(ready) > 1 and self._in_turns(drive, ready):
             await self._run_in_turns(drive, ready, limits)
             return
+        later: list[int] = []
         if ready:
-            # The receipts, in one transaction, before any of them runs: a call runs only if
-            # it was claimed, so a crash, or another host, can never run it twice.
-            lasting = self._with_effects(drive.calls[i].name for i in ready)
-            claimed += await drive.claim(ready, lasting=lasting)
-        await self._run_calls(drive, claimed, limits)
+            got, later = await self._claim_to_run(drive, ready)
+            claimed += got
+        await self._run_calls(drive, claimed, limits, later)
 
-    async def _run_calls(self, drive: Drive, claimed: list[int], limits: Limits) -> None:
-        """Run the calls ``claimed`` (indexes) together."""
-        if len(claimed) == 1:  # a sequential script's every call: no task of its own
-            await self._run_call(drive, drive.calls[claimed[0]], limits)
-        elif claimed:
-            await asyncio.gather(*(self._run_call(drive, drive.calls[i], limits) for i in claimed))
+    async def _claim_to_run(self, drive: Drive, ready: list[int]) -> tuple[list[int], list[int]]:
+        """The receipts of the approved calls ``ready``, in one transaction, before any of
+        them runs: a call runs only if it was claimed, so a crash, or another host, can never
+        run it twice. But for the calls that would wait for a tool thread (see
+        :meth:`_thread_waits`): each is claimed as its thread comes (``Drive.claim_to_begin``),
+        so a host that dies while it waits leaves it approved, to run on resume, not
+        "interrupted" though it never ran. Returns the claimed calls and those to claim as
+        they begin (none when the script is held)."""
+        now, later = self._thread_waits(drive, ready)
+        if not now:
+            await drive.flush()  # the step's calls written before any receipt of theirs
+            return [], later
+        lasting = self._with_effects(drive.calls[i].name for i in now)
+        claimed = await drive.claim(now, lasting=lasting)
+        return claimed, later if len(claimed) == len(now) else []
+
+    def _thread_waits(self, drive: Drive, ready: list[int]) -> tuple[list[int], list[int]]:
+        """``ready`` (approved calls about to run, in order) split into those to claim now and
+        those to claim as they begin: the calls of sync tools past the tool threads free to
+        the script now. Others' calls may take a free thread first; such a claimed call then
+        waits, as all did before (a crash meanwhile makes it "interrupted")."""
+        free = self._tool_threads.free_for(drive.record.tenant, drive.record.id)
+        now: list[int] = []
+        later: list[int] = []
+        for index in ready:
+            tool = self._by_name.get(drive.calls[index].name)
+            threaded = tool is not None and tool.in_thread and tool.handler is not None
+            if threaded and free <= 0:
+                later.append(index)
+            else:
+                free -= threaded
+                now.append(index)
+        return now, later
+
+    async def _run_calls(
+        self, drive: Drive, claimed: list[int], limits: Limits, later: Sequence[int] = ()
+    ) -> None:
+        """Run the calls ``claimed`` (indexes) together, and ``later``: calls not claimed yet,
+        claimed as their tool threads come."""
+        every = [*claimed, *later]
+        if len(every) == 1:  # a sequential script's every call: no task of its own
+            await self._run_call(drive, drive.calls[every[0]], limits)
+        elif every:
+            await asyncio.gather(*(self._run_call(drive, drive.calls[i], limits) for i in every))
 
     def _sequential(self, drive: Drive, index: int) -> bool:
         tool = self._by_name.get(drive.calls[index].name)
@@ -129,10 +174,9 @@ class CallSettling(Emitting):
         if turn:
             turns.append(turn)
         for turn in turns:
-            lasting = self._with_effects(drive.calls[i].name for i in turn)
-            claimed = await drive.claim(turn, lasting=lasting)
-            await self._run_calls(drive, claimed, limits)
-            if len(claimed) < len(turn):
+            claimed, later = await self._claim_to_run(drive, turn)
+            await self._run_calls(drive, claimed, limits, later)
+            if len(claimed) + len(later) < len(turn) or drive.record.held:
                 return  # held: the calls left run once it is released
 
     async def _recover(self, drive: Drive) -> None:
@@ -204,8 +248,13 @@ class CallSettling(Emitting):
         # A sync handler's place in the tool threads, which says whether its thread began.
         ticket = Ticket(record.tenant, record.id) if tool is not None and tool.in_thread else None
         # The call begins only while this host still holds the script (see may_begin): a
-        # sync one once its thread is granted, which may take long.
-        if ticket is not None:
+        # sync one once its thread is granted, which may take long; one not claimed yet
+        # (it was to wait for its thread) is claimed then.
+        if ticket is not None and entry.state == log.APPROVED:
+            ticket.begin = functools.partial(
+                drive.claim_to_begin, entry.index, lasting=self._with_effects([entry.name])
+            )
+        elif ticket is not None:
             ticket.begin = drive.may_begin
         elif (renewing := drive.may_begin()) is not None:
             await renewing
@@ -237,6 +286,8 @@ class CallSettling(Emitting):
         try:
             result = await handled
         except ToolCallError as e:
+            if ticket is not None and isinstance(ticket.refused, NotClaimed):
+                return  # held as its thread came: it never began, and stays approved
             if ticket is not None and ticket.refused is not None:
                 raise ticket.refused from None
             _log_raised(e, entry, record.id)
@@ -281,6 +332,8 @@ class CallSettling(Emitting):
 
     async def _settle_failed(self, drive: Drive, failed: log.Settlement) -> None:
         entry = drive.calls[failed.index]
+        if not await drive.ensure_claimed(failed.index):
+            return  # failed before its thread came, and the script is held: left approved
         try:
             await drive.settle(failed)
         except StoreUnavailable as e:

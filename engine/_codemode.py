@@ -1202,7 +1202,10 @@ class CodeMode(StepLoop):
             if again is None:
                 return
             try:
-                await again.reopen(indexes)
+                # A call to be claimed as its thread came may never have been: still approved.
+                claimed = [i for i in indexes if again.calls[i].state == log.RUNNING]
+                if claimed:
+                    await again.reopen(claimed)
             finally:
                 await again.close()
         except Exception:

@@ -196,6 +196,16 @@ async def release_or_keep(
             raise
 
 
+class NotClaimed(Exception):
+    """A call's receipt was refused as its thread came: the script is held (see
+    :meth:`Drive.claim_to_begin`)."""
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 class Drive:
     """The script ``record`` under ``lease``: renews the lease in the background until
     :meth:`close`, and keeps ``calls`` as written. Every write raises
@@ -263,6 +273,9 @@ class Drive:
         # The calls whose threads had not begun when the drive was cancelled: they never
         # will, so they are to run again (see CodeMode._hear_out).
         self.unbegun: list[int] = []
+        # The receipts being written of calls claimed as their tool threads came (see
+        # :meth:`claim_to_begin`), by index.
+        self._claiming: dict[int, asyncio.Task[None]] = {}
         # Set: the drive stops before its next step, its script left in the log for another
         # host to drive on (a worker that was told to stop).
         self.leave: asyncio.Event | None = None
@@ -476,7 +489,7 @@ class Drive:
         self.argument_bytes += sum(c.argument_bytes for c in entries)
         self._unwritten += len(entries)
 
-    async def _flush(self) -> None:
+    async def flush(self) -> None:
         """Write the calls a step asked for, if they are not written yet."""
         if self._unwritten:
             await self.store.add_calls(self.lease, self.calls[-self._unwritten :], self._usage)
@@ -519,10 +532,42 @@ class Drive:
     async def claim(self, indexes: Sequence[int], *, lasting: bool = True) -> list[int]:
         """The receipts of the calls about to run, in one transaction; none while the
         script is held (then :attr:`record` says so). ``lasting``: see ``LogStore.claim``."""
-        await self._flush()
+        await self.flush()
         claimed = await self.store.claim(self.lease, indexes, lasting=lasting)
         await self._claimed(len(indexes), claimed)
         return claimed
+
+    def claim_to_begin(self, index: int, *, lasting: bool = True) -> Awaitable[None]:
+        """The receipt of the call at ``index``, written as its tool thread comes (a call
+        that had to wait for one is claimed then, not with its step's others: a host that
+        dies while it waits leaves it approved, to run on resume, not "interrupted");
+        raises :class:`NotClaimed` when the script is held (the call stays approved), and
+        what :meth:`may_begin` raises. The write, once begun, goes on if its waiter is
+        cancelled (a timeout): :meth:`ensure_claimed` waits for it."""
+        task = self._claiming.get(index)
+        if task is None:
+            task = asyncio.ensure_future(self._claim_one(index, lasting))
+            task.add_done_callback(_retrieved)  # a waiter cancelled meanwhile may not read it
+            self._claiming[index] = task
+        return asyncio.shield(task)
+
+    async def _claim_one(self, index: int, lasting: bool) -> None:
+        if (renewing := self.may_begin()) is not None:
+            await renewing
+        if not await self.claim([index], lasting=lasting):
+            raise NotClaimed(f"script {self.record.id} is held: call {index} stays approved")
+
+    async def ensure_claimed(self, index: int) -> bool:
+        """Before an outcome is written of the call at ``index``: claimed if it is not yet
+        (one that failed before its thread came, which never ran, needs no lasting
+        receipt), after any receipt :meth:`claim_to_begin` began for it. False when the
+        script is held: the call stays approved, its outcome unwritten."""
+        task = self._claiming.pop(index, None)
+        if task is not None:
+            await asyncio.wait([task])  # its error, if any, was the call's (see run_handler)
+        if self.calls[index].state == log.RUNNING:
+            return True
+        return bool(await self.claim([index], lasting=False))
 
     async def settle(self, *settlements: log.Settlement) -> None:
         """Record how calls ended; returns once they are durable. Endings that arrive while
@@ -565,7 +610,7 @@ class Drive:
         await done
 
     async def reopen(self, indexes: Sequence[int]) -> None:
-        await self._flush()
+        await self.flush()
         await self.store.reopen(self.lease, indexes)
         for index in indexes:
             entry = self.calls[index]
@@ -581,13 +626,13 @@ class Drive:
         self.record.total_file_bytes = usage.total_file_bytes
 
     async def pause(self) -> None:
-        await self._flush()
+        await self.flush()
         await self.store.pause(self.lease)
         self.record.status = log.PAUSED
 
     async def end(self, status: str, outcome: dict[str, Any], *, lasting: bool = True) -> None:
         """Write the outcome and give the lease up. ``lasting``: see ``LogStore.end``."""
-        await self._flush()
+        await self.flush()
         await self.store.end(self.lease, status, outcome, self._usage, lasting=lasting)
         self._usage = None
         self.record.status, self.record.outcome = status, outcome

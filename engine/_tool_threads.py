@@ -222,6 +222,19 @@ class ToolThreads:
     def waiting(self) -> int:
         return len(self._waiting)
 
+    def free_for(self, tenant: str, script: str) -> int:
+        """How many calls of ``script`` (of ``tenant``) would be admitted at once if they
+        came now: the threads free within the pool's and their shares. Others' calls may take
+        them first; the figure is what the rule allows now, not a reservation."""
+        return max(
+            0,
+            min(
+                self.threads - self.running,
+                self.per_tenant - self.by_tenant[tenant],
+                self.per_script - self.by_script[script],
+            ),
+        )
+
     async def call(self, ticket: Ticket, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         """Run ``fn(**kwargs)`` in a thread once ``ticket`` is admitted; its result.
 

@@ -71,7 +71,12 @@ async def main():
     tools, _ = load_tools({tools!r})
     lease_ms = int(os.environ.get("LEASE_MS", "30000"))
     engine = CodeMode(
-        tools, runner=InProcessRunner(), data_dir={data!r}, lease_ms=lease_ms, poll_interval=0.1
+        tools,
+        runner=InProcessRunner(),
+        data_dir={data!r},
+        lease_ms=lease_ms,
+        poll_interval=0.1,
+        tool_threads=int(os.environ.get("TOOL_THREADS", "16")),
     )
     action = sys.argv[1]
     if action == "start":
@@ -104,7 +109,7 @@ asyncio.run(main())
 
 
 def _run_host(
-    tmp_path: Path, *args: str, stdin: str = "", lease_ms: int = 30_000
+    tmp_path: Path, *args: str, stdin: str = "", lease_ms: int = 30_000, threads: int = 16
 ) -> subprocess.CompletedProcess[str]:
     """One host process over the data directory in ``tmp_path``."""
     tools = tmp_path / "tools.py"
@@ -116,7 +121,12 @@ def _run_host(
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "LEDGER": str(tmp_path / "ledger"), "LEASE_MS": str(lease_ms)},
+        env={
+            **os.environ,
+            "LEDGER": str(tmp_path / "ledger"),
+            "LEASE_MS": str(lease_ms),
+            "TOOL_THREADS": str(threads),
+        },
         cwd=ROOT,
     )
 
@@ -161,6 +171,30 @@ def test_host_killed_mid_call_never_runs_that_call_twice(tmp_path: Path) -> None
     assert done["value"]["a"] == 10
     assert "interrupted" in done["value"]["note"]
     assert ledger(tmp_path) == ["fetch 1", "crash 2"]
+
+
+def test_calls_still_waiting_for_a_thread_when_the_host_died_run_on_resume(
+    tmp_path: Path,
+) -> None:
+    """A host with one tool thread dies in the first of three parallel calls: the two that
+    waited for the thread never began, so on resume they run (once), and only the call that
+    was running is interrupted."""
+    script = """
+    const all = await Promise.allSettled(
+      [tools.crash({ n: 1 }), tools.fetch({ n: 2 }), tools.fetch({ n: 3 })]
+    );
+    return all.map((r) => (r.status === "fulfilled" ? r.value : r.reason.message));
+    """
+    proc = _run_host(tmp_path, "start", stdin=script, threads=1)
+    assert proc.returncode == 9, proc.stderr  # the tool took the host down
+    assert ledger(tmp_path) == ["crash 1"]
+    (record,) = asyncio.run(_scripts(tmp_path / "data"))
+
+    done = _host(tmp_path, "resume", record.id, "-")
+    assert done["status"] == "finished", done["text"]
+    interrupted, second, third = done["value"]
+    assert "interrupted" in interrupted and (second, third) == (20, 30)
+    assert ledger(tmp_path) == ["crash 1", "fetch 2", "fetch 3"]
 
 
 def test_a_restarted_host_replaying_a_keyed_start_takes_its_script_over(tmp_path: Path) -> None:

@@ -103,11 +103,12 @@ async def _the_script(data: Path) -> tuple[str, bool]:
 
 
 def test_a_call_waiting_for_a_thread_when_its_host_stalled_never_begins(tmp_path: Path) -> None:
-    """A host claims two calls; the first takes its one tool thread, the second waits for it.
-    The host is stopped past its lease, and another host takes the script over: both calls
-    are settled as interrupted (the script fails). The stalled host, continued, finishes its
-    first call, but the second, which the log says was interrupted, does not begin then: it
-    would have charged the card after the script had ended saying it may not have."""
+    """A host runs two calls; the first takes its one tool thread, the second waits for it
+    (not claimed yet: it is claimed as its thread comes). The host is stopped past its
+    lease, and another host takes the script over: the first call is settled as interrupted
+    (the script fails), and the second, which never began, runs there. The stalled host,
+    continued, finishes its first call, but the second does not begin then: it would have
+    charged the card twice, after the script had ended."""
     stalled = _host(tmp_path, "start", SCRIPT)
     try:
         wait_for(lambda: ledger(tmp_path) == ["slow 1"], "the first call to take the thread")
@@ -133,7 +134,7 @@ def test_a_call_waiting_for_a_thread_when_its_host_stalled_never_begins(tmp_path
     (tmp_path / "go").write_text("")
     late = host_result(stalled)
     assert late.to_dict() == successor.to_dict(), "the successor's outcome stands"
-    assert ledger(tmp_path) == ["slow 1"], "the charge the log calls interrupted never ran"
+    assert ledger(tmp_path) == ["slow 1", "charge 30"], "the charge ran once, on the successor"
 
 
 def _never(lease: Lease) -> None:

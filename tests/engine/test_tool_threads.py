@@ -165,6 +165,49 @@ async def test_a_timed_out_sync_call_says_it_may_take_effect_and_frees_room() ->
     await engine.aclose()
 
 
+async def test_calls_that_wait_for_a_thread_are_claimed_as_it_comes() -> None:
+    """With one tool thread, a script's three parallel sync calls: the first is claimed with
+    its step, and the two that wait for the thread stay approved in the log until it comes,
+    so a host that died meanwhile would leave them to run on resume rather than tell the
+    script they were interrupted though they never ran. A hold that lands while they wait
+    keeps them from beginning; released, each runs once."""
+    loop = asyncio.get_running_loop()
+    first_runs = asyncio.Event()
+    release = threading.Event()
+    ran: list[int] = []
+
+    @tool
+    def job(i: int) -> int:
+        """The first waits for the test."""
+        if i == 0:
+            loop.call_soon_threadsafe(first_runs.set)
+            release.wait(BOUND)
+        ran.append(i)
+        return i * 10
+
+    engine = CodeMode([job], runner=OwnThreadRunner(), tool_threads=1)
+    code = "return await Promise.all([0, 1, 2].map((i) => tools.job({ i })))"
+    running = asyncio.create_task(engine.run_code(code))
+    try:
+        async with asyncio.timeout(BOUND):
+            await first_runs.wait()
+        (record,) = await engine.store.scripts()
+        states = [c.state for c in await engine.store.calls(record.id)]
+        assert states == ["running", "approved", "approved"]
+        await engine.hold(record.id)
+    finally:
+        release.set()
+    held = await running
+    assert held.status == "paused" and ran == [0], held.text
+    states = [c.state for c in await engine.store.calls(record.id)]
+    assert states == ["done", "approved", "approved"]
+    await engine.release(record.id)
+    done = await engine.resume(record.id)
+    assert done.value == [0, 10, 20], done.text
+    assert sorted(ran) == [0, 1, 2]
+    await engine.aclose()
+
+
 class Gates:
     """Sync handlers that each wait for the test to let them end, by name."""
 
