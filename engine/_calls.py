@@ -113,24 +113,39 @@ class CallSettling(Emitting):
         "interrupted" though it never ran. Returns the claimed calls and those to claim as
         they begin (none when the script is held)."""
         now, later = self._thread_waits(drive, ready)
-        if not now:
+        claimed: list[int] = []
+        if now:
+            lasting = self._with_effects(drive.calls[i].name for i in now)
+            claimed = await drive.claim(now, lasting=lasting)
+            if len(claimed) < len(now):
+                return claimed, []  # held
+        else:
             await drive.flush()  # the step's calls written before any receipt of theirs
-            return [], later
-        lasting = self._with_effects(drive.calls[i].name for i in now)
-        claimed = await drive.claim(now, lasting=lasting)
-        return claimed, later if len(claimed) == len(now) else []
+        if later:
+            drive.defer(
+                {i: self._with_effects([drive.calls[i].name]) for i in later},
+                self._tool_threads.per_script,
+            )
+        return claimed, later
 
     def _thread_waits(self, drive: Drive, ready: list[int]) -> tuple[list[int], list[int]]:
         """``ready`` (approved calls about to run, in order) split into those to claim now and
-        those to claim as they begin: the calls of sync tools past the tool threads free to
-        the script now. Others' calls may take a free thread first; such a claimed call then
-        waits, as all did before (a crash meanwhile makes it "interrupted")."""
+        those to claim as they begin: the calls of sync tools with effects past the tool
+        threads free to the script now. Others' calls may take a free thread first; such a
+        claimed call then waits, as all did before (a crash meanwhile makes it
+        "interrupted")."""
         free = self._tool_threads.free_for(drive.record.tenant, drive.record.id)
         now: list[int] = []
         later: list[int] = []
         for index in ready:
             tool = self._by_name.get(drive.calls[index].name)
-            threaded = tool is not None and tool.in_thread and tool.handler is not None
+            # A call that may simply run again has nothing to gain: claimed with the rest.
+            threaded = (
+                tool is not None
+                and tool.in_thread
+                and tool.handler is not None
+                and not self._repeatable(tool.name)
+            )
             if threaded and free <= 0:
                 later.append(index)
             else:
@@ -251,9 +266,7 @@ class CallSettling(Emitting):
         # sync one once its thread is granted, which may take long; one not claimed yet
         # (it was to wait for its thread) is claimed then.
         if ticket is not None and entry.state == log.APPROVED:
-            ticket.begin = functools.partial(
-                drive.claim_to_begin, entry.index, lasting=self._with_effects([entry.name])
-            )
+            ticket.begin = functools.partial(drive.claim_to_begin, entry.index)
         elif ticket is not None:
             ticket.begin = drive.may_begin
         elif (renewing := drive.may_begin()) is not None:

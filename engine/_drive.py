@@ -196,6 +196,11 @@ async def release_or_keep(
             raise
 
 
+# The most calls one receipt of calls claimed as their threads come covers (see
+# Drive.claim_to_begin): so many are claimed before their turn at most, twice over.
+MAX_CHUNK = 64
+
+
 class NotClaimed(Exception):
     """A call's receipt was refused as its thread came: the script is held (see
     :meth:`Drive.claim_to_begin`)."""
@@ -273,9 +278,14 @@ class Drive:
         # The calls whose threads had not begun when the drive was cancelled: they never
         # will, so they are to run again (see CodeMode._hear_out).
         self.unbegun: list[int] = []
-        # The receipts being written of calls claimed as their tool threads came (see
-        # :meth:`claim_to_begin`), by index.
+        # The receipts of calls claimed as their tool threads came (see
+        # :meth:`claim_to_begin`), by index: a chunk's one task under each of its calls.
         self._claiming: dict[int, asyncio.Task[None]] = {}
+        # The calls to claim so, in order, with whether each one's receipt must last.
+        self._deferred: dict[int, bool] = {}
+        self._chunk = 1
+        self._chunking: asyncio.Task[None] | None = None  # the latest chunk's receipts
+        self._chunk_first: int | None = None  # the call whose thread began that chunk
         # Set: the drive stops before its next step, its script left in the log for another
         # host to drive on (a worker that was told to stop).
         self.leave: asyncio.Event | None = None
@@ -537,25 +547,74 @@ class Drive:
         await self._claimed(len(indexes), claimed)
         return claimed
 
-    def claim_to_begin(self, index: int, *, lasting: bool = True) -> Awaitable[None]:
-        """The receipt of the call at ``index``, written as its tool thread comes (a call
-        that had to wait for one is claimed then, not with its step's others: a host that
-        dies while it waits leaves it approved, to run on resume, not "interrupted");
-        raises :class:`NotClaimed` when the script is held (the call stays approved), and
-        what :meth:`may_begin` raises. The write, once begun, goes on if its waiter is
-        cancelled (a timeout): :meth:`ensure_claimed` waits for it."""
-        task = self._claiming.get(index)
-        if task is None:
-            task = asyncio.ensure_future(self._claim_one(index, lasting))
-            task.add_done_callback(_retrieved)  # a waiter cancelled meanwhile may not read it
-            self._claiming[index] = task
-        return asyncio.shield(task)
+    def defer(self, lasting: dict[int, bool], chunk: int) -> None:
+        """Calls about to run that are claimed as their tool threads come (see
+        :meth:`claim_to_begin`), each with whether its receipt must last; a receipt takes
+        ``chunk`` of them at most."""
+        self._deferred.update(lasting)
+        self._chunk = max(1, chunk)
 
-    async def _claim_one(self, index: int, lasting: bool) -> None:
+    def claim_to_begin(self, index: int) -> Awaitable[None] | None:
+        """What a call :meth:`defer` named awaits as its tool thread comes, before it begins.
+        A call that waits for a thread is claimed as its turn comes, not with its step's
+        others, so a host that dies while it waits leaves it approved, to run on resume, not
+        "interrupted" though it never began: its receipt is written with those of the next
+        calls still waiting, ``chunk`` in all, and as the first of a chunk claimed so begins,
+        the next chunk's are written, so a hundred calls of a fast tool neither wait for a
+        receipt each nor have more than two chunks claimed before their turn. One already
+        claimed waits for :meth:`may_begin` alone. Raises :class:`NotClaimed` when the script
+        is held (the call stays approved), and what :meth:`may_begin` raises. A receipt,
+        once begun, goes on if its waiter is cancelled (a timeout): :meth:`ensure_claimed`
+        waits for it."""
+        task = self._claiming.get(index)
+        if task is None or task.done():
+            if self.calls[index].state == log.RUNNING:
+                self._claim_ahead()
+                return self.may_begin()  # claimed with an earlier call's receipt
+            task = self._claim_chunk_of([index])
+            assert task is not None
+        return self._claimed_in(index, task)
+
+    def _claim_ahead(self) -> None:
+        """The next chunk's receipts, unless some are being written."""
+        if self._deferred and (self._chunking is None or self._chunking.done()):
+            self._claim_chunk_of([])
+
+    def _claim_chunk_of(self, first: list[int]) -> asyncio.Task[None] | None:
+        """A task writing the receipts of ``first`` and of the next deferred calls still
+        approved, :attr:`_chunk` in all; None when there are none."""
+        lasting = any(self._deferred.pop(i, True) for i in first)
+        chunk = list(first)
+        for other in list(self._deferred):
+            if len(chunk) >= self._chunk:
+                break
+            lasting |= self._deferred.pop(other)
+            pending = self._claiming.get(other)
+            if self.calls[other].state == log.APPROVED and (pending is None or pending.done()):
+                chunk.append(other)
+        if not chunk:
+            return None
+        task = asyncio.ensure_future(self._claim_chunk(chunk, lasting))
+        task.add_done_callback(_retrieved)  # a waiter cancelled meanwhile may not read it
+        for other in chunk:
+            self._claiming[other] = task
+        self._chunking, self._chunk_first = task, chunk[0] if first else None
+        return task
+
+    async def _claim_chunk(self, chunk: list[int], lasting: bool) -> None:
         if (renewing := self.may_begin()) is not None:
             await renewing
-        if not await self.claim([index], lasting=lasting):
+        await self.claim(chunk, lasting=lasting)
+
+    async def _claimed_in(self, index: int, task: asyncio.Task[None]) -> None:
+        if not task.done() and task is self._chunking and index != self._chunk_first:
+            # Its thread came before the receipts a call ahead of it began: the tool ends
+            # faster than a receipt is written, so the chunks grow, to keep the threads busy.
+            self._chunk = min(self._chunk * 2, MAX_CHUNK)
+        await asyncio.shield(task)
+        if self.calls[index].state != log.RUNNING:
             raise NotClaimed(f"script {self.record.id} is held: call {index} stays approved")
+        self._claim_ahead()
 
     async def ensure_claimed(self, index: int) -> bool:
         """Before an outcome is written of the call at ``index``: claimed if it is not yet

@@ -165,46 +165,72 @@ async def test_a_timed_out_sync_call_says_it_may_take_effect_and_frees_room() ->
     await engine.aclose()
 
 
-async def test_calls_that_wait_for_a_thread_are_claimed_as_it_comes() -> None:
-    """With one tool thread, a script's three parallel sync calls: the first is claimed with
-    its step, and the two that wait for the thread stay approved in the log until it comes,
-    so a host that died meanwhile would leave them to run on resume rather than tell the
-    script they were interrupted though they never ran. A hold that lands while they wait
-    keeps them from beginning; released, each runs once."""
+async def test_calls_that_wait_for_a_thread_are_claimed_as_their_turn_comes() -> None:
+    """With eight tool threads (two a script), a script's ten parallel sync calls: the two
+    that take the script's threads are claimed with their step, and the eight that wait for
+    them stay approved in the log while they wait, so a host that died then would leave them
+    to run on resume rather than tell the script they were interrupted though they never
+    ran. A hold that lands while they wait keeps them from beginning; released, each runs
+    once."""
     loop = asyncio.get_running_loop()
-    first_runs = asyncio.Event()
+    both_run = asyncio.Event()
     release = threading.Event()
     ran: list[int] = []
 
     @tool
     def job(i: int) -> int:
-        """The first waits for the test."""
-        if i == 0:
-            loop.call_soon_threadsafe(first_runs.set)
+        """The first two wait for the test."""
+        if i < 2:
+            ran.append(i)
+            if len(ran) == 2:
+                loop.call_soon_threadsafe(both_run.set)
             release.wait(BOUND)
+            return i * 10
         ran.append(i)
         return i * 10
 
-    engine = CodeMode([job], runner=OwnThreadRunner(), tool_threads=1)
-    code = "return await Promise.all([0, 1, 2].map((i) => tools.job({ i })))"
+    engine = CodeMode([job], runner=OwnThreadRunner(), tool_threads=8)
+    code = "return await Promise.all(Array.from({ length: 10 }, (_, i) => tools.job({ i })))"
     running = asyncio.create_task(engine.run_code(code))
     try:
         async with asyncio.timeout(BOUND):
-            await first_runs.wait()
+            await both_run.wait()
         (record,) = await engine.store.scripts()
         states = [c.state for c in await engine.store.calls(record.id)]
-        assert states == ["running", "approved", "approved"]
+        assert states == ["running"] * 2 + ["approved"] * 8
         await engine.hold(record.id)
     finally:
         release.set()
     held = await running
-    assert held.status == "paused" and ran == [0], held.text
+    assert held.status == "paused" and sorted(ran) == [0, 1], held.text
     states = [c.state for c in await engine.store.calls(record.id)]
-    assert states == ["done", "approved", "approved"]
+    assert states == ["done"] * 2 + ["approved"] * 8
     await engine.release(record.id)
     done = await engine.resume(record.id)
-    assert done.value == [0, 10, 20], done.text
-    assert sorted(ran) == [0, 1, 2]
+    assert done.value == [i * 10 for i in range(10)], done.text
+    assert sorted(ran) == list(range(10))
+    await engine.aclose()
+
+
+async def test_many_fast_calls_that_wait_for_threads_each_run_once() -> None:
+    """Two hundred parallel calls of a fast sync tool with one thread for the script: each
+    waits its turn, claimed in chunks that grow while the tool ends faster than a receipt
+    is written, and each runs once, its result in its place."""
+    ran: list[int] = []
+
+    @tool
+    def job(i: int) -> int:
+        """Answer at once."""
+        ran.append(i)
+        return i
+
+    engine = CodeMode([job], runner=OwnThreadRunner(), tool_threads=4)
+    code = "return await Promise.all(Array.from({ length: 200 }, (_, i) => tools.job({ i })))"
+    result = await engine.run_code(code)
+    assert result.value == list(range(200)), result.text
+    assert sorted(ran) == list(range(200))
+    (record,) = await engine.store.scripts()
+    assert {c.state for c in await engine.store.calls(record.id)} == {"done"}
     await engine.aclose()
 
 
