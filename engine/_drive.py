@@ -621,12 +621,14 @@ class Drive:
         (one that failed before its thread came, which never ran, needs no lasting
         receipt), after any receipt :meth:`claim_to_begin` began for it. False when the
         script is held: the call stays approved, its outcome unwritten."""
+        self._deferred.pop(index, None)  # no chunk takes it from here
         task = self._claiming.pop(index, None)
         if task is not None:
             await asyncio.wait([task])  # its error, if any, was the call's (see run_handler)
         if self.calls[index].state == log.RUNNING:
             return True
-        return bool(await self.claim([index], lasting=False))
+        await self.claim([index], lasting=False)
+        return self.calls[index].state == log.RUNNING
 
     async def settle(self, *settlements: log.Settlement) -> None:
         """Record how calls ended; returns once they are durable. Endings that arrive while

@@ -10,7 +10,7 @@ import gc
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -18,6 +18,7 @@ import pytest
 
 from engine import CodeMode, ConfigError, tool
 from engine._tool_threads import Ticket, ToolThreads, shared_threads
+from engine.log import MemoryStore
 from runner import FileReader, ScriptRunner, Step
 from sandbox.protocol import Script
 from sandbox.runtime import run_in_process
@@ -215,7 +216,8 @@ async def test_calls_that_wait_for_a_thread_are_claimed_as_their_turn_comes() ->
 async def test_many_fast_calls_that_wait_for_threads_each_run_once() -> None:
     """Two hundred parallel calls of a fast sync tool with one thread for the script: each
     waits its turn, claimed in chunks that grow while the tool ends faster than a receipt
-    is written, and each runs once, its result in its place."""
+    is written, and each runs once, its result in its place; of fifty, the half whose
+    arguments are wrong fail as they come, beside the chunks, and the rest run once."""
     ran: list[int] = []
 
     @tool
@@ -224,13 +226,58 @@ async def test_many_fast_calls_that_wait_for_threads_each_run_once() -> None:
         ran.append(i)
         return i
 
-    engine = CodeMode([job], runner=OwnThreadRunner(), tool_threads=4)
+    engine = CodeMode([job], runner=OwnThreadRunner(), tool_threads=4, type_check="off")
     code = "return await Promise.all(Array.from({ length: 200 }, (_, i) => tools.job({ i })))"
     result = await engine.run_code(code)
     assert result.value == list(range(200)), result.text
     assert sorted(ran) == list(range(200))
-    (record,) = await engine.store.scripts()
-    assert {c.state for c in await engine.store.calls(record.id)} == {"done"}
+    # Calls that fail before their thread comes (their arguments) are settled all the same.
+    code = """
+    const all = await Promise.allSettled(
+      Array.from({ length: 50 }, (_, i) => tools.job({ i: i % 2 ? String(i) : i }))
+    );
+    return all.filter((r) => r.status === "rejected").length
+    """
+    ran.clear()
+    assert (await engine.run_code(code)).value == 25
+    assert sorted(ran) == list(range(0, 50, 2))
+    for record in await engine.store.scripts():
+        states = {c.state for c in await engine.store.calls(record.id)}
+        assert states <= {"done", "failed"} and record.status == "finished", states
+    await engine.aclose()
+
+
+class _SlowLoneClaims(MemoryStore):
+    """A memory log whose claims of one call take a while (a log over a network), and of
+    several none."""
+
+    async def claim(self, lease: Any, indexes: Sequence[int], *, lasting: bool = True) -> Any:
+        if len(indexes) == 1:
+            await asyncio.sleep(0.05)
+        return await super().claim(lease, indexes, lasting=lasting)
+
+
+async def test_a_waiting_call_that_fails_while_a_chunk_is_claimed_is_settled_once() -> None:
+    """A call waiting for a thread whose arguments are wrong is claimed alone to record its
+    failure; a chunk of receipts claimed meanwhile, as a thread comes, leaves it out (taken,
+    it left the call running in the log, unsettled, and the script read it as interrupted)."""
+
+    @tool
+    def job(i: int) -> int:
+        """Answer at once."""
+        return i * 10
+
+    engine = CodeMode(
+        [job], runner=OwnThreadRunner(), store=_SlowLoneClaims(), tool_threads=8, type_check="off"
+    )
+    code = """
+    const all = await Promise.allSettled([0, 1, 2, "3", 4].map((i) => tools.job({ i })));
+    return all.map((r) => (r.status === "fulfilled" ? r.value : r.reason.message));
+    """
+    result = await engine.run_code(code)
+    value = result.value
+    assert value[:3] + value[4:] == [0, 10, 20, 40], result.text
+    assert value[3].startswith("tools.job: invalid arguments: at i: expected integer"), value
     await engine.aclose()
 
 
