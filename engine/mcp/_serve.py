@@ -389,7 +389,7 @@ class CodeModeServer:
         """The ASGI app that serves this server over streamable HTTP at ``path``, to clients
         that name ``host`` (the SDK's guard against DNS rebinding)."""
         app = self.server().streamable_http_app(streamable_http_path=path, host=host)
-        return _answering_once(app)
+        return _answering_once(_refusing_requests_without_id(app))
 
     def content_of(self, result: RunResult) -> dict[str, Any]:
         """The ``CallToolResult`` (as a dict) for a script's result: ``RunResult.to_mcp()``,
@@ -618,6 +618,57 @@ def _prompt_requests(room: int | None) -> Any:
             self.transport.close()
 
     return PromptRequests
+
+
+# The most of a POST's body kept to see, once the SDK answered it as a notification, whether
+# it was a request whose id is none (a notification that long is let through).
+NOTIFICATION_CHECKED = 1 << 20
+
+
+def _refusing_requests_without_id(app: Any) -> Any:
+    """``app`` (the SDK's), but for a request whose id is not one (null, true, an object),
+    which the SDK reads as a notification: it answered 202 and nobody answered the request,
+    whose client waited until its own timeout, told nothing. Such a POST is answered 400
+    with the JSON-RPC error the stdio server sends for that line (:func:`_unanswered`). The
+    body is looked at again only when the SDK answered 202."""
+
+    async def refusing(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await app(scope, receive, send)
+            return
+        body = bytearray()
+        refused = False
+
+        async def receiving() -> Any:
+            message = await receive()
+            if message["type"] == "http.request" and len(body) <= NOTIFICATION_CHECKED:
+                body.extend(message.get("body", b""))
+            return message
+
+        async def sending(message: Any) -> None:
+            nonlocal refused
+            if refused:
+                return  # the rest of the SDK's 202
+            if (
+                message["type"] == "http.response.start"
+                and message["status"] == 202
+                and len(body) <= NOTIFICATION_CHECKED
+                and (refusal := _unanswered(body.decode("utf-8", "replace"))) is not None
+            ):
+                refused = True
+                data = refusal.model_dump_json(by_alias=True, exclude_unset=True).encode()
+                headers = [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(data)).encode()),
+                ]
+                await send({"type": "http.response.start", "status": 400, "headers": headers})
+                await send({"type": "http.response.body", "body": data})
+                return
+            await send(message)
+
+        await app(scope, receiving, sending)
+
+    return refusing
 
 
 def _answering_once(app: Any) -> Any:
@@ -886,7 +937,7 @@ def _unanswered(line: str) -> Any:
 
 
 def _error(types: Any, ident: str | int | None, code: int, message: str) -> Any:
-    logger.info("a client's line was refused: %s", message)
+    logger.info("a client's message was refused: %s", message)
     return types.JSONRPCError(
         jsonrpc="2.0", id=ident, error=types.ErrorData(code=code, message=message)
     )

@@ -907,6 +907,47 @@ async def test_a_notification_that_comes_as_its_session_ends_is_answered_once(
     assert "a message came for an MCP session that had ended" in caplog.text
 
 
+async def test_a_request_whose_id_is_none_is_refused_over_http() -> None:
+    """A request whose id is null, true or an object (a client's bug) is, to the SDK, a
+    notification: it answered 202 and nobody answered the request, whose client waited until
+    its own timeout. It is answered 400 with the JSON-RPC error the stdio server sends; a
+    real notification is still answered 202, and the session goes on."""
+    from engine import CodeMode
+    from engine.mcp._serve import CodeModeServer
+    from tests.engine.conftest import InProcessRunner
+
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    engine = CodeMode([add], runner=InProcessRunner())
+    app = CodeModeServer(engine).http_app("127.0.0.1")
+    try:
+        async with _lifespan(app):
+            opened = await _asgi(app, "POST", _initialize())
+            session = dict(opened[0]["headers"])[b"mcp-session-id"].decode()
+            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            noted = await _asgi(app, "POST", initialized, session)
+            refused = [
+                await _asgi(app, "POST", {"jsonrpc": "2.0", "id": ident, "method": "ping"}, session)
+                for ident in (None, True, {"a": 1})
+            ]
+            pinged = await _asgi(
+                app, "POST", {"jsonrpc": "2.0", "id": 7, "method": "ping"}, session
+            )
+    finally:
+        await engine.aclose()
+    assert noted[0]["status"] == 202
+    for sent in refused:
+        assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [400]
+        body = json.loads(b"".join(m.get("body", b"") for m in sent))
+        assert body["id"] is None and body["error"]["code"] == -32600, body
+        assert body["error"]["message"].startswith(
+            "Invalid Request: id: Input should be a valid integer or a valid string"
+        ), body
+    assert pinged[0]["status"] == 200
+
+
 _GATED = (
     "from engine import tool\n\n"
     "@tool(needs_approval=True)\n"
