@@ -862,14 +862,11 @@ async def _lifespan(app: Any) -> AsyncIterator[None]:
         await running
 
 
-async def test_a_notification_that_comes_as_its_session_ends_is_answered_once(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """A client that leaves mid-request sends notifications/cancelled beside the DELETE that
-    ends its session. The SDK answers the notification 202, then finds its session ended and
-    answered again, which uvicorn refused: two tracebacks of the SDK's code on stderr at
-    such a client's leaving. The message is dropped, answered once, and nothing is logged as
-    an error."""
+@contextlib.asynccontextmanager
+async def _http_session() -> AsyncIterator[tuple[Any, str, list[dict[str, Any]]]]:
+    """An engine with one tool served over HTTP in this process (:func:`_asgi`), and a
+    session opened on it: the app, the session's id, and what the SDK sent for the
+    session's ``notifications/initialized``."""
     from engine import CodeMode
     from engine.mcp._serve import CodeModeServer
     from tests.engine.conftest import InProcessRunner
@@ -885,21 +882,32 @@ async def test_a_notification_that_comes_as_its_session_ends_is_answered_once(
             opened = await _asgi(app, "POST", _initialize())
             session = dict(opened[0]["headers"])[b"mcp-session-id"].decode()
             initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-            await _asgi(app, "POST", initialized, session)
-            deleted: list[dict[str, Any]] = []
-
-            async def leave() -> None:
-                deleted.extend(await _asgi(app, "DELETE", None, session))
-
-            cancelled = {
-                "jsonrpc": "2.0",
-                "method": "notifications/cancelled",
-                "params": {"requestId": 2, "reason": "the client left"},
-            }
-            with caplog.at_level(logging.INFO):
-                sent = await _asgi(app, "POST", cancelled, session, answering=leave)
+            yield app, session, await _asgi(app, "POST", initialized, session)
     finally:
         await engine.aclose()
+
+
+async def test_a_notification_that_comes_as_its_session_ends_is_answered_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client that leaves mid-request sends notifications/cancelled beside the DELETE that
+    ends its session. The SDK answers the notification 202, then finds its session ended and
+    answered again, which uvicorn refused: two tracebacks of the SDK's code on stderr at
+    such a client's leaving. The message is dropped, answered once, and nothing is logged as
+    an error."""
+    async with _http_session() as (app, session, _noted):
+        deleted: list[dict[str, Any]] = []
+
+        async def leave() -> None:
+            deleted.extend(await _asgi(app, "DELETE", None, session))
+
+        cancelled = {
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": 2, "reason": "the client left"},
+        }
+        with caplog.at_level(logging.INFO):
+            sent = await _asgi(app, "POST", cancelled, session, answering=leave)
     assert deleted[0]["status"] == 200
     starts = [m["status"] for m in sent if m["type"] == "http.response.start"]
     assert starts == [202]
@@ -912,31 +920,12 @@ async def test_a_request_whose_id_is_none_is_refused_over_http() -> None:
     notification: it answered 202 and nobody answered the request, whose client waited until
     its own timeout. It is answered 400 with the JSON-RPC error the stdio server sends; a
     real notification is still answered 202, and the session goes on."""
-    from engine import CodeMode
-    from engine.mcp._serve import CodeModeServer
-    from tests.engine.conftest import InProcessRunner
-
-    def add(a: int, b: int) -> int:
-        """Add."""
-        return a + b
-
-    engine = CodeMode([add], runner=InProcessRunner())
-    app = CodeModeServer(engine).http_app("127.0.0.1")
-    try:
-        async with _lifespan(app):
-            opened = await _asgi(app, "POST", _initialize())
-            session = dict(opened[0]["headers"])[b"mcp-session-id"].decode()
-            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-            noted = await _asgi(app, "POST", initialized, session)
-            refused = [
-                await _asgi(app, "POST", {"jsonrpc": "2.0", "id": ident, "method": "ping"}, session)
-                for ident in (None, True, {"a": 1})
-            ]
-            pinged = await _asgi(
-                app, "POST", {"jsonrpc": "2.0", "id": 7, "method": "ping"}, session
-            )
-    finally:
-        await engine.aclose()
+    async with _http_session() as (app, session, noted):
+        refused = [
+            await _asgi(app, "POST", {"jsonrpc": "2.0", "id": ident, "method": "ping"}, session)
+            for ident in (None, True, {"a": 1})
+        ]
+        pinged = await _asgi(app, "POST", {"jsonrpc": "2.0", "id": 7, "method": "ping"}, session)
     assert noted[0]["status"] == 202
     for sent in refused:
         assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [400]
