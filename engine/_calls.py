@@ -119,13 +119,8 @@ class CallSettling(Emitting):
             claimed = await drive.claim(now, lasting=lasting)
             if len(claimed) < len(now):
                 return claimed, []  # held
-        else:
-            await drive.flush()  # the step's calls written before any receipt of theirs
         if later:
-            drive.defer(
-                {i: self._with_effects([drive.calls[i].name]) for i in later},
-                self._tool_threads.per_script,
-            )
+            drive.defer(later, self._tool_threads.per_script)
         return claimed, later
 
     def _thread_waits(self, drive: Drive, ready: list[int]) -> tuple[list[int], list[int]]:
@@ -139,17 +134,13 @@ class CallSettling(Emitting):
         later: list[int] = []
         for index in ready:
             tool = self._by_name.get(drive.calls[index].name)
-            # A call that may simply run again has nothing to gain: claimed with the rest.
-            threaded = (
-                tool is not None
-                and tool.in_thread
-                and tool.handler is not None
-                and not self._repeatable(tool.name)
-            )
-            if threaded and free <= 0:
+            takes = tool is not None and tool.in_thread and tool.handler is not None
+            # A call that may simply run again has nothing to gain: claimed with the rest,
+            # though it takes its thread all the same.
+            if takes and free <= 0 and not self._repeatable(drive.calls[index].name):
                 later.append(index)
             else:
-                free -= threaded
+                free -= takes
                 now.append(index)
         return now, later
 

@@ -281,11 +281,12 @@ class Drive:
         # The receipts of calls claimed as their tool threads came (see
         # :meth:`claim_to_begin`), by index: a chunk's one task under each of its calls.
         self._claiming: dict[int, asyncio.Task[None]] = {}
-        # The calls to claim so, in order, with whether each one's receipt must last.
-        self._deferred: dict[int, bool] = {}
+        # The calls to claim so, in order (a dict as an ordered set).
+        self._deferred: dict[int, None] = {}
         self._chunk = 1
         self._chunking: asyncio.Task[None] | None = None  # the latest chunk's receipts
         self._chunk_first: int | None = None  # the call whose thread began that chunk
+        self._grown: asyncio.Task[None] | None = None  # the chunk whose waiters grew _chunk
         # Set: the drive stops before its next step, its script left in the log for another
         # host to drive on (a worker that was told to stop).
         self.leave: asyncio.Event | None = None
@@ -499,7 +500,7 @@ class Drive:
         self.argument_bytes += sum(c.argument_bytes for c in entries)
         self._unwritten += len(entries)
 
-    async def flush(self) -> None:
+    async def _flush(self) -> None:
         """Write the calls a step asked for, if they are not written yet."""
         if self._unwritten:
             await self.store.add_calls(self.lease, self.calls[-self._unwritten :], self._usage)
@@ -542,16 +543,15 @@ class Drive:
     async def claim(self, indexes: Sequence[int], *, lasting: bool = True) -> list[int]:
         """The receipts of the calls about to run, in one transaction; none while the
         script is held (then :attr:`record` says so). ``lasting``: see ``LogStore.claim``."""
-        await self.flush()
+        await self._flush()
         claimed = await self.store.claim(self.lease, indexes, lasting=lasting)
         await self._claimed(len(indexes), claimed)
         return claimed
 
-    def defer(self, lasting: dict[int, bool], chunk: int) -> None:
-        """Calls about to run that are claimed as their tool threads come (see
-        :meth:`claim_to_begin`), each with whether its receipt must last; a receipt takes
-        ``chunk`` of them at most."""
-        self._deferred.update(lasting)
+    def defer(self, indexes: Sequence[int], chunk: int) -> None:
+        """Calls about to run, with effects, that are claimed as their tool threads come (see
+        :meth:`claim_to_begin`); a receipt takes ``chunk`` of them at first."""
+        self._deferred.update(dict.fromkeys(indexes))
         self._chunk = max(1, chunk)
 
     def claim_to_begin(self, index: int) -> Awaitable[None] | None:
@@ -571,50 +571,61 @@ class Drive:
             if self.calls[index].state == log.RUNNING:
                 self._claim_ahead()
                 return self.may_begin()  # claimed with an earlier call's receipt
+            if self.record.held:  # a receipt was refused so: no other is asked for
+                raise NotClaimed(f"script {self.record.id} is held: call {index} stays approved")
             task = self._claim_chunk_of([index])
             assert task is not None
         return self._claimed_in(index, task)
 
     def _claim_ahead(self) -> None:
-        """The next chunk's receipts, unless some are being written."""
-        if self._deferred and (self._chunking is None or self._chunking.done()):
+        """The next chunk's receipts, unless some are being written or the script is held."""
+        idle = self._chunking is None or self._chunking.done()
+        if self._deferred and idle and not self.record.held:
             self._claim_chunk_of([])
 
     def _claim_chunk_of(self, first: list[int]) -> asyncio.Task[None] | None:
         """A task writing the receipts of ``first`` and of the next deferred calls still
         approved, :attr:`_chunk` in all; None when there are none."""
-        lasting = any(self._deferred.pop(i, True) for i in first)
+        for index in first:
+            self._deferred.pop(index, None)
         chunk = list(first)
         for other in list(self._deferred):
             if len(chunk) >= self._chunk:
                 break
-            lasting |= self._deferred.pop(other)
+            del self._deferred[other]
             pending = self._claiming.get(other)
             if self.calls[other].state == log.APPROVED and (pending is None or pending.done()):
                 chunk.append(other)
         if not chunk:
             return None
-        task = asyncio.ensure_future(self._claim_chunk(chunk, lasting))
+        task = asyncio.ensure_future(self._claim_chunk(chunk))
         task.add_done_callback(_retrieved)  # a waiter cancelled meanwhile may not read it
         for other in chunk:
             self._claiming[other] = task
         self._chunking, self._chunk_first = task, chunk[0] if first else None
         return task
 
-    async def _claim_chunk(self, chunk: list[int], lasting: bool) -> None:
+    async def _claim_chunk(self, chunk: list[int]) -> None:
         if (renewing := self.may_begin()) is not None:
             await renewing
-        await self.claim(chunk, lasting=lasting)
+        await self.claim(chunk)
 
     async def _claimed_in(self, index: int, task: asyncio.Task[None]) -> None:
-        if not task.done() and task is self._chunking and index != self._chunk_first:
+        first = index == self._chunk_first
+        if not task.done() and not first and task is not self._grown:
             # Its thread came before the receipts a call ahead of it began: the tool ends
-            # faster than a receipt is written, so the chunks grow, to keep the threads busy.
+            # faster than a receipt is written, so the chunks grow (once a chunk), to keep
+            # the threads busy.
+            self._grown = task
             self._chunk = min(self._chunk * 2, MAX_CHUNK)
         await asyncio.shield(task)
         if self.calls[index].state != log.RUNNING:
             raise NotClaimed(f"script {self.record.id} is held: call {index} stays approved")
         self._claim_ahead()
+        # The receipt may have taken long (a slow log, a stalled host): the call begins only
+        # while the drive runs on a lease it surely holds, as any claimed call.
+        if (renewing := self.may_begin()) is not None:
+            await renewing
 
     async def ensure_claimed(self, index: int) -> bool:
         """Before an outcome is written of the call at ``index``: claimed if it is not yet
@@ -671,7 +682,7 @@ class Drive:
         await done
 
     async def reopen(self, indexes: Sequence[int]) -> None:
-        await self.flush()
+        await self._flush()
         await self.store.reopen(self.lease, indexes)
         for index in indexes:
             entry = self.calls[index]
@@ -687,13 +698,13 @@ class Drive:
         self.record.total_file_bytes = usage.total_file_bytes
 
     async def pause(self) -> None:
-        await self.flush()
+        await self._flush()
         await self.store.pause(self.lease)
         self.record.status = log.PAUSED
 
     async def end(self, status: str, outcome: dict[str, Any], *, lasting: bool = True) -> None:
         """Write the outcome and give the lease up. ``lasting``: see ``LogStore.end``."""
-        await self.flush()
+        await self._flush()
         await self.store.end(self.lease, status, outcome, self._usage, lasting=lasting)
         self._usage = None
         self.record.status, self.record.outcome = status, outcome

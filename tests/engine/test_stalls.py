@@ -11,15 +11,27 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from engine import SqliteStore
 from engine._drive import Drive, lease_clock
-from engine.log import Lease, LeaseLost, MemoryStore, ScriptRecord, Started
+from engine.log import (
+    APPROVED,
+    CallEntry,
+    Decision,
+    Lease,
+    LeaseLost,
+    MemoryStore,
+    ScriptRecord,
+    Started,
+)
 from tests.engine.host_processes import NOTE_SOURCE, host_result, ledger, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
+# Bounds each wait on the test's own events, so a failing run ends instead of hanging.
+BOUND = 60
 
 TOOLS = (
     NOTE_SOURCE
@@ -229,6 +241,46 @@ async def test_a_call_left_waiting_after_its_drive_ended_never_begins() -> None:
         drive.may_begin()
     assert store.renewals == 0
     assert await store.acquire("s1", "host:2:b", 60_000) is not None, "the script is free"
+
+
+class _ReceiptLate(MemoryStore):
+    """A memory log whose claims commit, then take until ``go`` to say so (a log slow to
+    answer, a host stalled after the write)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.committed = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def claim(self, lease: Lease, indexes: Any, *, lasting: bool = True) -> list[int]:
+        claimed = await super().claim(lease, indexes, lasting=lasting)
+        self.committed.set()
+        await self.go.wait()
+        return claimed
+
+
+async def test_a_call_whose_receipt_landed_as_its_drive_ended_does_not_begin() -> None:
+    """A call claimed as its tool thread came (``Drive.claim_to_begin``) whose receipt was
+    answered only after its drive had ended (a sibling call's failure ended it) does not
+    begin: as any claimed call, only while its drive runs on a lease it surely holds."""
+    store = _ReceiptLate()
+    started = await _start(store, 60_000)
+    assert started.lease is not None
+    call = CallEntry(
+        script_id="s1", index=0, call_id="c1", name="pay", arguments={}, argument_bytes=2
+    )
+    await store.add_calls(started.lease, [call])
+    await store.decide(started.lease, [Decision(0, APPROVED)])
+    drive = await Drive.resume(store, started.lease, 60_000, kept=_never, taken_at=lease_clock())
+    drive.defer([0], 1)
+    beginning = drive.claim_to_begin(0)
+    assert beginning is not None
+    waiting = asyncio.ensure_future(beginning)
+    await asyncio.wait_for(store.committed.wait(), BOUND)
+    await drive.close()
+    store.go.set()
+    with pytest.raises(LeaseLost, match="drive on this host has ended"):
+        await asyncio.wait_for(waiting, BOUND)
 
 
 async def test_a_call_does_not_begin_once_a_renewal_found_the_script_anothers() -> None:
