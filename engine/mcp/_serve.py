@@ -620,53 +620,52 @@ def _prompt_requests(room: int | None) -> Any:
     return PromptRequests
 
 
-# The most of a POST's body kept to see, once the SDK answered it as a notification, whether
-# it was a request whose id is none (a notification that long is let through).
-NOTIFICATION_CHECKED = 1 << 20
-
-
 def _refusing_requests_without_id(app: Any) -> Any:
     """``app`` (the SDK's), but for a request whose id is not one (null, true, an object),
     which the SDK reads as a notification: it answered 202 and nobody answered the request,
-    whose client waited until its own timeout, told nothing. Such a POST is answered 400
-    with the JSON-RPC error the stdio server sends for that line (:func:`_unanswered`). The
-    body is looked at again only when the SDK answered 202."""
+    whose client waited until its own timeout, told nothing, while the message went on to
+    the session as a notification (a ``notifications/cancelled`` so cancelled a call). Such a
+    POST is answered 400 with the JSON-RPC error the stdio server sends for that line
+    (:func:`_unanswered`), and not handed on, as on stdio. The body's parts are kept (not
+    copied) until the answer begins, and read again only when the SDK answered 202."""
 
     async def refusing(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST":
             await app(scope, receive, send)
             return
-        body = bytearray()
+        parts: list[bytes] = []
         refused = False
 
         async def receiving() -> Any:
             message = await receive()
-            if message["type"] == "http.request" and len(body) <= NOTIFICATION_CHECKED:
-                body.extend(message.get("body", b""))
+            if message["type"] == "http.request":
+                parts.append(message.get("body", b""))
             return message
 
         async def sending(message: Any) -> None:
             nonlocal refused
             if refused:
                 return  # the rest of the SDK's 202
-            if (
-                message["type"] == "http.response.start"
-                and message["status"] == 202
-                and len(body) <= NOTIFICATION_CHECKED
-                and (refusal := _unanswered(body.decode("utf-8", "replace"))) is not None
-            ):
-                refused = True
-                data = refusal.model_dump_json(by_alias=True, exclude_unset=True).encode()
-                headers = [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(data)).encode()),
-                ]
-                await send({"type": "http.response.start", "status": 400, "headers": headers})
-                await send({"type": "http.response.body", "body": data})
-                return
+            if message["type"] == "http.response.start":
+                body = b"".join(parts) if message["status"] == 202 else b""
+                parts.clear()
+                refusal = _unanswered(body.decode("utf-8", "replace")) if body else None
+                if refusal is not None:
+                    refused = True
+                    data = refusal.model_dump_json(by_alias=True, exclude_unset=True).encode()
+                    headers = [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(data)).encode()),
+                    ]
+                    await send({"type": "http.response.start", "status": 400, "headers": headers})
+                    await send({"type": "http.response.body", "body": data})
+                    # What the SDK does next is hand the message to its session.
+                    unhanded.cancel()
+                    return
             await send(message)
 
-        await app(scope, receiving, sending)
+        with anyio.CancelScope() as unhanded:
+            await app(scope, receiving, sending)
 
     return refusing
 

@@ -863,9 +863,11 @@ async def _lifespan(app: Any) -> AsyncIterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def _http_session() -> AsyncIterator[tuple[Any, str, list[dict[str, Any]]]]:
-    """An engine with one tool served over HTTP in this process (:func:`_asgi`), and a
-    session opened on it: the app, the session's id, and what the SDK sent for the
+async def _http_session(
+    *tools: Any,
+) -> AsyncIterator[tuple[Any, str, list[dict[str, Any]]]]:
+    """An engine with ``tools`` and ``add`` served over HTTP in this process (:func:`_asgi`),
+    and a session opened on it: the app, the session's id, and what the SDK sent for the
     session's ``notifications/initialized``."""
     from engine import CodeMode
     from engine.mcp._serve import CodeModeServer
@@ -875,7 +877,7 @@ async def _http_session() -> AsyncIterator[tuple[Any, str, list[dict[str, Any]]]
         """Add."""
         return a + b
 
-    engine = CodeMode([add], runner=InProcessRunner())
+    engine = CodeMode([add, *tools], runner=InProcessRunner())
     app = CodeModeServer(engine).http_app("127.0.0.1")
     try:
         async with _lifespan(app):
@@ -917,15 +919,36 @@ async def test_a_notification_that_comes_as_its_session_ends_is_answered_once(
 
 async def test_a_request_whose_id_is_none_is_refused_over_http() -> None:
     """A request whose id is null, true or an object (a client's bug) is, to the SDK, a
-    notification: it answered 202 and nobody answered the request, whose client waited until
-    its own timeout. It is answered 400 with the JSON-RPC error the stdio server sends; a
-    real notification is still answered 202, and the session goes on."""
-    async with _http_session() as (app, session, noted):
+    notification: it answered 202, nobody answered the request, whose client waited until
+    its own timeout, and the message went on to the session (a ``notifications/cancelled``
+    so cancelled a running call). It is answered 400 with the JSON-RPC error the stdio
+    server sends, and not handed on; a real notification is still answered 202, and the
+    session goes on."""
+    go = asyncio.Event()
+    began = asyncio.Event()
+
+    async def wait() -> str:
+        """Wait for the test."""
+        began.set()
+        await go.wait()
+        return "waited"
+
+    async with _http_session(wait) as (app, session, noted):
         refused = [
             await _asgi(app, "POST", {"jsonrpc": "2.0", "id": ident, "method": "ping"}, session)
             for ident in (None, True, {"a": 1})
         ]
+        arguments = {"name": "run_code", "arguments": {"code": "return await tools.wait()"}}
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": arguments}
+        running = asyncio.ensure_future(_asgi(app, "POST", call, session))
+        await asyncio.wait_for(began.wait(), TIMEOUT)
+        cancel = {"requestId": 2, "reason": "a client's bug"}
+        cancelling = {"jsonrpc": "2.0", "id": None, "method": "notifications/cancelled"}
+        refused.append(await _asgi(app, "POST", {**cancelling, "params": cancel}, session))
+        # Answered after the session took any message before it (a cancel, handed on).
         pinged = await _asgi(app, "POST", {"jsonrpc": "2.0", "id": 7, "method": "ping"}, session)
+        go.set()
+        answered = await asyncio.wait_for(running, TIMEOUT)
     assert noted[0]["status"] == 202
     for sent in refused:
         assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [400]
@@ -935,6 +958,8 @@ async def test_a_request_whose_id_is_none_is_refused_over_http() -> None:
             "Invalid Request: id: Input should be a valid integer or a valid string"
         ), body
     assert pinged[0]["status"] == 200
+    said = b"".join(m.get("body", b"") for m in answered)
+    assert b"waited" in said and b"cancelled" not in said, said
 
 
 _GATED = (
