@@ -1743,11 +1743,13 @@ async def test_a_retry_waiting_on_a_start_keeps_it_going_when_that_start_is_canc
         await engine.aclose()
 
 
-async def test_a_cancelled_call_whose_thread_had_not_begun_runs_on_resume(tmp_path: Path) -> None:
+async def test_a_cancelled_call_whose_thread_had_not_begun_runs_on_resume(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Cancelled while one sync call runs in the only tool thread and another waits for it:
     the one that runs is recorded when it ends; the one that waited never begins (a cancel
-    stops what has not started) and is approved again, so the resume runs it, once, and the
-    script finishes with both results."""
+    stops what has not started) and stays approved (it was to be claimed as its thread
+    came), so the resume runs it, once, and the script finishes with both results."""
     charges = _Charges()
     engine = CodeMode(
         [charges.tool],
@@ -1769,6 +1771,7 @@ async def test_a_cancelled_call_whose_thread_had_not_begun_runs_on_resume(tmp_pa
         await engine.aclose()
     assert (result.status, result.value) == ("finished", ["charged 1", "charged 2"]), result.text
     assert sorted(charges.done) == [1, 2]
+    assert "not approved again" not in caplog.text  # the approved call was left as it was
 
 
 class _DownStore(MemoryStore):

@@ -83,9 +83,9 @@ return { n, paid };
 """
 
 
-def _host(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+def _host(tmp_path: Path, *args: str, tools_source: str = TOOLS) -> subprocess.Popen[str]:
     tools = tmp_path / "tools.py"
-    tools.write_text(TOOLS)
+    tools.write_text(tools_source)
     program = HOST.format(root=str(ROOT), tools=str(tools), data=str(tmp_path / "data"))
     env = {
         **os.environ,
@@ -114,14 +114,21 @@ async def _the_script(data: Path) -> tuple[str, bool]:
         await store.aclose()
 
 
-def test_a_call_waiting_for_a_thread_when_its_host_stalled_never_begins(tmp_path: Path) -> None:
+@pytest.mark.parametrize("repeatable", [False, True])
+def test_a_call_waiting_for_a_thread_when_its_host_stalled_never_begins(
+    tmp_path: Path, repeatable: bool
+) -> None:
     """A host runs two calls; the first takes its one tool thread, the second waits for it
-    (not claimed yet: it is claimed as its thread comes). The host is stopped past its
-    lease, and another host takes the script over: the first call is settled as interrupted
-    (the script fails), and the second, which never began, runs there. The stalled host,
-    continued, finishes its first call, but the second does not begin then: it would have
-    charged the card twice, after the script had ended."""
-    stalled = _host(tmp_path, "start", SCRIPT)
+    (with effects, it is claimed as its thread comes; idempotent, with its step, and the
+    new owner runs it again). The host is stopped past its lease, and another host takes
+    the script over: the first call is settled as interrupted (the script fails), and the
+    second, which never began, runs there. The stalled host, continued, finishes its first
+    call, but the second does not begin then (a claimed one asks whether the lease still
+    holds): it would have charged the card twice, after the script had ended."""
+    tools = TOOLS.replace("@tool\ndef charge", "@tool(idempotent=True)\ndef charge")
+    assert tools != TOOLS
+    source = tools if repeatable else TOOLS
+    stalled = _host(tmp_path, "start", SCRIPT, tools_source=source)
     try:
         wait_for(lambda: ledger(tmp_path) == ["slow 1"], "the first call to take the thread")
         stalled.send_signal(signal.SIGSTOP)
@@ -133,7 +140,7 @@ def test_a_call_waiting_for_a_thread_when_its_host_stalled_never_begins(tmp_path
             return out
 
         wait_for(lapsed, "the stalled host's lease to run out")
-        successor = host_result(_host(tmp_path, "resume", script_id))
+        successor = host_result(_host(tmp_path, "resume", script_id, tools_source=source))
         assert successor.status == "failed", successor.text
         assert "interrupted" in successor.text
     except BaseException:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from engine import CodeMode, ConfigError, tool
+from engine._drive import MAX_CHUNK
 from engine._tool_threads import Ticket, ToolThreads, shared_threads
 from engine.log import MemoryStore
 from runner import FileReader, ScriptRunner, Step
@@ -213,11 +214,25 @@ async def test_calls_that_wait_for_a_thread_are_claimed_as_their_turn_comes() ->
     await engine.aclose()
 
 
+class _SlowClaims(MemoryStore):
+    """A memory log whose receipts take a while (a log over a network); their sizes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    async def claim(self, lease: Any, indexes: Sequence[int], *, lasting: bool = True) -> Any:
+        self.sizes.append(len(indexes))
+        await asyncio.sleep(0.02)
+        return await super().claim(lease, indexes, lasting=lasting)
+
+
 async def test_many_fast_calls_that_wait_for_threads_each_run_once() -> None:
-    """Two hundred parallel calls of a fast sync tool with one thread for the script: each
-    waits its turn, claimed in chunks that grow while the tool ends faster than a receipt
-    is written, and each runs once, its result in its place; of fifty, the half whose
-    arguments are wrong fail as they come, beside the chunks, and the rest run once."""
+    """Two hundred parallel calls of a fast sync tool with one thread for the script, on a
+    log whose receipts take a while: each waits its turn, claimed in chunks that grow (up
+    to MAX_CHUNK) while the tool ends faster than a receipt is written, and each runs once,
+    its result in its place; of fifty, the half whose arguments are wrong fail as they
+    come, beside the chunks, and the rest run once."""
     ran: list[int] = []
 
     @tool
@@ -226,11 +241,15 @@ async def test_many_fast_calls_that_wait_for_threads_each_run_once() -> None:
         ran.append(i)
         return i
 
-    engine = CodeMode([job], runner=OwnThreadRunner(), tool_threads=4, type_check="off")
+    store = _SlowClaims()
+    engine = CodeMode(
+        [job], runner=OwnThreadRunner(), store=store, tool_threads=4, type_check="off"
+    )
     code = "return await Promise.all(Array.from({ length: 200 }, (_, i) => tools.job({ i })))"
     result = await engine.run_code(code)
     assert result.value == list(range(200)), result.text
     assert sorted(ran) == list(range(200))
+    assert 1 < max(store.sizes) <= MAX_CHUNK and len(store.sizes) < 50, store.sizes
     # Calls that fail before their thread comes (their arguments) are settled all the same.
     code = """
     const all = await Promise.allSettled(
@@ -244,6 +263,40 @@ async def test_many_fast_calls_that_wait_for_threads_each_run_once() -> None:
     for record in await engine.store.scripts():
         states = {c.state for c in await engine.store.calls(record.id)}
         assert states <= {"done", "failed"} and record.status == "finished", states
+    await engine.aclose()
+
+
+async def test_a_call_behind_a_repeatable_sync_call_waits_unclaimed() -> None:
+    """An idempotent sync call takes the script's one thread like any other: a call with
+    effects behind it waits unclaimed, not claimed and then waiting (which a crash would
+    make "interrupted" though it never began)."""
+    loop = asyncio.get_running_loop()
+    started = asyncio.Event()
+    release = threading.Event()
+
+    @tool(idempotent=True)
+    def look() -> int:
+        """Holds the script's one thread until the test lets it go."""
+        loop.call_soon_threadsafe(started.set)
+        release.wait(BOUND)
+        return 1
+
+    @tool
+    def pay() -> int:
+        """An effect."""
+        return 2
+
+    engine = CodeMode([look, pay], runner=OwnThreadRunner(), tool_threads=4)
+    code = "return await Promise.all([tools.look(), tools.pay()])"
+    running = asyncio.create_task(engine.run_code(code))
+    try:
+        async with asyncio.timeout(BOUND):
+            await started.wait()
+        (record,) = await engine.store.scripts()
+        assert [c.state for c in await engine.store.calls(record.id)] == ["running", "approved"]
+    finally:
+        release.set()
+    assert (await running).value == [1, 2]
     await engine.aclose()
 
 
