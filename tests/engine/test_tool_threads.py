@@ -167,6 +167,18 @@ async def test_a_timed_out_sync_call_says_it_may_take_effect_and_frees_room() ->
     await engine.aclose()
 
 
+async def _states_once(
+    engine: CodeMode, code: str, holding: asyncio.Event
+) -> tuple[asyncio.Task[Any], str, list[str]]:
+    """``code`` started on ``engine`` (its only script), and once ``holding`` is set (its
+    first calls hold their threads): its task, its id, and its calls' states in the log."""
+    running = asyncio.create_task(engine.run_code(code))
+    async with asyncio.timeout(BOUND):
+        await holding.wait()
+    (record,) = await engine.store.scripts()
+    return running, record.id, [c.state for c in await engine.store.calls(record.id)]
+
+
 async def test_calls_that_wait_for_a_thread_are_claimed_as_their_turn_comes() -> None:
     """With eight tool threads (two a script), a script's ten parallel sync calls: the two
     that take the script's threads are claimed with their step, and the eight that wait for
@@ -193,22 +205,18 @@ async def test_calls_that_wait_for_a_thread_are_claimed_as_their_turn_comes() ->
 
     engine = CodeMode([job], runner=OwnThreadRunner(), tool_threads=8)
     code = "return await Promise.all(Array.from({ length: 10 }, (_, i) => tools.job({ i })))"
-    running = asyncio.create_task(engine.run_code(code))
     try:
-        async with asyncio.timeout(BOUND):
-            await both_run.wait()
-        (record,) = await engine.store.scripts()
-        states = [c.state for c in await engine.store.calls(record.id)]
+        running, script_id, states = await _states_once(engine, code, both_run)
         assert states == ["running"] * 2 + ["approved"] * 8
-        await engine.hold(record.id)
+        await engine.hold(script_id)
     finally:
         release.set()
     held = await running
     assert held.status == "paused" and sorted(ran) == [0, 1], held.text
-    states = [c.state for c in await engine.store.calls(record.id)]
+    states = [c.state for c in await engine.store.calls(script_id)]
     assert states == ["done"] * 2 + ["approved"] * 8
-    await engine.release(record.id)
-    done = await engine.resume(record.id)
+    await engine.release(script_id)
+    done = await engine.resume(script_id)
     assert done.value == [i * 10 for i in range(10)], done.text
     assert sorted(ran) == list(range(10))
     await engine.aclose()
@@ -288,12 +296,9 @@ async def test_a_call_behind_a_repeatable_sync_call_waits_unclaimed() -> None:
 
     engine = CodeMode([look, pay], runner=OwnThreadRunner(), tool_threads=4)
     code = "return await Promise.all([tools.look(), tools.pay()])"
-    running = asyncio.create_task(engine.run_code(code))
     try:
-        async with asyncio.timeout(BOUND):
-            await started.wait()
-        (record,) = await engine.store.scripts()
-        assert [c.state for c in await engine.store.calls(record.id)] == ["running", "approved"]
+        running, _, states = await _states_once(engine, code, started)
+        assert states == ["running", "approved"]
     finally:
         release.set()
     assert (await running).value == [1, 2]
