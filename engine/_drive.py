@@ -285,7 +285,6 @@ class Drive:
         self._deferred: dict[int, None] = {}
         self._chunk = 1
         self._chunking: asyncio.Task[None] | None = None  # the latest chunk's receipts
-        self._chunk_first: int | None = None  # the call whose thread began that chunk
         self._grown: asyncio.Task[None] | None = None  # the chunk whose waiters grew _chunk
         # Set: the drive stops before its next step, its script left in the log for another
         # host to drive on (a worker that was told to stop).
@@ -552,7 +551,7 @@ class Drive:
         """Calls about to run, with effects, that are claimed as their tool threads come (see
         :meth:`claim_to_begin`); a receipt takes ``chunk`` of them at first."""
         self._deferred.update(dict.fromkeys(indexes))
-        self._chunk = max(1, chunk)
+        self._chunk = chunk
 
     def claim_to_begin(self, index: int) -> Awaitable[None] | None:
         """What a call :meth:`defer` named awaits as its tool thread comes, before it begins.
@@ -567,15 +566,16 @@ class Drive:
         once begun, goes on if its waiter is cancelled (a timeout): :meth:`ensure_claimed`
         waits for it."""
         task = self._claiming.get(index)
-        if task is None or task.done():
+        first = task is None or task.done()  # its receipt is to be asked for now
+        if first:
             if self.calls[index].state == log.RUNNING:
                 self._claim_ahead()
                 return self.may_begin()  # claimed with an earlier call's receipt
             if self.record.held:  # a receipt was refused so: no other is asked for
-                raise NotClaimed(f"script {self.record.id} is held: call {index} stays approved")
+                raise self._not_claimed(index)
             task = self._claim_chunk_of([index])
-            assert task is not None
-        return self._claimed_in(index, task)
+        assert task is not None
+        return self._claimed_in(index, task, first)
 
     def _claim_ahead(self) -> None:
         """The next chunk's receipts, unless some are being written or the script is held."""
@@ -602,7 +602,7 @@ class Drive:
         task.add_done_callback(_retrieved)  # a waiter cancelled meanwhile may not read it
         for other in chunk:
             self._claiming[other] = task
-        self._chunking, self._chunk_first = task, chunk[0] if first else None
+        self._chunking = task
         return task
 
     async def _claim_chunk(self, chunk: list[int]) -> None:
@@ -610,22 +610,25 @@ class Drive:
             await renewing
         await self.claim(chunk)
 
-    async def _claimed_in(self, index: int, task: asyncio.Task[None]) -> None:
-        first = index == self._chunk_first
-        if not task.done() and not first and task is not self._grown:
+    async def _claimed_in(self, index: int, task: asyncio.Task[None], first: bool) -> None:
+        if not first and not task.done() and task is not self._grown:
             # Its thread came before the receipts a call ahead of it began: the tool ends
             # faster than a receipt is written, so the chunks grow (once a chunk), to keep
             # the threads busy.
             self._grown = task
             self._chunk = min(self._chunk * 2, MAX_CHUNK)
         await asyncio.shield(task)
+        self._claiming.pop(index, None)
         if self.calls[index].state != log.RUNNING:
-            raise NotClaimed(f"script {self.record.id} is held: call {index} stays approved")
+            raise self._not_claimed(index)
         self._claim_ahead()
         # The receipt may have taken long (a slow log, a stalled host): the call begins only
         # while the drive runs on a lease it surely holds, as any claimed call.
         if (renewing := self.may_begin()) is not None:
             await renewing
+
+    def _not_claimed(self, index: int) -> NotClaimed:
+        return NotClaimed(f"script {self.record.id} is held: call {index} stays approved")
 
     async def ensure_claimed(self, index: int) -> bool:
         """Before an outcome is written of the call at ``index``: claimed if it is not yet
