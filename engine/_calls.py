@@ -134,7 +134,7 @@ class CallSettling(Emitting):
         later: list[int] = []
         for index in ready:
             tool = self._by_name.get(drive.calls[index].name)
-            takes = tool is not None and tool.in_thread and tool.handler is not None
+            takes = tool is not None and tool.in_thread
             # A call that may simply run again has nothing to gain: claimed with the rest,
             # though it takes its thread all the same.
             if takes and free <= 0 and not self._repeatable(drive.calls[index].name):
@@ -312,16 +312,9 @@ class CallSettling(Emitting):
         except (TypeError, orjson.JSONEncodeError) as e:
             # Data the script could never be sent (an integer past 64 bits, a lone surrogate,
             # nesting past what the encoder takes): that call's error, which it can catch.
+            # (A built-in tool's result is the engine's own: it has no author to warn.)
             tool = self._by_name.get(entry.name)
-            message = (
-                tool._defect(
-                    f"returned a result JSON cannot carry ({e})",
-                    "; the tool must return JSON data (integers within 64 bits, text without "
-                    "lone surrogates)",
-                ).message
-                if tool is not None
-                else unsendable(entry.name, e)
-            )
+            message = tool.unencodable(e).message if tool is not None else unsendable(entry.name, e)
             await self._settle_failed(drive, _failed(entry, message))
             return
         if room is not None and size > room:

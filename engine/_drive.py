@@ -206,11 +206,6 @@ class NotClaimed(Exception):
     :meth:`Drive.claim_to_begin`)."""
 
 
-def _retrieved(task: asyncio.Task[None]) -> None:
-    if not task.cancelled():
-        task.exception()
-
-
 class Drive:
     """The script ``record`` under ``lease``: renews the lease in the background until
     :meth:`close`, and keeps ``calls`` as written. Every write raises
@@ -279,7 +274,8 @@ class Drive:
         # will, so they are to run again (see CodeMode._hear_out).
         self.unbegun: list[int] = []
         # The receipts of calls claimed as their tool threads came (see
-        # :meth:`claim_to_begin`), by index: a chunk's one task under each of its calls.
+        # :meth:`claim_to_begin`), by index: a chunk's one task under each of its calls,
+        # until it ends.
         self._claiming: dict[int, asyncio.Task[None]] = {}
         # The calls to claim so, in order (a dict as an ordered set).
         self._deferred: dict[int, None] = {}
@@ -589,9 +585,8 @@ class Drive:
         for index in first:
             self._deferred.pop(index, None)
         chunk = list(first)
-        for other in list(self._deferred):
-            if len(chunk) >= self._chunk:
-                break
+        while self._deferred and len(chunk) < self._chunk:
+            other = next(iter(self._deferred))
             del self._deferred[other]
             pending = self._claiming.get(other)
             if self.calls[other].state == log.APPROVED and (pending is None or pending.done()):
@@ -599,9 +594,17 @@ class Drive:
         if not chunk:
             return None
         task = asyncio.ensure_future(self._claim_chunk(chunk))
-        task.add_done_callback(_retrieved)  # a waiter cancelled meanwhile may not read it
         for other in chunk:
             self._claiming[other] = task
+
+        def landed(done: asyncio.Task[None]) -> None:
+            if not done.cancelled():
+                done.exception()  # read here: a waiter cancelled meanwhile does not
+            for other in chunk:
+                if self._claiming.get(other) is done:
+                    del self._claiming[other]
+
+        task.add_done_callback(landed)
         self._chunking = task
         return task
 
@@ -618,7 +621,6 @@ class Drive:
             self._grown = task
             self._chunk = min(self._chunk * 2, MAX_CHUNK)
         await asyncio.shield(task)
-        self._claiming.pop(index, None)
         if self.calls[index].state != log.RUNNING:
             raise self._not_claimed(index)
         self._claim_ahead()
@@ -636,7 +638,7 @@ class Drive:
         receipt), after any receipt :meth:`claim_to_begin` began for it. False when the
         script is held: the call stays approved, its outcome unwritten."""
         self._deferred.pop(index, None)  # no chunk takes it from here
-        task = self._claiming.pop(index, None)
+        task = self._claiming.get(index)
         if task is not None:
             await asyncio.wait([task])  # its error, if any, was the call's (see run_handler)
         if self.calls[index].state == log.RUNNING:

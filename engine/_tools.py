@@ -626,6 +626,12 @@ class Tool:
             "of the tool on the host's side, not of the script"
         )
 
+    def unencodable(self, error: Exception) -> ToolCallError:
+        """The error of a call whose result JSON's encoder refused (``error``): a defect of the
+        tool, as :meth:`_defect` says it."""
+        what = f"returned a result JSON cannot carry ({error})"
+        return self._defect(what, "; " + UNSENDABLE_ADVICE)
+
     def _read_out(self, items: Iterator[Any], room: int | None) -> list[Any]:
         # A generator's items, read up to what the script may read: each takes two bytes of
         # JSON at least, and a string its length. Read whole, an endless one (a `while True:
@@ -668,13 +674,19 @@ def typed_input(schema: Mapping[str, Any]) -> Mapping[str, Any]:
     return schema if "type" in schema else {"type": "object", **schema}
 
 
+# What a tool whose result JSON's encoder refused must do instead.
+UNSENDABLE_ADVICE = (
+    "the tool must return JSON data (integers within 64 bits, text without lone surrogates)"
+)
+
+
 def unsendable(name: str, error: Exception) -> str:
     """What the script reads when a result of ``tools.<name>`` that is JSON data to Python is
     refused by JSON's encoder (``error``, orjson's: an integer past 64 bits, a lone
     surrogate)."""
     return (
-        f"tools.{name} returned a result that cannot be sent to the script ({error}); the tool "
-        "must return JSON data (integers within 64 bits, text without lone surrogates)"
+        f"tools.{name} returned a result that cannot be sent to the script ({error}); "
+        + UNSENDABLE_ADVICE
     )
 
 
