@@ -948,7 +948,7 @@ def _say_how_to_approve(args: argparse.Namespace, result: RunResult) -> None:
     # answer from another directory, or another terminal.
     for flag, path in (
         ("--tools", args.tools),
-        ("--config", args.config),
+        ("--config", _config_path(args)),  # ./codemode.toml too, read without --config
         ("--data-dir", args.data_dir),
     ):
         if path is not None:

@@ -1344,6 +1344,18 @@ def test_a_paused_run_says_the_command_that_approves_and_goes_on(tmp_path: Path)
     assert "to approve and go on" not in resumed.stderr
     as_json = codemode("run", "-", *TRACKER, *data, "--json", stdin=script)
     assert as_json.returncode == 3 and "to approve and go on" not in as_json.stderr
+    # A project's codemode.toml, read without --config, names the log: the command says so.
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "codemode.toml").write_text('[codemode]\ndata_dir = "data"\n')
+    tools = ["--tools", str(ROOT / "examples" / "tracker_tools.py")]
+    ran = codemode("run", "-", *tools, stdin=script, cwd=project)
+    assert ran.returncode == 3, ran.stderr
+    (said,) = [x for x in ran.stderr.splitlines() if "to approve and go on" in x]
+    command = shlex.split(said.split("to approve and go on: ", 1)[1].split(" (--reject", 1)[0])
+    resumed = codemode(*command[1:], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.startswith("Script finished."), resumed.stdout
 
 
 def test_describe_and_search_make_no_log(tmp_path: Path) -> None:
