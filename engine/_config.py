@@ -52,22 +52,18 @@ from engine.log import DEFAULT_LEASE_MS, LogStore, MemoryStore, PostgresStore, S
 from engine.log._postgres import DEFAULT_ANSWER_TIMEOUT
 from runner import REMOTE_OPTIONS, ScriptRunner, parse_address
 
-_TOP_KEYS = {
+# The settings that are tables of their own ([codemode.limits]); the rest take a value.
+_TABLE_KEYS = {"limits", "runner", "store", "mcpServers"}
+_TOP_KEYS = _TABLE_KEYS | {
     "data_dir",
-    "limits",
-    "runner",
     "queue_timeout",
-    "store",
     "type_check",
     "language",
-    "mcpServers",
     "live",
     "live_wait",
     "live_max",
     "live_memory",
 }
-# The settings that are tables of their own ([codemode.limits]); the rest take a value.
-_TABLE_KEYS = {"limits", "runner", "store", "mcpServers"}
 _STORE_KEYS = {"kind", "dsn", "dsn_env", "schema", "max_connections", "lease_ms", "answer_timeout"}
 # Local runner options, and what a RemoteRunner takes (it owns that list).
 _LOCAL_OPTIONS = {"mode", "slots", "script_wait", "data_limit"}

@@ -66,15 +66,13 @@ class ProgressLine:
         return "\r\x1b[K"
 
     def draw(self) -> None:
-        ProgressLine.drawn += 1
-        self.stream.write("\r\x1b[K" + self.text())
+        self.stream.write(self.clearing() + self.text())
         self.stream.flush()
         self.shown = True
 
     def clear(self) -> None:
         if self.shown:
-            ProgressLine.drawn += 1
-            self.stream.write("\r\x1b[K")
+            self.stream.write(self.clearing())
             self.stream.flush()
 
     @contextlib.asynccontextmanager
