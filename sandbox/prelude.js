@@ -992,6 +992,12 @@
     const proto = getPrototypeOf(value);
     const array = isArray(value);
     const bare = !array && proto === null ? heldBrand(value) : undefined;
+    if (!array && proto === null && bare === undefined) {
+      // A box of no prototype (Object.setPrototypeOf(new Number(5), null)) was copied as its
+      // keys alone: {}, or a string's indexes.
+      const box = boxedPrimitive(value, null, objectKeys(value));
+      if (box !== undefined) throw refuse(seen, depth, value, " is " + withArticle(box[1]) + "; arguments must be plain data");
+    }
     if (!array && proto !== ObjectProto && (proto !== null || bare !== undefined)) {
       const name = "" + ((proto && proto.constructor && proto.constructor.name) || bare || "non-plain object");
       const iterating = objectKeys(value).length === 0 ? iteratorKind(value) : undefined;

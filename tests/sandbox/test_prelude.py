@@ -144,6 +144,18 @@ def test_built_ins_of_no_prototype_are_named_when_refused(
     assert ran.error.message.startswith(f"the returned value is not JSON data: {returned}")
 
 
+@pytest.mark.parametrize(
+    ("made", "kind"),
+    [("new Number(5)", "Number"), ('new String("ab")', "String"), ("new Boolean(true)", "Boolean")],
+)
+def test_a_box_of_no_prototype_passed_to_a_tool_is_refused(made: str, kind: str) -> None:
+    """A boxed primitive of no prototype passed to a tool is refused naming it, as a box with
+    its prototype is: it was sent as its keys alone ({}, or a string's indexes)."""
+    code = f"const x = Object.setPrototypeOf({made}, null);\n"
+    said = value(code + "try { await tools.echo({ x }); } catch (e) { return e.message; }")
+    assert said == f"the argument.x is a {kind} (null prototype); arguments must be plain data"
+
+
 NATIVE = "() {\n    [native code]\n}"
 
 
