@@ -20,19 +20,14 @@ from engine._drive import dead_local_owner, new_owner, pid_place
 from engine.log import Lease
 from tests._needs import require
 from tests.engine.conftest import InProcessRunner
-from tests.engine.host_processes import ledger
+from tests.engine.host_processes import NOTE_SOURCE, ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 
-TOOLS = '''
-import os
+TOOLS = (
+    NOTE_SOURCE
+    + '''
 from engine import tool
-
-LEDGER = os.environ["LEDGER"]
-
-def _note(text):
-    with open(LEDGER, "a") as f:
-        f.write(text + "\\n")
 
 @tool
 def fetch(n: int) -> int:
@@ -52,6 +47,7 @@ def crash(n: int) -> int:
     _note(f"crash {n}")
     os._exit(9)
 '''
+)
 
 SCRIPT = """
 const a = await tools.fetch({ n: 1 });

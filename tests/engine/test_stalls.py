@@ -168,15 +168,18 @@ async def _start(store: MemoryStore, ttl_ms: int) -> Started:
     return started
 
 
-async def _drive(store: MemoryStore, started: Started, *, taken_ago: float = 0.0) -> Drive:
+async def _drive(
+    store: MemoryStore, started: Started, *, taken_ago: float = 0.0, read: bool = False
+) -> Drive:
     """The drive of ``started`` with a minute-long lease (to it), taken ``taken_ago`` seconds
-    ago by this host's lease clock."""
+    ago by this host's lease clock; with ``read``, its record and calls read from ``store``
+    (calls written since the start)."""
     assert started.lease is not None
     return await Drive.resume(
         store,
         started.lease,
         60_000,
-        started.record,
+        None if read else started.record,
         kept=_never,
         taken_at=lease_clock() - taken_ago,
     )
@@ -278,7 +281,7 @@ async def test_a_call_whose_receipt_landed_as_its_drive_ended_does_not_begin() -
     )
     await store.add_calls(started.lease, [call])
     await store.decide(started.lease, [Decision(0, APPROVED)])
-    drive = await Drive.resume(store, started.lease, 60_000, kept=_never, taken_at=lease_clock())
+    drive = await _drive(store, started, read=True)
     drive.defer([0], 1)
     beginning = drive.claim_to_begin(0)
     assert beginning is not None

@@ -223,15 +223,19 @@ async def test_calls_that_wait_for_a_thread_are_claimed_as_their_turn_comes() ->
 
 
 class _SlowClaims(MemoryStore):
-    """A memory log whose receipts take a while (a log over a network); their sizes."""
+    """A memory log whose receipts take ``delay`` seconds (a log over a network), with
+    ``lone``, only those of one call; their sizes."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay: float, *, lone: bool = False) -> None:
         super().__init__()
+        self.delay = delay
+        self.lone = lone
         self.sizes: list[int] = []
 
     async def claim(self, lease: Any, indexes: Sequence[int], *, lasting: bool = True) -> Any:
         self.sizes.append(len(indexes))
-        await asyncio.sleep(0.02)
+        if not self.lone or len(indexes) == 1:
+            await asyncio.sleep(self.delay)
         return await super().claim(lease, indexes, lasting=lasting)
 
 
@@ -249,7 +253,7 @@ async def test_many_fast_calls_that_wait_for_threads_each_run_once() -> None:
         ran.append(i)
         return i
 
-    store = _SlowClaims()
+    store = _SlowClaims(0.02)
     engine = CodeMode(
         [job], runner=OwnThreadRunner(), store=store, tool_threads=4, type_check="off"
     )
@@ -305,16 +309,6 @@ async def test_a_call_behind_a_repeatable_sync_call_waits_unclaimed() -> None:
     await engine.aclose()
 
 
-class _SlowLoneClaims(MemoryStore):
-    """A memory log whose claims of one call take a while (a log over a network), and of
-    several none."""
-
-    async def claim(self, lease: Any, indexes: Sequence[int], *, lasting: bool = True) -> Any:
-        if len(indexes) == 1:
-            await asyncio.sleep(0.05)
-        return await super().claim(lease, indexes, lasting=lasting)
-
-
 async def test_a_waiting_call_that_fails_while_a_chunk_is_claimed_is_settled_once() -> None:
     """A call waiting for a thread whose arguments are wrong is claimed alone to record its
     failure; a chunk of receipts claimed meanwhile, as a thread comes, leaves it out (taken,
@@ -326,7 +320,11 @@ async def test_a_waiting_call_that_fails_while_a_chunk_is_claimed_is_settled_onc
         return i * 10
 
     engine = CodeMode(
-        [job], runner=OwnThreadRunner(), store=_SlowLoneClaims(), tool_threads=8, type_check="off"
+        [job],
+        runner=OwnThreadRunner(),
+        store=_SlowClaims(0.05, lone=True),
+        tool_threads=8,
+        type_check="off",
     )
     code = """
     const all = await Promise.allSettled([0, 1, 2, "3", 4].map((i) => tools.job({ i })));
