@@ -1170,7 +1170,7 @@
     let json;
     try {
       // A value that is no longer plain data was changed (a getter or a toJSON put in it).
-      json = readsAsData(kept.value) ? JSON.stringify(kept.value) : undefined;
+      json = readsAsData(kept.value) ? JSON.stringify(kept.value, opaqueRefused) : undefined;
     } catch (_) {
       return; // no line rather than a guess (the heap may be full)
     }
@@ -1740,8 +1740,17 @@
     }
     if (typeof value !== "object" || value === null || isArray(value)) return value;
     const proto = getPrototypeOf(value);
-    const bare = proto === null ? heldBrand(value) : undefined;
-    if (proto === ObjectProto || (proto === null && bare === undefined)) return value;
+    if (proto === ObjectProto) return value;
+    const nullKeys = proto === null ? objectKeys(value) : undefined;
+    if (proto === null) {
+      // A box of no prototype: JSON.stringify failed converting it ("cannot convert object to
+      // primitive value", naming nothing); it gives the value it boxes, as a box with its
+      // prototype does.
+      const box = boxedPrimitive(value, null, nullKeys);
+      if (box !== undefined) return box[0];
+    }
+    const bare = proto === null ? heldBrand(value, nullKeys) : undefined;
+    if (proto === null && bare === undefined) return value;
     // `new Number(3)`, `new Boolean(false)`, `new String("a")`: JSON gives the value they box.
     if (isA(value, NativeNumber) || isA(value, NativeBoolean) || isA(value, NativeString)) {
       return value;

@@ -156,6 +156,19 @@ def test_a_box_of_no_prototype_passed_to_a_tool_is_refused(made: str, kind: str)
     assert said == f"the argument.x is a {kind} (null prototype); arguments must be plain data"
 
 
+def test_a_box_of_no_prototype_returned_gives_the_value_it_boxes() -> None:
+    """Returned, a box of no prototype is the value it boxes, as a box with its prototype is
+    (JSON's way): JSON.stringify failed converting a Number's or a String's ("cannot convert
+    object to primitive value", naming nothing)."""
+    got = value(
+        "const box = (made) => Object.setPrototypeOf(made, null);\n"
+        'return [box(new Number(5)), { s: box(new String("ab")) }, box(new Boolean(false)), '
+        "new Number(6)];"
+    )
+    assert got == [5, {"s": "ab"}, False, 6]
+    assert value('return Object.setPrototypeOf(new String("x"), null);') == "x"
+
+
 NATIVE = "() {\n    [native code]\n}"
 
 
