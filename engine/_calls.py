@@ -262,7 +262,12 @@ class CallSettling(Emitting):
             ticket.begin = drive.may_begin
         elif (renewing := drive.may_begin()) is not None:
             await renewing
-        self._emit_call("call.running", record.tenant, entry)
+        if ticket is None:
+            self._emit_call("call.running", record.tenant, entry)
+        else:  # once its thread begins it: it may wait for one, and for its receipt
+            ticket.running = functools.partial(
+                self._emit_call, "call.running", record.tenant, entry
+            )
         await self._record_outcome(
             drive,
             entry,

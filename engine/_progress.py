@@ -30,8 +30,10 @@ class ProgressLine:
         self.started = time.monotonic()
         self.steps = 0
         self.calls = 0
-        self.running = 0
-        self.waiting = 0
+        # By call id: a call refused, or failed before its thread began, was never running,
+        # and one approved after it waited waits no more.
+        self.running: set[str | None] = set()
+        self.waiting: set[str | None] = set()
         self.shown = False
 
     def __call__(self, event: Event) -> None:
@@ -39,21 +41,23 @@ class ProgressLine:
             self.steps = event.step or self.steps
         elif event.kind == "call.proposed":
             self.calls += 1
-        elif event.kind == "call.running":
-            self.running += 1
-        elif event.kind in ("call.done", "call.failed") and self.running:
-            self.running -= 1
         elif event.kind == "call.waiting":
-            self.waiting += 1
+            self.waiting.add(event.call_id)
+        elif event.kind.startswith("call."):
+            self.waiting.discard(event.call_id)
+            if event.kind == "call.running":
+                self.running.add(event.call_id)
+            else:
+                self.running.discard(event.call_id)
         self.draw()
 
     def text(self) -> str:
         elapsed = time.monotonic() - self.started
         calls = f"{self.calls} call{'s' if self.calls != 1 else ''}"
         if self.running:
-            calls += f" ({self.running} running)"
+            calls += f" ({len(self.running)} running)"
         if self.waiting:
-            calls += f", {self.waiting} waiting"
+            calls += f", {len(self.waiting)} waiting"
         steps = f"{self.steps} step{'s' if self.steps != 1 else ''}"
         return f"codemode: {steps}, {calls}, {elapsed:.1f} s"
 

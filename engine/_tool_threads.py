@@ -168,7 +168,8 @@ class Ticket:
     and may yet take effect. ``begin``, if given, is called once a thread is granted, before
     the call goes to it (and what it returns awaited, unless ``None``): if it raises, the
     call never runs (it stays ``waiting``), and what it raised is kept in ``refused`` (a
-    handler's caller may wrap it as the call's error).
+    handler's caller may wrap it as the call's error). ``running``, if given, is called on
+    the loop as the call goes to its thread (after ``begin``).
     """
 
     tenant: str
@@ -179,6 +180,7 @@ class Ticket:
     admitted: bool = False  # a thread was granted (it may then wait for ``begin``)
     begin: Callable[[], Awaitable[None] | None] | None = field(default=None, repr=False)
     refused: Exception | None = field(default=None, repr=False)
+    running: Callable[[], None] | None = field(default=None, repr=False)
 
 
 class ToolThreads:
@@ -268,6 +270,8 @@ class ToolThreads:
                 if isinstance(e, Exception):
                     ticket.refused = e
                 raise  # still "waiting": it never ran
+        if ticket.running is not None:
+            ticket.running()  # before its thread can end it
         work = _Work(fn, kwargs, loop)
         try:
             if self._executor is None:

@@ -260,21 +260,29 @@ def test_a_tool_printing_a_dot_at_a_time_writes_each_dot_once() -> None:
 
 
 def test_progress_line_counts() -> None:
+    """Calls running and waiting are counted by call: a call refused (failed, never
+    running) took one off the running count, and one approved after it waited was counted
+    waiting to the end."""
     stream = io.StringIO()
     line = ProgressLine(stream)
-    for kind in [
-        "started",
-        "step",
-        "call.proposed",
-        "call.proposed",
-        "call.running",
-        "call.running",
-        "call.done",
+    for kind, call in [
+        ("started", None),
+        ("step", None),
+        ("call.proposed", "c1"),
+        ("call.proposed", "c2"),
+        ("call.proposed", "c3"),
+        ("call.running", "c1"),
+        ("call.running", "c2"),
+        ("call.done", "c1"),
+        ("call.failed", "c3"),  # refused: it never ran
     ]:
-        line(Event(kind, "s", 0.0, step=1))  # type: ignore[arg-type]
-    assert line.text().startswith("codemode: 1 step, 2 calls (1 running), ")
-    line(Event("call.waiting", "s", 0.0))
+        line(Event(kind, "s", 0.0, step=1, call_id=call))  # type: ignore[arg-type]
+    assert line.text().startswith("codemode: 1 step, 3 calls (1 running), ")
+    line(Event("call.waiting", "s", 0.0, call_id="c4"))
     assert ", 1 waiting, " in line.text()
+    line(Event("call.approved", "s", 0.0, call_id="c4"))
+    line(Event("call.done", "s", 0.0, call_id="c2"))
+    assert line.text().startswith("codemode: 1 step, 3 calls, "), line.text()
     line.clear()
     assert stream.getvalue().endswith("\r\x1b[K")
 

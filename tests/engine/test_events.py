@@ -142,6 +142,45 @@ async def test_events_in_order_with_parallel_calls_a_failure_and_an_approval(tmp
     assert times == sorted(times)
 
 
+NOTES: list[str] = []
+
+
+@tool
+def note(n: int) -> int:
+    """Write a note (a sync tool with effects: it runs in a tool thread)."""
+    NOTES.append(f"ran {n}")
+    return n
+
+
+async def test_a_sync_call_is_running_once_its_thread_begins_it(tmp_path) -> None:
+    """A sync call that waits for a tool thread is said to run when its thread begins it,
+    after its receipt: it was said to run as it began to wait (a host's progress showed
+    three calls running on one thread), before a receipt was written for it."""
+    NOTES.clear()
+
+    def heard(event: Event) -> None:
+        if event.kind == "call.running":
+            NOTES.append(f"running {event.call_id}")
+
+    engine = CodeMode(
+        [note],
+        runner=InProcessRunner(),
+        data_dir=tmp_path,
+        tool_threads=1,
+        type_check="off",
+        on_event=heard,
+    )
+    try:
+        result = await engine.run_code(
+            "return await Promise.all([1, 2, 3].map((n) => tools.note({ n })));"
+        )
+    finally:
+        await engine.aclose()
+    assert result.value == [1, 2, 3], result.text
+    # One thread: each call is said to run after the one before it ran, and before it runs.
+    assert [line.split()[0] for line in NOTES] == ["running", "ran"] * 3, NOTES
+
+
 async def test_a_failed_script_ends_with_its_error_and_limit() -> None:
     events: list[Event] = []
     engine = CodeMode(runner=InProcessRunner(), type_check="off", on_event=events.append)
