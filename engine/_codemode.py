@@ -129,15 +129,17 @@ _CHECK_OFF_SAID: set[str] = set()
 
 class _Flight:
     """A start or resume this host runs now (see ``CodeMode._once``): its task, how many
-    other deliveries of it wait for its result, and whether the caller that runs it left
-    (``orphaned``: it goes on for those that wait)."""
+    other deliveries of it wait for its result, whether the caller that runs it left
+    (``orphaned``: it goes on for those that wait), and a keyed start's language and code
+    (``source``; None for a resume)."""
 
-    __slots__ = ("orphaned", "task", "waiting")
+    __slots__ = ("orphaned", "source", "task", "waiting")
 
-    def __init__(self, task: asyncio.Task[RunResult]) -> None:
+    def __init__(self, task: asyncio.Task[RunResult], source: tuple[str, str] | None) -> None:
         self.task = task
         self.waiting = 0
         self.orphaned = False
+        self.source = source
 
 
 # While the session log cannot be reached, a worker says so again this often (seconds).
@@ -480,7 +482,9 @@ class CodeMode(StepLoop):
         starting another. A key names a script within its ``tenant``: another tenant's start
         with the same key starts a script of its own, and never sees this one. A start with
         the tenant and key of a start this host is still running waits for it and returns
-        its result (``on_start`` is told its id then). Otherwise
+        its result (``on_start`` is told its id then). A key that names a script of other
+        code, or one in another language, begun or being started, raises ``ConfigError``:
+        that is no replay of the call, but one key given to two. Otherwise
         ``on_start`` is told the script's id once its start is in the log, before any of its
         calls runs. When the key names a script another host drives now (a worker that took
         it after an approval), the result has status ``elsewhere`` at once, or, with ``wait``
@@ -520,6 +524,7 @@ class CodeMode(StepLoop):
             ("key", tenant, key),
             lambda: self._start(body, language, tenant, files, key, on_start, wait),
             final=False,
+            source=(language, body),
         )
         if on_start is not None and joined:
             on_start(result.script_id)
@@ -620,12 +625,8 @@ class CodeMode(StepLoop):
                 # the other script's answer.
                 if started.lease is not None:
                     await release_or_keep(self.store, started.lease, self._keep)
-                began = started.record.language
-                differs = "with other code" if began == language else f"in {began}, not {language}"
-                raise ConfigError(
-                    f"key {key!r} names script {started.record.id}, started {differs}: "
-                    "a key is one run_code call's (the model's tool-use id, unique in the "
-                    "tenant); give this call its own key, or none"
+                raise _key_of_another_call(
+                    key, f"script {started.record.id}, started", started.record.language, language
                 )
             if on_start is not None:
                 try:
@@ -788,12 +789,15 @@ class CodeMode(StepLoop):
         run: Callable[[], Awaitable[RunResult]],
         *,
         final: bool,
+        source: tuple[str, str] | None = None,
     ) -> tuple[RunResult, bool]:
         """``run()``, unless this host runs the same start (by tenant and key) or resume (by
         script) already: then wait for that one and take its result (with ``final``, only an
         outcome: a paused script may have been answered since, so it is resumed again, by
         one waiting caller after another).
-        Returns the result and whether it was another's.
+        Returns the result and whether it was another's. A keyed start's ``source`` (its
+        language and code) is the run's: a start of the same key with another raises
+        ``ConfigError`` rather than wait for that run and take its result as its own.
 
         A start or an approval is often delivered again while its first delivery runs (a
         model's retry, a webhook's, a queue's); each would otherwise read and try to take
@@ -801,6 +805,12 @@ class CodeMode(StepLoop):
         connections out of the one that drives the script.
         """
         while (other := self._in_flight.get(what)) is not None:
+            if other.source is not None and source is not None and other.source != source:
+                # Not the same run_code call given again (see _start): waited for, its
+                # result went to the model as this call's, another script's answer.
+                raise _key_of_another_call(
+                    what[-1], "a script this host is starting now", other.source[0], source[0]
+                )
             other.waiting += 1
             try:
                 result = await asyncio.shield(other.task)
@@ -820,7 +830,7 @@ class CodeMode(StepLoop):
                 return result, True
             # Paused: an answer may have landed since that run looked, so this caller runs
             # again, after any other that got in first (each waits for the one before).
-        flight = _Flight(asyncio.ensure_future(run()))
+        flight = _Flight(asyncio.ensure_future(run()), source)
         self._in_flight[what] = flight
 
         def landed(task: asyncio.Task[RunResult]) -> None:
@@ -1188,6 +1198,16 @@ class CodeMode(StepLoop):
             finally:
                 await self._let_go(drive, ended)
 
+    async def _give_up(self, drive: Drive) -> None:
+        """The lease of a drive :meth:`aclose` abandoned, given up; the calls claimed ahead of
+        their tool threads, which never began, approved again (they would otherwise read as
+        interrupted, though they never ran)."""
+        unbegun, drive.unbegun = drive.unbegun, []
+        if unbegun:
+            await self._approve_again(drive, unbegun)
+        else:
+            await drive.close()
+
     async def _approve_again(self, drive: Drive, indexes: list[int]) -> None:
         """Approve again the calls ``drive`` claimed whose threads never began. The log
         reopens only calls claimed under an older lease (a call running under this one is
@@ -1438,7 +1458,7 @@ class CodeMode(StepLoop):
         for drive in self._driving:
             drive.abandon()  # its running calls end now, not when their handlers would
         await asyncio.gather(*self._hearing, return_exceptions=True)
-        await asyncio.gather(*(drive.close() for drive in list(self._driving)))
+        await asyncio.gather(*(self._give_up(drive) for drive in list(self._driving)))
         giving_back, self._giving_back = self._giving_back, None
         if giving_back is not None and giving_back.get_loop() is asyncio.get_running_loop():
             await cancel_and_wait(giving_back)  # one of a loop that ended has ended with it
@@ -1475,6 +1495,16 @@ def check_ids(script_id: object, call_id: object = "") -> None:
         raise ScriptNotFound.of(script_id)
     if not _keepable(call_id, empty=True):
         raise CallNotWaiting.no_call(str(script_id), call_id)
+
+
+def _key_of_another_call(key: str | None, named: str, began: str, language: str) -> ConfigError:
+    """The error for a keyed start whose key ``named`` a script begun in language ``began``
+    with other code than this call's, or in another ``language``."""
+    differs = "with other code" if began == language else f"in {began}, not {language}"
+    return ConfigError(
+        f"key {key!r} names {named} {differs}: a key is one run_code call's (the model's "
+        "tool-use id, unique in the tenant); give this call its own key, or none"
+    )
 
 
 def _key_of(record: log.ScriptRecord) -> tuple[str, str] | None:

@@ -742,6 +742,42 @@ async def test_repeated_deliveries_of_a_start_or_a_resume_share_one_run(
         await engine.aclose()
 
 
+async def test_a_key_given_again_with_other_code_while_its_start_runs_is_refused(
+    make_store: Callable[[], LogStore],
+) -> None:
+    """A start whose key this host is starting now with other code (or in another language)
+    is one key given to two calls, not that call delivered again: it raises ConfigError at
+    once, as it does once the first is in the log. It took the first script's result as its
+    own, the model handed another script's answer without a word."""
+    entered, gate = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def slow(who: str) -> str:
+        """Ends once the test lets it."""
+        entered.set()
+        await gate.wait()
+        return f"slow for {who}"
+
+    engine = CodeMode([slow], runner=InProcessRunner(), store=make_store(), type_check="off")
+    code = "return await tools.slow({ who: 'A' })"
+    try:
+        first = asyncio.ensure_future(engine.run_code(code, key="toolu_9"))
+        await asyncio.wait_for(entered.wait(), 30)
+        with pytest.raises(ConfigError, match="'toolu_9' names a script this host is starting"):
+            await asyncio.wait_for(engine.run_code("return 'another call'", key="toolu_9"), 30)
+        with pytest.raises(ConfigError, match="starting now in javascript, not python"):
+            await asyncio.wait_for(engine.run_code(code, key="toolu_9", language="python"), 30)
+        again = asyncio.ensure_future(engine.run_code(code, key="toolu_9"))
+        gate.set()
+        done = await asyncio.wait_for(first, 30)
+        assert done.status == "finished" and done.value == "slow for A", done.text
+        assert (await asyncio.wait_for(again, 30)).to_dict() == done.to_dict()
+        assert len(await engine.store.scripts()) == 1
+    finally:
+        gate.set()
+        await engine.aclose()
+
+
 async def test_a_keyed_start_cut_during_its_check_is_checked_when_started_again(
     make_store: Callable[[], LogStore],
 ) -> None:
