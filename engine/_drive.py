@@ -270,9 +270,10 @@ class Drive:
         # thread, which nothing stops), by index: recorded once they end, before the lease
         # is given up (see CodeMode._hear_out).
         self.unheard: dict[int, asyncio.Task[Any]] = {}
-        # The calls whose threads had not begun when the drive was cancelled: they never
-        # will, so they are to run again (see CodeMode._hear_out).
+        # The calls whose threads had not begun when the drive was cancelled or abandoned:
+        # they never will, so they are to run again (see CodeMode._hear_out and aclose).
         self.unbegun: list[int] = []
+        self._tickets: dict[int, Ticket] = {}  # of the sync handlers in _handlers, by index
         # The receipts of calls claimed as their tool threads came (see
         # :meth:`claim_to_begin`), by index: a chunk's one task under each of its calls,
         # until it ends.
@@ -729,6 +730,8 @@ class Drive:
         is cancelled, and left in :attr:`unbegun` to run again."""
         task = asyncio.ensure_future(handler)
         self._handlers.add(task)
+        if ticket is not None:
+            self._tickets[entry.index] = ticket
         try:
             return await (task if ticket is None else asyncio.shield(task))
         except asyncio.CancelledError:
@@ -740,6 +743,11 @@ class Drive:
                 elif ticket is not None and not task.cancelled():
                     self.unheard[entry.index] = task  # still in _handlers: abandon() stops it
                 raise  # the drive itself is cancelled
+            if ticket is not None and ticket.state == "waiting":
+                raise CallAbandoned(
+                    f"the engine closed before tools.{entry.name} began (it waited for a tool "
+                    f"thread); script {self.record.id} waits in the log: resume it"
+                ) from None
             raise CallAbandoned(
                 f"the engine closed while tools.{entry.name} ran (it may or may not have taken "
                 f"effect); script {self.record.id} waits in the log: resume it"
@@ -747,6 +755,7 @@ class Drive:
         finally:
             if entry.index not in self.unheard:
                 self._handlers.discard(task)
+                self._tickets.pop(entry.index, None)
 
     async def asking(self, question: Awaitable[T]) -> T:
         """Await ``question``, the host's worker asked about the calls this drive stopped on;
@@ -778,8 +787,11 @@ class Drive:
         """The engine closes: cancel the handlers of the calls running now, whose drive
         ends on :class:`CallAbandoned`. Each such call stays as the log has it, running, as
         if the host had stopped: the next host runs a read-only or idempotent one again, and
-        tells the script any other was interrupted."""
+        tells the script any other was interrupted. A sync one still waiting for its thread
+        never begins now: it is added to :attr:`unbegun`, to be approved again."""
         self._abandoned = True
+        # Admitted only on the loop, and cancelled here: a ticket waiting now never runs.
+        self.unbegun.extend(i for i, t in self._tickets.items() if t.state == "waiting")
         for task in self._handlers:
             task.cancel()
 

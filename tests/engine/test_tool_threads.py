@@ -12,11 +12,12 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from engine import CodeMode, ConfigError, tool
+from engine import CodeMode, CodeModeError, ConfigError, tool
 from engine._drive import MAX_CHUNK
 from engine._tool_threads import Ticket, ToolThreads, shared_threads
 from engine.log import MemoryStore
@@ -335,6 +336,57 @@ async def test_a_waiting_call_that_fails_while_a_chunk_is_claimed_is_settled_onc
     assert value[:3] + value[4:] == [0, 10, 20, 40], result.text
     assert value[3].startswith("tools.job: invalid arguments: at i: expected integer"), value
     await engine.aclose()
+
+
+async def test_calls_claimed_ahead_of_their_threads_are_approved_again_at_aclose(
+    tmp_path: Path,
+) -> None:
+    """aclose() while a sync call with effects runs on the script's one thread and the next
+    call's receipt was written ahead of its thread: the call running is interrupted, as after
+    a crash, but the one claimed ahead never began, and is approved again, to run on resume
+    (it was left running in the log, and the next host told the script it was interrupted)."""
+    loop = asyncio.get_running_loop()
+    first_runs = asyncio.Event()
+    release = threading.Event()
+    ran: list[int] = []
+
+    @tool
+    def job(i: int) -> int:
+        """An effect; the second call holds the script's thread until the test lets it go."""
+        ran.append(i)
+        if i == 1:
+            loop.call_soon_threadsafe(first_runs.set)
+            release.wait(BOUND)
+        return i * 10
+
+    code = """
+    const all = await Promise.allSettled([0, 1, 2, 3].map((i) => tools.job({ i })));
+    return all.map((r) => (r.status === "fulfilled" ? r.value : r.reason.message));
+    """
+    first = CodeMode([job], runner=OwnThreadRunner(), data_dir=tmp_path, tool_threads=4)
+    try:
+        running, script_id, _ = await _states_once(first, code, first_runs)
+        # The third call's receipt is written as the second begins, ahead of its thread.
+        for _ in range(BOUND * 500):
+            states = await first.store.calls(script_id)
+            if states[2].state == "running":
+                break
+            await asyncio.sleep(0.002)
+        assert [c.state for c in states] == ["done", "running", "running", "approved"]
+        await first.aclose()
+        with pytest.raises(CodeModeError, match="the engine closed"):
+            await running
+    finally:
+        release.set()
+    second = CodeMode([job], runner=OwnThreadRunner(), data_dir=tmp_path, tool_threads=4)
+    try:
+        result = await second.resume(script_id, wait=0)
+    finally:
+        await second.aclose()
+    value = result.value
+    assert value[0] == 0 and value[2:] == [20, 30], result.text
+    assert "interrupted" in value[1], value
+    assert sorted(ran) == [0, 1, 2, 3]  # each once
 
 
 class Gates:
