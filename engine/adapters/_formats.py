@@ -180,10 +180,12 @@ def attachable(result: RunResult, api: str) -> tuple[str, list[tuple[str, dict[s
     """``result``'s text and its media, each named (the shown files', then the image and
     audio blocks it returned, see :func:`with_returned`), less the shown files ``api`` (a
     format, or ``"pydantic_ai"``) cannot take, which the text says are not attached."""
-    text, returned = _with_returned(result)
+    text, returned, shown_from = _with_returned(result)
     media = list(zip(_media_names(result), result.media, strict=True))
     media += [(f"returned {b['type']} {i}", b) for i, b in returned]  # as the text counts them
-    return _not_attached(text, media, api)
+    if shown_from is None and any(media_data(b)[0] not in _TAKES[api][0] for _, b in media):
+        shown_from = _value_span(text, result)[2]
+    return _not_attached(text, media, api, shown_from or 0)
 
 
 def not_taken(name: str, block: dict[str, Any], api: str) -> str | None:
@@ -207,23 +209,27 @@ def with_returned(result: RunResult) -> tuple[str, list[dict[str, Any]]]:
     spelled out, and those blocks (for every API: the model sees them as it sees files the
     script showed), less those the engine left out (``result.returned_left_out``, see
     :func:`returned_left_out`), which the text names as left out."""
-    text, returned = _with_returned(result)
+    text, returned, _ = _with_returned(result)
     return text, [block for _, block in returned]
 
 
-def _with_returned(result: RunResult) -> tuple[str, list[tuple[int, dict[str, Any]]]]:
-    """:func:`with_returned`, each block with its place among those returned (from 1)."""
+def _with_returned(
+    result: RunResult,
+) -> tuple[str, list[tuple[int, dict[str, Any]]], int | None]:
+    """:func:`with_returned`, each block with its place among those returned (from 1), and
+    where in the text the files shown may begin (see :func:`_value_span`; None when the
+    value was not looked for)."""
     text = result.text
     returned: list[tuple[int, dict[str, Any]]] = []
     found_media = _returned_media(result.value)
     if not found_media:  # most results: the value is not spelled out again to look
-        return text, returned
+        return text, returned, None
     left_out = {b["index"]: b["limit"] for b in result.returned_left_out}
     # The data as the value's JSON spells it (orjson's, engine._render; base64 needs no
     # escapes), so only the block's own string is replaced, never other text that matches;
     # one at a time, in order, since blocks of the same bytes may be named apart. Within the
     # value's own span: a file shown after it may hold that JSON (or a "Returned:" line) too.
-    at, end = _value_span(text, result)
+    at, end, shown_from = _value_span(text, result)
     for index, (block, size, mime) in enumerate(found_media, 1):
         limit = left_out.get(index)
         if limit is None:
@@ -236,27 +242,45 @@ def _with_returned(result: RunResult) -> tuple[str, list[tuple[int, dict[str, An
             text = text[:found] + name + text[found + len(quoted) :]
             at = found + len(name)
             end += len(name) - len(quoted)
-    return text, returned
+            shown_from += len(name) - len(quoted) if shown_from else 0
+    return text, returned, shown_from
 
 
-def _value_span(text: str, result: RunResult) -> tuple[int, int]:
+def _value_span(text: str, result: RunResult) -> tuple[int, int, int]:
     """Where the returned value's JSON is in ``result``'s text, as engine._render wrote it
-    after ``Returned:``: the first such span (what the script printed comes before it; the
-    files it showed, after). The whole text when it is not there: a text cut in the middle,
-    one built by hand. Empty when the text names the blocks already (one too long for its
-    budget, see engine._render): nothing is left to name."""
+    after ``Returned:``, and where the files it showed may begin (its end; 0 when it is not
+    found). The whole text when it is not there: a text cut in the middle, one built by
+    hand. Empty when the text names the blocks already (one too long for its budget, see
+    engine._render): nothing is left to name."""
     try:
         rendered = orjson.dumps(result.value).decode().replace("\x00", "\ufffd")  # as _render
     except orjson.JSONEncodeError:  # a RunResult built by hand, of no JSON value
-        return 0, len(text)
-    found = text.find(f"\nReturned:\n{rendered}")
+        return 0, len(text), 0
+    found = _returned_at(text, rendered)
     if found >= 0:
-        start = found + len("\nReturned:\n")
-        return start, start + len(rendered)
+        return found, found + len(rendered), found + len(rendered)
     named = named_media(result.value, result.returned_left_out)
-    if named is not None and f"\nReturned:\n{orjson.dumps(named).decode()}" in text:
-        return 0, 0
-    return 0, len(text)
+    if named is not None:
+        rendered = orjson.dumps(named).decode()
+        found = _returned_at(text, rendered)
+        if found >= 0:
+            return 0, 0, found + len(rendered)
+    return 0, len(text), 0
+
+
+def _returned_at(text: str, rendered: str) -> int:
+    """Where ``rendered`` (a value's JSON) is in ``text`` after the ``Returned:`` line
+    engine._render wrote, or -1. The script may have printed that line and that JSON too
+    (what it printed comes first): the value is the one the text ends on, or the files it
+    showed or its left-out line follow (the first such; else the first found)."""
+    marked = f"\nReturned:\n{rendered}"
+    first = found = text.find(marked)
+    while found >= 0:
+        end = found + len(marked)
+        if end == len(text) or text.startswith(("\nShown: ", "\nLeft out: "), end):
+            return found + len("\nReturned:\n")
+        found = text.find(marked, found + 1)
+    return first if first < 0 else first + len("\nReturned:\n")
 
 
 def media_name(mime: str, size: int, limit: str | None = None) -> str:
@@ -389,10 +413,11 @@ _TAKES = {
 
 
 def _not_attached(
-    text: str, media: list[tuple[str, dict[str, Any]]], format: str
+    text: str, media: list[tuple[str, dict[str, Any]]], format: str, shown_from: int
 ) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     """``text`` and ``media`` less each file ``format`` cannot take whose ``Shown: ...,
-    attached.`` line the text has: that line says it is not attached, and why (it said
+    attached.`` line the text has from ``shown_from`` on (past the value returned: a line
+    the script printed is not one): that line says it is not attached, and why (it said
     attached, and a line after it said not). Files with no such line stay, for their parts
     to say so."""
     takes, api = _TAKES[format]
@@ -404,7 +429,7 @@ def _not_attached(
                 rf"^(Shown: {re.escape(name)} \({re.escape(mime)}, [\d,]+ bytes\)), attached\.$",
                 re.MULTILINE,
             )
-            found = line.search(text)
+            found = line.search(text, shown_from)
             if found is not None:
                 why = f", not attached: {api} takes no {mime} in a tool result."
                 text = text[: found.end(1)] + why + text[found.end() :]

@@ -465,6 +465,49 @@ async def test_returned_blocks_are_named_in_the_value_not_in_a_file_shown_after_
     assert _attached(result) == dict.fromkeys(FORMATS, 3)
 
 
+async def test_the_renderer_s_lines_a_script_prints_are_left_as_printed(
+    engine: CodeMode,
+) -> None:
+    """A script that printed the "Returned:" line and the JSON of the image it then returned
+    had its printed copy named, and the value it returned spelled out in base64, in every
+    API's text; one that printed a "Shown: ..., attached." line of a file the API cannot
+    take had that line say "not attached", and the file's own line still said "attached".
+    What the script printed is left as it printed it, and the engine's lines say what they
+    do."""
+    data = base64.b64encode(PNG).decode()
+    block = f'{{"type":"image","data":"{data}","mimeType":"image/png"}}'
+    forged = "Shown: logo.svg (image/svg+xml, 6 bytes), attached."
+    code = f"""
+    console.log({forged!r});
+    console.log("Returned:\\n" + JSON.stringify({block}));
+    files.show("logo.svg");
+    return {block};
+    """
+    result = await engine.run_code(code, files=FILES)
+    assert result.status == "finished", result.text
+    printed = f"Printed:\n{forged}\nReturned:\n{block}\nReturned:\n"
+    for text in (
+        result.to_anthropic("toolu_01")["content"][0]["text"],
+        result.to_openai_chat("call_01")[0]["content"],
+        result.to_openai_responses("call_01")["output"][0]["text"],
+        result.to_mcp()["content"][0]["text"],
+    ):
+        assert printed in text, text
+        value = text.partition(printed)[2]
+        assert value.startswith('{"type":"image","data":"<image/png, 70 bytes, below>"'), text
+        assert text.count(data) == 1, text
+    for text, api in (
+        (result.to_anthropic("toolu_01")["content"][0]["text"], "the Anthropic API"),
+        (result.to_openai_chat("call_01")[0]["content"], "Chat Completions"),
+        (result.to_openai_responses("call_01")["output"][0]["text"], "the Responses API"),
+    ):
+        line = text.splitlines()[-1]
+        assert line == (
+            "Shown: logo.svg (image/svg+xml, 6 bytes), not attached: "
+            f"{api} takes no image/svg+xml in a tool result."
+        ), text
+
+
 async def test_returned_media_past_shown_media_are_left_out_saying_so() -> None:
     """The bytes count too: with shown_media 100 bytes, one 70-byte PNG fits and the next
     does not; a budget raised by the limits attaches them all."""
