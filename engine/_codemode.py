@@ -102,6 +102,7 @@ from engine.languages.javascript import (
     check_declarations,
 )
 from engine.languages.python import PythonTypeChecker, check_stubs
+from engine.log._rules import not_waiting
 from runner import MAX_TENANT, ScriptRunner, Step, cancel_and_wait
 from sandbox import protocol
 from sandbox.names import closest_names
@@ -1353,6 +1354,11 @@ class CodeMode(StepLoop):
             await self._answered("call.failed", script_id, call_id, error=message)
             return
         entry = await self._waiting(script_id, call_id)
+        if entry.state != expect:
+            # Refused before the result is checked: against the schema of a call that
+            # waits for no client, a host tool's, it logged that tool as returning a bad
+            # result, which it never did.
+            raise CallNotWaiting(not_waiting(entry, expect))
         tool = self._by_name.get(entry.name)
         record = await self.store.get_script(script_id)
         room = self.limits_for(record.tenant).results

@@ -15,6 +15,7 @@ import pytest
 from engine import (
     Attachment,
     BlobStore,
+    CallNotWaiting,
     CodeMode,
     CodeModeError,
     ConfigError,
@@ -291,6 +292,36 @@ async def test_a_client_result_over_the_results_limit_is_not_kept(
     done = await engine.resume(paused.script_id)
     await engine.aclose()
     assert done.status == "failed" and done.limit == "results", done.text
+
+
+async def test_a_client_result_for_a_call_that_waits_for_no_client_is_refused_unchecked(
+    inproc: InProcessRunner, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client's result sent for a host tool's call (one waiting for approval, one done) is
+    refused with CallNotWaiting before it is checked: checked first against that tool's
+    output schema, it logged "tools.pay returned a result that does not match its output
+    schema", of a tool that never ran. The call still waits for its approval."""
+
+    @tool(needs_approval=True)
+    def pay(cents: int) -> str:
+        """Pay."""
+        return f"paid {cents}"
+
+    engine = CodeMode([pay], runner=inproc, type_check="off")
+    try:
+        paused = await engine.run_code("return await tools.pay({ cents: 3 })")
+        call_id = paused.waiting[0]["call_id"]
+        with caplog.at_level(logging.INFO, logger="codemode"):
+            with pytest.raises(CallNotWaiting, match="is awaiting approval, not awaiting client"):
+                await engine.client_result(paused.script_id, call_id, {"not": "a string"})
+            await engine.approve(paused.script_id, call_id)
+            done = await engine.resume(paused.script_id)
+            assert done.value == "paid 3", done.text
+            with pytest.raises(CallNotWaiting, match="is done, not awaiting client"):
+                await engine.client_result(paused.script_id, call_id, {"not": "a string"})
+        assert not [r for r in caplog.records if "output schema" in r.getMessage()], caplog.text
+    finally:
+        await engine.aclose()
 
 
 @pytest.mark.parametrize(
