@@ -23,7 +23,8 @@ never calls the tool, so the toolset finds it in the run's messages before the n
 request: it refuses what the script waits on with the denial's message (the script sees
 that error, as with ``answer(approve=False)``) and every approval the script asks for after
 it, and drives the script to its end in the log; the model sees pydantic-ai's denial, not
-the script's result. ``run_code`` is idempotent on the model's tool-call id, so the answer
+the script's result. ``run_code`` is idempotent on the model's tool-call id (within its
+conversation, and its turn when the model gives an id again: see ``_key``), so the answer
 may come in another process, on the same log, much later.
 
 The tool returns the result's text; the files the script showed and the images it returned
@@ -47,7 +48,7 @@ try:
     from pydantic_ai import Tool as AgentTool
     from pydantic_ai._function_schema import takes_ctx as takes_run_context
     from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed
-    from pydantic_ai.messages import BinaryContent, ToolReturnPart
+    from pydantic_ai.messages import BinaryContent, ModelResponse, ToolCallPart, ToolReturnPart
     from pydantic_ai.toolsets import FunctionToolset
 except ImportError as e:  # the extra is not installed: say which one installs it
     raise ImportError(
@@ -269,8 +270,15 @@ class CodeModeToolset(FunctionToolset[Any]):
     async def _deliver_denials(self, ctx: RunContext[Any]) -> None:
         """Refuse what each script whose run_code call was denied waits on (see the module
         docstring)."""
+        calls: dict[str, int] = {}  # each run_code call id: how many calls gave it so far
         for message in ctx.messages:
             for part in getattr(message, "parts", ()):
+                if (
+                    isinstance(message, ModelResponse)
+                    and isinstance(part, ToolCallPart)
+                    and part.tool_name == RUN_CODE
+                ):
+                    calls[part.tool_call_id] = calls.get(part.tool_call_id, 0) + 1
                 if not (
                     isinstance(part, ToolReturnPart)
                     and part.tool_name == RUN_CODE
@@ -281,30 +289,38 @@ class CodeModeToolset(FunctionToolset[Any]):
                 # By the conversation's key: by the call's id alone, a denial of another
                 # conversation's call of that id (a provider's call_0) was taken for this
                 # one's, and this script waited in the log for good.
-                seen = _key(part.tool_call_id, conversation)
+                # The denial answers the last call that gave its id (see _key).
+                earlier = max(calls.get(part.tool_call_id, 0) - 1, 0)
+                seen = _key(part.tool_call_id, conversation, earlier)
                 if seen not in self._denials_seen:
-                    await self._deny(part.tool_call_id, conversation, str(part.content))
+                    await self._deny(part.tool_call_id, conversation, earlier, str(part.content))
                     self._denials_seen.add(seen)
 
-    async def _key_of(self, tool_call_id: str, conversation: str | None) -> str:
+    async def _key_of(self, tool_call_id: str, conversation: str | None, earlier: int = 0) -> str:
         """The session log's key for the run_code call ``tool_call_id`` of ``conversation``
-        (see :func:`_key`), or the call's id alone when a script keyed so, as keys were made
-        before they were scoped by conversation, is still to finish (one waiting for its
-        approval then). One read of the log, for that script alone."""
-        if conversation:
+        after ``earlier`` calls that gave the same id (see :func:`_key`), or the call's id
+        alone when a script keyed so, as keys were made before they were scoped by
+        conversation, is still to finish (one waiting for its approval then). One read of
+        the log, for that script alone."""
+        if conversation and not earlier:
             bare = _key(tool_call_id, None)
             before = await self.engine.store.script_by_key("default", bare)
             if before is not None and before.status not in ENDED:
                 return bare
-        return _key(tool_call_id, conversation)
+        return _key(tool_call_id, conversation, earlier)
 
-    async def _script(self, tool_call_id: str, conversation: str | None) -> ScriptRecord | None:
-        """The script the run_code call ``tool_call_id`` of ``conversation`` started, if any."""
-        key = await self._key_of(tool_call_id, conversation)
+    async def _script(
+        self, tool_call_id: str, conversation: str | None, earlier: int
+    ) -> ScriptRecord | None:
+        """The script the run_code call ``tool_call_id`` of ``conversation`` (after
+        ``earlier`` calls of that id) started, if any."""
+        key = await self._key_of(tool_call_id, conversation, earlier)
         return await self.engine.store.script_by_key("default", key)
 
-    async def _deny(self, tool_call_id: str, conversation: str | None, message: str) -> None:
-        record = await self._script(tool_call_id, conversation)
+    async def _deny(
+        self, tool_call_id: str, conversation: str | None, earlier: int, message: str
+    ) -> None:
+        record = await self._script(tool_call_id, conversation, earlier)
         if record is None:
             return  # never started: nothing waits
         result = await self.engine.resume(record.id)
@@ -328,7 +344,8 @@ class CodeModeToolset(FunctionToolset[Any]):
             raise ModelRetry(str(e)) from None
         key = None
         if ctx.tool_call_id:
-            key = await self._key_of(ctx.tool_call_id, ctx.conversation_id)
+            earlier = _earlier_calls(ctx.messages, ctx.tool_call_id)
+            key = await self._key_of(ctx.tool_call_id, ctx.conversation_id, earlier)
         seen = await self._seen(ctx, key) if ctx.tool_call_approved else set()
         try:
             result = await self.engine.run_code(code, key=key, wait=self.wait)
@@ -431,18 +448,44 @@ class CodeModeToolset(FunctionToolset[Any]):
         await self.engine.aclose()
 
 
-def _key(tool_call_id: str, conversation: str | None) -> str:
+def _key(tool_call_id: str, conversation: str | None, earlier: int = 0) -> str:
     """The session log's key for the run_code call ``tool_call_id`` of ``conversation``
-    (pydantic-ai's id of it, which a run given the history keeps): the two, as the ids are
-    the model's or its provider's to choose, and some number them per turn (``call_0``) or
-    give every call of a tool one id (pydantic-ai's TestModel): by the id alone, a later
-    conversation's run_code was taken for the first one's, its old result given for the same
-    code. A key no log can keep (too long, a NUL, a lone surrogate) is its digest, so that
-    call too is idempotent (its CodeModeError ended the agent's run)."""
+    (pydantic-ai's id of it, which a run given the history keeps) after ``earlier`` calls of
+    the conversation that gave the same id: the ids are the model's or its provider's to
+    choose, and some number them per turn (``call_0``) or give every call of a tool one id
+    (pydantic-ai's TestModel). By the id alone, a later conversation's run_code was taken
+    for the first one's, its old result given for the same code; by the conversation and
+    the id, the next turn's run_code in the same conversation was, and the agent's run ended
+    on the engine's ConfigError for a key of other code. The count is the conversation's,
+    so a run given the history keys each call as the first run did. A key no log can keep
+    (too long, a NUL, a lone surrogate) is its digest, so that call too is idempotent (its
+    CodeModeError ended the agent's run)."""
     raw = f"{conversation}/{tool_call_id}" if conversation else tool_call_id
+    if earlier:
+        raw = f"{raw}#{earlier + 1}"
     if _keepable(raw):
         return raw
     return "sha256:" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _earlier_calls(messages: Sequence[Any], tool_call_id: str) -> int:
+    """How many run_code calls of the conversation ``messages`` gave ``tool_call_id``
+    before the one that runs now: those of the model's responses before the last that
+    gave it (its calls are those that run)."""
+    counts = [
+        sum(
+            1
+            for part in message.parts
+            if isinstance(part, ToolCallPart)
+            and part.tool_name == RUN_CODE
+            and part.tool_call_id == tool_call_id
+        )
+        for message in messages
+        if isinstance(message, ModelResponse)
+    ]
+    while counts and not counts[-1]:
+        counts.pop()
+    return sum(counts[:-1])
 
 
 def _binary(block: dict[str, Any]) -> BinaryContent:

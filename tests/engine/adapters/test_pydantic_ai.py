@@ -894,6 +894,72 @@ async def test_a_script_waiting_under_its_call_id_alone_is_approved_all_the_same
         await toolset.aclose()
 
 
+async def test_a_model_that_numbers_its_calls_per_turn_runs_each_turns_script(
+    tmp_path: Path,
+) -> None:
+    """A model (or its provider) that numbers its tool calls per turn gives each turn's
+    run_code the id call_0. Keyed by the conversation and that id, the second turn's was
+    taken for the first's: its other code ended the agent's run on the engine's ConfigError.
+    Each call of the id is keyed by how many came before it in the conversation, so each
+    turn runs its own script; an approval given in a new run (a new toolset, from the
+    history) goes on with the script of the call it answers, and a bare denial reaches the
+    script of the call it denies."""
+    posted.clear()
+    codes = [
+        'return (await tools.list_prs({ repo: "acme/api" })).length',
+        CODE,
+        CODE.replace('"ping"', '"ping again"'),
+    ]
+
+    def per_turn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [
+            p for m in messages for p in getattr(m, "parts", []) if isinstance(p, ToolReturnPart)
+        ]
+        if len(returns) < len(codes):
+            code = codes[len(returns)]
+            return ModelResponse(parts=[ToolCallPart("run_code", {"code": code}, "call_0")])
+        return ModelResponse(parts=[TextPart(" | ".join(str(r.content) for r in returns))])
+
+    def agent(toolset: CodeModeToolset) -> Agent[None, Any]:
+        return Agent(
+            FunctionModel(per_turn), toolsets=[toolset], output_type=[str, DeferredToolRequests]
+        )
+
+    toolset = _toolset(tmp_path)
+    try:
+        first = await agent(toolset).run("Count the PRs, then ping the first.")
+    finally:
+        await toolset.aclose()
+    assert isinstance(first.output, DeferredToolRequests), first.output
+    toolset = _toolset(tmp_path)
+    try:
+        second = await agent(toolset).run(
+            message_history=first.all_messages(),
+            deferred_tool_results=DeferredToolResults(approvals={"call_0": True}),
+        )
+        assert isinstance(second.output, DeferredToolRequests), second.output
+        third = await agent(toolset).run(
+            message_history=second.all_messages(),
+            deferred_tool_results=DeferredToolResults(approvals={"call_0": False}),
+        )
+        scripts = {r.code.strip(): r for r in await toolset.engine.store.scripts()}
+    finally:
+        await toolset.aclose()
+    assert third.output == (
+        "Script finished.\nReturned:\n2 | Script finished.\nReturned:\nposted on #12 | "
+        "The tool call was denied."
+    ), third.output
+    assert posted == [(12, "ping")]
+    assert sorted(scripts) == sorted(c.strip() for c in codes)
+    assert len({r.key for r in scripts.values()}) == 3
+    outcomes = [scripts[c.strip()].outcome for c in codes]
+    assert [o and o["value"] for o in outcomes] == [
+        2,
+        "posted on #12",
+        "not posted: The tool call was denied.",
+    ]
+
+
 async def test_a_sequential_tools_calls_run_alone(tmp_path: Path) -> None:
     """A Tool(..., sequential=True) runs while no other call of the script runs, as
     pydantic-ai runs it beside the model's other calls: a script's Promise.all ran its
