@@ -405,7 +405,7 @@ class CodeMode(StepLoop):
         ]
         if self._definition is None or self._definition[0] != declared:
             speech = dialect(self.language)
-            notes = [speech.files_note]
+            notes = [_files_note(speech.files_note, self._limits)]
             if self.type_checker is not None:
                 notes.append(CHECK_NOTE)
             tool = speech.run_code_tool(self.tools, skills=self._declares_skills, notes=notes)
@@ -1501,6 +1501,17 @@ def check_ids(script_id: object, call_id: object = "") -> None:
         raise ScriptNotFound.of(script_id)
     if not _keepable(call_id, empty=True):
         raise CallNotWaiting.no_call(str(script_id), call_id)
+
+
+def _files_note(note: str, limits: Limits | Callable[[str], Limits]) -> str:
+    """The language's paragraph on ``files`` with the number of files a script may show as
+    the host set it (it said the default, 4, whatever the limit: a script that showed a file
+    more than the host allows failed on the limit). Not a number when a function gives each
+    tenant its own limits: the description is one for every tenant."""
+    said = f"(at most {protocol.DEFAULT_LIMITS['shown_files']})"
+    if isinstance(limits, Limits):
+        return note.replace(said, f"(at most {limits.shown_files})")
+    return note.replace(said, "(as many as the limits allow)")
 
 
 def _key_of_another_call(key: str | None, named: str, began: str, language: str) -> ConfigError:

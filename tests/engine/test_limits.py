@@ -508,3 +508,37 @@ async def test_memory_limit(process_runner: ProcessRunner) -> None:
     code = "const a = []; for (;;) a.push({ i: a.length, s: 'x' + a.length })"
     _assert_limit(await engine.run_code(code), "memory")
     assert (await engine.run_code("return 'healthy'")).value == "healthy"
+
+
+@pytest.mark.parametrize("language", ["javascript", "python"])
+async def test_the_description_says_how_many_files_a_script_may_show(language: str) -> None:
+    """The description said a script may show "at most 4" files whatever the host's
+    shown_files: told 4 where the host allows 2, a script that showed a third failed on the
+    limit. It says the host's number, and none when a function gives each tenant its own."""
+    code = (
+        'files.show("a.txt"); files.show("b.txt"); files.show("c.txt")'
+        if language == "javascript"
+        else 'files.show("a.txt")\nfiles.show("b.txt")\nfiles.show("c.txt")'
+    )
+    for shown_files, said in [(4, "(at most 4)"), (2, "(at most 2)"), (10, "(at most 10)")]:
+        engine = CodeMode(
+            [],
+            runner=InProcessRunner(),
+            limits=Limits(shown_files=shown_files),
+            language=language,  # type: ignore[arg-type]
+            type_check="off",
+        )
+        try:
+            description = engine.definition()["description"]
+            assert said in description and description.count("(at most ") == 1, description
+            files = [Attachment(f"{n}.txt", data=b"x") for n in "abc"]
+            result = await engine.run_code(code, files=files)
+            assert (result.limit == "shown_files") == (shown_files < 3), result.text
+        finally:
+            await engine.aclose()
+    per_tenant = CodeMode([], limits=lambda tenant: Limits(), language=language)  # type: ignore[arg-type]
+    try:
+        description = per_tenant.definition()["description"]
+        assert "(at most " not in description and "(as many as the limits allow)" in description
+    finally:
+        await per_tenant.aclose()
