@@ -537,8 +537,8 @@ class CodeMode(StepLoop):
         ``arguments``). A call of ``run_code`` with its one argument is
         ``run_code(code, **options)`` (``key``, ``wait``, ``tenant``, ...); any other call (a
         tool called directly, no ``code``, an argument run_code does not take, text that is
-        no JSON) starts no script and has a ``failed`` result whose text tells the model
-        what to send instead."""
+        no JSON or gives ``code`` twice) starts no script and has a ``failed`` result whose
+        text tells the model what to send instead."""
         self._check_open()
         try:
             if name != protocol.RUN_CODE:

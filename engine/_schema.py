@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import json
 import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -100,10 +101,23 @@ def only_argument(arguments: Any, tool: str, key: str, example: str, *, empty: b
     language) expects it to act."""
     takes = f'{tool} takes only {{"{key}": "{example}"}}'
     if isinstance(arguments, str):
+        text = arguments
         try:
-            arguments = orjson.loads(arguments)
+            arguments = orjson.loads(text)
         except orjson.JSONDecodeError as e:
             raise CodeModeError(f"{takes}; its arguments were no JSON ({e})") from None
+        # JSON text may give a key twice, and its parse keeps the last: two scripts given,
+        # the first was dropped without a word. (Looked at again only when the key's name
+        # is there twice, as most calls' is not.)
+        if isinstance(arguments, dict) and text.count(f'"{key}"') > 1:
+            try:
+                given = [k for k, _ in json.loads(text, object_pairs_hook=_top_keys)]
+            except RecursionError:  # deeper than Python's parse goes: another key, refused
+                given = []
+            if given.count(key) > 1:
+                raise CodeModeError(
+                    f"{takes}; its arguments give {key} {given.count(key)} times: give it once"
+                )
     if not isinstance(arguments, dict):
         raise CodeModeError(
             f"{takes}; its arguments must be an object, not {a_json_type(arguments)}"
@@ -116,6 +130,11 @@ def only_argument(arguments: Any, tool: str, key: str, example: str, *, empty: b
             extra = f"; {key} must be a string, not {a_json_type(value)}" + extra
         raise CodeModeError(takes + extra)
     return value
+
+
+def _top_keys(pairs: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """A JSON object as its pairs, in order, a key given twice kept twice."""
+    return pairs
 
 
 def script_argument(arguments: Any) -> str:

@@ -560,6 +560,29 @@ async def test_tool_errors_are_catchable(inproc: InProcessRunner) -> None:
     assert again.value == 1
 
 
+async def test_run_code_arguments_that_give_the_code_twice_are_refused(
+    inproc: InProcessRunner,
+) -> None:
+    """OpenAI's arguments are JSON text, which may give a key twice: the parse kept the
+    last code, and the first script was dropped without a word to the model. Given twice,
+    the call starts no script and says so; code that holds "code" in it, or an argument
+    object nested under it, is a call as any other."""
+    engine = CodeMode([], runner=inproc, type_check="off")
+    try:
+        twice = await engine.call_tool("run_code", '{"code": "return 1", "code": "return 2"}')
+        assert twice.status == "failed" and twice.text == (
+            'run_code takes only {"code": "<the script>"}; its arguments give code 2 times: '
+            "give it once"
+        ), twice.text
+        assert await engine.store.scripts() == []
+        quoted = await engine.call_tool("run_code", r'{"code": "return {\"code\": 3}.code"}')
+        assert quoted.value == 3, quoted.text
+        nested = await engine.call_tool("run_code", '{"code": "return 4", "x": {"code": 1}}')
+        assert nested.text.endswith("leave out 'x'"), nested.text
+    finally:
+        await engine.aclose()
+
+
 async def test_invalid_arguments_are_refused_before_the_handler(inproc: InProcessRunner) -> None:
     """Every call is checked against the input schema before it runs (this is the run-time
     check, which a call meets when the type check is off or cannot see it)."""
