@@ -566,7 +566,7 @@ class Replay(abc.ABC):
             self.resumable = self.deferring
             return self._finish(Ran(outcome="calls", calls=list(self.new_calls)))
         if self.outcome is None:
-            return self._finish(
+            ran = self._finish(
                 Ran(
                     outcome="failed",
                     error=ScriptError(
@@ -574,8 +574,35 @@ class Replay(abc.ABC):
                     ),
                 )
             )
-        kind, payload = self.outcome
-        return self._concluded(kind, payload)
+        else:
+            ran = self._concluded(*self.outcome)
+        stuck = ran.error is not None and ran.error.name == "StuckError"
+        if (ran.outcome == "finished" or stuck) and self.position < len(self.records):
+            # The log's later calls ran on the host for an earlier run that went on past
+            # here: a run that returns (or waits on nothing) without them would report the
+            # script done, their effects left out. A run the script's own error or a limit
+            # ends is a failure either way, told as it is.
+            return self._missing_call(ran)
+        return ran
+
+    def _missing_call(self, ran: Ran) -> Ran:
+        """The divergence of a run that ended (``ran``) before making all the log's calls."""
+        language = self.script.language
+        record = self.records[self.position]
+        recorded = _call_text(record.name, record.arguments, language)
+        if ran.outcome == "finished":
+            how = "returned"
+        else:
+            how = "stopped, waiting on nothing it could complete,"
+        made = f"{self.position:,} call" + ("" if self.position == 1 else "s")
+        message = (
+            f"call {self.position + 1} is missing: the script's earlier run made {recorded}, "
+            f"this run {how} after {made} of the log's {len(self.records):,}. A script must "
+            f"make the same calls in the same order on every run; only its calls' results, "
+            f"{self.STEERING} may steer it, and those are the same each run"
+        )
+        error = ScriptError(name="DivergenceError", message=message)
+        return self._finish(Ran(outcome="failed", error=error))
 
     def _stuck_lines(self) -> list[ErrorLine]:
         """Where a stuck script waits, innermost first, when the language can tell."""

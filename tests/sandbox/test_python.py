@@ -282,6 +282,22 @@ def test_divergence_names_both_calls_and_cannot_be_caught() -> None:
     assert "the clock (time, datetime) and random" in error.message
 
 
+@pytest.mark.parametrize("version", [1, protocol.LIVE_VERSION])
+def test_a_run_that_returns_before_the_logs_calls_diverges(version: int) -> None:
+    """A run that returns while the log holds calls it never made (an earlier run went on
+    past that point: the order of a set holding NaN, whose hash is its address, steered it)
+    fails as a divergence naming the first call it left out, in Python's words; it finished
+    with the calls lost."""
+    records = [rec("echo", {"n": n}, result=n) for n in (1, 2, 3)]
+    code = "await tools.echo(n=1)\nreturn 'early'"
+    error = failed(code, records, version=version)
+    assert error.name == "DivergenceError"
+    assert error.message.startswith(
+        "call 2 is missing: the script's earlier run made tools.echo(n=2), this run returned "
+        "after 1 call of the log's 3."
+    )
+
+
 def test_divergence_writes_the_calls_as_python_does() -> None:
     """The calls a divergence names are written as a Python script writes them (keywords, its
     True and None; a key that is no name in **{...}), not as JavaScript's object of

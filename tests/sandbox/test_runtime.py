@@ -429,6 +429,41 @@ def test_divergence_keeps_what_was_printed_before_it():
     assert ran.printed == "before\n"
 
 
+# A run that ends before making all the log's calls: how it ended, and the words that say so.
+_ENDED_EARLY = {
+    "return 'early';": "returned",
+    "await new Promise(() => {});": "stopped, waiting on nothing it could complete,",
+}
+
+
+@pytest.mark.parametrize("version", [1, protocol.LIVE_VERSION])
+@pytest.mark.parametrize("ending", sorted(_ENDED_EARLY))
+def test_a_run_that_ends_before_the_logs_calls_diverges(ending: str, version: int) -> None:
+    """A run that returns or is stuck while the log holds calls it never made (an earlier
+    run went on past that point and the host ran them) fails as a divergence that names the
+    first call it left out; it finished with the calls lost, their effects unreported."""
+    records = [rec("echo", {"n": n}, result=n) for n in (1, 2, 3)]
+    code = f"console.log('first');\nawait tools.echo({{ n: 1 }});\n{ending}"
+    ran = runtime.run_in_process(script(code, records).model_copy(update={"version": version}))
+    assert ran.outcome == "failed", ran
+    assert ran.error is not None and ran.error.name == "DivergenceError"
+    assert ran.error.message.startswith(
+        'call 2 is missing: the script\'s earlier run made tools.echo({"n":2}), this run '
+        f"{_ENDED_EARLY[ending]} after 1 call of the log's 3."
+    )
+    assert ran.limit is None and ran.printed == "first\n"
+
+
+def test_a_limit_or_an_error_before_the_logs_calls_is_told_as_it_is() -> None:
+    """A run stopped by a limit, or failed by the script's own error, before the log's later
+    calls ends on that limit or error, not as a divergence: it fails either way."""
+    records = [rec("echo", {"n": 1}, result="x" * 2000), rec("echo", {"n": 2}, result=2)]
+    ran = run("await tools.echo({ n: 1 });\nawait tools.echo({ n: 2 });", records, results=1000)
+    assert_limit(ran, "results")
+    ran = run("await tools.echo({ n: 1 });\nthrow new TypeError('early');", records)
+    assert ran.error is not None and (ran.error.name, ran.error.message) == ("TypeError", "early")
+
+
 def test_unanswered_call_is_not_an_error_the_script_can_catch():
     """A new call never settles: neither catch nor finally runs, and the step reports the call."""
     code = (
@@ -2094,7 +2129,7 @@ def test_a_call_without_await_prints_and_passes_as_what_it_is(recorded: bool) ->
             "const [a] = await Promise.all([p]);\n"
             "const b = await p.then((v) => v + 1).catch(() => 0);\n"
             "return [a, b, await p, p instanceof Promise]",
-            records=records,
+            records=records[:1],  # its one call: the log holds what a run calls
         )
         assert works.outcome == "finished" and works.value == [5, 6, 5, True], works.error
     # Any other name a promise has not says so too (it read as undefined: "cannot read
