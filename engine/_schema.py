@@ -400,7 +400,10 @@ def holds_at_most(value: Any, items: int) -> bool:
     objects' attributes counted as a dict's) hold ``items`` items or fewer in all. The walk
     stops once past ``items``, so it costs little whatever ``value``'s size: it tells whether
     converting ``value`` (work in proportion to its items) is cheap. False for a value whose
-    walk raises (an object that says odd things of itself): its conversion will say what."""
+    walk raises (an object that says odd things of itself): its conversion will say what.
+
+    A subclass of dict, list or tuple is counted by what it holds, read as :func:`to_json_data`
+    reads it, whatever its own ``__len__``, ``values()`` or ``__iter__`` say."""
     stack = [value]
     try:
         while stack:
@@ -416,7 +419,7 @@ def holds_at_most(value: Any, items: int) -> bool:
                 inner = _contents(v)
                 if inner is None:
                     continue
-                children = inner.values() if isinstance(inner, dict) else inner
+                children = dict.values(inner) if isinstance(inner, dict) else _held(inner)
             items -= len(children)
             if items < 0:
                 return False
@@ -558,9 +561,15 @@ def _key_text(key: Any) -> str:
 
 def _contents(value: Any) -> dict[Any, Any] | list[Any] | tuple[Any, ...] | None:
     """What ``value`` holds as :func:`holds_at_most` counts it: a dict, a list or a tuple
-    (an object's attributes as its dict), or None for a value that holds nothing."""
+    (an object's attributes as its dict: a dataclass's fields, a pydantic model's extra
+    ones too), or None for a value that holds nothing."""
     if isinstance(value, dict | list | tuple):
         return value
+    if isinstance(value, BaseModel):
+        return {**vars(value), **(value.__pydantic_extra__ or {})}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        # What the conversion reads: a dataclass with slots has no __dict__.
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     if hasattr(value, "__dict__") and not isinstance(value, type):
         attributes = vars(value)
         return attributes if isinstance(attributes, dict) else None
@@ -570,8 +579,21 @@ def _contents(value: Any) -> dict[Any, Any] | list[Any] | tuple[Any, ...] | None
 def _entries(inner: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> Iterator[tuple[Any, Any]]:
     # Each member with its key in a path: a dict's key as text, a sequence's index.
     if isinstance(inner, dict):
-        return ((k if isinstance(k, str | int) else str(k), v) for k, v in inner.items())
-    return enumerate(inner)
+        return ((k if isinstance(k, str | int) else str(k), v) for k, v in dict.items(inner))
+    return enumerate(_held(inner))
+
+
+def _held(sequence: list[Any] | tuple[Any, ...]) -> list[Any] | tuple[Any, ...]:
+    """What a list or tuple holds, a subclass's too, whatever its ``__len__`` and
+    ``__iter__`` say: a subclass whose ``__len__`` said 0 was counted as empty, then its
+    conversion copied each object as often as it stands (a DAG 40 deep: 2**40 copies), which
+    held the event loop, or a tool thread and the host's memory, for ever."""
+    kind = type(sequence)
+    if kind is list or kind is tuple:
+        return sequence
+    if isinstance(sequence, list):
+        return list.copy(sequence)
+    return tuple.__getitem__(sequence, slice(None))
 
 
 def _convert(value: Any, path: list[str | int], depth: int) -> Any:
@@ -657,7 +679,8 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
         return _convert(fields, path, depth + 1)
     if isinstance(value, dict):
         result = {}
-        for key, item in value.items():
+        # What it holds, as JSON's encoder reads it: its own items() may say anything.
+        for key, item in dict.items(value):
             if not isinstance(key, str):
                 raise NotJSONData(
                     _where(path, f"an object with the {type(key).__name__} key {key!r}")
@@ -667,7 +690,7 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
             result[key] = _convert(item, [*path, key], depth + 1)
         return result
     if isinstance(value, list | tuple):
-        return [_convert(item, [*path, i], depth + 1) for i, item in enumerate(value)]
+        return [_convert(item, [*path, i], depth + 1) for i, item in enumerate(_held(value))]
     raise NotJSONData(_where(path, _a(type(value).__name__)), _hint(value))
 
 

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import datetime
 import enum
+import itertools
 import json
 import logging
 import math
@@ -23,7 +24,7 @@ from engine import CodeMode, Limits
 from engine import _tools as engine_tools
 from engine._functions import _Arguments, parse_docstring, tool
 from engine._naming import sanitize_name, unique_names
-from engine._schema import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, holds_at_most
+from engine._schema import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, holds_at_most, to_json_data
 from engine._tools import (
     INLINE_RESULT_ITEMS,
     Tool,
@@ -808,6 +809,82 @@ async def test_a_result_small_in_memory_but_huge_as_json_fails_at_once(kind: str
         "results a script may read (an object that stands in several places counts in "
         "each); have the tool return less (a page, a summary)"
     )
+
+
+class _ShortList(list[Any]):
+    def __len__(self) -> int:  # says it holds nothing
+        return 0
+
+
+class _NoValues(dict[str, Any]):
+    def values(self) -> Any:  # says it holds nothing
+        return ()
+
+
+@dataclasses.dataclass(slots=True)
+class _Slotted:  # no __dict__
+    a: Any
+    b: Any
+
+
+class _Extra(BaseModel, extra="allow"):  # its members in __pydantic_extra__
+    pass
+
+
+_PAIRS: dict[str, Any] = {
+    "list_len": lambda x: _ShortList([x, x]),
+    "dict_values": lambda x: _NoValues(a=x, b=x),
+    "slots_dataclass": lambda x: _Slotted(x, x),
+    "model_extra": lambda x: _Extra(**{"a": x, "b": x}),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(_PAIRS))
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_result_huge_as_json_fails_at_once_whatever_its_containers_say(
+    kind: str, shape: str
+) -> None:
+    """As above, with containers the count did not read as the conversion does: a list
+    subclass whose __len__ says 0, a dict subclass whose values() say nothing, a dataclass
+    with slots (no __dict__), a model's extra fields. Each was counted as empty, then copied
+    for every place it stood: forty deep, that held the event loop (an async handler's
+    result) or a tool thread and the host's memory for ever; sixteen deep here, where it
+    ended the script on its results limit. Each is counted by what it holds."""
+
+    def deep() -> Any:
+        d: Any = "v"
+        for _ in range(16):
+            d = _PAIRS[shape](d)
+        return d
+
+    async def adag() -> Any:
+        return deep()
+
+    dag = Tool("dag", handler=adag if kind == "async" else deep)
+    assert await _what_a_call_reads(dag) == (
+        "tools.dag returned more than 32,768 items, which take more than the 64 KiB of "
+        "results a script may read (an object that stands in several places counts in "
+        "each); have the tool return less (a page, a summary)"
+    )
+
+
+def test_a_subclass_of_dict_or_list_is_converted_as_what_it_holds() -> None:
+    """Its own items() or __iter__ may say anything (more than it holds, endlessly): it is
+    read as JSON's encoder reads it, by what it holds."""
+
+    class Items(dict[str, Any]):
+        def items(self) -> Any:
+            return iter([("x", 1)] * 3)
+
+    class Endless(list[Any]):
+        def __iter__(self) -> Any:
+            return itertools.count()
+
+    assert to_json_data({"d": Items(a=1), "l": Endless([1, 2]), "t": (1,)}) == {
+        "d": {"a": 1},
+        "l": [1, 2],
+        "t": [1],
+    }
 
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
@@ -1744,7 +1821,20 @@ def test_holds_at_most_counts_items_and_stops_past_the_bound() -> None:
         def values(self) -> Any:
             raise RuntimeError("no")
 
-    assert not holds_at_most([Odd(a=1)], 1_000)  # its conversion, in a thread, says what
+    # Counted by what it holds, as its conversion reads it, whatever its methods say.
+    assert holds_at_most([Odd(a=1)], 2)
+    assert not holds_at_most([Odd(a=1, b=2)], 2)
+
+    @dataclasses.dataclass
+    class Unread:
+        x: int
+
+        def __getattribute__(self, name: str) -> Any:  # says odd things of itself
+            if name == "x":
+                raise RuntimeError("no")
+            return object.__getattribute__(self, name)
+
+    assert not holds_at_most([Unread(1)], 1_000)  # its conversion, in a thread, says what
 
 
 def test_a_type_defined_after_its_function_is_named_as_the_problem() -> None:
