@@ -184,6 +184,9 @@ class Replay(abc.ABC):
         # A limit the call being made met: (name, message), until its binding ends the run at
         # the script's line (see _limit_here).
         self.limit_met: tuple[str, str] | None = None
+        # The call being made differs from its record: the error its binding ends the run
+        # with at the script's line (see _diverged_here).
+        self.diverged: ScriptError | None = None
         # A JavaScript number holds integers exactly up to 2^53: a result past that is read
         # rounded, which a warning says once (see _check_exact).
         self._exact_checked = script.language == "python"
@@ -279,7 +282,7 @@ class Replay(abc.ABC):
         if index < len(self.records):
             record = self.records[index]
             if record.name != name or canonical_json(record.arguments) != canonical_json(arguments):
-                self._end_divergence(number, record, name, arguments)
+                return self._diverged_here(number, record, name, arguments)
             if self.deferring:
                 self.deferred.append(index)
                 return "d"
@@ -423,8 +426,12 @@ class Replay(abc.ABC):
         return "L"
 
     def end_at_limit(self, lines: list[ErrorLine]) -> NoReturn:
-        """End the run on the limit the last call met (see :meth:`_limit_here`), at the
-        script's ``lines`` (innermost first) that made the call."""
+        """End the run on the limit the last call met (see :meth:`_limit_here`), or on its
+        divergence (:meth:`_diverged_here`), at the script's ``lines`` (innermost first) that
+        made the call."""
+        if self.diverged is not None:
+            error = self.diverged.model_copy(update={"lines": lines})
+            self._end(Ran(outcome="failed", error=error))
         assert self.limit_met is not None
         self._end_limit_message(*self.limit_met, lines)
 
@@ -439,17 +446,23 @@ class Replay(abc.ABC):
             )
         )
 
-    def _end_divergence(self, number: int, record: Record, name: str, arguments: Any) -> NoReturn:
+    def _diverged_here(self, number: int, record: Record, name: str, arguments: Any) -> str:
+        """The answer ``L`` to call ``number``, which differs from its ``record``: its binding
+        ends the run as diverged at the script's line that made it (:meth:`end_at_limit`),
+        which the model needs to find what steered it."""
         language = self.script.language
         recorded = _call_text(record.name, record.arguments, language)
         made = _call_text(name, arguments, language)
-        self._end_failed(
-            "DivergenceError",
-            f"call {number} differs from the log: the script's earlier run made {recorded}, "
-            f"this run made {made}. A script must make the same calls in the same order on "
-            f"every run; only its calls' results, {self.STEERING} may steer it, and those "
-            "are the same each run",
+        self.diverged = ScriptError(
+            name="DivergenceError",
+            message=(
+                f"call {number} differs from the log: the script's earlier run made "
+                f"{recorded}, this run made {made}. A script must make the same calls in the "
+                f"same order on every run; only its calls' results, {self.STEERING} may "
+                "steer it, and those are the same each run"
+            ),
         )
+        return "L"
 
     def _memory_message(self) -> str:
         return limit_message("memory", f"the script's heap passed {_size(self.limits.memory)}")

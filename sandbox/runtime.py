@@ -711,7 +711,7 @@ class Run(Replay):
     def _limit(self, stack: str) -> None:
         """The call just made met a limit (its answer was ``L``): the run ends on it, at the
         script's lines in ``stack``, taken where the call was made."""
-        if self.ended or self.limit_met is None:
+        if self.ended or (self.limit_met is None and self.diverged is None):
             return
         self.end_at_limit(self._lines(stack))
 

@@ -283,6 +283,16 @@ def test_divergence_names_both_calls_and_cannot_be_caught() -> None:
 
 
 @pytest.mark.parametrize("version", [1, protocol.LIVE_VERSION])
+def test_divergence_names_the_script_line_that_made_the_call(version: int) -> None:
+    """A divergence names the script's line that made the call that differs, as any failure
+    does: it named none."""
+    records = [rec("echo", {"n": 1}, result=1), rec("echo", {"n": 2}, result=2)]
+    error = failed("x = 1\nawait tools.echo(n=1)\nawait tools.echo(n=3)", records, version=version)
+    assert error.name == "DivergenceError"
+    assert [(x.line, x.text) for x in error.lines] == [(3, "await tools.echo(n=3)")]
+
+
+@pytest.mark.parametrize("version", [1, protocol.LIVE_VERSION])
 def test_a_run_that_returns_before_the_logs_calls_diverges(version: int) -> None:
     """A run that returns while the log holds calls it never made (an earlier run went on
     past that point: the order of a set holding NaN, whose hash is its address, steered it)

@@ -429,6 +429,21 @@ def test_divergence_keeps_what_was_printed_before_it():
     assert ran.printed == "before\n"
 
 
+@pytest.mark.parametrize("version", [1, protocol.LIVE_VERSION])
+def test_divergence_names_the_script_lines_that_made_the_call(version: int) -> None:
+    """A divergence names the script's lines that made the call that differs, innermost
+    first, as any failure does: it named none, and a model had to guess which of its calls
+    was steered by what."""
+    records = [rec("echo", {"n": 1}, result=1), rec("echo", {"n": 2}, result=2)]
+    code = "function f(n) {\n  return tools.echo({ n });\n}\nawait f(1);\nawait f(3);"
+    ran = runtime.run_in_process(script(code, records).model_copy(update={"version": version}))
+    assert ran.error is not None and ran.error.name == "DivergenceError", ran
+    assert [(x.line, x.text) for x in ran.error.lines] == [
+        (2, "  return tools.echo({ n });"),
+        (5, "await f(3);"),
+    ]
+
+
 # A run that ends before making all the log's calls: how it ended, and the words that say so.
 _ENDED_EARLY = {
     "return 'early';": "returned",
