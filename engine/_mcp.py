@@ -21,6 +21,7 @@ import orjson
 from pydantic import BaseModel
 
 from engine._errors import ToolCallError
+from engine._schema import json_adapter
 
 
 def unwrap(result: Any, *, tool: str | None = None, server: str | None = None) -> Any:
@@ -28,7 +29,13 @@ def unwrap(result: Any, *, tool: str | None = None, server: str | None = None) -
     ``tool`` and ``server`` (its name there, and the server's) name an error that says
     nothing itself."""
     if isinstance(result, BaseModel):  # the SDK's CallToolResult, or any content model
+        structured = _structured(result)
         result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        if structured is not None and "structuredContent" in result:
+            # The model's dump wrote its NaN and infinities as null (a server may send them,
+            # and the SDK reads them): the script read null for a number without a word.
+            # Dumped keeping them, the result's checks refuse them, naming where.
+            result["structuredContent"] = _ANY.dump_python(structured, mode="json")
     if isinstance(result, Mapping) and isinstance(result.get("content"), list):
         texts = [
             block.get("text", "")
@@ -51,6 +58,17 @@ def unwrap(result: Any, *, tool: str | None = None, server: str | None = None) -
 
 
 MEDIA_TYPES = ("image", "audio")
+
+_ANY = json_adapter(Any)
+
+
+def _structured(model: BaseModel) -> Any:
+    """The structured content ``model`` holds (the SDK's field is ``structured_content``,
+    ``structuredContent`` by alias and in older versions), or None."""
+    for name, field in type(model).model_fields.items():
+        if "structuredContent" in (name, field.alias, field.serialization_alias):
+            return getattr(model, name, None)
+    return None
 
 
 def _unexplained(tool: str | None, server: str | None) -> str:

@@ -3,8 +3,10 @@ there is some, else the text, parsed when it is JSON; isError fails the call."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
+import mcp.types as mcp_types
 import pytest
 
 from engine import CodeMode, Tool
@@ -63,6 +65,34 @@ def test_is_error_fails_the_call() -> None:
     """isError makes the call fail with the tool's text."""
     with pytest.raises(ToolCallError, match="rate limited"):
         unwrap({"content": [{"type": "text", "text": "rate limited"}], "isError": True})
+
+
+@pytest.mark.parametrize("live", [True, False])
+async def test_a_structured_result_with_nan_fails_its_call_naming_it(live: bool) -> None:
+    """An SDK CallToolResult whose structured content holds NaN or an infinity (a server
+    may send them, and the SDK's parse reads them) reached the script as null, without a
+    word: its JSON-mode dump writes them so. The call fails naming the number and where."""
+    answer = mcp_types.CallToolResult.model_validate_json(
+        '{"content": [], "structuredContent": {"price": 1.5, "stock": [3, NaN]}}'
+    )
+    tool = Tool.from_mcp({"name": "item", "inputSchema": {}}, lambda: answer, source="shop")
+    engine = CodeMode([tool], runner=InProcessRunner(), live=live)
+    try:
+        code = "try { return await tools.shop__item() } catch (e) { return e.message }"
+        result = await engine.run_code(code)
+    finally:
+        await engine.aclose()
+    assert result.value == (
+        "tools.shop__item returned the number NaN at stock[1], which is not JSON data, so its "
+        "result could not be passed on: a defect of the tool on the host's side, not of the "
+        "script"
+    )
+    # What the SDK's model holds of other kinds is read as before (a date as its text).
+    given = {"a": [1, "b", None], "on": datetime.date(2026, 12, 7)}
+    assert unwrap(mcp_types.CallToolResult(content=[], structuredContent=given)) == {
+        "a": [1, "b", None],
+        "on": "2026-12-07",
+    }
 
 
 async def test_mcp_tool_result_is_parsed_in_the_script(inproc: InProcessRunner) -> None:
