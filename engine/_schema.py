@@ -14,6 +14,7 @@ import enum
 import functools
 import json
 import math
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -706,7 +707,13 @@ def _where(path: list[str | int], what: str) -> str:
 def _a(name: str) -> str:
     if name == "bytes":
         return "bytes"
-    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+    vowel = name[:1].lower() in "aeiou" and _READ_YOU.match(name) is None
+    return f"an {name}" if vowel else f"a {name}"
+
+
+# A name whose U is read "you" (UUID, UserDict; not Update), as the sandboxes' own have it
+# (sandbox/python.py's _READ_YOU, the JavaScript prelude's readYou): "returned an UUID".
+_READ_YOU = re.compile(r"[Uu](?:[A-Z]|ni|int|s[aeiu]|ti)")
 
 
 _HINTS: dict[str, Callable[[Any], str]] = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import datetime
@@ -14,6 +15,7 @@ import math
 import re
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
@@ -24,7 +26,13 @@ from engine import CodeMode, Limits
 from engine import _tools as engine_tools
 from engine._functions import _Arguments, parse_docstring, tool
 from engine._naming import sanitize_name, unique_names
-from engine._schema import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, holds_at_most, to_json_data
+from engine._schema import (
+    MAX_SCHEMA_BYTES,
+    MAX_SCHEMA_DEPTH,
+    NotJSONData,
+    holds_at_most,
+    to_json_data,
+)
 from engine._tools import (
     INLINE_RESULT_ITEMS,
     Tool,
@@ -866,6 +874,24 @@ async def test_a_result_huge_as_json_fails_at_once_whatever_its_containers_say(
         "results a script may read (an object that stands in several places counts in "
         "each); have the tool return less (a page, a summary)"
     )
+
+
+def test_what_is_not_json_data_is_named_with_its_article() -> None:
+    """A U read "you" takes "a", as the sandboxes' own messages have it: a tool "returned an
+    UUID"."""
+
+    class Update:
+        pass
+
+    for value, said in [
+        (uuid.UUID(int=5), "a UUID"),
+        (collections.UserDict(), "a UserDict"),
+        (Update(), "an Update"),
+        (object(), "an object"),
+    ]:
+        with pytest.raises(NotJSONData) as e:
+            to_json_data([value])
+        assert e.value.what == f"{said} at [0]"
 
 
 def test_a_subclass_of_dict_or_list_is_converted_as_what_it_holds() -> None:
