@@ -916,6 +916,11 @@
   }
 
   // ---- Arguments must be plain data: what crosses to the host is JSON. ----
+  // An object whose prototype is another plain object: what a model that means data with a
+  // "__proto__" key writes (it was "an Object", which said nothing of why).
+  const INHERITS = "an object whose prototype is another object (made by { __proto__: x } or " +
+    "Object.create(x): in a literal, __proto__ sets the prototype and is no key; write " +
+    "{ [\"__proto__\"]: x } for a key of that name";
   // `plain` checks a value and returns a copy of it made of plain data only (objects without a
   // prototype, arrays without one), read once. JSON.stringify of the copy runs no script code
   // (no toJSON, getter or proxy trap), so what is sent is exactly what was checked.
@@ -1008,6 +1013,7 @@
         : web.pairsOf(value) !== undefined ? "a URLSearchParams (pass Object.fromEntries(params), or String(params))"
         : iterating === "sync" ? "an iterator (pass [...iterator])"
         : iterating === "async" ? "an async generator (collect its values into an array, and pass that)"
+        : name === "Object" ? INHERITS + ", or pass { ...value })"
         : withArticle(name);
       throw refuse(seen, depth, value, " is " + kind + "; arguments must be plain data");
     }
@@ -1781,7 +1787,8 @@
         "JSON turns into {}; return [...iterator]";
     } else if (isA(value, NativeWeakMap) || isA(value, NativeWeakSet) || objectKeys(value).length === 0) {
       const name = "" + ((proto && proto.constructor && proto.constructor.name) || "object of no class");
-      kind = withArticle(name) + ", which JSON turns into {}; return the plain data it holds";
+      kind = name === "Object" ? INHERITS + "), which JSON turns into {}"
+        : withArticle(name) + ", which JSON turns into {}; return the plain data it holds";
     } else {
       return value; // an object of a class of the script's, with its fields
     }

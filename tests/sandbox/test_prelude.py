@@ -156,6 +156,24 @@ def test_a_box_of_no_prototype_passed_to_a_tool_is_refused(made: str, kind: str)
     assert said == f"the argument.x is a {kind} (null prototype); arguments must be plain data"
 
 
+def test_an_object_of_another_objects_prototype_is_refused_saying_why() -> None:
+    """An object whose prototype is another plain object ({ __proto__: x } in a literal,
+    Object.create(x)), passed or returned with no fields of its own, is refused saying what
+    made it and how to write a "__proto__" key: it was "an Object", which said nothing."""
+    said = value(
+        "try { await tools.echo({ q: { __proto__: { a: 1 } } }); } catch (e) { return e.message; }"
+    )
+    assert said.startswith("the argument.q is an object whose prototype is another object"), said
+    assert '{ ["__proto__"]: x } for a key of that name, or pass { ...value })' in said
+    ran = run("return { x: Object.create({ a: 1 }) };")
+    assert ran.error is not None
+    assert ran.error.message.startswith(
+        "the returned value is not JSON data: value.x is an object whose prototype is another"
+    )
+    assert ran.error.message.endswith("for a key of that name), which JSON turns into {}")
+    assert value('return { ["__proto__"]: { a: 1 } };') == {"__proto__": {"a": 1}}
+
+
 def test_a_box_of_no_prototype_returned_gives_the_value_it_boxes() -> None:
     """Returned, a box of no prototype is the value it boxes, as a box with its prototype is
     (JSON's way): JSON.stringify failed converting a Number's or a String's ("cannot convert
