@@ -564,6 +564,8 @@ def _contents(value: Any) -> dict[Any, Any] | list[Any] | tuple[Any, ...] | None
     """What ``value`` holds as :func:`holds_at_most` counts it: a dict, a list or a tuple
     (an object's attributes as its dict: a dataclass's fields, a pydantic model's extra
     ones too), or None for a value that holds nothing."""
+    if _posing(value):
+        return None
     if isinstance(value, dict | list | tuple):
         return value
     if isinstance(value, BaseModel):
@@ -575,6 +577,14 @@ def _contents(value: Any) -> dict[Any, Any] | list[Any] | tuple[Any, ...] | None
         attributes = vars(value)
         return attributes if isinstance(attributes, dict) else None
     return None
+
+
+def _posing(value: Any) -> bool:
+    """Whether ``value``'s ``__class__`` says another type than its own: isinstance reads
+    it, so an object whose ``__class__`` says dict passed for one, and its conversion failed
+    with Python's own error ("descriptor 'items' for 'dict' objects doesn't apply to a
+    'Posing' object"), read as the handler's."""
+    return getattr(value, "__class__", None) is not type(value)
 
 
 def _entries(inner: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> Iterator[tuple[Any, Any]]:
@@ -645,6 +655,8 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
             else:
                 items.append(_convert(item, [*path, i], depth + 1))
         return items
+    if _posing(value):
+        raise NotJSONData(_where(path, _a(kind.__name__)), _hint(value))
     if isinstance(value, enum.Enum):
         return _convert(value.value, path, depth + 1)
     # Subclasses of the JSON scalars (an IntFlag, a str subclass) become the plain type, so

@@ -722,7 +722,8 @@ def _message_of(e: BaseException) -> str:
     ValueError: no 1; ValueError: no 2"): its text alone only counts them, and a handler
     that uses a task group (anyio's, the MCP SDK's) fails with one."""
     try:
-        text = str(e).strip()
+        # As plain text: its __str__ may give a str subclass whose own methods say anything.
+        text = str.strip(str.__str__(str(e)))
     except Exception:
         text = ""
     text = text or type(e).__name__

@@ -894,6 +894,33 @@ def test_what_is_not_json_data_is_named_with_its_article() -> None:
         assert e.value.what == f"{said} at [0]"
 
 
+def _poser(posed: type) -> Any:
+    """An object whose __class__ says it is a ``posed``."""
+
+    class Posing:
+        @property
+        def __class__(self) -> Any:  # type: ignore[override]
+            return posed
+
+    return Posing()
+
+
+def test_a_result_whose_class_says_it_is_data_is_named_by_its_type() -> None:
+    """An object whose __class__ says dict (or list, or str) passed isinstance, and its call
+    failed with the conversion's own error ("TypeError: descriptor 'items' for 'dict'
+    objects doesn't apply to a 'Posing' object") as if the handler had raised it: it is read
+    by its type, and named as what it is."""
+
+    def returning(value: Any) -> Any:
+        return lambda: value
+
+    for posed in (dict, list, str, int):
+        assert isinstance(_poser(posed), posed)
+        assert call_error(Tool("a", handler=returning({"x": _poser(posed)})), {}) == (
+            "tools.a returned a Posing at x" + NOT_PASSED_ON
+        )
+
+
 def test_a_subclass_of_dict_or_list_is_converted_as_what_it_holds() -> None:
     """Its own items() or __iter__ may say anything (more than it holds, endlessly): it is
     read as JSON's encoder reads it, by what it holds."""
@@ -1197,6 +1224,27 @@ def test_odd_exceptions_of_a_sync_handler_become_call_errors() -> None:
         (asyncio.CancelledError(), "tools.b failed: it was cancelled"),
     ]:
         assert call_error(Tool("b", handler=raiser(error)), {}) == said
+
+
+class _OddText(str):
+    def strip(self, chars: str | None = None) -> Any:  # not text
+        return 5
+
+
+class _OddTextError(ValueError):
+    def __str__(self) -> str:
+        return _OddText("quota exceeded")
+
+
+def test_an_exception_whose_text_is_a_str_subclass_gives_its_text() -> None:
+    """An exception whose __str__ gave a str subclass with methods of its own failed its call
+    with the engine's own error reading it ("TypeError: object of type 'int' has no len()"),
+    not the handler's message: its text is read as plain text."""
+
+    def handler() -> None:
+        raise _OddTextError()
+
+    assert call_error(Tool("a", handler=handler), {}) == "quota exceeded"
 
 
 def test_an_exception_group_says_what_it_holds() -> None:
