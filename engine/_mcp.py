@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from engine._errors import ToolCallError
 from engine._schema import json_adapter
+from sandbox.protocol import data_problem
 
 
 def unwrap(result: Any, *, tool: str | None = None, server: str | None = None) -> Any:
@@ -95,9 +96,13 @@ def _parsed(text: str) -> Any:
     stripped = text.strip()
     if stripped[:1] in ("{", "[", '"') or stripped in ("true", "false", "null"):
         try:
-            return orjson.loads(stripped)
+            value = orjson.loads(stripped)
         except orjson.JSONDecodeError:
             return text
+        # JSON nested deeper than data may cross to the script stays the text it was, as
+        # JSON too deep for the parse (past 1,024 levels) does: parsed, its call failed as a
+        # result nested too deep.
+        return value if data_problem(value) is None else text
     if _numeric(stripped):
         try:
             number = orjson.loads(stripped)

@@ -15,6 +15,14 @@ from engine._tools import ToolCallError
 from tests.engine.conftest import InProcessRunner
 
 
+def _nested(levels: int) -> list[Any]:
+    """An empty list inside ``levels - 1`` others."""
+    value: list[Any] = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     ("result", "seen"),
     [
@@ -33,6 +41,11 @@ from tests.engine.conftest import InProcessRunner
         # In JSON, a number still (the run warns that the script reads it rounded).
         ('{"id": 1152921504606846977}', {"id": 1152921504606846977}),
         ("{not json", "{not json"),
+        # JSON nested deeper than data may cross stays text, at any depth (parsed, a text
+        # 200 deep failed its call as nested too deep, where one 2,000 deep was text).
+        ("[" * 200 + "]" * 200, "[" * 200 + "]" * 200),
+        ("[" * 2000 + "]" * 2000, "[" * 2000 + "]" * 2000),
+        ("[" * 128 + "]" * 128, _nested(128)),
         ({"already": "data"}, {"already": "data"}),
         # A resource link or an embedded resource beside text: every block, in order (the
         # script got the text alone, the link and the resource's data left out).
