@@ -851,6 +851,9 @@ def _bounds(schema: dict[str, Any]) -> str:
         count = schema.get(key)
         if isinstance(count, int) and not isinstance(count, bool):
             said.append(f"{word} {count:,} {unit}")
+    if schema.get("uniqueItems") is True:
+        # A set's: a list with an item twice is refused, which the type (number[]) hides.
+        said.append("each item once")
     pattern = schema.get("pattern")
     if isinstance(pattern, str) and 0 < len(pattern) <= MAX_PATTERN_SHOWN:
         said.append(f"matching {pattern}")

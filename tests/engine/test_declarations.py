@@ -691,8 +691,8 @@ def test_declaration_shape() -> None:
 
 
 def test_a_propertys_bounds_are_in_its_comment() -> None:
-    """A property's minimum and maximum, lengths, item counts and pattern are said in its
-    comment (the tool's check refused a value outside them, and the model learned them
+    """A property's minimum and maximum, lengths, item counts, unique items and pattern are
+    said in its comment (the tool's check refused a value outside them, and the model learned them
     only by failing); of a `T | None` property, those of `T`."""
     from engine import Tool
 
@@ -703,6 +703,7 @@ def test_a_propertys_bounds_are_in_its_comment() -> None:
             "page": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 10}, {"type": "null"}]},
             "ids": {"type": "array", "items": {"type": "string"}, "maxItems": 5},
             "ratio": {"type": "number", "exclusiveMinimum": 0, "description": "The ratio"},
+            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
         },
         "required": ["q"],
     }
@@ -710,6 +711,8 @@ def test_a_propertys_bounds_are_in_its_comment() -> None:
     assert "/** At least 3 characters, at most 50 characters, matching ^[a-z ]+$. */" in block
     assert "/** 1 to 10. */" in block
     assert "/** At most 5 items. */" in block
+    # A set's (set[str] in a Python tool): the type string[] does not say it.
+    assert "/** Each item once. */\n    tags?: string[];" in block
     assert "/** The ratio. More than 0. */" in block
 
 
