@@ -1194,7 +1194,7 @@ class CodeMode(StepLoop):
         finally:
             unbegun, drive.unbegun = drive.unbegun, []
             try:
-                if unbegun and not self._closed:
+                if unbegun:  # aclose() too: it waits for this before the log closes
                     await self._approve_again(drive, unbegun)
             finally:
                 await self._let_go(drive, ended)

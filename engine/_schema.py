@@ -109,8 +109,8 @@ def only_argument(arguments: Any, tool: str, key: str, example: str, *, empty: b
             raise CodeModeError(f"{takes}; its arguments were no JSON ({e})") from None
         # JSON text may give a key twice, and its parse keeps the last: two scripts given,
         # the first was dropped without a word. (Looked at again only when the key's name
-        # is there twice, as most calls' is not.)
-        if isinstance(arguments, dict) and text.count(f'"{key}"') > 1:
+        # is there twice, or may be spelled with an escape, as most calls' is not.)
+        if isinstance(arguments, dict) and (text.count(f'"{key}"') > 1 or "\\u" in text):
             try:
                 given = [k for k, _ in json.loads(text, object_pairs_hook=_top_keys)]
             except RecursionError:  # deeper than Python's parse goes: another key, refused

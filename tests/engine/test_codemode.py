@@ -575,6 +575,10 @@ async def test_run_code_arguments_that_give_the_code_twice_are_refused(
             "give it once"
         ), twice.text
         assert await engine.store.scripts() == []
+        # The second spelled with an escape, as JSON may spell any key.
+        escaped = await engine.call_tool("run_code", r'{"code": "return 1", "\u0063ode": "2"}')
+        assert "its arguments give code 2 times" in escaped.text, escaped.text
+        assert await engine.store.scripts() == []
         quoted = await engine.call_tool("run_code", r'{"code": "return {\"code\": 3}.code"}')
         assert quoted.value == 3, quoted.text
         nested = await engine.call_tool("run_code", '{"code": "return 4", "x": {"code": 1}}')

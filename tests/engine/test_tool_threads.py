@@ -338,13 +338,16 @@ async def test_a_waiting_call_that_fails_while_a_chunk_is_claimed_is_settled_onc
     await engine.aclose()
 
 
+@pytest.mark.parametrize("cancelled", [False, True], ids=["driven", "cancelled"])
 async def test_calls_claimed_ahead_of_their_threads_are_approved_again_at_aclose(
-    tmp_path: Path,
+    tmp_path: Path, cancelled: bool
 ) -> None:
     """aclose() while a sync call with effects runs on the script's one thread and the next
     call's receipt was written ahead of its thread: the call running is interrupted, as after
     a crash, but the one claimed ahead never began, and is approved again, to run on resume
-    (it was left running in the log, and the next host told the script it was interrupted)."""
+    (it was left running in the log, and the next host told the script it was interrupted).
+    So too when the run_code was cancelled first, and the host waited to hear the running
+    call out."""
     loop = asyncio.get_running_loop()
     first_runs = asyncio.Event()
     release = threading.Event()
@@ -373,9 +376,14 @@ async def test_calls_claimed_ahead_of_their_threads_are_approved_again_at_aclose
                 break
             await asyncio.sleep(0.002)
         assert [c.state for c in states] == ["done", "running", "running", "approved"]
+        if cancelled:
+            running.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await running
         await first.aclose()
-        with pytest.raises(CodeModeError, match="the engine closed"):
-            await running
+        if not cancelled:
+            with pytest.raises(CodeModeError, match="the engine closed"):
+                await running
     finally:
         release.set()
     second = CodeMode([job], runner=OwnThreadRunner(), data_dir=tmp_path, tool_threads=4)
