@@ -1508,10 +1508,9 @@ def _files_note(note: str, limits: Limits | Callable[[str], Limits]) -> str:
     the host set it (it said the default, 4, whatever the limit: a script that showed a file
     more than the host allows failed on the limit). Not a number when a function gives each
     tenant its own limits: the description is one for every tenant."""
-    said = f"(at most {protocol.DEFAULT_LIMITS['shown_files']})"
     if isinstance(limits, Limits):
-        return note.replace(said, f"(at most {limits.shown_files})")
-    return note.replace(said, "(as many as the limits allow)")
+        return note.replace("{shown}", f"at most {limits.shown_files}")
+    return note.replace("{shown}", "as many as the limits allow")
 
 
 def _key_of_another_call(key: str | None, named: str, began: str, language: str) -> ConfigError:

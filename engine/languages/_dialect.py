@@ -61,7 +61,7 @@ class Dialect(abc.ABC):
     fence: str  # "ts"
     header: str
     footer: str
-    files_note: str  # the paragraph on `files`, in the language
+    files_note: str  # the paragraph on `files`, in the language; `{shown}`: how many it may show
     code_description: str  # of run_code's `code` argument
     # Whether the language writes an object type where it is, and names those written out in
     # several places of a block (see Walker._object); one that names every object does not.

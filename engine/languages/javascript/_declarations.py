@@ -140,7 +140,7 @@ def declare_tools(
 FILES_NOTE = (
     "The conversation's files are in `files`: `files.list()` and `files.stat(id)` give "
     "`{ id, mime, size }`; `await files.text(id)` reads a whole file; `files.show(id)` puts a "
-    "file in front of you when the script ends (at most 4). Stream big files with "
+    "file in front of you when the script ends ({shown}). Stream big files with "
     "`for await (const row of files.csv(id, { header, delimiter }))`, `files.lines(id)`, "
     "`files.jsonl(id)`, `files.chunks(id, { size, offset })` and `files.xlsx(id, { sheet })` "
     "(`await files.sheets(id)` names the sheets); each takes `{ limit, offset }`. Read files "

@@ -483,7 +483,7 @@ def check_stubs(tools: Sequence[Tool]) -> str:
 FILES_NOTE = (
     "The conversation's files are in `files`: `files.list()` and `files.stat(id)` give "
     '`{"id", "mime", "size"}`; `await files.text(id)` reads a whole file; `files.show(id)` '
-    "puts a file in front of you when the script ends (at most 4). Stream big files with "
+    "puts a file in front of you when the script ends ({shown}). Stream big files with "
     '`async for row in files.csv(id, header=True, delimiter=",")`, `files.lines(id)`, '
     "`files.jsonl(id)`, `files.chunks(id, size=..., offset=...)` and "
     "`files.xlsx(id, sheet=...)` (`await files.sheets(id)` names the sheets); each takes "
