@@ -30,12 +30,13 @@ def unwrap(result: Any, *, tool: str | None = None, server: str | None = None) -
     ``tool`` and ``server`` (its name there, and the server's) name an error that says
     nothing itself."""
     if isinstance(result, BaseModel):  # the SDK's CallToolResult, or any content model
-        structured = _structured(result)
-        result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-        if structured is not None and "structuredContent" in result:
-            # The model's dump wrote its NaN and infinities as null (a server may send them,
-            # and the SDK reads them): the script read null for a number without a word.
-            # Dumped keeping them, the result's checks refuse them, naming where.
+        name, structured = _structured(result)
+        # Left out of the model's dump, which writes NaN and infinities as null (a server may
+        # send them, and the SDK reads them: the script read null for a number without a
+        # word); dumped keeping them, the result's checks refuse them, naming where.
+        left_out = {name} if name is not None else None
+        result = result.model_dump(by_alias=True, mode="json", exclude_none=True, exclude=left_out)
+        if structured is not None:
             result["structuredContent"] = _ANY.dump_python(structured, mode="json")
     if isinstance(result, Mapping) and isinstance(result.get("content"), list):
         texts = [
@@ -63,13 +64,14 @@ MEDIA_TYPES = ("image", "audio")
 _ANY = json_adapter(Any)
 
 
-def _structured(model: BaseModel) -> Any:
-    """The structured content ``model`` holds (the SDK's field is ``structured_content``,
-    ``structuredContent`` by alias and in older versions), or None."""
+def _structured(model: BaseModel) -> tuple[str | None, Any]:
+    """The name of ``model``'s field of structured content (the SDK's is
+    ``structured_content``, ``structuredContent`` by alias and in older versions) and what
+    it holds; (None, None) for a model with no such field."""
     for name, field in type(model).model_fields.items():
         if "structuredContent" in (name, field.alias, field.serialization_alias):
-            return getattr(model, name, None)
-    return None
+            return name, getattr(model, name, None)
+    return None, None
 
 
 def _unexplained(tool: str | None, server: str | None) -> str:

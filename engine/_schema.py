@@ -15,6 +15,7 @@ import functools
 import json
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -496,8 +497,36 @@ def _opened(value: Any) -> Any:
     # What orjson walks on into for a value it has no form for: a model's fields; nothing
     # of anything else (its keys, if any, are not pydantic's to make text).
     if isinstance(value, BaseModel):
-        return {**vars(value), **(value.__pydantic_extra__ or {})}
+        return _model_fields(value)
     return None
+
+
+def _model_fields(model: BaseModel) -> dict[str, Any]:
+    """What a model's dump writes, by name: its fields, its extra ones and its computed ones
+    (a computed field's value is made here too: uncounted, one that held a list 40 levels
+    deep, each level the one below twice, was dumped as 2**40 copies)."""
+    fields = {**vars(model), **(model.__pydantic_extra__ or {})}
+    for name in type(model).model_computed_fields:
+        fields[name] = getattr(model, name)
+    return fields
+
+
+def _dataclass_fields(value: Any) -> dict[str, Any]:
+    """A dataclass instance's fields, by name (read as attributes: one with slots has no
+    ``__dict__``, and one that subclasses a class without slots has one that misses them)."""
+    return {name: getattr(value, name) for name in _field_names(type(value))}
+
+
+@functools.lru_cache(maxsize=256)
+def _field_names(kind: type) -> tuple[str, ...]:
+    # dataclasses.fields builds its answer anew each time it is asked, of each object.
+    return tuple(f.name for f in dataclasses.fields(kind))
+
+
+def _items(d: dict[Any, Any]) -> Any:
+    """A dict's items as it holds them, whatever its own ``items()`` says, in its order: an
+    OrderedDict's is its own (``move_to_end``), which ``dict.items`` does not read."""
+    return OrderedDict.items(d) if isinstance(d, OrderedDict) else dict.items(d)
 
 
 def keys_made_one(value: Any) -> tuple[list[str | int], list[Any], str] | None:
@@ -531,7 +560,7 @@ def keys_made_one(value: Any) -> tuple[list[str | int], list[Any], str] | None:
                 ] + list((v.__pydantic_extra__ or {}).items())
             elif dataclasses.is_dataclass(v) and not isinstance(v, type):
                 seen.add(id(v))
-                entries = [(f.name, getattr(v, f.name)) for f in dataclasses.fields(v)]
+                entries = list(_dataclass_fields(v).items())
             else:
                 continue
             # Reversed: the first entry is walked first, as the dump meets it.
@@ -562,17 +591,16 @@ def _key_text(key: Any) -> str:
 
 def _contents(value: Any) -> dict[Any, Any] | list[Any] | tuple[Any, ...] | None:
     """What ``value`` holds as :func:`holds_at_most` counts it: a dict, a list or a tuple
-    (an object's attributes as its dict: a dataclass's fields, a pydantic model's extra
-    ones too), or None for a value that holds nothing."""
+    (an object's attributes as its dict: a dataclass's fields, a pydantic model's extra and
+    computed ones too), or None for a value that holds nothing."""
     if _posing(value):
         return None
     if isinstance(value, dict | list | tuple):
         return value
     if isinstance(value, BaseModel):
-        return {**vars(value), **(value.__pydantic_extra__ or {})}
+        return _model_fields(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        # What the conversion reads: a dataclass with slots has no __dict__.
-        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return _dataclass_fields(value)
     if hasattr(value, "__dict__") and not isinstance(value, type):
         attributes = vars(value)
         return attributes if isinstance(attributes, dict) else None
@@ -590,7 +618,7 @@ def _posing(value: Any) -> bool:
 def _entries(inner: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> Iterator[tuple[Any, Any]]:
     # Each member with its key in a path: a dict's key as text, a sequence's index.
     if isinstance(inner, dict):
-        return ((k if isinstance(k, str | int) else str(k), v) for k, v in dict.items(inner))
+        return ((k if isinstance(k, str | int) else str(k), v) for k, v in _items(inner))
     return enumerate(_held(inner))
 
 
@@ -688,12 +716,10 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
             ) from None
         return _convert(dumped, path, depth + 1)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-        return _convert(fields, path, depth + 1)
+        return _convert(_dataclass_fields(value), path, depth + 1)
     if isinstance(value, dict):
         result = {}
-        # What it holds, as JSON's encoder reads it: its own items() may say anything.
-        for key, item in dict.items(value):
+        for key, item in _items(value):  # its own items() may say anything
             if not isinstance(key, str):
                 raise NotJSONData(
                     _where(path, f"an object with the {type(key).__name__} key {key!r}")

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 import pytest
-from pydantic import BaseModel, Field, field_serializer
+from pydantic import BaseModel, Field, computed_field, field_serializer
 
 from engine import CodeMode, Limits
 from engine import _tools as engine_tools
@@ -839,11 +839,21 @@ class _Extra(BaseModel, extra="allow"):  # its members in __pydantic_extra__
     pass
 
 
+class _Computed(BaseModel):  # its member made as it is dumped
+    held: Any = Field(exclude=True)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def pair(self) -> list[Any]:
+        return [self.held, self.held]
+
+
 _PAIRS: dict[str, Any] = {
     "list_len": lambda x: _ShortList([x, x]),
     "dict_values": lambda x: _NoValues(a=x, b=x),
     "slots_dataclass": lambda x: _Slotted(x, x),
     "model_extra": lambda x: _Extra(**{"a": x, "b": x}),
+    "model_computed": lambda x: _Computed(held=x),
 }
 
 
@@ -854,7 +864,9 @@ async def test_a_result_huge_as_json_fails_at_once_whatever_its_containers_say(
 ) -> None:
     """As above, with containers the count did not read as the conversion does: a list
     subclass whose __len__ says 0, a dict subclass whose values() say nothing, a dataclass
-    with slots (no __dict__), a model's extra fields. Each was counted as empty, then copied
+    with slots (no __dict__), a model's extra fields, a model's computed field (with the
+    object it is made of excluded, so it stands once in the count). Each was counted as
+    empty, then copied
     for every place it stood: forty deep, that held the event loop (an async handler's
     result) or a tool thread and the host's memory for ever; sixteen deep here, where it
     ended the script on its results limit. Each is counted by what it holds."""
@@ -938,6 +950,10 @@ def test_a_subclass_of_dict_or_list_is_converted_as_what_it_holds() -> None:
         "l": [1, 2],
         "t": [1],
     }
+    # An OrderedDict in its own order (it keeps it apart from the dict's: move_to_end).
+    ordered = collections.OrderedDict(a=1, b=2, c=3)
+    ordered.move_to_end("a")
+    assert list(to_json_data({"o": ordered})["o"]) == ["b", "c", "a"]
 
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
