@@ -16,8 +16,8 @@ import json
 import math
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from typing import Any, cast
 
 import jsonschema_rs
 import orjson
@@ -514,11 +514,12 @@ def _model_fields(model: BaseModel) -> dict[str, Any]:
 def _dataclass_fields(value: Any) -> dict[str, Any]:
     """A dataclass instance's fields, by name (read as attributes: one with slots has no
     ``__dict__``, and one that subclasses a class without slots has one that misses them)."""
-    return {name: getattr(value, name) for name in _field_names(type(value))}
+    names = _field_names(cast(Hashable, type(value)))  # a type is (mypy: type[Any] is not)
+    return {name: getattr(value, name) for name in names}
 
 
 @functools.lru_cache(maxsize=256)
-def _field_names(kind: type) -> tuple[str, ...]:
+def _field_names(kind: Any) -> tuple[str, ...]:
     # dataclasses.fields builds its answer anew each time it is asked, of each object.
     return tuple(f.name for f in dataclasses.fields(kind))
 
