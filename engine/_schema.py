@@ -14,7 +14,6 @@ import enum
 import functools
 import json
 import math
-import re
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any, cast
@@ -26,7 +25,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from engine._argument_keys import keys_made_text
 from engine._errors import CodeModeError
-from sandbox.protocol import MAX_DEPTH, RUN_CODE, data_path
+from sandbox.protocol import MAX_DEPTH, RUN_CODE, data_path, with_article
 
 KiB = 1024
 
@@ -92,7 +91,7 @@ def json_type(value: Any) -> str:
 
 def a_json_type(value: Any) -> str:
     """The JSON type of ``value`` with its article: ``an array``, ``a string``."""
-    return _a(json_type(value))
+    return with_article(json_type(value))
 
 
 def only_argument(arguments: Any, tool: str, key: str, example: str, *, empty: bool = False) -> str:
@@ -177,7 +176,7 @@ def check_schema(schema: Any, *, must_be_object: bool) -> None:
     tool's input schema must. The meta-schema check happens when it is compiled.
     """
     if not isinstance(schema, Mapping):
-        raise SchemaProblem(f"it is {_a(json_type(schema))}, not a JSON Schema object")
+        raise SchemaProblem(f"it is {with_article(json_type(schema))}, not a JSON Schema object")
     # The depth first: the encoder would fail on a deep one, saying less.
     depth = _depth(schema)
     if depth > MAX_SCHEMA_DEPTH:
@@ -307,9 +306,9 @@ def _describe(e: jsonschema_rs.ValidationError) -> str:
             types = _types_wanted(branches, e.instance_path)
             if types:
                 return f"expected {' or '.join(types)}, got {got}"
-            return f"{_a(got)} that matches none of the allowed shapes"
+            return f"{with_article(got)} that matches none of the allowed shapes"
         case jsonschema_rs.ValidationErrorKind.OneOfMultipleValid():
-            return f"{_a(got)} that matches more than one of the allowed shapes"
+            return f"{with_article(got)} that matches more than one of the allowed shapes"
         case jsonschema_rs.ValidationErrorKind.FalseSchema():
             return "no value is allowed here"
         case _:
@@ -685,7 +684,7 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
                 items.append(_convert(item, [*path, i], depth + 1))
         return items
     if _posing(value):
-        raise NotJSONData(_where(path, _a(kind.__name__)), _hint(value))
+        raise NotJSONData(_where(path, with_article(kind.__name__)), _hint(value))
     if isinstance(value, enum.Enum):
         return _convert(value.value, path, depth + 1)
     # Subclasses of the JSON scalars (an IntFlag, a str subclass) become the plain type, so
@@ -712,7 +711,7 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
             # or a model whose types are not all defined (pydantic's text says what to do).
             fix = "" if isinstance(e, PydanticUserError) else "; give its fields JSON types"
             raise NotJSONData(
-                _where(path, f"{_a(type(value).__name__)} that pydantic cannot dump"),
+                _where(path, f"{with_article(type(value).__name__)} that pydantic cannot dump"),
                 f" ({_first_line(str(e))[:200]}){fix}",
             ) from None
         return _convert(dumped, path, depth + 1)
@@ -731,7 +730,7 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
         return result
     if isinstance(value, list | tuple):
         return [_convert(item, [*path, i], depth + 1) for i, item in enumerate(_held(value))]
-    raise NotJSONData(_where(path, _a(type(value).__name__)), _hint(value))
+    raise NotJSONData(_where(path, with_article(type(value).__name__)), _hint(value))
 
 
 # Python's text of a number JSON has not, and JavaScript's: a JavaScript script was told a
@@ -741,18 +740,6 @@ _JAVASCRIPT_NUMBERS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 def _where(path: list[str | int], what: str) -> str:
     return f"{what} at {data_path(path)}" if path else what
-
-
-def _a(name: str) -> str:
-    if name == "bytes":
-        return "bytes"
-    vowel = name[:1].lower() in "aeiou" and _READ_YOU.match(name) is None
-    return f"an {name}" if vowel else f"a {name}"
-
-
-# A name whose U is read "you" (UUID, UserDict; not Update), as the sandboxes' own have it
-# (sandbox/python.py's _READ_YOU, the JavaScript prelude's readYou): "returned an UUID".
-_READ_YOU = re.compile(r"[Uu](?:[A-Z]|ni|int|s[aeiu]|ti)")
 
 
 _HINTS: dict[str, Callable[[Any], str]] = {

@@ -42,6 +42,7 @@ import-light: pydantic, orjson and the standard library only.
 from __future__ import annotations
 
 import codecs
+import re
 import threading
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
@@ -252,6 +253,23 @@ def sizes_over(n: int, limit: int) -> tuple[str, str]:
     read the same ("2 KiB, over the 2 KiB")."""
     over, bound = size_text(n), size_text(limit)
     return (f"{n:,} bytes", f"{limit:,} bytes") if over == bound else (over, bound)
+
+
+# Types named without an article: "is bytes", not "is a bytes".
+MASS_NOUNS = frozenset({"bytes", "bytearray"})
+# A name whose U is read "you" (UUID, User, Unit, Usage; not Update, Umbrella), as the
+# JavaScript prelude's readYou has it: "is an UserDict", "returned an UUID" read wrong.
+_READ_YOU = re.compile(r"[Uu](?:[A-Z]|ni|int|s[aeiu]|ti)")
+
+
+def with_article(name: str) -> str:
+    """``a set``, ``an Order``, ``a UUID``, ``a UserDict``, ``bytes``: a class's (or a JSON
+    type's) name with its article, as the engine's and the sandboxes' messages name a value
+    (the JavaScript prelude's withArticle has the same rule)."""
+    if name in MASS_NOUNS:
+        return name
+    vowel = name[:1].lower() in "aeiou" and _READ_YOU.match(name) is None
+    return f"{'an' if vowel else 'a'} {name}"
 
 
 def data_path(path: Sequence[str | int]) -> str:

@@ -109,6 +109,7 @@ from sandbox.protocol import (
     Script,
     ScriptError,
     data_path,
+    with_article,
 )
 from sandbox.replay import (
     Channel,
@@ -3489,7 +3490,7 @@ def _plain(value: Any, root: str, path: tuple[str | int, ...], depth: int, walk:
         hint = " (pass a dict)"
     name = _type_name(value)
     raise _NotPlain(
-        f"{_where(root, path)} is {name if name in _MASS_NOUNS else _a(name)}{hint}; data "
+        f"{_where(root, path)} is {with_article(name)}{hint}; data "
         "must be plain (dict, list, tuple, str, int, float, bool, None)"
     )
 
@@ -3519,22 +3520,6 @@ def _colliding(value: dict[Any, Any], name: str, key: Any) -> str:
     except (TypeError, ValueError, StopIteration):  # a dict whose items() are not its keys
         return f"{written} twice"
     return f"{earlier} and {written}"
-
-
-# Types named without an article: "is bytes", not "is a bytes".
-_MASS_NOUNS = frozenset({"bytes", "bytearray"})
-
-
-def _a(name: str) -> str:
-    """``a set``, ``an Order``, ``a UUID``, ``a UserDict``: a class's name with its article
-    (see _READ_YOU)."""
-    vowel = name[:1].lower() in "aeiou" and _READ_YOU.match(name) is None
-    return f"{'an' if vowel else 'a'} {name}"
-
-
-# A name whose U is read "you" (UUID, User, Unit, Usage; not Update, Umbrella), as the
-# JavaScript prelude's readYou has it: "is an UserDict" read wrong.
-_READ_YOU = re.compile(r"[Uu](?:[A-Z]|ni|int|s[aeiu]|ti)")
 
 
 def _where(root: str, path: tuple[str | int, ...]) -> str:
@@ -5351,7 +5336,7 @@ class Run(Replay):
             # several subscripts: which one it was, as CPython's carets show it.
             if unsubscripted[1] is not None:  # "'NoneType' object is not subscriptable"
                 kind = unsubscripted[1]
-                message += f"; {written} is {'None' if kind == 'NoneType' else _a(kind)}"
+                message += f"; {written} is {'None' if kind == 'NoneType' else with_article(kind)}"
             else:  # "string indices must be integers, not 'str'"
                 message += (
                     f"; {written} is text, not a dict or a list: if it holds JSON, read it "

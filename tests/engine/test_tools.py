@@ -890,7 +890,8 @@ async def test_a_result_huge_as_json_fails_at_once_whatever_its_containers_say(
 
 def test_what_is_not_json_data_is_named_with_its_article() -> None:
     """A U read "you" takes "a", as the sandboxes' own messages have it: a tool "returned an
-    UUID"."""
+    UUID". Bytes of either kind take none, as in a Python script's messages (one rule, in
+    sandbox.protocol: the engine's copy said "a bytearray")."""
 
     class Update:
         pass
@@ -900,6 +901,7 @@ def test_what_is_not_json_data_is_named_with_its_article() -> None:
         (collections.UserDict(), "a UserDict"),
         (Update(), "an Update"),
         (object(), "an object"),
+        (bytearray(b"x"), "bytearray"),
     ]:
         with pytest.raises(NotJSONData) as e:
             to_json_data([value])
