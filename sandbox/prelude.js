@@ -1733,6 +1733,19 @@
     }
     return where === null ? refused.message : where + " is " + kind;
   }
+  // Whether `proto`, the prototype of a returned object with fields of its own, is a plain
+  // object of no class that holds data ({ __proto__: { unit: "kg" }, n: 3 } in a literal):
+  // JSON writes the own fields alone, and the prototype's were lost without a word. One
+  // that holds only methods (a prototype written as an object, not a class) loses nothing.
+  function inheritsData(proto) {
+    if (getPrototypeOf(proto) !== ObjectProto || hasOwn(proto, "constructor")) return false;
+    const ks = objectKeys(proto);
+    for (let i = 0; i < ks.length; i++) {
+      const own = getOwnPropertyDescriptor(proto, ks[i]);
+      if (own !== undefined && (!hasOwn(own, "value") || typeof own.value !== "function")) return true;
+    }
+    return false;
+  }
   function opaqueRefused(key, value) {
     if (typeof value === "bigint") {
       // JSON.stringify's own error named neither where nor the fix.
@@ -1789,6 +1802,9 @@
       const name = "" + ((proto && proto.constructor && proto.constructor.name) || "object of no class");
       kind = name === "Object" ? INHERITS + "), which JSON turns into {}"
         : withArticle(name) + ", which JSON turns into {}; return the plain data it holds";
+    } else if (inheritsData(proto)) {
+      kind = INHERITS + "), and JSON writes its own fields alone, leaving its prototype's out; " +
+        "return { ...Object.getPrototypeOf(value), ...value }";
     } else {
       return value; // an object of a class of the script's, with its fields
     }

@@ -453,16 +453,28 @@ class Replay(abc.ABC):
         language = self.script.language
         recorded = _call_text(record.name, record.arguments, language)
         made = _call_text(name, arguments, language)
-        self.diverged = ScriptError(
-            name="DivergenceError",
-            message=(
-                f"call {number} differs from the log: the script's earlier run made "
-                f"{recorded}, this run made {made}. A script must make the same calls in the "
-                f"same order on every run; only its calls' results, {self.STEERING} may "
-                "steer it, and those are the same each run"
-            ),
+        self.diverged = self._divergence(
+            f"call {number} differs from the log: the script's earlier run made {recorded}, "
+            f"this run made {made}"
         )
         return "L"
+
+    def _divergence(self, what: str, lines: list[ErrorLine] | None = None) -> ScriptError:
+        """The error of a run that went another way than the log's: ``what`` it did."""
+        why = (
+            f"A script must make the same calls in the same order on every run; only its "
+            f"calls' results, {self.STEERING} may steer it, and those are the same each run"
+        )
+        if not self.deferring:
+            # Version 1 settles a recorded call's result as the call is made, not where the
+            # earlier run had it: code that races a call against other awaits may go another
+            # way then, which no script of its own steered.
+            why += (
+                " (this run's protocol version 1 settles a recorded call as soon as it is "
+                "made: code that races a call against other awaits may go another way; "
+                "version 2 settles it where the earlier run did)"
+            )
+        return ScriptError(name="DivergenceError", message=f"{what}. {why}", lines=lines or [])
 
     def _memory_message(self) -> str:
         return limit_message("memory", f"the script's heap passed {_size(self.limits.memory)}")
@@ -578,8 +590,15 @@ class Replay(abc.ABC):
             # Every call a script makes is made, even one it no longer awaits.
             self.resumable = self.deferring
             return self._finish(Ran(outcome="calls", calls=list(self.new_calls)))
+        returned = self.outcome is not None and self.outcome[0] == "value"
+        if self.position < len(self.records) and (returned or self.outcome is None):
+            # The log's later calls ran on the host for an earlier run that went on past
+            # here: a run that returns (or waits on nothing) without them would report the
+            # script done, their effects left out. A run the script's own error or a limit
+            # ends is a failure either way, told as it is.
+            return self._finish(Ran(outcome="failed", error=self._missing_call(returned)))
         if self.outcome is None:
-            ran = self._finish(
+            return self._finish(
                 Ran(
                     outcome="failed",
                     error=ScriptError(
@@ -587,35 +606,20 @@ class Replay(abc.ABC):
                     ),
                 )
             )
-        else:
-            ran = self._concluded(*self.outcome)
-        stuck = ran.error is not None and ran.error.name == "StuckError"
-        if (ran.outcome == "finished" or stuck) and self.position < len(self.records):
-            # The log's later calls ran on the host for an earlier run that went on past
-            # here: a run that returns (or waits on nothing) without them would report the
-            # script done, their effects left out. A run the script's own error or a limit
-            # ends is a failure either way, told as it is.
-            return self._missing_call(ran)
-        return ran
+        return self._concluded(*self.outcome)
 
-    def _missing_call(self, ran: Ran) -> Ran:
-        """The divergence of a run that ended (``ran``) before making all the log's calls."""
-        language = self.script.language
+    def _missing_call(self, returned: bool) -> ScriptError:
+        """The divergence of a run that returned (``returned``), or waits on nothing it can
+        complete, before making all the log's calls; the latter at the lines it waits at."""
         record = self.records[self.position]
-        recorded = _call_text(record.name, record.arguments, language)
-        if ran.outcome == "finished":
-            how = "returned"
-        else:
-            how = "stopped, waiting on nothing it could complete,"
+        recorded = _call_text(record.name, record.arguments, self.script.language)
+        how = "returned" if returned else "stopped, waiting on nothing it could complete,"
         made = f"{self.position:,} call" + ("" if self.position == 1 else "s")
-        message = (
+        return self._divergence(
             f"call {self.position + 1} is missing: the script's earlier run made {recorded}, "
-            f"this run {how} after {made} of the log's {len(self.records):,}. A script must "
-            f"make the same calls in the same order on every run; only its calls' results, "
-            f"{self.STEERING} may steer it, and those are the same each run"
+            f"this run {how} after {made} of the log's {len(self.records):,}",
+            None if returned else self._stuck_lines(),
         )
-        error = ScriptError(name="DivergenceError", message=message)
-        return self._finish(Ran(outcome="failed", error=error))
 
     def _stuck_lines(self) -> list[ErrorLine]:
         """Where a stuck script waits, innermost first, when the language can tell."""

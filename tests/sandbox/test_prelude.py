@@ -158,8 +158,9 @@ def test_a_box_of_no_prototype_passed_to_a_tool_is_refused(made: str, kind: str)
 
 def test_an_object_of_another_objects_prototype_is_refused_saying_why() -> None:
     """An object whose prototype is another plain object ({ __proto__: x } in a literal,
-    Object.create(x)), passed or returned with no fields of its own, is refused saying what
-    made it and how to write a "__proto__" key: it was "an Object", which said nothing."""
+    Object.create(x)), passed, or returned with no fields of its own or with the prototype
+    holding data, is refused saying what made it and how to write a "__proto__" key: it was
+    "an Object", which said nothing, and returned with fields, the prototype's were lost."""
     said = value(
         "try { await tools.echo({ q: { __proto__: { a: 1 } } }); } catch (e) { return e.message; }"
     )
@@ -172,6 +173,18 @@ def test_an_object_of_another_objects_prototype_is_refused_saying_why() -> None:
     )
     assert ran.error.message.endswith("for a key of that name), which JSON turns into {}")
     assert value('return { ["__proto__"]: { a: 1 } };') == {"__proto__": {"a": 1}}
+    # With fields of its own too, JSON wrote them alone: the prototype's data was lost.
+    ran = run("return { x: { __proto__: { unit: 'kg' }, n: 3 } };")
+    assert ran.error is not None and ran.error.message.startswith(
+        "the returned value is not JSON data: value.x is an object whose prototype is another"
+    )
+    assert ran.error.message.endswith(
+        "JSON writes its own fields alone, leaving its prototype's out; return "
+        "{ ...Object.getPrototypeOf(value), ...value }"
+    )
+    # A prototype of methods alone (one written as an object, not a class) loses no data.
+    code = "const o = Object.create({ greet() { return 1; } });\no.name = 'x';\nreturn o;"
+    assert value(code) == {"name": "x"}
 
 
 def test_a_box_of_no_prototype_returned_gives_the_value_it_boxes() -> None:

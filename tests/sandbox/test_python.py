@@ -308,6 +308,16 @@ def test_a_run_that_returns_before_the_logs_calls_diverges(version: int) -> None
     )
 
 
+def test_a_run_stuck_before_the_logs_calls_diverges_where_it_waits() -> None:
+    """Stuck (waiting on nothing it can complete) before the log's later calls: the
+    divergence names the line it waits at, as its stuck error would have."""
+    records = [rec("echo", {"n": n}, result=n) for n in (1, 2)]
+    code = "import asyncio\nawait tools.echo(n=1)\nawait asyncio.Event().wait()"
+    error = failed(code, records)
+    assert error.name == "DivergenceError" and "this run stopped, waiting" in error.message
+    assert [(x.line, x.text) for x in error.lines] == [(3, "await asyncio.Event().wait()")]
+
+
 def test_divergence_writes_the_calls_as_python_does() -> None:
     """The calls a divergence names are written as a Python script writes them (keywords, its
     True and None; a key that is no name in **{...}), not as JavaScript's object of

@@ -467,6 +467,18 @@ def test_a_run_that_ends_before_the_logs_calls_diverges(ending: str, version: in
         f"{_ENDED_EARLY[ending]} after 1 call of the log's 3."
     )
     assert ran.limit is None and ran.printed == "first\n"
+    # Version 1 settles recorded calls as they are made: what else may have steered it.
+    assert ("protocol version 1" in ran.error.message) == (version == 1)
+
+
+def test_a_run_that_returns_early_is_told_as_diverged_only() -> None:
+    """A run that returns before the log's later calls ends on the divergence alone: the
+    checks of a finished run (its value, a warning of a value never returned) are not run
+    for an ending that is not one, and do not add their lines to the failure's."""
+    records = [rec("echo", {"n": n}, result=n) for n in (1, 2)]
+    ran = run("await tools.echo({ n: 1 });\nconst summary = { a: 1 };", records)
+    assert ran.error is not None and ran.error.name == "DivergenceError", ran
+    assert ran.printed == "", ran.printed
 
 
 def test_a_limit_or_an_error_before_the_logs_calls_is_told_as_it_is() -> None:
@@ -477,6 +489,16 @@ def test_a_limit_or_an_error_before_the_logs_calls_is_told_as_it_is() -> None:
     assert_limit(ran, "results")
     ran = run("await tools.echo({ n: 1 });\nthrow new TypeError('early');", records)
     assert ran.error is not None and (ran.error.name, ran.error.message) == ("TypeError", "early")
+    # An error of the script's own named as the run's when it waits on nothing.
+    own = (
+        "class StuckError extends Error { constructor(m) { super(m); this.name = 'StuckError'; } }"
+        "\nawait tools.echo({ n: 1 });\nthrow new StuckError('my own');"
+    )
+    ran = run(own, records)
+    assert ran.error is not None and (ran.error.name, ran.error.message) == (
+        "StuckError",
+        "my own",
+    ), ran.error
 
 
 def test_unanswered_call_is_not_an_error_the_script_can_catch():
