@@ -1189,8 +1189,7 @@ class CodeMode(StepLoop):
                         exc_info=True,
                     )
                 finally:
-                    del drive.unheard[index]
-                    drive.forget_handler(task)
+                    drive.forget_handler(index)
         finally:
             unbegun, drive.unbegun = drive.unbegun, []
             try:

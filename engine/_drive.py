@@ -779,9 +779,12 @@ class Drive:
         finally:
             self._handlers.discard(task)
 
-    def forget_handler(self, task: asyncio.Task[Any]) -> None:
-        """An unheard handler, recorded (or given up on): :meth:`abandon` no longer stops it."""
+    def forget_handler(self, index: int) -> None:
+        """The unheard handler of the call at ``index``, recorded (or given up on):
+        :meth:`abandon` no longer stops it."""
+        task = self.unheard.pop(index)
         self._handlers.discard(task)
+        self._tickets.pop(index, None)
 
     def abandon(self) -> None:
         """The engine closes: cancel the handlers of the calls running now, whose drive
