@@ -418,8 +418,10 @@ def _not_attached(
     """``text`` and ``media`` less each file ``format`` cannot take whose ``Shown: ...,
     attached.`` line the text has from ``shown_from`` on (past the value returned: a line
     the script printed is not one): that line says it is not attached, and why (it said
-    attached, and a line after it said not). Files with no such line stay, for their parts
-    to say so."""
+    attached, and a line after it said not). The last such line is the file's: the engine
+    writes the shown files' lines after all the script printed or returned, which may hold
+    one alike (where the value returned is not found: none, a string, a failure). Files with
+    no such line stay, for their parts to say so."""
     takes, api = _TAKES[format]
     kept = []
     for name, block in media:
@@ -429,7 +431,7 @@ def _not_attached(
                 rf"^(Shown: {re.escape(name)} \({re.escape(mime)}, [\d,]+ bytes\)), attached\.$",
                 re.MULTILINE,
             )
-            found = line.search(text, shown_from)
+            found = max(line.finditer(text, shown_from), key=re.Match.start, default=None)
             if found is not None:
                 why = f", not attached: {api} takes no {mime} in a tool result."
                 text = text[: found.end(1)] + why + text[found.end() :]
