@@ -8,7 +8,8 @@
 // The subset: annotations, `as` and `<T>x` casts, `satisfies`, non-null `!`, interfaces, type
 // aliases, `declare`, generics in calls and definitions, `enum` and `const enum`, access
 // modifiers and parameter properties, `abstract`, `implements`, type-only imports. Left out:
-// value namespaces (`namespace N { ... }`, which Sucrase drops silently: refused once it has),
+// value namespaces (`namespace N { ... }`, which Sucrase drops silently: refused once it has;
+// one of types alone is removed, as TypeScript does),
 // decorators, `import`/`export` of values (a script has no modules), JSX (refused, saying so).
 import { transform } from "sucrase";
 
@@ -60,6 +61,34 @@ function position(code, index) {
   return { line: breaks.length + 1, column: index - start + 1 };
 }
 
+// Whether the body of the namespace whose `{` is at `open` declares only types (interfaces,
+// type aliases, `declare`, namespaces of types): TypeScript emits nothing for one, so
+// removing it loses nothing, and `namespace Api { export interface Pr { ... } }` read as
+// `Api.Pr` is a model's common way to group types. A namespace nested in it is matched and
+// judged on its own. What Sucrase keeps of the body, past blanks, `;` and comments, is a value.
+function onlyTypes(code, open) {
+  let out;
+  try {
+    out = transform(code.slice(open + 1, blockEnd(code, open) - 1), OPTIONS).code;
+  } catch (e) {
+    if (e === null || e instanceof RangeError || e instanceof InternalError) throw e;
+    return false;
+  }
+  for (let i = 0; i < out.length; i++) {
+    const c = out[i];
+    if (c === "/" && out[i + 1] === "/") {
+      while (i < out.length && out[i] !== "\n") i++;
+    } else if (c === "/" && out[i + 1] === "*") {
+      const close = out.indexOf("*/", i + 2);
+      if (close < 0) return false;
+      i = close + 1;
+    } else if (c !== ";" && !/\s/.test(c)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // The first value namespace Sucrase removed from `code` (giving `out`), or null.
 function removedNamespace(code, out) {
   const ambient = Array.from(code.matchAll(AMBIENT), (m) => [
@@ -71,7 +100,7 @@ function removedNamespace(code, out) {
   for (const m of code.matchAll(NAMESPACE)) {
     if (ambient.some(([start, end]) => start <= m.index && m.index < end)) continue;
     if (next < kept.length && kept[next] === m[1] + " " + m[2]) next += 1;
-    else return m;
+    else if (!onlyTypes(code, m.index + m[0].length - 1)) return m;
   }
   return null;
 }

@@ -341,6 +341,8 @@ def test_value_namespace_is_refused_with_what_to_do() -> None:
         ("let n: number = 1;\nif (n) {\n  namespace M { export const b = 2; }\n}\nreturn 1;", 3),
         ("const x: number = 1;\nif (x) { module Legacy { export const z = 1; } }\nreturn 1;", 2),
         ("declare global { namespace G {} }\nnamespace Z { export const v = 1 }\nreturn 1;", 2),
+        ("namespace T { export type X = 1 }\nnamespace N { export enum E { A } }\nreturn 1;", 2),
+        ("namespace A {\n  export type X = 1;\n  export namespace B { export let y = 2 }\n}", 3),
     ],
 )
 def test_a_value_namespace_anywhere_is_refused(code: str, line: int) -> None:
@@ -366,6 +368,30 @@ def test_namespace_shapes_that_declare_no_value_run() -> None:
     ran = run(code)
     assert ran.outcome == "finished", ran.error
     assert ran.value == "; namespace X { a"
+
+
+@pytest.mark.parametrize("prepared", [False, True])
+def test_a_namespace_of_types_alone_is_removed(prepared: bool) -> None:
+    """A namespace that declares only types (interfaces, aliases, `declare`, namespaces of
+    types) has no value, and TypeScript emits nothing for it: it runs, its types read as
+    `Api.Pr`. It was refused as a value namespace, telling the model to write an object."""
+    code = (
+        "namespace Api {\n"
+        "  export interface Pr { n: number }\n"
+        "  export type Id = string; // the pull request's id\n"
+        "  /* later: labels */\n"
+        "  export namespace Inner { export type Flag = boolean }\n"
+        "  export declare const version: string;\n"
+        "}\n"
+        "module Old { export interface Shape { s: '}' } }\n"
+        "namespace Empty {}\n"
+        "const p: Api.Pr = { n: 2 };\n"
+        "const f: Api.Inner.Flag = true;\n"
+        "return f ? p.n : 0;"
+    )
+    ran = run(code, prepared=prepared)
+    assert ran.outcome == "finished", ran.error
+    assert ran.value == 2
 
 
 def test_the_stripper_is_out_of_the_scripts_reach() -> None:
