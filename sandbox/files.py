@@ -88,6 +88,9 @@ class Files:
         self.bytes_read = 0
         self._ahead: tuple[str, int, bytes] | None = None  # (file, offset, bytes) read ahead
         self.streams: dict[int, Iterator[Any]] = {}
+        # A stream's error met after items of its batch: raised at its next batch, so the
+        # script has the items before it first (see next).
+        self._failed: dict[int, FileError] = {}
         self._next_handle = 1
         self.shown: list[str] = []
         self.shown_text = 0
@@ -284,7 +287,12 @@ class Files:
         return handle
 
     def next(self, handle: int) -> tuple[list[Any], bool]:
-        """The next batch of a stream, and whether the stream is done (and closed)."""
+        """The next batch of a stream, and whether the stream is done (and closed). A
+        stream's error (a JSONL line that is not JSON) comes after the items before it: a
+        batch that met one ends there, and the next batch raises it."""
+        failed = self._failed.pop(handle, None)
+        if failed is not None:
+            raise failed
         stream = self.streams.get(handle)
         if stream is None:
             return [], True
@@ -296,13 +304,22 @@ class Files:
                 size += len(jsontext.dumps(item)) if not isinstance(item, str) else len(item)
                 if size >= BATCH_BYTES or len(batch) >= BATCH_ITEMS:
                     return batch, False
-        except BaseException:
+        except FileError as e:
             self.close(handle)  # a stream that failed is closed, so its slot is free again
+            if not batch:
+                raise
+            # The rows before a bad line were read well: raised with the batch, they were
+            # lost, and a script that caught the error had not seen rows the file holds.
+            self._failed[handle] = e
+            return batch, False
+        except BaseException:
+            self.close(handle)
             raise
         self.close(handle)
         return batch, True
 
     def close(self, handle: int) -> None:
+        self._failed.pop(handle, None)
         stream = self.streams.pop(handle, None)
         if stream is not None and hasattr(stream, "close"):
             stream.close()

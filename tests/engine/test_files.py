@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -102,6 +102,49 @@ async def test_every_run_reads_the_recorded_bytes(inproc: InProcessRunner, tmp_p
     result = await engine.run_code(code, files=[Attachment("data.csv", path=path)])
     assert result.value is True
     assert len(list((tmp_path / "data" / "blobs").rglob("*"))) >= 1
+
+
+@pytest.mark.parametrize("live", [True, False])
+@pytest.mark.parametrize("language", ["javascript", "python"])
+async def test_a_bad_jsonl_line_comes_after_the_rows_before_it(
+    inproc: InProcessRunner, language: Literal["javascript", "python"], live: bool
+) -> None:
+    """The rows before a bad line were lost with their batch: no call was made for them, and
+    the script that caught the error had seen none. Each is read and called for, then the
+    error names the line, live and with every step replayed (a call per row)."""
+    calls: list[int] = []
+
+    @tool
+    def keep(n: int) -> int:
+        """Keep a row's number."""
+        calls.append(n)
+        return n
+
+    code = {
+        "javascript": """
+    const kept = [];
+    try { for await (const r of files.jsonl("e.jsonl")) kept.push(await tools.keep({ n: r.n })); }
+    catch (e) { return [kept, e.message]; }
+    return [kept, null];
+    """,
+        "python": """
+kept = []
+try:
+    async for r in files.jsonl("e.jsonl"):
+        kept.append(await tools.keep(n=r["n"]))
+except Exception as e:
+    return [kept, str(e)]
+return [kept, None]
+""",
+    }[language]
+    engine = CodeMode([keep], runner=inproc, language=language, live=live)
+    data = b'{"n": 1}\n{"n": 2}\n{"n": 3\n{"n": 4}\n'
+    result = await engine.run_code(code, files=[Attachment("e.jsonl", data=data)])
+    assert result.status == "finished", result.text
+    kept, error = result.value
+    assert kept == [1, 2] and calls == [1, 2]
+    assert "e.jsonl line 3 is not JSON" in error
+    assert (inproc.segments > 0) == live and len(inproc.steps) == (1 if live else 3)
 
 
 async def test_gone_blob_throws_in_the_script(inproc: InProcessRunner) -> None:

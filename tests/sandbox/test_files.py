@@ -254,6 +254,31 @@ def test_jsonl_skips_blank_lines_and_names_a_bad_line() -> None:
     assert "line 2" in value(bad)
 
 
+def test_the_rows_before_a_bad_line_reach_the_script_first() -> None:
+    """A stream's rows come one batch at a time: a bad line failed its whole batch, so the
+    rows before it never reached the script, and one that caught the error had not seen
+    rows the file holds. They come first, the error at the next row; the stream that failed
+    frees its slot (streams=1 opens another after it)."""
+    code = """
+    const seen = [];
+    let error = null;
+    try { for await (const v of files.jsonl('bad.jsonl')) seen.push(v.n); }
+    catch (e) { error = e.message; }
+    const again = [];
+    for await (const v of files.jsonl('events.jsonl')) again.push(v.n);
+    return { seen, error, again };
+    """
+    got = value(code, streams=1)
+    assert got["seen"] == [1]
+    assert "bad.jsonl line 2 is not JSON" in got["error"]
+    assert got["again"] == [1, 2, 3]
+    left = "for await (const v of files.jsonl('bad.jsonl')) return v.n; return 0"
+    assert value(left + ";", streams=1) == 1  # left before the bad line: no error
+    bad = "for await (const v of files.jsonl('bad.jsonl')) {}"
+    ran = run(bad)
+    assert ran.error is not None and "bad.jsonl line 2 is not JSON" in ran.error.message
+
+
 @pytest.mark.parametrize(
     ("line", "says"),
     [
