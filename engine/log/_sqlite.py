@@ -130,7 +130,7 @@ class SqliteStore(SqlStore):
                     "if it is no codemode log, give data_dir a directory of its own; if it is "
                     "one, ",
                 ) from None
-            raise ConfigError(f"cannot open the session log {self.path}: {e}") from None
+            raise _open_error(self.path, e) from None
         if str(mode).lower() != "wal":
             # Without it, a commit on the loop's connection would sync there, and readers
             # would wait for writers: the store's design rests on WAL.
@@ -147,6 +147,8 @@ class SqliteStore(SqlStore):
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as e:
             db.close()
+            if e.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                raise _open_error(self.path, e) from None  # a full disk's I/O error, say
             # Another process holds the log's write lock past the busy timeout.
             raise StoreUnavailable(
                 f"the session log {self.path} could not be opened ({e}): another process "
@@ -162,17 +164,20 @@ class SqliteStore(SqlStore):
                     for statement in schema.statements("sqlite"):
                         db.execute(statement)
                 except sqlite3.DatabaseError as e:
+                    if _no_room(self.path, e):
+                        raise _open_error(self.path, e) from None
                     # Tables of the names codemode uses, that codemode did not make.
                     raise ConfigError(
                         f"the session log {self.path} has tables codemode did not make ({e}): "
                         "if it is no codemode log, give data_dir a directory of its own"
                     ) from None
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        except BaseException:
-            db.execute("ROLLBACK")
-            db.close()
+            db.execute("COMMIT")
+        except BaseException as e:
+            db.close()  # which rolls back what the transaction wrote
+            if isinstance(e, sqlite3.Error):  # the upgrade's COMMIT on a full disk, say
+                raise _open_error(self.path, e) from None
             raise
-        db.execute("COMMIT")
         self._db = db
 
     def _open_to_read(self) -> None:
@@ -183,7 +188,7 @@ class SqliteStore(SqlStore):
             db = self._connect(check_same_thread=True)
             (version,) = db.execute("PRAGMA user_version").fetchone()
         except sqlite3.DatabaseError as e:
-            raise ConfigError(f"cannot open the session log {self.path}: {e}") from None
+            raise _open_error(self.path, e) from None
         if not OLDEST_READ <= version <= SCHEMA_VERSION:
             _check_ours(db, self.path)
             db.close()
@@ -228,7 +233,7 @@ class SqliteStore(SqlStore):
         try:
             db = self._connect(check_same_thread=False)
         except sqlite3.Error as e:
-            raise ConfigError(f"cannot open the session log {self.path}: {e}") from None
+            raise _open_error(self.path, e) from None
         db.execute("PRAGMA busy_timeout=0")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA wal_autocheckpoint=0")
@@ -411,6 +416,36 @@ class SqliteStore(SqlStore):
 
         await asyncio.get_running_loop().run_in_executor(self._thread, close)
         self._thread.shutdown(wait=True)
+
+
+def _no_room(path: Path, error: sqlite3.Error) -> bool:
+    """Whether ``error`` came of the disk under the log at ``path`` being full (of bytes or
+    of inodes). SQLite says so as "database or disk is full" only when a write fails; the
+    write-ahead log's shared memory that cannot grow is "disk I/O error", and its file that
+    cannot be made "unable to open database file", so the disk itself is asked."""
+    if error.sqlite_errorcode & 0xFF not in (
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_CANTOPEN,
+    ):
+        return False
+    try:
+        disk = os.statvfs(path.parent)
+    except OSError:
+        return error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_FULL
+    # Under a megabyte: a log's first pages, its WAL and shared memory need more than that.
+    return disk.f_bavail * disk.f_frsize < 1 << 20 or (disk.f_files > 0 and disk.f_favail == 0)
+
+
+def _open_error(path: Path, error: sqlite3.Error) -> ConfigError | StoreUnavailable:
+    """The log at ``path`` could not be opened: a full disk is said as such (run the command
+    again once there is room: exit code 75), anything else as SQLite says it."""
+    if _no_room(path, error):
+        return StoreUnavailable(
+            f"cannot open the session log {path}: the disk it is on is full ({error}); free "
+            "space on it, then run the command again"
+        )
+    return ConfigError(f"cannot open the session log {path}: {error}")
 
 
 def _damaged(path: Path, error: Exception, first: str = "") -> StoreUnavailable:
