@@ -128,9 +128,10 @@ class StoreConfig:
         it (see :class:`SqliteStore`).
         """
         if self.kind == "postgres":
+            dsn = self.resolved_dsn()  # whose error names where it was set already
             try:
                 return PostgresStore(
-                    self.resolved_dsn(),
+                    dsn,
                     schema=self.schema,
                     max_connections=self.max_connections,
                     answer_timeout=self.answer_timeout,

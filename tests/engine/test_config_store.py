@@ -108,7 +108,10 @@ def test_an_unset_dsn_env_is_named_when_the_store_is_made(tmp_path: Path) -> Non
     with pytest.raises(ConfigError) as caught:
         config.store.build(None)
     assert "$CODEMODE_UNSET_DSN is not set" in str(caught.value)
-    assert "[codemode.store]" in str(caught.value)
+    # Where it was set, once: the table was named twice ("x.toml: [codemode.store]: x.toml:
+    # [codemode.store] dsn_env = ...").
+    assert str(caught.value).count("[codemode.store]") == 1, str(caught.value)
+    assert str(caught.value).startswith(f"{tmp_path / 'codemode.toml'}: [codemode.store] dsn_env")
     assert config.with_data_dir(tmp_path / "data").store.kind == "sqlite"
 
 
