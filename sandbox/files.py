@@ -519,9 +519,10 @@ def _jsonl(file_id: str, lines: Iterator[str]) -> Iterator[Any]:
 
 
 def _csv(file_id: str, lines: Iterator[str], header: bool, delimiter: str) -> Iterator[Any]:
-    reader = csv.reader(lines, delimiter=delimiter)
+    source = _RowLines(lines)
+    reader = csv.reader(source, delimiter=delimiter)
     names: _Columns | None = None
-    for row in _csv_rows(file_id, reader):
+    for row in _closed(file_id, _csv_rows(file_id, reader), source, delimiter):
         if header and names is None:
             names = _Columns(row)
             continue
@@ -586,6 +587,59 @@ def _chunks(files: Files, info: FileInfo, size: int, offset: int) -> Iterator[st
         text = decoder.decode(data, final=position >= info.size)
         if text:
             yield text
+
+
+class _RowLines:
+    """The lines a CSV reader takes: how many (``count``), those of the row it reads now
+    (``row``, emptied as a row begins; a blank line is counted, not kept: it opens or closes
+    no quote, and a file of blank lines held them all), and whether the file's end was met."""
+
+    def __init__(self, lines: Iterator[str]) -> None:
+        self._lines = lines
+        self.row: list[str] = []
+        self.count = 0
+        self.ended = False
+
+    def __iter__(self) -> _RowLines:
+        return self
+
+    def __next__(self) -> str:
+        try:
+            line = next(self._lines)
+        except StopIteration:
+            self.ended = True
+            raise
+        self.count += 1
+        if line.strip("\r\n"):
+            self.row.append(line)
+        return line
+
+
+def _closed(
+    file_id: str, rows: Iterator[list[str]], source: _RowLines, delimiter: str
+) -> Iterator[list[str]]:
+    """``rows``, refusing a last row whose quote the file's end left open: Python's reader
+    gave it as a field holding the rest of the file, so a stray quote on line 2 of a
+    thousand read as one row, in silence. Only the last row can be open, and its own lines
+    are read again, strictly, to tell."""
+    while True:
+        line = source.count + 1
+        source.row = []
+        row = next(rows, None)
+        if row is None:
+            return
+        if source.ended:
+            try:
+                for _ in csv.reader(source.row, delimiter=delimiter, strict=True):
+                    pass
+            except csv.Error as e:
+                if str(e) == "unexpected end of data":
+                    raise FileError(
+                        f"{file_id} line {line} cannot be read as CSV: a quoted field opened "
+                        "there is not closed by the end of the file (a stray quote, or a file "
+                        "cut short); read its lines with files.lines"
+                    ) from None
+        yield row
 
 
 def _csv_rows(file_id: str, reader: Any) -> Iterator[list[str]]:

@@ -147,6 +147,47 @@ return [kept, None]
     assert (inproc.segments > 0) == live and len(inproc.steps) == (1 if live else 3)
 
 
+@pytest.mark.parametrize("live", [True, False])
+@pytest.mark.parametrize("language", ["javascript", "python"])
+async def test_a_csv_quote_left_open_fails_after_the_rows_before_it(
+    inproc: InProcessRunner, language: Literal["javascript", "python"], live: bool
+) -> None:
+    """A stray quote on line 3 made the rest of the file one cell of its row, in silence;
+    the rows before it are read and called for, then the error names line 3."""
+    calls: list[str] = []
+
+    @tool
+    def keep(region: str) -> str:
+        """Keep a row's region."""
+        calls.append(region)
+        return region
+
+    code = {
+        "javascript": """
+    const kept = [];
+    try { for await (const r of files.csv("s.csv")) kept.push(await tools.keep({ region: r.region })); }
+    catch (e) { return [kept, e.message]; }
+    return [kept, null];
+    """,
+        "python": """
+kept = []
+try:
+    async for r in files.csv("s.csv"):
+        kept.append(await tools.keep(region=r["region"]))
+except Exception as e:
+    return [kept, str(e)]
+return [kept, None]
+""",
+    }[language]
+    engine = CodeMode([keep], runner=inproc, language=language, live=live)
+    data = b'region,amount\nnorth,10\n"south,5\neast,1\nwest,2\n'
+    result = await engine.run_code(code, files=[Attachment("s.csv", data=data)])
+    assert result.status == "finished", result.text
+    kept, error = result.value
+    assert kept == ["north"] and calls == ["north"]
+    assert "s.csv line 3 cannot be read as CSV: a quoted field opened there" in error
+
+
 async def test_gone_blob_throws_in_the_script(inproc: InProcessRunner) -> None:
     """A file whose bytes are gone from the store (after the script started) throws in the
     script, which can catch it."""

@@ -254,6 +254,45 @@ def test_jsonl_skips_blank_lines_and_names_a_bad_line() -> None:
     assert "line 2" in value(bad)
 
 
+@pytest.mark.parametrize(
+    ("text", "before", "line"),
+    [
+        ('a,b\n1,"2\n3,4\n5,6\n', [], 2),
+        ('a,b\r\n1,2\r\n\r\n3,"4\r\n', [["1", "2"], []], 4),
+        ('a,b\r1,"x\r\ry"\r5,"6', [["1", "x\r\ry"]], 5),
+        ('a,b\nx"y,"2\n', [], 2),
+    ],
+)
+def test_a_quote_the_end_of_a_csv_file_leaves_open_is_refused(
+    text: str, before: list[list[str]], line: int
+) -> None:
+    """Python's reader gives a field whose quote is never closed as the rest of the file:
+    the rows after a stray quote were one cell, in silence. The rows before it come, then an
+    error at the line its row begins, saying what to do."""
+    rows = files_module._csv("f.csv", iter(text.splitlines(True)), False, ",")
+    read = []
+    with pytest.raises(FileError) as caught:
+        for row in rows:
+            read.append(row)
+    assert read == [["a", "b"], *before]
+    message = str(caught.value)
+    assert message.startswith(f"f.csv line {line} cannot be read as CSV: a quoted field")
+    assert message.endswith("(a stray quote, or a file cut short); read its lines with files.lines")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['a,b\n1,"2\n3"\n', "a,b\n1,2", 'a,b\n1,"x ""y"""\n', 'a,b\n"a"b,"c"\n', "a,b\n\n\n"],
+)
+def test_csv_files_whose_quotes_close_read_as_before(text: str) -> None:
+    """A last row that ends the file with its quotes closed, or no line end, or one that
+    is odd but closed, reads as Python's reader reads it."""
+    import csv
+
+    rows = list(files_module._csv("f.csv", iter(text.splitlines(True)), False, ","))
+    assert rows == list(csv.reader(text.splitlines(True)))
+
+
 def test_the_rows_before_a_bad_line_reach_the_script_first() -> None:
     """A stream's rows come one batch at a time: a bad line failed its whole batch, so the
     rows before it never reached the script, and one that caught the error had not seen
