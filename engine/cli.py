@@ -1243,8 +1243,16 @@ def _command(argv: list[str] | None) -> int:
             raise
         # Past _main, a write fails so on stdout (the log's own writes are StoreUnavailable).
         _stdout_to_devnull()
-        print(f"codemode: {_OutputFailed('the output', e)}", file=sys.stderr)
+        failed = _OutputFailed("the output", e, command=_command_named(argv))
+        print(f"codemode: {failed}", file=sys.stderr)
         return OUTPUT_FAILED
+
+
+def _command_named(argv: list[str] | None) -> str | None:
+    """The command ``argv`` names (its first word that is no option: the top level takes
+    none with a value), for what a failure says after the parse."""
+    words = sys.argv[1:] if argv is None else argv
+    return next((w for w in words if not w.startswith("-")), None)
 
 
 # What a write to a file that cannot take it fails with: a full disk, a quota, an I/O error.
@@ -1252,13 +1260,23 @@ _WRITE_FAILED = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
 
 
 class _OutputFailed(Exception):
-    """What the command writes (its output, its events) could not be written."""
+    """What the command writes (its output, its events) could not be written, and what
+    stands of what it did: ``command`` (None: one that ran a script)."""
 
-    def __init__(self, what: str, error: OSError) -> None:
-        super().__init__(
-            f"cannot write {what} ({error.strerror or error}); what the script did is in its "
-            "log, if it has one (codemode show SCRIPT_ID)"
-        )
+    def __init__(self, what: str, error: OSError, *, command: str | None = None) -> None:
+        if command in _ANSWERS:
+            done = "what it did stands in the log all the same (codemode show SCRIPT_ID)"
+        elif command in _READS:
+            done = "free space where it goes (or send it elsewhere), then run the command again"
+        else:
+            done = "what the script did is in its log, if it has one (codemode show SCRIPT_ID)"
+        super().__init__(f"cannot write {what} ({error.strerror or error}); {done}")
+
+
+# The commands that change a script in the log, then print what they did; those that only
+# read (and write nothing anywhere but their output, so running them again costs nothing).
+_ANSWERS = frozenset({"approve", "reject", "hold", "release"})
+_READS = frozenset({"scripts", "show", "describe", "search", "version"})
 
 
 def _stdout_to_devnull() -> None:

@@ -1452,6 +1452,41 @@ def test_output_to_a_full_disk_is_one_clear_error(where: str) -> None:
     one_clear_line(proc, "cannot write", "No space left on device", code=74)
 
 
+def test_output_of_other_commands_to_a_full_disk_says_what_stands(tmp_path: Path) -> None:
+    """A command that runs no script, its output on a full disk: it said "what the script did
+    is in its log, if it has one" after `scripts` or `describe` too; one that only reads is
+    run again once there is room, one that changed the log did so all the same."""
+    data = tmp_path / "data"
+    paused = codemode(
+        "run", "-", "--tools", "examples/tracker_tools.py", "--data-dir", str(data), "--json",
+        stdin='return await tools.github__comment({ number: 1, body: "hi" });',
+    )  # fmt: skip
+    assert paused.returncode == 3, paused.stderr
+    script_id = json.loads(paused.stdout.splitlines()[0])["script_id"]
+    said: dict[str, str] = {}
+    for command in (
+        ["scripts", "--data-dir", str(data)],
+        ["describe", "--tools", "examples/tracker_tools.py"],
+        ["hold", script_id, "--data-dir", str(data)],
+    ):
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(
+                [sys.executable, "-m", "engine.cli", *command],
+                stdout=full,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=ROOT,
+                timeout=120,
+            )
+        said[command[0]] = one_clear_line(proc, "cannot write the output", code=74)
+    for reader in ("scripts", "describe"):
+        assert "then run the command again" in said[reader], said
+        assert "what the script did" not in said[reader], said
+    assert "what it did stands in the log all the same" in said["hold"], said
+    shown = codemode("show", script_id, "--data-dir", str(data))
+    assert "held" in shown.stdout.splitlines()[0], shown.stdout
+
+
 STUCK_TOOLS = """
 import threading
 from pathlib import Path
