@@ -85,6 +85,9 @@ MAX_UNWELCOMED = 64
 CROWD_AGE = 0.5
 # Seconds between beats while a step runs (wire version 2).
 HEARTBEAT = 1.0
+# The shortest: each step's connection is sent a beat that often, and --heartbeat 1e-9 was
+# taken and sent 66,000 beats a second to each engine, holding the service's CPU meanwhile.
+MIN_HEARTBEAT = 0.01
 # The longest a live process waits for its results here (wire version 3). The engine lets a
 # process go after its own live wait (a few seconds by default); this bounds a client that
 # vanished without closing its connection.
@@ -312,6 +315,11 @@ class RunnerService:
             # 0 would drop every client at once, not wait for ever.
             if not seconds > 0:
                 raise ValueError(f"{name} must be a positive number of seconds, not {seconds}")
+        if heartbeat < MIN_HEARTBEAT:
+            raise ValueError(
+                f"heartbeat must be at least {MIN_HEARTBEAT:g} seconds, not {heartbeat:g}: "
+                "each step's client is sent a beat that often"
+            )
         if max_unwelcomed < 1:
             raise ValueError(f"max_unwelcomed must be at least 1, not {max_unwelcomed}")
         # The welcome carries these, within the wire's bounds: past them, every handshake

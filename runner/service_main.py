@@ -32,6 +32,7 @@ from runner._service import (
     HEARTBEAT,
     IDLE_TIMEOUT,
     LIVE_WAIT,
+    MIN_HEARTBEAT,
     READ_TIMEOUT,
     SLOT_WAIT,
     RunnerService,
@@ -163,7 +164,10 @@ def _parser() -> argparse.ArgumentParser:
         "--heartbeat",
         type=_positive_seconds,
         default=HEARTBEAT,
-        help=f"seconds between beats to the client while a step runs (default {HEARTBEAT:g})",
+        help=(
+            f"seconds between beats to the client while a step runs (default {HEARTBEAT:g}, "
+            f"at least {MIN_HEARTBEAT:g})"
+        ),
     )
     parser.add_argument(
         "--live-wait",
@@ -232,6 +236,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(
                 f"--heartbeat must be a positive number of seconds up to "
                 f"{wire.MAX_HEARTBEAT:g}, not {args.heartbeat}"
+            )
+        if args.heartbeat < MIN_HEARTBEAT:
+            raise ValueError(
+                f"--heartbeat must be at least {MIN_HEARTBEAT:g} seconds, not {args.heartbeat:g}: "
+                f"each step's engine is sent a beat that often (the default is {HEARTBEAT:g})"
             )
         if not 0 < args.live_wait <= wire.MAX_LIVE_WAIT:
             raise ValueError(

@@ -227,6 +227,14 @@ def test_the_service_refuses_a_wait_its_welcome_cannot_carry(option: str, value:
         RunnerService(TOKEN, runner=FakeRunner(), **{option: value})
 
 
+def test_the_service_refuses_a_heartbeat_that_would_flood_its_clients() -> None:
+    """A heartbeat of a nanosecond was taken, and each step's client was sent beats as fast
+    as the service could write them (66,000 a second), the service's CPU with them."""
+    with pytest.raises(ValueError, match=r"heartbeat must be at least 0\.01 seconds, not 1e-09"):
+        RunnerService(TOKEN, runner=FakeRunner(), heartbeat=1e-9)
+    RunnerService(TOKEN, runner=FakeRunner(), heartbeat=0.01)
+
+
 @pytest.mark.parametrize(
     ("option", "value", "said"),
     [
@@ -235,6 +243,8 @@ def test_the_service_refuses_a_wait_its_welcome_cannot_carry(option: str, value:
         ("--python", "/bin/true", "--python /bin/true is not a Python the sandbox can run"),
         ("--slot-wait", "1e300", "--slot-wait must be at most 600 seconds"),
         ("--heartbeat", "1000", "--heartbeat must be a positive number of seconds up to 60"),
+        # Taken, it sent each engine 66,000 beats a second while a step ran.
+        ("--heartbeat", "1e-9", "--heartbeat must be at least 0.01 seconds, not 1e-09"),
         ("--live-wait", "1e9", "--live-wait must be a positive number of seconds up to 3600"),
     ],
 )
