@@ -53,8 +53,9 @@ Live steps (version 3). A ``script`` request may carry ``"live": true``: when th
 on calls and the service can keep its process, the ``step`` answer carries
 ``"live": {"memory": bytes}`` (what the waiting process holds), and the process waits, alive
 and on this connection, for the records of exactly those calls. It holds no slot while it
-waits, and counts against the service's own live budget (a count and memory; the least
-recently kept process is ended first). The connection then carries one of:
+waits, and counts against the service's own live budget (a count and memory; a process that
+does not fit is the one ended, its ``ended`` following its ``step``, and those kept wait on).
+The connection then carries one of:
 
 - client -> service ``{"results": [Record, ...]}`` (the sandbox protocol's line): the same
   run goes on, exactly as a ``script`` step does (``read``, ``beat``, then ``step``, which
