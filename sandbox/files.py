@@ -488,6 +488,9 @@ class RawJson(str):
     checked): encoding its value again would take orjson's buffer (see LONG_TEXT)."""
 
 
+_IN_ONE_LINE = re.compile(r": line 1 column (\d+) \(char \d+\)$")
+
+
 def _jsonl(file_id: str, lines: Iterator[str]) -> Iterator[Any]:
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -502,7 +505,13 @@ def _jsonl(file_id: str, lines: Iterator[str]) -> Iterator[Any]:
                 else orjson.loads(line)
             )
         except ValueError as e:  # both parsers' errors are ValueErrors
-            raise FileError(f"{file_id} line {number} is not JSON: {e}") from None
+            # The parsers place the fault in their input, one line: "line 1 column 7 (char
+            # 6)" after "line 3 is not JSON" read as two places at once.
+            why = _IN_ONE_LINE.sub(r" at column \1", str(e))
+            raise FileError(
+                f"{file_id} line {number} is not JSON: {why}; a stream ends at its first bad "
+                "line: to skip such lines, read the file with files.lines and parse each line"
+            ) from None
         except RecursionError:  # the standard library's depth bound (orjson's is an error)
             raise FileError(
                 f"{file_id} line {number} nests too deeply to be read as JSON data"

@@ -254,6 +254,25 @@ def test_jsonl_skips_blank_lines_and_names_a_bad_line() -> None:
     assert "line 2" in value(bad)
 
 
+@pytest.mark.parametrize("long", [False, True])
+def test_a_bad_jsonl_line_is_placed_once_and_says_how_to_skip_it(long: bool) -> None:
+    """The parser's place in the line was said as its own "line 1 column 2 (char 1)" after
+    "line 2 is not JSON", two lines at once; it is the line's column. A stream ends at a bad
+    line, so the message says how to read past one. Both parsers (a line past LONG_TEXT is
+    parsed by the standard library's)."""
+    pad = " " * (files_module.LONG_TEXT + 1) if long else ""
+    with pytest.raises(FileError) as caught:
+        list(files_module._jsonl("e.jsonl", iter(['{"n": 1}', "{oops" + pad])))
+    message = str(caught.value)
+    assert message.startswith("e.jsonl line 2 is not JSON: ")
+    assert (
+        " at column 2; a stream ends at its first bad line: to skip such lines, read the "
+        in message
+    )
+    assert message.endswith("file with files.lines and parse each line")
+    assert "line 1" not in message and "(char" not in message
+
+
 @pytest.mark.parametrize(
     ("text", "before", "line"),
     [
