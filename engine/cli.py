@@ -985,20 +985,21 @@ def _print_result(
 
 
 async def _run(args: argparse.Namespace) -> int:
+    script = "the script on stdin" if args.script == "-" else f"the script {args.script}"
     try:
         with stoppable_inputs():
             raw = _read_script(args)
         if len(raw) > MAX_CODE_BYTES:
             raise CodeModeError(
-                f"the script {args.script} is over {MAX_CODE_BYTES:,} bytes, the most a script "
-                "may be; write a shorter script that reads its data with tool calls or files"
+                f"{script} is over {MAX_CODE_BYTES:,} bytes, the most a script may be; write "
+                "a shorter script that reads its data with tool calls or files"
             )
         code = raw.decode("utf-8")
     except OSError as e:
-        raise CodeModeError(f"cannot read the script {args.script}: {e.strerror or e}") from None
+        raise CodeModeError(f"cannot read {script}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
         raise CodeModeError(
-            f"the script {args.script} is not UTF-8 text (byte {e.start}); save it as UTF-8"
+            f"{script} is not UTF-8 text (byte {e.start}); save it as UTF-8"
         ) from None
     config = _config(args)
     async with _watching(args) as listeners:

@@ -561,6 +561,24 @@ def test_script_that_is_not_utf8(tmp_path: Path) -> None:
     )
 
 
+def test_a_script_on_stdin_is_named_so() -> None:
+    """A script on stdin that is not UTF-8, or too long, is "the script on stdin" (it was
+    "the script - is over 262,144 bytes")."""
+    too_long = codemode("run", "-", "--tools", "examples/tracker_tools.py", stdin="//" * 200_000)
+    one_clear_line(too_long, "the script on stdin is over 262,144 bytes")
+    not_utf8 = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "run", "-", "--tools", "examples/tracker_tools.py"],
+        capture_output=True,
+        input=b"return '\xff'",
+        cwd=ROOT,
+        timeout=120,
+    )
+    said = subprocess.CompletedProcess(
+        not_utf8.args, not_utf8.returncode, not_utf8.stdout.decode(), not_utf8.stderr.decode()
+    )
+    one_clear_line(said, "the script on stdin is not UTF-8 text")
+
+
 def test_run_says_what_its_tenant_option_is() -> None:
     """`run --help` says what --tenant does (it had no words: a user could not tell what it
     changes)."""
