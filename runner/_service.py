@@ -258,8 +258,8 @@ class RunnerService:
     bytes, wait at once (defaults sized for the machine), and a new one that does not fit is
     ended (those waiting stay). A process counts its resident memory until those of the waiting
     ones pass ``live_memory``, then what ending it gives back (its private memory, measured
-    once: see :meth:`runner.LiveRun.private_bytes`). ``live_max=0`` keeps none. A client
-    that goes away ends its process.
+    once: see :meth:`runner.LiveRun.private_bytes`). ``live_max=0`` or ``live_memory=0`` keeps
+    none. A client that goes away ends its process.
 
     ``line_memory`` bounds the bytes that the lines being read (scripts, live results) hold
     together, the first 64 KiB of each aside (default: :func:`default_line_memory`), and
@@ -746,7 +746,14 @@ class RunnerService:
         log.warning("%s: a line was dropped: %s", conn.peer, e)
 
     def _offers_live(self, version: int) -> bool:
-        return version >= wire.LIVE_WIRE_VERSION and self.live_max > 0 and takes_live(self.runner)
+        # No memory keeps none, as no count does: a process offered would be ended for room
+        # as soon as its step was sent, and the step replayed after its calls.
+        return (
+            version >= wire.LIVE_WIRE_VERSION
+            and self.live_max > 0
+            and self.live_memory > 0
+            and takes_live(self.runner)
+        )
 
     async def _fail(self, conn: wire.Channel, why: str, cause: str) -> None:
         if cause == "protocol":

@@ -188,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
         type=_size("--live-memory"),
         default=None,
         help="bytes (or a size such as 2gb) the waiting live processes may hold together "
-        "(default: a quarter of the memory free at start)",
+        "(default: a quarter of the memory free at start; 0: keep none, every step replays)",
     )
     parser.add_argument(
         "--line-memory",

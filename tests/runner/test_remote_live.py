@@ -149,6 +149,27 @@ async def test_the_service_ends_a_process_past_its_live_wait_or_budget() -> None
         await remote.aclose()
 
 
+@pytest.mark.parametrize("budget", [{"live_max": 0}, {"live_memory": 0}])
+async def test_a_service_with_no_live_budget_keeps_no_process(budget: dict[str, int]) -> None:
+    """No live count, or no live memory, keeps none: the step comes back with no live run and
+    the script goes on by replay. With no memory a process was offered, and ended for room
+    as soon as its step was sent, so each step made a process for nothing and replayed."""
+    local = ProcessRunner(mode="fork")
+    async with services(local, **budget) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        step = await remote.run(script(THREE, tools=TOOLS), live=True)
+        assert step.outcome == "calls" and step.live is None
+        records = _answers(step)
+        step = await remote.run(script(THREE, tools=TOOLS, records=records), live=True)
+        assert step.outcome == "calls" and step.live is None
+        step = await remote.run(
+            script(THREE, tools=TOOLS, records=records + _answers(step)), live=True
+        )
+        assert step.value == [1, 2]
+        assert service.live_ended == 0 and local.live_runs == 0
+        await remote.aclose()
+
+
 async def test_the_services_live_budget_counts_what_processes_cost() -> None:
     """With a live_memory of one process's resident size, the service keeps several waiting
     (each costs its private memory; the rest it shares with the fork server), and still ends
