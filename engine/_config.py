@@ -535,6 +535,8 @@ def _a_lease(value: Any) -> bool:
 
 
 def _shown(value: Any) -> str:
+    if isinstance(value, bool):  # as the file spells it, not Python's True
+        return "true" if value else "false"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 

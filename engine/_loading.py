@@ -30,6 +30,11 @@ def load_tools(path: str | Path) -> tuple[list[Tool], dict[str, Any]]:
     except OSError as e:  # a directory it may not search, a name too long
         raise ConfigError(f"cannot look for the tools file {path} ({e.strerror or e})") from None
     if not there:
+        if path.is_dir():  # a folder of tools (or "."): the file in it is what is wanted
+            raise ConfigError(
+                f"the tools file {path} is a directory: give the file itself (a .py file of "
+                "@tool functions, or a .json file of MCP tools)"
+            )
         raise ConfigError(f"no tools file at {path}")
     if path.suffix == ".json":
         try:

@@ -232,6 +232,14 @@ def test_bad_inputs_get_clear_errors(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "memory" in bad.stderr
 
 
+def test_a_tools_file_that_is_a_directory_says_so(tmp_path: Path) -> None:
+    """`--tools .` (a folder of tools) said "no tools file at .", of a path that is there."""
+    one_clear_line(
+        codemode("describe", "--tools", str(tmp_path)),
+        f"the tools file {tmp_path} is a directory: give the file itself",
+    )
+
+
 def test_resume_without_a_log_says_what_it_needs() -> None:
     """resume needs the session log: without --data-dir it says so and runs nothing."""
     proc = codemode("resume", "abc", "--tools", "examples/tracker_tools.py")

@@ -71,3 +71,9 @@ def test_keys_of_any_type_outside_codemode_are_named() -> None:
     keys: dict[Any, Any] = {"a": 2, 1: 2}
     with pytest.raises(ConfigError, match=r"^config: 1, 'a' are outside any table; "):
         Config.from_mapping(keys)
+
+
+def test_a_boolean_is_shown_as_the_file_spells_it() -> None:
+    """``type_check = false`` was refused as "type_check = False", Python's spelling."""
+    with pytest.raises(ConfigError, match=r"\[codemode\] type_check = false; use "):
+        Config.from_mapping({"codemode": {"type_check": False}})
