@@ -215,8 +215,9 @@ STRIP_STACK_BYTES = 4 * JS_STACK_BYTES
 _FRAME = re.compile(r"<input>:(\d{1,9})(?!\d)")
 # A line that imports or exports (not `import(...)`): a script is a function's body.
 _MODULE_LINE = re.compile(r"\s*(?:import\s*[\w${*\"']|export\b)")
-# A decorator (`@name` at a line's start, or after a space, `{` or `;`).
-_DECORATOR = re.compile(r"(?:^|[\s{;])@[A-Za-z_$]")
+# A decorator (`@name` at a line's start, or after a space, `{` or `;`, or a parameter's:
+# after `(` or `,`, as `constructor(@inject db: Db)`).
+_DECORATOR = re.compile(r"(?:^|[\s{;(,])@[A-Za-z_$]")
 _NO_DECORATORS = "; decorators are not supported in a script: call the function instead"
 _NO_MODULES = (
     "; a script is the body of an async function and has no modules to import or export: "
@@ -841,10 +842,18 @@ class Run(Replay):
         except typescript.StripError as e:
             lines = self._lines(f"<input>:{e.line}") if e.line else []
             message = _cut(e.message, 1000)
-            for written in _DIGIT_TOOL.findall(lines[0].text if lines else ""):
+            text = lines[0].text if lines else ""
+            for written in _DIGIT_TOOL.findall(text):
                 if "_" + written in self.script.tools:  # `tools.2fa_verify`: its name here
                     message = unwritable_tool("_" + written, written, language="javascript")
                     break
+            else:
+                # The notes QuickJS's own syntax errors get (see _failed): a parameter's
+                # decorator is one Sucrase, not QuickJS, stops at.
+                if _MODULE_LINE.match(text):
+                    message += _NO_MODULES
+                elif _DECORATOR.search(text):
+                    message += _NO_DECORATORS
             error = ScriptError(name="SyntaxError", message=message, lines=lines)
             self._end(Ran(outcome="failed", error=error))
 

@@ -3051,9 +3051,13 @@ def test_other_undefined_names_and_caught_errors_keep_the_engines_message() -> N
     [
         ("function dec(t: any) { return t; }\n@dec\nclass A {}\nreturn 1;", 2),
         ("const dec = (t: any) => t;\nclass A {\n  @dec m() {}\n}\nreturn 1;", 3),
+        ("const inj = (...a: any[]) => a;\nclass A {\n  constructor(@inj x: number) {}\n}", 3),
+        ("const inj = (...a: any[]) => a;\nclass A {\n  m(a: number,@inj b: string) {}\n}", 3),
     ],
 )
 def test_decorators_say_they_are_not_supported(code: str, line: int) -> None:
+    """A decorator, a parameter's among them (which said only "Unexpected token"), fails
+    saying decorators are not supported, at its line."""
     ran = run(code)
     assert ran.outcome == "failed" and ran.error is not None
     assert ran.error.name == "SyntaxError"
