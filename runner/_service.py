@@ -618,6 +618,16 @@ class RunnerService:
             await self._refuse(conn, "wrong token")
             return None
         oldest = hello.version if hello.oldest is None else hello.oldest
+        if oldest > hello.version:
+            # Refused as no version in common, it said "the client 5 to 3; upgrade the older
+            # side", which no upgrade mends.
+            await self._refuse(
+                conn,
+                f"no wire version in common: the client's hello says it speaks {oldest} to "
+                f"{hello.version}, none (its oldest is the oldest version it speaks, its "
+                "version the newest)",
+            )
+            return None
         version = min(hello.version, self.wire_version)
         if version < max(oldest, wire.WIRE_OLDEST):
             await self._refuse(

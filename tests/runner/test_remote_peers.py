@@ -200,6 +200,19 @@ async def test_a_version_the_service_does_not_speak(service: RunnerService) -> N
     assert welcome["version"] == 1 and "heartbeat" not in welcome and "live_wait" not in welcome
 
 
+async def test_a_hello_whose_oldest_is_past_its_version_is_named_so(
+    service: RunnerService,
+) -> None:
+    """It was refused as no version in common, "the client 5 to 3; upgrade the older side",
+    which no upgrade mends."""
+    client = await RawClient.connect(service.address)
+    await client.send_json({"hello": {"token": TOKEN, "version": 3, "oldest": 5}})
+    error = (await client.receive())["refused"]["error"]
+    assert "the client's hello says it speaks 5 to 3, none (its oldest is" in error, error
+    assert "upgrade" not in error
+    await still_serves(service)
+
+
 async def test_a_client_with_no_wire_version_in_common_fails_at_once(
     service: RunnerService,
 ) -> None:
