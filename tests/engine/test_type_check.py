@@ -388,6 +388,33 @@ async def test_an_array_kept_in_a_variable_is_left_to_the_tool_where_it_takes_a_
         assert refused.status == "failed" and "TypeCheckError" in refused.text, refused.text
 
 
+@pytest.mark.parametrize("wrong_first", [False, True])
+async def test_errors_past_the_compilers_cut_output_are_left_to_the_run(
+    compiler: str, inproc: InProcessRunner, wrong_first: bool
+) -> None:
+    """Thousands of errors that are not about calls, found in both compilations, make more
+    output than is read (OUTPUT_BYTES): the untyped file's later errors were cut off, so
+    the typed file's were taken for errors about calls, and the script was refused for
+    them. Those past what was read are left to the run; a wrong call before them is still
+    refused at its line."""
+    calls: list[tuple[str, Any]] = []
+    many = "let v: number = 1;\n" + 'v = "s";\n' * 8000
+    assert len(many.encode()) * 2 * 8 > OUTPUT_BYTES  # each line's error takes 8+ bytes
+    if wrong_first:
+        code = 'await tools.get_reviews({ number: "15" });\n' + many + "return 1;"
+    else:
+        code = many + "return await tools.get_reviews({ number: 15 });"
+    result = await engine_for(calls, inproc).run_code(code)
+    if wrong_first:
+        assert result.status == "failed" and result.error is not None
+        assert result.error.get("name") == "TypeCheckError", result.text
+        assert [x["line"] for x in result.error["lines"]] == [1]
+        assert calls == []
+    else:
+        assert result.status == "finished", result.text
+        assert calls == [("get_reviews", 15)]
+
+
 async def test_syntax_error_is_left_to_the_run(compiler: str, inproc: InProcessRunner) -> None:
     """A script the compiler cannot parse is not refused by the check: the run reports it
     with its line, as for any script."""

@@ -202,41 +202,46 @@ class TypeChecker(BoundedChecker):
             (folder / "tools.ts").write_text(declarations, encoding="utf-8")
             (folder / "typed.ts").write_text(_TYPED + code + _FOOTER, encoding="utf-8")
             (folder / "untyped.ts").write_text(_UNTYPED + code + _FOOTER, encoding="utf-8")
-            output, failure = await self._compile(folder)
+            output, failure, cut = await self._compile(folder)
         checked = Checked(failure=failure)
         if failure is None:
             # Lines as the compiler numbers them, which ends one at a lone CR and at U+2028
             # too: counted by LF, a wrong call after such a line was dropped as past the end.
             tools = _DECLARED_TOOL.findall(declarations)
-            checked.problems = _problems(output, source_lines(code, self.language), tools)
+            lines = source_lines(code, self.language)
+            checked.problems = _problems(output, lines, tools, cut=cut)
         return checked
 
-    async def _compile(self, folder: Path) -> tuple[str, str | None]:
+    async def _compile(self, folder: Path) -> tuple[str, str | None, bool]:
+        """The compiler's output, why the check could not finish (or None), and whether the
+        output was cut at OUTPUT_BYTES."""
         argv = [str(self.compiler), *_FLAGS, "tools.ts", "typed.ts", "untyped.ts"]
         ran = await run_bounded(argv, folder, timeout=self.timeout, memory=self.memory)
         if ran is None:
-            return "", timed_out(self.timeout)
+            return "", timed_out(self.timeout), False
         output, status = ran.output, ran.status
         first = output.strip().splitlines()[0][:300] if output.strip() else f"status {status}"
         # The Go runtime's own report of a failed allocation (its first lines vary with where
         # it failed), or of a thread it could not make room for: the data rlimit was met.
         head = "\n".join(output.lstrip().splitlines()[:5])
         if status != 0 and any(sign in head for sign in _OUT_OF_MEMORY):
-            return output, out_of_memory(self.memory)
+            return output, out_of_memory(self.memory), ran.cut
         # Not every failed allocation gets reported: under load the runtime sometimes faults
         # at its data rlimit instead (the kernel's SIGSEGV or SIGBUS, or its own report of
         # one), 2 runs in 4 of the type bomb while the machine was busy.
         faulted = status in FAULTED or (status != 0 and any(sign in head for sign in _FAULTS))
         if faulted and not _ANY_DIAGNOSTIC.search(output):
-            return output, out_of_memory(self.memory)
+            return output, out_of_memory(self.memory), ran.cut
         if ran.cut or status == 0 or (status in (1, 2) and _ANY_DIAGNOSTIC.search(output)):
-            return output, None  # clean, or errors were reported
+            return output, None, ran.cut  # clean, or errors were reported
         if status == -signal.SIGXCPU or status == -signal.SIGKILL:
-            return output, out_of_cpu(self.timeout)
-        return output, crashed(first)
+            return output, out_of_cpu(self.timeout), ran.cut
+        return output, crashed(first), ran.cut
 
 
-def _problems(output: str, script_lines: list[str], tools: list[str]) -> list[TypeProblem]:
+def _problems(
+    output: str, script_lines: list[str], tools: list[str], *, cut: bool = False
+) -> list[TypeProblem]:
     # `file(line,col): error TSn: message`, then the message's details indented below it.
     found: list[tuple[str, int, int, int, list[str]]] = []
     for line in output.splitlines():
@@ -261,10 +266,18 @@ def _problems(output: str, script_lines: list[str], tools: list[str]) -> list[Ty
     if not any(code >= 2000 for _, _, _, code, _ in found):
         return []
     untyped = {(row, column, code) for file, row, column, code, _ in found if file == "untyped"}
+    # Output cut at OUTPUT_BYTES (thousands of errors) ends before the untyped file's later
+    # errors: a typed error at a line it did not reach was reported as about a call (a
+    # namespace repeated 3,000 times gave 'A namespace declaration is only allowed at the
+    # top level...'). tsc writes a file's errors in line order, so the lines before the last
+    # untyped error it wrote are whole; one past them cannot be told, and is left to the run.
+    seen = max((row for row, _, _ in untyped), default=0) if cut else len(script_lines) + 1
     kept = [
         p
         for p in typed
-        if (p.line, p.column, p.code) not in untyped and 1 <= p.line <= len(script_lines)
+        if (p.line, p.column, p.code) not in untyped
+        and 1 <= p.line <= len(script_lines)
+        and p.line < seen
     ]
     return shown_explained(
         kept, lambda p: _explained(str(p.message), tools, script_lines[p.line - 1])
