@@ -253,6 +253,19 @@ async def test_the_scripts_own_typing_is_left_to_the_run(checker: PythonTypeChec
     assert await _problems(checker, code) == []
 
 
+async def test_errors_past_the_checkers_cut_output_are_left_to_the_run(
+    checker: PythonTypeChecker,
+) -> None:
+    """Thousands of errors that are not about calls, found in both files, make more output
+    than is read (OUTPUT_BYTES): the untyped file's errors were cut off, so the typed file's
+    were taken for errors about calls, and the script was refused for them. What was not
+    read is left to the run; with a few such errors, a wrong call is still refused."""
+    many = "v: int = 1\n" + 'v = "s"\n' * 12000
+    assert await _problems(checker, many + "return 1") == []
+    few = 'v: int = 1\nv = "s"\nawait tools.github__list_prs(repo=1)\nreturn 1'
+    assert [line for line, _ in await _problems(checker, few)] == [3]
+
+
 async def test_the_error_classes_a_script_catches_are_declared(
     checker: PythonTypeChecker,
 ) -> None:

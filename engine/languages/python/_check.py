@@ -146,34 +146,36 @@ class PythonTypeChecker(BoundedChecker):
             (folder / "untyped_tools.pyi").write_text(_UNTYPED_STUB, encoding="utf-8")
             (folder / "typed.py").write_text(_TYPED + body, encoding="utf-8")
             (folder / "untyped.py").write_text(_UNTYPED + body, encoding="utf-8")
-            output, failure = await self._run(folder)
+            output, failure, cut = await self._run(folder)
         checked = Checked(failure=failure)
         if failure is None:
-            checked.problems = _problems(output, code, declarations)
+            checked.problems = _problems(output, code, declarations, cut=cut)
         return checked
 
-    async def _run(self, folder: Path) -> tuple[str, str | None]:
+    async def _run(self, folder: Path) -> tuple[str, str | None, bool]:
+        """The checker's output, why the check could not finish (or None), and whether the
+        output was cut at OUTPUT_BYTES."""
         argv = checker_argv(self.path, "typed.py", "untyped.py")
         ran = await run_bounded(
             argv, folder, timeout=self.timeout, memory=self.memory, env=CHECKER_SETTINGS
         )
         if ran is None:
-            return "", timed_out(self.timeout)
+            return "", timed_out(self.timeout), False
         output, status = ran.output, ran.status
         if status != 0 and any(sign in output.lower() for sign in _OUT_OF_MEMORY):
-            return output, out_of_memory(self.memory)
+            return output, out_of_memory(self.memory), ran.cut
         if ran.cut or status == 0 or (status == 1 and _ANY_DIAGNOSTIC.search(output)):
-            return output, None  # clean, or errors were reported
+            return output, None, ran.cut  # clean, or errors were reported
         if status in FAULTED and not _ANY_DIAGNOSTIC.search(output):
-            return output, out_of_memory(self.memory)
+            return output, out_of_memory(self.memory), ran.cut
         if status in (-signal.SIGXCPU, -signal.SIGKILL):
-            return output, out_of_cpu(self.timeout)
+            return output, out_of_cpu(self.timeout), ran.cut
         lines = [
             line
             for line in output.splitlines()
             if line.strip() and "WARN" not in line and not _NOT_SAID.match(line)
         ]
-        return output, crashed(lines[0].strip()[:300] if lines else f"status {status}")
+        return output, crashed(lines[0].strip()[:300] if lines else f"status {status}"), ran.cut
 
 
 def _leading_futures(code: str) -> set[int]:
@@ -235,7 +237,7 @@ _COROUTINE = "`CoroutineType["
 _JOIN_MISMATCH = "No overload of bound method `str.join` matches arguments"
 
 
-def _problems(output: str, code: str, declarations: str) -> list[TypeProblem]:
+def _problems(output: str, code: str, declarations: str, *, cut: bool = False) -> list[TypeProblem]:
     lines = source_lines(code, "python")  # as the checked file has them (see _check)
     script_lines = len(lines)
     found = [m.groups() for m in map(_DIAGNOSTIC.match, output.splitlines()) if m]
@@ -251,10 +253,17 @@ def _problems(output: str, code: str, declarations: str) -> list[TypeProblem]:
         for file, row, column, code, _ in found
         if file == "untyped"
     }
+    # Output cut at OUTPUT_BYTES (thousands of errors) ends before the untyped file's later
+    # errors, or all of them: a typed error it did not reach was reported as about a call.
+    # ty writes a file's errors in line order, so the lines before the last untyped error
+    # read are whole; one past them cannot be told, and is left to the run.
+    seen = max((row for row, _, _ in untyped), default=0) if cut else script_lines + 1
     kept: list[TypeProblem] = []
     keyed: set[int] = set()  # lines where a key's value is left to the tool
     for p in typed:
         if (p.line, p.column, p.code) in untyped or not 1 <= p.line <= script_lines:
+            continue
+        if p.line >= seen:
             continue
         if not _widened(str(p.message), lines[p.line - 1][max(p.column - 1, 0) :]):
             kept.append(p)
