@@ -147,6 +147,24 @@ async def test_drains_on_sigterm(token_file: Path) -> None:
         assert "SIGTERM: draining" in (await process.stderr.read()).decode()
 
 
+@pytest.mark.parametrize(("mode", "warned"), [(0o644, True), (0o640, True), (0o600, False)])
+async def test_a_token_file_others_can_read_is_said(
+    token_file: Path, mode: int, warned: bool
+) -> None:
+    """The README says chmod 600; a token file left readable by others served without a word."""
+    token_file.chmod(mode)
+    async with serving("--token-file", str(token_file)) as (process, address):
+        step = await RemoteRunner([address], TOKEN).run(script("return 1"))
+        assert step.value == 1
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 30) == 0
+        assert process.stderr is not None
+        err = (await process.stderr.read()).decode()
+    said = f"can be read by other users of this machine (mode {mode:04o})"
+    assert (said in err) is warned, err
+    assert (f"chmod 600 {token_file}" in err) is warned, err
+
+
 async def test_a_second_sigterm_stops_it_at_once_and_says_so(token_file: Path) -> None:
     """A second SIGTERM during a drain abandons the steps in flight, and the log says so
     (it said only that it drained, and a step never ended was never named as abandoned)."""
