@@ -124,12 +124,7 @@ class SqliteStore(SqlStore):
             if e.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
                 # A file whose first pages are not SQLite's: as damage found later, but it may
                 # be some other program's file too.
-                raise _damaged(
-                    self.path,
-                    e,
-                    "if it is no codemode log, give data_dir a directory of its own; if it is "
-                    "one, ",
-                ) from None
+                raise _damaged(self.path, e, _NOT_OURS) from None
             raise _open_error(self.path, e) from None
         if str(mode).lower() != "wal":
             # Without it, a commit on the loop's connection would sync there, and readers
@@ -188,10 +183,20 @@ class SqliteStore(SqlStore):
             db = self._connect(check_same_thread=True)
             (version,) = db.execute("PRAGMA user_version").fetchone()
         except sqlite3.DatabaseError as e:
+            if e.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+                raise _damaged(self.path, e, _NOT_OURS) from None  # as a writer says it
             raise _open_error(self.path, e) from None
         if not OLDEST_READ <= version <= SCHEMA_VERSION:
             _check_ours(db, self.path)
+            (tables,) = db.execute("SELECT count(*) FROM sqlite_master").fetchone()
             db.close()
+            if not tables:
+                # No codemode made it (a file touched, or one whose first write failed):
+                # "of an older codemode", as it was called, sent the reader to upgrade it.
+                raise ConfigError(
+                    f"the session log {self.path} is empty: no codemode log was ever written "
+                    "to it; check the data_dir (run or worker makes the log)"
+                )
             if version > SCHEMA_VERSION:
                 raise _newer(self.path, version)
             raise ConfigError(
@@ -446,6 +451,10 @@ def _open_error(path: Path, error: sqlite3.Error) -> ConfigError | StoreUnavaila
             "space on it, then run the command again"
         )
     return ConfigError(f"cannot open the session log {path}: {error}")
+
+
+# What a damaged log's error says first, of a file that may be no codemode log at all.
+_NOT_OURS = "if it is no codemode log, give data_dir a directory of its own; if it is one, "
 
 
 def _damaged(path: Path, error: Exception, first: str = "") -> StoreUnavailable:

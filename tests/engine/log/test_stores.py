@@ -247,6 +247,21 @@ async def test_sqlite_read_only_reads_a_log_as_it_is(tmp_path: Path) -> None:
             SqliteStore(tmp_path, read_only=True)
 
 
+def test_sqlite_read_only_names_an_empty_file_and_one_not_sqlite(tmp_path: Path) -> None:
+    """Read (``codemode scripts``), an empty codemode.sqlite3 (touched, or left by a first
+    write that failed) was "of an older codemode (schema 0)", to be upgraded by a writer; a
+    file that is not SQLite was "file is not a database" alone, where a writer says it is
+    damaged and what to do."""
+    (tmp_path / SqliteStore.FILE_NAME).write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"is empty: no codemode log was ever written to it"):
+        SqliteStore(tmp_path, read_only=True)
+    (tmp_path / SqliteStore.FILE_NAME).write_bytes(b"not a database at all " * 200)
+    for read_only in (True, False):
+        with pytest.raises(StoreUnavailable, match="if it is no codemode log") as raised:
+            SqliteStore(tmp_path, read_only=read_only)
+        assert raised.value.permanent and "is damaged" in str(raised.value)
+
+
 async def test_sqlite_refuses_a_newer_log(tmp_path: Path) -> None:
     db = sqlite3.connect(tmp_path / SqliteStore.FILE_NAME)
     db.execute("PRAGMA user_version = 99")
