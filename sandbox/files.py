@@ -600,8 +600,8 @@ def _chunks(files: Files, info: FileInfo, size: int, offset: int) -> Iterator[st
 
 class _RowLines:
     """The lines a CSV reader takes: how many (``count``), those of the row it reads now
-    (``row``, emptied as a row begins; a blank line is counted, not kept: it opens or closes
-    no quote, and a file of blank lines held them all), and whether the file's end was met."""
+    (``row``, emptied as a row begins: a blank line is a row of its own, ``[]``), and
+    whether the file's end was met."""
 
     def __init__(self, lines: Iterator[str]) -> None:
         self._lines = lines
@@ -619,8 +619,7 @@ class _RowLines:
             self.ended = True
             raise
         self.count += 1
-        if line.strip("\r\n"):
-            self.row.append(line)
+        self.row.append(line)
         return line
 
 
