@@ -434,10 +434,17 @@ def parse_address(address: str) -> tuple[str, int]:
     host, sep, port = address.strip().rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    # ASCII digits alone: str.isdigit takes '²', which int() then refused with its own words
+    # (and fullwidth digits, which it read as ASCII ones).
+    if not sep or not host or not (port.isascii() and port.isdigit()):
         raise ValueError(
             f"runner address {address!r} is not HOST:PORT (for example 10.0.0.5:7300, "
             "or [::1]:7300 for IPv6)"
+        )
+    digits = port.lstrip("0") or "0"
+    if len(digits) > 5 or int(digits) > 65535:  # int() refuses 4,300 digits and more
+        raise ValueError(
+            f"runner address {address[:80]!r} has a port past 65535, the highest there is"
         )
     try:
         # As connecting and listening encode it: a name they refuse raised UnicodeError
@@ -448,7 +455,7 @@ def parse_address(address: str) -> tuple[str, int]:
             f"runner address {address!r} has no host name: {host!r} has an empty part or "
             "one over 63 characters (for example runner1.example.com:7300)"
         ) from None
-    return host, int(port)
+    return host, int(digits)
 
 
 def keepalive(writer: asyncio.StreamWriter) -> None:

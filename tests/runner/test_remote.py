@@ -447,6 +447,14 @@ def test_from_options(tmp_path: Path) -> None:
         RemoteRunner.from_options({"addresses": "h:1"}, environ={"CODEMODE_RUNNER_TOKEN": "a"})
     with pytest.raises(ValueError, match="is not HOST:PORT"):
         RemoteRunner.from_options({"addresses": ["h"]}, environ={"CODEMODE_RUNNER_TOKEN": "a"})
+    # A superscript is a digit to str.isdigit, and int() refused it in its own words ("invalid
+    # literal for int()"); a fullwidth port was read as the ASCII one.
+    for port in ("\u00b2", "\uff17\uff13\uff10\uff10"):
+        with pytest.raises(ValueError, match=f"runner address 'h:{port}' is not HOST:PORT"):
+            RemoteRunner.from_options({"addresses": [f"h:{port}"], "token": "a"}, environ={})
+    for port in ("70000", "9" * 5000):  # int() refuses 5,000 digits in its own words
+        with pytest.raises(ValueError, match="has a port past 65535, the highest there is"):
+            RemoteRunner.from_options({"addresses": [f"h:{port}"], "token": "a"}, environ={})
     # Host names that connecting refuses (an empty part, one past 63 characters) were
     # taken, and failed the first step with a UnicodeError's traceback.
     for host in ("runner..example.com", "x" * 64 + ".example.com"):
