@@ -691,6 +691,13 @@ def data_directory(data_dir: str | Path) -> Path:
         ) from None
     if exists and not path.is_dir():
         raise not_a_directory(path)
+    for link in (path, *path.parents) if not exists else ():
+        if link.is_symlink() and not link.exists():  # mkdir says "File exists", of nothing
+            where = "" if link == path else f": {link}"
+            raise ConfigError(
+                f"data_dir {path}{where} is a link to {os.readlink(link)}, which is not there; "
+                "make that directory, or give another data_dir"
+            )
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:

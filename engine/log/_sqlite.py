@@ -450,6 +450,11 @@ def _open_error(path: Path, error: sqlite3.Error) -> ConfigError | StoreUnavaila
             f"cannot open the session log {path}: the disk it is on is full ({error}); free "
             "space on it, then run the command again"
         )
+    if path.is_dir():  # which SQLite calls "unable to open database file"
+        return ConfigError(
+            f"the session log {path} is a directory, not a file: move it away, or give "
+            "another data_dir"
+        )
     return ConfigError(f"cannot open the session log {path}: {error}")
 
 

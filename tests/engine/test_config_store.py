@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from engine import Config, ConfigError, MemoryStore, PostgresStore, SqliteStore
+from engine._config import data_directory
 
 
 def _config(tmp_path: Path, text: str) -> Config:
@@ -170,3 +171,14 @@ async def test_a_host_makes_the_clis_engine_from_a_config_file(tmp_path: Path) -
         assert (tmp_path / "data" / SqliteStore.FILE_NAME).exists()
     finally:
         await engine.aclose()
+
+
+def test_a_data_dir_through_a_dangling_link_names_the_link(tmp_path: Path) -> None:
+    """A data_dir that is (or is under) a link to a path that is not there was "cannot make
+    the directory (File exists)", of a path that does not exist."""
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match=r"gone is a link to .*nowhere, which is not there"):
+        data_directory(tmp_path / "gone")
+    with pytest.raises(ConfigError, match=r"sub/log: .*gone is a link to .*nowhere, which is not"):
+        data_directory(tmp_path / "gone" / "sub" / "log")
+    assert not (tmp_path / "nowhere").exists()

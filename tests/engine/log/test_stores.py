@@ -262,6 +262,13 @@ def test_sqlite_read_only_names_an_empty_file_and_one_not_sqlite(tmp_path: Path)
         assert raised.value.permanent and "is damaged" in str(raised.value)
 
 
+def test_sqlite_log_that_is_a_directory_says_so(tmp_path: Path) -> None:
+    """A directory where the log's file goes was "unable to open database file" alone."""
+    (tmp_path / SqliteStore.FILE_NAME).mkdir()
+    with pytest.raises(ConfigError, match=r"codemode.sqlite3 is a directory, not a file: move"):
+        SqliteStore(tmp_path)
+
+
 async def test_sqlite_refuses_a_newer_log(tmp_path: Path) -> None:
     db = sqlite3.connect(tmp_path / SqliteStore.FILE_NAME)
     db.execute("PRAGMA user_version = 99")
