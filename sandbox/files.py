@@ -753,7 +753,12 @@ class _Workbook:
 
     def _checked(self, name: str) -> None:
         if self.zip.getinfo(name).file_size > MAX_XLSX_XML:
-            raise FileError(f"the workbook part {name} is over {_size(MAX_XLSX_XML)} unpacked")
+            # A zip bomb, or a sheet too big to read here: either way the remedy is a form
+            # that is read as it streams.
+            raise FileError(
+                f"the workbook part {name} is over {_size(MAX_XLSX_XML)} unpacked, more than "
+                "is read of one part; ask for the sheet as CSV, which files.csv reads row by row"
+            )
 
     def _elements(self, name: str, keep: str) -> Iterator[ElementTree.Element]:
         """Each ``keep`` element (a ``row``, an ``si``) of part ``name`` as it ends, whole; the

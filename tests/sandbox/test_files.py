@@ -273,6 +273,30 @@ def test_a_bad_jsonl_line_is_placed_once_and_says_how_to_skip_it(long: bool) -> 
     assert "line 1" not in message and "(char" not in message
 
 
+def test_an_xlsx_part_past_the_unpacked_bound_is_refused_saying_what_to_do() -> None:
+    """A zip bomb (a sheet of 65 MiB of blanks, 64 KiB packed) is refused before it is
+    unpacked, naming the part and the bound; the message said nothing of what to do (a
+    real sheet that big meets it too): it says to ask for the sheet as CSV."""
+    part = b"<worksheet><sheetData>" + b" " * (files_module.MAX_XLSX_XML + 1) + b"</sheetData>"
+    buffer = io.BytesIO()
+    book = zipfile.ZipFile(io.BytesIO(BLOBS["book.xlsx"]))
+    with book, zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bomb:
+        for item in book.infolist():
+            data = part if item.filename == "xl/worksheets/sheet1.xml" else book.read(item)
+            bomb.writestr(item, data)
+    infos = [FileInfo(id="bomb.xlsx", mime=MIME["xlsx"], size=len(buffer.getvalue()))]
+    files = files_module.Files(
+        infos, Limits(), lambda _i, offset, length: buffer.getvalue()[offset : offset + length]
+    )
+    handle = files.open("xlsx", "bomb.xlsx", {})
+    with pytest.raises(FileError) as caught:
+        files.next(handle)
+    assert str(caught.value) == (
+        "bomb.xlsx: the workbook part xl/worksheets/sheet1.xml is over 64 MiB unpacked, more "
+        "than is read of one part; ask for the sheet as CSV, which files.csv reads row by row"
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "before", "line"),
     [
