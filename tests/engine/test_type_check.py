@@ -177,6 +177,29 @@ async def test_wrong_call_fails_before_any_call(
     assert (await engine.resume(result.script_id)).text == result.text
 
 
+@pytest.mark.parametrize(
+    ("head", "checked"),
+    [
+        ("// @ts-nocheck\n", False),
+        ("\n  // looks up reviews\n/* twice */ //@ts-nocheck\n", False),
+        ("const a = 1;\n// @ts-nocheck\n", True),  # not at the top: TypeScript reads it not
+    ],
+)
+async def test_a_script_that_begins_with_ts_nocheck_is_left_to_the_run(
+    compiler: str, inproc: InProcessRunner, head: str, checked: bool
+) -> None:
+    """`// @ts-nocheck` among the comments a script begins with: TypeScript checks nothing
+    of such a file, and the check does not either; the call's arguments are the tool's own
+    check's then. The check's line before the script put the comment past the file's top,
+    and the script was refused."""
+    calls: list[tuple[str, Any]] = []
+    engine = engine_for(calls, inproc)
+    result = await engine.run_code(head + "return await tools.get_reviews({ number: '15' })")
+    assert result.status == "failed" and result.error is not None, result.text
+    assert (result.error["name"] == "TypeCheckError") == checked, result.text
+    assert bool(inproc.steps) != checked  # the run met the tool's check of its arguments
+
+
 async def test_refused_script_runs_once_fixed(compiler: str, inproc: InProcessRunner) -> None:
     """The same engine runs the corrected script: the check passes it, its calls run."""
     calls: list[tuple[str, Any]] = []

@@ -65,6 +65,9 @@ _HEADER = (
     "declare const tools: {tools}; declare const files: any; declare const console: any; "
     "export {{}}; async function __cm_script() {{\n"
 )
+# `// @ts-nocheck` as a comment of its own line (see _asks_no_check).
+_NO_CHECK = re.compile(r"//[ \t]*@ts-nocheck\b")
+_SPACES = re.compile(r"\s*")
 _TYPED = _HEADER.format(tools='import("./tools").Tools')
 _UNTYPED = _HEADER.format(tools="any")
 _FOOTER = "\n}\n"
@@ -197,6 +200,8 @@ class TypeChecker(BoundedChecker):
         return self.path
 
     async def _check(self, code: str, declarations: str) -> Checked:
+        if _asks_no_check(code):
+            return Checked()
         with tempfile.TemporaryDirectory(prefix="codemode-check-") as directory:
             folder = Path(directory)
             (folder / "tools.ts").write_text(declarations, encoding="utf-8")
@@ -237,6 +242,30 @@ class TypeChecker(BoundedChecker):
         if status == -signal.SIGXCPU or status == -signal.SIGKILL:
             return output, out_of_cpu(self.timeout), ran.cut
         return output, crashed(first), ran.cut
+
+
+def _asks_no_check(code: str) -> bool:
+    """Whether ``// @ts-nocheck`` is among the comments ``code`` begins with, where
+    TypeScript reads it and checks nothing of the file. The check's own line before the
+    script put it past the file's top, and a script that asked not to be checked was
+    refused. (A scan, not one pattern: a pattern of repeated spaces and comments took time
+    exponential in them.)"""
+    at, end = 0, len(code)
+    while True:
+        at = _SPACES.match(code, at).end()  # type: ignore[union-attr]  # it always matches
+        if code.startswith("//", at):
+            line_end = code.find("\n", at)
+            line_end = end if line_end < 0 else line_end
+            if _NO_CHECK.match(code, at, line_end):
+                return True
+            at = line_end
+        elif code.startswith("/*", at):
+            closed = code.find("*/", at + 2)
+            if closed < 0:
+                return False
+            at = closed + 2
+        else:
+            return False
 
 
 def _problems(
