@@ -35,6 +35,7 @@ Unknown keys and bad values are refused with a :class:`ConfigError` naming them.
 
 from __future__ import annotations
 
+import errno
 import os
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from engine._errors import ConfigError
+from engine._errors import ConfigError, StoreUnavailable
 from engine._limits import MAX_SECONDS, Limits, parse_size
 from engine._limits import SECONDS as _SECONDS
 from engine._limits import is_seconds as _seconds
@@ -280,18 +281,18 @@ class Config:
         data_dir = section.get("data_dir")
         if data_dir is not None and not _a_path(data_dir):
             raise ConfigError(
-                f"{where}: [codemode] data_dir = {_shown(data_dir)} must be the path of a "
+                f"{where}: [codemode] data_dir = {_in_file(data_dir)} must be the path of a "
                 "directory (a non-empty string)"
             )
         queue_timeout = section.get("queue_timeout", 300.0)
         if not _seconds(queue_timeout):
             raise ConfigError(
-                f"{where}: [codemode] queue_timeout = {_shown(queue_timeout)} must be {_SECONDS}"
+                f"{where}: [codemode] queue_timeout = {_in_file(queue_timeout)} must be {_SECONDS}"
             )
         type_check = section.get("type_check", "on")
         if type_check not in ("on", "off"):
             raise ConfigError(
-                f'{where}: [codemode] type_check = {_shown(type_check)}; use "on" or "off"'
+                f'{where}: [codemode] type_check = {_in_file(type_check)}; use "on" or "off"'
             )
         language = check_language(
             section.get("language", "javascript"), where=f"{where}: [codemode] language"
@@ -411,7 +412,8 @@ def _store(table: Any, where: str) -> StoreConfig:
     kind = table.get("kind")
     if kind is not None and kind not in ("sqlite", "postgres", "memory"):
         raise ConfigError(
-            f'{where}: [codemode.store] kind = {_shown(kind)}; use "sqlite", "postgres" or "memory"'
+            f"{where}: [codemode.store] kind = {_in_file(kind)}; "
+            'use "sqlite", "postgres" or "memory"'
         )
     lease_ms = table.get("lease_ms", DEFAULT_LEASE_MS)
     if not _a_lease(lease_ms):
@@ -470,7 +472,7 @@ def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:
     at = f"{where}: [codemode.runner]"
     kind = table.get("kind", "local")
     if kind not in ("local", "remote"):
-        raise ConfigError(f'{at} kind = {_shown(kind)}; use "local" or "remote"')
+        raise ConfigError(f'{at} kind = {_in_file(kind)}; use "local" or "remote"')
     options = {k: v for k, v in table.items() if k != "kind"}
     if kind == "remote":
         refuse_unknown(options, set(REMOTE_OPTIONS), f'{at} kind = "remote"')
@@ -504,7 +506,7 @@ def _runner(table: Any, where: str, base: Path | None) -> RunnerConfig:
         refuse_unknown(options, _LOCAL_OPTIONS, f'{at} kind = "local"')
         mode = options.get("mode", "pool")
         if mode not in ("pool", "fork", "exec"):
-            raise ConfigError(f'{at} mode = {_shown(mode)}; use "pool", "fork" or "exec"')
+            raise ConfigError(f'{at} mode = {_in_file(mode)}; use "pool", "fork" or "exec"')
         slots = options.get("slots")
         if slots is not None and (
             isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= MAX_SLOTS
@@ -535,10 +537,16 @@ def _a_lease(value: Any) -> bool:
 
 
 def _shown(value: Any) -> str:
-    if isinstance(value, bool):  # as the file spells it, not Python's True
-        return "true" if value else "false"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _in_file(value: Any) -> str:
+    """A value of codemode.toml's as the file spells it (``false``, not Python's ``False``);
+    a keyword's of ``CodeMode(...)`` is :func:`_shown` as Python spells it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return _shown(value)
 
 
 def build_runner(config: RunnerConfig) -> ScriptRunner:
@@ -691,16 +699,26 @@ def data_directory(data_dir: str | Path) -> Path:
         ) from None
     if exists and not path.is_dir():
         raise not_a_directory(path)
-    for link in (path, *path.parents) if not exists else ():
-        if link.is_symlink() and not link.exists():  # mkdir says "File exists", of nothing
-            where = "" if link == path else f": {link}"
-            raise ConfigError(
-                f"data_dir {path}{where} is a link to {os.readlink(link)}, which is not there; "
-                "make that directory, or give another data_dir"
-            )
     try:
         path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # of nothing: a link that leads nowhere, here or above
+        for link in (path, *path.parents):
+            if link.is_symlink() and not link.exists():
+                where = "" if link == path else f": {link}"
+                # The end of its chain of links (the first may be one too), or where it loops.
+                end = os.path.realpath(link)
+                raise ConfigError(
+                    f"data_dir {path}{where} is a link that leads to {end}, which is not there "
+                    "(or loops); make that directory, or give another data_dir"
+                ) from None
+        raise not_a_directory(path) from None
     except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            # As a full disk under an existing log is (exit 75): free space, run again.
+            raise StoreUnavailable(
+                f"data_dir {path}: cannot make the directory: the disk it is on is full "
+                f"({e.strerror}); free space there, then run again"
+            ) from None
         raise ConfigError(
             f"data_dir {path}: cannot make the directory ({e.strerror or e}); give a directory "
             "this process can create"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from engine import Config, ConfigError
+from engine import CodeMode, Config, ConfigError
 
 
 @pytest.mark.parametrize(
@@ -77,3 +77,6 @@ def test_a_boolean_is_shown_as_the_file_spells_it() -> None:
     """``type_check = false`` was refused as "type_check = False", Python's spelling."""
     with pytest.raises(ConfigError, match=r"\[codemode\] type_check = false; use "):
         Config.from_mapping({"codemode": {"type_check": False}})
+    # A keyword of CodeMode(...) is said as Python spells it (the file's spelling leaked in).
+    with pytest.raises(ConfigError, match=r"^tool_threads = True must be"):
+        CodeMode(tool_threads=True)

@@ -177,8 +177,13 @@ def test_a_data_dir_through_a_dangling_link_names_the_link(tmp_path: Path) -> No
     """A data_dir that is (or is under) a link to a path that is not there was "cannot make
     the directory (File exists)", of a path that does not exist."""
     (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
-    with pytest.raises(ConfigError, match=r"gone is a link to .*nowhere, which is not there"):
+    with pytest.raises(ConfigError, match=r"gone is a link that leads to .*nowhere, which is not"):
         data_directory(tmp_path / "gone")
-    with pytest.raises(ConfigError, match=r"sub/log: .*gone is a link to .*nowhere, which is not"):
+    with pytest.raises(ConfigError, match=r"sub/log: .*gone is a link that leads to .*nowhere, "):
         data_directory(tmp_path / "gone" / "sub" / "log")
     assert not (tmp_path / "nowhere").exists()
+    # Through a chain of links, the end of the chain (the first hop is there, as a link).
+    (tmp_path / "first").symlink_to(tmp_path / "second")
+    (tmp_path / "second").symlink_to(tmp_path / "end")
+    with pytest.raises(ConfigError, match=r"first is a link that leads to .*/end, which is not"):
+        data_directory(tmp_path / "first")

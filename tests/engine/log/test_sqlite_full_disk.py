@@ -100,3 +100,44 @@ def test_a_log_whose_disk_filled_says_so_to_a_writer_and_a_reader(tmp_path: Path
     for line in said:
         assert line.startswith("StoreUnavailable transient "), said
         assert "the disk it is on is full" in line, said
+
+
+_MAKE_DIR = r"""
+import ctypes, os, sys
+from engine import CodeModeError, StoreUnavailable
+from engine._config import data_directory
+
+where = sys.argv[1]
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.mount(b"none", where.encode(), b"tmpfs", 0, b"size=64k,nr_inodes=2") != 0:
+    print("NO MOUNT", os.strerror(ctypes.get_errno()))
+    sys.exit(0)
+os.mkdir(os.path.join(where, "taken"))  # the last inode
+try:
+    data_directory(os.path.join(where, "new", "log"))
+except StoreUnavailable as e:
+    print("StoreUnavailable", "permanent" if e.permanent else "transient", e)
+except CodeModeError as e:
+    print(type(e).__name__, e)
+"""
+
+
+def test_a_new_data_dir_on_a_full_disk_says_so(tmp_path: Path) -> None:
+    """A data_dir to be made on a full disk was a ConfigError (exit code 2) telling to give
+    a directory this process can create; it is a full disk, as under an existing log (75)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        require("root and unshare (util-linux): to mount a small tmpfs in a namespace")
+    where = tmp_path / "disk"
+    where.mkdir()
+    done = subprocess.run(
+        ["unshare", "--mount", sys.executable, "-c", _MAKE_DIR, str(where)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[3],
+    )
+    assert done.returncode == 0, done.stderr
+    if done.stdout.startswith("NO MOUNT"):
+        require(f"a tmpfs mount in a mount namespace ({done.stdout.strip()})")
+    assert done.stdout.startswith("StoreUnavailable transient data_dir "), done.stdout
+    assert "the disk it is on is full" in done.stdout, done.stdout
