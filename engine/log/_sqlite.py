@@ -438,6 +438,10 @@ def _no_room(path: Path, error: sqlite3.Error) -> bool:
         disk = os.statvfs(path.parent)
     except OSError:
         return error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_FULL
+    if disk.f_flag & os.ST_RDONLY or disk.f_blocks == 0:
+        # A read-only mount (an image, a pseudo-filesystem) has no room to give either, and
+        # was told "free space, then run again" (exit 75: a supervisor retried for ever).
+        return False
     # Under a megabyte: a log's first pages, its WAL and shared memory need more than that.
     return disk.f_bavail * disk.f_frsize < 1 << 20 or (disk.f_files > 0 and disk.f_favail == 0)
 

@@ -141,3 +141,43 @@ def test_a_new_data_dir_on_a_full_disk_says_so(tmp_path: Path) -> None:
         require(f"a tmpfs mount in a mount namespace ({done.stdout.strip()})")
     assert done.stdout.startswith("StoreUnavailable transient data_dir "), done.stdout
     assert "the disk it is on is full" in done.stdout, done.stdout
+
+
+_READ_ONLY = r"""
+import ctypes, os, sys
+from engine import CodeModeError, SqliteStore, StoreUnavailable
+
+where = sys.argv[1]
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.mount(b"none", where.encode(), b"tmpfs", 1, b"size=512k") != 0:  # 1: MS_RDONLY
+    print("NO MOUNT", os.strerror(ctypes.get_errno()))
+    sys.exit(0)
+try:
+    SqliteStore(where)
+except StoreUnavailable as e:
+    print("StoreUnavailable", "permanent" if e.permanent else "transient", e)
+except CodeModeError as e:
+    print(type(e).__name__, e)
+"""
+
+
+def test_a_log_on_a_read_only_disk_is_not_said_full(tmp_path: Path) -> None:
+    """A read-only mount reports no room free: a log there was said to be on a full disk,
+    to be run again once there is room (exit code 75, which a supervisor retries for ever);
+    it is the error SQLite gives, a ConfigError (exit code 2)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        require("root and unshare (util-linux): to mount a small tmpfs in a namespace")
+    where = tmp_path / "disk"
+    where.mkdir()
+    done = subprocess.run(
+        ["unshare", "--mount", sys.executable, "-c", _READ_ONLY, str(where)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[3],
+    )
+    assert done.returncode == 0, done.stderr
+    if done.stdout.startswith("NO MOUNT"):
+        require(f"a tmpfs mount in a mount namespace ({done.stdout.strip()})")
+    assert done.stdout.startswith("ConfigError cannot open the session log "), done.stdout
+    assert "full" not in done.stdout, done.stdout
