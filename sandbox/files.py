@@ -88,9 +88,6 @@ class Files:
         self.bytes_read = 0
         self._ahead: tuple[str, int, bytes] | None = None  # (file, offset, bytes) read ahead
         self.streams: dict[int, Iterator[Any]] = {}
-        # A stream's error met after items of its batch: raised at its next batch, so the
-        # script has the items before it first (see next).
-        self._failed: dict[int, FileError] = {}
         self._next_handle = 1
         self.shown: list[str] = []
         self.shown_text = 0
@@ -290,9 +287,6 @@ class Files:
         """The next batch of a stream, and whether the stream is done (and closed). A
         stream's error (a JSONL line that is not JSON) comes after the items before it: a
         batch that met one ends there, and the next batch raises it."""
-        failed = self._failed.pop(handle, None)
-        if failed is not None:
-            raise failed
         stream = self.streams.get(handle)
         if stream is None:
             return [], True
@@ -305,13 +299,16 @@ class Files:
                 if size >= BATCH_BYTES or len(batch) >= BATCH_ITEMS:
                     return batch, False
         except FileError as e:
+            if batch:
+                # The rows before a bad line were read well: raised with the batch, they were
+                # lost, and a script that caught the error had not seen rows the file holds.
+                # Its error is the stream's next batch, the slot counted until then; made
+                # anew, it holds none of the frames or the parser's error (their batches).
+                self.close(handle)
+                self.streams[handle] = _raising(FileError(str(e)))
+                return batch, False
             self.close(handle)  # a stream that failed is closed, so its slot is free again
-            if not batch:
-                raise
-            # The rows before a bad line were read well: raised with the batch, they were
-            # lost, and a script that caught the error had not seen rows the file holds.
-            self._failed[handle] = e
-            return batch, False
+            raise
         except BaseException:
             self.close(handle)
             raise
@@ -319,7 +316,6 @@ class Files:
         return batch, True
 
     def close(self, handle: int) -> None:
-        self._failed.pop(handle, None)
         stream = self.streams.pop(handle, None)
         if stream is not None and hasattr(stream, "close"):
             stream.close()
@@ -528,10 +524,10 @@ def _jsonl(file_id: str, lines: Iterator[str]) -> Iterator[Any]:
 
 
 def _csv(file_id: str, lines: Iterator[str], header: bool, delimiter: str) -> Iterator[Any]:
-    source = _RowLines(lines)
-    reader = csv.reader(source, delimiter=delimiter)
+    ended: list[bool] = []
+    reader = csv.reader(itertools.chain(lines, _end_marked(ended)), delimiter=delimiter)
     names: _Columns | None = None
-    for row in _closed(file_id, _csv_rows(file_id, reader), source, delimiter):
+    for row in _csv_rows(file_id, reader, ended):
         if header and names is None:
             names = _Columns(row)
             continue
@@ -598,61 +594,27 @@ def _chunks(files: Files, info: FileInfo, size: int, offset: int) -> Iterator[st
             yield text
 
 
-class _RowLines:
-    """The lines a CSV reader takes: how many (``count``), those of the row it reads now
-    (``row``, emptied as a row begins: a blank line is a row of its own, ``[]``), and
-    whether the file's end was met."""
-
-    def __init__(self, lines: Iterator[str]) -> None:
-        self._lines = lines
-        self.row: list[str] = []
-        self.count = 0
-        self.ended = False
-
-    def __iter__(self) -> _RowLines:
-        return self
-
-    def __next__(self) -> str:
-        try:
-            line = next(self._lines)
-        except StopIteration:
-            self.ended = True
-            raise
-        self.count += 1
-        self.row.append(line)
-        return line
+def _raising(error: FileError) -> Iterator[Any]:
+    """A stream whose next item is ``error``: one that met it after items of its batch."""
+    raise error
+    yield  # a generator: raises when it is read
 
 
-def _closed(
-    file_id: str, rows: Iterator[list[str]], source: _RowLines, delimiter: str
-) -> Iterator[list[str]]:
-    """``rows``, refusing a last row whose quote the file's end left open: Python's reader
-    gave it as a field holding the rest of the file, so a stray quote on line 2 of a
-    thousand read as one row, in silence. Only the last row can be open, and its own lines
-    are read again, strictly, to tell."""
+def _end_marked(ended: list[bool]) -> Iterator[str]:
+    """No line: put after a file's lines, it marks in ``ended`` that the reader read past
+    them all."""
+    ended.append(True)
+    yield from ()
+
+
+def _csv_rows(file_id: str, reader: Any, ended: list[bool]) -> Iterator[list[str]]:
+    """The rows of a ``csv.reader`` of a file's lines then :func:`_end_marked`'s; what it
+    refuses is the file's fault, said to the script. A row the reader gives after the file's
+    last line is one whose quote the file's end left open (Python's reader gives one then
+    for no other reason): it held the rest of the file as a field, so a stray quote on line 2
+    of a thousand read as one row, in silence."""
     while True:
-        line = source.count + 1
-        source.row = []
-        row = next(rows, None)
-        if row is None:
-            return
-        if source.ended:
-            try:
-                for _ in csv.reader(source.row, delimiter=delimiter, strict=True):
-                    pass
-            except csv.Error as e:
-                if str(e) == "unexpected end of data":
-                    raise FileError(
-                        f"{file_id} line {line} cannot be read as CSV: a quoted field opened "
-                        "there is not closed by the end of the file (a stray quote, or a file "
-                        "cut short); read its lines with files.lines"
-                    ) from None
-        yield row
-
-
-def _csv_rows(file_id: str, reader: Any) -> Iterator[list[str]]:
-    """The rows of a ``csv.reader``; what it refuses is the file's fault, said to the script."""
-    while True:
+        line = reader.line_num + 1
         try:
             row = next(reader)
         except StopIteration:
@@ -668,6 +630,12 @@ def _csv_rows(file_id: str, reader: Any) -> Iterator[list[str]]:
             raise FileError(
                 f"{file_id} line {reader.line_num} cannot be read as CSV: {why}"
             ) from None
+        if ended:
+            raise FileError(
+                f"{file_id} line {line} cannot be read as CSV: a quoted field opened there is "
+                "not closed by the end of the file (a stray quote, or a file cut short); read "
+                "its lines with files.lines"
+            )
         yield row
 
 

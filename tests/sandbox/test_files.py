@@ -304,6 +304,9 @@ def test_an_xlsx_part_past_the_unpacked_bound_is_refused_saying_what_to_do() -> 
         ('a,b\r\n1,2\r\n\r\n3,"4\r\n', [["1", "2"], []], 4),
         ('a,b\r1,"x\r\ry"\r5,"6', [["1", "x\r\ry"]], 5),
         ('a,b\nx"y,"2\n', [], 2),
+        # A field closed oddly before the open one: the strict re-read stopped at that, and
+        # let the open quote through.
+        ('a,b\n"x"y,"d\ne,f\n', [], 2),
     ],
 )
 def test_a_quote_the_end_of_a_csv_file_leaves_open_is_refused(
@@ -359,6 +362,14 @@ def test_the_rows_before_a_bad_line_reach_the_script_first() -> None:
     bad = "for await (const v of files.jsonl('bad.jsonl')) {}"
     ran = run(bad)
     assert ran.error is not None and "bad.jsonl line 2 is not JSON" in ran.error.message
+    # A stream left after the batch before its error keeps its slot until its error is read:
+    # closed with its error kept aside, any number of them escaped the streams limit, each
+    # holding the frames of the batch that met it.
+    left = """
+    const its = [1, 2, 3].map(() => files.jsonl('bad.jsonl')[Symbol.asyncIterator]());
+    try { for (const it of its) await it.next(); } catch (e) { return e.message }
+    """
+    assert "streams limit met" in value(left, streams=2)
 
 
 @pytest.mark.parametrize(
