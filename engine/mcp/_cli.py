@@ -47,6 +47,7 @@ from engine.log import LogStore, MemoryStore, SqliteStore
 from engine.mcp._config import ServerProblem, ServerSpec, load_servers_file, parse_servers
 from engine.mcp._serve import CodeModeServer
 from engine.mcp._servers import McpServers
+from runner import parse_address
 
 _LAUNCHERS = {"npx", "uvx", "node", "python", "python3", "bunx", "pnpm", "deno"}
 
@@ -351,9 +352,13 @@ def _exposure(host: str) -> str | None:
 
 
 def _address(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"--http {text!r}: give HOST:PORT, such as 127.0.0.1:8765")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]  # [::1]:8765, as URLs write an IPv6 address (and as it is shown)
-    return host or "127.0.0.1", int(port)
+    """``--http``'s HOST:PORT (``[::1]:8765``, as URLs write an IPv6 address; ``:8765`` on
+    127.0.0.1), read as the runner's addresses are (a port of ASCII digits, 0 to 65535:
+    str.isdigit took '²', which int() refused with a traceback)."""
+    host, sep, _ = text.rpartition(":")
+    try:
+        return parse_address(text if host or not sep else "127.0.0.1" + text)
+    except ValueError:
+        raise ConfigError(
+            f"--http {text[:80]!r}: give HOST:PORT, such as 127.0.0.1:8765 (a port is 0 to 65535)"
+        ) from None

@@ -663,6 +663,13 @@ def test_mcp_serve_over_http_where_it_cannot_listen_says_so(tmp_path: Path) -> N
             assert len(lines) == 1 and "cannot listen there" in lines[0] and why in lines[0], lines
     finally:
         taken.close()
+    from engine import ConfigError
     from engine.mcp._cli import _address
 
     assert _address("[::1]:8765") == ("::1", 8765)
+    assert _address(":8765") == ("127.0.0.1", 8765)
+    # Read as the runner's addresses: '²' was a traceback from int(), fullwidth digits were
+    # read as 7300, 5,000 digits met int()'s own bound.
+    for port in ("\u00b2", "\uff17\uff13\uff10\uff10", "9" * 5000, "70000"):
+        with pytest.raises(ConfigError, match=r"give HOST:PORT, .*\(a port is 0 to 65535\)"):
+            _address(f"127.0.0.1:{port}")
