@@ -72,6 +72,7 @@ from engine._live import (
     LiveRuns,
     default_live_count,
     default_live_memory,
+    keeps_live,
     live_key,
     takes_live,
 )
@@ -360,13 +361,11 @@ class CodeMode(StepLoop):
         self.poll_interval = poll_interval
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
         self._listeners = listeners_option(on_event)
-        self.live = live and takes_live(self.runner)
         memory = live_bytes if live_bytes is not None else default_live_memory()
-        self._live = LiveRuns(
-            wait=live_wait,
-            max_count=live_max if live_max is not None else default_live_count(memory),
-            max_memory=memory,
-        )
+        count = live_max if live_max is not None else default_live_count(memory)
+        self._live = LiveRuns(wait=live_wait, max_count=count, max_memory=memory)
+        # A budget that keeps none asks for replay steps (a live one would be ended at once).
+        self.live = live and takes_live(self.runner) and keeps_live(count, memory)
 
     def add_listener(self, on_event: Listener) -> None:
         """Also tell ``on_event`` what each script does, as ``on_event=`` does."""

@@ -24,7 +24,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine._drive import Drive
-from runner import LiveRun, count_private, default_live_count, default_live_memory, takes_live
+from runner import (
+    LiveRun,
+    count_private,
+    default_live_count,
+    default_live_memory,
+    keeps_live,
+    takes_live,
+)
 from sandbox import protocol
 
 __all__ = [
@@ -32,6 +39,7 @@ __all__ = [
     "LiveRuns",
     "default_live_count",
     "default_live_memory",
+    "keeps_live",
     "live_key",
     "takes_live",
 ]

@@ -16,7 +16,13 @@ from runner._base import (
 )
 from runner._conversation import Deadline, within
 from runner._cpu import HOST_BUSY
-from runner._live import count_private, default_live_count, default_live_memory, takes_live
+from runner._live import (
+    count_private,
+    default_live_count,
+    default_live_memory,
+    keeps_live,
+    takes_live,
+)
 from runner._process import ProcessRunner
 from runner._remote import OPTIONS as REMOTE_OPTIONS
 from runner._remote import RemoteRunner
@@ -60,6 +66,7 @@ __all__ = [
     "default_live_count",
     "default_live_memory",
     "default_slot_count",
+    "keeps_live",
     "parse_address",
     "peer_text",
     "serve",

@@ -73,9 +73,19 @@ def default_live_count(memory: int) -> int:
     typical live process's size, within half the file descriptors this process may open
     (each live process holds its pipes, or a connection, here; the other half is for the
     steps and connections), from 4 to 1,024."""
+    if memory <= 0:
+        return 0  # no memory keeps none (see keeps_live): no room held for them either
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     by_fds = soft // (2 * FDS_PER_PROCESS) if soft != resource.RLIM_INFINITY else MAX_LIVE_COUNT
     return max(4, min(MAX_LIVE_COUNT, memory // TYPICAL_LIVE_BYTES, by_fds))
+
+
+def keeps_live(max_count: int, max_memory: int) -> bool:
+    """Whether a live budget of ``max_count`` processes and ``max_memory`` bytes keeps any:
+    with either 0, a process run live would be ended for room as soon as its step was
+    answered, and the step replayed after its calls (a process made for nothing each step),
+    so live steps are not asked for (an engine) or offered (a service)."""
+    return max_count > 0 and max_memory > 0
 
 
 def takes_live(runner: ScriptRunner) -> bool:

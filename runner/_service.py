@@ -50,6 +50,7 @@ from runner._live import (
     count_private,
     default_live_count,
     default_live_memory,
+    keeps_live,
     takes_live,
 )
 from runner._slots import Slots, default_slot_count
@@ -756,12 +757,9 @@ class RunnerService:
         log.warning("%s: a line was dropped: %s", conn.peer, e)
 
     def _offers_live(self, version: int) -> bool:
-        # No memory keeps none, as no count does: a process offered would be ended for room
-        # as soon as its step was sent, and the step replayed after its calls.
         return (
             version >= wire.LIVE_WIRE_VERSION
-            and self.live_max > 0
-            and self.live_memory > 0
+            and keeps_live(self.live_max, self.live_memory)
             and takes_live(self.runner)
         )
 

@@ -30,7 +30,7 @@ RUNNER = {
     "RunError",
     "RunnerService", "ScriptRunner", "Slots", "Step", "TEXT_BOUNDS", "bounded",
     "default_live_count", "default_live_memory", "default_slot_count", "count_private", "serve",
-    "takes_live",
+    "keeps_live", "takes_live",
     # What the engine shares of the runner's: the stall rule's deadline and timeout, task
     # endings, and the remote runner's options, addresses and peers' text.
     "Deadline", "within", "cancel_and_wait", "wait_ended", "REMOTE_OPTIONS", "parse_address",

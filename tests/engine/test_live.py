@@ -458,13 +458,17 @@ async def test_scripts_stepping_in_turn_past_the_budget_keep_its_runs_live() -> 
     assert all(run.closed for run in runner.lives)
 
 
-async def test_live_max_zero_keeps_none() -> None:
+@pytest.mark.parametrize("budget", [{"live_max": 0}, {"live_memory": 0}])
+async def test_a_live_budget_of_nothing_keeps_none(budget: dict[str, int]) -> None:
+    """No count, or no memory, keeps no live run, and no step asks for one: each was run
+    live, then ended for room as soon as it was answered (a process made for nothing, and
+    "the live budget is full" logged, each step)."""
     runner = InProcessRunner()
-    engine = CodeMode([add], runner=runner, type_check="off", live_max=0)
+    engine = CodeMode([add], runner=runner, type_check="off", **budget)  # type: ignore[arg-type]
     result = await engine.run_code(SEQUENTIAL)
     await engine.aclose()
     assert result.value == 55 and len(runner.steps) == 11 and runner.segments == 0
-    assert all(run.closed for run in runner.lives)
+    assert runner.lives == [] and engine._live.evicted == 0
 
 
 async def test_a_live_run_that_is_gone_replays(caplog: pytest.LogCaptureFixture) -> None:
