@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import ssl
@@ -955,6 +956,7 @@ def read_token(
             with path.open("rb") as f:
                 # Bounded: a token file is one short line, and /dev/zero must not hang us.
                 raw = f.read(MAX_TOKEN_FILE + 1)
+                mode = os.fstat(f.fileno()).st_mode & 0o777
         except OSError as e:
             raise ValueError(f"{where}: cannot read the token file {path}: {e.strerror}") from e
         if len(raw) > MAX_TOKEN_FILE:
@@ -975,6 +977,18 @@ def read_token(
             raise ValueError(
                 f"{where}: the token file {path} has {len(lines):,} lines; it holds one line, "
                 f"the token: {remedy}"
+            )
+        if mode & 0o044:
+            # Said, not refused (the machine's other users may be trusted), on both sides: a
+            # token file left at the umask's 0644 was taken without a word.
+            logging.getLogger("codemode.runner").warning(
+                "%s: the token file %s can be read by other users of this machine (mode "
+                "%04o), and anyone with the token may run steps on the runner service: "
+                "chmod 600 %s",
+                where,
+                path,
+                mode,
+                path,
             )
         return token
     env = os.environ if environ is None else environ

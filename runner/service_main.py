@@ -392,19 +392,6 @@ def _token(args: argparse.Namespace) -> str | None:
             f"the token is {len(token)} characters, fewer than {MIN_TOKEN}; make a longer one "
             "with `openssl rand -hex 32`"
         )
-    if args.token_file is not None:
-        # Said, not refused: the machine's other users may be trusted, but a token file left
-        # at the umask's 0644 was taken without a word.
-        with contextlib.suppress(OSError):
-            mode = os.stat(args.token_file).st_mode & 0o777
-            if mode & 0o077:
-                logging.getLogger("codemode.runner.service").warning(
-                    "the token file %s can be read by other users of this machine (mode %04o), "
-                    "and anyone with the token may run steps here: chmod 600 %s",
-                    args.token_file,
-                    mode,
-                    args.token_file,
-                )
     return token
 
 

@@ -468,6 +468,22 @@ def test_from_options(tmp_path: Path) -> None:
         RemoteRunner.from_options({"addresses": ["h:1"], "token_file": "nope"}, base=tmp_path)
 
 
+@pytest.mark.parametrize(("mode", "warned"), [(0o644, True), (0o640, True), (0o620, False)])
+def test_an_engines_token_file_others_can_read_is_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, mode: int, warned: bool
+) -> None:
+    """The engine's token file, as the service's: left readable by others (the README says
+    chmod 600), it was taken without a word on the engine's side."""
+    token = tmp_path / "runner.token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(mode)
+    with caplog.at_level("WARNING", logger="codemode.runner"):
+        RemoteRunner.from_options({"addresses": ["h:1"], "token_file": str(token)})
+    said = f"can be read by other users of this machine (mode {mode:04o})"
+    assert (said in caplog.text) is warned, caplog.text
+    assert (f"chmod 600 {token}" in caplog.text) is warned
+
+
 async def test_connections_are_kept_between_steps() -> None:
     """Steps one after another to a service share one connection."""
     async with services(FakeRunner()) as [service]:
