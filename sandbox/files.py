@@ -487,6 +487,13 @@ class RawJson(str):
 _IN_ONE_LINE = re.compile(r": line 1 column (\d+) \(char \d+\)$")
 
 
+# What a script does about a JSONL line the stream cannot give, whatever is wrong with it.
+_SKIP_BAD_LINES = (
+    "; a stream ends at its first bad line: to skip such lines, read the file with files.lines "
+    "and parse each line"
+)
+
+
 def _jsonl(file_id: str, lines: Iterator[str]) -> Iterator[Any]:
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -505,12 +512,11 @@ def _jsonl(file_id: str, lines: Iterator[str]) -> Iterator[Any]:
             # 6)" after "line 3 is not JSON" read as two places at once.
             why = _IN_ONE_LINE.sub(r" at column \1", str(e))
             raise FileError(
-                f"{file_id} line {number} is not JSON: {why}; a stream ends at its first bad "
-                "line: to skip such lines, read the file with files.lines and parse each line"
+                f"{file_id} line {number} is not JSON: {why}{_SKIP_BAD_LINES}"
             ) from None
         except RecursionError:  # the standard library's depth bound (orjson's is an error)
             raise FileError(
-                f"{file_id} line {number} nests too deeply to be read as JSON data"
+                f"{file_id} line {number} nests too deeply to be read as JSON data{_SKIP_BAD_LINES}"
             ) from None
         if long:
             # As it is: checking it as data would encode it again (orjson parsed it, within
@@ -519,7 +525,7 @@ def _jsonl(file_id: str, lines: Iterator[str]) -> Iterator[Any]:
             continue
         problem = data_problem(item)
         if problem is not None:
-            raise FileError(f"{file_id} line {number} {problem}")
+            raise FileError(f"{file_id} line {number} {problem}{_SKIP_BAD_LINES}")
         yield item
 
 

@@ -389,9 +389,19 @@ def test_a_long_json_line_is_refused_as_a_short_one_is(
     not fit a Python script's heap), which takes NaN, Infinity and 1e400 and ends deep
     nesting with a RecursionError: each is refused with a FileError, as orjson refuses it."""
     monkeypatch.setattr(files_module, "LONG_TEXT", 4)
-    with pytest.raises(FileError, match=f"x line 1 .*{re.escape(says)}"):
+    with pytest.raises(FileError, match=f"x line 1 .*{re.escape(says)}") as caught:
         list(files_module._jsonl("x", iter([line])))
+    # Each way a line cannot be given says what to do about it (two of three said nothing).
+    assert str(caught.value).endswith("read the file with files.lines and parse each line")
     assert list(files_module._jsonl("x", iter(['{"a": [1.5, null]}']))) == ['{"a": [1.5, null]}']
+
+
+def test_a_jsonl_line_too_deep_for_data_says_what_to_do() -> None:
+    """A short line that parses but nests past MAX_DEPTH ends the stream as any bad line
+    does, and says how to skip it, as they do."""
+    with pytest.raises(FileError, match="x line 1 nests deeper than") as caught:
+        list(files_module._jsonl("x", iter(["[" * 300 + "]" * 300])))
+    assert str(caught.value).endswith("read the file with files.lines and parse each line")
 
 
 def test_chunks_by_size_and_byte_offset() -> None:
