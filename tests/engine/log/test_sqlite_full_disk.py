@@ -20,18 +20,37 @@ import pytest
 
 from tests._needs import require
 
-# Run in the namespace: mount a tmpfs of the size given at the directory given, optionally
-# make a log there with room first and then fill the disk, and open the log; print what
-# the open raised.
-_OPEN = r"""
-import asyncio, ctypes, errno, os, sys
-from engine import CodeModeError, SqliteStore, StoreUnavailable
+# Run in the namespace: mount a tmpfs at the directory given (its mount flags and options
+# given), then the test's body, which prints what each try raised with said().
+_MOUNTED = r"""
+import ctypes, os, sys
+from engine import CodeModeError, StoreUnavailable
 
-size, where, first = sys.argv[1], sys.argv[2], sys.argv[3]
+where, flags, options = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 libc = ctypes.CDLL(None, use_errno=True)
-if libc.mount(b"none", where.encode(), b"tmpfs", 0, f"size={size}".encode()) != 0:
+if libc.mount(b"none", where.encode(), b"tmpfs", flags, options.encode()) != 0:
     print("NO MOUNT", os.strerror(ctypes.get_errno()))
     sys.exit(0)
+
+def said(opening):
+    try:
+        opening()
+    except StoreUnavailable as e:
+        print("StoreUnavailable", "permanent" if e.permanent else "transient", e)
+    except CodeModeError as e:
+        print(type(e).__name__, e)
+    except Exception as e:
+        print("ESCAPED", type(e).__name__, e)
+    else:
+        print("OPENED")
+"""
+
+# Optionally make a log there with room first and then fill the disk; open the log.
+_OPEN = r"""
+import asyncio, errno
+from engine import SqliteStore
+
+first = sys.argv[4]
 log = os.path.join(where, "log")
 if first == "made":
     async def make():
@@ -45,26 +64,20 @@ if first == "made":
         assert e.errno == errno.ENOSPC, e
     os.close(fill)
 for read_only in (False, True) if first == "made" else (False,):
-    try:
-        SqliteStore(log, read_only=read_only)
-    except StoreUnavailable as e:
-        print("StoreUnavailable", "permanent" if e.permanent else "transient", e)
-    except CodeModeError as e:
-        print(type(e).__name__, e)
-    except Exception as e:
-        print("ESCAPED", type(e).__name__, e)
-    else:
-        print("OPENED")
+    said(lambda: SqliteStore(log, read_only=read_only))
 """
 
 
-def _open_on_full_disk(tmp_path: Path, size: str, first: str) -> list[str]:
+def _on_tmpfs(tmp_path: Path, body: str, options: str, *args: str, flags: int = 0) -> list[str]:
+    """The lines ``body`` printed, run in a mount namespace of its own on a tmpfs mounted
+    with ``options`` (and ``flags``)."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         require("root and unshare (util-linux): to mount a small tmpfs in a namespace")
     where = tmp_path / "disk"
     where.mkdir()
+    argv = [str(where), str(flags), options, *args]
     done = subprocess.run(
-        ["unshare", "--mount", sys.executable, "-c", _OPEN, size, str(where), first],
+        ["unshare", "--mount", sys.executable, "-c", _MOUNTED + body, *argv],
         capture_output=True,
         text=True,
         timeout=120,
@@ -74,6 +87,10 @@ def _open_on_full_disk(tmp_path: Path, size: str, first: str) -> list[str]:
     if done.stdout.startswith("NO MOUNT"):
         require(f"a tmpfs mount in a mount namespace ({done.stdout.strip()})")
     return done.stdout.splitlines()
+
+
+def _open_on_full_disk(tmp_path: Path, size: str, first: str) -> list[str]:
+    return _on_tmpfs(tmp_path, _OPEN, f"size={size}", first)
 
 
 @pytest.mark.parametrize(
@@ -102,82 +119,24 @@ def test_a_log_whose_disk_filled_says_so_to_a_writer_and_a_reader(tmp_path: Path
         assert "the disk it is on is full" in line, said
 
 
-_MAKE_DIR = r"""
-import ctypes, os, sys
-from engine import CodeModeError, StoreUnavailable
-from engine._config import data_directory
-
-where = sys.argv[1]
-libc = ctypes.CDLL(None, use_errno=True)
-if libc.mount(b"none", where.encode(), b"tmpfs", 0, b"size=64k,nr_inodes=2") != 0:
-    print("NO MOUNT", os.strerror(ctypes.get_errno()))
-    sys.exit(0)
-os.mkdir(os.path.join(where, "taken"))  # the last inode
-try:
-    data_directory(os.path.join(where, "new", "log"))
-except StoreUnavailable as e:
-    print("StoreUnavailable", "permanent" if e.permanent else "transient", e)
-except CodeModeError as e:
-    print(type(e).__name__, e)
-"""
-
-
 def test_a_new_data_dir_on_a_full_disk_says_so(tmp_path: Path) -> None:
     """A data_dir to be made on a full disk was a ConfigError (exit code 2) telling to give
     a directory this process can create; it is a full disk, as under an existing log (75)."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        require("root and unshare (util-linux): to mount a small tmpfs in a namespace")
-    where = tmp_path / "disk"
-    where.mkdir()
-    done = subprocess.run(
-        ["unshare", "--mount", sys.executable, "-c", _MAKE_DIR, str(where)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=Path(__file__).parents[3],
+    body = (
+        "from engine._config import data_directory\n"
+        "os.mkdir(os.path.join(where, 'taken'))  # the last inode\n"
+        "said(lambda: data_directory(os.path.join(where, 'new', 'log')))\n"
     )
-    assert done.returncode == 0, done.stderr
-    if done.stdout.startswith("NO MOUNT"):
-        require(f"a tmpfs mount in a mount namespace ({done.stdout.strip()})")
-    assert done.stdout.startswith("StoreUnavailable transient data_dir "), done.stdout
-    assert "the disk it is on is full" in done.stdout, done.stdout
-
-
-_READ_ONLY = r"""
-import ctypes, os, sys
-from engine import CodeModeError, SqliteStore, StoreUnavailable
-
-where = sys.argv[1]
-libc = ctypes.CDLL(None, use_errno=True)
-if libc.mount(b"none", where.encode(), b"tmpfs", 1, b"size=512k") != 0:  # 1: MS_RDONLY
-    print("NO MOUNT", os.strerror(ctypes.get_errno()))
-    sys.exit(0)
-try:
-    SqliteStore(where)
-except StoreUnavailable as e:
-    print("StoreUnavailable", "permanent" if e.permanent else "transient", e)
-except CodeModeError as e:
-    print(type(e).__name__, e)
-"""
+    (line,) = _on_tmpfs(tmp_path, body, "size=64k,nr_inodes=2")
+    assert line.startswith("StoreUnavailable transient data_dir "), line
+    assert "the disk it is on is full" in line, line
 
 
 def test_a_log_on_a_read_only_disk_is_not_said_full(tmp_path: Path) -> None:
     """A read-only mount reports no room free: a log there was said to be on a full disk,
     to be run again once there is room (exit code 75, which a supervisor retries for ever);
     it is the error SQLite gives, a ConfigError (exit code 2)."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        require("root and unshare (util-linux): to mount a small tmpfs in a namespace")
-    where = tmp_path / "disk"
-    where.mkdir()
-    done = subprocess.run(
-        ["unshare", "--mount", sys.executable, "-c", _READ_ONLY, str(where)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=Path(__file__).parents[3],
-    )
-    assert done.returncode == 0, done.stderr
-    if done.stdout.startswith("NO MOUNT"):
-        require(f"a tmpfs mount in a mount namespace ({done.stdout.strip()})")
-    assert done.stdout.startswith("ConfigError cannot open the session log "), done.stdout
-    assert "full" not in done.stdout, done.stdout
+    body = "from engine import SqliteStore\nsaid(lambda: SqliteStore(where))\n"
+    (line,) = _on_tmpfs(tmp_path, body, "size=512k", flags=1)  # 1: MS_RDONLY
+    assert line.startswith("ConfigError cannot open the session log "), line
+    assert "full" not in line, line
