@@ -627,6 +627,7 @@ def test_config_with_relative_token_file_outside_the_working_directory(tmp_path:
     folder = tmp_path / "conf"
     folder.mkdir()
     (folder / "runner.token").write_text("t" * 32 + "\n")
+    (folder / "runner.token").chmod(0o600)  # as the README says (else a warning is a line)
     (folder / "codemode.toml").write_text(
         "[codemode]\nqueue_timeout = 0.5\n[codemode.runner]\n"
         'kind = "remote"\naddresses = ["127.0.0.1:9"]\ntoken_file = "runner.token"\n'
