@@ -104,14 +104,28 @@ async def test_every_run_reads_the_recorded_bytes(inproc: InProcessRunner, tmp_p
     assert len(list((tmp_path / "data" / "blobs").rglob("*"))) >= 1
 
 
+# A stream whose line 3 cannot be read: its name, its bytes, and what its error says.
+_BAD_LINE_3 = {
+    "jsonl": ("e.jsonl", b'{"n": 1}\n{"n": 2}\n{"n": 3\n{"n": 4}\n', "e.jsonl line 3 is not JSON"),
+    # A stray quote: it made the rest of the file one cell of its row, in silence.
+    "csv": (
+        "s.csv",
+        b'n,amount\n1,10\n2,5\n"3,1\n4,2\n',
+        "s.csv line 4 cannot be read as CSV: a quoted field opened there",
+    ),
+}
+
+
 @pytest.mark.parametrize("live", [True, False])
 @pytest.mark.parametrize("language", ["javascript", "python"])
-async def test_a_bad_jsonl_line_comes_after_the_rows_before_it(
-    inproc: InProcessRunner, language: Literal["javascript", "python"], live: bool
+@pytest.mark.parametrize("kind", sorted(_BAD_LINE_3))
+async def test_a_bad_line_comes_after_the_rows_before_it(
+    inproc: InProcessRunner, language: Literal["javascript", "python"], live: bool, kind: str
 ) -> None:
-    """The rows before a bad line were lost with their batch: no call was made for them, and
-    the script that caught the error had seen none. Each is read and called for, then the
-    error names the line, live and with every step replayed (a call per row)."""
+    """The rows before a bad line were lost with their batch (a JSONL line that is not
+    JSON), or the rest of the file was one cell (a CSV quote left open): no call was made for
+    them, and the script that caught the error had seen none. Each is read and called for,
+    then the error names the line, live and with every step replayed (a call per row)."""
     calls: list[int] = []
 
     @tool
@@ -120,72 +134,32 @@ async def test_a_bad_jsonl_line_comes_after_the_rows_before_it(
         calls.append(n)
         return n
 
+    name, data, says = _BAD_LINE_3[kind]
     code = {
-        "javascript": """
+        "javascript": f"""
     const kept = [];
-    try { for await (const r of files.jsonl("e.jsonl")) kept.push(await tools.keep({ n: r.n })); }
-    catch (e) { return [kept, e.message]; }
+    try {{
+      for await (const r of files.{kind}("{name}")) kept.push(await tools.keep({{ n: Number(r.n) }}));
+    }} catch (e) {{ return [kept, e.message]; }}
     return [kept, null];
     """,
-        "python": """
+        "python": f"""
 kept = []
 try:
-    async for r in files.jsonl("e.jsonl"):
-        kept.append(await tools.keep(n=r["n"]))
+    async for r in files.{kind}("{name}"):
+        kept.append(await tools.keep(n=int(r["n"])))
 except Exception as e:
     return [kept, str(e)]
 return [kept, None]
 """,
     }[language]
     engine = CodeMode([keep], runner=inproc, language=language, live=live)
-    data = b'{"n": 1}\n{"n": 2}\n{"n": 3\n{"n": 4}\n'
-    result = await engine.run_code(code, files=[Attachment("e.jsonl", data=data)])
+    result = await engine.run_code(code, files=[Attachment(name, data=data)])
     assert result.status == "finished", result.text
     kept, error = result.value
     assert kept == [1, 2] and calls == [1, 2]
-    assert "e.jsonl line 3 is not JSON" in error
+    assert says in error, error
     assert (inproc.segments > 0) == live and len(inproc.steps) == (1 if live else 3)
-
-
-@pytest.mark.parametrize("live", [True, False])
-@pytest.mark.parametrize("language", ["javascript", "python"])
-async def test_a_csv_quote_left_open_fails_after_the_rows_before_it(
-    inproc: InProcessRunner, language: Literal["javascript", "python"], live: bool
-) -> None:
-    """A stray quote on line 3 made the rest of the file one cell of its row, in silence;
-    the rows before it are read and called for, then the error names line 3."""
-    calls: list[str] = []
-
-    @tool
-    def keep(region: str) -> str:
-        """Keep a row's region."""
-        calls.append(region)
-        return region
-
-    code = {
-        "javascript": """
-    const kept = [];
-    try { for await (const r of files.csv("s.csv")) kept.push(await tools.keep({ region: r.region })); }
-    catch (e) { return [kept, e.message]; }
-    return [kept, null];
-    """,
-        "python": """
-kept = []
-try:
-    async for r in files.csv("s.csv"):
-        kept.append(await tools.keep(region=r["region"]))
-except Exception as e:
-    return [kept, str(e)]
-return [kept, None]
-""",
-    }[language]
-    engine = CodeMode([keep], runner=inproc, language=language, live=live)
-    data = b'region,amount\nnorth,10\n"south,5\neast,1\nwest,2\n'
-    result = await engine.run_code(code, files=[Attachment("s.csv", data=data)])
-    assert result.status == "finished", result.text
-    kept, error = result.value
-    assert kept == ["north"] and calls == ["north"]
-    assert "s.csv line 3 cannot be read as CSV: a quoted field opened there" in error
 
 
 async def test_gone_blob_throws_in_the_script(inproc: InProcessRunner) -> None:
