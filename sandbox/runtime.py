@@ -223,6 +223,18 @@ _NO_MODULES = (
     "; a script is the body of an async function and has no modules to import or export: "
     "reach the host through `tools` (await tools.name({...}))"
 )
+
+
+def _syntax_note(line: str) -> str:
+    """What a syntax error on this line of a script adds to its message: a line that
+    imports or exports, or one with a decorator, is JavaScript a script cannot have."""
+    if _MODULE_LINE.match(line):
+        return _NO_MODULES
+    if _DECORATOR.search(line):
+        return _NO_DECORATORS
+    return ""
+
+
 # The globals of Node.js and of browsers a model reaches for, none of which a script has, and
 # Python's names it writes in JavaScript: an uncaught "X is not defined" for one of them says
 # what the script has instead.
@@ -850,10 +862,7 @@ class Run(Replay):
             else:
                 # The notes QuickJS's own syntax errors get (see _failed): a parameter's
                 # decorator is one Sucrase, not QuickJS, stops at.
-                if _MODULE_LINE.match(text):
-                    message += _NO_MODULES
-                elif _DECORATOR.search(text):
-                    message += _NO_DECORATORS
+                message += _syntax_note(text)
             error = ScriptError(name="SyntaxError", message=message, lines=lines)
             self._end(Ran(outcome="failed", error=error))
 
@@ -1088,12 +1097,11 @@ class Run(Replay):
             lines = self._unplaced(message)
         elif name == "Uncaught" and not lines:
             lines = self._thrown_at(message)
-        if (name == "SyntaxError" and lines and _MODULE_LINE.match(lines[0].text)) or (
-            name == "ReferenceError" and message.startswith("could not load module")
-        ):
+        note = _syntax_note(lines[0].text) if name == "SyntaxError" and lines else ""
+        if note:
+            message += note
+        elif name == "ReferenceError" and message.startswith("could not load module"):
             message += _NO_MODULES
-        elif name == "SyntaxError" and lines and _DECORATOR.search(lines[0].text):
-            message += _NO_DECORATORS
         elif name == "SyntaxError" and lines and self._await_outside_async(lines[0].line):
             message += _AWAIT_OUTSIDE_ASYNC
         elif name == "ReferenceError" and (undefined := _NOT_DEFINED.fullmatch(message)):
