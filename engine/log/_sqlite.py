@@ -120,11 +120,7 @@ class SqliteStore(SqlStore):
             db = sqlite3.connect(str(self.path), isolation_level=None, timeout=30)
             _check_ours(db, self.path)  # before WAL mode, which another program's file keeps
             (mode,) = db.execute("PRAGMA journal_mode=WAL").fetchone()
-        except sqlite3.DatabaseError as e:
-            if e.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
-                # A file whose first pages are not SQLite's: as damage found later, but it may
-                # be some other program's file too.
-                raise _damaged(self.path, e, _NOT_OURS) from None
+        except sqlite3.Error as e:
             raise _open_error(self.path, e) from None
         if str(mode).lower() != "wal":
             # Without it, a commit on the loop's connection would sync there, and readers
@@ -158,10 +154,11 @@ class SqliteStore(SqlStore):
                     _migrate(db, version)
                     for statement in schema.statements("sqlite"):
                         db.execute(statement)
-                except sqlite3.DatabaseError as e:
-                    if _no_room(self.path, e):
-                        raise _open_error(self.path, e) from None
-                    # Tables of the names codemode uses, that codemode did not make.
+                except sqlite3.Error as e:
+                    if _primary(e) != sqlite3.SQLITE_ERROR or _no_room(self.path, e):
+                        raise _open_error(self.path, e) from None  # damage, a full disk, ...
+                    # "no such column", "already exists": tables of the names codemode uses
+                    # that codemode did not make.
                     raise ConfigError(
                         f"the session log {self.path} has tables codemode did not make ({e}): "
                         "if it is no codemode log, give data_dir a directory of its own"
@@ -182,9 +179,7 @@ class SqliteStore(SqlStore):
         try:
             db = self._connect(check_same_thread=True)
             (version,) = db.execute("PRAGMA user_version").fetchone()
-        except sqlite3.DatabaseError as e:
-            if e.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
-                raise _damaged(self.path, e, _NOT_OURS) from None  # as a writer says it
+        except sqlite3.Error as e:
             raise _open_error(self.path, e) from None
         if not OLDEST_READ <= version <= SCHEMA_VERSION:
             _check_ours(db, self.path)
@@ -423,12 +418,18 @@ class SqliteStore(SqlStore):
         self._thread.shutdown(wait=True)
 
 
+def _primary(error: sqlite3.Error) -> int:
+    """SQLite's primary result code for ``error``; 0 for one the sqlite3 module raised itself
+    (a closed connection's ProgrammingError, say), which has none."""
+    return (getattr(error, "sqlite_errorcode", None) or 0) & 0xFF
+
+
 def _no_room(path: Path, error: sqlite3.Error) -> bool:
     """Whether ``error`` came of the disk under the log at ``path`` being full (of bytes or
     of inodes). SQLite says so as "database or disk is full" only when a write fails; the
     write-ahead log's shared memory that cannot grow is "disk I/O error", and its file that
     cannot be made "unable to open database file", so the disk itself is asked."""
-    if error.sqlite_errorcode & 0xFF not in (
+    if _primary(error) not in (
         sqlite3.SQLITE_FULL,
         sqlite3.SQLITE_IOERR,
         sqlite3.SQLITE_CANTOPEN,
@@ -437,7 +438,7 @@ def _no_room(path: Path, error: sqlite3.Error) -> bool:
     try:
         disk = os.statvfs(path.parent)
     except OSError:
-        return error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_FULL
+        return _primary(error) == sqlite3.SQLITE_FULL
     if disk.f_flag & os.ST_RDONLY or disk.f_blocks == 0:
         # A read-only mount (an image, a pseudo-filesystem) has no room to give either, and
         # was told "free space, then run again" (exit 75: a supervisor retried for ever).
@@ -447,8 +448,13 @@ def _no_room(path: Path, error: sqlite3.Error) -> bool:
 
 
 def _open_error(path: Path, error: sqlite3.Error) -> ConfigError | StoreUnavailable:
-    """The log at ``path`` could not be opened: a full disk is said as such (run the command
-    again once there is room: exit code 75), anything else as SQLite says it."""
+    """The log at ``path`` could not be opened: a file that is not SQLite's, or is damaged,
+    is said as such (for good), a full disk too (run the command again once there is room:
+    exit code 75), anything else as SQLite says it."""
+    if _primary(error) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+        # A file whose first pages are not SQLite's: as damage found later, but it may be
+        # some other program's file too.
+        return _damaged(path, error, _NOT_OURS)
     if _no_room(path, error):
         return StoreUnavailable(
             f"cannot open the session log {path}: the disk it is on is full ({error}); free "

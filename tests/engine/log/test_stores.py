@@ -277,6 +277,36 @@ async def test_sqlite_refuses_a_newer_log(tmp_path: Path) -> None:
         SqliteStore(tmp_path)
 
 
+def test_sqlite_says_a_damaged_log_is_damaged_when_its_upgrade_meets_the_damage(
+    tmp_path: Path,
+) -> None:
+    """A first release's log whose calls' pages are damaged fails its upgrade as damaged, with
+    what to do about it (it was "has tables codemode did not make", which sent the host to
+    another data_dir and left the damage unsaid)."""
+    path = tmp_path / SqliteStore.FILE_NAME
+    db = sqlite3.connect(path)
+    db.executescript(FIRST_RELEASE_SCHEMA)
+    db.execute(
+        "INSERT INTO scripts VALUES ('s1', 'return 1', 'acme', 5, 6, 7, 'paused', 0, 2,"
+        " 1.5, 0, NULL, NULL)"
+    )
+    for i in range(400):
+        db.execute(
+            "INSERT INTO calls VALUES ('s1', ?, ?, 't', ?, 'done', ?, NULL, NULL, NULL)",
+            (i, f"call_{i}", b"x" * 200, b"y" * 200),
+        )
+    db.commit()
+    (pages,) = db.execute("PRAGMA page_count").fetchone()
+    (size,) = db.execute("PRAGMA page_size").fetchone()
+    db.close()
+    data = bytearray(path.read_bytes())
+    middle = pages // 2  # the calls' pages; the first ones (the schema) stay whole
+    data[middle * size : (middle + 2) * size] = b"\xff" * (2 * size)
+    path.write_bytes(bytes(data))
+    with pytest.raises(StoreUnavailable, match=r"is damaged \(database disk image is malformed\)"):
+        SqliteStore(tmp_path)
+
+
 @pytest.mark.parametrize(
     "foreign",
     ["CREATE TABLE scripts(id INTEGER PRIMARY KEY)", "CREATE VIEW calls AS SELECT 1 AS id"],
