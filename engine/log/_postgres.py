@@ -202,6 +202,8 @@ class PostgresStore(SqlStore):
             if self._pool is not None:
                 return self._pool
             psycopg, _ = _driver()
+            from psycopg_pool import PoolTimeout
+
             pool = self._new_pool()
             try:
                 await _prepare(psycopg, self.dsn, self.schema, self._timeout, self._answer)
@@ -209,6 +211,15 @@ class PostgresStore(SqlStore):
             except _NoAnswer as e:
                 await pool.close()
                 raise self._no_answer(e) from None
+            except _Uncommitted as e:
+                # The server ended each session the open made, until the connect timeout
+                # (restarting, or its sessions terminated): down for now, not the dsn.
+                await pool.close()
+                raise StoreUnavailable(
+                    f"cannot reach the PostgreSQL session log at {self.where()}: the server "
+                    f"ended the connection ({_first_line(e.__cause__ or e)}); try again once "
+                    "it runs"
+                ) from None
             except (psycopg.Error, TimeoutError, OSError) as e:
                 await pool.close()
                 if isinstance(e, psycopg.errors.ReadOnlySqlTransaction):
@@ -216,8 +227,11 @@ class PostgresStore(SqlStore):
                 # psycopg's ConnectionTimeout (an OperationalError, where psycopg has it):
                 # the kernel took the connection and the server never answered (a stopped
                 # postmaster). It was a ConfigError, 'check [codemode.store] dsn'.
+                # The pool's PoolTimeout: the tables were checked, so the dsn is right, and
+                # the server went away (or its slots filled) before the pool's first
+                # connection (it was a ConfigError too).
                 timed_out = getattr(psycopg.errors, "ConnectionTimeout", TimeoutError)
-                if isinstance(e, TimeoutError | OSError | timed_out) or (
+                if isinstance(e, TimeoutError | OSError | timed_out | PoolTimeout) or (
                     type(e) is psycopg.OperationalError and not _for_good(e)
                 ):
                     # Down, or not answering: the log may come back (the CLI's exit 75).
@@ -1051,15 +1065,28 @@ async def _prepare(psycopg: Any, dsn: str, schema: str, timeout: float, answer: 
     mistake in the dsn would cost the whole timeout and hide its reason. A server that
     refuses connections for now (down, starting up, full) is tried again until ``timeout``;
     one that refuses them for good, or a dsn that does not parse, fails at once. One that
-    does not answer within ``answer`` seconds once connected is :class:`_NoAnswer`."""
-    conn, _ = await _connect(psycopg, dsn, timeout)
-    try:
-        with _Watch(conn, answer):
-            await conn.execute(_session(schema))
-            async with conn.transaction():
-                await _create(conn, schema)
-    finally:
-        await conn.close()
+    does not answer within ``answer`` seconds once connected is :class:`_NoAnswer`. A
+    connection the server ends midway (a restart, ``pg_terminate_backend``) is made again,
+    until ``timeout``: its transaction took no effect. Past it, :class:`_Uncommitted`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        conn, _ = await _connect(psycopg, dsn, max(deadline - loop.time(), 1.0))
+        try:
+            with _Watch(conn, answer):
+                await conn.execute(_session(schema))
+                async with conn.transaction():
+                    await _create(conn, schema)
+            return
+        except psycopg.OperationalError as e:
+            # Only a lost connection: the server's answer on one that stands (a full disk,
+            # no rights) is the open's to report.
+            if not conn.closed:
+                raise
+            if loop.time() >= deadline:
+                raise _Uncommitted() from e
+        finally:
+            await conn.close()
 
 
 async def _connect(psycopg: Any, dsn: str, timeout: float) -> tuple[Any, bool]:

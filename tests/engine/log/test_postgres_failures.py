@@ -753,3 +753,68 @@ async def test_a_transaction_waiting_for_a_connection_as_the_store_closes(
         done.set()
         await held
         await store.aclose()
+
+
+async def test_a_log_whose_connection_is_cut_as_it_opens_opens_all_the_same(
+    server: PostgresServer,
+) -> None:
+    """The server ends the session that makes (or checks) the log's tables as a host opens
+    it (pg_terminate_backend here; a restart does the same): the host connects again and
+    opens the log. (Before, the server's 'terminating connection due to administrator
+    command' was a ConfigError saying to check the dsn: exit 2, which a supervisor does not
+    retry, for a restart it would have outlived.)"""
+    import psycopg
+
+    store = _store(server)
+    async with await psycopg.AsyncConnection.connect(server.dsn, autocommit=True) as admin:
+        # Held here, the lock that a new log's first open waits for (so it is mid-open,
+        # waiting on the server, when its session is ended).
+        await admin.execute("SELECT pg_advisory_lock(hashtext('codemode schema'))")
+        opening = asyncio.ensure_future(store.scripts())
+        try:
+            waiting: list[Any] = []
+            while not waiting:
+                assert not opening.done(), opening
+                await asyncio.sleep(0.02)
+                cursor = await admin.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event = 'advisory' "
+                    "AND pid <> pg_backend_pid()"
+                )
+                waiting = await cursor.fetchall()
+            await admin.execute("SELECT pg_terminate_backend(%s)", waiting[0])
+        finally:
+            await admin.execute("SELECT pg_advisory_unlock(hashtext('codemode schema'))")
+        try:
+            assert await asyncio.wait_for(opening, 60) == []
+            assert await store.scripts() == []
+        finally:
+            await store.aclose()
+
+
+async def test_a_log_whose_server_goes_down_as_its_pool_opens_is_store_unavailable(
+    server: PostgresServer,
+) -> None:
+    """The server goes down once the log's tables are checked and before the store's pool
+    has its first connection, and stays down past the connect timeout: the log may come
+    back (StoreUnavailable), not a mistake in the dsn (the pool's 'pool initialization
+    incomplete' was a ConfigError, exit 2, which a supervisor does not retry)."""
+
+    class Halting(PostgresStore):
+        def _new_pool(self) -> Any:
+            pool = super()._new_pool()
+            opening = pool.open
+
+            async def open(*args: Any, **kwargs: Any) -> None:
+                await asyncio.to_thread(server.halt, "immediate")  # the tables are checked
+                await opening(*args, **kwargs)
+
+            pool.open = open
+            return pool
+
+    store = Halting(server.dsn, schema=f"t_{uuid.uuid4().hex[:16]}", connect_timeout=1)
+    try:
+        with pytest.raises(StoreUnavailable, match="cannot reach the PostgreSQL session log"):
+            await store.scripts()
+    finally:
+        await store.aclose()
+        await asyncio.to_thread(server.resume)
