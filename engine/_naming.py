@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from sandbox.protocol import RUN_CODE
@@ -109,7 +110,8 @@ def unique_names(
     for candidate in wanted:
         counts[candidate] = counts.get(candidate, 0) + 1
     result: list[str] = []
-    for (name, source), candidate in zip(pairs, wanted, strict=True):
+    lengths: dict[int, int] = {}  # the pairs renamed (by index): their digests' lengths
+    for index, ((name, source), candidate) in enumerate(zip(pairs, wanted, strict=True)):
         if (name, source) in kept:
             result.append(kept[name, source])
             continue
@@ -117,17 +119,24 @@ def unique_names(
         plain = candidate not in taken and (
             counts[candidate] == 1 or (source is None and name == candidate)
         )
-        if plain:
-            result.append(candidate)
-            continue
-        length = 6
-        while True:
+        result.append(candidate)
+        if not plain:
+            lengths[index] = 6
+    # Two renamed pairs can share their digest's first six digits: 5,000 tools that sanitize
+    # alike (names in Chinese, each "tool") hold such a pair about one time in two, and the
+    # engine refused them. Each pair of a shared name takes a longer digest, all of them (not
+    # the second one met), so the names still depend on the pairs, not on their order.
+    while lengths:
+        for index, length in lengths.items():
+            (name, source), candidate = pairs[index], wanted[index]
             digest = _digest(f"{source or ''}\0{name}", length)
-            renamed = f"{candidate[: MAX_NAME - length - 1]}_{digest}"
-            if renamed not in taken and renamed not in counts:
-                break
-            length += 2
-        result.append(renamed)
+            result[index] = f"{candidate[: MAX_NAME - length - 1]}_{digest}"
+        given = Counter(result[index] for index in lengths)
+        lengths = {
+            index: length + 2
+            for index, length in lengths.items()
+            if result[index] in taken or result[index] in counts or given[result[index]] > 1
+        }
     if len(set(result)) != len(result):  # pragma: no cover - the hashes above make this unreachable
         raise ValueError("tool names are not unique after sanitizing")
     return result

@@ -1675,6 +1675,21 @@ def test_collisions_get_stable_suffixes_regardless_of_order() -> None:
     assert unique_names([("get-weather", None)]) == ["get_weather"]
 
 
+def test_renamed_tools_whose_hashes_begin_alike_stay_apart() -> None:
+    """`a/@/%b` and `a!/*#b` both sanitize to a_b, and the hashes that rename them share
+    their first six digits (4c82f5): of 5,000 tools named in Chinese (each sanitized to
+    "tool") such a pair is as likely as not. Both were given a_b_4c82f5 and the engine
+    refused its tools ("not unique after sanitizing"); each takes a longer hash, whatever
+    the order, and a tool already called a_b keeps its name."""
+    pairs: list[tuple[str, str | None]] = [("a/@/%b", None), ("a!/*#b", None), ("a_b", None)]
+    names = unique_names(pairs)
+    assert names[2] == "a_b"
+    assert names[0] != names[1] and all(n.startswith("a_b_4c82f5") for n in names[:2]), names
+    assert list(reversed(unique_names(list(reversed(pairs))))) == names
+    tools = unique_tools([Tool(name) for name, _ in pairs])
+    assert [t.name for t in tools] == names
+
+
 def test_a_name_handed_out_before_is_kept_when_a_newcomer_collides() -> None:
     """A server lists ``a_b`` (named h__a_b), then adds ``a-b``: the model was shown h__a_b, so
     it keeps that name and the newcomer is the one renamed (both were renamed, and a script
