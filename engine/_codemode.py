@@ -998,6 +998,8 @@ class CodeMode(StepLoop):
         except BaseException as e:  # cancelled too (a caller's timeout): the drive stops here
             error = error_text(described(e))
             self._emit("left", record.id, tenant=record.tenant, error=error)
+            if isinstance(e, asyncio.CancelledError):
+                drive.note_unbegun()
             if isinstance(e, StoreUnavailable):
                 # The log did not answer: giving the lease up now would wait its timeout
                 # again for nothing; it is given up once the log answers (_keep).

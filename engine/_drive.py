@@ -273,6 +273,10 @@ class Drive:
         # The calls whose threads had not begun when the drive was cancelled or abandoned:
         # they never will, so they are to run again (see CodeMode._hear_out and aclose).
         self.unbegun: list[int] = []
+        # The calls whose receipts this drive wrote, or began to write, and those whose
+        # handlers it was given (see :meth:`note_unbegun`).
+        self._receipted: set[int] = set()
+        self._handed: set[int] = set()
         self._tickets: dict[int, Ticket] = {}  # of the sync handlers in _handlers, by index
         # The receipts of calls claimed as their tool threads came (see
         # :meth:`claim_to_begin`), by index: a chunk's one task under each of its calls,
@@ -510,6 +514,8 @@ class Drive:
         yet are written with them, in one write. ``lasting``: see ``LogStore.claim``."""
         new = len(self.calls) - self._unwritten  # the first call not written yet
         written = [d for d in decisions if d.index < new]
+        if claim:
+            self._receipted.update(d.index for d in decisions if d.state == log.APPROVED)
         claimed = (
             await self.store.decide(self.lease, written, claim=claim, lasting=lasting)
             if written
@@ -540,6 +546,7 @@ class Drive:
         """The receipts of the calls about to run, in one transaction; none while the
         script is held (then :attr:`record` says so). ``lasting``: see ``LogStore.claim``."""
         await self._flush()
+        self._receipted.update(indexes)
         claimed = await self.store.claim(self.lease, indexes, lasting=lasting)
         await self._claimed(len(indexes), claimed)
         return claimed
@@ -730,6 +737,7 @@ class Drive:
         is cancelled, and left in :attr:`unbegun` to run again."""
         task = asyncio.ensure_future(handler)
         self._handlers.add(task)
+        self._handed.add(entry.index)
         if ticket is not None:
             self._tickets[entry.index] = ticket
         try:
@@ -778,6 +786,18 @@ class Drive:
             ) from None
         finally:
             self._handlers.discard(task)
+
+    def note_unbegun(self) -> None:
+        """The drive was cancelled: add to :attr:`unbegun` the calls whose receipts it wrote,
+        or was writing as the cancel landed, and whose handlers it was never given (a
+        receipt that committed though its write was cancelled, SQLite syncing after its
+        commit; calls claimed together whose tasks had not started): they never ran, so they
+        are approved again, not found running by the next drive and called interrupted.
+        Those the log does not have running are left as they are (``_approve_again``)."""
+        noted = set(self.unbegun)
+        self.unbegun.extend(
+            i for i in sorted(self._receipted) if i not in self._handed and i not in noted
+        )
 
     def forget_handler(self, index: int) -> None:
         """The unheard handler of the call at ``index``, recorded (or given up on):
