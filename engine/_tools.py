@@ -177,6 +177,17 @@ class Tool:
             # Not truthiness: read_only="false" would let a call with effects run again.
             if not isinstance(given, bool):
                 raise ToolDefinitionError(f"tool {name!r}: {flag} is True or False, not {given!r}")
+        for what, text in (("name", name), ("source", source)):
+            try:
+                if text is not None:
+                    text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                # Hashed to rename it (a long name, or one that sanitizes as another does),
+                # it raised UnicodeEncodeError, or "give each tool its own name".
+                raise ToolDefinitionError(
+                    f"tool {name!r}: its {what} is not Unicode text (a lone surrogate at "
+                    f"character {e.start}); fix the {what}"
+                ) from None
         self.original_name = name
         self.source = source
         self.name = sanitize_name(name, source)

@@ -1828,6 +1828,22 @@ def test_a_description_that_is_not_unicode_text_is_refused() -> None:
         Tool.from_mcp(definition)
 
 
+def test_a_name_or_source_that_is_not_unicode_text_is_refused() -> None:
+    """A name with a lone surrogate (from JSON's "\\ud800") raised UnicodeEncodeError from
+    Tool(...) once the name was long enough to be cut with a hash, and two such names that
+    sanitize alike ("\\ud800x", "\\ud801x": both x) were refused as if they were one name
+    ("give each tool its own name"); each is refused when its tool is built, naming it."""
+    with pytest.raises(ToolDefinitionError, match=r"its name is not Unicode text.*character 70"):
+        Tool("x" * 70 + "\ud800")
+    definitions = json.loads(
+        '[{"name": "\\ud800x", "inputSchema": {}}, {"name": "\\ud801x", "inputSchema": {}}]'
+    )
+    with pytest.raises(ToolDefinitionError, match=r"tools\[0\]: .* its name is not Unicode"):
+        load_mcp_tools(definitions)
+    with pytest.raises(ToolDefinitionError, match=r"its source is not Unicode text"):
+        Tool("t", source="srv\udc80")
+
+
 class _Recorded(BaseModel):
     """A model that records the thread that dumps it."""
 
