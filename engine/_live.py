@@ -81,6 +81,10 @@ class LiveRuns:
         self.max_count = max_count
         self.max_memory = max_memory
         self._kept: OrderedDict[tuple[str, str], _Kept] = OrderedDict()
+        # The runs taken to be resumed, by key, with their memory as counted: their processes
+        # live on while they wait for a runner slot and run their segment, so they stay in
+        # the budget until :meth:`release`.
+        self._resuming: dict[tuple[str, str], int] = {}
         self._memory = 0
         self._closing: set[asyncio.Task[None]] = set()
         # What happened to live runs, for tests and the benchmark.
@@ -122,7 +126,9 @@ class LiveRuns:
         self._memory += memory
         # Past the memory budget by resident sizes: count what each run really costs.
         self._memory = count_private(self._kept.values(), self._memory, self.max_memory)
-        if len(self._kept) > self.max_count or self._memory > self.max_memory:
+        if len(self._kept) + len(self._resuming) > self.max_count or (
+            self._memory > self.max_memory
+        ):
             logger.info("live run not kept, the live budget is full script=%s", key[0])
             self.evicted += 1
             self.drop(key)
@@ -132,12 +138,14 @@ class LiveRuns:
     def take(self, key: tuple[str, str], records: Sequence[protocol.Record]) -> LiveRun | None:
         """The run kept for ``key`` if it waits for exactly the records past its first in
         ``records`` (the whole call log, every call settled); otherwise ``None``, and a run
-        that does not match is closed. The run is no longer kept: the caller owns it."""
+        that does not match is closed. The run is no longer kept: the caller owns it, and
+        calls :meth:`release` once its resume returned; until then it counts in the budget
+        (its process lives on while it waits for a runner slot: on a busy host, hundreds of
+        them, each with its pipes, met the host's limit of open files)."""
         kept = self._kept.pop(key, None)
         if kept is None:
             return None
         kept.timer.cancel()
-        self._memory -= kept.memory
         run = kept.run
         waiting = records[kept.first :]
         if (
@@ -154,10 +162,19 @@ class LiveRuns:
                 len(records),
             )
             self.mismatched += 1
+            self._memory -= kept.memory
             self._close(run)
             return None
+        self._resuming[key] = kept.memory
         self.resumed += 1
         return run
+
+    def release(self, key: tuple[str, str]) -> None:
+        """The run :meth:`take` gave for ``key`` was resumed (or failed to be): it no longer
+        counts in the budget (its next segment's run, if any, is kept anew)."""
+        memory = self._resuming.pop(key, None)
+        if memory is not None:
+            self._memory -= memory
 
     def drop(self, key: tuple[str, str]) -> None:
         """Close the run kept for ``key``, if any (the drive ended, paused or lost its lease)."""

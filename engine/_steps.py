@@ -307,7 +307,8 @@ class StepLoop(CallSettling):
         the last calls in ``records``; ``None`` when the step must replay instead. Every call
         is settled, and its result durable in the log, before this runs: a host that dies
         after sending a result to the process has it in the log."""
-        run = self._live.take(live_key(drive), records)
+        key = live_key(drive)
+        run = self._live.take(key, records)
         if run is None:
             return None
         try:
@@ -316,6 +317,8 @@ class StepLoop(CallSettling):
             logger.info("live run gone script=%s: %s; replaying", drive.record.id, e)
         except Exception:  # a runner's bug: the log still holds everything, so replay
             logger.warning("live run failed script=%s; replaying", drive.record.id, exc_info=True)
+        finally:
+            self._live.release(key)
         self._live.close(run)
         return None
 

@@ -315,3 +315,32 @@ async def test_a_python_finalizer_the_collector_runs_makes_no_call(tmp_path: Pat
         assert [c.arguments["n"] for c in calls if c.name == "inc"] == [-1, *range(300)]
     finally:
         await engine.aclose()
+
+
+async def test_runs_waiting_for_a_slot_to_resume_count_in_the_live_budget(tmp_path: Path) -> None:
+    """Twelve scripts at once on one slot, with a budget of two live runs: a run taken to be
+    resumed waits for the slot with its process alive, and it counts in the budget until its
+    segment is over. It did not: each script waiting for the slot with its results held a
+    stopped process outside the budget (a host of 400 scripts met its 1,024 open files), so
+    the live processes were as many as the scripts."""
+    runner = ProcessRunner(mode="pool", slots=1)
+    seen: list[int] = []
+
+    @tool
+    async def step(n: int) -> int:
+        """Add one, noting how many live processes the runner holds now."""
+        seen.append(runner.live_runs)
+        return n + 1
+
+    engine = CodeMode(
+        [step], runner=runner, data_dir=tmp_path, type_check="off", live_max=2, live_wait=60
+    )
+    code = "let n = 0; for (let i = 0; i < 4; i++) n = await tools.step({ n }); return n"
+    try:
+        results = await asyncio.gather(*(engine.run_code(code) for _ in range(12)))
+    finally:
+        await engine.aclose()
+    assert [(r.status, r.value) for r in results] == [("finished", 4)] * 12
+    assert len(seen) == 48
+    assert max(seen) <= 2 + 1, seen  # the budget, and a new step's run not yet turned away
+    assert runner.live_runs == 0
