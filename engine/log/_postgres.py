@@ -22,6 +22,7 @@ import socket
 import threading
 import time
 import urllib.parse
+import weakref
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
@@ -50,7 +51,19 @@ _NOW = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 # A write also takes its transaction's id, to ask after it if the connection is lost at
 # COMMIT (txid_current and txid_status: PostgreSQL 10 and later).
 _NOW_AND_XID = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint, txid_current()"
-_XACT_STATUS = "SELECT txid_status(%s)"
+# The server's run as a session can tell it: when its postmaster started, and when its
+# shared statistics were last reset, which crash recovery does (a backend killed, say by the
+# OOM killer, and the others with it) while the postmaster goes on.
+_RUN = (
+    "SELECT pg_postmaster_start_time()::text || ' ' || "
+    "coalesce((SELECT stats_reset FROM pg_stat_bgwriter)::text, '')"
+)
+_XACT_STATUS = f"SELECT txid_status(%s), ({_RUN})"
+# The transaction id the server's last checkpoint would hand out next.
+_CHECKPOINT_NEXT_XID = "SELECT (pg_control_checkpoint()).next_xid"
+# The server's run (_RUN) that each connection of the pools was made in: a connection lives
+# in one run (a restart or a crash ends it).
+_RUNS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 _LOCKS = {"update": " FOR UPDATE", "skip": " FOR UPDATE SKIP LOCKED", None: ""}
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
@@ -318,6 +331,7 @@ class PostgresStore(SqlStore):
         async def configure(conn: Any) -> None:
             with _Watch(conn, answer):
                 await conn.execute(_session(schema))
+                _RUNS[conn] = (await (await conn.execute(_RUN)).fetchone())[0]
 
         return AsyncConnectionPool(
             self.dsn,
@@ -512,7 +526,7 @@ class PostgresStore(SqlStore):
             raise _Uncommitted() from None
         except _CommitUnknown as unknown:
             pool = await self._back(pool)
-            status = await self._status_of(pool, unknown.xid)
+            status = await self._status_of(pool, unknown.xid, unknown.run)
             if status == "committed":
                 return unknown.value
             if status == "aborted":
@@ -520,17 +534,41 @@ class PostgresStore(SqlStore):
                 raise _Uncommitted() from unknown.__cause__
             raise
 
-    async def _status_of(self, pool: Any, xid: int) -> str | None:
-        """``committed``, ``aborted``, or None (unknown: its id is too old to say) for the
-        transaction ``xid``, once it is no longer in progress: the server ends the
-        transaction of a connection it lost as soon as it notices (it commits one whose
-        COMMIT it read), which this waits for, up to the store's timeout."""
+    async def _status_of(self, pool: Any, xid: int, run: str | None) -> str | None:
+        """``committed``, ``aborted``, or None (unknown: its id is too old to say, or may
+        be another transaction's) for the transaction ``xid``, made in the server's run
+        ``run`` (:data:`_RUN`; None if not known), once it is no longer in progress: the
+        server ends the transaction of a connection it lost as soon as it notices (it
+        commits one whose COMMIT it read), which this waits for, up to the store's timeout.
+
+        A server that crashed since forgets the ids it gave out after the last it wrote to
+        its write-ahead log, and gives them out again: a write the crash cut before its
+        COMMIT, which wrote nothing the log kept, may find its id committed by another
+        host's transaction. So past a crash (or a restart), ``committed`` stands only if the
+        server's last checkpoint began after the id was given out (a clean shutdown's, or
+        the end of a recovery that found it in the log). An id the server has not given out
+        again (it says the id is in the future) is ``aborted``: nothing of it was kept."""
+        import psycopg
+
         deadline = time.monotonic() + self._timeout
         while True:
             async with pool.connection() as conn:
                 with _Watch(conn, self._answer):
-                    row = await (await conn.execute(_XACT_STATUS, (xid,))).fetchone()
-            status = row[0] if row else None
+                    try:
+                        row = await (await conn.execute(_XACT_STATUS, (xid,))).fetchone()
+                    except psycopg.errors.InvalidParameterValue:
+                        # 'transaction ID ... is in the future': a crash forgot the id, and
+                        # so all the transaction wrote (the server has not given it again).
+                        return "aborted"
+                    status = row[0] if row else None
+                    if status == "committed" and (run is None or row[1] != run):
+                        try:
+                            found = await conn.execute(_CHECKPOINT_NEXT_XID)
+                            next_xid = _full_xid((await found.fetchone())[0])
+                        except (psycopg.Error, ValueError, TypeError):
+                            next_xid = None  # pg_control kept from this role: not known
+                        if next_xid is None or next_xid <= xid:
+                            return None
             if status != "in progress" or time.monotonic() >= deadline:
                 return None if status == "in progress" else status
             await asyncio.sleep(0.05)
@@ -689,10 +727,18 @@ class _CommitUnknown(Exception):
     took effect is the server's to say, asked by its id (``__cause__``: the driver's
     error)."""
 
-    def __init__(self, xid: int, value: Any) -> None:
+    def __init__(self, xid: int, value: Any, run: str | None) -> None:
         super().__init__(xid)
         self.xid = xid
         self.value = value  # what the transaction returns, if it committed
+        self.run = run  # the server's run it was made in (_RUN), if known
+
+
+def _full_xid(text: str) -> int:
+    """A transaction id as pg_control_checkpoint() gives it (``epoch:xid``), as
+    txid_current() does (64 bits, the epoch's above)."""
+    epoch, _, xid = text.rpartition(":")
+    return (int(epoch or 0) << 32) | int(xid)
 
 
 def _closed() -> StoreUnavailable:
@@ -936,7 +982,7 @@ async def _attempt(pool: Any, make: Callable[[int], sql.Tx], write: bool, second
             raise _Uncommitted() from e
         if not write:
             return value
-        raise _CommitUnknown(xid, value) from e
+        raise _CommitUnknown(xid, value, _RUNS.get(conn)) from e
 
 
 async def _execute(conn: Any, pipeline: Any, q: sql.Q) -> Any:

@@ -589,8 +589,8 @@ async def test_a_connection_lost_at_commit_is_resolved_by_the_transactions_id(
     statuses: list[str | None] = []
     status_of = store._status_of
 
-    async def seen(pool: Any, xid: int) -> str | None:
-        statuses.append(await status_of(pool, xid))
+    async def seen(pool: Any, xid: int, run: str | None) -> str | None:
+        statuses.append(await status_of(pool, xid, run))
         return statuses[-1]
 
     store._status_of = seen  # type: ignore[method-assign]
@@ -818,3 +818,106 @@ async def test_a_log_whose_server_goes_down_as_its_pool_opens_is_store_unavailab
     finally:
         await store.aclose()
         await asyncio.to_thread(server.resume)
+
+
+class _CrashMidWrite:
+    """A TCP proxy to the server that, once armed, crashes the server in the next write
+    transaction (a restart ``-m immediate``, as an OOM kill of a backend does): the server
+    has given it its id (``txid_current()``) and nothing of it reached the write-ahead log,
+    so the crash forgets the id, and the server hands it out again. Then, before the client
+    learns its connection is lost (at its COMMIT), with ``taken`` other sessions commit
+    transactions until that id is taken (other hosts writing the log as the server comes
+    back); without, the id is one the server has not given out yet."""
+
+    def __init__(self, server: PostgresServer, taken: bool) -> None:
+        self.server = server
+        self.taken = taken
+        self.port = int(server.dsn.split("port=")[1].split()[0])
+        self.armed = False
+        self.crashed = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        return self.server.dsn.replace(f"port={self.port}", f"port={port}")
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def _crash(self) -> None:
+        import psycopg
+
+        await asyncio.to_thread(self.server.restart, "immediate")
+        async with await psycopg.AsyncConnection.connect(self.server.dsn, autocommit=True) as c:
+            for _ in range(50 if self.taken else 0):  # more ids than the crash forgot
+                await c.execute("SELECT txid_current()")
+        self.crashed += 1
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        try:
+            server_r, server_w = await asyncio.open_connection("127.0.0.1", self.port)
+        except OSError:  # the server is restarting: as it would, refuse
+            client_w.transport.abort()
+            return
+        crashing = False
+
+        async def up() -> None:
+            nonlocal crashing
+            given_id = False
+            while data := await client_r.read(65536):
+                if given_id:  # the write's next statement: it never reaches the server
+                    self.armed, crashing = False, True
+                    await self._crash()
+                    return
+                given_id = self.armed and b"txid_current()" in data
+                server_w.write(data)
+                await server_w.drain()
+
+        async def down() -> None:
+            while data := await server_r.read(65536):
+                client_w.write(data)
+                await client_w.drain()
+
+        upward = asyncio.ensure_future(up())
+        await asyncio.wait([upward, asyncio.ensure_future(down())], return_when="FIRST_COMPLETED")
+        if crashing:  # the client learns its connection is lost once its id is taken
+            await upward
+        client_w.transport.abort()
+        server_w.close()
+
+
+@pytest.mark.parametrize("taken", [True, False], ids=["id-taken", "id-forgotten"])
+async def test_a_write_lost_in_a_server_crash_is_not_taken_for_committed(
+    server: PostgresServer, taken: bool
+) -> None:
+    """The server crashes in a write (its connection lost at COMMIT) and, once back, gives
+    the write's transaction id to another transaction, which commits: the store does not
+    take that one's COMMIT for the write's. What the store says of the write is what the
+    log holds: done, or StoreUnavailable. (Before, txid_status said 'committed' of the
+    other transaction, and the store returned as if the write were done: in a log whose
+    server crashed under 10 scripts, a call's result so lost failed its script with
+    'CallConflict: script ... has no call at position 4'.) An id the server has not given
+    out again is one it forgot: the write took no effect, and runs again. (It was
+    txid_status's 'transaction ID ... is in the future', taken for a log changed by hand:
+    StoreUnavailable, 'not as codemode made it'.)"""
+    proxy = _CrashMidWrite(server, taken)
+    dsn = await proxy.start()
+    store = PostgresStore(dsn, schema=f"t_{uuid.uuid4().hex[:16]}")
+    try:
+        lease = (await store.start(_record("s1"), "host-a", 300_000)).lease
+        proxy.armed = True
+        try:
+            await store.release(lease)
+            released = True
+        except StoreUnavailable:
+            released = False
+        assert proxy.crashed == 1
+        lease_there = (await store.get_script("s1")).lease
+        assert lease_there is not None
+        assert (lease_there.expires_ms == 0) == released, (released, lease_there)
+        assert released is not taken
+    finally:
+        await store.aclose()
+        await proxy.stop()
