@@ -985,18 +985,20 @@ class RunnerService:
             for task in (reading, ending):
                 task.cancel()
             await asyncio.gather(reading, ending, return_exceptions=True)
-            self._unkeep(held)
             if not going_on:
+                self._unkeep(held)
                 hold.release()  # the results line was given up
                 self._live_wait_over()  # its client was told; the drain waits on its end
                 await self._end_run(held.run)
         # The records the line made are held while they wait for a slot and go to the
         # process: the line's share of the budget is given back once the segment is answered.
+        # The process stays in the live budget until its segment is over (see _resume).
         try:
             return await self._exchange(
                 conn, version, held.script.id, held.files, self._resume(held, records), hold
             )
         finally:
+            self._unkeep(held)
             hold.release()
             self._live_wait_over()  # the segment counted as a step from its start
 
@@ -1012,12 +1014,20 @@ class RunnerService:
         return False, None
 
     async def _resume(self, held: _Held, records: list[protocol.Record]) -> _Answer:
-        """Take a slot and run the live process's next segment."""
+        """Take a slot and run the live process's next segment. The process counts in the
+        live budget until then: it lives on while it waits for the slot (on a busy service,
+        every client's results waiting for one held a process the budget did not count, past
+        ``live_max`` and the file descriptors it was sized for); it leaves the budget before
+        its answer's live process, if any, is kept."""
         try:
             use = await self.slots.acquire(held.tenant)
         except RunError:
+            self._unkeep(held)
             await self._end_run(held.run)
             return self._busy(), True, None
+        except BaseException:
+            self._unkeep(held)
+            raise
         try:
             try:
                 step = await held.run.resume(records)
@@ -1032,6 +1042,7 @@ class RunnerService:
                 return wire.encode(wire.Failure(error=why, cause="unavailable")), False, None
             return self._answer(step, use.waited, held.script, held.tenant, held.files)
         finally:
+            self._unkeep(held)
             self.slots.release(use)
 
     def _keep(self, held: _Held) -> None:

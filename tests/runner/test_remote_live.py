@@ -395,3 +395,33 @@ async def test_closing_the_service_does_not_cut_a_live_process_end_short() -> No
     await closing
     assert local.run_made.closed
     await remote.aclose()
+
+
+async def test_a_process_waiting_for_a_slot_with_its_results_stays_in_the_live_budget() -> None:
+    """Two live processes whose results came while the service's one slot is busy: each
+    waits for the slot with its process alive, and counts in the live budget until its
+    segment is over. They left the budget as their results came, so on a busy service the
+    processes waiting for a slot were as many as the clients, past live_max and the file
+    descriptors the service was sized for."""
+    local = ProcessRunner(mode="fork", slots=1)
+    async with services(local, slots=1, live_max=2) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        steps = [
+            await remote.run(script(THREE, tools=TOOLS, id=f"s{k}"), live=True) for k in range(2)
+        ]
+        assert all(step.live is not None for step in steps)
+        use = await service.slots.acquire("someone else")  # the slot busy
+        try:
+            resumes = [asyncio.create_task(step.live.resume(_answers(step))) for step in steps]
+            await until(lambda: service.slots.waiting() == 2, "both resumes to wait for the slot")
+            assert local.live_runs == 2
+            assert service.live_runs == 2  # was 0: both processes outside the budget
+        finally:
+            service.slots.release(use)
+        nxt = await asyncio.gather(*resumes)
+        assert [s.outcome for s in nxt] == ["calls", "calls"]
+        assert service.live_runs == 2
+        done = await asyncio.gather(*(s.live.resume(_answers(s)) for s in nxt))
+        assert [s.value for s in done] == [[1, 2], [1, 2]]
+        await until(lambda: service.live_runs == 0 and local.live_runs == 0, "nothing waiting")
+        await remote.aclose()
