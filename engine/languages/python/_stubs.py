@@ -43,6 +43,7 @@ one mapping (``tools.x({"key": 1})``), as the sandbox does.
 from __future__ import annotations
 
 import keyword
+import re
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import replace
@@ -309,14 +310,24 @@ def _comment(text: str) -> str:
     return f"  # {text}" if text else ""
 
 
+# Quotes a docstring escapes, each of the run: three or more (escaping the first three alone
+# left a fourth, and `x""""` was written `x\"` then `"""`, closing it: the description's next
+# lines read as code), and, on the line the closing quotes follow, those that end it.
+_QUOTES = re.compile(r'"{3,}')
+_CLOSING = re.compile(r'"{3,}|"+\Z')
+
+
+def _escaped(line: str, closing: bool) -> str:
+    """A line of a docstring as its source writes it; ``closing``: the closing quotes follow
+    it on its line."""
+    quotes = _CLOSING if closing else _QUOTES
+    return quotes.sub(lambda m: '\\"' * len(m[0]), line.rstrip().replace("\\", "\\\\"))
+
+
 def _docstring(lines: list[str], indent: str) -> str:
-    escaped = [line.replace("\\", "\\\\").replace('"""', '\\"""').rstrip() for line in lines]
-    if len(escaped) == 1:
-        # A quote just before the closing ones would close the string early.
-        text = escaped[0]
-        if text.endswith('"'):
-            text = text[:-1] + '\\"'
-        return f'{indent}"""{text}"""\n'
+    if len(lines) == 1:
+        return f'{indent}"""{_escaped(lines[0], True)}"""\n'
+    escaped = [_escaped(line, False) for line in lines]
     body = "".join(f"{indent}{line}\n" if line else "\n" for line in escaped[1:])
     return f'{indent}"""{escaped[0]}\n{body}{indent}"""\n'
 
