@@ -329,9 +329,17 @@ class PostgresStore(SqlStore):
         schema, answer = self.schema, self._answer
 
         async def configure(conn: Any) -> None:
+            import psycopg
+
             with _Watch(conn, answer):
                 await conn.execute(_session(schema))
-                _RUNS[conn] = (await (await conn.execute(_RUN)).fetchone())[0]
+                try:
+                    _RUNS[conn] = (await (await conn.execute(_RUN)).fetchone())[0]
+                except psycopg.Error:
+                    # The statistics kept from this role, say: the run is not known, and a
+                    # write this connection loses at COMMIT is resolved as past a crash.
+                    if conn.closed:
+                        raise
 
         return AsyncConnectionPool(
             self.dsn,

@@ -921,3 +921,24 @@ async def test_a_write_lost_in_a_server_crash_is_not_taken_for_committed(
     finally:
         await store.aclose()
         await proxy.stop()
+
+
+async def test_a_role_that_may_not_read_the_servers_statistics_uses_the_log(
+    server: PostgresServer,
+) -> None:
+    """Each connection of the store asks when the server's statistics were reset (to tell a
+    crash since, see test_a_write_lost_in_a_server_crash_is_not_taken_for_committed): a
+    role the server keeps them from uses the log all the same."""
+    import psycopg
+
+    _, dsn = _new_role(server)
+    with psycopg.connect(server.dsn, autocommit=True) as admin:
+        admin.execute("REVOKE SELECT ON pg_stat_bgwriter FROM PUBLIC")
+    store = PostgresStore(dsn, schema=f"t_{uuid.uuid4().hex[:16]}")
+    try:
+        assert (await store.start(_record("s1"), "host-a", 30_000)).created
+        assert (await store.get_script("s1")).id == "s1"
+    finally:
+        await store.aclose()
+        with psycopg.connect(server.dsn, autocommit=True) as admin:
+            admin.execute("GRANT SELECT ON pg_stat_bgwriter TO PUBLIC")
