@@ -151,8 +151,19 @@ def _depth(value: Any) -> int:
     # Iterative, so a hostile schema nested a million levels cannot blow the Python stack.
     deepest = 0
     stack: list[tuple[Any, int]] = [(value, 1)]
+    seen = 0
     while stack:
         node, depth = stack.pop()
+        seen += 1
+        if seen > MAX_SCHEMA_BYTES:
+            # Each value is a byte of JSON at least. A host's dict that holds one schema in two
+            # places, each holding the next alike, is 2**depth values as JSON: 25 deep, this
+            # walk and the encoder after it held the host for minutes before refusing it.
+            raise SchemaProblem(
+                f"it is over the {MAX_SCHEMA_BYTES:,} bytes of JSON a schema may take (a part "
+                "it holds in several places counts in each); describe the input more briefly, "
+                "or name a part held in several places once in $defs"
+            )
         if isinstance(node, dict):
             children: Any = node.values()
         elif isinstance(node, list):

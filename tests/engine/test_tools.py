@@ -1549,6 +1549,31 @@ def test_bad_input_schemas_are_refused(schema: Any, message: str) -> None:
     assert message in text
 
 
+class _Counted(dict[str, Any]):
+    """A schema object that counts how often a walk reads its values."""
+
+    reads = 0
+
+    def values(self) -> Any:
+        _Counted.reads += 1
+        assert _Counted.reads <= MAX_SCHEMA_BYTES, "the walk read every copy of the schema"
+        return super().values()
+
+
+def test_a_schema_that_holds_one_part_in_many_places_is_refused_at_its_bound() -> None:
+    """A host's dict that holds one object in two properties, each holding the next alike,
+    25 deep: 2**25 objects as JSON (1 GiB), in 50 levels. The depth check walked every copy,
+    then the encoder wrote them, for minutes, before the size refused it; the walk stops at
+    the bound (counted in reads of the objects, not in seconds) and says why."""
+    part: dict[str, Any] = _Counted(type="string")
+    for _ in range(25):
+        part = _Counted(type="object", properties=_Counted(a=part, b=part))
+    _Counted.reads = 0
+    with pytest.raises(ToolDefinitionError, match="in several places counts in each"):
+        Tool("t", input_schema={"type": "object", "properties": {"x": part}})
+    assert _Counted.reads <= MAX_SCHEMA_BYTES
+
+
 def test_an_unknown_meta_schema_is_named_as_such() -> None:
     """A `$schema` the validator does not know was refused with advice about `$ref`, which
     the schema may not even have; the message says what to do about the `$schema`."""
