@@ -58,7 +58,7 @@ _RUN = (
     "SELECT pg_postmaster_start_time()::text || ' ' || "
     "coalesce((SELECT stats_reset FROM pg_stat_bgwriter)::text, '')"
 )
-_XACT_STATUS = f"SELECT txid_status(%s), ({_RUN})"
+_XACT_STATUS = "SELECT txid_status(%s)"
 # The transaction id the server's last checkpoint would hand out next.
 _CHECKPOINT_NEXT_XID = "SELECT (pg_control_checkpoint()).next_xid"
 # The server's run (_RUN) that each connection of the pools was made in: a connection lives
@@ -329,17 +329,11 @@ class PostgresStore(SqlStore):
         schema, answer = self.schema, self._answer
 
         async def configure(conn: Any) -> None:
-            import psycopg
-
             with _Watch(conn, answer):
                 await conn.execute(_session(schema))
-                try:
-                    _RUNS[conn] = (await (await conn.execute(_RUN)).fetchone())[0]
-                except psycopg.Error:
-                    # The statistics kept from this role, say: the run is not known, and a
-                    # write this connection loses at COMMIT is resolved as past a crash.
-                    if conn.closed:
-                        raise
+                run = await _server_run(conn)
+                if run is not None:
+                    _RUNS[conn] = run
 
         return AsyncConnectionPool(
             self.dsn,
@@ -569,7 +563,7 @@ class PostgresStore(SqlStore):
                         # so all the transaction wrote (the server has not given it again).
                         return "aborted"
                     status = row[0] if row else None
-                    if status == "committed" and (run is None or row[1] != run):
+                    if status == "committed" and (run is None or await _server_run(conn) != run):
                         try:
                             found = await conn.execute(_CHECKPOINT_NEXT_XID)
                             next_xid = _full_xid((await found.fetchone())[0])
@@ -740,6 +734,19 @@ class _CommitUnknown(Exception):
         self.xid = xid
         self.value = value  # what the transaction returns, if it committed
         self.run = run  # the server's run it was made in (_RUN), if known
+
+
+async def _server_run(conn: Any) -> str | None:
+    """The server's run (:data:`_RUN`) as ``conn`` finds it, or None if the server keeps
+    its statistics from the role: a write lost at COMMIT is then resolved as past a crash."""
+    import psycopg
+
+    try:
+        return (await (await conn.execute(_RUN)).fetchone())[0]
+    except psycopg.Error:
+        if conn.closed:
+            raise
+        return None
 
 
 def _full_xid(text: str) -> int:

@@ -926,19 +926,27 @@ async def test_a_write_lost_in_a_server_crash_is_not_taken_for_committed(
 async def test_a_role_that_may_not_read_the_servers_statistics_uses_the_log(
     server: PostgresServer,
 ) -> None:
-    """Each connection of the store asks when the server's statistics were reset (to tell a
-    crash since, see test_a_write_lost_in_a_server_crash_is_not_taken_for_committed): a
-    role the server keeps them from uses the log all the same."""
+    """The store asks when the server's statistics were reset, of each connection and as
+    it resolves a write lost at COMMIT (to tell a crash since, see
+    test_a_write_lost_in_a_server_crash_is_not_taken_for_committed): a role the server
+    keeps them from uses the log all the same, and a write of its that the connection
+    lost before its COMMIT runs again. (The log did not open, and then such a write was
+    StoreUnavailable, 'the database user may not use the PostgreSQL session log'.)"""
     import psycopg
 
     _, dsn = _new_role(server)
     with psycopg.connect(server.dsn, autocommit=True) as admin:
         admin.execute("REVOKE SELECT ON pg_stat_bgwriter FROM PUBLIC")
-    store = PostgresStore(dsn, schema=f"t_{uuid.uuid4().hex[:16]}")
+    proxy = _CutAtCommit(dsn)
+    store = PostgresStore(await proxy.start(), schema=f"t_{uuid.uuid4().hex[:16]}")
     try:
         assert (await store.start(_record("s1"), "host-a", 30_000)).created
-        assert (await store.get_script("s1")).id == "s1"
+        proxy.mode = "before"
+        await store.set_held("s1", True)
+        assert proxy.cuts == 1
+        assert (await store.get_script("s1")).held
     finally:
         await store.aclose()
+        await proxy.stop()
         with psycopg.connect(server.dsn, autocommit=True) as admin:
             admin.execute("GRANT SELECT ON pg_stat_bgwriter TO PUBLIC")
