@@ -375,7 +375,7 @@ class CodeMode(StepLoop):
         """An MCP server changed its tools: the engine's tools are the host's and these."""
         self.tools = unique_tools([*self._own_tools, *mcp_tools], before=self.tools)
         self._by_name = {t.name: t for t in self.tools}
-        self._index = ToolIndex(self.tools, [s.info() for s in self.skills])
+        self._index = ToolIndex(self.tools, [s.info() for s in self.skills], before=self._index)
         self._tool_names = sorted({*self._by_name, *BUILTIN_TOOLS})
         self._check_declarations = {}
 
@@ -447,7 +447,7 @@ class CodeMode(StepLoop):
         if named_as(skill.name, [s.name for s in self.skills]) is not None:
             raise CodeModeError(f"a skill called {skill.name!r} is already loaded")
         self.skills.extend(check_skills([skill], self.tools))
-        self._index = ToolIndex(self.tools, [s.info() for s in self.skills])
+        self._index = ToolIndex(self.tools, [s.info() for s in self.skills], before=self._index)
         return skills_listing([skill], self.language)
 
     def search(self, query: str, limit: int = 8, *, language: Language | None = None) -> str:

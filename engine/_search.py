@@ -148,7 +148,16 @@ class ToolIndex:
     query always gets the same answer.
     """
 
-    def __init__(self, tools: Sequence[Tool], skills: Sequence[SkillInfo] = ()) -> None:
+    def __init__(
+        self,
+        tools: Sequence[Tool],
+        skills: Sequence[SkillInfo] = (),
+        *,
+        before: ToolIndex | None = None,
+    ) -> None:
+        """``before``: the index this one follows (a skill added, an MCP server's tools
+        changed), whose work for the same tools (the very same objects) is kept: the words of
+        5,000 tools took two seconds of the event loop to find again for each skill added."""
         self.tools = list(tools)
         self.skills = list(skills)
         self._by_name = {tool.name: tool for tool in self.tools}
@@ -160,7 +169,16 @@ class ToolIndex:
             for alias in dict.fromkeys((tool.original_name, tool.name.partition("__")[2])):
                 if alias and alias not in self._by_name:
                     self._aliases.setdefault(alias, []).append(tool)
-        self._tools = _Ranking([_tool_entry(t) for t in self.tools])
+        # Each tool's entry, by the tool itself (a Tool is equal to itself alone).
+        made = before._entries if before is not None else {}
+        self._entries: dict[Tool, _Entry] = {
+            tool: made.get(tool) or _tool_entry(tool) for tool in self.tools
+        }
+        self._tools: _Ranking
+        if before is not None and before.tools == self.tools:
+            self._tools = before._tools  # the same tools in the same order: the same ranking
+        else:
+            self._tools = _Ranking(list(self._entries.values()))
         self._skills = _Ranking(
             [
                 _entry(
