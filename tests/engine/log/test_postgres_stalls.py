@@ -679,3 +679,51 @@ def test_blob_reads_are_watched_by_one_thread_and_a_stopped_server_still_fails_t
     for thread in watching:  # it ends on its own once no statement is watched for a while
         thread.join(HANG_S)
         assert not thread.is_alive(), thread
+
+
+def test_a_cli_command_whose_server_takes_the_connection_and_never_answers(
+    tmp_path: Any,
+) -> None:
+    """A dsn whose port takes connections and never answers (a stopped postmaster, a port
+    that is not PostgreSQL's): a command ends with exit 75 and says it cannot reach the log,
+    after one connect timeout. (The CLI's look for the log waited it out, then left the
+    server to the store, which waited it out again on a second connection.)"""
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    taken: list[socket.socket] = []
+
+    def take() -> None:
+        with contextlib.suppress(OSError):  # closed: the test is over
+            while True:
+                taken.append(listener.accept()[0])
+
+    threading.Thread(target=take, daemon=True).start()
+    port = listener.getsockname()[1]
+    config = tmp_path / "codemode.toml"
+    config.write_text(
+        f'[codemode.store]\nkind = "postgres"\n'
+        f'dsn = "host=127.0.0.1 port={port} dbname=postgres user=codemode"\n'
+    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "engine.cli", "scripts", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parents[3],
+            timeout=HANG_S,
+        )
+    finally:
+        listener.close()
+        for conn in taken:
+            conn.close()
+    assert len(taken) == 1, (taken, proc.stderr)
+    assert proc.returncode == 75, proc.stderr
+    said = proc.stderr.strip()
+    assert said.startswith("codemode: scripts: cannot reach the PostgreSQL session log at "), said
+    assert f"127.0.0.1:{port}/postgres" in said and "try again once the server runs" in said, said
