@@ -476,6 +476,36 @@ def test_a_description_cannot_close_its_docstring_and_declare_a_tool() -> None:
             assert ast.get_docstring(method) == written.strip(), description
 
 
+def test_a_tool_reached_by_getattr_is_declared_with_its_description_and_arguments() -> None:
+    """A tool named a keyword of Python or with a leading `_` (an MCP server's `import`) was
+    declared by the note alone, how to call it: the model, and a search for the tool, never
+    read its description or its arguments. The note is followed by both, as comments, its
+    named types declared. And a search answer of such tools alone was a class of comments,
+    no Python: its body is `...`."""
+    schema = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "self": {"type": "integer"}},
+        "required": ["path"],
+    }
+    made = {"type": "object", "title": "Made", "properties": {"id": {"type": "string"}}}
+    imports = Tool("import", description="Imports a file.\nOne a call.", input_schema=schema)
+    private = Tool("_private", description="Private.", output_schema=made)
+    for full in (False, True):
+        block, _ = PYTHON.declare_tools([imports, private], 10**9, full_descriptions=full)
+        ast.parse(MODEL_IMPORTS + block)  # was an empty class body: IndentationError
+        assert (
+            '    # tools "import": call it as await getattr(tools, "import")(...)\n'
+            "    #   Imports a file.\n"
+            + ("    #   One a call.\n" if full else "")
+            + "    #   (**kwargs: Unpack[Import_Input]) -> Any\n"
+        ) in block, block
+        assert "class Import_Input(TypedDict):\n    path: str\n" in block
+        assert "    #   Private.\n    #   () -> _private_Made\n    ...\n" in block
+        assert "class _private_Made(TypedDict):" in block
+    # The check's stubs keep the note alone: a call by getattr is left to the run.
+    assert "Import_Input" not in check_stubs([imports])
+
+
 class _CountingSet(set[str]):
     lookups = 0
 

@@ -30,9 +30,10 @@ tools' schemas define is one class, as in TypeScript, as is an object several to
 out alike under one property's name. A tool whose properties
 are not all Python names takes ``**kwargs: Unpack[<Tool>_Input]``. Python has no
 intersection type: an ``allOf`` of several object types is ``Any``. A tool named a keyword
-or with a leading ``_`` (which a script may not write as an attribute) is a comment saying to
-call it with ``getattr``. The schema walk is shared with TypeScript
-(``engine.languages._walk``), and so are the 12 KiB rules (``engine.languages._dialect``).
+or with a leading ``_`` (which a script may not write as an attribute) is comments: a note
+saying to call it with ``getattr``, then its description and signature. The schema walk is
+shared with TypeScript (``engine.languages._walk``), and so are the 12 KiB rules
+(``engine.languages._dialect``).
 
 The type check reads the same stubs with every name it needs from ``builtins`` and
 ``typing`` under a private alias (``_str``), so a tool or a key called ``list`` or ``str``
@@ -53,7 +54,7 @@ import orjson
 
 from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
 from engine._tools import Tool
-from engine.languages._dialect import MAX_SUMMARY, Dialect, description_lines
+from engine.languages._dialect import BUDGET, MAX_SUMMARY, Dialect, description_lines
 from engine.languages._walk import (
     CLOSED,
     MAX_ENUM,
@@ -372,6 +373,7 @@ def declare_tool(
     """
     renderer = StubRenderer(namer, comments=comments and not check, check=check)
     any_ = renderer.unknown.text
+    note = None
     if not is_python_name(tool.name) or tool.name.startswith("_"):
         # `tools.class(...)` is not Python, and a script may not write an attribute that
         # starts with `_` (`tools._2fa_verify`, `tools.__init__`): it calls them with getattr.
@@ -379,7 +381,8 @@ def declare_tool(
         note = (
             f'{INDENT}# tools "{tool.name}": call it as await getattr(tools, "{tool.name}")(...)\n'
         )
-        return note, ""
+        if check:
+            return note, ""
     prefix = type_prefix(tool.name)
     schema = tool.input_schema
     doc = Document(schema, prefix, f"{prefix}_Input")
@@ -422,12 +425,25 @@ def declare_tool(
         result = renderer.result(result_document(tool.output_schema, prefix)).text
     if check:
         member = _check_member(tool.name, params, mapping, any_, renderer.n("overload"))
+    elif note is not None:
+        # What the method would say, as comments: the note alone left the model (and a search
+        # for the tool) without its description and arguments.
+        lines = [*_doc_lines(tool, full), _call_text(params, result)]
+        member = note + "".join(f"{INDENT}#   {line}".rstrip() + "\n" for line in lines)
     else:
         lines = _doc_lines(tool, full)
         signature = _signature(tool.name, params, result, check)
         body = _docstring(lines, INDENT * 2) if lines else None
         member = f"{signature}\n{body}" if body else f"{signature} ...\n"
     return member, renderer.declarations()
+
+
+def _call_text(params: list[tuple[str, str]], result: str) -> str:
+    """The signature of a tool reached by getattr (a bound method: no ``self``), for its
+    comment."""
+    # A key `self` made `self` positional-only (`/`): there is no `self` here.
+    kept = [text for text, _ in params if text != "/"]
+    return f"({', '.join(kept)}) -> {result}"
 
 
 def _free_name(name: str, taken: set[str]) -> str:
@@ -583,6 +599,24 @@ class PythonDialect(Dialect):
         self, tool: Tool, namer: Namer, *, comments: bool, full: bool, results: bool = True
     ) -> tuple[str, str]:
         return declare_tool(tool, namer, comments=comments, full=full, results=results)
+
+    def declare_tools(
+        self,
+        tools: Sequence[Tool],
+        budget: int = BUDGET,
+        *,
+        builtins: Sequence[str] = (),
+        full_descriptions: bool = False,
+    ) -> tuple[str, list[Tool]]:
+        block, declared = super().declare_tools(
+            tools, budget, builtins=builtins, full_descriptions=full_descriptions
+        )
+        body = block[len(_HEADER) : block.index(_FOOTER)]
+        if all(not line.strip() or line.lstrip().startswith("#") for line in body.splitlines()):
+            # Tools reached by getattr alone, and no builtin (a search's answer): a class of
+            # comments alone is no Python.
+            block = f"{_HEADER}{body}{INDENT}...\n{block[len(_HEADER) + len(body) :]}"
+        return block, declared
 
     def builtin(self, name: str) -> str:
         return builtin_member(name)
