@@ -15,12 +15,15 @@ that was empty when the check began; a check that calls it twice gets two handle
 log, as two hosts would (for a store that lives in one object, the same object twice). A
 check raises ``AssertionError`` naming what the store got wrong. Checks use leases of a
 minute for "still held" and of one millisecond, followed by a short sleep, for "expired":
-no check depends on the store being fast.
+no check depends on the store being fast. A store's times are the wall clock's (in Unix
+milliseconds), and a check compares them with this host's: give a store that takes a clock
+the real one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -35,6 +38,10 @@ Check = Callable[[StoreFactory], Awaitable[None]]
 HELD_MS = 60_000  # a lease that does not expire during a check
 EXPIRED_MS = 1  # a lease that has expired after EXPIRY_WAIT
 EXPIRY_WAIT = 0.05
+# How far a store's clock may be from this host's: the wall clock, on another machine (a
+# database server's), is this close; another clock (monotonic, local time as UTC, seconds)
+# is not.
+CLOCK_SLACK_MS = 5 * 60_000
 
 # Data that must come back exactly: unicode, big and small numbers, nesting, key order.
 AWKWARD = {
@@ -100,6 +107,19 @@ async def _expire(store: LogStore, lease: r.Lease, owner: str) -> r.Lease:
     assert taken is not None, "an expired lease must be free to take"
     assert taken.token > lease.token, "a takeover must give a larger token"
     return taken
+
+
+async def _calls(store: LogStore, script_id: str, count: int, start: int = 0) -> list[r.CallEntry]:
+    """The calls ``store.calls(script_id, start)`` gives, checked to be the script's calls
+    from ``start`` to ``count - 1``: each once, none missing, in call order."""
+    calls = await store.calls(script_id, start)
+    got, want = [c.index for c in calls], list(range(start, count))
+    assert got == want, (
+        f"calls(script, {start}) of a script with {count} calls gave the calls at positions "
+        f"{got}, not {want}: it must give every call from the position asked, each once, in "
+        "call order"
+    )
+    return calls
 
 
 async def _raises(kind: type[BaseException], what: str, action: Awaitable[Any]) -> None:
@@ -177,7 +197,11 @@ async def check_keys_per_tenant(make: StoreFactory) -> None:
             assert not again.created and again.record.id == first.record.id, again
             assert again.record.tenant == tenant and again.lease is None, again
             found = await store.script_by_key(tenant, key)
-            assert found is not None and found.id == first.record.id, (tenant, found)
+            assert found is not None and found.id == first.record.id, (
+                f"script_by_key({tenant!r}, key) gave "
+                f"{None if found is None else (found.id, found.tenant)}, not {tenant}'s script "
+                f"{first.record.id}: a key names a script within its tenant"
+            )
         assert await store.script_by_key("tenant-c", key) is None, "a key is the tenant's"
         assert await store.script_by_key("tenant-a", "toolu_none") is None
         assert len(await store.scripts()) == 2
@@ -271,6 +295,7 @@ async def check_calls_in_order(make: StoreFactory) -> None:
     try:
         record, lease = await _started(store)
         await store.add_calls(lease, [_call(record.id, 0), _call(record.id, 1)])
+        await _calls(store, record.id, 2)
         await _raises(
             r.CallConflict,
             "a group with a gap",
@@ -282,12 +307,11 @@ async def check_calls_in_order(make: StoreFactory) -> None:
         )
         await store.add_calls(lease, [_call(record.id, 2)])
         await store.add_calls(lease, [])
-        calls = await store.calls(record.id)
-        assert [c.index for c in calls] == [0, 1, 2]
+        calls = await _calls(store, record.id, 3)
         assert calls[0].arguments == _call(record.id, 0).arguments, "arguments changed"
-        assert calls[0].argument_bytes == 100 and calls[0].state == r.PROPOSED
-        assert [c.index for c in await store.calls(record.id, 1)] == [1, 2]
-        assert await store.calls(record.id, 3) == []
+        assert calls[0].argument_bytes == 100 and calls[0].state == r.PROPOSED, calls[0]
+        for start in (1, 2, 3):  # an owner's incremental reads: the rest, once each
+            await _calls(store, record.id, 3, start)
     finally:
         await _close(store)
 
@@ -304,15 +328,17 @@ async def check_decide(make: StoreFactory) -> None:
                 r.Decision(1, r.FAILED, error="refused by policy"),
             ],
         )
-        calls = await store.calls(script_id)
-        assert calls[0].state == r.AWAITING_APPROVAL and calls[0].note == "waiting for a person"
-        assert calls[1].state == r.FAILED and calls[1].error == "refused by policy"
+        calls = await _calls(store, script_id, 3)
+        assert calls[0].state == r.AWAITING_APPROVAL, f"a decision did not move {calls[0]}"
+        assert calls[0].note == "waiting for a person", f"a decision's note was lost: {calls[0]}"
+        assert calls[1].state == r.FAILED, f"a decision did not move {calls[1]}"
+        assert calls[1].error == "refused by policy", f"a decision's error was lost: {calls[1]}"
         await _raises(
             r.CallConflict,
             "a decision on a call already decided",
             store.decide(lease, [r.Decision(2, r.APPROVED), r.Decision(0, r.APPROVED)]),
         )
-        assert (await store.calls(script_id, 2))[0].state == r.PROPOSED, "half a group applied"
+        assert (await _calls(store, script_id, 3, 2))[0].state == r.PROPOSED, "half a group applied"
         await _raises(ValueError, "a decision to run", store.decide(lease, [r.Decision(2, r.DONE)]))
         await _raises(
             r.CallConflict, "no such call", store.decide(lease, [r.Decision(7, r.APPROVED)])
@@ -331,11 +357,11 @@ async def check_claims(make: StoreFactory) -> None:
         assert await store.claim(lease, [0, 1]) == [], "a claimed call is not claimed again"
         # A receipt that need not last (every call it claims may run again) is the same claim.
         assert await store.claim(lease, [0, 1], lasting=False) == [], "claimed again"
-        calls = await store.calls(script_id)
+        calls = await _calls(store, script_id, 3)
         for c in calls[:2]:
             assert c.state == r.RUNNING and c.owner == "host-a" and c.token == lease.token, c
-            assert c.started_ms is not None
-        assert calls[2].state == r.PROPOSED
+            assert c.started_ms is not None, f"a claimed call has no start time: {c}"
+        assert calls[2].state == r.PROPOSED, f"a call not approved was claimed: {calls[2]}"
         # Decided and claimed in one write: approved calls run, the rest are as decided.
         more = [_call(script_id, i) for i in (3, 4)]
         await store.add_calls(lease, more)
@@ -349,9 +375,10 @@ async def check_claims(make: StoreFactory) -> None:
             claim=True,
         )
         assert got == [2, 4], got
-        calls = await store.calls(script_id)
-        assert [c.state for c in calls[2:]] == [r.RUNNING, r.AWAITING_CLIENT, r.RUNNING]
-        assert calls[4].owner == "host-a" and calls[4].token == lease.token
+        calls = await _calls(store, script_id, 5)
+        states = [c.state for c in calls[2:]]
+        assert states == [r.RUNNING, r.AWAITING_CLIENT, r.RUNNING], f"decided and claimed: {states}"
+        assert calls[4].owner == "host-a" and calls[4].token == lease.token, calls[4]
         assert await store.decide(lease, []) == []
         # Added decided, and claimed in the same write: calls, decisions and receipts at once.
         decided = [
@@ -362,13 +389,13 @@ async def check_claims(make: StoreFactory) -> None:
         ]
         got = await store.add_calls(lease, decided, claim=True)
         assert got == [5, 8], got
-        calls = await store.calls(script_id, 5)
+        calls = await _calls(store, script_id, 9, 5)
         assert [c.state for c in calls] == [r.RUNNING, r.FAILED, r.AWAITING_APPROVAL, r.RUNNING]
         assert calls[0].owner == "host-a" and calls[0].token == lease.token, calls[0]
         assert calls[0].started_ms is not None and calls[2].owner is None, calls
         assert (calls[1].error, calls[2].note) == ("refused", "ask"), calls
         assert await store.add_calls(lease, [_call(script_id, 9, state=r.APPROVED)]) == []
-        assert (await store.calls(script_id, 9))[0].state == r.APPROVED, "claimed unasked"
+        assert (await _calls(store, script_id, 10, 9))[0].state == r.APPROVED, "claimed unasked"
         for bad in (
             _call(script_id, 10, state=r.RUNNING),
             _call(script_id, 10, state=r.APPROVED, owner="host-a", token=lease.token),
@@ -392,11 +419,12 @@ async def check_no_claim_while_held(make: StoreFactory) -> None:
             lease, [r.Decision(1, r.APPROVED), r.Decision(2, r.FAILED, error="no")], claim=True
         )
         assert got == [], f"a held script's decided call was claimed: {got}"
-        calls = await store.calls(script_id)
+        calls = await _calls(store, script_id, 3)
         assert [c.state for c in calls] == [r.APPROVED, r.APPROVED, r.FAILED], calls
         added = await store.add_calls(lease, [_call(script_id, 3, state=r.APPROVED)], claim=True)
         assert added == [], f"a held script's added call was claimed: {added}"
-        assert (await store.calls(script_id, 3))[0].state == r.APPROVED
+        added_call = (await _calls(store, script_id, 4, 3))[0]
+        assert added_call.state == r.APPROVED, f"a held script's added call is {added_call}"
         await store.set_held(script_id, False)
         assert await store.claim(lease, [0, 1, 3]) == [0, 1, 3], "released, the calls go out"
         # A hold that lands while calls run is told by the write of their results.
@@ -420,24 +448,27 @@ async def check_settle(make: StoreFactory) -> None:
                 r.Settlement(1, r.FAILED, error="tools.get_price: out of stock"),
             ],
         )
-        calls = await store.calls(script_id)
+        calls = await _calls(store, script_id, 3)
         assert calls[0].state == r.DONE and calls[0].result == AWKWARD, calls[0]
         assert list(calls[0].result) == list(AWKWARD), "key order changed"
-        assert calls[0].result_bytes == 321 and calls[0].ended_ms is not None
-        assert calls[1].state == r.FAILED and calls[1].error == "tools.get_price: out of stock"
+        assert calls[0].result_bytes == 321, f"a settle's result size was lost: {calls[0]}"
+        assert calls[0].ended_ms is not None, f"a settled call has no end time: {calls[0]}"
+        assert calls[1].state == r.FAILED, f"a settle did not move {calls[1]}"
+        error = calls[1].error
+        assert error == "tools.get_price: out of stock", f"a settle's error was lost: {calls[1]}"
         await _raises(
             r.CallConflict,
             "settling a call twice",
             store.settle(lease, [r.Settlement(2, r.DONE, 1, 1), r.Settlement(0, r.DONE, 2, 1)]),
         )
-        assert (await store.calls(script_id, 2))[0].state == r.RUNNING, "half a group applied"
+        assert (await _calls(store, script_id, 3, 2))[0].state == r.RUNNING, "half a group applied"
         await _raises(
             ValueError, "settling as approved", store.settle(lease, [r.Settlement(2, r.APPROVED)])
         )
         # A result over the budget keeps its size only.
         await store.settle(lease, [r.Settlement(2, r.DONE, result=None, result_bytes=10**9)])
-        last = (await store.calls(script_id, 2))[0]
-        assert last.result is None and last.result_bytes == 10**9
+        last = (await _calls(store, script_id, 3, 2))[0]
+        assert last.result is None and last.result_bytes == 10**9, f"a result over budget: {last}"
     finally:
         await _close(store)
 
@@ -449,13 +480,13 @@ async def check_takeover_of_running_calls(make: StoreFactory) -> None:
     try:
         script_id, old = await _with_calls(store, 2, r.RUNNING)
         new = await _expire(store, old, "host-b")
-        calls = await store.calls(script_id)
+        calls = await _calls(store, script_id, 2)
         assert all(c.token is not None and c.token < new.token for c in calls), calls
         await store.settle(new, [r.Settlement(0, r.FAILED, error="interrupted")])
         await store.reopen(new, [1])
-        calls = await store.calls(script_id)
+        calls = await _calls(store, script_id, 2)
         assert calls[0].state == r.FAILED and calls[1].state == r.APPROVED, calls
-        assert calls[1].owner is None and calls[1].token is None
+        assert calls[1].owner is None and calls[1].token is None, f"reopened: {calls[1]}"
         assert await store.claim(new, [1]) == [1]
         await _raises(r.CallConflict, "reopening its own running call", store.reopen(new, [1]))
         await _raises(r.CallConflict, "reopening a settled call", store.reopen(new, [0]))
@@ -473,13 +504,13 @@ async def check_step_pause_end(make: StoreFactory) -> None:
         await store.pause(lease)
         got = await store.get_script(record.id)
         assert (got.steps, got.total_compute_ms, got.total_file_bytes) == (3, 12.5, 4096)
-        assert got.status == r.PAUSED
+        assert got.status == r.PAUSED, f"a paused script is {got.status}"
         await _raises(ValueError, "ending as paused", store.end(lease, r.PAUSED, {}))
         outcome = {"status": "finished", "text": "Script finished.", "value": AWKWARD}
         # An outcome that need not last (no call had effects) is the same end.
         await store.end(lease, r.FINISHED, outcome, usage=r.StepUsage(4, 20.0, 8192), lasting=False)
         got = await store.get_script(record.id)
-        assert got.status == r.FINISHED and got.outcome == outcome
+        assert got.status == r.FINISHED and got.outcome == outcome, f"ended: {got}"
         usage = (got.steps, got.total_compute_ms, got.total_file_bytes)
         assert usage == (4, 20.0, 8192), "the end records the usage"
         after = await store.acquire(record.id, "host-b", HELD_MS)
@@ -502,8 +533,10 @@ async def check_step_pause_end(make: StoreFactory) -> None:
         await store.add_calls(taken, [], usage=r.StepUsage(3, 1.5, 0))
         got = await store.get_script(other.id)
         assert (got.status, got.steps) == (r.ACTIVE, 3), "a step's calls drive a paused script"
-        assert [s.id for s in await store.scripts(r.FINISHED)] == [record.id]
-        assert await store.scripts(r.PAUSED) == []
+        finished = [s.id for s in await store.scripts(r.FINISHED)]
+        assert finished == [record.id], f"scripts('finished') gave {finished}, not [{record.id}]"
+        paused = [(s.id, s.status) for s in await store.scripts(r.PAUSED)]
+        assert paused == [], f"scripts('paused') gave {paused}, and none is paused"
         # An end with no usage of its own keeps what the steps recorded.
         other, other_lease = await _started(store)
         await store.add_calls(other_lease, [], usage=r.StepUsage(2, 7.5, 100))
@@ -527,7 +560,7 @@ async def check_answers(make: StoreFactory) -> None:
                 r.Decision(2, r.AWAITING_APPROVAL),
             ],
         )
-        call_ids = [c.call_id for c in await store.calls(script_id)]
+        call_ids = [c.call_id for c in await _calls(store, script_id, 3)]
         # An approval delivered eight times at once takes effect once.
         results = await asyncio.gather(
             *(
@@ -542,10 +575,12 @@ async def check_answers(make: StoreFactory) -> None:
         entry = await store.answer(
             script_id, call_ids[1], r.AWAITING_CLIENT, r.DONE, result=AWKWARD, result_bytes=55
         )
-        assert entry.state == r.DONE and entry.result == AWKWARD and entry.result_bytes == 55
+        assert entry.state == r.DONE and entry.result == AWKWARD, f"answered: {entry}"
+        assert entry.result_bytes == 55, f"an answer's result size was lost: {entry}"
         await store.answer(script_id, call_ids[2], r.AWAITING_APPROVAL, r.FAILED, error="no")
-        calls = await store.calls(script_id)
-        assert calls[2].state == r.FAILED and calls[2].error == "no"
+        calls = await _calls(store, script_id, 3)
+        assert calls[2].state == r.FAILED, f"a refusal did not move {calls[2]}"
+        assert calls[2].error == "no", f"a refusal's error was lost: {calls[2]}"
         await _raises(
             CallNotWaiting,
             "answering an answered call",
@@ -582,20 +617,22 @@ async def check_ready_queue(make: StoreFactory) -> None:
         await store.pause(lease)
         await store.release(lease)
         assert await store.claim_ready("host-x", HELD_MS) is None, "a call still awaits"
-        call_id = (await store.calls(script_id))[0].call_id
+        call_id = (await _calls(store, script_id, 1))[0].call_id
         await store.answer(script_id, call_id, r.AWAITING_APPROVAL, r.APPROVED)
         await store.set_held(script_id, True)
         assert await store.claim_ready("host-x", HELD_MS) is None, "a held script is not ready"
         await store.set_held(script_id, False)
         taken = await store.claim_ready("host-x", HELD_MS)
-        assert taken is not None and taken.script_id == script_id and taken.token > lease.token
+        assert taken is not None and taken.script_id == script_id, f"claim_ready gave {taken}"
+        assert taken.token > lease.token, f"claim_ready gave a token not larger: {taken}"
         assert await store.claim_ready("host-y", HELD_MS) is None, "one script, one taker"
         # A host died while driving: its script is ready once its lease expires.
         orphan, orphan_lease = await _started(store, "host-dead")
         assert await store.claim_ready("host-y", HELD_MS) is None
         await store.release(orphan_lease)
         rescued = await store.claim_ready("host-y", HELD_MS)
-        assert rescued is not None and rescued.script_id == orphan.id
+        assert rescued is not None, "a script whose owner's lease is over is ready"
+        assert rescued.script_id == orphan.id, f"claim_ready took {rescued}, not the orphan"
         # Many ready scripts, many hosts at once: no script twice.
         ids = set()
         for _ in range(6):
@@ -633,9 +670,91 @@ async def check_listing(make: StoreFactory) -> None:
             made.append(started.record.id)
             if i % 2 and started.lease is not None:
                 await store.pause(started.lease)
-        assert [s.id for s in await store.scripts()] == made
-        assert [s.id for s in await store.scripts(r.PAUSED)] == [made[1], made[3]]
-        assert [s.id for s in await store.scripts(limit=2)] == made[:2]
+        listed = [s.id for s in await store.scripts()]
+        assert listed == made, f"scripts() gave {listed}, not {made}: oldest first"
+        paused = [s.id for s in await store.scripts(r.PAUSED)]
+        want = [made[1], made[3]]
+        assert paused == want, f"scripts('paused') gave {paused}, not the paused ones {want}"
+        first = [s.id for s in await store.scripts(limit=2)]
+        assert first == made[:2], f"scripts(limit=2) gave {first}, not the oldest two {made[:2]}"
+    finally:
+        await _close(store)
+
+
+async def check_notes_kept(make: StoreFactory) -> None:
+    """A call's note (why it waited, who answered it) stays with it through its answer, its
+    claim and its settle: what a late answer is told is made from it."""
+    store = make()
+    try:
+        script_id, lease = await _with_calls(store, 2, r.PROPOSED)
+        waiting = "waiting for a person"
+        await store.decide(
+            lease, [r.Decision(i, r.AWAITING_APPROVAL, note=waiting) for i in range(2)]
+        )
+        ids = [c.call_id for c in await _calls(store, script_id, 2)]
+        approved = await store.answer(
+            script_id, ids[0], r.AWAITING_APPROVAL, r.APPROVED, note=r.APPROVED_NOTE
+        )
+        assert approved.note == r.APPROVED_NOTE, f"an approval's note was lost: {approved}"
+        refused = await store.answer(
+            script_id, ids[1], r.AWAITING_APPROVAL, r.FAILED, error="no", note=r.REFUSED_NOTE
+        )
+        assert refused.note == r.REFUSED_NOTE, f"a refusal's note was lost: {refused}"
+        calls = await _calls(store, script_id, 2)
+        notes = [c.note for c in calls]
+        assert notes == [r.APPROVED_NOTE, r.REFUSED_NOTE], f"the answers' notes read {notes}"
+        assert await store.claim(lease, [0]) == [0], "an approved call was not claimed"
+        claimed = (await _calls(store, script_id, 2))[0]
+        assert claimed.note == r.APPROVED_NOTE, f"a claim dropped the call's note: {claimed}"
+        await store.settle(lease, [r.Settlement(0, r.FAILED, error="tools.t: timed out")])
+        settled = (await _calls(store, script_id, 2))[0]
+        assert settled.note == r.APPROVED_NOTE, f"a settle dropped the call's note: {settled}"
+        assert settled.error == "tools.t: timed out", f"a settle's error was lost: {settled}"
+    finally:
+        await _close(store)
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _on_wall_clock(what: str, ms: int | None, before: int, after: int) -> None:
+    assert ms is not None and before - CLOCK_SLACK_MS <= ms <= after + CLOCK_SLACK_MS, (
+        f"{what} is {ms}, but this host's wall clock read {before} to {after} (Unix ms): a "
+        "store's times are the wall clock's, in milliseconds since the epoch (time.time(), "
+        "PostgreSQL's clock_timestamp()), not a monotonic clock's, local time's or seconds"
+    )
+
+
+async def check_wall_clock(make: StoreFactory) -> None:
+    """The store's times are the wall clock's, in Unix milliseconds: a lease's end, a
+    call's start and end. People read them, and a lease's end is told to other hosts."""
+    store = make()
+    try:
+        before = _wall_ms()
+        script_id, lease = await _with_calls(store, 2, r.PROPOSED)
+        decided = [r.Decision(0, r.APPROVED), r.Decision(1, r.AWAITING_CLIENT)]
+        assert await store.decide(lease, decided, claim=True) == [0], "call 0 was not claimed"
+        await store.settle(lease, [r.Settlement(0, r.DONE, result=1, result_bytes=1)])
+        call_id = (await _calls(store, script_id, 2))[1].call_id
+        await store.answer(script_id, call_id, r.AWAITING_CLIENT, r.DONE, result=2, result_bytes=1)
+        renewed = await store.renew(lease, HELD_MS)
+        held = (await store.get_script(script_id)).lease
+        after = _wall_ms()
+        _on_wall_clock(
+            "a new lease's end, less its length", lease.expires_ms - HELD_MS, before, after
+        )
+        _on_wall_clock(
+            "a renewed lease's end, less its length", renewed.expires_ms - HELD_MS, before, after
+        )
+        assert held is not None, "a held script's record has no lease"
+        _on_wall_clock(
+            "the script's lease's end, less its length", held.expires_ms - HELD_MS, before, after
+        )
+        calls = await _calls(store, script_id, 2)
+        _on_wall_clock("a claimed call's start", calls[0].started_ms, before, after)
+        _on_wall_clock("a settled call's end", calls[0].ended_ms, before, after)
+        _on_wall_clock("an answered call's end", calls[1].ended_ms, before, after)
     finally:
         await _close(store)
 
@@ -650,7 +769,7 @@ async def check_separate_handles(make: StoreFactory) -> None:
         assert got.id == record.id
         assert await b.acquire(record.id, "host-b", HELD_MS) is None
         await a.add_calls(lease, [_call(record.id, 0)])
-        assert [c.index for c in await b.calls(record.id)] == [0]
+        await _calls(b, record.id, 1)  # another handle's write is seen
     finally:
         await _close(a)
         await _close(b)
@@ -672,6 +791,8 @@ CHECKS: list[Check] = [
     check_answers,
     check_ready_queue,
     check_listing,
+    check_notes_kept,
+    check_wall_clock,
     check_separate_handles,
 ]
 
