@@ -745,6 +745,13 @@ def _shown(text: object) -> str:
     return escaped(str(text))
 
 
+def _to_stdout(text: str) -> str:
+    """``text`` as it is for a pipe; on a terminal, laid out as written but with its other
+    control characters as escapes: what a script printed, or a tool's description (an MCP
+    server's), must not drive the terminal nor reorder what it shows."""
+    return text.translate(_TERMINAL) if sys.stdout.isatty() else text
+
+
 # How much of a call's arguments `show` prints, in characters of their JSON.
 SHOWN_ARGUMENTS = 400
 
@@ -978,12 +985,9 @@ def _print_result(
     if as_json:  # JSON lines: `run` wrote the script's id first
         sys.stdout.write(orjson.dumps(result.to_dict()).decode() + "\n")
     else:
-        text = result.text
-        if sys.stdout.isatty():
-            # What the script printed must not drive the terminal (set its title, clear it,
-            # write the clipboard); a pipe gets the text as it is.
-            text = text.translate(_TERMINAL)
-        sys.stdout.write(text + "\n")
+        # What the script printed must not drive the terminal (set its title, clear it,
+        # write the clipboard); a pipe gets the text as it is.
+        sys.stdout.write(_to_stdout(result.text) + "\n")
         if result.status == "paused":
             sys.stdout.write(f"(script id {result.script_id})\n")
             if not kept:
@@ -1157,7 +1161,7 @@ async def _describe(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(definition)
     else:
-        print(definition.get("description") or definition["function"]["description"])
+        print(_to_stdout(definition.get("description") or definition["function"]["description"]))
     return 0
 
 
@@ -1182,7 +1186,7 @@ def _print_search(args: argparse.Namespace, engine: CodeMode) -> int:
             }
         )
     else:
-        print(answer)
+        print(_to_stdout(answer))
     return 0
 
 

@@ -1056,6 +1056,31 @@ def test_run_prints_to_a_terminal_what_the_script_printed_without_its_escapes(
     assert "A\x1b]0;pwned\x07B\tC\nD\u202e\n" in piped.stdout
 
 
+def test_describe_and_search_print_a_tools_control_characters_as_escapes_on_a_terminal(
+    tmp_path: Path,
+) -> None:
+    """A tool's description (an MCP server's, say) with a bidi override: `describe` and
+    `search` print it as an escape on a terminal, as `run`, `show` and `scripts` do (it was
+    written raw, reordering what the terminal showed; a declaration drops a terminal's
+    escape sequences already)."""
+    tools = tmp_path / "tools.py"
+    tools.write_text(
+        "from engine import tool\n"
+        "@tool\n"
+        "def refund(order: str) -> str:\n"
+        '    """Refund an order. \\u202eevil\\u202c \\x1b]0;pwned\\x07"""\n'
+        "    return order\n"
+    )
+    for args in (("describe",), ("search", "refund")):
+        proc, out = _on_a_terminal("stdout", *args, "--tools", str(tools))
+        assert proc.returncode == 0, proc.stderr
+        text = out.decode()
+        assert "Refund an order. \\u202eevil\\u202c" in text, text
+        assert "\u202e" not in text and "\x1b" not in text, text
+        piped = codemode(*args, "--tools", str(tools))
+        assert "Refund an order. \u202eevil\u202c" in piped.stdout
+
+
 def test_a_warning_on_a_terminal_clears_the_live_line_first(tmp_path: Path) -> None:
     """On a terminal, stderr's live line (steps, calls, time) is cleared before a warning of
     the engine's is written (a tool that raised), and before a line a tool prints (which
