@@ -992,9 +992,27 @@ class CodeMode(StepLoop):
             self._check_tools(drive)
             await self._check_files(drive)
             result = await self._drive(drive)
-        except log.LeaseLost:
-            drive.lost = True
-            result = None
+        except log.LeaseLost as e:
+            if not self._closed:
+                drive.lost = True
+                result = None
+            else:
+                # aclose gave the lease up under this drive (_give_up): lost then (a call's
+                # begin refused, a write fenced) is no other host's doing, and "running on
+                # another host" named this one.
+                closed = CodeModeError(
+                    f"the engine closed while it drove script {record.id}; it waits in the "
+                    "log: resume it"
+                )
+                error = error_text(described(closed))
+                self._emit("left", record.id, tenant=record.tenant, error=error)
+                # Calls it claimed after that and never began (may_begin refused them) run
+                # on resume, not "interrupted".
+                drive.note_unbegun()
+                unbegun, drive.unbegun = drive.unbegun, []
+                if unbegun:
+                    await self._approve_again(drive, unbegun)
+                raise closed from e
         except BaseException as e:  # cancelled too (a caller's timeout): the drive stops here
             error = error_text(described(e))
             self._emit("left", record.id, tenant=record.tenant, error=error)
@@ -1472,6 +1490,11 @@ class CodeMode(StepLoop):
             await self._mcp.aclose()
         await self._live.aclose()  # before the runner: its processes are the runner's
         await self.runner.aclose()
+        # The drives unwind before the log closes: one whose step ended as its lease was
+        # given up approves again the calls it claimed then and never began (_drive_owned).
+        ending = [asyncio.shield(ended) for ended in self._drives_of.values()]
+        if ending:
+            await asyncio.wait(ending, timeout=self.lease_ms / 1000)
         await self.store.aclose()
         await asyncio.to_thread(self.blobs.close)
         self._tool_threads.close()

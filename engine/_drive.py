@@ -273,10 +273,12 @@ class Drive:
         # The calls whose threads had not begun when the drive was cancelled or abandoned:
         # they never will, so they are to run again (see CodeMode._hear_out and aclose).
         self.unbegun: list[int] = []
-        # The calls whose receipts this drive wrote, or began to write, and those whose
-        # handlers it was given (see :meth:`note_unbegun`).
+        # The calls whose receipts this drive wrote, or began to write; those whose async
+        # handlers it was given; and the tickets of the sync ones, whose states say whether
+        # their threads began (see :meth:`note_unbegun`).
         self._receipted: set[int] = set()
         self._handed: set[int] = set()
+        self._ticket_of: dict[int, Ticket] = {}
         self._tickets: dict[int, Ticket] = {}  # of the sync handlers in _handlers, by index
         # The receipts of calls claimed as their tool threads came (see
         # :meth:`claim_to_begin`), by index: a chunk's one task under each of its calls,
@@ -737,7 +739,10 @@ class Drive:
         is cancelled, and left in :attr:`unbegun` to run again."""
         task = asyncio.ensure_future(handler)
         self._handlers.add(task)
-        self._handed.add(entry.index)
+        if ticket is None:
+            self._handed.add(entry.index)
+        else:
+            self._ticket_of[entry.index] = ticket
         if ticket is not None:
             self._tickets[entry.index] = ticket
         try:
@@ -788,16 +793,19 @@ class Drive:
             self._handlers.discard(task)
 
     def note_unbegun(self) -> None:
-        """The drive was cancelled: add to :attr:`unbegun` the calls whose receipts it wrote,
-        or was writing as the cancel landed, and whose handlers it was never given (a
-        receipt that committed though its write was cancelled, SQLite syncing after its
-        commit; calls claimed together whose tasks had not started): they never ran, so they
-        are approved again, not found running by the next drive and called interrupted.
-        Those the log does not have running are left as they are (``_approve_again``)."""
+        """The drive was cancelled, or its lease given up under it (``aclose``): add to
+        :attr:`unbegun` the calls whose receipts it wrote, or was writing as the cancel
+        landed, and whose handlers never began (a receipt that committed though its write
+        was cancelled, SQLite syncing after its commit; calls claimed together whose tasks
+        had not started; a sync call whose thread came once the lease was gone): they never
+        ran, so they are approved again, not found running by the next drive and called
+        interrupted. Those the log does not have running are left as they are
+        (``_approve_again``)."""
         noted = set(self.unbegun)
-        self.unbegun.extend(
-            i for i in sorted(self._receipted) if i not in self._handed and i not in noted
-        )
+        for index in sorted(self._receipted - noted - self._handed):
+            ticket = self._ticket_of.get(index)
+            if ticket is None or ticket.state == "waiting":
+                self.unbegun.append(index)
 
     def forget_handler(self, index: int) -> None:
         """The unheard handler of the call at ``index``, recorded (or given up on):

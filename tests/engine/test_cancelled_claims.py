@@ -1,5 +1,6 @@
-"""A run_code cancelled between a call's receipt and its handler: the call never ran, so the
-resume runs it (once), rather than telling the script it was interrupted."""
+"""A run_code cancelled, or whose engine closed, between a call's receipt and its handler: the
+call never ran, so the resume runs it (once), rather than telling the script it was
+interrupted; and such a run_code says the engine closed, not that another host drives it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from engine import CodeMode, Event, tool
+from engine import CodeMode, CodeModeError, Event, MemoryStore, tool
+from engine.log import Lease
+from runner import Step
 from tests.engine.conftest import InProcessRunner
 
 
@@ -82,3 +85,65 @@ async def test_a_cancel_before_parallel_calls_begin_leaves_them_to_run(tmp_path:
         await engine.aclose()
     assert (result.status, result.value) == ("finished", ["charged 1", "charged 2"]), result.text
     assert sorted(ran) == [1, 2]
+
+
+class _Releases(MemoryStore):
+    """A memory log that says when a lease is given up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.released = asyncio.Event()
+
+    async def release(self, lease: Lease) -> None:
+        await super().release(lease)
+        self.released.set()
+
+
+class _StepsPastTheRelease(InProcessRunner):
+    """A step that ends only once the log saw its lease given up, and a runner whose close
+    waits for ``drive`` (the run_code) to end: the order in which aclose met a step that
+    ended as it gave the script's lease up."""
+
+    def __init__(self, store: _Releases) -> None:
+        super().__init__()
+        self.store = store
+        self.entered = asyncio.Event()
+        self.drive: asyncio.Task[Any] | None = None
+
+    async def run(self, *args: Any, **kwargs: Any) -> Step:
+        self.entered.set()
+        await self.store.released.wait()
+        return await super().run(*args, **kwargs)
+
+    async def aclose(self) -> None:
+        if self.drive is not None:
+            await asyncio.wait([self.drive])
+
+
+async def test_a_run_code_the_engine_closes_under_raises_rather_than_say_elsewhere() -> None:
+    """aclose() gives the lease up under a drive whose step then ends: the drive's next write
+    is refused (the lease is gone), which a drive reads as another host having taken the
+    script over, and run_code answered "Script is running on another host (<this host>)",
+    a script nobody ran. It raises CodeModeError saying the engine closed (as every other
+    run_code aclose ends does), and the script waits in the log."""
+    ran: list[int] = []
+    store = _Releases()
+    runner = _StepsPastTheRelease(store)
+    engine = CodeMode([_ledger_tool(ran)], runner=runner, store=store, type_check="off")
+    ids: list[str] = []
+    run = asyncio.create_task(
+        engine.run_code("return await tools.charge({ cents: 5 })", on_start=ids.append)
+    )
+    runner.drive = run
+    await asyncio.wait_for(runner.entered.wait(), 30)
+    await asyncio.wait_for(engine.aclose(), 30)
+    with pytest.raises(CodeModeError, match="engine closed"):
+        await run
+    assert ran == []
+    again = CodeMode([_ledger_tool(ran)], runner=InProcessRunner(), store=store, type_check="off")
+    try:
+        result = await asyncio.wait_for(again.resume(ids[0]), 30)
+    finally:
+        await again.aclose()
+    assert (result.status, result.value) == ("finished", "charged 5"), result.text
+    assert ran == [5]
