@@ -17,7 +17,16 @@ import psutil
 
 from runner import TEXT_BOUNDS, FileMissing, ScriptRunner, Step
 from runner._conversation import wall_seconds
-from sandbox.protocol import REMEDIES, Clock, FileInfo, Limits, Record, Script
+from sandbox.protocol import (
+    PRINTED_HEAD,
+    PRINTED_TAIL,
+    REMEDIES,
+    Clock,
+    FileInfo,
+    Limits,
+    Record,
+    Script,
+)
 from tests.runner.conftest import LIVE_RUNNERS, Harness, open_fds
 
 Check = Callable[[Harness], None]
@@ -158,7 +167,32 @@ return {"a": a, "big": len(big), "tail": big[-4:], "gone": gone}""",
         ),
     },
     "healthy": {"javascript": "return 'still here'", "python": "return 'still here'"},
+    # Calls made in an order no sort of their names or arguments gives.
+    "call_order": {
+        "javascript": """\
+await Promise.all([
+  tools.u({ k: "b", n: 3 }), tools.t({ k: "c", n: 1 }), tools.u({ k: "a", n: 2 }),
+  tools.t({ k: "a", n: 9 }),
+]);""",
+        "python": """\
+import asyncio
+await asyncio.gather(
+    tools.u(k="b", n=3), tools.t(k="c", n=1), tools.u(k="a", n=2), tools.t(k="a", n=9)
+)""",
+    },
+    # Lines of 40 characters: 3,000 of them (120,000) within what the sandbox keeps of
+    # printed text, 5,000 (200,000) past it.
+    "printed_lines": {
+        "javascript": "for (let i = 0; i < %d; i++) console.log(String(i).padStart(39, '.'));",
+        "python": "for i in range(%d):\n    print(str(i).rjust(39, '.'))",
+    },
 }
+CALL_ORDER = [
+    ("u", {"k": "b", "n": 3}),
+    ("t", {"k": "c", "n": 1}),
+    ("u", {"k": "a", "n": 2}),
+    ("t", {"k": "a", "n": 9}),
+]
 # What differs between the languages: the name of a language's own error.
 SCRIPT_ERROR_NAME = {"javascript": "TypeError", "python": "AttributeError"}
 
@@ -173,15 +207,17 @@ def check_stale_prs_example(h: Harness, language: str = "javascript") -> None:
     tools = ("github__list_prs", "github__get_reviews")
     first = h.step(case("stale_prs", language, tools=tools, id="stale-prs"))
     assert first.outcome == "calls", first.error
-    assert [(c.name, c.arguments) for c in first.calls] == [("github__list_prs", LIST_PRS)]
+    asked = [(c.name, c.arguments) for c in first.calls]
+    assert asked == [("github__list_prs", LIST_PRS)], f"the first step asked {asked}"
 
     records = [Record(name="github__list_prs", arguments=LIST_PRS, result=PRS)]
     second = h.step(case("stale_prs", language, tools=tools, records=records, id="stale-prs"))
     assert second.outcome == "calls", second.error
-    assert [(c.name, c.arguments) for c in second.calls] == [
+    asked = [(c.name, c.arguments) for c in second.calls]
+    assert asked == [
         ("github__get_reviews", {"number": 12}),
         ("github__get_reviews", {"number": 15}),
-    ]
+    ], f"the second step asked {asked}: the calls the script made, in the order it made them"
 
     records += [
         Record(name="github__get_reviews", arguments={"number": n}, result=REVIEWS[n])
@@ -189,7 +225,8 @@ def check_stale_prs_example(h: Harness, language: str = "javascript") -> None:
     ]
     third = h.step(case("stale_prs", language, tools=tools, records=records, id="stale-prs"))
     assert third.outcome == "finished", third.error
-    assert third.value == [{"number": 12, "reviews": 0}, {"number": 15, "reviews": 2}]
+    want = [{"number": 12, "reviews": 0}, {"number": 15, "reviews": 2}]
+    assert third.value == want, f"the script returned {third.value!r}, not {want!r}"
     assert third.process is None or third.process.wall_ms > 0
 
 
@@ -205,9 +242,43 @@ def check_script_error(h: Harness, language: str = "javascript") -> None:
 def check_printed_and_stats(h: Harness, language: str = "javascript") -> None:
     """What a script prints comes back, and so do its stats."""
     step = h.step(case("printed", language))
-    assert step.outcome == "finished"
-    assert step.printed == "hello 42\n"
-    assert step.returned and step.value == [None]
+    assert step.outcome == "finished", step.error
+    assert step.printed == "hello 42\n", f"printed {step.printed!r}, not 'hello 42\\n'"
+    assert step.returned and step.value == [None], f"returned {step.value!r}, not [None]"
+
+
+def check_printed_text_whole(h: Harness, language: str = "javascript") -> None:
+    """Printed text within what the sandbox keeps (PRINTED_HEAD and PRINTED_TAIL) comes back
+    whole; past it, its head and its tail come back, and ``printed_bytes`` counts it all."""
+    for lines in (3000, 5000):
+        code = CODE["printed_lines"][language] % lines
+        step = h.step(script(code, language=language, id=f"printed-{lines}"))
+        assert step.outcome == "finished", step.error
+        text = "".join(str(i).rjust(39, ".") + "\n" for i in range(lines))
+        assert step.printed_bytes == len(text), (
+            f"printed_bytes is {step.printed_bytes}, but the script printed {len(text)} bytes"
+        )
+        if len(text) <= PRINTED_HEAD + PRINTED_TAIL:
+            assert step.printed == text, (
+                f"{len(text)} characters printed came back as {len(step.printed)}: printed "
+                f"text within {PRINTED_HEAD + PRINTED_TAIL} bytes comes back whole"
+            )
+            continue
+        head, tail = text[: PRINTED_HEAD - 100], text[-(PRINTED_TAIL - 100) :]
+        assert step.printed.startswith(head) and step.printed.endswith(tail), (
+            f"{len(text)} characters printed came back as {len(step.printed)} that are not "
+            f"their first {PRINTED_HEAD} and last {PRINTED_TAIL} bytes (less a line)"
+        )
+        assert len(step.printed) < len(text), "printed text past the bound came back whole"
+
+
+def check_calls_in_call_order(h: Harness, language: str = "javascript") -> None:
+    """A step's calls are the script's, in the order it made them (the log's order, by which
+    a replay matches records to calls), not sorted by name or arguments."""
+    step = h.step(case("call_order", language, tools=("t", "u"), id="call-order"))
+    assert step.outcome == "calls", step.error
+    asked = [(c.name, c.arguments) for c in step.calls]
+    assert asked == CALL_ORDER, f"the step's calls are {asked}, not in call order {CALL_ORDER}"
 
 
 class _Files:
@@ -255,6 +326,8 @@ def check_compute_limit(h: Harness, language: str = "javascript") -> None:
     # 500 ms: a hard stop 40 ms behind the soft one that keeps the printed text.
     step = h.step(case("compute", language, limits={"compute_ms": 500}))
     assert_limit(step, "compute_ms")
+    message = step.limit.message if step.limit is not None else ""
+    assert "500 ms" in message, f"a step under compute_ms 500 met another compute_ms: {message}"
     assert step.printed == "spun\n", repr(step.printed)
     assert_healthy(h, language)
 
@@ -274,6 +347,8 @@ def check_total_compute_limit(h: Harness, language: str = "javascript") -> None:
 def check_memory_limit(h: Harness, language: str = "javascript") -> None:
     step = h.step(case("memory", language, limits={"memory": 32 * 1024 * 1024}))
     assert_limit(step, "memory")
+    message = step.limit.message if step.limit is not None else ""
+    assert "32 MiB" in message, f"a step under a memory limit of 32 MiB met another: {message}"
     assert_healthy(h, language)
 
 
@@ -373,10 +448,15 @@ def check_call_arguments_limit(h: Harness, language: str = "javascript") -> None
     """Too-large arguments throw at the call site, where the script can catch them."""
     step = h.step(case("call_arguments_caught", language, limits={"call_arguments": 50}))
     assert step.outcome == "finished", step.error
-    assert "call_arguments" in step.value and step.value.endswith(REMEDIES["call_arguments"])
+    said = step.value
+    assert isinstance(said, str) and "call_arguments" in said, (
+        f"a call past call_arguments 50 did not throw it at the call site: returned {said!r}"
+    )
+    assert said.endswith(REMEDIES["call_arguments"]), said
     uncaught = h.step(case("call_arguments", language, limits={"call_arguments": 50}))
-    assert uncaught.outcome == "failed"
-    assert uncaught.error is not None and "call_arguments" in uncaught.error.message
+    assert uncaught.outcome == "failed", f"a call past call_arguments 50: {uncaught}"
+    error = uncaught.error
+    assert error is not None and "call_arguments" in error.message, f"it failed with {error}"
     assert_healthy(h, language)
 
 
@@ -534,8 +614,13 @@ def _assert_nothing_left(fds_before: dict[int, str], children_before: set[int]) 
     while (open_fds() != fds_before or zombies()) and time.monotonic() < settle:
         gc.collect()
         time.sleep(0.05)
-    assert open_fds() == fds_before
-    assert zombies() == []
+    now = open_fds()
+    opened = {fd: what for fd, what in now.items() if fds_before.get(fd) != what}
+    closed = {fd: what for fd, what in fds_before.items() if now.get(fd) != what}
+    assert not opened and not closed, (
+        f"fds left open after close: {opened}; fds the runner closed that it did not open: {closed}"
+    )
+    assert zombies() == [], f"child processes left unreaped after close: {zombies()}"
     left = [
         p
         for p in psutil.Process().children(recursive=True)
@@ -752,6 +837,14 @@ def _outcome(step: Step) -> bytes:
     return json.dumps(body, sort_keys=True).encode()
 
 
+def _first_difference(name: str, lived: list[bytes], replayed: list[bytes]) -> str:
+    """Where a script's live steps first differ from its replayed ones, shown."""
+    for i, (a, b) in enumerate(zip(lived, replayed, strict=False)):
+        if a != b:
+            return f"{name}: step {i + 1} live was {a.decode()}, replayed {b.decode()}"
+    return f"{name}: {len(lived)} steps live, {len(replayed)} replayed"
+
+
 def check_live_agrees_with_replay(h: Harness) -> None:
     """Each script of the live corpus, run live (resumed while the runner keeps its process,
     replayed when it does not) and by replay: byte-identical steps (value, printed, error,
@@ -786,7 +879,7 @@ def check_live_agrees_with_replay(h: Harness) -> None:
                     step = await h.runner.run(
                         base.model_copy(update={"records": list(records)}), live=True
                     )
-            assert lived == replayed, name
+            assert lived == replayed, _first_difference(name, lived, replayed)
         assert getattr(h.runner, "live_runs", 0) == 0
 
     h.run(go())

@@ -17,6 +17,8 @@ from tests.runner.conftest import FAST_RUNNERS, Harness
         c.check_stale_prs_example,
         c.check_script_error,
         c.check_printed_and_stats,
+        c.check_printed_text_whole,
+        c.check_calls_in_call_order,
         c.check_file_reads,
     ],
     ids=lambda check: check.__name__.removeprefix("check_"),
