@@ -759,6 +759,63 @@ async def check_wall_clock(make: StoreFactory) -> None:
         await _close(store)
 
 
+async def check_no_shared_objects(make: StoreFactory) -> None:
+    """What a store takes and gives shares no object with its caller, as a database's rows
+    do not: a caller that changes a record, call, result or read afterwards (the engine
+    changes the entries it holds) changes nothing in the log."""
+    store = make()
+    try:
+        record = _record()
+        started = await store.start(record, "host-a", HELD_MS)
+        assert started.lease is not None, f"a new script's start gave {started}"
+        lease = started.lease
+        entries = [
+            _call(record.id, 0, state=r.APPROVED),
+            _call(record.id, 1, state=r.AWAITING_CLIENT),
+        ]
+        assert await store.add_calls(lease, entries, claim=True) == [0], "call 0 not claimed"
+        result: dict[str, Any] = {"rows": [1, 2], "nested": {"a": 1}}
+        await store.settle(lease, [r.Settlement(0, r.DONE, result=result, result_bytes=9)])
+        answer = {"client": ["said"]}
+        call_id = entries[1].call_id
+        await store.answer(record.id, call_id, r.AWAITING_CLIENT, r.DONE, result=answer)
+        # The caller changes everything it gave.
+        record.files[0]["mime"] = "changed"
+        record.tools["get_price"] = "changed"
+        entries[0].arguments["sku"] = "changed"
+        result["rows"].append(3)
+        result["nested"]["a"] = 2
+        answer["client"].append("changed")
+        # ... and everything it was given.
+        read = await store.get_script(record.id)
+        read.files[0]["mime"] = "changed"
+        read.tools["get_price"] = "changed"
+        read.status = r.FAILED
+        calls = await _calls(store, record.id, 2)
+        calls[0].arguments["sku"] = "changed"
+        calls[0].result["rows"].append(4)
+        calls[0].state = r.FAILED
+        calls[1].result["client"].append("changed")
+        got = await store.get_script(record.id)
+        assert got.files == _record().files and got.tools == _record().tools, (
+            f"a change to a record given to or read from the store changed the log: {got}"
+        )
+        assert got.status == r.ACTIVE, f"a change to a record read changed the log: {got}"
+        calls = await _calls(store, record.id, 2)
+        assert calls[0].arguments == _call(record.id, 0).arguments, (
+            f"a change to a call given to or read from the store changed the log: {calls[0]}"
+        )
+        assert calls[0].state == r.DONE, f"a change to a call read changed the log: {calls[0]}"
+        assert calls[0].result == {"rows": [1, 2], "nested": {"a": 1}}, (
+            f"a change to a result settled or read changed the log: {calls[0].result}"
+        )
+        assert calls[1].result == {"client": ["said"]}, (
+            f"a change to an answer's result given or read changed the log: {calls[1].result}"
+        )
+    finally:
+        await _close(store)
+
+
 async def check_separate_handles(make: StoreFactory) -> None:
     """Two store objects on one log (two hosts) see each other's writes and exclude each
     other."""
@@ -793,6 +850,7 @@ CHECKS: list[Check] = [
     check_listing,
     check_notes_kept,
     check_wall_clock,
+    check_no_shared_objects,
     check_separate_handles,
 ]
 

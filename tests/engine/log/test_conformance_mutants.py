@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from engine.log import LogStore, MemoryStore, SqliteStore, conformance
+from engine.log import LogStore, MemoryStore, SqliteStore, Started, conformance
 from engine.log import _records as r
 
 
@@ -140,3 +140,48 @@ async def test_a_key_across_tenants_fails() -> None:
     store = _KeysAcrossTenants()
     with pytest.raises(AssertionError, match="a key names a script within its tenant"):
         await conformance.check_keys_per_tenant(lambda: store)
+
+
+class _KeepsGivenRecord(MemoryStore):
+    """Keeps the record a start was given, not a copy."""
+
+    async def start(self, record: r.ScriptRecord, owner: str, ttl_ms: int) -> Started:
+        started = await super().start(record, owner, ttl_ms)
+        with self._lock:
+            self._scripts[record.id].files = record.files
+        return started
+
+
+class _GivesOwnCalls(MemoryStore):
+    """Gives out the calls it keeps, not copies."""
+
+    async def calls(self, script_id: str, start: int = 0) -> list[r.CallEntry]:
+        with self._lock:
+            self._script(script_id)
+            return self._calls[script_id][start:]
+
+
+class _KeepsGivenResult(MemoryStore):
+    """Keeps the result a settle was given, not a copy."""
+
+    async def settle(self, lease: r.Lease, settlements: Sequence[r.Settlement]) -> bool:
+        held = await super().settle(lease, settlements)
+        with self._lock:
+            for settlement in settlements:
+                self._calls[lease.script_id][settlement.index].result = settlement.result
+        return held
+
+
+@pytest.mark.parametrize(
+    ("store", "said"),
+    [
+        (_KeepsGivenRecord, "a change to a record given to or read from the store"),
+        (_GivesOwnCalls, "a change to a call given to or read from the store"),
+        (_KeepsGivenResult, "a change to a result settled or read"),
+    ],
+    ids=["record", "calls", "result"],
+)
+async def test_a_store_that_shares_its_objects_fails(store: type[MemoryStore], said: str) -> None:
+    broken = store()
+    with pytest.raises(AssertionError, match=said):
+        await conformance.check_no_shared_objects(lambda: broken)
