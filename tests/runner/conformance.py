@@ -1052,8 +1052,12 @@ def check_reads_stop_at_file_bytes(h: Harness) -> None:
     step = _reading(h, "read_flood", reader, file_bytes=budget)
     assert_limit(step, "file_bytes")
     assert "kept asking" in step.error.message  # type: ignore[union-attr]
-    assert reader.served <= budget
-    assert step.process is not None and step.process.file_bytes == reader.served
+    assert reader.served <= budget, (
+        f"the runner served {reader.served:,} bytes of reads under file_bytes {budget:,}"
+    )
+    assert step.process is not None and step.process.file_bytes == reader.served, (
+        f"the runner served {reader.served:,} bytes and measured {step.process}"
+    )
     assert_healthy(h)
 
 

@@ -23,8 +23,11 @@ class _Wrapped(ScriptRunner):
     """The real runner, with a change to each script sent (``script_in``) or step returned
     (``step_out``; ``resumed`` for a live run's later segments)."""
 
-    def __init__(self) -> None:
-        self.inner = ProcessRunner(mode="pool")
+    def __init__(self, python: str | None = None) -> None:
+        if python is None:
+            self.inner = ProcessRunner(mode="pool")
+        else:
+            self.inner = ProcessRunner(mode="pool", python=python)
 
     async def __aenter__(self) -> _Wrapped:
         await self.inner.__aenter__()
@@ -106,6 +109,13 @@ class _IgnoresMemory(_Wrapped):
         return _limits(script, memory=256 * 1024 * 1024)
 
 
+class _IgnoresFileBytes(_Wrapped):
+    """Serves a script's reads up to the default file_bytes (64 MiB)."""
+
+    def script_in(self, script: Script) -> Script:
+        return _limits(script, file_bytes=64 * 1024 * 1024)
+
+
 class _LiveSaysFinished(_Wrapped):
     """Reports a resumed live segment that stopped on calls as finished."""
 
@@ -158,3 +168,8 @@ def test_a_runner_that_leaves_its_processes_fails() -> None:
         finally:
             while _NeverCloses.left:
                 harness.run(_NeverCloses.left.pop().aclose())
+
+
+def test_a_runner_that_serves_reads_past_file_bytes_fails(standin_python: str) -> None:
+    with _harness("pool", lambda: _IgnoresFileBytes(standin_python)) as harness:
+        _fails(harness, c.check_reads_stop_at_file_bytes, "served 67,108,864 bytes of reads")
