@@ -57,7 +57,12 @@ class FakeRunner(ScriptRunner):
         return Step(outcome="finished", value={"runner": self.name, "id": script.id})
 
     async def run(
-        self, script: Script, files: FileReader | None = None, *, tenant: str = "default"
+        self,
+        script: Script,
+        files: FileReader | None = None,
+        *,
+        tenant: str = "default",
+        live: bool = False,  # never kept: a runner may keep no live run (Step.live None)
     ) -> Step:
         self.seen.append(script.id)
         self.running += 1
