@@ -201,10 +201,10 @@ class CallSettling(Emitting):
         interrupted = [
             _failed(
                 c,
-                f"tools.{c.name} was interrupted: the host that ran it stopped, or stopped "
-                "waiting for it (a crash, a cancelled request, Ctrl-C), before its result was "
-                "recorded, so it may or may not have taken effect; check before calling it "
-                "again",
+                f"tools.{c.name} was interrupted: its result was never recorded (the host "
+                "that ran it stopped or stopped waiting for it: a crash, a cancelled request, "
+                "Ctrl-C; or the log did not take the result), so it may or may not have taken "
+                "effect; check before calling it again",
             )
             for c in stale
             if c.index not in again
