@@ -250,6 +250,8 @@ class Drive:
         self._unwritten = 0
         # Results that finish while a commit is under way are committed together next.
         self._pending: list[tuple[Sequence[log.Settlement], asyncio.Future[None]]] = []
+        # Outcomes being written after the drive was cancelled: :meth:`close` waits for them.
+        self._writes: set[asyncio.Future[Any]] = set()
         self._committing: asyncio.Lock = asyncio.Lock()
         # Every call before ``_open_from`` is settled, and a settled call never changes: the
         # loop looks at the calls after it only, and keeps the sums it needs of those before
@@ -671,30 +673,83 @@ class Drive:
             # callback, then their task).
             await asyncio.sleep(0)
             await asyncio.sleep(0)
-        async with self._committing:
+        try:
+            async with self._committing:
+                if not done.done():
+                    await self._commit_pending()
+            await done
+        except asyncio.CancelledError:
+            # The drive is cancelled (a caller's timeout) with the outcome in hand: it is
+            # written all the same, before the lease is given up (:meth:`close` waits),
+            # rather than left running in the log for the next drive to call interrupted.
             if not done.done():
-                batch, self._pending = self._pending, []
-                try:
-                    held = await self.store.settle(
-                        self.lease, [s for group, _ in batch for s in group]
-                    )
-                except asyncio.CancelledError:
-                    self._pending[:0] = batch  # not written: the next committer takes them
-                    raise
-                except BaseException as e:
-                    for _, future in batch:
-                        future.set_exception(e)
-                else:
-                    if held:  # a hold landed while the calls ran: the loop runs no next step
-                        self.record.held = True
-                    for group, future in batch:
-                        for s in group:
-                            self._running.discard(s.index)
-                            entry = self.calls[s.index]
-                            entry.state, entry.result, entry.error = s.state, s.result, s.error
-                            entry.result_bytes = s.result_bytes
-                        future.set_result(None)
-        await done
+                self._in_background(self._commit_later())
+            raise
+
+    async def _commit_pending(self) -> None:
+        """Write the settlements pending, in one transaction (under ``_committing``). A write
+        whose waiter is cancelled goes on, and its outcome is applied when it ends."""
+        batch, self._pending = self._pending, []
+        settlements = [s for group, _ in batch for s in group]
+        write = asyncio.ensure_future(self.store.settle(self.lease, settlements))
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            if write.done():
+                self._committed(batch, write, quiet=True)
+            else:
+                self._in_background(write)
+                write.add_done_callback(lambda w: self._committed(batch, w, quiet=True))
+            raise
+        self._committed(batch, write)
+
+    def _committed(
+        self,
+        batch: list[tuple[Sequence[log.Settlement], asyncio.Future[None]]],
+        write: asyncio.Future[bool],
+        *,
+        quiet: bool = False,
+    ) -> None:
+        """Apply what ``write`` (of ``batch``) did to the drive's calls, and tell its waiters;
+        ``quiet``: no waiter may be left to read a failure (it is logged instead)."""
+        if write.cancelled():
+            for _, future in batch:
+                future.cancel()
+            return
+        error = write.exception()
+        if error is not None:
+            if quiet:
+                logger.warning(
+                    "call outcomes of a cancelled drive were not recorded script=%s: %s",
+                    self.record.id,
+                    error,
+                )
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+                    if quiet:
+                        future.exception()  # retrieved: its waiter is gone
+            return
+        if write.result():  # a hold landed while the calls ran: the loop runs no next step
+            self.record.held = True
+        for group, future in batch:
+            for s in group:
+                self._running.discard(s.index)
+                entry = self.calls[s.index]
+                entry.state, entry.result, entry.error = s.state, s.result, s.error
+                entry.result_bytes = s.result_bytes
+            if not future.done():
+                future.set_result(None)
+
+    async def _commit_later(self) -> None:
+        async with self._committing:
+            if self._pending:
+                await self._commit_pending()
+
+    def _in_background(self, write: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(write)
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
 
     async def reopen(self, indexes: Sequence[int]) -> None:
         await self._flush()
@@ -838,6 +893,8 @@ class Drive:
         caller lets go of everything that writes under the lease before). A renewal
         under way is given the lease's time to end; one still not done then (a store that
         hangs) is cancelled."""
+        while self._writes:  # outcomes in hand, written under the lease before it goes
+            await asyncio.wait(set(self._writes))
         self._stopping = True
         if self._next_renewal is not None:
             self._next_renewal.cancel()

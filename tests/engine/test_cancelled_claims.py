@@ -147,3 +147,43 @@ async def test_a_run_code_the_engine_closes_under_raises_rather_than_say_elsewhe
         await again.aclose()
     assert (result.status, result.value) == ("finished", "charged 5"), result.text
     assert ran == [5]
+
+
+class _CancelsAsItSettles(MemoryStore):
+    """A memory log that cancels ``run`` as a call's outcome is being written, before the
+    write ends: a caller's timeout landing on the write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run: asyncio.Task[Any] | None = None
+
+    async def settle(self, *args: Any, **kwargs: Any) -> bool:
+        if self.run is not None:
+            self.run.cancel()
+            self.run = None
+            await asyncio.sleep(0)  # the cancel lands on the drive's wait for this write
+        return await super().settle(*args, **kwargs)
+
+
+async def test_a_cancel_that_lands_while_a_calls_outcome_is_written_still_records_it() -> None:
+    """The call ran and returned; run_code was cancelled while its outcome was being written.
+    The write was dropped (put back for a next commit that never came), the call stayed
+    running in the log, and the resume said "tools.charge was interrupted" of a charge made.
+    The write goes on, before the lease is given up: the resume goes on with its result."""
+    ran: list[int] = []
+    store = _CancelsAsItSettles()
+    engine = CodeMode([_ledger_tool(ran)], runner=InProcessRunner(), store=store, type_check="off")
+    ids: list[str] = []
+    try:
+        run = asyncio.create_task(
+            engine.run_code("return await tools.charge({ cents: 5 })", on_start=ids.append)
+        )
+        store.run = run
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(run, 30)
+        assert ran == [5]
+        result = await asyncio.wait_for(engine.resume(ids[0]), 30)
+    finally:
+        await engine.aclose()
+    assert (result.status, result.value) == ("finished", "charged 5"), result.text
+    assert ran == [5]
