@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import os
 import socket
@@ -276,8 +277,8 @@ class Drive:
         # they never will, so they are to run again (see CodeMode._hear_out and aclose).
         self.unbegun: list[int] = []
         # The calls whose receipts this drive wrote, or began to write; those whose async
-        # handlers it was given; and the tickets of the sync ones, whose states say whether
-        # their threads began (see :meth:`note_unbegun`).
+        # handlers began; and the tickets of the sync ones, whose states say whether their
+        # threads began (see :meth:`note_unbegun`).
         self._receipted: set[int] = set()
         self._handed: set[int] = set()
         self._ticket_of: dict[int, Ticket] = {}
@@ -792,12 +793,14 @@ class Drive:
         what it did is recorded once it ends (a call that took effect would otherwise be
         "interrupted", and the script told it may not have); one whose thread had not begun
         is cancelled, and left in :attr:`unbegun` to run again."""
-        task = asyncio.ensure_future(handler)
-        self._handlers.add(task)
+        inner = handler
         if ticket is None:
-            self._handed.add(entry.index)
+            handler = self._began(entry.index, inner)
         else:
             self._ticket_of[entry.index] = ticket
+        task = asyncio.ensure_future(handler)
+        task.add_done_callback(lambda _: self._close_unbegun(entry.index, inner))
+        self._handlers.add(task)
         if ticket is not None:
             self._tickets[entry.index] = ticket
         try:
@@ -824,6 +827,16 @@ class Drive:
             if entry.index not in self.unheard:
                 self._handlers.discard(task)
                 self._tickets.pop(entry.index, None)
+
+    async def _began(self, index: int, handler: Awaitable[T]) -> T:
+        """``handler``, noting as it begins that the call at ``index`` may take effect: a
+        task cancelled before its first step never runs it (see :meth:`note_unbegun`)."""
+        self._handed.add(index)
+        return await handler
+
+    def _close_unbegun(self, index: int, handler: Awaitable[Any]) -> None:
+        if index not in self._handed and inspect.iscoroutine(handler):
+            handler.close()  # never begun: closed, not warned of as never awaited
 
     async def asking(self, question: Awaitable[T]) -> T:
         """Await ``question``, the host's worker asked about the calls this drive stopped on;

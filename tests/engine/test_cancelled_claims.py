@@ -187,3 +187,30 @@ async def test_a_cancel_that_lands_while_a_calls_outcome_is_written_still_record
         await engine.aclose()
     assert (result.status, result.value) == ("finished", "charged 5"), result.text
     assert ran == [5]
+
+
+async def test_a_cancel_before_an_async_handler_begins_leaves_the_call_to_run(
+    tmp_path: Path,
+) -> None:
+    """Cancelled as an async tool's call goes to its handler, before the handler's task took
+    its first step: the handler never ran (the cancel stopped the task first), yet the call
+    stayed running in the log and the resume said it was interrupted. It runs on resume."""
+    ran: list[int] = []
+
+    @tool
+    async def charge(cents: int) -> str:
+        """Charge (an effect)."""
+        ran.append(cents)
+        return f"charged {cents}"
+
+    engine = CodeMode([charge], runner=InProcessRunner(), data_dir=tmp_path, type_check="off")
+    ids: list[str] = []
+    try:
+        code = "return await tools.charge({ cents: 5 })"
+        await _cancel_on(engine, code, lambda e: e.kind == "call.running", ids)
+        assert ran == []
+        result = await asyncio.wait_for(engine.resume(ids[0]), 30)
+    finally:
+        await engine.aclose()
+    assert (result.status, result.value) == ("finished", "charged 5"), result.text
+    assert ran == [5]
