@@ -155,8 +155,8 @@ class SqliteStore(SqlStore):
                     for statement in schema.statements("sqlite"):
                         db.execute(statement)
                 except sqlite3.Error as e:
-                    if _primary(e) != sqlite3.SQLITE_ERROR or _no_room(self.path, e):
-                        raise _open_error(self.path, e) from None  # damage, a full disk, ...
+                    if _primary(e) != sqlite3.SQLITE_ERROR:
+                        raise  # damage, a full disk, ...: the open's error (below)
                     # "no such column", "already exists": tables of the names codemode uses
                     # that codemode did not make.
                     raise ConfigError(
