@@ -631,7 +631,11 @@ def _finished(payload: str) -> Ran:
         return Ran(outcome="finished")
     if payload[0] == "c":  # a string too long to send whole: its head, tail and length
         head, tail, length = _json_data(payload[1:])
-        left_out = int(length) - len(head) - len(tail)
+        # Each language keeps VALUE_BOUND // 2 of its own units at each end (JavaScript's
+        # UTF-16 units, as .length counts, Python's code points) and gives the length in
+        # them. The head and tail counted in code points here made a JavaScript string of
+        # astral characters (two units each) say a cut that was neither.
+        left_out = int(length) - 2 * (VALUE_BOUND // 2)
         cut = f"\n[... {left_out:,} characters of the returned string cut ...]\n"
         return Ran(outcome="finished", value_text=head + cut + tail, value_bytes=int(length))
     json_text = payload[1:]

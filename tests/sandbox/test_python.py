@@ -889,6 +889,14 @@ def test_returning_a_huge_string_is_cut() -> None:
     assert ran.value_text is not None and "characters of the returned string cut" in ran.value_text
 
 
+def test_a_returned_string_s_cut_counts_characters_as_len_does() -> None:
+    """As JavaScript's counts in its ``.length``: an astral character is one."""
+    ran = run("return 'a' + '\\U0001F600' * 300_000")
+    assert ran.value_text is not None
+    left_out = 1 + 300_000 - protocol.VALUE_BOUND
+    assert f"[... {left_out:,} characters of the returned string cut ...]" in ran.value_text
+
+
 def test_returning_a_large_object_is_cut_as_json() -> None:
     ran = run("return [{'i': i} for i in range(100000)]")
     assert ran.value_text is not None and "of the returned value cut" in ran.value_text

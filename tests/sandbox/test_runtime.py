@@ -1029,6 +1029,17 @@ def test_returning_a_100_mb_string_is_cut_in_the_middle():
     assert back.returned and back.value_text == ran.value_text
 
 
+def test_a_returned_string_s_cut_counts_what_it_cut_in_astral_characters_too():
+    """The note counts the cut in the string's own length (UTF-16 units, as ``.length``):
+    a string of astral characters (two units each) was said to have lost its length less
+    the code points kept, which counted neither."""
+    ran = run("const s = 'a' + '\\u{1F600}'.repeat(200000); return s;")
+    assert ran.outcome == "finished", ran.error
+    assert ran.value_text is not None
+    left_out = 1 + 2 * 200_000 - VALUE_BOUND  # .length less the two halves kept
+    assert f"[... {left_out:,} characters of the returned string cut ...]" in ran.value_text
+
+
 def test_returning_a_large_object_is_cut_as_json():
     """A returned value whose JSON is over VALUE_BOUND comes back as cut JSON text."""
     code = "return Array.from({ length: 100000 }, (_, i) => ({ i, s: 'abcdefghij' }));"
