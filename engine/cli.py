@@ -73,7 +73,7 @@ from engine._events import Listener
 from engine._loading import load_tools
 from engine._progress import EventLines, ProgressLine
 from engine._render import ESCAPES, escaped
-from engine._search import MAX_LIMIT, MAX_QUERY, ToolIndex
+from engine._search import MAX_LIMIT, MAX_QUERY
 from engine._source import MAX_CODE_BYTES
 from engine._stopping import (
     INTERRUPT_GRACE,
@@ -1174,7 +1174,7 @@ async def _search(args: argparse.Namespace) -> int:
 def _print_search(args: argparse.Namespace, engine: CodeMode) -> int:
     answer = engine.search(args.query, limit=args.limit)
     if args.json:
-        found = ToolIndex(engine.tools, [s.info() for s in engine.skills]).find(args.query)
+        found = engine._index.find(args.query)  # the engine's own: an index is built once
         _print_json(
             {
                 "query": args.query,

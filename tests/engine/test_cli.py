@@ -14,6 +14,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -1899,3 +1900,25 @@ def test_hold_of_an_ended_script_and_release_of_one_not_held_say_so(tmp_path: Pa
     )
     listed = codemode("scripts", "--data-dir", data)
     assert "held" not in listed.stdout, listed.stdout
+
+
+def test_search_json_builds_no_second_index(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """`search --json` answers from the engine's own index: it built a second one for the
+    JSON's fields (two seconds of work for 5,000 tools, done twice)."""
+    from engine import _search
+    from engine.cli import main
+
+    built: list[int] = []
+    real = _search.ToolIndex.__init__
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+        built.append(1)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(_search.ToolIndex, "__init__", counted)
+    assert main(["search", "stale pull requests", "--json", *TRACKER]) == 0
+    answer = json.loads(capfd.readouterr().out)
+    assert answer["tools"] and answer["query"] == "stale pull requests", answer
+    assert len(built) == 1
