@@ -151,14 +151,21 @@ def _depth(value: Any) -> int:
     # Iterative, so a hostile schema nested a million levels cannot blow the Python stack.
     deepest = 0
     stack: list[tuple[Any, int]] = [(value, 1)]
-    seen = 0
+    seen = 0  # bytes of JSON the walk has met so far, at least
     while stack:
         node, depth = stack.pop()
-        seen += 1
+        # Counted in bytes, not values: a host's dict that holds one schema in two places,
+        # each holding the next alike, is 2**depth values as JSON (25 deep, this walk and the
+        # encoder after it held the host for minutes), and one 20 KB string held in 60,000
+        # places had the encoder write 1.2 GB before the size refused it. Each count is at
+        # most what the encoder writes, so no schema within the bound is refused here.
+        if isinstance(node, str):
+            seen += len(node) + 2  # a character is a byte at least, and its quotes
+        elif isinstance(node, dict):
+            seen += 2 + sum(len(k) + 3 if isinstance(k, str) else 1 for k in node)
+        else:
+            seen += 1
         if seen > MAX_SCHEMA_BYTES:
-            # Each value is a byte of JSON at least. A host's dict that holds one schema in two
-            # places, each holding the next alike, is 2**depth values as JSON: 25 deep, this
-            # walk and the encoder after it held the host for minutes before refusing it.
             raise SchemaProblem(
                 f"it is over the {MAX_SCHEMA_BYTES:,} bytes of JSON a schema may take (a part "
                 "it holds in several places counts in each); describe the input more briefly, "
@@ -166,7 +173,7 @@ def _depth(value: Any) -> int:
             )
         if isinstance(node, dict):
             children: Any = node.values()
-        elif isinstance(node, list):
+        elif isinstance(node, list | tuple):  # orjson writes a tuple as an array
             children = node
         else:
             if isinstance(node, float) and not math.isfinite(node):

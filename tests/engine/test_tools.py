@@ -15,10 +15,12 @@ import math
 import re
 import threading
 import time
+import tracemalloc
 import uuid
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
+import orjson
 import pytest
 from pydantic import BaseModel, Field, computed_field, field_serializer
 
@@ -1572,6 +1574,41 @@ def test_a_schema_that_holds_one_part_in_many_places_is_refused_at_its_bound() -
     with pytest.raises(ToolDefinitionError, match="in several places counts in each"):
         Tool("t", input_schema={"type": "object", "properties": {"x": part}})
     assert _Counted.reads <= MAX_SCHEMA_BYTES
+
+
+@pytest.mark.parametrize("container", [dict, tuple])
+def test_a_string_held_in_many_places_is_refused_before_it_is_written(container: type) -> None:
+    """One 20 KB string held in a thousand parts is 20 MB of JSON. The walk counted values,
+    not bytes, so it passed it to the encoder, which wrote all of it before the size refused
+    it (60,000 parts: 1.2 GB); the walk counts bytes and stops at the bound, so no more than
+    a fraction of those 20 MB is ever allocated (a tuple, written as an array, alike)."""
+    inner = {"type": "string", "description": "x" * 20_000}
+    schema: dict[str, Any] = {"type": "object"}
+    if container is dict:
+        schema["properties"] = {f"p{i}": inner for i in range(1000)}
+    else:
+        schema["properties"] = {"p": {"enum": tuple(inner for _ in range(1000))}}
+    tracemalloc.start()
+    try:
+        with pytest.raises(ToolDefinitionError, match=f"over the {MAX_SCHEMA_BYTES:,} bytes"):
+            Tool("t", input_schema=schema)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 1024 * 1024, f"{peak:,} bytes allocated to refuse it"
+
+
+def test_a_schema_just_within_the_bound_is_taken() -> None:
+    """The walk's count of bytes is at most what the encoder writes: a schema of exactly the
+    bound's bytes is not refused by it."""
+    schema: dict[str, Any] = {"type": "object", "description": ""}
+    pad = MAX_SCHEMA_BYTES - len(orjson.dumps(schema))
+    schema["description"] = "x" * pad
+    assert len(orjson.dumps(schema)) == MAX_SCHEMA_BYTES
+    Tool("t", input_schema=schema)
+    schema["description"] += "x"
+    with pytest.raises(ToolDefinitionError, match=f"over the {MAX_SCHEMA_BYTES:,} bytes"):
+        Tool("t", input_schema=schema)
 
 
 def test_an_unknown_meta_schema_is_named_as_such() -> None:
