@@ -125,6 +125,7 @@ class Tool:
         "_input_validator",
         "_keys_made_text",
         "_output_validator",
+        "_renames",
         "_result_adapter",
         "client",
         "deferred",
@@ -188,6 +189,7 @@ class Tool:
                     f"tool {name!r}: its {what} is not Unicode text (a lone surrogate at "
                     f"character {e.start}); fix the {what}"
                 ) from None
+        self._renames: dict[str, Tool] = {}  # see renamed
         self.original_name = name
         self.source = source
         self.name = sanitize_name(name, source)
@@ -282,9 +284,17 @@ class Tool:
         return self._in_thread
 
     def renamed(self, name: str) -> Tool:
-        """A copy of this tool that the script calls by ``name`` (already a valid name)."""
-        clone = copy.copy(self)
-        clone.name = name
+        """A copy of this tool that the script calls by ``name`` (already a valid name); the
+        same copy each time for the same name."""
+        # The same object, so that what is kept by tool (a search index's entries) is kept
+        # for it when the tools change (an MCP server's): a fresh copy each time had the
+        # words of 5,000 renamed tools found again for each change.
+        clone = self._renames.get(name)
+        if clone is None:
+            clone = copy.copy(self)
+            clone.name = name
+            clone._renames = {}  # its own, not the copied reference to this tool's
+            self._renames[name] = clone
         return clone
 
     def definition(self) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import pytest
 from engine import CodeMode
 from engine._search import MAX_QUERY, SkillInfo, ToolIndex
 from engine._skills import Skill
-from engine._tools import Tool, ToolCallError
+from engine._tools import Tool, ToolCallError, unique_tools
 from engine.languages.javascript._declarations import BUDGET
 from tests.engine.corpus import load_corpus
 
@@ -318,3 +318,19 @@ def test_an_index_that_follows_another_keeps_its_work_for_the_same_tools() -> No
     kept = engine._index._tools
     engine.add_skill(Skill(name="guide", description="All about widgets", instructions="i"))
     assert engine._index._tools is kept and "skill guide" in engine.search("widgets")
+
+
+def test_renamed_tools_keep_their_work_when_an_mcp_servers_tools_change() -> None:
+    """Tools whose names sanitize alike (Chinese names: each is tool_ and a hash) are renamed,
+    and each change of an MCP server's tools renamed them afresh, new objects, so the index
+    that follows kept none of their entries (0 of 5,001: each change found every tool's words
+    again). The same tool renamed to the same name is the same object, its entry kept."""
+    own = [Tool(f"工具{chr(0x4E00 + i)}", description=f"Does thing {i}") for i in range(50)]
+    engine = CodeMode(tools=own)
+    tools, index = list(engine.tools), engine._index
+    assert all(t.name.startswith("tool_") and t not in own for t in tools)
+    engine._mcp_tools_changed([Tool("ping", source="srv")])
+    assert engine.tools[:50] == tools  # the same objects: a Tool is equal to itself alone
+    kept = sum(engine._index._entries[t] is index._entries[t] for t in tools)
+    assert kept == len(tools)
+    assert unique_tools(own, before=tools) == tools
