@@ -59,8 +59,13 @@ _RUN = (
     "coalesce((SELECT stats_reset FROM pg_stat_bgwriter)::text, '')"
 )
 _XACT_STATUS = "SELECT txid_status(%s)"
-# The transaction id the server's last checkpoint would hand out next.
-_CHECKPOINT_NEXT_XID = "SELECT (pg_control_checkpoint()).next_xid"
+# The transaction id the server's last checkpoint would hand out next, if that checkpoint
+# was taken before this postmaster started (NULL else; see PostgresStore._status_of). Its
+# time is in whole seconds: the start's is cut to them, so one in the same second is not.
+_CHECKPOINT_NEXT_XID = (
+    "SELECT CASE WHEN c.checkpoint_time < date_trunc('second', pg_postmaster_start_time()) "
+    "THEN c.next_xid END FROM pg_control_checkpoint() c"
+)
 # The server's run (_RUN) that each connection of the pools was made in: a connection lives
 # in one run (a restart or a crash ends it).
 _RUNS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -546,10 +551,17 @@ class PostgresStore(SqlStore):
         A server that crashed since forgets the ids it gave out after the last it wrote to
         its write-ahead log, and gives them out again: a write the crash cut before its
         COMMIT, which wrote nothing the log kept, may find its id committed by another
-        host's transaction. So past a crash (or a restart), ``committed`` stands only if the
-        server's last checkpoint began after the id was given out (a clean shutdown's, or
-        the end of a recovery that found it in the log). An id the server has not given out
-        again (it says the id is in the future) is ``aborted``: nothing of it was kept."""
+        host's transaction. So past a crash (or a restart), ``committed`` stands only if a
+        checkpoint taken before the id could be lost hands out ids past it: the server's
+        last checkpoint, when it was taken before this postmaster started (a clean stop's,
+        which nothing of the old run came after). Any checkpoint taken since (an operator's
+        CHECKPOINT, a backup's, max_wal_size's) counts the ids given out again, so it proves
+        nothing; nor is the one that ends a crash recovery told from them (pg_control does
+        not say which it is), so past a crash (and a backend's crash, which the postmaster
+        outlives, ends in one such) ``committed`` is None: the store says it is unavailable,
+        and the resume reads what the log holds, so nothing runs twice. An id the server
+        has not given out again (it says the id is in the future) is ``aborted``: nothing of
+        it was kept."""
         import psycopg
 
         deadline = time.monotonic() + self._timeout
@@ -749,9 +761,11 @@ async def _server_run(conn: Any) -> str | None:
         return None
 
 
-def _full_xid(text: str) -> int:
+def _full_xid(text: str | None) -> int | None:
     """A transaction id as pg_control_checkpoint() gives it (``epoch:xid``), as
-    txid_current() does (64 bits, the epoch's above)."""
+    txid_current() does (64 bits, the epoch's above); None for NULL (not known)."""
+    if text is None:
+        return None
     epoch, _, xid = text.rpartition(":")
     return (int(epoch or 0) << 32) | int(xid)
 
