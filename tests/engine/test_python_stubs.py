@@ -506,6 +506,37 @@ def test_a_tool_reached_by_getattr_is_declared_with_its_description_and_argument
     assert "Import_Input" not in check_stubs([imports])
 
 
+@pytest.mark.parametrize("name", ["2fa_verify", "class"])
+def test_a_tool_reached_by_getattr_is_declared_with_its_arguments_descriptions(name: str) -> None:
+    """A tool reached by getattr had its signature written on one comment line, without the
+    descriptions of its arguments, which a method of the same tool has (`user_id: int,  #
+    The user's numeric id.`): the comment holds the method's parameter lines."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "user_id": {"type": "integer", "description": "The user's numeric id"},
+            "mode": {"type": "string", "enum": ["a", "b"], "description": "How to verify"},
+        },
+        "required": ["user_id"],
+    }
+    method, _ = PYTHON.declare_tools([Tool("verify", description="Verify.", input_schema=schema)])
+    block, _ = PYTHON.declare_tools([Tool(name, description="Verify.", input_schema=schema)])
+    ast.parse(MODEL_IMPORTS + block)
+    assert "    #       user_id: int,  # The user's numeric id.\n" in block, block
+    wanted = [
+        line
+        for line in method.splitlines()
+        if line.startswith(" " * 8) and line.strip() not in ("self,", '"""Verify."""')
+    ]
+    written = [
+        line.replace("    #   ", "    ", 1)
+        for line in block.splitlines()
+        if line.startswith("    #       ")
+    ]
+    assert written == wanted and len(wanted) == 3, block
+    assert "    #   (\n" in block and "    #   ) -> Any\n" in block
+
+
 class _CountingSet(set[str]):
     lookups = 0
 

@@ -345,15 +345,19 @@ def _doc_lines(tool: Tool, full: bool) -> list[str]:
 def _signature(name: str, params: list[tuple[str, str]], result: str, check: bool) -> str:
     """``async def name(self, <params>) -> result:``; each param is (text, comment)."""
     head = f"{INDENT}async def {name}("
-    tail = f") -> {result}:"
-    inline = head + ", ".join(["self", *(p for p, _ in params)]) + tail
-    if check or (not any(c for _, c in params) and len(inline) <= LINE_WIDTH):
-        return inline
-    pad = INDENT * 2
-    lines = [head, f"{pad}self,"]
-    lines += [f"{pad}{p},{_comment(c)}" for p, c in params]
-    lines.append(f"{INDENT}{tail}")
-    return "\n".join(lines)
+    return "\n".join(_params_lines(head, [("self", ""), *params], f") -> {result}:", check))
+
+
+def _params_lines(
+    head: str, params: list[tuple[str, str]], tail: str, inline: bool, indent: str = INDENT
+) -> list[str]:
+    """``head``, the params and ``tail`` on one line when ``inline`` or when no param has a
+    comment and the line fits; else one param a line (one more ``indent`` in) with its
+    comment, and ``tail`` on a line of its own at ``indent``."""
+    line = head + ", ".join(p for p, _ in params) + tail
+    if inline or (not any(c for _, c in params) and len(line) <= LINE_WIDTH):
+        return [line]
+    return [head, *(f"{indent}{INDENT}{p},{_comment(c)}" for p, c in params), f"{indent}{tail}"]
 
 
 def declare_tool(
@@ -428,7 +432,7 @@ def declare_tool(
     elif note is not None:
         # What the method would say, as comments: the note alone left the model (and a search
         # for the tool) without its description and arguments.
-        lines = [*_doc_lines(tool, full), _call_text(params, result)]
+        lines = [*_doc_lines(tool, full), *_call_lines(params, result)]
         member = note + "".join(f"{INDENT}#   {line}".rstrip() + "\n" for line in lines)
     else:
         lines = _doc_lines(tool, full)
@@ -438,12 +442,12 @@ def declare_tool(
     return member, renderer.declarations()
 
 
-def _call_text(params: list[tuple[str, str]], result: str) -> str:
+def _call_lines(params: list[tuple[str, str]], result: str) -> list[str]:
     """The signature of a tool reached by getattr (a bound method: no ``self``), for its
-    comment."""
+    comment: written as a method's is, each param with its comment when one has one."""
     # A key `self` made `self` positional-only (`/`): there is no `self` here.
-    kept = [text for text, _ in params if text != "/"]
-    return f"({', '.join(kept)}) -> {result}"
+    kept = [(text, comment) for text, comment in params if text != "/"]
+    return _params_lines("(", kept, f") -> {result}", False, indent="")
 
 
 def _free_name(name: str, taken: set[str]) -> str:
