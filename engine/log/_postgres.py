@@ -1142,9 +1142,11 @@ async def _prepare(psycopg: Any, dsn: str, schema: str, timeout: float, answer: 
     one that refuses them for good, or a dsn that does not parse, fails at once. One that
     does not answer within ``answer`` seconds once connected is :class:`_NoAnswer`. A
     connection the server ends midway (a restart, ``pg_terminate_backend``) is made again,
-    until ``timeout``: its transaction took no effect. Past it, :class:`_Uncommitted`."""
+    until ``timeout``, after 50 ms to 1 s as :func:`_connect` waits: its transaction took
+    no effect. Past it, :class:`_Uncommitted`."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    delay = 0.05
     while True:
         conn, _ = await _connect(psycopg, dsn, max(deadline - loop.time(), 1.0))
         try:
@@ -1162,6 +1164,11 @@ async def _prepare(psycopg: Any, dsn: str, schema: str, timeout: float, answer: 
                 raise _Uncommitted() from e
         finally:
             await conn.close()
+        # Not again at once: a server that ends each session as it begins (a proxy or a
+        # pooler in front of one that is down) would fork a backend for each, hundreds a
+        # second, for the whole timeout.
+        await asyncio.sleep(max(0.0, min(delay, deadline - loop.time())))
+        delay = min(2 * delay, 1.0)
 
 
 async def _connect(psycopg: Any, dsn: str, timeout: float) -> tuple[Any, bool]:

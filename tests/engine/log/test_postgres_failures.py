@@ -791,6 +791,51 @@ async def test_a_log_whose_connection_is_cut_as_it_opens_opens_all_the_same(
             await store.aclose()
 
 
+async def test_a_log_whose_server_ends_each_session_at_once_is_not_asked_again_at_once(
+    server: PostgresServer,
+) -> None:
+    """The server takes each connection and ends its session at its first statement (a
+    pooler in front of a server that is down): the log's open connects again after 50 ms to
+    1 s, as it does when connections are refused, and says it cannot reach the log. (It
+    connected again at once for the whole connect timeout: 735 connections in 2 s, each
+    one a backend the server forked.)"""
+    port = int(server.dsn.split("port=")[1].split()[0])
+    connections = 0
+
+    async def serve(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        server_r, server_w = await asyncio.open_connection("127.0.0.1", port)
+
+        async def up() -> None:  # the startup and login pass; the first query ends it
+            while (data := await client_r.read(65536)) and data[:1] not in (b"Q", b"P"):
+                server_w.write(data)
+                await server_w.drain()
+
+        async def down() -> None:
+            while data := await server_r.read(65536):
+                client_w.write(data)
+                await client_w.drain()
+
+        tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
+        await asyncio.wait(tasks, return_when="FIRST_COMPLETED")
+        for task in tasks:
+            task.cancel()
+        client_w.transport.abort()
+        server_w.close()
+
+    proxy = await asyncio.start_server(serve, "127.0.0.1", 0)
+    proxied = server.dsn.replace(f"port={port}", f"port={proxy.sockets[0].getsockname()[1]}")
+    store = PostgresStore(proxied, schema=f"t_{uuid.uuid4().hex[:16]}", connect_timeout=2)
+    try:
+        with pytest.raises(StoreUnavailable, match="cannot reach the PostgreSQL session log"):
+            await store.scripts()
+        assert 2 <= connections < 40, connections
+    finally:
+        await store.aclose()
+        proxy.close()
+
+
 async def test_a_log_whose_server_goes_down_as_its_pool_opens_is_store_unavailable(
     server: PostgresServer,
 ) -> None:
