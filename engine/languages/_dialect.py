@@ -53,7 +53,8 @@ class Dialect(abc.ABC):
     :attr:`fence` (how an answer shows its declarations), :attr:`header` and
     :attr:`footer` (around the declared tools), :attr:`files_note` and
     :attr:`code_description`, and writes :meth:`declare_tool`, :meth:`builtin` and
-    :meth:`guide`.
+    :meth:`guide`; one whose block of comments alone is no code sets :attr:`filler` and
+    writes :meth:`is_comment`.
     """
 
     language: str
@@ -66,6 +67,9 @@ class Dialect(abc.ABC):
     # Whether the language writes an object type where it is, and names those written out in
     # several places of a block (see Walker._object); one that names every object does not.
     names_repeated_objects = False
+    # What a block needs before its footer when each member is comments alone and no builtin
+    # is declared, to be code (Python's class body `...`); counted in the budget.
+    filler = ""
 
     @abc.abstractmethod
     def declare_tool(
@@ -74,6 +78,11 @@ class Dialect(abc.ABC):
         """One tool's member and the declarations of its named types. New type names are
         taken from ``namer``; pass a copy when the declaration may be dropped.
         ``results=False`` declares every result as anything (the type check's choice)."""
+
+    def is_comment(self, member: str) -> bool:
+        """Whether a tool's ``member`` (from :meth:`declare_tool`) is comments alone, so
+        that a block of such members needs :attr:`filler`."""
+        return False
 
     @abc.abstractmethod
     def builtin(self, name: str) -> str:
@@ -159,7 +168,10 @@ class Dialect(abc.ABC):
                 f"two tools are called {', '.join(twice)}; make names unique with unique_tools"
             )
         fixed = "".join(self.builtin(b) for b in builtins)
-        used = size(self.header) + size(fixed) + size(self.footer)
+        # Counted until a member is code (a builtin is): a block of a search's answer that
+        # the filler took past the budget was over it.
+        filler = "" if fixed else self.filler
+        used = size(self.header) + size(fixed) + size(filler) + size(self.footer)
         namer = Namer()
         if self.names_repeated_objects:
             # A first pass counts the objects written out in more than one place.
@@ -172,23 +184,26 @@ class Dialect(abc.ABC):
         types: list[str] = []
         declared: list[Tool] = []
         for index, tool in enumerate(tools):
-            chosen: tuple[str, str, Namer] | None = None
+            chosen: tuple[str, str, Namer, int] | None = None
             for comments in (True, False):
                 trial = namer.copy()
                 member, declared_types = self.declare_tool(
                     tool, trial, comments=comments, full=full_descriptions
                 )
-                chosen = (member, declared_types, trial)
-                if used + size(member) + size(declared_types) <= budget:
+                freed = size(filler) if filler and not self.is_comment(member) else 0
+                chosen = (member, declared_types, trial, freed)
+                if used - freed + size(member) + size(declared_types) <= budget:
                     break
             else:
                 if index > 0:
                     break  # the block stops here; tool_search finds the rest
             assert chosen is not None
-            member, declared_types, namer = chosen
-            used += size(member) + size(declared_types)
+            member, declared_types, namer, freed = chosen
+            if freed:
+                filler = ""
+            used += size(member) + size(declared_types) - freed
             members.append(member)
             types.append(declared_types)
             declared.append(tool)
-        block = self.header + "".join(members) + fixed + self.footer + "".join(types)
+        block = self.header + "".join(members) + fixed + filler + self.footer + "".join(types)
         return block, declared

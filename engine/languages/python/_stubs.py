@@ -54,7 +54,7 @@ import orjson
 
 from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
 from engine._tools import Tool
-from engine.languages._dialect import BUDGET, MAX_SUMMARY, Dialect, description_lines
+from engine.languages._dialect import MAX_SUMMARY, Dialect, description_lines
 from engine.languages._walk import (
     CLOSED,
     MAX_ENUM,
@@ -604,23 +604,14 @@ class PythonDialect(Dialect):
     ) -> tuple[str, str]:
         return declare_tool(tool, namer, comments=comments, full=full, results=results)
 
-    def declare_tools(
-        self,
-        tools: Sequence[Tool],
-        budget: int = BUDGET,
-        *,
-        builtins: Sequence[str] = (),
-        full_descriptions: bool = False,
-    ) -> tuple[str, list[Tool]]:
-        block, declared = super().declare_tools(
-            tools, budget, builtins=builtins, full_descriptions=full_descriptions
+    # Tools reached by getattr alone, and no builtin (a search's answer): a class of comments
+    # alone is no Python.
+    filler = f"{INDENT}...\n"
+
+    def is_comment(self, member: str) -> bool:
+        return all(
+            not line.strip() or line.lstrip().startswith("#") for line in member.splitlines()
         )
-        body = block[len(_HEADER) : block.index(_FOOTER)]
-        if all(not line.strip() or line.lstrip().startswith("#") for line in body.splitlines()):
-            # Tools reached by getattr alone, and no builtin (a search's answer): a class of
-            # comments alone is no Python.
-            block = f"{_HEADER}{body}{INDENT}...\n{block[len(_HEADER) + len(body) :]}"
-        return block, declared
 
     def builtin(self, name: str) -> str:
         return builtin_member(name)
