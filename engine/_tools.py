@@ -178,32 +178,26 @@ class Tool:
             # Not truthiness: read_only="false" would let a call with effects run again.
             if not isinstance(given, bool):
                 raise ToolDefinitionError(f"tool {name!r}: {flag} is True or False, not {given!r}")
-        for what, text in (("name", name), ("source", source)):
+        label = f"tool {name!r}" + (f" from {source!r}" if source else "")
+        if not isinstance(description, str):
+            raise ToolDefinitionError(f"{label}: its description must be a string")
+        for what, text in (("name", name), ("source", source), ("description", description)):
             try:
                 if text is not None:
                     text.encode("utf-8")
             except UnicodeEncodeError as e:
-                # Hashed to rename it (a long name, or one that sanitizes as another does),
-                # it raised UnicodeEncodeError, or "give each tool its own name".
+                # Hashed to rename the tool (a long name, or one that sanitizes as another
+                # does), a name or source raised UnicodeEncodeError, or "give each tool its own
+                # name"; a description no declaration could hold (orjson refuses it, as it
+                # does a schema's strings).
                 raise ToolDefinitionError(
-                    f"tool {name!r}: its {what} is not Unicode text (a lone surrogate at "
-                    f"character {e.start}); fix the {what}"
+                    f"{label}: its {what} is not Unicode text (a lone surrogate at character "
+                    f"{e.start}); fix the {what}"
                 ) from None
         self._renames: dict[str, Tool] = {}  # see renamed
         self.original_name = name
         self.source = source
         self.name = sanitize_name(name, source)
-        label = f"tool {name!r}" + (f" from {source!r}" if source else "")
-        if not isinstance(description, str):
-            raise ToolDefinitionError(f"{label}: its description must be a string")
-        try:
-            description.encode("utf-8")
-        except UnicodeEncodeError as e:
-            # As a schema's strings are (orjson refuses them): no declaration could hold it.
-            raise ToolDefinitionError(
-                f"{label}: its description is not Unicode text (a lone surrogate at character "
-                f"{e.start}); fix the text"
-            ) from None
         self.description = description.strip()
         schema = _EMPTY_INPUT if input_schema is None else input_schema
         self._input_validator = _compile(label, "input schema", schema, must_be_object=True)

@@ -1904,6 +1904,12 @@ def test_a_name_or_source_that_is_not_unicode_text_is_refused() -> None:
         load_mcp_tools(definitions)
     with pytest.raises(ToolDefinitionError, match=r"its source is not Unicode text"):
         Tool("t", source="srv\udc80")
+    # Named as every other problem of a tool is: with its source (the name's check said
+    # "tool ..." alone, a copy of the description's check beside it).
+    with pytest.raises(ToolDefinitionError, match=r"^tool '\\ud800x' from 'srv': its name is not"):
+        Tool("\ud800x", source="srv")
+    with pytest.raises(ToolDefinitionError, match=r"^tool 't' from 'srv': its description is"):
+        Tool("t", source="srv", description="\ud800")
 
 
 class _Recorded(BaseModel):
