@@ -109,6 +109,20 @@ class _IgnoresMemory(_Wrapped):
         return _limits(script, memory=256 * 1024 * 1024)
 
 
+class _AddsCompute(_Wrapped):
+    """Runs every script with 1,000 ms more compute_ms than it asked for (a margin)."""
+
+    def script_in(self, script: Script) -> Script:
+        return _limits(script, compute_ms=script.limits.compute_ms + 1000)
+
+
+class _AddsMemory(_Wrapped):
+    """Runs every script with 100 MiB more memory than it asked for (a margin)."""
+
+    def script_in(self, script: Script) -> Script:
+        return _limits(script, memory=script.limits.memory + 100 * 1024 * 1024)
+
+
 class _IgnoresFileBytes(_Wrapped):
     """Serves a script's reads up to the default file_bytes (64 MiB)."""
 
@@ -152,10 +166,20 @@ def _fails(harness: Harness, check: Callable[[Harness], None], said: str) -> Non
         (_SortsCalls, c.check_calls_in_call_order, "not in call order"),
         (_IgnoresCompute, c.check_compute_limit, "compute_ms 500 met another .* 5,000 ms"),
         (_IgnoresMemory, c.check_memory_limit, "limit of 32 MiB met another: .* 256 MiB"),
+        (_AddsCompute, c.check_compute_limit, "compute_ms 500 met another .* 1,500 ms"),
+        (_AddsMemory, c.check_memory_limit, "limit of 32 MiB met another: .* 132 MiB"),
         (_LiveSaysFinished, c.check_live_agrees_with_replay, r"step 2 live was .*finished"),
     ],
     indirect=["broken"],
-    ids=["printed-cut", "calls-sorted", "compute-ignored", "memory-ignored", "live-outcome"],
+    ids=[
+        "printed-cut",
+        "calls-sorted",
+        "compute-ignored",
+        "memory-ignored",
+        "compute-margin",
+        "memory-margin",
+        "live-outcome",
+    ],
 )
 def test_a_broken_runner_fails(broken: Harness, check: Any, said: str) -> None:
     _fails(broken, check, said)
