@@ -1241,8 +1241,10 @@ class CodeMode(StepLoop):
             if again is None:
                 return
             try:
-                # A call to be claimed as its thread came may never have been: still approved.
-                claimed = [i for i in indexes if again.calls[i].state == log.RUNNING]
+                # A call to be claimed as its thread came may never have been: still approved;
+                # one whose receipt was cancelled with its write may not even be in the log.
+                calls = again.calls
+                claimed = [i for i in indexes if i < len(calls) and calls[i].state == log.RUNNING]
                 if claimed:
                     await again.reopen(claimed)
             finally:

@@ -214,3 +214,45 @@ async def test_a_cancel_before_an_async_handler_begins_leaves_the_call_to_run(
         await engine.aclose()
     assert (result.status, result.value) == ("finished", "charged 5"), result.text
     assert ran == [5]
+
+
+class _CancelsAsCallsAreWritten(MemoryStore):
+    """A memory log that cancels ``run`` as a step's new calls (with their receipts) are
+    about to be written: the write never happens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run: asyncio.Task[Any] | None = None
+
+    async def add_calls(self, *args: Any, **kwargs: Any) -> list[int]:
+        if self.run is not None and kwargs.get("claim"):
+            self.run.cancel()
+            self.run = None
+            await asyncio.sleep(0)  # the cancel lands here, before anything is written
+        return await super().add_calls(*args, **kwargs)
+
+
+async def test_a_cancel_before_a_steps_calls_are_written_approves_nothing_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Cancelled before the calls a step asked for were written with their receipts: none is
+    in the log, so none is to be approved again (looking them up failed, with an IndexError
+    in the host's log, and the calls beside them in the log were left running). The resume
+    runs the step again and the call once."""
+    ran: list[int] = []
+    store = _CancelsAsCallsAreWritten()
+    engine = CodeMode([_ledger_tool(ran)], runner=InProcessRunner(), store=store, type_check="off")
+    ids: list[str] = []
+    try:
+        run = asyncio.create_task(
+            engine.run_code("return await tools.charge({ cents: 5 })", on_start=ids.append)
+        )
+        store.run = run
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(run, 30)
+        result = await asyncio.wait_for(engine.resume(ids[0]), 30)
+    finally:
+        await engine.aclose()
+    assert (result.status, result.value) == ("finished", "charged 5"), result.text
+    assert ran == [5]
+    assert "not approved again" not in caplog.text
