@@ -95,27 +95,51 @@ _HOST_FUNCTIONS = (
 )
 
 
+def _quickjs_runtime() -> Callable[[Any], int | None]:
+    """What finds the QuickJS runtime a binding's ``Context`` object holds (after the
+    object's head: the runtime, then the context, checked against ``JS_GetRuntime`` of the
+    context before use); None for a binding laid out otherwise. The binding exposes neither
+    an interrupt handler (but its time limit's) nor the GC threshold: both are set through
+    the QuickJS the binding exports. Made at import, before lockdown."""
+    try:
+        get_runtime = ctypes.CDLL(_quickjs.__file__).JS_GetRuntime
+    except (OSError, AttributeError):
+        return lambda ctx: None
+    get_runtime.restype = ctypes.c_void_p
+    get_runtime.argtypes = [ctypes.c_void_p]
+    head = object.__basicsize__
+    pointer = ctypes.sizeof(ctypes.c_void_p)
+
+    def runtime_of(ctx: Any) -> int | None:
+        if type(ctx).__basicsize__ < head + 2 * pointer:
+            return None
+        runtime = ctypes.c_void_p.from_address(id(ctx) + head).value
+        context = ctypes.c_void_p.from_address(id(ctx) + head + pointer).value
+        if runtime and context and get_runtime(context) == runtime:
+            return int(runtime)
+        return None
+
+    return runtime_of
+
+
+_runtime_of = _quickjs_runtime()
+
+
 def _interrupt_poll() -> Callable[[Any], None]:
     """What makes a context call :data:`CPU_STOP`'s ``poll`` every 10,000 or so of QuickJS's
     operations (its interrupt handler): a script's loop that never leaves JavaScript runs
     Python code there, where the CPU timer's signal handler runs and the run can end
     (replay.CpuStop). About a microsecond in every 0.2 ms of JavaScript.
 
-    The binding exposes no interrupt handler but its time limit's, which refuses every call
-    into Python, so the handler is set through the QuickJS the binding exports, on the
-    runtime its ``Context`` object holds after the object's head (the runtime, then the
-    context: checked against ``JS_GetRuntime`` of the context before use). A binding laid
-    out otherwise gets no poll: a CPU timer that goes off in JavaScript then finds no point
-    to end the run at, and the process is ended (lockdown.stop_softly). Made at import,
-    before lockdown: a callback needs memory it may execute."""
+    The binding's only interrupt handler is its time limit's, which refuses every call into
+    Python (see :func:`_quickjs_runtime`). A binding laid out otherwise gets no poll: a CPU
+    timer that goes off in JavaScript then finds no point to end the run at, and the process
+    is ended (lockdown.stop_softly). Made at import, before lockdown: a callback needs memory
+    it may execute."""
     try:
-        quickjs = ctypes.CDLL(_quickjs.__file__)
-        get_runtime = quickjs.JS_GetRuntime
-        set_handler = quickjs.JS_SetInterruptHandler
+        set_handler = ctypes.CDLL(_quickjs.__file__).JS_SetInterruptHandler
     except (OSError, AttributeError):
         return lambda ctx: None
-    get_runtime.restype = ctypes.c_void_p
-    get_runtime.argtypes = [ctypes.c_void_p]
     set_handler.restype = None
     set_handler.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     handler = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
@@ -125,15 +149,10 @@ def _interrupt_poll() -> Callable[[Any], None]:
         return 0
 
     callback = handler(poll)
-    head = object.__basicsize__
-    pointer = ctypes.sizeof(ctypes.c_void_p)
 
     def watch(ctx: Any) -> None:
-        if type(ctx).__basicsize__ < head + 2 * pointer:
-            return
-        runtime = ctypes.c_void_p.from_address(id(ctx) + head).value
-        context = ctypes.c_void_p.from_address(id(ctx) + head + pointer).value
-        if runtime and context and get_runtime(context) == runtime:
+        runtime = _runtime_of(ctx)
+        if runtime is not None:
             set_handler(runtime, ctypes.cast(callback, ctypes.c_void_p), None)
 
     watch.callback = callback  # type: ignore[attr-defined]  # alive as long as the poll
@@ -141,6 +160,29 @@ def _interrupt_poll() -> Callable[[Any], None]:
 
 
 _watch_cpu = _interrupt_poll()
+
+
+def _gc_hold() -> Callable[[Any], None]:
+    """What keeps a context from collecting its garbage from then on (its GC threshold at
+    the most), for a run that is ending: its next allocation after a heap grown without one
+    (an array of ten million numbers, pushed) collected the whole heap first, 50 ms. See
+    :func:`_quickjs_runtime`; a binding laid out otherwise collects as before."""
+    try:
+        set_threshold = ctypes.CDLL(_quickjs.__file__).JS_SetGCThreshold
+    except (OSError, AttributeError):
+        return lambda ctx: None
+    set_threshold.restype = None
+    set_threshold.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+
+    def hold(ctx: Any) -> None:
+        runtime = _runtime_of(ctx)
+        if runtime is not None:
+            set_threshold(runtime, ctypes.c_size_t(-1).value)
+
+    return hold
+
+
+_hold_gc = _gc_hold()
 
 
 # Evaluated on a context where nothing has run: a function of the line lazy.js's files are to
@@ -670,6 +712,11 @@ class Run(Replay):
         42 ms more, charged to its ``compute_ms``.)"""
         if self.ctx is None:
             return 0
+        if CPU_STOP.ending:
+            # A run its CPU timer ends has 8% of compute_ms (40 ms at most) to write its
+            # ending before the hard stop ends the process, and what it printed with it: a
+            # walk of 3 million objects took 100 ms. The last count stands, or none.
+            return 0 if self._heap_walk is None else self._heap_walk[2]
         now = cpu_ms()
         if self._heap_walk is not None and now - self._heap_walk[0] < self._heap_walk[1]:
             return self._heap_walk[2]
@@ -1268,7 +1315,13 @@ class Run(Replay):
 
     def stop_lines(self, frame: FrameType | None) -> list[ErrorLine]:
         # Called from QuickJS's interrupt poll: the prelude's `here` reads the frames under it.
-        return self._lines(self._here()) if self._here is not None else []
+        # The run has 8% of compute_ms (40 ms at most) to end before the hard stop ends the
+        # process, and what it printed with it: `here`'s allocation collected a heap grown
+        # without one first, in as long.
+        if self._here is None:
+            return []
+        _hold_gc(self.ctx)
+        return self._lines(self._here())
 
     def _lines(self, stack: str) -> list[ErrorLine]:
         """The script's own lines named in a stack, numbered as the model wrote them."""

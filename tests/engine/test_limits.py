@@ -292,6 +292,32 @@ async def test_compute_ms_keeps_what_the_run_printed(
     assert result.text.endswith("\nPrinted:\nbefore\nafter"), result.text
 
 
+# JavaScript runs that hold a large heap when compute_ms stops them: the stop's ending
+# counted the heap (a walk of every object: 5 million, about 80 ms) and, at its first
+# allocation, collected the heap the run had grown without a collection (an array pushed to
+# over ten million numbers: 50 ms and more), past the hard stop 40 ms behind, which ended the
+# process and lost what the run printed.
+_SPINS_HOLDING = {
+    "objects": "const ys = Array.from({ length: 5e6 }, () => ({}));\n"
+    'console.log("after");\nfor (;;) {}',
+    "pushing": 'const xs = [];\nconsole.log("after");\nfor (;;) xs.push(0);',
+}
+
+
+@pytest.mark.parametrize("case", sorted(_SPINS_HOLDING))
+async def test_compute_ms_keeps_what_a_run_holding_a_large_heap_printed(
+    process_runner: ProcessRunner, case: str
+) -> None:
+    """A run compute_ms stops while it holds millions of values fails with what it printed,
+    as a small one does."""
+    compute_ms = {"objects": 3000, "pushing": SOFT_MS}[case]  # the objects take over 1 s to make
+    limits = Limits(compute_ms=compute_ms, memory=GiB)
+    engine = CodeMode([], runner=process_runner, limits=limits)
+    result = await engine.run_code('console.log("before");\n' + _SPINS_HOLDING[case])
+    _assert_limit(result, "compute_ms")
+    assert result.text.endswith("\nPrinted:\nbefore\nafter"), result.text
+
+
 # Scripts a CPU stop ends in a loop on line 3, in a function called from line 5, with the
 # lines its error names, innermost first: a Python script's own loop (a line of its own, so
 # the line is the same wherever in the loop the timer goes off), one busy in its printing
