@@ -491,21 +491,17 @@ async def test_a_worker_whose_log_goes_away_mid_drive_takes_the_script_up_again(
         await host.aclose()
 
 
-class _CutAtCommit:
-    """A TCP proxy to the server that, once armed, cuts the next write transaction's
-    connection at its COMMIT (the store's reads say ``READ ONLY``): ``after`` the server
-    read the COMMIT and answered (so it committed, and the answer is lost), or ``before`` the
-    COMMIT reaches it (so it rolls back). The client sees its connection reset either way."""
+class _Proxy:
+    """A TCP proxy on this machine to the server at ``dsn`` (whose ``port`` it takes): each
+    connection a client makes to it is served by :meth:`_serve`."""
 
     def __init__(self, dsn: str) -> None:
         self.port = int(dsn.split("port=")[1].split()[0])
         self.dsn = dsn
-        self.mode: str | None = None
-        self.times = 1  # the writes cut, one after the other, once armed
-        self.cuts = 0
         self._server: asyncio.Server | None = None
 
     async def start(self) -> str:
+        """Listens, and gives the dsn that connects through the proxy."""
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         port = self._server.sockets[0].getsockname()[1]
         return self.dsn.replace(f"port={self.port}", f"port={port}")
@@ -513,6 +509,22 @@ class _CutAtCommit:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class _CutAtCommit(_Proxy):
+    """A TCP proxy to the server that, once armed, cuts the next write transaction's
+    connection at its COMMIT (the store's reads say ``READ ONLY``): ``after`` the server
+    read the COMMIT and answered (so it committed, and the answer is lost), or ``before`` the
+    COMMIT reaches it (so it rolls back). The client sees its connection reset either way."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn)
+        self.mode: str | None = None
+        self.times = 1  # the writes cut, one after the other, once armed
+        self.cuts = 0
 
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         server_r, server_w = await asyncio.open_connection("127.0.0.1", self.port)
@@ -799,41 +811,43 @@ async def test_a_log_whose_server_ends_each_session_at_once_is_not_asked_again_a
     1 s, as it does when connections are refused, and says it cannot reach the log. (It
     connected again at once for the whole connect timeout: 735 connections in 2 s, each
     one a backend the server forked.)"""
-    port = int(server.dsn.split("port=")[1].split()[0])
-    connections = 0
 
-    async def serve(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
-        server_r, server_w = await asyncio.open_connection("127.0.0.1", port)
+    class EndsAtFirstStatement(_Proxy):
+        connections = 0
 
-        async def up() -> None:  # the startup and login pass; the first query ends it
-            while (data := await client_r.read(65536)) and data[:1] not in (b"Q", b"P"):
-                server_w.write(data)
-                await server_w.drain()
+        async def _serve(
+            self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter
+        ) -> None:
+            self.connections += 1
+            server_r, server_w = await asyncio.open_connection("127.0.0.1", self.port)
 
-        async def down() -> None:
-            while data := await server_r.read(65536):
-                client_w.write(data)
-                await client_w.drain()
+            async def up() -> None:  # the startup and login pass; the first query ends it
+                while (data := await client_r.read(65536)) and data[:1] not in (b"Q", b"P"):
+                    server_w.write(data)
+                    await server_w.drain()
 
-        tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
-        await asyncio.wait(tasks, return_when="FIRST_COMPLETED")
-        for task in tasks:
-            task.cancel()
-        client_w.transport.abort()
-        server_w.close()
+            async def down() -> None:
+                while data := await server_r.read(65536):
+                    client_w.write(data)
+                    await client_w.drain()
 
-    proxy = await asyncio.start_server(serve, "127.0.0.1", 0)
-    proxied = server.dsn.replace(f"port={port}", f"port={proxy.sockets[0].getsockname()[1]}")
-    store = PostgresStore(proxied, schema=f"t_{uuid.uuid4().hex[:16]}", connect_timeout=2)
+            tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
+            await asyncio.wait(tasks, return_when="FIRST_COMPLETED")
+            for task in tasks:
+                task.cancel()
+            client_w.transport.abort()
+            server_w.close()
+
+    proxy = EndsAtFirstStatement(server.dsn)
+    dsn = await proxy.start()
+    store = PostgresStore(dsn, schema=f"t_{uuid.uuid4().hex[:16]}", connect_timeout=2)
     try:
         with pytest.raises(StoreUnavailable, match="cannot reach the PostgreSQL session log"):
             await store.scripts()
-        assert 2 <= connections < 40, connections
+        assert 2 <= proxy.connections < 40, proxy.connections
     finally:
         await store.aclose()
-        proxy.close()
+        await proxy.stop()
 
 
 async def test_a_log_whose_server_goes_down_as_its_pool_opens_is_store_unavailable(
@@ -865,7 +879,7 @@ async def test_a_log_whose_server_goes_down_as_its_pool_opens_is_store_unavailab
         await asyncio.to_thread(server.resume)
 
 
-class _CrashMidWrite:
+class _CrashMidWrite(_Proxy):
     """A TCP proxy to the server that, once armed, crashes the server in the next write
     transaction (a restart ``-m immediate``, as an OOM kill of a backend does): the server
     has given it its id (``txid_current()``) and nothing of it reached the write-ahead log,
@@ -876,22 +890,12 @@ class _CrashMidWrite:
     CHECKPOINT follows (an operator's, a backup's): its next id is past the write's."""
 
     def __init__(self, server: PostgresServer, taken: bool, checkpoint: bool = False) -> None:
+        super().__init__(server.dsn)
         self.server = server
         self.taken = taken
         self.checkpoint = checkpoint
-        self.port = int(server.dsn.split("port=")[1].split()[0])
         self.armed = False
         self.crashed = 0
-        self._server: asyncio.Server | None = None
-
-    async def start(self) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        return self.server.dsn.replace(f"port={self.port}", f"port={port}")
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
 
     async def _crash(self) -> None:
         import psycopg
