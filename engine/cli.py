@@ -656,7 +656,7 @@ def _postgres_log_there(config: Config, command: str) -> None:
         import psycopg
     except ImportError:  # the store says what to install
         return
-    from engine.log._postgres import _first_line, _NoAnswer, _Watch, no_answer
+    from engine.log._postgres import _NoAnswer, _Watch, cannot_reach, no_answer
 
     store = config.store
     where = "the server"
@@ -678,15 +678,7 @@ def _postgres_log_there(config: Config, command: str) -> None:
     except getattr(psycopg.errors, "ConnectionTimeout", ()) as e:
         # The server took the connection and never answered (a stopped postmaster, a port
         # that is not PostgreSQL's): the store would wait for it as long again, then say so.
-        from psycopg.conninfo import conninfo_to_dict
-
-        info = conninfo_to_dict(store.resolved_dsn())
-        database = info.get("dbname") or info.get("user") or ""
-        at = f"{info.get('host') or 'localhost'}:{info.get('port') or 5432}/{database}"
-        raise StoreUnavailable(
-            f"{command}: cannot reach the PostgreSQL session log at {at}: {_first_line(e)}; "
-            "try again once the server runs (or check [codemode.store] dsn)"
-        ) from None
+        raise StoreUnavailable(f"{command}: {cannot_reach(store.resolved_dsn(), e)}") from None
     except (psycopg.Error, OSError):
         return
     if found is None:

@@ -206,14 +206,7 @@ class PostgresStore(SqlStore):
 
     def where(self) -> str:
         """The database as people read it (``host:port/dbname``), without any password."""
-        try:
-            from psycopg.conninfo import conninfo_to_dict
-
-            info = conninfo_to_dict(self.dsn)
-        except Exception:
-            return "the database in the dsn"
-        host = info.get("host") or "localhost"
-        return f"{host}:{info.get('port') or 5432}/{info.get('dbname') or info.get('user') or ''}"
+        return database_at(self.dsn)
 
     async def _open(self) -> Any:
         async with self._opening:
@@ -253,11 +246,7 @@ class PostgresStore(SqlStore):
                     type(e) is psycopg.OperationalError and not _for_good(e)
                 ):
                     # Down, or not answering: the log may come back (the CLI's exit 75).
-                    raise StoreUnavailable(
-                        f"cannot reach the PostgreSQL session log at {self.where()}: "
-                        f"{_without_secrets(_first_line(e), self.dsn)}; try again once the "
-                        "server runs (or check [codemode.store] dsn)"
-                    ) from None
+                    raise StoreUnavailable(cannot_reach(self.dsn, e)) from None
                 raise ConfigError(self._open_failed(psycopg, e)) from None
             except BaseException:
                 await pool.close()
@@ -1261,6 +1250,28 @@ def _without_secrets(text: str, dsn: str) -> str:
                 if len(secret) >= 3:  # shorter, it would blot out the text itself
                     text = text.replace(secret, "***")
     return text
+
+
+def database_at(dsn: str) -> str:
+    """The database ``dsn`` names, as people read it (``host:port/dbname``), without any
+    password."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        info = conninfo_to_dict(dsn)
+    except Exception:
+        return "the database in the dsn"
+    host = info.get("host") or "localhost"
+    return f"{host}:{info.get('port') or 5432}/{info.get('dbname') or info.get('user') or ''}"
+
+
+def cannot_reach(dsn: str, error: BaseException) -> str:
+    """What a log whose server is down, or does not answer, says (``error``: the driver's)."""
+    return (
+        f"cannot reach the PostgreSQL session log at {database_at(dsn)}: "
+        f"{_without_secrets(_first_line(error), dsn)}; try again once the server runs (or "
+        "check [codemode.store] dsn)"
+    )
 
 
 def _first_line(error: BaseException) -> str:
