@@ -169,7 +169,11 @@ def _checked(values: dict[str, Any], where: str) -> dict[str, int]:
     if parsed.get("memory", MiB) < MiB:
         raise ConfigError(f"{where} memory = {parsed['memory']} is under 1 MiB; raise it")
     if parsed.get("compute_ms", 1) < 1:
-        raise ConfigError(f"{where} compute_ms must be at least 1")
+        # The value as given: "0.0005s" is 0 ms, which a bare "at least 1" did not say.
+        raise ConfigError(
+            f"{where} compute_ms = {_shown(values['compute_ms'])} is under 1 ms; give at "
+            'least 1 (milliseconds, or a word such as "5s")'
+        )
     if parsed.get("compute_ms", 1) > protocol.MAX_COMPUTE_MS:
         raise ConfigError(
             f"{where} compute_ms = {parsed['compute_ms']:,} is over {protocol.MAX_COMPUTE_MS:,} "

@@ -158,7 +158,9 @@ def test_mcp_tool_with_an_empty_input_schema_takes_any_object() -> None:
         ({"calls": 1.5}, "calls = 1.5 must be a whole number"),
         ({"memory": "lots"}, "memory = 'lots' is not a size"),
         ({"memory": 1024}, "memory = 1024 is under 1 MiB"),
-        ({"compute_ms": 0}, "compute_ms must be at least 1"),
+        ({"compute_ms": 0}, "compute_ms = 0 is under 1 ms; give at least 1"),
+        # A word under a millisecond said only "must be at least 1", not what it was taken as.
+        ({"compute_ms": "0.0005s"}, "compute_ms = '0.0005s' is under 1 ms"),
         ({"compute_ms": -5}, "compute_ms = -5 is negative"),  # it said "is not a time"
         # The sandbox's CPU timer took it up to 2**43 ms and crashed past that (time_t).
         ({"compute_ms": 2**44}, "compute_ms = 17,592,186,044,416 is over 2,147,483,647"),
