@@ -527,8 +527,9 @@ class Ran(_Model):
 
     ``value`` is present (in ``model_fields_set``) only when the script returned something
     other than ``undefined``. When the value is too large to send (its JSON over
-    :data:`VALUE_BOUND`), ``value_text`` holds the text the model would see for it, cut in
-    the middle (a string as itself, anything else as JSON), and ``value_bytes`` its size.
+    :data:`VALUE_BOUND`), ``value_text`` holds the text the model would see for it: a string
+    as itself, cut in the middle past VALUE_BOUND characters (JavaScript's UTF-16 units),
+    anything else as JSON cut in the middle; ``value_bytes`` its size.
     """
 
     outcome: Literal["finished", "failed", "calls"]

@@ -642,6 +642,12 @@ def _finished(payload: str) -> Ran:
     size = len(json_text.encode("utf-8"))
     if size <= VALUE_BOUND:
         return Ran(outcome="finished", value=_json_data(json_text))
+    if json_text.startswith('"'):
+        # A string of at most VALUE_BOUND characters (a longer one came as "c"), past it in
+        # bytes of JSON (escaped newlines and quotes, or characters of several bytes): sent
+        # as itself, as a longer one is; cut as JSON, a CSV of 240,000 characters reached the
+        # model as one line of \n.
+        return Ran(outcome="finished", value_text=_json_data(json_text), value_bytes=size)
     half = VALUE_BOUND // 2
     cut = f"\n[... {_size(size - 2 * half)} of the returned value cut ...]\n"
     return Ran(

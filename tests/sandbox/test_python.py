@@ -897,6 +897,13 @@ def test_a_returned_string_s_cut_counts_characters_as_len_does() -> None:
     assert f"[... {left_out:,} characters of the returned string cut ...]" in ran.value_text
 
 
+def test_a_returned_string_past_the_bound_only_in_json_comes_as_itself() -> None:
+    """As in JavaScript: 200,000 emoji are 800,000 bytes of JSON, under the bound in
+    characters."""
+    ran = run("return '\\U0001F600' * 200_000")
+    assert ran.value_text == "\U0001f600" * 200_000
+
+
 def test_returning_a_large_object_is_cut_as_json() -> None:
     ran = run("return [{'i': i} for i in range(100000)]")
     assert ran.value_text is not None and "of the returned value cut" in ran.value_text

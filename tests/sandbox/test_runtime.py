@@ -1040,6 +1040,17 @@ def test_a_returned_string_s_cut_counts_what_it_cut_in_astral_characters_too():
     assert f"[... {left_out:,} characters of the returned string cut ...]" in ran.value_text
 
 
+def test_a_returned_string_past_the_bound_only_in_json_comes_as_itself():
+    """A string within VALUE_BOUND characters whose JSON is past it in bytes (a CSV's escaped
+    newlines) comes as itself, as a longer one does: it came as its JSON, cut, and the model
+    read the CSV as one line of \\n."""
+    csv = "a,b,c\n" * 40_000
+    ran = run("return 'a,b,c\\n'.repeat(40000);")
+    assert ran.outcome == "finished", ran.error
+    assert ran.value_text == csv
+    assert ran.value_bytes == len(csv) + 40_000 + 2  # each newline escaped, and the quotes
+
+
 def test_returning_a_large_object_is_cut_as_json():
     """A returned value whose JSON is over VALUE_BOUND comes back as cut JSON text."""
     code = "return Array.from({ length: 100000 }, (_, i) => ({ i, s: 'abcdefghij' }));"
