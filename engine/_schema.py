@@ -654,7 +654,11 @@ def _held(sequence: list[Any] | tuple[Any, ...]) -> list[Any] | tuple[Any, ...]:
 
 
 def _convert(value: Any, path: list[str | int], depth: int) -> Any:
-    if depth > MAX_DATA_DEPTH:
+    # A container at ``depth`` is level depth + 1: one at MAX_DATA_DEPTH that held nothing
+    # (129 lists, the last empty) passed here, and the sandbox refused every run its record.
+    if depth > MAX_DATA_DEPTH or (
+        depth == MAX_DATA_DEPTH and isinstance(value, dict | list | tuple)
+    ):
         raise NotJSONData(
             _where(path, f"a value nested deeper than {MAX_DATA_DEPTH} levels"),
             "; is there a cycle?",

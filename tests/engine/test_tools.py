@@ -45,6 +45,7 @@ from engine._tools import (
     unique_tools,
 )
 from runner._conversation import STALLED_S
+from sandbox import protocol
 from sandbox.names import closest_names, split_words, stem
 from tests.engine.conftest import InProcessRunner
 
@@ -1454,6 +1455,30 @@ def test_a_cyclic_result_fails_instead_of_recursing_forever() -> None:
     cyclic: list[Any] = []
     cyclic.append(cyclic)
     assert "nested deeper than" in call_error(Tool("cyc", handler=lambda: cyclic), {})
+
+
+def _nested(levels: int, innermost: Any) -> Any:
+    value = innermost
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("innermost", [[], {}, [1]], ids=["list", "dict", "number"])
+def test_a_result_nested_as_deep_as_data_may_cross_is_taken_and_one_level_more_is_not(
+    innermost: Any,
+) -> None:
+    """The check of a tool's result and the sandbox's of the data it is sent agree at
+    MAX_DEPTH levels of arrays and objects: a result one level deeper whose innermost one
+    was empty (129 lists, the last []) passed the tool's check, then every run of the
+    script failed on it, 'ProtocolError: a malformed 'script' message'."""
+    deepest = _nested(protocol.MAX_DEPTH, innermost)
+    assert call(Tool("deep", handler=lambda: deepest), {}) == deepest
+    assert protocol.data_problem(deepest) is None
+    deeper = [deepest]
+    assert protocol.data_problem(deeper) is not None
+    said = call_error(Tool("deeper", handler=lambda: deeper), {})
+    assert f"nested deeper than {protocol.MAX_DEPTH} levels" in said
 
 
 def test_result_is_checked_against_the_output_schema(caplog: pytest.LogCaptureFixture) -> None:
