@@ -256,3 +256,54 @@ async def test_a_cancel_before_a_steps_calls_are_written_approves_nothing_again(
     assert (result.status, result.value) == ("finished", "charged 5"), result.text
     assert ran == [5]
     assert "not approved again" not in caplog.text
+
+
+class _HeldSettle(_Releases):
+    """A memory log whose writes of outcomes wait for ``go``; ``settling``: one began."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.settling = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def settle(self, *args: Any, **kwargs: Any) -> bool:
+        self.settling.set()
+        await self.go.wait()
+        return await super().settle(*args, **kwargs)
+
+
+async def test_a_cancel_while_the_drive_waits_for_its_outcomes_to_be_written_gives_the_lease_up() -> (
+    None
+):
+    """Cancelled as a call's outcome was written, and cancelled again (anyio cancels at every
+    await) while the drive's close waited for that write: the close ended there, before it
+    stopped the renewals, and the lease was renewed for as long as the engine ran, so no
+    other host could take the script. The close goes on once the write ends."""
+    ran: list[int] = []
+    store = _HeldSettle()
+    engine = CodeMode(
+        [_ledger_tool(ran)], runner=InProcessRunner(), store=store, type_check="off", lease_ms=600
+    )
+    ids: list[str] = []
+    try:
+        run = asyncio.create_task(
+            engine.run_code("return await tools.charge({ cents: 5 })", on_start=ids.append)
+        )
+        await asyncio.wait_for(store.settling.wait(), 30)
+        while not run.done():  # as anyio does: cancelled at every await until it ends
+            run.cancel()
+            await asyncio.sleep(0.01)
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        assert not store.released.is_set()  # the outcome is written under the lease first
+        store.go.set()
+        await asyncio.wait_for(store.released.wait(), 10)
+        record = await store.get_script(ids[0])
+        assert record is not None and record.lease is not None
+        assert record.lease.expires_ms == 0
+        result = await asyncio.wait_for(engine.resume(ids[0]), 30)
+    finally:
+        store.go.set()
+        await engine.aclose()
+    assert (result.status, result.value) == ("finished", "charged 5"), result.text
+    assert ran == [5]
