@@ -168,12 +168,14 @@ def _checked(values: dict[str, Any], where: str) -> dict[str, int]:
     parsed = {key: _parse_limit(key, raw, where) for key, raw in values.items()}
     if parsed.get("memory", MiB) < MiB:
         raise ConfigError(f"{where} memory = {parsed['memory']} is under 1 MiB; raise it")
-    if parsed.get("compute_ms", 1) < 1:
-        # The value as given: "0.0005s" is 0 ms, which a bare "at least 1" did not say.
-        raise ConfigError(
-            f"{where} compute_ms = {_shown(values['compute_ms'])} is under 1 ms; give at "
-            'least 1 (milliseconds, or a word such as "5s")'
-        )
+    # The value as given: "0.0005s" is 0 ms, which a bare "at least 1" did not say. A total
+    # of 0 was taken, and every script failed, its model told to do less work in all.
+    for name in ("compute_ms", "total_compute_ms"):
+        if parsed.get(name, 1) < 1:
+            raise ConfigError(
+                f"{where} {name} = {_shown(values[name])} is under 1 ms; give at least 1 "
+                '(milliseconds, or a word such as "5s")'
+            )
     if parsed.get("compute_ms", 1) > protocol.MAX_COMPUTE_MS:
         raise ConfigError(
             f"{where} compute_ms = {parsed['compute_ms']:,} is over {protocol.MAX_COMPUTE_MS:,} "

@@ -161,6 +161,9 @@ def test_mcp_tool_with_an_empty_input_schema_takes_any_object() -> None:
         ({"compute_ms": 0}, "compute_ms = 0 is under 1 ms; give at least 1"),
         # A word under a millisecond said only "must be at least 1", not what it was taken as.
         ({"compute_ms": "0.0005s"}, "compute_ms = '0.0005s' is under 1 ms"),
+        # Taken, it failed every script, saying "do less work in all" to its model.
+        ({"total_compute_ms": 0}, "total_compute_ms = 0 is under 1 ms; give at least 1"),
+        ({"total_compute_ms": "0.1ms"}, "total_compute_ms = '0.1ms' is under 1 ms"),
         ({"compute_ms": -5}, "compute_ms = -5 is negative"),  # it said "is not a time"
         # The sandbox's CPU timer took it up to 2**43 ms and crashed past that (time_t).
         ({"compute_ms": 2**44}, "compute_ms = 17,592,186,044,416 is over 2,147,483,647"),
