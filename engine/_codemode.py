@@ -1383,7 +1383,16 @@ class CodeMode(StepLoop):
         record = await self.store.get_script(script_id)
         room = self.limits_for(record.tenant).results
         try:
-            data = await tool.checked(result, room, record.language) if tool is not None else result
+            if tool is not None:
+                data = await tool.checked(result, room, record.language)
+            else:
+                # No declaration to check it by (a client tool this engine does not hold):
+                # still only data the sandbox takes, or every run of the script failed on
+                # its record (a result nested past MAX_DEPTH, 'a malformed script message').
+                problem = protocol.data_problem(result)
+                if problem is not None:
+                    raise TypeError(f"it {problem}")
+                data = result
             size = len(orjson.dumps(data))
         except (ToolCallError, TypeError, orjson.JSONEncodeError) as e:
             message = error_text(
