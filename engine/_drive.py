@@ -669,14 +669,14 @@ class Drive:
         self._pending.append((settlements, done))
         # Counted, not a set difference: with a hundred calls running, each ending copying
         # the set of the others cost the square of them.
-        if len(self._running) > sum(s.index in self._running for s in settlements):
-            # Other calls still run. A store that commits without waiting (SQLite on the
-            # loop) would commit each ending alone: first give the endings that already
-            # arrived the two turns of the loop they take to get here (the tool thread's
-            # callback, then their task).
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
-        try:
+        try:  # a cancel from here on: the outcome in hand is written all the same
+            if len(self._running) > sum(s.index in self._running for s in settlements):
+                # Other calls still run. A store that commits without waiting (SQLite on the
+                # loop) would commit each ending alone: first give the endings that already
+                # arrived the two turns of the loop they take to get here (the tool thread's
+                # callback, then their task).
+                await asyncio.sleep(0)
+                await asyncio.sleep(0)
             async with self._committing:
                 if not done.done():
                     await self._commit_pending()

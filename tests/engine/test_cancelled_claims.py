@@ -307,3 +307,53 @@ async def test_a_cancel_while_the_drive_waits_for_its_outcomes_to_be_written_giv
         await engine.aclose()
     assert (result.status, result.value) == ("finished", "charged 5"), result.text
     assert ran == [5]
+
+
+async def test_a_cancel_as_a_parallel_calls_outcome_goes_to_the_log_still_records_it() -> None:
+    """A call ended while another ran, and run_code was cancelled as its outcome waited the
+    two turns of the loop that gather the endings of other calls into one commit: the
+    outcome was left unwritten, and the resume said "tools.charge was interrupted" of a
+    charge made. It is written all the same."""
+    loop = asyncio.get_running_loop()
+    run: asyncio.Task[Any] | None = None
+    ran: list[int] = []
+
+    def cancel_once_pending(turns: int = 10_000) -> None:
+        # The outcome waits in the drive's pending settlements for the next commit: the
+        # cancel lands on the turns of the loop it gives the other calls' endings.
+        if run is not None and any(drive._pending for drive in engine._driving):
+            run.cancel()
+        elif turns:
+            loop.call_soon(cancel_once_pending, turns - 1)
+
+    @tool
+    def charge(cents: int) -> str:
+        """Charge (an effect)."""
+        ran.append(cents)
+        loop.call_soon_threadsafe(cancel_once_pending)
+        return f"charged {cents}"
+
+    @tool
+    async def wait() -> None:
+        """Wait for ever."""
+        await asyncio.Event().wait()
+
+    store = MemoryStore()
+    engine = CodeMode([charge, wait], runner=InProcessRunner(), store=store, type_check="off")
+    ids: list[str] = []
+    try:
+        run = asyncio.create_task(
+            engine.run_code(
+                "return await Promise.all([tools.charge({ cents: 5 }), tools.wait()])",
+                on_start=ids.append,
+            )
+        )
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(run, 30)
+        result = await asyncio.wait_for(engine.resume(ids[0]), 30)
+        calls = await store.calls(ids[0])
+    finally:
+        await engine.aclose()
+    assert ran == [5]
+    assert calls[0].state == "done", result.text
+    assert calls[1].state == "failed"  # tools.wait was cancelled as it ran: interrupted
