@@ -689,9 +689,12 @@ class Drive:
                 self._in_background(self._commit_later())
             raise
 
-    async def _commit_pending(self) -> None:
+    async def _commit_pending(self, *, quiet: bool = False) -> None:
         """Write the settlements pending, in one transaction (under ``_committing``). A write
-        whose waiter is cancelled goes on, and its outcome is applied when it ends."""
+        whose waiter is cancelled goes on, and its outcome is applied when it ends. A write
+        that fails is told to every waiter of the batch (not raised here: a waiter left
+        unanswered wrote an empty batch and waited for ever); ``quiet``: see
+        :meth:`_committed`."""
         batch, self._pending = self._pending, []
         settlements = [s for group, _ in batch for s in group]
         write = asyncio.ensure_future(self.store.settle(self.lease, settlements))
@@ -704,7 +707,9 @@ class Drive:
                 self._in_background(write)
                 write.add_done_callback(lambda w: self._committed(batch, w, quiet=True))
             raise
-        self._committed(batch, write)
+        except Exception:
+            pass  # told to every waiter of the batch, this one's too, by _committed
+        self._committed(batch, write, quiet=quiet)
 
     def _committed(
         self,
@@ -747,7 +752,7 @@ class Drive:
     async def _commit_later(self) -> None:
         async with self._committing:
             if self._pending:
-                await self._commit_pending()
+                await self._commit_pending(quiet=True)  # its waiters are gone
 
     def _in_background(self, write: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(write)

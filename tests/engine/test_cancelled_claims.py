@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from engine import CodeMode, CodeModeError, Event, MemoryStore, tool
+from engine import CodeMode, CodeModeError, Event, MemoryStore, StoreUnavailable, tool
 from engine.log import Lease
 from runner import Step
 from tests.engine.conftest import InProcessRunner
@@ -357,3 +357,85 @@ async def test_a_cancel_as_a_parallel_calls_outcome_goes_to_the_log_still_record
     assert ran == [5]
     assert calls[0].state == "done", result.text
     assert calls[1].state == "failed"  # tools.wait was cancelled as it ran: interrupted
+
+
+class _FailsFirstSettle(MemoryStore):
+    """A memory log whose first write of outcomes fails (the disk full); ``settled``: the
+    calls each write was of."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.settled: list[list[int]] = []
+        self.failed = False
+
+    async def settle(self, lease: Lease, settlements: Any) -> bool:
+        self.settled.append([s.index for s in settlements])
+        if not self.failed:
+            self.failed = True
+            await asyncio.sleep(0.01)  # the other call's ending waits for this commit
+            raise StoreUnavailable("the log did not take the write: disk full")
+        return await super().settle(lease, settlements)
+
+
+async def test_a_failed_write_of_parallel_outcomes_is_told_to_every_call_of_it() -> None:
+    """Two calls ended together and their outcomes' write failed: it was raised to the call
+    that wrote them, and the other, never told, wrote an empty batch and waited for ever (a
+    task left behind for as long as the engine ran). Each is told of the failure."""
+
+    @tool
+    async def fetch(n: int) -> int:
+        """Fetch."""
+        return n
+
+    store = _FailsFirstSettle()
+    engine = CodeMode([fetch], runner=InProcessRunner(), store=store, type_check="off")
+    try:
+        run = engine.run_code(
+            "return await Promise.all([tools.fetch({ n: 1 }), tools.fetch({ n: 2 })])"
+        )
+        with pytest.raises(StoreUnavailable, match="disk full"):
+            await asyncio.wait_for(run, 30)
+    finally:
+        await engine.aclose()
+    assert [] not in store.settled, store.settled
+
+
+async def test_a_failed_write_of_a_cancelled_drives_outcome_is_logged_as_such(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """run_code was cancelled with a call's outcome pending (another call ran beside it), and
+    the write the drive then made of it failed: the failure was raised in a task nobody
+    awaited (asyncio's "Task exception was never retrieved", when at all), not the engine's
+    warning that a cancelled drive's outcomes were not recorded."""
+    loop = asyncio.get_running_loop()
+    run: asyncio.Task[Any] | None = None
+
+    def cancel_once_pending(turns: int = 10_000) -> None:
+        if run is not None and any(drive._pending for drive in engine._driving):
+            run.cancel()
+        elif turns:
+            loop.call_soon(cancel_once_pending, turns - 1)
+
+    @tool
+    def charge(cents: int) -> str:
+        """Charge (an effect)."""
+        loop.call_soon_threadsafe(cancel_once_pending)
+        return f"charged {cents}"
+
+    @tool
+    async def wait() -> None:
+        """Wait for ever."""
+        await asyncio.Event().wait()
+
+    store = _FailsFirstSettle()
+    engine = CodeMode([charge, wait], runner=InProcessRunner(), store=store, type_check="off")
+    try:
+        run = asyncio.create_task(
+            engine.run_code("return await Promise.all([tools.charge({ cents: 5 }), tools.wait()])")
+        )
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(run, 30)
+    finally:
+        await engine.aclose()
+    assert store.settled[:1] == [[0]]
+    assert "call outcomes of a cancelled drive were not recorded" in caplog.text
