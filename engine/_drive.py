@@ -278,12 +278,11 @@ class Drive:
         # The calls whose threads had not begun when the drive was cancelled or abandoned:
         # they never will, so they are to run again (see CodeMode._hear_out and aclose).
         self.unbegun: list[int] = []
-        # The calls whose receipts this drive wrote, or began to write; those whose async
-        # handlers began; and the tickets of the sync ones, whose states say whether their
-        # threads began (see :meth:`note_unbegun`).
+        # The calls whose receipts this drive wrote, or began to write; and those whose
+        # handlers began: an async one's task, a sync one's thread (known from its ticket
+        # once its handler ended; see :meth:`note_unbegun`).
         self._receipted: set[int] = set()
         self._handed: set[int] = set()
-        self._ticket_of: dict[int, Ticket] = {}
         self._tickets: dict[int, Ticket] = {}  # of the sync handlers in _handlers, by index
         # The receipts of calls claimed as their tool threads came (see
         # :meth:`claim_to_begin`), by index: a chunk's one task under each of its calls,
@@ -803,8 +802,6 @@ class Drive:
         inner = handler
         if ticket is None:
             handler = self._began(entry.index, inner)
-        else:
-            self._ticket_of[entry.index] = ticket
         task = asyncio.ensure_future(handler)
         task.add_done_callback(lambda _: self._close_unbegun(entry.index, inner))
         self._handlers.add(task)
@@ -833,7 +830,7 @@ class Drive:
         finally:
             if entry.index not in self.unheard:
                 self._handlers.discard(task)
-                self._tickets.pop(entry.index, None)
+                self._drop_ticket(entry.index)
 
     async def _began(self, index: int, handler: Awaitable[T]) -> T:
         """``handler``, noting as it begins that the call at ``index`` may take effect: a
@@ -878,7 +875,7 @@ class Drive:
         (``_approve_again``)."""
         noted = set(self.unbegun)
         for index in sorted(self._receipted - noted - self._handed):
-            ticket = self._ticket_of.get(index)
+            ticket = self._tickets.get(index)
             if ticket is None or ticket.state == "waiting":
                 self.unbegun.append(index)
 
@@ -887,7 +884,14 @@ class Drive:
         :meth:`abandon` no longer stops it."""
         task = self.unheard.pop(index)
         self._handlers.discard(task)
-        self._tickets.pop(index, None)
+        self._drop_ticket(index)
+
+    def _drop_ticket(self, index: int) -> None:
+        """The ticket of the call at ``index``, whose handler ended, let go of; the call
+        noted as begun if its thread began (it is not to run again)."""
+        ticket = self._tickets.pop(index, None)
+        if ticket is not None and ticket.state != "waiting":
+            self._handed.add(index)
 
     def abandon(self) -> None:
         """The engine closes: cancel the handlers of the calls running now, whose drive

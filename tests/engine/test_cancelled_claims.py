@@ -5,12 +5,14 @@ interrupted; and such a run_code says the engine closed, not that another host d
 from __future__ import annotations
 
 import asyncio
+import gc
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engine import CodeMode, CodeModeError, Event, MemoryStore, StoreUnavailable, tool
+from engine._tool_threads import Ticket
 from engine.log import Lease
 from runner import Step
 from tests.engine.conftest import InProcessRunner
@@ -439,3 +441,28 @@ async def test_a_failed_write_of_a_cancelled_drives_outcome_is_logged_as_such(
         await engine.aclose()
     assert store.settled[:1] == [[0]]
     assert "call outcomes of a cancelled drive were not recorded" in caplog.text
+
+
+async def test_a_drive_keeps_no_ticket_of_a_sync_call_that_ended() -> None:
+    """Each sync call's place in the tool threads (its Ticket) was kept by its drive until
+    the drive ended, for every call a long script made: only those of calls still running
+    are."""
+    seen: list[int] = []
+    script_ids: list[str] = []
+
+    @tool
+    def count(n: int) -> int:
+        """Count the tickets of this script's calls still held."""
+        gc.collect()
+        held = [o for o in gc.get_objects() if isinstance(o, Ticket) and o.script in script_ids]
+        seen.append(len(held))
+        return n
+
+    engine = CodeMode([count], runner=InProcessRunner(), type_check="off")
+    try:
+        code = "let s = 0; for (let n = 0; n < 5; n++) s += await tools.count({ n }); return s"
+        result = await asyncio.wait_for(engine.run_code(code, on_start=script_ids.append), 30)
+    finally:
+        await engine.aclose()
+    assert (result.status, result.value) == ("finished", 10), result.text
+    assert seen == [1] * 5  # the running call's alone
