@@ -1503,7 +1503,7 @@ class CodeMode(StepLoop):
         await self.runner.aclose()
         # The drives unwind before the log closes: one whose step ended as its lease was
         # given up approves again the calls it claimed then and never began (_drive_owned).
-        ending = [asyncio.shield(ended) for ended in self._drives_of.values()]
+        ending = list(self._drives_of.values())  # asyncio.wait cancels none of them
         if ending:
             await asyncio.wait(ending, timeout=self.lease_ms / 1000)
         await self.store.aclose()
