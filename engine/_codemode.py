@@ -78,7 +78,7 @@ from engine._live import (
 )
 from engine._naming import BUILTIN_NAMES, BUILTIN_TOOLS, MAX_KEY
 from engine._result import RunResult
-from engine._schema import script_argument
+from engine._schema import NotJSONData, script_argument, to_json_data
 from engine._search import ToolIndex
 from engine._skills import Skill, check_skills, named_as, skills_listing
 from engine._source import OtherLanguage, ScriptTooLarge, normalize
@@ -1387,12 +1387,16 @@ class CodeMode(StepLoop):
                 data = await tool.checked(result, room, record.language)
             else:
                 # No declaration to check it by (a client tool this engine does not hold):
-                # still only data the sandbox takes, or every run of the script failed on
-                # its record (a result nested past MAX_DEPTH, 'a malformed script message').
-                problem = protocol.data_problem(result)
-                if problem is not None:
-                    raise TypeError(f"it {problem}")
-                data = result
+                # still only data as a declared tool's result is (NaN refused, not read as
+                # null; nothing nested past what the sandbox takes, or every run of the
+                # script failed on its record, 'a malformed script message').
+                try:
+                    data = to_json_data(result)
+                except NotJSONData as e:
+                    raise ToolCallError(
+                        f"tools.{entry.name} returned {e.what_in(record.language)}, which is "
+                        f"not JSON data{e.hint}"
+                    ) from None
             size = len(orjson.dumps(data))
         except (ToolCallError, TypeError, orjson.JSONEncodeError) as e:
             message = error_text(

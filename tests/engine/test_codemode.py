@@ -294,12 +294,29 @@ async def test_a_client_result_over_the_results_limit_is_not_kept(
     assert done.status == "failed" and done.limit == "results", done.text
 
 
+def _nested(levels: int) -> Any:
+    deep: Any = []
+    for _ in range(levels):
+        deep = [deep]
+    return deep
+
+
+@pytest.mark.parametrize(
+    ("result", "said"),
+    [
+        (_nested(MAX_DEPTH), f"nested deeper than {MAX_DEPTH} levels"),
+        (float("nan"), "returned the number NaN, which is not JSON data"),
+        ({"a": float("inf")}, "returned the number Infinity at a, which is not JSON data"),
+    ],
+    ids=["deep", "nan", "infinity"],
+)
 async def test_a_client_result_for_a_tool_this_engine_lacks_is_still_data_the_sandbox_takes(
-    inproc: InProcessRunner, tmp_path: Any
+    inproc: InProcessRunner, tmp_path: Any, result: Any, said: str
 ) -> None:
     """An engine without the client tool's declaration (another host's) records no result
-    the sandbox refuses: one nested past MAX_DEPTH was kept, and every run of the script
-    then failed, 'ProtocolError: a malformed 'script' message'. The call fails instead."""
+    a declared tool's call would fail on: one nested past MAX_DEPTH was kept, and every run
+    of the script then failed, 'ProtocolError: a malformed 'script' message'; NaN and
+    Infinity reached the script as null. The call fails instead, as a declared tool's."""
     pick = Tool(
         "pick_file",
         description="Let the user pick a file.",
@@ -310,17 +327,14 @@ async def test_a_client_result_for_a_tool_this_engine_lacks_is_still_data_the_sa
     code = "try { return await tools.pick_file() } catch (e) { return e.message }"
     paused = await engine.run_code(code)
     await engine.aclose()
-    deep: Any = []
-    for _ in range(MAX_DEPTH):
-        deep = [deep]
     other = CodeMode([], runner=inproc, data_dir=tmp_path)
-    await other.client_result(paused.script_id, paused.waiting[0]["call_id"], deep)
+    await other.client_result(paused.script_id, paused.waiting[0]["call_id"], result)
     await other.aclose()
     engine = CodeMode([pick], runner=inproc, data_dir=tmp_path, type_check="off")
     done = await engine.resume(paused.script_id)
     await engine.aclose()
     assert done.status == "finished", done.text
-    assert f"nests deeper than {MAX_DEPTH} levels" in done.value, done.value
+    assert said in done.value, done.value
 
 
 async def test_a_client_result_for_a_call_that_waits_for_no_client_is_refused_unchecked(
