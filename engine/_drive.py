@@ -253,8 +253,9 @@ class Drive:
         self._pending: list[tuple[Sequence[log.Settlement], asyncio.Future[None]]] = []
         # Outcomes being written after the drive was cancelled: :meth:`close` waits for them.
         self._writes: set[asyncio.Future[Any]] = set()
-        # A close cancelled while it waited for those writes, going on once they end.
-        self._closing: asyncio.Task[None] | None = None
+        # A close cancelled while it waited for those writes, going on once they end (see
+        # :meth:`close`).
+        self.closing: asyncio.Task[None] | None = None
         self._committing: asyncio.Lock = asyncio.Lock()
         # Every call before ``_open_from`` is settled, and a settled call never changes: the
         # loop looks at the calls after it only, and keeps the sums it needs of those before
@@ -921,7 +922,7 @@ class Drive:
         Cancelled while it waits for the outcomes being written under the lease, it goes on
         in a task once they end (the lease was otherwise renewed for ever: anyio cancels at
         every await, so a second cancel was enough); a close called meanwhile waits for it."""
-        closing = self._closing
+        closing = self.closing
         if closing is not None and closing is not asyncio.current_task():
             await asyncio.shield(closing)
             return
@@ -929,8 +930,8 @@ class Drive:
             while self._writes:  # outcomes in hand, written under the lease before it goes
                 await asyncio.wait(set(self._writes))
         except asyncio.CancelledError:
-            if self._closing is None:  # not in _writes: it waits for them
-                self._closing = asyncio.ensure_future(self.close())
+            if self.closing is None:  # not in _writes: it waits for them
+                self.closing = asyncio.ensure_future(self.close())
             raise
         self._stopping = True
         if self._next_renewal is not None:

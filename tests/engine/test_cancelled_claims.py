@@ -466,3 +466,26 @@ async def test_a_drive_keeps_no_ticket_of_a_sync_call_that_ended() -> None:
         await engine.aclose()
     assert (result.status, result.value) == ("finished", 10), result.text
     assert seen == [1] * 5  # the running call's alone
+
+
+async def test_a_drive_whose_close_went_on_past_its_cancel_is_let_go_of() -> None:
+    """A drive cancelled again while its close waited for its outcomes' write (its close goes
+    on once the write ends) stayed among the engine's drives under way for as long as the
+    engine ran, its calls and results with it. It is let go of once its close ends."""
+    store = _HeldSettle()
+    engine = CodeMode([_ledger_tool([])], runner=InProcessRunner(), store=store, type_check="off")
+    try:
+        run = asyncio.create_task(engine.run_code("return await tools.charge({ cents: 5 })"))
+        await asyncio.wait_for(store.settling.wait(), 30)
+        [drive] = engine._driving
+        while not run.done():  # as anyio does: cancelled at every await until it ends
+            run.cancel()
+            await asyncio.sleep(0.01)
+        assert drive.closing is not None  # the close goes on past the cancel
+        store.go.set()
+        await asyncio.wait_for(asyncio.shield(drive.closing), 10)
+        assert store.released.is_set()
+        assert drive not in engine._driving
+    finally:
+        store.go.set()
+        await engine.aclose()
