@@ -1172,7 +1172,15 @@ class CodeMode(StepLoop):
             if drive.early is not None:
                 early, drive.early = drive.early, None
                 await discard_early(early)
-            await drive.close()  # a lease it leaves held is kept (_keep): nothing writes under it
+            try:  # a lease it leaves held is kept (_keep): nothing writes under it
+                await drive.close()
+            except asyncio.CancelledError:
+                # Its close may go on (see Drive.close): aclose() waits for it till then.
+                if drive.closing is not None and not drive.closing.done():
+                    drive.closing.add_done_callback(lambda _: self._driving.discard(drive))
+                else:
+                    self._driving.discard(drive)
+                raise
             self._driving.discard(drive)
         finally:  # cancelled in the cleanup too: who waits for this drive goes on
             script_id = drive.record.id
