@@ -656,24 +656,26 @@ def _postgres_log_there(config: Config, command: str) -> None:
         import psycopg
     except ImportError:  # the store says what to install
         return
-    from engine.log._postgres import _NoAnswer, _Watch, cannot_reach, no_answer
+    from engine.log._postgres import _NoAnswer, _Watch, cannot_reach, database_at, no_answer
 
     store = config.store
-    where = "the server"
     try:
-        with psycopg.connect(store.resolved_dsn(), autocommit=True, connect_timeout=10) as conn:
-            where = f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
-            # A server that takes the connection and then answers nothing (a stopped
-            # server process) would hold the command for good. The query blocks the
-            # command's event loop: the watch's timer is a thread's.
-            with _Watch(conn, store.answer_timeout, blocking=True):
-                found = conn.execute(
-                    "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
-                    "AND table_name = 'scripts'",
-                    (store.schema,),
-                ).fetchone()
+        # A server that takes the connection and then answers nothing (a stopped server
+        # process) would hold the command for good. The query blocks the command's event
+        # loop: the watch's timer is a thread's.
+        with (
+            psycopg.connect(store.resolved_dsn(), autocommit=True, connect_timeout=10) as conn,
+            _Watch(conn, store.answer_timeout, blocking=True),
+        ):
+            found = conn.execute(
+                "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
+                "AND table_name = 'scripts'",
+                (store.schema,),
+            ).fetchone()
     except _NoAnswer as e:
-        said = no_answer(where, e.seconds, f"run the command again ({store.where})")
+        said = no_answer(
+            database_at(store.resolved_dsn()), e.seconds, f"run the command again ({store.where})"
+        )
         raise StoreUnavailable(f"{command}: {said}") from None
     except getattr(psycopg.errors, "ConnectionTimeout", ()) as e:
         # The server took the connection and never answered (a stopped postmaster, a port

@@ -227,9 +227,7 @@ class PostgresStore(SqlStore):
                 # (restarting, or its sessions terminated): down for now, not the dsn.
                 await pool.close()
                 raise StoreUnavailable(
-                    f"cannot reach the PostgreSQL session log at {self.where()}: the server "
-                    f"ended the connection ({_first_line(e.__cause__ or e)}); try again once "
-                    "it runs"
+                    cannot_reach(self.dsn, e.__cause__ or e, ended=True)
                 ) from None
             except (psycopg.Error, TimeoutError, OSError) as e:
                 await pool.close()
@@ -1265,12 +1263,17 @@ def database_at(dsn: str) -> str:
     return f"{host}:{info.get('port') or 5432}/{info.get('dbname') or info.get('user') or ''}"
 
 
-def cannot_reach(dsn: str, error: BaseException) -> str:
-    """What a log whose server is down, or does not answer, says (``error``: the driver's)."""
+def cannot_reach(dsn: str, error: BaseException, *, ended: bool = False) -> str:
+    """What a log whose server is down, or does not answer, says (``error``: the driver's,
+    without the dsn's password). ``ended``: the server took the connection and ended it
+    (restarting, or its sessions terminated), so the dsn is right and not to be checked."""
+    said = _without_secrets(_first_line(error), dsn)
+    if ended:
+        said = f"the server ended the connection ({said})"
+    check = "" if ended else " (or check [codemode.store] dsn)"
     return (
-        f"cannot reach the PostgreSQL session log at {database_at(dsn)}: "
-        f"{_without_secrets(_first_line(error), dsn)}; try again once the server runs (or "
-        "check [codemode.store] dsn)"
+        f"cannot reach the PostgreSQL session log at {database_at(dsn)}: {said}; try again "
+        f"once the server runs{check}"
     )
 
 
