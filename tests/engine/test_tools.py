@@ -1623,6 +1623,40 @@ def test_a_string_held_in_many_places_is_refused_before_it_is_written(container:
     assert peak < 4 * 1024 * 1024, f"{peak:,} bytes allocated to refuse it"
 
 
+@pytest.mark.parametrize("container", [list, tuple])
+def test_a_long_array_is_refused_before_its_items_are_walked(container: type) -> None:
+    """An array of 300,000 zeros is 600 KB of JSON. The walk pushed every item on its stack
+    before it counted any (20,000,000 zeros: 6 s and 1.4 GB to refuse); it counts an array's
+    brackets and commas first and stops there, so the refusal allocates next to nothing."""
+    zeros = container([0] * 300_000)
+    schema = {"type": "object", "properties": {"a": {"enum": zeros}}}
+    tracemalloc.start()
+    try:
+        with pytest.raises(ToolDefinitionError, match=f"over the {MAX_SCHEMA_BYTES:,} bytes"):
+            Tool("t", input_schema=schema)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1024 * 1024, f"{peak:,} bytes allocated to refuse it"
+
+
+@pytest.mark.parametrize("items", [0, 1, 2, 1000])
+def test_a_schema_of_arrays_and_objects_just_within_the_bound_is_taken(items: int) -> None:
+    """The brackets and commas the walk counts are those the encoder writes, no more: a schema
+    of many small arrays and objects that is exactly the bound's bytes is taken."""
+    schema: dict[str, Any] = {
+        "type": "object",
+        "examples": [[0] * items, {f"k{i}": [] for i in range(items)}],
+        "description": "",
+    }
+    schema["description"] = "x" * (MAX_SCHEMA_BYTES - len(orjson.dumps(schema)))
+    assert len(orjson.dumps(schema)) == MAX_SCHEMA_BYTES
+    Tool("t", input_schema=schema)
+    schema["examples"][0].append(0)
+    with pytest.raises(ToolDefinitionError, match=f"over the {MAX_SCHEMA_BYTES:,} bytes"):
+        Tool("t", input_schema=schema)
+
+
 def test_a_schema_just_within_the_bound_is_taken() -> None:
     """The walk's count of bytes is at most what the encoder writes: a schema of exactly the
     bound's bytes is not refused by it."""
