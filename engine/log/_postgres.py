@@ -548,7 +548,15 @@ class PostgresStore(SqlStore):
         outlives, ends in one such) ``committed`` is None: the store says it is unavailable,
         and the resume reads what the log holds, so nothing runs twice. An id the server
         has not given out again (it says the id is in the future) is ``aborted``: nothing of
-        it was kept."""
+        it was kept.
+
+        pg_control keeps a checkpoint's time in whole seconds, so one in the second this
+        postmaster started is not told from one taken after it (an end of recovery's, or
+        an operator's CHECKPOINT once the ids were given out again): a restart within the
+        same second is not resolved, even a clean one (``pg_ctl restart -m fast``, whose
+        shutdown checkpoint most quick restarts put in the new start's second). Its
+        committed write is None too (StoreUnavailable; the resume finds it in the log and
+        runs nothing twice)."""
         import psycopg
 
         deadline = time.monotonic() + self._timeout

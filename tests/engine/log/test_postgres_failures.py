@@ -983,6 +983,106 @@ async def test_a_write_lost_in_a_server_crash_is_not_taken_for_committed(
         await proxy.stop()
 
 
+class _RestartAtCommit(_Proxy):
+    """A TCP proxy to the server that, once armed, lets the next write transaction's COMMIT
+    through, holds back the server's answer (it committed), restarts the server cleanly
+    (``-m fast``) and then cuts the client's connection: a COMMIT a quick restart cut."""
+
+    def __init__(self, server: PostgresServer) -> None:
+        super().__init__(server.dsn)
+        self.server = server
+        self.armed = False
+        self.restarts = 0
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        try:
+            server_r, server_w = await asyncio.open_connection("127.0.0.1", self.port)
+        except OSError:  # the server is restarting: as it would, refuse
+            client_w.transport.abort()
+            return
+        committing = False
+
+        async def up() -> None:
+            nonlocal committing
+            reading = False  # this transaction is a read (the store's reads say READ ONLY)
+            while data := await client_r.read(65536):
+                reading = reading or b"READ ONLY" in data
+                if b"COMMIT" in data:
+                    committing, reading = self.armed and not reading, False
+                    self.armed = self.armed and not committing
+                server_w.write(data)
+                await server_w.drain()
+
+        async def down() -> None:
+            while data := await server_r.read(65536):
+                if committing:  # the server answered the COMMIT: it committed
+                    await asyncio.to_thread(self.server.restart, "fast")
+                    self.restarts += 1
+                    return
+                client_w.write(data)
+                await client_w.drain()
+
+        tasks = [asyncio.ensure_future(up()), asyncio.ensure_future(down())]
+        await asyncio.wait(tasks, return_when="FIRST_COMPLETED")
+        if committing:  # the client learns its connection is lost once the server is back
+            await tasks[1]
+        for task in tasks:
+            task.cancel()
+        client_w.transport.abort()
+        server_w.close()
+
+
+async def test_a_commit_cut_by_a_quick_clean_restart_is_never_lost_nor_run_twice(
+    server: PostgresServer,
+) -> None:
+    """The server commits a call's result and restarts cleanly (``pg_ctl restart -m
+    fast``) before the host hears so. The store finds the write committed (the clean
+    stop's checkpoint hands out ids past the write's), or, when that checkpoint is in the
+    same second as the new server's start (most quick restarts), cannot tell it from one
+    taken since and says StoreUnavailable: the resume reads the log, where the result is,
+    and goes on. Either way the call ran once and its result is in the log."""
+    proxy = _RestartAtCommit(server)
+    dsn = await proxy.start()
+    ran: list[int] = []
+
+    @tool
+    async def bump(n: int) -> int:
+        """Add 100, once (an effect: not read-only)."""
+        ran.append(n)
+        if n == 1:
+            proxy.armed = True  # the next write is this call's result
+        return n + 100
+
+    store = PostgresStore(dsn, schema=f"t_{uuid.uuid4().hex[:16]}")
+    statuses: list[str | None] = []
+    status_of = store._status_of
+
+    async def seen(pool: Any, xid: int, run: str | None) -> str | None:
+        statuses.append(await status_of(pool, xid, run))
+        return statuses[-1]
+
+    store._status_of = seen  # type: ignore[method-assign]
+    engine = CodeMode([bump], runner=InProcessRunner(), store=store, type_check="off")
+    try:
+        try:
+            await _bumps_each_once(engine, store, ran)
+        except StoreUnavailable:
+            assert statuses == [None]
+            [script] = await store.scripts()
+            calls = await store.calls(script.id)
+            assert [(c.state, c.result) for c in calls] == [(DONE, 100), (DONE, 101)]
+            result = await engine.resume(script.id)
+            assert result.status == "finished", result.text
+            assert "[100,101,102]" in result.text
+            assert ran == [0, 1, 2]
+        else:
+            assert statuses == ["committed"]
+        assert proxy.restarts == 1
+    finally:
+        await engine.aclose()
+        await proxy.stop()
+
+
 async def test_a_role_that_may_not_read_the_servers_statistics_uses_the_log(
     server: PostgresServer,
 ) -> None:
