@@ -62,6 +62,8 @@ _XACT_STATUS = "SELECT txid_status(%s)"
 # The transaction id the server's last checkpoint would hand out next, if that checkpoint
 # was taken before this postmaster started (NULL else; see PostgresStore._status_of). Its
 # time is in whole seconds: the start's is cut to them, so one in the same second is not.
+# Nor is a clean stop's told by redo_lsn = checkpoint_lsn: an operator's CHECKPOINT under
+# wal_level=minimal has them equal too (seen on PostgreSQL 15), and counts reused ids.
 _CHECKPOINT_NEXT_XID = (
     "SELECT CASE WHEN c.checkpoint_time < date_trunc('second', pg_postmaster_start_time()) "
     "THEN c.next_xid END FROM pg_control_checkpoint() c"
