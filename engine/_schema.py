@@ -154,6 +154,14 @@ def _depth(value: Any) -> int:
     seen = 0  # bytes of JSON the walk has met so far, at least
     while stack:
         node, depth = stack.pop()
+        rings = 0
+        while isinstance(node, enum.Enum):  # orjson writes a member as its value
+            node, rings = node.value, rings + 1
+            if rings > MAX_SCHEMA_DEPTH:  # a member whose value is a member again, or itself
+                raise SchemaProblem(
+                    f"it holds an enum member whose value is a member, {MAX_SCHEMA_DEPTH} "
+                    "times over (is there a cycle?); give the members' plain values"
+                )
         # Counted in bytes, not values: a host's dict that holds one schema in two places,
         # each holding the next alike, is 2**depth values as JSON (25 deep, this walk and the
         # encoder after it held the host for minutes), and one 20 KB string held in 60,000
@@ -169,8 +177,16 @@ def _depth(value: Any) -> int:
             seen += 2 + commas + sum(len(k) + 3 if isinstance(k, str) else 1 for k in node)
         elif isinstance(node, list | tuple):
             seen += 2 + max(len(node) - 1, 0)
-        else:
+        elif node is None or isinstance(node, bool | int | float):
             seen += 1
+        else:
+            # Anything else orjson writes whole, unseen by this count (a dataclass, a datetime,
+            # a Fragment: a 20 KB one in 1,000 places was written, 20 MB, before the size
+            # refused it), and the schema's compiler refuses it anyway.
+            raise SchemaProblem(
+                f"it holds {with_article(type(node).__name__)}, which is not JSON data; give "
+                "only objects, arrays, strings, numbers, true, false and null"
+            )
         if seen > MAX_SCHEMA_BYTES:
             raise SchemaProblem(
                 f"it is over the {MAX_SCHEMA_BYTES:,} bytes of JSON a schema may take (a part "

@@ -1657,6 +1657,57 @@ def test_a_schema_of_arrays_and_objects_just_within_the_bound_is_taken(items: in
         Tool("t", input_schema=schema)
 
 
+@dataclasses.dataclass
+class _Text:
+    text: str
+
+
+class _Big(enum.Enum):
+    TEXT = "x" * 20_000
+
+
+@pytest.mark.parametrize(
+    ("inner", "message"),
+    [
+        (_Text("x" * 20_000), "it holds a _Text, which is not JSON data; give only objects,"),
+        (orjson.Fragment(b'"' + b"x" * 20_000 + b'"'), "it holds a Fragment, which is not JSON"),
+        (datetime.datetime(2026, 1, 1), "it holds a datetime, which is not JSON data"),
+        (uuid.UUID(int=1), "it holds a UUID, which is not JSON data"),
+        (_Big.TEXT, f"over the {MAX_SCHEMA_BYTES:,} bytes of JSON a schema may take"),
+    ],
+)
+def test_a_value_the_walk_does_not_enter_is_refused_before_it_is_written(
+    inner: Any, message: str
+) -> None:
+    """A dataclass, a Fragment, a datetime or a UUID counted as one byte, though orjson
+    writes it whole: a 20 KB one in 1,000 defaults was written, 20 MB, before the size
+    refused it. Such a value is refused as not JSON data at once, and an enum member is
+    counted as its value, so the refusal allocates a fraction of that."""
+    properties = {f"p{i}": {"type": "string", "default": inner} for i in range(1000)}
+    tracemalloc.start()
+    try:
+        with pytest.raises(ToolDefinitionError) as info:
+            Tool("t", input_schema={"type": "object", "properties": properties})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert message in str(info.value)
+    assert peak < 4 * 1024 * 1024, f"{peak:,} bytes allocated to refuse it"
+
+
+def test_an_enum_member_in_a_schema_is_taken_as_its_value() -> None:
+    """A plain enum's member is JSON as its value (orjson writes it so); one whose value is a
+    member again, round and round, is refused, not walked for ever."""
+    Tool("t", input_schema={"type": "object", "properties": {"c": {"default": Color.RED}}})
+
+    class Ring(enum.Enum):
+        A = 1
+
+    Ring.A._value_ = Ring.A  # type: ignore[assignment]  # a ring, as a host might make
+    with pytest.raises(ToolDefinitionError, match="is there a cycle"):
+        Tool("t", input_schema={"type": "object", "properties": {"c": {"default": Ring.A}}})
+
+
 def test_a_schema_just_within_the_bound_is_taken() -> None:
     """The walk's count of bytes is at most what the encoder writes: a schema of exactly the
     bound's bytes is not refused by it."""
