@@ -691,7 +691,7 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
     # Plain containers first, with their plain scalar items taken inline (the rules below, in
     # short): most results hold nothing else, and this walk costs in proportion to a result's
     # size (300,000 small objects: 5.2 s the long way, 1.6 s so).
-    if kind is dict and depth < MAX_DATA_DEPTH:
+    if kind is dict:
         result: dict[str, Any] = {}
         for key, item in value.items():
             t = type(item)
@@ -712,7 +712,7 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
                     key = str.__str__(key)  # (JSON's encoder refuses an enum key)
                 result[key] = _convert(item, [*path, key], depth + 1)
         return result
-    if kind is list and depth < MAX_DATA_DEPTH:
+    if kind is list:
         items: list[Any] = []
         for i, item in enumerate(value):
             t = type(item)
