@@ -730,7 +730,17 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
     if _posing(value):
         raise NotJSONData(_where(path, with_article(kind.__name__)), _hint(value))
     if isinstance(value, enum.Enum):
-        return _convert(value.value, path, depth + 1)
+        # A member is its value, at its own level (as a model's dump and a dataclass's fields
+        # are below): one level more refused a member at the deepest level whose plain value
+        # is taken. A member whose value is a member again, or itself, is followed so far.
+        for _ in range(MAX_DATA_DEPTH):
+            value = value.value
+            if not isinstance(value, enum.Enum):
+                return _convert(value, path, depth)
+        raise NotJSONData(
+            _where(path, f"an enum member whose value is a member {MAX_DATA_DEPTH} levels deep"),
+            "; is there a cycle?",
+        )
     # Subclasses of the JSON scalars (an IntFlag, a str subclass) become the plain type, so
     # what is recorded is plain data.
     if isinstance(value, bool | int):
@@ -758,9 +768,9 @@ def _convert(value: Any, path: list[str | int], depth: int) -> Any:
                 _where(path, f"{with_article(type(value).__name__)} that pydantic cannot dump"),
                 f" ({_first_line(str(e))[:200]}){fix}",
             ) from None
-        return _convert(dumped, path, depth + 1)
+        return _convert(dumped, path, depth)  # plain data, so this ends
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _convert(_dataclass_fields(value), path, depth + 1)
+        return _convert(_dataclass_fields(value), path, depth)  # a dict: its fields go deeper
     if isinstance(value, dict):
         result = {}
         for key, item in _items(value):  # its own items() may say anything

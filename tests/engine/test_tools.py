@@ -1481,6 +1481,47 @@ def test_a_result_nested_as_deep_as_data_may_cross_is_taken_and_one_level_more_i
     assert f"nested deeper than {protocol.MAX_DEPTH} levels" in said
 
 
+class _Pair(enum.Enum):
+    ONE_TWO = (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("innermost", "plain"),
+    [
+        (Point(1.0, 2.0), {"x": 1.0, "y": 2.0}),
+        (Address(street="Main"), {"street": "Main", "city": "Oslo"}),
+        (_Pair.ONE_TWO, [1, 2]),
+    ],
+    ids=["dataclass", "model", "enum"],
+)
+def test_a_dataclass_model_or_enum_at_the_deepest_level_is_taken_as_its_plain_data(
+    innermost: Any, plain: Any
+) -> None:
+    """A dataclass, a model or an enum member is its plain data, at its own level: each was
+    counted a level deeper than its fields, dump or value, so one at the deepest level data
+    may cross was refused ('a value nested deeper than 128 levels'), though its plain data
+    there crosses; one level more is refused, as the plain data is."""
+    deepest = _nested(protocol.MAX_DEPTH, innermost)
+    assert call(Tool("deep", handler=lambda: deepest), {}) == _nested(protocol.MAX_DEPTH, plain)
+    said = call_error(Tool("deeper", handler=lambda: [deepest]), {})
+    assert f"nested deeper than {protocol.MAX_DEPTH} levels" in said
+
+
+def test_an_enum_member_whose_value_is_itself_is_refused() -> None:
+    """A member is followed to its value at its own level, so one whose value is itself is
+    refused after so many members, not followed for ever."""
+
+    class Ring(enum.Enum):
+        A = 1
+
+    Ring.A._value_ = Ring.A  # type: ignore[assignment]  # a ring, as a host might make
+    said = call_error(Tool("ring", handler=lambda: {"r": Ring.A}), {})
+    assert said.startswith(
+        f"tools.ring returned an enum member whose value is a member {protocol.MAX_DEPTH} "
+        "levels deep at r, which is not JSON data"
+    ), said
+
+
 def test_result_is_checked_against_the_output_schema(caplog: pytest.LogCaptureFixture) -> None:
     """A result that does not fit the output schema fails the call, naming the tool; a
     defect of the tool's, said so to the script and warned in the host's log."""
