@@ -1698,6 +1698,48 @@ def test_a_schema_of_arrays_and_objects_just_within_the_bound_is_taken(items: in
         Tool("t", input_schema=schema)
 
 
+class _HidingList(list[Any]):
+    """A list whose own len and iter say it holds nothing; orjson writes what it holds."""
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+class _HidingDict(dict[str, Any]):
+    """A dict whose own len, iter and values say it holds nothing; orjson writes its items."""
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def values(self) -> Any:
+        return []
+
+
+@pytest.mark.parametrize("container", [_HidingList, _HidingDict])
+def test_a_container_that_hides_what_it_holds_is_counted_in_full(container: type) -> None:
+    """The walk read a subclass's own len, iter and values, so a list or dict that said it
+    held nothing passed it with its 1,000 parts of 20 KB, and orjson wrote them all (20 MB)
+    before the size refused it; it reads what the container holds, as orjson does."""
+    big = "x" * 20_000
+    hiding = container(
+        {f"k{i}": big for i in range(1000)} if container is _HidingDict else [big] * 1000
+    )
+    tracemalloc.start()
+    try:
+        with pytest.raises(ToolDefinitionError, match=f"over the {MAX_SCHEMA_BYTES:,} bytes of"):
+            Tool("t", input_schema={"type": "object", "examples": [hiding]})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 1024 * 1024, f"{peak:,} bytes allocated to refuse it"
+
+
 @dataclasses.dataclass
 class _Text:
     text: str
