@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import re
+import sys
 import threading
 import time
 import tracemalloc
@@ -1617,29 +1618,32 @@ def test_bad_input_schemas_are_refused(schema: Any, message: str) -> None:
     assert message in text
 
 
-class _Counted(dict[str, Any]):
-    """A schema object that counts how often a walk reads its values."""
-
-    reads = 0
-
-    def values(self) -> Any:
-        _Counted.reads += 1
-        assert _Counted.reads <= MAX_SCHEMA_BYTES, "the walk read every copy of the schema"
-        return super().values()
-
-
 def test_a_schema_that_holds_one_part_in_many_places_is_refused_at_its_bound() -> None:
     """A host's dict that holds one object in two properties, each holding the next alike,
     25 deep: 2**25 objects as JSON (1 GiB), in 50 levels. The depth check walked every copy,
     then the encoder wrote them, for minutes, before the size refused it; the walk stops at
-    the bound (counted in reads of the objects, not in seconds) and says why."""
-    part: dict[str, Any] = _Counted(type="string")
+    the bound (counted in reads of the objects' values, seen by a profile hook, not in
+    seconds) and says why."""
+    part: dict[str, Any] = {"type": "string"}
     for _ in range(25):
-        part = _Counted(type="object", properties=_Counted(a=part, b=part))
-    _Counted.reads = 0
-    with pytest.raises(ToolDefinitionError, match="in several places counts in each"):
-        Tool("t", input_schema={"type": "object", "properties": {"x": part}})
-    assert _Counted.reads <= MAX_SCHEMA_BYTES
+        part = {"type": "object", "properties": {"a": part, "b": part}}
+    reads = 0
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        nonlocal reads
+        reading = event == "c_call" and getattr(arg, "__name__", "") == "values"
+        if reading and isinstance(getattr(arg, "__self__", None), dict):
+            reads += 1
+            # Raised in the walk itself: a walk of every copy fails at once, not after minutes.
+            assert reads <= MAX_SCHEMA_BYTES, "the walk read every copy of the schema"
+
+    sys.setprofile(count)
+    try:
+        with pytest.raises(ToolDefinitionError, match="in several places counts in each"):
+            Tool("t", input_schema={"type": "object", "properties": {"x": part}})
+    finally:
+        sys.setprofile(None)
+    assert 0 < reads <= MAX_SCHEMA_BYTES  # the hook saw the walk's reads
 
 
 @pytest.mark.parametrize("container", [dict, tuple])
