@@ -1167,6 +1167,8 @@ class CodeMode(StepLoop):
     async def _let_go(self, drive: Drive, ended: asyncio.Future[None]) -> None:
         """The end of a drive: its live run and early step dropped, its lease given up, and
         who waits for it (``ended``) told."""
+        closed = False  # its close ended: aclose() has no lease of it to give up
+        closing: asyncio.Task[None] | None = None
         try:
             self._live.drop(live_key(drive))  # a live run never outlasts its drive
             if drive.early is not None:
@@ -1175,20 +1177,30 @@ class CodeMode(StepLoop):
             try:  # a lease it leaves held is kept (_keep): nothing writes under it
                 await drive.close()
             except asyncio.CancelledError:
-                # Its close may go on (see Drive.close): aclose() waits for it till then.
-                if drive.closing is not None and not drive.closing.done():
-                    drive.closing.add_done_callback(lambda _: self._driving.discard(drive))
-                else:
-                    self._driving.discard(drive)
+                # Its close may go on (see Drive.close), the lease held and renewed till
+                # then: the drive stays this host's (a resume here waits for it, not "on
+                # another host"; aclose() waits for it) until that close ends.
+                closed, closing = True, drive.closing
                 raise
-            self._driving.discard(drive)
+            closed = True
         finally:  # cancelled in the cleanup too: who waits for this drive goes on
-            script_id = drive.record.id
-            if self._drives_of.get(script_id) is ended:
-                del self._drives_of[script_id]
-            # A drive cancelled (or failed) before its first step was logged: the check's
-            # cost goes with it, not kept for as long as the host runs.
-            self._check_ms.pop(script_id, None)
+            if closing is None:
+                self._gone(drive, ended, closed)
+            else:
+                closing.add_done_callback(lambda _: self._gone(drive, ended, True))
+
+    def _gone(self, drive: Drive, ended: asyncio.Future[None], closed: bool) -> None:
+        """The drive ended (``closed``: its close too, else aclose() gives its lease up):
+        it is no longer this host's, and who waits for it (``ended``) is told."""
+        if closed:
+            self._driving.discard(drive)
+        script_id = drive.record.id
+        if self._drives_of.get(script_id) is ended:
+            del self._drives_of[script_id]
+        # A drive cancelled (or failed) before its first step was logged: the check's cost
+        # goes with it, not kept for as long as the host runs.
+        self._check_ms.pop(script_id, None)
+        if not ended.done():
             ended.set_result(None)
 
     async def _hear_out(self, drive: Drive, ended: asyncio.Future[None]) -> None:

@@ -311,6 +311,38 @@ async def test_a_cancel_while_the_drive_waits_for_its_outcomes_to_be_written_giv
     assert ran == [5]
 
 
+async def test_a_resume_on_the_host_whose_close_goes_on_waits_for_it() -> None:
+    """Cancelled twice as above, then resumed on the same host while the close still waited
+    for the outcome's write (the lease held and renewed meanwhile): the drive had been let
+    go of already, and the resume answered "Script is running on another host", naming this
+    one. It waits for the close, then finishes the script."""
+    ran: list[int] = []
+    store = _HeldSettle()
+    engine = CodeMode([_ledger_tool(ran)], runner=InProcessRunner(), store=store, type_check="off")
+    ids: list[str] = []
+    try:
+        run = asyncio.create_task(
+            engine.run_code("return await tools.charge({ cents: 5 })", on_start=ids.append)
+        )
+        await asyncio.wait_for(store.settling.wait(), 30)
+        while not run.done():  # as anyio does: cancelled at every await until it ends
+            run.cancel()
+            await asyncio.sleep(0.01)
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        again = asyncio.create_task(engine.resume(ids[0]))
+        for _ in range(20):  # turns of the loop for the resume to answer, if it would
+            await asyncio.sleep(0)
+        assert not again.done(), again.result().text
+        store.go.set()
+        result = await asyncio.wait_for(again, 30)
+    finally:
+        store.go.set()
+        await engine.aclose()
+    assert (result.status, result.value) == ("finished", "charged 5"), result.text
+    assert ran == [5]
+
+
 async def test_a_cancel_as_a_parallel_calls_outcome_goes_to_the_log_still_records_it() -> None:
     """A call ended while another ran, and run_code was cancelled as its outcome waited the
     two turns of the loop that gather the endings of other calls into one commit: the
