@@ -685,16 +685,26 @@ class Drive:
             # The drive is cancelled (a caller's timeout) with the outcome in hand: it is
             # written all the same, before the lease is given up (:meth:`close` waits),
             # rather than left running in the log for the next drive to call interrupted.
+            # A write of it that fails is logged, as nobody waits for it now (whoever wrote
+            # its batch, this waiter or another).
+            done.add_done_callback(self._unheard_failure)
             if not done.done():
                 self._in_background(self._commit_later())
             raise
 
-    async def _commit_pending(self, *, quiet: bool = False) -> None:
+    def _unheard_failure(self, done: asyncio.Future[None]) -> None:
+        if not done.cancelled() and done.exception() is not None:
+            logger.warning(
+                "call outcomes of a cancelled drive were not recorded script=%s: %s",
+                self.record.id,
+                done.exception(),
+            )
+
+    async def _commit_pending(self) -> None:
         """Write the settlements pending, in one transaction (under ``_committing``). A write
         whose waiter is cancelled goes on, and its outcome is applied when it ends. A write
         that fails is told to every waiter of the batch (not raised here: a waiter left
-        unanswered wrote an empty batch and waited for ever); ``quiet``: see
-        :meth:`_committed`."""
+        unanswered wrote an empty batch and waited for ever; a cancelled one logs it)."""
         batch, self._pending = self._pending, []
         settlements = [s for group, _ in batch for s in group]
         write = asyncio.ensure_future(self.store.settle(self.lease, settlements))
@@ -702,41 +712,31 @@ class Drive:
             await asyncio.shield(write)
         except asyncio.CancelledError:
             if write.done():
-                self._committed(batch, write, quiet=True)
+                self._committed(batch, write)
             else:
                 self._in_background(write)
-                write.add_done_callback(lambda w: self._committed(batch, w, quiet=True))
+                write.add_done_callback(lambda w: self._committed(batch, w))
             raise
         except Exception:
             pass  # told to every waiter of the batch, this one's too, by _committed
-        self._committed(batch, write, quiet=quiet)
+        self._committed(batch, write)
 
     def _committed(
         self,
         batch: list[tuple[Sequence[log.Settlement], asyncio.Future[None]]],
         write: asyncio.Future[bool],
-        *,
-        quiet: bool = False,
     ) -> None:
-        """Apply what ``write`` (of ``batch``) did to the drive's calls, and tell its waiters;
-        ``quiet``: no waiter may be left to read a failure (it is logged instead)."""
+        """Apply what ``write`` (of ``batch``) did to the drive's calls, and tell its waiters
+        (a cancelled one logs a failure: see :meth:`settle`)."""
         if write.cancelled():
             for _, future in batch:
                 future.cancel()
             return
         error = write.exception()
         if error is not None:
-            if quiet:
-                logger.warning(
-                    "call outcomes of a cancelled drive were not recorded script=%s: %s",
-                    self.record.id,
-                    error,
-                )
             for _, future in batch:
                 if not future.done():
                     future.set_exception(error)
-                    if quiet:
-                        future.exception()  # retrieved: its waiter is gone
             return
         if write.result():  # a hold landed while the calls ran: the loop runs no next step
             self.record.held = True
@@ -752,7 +752,7 @@ class Drive:
     async def _commit_later(self) -> None:
         async with self._committing:
             if self._pending:
-                await self._commit_pending(quiet=True)  # its waiters are gone
+                await self._commit_pending()  # a failure: logged by its cancelled waiters
 
     def _in_background(self, write: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(write)

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engine import CodeMode, CodeModeError, Event, MemoryStore, StoreUnavailable, tool
+from engine._drive import Drive
 from engine._tool_threads import Ticket
 from engine.log import Lease
 from runner import Step
@@ -523,3 +525,58 @@ async def test_a_drive_whose_close_went_on_past_its_cancel_is_let_go_of() -> Non
     finally:
         store.go.set()
         await engine.aclose()
+
+
+async def test_a_failed_write_whose_cancelled_waiter_is_not_its_writer_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two outcomes in one batch, written by the waiter that was not cancelled, the other's
+    waiter cancelled meanwhile, and the write failed: the cancelled waiter's future held the
+    error, read by nobody (asyncio's "Future exception was never retrieved"), and the
+    engine's warning was not logged. The writer is told; the cancelled one's is logged."""
+
+    class _Failing:
+        def __init__(self) -> None:
+            self.go = asyncio.Event()
+            self.writes: list[list[int]] = []
+
+        async def settle(self, lease: Any, settlements: list[Any]) -> bool:
+            self.writes.append([s.index for s in settlements])
+            await self.go.wait()
+            raise StoreUnavailable("disk full")
+
+    unretrieved: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: unretrieved.append(context))
+    try:
+        # A drive's group commit alone (its store is the part under test's other side).
+        drive = Drive.__new__(Drive)
+        drive._pending, drive._running = [], {0, 1, 2}
+        drive._committing, drive._writes = asyncio.Lock(), set()
+        drive.store, drive.lease = _Failing(), None  # type: ignore[assignment]
+        drive.record = types.SimpleNamespace(id="s1", held=False)  # type: ignore[assignment]
+        first = asyncio.create_task(drive.settle(types.SimpleNamespace(index=0)))  # type: ignore[arg-type]
+        while not drive.store.writes:  # type: ignore[attr-defined]
+            await asyncio.sleep(0)
+        writer = asyncio.create_task(drive.settle(types.SimpleNamespace(index=1)))  # type: ignore[arg-type]
+        other = asyncio.create_task(drive.settle(types.SimpleNamespace(index=2)))  # type: ignore[arg-type]
+        for _ in range(5):  # both pending, behind the first write
+            await asyncio.sleep(0)
+        drive.store.go.set()  # type: ignore[attr-defined]
+        with pytest.raises(StoreUnavailable):
+            await first
+        while len(drive.store.writes) < 2:  # type: ignore[attr-defined]
+            await asyncio.sleep(0)
+        assert drive.store.writes == [[0], [1, 2]]  # type: ignore[attr-defined]
+        other.cancel()
+        results = await asyncio.gather(writer, other, return_exceptions=True)
+        assert [type(r).__name__ for r in results] == ["StoreUnavailable", "CancelledError"]
+        del first, writer, other, results
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert unretrieved == [], unretrieved
+    assert "call outcomes of a cancelled drive were not recorded script=s1" in caplog.text
