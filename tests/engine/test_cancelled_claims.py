@@ -345,19 +345,19 @@ async def test_a_resume_on_the_host_whose_close_goes_on_waits_for_it() -> None:
     assert ran == [5]
 
 
-async def test_a_cancel_as_a_parallel_calls_outcome_goes_to_the_log_still_records_it() -> None:
-    """A call ended while another ran, and run_code was cancelled as its outcome waited the
-    two turns of the loop that gather the endings of other calls into one commit: the
-    outcome was left unwritten, and the resume said "tools.charge was interrupted" of a
-    charge made. It is written all the same."""
+async def _cancelled_with_an_outcome_pending(
+    store: MemoryStore, ran: list[int]
+) -> tuple[CodeMode, str]:
+    """An engine on ``store`` whose run_code (a charge beside a call that never ends) was
+    cancelled exactly as the charge's outcome waited in the drive's pending settlements, and
+    the script's id. The caller closes the engine."""
     loop = asyncio.get_running_loop()
     run: asyncio.Task[Any] | None = None
-    ran: list[int] = []
 
     def cancel_once_pending() -> None:
         # The outcome waits in the drive's pending settlements for the next commit: the
         # cancel lands on the turns of the loop it gives the other calls' endings. Asked at
-        # each turn, however many a loaded machine takes, until run_code ends (the test's
+        # each turn, however many a loaded machine takes, until run_code ends (the caller's
         # wait_for bounds it).
         if run is not None and any(drive._pending for drive in engine._driving):
             run.cancel()
@@ -376,20 +376,34 @@ async def test_a_cancel_as_a_parallel_calls_outcome_goes_to_the_log_still_record
         """Wait for ever."""
         await asyncio.Event().wait()
 
-    store = MemoryStore()
     engine = CodeMode([charge, wait], runner=InProcessRunner(), store=store, type_check="off")
     ids: list[str] = []
-    try:
-        run = asyncio.create_task(
-            engine.run_code(
-                "return await Promise.all([tools.charge({ cents: 5 }), tools.wait()])",
-                on_start=ids.append,
-            )
+    run = asyncio.create_task(
+        engine.run_code(
+            "return await Promise.all([tools.charge({ cents: 5 }), tools.wait()])",
+            on_start=ids.append,
         )
+    )
+    try:
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(run, 30)
-        result = await asyncio.wait_for(engine.resume(ids[0]), 30)
-        calls = await store.calls(ids[0])
+    except BaseException:
+        await engine.aclose()
+        raise
+    return engine, ids[0]
+
+
+async def test_a_cancel_as_a_parallel_calls_outcome_goes_to_the_log_still_records_it() -> None:
+    """A call ended while another ran, and run_code was cancelled as its outcome waited the
+    two turns of the loop that gather the endings of other calls into one commit: the
+    outcome was left unwritten, and the resume said "tools.charge was interrupted" of a
+    charge made. It is written all the same."""
+    ran: list[int] = []
+    store = MemoryStore()
+    engine, script_id = await _cancelled_with_an_outcome_pending(store, ran)
+    try:
+        result = await asyncio.wait_for(engine.resume(script_id), 30)
+        calls = await store.calls(script_id)
     finally:
         await engine.aclose()
     assert ran == [5]
@@ -445,36 +459,9 @@ async def test_a_failed_write_of_a_cancelled_drives_outcome_is_logged_as_such(
     the write the drive then made of it failed: the failure was raised in a task nobody
     awaited (asyncio's "Task exception was never retrieved", when at all), not the engine's
     warning that a cancelled drive's outcomes were not recorded."""
-    loop = asyncio.get_running_loop()
-    run: asyncio.Task[Any] | None = None
-
-    def cancel_once_pending() -> None:  # as in the test above
-        if run is not None and any(drive._pending for drive in engine._driving):
-            run.cancel()
-        elif run is None or not run.done():
-            loop.call_soon(cancel_once_pending)
-
-    @tool
-    def charge(cents: int) -> str:
-        """Charge (an effect)."""
-        loop.call_soon_threadsafe(cancel_once_pending)
-        return f"charged {cents}"
-
-    @tool
-    async def wait() -> None:
-        """Wait for ever."""
-        await asyncio.Event().wait()
-
     store = _FailsFirstSettle()
-    engine = CodeMode([charge, wait], runner=InProcessRunner(), store=store, type_check="off")
-    try:
-        run = asyncio.create_task(
-            engine.run_code("return await Promise.all([tools.charge({ cents: 5 }), tools.wait()])")
-        )
-        with pytest.raises(asyncio.CancelledError):
-            await asyncio.wait_for(run, 30)
-    finally:
-        await engine.aclose()
+    engine, _ = await _cancelled_with_an_outcome_pending(store, [])
+    await engine.aclose()
     assert store.settled[:1] == [[0]]
     assert "call outcomes of a cancelled drive were not recorded" in caplog.text
 
