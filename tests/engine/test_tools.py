@@ -1646,6 +1646,19 @@ def test_a_schema_that_holds_one_part_in_many_places_is_refused_at_its_bound() -
     assert 0 < reads <= MAX_SCHEMA_BYTES  # the hook saw the walk's reads
 
 
+def _refused(schema: Any) -> tuple[str, int]:
+    """What ``Tool`` says of ``schema`` as it refuses it, and the most memory it allocated
+    meanwhile (bytes, tracemalloc's count: work, not time)."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(ToolDefinitionError) as info:
+            Tool("t", input_schema=schema)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return str(info.value), peak
+
+
 @pytest.mark.parametrize("container", [dict, tuple])
 def test_a_string_held_in_many_places_is_refused_before_it_is_written(container: type) -> None:
     """One 20 KB string held in a thousand parts is 20 MB of JSON. The walk counted values,
@@ -1658,13 +1671,8 @@ def test_a_string_held_in_many_places_is_refused_before_it_is_written(container:
         schema["properties"] = {f"p{i}": inner for i in range(1000)}
     else:
         schema["properties"] = {"p": {"enum": tuple(inner for _ in range(1000))}}
-    tracemalloc.start()
-    try:
-        with pytest.raises(ToolDefinitionError, match=f"over the {MAX_SCHEMA_BYTES:,} bytes"):
-            Tool("t", input_schema=schema)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    said, peak = _refused(schema)
+    assert f"over the {MAX_SCHEMA_BYTES:,} bytes" in said, said
     assert peak < 4 * 1024 * 1024, f"{peak:,} bytes allocated to refuse it"
 
 
@@ -1675,13 +1683,8 @@ def test_a_long_array_is_refused_before_its_items_are_walked(container: type) ->
     brackets and commas first and stops there, so the refusal allocates next to nothing."""
     zeros = container([0] * 300_000)
     schema = {"type": "object", "properties": {"a": {"enum": zeros}}}
-    tracemalloc.start()
-    try:
-        with pytest.raises(ToolDefinitionError, match=f"over the {MAX_SCHEMA_BYTES:,} bytes"):
-            Tool("t", input_schema=schema)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    said, peak = _refused(schema)
+    assert f"over the {MAX_SCHEMA_BYTES:,} bytes" in said, said
     assert peak < 1024 * 1024, f"{peak:,} bytes allocated to refuse it"
 
 
@@ -1734,13 +1737,8 @@ def test_a_container_that_hides_what_it_holds_is_counted_in_full(container: type
     hiding = container(
         {f"k{i}": big for i in range(1000)} if container is _HidingDict else [big] * 1000
     )
-    tracemalloc.start()
-    try:
-        with pytest.raises(ToolDefinitionError, match=f"over the {MAX_SCHEMA_BYTES:,} bytes of"):
-            Tool("t", input_schema={"type": "object", "examples": [hiding]})
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    said, peak = _refused({"type": "object", "examples": [hiding]})
+    assert f"over the {MAX_SCHEMA_BYTES:,} bytes of" in said, said
     assert peak < 4 * 1024 * 1024, f"{peak:,} bytes allocated to refuse it"
 
 
@@ -1771,14 +1769,8 @@ def test_a_value_the_walk_does_not_enter_is_refused_before_it_is_written(
     refused it. Such a value is refused as not JSON data at once, and an enum member is
     counted as its value, so the refusal allocates a fraction of that."""
     properties = {f"p{i}": {"type": "string", "default": inner} for i in range(1000)}
-    tracemalloc.start()
-    try:
-        with pytest.raises(ToolDefinitionError) as info:
-            Tool("t", input_schema={"type": "object", "properties": properties})
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert message in str(info.value)
+    said, peak = _refused({"type": "object", "properties": properties})
+    assert message in said, said
     assert peak < 4 * 1024 * 1024, f"{peak:,} bytes allocated to refuse it"
 
 
