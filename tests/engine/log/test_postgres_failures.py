@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -576,6 +576,34 @@ class _CutAtCommit(_Proxy):
         server_w.close()
 
 
+def _bumping(
+    dsn: str, ran: list[int], arm: Callable[[], None]
+) -> tuple[CodeMode, PostgresStore, list[str | None]]:
+    """An engine on a PostgreSQL log at ``dsn`` with one tool, ``bump`` (an effect: each
+    call's argument added to ``ran``), whose first call ``arm``s what cuts the next write
+    (its result's); the store, and what each lost COMMIT's status was found to be."""
+
+    @tool
+    async def bump(n: int) -> int:
+        """Add 100, once (an effect: not read-only)."""
+        ran.append(n)
+        if n == 1:
+            arm()  # the next write is this call's result
+        return n + 100
+
+    store = PostgresStore(dsn, schema=f"t_{uuid.uuid4().hex[:16]}")
+    statuses: list[str | None] = []
+    status_of = store._status_of
+
+    async def seen(pool: Any, xid: int, run: str | None) -> str | None:
+        statuses.append(await status_of(pool, xid, run))
+        return statuses[-1]
+
+    store._status_of = seen  # type: ignore[method-assign]
+    engine = CodeMode([bump], runner=InProcessRunner(), store=store, type_check="off")
+    return engine, store, statuses
+
+
 @pytest.mark.parametrize("mode", ["after", "before"])
 async def test_a_connection_lost_at_commit_is_resolved_by_the_transactions_id(
     server: PostgresServer, mode: str
@@ -589,24 +617,10 @@ async def test_a_connection_lost_at_commit_is_resolved_by_the_transactions_id(
     dsn = await proxy.start()
     ran: list[int] = []
 
-    @tool
-    async def bump(n: int) -> int:
-        """Add 100, once (an effect: not read-only)."""
-        ran.append(n)
-        if n == 1:
-            proxy.mode = mode  # the next write is this call's result
-        return n + 100
+    def arm() -> None:
+        proxy.mode = mode
 
-    store = PostgresStore(dsn, schema=f"t_{uuid.uuid4().hex[:16]}")
-    statuses: list[str | None] = []
-    status_of = store._status_of
-
-    async def seen(pool: Any, xid: int, run: str | None) -> str | None:
-        statuses.append(await status_of(pool, xid, run))
-        return statuses[-1]
-
-    store._status_of = seen  # type: ignore[method-assign]
-    engine = CodeMode([bump], runner=InProcessRunner(), store=store, type_check="off")
+    engine, store, statuses = _bumping(dsn, ran, arm)
     try:
         await _bumps_each_once(engine, store, ran)
         assert proxy.cuts == 1
@@ -1045,24 +1059,10 @@ async def test_a_commit_cut_by_a_quick_clean_restart_is_never_lost_nor_run_twice
     dsn = await proxy.start()
     ran: list[int] = []
 
-    @tool
-    async def bump(n: int) -> int:
-        """Add 100, once (an effect: not read-only)."""
-        ran.append(n)
-        if n == 1:
-            proxy.armed = True  # the next write is this call's result
-        return n + 100
+    def arm() -> None:
+        proxy.armed = True
 
-    store = PostgresStore(dsn, schema=f"t_{uuid.uuid4().hex[:16]}")
-    statuses: list[str | None] = []
-    status_of = store._status_of
-
-    async def seen(pool: Any, xid: int, run: str | None) -> str | None:
-        statuses.append(await status_of(pool, xid, run))
-        return statuses[-1]
-
-    store._status_of = seen  # type: ignore[method-assign]
-    engine = CodeMode([bump], runner=InProcessRunner(), store=store, type_check="off")
+    engine, store, statuses = _bumping(dsn, ran, arm)
     try:
         try:
             await _bumps_each_once(engine, store, ran)
