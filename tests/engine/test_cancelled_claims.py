@@ -48,47 +48,41 @@ async def _cancel_on(engine: CodeMode, code: str, when: Any, ids: list[str]) -> 
     return task
 
 
-async def test_a_cancel_that_lands_while_the_receipt_is_written_leaves_the_call_to_run(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("code", "cancel_at", "value"),
+    [
+        # The cancel lands while the call's receipt is made durable (written, then synced),
+        # so the drive never learnt it had claimed the call.
+        ("return await tools.charge({ cents: 5 })", "step", "charged 5"),
+        # Two calls made together were claimed, before either handler began (the tasks that
+        # run them had not started).
+        (
+            "return await Promise.all([tools.charge({ cents: 1 }), tools.charge({ cents: 2 })])",
+            "call.approved",
+            ["charged 1", "charged 2"],
+        ),
+    ],
+    ids=["as-the-receipt-is-written", "before-parallel-calls-begin"],
+)
+async def test_a_cancel_before_a_claimed_call_begins_leaves_it_to_run(
+    tmp_path: Path, code: str, cancel_at: str, value: Any
 ) -> None:
-    """Cancelled as the step that asked for a call ends: the cancel lands while the call's
-    receipt is made durable (written, then synced), so the drive never learnt it had
-    claimed the call, and the call stayed running in the log; the resume told the script
-    "tools.charge was interrupted" though it never ran. It runs on resume, once."""
+    """Cancelled after the log had calls claimed (running) but before any handler began:
+    they stayed running in the log, and the resume told the script "tools.charge was
+    interrupted" though they never ran. They run on resume, each once."""
     ran: list[int] = []
     engine = CodeMode(
         [_ledger_tool(ran)], runner=InProcessRunner(), data_dir=tmp_path, type_check="off"
     )
     ids: list[str] = []
     try:
-        code = "return await tools.charge({ cents: 5 })"
-        await _cancel_on(engine, code, lambda e: e.kind == "step", ids)
+        await _cancel_on(engine, code, lambda e: e.kind == cancel_at, ids)
         assert ran == []
         result = await asyncio.wait_for(engine.resume(ids[0]), 30)
     finally:
         await engine.aclose()
-    assert (result.status, result.value) == ("finished", "charged 5"), result.text
-    assert ran == [5]
-
-
-async def test_a_cancel_before_parallel_calls_begin_leaves_them_to_run(tmp_path: Path) -> None:
-    """Cancelled once two calls made together were claimed, before either handler began (the
-    tasks that run them had not started): both stayed running in the log, and the resume
-    said each was interrupted. They run on resume, each once."""
-    ran: list[int] = []
-    engine = CodeMode(
-        [_ledger_tool(ran)], runner=InProcessRunner(), data_dir=tmp_path, type_check="off"
-    )
-    ids: list[str] = []
-    try:
-        code = "return await Promise.all([tools.charge({ cents: 1 }), tools.charge({ cents: 2 })])"
-        await _cancel_on(engine, code, lambda e: e.kind == "call.approved", ids)
-        assert ran == []
-        result = await asyncio.wait_for(engine.resume(ids[0]), 30)
-    finally:
-        await engine.aclose()
-    assert (result.status, result.value) == ("finished", ["charged 1", "charged 2"]), result.text
-    assert sorted(ran) == [1, 2]
+    assert (result.status, result.value) == ("finished", value), result.text
+    assert sorted(ran) == ([5] if value == "charged 5" else [1, 2])
 
 
 class _Releases(MemoryStore):
