@@ -253,6 +253,7 @@ class Drive:
         self._pending: list[tuple[Sequence[log.Settlement], asyncio.Future[None]]] = []
         # Outcomes being written after the drive was cancelled: :meth:`close` waits for them.
         self._writes: set[asyncio.Future[Any]] = set()
+        self._unheard: BaseException | None = None  # the failure last logged of a write
         # A close cancelled while it waited for those writes, going on once they end (see
         # :meth:`close`).
         self.closing: asyncio.Task[None] | None = None
@@ -693,11 +694,15 @@ class Drive:
             raise
 
     def _unheard_failure(self, done: asyncio.Future[None]) -> None:
-        if not done.cancelled() and done.exception() is not None:
+        error = None if done.cancelled() else done.exception()
+        # Once a failed write, not once for each of its cancelled waiters (a hundred calls
+        # cancelled together: a hundred identical lines).
+        if error is not None and error is not self._unheard:
+            self._unheard = error
             logger.warning(
                 "call outcomes of a cancelled drive were not recorded script=%s: %s",
                 self.record.id,
-                done.exception(),
+                error,
             )
 
     async def _commit_pending(self) -> None:

@@ -49,23 +49,24 @@ async def _cancel_on(engine: CodeMode, code: str, when: Any, ids: list[str]) -> 
 
 
 @pytest.mark.parametrize(
-    ("code", "cancel_at", "value"),
+    ("code", "cancel_at", "value", "cents"),
     [
         # The cancel lands while the call's receipt is made durable (written, then synced),
         # so the drive never learnt it had claimed the call.
-        ("return await tools.charge({ cents: 5 })", "step", "charged 5"),
+        ("return await tools.charge({ cents: 5 })", "step", "charged 5", [5]),
         # Two calls made together were claimed, before either handler began (the tasks that
         # run them had not started).
         (
             "return await Promise.all([tools.charge({ cents: 1 }), tools.charge({ cents: 2 })])",
             "call.approved",
             ["charged 1", "charged 2"],
+            [1, 2],
         ),
     ],
     ids=["as-the-receipt-is-written", "before-parallel-calls-begin"],
 )
 async def test_a_cancel_before_a_claimed_call_begins_leaves_it_to_run(
-    tmp_path: Path, code: str, cancel_at: str, value: Any
+    tmp_path: Path, code: str, cancel_at: str, value: Any, cents: list[int]
 ) -> None:
     """Cancelled after the log had calls claimed (running) but before any handler began:
     they stayed running in the log, and the resume told the script "tools.charge was
@@ -82,7 +83,7 @@ async def test_a_cancel_before_a_claimed_call_begins_leaves_it_to_run(
     finally:
         await engine.aclose()
     assert (result.status, result.value) == ("finished", value), result.text
-    assert sorted(ran) == ([5] if value == "charged 5" else [1, 2])
+    assert sorted(ran) == cents
 
 
 class _Releases(MemoryStore):
@@ -270,6 +271,35 @@ class _HeldSettle(_Releases):
         return await super().settle(*args, **kwargs)
 
 
+async def _cancelled_again_as_it_settles(
+    store: _HeldSettle, ran: list[int], **options: Any
+) -> tuple[CodeMode, str, Drive]:
+    """An engine on ``store`` whose run_code of one charge was cancelled as the charge's
+    outcome was written (held by the store), and again at every await until it ended (as
+    anyio cancels): the engine, the script's id and its drive (whose close goes on once the
+    store lets the write end). The caller lets it (``store.go``) and closes the engine."""
+    engine = CodeMode(
+        [_ledger_tool(ran)], runner=InProcessRunner(), store=store, type_check="off", **options
+    )
+    ids: list[str] = []
+    try:
+        run = asyncio.create_task(
+            engine.run_code("return await tools.charge({ cents: 5 })", on_start=ids.append)
+        )
+        await asyncio.wait_for(store.settling.wait(), 30)
+        [drive] = engine._driving
+        while not run.done():
+            run.cancel()
+            await asyncio.sleep(0.01)
+        with pytest.raises(asyncio.CancelledError):
+            await run
+    except BaseException:
+        store.go.set()
+        await engine.aclose()
+        raise
+    return engine, ids[0], drive
+
+
 async def test_a_cancel_while_the_drive_waits_for_its_outcomes_to_be_written_gives_the_lease_up() -> (
     None
 ):
@@ -279,27 +309,15 @@ async def test_a_cancel_while_the_drive_waits_for_its_outcomes_to_be_written_giv
     other host could take the script. The close goes on once the write ends."""
     ran: list[int] = []
     store = _HeldSettle()
-    engine = CodeMode(
-        [_ledger_tool(ran)], runner=InProcessRunner(), store=store, type_check="off", lease_ms=600
-    )
-    ids: list[str] = []
+    engine, script_id, _ = await _cancelled_again_as_it_settles(store, ran, lease_ms=600)
     try:
-        run = asyncio.create_task(
-            engine.run_code("return await tools.charge({ cents: 5 })", on_start=ids.append)
-        )
-        await asyncio.wait_for(store.settling.wait(), 30)
-        while not run.done():  # as anyio does: cancelled at every await until it ends
-            run.cancel()
-            await asyncio.sleep(0.01)
-        with pytest.raises(asyncio.CancelledError):
-            await run
         assert not store.released.is_set()  # the outcome is written under the lease first
         store.go.set()
         await asyncio.wait_for(store.released.wait(), 10)
-        record = await store.get_script(ids[0])
+        record = await store.get_script(script_id)
         assert record is not None and record.lease is not None
         assert record.lease.expires_ms == 0
-        result = await asyncio.wait_for(engine.resume(ids[0]), 30)
+        result = await asyncio.wait_for(engine.resume(script_id), 30)
     finally:
         store.go.set()
         await engine.aclose()
@@ -314,19 +332,9 @@ async def test_a_resume_on_the_host_whose_close_goes_on_waits_for_it() -> None:
     one. It waits for the close, then finishes the script."""
     ran: list[int] = []
     store = _HeldSettle()
-    engine = CodeMode([_ledger_tool(ran)], runner=InProcessRunner(), store=store, type_check="off")
-    ids: list[str] = []
+    engine, script_id, _ = await _cancelled_again_as_it_settles(store, ran)
     try:
-        run = asyncio.create_task(
-            engine.run_code("return await tools.charge({ cents: 5 })", on_start=ids.append)
-        )
-        await asyncio.wait_for(store.settling.wait(), 30)
-        while not run.done():  # as anyio does: cancelled at every await until it ends
-            run.cancel()
-            await asyncio.sleep(0.01)
-        with pytest.raises(asyncio.CancelledError):
-            await run
-        again = asyncio.create_task(engine.resume(ids[0]))
+        again = asyncio.create_task(engine.resume(script_id))
         for _ in range(20):  # turns of the loop for the resume to answer, if it would
             await asyncio.sleep(0)
         assert not again.done(), again.result().text
@@ -490,14 +498,8 @@ async def test_a_drive_whose_close_went_on_past_its_cancel_is_let_go_of() -> Non
     on once the write ends) stayed among the engine's drives under way for as long as the
     engine ran, its calls and results with it. It is let go of once its close ends."""
     store = _HeldSettle()
-    engine = CodeMode([_ledger_tool([])], runner=InProcessRunner(), store=store, type_check="off")
+    engine, _, drive = await _cancelled_again_as_it_settles(store, [])
     try:
-        run = asyncio.create_task(engine.run_code("return await tools.charge({ cents: 5 })"))
-        await asyncio.wait_for(store.settling.wait(), 30)
-        [drive] = engine._driving
-        while not run.done():  # as anyio does: cancelled at every await until it ends
-            run.cancel()
-            await asyncio.sleep(0.01)
         assert drive.closing is not None  # the close goes on past the cancel
         store.go.set()
         await asyncio.wait_for(asyncio.shield(drive.closing), 10)
@@ -508,13 +510,15 @@ async def test_a_drive_whose_close_went_on_past_its_cancel_is_let_go_of() -> Non
         await engine.aclose()
 
 
+@pytest.mark.parametrize("cancelled", ["other", "both"])
 async def test_a_failed_write_whose_cancelled_waiter_is_not_its_writer_is_logged(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, cancelled: str
 ) -> None:
     """Two outcomes in one batch, written by the waiter that was not cancelled, the other's
     waiter cancelled meanwhile, and the write failed: the cancelled waiter's future held the
     error, read by nobody (asyncio's "Future exception was never retrieved"), and the
-    engine's warning was not logged. The writer is told; the cancelled one's is logged."""
+    engine's warning was not logged. The writer is told; the cancelled one's is logged. Both
+    waiters cancelled: logged once for the write, not once for each of them."""
 
     class _Failing:
         def __init__(self) -> None:
@@ -533,7 +537,7 @@ async def test_a_failed_write_whose_cancelled_waiter_is_not_its_writer_is_logged
         # A drive's group commit alone (its store is the part under test's other side).
         drive = Drive.__new__(Drive)
         drive._pending, drive._running = [], {0, 1, 2}
-        drive._committing, drive._writes = asyncio.Lock(), set()
+        drive._committing, drive._writes, drive._unheard = asyncio.Lock(), set(), None
         drive.store, drive.lease = _Failing(), None  # type: ignore[assignment]
         drive.record = types.SimpleNamespace(id="s1", held=False)  # type: ignore[assignment]
         first = asyncio.create_task(drive.settle(types.SimpleNamespace(index=0)))  # type: ignore[arg-type]
@@ -550,8 +554,13 @@ async def test_a_failed_write_whose_cancelled_waiter_is_not_its_writer_is_logged
             await asyncio.sleep(0)
         assert drive.store.writes == [[0], [1, 2]]  # type: ignore[attr-defined]
         other.cancel()
+        if cancelled == "both":
+            writer.cancel()
         results = await asyncio.gather(writer, other, return_exceptions=True)
-        assert [type(r).__name__ for r in results] == ["StoreUnavailable", "CancelledError"]
+        writers = "CancelledError" if cancelled == "both" else "StoreUnavailable"
+        assert [type(r).__name__ for r in results] == [writers, "CancelledError"]
+        while drive._writes:  # the cancelled writer's write goes on, and fails
+            await asyncio.sleep(0)
         del first, writer, other, results
         for _ in range(3):
             await asyncio.sleep(0)
@@ -560,4 +569,4 @@ async def test_a_failed_write_whose_cancelled_waiter_is_not_its_writer_is_logged
     finally:
         loop.set_exception_handler(None)
     assert unretrieved == [], unretrieved
-    assert "call outcomes of a cancelled drive were not recorded script=s1" in caplog.text
+    assert caplog.text.count("call outcomes of a cancelled drive were not recorded script=s1") == 1
