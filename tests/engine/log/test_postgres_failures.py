@@ -5,6 +5,7 @@ session's shared one, nor a server named by ``CODEMODE_TEST_DSN``)."""
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import json
@@ -491,9 +492,9 @@ async def test_a_worker_whose_log_goes_away_mid_drive_takes_the_script_up_again(
         await host.aclose()
 
 
-class _Proxy:
+class _Proxy(abc.ABC):
     """A TCP proxy on this machine to the server at ``dsn`` (whose ``port`` it takes): each
-    connection a client makes to it is served by :meth:`_serve`."""
+    connection a client makes to it is served by :meth:`_serve`, which each kind defines."""
 
     def __init__(self, dsn: str) -> None:
         self.port = int(dsn.split("port=")[1].split()[0])
@@ -510,8 +511,9 @@ class _Proxy:
         if self._server is not None:
             self._server.close()
 
+    @abc.abstractmethod
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        raise NotImplementedError
+        """Serve one client's connection (to the server at ``port``)."""
 
 
 class _CutAtCommit(_Proxy):
