@@ -17,6 +17,7 @@ import os
 import re
 import stat
 import threading
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -388,20 +389,27 @@ def record_files(
 ) -> list[dict[str, Any]]:
     """Store each attachment's bytes and return what the script record keeps of them; a
     skill's file found in ``skills`` (stored before, unchanged) is not read again."""
+    # By each id's NFC form: a script finds a file by its id in either normalization, so two
+    # ids that are one in another (é as one character, and as e and an accent) were one name
+    # for two files, listed and shown alike, the script reading whichever it spelled.
     seen: dict[str, Attachment] = {}
     records = []
     for attachment in attachments:
-        first = seen.get(attachment.id)
+        key = unicodedata.normalize("NFC", attachment.id)
+        first = seen.get(key)
         if first is not None:
+            twin = "" if first.id == attachment.id else " (one in another Unicode normalization)"
             skill = first.skill if first.skill is not None else attachment.skill
             if skill is not None:
                 # A host's upload named as a skill's file: which one clashed, and the fix.
                 raise CodeModeError(
-                    f"attachment {attachment.id!r} has the id of a file of skill {skill!r}; "
-                    "give the attachment another id"
+                    f"attachment {attachment.id!r} has the id of a file of skill {skill!r}"
+                    f"{twin}; give the attachment another id"
                 )
-            raise CodeModeError(f"two attachments have the id {attachment.id!r}")
-        seen[attachment.id] = attachment
+            raise CodeModeError(
+                f"two attachments have the id {attachment.id!r}{twin}; give each its own id"
+            )
+        seen[key] = attachment
         source: object = None
         if skills is not None and attachment.skill is not None:
             try:

@@ -11,6 +11,7 @@ what it reads.
 from __future__ import annotations
 
 import mimetypes
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +83,7 @@ class Skill:
                 f"skill {self.name}: files maps each file's path to its bytes or a path on "
                 f'disk, as {{"guide.md": b"..."}}, not {type(self.files).__name__}'
             )
+        spelled: dict[str, str] = {}
         for path, content in self.files.items():
             if (
                 not isinstance(path, str)
@@ -97,6 +99,13 @@ class Skill:
                     f"skill {self.name}: file path {path!r} must be relative, inside the skill, "
                     'its parts joined by single "/" (no empty, "." or ".." part), and text '
                     "(no control character, NUL or lone surrogate)"
+                )
+            twin = spelled.setdefault(unicodedata.normalize("NFC", path), path)
+            if twin != path:
+                # A script finds a file in either normalization: these were one name for two.
+                raise ToolDefinitionError(
+                    f"skill {self.name}: file paths {twin!r} and {path!r} are one path in two "
+                    "Unicode normalizations; keep one of them"
                 )
             if len(self.name) + 1 + len(path) > MAX_ATTACHMENT_ID:
                 # Its id in the script ("<skill>/<path>") is an attachment's.

@@ -799,6 +799,34 @@ async def test_a_file_named_in_another_unicode_normalization_is_found(
     assert f"Shown: {decomposed} (text/plain, 2 bytes)\ncv" in result.text
 
 
+async def test_two_attachments_whose_ids_are_one_in_another_normalization_are_refused() -> None:
+    """A script finds a file by its id in either Unicode normalization, so "résumé.txt" as
+    one character and as e and an accent were one name for two files: both were recorded,
+    listed and shown alike, and the script read whichever one it happened to spell. As two
+    skills of such names are, they are refused, naming the id, before anything is recorded;
+    so is an upload whose id is a skill file's in the other normalization."""
+    from engine import CodeModeError, Skill
+
+    nfc, nfd = "r\u00e9sum\u00e9.txt", "re\u0301sume\u0301.txt"
+    skill = Skill("cv", "CVs.", "Read them.", files={nfc: b"theirs"})
+    engine = CodeMode([], runner=InProcessRunner(), skills=[skill])
+    try:
+        twins = [Attachment(nfc, data=b"one"), Attachment(nfd, data=b"two")]
+        with pytest.raises(
+            CodeModeError,
+            match=r"two attachments have the id .* \(one in another Unicode normalization\)",
+        ):
+            await engine.run_code("return 1", files=twins)
+        with pytest.raises(
+            CodeModeError,
+            match=r"has the id of a file of skill 'cv' \(one in another Unicode normalization\)",
+        ):
+            await engine.run_code("return 1", files=[Attachment("cv/" + nfd, data=b"mine")])
+        assert await engine.store.scripts() == []
+    finally:
+        await engine.aclose()
+
+
 def test_a_blob_whose_write_fails_leaves_no_part_behind(tmp_path: Path) -> None:
     """A blob write that fails (here past RLIMIT_FSIZE, as on a full disk) raises OSError and
     leaves no file: its part was left as a .tmp file, one more at each failure."""

@@ -279,12 +279,15 @@ async def test_skill_files_are_stored_once_until_they_change(
         ({"files": {"a//b.md": b"x"}}, "its parts joined by single"),
         ({"files": {"dir/": b"x"}}, "its parts joined by single"),
         ({"files": {"x\ny.md": b"x"}}, "no control character"),
+        # Found by a script in either normalization: one name for two files.
+        ({"files": {"caf\u00e9.md": b"1", "cafe\u0301.md": b"2"}}, "two Unicode normalizations"),
     ],
 )
 def test_a_skill_refuses_what_it_cannot_use_naming_it(given: dict[str, Any], said: str) -> None:
     """Files that are not a mapping, tools that are not names, a path with more than one
-    spelling or a line break: one ToolDefinitionError naming the field (they were
-    AttributeErrors and TypeErrors, or files that were two files, or a broken listing)."""
+    spelling or a line break, two paths that are one in another Unicode normalization: one
+    ToolDefinitionError naming the field (they were AttributeErrors and TypeErrors, or files
+    that were two files, or a broken listing)."""
     with pytest.raises(ToolDefinitionError, match=re.escape(said)):
         Skill("s", "A skill.", "Do it.", **given)
 
