@@ -375,7 +375,8 @@ class CallSettling(Emitting):
             return self._index.search(query, limit=limit, language=record.language)
         if entry.name == SKILL:
             skill = find_skill(self.skills, entry.arguments.get("name"), record.language)
-            return skill_answer(skill, self.tools, language=record.language)
+            attached = {f["id"] for f in record.files}
+            return skill_answer(skill, self.tools, language=record.language, attached=attached)
         tool = self._by_name.get(entry.name)
         if tool is None:
             near = closest_names(entry.name, self._tool_names)

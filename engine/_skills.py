@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import mimetypes
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,10 +185,17 @@ def check_skills(skills: Iterable[Skill], tools: Sequence[Tool]) -> list[Skill]:
 
 
 def skill_answer(
-    skill: Skill, tools: Sequence[Tool], budget: int = BUDGET, *, language: str = "javascript"
+    skill: Skill,
+    tools: Sequence[Tool],
+    budget: int = BUDGET,
+    *,
+    language: str = "javascript",
+    attached: Collection[str] | None = None,
 ) -> str:
     """What ``tools.skill({ name })`` answers: the instructions, then the tools' declarations
-    in ``language``'s types (the language of the script that asks)."""
+    in ``language``'s types (the language of the script that asks), then its files: those of
+    them not among ``attached`` (the ids of the asking script's files, when given) are said
+    to be for a later script."""
     by_name = {t.name: t for t in tools}
     named = [by_name[n] for n in skill.tools if n in by_name]
     parts = [
@@ -212,9 +219,20 @@ def skill_answer(
         # An MCP server's tools changed since the skill was checked: its instructions name
         # them still, and the model, told nothing, called a tool that does not exist.
         parts += ["", f"Not among the tools now (their server dropped them): {', '.join(gone)}."]
-    if skill.files:
+    ids = [f"{skill.name}/{path}" for path in sorted(skill.files)]
+    # A skill added (add_skill) after the script started: its files were not recorded with
+    # the script, which read "no file" for each file this answer told it to read.
+    later = [i for i in ids if attached is not None and i not in attached]
+    if len(later) < len(ids):
         parts += ["", "Its files (read them with files.text, files.lines, ...):"]
-        parts += [f"- {skill.name}/{path}" for path in sorted(skill.files)]
+        parts += [f"- {i}" for i in ids if i not in later]
+    if later:
+        parts += [
+            "",
+            "Its files that this script cannot read, since the skill was added after it "
+            "started (a script run after this one can):",
+        ]
+        parts += [f"- {i}" for i in later]
     return "\n".join(parts)
 
 

@@ -120,6 +120,51 @@ async def test_skill_added_later_keeps_the_description(inproc: InProcessRunner) 
     assert "Refund carefully." in result.value
 
 
+async def test_a_skill_added_while_a_script_waits_says_its_files_are_for_a_later_script(
+    inproc: InProcessRunner,
+) -> None:
+    """A script's files are recorded as it starts, so a skill added while it waits (on an
+    approval here) has none of its files in it: the skill's answer told the script to read
+    them with files.text, and each read was 'no file'. The answer says they are for a later
+    script, which reads them."""
+
+    @tool(needs_approval=True)
+    def deploy(service: str) -> str:
+        """Deploy a service."""
+        return f"deployed {service}"
+
+    engine = CodeMode([deploy], runner=inproc)
+    code = """
+    await tools.deploy({ service: "api" });
+    const answer = await tools.skill({ name: "rollback" });
+    let read;
+    try { read = await files.text("rollback/steps.md") } catch (e) { read = e.message }
+    return { answer, read };
+    """
+    try:
+        paused = await engine.run_code(code)
+        assert paused.status == "paused", paused.text
+        engine.add_skill(Skill("rollback", "Roll back.", "Undo.", files={"steps.md": b"1. undo"}))
+        await engine.approve(paused.script_id, paused.waiting[0]["call_id"])
+        result = await engine.resume(paused.script_id)
+        assert result.status == "finished", result.text
+        answer, read = result.value["answer"], result.value["read"]
+        assert "no file 'rollback/steps.md'" in read
+        assert "read them with files.text" not in answer
+        assert (
+            "Its files that this script cannot read, since the skill was added after it started "
+            "(a script run after this one can):\n- rollback/steps.md"
+        ) in answer
+        later = await engine.run_code(code.replace('await tools.deploy({ service: "api" });', ""))
+        assert later.value["read"] == "1. undo", later.text
+        assert (
+            "Its files (read them with files.text, files.lines, ...):\n- rollback/steps.md"
+            in (later.value["answer"])
+        )
+    finally:
+        await engine.aclose()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "named"),
     [
