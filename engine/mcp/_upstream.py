@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import contextvars
 import errno
+import functools
 import logging
 import sys
 from collections.abc import Awaitable, Callable
@@ -146,7 +147,6 @@ class Upstream:
 
     async def _connect_once(self) -> None:
         import anyio
-        from mcp import ClientSession
         from mcp_types import Implementation
 
         self._step = None
@@ -173,7 +173,7 @@ class Upstream:
             pump_task = asyncio.create_task(pump())
             stack.push_async_callback(cancel_and_wait, pump_task)
             session = await stack.enter_async_context(
-                ClientSession(
+                _client_session()(
                     receive,
                     listings.outgoing(write),
                     message_handler=self._on_message,
@@ -432,6 +432,24 @@ class Upstream:
 
 class _Lost(Exception):
     pass
+
+
+@functools.cache
+def _client_session() -> type[Any]:
+    """The SDK's ``ClientSession`` without its check of a result against the tool's output
+    schema: that check runs Python's backtracking ``re`` on the event loop, so a server's
+    ``"pattern": "^(a+)+$"`` and a result of forty ``a``'s and a ``!`` held every script and
+    server for hours, past every timeout; and it refused every result of a tool whose pattern
+    only the linear-time engine reads (``\\p{L}``), which the engine had declared. The tool
+    checks each result against its output schema itself (``Tool.checked``, with that engine).
+    """
+    from mcp import ClientSession
+
+    class Session(ClientSession):
+        async def validate_tool_result(self, name: str, result: Any) -> None:
+            return None
+
+    return Session
 
 
 # What an HTTP server's 404 for an unknown session id reads as: the Python SDK's server

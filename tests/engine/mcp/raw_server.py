@@ -12,8 +12,8 @@
 It answers ``initialize``; ``tools/list`` with the text of TOOLS.json as its ``tools``, sent
 as it is (an invalid definition, nesting too deep to parse), or a page of PAGES.json (the
 next page's cursor is its index); ``tools/call`` with the name and arguments it got, as JSON
-text, but for ten tools: ``badresult`` is answered with ``content`` that is not a list,
-``refuse`` with an error whose message has three lines, ``surrogate`` with a text holding a lone surrogate, ``deep`` with structured content nested 300 deep (``deeper``: 5,000), ``scalar`` with a result of 5, ``noisy`` after a log notification that breaks MCP, ``latin`` with a text's byte that is no UTF-8, ``spam`` is answered and from then
+text, but for these tools: ``badresult`` is answered with ``content`` that is not a list,
+``refuse`` with an error whose message has three lines, ``surrogate`` with a text holding a lone surrogate, ``deep`` with structured content nested 300 deep (``deeper``: 5,000), ``structured`` with its argument ``value`` as structured content, ``scalar`` with a result of 5, ``noisy`` after a log notification that breaks MCP, ``latin`` with a text's byte that is no UTF-8, ``spam`` is answered and from then
 on every listing is slow and says first that the tools changed again,
 ``change`` is answered, then announced as changed (``list_changed``), and no ``tools/list``
 after that is answered, and ``crash`` starts a process that holds the server's stdout
@@ -88,6 +88,10 @@ for line in sys.stdin:
         if params.get("name") == "blocks":
             count = (params.get("arguments") or {}).get("n", 1)
             answer = {"content": [{"type": "text", "text": "x"}] * count}
+        if params.get("name") == "structured":  # its argument "value" as structured content
+            value = (params.get("arguments") or {}).get("value")
+            answer = {"content": [{"type": "text", "text": json.dumps(value)}]}
+            answer["structuredContent"] = value
         if params.get("name") == "mute":  # an error that says nothing
             answer = {"content": [], "isError": True}
         if params.get("name") == "noisy":  # a log notification that breaks MCP, first

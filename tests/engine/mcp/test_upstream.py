@@ -617,6 +617,48 @@ async def test_an_error_with_no_text_names_the_server_and_the_tool(tmp_path: Pat
         await engine.aclose()
 
 
+async def test_a_result_is_checked_against_its_output_schema_in_linear_time(
+    tmp_path: Path,
+) -> None:
+    """A result is checked against its tool's output schema by the linear-time regex engine
+    alone. The SDK's client checked it first with Python's backtracking ``re``, on the event
+    loop: a pattern of ``^(a+)+$`` and a result of 64 a's and a '!' held every script and
+    server past every timeout (27 of them: 6 s), and a pattern only the linear-time engine
+    reads (``\\p{L}``), of a tool the engine declared, failed every call as "Invalid schema"."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "word": {"type": "string", "pattern": "^\\p{L}+$"},
+            "run": {"type": "string", "pattern": "^(a+)+$"},
+        },
+    }
+    tools = [
+        {
+            "name": "structured",
+            "inputSchema": {"type": "object"},
+            "outputSchema": schema,
+            "annotations": {"readOnlyHint": True},
+        }
+    ]
+    servers = await McpServers.start(_raw(tmp_path, tools))
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        word = await engine.run_code(
+            "return await tools.raw__structured({ value: { word: 'café' } })"
+        )
+        assert word.value == {"word": "café"}, word.text
+        run = await engine.run_code(
+            "try { return await tools.raw__structured({ value: { run: 'a'.repeat(64) + '!' } }) }"
+            " catch (e) { return e.message }"
+        )
+        assert run.value.startswith(
+            "tools.raw__structured returned a result that does not match its output schema: "
+            'at run: does not match the pattern "^(a+)+$"'
+        ), run.text
+    finally:
+        await engine.aclose()
+
+
 async def test_a_problem_shows_the_servers_control_characters_escaped(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
