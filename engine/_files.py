@@ -177,11 +177,22 @@ class BlobStore:
         if not self._holds(path, digest):
             # Written again when cut short or changed too (a crash before the data reached
             # the disk): kept, it failed every script given these bytes.
+            made = not path.parent.is_dir()
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             try:
-                tmp.write_bytes(data)
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    # On the disk before its name is, and its name before the log can name
+                    # it (a script's record, made durable by its first call or pause): else
+                    # a power loss left the blob empty or gone under a script the log kept,
+                    # whose calls had run, and which could never read its files again.
+                    os.fsync(f.fileno())
                 os.replace(tmp, path)
+                _sync_directory(path.parent)
+                if made:
+                    _sync_directory(path.parent.parent)
             except OSError:
                 # Else the part written stays (a full disk): one more file at each failure.
                 tmp.unlink(missing_ok=True)
@@ -273,6 +284,15 @@ class BlobStore:
             if len(tail) != min(size, 1):
                 gone.append(digest)
         return gone
+
+
+def _sync_directory(path: Path) -> None:
+    """``fsync`` the directory ``path``: the names made in it reach the disk."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _has_size(path: Path, size: int) -> bool:

@@ -852,6 +852,47 @@ except OSError as e:
     assert [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()] == []
 
 
+def test_a_blob_is_on_the_disk_before_its_name_is(tmp_path: Path) -> None:
+    """A blob's bytes reach the disk before it is renamed into place, and its name before
+    put returns (the log then records it, durably at the script's first call): they were
+    written and renamed without an fsync, so a power loss could leave the blob empty or
+    gone under a script whose calls had run, which could then never read its files. The
+    order of the calls is watched in a process of its own (each call still made)."""
+    import subprocess
+    import sys
+
+    program = f"""
+import os
+from engine._files import BlobStore
+blobs = BlobStore({str(tmp_path / "blobs")!r})
+done = []
+fsync, replace = os.fsync, os.replace
+def synced(fd):
+    done.append(("fsync", os.readlink(f"/proc/self/fd/{{fd}}")))
+    fsync(fd)
+def replaced(src, dst):
+    done.append(("replace", str(src), str(dst)))
+    replace(src, dst)
+os.fsync, os.replace = synced, replaced
+digest = blobs.put(b"x" * 5000)
+for step in done:
+    print(*step)
+"""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, cwd=root, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    steps = [line.split(" ") for line in done.stdout.splitlines()]
+    blobs = (tmp_path / "blobs").resolve()  # as /proc names what a descriptor is open on
+    (blob,) = [p for p in blobs.rglob("*") if p.is_file()]
+    assert steps[0][0] == "fsync" and steps[0][1].endswith(".tmp"), steps
+    assert steps[1][0] == "replace" and Path(steps[1][1]).resolve() == Path(steps[0][1]), steps
+    assert Path(steps[1][2]).resolve() == blob, steps
+    # Its folder (the name in it), then the store's (the folder, new with this blob).
+    assert steps[2:] == [["fsync", str(blob.parent)], ["fsync", str(blobs)]], steps
+
+
 async def test_a_utf16_file_is_read_as_its_text_in_the_confined_process() -> None:
     """A file in UTF-16 with its byte-order mark (Excel's "Unicode Text", Windows
     PowerShell's redirections) is read and shown as its text, in either byte order: it was
