@@ -82,8 +82,12 @@ class Attachment:
                     "(no control character, NUL or lone surrogate), or leave it out"
                 )
         if self.mime is not None:
-            # A MIME type's type and subtype have no case: IMAGE/PNG is an image.
-            object.__setattr__(self, "mime", self.mime.lower())
+            # A MIME type's type and subtype have no case: IMAGE/PNG is an image. Its
+            # parameters (an upload's Content-Type, "image/png; name=chart.png") say nothing
+            # the engine reads (text is UTF-8, or UTF-16 by its mark): kept, the image went
+            # to no model API ("takes no image/png; name=chart.png"), and a PDF was text.
+            essence = self.mime.partition(";")[0].strip().lower()
+            object.__setattr__(self, "mime", essence or None)
         if self.data is not None and not isinstance(self.data, bytes | bytearray | memoryview):
             raise ConfigError(
                 f"attachment {self.id!r}: data is {type(self.data).__name__}, not bytes; for "

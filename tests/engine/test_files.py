@@ -337,17 +337,23 @@ async def test_a_shown_binary_file_is_named_not_spelled_out(inproc: InProcessRun
     """A file that is neither text nor media, shown: its bytes went in front of the model as
     text, NULs and a terminal's escapes with them. It is named and left out; a text file's
     stray control character is a replacement mark; a MIME type in capitals is the type it
-    names (IMAGE/PNG was shown as text)."""
+    names (IMAGE/PNG was shown as text), and so is one with parameters, as an upload's
+    Content-Type has them (image/png; name=e.png went to no model API: "the Anthropic API
+    takes no image/png; name=e.png")."""
+    from engine.adapters import result_for
+
     png = base64.b64decode(
         "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
     )
     engine = CodeMode([], runner=inproc)
     result = await engine.run_code(
-        "files.show('b.bin'); files.show('log.txt'); files.show('d.png'); return 1",
+        "files.show('b.bin'); files.show('log.txt'); files.show('d.png'); files.show('e');"
+        "return files.stat('e').mime",
         files=[
             Attachment("b.bin", data=bytes(range(256))),
             Attachment("log.txt", data=b"ok \x1b[31mred\x1b[0m\n"),
             Attachment("d.png", data=png, mime="IMAGE/PNG"),
+            Attachment("e", data=png, mime=" Image/PNG ; name=e.png"),
         ],
     )
     assert result.status == "finished", result.text
@@ -358,7 +364,11 @@ async def test_a_shown_binary_file_is_named_not_spelled_out(inproc: InProcessRun
     ) in result.text
     assert "Shown: log.txt (text/plain, 16 bytes)\nok \ufffd[31mred\ufffd[0m" in result.text
     assert "Shown: d.png (image/png, 70 bytes), attached." in result.text
-    assert [m["type"] for m in result.media] == ["image"]
+    assert "Shown: e (image/png, 70 bytes), attached." in result.text
+    assert result.value == "image/png"
+    assert [m["type"] for m in result.media] == ["image", "image"]
+    sent = result_for(result, "anthropic", "toolu_1")["content"]
+    assert [block["type"] for block in sent] == ["text", "image", "image"], sent
 
 
 async def test_a_postgres_blob_store_whose_connection_is_cut_goes_on(postgres: str) -> None:
