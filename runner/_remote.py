@@ -79,6 +79,10 @@ KEEP_IDLE = 4
 SILENCE = 5.0
 # What a service says it measured of a step's process; file_bytes is what this client served.
 _MEASURES = ("wall_ms", "cpu_ms", "max_rss_bytes", "wait_ms")
+# Those of them that pass within the step, so no longer than this client waited for its
+# answer, give or take this much (the kernel counts CPU in ticks of 10 ms).
+_TIMES = ("wall_ms", "cpu_ms", "wait_ms")
+_TIMES_SLACK_MS = 1000.0
 # The keys of a [codemode.runner] table a remote runner takes.
 OPTIONS = frozenset(
     {
@@ -636,6 +640,7 @@ class RemoteRunner(ScriptRunner):
         Its ``live`` is the service's :class:`~runner._wire.LiveOffer` when its process
         waits. Raises _Skip/_Down/_Ended/RunError."""
         wait = conv.Deadline.for_step(script).allowance + welcome.slot_wait + self.step_margin
+        began = time.monotonic()
         before = server.served
         bound = wire.step_bound(script)
         # A service that beats must not go quiet for long; one that does not (version 1) is
@@ -695,6 +700,9 @@ class RemoteRunner(ScriptRunner):
                         # reached its step event, and failed a tracer's span).
                         if message.process is not None:
                             problem = conv.no_measure("process", message.process, _MEASURES)
+                            if problem is None:
+                                waited = (time.monotonic() - began) * 1000
+                                problem = _past(message.process, waited)
                             if problem is not None:
                                 raise _Down(f"it broke the protocol: its step says {problem}")
                         # The bytes this client served are what the step read, whatever it says.
@@ -910,6 +918,20 @@ class RemoteLive(LiveRun):
             return
         with contextlib.suppress(Exception):
             await self.runner._checkin(self.remote, self.conn, self.welcome)
+
+
+def _past(process: ProcessStats, waited_ms: float) -> str | None:
+    """What of a step's ``process`` times took longer than the ``waited_ms`` this client
+    waited for its answer, in which the step ran: a service's lie or bug (a cpu_ms of 1e300
+    was charged to the script's ``total_compute_ms``, which failed it for good)."""
+    for name in _TIMES:
+        value = getattr(process, name)
+        if value > waited_ms + _TIMES_SLACK_MS:
+            return (
+                f"process.{name} = {value:g}, more than the {waited_ms:,.0f} ms this client "
+                "waited for the step's answer"
+            )
+    return None
 
 
 def _drop(conn: wire.Channel, remote: _Remote) -> None:

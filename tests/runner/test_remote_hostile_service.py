@@ -239,6 +239,21 @@ async def test_a_step_whose_process_measures_are_none_is_the_services_fault(
     assert f"it broke the protocol: its step says {said}, which is no measure" in str(failed)
 
 
+@pytest.mark.parametrize("name", ["cpu_ms", "wait_ms", "wall_ms"])
+async def test_a_step_whose_process_took_longer_than_the_step_is_the_services_fault(
+    name: str,
+) -> None:
+    """A step answered at once whose process says it used an hour of CPU (or waited, or ran,
+    an hour) lies: it ran within the time the client waited for it. The engine charged such a
+    cpu_ms to the script's total_compute_ms, which failed the script for good."""
+    line = b'{"step": {"outcome": "finished", "value": 1, "process": {"%s": 3.6e6}}}\n' % (
+        name.encode()
+    )
+    failed = str(await _failed(line))
+    assert f"it broke the protocol: its step says process.{name} = 3.6e+06, more than" in failed
+    assert "ms this client waited for the step's answer" in failed
+
+
 @pytest.mark.parametrize(
     "answer",
     [
