@@ -220,17 +220,22 @@ def skill_answer(
         # them still, and the model, told nothing, called a tool that does not exist.
         parts += ["", f"Not among the tools now (their server dropped them): {', '.join(gone)}."]
     ids = [f"{skill.name}/{path}" for path in sorted(skill.files)]
-    # A skill added (add_skill) after the script started: its files were not recorded with
-    # the script, which read "no file" for each file this answer told it to read.
-    later = [i for i in ids if attached is not None and i not in attached]
+    # A skill added (add_skill) after the script started, or a file it has here that the
+    # script's starting host had not: not recorded with the script, which read "no file" for
+    # each file this answer told it to read.
+    later = [
+        i
+        for i in ids
+        if attached is not None and i not in attached and spelled_otherwise(i, attached) is None
+    ]
     if len(later) < len(ids):
         parts += ["", "Its files (read them with files.text, files.lines, ...):"]
         parts += [f"- {i}" for i in ids if i not in later]
     if later:
         parts += [
             "",
-            "Its files that this script cannot read, since the skill was added after it "
-            "started (a script run after this one can):",
+            "Its files that this script cannot read, as they came after it started (a script "
+            "run after this one can):",
         ]
         parts += [f"- {i}" for i in later]
     return "\n".join(parts)

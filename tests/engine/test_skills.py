@@ -152,8 +152,8 @@ async def test_a_skill_added_while_a_script_waits_says_its_files_are_for_a_later
         assert "no file 'rollback/steps.md'" in read
         assert "read them with files.text" not in answer
         assert (
-            "Its files that this script cannot read, since the skill was added after it started "
-            "(a script run after this one can):\n- rollback/steps.md"
+            "Its files that this script cannot read, as they came after it started (a script run "
+            "after this one can):\n- rollback/steps.md"
         ) in answer
         later = await engine.run_code(code.replace('await tools.deploy({ service: "api" });', ""))
         assert later.value["read"] == "1. undo", later.text
@@ -163,6 +163,20 @@ async def test_a_skill_added_while_a_script_waits_says_its_files_are_for_a_later
         )
     finally:
         await engine.aclose()
+
+
+def test_a_skills_file_recorded_in_another_normalization_is_one_the_script_reads() -> None:
+    """A script started on a host whose skill is named in the other Unicode normalization
+    (a macOS folder's name) has its files under that spelling; the script reads them by
+    either, so the answer lists them as files to read, not as files for a later script."""
+    nfc, nfd = unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café")
+    skill = Skill(nfc, "Coffee.", "Brew.", files={"a.md": b"x", "b.md": b"y"})
+    answer = skill_answer(skill, [], attached={f"{nfd}/a.md"})
+    assert answer.endswith(
+        f"Its files (read them with files.text, files.lines, ...):\n- {nfc}/a.md\n\n"
+        "Its files that this script cannot read, as they came after it started (a script run "
+        f"after this one can):\n- {nfc}/b.md"
+    ), answer
 
 
 @pytest.mark.parametrize(
