@@ -408,16 +408,13 @@ class StoredSkillFiles:
                 del self._known[key]
 
 
-def record_files(
-    blobs: BlobStore, attachments: list[Attachment], skills: StoredSkillFiles | None = None
-) -> list[dict[str, Any]]:
-    """Store each attachment's bytes and return what the script record keeps of them; a
-    skill's file found in ``skills`` (stored before, unchanged) is not read again."""
-    # By each id's NFC form: a script finds a file by its id in either normalization, so two
-    # ids that are one in another (é as one character, and as e and an accent) were one name
-    # for two files, listed and shown alike, the script reading whichever it spelled.
+def _check_ids(attachments: list[Attachment]) -> None:
+    """A :class:`CodeModeError` for two attachments of one id, naming it.
+
+    By each id's NFC form: a script finds a file by its id in either normalization, so two
+    ids that are one in another (é as one character, and as e and an accent) were one name
+    for two files, listed and shown alike, the script reading whichever it spelled."""
     seen: dict[str, Attachment] = {}
-    records = []
     for attachment in attachments:
         key = unicodedata.normalize("NFC", attachment.id)
         first = seen.get(key)
@@ -434,6 +431,16 @@ def record_files(
                 f"two attachments have the id {attachment.id!r}{twin}; give each its own id"
             )
         seen[key] = attachment
+
+
+def record_files(
+    blobs: BlobStore, attachments: list[Attachment], skills: StoredSkillFiles | None = None
+) -> list[dict[str, Any]]:
+    """Store each attachment's bytes and return what the script record keeps of them; a
+    skill's file found in ``skills`` (stored before, unchanged) is not read again."""
+    _check_ids(attachments)  # before any is read or stored: a refused start stores nothing
+    records = []
+    for attachment in attachments:
         source: object = None
         if skills is not None and attachment.skill is not None:
             try:

@@ -809,17 +809,22 @@ async def test_a_file_named_in_another_unicode_normalization_is_found(
     assert f"Shown: {decomposed} (text/plain, 2 bytes)\ncv" in result.text
 
 
-async def test_two_attachments_whose_ids_are_one_in_another_normalization_are_refused() -> None:
+async def test_two_attachments_whose_ids_are_one_in_another_normalization_are_refused(
+    tmp_path: Path,
+) -> None:
     """A script finds a file by its id in either Unicode normalization, so "résumé.txt" as
     one character and as e and an accent were one name for two files: both were recorded,
     listed and shown alike, and the script read whichever one it happened to spell. As two
     skills of such names are, they are refused, naming the id, before anything is recorded;
-    so is an upload whose id is a skill file's in the other normalization."""
+    so is an upload whose id is a skill file's in the other normalization. Nothing is
+    stored either (the files before the second of an id were read and stored, for
+    nothing)."""
     from engine import CodeModeError, Skill
 
     nfc, nfd = "r\u00e9sum\u00e9.txt", "re\u0301sume\u0301.txt"
     skill = Skill("cv", "CVs.", "Read them.", files={nfc: b"theirs"})
-    engine = CodeMode([], runner=InProcessRunner(), skills=[skill])
+    blobs = tmp_path / "blobs"
+    engine = CodeMode([], runner=InProcessRunner(), skills=[skill], blobs=BlobStore(blobs))
     try:
         twins = [Attachment(nfc, data=b"one"), Attachment(nfd, data=b"two")]
         with pytest.raises(
@@ -833,6 +838,7 @@ async def test_two_attachments_whose_ids_are_one_in_another_normalization_are_re
         ):
             await engine.run_code("return 1", files=[Attachment("cv/" + nfd, data=b"mine")])
         assert await engine.store.scripts() == []
+        assert [p for p in blobs.rglob("*") if p.is_file()] == []
     finally:
         await engine.aclose()
 
