@@ -892,14 +892,14 @@ def replaced(src, dst):
 os.fsync, os.replace = synced, replaced
 digest = blobs.put(b"x" * 5000)
 for step in done:
-    print(*step)
+    print(*step, sep="\\t")
 """
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, cwd=root, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    steps = [line.split(" ") for line in done.stdout.splitlines()]
+    steps = [line.split("\t") for line in done.stdout.splitlines()]
     blobs = (tmp_path / "blobs").resolve()  # as /proc names what a descriptor is open on
     (blob,) = [p for p in blobs.rglob("*") if p.is_file()]
     assert steps[0][0] == "fsync" and steps[0][1].endswith(".tmp"), steps
