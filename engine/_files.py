@@ -71,6 +71,12 @@ class Attachment:
                 f"attachment {self.id!r}: path is {type(self.path).__name__}; give a str or a "
                 "pathlib.Path"
             )
+        if self.path is not None and "\x00" in str(self.path):
+            # Else run_code raised the os module's bare ValueError, "embedded null byte".
+            raise ConfigError(
+                f"attachment {self.id!r}: path {str(self.path)!r:.80} has a NUL, which no "
+                "file's path holds; give the file's path"
+            )
         for what in ("mime", "skill"):
             value = getattr(self, what)
             if value is not None and (

@@ -255,9 +255,9 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
     inproc: InProcessRunner, tmp_path: Path
 ) -> None:
     """An attachment with no bytes, text for bytes, no id or an id no log keeps (a NUL, a
-    lone surrogate: PostgreSQL's DataError) is refused when made; one with an
-    unreadable path, a duplicate id or something that is not an Attachment is refused by
-    run_code, naming it; no script is recorded. So is a mime or skill that is not text (it
+    lone surrogate: PostgreSQL's DataError), or a path with a NUL, is refused when made;
+    one with an unreadable path, a duplicate id or something that is not an Attachment is
+    refused by run_code, naming it; no script is recorded. So is a mime or skill that is not text (it
     was recorded, then every step of the script failed on a ValidationError or a TypeError),
     and files given as one Attachment rather than a list (a TypeError: not iterable)."""
     from engine import CodeModeError, ConfigError
@@ -279,6 +279,9 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
         (lambda: Attachment("\u202egnp.exe", data=b""), "must be one line of text"),
         (lambda: Attachment("a.txt", data=b"", mime="text/plain\nx"), "give one line of text"),
         (lambda: Attachment("x" * 1025, data=b""), "give an id of at most 1024"),
+        # run_code raised os's bare ValueError, "embedded null byte".
+        (lambda: Attachment("a.txt", path="/tmp/a\x00b"), "has a NUL, which no file's path"),
+        (lambda: Attachment("a.txt", path=Path("a\x00b")), "has a NUL, which no file's path"),
     ):
         with pytest.raises(ConfigError, match=expected):
             made()
