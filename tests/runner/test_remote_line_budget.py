@@ -312,6 +312,25 @@ async def test_a_line_that_takes_past_the_budget_to_decode_is_refused_busy() -> 
         client.close()
 
 
+async def test_a_line_of_nested_arrays_is_charged_what_decoding_it_takes() -> None:
+    """Arrays are charged as lists: a line of 200 KiB whose one record holds 20,000
+    ``[[[[[]]]]]`` (some 9 MB to decode) is answered busy on a budget of 1 MiB. Uncounted, it
+    was charged 0.6 MiB and taken: a line of a million of them, 476 MB to decode, 32 MB."""
+    async with services(FakeRunner(), line_memory=BUDGET) as [service]:
+        nested = [Record(name="t", arguments={}, result=[[[[[]]]]] * 20_000)]
+        line = orjson.dumps(
+            {"script": {**script("x", records=nested).model_dump(exclude_unset=True)}}
+        )
+        assert len(line) < 256 * KiB
+        client = await welcomed(service.address)
+        await client.send(line + b"\n")
+        answer = await client.receive()
+        assert "busy" in answer, answer
+        assert "decoding the line's" in answer["busy"]["error"]
+        assert service.lines_refused == 1 and service.line_bytes == 0
+        client.close()
+
+
 async def test_a_live_results_line_that_takes_past_the_budget_to_decode_ends_the_process() -> None:
     """A live step's results line of many tiny values is charged what decoding it takes:
     past the budget, the process is ended and the client told it cannot go on (the engine
