@@ -46,10 +46,13 @@ MAX_PAGES = 100
 # result of two million one-letter blocks took 35 s of the event loop and 3.8 GB), and no
 # script reads more (its results limit, 8 MiB by default, is a few bytes a block).
 MAX_BLOCKS = 10_000
-# Listings one announcement of changed tools leads to, back to back, when more come while
-# one runs: a server that announces changes faster than it lists them would hold every call
-# (each waits for the listing) for ever; the next announcement starts listing again.
-MAX_RELISTS = 3
+# A server's listing of its changed tools begins at least this many times as long after the
+# last one ended as that one took (reading it, and building its tools): one that announces a
+# change right after each listing (of 5,000 tools) was listed back to back, and took most of
+# the event loop from every other server and script. So relisting takes at most about a fifth
+# of the host's time; a cheap listing's pause is as short, and announcements that come during
+# a pause make one listing after it.
+RELIST_PAUSE = 4
 
 
 class Upstream:
@@ -81,6 +84,11 @@ class Upstream:
         self._task: asyncio.Task[None] | None = None
         self._refresh: asyncio.Task[None] | None = None
         self._stale = False
+        # Set but while a listing of changed tools runs, or is about to: what a call waits for.
+        self._settled = asyncio.Event()
+        self._settled.set()
+        # The loop's time before which the next listing of changed tools waits (RELIST_PAUSE).
+        self._relist_after = 0.0
         self.problem: str | None = None
         self.last_error: str | None = None
         # Why the transport ended the connection itself (the server broke the protocol).
@@ -102,6 +110,7 @@ class Upstream:
         self._stop.set()
         if self._refresh is not None:
             await cancel_and_wait(self._refresh)
+            self._settled.set()  # a task cancelled before it began set nothing
         if self._task is not None:
             if not self._connected.is_set():
                 # Starting (or restarting) it: nothing to finish, and the start would wait
@@ -273,6 +282,7 @@ class Upstream:
             # result of a call during which the tools changed); listed by a task of its own.
             self._stale = True
             if self._refresh is None or self._refresh.done():
+                self._settled.clear()  # the task lists at once, or sets it for its pause
                 self._refresh = asyncio.create_task(self._relist())
         elif isinstance(message, Exception):
             # One line a message, and a warning only for the server's first: a server that
@@ -290,42 +300,60 @@ class Upstream:
             )
 
     async def _relist(self) -> None:
-        session = self._session
-        if session is None:
-            return
-        for _ in range(MAX_RELISTS):
-            if not self._stale:
-                break
-            self._stale = False
-            try:
-                # Bounded as the first listing is: a server that announces a change and
-                # never answers the listing must not hold every call to it (each waits for
-                # the listing, so that its tools are current when the call returns).
-                async with asyncio.timeout(self.spec.init_timeout):
-                    definitions, refused = await self._list(session)
-            except TimeoutError:
-                logger.warning(
-                    "MCP server %r: it said its tools changed, and did not list them within "
-                    "%g s; its tools stay as they were",
-                    self.name,
-                    self.spec.init_timeout,
-                )
-                return
-            except Exception as e:
-                logger.warning(
-                    "MCP server %r: listing its changed tools failed: %s",
-                    self.name,
-                    peer_text(str(e)),
-                )
-                return
-            self._on_tools(self, definitions, refused)
+        """List the tools again while the server says they changed, each listing paced
+        (:data:`RELIST_PAUSE`); calls wait for a listing, never for a pause."""
+        loop = asyncio.get_running_loop()
+        try:
+            # The session of the moment: one made anew meanwhile was listed as it was made.
+            while self._stale and (session := self._session) is not None:
+                pause = self._relist_after - loop.time()
+                if pause > 0:
+                    self._settled.set()  # a call meanwhile returns with the tools as listed
+                    await asyncio.sleep(pause)
+                    continue
+                self._settled.clear()
+                self._stale = False
+                began = loop.time()
+                try:
+                    if not await self._relist_once(session):
+                        return
+                finally:
+                    ended = loop.time()
+                    self._relist_after = ended + RELIST_PAUSE * (ended - began)
+                    self._settled.set()  # its waiters are woken, whatever comes next
+        finally:
+            self._settled.set()
+
+    async def _relist_once(self, session: Any) -> bool:
+        """One listing of the changed tools, given to ``on_tools``; False when it failed."""
+        try:
+            # Bounded as the first listing is: a server that announces a change and never
+            # answers the listing must not hold every call to it (each waits for the
+            # listing, so that its tools are current when the call returns).
+            async with asyncio.timeout(self.spec.init_timeout):
+                definitions, refused = await self._list(session)
+        except TimeoutError:
+            logger.warning(
+                "MCP server %r: it said its tools changed, and did not list them within "
+                "%g s; its tools stay as they were",
+                self.name,
+                self.spec.init_timeout,
+            )
+            return False
+        except Exception as e:
+            logger.warning(
+                "MCP server %r: listing its changed tools failed: %s",
+                self.name,
+                peer_text(str(e)),
+            )
+            return False
+        self._on_tools(self, definitions, refused)
+        return True
 
     async def tools_current(self) -> None:
-        """Wait until a listing the server asked for (``list_changed``) is done."""
-        refresh = self._refresh
-        if refresh is not None and not refresh.done():
-            with contextlib.suppress(Exception):
-                await asyncio.shield(refresh)
+        """Wait until a listing of changed tools that runs (or is about to) is done; not
+        for one that waits out its pause (:data:`RELIST_PAUSE`)."""
+        await self._settled.wait()
 
     # ---- calls ----
 

@@ -8,6 +8,7 @@
     python raw_server.py TOOLS.json --refuse-list  # tools/list answered with an error
     python raw_server.py TOOLS.json --no-tools     # tools/list answered as a method it has not
     python raw_server.py TOOLS.json --old-protocol # initialize answered with version 1999-01-01
+    python raw_server.py TOOLS.json --flood        # says its tools changed, 100 times, 20 ms apart
 
 It answers ``initialize``; ``tools/list`` with the text of TOOLS.json as its ``tools``, sent
 as it is (an invalid definition, nesting too deep to parse), or a page of PAGES.json (the
@@ -17,7 +18,11 @@ text, but for these tools: ``badresult`` is answered with ``content`` that is no
 on every listing is slow and says first that the tools changed again,
 ``change`` is answered, then announced as changed (``list_changed``), and no ``tools/list``
 after that is answered, and ``crash`` starts a process that holds the server's stdout
-(``sleep``), then exits without an answer. Any other request gets an error. A server that breaks MCP is what
+(``sleep``), then exits without an answer; ``sleep`` is answered after its argument
+``seconds``. With ``--flood``, from its first listing on it says its tools changed every
+20 ms, 100 times over, each listing taking 0.1 s and holding a tool ``v<N>`` (N: the
+changes said so far), and ``flood`` answers how many listings it made during the flood
+(``during``) and whether it is over (``over``). Any other request gets an error. A server that breaks MCP is what
 the engine must name and survive.
 """
 
@@ -27,6 +32,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -35,9 +41,24 @@ MODE = sys.argv[2] if len(sys.argv) > 2 else ""
 PAGES = [json.dumps(page) for page in json.loads(TEXT)] if MODE == "--pages" else [TEXT]
 
 
+WRITING = threading.Lock()  # the flood's thread writes too
+
+
 def send(text: str) -> None:
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+    with WRITING:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+
+FLOOD = {"sent": 0, "during": 0, "on": False, "over": False}
+
+
+def flood() -> None:
+    for _ in range(100):
+        time.sleep(0.02)
+        FLOOD["sent"] += 1
+        send('{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}')
+    FLOOD["on"], FLOOD["over"] = False, True
 
 
 if MODE == "--stubborn":  # ignores SIGTERM, and outlives the end of its stdin
@@ -76,6 +97,15 @@ for line in sys.stdin:
         if spamming:
             send('{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}')
             time.sleep(0.05)
+        if MODE == "--flood":
+            time.sleep(0.1)
+            FLOOD["during"] += FLOOD["on"]
+            tools = [*json.loads(TEXT), {"name": f"v{FLOOD['sent']}", "inputSchema": {}}]
+            send(head + f'"result": {json.dumps({"tools": tools})}}}')
+            if not FLOOD["on"] and not FLOOD["over"]:
+                FLOOD["on"] = True
+                threading.Thread(target=flood, daemon=True).start()
+            continue
         page = int(params.get("cursor") or 0) if MODE == "--pages" else 0
         more = page + 1 < len(PAGES) or MODE == "--endless"
         cursor = f', "nextCursor": "{page + 1}"' if more else ""
@@ -92,6 +122,10 @@ for line in sys.stdin:
             value = (params.get("arguments") or {}).get("value")
             answer = {"content": [{"type": "text", "text": json.dumps(value)}]}
             answer["structuredContent"] = value
+        if params.get("name") == "sleep":
+            time.sleep((params.get("arguments") or {}).get("seconds", 0))
+        if params.get("name") == "flood":
+            answer = {"content": [{"type": "text", "text": json.dumps(FLOOD)}]}
         if params.get("name") == "mute":  # an error that says nothing
             answer = {"content": [], "isError": True}
         if params.get("name") == "noisy":  # a log notification that breaks MCP, first

@@ -528,9 +528,11 @@ async def test_a_message_too_large_ends_the_connection_and_names_the_server(
 RAW = Path(__file__).parent / "raw_server.py"
 
 
-def _raw(tmp: Path, tools: object, *args: str, **settings: object) -> dict[str, object]:
-    """The config of a hand-written server whose tools/list answer holds ``tools`` (text
-    sent as it is, or dumped to JSON)."""
+def _raw(
+    tmp: Path, tools: object, *args: str, **settings: object
+) -> dict[str, dict[str, dict[str, object]]]:
+    """The config of a hand-written server, "raw", whose tools/list answer holds ``tools``
+    (text sent as it is, or dumped to JSON)."""
     text = tools if isinstance(tools, str) else json.dumps(tools)
     (tmp / "tools.json").write_text(text)
     command = [str(RAW), str(tmp / "tools.json"), *args]
@@ -723,6 +725,53 @@ async def test_a_server_that_says_its_tools_changed_again_and_again_holds_no_cal
             15,
         )
         assert result.value == ["spam", "echo"], result.text
+    finally:
+        await engine.aclose()
+
+
+async def test_a_server_that_says_its_tools_changed_without_pause_is_listed_paced(
+    tmp_path: Path,
+) -> None:
+    """A server that says its tools changed every 20 ms, 100 times over, each listing taking
+    0.1 s: its listings are paced (each begins four times as long after the last as that one
+    took), so it is listed a few times during the flood, not about twenty (back to back, a
+    large listing took the host from every other server); another server's calls go on
+    meanwhile, and once the flood is over the tools it last announced are the ones seen."""
+    read_only = {"readOnlyHint": True}
+    tools = [
+        {"name": n, "inputSchema": {"type": "object"}, "annotations": read_only}
+        for n in ("flood", "sleep")
+    ]
+    (tmp_path / "flood").mkdir()
+    (tmp_path / "calm").mkdir()
+    flood = _raw(tmp_path / "flood", tools, "--flood")["mcpServers"]["raw"]
+    calm = _raw(tmp_path / "calm", tools)["mcpServers"]["raw"]
+    servers = await McpServers.start({"mcpServers": {"flood": flood, "calm": calm}})
+    last = asyncio.Event()
+    servers.subscribe(lambda now: last.set() if any(t.name == "flood__v100" for t in now) else None)
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        result = await asyncio.wait_for(
+            engine.run_code(
+                "let calm = 0, state;\n"
+                "do {\n"
+                "  await tools.calm__sleep({ seconds: 0.2 });\n"
+                "  calm += 1;\n"
+                "  state = await tools.flood__flood({});\n"
+                "} while (!state.over);\n"
+                "return [calm, state.sent, state.during];"
+            ),
+            60,
+        )
+        calm_calls, sent, during = result.value
+        # The calm server answered while the flood went on (the script saw it not over).
+        assert sent == 100 and calm_calls >= 2, result.text
+        # Back to back, 19 listings in its 2 s; paced, about 2 s / 0.5 s: 4.
+        assert 1 <= during <= 10, result.text
+        async with asyncio.timeout(30):
+            await last.wait()
+        flooded = sorted(t.name for t in engine.tools if t.source == "flood")
+        assert flooded == ["flood__flood", "flood__sleep", "flood__v100"]
     finally:
         await engine.aclose()
 
