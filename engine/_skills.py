@@ -222,11 +222,12 @@ def skill_answer(
     ids = [f"{skill.name}/{path}" for path in sorted(skill.files)]
     # A skill added (add_skill) after the script started, or a file it has here that the
     # script's starting host had not: not recorded with the script, which read "no file" for
-    # each file this answer told it to read.
+    # each file this answer told it to read. By NFC form, as the script finds a file by its
+    # id in either normalization (each form made once: a skill of a thousand files asked by
+    # a script of a thousand made a million).
+    readable = None if attached is None else {unicodedata.normalize("NFC", i) for i in attached}
     later = [
-        i
-        for i in ids
-        if attached is not None and i not in attached and spelled_otherwise(i, attached) is None
+        i for i in ids if readable is not None and unicodedata.normalize("NFC", i) not in readable
     ]
     if len(later) < len(ids):
         parts += ["", "Its files (read them with files.text, files.lines, ...):"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -177,6 +177,33 @@ def test_a_skills_file_recorded_in_another_normalization_is_one_the_script_reads
         "Its files that this script cannot read, as they came after it started (a script run "
         f"after this one can):\n- {nfc}/b.md"
     ), answer
+
+
+def test_a_skills_files_are_sorted_by_one_normal_form_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file recorded under two spellings, neither the one the answer names (an old log
+    kept ids twins in another normalization; a name and a path with an accent each), is
+    one the script reads: it was listed as for a later script, as neither spelling alone
+    was "the" one. And each id is normalized once: a skill of N files asked by a script of
+    M made N x M normalizations on the event loop (1,000 x 1,000: 46 ms)."""
+    nfc, nfd = (unicodedata.normalize(form, "café") for form in ("NFC", "NFD"))
+    path_nfc, path_nfd = (unicodedata.normalize(form, "é.md") for form in ("NFC", "NFD"))
+    skill = Skill(nfc, "Coffee.", "Brew.", files={path_nfc: b"x"})
+    answer = skill_answer(skill, [], attached={f"{nfd}/{path_nfc}", f"{nfc}/{path_nfd}"})
+    assert answer.endswith(
+        f"Its files (read them with files.text, files.lines, ...):\n- {nfc}/{path_nfc}"
+    ), answer
+
+    normalize, made = unicodedata.normalize, []
+
+    def counted(form: Literal["NFC", "NFD", "NFKC", "NFKD"], text: str) -> str:
+        made.append(text)
+        return normalize(form, text)
+
+    many = Skill("many", "d", "i", files={f"f{i}.md": b"x" for i in range(300)})
+    attached = {f"upload{i}.csv" for i in range(300)}
+    monkeypatch.setattr(unicodedata, "normalize", counted)
+    skill_answer(many, [], attached=attached)
+    assert len(made) <= len(many.files) + len(attached) + 10, len(made)
 
 
 @pytest.mark.parametrize(
