@@ -129,6 +129,8 @@ def only_argument(arguments: Any, tool: str, key: str, example: str, *, empty: b
         extra = f"; leave out {', '.join(repr(k)[:80] for k in others)}" if others else ""
         if key in arguments and not isinstance(value, str):
             extra = f"; {key} must be a string, not {a_json_type(value)}" + extra
+        elif value == "":
+            extra = f"; {key} is empty" + extra
         raise CodeModeError(takes + extra)
     return value
 

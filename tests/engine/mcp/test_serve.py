@@ -595,7 +595,8 @@ async def test_bad_configuration_names_the_server_and_the_others_serve(tmp_path:
 
 async def test_arguments_the_tools_do_not_take_are_refused_by_name(tmp_path: Path) -> None:
     """An argument run_code does not take is refused, not ignored: a model that passed a
-    timeout expects it to have acted. An empty script is still a script."""
+    timeout expects it to have acted. An empty script is still a script; an empty script id
+    is said to be empty."""
     async with serve("stdio", tmp_path, _config(tmp_path, "lab")) as session:
         extra = await session.call_tool("run_code", {"code": "return 1", "timeout": 5})
         assert extra.is_error, text(extra)
@@ -610,6 +611,8 @@ async def test_arguments_the_tools_do_not_take_are_refused_by_name(tmp_path: Pat
         again = await session.call_tool("continue_script", {"script_id": "x", "approve": True})
         assert again.is_error, text(again)
         assert 'takes only {"script_id": "<id>"}; leave out \'approve\'' in text(again)
+        empty = await session.call_tool("continue_script", {"script_id": ""})
+        assert text(empty) == 'continue_script takes only {"script_id": "<id>"}; script_id is empty'
 
 
 def test_bad_json_is_one_line(tmp_path: Path) -> None:
