@@ -301,19 +301,20 @@ async def start_servers(
     return servers
 
 
-def _upstream(text: str) -> ServerSpec:
+def _upstream(given: str) -> ServerSpec:
     name = None
+    text = given
     head, sep, rest = text.partition("=")
     if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", head):
         if not rest.strip():  # it was taken for a command named "a=", which no PATH has
             raise ConfigError(
-                f"--upstream {text!r}: give the command after the name, as NAME=COMMAND"
+                f"--upstream {given!r}: give the command after the name, as NAME=COMMAND"
             )
         name, text = head, rest
     try:
         words = shlex.split(text)
-    except ValueError as e:
-        raise ConfigError(f"--upstream {text!r}: {e}") from None
+    except ValueError as e:  # named as given, its name too: that is what the user finds
+        raise ConfigError(f"--upstream {given!r}: {e}") from None
     if not words:
         raise ConfigError("--upstream needs a command")
     return ServerSpec(name=name or _name_of(words), command=words[0], args=tuple(words[1:]))

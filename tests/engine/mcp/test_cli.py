@@ -637,12 +637,16 @@ def test_mcp_serve_names_where_two_servers_of_one_name_come_from(tmp_path: Path)
 
 def test_mcp_serve_refuses_an_upstream_name_without_a_command(tmp_path: Path) -> None:
     """`--upstream memory=` (the command left out): it said it could not start the command
-    'memory=', as if the whole text were one."""
+    'memory=', as if the whole text were one. A command whose quotes do not close is named as
+    given, its name too (its name was left out)."""
     proc = codemode(tmp_path, "mcp", "serve", "--upstream", "memory=", stdin="")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr == (
         "codemode: --upstream 'memory=': give the command after the name, as NAME=COMMAND\n"
     )
+    proc = codemode(tmp_path, "mcp", "serve", "--upstream", 'x=python3 "open', stdin="")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == "codemode: --upstream 'x=python3 \"open': No closing quotation\n"
 
 
 def test_mcp_serve_over_http_where_it_cannot_listen_says_so(tmp_path: Path) -> None:
