@@ -23,7 +23,7 @@ from engine._events import Emitting
 from engine._limits import Limits
 from engine._naming import BUILTIN_TOOLS, SKILL, TOOL_SEARCH
 from engine._search import ToolIndex
-from engine._skills import Skill, find_skill, skill_answer
+from engine._skills import Skill, find_skill, recorded_of, skill_answer
 from engine._tool_threads import Ticket, ToolThreads
 from engine._tools import (
     SAID_ON_PURPOSE,
@@ -375,7 +375,7 @@ class CallSettling(Emitting):
             return self._index.search(query, limit=limit, language=record.language)
         if entry.name == SKILL:
             skill = find_skill(self.skills, entry.arguments.get("name"), record.language)
-            attached = {f["id"] for f in record.files}
+            attached = recorded_of(skill, record.files)
             return skill_answer(skill, self.tools, language=record.language, attached=attached)
         tool = self._by_name.get(entry.name)
         if tool is None:

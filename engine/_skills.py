@@ -15,6 +15,7 @@ import unicodedata
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from engine._files import MAX_ATTACHMENT_ID, NOT_A_LINE, Attachment
 from engine._search import SkillInfo
@@ -194,8 +195,8 @@ def skill_answer(
 ) -> str:
     """What ``tools.skill({ name })`` answers: the instructions, then the tools' declarations
     in ``language``'s types (the language of the script that asks), then its files: those of
-    them not among ``attached`` (the ids of the asking script's files, when given) are said
-    to be for a later script."""
+    them not among ``attached`` (the ids of the asking script's files recorded as this
+    skill's, :func:`recorded_of`, when given) are said to be for a later script."""
     by_name = {t.name: t for t in tools}
     named = [by_name[n] for n in skill.tools if n in by_name]
     parts = [
@@ -240,6 +241,19 @@ def skill_answer(
         ]
         parts += [f"- {i}" for i in later]
     return "\n".join(parts)
+
+
+def recorded_of(skill: Skill, files: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The ids of ``files`` (a script's file records) recorded as ``skill``'s own files, its
+    name compared in NFC. Not every id under its name: a host's upload may be
+    ``rollback/steps.md`` while no skill ``rollback`` exists, and counted, a skill added while
+    the script waited listed it as the skill's, whose bytes the script then read as such."""
+    name = unicodedata.normalize("NFC", skill.name)
+    return {
+        f["id"]
+        for f in files
+        if isinstance(f.get("skill"), str) and unicodedata.normalize("NFC", f["skill"]) == name
+    }
 
 
 def named_as(name: str, names: Sequence[str]) -> str | None:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import pytest
 
-from engine import CodeMode, CodeModeError, ToolDefinitionError, tool
+from engine import Attachment, CodeMode, CodeModeError, ToolDefinitionError, tool
 from engine._skills import Skill, skill_answer
 from tests.engine.conftest import InProcessRunner
 
@@ -120,13 +120,16 @@ async def test_skill_added_later_keeps_the_description(inproc: InProcessRunner) 
     assert "Refund carefully." in result.value
 
 
+@pytest.mark.parametrize("upload", [None, b"UPLOAD: rm -rf /"])
 async def test_a_skill_added_while_a_script_waits_says_its_files_are_for_a_later_script(
-    inproc: InProcessRunner,
+    inproc: InProcessRunner, upload: bytes | None
 ) -> None:
     """A script's files are recorded as it starts, so a skill added while it waits (on an
     approval here) has none of its files in it: the skill's answer told the script to read
     them with files.text, and each read was 'no file'. The answer says they are for a later
-    script, which reads them."""
+    script, which reads them. So too when the script has a host's upload whose id is the
+    skill's file's (allowed while no such skill existed): counted as the skill's, it was
+    listed as one to read, and the script read the upload's bytes as the skill's file."""
 
     @tool(needs_approval=True)
     def deploy(service: str) -> str:
@@ -142,14 +145,18 @@ async def test_a_skill_added_while_a_script_waits_says_its_files_are_for_a_later
     return { answer, read };
     """
     try:
-        paused = await engine.run_code(code)
+        files = [Attachment("rollback/steps.md", data=upload)] if upload is not None else None
+        paused = await engine.run_code(code, files=files)
         assert paused.status == "paused", paused.text
         engine.add_skill(Skill("rollback", "Roll back.", "Undo.", files={"steps.md": b"1. undo"}))
         await engine.approve(paused.script_id, paused.waiting[0]["call_id"])
         result = await engine.resume(paused.script_id)
         assert result.status == "finished", result.text
         answer, read = result.value["answer"], result.value["read"]
-        assert "no file 'rollback/steps.md'" in read
+        if upload is None:
+            assert "no file 'rollback/steps.md'" in read
+        else:
+            assert read == upload.decode()  # the host's upload, which it attached by that id
         assert "read them with files.text" not in answer
         assert (
             "Its files that this script cannot read, as they came after it started (a script run "
