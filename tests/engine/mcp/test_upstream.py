@@ -539,6 +539,13 @@ def _raw(
     return {"mcpServers": {"raw": {"command": sys.executable, "args": command, **settings}}}
 
 
+def _read_only(*names: str) -> list[dict[str, object]]:
+    """Definitions of tools ``names`` that take any object and are hinted read-only (so no
+    call of them waits for approval)."""
+    read_only = {"readOnlyHint": True}
+    return [{"name": n, "inputSchema": {"type": "object"}, "annotations": read_only} for n in names]
+
+
 async def _raw_problem(tmp: Path, tools: str, *args: str, **settings: object) -> str:
     """The one problem of a hand-written server whose tools/list answer holds ``tools``
     (``args``: its mode)."""
@@ -555,11 +562,7 @@ async def test_a_result_that_breaks_mcp_and_a_listing_never_answered(tmp_path: P
     is wrong (it was pydantic's text, with its links); a server that says its tools changed
     and never answers the listing that follows holds its calls only for its initTimeout
     (each waited for ever), and its tools stay as they were."""
-    read_only = {"readOnlyHint": True}
-    tools = [
-        {"name": n, "inputSchema": {"type": "object"}, "annotations": read_only}
-        for n in ("badresult", "change", "echo", "refuse", "surrogate")
-    ]
+    tools = _read_only("badresult", "change", "echo", "refuse", "surrogate")
     servers = await McpServers.start(_raw(tmp_path, tools, initTimeout=1))
     engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
     try:
@@ -710,10 +713,7 @@ async def test_a_server_that_says_its_tools_changed_again_and_again_holds_no_cal
     """A server that announces changed tools while each listing runs: the listings one
     announcement leads to are bounded, so a call returns with the server's answer (it waited
     out its timeout, the listings never ending)."""
-    tools = [
-        {"name": n, "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
-        for n in ("spam", "echo")
-    ]
+    tools = _read_only("spam", "echo")
     servers = await McpServers.start(_raw(tmp_path, tools, timeout=20))
     engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
     try:
@@ -737,11 +737,7 @@ async def test_a_server_that_says_its_tools_changed_without_pause_is_listed_pace
     took), so it is listed a few times during the flood, not about twenty (back to back, a
     large listing took the host from every other server); another server's calls go on
     meanwhile, and once the flood is over the tools it last announced are the ones seen."""
-    read_only = {"readOnlyHint": True}
-    tools = [
-        {"name": n, "inputSchema": {"type": "object"}, "annotations": read_only}
-        for n in ("flood", "sleep")
-    ]
+    tools = _read_only("flood", "sleep")
     (tmp_path / "flood").mkdir()
     (tmp_path / "calm").mkdir()
     flood = _raw(tmp_path / "flood", tools, "--flood")["mcpServers"]["raw"]
@@ -785,11 +781,7 @@ async def test_a_server_that_exits_while_its_child_holds_its_output_is_restarted
     call waited out its timeout, 300 s by default, and so did every later one.)"""
     import psutil
 
-    read_only = {"readOnlyHint": True}  # no approval asked
-    tools = [
-        {"name": n, "inputSchema": {"type": "object"}, "annotations": read_only}
-        for n in ("crash", "echo")
-    ]
+    tools = _read_only("crash", "echo")
     servers = await McpServers.start(_raw(tmp_path, tools))
     engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
     try:
@@ -1123,10 +1115,7 @@ async def test_a_call_to_a_server_that_cannot_reconnect_says_it_was_not_sent(
     """A server that crashed and will not start again: a call waits for it at most half its
     own timeout, then fails saying it was not sent (it waited out the tool's timeout and
     said the call "may or may not have taken effect")."""
-    tools = [
-        {"name": n, "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
-        for n in ("crash", "echo")
-    ]
+    tools = _read_only("crash", "echo")
     (tmp_path / "tools.json").write_text(json.dumps(tools))
     once = tmp_path / "once.sh"
     once.write_text(
