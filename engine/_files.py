@@ -71,11 +71,12 @@ class Attachment:
                 f"attachment {self.id!r}: path is {type(self.path).__name__}; give a str or a "
                 "pathlib.Path"
             )
-        if self.path is not None and "\x00" in str(self.path):
+        path = str(self.path) if self.path is not None else ""
+        if "\x00" in path:
             # Else run_code raised the os module's bare ValueError, "embedded null byte".
             raise ConfigError(
-                f"attachment {self.id!r}: path {str(self.path)!r:.80} has a NUL, which no "
-                "file's path holds; give the file's path"
+                f"attachment {self.id!r}: path has a NUL {_up_to(path, path.index(chr(0)))}, "
+                "which no file's path holds; give the file's path"
             )
         for what in ("mime", "skill"):
             value = getattr(self, what)
@@ -137,6 +138,14 @@ class Attachment:
         if guessed is None and self.path is not None:
             guessed, _ = mimetypes.guess_type(str(self.path))
         return guessed or "application/octet-stream"
+
+
+def _up_to(text: str, at: int) -> str:
+    """Where the character at index ``at`` of ``text`` is, for a message: its position and
+    the text before it, cut to its last 60 characters (a message of the whole text cut at a
+    length showed no NUL in a long path)."""
+    before = text[:at] if at <= 60 else "..." + text[at - 60 : at]
+    return f"at character {at + 1:,} (after {before!r})"
 
 
 # How many blobs a BlobStore remembers the version of (see BlobStore.unchanged); one it

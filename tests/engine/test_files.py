@@ -280,8 +280,19 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
         (lambda: Attachment("a.txt", data=b"", mime="text/plain\nx"), "give one line of text"),
         (lambda: Attachment("x" * 1025, data=b""), "give an id of at most 1024"),
         # run_code raised os's bare ValueError, "embedded null byte".
-        (lambda: Attachment("a.txt", path="/tmp/a\x00b"), "has a NUL, which no file's path"),
-        (lambda: Attachment("a.txt", path=Path("a\x00b")), "has a NUL, which no file's path"),
+        (
+            lambda: Attachment("a.txt", path="/tmp/a\x00b"),
+            "has a NUL at character 7 \\(after '/tmp/a'\\), which no",
+        ),
+        (
+            lambda: Attachment("a.txt", path=Path("a\x00b")),
+            "has a NUL at character 2 \\(after 'a'\\), which",
+        ),
+        # Named where it is: the path cut at 80 characters showed no NUL.
+        (
+            lambda: Attachment("a.txt", path="/" + "d" * 200 + "/a\x00b"),
+            "has a NUL at character 204 \\(after '\\.\\.\\.d{58}/a'\\)",
+        ),
     ):
         with pytest.raises(ConfigError, match=expected):
             made()
