@@ -78,6 +78,15 @@ class Attachment:
                 f"attachment {self.id!r}: path has a NUL {_up_to(path, path.index(chr(0)))}, "
                 "which no file's path holds; give the file's path"
             )
+        try:
+            os.fsencode(path)
+        except UnicodeEncodeError as e:
+            # Else run_code raised a bare UnicodeEncodeError. (A byte the file system's
+            # encoding does not decode is a surrogate from U+DC80, which encodes back.)
+            raise ConfigError(
+                f"attachment {self.id!r}: path has a lone surrogate {_up_to(path, e.start)}, "
+                "which no file's path holds; give the file's path (os.fsdecode of its bytes)"
+            ) from None
         for what in ("mime", "skill"):
             value = getattr(self, what)
             if value is not None and (

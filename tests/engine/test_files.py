@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -255,9 +256,10 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
     inproc: InProcessRunner, tmp_path: Path
 ) -> None:
     """An attachment with no bytes, text for bytes, no id or an id no log keeps (a NUL, a
-    lone surrogate: PostgreSQL's DataError), or a path with a NUL, is refused when made;
-    one with an unreadable path, a duplicate id or something that is not an Attachment is
-    refused by run_code, naming it; no script is recorded. So is a mime or skill that is not text (it
+    lone surrogate: PostgreSQL's DataError), or a path with a NUL or a lone surrogate (one
+    not a byte the file system's encoding left undecoded), is refused when made; one with an
+    unreadable path, a duplicate id or something that is not an Attachment is refused by
+    run_code, naming it; no script is recorded. So is a mime or skill that is not text (it
     was recorded, then every step of the script failed on a ValidationError or a TypeError),
     and files given as one Attachment rather than a list (a TypeError: not iterable)."""
     from engine import CodeModeError, ConfigError
@@ -288,6 +290,11 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
             lambda: Attachment("a.txt", path=Path("a\x00b")),
             "has a NUL at character 2 \\(after 'a'\\), which",
         ),
+        # run_code raised a bare UnicodeEncodeError.
+        (
+            lambda: Attachment("a.txt", path="/tmp/a\ud800b"),
+            "has a lone surrogate at character 7 \\(after '/tmp/a'\\), which no",
+        ),
         # Named where it is: the path cut at 80 characters showed no NUL.
         (
             lambda: Attachment("a.txt", path="/" + "d" * 200 + "/a\x00b"),
@@ -296,6 +303,10 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
     ):
         with pytest.raises(ConfigError, match=expected):
             made()
+    undecoded = tmp_path / os.fsdecode(b"caf\xe9.txt")  # a Latin-1 name: U+DCE9 in it
+    undecoded.write_bytes(b"read")
+    assert Attachment("a.txt", path=undecoded).read() == b"read"
+    assert Attachment("a.txt", path=str(undecoded)).read() == b"read"
     engine = CodeMode([], runner=inproc)
     cases = {
         "cannot read attachment 'b.txt'": [Attachment("b.txt", path=tmp_path / "missing")],
