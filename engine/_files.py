@@ -10,6 +10,7 @@ it never sees where they are stored.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import io
 import mimetypes
@@ -314,11 +315,21 @@ class BlobStore:
         return gone
 
 
+# What fsync of a directory fails with where the file system does not sync directories
+# (some FUSE and CIFS mounts): there the names are as durable as it makes them, and SQLite
+# ignores it too. Raised, every new blob's put failed after its rename.
+_NO_DIRECTORY_SYNC = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP})
+
+
 def _sync_directory(path: Path) -> None:
-    """``fsync`` the directory ``path``: the names made in it reach the disk."""
+    """``fsync`` the directory ``path``: the names made in it reach the disk (where the file
+    system syncs directories at all)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
+    except OSError as e:
+        if e.errno not in _NO_DIRECTORY_SYNC:
+            raise
     finally:
         os.close(fd)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -868,12 +870,18 @@ async def test_two_attachments_whose_ids_are_one_in_another_normalization_are_re
         await engine.aclose()
 
 
+def _in_a_process(program: str) -> subprocess.CompletedProcess[str]:
+    """``program`` run by this Python in a process of its own, from the checkout (so it may
+    patch the os module for itself alone)."""
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, cwd=root, timeout=60
+    )
+
+
 def test_a_blob_whose_write_fails_leaves_no_part_behind(tmp_path: Path) -> None:
     """A blob write that fails (here past RLIMIT_FSIZE, as on a full disk) raises OSError and
     leaves no file: its part was left as a .tmp file, one more at each failure."""
-    import subprocess
-    import sys
-
     program = f"""
 import resource, signal
 from engine._files import BlobStore
@@ -885,10 +893,7 @@ try:
 except OSError as e:
     print(e.strerror)
 """
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, cwd=root, timeout=60
-    )
+    done = _in_a_process(program)
     assert (done.returncode, done.stdout, done.stderr) == (0, "File too large\n", "")
     assert [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()] == []
 
@@ -899,9 +904,6 @@ def test_a_blob_is_on_the_disk_before_its_name_is(tmp_path: Path) -> None:
     written and renamed without an fsync, so a power loss could leave the blob empty or
     gone under a script whose calls had run, which could then never read its files. The
     order of the calls is watched in a process of its own (each call still made)."""
-    import subprocess
-    import sys
-
     program = f"""
 import os
 from engine._files import BlobStore
@@ -919,10 +921,7 @@ digest = blobs.put(b"x" * 5000)
 for step in done:
     print(*step, sep="\\t")
 """
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, cwd=root, timeout=60
-    )
+    done = _in_a_process(program)
     assert done.returncode == 0, done.stderr
     steps = [line.split("\t") for line in done.stdout.splitlines()]
     blobs = (tmp_path / "blobs").resolve()  # as /proc names what a descriptor is open on
@@ -932,6 +931,40 @@ for step in done:
     assert Path(steps[1][2]).resolve() == blob, steps
     # Its folder (the name in it), then the store's (the folder, new with this blob).
     assert steps[2:] == [["fsync", str(blob.parent)], ["fsync", str(blobs)]], steps
+
+
+@pytest.mark.parametrize(
+    ("refusal", "said"), [("EINVAL", "stored"), ("EOPNOTSUPP", "stored"), ("EIO", "Input/output")]
+)
+def test_a_blob_is_stored_where_folders_are_not_synced(
+    tmp_path: Path, refusal: str, said: str
+) -> None:
+    """Where the file system does not sync directories (fsync fails with EINVAL or
+    EOPNOTSUPP on some FUSE and CIFS mounts), a new blob is stored as before the syncs were
+    made: its put raised after the rename, so no script given a new file could start there.
+    A failure of another kind (EIO) is the store failing, and raised. Each fsync is still
+    made, and fails after (in a process of its own)."""
+    program = f"""
+import errno, os, stat
+from engine._files import BlobStore
+fsync = os.fsync
+def synced(fd):
+    fsync(fd)
+    if stat.S_ISDIR(os.fstat(fd).st_mode):
+        raise OSError(errno.{refusal}, os.strerror(errno.{refusal}))
+os.fsync = synced
+blobs = BlobStore({str(tmp_path / "blobs")!r})
+try:
+    digest = blobs.put(b"x" * 5000)
+except OSError as e:
+    print(e.strerror)
+else:
+    print("stored" if blobs.read(digest, 0, 10) == b"x" * 10 else "not read")
+"""
+    done = _in_a_process(program)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout.startswith(said), done.stdout
+    assert [p.suffix for p in (tmp_path / "blobs").rglob("*") if p.is_file()] == [""]
 
 
 async def test_a_utf16_file_is_read_as_its_text_in_the_confined_process() -> None:
