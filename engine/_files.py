@@ -185,6 +185,7 @@ class BlobStore:
         self._lock = threading.Lock()
         # Each blob found to hold its digest's bytes: its version then (see unchanged).
         self._versions: dict[str, object] = {}
+        self._folders_made = False  # see _make_folders
         if self.directory is not None:
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
@@ -206,8 +207,8 @@ class BlobStore:
         if not self._holds(path, digest):
             # Written again when cut short or changed too (a crash before the data reached
             # the disk): kept, it failed every script given these bytes.
-            made = not path.parent.is_dir()
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if not self._folders_made or not path.parent.is_dir():
+                self._make_folders()
             tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             try:
                 with open(tmp, "wb") as f:
@@ -220,14 +221,27 @@ class BlobStore:
                     os.fsync(f.fileno())
                 os.replace(tmp, path)
                 _sync_directory(path.parent)
-                if made:
-                    _sync_directory(path.parent.parent)
             except OSError:
                 # Else the part written stays (a full disk): one more file at each failure.
                 tmp.unlink(missing_ok=True)
                 raise
             self._holds(path, digest, written=True)
         return digest
+
+    def _make_folders(self) -> None:
+        """Make the 256 folders blobs go in (by their digest's first two hex digits) that are
+        not there, then sync the store's folder: each folder's name is on the disk before a
+        blob is put in it. Done at this store's first new blob (and again if a folder was
+        removed since), so a new blob costs an fsync of its bytes and one of its folder. (A
+        folder made at a blob's put, the store's folder synced when that put had made it,
+        left a race: another host's put found it made, stored a blob in it and returned
+        before the first had synced the store's folder, so a power loss could take the
+        folder and the blob a log recorded with it.)"""
+        assert self.directory is not None
+        for prefix in range(256):
+            (self.directory / f"{prefix:02x}").mkdir(parents=True, exist_ok=True)
+        _sync_directory(self.directory)
+        self._folders_made = True
 
     def _holds(self, path: Path, digest: str, *, written: bool = False) -> bool:
         """Whether the file at ``path`` holds the bytes ``digest`` names (``written``: it

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -903,34 +905,79 @@ def test_a_blob_is_on_the_disk_before_its_name_is(tmp_path: Path) -> None:
     put returns (the log then records it, durably at the script's first call): they were
     written and renamed without an fsync, so a power loss could leave the blob empty or
     gone under a script whose calls had run, which could then never read its files. The
-    order of the calls is watched in a process of its own (each call still made)."""
+    store's folder is synced before its first blob is written, with the folders blobs go
+    in made: a folder another host had made, whose name that host had not yet synced, held
+    a blob put returned for, which a power loss could take with the folder. Bytes stored
+    already (by this store or another) make no write and no sync; a new blob after the
+    first syncs its own folder only. The calls are watched in a process of their own (each
+    call still made)."""
+    x = b"x" * 5000
+    dx = hashlib.sha256(x).hexdigest()
+    # Another blob for x's folder, and one for another folder.
+    y = next(
+        b"y%d" % i for i in range(10_000) if hashlib.sha256(b"y%d" % i).hexdigest()[:2] == dx[:2]
+    )
+    z = next(
+        b"z%d" % i for i in range(10_000) if hashlib.sha256(b"z%d" % i).hexdigest()[:2] != dx[:2]
+    )
+    root = tmp_path / "blobs"
+    (root / dx[:2]).mkdir(parents=True)  # as another host's put made it, not synced yet
     program = f"""
-import os
+import builtins, json, os, re
 from engine._files import BlobStore
-blobs = BlobStore({str(tmp_path / "blobs")!r})
+root = os.path.realpath({str(root)!r})
+def named(path):
+    # As the store's folder names it, a temporary file by its blob's name.
+    return re.sub(r"[.][0-9]+[.][0-9]+[.]tmp$", ".tmp", os.path.relpath(os.path.realpath(path), root))
 done = []
-fsync, replace = os.fsync, os.replace
+fsync, replace, opened = os.fsync, os.replace, builtins.open
 def synced(fd):
-    done.append(("fsync", os.readlink(f"/proc/self/fd/{{fd}}")))
+    done.append(("fsync", named(os.readlink(f"/proc/self/fd/{{fd}}"))))
     fsync(fd)
 def replaced(src, dst):
-    done.append(("replace", str(src), str(dst)))
+    done.append(("replace", named(src), named(dst)))
     replace(src, dst)
-os.fsync, os.replace = synced, replaced
-digest = blobs.put(b"x" * 5000)
-for step in done:
-    print(*step, sep="\\t")
+def opening(file, mode="r", *args, **kwargs):
+    if set(mode) & set("wax+"):
+        done.append(("open", named(file)))
+    return opened(file, mode, *args, **kwargs)
+os.fsync, os.replace, builtins.open = synced, replaced, opening
+blobs = BlobStore(root)
+steps = {{}}
+for phase, store, data in (
+    ("first", blobs, {x!r}),
+    ("again", blobs, {x!r}),
+    ("fresh", BlobStore(root), {x!r}),
+    ("beside", blobs, {y!r}),
+    ("elsewhere", blobs, {z!r}),
+):
+    done.clear()
+    store.put(data)
+    steps[phase] = list(done)
+print(json.dumps(steps))
 """
     done = _in_a_process(program)
     assert done.returncode == 0, done.stderr
-    steps = [line.split("\t") for line in done.stdout.splitlines()]
-    blobs = (tmp_path / "blobs").resolve()  # as /proc names what a descriptor is open on
-    (blob,) = [p for p in blobs.rglob("*") if p.is_file()]
-    assert steps[0][0] == "fsync" and steps[0][1].endswith(".tmp"), steps
-    assert steps[1][0] == "replace" and Path(steps[1][1]).resolve() == Path(steps[0][1]), steps
-    assert Path(steps[1][2]).resolve() == blob, steps
-    # Its folder (the name in it), then the store's (the folder, new with this blob).
-    assert steps[2:] == [["fsync", str(blob.parent)], ["fsync", str(blobs)]], steps
+    steps = json.loads(done.stdout)
+
+    def written(digest: str) -> list[list[str]]:
+        tmp = f"{digest[:2]}/{digest}.tmp"
+        # Its bytes, then its name, then its folder (the name in it).
+        return [
+            ["open", tmp],
+            ["fsync", tmp],
+            ["replace", tmp, f"{digest[:2]}/{digest}"],
+            ["fsync", digest[:2]],
+        ]
+
+    assert steps == {
+        "first": [["fsync", "."], *written(dx)],
+        "again": [],
+        "fresh": [],
+        "beside": written(hashlib.sha256(y).hexdigest()),
+        "elsewhere": written(hashlib.sha256(z).hexdigest()),
+    }, steps
+    assert sorted(p.name for p in root.iterdir()) == [f"{i:02x}" for i in range(256)]
 
 
 @pytest.mark.parametrize(
@@ -964,7 +1011,9 @@ else:
     done = _in_a_process(program)
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert done.stdout.startswith(said), done.stdout
-    assert [p.suffix for p in (tmp_path / "blobs").rglob("*") if p.is_file()] == [""]
+    # Stored whole; or (EIO: the store's folder failed its sync first) nothing, no part.
+    stored = [p.suffix for p in (tmp_path / "blobs").rglob("*") if p.is_file()]
+    assert stored == ([""] if said == "stored" else []), stored
 
 
 async def test_a_utf16_file_is_read_as_its_text_in_the_confined_process() -> None:
