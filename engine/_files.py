@@ -115,28 +115,49 @@ class Attachment:
         if self.data is not None:
             return bytes(self.data)
         if self.path is not None:
-            what = f"skill {self.skill}'s file" if self.skill is not None else "attachment"
-            try:
-                # Not blocking: opening a named pipe would wait for a writer.
-                fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-                with open(fd, "rb") as f:
-                    if not stat.S_ISREG(os.fstat(fd).st_mode):
-                        # A pipe or a device would be read for ever (/dev/zero) or wait so.
-                        raise CodeModeError(
-                            f"cannot read {what} {self.id!r} at {self.path}: it is not a "
-                            "regular file; give a file"
-                        )
+            with self._opened() as f:
+                try:
                     return f.read()
-            except OSError as e:
-                raise CodeModeError(
-                    f"cannot read {what} {self.id!r} at {self.path} ({e.strerror or e}); "
-                    + (
-                        "restore the file, or remove it from the skill"
-                        if self.skill is not None
-                        else "give a file this process can read"
-                    )
-                ) from None
+                except OSError as e:
+                    raise self._unreadable(e) from None
         raise CodeModeError(f"attachment {self.id!r} has neither data nor a path")
+
+    def _opened(self) -> io.BufferedReader:
+        """The file at ``path``, open to read; a :class:`CodeModeError` naming it when it
+        cannot be opened or is no regular file."""
+        assert self.path is not None
+        try:
+            # Not blocking: opening a named pipe would wait for a writer.
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                regular = stat.S_ISREG(os.fstat(fd).st_mode)
+            except OSError:
+                os.close(fd)
+                raise
+        except OSError as e:
+            raise self._unreadable(e) from None
+        if not regular:
+            os.close(fd)
+            # A pipe or a device would be read for ever (/dev/zero) or wait so.
+            raise CodeModeError(
+                f"cannot read {self._what()} {self.id!r} at {self.path}: it is not a regular "
+                "file; give a file"
+            )
+        return open(fd, "rb")
+
+    def _what(self) -> str:
+        return f"skill {self.skill}'s file" if self.skill is not None else "attachment"
+
+    def _unreadable(self, error: OSError) -> CodeModeError:
+        return CodeModeError(
+            f"cannot read {self._what()} {self.id!r} at {self.path} "
+            f"({error.strerror or error}); "
+            + (
+                "restore the file, or remove it from the skill"
+                if self.skill is not None
+                else "give a file this process can read"
+            )
+        )
 
     def mime_type(self) -> str:
         """``mime``, or the type its id names (what the script and the model know it by),
@@ -486,20 +507,31 @@ def record_files(
     blobs: BlobStore, attachments: list[Attachment], skills: StoredSkillFiles | None = None
 ) -> list[dict[str, Any]]:
     """Store each attachment's bytes and return what the script record keeps of them; a
-    skill's file found in ``skills`` (stored before, unchanged) is not read again."""
-    _check_ids(attachments)  # before any is read or stored: a refused start stores nothing
-    records = []
+    skill's file found in ``skills`` (stored before, unchanged) is not read again. Two ids
+    that are one, or a path that cannot be opened, are refused before any is stored, so a
+    refused start stores nothing (unless a file becomes unreadable as the others are
+    stored)."""
+    _check_ids(attachments)
+    planned: list[tuple[Attachment, object, dict[str, Any] | None]] = []
     for attachment in attachments:
         source: object = None
+        known = None
         if skills is not None and attachment.skill is not None:
             try:
                 source = StoredSkillFiles.source(attachment)
             except OSError:
-                source = None  # read below, which says what is wrong with the path
+                source = None  # opened below, which says what is wrong with the path
             known = skills.get(attachment, source) if source is not None else None
-            if known is not None:
-                records.append(known)
-                continue
+        if known is None and attachment.path is not None:
+            # Each opened first: one that cannot be was refused after the files before it
+            # were stored, for a start that recorded no script.
+            attachment._opened().close()
+        planned.append((attachment, source, known))
+    records = []
+    for attachment, source, known in planned:
+        if known is not None:
+            records.append(known)
+            continue
         data = attachment.read()
         try:
             digest = blobs.put(data)

@@ -263,7 +263,7 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
     lone surrogate: PostgreSQL's DataError), or a path with a NUL or a lone surrogate (one
     not a byte the file system's encoding left undecoded), is refused when made; one with an
     unreadable path, a duplicate id or something that is not an Attachment is refused by
-    run_code, naming it; no script is recorded. So is a mime or skill that is not text (it
+    run_code, naming it; no script is recorded, and no file stored. So is a mime or skill that is not text (it
     was recorded, then every step of the script failed on a ValidationError or a TypeError),
     and files given as one Attachment rather than a list (a TypeError: not iterable)."""
     from engine import CodeModeError, ConfigError
@@ -311,9 +311,17 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
     undecoded.write_bytes(b"read")
     assert Attachment("a.txt", path=undecoded).read() == b"read"
     assert Attachment("a.txt", path=str(undecoded)).read() == b"read"
-    engine = CodeMode([], runner=inproc)
+    blobs = tmp_path / "blobs"
+    engine = CodeMode([], runner=inproc, blobs=BlobStore(blobs))
+    stored = Attachment("stored.txt", data=b"for nothing")
     cases = {
-        "cannot read attachment 'b.txt'": [Attachment("b.txt", path=tmp_path / "missing")],
+        # A path that cannot be opened, or is no file, after a file that could be stored:
+        # that file was stored for a start that was refused.
+        "cannot read attachment 'b.txt'": [stored, Attachment("b.txt", path=tmp_path / "missing")],
+        "cannot read attachment 'f.txt' at ": [
+            stored,
+            Attachment("f.txt", path=tmp_path),
+        ],
         "two attachments have the id 'c.txt'": [
             Attachment("c.txt", data=b"1"),
             Attachment("c.txt", data=b"2"),
@@ -326,6 +334,7 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
         with pytest.raises(CodeModeError, match=expected):
             await engine.run_code("return 1", files=files)  # type: ignore[arg-type]
     assert await engine.store.scripts() == []
+    assert [p for p in blobs.rglob("*") if p.is_file()] == []
     none = await engine.run_code("return files.list().length", files=None)  # type: ignore[arg-type]
     assert none.value == 0, none.text  # None is no files, as a host passes it
 
