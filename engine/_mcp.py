@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -29,6 +30,44 @@ def unwrap(result: Any, *, tool: str | None = None, server: str | None = None) -
     """The value a script sees for an MCP handler's result (see the module docstring).
     ``tool`` and ``server`` (its name there, and the server's) name an error that says
     nothing itself."""
+    return answer(result, tool=tool, server=server).value
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What an MCP handler answered: the ``value`` a script sees, and whether it was read
+    from the content of a ``CallToolResult`` that had no structured content
+    (``unstructured``). The tool checks ``value`` against its output schema; ``tool`` and
+    ``server`` (as :func:`unwrap` takes them) name who answered when it does not match."""
+
+    value: Any
+    unstructured: bool = False
+    tool: str | None = None
+    server: str | None = None
+
+    def mismatch(self, problems: str) -> str | None:
+        """The error of this answer, which does not match its tool's output schema
+        (``problems``, as the schema check words them), when a server gave it: the server
+        is at fault, not the host. None for a handler of no named server (the host's)."""
+        if self.server is None or self.tool is None:
+            return None
+        if self.unstructured:
+            what = (
+                "no structuredContent, which the tool's output schema asks for (its content, read "
+                f"as the result instead, does not match the schema: {problems})"
+            )
+        else:
+            what = f"a result that does not match the tool's output schema ({problems})"
+        return (
+            f"the MCP server {self.server!r} answered the call of {self.tool!r} with {what}; "
+            "the server's maintainer must fix it"
+        )
+
+
+def answer(result: Any, *, tool: str | None = None, server: str | None = None) -> Answer:
+    """``result`` unwrapped as :func:`unwrap` does, with what the check of its output schema
+    needs to say (see :class:`Answer`)."""
+    named = functools.partial(Answer, tool=tool, server=server)
     if isinstance(result, BaseModel):  # the SDK's CallToolResult, or any content model
         name, structured = _structured(result)
         # Left out of the model's dump, which writes NaN and infinities as null (a server may
@@ -48,15 +87,16 @@ def unwrap(result: Any, *, tool: str | None = None, server: str | None = None) -
         if result.get("isError"):
             raise ToolCallError(text or _unexplained(tool, server))
         if result.get("structuredContent") is not None:
-            return result["structuredContent"]
+            return named(result["structuredContent"])
         if any(isinstance(b, Mapping) and b.get("type") != "text" for b in result["content"]):
             # Images, audio, resource links, embedded resources: the blocks in order, the
             # text ones among them (the text alone left a link's or a resource's data out).
-            return [dict(b) for b in result["content"] if isinstance(b, Mapping)]
-        return _parsed(text)
+            blocks = [dict(b) for b in result["content"] if isinstance(b, Mapping)]
+            return named(blocks, unstructured=True)
+        return named(_parsed(text), unstructured=True)
     if isinstance(result, str):
-        return _parsed(result)
-    return result
+        return named(_parsed(result))
+    return named(result)
 
 
 MEDIA_TYPES = ("image", "audio")
@@ -127,9 +167,10 @@ def _numeric(text: str) -> bool:
 def wrap_handler(
     handler: Callable[..., Any], *, tool: str | None = None, server: str | None = None
 ) -> Callable[..., Any]:
-    """``handler`` with its results unwrapped (``tool`` and ``server`` as :func:`unwrap`
-    takes them); the same signature, sync or async."""
-    named = functools.partial(unwrap, tool=tool, server=server)
+    """``handler`` with each result made an :class:`Answer` (``tool`` and ``server`` as
+    :func:`unwrap` takes them), which :class:`~engine.Tool` checks and passes on as its
+    value; the same signature, sync or async."""
+    named = functools.partial(answer, tool=tool, server=server)
     if inspect.iscoroutinefunction(handler):
 
         @functools.wraps(handler)

@@ -36,7 +36,7 @@ from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError
 
 from engine._errors import ToolCallError, ToolDefinitionError
-from engine._mcp import wrap_handler
+from engine._mcp import Answer, wrap_handler
 from engine._naming import sanitize_name, unique_names
 from engine._schema import (
     NotJSONData,
@@ -438,7 +438,9 @@ class Tool:
 
     async def checked(self, result: Any, room: int | None = None, language: str = "python") -> Any:
         """``result`` as JSON data, checked against the output schema; raises
-        :class:`ToolCallError` saying what is wrong, as :meth:`invoke` does.
+        :class:`ToolCallError` saying what is wrong, as :meth:`invoke` does. An MCP handler's
+        answer (``engine._mcp.Answer``) is checked as its value, and one from a server that
+        breaks the output schema is said to be the server's to fix.
 
         A result of more than ``INLINE_RESULT_ITEMS`` items is converted in a thread: that is
         Python work in proportion to its size (300,000 small objects: about 2.5 s), which on
@@ -450,7 +452,8 @@ class Tool:
         iterator) is read in the thread too, up to ``room``: its length is unknown until read.
         ``language`` is as :meth:`invoke`'s.
         """
-        if not _streamed(result) and holds_at_most(result, INLINE_RESULT_ITEMS):
+        value = result.value if isinstance(result, Answer) else result
+        if not _streamed(value) and holds_at_most(value, INLINE_RESULT_ITEMS):
             return self._check_result(result, None, language)
         return await asyncio.to_thread(self._check_result, result, room, language)
 
@@ -578,6 +581,9 @@ class Tool:
         )
 
     def _check_result(self, result: Any, room: int | None = None, language: str = "python") -> Any:
+        answer = result if isinstance(result, Answer) else None  # an MCP handler's
+        if answer is not None:
+            result = answer.value
         if _streamed(result):
             result = self._read_out(result, room)
         # Every item takes two bytes of JSON at least (itself and a comma or a bracket).
@@ -623,6 +629,9 @@ class Tool:
                     "; the tool must return JSON data (text without lone surrogates)",
                 ) from None
             if problems:
+                told = answer.mismatch(problems) if answer is not None else None
+                if told is not None:  # a server's answer: no defect of the host's tool
+                    raise self._error(told)
                 raise self._defect(
                     f"returned a result that does not match its output schema: {problems}",
                     "; have the tool return what its output schema says, or correct the schema",

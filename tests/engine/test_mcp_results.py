@@ -133,3 +133,35 @@ async def test_mcp_tool_result_is_parsed_in_the_script(inproc: InProcessRunner) 
     """
     result = await engine.run_code(code)
     assert result.value == {"hits": 2, "err": "index offline"}
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_a_host_handlers_result_that_breaks_its_output_schema_is_the_hosts(
+    kind: str, inproc: InProcessRunner
+) -> None:
+    """A result of a host's handler given with ``Tool.from_mcp`` and no server that does not
+    match its output schema is the host's tool's defect, said as for any host tool: no MCP
+    server answered it (an upstream server's says the server's maintainer must fix it)."""
+    answer = {"content": [{"type": "text", "text": '{"hits": "none"}'}]}
+
+    async def async_search() -> dict[str, Any]:
+        return answer
+
+    definition = {
+        "name": "search",
+        "inputSchema": {},
+        "outputSchema": {"type": "object", "properties": {"hits": {"type": "array"}}},
+    }
+    handler = async_search if kind == "async" else lambda: answer
+    engine = CodeMode([Tool.from_mcp(definition, handler)], runner=inproc)
+    try:
+        result = await engine.run_code(
+            "try { return await tools.search() } catch (e) { return e.message }"
+        )
+    finally:
+        await engine.aclose()
+    assert result.value == (
+        "tools.search returned a result that does not match its output schema: at hits: "
+        "expected array, got string, so its result could not be passed on: a defect of the "
+        "tool on the host's side, not of the script"
+    ), result.text

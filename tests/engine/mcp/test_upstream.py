@@ -622,6 +622,16 @@ async def test_an_error_with_no_text_names_the_server_and_the_tool(tmp_path: Pat
         await engine.aclose()
 
 
+def _structured(schema: dict[str, object], name: str = "structured") -> dict[str, object]:
+    """The definition of a read-only tool ``name`` whose output schema is ``schema``."""
+    return {
+        "name": name,
+        "inputSchema": {"type": "object"},
+        "outputSchema": schema,
+        "annotations": {"readOnlyHint": True},
+    }
+
+
 async def test_a_result_is_checked_against_its_output_schema_in_linear_time(
     tmp_path: Path,
 ) -> None:
@@ -656,12 +666,46 @@ async def test_a_result_is_checked_against_its_output_schema_in_linear_time(
             "try { return await tools.raw__structured({ value: { run: 'a'.repeat(64) + '!' } }) }"
             " catch (e) { return e.message }"
         )
-        assert run.value.startswith(
-            "tools.raw__structured returned a result that does not match its output schema: "
-            'at run: does not match the pattern "^(a+)+$"'
+        assert run.value == (
+            "the MCP server 'raw' answered the call of 'structured' with a result that does not "
+            'match the tool\'s output schema (at run: does not match the pattern "^(a+)+$"); '
+            "the server's maintainer must fix it"
         ), run.text
     finally:
         await engine.aclose()
+
+
+async def test_a_result_that_breaks_its_output_schema_is_the_servers_to_fix(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server's result that does not match its tool's output schema fails the call naming
+    the server and the tool, and saying the server's maintainer must fix it (it named no
+    server, and called it a defect of the tool on the host's side); one with no
+    structuredContent says so (it said only how the text read instead fell short, as
+    "expected object, got string"). No warning of a host tool's defect is logged."""
+    schema = {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}
+    tools = [_structured(schema), _structured(schema, "echo")]
+    caplog.set_level(logging.WARNING)
+    servers = await McpServers.start(_raw(tmp_path, tools))
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        code = "try { return await tools.raw__%s({ value: {} }) } catch (e) { return e.message }"
+        structured = await engine.run_code(code % "structured")
+        assert structured.value == (
+            "the MCP server 'raw' answered the call of 'structured' with a result that does not "
+            "match the tool's output schema (missing required property \"x\"); the server's "
+            "maintainer must fix it"
+        ), structured.text
+        text = await engine.run_code(code % "echo")  # answered as JSON text alone
+        assert text.value == (
+            "the MCP server 'raw' answered the call of 'echo' with no structuredContent, which "
+            "the tool's output schema asks for (its content, read as the result instead, does "
+            'not match the schema: missing required property "x"); the server\'s maintainer '
+            "must fix it"
+        ), text.text
+    finally:
+        await engine.aclose()
+    assert not [r.getMessage() for r in caplog.records if "output schema" in r.getMessage()]
 
 
 async def test_a_problem_shows_the_servers_control_characters_escaped(
