@@ -438,8 +438,9 @@ class Upstream:
             raise ToolCallError(_refusal(self.name, str(e.message))) from None
         except (ValueError, RuntimeError) as e:
             # The SDK's checks of the answer (a pydantic ValidationError for a result that
-            # is not a CallToolResult; a RuntimeError for structured content that does not
-            # match the tool's output schema, or is missing): the server's fault, said once.
+            # is not a CallToolResult; a RuntimeError for one that asks for input, which no
+            # call here allows): the server's fault, said once. The output schema is checked
+            # by Tool.checked, not here (see _client_session).
             if lost.is_set():
                 raise self._lost_during(tool) from None
             raise ToolCallError(
@@ -466,7 +467,7 @@ class _Lost(Exception):
 def _client_session() -> type[Any]:
     """The SDK's ``ClientSession`` without its check of a result against the tool's output
     schema: that check runs Python's backtracking ``re`` on the event loop, so a server's
-    ``"pattern": "^(a+)+$"`` and a result of forty ``a``'s and a ``!`` held every script and
+    ``"pattern": "^(a+)+$"`` and a result of 64 ``a``'s and a ``!`` held every script and
     server for hours, past every timeout; and it refused every result of a tool whose pattern
     only the linear-time engine reads (``\\p{L}``), which the engine had declared. The tool
     checks each result against its output schema itself (``Tool.checked``, with that engine).

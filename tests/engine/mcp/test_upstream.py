@@ -632,36 +632,39 @@ def _structured(schema: dict[str, object], name: str = "structured") -> dict[str
     }
 
 
-async def test_a_result_is_checked_against_its_output_schema_in_linear_time(
-    tmp_path: Path,
-) -> None:
-    """A result is checked against its tool's output schema by the linear-time regex engine
-    alone. The SDK's client checked it first with Python's backtracking ``re``, on the event
-    loop: a pattern of ``^(a+)+$`` and a result of 64 a's and a '!' held every script and
-    server past every timeout (27 of them: 6 s), and a pattern only the linear-time engine
-    reads (``\\p{L}``), of a tool the engine declared, failed every call as "Invalid schema"."""
-    schema = {
-        "type": "object",
-        "properties": {
-            "word": {"type": "string", "pattern": "^\\p{L}+$"},
-            "run": {"type": "string", "pattern": "^(a+)+$"},
-        },
-    }
-    tools = [
-        {
-            "name": "structured",
-            "inputSchema": {"type": "object"},
-            "outputSchema": schema,
-            "annotations": {"readOnlyHint": True},
-        }
-    ]
-    servers = await McpServers.start(_raw(tmp_path, tools))
+async def test_a_pattern_only_the_linear_time_engine_reads_is_checked(tmp_path: Path) -> None:
+    """A result is checked against its tool's output schema by the engine's check alone. The
+    SDK's client checked it first with Python's ``re``, which refused a pattern only the
+    linear-time engine reads (``\\p{L}``), of a tool the engine declared: every call failed
+    as "Invalid schema"."""
+    schema = {"type": "object", "properties": {"word": {"type": "string", "pattern": "^\\p{L}+$"}}}
+    servers = await McpServers.start(_raw(tmp_path, [_structured(schema)]))
     engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
     try:
         word = await engine.run_code(
-            "return await tools.raw__structured({ value: { word: 'café' } })"
+            "try { return await tools.raw__structured({ value: { word: 'café' } }) }"
+            " catch (e) { return e.message }"
         )
         assert word.value == {"word": "café"}, word.text
+    finally:
+        await engine.aclose()
+
+
+# Past this the test has failed: a backtracking check holds the event loop, and with it the
+# call's own timeout, so the hang is ended here (the call answers in about a second).
+@pytest.mark.timeout(60)
+async def test_a_result_is_checked_against_its_output_schema_in_linear_time(
+    tmp_path: Path,
+) -> None:
+    """A result is checked against its tool's output schema in linear time. The SDK's client
+    checked it first with Python's backtracking ``re``, on the event loop: a pattern of
+    ``^(a+)+$`` and a result of 64 a's and a '!' held every script and server past every
+    timeout (27 of them: 6 s). The call has a timeout of its own, so a check that is slow but
+    lets the loop run fails it saying so; the answer is the refusal."""
+    schema = {"type": "object", "properties": {"run": {"type": "string", "pattern": "^(a+)+$"}}}
+    servers = await McpServers.start(_raw(tmp_path, [_structured(schema)], timeout=20))
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
         run = await engine.run_code(
             "try { return await tools.raw__structured({ value: { run: 'a'.repeat(64) + '!' } }) }"
             " catch (e) { return e.message }"
