@@ -79,8 +79,8 @@ KEEP_IDLE = 4
 SILENCE = 5.0
 # What a service says it measured of a step's process; file_bytes is what this client served.
 _MEASURES = ("wall_ms", "cpu_ms", "max_rss_bytes", "wait_ms")
-# Those of them that pass within the step, so no longer than this client waited for its
-# answer, give or take this much (the kernel counts CPU in ticks of 10 ms).
+# Those of them that pass within the step, so no longer than the step may take (see _past),
+# give or take this much (the kernel counts CPU in ticks of 10 ms).
 _TIMES = ("wall_ms", "cpu_ms", "wait_ms")
 _TIMES_SLACK_MS = 1000.0
 # The keys of a [codemode.runner] table a remote runner takes.
@@ -448,6 +448,9 @@ class RemoteRunner(ScriptRunner):
                 keep = handed = False
                 try:
                     _check_fit(welcome, script, len(line))
+                    # Before the send: the service runs the step from when the line reaches
+                    # it, however long this loop is busy before it reads again.
+                    began = time.monotonic()
                     try:
                         await conn.send(line)
                     except wire.PeerGone as e:
@@ -455,7 +458,13 @@ class RemoteRunner(ScriptRunner):
                     sent = True
                     server = conv.FileServer(script, files)
                     step = await self._converse(
-                        conn, welcome, script, server, asks=asks, known=len(script.records)
+                        conn,
+                        welcome,
+                        script,
+                        server,
+                        asks=asks,
+                        known=len(script.records),
+                        began=began,
                     )
                     if step.live is not None:
                         # The process waits on the service, on this connection, which the
@@ -633,14 +642,15 @@ class RemoteRunner(ScriptRunner):
         *,
         asks: bool,
         known: int,
+        began: float,
         resuming: bool = False,
     ) -> Step:
         """Answer the step's reads until its answer comes (``asks``: the step may stay live;
-        ``resuming``: it is a live run's next segment; ``known``: the records the run holds).
-        Its ``live`` is the service's :class:`~runner._wire.LiveOffer` when its process
-        waits. Raises _Skip/_Down/_Ended/RunError."""
+        ``resuming``: it is a live run's next segment; ``known``: the records the run holds;
+        ``began``: the ``time.monotonic()`` at which the step's line was sent). Its ``live``
+        is the service's :class:`~runner._wire.LiveOffer` when its process waits. Raises
+        _Skip/_Down/_Ended/RunError."""
         wait = conv.Deadline.for_step(script).allowance + welcome.slot_wait + self.step_margin
-        began = time.monotonic()
         before = server.served
         bound = wire.step_bound(script)
         # A service that beats must not go quiet for long; one that does not (version 1) is
@@ -701,8 +711,8 @@ class RemoteRunner(ScriptRunner):
                         if message.process is not None:
                             problem = conv.no_measure("process", message.process, _MEASURES)
                             if problem is None:
-                                waited = (time.monotonic() - began) * 1000
-                                problem = _past(message.process, waited)
+                                waited = time.monotonic() - began
+                                problem = _past(message.process, max(waited, wait) * 1000)
                             if problem is not None:
                                 raise _Down(f"it broke the protocol: its step says {problem}")
                         # The bytes this client served are what the step read, whatever it says.
@@ -846,6 +856,7 @@ class RemoteLive(LiveRun):
         remote.inflight += 1
         handed = keep = False
         try:
+            began = time.monotonic()  # before the send, as in _run_on
             try:
                 await conn.send(line)
             except wire.PeerGone as e:
@@ -857,6 +868,7 @@ class RemoteLive(LiveRun):
                 self.server,
                 asks=True,
                 known=self.known + len(records),
+                began=began,
                 resuming=True,
             )
             known = self.known + len(records)
@@ -920,17 +932,22 @@ class RemoteLive(LiveRun):
             await self.runner._checkin(self.remote, self.conn, self.welcome)
 
 
-def _past(process: ProcessStats, waited_ms: float) -> str | None:
-    """What of a step's ``process`` times took longer than the ``waited_ms`` this client
-    waited for its answer, in which the step ran: a service's lie or bug (a cpu_ms of 1e300
-    was charged to the script's ``total_compute_ms``, which failed it for good)."""
+def _past(process: ProcessStats, most_ms: float) -> str | None:
+    """What of a step's ``process`` times took longer than the ``most_ms`` the step may take:
+    a service's lie or bug (a cpu_ms of 1e300 was charged to the script's
+    ``total_compute_ms``, which failed it for good).
+
+    ``most_ms`` is the longer of the wait this client allows the step's answer (its deadline,
+    the service's slot wait and ``step_margin``) and the time it waited, from before the
+    step's line was sent. The measure alone refused healthy services: while this host is
+    asleep or its virtual machine paused, ``CLOCK_MONOTONIC`` stands still and the service
+    runs on (``CLOCK_BOOTTIME`` counts no paused virtual machine either, so the bound is
+    needed whatever the clock); it stays for a wait longer than the bound (this host stalled
+    and the wait restarted: :class:`runner._conversation.Within`)."""
     for name in _TIMES:
         value = getattr(process, name)
-        if value > waited_ms + _TIMES_SLACK_MS:
-            return (
-                f"process.{name} = {value:g}, more than the {waited_ms:,.0f} ms this client "
-                "waited for the step's answer"
-            )
+        if value > most_ms + _TIMES_SLACK_MS:
+            return f"process.{name} = {value:g}, more than the {most_ms:,.0f} ms the step may take"
     return None
 
 

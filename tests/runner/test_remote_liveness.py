@@ -6,14 +6,16 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from pathlib import Path
 
 import orjson
 import pytest
 
-from runner import RemoteRunner
+from runner import ProcessRunner, RemoteRunner, _remote
+from runner import _wire as wire
 from runner._service import MAX_UNWELCOMED
-from sandbox.protocol import FileInfo
+from sandbox.protocol import FileInfo, Record
 
 from .remote_support import (
     TOKEN,
@@ -261,3 +263,85 @@ async def test_a_frozen_service_that_reads_nothing_loses_its_step_within_seconds
         assert status[frozen]["failures"] == 1 and status[healthy]["steps"] == 1
         os.kill(stopped.pid, signal.SIGCONT)
         await remote.aclose()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("segment", ["step", "resumed"])
+async def test_a_step_run_while_the_engine_was_busy_after_sending_it_is_no_lie(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, segment: str
+) -> None:
+    """The engine's loop busy for 2 s right after it sent a step's line (another task's
+    synchronous work, or the engine starved of CPU) while the service ran the step: the
+    process's wall time counts those seconds, and is no lie. The client counted its wait
+    from after the send, took the time for more than the step could take, and put the
+    healthy service out of rotation (a step, or a live run's resumed segment)."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    async with service_process(token_file, "--slots", "1") as (_, address):
+        await warmed(address)
+        remote = RemoteRunner([address], TOKEN, silence=30.0, connect_timeout=30.0)
+        # The file read makes the process wait for this client, so it runs while the loop is.
+        code = 'return await files.text("f")'
+        if segment == "resumed":
+            code = "await tools.t({ n: 1 });\n" + code
+        attached = [FileInfo(id="f", mime="text/plain", size=5)]
+        files = _GatedFiles()
+        files.go.set()
+        busy_after = b'{"script"' if segment == "step" else b'{"results"'
+        send = wire.Channel.send
+
+        async def busy(conn: wire.Channel, data: bytes) -> None:
+            await send(conn, data)
+            if data.startswith(busy_after):
+                time.sleep(2.0)  # the loop busy: nothing reads the service's answer meanwhile
+
+        monkeypatch.setattr(wire.Channel, "send", busy)
+        try:
+            s = script(code, files=attached, tools=["t"])
+            step = await remote.run(s, files, live=segment == "resumed")
+            if segment == "resumed":
+                assert step.outcome == "calls" and step.live is not None, step.error
+                step = await step.live.resume([Record(name="t", arguments={"n": 1}, result=1)])
+            assert step.outcome == "finished" and step.value == "hello", step.error
+            status = remote.status()[address]
+            assert status["failures"] == 0, status["why"]
+        finally:
+            await remote.aclose()
+
+
+async def test_a_step_run_while_the_engines_clock_stood_still_is_no_lie(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine's host asleep (a laptop's lid closed, a suspended host: CLOCK_MONOTONIC
+    stands still) while the service ran a step: the process's honest 1.5 s are more than the
+    client measured, and no lie. The client took them for one and put the healthy service
+    out of rotation; a step's times are refused only past what the step may take."""
+
+    class Stood:
+        """The client's clock, standing still for the whole step."""
+
+        def monotonic(self) -> float:
+            return 0.0
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(time, name)
+
+    class SlowFiles(_GatedFiles):
+        async def read(self, file_id: str, offset: int, length: int) -> bytes:
+            await asyncio.sleep(1.5)  # the process waits this long for the bytes, at least
+            return await super().read(file_id, offset, length)
+
+    files = SlowFiles()
+    files.go.set()
+    attached = [FileInfo(id="f", mime="text/plain", size=5)]
+    async with services(ProcessRunner(mode="fork", slots=1), slots=1) as [service]:
+        remote = RemoteRunner([service.address], TOKEN, silence=30.0, connect_timeout=30.0)
+        monkeypatch.setattr(_remote, "time", Stood())
+        try:
+            step = await remote.run(script('return await files.text("f")', files=attached), files)
+            assert step.outcome == "finished" and step.value == "hello", step.error
+            assert step.process is not None and step.process.wall_ms >= 1500
+            status = remote.status()[service.address]
+            assert status["failures"] == 0, status["why"]
+        finally:
+            await remote.aclose()
