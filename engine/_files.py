@@ -10,6 +10,7 @@ it never sees where they are stored.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import hashlib
 import io
@@ -257,11 +258,32 @@ class BlobStore:
         folder made at a blob's put, the store's folder synced when that put had made it,
         left a race: another host's put found it made, stored a blob in it and returned
         before the first had synced the store's folder, so a power loss could take the
-        folder and the blob a log recorded with it.)"""
+        folder and the blob a log recorded with it.) The store's folder's own name is synced
+        in its parent too, where this process may open the parent: it may have been made
+        just now, by this store or another host's."""
         assert self.directory is not None
+        try:
+            there = set(os.listdir(self.directory))
+        except FileNotFoundError:
+            there = set()
         for prefix in range(256):
-            (self.directory / f"{prefix:02x}").mkdir(parents=True, exist_ok=True)
+            name = f"{prefix:02x}"
+            folder = self.directory / name
+            if name in there and folder.is_dir():
+                continue
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except FileExistsError:
+                # A file of that name: else every new blob failed as a store that is down.
+                raise OSError(
+                    errno.ENOTDIR,
+                    f"{folder} is in the blob store's folder but is not a folder; remove it "
+                    "(the store keeps blobs in the folders 00 to ff)",
+                ) from None
         _sync_directory(self.directory)
+        # Not where the parent may be passed through but not read (mode 0711).
+        with contextlib.suppress(PermissionError):
+            _sync_directory(self.directory.parent)
         self._folders_made = True
 
     def _holds(self, path: Path, digest: str, *, written: bool = False) -> bool:
@@ -433,6 +455,14 @@ def attachments_of(files: object) -> list[Attachment]:
     for attachment in out:
         if not isinstance(attachment, Attachment):
             raise CodeModeError(f"files are Attachment objects, not {type(attachment).__name__}")
+        if attachment.skill is not None:
+            # The mark of a skill's own files: an upload bearing it was listed by tools.skill
+            # as that skill's file, its bytes read as the skill's.
+            raise CodeModeError(
+                f"attachment {attachment.id!r} has skill={attachment.skill!r}: only a Skill's "
+                "own files are marked so; leave skill out (give the skill its files with "
+                "Skill(files=...))"
+            )
     return out
 
 

@@ -106,7 +106,7 @@ async def test_every_run_reads_the_recorded_bytes(inproc: InProcessRunner, tmp_p
     """
     result = await engine.run_code(code, files=[Attachment("data.csv", path=path)])
     assert result.value is True
-    assert len(list((tmp_path / "data" / "blobs").rglob("*"))) >= 1
+    assert len([p for p in (tmp_path / "data" / "blobs").rglob("*") if p.is_file()]) == 1
 
 
 # A stream whose line 3 cannot be read: its name, its bytes, and what its error says.
@@ -262,8 +262,8 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
     """An attachment with no bytes, text for bytes, no id or an id no log keeps (a NUL, a
     lone surrogate: PostgreSQL's DataError), or a path with a NUL or a lone surrogate (one
     not a byte the file system's encoding left undecoded), is refused when made; one with an
-    unreadable path, a duplicate id or something that is not an Attachment is refused by
-    run_code, naming it; no script is recorded, and no file stored. So is a mime or skill that is not text (it
+    unreadable path, a duplicate id, a skill's mark (only a Skill's own files bear it) or
+    something that is not an Attachment is refused by run_code, naming it; no script is recorded, and no file stored. So is a mime or skill that is not text (it
     was recorded, then every step of the script failed on a ValidationError or a TypeError),
     and files given as one Attachment rather than a list (a TypeError: not iterable)."""
     from engine import CodeModeError, ConfigError
@@ -327,6 +327,12 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
             Attachment("c.txt", data=b"2"),
         ],
         "not str": ["d.txt"],
+        # The mark of a skill's own files: tools.skill of a skill added later listed the
+        # upload as its file, and the script read the upload's bytes as the skill's.
+        "has skill='rollback': only a Skill's own files": [
+            stored,
+            Attachment("rollback/steps.md", data=b"rm -rf", skill="rollback"),
+        ],
         r"pass \[attachment\], not 'e.txt'": Attachment("e.txt", data=b"1"),
         "a list of Attachment objects, not int": 5,
     }
@@ -918,8 +924,10 @@ def test_a_blob_is_on_the_disk_before_its_name_is(tmp_path: Path) -> None:
     in made: a folder another host had made, whose name that host had not yet synced, held
     a blob put returned for, which a power loss could take with the folder. Bytes stored
     already (by this store or another) make no write and no sync; a new blob after the
-    first syncs its own folder only. The calls are watched in a process of their own (each
-    call still made)."""
+    first syncs its own folder only. The store's folder's name is synced in its parent too
+    (the store may have just made it). A fresh store makes only the folders missing (it made
+    all 256 again, each failing, at its first new blob). The calls are watched in a process
+    of their own (each call still made)."""
     x = b"x" * 5000
     dx = hashlib.sha256(x).hexdigest()
     # Another blob for x's folder, and one for another folder.
@@ -928,6 +936,9 @@ def test_a_blob_is_on_the_disk_before_its_name_is(tmp_path: Path) -> None:
     )
     z = next(
         b"z%d" % i for i in range(10_000) if hashlib.sha256(b"z%d" % i).hexdigest()[:2] != dx[:2]
+    )
+    w = next(
+        b"w%d" % i for i in range(10_000) if hashlib.sha256(b"w%d" % i).hexdigest()[:2] != dx[:2]
     )
     root = tmp_path / "blobs"
     (root / dx[:2]).mkdir(parents=True)  # as another host's put made it, not synced yet
@@ -939,7 +950,7 @@ def named(path):
     # As the store's folder names it, a temporary file by its blob's name.
     return re.sub(r"[.][0-9]+[.][0-9]+[.]tmp$", ".tmp", os.path.relpath(os.path.realpath(path), root))
 done = []
-fsync, replace, opened = os.fsync, os.replace, builtins.open
+fsync, replace, opened, mkdir = os.fsync, os.replace, builtins.open, os.mkdir
 def synced(fd):
     done.append(("fsync", named(os.readlink(f"/proc/self/fd/{{fd}}"))))
     fsync(fd)
@@ -950,7 +961,10 @@ def opening(file, mode="r", *args, **kwargs):
     if set(mode) & set("wax+"):
         done.append(("open", named(file)))
     return opened(file, mode, *args, **kwargs)
-os.fsync, os.replace, builtins.open = synced, replaced, opening
+def made(path, *args, **kwargs):
+    done.append(("mkdir", named(path)))
+    return mkdir(path, *args, **kwargs)
+os.fsync, os.replace, builtins.open, os.mkdir = synced, replaced, opening, made
 blobs = BlobStore(root)
 steps = {{}}
 for phase, store, data in (
@@ -959,6 +973,7 @@ for phase, store, data in (
     ("fresh", BlobStore(root), {x!r}),
     ("beside", blobs, {y!r}),
     ("elsewhere", blobs, {z!r}),
+    ("fresh new", BlobStore(root), {w!r}),
 ):
     done.clear()
     store.put(data)
@@ -979,12 +994,15 @@ print(json.dumps(steps))
             ["fsync", digest[:2]],
         ]
 
+    folders = ["fsync", "."], ["fsync", ".."]
+    made = [["mkdir", f"{i:02x}"] for i in range(256) if f"{i:02x}" != dx[:2]]
     assert steps == {
-        "first": [["fsync", "."], *written(dx)],
+        "first": [*made, *folders, *written(dx)],
         "again": [],
         "fresh": [],
         "beside": written(hashlib.sha256(y).hexdigest()),
         "elsewhere": written(hashlib.sha256(z).hexdigest()),
+        "fresh new": [*folders, *written(hashlib.sha256(w).hexdigest())],
     }, steps
     assert sorted(p.name for p in root.iterdir()) == [f"{i:02x}" for i in range(256)]
 
@@ -1023,6 +1041,22 @@ else:
     # Stored whole; or (EIO: the store's folder failed its sync first) nothing, no part.
     stored = [p.suffix for p in (tmp_path / "blobs").rglob("*") if p.is_file()]
     assert stored == ([""] if said == "stored" else []), stored
+
+
+def test_a_file_where_a_blob_folder_goes_is_named(tmp_path: Path) -> None:
+    """A file in the store's folder with a blob folder's name (ff) fails a new blob's put
+    naming it and saying to remove it (every new blob failed, with mkdir's bare "File
+    exists", as a store that was down); a blob already stored is still read."""
+    from engine._files import BlobStore
+
+    blobs = BlobStore(tmp_path / "blobs")
+    held = blobs.put(b"held")
+    (tmp_path / "blobs" / "ff").rmdir()
+    (tmp_path / "blobs" / "ff").write_bytes(b"stray")
+    fresh = BlobStore(tmp_path / "blobs")
+    with pytest.raises(OSError, match="ff is in the blob store's folder but is not a folder; "):
+        fresh.put(b"new")
+    assert fresh.read(held, 0, 4) == b"held"
 
 
 async def test_a_utf16_file_is_read_as_its_text_in_the_confined_process() -> None:
