@@ -262,14 +262,15 @@ class BlobStore:
         in its parent too, where this process may open the parent: it may have been made
         just now, by this store or another host's."""
         assert self.directory is not None
-        try:
-            there = set(os.listdir(self.directory))
+        try:  # the folders there, by the directory's own entries (no stat of each)
+            with os.scandir(self.directory) as entries:
+                there = {e.name for e in entries if e.is_dir(follow_symlinks=False)}
         except FileNotFoundError:
             there = set()
         for prefix in range(256):
             name = f"{prefix:02x}"
             folder = self.directory / name
-            if name in there and folder.is_dir():
+            if name in there:
                 continue
             try:
                 folder.mkdir(parents=True, exist_ok=True)
