@@ -103,8 +103,9 @@ OPTIONS = frozenset(
 
 class _Skip(Exception):
     """This service cannot take this step, but is healthy: try the next one. ``lasting``:
-    nor will it ever take this step as it is (its line is over the service's bound, its
-    language or limits are not the service's), so a step every service skips so fails at once."""
+    nor will it ever take this step as it is (its line is over the service's bound or takes
+    more than its whole line budget to decode, its language or limits are not the
+    service's), so a step every service skips so fails at once."""
 
     def __init__(self, message: str, *, lasting: bool = False) -> None:
         super().__init__(message)
@@ -726,7 +727,7 @@ class RemoteRunner(ScriptRunner):
                         )
                     if isinstance(message, wire.Failure):
                         if message.cause == "unfit":
-                            raise _Skip(message.error)
+                            raise _Skip(message.error, lasting=True)
                         if message.cause == "live" and resuming:
                             raise _Ended(message.error, keeps=True)
                         raise _Down(message.error)

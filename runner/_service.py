@@ -22,8 +22,9 @@ The lines welcomed connections send (a script, a live step's results) share one 
 bytes, ``line_memory``, which a line's script or records hold on to until their step is
 answered (waiting for a slot included): a line that would take more than is left is read to
 its end and thrown away, and the client told the service is busy (it tries another service,
-or again later), so a few peers cannot make the service hold a line of ``max_script_line``
-on each of ``max_connections`` connections.
+or again later), or, when it would take more than the whole budget, that the line never fits
+here, so a few peers cannot make the service hold a line of ``max_script_line`` on each of
+``max_connections`` connections.
 """
 
 from __future__ import annotations
@@ -268,8 +269,10 @@ class RunnerService:
     answered. A line
     that would pass it is read to its end and dropped, and the client is answered ``busy``
     (``error`` with cause ``live`` for a live step's results, whose process is ended: the
-    engine replays the step), so it runs the step elsewhere or again later; the connection
-    stays usable. No line longer than ``line_memory`` is taken (the welcome's ``max_line``).
+    engine replays the step), so it runs the step elsewhere or again later; a script line that
+    would pass all of it is answered ``error`` with cause ``unfit`` (no wait makes it fit).
+    The connection stays usable. No line longer than ``line_memory`` is taken (the welcome's
+    ``max_line``).
     """
 
     # The newest wire version this service speaks (a subclass may speak an older one, as a
@@ -697,7 +700,10 @@ class RunnerService:
                 except wire.OverBudget as e:  # read whole: the connection is in step
                     hold.release()
                     self._line_refused(conn, e)
-                    await conn.send(self._busy(self._over_budget(e)))
+                    if e.never:  # busy, the engine would send it again until its queue_timeout
+                        await self._fail(conn, self._over_budget(e), "unfit")
+                    else:
+                        await conn.send(self._busy(self._over_budget(e)))
                     continue
                 try:
                     kind, body = await parse(wire.envelope, line)
@@ -733,6 +739,11 @@ class RunnerService:
                 return
 
     def _over_budget(self, e: wire.OverBudget) -> str:
+        if e.never:
+            return (
+                f"the runner service can never take this line ({e}); send it to another "
+                "service, or start this one with a larger --line-memory"
+            )
         return (
             f"the runner service's line budget is full ({e}); send the line again shortly or "
             "to another service, or start the service with a larger --line-memory"

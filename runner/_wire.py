@@ -43,7 +43,8 @@ Then any number of requests, one at a time:
     connections' lines; ``error`` says which;
   - ``{"error": {"error": "<why>", "cause": "draining" | "unavailable" | "unfit" |
     "protocol"}}``: the service could not take the step (it is draining, its local runner
-    failed, it does not take this script's version or language, or the request was bad).
+    failed, it does not take this script's version or language, or its line would take
+    more than the whole line budget to decode, or the request was bad).
 
   The client sends nothing during a step except answers to reads. A client that closes the
   connection mid-step abandons the step: the service kills its process. A client whose file
@@ -126,7 +127,12 @@ class PeerGone(Exception):
 
 class OverBudget(Exception):
     """A line would hold more than is left of the service's :class:`LineBudget`. The line is
-    part read: :meth:`Channel.skip_line` discards the rest, and the connection is in step."""
+    part read: :meth:`Channel.skip_line` discards the rest, and the connection is in step.
+    ``never``: it would hold more than the whole budget, so no wait makes room for it."""
+
+    def __init__(self, message: str, *, never: bool = False) -> None:
+        super().__init__(message)
+        self.never = never
 
 
 class LineBudget:
@@ -202,6 +208,12 @@ class LineHold:
         beyond its bytes: :func:`decoding_cost`), all of them or none: raises
         :class:`OverBudget` when the budget has no room for them."""
         budget = self.budget
+        if have + extra > budget.free + budget.total:
+            raise OverBudget(
+                f"decoding the line's {have:,} bytes takes about {extra:,} more, more than "
+                f"all of the service's line budget of {budget.total:,} bytes",
+                never=True,
+            )
         if have + extra > budget.free + self.held + budget.left:
             raise OverBudget(
                 f"decoding the line's {have:,} bytes takes about {extra:,} more, while the "

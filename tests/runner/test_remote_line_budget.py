@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from engine import CodeMode, StepUnavailable
 from runner import FileReader, LiveRun, RemoteRunner, RunError, ScriptRunner, Step
 from runner import _wire as wire
 from runner._remote import RemoteLive
@@ -288,22 +289,29 @@ def tiny_records(count: int) -> list[Record]:
     return [Record(name="t", arguments={}, result=i % 10) for i in range(count)]
 
 
-async def test_a_line_that_takes_past_the_budget_to_decode_is_refused_busy() -> None:
+def records_line(count: int, id: str = "many") -> bytes:
+    """A script line of ``count`` tiny records (:func:`tiny_records`), newline included."""
+    many = script("return 1", id=id, records=tiny_records(count))
+    return orjson.dumps({"script": {**many.model_dump(exclude_unset=True), "tenant": "t"}}) + b"\n"
+
+
+async def test_a_line_that_takes_past_the_whole_budget_to_decode_never_fits() -> None:
     """A line is charged what decoding it takes, not its bytes alone: one of many tiny
-    records (some 800 bytes each to decode, in a line of 40) is answered busy naming what
-    decoding it takes and the budget, its connection in step; a line of as many bytes of
-    text is taken. (A service took such lines whole: one of 14 million records took 11 GB.)"""
+    records (some 800 bytes each to decode, in a line of 40) is answered that it never fits
+    (``unfit``), naming what decoding it takes, the budget and --line-memory, its connection
+    in step; a line of as many bytes of text is taken. (A service took such lines whole: one
+    of 14 million records took 11 GB; then answered them busy, "send the line again
+    shortly", and the engine sent it again until its queue timeout.)"""
     async with services(FakeRunner(), line_memory=BUDGET) as [service]:
-        many = script("return 1", id="many", records=tiny_records(10_000))
-        line = orjson.dumps({"script": {**many.model_dump(exclude_unset=True), "tenant": "t"}})
+        line = records_line(10_000)
         assert len(line) < 600 * KiB  # a line of text this long is taken (below)
         client = await welcomed(service.address)
-        await client.send(line + b"\n")
+        await client.send(line)
         answer = await client.receive()
-        assert "busy" in answer, answer
-        why = answer["busy"]["error"]
+        assert answer.get("error", {}).get("cause") == "unfit", answer
+        why = answer["error"]["error"]
         assert "decoding the line's" in why and "line budget of 1,048,576 bytes" in why, why
-        assert "--line-memory" in why
+        assert "can never take this line" in why and "a larger --line-memory" in why, why
         assert service.lines_refused == 1 and service.line_bytes == 0
 
         await client.send(script_line("// " + "a" * len(line), id="text"))
@@ -314,7 +322,7 @@ async def test_a_line_that_takes_past_the_budget_to_decode_is_refused_busy() -> 
 
 async def test_a_line_of_nested_arrays_is_charged_what_decoding_it_takes() -> None:
     """Arrays are charged as lists: a line of 200 KiB whose one record holds 20,000
-    ``[[[[[]]]]]`` (some 9 MB to decode) is answered busy on a budget of 1 MiB. Uncounted, it
+    ``[[[[[]]]]]`` (some 9 MB to decode) is answered unfit on a budget of 1 MiB. Uncounted, it
     was charged 0.6 MiB and taken: a line of a million of them, 476 MB to decode, 32 MB."""
     async with services(FakeRunner(), line_memory=BUDGET) as [service]:
         nested = [Record(name="t", arguments={}, result=[[[[[]]]]] * 20_000)]
@@ -325,10 +333,55 @@ async def test_a_line_of_nested_arrays_is_charged_what_decoding_it_takes() -> No
         client = await welcomed(service.address)
         await client.send(line + b"\n")
         answer = await client.receive()
-        assert "busy" in answer, answer
-        assert "decoding the line's" in answer["busy"]["error"]
+        assert answer.get("error", {}).get("cause") == "unfit", answer
+        assert "decoding the line's" in answer["error"]["error"]
         assert service.lines_refused == 1 and service.line_bytes == 0
         client.close()
+
+
+async def test_a_line_that_takes_past_what_is_left_to_decode_is_refused_busy() -> None:
+    """A line of tiny records that the whole budget could decode, sent while another
+    connection holds most of it, is answered busy (another service, or later, takes it), not
+    unfit; once the other line is gone, it is taken."""
+    async with services(FakeRunner(), line_memory=BUDGET) as [service]:
+        line = records_line(2400)
+        charge = len(line) + wire.decoding_cost(line)
+        assert BUDGET // 2 < charge < BUDGET  # within the budget, not what is left of it
+        first = script_line("// " + "a" * (800 * KiB), id="first")
+        a = await holding(service, first[:-100], 700 * KiB)
+        b = await welcomed(service.address)
+        await b.send(line)
+        answer = await b.receive()
+        assert "busy" in answer, answer
+        assert "other connections hold" in answer["busy"]["error"]
+        assert "send the line again shortly" in answer["busy"]["error"]
+        a.close()
+        await until(lambda: service.line_bytes == 0, "the dropped line's share to come back")
+        await b.send(line)
+        assert (await b.receive())["step"]["value"] == {"runner": "fake", "id": "many"}
+        b.close()
+
+
+async def test_the_engine_fails_at_once_a_step_no_service_budget_can_decode() -> None:
+    """A step whose line takes more than every service's whole line budget to decode fails
+    at once, naming --line-memory, and its service stays in rotation: the engine took the
+    service's busy for a wait and sent the step again until its queue timeout."""
+    async with services(FakeRunner(), line_memory=BUDGET) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
+        many = script("return 1", id="many", records=tiny_records(10_000))
+        with pytest.raises(RunError, match="a larger --line-memory") as caught:
+            await remote.run(many)
+        assert caught.value.permanent
+        assert not remote.out_of_rotation()
+        # Through the engine: a script whose code alone takes that to decode (each comma a
+        # value's slot, as decoding_cost counts) fails at once, not at its queue timeout.
+        engine = CodeMode([], runner=remote, retry_delay=5, queue_timeout=600)
+        try:
+            with pytest.raises(StepUnavailable, match="a larger --line-memory"):
+                await engine.run_code("// " + "," * (60 * KiB) + "\nreturn 1")
+        finally:
+            await engine.aclose()
+        assert not remote.out_of_rotation()
 
 
 async def test_a_live_results_line_that_takes_past_the_budget_to_decode_ends_the_process() -> None:
