@@ -194,11 +194,16 @@ class Upstream:
                 self._step = "initialize"
                 await _first_of(session.initialize(), lost)
                 self._step = "tools/list"
+                # Unmarked before the listing: a change announced while it runs is listed
+                # after it (unmarked after, the announcement was lost, the tools stale until
+                # the server's next one).
+                self._stale = False
                 definitions, refused = await _first_of(self._list(session), lost)
                 self._step = None
             self._session = session
-            self._stale = False
             self._on_tools(self, definitions, refused)
+            if self._stale:
+                self._start_relist()
             self._connected.set()
             if not self._first.done():
                 self._first.set_result(None)
@@ -281,9 +286,7 @@ class Upstream:
             # Marked now (the SDK calls this before it reads the next message, so before the
             # result of a call during which the tools changed); listed by a task of its own.
             self._stale = True
-            if self._refresh is None or self._refresh.done():
-                self._settled.clear()  # the task lists at once, or sets it for its pause
-                self._refresh = asyncio.create_task(self._relist())
+            self._start_relist()
         elif isinstance(message, Exception):
             # One line a message, and a warning only for the server's first: a server that
             # prints a banner or its logs to stdout does it again and again.
@@ -298,6 +301,13 @@ class Upstream:
                 self.unreadable,
                 f": {sent}" if sent else "",
             )
+
+    def _start_relist(self) -> None:
+        """List the tools again, by a task of its own, unless one runs (it lists them again
+        while they are marked stale)."""
+        if self._refresh is None or self._refresh.done():
+            self._settled.clear()  # the task lists at once, or sets it for its pause
+            self._refresh = asyncio.create_task(self._relist())
 
     async def _relist(self) -> None:
         """List the tools again while the server says they changed, each listing paced

@@ -9,6 +9,7 @@
     python raw_server.py TOOLS.json --no-tools     # tools/list answered as a method it has not
     python raw_server.py TOOLS.json --old-protocol # initialize answered with version 1999-01-01
     python raw_server.py TOOLS.json --flood        # says its tools changed, 100 times, 20 ms apart
+    python raw_server.py TOOLS.json --changed-first  # says its tools changed as it lists them first
 
 It answers ``initialize``; ``tools/list`` with the text of TOOLS.json as its ``tools``, sent
 as it is (an invalid definition, nesting too deep to parse), or a page of PAGES.json (the
@@ -22,7 +23,9 @@ after that is answered, and ``crash`` starts a process that holds the server's s
 ``seconds``. With ``--flood``, from its first listing on it says its tools changed every
 20 ms, 100 times over, each listing taking 0.1 s and holding a tool ``v<N>`` (N: the
 changes said so far), and ``flood`` answers how many listings it made during the flood
-(``during``) and whether it is over (``over``). Any other request gets an error. A server that breaks MCP is what
+(``during``) and whether it is over (``over``). With ``--changed-first``, it says its tools
+changed before it answers its first listing, which holds a tool ``first``; those after hold
+``later`` instead. Any other request gets an error. A server that breaks MCP is what
 the engine must name and survive.
 """
 
@@ -69,6 +72,7 @@ if MODE == "--banner":  # as a server that logs to stdout: text that is no messa
     send("Starting server v1.0 ...")
     send("listening on stdio")
 hang_listings = False
+listings = 0
 spamming = False  # after a call of `spam`: each listing is slow, and says the tools changed
 for line in sys.stdin:
     message = json.loads(line)
@@ -97,6 +101,14 @@ for line in sys.stdin:
         if spamming:
             send('{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}')
             time.sleep(0.05)
+        listings += 1
+        if MODE == "--changed-first":  # changed as it is listed on connecting
+            if listings == 1:
+                send('{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}')
+            name = "first" if listings == 1 else "later"
+            tools = [*json.loads(TEXT), {"name": name, "inputSchema": {"type": "object"}}]
+            send(head + f'"result": {json.dumps({"tools": tools})}}}')
+            continue
         if MODE == "--flood":
             time.sleep(0.1)
             FLOOD["during"] += FLOOD["on"]

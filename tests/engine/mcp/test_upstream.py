@@ -819,6 +819,22 @@ async def test_a_server_that_says_its_tools_changed_without_pause_is_listed_pace
         await engine.aclose()
 
 
+async def test_a_change_announced_as_a_server_is_first_listed_is_listed(tmp_path: Path) -> None:
+    """A server that says its tools changed while the engine lists them on connecting is
+    listed again: the announcement was lost (the mark of stale tools cleared once that
+    listing ended), and its tools stayed as first listed until it announced another."""
+    servers = await McpServers.start(_raw(tmp_path, _read_only("echo"), "--changed-first"))
+    later = asyncio.Event()
+    servers.subscribe(lambda now: later.set() if any(t.name == "raw__later" for t in now) else None)
+    try:
+        if not any(t.name == "raw__later" for t in servers.tools):
+            async with asyncio.timeout(30):
+                await later.wait()
+        assert sorted(t.name for t in servers.tools) == ["raw__echo", "raw__later"]
+    finally:
+        await servers.aclose()
+
+
 async def test_a_server_that_exits_while_its_child_holds_its_output_is_restarted(
     tmp_path: Path,
 ) -> None:
