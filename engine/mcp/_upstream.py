@@ -420,7 +420,7 @@ class Upstream:
         except _Lost:
             raise self._lost_during(tool) from None
         except MCPError as e:
-            if lost.is_set():
+            if lost.is_set() or self._stop.is_set():
                 raise self._lost_during(tool) from None
             cut = _cut_off(e) if self.spec.url is not None else None
             if cut is not None:
@@ -461,6 +461,13 @@ class Upstream:
         return result
 
     def _lost_during(self, tool: str) -> ToolCallError:
+        if self._stop.is_set():
+            # Closed by its host (McpServers.aclose): the session's end answered the call
+            # "Connection closed", which read as the server refusing it.
+            return ToolCallError(
+                f"the MCP server {self.name!r} was closed by this host during the call of "
+                f"{tool!r}, so the call may or may not have taken effect"
+            )
         why = f" ({self.broken})" if self.broken else ""
         return ToolCallError(
             f"the MCP server {self.name!r} ({self.spec.where()}) closed its connection during "

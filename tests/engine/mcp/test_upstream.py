@@ -835,6 +835,24 @@ async def test_a_change_announced_as_a_server_is_first_listed_is_listed(tmp_path
         await servers.aclose()
 
 
+async def test_a_call_in_flight_when_the_servers_are_closed_says_so(tmp_path: Path) -> None:
+    """A call in flight when its host closes the servers fails saying the server was closed
+    by this host, and that it may or may not have taken effect (the session's end answered
+    it "Connection closed", read as the server refusing the call)."""
+    from engine import ToolCallError
+
+    servers = await McpServers.start(_raw(tmp_path, _read_only("sleep")))
+    (sleep,) = [t for t in servers.tools if t.name == "raw__sleep"]
+    call = asyncio.ensure_future(sleep.handler(seconds=30))
+    await asyncio.sleep(0.5)  # sent, and the server sleeping on it
+    await servers.aclose()
+    with pytest.raises(ToolCallError) as raised:
+        await call
+    said = str(raised.value)
+    assert "refused" not in said, said
+    assert "closed by this host during the call of 'sleep'" in said, said
+
+
 async def test_a_server_that_exits_while_its_child_holds_its_output_is_restarted(
     tmp_path: Path,
 ) -> None:
