@@ -10,10 +10,10 @@ it never sees where they are stored.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import hashlib
 import io
+import logging
 import mimetypes
 import os
 import re
@@ -28,6 +28,8 @@ from typing import Any
 from engine import log
 from engine._errors import CodeModeError, ConfigError, StoreUnavailable
 from runner import FileMissing, RunError
+
+logger = logging.getLogger("codemode")
 
 # What no name that is a line of what the model reads may hold: control characters (a line
 # break writes a line of its own) and the marks that reorder text (U+202E and its kin).
@@ -219,7 +221,8 @@ class BlobStore:
                 ) from None
 
     def put(self, data: bytes) -> str:
-        """Keep ``data``; its name (SHA-256). Raises ``OSError`` when the store fails."""
+        """Keep ``data``; its name (SHA-256). Raises ``OSError`` when the store fails, and
+        :class:`StoreUnavailable` (``permanent``) when a file is where a blob folder goes."""
         digest = hashlib.sha256(data).hexdigest()
         if self.directory is None:
             with self._lock:
@@ -263,8 +266,8 @@ class BlobStore:
         just now, by this store or another host's."""
         assert self.directory is not None
         try:  # the folders there, by the directory's own entries (no stat of each)
-            with os.scandir(self.directory) as entries:
-                there = {e.name for e in entries if e.is_dir(follow_symlinks=False)}
+            with os.scandir(self.directory) as entries:  # a link's target stat'ed alone
+                there = {e.name for e in entries if e.is_dir()}
         except FileNotFoundError:
             there = set()
         for prefix in range(256):
@@ -275,16 +278,20 @@ class BlobStore:
             try:
                 folder.mkdir(parents=True, exist_ok=True)
             except FileExistsError:
-                # A file of that name: else every new blob failed as a store that is down.
-                raise OSError(
-                    errno.ENOTDIR,
-                    f"{folder} is in the blob store's folder but is not a folder; remove it "
-                    "(the store keeps blobs in the folders 00 to ff)",
+                # A file of that name: else every new blob failed as a store that is down,
+                # to be tried again (it is not coming back until the file goes).
+                raise StoreUnavailable(
+                    f"{folder} is in the blob store's folder but is not a folder (the store "
+                    "keeps blobs in the folders 00 to ff); remove it, then run the script again",
+                    permanent=True,
                 ) from None
         _sync_directory(self.directory)
-        # Not where the parent may be passed through but not read (mode 0711).
-        with contextlib.suppress(PermissionError):
+        # The parent is not the store's: one that may be passed through but not read (mode
+        # 0711), or that refuses a sync, leaves the store's folder as before this sync was made.
+        try:
             _sync_directory(self.directory.parent)
+        except OSError as e:
+            logger.debug("the blob store's parent folder was not synced: %s", e)
         self._folders_made = True
 
     def _holds(self, path: Path, digest: str, *, written: bool = False) -> bool:

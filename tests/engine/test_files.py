@@ -263,8 +263,9 @@ async def test_bad_attachments_are_refused_before_anything_is_recorded(
     lone surrogate: PostgreSQL's DataError), or a path with a NUL or a lone surrogate (one
     not a byte the file system's encoding left undecoded), is refused when made; one with an
     unreadable path, a duplicate id, a skill's mark (only a Skill's own files bear it) or
-    something that is not an Attachment is refused by run_code, naming it; no script is recorded, and no file stored. So is a mime or skill that is not text (it
-    was recorded, then every step of the script failed on a ValidationError or a TypeError),
+    something that is not an Attachment is refused by run_code, naming it; no script is
+    recorded, and no file stored. So is a mime or skill that is not text (it was recorded,
+    then every step of the script failed on a ValidationError or a TypeError),
     and files given as one Attachment rather than a list (a TypeError: not iterable)."""
     from engine import CodeModeError, ConfigError
 
@@ -926,8 +927,8 @@ def test_a_blob_is_on_the_disk_before_its_name_is(tmp_path: Path) -> None:
     already (by this store or another) make no write and no sync; a new blob after the
     first syncs its own folder only. The store's folder's name is synced in its parent too
     (the store may have just made it). A fresh store makes only the folders missing (it made
-    all 256 again, each failing, at its first new blob). The calls are watched in a process
-    of their own (each call still made)."""
+    all 256 again, each failing, and stat'ed each, at its first new blob). The calls are
+    watched in a process of their own (each call still made)."""
     x = b"x" * 5000
     dx = hashlib.sha256(x).hexdigest()
     # Another blob for x's folder, and one for another folder.
@@ -937,6 +938,7 @@ def test_a_blob_is_on_the_disk_before_its_name_is(tmp_path: Path) -> None:
     z = next(
         b"z%d" % i for i in range(10_000) if hashlib.sha256(b"z%d" % i).hexdigest()[:2] != dx[:2]
     )
+    dz = hashlib.sha256(z).hexdigest()
     w = next(
         b"w%d" % i for i in range(10_000) if hashlib.sha256(b"w%d" % i).hexdigest()[:2] != dx[:2]
     )
@@ -964,7 +966,12 @@ def opening(file, mode="r", *args, **kwargs):
 def made(path, *args, **kwargs):
     done.append(("mkdir", named(path)))
     return mkdir(path, *args, **kwargs)
-os.fsync, os.replace, builtins.open, os.mkdir = synced, replaced, opening, made
+stat = os.stat
+def stated(path, *args, **kwargs):
+    if not named(path).startswith(".."):
+        done.append(("stat", named(path)))
+    return stat(path, *args, **kwargs)
+os.fsync, os.replace, builtins.open, os.mkdir, os.stat = synced, replaced, opening, made, stated
 blobs = BlobStore(root)
 steps = {{}}
 for phase, store, data in (
@@ -1000,8 +1007,9 @@ print(json.dumps(steps))
         "first": [*made, *folders, *written(dx)],
         "again": [],
         "fresh": [],
-        "beside": written(hashlib.sha256(y).hexdigest()),
-        "elsewhere": written(hashlib.sha256(z).hexdigest()),
+        # Its folder still there? (one removed since is made again)
+        "beside": [["stat", dx[:2]], *written(hashlib.sha256(y).hexdigest())],
+        "elsewhere": [["stat", dz[:2]], *written(dz)],
         "fresh new": [*folders, *written(hashlib.sha256(w).hexdigest())],
     }, steps
     assert sorted(p.name for p in root.iterdir()) == [f"{i:02x}" for i in range(256)]
@@ -1043,20 +1051,29 @@ else:
     assert stored == ([""] if said == "stored" else []), stored
 
 
-def test_a_file_where_a_blob_folder_goes_is_named(tmp_path: Path) -> None:
-    """A file in the store's folder with a blob folder's name (ff) fails a new blob's put
-    naming it and saying to remove it (every new blob failed, with mkdir's bare "File
-    exists", as a store that was down); a blob already stored is still read."""
-    from engine._files import BlobStore
+async def test_a_file_where_a_blob_folder_goes_is_named(tmp_path: Path) -> None:
+    """A file in the store's folder with a blob folder's name (ff) fails a new blob's put,
+    and run_code, with a lasting StoreUnavailable naming it and saying to remove it (every
+    new blob failed, with mkdir's bare "File exists", as a store that was down, to be tried
+    again); a blob already stored is still read."""
+    from engine import StoreUnavailable
 
     blobs = BlobStore(tmp_path / "blobs")
     held = blobs.put(b"held")
     (tmp_path / "blobs" / "ff").rmdir()
     (tmp_path / "blobs" / "ff").write_bytes(b"stray")
     fresh = BlobStore(tmp_path / "blobs")
-    with pytest.raises(OSError, match="ff is in the blob store's folder but is not a folder; "):
+    in_the_way = "ff is in the blob store's folder but is not a folder .*; remove it, then run"
+    with pytest.raises(StoreUnavailable, match=in_the_way) as raised:
         fresh.put(b"new")
+    assert raised.value.permanent  # not a store that is down, to be tried again
     assert fresh.read(held, 0, 4) == b"held"
+    engine = CodeMode([], runner=InProcessRunner(), blobs=BlobStore(tmp_path / "blobs"))
+    with pytest.raises(StoreUnavailable, match=in_the_way) as raised:
+        await engine.run_code("return 1", files=[Attachment("a.txt", data=b"new")])
+    assert raised.value.permanent
+    assert await engine.store.scripts() == []
+    await engine.aclose()
 
 
 async def test_a_utf16_file_is_read_as_its_text_in_the_confined_process() -> None:
