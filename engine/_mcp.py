@@ -35,22 +35,21 @@ def unwrap(result: Any, *, tool: str | None = None, server: str | None = None) -
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """What an MCP handler answered: the ``value`` a script sees, and whether it was read
-    from the content of a ``CallToolResult`` that had no structured content
-    (``unstructured``). The tool checks ``value`` against its output schema; ``tool`` and
-    ``server`` (as :func:`unwrap` takes them) name who answered when it does not match."""
+    """What an upstream MCP server answered (see :func:`answering`): the ``value`` a script
+    sees, and whether it was read from the content of a ``CallToolResult`` that had no
+    structured content (``unstructured``). The tool checks ``value`` against its output
+    schema; ``tool`` and ``server`` (as :func:`unwrap` takes them) name who answered when it
+    does not match."""
 
     value: Any
     unstructured: bool = False
     tool: str | None = None
     server: str | None = None
 
-    def mismatch(self, problems: str) -> str | None:
+    def mismatch(self, problems: str) -> str:
         """The error of this answer, which does not match its tool's output schema
-        (``problems``, as the schema check words them), when a server gave it: the server
-        is at fault, not the host. None for a handler of no named server (the host's)."""
-        if self.server is None or self.tool is None:
-            return None
+        (``problems``, as the schema check words them): the server is at fault, not the
+        host."""
         if self.unstructured:
             what = (
                 "no structuredContent, which the tool's output schema asks for (its content, read "
@@ -167,10 +166,21 @@ def _numeric(text: str) -> bool:
 def wrap_handler(
     handler: Callable[..., Any], *, tool: str | None = None, server: str | None = None
 ) -> Callable[..., Any]:
-    """``handler`` with each result made an :class:`Answer` (``tool`` and ``server`` as
-    :func:`unwrap` takes them), which :class:`~engine.Tool` checks and passes on as its
-    value; the same signature, sync or async."""
-    named = functools.partial(answer, tool=tool, server=server)
+    """``handler`` with its results unwrapped (``tool`` and ``server`` as :func:`unwrap`
+    takes them); the same signature, sync or async."""
+    return _wrapped(handler, functools.partial(unwrap, tool=tool, server=server))
+
+
+def answering(handler: Callable[..., Any], *, tool: str, server: str) -> Callable[..., Any]:
+    """``handler``, which calls ``tool`` on the upstream MCP server ``server``, with each
+    result made an :class:`Answer`, which :class:`~engine.Tool` checks and passes on as its
+    value; the same signature, sync or async. Only the engine calls it: a host that reads
+    a tool's handler gets the value alone (:func:`wrap_handler`)."""
+    return _wrapped(handler, functools.partial(answer, tool=tool, server=server))
+
+
+def _wrapped(handler: Callable[..., Any], named: Callable[[Any], Any]) -> Callable[..., Any]:
+    """``handler`` with ``named`` applied to each result; the same signature, sync or async."""
     if inspect.iscoroutinefunction(handler):
 
         @functools.wraps(handler)

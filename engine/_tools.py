@@ -118,6 +118,7 @@ class Tool:
     """
 
     __slots__ = (
+        "_answering",
         "_arguments",
         "_context_param",
         "_handler",
@@ -263,6 +264,10 @@ class Tool:
     @handler.setter
     def handler(self, handler: Callable[..., Any] | None) -> None:
         self._handler = handler
+        # Set by engine.mcp for an upstream server's tool (engine._mcp.answering): what the
+        # engine calls in place of the handler, whose results say the server answered them.
+        # A handler the host sets is its own: its results are checked as a host tool's.
+        self._answering: Callable[..., Any] | None = None
         # Known once, not at each call: an object's async __call__ (@tool takes callable
         # objects) is an async handler too.
         self._in_thread = not (
@@ -438,9 +443,9 @@ class Tool:
 
     async def checked(self, result: Any, room: int | None = None, language: str = "python") -> Any:
         """``result`` as JSON data, checked against the output schema; raises
-        :class:`ToolCallError` saying what is wrong, as :meth:`invoke` does. An MCP handler's
-        answer (``engine._mcp.Answer``) is checked as its value, and one from a server that
-        breaks the output schema is said to be the server's to fix.
+        :class:`ToolCallError` saying what is wrong, as :meth:`invoke` does. An upstream MCP
+        server's answer (``engine._mcp.Answer``) is checked as its value, and one that breaks
+        the output schema is said to be the server's to fix.
 
         A result of more than ``INLINE_RESULT_ITEMS`` items is converted in a thread: that is
         Python work in proportion to its size (300,000 small objects: about 2.5 s), which on
@@ -487,7 +492,7 @@ class Tool:
         room: int | None = None,
         language: str = "python",
     ) -> Any:
-        handler = self.handler
+        handler = self._answering or self.handler
         assert handler is not None
         ticket: Ticket | None = None
         in_thread = False  # the handler runs in a tool thread now, not on the event loop
@@ -561,9 +566,10 @@ class Tool:
         # In the tool thread: the handler, then its result converted and checked there too.
         # That is Python work in proportion to the result's size (two million small objects:
         # 11 s), which on the event loop would hold every other script's calls and leases.
-        assert self.handler is not None
+        handler = self._answering or self.handler
+        assert handler is not None
         try:
-            result = self.handler(**args)
+            result = handler(**args)
         except StopIteration as e:
             # asyncio cannot set a StopIteration on the future the thread answers through:
             # the call waited for ever (a `next(...)` that found nothing).
@@ -581,7 +587,7 @@ class Tool:
         )
 
     def _check_result(self, result: Any, room: int | None = None, language: str = "python") -> Any:
-        answer = result if isinstance(result, Answer) else None  # an MCP handler's
+        answer = result if isinstance(result, Answer) else None  # an upstream server's
         if answer is not None:
             result = answer.value
         if _streamed(result):
@@ -629,9 +635,8 @@ class Tool:
                     "; the tool must return JSON data (text without lone surrogates)",
                 ) from None
             if problems:
-                told = answer.mismatch(problems) if answer is not None else None
-                if told is not None:  # a server's answer: no defect of the host's tool
-                    raise self._error(told)
+                if answer is not None:  # a server's answer: no defect of the host's tool
+                    raise self._error(answer.mismatch(problems))
                 raise self._defect(
                     f"returned a result that does not match its output schema: {problems}",
                     "; have the tool return what its output schema says, or correct the schema",

@@ -135,13 +135,16 @@ async def test_mcp_tool_result_is_parsed_in_the_script(inproc: InProcessRunner) 
     assert result.value == {"hits": 2, "err": "index offline"}
 
 
+@pytest.mark.parametrize("source", [None, "crm"])
 @pytest.mark.parametrize("kind", ["sync", "async"])
 async def test_a_host_handlers_result_that_breaks_its_output_schema_is_the_hosts(
-    kind: str, inproc: InProcessRunner
+    kind: str, source: str | None, inproc: InProcessRunner
 ) -> None:
-    """A result of a host's handler given with ``Tool.from_mcp`` and no server that does not
-    match its output schema is the host's tool's defect, said as for any host tool: no MCP
-    server answered it (an upstream server's says the server's maintainer must fix it)."""
+    """A result of a host's handler given with ``Tool.from_mcp`` that does not match its
+    output schema is the host's tool's defect, said as for any host tool, with a ``source``
+    too (that names the tool, not an MCP server: it was said to be "the MCP server 'crm'"'s
+    to fix); no MCP server answered it (an upstream server's says the server's maintainer
+    must fix it)."""
     answer = {"content": [{"type": "text", "text": '{"hits": "none"}'}]}
 
     async def async_search() -> dict[str, Any]:
@@ -153,15 +156,53 @@ async def test_a_host_handlers_result_that_breaks_its_output_schema_is_the_hosts
         "outputSchema": {"type": "object", "properties": {"hits": {"type": "array"}}},
     }
     handler = async_search if kind == "async" else lambda: answer
-    engine = CodeMode([Tool.from_mcp(definition, handler)], runner=inproc)
+    engine = CodeMode([Tool.from_mcp(definition, handler, source=source)], runner=inproc)
+    name = f"{source}__search" if source else "search"
+    try:
+        result = await engine.run_code(
+            f"try {{ return await tools.{name}() }} catch (e) {{ return e.message }}"
+        )
+    finally:
+        await engine.aclose()
+    assert result.value == (
+        f"tools.{name} returned a result that does not match its output schema: at hits: "
+        "expected array, got string, so its result could not be passed on: a defect of the "
+        "tool on the host's side, not of the script"
+    ), result.text
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_a_from_mcp_tools_handler_answers_the_value_a_host_can_wrap(
+    kind: str, inproc: InProcessRunner
+) -> None:
+    """The handler of a ``Tool.from_mcp`` tool answers the value the script sees, so a host
+    that wraps it gets that value (it got the engine's own record of the answer: nested in
+    an envelope, the script read its fields, and a wrapper that read it as a dict failed,
+    "'Answer' object is not a mapping")."""
+    answer = {"content": [{"type": "text", "text": '{"hits": [1, 2]}'}]}
+
+    async def async_search() -> dict[str, Any]:
+        return answer
+
+    tool = Tool.from_mcp(
+        {"name": "search", "inputSchema": {}},
+        async_search if kind == "async" else lambda: answer,
+    )
+    inner = tool.handler
+    assert inner is not None
+
+    async def async_wrapped() -> dict[str, Any]:  # a host's envelope
+        return {"wrapped": await inner(), **(await inner())}
+
+    def wrapped() -> dict[str, Any]:
+        return {"wrapped": inner(), **inner()}
+
+    tool.handler = async_wrapped if kind == "async" else wrapped
+    engine = CodeMode([tool], runner=inproc)
     try:
         result = await engine.run_code(
             "try { return await tools.search() } catch (e) { return e.message }"
         )
     finally:
         await engine.aclose()
-    assert result.value == (
-        "tools.search returned a result that does not match its output schema: at hits: "
-        "expected array, got string, so its result could not be passed on: a defect of the "
-        "tool on the host's side, not of the script"
-    ), result.text
+    assert result.value == {"wrapped": {"hits": [1, 2]}, "hits": [1, 2]}, result.text
