@@ -129,7 +129,7 @@ def only_argument(arguments: Any, tool: str, key: str, example: str, *, empty: b
         extra = f"; leave out {', '.join(repr(k)[:80] for k in others)}" if others else ""
         if key in arguments and not isinstance(value, str):
             extra = f"; {key} must be a string, not {a_json_type(value)}" + extra
-        elif value == "":
+        elif value == "" and not empty:  # an empty script is one (script_argument)
             extra = f"; {key} is empty" + extra
         raise CodeModeError(takes + extra)
     return value

@@ -595,8 +595,8 @@ async def test_bad_configuration_names_the_server_and_the_others_serve(tmp_path:
 
 async def test_arguments_the_tools_do_not_take_are_refused_by_name(tmp_path: Path) -> None:
     """An argument run_code does not take is refused, not ignored: a model that passed a
-    timeout expects it to have acted. An empty script is still a script; an empty script id
-    is said to be empty."""
+    timeout expects it to have acted. An empty script is still a script (given with another
+    argument, it is not said to be empty); an empty script id is said to be empty."""
     async with serve("stdio", tmp_path, _config(tmp_path, "lab")) as session:
         extra = await session.call_tool("run_code", {"code": "return 1", "timeout": 5})
         assert extra.is_error, text(extra)
@@ -608,6 +608,9 @@ async def test_arguments_the_tools_do_not_take_are_refused_by_name(tmp_path: Pat
         missing = await session.call_tool("run_code", {"script": "return 1"})
         assert missing.is_error and "leave out 'script'" in text(missing)
         assert not (await session.call_tool("run_code", {"code": ""})).is_error
+        extra = await session.call_tool("run_code", {"code": "", "timeout": 5})
+        # Not "code is empty": an empty script is one.
+        assert text(extra) == 'run_code takes only {"code": "<the script>"}; leave out \'timeout\''
         again = await session.call_tool("continue_script", {"script_id": "x", "approve": True})
         assert again.is_error, text(again)
         assert 'takes only {"script_id": "<id>"}; leave out \'approve\'' in text(again)
