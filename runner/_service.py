@@ -411,7 +411,7 @@ class RunnerService:
         """The longest script line taken: ``max_script_line``, within the line budget (a line
         that fits only in more than all of it could never be read) and the bytes each line
         holds without it (so a budget of 0 still takes health checks and small steps)."""
-        return min(self.max_script_line, self.lines.total + self.lines.free)
+        return min(self.max_script_line, self.lines.most)
 
     @property
     def line_bytes(self) -> int:
@@ -696,11 +696,16 @@ class RunnerService:
                 # service for gone). On a thread the loop still runs between its turns.
                 parse = _off_loop if len(line) > OFF_LOOP_LINE else _on_loop
                 try:  # what decoding it takes: 0.05 s for 30 MB, so counted as it is parsed
-                    hold.reserve(len(line), await parse(wire.decoding_cost, line))
+                    cost = await parse(wire.decoding_cost, line, hold.room(len(line)))
+                    hold.reserve(len(line), cost)
                 except wire.OverBudget as e:  # read whole: the connection is in step
                     hold.release()
                     self._line_refused(conn, e)
-                    if e.never:  # busy, the engine would send it again until its queue_timeout
+                    # Draining, it takes no script whatever its line: unfit would tell the
+                    # engine no service can take the step, though its replacement may.
+                    if self.draining:
+                        await self._fail(conn, "the runner service is draining", "draining")
+                    elif e.never:  # busy, the engine would send it again until queue_timeout
                         await self._fail(conn, self._over_budget(e), "unfit")
                     else:
                         await conn.send(self._busy(self._over_budget(e)))
@@ -977,7 +982,9 @@ class RunnerService:
                 log.info("%s: live step %s ended: the client left", conn.peer, held.script.id)
                 return False, None
             try:
-                hold.reserve(len(line), wire.decoding_cost(line))
+                parse = _off_loop if len(line) > OFF_LOOP_LINE else _on_loop
+                cost = await parse(wire.decoding_cost, line, hold.room(len(line)))
+                hold.reserve(len(line), cost)
             except wire.OverBudget as e:  # as one past the budget as it is read (above)
                 self._line_refused(conn, e)
                 why = f"the live process cannot go on: {self._over_budget(e)}"

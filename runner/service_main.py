@@ -196,8 +196,9 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="SIZE",
         help="bytes (or a size such as 2gb) the script and results lines being read may hold "
-        "together, past the first 64 KiB of each; a line that would pass it is refused as "
-        "busy (default: an eighth of the machine's memory)",
+        "together, past the first 64 KiB of each (and what decoding them takes); a line that "
+        "would pass what is left of it is refused as busy, one that would pass all of it as "
+        "unfit (default: an eighth of the machine's memory)",
     )
     parser.add_argument(
         "--log-level",

@@ -339,6 +339,49 @@ async def test_a_line_of_nested_arrays_is_charged_what_decoding_it_takes() -> No
         client.close()
 
 
+async def test_a_line_of_csv_text_is_charged_its_bytes_not_its_commas() -> None:
+    """Commas and brackets in a line's strings are no values: a line of 600 KiB whose record
+    is CSV text (quoted fields, escaped in JSON) is taken on a budget of 1 MiB. Counted, its
+    commas charged it 7 MiB, answered unfit: a step of two 7 MiB tool results failed at once
+    and for good on the default budget of 64 MiB, which it had been taken on."""
+    async with services(FakeRunner(), line_memory=BUDGET) as [service]:
+        csv = [Record(name="t", arguments={}, result='"[{",1,' * 100_000)]
+        line = orjson.dumps(
+            {"script": {**script("x", id="csv", records=csv).model_dump(exclude_unset=True)}}
+        )
+        assert 600 * KiB < len(line) < BUDGET
+        client = await welcomed(service.address)
+        await client.send(line + b"\n")
+        answer = await client.receive()
+        assert answer.get("step", {}).get("value") == {"runner": "fake", "id": "csv"}, answer
+        assert service.lines_refused == 0 and service.line_bytes == 0
+        client.close()
+
+
+async def test_a_draining_service_answers_a_line_that_never_fits_draining() -> None:
+    """A draining service answers a line past its whole budget ``draining``, as any script:
+    ``unfit`` told the engine no service could take the step, which failed for good, though
+    the service that replaces it (with a larger --line-memory, say) may take it."""
+    gate = asyncio.Event()
+    fake = FakeRunner()
+    async with services(fake, line_memory=BUDGET, slots=2) as [service]:
+        fake.handler = blocked(gate)
+        held = await welcomed(service.address)
+        client = await welcomed(service.address)
+        await held.send(script_line("return 1", id="in flight"))
+        await until(lambda: fake.running == 1, "the step in flight")
+        draining = asyncio.create_task(service.drain())
+        await until(lambda: service.draining, "the drain")
+        await client.send(records_line(10_000))
+        answer = await client.receive()
+        assert answer.get("error", {}).get("cause") == "draining", answer
+        gate.set()
+        assert (await held.receive())["step"]["value"] == {"runner": "fake", "id": "in flight"}
+        await draining
+        held.close()
+        client.close()
+
+
 async def test_a_line_that_takes_past_what_is_left_to_decode_is_refused_busy() -> None:
     """A line of tiny records that the whole budget could decode, sent while another
     connection holds most of it, is answered busy (another service, or later, takes it), not
@@ -373,12 +416,16 @@ async def test_the_engine_fails_at_once_a_step_no_service_budget_can_decode() ->
             await remote.run(many)
         assert caught.value.permanent
         assert not remote.out_of_rotation()
-        # Through the engine: a script whose code alone takes that to decode (each comma a
-        # value's slot, as decoding_cost counts) fails at once, not at its queue timeout.
+        await remote.aclose()
+    # Through the engine, a step no service takes fails at once, not at its queue timeout:
+    # the same lasting skip, here of a line over the service's max_line (a script's first
+    # step holds no records, and its code's commas are no values; a script may be 256 KiB).
+    async with services(FakeRunner(), line_memory=0) as [service]:
+        remote = RemoteRunner([service.address], TOKEN)
         engine = CodeMode([], runner=remote, retry_delay=5, queue_timeout=600)
         try:
-            with pytest.raises(StepUnavailable, match="a larger --line-memory"):
-                await engine.run_code("// " + "," * (60 * KiB) + "\nreturn 1")
+            with pytest.raises(StepUnavailable, match="the service's --line-memory"):
+                await engine.run_code("// " + "," * (100 * KiB) + "\nreturn 1")
         finally:
             await engine.aclose()
         assert not remote.out_of_rotation()
@@ -477,3 +524,28 @@ async def test_a_script_waiting_for_a_slot_or_running_keeps_its_share() -> None:
         assert (await other.receive())["step"]["value"]["id"] == "again"
         for client in (small, waiting, other):
             client.close()
+
+
+async def test_a_step_one_service_can_never_take_runs_on_another_that_can() -> None:
+    """Of a service of a small budget and one of a large, whichever comes first, a step whose
+    line the small one can never take runs on the large one; the small one stays in rotation
+    and takes small steps (its unfit is about the step, not the service)."""
+    small, large = FakeRunner(name="small"), FakeRunner(name="large")
+    async with (
+        services(small, line_memory=BUDGET) as [little],
+        services(large, line_memory=64 * MiB) as [big],
+    ):
+        for order in ([little, big], [big, little]):
+            remote = RemoteRunner([s.address for s in order], TOKEN)
+            try:
+                for i in range(4):  # each service comes first in turn
+                    many = script("return 1", id=f"many {i}", records=tiny_records(10_000))
+                    assert (await remote.run(many)).value == {"runner": "large", "id": many.id}
+                    assert remote.out_of_rotation() == {}
+                for i in range(2):
+                    await remote.run(script("return 2", id=f"small {i}"))
+            finally:
+                await remote.aclose()
+        # In rotation, it took small steps, and no other.
+        assert small.seen and all(id.startswith("small") for id in small.seen), small.seen
+        assert little.lines_refused >= 4 and big.lines_refused == 0
