@@ -31,6 +31,19 @@ def wall_seconds(compute_ms: int) -> float:
     return 3 * compute_ms / 1000 + 1.0
 
 
+def step_compute_ms(script: Script) -> int:
+    """The CPU a step that sends ``script`` may use: one ``compute_ms``, or in version 2 one
+    for each segment its replay may run, since the process re-arms ``compute_ms`` at each
+    batch of recorded results it settles (at most one batch a record), as a live run has it
+    per segment; at most the process's whole CPU (:data:`protocol.PROCESS_CPU_SECONDS`),
+    past which it cannot run anyway."""
+    compute_ms = script.limits.compute_ms
+    if script.version >= protocol.LIVE_VERSION and script.records:
+        most = protocol.PROCESS_CPU_SECONDS * 1000
+        compute_ms = min(compute_ms * (len(script.records) + 1), max(most, compute_ms))
+    return compute_ms
+
+
 class Deadline:
     """Wall time a step may take (:func:`wall_seconds`).
 
@@ -56,16 +69,9 @@ class Deadline:
 
     @classmethod
     def for_step(cls, script: Script) -> Deadline:
-        """The wall time of a step that sends ``script``: one CPU allowance, or in version 2
-        one for each segment its replay may run, since the process re-arms ``compute_ms``
-        at each batch of recorded results it settles (at most one batch a record), as a live
-        run has it per segment; at most the process's whole CPU
-        (:data:`protocol.PROCESS_CPU_SECONDS`), past which it cannot run anyway."""
-        compute_ms = script.limits.compute_ms
-        if script.version >= protocol.LIVE_VERSION and script.records:
-            most = protocol.PROCESS_CPU_SECONDS * 1000
-            compute_ms = min(compute_ms * (len(script.records) + 1), max(most, compute_ms))
-        return cls(compute_ms)
+        """The wall time of a step that sends ``script``: that of its
+        :func:`step_compute_ms`."""
+        return cls(step_compute_ms(script))
 
     def remaining(self) -> float:
         return self.at - self.clock()

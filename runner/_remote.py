@@ -79,9 +79,8 @@ KEEP_IDLE = 4
 SILENCE = 5.0
 # What a service says it measured of a step's process; file_bytes is what this client served.
 _MEASURES = ("wall_ms", "cpu_ms", "max_rss_bytes", "wait_ms")
-# Those of them that pass within the step, so no longer than the step may take (see _past),
-# give or take this much (the kernel counts CPU in ticks of 10 ms).
-_TIMES = ("wall_ms", "cpu_ms", "wait_ms")
+# Those of them that pass within the step are no longer than it may take (see _past), give
+# or take at least this much.
 _TIMES_SLACK_MS = 1000.0
 # The keys of a [codemode.runner] table a remote runner takes.
 OPTIONS = frozenset(
@@ -713,7 +712,12 @@ class RemoteRunner(ScriptRunner):
                             problem = conv.no_measure("process", message.process, _MEASURES)
                             if problem is None:
                                 waited = time.monotonic() - began
-                                problem = _past(message.process, max(waited, wait) * 1000)
+                                problem = _past(
+                                    message.process,
+                                    wall_ms=max(waited, wait) * 1000,
+                                    cpu_ms=conv.step_compute_ms(script),
+                                    wait_ms=welcome.slot_wait * 1000,
+                                )
                             if problem is not None:
                                 raise _Down(f"it broke the protocol: its step says {problem}")
                         # The bytes this client served are what the step read, whatever it says.
@@ -933,23 +937,32 @@ class RemoteLive(LiveRun):
             await self.runner._checkin(self.remote, self.conn, self.welcome)
 
 
-def _past(process: ProcessStats, most_ms: float) -> str | None:
-    """What of a step's ``process`` times took longer than the ``most_ms`` the step may take:
-    a service's lie or bug (a cpu_ms of 1e300 was charged to the script's
-    ``total_compute_ms``, which failed it for good).
+def _past(process: ProcessStats, **most_ms: float) -> str | None:
+    """What of a step's ``process`` times is past the most it can be (``most_ms``, by name):
+    a service's lie or bug (a cpu_ms of 1e300, or of 75,000 for a step of compute_ms 5,000
+    answered at once, was charged to the script's ``total_compute_ms``, which failed it for
+    good). Each is given :func:`_slack`.
 
-    ``most_ms`` is the longer of the wait this client allows the step's answer (its deadline,
-    the service's slot wait and ``step_margin``) and the time it waited, from before the
-    step's line was sent. The measure alone refused healthy services: while this host is
-    asleep or its virtual machine paused, ``CLOCK_MONOTONIC`` stands still and the service
-    runs on (``CLOCK_BOOTTIME`` counts no paused virtual machine either, so the bound is
-    needed whatever the clock); it stays for a wait longer than the bound (this host stalled
-    and the wait restarted: :class:`runner._conversation.Within`)."""
-    for name in _TIMES:
+    ``cpu_ms`` is at most the step's CPU allowance and ``wait_ms`` the service's slot wait,
+    whatever the clock says. ``wall_ms`` is at most the longer of the wait this client allows
+    the step's answer (its deadline, the service's slot wait and ``step_margin``) and the
+    time it waited, from before the step's line was sent. The measure alone refused healthy
+    services: while this host is asleep or its virtual machine paused, ``CLOCK_MONOTONIC``
+    stands still and the service runs on (``CLOCK_BOOTTIME`` counts no paused virtual machine
+    either, so the bound is needed whatever the clock); it stays for a wait longer than the
+    bound (this host stalled and the wait restarted: :class:`runner._conversation.Within`)."""
+    for name, most in most_ms.items():
         value = getattr(process, name)
-        if value > most_ms + _TIMES_SLACK_MS:
-            return f"process.{name} = {value:g}, more than the {most_ms:,.0f} ms the step may take"
+        if value > most + _slack(most):
+            return f"process.{name} = {value:g}, more than the {most:,.0f} ms the step may take"
     return None
+
+
+def _slack(most_ms: float) -> float:
+    """How far past its bound a time may honestly be: a tenth of it and at least
+    _TIMES_SLACK_MS (the kernel counts CPU in ticks, a CPU timer fires at one, and an exec'd
+    process's CPU counts its start)."""
+    return max(_TIMES_SLACK_MS, most_ms / 10)
 
 
 def _drop(conn: wire.Channel, remote: _Remote) -> None:

@@ -256,6 +256,41 @@ async def test_a_step_whose_process_took_longer_than_the_step_is_the_services_fa
 
 
 @pytest.mark.parametrize(
+    ("name", "bound"), [("cpu_ms", "5,000 ms"), ("wait_ms", "0 ms")], ids=["cpu", "wait"]
+)
+async def test_a_step_whose_process_used_past_its_allowance_is_the_services_fault(
+    name: str, bound: str
+) -> None:
+    """A step answered at once whose process says it used 75 s of CPU, its compute_ms 5,000,
+    lies, though 75 s is within the wait the client allows its answer (86 s): the engine
+    charged it to total_compute_ms, and two such steps failed the script for good. Its wait
+    is bounded by the service's slot wait (0 here) in the same way."""
+    line = b'{"step": {"outcome": "finished", "value": 1, "process": {"%s": 75000}}}\n' % (
+        name.encode()
+    )
+    failed = str(await _failed(line))
+    assert f"its step says process.{name} = 75000, more than the {bound} the step" in failed
+
+
+async def test_a_step_whose_cpu_is_at_its_allowance_is_taken() -> None:
+    """An honest step stopped at its compute_ms says a little more (the CPU timer fires at a
+    tick): it is taken, its cpu_ms as said."""
+
+    async def say(conn: wire.Channel) -> None:
+        step = b'{"step": {"outcome": "finished", "value": 1, "process": {"cpu_ms": 5004}}}\n'
+        await conn.send(step)
+        await conn.line(wire.SMALL_LINE, idle=5, timeout=5)
+
+    async with hostile(say) as address:
+        remote = RemoteRunner([address], TOKEN)
+        try:
+            step = await asyncio.wait_for(remote.run(script("x")), 30)
+        finally:
+            await remote.aclose()
+    assert step.process is not None and step.process.cpu_ms == 5004
+
+
+@pytest.mark.parametrize(
     "answer",
     [
         {"step": {"outcome": "finished", "value": 1, "\nforged": 1}},
