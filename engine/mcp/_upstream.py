@@ -51,8 +51,14 @@ MAX_BLOCKS = 10_000
 # change right after each listing (of 5,000 tools) was listed back to back, and took most of
 # the event loop from every other server and script. So relisting takes at most about a fifth
 # of the host's time; a cheap listing's pause is as short, and announcements that come during
-# a pause make one listing after it.
+# a pause make one listing after it. A call during which the server announced a change waits
+# for a listing begun after it, out of the pause: such listings come as fast as a script's
+# calls, no faster.
 RELIST_PAUSE = 4
+# The most a listing of changed tools that failed or timed out pauses the next: paced by its
+# time, a listing that timed out (after initTimeout, 30 s by default) paused the next for
+# two minutes, a server that recovered meanwhile staying stale, with nothing said.
+RELIST_RETRY = 1.0
 
 
 class Upstream:
@@ -89,6 +95,15 @@ class Upstream:
         self._settled.set()
         # The loop's time before which the next listing of changed tools waits (RELIST_PAUSE).
         self._relist_after = 0.0
+        # Announcements of changed tools, counted: those before the last listing (a
+        # listing's or on connecting) began, and those a call waits for to be listed.
+        self._announced = 0
+        self._listed = 0
+        self._wanted = 0
+        # Set, and replaced, as a listing ends or the listing task does: a call waits on it.
+        self._listing_ended = asyncio.Event()
+        # Set by a call that wants a listing: it ends the pause before one.
+        self._hurry = asyncio.Event()
         self.problem: str | None = None
         self.last_error: str | None = None
         # Why the transport ended the connection itself (the server broke the protocol).
@@ -111,6 +126,7 @@ class Upstream:
         if self._refresh is not None:
             await cancel_and_wait(self._refresh)
             self._settled.set()  # a task cancelled before it began set nothing
+            self._wake_waiters()
         if self._task is not None:
             if not self._connected.is_set():
                 # Starting (or restarting) it: nothing to finish, and the start would wait
@@ -198,10 +214,14 @@ class Upstream:
                 # after it (unmarked after, the announcement was lost, the tools stale until
                 # the server's next one).
                 self._stale = False
+                began = self._announced
                 definitions, refused = await _first_of(self._list(session), lost)
                 self._step = None
             self._session = session
+            # A server made anew is paced anew: a restarted one did not inherit the pause.
+            self._relist_after = 0.0
             self._on_tools(self, definitions, refused)
+            self._ended_listing(began)
             if self._stale:
                 self._start_relist()
             self._connected.set()
@@ -286,6 +306,7 @@ class Upstream:
             # Marked now (the SDK calls this before it reads the next message, so before the
             # result of a call during which the tools changed); listed by a task of its own.
             self._stale = True
+            self._announced += 1
             self._start_relist()
         elif isinstance(message, Exception):
             # One line a message, and a warning only for the server's first: a server that
@@ -309,30 +330,47 @@ class Upstream:
             self._settled.clear()  # the task lists at once, or sets it for its pause
             self._refresh = asyncio.create_task(self._relist())
 
+    def _ended_listing(self, began: int) -> None:
+        """A listing begun after ``began`` announcements ended (listed or failed)."""
+        self._listed = max(self._listed, began)
+        self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
+        """Wake the calls waiting for a listing (:meth:`tools_current`), each to look again."""
+        self._listing_ended.set()
+        self._listing_ended = asyncio.Event()
+
     async def _relist(self) -> None:
         """List the tools again while the server says they changed, each listing paced
-        (:data:`RELIST_PAUSE`); calls wait for a listing, never for a pause."""
+        (:data:`RELIST_PAUSE`) but one a call waits for (:meth:`tools_current`)."""
         loop = asyncio.get_running_loop()
         try:
             # The session of the moment: one made anew meanwhile was listed as it was made.
             while self._stale and (session := self._session) is not None:
                 pause = self._relist_after - loop.time()
-                if pause > 0:
+                if pause > 0 and self._wanted <= self._listed:
                     self._settled.set()  # a call meanwhile returns with the tools as listed
-                    await asyncio.sleep(pause)
+                    self._hurry.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(pause):
+                            await self._hurry.wait()
                     continue
                 self._settled.clear()
                 self._stale = False
+                announced = self._announced
                 began = loop.time()
+                listed = False
                 try:
-                    if not await self._relist_once(session):
-                        return
+                    listed = await self._relist_once(session)
                 finally:
                     ended = loop.time()
-                    self._relist_after = ended + RELIST_PAUSE * (ended - began)
+                    took = RELIST_PAUSE * (ended - began)
+                    self._relist_after = ended + (took if listed else min(took, RELIST_RETRY))
                     self._settled.set()  # its waiters are woken, whatever comes next
+                    self._ended_listing(announced)
         finally:
             self._settled.set()
+            self._wake_waiters()
 
     async def _relist_once(self, session: Any) -> bool:
         """One listing of the changed tools, given to ``on_tools``; False when it failed."""
@@ -360,10 +398,23 @@ class Upstream:
         self._on_tools(self, definitions, refused)
         return True
 
-    async def tools_current(self) -> None:
-        """Wait until a listing of changed tools that runs (or is about to) is done; not
-        for one that waits out its pause (:data:`RELIST_PAUSE`)."""
-        await self._settled.wait()
+    async def tools_current(self, before: int) -> None:
+        """Wait until the tools are current for a call that returns: when the server
+        announced a change during it (``before``: the announcements when it began), until a
+        listing begun after that is done, out of any pause; else until a listing that runs
+        (or is about to) is done, not one that waits out its pause (:data:`RELIST_PAUSE`).
+        A listing that fails ends the wait, the tools as they were."""
+        wanted = self._announced
+        if wanted == before:
+            await self._settled.wait()
+            return
+        self._wanted = max(self._wanted, wanted)
+        self._hurry.set()
+        while self._listed < wanted:
+            refresh = self._refresh
+            if refresh is None or refresh.done():
+                return  # the connection ended, or the host closes it
+            await self._listing_ended.wait()
 
     # ---- calls ----
 
@@ -405,6 +456,7 @@ class Upstream:
         # Within: a host stopped meanwhile (SIGSTOP, a paused virtual machine) is no call the
         # server did not answer; its answer, come meanwhile, is the call's.
         bound = stall_bound(within)
+        announced = self._announced
         try:
             async with bound:
                 result = await _first_of(session.call_tool(tool, arguments), lost)
@@ -457,7 +509,7 @@ class Upstream:
                 f"the MCP server {self.name!r} answered the call of {tool!r} with a result "
                 f"that is not valid MCP ({summary(e)}); the server's maintainer must fix it"
             ) from None
-        await self.tools_current()
+        await self.tools_current(announced)
         return result
 
     def _lost_during(self, tool: str) -> ToolCallError:

@@ -10,6 +10,7 @@
     python raw_server.py TOOLS.json --old-protocol # initialize answered with version 1999-01-01
     python raw_server.py TOOLS.json --flood        # says its tools changed, 100 times, 20 ms apart
     python raw_server.py TOOLS.json --changed-first  # says its tools changed as it lists them first
+    python raw_server.py TOOLS.json --grow     # its tools change as it is called (add, later)
 
 It answers ``initialize``; ``tools/list`` with the text of TOOLS.json as its ``tools``, sent
 as it is (an invalid definition, nesting too deep to parse), or a page of PAGES.json (the
@@ -25,7 +26,11 @@ after that is answered, and ``crash`` starts a process that holds the server's s
 changes said so far), and ``flood`` answers how many listings it made during the flood
 (``during``) and whether it is over (``over``). With ``--changed-first``, it says its tools
 changed before it answers its first listing, which holds a tool ``first``; those after hold
-``later`` instead. Any other request gets an error. A server that breaks MCP is what
+``later`` instead. With ``--grow``, each listing takes 0.3 s and holds the tools added so
+far: ``add`` adds a tool named its argument ``name``, says the tools changed, then answers (as
+MCP allows), and its argument ``list_seconds`` is how long the next listing takes; ``later``
+adds one as ``add`` does, but answers first and says the tools changed 0.2 s after; ``exit``
+ends the server, unanswered. Any other request gets an error. A server that breaks MCP is what
 the engine must name and survive.
 """
 
@@ -73,6 +78,15 @@ if MODE == "--banner":  # as a server that logs to stdout: text that is no messa
     send("listening on stdio")
 hang_listings = False
 listings = 0
+grown: list[dict[str, object]] = []  # --grow: the tools added, and the next listing's time
+next_listing = 0.3
+
+
+def announce_later() -> None:
+    time.sleep(0.2)
+    send('{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}')
+
+
 spamming = False  # after a call of `spam`: each listing is slow, and says the tools changed
 for line in sys.stdin:
     message = json.loads(line)
@@ -118,6 +132,12 @@ for line in sys.stdin:
                 FLOOD["on"] = True
                 threading.Thread(target=flood, daemon=True).start()
             continue
+        if MODE == "--grow":
+            time.sleep(next_listing)
+            next_listing = 0.3
+            tools = [*json.loads(TEXT), *grown]
+            send(head + f'"result": {json.dumps({"tools": tools})}}}')
+            continue
         page = int(params.get("cursor") or 0) if MODE == "--pages" else 0
         more = page + 1 < len(PAGES) or MODE == "--endless"
         cursor = f', "nextCursor": "{page + 1}"' if more else ""
@@ -138,6 +158,17 @@ for line in sys.stdin:
             time.sleep((params.get("arguments") or {}).get("seconds", 0))
         if params.get("name") == "flood":
             answer = {"content": [{"type": "text", "text": json.dumps(FLOOD)}]}
+        if MODE == "--grow" and params.get("name") in ("add", "later"):
+            arguments = params.get("arguments") or {}
+            tool = {"name": arguments["name"], "inputSchema": {"type": "object"}}
+            grown.append({**tool, "annotations": {"readOnlyHint": True}})
+            next_listing = arguments.get("list_seconds", next_listing)
+            if params.get("name") == "add":
+                send('{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}')
+            else:
+                threading.Thread(target=announce_later, daemon=True).start()
+        if MODE == "--grow" and params.get("name") == "exit":
+            os._exit(0)
         if params.get("name") == "mute":  # an error that says nothing
             answer = {"content": [], "isError": True}
         if params.get("name") == "noisy":  # a log notification that breaks MCP, first

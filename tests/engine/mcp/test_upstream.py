@@ -22,6 +22,7 @@ import mcp_types as types
 from engine import CodeMode
 from engine._mcp import unwrap
 from engine.mcp import McpServers, parse_servers
+from engine.mcp._upstream import RELIST_PAUSE, RELIST_RETRY
 from runner._conversation import STALLED_S
 from tests.engine.conftest import InProcessRunner
 
@@ -780,10 +781,12 @@ async def test_a_server_that_says_its_tools_changed_without_pause_is_listed_pace
     tmp_path: Path,
 ) -> None:
     """A server that says its tools changed every 20 ms, 100 times over, each listing taking
-    0.1 s: its listings are paced (each begins four times as long after the last as that one
-    took), so it is listed a few times during the flood, not about twenty (back to back, a
-    large listing took the host from every other server); another server's calls go on
-    meanwhile, and once the flood is over the tools it last announced are the ones seen."""
+    0.1 s: the listings no call waits for are paced (each begins RELIST_PAUSE times as long
+    after the last as that one took), so it is listed a few times during the flood, not about
+    twenty (back to back, a large listing took the host from every other server); a call of
+    it during which it said so waits for a listing, so the script's calls of it (one each
+    0.4 s) may add one each; another server's calls go on meanwhile, and once the flood is
+    over the tools it last announced are the ones seen."""
     tools = _read_only("flood", "sleep")
     (tmp_path / "flood").mkdir()
     (tmp_path / "calm").mkdir()
@@ -798,7 +801,7 @@ async def test_a_server_that_says_its_tools_changed_without_pause_is_listed_pace
             engine.run_code(
                 "let calm = 0, state;\n"
                 "do {\n"
-                "  await tools.calm__sleep({ seconds: 0.2 });\n"
+                "  await tools.calm__sleep({ seconds: 0.4 });\n"
                 "  calm += 1;\n"
                 "  state = await tools.flood__flood({});\n"
                 "} while (!state.over);\n"
@@ -809,8 +812,10 @@ async def test_a_server_that_says_its_tools_changed_without_pause_is_listed_pace
         calm_calls, sent, during = result.value
         # The calm server answered while the flood went on (the script saw it not over).
         assert sent == 100 and calm_calls >= 2, result.text
-        # Back to back, 19 listings in its 2 s; paced, about 2 s / 0.5 s: 4.
-        assert 1 <= during <= 10, result.text
+        # Back to back, 19 listings in its 2 s; paced, 2 s over a listing and its pause (4 at
+        # 0.5 s), and one more for each call of it (about 5; less than 19 without pause).
+        paced = 2 / (0.1 * (1 + RELIST_PAUSE))
+        assert 1 <= during <= paced + 1 + calm_calls < 19, result.text
         async with asyncio.timeout(30):
             await last.wait()
         flooded = sorted(t.name for t in engine.tools if t.source == "flood")
@@ -831,6 +836,72 @@ async def test_a_change_announced_as_a_server_is_first_listed_is_listed(tmp_path
             async with asyncio.timeout(30):
                 await later.wait()
         assert sorted(t.name for t in servers.tools) == ["raw__echo", "raw__later"]
+    finally:
+        await servers.aclose()
+
+
+async def test_a_tool_a_server_adds_during_a_call_is_there_when_the_call_returns(
+    tmp_path: Path,
+) -> None:
+    """A server that adds a tool and says so before it answers the call (as MCP allows):
+    once the call returns, the next script calls the new tool, each time. Its listings take
+    0.3 s, so the changes came within the pause after the last listing (RELIST_PAUSE), and
+    the call returned with the tools as they were ("tools.raw__b does not exist")."""
+    servers = await McpServers.start(_raw(tmp_path, _read_only("add"), "--grow"))
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        for name in ("a", "b", "c"):
+            await engine.run_code(f'return await tools.raw__add({{ name: "{name}" }});')
+            result = await engine.run_code(f"return await tools.raw__{name}({{}});")
+            assert result.value == {"called": name, "arguments": {}}, result.text
+    finally:
+        await engine.aclose()
+
+
+async def test_a_listing_of_changed_tools_that_timed_out_pauses_the_next_briefly(
+    tmp_path: Path,
+) -> None:
+    """A server whose listing of its changed tools timed out (initTimeout 2 s), then well
+    again, says its tools changed with no call waiting: they are listed within about
+    RELIST_RETRY, not paused for four times the listing's 2 s (8 s; 2 min by default)."""
+    config = _raw(tmp_path, _read_only("add", "later"), "--grow", initTimeout=2)
+    servers = await McpServers.start(config)
+    listed = asyncio.Event()
+    servers.subscribe(lambda now: listed.set() if any(t.name == "raw__b" for t in now) else None)
+    tools = {t.name: t for t in servers.tools}
+    try:
+        # The listing it says it needs takes 3 s: the call returns once it timed out.
+        await tools["raw__add"].handler(name="a", list_seconds=3)
+        assert "raw__a" not in {t.name for t in servers.tools}
+        # Answered once the server is done with that listing; its change said 0.2 s after.
+        await tools["raw__later"].handler(name="b")
+        async with asyncio.timeout(RELIST_RETRY + 3):
+            await listed.wait()
+        assert {"raw__a", "raw__b"} <= {t.name for t in servers.tools}
+    finally:
+        await servers.aclose()
+
+
+async def test_a_server_restarted_is_not_paced_by_its_last_listing_before(
+    tmp_path: Path,
+) -> None:
+    """A server whose listing of changed tools took 2 s (the next paused for 8 s), then
+    restarted, says its tools changed with no call waiting: they are listed at once, not
+    after the pause its last connection left."""
+    from engine import ToolCallError
+
+    servers = await McpServers.start(_raw(tmp_path, _read_only("add", "later", "exit"), "--grow"))
+    listed = asyncio.Event()
+    servers.subscribe(lambda now: listed.set() if any(t.name == "raw__b" for t in now) else None)
+    tools = {t.name: t for t in servers.tools}
+    try:
+        await tools["raw__add"].handler(name="a", list_seconds=2)
+        with pytest.raises(ToolCallError, match="closed its connection"):
+            await tools["raw__exit"].handler()
+        # Sent once it is connected again; its change said 0.2 s after the answer.
+        await tools["raw__later"].handler(name="b")
+        async with asyncio.timeout(3):
+            await listed.wait()
     finally:
         await servers.aclose()
 
