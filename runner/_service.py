@@ -696,8 +696,7 @@ class RunnerService:
                 # service for gone). On a thread the loop still runs between its turns.
                 parse = _off_loop if len(line) > OFF_LOOP_LINE else _on_loop
                 try:  # what decoding it takes: 0.05 s for 30 MB, so counted as it is parsed
-                    cost = await parse(wire.decoding_cost, line, hold.room(len(line)))
-                    hold.reserve(len(line), cost)
+                    hold.reserve(len(line), await parse(wire.decoding_cost, line))
                 except wire.OverBudget as e:  # read whole: the connection is in step
                     hold.release()
                     self._line_refused(conn, e)
@@ -983,8 +982,7 @@ class RunnerService:
                 return False, None
             try:
                 parse = _off_loop if len(line) > OFF_LOOP_LINE else _on_loop
-                cost = await parse(wire.decoding_cost, line, hold.room(len(line)))
-                hold.reserve(len(line), cost)
+                hold.reserve(len(line), await parse(wire.decoding_cost, line))
             except wire.OverBudget as e:  # as one past the budget as it is read (above)
                 self._line_refused(conn, e)
                 why = f"the live process cannot go on: {self._over_budget(e)}"
