@@ -540,26 +540,31 @@ async def test_a_script_waiting_for_a_slot_or_running_keeps_its_share() -> None:
             client.close()
 
 
-async def test_a_step_one_service_can_never_take_runs_on_another_that_can() -> None:
-    """Of a service of a small budget and one of a large, whichever comes first, a step whose
-    line the small one can never take runs on the large one; the small one stays in rotation
-    and takes small steps (its unfit is about the step, not the service)."""
-    small, large = FakeRunner(name="small"), FakeRunner(name="large")
+async def test_a_step_one_service_can_never_take_runs_on_another_that_can(
+    tmp_path: Path,
+) -> None:
+    """Of a service process of a small budget and one of a large, whichever comes first, a
+    step whose line the small one can never take runs on the large one; the small one stays
+    in rotation and takes small steps (its unfit is about the step, not the service)."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    code = "let s = 0; for (let i = 0; i < 10000; i++) s += await tools.t({}); return s"
+    many = script(code, id="many", tools=["t"], records=tiny_records(10_000))
     async with (
-        services(small, line_memory=BUDGET) as [little],
-        services(large, line_memory=64 * MiB) as [big],
+        service_process(token_file, "--line-memory", "1mb") as (_, little),
+        service_process(token_file, "--line-memory", "64mb") as (_, big),
     ):
         for order in ([little, big], [big, little]):
-            remote = RemoteRunner([s.address for s in order], TOKEN)
+            remote = RemoteRunner(order, TOKEN)
             try:
-                for i in range(4):  # each service comes first in turn
-                    many = script("return 1", id=f"many {i}", records=tiny_records(10_000))
-                    assert (await remote.run(many)).value == {"runner": "large", "id": many.id}
+                for _ in range(4):  # each service comes first in turn
+                    assert (await remote.run(many)).value == 45_000
                     assert remote.out_of_rotation() == {}
-                for i in range(2):
-                    await remote.run(script("return 2", id=f"small {i}"))
+                for _ in range(2):
+                    assert (await remote.run(script("return 2"))).value == 2
+                status = remote.status()
             finally:
                 await remote.aclose()
-        # In rotation, it took small steps, and no other.
-        assert small.seen and all(id.startswith("small") for id in small.seen), small.seen
-        assert little.lines_refused >= 4 and big.lines_refused == 0
+            assert status[big]["steps"] + status[little]["steps"] == 6, status
+            assert status[big]["steps"] >= 4 and status[little]["steps"] >= 1, status
+            assert status[big]["failures"] == status[little]["failures"] == 0, status
