@@ -326,6 +326,8 @@ class Upstream:
     def _start_relist(self) -> None:
         """List the tools again, by a task of its own, unless one runs (it lists them again
         while they are marked stale)."""
+        if self._stop.is_set():
+            return  # closing: aclose may be past its wait for the task
         if self._refresh is None or self._refresh.done():
             self._settled.clear()  # the task lists at once, or sets it for its pause
             self._refresh = asyncio.create_task(self._relist())
@@ -443,7 +445,14 @@ class Upstream:
                 raise ToolCallError(f"the MCP server {self.name!r} is closed")
             try:
                 async with asyncio.timeout(wait):
-                    await self._connected.wait()
+                    await _first_of(self._connected.wait(), self._stop)
+            except _Lost:
+                # Closed by its host meanwhile: else the call waited out `wait`, then said
+                # the server was being reconnected.
+                raise ToolCallError(
+                    f"the MCP server {self.name!r} was closed by this host while the call of "
+                    f"{tool!r} waited for it to reconnect; the call was not sent"
+                ) from None
             except TimeoutError:
                 why = f" ({self.last_error})" if self.last_error else ""
                 raise ToolCallError(
@@ -513,12 +522,13 @@ class Upstream:
         return result
 
     def _lost_during(self, tool: str) -> ToolCallError:
-        if self._stop.is_set():
+        if self._stop.is_set():  # (see call for one closed before it was sent)
             # Closed by its host (McpServers.aclose): the session's end answered the call
             # "Connection closed", which read as the server refusing it.
             return ToolCallError(
                 f"the MCP server {self.name!r} was closed by this host during the call of "
-                f"{tool!r}, so the call may or may not have taken effect"
+                f"{tool!r}, so the call may or may not have taken effect; check before "
+                "calling it again"
             )
         why = f" ({self.broken})" if self.broken else ""
         return ToolCallError(

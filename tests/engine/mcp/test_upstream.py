@@ -922,6 +922,34 @@ async def test_a_call_in_flight_when_the_servers_are_closed_says_so(tmp_path: Pa
     said = str(raised.value)
     assert "refused" not in said, said
     assert "closed by this host during the call of 'sleep'" in said, said
+    assert said.endswith("check before calling it again"), said
+
+
+async def test_a_call_waiting_for_a_reconnect_when_the_servers_are_closed_says_so(
+    tmp_path: Path,
+) -> None:
+    """A call that waits for its server to reconnect when its host closes the servers fails
+    at once, saying the server was closed by this host and the call not sent (it waited out
+    the reconnect's wait, then said the server was being reconnected)."""
+    from engine import ToolCallError
+
+    servers = await McpServers.start(_raw(tmp_path, _read_only("crash", "echo")))
+    tools = {t.name: t for t in servers.tools}
+    upstream = servers._upstreams["raw"]
+    with pytest.raises(ToolCallError):
+        await tools["raw__crash"].handler()
+    async with asyncio.timeout(30):
+        while upstream._connected.is_set():  # the connection's end seen
+            await asyncio.sleep(0.01)
+    call = asyncio.ensure_future(tools["raw__echo"].handler())
+    await asyncio.sleep(0)  # the call waits for the reconnect
+    await servers.aclose()
+    with pytest.raises(ToolCallError) as raised:
+        async with asyncio.timeout(10):
+            await call
+    assert "was closed by this host while the call of 'echo' waited for it to reconnect" in str(
+        raised.value
+    ), raised.value
 
 
 async def test_a_server_that_exits_while_its_child_holds_its_output_is_restarted(
