@@ -176,11 +176,12 @@ def decoding_cost(line: bytes) -> int:
     number), each object a dict and often a model (some 320), each array a list (some 96).
 
     Counted by the commas and brackets in the line, less those in its strings (a text
-    decodes to about its own bytes, whatever it holds) when it has few (a quote, not escaped,
-    in 64 bytes or fewer: a text's commas matter next to its values then, and finding the
-    strings takes a step of Python each, so at most one in 128 bytes; past that many, the
-    rest of the line is counted whole). On a 67 MiB line: 0.1 s for the counts, 0.4 s more
-    for the strings of two CSV texts, 0.8 s for those of texts of 130 bytes.
+    decodes to about its own bytes, whatever it holds): finding the strings takes a step of
+    Python each, so the first one in 128 bytes of the line are looked for, and past them
+    the rest of the line is counted whole (a line of many small records and one CSV text
+    after them is charged the text's commas). On a 67 MiB line: 0.1 s for the counts, 0.4 s
+    more for the strings of two CSV texts, 0.5 s for those of tiny records, 1.0 s at most
+    (texts of 130 bytes, escapes).
 
     Measured: 300,000 records of 39 bytes each took 23 times their line's bytes to decode,
     300,000 texts of 4 bytes 18 times; a line of 14 million tiny records, 525 MiB, took
@@ -190,8 +191,6 @@ def decoding_cost(line: bytes) -> int:
     28 MiB."""
     cost = _structure(line, 0, len(line))
     most = len(line) // (2 * _FEW_STRINGS)
-    if (line.count(b'"') - line.count(b'\\"')) // 2 > most:
-        return cost // 3
     # From the line's start, the first quote outside a string opens one. In a line that is
     # not JSON, decoding fails at the first place where this scan and the decoder part; a
     # string not closed ends it (a search would try each quote in it, to the line's end).

@@ -372,6 +372,19 @@ def test_a_strings_commas_and_brackets_are_no_values() -> None:
     assert wire.decoding_cost(open_string) == (4 * MiB // 64 * 62 * 64 + 96) // 3
 
 
+def test_a_csv_text_before_many_records_is_charged_the_records_only() -> None:
+    """A results line of a 7 MiB CSV text and 60,000 small records (9.3 MiB; decoding it
+    grows memory by some 31 MiB) is charged its records, not the text's commas: decided for
+    the whole line by its count of strings, it was charged 73.8 MiB more than its bytes, and
+    refused unfit on a budget of 64 MiB."""
+    csv = "1,2,3,4,5,6,7,8,9,10\n" * (7 * MiB // 21)
+    records = [{"id": i, "name": "ab", "tag": "x"} for i in range(60_000)]
+    line = orjson.dumps([csv, records])
+    assert wire.decoding_cost(line) == wire.decoding_cost(orjson.dumps(["", records]))
+    with wire.LineBudget(64 * MiB).hold() as hold:
+        hold.reserve(len(line), wire.decoding_cost(line))
+
+
 async def test_a_draining_service_answers_a_line_that_never_fits_draining() -> None:
     """A draining service answers a line past its whole budget ``draining``, as any script:
     ``unfit`` told the engine no service could take the step, which failed for good, though
