@@ -175,13 +175,19 @@ def decoding_cost(line: bytes) -> int:
     value a Python object in a list's or a dict's slot (some 64 bytes: a small text, a
     number), each object a dict and often a model (some 320), each array a list (some 96).
 
-    Counted by the commas and brackets in the line, less those in its strings (a text
-    decodes to about its own bytes, whatever it holds): finding the strings takes a step of
-    Python each, so the first one in 128 bytes of the line are looked for, and past them
-    the rest of the line is counted whole (a line of many small records and one CSV text
-    after them is charged the text's commas). On a 67 MiB line: 0.1 s for the counts, 0.4 s
-    more for the strings of two CSV texts, 0.5 s for those of tiny records, 1.0 s at most
-    (texts of 130 bytes, escapes).
+    Counted by the commas and brackets in the line, less those in its strings (a text of
+    characters up to U+FFFF decodes to at most twice its bytes, which the share allows):
+    finding the strings takes a step of Python each, so the first one in 128 bytes of the
+    line are looked for, and past them the rest of the line is counted whole (a line of
+    many small records and one CSV text after them is charged the text's commas). On a
+    67 MiB line: 0.1 s for the counts, 0.4 s more for the strings of two CSV texts, 0.5 s
+    for those of tiny records, 1.0 s at most (texts of 130 bytes, escapes).
+
+    A character past U+FFFF (four bytes of UTF-8, or a
+    surrogate pair's ``\\ud8xx`` escape; a text's ``\\\\ud8xx`` is taken for one too) makes
+    its text take four bytes a character: a line holding one is charged three times its
+    bytes more (one of 16 MiB, charged nothing, grew memory by 64 MiB); looking for them
+    takes 0.1 s on a 67 MiB line, 0.2 s more past ASCII.
 
     Measured: 300,000 records of 39 bytes each took 23 times their line's bytes to decode,
     300,000 texts of 4 bytes 18 times; a line of 14 million tiny records, 525 MiB, took
@@ -202,12 +208,18 @@ def decoding_cost(line: bytes) -> int:
         cost -= _structure(line, at, string.end())
         most -= 1
         at = line.find(b'"', string.end())
-    return cost // 3
+    cost //= 3
+    if _SURROGATE.search(line) or (not line.isascii() and _FOUR_BYTES.search(line)):
+        cost += 3 * len(line)
+    return cost
 
 
 _FEW_STRINGS = 64
 # Possessive: backtracking kept a frame for each escape, 1.8 GB for a 30 MiB string of them.
 _STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"')
+# An escape's backslash is not told from an escaped one's: a lookbehind took 1 s on 67 MiB.
+_SURROGATE = re.compile(rb"\\u[dD][89abAB]")
+_FOUR_BYTES = re.compile(rb"[\xf0-\xf4]")
 
 
 def _structure(json: bytes, start: int, end: int) -> int:

@@ -385,6 +385,22 @@ def test_a_csv_text_before_many_records_is_charged_the_records_only() -> None:
         hold.reserve(len(line), wire.decoding_cost(line))
 
 
+def test_a_line_holding_a_character_past_u_ffff_is_charged_four_bytes_a_byte() -> None:
+    """One character past U+FFFF, escaped or in UTF-8, makes its whole text take 4 bytes a
+    character: such a line is charged three times its bytes more (16 MiB of commas after an
+    emoji, charged nothing, grew memory by 64 MiB). Texts of characters up to U+FFFF, and a
+    backslash and ``ud7ff``, are not."""
+    commas = "," * MiB
+    for line in (
+        b'["\\ud83d\\ude00' + commas.encode() + b'"]',
+        orjson.dumps(["\U0001f600" + commas]),
+    ):
+        assert wire.decoding_cost(line) == wire.decoding_cost(b'[""]') + 3 * len(line), line[:20]
+    for text in ("\u00e9", "\u4e00", "\\ud7ff", "\\u00e9"):
+        line = orjson.dumps([text + commas])
+        assert wire.decoding_cost(line) == wire.decoding_cost(b'[""]'), text
+
+
 async def test_a_draining_service_answers_a_line_that_never_fits_draining() -> None:
     """A draining service answers a line past its whole budget ``draining``, as any script:
     ``unfit`` told the engine no service could take the step, which failed for good, though
