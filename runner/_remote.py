@@ -953,9 +953,20 @@ def _past(process: ProcessStats, **most_ms: float) -> str | None:
     bound (this host stalled and the wait restarted: :class:`runner._conversation.Within`)."""
     for name, most in most_ms.items():
         value = getattr(process, name)
-        if value > most + _slack(most):
-            return f"process.{name} = {value:g}, more than the {most:,.0f} ms the step may take"
+        slack = _slack(most)
+        if value > most + slack:
+            return (
+                f"process.{name} = {value:g}, more than {most + slack:,.0f} ms: "
+                f"{_BOUNDS[name]}, {most:,.0f} ms, and {slack:,.0f} ms of slack"
+            )
     return None
+
+
+_BOUNDS = {
+    "wall_ms": "the time the step may take",
+    "cpu_ms": "the CPU the step may use",
+    "wait_ms": "the service's slot wait",
+}
 
 
 def _slack(most_ms: float) -> float:

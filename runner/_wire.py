@@ -183,11 +183,11 @@ def decoding_cost(line: bytes) -> int:
     67 MiB line: 0.1 s for the counts, 0.4 s more for the strings of two CSV texts, 0.5 s
     for those of tiny records, 1.0 s at most (texts of 130 bytes, escapes).
 
-    A character past U+FFFF (four bytes of UTF-8, or a
-    surrogate pair's ``\\ud8xx`` escape; a text's ``\\\\ud8xx`` is taken for one too) makes
-    its text take four bytes a character: a line holding one is charged three times its
-    bytes more (one of 16 MiB, charged nothing, grew memory by 64 MiB); looking for them
-    takes 0.1 s on a 67 MiB line, 0.2 s more past ASCII.
+    A character past U+FFFF (four bytes of UTF-8, or a surrogate pair's ``\\ud8xx`` escape;
+    a text's ``\\\\ud8xx`` is taken for one too) makes its text take four bytes a character:
+    a line holding one is charged three times its bytes more (one of 16 MiB, charged
+    nothing, grew memory by 64 MiB); looking for them takes 0.1 s on a 67 MiB line, 0.2 s
+    more past ASCII.
 
     Measured: 300,000 records of 39 bytes each took 23 times their line's bytes to decode,
     300,000 texts of 4 bytes 18 times; a line of 14 million tiny records, 525 MiB, took

@@ -252,11 +252,16 @@ async def test_a_step_whose_process_took_longer_than_the_step_is_the_services_fa
     )
     failed = str(await _failed(line))
     assert f"it broke the protocol: its step says process.{name} = 3.6e+06, more than" in failed
-    assert "ms the step may take" in failed
+    assert "ms of slack" in failed
 
 
 @pytest.mark.parametrize(
-    ("name", "bound"), [("cpu_ms", "5,000 ms"), ("wait_ms", "0 ms")], ids=["cpu", "wait"]
+    ("name", "bound"),
+    [
+        ("cpu_ms", "6,000 ms: the CPU the step may use, 5,000 ms,"),
+        ("wait_ms", "1,000 ms: the service's slot wait, 0 ms,"),
+    ],
+    ids=["cpu", "wait"],
 )
 async def test_a_step_whose_process_used_past_its_allowance_is_the_services_fault(
     name: str, bound: str
@@ -269,7 +274,7 @@ async def test_a_step_whose_process_used_past_its_allowance_is_the_services_faul
         name.encode()
     )
     failed = str(await _failed(line))
-    assert f"its step says process.{name} = 75000, more than the {bound} the step" in failed
+    assert f"its step says process.{name} = 75000, more than {bound} and 1,000 ms of" in failed
 
 
 async def test_a_step_whose_cpu_is_at_its_allowance_is_taken() -> None:
