@@ -52,12 +52,13 @@ MAX_BLOCKS = 10_000
 # the event loop from every other server and script. So relisting takes at most about a fifth
 # of the host's time; a cheap listing's pause is as short, and announcements that come during
 # a pause make one listing after it. A call during which the server announced a change waits
-# for a listing begun after it, out of the pause: such listings come as fast as a script's
-# calls, no faster.
+# for a listing begun after it, its pause cut to RELIST_RETRY at most: not to none, as calls
+# that each waited had a flooding server listed back to back (19 listings in 2 s, not 4).
 RELIST_PAUSE = 4
 # The most a listing of changed tools that failed or timed out pauses the next: paced by its
 # time, a listing that timed out (after initTimeout, 30 s by default) paused the next for
-# two minutes, a server that recovered meanwhile staying stale, with nothing said.
+# two minutes, a server that recovered meanwhile staying stale, with nothing said. Also the
+# most a call waiting for a listing waits out the pause before it.
 RELIST_RETRY = 1.0
 
 
@@ -93,8 +94,10 @@ class Upstream:
         # Set but while a listing of changed tools runs, or is about to: what a call waits for.
         self._settled = asyncio.Event()
         self._settled.set()
-        # The loop's time before which the next listing of changed tools waits (RELIST_PAUSE).
+        # The loop's time before which the next listing of changed tools waits (RELIST_PAUSE),
+        # and before which it waits when a call waits for it (RELIST_RETRY at most).
         self._relist_after = 0.0
+        self._forced_after = 0.0
         # Announcements of changed tools, counted: those before the last listing (a
         # listing's or on connecting) began, and those a call waits for to be listed.
         self._announced = 0
@@ -219,7 +222,7 @@ class Upstream:
                 self._step = None
             self._session = session
             # A server made anew is paced anew: a restarted one did not inherit the pause.
-            self._relist_after = 0.0
+            self._relist_after = self._forced_after = 0.0
             self._on_tools(self, definitions, refused)
             self._ended_listing(began)
             if self._stale:
@@ -344,13 +347,15 @@ class Upstream:
 
     async def _relist(self) -> None:
         """List the tools again while the server says they changed, each listing paced
-        (:data:`RELIST_PAUSE`) but one a call waits for (:meth:`tools_current`)."""
+        (:data:`RELIST_PAUSE`), the pause cut to :data:`RELIST_RETRY` at most when a call
+        waits for the listing (:meth:`tools_current`)."""
         loop = asyncio.get_running_loop()
         try:
             # The session of the moment: one made anew meanwhile was listed as it was made.
             while self._stale and (session := self._session) is not None:
-                pause = self._relist_after - loop.time()
-                if pause > 0 and self._wanted <= self._listed:
+                waited = self._wanted > self._listed
+                pause = (self._forced_after if waited else self._relist_after) - loop.time()
+                if pause > 0:
                     self._settled.set()  # a call meanwhile returns with the tools as listed
                     self._hurry.clear()
                     with contextlib.suppress(TimeoutError):
@@ -368,6 +373,7 @@ class Upstream:
                     ended = loop.time()
                     took = RELIST_PAUSE * (ended - began)
                     self._relist_after = ended + (took if listed else min(took, RELIST_RETRY))
+                    self._forced_after = min(self._relist_after, ended + RELIST_RETRY)
                     self._settled.set()  # its waiters are woken, whatever comes next
                     self._ended_listing(announced)
         finally:
@@ -403,7 +409,8 @@ class Upstream:
     async def tools_current(self, before: int) -> None:
         """Wait until the tools are current for a call that returns: when the server
         announced a change during it (``before``: the announcements when it began), until a
-        listing begun after that is done, out of any pause; else until a listing that runs
+        listing begun after that is done, its pause cut to :data:`RELIST_RETRY` at most;
+        else until a listing that runs
         (or is about to) is done, not one that waits out its pause (:data:`RELIST_PAUSE`).
         A listing that fails ends the wait, the tools as they were."""
         wanted = self._announced

@@ -781,12 +781,11 @@ async def test_a_server_that_says_its_tools_changed_without_pause_is_listed_pace
     tmp_path: Path,
 ) -> None:
     """A server that says its tools changed every 20 ms, 100 times over, each listing taking
-    0.1 s: the listings no call waits for are paced (each begins RELIST_PAUSE times as long
-    after the last as that one took), so it is listed a few times during the flood, not about
-    twenty (back to back, a large listing took the host from every other server); a call of
-    it during which it said so waits for a listing, so the script's calls of it (one each
-    0.4 s) may add one each; another server's calls go on meanwhile, and once the flood is
-    over the tools it last announced are the ones seen."""
+    0.1 s: the listings are paced (each begins RELIST_PAUSE times as long after the last as
+    that one took, or RELIST_RETRY when a call waits for it), so it is listed a few times
+    during the flood, not about twenty (back to back, a large listing took the host from
+    every other server); another server's calls go on meanwhile, and once the flood is over
+    the tools it last announced are the ones seen."""
     tools = _read_only("flood", "sleep")
     (tmp_path / "flood").mkdir()
     (tmp_path / "calm").mkdir()
@@ -813,13 +812,40 @@ async def test_a_server_that_says_its_tools_changed_without_pause_is_listed_pace
         # The calm server answered while the flood went on (the script saw it not over).
         assert sent == 100 and calm_calls >= 2, result.text
         # Back to back, 19 listings in its 2 s; paced, 2 s over a listing and its pause (4 at
-        # 0.5 s), and one more for each call of it (about 5; less than 19 without pause).
-        paced = 2 / (0.1 * (1 + RELIST_PAUSE))
-        assert 1 <= during <= paced + 1 + calm_calls < 19, result.text
+        # 0.5 s), and one begun before the flood's first announcement ends it.
+        assert 1 <= during <= _flood_paced() + 1, result.text
         async with asyncio.timeout(30):
             await last.wait()
         flooded = sorted(t.name for t in engine.tools if t.source == "flood")
         assert flooded == ["flood__flood", "flood__sleep", "flood__v100"]
+    finally:
+        await engine.aclose()
+
+
+def _flood_paced() -> float:
+    """The listings paced in the --flood server's 2 s flood, each taking 0.1 s: over a
+    listing and its pause, cut to RELIST_RETRY at most when a call waits for it."""
+    return 2 / (0.1 + min(0.1 * RELIST_PAUSE, RELIST_RETRY))
+
+
+async def test_a_flooding_server_that_scripts_call_is_listed_paced(tmp_path: Path) -> None:
+    """Four scripts that call the --flood server back to back, each call answered during
+    the flood and so waiting for a listing: the listings stay paced (each call cut the pause
+    to nothing, and it was listed back to back, 19 times in its 2 s flood)."""
+    servers = await McpServers.start(_raw(tmp_path, _read_only("flood", "sleep"), "--flood"))
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    code = (
+        "let s, n = 0;\n"
+        "do { s = await tools.raw__flood({}); n++ } while (!s.over);\n"
+        "return [s.during, n];"
+    )
+    try:
+        results = await asyncio.wait_for(
+            asyncio.gather(*(engine.run_code(code) for _ in range(4))), 60
+        )
+        during = max(r.value[0] for r in results)
+        assert all(r.value[1] >= 2 for r in results), [r.text for r in results]
+        assert 1 <= during <= _flood_paced() + 1, [r.text for r in results]
     finally:
         await engine.aclose()
 
