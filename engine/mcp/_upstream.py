@@ -450,22 +450,14 @@ class Upstream:
         if not self._connected.is_set():
             if self._stop.is_set() or self._task is None or self._task.done():
                 raise ToolCallError(f"the MCP server {self.name!r} is closed")
-            try:
-                async with asyncio.timeout(wait):
-                    await _first_of(self._connected.wait(), self._stop)
-            except _Lost:
-                # Closed by its host meanwhile: else the call waited out `wait`, then said
-                # the server was being reconnected.
-                raise ToolCallError(
-                    f"the MCP server {self.name!r} was closed by this host while the call of "
-                    f"{tool!r} waited for it to reconnect; the call was not sent"
-                ) from None
-            except TimeoutError:
-                why = f" ({self.last_error})" if self.last_error else ""
-                raise ToolCallError(
-                    f"the MCP server {self.name!r} is not connected{why}, so the call was not "
-                    "sent; it is being reconnected: try the call again later"
-                ) from None
+            why = f" ({self.last_error})" if self.last_error else ""
+            await self._reconnected(
+                tool,
+                wait,
+                None,
+                f"the MCP server {self.name!r} is not connected{why}, so the call was not "
+                "sent; it is being reconnected: try the call again later",
+            )
         session, lost = self._session, self._lost
         if lost.is_set() or session is None:
             raise ToolCallError(f"the MCP server {self.name!r} is reconnecting; try again")
@@ -503,15 +495,13 @@ class Upstream:
                     self.name,
                 )
                 lost.set()  # the connection's task sees it, and connects anew
-                try:
-                    async with asyncio.timeout(wait):
-                        while self._lost is lost or not self._connected.is_set():
-                            await asyncio.sleep(0.05)
-                except TimeoutError:
-                    raise ToolCallError(
-                        f"the MCP server {self.name!r} lost its session and is not connected "
-                        "again yet; the call was not run: try it again later"
-                    ) from None
+                await self._reconnected(
+                    tool,
+                    wait,
+                    lost,
+                    f"the MCP server {self.name!r} lost its session and is not connected "
+                    "again yet; the call was not run: try it again later",
+                )
                 return await self.call(tool, arguments, again=False, wait=wait, within=within)
             raise ToolCallError(_refusal(self.name, str(e.message))) from None
         except (ValueError, RuntimeError) as e:
@@ -527,6 +517,34 @@ class Upstream:
             ) from None
         await self.tools_current(announced)
         return result
+
+    async def _reconnected(
+        self, tool: str, wait: float, gone: asyncio.Event | None, late: str
+    ) -> None:
+        """Wait at most ``wait`` seconds for the server to be connected (by a connection
+        other than the one whose end is ``gone``), for a call of ``tool`` not sent yet.
+
+        Raises :class:`ToolCallError`: saying ``late`` when the wait runs out; saying the
+        server was closed by this host as soon as it is (else the call waited out ``wait``,
+        then said the server was being reconnected)."""
+
+        async def connected() -> None:
+            while self._lost is gone or not self._connected.is_set():
+                if self._connected.is_set():
+                    await asyncio.sleep(0.05)  # the old connection not yet seen ended
+                else:
+                    await self._connected.wait()
+
+        try:
+            async with asyncio.timeout(wait):
+                await _first_of(connected(), self._stop)
+        except _Lost:
+            raise ToolCallError(
+                f"the MCP server {self.name!r} was closed by this host while the call of "
+                f"{tool!r} waited for it to reconnect; the call was not sent"
+            ) from None
+        except TimeoutError:
+            raise ToolCallError(late) from None
 
     def _lost_during(self, tool: str) -> ToolCallError:
         if self._stop.is_set():  # (see call for one closed before it was sent)

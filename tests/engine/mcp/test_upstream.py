@@ -468,21 +468,26 @@ def test_only_the_clients_own_error_of_a_cut_answer_says_the_call_may_have_run()
     assert _cut_off(MCPError(-32603, "SSE stream ended without a response")) is None
 
 
+async def _start_lab_http(tmp_path: Path, port: str) -> tuple[asyncio.subprocess.Process, str]:
+    """The lab over streamable HTTP on ``port`` ("0": any free one), and its URL."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(LAB), str(tmp_path), "--http", "--port", port,
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None
+    async with asyncio.timeout(60):
+        return process, (await process.stdout.readline()).decode().strip()
+
+
+def _port(url: str) -> str:
+    return url.rsplit(":", 1)[1].split("/")[0]
+
+
 async def test_an_http_server_that_restarted_gets_a_new_session(tmp_path: Path) -> None:
     """A server over HTTP that restarts while the engine is idle no longer knows its
     session: its 404 ("Session not found") made every later call fail for ever. The call it
     refused (it ran nothing) is sent again on a new session."""
-
-    async def start(port: str) -> tuple[asyncio.subprocess.Process, str]:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, str(LAB), str(tmp_path), "--http", "--port", port,
-            stdout=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        assert process.stdout is not None
-        async with asyncio.timeout(60):
-            return process, (await process.stdout.readline()).decode().strip()
-
-    process, url = await start("0")
+    process, url = await _start_lab_http(tmp_path, "0")
     engine = None
     try:
         servers = await McpServers.start({"mcpServers": {"lab": {"url": url}}})
@@ -492,7 +497,7 @@ async def test_an_http_server_that_restarted_gets_a_new_session(tmp_path: Path) 
         assert first.value == {"result": 3}, first.text
         process.kill()
         await process.wait()
-        process, again = await start(url.rsplit(":", 1)[1].split("/")[0])
+        process, again = await _start_lab_http(tmp_path, _port(url))
         assert again == url
         for n in range(2):
             result = await asyncio.wait_for(
@@ -976,6 +981,45 @@ async def test_a_call_waiting_for_a_reconnect_when_the_servers_are_closed_says_s
     assert "was closed by this host while the call of 'echo' waited for it to reconnect" in str(
         raised.value
     ), raised.value
+
+
+async def test_a_call_refused_for_a_lost_session_when_the_servers_are_closed_says_so(
+    tmp_path: Path,
+) -> None:
+    """A call that a restarted server over HTTP refused ("Session not found") waits for a
+    new session; when its host closes the servers meanwhile it fails at once, saying the
+    server was closed by this host and the call not sent (it waited out the reconnect's
+    wait, 30 s, then said the server was not connected again yet)."""
+    from engine import ToolCallError
+
+    process, url = await _start_lab_http(tmp_path, "0")
+    try:
+        servers = await McpServers.start({"mcpServers": {"lab": {"url": url}}})
+        tools = {t.name: t for t in servers.tools}
+        upstream = servers._upstreams["lab"]
+        try:
+            assert unwrap(await tools["lab__add"].handler(a=1, b=2)) == {"result": 3}
+            process.kill()
+            await process.wait()
+            process, again = await _start_lab_http(tmp_path, _port(url))
+            assert again == url
+            call = asyncio.ensure_future(tools["lab__add"].handler(a=5, b=5))
+            async with asyncio.timeout(30):
+                # The call refused and the session dropped: it waits for a new one.
+                while upstream._connected.is_set() and not call.done():
+                    await asyncio.sleep(0)
+        finally:
+            await servers.aclose()
+        with pytest.raises(ToolCallError) as raised:
+            async with asyncio.timeout(10):
+                await call
+        assert "was closed by this host while the call of 'add' waited for it to reconnect" in (
+            str(raised.value)
+        ), raised.value
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
 
 
 async def test_a_server_that_exits_while_its_child_holds_its_output_is_restarted(
