@@ -375,8 +375,10 @@ class Tool:
         if not isinstance(hints, Mapping):
             raise ToolDefinitionError(f'MCP tool {name!r}: "annotations" must be an object')
         if handler is not None and callable(handler):
-            # MCP answers are CallToolResults or text: the script gets them parsed.
-            handler = wrap_handler(handler, tool=name, server=source)
+            # MCP answers are CallToolResults or text: the script gets them parsed. The
+            # source is the host's name for its tools, no MCP server (engine.mcp names its
+            # servers): an error with no text was said to be the server 'crm''s.
+            handler = wrap_handler(handler, tool=name)
         return cls(
             name,
             description=description,

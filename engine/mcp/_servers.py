@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from engine._errors import ConfigError, ToolDefinitionError
-from engine._mcp import answering
+from engine._mcp import answering, wrap_handler
 from engine._tools import Tool
 from engine.mcp import _config
 from engine.mcp._config import (
@@ -259,7 +259,9 @@ class McpServers:
             timeout=timeout,
             sequential=bool(settings.sequential),
         )
-        # The server's results, not the host's: one that breaks its output schema is said
-        # to be the server's to fix (a host's from_mcp tool with a source is the host's).
+        # The server's results, not the host's: one that breaks its output schema, or is an
+        # error with no text, is said to be the server's (a host's from_mcp tool with a
+        # source is the host's). The handler first: setting it clears _answering.
+        tool.handler = wrap_handler(call, tool=original, server=spec.name)
         tool._answering = answering(call, tool=original, server=spec.name)
         return tool

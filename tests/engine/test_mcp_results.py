@@ -171,6 +171,31 @@ async def test_a_host_handlers_result_that_breaks_its_output_schema_is_the_hosts
     ), result.text
 
 
+@pytest.mark.parametrize("source", [None, "crm"])
+async def test_a_host_handlers_error_with_no_text_is_the_tools(
+    source: str | None, inproc: InProcessRunner
+) -> None:
+    """A host's handler given with ``Tool.from_mcp`` that answers ``isError`` with no text
+    fails the call naming the tool, with a ``source`` too (that names the tool, not an MCP
+    server: it was said to be "the MCP server 'crm'"'s error)."""
+    tool = Tool.from_mcp(
+        {"name": "search", "inputSchema": {}},
+        lambda: {"content": [], "isError": True},
+        source=source,
+    )
+    engine = CodeMode([tool], runner=inproc)
+    name = f"{source}__search" if source else "search"
+    try:
+        result = await engine.run_code(
+            f"try {{ return await tools.{name}() }} catch (e) {{ return e.message }}"
+        )
+    finally:
+        await engine.aclose()
+    assert result.value == (
+        "the MCP tool 'search' reported an error and gave no text saying what it was"
+    ), result.text
+
+
 @pytest.mark.parametrize("kind", ["sync", "async"])
 async def test_a_from_mcp_tools_handler_answers_the_value_a_host_can_wrap(
     kind: str, inproc: InProcessRunner

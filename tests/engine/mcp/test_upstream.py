@@ -610,20 +610,29 @@ async def test_a_result_that_breaks_mcp_and_a_listing_never_answered(tmp_path: P
 
 async def test_an_error_with_no_text_names_the_server_and_the_tool(tmp_path: Path) -> None:
     """A result with isError and no text block fails the call naming who answered so (it
-    read "the tool reported an error", which sent the script's author nowhere)."""
+    read "the tool reported an error", which sent the script's author nowhere); so does the
+    tool's handler, called by the host."""
+    from engine import ToolCallError
+
     tools = [
         {"name": "mute", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
     ]
     servers = await McpServers.start(_raw(tmp_path, tools))
     engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    said = (
+        "the MCP server 'raw' answered the call of 'mute' with an error and no text "
+        "saying what it was; its own log may say more"
+    )
     try:
         result = await engine.run_code(
             "try { await tools.raw__mute({}) } catch (e) { return e.message }"
         )
-        assert result.value == (
-            "the MCP server 'raw' answered the call of 'mute' with an error and no text "
-            "saying what it was; its own log may say more"
-        ), result.text
+        assert result.value == said, result.text
+        handler = next(t.handler for t in servers.tools if t.name == "raw__mute")
+        assert handler is not None
+        with pytest.raises(ToolCallError) as raised:
+            await handler()
+        assert str(raised.value) == said
     finally:
         await engine.aclose()
 
