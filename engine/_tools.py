@@ -18,6 +18,7 @@ when the model first calls it.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
 import hashlib
 import inspect
@@ -508,7 +509,12 @@ class Tool:
         try:
             async with scope:
                 if not self.in_thread:
-                    result = await _stoppable(handler(**kwargs), self.name)
+                    loop = asyncio.get_running_loop()
+                    deadline = _DEADLINE.set(None if timeout is None else loop.time() + timeout)
+                    try:
+                        result = await _stoppable(handler(**kwargs), self.name)
+                    finally:
+                        _DEADLINE.reset(deadline)
                 else:
                     # A sync handler runs in a tool thread, so it cannot stall the event loop
                     # nor, however slow, starve other scripts' calls (see engine._tool_threads).
@@ -930,6 +936,19 @@ def tool_fingerprint(tools: Iterable[Tool]) -> dict[str, str]:
 # A handler cancelled (at its timeout, or as its drive ends) that still runs this many
 # seconds later caught the cancellation: the host's log is told.
 STOP_GRACE = 5.0
+
+
+# The loop's time at which the tool call an async handler runs for is given up (None:
+# unbounded); set around the handler's start, so its task sees it (see call_deadline).
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "tool_call_deadline", default=None
+)
+
+
+def call_deadline() -> float | None:
+    """The event loop's time at which the tool call an async handler serves is given up
+    (its timeout), or None when no timeout bounds it; None outside a tool's handler."""
+    return _DEADLINE.get()
 
 
 async def _stoppable(handler: Awaitable[Any], name: str) -> Any:

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 import orjson
 
 from engine._errors import ToolCallError
-from engine._tools import exception_leaves
+from engine._tools import call_deadline, exception_leaves
 from engine.mcp._config import SERVER_NAME, ServerSpec, codemode_version
 from engine.mcp._listing import ToolListings, path_text
 from engine.mcp._stdio import MAX_MESSAGE, UNPARSED, stdio_transport
@@ -444,6 +444,9 @@ class Upstream:
         running it: the session is made anew and the call sent once more (``again``). A
         server that is reconnecting is waited for ``wait`` seconds at most; one that does not
         answer within ``within`` seconds (None: no bound here) fails the call, saying so.
+        Answered, the call waits for its tools to be current (:meth:`tools_current`) at most
+        half the time its tool call has left (``engine._tools.call_deadline``), then returns
+        the result with the tools as last listed.
         """
         from mcp.shared.exceptions import MCPError
 
@@ -515,7 +518,16 @@ class Upstream:
                 f"the MCP server {self.name!r} answered the call of {tool!r} with a result "
                 f"that is not valid MCP ({summary(e)}); the server's maintainer must fix it"
             ) from None
-        await self.tools_current(announced)
+        deadline = call_deadline()
+        if deadline is None:
+            await self.tools_current(announced)
+            return result
+        # At most half the time the call has left (the rest is its result's check): a
+        # listing that outlasted the call's timeout lost the result the server had given.
+        left = (deadline - asyncio.get_running_loop().time()) / 2
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(left, 0)):
+                await self.tools_current(announced)
         return result
 
     async def _reconnected(

@@ -898,6 +898,32 @@ async def test_a_tool_a_server_adds_during_a_call_is_there_when_the_call_returns
         await engine.aclose()
 
 
+async def test_a_call_waiting_for_a_listing_longer_than_its_timeout_returns_its_result(
+    tmp_path: Path,
+) -> None:
+    """A call the server answered, having said its tools changed, whose listing takes
+    longer than the tool's timeout (3 s; the listing 8 s): it returns the server's answer,
+    the tools as last listed (it timed out, "may or may not have taken effect", its result
+    lost)."""
+    config = _raw(tmp_path, _read_only("add"), "--grow", initTimeout=10, timeout=3)
+    servers = await McpServers.start(config)
+    engine = CodeMode(mcp=servers, runner=InProcessRunner(), type_check="off")
+    try:
+        result = await asyncio.wait_for(
+            engine.run_code(
+                "try { return await tools.raw__add({ name: 'a', list_seconds: 8 }) }\n"
+                "catch (e) { return e.message }"
+            ),
+            30,
+        )
+        assert result.value == {
+            "called": "add",
+            "arguments": {"name": "a", "list_seconds": 8},
+        }, result.text
+    finally:
+        await engine.aclose()
+
+
 async def test_a_listing_of_changed_tools_that_timed_out_pauses_the_next_briefly(
     tmp_path: Path,
 ) -> None:
