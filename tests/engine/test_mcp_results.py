@@ -9,7 +9,7 @@ from typing import Any
 import mcp.types as mcp_types
 import pytest
 
-from engine import CodeMode, Tool
+from engine import CodeMode, RunResult, Tool
 from engine._mcp import unwrap
 from engine._tools import ToolCallError
 from tests.engine.conftest import InProcessRunner
@@ -156,19 +156,25 @@ async def test_a_host_handlers_result_that_breaks_its_output_schema_is_the_hosts
         "outputSchema": {"type": "object", "properties": {"hits": {"type": "array"}}},
     }
     handler = async_search if kind == "async" else lambda: answer
-    engine = CodeMode([Tool.from_mcp(definition, handler, source=source)], runner=inproc)
-    name = f"{source}__search" if source else "search"
-    try:
-        result = await engine.run_code(
-            f"try {{ return await tools.{name}() }} catch (e) {{ return e.message }}"
-        )
-    finally:
-        await engine.aclose()
+    tool = Tool.from_mcp(definition, handler, source=source)
+    result = await _call_of(tool, inproc)
     assert result.value == (
-        f"tools.{name} returned a result that does not match its output schema: at hits: "
+        f"tools.{tool.name} returned a result that does not match its output schema: at hits: "
         "expected array, got string, so its result could not be passed on: a defect of the "
         "tool on the host's side, not of the script"
     ), result.text
+
+
+async def _call_of(tool: Tool, inproc: InProcessRunner) -> RunResult:
+    """A script's call of ``tool`` (taking no arguments): what it returned, or its error's
+    message."""
+    engine = CodeMode([tool], runner=inproc)
+    try:
+        return await engine.run_code(
+            f"try {{ return await tools.{tool.name}() }} catch (e) {{ return e.message }}"
+        )
+    finally:
+        await engine.aclose()
 
 
 @pytest.mark.parametrize("source", [None, "crm"])
@@ -183,14 +189,7 @@ async def test_a_host_handlers_error_with_no_text_is_the_tools(
         lambda: {"content": [], "isError": True},
         source=source,
     )
-    engine = CodeMode([tool], runner=inproc)
-    name = f"{source}__search" if source else "search"
-    try:
-        result = await engine.run_code(
-            f"try {{ return await tools.{name}() }} catch (e) {{ return e.message }}"
-        )
-    finally:
-        await engine.aclose()
+    result = await _call_of(tool, inproc)
     assert result.value == (
         "the MCP tool 'search' reported an error and gave no text saying what it was"
     ), result.text
