@@ -23,11 +23,24 @@ import errno
 import os
 from typing import Any
 
-linux_aio: Any
-try:  # Linux 4.18+ with io_setup allowed (a container's seccomp profile may refuse it)
-    from caio import linux_aio
-except ImportError:  # pragma: no cover - depends on the machine
-    linux_aio = None
+# caio's Linux AIO module, imported at the first AioSync.make: importing it costs 40 to 90 ms
+# (caio imports every variant, and its module calls io_setup), which every process importing
+# the engine paid, a `codemode describe` or `scripts` that never syncs a write included.
+linux_aio: Any = None
+_imported = False
+
+
+def _linux_aio() -> Any:
+    """caio's ``linux_aio`` module, or ``None`` where it cannot be had."""
+    global linux_aio, _imported
+    if not _imported:
+        _imported = True
+        try:  # Linux 4.18+ with io_setup allowed (a container's seccomp profile may refuse it)
+            from caio import linux_aio
+        except ImportError:  # pragma: no cover - depends on the machine
+            linux_aio = None
+    return linux_aio
+
 
 # What an fsync by AIO fails with where the file or the kernel cannot do it that way.
 UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM})
@@ -48,10 +61,11 @@ class AioSync:
     def make(cls, loop: asyncio.AbstractEventLoop) -> AioSync | None:
         """One for ``loop``, or ``None`` where Linux AIO cannot be had (another OS, a kernel
         before 4.18, ``io_setup`` refused, caio not installed)."""
-        if linux_aio is None:
+        aio = _linux_aio()
+        if aio is None:
             return None
         try:
-            return cls(loop, linux_aio.Context(max_requests=MAX_REQUESTS))
+            return cls(loop, aio.Context(max_requests=MAX_REQUESTS))
         except (OSError, SystemError, NotImplementedError):
             return None
 
