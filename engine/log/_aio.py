@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import importlib
 import os
 from typing import Any
 
@@ -33,12 +34,12 @@ _imported = False
 def _linux_aio() -> Any:
     """caio's ``linux_aio`` module, or ``None`` where it cannot be had."""
     global linux_aio, _imported
-    if not _imported:
-        _imported = True
-        try:  # Linux 4.18+ with io_setup allowed (a container's seccomp profile may refuse it)
-            from caio import linux_aio
-        except ImportError:  # pragma: no cover - depends on the machine
-            linux_aio = None
+    if not _imported:  # marked once the module is had: a store on another thread waits for it
+        module: Any = None
+        # Linux 4.18+ with io_setup allowed (a container's seccomp profile may refuse it).
+        with contextlib.suppress(ImportError):
+            module = importlib.import_module("caio.linux_aio")
+        linux_aio, _imported = module, True
     return linux_aio
 
 
