@@ -99,6 +99,10 @@ LIVE_WAIT = 30.0
 FD_RESERVE = 64
 # How often the service says it turns connections away for want of open files.
 TURNED_AWAY_EVERY = 10.0
+# How often the log says a host's hello was refused (a peer retrying a wrong token, or a
+# hostile one, would fill it with a line per connection), and how many hosts it remembers.
+REFUSED_EVERY = 10.0
+REFUSED_HOSTS = 1024
 
 
 def connection_room(slots: int, live_max: int) -> int | None:
@@ -375,6 +379,8 @@ class RunnerService:
             )
         self.turned_away = 0  # connections closed at once for want of open files
         self._turned_away_said = -TURNED_AWAY_EVERY
+        # Per peer host: when its last refusal was logged, and how many since were not.
+        self._refusals: OrderedDict[str, list[float]] = OrderedDict()
         # The live processes waiting on connections, least recently kept first.
         self._held: OrderedDict[_Held, None] = OrderedDict()
         self._held_memory = 0
@@ -536,11 +542,31 @@ class RunnerService:
             await conn.close(linger=0 if self.draining else 0.5)
 
     async def _refuse(self, conn: wire.Channel, why: str, logged: str | None = None) -> None:
-        """Tell the peer ``why`` and log it (or ``logged``: what may be logged of it)."""
-        log.warning("%s: refused: %s", conn.peer, why if logged is None else logged)
+        """Tell the peer ``why`` and log it (or ``logged``: what may be logged of it), once
+        per ``REFUSED_EVERY`` seconds for each peer host."""
+        self._log_refusal(conn.peer, why if logged is None else logged)
         with contextlib.suppress(wire.PeerGone, TimeoutError):
             async with asyncio.timeout(1.0):
                 await conn.send(wire.encode(wire.Refused(error=why)))
+
+    def _log_refusal(self, peer: str, said: str) -> None:
+        host = peer.rpartition(":")[0] or peer
+        now = time.monotonic()
+        last = self._refusals.get(host)
+        if last is not None and now - last[0] < REFUSED_EVERY:
+            last[1] += 1
+            return
+        quiet = int(last[1]) if last is not None else 0
+        more = (
+            f" ({quiet} more hellos from {host} refused since its last line, not logged)"
+            if quiet
+            else ""
+        )
+        log.warning("%s: refused: %s%s", peer, said, more)
+        self._refusals[host] = [now, 0]
+        self._refusals.move_to_end(host)
+        while len(self._refusals) > REFUSED_HOSTS:
+            self._refusals.popitem(last=False)
 
     def _turn_away(self) -> None:
         self.turned_away += 1

@@ -68,6 +68,33 @@ async def test_wrong_token(service: RunnerService) -> None:
     await still_serves(service)
 
 
+async def test_refused_hellos_from_one_host_are_logged_once_a_while(
+    service: RunnerService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A peer that retries a wrong token (or a hostile one, a connection after another) got
+    a log line for each: one line for its host in ``REFUSED_EVERY`` seconds, and the next
+    says how many were refused meanwhile. Every one of them is still refused."""
+    from runner import _service
+
+    async def refused() -> None:
+        client = await RawClient.connect(service.address)
+        assert await client.hello(token="not-the-token") == {"refused": {"error": "wrong token"}}
+        assert await client.closed()
+
+    caplog.set_level("WARNING", logger="codemode.runner")
+    for _ in range(30):
+        await refused()
+    lines = [r.getMessage() for r in caplog.records if "refused: wrong token" in r.getMessage()]
+    assert len(lines) == 1 and "more hellos" not in lines[0], lines
+    [host] = service._refusals
+    service._refusals[host][0] -= _service.REFUSED_EVERY  # its interval has passed
+    await refused()
+    lines = [r.getMessage() for r in caplog.records if "refused: wrong token" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert f"(29 more hellos from {host} refused since its last line, not logged)" in lines[1]
+    await still_serves(service)
+
+
 async def test_a_script_before_hello_is_refused(service: RunnerService) -> None:
     """Skipping the handshake gets a refusal, never a step."""
     client = await RawClient.connect(service.address)
