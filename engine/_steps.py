@@ -27,7 +27,7 @@ from engine._errors import CodeModeError, StepUnavailable, StoreUnavailable, Too
 from engine._files import BlobReader, BlobStore, StoredSkillFiles
 from engine._limits import LIMIT_NAMES, Limits, config_hint
 from engine._live import LiveRuns, live_key
-from engine._naming import BUILTIN_TOOLS
+from engine._naming import BUILTIN_TOOLS, SKILL
 from engine._result import RunResult
 from engine._source import other_language_hint, unclosed_hint
 from engine.adapters._formats import left_out_line, returned_left_out, returns_media
@@ -86,7 +86,7 @@ class StepLoop(CallSettling):
                 unsettled = drive.open_calls()
                 if unsettled:
                     return await self._paused(drive, unsettled)
-            over = self._results_over(drive.result_bytes(), limits)
+            over = self._results_over(drive, limits)
             if over is not None:
                 return await self._end(drive, dataclasses.replace(over, printed=printed))
             step = await self._step(drive, limits)
@@ -500,9 +500,37 @@ class StepLoop(CallSettling):
                 stats={"argument_bytes": entry.argument_bytes},
             )
 
-    def _results_over(self, total: int, limits: Limits) -> Ending | None:
+    def _results_over(self, drive: Drive, limits: Limits) -> Ending | None:
+        total = drive.result_bytes()
         if total <= limits.results:
             return None
+        # A skill longer than the whole budget: no script can read it, and asking tools for
+        # less (the limit's remedy) does not help; the host's log names the skill to shorten.
+        room = limits.results
+        skill = next(
+            (c for c in drive.calls if c.name == SKILL and (c.result_bytes or 0) > room),
+            None,
+        )
+        if skill is not None:
+            name = skill.arguments.get("name")
+            logger.warning(
+                "the skill %s answers %s bytes, over the results limit (%s bytes) of script=%s "
+                "tenant=%s: no script can read it; shorten its instructions, or raise %s",
+                render.escaped(str(name)),
+                skill.result_bytes,
+                limits.results,
+                drive.record.id,
+                render.escaped(drive.record.tenant),
+                config_hint("results"),
+            )
+            size, bound = sizes_over(skill.result_bytes or 0, limits.results)
+            return Ending.failure(
+                "LimitError",
+                f"results limit met: the skill {orjson.dumps(name).decode()} answered {size}, "
+                f"over the {bound} of results one script may read; this host's skill is too "
+                "long to read: do the task without it (tool_search finds the tools)",
+                limit="results",
+            )
         size, bound = sizes_over(total, limits.results)
         return Ending.limit_met(
             "results",
