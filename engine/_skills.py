@@ -22,7 +22,7 @@ from engine._search import SkillInfo
 from engine._tools import Tool, ToolCallError, ToolDefinitionError
 from engine.languages import dialect
 from engine.languages._dialect import BUDGET, MAX_DESCRIPTION
-from engine.languages._walk import first_line
+from engine.languages._walk import first_line, printable
 from engine.log import NOT_KEPT
 from sandbox.names import closest_names, spelled_otherwise
 
@@ -200,9 +200,9 @@ def skill_answer(
     by_name = {t.name: t for t in tools}
     named = [by_name[n] for n in skill.tools if n in by_name]
     parts = [
-        f"Skill {skill.name}: {skill.description}".rstrip(": "),
+        f"Skill {skill.name}: {printable(skill.description)}".rstrip(": "),
         "",
-        skill.instructions.strip(),
+        printable(skill.instructions).strip(),
     ]
     if named:
         speech = dialect(language)

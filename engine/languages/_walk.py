@@ -139,11 +139,17 @@ def pascal(segment: str) -> str:
 # Control characters other than tab and line ends: a NUL is not allowed in Python source, and
 # none of them is text a model should read.
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# Characters that hide text or reorder it for the person who reads a listing: the bidi
+# embeddings, overrides and isolates (Trojan Source, CVE-2021-42574), and the Unicode tag
+# characters, invisible on screen while a model reads them (instructions smuggled into a
+# server's tool description). Dropped: no description needs them.
+HIDDEN = re.compile("[\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]")
 
 
 def printable(text: str) -> str:
-    """``text`` with its control characters (but tab and line ends) as spaces."""
-    return CONTROL.sub(" ", text)
+    """``text`` with its control characters (but tab and line ends) as spaces, and the
+    characters that hide or reorder text (:data:`HIDDEN`) left out."""
+    return CONTROL.sub(" ", HIDDEN.sub("", text))
 
 
 def one_line(text: str) -> str:
