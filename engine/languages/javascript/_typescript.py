@@ -41,7 +41,8 @@ def literal(value: Any) -> str:
 
 def comment_text(text: str) -> str:
     """Text made safe inside a ``/** */`` comment, on one line."""
-    return one_line(text.replace("*/", "*\\/"))
+    # Cleaned first: what it leaves out (a bidi mark between `*` and `/`) could make a `*/`.
+    return one_line(text).replace("*/", "*\\/")
 
 
 def first_line(text: str, limit: int) -> str:
