@@ -33,11 +33,12 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import ipaddress
 import logging
 import resource
 import ssl
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,10 +100,93 @@ LIVE_WAIT = 30.0
 FD_RESERVE = 64
 # How often the service says it turns connections away for want of open files.
 TURNED_AWAY_EVERY = 10.0
-# How often the log says a host's hello was refused (a peer retrying a wrong token, or a
-# hostile one, would fill it with a line per connection), and how many hosts it remembers.
+# Refused hellos: a line for each would let a peer retrying a wrong token, or a hostile one,
+# fill the log (see RefusalLog). A line per host and reason in REFUSED_EVERY seconds, at most
+# REFUSED_LINES such lines in that time, REFUSED_KEYS hosts and reasons remembered.
 REFUSED_EVERY = 10.0
-REFUSED_HOSTS = 1024
+REFUSED_LINES = 10
+REFUSED_KEYS = 1024
+
+
+class RefusalLog:
+    """The log lines of refused hellos, bounded. The first refusal of a peer host (an IPv6
+    one by its /64) for a reason is logged with its peer and reason; more of the same within
+    ``REFUSED_EVERY`` seconds, or past ``REFUSED_LINES`` lines in that time, are counted,
+    and the counts are logged in one line ``REFUSED_EVERY`` seconds after the first of them
+    (and when the service closes). ``count`` is every hello refused since the start."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._said: OrderedDict[tuple[str, str], float] = OrderedDict()  # key -> logged at
+        self._quiet: Counter[tuple[str, str]] = Counter()  # key -> refused, not logged
+        self._quiet_others = 0  # past REFUSED_KEYS keys
+        self._window = -REFUSED_EVERY
+        self._lines = 0
+        self._flush: asyncio.TimerHandle | None = None
+
+    def refused(self, peer: str, said: str) -> None:
+        """Count a refused hello of ``peer`` (``host:port``) and log it if the bounds let."""
+        self.count += 1
+        now = time.monotonic()
+        if now - self._window >= REFUSED_EVERY:
+            self._window, self._lines = now, 0
+        key = (_host_group(peer), said.split(":", 1)[0])
+        logged = self._said.get(key)
+        if (logged is not None and now - logged < REFUSED_EVERY) or self._lines >= REFUSED_LINES:
+            if key in self._quiet or len(self._quiet) < REFUSED_KEYS:
+                self._quiet[key] += 1
+            else:
+                self._quiet_others += 1
+            if self._flush is None:
+                loop = asyncio.get_running_loop()
+                self._flush = loop.call_later(REFUSED_EVERY, self.flush)
+            return
+        self._lines += 1
+        log.warning("%s: refused: %s", peer, said)
+        self._said[key] = now
+        self._said.move_to_end(key)
+        while len(self._said) > REFUSED_KEYS:
+            self._said.popitem(last=False)
+
+    def flush(self) -> None:
+        """Log the refusals counted and not logged yet, in one line."""
+        self._flush = None
+        quiet = sum(self._quiet.values()) + self._quiet_others
+        if not quiet:
+            return
+        top = self._quiet.most_common(5)
+        rest = quiet - sum(n for _, n in top)
+        parts = [f"{n:,} from {host} ({reason})" for (host, reason), n in top]
+        if rest:
+            parts.append(f"{rest:,} from other hosts or for other reasons")
+        log.warning(
+            "refused %s more hellos, not logged one by one: %s (%s refused since the start)",
+            f"{quiet:,}",
+            ", ".join(parts),
+            f"{self.count:,}",
+        )
+        self._quiet.clear()
+        self._quiet_others = 0
+
+    def close(self) -> None:
+        """Log what is counted and not logged, and stop the timer."""
+        if self._flush is not None:
+            self._flush.cancel()
+        self.flush()
+
+
+def _host_group(peer: str) -> str:
+    """The host of ``peer`` (``host:port``), an IPv6 address as its /64 (one site's)."""
+    host = peer.rpartition(":")[0] or peer
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:  # an IPv4 client of a dual-stack socket
+            return str(address.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{host}/64", strict=False))
+    return host
 
 
 def connection_room(slots: int, live_max: int) -> int | None:
@@ -379,8 +463,7 @@ class RunnerService:
             )
         self.turned_away = 0  # connections closed at once for want of open files
         self._turned_away_said = -TURNED_AWAY_EVERY
-        # Per peer host: when its last refusal was logged, and how many since were not.
-        self._refusals: OrderedDict[str, list[float]] = OrderedDict()
+        self.refusals = RefusalLog()
         # The live processes waiting on connections, least recently kept first.
         self._held: OrderedDict[_Held, None] = OrderedDict()
         self._held_memory = 0
@@ -468,6 +551,7 @@ class RunnerService:
         await self._no_work.wait()
         await self._cancel_connections()
         await self._close_runner()
+        self.refusals.close()
         self._closed.set()
 
     async def aclose(self) -> None:
@@ -484,6 +568,7 @@ class RunnerService:
             self._server.close()
         await self._cancel_connections()
         await self._close_runner()
+        self.refusals.close()
         self._closed.set()
 
     async def _close_runner(self) -> None:
@@ -542,31 +627,12 @@ class RunnerService:
             await conn.close(linger=0 if self.draining else 0.5)
 
     async def _refuse(self, conn: wire.Channel, why: str, logged: str | None = None) -> None:
-        """Tell the peer ``why`` and log it (or ``logged``: what may be logged of it), once
-        per ``REFUSED_EVERY`` seconds for each peer host."""
-        self._log_refusal(conn.peer, why if logged is None else logged)
+        """Tell the peer ``why`` and log it (or ``logged``: what may be logged of it), as
+        :class:`RefusalLog` bounds."""
+        self.refusals.refused(conn.peer, why if logged is None else logged)
         with contextlib.suppress(wire.PeerGone, TimeoutError):
             async with asyncio.timeout(1.0):
                 await conn.send(wire.encode(wire.Refused(error=why)))
-
-    def _log_refusal(self, peer: str, said: str) -> None:
-        host = peer.rpartition(":")[0] or peer
-        now = time.monotonic()
-        last = self._refusals.get(host)
-        if last is not None and now - last[0] < REFUSED_EVERY:
-            last[1] += 1
-            return
-        quiet = int(last[1]) if last is not None else 0
-        more = (
-            f" ({quiet} more hellos from {host} refused since its last line, not logged)"
-            if quiet
-            else ""
-        )
-        log.warning("%s: refused: %s%s", peer, said, more)
-        self._refusals[host] = [now, 0]
-        self._refusals.move_to_end(host)
-        while len(self._refusals) > REFUSED_HOSTS:
-            self._refusals.popitem(last=False)
 
     def _turn_away(self) -> None:
         self.turned_away += 1

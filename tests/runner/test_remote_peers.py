@@ -68,31 +68,75 @@ async def test_wrong_token(service: RunnerService) -> None:
     await still_serves(service)
 
 
-async def test_refused_hellos_from_one_host_are_logged_once_a_while(
+async def test_refused_hellos_are_logged_once_a_while_and_counted(
     service: RunnerService, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A peer that retries a wrong token (or a hostile one, a connection after another) got
-    a log line for each: one line for its host in ``REFUSED_EVERY`` seconds, and the next
-    says how many were refused meanwhile. Every one of them is still refused."""
-    from runner import _service
+    a log line for each: one line for its host and reason in ``REFUSED_EVERY`` seconds, and
+    the count of the others in one line when that time is up (here: flushed at once). A
+    refusal for another reason is a line of its own. Every one of them is still refused."""
 
-    async def refused() -> None:
+    async def refused(**hello: object) -> None:
         client = await RawClient.connect(service.address)
-        assert await client.hello(token="not-the-token") == {"refused": {"error": "wrong token"}}
+        answer = await client.hello(**hello)  # type: ignore[arg-type]
+        assert "refused" in answer, answer
         assert await client.closed()
+
+    def said(text: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if text in r.getMessage()]
 
     caplog.set_level("WARNING", logger="codemode.runner")
     for _ in range(30):
-        await refused()
-    lines = [r.getMessage() for r in caplog.records if "refused: wrong token" in r.getMessage()]
-    assert len(lines) == 1 and "more hellos" not in lines[0], lines
-    [host] = service._refusals
-    service._refusals[host][0] -= _service.REFUSED_EVERY  # its interval has passed
-    await refused()
-    lines = [r.getMessage() for r in caplog.records if "refused: wrong token" in r.getMessage()]
-    assert len(lines) == 2, lines
-    assert f"(29 more hellos from {host} refused since its last line, not logged)" in lines[1]
+        await refused(token="not-the-token")
+    await refused(token="")
+    assert len(said("refused: wrong token")) == 1, said("refused")
+    assert len(said("refused: no token")) == 1, said("refused")
+    assert said("more hellos") == []
+    service.refusals.flush()  # what its timer does REFUSED_EVERY seconds after
+    [counted] = said("more hellos")
+    assert "refused 29 more hellos, not logged one by one: 29 from 127.0.0.1 (wrong token)" in (
+        counted
+    ), counted
+    assert "(31 refused since the start)" in counted, counted
+    assert service.refusals.count == 31
     await still_serves(service)
+
+
+async def test_refusals_from_many_hosts_are_bounded_lines() -> None:
+    """Five thousand hosts (one IPv6 /64, and IPv4 ones) each refused: at most
+    ``REFUSED_LINES`` lines in ``REFUSED_EVERY`` seconds, and one line counting the rest; a
+    site's /64 is one host, an IPv4 client of a dual-stack socket its IPv4 address."""
+    import logging
+
+    from runner._service import REFUSED_LINES, RefusalLog, _host_group
+
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    handler = Collect(level=logging.WARNING)
+    logger = logging.getLogger("codemode.runner.service")
+    logger.addHandler(handler)
+    try:
+        refusals = RefusalLog()
+        for i in range(2500):
+            refusals.refused(f"2001:db8::{i:x}:4000", "wrong token")
+            refusals.refused(f"10.{i // 256}.{i % 256}.1:4000", "wrong token")
+        assert len(lines) == REFUSED_LINES, lines
+        refusals.close()
+        assert len(lines) == REFUSED_LINES + 1, lines
+        counted = lines[-1]
+        assert counted.startswith(
+            "refused 4,990 more hellos, not logged one by one: 2,499 from 2001:db8::/64 "
+        ), counted
+        assert counted.endswith("(5,000 refused since the start)"), counted
+    finally:
+        logger.removeHandler(handler)
+    assert _host_group("::ffff:192.0.2.7:4000") == "192.0.2.7"
+    assert _host_group("2001:db8::1:2:3:4:5") == "2001:db8::/64"
+    assert _host_group("host.example:4000") == "host.example"
 
 
 async def test_a_script_before_hello_is_refused(service: RunnerService) -> None:
