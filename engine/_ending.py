@@ -40,9 +40,10 @@ class Ending:
         return cls("failed", error=ScriptError(name=name, message=message), limit=limit)
 
     @classmethod
-    def limit_met(cls, name: str, detail: str) -> Ending:
-        """A limit the engine enforces was met: ``detail`` says how."""
-        return cls.failure("LimitError", limit_message(name, detail), limit=name)
+    def limit_met(cls, name: str, detail: str, remedy: str | None = None) -> Ending:
+        """A limit the engine enforces was met: ``detail`` says how, ``remedy`` (else the
+        limit's own) what the script can do."""
+        return cls.failure("LimitError", limit_message(name, detail, remedy), limit=name)
 
     @classmethod
     def of_step(cls, step: Step) -> Ending:

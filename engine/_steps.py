@@ -515,7 +515,8 @@ class StepLoop(CallSettling):
             name = skill.arguments.get("name")
             logger.warning(
                 "the skill %s answers %s bytes, over the results limit (%s bytes) of script=%s "
-                "tenant=%s: no script can read it; shorten its instructions, or raise %s",
+                "tenant=%s: no script can read it; shorten it (its instructions, or the tools "
+                "it names), or raise %s",
                 render.escaped(str(name)),
                 skill.result_bytes,
                 limits.results,
@@ -524,12 +525,12 @@ class StepLoop(CallSettling):
                 config_hint("results"),
             )
             size, bound = sizes_over(skill.result_bytes or 0, limits.results)
-            return Ending.failure(
-                "LimitError",
-                f"results limit met: the skill {orjson.dumps(name).decode()} answered {size}, "
-                f"over the {bound} of results one script may read; this host's skill is too "
-                "long to read: do the task without it (tool_search finds the tools)",
-                limit="results",
+            return Ending.limit_met(
+                "results",
+                f"the skill {orjson.dumps(name).decode()} answered {size}, over the {bound} of "
+                "results one script may read",
+                "this host's skill is too long to read: do the task without it (tool_search "
+                "finds the tools)",
             )
         size, bound = sizes_over(total, limits.results)
         return Ending.limit_met(

@@ -169,13 +169,14 @@ REMEDIES = {
 }
 
 
-def limit_message(name: str, detail: str) -> str:
-    """The message for limit ``name`` met: what happened and what the script can do about it.
+def limit_message(name: str, detail: str, remedy: str | None = None) -> str:
+    """The message for limit ``name`` met: what happened and what the script can do about it
+    (``remedy``, else the limit's own: :data:`REMEDIES`).
 
     It is read by the model, which cannot change the limits, so it says nothing of the
     configuration; the engine's log tells the host which setting raises the limit.
     """
-    return f"{name} limit met: {detail}; {REMEDIES[name]}"
+    return f"{name} limit met: {detail}; {remedy or REMEDIES[name]}"
 
 
 def cpu_spent(limits: Limits, version: int, total: bool) -> tuple[str, str]:

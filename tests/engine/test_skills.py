@@ -434,8 +434,11 @@ async def test_an_attachment_named_as_a_skills_file_says_which_clashed() -> None
         await engine.aclose()
 
 
+@pytest.mark.parametrize("language", ["javascript", "python"])
 async def test_a_skill_longer_than_the_results_limit_names_itself_not_the_tools(
-    inproc: InProcessRunner, caplog: pytest.LogCaptureFixture
+    inproc: InProcessRunner,
+    caplog: pytest.LogCaptureFixture,
+    language: Literal["javascript", "python"],
 ) -> None:
     """A skill whose answer alone is over the ``results`` limit: the script fails saying so,
     with advice a model can follow (do without it), and the host's log names the skill to
@@ -450,19 +453,31 @@ async def test_a_skill_longer_than_the_results_limit_names_itself_not_the_tools(
         tools=("page_oncall",),
     )
     engine = CodeMode(
-        [page_oncall, open_incident], runner=inproc, skills=[long], limits=Limits(results=4000)
+        [page_oncall, open_incident],
+        runner=inproc,
+        skills=[long],
+        limits=Limits(results=4000),
+        language=language,
     )
+    load = {
+        "javascript": "return await tools.skill({ name: 'runbooks:long' })",
+        "python": "return await tools.skill(name='runbooks:long')",
+    }
     with caplog.at_level("WARNING", logger="codemode"):
-        result = await engine.run_code("return await tools.skill({ name: 'runbooks:long' })")
+        result = await engine.run_code(load[language])
     assert result.status == "failed" and result.error is not None, result.text
     assert result.error["name"] == "LimitError", result.error
     message = result.error["message"]
     assert message.startswith('results limit met: the skill "runbooks:long" answered '), message
     assert "do the task without it" in message and "ask tools for less" not in message, message
     logged = [r.getMessage() for r in caplog.records if "the skill runbooks:long" in r.getMessage()]
-    assert len(logged) == 1 and "shorten its instructions" in logged[0], logged
-    code = "for (let i = 0; i < 30; i++) await tools.page_oncall({ team: 'x'.repeat(200), message: 'm' })"
-    result = await engine.run_code(code)
+    assert len(logged) == 1 and "shorten it (its instructions" in logged[0], logged
+    many = {
+        "javascript": "for (let i = 0; i < 30; i++) "
+        "await tools.page_oncall({ team: 'x'.repeat(200), message: 'm' })",
+        "python": "for i in range(30):\n    await tools.page_oncall(team='x' * 200, message='m')",
+    }
+    result = await engine.run_code(many[language])
     assert result.error is not None and "ask tools for less" in result.error["message"], result.text
 
 
