@@ -78,7 +78,7 @@ $(TS_BUNDLE): sandbox/typescript.js $(TSC)
 	$(PYTHON) scripts/bundle_licenses.py $@.meta.json $@.LICENSE.txt
 	rm -f $@.meta.json
 
-# The suite starts many Python processes (610 in its CLI and MCP tests alone): where the
+# The suite starts hundreds of Python processes (CLIs, servers, workers): where the
 # environment sets PYTHONDONTWRITEBYTECODE (this machine's does), each would compile the
 # engine's source again (0.25 s of CPU a process here) and each pytest worker rewrite every
 # test module's asserts again (10 s each). Caching bytecode is Python's default.
