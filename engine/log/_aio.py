@@ -24,15 +24,14 @@ import importlib
 import os
 from typing import Any
 
-# caio's Linux AIO module, imported when a store that writes opens (on its thread) or at the
-# first AioSync.make: importing it costs 40 to 90 ms (caio imports every variant, and its
-# module calls io_setup), which every process importing the engine paid, a `codemode
-# describe` or `scripts` that never syncs a write included.
+# caio's Linux AIO module, imported at the first AioSync.make: importing it costs 40 to 90 ms
+# (caio imports every variant, and its module calls io_setup), which every process importing
+# the engine paid, a `codemode describe` or `scripts` that never syncs a write included.
 linux_aio: Any = None
 _imported = False
 
 
-def linux_aio_module() -> Any:
+def _linux_aio() -> Any:
     """caio's ``linux_aio`` module, or ``None`` where it cannot be had."""
     global linux_aio, _imported
     if not _imported:  # marked once the module is had: a store on another thread waits for it
@@ -63,7 +62,7 @@ class AioSync:
     def make(cls, loop: asyncio.AbstractEventLoop) -> AioSync | None:
         """One for ``loop``, or ``None`` where Linux AIO cannot be had (another OS, a kernel
         before 4.18, ``io_setup`` refused, caio not installed)."""
-        aio = linux_aio_module()
+        aio = _linux_aio()
         if aio is None:
             return None
         try:

@@ -36,7 +36,7 @@ from engine._files import BlobStore
 from engine.log import _rows as rows
 from engine.log import _schema as schema
 from engine.log import _sql as sql
-from engine.log._aio import UNSUPPORTED, AioSync, linux_aio_module
+from engine.log._aio import UNSUPPORTED, AioSync
 from engine.log._sqlbase import SqlStore
 
 logger = logging.getLogger("codemode")
@@ -100,8 +100,6 @@ class SqliteStore(SqlStore):
         except BaseException:
             self._thread.shutdown(wait=True)
             raise
-        if not read_only:  # imported here, not on the event loop at the first sync (40-90 ms)
-            self._thread.submit(linux_aio_module)
         # The loop's connection is one transaction at a time: a second loop (another thread)
         # that finds it busy uses the store's thread.
         self._fast_lock = threading.Lock()

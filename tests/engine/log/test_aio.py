@@ -18,7 +18,7 @@ def test_stores_on_two_threads_both_find_linux_aio(monkeypatch: pytest.MonkeyPat
     that asks meanwhile waits for the import, then has AIO too. It was marked imported
     before the import was done, and such a store found none and synced on its thread for
     good. (The import is held back by a finder until the second thread has had its go.)"""
-    if _aio.linux_aio_module() is None:
+    if _aio._linux_aio() is None:
         require("Linux AIO (kernel 4.18 or later, io_setup allowed, caio installed)")
     entered, release = threading.Event(), threading.Event()
 
@@ -37,7 +37,7 @@ def test_stores_on_two_threads_both_find_linux_aio(monkeypatch: pytest.MonkeyPat
     found: dict[str, Any] = {}
 
     def first(who: str) -> None:
-        found[who] = _aio.linux_aio_module()
+        found[who] = _aio._linux_aio()
 
     a = threading.Thread(target=first, args=("a",))
     a.start()

@@ -27,7 +27,7 @@ def sync_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     machine has no AIO)."""
     if request.param == "thread":
         monkeypatch.setattr(_aio.AioSync, "make", classmethod(lambda cls, loop: None))
-    elif _aio.linux_aio_module() is None:
+    elif _aio._linux_aio() is None:
         require("Linux AIO (kernel 4.18 or later, io_setup allowed, caio installed)")
     return str(request.param)
 
