@@ -113,7 +113,8 @@ class RefusalLog:
     one by its /64) for a reason is logged with its peer and reason; more of the same within
     ``REFUSED_EVERY`` seconds, or past ``REFUSED_LINES`` lines in that time, are counted,
     and the counts are logged in one line ``REFUSED_EVERY`` seconds after the first of them
-    (and when the service closes). ``count`` is every hello refused since the start."""
+    (and when the service closes). ``count`` is every hello refused since the start, and
+    every TLS handshake that failed (logged the same way)."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -130,6 +131,7 @@ class RefusalLog:
         now = time.monotonic()
         if now - self._window >= REFUSED_EVERY:
             self._window, self._lines = now, 0
+        # The reason is the text before its first colon: what follows may be the peer's.
         key = (_host_group(peer), said.split(":", 1)[0])
         logged = self._said.get(key)
         if (logged is not None and now - logged < REFUSED_EVERY) or self._lines >= REFUSED_LINES:
@@ -217,7 +219,7 @@ _Answer = tuple[bytes, bool, "_Held | None"]
 
 # What the log says of a hello that does not parse: the peer is told why, with the line's
 # text, which may hold the service's token (a client's, one character off), so the log not.
-_UNLOGGED = "a malformed hello (its text is not logged: it may hold a token)"
+_UNLOGGED = "a malformed hello (its text is not logged, as it may hold a token)"
 
 
 @dataclass(eq=False)
@@ -689,7 +691,8 @@ class RunnerService:
                 left = max(0.001, until - time.monotonic())
                 await conn.writer.start_tls(self.tls, ssl_handshake_timeout=left)
             except (ssl.SSLError, ConnectionError, OSError) as e:
-                log.info("%s: the TLS handshake failed: %s", conn.peer, e)
+                # Bounded as refused hellos are: a scanner is a connection after another.
+                self.refusals.refused(conn.peer, f"the TLS handshake failed: {e}")
                 return None
         try:
             left = max(0.0, until - time.monotonic())

@@ -395,17 +395,24 @@ async def test_a_certificate_that_does_not_verify_fails_at_once(tmp_path: Path) 
         await engine.aclose()
 
 
-async def test_a_client_without_tls_to_a_service_with_it_fails_at_once(tmp_path: Path) -> None:
+async def test_a_client_without_tls_to_a_service_with_it_fails_at_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The other way round: the TLS service drops the plain hello, which read as a service
     that may come back; the client retried for its whole queue timeout. It now asks whether
-    the service speaks TLS, and fails at once naming the fix."""
+    the service speaks TLS, and fails at once naming the fix. The service logs the failed
+    handshakes as refused hellos: a line for the host, not one a connection."""
     cert, context = _served_certificate(tmp_path)
+    caplog.set_level("INFO", logger="codemode.runner")
     async with services(FakeRunner(), tls=context, handshake_timeout=1.0) as [service]:
-        remote = RemoteRunner([service.address], TOKEN, connect_timeout=5)
-        with pytest.raises(RunError, match="it speaks TLS and this client connects without") as e:
-            await remote.run(script("x"))
-        assert e.value.permanent and "set tls" in str(e.value)
-        await remote.aclose()
+        for _ in range(3):
+            remote = RemoteRunner([service.address], TOKEN, connect_timeout=5)
+            with pytest.raises(RunError, match="it speaks TLS and this client connects") as e:
+                await remote.run(script("x"))
+            assert e.value.permanent and "set tls" in str(e.value)
+            await remote.aclose()
+        failed = [r for r in caplog.records if "the TLS handshake failed" in r.getMessage()]
+        assert len(failed) == 1 and service.refusals.count >= 3, (failed, service.refusals.count)
         # With TLS it serves.
         secure = RemoteRunner([service.address], TOKEN, ca=cert)
         assert (await secure.run(script("x"))).outcome is not None

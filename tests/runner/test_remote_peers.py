@@ -171,7 +171,7 @@ async def test_a_malformed_hellos_text_is_not_logged(
         answer = await client.receive()
         assert "refused" in answer, answer
     assert "SECRET" not in caplog.text
-    assert "a malformed hello (its text is not logged: it may hold a token)" in caplog.text
+    assert "a malformed hello (its text is not logged, as it may hold a token)" in caplog.text
     await still_serves(service)
 
 
