@@ -146,6 +146,16 @@ CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 HIDDEN = re.compile("[\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]")
 
 
+def hidden_escaped(text: str, astral: str) -> str:
+    """The source ``text`` of a string literal with its :data:`HIDDEN` characters written as
+    escapes: ``\\uXXXX`` within the Basic Multilingual Plane, else ``astral % code``
+    (``"\\u{%x}"`` in JavaScript, ``"\\U%08x"`` in Python). A value the model must send back
+    exactly (an enum's, a key) stays that value, and a person reading it sees the marks."""
+    return HIDDEN.sub(
+        lambda m: f"\\u{ord(m[0]):04x}" if ord(m[0]) <= 0xFFFF else astral % ord(m[0]), text
+    )
+
+
 def printable(text: str) -> str:
     """``text`` with its control characters (but tab and line ends) as spaces, and the
     characters that hide or reorder text (:data:`HIDDEN`) left out."""

@@ -21,6 +21,7 @@ from engine.languages._walk import (
     Rendered,
     Walker,
     base_type,
+    hidden_escaped,
     json_text,
     one_line,
 )
@@ -35,8 +36,9 @@ _NEVER = Rendered("never")
 
 
 def literal(value: Any) -> str:
-    """A JSON value as a TypeScript literal type (``"open"``, ``3``, ``null``)."""
-    return json_text(value)
+    """A JSON value as a TypeScript literal type (``"open"``, ``3``, ``null``), its marks
+    that hide or reorder text as escapes."""
+    return hidden_escaped(json_text(value), "\\u{%x}")
 
 
 def comment_text(text: str) -> str:

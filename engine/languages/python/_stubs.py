@@ -65,6 +65,7 @@ from engine.languages._walk import (
     Walker,
     base_type,
     first_line,
+    hidden_escaped,
     is_plain_object,
     json_text,
     result_document,
@@ -125,8 +126,8 @@ def is_python_name(name: str) -> bool:
 
 
 def _string(value: str) -> str:
-    # JSON's string escapes are Python's too.
-    return json_text(value)
+    # JSON's string escapes are Python's too; the marks that hide or reorder text escaped.
+    return hidden_escaped(json_text(value), "\\U%08x")
 
 
 def python_literal(value: Any) -> str:
