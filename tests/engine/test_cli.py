@@ -1057,13 +1057,13 @@ def test_run_prints_to_a_terminal_what_the_script_printed_without_its_escapes(
     assert "A\x1b]0;pwned\x07B\tC\nD\u202e\n" in piped.stdout
 
 
-def test_describe_and_search_print_a_tools_control_characters_as_escapes_on_a_terminal(
+def test_describe_and_search_print_a_tools_description_without_its_hidden_marks(
     tmp_path: Path,
 ) -> None:
-    """A tool's description (an MCP server's, say) with a bidi override: `describe` and
-    `search` print it as an escape on a terminal, as `run`, `show` and `scripts` do (it was
-    written raw, reordering what the terminal showed; a declaration drops a terminal's
-    escape sequences already)."""
+    """A tool's description (an MCP server's, say) with a bidi override and a terminal's
+    escape sequence: `describe` and `search` print what the model reads, which leaves out
+    both, on a terminal and piped (the override was written raw, reordering what the
+    terminal showed)."""
     tools = tmp_path / "tools.py"
     tools.write_text(
         "from engine import tool\n"
@@ -1076,10 +1076,11 @@ def test_describe_and_search_print_a_tools_control_characters_as_escapes_on_a_te
         proc, out = _on_a_terminal("stdout", *args, "--tools", str(tools))
         assert proc.returncode == 0, proc.stderr
         text = out.decode()
-        assert "Refund an order. \\u202eevil\\u202c" in text, text
+        assert "Refund an order. evil" in text, text
         assert "\u202e" not in text and "\x1b" not in text, text
         piped = codemode(*args, "--tools", str(tools))
-        assert "Refund an order. \u202eevil\u202c" in piped.stdout
+        assert "Refund an order. evil" in piped.stdout, piped.stdout
+        assert "\u202e" not in piped.stdout and "\x1b" not in piped.stdout, piped.stdout
 
 
 def test_a_warning_on_a_terminal_clears_the_live_line_first(tmp_path: Path) -> None:
