@@ -27,13 +27,14 @@ from typing import Any
 
 from engine import log
 from engine._errors import CodeModeError, ConfigError, StoreUnavailable
+from engine.languages._walk import BIDI_CONTROLS
 from runner import FileMissing, RunError
 
 logger = logging.getLogger("codemode")
 
 # What no name that is a line of what the model reads may hold: control characters (a line
 # break writes a line of its own) and the marks that reorder text (U+202E and its kin).
-NOT_A_LINE = re.compile("[\x00-\x1f\x7f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+NOT_A_LINE = re.compile("[\x00-\x1f\x7f\u2028\u2029" + "".join(map(chr, BIDI_CONTROLS)) + "]")
 # The longest attachment id: a skill's file is "<skill name>/<its path>".
 MAX_ATTACHMENT_ID = 1024
 

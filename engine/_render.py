@@ -17,7 +17,7 @@ import orjson
 
 from engine._ending import Ending
 from engine.adapters._formats import checked_media_type, named_media
-from engine.languages._walk import CONTROL
+from engine.languages._walk import BIDI_CONTROLS, CONTROL
 from sandbox.protocol import is_media, text_encoding
 
 # The model is told this bound, so the session sets it, not the limits table.
@@ -241,8 +241,7 @@ ESCAPES.update(
             0x061C,
             0x200E,
             0x200F,
-            *range(0x202A, 0x202F),
-            *range(0x2066, 0x206A),
+            *BIDI_CONTROLS,
         )
     }
 )

@@ -139,11 +139,14 @@ def pascal(segment: str) -> str:
 # Control characters other than tab and line ends: a NUL is not allowed in Python source, and
 # none of them is text a model should read.
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# The bidi embeddings, overrides and isolates: they reorder what a person reads (Trojan
+# Source, CVE-2021-42574).
+BIDI_CONTROLS = (*range(0x202A, 0x202F), *range(0x2066, 0x206A))
 # Characters that hide text or reorder it for the person who reads a listing: the bidi
-# embeddings, overrides and isolates (Trojan Source, CVE-2021-42574), and the Unicode tag
-# characters, invisible on screen while a model reads them (instructions smuggled into a
-# server's tool description). Dropped: no description needs them.
-HIDDEN = re.compile("[\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]")
+# controls, and the Unicode tag characters, invisible on screen while a model reads them
+# (instructions smuggled into a server's tool description). Dropped: no description needs
+# them.
+HIDDEN = re.compile("[" + "".join(map(chr, BIDI_CONTROLS)) + "\U000e0000-\U000e007f]")
 
 
 def hidden_escaped(text: str, astral: str) -> str:
