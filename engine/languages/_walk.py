@@ -142,11 +142,22 @@ CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # The bidi embeddings, overrides and isolates: they reorder what a person reads (Trojan
 # Source, CVE-2021-42574).
 BIDI_CONTROLS = (*range(0x202A, 0x202F), *range(0x2066, 0x206A))
+# A subdivision flag (Scotland's, Wales's) is the black flag, tag characters spelling a CLDR
+# subdivision code (a region's two letters or three digits, then one to four letters or
+# digits) and a cancel tag (UTS #51): the one use of tag characters that shows as what it
+# is, and too short to carry a hidden sentence.
+_TAG_ALNUM = "\U000e0030-\U000e0039\U000e0061-\U000e007a"
+_SUBDIVISION_FLAG = (
+    "\U0001f3f4(?:[\U000e0061-\U000e007a]{2}|[\U000e0030-\U000e0039]{3})"
+    f"[{_TAG_ALNUM}]{{1,4}}\U000e007f"
+)
 # Characters that hide text or reorder it for the person who reads a listing: the bidi
 # controls, and the Unicode tag characters, invisible on screen while a model reads them
-# (instructions smuggled into a server's tool description). Dropped: no description needs
-# them.
-HIDDEN = re.compile("[" + "".join(map(chr, BIDI_CONTROLS)) + "\U000e0000-\U000e007f]")
+# (instructions smuggled into a server's tool description), but those of a subdivision flag
+# (matched as group 1, and kept). Dropped: no description needs them.
+HIDDEN = re.compile(
+    f"({_SUBDIVISION_FLAG})|[" + "".join(map(chr, BIDI_CONTROLS)) + "\U000e0000-\U000e007f]"
+)
 
 
 def hidden_escaped(text: str, astral: str) -> str:
@@ -154,15 +165,25 @@ def hidden_escaped(text: str, astral: str) -> str:
     escapes: ``\\uXXXX`` within the Basic Multilingual Plane, else ``astral % code``
     (``"\\u{%x}"`` in JavaScript, ``"\\U%08x"`` in Python). A value the model must send back
     exactly (an enum's, a key) stays that value, and a person reading it sees the marks."""
-    return HIDDEN.sub(
-        lambda m: f"\\u{ord(m[0]):04x}" if ord(m[0]) <= 0xFFFF else astral % ord(m[0]), text
-    )
+
+    def escaped(m: re.Match[str]) -> str:
+        if m[1]:
+            return m[1]
+        code = ord(m[0])
+        return f"\\u{code:04x}" if code <= 0xFFFF else astral % code
+
+    return HIDDEN.sub(escaped, text)
 
 
 def printable(text: str) -> str:
     """``text`` with its control characters (but tab and line ends) as spaces, and the
-    characters that hide or reorder text (:data:`HIDDEN`) left out."""
-    return CONTROL.sub(" ", HIDDEN.sub("", text))
+    characters that hide or reorder text (:data:`HIDDEN`) left out; a subdivision flag stays
+    whole."""
+    return CONTROL.sub(" ", HIDDEN.sub(_flag_only, text))
+
+
+def _flag_only(m: re.Match[str]) -> str:
+    return m[1] or ""
 
 
 def one_line(text: str) -> str:
@@ -177,7 +198,10 @@ def first_line(text: str, limit: int, clean: Callable[[str], str] = one_line) ->
     for line in text.strip().splitlines():
         line = clean(line)
         if line:
-            return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."
+            if len(line) <= limit:
+                return line
+            # Cut through a flag, the tag characters left would be hidden ones.
+            return printable(line[: limit - 3]).rstrip() + "..."
     return ""
 
 
