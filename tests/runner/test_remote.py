@@ -396,7 +396,7 @@ async def test_a_certificate_that_does_not_verify_fails_at_once(tmp_path: Path) 
 
 
 async def test_a_client_without_tls_to_a_service_with_it_fails_at_once(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The other way round: the TLS service drops the plain hello, which read as a service
     that may come back; the client retried for its whole queue timeout. It now asks whether
@@ -404,6 +404,7 @@ async def test_a_client_without_tls_to_a_service_with_it_fails_at_once(
     handshakes as refused hellos: a line for the host, not one a connection."""
     cert, context = _served_certificate(tmp_path)
     caplog.set_level("INFO", logger="codemode.runner")
+    monkeypatch.setattr("runner._service.REFUSED_EVERY", 3600.0)  # one window, however slow
     async with services(FakeRunner(), tls=context, handshake_timeout=1.0) as [service]:
         for _ in range(3):
             remote = RemoteRunner([service.address], TOKEN, connect_timeout=5)

@@ -69,7 +69,7 @@ async def test_wrong_token(service: RunnerService) -> None:
 
 
 async def test_refused_hellos_are_logged_once_a_while_and_counted(
-    service: RunnerService, caplog: pytest.LogCaptureFixture
+    service: RunnerService, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A peer that retries a wrong token (or a hostile one, a connection after another) got
     a log line for each: one line for its host and reason in ``REFUSED_EVERY`` seconds, and
@@ -86,6 +86,8 @@ async def test_refused_hellos_are_logged_once_a_while_and_counted(
         return [r.getMessage() for r in caplog.records if text in r.getMessage()]
 
     caplog.set_level("WARNING", logger="codemode.runner")
+    # One window for the whole test, however slow the machine (31 connections).
+    monkeypatch.setattr("runner._service.REFUSED_EVERY", 3600.0)
     for _ in range(30):
         await refused(token="not-the-token")
     await refused(token="")
