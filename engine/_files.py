@@ -23,7 +23,7 @@ import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Protocol
 
 from engine import log
 from engine._errors import CodeModeError, ConfigError, StoreUnavailable
@@ -183,6 +183,45 @@ def _up_to(text: str, at: int) -> str:
     return f"at character {at + 1:,} (after {before!r})"
 
 
+# A file is hashed and copied into a BlobStore this many bytes at a time.
+_CHUNK = 1 << 20
+# How many times put_file reads a file that changes as it is read before it gives up.
+_PUT_FILE_TRIES = 3
+
+
+class Readable(Protocol):
+    """What :meth:`BlobStore.put_file` reads: a binary file open to read (its ``read``,
+    ``seek`` and ``tell``)."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+
+    def tell(self) -> int: ...
+
+
+class BlobTooLarge(Exception):
+    """Bytes past what a blob store keeps in one blob. The message is "N bytes; " and the
+    store's bound, as "1,234 bytes; the store keeps at most 1,000"."""
+
+
+class BlobChanged(Exception):
+    """:meth:`BlobStore.put_file`'s file was other bytes each time it was read."""
+
+
+def _copy(f: Readable, out: BinaryIO | None = None) -> tuple[str, int]:
+    """The SHA-256 and the size of what ``f`` reads to its end, a chunk at a time, each
+    chunk also written to ``out``."""
+    digest = hashlib.sha256()
+    size = 0
+    while chunk := f.read(_CHUNK):
+        digest.update(chunk)
+        size += len(chunk)
+        if out is not None:
+            out.write(chunk)
+    return digest.hexdigest(), size
+
+
 # How many blobs a BlobStore remembers the version of (see BlobStore.unchanged); one it
 # forgot is hashed again when next read.
 _VERSIONS_KEPT = 4096
@@ -201,7 +240,8 @@ class BlobStore:
 
     Hosts that share a log on several machines share its blobs too: a subclass keeps them
     elsewhere by overriding :meth:`put` and :meth:`read` (``PostgresStore.blob_store()``
-    keeps them in the log's database, ``SqliteStore.blob_store()`` beside the log).
+    keeps them in the log's database, ``SqliteStore.blob_store()`` beside the log), and
+    :meth:`put_file` to take a large file without reading it whole into memory.
     """
 
     def __init__(self, directory: str | Path | None = None) -> None:
@@ -233,26 +273,65 @@ class BlobStore:
         if not self._holds(path, digest):
             # Written again when cut short or changed too (a crash before the data reached
             # the disk): kept, it failed every script given these bytes.
-            if not self._folders_made or not path.parent.is_dir():
-                self._make_folders()
-            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            try:
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    # On the disk before its name is, and its name before the log can name
-                    # it (a script's record, made durable by its first call or pause): else
-                    # a power loss left the blob empty or gone under a script the log kept,
-                    # whose calls had run, and which could never read its files again.
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-                _sync_directory(path.parent)
-            except OSError:
-                # Else the part written stays (a full disk): one more file at each failure.
-                tmp.unlink(missing_ok=True)
-                raise
-            self._holds(path, digest, written=True)
+            self._write(path, digest, lambda f: f.write(data))
         return digest
+
+    def put_file(self, f: Readable) -> tuple[str, int]:
+        """Keep the bytes ``f`` reads from where it is to its end: their name (SHA-256) and
+        their size. Raises as :meth:`put`; what ``f`` raises passes through, and a put it
+        ends leaves nothing behind. :class:`BlobChanged` when the bytes were other bytes
+        each time they were read (another program writes the file).
+
+        A store of files takes a file of any size in a chunk of memory at a time: it hashes
+        the file, then copies it in unless it has those bytes already (no write, no sync).
+        A store in memory, or a subclass that overrides :meth:`put` alone, reads the bytes
+        whole and puts them."""
+        if self.directory is None or type(self).put is not BlobStore.put:
+            data = f.read()
+            return self.put(data), len(data)
+        start = f.tell()
+        for _ in range(_PUT_FILE_TRIES):
+            f.seek(start)
+            digest, size = _copy(f)
+            path = self._path(digest)
+            if self._holds(path, digest):
+                return digest, size
+            f.seek(start)
+
+            def copy(out: BinaryIO, digest: str = digest) -> None:
+                if _copy(f, out)[0] != digest:
+                    raise BlobChanged  # between the hash and the copy: try again
+
+            try:
+                self._write(path, digest, copy)
+            except BlobChanged:
+                continue
+            return digest, size
+        raise BlobChanged
+
+    def _write(self, path: Path, digest: str, write: Callable[[BinaryIO], object]) -> None:
+        """Store a new blob at ``path``: ``write`` writes its bytes to an open file, which
+        reaches the disk, then its name, before this returns; nothing is left of a write
+        that fails."""
+        if not self._folders_made or not path.parent.is_dir():
+            self._make_folders()
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                write(f)
+                f.flush()
+                # On the disk before its name is, and its name before the log can name
+                # it (a script's record, made durable by its first call or pause): else
+                # a power loss left the blob empty or gone under a script the log kept,
+                # whose calls had run, and which could never read its files again.
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            _sync_directory(path.parent)
+        except BaseException:
+            # Else the part written stays (a full disk): one more file at each failure.
+            tmp.unlink(missing_ok=True)
+            raise
+        self._holds(path, digest, written=True)
 
     def _make_folders(self) -> None:
         """Make the 256 folders blobs go in (by their digest's first two hex digits) that are
@@ -571,9 +650,8 @@ def record_files(
         if known is not None:
             records.append(known)
             continue
-        data = attachment.read()
         try:
-            digest = blobs.put(data)
+            digest, size = _stored(blobs, attachment)
         except OSError as e:
             raise StoreUnavailable(
                 f"the file store failed storing attachment {attachment.id!r} ({e}); no script "
@@ -582,7 +660,7 @@ def record_files(
         entry: dict[str, Any] = {
             "id": attachment.id,
             "mime": attachment.mime_type(),
-            "size": len(data),
+            "size": size,
             "blob": digest,
         }
         if attachment.skill is not None:
@@ -591,3 +669,51 @@ def record_files(
             skills.add(attachment, source, entry)
         records.append(entry)
     return records
+
+
+def _stored(blobs: BlobStore, attachment: Attachment) -> tuple[str, int]:
+    """Put ``attachment``'s bytes in ``blobs``: their name and size. A file is put from the
+    file (a chunk of it in memory at a time, where the store keeps files). ``OSError`` is
+    the store's; the file's own failures are a :class:`CodeModeError` naming it."""
+    try:
+        if attachment.path is None:
+            data = attachment.read()
+            return blobs.put(data), len(data)
+        with attachment._opened() as f:
+            return blobs.put_file(_Source(f, attachment))
+    except BlobTooLarge as e:
+        raise ConfigError(
+            f"{attachment._what()} {attachment.id!r} is {e}: give a smaller file, or a blob "
+            "store that keeps it (CodeMode's blobs=, one every host of the log shares)"
+        ) from None
+    except BlobChanged:
+        raise CodeModeError(
+            f"{attachment._what()} {attachment.id!r} at {attachment.path} changed each time "
+            f"it was read ({_PUT_FILE_TRIES} times): another program writes it; give a "
+            "file that stays as it is while the script starts (a copy of it)"
+        ) from None
+
+
+class _Source:
+    """An attachment's open file as :meth:`BlobStore.put_file` reads it: a failure to read
+    it is a :class:`CodeModeError` naming the attachment, not an ``OSError`` (which there
+    is the store's)."""
+
+    def __init__(self, f: io.BufferedReader, attachment: Attachment) -> None:
+        self._f = f
+        self._attachment = attachment
+
+    def read(self, size: int = -1, /) -> bytes:
+        try:
+            return self._f.read(size)
+        except OSError as e:
+            raise self._attachment._unreadable(e) from None
+
+    def seek(self, offset: int, whence: int = 0, /) -> int:
+        try:
+            return self._f.seek(offset, whence)
+        except OSError as e:
+            raise self._attachment._unreadable(e) from None
+
+    def tell(self) -> int:
+        return self._f.tell()

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from engine._errors import ConfigError, StoreUnavailable
-from engine._files import WRITTEN_OVER, BlobStore
+from engine._files import WRITTEN_OVER, BlobStore, BlobTooLarge, Readable
 from engine._limits import SECONDS, is_seconds
 from engine.log import _rows as rows
 from engine.log import _schema as tables
@@ -600,6 +600,21 @@ class PostgresStore(SqlStore):
             await asyncio.gather(*self._retired, return_exceptions=True)
 
 
+# The most bytes a blob in the blobs table holds: PostgreSQL holds a value of at most 1 GiB
+# (a BYTEA past it, or the message sending it, is refused), less room for the statement.
+MAX_BLOB_BYTES = 1_000_000_000
+
+
+def _within_a_value(size: int) -> None:
+    """:class:`BlobTooLarge` when ``size`` bytes are more than a row of the blobs table
+    holds."""
+    if size > MAX_BLOB_BYTES:
+        raise BlobTooLarge(
+            f"{size:,} bytes; the PostgreSQL blob store keeps at most {MAX_BLOB_BYTES:,} a "
+            "file (PostgreSQL's bound on one value, 1 GiB, less room for the statement)"
+        )
+
+
 class PostgresBlobStore(BlobStore):
     """Blobs in the ``blobs`` table of a :class:`PostgresStore`'s schema. Blob reads and
     writes are synchronous (the engine calls them on worker threads), so they use a
@@ -677,6 +692,7 @@ class PostgresBlobStore(BlobStore):
         raise AssertionError("unreachable")
 
     def put(self, data: bytes) -> str:
+        _within_a_value(len(data))
         digest = hashlib.sha256(data).hexdigest()
         # A row written over since (other bytes under the name) is written again, as a
         # file is (BlobStore.put).
@@ -686,6 +702,13 @@ class PostgresBlobStore(BlobStore):
             (digest, data),
         )
         return digest
+
+    def put_file(self, f: Readable) -> tuple[str, int]:
+        # Measured first: a file past the bound is refused before it is read into memory.
+        start = f.tell()
+        _within_a_value(f.seek(0, os.SEEK_END) - start)
+        f.seek(start)
+        return super().put_file(f)
 
     def read(self, digest: str, offset: int, length: int) -> bytes:
         # A row's version is the transaction that wrote it (xmin), which an UPDATE changes.

@@ -1112,3 +1112,196 @@ async def test_a_utf16_file_is_read_as_its_text_in_the_confined_process() -> Non
         text[5:],
     ]
     assert f"Shown: export.txt (text/plain, {2 + 2 * len(text)} bytes)\n{text}" in result.text
+
+
+async def test_a_large_file_is_stored_a_chunk_at_a_time(
+    inproc: InProcessRunner, tmp_path: Path
+) -> None:
+    """An attachment given by its path goes into a blob store of files a chunk at a time:
+    storing 24 MiB took the whole file in memory (it was read whole, then hashed and
+    written), so a host attaching a dataset of a few GB needed as much memory again. Its
+    bytes are stored as they are; a second script given the file writes nothing (the blob's
+    file is the one the first made), and a blob cut short since is written again whole."""
+    import tracemalloc
+
+    size = 24 << 20
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(size))
+    digest = hashlib.sha256(big.read_bytes()).hexdigest()
+    engine = CodeMode([], runner=inproc, data_dir=tmp_path / "data")
+    code = 'return [files.stat("big.bin").size, await files.text("small.txt")]'
+    files = [Attachment("big.bin", path=big), Attachment("small.txt", path=_small(tmp_path))]
+    blob = tmp_path / "data" / "blobs" / digest[:2] / digest
+    try:
+        tracemalloc.start()
+        try:
+            first = await engine.run_code(code, files=files)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert first.status == "finished" and first.value == [size, "small"], first.text
+        assert peak < size / 4, f"storing a {size:,}-byte file took {peak:,} bytes at its peak"
+        assert hashlib.sha256(blob.read_bytes()).hexdigest() == digest
+        made = blob.stat()
+        again = await engine.run_code(code, files=files)
+        assert again.value == [size, "small"], again.text
+        assert (blob.stat().st_ino, blob.stat().st_mtime_ns) == (made.st_ino, made.st_mtime_ns)
+
+        with open(blob, "r+b") as f:
+            f.truncate(size // 2)
+        cut = await engine.run_code(code, files=files)
+        assert cut.value == [size, "small"], cut.text
+        assert hashlib.sha256(blob.read_bytes()).hexdigest() == digest
+        assert [p.name for p in blob.parent.iterdir()] == [digest]  # no part left behind
+    finally:
+        await engine.aclose()
+
+
+def _small(tmp_path: Path) -> Path:
+    small = tmp_path / "small.txt"
+    small.write_bytes(b"small")
+    return small
+
+
+class _Changing:
+    """A file that reads as other bytes after each seek back to its start, ``changes``
+    times, then stays."""
+
+    def __init__(self, changes: int) -> None:
+        self.changes = changes
+        self.version = 0
+        self.at = 0
+
+    def _bytes(self) -> bytes:
+        return b"version %d " % min(self.version, self.changes) * 1000
+
+    def read(self, size: int = -1, /) -> bytes:
+        data = self._bytes()[self.at :] if size < 0 else self._bytes()[self.at : self.at + size]
+        self.at += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = 0, /) -> int:
+        if whence == os.SEEK_END:
+            self.at = len(self._bytes()) + offset
+        else:
+            if offset == 0 and self.at:
+                self.version += 1
+            self.at = offset
+        return self.at
+
+    def tell(self) -> int:
+        return self.at
+
+
+@pytest.mark.parametrize("changes", [1, 2, 10])
+def test_a_file_that_changes_as_it_is_stored(tmp_path: Path, changes: int) -> None:
+    """A file other bytes each time it is read (between the hash and the copy, a program
+    writing it) is read again: once it reads as the same bytes twice, they are stored under
+    their own name; a file that never does is refused (BlobChanged), leaving nothing in the
+    store. Hashed and copied without a check, its blob held bytes other than its name's."""
+    from engine._files import BlobChanged
+
+    blobs = BlobStore(tmp_path / "blobs")
+    source = _Changing(changes)
+    if changes >= 10:
+        with pytest.raises(BlobChanged):
+            blobs.put_file(source)
+        assert [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()] == []
+        return
+    digest, size = blobs.put_file(source)
+    stored = b"version %d " % changes * 1000
+    assert (digest, size) == (hashlib.sha256(stored).hexdigest(), len(stored))
+    assert blobs.read(digest, 0, size) == stored
+    assert [p.name for p in (tmp_path / "blobs").rglob("*") if p.is_file()] == [digest]
+
+
+async def test_an_attachment_that_changes_as_it_is_stored_is_named(
+    inproc: InProcessRunner, tmp_path: Path
+) -> None:
+    """run_code given a file that never reads as the same bytes twice: an error naming it,
+    its path and what to do, and no script started."""
+    from engine import CodeModeError
+    from engine._files import Readable
+
+    class Changing(BlobStore):
+        def put_file(self, f: Readable) -> tuple[str, int]:
+            return super().put_file(_Changing(10))
+
+    engine = CodeMode([], runner=inproc, data_dir=tmp_path, blobs=Changing(tmp_path / "b"))
+    try:
+        with pytest.raises(CodeModeError) as refused:
+            await engine.run_code("return 1", files=[Attachment("a.txt", path=_small(tmp_path))])
+        said = str(refused.value)
+        assert said.startswith(f"attachment 'a.txt' at {tmp_path / 'small.txt'} changed each"), said
+        assert "another program writes it" in said and "a copy of it" in said, said
+        assert await engine.store.scripts() == []
+    finally:
+        await engine.aclose()
+
+
+async def test_a_store_that_keeps_bytes_its_own_way_is_given_a_files_bytes(
+    inproc: InProcessRunner, tmp_path: Path
+) -> None:
+    """A host's blob store that overrides put alone (bytes kept its own way) is given the
+    bytes of a file attached by its path too, and the script reads them."""
+    kept: dict[str, bytes] = {}
+
+    class Own(BlobStore):
+        def put(self, data: bytes) -> str:
+            digest = hashlib.sha256(data).hexdigest()
+            kept[digest] = data
+            return digest
+
+        def read(self, digest: str, offset: int, length: int) -> bytes:
+            return kept[digest][offset : offset + length]
+
+    engine = CodeMode([], runner=inproc, blobs=Own())
+    try:
+        files = [Attachment("a.txt", path=_small(tmp_path))]
+        result = await engine.run_code('return await files.text("a.txt")', files=files)
+        assert result.value == "small", result.text
+        assert list(kept.values()) == [b"small"]
+    finally:
+        await engine.aclose()
+
+
+@pytest.mark.parametrize("given", ["path", "data"])
+async def test_a_file_past_what_postgres_keeps_in_a_value_is_refused(
+    postgres: str, inproc: InProcessRunner, tmp_path: Path, monkeypatch: Any, given: str
+) -> None:
+    """A file larger than a PostgreSQL blob store keeps (a value of at most 1 GiB; here the
+    bound is lowered to 1,000 bytes) is refused before it is read, with its size, the bound
+    and what to do, and no script starts: it was read whole into memory, then sent, and the
+    server refused it with its own words. One at the bound is stored."""
+    import uuid
+
+    from engine import ConfigError, PostgresStore
+    from engine.log import _postgres
+
+    monkeypatch.setattr(_postgres, "MAX_BLOB_BYTES", 1000)
+    store = PostgresStore(postgres, schema=f"big_{uuid.uuid4().hex[:12]}")
+    engine = CodeMode([], runner=inproc, store=store)
+    path = tmp_path / "a.bin"
+
+    def attached(size: int) -> Attachment:
+        path.write_bytes(b"x" * size)
+        if given == "path":
+            return Attachment("a.bin", path=path)
+        return Attachment("a.bin", data=path.read_bytes())
+
+    try:
+        with pytest.raises(ConfigError) as refused:
+            await engine.run_code("return 1", files=[attached(1001)])
+        assert str(refused.value) == (
+            "attachment 'a.bin' is 1,001 bytes; the PostgreSQL blob store keeps at most 1,000 "
+            "a file (PostgreSQL's bound on one value, 1 GiB, less room for the statement): "
+            "give a smaller file, or a blob store that keeps it (CodeMode's blobs=, one every "
+            "host of the log shares)"
+        )
+        assert await engine.store.scripts() == []
+        stored = await engine.run_code(
+            'return (await files.text("a.bin")).length', files=[attached(1000)]
+        )
+        assert stored.status == "finished" and stored.value == 1000, stored.text
+    finally:
+        await engine.aclose()
