@@ -70,6 +70,7 @@ from engine._errors import (
     ToolDefinitionError,
 )
 from engine._events import Listener
+from engine._files import Attachment
 from engine._loading import load_tools
 from engine._progress import EventLines, ProgressLine
 from engine._render import ESCAPES, escaped
@@ -328,6 +329,14 @@ def _parser() -> argparse.ArgumentParser:
         default="default",
         help="the tenant the script runs for: its tools see it as ctx.tenant, the limits are "
         "asked for it, and scripts lists it (default: default)",
+    )
+    run.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        metavar="[ID=]PATH",
+        help="a file the script reads (files.text, files.csv, ...) by the file's name, or by "
+        "ID with ID=PATH; again for more files",
     )
     common(run)
     language(run)
@@ -1011,9 +1020,10 @@ async def _run(args: argparse.Namespace) -> int:
         raise CodeModeError(
             f"{script} is not UTF-8 text (byte {e.start}); save it as UTF-8"
         ) from None
+    files = _attachments(args.file)
     config = _config(args)
     async with _watching(args) as listeners:
-        result, kept = await _run_with(args, code, config, listeners)
+        result, kept = await _run_with(args, code, files, config, listeners)
     exit_code = _print_result(result, args.json, kept=kept, config=config)
     if kept:
         _say_how_to_approve(args, result)
@@ -1036,8 +1046,29 @@ def _read_script(args: argparse.Namespace) -> bytes:
         return f.read(MAX_CODE_BYTES + 1)  # bounded: a path such as /dev/zero never ends
 
 
+def _attachments(given: list[str]) -> list[Attachment]:
+    """The files ``--file`` gives: ``PATH``, read by the file's name, or ``ID=PATH`` (a path
+    that is a file of that name, ``=`` and all, is a path)."""
+    attachments = []
+    for value in given:
+        ident, given_id, path = value.partition("=")
+        if not given_id or os.path.lexists(value):
+            ident, path = os.path.basename(value.rstrip(os.sep)), value
+        if not ident.strip() or not path:
+            raise ConfigError(
+                f"--file {value!r} names no file: give a path (the script reads the file by "
+                "its name) or ID=PATH, as --file sales.csv=exports/2024.csv"
+            )
+        attachments.append(Attachment(ident, path=path))
+    return attachments
+
+
 async def _run_with(
-    args: argparse.Namespace, code: str, config: Config, listeners: list[Listener]
+    args: argparse.Namespace,
+    code: str,
+    files: list[Attachment],
+    config: Config,
+    listeners: list[Listener],
 ) -> tuple[RunResult, bool]:
     kept = config.store.lasting(config.data_dir)
 
@@ -1054,7 +1085,7 @@ async def _run_with(
         engine_and_out = _engine(args, needs_runner=True, config=config, on_event=listeners)
         async with engine_and_out as (engine, out):
             on_start = functools.partial(started, out)
-            result = await engine.run_code(code, tenant=args.tenant, on_start=on_start)
+            result = await engine.run_code(code, tenant=args.tenant, files=files, on_start=on_start)
     except StepUnavailable as e:
         if kept:
             raise

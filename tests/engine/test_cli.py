@@ -1923,3 +1923,57 @@ def test_search_json_builds_no_second_index(
     answer = json.loads(capfd.readouterr().out)
     assert answer["tools"] and answer["query"] == "stale pull requests", answer
     assert len(built) == 1
+
+
+def test_run_attaches_files_by_their_names_or_ids(tmp_path: Path) -> None:
+    """`run --file PATH` gives the script the file by its name, `--file ID=PATH` by ID, and
+    a path whose file's name holds "=" is that file; a resume reads the recorded bytes after
+    the files are gone. (run took no files: a script could read none from the CLI.)"""
+    sales = tmp_path / "sales.csv"
+    sales.write_bytes(b"region,amount\nnorth,10\nsouth,5\nnorth,7\n")
+    odd = tmp_path / "x=y.json"
+    odd.write_text('{"a": 1}')
+    code = (
+        "const totals = {};\n"
+        'for await (const row of files.csv("sales.csv")) '
+        "totals[row.region] = (totals[row.region] ?? 0) + Number(row.amount);\n"
+        'const note = JSON.parse(await files.text("x=y.json"));\n'
+        'const again = await files.text("q.csv");\n'
+        "await tools.github__comment({number: 12, body: 'ping'});\n"
+        "return [totals, note, again.length, files.list().map((f) => f.id)];"
+    )
+    data = tmp_path / "data"
+    ran = codemode(
+        "run", "-", *TRACKER, "--data-dir", str(data), "--json", "--file", str(sales),
+        "--file", str(odd), "--file", f"q.csv={sales}", stdin=code,
+    )  # fmt: skip
+    assert ran.returncode == 3, ran.stderr
+    paused = json.loads(ran.stdout.splitlines()[-1])
+    script_id, call_id = paused["script_id"], paused["waiting"][0]["call_id"]
+    sales.unlink()
+    odd.unlink()
+    resumed = codemode("resume", script_id, *TRACKER, "--data-dir", str(data), "--approve", call_id)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.endswith(
+        'Returned:\n[{"north":17,"south":5},{"a":1},39,["sales.csv","x=y.json","q.csv"]]\n'
+    ), resumed.stdout
+
+
+def test_files_run_cannot_attach_are_one_clear_line(tmp_path: Path) -> None:
+    """A --file that names no file, one that is not there or is a directory, two of one id,
+    an id with a control character: one line naming it and what to do, and no script."""
+    sales = tmp_path / "sales.csv"
+    sales.write_bytes(b"region,amount\nnorth,10\nsouth,5\nnorth,7\n")
+    data = tmp_path / "data"
+    for given, said in (
+        (["=" + str(sales)], "names no file: give a path"),
+        (["a.csv="], "names no file"),
+        ([str(tmp_path / "nope.csv")], f"cannot read attachment 'nope.csv' at {tmp_path}"),
+        ([str(tmp_path)], "is not a regular file; give a file"),
+        ([str(sales), f"sales.csv={sales}"], "two attachments have the id 'sales.csv'"),
+        ([f"a\x01b={sales}"], "must be one line of text"),
+    ):
+        files = [arg for value in given for arg in ("--file", value)]
+        ran = codemode("run", "-", *TRACKER, "--data-dir", str(data), *files, stdin="return 1")
+        one_clear_line(ran, said)
+    assert codemode("scripts", "--data-dir", str(data)).stdout.strip() in ("", "no scripts")
