@@ -625,6 +625,7 @@ class PostgresBlobStore(BlobStore):
         super().__init__(None)
         self._store = store
         self._conn: Any = None
+        self._hashes_where_it_is = False
 
     def _connection(self) -> Any:
         import psycopg
@@ -648,6 +649,8 @@ class PostgresBlobStore(BlobStore):
                     raise self._failed(e) from None
                 raise
             self._conn = conn
+            # sha256() is PostgreSQL 11's: there a blob is hashed where it is, not sent here.
+            self._hashes_where_it_is = conn.info.server_version >= 110000
         return self._conn
 
     def _failed(self, error: BaseException) -> OSError:
@@ -723,8 +726,15 @@ class PostgresBlobStore(BlobStore):
         return bytes(row[0])
 
     def _hashed(self, digest: str, version: str) -> bool:
-        """Whether the row of ``digest``, still at ``version``, holds the bytes it names
-        (hashed here: PostgreSQL 10 has no sha256())."""
+        """Whether the row of ``digest``, still at ``version``, holds the bytes it names:
+        hashed by the server where it can (a blob of up to 1 GB was read whole into this
+        process's memory to be hashed), here on PostgreSQL 10."""
+        if self._hashes_where_it_is:
+            row = self._one(
+                "SELECT encode(sha256(data), 'hex'), xmin::text FROM blobs WHERE digest = %s",
+                (digest,),
+            )
+            return row is not None and row[1] == version and row[0] == digest
         row = self._one("SELECT data, xmin::text FROM blobs WHERE digest = %s", (digest,))
         return (
             row is not None and row[1] == version and hashlib.sha256(row[0]).hexdigest() == digest

@@ -1305,3 +1305,37 @@ async def test_a_file_past_what_postgres_keeps_in_a_value_is_refused(
         assert stored.status == "finished" and stored.value == 1000, stored.text
     finally:
         await engine.aclose()
+
+
+def test_a_postgres_blob_is_hashed_by_the_server(postgres: str) -> None:
+    """A PostgreSQL blob store's first read of a blob checks its bytes by the server's hash
+    of them: it read the whole blob (up to 1 GB) into this process to hash it, to read ten
+    bytes of it. A blob written over is still found to be (its hash is not its name)."""
+    import tracemalloc
+    import uuid
+
+    from engine import PostgresStore
+
+    schema = f"hashed_{uuid.uuid4().hex[:12]}"
+    size = 16 << 20
+    data = os.urandom(size)
+    writer = PostgresStore(postgres, schema=schema).blob_store()
+    reader = PostgresStore(postgres, schema=schema).blob_store()  # no blob known to it yet
+    try:
+        digest = writer.put(data)
+        del data
+        tracemalloc.start()
+        try:
+            assert reader.read(digest, 100, 10) == writer.read(digest, 100, 10)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < size / 4, f"reading 10 bytes of a {size:,}-byte blob took {peak:,} bytes"
+        writer._one(  # type: ignore[attr-defined]
+            "UPDATE blobs SET data = %s WHERE digest = %s", (b"x" * size, digest)
+        )
+        with pytest.raises(FileMissing, match="written over since they were recorded"):
+            reader.read(digest, 0, 10)
+    finally:
+        writer.close()
+        reader.close()
