@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import signal
 import struct
 import subprocess
 import sys
@@ -269,22 +270,29 @@ def test_the_cpu_timer_is_armed_for_the_allowance(compute_ms: int) -> None:
 
 def test_rehearse_changes_no_limit_and_leaves_no_timer() -> None:
     """After the limits apply() sets, rehearse() goes through tighten and changes nothing:
-    every limit is as it was and the CPU timer is not armed. (In a process of its own: the
-    limits are only ever lowered.)"""
+    every limit is as it was and no CPU timer is armed; the soft stop's two timers are made,
+    unarmed, for the step's tighten to arm. (In a process of its own: the limits are only
+    ever lowered.)"""
     code = textwrap.dedent(
         """
-        import json, resource, signal
+        import ctypes, json, resource, signal
         from sandbox import lockdown
         lockdown._set_rlimits(memory=64 << 20, data_limit=None, cpu_seconds=600, room=0)
         names = [n for n in dir(resource) if n.startswith("RLIMIT_")]
         before = {n: resource.getrlimit(getattr(resource, n)) for n in names}
         lockdown.rehearse()
         after = {n: resource.getrlimit(getattr(resource, n)) for n in names}
-        print(json.dumps([before, after, signal.getitimer(signal.ITIMER_PROF)]))
+        armed = {}
+        for signo, timer in lockdown._timers.items():
+            spec = lockdown._ITimerSpec()
+            assert lockdown._libc.timer_gettime(timer, ctypes.byref(spec)) == 0
+            armed[int(signo)] = [spec.value.sec, spec.value.nsec]
+        print(json.dumps([before, after, signal.getitimer(signal.ITIMER_PROF), armed]))
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    before, after, timer = json.loads(out.stdout)
+    before, after, timer, armed = json.loads(out.stdout)
     assert after == before
     assert before["RLIMIT_CPU"] == [600, 601]
     assert timer == [0.0, 0.0]
+    assert armed == {str(int(s)): [0, 0] for s in (signal.SIGPROF, signal.SIGVTALRM)}
