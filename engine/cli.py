@@ -1,7 +1,7 @@
 """The ``codemode`` command.
 
-    codemode run SCRIPT.js|SCRIPT.py --tools TOOLS [--language L] [--json] [--events FILE] ...
-    codemode resume SCRIPT_ID --tools TOOLS --data-dir DIR [--approve CALL_ID] [--reject CALL_ID]
+    codemode run SCRIPT.js|SCRIPT.py [--tools TOOLS] [--language L] [--json] [--events FILE] ...
+    codemode resume SCRIPT_ID [--tools TOOLS] --data-dir DIR [--approve CALL_ID] [--reject CALL_ID]
     codemode scripts [--status STATUS] [--data-dir DIR | --config codemode.toml]
     codemode show SCRIPT_ID [--data-dir DIR | --config codemode.toml]
     codemode approve SCRIPT_ID CALL_ID / reject SCRIPT_ID CALL_ID [--message TEXT]
@@ -15,7 +15,8 @@
 
 ``TOOLS`` is a Python file of tools or a JSON file of MCP tool definitions; the commands that
 build an engine (run, resume, worker, describe, search) add the tools of the MCP servers of
-codemode.toml's ``[codemode.mcpServers.NAME]`` tables (``--tools`` may then be left out),
+codemode.toml's ``[codemode.mcpServers.NAME]`` tables (``--tools`` may then be left out;
+``run`` and ``resume`` without either run a script with no tools),
 started as ``codemode mcp serve`` starts them and ended however the command ends. A script
 may be a bare body, a Markdown code fence, or an ``async () => { ... }`` function; ``-`` reads
 stdin.
@@ -295,8 +296,9 @@ def _parser() -> argparse.ArgumentParser:
         if tools:
             p.add_argument(
                 "--tools",
-                help="a .py file of tools or a .json file of MCP tools (the commands that run "
-                "or describe scripts need it unless codemode.toml has [codemode.mcpServers.NAME])",
+                help="a .py file of tools or a .json file of MCP tools (worker, describe and "
+                "search need it unless codemode.toml has [codemode.mcpServers.NAME]; run and "
+                "resume without either run a script with no tools)",
             )
         p.add_argument("--config", help="a codemode.toml (default: ./codemode.toml if present)")
         p.add_argument(
@@ -561,7 +563,10 @@ async def _engine_of(
                 "[codemode.mcpServers.NAME] tables in codemode.toml"
             )
     servers = await _mcp_servers(args, config)
-    if servers is None and args.tools is None:
+    # A script may need no tools (it computes, or reads its --file attachments): `run` runs it
+    # with none, and `resume` resumes it (one that waits on a tool is refused, naming it).
+    # The other commands have nothing to do without tools.
+    if servers is None and args.tools is None and args.command not in ("run", "resume"):
         raise ConfigError(
             "give --tools FILE (a .py file of tools or a .json file of MCP tools), or MCP "
             "servers as [codemode.mcpServers.NAME] tables in codemode.toml"

@@ -1959,6 +1959,41 @@ def test_run_attaches_files_by_their_names_or_ids(tmp_path: Path) -> None:
     ), resumed.stdout
 
 
+def test_run_without_tools_runs_a_script_that_needs_none(tmp_path: Path) -> None:
+    """`run` with no --tools and no MCP servers runs the script with no tools: one that
+    computes, or reads the files given it. A call it makes is to a tool that does not exist,
+    and fails before the script runs. `resume` takes no tools either (a script that waits on
+    one says so); describe, search and worker still ask for tools: without any they have
+    nothing to do."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("three short lines\nof text\nhere\n")
+    data = tmp_path / "data"
+    code = 'const t = await files.text("notes.txt"); console.log(t.split("\\n")[1]); return 6 * 7'
+    ran = codemode("run", "-", "--data-dir", str(data), "--file", str(notes), stdin=code)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "Script finished.\nPrinted:\nof text\nReturned:\n42\n", ran.stdout
+    python = tmp_path / "sum.py"
+    python.write_text("return sum(range(10))\n")
+    ran = codemode("run", str(python), "--json")
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout.splitlines()[-1])["value"] == 45
+    called = codemode("run", "-", stdin="return await tools.lookup({ id: 1 })")
+    assert called.returncode == 1, called.stderr
+    assert "tools.lookup does not exist" in called.stdout, called.stdout
+    for command in (["describe"], ["search", "x"], ["worker", "--data-dir", str(data)]):
+        one_clear_line(codemode(*command), "give --tools FILE")
+    assert codemode("scripts", "--data-dir", str(data)).stdout.count("finished") == 1
+    # `resume` takes none either; a script that waits on a tool then names it.
+    code = 'return await tools.github__comment({ number: 1, body: "x" })'
+    paused = codemode("run", "-", *TRACKER, "--data-dir", str(data), "--json", stdin=code)
+    assert paused.returncode == 3, paused.stderr
+    script_id = json.loads(paused.stdout.splitlines()[0])["script_id"]
+    one_clear_line(
+        codemode("resume", script_id, "--data-dir", str(data), "--approve", "0"),
+        "calls github__comment, which this host does not have (it has: none)",
+    )
+
+
 def test_files_run_cannot_attach_are_one_clear_line(tmp_path: Path) -> None:
     """A --file that names no file, one that is not there or is a directory, two of one id,
     an id with a control character: one line naming it and what to do, and no script."""
