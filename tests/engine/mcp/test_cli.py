@@ -261,11 +261,17 @@ def test_worker_serves_until_ctrl_c_and_ends_the_servers(tmp_path: Path) -> None
     assert left_running(tmp_path) == []
 
 
-def test_without_tools_or_servers_the_command_says_what_to_give(tmp_path: Path) -> None:
+def test_without_tools_or_servers_describe_says_what_to_give_and_run_needs_none(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "script.js").write_text("return 1;")
-    proc = codemode(tmp_path, "run", "script.js")
+    proc = codemode(tmp_path, "describe")
     assert proc.returncode == 2
     assert "--tools FILE" in proc.stderr and "[codemode.mcpServers.NAME]" in proc.stderr
+    # A script that calls no tool runs with none (see test_cli's test of run without tools).
+    proc = codemode(tmp_path, "run", "script.js")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "Script finished.\nReturned:\n1\n"
 
 
 def test_an_mcp_servers_json_file_as_the_config_says_where_it_goes(tmp_path: Path) -> None:
