@@ -1498,6 +1498,10 @@ class CodeMode(StepLoop):
             )
 
     async def __aenter__(self) -> CodeMode:
+        """The engine, its runner warmed (see ``ScriptRunner.warm``): a process runner's fork
+        server and pool start now, in the background, not at the first ``run_code``."""
+        if not self._closed:
+            self.runner.warm(self.language)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -61,7 +61,7 @@ import orjson
 from engine import log
 from engine._aside import output_aside
 from engine._codemode import CodeMode, RunResult, check_ids
-from engine._config import Config, StoreConfig, not_a_directory
+from engine._config import Config, StoreConfig, build_runner, not_a_directory
 from engine._errors import (
     CallNotWaiting,
     CodeModeError,
@@ -562,35 +562,43 @@ async def _engine_of(
                 "run calls: give a .py file of tools, or the MCP servers as "
                 "[codemode.mcpServers.NAME] tables in codemode.toml"
             )
-    servers = await _mcp_servers(args, config)
-    # A script may need no tools (it computes, or reads its --file attachments): `run` runs it
-    # with none, and `resume` resumes it (one that waits on a tool is refused, naming it).
-    # The other commands have nothing to do without tools.
-    if servers is None and args.tools is None and args.command not in ("run", "resume"):
-        raise ConfigError(
-            "give --tools FILE (a .py file of tools or a .json file of MCP tools), or MCP "
-            "servers as [codemode.mcpServers.NAME] tables in codemode.toml"
-        )
+    runner: ScriptRunner = _NoRunner()
+    if needs_runner:
+        # Made and warmed before the MCP servers start: the fork server's start (about half a
+        # second of CPU) overlaps theirs, and the reading and checking of the script.
+        runner = build_runner(config.runner)
+        runner.warm(_language(args, config))
+    servers: McpServers | None = None
     try:
+        servers = await _mcp_servers(args, config)
+        # A script may need no tools (it computes, or reads its --file attachments): `run`
+        # runs it with none, and `resume` resumes it (one that waits on a tool is refused,
+        # naming it). The other commands have nothing to do without tools.
+        if servers is None and args.tools is None and args.command not in ("run", "resume"):
+            raise ConfigError(
+                "give --tools FILE (a .py file of tools or a .json file of MCP tools), or MCP "
+                "servers as [codemode.mcpServers.NAME] tables in codemode.toml"
+            )
         if servers is not None and not servers.servers and not tools:
             raise ConfigError("no tools: no MCP server could be used and no --tools file was given")
         if not needs_runner:  # describe, search: no script runs, so no log is opened or made
             config = dataclasses.replace(config, data_dir=None, store=StoreConfig("memory"))
-        options = config.engine_options(runner=needs_runner)
+        options = config.engine_options(runner=False)
         options["language"] = _language(args, config)
-        if not needs_runner:
-            options["runner"] = _NoRunner()
         engine = CodeMode(
             tools,
             context=namespace.get("CONTEXT"),
             worker=namespace.get("WORKER"),
             on_event=on_event,
             mcp=servers,
+            runner=runner,
             **options,
         )
     except BaseException as e:
-        if servers is not None:  # the engine that would have closed them was not made
+        # The engine that would have closed them was not made.
+        if servers is not None:
             await servers.aclose()
+        await runner.aclose()
         if isinstance(e, ToolDefinitionError):  # two tools of one name, a bad skill
             raise ConfigError(f"{args.tools or 'the MCP servers'}: {e}") from None
         raise

@@ -251,6 +251,12 @@ class ScriptRunner(abc.ABC):
         :class:`LiveRun` (``None`` when the runner or its process cannot keep one).
         """
 
+    def warm(self, language: str = LANGUAGES[0]) -> None:  # noqa: B027 - optional hook
+        """Begin, in the background on the running loop, what a first step would otherwise
+        wait for (a process runner's fork server and warm pool, made ready for steps in
+        ``language``), and return at once. Optional: the first step begins it all the same,
+        and reports what goes wrong. A runner with nothing to begin does nothing."""
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook, default does nothing
         """Release processes and connections. The runner takes no step afterwards."""
 

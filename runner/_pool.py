@@ -139,6 +139,12 @@ class WarmPool:
         else:
             self._want()
 
+    def begin(self, language: str = protocol.LANGUAGES[0]) -> None:
+        """Fill the pool now, in the background, with children made ready for ``language``
+        (the fork server started first if it is not running): see ``ProcessRunner.warm``."""
+        self.warm = language
+        self.start()
+
     def start(self) -> None:
         """Start the background refill on the running loop (a no-op once running)."""
         loop = asyncio.get_running_loop()

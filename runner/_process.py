@@ -46,6 +46,7 @@ from runner._pool import DEFAULT_IDLE_AFTER, WarmPool
 from runner._procfs import ProcFiles, cpu_ms_of
 from runner._quiet import QUIET, Quiet
 from runner._slots import DEFAULT_SCRIPT_WAIT, Slots, default_slot_count
+from runner._tasks import cancel_and_wait
 from runner.sizes import parse_size
 from sandbox import protocol
 from sandbox.protocol import Script
@@ -261,6 +262,7 @@ class ProcessRunner(ScriptRunner):
         self._reaping: set[asyncio.Task[None]] = set()
         # Of those, the ones waiting for the runner's quiet to be ended (see _reap_later).
         self._to_end: dict[asyncio.Task[None], ForkedChild] = {}
+        self._warming: asyncio.Task[None] | None = None  # the fork server's start (warm)
 
     def with_data_limit(self, data_limit: int) -> ProcessRunner:
         """A runner like this one whose processes' heap is capped at ``data_limit`` bytes.
@@ -317,6 +319,26 @@ class ProcessRunner(ScriptRunner):
         if step.process is not None:
             step.process.wait_ms = use.waited * 1000
         return step
+
+    def warm(self, language: str = protocol.LANGUAGES[0]) -> None:
+        """As :meth:`ScriptRunner.warm`: the pool mode fills its pool, the fork mode starts
+        its fork server (exec mode has nothing to begin). A first step then takes a process
+        that is ready, rather than waiting about half a second of CPU for the fork server to
+        start (Python, QuickJS, the prelude and a probe run in each language)."""
+        if self._closed:
+            return
+        if self.pool is not None:
+            self.pool.begin(language)
+        elif self.server is not None and self._warming is None:
+            self._warming = asyncio.get_running_loop().create_task(
+                self._start_server(), name="codemode fork server start"
+            )
+
+    async def _start_server(self) -> None:
+        assert self.server is not None
+        # Not reported here: a server that cannot start fails the first step, which says why.
+        with contextlib.suppress(Exception):
+            await self.server.start()
 
     def busy(self) -> None:
         """A live segment began or ended (see ``runner._quiet``)."""
@@ -631,6 +653,8 @@ class ProcessRunner(ScriptRunner):
         """End every live process it made, let the pool's children go and stop the fork
         server; reaps everything."""
         self._closed = True
+        if self._warming is not None:
+            await cancel_and_wait(self._warming)
         await close_all(self._live)
         waiting, self._to_end = self._to_end, {}
         for task, child in waiting.items():  # ended now, not when the runner is quiet

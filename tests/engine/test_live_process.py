@@ -14,6 +14,7 @@ import pytest
 from engine import CodeMode, CodeModeError, Limits, StepUnavailable, tool
 from engine._live import LiveRuns
 from runner import LiveRun, ProcessRunner
+from tests.runner.support import until
 
 SEQUENTIAL = "let n = 0; for (let i = 0; i < 20; i++) n = await tools.inc({ n }); return n"
 
@@ -71,6 +72,25 @@ class _Recording(LiveRuns):
     def keep(self, key: Any, run: LiveRun, first: int, calls: Any) -> None:
         self.pids.append(run.child.pid)  # type: ignore[attr-defined]
         super().keep(key, run, first, calls)
+
+
+@pytest.mark.parametrize("language", ["javascript", "python"])
+async def test_entering_the_engine_warms_its_runner_for_its_language(language: str) -> None:
+    """`async with CodeMode(...)` starts its runner's fork server and fills its pool, for the
+    engine's language, before any run_code: the first run_code takes a process made ready
+    then. Nothing is left running after."""
+    before = _running_now()
+    runner = ProcessRunner(mode="pool", pool_size=1)
+    engine = CodeMode([inc], runner=runner, language=language, type_check="off")  # type: ignore[arg-type]
+    assert runner.pool is not None and runner.pool.spawned == 0
+    async with engine:
+        await until(lambda: runner.pool is not None and len(runner.pool.idle) == 1, "a child")
+        assert runner.pool.warm == language
+        ready = runner.pool.idle[0].pid
+        result = await engine.run_code("return 6 * 7")
+        assert result.value == 42, result.text
+        assert ready not in [child.pid for child in runner.pool.idle]
+    assert _descendants(before) == []
 
 
 async def test_a_live_run_goes_on_in_one_process(tmp_path: Path) -> None:

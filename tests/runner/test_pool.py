@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import select
 import signal
@@ -52,6 +53,73 @@ async def test_the_pool_fills_to_its_size_and_refills_after_each_step() -> None:
         await until(lambda: len(runner.pool.idle) == 2, "the pool to refill")
         assert runner.pool.spawned == spawned + 1
         assert all(child.ready is not None for child in runner.pool.idle)
+
+
+async def test_warm_fills_the_pool_before_any_step_which_takes_a_child_from_it() -> None:
+    """warm() returns at once and starts the fork server and the pool's refill in the
+    background, with children made ready for the language it names; the first step takes
+    one of them rather than waiting for the fork server."""
+    async with ProcessRunner(mode="pool", pool_size=2) as runner:
+        assert runner.pool is not None and runner.server is not None
+        runner.warm("python")
+        assert runner.pool.spawned == 0 and not runner.server.alive
+        await until(lambda: len(runner.pool.idle) == 2, "the pool to fill")
+        assert runner.pool.warm == "python"
+        first = runner.pool.idle[0].pid
+        step = await runner.run(script("return 1"))
+        assert step.value == 1
+        assert first not in [child.pid for child in runner.pool.idle]  # the step's
+        runner.warm()  # again, with the pool running: nothing more to begin
+        await until(lambda: len(runner.pool.idle) == 2, "the pool to refill")
+        zygote = runner.server.zygote_pid
+        pids = [child.pid for child in runner.pool.idle]
+    assert zygote is not None and wait_gone([zygote, *pids]) == []
+
+
+@pytest.mark.parametrize("mode", ["fork", "exec"])
+async def test_warm_starts_the_fork_server_in_fork_mode_and_nothing_in_exec_mode(
+    mode: str,
+) -> None:
+    before = running_children()
+    runner = ProcessRunner(mode=mode)  # type: ignore[arg-type]
+    try:
+        runner.warm()
+        if mode == "fork":
+            assert runner.server is not None
+            server = runner.server
+            await until(lambda: server.alive, "the fork server to start")
+        else:
+            await asyncio.sleep(0.2)
+            assert runner.server is None and running_children() == before
+        assert (await runner.run(script("return 3"))).value == 3
+    finally:
+        await runner.aclose()
+    assert running_children() == before
+
+
+@pytest.mark.parametrize("mode", ["pool", "fork"])
+async def test_aclose_as_warm_starts_the_fork_server_leaves_no_process(mode: str) -> None:
+    """Closed while the fork server it began starts (or before), the runner ends it."""
+    before = running_children()
+    for wait in (0.0, 0.05, 0.2):
+        runner = ProcessRunner(mode=mode)  # type: ignore[arg-type]
+        runner.warm()
+        await asyncio.sleep(wait)
+        await runner.aclose()
+        assert running_children() == before, wait
+        runner.warm()  # closed: begins nothing
+        await asyncio.sleep(0.05)
+        assert running_children() == before, wait
+
+
+def running_children() -> set[int]:
+    """The pids of this process's children that have not exited."""
+    running = set()
+    for child in children_of(os.getpid()):
+        with contextlib.suppress(psutil.NoSuchProcess):  # gone since it was listed
+            if child.status() != psutil.STATUS_ZOMBIE:
+                running.add(child.pid)
+    return running
 
 
 def ended(pid: int) -> bool:
