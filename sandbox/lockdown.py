@@ -244,9 +244,10 @@ def set_heap(memory: int | None, data_limit: int | None = None, room: int = 0) -
 def rehearse() -> None:
     """After :func:`apply`, go through :func:`tighten`'s calls and change nothing: every limit
     asked for is past the one apply() set (limits are only ever lowered) and the CPU timer
-    is disarmed again at once. A forked child does this while it waits for a script, so the
-    copies of the fork server's pages that tighten writes are made then, not on the step's
-    clock (about 0.15 ms of a trivial step). Raises :class:`LockdownError`."""
+    is disarmed again at once (the soft stop's two timers are made, and left unarmed). A
+    forked child does this while it waits for a script, so the copies of the fork server's
+    pages that tighten writes are made then, not on the step's clock (about 0.15 ms of a
+    trivial step). Raises :class:`LockdownError`."""
     tighten(compute_ms=_NEVER_MS, memory=protocol.Limits().memory, data_limit=_NO_LIMIT, live=True)
     try:
         signal.setitimer(signal.ITIMER_PROF, 0)
