@@ -562,12 +562,13 @@ async def _engine_of(
                 "run calls: give a .py file of tools, or the MCP servers as "
                 "[codemode.mcpServers.NAME] tables in codemode.toml"
             )
+    language = _language(args, config)
     runner: ScriptRunner = _NoRunner()
     if needs_runner:
         # Made and warmed before the MCP servers start: the fork server's start (about half a
         # second of CPU) overlaps theirs, and the reading and checking of the script.
         runner = build_runner(config.runner)
-        runner.warm(_language(args, config))
+        runner.warm(language)
     servers: McpServers | None = None
     try:
         servers = await _mcp_servers(args, config)
@@ -584,7 +585,7 @@ async def _engine_of(
         if not needs_runner:  # describe, search: no script runs, so no log is opened or made
             config = dataclasses.replace(config, data_dir=None, store=StoreConfig("memory"))
         options = config.engine_options(runner=False)
-        options["language"] = _language(args, config)
+        options["language"] = language
         engine = CodeMode(
             tools,
             context=namespace.get("CONTEXT"),

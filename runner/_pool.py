@@ -103,8 +103,7 @@ class WarmPool:
     def take(self, language: str = protocol.LANGUAGES[0]) -> ForkedChild | None:
         """A ready, live child for a step in ``language``, or ``None`` when the pool has
         none now. The children forked next are made ready for ``language``."""
-        self.warm = language
-        self.start()
+        self.begin(language)
         self.quiet.busy()
         # What the zygote said meanwhile (mostly the exits of earlier steps' processes) is
         # read once the script is sent, not before: a child is taken only if its pidfd says
