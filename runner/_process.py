@@ -324,7 +324,14 @@ class ProcessRunner(ScriptRunner):
         """As :meth:`ScriptRunner.warm`: the pool mode fills its pool, the fork mode starts
         its fork server (exec mode has nothing to begin). A first step then takes a process
         that is ready, rather than waiting about half a second of CPU for the fork server to
-        start (Python, QuickJS, the prelude and a probe run in each language)."""
+        start (Python, QuickJS, the prelude and a probe run in each language). Raises
+        ``ValueError`` for a language the sandbox does not run."""
+        if language not in protocol.LANGUAGES:
+            # Else every refill failed, saying so in the host's log only, and steps forked.
+            raise ValueError(
+                f"warm: language must be one of {', '.join(protocol.LANGUAGES)}, not "
+                f"{language!r:.80}"
+            )
         if self._closed:
             return
         if self.pool is not None:

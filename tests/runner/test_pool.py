@@ -76,6 +76,18 @@ async def test_warm_fills_the_pool_before_any_step_which_takes_a_child_from_it()
     assert zygote is not None and wait_gone([zygote, *pids]) == []
 
 
+async def test_warm_for_a_language_the_sandbox_does_not_run_is_refused_and_begins_nothing() -> None:
+    async with ProcessRunner(mode="pool") as runner:
+        assert runner.pool is not None and runner.server is not None
+        with pytest.raises(
+            ValueError, match="language must be one of javascript, python, not 'cobol'"
+        ):
+            runner.warm("cobol")
+        await asyncio.sleep(0.05)
+        assert runner.pool.warm == "javascript" and not runner.server.alive
+        assert (await runner.run(script("return 1"))).value == 1
+
+
 @pytest.mark.parametrize("mode", ["fork", "exec"])
 async def test_warm_starts_the_fork_server_in_fork_mode_and_nothing_in_exec_mode(
     mode: str,
