@@ -8,6 +8,9 @@ and checks every call a step asks for.
 from __future__ import annotations
 
 import abc
+import errno
+import os
+import shutil
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -71,6 +74,61 @@ class RunError(Exception):
     def __init__(self, message: str, *, permanent: bool = False) -> None:
         super().__init__(message)
         self.permanent = permanent
+
+
+# Why exec() refuses a program for good: it is not there, may not be run, or is no program.
+# Anything else (no memory, too many processes or files) may pass.
+_NEVER_STARTS = frozenset(
+    {
+        errno.ENOENT,
+        errno.EACCES,
+        errno.EPERM,
+        errno.ENOEXEC,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.ELOOP,
+        errno.ENAMETOOLONG,
+    }
+)
+# What to do about an interpreter that cannot run the sandbox.
+PYTHON_FIX = (
+    "give the runner an interpreter that has this project installed "
+    "(ProcessRunner(python=...), `codemode runner serve --python`)"
+)
+
+
+def sandbox_python(python: str) -> str:
+    """``python`` as an absolute path to an executable file (a bare name looked up on this
+    process's ``PATH``), as a runner starts it: from ``/``, with the sandbox's environment,
+    where a relative path or a bare name would name another file or none. Raises
+    ValueError naming the path."""
+    found = shutil.which(python) if python else None
+    if found is None:
+        raise ValueError(
+            f"python {python!r} is not an executable file (nor a program on PATH); {PYTHON_FIX}"
+        )
+    return os.path.abspath(found)
+
+
+def not_started(what: str, error: OSError) -> RunError:
+    """The error of a sandbox interpreter (``what``: the fork server, a sandbox process) that
+    could not be started: permanent when exec() refused the program itself, since waiting
+    will not help; else the step can be tried again."""
+    if error.errno in _NEVER_STARTS:
+        return RunError(f"could not start {what}: {error}; {PYTHON_FIX}", permanent=True)
+    return RunError(f"could not start {what}: {error}")
+
+
+def ended_at_start(what: str, detail: str, exit_code: int | None) -> RunError:
+    """The error of ``what`` that never got ready (``detail`` says how). One that exited on
+    its own with a failure code (an interpreter that cannot import the sandbox, say) will
+    do so again: permanent. One killed by a signal, still running, or too slow may not."""
+    if exit_code is not None and exit_code > 0:
+        return RunError(
+            f"{what} did not start: {detail} (it exited with code {exit_code}); {PYTHON_FIX}",
+            permanent=True,
+        )
+    return RunError(f"{what} did not start: {detail}")
 
 
 def closed_runner(what: str = "this runner") -> RunError:

@@ -37,7 +37,15 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from runner import _conversation as conv
-from runner._base import SANDBOX_ARGS, SANDBOX_ENV, ProcessStats, RunError, closed_runner
+from runner._base import (
+    SANDBOX_ARGS,
+    SANDBOX_ENV,
+    ProcessStats,
+    RunError,
+    closed_runner,
+    ended_at_start,
+    not_started,
+)
 from runner._pipes import PipeFeed, PipeWriter, pipe_reader
 from sandbox import protocol
 
@@ -269,7 +277,8 @@ class ForkServer:
     async def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self.popen = subprocess.Popen(
+            # Kept here too: its death (which may come before the hello) lets the attribute go.
+            self.popen = popen = subprocess.Popen(
                 [self.python, *SANDBOX_ARGS, "--zygote", "--control", str(theirs.fileno())],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -282,29 +291,32 @@ class ForkServer:
             )
         except OSError as e:
             ours.close()
-            raise RunError(f"could not start the fork server ({self.python}): {e}") from e
+            raise not_started(f"the fork server ({self.python})", e) from e
         finally:
             theirs.close()
         self.starts += 1
         self._stderr = bytearray()
-        assert self.popen.stderr is not None
-        os.set_blocking(self.popen.stderr.fileno(), False)
-        loop.add_reader(self.popen.stderr.fileno(), self._drain_stderr, self.popen.stderr)
+        assert popen.stderr is not None
+        os.set_blocking(popen.stderr.fileno(), False)
+        loop.add_reader(popen.stderr.fileno(), self._drain_stderr, popen.stderr)
         ours.setblocking(False)
         self._sock = ours
         self._hello = loop.create_future()
         loop.add_reader(ours.fileno(), self._on_readable)
         with contextlib.suppress(OSError):  # a kernel without pidfds: see check()
-            self._zygote_fd = os.pidfd_open(self.popen.pid)
+            self._zygote_fd = os.pidfd_open(popen.pid)
             self._zygote_poll = select.poll()
             self._zygote_poll.register(self._zygote_fd, select.POLLIN)
         try:
             async with asyncio.timeout(self.spawn_timeout):
                 self.zygote_pid = await asyncio.shield(self._hello)
         except (TimeoutError, RunError) as e:
-            detail = "it did not say hello in time" if isinstance(e, TimeoutError) else str(e)
             self._on_dead()
-            raise RunError(f"the fork server did not start: {detail}{self._tail()}") from None
+            if isinstance(e, TimeoutError):
+                detail, code = "it did not say hello in time", None
+            else:  # it ended: how, if it says so soon (its socket closes as it exits)
+                detail, code = str(e), await _exit_code(popen)
+            raise ended_at_start("the fork server", f"{detail}{self._tail()}", code) from None
 
     def _drain_stderr(self, stream: Any) -> None:
         """Keep the tail of what the zygote writes to stderr (so it never blocks on it)."""
@@ -614,6 +626,17 @@ class ForkServer:
             stderr_fd=ours[2],
             exit=spawned.exit,
         )
+
+
+async def _exit_code(popen: subprocess.Popen[bytes] | None, within: float = 1.0) -> int | None:
+    """``popen``'s exit code once it has exited, waiting up to ``within`` seconds; None if it
+    has not (negative: the signal that ended it)."""
+    end = time.monotonic() + within
+    delay = 0.001
+    while popen is not None and popen.poll() is None and time.monotonic() < end:
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    return None if popen is None else popen.returncode
 
 
 async def _reap_popen(popen: subprocess.Popen[bytes], grace: float) -> None:

@@ -38,6 +38,9 @@ from runner._base import (
     ScriptRunner,
     Step,
     closed_runner,
+    ended_at_start,
+    not_started,
+    sandbox_python,
 )
 from runner._cpu import HOST_BUSY, AwayFromHost
 from runner._forkserver import ForkedChild, ForkServer
@@ -202,7 +205,10 @@ class ProcessRunner(ScriptRunner):
     shrinks to one after ``idle_after`` idle seconds. ``data_limit`` caps a process's heap
     (records included; bytes or a word such as ``"1gb"``); keep it above ``memory``. By
     default it is twice the script's ``memory`` and at least 512 MiB, plus room for a script
-    line past 16 MiB (its call log). ``python`` is the interpreter that runs the sandbox.
+    line past 16 MiB (its call log). ``python`` is the interpreter that runs the sandbox (a
+    path, or a name looked up on ``PATH``; ValueError when it is no executable file); one
+    that cannot start the sandbox (missing since, or without this project) fails each step
+    at once with a permanent :class:`RunError` saying so.
     """
 
     def __init__(
@@ -227,7 +233,7 @@ class ProcessRunner(ScriptRunner):
                 "process heap in bytes, above the scripts' memory (e.g. 1073741824 for 1 GiB)"
             )
         self.mode: Mode = mode
-        self.python = python
+        self.python = sandbox_python(python)
         self.data_limit = heap
         self.spawn_timeout = spawn_timeout
         self.script_wait = script_wait
@@ -367,7 +373,7 @@ class ProcessRunner(ScriptRunner):
         try:
             child = await spawn(self.argv(script), conv.ran_bound(script))
         except OSError as e:
-            raise RunError(f"could not start the sandbox process: {e}") from e
+            raise not_started(f"the sandbox process ({self.python})", e) from e
         try:
             ready = await self._await_ready(child)
             if isinstance(ready, Step):
@@ -451,7 +457,14 @@ class ProcessRunner(ScriptRunner):
             child.kill()
             await child.reap(grace=0)
             detail = str(e) or type(e).__name__
-            raise RunError(f"the sandbox process did not start: {detail}{_tail(child)}") from None
+            # An exec'd interpreter that exited on its own before it was ready does so every
+            # time; a forked child's end says nothing of the next one.
+            code = (
+                child.popen.returncode
+                if isinstance(child, Child) and not isinstance(e, TimeoutError)
+                else None
+            )
+            raise ended_at_start("the sandbox process", f"{detail}{_tail(child)}", code) from None
 
     async def _drive(
         self,

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from runner import _wire as wire
+from runner._base import sandbox_python
 from runner._remote import TOKEN_ENV, read_token
 from runner._service import (
     HANDSHAKE_TIMEOUT,
@@ -248,10 +249,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"--live-wait must be a positive number of seconds up to "
                 f"{wire.MAX_LIVE_WAIT:g}, not {args.live_wait}"
             )
-        if not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
+        try:
             # Found at start, not at each step ("could not start the fork server") while
             # its health check said it was well.
-            raise ValueError(f"--python {args.python} is not an executable file")
+            args.python = sandbox_python(args.python)
+        except ValueError:
+            raise ValueError(f"--python {args.python} is not an executable file") from None
         _check_python(args.python)
         if args.slot_wait > wire.MAX_SLOT_WAIT:
             raise ValueError(

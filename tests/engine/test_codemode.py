@@ -1337,6 +1337,29 @@ async def test_strings_from_the_process_are_bounded_in_the_result_and_the_log(
             assert len(result.text) < 100_000
 
 
+@pytest.mark.parametrize("mode", ["pool", "exec"])
+async def test_a_runner_whose_python_cannot_run_the_sandbox_fails_the_step_at_once(
+    tmp_path: Path, mode: str
+) -> None:
+    """An interpreter without this project: the step fails at once, for good, saying what
+    to give the runner and that the script waits in the log (it was requeued until
+    queue_timeout, five minutes, then "resume it later", which could not help)."""
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho 'No module named sandbox' >&2\nexit 1\n")
+    python.chmod(0o755)
+    async with ProcessRunner(mode=mode, python=str(python)) as runner:  # type: ignore[arg-type]
+        engine = CodeMode([], runner=runner, data_dir=tmp_path / "log", queue_timeout=300)
+        with pytest.raises(StepUnavailable) as raised:
+            await engine.run_code("return 1")
+        said = str(raised.value)
+        assert raised.value.permanent and "No module named sandbox" in said, said
+        assert "an interpreter that has this project installed" in said
+        assert "fix that, then resume the script" in said
+        (waiting,) = await engine.store.scripts()
+        assert waiting.status == "active" and waiting.outcome is None
+        await engine.aclose()
+
+
 async def test_a_lying_process_deep_data_is_a_failed_result(tmp_path: Any) -> None:
     """End to end: a process that reports a value or arguments nested 300 deep fails the
     script with a protocol error, and records no call."""

@@ -353,14 +353,83 @@ def test_killing_the_runners_host_mid_step_leaves_no_process(mode: str, tmp_path
     assert zombies() == []
 
 
-async def test_a_zygote_that_cannot_start_is_a_run_error_that_quotes_it(tmp_path: Path) -> None:
+def _sh(tmp_path: Path, body: str) -> str:
+    """An executable shell script standing in for the runner's python."""
     python = tmp_path / "python"
-    python.write_text("#!/bin/sh\necho 'boom: no sandbox here' >&2\nexit 1\n")
+    python.write_text(f"#!/bin/sh\n{body}\n")
     python.chmod(0o755)
-    async with ProcessRunner(mode="fork", python=str(python)) as runner:
-        with pytest.raises(RunError, match=r"fork server did not start.*boom: no sandbox here"):
-            await runner.run(script("return 1"))
+    return str(python)
+
+
+WHAT_STARTS = {"fork": "fork server", "pool": "fork server", "exec": "sandbox process"}
+
+
+@pytest.mark.parametrize("mode", sorted(WHAT_STARTS))
+async def test_an_interpreter_that_exits_before_it_is_ready_fails_each_step_for_good(
+    tmp_path: Path, mode: str
+) -> None:
+    """One that cannot import the sandbox exits 1 at every start: a permanent RunError that
+    quotes it and says what to give instead (the engine retried it until queue_timeout,
+    five minutes, then said "resume it later")."""
+    python = _sh(tmp_path, "echo 'boom: no sandbox here' >&2\nexit 1")
+    async with ProcessRunner(mode=mode, python=python) as runner:  # type: ignore[arg-type]
+        for _ in range(2):
+            with pytest.raises(RunError) as raised:
+                await runner.run(script("return 1"))
+            said = str(raised.value)
+            assert f"{WHAT_STARTS[mode]} did not start" in said and "boom: no sandbox here" in said
+            assert raised.value.permanent and "exited with code 1" in said, said
+            assert "an interpreter that has this project installed" in said
     assert zombies() == []
+
+
+@pytest.mark.parametrize("mode", ["fork", "exec"])
+async def test_an_interpreter_killed_as_it_starts_may_be_tried_again(
+    tmp_path: Path, mode: str
+) -> None:
+    """Killed by a signal (the OOM killer, say) says nothing of the next start."""
+    async with ProcessRunner(mode=mode, python=_sh(tmp_path, "kill -9 $$")) as runner:  # type: ignore[arg-type]
+        with pytest.raises(RunError, match="did not start") as raised:
+            await runner.run(script("return 1"))
+        assert not raised.value.permanent
+    assert zombies() == []
+
+
+@pytest.mark.parametrize("mode", sorted(WHAT_STARTS))
+async def test_an_interpreter_gone_since_the_runner_was_made_fails_for_good(
+    tmp_path: Path, mode: str
+) -> None:
+    """exec() refusing the program (gone, or no longer executable) is permanent too."""
+    python = _sh(tmp_path, f'exec "{sys.executable}" "$@"')
+    async with ProcessRunner(mode=mode, python=python) as runner:  # type: ignore[arg-type]
+        os.chmod(python, 0o644)
+        with pytest.raises(RunError) as raised:
+            await runner.run(script("return 1"))
+        assert raised.value.permanent and "Permission denied" in str(raised.value)
+        os.unlink(python)
+        with pytest.raises(RunError) as raised:
+            await runner.run(script("return 1"))
+        assert raised.value.permanent and "No such file" in str(raised.value)
+        assert f"could not start the {WHAT_STARTS[mode]} ({python})" in str(raised.value)
+    assert zombies() == []
+
+
+def test_python_must_be_an_executable_file_and_is_kept_as_an_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused when the runner is made, not at each step; a relative path or a bare name
+    is resolved here, since the sandbox starts from / with an environment of its own."""
+    plain = tmp_path / "plain"
+    plain.write_text("")
+    for wrong in ("/nonexistent/python", str(tmp_path), str(plain), "no-such-python-here", ""):
+        with pytest.raises(ValueError, match="is not an executable file") as raised:
+            ProcessRunner(python=wrong)
+        assert repr(wrong) in str(raised.value)
+    python = _sh(tmp_path, "exit 0")
+    monkeypatch.chdir(tmp_path)
+    assert ProcessRunner(python="./python").python == python
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert ProcessRunner(python="python").python == python
 
 
 UNCONFINED = """\
