@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from runner import _wire as wire
-from runner._base import sandbox_python
+from runner._base import SANDBOX_ARGS, SANDBOX_ENV, sandbox_python
 from runner._remote import TOKEN_ENV, read_token
 from runner._service import (
     HANDSHAKE_TIMEOUT,
@@ -140,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--python",
         default=sys.executable,
-        help="the Python that runs the sandbox (default: this one)",
+        help="the Python that runs the sandbox, with this project installed (default: this one)",
     )
     parser.add_argument(
         "--handshake-timeout",
@@ -400,15 +400,22 @@ def _token(args: argparse.Namespace) -> str | None:
 
 
 def _check_python(python: str) -> None:
-    """Raise ValueError unless ``python`` runs Python 3.11 or later (an executable that is
-    no Python, /bin/false, started a service that could never run a step)."""
+    """Raise ValueError unless ``python`` runs Python 3.11 or later and imports the sandbox
+    as a runner starts it (an executable that is no Python, /bin/false, or a Python without
+    this project, started a service that could never run a step)."""
     try:
         ran = subprocess.run(
-            [python, "-c", "import sys; print(sys.version_info >= (3, 11))"],
+            [
+                python,
+                *SANDBOX_ARGS[:2],
+                "-c",
+                "import sys, sandbox; print(sys.version_info >= (3, 11))",
+            ],
             capture_output=True,
             text=True,
             timeout=30,
-            env={},
+            env=dict(SANDBOX_ENV),
+            cwd="/",
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ValueError(f"--python {python} does not run: {e}") from None

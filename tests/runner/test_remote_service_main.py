@@ -259,6 +259,7 @@ def test_the_service_refuses_a_heartbeat_that_would_flood_its_clients() -> None:
         ("--python", "/nonexistent/python", "--python /nonexistent/python is not an executable"),
         ("--python", "/bin/false", "--python /bin/false is not a Python the sandbox can run"),
         ("--python", "/bin/true", "--python /bin/true is not a Python the sandbox can run"),
+        ("--python", "WITHOUT", "is not a Python the sandbox can run (ModuleNotFoundError: No "),
         ("--slot-wait", "1e300", "--slot-wait must be at most 600 seconds"),
         ("--heartbeat", "1000", "--heartbeat must be a positive number of seconds up to 60"),
         # Taken, it sent each engine 66,000 beats a second while a step ran.
@@ -271,6 +272,11 @@ def test_refuses_what_would_break_every_step(
 ) -> None:
     """A Python that is not there (every step failed to start its fork server, while the
     health check said all was well) or waits past what a client takes in a welcome: refused
-    at start, naming the option."""
+    at start, naming the option. WITHOUT: a Python that cannot import this project (its
+    fork server said "No module named sandbox" at every step)."""
+    if value == "WITHOUT":
+        value = str(token_file.with_name("python"))
+        Path(value).write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+        Path(value).chmod(0o755)
     assert main(["--listen", "127.0.0.1:0", "--token-file", str(token_file), option, value]) == 2
     assert said in capsys.readouterr().err
