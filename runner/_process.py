@@ -191,6 +191,15 @@ class _Process(Protocol):
     def stats(self) -> ProcessStats: ...
 
 
+# The most ready children a pool keeps per slot (see ProcessRunner's pool_size).
+MAX_POOL_PER_SLOT = 4
+
+
+def _positive_seconds(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+
+
 class ProcessRunner(ScriptRunner):
     """Runs each step in a confined sandbox process on this machine.
 
@@ -201,8 +210,9 @@ class ProcessRunner(ScriptRunner):
     ``slots`` caps how many steps run at once (an int, or a :class:`Slots` shared with other
     runners; default ``CODEMODE_SANDBOX_SLOTS`` or the CPU count clamped to 2..8), and
     ``script_wait`` is how long a step may wait for one before it gets a :class:`RunError`.
-    ``pool_size`` is how many ready children the pool keeps (default: one per slot); it
-    shrinks to one after ``idle_after`` idle seconds. ``data_limit`` caps a process's heap
+    ``pool_size`` is how many ready children the pool keeps (default: one per slot, at most
+    four); it shrinks to one after ``idle_after`` idle seconds. ``spawn_timeout`` is how long a
+    process may take to start. ``data_limit`` caps a process's heap
     (records included; bytes or a word such as ``"1gb"``); keep it above ``memory``. By
     default it is twice the script's ``memory`` and at least 512 MiB, plus room for a script
     line past 16 MiB (its call log). ``python`` is the interpreter that runs the sandbox (a
@@ -225,6 +235,10 @@ class ProcessRunner(ScriptRunner):
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        # Not above zero, each step timed out before its process could start, or the pool's
+        # idle watch (idle_after) woke without a pause, a core's worth of CPU for ever.
+        _positive_seconds("spawn_timeout", spawn_timeout)
+        _positive_seconds("idle_after", idle_after)
         # Bytes, or a size word ("1gb") as [codemode.runner] data_limit takes.
         heap = None if data_limit is None else parse_size(data_limit, "data_limit")
         if heap is not None and heap < protocol.MiB:
@@ -243,6 +257,15 @@ class ProcessRunner(ScriptRunner):
         else:
             self.slots = Slots(slots if slots is not None else default_slot_count(), script_wait)
         self.pool_size = pool_size if pool_size is not None else self.slots.count
+        if self.pool_size > MAX_POOL_PER_SLOT * self.slots.count:
+            # Each child waits holding its memory; a million were forked until the machine
+            # ran out.
+            raise ValueError(
+                f"pool_size must be at most {MAX_POOL_PER_SLOT} per slot "
+                f"({MAX_POOL_PER_SLOT * self.slots.count} for {self.slots.count}), not "
+                f"{self.pool_size}: no more steps than slots run at once, and the pool "
+                "refills as each takes a child"
+            )
         self.server: ForkServer | None = None
         self.pool: WarmPool | None = None
         # A step running, or a live run waiting for its results: a script in the middle of

@@ -87,7 +87,7 @@ class Slots:
     def __post_init__(self) -> None:
         if self.count < 1:
             raise ValueError(f"slots must be at least 1, not {self.count}")
-        if self.script_wait < 0:
+        if not self.script_wait >= 0:  # NaN too
             raise ValueError(f"script_wait must be zero or more seconds, not {self.script_wait}")
 
     @property

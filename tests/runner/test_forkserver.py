@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import pwd
+import re
 import select
 import signal
 import subprocess
@@ -412,6 +413,33 @@ async def test_an_interpreter_gone_since_the_runner_was_made_fails_for_good(
         assert raised.value.permanent and "No such file" in str(raised.value)
         assert f"could not start the {WHAT_STARTS[mode]} ({python})" in str(raised.value)
     assert zombies() == []
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        # Each step timed out before its process could start (then retried until
+        # queue_timeout).
+        ("spawn_timeout", 0, "spawn_timeout must be a positive number of seconds, not 0"),
+        ("spawn_timeout", -1.5, "not -1.5"),
+        ("spawn_timeout", float("nan"), "not nan"),
+        ("spawn_timeout", "30", "not '30'"),
+        # The pool's idle watch woke without a pause: a core's worth of CPU for ever.
+        ("idle_after", 0, "idle_after must be a positive number of seconds, not 0"),
+        ("idle_after", float("nan"), "not nan"),
+        ("script_wait", float("nan"), "script_wait must be zero or more seconds, not nan"),
+        # A million children were forked, one after another, until the memory ran out.
+        ("pool_size", 9, "pool_size must be at most 4 per slot (8 for 2), not 9"),
+        ("pool_size", 10**6, "not 1000000"),
+    ],
+)
+def test_options_that_would_break_every_step_or_the_host_are_refused(
+    option: str, value: object, said: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(said)):
+        ProcessRunner(slots=2, **{option: value})  # type: ignore[arg-type]
+    runner = ProcessRunner(slots=2, pool_size=8, idle_after=float("inf"), spawn_timeout=0.5)
+    assert (runner.pool_size, runner.idle_after) == (8, float("inf"))
 
 
 def test_python_must_be_an_executable_file_and_is_kept_as_an_absolute_path(
