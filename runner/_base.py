@@ -131,6 +131,18 @@ def ended_at_start(what: str, detail: str, exit_code: int | None) -> RunError:
     return RunError(f"{what} did not start: {detail}")
 
 
+def check_seconds(name: str, value: float, *, zero: bool = False) -> None:
+    """Raise ValueError naming ``name`` unless ``value`` is a number of seconds above zero
+    (``zero``: or zero); infinity is one (never)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (value >= 0 if zero else value > 0)
+    ):
+        kind = "zero or more" if zero else "a positive number of"
+        raise ValueError(f"{name} must be {kind} seconds, not {value!r}")
+
+
 def closed_runner(what: str = "this runner") -> RunError:
     """The error of a step asked of a runner after its ``aclose()``: permanent, since a closed
     runner takes no step again (an engine's ``aclose()`` closes the runner it was given)."""

@@ -37,6 +37,7 @@ from runner._base import (
     RunError,
     ScriptRunner,
     Step,
+    check_seconds,
     closed_runner,
     ended_at_start,
     not_started,
@@ -195,11 +196,6 @@ class _Process(Protocol):
 MAX_POOL_PER_SLOT = 4
 
 
-def _positive_seconds(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
-
-
 class ProcessRunner(ScriptRunner):
     """Runs each step in a confined sandbox process on this machine.
 
@@ -237,8 +233,8 @@ class ProcessRunner(ScriptRunner):
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         # Not above zero, each step timed out before its process could start, or the pool's
         # idle watch (idle_after) woke without a pause, a core's worth of CPU for ever.
-        _positive_seconds("spawn_timeout", spawn_timeout)
-        _positive_seconds("idle_after", idle_after)
+        check_seconds("spawn_timeout", spawn_timeout)
+        check_seconds("idle_after", idle_after)
         # Bytes, or a size word ("1gb") as [codemode.runner] data_limit takes.
         heap = None if data_limit is None else parse_size(data_limit, "data_limit")
         if heap is not None and heap < protocol.MiB:

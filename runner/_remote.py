@@ -58,6 +58,7 @@ from runner._base import (
     RunError,
     ScriptRunner,
     Step,
+    check_seconds,
     closed_runner,
 )
 from runner._live import mismatch
@@ -244,8 +245,14 @@ class RemoteRunner(ScriptRunner):
         silence: float = SILENCE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not silence > 0:
-            raise ValueError(f"silence must be a positive number of seconds, not {silence}")
+        # Each would fail or misjudge every step: a connect that may take no time, a step
+        # given less than its own allowance.
+        check_seconds("silence", silence)
+        check_seconds("connect_timeout", connect_timeout)
+        check_seconds("cooldown", cooldown, zero=True)
+        check_seconds("step_margin", step_margin, zero=True)
+        if isinstance(keep_idle, bool) or not isinstance(keep_idle, int) or keep_idle < 0:
+            raise ValueError(f"keep_idle must be a whole number, 0 or more, not {keep_idle!r}")
         if isinstance(addresses, str):
             addresses = [addresses]
         if not addresses:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 from pathlib import Path
 
@@ -216,6 +217,30 @@ async def test_no_service_can_take_the_step() -> None:
         # Both are out of rotation now: the next step fails at once, saying for how long.
         with pytest.raises(RunError, match="out of rotation for"):
             await remote.run(script("x"))
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        # Every connect given up at once, and the step requeued until queue_timeout.
+        ("connect_timeout", 0, "connect_timeout must be a positive number of seconds, not 0"),
+        ("connect_timeout", float("nan"), "not nan"),
+        ("silence", -1, "silence must be a positive number of seconds, not -1"),
+        ("cooldown", -1, "cooldown must be zero or more seconds, not -1"),
+        ("cooldown", float("nan"), "not nan"),
+        # Each step given less than its own allowance: ended as silent while it ran.
+        ("step_margin", -5.0, "step_margin must be zero or more seconds, not -5.0"),
+        ("keep_idle", -1, "keep_idle must be a whole number, 0 or more, not -1"),
+        ("keep_idle", 1.5, "not 1.5"),
+    ],
+)
+def test_options_that_would_fail_every_step_are_refused(
+    option: str, value: object, said: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(said)):
+        RemoteRunner(["127.0.0.1:7300"], TOKEN, **{option: value})  # type: ignore[arg-type]
+    taken = RemoteRunner(["127.0.0.1:7300"], TOKEN, cooldown=0, step_margin=0, keep_idle=0)
+    assert (taken.cooldown, taken.step_margin, taken.keep_idle) == (0, 0, 0)
 
 
 async def test_a_host_name_that_does_not_resolve_is_named() -> None:
