@@ -414,8 +414,14 @@ class RunnerService:
                 f"heartbeat must be at least {MIN_HEARTBEAT:g} seconds, not {heartbeat:g}: "
                 "each step's client is sent a beat that often"
             )
-        if max_unwelcomed < 1:
-            raise ValueError(f"max_unwelcomed must be at least 1, not {max_unwelcomed}")
+        # Below one, no client was ever welcomed, or no script line was ever taken.
+        for name, count in (
+            ("max_unwelcomed", max_unwelcomed),
+            ("max_connections", max_connections),
+            ("max_script_line", max_script_line),
+        ):
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ValueError(f"{name} must be a whole number, at least 1, not {count!r}")
         # The welcome carries these, within the wire's bounds: past them, every handshake
         # failed.
         bounds = {

@@ -245,6 +245,14 @@ def test_the_service_refuses_a_wait_its_welcome_cannot_carry(option: str, value:
         RunnerService(TOKEN, runner=FakeRunner(), **{option: value})
 
 
+@pytest.mark.parametrize("option", ["max_connections", "max_script_line", "max_unwelcomed"])
+@pytest.mark.parametrize("value", [0, -1, 2.5])
+def test_the_service_refuses_a_count_under_one(option: str, value: float) -> None:
+    """No client was ever welcomed (max_connections = 0), or no script line ever taken."""
+    with pytest.raises(ValueError, match=rf"{option} must be a whole number, at least 1, not"):
+        RunnerService(TOKEN, runner=FakeRunner(), **{option: value})
+
+
 def test_the_service_refuses_a_heartbeat_that_would_flood_its_clients() -> None:
     """A heartbeat of a nanosecond was taken, and each step's client was sent beats as fast
     as the service could write them (66,000 a second), the service's CPU with them."""
