@@ -206,8 +206,8 @@ class ProcessRunner(ScriptRunner):
     ``slots`` caps how many steps run at once (an int, or a :class:`Slots` shared with other
     runners; default ``CODEMODE_SANDBOX_SLOTS`` or the CPU count clamped to 2..8), and
     ``script_wait`` is how long a step may wait for one before it gets a :class:`RunError`.
-    ``pool_size`` is how many ready children the pool keeps (default: one per slot, at most
-    four); it shrinks to one after ``idle_after`` idle seconds. ``spawn_timeout`` is how long a
+    ``pool_size`` is how many ready children the pool keeps (default: one per slot; at most
+    four per slot); it shrinks to one after ``idle_after`` idle seconds. ``spawn_timeout`` is how long a
     process may take to start. ``data_limit`` caps a process's heap
     (records included; bytes or a word such as ``"1gb"``); keep it above ``memory``. By
     default it is twice the script's ``memory`` and at least 512 MiB, plus room for a script
