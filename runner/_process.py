@@ -207,8 +207,8 @@ class ProcessRunner(ScriptRunner):
     runners; default ``CODEMODE_SANDBOX_SLOTS`` or the CPU count clamped to 2..8), and
     ``script_wait`` is how long a step may wait for one before it gets a :class:`RunError`.
     ``pool_size`` is how many ready children the pool keeps (default: one per slot; at most
-    four per slot); it shrinks to one after ``idle_after`` idle seconds. ``spawn_timeout`` is how long a
-    process may take to start. ``data_limit`` caps a process's heap
+    four per slot); it shrinks to one after ``idle_after`` idle seconds. ``spawn_timeout`` is
+    how long a process may take to start. ``data_limit`` caps a process's heap
     (records included; bytes or a word such as ``"1gb"``); keep it above ``memory``. By
     default it is twice the script's ``memory`` and at least 512 MiB, plus room for a script
     line past 16 MiB (its call log). ``python`` is the interpreter that runs the sandbox (a
@@ -253,6 +253,8 @@ class ProcessRunner(ScriptRunner):
         else:
             self.slots = Slots(slots if slots is not None else default_slot_count(), script_wait)
         self.pool_size = pool_size if pool_size is not None else self.slots.count
+        if isinstance(self.pool_size, bool) or not isinstance(self.pool_size, int):
+            raise ValueError(f"pool_size must be a whole number, not {self.pool_size!r}")
         if self.pool_size > MAX_POOL_PER_SLOT * self.slots.count:
             # Each child waits holding its memory; a million were forked until the machine
             # ran out.

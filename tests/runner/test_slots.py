@@ -153,9 +153,18 @@ def test_a_bad_slot_count_is_refused_by_name(value: str) -> None:
         default_slot_count({"CODEMODE_SANDBOX_SLOTS": value})
 
 
-def test_slots_must_be_positive() -> None:
-    with pytest.raises(ValueError, match="slots must be at least 1"):
-        Slots(0)
+@pytest.mark.parametrize("count", [0, -1, 2.5, True, "2"])
+def test_slots_must_be_a_whole_number_of_one_or_more(count: object) -> None:
+    """2.5 was taken (and let three steps run at once); "2" was a raw TypeError."""
+    with pytest.raises(ValueError, match="slots must be a whole number, at least 1, not"):
+        Slots(count)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("wait", [-1, float("nan"), "5", True])
+def test_script_wait_must_be_seconds_of_zero_or_more(wait: object) -> None:
+    with pytest.raises(ValueError, match="script_wait must be zero or more seconds, not"):
+        Slots(2, script_wait=wait)  # type: ignore[arg-type]
+    assert Slots(2, script_wait=0).script_wait == 0
 
 
 async def test_the_process_runner_holds_a_slot_for_each_step(standin_python: str) -> None:
