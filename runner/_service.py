@@ -57,6 +57,7 @@ from runner._live import (
 )
 from runner._slots import Slots, default_slot_count
 from runner._tasks import cancel_and_wait
+from runner.sizes import parse_size
 from sandbox import protocol
 from sandbox.protocol import Script
 
@@ -392,10 +393,16 @@ class RunnerService:
     ) -> None:
         if not live_wait > 0:
             raise ValueError(f"live_wait must be a positive number of seconds, not {live_wait}")
-        if live_max is not None and live_max < 0:
-            raise ValueError(f"live_max must be 0 or more, not {live_max}")
-        if line_memory is not None and line_memory < 0:
-            raise ValueError(f"line_memory must be 0 bytes or more, not {line_memory}")
+        if live_max is not None and (
+            isinstance(live_max, bool) or not isinstance(live_max, int) or live_max < 0
+        ):
+            raise ValueError(f"live_max must be a whole number, 0 or more, not {live_max!r}")
+        # Bytes or a size word, as CodeMode's live_memory and codemode.toml take them (-1 was
+        # taken as a budget, and "1gb" was a raw TypeError).
+        if live_memory is not None:
+            live_memory = parse_size(live_memory, "live_memory")
+        if line_memory is not None:
+            line_memory = parse_size(line_memory, "line_memory")
         if token is not None and not token:
             raise ValueError("the runner service's token is empty")
         timeouts = {

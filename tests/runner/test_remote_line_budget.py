@@ -205,7 +205,7 @@ async def test_no_line_longer_than_the_budget_is_taken() -> None:
         await remote.aclose()
     async with services(FakeRunner()) as [service]:
         assert service.lines.total == default_line_memory() >= 64 * MiB
-    with pytest.raises(ValueError, match="line_memory must be 0 bytes or more"):
+    with pytest.raises(ValueError, match="line_memory = -1 is negative"):
         RunnerService(TOKEN, runner=FakeRunner(), line_memory=-1)
 
 

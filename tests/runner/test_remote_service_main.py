@@ -253,6 +253,28 @@ def test_the_service_refuses_a_count_under_one(option: str, value: float) -> Non
         RunnerService(TOKEN, runner=FakeRunner(), **{option: value})
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("live_max", -1, "live_max must be a whole number, 0 or more, not -1"),
+        ("live_max", 2.5, "live_max must be a whole number, 0 or more, not 2.5"),
+        ("live_max", "3", "live_max must be a whole number, 0 or more, not '3'"),
+        ("live_memory", -1, "live_memory = -1 is negative"),
+        ("live_memory", "lots", "live_memory = 'lots' is not a size"),
+        ("line_memory", 2.5, "line_memory = 2.5 is not a size"),
+    ],
+)
+def test_the_service_refuses_a_live_budget_that_is_no_count_or_size(
+    option: str, value: object, said: str
+) -> None:
+    """live_memory = -1 was taken as a budget; "1gb", which CodeMode takes, and any other
+    text were a raw TypeError from a comparison."""
+    with pytest.raises(ValueError, match=re.escape(said)):
+        RunnerService(TOKEN, runner=FakeRunner(), **{option: value})  # type: ignore[arg-type]
+    service = RunnerService(TOKEN, runner=FakeRunner(), live_memory="1gb", line_memory="64mb")
+    assert (service.live_memory, service.lines.total) == (1 << 30, 64 << 20)
+
+
 def test_the_service_refuses_a_heartbeat_that_would_flood_its_clients() -> None:
     """A heartbeat of a nanosecond was taken, and each step's client was sent beats as fast
     as the service could write them (66,000 a second), the service's CPU with them."""
