@@ -30,7 +30,8 @@ from sandbox.protocol import (
 # The interpreter's arguments that start the sandbox, before its own: what isolated mode
 # (-I) does but ignoring the environment (no user site-packages, not the working directory on
 # the path), with SANDBOX_ENV as the whole environment, so the one variable it sets is read.
-SANDBOX_ARGS = ("-s", "-P", "-m", "sandbox")
+SANDBOX_FLAGS = ("-s", "-P")
+SANDBOX_ARGS = (*SANDBOX_FLAGS, "-m", "sandbox")
 # The sandbox's whole environment. String hashing is not randomised per process, so a
 # Python script that iterates a set of strings makes its calls in the same order in every
 # process, as its replays must (no secret: any process may know it).

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from runner import _wire as wire
-from runner._base import SANDBOX_ARGS, SANDBOX_ENV, sandbox_python
+from runner._base import SANDBOX_ENV, SANDBOX_FLAGS, sandbox_python
 from runner._remote import TOKEN_ENV, read_token
 from runner._service import (
     HANDSHAKE_TIMEOUT,
@@ -407,7 +407,7 @@ def _check_python(python: str) -> None:
         ran = subprocess.run(
             [
                 python,
-                *SANDBOX_ARGS[:2],
+                *SANDBOX_FLAGS,
                 "-c",
                 "import sys, sandbox; print(sys.version_info >= (3, 11))",
             ],
