@@ -144,6 +144,13 @@ def check_seconds(name: str, value: float, *, zero: bool = False) -> None:
         raise ValueError(f"{name} must be {kind} seconds, not {value!r}")
 
 
+def check_count(name: str, value: int, least: int = 1) -> None:
+    """Raise ValueError naming ``name`` unless ``value`` is a whole number of ``least`` or
+    more (not a bool, not 2.5: a fraction of a slot or a process was taken as a count)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be a whole number, at least {least}, not {value!r}")
+
+
 def closed_runner(what: str = "this runner") -> RunError:
     """The error of a step asked of a runner after its ``aclose()``: permanent, since a closed
     runner takes no step again (an engine's ``aclose()`` closes the runner it was given)."""

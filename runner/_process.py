@@ -37,6 +37,7 @@ from runner._base import (
     RunError,
     ScriptRunner,
     Step,
+    check_count,
     check_seconds,
     closed_runner,
     ended_at_start,
@@ -253,8 +254,7 @@ class ProcessRunner(ScriptRunner):
         else:
             self.slots = Slots(slots if slots is not None else default_slot_count(), script_wait)
         self.pool_size = pool_size if pool_size is not None else self.slots.count
-        if isinstance(self.pool_size, bool) or not isinstance(self.pool_size, int):
-            raise ValueError(f"pool_size must be a whole number, not {self.pool_size!r}")
+        check_count("pool_size", self.pool_size)
         if self.pool_size > MAX_POOL_PER_SLOT * self.slots.count:
             # Each child waits holding its memory; a million were forked until the machine
             # ran out.

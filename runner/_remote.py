@@ -58,6 +58,7 @@ from runner._base import (
     RunError,
     ScriptRunner,
     Step,
+    check_count,
     check_seconds,
     closed_runner,
 )
@@ -251,8 +252,7 @@ class RemoteRunner(ScriptRunner):
         check_seconds("connect_timeout", connect_timeout)
         check_seconds("cooldown", cooldown, zero=True)
         check_seconds("step_margin", step_margin, zero=True)
-        if isinstance(keep_idle, bool) or not isinstance(keep_idle, int) or keep_idle < 0:
-            raise ValueError(f"keep_idle must be a whole number, 0 or more, not {keep_idle!r}")
+        check_count("keep_idle", keep_idle, 0)
         if isinstance(addresses, str):
             addresses = [addresses]
         if not addresses:

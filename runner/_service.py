@@ -46,7 +46,15 @@ from typing import Any
 import psutil
 
 from runner import _wire as wire
-from runner._base import FileMissing, LiveRun, ProcessStats, RunError, ScriptRunner, Step
+from runner._base import (
+    FileMissing,
+    LiveRun,
+    ProcessStats,
+    RunError,
+    ScriptRunner,
+    Step,
+    check_count,
+)
 from runner._live import (
     FDS_PER_PROCESS,
     count_private,
@@ -393,10 +401,8 @@ class RunnerService:
     ) -> None:
         if not live_wait > 0:
             raise ValueError(f"live_wait must be a positive number of seconds, not {live_wait}")
-        if live_max is not None and (
-            isinstance(live_max, bool) or not isinstance(live_max, int) or live_max < 0
-        ):
-            raise ValueError(f"live_max must be a whole number, 0 or more, not {live_max!r}")
+        if live_max is not None:
+            check_count("live_max", live_max, 0)
         # Bytes or a size word, as CodeMode's live_memory and codemode.toml take them (-1 was
         # taken as a budget, and "1gb" was a raw TypeError).
         if live_memory is not None:
@@ -427,8 +433,7 @@ class RunnerService:
             ("max_connections", max_connections),
             ("max_script_line", max_script_line),
         ):
-            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                raise ValueError(f"{name} must be a whole number, at least 1, not {count!r}")
+            check_count(name, count)
         # The welcome carries these, within the wire's bounds: past them, every handshake
         # failed.
         bounds = {

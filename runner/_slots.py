@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from runner._base import RunError, check_seconds
+from runner._base import RunError, check_count, check_seconds
 
 SLOTS_VARIABLE = "CODEMODE_SANDBOX_SLOTS"
 DEFAULT_SCRIPT_WAIT = 60.0
@@ -85,10 +85,7 @@ class Slots:
     _order: itertools.count[int] = field(default_factory=itertools.count)
 
     def __post_init__(self) -> None:
-        count = self.count
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            # 2.5 was taken, and let three steps run at once.
-            raise ValueError(f"slots must be a whole number, at least 1, not {count!r}")
+        check_count("slots", self.count)  # 2.5 was taken, and let three steps run at once
         check_seconds("script_wait", self.script_wait, zero=True)
 
     @property

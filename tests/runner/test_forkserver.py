@@ -431,8 +431,9 @@ async def test_an_interpreter_gone_since_the_runner_was_made_fails_for_good(
         # A million children were forked, one after another, until the memory ran out.
         ("pool_size", 9, "pool_size must be at most 4 per slot (8 for 2), not 9"),
         ("pool_size", 10**6, "not 1000000"),
-        ("pool_size", 1.5, "pool_size must be a whole number, not 1.5"),
-        ("pool_size", True, "pool_size must be a whole number, not True"),
+        ("pool_size", 1.5, "pool_size must be a whole number, at least 1, not 1.5"),
+        ("pool_size", True, "pool_size must be a whole number, at least 1, not True"),
+        ("pool_size", 0, "pool_size must be a whole number, at least 1, not 0"),
     ],
 )
 def test_options_that_would_break_every_step_or_the_host_are_refused(

@@ -230,7 +230,7 @@ async def test_no_service_can_take_the_step() -> None:
         ("cooldown", float("nan"), "not nan"),
         # Each step given less than its own allowance: ended as silent while it ran.
         ("step_margin", -5.0, "step_margin must be zero or more seconds, not -5.0"),
-        ("keep_idle", -1, "keep_idle must be a whole number, 0 or more, not -1"),
+        ("keep_idle", -1, "keep_idle must be a whole number, at least 0, not -1"),
         ("keep_idle", 1.5, "not 1.5"),
     ],
 )

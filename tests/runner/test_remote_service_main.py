@@ -256,9 +256,9 @@ def test_the_service_refuses_a_count_under_one(option: str, value: float) -> Non
 @pytest.mark.parametrize(
     ("option", "value", "said"),
     [
-        ("live_max", -1, "live_max must be a whole number, 0 or more, not -1"),
-        ("live_max", 2.5, "live_max must be a whole number, 0 or more, not 2.5"),
-        ("live_max", "3", "live_max must be a whole number, 0 or more, not '3'"),
+        ("live_max", -1, "live_max must be a whole number, at least 0, not -1"),
+        ("live_max", 2.5, "live_max must be a whole number, at least 0, not 2.5"),
+        ("live_max", "3", "live_max must be a whole number, at least 0, not '3'"),
         ("live_memory", -1, "live_memory = -1 is negative"),
         ("live_memory", "lots", "live_memory = 'lots' is not a size"),
         ("line_memory", 2.5, "line_memory = 2.5 is not a size"),
