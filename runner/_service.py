@@ -54,6 +54,7 @@ from runner._base import (
     ScriptRunner,
     Step,
     check_count,
+    check_seconds,
 )
 from runner._live import (
     FDS_PER_PROCESS,
@@ -399,8 +400,7 @@ class RunnerService:
         live_memory: int | None = None,
         line_memory: int | None = None,
     ) -> None:
-        if not live_wait > 0:
-            raise ValueError(f"live_wait must be a positive number of seconds, not {live_wait}")
+        check_seconds("live_wait", live_wait)
         if live_max is not None:
             check_count("live_max", live_max, 0)
         # Bytes or a size word, as CodeMode's live_memory and codemode.toml take them (-1 was
@@ -419,9 +419,7 @@ class RunnerService:
             "read_timeout": read_timeout,
         }
         for name, seconds in timeouts.items():
-            # 0 would drop every client at once, not wait for ever.
-            if not seconds > 0:
-                raise ValueError(f"{name} must be a positive number of seconds, not {seconds}")
+            check_seconds(name, seconds)  # 0 would drop every client at once, not wait for ever
         if heartbeat < MIN_HEARTBEAT:
             raise ValueError(
                 f"heartbeat must be at least {MIN_HEARTBEAT:g} seconds, not {heartbeat:g}: "
